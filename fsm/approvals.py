@@ -1,0 +1,71 @@
+"""Approval rules and decision validation (DESIGN section 5)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from .errors import AlreadyDecided, InvalidDecision, NotWaiting, StaleDecision
+from .values import CallState, Decision, DecisionKind, ToolCall, Value
+
+Policy = Callable[[Mapping[str, Any]], bool]
+
+
+class ApprovalRule(Value):
+    """How a tool decides whether a call needs a person."""
+
+    always: bool = False
+    policy: Policy | None = None
+
+
+def needs_approval(rule: ApprovalRule | None, arguments: Mapping[str, Any] | None) -> bool:
+    """True if a person must decide; a policy that raises counts as yes."""
+    if rule is None:
+        return False
+    if rule.always:
+        return True
+    if rule.policy is None:
+        return False
+    if arguments is None:
+        return False  # unparsable arguments never run, so there is nothing to approve
+    try:
+        return bool(rule.policy(arguments))
+    except Exception:
+        return True
+
+
+def check_decision(call: ToolCall, decision: Decision, existing: Decision | None,
+                   *, session_id: str) -> CallState:
+    """The call's state after `decision`, or a named error if it may not be taken."""
+    where = f"call {call.call_id} of session {session_id}"
+    if existing is not None:
+        raise AlreadyDecided(
+            f"{where} was already decided ({existing.kind.value}) by {existing.approver} "
+            f"at {existing.at.isoformat()}; each call is decided once"
+        )
+    if not call.state.awaits_person:
+        raise NotWaiting(
+            f"{where} is {call.state.value}, not waiting for a decision; "
+            "see `tickwork show` for what the session waits on"
+        )
+    if not decision.fingerprint or not call.fingerprint.startswith(decision.fingerprint):
+        raise StaleDecision(
+            f"{where} has fingerprint {call.fingerprint[:12]}, the decision was made for "
+            f"{decision.fingerprint[:12] or 'no fingerprint'}; look at the call again and decide"
+        )
+    if not decision.approver.strip():
+        raise InvalidDecision(f"a decision on {where} needs the approver's name")
+    kind = decision.kind
+    if kind is DecisionKind.EDIT and decision.arguments is None:
+        raise InvalidDecision(f"an edit of {where} needs the new arguments as a JSON object")
+    if kind is DecisionKind.PROVIDE_OUTPUT and call.state is not CallState.IN_DOUBT:
+        raise InvalidDecision(
+            f"{where} is not in doubt; provide an output only for a call whose run was "
+            "interrupted (approve, edit or reject it instead)"
+        )
+    return {
+        DecisionKind.APPROVE: CallState.APPROVED,
+        DecisionKind.EDIT: CallState.EDITED,
+        DecisionKind.REJECT: CallState.REJECTED,
+        DecisionKind.PROVIDE_OUTPUT: CallState.DONE,
+    }[kind]

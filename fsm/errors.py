@@ -1,0 +1,111 @@
+"""The one error hierarchy of tickwork.
+
+Every error's docstring is its default message; callers add the session, the
+call and what to do next.
+"""
+
+from __future__ import annotations
+
+
+class TickworkError(Exception):
+    """Something went wrong in tickwork."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or (self.__doc__ or "").strip())
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class InvalidInput(TickworkError, ValueError):
+    """The input was not valid: fix it and try again."""
+
+
+class InvalidBudget(InvalidInput):
+    """A budget was not a positive, finite number."""
+
+
+class SessionNotFound(TickworkError, LookupError):
+    """No session has that id: list sessions with `tickwork ls`."""
+
+
+class CallNotFound(TickworkError, LookupError):
+    """The session has no tool call with that id: see `tickwork show SESSION`."""
+
+
+class IllegalTransition(TickworkError):
+    """The session is not in a state where that can happen."""
+
+
+class SessionFinished(IllegalTransition):
+    """The session has finished and can no longer change; fork it to go on."""
+
+
+class NotWaiting(IllegalTransition):
+    """The call is not waiting for a decision."""
+
+
+class AlreadyDecided(IllegalTransition):
+    """The call was already decided; each call is decided once."""
+
+
+class StaleDecision(IllegalTransition):
+    """The call's arguments are not the ones the approver saw; look at it again."""
+
+
+class InvalidDecision(InvalidInput):
+    """The decision is not valid for this call."""
+
+
+class ClaimLost(TickworkError):
+    """The session moved on or its lease passed to another worker; this tick's work is dropped."""
+
+
+class ForkOutOfRange(InvalidInput):
+    """The fork step is outside the session's steps."""
+
+
+class UnknownSchemaVersion(TickworkError):
+    """A stored snapshot has a schema version this tickwork cannot read; upgrade tickwork."""
+
+
+class ConfigurationError(TickworkError):
+    """tickwork is not configured correctly."""
+
+
+class ModelError(TickworkError):
+    """The model call failed."""
+
+    #: a timeout, a connection error, 429 or 5xx: the same call may succeed later
+    transient: bool = False
+
+    def __init__(self, message: str | None = None, *, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class TransientModelError(ModelError):
+    """The model did not answer this time (timeout, connection, 429, 5xx); it is retried."""
+
+    transient = True
+
+
+class PermanentModelError(ModelError):
+    """The model refused the request (400, 401, 403, 404); retrying will not help."""
+
+
+class ToolError(TickworkError):
+    """A tool call could not run; the message becomes the model's error observation."""
+
+
+class UnknownTool(ToolError):
+    """The model called a tool that this job does not have."""
+
+
+class InvalidToolArguments(ToolError, InvalidInput):
+    """The arguments do not match the tool's schema."""
+
+
+class PathOutsideWorkspace(ToolError):
+    """The path leaves the workspace; tools only touch files inside it."""

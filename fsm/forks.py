@@ -1,0 +1,99 @@
+"""Forking a session from a chosen step with a declared patch (DESIGN section 6)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from .errors import ForkOutOfRange, InvalidInput
+from .values import (
+    Budgets,
+    CallState,
+    Event,
+    EventKind,
+    Head,
+    Observation,
+    Session,
+    Status,
+    Value,
+)
+
+
+class ForkPatch(Value):
+    """What a fork changes; the parent is never touched."""
+
+    system_prompt: str | None = None
+    append_instruction: str | None = None
+    #: call id -> the output to use instead of the recorded one
+    tool_outputs: dict[str, str] = {}
+    #: budget fields to raise (or lower) for the fork
+    budgets: dict[str, Any] = {}
+
+
+def fork(parent: Session, *, new_id: str, from_step: int, patch: ForkPatch, by: str,
+         now: datetime) -> Session:
+    """A new session holding the parent's steps 1..`from_step`, with `patch` applied.
+
+    Calls of the kept steps that never got an observation run again (asking a person
+    first where the call needed approval). Counters are recomputed from the kept steps;
+    the deadline counts from the fork.
+    """
+    last = parent.head.step
+    if not 0 <= from_step <= last:
+        raise ForkOutOfRange(f"session {parent.head.id} has steps 1..{last}; "
+                             f"choose --from-step between 0 and {last}, not {from_step}")
+    steps = parent.steps[:from_step]
+    kept = {c.call_id: c for s in steps for c in s.calls}
+    unknown = sorted(set(patch.tool_outputs) - set(kept))
+    if unknown:
+        raise InvalidInput(f"cannot patch the output of {', '.join(unknown)}: not a call of "
+                           f"steps 1..{from_step} of session {parent.head.id}")
+    try:
+        budgets = Budgets(**{**parent.head.budgets.model_dump(), **patch.budgets})
+    except ValueError as exc:
+        raise InvalidInput(f"invalid budget in the fork patch: {exc}") from exc
+
+    observations: list[Observation] = []
+    for call_id in kept:
+        if call_id in patch.tool_outputs:
+            observations.append(Observation(call_id=call_id, content=patch.tool_outputs[call_id],
+                                            at=now))
+        elif (seen := parent.observation(call_id)) is not None:
+            observations.append(seen)
+    observed = {o.call_id for o in observations}
+    decisions = tuple(d for d in parent.decisions if d.call_id in observed)
+
+    def reset(needs_approval: bool, call_id: str) -> CallState:
+        if call_id in observed:
+            return CallState.DONE
+        return CallState.AWAITING_APPROVAL if needs_approval else CallState.PENDING
+
+    new_steps = tuple(
+        s.model_copy(update={"calls": tuple(
+            c.model_copy(update={"state": reset(c.needs_approval, c.call_id)})
+            for c in s.calls)})
+        for s in steps
+    )
+    open_calls = [c for s in new_steps for c in s.calls if c.state is not CallState.DONE]
+    awaiting = tuple(c.call_id for c in open_calls if c.state is CallState.AWAITING_APPROVAL)
+    status = (Status.WAITING_APPROVAL if awaiting
+              else Status.EXECUTING if open_calls else Status.READY)
+
+    config = dict(parent.head.config)
+    if patch.system_prompt is not None:
+        config["system_prompt"] = patch.system_prompt
+    if patch.append_instruction:
+        config["instructions"] = [*config.get("instructions", []),
+                                  {"after_step": from_step, "text": patch.append_instruction}]
+    head = Head(
+        id=new_id, kind=parent.head.kind, status=status, version=0, created_at=now,
+        updated_at=now, model=parent.head.model, budgets=budgets, input=parent.head.input,
+        config=config, step=from_step, tokens=sum(s.usage.total for s in steps),
+        cost_usd=sum(s.cost_usd for s in steps), parent_id=parent.head.id,
+        fork_step=from_step, awaiting=awaiting,
+    )
+    event = Event(kind=EventKind.FORKED, at=now, data={
+        "parent_id": parent.head.id, "from_step": from_step, "by": by,
+        "patch": patch.model_dump(exclude_defaults=True)})
+    return Session(head=head, steps=new_steps, observations=tuple(observations),
+                   decisions=decisions, events=(event,))

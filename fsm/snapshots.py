@@ -1,0 +1,36 @@
+"""Stored snapshots of whole sessions, versioned, with upcasters for old versions.
+
+To change the snapshot format: bump `SNAPSHOT_SCHEMA_VERSION`, and add an upcaster
+`UPCASTERS[old] = function(old document) -> document of version old + 1`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .errors import UnknownSchemaVersion
+from .values import SNAPSHOT_SCHEMA_VERSION, Session
+
+Document = dict[str, Any]
+
+UPCASTERS: dict[int, Callable[[Document], Document]] = {}
+
+
+def dump(session: Session) -> Document:
+    return {"schema_version": SNAPSHOT_SCHEMA_VERSION, "session": session.model_dump(mode="json")}
+
+
+def load(document: Document) -> Session:
+    version = document.get("schema_version")
+    if not isinstance(version, int) or version > SNAPSHOT_SCHEMA_VERSION or version < 1:
+        raise UnknownSchemaVersion(
+            f"snapshot schema_version {version!r} is not one this tickwork reads "
+            f"(1..{SNAPSHOT_SCHEMA_VERSION}); upgrade tickwork to read it"
+        )
+    while version < SNAPSHOT_SCHEMA_VERSION:
+        if version not in UPCASTERS:
+            raise UnknownSchemaVersion(f"no upcaster from snapshot schema_version {version}")
+        document = UPCASTERS[version](document)
+        version = int(document["schema_version"])
+    return Session.model_validate(document["session"])

@@ -1,0 +1,258 @@
+"""The session as values: statuses, budgets, steps, calls, observations, decisions, events."""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, field_validator
+
+#: Version of the snapshot format stored in dead letters; see `fsm.snapshots`.
+SNAPSHOT_SCHEMA_VERSION = 1
+
+
+class Value(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Status(StrEnum):
+    READY = "ready"  #: the next tick calls the model
+    EXECUTING = "executing"  #: the next tick runs the next pending tool call
+    WAITING_APPROVAL = "waiting_approval"  #: suspended until a person decides
+    COMPLETED = "completed"  #: the model answered without tool calls
+    FAILED = "failed"  #: `error_code` says why
+    CANCELLED = "cancelled"  #: cancel was requested and took effect
+
+    @property
+    def runnable(self) -> bool:
+        return self in (Status.READY, Status.EXECUTING)
+
+    @property
+    def terminal(self) -> bool:
+        return self in (Status.COMPLETED, Status.FAILED, Status.CANCELLED)
+
+
+class CallState(StrEnum):
+    PENDING = "pending"  #: recorded, will run in order
+    AWAITING_APPROVAL = "awaiting_approval"  #: a person must decide before it runs
+    APPROVED = "approved"  #: decided: run as proposed
+    EDITED = "edited"  #: decided: run with the decision's arguments
+    REJECTED = "rejected"  #: decided: do not run; the feedback is the observation
+    STARTED = "started"  #: claimed and running; with no observation after a crash it is in doubt
+    DONE = "done"  #: has its observation
+    IN_DOUBT = "in_doubt"  #: started, then the worker died; a person chooses what happens
+
+    @property
+    def awaits_person(self) -> bool:
+        return self in (CallState.AWAITING_APPROVAL, CallState.IN_DOUBT)
+
+    @property
+    def open(self) -> bool:
+        """Still to be executed by an EXECUTE tick."""
+        return self in (CallState.PENDING, CallState.APPROVED, CallState.EDITED,
+                        CallState.REJECTED, CallState.STARTED)
+
+
+class ErrorCode(StrEnum):
+    BUDGET_STEPS = "BUDGET_STEPS"  #: `max_steps` model calls were made
+    BUDGET_TOKENS = "BUDGET_TOKENS"  #: `max_tokens` tokens were used
+    BUDGET_COST = "BUDGET_COST"  #: `max_cost_usd` was spent
+    DEADLINE = "DEADLINE"  #: `deadline_s` seconds passed since the session was created
+    LOOP = "LOOP"  #: the model repeated itself past `max_loop_interventions`
+    MODEL_ERROR = "MODEL_ERROR"  #: the model failed permanently or past its retry budget
+    INTERNAL = "INTERNAL"  #: a bug or broken configuration in tickwork or the job
+
+
+class DecisionKind(StrEnum):
+    APPROVE = "approve"  #: run the call as proposed (for an in-doubt call: run it again)
+    EDIT = "edit"  #: run the call with new arguments
+    REJECT = "reject"  #: do not run; tell the model why
+    PROVIDE_OUTPUT = "provide_output"  #: in-doubt calls only: this text is the call's output
+
+
+class EventKind(StrEnum):
+    CREATED = "created"
+    MODEL_CALLED = "model_called"
+    MODEL_RETRY = "model_retry"
+    STEP_RECORDED = "step_recorded"
+    APPROVAL_REQUESTED = "approval_requested"
+    APPROVAL_DECIDED = "approval_decided"
+    TOOL_STARTED = "tool_started"
+    TOOL_FINISHED = "tool_finished"
+    LOOP_INTERVENTION = "loop_intervention"
+    CANCEL_REQUESTED = "cancel_requested"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    DEAD_LETTERED = "dead_lettered"
+    FORKED = "forked"
+
+
+def _positive(name: str, value: float) -> float:
+    if isinstance(value, bool) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+    return value
+
+
+class Budgets(Value):
+    """Per-session limits; defaults come from settings."""
+
+    max_steps: int = 50
+    max_tokens: int = 2_000_000
+    max_cost_usd: float = 10.0
+    deadline_s: float = 6 * 3600.0
+    max_consecutive_repeats: int = 3
+    max_loop_interventions: int = 2
+    max_model_retries: int = 5
+    max_calls_per_step: int = 32
+
+    @field_validator("*")
+    @classmethod
+    def _check(cls, value: float, info: Any) -> float:
+        return _positive(info.field_name, value)
+
+
+class Usage(Value):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+class ProposedCall(Value):
+    """A tool call as the model wrote it; `arguments` may be text that is not JSON."""
+
+    name: str
+    arguments: str | dict[str, Any]
+
+
+class ModelReply(Value):
+    """What a model returned for one THINK."""
+
+    content: str = ""
+    calls: tuple[ProposedCall, ...] = ()
+    usage: Usage = Usage()
+    model: str = ""
+    latency_ms: float = 0.0
+
+
+class ToolCall(Value):
+    call_id: str
+    step: int
+    index: int
+    name: str
+    #: parsed arguments, or None when the model's text did not parse as a JSON object
+    arguments: dict[str, Any] | None
+    raw_arguments: str
+    fingerprint: str
+    state: CallState = CallState.PENDING
+    #: True if the approval rules asked for a person when the call was proposed
+    needs_approval: bool = False
+
+
+class Observation(Value):
+    call_id: str
+    content: str
+    is_error: bool = False
+    at: datetime
+    duration_ms: float = 0.0
+
+
+class Decision(Value):
+    call_id: str
+    kind: DecisionKind
+    approver: str
+    at: datetime
+    #: the fingerprint of the call the approver saw
+    fingerprint: str
+    comment: str = ""
+    arguments: dict[str, Any] | None = None
+    feedback: str = ""
+    output: str = ""
+
+
+class Step(Value):
+    step: int
+    thought: str
+    calls: tuple[ToolCall, ...] = ()
+    usage: Usage = Usage()
+    cost_usd: float = 0.0
+    latency_ms: float = 0.0
+    fingerprint: str = ""
+    model: str = ""
+    trace_id: str = ""
+    at: datetime
+
+
+class Event(Value):
+    kind: EventKind
+    at: datetime
+    data: dict[str, Any] = {}
+
+
+class Head(Value):
+    """The small row that says where a session is; it moves to `version + 1` on every change."""
+
+    id: str
+    kind: str
+    status: Status = Status.READY
+    version: int = 0
+    created_at: datetime
+    updated_at: datetime
+    model: str
+    budgets: Budgets = Budgets()
+    #: the job's input as submitted
+    input: dict[str, Any] = {}
+    #: resolved at submit: system_prompt, user_prompt, tools, instructions, workspace...
+    config: dict[str, Any] = {}
+    step: int = 0
+    tokens: int = 0
+    cost_usd: float = 0.0
+    loop_interventions: int = 0
+    model_attempts: int = 0
+    cancel_requested: bool = False
+    error_code: ErrorCode | None = None
+    error_message: str = ""
+    final_answer: str | None = None
+    #: what the job produced besides the answer (the repair job: its patch)
+    result: dict[str, Any] = {}
+    parent_id: str | None = None
+    fork_step: int | None = None
+    #: the step's call ids still waiting for a person (for listings)
+    awaiting: tuple[str, ...] = ()
+
+
+class Session(Value):
+    """A whole session for display, export and dead letters."""
+
+    head: Head
+    steps: tuple[Step, ...] = ()
+    observations: tuple[Observation, ...] = ()
+    decisions: tuple[Decision, ...] = ()
+    events: tuple[Event, ...] = ()
+
+    def call(self, call_id: str) -> ToolCall | None:
+        for step in self.steps:
+            for call in step.calls:
+                if call.call_id == call_id:
+                    return call
+        return None
+
+    def observation(self, call_id: str) -> Observation | None:
+        return next((o for o in self.observations if o.call_id == call_id), None)
+
+    def decision(self, call_id: str) -> Decision | None:
+        return next((d for d in self.decisions if d.call_id == call_id), None)
+
+
+def call_id_for(step: int, index: int) -> str:
+    """Our own stable call id; models' ids may be missing or repeated."""
+    return f"s{step}c{index}"
+
+
+def idempotency_key(session_id: str, step: int, call_id: str) -> str:
+    return f"{session_id}:{step}:{call_id}"
