@@ -1,0 +1,30 @@
+"""Alembic environment: the URL comes from the config `store.migrate` builds."""
+
+from __future__ import annotations
+
+from alembic import context
+from sqlalchemy import Connection
+
+from store.engine import make_engine
+from store.schema import metadata
+
+
+def run(connection: Connection) -> None:
+    context.configure(connection=connection, target_metadata=metadata,
+                      render_as_batch=connection.dialect.name == "sqlite")
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+def main() -> None:
+    url = context.config.get_main_option("sqlalchemy.url")
+    assert url, "store.migrate sets sqlalchemy.url"
+    engine = make_engine(url)
+    try:
+        with engine.connect() as connection:
+            run(connection)
+    finally:
+        engine.dispose()
+
+
+main()

@@ -1,0 +1,198 @@
+"""The tables: a small head row per session, append-only rows for everything else."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Column,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.engine import Dialect
+from sqlalchemy.types import TypeDecorator
+
+metadata = MetaData(naming_convention={
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+})
+
+Json = JSON().with_variant(JSONB(), "postgresql")
+RUNNABLE = "status IN ('ready', 'executing')"
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC datetimes on every backend (SQLite keeps no zone)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError(f"naive datetime {value!r}: tickwork stores UTC-aware times")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        assert isinstance(value, datetime)
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def _session_fk() -> ForeignKey:
+    return ForeignKey("tickwork_sessions.id", ondelete="CASCADE")
+
+
+sessions = Table(
+    "tickwork_sessions", metadata,
+    Column("id", String(64), primary_key=True),
+    Column("kind", String(200), nullable=False),
+    Column("status", String(32), nullable=False),
+    Column("version", Integer, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    Column("model", String(200), nullable=False),
+    Column("budgets", Json, nullable=False),
+    Column("input", Json, nullable=False),
+    Column("config", Json, nullable=False),
+    Column("step", Integer, nullable=False),
+    Column("tokens", BigInteger, nullable=False),
+    Column("cost_usd", Float, nullable=False),
+    Column("loop_interventions", Integer, nullable=False),
+    Column("model_attempts", Integer, nullable=False),
+    Column("cancel_requested", Boolean, nullable=False),
+    Column("error_code", String(32)),
+    Column("error_message", Text, nullable=False),
+    Column("final_answer", Text),
+    Column("result", Json, nullable=False),
+    Column("parent_id", String(64)),
+    Column("fork_step", Integer),
+    Column("awaiting", Json, nullable=False),
+    Column("lease_owner", String(200)),
+    Column("lease_expires_at", UTCDateTime),
+    Index(None, "status", "updated_at"),
+    Index(None, "kind", "updated_at"),
+    Index(None, "parent_id"),
+    # the relay's scan for runnable sessions whose worker died
+    Index("ix_tickwork_sessions_expired_leases", "lease_expires_at",
+          postgresql_where=text(f"{RUNNABLE} AND lease_expires_at IS NOT NULL"),
+          sqlite_where=text(f"{RUNNABLE} AND lease_expires_at IS NOT NULL")),
+)
+
+steps = Table(
+    "tickwork_steps", metadata,
+    Column("session_id", String(64), _session_fk(), primary_key=True),
+    Column("step", Integer, primary_key=True),
+    Column("thought", Text, nullable=False),
+    Column("prompt_tokens", Integer, nullable=False),
+    Column("completion_tokens", Integer, nullable=False),
+    Column("cost_usd", Float, nullable=False),
+    Column("latency_ms", Float, nullable=False),
+    Column("fingerprint", String(64), nullable=False),
+    Column("model", String(200), nullable=False),
+    Column("trace_id", String(64), nullable=False),
+    Column("at", UTCDateTime, nullable=False),
+)
+
+calls = Table(
+    "tickwork_calls", metadata,
+    Column("session_id", String(64), _session_fk(), primary_key=True),
+    Column("call_id", String(64), primary_key=True),
+    Column("step", Integer, nullable=False),
+    Column("index", Integer, nullable=False),
+    Column("name", String(200), nullable=False),
+    Column("arguments", Json),
+    Column("raw_arguments", Text, nullable=False),
+    Column("fingerprint", String(64), nullable=False),
+    Column("state", String(32), nullable=False),
+    Column("needs_approval", Boolean, nullable=False),
+    Column("started_at", UTCDateTime),
+    Index(None, "session_id", "step"),
+)
+
+observations = Table(
+    "tickwork_observations", metadata,
+    Column("session_id", String(64), _session_fk(), primary_key=True),
+    Column("call_id", String(64), primary_key=True),
+    Column("content", Text, nullable=False),
+    Column("is_error", Boolean, nullable=False),
+    Column("at", UTCDateTime, nullable=False),
+    Column("duration_ms", Float, nullable=False),
+)
+
+decisions = Table(
+    "tickwork_decisions", metadata,
+    # the primary key is what makes "each call is decided once" hold under any race
+    Column("session_id", String(64), _session_fk(), primary_key=True),
+    Column("call_id", String(64), primary_key=True),
+    Column("kind", String(32), nullable=False),
+    Column("approver", String(200), nullable=False),
+    Column("at", UTCDateTime, nullable=False),
+    Column("fingerprint", String(64), nullable=False),
+    Column("comment", Text, nullable=False),
+    Column("arguments", Json),
+    Column("feedback", Text, nullable=False),
+    Column("output", Text, nullable=False),
+)
+
+events = Table(
+    "tickwork_events", metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True,
+           autoincrement=True),
+    Column("session_id", String(64), _session_fk(), nullable=False),
+    Column("version", Integer, nullable=False),
+    Column("kind", String(32), nullable=False),
+    Column("at", UTCDateTime, nullable=False),
+    Column("data", Json, nullable=False),
+    Index(None, "session_id", "id"),
+)
+
+outbox = Table(
+    "tickwork_outbox", metadata,
+    Column("session_id", String(64), _session_fk(), primary_key=True),
+    Column("version", Integer, primary_key=True),
+    #: when the tick is due; the relay republishes rows still here a threshold later
+    Column("due_at", UTCDateTime, nullable=False),
+    Index(None, "due_at"),
+)
+
+dead_letters = Table(
+    "tickwork_dead_letters", metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True,
+           autoincrement=True),
+    Column("session_id", String(64), nullable=False, unique=True),
+    Column("code", String(32), nullable=False),
+    Column("message", Text, nullable=False),
+    Column("kind", String(200), nullable=False),
+    Column("model", String(200), nullable=False),
+    Column("last_tool", String(200)),
+    Column("error_signature", String(300), nullable=False),
+    Column("at", UTCDateTime, nullable=False),
+    Column("schema_version", Integer, nullable=False),
+    Column("snapshot", Json, nullable=False),
+    Column("resolved_at", UTCDateTime),
+    Column("resolution", Json),
+    Index(None, "code", "at"),
+    Index(None, "at"),
+    Index("ix_tickwork_dead_letters_unresolved", "at",
+          postgresql_where=text("resolved_at IS NULL"),
+          sqlite_where=text("resolved_at IS NULL")),
+)

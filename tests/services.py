@@ -1,0 +1,68 @@
+"""Real Postgres and Redis for the tests: found, or skipped locally and failed under CI."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+PG_ADMIN_URLS = [u for u in (os.environ.get("TICKWORK_TEST_PG_ADMIN"),) if u] or [
+    "postgresql+psycopg://postgres@127.0.0.1:5432/postgres",
+    "postgresql+psycopg://root@127.0.0.1:5432/postgres",
+]
+REDIS_URL = os.environ.get("TICKWORK_TEST_REDIS", "redis://127.0.0.1:6379/0")
+
+
+def missing(what: str, why: object) -> None:
+    """Skip locally; under CI a missing service is a failure, so CI always uses the real one."""
+    message = f"{what} is not answering ({why}); start it (see CONTRIBUTING.md)"
+    if IN_CI:
+        pytest.fail(f"CI=true: {message}", pytrace=False)
+    pytest.skip(message)
+
+
+def _admin_url() -> str:
+    import psycopg
+
+    errors = []
+    for url in PG_ADMIN_URLS:
+        try:
+            with psycopg.connect(url.replace("+psycopg", ""), connect_timeout=3):
+                return url
+        except psycopg.Error as exc:
+            errors.append(str(exc).strip().splitlines()[0])
+    missing("Postgres at 127.0.0.1:5432", "; ".join(errors))
+    raise AssertionError("unreachable")
+
+
+@contextmanager
+def postgres_database() -> Iterator[str]:
+    """A fresh database for this test run, dropped afterwards."""
+    import psycopg
+
+    admin = _admin_url()
+    name = f"tickwork_test_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(admin.replace("+psycopg", ""), autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield admin.rsplit("/", 1)[0] + f"/{name}"
+    finally:
+        with psycopg.connect(admin.replace("+psycopg", ""), autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def redis_url() -> str:
+    import redis
+
+    client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=2)
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        missing(f"Redis at {REDIS_URL}", exc)
+    finally:
+        client.close()
+    return REDIS_URL
