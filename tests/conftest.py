@@ -63,14 +63,19 @@ def sqlite_url(tmp_path: Path) -> str:
     return url
 
 
+@pytest.fixture
+def clean_postgres_url(postgres_url: str) -> str:
+    """The test run's Postgres database, emptied."""
+    _truncate(postgres_url)
+    return postgres_url
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 def database_url(request: pytest.FixtureRequest) -> str:
     """Each test using this runs on SQLite and on Postgres, on an empty schema."""
     if request.param == "sqlite":
         return str(request.getfixturevalue("sqlite_url"))
-    url = str(request.getfixturevalue("postgres_url"))
-    _truncate(url)
-    return url
+    return str(request.getfixturevalue("clean_postgres_url"))
 
 
 @pytest.fixture

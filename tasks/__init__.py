@@ -1,0 +1,1 @@
+"""The Celery tasks, thin: each calls into `worker`."""

@@ -1,0 +1,64 @@
+"""Job kinds for the tests: tools that record every run in a sink folder."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from worker.jobs import JobKind
+from worker.tools.registry import ToolContext, ToolRegistry, tool
+
+
+def _record(ctx: ToolContext, log: str, value: str) -> None:
+    sink = ctx.config.get("sink")
+    if sink:
+        with open(Path(sink) / log, "a") as f:
+            f.write(f"{ctx.idempotency_key} {value}\n")
+            f.flush()
+
+
+@tool(idempotent=True)
+def echo(text: str) -> str:
+    """Return the text."""
+    return text
+
+
+@tool(idempotent=True)
+def idem_effect(value: str, ctx: ToolContext, sleep_s: float = 0.0) -> str:
+    """An effect keyed by the idempotency key: running it twice with one key is harmless."""
+    _record(ctx, "idem.log", value)
+    time.sleep(sleep_s)
+    return f"stored {value}"
+
+
+@tool
+def effect(value: str, ctx: ToolContext, sleep_s: float = 0.0) -> str:
+    """An effect that must never happen twice for one call."""
+    _record(ctx, "effect.log", value)
+    time.sleep(sleep_s)
+    return f"did {value}"
+
+
+@tool(requires_approval=True)
+def danger(value: str, ctx: ToolContext) -> str:
+    """A destructive effect: a person approves it first."""
+    _record(ctx, "danger.log", value)
+    return f"destroyed {value}"
+
+
+def _tools() -> ToolRegistry:
+    registry = ToolRegistry()
+    for t in (echo, idem_effect, effect, danger):
+        registry.register(t)
+    return registry
+
+
+def _prepare(data: Mapping[str, Any]) -> dict[str, Any]:
+    return {"user_prompt": str(data.get("task", "run the test script")),
+            "sink": data.get("sink")}
+
+
+TEST = JobKind(name="test", system_prompt="You are a test agent.", tools=_tools,
+               prepare=_prepare)

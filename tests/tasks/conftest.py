@@ -1,0 +1,140 @@
+"""Real deployments for the tick tests: SQLite + filesystem broker, and Postgres + Redis."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from celery import Celery
+from celery.contrib.testing.worker import start_worker
+
+from tickwork import Tickwork
+from worker.app import make_app, runtime
+from worker.relay import RelayThread
+from worker.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+TEST_KIND = "tests.jobs:TEST"
+
+
+class Deployment:
+    """A database, a broker and settings; workers come and go."""
+
+    def __init__(self, name: str, settings: Settings, tmp: Path) -> None:
+        self.name, self.settings, self.tmp = name, settings, tmp
+        self.sink = tmp / "sink"
+        self.sink.mkdir()
+        self.client = Tickwork(settings)
+
+    def script(self, replies: list[dict[str, Any]], name: str = "script") -> str:
+        path = self.tmp / f"{name}-{uuid.uuid4().hex[:6]}.json"
+        path.write_text(json.dumps(replies))
+        return f"scripted:{path}"
+
+    def submit(self, replies: list[dict[str, Any]], **kw: Any) -> str:
+        head = self.client.submit(TEST_KIND, {"sink": str(self.sink)},
+                                  model=self.script(replies), **kw)
+        return head.id
+
+    def sink_lines(self, log: str) -> list[str]:
+        path = self.sink / log
+        return path.read_text().splitlines() if path.exists() else []
+
+    def env(self) -> dict[str, str]:
+        s = self.settings
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "TICKWORK_DATABASE_URL": s.db_url,
+               "TICKWORK_BROKER_URL": s.broker_url, "TICKWORK_STATE_DIR": str(s.state_dir),
+               "TICKWORK_QUEUE": s.queue, "TICKWORK_DEAD_LETTER_QUEUE": s.dead_letter_queue,
+               "TICKWORK_LEASE_S": str(s.lease_s),
+               "TICKWORK_RELAY_PERIOD_S": str(s.relay_period_s),
+               "TICKWORK_RELAY_AFTER_S": str(s.relay_after_s)}
+        return env
+
+    @contextmanager
+    def worker(self, *, concurrency: int = 2, relay: bool = True) -> Iterator[Celery]:
+        """A real Celery worker in a thread of this process, with the relay."""
+        app = make_app(self.settings, relay=False)
+        thread = RelayThread(runtime(app)) if relay else None
+        with start_worker(app, pool="threads", concurrency=concurrency,
+                          perform_ping_check=False, shutdown_timeout=30, loglevel="WARNING"):
+            if thread:
+                thread.start()
+            try:
+                yield app
+            finally:
+                if thread:
+                    thread.stop()
+                    thread.join(5)
+        runtime(app).store.engine.dispose()
+
+    def spawn(self, *extra: str) -> subprocess.Popen[bytes]:
+        """A `celery worker` subprocess (solo pool: SIGKILL takes its work with it)."""
+        log = open(self.tmp / f"worker-{uuid.uuid4().hex[:6]}.log", "wb")  # noqa: SIM115
+        return subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "worker.app", "worker", "--pool", "solo",
+             "-Q", self.settings.queue, "--loglevel", "INFO", "--without-gossip",
+             "--without-mingle", "--without-heartbeat", *extra],
+            cwd=ROOT, env=self.env(), stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True)
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def kill(proc: subprocess.Popen[bytes]) -> None:
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(10)
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            kill(proc)
+
+
+def until(predicate: Any, *, timeout: float = 30.0, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def _settings(name: str, tmp: Path, request: pytest.FixtureRequest, **kw: Any) -> Settings:
+    queue = f"tickwork.ticks.{uuid.uuid4().hex[:8]}"
+    common = dict(state_dir=tmp / "state", queue=queue, dead_letter_queue=f"{queue}.dead",
+                  lease_s=3.0, relay_period_s=0.25, relay_after_s=1.5, **kw)
+    if name == "embedded":
+        return Settings(**common)
+    url = str(request.getfixturevalue("clean_postgres_url"))
+    return Settings(database_url=url, broker_url=str(request.getfixturevalue("redis")),
+                    **common)
+
+
+@pytest.fixture(params=["embedded", "production"])
+def deployment(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Deployment]:
+    """SQLite + filesystem broker, and Postgres + Redis."""
+    settings = _settings(request.param, tmp_path, request)
+    if request.param == "embedded":
+        from store.migrate import upgrade
+
+        settings.state_dir.mkdir(parents=True)
+        upgrade(settings.db_url)
+    d = Deployment(request.param, settings, tmp_path)
+    yield d
+    d.close()

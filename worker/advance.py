@@ -1,0 +1,130 @@
+"""One tick: claim a session, advance exactly one micro-phase, save, publish the next tick."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from enum import StrEnum
+from pathlib import Path
+
+from fsm import machine, transcript
+from fsm.errors import ClaimLost, InvalidToolArguments, ModelError
+from fsm.machine import Change, RunTool
+from fsm.values import ErrorCode, Head, Status, idempotency_key
+from store import Claimed
+
+from .models import ModelSettings
+from .models.pricing import cost_usd
+from .runtime import Runtime, owner_name
+from .tools.registry import ToolContext, run_tool
+
+log = logging.getLogger("tickwork.tick")
+
+
+class Outcome(StrEnum):
+    DROPPED = "dropped"  #: stale, duplicate, leased, suspended or finished: nothing to do
+    LOST = "lost"  #: the session moved on while we worked; our result was discarded
+    SAVED = "saved"  #: one micro-phase applied
+
+
+def advance(rt: Runtime, session_id: str, version: int) -> Outcome:
+    owner = owner_name()
+    claimed = rt.store.claim(session_id, version, owner=owner, now=rt.clock(),
+                             lease_s=rt.settings.lease_s)
+    if claimed is None:
+        return Outcome.DROPPED
+    try:
+        with rt.leases.hold(session_id, version, owner):
+            change = _phase(rt, claimed)
+    except ClaimLost:
+        return Outcome.LOST
+    except Exception as exc:
+        # a broken job kind, tool registry or model factory: fail loudly, keep everything
+        log.exception("tick of session %s v%d failed", session_id, version)
+        change = machine.fail(claimed.head, ErrorCode.INTERNAL, f"{type(exc).__name__}: {exc}",
+                              now=rt.clock(), open_calls=claimed.calls)
+    try:
+        head = rt.store.save(change, version=version, owner=owner, now=rt.clock())
+    except ClaimLost:
+        return Outcome.LOST
+    after_commit(rt, change, head)
+    return Outcome.SAVED
+
+
+def after_commit(rt: Runtime, change: Change, head: Head) -> None:
+    if head.status.runnable:
+        rt.publish(head.id, head.version, change.delay_s)
+    elif head.status is Status.FAILED:
+        try:
+            rt.publish_dead_letter(head.id, head.error_code or "", head.error_message)
+        except Exception as exc:
+            log.warning("could not announce dead letter %s: %s", head.id, exc)
+
+
+def _phase(rt: Runtime, claimed: Claimed) -> Change:
+    if claimed.head.status is Status.READY:
+        return _think(rt, claimed)
+    return _execute(rt, claimed)
+
+
+def _think(rt: Runtime, claimed: Claimed) -> Change:
+    head = claimed.head
+    before = machine.start_think(head, now=rt.clock())
+    if isinstance(before, Change):
+        return before
+    job = rt.jobs.get(head.kind)
+    tools = rt.jobs.tools(head.kind)
+    model = rt.model(head.model)
+    messages = transcript.messages(head, claimed.steps, claimed.observations)
+    try:
+        reply = model.generate(messages, tools.schemas(head.config.get("tools")),
+                               ModelSettings(timeout_s=rt.settings.model_timeout_s))
+    except ModelError as exc:
+        return machine.model_failed(head, error=str(exc), transient=exc.transient,
+                                    now=rt.clock(), jitter=rt.jitter(),
+                                    retry_after_s=exc.retry_after_s)
+    cost = cost_usd(reply.model or head.model, reply.usage, rt.settings.prices)
+    change = machine.think(head, reply, now=rt.clock(), cost_usd=cost,
+                           trace_id=uuid.uuid4().hex, recent=claimed.recent,
+                           rules=tools.rules())
+    if change.head.status is Status.COMPLETED and job.finish is not None:
+        result = job.finish(change.head)
+        change = change.model_copy(update={"head": change.head.model_copy(
+            update={"result": {**change.head.result, **result}})})
+    return change
+
+
+def _execute(rt: Runtime, claimed: Claimed) -> Change:
+    head = claimed.head
+    tools = rt.jobs.tools(head.kind)
+    upcoming = machine.next_call(claimed.calls)
+    tool = tools.get(upcoming.name) if upcoming and upcoming.name in tools else None
+    plan = machine.start_execute(head, claimed.calls, claimed.decisions,
+                                 idempotent=tool.idempotent if tool else True, now=rt.clock())
+    if not isinstance(plan, RunTool):
+        return plan
+    call = plan.call
+
+    def finished(output: str, *, is_error: bool, duration_ms: float = 0.0) -> Change:
+        return machine.tool_finished(head, claimed.calls, call, output=output,
+                                     is_error=is_error, duration_ms=duration_ms, now=rt.clock())
+
+    if tool is None:
+        return finished(f"unknown tool {call.name!r}; the tools are: {', '.join(tools.names())}",
+                        is_error=True)
+    try:
+        arguments = tool.validate(plan.arguments)
+    except InvalidToolArguments as exc:
+        return finished(str(exc), is_error=True)
+    rt.store.start_call(head.id, head.version, call, owner=claimed.owner, now=rt.clock(),
+                        rerun=plan.rerun)
+    workspace = head.config.get("workspace")
+    context = ToolContext(
+        session_id=head.id, call_id=call.call_id, step=call.step,
+        idempotency_key=idempotency_key(head.id, call.step, call.call_id),
+        workspace=None if workspace is None else Path(workspace), config=head.config,
+        timeout_s=tool.timeout_s)
+    result = run_tool(tool, arguments, context, max_output_chars=rt.settings.max_output_chars)
+    return finished(result.output, is_error=result.is_error, duration_ms=result.duration_ms)
+
+

@@ -1,0 +1,99 @@
+"""The Celery app, built by `make_app` from settings.
+
+`celery -A worker.app worker` works as Celery users expect: the module attribute `app`
+is built from the environment on first access, not at import.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from celery import Celery, signals
+
+from .relay import RelayThread
+from .runtime import Runtime, build_store
+from .settings import Settings, load_settings
+
+TICK = "tickwork.tick"
+DEAD_LETTER = "tickwork.dead_letter"
+TASK_MODULES = ["tasks.tick", "tasks.dead_letter"]
+
+
+def make_app(settings: Settings | None = None, *, relay: bool = True) -> Celery:
+    """A Celery app for tickwork with at-least-once delivery settings (DESIGN section 3)."""
+    settings = settings or load_settings()
+    broker, transport_options = settings.broker()
+    app = Celery("tickwork", broker=broker, set_as_current=False, include=TASK_MODULES)
+    app.conf.update(
+        broker_transport_options=transport_options,
+        broker_connection_retry_on_startup=True,
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        task_ignore_result=True,
+        result_backend=None,
+        task_serializer="json",
+        accept_content=["json"],
+        task_default_queue=settings.queue,
+        task_routes={TICK: {"queue": settings.queue},
+                     DEAD_LETTER: {"queue": settings.dead_letter_queue}},
+        task_create_missing_queues=True,
+        worker_hijack_root_logger=False,
+        # events let Flower follow the fleet; the filesystem broker has no fanout for them
+        worker_send_task_events=not settings.embedded_broker,
+        task_send_sent_event=not settings.embedded_broker,
+        worker_enable_remote_control=not settings.embedded_broker,
+    )
+    app.tickwork_settings = settings  # type: ignore[attr-defined]
+    if relay:
+        _start_relay_with_worker(app)
+    return app
+
+
+def runtime(app: Celery) -> Runtime:
+    """This process's runtime for `app`, built on first use (after any fork)."""
+    held = getattr(app, "_tickwork_runtime", None)
+    if held is not None and held[0] == os.getpid():
+        return held[1]
+    from .jobs import Jobs
+
+    settings: Settings = app.tickwork_settings  # type: ignore[attr-defined]
+
+    def publish_tick(session_id: str, version: int, countdown: float) -> None:
+        app.send_task(TICK, args=(session_id, version), queue=settings.queue,
+                      countdown=countdown or None)
+
+    def publish_dead_letter(session_id: str, code: str, message: str) -> None:
+        app.send_task(DEAD_LETTER, args=(session_id, code, message),
+                      queue=settings.dead_letter_queue)
+
+    rt = Runtime(settings=settings, store=build_store(settings), jobs=Jobs(settings.imports),
+                 publish_tick=publish_tick, publish_dead_letter=publish_dead_letter)
+    app._tickwork_runtime = (os.getpid(), rt)  # type: ignore[attr-defined]
+    return rt
+
+
+def _start_relay_with_worker(app: Celery) -> None:
+    threads: list[RelayThread] = []
+
+    def ready(sender: Any = None, **_: Any) -> None:
+        if getattr(sender, "app", None) is app and not threads:
+            threads.append(RelayThread(runtime(app)))
+            threads[0].start()
+
+    def shutdown(sender: Any = None, **_: Any) -> None:
+        for thread in threads:
+            thread.stop()
+
+    signals.worker_ready.connect(ready, weak=False)
+    signals.worker_shutdown.connect(shutdown, weak=False)
+
+
+def __getattr__(name: str) -> Celery:
+    # `celery -A worker.app` looks up `app`; build it from the environment on first access
+    if name in ("app", "celery"):
+        built = make_app()
+        globals()["app"] = globals()["celery"] = built
+        return built
+    raise AttributeError(name)

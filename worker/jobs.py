@@ -1,0 +1,91 @@
+"""Job kinds: what a session of a kind is told, which tools it has, and its defaults.
+
+A job kind is an importable object (`module:attr`); workers find kinds by name in the
+built-ins and in `TICKWORK_IMPORTS`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from fsm.errors import ConfigurationError, InvalidInput
+from fsm.values import Head
+
+from .tools.registry import ToolRegistry
+
+#: built-in kinds by name
+BUILTIN = {"repair": "worker.repair:REPAIR"}
+
+
+@dataclass(frozen=True)
+class JobKind:
+    name: str
+    system_prompt: str
+    #: builds the kind's tools; called once per process
+    tools: Callable[[], ToolRegistry]
+    #: turns the submitted input into the session's config (at least `user_prompt`);
+    #: raises InvalidInput naming what is wrong
+    prepare: Callable[[Mapping[str, Any]], dict[str, Any]]
+    #: budget defaults for this kind, over the settings' defaults
+    budgets: Mapping[str, Any] = field(default_factory=dict)
+    #: what the job produced, computed when the session completes (e.g. the repair's patch)
+    finish: Callable[[Head], dict[str, Any]] | None = None
+
+
+def load_object(spec: str) -> Any:
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise ConfigurationError(f"{spec!r} is not an importable object; write it as module:attr")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigurationError(f"cannot import {module_name!r} for {spec!r}: {exc}") from exc
+    try:
+        return getattr(module, attr)
+    except AttributeError:
+        raise ConfigurationError(f"module {module_name!r} has no {attr!r} (from {spec!r})") from None
+
+
+class Jobs:
+    """Resolves job kinds by name, caching each kind and its tool registry."""
+
+    def __init__(self, imports: list[str] | tuple[str, ...] = ()) -> None:
+        self._specs = dict(BUILTIN)
+        self._imports = list(imports)
+        self._kinds: dict[str, JobKind] = {}
+        self._tools: dict[str, ToolRegistry] = {}
+
+    def get(self, name: str) -> JobKind:
+        if name in self._kinds:
+            return self._kinds[name]
+        kind = self._resolve(name)
+        self._kinds[name] = kind
+        return kind
+
+    def tools(self, name: str) -> ToolRegistry:
+        if name not in self._tools:
+            self._tools[name] = self.get(name).tools()
+        return self._tools[name]
+
+    def _resolve(self, name: str) -> JobKind:
+        if name in self._specs:
+            return _as_kind(load_object(self._specs[name]), self._specs[name])
+        for spec in self._imports:
+            kind = _as_kind(load_object(spec), spec)
+            self._specs[kind.name] = spec
+            if kind.name == name:
+                return kind
+        if ":" in name:
+            return _as_kind(load_object(name), name)
+        known = ", ".join(sorted(self._specs))
+        raise InvalidInput(f"unknown job kind {name!r}; known: {known}; or give module:attr "
+                           "(workers must be able to import it: set TICKWORK_IMPORTS)")
+
+
+def _as_kind(obj: Any, spec: str) -> JobKind:
+    if not isinstance(obj, JobKind):
+        raise ConfigurationError(f"{spec} is a {type(obj).__name__}, not a worker.jobs.JobKind")
+    return obj

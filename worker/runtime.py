@@ -1,0 +1,124 @@
+"""What a worker process holds: store, job kinds, models, the publisher and its leases."""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import socket
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from fsm.errors import ConfigurationError
+from store import Store, make_engine
+
+from .jobs import Jobs
+from .models import Model, make_model
+from .settings import Settings
+
+log = logging.getLogger("tickwork.worker")
+
+#: publishes a tick `(session_id, version)` after `countdown` seconds
+Publish = Callable[[str, int, float], None]
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def owner_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
+
+
+class Leases:
+    """Renews the leases of this process's running calls from one background thread."""
+
+    def __init__(self, store: Store, *, lease_s: float, clock: Callable[[], datetime]) -> None:
+        self._store, self._lease_s, self._clock = store, lease_s, clock
+        self._held: dict[tuple[str, int], str] = {}
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def hold(self, session_id: str, version: int, owner: str) -> _Held:
+        return _Held(self, (session_id, version), owner)
+
+    def _add(self, key: tuple[str, int], owner: str) -> None:
+        with self._lock:
+            self._held[key] = owner
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="tickwork-leases",
+                                                daemon=True)
+                self._thread.start()
+
+    def _remove(self, key: tuple[str, int]) -> None:
+        with self._lock:
+            self._held.pop(key, None)
+
+    def _run(self) -> None:
+        while not self._wake.wait(self._lease_s / 3):
+            with self._lock:
+                held = list(self._held.items())
+            for (session_id, version), owner in held:
+                try:
+                    self._store.renew(session_id, version, owner=owner, now=self._clock(),
+                                      lease_s=self._lease_s)
+                except Exception:
+                    log.exception("could not renew the lease of session %s", session_id)
+
+
+@dataclass
+class _Held:
+    leases: Leases
+    key: tuple[str, int]
+    owner: str
+
+    def __enter__(self) -> None:
+        self.leases._add(self.key, self.owner)
+
+    def __exit__(self, *_: object) -> None:
+        self.leases._remove(self.key)
+
+
+@dataclass
+class Runtime:
+    settings: Settings
+    store: Store
+    jobs: Jobs
+    publish_tick: Publish
+    publish_dead_letter: Callable[[str, str, str], None] = lambda *_: None
+    clock: Callable[[], datetime] = utc_now
+    jitter: Callable[[], float] = random.random
+    leases: Leases = field(init=False)
+    _models: dict[str, Model] = field(default_factory=dict, init=False)
+
+    def __post_init__(self) -> None:
+        self.leases = Leases(self.store, lease_s=self.settings.lease_s, clock=self.clock)
+
+    def model(self, spec: str) -> Model:
+        if spec not in self._models:
+            if not spec:
+                raise ConfigurationError("the session names no model; submit it with --model "
+                                         "or set TICKWORK_MODEL")
+            self._models[spec] = make_model(spec, timeout_s=self.settings.model_timeout_s)
+        return self._models[spec]
+
+    def publish(self, session_id: str, version: int, countdown: float = 0.0) -> None:
+        """Publish a tick after its commit; a failure is logged, the relay covers it."""
+        if self.settings.drop_publish_rate and self.jitter() < self.settings.drop_publish_rate:
+            log.warning("chaos: dropped the tick of %s v%d", session_id, version)
+            return
+        try:
+            self.publish_tick(session_id, version, countdown)
+        except Exception as exc:
+            log.warning("could not publish the tick of %s v%d (%s); the relay will",
+                        session_id, version, exc)
+
+
+def build_store(settings: Settings, **engine_args: Any) -> Store:
+    if settings.db_url.startswith("sqlite"):
+        settings.state_dir.mkdir(parents=True, exist_ok=True)
+    return Store(make_engine(settings.db_url, **engine_args))
