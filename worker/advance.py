@@ -53,6 +53,11 @@ def advance(rt: Runtime, session_id: str, version: int) -> Outcome:
 
 def after_commit(rt: Runtime, change: Change, head: Head) -> None:
     if head.status.runnable:
+        rate = rt.settings.drop_publish_rate
+        if rate and rt.jitter() < rate:
+            log.warning("chaos: dropped the tick of %s v%d after its commit", head.id,
+                        head.version)
+            return
         rt.publish(head.id, head.version, change.delay_s)
     elif head.status is Status.FAILED:
         try:

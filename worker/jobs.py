@@ -46,7 +46,8 @@ def load_object(spec: str) -> Any:
     try:
         return getattr(module, attr)
     except AttributeError:
-        raise ConfigurationError(f"module {module_name!r} has no {attr!r} (from {spec!r})") from None
+        raise ConfigurationError(
+            f"module {module_name!r} has no {attr!r} (from {spec!r})") from None
 
 
 class Jobs:

@@ -107,10 +107,7 @@ class Runtime:
         return self._models[spec]
 
     def publish(self, session_id: str, version: int, countdown: float = 0.0) -> None:
-        """Publish a tick after its commit; a failure is logged, the relay covers it."""
-        if self.settings.drop_publish_rate and self.jitter() < self.settings.drop_publish_rate:
-            log.warning("chaos: dropped the tick of %s v%d", session_id, version)
-            return
+        """Publish a tick; a failure is logged, the relay covers it."""
         try:
             self.publish_tick(session_id, version, countdown)
         except Exception as exc:

@@ -79,13 +79,13 @@ class Deployment:
 
     def spawn(self, *extra: str) -> subprocess.Popen[bytes]:
         """A `celery worker` subprocess (solo pool: SIGKILL takes its work with it)."""
-        log = open(self.tmp / f"worker-{uuid.uuid4().hex[:6]}.log", "wb")  # noqa: SIM115
-        return subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "worker.app", "worker", "--pool", "solo",
-             "-Q", self.settings.queue, "--loglevel", "INFO", "--without-gossip",
-             "--without-mingle", "--without-heartbeat", *extra],
-            cwd=ROOT, env=self.env(), stdout=log, stderr=subprocess.STDOUT,
-            start_new_session=True)
+        with open(self.tmp / f"worker-{uuid.uuid4().hex[:6]}.log", "wb") as log:
+            return subprocess.Popen(
+                [sys.executable, "-m", "celery", "-A", "worker.app", "worker", "--pool",
+                 "solo", "-Q", self.settings.queue, "--loglevel", "INFO", "--without-gossip",
+                 "--without-mingle", "--without-heartbeat", *extra],
+                cwd=ROOT, env=self.env(), stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True)
 
     def close(self) -> None:
         self.client.close()

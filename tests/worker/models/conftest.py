@@ -1,0 +1,167 @@
+"""A real chat-completions server on loopback, answering what each test queues."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+@dataclass
+class Canned:
+    """One response: `body` is sent as JSON unless it is bytes; `length` overrides
+    Content-Length (to cut a body short); `delay_s` waits before answering."""
+
+    status: int = 200
+    body: Any = None
+    headers: dict[str, str] = field(default_factory=dict)
+    delay_s: float = 0.0
+    length: int | None = None
+
+
+@dataclass
+class Received:
+    path: str
+    headers: dict[str, str]
+    body: Any
+
+
+class ChatServer:
+    def __init__(self) -> None:
+        self.requests: list[Received] = []
+        self._queue: list[Canned] = []
+        self._lock = threading.Lock()
+        self.stopping = threading.Event()
+        self._httpd = _Server(("127.0.0.1", 0), _handler(self))
+        host, port = self._httpd.server_address[:2]
+        self.base_url = f"http://{host}:{port}/v1"
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        )
+        self._thread.start()
+
+    def respond(self, status: int = 200, body: Any = None, **canned: Any) -> None:
+        """Queue one response; see `Canned` for the other keywords."""
+        with self._lock:
+            self._queue.append(Canned(status=status, body=body, **canned))
+
+    def answer(
+        self,
+        content: str | None = "",
+        calls: Sequence[tuple[str, Any]] = (),
+        usage: tuple[int, int] | None = (11, 7),
+        model: str = "gpt-4o-2024-08-06",
+        **canned: Any,
+    ) -> None:
+        """Queue a 200 chat completion with `content` and `(name, arguments)` tool calls."""
+        message: dict[str, Any] = {"role": "assistant", "content": content}
+        if calls:
+            message["tool_calls"] = [
+                {
+                    "id": f"call_{i}",
+                    "type": "function",
+                    "function": {"name": name, "arguments": arguments},
+                }
+                for i, (name, arguments) in enumerate(calls)
+            ]
+        body: dict[str, Any] = {
+            "id": "chatcmpl-1",
+            "object": "chat.completion",
+            "model": model,
+            "choices": [
+                {"index": 0, "message": message, "finish_reason": "tool_calls" if calls else "stop"}
+            ],
+        }
+        if usage is not None:
+            body["usage"] = {
+                "prompt_tokens": usage[0],
+                "completion_tokens": usage[1],
+                "total_tokens": sum(usage),
+            }
+        self.respond(200, body, **canned)
+
+    def _next(self) -> Canned:
+        with self._lock:
+            return (
+                self._queue.pop(0)
+                if self._queue
+                else Canned(status=500, body={"error": {"message": "the test queued no response"}})
+            )
+
+    def close(self) -> None:
+        self.stopping.set()
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(timeout=5)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = False
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # a client that timed out and hung up is expected here
+
+
+def _handler(server: ChatServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            try:
+                body = json.loads(raw)
+            except ValueError:
+                body = raw
+            server.requests.append(Received(self.path, dict(self.headers.items()), body))
+            canned = server._next()
+            if canned.delay_s and server.stopping.wait(canned.delay_s):
+                return
+            data = canned.body if isinstance(canned.body, bytes) else json.dumps(canned.body)
+            data = data.encode() if isinstance(data, str) else data
+            self.send_response(canned.status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(canned.length or len(data)))
+            for name, value in canned.headers.items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(data)
+
+    return Handler
+
+
+@pytest.fixture
+def chat_server() -> Iterator[ChatServer]:
+    server = ChatServer()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def closed_port() -> int:
+    """A loopback port with nothing listening on it."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+@pytest.fixture
+def write_script(tmp_path: Path) -> Any:
+    """Write a scripted-model file and return its path."""
+
+    def write(data: Any, name: str = "script.json") -> Path:
+        path = tmp_path / name
+        path.write_text(data if isinstance(data, str) else json.dumps(data), encoding="utf-8")
+        return path
+
+    return write

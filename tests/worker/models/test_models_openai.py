@@ -1,0 +1,319 @@
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
+
+import httpx
+import pytest
+
+from fsm.errors import PermanentModelError, TransientModelError
+from fsm.values import ProposedCall, Usage
+from worker.models import ModelSettings, OpenAIChatModel
+from worker.models.openai import retry_after_s
+
+MESSAGES = [
+    {"role": "system", "content": "You repair code."},
+    {"role": "user", "content": "Fix the failing test."},
+]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "read_file",
+            "description": "Read a file in the workspace.",
+            "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
+        },
+    }
+]
+SETTINGS = ModelSettings()
+
+
+@pytest.fixture
+def model(chat_server):
+    return OpenAIChatModel("gpt-4o", base_url=chat_server.base_url, api_key="sk-test")
+
+
+def test_plain_answer(chat_server, model):
+    chat_server.answer("All tests pass now.")
+
+    reply = model.generate(MESSAGES, TOOLS, SETTINGS)
+
+    assert reply.content == "All tests pass now."
+    assert reply.calls == ()
+    assert reply.model == "gpt-4o-2024-08-06"
+    assert reply.latency_ms > 0
+
+
+def test_null_content_is_empty_text(chat_server, model):
+    chat_server.answer(None, calls=[("read_file", '{"path": "a.py"}')])
+
+    assert model.generate(MESSAGES, TOOLS, SETTINGS).content == ""
+
+
+def test_one_tool_call(chat_server, model):
+    chat_server.answer("Let me look.", calls=[("read_file", '{"path": "a.py"}')])
+
+    reply = model.generate(MESSAGES, TOOLS, SETTINGS)
+
+    assert reply.content == "Let me look."
+    assert reply.calls == (ProposedCall(name="read_file", arguments='{"path": "a.py"}'),)
+
+
+def test_several_tool_calls_in_one_reply(chat_server, model):
+    chat_server.answer(
+        None,
+        calls=[
+            ("read_file", '{"path": "a.py"}'),
+            ("read_file", '{"path": "b.py"}'),
+            ("run_tests", "{}"),
+        ],
+    )
+
+    reply = model.generate(MESSAGES, TOOLS, SETTINGS)
+
+    assert [(c.name, c.arguments) for c in reply.calls] == [
+        ("read_file", '{"path": "a.py"}'),
+        ("read_file", '{"path": "b.py"}'),
+        ("run_tests", "{}"),
+    ]
+
+
+def test_malformed_arguments_pass_through_as_text(chat_server, model):
+    chat_server.answer(None, calls=[("read_file", '{"path": "a.py"'), ("run_tests", "not json")])
+
+    reply = model.generate(MESSAGES, TOOLS, SETTINGS)
+
+    assert [c.arguments for c in reply.calls] == ['{"path": "a.py"', "not json"]
+
+
+def test_arguments_sent_as_an_object_become_text(chat_server, model):
+    chat_server.answer(None, calls=[("read_file", {"path": "a.py"})])
+
+    (call,) = model.generate(MESSAGES, TOOLS, SETTINGS).calls
+
+    assert isinstance(call.arguments, str)
+    assert json.loads(call.arguments) == {"path": "a.py"}
+
+
+def test_usage_is_read_from_the_response(chat_server, model):
+    chat_server.answer("done", usage=(1234, 56))
+
+    assert model.generate(MESSAGES, TOOLS, SETTINGS).usage == Usage(
+        prompt_tokens=1234, completion_tokens=56
+    )
+
+
+def test_usage_is_estimated_when_the_server_reports_none(chat_server, model):
+    chat_server.answer("x" * 40, usage=None)
+
+    usage = model.generate(MESSAGES, TOOLS, SETTINGS).usage
+
+    assert usage.completion_tokens == 10
+    assert usage.prompt_tokens > 0
+
+
+def test_request_carries_model_messages_tools_and_settings(chat_server, model):
+    chat_server.answer("ok")
+    settings = ModelSettings(temperature=0.2, max_tokens=300, extra={"seed": 7, "model": "no"})
+
+    model.generate(MESSAGES, TOOLS, settings)
+
+    (request,) = chat_server.requests
+    assert request.path == "/v1/chat/completions"
+    assert request.headers["Authorization"] == "Bearer sk-test"
+    assert request.body == {
+        "model": "gpt-4o",
+        "messages": MESSAGES,
+        "tools": TOOLS,
+        "temperature": 0.2,
+        "max_tokens": 300,
+        "seed": 7,
+    }
+
+
+def test_no_tools_omits_the_tools_key(chat_server, model):
+    chat_server.answer("ok")
+
+    model.generate(MESSAGES, [], SETTINGS)
+
+    assert "tools" not in chat_server.requests[0].body
+    assert "temperature" not in chat_server.requests[0].body
+
+
+def test_openai_itself_gets_max_completion_tokens():
+    model = OpenAIChatModel("o3-mini", base_url="https://api.openai.com/v1/", api_key="k")
+
+    body = model.request_body(MESSAGES, [], ModelSettings(max_tokens=10))
+
+    assert body["max_completion_tokens"] == 10
+    assert "max_tokens" not in body
+    assert model.url == "https://api.openai.com/v1/chat/completions"
+
+
+def test_a_shared_client_is_used_and_left_open(chat_server):
+    chat_server.answer("ok")
+    with httpx.Client() as client:
+        model = OpenAIChatModel("gpt-4o", base_url=chat_server.base_url, client=client)
+        assert model.generate(MESSAGES, [], SETTINGS).content == "ok"
+        assert not client.is_closed
+    assert "Authorization" not in chat_server.requests[0].headers
+
+
+def test_429_with_retry_after_seconds_is_transient(chat_server, model):
+    chat_server.respond(
+        429,
+        {"error": {"message": "Rate limit reached", "code": "rate_limit"}},
+        headers={"Retry-After": "7", "x-request-id": "req_42"},
+    )
+
+    with pytest.raises(TransientModelError) as caught:
+        model.generate(MESSAGES, TOOLS, SETTINGS)
+
+    assert caught.value.retry_after_s == 7
+    message = str(caught.value)
+    assert chat_server.base_url in message
+    assert "gpt-4o" in message and "429" in message
+    assert "Rate limit reached" in message and "req_42" in message
+
+
+def test_503_with_retry_after_as_http_date(chat_server, model):
+    later = datetime.now(UTC) + timedelta(seconds=30)
+    chat_server.respond(
+        503, b"upstream busy", headers={"Retry-After": format_datetime(later, usegmt=True)}
+    )
+
+    with pytest.raises(TransientModelError) as caught:
+        model.generate(MESSAGES, TOOLS, SETTINGS)
+
+    assert 25 <= caught.value.retry_after_s <= 31
+    assert "upstream busy" in str(caught.value)
+
+
+def test_500_is_transient(chat_server, model):
+    chat_server.respond(500, {"error": {"message": "The server had an error"}})
+
+    with pytest.raises(TransientModelError) as caught:
+        model.generate(MESSAGES, TOOLS, SETTINGS)
+
+    assert caught.value.retry_after_s is None
+    assert "500" in str(caught.value)
+
+
+def test_insufficient_quota_is_permanent(chat_server, model):
+    chat_server.respond(
+        429, {"error": {"message": "You exceeded your current quota", "code": "insufficient_quota"}}
+    )
+
+    with pytest.raises(PermanentModelError, match="billing"):
+        model.generate(MESSAGES, TOOLS, SETTINGS)
+
+
+@pytest.mark.parametrize(
+    ("status", "advice"),
+    [
+        (400, "tool schemas"),
+        (401, "OPENAI_API_KEY"),
+        (403, "access"),
+        (404, "model name"),
+        (422, "retrying it will not help"),
+    ],
+)
+def test_client_errors_are_permanent(chat_server, model, status, advice):
+    chat_server.respond(status, {"error": {"message": "nope"}})
+
+    with pytest.raises(PermanentModelError) as caught:
+        model.generate(MESSAGES, TOOLS, SETTINGS)
+
+    message = str(caught.value)
+    assert f"returned {status}" in message
+    assert advice in message and "nope" in message and chat_server.base_url in message
+
+
+def test_ollama_style_string_error_is_shown(chat_server, model):
+    chat_server.respond(404, {"error": 'model "llama9" not found, try pulling it first'})
+
+    with pytest.raises(PermanentModelError, match="try pulling it first"):
+        model.generate(MESSAGES, TOOLS, SETTINGS)
+
+
+def test_timeout_is_transient(chat_server):
+    model = OpenAIChatModel("gpt-4o", base_url=chat_server.base_url, timeout_s=0.2)
+    chat_server.answer("too late", delay_s=2)
+
+    started = time.perf_counter()
+    with pytest.raises(TransientModelError, match=r"timed out after 0\.2s"):
+        model.generate(MESSAGES, TOOLS, SETTINGS)
+
+    assert time.perf_counter() - started < 1.5
+
+
+def test_the_tighter_timeout_wins(chat_server, model):
+    chat_server.answer("too late", delay_s=2)
+
+    with pytest.raises(TransientModelError, match=r"timed out after 0\.2s"):
+        model.generate(MESSAGES, TOOLS, ModelSettings(timeout_s=0.2))
+
+
+def test_body_cut_short_is_transient(chat_server, model):
+    chat_server.respond(200, b'{"choices": [{"message": {"content": "par', length=4096)
+
+    with pytest.raises(TransientModelError) as caught:
+        model.generate(MESSAGES, TOOLS, SETTINGS)
+
+    assert chat_server.base_url in str(caught.value)
+
+
+def test_body_that_is_not_json_is_transient(chat_server, model):
+    chat_server.respond(200, b'{"choices": [{"message": {"content": "par')
+
+    with pytest.raises(TransientModelError, match="not JSON"):
+        model.generate(MESSAGES, TOOLS, SETTINGS)
+
+
+def test_json_without_choices_is_transient(chat_server, model):
+    chat_server.respond(200, {"object": "chat.completion", "choices": []})
+
+    with pytest.raises(TransientModelError, match="without choices"):
+        model.generate(MESSAGES, TOOLS, SETTINGS)
+
+
+def test_connection_refused_is_transient(closed_port):
+    model = OpenAIChatModel("gpt-4o", base_url=f"http://127.0.0.1:{closed_port}/v1")
+
+    with pytest.raises(TransientModelError) as caught:
+        model.generate(MESSAGES, TOOLS, SETTINGS)
+
+    assert f"127.0.0.1:{closed_port}" in str(caught.value)
+    assert "server is up" in str(caught.value)
+
+
+def test_a_base_url_without_scheme_is_permanent():
+    model = OpenAIChatModel("gpt-4o", base_url="localhost:8000/v1")
+
+    with pytest.raises(PermanentModelError, match="base URL"):
+        model.generate(MESSAGES, TOOLS, SETTINGS)
+
+
+def test_repr_hides_the_key():
+    assert "sk-secret" not in repr(OpenAIChatModel("gpt-4o", api_key="sk-secret"))
+
+
+@pytest.mark.parametrize(
+    ("headers", "expected"),
+    [
+        ({}, None),
+        ({"retry-after": "3"}, 3.0),
+        ({"retry-after": "1.5"}, 1.5),
+        ({"retry-after": "-4"}, 0.0),
+        ({"retry-after-ms": "250", "retry-after": "9"}, 0.25),
+        ({"retry-after": "Wed, 21 Oct 2015 07:28:10 GMT"}, 10.0),
+        ({"retry-after": "Wed, 21 Oct 2015 07:27:00 GMT"}, 0.0),
+        ({"retry-after": "soon"}, None),
+    ],
+)
+def test_retry_after(headers, expected):
+    now = datetime(2015, 10, 21, 7, 28, 0, tzinfo=UTC)
+
+    assert retry_after_s(httpx.Headers(headers), now=now) == expected

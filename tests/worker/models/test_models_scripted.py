@@ -1,0 +1,163 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from fsm.errors import ConfigurationError, PermanentModelError, TransientModelError
+from fsm.values import ProposedCall, Usage
+from worker.models import Model, ModelSettings, ScriptedModel
+
+SETTINGS = ModelSettings()
+REPAIR = [
+    {
+        "content": "Let me look.",
+        "tool_calls": [
+            {"name": "read_file", "arguments": {"path": "a.py"}},
+            {"name": "run_tests", "arguments": {}},
+        ],
+        "usage": {"prompt_tokens": 100, "completion_tokens": 20},
+    },
+    {"content": "", "tool_calls": [{"name": "write_file", "arguments": '{"path": "a.py", '}]},
+    {"content": "Fixed the off-by-one."},
+]
+
+
+def transcript(assistant_turns: int) -> list[dict]:
+    messages: list[dict] = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
+    for i in range(assistant_turns):
+        messages.append(
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {
+                        "id": f"s{i}c0",
+                        "type": "function",
+                        "function": {"name": "run_tests", "arguments": "{}"},
+                    }
+                ],
+            }
+        )
+        messages.append({"role": "tool", "tool_call_id": f"s{i}c0", "content": "ok"})
+    return messages
+
+
+def test_it_is_a_model(write_script):
+    assert isinstance(ScriptedModel(write_script(REPAIR)), Model)
+
+
+def test_reply_is_chosen_by_the_number_of_assistant_messages(write_script):
+    model = ScriptedModel(write_script(REPAIR))
+
+    first = model.generate(transcript(0), [], SETTINGS)
+    third = model.generate(transcript(2), [], SETTINGS)
+    first_again = model.generate(transcript(0), [], SETTINGS)
+
+    assert first.calls == (
+        ProposedCall(name="read_file", arguments='{"path": "a.py"}'),
+        ProposedCall(name="run_tests", arguments="{}"),
+    )
+    assert first.usage == Usage(prompt_tokens=100, completion_tokens=20)
+    assert first.model == "scripted"
+    assert third.content == "Fixed the off-by-one." and third.calls == ()
+    assert first_again == first.model_copy(update={"latency_ms": first_again.latency_ms})
+
+
+def test_string_arguments_pass_through_raw(write_script):
+    reply = ScriptedModel(write_script(REPAIR)).generate(transcript(1), [], SETTINGS)
+
+    assert reply.calls == (ProposedCall(name="write_file", arguments='{"path": "a.py", '),)
+
+
+def test_usage_is_estimated_when_missing(write_script):
+    model = ScriptedModel(write_script([{"content": "x" * 40}]))
+
+    usage = model.generate([{"role": "user", "content": "y" * 80}], [], SETTINGS).usage
+
+    assert usage == Usage(prompt_tokens=20, completion_tokens=10)
+
+
+def test_past_the_end_is_a_permanent_error(write_script):
+    path = write_script(REPAIR)
+
+    with pytest.raises(PermanentModelError) as caught:
+        ScriptedModel(path).generate(transcript(3), [], SETTINGS)
+
+    assert str(caught.value).startswith(
+        f"script {path} has 3 replies; the session asked for reply 4"
+    )
+
+
+def test_repeat_last_expresses_a_loop(write_script):
+    same = {"content": "again", "tool_calls": [{"name": "run_tests", "arguments": {}}]}
+    model = ScriptedModel(write_script({"replies": [same], "repeat_last": True}))
+
+    replies = [model.generate(transcript(n), [], SETTINGS) for n in range(5)]
+
+    assert {r.calls for r in replies} == {(ProposedCall(name="run_tests", arguments="{}"),)}
+
+
+def test_delay_sleeps_before_answering(write_script):
+    model = ScriptedModel(write_script([{"content": "slow", "delay_s": 0.1}]))
+
+    assert model.generate([], [], SETTINGS).latency_ms >= 100
+
+
+def test_error_entries_raise(write_script):
+    path = write_script(
+        {
+            "replies": [
+                {"error": {"transient": True, "message": "rate limited", "retry_after_s": 2}},
+                {"error": {"transient": False, "message": "bad key"}},
+            ]
+        }
+    )
+    model = ScriptedModel(path)
+
+    with pytest.raises(TransientModelError, match="rate limited") as transient:
+        model.generate(transcript(0), [], SETTINGS)
+    with pytest.raises(PermanentModelError, match=r"bad key .*replies\[1\]"):
+        model.generate(transcript(1), [], SETTINGS)
+
+    assert transient.value.retry_after_s == 2
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        ("[{", "is not valid JSON: line 1 column 3"),
+        ([], "non-empty list of replies"),
+        ({"replies": []}, "non-empty list of replies"),
+        ({"replies": [{}], "loop": True}, "unknown keys ['loop']"),
+        ({"replies": [{}], "repeat_last": "yes"}, '"repeat_last" must be true or false'),
+        ([{}, "hello"], "replies[1] must be an object, got str"),
+        ([{}, {}, {"content": 5}], "replies[2] is not valid: content"),
+        ([{"tool_calls": [{"arguments": {}}]}], "replies[0] is not valid: tool_calls.0.name"),
+        ([{"tool_calls": [{"name": "x", "arguments": [1]}]}], "tool_calls.0.arguments"),
+        ([{"contents": "typo"}], "replies[0] is not valid: contents"),
+        ([{"delay_s": -1}], "replies[0] is not valid: delay_s"),
+        ([{"error": {"message": "m"}}], "replies[0] is not valid: error.transient"),
+    ],
+)
+def test_invalid_files_are_refused_naming_file_and_reply(write_script, data, expected):
+    path = write_script(data)
+
+    with pytest.raises(ConfigurationError) as caught:
+        ScriptedModel(path)
+
+    assert str(path) in str(caught.value)
+    assert expected in str(caught.value)
+
+
+def test_a_missing_file_is_refused(tmp_path):
+    with pytest.raises(ConfigurationError, match=r"cannot read script .*nope\.json"):
+        ScriptedModel(tmp_path / "nope.json")
+
+
+def test_the_script_is_read_once(write_script):
+    path = write_script(REPAIR)
+    model = ScriptedModel(path)
+    path.write_text(json.dumps([{"content": "changed"}]), encoding="utf-8")
+
+    assert model.generate(transcript(2), [], SETTINGS).content == "Fixed the off-by-one."

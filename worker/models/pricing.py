@@ -1,0 +1,111 @@
+"""What a model call costs: a price table per model, overridable from settings.
+
+Prices are OpenAI's list prices in USD per million tokens (standard tier, uncached
+prompt tokens); check them against the provider's page and override what differs.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
+from typing import NamedTuple
+
+from fsm.errors import ConfigurationError
+from fsm.values import Usage
+
+log = logging.getLogger(__name__)
+
+
+class Price(NamedTuple):
+    """USD per million tokens."""
+
+    prompt: float
+    completion: float
+
+
+#: list prices; a dated name such as `gpt-4o-2024-08-06` is priced as `gpt-4o`
+PRICES: Mapping[str, Price] = MappingProxyType(
+    {
+        "gpt-5": Price(1.25, 10.00),
+        "gpt-5-mini": Price(0.25, 2.00),
+        "gpt-5-nano": Price(0.05, 0.40),
+        "gpt-4.1": Price(2.00, 8.00),
+        "gpt-4.1-mini": Price(0.40, 1.60),
+        "gpt-4.1-nano": Price(0.10, 0.40),
+        "gpt-4o": Price(2.50, 10.00),
+        "gpt-4o-mini": Price(0.15, 0.60),
+        "o1": Price(15.00, 60.00),
+        "o3": Price(2.00, 8.00),
+        "o3-mini": Price(1.10, 4.40),
+        "o4-mini": Price(1.10, 4.40),
+        "gpt-4-turbo": Price(10.00, 30.00),
+        "gpt-3.5-turbo": Price(0.50, 1.50),
+        "scripted": Price(0.0, 0.0),
+    }
+)
+
+#: what an override may be: a Price, `[prompt, completion]` or `{"prompt": .., "completion": ..}`
+PriceLike = Price | Sequence[float] | Mapping[str, float]
+
+_DATED = re.compile(r"-(\d{4}-\d{2}-\d{2}|\d{4})$")
+_warned: set[str] = set()
+
+
+def price_for(model: str, overrides: Mapping[str, PriceLike] | None = None) -> Price | None:
+    """The price of `model`, the overrides first, or None if neither knows it."""
+    table: dict[str, Price] = dict(PRICES)
+    for name, price in (overrides or {}).items():
+        table[name] = _price(name, price)
+    for name in _candidates(model):
+        if name in table:
+            return table[name]
+    return None
+
+
+def cost_usd(model: str, usage: Usage, overrides: Mapping[str, PriceLike] | None = None) -> float:
+    """USD for `usage` tokens of `model`; an unknown model costs 0 and is logged once."""
+    price = price_for(model, overrides)
+    if price is None:
+        if model not in _warned:
+            _warned.add(model)
+            log.warning(
+                "no price for model %r: its calls count as $0 and max_cost_usd does not "
+                "limit it; add it to the price overrides",
+                model,
+            )
+        return 0.0
+    return (usage.prompt_tokens * price.prompt + usage.completion_tokens * price.completion) / 1e6
+
+
+def _candidates(model: str) -> list[str]:
+    """The name as given, without a spec prefix (`openai:`), a provider prefix (`openai/`)
+    or a date suffix (`-2024-08-06`)."""
+    names = [model]
+    bare = model
+    while bare.startswith(("react:", "openai:")):
+        bare = bare.partition(":")[2]
+    bare = bare.rsplit("/", 1)[-1]
+    names += [bare, _DATED.sub("", bare)]
+    return list(dict.fromkeys(names))
+
+
+def _price(name: str, value: PriceLike) -> Price:
+    try:
+        if isinstance(value, Mapping):
+            price = Price(float(value["prompt"]), float(value["completion"]))
+        else:
+            prompt, completion = value
+            price = Price(float(prompt), float(completion))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ConfigurationError(
+            f"price override for {name!r} must be [prompt, completion] or "
+            f'{{"prompt": .., "completion": ..}} in USD per million tokens, got {value!r}'
+        ) from exc
+    if not all(math.isfinite(p) and p >= 0 for p in price):
+        raise ConfigurationError(
+            f"price override for {name!r} must be finite and not negative, got {value!r}"
+        )
+    return price

@@ -1,0 +1,163 @@
+"""A model that plays replies from a JSON script, for tests and the offline demo.
+
+It keeps no state between calls: workers are separate processes and a tick may run again,
+so the reply is chosen by the number of assistant messages already in the transcript (none
+yet: the first reply). The file is either a list of replies or
+`{"replies": [...], "repeat_last": false}`, and a reply is::
+
+    {"content": "text",
+     "tool_calls": [{"name": "read_file", "arguments": {"path": "a.py"}}],
+     "usage": {"prompt_tokens": 10, "completion_tokens": 5},
+     "delay_s": 0.5,
+     "error": {"transient": true, "message": "...", "retry_after_s": 1.0}}
+
+All keys are optional. `arguments` given as an object are sent as JSON text; given as a
+string they are sent exactly as written, so a script can express malformed arguments.
+Without `usage`, tokens are estimated at four characters each. `delay_s` sleeps before
+answering (or failing), which leaves time to kill a worker mid-call. `error` raises that
+error instead of answering. Because the script is indexed by the transcript, an error
+entry fails every attempt at that point of the session.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, ValidationError
+
+from fsm.errors import ConfigurationError, PermanentModelError, TransientModelError
+from fsm.values import ModelReply, ProposedCall, Usage
+
+from .base import Message, ModelSettings, ToolSchema, estimate_tokens, transcript_text
+
+#: the model name the scripted model reports, priced at zero
+SCRIPTED = "scripted"
+
+
+class _ScriptPart(BaseModel):
+    # Strict* per field where coercion would hide a typo; tuples still take JSON lists
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ScriptedCall(_ScriptPart):
+    name: StrictStr
+    #: an object is sent as JSON text; a string is sent as written
+    arguments: dict[str, Any] | StrictStr = Field(default_factory=dict)
+
+    def proposed(self) -> ProposedCall:
+        arguments = self.arguments
+        if not isinstance(arguments, str):
+            arguments = json.dumps(arguments, ensure_ascii=False)
+        return ProposedCall(name=self.name, arguments=arguments)
+
+
+class ScriptedError(_ScriptPart):
+    transient: StrictBool
+    message: StrictStr
+    retry_after_s: float | None = Field(default=None, ge=0)
+
+
+class ScriptedReply(_ScriptPart):
+    content: StrictStr = ""
+    tool_calls: tuple[ScriptedCall, ...] = ()
+    usage: Usage | None = None
+    delay_s: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    error: ScriptedError | None = None
+
+
+class ScriptedModel:
+    """Answers from the script at `path`, loaded and checked once when it is built."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.replies, self.repeat_last = load_script(self.path)
+
+    def __repr__(self) -> str:
+        return f"ScriptedModel({str(self.path)!r})"
+
+    def generate(
+        self, messages: list[Message], tools: list[ToolSchema], settings: ModelSettings
+    ) -> ModelReply:
+        started = time.perf_counter()
+        index = sum(1 for m in messages if m.get("role") == "assistant")
+        if index >= len(self.replies):
+            if not self.repeat_last:
+                raise PermanentModelError(
+                    f"script {self.path} has {len(self.replies)} replies; the session asked "
+                    f'for reply {index + 1}; add replies or set "repeat_last": true'
+                )
+            index = len(self.replies) - 1
+        reply = self.replies[index]
+        if reply.delay_s:
+            time.sleep(reply.delay_s)
+        if reply.error is not None:
+            text = f"{reply.error.message} (scripted error: {self.path} replies[{index}])"
+            if reply.error.transient:
+                raise TransientModelError(text, retry_after_s=reply.error.retry_after_s)
+            raise PermanentModelError(text)
+        calls = tuple(call.proposed() for call in reply.tool_calls)
+        usage = reply.usage
+        if usage is None:
+            written = reply.content + "".join(c.name + str(c.arguments) for c in calls)
+            usage = Usage(
+                prompt_tokens=estimate_tokens(transcript_text(messages)),
+                completion_tokens=estimate_tokens(written),
+            )
+        return ModelReply(
+            content=reply.content,
+            calls=calls,
+            usage=usage,
+            model=SCRIPTED,
+            latency_ms=(time.perf_counter() - started) * 1000,
+        )
+
+
+def load_script(path: Path) -> tuple[tuple[ScriptedReply, ...], bool]:
+    """(replies, repeat_last) from a script file; ConfigurationError names what is wrong."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigurationError(f"cannot read script {path}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigurationError(f"script {path} is not UTF-8 text: {exc}") from exc
+    except json.JSONDecodeError as exc:
+        raise ConfigurationError(
+            f"script {path} is not valid JSON: line {exc.lineno} column {exc.colno}: {exc.msg}"
+        ) from exc
+    repeat_last = False
+    if isinstance(data, dict):
+        unknown = sorted(set(data) - {"replies", "repeat_last"})
+        if unknown:
+            raise ConfigurationError(
+                f'script {path} has unknown keys {unknown}; it takes "replies" and "repeat_last"'
+            )
+        repeat_last = data.get("repeat_last", False)
+        if not isinstance(repeat_last, bool):
+            raise ConfigurationError(f'script {path}: "repeat_last" must be true or false')
+        data = data.get("replies")
+    if not isinstance(data, list) or not data:
+        raise ConfigurationError(
+            f"script {path} must be a non-empty list of replies or "
+            '{"replies": [...], "repeat_last": false}'
+        )
+    return tuple(_reply(path, i, item) for i, item in enumerate(data)), repeat_last
+
+
+def _reply(path: Path, index: int, item: Any) -> ScriptedReply:
+    if not isinstance(item, dict):
+        raise ConfigurationError(
+            f"script {path} replies[{index}] must be an object, got {type(item).__name__}"
+        )
+    try:
+        return ScriptedReply.model_validate(item)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in error['loc']) or 'reply'}: {error['msg']}"
+            for error in exc.errors()
+        )
+        raise ConfigurationError(
+            f"script {path} replies[{index}] is not valid: {problems}"
+        ) from exc
