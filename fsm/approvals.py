@@ -10,6 +10,9 @@ from .values import CallState, Decision, DecisionKind, ToolCall, Value
 
 Policy = Callable[[Mapping[str, Any]], bool]
 
+#: the shortest fingerprint prefix a decision may carry
+MIN_FINGERPRINT = 8
+
 
 class ApprovalRule(Value):
     """How a tool decides whether a call needs a person."""
@@ -34,21 +37,34 @@ def needs_approval(rule: ApprovalRule | None, arguments: Mapping[str, Any] | Non
         return True
 
 
-def check_decision(call: ToolCall, decision: Decision, existing: Decision | None,
-                   *, session_id: str) -> CallState:
+def already_decided(first: Decision, *, session_id: str) -> AlreadyDecided:
+    """The error for a second decision on a call, naming the first."""
+    return AlreadyDecided(
+        f"call {first.call_id} of session {session_id} was already decided "
+        f"({first.kind.value}) by {first.approver} at {first.at.isoformat()}; "
+        "each call is decided once"
+    )
+
+
+def check_decision(
+    call: ToolCall, decision: Decision, existing: Decision | None, *, session_id: str
+) -> CallState:
     """The call's state after `decision`, or a named error if it may not be taken."""
     where = f"call {call.call_id} of session {session_id}"
-    if existing is not None:
-        raise AlreadyDecided(
-            f"{where} was already decided ({existing.kind.value}) by {existing.approver} "
-            f"at {existing.at.isoformat()}; each call is decided once"
-        )
+    # a decision moves a call out of doubt, so one made before the doubt does not count
+    if existing is not None and call.state is not CallState.IN_DOUBT:
+        raise already_decided(existing, session_id=session_id)
     if not call.state.awaits_person:
         raise NotWaiting(
             f"{where} is {call.state.value}, not waiting for a decision; "
             "see `tickwork show` for what the session waits on"
         )
-    if not decision.fingerprint or not call.fingerprint.startswith(decision.fingerprint):
+    if len(decision.fingerprint) < MIN_FINGERPRINT:
+        raise StaleDecision(
+            f"a decision on {where} must carry the fingerprint of the call the approver saw "
+            f"(at least {MIN_FINGERPRINT} characters of it); look at the call again and decide"
+        )
+    if not call.fingerprint.startswith(decision.fingerprint):
         raise StaleDecision(
             f"{where} has fingerprint {call.fingerprint[:12]}, the decision was made for "
             f"{decision.fingerprint[:12] or 'no fingerprint'}; look at the call again and decide"

@@ -15,6 +15,7 @@ from .values import (
     Observation,
     Session,
     Status,
+    ToolCall,
     Value,
 )
 
@@ -30,8 +31,9 @@ class ForkPatch(Value):
     budgets: dict[str, Any] = {}
 
 
-def fork(parent: Session, *, new_id: str, from_step: int, patch: ForkPatch, by: str,
-         now: datetime) -> Session:
+def fork(
+    parent: Session, *, new_id: str, from_step: int, patch: ForkPatch, by: str, now: datetime
+) -> Session:
     """A new session holding the parent's steps 1..`from_step`, with `patch` applied.
 
     Calls of the kept steps that never got an observation run again (asking a person
@@ -40,14 +42,18 @@ def fork(parent: Session, *, new_id: str, from_step: int, patch: ForkPatch, by: 
     """
     last = parent.head.step
     if not 0 <= from_step <= last:
-        raise ForkOutOfRange(f"session {parent.head.id} has steps 1..{last}; "
-                             f"choose --from-step between 0 and {last}, not {from_step}")
+        raise ForkOutOfRange(
+            f"session {parent.head.id} has steps 1..{last}; "
+            f"choose --from-step between 0 and {last}, not {from_step}"
+        )
     steps = parent.steps[:from_step]
     kept = {c.call_id: c for s in steps for c in s.calls}
     unknown = sorted(set(patch.tool_outputs) - set(kept))
     if unknown:
-        raise InvalidInput(f"cannot patch the output of {', '.join(unknown)}: not a call of "
-                           f"steps 1..{from_step} of session {parent.head.id}")
+        raise InvalidInput(
+            f"cannot patch the output of {', '.join(unknown)}: not a call of "
+            f"steps 1..{from_step} of session {parent.head.id}"
+        )
     try:
         budgets = Budgets(**{**parent.head.budgets.model_dump(), **patch.budgets})
     except ValueError as exc:
@@ -56,44 +62,73 @@ def fork(parent: Session, *, new_id: str, from_step: int, patch: ForkPatch, by: 
     observations: list[Observation] = []
     for call_id in kept:
         if call_id in patch.tool_outputs:
-            observations.append(Observation(call_id=call_id, content=patch.tool_outputs[call_id],
-                                            at=now))
+            observations.append(
+                Observation(call_id=call_id, content=patch.tool_outputs[call_id], at=now)
+            )
         elif (seen := parent.observation(call_id)) is not None:
             observations.append(seen)
     observed = {o.call_id for o in observations}
     decisions = tuple(d for d in parent.decisions if d.call_id in observed)
 
-    def reset(needs_approval: bool, call_id: str) -> CallState:
-        if call_id in observed:
+    def reset(call: ToolCall) -> CallState:
+        if call.call_id in observed:
             return CallState.DONE
-        return CallState.AWAITING_APPROVAL if needs_approval else CallState.PENDING
+        if call.state in (CallState.STARTED, CallState.IN_DOUBT):
+            return CallState.IN_DOUBT  # it may have run: a person decides, as in the parent
+        return CallState.AWAITING_APPROVAL if call.needs_approval else CallState.PENDING
 
     new_steps = tuple(
-        s.model_copy(update={"calls": tuple(
-            c.model_copy(update={"state": reset(c.needs_approval, c.call_id)})
-            for c in s.calls)})
+        s.model_copy(
+            update={"calls": tuple(c.model_copy(update={"state": reset(c)}) for c in s.calls)}
+        )
         for s in steps
     )
     open_calls = [c for s in new_steps for c in s.calls if c.state is not CallState.DONE]
-    awaiting = tuple(c.call_id for c in open_calls if c.state is CallState.AWAITING_APPROVAL)
-    status = (Status.WAITING_APPROVAL if awaiting
-              else Status.EXECUTING if open_calls else Status.READY)
+    awaiting = tuple(c.call_id for c in open_calls if c.state.awaits_person)
+    status = (
+        Status.WAITING_APPROVAL if awaiting else Status.EXECUTING if open_calls else Status.READY
+    )
 
     config = dict(parent.head.config)
     if patch.system_prompt is not None:
         config["system_prompt"] = patch.system_prompt
     if patch.append_instruction:
-        config["instructions"] = [*config.get("instructions", []),
-                                  {"after_step": from_step, "text": patch.append_instruction}]
+        config["instructions"] = [
+            *config.get("instructions", []),
+            {"after_step": from_step, "text": patch.append_instruction},
+        ]
     head = Head(
-        id=new_id, kind=parent.head.kind, status=status, version=0, created_at=now,
-        updated_at=now, model=parent.head.model, budgets=budgets, input=parent.head.input,
-        config=config, step=from_step, tokens=sum(s.usage.total for s in steps),
-        cost_usd=sum(s.cost_usd for s in steps), parent_id=parent.head.id,
-        fork_step=from_step, awaiting=awaiting,
+        id=new_id,
+        kind=parent.head.kind,
+        status=status,
+        version=0,
+        created_at=now,
+        updated_at=now,
+        model=parent.head.model,
+        budgets=budgets,
+        input=parent.head.input,
+        config=config,
+        step=from_step,
+        tokens=sum(s.usage.total for s in steps),
+        cost_usd=sum(s.cost_usd for s in steps),
+        parent_id=parent.head.id,
+        fork_step=from_step,
+        awaiting=awaiting,
     )
-    event = Event(kind=EventKind.FORKED, at=now, data={
-        "parent_id": parent.head.id, "from_step": from_step, "by": by,
-        "patch": patch.model_dump(exclude_defaults=True)})
-    return Session(head=head, steps=new_steps, observations=tuple(observations),
-                   decisions=decisions, events=(event,))
+    event = Event(
+        kind=EventKind.FORKED,
+        at=now,
+        data={
+            "parent_id": parent.head.id,
+            "from_step": from_step,
+            "by": by,
+            "patch": patch.model_dump(exclude_defaults=True),
+        },
+    )
+    return Session(
+        head=head,
+        steps=new_steps,
+        observations=tuple(observations),
+        decisions=decisions,
+        events=(event,),
+    )

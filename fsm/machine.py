@@ -83,11 +83,15 @@ def _require(head: Head, *statuses: Status) -> None:
         raise IllegalTransition(f"session {head.id} is {head.status.value}, not {allowed}")
 
 
-def _ended(head: Head, status: Status, now: datetime, events: Sequence[Event] = (),
-           **fields: Any) -> Change:
+def _ended(
+    head: Head, status: Status, now: datetime, events: Sequence[Event] = (), **fields: Any
+) -> Change:
     """A change that ends the session, with its closing events."""
-    kind = {Status.COMPLETED: EventKind.COMPLETED, Status.FAILED: EventKind.FAILED,
-            Status.CANCELLED: EventKind.CANCELLED}[status]
+    kind = {
+        Status.COMPLETED: EventKind.COMPLETED,
+        Status.FAILED: EventKind.FAILED,
+        Status.CANCELLED: EventKind.CANCELLED,
+    }[status]
     new = _moved(head, now, status=status, awaiting=(), **fields)
     data = {"error_code": new.error_code, "message": new.error_message} if new.error_code else {}
     closing = [Event(kind=kind, at=now, data=data)]
@@ -96,8 +100,9 @@ def _ended(head: Head, status: Status, now: datetime, events: Sequence[Event] = 
     return Change(head=new, events=(*events, *closing))
 
 
-def fail(head: Head, code: ErrorCode, message: str, *, now: datetime,
-         open_calls: Sequence[ToolCall] = ()) -> Change:
+def fail(
+    head: Head, code: ErrorCode, message: str, *, now: datetime, open_calls: Sequence[ToolCall] = ()
+) -> Change:
     """End the session as `failed` with `code`; it will be dead-lettered."""
     if head.status.terminal:
         raise SessionFinished(f"session {head.id} is already {head.status.value}")
@@ -108,10 +113,17 @@ def fail(head: Head, code: ErrorCode, message: str, *, now: datetime,
 
 def _close_calls(calls: Sequence[ToolCall], why: str, now: datetime) -> dict[str, Any]:
     todo = [c for c in calls if c.state.open or c.state.awaits_person]
+
+    def text(call: ToolCall) -> str:
+        if call.state in (CallState.STARTED, CallState.IN_DOUBT):
+            return why.replace("not run", "interrupted; it may or may not have run")
+        return why
+
     return {
         "call_states": tuple((c.call_id, CallState.DONE) for c in todo),
-        "observations": tuple(Observation(call_id=c.call_id, content=why, is_error=True, at=now)
-                              for c in todo),
+        "observations": tuple(
+            Observation(call_id=c.call_id, content=text(c), is_error=True, at=now) for c in todo
+        ),
     }
 
 
@@ -137,8 +149,16 @@ def parse_arguments(raw: str | dict[str, Any]) -> tuple[dict[str, Any] | None, s
     return (parsed if isinstance(parsed, dict) else None), raw
 
 
-def think(head: Head, reply: ModelReply, *, now: datetime, cost_usd: float, trace_id: str,
-          recent: Sequence[str], rules: Mapping[str, ApprovalRule]) -> Change:
+def think(
+    head: Head,
+    reply: ModelReply,
+    *,
+    now: datetime,
+    cost_usd: float,
+    trace_id: str,
+    recent: Sequence[str],
+    rules: Mapping[str, ApprovalRule],
+) -> Change:
     """Record the model's reply as the next step and decide what happens to its calls.
 
     `recent` holds the fingerprints of the latest steps, oldest first; `rules` maps tool
@@ -151,62 +171,129 @@ def think(head: Head, reply: ModelReply, *, now: datetime, cost_usd: float, trac
     for index, proposed in enumerate(reply.calls[:limit]):
         arguments, raw = parse_arguments(proposed.arguments)
         shown = arguments if arguments is not None else raw
-        calls.append(ToolCall(
-            call_id=call_id_for(number, index), step=number, index=index, name=proposed.name,
-            arguments=arguments, raw_arguments=raw,
-            fingerprint=call_fingerprint(proposed.name, shown),
-            needs_approval=needs_approval(rules.get(proposed.name), arguments),
-        ))
+        calls.append(
+            ToolCall(
+                call_id=call_id_for(number, index),
+                step=number,
+                index=index,
+                name=proposed.name,
+                arguments=arguments,
+                raw_arguments=raw,
+                fingerprint=call_fingerprint(proposed.name, shown),
+                needs_approval=needs_approval(rules.get(proposed.name), arguments),
+            )
+        )
     fingerprint = step_fingerprint(c.fingerprint for c in calls)
-    step = Step(step=number, thought=reply.content, calls=tuple(calls), usage=reply.usage,
-                cost_usd=cost_usd, latency_ms=reply.latency_ms, fingerprint=fingerprint,
-                model=reply.model or head.model, trace_id=trace_id, at=now)
-    head = _moved(head, now, step=number, tokens=head.tokens + reply.usage.total,
-                  cost_usd=head.cost_usd + cost_usd, model_attempts=0)
+    step = Step(
+        step=number,
+        thought=reply.content,
+        calls=tuple(calls),
+        usage=reply.usage,
+        cost_usd=cost_usd,
+        latency_ms=reply.latency_ms,
+        fingerprint=fingerprint,
+        model=reply.model or head.model,
+        trace_id=trace_id,
+        at=now,
+    )
+    head = _moved(
+        head,
+        now,
+        step=number,
+        tokens=head.tokens + reply.usage.total,
+        cost_usd=head.cost_usd + cost_usd,
+        model_attempts=0,
+    )
     events = [
-        Event(kind=EventKind.MODEL_CALLED, at=now, data={
-            "step": number, "model": step.model, "latency_ms": reply.latency_ms,
-            "prompt_tokens": reply.usage.prompt_tokens,
-            "completion_tokens": reply.usage.completion_tokens, "cost_usd": cost_usd}),
-        Event(kind=EventKind.STEP_RECORDED, at=now, data={
-            "step": number, "calls": [c.call_id for c in calls],
-            "dropped_calls": max(0, len(reply.calls) - limit)}),
+        Event(
+            kind=EventKind.MODEL_CALLED,
+            at=now,
+            data={
+                "step": number,
+                "model": step.model,
+                "latency_ms": reply.latency_ms,
+                "prompt_tokens": reply.usage.prompt_tokens,
+                "completion_tokens": reply.usage.completion_tokens,
+                "cost_usd": cost_usd,
+            },
+        ),
+        Event(
+            kind=EventKind.STEP_RECORDED,
+            at=now,
+            data={
+                "step": number,
+                "calls": [c.call_id for c in calls],
+                "dropped_calls": max(0, len(reply.calls) - limit),
+            },
+        ),
     ]
     if not calls:
         done = _ended(head, Status.COMPLETED, now, events, final_answer=reply.content)
         return done.model_copy(update={"step": step})
 
-    loop = detect_loop((*recent, fingerprint),
-                       max_consecutive_repeats=head.budgets.max_consecutive_repeats)
+    loop = detect_loop(
+        (*recent, fingerprint), max_consecutive_repeats=head.budgets.max_consecutive_repeats
+    )
     if loop is not None:
         interventions = head.loop_interventions + 1
         text = intervention_text(loop)
-        events.append(Event(kind=EventKind.LOOP_INTERVENTION, at=now, data={
-            "step": number, "loop": loop.kind.value, "interventions": interventions}))
+        events.append(
+            Event(
+                kind=EventKind.LOOP_INTERVENTION,
+                at=now,
+                data={"step": number, "loop": loop.kind.value, "interventions": interventions},
+            )
+        )
         blocked = {"step": step, **_close_calls(calls, text, now)}
         if interventions > head.budgets.max_loop_interventions:
-            message = (f"{loop.kind.value} loop at step {number} after "
-                       f"{head.loop_interventions} interventions")
-            ended = _ended(head, Status.FAILED, now, events, error_code=ErrorCode.LOOP,
-                           error_message=message, loop_interventions=interventions)
+            message = (
+                f"{loop.kind.value} loop at step {number} after "
+                f"{head.loop_interventions} interventions"
+            )
+            ended = _ended(
+                head,
+                Status.FAILED,
+                now,
+                events,
+                error_code=ErrorCode.LOOP,
+                error_message=message,
+                loop_interventions=interventions,
+            )
             return ended.model_copy(update=blocked)
         again = _moved(head, now, loop_interventions=interventions)
         return Change(head=again, events=tuple(events), **blocked)
 
     awaiting = tuple(c.call_id for c in calls if c.needs_approval)
     if awaiting:
-        calls = [c.model_copy(update={"state": CallState.AWAITING_APPROVAL}) if c.needs_approval
-                 else c for c in calls]
+        calls = [
+            c.model_copy(update={"state": CallState.AWAITING_APPROVAL}) if c.needs_approval else c
+            for c in calls
+        ]
         step = step.model_copy(update={"calls": tuple(calls)})
-        events.append(Event(kind=EventKind.APPROVAL_REQUESTED, at=now,
-                            data={"step": number, "calls": list(awaiting)}))
-        return Change(head=_moved(head, now, status=Status.WAITING_APPROVAL, awaiting=awaiting),
-                      step=step, events=tuple(events))
+        events.append(
+            Event(
+                kind=EventKind.APPROVAL_REQUESTED,
+                at=now,
+                data={"step": number, "calls": list(awaiting)},
+            )
+        )
+        return Change(
+            head=_moved(head, now, status=Status.WAITING_APPROVAL, awaiting=awaiting),
+            step=step,
+            events=tuple(events),
+        )
     return Change(head=_moved(head, now, status=Status.EXECUTING), step=step, events=tuple(events))
 
 
-def model_failed(head: Head, *, error: str, transient: bool, now: datetime,
-                 jitter: float = 0.0, retry_after_s: float | None = None) -> Change:
+def model_failed(
+    head: Head,
+    *,
+    error: str,
+    transient: bool,
+    now: datetime,
+    jitter: float = 0.0,
+    retry_after_s: float | None = None,
+) -> Change:
     """A model call failed: retry with backoff while transient and within budget, else fail."""
     _require(head, Status.READY)
     attempts = head.model_attempts + 1
@@ -214,13 +301,23 @@ def model_failed(head: Head, *, error: str, transient: bool, now: datetime,
         delay = model_retry_delay(attempts, jitter=jitter)
         if retry_after_s is not None:
             delay = max(delay, retry_after_s)
-        event = Event(kind=EventKind.MODEL_RETRY, at=now,
-                      data={"attempt": attempts, "delay_s": delay, "error": error})
-        return Change(head=_moved(head, now, model_attempts=attempts), events=(event,),
-                      delay_s=delay)
+        event = Event(
+            kind=EventKind.MODEL_RETRY,
+            at=now,
+            data={"attempt": attempts, "delay_s": delay, "error": error},
+        )
+        return Change(
+            head=_moved(head, now, model_attempts=attempts), events=(event,), delay_s=delay
+        )
     why = f"after {attempts} attempts: " if transient else "permanent error: "
-    return _ended(head, Status.FAILED, now, error_code=ErrorCode.MODEL_ERROR,
-                  error_message=why + error, model_attempts=attempts)
+    return _ended(
+        head,
+        Status.FAILED,
+        now,
+        error_code=ErrorCode.MODEL_ERROR,
+        error_message=why + error,
+        model_attempts=attempts,
+    )
 
 
 def next_call(calls: Sequence[ToolCall]) -> ToolCall | None:
@@ -228,8 +325,14 @@ def next_call(calls: Sequence[ToolCall]) -> ToolCall | None:
     return next((c for c in sorted(calls, key=lambda c: c.index) if c.state.open), None)
 
 
-def start_execute(head: Head, calls: Sequence[ToolCall], decisions: Mapping[str, Decision], *,
-                  idempotent: bool, now: datetime) -> Change | RunTool:
+def start_execute(
+    head: Head,
+    calls: Sequence[ToolCall],
+    decisions: Mapping[str, Decision],
+    *,
+    idempotent: bool,
+    now: datetime,
+) -> Change | RunTool:
     """Pick the step's next call and say whether to run it, or what happens instead.
 
     `idempotent` tells whether that call's tool may run twice (for a call found `started`).
@@ -245,71 +348,126 @@ def start_execute(head: Head, calls: Sequence[ToolCall], decisions: Mapping[str,
     if call.state is CallState.STARTED:
         if idempotent:
             return RunTool(call=call, arguments=_arguments(call, decision), rerun=True)
-        event = Event(kind=EventKind.APPROVAL_REQUESTED, at=now,
-                      data={"step": call.step, "calls": [call.call_id], "in_doubt": True})
-        return Change(head=_moved(head, now, status=Status.WAITING_APPROVAL,
-                                  awaiting=(call.call_id,)),
-                      call_states=((call.call_id, CallState.IN_DOUBT),), events=(event,))
+        event = Event(
+            kind=EventKind.APPROVAL_REQUESTED,
+            at=now,
+            data={"step": call.step, "calls": [call.call_id], "in_doubt": True},
+        )
+        return Change(
+            head=_moved(head, now, status=Status.WAITING_APPROVAL, awaiting=(call.call_id,)),
+            call_states=((call.call_id, CallState.IN_DOUBT),),
+            events=(event,),
+        )
     if call.state is CallState.REJECTED:
         assert decision is not None, f"rejected call {call.call_id} has no decision"
         text = f"rejected by {decision.approver}: {decision.feedback or 'no reason given'}"
         return tool_finished(head, calls, call, output=text, is_error=True, now=now)
-    if call.arguments is None:
-        text = (f"the arguments of {call.name} are not a valid JSON object: "
-                f"{call.raw_arguments[:200]!r}; call it again with a JSON object")
+    edited = decision is not None and decision.kind is DecisionKind.EDIT
+    if call.arguments is None and not edited:
+        what = (
+            f"the arguments of {call.name}" if call.name else "your reply named no tool; its text"
+        )
+        text = (
+            f"{what} are not a valid JSON object: "
+            f"{call.raw_arguments[:200]!r}; call it again with a JSON object"
+        )
         return tool_finished(head, calls, call, output=text, is_error=True, now=now)
     return RunTool(call=call, arguments=_arguments(call, decision))
 
 
 def _arguments(call: ToolCall, decision: Decision | None) -> dict[str, Any]:
-    if decision is not None and decision.kind is DecisionKind.EDIT and decision.arguments:
+    if (
+        decision is not None
+        and decision.kind is DecisionKind.EDIT
+        and decision.arguments is not None
+    ):
         return decision.arguments
     return call.arguments or {}
 
 
-def tool_finished(head: Head, calls: Sequence[ToolCall], call: ToolCall, *, output: str,
-                  is_error: bool, now: datetime, duration_ms: float = 0.0) -> Change:
+def tool_finished(
+    head: Head,
+    calls: Sequence[ToolCall],
+    call: ToolCall,
+    *,
+    output: str,
+    is_error: bool,
+    now: datetime,
+    duration_ms: float = 0.0,
+) -> Change:
     """Record the call's observation; when it was the step's last open call, think again."""
     _require(head, Status.EXECUTING)
     rest = [c for c in calls if c.call_id != call.call_id and c.state.open]
     status = Status.EXECUTING if rest else Status.READY
-    event = Event(kind=EventKind.TOOL_FINISHED, at=now, data={
-        "call_id": call.call_id, "name": call.name, "is_error": is_error,
-        "duration_ms": duration_ms, "output_chars": len(output)})
+    event = Event(
+        kind=EventKind.TOOL_FINISHED,
+        at=now,
+        data={
+            "call_id": call.call_id,
+            "name": call.name,
+            "is_error": is_error,
+            "duration_ms": duration_ms,
+            "output_chars": len(output),
+        },
+    )
     return Change(
         head=_moved(head, now, status=status),
         call_states=((call.call_id, CallState.DONE),),
-        observations=(Observation(call_id=call.call_id, content=output, is_error=is_error,
-                                  at=now, duration_ms=duration_ms),),
+        observations=(
+            Observation(
+                call_id=call.call_id,
+                content=output,
+                is_error=is_error,
+                at=now,
+                duration_ms=duration_ms,
+            ),
+        ),
         events=(event,),
     )
 
 
-def decide(head: Head, calls: Sequence[ToolCall], decision: Decision,
-           existing: Decision | None, *, now: datetime) -> Change:
+def decide(
+    head: Head,
+    calls: Sequence[ToolCall],
+    decision: Decision,
+    existing: Decision | None,
+    *,
+    now: datetime,
+) -> Change:
     """Record a person's decision; the last awaited one makes the session executable."""
-    if head.status.terminal:
-        raise SessionFinished(f"session {head.id} is {head.status.value}; nothing to decide")
+    _require(head, Status.WAITING_APPROVAL)
     call = next((c for c in calls if c.call_id == decision.call_id), None)
     if call is None:
-        raise CallNotFound(f"session {head.id} has no call {decision.call_id} waiting; "
-                           f"waiting: {', '.join(head.awaiting) or 'none'}")
+        raise CallNotFound(
+            f"session {head.id} has no call {decision.call_id} waiting; "
+            f"waiting: {', '.join(head.awaiting) or 'none'}"
+        )
     state = check_decision(call, decision, existing, session_id=head.id)
     observations: tuple[Observation, ...] = ()
     if decision.kind is DecisionKind.PROVIDE_OUTPUT:
         observations = (Observation(call_id=call.call_id, content=decision.output, at=now),)
     awaiting = tuple(a for a in head.awaiting if a != call.call_id)
     status = Status.WAITING_APPROVAL if awaiting else Status.EXECUTING
-    event = Event(kind=EventKind.APPROVAL_DECIDED, at=now, data={
-        "call_id": call.call_id, "decision": decision.kind.value, "approver": decision.approver,
-        "comment": decision.comment})
-    return Change(head=_moved(head, now, status=status, awaiting=awaiting),
-                  call_states=((call.call_id, state),), observations=observations,
-                  decisions=(decision,), events=(event,))
+    event = Event(
+        kind=EventKind.APPROVAL_DECIDED,
+        at=now,
+        data={
+            "call_id": call.call_id,
+            "decision": decision.kind.value,
+            "approver": decision.approver,
+            "comment": decision.comment,
+        },
+    )
+    return Change(
+        head=_moved(head, now, status=status, awaiting=awaiting),
+        call_states=((call.call_id, state),),
+        observations=observations,
+        decisions=(decision,),
+        events=(event,),
+    )
 
 
-def request_cancel(head: Head, calls: Sequence[ToolCall], *, now: datetime,
-                   by: str = "") -> Change:
+def request_cancel(head: Head, calls: Sequence[ToolCall], *, now: datetime, by: str = "") -> Change:
     """Cancel a suspended session at once; a runnable one at its next tick."""
     if head.status.terminal:
         raise SessionFinished(f"session {head.id} is already {head.status.value}")

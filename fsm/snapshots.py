@@ -23,7 +23,11 @@ def dump(session: Session) -> Document:
 
 def load(document: Document) -> Session:
     version = document.get("schema_version")
-    if not isinstance(version, int) or version > SNAPSHOT_SCHEMA_VERSION or version < 1:
+    if (
+        not isinstance(version, int)
+        or isinstance(version, bool)
+        or not 1 <= version <= SNAPSHOT_SCHEMA_VERSION
+    ):
         raise UnknownSchemaVersion(
             f"snapshot schema_version {version!r} is not one this tickwork reads "
             f"(1..{SNAPSHOT_SCHEMA_VERSION}); upgrade tickwork to read it"
@@ -32,5 +36,8 @@ def load(document: Document) -> Session:
         if version not in UPCASTERS:
             raise UnknownSchemaVersion(f"no upcaster from snapshot schema_version {version}")
         document = UPCASTERS[version](document)
-        version = int(document["schema_version"])
+        upcast = int(document["schema_version"])
+        if upcast <= version:
+            raise UnknownSchemaVersion(f"the upcaster from {version} left it at {upcast}")
+        version = upcast
     return Session.model_validate(document["session"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -10,8 +11,9 @@ from .values import Head, Observation, Step
 Message = dict[str, Any]
 
 
-def messages(head: Head, steps: Sequence[Step],
-             observations: Mapping[str, Observation]) -> list[Message]:
+def messages(
+    head: Head, steps: Sequence[Step], observations: Mapping[str, Observation]
+) -> list[Message]:
     """OpenAI-style messages: system, the task, then each step and its observations.
 
     Our own call ids go on the wire: models' ids may be missing or repeated.
@@ -20,7 +22,8 @@ def messages(head: Head, steps: Sequence[Step],
     out: list[Message] = []
     if config.get("system_prompt"):
         out.append({"role": "system", "content": config["system_prompt"]})
-    out.append({"role": "user", "content": config.get("user_prompt") or str(head.input)})
+    task = config.get("user_prompt") or json.dumps(head.input, ensure_ascii=False)
+    out.append({"role": "user", "content": task})
     instructions: dict[int, list[str]] = {}
     for item in config.get("instructions", []):
         instructions.setdefault(int(item["after_step"]), []).append(str(item["text"]))
@@ -29,8 +32,11 @@ def messages(head: Head, steps: Sequence[Step],
         assistant: Message = {"role": "assistant", "content": step.thought}
         if step.calls:
             assistant["tool_calls"] = [
-                {"id": c.call_id, "type": "function",
-                 "function": {"name": c.name, "arguments": c.raw_arguments}}
+                {
+                    "id": c.call_id,
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": c.raw_arguments},
+                }
                 for c in step.calls
             ]
         out.append(assistant)
@@ -38,7 +44,13 @@ def messages(head: Head, steps: Sequence[Step],
             seen = observations.get(call.call_id)
             if seen is not None:
                 content = f"ERROR: {seen.content}" if seen.is_error else seen.content
-                out.append({"role": "tool", "tool_call_id": call.call_id, "name": call.name,
-                            "content": content})
+                out.append(
+                    {
+                        "role": "tool",
+                        "tool_call_id": call.call_id,
+                        "name": call.name,
+                        "content": content,
+                    }
+                )
         out.extend({"role": "user", "content": t} for t in instructions.get(step.step, []))
     return out

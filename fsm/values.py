@@ -51,8 +51,13 @@ class CallState(StrEnum):
     @property
     def open(self) -> bool:
         """Still to be executed by an EXECUTE tick."""
-        return self in (CallState.PENDING, CallState.APPROVED, CallState.EDITED,
-                        CallState.REJECTED, CallState.STARTED)
+        return self in (
+            CallState.PENDING,
+            CallState.APPROVED,
+            CallState.EDITED,
+            CallState.REJECTED,
+            CallState.STARTED,
+        )
 
 
 class ErrorCode(StrEnum):
@@ -107,6 +112,13 @@ class Budgets(Value):
     max_loop_interventions: int = 2
     max_model_retries: int = 5
     max_calls_per_step: int = 32
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _not_bool(cls, value: Any, info: Any) -> Any:
+        if isinstance(value, bool):
+            raise ValueError(f"{info.field_name} must be a number, got {value!r}")
+        return value
 
     @field_validator("*")
     @classmethod
@@ -165,6 +177,9 @@ class Observation(Value):
 class Decision(Value):
     call_id: str
     kind: DecisionKind
+    #: 0 for the decision a call waited for; a call that went in doubt afterwards is
+    #: decided again with the next number
+    attempt: int = 0
     approver: str
     at: datetime
     #: the fingerprint of the call the approver saw
@@ -246,7 +261,9 @@ class Session(Value):
         return next((o for o in self.observations if o.call_id == call_id), None)
 
     def decision(self, call_id: str) -> Decision | None:
-        return next((d for d in self.decisions if d.call_id == call_id), None)
+        """The latest decision on the call."""
+        found = [d for d in self.decisions if d.call_id == call_id]
+        return max(found, key=lambda d: d.attempt) if found else None
 
 
 def call_id_for(step: int, index: int) -> str:

@@ -57,18 +57,33 @@ def record(conn: Connection, session: Session, *, now: datetime) -> None:
     head = session.head
     last_tool = next((c.name for s in reversed(session.steps) for c in reversed(s.calls)), None)
     code = head.error_code.value if head.error_code else "INTERNAL"
-    conn.execute(insert(dead_letters), [{
-        "session_id": head.id, "code": code, "message": head.error_message, "kind": head.kind,
-        "model": head.model, "last_tool": last_tool,
-        "error_signature": error_signature(code, head.error_message), "at": now,
-        "schema_version": SNAPSHOT_SCHEMA_VERSION, "snapshot": snapshots.dump(session),
-    }])
+    conn.execute(
+        insert(dead_letters),
+        [
+            {
+                "session_id": head.id,
+                "code": code,
+                "message": head.error_message,
+                "kind": head.kind,
+                "model": head.model,
+                "last_tool": last_tool,
+                "error_signature": error_signature(code, head.error_message),
+                "at": now,
+                "schema_version": SNAPSHOT_SCHEMA_VERSION,
+                "snapshot": snapshots.dump(session),
+            }
+        ],
+    )
 
 
-def resolve(conn: Connection, session_id: str, *, now: datetime,
-            resolution: dict[str, Any]) -> None:
-    conn.execute(update(dead_letters).where(dead_letters.c.session_id == session_id)
-                 .values(resolved_at=now, resolution=resolution))
+def resolve(
+    conn: Connection, session_id: str, *, now: datetime, resolution: dict[str, Any]
+) -> None:
+    conn.execute(
+        update(dead_letters)
+        .where(dead_letters.c.session_id == session_id)
+        .values(resolved_at=now, resolution=resolution)
+    )
 
 
 def _row(row: Any, with_snapshot: bool) -> DeadLetter:
@@ -78,9 +93,16 @@ def _row(row: Any, with_snapshot: bool) -> DeadLetter:
     return DeadLetter.model_validate(data)
 
 
-def list_dead_letters(engine: Engine, *, code: str | None = None, kind: str | None = None,
-                      since: datetime | None = None, unresolved: bool = False,
-                      limit: int = 100, with_snapshot: bool = False) -> list[DeadLetter]:
+def list_dead_letters(
+    engine: Engine,
+    *,
+    code: str | None = None,
+    kind: str | None = None,
+    since: datetime | None = None,
+    unresolved: bool = False,
+    limit: int = 100,
+    with_snapshot: bool = False,
+) -> list[DeadLetter]:
     """Newest first."""
     query = select(dead_letters)
     if code:
@@ -111,8 +133,11 @@ def stats(engine: Engine, *, by: str, since: datetime | None = None) -> list[dic
     if by not in GROUPS:
         raise ValueError(f"cannot group dead letters by {by!r}; choose one of {', '.join(GROUPS)}")
     column = dead_letters.c[by]
-    query = select(column.label("value"), func.count().label("count"),
-                   func.max(dead_letters.c.at).label("latest"))
+    query = select(
+        column.label("value"),
+        func.count().label("count"),
+        func.max(dead_letters.c.at).label("latest"),
+    )
     if since:
         query = query.where(dead_letters.c.at >= since)
     query = query.group_by(column).order_by(func.count().desc(), column)

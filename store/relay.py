@@ -24,26 +24,36 @@ class Due:
     countdown: float = 0.0
 
 
-def due_ticks(engine: Engine, *, now: datetime, older_than_s: float,
-              limit: int = 500) -> list[Due]:
+def due_ticks(engine: Engine, *, now: datetime, older_than_s: float, limit: int = 500) -> list[Due]:
     """Outbox rows still unclaimed `older_than_s` after they fell due: their message may be
     lost, so they are returned for publishing and their due time moves to `now`.
 
     Rows whose session moved on (or is no longer runnable) are deleted.
     """
     cutoff = now - timedelta(seconds=older_than_s)
-    query = (select(outbox.c.session_id, outbox.c.version, sessions.c.version.label("current"),
-                    sessions.c.status)
-             .join(sessions, sessions.c.id == outbox.c.session_id)
-             .where(outbox.c.due_at < cutoff)
-             .order_by(outbox.c.due_at).limit(limit)
-             .with_for_update(skip_locked=True, of=outbox))
+    query = (
+        select(
+            outbox.c.session_id,
+            outbox.c.version,
+            sessions.c.version.label("current"),
+            sessions.c.status,
+        )
+        .join(sessions, sessions.c.id == outbox.c.session_id)
+        .where(outbox.c.due_at < cutoff)
+        .order_by(outbox.c.due_at)
+        .limit(limit)
+        .with_for_update(skip_locked=True, of=outbox)
+    )
     with engine.begin() as conn:
         found = conn.execute(query).all()
-        live = [(r.session_id, r.version) for r in found
-                if r.version == r.current and r.status in RUNNABLE]
-        stale = [(r.session_id, r.version) for r in found
-                 if (r.session_id, r.version) not in set(live)]
+        live = [
+            (r.session_id, r.version)
+            for r in found
+            if r.version == r.current and r.status in RUNNABLE
+        ]
+        stale = [
+            (r.session_id, r.version) for r in found if (r.session_id, r.version) not in set(live)
+        ]
         key = tuple_(outbox.c.session_id, outbox.c.version)
         if stale:
             conn.execute(delete(outbox).where(key.in_(stale)))
@@ -55,19 +65,29 @@ def due_ticks(engine: Engine, *, now: datetime, older_than_s: float,
 def expired_leases(engine: Engine, *, now: datetime, limit: int = 500) -> list[Due]:
     """Runnable sessions whose lease ran out (their worker died mid-I/O): the lease is
     cleared and an outbox row written, so the session runs again exactly as a lost tick."""
-    query = (select(sessions.c.id, sessions.c.version)
-             .where(sessions.c.status.in_(RUNNABLE), sessions.c.lease_expires_at.is_not(None),
-                    sessions.c.lease_expires_at < now)
-             .order_by(sessions.c.lease_expires_at).limit(limit)
-             .with_for_update(skip_locked=True))
+    query = (
+        select(sessions.c.id, sessions.c.version)
+        .where(
+            sessions.c.status.in_(RUNNABLE),
+            sessions.c.lease_expires_at.is_not(None),
+            sessions.c.lease_expires_at < now,
+        )
+        .order_by(sessions.c.lease_expires_at)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+    )
     with engine.begin() as conn:
         found = [(r.id, r.version) for r in conn.execute(query).all()]
         for session_id, version in found:
-            conn.execute(update(sessions)
-                         .where(sessions.c.id == session_id, sessions.c.version == version)
-                         .values(lease_owner=None, lease_expires_at=None))
-            conn.execute(delete(outbox).where(outbox.c.session_id == session_id,
-                                              outbox.c.version == version))
-            conn.execute(insert(outbox), [{"session_id": session_id, "version": version,
-                                           "due_at": now}])
+            conn.execute(
+                update(sessions)
+                .where(sessions.c.id == session_id, sessions.c.version == version)
+                .values(lease_owner=None, lease_expires_at=None)
+            )
+            conn.execute(
+                delete(outbox).where(outbox.c.session_id == session_id, outbox.c.version == version)
+            )
+            conn.execute(
+                insert(outbox), [{"session_id": session_id, "version": version, "due_at": now}]
+            )
     return [Due(session_id, version) for session_id, version in found]

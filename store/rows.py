@@ -24,113 +24,207 @@ from fsm.values import (
 Row = Mapping[Any, Any]
 
 #: head columns a save may change; kind, input, config and budgets are fixed at creation
-MUTABLE_HEAD = ("status", "updated_at", "step", "tokens", "cost_usd", "loop_interventions",
-                "model_attempts", "error_code", "error_message", "final_answer", "result",
-                "awaiting")
+MUTABLE_HEAD = (
+    "status",
+    "updated_at",
+    "step",
+    "tokens",
+    "cost_usd",
+    "loop_interventions",
+    "model_attempts",
+    "error_code",
+    "error_message",
+    "final_answer",
+    "result",
+    "awaiting",
+)
 
 
 def head_from_row(row: Row) -> Head:
     return Head(
-        id=row["id"], kind=row["kind"], status=Status(row["status"]), version=row["version"],
-        created_at=row["created_at"], updated_at=row["updated_at"], model=row["model"],
-        budgets=Budgets.model_validate(row["budgets"]), input=row["input"],
-        config=row["config"], step=row["step"], tokens=row["tokens"],
-        cost_usd=row["cost_usd"], loop_interventions=row["loop_interventions"],
-        model_attempts=row["model_attempts"], cancel_requested=row["cancel_requested"],
+        id=row["id"],
+        kind=row["kind"],
+        status=Status(row["status"]),
+        version=row["version"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        model=row["model"],
+        budgets=Budgets.model_validate(row["budgets"]),
+        input=row["input"],
+        config=row["config"],
+        step=row["step"],
+        tokens=row["tokens"],
+        cost_usd=row["cost_usd"],
+        loop_interventions=row["loop_interventions"],
+        model_attempts=row["model_attempts"],
+        cancel_requested=row["cancel_requested"],
         error_code=ErrorCode(row["error_code"]) if row["error_code"] else None,
-        error_message=row["error_message"], final_answer=row["final_answer"],
-        result=row["result"], parent_id=row["parent_id"], fork_step=row["fork_step"],
+        error_message=row["error_message"],
+        final_answer=row["final_answer"],
+        result=row["result"],
+        parent_id=row["parent_id"],
+        fork_step=row["fork_step"],
         awaiting=tuple(row["awaiting"]),
     )
 
 
 def head_to_row(head: Head) -> dict[str, Any]:
     return {
-        "id": head.id, "kind": head.kind, "version": head.version,
-        "created_at": head.created_at, "model": head.model,
-        "budgets": head.budgets.model_dump(), "input": head.input, "config": head.config,
-        "cancel_requested": head.cancel_requested, "parent_id": head.parent_id,
-        "fork_step": head.fork_step, "lease_owner": None, "lease_expires_at": None,
+        "id": head.id,
+        "kind": head.kind,
+        "version": head.version,
+        "created_at": head.created_at,
+        "model": head.model,
+        "budgets": head.budgets.model_dump(),
+        "input": head.input,
+        "config": head.config,
+        "cancel_requested": head.cancel_requested,
+        "parent_id": head.parent_id,
+        "fork_step": head.fork_step,
+        "lease_owner": None,
+        "lease_expires_at": None,
         **head_changes(head),
     }
 
 
 def head_changes(head: Head) -> dict[str, Any]:
     return {
-        "status": head.status.value, "updated_at": head.updated_at, "step": head.step,
-        "tokens": head.tokens, "cost_usd": head.cost_usd,
-        "loop_interventions": head.loop_interventions, "model_attempts": head.model_attempts,
+        "status": head.status.value,
+        "updated_at": head.updated_at,
+        "step": head.step,
+        "tokens": head.tokens,
+        "cost_usd": head.cost_usd,
+        "loop_interventions": head.loop_interventions,
+        "model_attempts": head.model_attempts,
         "error_code": head.error_code.value if head.error_code else None,
-        "error_message": head.error_message, "final_answer": head.final_answer,
-        "result": head.result, "awaiting": list(head.awaiting),
+        "error_message": head.error_message,
+        "final_answer": head.final_answer,
+        "result": head.result,
+        "awaiting": list(head.awaiting),
     }
 
 
 def step_to_row(session_id: str, step: Step) -> dict[str, Any]:
     return {
-        "session_id": session_id, "step": step.step, "thought": step.thought,
+        "session_id": session_id,
+        "step": step.step,
+        "thought": step.thought,
         "prompt_tokens": step.usage.prompt_tokens,
-        "completion_tokens": step.usage.completion_tokens, "cost_usd": step.cost_usd,
-        "latency_ms": step.latency_ms, "fingerprint": step.fingerprint, "model": step.model,
-        "trace_id": step.trace_id, "at": step.at,
+        "completion_tokens": step.usage.completion_tokens,
+        "cost_usd": step.cost_usd,
+        "latency_ms": step.latency_ms,
+        "fingerprint": step.fingerprint,
+        "model": step.model,
+        "trace_id": step.trace_id,
+        "at": step.at,
     }
 
 
 def step_from_row(row: Row, calls: tuple[ToolCall, ...]) -> Step:
     return Step(
-        step=row["step"], thought=row["thought"], calls=calls,
-        usage=Usage(prompt_tokens=row["prompt_tokens"],
-                    completion_tokens=row["completion_tokens"]),
-        cost_usd=row["cost_usd"], latency_ms=row["latency_ms"], fingerprint=row["fingerprint"],
-        model=row["model"], trace_id=row["trace_id"], at=row["at"],
+        step=row["step"],
+        thought=row["thought"],
+        calls=calls,
+        usage=Usage(prompt_tokens=row["prompt_tokens"], completion_tokens=row["completion_tokens"]),
+        cost_usd=row["cost_usd"],
+        latency_ms=row["latency_ms"],
+        fingerprint=row["fingerprint"],
+        model=row["model"],
+        trace_id=row["trace_id"],
+        at=row["at"],
     )
 
 
 def call_to_row(session_id: str, call: ToolCall) -> dict[str, Any]:
     return {
-        "session_id": session_id, "call_id": call.call_id, "step": call.step,
-        "index": call.index, "name": call.name, "arguments": call.arguments,
-        "raw_arguments": call.raw_arguments, "fingerprint": call.fingerprint,
-        "state": call.state.value, "needs_approval": call.needs_approval, "started_at": None,
+        "session_id": session_id,
+        "call_id": call.call_id,
+        "step": call.step,
+        "index": call.index,
+        "name": call.name,
+        "arguments": call.arguments,
+        "raw_arguments": call.raw_arguments,
+        "fingerprint": call.fingerprint,
+        "state": call.state.value,
+        "needs_approval": call.needs_approval,
+        "started_at": None,
     }
 
 
 def call_from_row(row: Row) -> ToolCall:
     return ToolCall(
-        call_id=row["call_id"], step=row["step"], index=row["index"], name=row["name"],
-        arguments=row["arguments"], raw_arguments=row["raw_arguments"],
-        fingerprint=row["fingerprint"], state=CallState(row["state"]),
+        call_id=row["call_id"],
+        step=row["step"],
+        index=row["index"],
+        name=row["name"],
+        arguments=row["arguments"],
+        raw_arguments=row["raw_arguments"],
+        fingerprint=row["fingerprint"],
+        state=CallState(row["state"]),
         needs_approval=row["needs_approval"],
     )
 
 
 def observation_to_row(session_id: str, o: Observation) -> dict[str, Any]:
-    return {"session_id": session_id, "call_id": o.call_id, "content": o.content,
-            "is_error": o.is_error, "at": o.at, "duration_ms": o.duration_ms}
+    return {
+        "session_id": session_id,
+        "call_id": o.call_id,
+        "content": o.content,
+        "is_error": o.is_error,
+        "at": o.at,
+        "duration_ms": o.duration_ms,
+    }
 
 
 def observation_from_row(row: Row) -> Observation:
-    return Observation(call_id=row["call_id"], content=row["content"], is_error=row["is_error"],
-                       at=row["at"], duration_ms=row["duration_ms"])
+    return Observation(
+        call_id=row["call_id"],
+        content=row["content"],
+        is_error=row["is_error"],
+        at=row["at"],
+        duration_ms=row["duration_ms"],
+    )
 
 
 def decision_to_row(session_id: str, d: Decision) -> dict[str, Any]:
-    return {"session_id": session_id, "call_id": d.call_id, "kind": d.kind.value,
-            "approver": d.approver, "at": d.at, "fingerprint": d.fingerprint,
-            "comment": d.comment, "arguments": d.arguments, "feedback": d.feedback,
-            "output": d.output}
+    return {
+        "session_id": session_id,
+        "call_id": d.call_id,
+        "attempt": d.attempt,
+        "kind": d.kind.value,
+        "approver": d.approver,
+        "at": d.at,
+        "fingerprint": d.fingerprint,
+        "comment": d.comment,
+        "arguments": d.arguments,
+        "feedback": d.feedback,
+        "output": d.output,
+    }
 
 
 def decision_from_row(row: Row) -> Decision:
-    return Decision(call_id=row["call_id"], kind=DecisionKind(row["kind"]),
-                    approver=row["approver"], at=row["at"], fingerprint=row["fingerprint"],
-                    comment=row["comment"], arguments=row["arguments"],
-                    feedback=row["feedback"], output=row["output"])
+    return Decision(
+        call_id=row["call_id"],
+        attempt=row["attempt"],
+        kind=DecisionKind(row["kind"]),
+        approver=row["approver"],
+        at=row["at"],
+        fingerprint=row["fingerprint"],
+        comment=row["comment"],
+        arguments=row["arguments"],
+        feedback=row["feedback"],
+        output=row["output"],
+    )
 
 
 def event_to_row(session_id: str, version: int, e: Event) -> dict[str, Any]:
-    return {"session_id": session_id, "version": version, "kind": e.kind.value, "at": e.at,
-            "data": e.data}
+    return {
+        "session_id": session_id,
+        "version": version,
+        "kind": e.kind.value,
+        "at": e.at,
+        "data": e.data,
+    }
 
 
 def event_from_row(row: Row) -> Event:

@@ -25,12 +25,14 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator
 
-metadata = MetaData(naming_convention={
-    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
-    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
-    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
-    "pk": "pk_%(table_name)s",
-})
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
 
 Json = JSON().with_variant(JSONB(), "postgresql")
 RUNNABLE = "status IN ('ready', 'executing')"
@@ -62,7 +64,8 @@ def _session_fk() -> ForeignKey:
 
 
 sessions = Table(
-    "tickwork_sessions", metadata,
+    "tickwork_sessions",
+    metadata,
     Column("id", String(64), primary_key=True),
     Column("kind", String(200), nullable=False),
     Column("status", String(32), nullable=False),
@@ -92,13 +95,17 @@ sessions = Table(
     Index(None, "kind", "updated_at"),
     Index(None, "parent_id"),
     # the relay's scan for runnable sessions whose worker died
-    Index("ix_tickwork_sessions_expired_leases", "lease_expires_at",
-          postgresql_where=text(f"{RUNNABLE} AND lease_expires_at IS NOT NULL"),
-          sqlite_where=text(f"{RUNNABLE} AND lease_expires_at IS NOT NULL")),
+    Index(
+        "ix_tickwork_sessions_expired_leases",
+        "lease_expires_at",
+        postgresql_where=text(f"{RUNNABLE} AND lease_expires_at IS NOT NULL"),
+        sqlite_where=text(f"{RUNNABLE} AND lease_expires_at IS NOT NULL"),
+    ),
 )
 
 steps = Table(
-    "tickwork_steps", metadata,
+    "tickwork_steps",
+    metadata,
     Column("session_id", String(64), _session_fk(), primary_key=True),
     Column("step", Integer, primary_key=True),
     Column("thought", Text, nullable=False),
@@ -113,7 +120,8 @@ steps = Table(
 )
 
 calls = Table(
-    "tickwork_calls", metadata,
+    "tickwork_calls",
+    metadata,
     Column("session_id", String(64), _session_fk(), primary_key=True),
     Column("call_id", String(64), primary_key=True),
     Column("step", Integer, nullable=False),
@@ -129,7 +137,8 @@ calls = Table(
 )
 
 observations = Table(
-    "tickwork_observations", metadata,
+    "tickwork_observations",
+    metadata,
     Column("session_id", String(64), _session_fk(), primary_key=True),
     Column("call_id", String(64), primary_key=True),
     Column("content", Text, nullable=False),
@@ -139,10 +148,13 @@ observations = Table(
 )
 
 decisions = Table(
-    "tickwork_decisions", metadata,
-    # the primary key is what makes "each call is decided once" hold under any race
+    "tickwork_decisions",
+    metadata,
+    # the primary key is what makes "each call is decided once" hold under any race;
+    # `attempt` counts the waits of one call (approval, then in doubt after a crash)
     Column("session_id", String(64), _session_fk(), primary_key=True),
     Column("call_id", String(64), primary_key=True),
+    Column("attempt", Integer, primary_key=True),
     Column("kind", String(32), nullable=False),
     Column("approver", String(200), nullable=False),
     Column("at", UTCDateTime, nullable=False),
@@ -154,9 +166,11 @@ decisions = Table(
 )
 
 events = Table(
-    "tickwork_events", metadata,
-    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True,
-           autoincrement=True),
+    "tickwork_events",
+    metadata,
+    Column(
+        "id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
+    ),
     Column("session_id", String(64), _session_fk(), nullable=False),
     Column("version", Integer, nullable=False),
     Column("kind", String(32), nullable=False),
@@ -166,7 +180,8 @@ events = Table(
 )
 
 outbox = Table(
-    "tickwork_outbox", metadata,
+    "tickwork_outbox",
+    metadata,
     Column("session_id", String(64), _session_fk(), primary_key=True),
     Column("version", Integer, primary_key=True),
     #: when the tick is due; the relay republishes rows still here a threshold later
@@ -175,9 +190,11 @@ outbox = Table(
 )
 
 dead_letters = Table(
-    "tickwork_dead_letters", metadata,
-    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True,
-           autoincrement=True),
+    "tickwork_dead_letters",
+    metadata,
+    Column(
+        "id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
+    ),
     Column("session_id", String(64), nullable=False, unique=True),
     Column("code", String(32), nullable=False),
     Column("message", Text, nullable=False),
@@ -192,7 +209,10 @@ dead_letters = Table(
     Column("resolution", Json),
     Index(None, "code", "at"),
     Index(None, "at"),
-    Index("ix_tickwork_dead_letters_unresolved", "at",
-          postgresql_where=text("resolved_at IS NULL"),
-          sqlite_where=text("resolved_at IS NULL")),
+    Index(
+        "ix_tickwork_dead_letters_unresolved",
+        "at",
+        postgresql_where=text("resolved_at IS NULL"),
+        sqlite_where=text("resolved_at IS NULL"),
+    ),
 )

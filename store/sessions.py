@@ -25,7 +25,8 @@ from sqlalchemy import (
 from sqlalchemy.exc import IntegrityError
 
 from fsm import machine
-from fsm.errors import AlreadyDecided, CallNotFound, ClaimLost, NotWaiting, SessionNotFound
+from fsm.approvals import already_decided
+from fsm.errors import CallNotFound, ClaimLost, NotWaiting, SessionNotFound
 from fsm.forks import ForkPatch, fork
 from fsm.loops import HISTORY
 from fsm.machine import Change
@@ -87,9 +88,15 @@ class Store:
         with self.engine.connect() as conn:
             return _load(conn, session_id)
 
-    def list_sessions(self, *, status: Sequence[str] = (), kind: str | None = None,
-                      error_code: str | None = None, limit: int = 50,
-                      offset: int = 0) -> list[Head]:
+    def list_sessions(
+        self,
+        *,
+        status: Sequence[str] = (),
+        kind: str | None = None,
+        error_code: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> list[Head]:
         """Newest first."""
         query = select(sessions)
         if status:
@@ -102,15 +109,21 @@ class Store:
         with self.engine.connect() as conn:
             return [rows.head_from_row(r) for r in conn.execute(query.offset(offset)).mappings()]
 
-    def events_after(self, session_id: str, after_id: int = 0,
-                     limit: int = 1000) -> list[tuple[int, Event]]:
-        query = (select(events).where(events.c.session_id == session_id, events.c.id > after_id)
-                 .order_by(events.c.id).limit(limit))
+    def events_after(
+        self, session_id: str, after_id: int = 0, limit: int = 1000
+    ) -> list[tuple[int, Event]]:
+        query = (
+            select(events)
+            .where(events.c.session_id == session_id, events.c.id > after_id)
+            .order_by(events.c.id)
+            .limit(limit)
+        )
         with self.engine.connect() as conn:
             return [(r["id"], rows.event_from_row(r)) for r in conn.execute(query).mappings()]
 
-    def claim(self, session_id: str, version: int, *, owner: str, now: datetime,
-              lease_s: float) -> Claimed | None:
+    def claim(
+        self, session_id: str, version: int, *, owner: str, now: datetime, lease_s: float
+    ) -> Claimed | None:
         """Take the session for one micro-phase, or None if the tick is stale or not ours to run.
 
         Succeeds only if the session is runnable at `version` with no live lease; deletes
@@ -118,9 +131,12 @@ class Store:
         """
         taken = (
             update(sessions)
-            .where(sessions.c.id == session_id, sessions.c.version == version,
-                   sessions.c.status.in_(RUNNABLE),
-                   or_(sessions.c.lease_owner.is_(None), sessions.c.lease_expires_at < now))
+            .where(
+                sessions.c.id == session_id,
+                sessions.c.version == version,
+                sessions.c.status.in_(RUNNABLE),
+                or_(sessions.c.lease_owner.is_(None), sessions.c.lease_expires_at < now),
+            )
             .values(lease_owner=owner, lease_expires_at=now + timedelta(seconds=lease_s))
             .returning(*sessions.c)
         )
@@ -128,41 +144,73 @@ class Store:
             row = conn.execute(taken).mappings().first()
             if row is None:
                 return None
-            conn.execute(delete(outbox).where(outbox.c.session_id == session_id,
-                                              outbox.c.version <= version))
+            conn.execute(
+                delete(outbox).where(outbox.c.session_id == session_id, outbox.c.version <= version)
+            )
             head = rows.head_from_row(row)
             if head.status is Status.EXECUTING:
                 current = _calls(conn, session_id, step=head.step)
-                return Claimed(head=head, owner=owner, calls=current,
-                               decisions=_decisions(conn, session_id, current))
+                return Claimed(
+                    head=head,
+                    owner=owner,
+                    calls=current,
+                    decisions=_decisions(conn, session_id, current),
+                )
             history, seen = _history(conn, session_id)
             return Claimed(head=head, owner=owner, steps=history, observations=seen)
 
-    def renew(self, session_id: str, version: int, *, owner: str, now: datetime,
-              lease_s: float) -> bool:
+    def renew(
+        self, session_id: str, version: int, *, owner: str, now: datetime, lease_s: float
+    ) -> bool:
         """Extend our lease while a long call runs; False if it is no longer ours."""
-        stmt = (update(sessions)
-                .where(sessions.c.id == session_id, sessions.c.version == version,
-                       sessions.c.lease_owner == owner)
-                .values(lease_expires_at=now + timedelta(seconds=lease_s)))
+        stmt = (
+            update(sessions)
+            .where(
+                sessions.c.id == session_id,
+                sessions.c.version == version,
+                sessions.c.lease_owner == owner,
+            )
+            .values(lease_expires_at=now + timedelta(seconds=lease_s))
+        )
         with self.engine.begin() as conn:
             return conn.execute(stmt).rowcount == 1
 
-    def start_call(self, session_id: str, version: int, call: ToolCall, *, owner: str,
-                   now: datetime, rerun: bool = False) -> None:
+    def start_call(
+        self,
+        session_id: str,
+        version: int,
+        call: ToolCall,
+        *,
+        owner: str,
+        now: datetime,
+        rerun: bool = False,
+    ) -> None:
         """Mark `call` started before it runs, so a crash leaves it visibly in doubt."""
-        ours = (select(sessions.c.id)
-                .where(sessions.c.id == session_id, sessions.c.version == version,
-                       sessions.c.lease_owner == owner).exists())
-        stmt = (update(calls)
-                .where(calls.c.session_id == session_id, calls.c.call_id == call.call_id, ours)
-                .values(state="started", started_at=now))
-        event = Event(kind=EventKind.TOOL_STARTED, at=now,
-                      data={"call_id": call.call_id, "name": call.name, "rerun": rerun})
+        ours = (
+            select(sessions.c.id)
+            .where(
+                sessions.c.id == session_id,
+                sessions.c.version == version,
+                sessions.c.lease_owner == owner,
+            )
+            .exists()
+        )
+        stmt = (
+            update(calls)
+            .where(calls.c.session_id == session_id, calls.c.call_id == call.call_id, ours)
+            .values(state="started", started_at=now)
+        )
+        event = Event(
+            kind=EventKind.TOOL_STARTED,
+            at=now,
+            data={"call_id": call.call_id, "name": call.name, "rerun": rerun},
+        )
         with self.engine.begin() as conn:
             if conn.execute(stmt).rowcount != 1:
-                raise ClaimLost(f"session {session_id} is no longer at version {version} "
-                                f"under lease {owner}; call {call.call_id} was not started")
+                raise ClaimLost(
+                    f"session {session_id} is no longer at version {version} "
+                    f"under lease {owner}; call {call.call_id} was not started"
+                )
             conn.execute(insert(events), [rows.event_to_row(session_id, version, event)])
 
     def save(self, change: Change, *, version: int, owner: str | None, now: datetime) -> Head:
@@ -175,20 +223,23 @@ class Store:
         """Record one person's decision on one call; each call is decided once."""
         with self.engine.begin() as conn:
             head = _head(conn, session_id, lock=self._postgres)
+            existing = _decisions(conn, session_id, (decision.call_id,)).get(decision.call_id)
             current = _calls(conn, session_id, step=head.step)
             if decision.call_id not in {c.call_id for c in current}:
+                if existing is not None:
+                    raise already_decided(existing, session_id=session_id)
                 _missing_call(conn, head, decision.call_id)
-            existing = _decisions(conn, session_id, current).get(decision.call_id)
+            if existing is not None:
+                decision = decision.model_copy(update={"attempt": existing.attempt + 1})
             change = machine.decide(head, current, decision, existing, now=now)
             try:
                 with conn.begin_nested():
                     return _apply(conn, change, version=head.version, owner=None, now=now)
             except IntegrityError:
-                first = _decisions(conn, session_id, current).get(decision.call_id)
-                raise AlreadyDecided(
-                    f"call {decision.call_id} of session {session_id} was already decided"
-                    + (f" ({first.kind.value}) by {first.approver} at {first.at.isoformat()}"
-                       if first else "")) from None
+                first = _decisions(conn, session_id, (decision.call_id,)).get(decision.call_id)
+                if first is None:
+                    raise
+                raise already_decided(first, session_id=session_id) from None
 
     def request_cancel(self, session_id: str, *, now: datetime, by: str = "") -> Head:
         """Cancel a suspended session now; a runnable one is cancelled at its next tick."""
@@ -199,22 +250,36 @@ class Store:
             if not change.head.status.runnable:
                 return _apply(conn, change, version=head.version, owner=None, now=now)
             # no version bump: the tick in flight stays valid and sees the flag next time
-            conn.execute(update(sessions).where(sessions.c.id == session_id)
-                         .values(cancel_requested=True))
-            conn.execute(insert(events), [rows.event_to_row(session_id, head.version, e)
-                                          for e in change.events])
+            conn.execute(
+                update(sessions).where(sessions.c.id == session_id).values(cancel_requested=True)
+            )
+            conn.execute(
+                insert(events),
+                [rows.event_to_row(session_id, head.version, e) for e in change.events],
+            )
             return change.head
 
-    def fork(self, parent_id: str, *, new_id: str, from_step: int, patch: ForkPatch, by: str,
-             now: datetime, resolve_dead_letter: bool = False) -> Head:
+    def fork(
+        self,
+        parent_id: str,
+        *,
+        new_id: str,
+        from_step: int,
+        patch: ForkPatch,
+        by: str,
+        now: datetime,
+        resolve_dead_letter: bool = False,
+    ) -> Head:
         """A new session from the parent's step `from_step` with `patch`; the parent stays."""
-        child = fork(self.load(parent_id), new_id=new_id, from_step=from_step, patch=patch,
-                     by=by, now=now)
+        child = fork(
+            self.load(parent_id), new_id=new_id, from_step=from_step, patch=patch, by=by, now=now
+        )
         with self.engine.begin() as conn:
             _insert_session(conn, child, now=now)
             if resolve_dead_letter:
-                dead_letters.resolve(conn, parent_id, now=now,
-                                     resolution={"fork": new_id, "by": by})
+                dead_letters.resolve(
+                    conn, parent_id, now=now, resolution={"fork": new_id, "by": by}
+                )
         return child.head
 
 
@@ -225,58 +290,90 @@ def _insert_session(conn: Connection, session: Session, *, now: datetime) -> Non
         conn.execute(insert(steps), [rows.step_to_row(head.id, step)])
         if step.calls:
             conn.execute(insert(calls), [rows.call_to_row(head.id, c) for c in step.calls])
-    _insert_many(conn, observations, [rows.observation_to_row(head.id, o)
-                                      for o in session.observations])
+    _insert_many(
+        conn, observations, [rows.observation_to_row(head.id, o) for o in session.observations]
+    )
     _insert_many(conn, decisions, [rows.decision_to_row(head.id, d) for d in session.decisions])
-    created = Event(kind=EventKind.CREATED, at=now,
-                    data={"kind": head.kind, "model": head.model, "status": head.status.value})
-    _insert_many(conn, events, [rows.event_to_row(head.id, head.version, e)
-                                for e in (created, *session.events)])
+    created = Event(
+        kind=EventKind.CREATED,
+        at=now,
+        data={"kind": head.kind, "model": head.model, "status": head.status.value},
+    )
+    _insert_many(
+        conn,
+        events,
+        [rows.event_to_row(head.id, head.version, e) for e in (created, *session.events)],
+    )
     if head.status.runnable:
-        conn.execute(insert(outbox), [{"session_id": head.id, "version": head.version,
-                                       "due_at": now}])
+        conn.execute(
+            insert(outbox), [{"session_id": head.id, "version": head.version, "due_at": now}]
+        )
 
 
-def _apply(conn: Connection, change: Change, *, version: int, owner: str | None,
-           now: datetime) -> Head:
+def _apply(
+    conn: Connection, change: Change, *, version: int, owner: str | None, now: datetime
+) -> Head:
     session_id = change.head.id
     moved = (
         update(sessions)
-        .where(sessions.c.id == session_id, sessions.c.version == version,
-               sessions.c.lease_owner.is_(None) if owner is None
-               else sessions.c.lease_owner == owner)
-        .values(version=version + 1, lease_owner=None, lease_expires_at=None,
-                # a cancel requested while the tick ran must survive its save
-                cancel_requested=or_(sessions.c.cancel_requested,
-                                     literal(change.head.cancel_requested)),
-                **rows.head_changes(change.head))
+        .where(
+            sessions.c.id == session_id,
+            sessions.c.version == version,
+            sessions.c.lease_owner.is_(None) if owner is None else sessions.c.lease_owner == owner,
+        )
+        .values(
+            version=version + 1,
+            lease_owner=None,
+            lease_expires_at=None,
+            # a cancel requested while the tick ran must survive its save
+            cancel_requested=or_(
+                sessions.c.cancel_requested, literal(change.head.cancel_requested)
+            ),
+            **rows.head_changes(change.head),
+        )
         .returning(*sessions.c)
     )
     row = conn.execute(moved).mappings().first()
     if row is None:
-        raise ClaimLost(f"session {session_id} is no longer at version {version}"
-                        + (f" under lease {owner}" if owner else "")
-                        + "; this tick's work is dropped and the newer state stands")
+        raise ClaimLost(
+            f"session {session_id} is no longer at version {version}"
+            + (f" under lease {owner}" if owner else "")
+            + "; this tick's work is dropped and the newer state stands"
+        )
     new_version = version + 1
     if change.step is not None:
         conn.execute(insert(steps), [rows.step_to_row(session_id, change.step)])
         _insert_many(conn, calls, [rows.call_to_row(session_id, c) for c in change.step.calls])
     if change.call_states:
         conn.execute(
-            update(calls).where(and_(calls.c.session_id == bindparam("sid"),
-                                     calls.c.call_id == bindparam("cid")))
+            update(calls)
+            .where(
+                and_(calls.c.session_id == bindparam("sid"), calls.c.call_id == bindparam("cid"))
+            )
             .values(state=bindparam("new_state")),
-            [{"sid": session_id, "cid": cid, "new_state": state.value}
-             for cid, state in change.call_states])
-    _insert_many(conn, observations, [rows.observation_to_row(session_id, o)
-                                      for o in change.observations])
-    _insert_many(conn, decisions, [rows.decision_to_row(session_id, d)
-                                   for d in change.decisions])
-    _insert_many(conn, events, [rows.event_to_row(session_id, new_version, e)
-                                for e in change.events])
+            [
+                {"sid": session_id, "cid": cid, "new_state": state.value}
+                for cid, state in change.call_states
+            ],
+        )
+    _insert_many(
+        conn, observations, [rows.observation_to_row(session_id, o) for o in change.observations]
+    )
+    _insert_many(conn, decisions, [rows.decision_to_row(session_id, d) for d in change.decisions])
+    _insert_many(
+        conn, events, [rows.event_to_row(session_id, new_version, e) for e in change.events]
+    )
     if change.enqueue:
-        conn.execute(insert(outbox), [{"session_id": session_id, "version": new_version,
-                                       "due_at": now + timedelta(seconds=change.delay_s)}])
+        conn.execute(
+            insert(outbox),
+            [
+                {
+                    "session_id": session_id,
+                    "version": new_version,
+                    "due_at": now + timedelta(seconds=change.delay_s),
+                }
+            ],
+        )
     if change.dead_letter:
         dead_letters.record(conn, _load(conn, session_id), now=now)
     return rows.head_from_row(row)
@@ -303,44 +400,69 @@ def _calls(conn: Connection, session_id: str, *, step: int | None = None) -> tup
     return tuple(rows.call_from_row(r) for r in found)
 
 
-def _decisions(conn: Connection, session_id: str,
-               of: Sequence[ToolCall] | None = None) -> dict[str, Decision]:
+def _decisions(
+    conn: Connection, session_id: str, of: Sequence[ToolCall | str] | None = None
+) -> dict[str, Decision]:
+    """The latest decision on each call."""
     query = select(decisions).where(decisions.c.session_id == session_id)
     if of is not None:
-        query = query.where(decisions.c.call_id.in_([c.call_id for c in of]))
+        ids = [c if isinstance(c, str) else c.call_id for c in of]
+        query = query.where(decisions.c.call_id.in_(ids))
+    query = query.order_by(decisions.c.call_id, decisions.c.attempt)
     return {r["call_id"]: rows.decision_from_row(r) for r in conn.execute(query).mappings()}
 
 
+def _all_decisions(conn: Connection, session_id: str) -> tuple[Decision, ...]:
+    query = (
+        select(decisions)
+        .where(decisions.c.session_id == session_id)
+        .order_by(decisions.c.at, decisions.c.call_id, decisions.c.attempt)
+    )
+    return tuple(rows.decision_from_row(r) for r in conn.execute(query).mappings())
+
+
 def _missing_call(conn: Connection, head: Head, call_id: str) -> None:
-    found = conn.execute(select(calls.c.state).where(calls.c.session_id == head.id,
-                                                     calls.c.call_id == call_id)).first()
+    found = conn.execute(
+        select(calls.c.state).where(calls.c.session_id == head.id, calls.c.call_id == call_id)
+    ).first()
     waiting = ", ".join(head.awaiting) or "none"
     if found is None:
-        raise CallNotFound(f"session {head.id} has no call {call_id!r}; "
-                           f"calls waiting for a decision: {waiting}")
-    raise NotWaiting(f"call {call_id} of session {head.id} is {found[0]}, not waiting for a "
-                     f"decision; calls waiting: {waiting}")
+        raise CallNotFound(
+            f"session {head.id} has no call {call_id!r}; calls waiting for a decision: {waiting}"
+        )
+    raise NotWaiting(
+        f"call {call_id} of session {head.id} is {found[0]}, not waiting for a "
+        f"decision; calls waiting: {waiting}"
+    )
 
 
-def _history(conn: Connection,
-             session_id: str) -> tuple[tuple[Step, ...], dict[str, Observation]]:
+def _history(conn: Connection, session_id: str) -> tuple[tuple[Step, ...], dict[str, Observation]]:
     by_step: dict[int, list[ToolCall]] = {}
     for call in _calls(conn, session_id):
         by_step.setdefault(call.step, []).append(call)
-    step_rows = conn.execute(select(steps).where(steps.c.session_id == session_id)
-                             .order_by(steps.c.step)).mappings()
+    step_rows = conn.execute(
+        select(steps).where(steps.c.session_id == session_id).order_by(steps.c.step)
+    ).mappings()
     history = tuple(rows.step_from_row(r, tuple(by_step.get(r["step"], ()))) for r in step_rows)
-    seen = {r["call_id"]: rows.observation_from_row(r) for r in conn.execute(
-        select(observations).where(observations.c.session_id == session_id)).mappings()}
+    seen = {
+        r["call_id"]: rows.observation_from_row(r)
+        for r in conn.execute(
+            select(observations).where(observations.c.session_id == session_id)
+        ).mappings()
+    }
     return history, seen
 
 
 def _load(conn: Connection, session_id: str) -> Session:
     head = _head(conn, session_id)
     history, seen = _history(conn, session_id)
-    found = conn.execute(select(events).where(events.c.session_id == session_id)
-                         .order_by(events.c.id)).mappings()
-    return Session(head=head, steps=history,
-                   observations=tuple(sorted(seen.values(), key=lambda o: o.at)),
-                   decisions=tuple(_decisions(conn, session_id).values()),
-                   events=tuple(rows.event_from_row(r) for r in found))
+    found = conn.execute(
+        select(events).where(events.c.session_id == session_id).order_by(events.c.id)
+    ).mappings()
+    return Session(
+        head=head,
+        steps=history,
+        observations=tuple(sorted(seen.values(), key=lambda o: o.at)),
+        decisions=_all_decisions(conn, session_id),
+        events=tuple(rows.event_from_row(r) for r in found),
+    )

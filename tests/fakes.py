@@ -16,15 +16,21 @@ class FakeModel:
     """Answers reply N to a transcript holding N assistant messages, like the scripted model,
     and counts the requests per reply. `slow` delays the first request for a reply."""
 
-    def __init__(self, replies: list[dict[str, Any]], *, slow: dict[int, float] | None = None,
-                 fail: dict[int, list[int]] | None = None) -> None:
+    def __init__(
+        self,
+        replies: list[dict[str, Any]],
+        *,
+        slow: dict[int, float] | None = None,
+        fail: dict[int, list[int]] | None = None,
+    ) -> None:
         self.replies = replies
         self.slow = dict(slow or {})
         #: reply index -> HTTP statuses to answer with before succeeding
         self.fail = {k: list(v) for k, v in (fail or {}).items()}
         self.requests: Counter[int] = Counter()
-        self.arrived: dict[int, threading.Event] = {i: threading.Event()
-                                                    for i in range(len(replies))}
+        self.arrived: dict[int, threading.Event] = {
+            i: threading.Event() for i in range(len(replies))
+        }
         self.lock = threading.Lock()
         self.url = ""
 
@@ -43,19 +49,35 @@ class FakeModel:
         calls = reply.get("tool_calls") or []
         if calls:
             message["tool_calls"] = [
-                {"id": f"call_{i}", "type": "function",
-                 "function": {"name": c["name"], "arguments": c["arguments"]
-                              if isinstance(c["arguments"], str) else json.dumps(c["arguments"])}}
-                for i, c in enumerate(calls)]
-        return 200, {"id": "x", "object": "chat.completion", "model": body.get("model", "fake"),
-                     "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
-                     "usage": {"prompt_tokens": 10, "completion_tokens": 5}}, delay
+                {
+                    "id": f"call_{i}",
+                    "type": "function",
+                    "function": {
+                        "name": c["name"],
+                        "arguments": c["arguments"]
+                        if isinstance(c["arguments"], str)
+                        else json.dumps(c["arguments"]),
+                    },
+                }
+                for i, c in enumerate(calls)
+            ]
+        return (
+            200,
+            {
+                "id": "x",
+                "object": "chat.completion",
+                "model": body.get("model", "fake"),
+                "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 10, "completion_tokens": 5},
+            },
+            delay,
+        )
 
 
 @contextmanager
 def fake_model_server(model: FakeModel) -> Iterator[FakeModel]:
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802
+        def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             status, payload, delay = model.answer(body)
             time.sleep(delay)

@@ -56,9 +56,7 @@ def _tools() -> ToolRegistry:
 
 
 def _prepare(data: Mapping[str, Any]) -> dict[str, Any]:
-    return {"user_prompt": str(data.get("task", "run the test script")),
-            "sink": data.get("sink")}
+    return {"user_prompt": str(data.get("task", "run the test script")), "sink": data.get("sink")}
 
 
-TEST = JobKind(name="test", system_prompt="You are a test agent.", tools=_tools,
-               prepare=_prepare)
+TEST = JobKind(name="test", system_prompt="You are a test agent.", tools=_tools, prepare=_prepare)

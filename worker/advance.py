@@ -29,8 +29,9 @@ class Outcome(StrEnum):
 
 def advance(rt: Runtime, session_id: str, version: int) -> Outcome:
     owner = owner_name()
-    claimed = rt.store.claim(session_id, version, owner=owner, now=rt.clock(),
-                             lease_s=rt.settings.lease_s)
+    claimed = rt.store.claim(
+        session_id, version, owner=owner, now=rt.clock(), lease_s=rt.settings.lease_s
+    )
     if claimed is None:
         return Outcome.DROPPED
     try:
@@ -41,8 +42,13 @@ def advance(rt: Runtime, session_id: str, version: int) -> Outcome:
     except Exception as exc:
         # a broken job kind, tool registry or model factory: fail loudly, keep everything
         log.exception("tick of session %s v%d failed", session_id, version)
-        change = machine.fail(claimed.head, ErrorCode.INTERNAL, f"{type(exc).__name__}: {exc}",
-                              now=rt.clock(), open_calls=claimed.calls)
+        change = machine.fail(
+            claimed.head,
+            ErrorCode.INTERNAL,
+            f"{type(exc).__name__}: {exc}",
+            now=rt.clock(),
+            open_calls=claimed.calls,
+        )
     try:
         head = rt.store.save(change, version=version, owner=owner, now=rt.clock())
     except ClaimLost:
@@ -55,8 +61,7 @@ def after_commit(rt: Runtime, change: Change, head: Head) -> None:
     if head.status.runnable:
         rate = rt.settings.drop_publish_rate
         if rate and rt.jitter() < rate:
-            log.warning("chaos: dropped the tick of %s v%d after its commit", head.id,
-                        head.version)
+            log.warning("chaos: dropped the tick of %s v%d after its commit", head.id, head.version)
             return
         rt.publish(head.id, head.version, change.delay_s)
     elif head.status is Status.FAILED:
@@ -82,20 +87,37 @@ def _think(rt: Runtime, claimed: Claimed) -> Change:
     model = rt.model(head.model)
     messages = transcript.messages(head, claimed.steps, claimed.observations)
     try:
-        reply = model.generate(messages, tools.schemas(head.config.get("tools")),
-                               ModelSettings(timeout_s=rt.settings.model_timeout_s))
+        reply = model.generate(
+            messages,
+            tools.schemas(head.config.get("tools")),
+            ModelSettings(timeout_s=rt.settings.model_timeout_s),
+        )
     except ModelError as exc:
-        return machine.model_failed(head, error=str(exc), transient=exc.transient,
-                                    now=rt.clock(), jitter=rt.jitter(),
-                                    retry_after_s=exc.retry_after_s)
+        return machine.model_failed(
+            head,
+            error=str(exc),
+            transient=exc.transient,
+            now=rt.clock(),
+            jitter=rt.jitter(),
+            retry_after_s=exc.retry_after_s,
+        )
     cost = cost_usd(reply.model or head.model, reply.usage, rt.settings.prices)
-    change = machine.think(head, reply, now=rt.clock(), cost_usd=cost,
-                           trace_id=uuid.uuid4().hex, recent=claimed.recent,
-                           rules=tools.rules())
+    change = machine.think(
+        head,
+        reply,
+        now=rt.clock(),
+        cost_usd=cost,
+        trace_id=uuid.uuid4().hex,
+        recent=claimed.recent,
+        rules=tools.rules(),
+    )
     if change.head.status is Status.COMPLETED and job.finish is not None:
         result = job.finish(change.head)
-        change = change.model_copy(update={"head": change.head.model_copy(
-            update={"result": {**change.head.result, **result}})})
+        change = change.model_copy(
+            update={
+                "head": change.head.model_copy(update={"result": {**change.head.result, **result}})
+            }
+        )
     return change
 
 
@@ -104,32 +126,48 @@ def _execute(rt: Runtime, claimed: Claimed) -> Change:
     tools = rt.jobs.tools(head.kind)
     upcoming = machine.next_call(claimed.calls)
     tool = tools.get(upcoming.name) if upcoming and upcoming.name in tools else None
-    plan = machine.start_execute(head, claimed.calls, claimed.decisions,
-                                 idempotent=tool.idempotent if tool else True, now=rt.clock())
+    plan = machine.start_execute(
+        head,
+        claimed.calls,
+        claimed.decisions,
+        idempotent=tool.idempotent if tool else True,
+        now=rt.clock(),
+    )
     if not isinstance(plan, RunTool):
         return plan
     call = plan.call
 
     def finished(output: str, *, is_error: bool, duration_ms: float = 0.0) -> Change:
-        return machine.tool_finished(head, claimed.calls, call, output=output,
-                                     is_error=is_error, duration_ms=duration_ms, now=rt.clock())
+        return machine.tool_finished(
+            head,
+            claimed.calls,
+            call,
+            output=output,
+            is_error=is_error,
+            duration_ms=duration_ms,
+            now=rt.clock(),
+        )
 
     if tool is None:
-        return finished(f"unknown tool {call.name!r}; the tools are: {', '.join(tools.names())}",
-                        is_error=True)
+        return finished(
+            f"unknown tool {call.name!r}; the tools are: {', '.join(tools.names())}", is_error=True
+        )
     try:
         arguments = tool.validate(plan.arguments)
     except InvalidToolArguments as exc:
         return finished(str(exc), is_error=True)
-    rt.store.start_call(head.id, head.version, call, owner=claimed.owner, now=rt.clock(),
-                        rerun=plan.rerun)
+    rt.store.start_call(
+        head.id, head.version, call, owner=claimed.owner, now=rt.clock(), rerun=plan.rerun
+    )
     workspace = head.config.get("workspace")
     context = ToolContext(
-        session_id=head.id, call_id=call.call_id, step=call.step,
+        session_id=head.id,
+        call_id=call.call_id,
+        step=call.step,
         idempotency_key=idempotency_key(head.id, call.step, call.call_id),
-        workspace=None if workspace is None else Path(workspace), config=head.config,
-        timeout_s=tool.timeout_s)
+        workspace=None if workspace is None else Path(workspace),
+        config=head.config,
+        timeout_s=tool.timeout_s,
+    )
     result = run_tool(tool, arguments, context, max_output_chars=rt.settings.max_output_chars)
     return finished(result.output, is_error=result.is_error, duration_ms=result.duration_ms)
-
-

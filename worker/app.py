@@ -11,6 +11,7 @@ from typing import Any
 
 from celery import Celery, signals
 
+from .broker import TRANSPORT
 from .relay import RelayThread
 from .runtime import Runtime, build_store
 from .settings import Settings, load_settings
@@ -26,6 +27,7 @@ def make_app(settings: Settings | None = None, *, relay: bool = True) -> Celery:
     broker, transport_options = settings.broker()
     app = Celery("tickwork", broker=broker, set_as_current=False, include=TASK_MODULES)
     app.conf.update(
+        broker_transport=TRANSPORT if settings.embedded_broker else None,
         broker_transport_options=transport_options,
         broker_connection_retry_on_startup=True,
         task_acks_late=True,
@@ -36,8 +38,10 @@ def make_app(settings: Settings | None = None, *, relay: bool = True) -> Celery:
         task_serializer="json",
         accept_content=["json"],
         task_default_queue=settings.queue,
-        task_routes={TICK: {"queue": settings.queue},
-                     DEAD_LETTER: {"queue": settings.dead_letter_queue}},
+        task_routes={
+            TICK: {"queue": settings.queue},
+            DEAD_LETTER: {"queue": settings.dead_letter_queue},
+        },
         task_create_missing_queues=True,
         worker_hijack_root_logger=False,
         # events let Flower follow the fleet; the filesystem broker has no fanout for them
@@ -61,15 +65,22 @@ def runtime(app: Celery) -> Runtime:
     settings: Settings = app.tickwork_settings  # type: ignore[attr-defined]
 
     def publish_tick(session_id: str, version: int, countdown: float) -> None:
-        app.send_task(TICK, args=(session_id, version), queue=settings.queue,
-                      countdown=countdown or None)
+        app.send_task(
+            TICK, args=(session_id, version), queue=settings.queue, countdown=countdown or None
+        )
 
     def publish_dead_letter(session_id: str, code: str, message: str) -> None:
-        app.send_task(DEAD_LETTER, args=(session_id, code, message),
-                      queue=settings.dead_letter_queue)
+        app.send_task(
+            DEAD_LETTER, args=(session_id, code, message), queue=settings.dead_letter_queue
+        )
 
-    rt = Runtime(settings=settings, store=build_store(settings), jobs=Jobs(settings.imports),
-                 publish_tick=publish_tick, publish_dead_letter=publish_dead_letter)
+    rt = Runtime(
+        settings=settings,
+        store=build_store(settings),
+        jobs=Jobs(settings.imports),
+        publish_tick=publish_tick,
+        publish_dead_letter=publish_dead_letter,
+    )
     app._tickwork_runtime = (os.getpid(), rt)  # type: ignore[attr-defined]
     return rt
 

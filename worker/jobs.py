@@ -47,7 +47,8 @@ def load_object(spec: str) -> Any:
         return getattr(module, attr)
     except AttributeError:
         raise ConfigurationError(
-            f"module {module_name!r} has no {attr!r} (from {spec!r})") from None
+            f"module {module_name!r} has no {attr!r} (from {spec!r})"
+        ) from None
 
 
 class Jobs:
@@ -82,8 +83,10 @@ class Jobs:
         if ":" in name:
             return _as_kind(load_object(name), name)
         known = ", ".join(sorted(self._specs))
-        raise InvalidInput(f"unknown job kind {name!r}; known: {known}; or give module:attr "
-                           "(workers must be able to import it: set TICKWORK_IMPORTS)")
+        raise InvalidInput(
+            f"unknown job kind {name!r}; known: {known}; or give module:attr "
+            "(workers must be able to import it: set TICKWORK_IMPORTS)"
+        )
 
 
 def _as_kind(obj: Any, spec: str) -> JobKind:

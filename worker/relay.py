@@ -46,8 +46,11 @@ class RelayThread(threading.Thread):
             try:
                 relay_once(self.rt)
             except Exception as exc:
-                log.warning("relay pass failed (%s); trying again in %ss", exc,
-                            self.rt.settings.relay_period_s)
+                log.warning(
+                    "relay pass failed (%s); trying again in %ss",
+                    exc,
+                    self.rt.settings.relay_period_s,
+                )
 
     def stop(self) -> None:
         self.stopped.set()

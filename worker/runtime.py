@@ -50,8 +50,9 @@ class Leases:
         with self._lock:
             self._held[key] = owner
             if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, name="tickwork-leases",
-                                                daemon=True)
+                self._thread = threading.Thread(
+                    target=self._run, name="tickwork-leases", daemon=True
+                )
                 self._thread.start()
 
     def _remove(self, key: tuple[str, int]) -> None:
@@ -64,8 +65,9 @@ class Leases:
                 held = list(self._held.items())
             for (session_id, version), owner in held:
                 try:
-                    self._store.renew(session_id, version, owner=owner, now=self._clock(),
-                                      lease_s=self._lease_s)
+                    self._store.renew(
+                        session_id, version, owner=owner, now=self._clock(), lease_s=self._lease_s
+                    )
                 except Exception:
                     log.exception("could not renew the lease of session %s", session_id)
 
@@ -101,8 +103,9 @@ class Runtime:
     def model(self, spec: str) -> Model:
         if spec not in self._models:
             if not spec:
-                raise ConfigurationError("the session names no model; submit it with --model "
-                                         "or set TICKWORK_MODEL")
+                raise ConfigurationError(
+                    "the session names no model; submit it with --model or set TICKWORK_MODEL"
+                )
             self._models[spec] = make_model(spec, timeout_s=self.settings.model_timeout_s)
         return self._models[spec]
 
@@ -111,8 +114,12 @@ class Runtime:
         try:
             self.publish_tick(session_id, version, countdown)
         except Exception as exc:
-            log.warning("could not publish the tick of %s v%d (%s); the relay will",
-                        session_id, version, exc)
+            log.warning(
+                "could not publish the tick of %s v%d (%s); the relay will",
+                session_id,
+                version,
+                exc,
+            )
 
 
 def build_store(settings: Settings, **engine_args: Any) -> Store:

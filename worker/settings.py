@@ -17,8 +17,9 @@ SECRET_NAMES = re.compile(r"key|secret|token|password", re.IGNORECASE)
 class Settings(BaseSettings):
     """Everything a worker, the CLI and the client read; see `tickwork config`."""
 
-    model_config = SettingsConfigDict(env_prefix="TICKWORK_", env_nested_delimiter="__",
-                                      extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="TICKWORK_", env_nested_delimiter="__", extra="ignore"
+    )
 
     #: where the embedded default keeps its SQLite file and broker folder
     state_dir: Path = Path(".tickwork")
@@ -77,9 +78,11 @@ class Settings(BaseSettings):
             folder = self.broker_folder
             folder.mkdir(parents=True, exist_ok=True)
             return "filesystem://", {
-                "data_folder_in": str(folder), "data_folder_out": str(folder),
+                "data_folder_in": str(folder),
+                "data_folder_out": str(folder),
                 "control_folder": str(folder / "control"),
-                "polling_interval": self.poll_interval_s, "store_processed": False,
+                "polling_interval": self.poll_interval_s,
+                "store_processed": False,
             }
         return self.broker_url, {"visibility_timeout": self.visibility_timeout_s}
 

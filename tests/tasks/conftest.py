@@ -42,8 +42,9 @@ class Deployment:
         return f"scripted:{path}"
 
     def submit(self, replies: list[dict[str, Any]], **kw: Any) -> str:
-        head = self.client.submit(TEST_KIND, {"sink": str(self.sink)},
-                                  model=self.script(replies), **kw)
+        head = self.client.submit(
+            TEST_KIND, {"sink": str(self.sink)}, model=self.script(replies), **kw
+        )
         return head.id
 
     def sink_lines(self, log: str) -> list[str]:
@@ -52,12 +53,18 @@ class Deployment:
 
     def env(self) -> dict[str, str]:
         s = self.settings
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "TICKWORK_DATABASE_URL": s.db_url,
-               "TICKWORK_BROKER_URL": s.broker_url, "TICKWORK_STATE_DIR": str(s.state_dir),
-               "TICKWORK_QUEUE": s.queue, "TICKWORK_DEAD_LETTER_QUEUE": s.dead_letter_queue,
-               "TICKWORK_LEASE_S": str(s.lease_s),
-               "TICKWORK_RELAY_PERIOD_S": str(s.relay_period_s),
-               "TICKWORK_RELAY_AFTER_S": str(s.relay_after_s)}
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(ROOT),
+            "TICKWORK_DATABASE_URL": s.db_url,
+            "TICKWORK_BROKER_URL": s.broker_url,
+            "TICKWORK_STATE_DIR": str(s.state_dir),
+            "TICKWORK_QUEUE": s.queue,
+            "TICKWORK_DEAD_LETTER_QUEUE": s.dead_letter_queue,
+            "TICKWORK_LEASE_S": str(s.lease_s),
+            "TICKWORK_RELAY_PERIOD_S": str(s.relay_period_s),
+            "TICKWORK_RELAY_AFTER_S": str(s.relay_after_s),
+        }
         return env
 
     @contextmanager
@@ -65,8 +72,14 @@ class Deployment:
         """A real Celery worker in a thread of this process, with the relay."""
         app = make_app(self.settings, relay=False)
         thread = RelayThread(runtime(app)) if relay else None
-        with start_worker(app, pool="threads", concurrency=concurrency,
-                          perform_ping_check=False, shutdown_timeout=30, loglevel="WARNING"):
+        with start_worker(
+            app,
+            pool="threads",
+            concurrency=concurrency,
+            perform_ping_check=False,
+            shutdown_timeout=30,
+            loglevel="WARNING",
+        ):
             if thread:
                 thread.start()
             try:
@@ -81,11 +94,30 @@ class Deployment:
         """A `celery worker` subprocess (solo pool: SIGKILL takes its work with it)."""
         with open(self.tmp / f"worker-{uuid.uuid4().hex[:6]}.log", "wb") as log:
             return subprocess.Popen(
-                [sys.executable, "-m", "celery", "-A", "worker.app", "worker", "--pool",
-                 "solo", "-Q", self.settings.queue, "--loglevel", "INFO", "--without-gossip",
-                 "--without-mingle", "--without-heartbeat", *extra],
-                cwd=ROOT, env=self.env(), stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True)
+                [
+                    sys.executable,
+                    "-m",
+                    "celery",
+                    "-A",
+                    "worker.app",
+                    "worker",
+                    "--pool",
+                    "solo",
+                    "-Q",
+                    self.settings.queue,
+                    "--loglevel",
+                    "INFO",
+                    "--without-gossip",
+                    "--without-mingle",
+                    "--without-heartbeat",
+                    *extra,
+                ],
+                cwd=ROOT,
+                env=self.env(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
 
     def close(self) -> None:
         self.client.close()
@@ -117,13 +149,19 @@ def until(predicate: Any, *, timeout: float = 30.0, what: str = "condition") -> 
 
 def _settings(name: str, tmp: Path, request: pytest.FixtureRequest, **kw: Any) -> Settings:
     queue = f"tickwork.ticks.{uuid.uuid4().hex[:8]}"
-    common = dict(state_dir=tmp / "state", queue=queue, dead_letter_queue=f"{queue}.dead",
-                  lease_s=3.0, relay_period_s=0.25, relay_after_s=1.5, **kw)
+    common = dict(
+        state_dir=tmp / "state",
+        queue=queue,
+        dead_letter_queue=f"{queue}.dead",
+        lease_s=3.0,
+        relay_period_s=0.25,
+        relay_after_s=1.5,
+        **kw,
+    )
     if name == "embedded":
         return Settings(**common)
     url = str(request.getfixturevalue("clean_postgres_url"))
-    return Settings(database_url=url, broker_url=str(request.getfixturevalue("redis")),
-                    **common)
+    return Settings(database_url=url, broker_url=str(request.getfixturevalue("redis")), **common)
 
 
 @pytest.fixture(params=["embedded", "production"])

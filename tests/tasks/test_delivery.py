@@ -14,20 +14,27 @@ from worker.app import runtime
 
 def script(steps: int) -> list[dict[str, object]]:
     replies: list[dict[str, object]] = [
-        {"content": f"step {i}", "tool_calls": [
-            {"name": "idem_effect", "arguments": {"value": f"v{i}"}},
-            {"name": "effect", "arguments": {"value": f"w{i}"}}]}
-        for i in range(steps)]
+        {
+            "content": f"step {i}",
+            "tool_calls": [
+                {"name": "idem_effect", "arguments": {"value": f"v{i}"}},
+                {"name": "effect", "arguments": {"value": f"w{i}"}},
+            ],
+        }
+        for i in range(steps)
+    ]
     return [*replies, {"content": "done"}]
 
 
 def test_every_tick_published_twice_and_out_of_order_advances_once(
-        deployment: Deployment, monkeypatch: pytest.MonkeyPatch) -> None:
+    deployment: Deployment, monkeypatch: pytest.MonkeyPatch
+) -> None:
     replies = script(4)
     with fake_model_server(FakeModel(replies)) as fake:
         monkeypatch.setenv("OPENAI_BASE_URL", fake.url)
-        head = deployment.client.submit("tests.jobs:TEST", {"sink": str(deployment.sink)},
-                                        model="openai:fake")
+        head = deployment.client.submit(
+            "tests.jobs:TEST", {"sink": str(deployment.sink)}, model="openai:fake"
+        )
         deployment.client.publish(head.id, 0)
         with deployment.worker(concurrency=4) as app:
             rt = runtime(app)
@@ -48,12 +55,16 @@ def test_every_tick_published_twice_and_out_of_order_advances_once(
     assert len(effects) == len(set(effects)) == 4
     assert len(idem) == len(set(idem)) == 4
     session = deployment.client.load(head.id)
-    assert all(len([o for o in session.observations if o.call_id == c.call_id]) == 1
-               for s in session.steps for c in s.calls)
+    assert all(
+        len([o for o in session.observations if o.call_id == c.call_id]) == 1
+        for s in session.steps
+        for c in s.calls
+    )
 
 
 def test_a_tick_lost_between_commit_and_publish_is_published_by_the_relay(
-        deployment: Deployment) -> None:
+    deployment: Deployment,
+) -> None:
     session_id = deployment.submit(script(2))
     deployment.settings.drop_publish_rate = 1.0  # every publish after a commit is lost
     with deployment.worker():
@@ -68,10 +79,15 @@ def test_a_broker_that_is_down_at_submit_loses_nothing(deployment: Deployment) -
     from tickwork import Tickwork
 
     # nothing listens there
-    offline = Tickwork(deployment.settings.model_copy(update={"broker_url": "redis://127.0.0.1:1/0"}))
+    offline = Tickwork(
+        deployment.settings.model_copy(update={"broker_url": "redis://127.0.0.1:1/0"})
+    )
     try:
-        session_id = offline.submit("tests.jobs:TEST", {"sink": str(deployment.sink)},
-                                    model=deployment.script([{"content": "done"}])).id
+        session_id = offline.submit(
+            "tests.jobs:TEST",
+            {"sink": str(deployment.sink)},
+            model=deployment.script([{"content": "done"}]),
+        ).id
     finally:
         offline.close()
     assert deployment.client.get(session_id).status is Status.READY

@@ -11,8 +11,9 @@ def call(name: str, **arguments: object) -> dict[str, object]:
 
 
 def test_ten_steps_complete_with_everything_stored(deployment: Deployment) -> None:
-    replies = [{"content": f"step {i}", "tool_calls": [call("echo", text=f"hello {i}")]}
-               for i in range(9)]
+    replies = [
+        {"content": f"step {i}", "tool_calls": [call("echo", text=f"hello {i}")]} for i in range(9)
+    ]
     replies.append({"content": "all done"})
     session_id = deployment.submit(replies)
     with deployment.worker():
@@ -25,7 +26,8 @@ def test_ten_steps_complete_with_everything_stored(deployment: Deployment) -> No
     assert len(calls) == 9
     assert all(c.state is CallState.DONE for c in calls)
     assert [session.observation(c.call_id).content for c in calls] == [
-        f"hello {i}" for i in range(9)]
+        f"hello {i}" for i in range(9)
+    ]
     kinds = [e.kind for e in session.events]
     assert kinds.count(EventKind.MODEL_CALLED) == 10
     assert kinds.count(EventKind.TOOL_STARTED) == 9

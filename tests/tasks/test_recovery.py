@@ -15,10 +15,12 @@ pytestmark = pytest.mark.slow
 
 
 def test_killed_during_a_model_call_the_model_is_asked_again_only_for_that_step(
-        deployment: Deployment, monkeypatch: pytest.MonkeyPatch) -> None:
+    deployment: Deployment, monkeypatch: pytest.MonkeyPatch
+) -> None:
     replies: list[dict[str, object]] = [
         {"content": f"s{i}", "tool_calls": [{"name": "echo", "arguments": {"text": f"t{i}"}}]}
-        for i in range(3)]
+        for i in range(3)
+    ]
     replies.append({"content": "done"})
     with fake_model_server(FakeModel(replies, slow={2: 30.0})) as fake:
         monkeypatch.setenv("OPENAI_BASE_URL", fake.url)
@@ -39,13 +41,18 @@ def test_killed_during_a_model_call_the_model_is_asked_again_only_for_that_step(
 
 
 def _one_call_then_done(name: str) -> list[dict[str, object]]:
-    return [{"content": "act", "tool_calls": [
-        {"name": name, "arguments": {"value": "x", "sleep_s": 30}}]},
-        {"content": "done"}]
+    return [
+        {
+            "content": "act",
+            "tool_calls": [{"name": name, "arguments": {"value": "x", "sleep_s": 30}}],
+        },
+        {"content": "done"},
+    ]
 
 
 def test_killed_during_an_idempotent_tool_it_runs_again_with_the_same_key(
-        deployment: Deployment) -> None:
+    deployment: Deployment,
+) -> None:
     session_id = deployment.submit(_one_call_then_done("idem_effect"))
     first = deployment.spawn()
     try:
@@ -56,15 +63,21 @@ def test_killed_during_an_idempotent_tool_it_runs_again_with_the_same_key(
     # the re-run sleeps 30 s too: let it start, then check the key, then let a worker finish
     second = deployment.spawn()
     try:
-        runs = until(lambda: len(deployment.sink_lines("idem.log")) == 2 and
-                     deployment.sink_lines("idem.log"), timeout=60, what="the re-run")
+        runs = until(
+            lambda: (
+                len(deployment.sink_lines("idem.log")) == 2 and deployment.sink_lines("idem.log")
+            ),
+            timeout=60,
+            what="the re-run",
+        )
     finally:
         kill(second)
     assert runs[0] == runs[1] == f"{session_id}:1:s1c0 x"
 
 
 def test_killed_during_a_non_idempotent_tool_the_call_waits_for_a_person(
-        deployment: Deployment) -> None:
+    deployment: Deployment,
+) -> None:
     session_id = deployment.submit(_one_call_then_done("effect"))
     first = deployment.spawn()
     try:
@@ -74,8 +87,13 @@ def test_killed_during_a_non_idempotent_tool_the_call_waits_for_a_person(
         stop(first)
     second = deployment.spawn()
     try:
-        head = until(lambda: (h := deployment.client.get(session_id)).status
-                     is Status.WAITING_APPROVAL and h, timeout=60, what="the in-doubt call")
+        head = until(
+            lambda: (
+                (h := deployment.client.get(session_id)).status is Status.WAITING_APPROVAL and h
+            ),
+            timeout=60,
+            what="the in-doubt call",
+        )
         assert head.awaiting == ("s1c0",)
         assert deployment.client.load(session_id).call("s1c0").state is CallState.IN_DOUBT
         time.sleep(deployment.settings.relay_after_s * 2)

@@ -172,6 +172,7 @@ def upgrade() -> None:
         "tickwork_decisions",
         sa.Column("session_id", sa.String(length=64), nullable=False),
         sa.Column("call_id", sa.String(length=64), nullable=False),
+        sa.Column("attempt", sa.Integer(), nullable=False),
         sa.Column("kind", sa.String(length=32), nullable=False),
         sa.Column("approver", sa.String(length=200), nullable=False),
         sa.Column("at", UTCDateTime(), nullable=False),
@@ -190,7 +191,9 @@ def upgrade() -> None:
             name=op.f("fk_tickwork_decisions_session_id_tickwork_sessions"),
             ondelete="CASCADE",
         ),
-        sa.PrimaryKeyConstraint("session_id", "call_id", name=op.f("pk_tickwork_decisions")),
+        sa.PrimaryKeyConstraint(
+            "session_id", "call_id", "attempt", name=op.f("pk_tickwork_decisions")
+        ),
     )
     op.create_table(
         "tickwork_events",

@@ -1,0 +1,197 @@
+"""Forking a session from step K with a declared patch (DESIGN 6)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from fsm.errors import ForkOutOfRange, InvalidInput
+from fsm.forks import ForkPatch, fork
+from fsm.machine import CallModel, start_think
+from fsm.transcript import messages
+from fsm.values import CallState, EventKind, Session, Status
+
+
+def forked(build: Any, parent: Session, from_step: int, **patch: Any) -> Session:
+    return fork(
+        parent,
+        new_id="fork-1",
+        from_step=from_step,
+        patch=ForkPatch(**patch),
+        by="alice",
+        now=build.at(1000),
+    )
+
+
+def transcript(session: Session) -> list[dict[str, Any]]:
+    return messages(session.head, session.steps, {o.call_id: o for o in session.observations})
+
+
+@pytest.fixture(scope="module")
+def parent(build: Any) -> Session:
+    return build.failed_session()
+
+
+def test_the_parent_is_what_the_tests_expect(parent: Session) -> None:
+    assert parent.head.status is Status.FAILED
+    assert [s.step for s in parent.steps] == [1, 2, 3]
+    assert parent.head.step == 3
+
+
+@pytest.mark.parametrize("k", [0, 1, 2, 3])
+def test_fork_keeps_steps_one_to_k(build: Any, parent: Session, k: int) -> None:
+    child = forked(build, parent, k)
+    assert child.steps == parent.steps[:k]
+    assert child.head.step == k
+    kept = {c.call_id for s in child.steps for c in s.calls}
+    assert {o.call_id for o in child.observations} == kept
+    assert all(child.observation(i) == parent.observation(i) for i in kept)
+    assert {d.call_id for d in child.decisions} == kept & {"s2c0"}
+    assert child.head.status is Status.READY
+
+
+def test_patched_tool_output_replaces_the_observation(build: Any, parent: Session) -> None:
+    child = forked(build, parent, 2, tool_outputs={"s1c0": "def f(): return 2"})
+    observation = child.observation("s1c0")
+    assert observation is not None
+    assert (observation.content, observation.is_error) == ("def f(): return 2", False)
+    assert child.observation("s2c0") == parent.observation("s2c0")
+    tool = next(m for m in transcript(child) if m.get("tool_call_id") == "s1c0")
+    assert tool["content"] == "def f(): return 2"
+
+
+@pytest.mark.parametrize("call_id", ["s3c0", "nope"])
+def test_patching_a_call_outside_the_kept_steps_is_refused(
+    build: Any, parent: Session, call_id: str
+) -> None:
+    with pytest.raises(InvalidInput, match=call_id):
+        forked(build, parent, 2, tool_outputs={call_id: "x"})
+
+
+@pytest.mark.parametrize("k", [-1, 4, 100])
+def test_fork_step_out_of_range_names_the_valid_range(build: Any, parent: Session, k: int) -> None:
+    with pytest.raises(ForkOutOfRange) as raised:
+        forked(build, parent, k)
+    message = str(raised.value)
+    assert "between 0 and 3" in message
+    assert str(k) in message and parent.head.id in message
+    assert isinstance(raised.value, InvalidInput)
+
+
+def test_system_prompt_and_instruction_appear_in_the_transcript(
+    build: Any, parent: Session
+) -> None:
+    child = forked(
+        build,
+        parent,
+        1,
+        system_prompt="You are careful.",
+        append_instruction="Run the tests before writing.",
+    )
+    before = transcript(child)
+    assert before[0] == {"role": "system", "content": "You are careful."}
+    assert before[-1] == {"role": "user", "content": "Run the tests before writing."}
+    assert before[-2]["tool_call_id"] == "s1c0"
+    assert "Run the tests before writing." not in str(transcript(parent))
+
+    store = build.store(child.head)
+    store.steps, store.calls = (
+        list(child.steps),
+        {c.call_id: c for s in child.steps for c in s.calls},
+    )
+    store.observations = {o.call_id: [o] for o in child.observations}
+    build.drive(store, build.reply(("run_tests", {})), [("2 passed", False)], at_s=1010)
+    after = transcript(store.session())
+    at = after.index({"role": "user", "content": "Run the tests before writing."})
+    assert after[at - 1]["tool_call_id"] == "s1c0"
+    assert after[at + 1]["role"] == "assistant"
+    assert after[at + 1]["tool_calls"][0]["id"] == "s2c0"
+
+
+def test_raised_budgets_are_applied(build: Any, parent: Session) -> None:
+    child = forked(build, parent, 3, budgets={"max_steps": 10})
+    assert child.head.budgets == parent.head.budgets.model_copy(update={"max_steps": 10})
+    assert (
+        start_think(parent.head.model_copy(update={"status": Status.READY}), now=build.at(1000))
+        != CallModel()
+    )
+    assert start_think(child.head, now=build.at(1000)) == CallModel()
+
+
+@pytest.mark.parametrize(
+    "budgets", [{"max_steps": 0}, {"max_cost_usd": float("nan")}, {"max_stepz": 3}]
+)
+def test_invalid_budget_patch_is_refused(
+    build: Any, parent: Session, budgets: dict[str, Any]
+) -> None:
+    with pytest.raises(InvalidInput, match=next(iter(budgets))):
+        forked(build, parent, 3, budgets=budgets)
+
+
+def test_counters_are_recomputed(build: Any, parent: Session) -> None:
+    child = forked(build, parent, 2)
+    head = child.head
+    assert head.tokens == 110 + 220
+    assert head.cost_usd == pytest.approx(0.02)
+    assert (head.step, head.loop_interventions, head.model_attempts) == (2, 0, 0)
+    assert (head.error_code, head.error_message, head.final_answer) == (None, "", None)
+    assert (head.version, head.created_at, head.updated_at) == (0, build.at(1000), build.at(1000))
+    assert not head.cancel_requested
+    assert head.id == "fork-1"
+    assert (head.kind, head.model, head.input) == (
+        parent.head.kind,
+        parent.head.model,
+        parent.head.input,
+    )
+
+
+def test_parent_is_unchanged(build: Any, parent: Session) -> None:
+    before = parent.model_dump()
+    forked(
+        build,
+        parent,
+        1,
+        system_prompt="x",
+        append_instruction="y",
+        tool_outputs={"s1c0": "z"},
+        budgets={"max_steps": 9},
+    )
+    assert parent.model_dump() == before
+
+
+def test_fork_records_its_lineage(build: Any, parent: Session) -> None:
+    child = forked(
+        build, parent, 2, append_instruction="try again", tool_outputs={"s1c0": "patched"}
+    )
+    assert (child.head.parent_id, child.head.fork_step) == (parent.head.id, 2)
+    (event,) = child.events
+    assert event.kind is EventKind.FORKED
+    assert event.at == build.at(1000)
+    assert event.data == {
+        "parent_id": parent.head.id,
+        "from_step": 2,
+        "by": "alice",
+        "patch": {"append_instruction": "try again", "tool_outputs": {"s1c0": "patched"}},
+    }
+
+
+def test_unfinished_calls_of_the_kept_steps_run_again(build: Any) -> None:
+    store = build.store()
+    build.drive(store, build.reply(("read_file", {"path": "a.py"})), [("x", False)], at_s=10)
+    build.drive(
+        store,
+        build.reply(("write_file", {"path": "a.py", "text": "y"}), ("read_file", {"path": "b.py"})),
+        at_s=20,
+        decide_all=False,
+    )
+    assert store.head.status is Status.WAITING_APPROVAL
+    child = forked(build, store.session(), 2)
+    assert child.head.status is Status.WAITING_APPROVAL
+    assert child.head.awaiting == ("s2c0",)
+    states = {c.call_id: c.state for c in child.steps[1].calls}
+    assert states == {"s2c0": CallState.AWAITING_APPROVAL, "s2c1": CallState.PENDING}
+
+    patched = forked(build, store.session(), 2, tool_outputs={"s2c0": "skipped by hand"})
+    assert patched.head.status is Status.EXECUTING
+    assert patched.head.awaiting == ()

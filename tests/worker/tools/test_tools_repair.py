@@ -1,0 +1,285 @@
+"""The repair toolkit on real files and real subprocesses."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from worker.tools import ToolContext, ToolResult, default_registry, repair_tools
+
+Call = Callable[..., ToolResult]
+
+PYTHON = shlex.quote(sys.executable)
+
+
+@pytest.fixture
+def project(workspace: Path) -> Path:
+    (workspace / "src").mkdir()
+    (workspace / "src" / "app.py").write_text("def total(xs):\n    return sum(xs) + 1\n")
+    (workspace / "src" / "util.py").write_text("# TODO: tidy\nVALUE = 1\n")
+    (workspace / "README.md").write_text("# demo\n")
+    (workspace / ".git").mkdir()
+    (workspace / ".git" / "config").write_text("[core]\n# TODO in git\n")
+    (workspace / "blob.bin").write_bytes(b"\x00\x01TODO\x02")
+    return workspace
+
+
+def test_the_toolkit_and_its_flags() -> None:
+    registry = default_registry()
+    assert registry.names() == (
+        "list_files", "read_file", "search", "write_file", "apply_patch", "run_command",
+        "run_tests",
+    )  # fmt: skip
+    flags = {t.name: (t.requires_approval, t.idempotent) for t in repair_tools()}
+    assert flags == {
+        "list_files": (False, True),
+        "read_file": (False, True),
+        "search": (False, True),
+        "write_file": (True, True),
+        "apply_patch": (True, False),
+        "run_command": (False, False),
+        "run_tests": (False, True),
+    }
+    assert registry.get("run_command").approval_policy is not None
+    assert default_registry() is not registry, "a new registry each time, no global"
+
+
+def test_list_files_recursive_sorted_without_git(project: Path, call: Call) -> None:
+    result = call("list_files")
+    assert not result.is_error
+    assert result.output.splitlines() == ["README.md", "blob.bin", "src/app.py", "src/util.py"]
+    assert call("list_files", pattern="*.py").output.splitlines() == ["src/app.py", "src/util.py"]
+    assert call("list_files", path="src", pattern="src/u*").output == "src/util.py"
+    assert call("list_files", pattern="**/*.md").output == "README.md"
+    assert "no files match" in call("list_files", pattern="*.rs").output
+
+
+def test_list_files_caps_its_count(workspace: Path, call: Call) -> None:
+    for n in range(510):
+        (workspace / f"f{n:03}.txt").write_text("")
+    output = call("list_files").output
+    assert output.count("\n") == 500
+    assert output.endswith("... and 10 more; narrow the path or pattern")
+
+
+def test_list_files_refusals(project: Path, call: Call) -> None:
+    assert "PathOutsideWorkspace" in call("list_files", path="..").output
+    assert "does not exist" in call("list_files", path="nope").output
+
+
+def test_list_files_skips_symlinks_leading_out(project: Path, tmp_path: Path, call: Call) -> None:
+    (tmp_path / "elsewhere.txt").write_text("secret")
+    (project / "out.txt").symlink_to(tmp_path / "elsewhere.txt")
+    (project / "in.txt").symlink_to(project / "README.md")
+    names = call("list_files").output.splitlines()
+    assert "in.txt" in names and "out.txt" not in names
+
+
+def test_list_and_search_survive_a_symlink_loop(project: Path, call: Call) -> None:
+    (project / "loop-a").symlink_to(project / "loop-b")
+    (project / "loop-b").symlink_to(project / "loop-a")
+    assert "loop-a" not in call("list_files").output
+    assert not call("search", pattern="TODO").is_error
+
+
+def test_read_file_with_line_numbers(project: Path, call: Call) -> None:
+    result = call("read_file", path="src/app.py")
+    assert result.output == (
+        "src/app.py (lines 1-2 of 2)\n     1\tdef total(xs):\n     2\t    return sum(xs) + 1"
+    )
+    ranged = call("read_file", path="src/util.py", start_line=2, end_line=2)
+    assert ranged.output.endswith("     2\tVALUE = 1")
+
+
+def test_read_file_long_files_are_paged(workspace: Path, call: Call) -> None:
+    (workspace / "big.txt").write_text("".join(f"line {n}\n" for n in range(1, 2501)))
+    output = call("read_file", path="big.txt").output
+    assert "(lines 1-2000 of 2500)" in output
+    assert output.endswith("... 500 more lines; read on with start_line=2001")
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"path": "../etc/passwd"}, "climbs out"),
+        ({"path": "/etc/passwd"}, "absolute"),
+        ({"path": "missing.py"}, "does not exist"),
+        ({"path": "src"}, "is a directory"),
+        ({"path": "blob.bin"}, "binary"),
+        ({"path": "src/app.py", "start_line": 9}, "has 2 lines"),
+        ({"path": "src/app.py", "start_line": 2, "end_line": 1}, "before start_line"),
+        ({"path": "src/app.py", "start_line": 0}, "greater than or equal to 1"),
+    ],
+)
+def test_read_file_refusals(project: Path, call: Call, arguments: dict, message: str) -> None:
+    result = call("read_file", **arguments)
+    assert result.is_error
+    assert message in result.output
+
+
+def test_read_file_refuses_a_symlink_out(project: Path, tmp_path: Path, call: Call) -> None:
+    (tmp_path / "secret").write_text("password")
+    (project / "peek").symlink_to(tmp_path / "secret")
+    result = call("read_file", path="peek")
+    assert result.is_error and "PathOutsideWorkspace" in result.output
+    assert "password" not in result.output
+
+
+def test_search(project: Path, call: Call) -> None:
+    result = call("search", pattern=r"TODO|VALUE")
+    assert result.output.splitlines() == ["src/util.py:1: # TODO: tidy", "src/util.py:2: VALUE = 1"]
+    assert call("search", pattern="sum", path="src/app.py").output == (
+        "src/app.py:2: return sum(xs) + 1"
+    )
+    assert "no matches" in call("search", pattern="nothing-here").output
+
+
+def test_search_caps_results(workspace: Path, call: Call) -> None:
+    (workspace / "many.txt").write_text("hit\n" * 20)
+    output = call("search", pattern="hit", max_results=5).output
+    assert output.count("many.txt:") == 5
+    assert "stopped after 5 results" in output
+
+
+def test_search_invalid_regex_is_a_clear_error(project: Path, call: Call) -> None:
+    result = call("search", pattern="total(")
+    assert result.is_error
+    assert "invalid regular expression 'total('" in result.output
+
+
+def test_search_does_not_follow_symlinks_out(project: Path, tmp_path: Path, call: Call) -> None:
+    (tmp_path / "secret").write_text("TODO password")
+    (project / "peek").symlink_to(tmp_path / "secret")
+    assert "password" not in call("search", pattern="TODO").output
+
+
+def test_write_file_creates_replaces_and_is_idempotent(workspace: Path, call: Call) -> None:
+    first = call("write_file", path="pkg/new.py", content="x = 1\n")
+    second = call("write_file", path="pkg/new.py", content="x = 1\n")
+    assert first.output == second.output == "wrote 6 characters (1 lines) to pkg/new.py"
+    assert (workspace / "pkg" / "new.py").read_text() == "x = 1\n"
+    call("write_file", path="pkg/new.py", content="x = 2\n")
+    assert (workspace / "pkg" / "new.py").read_text() == "x = 2\n"
+
+
+@pytest.mark.parametrize(
+    ("path", "message"),
+    [("../escape.txt", "climbs out"), ("/tmp/abs.txt", "absolute"), (".", "is a directory")],
+)
+def test_write_file_refusals(workspace: Path, call: Call, path: str, message: str) -> None:
+    result = call("write_file", path=path, content="x")
+    assert result.is_error and message in result.output
+    assert not (workspace.parent / "escape.txt").exists()
+
+
+def test_write_file_refuses_writing_through_a_symlink_out(
+    workspace: Path, tmp_path: Path, call: Call
+) -> None:
+    target = tmp_path / "victim.txt"
+    target.write_text("safe")
+    (workspace / "link.txt").symlink_to(target)
+    (workspace / "dir").symlink_to(tmp_path, target_is_directory=True)
+    assert call("write_file", path="link.txt", content="pwned").is_error
+    assert call("write_file", path="dir/victim.txt", content="pwned").is_error
+    assert target.read_text() == "safe"
+
+
+def test_apply_patch_tool(project: Path, call: Call) -> None:
+    patch = (
+        "--- a/src/app.py\n+++ b/src/app.py\n@@ -1,2 +1,2 @@\n def total(xs):\n"
+        "-    return sum(xs) + 1\n+    return sum(xs)\n"
+    )
+    result = call("apply_patch", patch=patch)
+    assert not result.is_error, result.output
+    assert result.output == "patched src/app.py (1 hunk(s))"
+    assert (project / "src" / "app.py").read_text() == "def total(xs):\n    return sum(xs)\n"
+    again = call("apply_patch", patch=patch)
+    assert again.is_error and "does not apply" in again.output
+
+
+def test_apply_patch_refuses_paths_outside(project: Path, call: Call) -> None:
+    patch = "--- /dev/null\n+++ b/../evil.py\n@@ -0,0 +1 @@\n+x\n"
+    result = call("apply_patch", patch=patch)
+    assert result.is_error and "PathOutsideWorkspace" in result.output
+    assert not (project.parent / "evil.py").exists()
+
+
+def test_run_command_output_has_exit_code_stdout_stderr(workspace: Path, call: Call) -> None:
+    result = call("run_command", command="echo out; echo err >&2; exit 3")
+    assert not result.is_error
+    assert result.output == "exit code: 3\n--- stdout ---\nout\n--- stderr ---\nerr"
+
+
+def test_run_command_runs_in_the_workspace(workspace: Path, call: Call) -> None:
+    (workspace / "marker").write_text("")
+    assert "marker" in call("run_command", command="ls").output
+    assert str(workspace.resolve()) in call("run_command", command="pwd").output
+
+
+def test_run_command_environment_is_clean(
+    workspace: Path, call: Call, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TICKWORK_DATABASE_URL", "postgresql://secret")
+    output = call("run_command", command="env").output
+    assert "postgresql://secret" not in output
+    assert "TICKWORK_IDEMPOTENCY_KEY=sess:1:s1c0" in output
+    assert "PATH=" in output
+
+
+def test_run_command_timeout_kills_the_whole_group(workspace: Path, call: Call) -> None:
+    started = time.monotonic()
+    result = call("run_command", command="sleep 30 & sleep 30; echo never", timeout_s=0.5)
+    assert time.monotonic() - started < 10
+    assert result.is_error
+    assert "timed out after 0.5s" in result.output
+    assert "never" not in result.output
+
+
+def test_run_command_is_bounded_by_the_call_timeout(
+    workspace: Path, call: Call, make_ctx: Callable[..., ToolContext]
+) -> None:
+    started = time.monotonic()
+    result = call("run_command", ctx=make_ctx(timeout_s=1.0), command="sleep 30", timeout_s=600)
+    assert time.monotonic() - started < 10
+    assert result.is_error and "timed out" in result.output
+
+
+def test_run_command_output_is_capped(workspace: Path, call: Call) -> None:
+    result = call("run_command", command=f"{PYTHON} -c \"print('x' * 50000)\"")
+    assert "characters cut" in result.output
+    assert len(result.output) < 20_200
+
+
+def test_run_command_validates_its_timeout(workspace: Path, call: Call) -> None:
+    result = call("run_command", command="ls", timeout_s=-1)
+    assert result.is_error and "timeout_s" in result.output
+
+
+def test_run_tests_reports_pass_and_fail(
+    workspace: Path, call: Call, make_ctx: Callable[..., ToolContext]
+) -> None:
+    (workspace / "check.py").write_text("import sys\nprint('ran')\nsys.exit(int(sys.argv[1]))\n")
+    passing = call("run_tests", ctx=make_ctx(config={"test_command": f"{PYTHON} check.py 0"}))
+    assert passing.output.startswith("tests passed")
+    assert "ran" in passing.output
+    failing = call(
+        "run_tests", ctx=make_ctx(config={"test_command": [sys.executable, "check.py", "1"]})
+    )
+    assert failing.output.startswith("tests FAILED")
+    assert "exit code: 1" in failing.output
+
+
+def test_run_tests_without_a_test_command(workspace: Path, call: Call) -> None:
+    result = call("run_tests")
+    assert result.is_error
+    assert "no test_command configured" in result.output
+
+
+def test_tools_without_a_workspace(call: Call, make_ctx: Callable[..., ToolContext]) -> None:
+    result = call("list_files", ctx=make_ctx(workspace=None))
+    assert result.is_error and "no workspace" in result.output

@@ -1,0 +1,291 @@
+"""The built-in repair toolkit: look at, search, change and test one workspace.
+
+Every tool works inside `ctx.workspace` only; paths go through `sandbox.resolve`.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+import shlex
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field
+
+from fsm.errors import ToolError
+
+from . import patches
+from .commands import command_needs_approval
+from .registry import Tool, ToolContext, ToolRegistry, tool
+from .sandbox import is_inside, relative, resolve, workspace_root, write_text
+from .shell import ShellResult, command_env, run_shell
+
+#: most paths `list_files` shows
+MAX_LISTED = 500
+#: most lines `read_file` shows at once
+MAX_READ_LINES = 2_000
+#: files larger than this are skipped by `search` and refused by `read_file`
+MAX_FILE_BYTES = 5_000_000
+#: the longest a command may run, whatever the model asks
+MAX_COMMAND_S = 1_800.0
+
+
+def _root(ctx: ToolContext) -> Path:
+    return workspace_root(ctx.workspace)
+
+
+def _is_binary(path: Path) -> bool:
+    with path.open("rb") as handle:
+        return b"\x00" in handle.read(8192)
+
+
+def _read_text(path: Path, shown: str) -> str:
+    if not path.exists():
+        raise ToolError(f"{shown} does not exist; use list_files to see what does")
+    if path.is_dir():
+        raise ToolError(f"{shown} is a directory; use list_files to see inside it")
+    if path.stat().st_size > MAX_FILE_BYTES:
+        raise ToolError(f"{shown} is larger than {MAX_FILE_BYTES} bytes; use search on it")
+    if _is_binary(path):
+        raise ToolError(f"{shown} is a binary file and is not shown")
+    return path.read_text(encoding="utf-8", errors="replace")
+
+
+def _lines(text: str) -> list[str]:
+    """Lines as editors number them (no split at form feeds, unlike `str.splitlines`)."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [line.removesuffix("\r") for line in lines]
+
+
+def _files(root: Path, base: Path) -> Iterator[Path]:
+    """Files under `base`, skipping `.git` and symlinks that lead out of the workspace."""
+    if base.is_file():
+        yield base
+        return
+    for directory, subdirs, names in os.walk(base):
+        subdirs[:] = sorted(d for d in subdirs if d != ".git")
+        for name in sorted(names):
+            path = Path(directory, name)
+            if path.is_symlink():
+                try:
+                    real = path.resolve()
+                except (OSError, RuntimeError):  # a symlink loop
+                    continue
+                if not (is_inside(root, real) and real.is_file()):
+                    continue
+            yield path
+
+
+def _existing(root: Path, path: str) -> Path:
+    found = resolve(root, path)
+    if not found.exists():
+        raise ToolError(f"{path!r} does not exist in the workspace; use list_files")
+    return found
+
+
+@tool(idempotent=True, timeout_s=60.0)
+def list_files(ctx: ToolContext, path: str = ".", pattern: str = "*") -> str:
+    """List the files under a directory of the workspace, recursively, sorted (skips .git).
+
+    Args:
+        path: directory relative to the workspace root, "." for the root.
+        pattern: shell-style pattern on the file name, or on the relative path when it
+            contains "/", e.g. "*.py" or "src/*/test_*.py".
+    """
+    root = _root(ctx)
+    base = _existing(root, path)
+    patterns = {pattern, pattern.removeprefix("**/")}  # "**/x" also matches x at the top
+    shown = []
+    for file in _files(root, base):
+        rel = relative(root, file)
+        target = rel if "/" in pattern else file.name
+        if any(fnmatch.fnmatchcase(target, p) for p in patterns):
+            shown.append(rel)
+    if not shown:
+        return f"no files match {pattern!r} under {path!r}"
+    more = len(shown) - MAX_LISTED
+    listing = "\n".join(shown[:MAX_LISTED])
+    return listing + (f"\n... and {more} more; narrow the path or pattern" if more > 0 else "")
+
+
+@tool(idempotent=True, timeout_s=60.0)
+def read_file(
+    ctx: ToolContext,
+    path: str,
+    start_line: Annotated[int, Field(ge=1)] = 1,
+    end_line: Annotated[int | None, Field(ge=1)] = None,
+) -> str:
+    """Read a text file of the workspace, with line numbers.
+
+    Args:
+        path: file path relative to the workspace root.
+        start_line: first line to show (1-based).
+        end_line: last line to show (inclusive); omit for up to 2000 lines.
+    """
+    root = _root(ctx)
+    file = resolve(root, path)
+    shown = relative(root, file)
+    lines = _lines(_read_text(file, shown))
+    if not lines:
+        return f"{shown} is empty"
+    if start_line > len(lines):
+        raise ToolError(f"{shown} has {len(lines)} lines; start_line {start_line} is past the end")
+    if end_line is not None and end_line < start_line:
+        raise ToolError(f"end_line {end_line} is before start_line {start_line}")
+    last = min(
+        len(lines), end_line or start_line + MAX_READ_LINES - 1, start_line + MAX_READ_LINES - 1
+    )
+    numbered = "\n".join(f"{n:6}\t{lines[n - 1]}" for n in range(start_line, last + 1))
+    more = (
+        f"\n... {len(lines) - last} more lines; read on with start_line={last + 1}"
+        if last < len(lines)
+        else ""
+    )
+    return f"{shown} (lines {start_line}-{last} of {len(lines)})\n{numbered}{more}"
+
+
+@tool(idempotent=True, timeout_s=120.0)
+def search(
+    ctx: ToolContext,
+    pattern: str,
+    path: str = ".",
+    max_results: Annotated[int, Field(ge=1, le=1000)] = 100,
+) -> str:
+    """Search text files of the workspace for a Python regular expression.
+
+    Prints one "file:line: text" per matching line (skips .git and binary files).
+
+    Args:
+        pattern: Python regular expression, e.g. "def \\w+_total" or "TODO".
+        path: file or directory relative to the workspace root.
+        max_results: stop after this many matching lines.
+    """
+    try:
+        regex = re.compile(pattern)
+    except re.error as exc:
+        raise ToolError(
+            f"invalid regular expression {pattern!r}: {exc}; escape special "
+            "characters such as ( [ . * + ? with a backslash"
+        ) from exc
+    root = _root(ctx)
+    base = _existing(root, path)
+    found: list[str] = []
+    for file in _files(root, base):
+        try:
+            if file.stat().st_size > MAX_FILE_BYTES or _is_binary(file):
+                continue
+            text = file.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        rel = relative(root, file)
+        for number, line in enumerate(_lines(text), 1):
+            if regex.search(line):
+                found.append(f"{rel}:{number}: {line.strip()[:300]}")
+                if len(found) >= max_results:
+                    return "\n".join(found) + (
+                        f"\n(stopped after {max_results} results; narrow the pattern or path)"
+                    )
+    return "\n".join(found) if found else f"no matches for {pattern!r} under {path!r}"
+
+
+@tool(requires_approval=True, idempotent=True, timeout_s=60.0)
+def write_file(ctx: ToolContext, path: str, content: str) -> str:
+    """Create or replace a file of the workspace with the given content.
+
+    Args:
+        path: file path relative to the workspace root; missing directories are created.
+        content: the complete new content of the file.
+    """
+    root = _root(ctx)
+    file = resolve(root, path)
+    if file == root or file.is_dir():
+        raise ToolError(f"{path!r} is a directory; give a file path")
+    write_text(file, content)
+    return (
+        f"wrote {len(content)} characters ({len(_lines(content))} lines) to {relative(root, file)}"
+    )
+
+
+@tool(requires_approval=True, timeout_s=60.0)
+def apply_patch(ctx: ToolContext, patch: str) -> str:
+    """Apply a unified diff to the workspace; all files change or none does.
+
+    Use '--- a/path' and '+++ b/path' headers and '@@ -start,count +start,count @@'
+    hunks with a few lines of unchanged context; '--- /dev/null' creates a file and
+    '+++ /dev/null' deletes one. Context lines must match the file's current text.
+
+    Args:
+        patch: the unified diff text.
+    """
+    return patches.apply_patch(_root(ctx), patch)
+
+
+def _command_timeout(ctx: ToolContext, wanted: float) -> float:
+    """What is left of the call's time, less a margin to report the timeout ourselves."""
+    limit = ctx.timeout_s if ctx.timeout_s is not None else MAX_COMMAND_S
+    return max(0.1, min(wanted, limit - min(1.0, limit * 0.1)))
+
+
+def _shell(ctx: ToolContext, command: str, timeout_s: float) -> ShellResult:
+    env = command_env(
+        {
+            **dict(ctx.config.get("env") or {}),
+            "TICKWORK_SESSION_ID": ctx.session_id,
+            "TICKWORK_IDEMPOTENCY_KEY": ctx.idempotency_key,
+        }
+    )
+    result = run_shell(command, cwd=_root(ctx), timeout_s=timeout_s, env=env)
+    if result.timed_out:
+        raise ToolError(
+            f"the command timed out after {timeout_s:g}s and was killed\n" + result.describe()
+        )
+    return result
+
+
+@tool(approval_policy=command_needs_approval, timeout_s=MAX_COMMAND_S)
+def run_command(
+    ctx: ToolContext,
+    command: str,
+    timeout_s: Annotated[float, Field(gt=0, le=MAX_COMMAND_S)] = 60.0,
+) -> str:
+    """Run a shell command (/bin/sh) in the workspace root; shows exit code, stdout, stderr.
+
+    Commands that delete, move or overwrite files, change permissions, push, or drop
+    data need a person's approval first. Do not rely on network access.
+
+    Args:
+        command: the shell command line.
+        timeout_s: seconds before the command is killed.
+    """
+    return _shell(ctx, command, _command_timeout(ctx, timeout_s)).describe()
+
+
+@tool(idempotent=True, timeout_s=MAX_COMMAND_S)
+def run_tests(ctx: ToolContext) -> str:
+    """Run the project's test suite (the session's configured test command) in the workspace."""
+    command = ctx.config.get("test_command")
+    if isinstance(command, list | tuple) and all(isinstance(part, str) for part in command):
+        command = shlex.join(command)
+    if not isinstance(command, str) or not command.strip():
+        raise ToolError(
+            "this session has no test_command configured; run the tests with run_command instead"
+        )
+    wanted = float(ctx.config.get("test_timeout_s") or MAX_COMMAND_S)
+    result = _shell(ctx, command, _command_timeout(ctx, wanted))
+    verdict = "tests passed" if result.exit_code == 0 else "tests FAILED"
+    return f"{verdict} ({command})\n{result.describe()}"
+
+
+def repair_tools() -> list[Tool]:
+    """The repair toolkit, in the order the model sees it."""
+    return [list_files, read_file, search, write_file, apply_patch, run_command, run_tests]
+
+
+def default_registry() -> ToolRegistry:
+    """A new registry holding the repair toolkit."""
+    return ToolRegistry(repair_tools())
