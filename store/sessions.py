@@ -31,6 +31,7 @@ from fsm.forks import ForkPatch, fork
 from fsm.loops import HISTORY
 from fsm.machine import Change
 from fsm.values import (
+    CallState,
     Decision,
     Event,
     EventKind,
@@ -225,9 +226,11 @@ class Store:
             head = _head(conn, session_id, lock=self._postgres)
             existing = _decisions(conn, session_id, (decision.call_id,)).get(decision.call_id)
             current = _calls(conn, session_id, step=head.step)
-            if decision.call_id not in {c.call_id for c in current}:
-                if existing is not None:
-                    raise already_decided(existing, session_id=session_id)
+            call = next((c for c in current if c.call_id == decision.call_id), None)
+            # a decision made before the call went in doubt does not count for the doubt
+            if existing is not None and (call is None or call.state is not CallState.IN_DOUBT):
+                raise already_decided(existing, session_id=session_id)
+            if call is None:
                 _missing_call(conn, head, decision.call_id)
             if existing is not None:
                 decision = decision.model_copy(update={"attempt": existing.attempt + 1})
