@@ -7,6 +7,8 @@ import uuid
 from enum import StrEnum
 from pathlib import Path
 
+from sqlalchemy.exc import SQLAlchemyError
+
 from fsm import machine, transcript
 from fsm.errors import ClaimLost, InvalidToolArguments, ModelError
 from fsm.machine import Change, RunTool
@@ -39,6 +41,8 @@ def advance(rt: Runtime, session_id: str, version: int) -> Outcome:
             change = _phase(rt, claimed)
     except ClaimLost:
         return Outcome.LOST
+    except SQLAlchemyError:
+        raise  # the database is away: the lease expires and the relay runs this tick again
     except Exception as exc:
         # a broken job kind, tool registry or model factory: fail loudly, keep everything
         log.exception("tick of session %s v%d failed", session_id, version)
