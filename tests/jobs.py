@@ -55,7 +55,7 @@ def _tools() -> ToolRegistry:
     return registry
 
 
-def _prepare(data: Mapping[str, Any]) -> dict[str, Any]:
+def _prepare(data: Mapping[str, Any], *, state_dir: Path) -> dict[str, Any]:
     return {"user_prompt": str(data.get("task", "run the test script")), "sink": data.get("sink")}
 
 

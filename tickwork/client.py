@@ -58,7 +58,7 @@ class Tickwork:
                session_id: str | None = None) -> Head:
         """Store a new session of job kind `kind` and enqueue its first tick."""
         job = self.jobs.get(kind)
-        config = job.prepare(dict(input or {}))
+        config = job.prepare(dict(input or {}), state_dir=self.settings.state_dir)
         spec = model or self.settings.model or str(config.pop("default_model", ""))
         if not spec:
             raise InvalidInput("no model given: pass --model (scripted:PATH or openai:MODEL) "

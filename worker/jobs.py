@@ -26,9 +26,10 @@ class JobKind:
     system_prompt: str
     #: builds the kind's tools; called once per process
     tools: Callable[[], ToolRegistry]
-    #: turns the submitted input into the session's config (at least `user_prompt`);
-    #: raises InvalidInput naming what is wrong
-    prepare: Callable[[Mapping[str, Any]], dict[str, Any]]
+    #: `prepare(input, state_dir=...)` turns the submitted input into the session's config
+    #: (at least `user_prompt`); raises InvalidInput naming what is wrong. `state_dir` is
+    #: where the deployment keeps files (e.g. the repair job's baselines).
+    prepare: Callable[..., dict[str, Any]]
     #: budget defaults for this kind, over the settings' defaults
     budgets: Mapping[str, Any] = field(default_factory=dict)
     #: what the job produced, computed when the session completes (e.g. the repair's patch)
