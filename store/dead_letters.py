@@ -47,7 +47,8 @@ class DeadLetter(BaseModel):
 def error_signature(code: str, message: str) -> str:
     """The message with its particulars (numbers, ids, quoted values) taken out, for grouping."""
     text = re.sub(r"'[^']*'|\"[^\"]*\"", "'…'", message)
-    text = re.sub(r"\b[0-9a-f]{8,}\b", "<id>", text)
+    text = re.sub(r"\b[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}\b", "<id>", text, flags=re.I)
+    text = re.sub(r"\b(?=[0-9a-f]*[a-f])[0-9a-f]{8,}\b", "<id>", text, flags=re.I)
     text = re.sub(r"\$?\d+(\.\d+)?", "N", text)
     return f"{code}: {text}"[:300]
 

@@ -26,7 +26,7 @@ from sqlalchemy.exc import IntegrityError
 
 from fsm import machine
 from fsm.approvals import already_decided
-from fsm.errors import CallNotFound, ClaimLost, NotWaiting, SessionNotFound
+from fsm.errors import CallNotFound, ClaimLost, InvalidInput, NotWaiting, SessionNotFound
 from fsm.forks import ForkPatch, fork
 from fsm.loops import HISTORY
 from fsm.machine import Change
@@ -77,9 +77,27 @@ class Store:
 
     def create(self, session: Session, *, now: datetime) -> Head:
         """Insert a new session (or a fork) and, if it is runnable, its first tick."""
-        with self.engine.begin() as conn:
-            _insert_session(conn, session, now=now)
+        self._insert(session, now=now)
         return session.head
+
+    def _insert(
+        self, session: Session, *, now: datetime, resolves: str | None = None, by: str = ""
+    ) -> None:
+        try:
+            with self.engine.begin() as conn:
+                _insert_session(conn, session, now=now)
+                if resolves is not None:
+                    resolution = {"fork": session.head.id, "by": by}
+                    dead_letters.resolve(conn, resolves, now=now, resolution=resolution)
+        except IntegrityError:
+            with self.engine.connect() as conn:
+                query = select(sessions.c.id).where(sessions.c.id == session.head.id)
+                taken = conn.execute(query).first() is not None
+            if taken:
+                raise InvalidInput(
+                    f"a session with id {session.head.id!r} exists already; choose another id"
+                ) from None
+            raise
 
     def get(self, session_id: str) -> Head:
         with self.engine.connect() as conn:
@@ -92,7 +110,7 @@ class Store:
     def list_sessions(
         self,
         *,
-        status: Sequence[str] = (),
+        status: str | Sequence[str] = (),
         kind: str | None = None,
         error_code: str | None = None,
         limit: int = 50,
@@ -101,7 +119,8 @@ class Store:
         """Newest first."""
         query = select(sessions)
         if status:
-            query = query.where(sessions.c.status.in_(list(status)))
+            wanted = [status] if isinstance(status, str) else list(status)
+            query = query.where(sessions.c.status.in_(wanted))
         if kind:
             query = query.where(sessions.c.kind == kind)
         if error_code:
@@ -198,7 +217,12 @@ class Store:
         )
         stmt = (
             update(calls)
-            .where(calls.c.session_id == session_id, calls.c.call_id == call.call_id, ours)
+            .where(
+                calls.c.session_id == session_id,
+                calls.c.call_id == call.call_id,
+                calls.c.state.in_([s.value for s in CallState if s.open]),
+                ours,
+            )
             .values(state="started", started_at=now)
         )
         event = Event(
@@ -253,14 +277,21 @@ class Store:
             if not change.head.status.runnable:
                 return _apply(conn, change, version=head.version, owner=None, now=now)
             # no version bump: the tick in flight stays valid and sees the flag next time
-            conn.execute(
-                update(sessions).where(sessions.c.id == session_id).values(cancel_requested=True)
+            stored = (
+                conn.execute(
+                    update(sessions)
+                    .where(sessions.c.id == session_id)
+                    .values(cancel_requested=True, updated_at=now)
+                    .returning(*sessions.c)
+                )
+                .mappings()
+                .one()
             )
             conn.execute(
                 insert(events),
                 [rows.event_to_row(session_id, head.version, e) for e in change.events],
             )
-            return change.head
+            return rows.head_from_row(stored)
 
     def fork(
         self,
@@ -277,12 +308,7 @@ class Store:
         child = fork(
             self.load(parent_id), new_id=new_id, from_step=from_step, patch=patch, by=by, now=now
         )
-        with self.engine.begin() as conn:
-            _insert_session(conn, child, now=now)
-            if resolve_dead_letter:
-                dead_letters.resolve(
-                    conn, parent_id, now=now, resolution={"fork": new_id, "by": by}
-                )
+        self._insert(child, now=now, resolves=parent_id if resolve_dead_letter else None, by=by)
         return child.head
 
 
@@ -465,7 +491,8 @@ def _load(conn: Connection, session_id: str) -> Session:
     return Session(
         head=head,
         steps=history,
-        observations=tuple(sorted(seen.values(), key=lambda o: o.at)),
+        # in the order of the calls they answer
+        observations=tuple(seen[c.call_id] for s in history for c in s.calls if c.call_id in seen),
         decisions=_all_decisions(conn, session_id),
         events=tuple(rows.event_from_row(r) for r in found),
     )

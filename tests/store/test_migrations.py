@@ -1,0 +1,87 @@
+"""The migrations build exactly the schema in `store.schema`, and take it down again."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from sqlalchemy import Column, Integer, MetaData, inspect
+
+from store.engine import make_engine
+from store.migrate import downgrade, upgrade
+from store.schema import metadata
+from tests.services import postgres_database
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A database nothing has touched."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'fresh.db'}"
+        return
+    with postgres_database() as url:
+        yield url
+
+
+def _differences(url: str) -> list[object]:
+    engine = make_engine(url)
+    try:
+        with engine.connect() as conn:
+            context = MigrationContext.configure(conn, opts={"compare_type": True,
+                                                             "compare_server_default": True})
+            return list(compare_metadata(context, metadata))
+    finally:
+        engine.dispose()
+
+
+def _tables(url: str) -> set[str]:
+    engine = make_engine(url)
+    try:
+        return set(inspect(engine).get_table_names())
+    finally:
+        engine.dispose()
+
+
+def test_upgrade_of_an_empty_database_builds_exactly_the_schema(empty_url: str) -> None:
+    upgrade(empty_url)
+
+    assert _differences(empty_url) == []
+    assert {t.name for t in metadata.sorted_tables} <= _tables(empty_url)
+
+
+def test_downgrade_to_base_leaves_no_tickwork_tables(empty_url: str) -> None:
+    upgrade(empty_url)
+
+    downgrade(empty_url, "base")
+
+    assert {t for t in _tables(empty_url) if t.startswith("tickwork_")} == set()
+    upgrade(empty_url)
+    assert _differences(empty_url) == []
+
+
+def test_upgrade_twice_is_a_no_op(empty_url: str) -> None:
+    upgrade(empty_url)
+    upgrade(empty_url)
+
+    assert _differences(empty_url) == []
+
+
+def test_the_comparison_sees_a_schema_the_migrations_do_not_build(empty_url: str) -> None:
+    upgrade(empty_url)
+    changed = MetaData(naming_convention=metadata.naming_convention)
+    for table in metadata.sorted_tables:
+        table.to_metadata(changed)
+    changed.tables["tickwork_outbox"].append_column(Column("attempts", Integer))
+
+    engine = make_engine(empty_url)
+    try:
+        with engine.connect() as conn:
+            found = compare_metadata(MigrationContext.configure(conn), changed)
+    finally:
+        engine.dispose()
+
+    assert [(d[0], d[2], d[3].name) for d in found] == [
+        ("add_column", "tickwork_outbox", "attempts")]

@@ -1,0 +1,139 @@
+"""store.relay: republishing ticks whose message may be lost, recovering dead workers."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from sqlalchemy import insert
+
+from fsm import machine
+from store import Store
+from store.relay import Due, due_ticks, expired_leases
+from store.schema import outbox
+from tests.conftest import Clock
+from tests.store.conftest import (
+    LEASE_S,
+    claim,
+    lease,
+    new_session,
+    reply,
+    run_step,
+    table_rows,
+    think,
+    together,
+)
+
+
+def test_due_ticks_returns_rows_older_than_the_threshold_once(store: Store,
+                                                              clock: Clock) -> None:
+    store.create(new_session("old", now=clock()), now=clock())
+    store.create(new_session("young", now=clock.advance(20)), now=clock())
+
+    assert due_ticks(store.engine, now=clock.advance(5), older_than_s=30) == []
+    found = due_ticks(store.engine, now=clock.advance(10), older_than_s=30)
+
+    assert found == [Due("old", 0)]
+    assert {r["session_id"]: r["due_at"] for r in table_rows(store.engine, outbox)} == {
+        "old": clock(), "young": clock() - timedelta(seconds=15)}
+    assert due_ticks(store.engine, now=clock(), older_than_s=30) == []
+    assert due_ticks(store.engine, now=clock.advance(31), older_than_s=30) == [
+        Due("young", 0), Due("old", 0)]
+
+
+def test_due_ticks_waits_for_a_delayed_tick(store: Store, clock: Clock,
+                                            session_id: str) -> None:
+    claimed = claim(store, session_id, now=clock())
+    retry = machine.model_failed(claimed.head, error="503", transient=True, now=clock(),
+                                 retry_after_s=60)
+    store.save(retry, version=0, owner="worker-1", now=clock())
+
+    assert due_ticks(store.engine, now=clock.advance(60), older_than_s=30) == []
+    assert due_ticks(store.engine, now=clock.advance(31), older_than_s=30) == [
+        Due(session_id, 1)]
+
+
+def test_due_ticks_deletes_rows_of_sessions_that_moved_on(store: Store, clock: Clock) -> None:
+    store.create(new_session("moved", now=clock()), now=clock())
+    run_step(store, "moved", 1, now=clock())
+    store.create(new_session("done", now=clock()), now=clock())
+    think(store, "done", reply(content="answer"), now=clock())
+    with store.engine.begin() as conn:
+        conn.execute(insert(outbox), [{"session_id": "moved", "version": 1, "due_at": clock()},
+                                      {"session_id": "done", "version": 1, "due_at": clock()}])
+    assert len(table_rows(store.engine, outbox)) == 3
+
+    found = due_ticks(store.engine, now=clock.advance(60), older_than_s=30)
+
+    assert found == [Due("moved", 2)]
+    assert [(r["session_id"], r["version"]) for r in table_rows(store.engine, outbox)] == [
+        ("moved", 2)]
+
+
+def test_due_ticks_honours_its_limit(store: Store, clock: Clock) -> None:
+    for n in range(5):
+        store.create(new_session(f"s{n}", now=clock.advance(1)), now=clock())
+
+    first = due_ticks(store.engine, now=clock.advance(60), older_than_s=30, limit=3)
+    rest = due_ticks(store.engine, now=clock(), older_than_s=30, limit=3)
+
+    assert [d.session_id for d in first] == ["s0", "s1", "s2"]
+    assert [d.session_id for d in rest] == ["s3", "s4"]
+
+
+def test_expired_leases_requeue_the_session_for_the_next_claimer(
+        store: Store, clock: Clock, session_id: str) -> None:
+    store.create(new_session("alive", now=clock()), now=clock())
+    claim(store, session_id, now=clock(), owner="dead")
+    claim(store, "alive", now=clock.advance(LEASE_S - 10), owner="w1")
+
+    assert expired_leases(store.engine, now=clock.advance(5)) == []
+    found = expired_leases(store.engine, now=clock.advance(6))
+
+    assert found == [Due(session_id, 0)]
+    assert lease(store.engine, session_id) == (None, None)
+    assert lease(store.engine, "alive")[0] == "w1"
+    assert table_rows(store.engine, outbox) == [
+        {"session_id": session_id, "version": 0, "due_at": clock()}]
+    assert expired_leases(store.engine, now=clock()) == []
+
+    assert store.claim(session_id, 0, owner="w2", now=clock(), lease_s=LEASE_S) is not None
+    assert table_rows(store.engine, outbox) == []
+
+
+def test_expired_leases_ignore_sessions_that_are_not_runnable(store: Store, clock: Clock,
+                                                              session_id: str) -> None:
+    think(store, session_id, reply(("danger", {})), now=clock())
+
+    assert expired_leases(store.engine, now=clock.advance(3600)) == []
+
+
+def test_concurrent_relays_never_return_a_row_twice(store: Store, clock: Clock) -> None:
+    for n in range(120):
+        store.create(new_session(f"s{n:03d}", now=clock()), now=clock())
+    now = clock.advance(60)
+
+    def drain() -> list[Due]:
+        seen: list[Due] = []
+        while found := due_ticks(store.engine, now=now, older_than_s=30, limit=7):
+            seen.extend(found)
+        return seen
+
+    results = together([drain] * 6)
+
+    assert not any(isinstance(r, BaseException) for r in results), results
+    returned = [d for r in results if isinstance(r, list) for d in r]
+    assert len(returned) == len(set(returned)) == 120
+
+
+def test_concurrent_lease_scans_never_return_a_session_twice(store: Store,
+                                                             clock: Clock) -> None:
+    for n in range(30):
+        store.create(new_session(f"s{n:03d}", now=clock()), now=clock())
+        claim(store, f"s{n:03d}", now=clock(), owner="dead")
+    now = clock.advance(LEASE_S + 1)
+
+    results = together([lambda: expired_leases(store.engine, now=now, limit=4)] * 6)
+
+    assert not any(isinstance(r, BaseException) for r in results), results
+    returned = [d for r in results if isinstance(r, list) for d in r]
+    assert len(returned) == len(set(returned))

@@ -1,0 +1,219 @@
+"""create, get, load, list_sessions and events_after, on SQLite and Postgres."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta, timezone
+
+import pytest
+from sqlalchemy.exc import StatementError
+
+from fsm.errors import SessionNotFound
+from fsm.values import (
+    Budgets,
+    CallState,
+    DecisionKind,
+    ErrorCode,
+    EventKind,
+    Observation,
+    Session,
+    Status,
+)
+from store import Store
+from store.schema import calls, observations, outbox, steps
+from tests.conftest import Clock
+from tests.store.conftest import (
+    awaiting_calls,
+    count_rows,
+    decision,
+    execute,
+    new_session,
+    reply,
+    run_step,
+    table_rows,
+    think,
+)
+
+
+def test_create_inserts_the_head_an_event_and_the_first_tick(store: Store, clock: Clock) -> None:
+    head = store.create(new_session("sess-1", now=clock()), now=clock())
+
+    assert head.version == 0
+    assert store.get("sess-1") == head
+    assert table_rows(store.engine, outbox) == [
+        {"session_id": "sess-1", "version": 0, "due_at": clock()}]
+    assert [(e.kind, e.data) for _, e in store.events_after("sess-1")] == [
+        (EventKind.CREATED, {"kind": "repair", "model": "gpt-test", "status": "ready"})]
+
+
+def test_create_of_a_session_that_is_not_runnable_enqueues_nothing(store: Store,
+                                                                   clock: Clock) -> None:
+    store.create(new_session("done", now=clock(), status=Status.COMPLETED), now=clock())
+
+    assert table_rows(store.engine, outbox) == []
+
+
+def test_create_of_a_fork_with_steps_inserts_them(store: Store, clock: Clock) -> None:
+    store.create(new_session("parent", now=clock()), now=clock())
+    run_step(store, "parent", 1, now=clock())
+    run_step(store, "parent", 2, now=clock())
+    parent = store.load("parent")
+    child_head = parent.head.model_copy(update={"id": "copy", "version": 0, "parent_id": "parent",
+                                                "fork_step": 2})
+    child = Session(head=child_head, steps=parent.steps, observations=parent.observations)
+
+    store.create(child, now=clock())
+
+    assert len(table_rows(store.engine, steps, steps.c.session_id == "copy")) == 2
+    assert len(table_rows(store.engine, calls, calls.c.session_id == "copy")) == 2
+    assert len(table_rows(store.engine, observations, observations.c.session_id == "copy")) == 2
+    loaded = store.load("copy")
+    assert loaded.steps == parent.steps
+    assert loaded.observations == parent.observations
+    assert loaded.head == child_head
+
+
+def test_get_and_load_of_an_unknown_session_raise_session_not_found(store: Store) -> None:
+    with pytest.raises(SessionNotFound, match="nope"):
+        store.get("nope")
+    with pytest.raises(SessionNotFound):
+        store.load("nope")
+
+
+def test_load_returns_steps_with_calls_observations_decisions_and_events_in_order(
+        store: Store, clock: Clock, session_id: str) -> None:
+    run_step(store, session_id, 1, now=clock.advance(1))
+    head = think(store, session_id, reply(("read_file", {"path": "a"}), ("danger", {"rm": "b"}),
+                                          content="two calls"), now=clock.advance(1))
+    assert head.status is Status.WAITING_APPROVAL
+    [awaited] = awaiting_calls(store, session_id)
+    store.decide(session_id, decision(awaited, now=clock.advance(1), comment="fine"),
+                 now=clock())
+    execute(store, session_id, now=clock.advance(1), output="first")
+    execute(store, session_id, now=clock.advance(1), output="second")
+
+    session = store.load(session_id)
+
+    assert session.head.version == 6
+    assert session.head.status is Status.READY
+    assert [s.step for s in session.steps] == [1, 2]
+    assert [s.thought for s in session.steps] == ["step 0001", "two calls"]
+    assert [[c.call_id for c in s.calls] for s in session.steps] == [
+        ["s1c0"], ["s2c0", "s2c1"]]
+    assert [c.name for c in session.steps[1].calls] == ["read_file", "danger"]
+    assert session.steps[1].calls[1].needs_approval
+    assert all(c.state is CallState.DONE for s in session.steps for c in s.calls)
+    assert session.steps[1].usage.total == 120
+    assert session.steps[1].trace_id == "trace-0002"
+    assert [(o.call_id, o.content) for o in session.observations] == [
+        ("s1c0", "contents of f0001"), ("s2c0", "first"), ("s2c1", "second")]
+    assert [(d.call_id, d.kind, d.approver, d.comment) for d in session.decisions] == [
+        ("s2c1", DecisionKind.APPROVE, "alice", "fine")]
+    assert [e.kind for e in session.events] == [
+        EventKind.CREATED,
+        EventKind.MODEL_CALLED, EventKind.STEP_RECORDED,
+        EventKind.TOOL_STARTED, EventKind.TOOL_FINISHED,
+        EventKind.MODEL_CALLED, EventKind.STEP_RECORDED, EventKind.APPROVAL_REQUESTED,
+        EventKind.APPROVAL_DECIDED,
+        EventKind.TOOL_STARTED, EventKind.TOOL_FINISHED,
+        EventKind.TOOL_STARTED, EventKind.TOOL_FINISHED,
+    ]
+    assert session.head.tokens == 240
+    assert session.head.cost_usd == pytest.approx(0.02)
+
+
+def test_load_keeps_an_observation_whole(store: Store, clock: Clock, session_id: str) -> None:
+    think(store, session_id, reply(("read_file", {"path": "big"})), now=clock())
+    big = "x" * 100_000 + "\n\u00e9\u4e2d"
+    execute(store, session_id, now=clock(), output=big)
+
+    assert store.load(session_id).observations == (
+        Observation(call_id="s1c0", content=big, at=clock(), duration_ms=3.0),)
+
+
+def test_list_sessions_filters_by_status_kind_and_error_code_newest_first(
+        store: Store, clock: Clock) -> None:
+    store.create(new_session("a", now=clock.advance(1), kind="repair"), now=clock())
+    store.create(new_session("b", now=clock.advance(1), kind="review"), now=clock())
+    store.create(new_session("c", now=clock.advance(1), kind="repair",
+                             budgets=Budgets(max_steps=1)), now=clock())
+    run_step(store, "c", 1, now=clock.advance(1))
+    failed = think(store, "c", reply(), now=clock.advance(1))
+    assert failed.error_code is ErrorCode.BUDGET_STEPS
+    store.create(new_session("d", now=clock.advance(1), kind="repair"), now=clock())
+    think(store, "d", reply(content="done"), now=clock.advance(1))
+
+    def ids(**filters: object) -> list[str]:
+        return [h.id for h in store.list_sessions(**filters)]  # type: ignore[arg-type]
+
+    assert ids() == ["d", "c", "b", "a"]
+    assert ids(status=[Status.READY]) == ["b", "a"]
+    assert ids(status=["completed", "failed"]) == ["d", "c"]
+    assert ids(kind="repair") == ["d", "c", "a"]
+    assert ids(error_code="BUDGET_STEPS") == ["c"]
+    assert ids(kind="review", status=["failed"]) == []
+    assert ids(limit=2) == ["d", "c"]
+    assert ids(limit=2, offset=2) == ["b", "a"]
+
+
+def test_events_after_resumes_after_an_id(store: Store, clock: Clock, session_id: str) -> None:
+    run_step(store, session_id, 1, now=clock())
+    everything = store.events_after(session_id)
+    ids = [i for i, _ in everything]
+    assert len(ids) == 5
+    assert ids == sorted(ids) and len(set(ids)) == len(ids)
+
+    assert store.events_after(session_id, after_id=ids[1]) == everything[2:]
+    assert store.events_after(session_id, after_id=ids[-1]) == []
+    assert store.events_after(session_id, after_id=ids[0], limit=2) == everything[1:3]
+
+    run_step(store, session_id, 2, now=clock())
+    more = store.events_after(session_id, after_id=ids[-1])
+    assert [e.kind for _, e in more] == [EventKind.MODEL_CALLED, EventKind.STEP_RECORDED,
+                                         EventKind.TOOL_STARTED, EventKind.TOOL_FINISHED]
+    assert min(i for i, _ in more) > ids[-1]
+
+
+def test_events_after_only_returns_that_sessions_events(store: Store, clock: Clock) -> None:
+    store.create(new_session("a", now=clock()), now=clock())
+    store.create(new_session("b", now=clock()), now=clock())
+    run_step(store, "b", 1, now=clock())
+
+    assert [e.kind for _, e in store.events_after("a")] == [EventKind.CREATED]
+    assert count_rows(store.engine)["tickwork_events"] == 6
+
+
+def test_times_come_back_as_the_same_instant_in_utc(store: Store) -> None:
+    paris = timezone(timedelta(hours=2))
+    created = datetime(2026, 3, 1, 14, 30, 15, 123456, tzinfo=paris)
+
+    store.create(new_session("tz", now=created), now=created)
+
+    head = store.get("tz")
+    assert head.created_at == created
+    assert head.created_at.utcoffset() == timedelta(0)
+    assert head.created_at.microsecond == 123456
+    assert table_rows(store.engine, outbox)[0]["due_at"] == created
+
+
+def test_a_naive_time_is_refused(store: Store) -> None:
+    naive = datetime(2026, 1, 1, 12, 0)
+    with pytest.raises(StatementError, match="naive datetime"):
+        store.create(new_session("naive", now=naive.replace(tzinfo=UTC)), now=naive)
+    assert count_rows(store.engine)["tickwork_sessions"] == 0
+
+
+def test_calls_keep_unparsable_and_nested_arguments(store: Store, clock: Clock,
+                                                    session_id: str) -> None:
+    nested = {"edits": [{"line": 3, "text": "x = '\u00e9'"}], "opts": {"dry": True, "n": None}}
+    think(store, session_id, reply(("apply", nested), ("read_file", "{not json"),
+                                   ("read_file", "[1, 2]")), now=clock())
+
+    first, second, third = store.load(session_id).steps[0].calls
+    assert (first.arguments, second.arguments, third.arguments) == (nested, None, None)
+    assert (second.raw_arguments, third.raw_arguments) == ("{not json", "[1, 2]")
+    execute(store, session_id, now=clock())
+    head = execute(store, session_id, now=clock())
+    assert head.status is Status.EXECUTING
+    observation = store.load(session_id).observation(second.call_id)
+    assert observation is not None and observation.is_error
+    assert "not a valid JSON object" in observation.content
