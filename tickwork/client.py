@@ -29,8 +29,14 @@ SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 class Tickwork:
     """One handle on a tickwork deployment, configured from settings."""
 
-    def __init__(self, settings: Settings | None = None, *, app: Celery | None = None,
-                 store: Store | None = None, clock: Callable[[], datetime] = utc_now) -> None:
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        app: Celery | None = None,
+        store: Store | None = None,
+        clock: Callable[[], datetime] = utc_now,
+    ) -> None:
         self.settings = settings or load_settings()
         self._app = app
         self.store = store or build_store(self.settings)
@@ -53,24 +59,39 @@ class Tickwork:
         except Exception as exc:
             log.warning("could not publish the tick of %s (%s); the relay will", session_id, exc)
 
-    def submit(self, kind: str, input: Mapping[str, Any] | None = None, *,
-               model: str | None = None, budgets: Mapping[str, Any] | None = None,
-               session_id: str | None = None) -> Head:
+    def submit(
+        self,
+        kind: str,
+        input: Mapping[str, Any] | None = None,
+        *,
+        model: str | None = None,
+        budgets: Mapping[str, Any] | None = None,
+        session_id: str | None = None,
+    ) -> Head:
         """Store a new session of job kind `kind` and enqueue its first tick."""
         job = self.jobs.get(kind)
         config = job.prepare(dict(input or {}), state_dir=self.settings.state_dir)
         spec = model or self.settings.model or str(config.pop("default_model", ""))
         if not spec:
-            raise InvalidInput("no model given: pass --model (scripted:PATH or openai:MODEL) "
-                               "or set TICKWORK_MODEL")
+            raise InvalidInput(
+                "no model given: pass --model (scripted:PATH or openai:MODEL) or set TICKWORK_MODEL"
+            )
         if session_id is not None and not SESSION_ID.match(session_id):
-            raise InvalidInput(f"session id {session_id!r} may only hold letters, digits, "
-                               "'_', '-' and '.', up to 64 characters")
+            raise InvalidInput(
+                f"session id {session_id!r} may only hold letters, digits, "
+                "'_', '-' and '.', up to 64 characters"
+            )
         now = self.clock()
-        head = Head(id=session_id or uuid.uuid4().hex, kind=kind, created_at=now,
-                    updated_at=now, model=spec, input=dict(input or {}),
-                    budgets=self.budgets(job.budgets, budgets or {}),
-                    config={"system_prompt": job.system_prompt, **config})
+        head = Head(
+            id=session_id or uuid.uuid4().hex,
+            kind=kind,
+            created_at=now,
+            updated_at=now,
+            model=spec,
+            input=dict(input or {}),
+            budgets=self.budgets(job.budgets, budgets or {}),
+            config={"system_prompt": job.system_prompt, **config},
+        )
         self.store.create(Session(head=head), now=now)
         self.publish(head.id, head.version)
         return head
@@ -80,8 +101,9 @@ class Tickwork:
         for layer in layers:
             unknown = sorted(set(layer) - set(merged))
             if unknown:
-                raise InvalidBudget(f"unknown budget {', '.join(unknown)}; "
-                                    f"known: {', '.join(merged)}")
+                raise InvalidBudget(
+                    f"unknown budget {', '.join(unknown)}; known: {', '.join(merged)}"
+                )
             merged.update({k: v for k, v in layer.items() if v is not None})
         try:
             return Budgets(**merged)
@@ -105,32 +127,52 @@ class Tickwork:
             if not head.status.runnable:
                 return head
             if time.monotonic() > deadline:
-                raise TimeoutError(f"session {session_id} still {head.status.value} after "
-                                   f"{timeout}s; is a worker running (`tickwork worker`)?")
+                raise TimeoutError(
+                    f"session {session_id} still {head.status.value} after "
+                    f"{timeout}s; is a worker running (`tickwork worker`)?"
+                )
             time.sleep(poll)
 
-    def decide(self, session_id: str, call_id: str, kind: DecisionKind | str, *,
-               approver: str, fingerprint: str | None = None, comment: str = "",
-               arguments: Mapping[str, Any] | None = None, feedback: str = "",
-               output: str = "") -> Head:
+    def decide(
+        self,
+        session_id: str,
+        call_id: str,
+        kind: DecisionKind | str,
+        *,
+        approver: str,
+        fingerprint: str | None = None,
+        comment: str = "",
+        arguments: Mapping[str, Any] | None = None,
+        feedback: str = "",
+        output: str = "",
+    ) -> Head:
         """Decide one waiting call; `fingerprint` binds the decision to what the approver saw
         (None binds it to the call as stored now)."""
         kind = DecisionKind(kind)
         session = self.store.load(session_id)
         call = session.call(call_id)
         if call is None:
-            raise CallNotFound(f"session {session_id} has no call {call_id!r}; waiting: "
-                               f"{', '.join(session.head.awaiting) or 'none'}")
+            raise CallNotFound(
+                f"session {session_id} has no call {call_id!r}; waiting: "
+                f"{', '.join(session.head.awaiting) or 'none'}"
+            )
         if kind is DecisionKind.EDIT:
             if arguments is None:
                 raise InvalidInput(f"an edit of call {call_id} needs the new arguments")
             tools = self.jobs.tools(session.head.kind)
             if call.name in tools:
                 arguments = tools.get(call.name).validate(dict(arguments))
-        decision = Decision(call_id=call_id, kind=kind, approver=approver, at=self.clock(),
-                            fingerprint=call.fingerprint if fingerprint is None else fingerprint,
-                            comment=comment, feedback=feedback, output=output,
-                            arguments=dict(arguments) if arguments is not None else None)
+        decision = Decision(
+            call_id=call_id,
+            kind=kind,
+            approver=approver,
+            at=self.clock(),
+            fingerprint=call.fingerprint if fingerprint is None else fingerprint,
+            comment=comment,
+            feedback=feedback,
+            output=output,
+            arguments=dict(arguments) if arguments is not None else None,
+        )
         head = self.store.decide(session_id, decision, now=decision.at)
         if head.status.runnable:
             self.publish(head.id, head.version)
@@ -139,37 +181,67 @@ class Tickwork:
     def approve(self, session_id: str, call_id: str, *, approver: str, **kw: Any) -> Head:
         return self.decide(session_id, call_id, DecisionKind.APPROVE, approver=approver, **kw)
 
-    def edit(self, session_id: str, call_id: str, arguments: Mapping[str, Any], *,
-             approver: str, **kw: Any) -> Head:
-        return self.decide(session_id, call_id, DecisionKind.EDIT, approver=approver,
-                           arguments=arguments, **kw)
+    def edit(
+        self,
+        session_id: str,
+        call_id: str,
+        arguments: Mapping[str, Any],
+        *,
+        approver: str,
+        **kw: Any,
+    ) -> Head:
+        return self.decide(
+            session_id, call_id, DecisionKind.EDIT, approver=approver, arguments=arguments, **kw
+        )
 
-    def reject(self, session_id: str, call_id: str, feedback: str, *, approver: str,
-               **kw: Any) -> Head:
-        return self.decide(session_id, call_id, DecisionKind.REJECT, approver=approver,
-                           feedback=feedback, **kw)
+    def reject(
+        self, session_id: str, call_id: str, feedback: str, *, approver: str, **kw: Any
+    ) -> Head:
+        return self.decide(
+            session_id, call_id, DecisionKind.REJECT, approver=approver, feedback=feedback, **kw
+        )
 
-    def provide_output(self, session_id: str, call_id: str, output: str, *, approver: str,
-                       **kw: Any) -> Head:
-        return self.decide(session_id, call_id, DecisionKind.PROVIDE_OUTPUT, approver=approver,
-                           output=output, **kw)
+    def provide_output(
+        self, session_id: str, call_id: str, output: str, *, approver: str, **kw: Any
+    ) -> Head:
+        return self.decide(
+            session_id, call_id, DecisionKind.PROVIDE_OUTPUT, approver=approver, output=output, **kw
+        )
 
     def cancel(self, session_id: str, *, by: str = "") -> Head:
         return self.store.request_cancel(session_id, now=self.clock(), by=by)
 
-    def fork(self, session_id: str, *, from_step: int, by: str,
-             system_prompt: str | None = None, append_instruction: str | None = None,
-             tool_outputs: Mapping[str, str] | None = None,
-             budgets: Mapping[str, Any] | None = None, resolve_dead_letter: bool = False,
-             new_id: str | None = None) -> Head:
+    def fork(
+        self,
+        session_id: str,
+        *,
+        from_step: int,
+        by: str,
+        system_prompt: str | None = None,
+        append_instruction: str | None = None,
+        tool_outputs: Mapping[str, str] | None = None,
+        budgets: Mapping[str, Any] | None = None,
+        resolve_dead_letter: bool = False,
+        new_id: str | None = None,
+    ) -> Head:
         """A new session from `session_id`'s step `from_step` with a declared patch."""
         if budgets:
             self.budgets(budgets)  # names and values checked before anything is written
-        patch = ForkPatch(system_prompt=system_prompt, append_instruction=append_instruction,
-                          tool_outputs=dict(tool_outputs or {}), budgets=dict(budgets or {}))
-        head = self.store.fork(session_id, new_id=new_id or uuid.uuid4().hex,
-                               from_step=from_step, patch=patch, by=by, now=self.clock(),
-                               resolve_dead_letter=resolve_dead_letter)
+        patch = ForkPatch(
+            system_prompt=system_prompt,
+            append_instruction=append_instruction,
+            tool_outputs=dict(tool_outputs or {}),
+            budgets=dict(budgets or {}),
+        )
+        head = self.store.fork(
+            session_id,
+            new_id=new_id or uuid.uuid4().hex,
+            from_step=from_step,
+            patch=patch,
+            by=by,
+            now=self.clock(),
+            resolve_dead_letter=resolve_dead_letter,
+        )
         if head.status.runnable:
             self.publish(head.id, head.version)
         return head
@@ -180,8 +252,9 @@ class Tickwork:
     def dead_letter(self, key: int | str) -> dl.DeadLetter:
         return dl.get_dead_letter(self.store.engine, key)
 
-    def dead_letter_stats(self, *, by: str = "code",
-                          since: datetime | None = None) -> list[dict[str, Any]]:
+    def dead_letter_stats(
+        self, *, by: str = "code", since: datetime | None = None
+    ) -> list[dict[str, Any]]:
         return dl.stats(self.store.engine, by=by, since=since)
 
 
@@ -191,5 +264,3 @@ def _first_error(exc: ValueError) -> str:
         first = errors()[0]
         return f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}"
     return str(exc)
-
-

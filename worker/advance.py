@@ -15,6 +15,7 @@ from fsm.machine import Change, RunTool
 from fsm.values import ErrorCode, Head, Status, idempotency_key
 from store import Claimed
 
+from . import metrics, webhooks  # issue 8: metrics and approval webhooks
 from .models import ModelSettings
 from .models.pricing import cost_usd
 from .runtime import Runtime, owner_name
@@ -29,6 +30,7 @@ class Outcome(StrEnum):
     SAVED = "saved"  #: one micro-phase applied
 
 
+@metrics.timed_tick  # issue 8: ticks by phase and outcome, tick duration
 def advance(rt: Runtime, session_id: str, version: int) -> Outcome:
     owner = owner_name()
     claimed = rt.store.claim(
@@ -62,6 +64,7 @@ def advance(rt: Runtime, session_id: str, version: int) -> Outcome:
 
 
 def after_commit(rt: Runtime, change: Change, head: Head) -> None:
+    webhooks.announce(rt, change, head)  # issue 8: POST a card when approval is requested
     if head.status.runnable:
         rate = rt.settings.drop_publish_rate
         if rate and rt.jitter() < rate:
@@ -75,6 +78,7 @@ def after_commit(rt: Runtime, change: Change, head: Head) -> None:
             log.warning("could not announce dead letter %s: %s", head.id, exc)
 
 
+@metrics.timed_phase  # issue 8: the tick's phase, model calls, tokens and cost
 def _phase(rt: Runtime, claimed: Claimed) -> Change:
     if claimed.head.status is Status.READY:
         return _think(rt, claimed)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from store.relay import due_ticks, expired_leases
 
+from . import metrics  # issue 8: relay metrics
 from .runtime import Runtime
 
 log = logging.getLogger("tickwork.relay")
@@ -22,6 +23,7 @@ class RelayPass:
     lease_expiries: int
 
 
+@metrics.counted_relay  # issue 8: relay republishes and lease expiries
 def relay_once(rt: Runtime) -> RelayPass:
     now = rt.clock()
     revived = expired_leases(rt.store.engine, now=now)

@@ -42,27 +42,52 @@ RULES = {"danger": ApprovalRule(always=True)}
 LEASE_S = 30.0
 
 
-def new_session(session_id: str = "sess-1", *, now: datetime, kind: str = "repair",
-                model: str = "gpt-test", budgets: Budgets | None = None,
-                status: Status = Status.READY) -> Session:
-    head = Head(id=session_id, kind=kind, status=status, created_at=now, updated_at=now,
-                model=model, budgets=budgets or Budgets(), input={"task": "fix the bug"},
-                config={"system_prompt": "You repair code.", "user_prompt": "fix it"})
+def new_session(
+    session_id: str = "sess-1",
+    *,
+    now: datetime,
+    kind: str = "repair",
+    model: str = "gpt-test",
+    budgets: Budgets | None = None,
+    status: Status = Status.READY,
+) -> Session:
+    head = Head(
+        id=session_id,
+        kind=kind,
+        status=status,
+        created_at=now,
+        updated_at=now,
+        model=model,
+        budgets=budgets or Budgets(),
+        input={"task": "fix the bug"},
+        config={"system_prompt": "You repair code.", "user_prompt": "fix it"},
+    )
     return Session(head=head)
 
 
-def reply(*calls: tuple[str, dict[str, Any] | str], content: str = "let me look",
-          prompt_tokens: int = 100, completion_tokens: int = 20) -> ModelReply:
+def reply(
+    *calls: tuple[str, dict[str, Any] | str],
+    content: str = "let me look",
+    prompt_tokens: int = 100,
+    completion_tokens: int = 20,
+) -> ModelReply:
     """A model reply proposing `calls`, each `(tool name, arguments)`."""
-    return ModelReply(content=content,
-                      calls=tuple(ProposedCall(name=n, arguments=a) for n, a in calls),
-                      usage=Usage(prompt_tokens=prompt_tokens,
-                                  completion_tokens=completion_tokens),
-                      latency_ms=12.5)
+    return ModelReply(
+        content=content,
+        calls=tuple(ProposedCall(name=n, arguments=a) for n, a in calls),
+        usage=Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens),
+        latency_ms=12.5,
+    )
 
 
-def claim(store: Store, session_id: str, *, now: datetime, owner: str = "worker-1",
-          version: int | None = None) -> Claimed:
+def claim(
+    store: Store,
+    session_id: str,
+    *,
+    now: datetime,
+    owner: str = "worker-1",
+    version: int | None = None,
+) -> Claimed:
     if version is None:
         version = store.get(session_id).version
     claimed = store.claim(session_id, version, owner=owner, now=now, lease_s=LEASE_S)
@@ -75,55 +100,102 @@ def think_change(claimed: Claimed, answer: ModelReply, *, now: datetime) -> Chan
     started = machine.start_think(claimed.head, now=now)
     if isinstance(started, Change):
         return started
-    return machine.think(claimed.head, answer, now=now, cost_usd=0.01,
-                         trace_id=f"trace-{claimed.head.step + 1:04d}",
-                         recent=claimed.recent, rules=RULES)
+    return machine.think(
+        claimed.head,
+        answer,
+        now=now,
+        cost_usd=0.01,
+        trace_id=f"trace-{claimed.head.step + 1:04d}",
+        recent=claimed.recent,
+        rules=RULES,
+    )
 
 
-def think(store: Store, session_id: str, answer: ModelReply, *, now: datetime,
-          owner: str = "worker-1") -> Head:
+def think(
+    store: Store, session_id: str, answer: ModelReply, *, now: datetime, owner: str = "worker-1"
+) -> Head:
     """One THINK tick: claim, start_think + think, save."""
     claimed = claim(store, session_id, now=now, owner=owner)
-    return store.save(think_change(claimed, answer, now=now), version=claimed.head.version,
-                      owner=owner, now=now)
+    return store.save(
+        think_change(claimed, answer, now=now), version=claimed.head.version, owner=owner, now=now
+    )
 
 
-def execute_change(store: Store, claimed: Claimed, *, now: datetime, output: str = "ok",
-                   idempotent: bool = False) -> Change:
+def execute_change(
+    store: Store, claimed: Claimed, *, now: datetime, output: str = "ok", idempotent: bool = False
+) -> Change:
     """What an EXECUTE tick saves after claiming, marking the call started if one runs."""
-    todo = machine.start_execute(claimed.head, claimed.calls, claimed.decisions,
-                                 idempotent=idempotent, now=now)
+    todo = machine.start_execute(
+        claimed.head, claimed.calls, claimed.decisions, idempotent=idempotent, now=now
+    )
     if isinstance(todo, RunTool):
-        store.start_call(claimed.head.id, claimed.head.version, todo.call, owner=claimed.owner,
-                         now=now, rerun=todo.rerun)
-        return machine.tool_finished(claimed.head, claimed.calls, todo.call, output=output,
-                                     is_error=False, now=now, duration_ms=3.0)
+        store.start_call(
+            claimed.head.id,
+            claimed.head.version,
+            todo.call,
+            owner=claimed.owner,
+            now=now,
+            rerun=todo.rerun,
+        )
+        return machine.tool_finished(
+            claimed.head,
+            claimed.calls,
+            todo.call,
+            output=output,
+            is_error=False,
+            now=now,
+            duration_ms=3.0,
+        )
     return todo
 
 
-def execute(store: Store, session_id: str, *, now: datetime, owner: str = "worker-1",
-            output: str = "ok", idempotent: bool = False) -> Head:
+def execute(
+    store: Store,
+    session_id: str,
+    *,
+    now: datetime,
+    owner: str = "worker-1",
+    output: str = "ok",
+    idempotent: bool = False,
+) -> Head:
     """One EXECUTE tick: claim, start_execute, start_call + tool_finished, save."""
     claimed = claim(store, session_id, now=now, owner=owner)
     change = execute_change(store, claimed, now=now, output=output, idempotent=idempotent)
     return store.save(change, version=claimed.head.version, owner=owner, now=now)
 
 
-def run_step(store: Store, session_id: str, number: int, *, now: datetime,
-             tool: str = "read_file") -> Head:
+def run_step(
+    store: Store, session_id: str, number: int, *, now: datetime, tool: str = "read_file"
+) -> Head:
     """Think with one call whose arguments differ per step (no loop), then execute it."""
-    head = think(store, session_id, reply((tool, {"path": f"src/f{number:04d}.py"}),
-                                          content=f"step {number:04d}"), now=now)
+    head = think(
+        store,
+        session_id,
+        reply((tool, {"path": f"src/f{number:04d}.py"}), content=f"step {number:04d}"),
+        now=now,
+    )
     while head.status is Status.EXECUTING:
         head = execute(store, session_id, now=now, output=f"contents of f{number:04d}")
     return head
 
 
-def decision(call: ToolCall, kind: DecisionKind = DecisionKind.APPROVE, *,
-             approver: str = "alice", now: datetime, **fields: Any) -> Decision:
+def decision(
+    call: ToolCall,
+    kind: DecisionKind = DecisionKind.APPROVE,
+    *,
+    approver: str = "alice",
+    now: datetime,
+    **fields: Any,
+) -> Decision:
     """A decision bound to the call as the approver saw it."""
-    return Decision(call_id=call.call_id, kind=kind, approver=approver, at=now,
-                    fingerprint=call.fingerprint, **fields)
+    return Decision(
+        call_id=call.call_id,
+        kind=kind,
+        approver=approver,
+        at=now,
+        fingerprint=call.fingerprint,
+        **fields,
+    )
 
 
 def awaiting_calls(store: Store, session_id: str) -> list[ToolCall]:
@@ -134,8 +206,10 @@ def awaiting_calls(store: Store, session_id: str) -> list[ToolCall]:
 
 def count_rows(engine: Engine) -> dict[str, int]:
     with engine.connect() as conn:
-        return {t.name: conn.execute(select(func.count()).select_from(t)).scalar_one()
-                for t in metadata.sorted_tables}
+        return {
+            t.name: conn.execute(select(func.count()).select_from(t)).scalar_one()
+            for t in metadata.sorted_tables
+        }
 
 
 def table_rows(engine: Engine, table: Any, *where: Any) -> list[dict[str, Any]]:
@@ -145,8 +219,11 @@ def table_rows(engine: Engine, table: Any, *where: Any) -> list[dict[str, Any]]:
 
 def lease(engine: Engine, session_id: str) -> tuple[str | None, datetime | None]:
     with engine.connect() as conn:
-        row = conn.execute(select(sessions.c.lease_owner, sessions.c.lease_expires_at)
-                           .where(sessions.c.id == session_id)).one()
+        row = conn.execute(
+            select(sessions.c.lease_owner, sessions.c.lease_expires_at).where(
+                sessions.c.id == session_id
+            )
+        ).one()
     return row.lease_owner, row.lease_expires_at
 
 
@@ -190,8 +267,7 @@ def sqlite_url(sqlite_template: Path, tmp_path: Path) -> str:
 @pytest.fixture(scope="session")
 def postgres_engine(postgres_url: str) -> Iterator[Engine]:
     """One pool for the whole run; commits skip the fsync wait (same locking, faster)."""
-    engine = make_engine(postgres_url,
-                         connect_args={"options": "-c synchronous_commit=off"})
+    engine = make_engine(postgres_url, connect_args={"options": "-c synchronous_commit=off"})
     yield engine
     engine.dispose()
 

@@ -37,8 +37,9 @@ def _outbox(engine: Engine) -> list[tuple[str, int]]:
 
 
 class TestClaim:
-    def test_succeeds_once_at_the_stored_version(self, store: Store, clock: Clock,
-                                                 session_id: str) -> None:
+    def test_succeeds_once_at_the_stored_version(
+        self, store: Store, clock: Clock, session_id: str
+    ) -> None:
         claimed = store.claim(session_id, 0, owner="w1", now=clock(), lease_s=LEASE_S)
 
         assert claimed is not None
@@ -48,45 +49,54 @@ class TestClaim:
         assert store.claim(session_id, 0, owner="w1", now=clock(), lease_s=LEASE_S) is None
         assert store.claim(session_id, 0, owner="w2", now=clock(), lease_s=LEASE_S) is None
 
-    def test_a_stale_or_future_version_gets_nothing(self, store: Store, clock: Clock,
-                                                    session_id: str) -> None:
+    def test_a_stale_or_future_version_gets_nothing(
+        self, store: Store, clock: Clock, session_id: str
+    ) -> None:
         run_step(store, session_id, 1, now=clock())
         for version in (0, 1, 3):
-            assert store.claim(session_id, version, owner="w", now=clock(),
-                               lease_s=LEASE_S) is None
+            assert store.claim(session_id, version, owner="w", now=clock(), lease_s=LEASE_S) is None
         assert lease(store.engine, session_id) == (None, None)
         assert store.claim(session_id, 2, owner="w", now=clock(), lease_s=LEASE_S) is not None
 
     def test_an_unknown_session_gets_nothing(self, store: Store, clock: Clock) -> None:
         assert store.claim("nope", 0, owner="w", now=clock(), lease_s=LEASE_S) is None
 
-    def test_a_suspended_session_gets_nothing(self, store: Store, clock: Clock,
-                                              session_id: str) -> None:
+    def test_a_suspended_session_gets_nothing(
+        self, store: Store, clock: Clock, session_id: str
+    ) -> None:
         head = think(store, session_id, reply(("danger", {"x": 1})), now=clock())
         assert head.status is Status.WAITING_APPROVAL
 
-        assert store.claim(session_id, head.version, owner="w", now=clock(),
-                           lease_s=LEASE_S) is None
+        assert (
+            store.claim(session_id, head.version, owner="w", now=clock(), lease_s=LEASE_S) is None
+        )
 
     @pytest.mark.parametrize("how", ["completed", "failed", "cancelled"])
-    def test_a_finished_session_gets_nothing(self, store: Store, clock: Clock, session_id: str,
-                                             how: str) -> None:
+    def test_a_finished_session_gets_nothing(
+        self, store: Store, clock: Clock, session_id: str, how: str
+    ) -> None:
         if how == "completed":
             head = think(store, session_id, reply(content="the answer"), now=clock())
         elif how == "failed":
             claimed = claim(store, session_id, now=clock())
-            head = store.save(machine.fail(claimed.head, ErrorCode.INTERNAL, "boom", now=clock()),
-                              version=0, owner="worker-1", now=clock())
+            head = store.save(
+                machine.fail(claimed.head, ErrorCode.INTERNAL, "boom", now=clock()),
+                version=0,
+                owner="worker-1",
+                now=clock(),
+            )
         else:
             store.request_cancel(session_id, now=clock())
             head = think(store, session_id, reply(), now=clock())
         assert head.status.value == how
 
-        assert store.claim(session_id, head.version, owner="w", now=clock(),
-                           lease_s=LEASE_S) is None
+        assert (
+            store.claim(session_id, head.version, owner="w", now=clock(), lease_s=LEASE_S) is None
+        )
 
-    def test_a_live_lease_keeps_others_out_until_it_expires(self, store: Store, clock: Clock,
-                                                             session_id: str) -> None:
+    def test_a_live_lease_keeps_others_out_until_it_expires(
+        self, store: Store, clock: Clock, session_id: str
+    ) -> None:
         first = claim(store, session_id, now=clock(), owner="w1")
 
         clock.advance(LEASE_S - 1)
@@ -97,10 +107,12 @@ class TestClaim:
         assert lease(store.engine, session_id)[0] == "w2"
 
         with pytest.raises(ClaimLost):
-            store.save(think_change(first, reply(), now=clock()), version=0, owner="w1",
-                       now=clock())
-        head = store.save(think_change(second, reply(), now=clock()), version=0, owner="w2",
-                          now=clock())
+            store.save(
+                think_change(first, reply(), now=clock()), version=0, owner="w1", now=clock()
+            )
+        head = store.save(
+            think_change(second, reply(), now=clock()), version=0, owner="w2", now=clock()
+        )
         assert head.status is Status.COMPLETED
 
     def test_deletes_the_outbox_row_of_that_version(self, store: Store, clock: Clock) -> None:
@@ -113,7 +125,8 @@ class TestClaim:
         assert _outbox(store.engine) == [("b", 0)]
 
     def test_when_ready_returns_the_history_and_recent_fingerprints(
-            self, store: Store, clock: Clock, session_id: str) -> None:
+        self, store: Store, clock: Clock, session_id: str
+    ) -> None:
         for n in (1, 2, 3):
             run_step(store, session_id, n, now=clock())
         loaded = store.load(session_id)
@@ -129,10 +142,15 @@ class TestClaim:
         assert claimed.decisions == {}
 
     def test_when_executing_returns_the_current_calls_and_their_decisions(
-            self, store: Store, clock: Clock, session_id: str) -> None:
+        self, store: Store, clock: Clock, session_id: str
+    ) -> None:
         run_step(store, session_id, 1, now=clock())
-        think(store, session_id, reply(("read_file", {"path": "x"}), ("danger", {"rm": "y"})),
-              now=clock())
+        think(
+            store,
+            session_id,
+            reply(("read_file", {"path": "x"}), ("danger", {"rm": "y"})),
+            now=clock(),
+        )
         [awaited] = awaiting_calls(store, session_id)
         approval = decision(awaited, now=clock())
         head = store.decide(session_id, approval, now=clock())
@@ -148,11 +166,15 @@ class TestClaim:
 
 
 class TestSave:
-    def test_moves_the_version_clears_the_lease_and_appends(self, store: Store, clock: Clock,
-                                                            session_id: str) -> None:
+    def test_moves_the_version_clears_the_lease_and_appends(
+        self, store: Store, clock: Clock, session_id: str
+    ) -> None:
         claimed = claim(store, session_id, now=clock())
-        change = think_change(claimed, reply(("read_file", {"path": "a"}),
-                                             ("search", {"q": "b"})), now=clock.advance(1))
+        change = think_change(
+            claimed,
+            reply(("read_file", {"path": "a"}), ("search", {"q": "b"})),
+            now=clock.advance(1),
+        )
         before = count_rows(store.engine)
 
         head = store.save(change, version=0, owner="worker-1", now=clock())
@@ -163,16 +185,25 @@ class TestSave:
         assert lease(store.engine, session_id) == (None, None)
         after = count_rows(store.engine)
         delta = {t: after[t] - before[t] for t in after}
-        assert delta == {"tickwork_sessions": 0, "tickwork_steps": 1, "tickwork_calls": 2,
-                         "tickwork_observations": 0, "tickwork_decisions": 0,
-                         "tickwork_events": 2, "tickwork_outbox": 1,
-                         "tickwork_dead_letters": 0}
+        assert delta == {
+            "tickwork_sessions": 0,
+            "tickwork_steps": 1,
+            "tickwork_calls": 2,
+            "tickwork_observations": 0,
+            "tickwork_decisions": 0,
+            "tickwork_events": 2,
+            "tickwork_outbox": 1,
+            "tickwork_dead_letters": 0,
+        }
         assert store.load(session_id).steps == (change.step,)
         assert [e.kind for _, e in store.events_after(session_id)][-2:] == [
-            EventKind.MODEL_CALLED, EventKind.STEP_RECORDED]
+            EventKind.MODEL_CALLED,
+            EventKind.STEP_RECORDED,
+        ]
 
-    def test_appends_observations_and_call_states(self, store: Store, clock: Clock,
-                                                  session_id: str) -> None:
+    def test_appends_observations_and_call_states(
+        self, store: Store, clock: Clock, session_id: str
+    ) -> None:
         think(store, session_id, reply(("read_file", {"path": "a"})), now=clock())
         head = execute(store, session_id, now=clock(), output="hello")
 
@@ -183,21 +214,24 @@ class TestSave:
         assert [(o.call_id, o.content) for o in session.observations] == [("s1c0", "hello")]
 
     def test_enqueues_the_next_tick_iff_runnable_after_its_delay(
-            self, store: Store, clock: Clock, session_id: str) -> None:
+        self, store: Store, clock: Clock, session_id: str
+    ) -> None:
         claimed = claim(store, session_id, now=clock())
-        retry = machine.model_failed(claimed.head, error="429", transient=True, now=clock(),
-                                     jitter=0.0, retry_after_s=7.5)
+        retry = machine.model_failed(
+            claimed.head, error="429", transient=True, now=clock(), jitter=0.0, retry_after_s=7.5
+        )
         assert retry.delay_s == 7.5
         store.save(retry, version=0, owner="worker-1", now=clock())
         assert table_rows(store.engine, outbox) == [
-            {"session_id": session_id, "version": 1,
-             "due_at": clock() + timedelta(seconds=7.5)}]
+            {"session_id": session_id, "version": 1, "due_at": clock() + timedelta(seconds=7.5)}
+        ]
 
         think(store, session_id, reply(("danger", {"rm": "x"})), now=clock())
         assert table_rows(store.engine, outbox) == []
 
-    def test_a_finished_session_gets_no_tick(self, store: Store, clock: Clock,
-                                             session_id: str) -> None:
+    def test_a_finished_session_gets_no_tick(
+        self, store: Store, clock: Clock, session_id: str
+    ) -> None:
         head = think(store, session_id, reply(content="done"), now=clock())
 
         assert head.status is Status.COMPLETED
@@ -205,8 +239,9 @@ class TestSave:
         assert table_rows(store.engine, outbox) == []
 
     @pytest.mark.parametrize("wrong", ["version", "owner", "no lease"])
-    def test_a_lost_claim_raises_and_writes_nothing(self, store: Store, clock: Clock,
-                                                    session_id: str, wrong: str) -> None:
+    def test_a_lost_claim_raises_and_writes_nothing(
+        self, store: Store, clock: Clock, session_id: str, wrong: str
+    ) -> None:
         run_step(store, session_id, 1, now=clock())
         claimed = claim(store, session_id, now=clock(), owner="w1")
         change = think_change(claimed, reply(("read_file", {"path": "z"})), now=clock())
@@ -224,8 +259,7 @@ class TestSave:
 
         assert (count_rows(store.engine), table_rows(store.engine, sessions)) == before
 
-    def test_the_same_change_saves_once(self, store: Store, clock: Clock,
-                                        session_id: str) -> None:
+    def test_the_same_change_saves_once(self, store: Store, clock: Clock, session_id: str) -> None:
         claimed = claim(store, session_id, now=clock())
         change = think_change(claimed, reply(("read_file", {"path": "a"})), now=clock())
         store.save(change, version=0, owner="worker-1", now=clock())
@@ -236,12 +270,17 @@ class TestSave:
         assert count_rows(store.engine) == before
 
     def test_a_failed_session_is_dead_lettered_with_its_whole_snapshot(
-            self, store: Store, clock: Clock) -> None:
+        self, store: Store, clock: Clock
+    ) -> None:
         store.create(new_session("f", now=clock(), kind="review", model="m-1"), now=clock())
         run_step(store, "f", 1, now=clock.advance(1), tool="run_tests")
         claimed = claim(store, "f", now=clock.advance(1))
-        failure = machine.fail(claimed.head, ErrorCode.INTERNAL,
-                               "job config broken at 3 places for id deadbeef01", now=clock())
+        failure = machine.fail(
+            claimed.head,
+            ErrorCode.INTERNAL,
+            "job config broken at 3 places for id deadbeef01",
+            now=clock(),
+        )
 
         head = store.save(failure, version=claimed.head.version, owner="worker-1", now=clock())
 
@@ -259,13 +298,12 @@ class TestSave:
         loaded = store.load("f")
         assert snapshots.load(row["snapshot"]) == loaded
         assert get_dead_letter(store.engine, "f").session() == loaded
-        assert [e.kind for e in loaded.events][-2:] == [EventKind.FAILED,
-                                                        EventKind.DEAD_LETTERED]
+        assert [e.kind for e in loaded.events][-2:] == [EventKind.FAILED, EventKind.DEAD_LETTERED]
 
     def test_a_budget_failure_closes_nothing_and_is_dead_lettered(
-            self, store: Store, clock: Clock) -> None:
-        store.create(new_session("b", now=clock(), budgets=Budgets(max_tokens=100)),
-                     now=clock())
+        self, store: Store, clock: Clock
+    ) -> None:
+        store.create(new_session("b", now=clock(), budgets=Budgets(max_tokens=100)), now=clock())
         run_step(store, "b", 1, now=clock())
         head = think(store, "b", reply(), now=clock())
 
@@ -277,8 +315,9 @@ class TestSave:
 
 
 class TestRenew:
-    def test_extends_the_lease_of_its_owner_at_the_version(self, store: Store, clock: Clock,
-                                                           session_id: str) -> None:
+    def test_extends_the_lease_of_its_owner_at_the_version(
+        self, store: Store, clock: Clock, session_id: str
+    ) -> None:
         claim(store, session_id, now=clock(), owner="w1")
 
         assert store.renew(session_id, 0, owner="w1", now=clock.advance(20), lease_s=LEASE_S)
@@ -286,8 +325,9 @@ class TestRenew:
         clock.advance(LEASE_S - 1)
         assert store.claim(session_id, 0, owner="w2", now=clock(), lease_s=LEASE_S) is None
 
-    def test_refuses_anyone_else_or_another_version(self, store: Store, clock: Clock,
-                                                    session_id: str) -> None:
+    def test_refuses_anyone_else_or_another_version(
+        self, store: Store, clock: Clock, session_id: str
+    ) -> None:
         claim(store, session_id, now=clock(), owner="w1")
         expires = lease(store.engine, session_id)
 
@@ -296,8 +336,9 @@ class TestRenew:
         assert not store.renew("nope", 0, owner="w1", now=clock(), lease_s=999)
         assert lease(store.engine, session_id) == expires
 
-    def test_refuses_after_the_lease_passed_to_another(self, store: Store, clock: Clock,
-                                                       session_id: str) -> None:
+    def test_refuses_after_the_lease_passed_to_another(
+        self, store: Store, clock: Clock, session_id: str
+    ) -> None:
         claim(store, session_id, now=clock(), owner="w1")
         claim(store, session_id, now=clock.advance(LEASE_S + 1), owner="w2")
 
@@ -306,35 +347,43 @@ class TestRenew:
 
     def test_refuses_after_the_save(self, store: Store, clock: Clock, session_id: str) -> None:
         claimed = claim(store, session_id, now=clock(), owner="w1")
-        store.save(think_change(claimed, reply(("read_file", {})), now=clock()), version=0,
-                   owner="w1", now=clock())
+        store.save(
+            think_change(claimed, reply(("read_file", {})), now=clock()),
+            version=0,
+            owner="w1",
+            now=clock(),
+        )
 
         assert not store.renew(session_id, 0, owner="w1", now=clock(), lease_s=LEASE_S)
         assert lease(store.engine, session_id) == (None, None)
 
 
 class TestStartCall:
-    def test_marks_the_call_started_with_an_event(self, store: Store, clock: Clock,
-                                                  session_id: str) -> None:
+    def test_marks_the_call_started_with_an_event(
+        self, store: Store, clock: Clock, session_id: str
+    ) -> None:
         think(store, session_id, reply(("read_file", {"path": "a"})), now=clock())
         claimed = claim(store, session_id, now=clock.advance(1))
-        run = machine.start_execute(claimed.head, claimed.calls, claimed.decisions,
-                                    idempotent=False, now=clock())
+        run = machine.start_execute(
+            claimed.head, claimed.calls, claimed.decisions, idempotent=False, now=clock()
+        )
         assert isinstance(run, RunTool)
 
-        store.start_call(session_id, claimed.head.version, run.call, owner="worker-1",
-                         now=clock())
+        store.start_call(session_id, claimed.head.version, run.call, owner="worker-1", now=clock())
 
         [row] = table_rows(store.engine, calls)
         assert (row["state"], row["started_at"]) == ("started", clock())
         _, event = store.events_after(session_id)[-1]
         assert (event.kind, event.data) == (
-            EventKind.TOOL_STARTED, {"call_id": "s1c0", "name": "read_file", "rerun": False})
+            EventKind.TOOL_STARTED,
+            {"call_id": "s1c0", "name": "read_file", "rerun": False},
+        )
         assert store.get(session_id).version == claimed.head.version
 
     @pytest.mark.parametrize("wrong", ["owner", "version", "taken over"])
-    def test_with_a_lost_lease_raises_and_writes_nothing(self, store: Store, clock: Clock,
-                                                         session_id: str, wrong: str) -> None:
+    def test_with_a_lost_lease_raises_and_writes_nothing(
+        self, store: Store, clock: Clock, session_id: str, wrong: str
+    ) -> None:
         think(store, session_id, reply(("read_file", {"path": "a"})), now=clock())
         claimed = claim(store, session_id, now=clock(), owner="w1")
         [call] = claimed.calls
@@ -353,7 +402,8 @@ class TestStartCall:
         assert (count_rows(store.engine), table_rows(store.engine, calls)) == before
 
     def test_a_started_call_found_by_the_next_tick_is_in_doubt(
-            self, store: Store, clock: Clock, session_id: str) -> None:
+        self, store: Store, clock: Clock, session_id: str
+    ) -> None:
         think(store, session_id, reply(("write_file", {"path": "a"})), now=clock())
         claimed = claim(store, session_id, now=clock(), owner="w1")
         [call] = claimed.calls
@@ -361,8 +411,9 @@ class TestStartCall:
 
         later = claim(store, session_id, now=clock.advance(LEASE_S + 1), owner="w2")
         assert [c.state for c in later.calls] == [CallState.STARTED]
-        change = machine.start_execute(later.head, later.calls, later.decisions,
-                                       idempotent=False, now=clock())
+        change = machine.start_execute(
+            later.head, later.calls, later.decisions, idempotent=False, now=clock()
+        )
         assert isinstance(change, Change)
         head = store.save(change, version=later.head.version, owner="w2", now=clock())
 
@@ -373,7 +424,8 @@ class TestStartCall:
 
 class TestLoops:
     def test_an_intervention_saves_the_step_with_its_calls_closed(
-            self, store: Store, clock: Clock, session_id: str) -> None:
+        self, store: Store, clock: Clock, session_id: str
+    ) -> None:
         same = reply(("read_file", {"path": "same.py"}), ("search", {"q": "x"}))
         for _ in range(2):
             think(store, session_id, same, now=clock())
@@ -386,15 +438,19 @@ class TestLoops:
         session = store.load(session_id)
         assert [c.state for c in session.steps[2].calls] == [CallState.DONE, CallState.DONE]
         blocked = [session.observation(c.call_id) for c in session.steps[2].calls]
-        assert all(o is not None and o.is_error and o.content.startswith("Loop detected")
-                   for o in blocked)
+        assert all(
+            o is not None and o.is_error and o.content.startswith("Loop detected") for o in blocked
+        )
         assert session.events[-1].kind is EventKind.LOOP_INTERVENTION
         assert [r["version"] for r in table_rows(store.engine, outbox)] == [head.version]
 
     def test_one_intervention_too_many_fails_with_the_step_in_the_dead_letter(
-            self, store: Store, clock: Clock) -> None:
-        store.create(new_session("loopy", now=clock(),
-                                 budgets=Budgets(max_loop_interventions=1)), now=clock())
+        self, store: Store, clock: Clock
+    ) -> None:
+        store.create(
+            new_session("loopy", now=clock(), budgets=Budgets(max_loop_interventions=1)),
+            now=clock(),
+        )
         same = reply(("run_tests", {}))
         for _ in range(3):
             think(store, "loopy", same, now=clock())
@@ -411,18 +467,25 @@ class TestLoops:
         assert table_rows(store.engine, outbox) == []
 
 
-def test_an_idempotent_call_found_started_runs_again(store: Store, clock: Clock,
-                                                     session_id: str) -> None:
+def test_an_idempotent_call_found_started_runs_again(
+    store: Store, clock: Clock, session_id: str
+) -> None:
     think(store, session_id, reply(("read_file", {"path": "a"})), now=clock())
     claimed = claim(store, session_id, now=clock(), owner="dead")
-    store.start_call(session_id, claimed.head.version, claimed.calls[0], owner="dead",
-                     now=clock())
+    store.start_call(session_id, claimed.head.version, claimed.calls[0], owner="dead", now=clock())
 
-    head = execute(store, session_id, now=clock.advance(LEASE_S + 1), owner="w2",
-                   output="read again", idempotent=True)
+    head = execute(
+        store,
+        session_id,
+        now=clock.advance(LEASE_S + 1),
+        owner="w2",
+        output="read again",
+        idempotent=True,
+    )
 
     assert head.status is Status.READY
-    started = [e.data for _, e in store.events_after(session_id)
-               if e.kind is EventKind.TOOL_STARTED]
+    started = [
+        e.data for _, e in store.events_after(session_id) if e.kind is EventKind.TOOL_STARTED
+    ]
     assert [d["rerun"] for d in started] == [False, True]
     assert store.load(session_id).observation("s1c0").content == "read again"  # type: ignore[union-attr]

@@ -26,30 +26,75 @@ from tests.conftest import T0, Clock
 from tests.store.conftest import claim, new_session, run_step
 
 
-def _fail(store: Store, session_id: str, code: ErrorCode, message: str, *, now: datetime,
-          kind: str = "repair", model: str = "gpt-test", tool: str | None = None) -> None:
+def _fail(
+    store: Store,
+    session_id: str,
+    code: ErrorCode,
+    message: str,
+    *,
+    now: datetime,
+    kind: str = "repair",
+    model: str = "gpt-test",
+    tool: str | None = None,
+) -> None:
     store.create(new_session(session_id, now=now, kind=kind, model=model), now=now)
     if tool is not None:
         run_step(store, session_id, 1, now=now, tool=tool)
     claimed = claim(store, session_id, now=now)
-    head = store.save(machine.fail(claimed.head, code, message, now=now),
-                      version=claimed.head.version, owner="worker-1", now=now)
+    head = store.save(
+        machine.fail(claimed.head, code, message, now=now),
+        version=claimed.head.version,
+        owner="worker-1",
+        now=now,
+    )
     assert head.status is Status.FAILED
 
 
 @pytest.fixture
 def failed(store: Store, clock: Clock) -> list[str]:
     """Five dead letters a minute apart from T0 + 1 min, oldest first."""
-    _fail(store, "d1", ErrorCode.LOOP, "stagnation loop at step 4 after 2 interventions",
-          now=clock.advance(60), tool="read_file")
-    _fail(store, "d2", ErrorCode.LOOP, "ping_pong loop at step 9 after 2 interventions",
-          now=clock.advance(60), kind="review", tool="run_tests")
-    _fail(store, "d3", ErrorCode.MODEL_ERROR, "permanent error: HTTP 401 for key abcdef0123456789",
-          now=clock.advance(60), model="other-model")
-    _fail(store, "d4", ErrorCode.MODEL_ERROR, "permanent error: HTTP 404 for key 9876543210fedcba",
-          now=clock.advance(60), model="other-model", tool="run_tests")
-    _fail(store, "d5", ErrorCode.LOOP, "stagnation loop at step 12 after 2 interventions",
-          now=clock.advance(60), tool="run_tests")
+    _fail(
+        store,
+        "d1",
+        ErrorCode.LOOP,
+        "stagnation loop at step 4 after 2 interventions",
+        now=clock.advance(60),
+        tool="read_file",
+    )
+    _fail(
+        store,
+        "d2",
+        ErrorCode.LOOP,
+        "ping_pong loop at step 9 after 2 interventions",
+        now=clock.advance(60),
+        kind="review",
+        tool="run_tests",
+    )
+    _fail(
+        store,
+        "d3",
+        ErrorCode.MODEL_ERROR,
+        "permanent error: HTTP 401 for key abcdef0123456789",
+        now=clock.advance(60),
+        model="other-model",
+    )
+    _fail(
+        store,
+        "d4",
+        ErrorCode.MODEL_ERROR,
+        "permanent error: HTTP 404 for key 9876543210fedcba",
+        now=clock.advance(60),
+        model="other-model",
+        tool="run_tests",
+    )
+    _fail(
+        store,
+        "d5",
+        ErrorCode.LOOP,
+        "stagnation loop at step 12 after 2 interventions",
+        now=clock.advance(60),
+        tool="run_tests",
+    )
     return ["d1", "d2", "d3", "d4", "d5"]
 
 
@@ -63,13 +108,18 @@ def test_list_is_newest_first_and_filters(store: Store, clock: Clock, failed: li
     assert _ids(list_dead_letters(engine, code="LOOP")) == ["d5", "d2", "d1"]
     assert _ids(list_dead_letters(engine, kind="review")) == ["d2"]
     assert _ids(list_dead_letters(engine, code="MODEL_ERROR", kind="review")) == []
-    assert _ids(list_dead_letters(engine, since=T0 + timedelta(minutes=3))) == [
-        "d5", "d4", "d3"]
+    assert _ids(list_dead_letters(engine, since=T0 + timedelta(minutes=3))) == ["d5", "d4", "d3"]
     assert _ids(list_dead_letters(engine, limit=2)) == ["d5", "d4"]
 
-    store.fork("d2", new_id="d2-fix", from_step=1,
-               patch=ForkPatch(append_instruction="stop alternating"), by="eve", now=clock(),
-               resolve_dead_letter=True)
+    store.fork(
+        "d2",
+        new_id="d2-fix",
+        from_step=1,
+        patch=ForkPatch(append_instruction="stop alternating"),
+        by="eve",
+        now=clock(),
+        resolve_dead_letter=True,
+    )
     assert _ids(list_dead_letters(engine, unresolved=True)) == ["d5", "d4", "d3", "d1"]
     assert _ids(list_dead_letters(engine, code="LOOP", unresolved=True)) == ["d5", "d1"]
     assert len(list_dead_letters(engine)) == 5
@@ -87,7 +137,11 @@ def test_get_by_id_and_by_session_id(store: Store, clock: Clock, failed: list[st
 
     assert by_id == by_session
     assert (by_id.code, by_id.kind, by_id.model, by_id.last_tool) == (
-        "MODEL_ERROR", "repair", "other-model", None)
+        "MODEL_ERROR",
+        "repair",
+        "other-model",
+        None,
+    )
     assert by_id.message == "permanent error: HTTP 401 for key abcdef0123456789"
     assert by_id.schema_version == SNAPSHOT_SCHEMA_VERSION
     assert by_id.at == store.get("d3").updated_at
@@ -101,8 +155,9 @@ def test_get_of_an_unknown_dead_letter_raises(store: Store, failed: list[str]) -
         get_dead_letter(store.engine, 12345)
 
 
-def test_a_session_that_did_not_fail_has_no_dead_letter(store: Store, clock: Clock,
-                                                        session_id: str) -> None:
+def test_a_session_that_did_not_fail_has_no_dead_letter(
+    store: Store, clock: Clock, session_id: str
+) -> None:
     run_step(store, session_id, 1, now=clock())
     with pytest.raises(DeadLetterNotFound):
         get_dead_letter(store.engine, session_id)
@@ -116,12 +171,14 @@ STATS: dict[str, list[tuple[str | None, int]]] = {
     "error_signature": [
         ("LOOP: stagnation loop at step N after N interventions", 2),
         ("MODEL_ERROR: permanent error: HTTP N for key <id>", 2),
-        ("LOOP: ping_pong loop at step N after N interventions", 1)],
+        ("LOOP: ping_pong loop at step N after N interventions", 1),
+    ],
 }
 
 
-def test_stats_group_by_each_column_largest_first(store: Store, clock: Clock,
-                                                  failed: list[str]) -> None:
+def test_stats_group_by_each_column_largest_first(
+    store: Store, clock: Clock, failed: list[str]
+) -> None:
     for by, expected in STATS.items():
         found = stats(store.engine, by=by)
 
@@ -136,12 +193,16 @@ def test_stats_group_by_each_column_largest_first(store: Store, clock: Clock,
         stats(store.engine, by="snapshot")
 
 
-def test_a_snapshot_of_an_unknown_schema_version_is_refused(store: Store,
-                                                            failed: list[str]) -> None:
+def test_a_snapshot_of_an_unknown_schema_version_is_refused(
+    store: Store, failed: list[str]
+) -> None:
     snapshot = get_dead_letter(store.engine, "d1").snapshot
     with store.engine.begin() as conn:
-        conn.execute(update(dead_letters).where(dead_letters.c.session_id == "d1")
-                     .values(snapshot={**snapshot, "schema_version": 99}))
+        conn.execute(
+            update(dead_letters)
+            .where(dead_letters.c.session_id == "d1")
+            .values(snapshot={**snapshot, "schema_version": 99})
+        )
 
     dead = get_dead_letter(store.engine, "d1")
     assert dead.session_id == "d1"
@@ -152,17 +213,23 @@ def test_a_snapshot_of_an_unknown_schema_version_is_refused(store: Store,
 class TestErrorSignature:
     def test_keeps_the_code_and_the_words(self) -> None:
         assert error_signature("LOOP", "stagnation loop at step 4 after 2 interventions") == (
-            "LOOP: stagnation loop at step N after N interventions")
+            "LOOP: stagnation loop at step N after N interventions"
+        )
 
-    @pytest.mark.parametrize(("one", "other"), [
-        ("12 steps made, max_steps is 12", "50 steps made, max_steps is 50"),
-        ("$10.0012 spent, max_cost_usd is $10.0", "$3.5 spent, max_cost_usd is $3"),
-        ("21600s since creation, deadline_s is 21600", "61s since creation, deadline_s is 60"),
-        ("session 9f86d081884c7d659a2feaa0c55ad015 timed out",
-         "session 0123456789abcdef0123456789abcdef timed out"),
-        ("call s3c1 of deadbeef01 failed", "call s12c0 of cafebabe99 failed"),
-        ("unknown tool 'frobnicate'", 'unknown tool "delete_everything now"'),
-    ])
+    @pytest.mark.parametrize(
+        ("one", "other"),
+        [
+            ("12 steps made, max_steps is 12", "50 steps made, max_steps is 50"),
+            ("$10.0012 spent, max_cost_usd is $10.0", "$3.5 spent, max_cost_usd is $3"),
+            ("21600s since creation, deadline_s is 21600", "61s since creation, deadline_s is 60"),
+            (
+                "session 9f86d081884c7d659a2feaa0c55ad015 timed out",
+                "session 0123456789abcdef0123456789abcdef timed out",
+            ),
+            ("call s3c1 of deadbeef01 failed", "call s12c0 of cafebabe99 failed"),
+            ("unknown tool 'frobnicate'", 'unknown tool "delete_everything now"'),
+        ],
+    )
     def test_strips_numbers_ids_and_quoted_values(self, one: str, other: str) -> None:
         assert error_signature("X", one) == error_signature("X", other)
         assert not any(ch.isdigit() for ch in error_signature("X", one).replace("X: ", ""))
@@ -173,8 +240,9 @@ class TestErrorSignature:
         assert error_signature("X", one) == error_signature("X", other) == "X: job <id> failed"
 
     def test_long_numbers_are_numbers(self) -> None:
-        assert error_signature("BUDGET_TOKENS", "20000123 tokens used, max_tokens is 20000000") \
-            == error_signature("BUDGET_TOKENS", "2000123 tokens used, max_tokens is 2000000")
+        assert error_signature(
+            "BUDGET_TOKENS", "20000123 tokens used, max_tokens is 20000000"
+        ) == error_signature("BUDGET_TOKENS", "2000123 tokens used, max_tokens is 2000000")
 
     def test_is_at_most_300_characters(self) -> None:
         assert len(error_signature("INTERNAL", "word " * 200)) == 300

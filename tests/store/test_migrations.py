@@ -30,8 +30,9 @@ def _differences(url: str) -> list[object]:
     engine = make_engine(url)
     try:
         with engine.connect() as conn:
-            context = MigrationContext.configure(conn, opts={"compare_type": True,
-                                                             "compare_server_default": True})
+            context = MigrationContext.configure(
+                conn, opts={"compare_type": True, "compare_server_default": True}
+            )
             return list(compare_metadata(context, metadata))
     finally:
         engine.dispose()
@@ -84,4 +85,5 @@ def test_the_comparison_sees_a_schema_the_migrations_do_not_build(empty_url: str
         engine.dispose()
 
     assert [(d[0], d[2], d[3].name) for d in found] == [
-        ("add_column", "tickwork_outbox", "attempts")]
+        ("add_column", "tickwork_outbox", "attempts")
+    ]

@@ -27,14 +27,15 @@ from tests.store.conftest import (
 )
 
 
-def test_two_claims_of_the_same_version_have_exactly_one_winner(store: Store,
-                                                                 clock: Clock) -> None:
+def test_two_claims_of_the_same_version_have_exactly_one_winner(store: Store, clock: Clock) -> None:
     for round_ in range(20):
         session_id = f"race-{round_}"
         store.create(new_session(session_id, now=clock()), now=clock())
 
-        results = together(partial(store.claim, session_id, 0, owner=owner, now=clock(),
-                                   lease_s=LEASE_S) for owner in ("w1", "w2"))
+        results = together(
+            partial(store.claim, session_id, 0, owner=owner, now=clock(), lease_s=LEASE_S)
+            for owner in ("w1", "w2")
+        )
 
         assert not any(isinstance(r, BaseException) for r in results), results
         winners = [r for r in results if isinstance(r, Claimed)]
@@ -43,15 +44,21 @@ def test_two_claims_of_the_same_version_have_exactly_one_winner(store: Store,
         assert lease(store.engine, session_id)[0] == winners[0].owner
 
 
-def test_fifty_concurrent_decisions_on_one_call_accept_exactly_one(store: Store, clock: Clock,
-                                                                   session_id: str) -> None:
+def test_fifty_concurrent_decisions_on_one_call_accept_exactly_one(
+    store: Store, clock: Clock, session_id: str
+) -> None:
     head = think(store, session_id, reply(("danger", {"rm": "-rf build"})), now=clock())
     [call] = awaiting_calls(store, session_id)
 
     results = together(
-        partial(store.decide, session_id, decision(call, approver=f"person-{n:02d}", now=clock()),
-                now=clock())
-        for n in range(50))
+        partial(
+            store.decide,
+            session_id,
+            decision(call, approver=f"person-{n:02d}", now=clock()),
+            now=clock(),
+        )
+        for n in range(50)
+    )
 
     accepted = [r for r in results if isinstance(r, Head)]
     refused = [r for r in results if isinstance(r, AlreadyDecided)]
@@ -60,13 +67,13 @@ def test_fifty_concurrent_decisions_on_one_call_accept_exactly_one(store: Store,
     [row] = table_rows(store.engine, decisions)
     assert all(f"by {row['approver']} at" in str(r) for r in refused)
     final = store.get(session_id)
-    assert (final.version, final.status, final.awaiting) == (
-        head.version + 1, Status.EXECUTING, ())
+    assert (final.version, final.status, final.awaiting) == (head.version + 1, Status.EXECUTING, ())
     assert accepted[0] == final
 
 
 def test_cancel_racing_the_last_decision_leaves_one_consistent_outcome(
-        store: Store, clock: Clock) -> None:
+    store: Store, clock: Clock
+) -> None:
     for round_ in range(10):
         session_id = f"race-{round_}"
         store.create(new_session(session_id, now=clock()), now=clock())
@@ -74,10 +81,12 @@ def test_cancel_racing_the_last_decision_leaves_one_consistent_outcome(
         [call] = awaiting_calls(store, session_id)
         version = store.get(session_id).version
 
-        decided, cancelled = together([
-            partial(store.decide, session_id, decision(call, now=clock()), now=clock()),
-            partial(store.request_cancel, session_id, now=clock()),
-        ])
+        decided, cancelled = together(
+            [
+                partial(store.decide, session_id, decision(call, now=clock()), now=clock()),
+                partial(store.request_cancel, session_id, now=clock()),
+            ]
+        )
 
         final = store.get(session_id)
         assert final.cancel_requested
@@ -91,18 +100,21 @@ def test_cancel_racing_the_last_decision_leaves_one_consistent_outcome(
             assert (final.status, final.version) == (Status.EXECUTING, version + 1)
 
 
-def test_a_cancel_racing_the_save_of_the_tick_in_flight_survives(store: Store,
-                                                                 clock: Clock) -> None:
+def test_a_cancel_racing_the_save_of_the_tick_in_flight_survives(
+    store: Store, clock: Clock
+) -> None:
     for round_ in range(10):
         session_id = f"race-{round_}"
         store.create(new_session(session_id, now=clock()), now=clock())
         claimed = claim(store, session_id, now=clock())
         change = think_change(claimed, reply(("read_file", {"n": round_})), now=clock())
 
-        saved, cancelled = together([
-            partial(store.save, change, version=0, owner=claimed.owner, now=clock()),
-            partial(store.request_cancel, session_id, now=clock()),
-        ])
+        saved, cancelled = together(
+            [
+                partial(store.save, change, version=0, owner=claimed.owner, now=clock()),
+                partial(store.request_cancel, session_id, now=clock()),
+            ]
+        )
 
         assert isinstance(saved, Head), saved
         assert isinstance(cancelled, Head), cancelled
@@ -110,8 +122,7 @@ def test_a_cancel_racing_the_save_of_the_tick_in_flight_survives(store: Store,
         assert (final.version, final.cancel_requested) == (1, True), f"round {round_}"
 
 
-def test_the_relay_racing_a_late_save_lets_exactly_one_through(store: Store,
-                                                               clock: Clock) -> None:
+def test_the_relay_racing_a_late_save_lets_exactly_one_through(store: Store, clock: Clock) -> None:
     for round_ in range(10):
         session_id = f"race-{round_}"
         store.create(new_session(session_id, now=clock()), now=clock())
@@ -127,8 +138,10 @@ def test_the_relay_racing_a_late_save_lets_exactly_one_through(store: Store,
 
         assert isinstance(requeued, list), requeued
         ours = [d for d in requeued if d.session_id == session_id]
-        ticks = [r["version"] for r in table_rows(store.engine, outbox,
-                                                  outbox.c.session_id == session_id)]
+        ticks = [
+            r["version"]
+            for r in table_rows(store.engine, outbox, outbox.c.session_id == session_id)
+        ]
         if isinstance(saved, Head):
             assert ours == []
             assert (store.get(session_id).version, ticks) == (1, [1])

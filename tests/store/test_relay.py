@@ -24,8 +24,7 @@ from tests.store.conftest import (
 )
 
 
-def test_due_ticks_returns_rows_older_than_the_threshold_once(store: Store,
-                                                              clock: Clock) -> None:
+def test_due_ticks_returns_rows_older_than_the_threshold_once(store: Store, clock: Clock) -> None:
     store.create(new_session("old", now=clock()), now=clock())
     store.create(new_session("young", now=clock.advance(20)), now=clock())
 
@@ -34,22 +33,25 @@ def test_due_ticks_returns_rows_older_than_the_threshold_once(store: Store,
 
     assert found == [Due("old", 0)]
     assert {r["session_id"]: r["due_at"] for r in table_rows(store.engine, outbox)} == {
-        "old": clock(), "young": clock() - timedelta(seconds=15)}
+        "old": clock(),
+        "young": clock() - timedelta(seconds=15),
+    }
     assert due_ticks(store.engine, now=clock(), older_than_s=30) == []
     assert due_ticks(store.engine, now=clock.advance(31), older_than_s=30) == [
-        Due("young", 0), Due("old", 0)]
+        Due("young", 0),
+        Due("old", 0),
+    ]
 
 
-def test_due_ticks_waits_for_a_delayed_tick(store: Store, clock: Clock,
-                                            session_id: str) -> None:
+def test_due_ticks_waits_for_a_delayed_tick(store: Store, clock: Clock, session_id: str) -> None:
     claimed = claim(store, session_id, now=clock())
-    retry = machine.model_failed(claimed.head, error="503", transient=True, now=clock(),
-                                 retry_after_s=60)
+    retry = machine.model_failed(
+        claimed.head, error="503", transient=True, now=clock(), retry_after_s=60
+    )
     store.save(retry, version=0, owner="worker-1", now=clock())
 
     assert due_ticks(store.engine, now=clock.advance(60), older_than_s=30) == []
-    assert due_ticks(store.engine, now=clock.advance(31), older_than_s=30) == [
-        Due(session_id, 1)]
+    assert due_ticks(store.engine, now=clock.advance(31), older_than_s=30) == [Due(session_id, 1)]
 
 
 def test_due_ticks_deletes_rows_of_sessions_that_moved_on(store: Store, clock: Clock) -> None:
@@ -58,15 +60,21 @@ def test_due_ticks_deletes_rows_of_sessions_that_moved_on(store: Store, clock: C
     store.create(new_session("done", now=clock()), now=clock())
     think(store, "done", reply(content="answer"), now=clock())
     with store.engine.begin() as conn:
-        conn.execute(insert(outbox), [{"session_id": "moved", "version": 1, "due_at": clock()},
-                                      {"session_id": "done", "version": 1, "due_at": clock()}])
+        conn.execute(
+            insert(outbox),
+            [
+                {"session_id": "moved", "version": 1, "due_at": clock()},
+                {"session_id": "done", "version": 1, "due_at": clock()},
+            ],
+        )
     assert len(table_rows(store.engine, outbox)) == 3
 
     found = due_ticks(store.engine, now=clock.advance(60), older_than_s=30)
 
     assert found == [Due("moved", 2)]
     assert [(r["session_id"], r["version"]) for r in table_rows(store.engine, outbox)] == [
-        ("moved", 2)]
+        ("moved", 2)
+    ]
 
 
 def test_due_ticks_honours_its_limit(store: Store, clock: Clock) -> None:
@@ -81,7 +89,8 @@ def test_due_ticks_honours_its_limit(store: Store, clock: Clock) -> None:
 
 
 def test_expired_leases_requeue_the_session_for_the_next_claimer(
-        store: Store, clock: Clock, session_id: str) -> None:
+    store: Store, clock: Clock, session_id: str
+) -> None:
     store.create(new_session("alive", now=clock()), now=clock())
     claim(store, session_id, now=clock(), owner="dead")
     claim(store, "alive", now=clock.advance(LEASE_S - 10), owner="w1")
@@ -93,15 +102,17 @@ def test_expired_leases_requeue_the_session_for_the_next_claimer(
     assert lease(store.engine, session_id) == (None, None)
     assert lease(store.engine, "alive")[0] == "w1"
     assert table_rows(store.engine, outbox) == [
-        {"session_id": session_id, "version": 0, "due_at": clock()}]
+        {"session_id": session_id, "version": 0, "due_at": clock()}
+    ]
     assert expired_leases(store.engine, now=clock()) == []
 
     assert store.claim(session_id, 0, owner="w2", now=clock(), lease_s=LEASE_S) is not None
     assert table_rows(store.engine, outbox) == []
 
 
-def test_expired_leases_ignore_sessions_that_are_not_runnable(store: Store, clock: Clock,
-                                                              session_id: str) -> None:
+def test_expired_leases_ignore_sessions_that_are_not_runnable(
+    store: Store, clock: Clock, session_id: str
+) -> None:
     think(store, session_id, reply(("danger", {})), now=clock())
 
     assert expired_leases(store.engine, now=clock.advance(3600)) == []
@@ -125,8 +136,7 @@ def test_concurrent_relays_never_return_a_row_twice(store: Store, clock: Clock) 
     assert len(returned) == len(set(returned)) == 120
 
 
-def test_concurrent_lease_scans_never_return_a_session_twice(store: Store,
-                                                             clock: Clock) -> None:
+def test_concurrent_lease_scans_never_return_a_session_twice(store: Store, clock: Clock) -> None:
     for n in range(30):
         store.create(new_session(f"s{n:03d}", now=clock()), now=clock())
         claim(store, f"s{n:03d}", now=clock(), owner="dead")

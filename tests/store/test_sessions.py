@@ -40,13 +40,16 @@ def test_create_inserts_the_head_an_event_and_the_first_tick(store: Store, clock
     assert head.version == 0
     assert store.get("sess-1") == head
     assert table_rows(store.engine, outbox) == [
-        {"session_id": "sess-1", "version": 0, "due_at": clock()}]
+        {"session_id": "sess-1", "version": 0, "due_at": clock()}
+    ]
     assert [(e.kind, e.data) for _, e in store.events_after("sess-1")] == [
-        (EventKind.CREATED, {"kind": "repair", "model": "gpt-test", "status": "ready"})]
+        (EventKind.CREATED, {"kind": "repair", "model": "gpt-test", "status": "ready"})
+    ]
 
 
-def test_create_of_a_session_that_is_not_runnable_enqueues_nothing(store: Store,
-                                                                   clock: Clock) -> None:
+def test_create_of_a_session_that_is_not_runnable_enqueues_nothing(
+    store: Store, clock: Clock
+) -> None:
     store.create(new_session("done", now=clock(), status=Status.COMPLETED), now=clock())
 
     assert table_rows(store.engine, outbox) == []
@@ -57,8 +60,9 @@ def test_create_of_a_fork_with_steps_inserts_them(store: Store, clock: Clock) ->
     run_step(store, "parent", 1, now=clock())
     run_step(store, "parent", 2, now=clock())
     parent = store.load("parent")
-    child_head = parent.head.model_copy(update={"id": "copy", "version": 0, "parent_id": "parent",
-                                                "fork_step": 2})
+    child_head = parent.head.model_copy(
+        update={"id": "copy", "version": 0, "parent_id": "parent", "fork_step": 2}
+    )
     child = Session(head=child_head, steps=parent.steps, observations=parent.observations)
 
     store.create(child, now=clock())
@@ -80,14 +84,18 @@ def test_get_and_load_of_an_unknown_session_raise_session_not_found(store: Store
 
 
 def test_load_returns_steps_with_calls_observations_decisions_and_events_in_order(
-        store: Store, clock: Clock, session_id: str) -> None:
+    store: Store, clock: Clock, session_id: str
+) -> None:
     run_step(store, session_id, 1, now=clock.advance(1))
-    head = think(store, session_id, reply(("read_file", {"path": "a"}), ("danger", {"rm": "b"}),
-                                          content="two calls"), now=clock.advance(1))
+    head = think(
+        store,
+        session_id,
+        reply(("read_file", {"path": "a"}), ("danger", {"rm": "b"}), content="two calls"),
+        now=clock.advance(1),
+    )
     assert head.status is Status.WAITING_APPROVAL
     [awaited] = awaiting_calls(store, session_id)
-    store.decide(session_id, decision(awaited, now=clock.advance(1), comment="fine"),
-                 now=clock())
+    store.decide(session_id, decision(awaited, now=clock.advance(1), comment="fine"), now=clock())
     execute(store, session_id, now=clock.advance(1), output="first")
     execute(store, session_id, now=clock.advance(1), output="second")
 
@@ -97,25 +105,34 @@ def test_load_returns_steps_with_calls_observations_decisions_and_events_in_orde
     assert session.head.status is Status.READY
     assert [s.step for s in session.steps] == [1, 2]
     assert [s.thought for s in session.steps] == ["step 0001", "two calls"]
-    assert [[c.call_id for c in s.calls] for s in session.steps] == [
-        ["s1c0"], ["s2c0", "s2c1"]]
+    assert [[c.call_id for c in s.calls] for s in session.steps] == [["s1c0"], ["s2c0", "s2c1"]]
     assert [c.name for c in session.steps[1].calls] == ["read_file", "danger"]
     assert session.steps[1].calls[1].needs_approval
     assert all(c.state is CallState.DONE for s in session.steps for c in s.calls)
     assert session.steps[1].usage.total == 120
     assert session.steps[1].trace_id == "trace-0002"
     assert [(o.call_id, o.content) for o in session.observations] == [
-        ("s1c0", "contents of f0001"), ("s2c0", "first"), ("s2c1", "second")]
+        ("s1c0", "contents of f0001"),
+        ("s2c0", "first"),
+        ("s2c1", "second"),
+    ]
     assert [(d.call_id, d.kind, d.approver, d.comment) for d in session.decisions] == [
-        ("s2c1", DecisionKind.APPROVE, "alice", "fine")]
+        ("s2c1", DecisionKind.APPROVE, "alice", "fine")
+    ]
     assert [e.kind for e in session.events] == [
         EventKind.CREATED,
-        EventKind.MODEL_CALLED, EventKind.STEP_RECORDED,
-        EventKind.TOOL_STARTED, EventKind.TOOL_FINISHED,
-        EventKind.MODEL_CALLED, EventKind.STEP_RECORDED, EventKind.APPROVAL_REQUESTED,
+        EventKind.MODEL_CALLED,
+        EventKind.STEP_RECORDED,
+        EventKind.TOOL_STARTED,
+        EventKind.TOOL_FINISHED,
+        EventKind.MODEL_CALLED,
+        EventKind.STEP_RECORDED,
+        EventKind.APPROVAL_REQUESTED,
         EventKind.APPROVAL_DECIDED,
-        EventKind.TOOL_STARTED, EventKind.TOOL_FINISHED,
-        EventKind.TOOL_STARTED, EventKind.TOOL_FINISHED,
+        EventKind.TOOL_STARTED,
+        EventKind.TOOL_FINISHED,
+        EventKind.TOOL_STARTED,
+        EventKind.TOOL_FINISHED,
     ]
     assert session.head.tokens == 240
     assert session.head.cost_usd == pytest.approx(0.02)
@@ -127,15 +144,19 @@ def test_load_keeps_an_observation_whole(store: Store, clock: Clock, session_id:
     execute(store, session_id, now=clock(), output=big)
 
     assert store.load(session_id).observations == (
-        Observation(call_id="s1c0", content=big, at=clock(), duration_ms=3.0),)
+        Observation(call_id="s1c0", content=big, at=clock(), duration_ms=3.0),
+    )
 
 
 def test_list_sessions_filters_by_status_kind_and_error_code_newest_first(
-        store: Store, clock: Clock) -> None:
+    store: Store, clock: Clock
+) -> None:
     store.create(new_session("a", now=clock.advance(1), kind="repair"), now=clock())
     store.create(new_session("b", now=clock.advance(1), kind="review"), now=clock())
-    store.create(new_session("c", now=clock.advance(1), kind="repair",
-                             budgets=Budgets(max_steps=1)), now=clock())
+    store.create(
+        new_session("c", now=clock.advance(1), kind="repair", budgets=Budgets(max_steps=1)),
+        now=clock(),
+    )
     run_step(store, "c", 1, now=clock.advance(1))
     failed = think(store, "c", reply(), now=clock.advance(1))
     assert failed.error_code is ErrorCode.BUDGET_STEPS
@@ -168,8 +189,12 @@ def test_events_after_resumes_after_an_id(store: Store, clock: Clock, session_id
 
     run_step(store, session_id, 2, now=clock())
     more = store.events_after(session_id, after_id=ids[-1])
-    assert [e.kind for _, e in more] == [EventKind.MODEL_CALLED, EventKind.STEP_RECORDED,
-                                         EventKind.TOOL_STARTED, EventKind.TOOL_FINISHED]
+    assert [e.kind for _, e in more] == [
+        EventKind.MODEL_CALLED,
+        EventKind.STEP_RECORDED,
+        EventKind.TOOL_STARTED,
+        EventKind.TOOL_FINISHED,
+    ]
     assert min(i for i, _ in more) > ids[-1]
 
 
@@ -202,11 +227,16 @@ def test_a_naive_time_is_refused(store: Store) -> None:
     assert count_rows(store.engine)["tickwork_sessions"] == 0
 
 
-def test_calls_keep_unparsable_and_nested_arguments(store: Store, clock: Clock,
-                                                    session_id: str) -> None:
+def test_calls_keep_unparsable_and_nested_arguments(
+    store: Store, clock: Clock, session_id: str
+) -> None:
     nested = {"edits": [{"line": 3, "text": "x = '\u00e9'"}], "opts": {"dry": True, "n": None}}
-    think(store, session_id, reply(("apply", nested), ("read_file", "{not json"),
-                                   ("read_file", "[1, 2]")), now=clock())
+    think(
+        store,
+        session_id,
+        reply(("apply", nested), ("read_file", "{not json"), ("read_file", "[1, 2]")),
+        now=clock(),
+    )
 
     first, second, third = store.load(session_id).steps[0].calls
     assert (first.arguments, second.arguments, third.arguments) == (nested, None, None)

@@ -62,8 +62,9 @@ def measured(engine: Engine) -> Iterator[Writes]:
     """Write statements and parameter bytes per table, and each table's net row change."""
     writes = Writes()
 
-    def on_execute(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any,
-                   executemany: bool) -> None:
+    def on_execute(
+        conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, executemany: bool
+    ) -> None:
         match = WRITE.match(statement)
         if match:
             writes.statements[match[1]] += 1
@@ -79,20 +80,22 @@ def measured(engine: Engine) -> Iterator[Writes]:
     writes.rows.update({t: after[t] - before[t] for t in after})
 
 
-def _tick_writes(store: Store, session_id: str, clock: Clock, number: int) -> tuple[Writes,
-                                                                                   Writes]:
+def _tick_writes(store: Store, session_id: str, clock: Clock, number: int) -> tuple[Writes, Writes]:
     """The writes of the THINK and the EXECUTE tick of step `number` (claim, run, save)."""
     answer = reply(("read_file", {"path": f"src/f{number:04d}.py"}), content=f"step {number:04d}")
     with measured(store.engine) as thinking:
         claimed = claim(store, session_id, now=clock.advance(1))
-        head = store.save(think_change(claimed, answer, now=clock()),
-                          version=claimed.head.version, owner=claimed.owner, now=clock())
+        head = store.save(
+            think_change(claimed, answer, now=clock()),
+            version=claimed.head.version,
+            owner=claimed.owner,
+            now=clock(),
+        )
     assert head.status is Status.EXECUTING
     with measured(store.engine) as executing:
         claimed = claim(store, session_id, now=clock.advance(1))
         change = execute_change(store, claimed, now=clock(), output=f"body of f{number:04d}")
-        head = store.save(change, version=claimed.head.version, owner=claimed.owner,
-                          now=clock())
+        head = store.save(change, version=claimed.head.version, owner=claimed.owner, now=clock())
     assert head.status is Status.READY
     return thinking, executing
 
@@ -105,8 +108,7 @@ def _assert_same(early: Writes, late: Writes) -> None:
     assert late.total_bytes == pytest.approx(early.total_bytes, rel=0.1)
 
 
-def test_a_tick_at_step_60_writes_what_a_tick_at_step_3_writes(store: Store,
-                                                               clock: Clock) -> None:
+def test_a_tick_at_step_60_writes_what_a_tick_at_step_3_writes(store: Store, clock: Clock) -> None:
     store.create(new_session("long", now=clock(), budgets=Budgets(max_steps=100)), now=clock())
     for number in (1, 2):
         run_step(store, "long", number, now=clock.advance(1))
@@ -120,12 +122,24 @@ def test_a_tick_at_step_60_writes_what_a_tick_at_step_3_writes(store: Store,
         _assert_same(early_tick, late_tick)
     thinking, executing = early
     assert thinking.rows == {
-        "tickwork_sessions": 0, "tickwork_steps": 1, "tickwork_calls": 1,
-        "tickwork_observations": 0, "tickwork_decisions": 0, "tickwork_events": 2,
-        "tickwork_outbox": 0, "tickwork_dead_letters": 0}
+        "tickwork_sessions": 0,
+        "tickwork_steps": 1,
+        "tickwork_calls": 1,
+        "tickwork_observations": 0,
+        "tickwork_decisions": 0,
+        "tickwork_events": 2,
+        "tickwork_outbox": 0,
+        "tickwork_dead_letters": 0,
+    }
     assert executing.rows == {
-        "tickwork_sessions": 0, "tickwork_steps": 0, "tickwork_calls": 0,
-        "tickwork_observations": 1, "tickwork_decisions": 0, "tickwork_events": 2,
-        "tickwork_outbox": 0, "tickwork_dead_letters": 0}
+        "tickwork_sessions": 0,
+        "tickwork_steps": 0,
+        "tickwork_calls": 0,
+        "tickwork_observations": 1,
+        "tickwork_decisions": 0,
+        "tickwork_events": 2,
+        "tickwork_outbox": 0,
+        "tickwork_dead_letters": 0,
+    }
     assert thinking.total_bytes < 2_000
     assert executing.total_bytes < 2_000

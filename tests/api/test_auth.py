@@ -1,0 +1,133 @@
+"""Bearer tokens and roles: 401 without a valid token, 403 with the wrong role."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from fsm.errors import ConfigurationError
+from tests.api.conftest import TOKEN, Stack
+from tickwork.api import ApiSettings
+from tickwork.api.auth import Tokens
+
+
+def test_without_a_token_every_endpoint_answers_401(stack: Stack) -> None:
+    for method, path in [
+        ("GET", "/api/v1/sessions"),
+        ("GET", "/api/v1/approvals"),
+        ("POST", "/api/v1/sessions"),
+        ("GET", "/api/v1/dead-letters"),
+        ("GET", "/api/v1/sessions/x/stream"),
+        ("POST", "/api/v1/sessions/x/calls/s1c0/decision"),
+    ]:
+        answer = stack.http().request(method, path, json={})
+        assert answer.status_code == 401, (method, path, answer.text)
+        assert answer.headers["www-authenticate"] == "Bearer"
+        assert answer.json()["code"] == "unauthenticated"
+
+
+def test_a_wrong_token_is_401(stack: Stack) -> None:
+    answer = stack.http().get("/api/v1/me", headers={"Authorization": "Bearer not-a-token"})
+    assert answer.status_code == 401
+    assert answer.json() == {
+        "code": "invalid_token",
+        "message": "the token is not valid; ask an operator for one",
+    }
+    basic = stack.http().get("/api/v1/me", headers={"Authorization": "Basic YWxpY2U6eA=="})
+    assert basic.status_code == 401
+
+
+def test_me_names_the_token_holder(stack: Stack) -> None:
+    assert stack.http("alice").get("/api/v1/me").json() == {"name": "alice", "roles": ["approver"]}
+
+
+def test_the_wrong_role_is_403_and_names_the_role_needed(stack: Stack) -> None:
+    cases = [
+        ("nobody", "POST", "/api/v1/sessions", {"kind": "repair"}, "submitter"),
+        ("alice", "POST", "/api/v1/sessions", {"kind": "repair"}, "submitter"),
+        (
+            "sam",
+            "POST",
+            "/api/v1/sessions/x/calls/s1c0/decision",
+            {"kind": "approve", "fingerprint": "0" * 64},
+            "approver",
+        ),
+        (
+            "olga",
+            "POST",
+            "/api/v1/sessions/x/calls/s1c0/decision",
+            {"kind": "approve", "fingerprint": "0" * 64},
+            "approver",
+        ),
+        ("sam", "POST", "/api/v1/sessions/x/cancel", None, "approver or operator"),
+        ("alice", "POST", "/api/v1/sessions/x/fork", {"from_step": 0}, "operator"),
+        ("alice", "GET", "/api/v1/dead-letters", None, "operator"),
+        ("sam", "GET", "/api/v1/dead-letters/stats", None, "operator"),
+        ("alice", "POST", "/api/v1/dead-letters/1/fork", {"from_step": 0}, "operator"),
+    ]
+    for who, method, path, body, role in cases:
+        answer = stack.http(who).request(method, path, json=body)
+        assert answer.status_code == 403, (who, path, answer.text)
+        assert answer.json()["code"] == "forbidden"
+        assert f"needs the {role} role" in answer.json()["message"]
+        assert who in answer.json()["message"]
+
+
+def test_any_role_may_read(stack: Stack) -> None:
+    for who in ("alice", "sam", "olga", "nobody"):
+        assert stack.http(who).get("/api/v1/sessions").status_code == 200
+        assert stack.http(who).get("/api/v1/approvals").status_code == 200
+
+
+def test_tokens_may_be_given_as_digests_and_in_a_file(tmp_path: Path) -> None:
+    token = "a-long-random-token-for-carol"
+    path = tmp_path / "tokens.json"
+    path.write_text(
+        json.dumps(
+            {
+                "sha256:" + hashlib.sha256(token.encode()).hexdigest(): {
+                    "name": "carol",
+                    "roles": ["operator"],
+                }
+            }
+        )
+    )
+    settings = ApiSettings(
+        api_tokens_file=path,
+        api_tokens={  # type: ignore[arg-type]
+            TOKEN["alice"]: {"name": "alice", "roles": ["approver"]}
+        },
+    )
+    tokens = Tokens(settings.tokens())
+    carol = tokens.find(token)
+    assert carol is not None and carol.name == "carol" and carol.roles == {"operator"}
+    assert tokens.find(TOKEN["alice"]) is not None
+    assert tokens.find("sha256:" + hashlib.sha256(token.encode()).hexdigest()) is None
+
+
+@pytest.mark.parametrize(
+    ("tokens", "message"),
+    [
+        ({}, "no API tokens"),
+        ({"short": {"name": "x", "roles": []}}, "shorter than 16 characters"),
+        ({"sha256:abc": {"name": "x", "roles": []}}, "not sha256:<64 hex digits>"),
+    ],
+)
+def test_bad_token_settings_stop_the_server_from_starting(
+    tokens: dict[str, object], message: str
+) -> None:
+    settings = ApiSettings(api_tokens=tokens)  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match=message):
+        Tokens(settings.tokens())
+
+
+def test_a_bad_tokens_file_is_a_configuration_error(tmp_path: Path) -> None:
+    path = tmp_path / "tokens.json"
+    path.write_text('{"a-long-random-token-xyz": {"name": "x", "roles": ["admin"]}}')
+    with pytest.raises(ConfigurationError, match="roles"):
+        ApiSettings(api_tokens_file=path).tokens()
+    with pytest.raises(ConfigurationError, match="cannot read"):
+        ApiSettings(api_tokens_file=tmp_path / "missing.json").tokens()

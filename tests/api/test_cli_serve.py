@@ -1,0 +1,93 @@
+"""`tickwork serve` as a real process: it serves the API, the page and /metrics, and stops
+cleanly on SIGTERM; without tokens it refuses to start."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from fsm.errors import ConfigurationError
+from tests.api.conftest import TOKEN, until
+from tests.api.test_metrics import _free_port
+from tests.tasks.conftest import ROOT
+from tickwork import cli_serve
+
+#: `tickwork` with only the serve command: what cli.py does once it lists tickwork.cli_serve
+ENTRY = (
+    "import typer; from tickwork import cli_serve; app = typer.Typer(); "
+    "app.callback()(lambda: None); cli_serve.register(app); app()"
+)
+
+
+def test_serve_is_a_command_with_host_and_port() -> None:
+    app = typer.Typer()
+    app.callback()(lambda: None)
+    cli_serve.register(app)
+    shown = CliRunner().invoke(app, ["serve", "--help"])
+    assert shown.exit_code == 0, shown.output
+    assert "--host" in shown.output and "--port" in shown.output
+    assert "TICKWORK_API_TOKENS" in shown.output
+
+
+def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TICKWORK_")}
+    env.update(PYTHONPATH=str(ROOT), TICKWORK_STATE_DIR=str(tmp_path / "state"), **extra)
+    return env
+
+
+def test_serve_runs_until_sigterm(tmp_path: Path) -> None:
+    port = _free_port()
+    tokens = json.dumps({TOKEN["alice"]: {"name": "alice", "roles": ["approver"]}})
+    proc = subprocess.Popen(
+        [sys.executable, "-c", ENTRY, "serve", "--port", str(port)],
+        cwd=ROOT,
+        env=_env(tmp_path, TICKWORK_API_TOKENS=tokens),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        url = f"http://127.0.0.1:{port}"
+
+        def healthy() -> bool:
+            try:
+                return httpx.get(f"{url}/healthz", timeout=1).json() == {"ok": True}
+            except httpx.HTTPError:
+                return False
+
+        until(healthy, timeout=60, what="tickwork serve")
+        me = httpx.get(f"{url}/api/v1/me", headers={"Authorization": f"Bearer {TOKEN['alice']}"})
+        assert me.json() == {"name": "alice", "roles": ["approver"]}
+        page = httpx.get(url)
+        assert page.status_code == 200 and "<title>tickwork</title>" in page.text
+        assert "default-src 'self'" in page.headers["content-security-policy"]
+        assert "tickwork_store_up 1.0" in httpx.get(f"{url}/metrics").text
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        output = proc.communicate(timeout=30)[0].decode()
+    # uvicorn shuts down gracefully, then re-raises the signal it caught
+    assert proc.returncode in (0, -signal.SIGTERM), output
+    assert "Application shutdown complete" in output
+    assert f"on http://127.0.0.1:{port}/" in output
+
+
+def test_serve_without_tokens_refuses_to_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("TICKWORK_API_TOKENS", "TICKWORK_API_TOKENS_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("TICKWORK_STATE_DIR", str(tmp_path / "state"))
+    app = typer.Typer()
+    app.callback()(lambda: None)
+    cli_serve.register(app)
+    done = CliRunner().invoke(app, ["serve", "--port", "0"])
+    assert isinstance(done.exception, ConfigurationError), done.output
+    assert "no API tokens" in str(done.exception)

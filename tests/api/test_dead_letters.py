@@ -1,0 +1,75 @@
+"""Dead letters through the API: list, show with the session's timeline, stats, fork."""
+
+from __future__ import annotations
+
+from fsm.values import Status
+from tests.api.conftest import Stack
+from tests.api.test_sessions import ECHO
+from tickwork import views
+
+BROKEN = [{"error": {"transient": False, "message": "model says 400 bad request"}}]
+
+
+def failed(stack: Stack, replies: list[dict[str, object]], **kw: object) -> str:
+    session_id = stack.submit(replies, prefix="dead", **kw)
+    assert stack.wait(session_id)["status"] == "failed"
+    return session_id
+
+
+def test_list_show_and_stats(stack: Stack) -> None:
+    broken = failed(stack, BROKEN)
+    over = failed(stack, ECHO, budgets={"max_steps": 1})
+    api = stack.http("olga")
+    listed = api.get("/api/v1/dead-letters").json()
+    mine = {d["session_id"]: d for d in listed if d["session_id"] in (broken, over)}
+    assert mine[broken]["code"] == "MODEL_ERROR" and mine[over]["code"] == "BUDGET_STEPS"
+    assert "snapshot" not in mine[broken]
+    only = api.get("/api/v1/dead-letters", params={"code": "BUDGET_STEPS"}).json()
+    assert over in [d["session_id"] for d in only] and broken not in [d["session_id"] for d in only]
+    recent = api.get("/api/v1/dead-letters", params={"since": "1h", "unresolved": True}).json()
+    assert {broken, over} <= {d["session_id"] for d in recent}
+
+    by_id = api.get(f"/api/v1/dead-letters/{mine[over]['id']}").json()
+    by_session = api.get(f"/api/v1/dead-letters/{over}").json()
+    assert by_id == by_session
+    letter = stack.deployment.client.dead_letter(over)
+    assert by_id == views.dead_letter(letter, snapshot=True)
+    assert by_id["session"]["steps"][0]["calls"][0]["name"] == "echo"
+
+    stats = api.get("/api/v1/dead-letters/stats").json()
+    assert set(stats["by"]) == {"code", "kind", "model", "last_tool", "error_signature"}
+    codes = {r["value"]: r["count"] for r in stats["by"]["code"]}
+    assert codes["MODEL_ERROR"] >= 1 and codes["BUDGET_STEPS"] >= 1
+    assert stats["total"] == sum(codes.values())
+    one = api.get("/api/v1/dead-letters/stats", params={"by": "last_tool", "since": "1d"}).json()
+    assert list(one["by"]) == ["last_tool"] and one["since"]
+
+
+def test_fork_a_dead_letter_resolves_it(stack: Stack) -> None:
+    over = failed(stack, ECHO, budgets={"max_steps": 1})
+    answer = stack.http("olga").post(
+        f"/api/v1/dead-letters/{over}/fork", json={"from_step": 1, "budgets": {"max_steps": 5}}
+    )
+    assert answer.status_code == 201, answer.text
+    child = answer.json()
+    assert child["parent_id"] == over and child["fork_step"] == 1
+    assert stack.wait(child["id"], Status.COMPLETED)["final_answer"] == "said"
+    letter = stack.http("olga").get(f"/api/v1/dead-letters/{over}").json()
+    assert letter["resolved_at"] and letter["resolution"] == {"fork": child["id"], "by": "olga"}
+    unresolved = (
+        stack.http("olga").get("/api/v1/dead-letters", params={"unresolved": "true"}).json()
+    )
+    assert over not in [d["session_id"] for d in unresolved]
+
+
+def test_dead_letter_errors(stack: Stack) -> None:
+    api = stack.http("olga")
+    missing = api.get("/api/v1/dead-letters/999999")
+    assert missing.status_code == 404 and missing.json()["code"] == "dead_letter_not_found"
+    assert api.post("/api/v1/dead-letters/nope/fork", json={"from_step": 0}).status_code == 404
+    bad_since = api.get("/api/v1/dead-letters", params={"since": "last tuesday"})
+    assert bad_since.status_code == 422 and "since" in bad_since.json()["message"]
+    bad_by = api.get("/api/v1/dead-letters/stats", params={"by": "colour"})
+    assert bad_by.status_code == 422 and "query.by" in bad_by.json()["message"]
+    bad_code = api.get("/api/v1/dead-letters", params={"code": "OOPS"})
+    assert bad_code.status_code == 422

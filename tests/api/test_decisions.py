@@ -1,0 +1,177 @@
+"""Decisions through the API: the approver is the token's holder, the decision is bound to
+the fingerprint the approver saw, and each call is decided once."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+from fsm.values import Status
+from tests.api.conftest import Stack
+
+
+def decide(
+    stack: Stack, who: str, session_id: str, body: dict[str, object], call_id: str = "s1c0"
+) -> tuple[int, dict[str, object]]:
+    answer = stack.http(who).post(
+        f"/api/v1/sessions/{session_id}/calls/{call_id}/decision", json=body
+    )
+    return answer.status_code, answer.json()
+
+
+def test_approve_runs_the_call_and_records_the_token_holder(stack: Stack) -> None:
+    session_id = stack.waiting()
+    waiting = stack.http("alice").get("/api/v1/approvals").json()
+    mine = next(w for w in waiting if w["session"]["id"] == session_id)
+    call = mine["calls"][0]
+    assert (call["call_id"], call["name"], call["arguments"]) == (
+        "s1c0",
+        "danger",
+        {"value": "prod-db"},
+    )
+    assert mine["thought"] == "delete it" and mine["waiting_since"]
+    status, head = decide(
+        stack,
+        "alice",
+        session_id,
+        {"kind": "approve", "fingerprint": call["fingerprint"], "comment": "looks right"},
+    )
+    assert status == 200, head
+    assert head["status"] == "executing"
+    assert stack.wait(session_id, Status.COMPLETED)["final_answer"] == "done"
+    assert stack.deployment.sink_lines("danger.log").count(f"{session_id}:1:s1c0 prod-db") == 1
+    decision = stack.deployment.client.load(session_id).decision("s1c0")
+    assert decision is not None
+    assert (decision.approver, decision.comment) == ("alice", "looks right")
+
+
+def test_the_approver_comes_from_the_token_never_from_the_body(stack: Stack) -> None:
+    session_id = stack.waiting()
+    status, error = decide(
+        stack,
+        "alice",
+        session_id,
+        {"kind": "approve", "fingerprint": stack.fingerprint(session_id), "approver": "mallory"},
+    )
+    assert status == 422 and "body.approver" in str(error["message"])
+    assert stack.deployment.client.load(session_id).decisions == ()
+
+
+def test_a_decision_for_other_arguments_is_409(stack: Stack) -> None:
+    session_id = stack.waiting()
+    status, error = decide(stack, "alice", session_id, {"kind": "approve", "fingerprint": "0" * 64})
+    assert status == 409 and error["code"] == "stale_decision"
+    assert "look at the call again" in str(error["message"])
+    short, error = decide(stack, "alice", session_id, {"kind": "approve", "fingerprint": "abc"})
+    assert short == 422 and "body.fingerprint" in str(error["message"])
+    assert stack.deployment.client.get(session_id).status is Status.WAITING_APPROVAL
+
+
+def test_a_second_decision_is_409_naming_who_decided_and_when(stack: Stack) -> None:
+    session_id = stack.waiting()
+    fingerprint = stack.fingerprint(session_id)
+    first, _ = decide(stack, "alice", session_id, {"kind": "approve", "fingerprint": fingerprint})
+    assert first == 200
+    status, error = decide(
+        stack, "bob", session_id, {"kind": "reject", "fingerprint": fingerprint, "feedback": "no"}
+    )
+    assert status == 409, error
+    assert error["code"] == "already_decided"
+    assert error["decided_by"] == "alice" and error["decision"] == "approve"
+    assert str(error["decided_at"]).startswith("20")
+    assert "alice" in str(error["message"])
+
+
+def test_concurrent_decisions_have_one_winner(stack: Stack) -> None:
+    session_id = stack.waiting()
+    fingerprint = stack.fingerprint(session_id)
+    who = ["alice", "bob"] * 5
+    with ThreadPoolExecutor(10) as pool:
+        results = list(
+            pool.map(
+                lambda w: decide(
+                    stack,
+                    w,
+                    session_id,
+                    {"kind": "approve", "fingerprint": fingerprint, "comment": w},
+                )[0],
+                who,
+            )
+        )
+    assert sorted(results) == [200] + [409] * 9, results
+    stack.wait(session_id, Status.COMPLETED)
+    assert len(stack.deployment.client.load(session_id).decisions) == 1
+
+
+def test_edit_is_checked_against_the_tool_schema_then_runs(stack: Stack) -> None:
+    session_id = stack.waiting()
+    fingerprint = stack.fingerprint(session_id)
+    status, error = decide(
+        stack,
+        "bob",
+        session_id,
+        {"kind": "edit", "fingerprint": fingerprint, "arguments": {"value": 3}},
+    )
+    assert status == 422 and error["code"] == "invalid_tool_arguments"
+    status, error = decide(stack, "bob", session_id, {"kind": "edit", "fingerprint": fingerprint})
+    assert status == 422 and "an edit needs `arguments`" in str(error["message"])
+    status, _ = decide(
+        stack,
+        "bob",
+        session_id,
+        {"kind": "edit", "fingerprint": fingerprint, "arguments": {"value": "staging-db"}},
+    )
+    assert status == 200
+    stack.wait(session_id, Status.COMPLETED)
+    assert f"{session_id}:1:s1c0 staging-db" in stack.deployment.sink_lines("danger.log")
+
+
+def test_reject_tells_the_model_who_rejected_and_why(stack: Stack) -> None:
+    session_id = stack.waiting()
+    status, _ = decide(
+        stack,
+        "alice",
+        session_id,
+        {
+            "kind": "reject",
+            "fingerprint": stack.fingerprint(session_id),
+            "feedback": "never touch prod",
+        },
+    )
+    assert status == 200
+    stack.wait(session_id, Status.COMPLETED)
+    seen = stack.deployment.client.load(session_id).observation("s1c0")
+    assert seen is not None and seen.is_error
+    assert seen.content == "rejected by alice: never touch prod"
+    assert not any(
+        line.startswith(f"{session_id}:") for line in stack.deployment.sink_lines("danger.log")
+    )
+
+
+def test_decisions_that_do_not_fit_the_call_are_refused(stack: Stack) -> None:
+    session_id = stack.waiting()
+    fingerprint = stack.fingerprint(session_id)
+    status, error = decide(
+        stack,
+        "alice",
+        session_id,
+        {"kind": "provide_output", "fingerprint": fingerprint, "output": "42"},
+    )
+    assert status == 422 and error["code"] == "invalid_decision"
+    assert "not in doubt" in str(error["message"])
+    status, error = decide(
+        stack, "alice", session_id, {"kind": "approve", "fingerprint": fingerprint}, call_id="s1c1"
+    )
+    assert status == 409 and error["code"] == "not_waiting"
+    status, error = decide(
+        stack, "alice", session_id, {"kind": "approve", "fingerprint": fingerprint}, call_id="s9c9"
+    )
+    assert status == 404 and error["code"] == "call_not_found"
+    status, error = decide(
+        stack, "alice", "no-such-session", {"kind": "approve", "fingerprint": fingerprint}
+    )
+    assert status == 404 and error["code"] == "session_not_found"
+    status, error = decide(
+        stack, "alice", session_id, {"kind": "bless", "fingerprint": fingerprint}
+    )
+    assert status == 422 and "body.kind" in str(error["message"])
+    assert stack.deployment.client.load(session_id).decisions == ()

@@ -1,0 +1,147 @@
+"""Prometheus metrics: the API's /metrics (its own, the workers' and the store's) and a
+worker's own /metrics server, in multiprocess mode."""
+
+from __future__ import annotations
+
+import socket
+import uuid
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy import create_engine
+
+from fsm.values import Status
+from tests.api.conftest import TOKENS, Server, Stack, until
+from tests.api.test_dead_letters import BROKEN
+from tests.api.test_sessions import ECHO
+from tests.tasks.conftest import TEST_KIND, Deployment, stop
+from tickwork.api import ApiSettings, make_api
+from worker.metrics import StoreCollector
+from worker.settings import Settings
+
+
+def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    found = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            found[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return found
+
+
+def value(
+    found: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str
+) -> float:
+    return found.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+def test_the_api_exposes_ticks_usage_store_gauges_and_requests(stack: Stack) -> None:
+    done = stack.submit(ECHO)
+    stack.wait(done, Status.COMPLETED)
+    broken = stack.submit(BROKEN)
+    stack.wait(broken, Status.FAILED)
+    waiting = stack.waiting()
+    answer = stack.http().get("/metrics")
+    assert answer.status_code == 200 and answer.headers["content-type"].startswith("text/plain")
+    found = samples(answer.text)
+    assert value(found, "tickwork_store_up") == 1
+    assert value(found, "tickwork_sessions", status="completed") >= 1
+    assert value(found, "tickwork_sessions", status="waiting_approval") >= 1
+    assert value(found, "tickwork_approvals_waiting") >= 1
+    assert value(found, "tickwork_approval_oldest_wait_seconds") > 0
+    assert value(found, "tickwork_dead_letters", code="MODEL_ERROR", resolved="false") >= 1
+    assert value(found, "tickwork_ticks_total", phase="think", outcome="saved") >= 2
+    assert value(found, "tickwork_ticks_total", phase="execute", outcome="saved") >= 1
+    assert value(found, "tickwork_tick_duration_seconds_count", phase="think", outcome="saved") >= 2
+    assert value(found, "tickwork_model_tokens_total", model="scripted", type="prompt") > 0
+    assert value(found, "tickwork_model_calls_total", model="scripted", outcome="failed") >= 1
+    assert value(found, "tickwork_approvals_requested_total") >= 1
+    assert value(found, "tickwork_relay_passes_total") >= 1
+    assert (
+        value(
+            found,
+            "tickwork_api_requests_total",
+            method="POST",
+            route="/api/v1/sessions",
+            status="201",
+        )
+        >= 3
+    )
+    assert ("tickwork_outbox_rows", ()) in found
+    assert ("tickwork_runnable_stalest_seconds", ()) in found
+    # a decision through the API is counted with its wait
+    fingerprint = stack.fingerprint(waiting)
+    stack.http("alice").post(
+        f"/api/v1/sessions/{waiting}/calls/s1c0/decision",
+        json={"kind": "approve", "fingerprint": fingerprint},
+    )
+    after = samples(stack.http().get("/metrics").text)
+    assert value(after, "tickwork_decisions_total", kind="approve") >= 1
+    assert value(after, "tickwork_approval_decision_wait_seconds_count") >= 1
+
+
+def test_a_store_that_does_not_answer_is_reported_not_raised() -> None:
+    engine = create_engine("sqlite:////nonexistent/dir/x.db")
+    families = {f.name: f for f in StoreCollector(engine).collect()}
+    assert families["tickwork_store_up"].samples[0].value == 0
+    engine.dispose()
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.mark.slow
+def test_a_worker_serves_its_metrics_and_the_api_adds_up_every_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from store.migrate import upgrade
+
+    settings = Settings(
+        state_dir=tmp_path / "state",
+        queue=f"metrics.{uuid.uuid4().hex[:8]}",
+        imports=[TEST_KIND],
+        relay_period_s=0.25,
+        relay_after_s=1.5,
+    )
+    settings.state_dir.mkdir()
+    upgrade(settings.db_url)
+    folder = tmp_path / "prometheus"
+    folder.mkdir()
+    port = _free_port()
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(folder))
+    monkeypatch.setenv("TICKWORK_METRICS_PORT", str(port))
+    monkeypatch.setenv("TICKWORK_METRICS_ADDR", "127.0.0.1")
+    deployment = Deployment("embedded", settings, tmp_path)
+    worker = deployment.spawn()
+    try:
+        url = f"http://127.0.0.1:{port}/metrics"
+
+        def serving() -> bool:
+            try:
+                return httpx.get(url, timeout=1).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        until(serving, timeout=60, what="the worker's /metrics")
+        session_id = deployment.submit(ECHO)
+        assert deployment.client.wait(session_id, timeout=60).status is Status.COMPLETED
+        from_worker = samples(httpx.get(url, timeout=5).text)
+        assert value(from_worker, "tickwork_ticks_total", phase="think", outcome="saved") == 2
+        assert value(from_worker, "tickwork_ticks_total", phase="execute", outcome="saved") == 1
+        assert value(from_worker, "tickwork_relay_passes_total") >= 1
+        api = make_api(
+            settings,
+            ApiSettings(api_tokens=TOKENS),  # type: ignore[arg-type]
+            multiproc_dir=str(folder),
+        )
+        with Server(api) as server:
+            from_api = samples(httpx.get(f"{server.url}/metrics", timeout=10).text)
+        assert value(from_api, "tickwork_ticks_total", phase="think", outcome="saved") == 2
+        assert value(from_api, "tickwork_sessions", status="completed") == 1
+    finally:
+        stop(worker)
+        deployment.close()

@@ -1,0 +1,213 @@
+"""The page in headless Chromium, against Postgres + Redis: log in with a token, approve a
+waiting call and watch the session move on, reject with feedback, review a file write as a
+diff, open a dead letter. Skipped locally without Chromium and Playwright; failed in CI."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fsm.values import Status
+from tests.api.conftest import TOKEN, Stack
+from tests.api.test_dead_letters import BROKEN
+from tests.services import IN_CI
+
+CHROMIUM = Path("/usr/bin/chromium")
+FLAGS = [
+    "--no-sandbox",
+    "--headless",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+#: how long the page may take to show what a worker did
+SHOWN_MS = 30_000
+
+# the page is tested against the production shape only: Postgres + Redis
+pytestmark = pytest.mark.parametrize("stack", ["production"], indirect=True)
+
+
+def unavailable(what: str) -> None:
+    message = f"browser tests need {what}"
+    if IN_CI:
+        pytest.fail(f"CI=true: {message}", pytrace=False)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        unavailable("Playwright for Python: pip install -e '.[test]' (never `playwright install`)")
+    if not CHROMIUM.exists():
+        unavailable(f"Chromium at {CHROMIUM}: apt-get install -y chromium chromium-driver")
+    with sync_playwright() as playwright:
+        found = playwright.chromium.launch(executable_path=str(CHROMIUM), args=FLAGS)
+        yield found
+        found.close()
+
+
+@pytest.fixture
+def page(browser: Any, stack: Stack) -> Iterator[Any]:
+    context = browser.new_context()
+    context.set_default_timeout(SHOWN_MS)
+    opened = context.new_page()
+    errors: list[str] = []
+    opened.on("pageerror", lambda exc: errors.append(str(exc)))
+    yield opened
+    context.close()
+    assert errors == [], errors
+
+
+def log_in(page: Any, stack: Stack, who: str, where: str = "") -> None:
+    page.goto(f"{stack.url}/{where}")
+    page.fill("#token", TOKEN[who])
+    page.click("form#login button[type=submit]")
+    page.wait_for_selector(f"#who:has-text('{who}')")
+
+
+def test_log_in_approve_a_call_and_see_the_session_move_on(page: Any, stack: Stack) -> None:
+    from playwright.sync_api import expect
+
+    session_id = stack.waiting()
+    page.goto(stack.url)
+    page.fill("#token", "not-the-right-token")
+    page.click("form#login button[type=submit]")
+    expect(page.locator("#login-error")).to_contain_text("not valid")
+    log_in(page, stack, "alice")
+    expect(page.locator("#who")).to_have_text("alice (approver)")
+
+    card = page.locator(f'section.waiting[data-session="{session_id}"] article[data-call="s1c0"]')
+    expect(card.locator("pre.args")).to_contain_text('"value": "prod-db"')
+    expect(card.locator(".fp")).to_contain_text(stack.fingerprint(session_id)[:12])
+    card.locator("button.approve").click()
+    expect(card).to_contain_text("Approved s1c0 (danger) as alice")
+    card.locator("a.follow").click()
+
+    expect(page.locator("#status")).to_have_attribute("data-status", "completed", timeout=SHOWN_MS)
+    expect(page.locator('#events li[data-kind="completed"]')).to_have_count(1)
+    expect(page.locator('#events li[data-kind="approval_decided"]')).to_contain_text(
+        "approver=alice"
+    )
+    expect(page.locator('#timeline [data-call="s1c0"] pre.output')).to_have_text(
+        "destroyed prod-db"
+    )
+    decision = stack.deployment.client.load(session_id).decision("s1c0")
+    assert decision is not None and decision.approver == "alice"
+
+
+def test_reject_with_feedback_from_the_live_view(page: Any, stack: Stack) -> None:
+    from playwright.sync_api import expect
+
+    hostile = '<img src=x onerror="window.pwned=1"> drop it'
+    session_id = stack.waiting(
+        [
+            {
+                "content": hostile,
+                "tool_calls": [{"name": "danger", "arguments": {"value": hostile}}],
+            },
+            {"content": "I will not then"},
+        ]
+    )
+    log_in(page, stack, "bob", f"#/sessions/{session_id}")
+    expect(page.locator("#status")).to_have_attribute("data-status", "waiting_approval")
+    card = page.locator('#waiting article[data-call="s1c0"]')
+    expect(card.locator("pre.args")).to_contain_text("<img src=x onerror=")
+    expect(page.locator("#timeline blockquote.thought")).to_have_text(hostile)
+    card.locator("button.reject").click()
+    card.locator("textarea.feedback").fill("use the staging database")
+    card.locator("button.confirm-reject").click()
+
+    expect(page.locator("#status")).to_have_attribute("data-status", "completed")
+    expect(page.locator('#timeline [data-call="s1c0"] pre.output.error')).to_have_text(
+        "rejected by bob: use the staging database"
+    )
+    expect(page.locator(".answer")).to_have_text("Answer: I will not then")
+    assert page.evaluate("window.pwned") is None
+    seen = stack.deployment.client.load(session_id).observation("s1c0")
+    assert seen is not None and seen.content == "rejected by bob: use the staging database"
+
+
+def test_a_file_write_is_reviewed_as_a_diff(page: Any, stack: Stack, tmp_path: Path) -> None:
+    from playwright.sync_api import expect
+
+    workspace = tmp_path / "project"
+    workspace.mkdir()
+    (workspace / "calc.py").write_text("def add(a, b):\n    return a - b\n")
+    fixed = "def add(a, b):\n    return a + b\n"
+    answer = stack.http("sam").post(
+        "/api/v1/sessions",
+        json={
+            "kind": "repair",
+            "input": {"workspace": str(workspace), "test_command": "true"},
+            "model": stack.deployment.script(
+                [
+                    {
+                        "content": "fix the sign",
+                        "tool_calls": [
+                            {
+                                "name": "write_file",
+                                "arguments": {"path": "calc.py", "content": fixed},
+                            }
+                        ],
+                    },
+                    {"content": "fixed"},
+                ]
+            ),
+        },
+    )
+    assert answer.status_code == 201, answer.text
+    session_id = answer.json()["id"]
+    assert stack.wait(session_id)["status"] == "waiting_approval"
+
+    log_in(page, stack, "alice")
+    card = page.locator(f'section.waiting[data-session="{session_id}"] article[data-call="s1c0"]')
+    diff = card.locator(".preview pre.diff")
+    expect(diff.locator(".line.del")).to_have_text("-    return a - b\n")
+    expect(diff.locator(".line.add")).to_have_text("+    return a + b\n")
+    expect(card.locator(".preview p.meta")).to_have_text(
+        "calc.py: against the workspace's current file"
+    )
+    card.locator("button.approve").click()
+    expect(card).to_contain_text("Approved s1c0 (write_file)")
+    assert stack.wait(session_id, Status.COMPLETED)["final_answer"] == "fixed"
+    assert (workspace / "calc.py").read_text() == fixed
+
+
+def test_an_operator_opens_a_dead_letter_and_forks_it(page: Any, stack: Stack) -> None:
+    from playwright.sync_api import expect
+
+    session_id = stack.submit(BROKEN, prefix="dead")
+    assert stack.wait(session_id)["status"] == "failed"
+    letter = stack.deployment.client.dead_letter(session_id)
+    log_in(page, stack, "olga", "#/dead-letters")
+    expect(page.locator('table.stats[data-by="code"]')).to_contain_text("MODEL_ERROR")
+    row = page.locator(f'#dead-letters tr[data-id="{letter.id}"]')
+    expect(row).to_contain_text(session_id)
+    row.locator("a").click()
+    expect(page.locator("#dead-letter")).to_contain_text(f"Dead letter #{letter.id}")
+    expect(page.locator("#dead-letter")).to_contain_text("MODEL_ERROR")
+    expect(page.locator("main")).to_contain_text("model says 400 bad request")
+    page.fill("#fork-step", "0")
+    page.fill("#fork-instruction", "try a different model")
+    page.click("form#fork button[type=submit]")
+    page.wait_for_url(lambda url: "#/sessions/" in url and session_id not in url)
+    expect(page.locator("#status .badge")).to_be_visible()
+    resolved = stack.deployment.client.dead_letter(session_id)
+    assert resolved.resolved_at is not None and resolved.resolution is not None
+    assert resolved.resolution["by"] == "olga"
+
+
+def test_an_approver_is_told_dead_letters_need_the_operator_role(page: Any, stack: Stack) -> None:
+    from playwright.sync_api import expect
+
+    log_in(page, stack, "alice", "#/dead-letters")
+    expect(page.locator("main")).to_contain_text("need the operator role")
+    page.click("#logout")
+    expect(page.locator("form#login")).to_be_visible()

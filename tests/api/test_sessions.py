@@ -1,0 +1,178 @@
+"""Sessions through the API: submit, show (as `tickwork show --json`), list, cancel, fork,
+and the errors of each as JSON with a code and a message."""
+
+from __future__ import annotations
+
+import uuid
+
+from fsm.values import Status
+from tests.api.conftest import DANGER, TEST_KIND, Stack
+from tickwork import views
+
+ECHO = [
+    {"content": "say it", "tool_calls": [{"name": "echo", "arguments": {"text": "hi"}}]},
+    {"content": "said"},
+]
+
+
+def test_a_submitted_session_runs_and_shows_as_the_cli_shows_it(stack: Stack) -> None:
+    session_id = stack.submit(ECHO, budgets={"max_steps": 7})
+    head = stack.wait(session_id, Status.COMPLETED)
+    assert head["final_answer"] == "said" and head["budgets"]["max_steps"] == 7
+    shown = stack.http("nobody").get(f"/api/v1/sessions/{session_id}")
+    assert shown.status_code == 200
+    assert shown.json() == views.session(stack.deployment.client.load(session_id))
+    assert [c["observation"]["content"] for c in shown.json()["steps"][0]["calls"]] == ["hi"]
+
+
+def test_submit_answers_201_with_the_head(stack: Stack) -> None:
+    session_id = f"fresh-{uuid.uuid4().hex[:8]}"
+    answer = stack.http("sam").post(
+        "/api/v1/sessions",
+        json={
+            "kind": TEST_KIND,
+            "input": {},
+            "model": stack.deployment.script(ECHO),
+            "id": session_id,
+        },
+    )
+    assert answer.status_code == 201, answer.text
+    assert answer.json()["id"] == session_id and answer.json()["status"] == "ready"
+    again = stack.http("sam").post(
+        "/api/v1/sessions",
+        json={"kind": TEST_KIND, "model": stack.deployment.script(ECHO), "id": session_id},
+    )
+    assert again.status_code == 409, again.text
+    assert again.json()["code"] == "session_exists"
+
+
+def test_bad_submissions_are_422_and_say_what_was_wrong(stack: Stack) -> None:
+    script = stack.deployment.script(ECHO)
+    cases = [
+        ({"input": {}}, "body.kind: Field required"),
+        ({"kind": TEST_KIND, "model": script, "colour": "red"}, "body.colour: Extra inputs"),
+        (
+            {"kind": TEST_KIND, "model": script, "budgets": {"max_stepz": 3}},
+            "unknown budget max_stepz",
+        ),
+        ({"kind": TEST_KIND, "model": script, "budgets": {"max_steps": -1}}, "max_steps"),
+        ({"kind": "nope"}, "unknown job kind 'nope'"),
+        ({"kind": "os:path", "model": script}, "not one this deployment names"),
+        ({"kind": TEST_KIND, "model": script, "id": "no spaces please"}, "may only hold"),
+        ({"kind": TEST_KIND, "model": "scripted:/no/such/script.json"}, "script"),
+    ]
+    for body, fragment in cases:
+        answer = stack.http("sam").post("/api/v1/sessions", json=body)
+        assert answer.status_code == 422, (body, answer.text)
+        error = answer.json()
+        assert set(error) >= {"code", "message"}, error
+        assert fragment in error["message"], (fragment, error)
+    answer = stack.http("sam").post(
+        "/api/v1/sessions", content=b"{not json", headers={"Content-Type": "application/json"}
+    )
+    assert answer.status_code == 422 and answer.json()["code"] == "invalid_input"
+
+
+def test_unknown_things_are_404_json(stack: Stack) -> None:
+    for path in (
+        "/api/v1/sessions/nope",
+        "/api/v1/sessions/nope/events",
+        "/api/v1/sessions/nope/stream",
+        "/api/v1/no/such/endpoint",
+    ):
+        answer = stack.http("alice").get(path)
+        assert answer.status_code == 404, path
+        assert answer.json()["code"] in ("session_not_found", "not_found")
+        assert answer.json()["message"]
+
+
+def test_list_filters_by_status_and_kind(stack: Stack) -> None:
+    waiting = stack.waiting()
+    listed = stack.http("alice").get("/api/v1/sessions", params={"status": "waiting_approval"})
+    assert listed.status_code == 200
+    assert waiting in [h["id"] for h in listed.json()]
+    assert {h["status"] for h in listed.json()} == {"waiting_approval"}
+    both = stack.http("alice").get(
+        "/api/v1/sessions",
+        params=[
+            ("status", "waiting_approval"),
+            ("status", "completed"),
+            ("kind", TEST_KIND),
+            ("limit", "500"),
+        ],
+    )
+    assert waiting in [h["id"] for h in both.json()]
+    none = stack.http("alice").get("/api/v1/sessions", params={"kind": "other"})
+    assert none.json() == []
+    assert len(stack.http("alice").get("/api/v1/sessions", params={"limit": 1}).json()) == 1
+    bad = stack.http("alice").get("/api/v1/sessions", params={"status": "sleeping"})
+    assert bad.status_code == 422 and "query.status" in bad.json()["message"]
+    assert stack.http("alice").get("/api/v1/sessions", params={"limit": 0}).status_code == 422
+
+
+def test_events_page_after_an_id(stack: Stack) -> None:
+    session_id = stack.submit(ECHO)
+    stack.wait(session_id, Status.COMPLETED)
+    everything = stack.http("sam").get(f"/api/v1/sessions/{session_id}/events").json()
+    ids = [e["id"] for e in everything["events"]]
+    assert ids == sorted(ids) and everything["last_id"] == ids[-1]
+    assert everything["events"][0]["kind"] == "created"
+    assert everything["events"][-1]["kind"] == "completed"
+    rest = (
+        stack.http("sam")
+        .get(f"/api/v1/sessions/{session_id}/events", params={"after": ids[2]})
+        .json()
+    )
+    assert [e["id"] for e in rest["events"]] == ids[3:]
+
+
+def test_cancel_a_waiting_session_at_once(stack: Stack) -> None:
+    session_id = stack.waiting()
+    answer = stack.http("olga").post(f"/api/v1/sessions/{session_id}/cancel")
+    assert answer.status_code == 200 and answer.json()["status"] == "cancelled"
+    events = stack.deployment.client.load(session_id).events
+    assert any(e.kind == "cancel_requested" and e.data.get("by") == "olga" for e in events)
+    again = stack.http("alice").post(f"/api/v1/sessions/{session_id}/cancel")
+    assert again.status_code == 409 and again.json()["code"] == "session_finished"
+
+
+def test_fork_records_who_forked_and_runs(stack: Stack) -> None:
+    parent = stack.waiting()
+    stack.http("alice").post(f"/api/v1/sessions/{parent}/cancel")
+    answer = stack.http("olga").post(
+        f"/api/v1/sessions/{parent}/fork",
+        json={
+            "from_step": 0,
+            "append_instruction": "be careful",
+            "budgets": {"max_steps": 9},
+            "id": f"fork-{uuid.uuid4().hex[:8]}",
+        },
+    )
+    assert answer.status_code == 201, answer.text
+    child = answer.json()
+    assert child["parent_id"] == parent and child["fork_step"] == 0
+    assert child["budgets"]["max_steps"] == 9
+    forked = stack.deployment.client.load(child["id"]).events
+    assert any(e.kind == "forked" and e.data["by"] == "olga" for e in forked)
+    assert stack.wait(child["id"])["status"] == "waiting_approval"  # the same script again
+    out_of_range = stack.http("olga").post(f"/api/v1/sessions/{parent}/fork", json={"from_step": 5})
+    assert out_of_range.status_code == 422
+    assert out_of_range.json()["code"] == "fork_out_of_range"
+    negative = stack.http("olga").post(f"/api/v1/sessions/{parent}/fork", json={"from_step": -1})
+    assert negative.status_code == 422 and "from_step" in negative.json()["message"]
+
+
+def test_the_openapi_document_and_the_health_check(stack: Stack) -> None:
+    document = stack.http().get("/api/v1/openapi.json").json()
+    assert {
+        "/api/v1/sessions",
+        "/api/v1/sessions/{session_id}/stream",
+        "/api/v1/sessions/{session_id}/calls/{session_id}/decision".replace(
+            "{session_id}/decision", "{call_id}/decision"
+        ),
+        "/api/v1/dead-letters/stats",
+        "/api/v1/approvals",
+    } <= set(document["paths"])
+    assert "HTTPBearer" in document["components"]["securitySchemes"]
+    assert stack.http().get("/healthz").json() == {"ok": True}
+    assert DANGER  # the shared script is what `stack.waiting` submits

@@ -1,0 +1,83 @@
+"""The approval webhook: a card per session that starts waiting, retried, never blocking."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+
+from prometheus_client import REGISTRY
+
+from fsm.values import Status
+from tests.api.conftest import WEBHOOK_SECRET, Stack, until
+from worker.webhooks import deliver, sign
+
+
+def failed_cards() -> float:
+    return (
+        REGISTRY.get_sample_value("tickwork_webhook_deliveries_total", {"outcome": "failed"}) or 0.0
+    )
+
+
+def test_a_session_waiting_for_approval_posts_a_signed_card(stack: Stack) -> None:
+    session_id = stack.waiting(prefix="hook")
+    headers, card = until(lambda: stack.receiver.card(session_id), timeout=20, what="the card")
+    assert card["type"] == "tickwork.approval_requested"
+    assert card["session"]["id"] == session_id and card["session"]["status"] == "waiting_approval"
+    assert card["calls"] == [
+        {
+            "call_id": "s1c0",
+            "name": "danger",
+            "arguments": '{"value": "prod-db"}',
+            "fingerprint": stack.fingerprint(session_id),
+            "in_doubt": False,
+        }
+    ]
+    assert card["links"]["page"] == f"{stack.url}/#/approvals/{session_id}"
+    assert card["links"]["session"] == f"{stack.url}/api/v1/sessions/{session_id}"
+    assert headers["x-tickwork-signature"] == sign(WEBHOOK_SECRET, card["_body"].encode())
+    assert headers["x-tickwork-delivery"] == card["id"]
+    # the link the card gives is the API's, and works with an approver's token
+    shown = stack.http("alice").get(card["links"]["session"].removeprefix(stack.url))
+    assert shown.json()["head"]["awaiting"] == ["s1c0"]
+
+
+def test_a_failing_receiver_gets_the_card_again(stack: Stack) -> None:
+    session_id = stack.waiting(prefix="flaky")
+    until(lambda: stack.receiver.card(session_id), timeout=20, what="the card after retries")
+    assert stack.receiver.attempts[session_id] == 3
+
+
+def test_an_undeliverable_card_never_blocks_the_session(stack: Stack) -> None:
+    before = failed_cards()
+    session_id = stack.waiting(prefix="refuse")
+    answer = stack.http("alice").post(
+        f"/api/v1/sessions/{session_id}/calls/s1c0/decision",
+        json={"kind": "approve", "fingerprint": stack.fingerprint(session_id)},
+    )
+    assert answer.status_code == 200
+    assert stack.wait(session_id, Status.COMPLETED)["status"] == "completed"
+    until(lambda: failed_cards() > before, timeout=20, what="the card to be given up")
+    assert stack.receiver.attempts[session_id] == 4
+    assert stack.receiver.card(session_id) is None
+
+
+def test_deliver_gives_up_on_a_dead_receiver_and_on_a_refusal() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    started = time.monotonic()
+    assert not deliver(
+        f"http://127.0.0.1:{port}/", {"id": "x"}, attempts=3, timeout_s=1, backoff_s=0.01
+    )
+    assert time.monotonic() - started < 5
+
+
+def test_a_4xx_refusal_is_final(stack: Stack) -> None:
+    # the API answers 401 to an unsigned stranger: one attempt, no retries
+    started = time.monotonic()
+    assert not deliver(
+        f"{stack.url}/api/v1/sessions", {"id": "y"}, attempts=5, timeout_s=2, backoff_s=1.0
+    )
+    assert time.monotonic() - started < 1.0
+    assert json.dumps({"id": "y"})

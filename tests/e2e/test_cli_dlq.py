@@ -1,0 +1,98 @@
+"""Dead letters made by a `tickwork worker` process, analysed and forked with `tickwork dlq`."""
+
+from __future__ import annotations
+
+import json
+
+from tests.e2e.conftest import TEST_KIND, Cli, Deployment, call, stop, until
+
+LOOPING = {
+    "replies": [{"content": "again", "tool_calls": [call("echo", text="same")]}],
+    "repeat_last": True,
+}
+
+
+def test_dead_letters_from_a_worker_process(deployment: Deployment, cli: Cli) -> None:
+    worker, log = cli.start("worker", "--concurrency", "2", "--dead-letters")
+    try:
+        two_steps = deployment.script(
+            [{"content": "look", "tool_calls": [call("echo", text="1")]}, {"content": "fixed"}]
+        )
+        budget_id = cli("submit", TEST_KIND, "--model", two_steps, "--max-steps", "1").stdout
+        budget_id = budget_id.strip()
+        loop_path = deployment.tmp / "loop.json"
+        loop_path.write_text(json.dumps(LOOPING))
+        loop_id = deployment.client.submit(TEST_KIND, {}, model=f"scripted:{loop_path}").id
+        for sid in (budget_id, loop_id):
+            assert deployment.client.wait(sid, timeout=60).status.value == "failed"
+        # --dead-letters: the worker also consumed the dead-letter queue
+        until(
+            lambda: log.read_text().count("dead letter: session") == 2,
+            timeout=30,
+            what="the worker to log both dead letters",
+        )
+
+        options = ["--from-step", "1", "--max-steps", "5", "--as", "erin", "--json"]
+        fork = cli("dlq", "fork", budget_id, *options).json()
+        assert fork["parent_id"] == budget_id and fork["fork_step"] == 1
+
+        listed, by_id, stats, exported = cli.many(
+            ("dlq", "ls", "--json"),
+            ("dlq", "show", "1", "--json"),
+            ("dlq", "stats", "--json"),
+            ("dlq", "export"),
+        )
+        letters = listed.json()
+        assert {d["session_id"]: d["code"] for d in letters} == {
+            budget_id: "BUDGET_STEPS",
+            loop_id: "LOOP",
+        }
+        assert all("snapshot" not in d for d in letters)
+        first = by_id.json()
+        assert first["id"] == 1 and first["session"]["head"]["status"] == "failed"
+        assert first["session"]["steps"][0]["calls"][0]["name"] == "echo"
+        counts = stats.json()
+        assert counts["total"] == 2 and set(counts["by"]) == {
+            "code",
+            "kind",
+            "model",
+            "last_tool",
+            "error_signature",
+        }
+        assert sorted((r["value"], r["count"]) for r in counts["by"]["code"]) == [
+            ("BUDGET_STEPS", 1),
+            ("LOOP", 1),
+        ]
+        assert exported.code == 0 and not exported.stderr
+        lines = [json.loads(line) for line in exported.stdout.splitlines()]
+        assert {d["session_id"] for d in lines} == {budget_id, loop_id}
+        assert all(d["snapshot"]["session"]["head"]["id"] == d["session_id"] for d in lines)
+
+        unresolved = cli.inline("dlq", "ls", "--unresolved", "--json").json()
+        assert [d["session_id"] for d in unresolved] == [loop_id]
+        loops = cli.inline("dlq", "ls", "--code", "loop", "--since", "1h", "--json").json()
+        assert [d["session_id"] for d in loops] == [loop_id]
+        assert cli.inline("dlq", "ls", "--since", "2999-01-01T00:00", "--json").json() == []
+        by_tool = cli.inline("dlq", "stats", "--by", "last_tool", "--since", "2d", "--json")
+        assert [(r["value"], r["count"]) for r in by_tool.json()["by"]["last_tool"]] == [
+            ("echo", 2)
+        ]
+        assert "dead letters by error_signature" in cli.inline("dlq", "stats").stdout
+        table = cli.inline("dlq", "ls").stdout
+        assert "BUDGET_STEPS" in table and fork["id"] in table
+        by_session = cli.inline("dlq", "show", budget_id).stdout
+        assert "BUDGET_STEPS" in by_session and "step 1" in by_session
+        out = deployment.tmp / "export.jsonl"
+        written = cli.inline("dlq", "export", "--code", "BUDGET_STEPS", "--out", str(out))
+        assert "wrote 1 dead letters" in written.stdout
+        assert [json.loads(line)["session_id"] for line in out.read_text().splitlines()] == [
+            budget_id
+        ]
+
+        done = deployment.client.wait(fork["id"], timeout=60)
+        assert done.status.value == "completed" and done.final_answer == "fixed"
+        resolved = deployment.client.dead_letter(budget_id)
+        assert resolved.resolution == {"fork": fork["id"], "by": "erin"}
+    finally:
+        stop(worker)
+    assert worker.returncode == 0, log.read_text()[-2000:]

@@ -1,0 +1,162 @@
+"""submit, watch, approve/edit/reject, show, ls, fork, cancel: their output and error lines."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.e2e.conftest import TEST_KIND, Cli, Deployment, call
+
+DANGERS = [call("danger", value="a"), call("danger", value="b"), call("danger", value="c")]
+
+
+def test_submit_decide_watch_show_ls_fork(deployment: Deployment, cli: Cli) -> None:
+    script = deployment.script(
+        [{"content": "three risky calls", "tool_calls": DANGERS}, {"content": "all done"}]
+    )
+    sink = json.dumps({"sink": str(deployment.sink)})
+    budgets = ["--max-steps", "5", "--deadline", "600"]
+    head = cli("submit", TEST_KIND, "--input", sink, "--model", script, *budgets, "--json").json()
+    sid = head["id"]
+    assert head["status"] == "ready" and head["kind"] == TEST_KIND
+    assert head["budgets"]["max_steps"] == 5 and head["budgets"]["deadline_s"] == 600
+
+    with deployment.worker():
+        assert deployment.client.wait(sid, timeout=60).status.value == "waiting_approval"
+        seen = deployment.client.load(sid).call("s1c0")
+        assert seen is not None
+        # three people decide at once; the store puts them in an order
+        approved, edited, rejected = cli.many(
+            (
+                "approve",
+                sid,
+                "s1c0",
+                "--as",
+                "alice",
+                "--comment",
+                "fine",
+                "--fingerprint",
+                seen.fingerprint[:12],
+                "--json",
+            ),
+            ("edit", sid, "s1c1", "--args", '{"value": "B"}', "--as", "bob", "--json"),
+            ("reject", sid, "s1c2", "--feedback", "not c", "--as", "carol", "--json"),
+        )
+        heads = [approved.json(), edited.json(), rejected.json()]
+        assert sorted(len(h["awaiting"]) for h in heads) == [0, 1, 2]
+        assert max(heads, key=lambda h: h["version"])["status"] == "executing"
+
+        if deployment.name == "embedded":
+            followed = cli("watch", sid, "--timeout", "60").stdout
+            assert f"session {sid} is completed" in followed and "all done" in followed
+            assert "approval_decided   s1c0: approve by alice (fine)" in followed
+        else:
+            watched = cli("watch", sid, "--timeout", "60", "--json").json()
+            assert watched["timed_out"] is False and watched["head"]["status"] == "completed"
+            kinds = [e["kind"] for e in watched["events"]]
+            assert kinds[:4] == ["created", "model_called", "step_recorded", "approval_requested"]
+            assert kinds.count("approval_decided") == 3 and kinds[-1] == "completed"
+
+        patch = ["--tool-output", "s1c2=patched by hand", "--append-instruction", "be careful"]
+        more = ["--max-steps", "9", "--as", "frank", "--json"]
+        forked = cli("fork", sid, "--from-step", "1", *patch, *more).json()
+        assert forked["parent_id"] == sid and forked["fork_step"] == 1
+        assert forked["budgets"]["max_steps"] == 9 and forked["status"] == "ready"
+        done = deployment.client.wait(forked["id"], timeout=60)
+        assert done.status.value == "completed" and done.final_answer == "all done"
+
+    shown, listed = cli.many(("show", sid, "--json"), ("ls", "--json"))
+    view = shown.json()
+    assert view["head"]["status"] == "completed" and view["head"]["final_answer"] == "all done"
+    calls = {c["call_id"]: c for c in view["steps"][0]["calls"]}
+    assert calls["s1c0"]["observation"]["content"] == "destroyed a"
+    assert calls["s1c0"]["decision"]["approver"] == "alice"
+    assert calls["s1c0"]["decision"]["comment"] == "fine"
+    assert calls["s1c1"]["observation"]["content"] == "destroyed B"
+    assert calls["s1c1"]["decision"]["arguments"] == {"value": "B"}
+    assert calls["s1c2"]["observation"]["content"] == "rejected by carol: not c"
+    assert calls["s1c2"]["observation"]["is_error"] is True
+    assert view["totals"]["steps"] == 2 and view["totals"]["calls"] == 3
+    assert view["totals"]["tokens"] == sum(s["tokens"] for s in view["steps"]) > 0
+    assert view["events"][-1]["kind"] == "completed"
+    assert [h["id"] for h in listed.json()] == [forked["id"], sid]  # newest first
+    assert [line.split()[-1] for line in deployment.sink_lines("danger.log")] == ["a", "B"]
+
+    timeline = cli.inline("show", sid).stdout
+    for text in (
+        "destroyed a",
+        "approve by alice",
+        "rejected by carol: not c",
+        "all done",
+        "total: 2 steps · 3 calls",
+    ):
+        assert text in timeline, text
+    fork_view = cli.inline("show", forked["id"], "--json").json()
+    patched = fork_view["steps"][0]["calls"][2]["observation"]["content"]
+    assert patched == "patched by hand"
+    only_done = cli.inline(
+        "ls", "--status", "completed", "--kind", TEST_KIND, "--limit", "1", "--json"
+    ).json()
+    assert [h["id"] for h in only_done] == [forked["id"]]
+    table = cli.inline("ls").stdout
+    assert sid in table and forked["id"] in table
+
+
+@pytest.mark.parametrize("deployment", ["embedded"], indirect=True)
+def test_errors_are_one_line_with_an_exit_code(deployment: Deployment, cli: Cli) -> None:
+    sid = deployment.submit(
+        [{"content": "go", "tool_calls": [call("danger", value="x"), call("echo", text="y")]}]
+    )
+    with deployment.worker():
+        assert deployment.client.wait(sid, timeout=60).status.value == "waiting_approval"
+
+    script = deployment.script([{"content": "done"}])
+    expected = {
+        ("approve", sid, "s9c9"): (1, "no call 's9c9'", "s1c0"),
+        ("approve", sid, "s1c1"): (1, "s1c1", "not waiting for a decision"),
+        ("approve", sid, "s1c0", "--fingerprint", "0000ffff"): (1, "fingerprint"),
+        ("edit", sid, "s1c0", "--args", "[1, 2]"): (2, "--args must be a JSON object"),
+        ("edit", sid, "s1c0", "--args", '{"value": 7}'): (2, "value"),
+        ("fork", sid, "--from-step", "7"): (2, "choose --from-step between 0 and 1, not 7"),
+        ("fork", sid, "--from-step", "1", "--tool-output", "s1c0"): (2, "CALL_ID=TEXT"),
+        ("fork", sid, "--from-step", "1", "--deadline", "-5"): (2, "deadline_s", "positive"),
+        ("submit", TEST_KIND, "--model", script, "--max-steps", "-1"): (2, "max_steps"),
+        ("submit", TEST_KIND, "--model", script, "--max-cost-usd", "nan"): (2, "max_cost_usd"),
+        ("submit", TEST_KIND, "--model", script, "--max-steps", "1.5"): (2, "--max-steps"),
+        ("submit", TEST_KIND, "--model", "scripted:/no/such.json"): (2, "/no/such.json"),
+        ("submit", "no_such_module:KIND", "--model", script): (2, "no_such_module"),
+        ("submit", TEST_KIND, "--model", script, "--input", "{}", "--id", "a b"): (2, "'a b'"),
+        ("dlq", "show", "12345"): (1, "no dead letter", "tickwork dlq ls"),
+        ("dlq", "ls", "--since", "yesterday"): (2, "--since 'yesterday'"),
+        ("show",): (2, "Missing argument 'ID'", "tickwork show --help"),
+        ("frobnicate",): (2, "frobnicate"),
+    }
+    # as processes, what a shell sees, stdout and stderr apart; the rest in this process
+    with cli.meanwhile(
+        ("show", "no-such-session", "--json"),
+        ("edit", sid, "s1c0", "--args", '{"value": '),
+        ("provide-output", sid, "s1c0", "--output", "made up"),
+        ("ls", "--status", "sleeping"),
+    ) as processes:
+        for argv, (code, *fragments) in expected.items():
+            cli.inline(*argv, ok=False).error(code, *fragments)
+        unknown, bad_json, not_in_doubt, bad_status = processes()
+    assert unknown.stdout == "" and bad_json.stdout == ""
+    unknown.error(1, "no session 'no-such-session'", "tickwork ls")
+    bad_json.error(2, "--args is not valid JSON")
+    not_in_doubt.error(2, "not in doubt")
+    bad_status.error(2, "--status", "waiting_approval", "tickwork ls --help")
+    assert [h.id for h in deployment.client.list()] == [sid]  # nothing bad was stored
+
+    shown = cli.inline("show", sid).stdout
+    assert "waiting for a decision on s1c0" in shown and "pending" in shown
+    watched = cli.inline("watch", sid, "--json").json()  # suspended: returns at once
+    assert watched["head"]["awaiting"] == ["s1c0"]
+    assert watched["events"][-1]["kind"] == "approval_requested"
+
+    cancelled = cli("cancel", sid, "--as", "dave", "--json").json()
+    assert cancelled["status"] == "cancelled"
+    cli.inline("approve", sid, "s1c0", ok=False).error(1, sid, "is cancelled")
+    cli.inline("cancel", sid, ok=False).error(1, "already cancelled")
+    assert not deployment.sink_lines("danger.log")

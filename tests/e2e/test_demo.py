@@ -1,0 +1,94 @@
+"""`tickwork demo` through its entry point: non-interactive, and driven by keystrokes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pexpect
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def env(state: Path) -> dict[str, str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("TICKWORK_")}
+    return {
+        **clean,
+        "PYTHONPATH": str(ROOT),
+        "TICKWORK_STATE_DIR": str(state),
+        "COLUMNS": "120",
+        "TERM": "dumb",
+    }
+
+
+def test_demo_yes_repairs_the_example_on_a_fresh_state_folder(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "tickwork", "demo", "--yes"],
+        cwd=tmp_path,
+        env=env(tmp_path / "state"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "completed" in done.stdout
+    assert "+    return sum(numbers) / len(numbers)" in done.stdout
+    assert "pass" in done.stdout and "scripted" in done.stdout
+    copies = list((tmp_path / "state" / "demo").glob("buggy_calc-*"))
+    assert len(copies) == 1
+    assert "return sum(numbers) / len(numbers)\n" in (copies[0] / "calc.py").read_text()
+    shipped = (ROOT / "examples" / "buggy_calc" / "calc.py").read_text()
+    assert "(len(numbers) + 1)" in shipped, "the shipped example must never change"
+
+
+def spawn(tmp_path: Path) -> pexpect.spawn:
+    child = pexpect.spawn(
+        sys.executable,
+        ["-m", "tickwork", "demo"],
+        cwd=str(tmp_path),
+        env=env(tmp_path / "state"),
+        encoding="utf-8",
+        timeout=120,
+        dimensions=(50, 120),
+    )
+    return child
+
+
+@pytest.mark.slow
+def test_demo_asks_at_the_approval_and_a_reject_reaches_the_model(tmp_path: Path) -> None:
+    child = spawn(tmp_path)
+    child.expect(r"\[a\]pprove, \[e\]dit or \[r\]eject")
+    child.sendline("r")
+    child.expect("feedback for the model")
+    child.sendline("keep calc.py as it is")
+    child.expect("rejected by .*: keep calc.py as it is")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+    copy = next((tmp_path / "state" / "demo").glob("buggy_calc-*"))
+    assert "(len(numbers) + 1)" in (copy / "calc.py").read_text()
+
+
+@pytest.mark.slow
+def test_ctrl_c_leaves_the_session_resumable_and_the_next_demo_resumes_it(tmp_path: Path) -> None:
+    child = spawn(tmp_path)
+    child.expect(r"\[a\]pprove, \[e\]dit or \[r\]eject")
+    child.sendintr()
+    child.expect("again to resume")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 130
+
+    again = spawn(tmp_path)
+    again.expect(r"Resume demo session (\w+)")
+    again.sendline("y")
+    again.expect(r"\[a\]pprove, \[e\]dit or \[r\]eject")
+    again.sendline("a")
+    again.expect("completed")
+    again.expect(pexpect.EOF)
+    again.close()
+    assert again.exitstatus == 0
+    assert len(list((tmp_path / "state" / "demo").glob("buggy_calc-*"))) == 1

@@ -1,0 +1,6 @@
+"""`python -m tickwork`: the `tickwork` command."""
+
+from .cli import main
+
+if __name__ == "__main__":
+    main()

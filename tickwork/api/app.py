@@ -1,0 +1,141 @@
+"""The HTTP API and the approvals page, built by `make_api` from settings.
+
+uvicorn --factory tickwork.api:make_api      # or: tickwork serve
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+import anyio
+from fastapi import FastAPI, Request
+from fastapi.responses import FileResponse
+from fastapi.staticfiles import StaticFiles
+from sqlalchemy import text
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from tickwork.client import Tickwork
+from worker.metrics import StoreCollector
+from worker.settings import Settings, load_settings
+
+from . import dead_letters, errors, metrics, sessions, stream
+from .auth import Tokens
+from .settings import ApiSettings
+
+STATIC = Path(__file__).parent / "static"
+#: the page loads nothing from elsewhere and runs no inline script
+PAGE_HEADERS = [
+    (
+        b"content-security-policy",
+        b"default-src 'self'; img-src 'self' data:; object-src 'none'; frame-ancestors 'none'; "
+        b"base-uri 'none'; form-action 'self'",
+    ),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"x-frame-options", b"DENY"),
+]
+DESCRIPTION = """\
+Submit and follow tickwork sessions, decide on tool calls waiting for a person, and
+analyse dead letters.
+
+Every request carries `Authorization: Bearer <token>`; a token belongs to one person
+and holds roles: `submitter` (submit), `approver` (decide, cancel), `operator` (cancel,
+fork, dead letters). Any role may read sessions. Errors are JSON
+`{"code": ..., "message": ...}`: 401 no or bad token, 403 wrong role, 404 not found,
+409 not now (already decided, arguments changed, finished), 422 bad input.
+"""
+
+
+def _version() -> str:
+    try:
+        return version("tickwork")
+    except PackageNotFoundError:
+        return "0"
+
+
+class PageHeaders:
+    """ASGI middleware: security headers on the page and its files."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "") if scope["type"] == "http" else ""
+        if path != "/" and not path.startswith("/static/"):
+            await self.app(scope, receive, send)
+            return
+
+        async def sending(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), *PAGE_HEADERS]
+            await send(message)
+
+        await self.app(scope, receive, sending)
+
+
+def make_api(
+    settings: Settings | None = None,
+    api: ApiSettings | None = None,
+    *,
+    client: Tickwork | None = None,
+    multiproc_dir: str | None = None,
+) -> FastAPI:
+    """The ASGI app: API under /api/v1, the page at /, metrics at /metrics."""
+    settings = settings or (client.settings if client else load_settings())
+    api = api or ApiSettings()
+    tokens = Tokens(api.tokens())  # no tokens: refuse to start rather than refuse everyone
+    owned = client is None
+    if client is None:
+        from tickwork.context import ensure_schema
+
+        ensure_schema(settings)
+        client = Tickwork(settings)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        if owned:
+            client.close()
+
+    app = FastAPI(
+        title="tickwork",
+        version=_version(),
+        description=DESCRIPTION,
+        lifespan=lifespan,
+        openapi_url="/api/v1/openapi.json",
+        docs_url="/api/v1/docs",
+        redoc_url=None,
+    )
+    app.state.client = client
+    app.state.tokens = tokens
+    app.state.api_settings = api
+    app.state.store_collector = StoreCollector(client.store.engine, clock=client.clock)
+    app.state.multiproc_dir = multiproc_dir or os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    errors.install(app)
+    app.add_middleware(PageHeaders)
+    app.add_middleware(metrics.CountRequests)
+    app.include_router(sessions.router)
+    app.include_router(stream.router)
+    app.include_router(dead_letters.router)
+    app.include_router(metrics.router)
+
+    @app.get("/healthz", tags=["ops"], summary="200 if the server and its database answer")
+    async def healthz(request: Request) -> dict[str, Any]:
+        def ping() -> None:
+            with request.app.state.client.store.engine.connect() as conn:
+                conn.execute(text("SELECT 1"))
+
+        await anyio.to_thread.run_sync(ping)
+        return {"ok": True}
+
+    @app.get("/", include_in_schema=False)
+    async def page() -> FileResponse:
+        return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
+
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    return app

@@ -1,0 +1,98 @@
+"""What the API takes: request bodies, validated before anything is written.
+
+Bodies forbid unknown fields, so an `approver` (or any misspelt field) in a body is a 422:
+who decides comes from the token.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Self
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from fsm.values import DecisionKind
+
+
+class Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Submit(Body):
+    """A new session."""
+
+    kind: str = Field(
+        min_length=1,
+        max_length=200,
+        examples=["repair"],
+        description="A job kind the deployment knows: `repair`, a kind named in "
+        "TICKWORK_IMPORTS, or one of those `module:attr` specs.",
+    )
+    input: dict[str, Any] = Field(default_factory=dict, description="The job's input.")
+    model: str | None = Field(
+        default=None,
+        max_length=500,
+        description="scripted:PATH or openai:MODEL [default: the deployment's TICKWORK_MODEL].",
+    )
+    budgets: dict[str, Any] = Field(
+        default_factory=dict,
+        examples=[{"max_steps": 20, "max_cost_usd": 2.0}],
+        description="Budget overrides: max_steps, max_tokens, max_cost_usd, deadline_s, ...",
+    )
+    id: str | None = Field(
+        default=None, max_length=64, description="The new session's id [default: a random one]."
+    )
+
+
+class Decide(Body):
+    """One person's decision on one waiting call."""
+
+    kind: DecisionKind
+    fingerprint: str = Field(
+        min_length=8,
+        max_length=64,
+        description="The fingerprint of the call as you saw it (at least 8 characters); the "
+        "decision is refused with 409 if the call's arguments differ.",
+    )
+    comment: str = Field(default="", max_length=10_000, description="Why; recorded.")
+    arguments: dict[str, Any] | None = Field(
+        default=None, description="edit: the new arguments, checked against the tool's schema."
+    )
+    feedback: str = Field(
+        default="", max_length=100_000, description="reject: what the model is told instead."
+    )
+    output: str | None = Field(
+        default=None,
+        max_length=1_000_000,
+        description="provide_output (in-doubt calls): the output.",
+    )
+
+    @model_validator(mode="after")
+    def _fits_kind(self) -> Self:
+        if self.kind is DecisionKind.EDIT and self.arguments is None:
+            raise ValueError("an edit needs `arguments`: the new arguments as a JSON object")
+        if self.kind is not DecisionKind.EDIT and self.arguments is not None:
+            raise ValueError(f"`arguments` go with an edit, not with {self.kind.value}")
+        if self.kind is DecisionKind.PROVIDE_OUTPUT and self.output is None:
+            raise ValueError("provide_output needs `output`: the call's output as text")
+        if self.kind is not DecisionKind.PROVIDE_OUTPUT and self.output is not None:
+            raise ValueError(f"`output` goes with provide_output, not with {self.kind.value}")
+        if self.kind is not DecisionKind.REJECT and self.feedback:
+            raise ValueError(f"`feedback` goes with reject, not with {self.kind.value}")
+        return self
+
+
+class Fork(Body):
+    """A new session from step `from_step` of another, with a declared patch."""
+
+    from_step: int = Field(ge=0, description="Keep steps 1..K of the original (0: start over).")
+    system_prompt: str | None = Field(default=None, description="Replace the system prompt.")
+    append_instruction: str | None = Field(
+        default=None, description="Add an instruction after step K."
+    )
+    tool_outputs: dict[str, str] = Field(
+        default_factory=dict, description="call id -> the output to use instead."
+    )
+    budgets: dict[str, Any] = Field(default_factory=dict, description="Budget overrides.")
+    id: str | None = Field(
+        default=None, max_length=64, description="The fork's id [default: a random one]."
+    )

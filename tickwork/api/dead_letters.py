@@ -1,0 +1,126 @@
+"""Dead-letter endpoints: list, show (with the session's timeline), stats, fork."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Query
+
+from fsm.errors import InvalidInput
+from fsm.values import ErrorCode, Head
+from store import dead_letters as dl
+from tickwork import views
+
+from . import bodies
+from .auth import Operator
+from .sessions import Client, run_fork
+
+router = APIRouter(prefix="/api/v1/dead-letters", tags=["dead letters"])
+
+Key = Annotated[
+    str, Path(description="The dead-letter id, or the failed session's id.", max_length=64)
+]
+Since = Annotated[
+    str | None,
+    Query(
+        alias="since",
+        description="Only since an ISO time (naive: UTC) or a duration ago: 90s, 30m, 2h, 3d, 1w.",
+    ),
+]
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def since(text: str | None) -> datetime | None:
+    if text is None or not text.strip():
+        return None
+    now = datetime.now(UTC)
+    match = _DURATION.match(text)
+    if match:
+        return now - timedelta(seconds=float(match[1]) * _UNITS[match[2]])
+    try:
+        at = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise InvalidInput(
+            f"since={text!r} is neither an ISO time (2026-01-31T12:00) nor a "
+            "duration (90s, 30m, 2h, 3d, 1w)"
+        ) from None
+    return at.replace(tzinfo=UTC) if at.tzinfo is None else at
+
+
+def find(client: Client, key: str) -> dl.DeadLetter:
+    """By dead-letter id, else by session id."""
+    if key.isdigit():
+        try:
+            return client.dead_letter(int(key))
+        except dl.DeadLetterNotFound:
+            pass
+    try:
+        return client.dead_letter(key)
+    except dl.DeadLetterNotFound:
+        raise dl.DeadLetterNotFound(f"no dead letter has id or session id {key!r}") from None
+
+
+@router.get("", summary="List dead letters, newest first")
+def list_dead_letters(
+    client: Client,
+    who: Operator,
+    code: ErrorCode | None = None,
+    kind: str | None = None,
+    since_: Since = None,
+    unresolved: bool = False,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> list[dict[str, Any]]:
+    found = client.dead_letters(
+        code=code.value if code else None,
+        kind=kind,
+        since=since(since_),
+        unresolved=unresolved,
+        limit=limit,
+    )
+    return [views.dead_letter(d) for d in found]
+
+
+@router.get("/stats", summary="Counts by code, kind, model, last tool and error signature")
+def stats(
+    client: Client,
+    who: Operator,
+    by: Annotated[
+        str | None,
+        Query(
+            pattern="^(" + "|".join(dl.GROUPS) + ")$",
+            description="Group by this only [default: every grouping].",
+        ),
+    ] = None,
+    since_: Since = None,
+) -> dict[str, Any]:
+    start = since(since_)
+    grouped = {
+        g: [_jsonable(r) for r in client.dead_letter_stats(by=g, since=start)]
+        for g in ([by] if by else dl.GROUPS)
+    }
+    total = sum(r["count"] for r in next(iter(grouped.values())))
+    return {"since": start.isoformat() if start else None, "total": total, "by": grouped}
+
+
+@router.get("/{key}", summary="A dead letter with its session snapshot as a timeline")
+def show(key: Key, client: Client, who: Operator) -> dict[str, Any]:
+    return views.dead_letter(find(client, key), snapshot=True)
+
+
+@router.post(
+    "/{key}/fork",
+    status_code=201,
+    response_model=Head,
+    summary="Fork the dead letter's session with a patch; the dead letter is resolved",
+)
+def fork(key: Key, body: bodies.Fork, client: Client, who: Operator) -> Head:
+    letter = find(client, key)
+    return run_fork(client, letter.session_id, body, by=who.name, resolve_dead_letter=True)
+
+
+def _jsonable(row: dict[str, Any]) -> dict[str, Any]:
+    latest = row.get("latest")
+    return {**row, "latest": latest.isoformat() if isinstance(latest, datetime) else latest}

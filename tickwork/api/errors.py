@@ -1,0 +1,134 @@
+"""Every error as JSON: `{"code": ..., "message": ...}` plus details, with a fitting status.
+
+401 no or bad token, 403 wrong role, 404 no such thing, 409 not now (the call was decided,
+its arguments changed, the session finished), 422 bad input (with what was wrong),
+503 the database is not answering, 500 a bug (logged).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import ValidationError
+from sqlalchemy.exc import DBAPIError
+from starlette.exceptions import HTTPException
+
+from fsm.errors import ConfigurationError, IllegalTransition, InvalidInput, TickworkError
+
+log = logging.getLogger("tickwork.api")
+
+_HTTP_CODES = {
+    400: "bad_request",
+    401: "unauthenticated",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    406: "not_acceptable",
+    409: "conflict",
+    413: "too_large",
+    415: "unsupported_media_type",
+    422: "invalid_input",
+}
+
+
+class ApiError(Exception):
+    """An error answered as it is: status, code, message and details."""
+
+    def __init__(self, status: int, code: str, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message, self.details = status, code, message, details
+
+
+def snake(name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+def status_of(exc: TickworkError) -> int:
+    if isinstance(exc, LookupError):
+        return 404
+    if isinstance(exc, (InvalidInput, ConfigurationError)):
+        return 422
+    if isinstance(exc, IllegalTransition):
+        return 409
+    return 409
+
+
+def answer(status: int, code: str, message: str, **details: Any) -> JSONResponse:
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    return JSONResponse(
+        {"code": code, "message": message, **details}, status_code=status, headers=headers
+    )
+
+
+def _api_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ApiError)
+    return answer(exc.status, exc.code, exc.message, **exc.details)
+
+
+def _tickwork_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, TickworkError)
+    return answer(status_of(exc), snake(type(exc).__name__), exc.message)
+
+
+def _invalid_request(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    errors = [
+        {
+            "loc": [str(p) for p in e.get("loc", ())],
+            "msg": str(e.get("msg", "")),
+            "type": str(e.get("type", "")),
+        }
+        for e in exc.errors()
+    ]
+    said = "; ".join(f"{'.'.join(e['loc'])}: {e['msg']}" for e in errors[:5])
+    return answer(422, "invalid_input", f"invalid request: {said}", errors=errors)
+
+
+def _invalid_value(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ValidationError)
+    errors = [
+        {"loc": [str(p) for p in e["loc"]], "msg": e["msg"], "type": e["type"]}
+        for e in exc.errors()
+    ]
+    said = "; ".join(f"{'.'.join(e['loc']) or exc.title}: {e['msg']}" for e in errors[:5])
+    return answer(422, "invalid_input", f"invalid {said}", errors=errors)
+
+
+def _http_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, HTTPException)
+    code = _HTTP_CODES.get(exc.status_code, f"http_{exc.status_code}")
+    message = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
+    if exc.status_code == 404 and message == "Not Found":
+        message = "no such endpoint; see /api/v1/docs"
+    response = answer(exc.status_code, code, message)
+    for name, value in (exc.headers or {}).items():
+        response.headers[name] = value
+    return response
+
+
+def _database_error(_: Request, exc: Exception) -> JSONResponse:
+    detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+    log.warning("database error: %s", detail)
+    return answer(
+        503, "database_unavailable", "the database did not answer as expected; try again shortly"
+    )
+
+
+def _bug(_: Request, exc: Exception) -> JSONResponse:
+    log.exception("unexpected error", exc_info=exc)
+    return answer(500, "internal", f"unexpected {type(exc).__name__}; the server log has it")
+
+
+def install(app: FastAPI) -> None:
+    app.add_exception_handler(ApiError, _api_error)
+    app.add_exception_handler(TickworkError, _tickwork_error)
+    app.add_exception_handler(RequestValidationError, _invalid_request)
+    app.add_exception_handler(ValidationError, _invalid_value)
+    app.add_exception_handler(HTTPException, _http_error)
+    app.add_exception_handler(DBAPIError, _database_error)
+    app.add_exception_handler(Exception, _bug)

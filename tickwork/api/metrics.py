@@ -1,0 +1,97 @@
+"""The API's own metrics and its /metrics endpoint.
+
+/metrics serves this process's metrics (with PROMETHEUS_MULTIPROC_DIR, every process's
+that writes there, workers on the same host included) and the store's gauges, read at
+each scrape: sessions by status, approvals waiting and their age, dead letters by code,
+the outbox backlog.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import anyio
+from fastapi import APIRouter, Request, Response
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+)
+from prometheus_client.registry import Collector
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from worker.metrics import StoreCollector, registry
+
+REQUESTS = Counter(
+    "tickwork_api_requests", "API requests by route and status", ["method", "route", "status"]
+)
+REQUEST_SECONDS = Histogram(
+    "tickwork_api_request_duration_seconds",
+    "API request time (to the first byte for streams)",
+    ["method", "route"],
+)
+DECISIONS = Counter("tickwork_decisions", "Decisions made through the API", ["kind"])
+DECISION_WAIT = Histogram(
+    "tickwork_approval_decision_wait_seconds",
+    "From a session's approval request to a person's decision",
+    buckets=(10, 30, 60, 300, 900, 1800, 3600, 4 * 3600, 12 * 3600, 86400, 3 * 86400),
+)
+
+router = APIRouter()
+
+
+class _Both(Collector):
+    def __init__(self, *sources: Any) -> None:
+        self.sources = sources
+
+    def collect(self) -> Iterator[Any]:
+        for source in self.sources:
+            yield from source.collect()
+
+
+def exposition(store_collector: StoreCollector, multiproc_dir: str | None) -> bytes:
+    combined = CollectorRegistry(auto_describe=False)
+    combined.register(_Both(registry(multiproc_dir), store_collector))
+    return generate_latest(combined)
+
+
+@router.get("/metrics", include_in_schema=False)
+async def metrics(request: Request) -> Response:
+    state = request.app.state
+    body = await anyio.to_thread.run_sync(exposition, state.store_collector, state.multiproc_dir)
+    return Response(body, media_type=CONTENT_TYPE_LATEST)
+
+
+class CountRequests:
+    """ASGI middleware: count and time requests by route template (bounded labels)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = [500]
+
+        async def sending(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+                route = getattr(scope.get("route"), "path", None) or "unmatched"
+                if route != "/metrics":
+                    REQUEST_SECONDS.labels(scope["method"], route).observe(
+                        time.perf_counter() - started
+                    )
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            route = getattr(scope.get("route"), "path", None) or "unmatched"
+            if route != "/metrics":
+                REQUESTS.labels(scope["method"], route, str(status[0])).inc()

@@ -1,0 +1,288 @@
+"""Session endpoints: submit, list, show, events, decide, cancel, fork, and the approvals queue."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Path, Query, Request
+from sqlalchemy.exc import IntegrityError
+
+from fsm.errors import AlreadyDecided, InvalidInput
+from fsm.values import ErrorCode, EventKind, Head, Session, Status
+from tickwork import views
+from tickwork.client import SESSION_ID, Tickwork
+
+from . import bodies, previews
+from .auth import Approver, Caller, Canceller, Operator, Submitter
+from .errors import ApiError
+from .metrics import DECISION_WAIT, DECISIONS
+
+router = APIRouter(prefix="/api/v1")
+
+SessionId = Annotated[str, Path(description="The session id.", max_length=64)]
+CallId = Annotated[str, Path(description="The call id, e.g. s3c0.", max_length=64)]
+
+
+def get_client(request: Request) -> Tickwork:
+    return request.app.state.client  # type: ignore[no-any-return]
+
+
+Client = Annotated[Tickwork, Depends(get_client)]
+
+
+@router.get("/me", tags=["auth"], summary="Who the token belongs to")
+def me(who: Caller) -> dict[str, Any]:
+    return {"name": who.name, "roles": sorted(who.roles)}
+
+
+@router.post(
+    "/sessions", status_code=201, response_model=Head, tags=["sessions"], summary="Submit a session"
+)
+def submit(body: bodies.Submit, client: Client, request: Request, who: Submitter) -> Head:
+    settings = client.settings
+    if ":" in body.kind and body.kind not in settings.imports:
+        raise ApiError(
+            422,
+            "unknown_kind",
+            f"job kind {body.kind!r} is not one this deployment names; use a "
+            "built-in kind (repair) or one listed in TICKWORK_IMPORTS",
+        )
+    allowed = request.app.state.api_settings.api_models
+    if body.model and allowed and not any(body.model.startswith(p) for p in allowed):
+        raise ApiError(
+            422,
+            "model_not_allowed",
+            f"model {body.model!r} is not allowed here; allowed: "
+            f"{', '.join(allowed)} (TICKWORK_API_MODELS)",
+        )
+    from tickwork.options import model_spec
+
+    try:
+        return client.submit(
+            body.kind,
+            body.input,
+            model=model_spec(body.model),
+            budgets=body.budgets,
+            session_id=body.id,
+        )
+    except (IntegrityError, InvalidInput):
+        _taken(client, body.id)
+        raise
+
+
+@router.get(
+    "/sessions", response_model=list[Head], tags=["sessions"], summary="List sessions, newest first"
+)
+def list_sessions(
+    client: Client,
+    who: Caller,
+    status: Annotated[list[Status] | None, Query(description="Repeatable.")] = None,
+    kind: str | None = None,
+    error_code: ErrorCode | None = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    offset: Annotated[int, Query(ge=0)] = 0,
+) -> list[Head]:
+    return client.list(
+        status=[s.value for s in status or ()],
+        kind=kind,
+        error_code=error_code.value if error_code else None,
+        limit=limit,
+        offset=offset,
+    )
+
+
+@router.get(
+    "/sessions/{session_id}",
+    tags=["sessions"],
+    summary="A session as a timeline (the JSON of `tickwork show --json`)",
+)
+def show(session_id: SessionId, client: Client, who: Caller) -> dict[str, Any]:
+    return views.session(client.load(session_id))
+
+
+@router.get(
+    "/sessions/{session_id}/events",
+    tags=["sessions"],
+    summary="A page of the session's events after an event id",
+)
+def events(
+    session_id: SessionId,
+    client: Client,
+    who: Caller,
+    after: Annotated[int, Query(ge=0, description="The last event id you have.")] = 0,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 1000,
+) -> dict[str, Any]:
+    head = client.get(session_id)
+    found = client.store.events_after(session_id, after, limit)
+    return {
+        "status": head.status.value,
+        "events": [views.event(i, e) for i, e in found],
+        "last_id": found[-1][0] if found else after,
+    }
+
+
+@router.post(
+    "/sessions/{session_id}/calls/{call_id}/decision",
+    response_model=Head,
+    tags=["approvals"],
+    summary="Approve, edit, reject or give the output of a call",
+    responses={
+        409: {
+            "description": "Already decided (with who and when), the "
+            "arguments changed, or the call is not waiting"
+        }
+    },
+)
+def decide(
+    session_id: SessionId, call_id: CallId, body: bodies.Decide, client: Client, who: Approver
+) -> Head:
+    try:
+        head = client.decide(
+            session_id,
+            call_id,
+            body.kind,
+            approver=who.name,
+            fingerprint=body.fingerprint,
+            comment=body.comment,
+            arguments=body.arguments,
+            feedback=body.feedback,
+            output=body.output or "",
+        )
+    except AlreadyDecided as exc:
+        first = client.load(session_id).decision(call_id)
+        details = (
+            {}
+            if first is None
+            else {
+                "decided_by": first.approver,
+                "decided_at": first.at.isoformat(),
+                "decision": first.kind.value,
+            }
+        )
+        raise ApiError(409, "already_decided", exc.message, **details) from None
+    DECISIONS.labels(body.kind.value).inc()
+    _observe_wait(client.load(session_id), call_id)
+    return head
+
+
+def _observe_wait(session: Session, call_id: str) -> None:
+    decided = session.decision(call_id)
+    asked = [
+        e.at
+        for e in session.events
+        if e.kind is EventKind.APPROVAL_REQUESTED and decided is not None and e.at <= decided.at
+    ]
+    if decided is not None and asked:
+        DECISION_WAIT.observe((decided.at - asked[-1]).total_seconds())
+
+
+@router.post(
+    "/sessions/{session_id}/cancel",
+    response_model=Head,
+    tags=["sessions"],
+    summary="Cancel: at once if waiting for a person, else at its next tick",
+)
+def cancel(session_id: SessionId, client: Client, who: Canceller) -> Head:
+    return client.cancel(session_id, by=who.name)
+
+
+@router.post(
+    "/sessions/{session_id}/fork",
+    status_code=201,
+    response_model=Head,
+    tags=["sessions"],
+    summary="Fork a session from step K with a patch",
+)
+def fork(session_id: SessionId, body: bodies.Fork, client: Client, who: Operator) -> Head:
+    return run_fork(client, session_id, body, by=who.name, resolve_dead_letter=False)
+
+
+def run_fork(
+    client: Tickwork, session_id: str, body: bodies.Fork, *, by: str, resolve_dead_letter: bool
+) -> Head:
+    if body.id is not None and not SESSION_ID.match(body.id):
+        raise ApiError(
+            422,
+            "invalid_input",
+            f"session id {body.id!r} may only hold letters, "
+            "digits, '_', '-' and '.', up to 64 characters",
+        )
+    try:
+        return client.fork(
+            session_id,
+            from_step=body.from_step,
+            by=by,
+            system_prompt=body.system_prompt,
+            append_instruction=body.append_instruction,
+            tool_outputs=body.tool_outputs,
+            budgets=body.budgets,
+            resolve_dead_letter=resolve_dead_letter,
+            new_id=body.id,
+        )
+    except (IntegrityError, InvalidInput):
+        _taken(client, body.id)
+        raise
+
+
+def _taken(client: Tickwork, session_id: str | None) -> None:
+    """409 if the id asked for belongs to a session already."""
+    if session_id is None:
+        return
+    try:
+        client.get(session_id)
+    except LookupError:
+        return
+    raise ApiError(
+        409,
+        "session_exists",
+        f"a session {session_id!r} exists already; choose "
+        "another id or leave it out for a random one",
+    )
+
+
+@router.get(
+    "/approvals",
+    tags=["approvals"],
+    summary="Sessions waiting for a person, oldest first, with their waiting calls",
+)
+def approvals(
+    client: Client, who: Caller, limit: Annotated[int, Query(ge=1, le=200)] = 50
+) -> list[dict[str, Any]]:
+    heads = client.list(status=[Status.WAITING_APPROVAL.value], limit=limit)
+    found = []
+    for head in heads:
+        try:
+            found.append(waiting_view(client.load(head.id)))
+        except LookupError:
+            continue  # pruned meanwhile
+    return sorted(found, key=lambda w: w["waiting_since"] or "")
+
+
+@router.get(
+    "/approvals/{session_id}",
+    tags=["approvals"],
+    summary="One session's calls waiting for a person, with previews",
+)
+def approval(session_id: SessionId, client: Client, who: Caller) -> dict[str, Any]:
+    return waiting_view(client.load(session_id))
+
+
+def waiting_view(session: Session) -> dict[str, Any]:
+    """A waiting session for the approvals page: its calls with previews."""
+    head = session.head
+    view = views.session(session)
+    asked = [e.at for e in session.events if e.kind is EventKind.APPROVAL_REQUESTED]
+    calls, thought = [], ""
+    for step in view["steps"]:
+        for call in step["calls"]:
+            if call["call_id"] in head.awaiting:
+                found = session.call(call["call_id"])
+                call["preview"] = previews.preview(found, head.config) if found else None
+                calls.append(call)
+                thought = step["thought"]
+    return {
+        "session": views.head(head),
+        "thought": thought,
+        "calls": calls,
+        "waiting_since": asked[-1].isoformat() if asked else None,
+    }

@@ -1,0 +1,90 @@
+"""Settings of `tickwork serve`, from `TICKWORK_*` environment variables.
+
+Tokens are given per person with their roles, inline or in a file (the same JSON shape):
+
+    TICKWORK_API_TOKENS='{"s3cret-alice": {"name": "alice", "roles": ["approver"]}}'
+    TICKWORK_API_TOKENS_FILE=/etc/tickwork/tokens.json
+
+A key may also be `sha256:<hex digest of the token>`, so the file need not hold the token.
+"""
+
+from __future__ import annotations
+
+import json
+from enum import StrEnum
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from fsm.errors import ConfigurationError
+
+
+class Role(StrEnum):
+    SUBMITTER = "submitter"  #: submits sessions
+    APPROVER = "approver"  #: decides on calls waiting for a person, cancels sessions
+    OPERATOR = "operator"  #: cancels and forks sessions, analyses and forks dead letters
+
+
+class TokenSpec(BaseModel):
+    """Who holds a token and what they may do."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(min_length=1, max_length=200)
+    roles: tuple[Role, ...] = ()
+
+    @field_validator("name")
+    @classmethod
+    def _named(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("a token needs the name of the person who holds it")
+        return value.strip()
+
+
+class ApiSettings(BaseSettings):
+    """What `tickwork serve` reads besides the deployment's settings."""
+
+    model_config = SettingsConfigDict(env_prefix="TICKWORK_", extra="ignore")
+
+    #: token (or `sha256:<hex>`) -> {"name": ..., "roles": [...]}
+    api_tokens: dict[str, TokenSpec] = {}
+    #: a JSON file of the same shape, read at start
+    api_tokens_file: Path | None = None
+    api_host: str = "127.0.0.1"
+    api_port: int = 8000
+    #: the base URL people reach the server at (webhook cards link to it)
+    public_url: str = ""
+    #: model spec prefixes a submit may name (e.g. `openai:`); empty: any
+    api_models: list[str] = []
+    #: how often a live event stream looks for new events
+    api_stream_poll_s: float = Field(default=0.25, gt=0)
+    #: a live event stream sends a comment this often while nothing happens
+    api_stream_heartbeat_s: float = Field(default=15.0, gt=0)
+
+    def tokens(self) -> dict[str, TokenSpec]:
+        """Every configured token, the file's and the inline ones."""
+        found: dict[str, TokenSpec] = {}
+        if self.api_tokens_file is not None:
+            found.update(read_tokens_file(self.api_tokens_file))
+        found.update(self.api_tokens)
+        return found
+
+
+def read_tokens_file(path: Path) -> dict[str, TokenSpec]:
+    where = f"TICKWORK_API_TOKENS_FILE {path}"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigurationError(f"cannot read {where}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise ConfigurationError(f"{where} is not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigurationError(f"{where} must hold an object: token -> {{name, roles}}")
+    try:
+        return {str(k): TokenSpec.model_validate(v) for k, v in data.items()}
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise ConfigurationError(
+            f"{where}: {'.'.join(str(p) for p in first['loc'])}: {first['msg']}"
+        ) from None

@@ -1,0 +1,106 @@
+"""A session's events live, as Server-Sent Events.
+
+Each event goes out as `id: <event id>`, `event: <kind>`, `data: <JSON>`; a client that
+reconnects sends the last id it saw as `Last-Event-ID` (browsers' EventSource does it by
+itself) and gets what came after it, nothing twice. Ids are the store's event ids, so a
+resume works across servers. When the session has finished and every event is out, an
+`end` event carries its status and the stream closes.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Annotated
+
+import anyio
+from fastapi import APIRouter, Header, Query, Request
+from fastapi.responses import StreamingResponse
+
+from tickwork import views
+
+from .auth import Caller
+from .errors import ApiError
+from .sessions import Client, SessionId
+
+router = APIRouter(prefix="/api/v1", tags=["sessions"])
+
+#: events read per query; a backlog longer than this goes out in several reads
+BATCH = 500
+#: browsers wait this long (ms) before reconnecting a dropped stream
+RETRY_MS = 2000
+
+
+def frame(event_id: int, kind: str, data: object) -> str:
+    return f"id: {event_id}\nevent: {kind}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
+
+
+@router.get(
+    "/sessions/{session_id}/stream",
+    summary="Follow a session's events live (Server-Sent Events)",
+    response_class=StreamingResponse,
+    responses={
+        200: {
+            "content": {"text/event-stream": {}},
+            "description": "`id`/`event`/`data` frames; `end` when it has finished",
+        }
+    },
+)
+async def stream(
+    session_id: SessionId,
+    request: Request,
+    client: Client,
+    who: Caller,
+    after: Annotated[
+        int | None,
+        Query(
+            ge=0,
+            description=(
+                "Start after this event id (the Last-Event-ID header wins) [default: 0, all]"
+            ),
+        ),
+    ] = None,
+    last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
+) -> StreamingResponse:
+    start = after or 0
+    if last_event_id is not None and last_event_id.strip():
+        if not last_event_id.strip().isdigit():
+            raise ApiError(
+                422,
+                "invalid_input",
+                f"Last-Event-ID must be an event id (a number), got {last_event_id!r}",
+            )
+        start = int(last_event_id)
+    store = client.store
+    await anyio.to_thread.run_sync(store.get, session_id)  # 404 before the stream starts
+    settings = request.app.state.api_settings
+    poll, heartbeat = settings.api_stream_poll_s, settings.api_stream_heartbeat_s
+
+    async def frames() -> AsyncIterator[str]:
+        last, quiet_since = start, time.monotonic()
+        yield f"retry: {RETRY_MS}\n\n"
+        while not await request.is_disconnected():
+            # the head first: the events read after it include all of its changes
+            head = await anyio.to_thread.run_sync(store.get, session_id)
+            batch = await anyio.to_thread.run_sync(store.events_after, session_id, last, BATCH)
+            for event_id, event in batch:
+                last = event_id
+                yield frame(event_id, event.kind.value, views.event(event_id, event))
+            if len(batch) == BATCH:
+                continue
+            if batch:
+                quiet_since = time.monotonic()
+            elif head.status.terminal:
+                yield frame(last, "end", {"status": head.status.value, "last_id": last})
+                return
+            elif time.monotonic() - quiet_since >= heartbeat:
+                quiet_since = time.monotonic()
+                yield ": still here\n\n"
+            await anyio.sleep(poll)
+
+    return StreamingResponse(
+        frames(),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+    )

@@ -1,0 +1,129 @@
+"""The `tickwork` command: Typer for the arguments, Rich for the output.
+
+Commands live in modules beside this one, each with a `register(app)`; a new command
+group (the `demo`, say) is one more module listed in `COMMANDS`. Every error ends here,
+in `main`, as one `error: ...` line on stderr: exit code 2 for bad input or usage, 1 for
+what does not exist or may not happen now.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from collections.abc import Sequence
+
+import typer
+from pydantic import ValidationError
+
+from fsm.errors import ConfigurationError, InvalidInput, TickworkError
+
+try:  # Typer 0.2x vendors its own Click
+    from typer._click import exceptions as clicks
+except ImportError:  # pragma: no cover
+    from click import exceptions as clicks  # type: ignore[no-redef]
+
+#: modules whose `register(app)` adds their commands, in the order of `tickwork --help`
+COMMANDS = (
+    "tickwork.cli_demo",
+    "tickwork.cli_sessions",
+    "tickwork.cli_decisions",
+    "tickwork.cli_dlq",
+    "tickwork.cli_ops",
+    "tickwork.cli_serve",
+)
+
+USAGE, REFUSED, INTERRUPTED = 2, 1, 130
+
+
+def make_cli() -> typer.Typer:
+    app = typer.Typer(
+        name="tickwork",
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+        rich_markup_mode="rich",
+        help="Durable LLM agent sessions on Celery: submit, watch, approve, fork, and "
+        "analyse dead letters. Configured by TICKWORK_* variables (`tickwork config`).",
+    )
+    for name in COMMANDS:
+        importlib.import_module(name).register(app)
+    return app
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """The console script; exits with the command's code."""
+    command = typer.main.get_command(make_cli())
+    try:
+        code = command.main(
+            args=list(argv) if argv is not None else None,
+            prog_name="tickwork",
+            standalone_mode=False,
+        )
+    except clicks.NoArgsIsHelpError as exc:
+        # Typer's Rich help has already been printed while the error was built
+        if exc.format_message().strip():
+            typer.echo(exc.format_message())
+        code = 0
+    except clicks.UsageError as exc:
+        where = exc.ctx.command_path if exc.ctx else "tickwork"
+        code = fail(f"{exc.format_message()} (see `{where} --help`)", USAGE)
+    except clicks.ClickException as exc:
+        code = fail(exc.format_message(), exc.exit_code)
+    except (typer.Abort, KeyboardInterrupt):
+        code = fail("interrupted", INTERRUPTED)
+    except BrokenPipeError:
+        # the reader went away (`tickwork ls | head`): stop quietly, as other tools do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = 1
+    except Exception as exc:
+        message, code = explain(exc)
+        if message is None:
+            raise
+        fail(message, code)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def fail(message: str, code: int) -> int:
+    """Write one `error:` line on stderr; return the exit code."""
+    sys.stdout.flush()
+    sys.stderr.write(f"error: {' '.join(str(message).split())}\n")
+    sys.stderr.flush()
+    return code
+
+
+def explain(exc: Exception) -> tuple[str | None, int]:
+    """The one-line message and exit code for an error a user can act on; None for a bug."""
+    if isinstance(exc, (InvalidInput, ConfigurationError)):
+        return exc.message, USAGE
+    if isinstance(exc, TickworkError):
+        return exc.message, REFUSED
+    if isinstance(exc, ValidationError):
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or exc.title
+        return f"invalid {where}: {first['msg']}", USAGE
+    if isinstance(exc, TimeoutError):
+        return str(exc), REFUSED
+    if isinstance(exc, OSError):
+        return (f"{exc.strerror}: {exc.filename}" if exc.filename else str(exc)), REFUSED
+    if _is_database(exc):
+        return _database_message(exc), REFUSED
+    return None, REFUSED
+
+
+def _is_database(exc: BaseException) -> bool:
+    from sqlalchemy.exc import DBAPIError
+
+    return isinstance(exc, DBAPIError)
+
+
+def _database_message(exc: BaseException) -> str:
+    from worker.settings import mask
+
+    from .context import load_settings
+
+    detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+    url = mask(load_settings().db_url, [])
+    if "no such table" in detail or ("relation" in detail and "does not exist" in detail):
+        return f"the database {url} has no tickwork schema ({detail}); run `tickwork db upgrade`"
+    return f"cannot use the database {url}: {detail}; check TICKWORK_DATABASE_URL"

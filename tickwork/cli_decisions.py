@@ -1,0 +1,153 @@
+"""Decision commands: approve, edit, reject, provide-output, and cancel."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from . import options
+from .cli_sessions import SessionId, print_head
+from .context import Context
+
+CallId = Annotated[str, typer.Argument(metavar="CALL_ID", help="The call id, e.g. s3c0.")]
+Comment = Annotated[str, typer.Option(help="Why; recorded with the decision.")]
+Fingerprint = Annotated[
+    str | None,
+    typer.Option(
+        help="The call fingerprint (or a prefix) you saw in `tickwork show`; the decision is "
+        "refused if the call differs."
+    ),
+]
+VERBS = {
+    "approve": "approved",
+    "edit": "edited",
+    "reject": "rejected",
+    "provide_output": "gave the output of",
+}
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(approve)
+    app.command()(edit)
+    app.command()(reject)
+    app.command("provide-output")(provide_output)
+    app.command()(cancel)
+
+
+def approve(
+    session_id: SessionId,
+    call_id: CallId,
+    approver: options.Approver = None,
+    comment: Comment = "",
+    fingerprint: Fingerprint = None,
+    json_output: options.Json = False,
+) -> None:
+    """Approve a waiting call: it runs as proposed (an in-doubt call runs again)."""
+    _decide(
+        session_id,
+        call_id,
+        "approve",
+        approver,
+        json_output,
+        comment=comment,
+        fingerprint=fingerprint,
+    )
+
+
+def edit(
+    session_id: SessionId,
+    call_id: CallId,
+    args: Annotated[
+        str,
+        typer.Option("--args", metavar="JSON", help="The new arguments: a JSON object, or @FILE."),
+    ],
+    approver: options.Approver = None,
+    comment: Comment = "",
+    fingerprint: Fingerprint = None,
+    json_output: options.Json = False,
+) -> None:
+    """Edit a waiting call: it runs with new arguments."""
+    arguments = options.json_object(args, option="--args")
+    _decide(
+        session_id,
+        call_id,
+        "edit",
+        approver,
+        json_output,
+        comment=comment,
+        fingerprint=fingerprint,
+        arguments=arguments,
+    )
+
+
+def reject(
+    session_id: SessionId,
+    call_id: CallId,
+    feedback: Annotated[str, typer.Option(help="What the model is told instead.")] = "",
+    approver: options.Approver = None,
+    comment: Comment = "",
+    fingerprint: Fingerprint = None,
+    json_output: options.Json = False,
+) -> None:
+    """Reject a waiting call: it does not run, and the model gets the feedback."""
+    _decide(
+        session_id,
+        call_id,
+        "reject",
+        approver,
+        json_output,
+        comment=comment,
+        fingerprint=fingerprint,
+        feedback=feedback,
+    )
+
+
+def provide_output(
+    session_id: SessionId,
+    call_id: CallId,
+    output: Annotated[str, typer.Option(help="The call's output, as if it had run.")],
+    approver: options.Approver = None,
+    comment: Comment = "",
+    fingerprint: Fingerprint = None,
+    json_output: options.Json = False,
+) -> None:
+    """Give an in-doubt call's output by hand instead of running it again."""
+    _decide(
+        session_id,
+        call_id,
+        "provide_output",
+        approver,
+        json_output,
+        comment=comment,
+        fingerprint=fingerprint,
+        output=output,
+    )
+
+
+def _decide(
+    session_id: str, call_id: str, kind: str, approver: str | None, json_output: bool, **kw: Any
+) -> None:
+    name = options.approver(approver)
+    with Context() as ctx:
+        head = ctx.client.decide(session_id, call_id, kind, approver=name, **kw)
+    line = f"{VERBS[kind]} {call_id} of {session_id} as {name}; the session is {head.status}"
+    if head.awaiting:
+        line += f"; still waiting on {', '.join(head.awaiting)}"
+    print_head(head, json_output, line)
+
+
+def cancel(
+    session_id: SessionId, by: options.Approver = None, json_output: options.Json = False
+) -> None:
+    """Cancel a session: at once if it waits for a person, else at its next tick."""
+    name = options.approver(by)
+    with Context() as ctx:
+        head = ctx.client.cancel(session_id, by=name)
+    print_head(
+        head,
+        json_output,
+        f"cancelled {session_id}"
+        if head.status.terminal
+        else f"cancel requested for {session_id}; it stops at its next tick",
+    )

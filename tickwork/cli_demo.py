@@ -1,0 +1,300 @@
+"""`tickwork demo`: the example repair job end to end on the embedded default.
+
+It copies `examples/buggy_calc` into the state folder, submits a `repair` session driven
+by a scripted model (or the model you name), starts a worker and stops it at the end,
+shows each step as it happens, and asks you at the approval. Ctrl-C leaves the session
+where it is; running the demo again offers to resume it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.prompt import Confirm, Prompt
+from rich.syntax import Syntax
+from rich.text import Text
+
+from fsm.errors import InvalidInput, TickworkError
+from fsm.values import Session, Status, ToolCall
+
+from . import render
+from .context import Context
+from .options import json_object
+
+WORKER_START_S = 60.0
+
+
+def register(app: typer.Typer) -> None:
+    app.command("demo")(demo)
+
+
+def demo(
+    yes: Annotated[
+        bool, typer.Option("--yes", "-y", help="Approve every call without asking.")
+    ] = False,
+    model: Annotated[
+        str | None,
+        typer.Option("--model", help="Model spec [default: the scripted demo model]."),
+    ] = None,
+    new: Annotated[
+        bool, typer.Option("--new", help="Start a new demo even if one can be resumed.")
+    ] = False,
+    timeout: Annotated[
+        float, typer.Option("--timeout", help="Give up after this many seconds.")
+    ] = 600.0,
+) -> None:
+    """Repair the example project end to end on the embedded default (no server needed)."""
+    from worker.repair import DEMO_SCRIPT, demo_input, prepare_demo_workspace
+
+    with Context() as ctx:
+        settings = ctx.settings
+        folder = settings.state_dir.absolute() / "demo"
+        folder.mkdir(parents=True, exist_ok=True)
+        marker = folder / "session"
+        if not yes and not sys.stdin.isatty():
+            raise InvalidInput(
+                "the demo asks at the approval and there is no terminal to ask "
+                "in; pass --yes to approve everything"
+            )
+        session_id = None if new else _resumable(ctx, marker, yes)
+        if session_id is None:
+            workspace = prepare_demo_workspace(settings.state_dir)
+            spec = model or f"scripted:{DEMO_SCRIPT}"
+            head = ctx.client.submit("repair", demo_input(workspace), model=spec)
+            marker.write_text(head.id)
+            session_id = head.id
+            render.show(
+                Text.assemble(
+                    ("tickwork demo", "bold"),
+                    f": session {head.id} repairs a copy of examples/buggy_calc in {workspace}",
+                )
+            )
+            if spec.startswith("scripted:"):
+                render.show(
+                    Text(
+                        "The model is a scripted one: its replies were written in advance (no "
+                        "network, no key). Use a real one with --model openai:MODEL.",
+                        style="dim",
+                    )
+                )
+        worker = _start_worker(folder / "worker.log")
+        try:
+            _follow(ctx, session_id, yes=yes, deadline=time.monotonic() + timeout, worker=worker)
+        except KeyboardInterrupt:
+            render.show(
+                Text(
+                    f"\ninterrupted: session {session_id} is saved as it was; run "
+                    "`tickwork demo` again to resume it",
+                    style="yellow",
+                )
+            )
+            raise typer.Exit(130) from None
+        finally:
+            _stop(worker)
+        _finish(ctx, session_id, settings.state_dir)
+
+
+def _resumable(ctx: Context, marker: Path, yes: bool) -> str | None:
+    if not marker.exists():
+        return None
+    session_id = marker.read_text().strip()
+    try:
+        head = ctx.store.get(session_id)
+    except TickworkError:
+        return None
+    if head.status.terminal:
+        return None
+    question = f"Resume demo session {session_id} ({head.status.value}, step {head.step})?"
+    if yes or Confirm.ask(question, default=True):
+        return session_id
+    ctx.client.cancel(session_id, by="demo")
+    return None
+
+
+def _start_worker(log: Path) -> subprocess.Popen[bytes]:
+    command = [
+        sys.executable,
+        "-m",
+        "tickwork",
+        "worker",
+        "--pool",
+        "threads",
+        "--concurrency",
+        "2",
+        "--loglevel",
+        "WARNING",
+    ]
+    with open(log, "ab") as out:
+        return subprocess.Popen(
+            command,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+
+
+def _stop(worker: subprocess.Popen[bytes]) -> None:
+    if worker.poll() is not None:
+        return
+    os.killpg(worker.pid, signal.SIGTERM)
+    try:
+        worker.wait(30)
+    except subprocess.TimeoutExpired:
+        os.killpg(worker.pid, signal.SIGKILL)
+        worker.wait(10)
+
+
+def _follow(
+    ctx: Context, session_id: str, *, yes: bool, deadline: float, worker: subprocess.Popen[bytes]
+) -> None:
+    """Print the session's events until it finishes, deciding its calls on the way."""
+    last = 0
+    while True:
+        events = ctx.store.events_after(session_id, last)
+        if events:
+            whole = ctx.store.load(session_id)
+            for event_id, event in events:
+                last = event_id
+                _show_event(whole, event.kind.value, event.data)
+        head = ctx.store.get(session_id)
+        if head.status.terminal:
+            return
+        if head.status is Status.WAITING_APPROVAL:
+            whole = ctx.store.load(session_id)
+            for call_id in head.awaiting:
+                call = whole.call(call_id)
+                if call is not None:
+                    _decide(ctx, whole, call, yes=yes)
+            continue
+        if worker.poll() is not None:
+            raise TickworkError(
+                f"the demo's worker stopped (exit {worker.returncode}); see "
+                f"{ctx.settings.state_dir.absolute() / 'demo' / 'worker.log'}"
+            )
+        if time.monotonic() > deadline:
+            raise TickworkError(
+                f"session {session_id} did not finish in time; it is saved, "
+                "run `tickwork demo` again to resume"
+            )
+        time.sleep(0.1)
+
+
+def _show_event(whole: Session, kind: str, data: dict[str, Any]) -> None:
+    if kind == "step_recorded":
+        step = next((s for s in whole.steps if s.step == data.get("step")), None)
+        if step is None:
+            return
+        render.show(Text(f"\nstep {step.step}", style="bold cyan"))
+        if step.thought:
+            render.show(Text(render.clip(step.thought, 400), style="italic"))
+        for call in step.calls:
+            render.show(Text(f"  → {call.name}({render.clip(call.raw_arguments, 160)})"))
+        render.show(Text(f"  {step.usage.total:,} tokens · ${step.cost_usd:.4f}", style="dim"))
+    elif kind == "tool_finished":
+        seen = whole.observation(str(data.get("call_id")))
+        if seen is not None:
+            style = "red" if seen.is_error else "green"
+            text = render.clip(seen.content.strip(), 300)
+            render.show(Text(f"  ← {data.get('name')}: {text}", style=style))
+    elif kind in ("loop_intervention", "failed", "cancelled", "approval_decided", "model_retry"):
+        render.show(render.event_line({"at": None, "kind": kind, "data": data}))
+
+
+def _decide(ctx: Context, whole: Session, call: ToolCall, *, yes: bool) -> None:
+    render.show(Text(f"\n{call.call_id} {call.name} needs your decision", style="bold yellow"))
+    _preview(whole, call)
+    if yes:
+        ctx.client.approve(
+            whole.head.id, call.call_id, approver="demo --yes", fingerprint=call.fingerprint
+        )
+        render.show(Text("  approved (--yes)", style="green"))
+        return
+    choice = Prompt.ask(r"  \[a]pprove, \[e]dit or \[r]eject", choices=["a", "e", "r"], default="a")
+    approver = os.environ.get("USER") or "demo"
+    if choice == "a":
+        ctx.client.approve(
+            whole.head.id, call.call_id, approver=approver, fingerprint=call.fingerprint
+        )
+    elif choice == "r":
+        feedback = Prompt.ask("  feedback for the model", default="not this way")
+        ctx.client.reject(
+            whole.head.id, call.call_id, feedback, approver=approver, fingerprint=call.fingerprint
+        )
+    else:
+        while True:
+            text = Prompt.ask("  new arguments (JSON)", default=call.raw_arguments)
+            try:
+                arguments = json_object(text, option="arguments")
+                ctx.client.edit(
+                    whole.head.id,
+                    call.call_id,
+                    arguments,
+                    approver=approver,
+                    fingerprint=call.fingerprint,
+                )
+                break
+            except InvalidInput as exc:
+                render.show(Text(f"  {exc}", style="red"))
+
+
+def _preview(whole: Session, call: ToolCall) -> None:
+    """What the call would do: a diff for a file write, the text of a patch or command."""
+    arguments = call.arguments or {}
+    if call.name == "write_file" and isinstance(arguments.get("content"), str):
+        path = Path(str(whole.head.config.get("workspace", "."))) / str(arguments.get("path"))
+        before = path.read_text() if path.is_file() else ""
+        diff = "".join(
+            difflib.unified_diff(
+                before.splitlines(keepends=True),
+                arguments["content"].splitlines(keepends=True),
+                f"a/{arguments.get('path')}",
+                f"b/{arguments.get('path')}",
+            )
+        )
+        render.show(Syntax(diff or "(no change)", "diff"))
+    elif call.name == "apply_patch":
+        render.show(Syntax(str(arguments.get("patch", "")), "diff"))
+    else:
+        render.show(Text(f"  {call.name} {call.raw_arguments}"))
+
+
+def _finish(ctx: Context, session_id: str, state_dir: Path) -> None:
+    whole = ctx.store.load(session_id)
+    head = whole.head
+    style = "bold green" if head.status is Status.COMPLETED else "bold red"
+    render.show(Text(f"\nsession {session_id}: {head.status.value}", style=style))
+    if head.final_answer:
+        render.show(Text(head.final_answer))
+    result = dict(head.result)
+    patch = result.get("patch")
+    if patch:
+        render.show(Text("\nthe patch:", style="bold"), Syntax(str(patch), "diff"))
+    tests = result.get("tests") or {}
+    if tests:
+        verdict = "pass" if tests.get("passed") else "still fail"
+        render.show(
+            Text(
+                f"the tests ({tests.get('command')}) {verdict}",
+                style="green" if tests.get("passed") else "red",
+            )
+        )
+    if head.error_code:
+        render.show(Text(f"{head.error_code.value}: {head.error_message}", style="red"))
+    render.show(
+        Text(
+            f"\nstate kept in {state_dir.absolute()} (SQLite + broker folder); the repaired copy "
+            f"is {head.config.get('workspace')}.\nSee it again with `tickwork show {session_id}`.",
+            style="dim",
+        )
+    )
+    if head.status is not Status.COMPLETED:
+        raise typer.Exit(1)

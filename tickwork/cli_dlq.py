@@ -1,0 +1,186 @@
+"""`tickwork dlq`: list, show, count, export and fork dead letters."""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import UTC, datetime
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, TextIO
+
+import typer
+from rich.text import Text
+
+from fsm.values import ErrorCode
+
+from . import options, render, views
+from .cli_sessions import make_fork
+from .context import Context
+
+if TYPE_CHECKING:
+    from store.dead_letters import DeadLetter
+
+
+class Grouping(StrEnum):
+    CODE = "code"  #: the error code
+    KIND = "kind"  #: the job kind
+    MODEL = "model"  #: the model spec
+    LAST_TOOL = "last_tool"  #: the last tool the session called
+    ERROR_SIGNATURE = "error_signature"  #: the message with its particulars taken out
+
+
+Code = Annotated[
+    ErrorCode | None,
+    typer.Option(help="Only dead letters with this error code.", case_sensitive=False),
+]
+Kind = Annotated[str | None, typer.Option(help="Only dead letters of this job kind.")]
+Since = Annotated[
+    str | None,
+    typer.Option(
+        metavar="WHEN", help="Only since an ISO time (naive: UTC) or a duration ago: 2h, 3d."
+    ),
+]
+Unresolved = Annotated[bool, typer.Option(help="Only dead letters not yet resolved by a fork.")]
+Key = Annotated[str, typer.Argument(metavar="ID", help="Dead-letter id or session id.")]
+#: enough for any export; the store caps every listing
+EVERYTHING = 10**9
+
+
+def register(app: typer.Typer) -> None:
+    dlq = typer.Typer(no_args_is_help=True, help="Failed sessions kept for analysis and forks.")
+    dlq.command("ls")(list_dead_letters)
+    dlq.command()(show)
+    dlq.command()(stats)
+    dlq.command()(export)
+    dlq.command("fork")(make_fork(dead_letter=True))
+    app.add_typer(dlq, name="dlq")
+
+
+def list_dead_letters(
+    code: Code = None,
+    kind: Kind = None,
+    since: Since = None,
+    unresolved: Unresolved = False,
+    limit: Annotated[int, typer.Option(min=1, help="At most this many.")] = 100,
+    json_output: options.Json = False,
+) -> None:
+    """List dead letters, newest first."""
+    with Context() as ctx:
+        found = [views.dead_letter(d) for d in _list(ctx, code, kind, since, unresolved, limit)]
+    if json_output:
+        views.emit(found)
+    elif found:
+        render.show(render.dead_letters_table(found))
+    else:
+        render.show("no dead letters match")
+
+
+def show(key: Key, json_output: options.Json = False) -> None:
+    """Show a dead letter and its session snapshot as a timeline."""
+    with Context() as ctx:
+        view = views.dead_letter(find_dead_letter(ctx, key), snapshot=True)
+    if json_output:
+        views.emit(view)
+    else:
+        render.show(render.dead_letter_header(view), render.timeline(view["session"]))
+
+
+def stats(
+    by: Annotated[
+        Grouping | None, typer.Option(help="Group by this only [default: every grouping].")
+    ] = None,
+    since: Since = None,
+    json_output: options.Json = False,
+) -> None:
+    """Count dead letters by code, kind, model, last tool and error signature."""
+    from store.dead_letters import stats as count
+
+    start = options.since(since, now=datetime.now(UTC))
+    with Context() as ctx:
+        grouped = {
+            g.value: [_jsonable(r) for r in count(ctx.store.engine, by=g.value, since=start)]
+            for g in ([by] if by else Grouping)
+        }
+    total = sum(r["count"] for r in next(iter(grouped.values())))
+    if json_output:
+        views.emit({"since": start.isoformat() if start else None, "total": total, "by": grouped})
+        return
+    render.show(
+        Text(f"{total} dead letters" + (f" since {start:%Y-%m-%d %H:%M:%S}" if start else "")),
+        *render.stats_tables(grouped),
+    )
+
+
+def export(
+    code: Code = None,
+    kind: Kind = None,
+    since: Since = None,
+    unresolved: Unresolved = False,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Write to this file [default: stdout].")
+    ] = None,
+) -> None:
+    """Export dead letters as JSON Lines, each with its session snapshot."""
+    with Context() as ctx:
+        found = _list(ctx, code, kind, since, unresolved, EVERYTHING)
+        if out is None:
+            _write(ctx, found, sys.stdout)
+            return
+        with out.open("w", encoding="utf-8") as file:
+            _write(ctx, found, file)
+    render.show(Text(f"wrote {len(found)} dead letters to {out}"))
+
+
+def _write(ctx: Context, found: list[DeadLetter], file: TextIO) -> None:
+    # one at a time, so an export holds one snapshot in memory, not all of them
+    from store.dead_letters import get_dead_letter
+
+    for listed in found:
+        letter = get_dead_letter(ctx.store.engine, listed.id)
+        file.write(json.dumps(letter.model_dump(mode="json"), ensure_ascii=False) + "\n")
+    file.flush()
+
+
+def _list(
+    ctx: Context,
+    code: ErrorCode | None,
+    kind: str | None,
+    since: str | None,
+    unresolved: bool,
+    limit: int,
+) -> list[DeadLetter]:
+    from store.dead_letters import list_dead_letters
+
+    start = options.since(since, now=datetime.now(UTC))
+    return list_dead_letters(
+        ctx.store.engine,
+        code=code.value if code else None,
+        kind=kind,
+        since=start,
+        unresolved=unresolved,
+        limit=limit,
+    )
+
+
+def find_dead_letter(ctx: Context, key: str) -> DeadLetter:
+    """By dead-letter id, else by session id."""
+    from store.dead_letters import DeadLetterNotFound, get_dead_letter
+
+    engine = ctx.store.engine
+    if key.isdigit():
+        try:
+            return get_dead_letter(engine, int(key))
+        except DeadLetterNotFound:
+            pass
+    try:
+        return get_dead_letter(engine, key)
+    except DeadLetterNotFound:
+        raise DeadLetterNotFound(
+            f"no dead letter has id or session id {key!r}; list them with `tickwork dlq ls`"
+        ) from None
+
+
+def _jsonable(row: dict[str, Any]) -> dict[str, Any]:
+    latest = row.get("latest")
+    return {**row, "latest": latest.isoformat() if isinstance(latest, datetime) else latest}

@@ -1,0 +1,243 @@
+"""Session commands: submit, ls, show, watch and fork."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.text import Text
+
+from fsm.values import ErrorCode, Head, Status
+
+from . import options, render, views
+from .context import Context
+
+#: the input keys `--workspace`, `--test-cmd` and `--goal` fill, as the repair kind reads them
+REPAIR_INPUT = {"workspace": "workspace", "test_cmd": "test_command", "goal": "goal"}
+#: how often `watch` looks for new events
+POLL_S = 0.1
+
+SessionId = Annotated[str, typer.Argument(metavar="ID", help="The session id.")]
+DeadLetterKey = Annotated[
+    str, typer.Argument(metavar="ID", help="The dead-letter id, or the failed session's id.")
+]
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(submit)
+    app.command("ls")(list_sessions)
+    app.command()(show)
+    app.command()(watch)
+    app.command("fork")(make_fork(dead_letter=False))
+
+
+def submit(
+    kind: Annotated[str, typer.Argument(help="`repair`, or a job kind as module:attr.")],
+    input: Annotated[
+        str | None,
+        typer.Option("--input", metavar="JSON", help="The job's input: a JSON object, or @FILE."),
+    ] = None,
+    workspace: Annotated[
+        Path | None,
+        typer.Option(help="Repair: the directory the agent works in.", rich_help_panel="Repair"),
+    ] = None,
+    test_cmd: Annotated[
+        str | None,
+        typer.Option(help="Repair: the command that runs the tests.", rich_help_panel="Repair"),
+    ] = None,
+    goal: Annotated[
+        str | None, typer.Option(help="Repair: what to fix.", rich_help_panel="Repair")
+    ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            metavar="SPEC", help="scripted:PATH or openai:MODEL [default: $TICKWORK_MODEL]."
+        ),
+    ] = None,
+    max_steps: options.MaxSteps = None,
+    max_tokens: options.MaxTokens = None,
+    max_cost_usd: options.MaxCostUsd = None,
+    deadline: options.Deadline = None,
+    session_id: Annotated[
+        str | None, typer.Option("--id", help="The new session's id [default: a random one].")
+    ] = None,
+    json_output: options.Json = False,
+) -> None:
+    """Submit a session of job KIND; prints its id."""
+    data = options.json_object(input, option="--input") if input is not None else {}
+    given = {
+        "workspace": str(workspace.expanduser().absolute()) if workspace else None,
+        "test_cmd": test_cmd,
+        "goal": goal,
+    }
+    data.update({REPAIR_INPUT[k]: v for k, v in given.items() if v is not None})
+    budgets = options.budgets(
+        max_steps=max_steps, max_tokens=max_tokens, max_cost_usd=max_cost_usd, deadline=deadline
+    )
+    with Context() as ctx:
+        head = ctx.client.submit(
+            kind, data, model=options.model_spec(model), budgets=budgets, session_id=session_id
+        )
+    print_head(head, json_output, head.id)
+
+
+def list_sessions(
+    status: Annotated[
+        list[Status] | None,
+        typer.Option(help="Only sessions in this status (repeatable).", case_sensitive=False),
+    ] = None,
+    kind: Annotated[str | None, typer.Option(help="Only sessions of this job kind.")] = None,
+    error_code: Annotated[
+        ErrorCode | None,
+        typer.Option(help="Only failed sessions with this code.", case_sensitive=False),
+    ] = None,
+    limit: Annotated[int, typer.Option(min=1, help="At most this many.")] = 50,
+    json_output: options.Json = False,
+) -> None:
+    """List sessions, newest first."""
+    with Context() as ctx:
+        heads = ctx.store.list_sessions(
+            status=[s.value for s in status or ()],
+            kind=kind,
+            error_code=error_code.value if error_code else None,
+            limit=limit,
+        )
+    found = [views.head(h) for h in heads]
+    if json_output:
+        views.emit(found)
+    elif found:
+        render.show(render.sessions_table(found))
+    else:
+        render.show("no sessions match")
+
+
+def show(session_id: SessionId, json_output: options.Json = False) -> None:
+    """Show a session as a timeline: steps, calls and outputs, decisions, costs, outcome."""
+    with Context() as ctx:
+        view = views.session(ctx.store.load(session_id))
+    if json_output:
+        views.emit(view)
+    else:
+        render.show(render.timeline(view))
+
+
+def watch(
+    session_id: SessionId,
+    timeout: Annotated[
+        float | None,
+        typer.Option(
+            min=0, help="Give up after this many seconds [default: wait as long as it runs]."
+        ),
+    ] = None,
+    json_output: options.Json = False,
+) -> None:
+    """Follow a session's events live until it waits for a person or ends."""
+    with Context() as ctx:
+        store = ctx.store
+        seen: list[dict[str, Any]] = []
+        last, started = 0, time.monotonic()
+        while True:
+            head = store.get(session_id)  # before the events: they include all of its changes
+            batch = store.events_after(session_id, last)
+            for event_id, event in batch:
+                last = event_id
+                seen.append(views.event(event_id, event))
+                if not json_output:
+                    render.show(render.event_line(seen[-1]))
+            if batch and len(batch) >= 1000:
+                continue
+            if not head.status.runnable:
+                break
+            if timeout is not None and time.monotonic() - started > timeout:
+                if json_output:
+                    views.emit({"head": views.head(head), "events": seen, "timed_out": True})
+                raise TimeoutError(
+                    f"session {session_id} is still {head.status.value} after "
+                    f"{timeout:g}s; is a worker running? (`tickwork worker`)"
+                )
+            time.sleep(POLL_S)
+        if json_output:
+            views.emit({"head": views.head(head), "events": seen, "timed_out": False})
+            return
+        view = views.session(store.load(session_id))
+    render.show(
+        Text(f"session {session_id} is {head.status.value}"),
+        *render.outcome(view["head"], view["steps"]),
+    )
+
+
+def make_fork(*, dead_letter: bool) -> Callable[..., None]:
+    """`fork`, or `dlq fork` (which takes a dead letter and marks it resolved)."""
+
+    def fork(
+        key: SessionId,
+        from_step: Annotated[
+            int, typer.Option(help="Keep steps 1..K of the original (0: start over).")
+        ],
+        system_prompt: Annotated[
+            str | None, typer.Option(help="Replace the system prompt.", rich_help_panel="Patch")
+        ] = None,
+        append_instruction: Annotated[
+            str | None,
+            typer.Option(help="Add an instruction after step K.", rich_help_panel="Patch"),
+        ] = None,
+        tool_output: Annotated[
+            list[str] | None,
+            typer.Option(
+                metavar="CALL_ID=TEXT",
+                help="Use TEXT as that call's output (repeatable).",
+                rich_help_panel="Patch",
+            ),
+        ] = None,
+        max_steps: options.MaxSteps = None,
+        max_tokens: options.MaxTokens = None,
+        max_cost_usd: options.MaxCostUsd = None,
+        deadline: options.Deadline = None,
+        by: options.Approver = None,
+        new_id: Annotated[
+            str | None, typer.Option("--id", help="The fork's id [default: a random one].")
+        ] = None,
+        json_output: options.Json = False,
+    ) -> None:
+        outputs = options.pairs(tool_output, option="--tool-output")
+        budgets = options.budgets(
+            max_steps=max_steps, max_tokens=max_tokens, max_cost_usd=max_cost_usd, deadline=deadline
+        )
+        name = options.approver(by)
+        with Context() as ctx:
+            session_id = key
+            if dead_letter:
+                from .cli_dlq import find_dead_letter
+
+                session_id = find_dead_letter(ctx, key).session_id
+            head = ctx.client.fork(
+                session_id,
+                from_step=from_step,
+                by=name,
+                system_prompt=system_prompt,
+                append_instruction=append_instruction,
+                tool_outputs=outputs,
+                budgets=budgets,
+                resolve_dead_letter=dead_letter,
+                new_id=new_id,
+            )
+        print_head(head, json_output, head.id)
+
+    if dead_letter:
+        fork.__annotations__["key"] = DeadLetterKey
+    fork.__doc__ = (
+        "Fork a dead letter's session from step K with a patch; the dead letter is resolved."
+        if dead_letter
+        else "Fork a session from step K with a patch; prints the new session's id."
+    )
+    return fork
+
+
+def print_head(head: Head, json_output: bool, line: str) -> None:
+    if json_output:
+        views.emit(views.head(head))
+    else:
+        render.show(Text(line))

@@ -1,0 +1,109 @@
+"""What a command works on: the settings, the store and the client, each built on first use.
+
+Reading commands use the store alone, so they start without importing Celery; commands
+that change sessions go through the client, which publishes ticks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+from pydantic import ValidationError
+
+from fsm.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from store import Store
+    from worker.settings import Settings
+
+    from .client import Tickwork
+
+
+def load_settings() -> Settings:
+    """The settings from `TICKWORK_*`; a bad value names its variable."""
+    from worker.settings import load_settings as load
+
+    try:
+        return load()
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        name = "__".join(str(p) for p in first["loc"]).upper()
+        raise ConfigurationError(f"invalid setting TICKWORK_{name}: {first['msg']}") from None
+
+
+def ensure_schema(settings: Settings) -> bool:
+    """Make the embedded SQLite database if its file does not exist yet; True if it did.
+
+    The schema is built in a file of its own and linked into place, so a process that
+    races this one sees either no database or a whole one, and the first link wins.
+    """
+    from sqlalchemy.engine import make_url
+
+    url = make_url(settings.db_url)
+    if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
+        return False
+    path = Path(url.database).expanduser()
+    if path.exists():
+        return False
+    from store.migrate import upgrade
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    scratch = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}")
+    try:
+        upgrade(url.set(database=str(scratch)).render_as_string(hide_password=False))
+        with contextlib.suppress(FileExistsError):
+            os.link(scratch, path)
+    finally:
+        for leftover in (scratch, *(scratch.with_name(scratch.name + s) for s in ("-wal", "-shm"))):
+            leftover.unlink(missing_ok=True)
+    return True
+
+
+class Context:
+    """One command's handle on the deployment; closes what it opened."""
+
+    def __init__(self, settings: Settings | None = None) -> None:
+        self._settings = settings
+        self._store: Store | None = None
+        self._client: Tickwork | None = None
+
+    def __enter__(self) -> Context:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    @property
+    def settings(self) -> Settings:
+        if self._settings is None:
+            self._settings = load_settings()
+        return self._settings
+
+    @property
+    def store(self) -> Store:
+        if self._store is None:
+            from store import Store, make_engine
+
+            settings = self.settings
+            ensure_schema(settings)
+            self._store = Store(make_engine(settings.db_url))
+        return self._store
+
+    @property
+    def client(self) -> Tickwork:
+        if self._client is None:
+            from .client import Tickwork
+
+            self._client = Tickwork(self.settings, store=self.store)
+        return self._client
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.engine.dispose()

@@ -1,0 +1,137 @@
+"""What the command line takes: shared option types and the parsers of their values.
+
+Parsers raise `InvalidInput` naming the option and what to write instead, so every bad
+value ends as one `error:` line with exit code 2.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import re
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from fsm.errors import InvalidInput
+
+Json = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
+Approver = Annotated[
+    str | None,
+    typer.Option(
+        "--as", metavar="NAME", help="Who decides, recorded with the decision [default: $USER]."
+    ),
+]
+MaxSteps = Annotated[
+    int | None, typer.Option(help="Budget: model calls.", rich_help_panel="Budgets")
+]
+MaxTokens = Annotated[
+    int | None, typer.Option(help="Budget: prompt + completion tokens.", rich_help_panel="Budgets")
+]
+MaxCostUsd = Annotated[
+    float | None, typer.Option(help="Budget: USD spent on the model.", rich_help_panel="Budgets")
+]
+Deadline = Annotated[
+    float | None,
+    typer.Option(
+        help="Budget: seconds from creation (or from the fork).", rich_help_panel="Budgets"
+    ),
+]
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def budgets(
+    *,
+    max_steps: int | None = None,
+    max_tokens: int | None = None,
+    max_cost_usd: float | None = None,
+    deadline: float | None = None,
+) -> dict[str, Any]:
+    """The budget options given, by budget name; the client validates the values."""
+    given = {
+        "max_steps": max_steps,
+        "max_tokens": max_tokens,
+        "max_cost_usd": max_cost_usd,
+        "deadline_s": deadline,
+    }
+    return {name: value for name, value in given.items() if value is not None}
+
+
+def json_object(text: str, *, option: str) -> dict[str, Any]:
+    """A JSON object given inline or as `@PATH`."""
+    source = text
+    if text.startswith("@"):
+        try:
+            source = Path(text[1:]).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise InvalidInput(f"{option}: cannot read {text[1:]}: {exc.strerror or exc}") from None
+    try:
+        value = json.loads(source)
+    except ValueError as exc:
+        raise InvalidInput(
+            f"{option} is not valid JSON ({exc}); write an object such as "
+            f'{option} \'{{"key": "value"}}\''
+        ) from None
+    if not isinstance(value, dict):
+        raise InvalidInput(
+            f"{option} must be a JSON object, got {type(value).__name__}: {source.strip()[:80]}"
+        )
+    return value
+
+
+def pairs(items: list[str] | None, *, option: str) -> dict[str, str]:
+    """`KEY=TEXT` items as a mapping; the text may hold `=` and be empty."""
+    found: dict[str, str] = {}
+    for item in items or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise InvalidInput(f"{option} takes CALL_ID=TEXT, got {item!r}")
+        found[key.strip()] = value
+    return found
+
+
+def since(text: str | None, *, now: datetime) -> datetime | None:
+    """An ISO time (naive means UTC) or a duration back from `now`: 90s, 30m, 2h, 3d, 1w."""
+    if text is None:
+        return None
+    match = _DURATION.match(text)
+    if match:
+        return now - timedelta(seconds=float(match[1]) * _UNITS[match[2]])
+    try:
+        at = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise InvalidInput(
+            f"--since {text!r} is neither an ISO time (2026-01-31T12:00) nor "
+            "a duration (90s, 30m, 2h, 3d, 1w)"
+        ) from None
+    return at.replace(tzinfo=UTC) if at.tzinfo is None else at
+
+
+def approver(name: str | None) -> str:
+    """The `--as` name, else the login name."""
+    if name is not None:
+        if not name.strip():
+            raise InvalidInput("--as needs a name: who is deciding")
+        return name.strip()
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):
+        raise InvalidInput("who is deciding? $USER is not set: pass --as NAME") from None
+
+
+def model_spec(spec: str | None) -> str | None:
+    """`scripted:PATH` with PATH made absolute (workers may run elsewhere) and checked now."""
+    if spec is None:
+        return None
+    prefix = next((p for p in ("scripted:", "react:scripted:") if spec.startswith(p)), None)
+    if prefix is None or len(spec) == len(prefix):
+        return spec
+    from worker.models.scripted import load_script
+
+    absolute = Path(spec[len(prefix) :]).expanduser().absolute()
+    load_script(absolute)  # a bad script fails here, not in a worker later
+    return f"{prefix}{absolute}"

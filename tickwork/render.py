@@ -1,0 +1,352 @@
+"""Rich rendering of the views in `tickwork.views`: tables, timelines and event lines.
+
+Everything a session holds is text a model or a person wrote, so it goes in as `Text`,
+never as markup. Long values are cut here; `--json` prints them whole.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from rich import box
+from rich.console import Console, Group, RenderableType
+from rich.rule import Rule
+from rich.syntax import Syntax
+from rich.table import Table
+from rich.text import Text
+
+STATUS_STYLE = {
+    "ready": "cyan",
+    "executing": "cyan",
+    "waiting_approval": "bold yellow",
+    "completed": "green",
+    "failed": "bold red",
+    "cancelled": "dim",
+}
+THOUGHT_CHARS, ARGUMENT_CHARS, OUTPUT_CHARS = 600, 160, 300
+
+
+#: how wide output to a pipe or file is, unless $COLUMNS says otherwise; rows stay whole
+PIPE_WIDTH = 200
+
+
+@functools.cache
+def console() -> Console:
+    width = None
+    if not sys.stdout.isatty() and not os.environ.get("COLUMNS"):
+        width = PIPE_WIDTH
+    return Console(highlight=False, soft_wrap=False, width=width)
+
+
+def show(*renderables: RenderableType) -> None:
+    """Print each renderable on lines of its own."""
+    for renderable in renderables:
+        console().print(renderable)
+
+
+def clip(text: str | None, limit: int) -> str:
+    """`text` cut to `limit` characters, saying how much was left out."""
+    text = text or ""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text) - limit} more chars; --json shows all)"
+
+
+def when(iso: str | None) -> str:
+    if not iso:
+        return ""
+    return datetime.fromisoformat(iso).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def status(value: str) -> Text:
+    return Text(value, style=STATUS_STYLE.get(value, ""))
+
+
+def compact(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def sessions_table(heads: Iterable[Mapping[str, Any]]) -> Table:
+    table = Table(
+        title="sessions, newest first",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        padding=(0, 1, 0, 0),
+    )
+    # ids stay whole so they can be copied; kind and note fold to fit
+    for name in ("ID", "STATUS", "STEP", "TOKENS", "COST", "CREATED", "KIND", "NOTE"):
+        table.add_column(
+            name,
+            no_wrap=name not in ("KIND", "NOTE"),
+            overflow="fold",
+            justify="right" if name in ("STEP", "TOKENS", "COST") else "left",
+        )
+    for h in heads:
+        note = (
+            f"{h['error_code']}: {h['error_message']}"
+            if h["error_code"]
+            else f"waiting on {', '.join(h['awaiting'])}"
+            if h["awaiting"]
+            else ""
+        )
+        created = datetime.fromisoformat(h["created_at"]).strftime("%m-%d %H:%M")
+        table.add_row(
+            Text(h["id"]),
+            status(h["status"]),
+            str(h["step"]),
+            f"{h['tokens']:,}",
+            f"${h['cost_usd']:.4f}",
+            created,
+            Text(h["kind"]),
+            Text(clip(note, 80)),
+        )
+    return table
+
+
+def timeline(view: Mapping[str, Any]) -> Group:
+    """A session view as a timeline: header, steps with their calls, totals, outcome."""
+    h, totals = view["head"], view["totals"]
+    parts: list[RenderableType] = [_header(h)]
+    for step in view["steps"]:
+        parts.append(
+            Rule(
+                Text(
+                    f"step {step['step']} · {when(step['at'])} · {step['model']} · "
+                    f"{step['prompt_tokens']:,}+{step['completion_tokens']:,} tokens · "
+                    f"${step['cost_usd']:.4f} · {step['latency_ms']:.0f} ms"
+                ),
+                align="left",
+            )
+        )
+        if step["thought"]:
+            parts.append(Text(clip(step["thought"], THOUGHT_CHARS)))
+        if step["calls"]:
+            parts.append(_calls_table(step["calls"]))
+    parts.append(Rule(align="left"))
+    parts.append(
+        Text(
+            f"total: {totals['steps']} steps · {totals['calls']} calls · "
+            f"{totals['tokens']:,} tokens ({totals['prompt_tokens']:,} prompt, "
+            f"{totals['completion_tokens']:,} completion) · ${totals['cost_usd']:.4f}"
+        )
+    )
+    parts.extend(outcome(h, view["steps"]))
+    return Group(*parts)
+
+
+def _header(h: Mapping[str, Any]) -> Table:
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    b = h["budgets"]
+    rows: list[tuple[str, RenderableType]] = [
+        ("session", Text(h["id"])),
+        ("status", status(h["status"])),
+        ("kind", Text(h["kind"])),
+        ("model", Text(h["model"])),
+        ("created", when(h["created_at"])),
+        ("updated", f"{when(h['updated_at'])}  (version {h['version']})"),
+        (
+            "budgets",
+            f"steps {h['step']}/{b['max_steps']} · tokens {h['tokens']:,}/"
+            f"{b['max_tokens']:,} · cost ${h['cost_usd']:.4f}/${b['max_cost_usd']:g} · "
+            f"deadline {b['deadline_s']:g}s",
+        ),
+    ]
+    if h["parent_id"]:
+        rows.append(("forked from", Text(f"{h['parent_id']} at step {h['fork_step']}")))
+    for name, value in rows:
+        grid.add_row(name, value)
+    return grid
+
+
+def _calls_table(calls: list[Mapping[str, Any]]) -> Table:
+    table = Table(show_edge=False, pad_edge=False, expand=False)
+    for name in ("CALL", "TOOL", "ARGUMENTS", "STATE", "OUTPUT", "DECISION"):
+        table.add_column(name, overflow="fold")
+    for c in calls:
+        arguments = c["arguments"] if c["arguments"] is not None else c["raw_arguments"]
+        seen = c["observation"]
+        output = Text("")
+        if seen is not None:
+            output = Text(
+                clip(seen["content"], OUTPUT_CHARS), style="red" if seen["is_error"] else ""
+            )
+        table.add_row(
+            Text(c["call_id"]),
+            Text(c["name"]),
+            Text(clip(compact(arguments), ARGUMENT_CHARS)),
+            Text(
+                c["state"],
+                style="yellow" if c["state"] in ("awaiting_approval", "in_doubt") else "",
+            ),
+            output,
+            Text(decision_text(c["decision"])),
+        )
+    return table
+
+
+def decision_text(d: Mapping[str, Any] | None) -> str:
+    if d is None:
+        return ""
+    text = f"{d['kind']} by {d['approver']} at {when(d['at'])}"
+    if d["kind"] == "edit":
+        text += f": {clip(compact(d['arguments']), ARGUMENT_CHARS)}"
+    elif d["kind"] == "reject" and d["feedback"]:
+        text += f": {clip(d['feedback'], ARGUMENT_CHARS)}"
+    elif d["kind"] == "provide_output":
+        text += f": {clip(d['output'], ARGUMENT_CHARS)}"
+    if d["comment"]:
+        text += f" ({clip(d['comment'], ARGUMENT_CHARS)})"
+    return text
+
+
+def outcome(h: Mapping[str, Any], steps: list[Mapping[str, Any]]) -> list[RenderableType]:
+    """What the session waits for, how it failed, or what it produced."""
+    parts: list[RenderableType] = []
+    if h["awaiting"]:
+        calls = {c["call_id"]: c for s in steps for c in s["calls"]}
+        for call_id in h["awaiting"]:
+            c = calls.get(call_id, {"name": "?", "fingerprint": ""})
+            parts.append(
+                Text(
+                    f"waiting for a decision on {call_id} ({c['name']}, fingerprint "
+                    f"{c['fingerprint'][:12]}): tickwork approve|edit|reject {h['id']} {call_id}",
+                    style="yellow",
+                )
+            )
+    if h["error_code"]:
+        parts.append(Text(f"error: {h['error_code']}: {h['error_message']}", style="bold red"))
+    if h["final_answer"] is not None:
+        parts.append(Text("final answer:", style="bold"))
+        parts.append(Text(clip(h["final_answer"], 4000)))
+    result = dict(h["result"] or {})
+    patch = result.pop("patch", None)
+    if isinstance(patch, str) and patch:
+        parts.append(Text("patch:", style="bold"))
+        parts.append(Syntax(patch, "diff", word_wrap=True))
+    if result:
+        parts.append(Text("result:", style="bold"))
+        parts.append(Text(json.dumps(result, indent=2, ensure_ascii=False)))
+    return parts
+
+
+def event_line(e: Mapping[str, Any]) -> Text:
+    """One event as a line: time, kind, and what it says."""
+    line = Text(f"{when(e['at'])}  ")
+    line.append(f"{e['kind']:<18}", style=_event_style(e["kind"]))
+    line.append(" " + summary(e["kind"], e["data"]))
+    return line
+
+
+def _event_style(kind: str) -> str:
+    return {
+        "failed": "bold red",
+        "dead_lettered": "red",
+        "completed": "green",
+        "approval_requested": "yellow",
+        "loop_intervention": "yellow",
+        "cancelled": "dim",
+    }.get(kind, "cyan")
+
+
+def summary(kind: str, d: Mapping[str, Any]) -> str:
+    if kind == "model_called":
+        return (
+            f"step {d.get('step')} · {d.get('model')} · "
+            f"{d.get('prompt_tokens', 0) + d.get('completion_tokens', 0):,} tokens · "
+            f"${d.get('cost_usd', 0):.4f} · {d.get('latency_ms', 0):.0f} ms"
+        )
+    if kind == "step_recorded":
+        return f"step {d.get('step')}: calls {', '.join(d.get('calls', [])) or 'none'}"
+    if kind == "approval_requested":
+        doubt = " (in doubt: it was running when its worker died)" if d.get("in_doubt") else ""
+        return f"step {d.get('step')}: {', '.join(d.get('calls', []))} need a decision{doubt}"
+    if kind == "approval_decided":
+        text = f"{d.get('call_id')}: {d.get('decision')} by {d.get('approver')}"
+        return text + (f" ({d['comment']})" if d.get("comment") else "")
+    if kind in ("tool_started", "tool_finished"):
+        text = f"{d.get('call_id')} {d.get('name')}"
+        if kind == "tool_finished":
+            text += f" · {d.get('duration_ms', 0):.0f} ms · {d.get('output_chars', 0)} chars"
+            text += " · error" if d.get("is_error") else ""
+        return text + (" (rerun)" if d.get("rerun") else "")
+    if kind in ("failed", "dead_lettered"):
+        return f"{d.get('error_code')}: {d.get('message')}"
+    if kind == "forked":
+        return f"from {d.get('parent_id')} at step {d.get('from_step')} by {d.get('by')}"
+    return " ".join(f"{k}={compact(v)}" for k, v in d.items())
+
+
+def dead_letters_table(letters: Iterable[Mapping[str, Any]]) -> Table:
+    table = Table(title="dead letters, newest first", title_justify="left", box=box.SIMPLE_HEAD)
+    table.add_column("ID", no_wrap=True, justify="right")
+    # the dead-letter id is the handle (`dlq show`, `dlq fork`); the session id may be cut
+    table.add_column("SESSION", no_wrap=True, overflow="ellipsis", max_width=14)
+    table.add_column("CODE", no_wrap=True)
+    for name in ("KIND", "LAST TOOL", "AT", "RESOLVED", "MESSAGE"):
+        table.add_column(name, overflow="fold")
+    for d in letters:
+        resolved = ""
+        if d["resolved_at"]:
+            fork = (d["resolution"] or {}).get("fork")
+            resolved = f"{when(d['resolved_at'])}" + (f" → fork {fork}" if fork else "")
+        table.add_row(
+            str(d["id"]),
+            Text(d["session_id"]),
+            Text(d["code"], style="red"),
+            Text(d["kind"]),
+            Text(d["last_tool"] or ""),
+            when(d["at"]),
+            Text(resolved),
+            Text(clip(d["message"], 100)),
+        )
+    return table
+
+
+def dead_letter_header(d: Mapping[str, Any]) -> Table:
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    grid.add_row("dead letter", f"{d['id']} ({when(d['at'])})")
+    grid.add_row("code", Text(f"{d['code']}: {d['message']}", style="red"))
+    grid.add_row("signature", Text(d["error_signature"]))
+    if d["resolved_at"]:
+        grid.add_row("resolved", Text(f"{when(d['resolved_at'])} {compact(d['resolution'])}"))
+    return grid
+
+
+def stats_tables(by: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[Table]:
+    tables = []
+    for grouping, rows in by.items():
+        table = Table(title=f"dead letters by {grouping}", title_justify="left")
+        table.add_column(grouping.upper(), overflow="fold")
+        table.add_column("COUNT", justify="right")
+        table.add_column("LATEST")
+        for row in rows:
+            value = row["value"]
+            table.add_row(
+                Text("(none)" if value is None else str(value)),
+                str(row["count"]),
+                when(row["latest"]),
+            )
+        tables.append(table)
+    return tables
+
+
+def settings_table(settings: Mapping[str, Any]) -> Table:
+    table = Table(
+        title="settings in force (TICKWORK_* variables; secrets masked)", title_justify="left"
+    )
+    table.add_column("SETTING")
+    table.add_column("VARIABLE")
+    table.add_column("VALUE", overflow="fold")
+    for name, value in settings.items():
+        table.add_row(name, f"TICKWORK_{name.upper()}", Text(compact(value)))
+    return table

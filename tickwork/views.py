@@ -1,0 +1,75 @@
+"""Plain JSON views of sessions, events and dead letters: what `--json` prints in full and
+what the Rich renderer draws, so both always show the same facts."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fsm.values import Event, Head, Session, ToolCall
+    from store.dead_letters import DeadLetter
+
+
+def emit(document: Any) -> None:
+    """Write one JSON document on stdout."""
+    sys.stdout.write(json.dumps(document, indent=2, ensure_ascii=False, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def head(value: Head) -> dict[str, Any]:
+    return value.model_dump(mode="json")
+
+
+def event(event_id: int | None, value: Event) -> dict[str, Any]:
+    return {"id": event_id, **value.model_dump(mode="json")}
+
+
+def session(value: Session) -> dict[str, Any]:
+    """The session as a timeline: each step with its calls, their outputs and decisions."""
+    steps = []
+    for step in value.steps:
+        data = step.model_dump(mode="json", exclude={"calls", "usage"})
+        data.update(
+            prompt_tokens=step.usage.prompt_tokens,
+            completion_tokens=step.usage.completion_tokens,
+            tokens=step.usage.total,
+            calls=[_call(value, c) for c in step.calls],
+        )
+        steps.append(data)
+    return {
+        "head": head(value.head),
+        "steps": steps,
+        "totals": {
+            "steps": len(value.steps),
+            "calls": sum(len(s.calls) for s in value.steps),
+            "prompt_tokens": sum(s.usage.prompt_tokens for s in value.steps),
+            "completion_tokens": sum(s.usage.completion_tokens for s in value.steps),
+            "tokens": sum(s.usage.total for s in value.steps),
+            "cost_usd": sum(s.cost_usd for s in value.steps),
+            "latency_ms": sum(s.latency_ms for s in value.steps),
+        },
+        "events": [event(None, e) for e in value.events],
+    }
+
+
+def _call(whole: Session, call: ToolCall) -> dict[str, Any]:
+    data = call.model_dump(mode="json")
+    seen = whole.observation(call.call_id)
+    decided = whole.decision(call.call_id)
+    data["observation"] = (
+        None if seen is None else seen.model_dump(mode="json", exclude={"call_id"})
+    )
+    data["decision"] = (
+        None if decided is None else decided.model_dump(mode="json", exclude={"call_id"})
+    )
+    return data
+
+
+def dead_letter(value: DeadLetter, *, snapshot: bool = False) -> dict[str, Any]:
+    """The dead letter; with `snapshot`, its session as a timeline under `session`."""
+    data = value.model_dump(mode="json", exclude={"snapshot"})
+    if snapshot:
+        data["session"] = session(value.session())
+    return data
