@@ -116,7 +116,8 @@ class Tickwork:
     def load(self, session_id: str) -> Session:
         return self.store.load(session_id)
 
-    def list(self, **filters: Any) -> list[Head]:
+    def sessions(self, **filters: Any) -> list[Head]:
+        """Sessions newest first, filtered by status, kind, error_code; paged by limit, offset."""
         return self.store.list_sessions(**filters)
 
     def wait(self, session_id: str, *, timeout: float = 60.0, poll: float = 0.05) -> Head:

@@ -147,7 +147,7 @@ def test_errors_are_one_line_with_an_exit_code(deployment: Deployment, cli: Cli)
     bad_json.error(2, "--args is not valid JSON")
     not_in_doubt.error(2, "not in doubt")
     bad_status.error(2, "--status", "waiting_approval", "tickwork ls --help")
-    assert [h.id for h in deployment.client.list()] == [sid]  # nothing bad was stored
+    assert [h.id for h in deployment.client.sessions()] == [sid]  # nothing bad was stored
 
     shown = cli.inline("show", sid).stdout
     assert "waiting for a decision on s1c0" in shown and "pending" in shown

@@ -82,7 +82,7 @@ def list_sessions(
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     offset: Annotated[int, Query(ge=0)] = 0,
 ) -> list[Head]:
-    return client.list(
+    return client.sessions(
         status=[s.value for s in status or ()],
         kind=kind,
         error_code=error_code.value if error_code else None,
@@ -248,7 +248,7 @@ def _taken(client: Tickwork, session_id: str | None) -> None:
 def approvals(
     client: Client, who: Caller, limit: Annotated[int, Query(ge=1, le=200)] = 50
 ) -> list[dict[str, Any]]:
-    heads = client.list(status=[Status.WAITING_APPROVAL.value], limit=limit)
+    heads = client.sessions(status=[Status.WAITING_APPROVAL.value], limit=limit)
     found = []
     for head in heads:
         try:
