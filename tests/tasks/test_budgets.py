@@ -89,3 +89,29 @@ def test_transient_model_errors_past_the_retry_budget_fail_with_model_error(
     assert "after 3 attempts" in done.error_message
     retries = [e for e in deployment.client.load(head.id).events if e.kind == "model_retry"]
     assert [e.data["attempt"] for e in retries] == [1, 2]
+
+
+def test_transient_model_errors_are_retried_with_backoff_and_counted_once(
+    deployment: Deployment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from collections import Counter
+
+    from tests.fakes import FakeModel, fake_model_server
+
+    replies = [
+        {"content": "look", "tool_calls": [{"name": "echo", "arguments": {"text": "a"}}]},
+        {"content": "done"},
+    ]
+    with fake_model_server(FakeModel(replies, fail={1: [500, 429]})) as fake:
+        monkeypatch.setenv("OPENAI_BASE_URL", fake.url)
+        head = deployment.client.submit("tests.jobs:TEST", {}, model="openai:fake")
+        with deployment.worker():
+            done = deployment.client.wait(head.id, timeout=60)
+        assert fake.requests == Counter({0: 1, 1: 3})
+    assert done.status is Status.COMPLETED
+    session = deployment.client.load(head.id)
+    retries = [e for e in session.events if e.kind == "model_retry"]
+    assert [e.data["attempt"] for e in retries] == [1, 2]
+    assert retries[1].data["delay_s"] >= retries[0].data["delay_s"] / 2
+    assert done.tokens == 2 * 15, "only the two answered calls count"
+    assert done.model_attempts == 0
