@@ -94,9 +94,11 @@ def pairs(items: list[str] | None, *, option: str) -> dict[str, str]:
     return found
 
 
-def since(text: str | None, *, now: datetime) -> datetime | None:
-    """An ISO time (naive means UTC) or a duration back from `now`: 90s, 30m, 2h, 3d, 1w."""
-    if text is None:
+def since(text: str | None, *, now: datetime, name: str = "--since") -> datetime | None:
+    """An ISO time (naive means UTC) or a duration back from `now`: 90s, 30m, 2h, 3d, 1w.
+
+    `name` is how the value was given (an option, a query parameter), for the error."""
+    if text is None or not text.strip():
         return None
     match = _DURATION.match(text)
     if match:
@@ -105,7 +107,7 @@ def since(text: str | None, *, now: datetime) -> datetime | None:
         at = datetime.fromisoformat(text.strip())
     except ValueError:
         raise InvalidInput(
-            f"--since {text!r} is neither an ISO time (2026-01-31T12:00) nor "
+            f"{name} {text!r} is neither an ISO time (2026-01-31T12:00) nor "
             "a duration (90s, 30m, 2h, 3d, 1w)"
         ) from None
     return at.replace(tzinfo=UTC) if at.tzinfo is None else at

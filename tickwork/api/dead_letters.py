@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import re
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query
 
-from fsm.errors import InvalidInput
 from fsm.values import ErrorCode, Head
 from store import dead_letters as dl
-from tickwork import views
+from tickwork import options, views
 
 from . import bodies
 from .auth import Operator
@@ -29,25 +27,10 @@ Since = Annotated[
         description="Only since an ISO time (naive: UTC) or a duration ago: 90s, 30m, 2h, 3d, 1w.",
     ),
 ]
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 
 def since(text: str | None) -> datetime | None:
-    if text is None or not text.strip():
-        return None
-    now = datetime.now(UTC)
-    match = _DURATION.match(text)
-    if match:
-        return now - timedelta(seconds=float(match[1]) * _UNITS[match[2]])
-    try:
-        at = datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise InvalidInput(
-            f"since={text!r} is neither an ISO time (2026-01-31T12:00) nor a "
-            "duration (90s, 30m, 2h, 3d, 1w)"
-        ) from None
-    return at.replace(tzinfo=UTC) if at.tzinfo is None else at
+    return options.since(text, now=datetime.now(UTC), name="since")
 
 
 def find(client: Client, key: str) -> dl.DeadLetter:
