@@ -12,6 +12,8 @@ Policy = Callable[[Mapping[str, Any]], bool]
 
 #: the shortest fingerprint prefix a decision may carry
 MIN_FINGERPRINT = 8
+#: the longest approver name (the width of its column)
+MAX_APPROVER = 200
 
 
 class ApprovalRule(Value):
@@ -71,6 +73,10 @@ def check_decision(
         )
     if not decision.approver.strip():
         raise InvalidDecision(f"a decision on {where} needs the approver's name")
+    if len(decision.approver) > MAX_APPROVER:
+        raise InvalidDecision(
+            f"the approver's name on a decision on {where} is longer than {MAX_APPROVER} characters"
+        )
     kind = decision.kind
     if kind is DecisionKind.EDIT and decision.arguments is None:
         raise InvalidDecision(f"an edit of {where} needs the new arguments as a JSON object")

@@ -8,6 +8,7 @@ Each function takes the session's head and what happened, and returns a `Change`
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -138,13 +139,30 @@ def start_think(head: Head, *, now: datetime) -> Change | CallModel:
     return CallModel()
 
 
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON")
+
+
+def _finite(number: str) -> float:
+    value = float(number)
+    if not math.isfinite(value):
+        raise ValueError(f"{number} is out of range")
+    return value
+
+
 def parse_arguments(raw: str | dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
-    """(parsed object or None, text as the model wrote it)."""
+    """(parsed object or None, text as the model wrote it).
+
+    Strict JSON: NaN, Infinity and numbers out of a float's range do not parse, nor does
+    nesting too deep for the parser (RecursionError).
+    """
     if isinstance(raw, dict):
         return raw, json.dumps(raw, ensure_ascii=False)
     try:
-        parsed = json.loads(raw) if raw.strip() else {}
-    except ValueError:
+        parsed = (
+            json.loads(raw, parse_constant=_not_json, parse_float=_finite) if raw.strip() else {}
+        )
+    except (ValueError, RecursionError):
         return None, raw
     return (parsed if isinstance(parsed, dict) else None), raw
 

@@ -52,5 +52,16 @@ def messages(
                         "content": content,
                     }
                 )
+        limit = head.budgets.max_calls_per_step
+        if len(step.calls) >= limit:
+            out.append(
+                {
+                    "role": "user",
+                    "content": (
+                        f"At most {limit} tool calls of a reply run; any calls after the {limit}th "
+                        "were dropped. Make fewer calls per reply."
+                    ),
+                }
+            )
         out.extend({"role": "user", "content": t} for t in instructions.get(step.step, []))
     return out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -22,6 +23,25 @@ from fsm.values import (
 )
 
 Row = Mapping[Any, Any]
+
+
+def storable(value: Any) -> Any:
+    """`value` as every backend can store it: Postgres refuses NUL in text and jsonb, and
+    NaN or Infinity in jsonb (SQLite takes both; both backends are kept alike)."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd")
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {storable(k): storable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [storable(v) for v in value]
+    return value
+
+
+def _row(values: dict[str, Any]) -> dict[str, Any]:
+    return {name: storable(value) for name, value in values.items()}
+
 
 #: head columns a save may change; kind, input, config and budgets are fixed at creation
 MUTABLE_HEAD = (
@@ -69,55 +89,61 @@ def head_from_row(row: Row) -> Head:
 
 
 def head_to_row(head: Head) -> dict[str, Any]:
-    return {
-        "id": head.id,
-        "kind": head.kind,
-        "version": head.version,
-        "created_at": head.created_at,
-        "model": head.model,
-        "budgets": head.budgets.model_dump(),
-        "input": head.input,
-        "config": head.config,
-        "cancel_requested": head.cancel_requested,
-        "parent_id": head.parent_id,
-        "fork_step": head.fork_step,
-        "lease_owner": None,
-        "lease_expires_at": None,
-        **head_changes(head),
-    }
+    return _row(
+        {
+            "id": head.id,
+            "kind": head.kind,
+            "version": head.version,
+            "created_at": head.created_at,
+            "model": head.model,
+            "budgets": head.budgets.model_dump(),
+            "input": head.input,
+            "config": head.config,
+            "cancel_requested": head.cancel_requested,
+            "parent_id": head.parent_id,
+            "fork_step": head.fork_step,
+            "lease_owner": None,
+            "lease_expires_at": None,
+            **head_changes(head),
+        }
+    )
 
 
 def head_changes(head: Head) -> dict[str, Any]:
-    return {
-        "status": head.status.value,
-        "updated_at": head.updated_at,
-        "step": head.step,
-        "tokens": head.tokens,
-        "cost_usd": head.cost_usd,
-        "loop_interventions": head.loop_interventions,
-        "model_attempts": head.model_attempts,
-        "error_code": head.error_code.value if head.error_code else None,
-        "error_message": head.error_message,
-        "final_answer": head.final_answer,
-        "result": head.result,
-        "awaiting": list(head.awaiting),
-    }
+    return _row(
+        {
+            "status": head.status.value,
+            "updated_at": head.updated_at,
+            "step": head.step,
+            "tokens": head.tokens,
+            "cost_usd": head.cost_usd,
+            "loop_interventions": head.loop_interventions,
+            "model_attempts": head.model_attempts,
+            "error_code": head.error_code.value if head.error_code else None,
+            "error_message": head.error_message,
+            "final_answer": head.final_answer,
+            "result": head.result,
+            "awaiting": list(head.awaiting),
+        }
+    )
 
 
 def step_to_row(session_id: str, step: Step) -> dict[str, Any]:
-    return {
-        "session_id": session_id,
-        "step": step.step,
-        "thought": step.thought,
-        "prompt_tokens": step.usage.prompt_tokens,
-        "completion_tokens": step.usage.completion_tokens,
-        "cost_usd": step.cost_usd,
-        "latency_ms": step.latency_ms,
-        "fingerprint": step.fingerprint,
-        "model": step.model,
-        "trace_id": step.trace_id,
-        "at": step.at,
-    }
+    return _row(
+        {
+            "session_id": session_id,
+            "step": step.step,
+            "thought": step.thought,
+            "prompt_tokens": step.usage.prompt_tokens,
+            "completion_tokens": step.usage.completion_tokens,
+            "cost_usd": step.cost_usd,
+            "latency_ms": step.latency_ms,
+            "fingerprint": step.fingerprint,
+            "model": step.model[:200],
+            "trace_id": step.trace_id,
+            "at": step.at,
+        }
+    )
 
 
 def step_from_row(row: Row, calls: tuple[ToolCall, ...]) -> Step:
@@ -136,19 +162,22 @@ def step_from_row(row: Row, calls: tuple[ToolCall, ...]) -> Step:
 
 
 def call_to_row(session_id: str, call: ToolCall) -> dict[str, Any]:
-    return {
-        "session_id": session_id,
-        "call_id": call.call_id,
-        "step": call.step,
-        "index": call.index,
-        "name": call.name,
-        "arguments": call.arguments,
-        "raw_arguments": call.raw_arguments,
-        "fingerprint": call.fingerprint,
-        "state": call.state.value,
-        "needs_approval": call.needs_approval,
-        "started_at": None,
-    }
+    return _row(
+        {
+            "session_id": session_id,
+            "call_id": call.call_id,
+            "step": call.step,
+            "index": call.index,
+            # a model may name any tool; no real one is longer than 64 (tools.registry)
+            "name": call.name[:200],
+            "arguments": call.arguments,
+            "raw_arguments": call.raw_arguments,
+            "fingerprint": call.fingerprint,
+            "state": call.state.value,
+            "needs_approval": call.needs_approval,
+            "started_at": None,
+        }
+    )
 
 
 def call_from_row(row: Row) -> ToolCall:
@@ -166,14 +195,16 @@ def call_from_row(row: Row) -> ToolCall:
 
 
 def observation_to_row(session_id: str, o: Observation) -> dict[str, Any]:
-    return {
-        "session_id": session_id,
-        "call_id": o.call_id,
-        "content": o.content,
-        "is_error": o.is_error,
-        "at": o.at,
-        "duration_ms": o.duration_ms,
-    }
+    return _row(
+        {
+            "session_id": session_id,
+            "call_id": o.call_id,
+            "content": o.content,
+            "is_error": o.is_error,
+            "at": o.at,
+            "duration_ms": o.duration_ms,
+        }
+    )
 
 
 def observation_from_row(row: Row) -> Observation:
@@ -187,19 +218,21 @@ def observation_from_row(row: Row) -> Observation:
 
 
 def decision_to_row(session_id: str, d: Decision) -> dict[str, Any]:
-    return {
-        "session_id": session_id,
-        "call_id": d.call_id,
-        "attempt": d.attempt,
-        "kind": d.kind.value,
-        "approver": d.approver,
-        "at": d.at,
-        "fingerprint": d.fingerprint,
-        "comment": d.comment,
-        "arguments": d.arguments,
-        "feedback": d.feedback,
-        "output": d.output,
-    }
+    return _row(
+        {
+            "session_id": session_id,
+            "call_id": d.call_id,
+            "attempt": d.attempt,
+            "kind": d.kind.value,
+            "approver": d.approver,
+            "at": d.at,
+            "fingerprint": d.fingerprint,
+            "comment": d.comment,
+            "arguments": d.arguments,
+            "feedback": d.feedback,
+            "output": d.output,
+        }
+    )
 
 
 def decision_from_row(row: Row) -> Decision:
@@ -218,13 +251,15 @@ def decision_from_row(row: Row) -> Decision:
 
 
 def event_to_row(session_id: str, version: int, e: Event) -> dict[str, Any]:
-    return {
-        "session_id": session_id,
-        "version": version,
-        "kind": e.kind.value,
-        "at": e.at,
-        "data": e.data,
-    }
+    return _row(
+        {
+            "session_id": session_id,
+            "version": version,
+            "kind": e.kind.value,
+            "at": e.at,
+            "data": e.data,
+        }
+    )
 
 
 def event_from_row(row: Row) -> Event:

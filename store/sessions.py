@@ -414,6 +414,8 @@ def _insert_many(conn: Connection, table: Any, values: list[dict[str, Any]]) -> 
 
 
 def _head(conn: Connection, session_id: str, *, lock: bool = False) -> Head:
+    if "\x00" in session_id:  # no id holds one, and Postgres refuses it as a parameter
+        raise SessionNotFound(f"no session {session_id!r}; list sessions with `tickwork ls`")
     query = select(sessions).where(sessions.c.id == session_id)
     row = conn.execute(query.with_for_update() if lock else query).mappings().first()
     if row is None:

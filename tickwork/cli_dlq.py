@@ -168,7 +168,7 @@ def find_dead_letter(ctx: Context, key: str) -> DeadLetter:
     from store.dead_letters import DeadLetterNotFound, get_dead_letter
 
     engine = ctx.store.engine
-    if key.isdigit():
+    if key.isascii() and key.isdigit() and int(key) < 2**63:
         try:
             return get_dead_letter(engine, int(key))
         except DeadLetterNotFound:

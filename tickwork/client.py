@@ -158,6 +158,11 @@ class Tickwork:
                 f"{', '.join(session.head.awaiting) or 'none'}"
             )
         if kind is DecisionKind.EDIT:
+            if arguments is not None and not isinstance(arguments, Mapping):
+                raise InvalidInput(
+                    f"the arguments of an edit of call {call_id} must be a JSON "
+                    f"object, got {type(arguments).__name__}"
+                )
             if arguments is None:
                 raise InvalidInput(f"an edit of call {call_id} needs the new arguments")
             tools = self.jobs.tools(session.head.kind)
@@ -226,6 +231,11 @@ class Tickwork:
         new_id: str | None = None,
     ) -> Head:
         """A new session from `session_id`'s step `from_step` with a declared patch."""
+        if new_id is not None and not SESSION_ID.match(new_id):
+            raise InvalidInput(
+                f"session id {new_id!r} may only hold letters, digits, "
+                "'_', '-' and '.', up to 64 characters"
+            )
         if budgets:
             self.budgets(budgets)  # names and values checked before anything is written
         patch = ForkPatch(

@@ -19,6 +19,7 @@ from . import metrics, webhooks  # issue 8: metrics and approval webhooks
 from .models import ModelSettings
 from .models.pricing import cost_usd
 from .runtime import Runtime, owner_name
+from .secrets import mask_change, masker_for
 from .tools.registry import ToolContext, run_tool
 
 log = logging.getLogger("tickwork.tick")
@@ -55,6 +56,7 @@ def advance(rt: Runtime, session_id: str, version: int) -> Outcome:
             now=rt.clock(),
             open_calls=claimed.calls,
         )
+    change = mask_change(change, masker_for(rt.settings))
     try:
         head = rt.store.save(change, version=version, owner=owner, now=rt.clock())
     except ClaimLost:
@@ -108,6 +110,15 @@ def _think(rt: Runtime, claimed: Claimed) -> Change:
             now=rt.clock(),
             jitter=rt.jitter(),
             retry_after_s=exc.retry_after_s,
+        )
+    if not reply.calls and not reply.content.strip():
+        # no answer and nothing to do: a glitch of the server, not the session's answer
+        return machine.model_failed(
+            head,
+            error="the model returned an empty reply (no content and no tool calls)",
+            transient=True,
+            now=rt.clock(),
+            jitter=rt.jitter(),
         )
     cost = cost_usd(reply.model or head.model, reply.usage, rt.settings.prices)
     change = machine.think(

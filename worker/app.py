@@ -14,6 +14,7 @@ from celery import Celery, signals
 from .broker import TRANSPORT
 from .relay import RelayThread
 from .runtime import Runtime, build_store
+from .secrets import install_log_masking, masker_for
 from .settings import Settings, load_settings
 
 TICK = "tickwork.tick"
@@ -24,6 +25,7 @@ TASK_MODULES = ["tasks.tick", "tasks.dead_letter"]
 def make_app(settings: Settings | None = None, *, relay: bool = True) -> Celery:
     """A Celery app for tickwork with at-least-once delivery settings (DESIGN section 3)."""
     settings = settings or load_settings()
+    install_log_masking(masker_for(settings))
     broker, transport_options = settings.broker()
     app = Celery("tickwork", broker=broker, set_as_current=False, include=TASK_MODULES)
     app.conf.update(

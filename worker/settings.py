@@ -100,7 +100,7 @@ class Settings(BaseSettings):
 
 def mask(text: str, patterns: list[str]) -> str:
     """`text` with passwords in URLs and anything matching `patterns` replaced by ****."""
-    text = re.sub(r"(://[^:/@\s]+:)[^@\s]+@", r"\1****@", text)
+    text = re.sub(r"(://[^:/@\s]*:)[^@\s]+@", r"\1****@", text)
     for pattern in patterns:
         text = re.sub(pattern, "****", text)
     return text

@@ -1,0 +1,220 @@
+"""The chaos run: sessions on a fleet of `celery worker` processes that keep being killed,
+on a Redis and a Postgres that are each restarted once; then the invariants, as figures.
+
+`run(plan)` is used by `ops/chaos/run.py` (the full run, 200 sessions) and by
+`tests/chaos/test_chaos.py` (the CI-sized run). The job kind is the test suite's
+`tests.jobs:TEST`, whose tools append `"<idempotency key> <value>"` to a sink folder:
+`idem_effect` (idempotent), `effect` (not idempotent) and `danger` (needs approval, not
+idempotent); a background approver approves every call that asks.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from fsm.values import Status  # noqa: E402
+from store.migrate import upgrade  # noqa: E402
+from worker.settings import Settings  # noqa: E402
+
+from .driver import Driver, PublishFailures, resolve_in_doubt, settle  # noqa: E402
+from .fleet import Fleet  # noqa: E402
+from .invariants import check, dump, worker_log_figures  # noqa: E402
+from .plan import CI_PLAN, Plan  # noqa: E402
+from .report import Report  # noqa: E402
+from .services import PrivatePostgres, PrivateRedis, stop_quietly  # noqa: E402
+
+__all__ = ["CI_PLAN", "Plan", "Report", "run"]
+
+
+@contextmanager
+def _workdir(path: Path | None) -> Iterator[Path]:
+    if path is not None:
+        path.mkdir(parents=True, exist_ok=True)
+        yield path
+        return
+    with tempfile.TemporaryDirectory(prefix="tickwork-chaos-") as tmp:
+        yield Path(tmp)
+
+
+def run(plan: Plan, *, workdir: Path | None = None, say: Callable[[str], None] = print) -> Report:
+    """One chaos run; every server and worker it starts is stopped before it returns."""
+    from tickwork.client import Tickwork
+
+    random.seed(plan.seed)
+    report = Report(plan)
+    t0 = time.monotonic()
+
+    def mark(what: str) -> None:
+        report.timeline.append((round(time.monotonic() - t0, 1), what))
+        say(f"[{time.monotonic() - t0:6.1f}s] {what}")
+
+    with _workdir(workdir) as work:
+        report.workdir = str(work)
+        redis = PrivateRedis(work / "redis")
+        postgres = PrivatePostgres()
+        fleet: Fleet | None = None
+        driver: Driver | None = None
+        client = None
+        publish_failures = PublishFailures()
+        logging.getLogger("tickwork.client").addHandler(publish_failures)
+        try:
+            postgres.init()
+            postgres.start()
+            redis.start()
+            url = postgres.create_database("tickwork_chaos")
+            upgrade(url)
+            mark(f"Postgres on :{postgres.port}, Redis on :{redis.port}")
+            settings = Settings(
+                database_url=url,
+                broker_url=redis.url,
+                state_dir=work / "state",
+                queue="tickwork.chaos",
+                dead_letter_queue="tickwork.chaos.dead",
+                lease_s=plan.lease_s,
+                relay_period_s=plan.relay_period_s,
+                relay_after_s=plan.relay_after_s,
+            )
+            sink, scripts = work / "sink", work / "scripts"
+            sink.mkdir(exist_ok=True)
+            scripts.mkdir(exist_ok=True)
+            client = Tickwork(settings)
+            fleet = Fleet(settings, work / "workers", plan.concurrency)
+            survivor = fleet.spawn()
+            survivor_log = fleet.logs[survivor.pid]
+            for _ in range(plan.workers - 1):
+                fleet.spawn()
+            mark(f"{plan.workers} workers started (the first one is never killed)")
+
+            driver = Driver(client, plan, sink, scripts)
+            driver.start()
+            chaos_start = time.monotonic()
+            survivor_marks = _chaos(plan, fleet, survivor, redis, postgres, mark)
+            mark(
+                f"chaos over: {fleet.killed} workers killed, {fleet.started} started; "
+                f"{len(driver.submitted)} sessions submitted"
+            )
+            settled = settle(
+                client,
+                [f"chaos-{n:04d}" for n in range(plan.sessions)],
+                timeout=plan.drain_timeout_s,
+                driver=driver,
+                fleet=fleet,
+            )
+            mark("sessions settled" if settled else "sessions did NOT settle in time")
+            driver.approving.clear()
+            ids = list(driver.submitted)
+            before = [client.load(i) for i in ids]
+            waiting_before = sum(1 for s in before if s.head.status is Status.WAITING_APPROVAL)
+            report.add("sessions waiting on an in-doubt call after the chaos", waiting_before)
+            if plan.resolve_in_doubt and waiting_before:
+                done = resolve_in_doubt(client, before, sink)
+                report.add("in-doubt calls decided by the operator", done)
+                driver.approving.set()
+                settled = settle(
+                    client, ids, timeout=plan.drain_timeout_s, driver=None, fleet=fleet
+                )
+                mark(f"in-doubt calls decided ({done}); settled again: {settled}")
+            driver.stop()
+            fleet.stop_all()
+            mark("workers stopped; checking")
+            report.add("run", f"{time.monotonic() - chaos_start:.0f}s from the first submit")
+            _run_figures(report, fleet, redis, postgres, driver, publish_failures)
+            check(report, client, ids, sink)
+            if workdir is not None:
+                dump(client, ids, work / "sessions.jsonl")
+            worker_log_figures(report, fleet, survivor_marks, survivor_log)
+        finally:
+            logging.getLogger("tickwork.client").removeHandler(publish_failures)
+            if driver is not None:
+                driver.stop()
+            if fleet is not None:
+                fleet.stop_all()
+            if client is not None:
+                client.close()
+            stop_quietly(redis, postgres)
+        mark("done")
+    return report
+
+
+def _chaos(
+    plan: Plan,
+    fleet: Fleet,
+    survivor: subprocess.Popen[bytes],
+    redis: PrivateRedis,
+    postgres: PrivatePostgres,
+    mark: Callable[[str], None],
+) -> dict[str, int]:
+    """Kill workers and restart the servers for `plan.chaos_s`; for each restart, where
+    the survivor's log stood when the server was back."""
+    survivor_log = fleet.logs[survivor.pid]
+    chaos_start = time.monotonic()
+    survivor_marks: dict[str, int] = {}
+    restarts: list[tuple[float, str]] = []
+    if plan.redis_restart_at is not None:
+        restarts.append((plan.redis_restart_at * plan.chaos_s, "Redis"))
+    if plan.postgres_restart_at is not None:
+        restarts.append((plan.postgres_restart_at * plan.chaos_s, "Postgres"))
+    restarts.sort()
+    next_kill = chaos_start + random.uniform(0.5, 1.5) * plan.kill_every_s
+    mark(f"chaos for {plan.chaos_s:g}s: a SIGKILL every ~{plan.kill_every_s:g}s")
+    while (now := time.monotonic()) < chaos_start + plan.chaos_s:
+        if restarts and now - chaos_start >= restarts[0][0]:
+            _, what = restarts.pop(0)
+            mark(f"restarting {what} (down {plan.down_s:g}s)")
+            (redis if what == "Redis" else postgres).restart(plan.down_s)
+            survivor_marks[what] = survivor_log.stat().st_size
+            mark(f"{what} is back")
+            continue
+        fleet.replace_exited()
+        if now >= next_kill:
+            victims = [p for p in fleet.procs if p is not survivor]
+            if victims:
+                fleet.kill(random.choice(victims))
+                fleet.spawn()
+            next_kill = now + random.uniform(0.5, 1.5) * plan.kill_every_s
+        time.sleep(0.05)
+    return survivor_marks
+
+
+def _run_figures(
+    report: Report,
+    fleet: Fleet,
+    redis: PrivateRedis,
+    postgres: PrivatePostgres,
+    driver: Driver,
+    publish_failures: PublishFailures,
+) -> None:
+    """How hard the run was: kills, restarts, retries, approvals."""
+    report.add("workers killed with SIGKILL", fleet.killed)
+    report.add("workers started", fleet.started)
+    report.add("workers that exited on their own (replaced)", len(fleet.exited))
+    for why in sorted(set(fleet.exited)):
+        report.add("  why", why)
+    report.add(
+        "Redis restarts (seconds down)",
+        f"{int(redis.downtime_s > 0)} ({redis.downtime_s:.1f}s)",
+    )
+    report.add(
+        "Postgres restarts (seconds down)",
+        f"{int(postgres.downtime_s > 0)} ({postgres.downtime_s:.1f}s)",
+    )
+    report.add("submits retried after a database error", driver.submit_retries)
+    report.add("ticks the client could not publish (left to the relay)", publish_failures.count)
+    report.add("approvals given", driver.approvals)
+    report.add("approvals refused as already decided", driver.already_decided)
+    report.add("approver passes failed on a database error", driver.approver_errors)
+    report.add("driver errors", len(driver.errors), not driver.errors)
+    for error in driver.errors[:5]:
+        report.add("driver error", error)

@@ -1,0 +1,98 @@
+"""What a chaos run does: its size and hostility (`Plan`), and each session's script."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+#: the test suite's job kind: every tool appends "<idempotency key> <value>" to a sink file
+KIND = "tests.jobs:TEST"
+#: the tools of each step, cycling: one call, or two in one step
+STEP_TOOLS = (
+    ("idem_effect",),
+    ("effect",),
+    ("danger",),
+    ("idem_effect", "effect"),
+    ("echo", "danger"),
+)
+#: the sink file each tool with an effect appends to
+SINKS = {"idem_effect": "idem.log", "effect": "effect.log", "danger": "danger.log"}
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How big and how hostile a chaos run is."""
+
+    sessions: int = 200
+    steps: int = 10
+    #: worker processes alive at any time; the first one is never killed (the survivor)
+    workers: int = 4
+    #: threads per worker (`--pool threads`)
+    concurrency: int = 4
+    #: seconds during which workers are killed
+    chaos_s: float = 120.0
+    #: mean seconds between two kills (each is followed by the start of a new worker)
+    kill_every_s: float = 3.0
+    #: submissions are spread over this many seconds from the start of the chaos
+    submit_over_s: float = 90.0
+    #: when (fraction of `chaos_s`) Redis and Postgres are restarted; None: never
+    redis_restart_at: float | None = 0.35
+    postgres_restart_at: float | None = 0.7
+    #: how long each server stays down
+    down_s: float = 2.0
+    model_delay_s: float = 0.1
+    tool_sleep_s: float = 0.2
+    lease_s: float = 5.0
+    relay_period_s: float = 0.5
+    #: the production default; much lower and a backlog makes the relay flood the queue
+    relay_after_s: float = 10.0
+    #: after the chaos, how long the sessions have to settle
+    drain_timeout_s: float = 300.0
+    #: after settling, decide in-doubt calls as an operator would (from the sink) and let
+    #: those sessions finish too
+    resolve_in_doubt: bool = True
+    seed: int = 7
+
+
+#: the run of the CI suite: small, and sure to finish on a loaded two-core machine
+CI_PLAN = Plan(
+    sessions=20,
+    workers=3,
+    concurrency=2,
+    chaos_s=30.0,
+    kill_every_s=3.0,
+    # sessions keep arriving for most of the chaos, and each lasts several seconds, so the
+    # kills and both restarts always hit sessions in flight, however fast the machine
+    submit_over_s=24.0,
+    redis_restart_at=0.3,
+    postgres_restart_at=0.65,
+    down_s=1.5,
+    model_delay_s=0.05,
+    tool_sleep_s=0.6,
+    lease_s=4.0,
+    relay_after_s=5.0,
+    drain_timeout_s=75.0,
+)
+
+
+def script(session_id: str, plan: Plan) -> list[dict[str, Any]]:
+    """The scripted model's replies: `plan.steps` steps of tool calls, then an answer."""
+    replies: list[dict[str, Any]] = []
+    for i in range(plan.steps):
+        calls = []
+        for j, name in enumerate(STEP_TOOLS[i % len(STEP_TOOLS)]):
+            value = f"{session_id}/{i + 1}/{j}"
+            arguments: dict[str, Any] = {"text": value} if name == "echo" else {"value": value}
+            if name in ("idem_effect", "effect"):
+                arguments["sleep_s"] = plan.tool_sleep_s
+            calls.append({"name": name, "arguments": arguments})
+        replies.append(
+            {
+                "content": f"step {i + 1}",
+                "tool_calls": calls,
+                "delay_s": plan.model_delay_s,
+                "usage": {"prompt_tokens": 10, "completion_tokens": 5},
+            }
+        )
+    replies.append({"content": "done", "usage": {"prompt_tokens": 10, "completion_tokens": 5}})
+    return replies

@@ -1,0 +1,214 @@
+"""Secrets: masked in stored observations and events, in logs, and in `tickwork config`.
+
+`worker/secrets.py` does the masking; `advance` masks each change before it is saved and
+`make_app` installs the log masking.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from fsm.machine import Change
+from fsm.values import Decision, DecisionKind, Event, EventKind, Head, Observation, Status
+from tests.security.conftest import Env
+from tests.security.jobs import LEAKED_KEY
+from tickwork.cli import main
+from worker.advance import advance
+from worker.app import make_app, runtime
+from worker.secrets import (
+    MASK,
+    Masker,
+    install_log_masking,
+    mask_change,
+    mask_decision,
+    masker_for,
+    uninstall_log_masking,
+)
+from worker.settings import Settings
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+ENV_KEY = "anthropic-live-0123456789abcdef"
+
+
+@pytest.fixture(autouse=True)
+def _no_log_masking_left() -> Iterator[None]:
+    yield
+    uninstall_log_masking()
+
+
+def test_the_masker_masks_patterns_secret_variables_and_url_passwords() -> None:
+    settings = Settings(
+        database_url="postgresql://tick:db-pass-123456@db:5432/tw",
+        secret_patterns=[r"sk-[A-Za-z0-9_\-]{8,}", r"ghp_[A-Za-z0-9]{20}"],
+    )
+    masker = Masker.from_settings(
+        settings, {"ANTHROPIC_API_KEY": ENV_KEY, "MY_TOKEN": "short", "HOME": "/root"}
+    )
+    text = (
+        f"key={LEAKED_KEY} gh=ghp_{'a' * 20} env={ENV_KEY} "
+        "url=redis://:hunter2hunter2@cache:6379/0 db=db-pass-123456 home=/root short"
+    )
+    masked = masker.text(text)
+    for secret in (LEAKED_KEY, "ghp_a", ENV_KEY, "hunter2", "db-pass-123456"):
+        assert secret not in masked, (secret, masked)
+    assert masked.count(MASK) == 5
+    assert "home=/root short" in masked, "ordinary text and short values stay"
+    nested = masker.value({"out": [f"x {LEAKED_KEY}", {"k": ENV_KEY}], "n": 3, LEAKED_KEY: 1})
+    assert json.dumps(nested).count(MASK) == 3 and nested["n"] == 3
+
+
+def test_mask_change_masks_observations_events_and_the_error_but_not_the_call() -> None:
+    head = Head(
+        id="s",
+        kind="k",
+        created_at=NOW,
+        updated_at=NOW,
+        model="m",
+        status=Status.FAILED,
+        error_message=f"model said {LEAKED_KEY}",
+    )
+    change = Change(
+        head=head,
+        observations=(Observation(call_id="s1c0", content=f"KEY={LEAKED_KEY}", at=NOW),),
+        events=(Event(kind=EventKind.MODEL_RETRY, at=NOW, data={"error": LEAKED_KEY}),),
+    )
+    masked = mask_change(change, Masker([r"sk-[A-Za-z0-9_\-]{8,}"]))
+    assert LEAKED_KEY not in masked.model_dump_json()
+    assert masked.observations[0].content == f"KEY={MASK}"
+    assert masked.events[0].data == {"error": MASK}
+    decision = Decision(
+        call_id="s1c0",
+        kind=DecisionKind.PROVIDE_OUTPUT,
+        approver="ops",
+        at=NOW,
+        fingerprint="f" * 64,
+        output=f"it printed {LEAKED_KEY}",
+        comment=LEAKED_KEY,
+    )
+    shown = mask_decision(decision, Masker([r"sk-[A-Za-z0-9_\-]{8,}"]))
+    assert LEAKED_KEY not in shown.model_dump_json() and shown.fingerprint == "f" * 64
+
+
+def test_masker_for_is_built_once_per_configuration() -> None:
+    settings = Settings()
+    assert masker_for(settings, {"A_KEY": ENV_KEY}) is masker_for(settings, {"A_KEY": ENV_KEY})
+    assert masker_for(settings, {"A_KEY": ENV_KEY}).text(ENV_KEY) == MASK
+
+
+def test_log_masking_covers_arguments_and_tracebacks(caplog: pytest.LogCaptureFixture) -> None:
+    install_log_masking(Masker([r"sk-[A-Za-z0-9_\-]{8,}"]))
+    log = logging.getLogger("tickwork.test.secrets")
+    with caplog.at_level(logging.INFO, logger="tickwork.test.secrets"):
+        log.warning("calling with %s", LEAKED_KEY)
+        try:
+            raise RuntimeError(f"refused key {LEAKED_KEY}")
+        except RuntimeError:
+            log.exception("the call failed")
+    assert "calling with ****" in caplog.text
+    assert "RuntimeError: refused key ****" in caplog.text
+    assert LEAKED_KEY not in caplog.text
+    uninstall_log_masking()
+    with caplog.at_level(logging.INFO, logger="tickwork.test.secrets"):
+        log.warning("plain %s", "text")
+    assert "plain text" in caplog.text
+
+
+def test_a_secret_in_a_tool_output_is_stored_masked(sqlite_env: Env) -> None:
+    session_id = sqlite_env.submit(
+        [{"content": "look", "tool_calls": [{"name": "leak", "arguments": {}}]}, {"content": "ok"}]
+    )
+    assert sqlite_env.run(session_id).status is Status.COMPLETED
+    stored = sqlite_env.load(session_id).model_dump_json()
+    assert "OPENAI_API_KEY=****" in stored
+    assert LEAKED_KEY not in stored
+
+
+def test_a_secret_in_a_model_error_is_masked_in_events_and_the_dead_letter(
+    sqlite_env: Env,
+) -> None:
+    error = {"transient": True, "message": f"401: incorrect API key {LEAKED_KEY}"}
+    session_id = sqlite_env.submit([{"error": error}], budgets={"max_model_retries": 1})
+    head = sqlite_env.run(session_id)
+    assert head.status is Status.FAILED
+    assert LEAKED_KEY not in sqlite_env.load(session_id).model_dump_json()
+    assert LEAKED_KEY not in sqlite_env.client.dead_letter(session_id).model_dump_json()
+
+
+def test_a_secret_in_a_tool_exception_is_masked_in_the_worker_log(
+    sqlite_env: Env, caplog: pytest.LogCaptureFixture
+) -> None:
+    session_id = sqlite_env.submit(
+        [
+            {"content": "go", "tool_calls": [{"name": "fail_leak", "arguments": {}}]},
+            {"content": "ok"},
+        ]
+    )
+    rt = runtime(make_app(sqlite_env.settings, relay=False))
+    try:
+        with caplog.at_level(logging.INFO):
+            for _ in range(5):
+                head = sqlite_env.store.get(session_id)
+                if not head.status.runnable:
+                    break
+                advance(rt, session_id, head.version)
+    finally:
+        rt.store.engine.dispose()
+    assert "fail_leak" in caplog.text, "the tool's exception is logged"
+    assert LEAKED_KEY not in caplog.text
+    assert LEAKED_KEY not in sqlite_env.load(session_id).model_dump_json()
+
+
+def _config(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], **settings: str
+) -> str:
+    """`tickwork config --json` with only these TICKWORK_ settings; its output."""
+    for name in list(os.environ):
+        if name.startswith("TICKWORK_"):
+            monkeypatch.delenv(name)
+    for name, value in settings.items():
+        monkeypatch.setenv(f"TICKWORK_{name.upper()}", value)
+    with pytest.raises(SystemExit) as exited:
+        main(["config", "--json"])
+    assert exited.value.code == 0
+    return capsys.readouterr().out
+
+
+def test_tickwork_config_masks_configured_patterns(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    token = "ghp_" + "Z" * 24
+    monkeypatch.setenv("OPENAI_API_KEY", LEAKED_KEY)
+    out = _config(
+        monkeypatch,
+        capsys,
+        state_dir=str(tmp_path),
+        secret_patterns='["ghp_[A-Za-z0-9]{20,}"]',
+        model=f"openai:gpt-4o?token={token}",
+        queue=f"ticks-{token}",
+        database_url="postgresql://tick:db-pass-123456@db:5432/tw",
+    )
+    shown = json.loads(out)
+    assert token not in out and LEAKED_KEY not in out and "db-pass-123456" not in out
+    assert shown["model"] == "openai:gpt-4o?token=****"
+    assert shown["queue"] == "ticks-****"
+    assert shown["database_url"] == "postgresql://tick:****@db:5432/tw"
+
+
+def test_tickwork_config_masks_a_password_only_redis_url(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    out = _config(
+        monkeypatch,
+        capsys,
+        state_dir=str(tmp_path),
+        broker_url="redis://:broker-pass-9876@cache:6379/0",
+    )
+    assert "broker-pass-9876" not in out
+    assert json.loads(out)["broker_url"] == "redis://:****@cache:6379/0"
