@@ -9,11 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import Engine, delete, insert, select, tuple_, update
+from sqlalchemy import Engine, bindparam, delete, insert, select, tuple_, update
 
 from .schema import outbox, sessions
 
 RUNNABLE = ("ready", "executing")
+#: the longest a republished tick waits before the relay publishes it once more
+MAX_REPUBLISH_WAIT_S = 300.0
 
 
 @dataclass(frozen=True)
@@ -26,8 +28,11 @@ class Due:
 
 def due_ticks(engine: Engine, *, now: datetime, older_than_s: float, limit: int = 500) -> list[Due]:
     """Outbox rows still unclaimed `older_than_s` after they fell due: their message may be
-    lost, so they are returned for publishing and their due time moves to `now`.
+    lost, so they are returned for publishing and their due time moves on.
 
+    A row republished again and again (a backed-up queue, not a lost message) waits longer
+    each time: its n-th republication is followed by n-1 more thresholds, up to
+    MAX_REPUBLISH_WAIT_S, so the relay does not flood a slow fleet with duplicates.
     Rows whose session moved on (or is no longer runnable) are deleted.
     """
     cutoff = now - timedelta(seconds=older_than_s)
@@ -35,6 +40,7 @@ def due_ticks(engine: Engine, *, now: datetime, older_than_s: float, limit: int 
         select(
             outbox.c.session_id,
             outbox.c.version,
+            outbox.c.republished,
             sessions.c.version.label("current"),
             sessions.c.status,
         )
@@ -46,20 +52,35 @@ def due_ticks(engine: Engine, *, now: datetime, older_than_s: float, limit: int 
     )
     with engine.begin() as conn:
         found = conn.execute(query).all()
-        live = [
-            (r.session_id, r.version)
-            for r in found
-            if r.version == r.current and r.status in RUNNABLE
-        ]
-        stale = [
-            (r.session_id, r.version) for r in found if (r.session_id, r.version) not in set(live)
-        ]
+        rows = [r for r in found if r.version == r.current and r.status in RUNNABLE]
+        live = [(r.session_id, r.version) for r in rows]
+        stale = [(r.session_id, r.version) for r in found if (r.session_id, r.version) not in live]
         key = tuple_(outbox.c.session_id, outbox.c.version)
         if stale:
             conn.execute(delete(outbox).where(key.in_(stale)))
-        if live:
-            conn.execute(update(outbox).where(key.in_(live)).values(due_at=now))
+        if rows:
+            moved = (
+                update(outbox)
+                .where(outbox.c.session_id == bindparam("sid"), outbox.c.version == bindparam("v"))
+                .values(due_at=bindparam("due"), republished=outbox.c.republished + 1)
+            )
+            conn.execute(
+                moved,
+                [
+                    {
+                        "sid": r.session_id,
+                        "v": r.version,
+                        "due": now + timedelta(seconds=_wait(r.republished, older_than_s)),
+                    }
+                    for r in rows
+                ],
+            )
     return [Due(session_id, version) for session_id, version in live]
+
+
+def _wait(republished: int, threshold_s: float) -> float:
+    """Extra wait after a row's next republication: 0, 1, 3, 7... thresholds, capped."""
+    return min(MAX_REPUBLISH_WAIT_S, threshold_s * float(2 ** min(republished, 16) - 1))
 
 
 def expired_leases(engine: Engine, *, now: datetime, limit: int = 500) -> list[Due]:

@@ -186,6 +186,8 @@ outbox = Table(
     Column("version", Integer, primary_key=True),
     #: when the tick is due; the relay republishes rows still here a threshold later
     Column("due_at", UTCDateTime, nullable=False),
+    #: how often the relay published it again; each time it waits longer
+    Column("republished", Integer, nullable=False, default=0, server_default="0"),
     Index(None, "due_at"),
 )
 

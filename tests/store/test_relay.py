@@ -102,7 +102,7 @@ def test_expired_leases_requeue_the_session_for_the_next_claimer(
     assert lease(store.engine, session_id) == (None, None)
     assert lease(store.engine, "alive")[0] == "w1"
     assert table_rows(store.engine, outbox) == [
-        {"session_id": session_id, "version": 0, "due_at": clock()}
+        {"session_id": session_id, "version": 0, "due_at": clock(), "republished": 0}
     ]
     assert expired_leases(store.engine, now=clock()) == []
 
@@ -147,3 +147,16 @@ def test_concurrent_lease_scans_never_return_a_session_twice(store: Store, clock
     assert not any(isinstance(r, BaseException) for r in results), results
     returned = [d for r in results if isinstance(r, list) for d in r]
     assert len(returned) == len(set(returned))
+
+
+def test_a_tick_republished_again_and_again_waits_longer_each_time(
+    store: Store, clock: Clock, session_id: str
+) -> None:
+    published_at = []
+    for _ in range(60):
+        if due_ticks(store.engine, now=clock(), older_than_s=10):
+            published_at.append(clock().timestamp())
+        clock.advance(1)
+    gaps = [b - a for a, b in zip(published_at, published_at[1:], strict=False)]
+    assert gaps == sorted(gaps) and gaps[0] < gaps[-1], gaps
+    assert len(published_at) <= 4

@@ -246,6 +246,7 @@ def upgrade() -> None:
         sa.Column("session_id", sa.String(length=64), nullable=False),
         sa.Column("version", sa.Integer(), nullable=False),
         sa.Column("due_at", UTCDateTime(), nullable=False),
+        sa.Column("republished", sa.Integer(), server_default="0", nullable=False),
         sa.ForeignKeyConstraint(
             ["session_id"],
             ["tickwork_sessions.id"],
