@@ -34,7 +34,7 @@ class Settings(BaseSettings):
     queue: str = "tickwork.ticks"
     dead_letter_queue: str = "tickwork.dead_letter"
     #: how long a claim holds a session; long calls renew it every third of this
-    lease_s: float = 30.0
+    lease_s: float = 20.0
     #: how often the relay runs inside each worker
     relay_period_s: float = 2.0
     #: an outbox row still unclaimed this long after it fell due is published again
