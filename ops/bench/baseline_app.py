@@ -1,0 +1,68 @@
+"""The physical limit the tick is measured against: a bare Celery task that re-enqueues
+itself and does one Postgres transaction per hop (select a ~4 KB JSON row for update,
+update it, commit), with tickwork's delivery settings (late ack, prefetch 1).
+
+`celery -A ops.bench.baseline_app worker` with BENCH_BROKER_URL, BENCH_QUEUE, BENCH_DB_URL.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import psycopg
+from celery import Celery
+from psycopg.types.json import Jsonb
+
+TABLE = """
+create table if not exists bench_chains (
+    id text primary key,
+    data jsonb not null,
+    hops integer not null default 0,
+    started_at timestamptz,
+    done_at timestamptz
+)"""
+
+app = Celery("bench_baseline", broker=os.environ.get("BENCH_BROKER_URL"), set_as_current=False)
+app.conf.update(
+    task_acks_late=True,
+    task_reject_on_worker_lost=True,
+    worker_prefetch_multiplier=1,
+    task_ignore_result=True,
+    result_backend=None,
+    task_serializer="json",
+    accept_content=["json"],
+    task_default_queue=os.environ.get("BENCH_QUEUE", "bench.baseline"),
+    task_create_missing_queues=True,
+    worker_hijack_root_logger=False,
+    broker_connection_retry_on_startup=True,
+    broker_transport_options={"visibility_timeout": 2 * 3600.0},
+)
+
+_held: dict[int, psycopg.Connection[Any]] = {}
+
+
+def _connection() -> psycopg.Connection[Any]:
+    """This process's connection, opened after any fork."""
+    conn = _held.get(os.getpid())
+    if conn is None or conn.closed:
+        conn = psycopg.connect(os.environ["BENCH_DB_URL"], autocommit=True)
+        _held[os.getpid()] = conn
+    return conn
+
+
+@app.task(name="bench.hop", acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+def hop(chain: str, n: int, total: int) -> None:
+    conn = _connection()
+    with conn.transaction():
+        (data,) = conn.execute(  # type: ignore[misc]
+            "select data from bench_chains where id = %s for update", (chain,)
+        ).fetchone()
+        data["n"] = n + 1
+        conn.execute(
+            "update bench_chains set data = %s, hops = hops + 1,"
+            " done_at = case when %s then clock_timestamp() else done_at end where id = %s",
+            (Jsonb(data), n + 1 >= total, chain),
+        )
+    if n + 1 < total:
+        hop.apply_async((chain, n + 1, total))

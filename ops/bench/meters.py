@@ -1,0 +1,80 @@
+"""Meters on the store: time per store call and tick, rows and bytes written."""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Engine, event
+
+
+@dataclass
+class StoreTimer:
+    """Durations of the store's calls made by ticks, by tick (set `tick` before each)."""
+
+    tick: int = 0
+    calls: dict[int, dict[str, float]] = field(default_factory=lambda: defaultdict(dict))
+
+    def attach(self, store: Any, names: tuple[str, ...] = ("claim", "start_call", "save")) -> None:
+        for name in names:
+            setattr(store, name, self._timed(name, getattr(store, name)))
+
+    def _timed(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(*args: Any, **kw: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return fn(*args, **kw)
+            finally:
+                spent = time.perf_counter() - started
+                self.calls[self.tick][name] = self.calls[self.tick].get(name, 0.0) + spent
+
+        return timed
+
+    def per_tick(self, *names: str) -> list[float]:
+        return [sum(c.get(n, 0.0) for n in names) for _, c in sorted(self.calls.items())]
+
+
+def _size(value: Any) -> int:
+    """Bytes a bound parameter sends, near enough (as tests/store/test_write_size.py)."""
+    if value is None:
+        return 0
+    if isinstance(value, bool):
+        return 1
+    if isinstance(value, int | float | datetime):
+        return 8
+    if isinstance(value, dict):
+        return sum(_size(k) + _size(v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return sum(_size(v) for v in value)
+    return len(str(value).encode())
+
+
+@dataclass
+class WriteCounter:
+    """Rows changed and parameter bytes sent by INSERT/UPDATE/DELETE, and all statements."""
+
+    rows: int = 0
+    bytes: int = 0
+    statements: int = 0
+    writes: int = 0
+
+    def attach(self, engine: Engine) -> None:
+        event.listen(engine, "before_cursor_execute", self._before)
+        event.listen(engine, "after_cursor_execute", self._after)
+
+    def _before(self, conn: Any, cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
+        self.statements += 1
+        if statement.lstrip()[:6].upper() in ("INSERT", "UPDATE", "DELETE"):
+            self.writes += 1
+            self.bytes += _size(parameters)
+
+    def _after(self, conn: Any, cursor: Any, statement: str, *_: Any) -> None:
+        if statement.lstrip()[:6].upper() in ("INSERT", "UPDATE", "DELETE"):
+            self.rows += max(cursor.rowcount, 0)
+
+    def snapshot(self) -> tuple[int, int, int, int]:
+        return self.rows, self.bytes, self.statements, self.writes
