@@ -223,7 +223,12 @@ class TestSave:
         assert retry.delay_s == 7.5
         store.save(retry, version=0, owner="worker-1", now=clock())
         assert table_rows(store.engine, outbox) == [
-            {"session_id": session_id, "version": 1, "due_at": clock() + timedelta(seconds=7.5)}
+            {
+                "session_id": session_id,
+                "version": 1,
+                "due_at": clock() + timedelta(seconds=7.5),
+                "republished": 0,
+            }
         ]
 
         think(store, session_id, reply(("danger", {"rm": "x"})), now=clock())

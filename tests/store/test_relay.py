@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from datetime import timedelta
 
 from sqlalchemy import insert
@@ -157,6 +158,6 @@ def test_a_tick_republished_again_and_again_waits_longer_each_time(
         if due_ticks(store.engine, now=clock(), older_than_s=10):
             published_at.append(clock().timestamp())
         clock.advance(1)
-    gaps = [b - a for a, b in zip(published_at, published_at[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(published_at)]
     assert gaps == sorted(gaps) and gaps[0] < gaps[-1], gaps
     assert len(published_at) <= 4
