@@ -46,9 +46,8 @@ def make_app(settings: Settings | None = None, *, relay: bool = True) -> Celery:
         },
         task_create_missing_queues=True,
         worker_hijack_root_logger=False,
-        # events let Flower follow the fleet; the filesystem broker has no fanout for them
-        worker_send_task_events=not settings.embedded_broker,
-        task_send_sent_event=not settings.embedded_broker,
+        worker_send_task_events=settings.task_events and not settings.embedded_broker,
+        task_send_sent_event=settings.task_events and not settings.embedded_broker,
         worker_enable_remote_control=not settings.embedded_broker,
     )
     app.tickwork_settings = settings  # type: ignore[attr-defined]

@@ -50,6 +50,9 @@ class Settings(BaseSettings):
     #: regexes whose matches are masked in stored events, logs and `tickwork config`
     secret_patterns: list[str] = [r"sk-[A-Za-z0-9_\-]{8,}"]
     budgets: Budgets = Field(default_factory=Budgets)
+    #: send Celery task events (Flower's task list); 4 broker publishes more per tick, so off
+    #: by default as in Celery; ignored on the filesystem broker, which has no fanout for them
+    task_events: bool = False
     #: chaos knob: fraction of tick publications deliberately dropped after commit
     drop_publish_rate: float = 0.0
 
