@@ -20,7 +20,7 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
     url = normalize_url(url)
     if url.startswith("sqlite"):
         return _sqlite_engine(url, **kwargs)
-    kwargs.setdefault("pool_pre_ping", True)
+    kwargs.setdefault("pool_pre_ping", False)
     kwargs.setdefault("pool_size", 10)
     kwargs.setdefault("max_overflow", 40)
     return create_engine(url, **kwargs)
