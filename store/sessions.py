@@ -5,14 +5,15 @@ Every write is one short transaction; none is held while a model or tool runs.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import (
     Connection,
     Engine,
+    Table,
     and_,
     bindparam,
     delete,
@@ -43,10 +44,12 @@ from fsm.values import (
     ToolCall,
 )
 
-from . import dead_letters, rows
+from . import dead_letters, postgres, rows
 from .schema import calls, decisions, events, observations, outbox, sessions, steps
+from .transcripts import Transcript, Transcripts
 
 RUNNABLE = (Status.READY.value, Status.EXECUTING.value)
+OPEN = [s.value for s in CallState if s.open]
 
 
 @dataclass(frozen=True)
@@ -58,7 +61,8 @@ class Claimed:
     #: EXECUTING: the current step's calls and their decisions
     calls: tuple[ToolCall, ...] = ()
     decisions: dict[str, Decision] = field(default_factory=dict)
-    #: READY: the whole history, for the transcript
+    #: READY: the whole history, for the transcript (from `claim`; only the steps after the
+    #: cached ones from `_claim`)
     steps: tuple[Step, ...] = ()
     observations: dict[str, Observation] = field(default_factory=dict)
 
@@ -71,9 +75,12 @@ class Claimed:
 class Store:
     """Sessions on one database; Postgres in production, SQLite for the embedded default."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, *, transcripts: int = 64) -> None:
         self.engine = engine
         self._postgres = engine.dialect.name == "postgresql"
+        #: the tick's claim, start and save: one statement each, atomic without BEGIN/COMMIT
+        self._single = engine.execution_options(isolation_level="AUTOCOMMIT")
+        self._transcripts = Transcripts(transcripts)
 
     def create(self, session: Session, *, now: datetime) -> Head:
         """Insert a new session (or a fork) and, if it is runnable, its first tick."""
@@ -147,37 +154,36 @@ class Store:
         """Take the session for one micro-phase, or None if the tick is stale or not ours to run.
 
         Succeeds only if the session is runnable at `version` with no live lease; deletes
-        that version's outbox row in the same transaction.
+        that version's outbox row in the same transaction. A THINK claim reads the steps
+        after those this process read last time (`transcripts.py`).
         """
-        taken = (
-            update(sessions)
-            .where(
-                sessions.c.id == session_id,
-                sessions.c.version == version,
-                sessions.c.status.in_(RUNNABLE),
-                or_(sessions.c.lease_owner.is_(None), sessions.c.lease_expires_at < now),
-            )
-            .values(lease_owner=owner, lease_expires_at=now + timedelta(seconds=lease_s))
-            .returning(*sessions.c)
-        )
-        with self.engine.begin() as conn:
-            row = conn.execute(taken).mappings().first()
-            if row is None:
-                return None
-            conn.execute(
-                delete(outbox).where(outbox.c.session_id == session_id, outbox.c.version <= version)
-            )
-            head = rows.head_from_row(row)
-            if head.status is Status.EXECUTING:
-                current = _calls(conn, session_id, step=head.step)
-                return Claimed(
-                    head=head,
-                    owner=owner,
-                    calls=current,
-                    decisions=_decisions(conn, session_id, current),
+        known = self._transcripts.get(session_id)
+        after = known.step if known is not None else 0
+        expires = now + timedelta(seconds=lease_s)
+        if self._postgres:
+            with self._single.connect() as conn:
+                row = postgres.claim(
+                    conn, session_id, version, owner=owner, now=now, expires=expires, after=after
                 )
-            history, seen = _history(conn, session_id)
-            return Claimed(head=head, owner=owner, steps=history, observations=seen)
+            taken = None if row is None else _claimed_from_json(row, owner)
+        else:
+            with self.engine.begin() as conn:
+                taken = _claim(
+                    conn, session_id, version, owner=owner, now=now, expires=expires, after=after
+                )
+        if taken is None or taken.head.status is Status.EXECUTING:
+            return taken
+        if known is not None and known.continued_by(taken.head):
+            history = known.steps + taken.steps
+            seen = {**known.observations, **taken.observations}
+        elif after:  # what we knew was of another session under this id
+            with self.engine.connect() as conn:
+                history, seen = _history(conn, session_id)
+        else:
+            history, seen = taken.steps, taken.observations
+        head = taken.head
+        self._transcripts.put(session_id, Transcript(head.created_at, head.step, history, seen))
+        return replace(taken, steps=history, observations=seen)
 
     def renew(
         self, session_id: str, version: int, *, owner: str, now: datetime, lease_s: float
@@ -220,7 +226,7 @@ class Store:
             .where(
                 calls.c.session_id == session_id,
                 calls.c.call_id == call.call_id,
-                calls.c.state.in_([s.value for s in CallState if s.open]),
+                calls.c.state.in_(OPEN),
                 ours,
             )
             .values(state="started", started_at=now)
@@ -230,17 +236,46 @@ class Store:
             at=now,
             data={"call_id": call.call_id, "name": call.name, "rerun": rerun},
         )
-        with self.engine.begin() as conn:
-            if conn.execute(stmt).rowcount != 1:
-                raise ClaimLost(
-                    f"session {session_id} is no longer at version {version} "
-                    f"under lease {owner}; call {call.call_id} was not started"
+        if self._postgres:
+            with self._single.connect() as conn:
+                started = postgres.start(
+                    conn,
+                    session_id,
+                    version,
+                    call_id=call.call_id,
+                    owner=owner,
+                    now=now,
+                    open_states=OPEN,
+                    event=rows.event_to_row(session_id, version, event),
                 )
-            conn.execute(insert(events), [rows.event_to_row(session_id, version, event)])
+        else:
+            with self.engine.begin() as conn:
+                started = conn.execute(stmt).rowcount == 1
+                if started:
+                    conn.execute(insert(events), [rows.event_to_row(session_id, version, event)])
+        if not started:
+            raise ClaimLost(
+                f"session {session_id} is no longer at version {version} "
+                f"under lease {owner}; call {call.call_id} was not started"
+            )
 
     def save(self, change: Change, *, version: int, owner: str | None, now: datetime) -> Head:
         """Move the head to `version + 1` if it is still at `version` under our lease, and
         append what the change made, in one transaction. Raises ClaimLost otherwise."""
+        if self._postgres and owner is not None and not change.dead_letter:
+            with self._single.connect() as conn:
+                row = postgres.save(
+                    conn,
+                    head={"id": change.head.id, **rows.head_changes(change.head)},
+                    version=version,
+                    owner=owner,
+                    cancel_requested=change.head.cancel_requested,
+                    call_states=_changed_states(change),
+                    appended=_appended(change, version=version + 1, now=now),
+                )
+            if row is None:
+                raise _lost(change.head.id, version, owner)
+            return rows.head_from_row(row)
         with self.engine.begin() as conn:
             return _apply(conn, change, version=version, owner=owner, now=now)
 
@@ -364,48 +399,67 @@ def _apply(
     )
     row = conn.execute(moved).mappings().first()
     if row is None:
-        raise ClaimLost(
-            f"session {session_id} is no longer at version {version}"
-            + (f" under lease {owner}" if owner else "")
-            + "; this tick's work is dropped and the newer state stands"
-        )
-    new_version = version + 1
-    if change.step is not None:
-        conn.execute(insert(steps), [rows.step_to_row(session_id, change.step)])
-        _insert_many(conn, calls, [rows.call_to_row(session_id, c) for c in change.step.calls])
-    if change.call_states:
+        raise _lost(session_id, version, owner)
+    changed = _changed_states(change)
+    if changed:
         conn.execute(
             update(calls)
             .where(
                 and_(calls.c.session_id == bindparam("sid"), calls.c.call_id == bindparam("cid"))
             )
             .values(state=bindparam("new_state")),
-            [
-                {"sid": session_id, "cid": cid, "new_state": state.value}
-                for cid, state in change.call_states
-            ],
+            [{"sid": session_id, "cid": c["call_id"], "new_state": c["state"]} for c in changed],
         )
-    _insert_many(
-        conn, observations, [rows.observation_to_row(session_id, o) for o in change.observations]
-    )
-    _insert_many(conn, decisions, [rows.decision_to_row(session_id, d) for d in change.decisions])
-    _insert_many(
-        conn, events, [rows.event_to_row(session_id, new_version, e) for e in change.events]
-    )
-    if change.enqueue:
-        conn.execute(
-            insert(outbox),
-            [
-                {
-                    "session_id": session_id,
-                    "version": new_version,
-                    "due_at": now + timedelta(seconds=change.delay_s),
-                }
-            ],
-        )
+    for table, values in _appended(change, version=version + 1, now=now).items():
+        _insert_many(conn, table, values)
     if change.dead_letter:
         dead_letters.record(conn, _load(conn, session_id), now=now)
     return rows.head_from_row(row)
+
+
+def _lost(session_id: str, version: int, owner: str | None) -> ClaimLost:
+    return ClaimLost(
+        f"session {session_id} is no longer at version {version}"
+        + (f" under lease {owner}" if owner else "")
+        + "; this tick's work is dropped and the newer state stands"
+    )
+
+
+def _appended(change: Change, *, version: int, now: datetime) -> dict[Table, list[dict[str, Any]]]:
+    """The rows `change` appends, by table, in the order of the foreign keys."""
+    session_id = change.head.id
+    step = change.step
+    # a new step's calls are stored in the state the change leaves them in
+    states = {cid: state.value for cid, state in change.call_states}
+    tick = {
+        "session_id": session_id,
+        "version": version,
+        "due_at": now + timedelta(seconds=change.delay_s),
+    }
+    return {
+        steps: [] if step is None else [rows.step_to_row(session_id, step)],
+        calls: []
+        if step is None
+        else [
+            {**rows.call_to_row(session_id, c), "state": states.get(c.call_id, c.state.value)}
+            for c in step.calls
+        ],
+        observations: [rows.observation_to_row(session_id, o) for o in change.observations],
+        decisions: [rows.decision_to_row(session_id, d) for d in change.decisions],
+        events: [rows.event_to_row(session_id, version, e) for e in change.events],
+        outbox: [tick] if change.enqueue else [],
+    }
+
+
+def _changed_states(change: Change) -> list[dict[str, str]]:
+    """The new states of calls stored before this change (those of its own step are stored
+    in their state by `_appended`)."""
+    new = {c.call_id for c in change.step.calls} if change.step is not None else set()
+    return [
+        {"call_id": cid, "state": state.value}
+        for cid, state in change.call_states
+        if cid not in new
+    ]
 
 
 def _insert_many(conn: Connection, table: Any, values: list[dict[str, Any]]) -> None:
@@ -467,20 +521,101 @@ def _missing_call(conn: Connection, head: Head, call_id: str) -> None:
     )
 
 
-def _history(conn: Connection, session_id: str) -> tuple[tuple[Step, ...], dict[str, Observation]]:
-    by_step: dict[int, list[ToolCall]] = {}
-    for call in _calls(conn, session_id):
-        by_step.setdefault(call.step, []).append(call)
-    step_rows = conn.execute(
-        select(steps).where(steps.c.session_id == session_id).order_by(steps.c.step)
-    ).mappings()
-    history = tuple(rows.step_from_row(r, tuple(by_step.get(r["step"], ()))) for r in step_rows)
+def _claim(
+    conn: Connection,
+    session_id: str,
+    version: int,
+    *,
+    owner: str,
+    now: datetime,
+    expires: datetime,
+    after: int,
+) -> Claimed | None:
+    taken = (
+        update(sessions)
+        .where(
+            sessions.c.id == session_id,
+            sessions.c.version == version,
+            sessions.c.status.in_(RUNNABLE),
+            or_(sessions.c.lease_owner.is_(None), sessions.c.lease_expires_at < now),
+        )
+        .values(lease_owner=owner, lease_expires_at=expires)
+        .returning(*sessions.c)
+    )
+    row = conn.execute(taken).mappings().first()
+    if row is None:
+        return None
+    conn.execute(
+        delete(outbox).where(outbox.c.session_id == session_id, outbox.c.version <= version)
+    )
+    head = rows.head_from_row(row)
+    if head.status is Status.EXECUTING:
+        current = _calls(conn, session_id, step=head.step)
+        return Claimed(
+            head=head, owner=owner, calls=current, decisions=_decisions(conn, session_id, current)
+        )
+    history, seen = _history(conn, session_id, after=after)
+    return Claimed(head=head, owner=owner, steps=history, observations=seen)
+
+
+def _claimed_from_json(row: Mapping[str, Any], owner: str) -> Claimed:
+    """What `postgres.claim` read, as values."""
+
+    def found(key: str, table: Table) -> list[dict[str, Any]]:
+        return [postgres.utc(table, r) for r in row[key] or ()]
+
+    head = rows.head_from_row(row)
+    if head.status is Status.EXECUTING:
+        current = tuple(rows.call_from_row(r) for r in found("current_calls", calls))
+        decided = {
+            r["call_id"]: rows.decision_from_row(r) for r in found("current_decisions", decisions)
+        }
+        return Claimed(head=head, owner=owner, calls=current, decisions=decided)
+    history = _steps(found("new_steps", steps), found("new_calls", calls))
     seen = {
-        r["call_id"]: rows.observation_from_row(r)
-        for r in conn.execute(
-            select(observations).where(observations.c.session_id == session_id)
-        ).mappings()
+        r["call_id"]: rows.observation_from_row(r) for r in found("new_observations", observations)
     }
+    return Claimed(head=head, owner=owner, steps=history, observations=seen)
+
+
+def _steps(step_rows: Iterable[rows.Row], call_rows: Iterable[rows.Row]) -> tuple[Step, ...]:
+    """Steps in order from their rows and their calls' rows (in step and index order)."""
+    by_step: dict[int, list[ToolCall]] = {}
+    for r in call_rows:
+        call = rows.call_from_row(r)
+        by_step.setdefault(call.step, []).append(call)
+    return tuple(rows.step_from_row(r, tuple(by_step.get(r["step"], ()))) for r in step_rows)
+
+
+def _history(
+    conn: Connection, session_id: str, *, after: int = 0
+) -> tuple[tuple[Step, ...], dict[str, Observation]]:
+    """The steps after step `after`, with their calls and the observations of those calls."""
+    call_rows = (
+        conn.execute(
+            select(calls)
+            .where(calls.c.session_id == session_id, calls.c.step > after)
+            .order_by(calls.c.step, calls.c.index)
+        )
+        .mappings()
+        .all()
+    )
+    step_rows = conn.execute(
+        select(steps)
+        .where(steps.c.session_id == session_id, steps.c.step > after)
+        .order_by(steps.c.step)
+    ).mappings()
+    history = _steps(step_rows, call_rows)
+    found = select(observations).where(observations.c.session_id == session_id)
+    if after:
+        found = found.join(
+            calls,
+            and_(
+                calls.c.session_id == observations.c.session_id,
+                calls.c.call_id == observations.c.call_id,
+            ),
+        ).where(calls.c.step > after)
+    seen = {r["call_id"]: rows.observation_from_row(r) for r in conn.execute(found).mappings()}
     return history, seen
 
 

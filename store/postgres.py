@@ -1,0 +1,226 @@
+"""The tick's three writes on Postgres, each one statement and one round trip.
+
+A tick claims, may mark a call started, and saves. Through SQLAlchemy Core each of them is
+a transaction of several statements (BEGIN, the statements, COMMIT: 7 round trips for a
+save); here each is a single statement run outside an explicit transaction, which Postgres
+makes atomic: data-modifying CTEs that share one snapshot, the appended rows given as one
+JSON array per table and expanded with `jsonb_populate_recordset`, so the text of every
+statement is fixed and psycopg prepares it once. The statements are built from the tables
+in `schema.py`, and the store's contract suite runs the same cases here and on SQLite,
+where the Core path in `sessions.py` does the same work.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import JSON, Connection, Table
+
+from .rows import MUTABLE_HEAD
+from .schema import UTCDateTime, calls, decisions, events, observations, outbox, sessions, steps
+
+
+def _q(name: str) -> str:
+    return f'"{name}"'
+
+
+def _appended(table: Table) -> str:
+    """A CTE body that inserts the rows of the JSON array `%(<table>)s`, if the head moved."""
+    # generated and defaulted columns are left to the database, as Core leaves them
+    names = [
+        c.name for c in table.columns if c.autoincrement is not True and c.server_default is None
+    ]
+    cols = ", ".join(_q(n) for n in names)
+    picked = ", ".join(f"r.{_q(n)}" for n in names)
+    return (
+        f"INSERT INTO {table.name} ({cols}) SELECT {picked} FROM moved, "
+        f"jsonb_populate_recordset(NULL::{table.name}, %({table.name})s::jsonb) AS r"
+    )
+
+
+def _agg(table: Table, alias: str, where: str, order: str = "") -> str:
+    by = f" ORDER BY {order}" if order else ""
+    return f"(SELECT jsonb_agg({alias}{by}) FROM {table.name} AS {alias} WHERE {where})"
+
+
+CLAIM = f"""
+WITH claimed AS (
+    UPDATE {sessions.name} SET lease_owner = %(owner)s, lease_expires_at = %(expires)s
+    WHERE id = %(id)s AND version = %(version)s AND status IN ('ready', 'executing')
+      AND (lease_owner IS NULL OR lease_expires_at < %(now)s)
+    RETURNING *
+), claimed_tick AS (
+    DELETE FROM {outbox.name} AS o USING claimed
+    WHERE o.session_id = claimed.id AND o.version <= %(version)s
+)
+SELECT claimed.*,
+    CASE WHEN claimed.status = 'executing' THEN {
+    _agg(calls, "c", "c.session_id = claimed.id AND c.step = claimed.step", "c.index")
+} END AS current_calls,
+    CASE WHEN claimed.status = 'executing' THEN (
+        SELECT jsonb_agg(d ORDER BY d.call_id, d.attempt)
+        FROM {decisions.name} AS d JOIN {calls.name} AS c
+          ON c.session_id = d.session_id AND c.call_id = d.call_id
+        WHERE d.session_id = claimed.id AND c.step = claimed.step
+    ) END AS current_decisions,
+    CASE WHEN claimed.status = 'ready' THEN {
+    _agg(steps, "s", "s.session_id = claimed.id AND s.step > %(after)s", "s.step")
+} END AS new_steps,
+    CASE WHEN claimed.status = 'ready' THEN {
+    _agg(calls, "c", "c.session_id = claimed.id AND c.step > %(after)s", "c.step, c.index")
+} END AS new_calls,
+    CASE WHEN claimed.status = 'ready' THEN (
+        SELECT jsonb_agg(o)
+        FROM {observations.name} AS o JOIN {calls.name} AS c
+          ON c.session_id = o.session_id AND c.call_id = o.call_id
+        WHERE o.session_id = claimed.id AND c.step > %(after)s
+    ) END AS new_observations
+FROM claimed
+"""
+
+START = f"""
+WITH started AS (
+    UPDATE {calls.name} SET state = 'started', started_at = %(now)s
+    WHERE session_id = %(id)s AND call_id = %(call_id)s AND state = ANY(%(open)s)
+      AND EXISTS (
+        SELECT 1 FROM {sessions.name}
+        WHERE id = %(id)s AND version = %(version)s AND lease_owner = %(owner)s
+      )
+    RETURNING call_id
+)
+INSERT INTO {events.name} (session_id, version, kind, at, data)
+SELECT %(id)s, %(version)s, %(kind)s, %(now)s, %(data)s::jsonb FROM started
+RETURNING id
+"""
+
+_JSON_HEAD = {c.name for c in sessions.columns if isinstance(c.type, JSON)}
+
+
+def _head_value(name: str) -> str:
+    return f"%({name})s::jsonb" if name in _JSON_HEAD else f"%({name})s"
+
+
+#: the tables a save appends to, in the order of the foreign keys
+APPENDED = (steps, calls, observations, decisions, events, outbox)
+_APPENDED = ",\n".join(f"appended_{t.name} AS ({_appended(t)})" for t in APPENDED)
+
+SAVE = f"""
+WITH moved AS (
+    UPDATE {sessions.name}
+    SET version = %(version)s + 1, lease_owner = NULL, lease_expires_at = NULL,
+        -- a cancel requested while the tick ran must survive its save
+        cancel_requested = cancel_requested OR %(cancel_requested)s,
+        {", ".join(f"{_q(n)} = {_head_value(n)}" for n in MUTABLE_HEAD)}
+    WHERE id = %(id)s AND version = %(version)s AND lease_owner = %(owner)s
+    RETURNING *
+), closed AS (
+    UPDATE {calls.name} AS c SET state = r.state
+    FROM moved, jsonb_to_recordset(%(call_states)s::jsonb) AS r(call_id text, state text)
+    WHERE c.session_id = moved.id AND c.call_id = r.call_id
+),
+{_APPENDED}
+SELECT * FROM moved
+"""
+
+
+def claim(
+    conn: Connection,
+    session_id: str,
+    version: int,
+    *,
+    owner: str,
+    now: datetime,
+    expires: datetime,
+    after: int,
+) -> dict[str, Any] | None:
+    """The claimed head row with the JSON of what the tick reads, or None."""
+    params = {
+        "id": session_id,
+        "version": version,
+        "owner": owner,
+        "now": now,
+        "expires": expires,
+        "after": after,
+    }
+    row = conn.exec_driver_sql(CLAIM, params).mappings().first()
+    return None if row is None else utc(sessions, row)
+
+
+def start(
+    conn: Connection,
+    session_id: str,
+    version: int,
+    *,
+    call_id: str,
+    owner: str,
+    now: datetime,
+    open_states: list[str],
+    event: dict[str, Any],
+) -> bool:
+    """Mark one call started and record its event, if the lease is still ours."""
+    params = {
+        "id": session_id,
+        "version": version,
+        "call_id": call_id,
+        "owner": owner,
+        "now": now,
+        "open": open_states,
+        "kind": event["kind"],
+        "data": dumps(event["data"]),
+    }
+    return conn.exec_driver_sql(START, params).first() is not None
+
+
+def save(
+    conn: Connection,
+    *,
+    head: dict[str, Any],
+    version: int,
+    owner: str,
+    cancel_requested: bool,
+    call_states: list[dict[str, str]],
+    appended: Mapping[Table, list[dict[str, Any]]],
+) -> dict[str, Any] | None:
+    """Move the head and append the rows in one statement; None if the head had moved."""
+    params: dict[str, Any] = {
+        name: dumps(value) if name in _JSON_HEAD else value for name, value in head.items()
+    }
+    params.update(
+        id=head["id"],
+        version=version,
+        owner=owner,
+        cancel_requested=cancel_requested,
+        call_states=dumps(call_states),
+    )
+    for table in APPENDED:
+        params[table.name] = dumps(appended.get(table, []))
+    row = conn.exec_driver_sql(SAVE, params).mappings().first()
+    return None if row is None else utc(sessions, row)
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, default=_plain, separators=(",", ":"))
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            raise ValueError(f"naive datetime {value!r}: tickwork stores UTC-aware times")
+        return value.isoformat()
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def utc(table: Table, row: Mapping[Any, Any]) -> dict[str, Any]:
+    """`row` (from a driver row or a JSON object) with its times as aware UTC datetimes,
+    as `UTCDateTime` gives them through Core."""
+    found = dict(row)
+    for column in table.columns:
+        value = found.get(column.name)
+        if isinstance(column.type, UTCDateTime) and value is not None:
+            if isinstance(value, str):
+                value = datetime.fromisoformat(value)
+            found[column.name] = value.astimezone(UTC)
+    return found
