@@ -165,6 +165,47 @@ class TestClaim:
         assert claimed.observations == {}
 
 
+    def test_a_warm_think_claim_returns_the_whole_history(
+        self, store: Store, clock: Clock, session_id: str
+    ) -> None:
+        """The Store reads only the steps after those it read last time, and still gives
+        the whole history with every observation made since."""
+        for n in (1, 2, 3, 4):
+            claimed = claim(store, session_id, now=clock())
+            loaded = store.load(session_id)
+            assert claimed.steps == loaded.steps
+            assert claimed.observations == {o.call_id: o for o in loaded.observations}
+            assert len(claimed.steps) == n - 1
+            proposal = reply(("read_file", {"path": f"a{n}"}), ("read_file", {"path": f"b{n}"}))
+            head = store.save(
+                think_change(claimed, proposal, now=clock()),
+                version=claimed.head.version,
+                owner="worker-1",
+                now=clock(),
+            )
+            while head.status is Status.EXECUTING:
+                head = execute(store, session_id, now=clock(), output=f"output {n}")
+
+    def test_a_session_created_again_under_its_id_is_read_afresh(
+        self, store: Store, clock: Clock, session_id: str
+    ) -> None:
+        for n in (1, 2):
+            run_step(store, session_id, n, now=clock())
+        claim(store, session_id, now=clock())  # this Store has read two steps
+        with store.engine.begin() as conn:
+            conn.execute(sessions.delete().where(sessions.c.id == session_id))
+        clock.advance(1)
+        store.create(new_session(session_id, now=clock()), now=clock())
+        elsewhere = Store(store.engine)  # another worker runs its first steps
+        for n in (7, 8, 9):
+            run_step(elsewhere, session_id, n, now=clock())
+
+        claimed = claim(store, session_id, now=clock())
+
+        assert [s.thought for s in claimed.steps] == ["step 0007", "step 0008", "step 0009"]
+        assert claimed.steps == store.load(session_id).steps
+
+
 class TestSave:
     def test_moves_the_version_clears_the_lease_and_appends(
         self, store: Store, clock: Clock, session_id: str
