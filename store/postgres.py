@@ -46,6 +46,16 @@ def _agg(table: Table, alias: str, where: str, order: str = "") -> str:
     return f"(SELECT jsonb_agg({alias}{by}) FROM {table.name} AS {alias} WHERE {where})"
 
 
+def _of_call(table: Table, alias: str) -> str:
+    """The rows of `table` of call `c`, looked up by its primary key call by call: joined
+    plainly, the planner may scan all the session's rows once per call (O(n^2) over a
+    session's life); OFFSET 0 keeps it from flattening the lookup into such a join."""
+    return (
+        f"LATERAL (SELECT {alias} FROM {table.name} AS {alias} WHERE "
+        f"{alias}.session_id = c.session_id AND {alias}.call_id = c.call_id OFFSET 0) AS x"
+    )
+
+
 CLAIM = f"""
 WITH claimed AS (
     UPDATE {sessions.name} SET lease_owner = %(owner)s, lease_expires_at = %(expires)s
@@ -61,10 +71,9 @@ SELECT claimed.*,
     _agg(calls, "c", "c.session_id = claimed.id AND c.step = claimed.step", "c.index")
 } END AS current_calls,
     CASE WHEN claimed.status = 'executing' THEN (
-        SELECT jsonb_agg(d ORDER BY d.call_id, d.attempt)
-        FROM {decisions.name} AS d JOIN {calls.name} AS c
-          ON c.session_id = d.session_id AND c.call_id = d.call_id
-        WHERE d.session_id = claimed.id AND c.step = claimed.step
+        SELECT jsonb_agg(x.d ORDER BY c.call_id, (x.d).attempt)
+        FROM {calls.name} AS c, {_of_call(decisions, "d")}
+        WHERE c.session_id = claimed.id AND c.step = claimed.step
     ) END AS current_decisions,
     CASE WHEN claimed.status = 'ready' THEN {
     _agg(steps, "s", "s.session_id = claimed.id AND s.step > %(after)s", "s.step")
@@ -73,10 +82,9 @@ SELECT claimed.*,
     _agg(calls, "c", "c.session_id = claimed.id AND c.step > %(after)s", "c.step, c.index")
 } END AS new_calls,
     CASE WHEN claimed.status = 'ready' THEN (
-        SELECT jsonb_agg(o)
-        FROM {observations.name} AS o JOIN {calls.name} AS c
-          ON c.session_id = o.session_id AND c.call_id = o.call_id
-        WHERE o.session_id = claimed.id AND c.step > %(after)s
+        SELECT jsonb_agg(x.o)
+        FROM {calls.name} AS c, {_of_call(observations, "o")}
+        WHERE c.session_id = claimed.id AND c.step > %(after)s
     ) END AS new_observations
 FROM claimed
 """

@@ -608,13 +608,11 @@ def _history(
     history = _steps(step_rows, call_rows)
     found = select(observations).where(observations.c.session_id == session_id)
     if after:
-        found = found.join(
-            calls,
-            and_(
-                calls.c.session_id == observations.c.session_id,
-                calls.c.call_id == observations.c.call_id,
-            ),
-        ).where(calls.c.step > after)
+        # by the calls' ids, looked up one by one: a join may scan every observation per call
+        recent = select(calls.c.call_id).where(
+            calls.c.session_id == session_id, calls.c.step > after
+        )
+        found = found.where(observations.c.call_id.in_(recent))
     seen = {r["call_id"]: rows.observation_from_row(r) for r in conn.execute(found).mappings()}
     return history, seen
 
