@@ -48,17 +48,41 @@ PG_WAIT = ("wait (psycopg/connection.py", "wait_c", "_wait (psycopg")
 
 
 class RoundTrips:
-    """Counts psycopg's socket waits, one per Postgres round trip (or more for big rows)."""
+    """Counts psycopg's waits that go to the server, one per Postgres round trip (or more
+    for big rows); a wait that never yields (setting autocommit, a rollback with no
+    transaction open) sends nothing and is not counted."""
 
     def __init__(self) -> None:
         self.count = 0
         original = psycopg.Connection.wait
 
-        def counted(conn: psycopg.Connection, *args, **kw):  # type: ignore[no-untyped-def]
-            self.count += 1
-            return original(conn, *args, **kw)
+        def counted(conn: psycopg.Connection, gen, *args, **kw):  # type: ignore[no-untyped-def]
+            return original(conn, _Spied(gen, self), *args, **kw)
 
         psycopg.Connection.wait = counted  # type: ignore[method-assign]
+
+
+class _Spied:
+    """A psycopg generator that counts one round trip the first time it asks to wait."""
+
+    def __init__(self, gen, trips: RoundTrips) -> None:  # type: ignore[no-untyped-def]
+        self._gen, self._trips, self._waited = gen, trips, False
+
+    def __iter__(self) -> _Spied:
+        return self
+
+    def __next__(self):  # type: ignore[no-untyped-def]
+        return self.send(None)
+
+    def send(self, value):  # type: ignore[no-untyped-def]
+        state = self._gen.send(value)
+        if not self._waited:
+            self._waited = True
+            self._trips.count += 1
+        return state
+
+    def throw(self, *exc):  # type: ignore[no-untyped-def]
+        return self._gen.throw(*exc)
 
 
 def in_process(url: str, sessions: int, steps: int, folder: Path) -> dict[str, float]:
