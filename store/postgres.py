@@ -17,7 +17,10 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+import psycopg
+from psycopg.rows import dict_row
 from sqlalchemy import JSON, Connection, Table
+from sqlalchemy.exc import DBAPIError
 
 from .rows import MUTABLE_HEAD
 from .schema import UTCDateTime, calls, decisions, events, observations, outbox, sessions, steps
@@ -153,7 +156,7 @@ def claim(
         "expires": expires,
         "after": after,
     }
-    row = conn.exec_driver_sql(CLAIM, params).mappings().first()
+    row = _one(conn, CLAIM, params)
     return None if row is None else utc(sessions, row)
 
 
@@ -179,7 +182,7 @@ def start(
         "kind": event["kind"],
         "data": dumps(event["data"]),
     }
-    return conn.exec_driver_sql(START, params).first() is not None
+    return _one(conn, START, params) is not None
 
 
 def save(
@@ -205,8 +208,31 @@ def save(
     )
     for table in APPENDED:
         params[table.name] = dumps(appended.get(table, []))
-    row = conn.exec_driver_sql(SAVE, params).mappings().first()
+    row = _one(conn, SAVE, params)
     return None if row is None else utc(sessions, row)
+
+
+def _one(conn: Connection, sql: str, params: dict[str, Any]) -> dict[str, Any] | None:
+    """The one row `sql` returns (or None), run on the driver's connection under `conn`.
+
+    SQLAlchemy's execution and result layers cost about 0.25 ms of Python a statement, as
+    much as the round trip; errors still reach callers as SQLAlchemy's, and a connection
+    the server dropped is invalidated with the pool, as SQLAlchemy does.
+    """
+    driver = conn.connection.driver_connection
+    assert isinstance(driver, psycopg.Connection)
+    try:
+        with driver.cursor(row_factory=dict_row) as cursor:
+            cursor.execute(sql, params)
+            return cursor.fetchone()
+    except psycopg.Error as exc:
+        gone = conn.dialect.is_disconnect(exc, conn.connection, None)  # type: ignore[arg-type]
+        if gone:
+            conn.invalidate(exc)
+            conn.engine.dispose()  # the pooled others were connected to the same server
+        raise DBAPIError.instance(
+            sql, params, exc, psycopg.Error, connection_invalidated=gone, dialect=conn.dialect
+        ) from exc
 
 
 def dumps(value: Any) -> str:

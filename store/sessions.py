@@ -212,30 +212,12 @@ class Store:
         rerun: bool = False,
     ) -> None:
         """Mark `call` started before it runs, so a crash leaves it visibly in doubt."""
-        ours = (
-            select(sessions.c.id)
-            .where(
-                sessions.c.id == session_id,
-                sessions.c.version == version,
-                sessions.c.lease_owner == owner,
-            )
-            .exists()
-        )
-        stmt = (
-            update(calls)
-            .where(
-                calls.c.session_id == session_id,
-                calls.c.call_id == call.call_id,
-                calls.c.state.in_(OPEN),
-                ours,
-            )
-            .values(state="started", started_at=now)
-        )
         event = Event(
             kind=EventKind.TOOL_STARTED,
             at=now,
             data={"call_id": call.call_id, "name": call.name, "rerun": rerun},
         )
+        stored = rows.event_to_row(session_id, version, event)
         if self._postgres:
             with self._single.connect() as conn:
                 started = postgres.start(
@@ -246,13 +228,13 @@ class Store:
                     owner=owner,
                     now=now,
                     open_states=OPEN,
-                    event=rows.event_to_row(session_id, version, event),
+                    event=stored,
                 )
         else:
             with self.engine.begin() as conn:
-                started = conn.execute(stmt).rowcount == 1
+                started = _start(conn, session_id, version, call.call_id, owner=owner, now=now)
                 if started:
-                    conn.execute(insert(events), [rows.event_to_row(session_id, version, event)])
+                    conn.execute(insert(events), [stored])
         if not started:
             raise ClaimLost(
                 f"session {session_id} is no longer at version {version} "
@@ -556,6 +538,31 @@ def _claim(
         )
     history, seen = _history(conn, session_id, after=after)
     return Claimed(head=head, owner=owner, steps=history, observations=seen)
+
+
+def _start(
+    conn: Connection, session_id: str, version: int, call_id: str, *, owner: str, now: datetime
+) -> bool:
+    ours = (
+        select(sessions.c.id)
+        .where(
+            sessions.c.id == session_id,
+            sessions.c.version == version,
+            sessions.c.lease_owner == owner,
+        )
+        .exists()
+    )
+    stmt = (
+        update(calls)
+        .where(
+            calls.c.session_id == session_id,
+            calls.c.call_id == call_id,
+            calls.c.state.in_(OPEN),
+            ours,
+        )
+        .values(state="started", started_at=now)
+    )
+    return bool(conn.execute(stmt).rowcount == 1)
 
 
 def _claimed_from_json(row: Mapping[str, Any], owner: str) -> Claimed:
