@@ -70,6 +70,10 @@ WITH claimed AS (
     WHERE o.session_id = claimed.id AND o.version <= %(version)s
 )
 SELECT claimed.*,
+    -- commit without waiting for the WAL flush: a claim lost in a crash of Postgres only
+    -- lets the tick run again (the lease and the outbox row come back; the start and the
+    -- save check the lease and wait for the flush, which makes the claim durable first)
+    set_config('synchronous_commit', 'off', true) AS unflushed,
     CASE WHEN claimed.status = 'executing' THEN {
     _agg(calls, "c", "c.session_id = claimed.id AND c.step = claimed.step", "c.index")
 } END AS current_calls,
