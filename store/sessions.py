@@ -114,6 +114,12 @@ class Store:
         with self.engine.connect() as conn:
             return _load(conn, session_id)
 
+    def find_call(self, session_id: str, call_id: str) -> tuple[Head, ToolCall | None]:
+        """The session's head and its call `call_id`, or None for a call it does not have;
+        two rows read, whatever the session's length. Raises SessionNotFound."""
+        with self.engine.connect() as conn:
+            return _head(conn, session_id), _call(conn, session_id, call_id)
+
     def list_sessions(
         self,
         *,
@@ -465,6 +471,14 @@ def _calls(conn: Connection, session_id: str, *, step: int | None = None) -> tup
         query = query.where(calls.c.step == step)
     found = conn.execute(query.order_by(calls.c.step, calls.c.index)).mappings()
     return tuple(rows.call_from_row(r) for r in found)
+
+
+def _call(conn: Connection, session_id: str, call_id: str) -> ToolCall | None:
+    if "\x00" in call_id:  # no id holds one, and Postgres refuses it as a parameter
+        return None
+    query = select(calls).where(calls.c.session_id == session_id, calls.c.call_id == call_id)
+    row = conn.execute(query).mappings().first()
+    return None if row is None else rows.call_from_row(row)
 
 
 def _decisions(

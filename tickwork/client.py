@@ -150,12 +150,11 @@ class Tickwork:
         """Decide one waiting call; `fingerprint` binds the decision to what the approver saw
         (None binds it to the call as stored now)."""
         kind = DecisionKind(kind)
-        session = self.store.load(session_id)
-        call = session.call(call_id)
+        head, call = self.store.find_call(session_id, call_id)
         if call is None:
             raise CallNotFound(
                 f"session {session_id} has no call {call_id!r}; waiting: "
-                f"{', '.join(session.head.awaiting) or 'none'}"
+                f"{', '.join(head.awaiting) or 'none'}"
             )
         if kind is DecisionKind.EDIT:
             if arguments is not None and not isinstance(arguments, Mapping):
@@ -165,7 +164,7 @@ class Tickwork:
                 )
             if arguments is None:
                 raise InvalidInput(f"an edit of call {call_id} needs the new arguments")
-            tools = self.jobs.tools(session.head.kind)
+            tools = self.jobs.tools(head.kind)
             if call.name in tools:
                 arguments = tools.get(call.name).validate(dict(arguments))
         decision = Decision(

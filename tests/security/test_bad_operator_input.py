@@ -109,7 +109,7 @@ def test_a_nul_byte_in_a_session_id_is_not_found_on_postgres(postgres_env: Env) 
             operation(postgres_env)
 
 
-@pytest.mark.parametrize("call_id", ["s9c9", "s1c0'; --", "../s1c0", "", "S1C0"])
+@pytest.mark.parametrize("call_id", ["s9c9", "s1c0'; --", "../s1c0", "", "S1C0", "s1c0\x00"])
 def test_unknown_call_ids_name_the_calls_that_wait(env: Env, call_id: str) -> None:
     session_id = waiting(env)
     with pytest.raises(CallNotFound) as raised:

@@ -1,4 +1,4 @@
-"""decide and request_cancel: what a person does to a session."""
+"""find_call, decide and request_cancel: what a person reads and does to a session."""
 
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ from tests.store.conftest import (
     decision,
     execute,
     execute_change,
+    new_session,
     reply,
     run_step,
     table_rows,
@@ -58,6 +59,60 @@ def _in_doubt(store: Store, session_id: str, clock: Clock) -> ToolCall:
     [call] = awaiting_calls(store, session_id)
     assert call.state is CallState.IN_DOUBT
     return call
+
+
+class TestFindCall:
+    def test_a_waiting_call_comes_with_the_head(
+        self, store: Store, clock: Clock, session_id: str
+    ) -> None:
+        [call] = _wait_for(store, session_id, clock, "danger")
+
+        head, found = store.find_call(session_id, call.call_id)
+
+        assert head == store.get(session_id)
+        assert head.awaiting == (call.call_id,)
+        assert found == call
+
+    def test_a_call_of_an_earlier_step_is_found_in_its_state(
+        self, store: Store, clock: Clock, session_id: str
+    ) -> None:
+        run_step(store, session_id, 1, now=clock())
+        _wait_for(store, session_id, clock, "danger", "read_file")
+
+        head, found = store.find_call(session_id, "s1c0")
+
+        assert head.step == 2
+        assert found == store.load(session_id).call("s1c0")
+        assert found is not None and found.state is CallState.DONE
+
+    @pytest.mark.parametrize("call_id", ["s9c9", "S1C0", "s1c0 ", "", "s1c0\x00"])
+    def test_an_unknown_call_is_none_with_the_head(
+        self, store: Store, clock: Clock, session_id: str, call_id: str
+    ) -> None:
+        _wait_for(store, session_id, clock, "danger")
+
+        head, found = store.find_call(session_id, call_id)
+
+        assert (head, found) == (store.get(session_id), None)
+
+    def test_a_call_of_another_session_is_not_found(
+        self, store: Store, clock: Clock, session_id: str
+    ) -> None:
+        _wait_for(store, session_id, clock, "danger")
+        store.create(new_session("sess-2", now=clock()), now=clock())
+
+        head, found = store.find_call("sess-2", "s1c0")
+
+        assert (head.id, found) == ("sess-2", None)
+
+    @pytest.mark.parametrize("unknown", ["nope", "a\x00b"])
+    def test_an_unknown_session_is_not_found(
+        self, store: Store, clock: Clock, session_id: str, unknown: str
+    ) -> None:
+        _wait_for(store, session_id, clock, "danger")
+
+        with pytest.raises(SessionNotFound, match="tickwork ls"):
+            store.find_call(unknown, "s1c0")
 
 
 class TestDecide:
