@@ -164,7 +164,6 @@ class TestClaim:
         assert claimed.steps == ()
         assert claimed.observations == {}
 
-
     def test_a_warm_think_claim_returns_the_whole_history(
         self, store: Store, clock: Clock, session_id: str
     ) -> None:
