@@ -31,17 +31,29 @@ def _q(name: str) -> str:
 
 
 def _appended(table: Table) -> str:
-    """A CTE body that inserts the rows of the JSON array `%(<table>)s`, if the head moved."""
+    """A CTE body that inserts the rows of the JSON array `%(<table>)s`, in its order, if
+    the head moved."""
     # generated and defaulted columns are left to the database, as Core leaves them
     names = [
         c.name for c in table.columns if c.autoincrement is not True and c.server_default is None
     ]
-    cols = ", ".join(_q(n) for n in names)
-    picked = ", ".join(f"r.{_q(n)}" for n in names)
-    return (
-        f"INSERT INTO {table.name} ({cols}) SELECT {picked} FROM moved, "
-        f"jsonb_populate_recordset(NULL::{table.name}, %({table.name})s::jsonb) AS r"
+    # Core stores None in a JSON column as JSON null; the expansion would give SQL NULL
+    picked = ", ".join(
+        f"COALESCE(r.{_q(c.name)}, 'null'::jsonb)"
+        if isinstance(c.type, JSON)
+        else f"r.{_q(c.name)}"
+        for c in table.columns
+        if c.name in names
     )
+    return (
+        f"INSERT INTO {table.name} ({', '.join(_q(n) for n in names)}) SELECT {picked} "
+        f"FROM moved, jsonb_populate_recordset(NULL::{table.name}, %({table.name})s::jsonb) "
+        "WITH ORDINALITY AS r ORDER BY r.ordinality"
+    )
+
+
+#: the head's columns, named: a prepared `RETURNING *` fails once a migration adds one
+_HEAD = ", ".join(_q(c.name) for c in sessions.columns)
 
 
 def _agg(table: Table, alias: str, where: str, order: str = "") -> str:
@@ -64,12 +76,12 @@ WITH claimed AS (
     UPDATE {sessions.name} SET lease_owner = %(owner)s, lease_expires_at = %(expires)s
     WHERE id = %(id)s AND version = %(version)s AND status IN ('ready', 'executing')
       AND (lease_owner IS NULL OR lease_expires_at < %(now)s)
-    RETURNING *
+    RETURNING {_HEAD}
 ), claimed_tick AS (
     DELETE FROM {outbox.name} AS o USING claimed
     WHERE o.session_id = claimed.id AND o.version <= %(version)s
 )
-SELECT claimed.*,
+SELECT {", ".join(f"claimed.{_q(c.name)}" for c in sessions.columns)},
     -- commit without waiting for the WAL flush: a claim lost in a crash of Postgres only
     -- lets the tick run again (the lease and the outbox row come back; the start and the
     -- save check the lease and wait for the flush, which makes the claim durable first)
@@ -92,7 +104,12 @@ SELECT claimed.*,
         SELECT jsonb_agg(x.o)
         FROM {calls.name} AS c, {_of_call(observations, "o")}
         WHERE c.session_id = claimed.id AND c.step > %(after)s
-    ) END AS new_observations
+    ) END AS new_observations,
+    -- the last step this process read, to tell that it is still this session's
+    CASE WHEN claimed.status = 'ready' THEN (
+        SELECT jsonb_build_array(s.trace_id, s.fingerprint) FROM {steps.name} AS s
+        WHERE s.session_id = claimed.id AND s.step = %(after)s
+    ) END AS known_step
 FROM claimed
 """
 
@@ -130,14 +147,14 @@ WITH moved AS (
         cancel_requested = cancel_requested OR %(cancel_requested)s,
         {", ".join(f"{_q(n)} = {_head_value(n)}" for n in MUTABLE_HEAD)}
     WHERE id = %(id)s AND version = %(version)s AND lease_owner = %(owner)s
-    RETURNING *
+    RETURNING {_HEAD}
 ), closed AS (
     UPDATE {calls.name} AS c SET state = r.state
     FROM moved, jsonb_to_recordset(%(call_states)s::jsonb) AS r(call_id text, state text)
     WHERE c.session_id = moved.id AND c.call_id = r.call_id
 ),
 {_APPENDED}
-SELECT * FROM moved
+SELECT {_HEAD} FROM moved
 """
 
 
@@ -152,6 +169,7 @@ def claim(
     after: int,
 ) -> dict[str, Any] | None:
     """The claimed head row with the JSON of what the tick reads, or None."""
+    _aware(now, expires)
     params = {
         "id": session_id,
         "version": version,
@@ -176,6 +194,7 @@ def start(
     event: dict[str, Any],
 ) -> bool:
     """Mark one call started and record its event, if the lease is still ours."""
+    _aware(now)
     params = {
         "id": session_id,
         "version": version,
@@ -184,7 +203,7 @@ def start(
         "now": now,
         "open": open_states,
         "kind": event["kind"],
-        "data": dumps(event["data"]),
+        "data": json.dumps(event["data"]),
     }
     return _one(conn, START, params) is not None
 
@@ -200,18 +219,19 @@ def save(
     appended: Mapping[Table, list[dict[str, Any]]],
 ) -> dict[str, Any] | None:
     """Move the head and append the rows in one statement; None if the head had moved."""
+    _aware(head["updated_at"])
     params: dict[str, Any] = {
-        name: dumps(value) if name in _JSON_HEAD else value for name, value in head.items()
+        name: json.dumps(value) if name in _JSON_HEAD else value for name, value in head.items()
     }
     params.update(
         id=head["id"],
         version=version,
         owner=owner,
         cancel_requested=cancel_requested,
-        call_states=dumps(call_states),
+        call_states=json.dumps(call_states),
     )
     for table in APPENDED:
-        params[table.name] = dumps(appended.get(table, []))
+        params[table.name] = _rows(appended.get(table, []))
     row = _one(conn, SAVE, params)
     return None if row is None else utc(sessions, row)
 
@@ -239,16 +259,22 @@ def _one(conn: Connection, sql: str, params: dict[str, Any]) -> dict[str, Any] |
         ) from exc
 
 
-def dumps(value: Any) -> str:
-    return json.dumps(value, default=_plain, separators=(",", ":"))
+def _rows(values: list[dict[str, Any]]) -> str:
+    """Rows as a JSON array, their datetime columns as ISO text; a datetime inside a JSON
+    column fails, as it does through Core."""
+    plain = [
+        {k: _aware(v).isoformat() if isinstance(v, datetime) else v for k, v in row.items()}
+        for row in values
+    ]
+    return json.dumps(plain, separators=(",", ":"))
 
 
-def _plain(value: Any) -> Any:
-    if isinstance(value, datetime):
+def _aware(*times: datetime) -> datetime:
+    """The (last) time, refused if naive, as `UTCDateTime` refuses it through Core."""
+    for value in times:
         if value.tzinfo is None:
             raise ValueError(f"naive datetime {value!r}: tickwork stores UTC-aware times")
-        return value.isoformat()
-    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+    return times[-1]
 
 
 def utc(table: Table, row: Mapping[Any, Any]) -> dict[str, Any]:

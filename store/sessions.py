@@ -46,7 +46,7 @@ from fsm.values import (
 
 from . import dead_letters, postgres, rows
 from .schema import calls, decisions, events, observations, outbox, sessions, steps
-from .transcripts import Transcript, Transcripts
+from .transcripts import Mark, Transcript, Transcripts
 
 RUNNABLE = (Status.READY.value, Status.EXECUTING.value)
 OPEN = [s.value for s in CallState if s.open]
@@ -166,6 +166,7 @@ class Store:
         known = self._transcripts.get(session_id)
         after = known.step if known is not None else 0
         expires = now + timedelta(seconds=lease_s)
+        taken: tuple[Claimed, Mark] | None
         if self._postgres:
             with self._single.connect() as conn:
                 row = postgres.claim(
@@ -177,19 +178,22 @@ class Store:
                 taken = _claim(
                     conn, session_id, version, owner=owner, now=now, expires=expires, after=after
                 )
-        if taken is None or taken.head.status is Status.EXECUTING:
-            return taken
-        if known is not None and known.continued_by(taken.head):
-            history = known.steps + taken.steps
-            seen = {**known.observations, **taken.observations}
+        if taken is None:
+            return None
+        claimed, mark = taken
+        if claimed.head.status is Status.EXECUTING:
+            return claimed
+        if known is not None and known.continued_by(claimed.head, mark):
+            history = known.steps + claimed.steps
+            seen = {**known.observations, **claimed.observations}
         elif after:  # what we knew was of another session under this id
             with self.engine.connect() as conn:
                 history, seen = _history(conn, session_id)
         else:
-            history, seen = taken.steps, taken.observations
-        head = taken.head
+            history, seen = claimed.steps, claimed.observations
+        head = claimed.head
         self._transcripts.put(session_id, Transcript(head.created_at, head.step, history, seen))
-        return replace(taken, steps=history, observations=seen)
+        return replace(claimed, steps=history, observations=seen)
 
     def renew(
         self, session_id: str, version: int, *, owner: str, now: datetime, lease_s: float
@@ -526,7 +530,7 @@ def _claim(
     now: datetime,
     expires: datetime,
     after: int,
-) -> Claimed | None:
+) -> tuple[Claimed, Mark] | None:
     taken = (
         update(sessions)
         .where(
@@ -547,11 +551,16 @@ def _claim(
     head = rows.head_from_row(row)
     if head.status is Status.EXECUTING:
         current = _calls(conn, session_id, step=head.step)
-        return Claimed(
-            head=head, owner=owner, calls=current, decisions=_decisions(conn, session_id, current)
-        )
+        decided = _decisions(conn, session_id, current)
+        return Claimed(head=head, owner=owner, calls=current, decisions=decided), None
     history, seen = _history(conn, session_id, after=after)
-    return Claimed(head=head, owner=owner, steps=history, observations=seen)
+    known = conn.execute(
+        select(steps.c.trace_id, steps.c.fingerprint).where(
+            steps.c.session_id == session_id, steps.c.step == after
+        )
+    ).first()
+    mark = None if known is None else (known[0], known[1])
+    return Claimed(head=head, owner=owner, steps=history, observations=seen), mark
 
 
 def _start(
@@ -579,7 +588,7 @@ def _start(
     return bool(conn.execute(stmt).rowcount == 1)
 
 
-def _claimed_from_json(row: Mapping[str, Any], owner: str) -> Claimed:
+def _claimed_from_json(row: Mapping[str, Any], owner: str) -> tuple[Claimed, Mark]:
     """What `postgres.claim` read, as values."""
 
     def found(key: str, table: Table) -> list[dict[str, Any]]:
@@ -591,12 +600,14 @@ def _claimed_from_json(row: Mapping[str, Any], owner: str) -> Claimed:
         decided = {
             r["call_id"]: rows.decision_from_row(r) for r in found("current_decisions", decisions)
         }
-        return Claimed(head=head, owner=owner, calls=current, decisions=decided)
+        return Claimed(head=head, owner=owner, calls=current, decisions=decided), None
     history = _steps(found("new_steps", steps), found("new_calls", calls))
     seen = {
         r["call_id"]: rows.observation_from_row(r) for r in found("new_observations", observations)
     }
-    return Claimed(head=head, owner=owner, steps=history, observations=seen)
+    known = row["known_step"]
+    mark = None if known is None else (known[0], known[1])
+    return Claimed(head=head, owner=owner, steps=history, observations=seen), mark
 
 
 def _steps(step_rows: Iterable[rows.Row], call_rows: Iterable[rows.Row]) -> tuple[Step, ...]:

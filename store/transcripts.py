@@ -3,7 +3,8 @@
 Steps, their calls and the observations of a closed step are never changed once written,
 so what one THINK claim read stays true: the next THINK of the same session needs only the
 steps after it. A session is known by its id and its creation time, so a session created
-again under the same id is read afresh.
+again under the same id is read afresh: besides its id, its creation time and the last step
+read must match.
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ from datetime import datetime
 
 from fsm.values import Head, Observation, Step
 
+#: a step as a claim sees it: its trace id and fingerprint (None: no such step)
+Mark = tuple[str, str] | None
+
 
 @dataclass(frozen=True)
 class Transcript:
@@ -24,9 +28,11 @@ class Transcript:
     steps: tuple[Step, ...]
     observations: dict[str, Observation]
 
-    def continued_by(self, head: Head) -> bool:
-        """Whether `head` is this session, at this step or later."""
-        return head.created_at == self.created_at and head.step >= self.step
+    def continued_by(self, head: Head, last: Mark) -> bool:
+        """Whether `head` is this session at this step or later, `last` being its step
+        `self.step` as the claim read it."""
+        mine = (self.steps[-1].trace_id, self.steps[-1].fingerprint) if self.steps else None
+        return head.created_at == self.created_at and head.step >= self.step and mine == last
 
 
 class Transcripts:

@@ -193,7 +193,7 @@ class TestClaim:
         claim(store, session_id, now=clock())  # this Store has read two steps
         with store.engine.begin() as conn:
             conn.execute(sessions.delete().where(sessions.c.id == session_id))
-        clock.advance(1)
+        # the same id and the same creation time: only its steps tell it apart
         store.create(new_session(session_id, now=clock()), now=clock())
         elsewhere = Store(store.engine)  # another worker runs its first steps
         for n in (7, 8, 9):

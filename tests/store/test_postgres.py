@@ -6,10 +6,11 @@ import psycopg
 import pytest
 from sqlalchemy.exc import DBAPIError
 
+from fsm.values import Head
 from store import Store
 from store.engine import make_engine, normalize_url
 from tests.conftest import Clock
-from tests.store.conftest import LEASE_S, new_session
+from tests.store.conftest import LEASE_S, execute_change, new_session, reply, think_change
 
 
 def test_a_connection_the_server_dropped_raises_sqlalchemys_error_then_reconnects(
@@ -37,5 +38,41 @@ def test_a_connection_the_server_dropped_raises_sqlalchemys_error_then_reconnect
 
         claimed = store.claim("dropped-1", 0, owner="w1", now=clock(), lease_s=LEASE_S)
         assert claimed is not None and claimed.head.id == "dropped-1"
+    finally:
+        engine.dispose()
+
+
+def test_a_column_added_by_a_migration_does_not_break_prepared_ticks(
+    postgres_url: str, clock: Clock
+) -> None:
+    """psycopg prepares a statement run five times on a connection; had the tick's
+    statements a `RETURNING *`, they would fail with "cached plan must not change result
+    type" from the moment a migration adds a column until the worker restarts."""
+    engine = make_engine(postgres_url, pool_size=1, max_overflow=0)
+    store = Store(engine)
+    admin = normalize_url(postgres_url).replace("postgresql+psycopg", "postgresql")
+
+    def ticks(head: Head, n: int) -> Head:
+        claimed = store.claim(head.id, head.version, owner="w1", now=clock(), lease_s=LEASE_S)
+        assert claimed is not None
+        proposal = reply(("read_file", {"path": f"p{n}"}))
+        change = think_change(claimed, proposal, now=clock())
+        head = store.save(change, version=head.version, owner="w1", now=clock())
+        claimed = store.claim(head.id, head.version, owner="w1", now=clock(), lease_s=LEASE_S)
+        assert claimed is not None
+        change = execute_change(store, claimed, now=clock())
+        return store.save(change, version=head.version, owner="w1", now=clock())
+
+    try:
+        head = store.create(new_session("migrated-1", now=clock()), now=clock())
+        for n in range(6):  # no other statement in between: they stay prepared
+            head = ticks(head, n)
+        with psycopg.connect(admin, autocommit=True) as migration:
+            migration.execute("ALTER TABLE tickwork_sessions ADD COLUMN probe integer")
+        try:
+            assert ticks(head, 6).step == 7
+        finally:
+            with psycopg.connect(admin, autocommit=True) as migration:
+                migration.execute("ALTER TABLE tickwork_sessions DROP COLUMN probe")
     finally:
         engine.dispose()

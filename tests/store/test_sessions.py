@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
+from sqlalchemy import func, select
 from sqlalchemy.exc import StatementError
 
 from fsm.errors import SessionNotFound
@@ -241,6 +242,9 @@ def test_calls_keep_unparsable_and_nested_arguments(
     first, second, third = store.load(session_id).steps[0].calls
     assert (first.arguments, second.arguments, third.arguments) == (nested, None, None)
     assert (second.raw_arguments, third.raw_arguments) == ("{not json", "[1, 2]")
+    with store.engine.connect() as conn:  # JSON null, as every other path stores None
+        missing = conn.execute(select(func.count()).where(calls.c.arguments.is_(None)))
+        assert missing.scalar() == 0
     execute(store, session_id, now=clock())
     head = execute(store, session_id, now=clock())
     assert head.status is Status.EXECUTING
