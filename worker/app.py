@@ -97,6 +97,9 @@ def _start_relay_with_worker(app: Celery) -> None:
     def shutdown(sender: Any = None, **_: Any) -> None:
         for thread in threads:
             thread.stop()
+        held = getattr(app, "_tickwork_runtime", None)
+        if getattr(sender, "app", None) is app and held is not None and held[0] == os.getpid():
+            held[1].close()
 
     signals.worker_ready.connect(ready, weak=False)
     signals.worker_shutdown.connect(shutdown, weak=False)

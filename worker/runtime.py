@@ -12,11 +12,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+import httpx
+
 from fsm.errors import ConfigurationError
 from store import Store, make_engine
 
 from .jobs import Jobs
-from .models import Model, make_model
+from .models import Model, make_model, pooled_client
 from .settings import Settings
 
 log = logging.getLogger("tickwork.worker")
@@ -96,18 +98,34 @@ class Runtime:
     jitter: Callable[[], float] = random.random
     leases: Leases = field(init=False)
     _models: dict[str, Model] = field(default_factory=dict, init=False)
+    #: one pool of model-server connections for this process's models, made on first use
+    _http: httpx.Client | None = field(default=None, init=False)
+    _models_lock: threading.Lock = field(default_factory=threading.Lock, init=False)
 
     def __post_init__(self) -> None:
         self.leases = Leases(self.store, lease_s=self.settings.lease_s, clock=self.clock)
 
     def model(self, spec: str) -> Model:
-        if spec not in self._models:
-            if not spec:
-                raise ConfigurationError(
-                    "the session names no model; submit it with --model or set TICKWORK_MODEL"
+        with self._models_lock:
+            if spec not in self._models:
+                if not spec:
+                    raise ConfigurationError(
+                        "the session names no model; submit it with --model or set TICKWORK_MODEL"
+                    )
+                if self._http is None:
+                    self._http = pooled_client()
+                self._models[spec] = make_model(
+                    spec, timeout_s=self.settings.model_timeout_s, client=self._http
                 )
-            self._models[spec] = make_model(spec, timeout_s=self.settings.model_timeout_s)
-        return self._models[spec]
+            return self._models[spec]
+
+    def close(self) -> None:
+        """Close the model-server connections; a model asked for later opens new ones."""
+        with self._models_lock:
+            if self._http is not None:
+                self._http.close()
+            self._http = None
+            self._models.clear()
 
     def publish(self, session_id: str, version: int, countdown: float = 0.0) -> None:
         """Publish a tick; a failure is logged, the relay covers it."""

@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
+import httpx
+
 from fsm.errors import ConfigurationError
 
 from .base import Message, Model, ModelSettings, ToolSchema
-from .openai import DEFAULT_BASE_URL, OpenAIChatModel
+from .openai import DEFAULT_BASE_URL, OpenAIChatModel, pooled_client
 from .pricing import PRICES, Price, cost_usd, price_for
 from .react import ReActModel
 from .scripted import ScriptedModel
@@ -26,6 +28,7 @@ __all__ = [
     "ToolSchema",
     "cost_usd",
     "make_model",
+    "pooled_client",
     "price_for",
 ]
 
@@ -39,17 +42,21 @@ def make_model(
     api_key: str | None = None,
     timeout_s: float | None = None,
     env: Mapping[str, str] | None = None,
+    client: httpx.Client | None = None,
 ) -> Model:
     """The model a spec names.
 
     `openai:MODEL` talks to `base_url`, else `OPENAI_BASE_URL`, else OpenAI itself, with
-    `api_key` or `OPENAI_API_KEY` (required for OpenAI itself, optional for a local server).
+    `api_key` or `OPENAI_API_KEY` (required for OpenAI itself, optional for a local server),
+    through `client` if given (shared, left open), else a connection per call.
     `env` stands in for `os.environ`.
     """
     env = os.environ if env is None else env
     kind, _, rest = spec.partition(":")
     if kind == "react" and rest.partition(":")[0] in ("openai", "scripted"):
-        inner = make_model(rest, base_url=base_url, api_key=api_key, timeout_s=timeout_s, env=env)
+        inner = make_model(
+            rest, base_url=base_url, api_key=api_key, timeout_s=timeout_s, env=env, client=client
+        )
         return ReActModel(inner)
     if kind == "scripted" and rest:
         return ScriptedModel(rest)
@@ -61,5 +68,5 @@ def make_model(
                 f"model {spec!r} needs an API key for {url}: set OPENAI_API_KEY, or set "
                 "OPENAI_BASE_URL to a server that needs none"
             )
-        return OpenAIChatModel(rest, base_url=url, api_key=key, timeout_s=timeout_s)
+        return OpenAIChatModel(rest, base_url=url, api_key=key, timeout_s=timeout_s, client=client)
     raise ConfigurationError(f"unknown model spec {spec!r}; use {SPEC_FORMS}")

@@ -262,6 +262,16 @@ def _usage(usage: Any) -> Usage | None:
     return Usage(prompt_tokens=prompt, completion_tokens=completion)
 
 
+def pooled_client() -> httpx.Client:
+    """A client to share between a process's model calls: connections kept alive (no TCP
+    and TLS handshake per call), as many as there are concurrent calls. The caller closes
+    it; it does not survive a fork."""
+    return httpx.Client(
+        verify=_tls_context(),
+        limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
+    )
+
+
 @functools.cache
 def _tls_context() -> ssl.SSLContext:
     """One TLS context per process: building one loads the CA bundle (about 0.1 s of CPU),

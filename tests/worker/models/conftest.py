@@ -31,10 +31,14 @@ class Received:
     path: str
     headers: dict[str, str]
     body: Any
+    #: the client's port: one per connection
+    peer: int = 0
 
 
 class ChatServer:
-    def __init__(self) -> None:
+    def __init__(self, *, keep_alive: bool = False) -> None:
+        #: HTTP/1.1 keeps a connection open between requests; 1.0 closes it after each
+        self.keep_alive = keep_alive
         self.requests: list[Received] = []
         self._queue: list[Canned] = []
         self._lock = threading.Lock()
@@ -114,13 +118,19 @@ def _handler(server: ChatServer) -> type[BaseHTTPRequestHandler]:
         def log_message(self, format: str, *args: Any) -> None:
             pass
 
+        def setup(self) -> None:
+            self.protocol_version = "HTTP/1.1" if server.keep_alive else "HTTP/1.0"
+            super().setup()
+
         def do_POST(self) -> None:
             raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
             try:
                 body = json.loads(raw)
             except ValueError:
                 body = raw
-            server.requests.append(Received(self.path, dict(self.headers.items()), body))
+            server.requests.append(
+                Received(self.path, dict(self.headers.items()), body, self.client_address[1])
+            )
             canned = server._next()
             if canned.delay_s and server.stopping.wait(canned.delay_s):
                 return
@@ -140,6 +150,15 @@ def _handler(server: ChatServer) -> type[BaseHTTPRequestHandler]:
 @pytest.fixture
 def chat_server() -> Iterator[ChatServer]:
     server = ChatServer()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def keep_alive_chat_server() -> Iterator[ChatServer]:
+    server = ChatServer(keep_alive=True)
     try:
         yield server
     finally:

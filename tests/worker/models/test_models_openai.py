@@ -10,8 +10,11 @@ import pytest
 
 from fsm.errors import PermanentModelError, TransientModelError
 from fsm.values import ProposedCall, Usage
+from worker.jobs import Jobs
 from worker.models import ModelSettings, OpenAIChatModel
 from worker.models.openai import retry_after_s
+from worker.runtime import Runtime, build_store
+from worker.settings import Settings
 
 MESSAGES = [
     {"role": "system", "content": "You repair code."},
@@ -159,6 +162,32 @@ def test_a_shared_client_is_used_and_left_open(chat_server):
         assert model.generate(MESSAGES, [], SETTINGS).content == "ok"
         assert not client.is_closed
     assert "Authorization" not in chat_server.requests[0].headers
+
+
+def test_a_runtimes_models_share_kept_alive_connections(
+    keep_alive_chat_server, tmp_path, monkeypatch
+):
+    """A worker's model calls reuse connections (no TCP or TLS handshake per call)."""
+    server = keep_alive_chat_server
+    for answer in ("one", "two", "three"):
+        server.answer(answer)
+    monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+    settings = Settings(state_dir=tmp_path)
+    rt = Runtime(
+        settings=settings,
+        store=build_store(settings),
+        jobs=Jobs(),
+        publish_tick=lambda *_: None,
+    )
+    try:
+        first, second = rt.model("openai:gpt-4o"), rt.model("openai:gpt-4o-mini")
+        replies = [m.generate(MESSAGES, [], SETTINGS).content for m in (first, second, first)]
+    finally:
+        rt.close()
+        rt.store.engine.dispose()
+
+    assert replies == ["one", "two", "three"]
+    assert len({r.peer for r in server.requests}) == 1
 
 
 def test_429_with_retry_after_seconds_is_transient(chat_server, model):
