@@ -143,4 +143,4 @@ class Runtime:
 def build_store(settings: Settings, **engine_args: Any) -> Store:
     if settings.db_url.startswith("sqlite"):
         settings.state_dir.mkdir(parents=True, exist_ok=True)
-    return Store(make_engine(settings.db_url, **engine_args))
+    return Store(make_engine(settings.db_url, **engine_args), transcripts=settings.transcript_cache)

@@ -50,6 +50,9 @@ class Settings(BaseSettings):
     #: regexes whose matches are masked in stored events, logs and `tickwork config`
     secret_patterns: list[str] = [r"sk-[A-Za-z0-9_\-]{8,}"]
     budgets: Budgets = Field(default_factory=Budgets)
+    #: transcripts each worker process keeps, so a THINK tick reads only the new steps
+    #: (each holds a session's whole history; 0 reads every transcript whole every time)
+    transcript_cache: int = Field(default=64, ge=0)
     #: send Celery task events (Flower's task list); 4 broker publishes more per tick, so off
     #: by default as in Celery; ignored on the filesystem broker, which has no fanout for them
     task_events: bool = False

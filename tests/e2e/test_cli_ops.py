@@ -47,6 +47,9 @@ def test_config_masks_secrets(tmp_path: Path) -> None:
     cli.inline("config", ok=False, TICKWORK_LEASE_S="soon").error(
         2, "invalid setting TICKWORK_LEASE_S"
     )
+    cli.inline("config", ok=False, TICKWORK_TRANSCRIPT_CACHE="-1").error(
+        2, "invalid setting TICKWORK_TRANSCRIPT_CACHE"
+    )
 
 
 def test_zero_configuration_and_db_upgrade(tmp_path: Path) -> None:
