@@ -235,6 +235,9 @@ class Store:
                     session_id,
                     version,
                     call_id=call.call_id,
+                    # the step too: either index then finds the row (a young table has no
+                    # statistics, and Postgres may scan all the session's calls by the other)
+                    step=call.step,
                     owner=owner,
                     now=now,
                     open_states=OPEN,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -53,6 +54,11 @@ def _size(value: Any) -> int:
     return len(str(value).encode())
 
 
+def _verb(statement: str) -> str:
+    """The statement's first word, upper case."""
+    return statement.split(None, 1)[0].upper() if statement.strip() else ""
+
+
 @dataclass
 class WriteCounter:
     """Rows changed and parameter bytes sent by INSERT/UPDATE/DELETE, and all statements."""
@@ -68,12 +74,22 @@ class WriteCounter:
 
     def _before(self, conn: Any, cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
         self.statements += 1
-        if statement.lstrip()[:6].upper() in ("INSERT", "UPDATE", "DELETE"):
+        if _verb(statement) in ("INSERT", "UPDATE", "DELETE"):
             self.writes += 1
             self.bytes += _size(parameters)
+        elif _verb(statement) == "WITH" and isinstance(parameters, dict):
+            # a tick's write on Postgres, one statement (store/postgres.py): the head's row,
+            # and the rows it appends, given as JSON arrays
+            self.writes += 1
+            self.bytes += _size(parameters)
+            self.rows += 1 + sum(
+                len(json.loads(v))
+                for v in parameters.values()
+                if isinstance(v, str) and v.startswith("[")
+            )
 
     def _after(self, conn: Any, cursor: Any, statement: str, *_: Any) -> None:
-        if statement.lstrip()[:6].upper() in ("INSERT", "UPDATE", "DELETE"):
+        if _verb(statement) in ("INSERT", "UPDATE", "DELETE"):
             self.rows += max(cursor.rowcount, 0)
 
     def snapshot(self) -> tuple[int, int, int, int]:

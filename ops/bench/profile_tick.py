@@ -1,8 +1,8 @@
 """Where a tick's time goes: Celery, SQL round trips, Python (SQLAlchemy, pydantic, fsm).
 
 1. In this process, without Celery: ticks of do-nothing sessions driven one after another,
-   against the baseline's transaction run the same way; per tick: time, store calls, SQL
-   statements and Postgres round trips (psycopg waits on the socket).
+   against the baseline's transaction run the same way; per tick: time, store calls and
+   Postgres round trips (psycopg waits that reach the server).
 2. In a real `celery worker` (prefork, concurrency 1) during a benchmark-1 run: py-spy
    samples the pool process's main thread (idle included), so the categories add up to the
    wall time of a tick, for tickwork and for the baseline.
@@ -92,12 +92,10 @@ def in_process(url: str, sessions: int, steps: int, folder: Path) -> dict[str, f
     rt, published = common.in_process_runtime(s)
     timer = common.StoreTimer()
     timer.attach(rt.store)
-    writes = common.WriteCounter()
-    writes.attach(rt.store.engine)
     model = kinds.write_script(folder, "profile", kinds.replies(steps))
     common.drive(rt, published, common.submit(tw, model))  # warm-up
     timer.calls.clear()
-    trips.count, writes.statements, ticks = 0, 0, 0
+    trips.count, ticks = 0, 0
     started = time.perf_counter()
     for _ in range(sessions):
         ticks += common.drive(rt, published, common.submit(tw, model), timer)
@@ -107,7 +105,6 @@ def in_process(url: str, sessions: int, steps: int, folder: Path) -> dict[str, f
     out = {
         "tick_ms": spent / ticks * 1000,
         "round_trips": trips.count / ticks,
-        "statements": writes.statements / ticks,
     }
     for name in ("claim", "start_call", "save"):
         out[f"{name}_ms"] = sum(c.get(name, 0.0) for c in timer.calls.values()) / ticks * 1000
