@@ -300,10 +300,17 @@ def utc(table: Table, row: Mapping[Any, Any]) -> dict[str, Any]:
     """`row` (from a driver row or a JSON object) with its times as aware UTC datetimes,
     as `UTCDateTime` gives them through Core."""
     found = dict(row)
-    for column in table.columns:
-        value = found.get(column.name)
-        if isinstance(column.type, UTCDateTime) and value is not None:
+    for name in _TIMES[table.name]:
+        value = found.get(name)
+        if value is not None:
             if isinstance(value, str):
                 value = datetime.fromisoformat(value)
-            found[column.name] = value.astimezone(UTC)
+            found[name] = value.astimezone(UTC)
     return found
+
+
+#: each table's time columns
+_TIMES = {
+    t.name: tuple(c.name for c in t.columns if isinstance(c.type, UTCDateTime))
+    for t in (sessions, steps, calls, observations, decisions, events, outbox)
+}

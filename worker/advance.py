@@ -19,7 +19,7 @@ from . import metrics, webhooks  # issue 8: metrics and approval webhooks
 from .models import ModelSettings
 from .models.pricing import cost_usd
 from .runtime import Runtime, owner_name
-from .secrets import mask_change, masker_for
+from .secrets import mask_change
 from .tools.registry import ToolContext, run_tool
 
 log = logging.getLogger("tickwork.tick")
@@ -56,7 +56,7 @@ def advance(rt: Runtime, session_id: str, version: int) -> Outcome:
             now=rt.clock(),
             open_calls=claimed.calls,
         )
-    change = mask_change(change, masker_for(rt.settings))
+    change = mask_change(change, rt.masker)
     try:
         head = rt.store.save(change, version=version, owner=owner, now=rt.clock())
     except ClaimLost:

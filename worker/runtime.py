@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import random
@@ -19,6 +20,7 @@ from store import Store, make_engine
 
 from .jobs import Jobs
 from .models import Model, make_model, pooled_client
+from .secrets import Masker, masker_for
 from .settings import Settings
 
 log = logging.getLogger("tickwork.worker")
@@ -104,6 +106,12 @@ class Runtime:
 
     def __post_init__(self) -> None:
         self.leases = Leases(self.store, lease_s=self.settings.lease_s, clock=self.clock)
+
+    @functools.cached_property
+    def masker(self) -> Masker:
+        """What a tick masks in what it stores: the secret patterns of the settings and the
+        secret values in this process's environment, read at the first tick."""
+        return masker_for(self.settings)
 
     def model(self, spec: str) -> Model:
         with self._models_lock:

@@ -12,7 +12,8 @@ the dead-letter export) or into the worker's log. `Masker` replaces, with `****`
 
 Call sites (one line each):
 
-- `worker/advance.py`, `advance`: `change = mask_change(change, masker_for(rt.settings))`
+- `worker/advance.py`, `advance`: `change = mask_change(change, rt.masker)` (`Runtime.masker`:
+  `masker_for(settings)` at the first tick of the process)
   just before `rt.store.save(change, ...)`, so observations, events and error messages are
   stored masked (and the model reads the masked text).
 - `worker/app.py`, `make_app`: `install_log_masking(masker_for(settings))`, so every log
