@@ -257,7 +257,13 @@ class Store:
     def save(self, change: Change, *, version: int, owner: str | None, now: datetime) -> Head:
         """Move the head to `version + 1` if it is still at `version` under our lease, and
         append what the change made, in one transaction. Raises ClaimLost otherwise."""
-        if self._postgres and owner is not None and not change.dead_letter:
+        changed = _changed_states(change)
+        if (
+            self._postgres
+            and owner is not None
+            and not change.dead_letter
+            and all(_of_step(c["call_id"], change.head.step) for c in changed)
+        ):
             with self._single.connect() as conn:
                 row = postgres.save(
                     conn,
@@ -265,7 +271,7 @@ class Store:
                     version=version,
                     owner=owner,
                     cancel_requested=change.head.cancel_requested,
-                    call_states=_changed_states(change),
+                    call_states=changed,
                     appended=_appended(change, version=version + 1, now=now),
                 )
             if row is None:
@@ -455,6 +461,11 @@ def _changed_states(change: Change) -> list[dict[str, str]]:
         for cid, state in change.call_states
         if cid not in new
     ]
+
+
+def _of_step(call_id: str, step: int) -> bool:
+    """Whether `call_id` (made by `fsm.values.call_id_for`) is of step `step`."""
+    return call_id.startswith(f"s{step}c")
 
 
 def _insert_many(conn: Connection, table: Any, values: list[dict[str, Any]]) -> None:

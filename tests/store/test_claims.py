@@ -206,6 +206,23 @@ class TestClaim:
 
 
 class TestSave:
+    def test_sets_the_state_of_a_call_of_any_step(
+        self, store: Store, clock: Clock, session_id: str
+    ) -> None:
+        """The machine changes only the current step's calls today; a change that names an
+        older step's call is still stored whole (on Postgres by the general path)."""
+        run_step(store, session_id, 1, now=clock())
+        claimed = claim(store, session_id, now=clock())
+        change = think_change(claimed, reply(("read_file", {"path": "b"})), now=clock())
+        older = change.model_copy(
+            update={"call_states": ((*change.call_states, ("s1c0", CallState.IN_DOUBT)))}
+        )
+
+        store.save(older, version=claimed.head.version, owner=claimed.owner, now=clock())
+
+        states = {c.call_id: c.state for s in store.load(session_id).steps for c in s.calls}
+        assert states == {"s1c0": CallState.IN_DOUBT, "s2c0": CallState.PENDING}
+
     def test_moves_the_version_clears_the_lease_and_appends(
         self, store: Store, clock: Clock, session_id: str
     ) -> None:
