@@ -7,7 +7,7 @@ nothing. 20 concurrent chains / sessions of ~100 hops / ticks, one `celery worke
 tickwork runs alternate; each run has a fresh worker that is warmed up before the clock
 starts. Prints ticks/s and the ratio tickwork / baseline per pair of runs.
 
-    python ops/bench/tick_throughput.py [--repeats 3] [--chains 20] [--ticks 100]
+    python ops/bench/tick_throughput.py [--repeats 5] [--chains 20] [--ticks 100]
 """
 
 from __future__ import annotations
@@ -166,7 +166,7 @@ def tickwork_run(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--chains", type=int, default=20)
     parser.add_argument("--ticks", type=int, default=100)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 2])
