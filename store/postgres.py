@@ -34,19 +34,16 @@ def _appended(table: Table) -> str:
     """A CTE body that inserts the rows of the JSON array `%(<table>)s`, in its order, if
     the head moved."""
     # generated and defaulted columns are left to the database, as Core leaves them
-    names = [
-        c.name for c in table.columns if c.autoincrement is not True and c.server_default is None
-    ]
+    kept = [c for c in table.columns if c.autoincrement is not True and c.server_default is None]
     # Core stores None in a JSON column as JSON null; the expansion would give SQL NULL
     picked = ", ".join(
         f"COALESCE(r.{_q(c.name)}, 'null'::jsonb)"
         if isinstance(c.type, JSON)
         else f"r.{_q(c.name)}"
-        for c in table.columns
-        if c.name in names
+        for c in kept
     )
     return (
-        f"INSERT INTO {table.name} ({', '.join(_q(n) for n in names)}) SELECT {picked} "
+        f"INSERT INTO {table.name} ({', '.join(_q(c.name) for c in kept)}) SELECT {picked} "
         f"FROM moved, jsonb_populate_recordset(NULL::{table.name}, %({table.name})s::jsonb) "
         "WITH ORDINALITY AS r ORDER BY r.ordinality"
     )
