@@ -268,7 +268,12 @@ class Session(Value):
 
 def call_id_for(step: int, index: int) -> str:
     """Our own stable call id; models' ids may be missing or repeated."""
-    return f"s{step}c{index}"
+    return f"{call_ids_of(step)}{index}"
+
+
+def call_ids_of(step: int) -> str:
+    """What every call id of step `step` starts with."""
+    return f"s{step}c"
 
 
 def idempotency_key(session_id: str, step: int, call_id: str) -> str:

@@ -53,9 +53,10 @@ def _appended(table: Table) -> str:
 _HEAD = ", ".join(_q(c.name) for c in sessions.columns)
 
 
-def _agg(table: Table, alias: str, where: str, order: str = "") -> str:
-    by = f" ORDER BY {order}" if order else ""
-    return f"(SELECT jsonb_agg({alias}{by}) FROM {table.name} AS {alias} WHERE {where})"
+def _agg(table: Table, alias: str, where: str, order: str) -> str:
+    return (
+        f"(SELECT jsonb_agg({alias} ORDER BY {order}) FROM {table.name} AS {alias} WHERE {where})"
+    )
 
 
 def _of_call(table: Table, alias: str) -> str:

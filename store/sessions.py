@@ -42,6 +42,7 @@ from fsm.values import (
     Status,
     Step,
     ToolCall,
+    call_ids_of,
 )
 
 from . import dead_letters, postgres, rows
@@ -262,7 +263,7 @@ class Store:
             self._postgres
             and owner is not None
             and not change.dead_letter
-            and all(_of_step(c["call_id"], change.head.step) for c in changed)
+            and all(c["call_id"].startswith(call_ids_of(change.head.step)) for c in changed)
         ):
             with self._single.connect() as conn:
                 row = postgres.save(
@@ -461,11 +462,6 @@ def _changed_states(change: Change) -> list[dict[str, str]]:
         for cid, state in change.call_states
         if cid not in new
     ]
-
-
-def _of_step(call_id: str, step: int) -> bool:
-    """Whether `call_id` (made by `fsm.values.call_id_for`) is of step `step`."""
-    return call_id.startswith(f"s{step}c")
 
 
 def _insert_many(conn: Connection, table: Any, values: list[dict[str, Any]]) -> None:
