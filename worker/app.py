@@ -28,6 +28,7 @@ def make_app(settings: Settings | None = None, *, relay: bool = True) -> Celery:
     install_log_masking(masker_for(settings))
     broker, transport_options = settings.broker()
     app = Celery("tickwork", broker=broker, set_as_current=False, include=TASK_MODULES)
+    events = settings.task_events and not settings.embedded_broker  # no fanout on files
     app.conf.update(
         broker_transport=TRANSPORT if settings.embedded_broker else None,
         broker_transport_options=transport_options,
@@ -46,8 +47,8 @@ def make_app(settings: Settings | None = None, *, relay: bool = True) -> Celery:
         },
         task_create_missing_queues=True,
         worker_hijack_root_logger=False,
-        worker_send_task_events=settings.task_events and not settings.embedded_broker,
-        task_send_sent_event=settings.task_events and not settings.embedded_broker,
+        worker_send_task_events=events,
+        task_send_sent_event=events,
         worker_enable_remote_control=not settings.embedded_broker,
     )
     app.tickwork_settings = settings  # type: ignore[attr-defined]
