@@ -28,6 +28,7 @@ from .values import (
     Head,
     ModelReply,
     Observation,
+    ProposedCall,
     Status,
     Step,
     ToolCall,
@@ -171,6 +172,16 @@ def parse_arguments(raw: str | dict[str, Any]) -> tuple[dict[str, Any] | None, s
     return (parsed if isinstance(parsed, dict) else None), raw
 
 
+def _provider_ids(calls: Sequence[ProposedCall]) -> list[str | None]:
+    """The provider's ids of a reply's calls, to send back with their results: all of them
+    when each call has a usable one and none repeats, else none (our own ids go back, and
+    no id of ours can then be mistaken for one of theirs)."""
+    ids = [provider_call_id(c.id) for c in calls]
+    if None in ids or len(set(ids)) < len(ids):
+        return [None] * len(calls)
+    return ids
+
+
 def think(
     head: Head,
     reply: ModelReply,
@@ -190,17 +201,11 @@ def think(
     number = head.step + 1
     limit = head.budgets.max_calls_per_step
     calls = []
-    provider_ids: set[str] = set()
+    provider_ids = _provider_ids(reply.calls[:limit])
     for index, proposed in enumerate(reply.calls[:limit]):
         arguments, raw = parse_arguments(proposed.arguments)
         shown = arguments if arguments is not None else raw
         reason = approval_reason(rules.get(proposed.name), arguments)
-        # a repeated id could not tell the results apart: that call goes back under ours
-        provider_id = provider_call_id(proposed.id)
-        if provider_id in provider_ids:
-            provider_id = None
-        if provider_id is not None:
-            provider_ids.add(provider_id)
         calls.append(
             ToolCall(
                 call_id=call_id_for(number, index),
@@ -212,7 +217,7 @@ def think(
                 fingerprint=call_fingerprint(proposed.name, shown),
                 needs_approval=reason is not None,
                 approval_reason=reason,
-                provider_call_id=provider_id,
+                provider_call_id=provider_ids[index],
             )
         )
     fingerprint = step_fingerprint(c.fingerprint for c in calls)

@@ -54,7 +54,16 @@ def submit(
     model: Annotated[
         str | None,
         typer.Option(
-            metavar="SPEC", help="scripted:PATH or openai:MODEL [default: $TICKWORK_MODEL]."
+            metavar="SPEC",
+            help="openai:MODEL, react:openai:MODEL or scripted:PATH [default: $TICKWORK_MODEL].",
+        ),
+    ] = None,
+    price: Annotated[
+        str | None,
+        typer.Option(
+            metavar="PROMPT,COMPLETION",
+            help="The model's price in USD per million tokens, if $TICKWORK_PRICES has none.",
+            rich_help_panel="Budgets",
         ),
     ] = None,
     max_steps: options.MaxSteps = None,
@@ -79,7 +88,12 @@ def submit(
     )
     with Context() as ctx:
         head = ctx.client.submit(
-            kind, data, model=options.model_spec(model), budgets=budgets, session_id=session_id
+            kind,
+            data,
+            model=options.model_spec(model),
+            budgets=budgets,
+            session_id=session_id,
+            price=options.price(price),
         )
     print_head(head, json_output, head.id)
 
