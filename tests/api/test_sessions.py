@@ -126,6 +126,14 @@ def test_events_page_after_an_id(stack: Stack) -> None:
     assert [e["id"] for e in rest["events"]] == ids[3:]
 
 
+def test_a_waiting_calls_body_says_why_it_needs_approval(stack: Stack) -> None:
+    session_id = stack.waiting()
+    shown = stack.http("nobody").get(f"/api/v1/sessions/{session_id}").json()
+    (call,) = shown["steps"][0]["calls"]
+    assert call["approval_reason"] == "the tool always needs a person's approval"
+    assert call["provider_call_id"] is None, "the scripted model gives no ids"
+
+
 def test_cancel_a_waiting_session_at_once(stack: Stack) -> None:
     session_id = stack.waiting()
     answer = stack.http("olga").post(f"/api/v1/sessions/{session_id}/cancel")
