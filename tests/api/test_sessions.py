@@ -129,9 +129,10 @@ def test_events_page_after_an_id(stack: Stack) -> None:
 def test_a_waiting_calls_body_says_why_it_needs_approval(stack: Stack) -> None:
     session_id = stack.waiting()
     shown = stack.http("nobody").get(f"/api/v1/sessions/{session_id}").json()
-    (call,) = shown["steps"][0]["calls"]
-    assert call["approval_reason"] == "the tool always needs a person's approval"
-    assert call["provider_call_id"] is None, "the scripted model gives no ids"
+    danger, echo = shown["steps"][0]["calls"]
+    assert danger["approval_reason"] == "the tool always needs a person's approval"
+    assert echo["approval_reason"] is None
+    assert danger["provider_call_id"] is None, "the scripted model gives no ids"
 
 
 def test_cancel_a_waiting_session_at_once(stack: Stack) -> None:
