@@ -226,4 +226,3 @@ def test_the_policy_says_why_a_command_needs_approval(command: str, reason: str 
     assert command_needs_approval({"command": command}) == reason
     found = approval_reason(run_command.rule, {"command": command})
     assert found == reason
-
