@@ -60,6 +60,8 @@ def test_bad_submissions_are_422_and_say_what_was_wrong(stack: Stack) -> None:
         ({"kind": "os:path", "model": script}, "not one this deployment names"),
         ({"kind": TEST_KIND, "model": script, "id": "no spaces please"}, "may only hold"),
         ({"kind": TEST_KIND, "model": "scripted:/no/such/script.json"}, "script"),
+        ({"kind": TEST_KIND, "model": "gpt-4o"}, "unknown model spec 'gpt-4o': use openai:MODEL"),
+        ({"kind": TEST_KIND, "model": "openai:my-local"}, "'openai:my-local' has no price"),
     ]
     for body, fragment in cases:
         answer = stack.http("sam").post("/api/v1/sessions", json=body)
