@@ -256,6 +256,9 @@ class Tickwork:
             )
         if budgets:
             self.budgets(budgets)  # names and values checked before anything is written
+            parent = self.store.get(session_id)
+            raised = Budgets(**{**parent.budgets.model_dump(), **budgets})
+            _check_priced(parent.model, raised, parent.config, self.settings.prices)
         patch = ForkPatch(
             system_prompt=system_prompt,
             append_instruction=append_instruction,

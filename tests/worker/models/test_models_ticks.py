@@ -193,3 +193,13 @@ def test_a_model_spec_tickwork_cannot_run_is_refused_at_submit(ticks: Ticks, spe
         ticks.client.submit(KIND, {}, model=spec, budgets={"max_cost_usd": 0})
     assert repr(spec) in str(refused.value)
     assert ticks.store.list_sessions() == []
+
+
+def test_a_fork_may_not_give_a_model_without_a_price_a_cost_budget(ticks: Ticks) -> None:
+    from fsm.errors import UnpricedModel
+
+    head = ticks.client.submit(KIND, {}, model="openai:local", budgets={"max_cost_usd": 0})
+    with pytest.raises(UnpricedModel, match="'openai:local' has no price"):
+        ticks.client.fork(head.id, from_step=0, by="bob", budgets={"max_cost_usd": 5})
+    forked = ticks.client.fork(head.id, from_step=0, by="bob", budgets={"max_steps": 5})
+    assert forked.budgets.max_cost_usd == 0
