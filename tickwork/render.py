@@ -271,11 +271,11 @@ def outcome(h: Mapping[str, Any], steps: list[Mapping[str, Any]]) -> list[Render
         calls = {c["call_id"]: c for s in steps for c in s["calls"]}
         for call_id in h["awaiting"]:
             c = calls.get(call_id, {"name": "?", "fingerprint": ""})
-            why = f"; it needs approval: {c['approval_reason']}" if c.get("approval_reason") else ""
+            why = f", because {c['approval_reason']}" if c.get("approval_reason") else ""
             parts.append(
                 Text(
                     f"waiting for a decision on {call_id} ({c['name']}, fingerprint "
-                    f"{c['fingerprint'][:12]}){why}: "
+                    f"{c['fingerprint'][:12]}{why}): "
                     f"tickwork approve|edit|reject {h['id']} {call_id}",
                     style="yellow",
                 )

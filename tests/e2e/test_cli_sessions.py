@@ -193,7 +193,10 @@ def test_show_gives_the_approver_the_whole_write_and_why_it_waits(
         assert len(content) > 160, "longer than show cuts other arguments"
         reason = "needs approval: the tool always needs a person's approval"
         assert f"{WRITE} write_file {reason}" in waiting
-        assert f"(write_file, fingerprint {proposed.fingerprint[:12]}); it {reason}" in waiting
+        assert (
+            f"(write_file, fingerprint {proposed.fingerprint[:12]}, because the tool always "
+            "needs a person's approval)" in waiting
+        )
         assert f"{WRITE} write_file calc.py: against the workspace's current file" in waiting
         for line in FIX.splitlines():
             assert line in waiting, line
