@@ -154,6 +154,7 @@ def _header(h: Mapping[str, Any]) -> Table:
     grid.add_column(style="bold")
     grid.add_column()
     b = h["budgets"]
+    cost_limit = f"${b['max_cost_usd']:g}" if b["max_cost_usd"] else "no cost budget"
     rows: list[tuple[str, RenderableType]] = [
         ("session", Text(h["id"])),
         ("status", status(h["status"])),
@@ -164,7 +165,7 @@ def _header(h: Mapping[str, Any]) -> Table:
         (
             "budgets",
             f"steps {h['step']}/{b['max_steps']} · tokens {h['tokens']:,}/"
-            f"{b['max_tokens']:,} · cost ${h['cost_usd']:.4f}/${b['max_cost_usd']:g} · "
+            f"{b['max_tokens']:,} · cost ${h['cost_usd']:.4f}/{cost_limit} · "
             f"deadline {b['deadline_s']:g}s",
         ),
     ]

@@ -203,3 +203,16 @@ def test_a_fork_may_not_give_a_model_without_a_price_a_cost_budget(ticks: Ticks)
         ticks.client.fork(head.id, from_step=0, by="bob", budgets={"max_cost_usd": 5})
     forked = ticks.client.fork(head.id, from_step=0, by="bob", budgets={"max_steps": 5})
     assert forked.budgets.max_cost_usd == 0
+
+
+def test_show_says_a_session_has_no_cost_budget(ticks: Ticks) -> None:
+    import io
+
+    from rich.console import Console
+
+    from tickwork import render, views
+
+    head = ticks.client.submit(KIND, {}, model="openai:local", budgets={"max_cost_usd": 0})
+    console = Console(width=200, file=io.StringIO(), record=True)
+    console.print(render.timeline(views.session(ticks.store.load(head.id))))
+    assert "cost $0.0000/no cost budget" in console.export_text()
