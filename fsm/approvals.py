@@ -8,7 +8,8 @@ from typing import Any
 from .errors import AlreadyDecided, InvalidDecision, NotWaiting, StaleDecision
 from .values import CallState, Decision, DecisionKind, ToolCall, Value
 
-Policy = Callable[[Mapping[str, Any]], bool]
+#: a call's arguments in; a reason (text) or True when a person must decide, else None/False
+Policy = Callable[[Mapping[str, Any]], bool | str | None]
 
 #: the shortest fingerprint prefix a decision may carry
 MIN_FINGERPRINT = 8
@@ -25,18 +26,27 @@ class ApprovalRule(Value):
 
 def needs_approval(rule: ApprovalRule | None, arguments: Mapping[str, Any] | None) -> bool:
     """True if a person must decide; a policy that raises counts as yes."""
+    return approval_reason(rule, arguments) is not None
+
+
+def approval_reason(rule: ApprovalRule | None, arguments: Mapping[str, Any] | None) -> str | None:
+    """Why a person must decide on a call, or None if nobody need; a policy that raises
+    counts as a reason."""
     if rule is None:
-        return False
+        return None
     if rule.always:
-        return True
+        return "the tool always needs a person's approval"
     if rule.policy is None:
-        return False
+        return None
     if arguments is None:
-        return False  # unparsable arguments never run, so there is nothing to approve
+        return None  # unparsable arguments never run, so there is nothing to approve
     try:
-        return bool(rule.policy(arguments))
-    except Exception:
-        return True
+        verdict = rule.policy(arguments)
+    except Exception as exc:
+        return f"the approval policy failed ({type(exc).__name__}: {exc}), so a person decides"
+    if isinstance(verdict, str):
+        return verdict.strip() or "the tool's approval policy asks for a person"
+    return "the tool's approval policy asks for a person" if verdict else None
 
 
 def already_decided(first: Decision, *, session_id: str) -> AlreadyDecided:

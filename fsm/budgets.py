@@ -1,4 +1,9 @@
-"""Budget checks made before every model call (DESIGN section 6)."""
+"""Budget checks made before every model call (DESIGN section 6).
+
+A budget stops the session before a call that would take it past its limit: the caller
+estimates what the next call will use (`NextCall`), since a call's cost is only known after
+it is paid for.
+"""
 
 from __future__ import annotations
 
@@ -12,23 +17,37 @@ class Exhausted(Value):
     message: str
 
 
-def exhausted_budget(head: Head, *, now: datetime) -> Exhausted | None:
-    """The first budget the session has used up, or None."""
+class NextCall(Value):
+    """What the next model call is expected to use, estimated by the caller."""
+
+    tokens: int = 0
+    cost_usd: float = 0.0
+
+
+def exhausted_budget(
+    head: Head, *, now: datetime, next_call: NextCall | None = None
+) -> Exhausted | None:
+    """The first budget the session has used up, or would pass with `next_call`, or None."""
     b = head.budgets
+    ahead = next_call or NextCall()
     if head.step >= b.max_steps:
         return Exhausted(
             code=ErrorCode.BUDGET_STEPS,
             message=f"{head.step} steps made, max_steps is {b.max_steps}",
         )
-    if head.tokens >= b.max_tokens:
+    if head.tokens >= b.max_tokens or head.tokens + ahead.tokens > b.max_tokens:
         return Exhausted(
             code=ErrorCode.BUDGET_TOKENS,
-            message=f"{head.tokens} tokens used, max_tokens is {b.max_tokens}",
+            message=f"{head.tokens} tokens used{_more(ahead.tokens, f'{ahead.tokens}')}, "
+            f"max_tokens is {b.max_tokens}",
         )
-    if head.cost_usd >= b.max_cost_usd:
+    if b.limits_cost and (
+        head.cost_usd >= b.max_cost_usd or head.cost_usd + ahead.cost_usd > b.max_cost_usd
+    ):
         return Exhausted(
             code=ErrorCode.BUDGET_COST,
-            message=f"${head.cost_usd:.4f} spent, max_cost_usd is ${b.max_cost_usd}",
+            message=f"${head.cost_usd:.4f} spent{_more(ahead.cost_usd, f'${ahead.cost_usd:.4f}')}"
+            f", max_cost_usd is ${b.max_cost_usd}",
         )
     elapsed = (now - head.created_at).total_seconds()
     if elapsed >= b.deadline_s:
@@ -37,6 +56,10 @@ def exhausted_budget(head: Head, *, now: datetime) -> Exhausted | None:
             message=f"{elapsed:.0f}s since creation, deadline_s is {b.deadline_s:g}",
         )
     return None
+
+
+def _more(amount: float, shown: str) -> str:
+    return f" and the next model call is estimated at {shown} more" if amount > 0 else ""
 
 
 def model_retry_delay(

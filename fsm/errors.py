@@ -26,6 +26,16 @@ class InvalidBudget(InvalidInput):
     """A budget was not a positive, finite number."""
 
 
+class InvalidModelSpec(InvalidInput):
+    """The model spec is not one tickwork can run: use openai:MODEL, react:openai:MODEL or
+    scripted:PATH."""
+
+
+class UnpricedModel(InvalidInput):
+    """The model has no price, so a cost budget cannot limit it: give its price or turn the
+    cost budget off."""
+
+
 class SessionNotFound(TickworkError, LookupError):
     """No session has that id: list sessions with `tickwork ls`."""
 

@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from .approvals import ApprovalRule, check_decision, needs_approval
-from .budgets import exhausted_budget, model_retry_delay
+from .approvals import ApprovalRule, approval_reason, check_decision
+from .budgets import NextCall, exhausted_budget, model_retry_delay
 from .errors import CallNotFound, IllegalTransition, SessionFinished
 from .fingerprints import call_fingerprint, step_fingerprint
 from .loops import detect_loop, intervention_text
@@ -28,11 +28,13 @@ from .values import (
     Head,
     ModelReply,
     Observation,
+    ProposedCall,
     Status,
     Step,
     ToolCall,
     Value,
     call_id_for,
+    provider_call_id,
 )
 
 
@@ -128,12 +130,15 @@ def _close_calls(calls: Sequence[ToolCall], why: str, now: datetime) -> dict[str
     }
 
 
-def start_think(head: Head, *, now: datetime) -> Change | CallModel:
-    """Before the model is called: a requested cancel or a spent budget ends the session."""
+def start_think(
+    head: Head, *, now: datetime, next_call: NextCall | None = None
+) -> Change | CallModel:
+    """Before the model is called: a requested cancel, or a budget spent or that the next
+    call (as the caller estimates it) would pass, ends the session."""
     _require(head, Status.READY)
     if head.cancel_requested:
         return _ended(head, Status.CANCELLED, now)
-    spent = exhausted_budget(head, now=now)
+    spent = exhausted_budget(head, now=now, next_call=next_call)
     if spent is not None:
         return _ended(head, Status.FAILED, now, error_code=spent.code, error_message=spent.message)
     return CallModel()
@@ -167,6 +172,16 @@ def parse_arguments(raw: str | dict[str, Any]) -> tuple[dict[str, Any] | None, s
     return (parsed if isinstance(parsed, dict) else None), raw
 
 
+def _provider_ids(calls: Sequence[ProposedCall]) -> list[str | None]:
+    """The provider's ids of a reply's calls, to send back with their results: all of them
+    when each call has a usable one and none repeats, else none (our own ids go back, and
+    no id of ours can then be mistaken for one of theirs)."""
+    ids = [provider_call_id(c.id) for c in calls]
+    if None in ids or len(set(ids)) < len(ids):
+        return [None] * len(calls)
+    return ids
+
+
 def think(
     head: Head,
     reply: ModelReply,
@@ -186,9 +201,11 @@ def think(
     number = head.step + 1
     limit = head.budgets.max_calls_per_step
     calls = []
+    provider_ids = _provider_ids(reply.calls[:limit])
     for index, proposed in enumerate(reply.calls[:limit]):
         arguments, raw = parse_arguments(proposed.arguments)
         shown = arguments if arguments is not None else raw
+        reason = approval_reason(rules.get(proposed.name), arguments)
         calls.append(
             ToolCall(
                 call_id=call_id_for(number, index),
@@ -198,7 +215,9 @@ def think(
                 arguments=arguments,
                 raw_arguments=raw,
                 fingerprint=call_fingerprint(proposed.name, shown),
-                needs_approval=needs_approval(rules.get(proposed.name), arguments),
+                needs_approval=reason is not None,
+                approval_reason=reason,
+                provider_call_id=provider_ids[index],
             )
         )
     fingerprint = step_fingerprint(c.fingerprint for c in calls)

@@ -14,7 +14,24 @@ from .values import SNAPSHOT_SCHEMA_VERSION, Session
 
 Document = dict[str, Any]
 
-UPCASTERS: dict[int, Callable[[Document], Document]] = {}
+
+def _calls_named_by_provider(document: Document) -> Document:
+    """1 -> 2: calls gained `provider_call_id` and `approval_reason`; old calls have neither."""
+    session = dict(document["session"])
+    session["steps"] = [
+        {
+            **step,
+            "calls": [
+                {"provider_call_id": None, "approval_reason": None, **call}
+                for call in step.get("calls") or ()
+            ],
+        }
+        for step in session.get("steps") or ()
+    ]
+    return {**document, "schema_version": 2, "session": session}
+
+
+UPCASTERS: dict[int, Callable[[Document], Document]] = {1: _calls_named_by_provider}
 
 
 def dump(session: Session) -> Document:

@@ -16,7 +16,8 @@ def messages(
 ) -> list[Message]:
     """OpenAI-style messages: system, the task, then each step and its observations.
 
-    Our own call ids go on the wire: models' ids may be missing or repeated.
+    Each call goes back under the provider's own id when it gave one (servers may check
+    them: Mistral's take 9 letters and digits), else under ours (`ToolCall.wire_id`).
     """
     config = head.config
     out: list[Message] = []
@@ -33,7 +34,7 @@ def messages(
         if step.calls:
             assistant["tool_calls"] = [
                 {
-                    "id": c.call_id,
+                    "id": c.wire_id,
                     "type": "function",
                     "function": {"name": c.name, "arguments": c.raw_arguments},
                 }
@@ -47,7 +48,7 @@ def messages(
                 out.append(
                     {
                         "role": "tool",
-                        "tool_call_id": call.call_id,
+                        "tool_call_id": call.wire_id,
                         "name": call.name,
                         "content": content,
                     }

@@ -10,7 +10,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, field_validator
 
 #: Version of the snapshot format stored in dead letters; see `fsm.snapshots`.
-SNAPSHOT_SCHEMA_VERSION = 1
+#: 2: calls carry `provider_call_id` and `approval_reason`
+SNAPSHOT_SCHEMA_VERSION = 2
 
 
 class Value(BaseModel):
@@ -106,6 +107,7 @@ class Budgets(Value):
 
     max_steps: int = 50
     max_tokens: int = 2_000_000
+    #: 0 turns the cost budget off (for a model that has no price)
     max_cost_usd: float = 10.0
     deadline_s: float = 6 * 3600.0
     max_consecutive_repeats: int = 3
@@ -123,7 +125,14 @@ class Budgets(Value):
     @field_validator("*")
     @classmethod
     def _check(cls, value: float, info: Any) -> float:
+        if info.field_name == "max_cost_usd" and value == 0:
+            return value  # 0: no cost budget, said on purpose (a model with no price)
         return _positive(info.field_name, value)
+
+    @property
+    def limits_cost(self) -> bool:
+        """False when `max_cost_usd` is 0: the session has no cost budget."""
+        return self.max_cost_usd > 0
 
 
 class Usage(Value):
@@ -135,11 +144,25 @@ class Usage(Value):
         return self.prompt_tokens + self.completion_tokens
 
 
+#: the longest provider call id kept; a longer one (or one with spaces or control
+#: characters) is not sent back, and the call goes back under tickwork's own id
+MAX_PROVIDER_CALL_ID = 128
+
+
+def provider_call_id(value: Any) -> str | None:
+    """A model's id for a call if it is one we can store and send back, else None."""
+    if not isinstance(value, str) or not 0 < len(value) <= MAX_PROVIDER_CALL_ID:
+        return None
+    return value if value.isascii() and value.isprintable() and " " not in value else None
+
+
 class ProposedCall(Value):
     """A tool call as the model wrote it; `arguments` may be text that is not JSON."""
 
     name: str
     arguments: str | dict[str, Any]
+    #: the provider's id of the call (OpenAI `tool_calls[].id`), None when it gave none
+    id: str | None = None
 
 
 class ModelReply(Value):
@@ -164,6 +187,15 @@ class ToolCall(Value):
     state: CallState = CallState.PENDING
     #: True if the approval rules asked for a person when the call was proposed
     needs_approval: bool = False
+    #: why the approval rules asked for a person (None when they did not)
+    approval_reason: str | None = None
+    #: the provider's id of the call, sent back with its result; None: `call_id` is sent
+    provider_call_id: str | None = None
+
+    @property
+    def wire_id(self) -> str:
+        """The id the model sees for this call: the provider's own, else ours."""
+        return self.provider_call_id or self.call_id
 
 
 class Observation(Value):

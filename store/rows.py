@@ -176,6 +176,8 @@ def call_to_row(session_id: str, call: ToolCall) -> dict[str, Any]:
             "state": call.state.value,
             "needs_approval": call.needs_approval,
             "started_at": None,
+            "provider_call_id": call.provider_call_id,
+            "approval_reason": call.approval_reason,
         }
     )
 
@@ -191,6 +193,8 @@ def call_from_row(row: Row) -> ToolCall:
         fingerprint=row["fingerprint"],
         state=CallState(row["state"]),
         needs_approval=row["needs_approval"],
+        approval_reason=row["approval_reason"],
+        provider_call_id=row["provider_call_id"],
     )
 
 

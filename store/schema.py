@@ -25,6 +25,8 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator
 
+from fsm.values import MAX_PROVIDER_CALL_ID
+
 metadata = MetaData(
     naming_convention={
         "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -133,6 +135,10 @@ calls = Table(
     Column("state", String(32), nullable=False),
     Column("needs_approval", Boolean, nullable=False),
     Column("started_at", UTCDateTime),
+    #: the model provider's id of the call, sent back with its result (None: `call_id`)
+    Column("provider_call_id", String(MAX_PROVIDER_CALL_ID)),
+    #: why the approval rules asked for a person, shown to the approver
+    Column("approval_reason", Text),
     Index(None, "session_id", "step"),
 )
 

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 from rich.text import Text
 
-from fsm.values import ErrorCode, Head, Status
+from fsm.values import ErrorCode, Head, Session, Status
 
 from . import options, render, views
 from .context import Context
@@ -54,7 +54,16 @@ def submit(
     model: Annotated[
         str | None,
         typer.Option(
-            metavar="SPEC", help="scripted:PATH or openai:MODEL [default: $TICKWORK_MODEL]."
+            metavar="SPEC",
+            help="openai:MODEL, react:openai:MODEL or scripted:PATH [default: $TICKWORK_MODEL].",
+        ),
+    ] = None,
+    price: Annotated[
+        str | None,
+        typer.Option(
+            metavar="PROMPT,COMPLETION",
+            help="The model's price in USD per million tokens, if $TICKWORK_PRICES has none.",
+            rich_help_panel="Budgets",
         ),
     ] = None,
     max_steps: options.MaxSteps = None,
@@ -79,7 +88,12 @@ def submit(
     )
     with Context() as ctx:
         head = ctx.client.submit(
-            kind, data, model=options.model_spec(model), budgets=budgets, session_id=session_id
+            kind,
+            data,
+            model=options.model_spec(model),
+            budgets=budgets,
+            session_id=session_id,
+            price=options.price(price),
         )
     print_head(head, json_output, head.id)
 
@@ -117,11 +131,28 @@ def list_sessions(
 def show(session_id: SessionId, json_output: options.Json = False) -> None:
     """Show a session as a timeline: steps, calls and outputs, decisions, costs, outcome."""
     with Context() as ctx:
-        view = views.session(ctx.store.load(session_id))
+        whole = ctx.store.load(session_id)
+    view = views.session(whole)
     if json_output:
         views.emit(view)
     else:
-        render.show(render.timeline(view))
+        render.show(render.timeline(view, file_previews(whole)))
+
+
+def file_previews(whole: Session) -> dict[str, dict[str, Any] | None]:
+    """For each call that would write files and has not run: a diff against the workspace's
+    current file (or the patch), for the approver."""
+    pending = [
+        c
+        for s in whole.steps
+        for c in s.calls
+        if whole.observation(c.call_id) is None and render.file_change(c.arguments)
+    ]
+    if not pending:
+        return {}
+    from .api.previews import preview  # the page's diff, shown alike; loads the API only here
+
+    return {c.call_id: preview(c, whole.head.config) for c in pending}
 
 
 def watch(

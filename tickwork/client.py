@@ -12,13 +12,21 @@ from typing import Any
 
 from celery import Celery
 
-from fsm.errors import CallNotFound, InvalidBudget, InvalidInput
+from fsm.errors import (
+    CallNotFound,
+    ConfigurationError,
+    InvalidBudget,
+    InvalidInput,
+    UnpricedModel,
+)
 from fsm.forks import ForkPatch
 from fsm.values import Budgets, Decision, DecisionKind, Head, Session
 from store import Store
 from store import dead_letters as dl
 from worker.app import TICK, make_app
 from worker.jobs import Jobs
+from worker.models import check_spec
+from worker.models.pricing import Price, PriceLike, as_price, session_price
 from worker.runtime import build_store, utc_now
 from worker.settings import Settings, load_settings
 
@@ -67,8 +75,14 @@ class Tickwork:
         model: str | None = None,
         budgets: Mapping[str, Any] | None = None,
         session_id: str | None = None,
+        price: PriceLike | None = None,
     ) -> Head:
-        """Store a new session of job kind `kind` and enqueue its first tick."""
+        """Store a new session of job kind `kind` and enqueue its first tick.
+
+        `price` is the model's price in USD per million tokens, `(prompt, completion)`, for
+        a model the price table (`TICKWORK_PRICES`) does not know. A session whose model has
+        no price is refused while it has a cost budget: pass a price, or `max_cost_usd=0`.
+        """
         job = self.jobs.get(kind)
         config = job.prepare(dict(input or {}), state_dir=self.settings.state_dir)
         spec = model or self.settings.model or str(config.pop("default_model", ""))
@@ -76,11 +90,16 @@ class Tickwork:
             raise InvalidInput(
                 "no model given: pass --model (scripted:PATH or openai:MODEL) or set TICKWORK_MODEL"
             )
+        check_spec(spec)
         if session_id is not None and not SESSION_ID.match(session_id):
             raise InvalidInput(
                 f"session id {session_id!r} may only hold letters, digits, "
                 "'_', '-' and '.', up to 64 characters"
             )
+        limits = self.budgets(job.budgets, budgets or {})
+        if price is not None:
+            config["price"] = _given_price(spec, price)._asdict()
+        _check_priced(spec, limits, config, self.settings.prices)
         now = self.clock()
         head = Head(
             id=session_id or uuid.uuid4().hex,
@@ -89,7 +108,7 @@ class Tickwork:
             updated_at=now,
             model=spec,
             input=dict(input or {}),
-            budgets=self.budgets(job.budgets, budgets or {}),
+            budgets=limits,
             config={"system_prompt": job.system_prompt, **config},
         )
         self.store.create(Session(head=head), now=now)
@@ -237,6 +256,9 @@ class Tickwork:
             )
         if budgets:
             self.budgets(budgets)  # names and values checked before anything is written
+            parent = self.store.get(session_id)
+            raised = Budgets(**{**parent.budgets.model_dump(), **budgets})
+            _check_priced(parent.model, raised, parent.config, self.settings.prices)
         patch = ForkPatch(
             system_prompt=system_prompt,
             append_instruction=append_instruction,
@@ -266,6 +288,29 @@ class Tickwork:
         self, *, by: str = "code", since: datetime | None = None
     ) -> list[dict[str, Any]]:
         return dl.stats(self.store.engine, by=by, since=since)
+
+
+def _given_price(spec: str, price: PriceLike) -> Price:
+    try:
+        return as_price(spec, price)
+    except ConfigurationError as exc:
+        raise InvalidInput(exc.message.replace("price override", "the price", 1)) from None
+
+
+def _check_priced(
+    spec: str, budgets: Budgets, config: Mapping[str, Any], prices: Mapping[str, PriceLike]
+) -> None:
+    """Refuse a session whose cost budget could not limit it: its model has no price."""
+    if not budgets.limits_cost or session_price(spec, config, prices) is not None:
+        return
+    name = spec.rsplit(":", 1)[-1]
+    raise UnpricedModel(
+        f"model {spec!r} has no price, so max_cost_usd (${budgets.max_cost_usd:g}) cannot "
+        "limit its cost; give its price in USD per million tokens, prompt and completion: "
+        f"with the submit (--price 0.5,1.5, or price=(0.5, 1.5) in Python), or for every "
+        f"session with TICKWORK_PRICES='{{\"{name}\": [0.5, 1.5]}}'; or turn the cost "
+        "budget off with --max-cost-usd 0 (max_cost_usd=0)"
+    )
 
 
 def _first_error(exc: ValueError) -> str:

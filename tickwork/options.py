@@ -31,7 +31,10 @@ MaxTokens = Annotated[
     int | None, typer.Option(help="Budget: prompt + completion tokens.", rich_help_panel="Budgets")
 ]
 MaxCostUsd = Annotated[
-    float | None, typer.Option(help="Budget: USD spent on the model.", rich_help_panel="Budgets")
+    float | None,
+    typer.Option(
+        help="Budget: USD spent on the model (0: no cost budget).", rich_help_panel="Budgets"
+    ),
 ]
 Deadline = Annotated[
     float | None,
@@ -123,6 +126,21 @@ def approver(name: str | None) -> str:
         return getpass.getuser()
     except (OSError, KeyError):
         raise InvalidInput("who is deciding? $USER is not set: pass --as NAME") from None
+
+
+def price(text: str | None) -> tuple[float, float] | None:
+    """`--price PROMPT,COMPLETION` in USD per million tokens."""
+    if text is None:
+        return None
+    parts = text.split(",")
+    try:
+        prompt, completion = (float(p) for p in parts)
+    except ValueError:
+        raise InvalidInput(
+            f"--price takes PROMPT,COMPLETION in USD per million tokens, e.g. --price 0.5,1.5; "
+            f"got {text!r}"
+        ) from None
+    return prompt, completion
 
 
 def model_spec(spec: str | None) -> str | None:

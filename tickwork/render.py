@@ -1,7 +1,8 @@
 """Rich rendering of the views in `tickwork.views`: tables, timelines and event lines.
 
 Everything a session holds is text a model or a person wrote, so it goes in as `Text`,
-never as markup. Long values are cut here; `--json` prints them whole.
+never as markup. Long values are cut here; `--json` prints them whole. What a call would
+write to files is never cut: a person approves it from this view.
 """
 
 from __future__ import annotations
@@ -109,8 +110,14 @@ def sessions_table(heads: Iterable[Mapping[str, Any]]) -> Table:
     return table
 
 
-def timeline(view: Mapping[str, Any]) -> Group:
-    """A session view as a timeline: header, steps with their calls, totals, outcome."""
+def timeline(
+    view: Mapping[str, Any], previews: Mapping[str, Mapping[str, Any] | None] | None = None
+) -> Group:
+    """A session view as a timeline: header, steps with their calls, totals, outcome.
+
+    A call that writes files shows what it writes in full: `previews` (call id -> a diff
+    against the workspace's current file, from `tickwork.api.previews`) for calls that
+    have not run, else its content or patch as proposed."""
     h, totals = view["head"], view["totals"]
     parts: list[RenderableType] = [_header(h)]
     for step in view["steps"]:
@@ -128,6 +135,8 @@ def timeline(view: Mapping[str, Any]) -> Group:
             parts.append(Text(clip(step["thought"], THOUGHT_CHARS)))
         if step["calls"]:
             parts.append(_calls_table(step["calls"]))
+            parts.extend(_reasons(step["calls"]))
+            parts.extend(_file_changes(step["calls"], previews or {}))
     parts.append(Rule(align="left"))
     parts.append(
         Text(
@@ -145,6 +154,7 @@ def _header(h: Mapping[str, Any]) -> Table:
     grid.add_column(style="bold")
     grid.add_column()
     b = h["budgets"]
+    cost_limit = f"${b['max_cost_usd']:g}" if b["max_cost_usd"] else "no cost budget"
     rows: list[tuple[str, RenderableType]] = [
         ("session", Text(h["id"])),
         ("status", status(h["status"])),
@@ -155,7 +165,7 @@ def _header(h: Mapping[str, Any]) -> Table:
         (
             "budgets",
             f"steps {h['step']}/{b['max_steps']} · tokens {h['tokens']:,}/"
-            f"{b['max_tokens']:,} · cost ${h['cost_usd']:.4f}/${b['max_cost_usd']:g} · "
+            f"{b['max_tokens']:,} · cost ${h['cost_usd']:.4f}/{cost_limit} · "
             f"deadline {b['deadline_s']:g}s",
         ),
     ]
@@ -172,6 +182,10 @@ def _calls_table(calls: list[Mapping[str, Any]]) -> Table:
         table.add_column(name, overflow="fold")
     for c in calls:
         arguments = c["arguments"] if c["arguments"] is not None else c["raw_arguments"]
+        if file_change(arguments) is not None:
+            # shown whole below the table; here only what names the file
+            kept = {k: v for k, v in arguments.items() if k not in ("content", "patch")}
+            arguments = {**kept, "…": "shown below"}
         seen = c["observation"]
         output = Text("")
         if seen is not None:
@@ -190,6 +204,50 @@ def _calls_table(calls: list[Mapping[str, Any]]) -> Table:
             Text(decision_text(c["decision"])),
         )
     return table
+
+
+def _reasons(calls: list[Mapping[str, Any]]) -> list[RenderableType]:
+    """Why each call that asked for a person did."""
+    return [
+        Text(f"{c['call_id']} {c['name']} needs approval: {c['approval_reason']}", style="yellow")
+        for c in calls
+        if c.get("approval_reason")
+    ]
+
+
+def file_change(arguments: Any) -> tuple[str, str] | None:
+    """(what, text) of a call that writes files (write_file's content, apply_patch's
+    patch), or None: these are shown whole, never cut."""
+    if not isinstance(arguments, Mapping):
+        return None
+    if isinstance(arguments.get("content"), str):
+        return f"content of {arguments.get('path')}", arguments["content"]
+    if isinstance(arguments.get("patch"), str):
+        return "patch", arguments["patch"]
+    return None
+
+
+def _file_changes(
+    calls: list[Mapping[str, Any]], previews: Mapping[str, Mapping[str, Any] | None]
+) -> list[RenderableType]:
+    parts: list[RenderableType] = []
+    for c in calls:
+        change = file_change(c["arguments"])
+        if change is None:
+            continue
+        what, text = change
+        preview = previews.get(c["call_id"])
+        if preview is not None:
+            path = preview.get("path")
+            where = f" {path}" if path else ""
+            parts.append(
+                Text(f"{c['call_id']} {c['name']}{where}: {preview['note']}", style="bold")
+            )
+            parts.append(Syntax(preview["diff"], "diff", word_wrap=True))
+        else:
+            parts.append(Text(f"{c['call_id']} {c['name']}: the {what}, whole", style="bold"))
+            parts.append(Syntax(text, "diff", word_wrap=True) if what == "patch" else Text(text))
+    return parts
 
 
 def decision_text(d: Mapping[str, Any] | None) -> str:
@@ -214,10 +272,12 @@ def outcome(h: Mapping[str, Any], steps: list[Mapping[str, Any]]) -> list[Render
         calls = {c["call_id"]: c for s in steps for c in s["calls"]}
         for call_id in h["awaiting"]:
             c = calls.get(call_id, {"name": "?", "fingerprint": ""})
+            why = f", because {c['approval_reason']}" if c.get("approval_reason") else ""
             parts.append(
                 Text(
                     f"waiting for a decision on {call_id} ({c['name']}, fingerprint "
-                    f"{c['fingerprint'][:12]}): tickwork approve|edit|reject {h['id']} {call_id}",
+                    f"{c['fingerprint'][:12]}{why}): "
+                    f"tickwork approve|edit|reject {h['id']} {call_id}",
                     style="yellow",
                 )
             )

@@ -16,8 +16,7 @@ from fsm.values import ErrorCode, Head, Status, idempotency_key
 from store import Claimed
 
 from . import metrics, webhooks  # issue 8: metrics and approval webhooks
-from .models import ModelSettings
-from .models.pricing import cost_usd
+from .models import ModelSettings, pricing
 from .runtime import Runtime, owner_name
 from .secrets import mask_change
 from .tools.registry import ToolContext, run_tool
@@ -89,13 +88,18 @@ def _phase(rt: Runtime, claimed: Claimed) -> Change:
 
 def _think(rt: Runtime, claimed: Claimed) -> Change:
     head = claimed.head
-    before = machine.start_think(head, now=rt.clock())
+    messages = transcript.messages(head, claimed.steps, claimed.observations)
+    ahead = pricing.next_call(
+        messages,
+        last=claimed.steps[-1].usage if claimed.steps else None,
+        price=pricing.session_price(head.model, head.config, rt.settings.prices),
+    )
+    before = machine.start_think(head, now=rt.clock(), next_call=ahead)
     if isinstance(before, Change):
         return before
     job = rt.jobs.get(head.kind)
     tools = rt.jobs.tools(head.kind)
     model = rt.model(head.model)
-    messages = transcript.messages(head, claimed.steps, claimed.observations)
     try:
         reply = model.generate(
             messages,
@@ -120,7 +124,7 @@ def _think(rt: Runtime, claimed: Claimed) -> Change:
             now=rt.clock(),
             jitter=rt.jitter(),
         )
-    cost = cost_usd(reply.model or head.model, reply.usage, rt.settings.prices)
+    cost = pricing.call_cost(head.model, head.config, reply.model, reply.usage, rt.settings.prices)
     change = machine.think(
         head,
         reply,

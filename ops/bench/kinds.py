@@ -22,7 +22,7 @@ KIND = "ops.bench.kinds:BENCH"
 BUDGETS = {
     "max_steps": 100_000,
     "max_tokens": 10**12,
-    "max_cost_usd": 10**9,
+    "max_cost_usd": 0,  # no cost budget: the fake model server has no price
     "deadline_s": 10**7,
     "max_model_retries": 5,
 }

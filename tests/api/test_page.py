@@ -86,6 +86,9 @@ def test_log_in_approve_a_call_and_see_the_session_move_on(page: Any, stack: Sta
     card = page.locator(f'section.waiting[data-session="{session_id}"] article[data-call="s1c0"]')
     expect(card.locator("pre.args")).to_contain_text('"value": "prod-db"')
     expect(card.locator(".fp")).to_contain_text(stack.fingerprint(session_id)[:12])
+    expect(card.locator(".reason")).to_have_text(
+        "Needs approval: the tool always needs a person's approval"
+    )
     card.locator("button.approve").click()
     expect(card).to_contain_text("Approved s1c0 (danger) as alice")
     card.locator("a.follow").click()

@@ -60,6 +60,8 @@ def test_bad_submissions_are_422_and_say_what_was_wrong(stack: Stack) -> None:
         ({"kind": "os:path", "model": script}, "not one this deployment names"),
         ({"kind": TEST_KIND, "model": script, "id": "no spaces please"}, "may only hold"),
         ({"kind": TEST_KIND, "model": "scripted:/no/such/script.json"}, "script"),
+        ({"kind": TEST_KIND, "model": "gpt-4o"}, "unknown model spec 'gpt-4o': use openai:MODEL"),
+        ({"kind": TEST_KIND, "model": "openai:my-local"}, "'openai:my-local' has no price"),
     ]
     for body, fragment in cases:
         answer = stack.http("sam").post("/api/v1/sessions", json=body)
@@ -124,6 +126,15 @@ def test_events_page_after_an_id(stack: Stack) -> None:
         .json()
     )
     assert [e["id"] for e in rest["events"]] == ids[3:]
+
+
+def test_a_waiting_calls_body_says_why_it_needs_approval(stack: Stack) -> None:
+    session_id = stack.waiting()
+    shown = stack.http("nobody").get(f"/api/v1/sessions/{session_id}").json()
+    danger, echo = shown["steps"][0]["calls"]
+    assert danger["approval_reason"] == "the tool always needs a person's approval"
+    assert echo["approval_reason"] is None
+    assert danger["provider_call_id"] is None, "the scripted model gives no ids"
 
 
 def test_cancel_a_waiting_session_at_once(stack: Stack) -> None:

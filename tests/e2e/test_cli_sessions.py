@@ -125,6 +125,22 @@ def test_errors_are_one_line_with_an_exit_code(deployment: Deployment, cli: Cli)
         ("submit", TEST_KIND, "--model", script, "--max-cost-usd", "nan"): (2, "max_cost_usd"),
         ("submit", TEST_KIND, "--model", script, "--max-steps", "1.5"): (2, "--max-steps"),
         ("submit", TEST_KIND, "--model", "scripted:/no/such.json"): (2, "/no/such.json"),
+        ("submit", TEST_KIND, "--model", "gpt-4o"): (
+            2,
+            "unknown model spec 'gpt-4o'",
+            "openai:MODEL",
+            "react:openai:MODEL",
+            "scripted:PATH",
+        ),
+        ("submit", TEST_KIND, "--model", "anthropic:claude"): (2, "'anthropic:claude'", "openai:"),
+        ("submit", TEST_KIND, "--model", "openai:my-local"): (
+            2,
+            "'openai:my-local' has no price",
+            "TICKWORK_PRICES",
+            "--price",
+            "--max-cost-usd 0",
+        ),
+        ("submit", TEST_KIND, "--model", "openai:x", "--price", "cheap"): (2, "--price takes"),
         ("submit", "no_such_module:KIND", "--model", script): (2, "no_such_module"),
         ("submit", TEST_KIND, "--model", script, "--input", "{}", "--id", "a b"): (2, "'a b'"),
         ("dlq", "show", "12345"): (1, "no dead letter", "tickwork dlq ls"),
@@ -160,3 +176,38 @@ def test_errors_are_one_line_with_an_exit_code(deployment: Deployment, cli: Cli)
     cli.inline("approve", sid, "s1c0", ok=False).error(1, sid, "is cancelled")
     cli.inline("cancel", sid, ok=False).error(1, "already cancelled")
     assert not deployment.sink_lines("danger.log")
+
+
+@pytest.mark.parametrize("deployment", ["embedded"], indirect=True)
+def test_show_gives_the_approver_the_whole_write_and_why_it_waits(
+    deployment: Deployment, cli: Cli
+) -> None:
+    from tests.tasks.test_repair import FIX, WRITE, submit_demo
+
+    with deployment.worker():
+        session_id, _ = submit_demo(deployment)
+        waiting = cli.inline("show", session_id).stdout
+        proposed = deployment.client.load(session_id).call(WRITE)
+        assert proposed is not None and proposed.arguments is not None
+        content = proposed.arguments["content"]
+        assert len(content) > 160, "longer than show cuts other arguments"
+        reason = "needs approval: the tool always needs a person's approval"
+        assert f"{WRITE} write_file {reason}" in waiting
+        assert (
+            f"(write_file, fingerprint {proposed.fingerprint[:12]}, because the tool always "
+            "needs a person's approval)" in waiting
+        )
+        assert f"{WRITE} write_file calc.py: against the workspace's current file" in waiting
+        for line in FIX.splitlines():
+            assert line in waiting, line
+        assert content.splitlines()[-1] in waiting
+        shown = cli.inline("show", session_id, "--json").json()
+        (call,) = [c for s in shown["steps"] for c in s["calls"] if c["call_id"] == WRITE]
+        assert call["approval_reason"] == "the tool always needs a person's approval"
+        assert call["arguments"]["content"] == content
+
+        deployment.client.approve(session_id, WRITE, approver="alice")
+        assert deployment.client.wait(session_id, timeout=60).status.value == "completed"
+    done = cli.inline("show", session_id).stdout
+    assert f"{WRITE} write_file: the content of calc.py, whole" in done
+    assert all(line in done for line in content.splitlines() if line.strip())

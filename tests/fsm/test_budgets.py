@@ -6,9 +6,11 @@ import math
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from fsm.budgets import exhausted_budget, model_retry_delay
+from fsm.budgets import NextCall, exhausted_budget, model_retry_delay
 from fsm.values import Budgets, ErrorCode
 
 FIELDS = list(Budgets.model_fields)
@@ -34,8 +36,16 @@ def test_every_budget_is_checked() -> None:
     }
 
 
-@pytest.mark.parametrize("value", BAD)
-@pytest.mark.parametrize("field", FIELDS)
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        pytest.param(field, bad.values[0], id=f"{field}-{bad.id}")
+        for field in FIELDS
+        for bad in BAD
+        # 0 turns the cost budget off: see the test below
+        if not (field == "max_cost_usd" and bad.values[0] == 0)
+    ],
+)
 def test_budgets_reject_values_that_are_not_positive_and_finite(field: str, value: float) -> None:
     # the code raises pydantic's ValidationError (a ValueError), not InvalidBudget
     with pytest.raises(ValidationError) as raised:
@@ -47,6 +57,13 @@ def test_budgets_reject_values_that_are_not_positive_and_finite(field: str, valu
 @pytest.mark.parametrize("field", FIELDS)
 def test_budgets_accept_small_positive_values(field: str) -> None:
     assert getattr(Budgets(**{field: 1}), field) == 1
+
+
+def test_a_cost_budget_of_zero_is_off_and_never_exhausted(build: Any) -> None:
+    budgets = Budgets(max_cost_usd=0)
+    assert not budgets.limits_cost
+    head = build.head(budgets=budgets.model_dump(), cost_usd=1e6)
+    assert exhausted_budget(head, now=build.at(0), next_call=NextCall(cost_usd=1e6)) is None
 
 
 def test_budgets_reject_booleans() -> None:
@@ -85,6 +102,50 @@ def test_exhausted_budget(
     )
     spent = exhausted_budget(head, now=build.at(at_s))
     assert (spent.code if spent else None) is code
+
+
+LIMITS = {"max_steps": 30, "max_tokens": 1000, "max_cost_usd": 2.0, "deadline_s": 3600}
+
+
+@pytest.mark.parametrize(
+    ("spent", "ahead", "code"),
+    [
+        pytest.param({}, NextCall(tokens=1000, cost_usd=2.0), None, id="exactly_to_the_limit"),
+        pytest.param({"cost_usd": 1.8}, NextCall(cost_usd=0.4), ErrorCode.BUDGET_COST, id="cost"),
+        pytest.param({"cost_usd": 1.8}, NextCall(cost_usd=0.2), None, id="cost_fits"),
+        pytest.param({"tokens": 900}, NextCall(tokens=101), ErrorCode.BUDGET_TOKENS, id="tokens"),
+        pytest.param({"tokens": 900}, NextCall(tokens=100), None, id="tokens_fit"),
+        pytest.param({}, NextCall(tokens=5000), ErrorCode.BUDGET_TOKENS, id="first_call_too_big"),
+        pytest.param(
+            {"tokens": 999, "cost_usd": 1.99},
+            NextCall(tokens=2, cost_usd=0.02),
+            ErrorCode.BUDGET_TOKENS,
+            id="tokens_checked_first",
+        ),
+        pytest.param({"cost_usd": 2.0}, NextCall(), ErrorCode.BUDGET_COST, id="spent_no_estimate"),
+    ],
+)
+def test_the_next_calls_estimate_counts_against_the_budget(
+    build: Any, spent: dict[str, Any], ahead: NextCall, code: ErrorCode | None
+) -> None:
+    head = build.head(budgets=LIMITS, **spent)
+    found = exhausted_budget(head, now=build.at(0), next_call=ahead)
+    assert (found.code if found else None) is code
+    if found is not None and found.code is ErrorCode.BUDGET_COST and ahead.cost_usd:
+        assert "the next model call is estimated at" in found.message
+
+
+@given(
+    spent=st.floats(min_value=0, max_value=10, allow_nan=False),
+    ahead=st.floats(min_value=0, max_value=10, allow_nan=False),
+)
+def test_a_call_is_allowed_only_if_its_estimate_fits(
+    build: Any, spent: float, ahead: float
+) -> None:
+    head = build.head(budgets=LIMITS, cost_usd=spent)
+    found = exhausted_budget(head, now=build.at(0), next_call=NextCall(cost_usd=ahead))
+    allowed = found is None
+    assert allowed == (spent < 2.0 and spent + ahead <= 2.0)
 
 
 @pytest.mark.parametrize(

@@ -96,3 +96,28 @@ def test_missing_upcaster_is_named(session: Session, monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(snapshots, "UPCASTERS", {1: _v1_to_v2})
     with pytest.raises(UnknownSchemaVersion, match="no upcaster from snapshot schema_version 2"):
         load(old_document(session))
+
+
+def test_a_version_1_snapshot_of_a_call_reads_without_the_new_fields(session: Session) -> None:
+    document = json.loads(json.dumps(dump(session)))
+    document["schema_version"] = 1
+    for step in document["session"]["steps"]:
+        for call in step["calls"]:
+            del call["provider_call_id"], call["approval_reason"]
+    assert any(step["calls"] for step in document["session"]["steps"])
+    loaded = load(document)
+    assert loaded == session.model_copy(
+        update={
+            "steps": tuple(
+                s.model_copy(
+                    update={
+                        "calls": tuple(
+                            c.model_copy(update={"provider_call_id": None, "approval_reason": None})
+                            for c in s.calls
+                        )
+                    }
+                )
+                for s in session.steps
+            )
+        }
+    )

@@ -104,7 +104,7 @@ def test_transient_model_errors_are_retried_with_backoff_and_counted_once(
     ]
     with fake_model_server(FakeModel(replies, fail={1: [500, 429]})) as fake:
         monkeypatch.setenv("OPENAI_BASE_URL", fake.url)
-        head = deployment.client.submit("tests.jobs:TEST", {}, model="openai:fake")
+        head = deployment.client.submit("tests.jobs:TEST", {}, model="openai:fake", price=(0, 0))
         with deployment.worker():
             done = deployment.client.wait(head.id, timeout=60)
         assert fake.requests == Counter({0: 1, 1: 3})

@@ -33,7 +33,7 @@ def test_every_tick_published_twice_and_out_of_order_advances_once(
     with fake_model_server(FakeModel(replies)) as fake:
         monkeypatch.setenv("OPENAI_BASE_URL", fake.url)
         head = deployment.client.submit(
-            "tests.jobs:TEST", {"sink": str(deployment.sink)}, model="openai:fake"
+            "tests.jobs:TEST", {"sink": str(deployment.sink)}, model="openai:fake", price=(0, 0)
         )
         deployment.client.publish(head.id, 0)
         with deployment.worker(concurrency=4) as app:

@@ -24,7 +24,7 @@ def test_killed_during_a_model_call_the_model_is_asked_again_only_for_that_step(
     replies.append({"content": "done"})
     with fake_model_server(FakeModel(replies, slow={2: 30.0})) as fake:
         monkeypatch.setenv("OPENAI_BASE_URL", fake.url)
-        head = deployment.client.submit("tests.jobs:TEST", {}, model="openai:fake")
+        head = deployment.client.submit("tests.jobs:TEST", {}, model="openai:fake", price=(0, 0))
         first = deployment.spawn()
         try:
             assert fake.arrived[2].wait(60), "the worker never asked for reply 2"

@@ -19,7 +19,7 @@ import certifi
 import httpx
 
 from fsm.errors import PermanentModelError, TransientModelError
-from fsm.values import ModelReply, ProposedCall, Usage
+from fsm.values import ModelReply, ProposedCall, Usage, provider_call_id
 
 from .base import Message, ModelSettings, ToolSchema, estimate_tokens, transcript_text
 
@@ -248,7 +248,12 @@ def _proposed(call: Mapping[str, Any]) -> ProposedCall:
     elif not isinstance(arguments, str):
         # a few servers send an object; the machine wants the text as written
         arguments = json.dumps(arguments, ensure_ascii=False)
-    return ProposedCall(name=str(function.get("name") or ""), arguments=arguments)
+    # the id goes back with the call's result: servers may check it (Mistral's: 9 alphanumerics)
+    return ProposedCall(
+        name=str(function.get("name") or ""),
+        arguments=arguments,
+        id=provider_call_id(call.get("id")),
+    )
 
 
 def _usage(usage: Any) -> Usage | None:

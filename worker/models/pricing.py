@@ -11,10 +11,16 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
+from fsm.budgets import NextCall
 from fsm.errors import ConfigurationError
 from fsm.values import Usage
+
+from .base import Message, estimate_tokens, transcript_text
+
+#: the model name the scripted model reports, priced at zero
+SCRIPTED = "scripted"
 
 log = logging.getLogger(__name__)
 
@@ -58,11 +64,66 @@ def price_for(model: str, overrides: Mapping[str, PriceLike] | None = None) -> P
     """The price of `model`, the overrides first, or None if neither knows it."""
     table: dict[str, Price] = dict(PRICES)
     for name, price in (overrides or {}).items():
-        table[name] = _price(name, price)
+        table[name] = as_price(name, price)
     for name in _candidates(model):
         if name in table:
             return table[name]
     return None
+
+
+def session_price(
+    spec: str, config: Mapping[str, Any], overrides: Mapping[str, PriceLike] | None = None
+) -> Price | None:
+    """The price of a session's model: the one given at submit (`config["price"]`), else
+    the table's (the overrides first) for its spec; a scripted model is free."""
+    given = config.get("price")
+    if given is not None:
+        return as_price(spec, given)
+    kind, _, rest = spec.partition(":")
+    if kind == "scripted" or (kind == "react" and rest.startswith("scripted:")):
+        return price_for(SCRIPTED, overrides)
+    return price_for(spec, overrides)
+
+
+def charge(price: Price, usage: Usage) -> float:
+    """USD for `usage` tokens at `price`."""
+    return (usage.prompt_tokens * price.prompt + usage.completion_tokens * price.completion) / 1e6
+
+
+def call_cost(
+    spec: str,
+    config: Mapping[str, Any],
+    reply_model: str,
+    usage: Usage,
+    overrides: Mapping[str, PriceLike] | None = None,
+) -> float:
+    """USD for one model call of a session: at the price given at submit, else at the
+    table's price of the model the server named, else of the session's spec."""
+    if config.get("price") is not None:
+        return charge(as_price(spec, config["price"]), usage)
+    if reply_model and price_for(reply_model, overrides) is not None:
+        return cost_usd(reply_model, usage, overrides)
+    price = session_price(spec, config, overrides)
+    return charge(price, usage) if price is not None else cost_usd(reply_model or spec, usage)
+
+
+def next_call(
+    messages: list[Message],
+    *,
+    last: Usage | None,
+    price: Price | None,
+    max_completion_tokens: int | None = None,
+) -> NextCall:
+    """What the next model call is expected to use, for the budget check before it: the
+    transcript's tokens (at least what the last call read and wrote, which the transcript now
+    holds) and as many completion tokens as allowed, else as the last call wrote."""
+    prompt = estimate_tokens(transcript_text(messages))
+    if last is not None:
+        prompt = max(prompt, last.total)
+    completion = max_completion_tokens or (last.completion_tokens if last is not None else 0)
+    usage = Usage(prompt_tokens=prompt, completion_tokens=completion)
+    cost = charge(price, usage) if price is not None else 0.0
+    return NextCall(tokens=usage.total, cost_usd=cost)
 
 
 def cost_usd(model: str, usage: Usage, overrides: Mapping[str, PriceLike] | None = None) -> float:
@@ -77,7 +138,7 @@ def cost_usd(model: str, usage: Usage, overrides: Mapping[str, PriceLike] | None
                 model,
             )
         return 0.0
-    return (usage.prompt_tokens * price.prompt + usage.completion_tokens * price.completion) / 1e6
+    return charge(price, usage)
 
 
 def _candidates(model: str) -> list[str]:
@@ -92,8 +153,11 @@ def _candidates(model: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def _price(name: str, value: PriceLike) -> Price:
+def as_price(name: str, value: PriceLike) -> Price:
+    """`value` as the price of model `name`; ConfigurationError says what is wrong."""
     try:
+        if isinstance(value, str | bytes):
+            raise TypeError("a price is two numbers, not text")
         if isinstance(value, Mapping):
             price = Price(float(value["prompt"]), float(value["completion"]))
         else:

@@ -32,9 +32,7 @@ from fsm.errors import ConfigurationError, PermanentModelError, TransientModelEr
 from fsm.values import ModelReply, ProposedCall, Usage
 
 from .base import Message, ModelSettings, ToolSchema, estimate_tokens, transcript_text
-
-#: the model name the scripted model reports, priced at zero
-SCRIPTED = "scripted"
+from .pricing import SCRIPTED
 
 
 class _ScriptPart(BaseModel):

@@ -130,9 +130,10 @@ def is_destructive(command: str) -> bool:
     return destructive_reason(command) is not None
 
 
-def command_needs_approval(arguments: Mapping[str, Any]) -> bool:
-    """The approval policy of `run_command`: the call's arguments in, yes or no out."""
-    return is_destructive(arguments.get("command"))  # type: ignore[arg-type]
+def command_needs_approval(arguments: Mapping[str, Any]) -> str | None:
+    """The approval policy of `run_command`: the call's arguments in, why a person should
+    approve it out (stored with the call and shown to the approver), or None."""
+    return destructive_reason(arguments.get("command"))  # type: ignore[arg-type]
 
 
 def _source_reason(source: str, depth: int) -> str | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import socket
 import threading
 from collections.abc import Iterator, Sequence
@@ -35,10 +36,20 @@ class Received:
     peer: int = 0
 
 
+#: the tool-call ids Mistral's models take (also behind vLLM): 9 letters and digits
+MISTRAL_CALL_ID = re.compile(r"^[a-zA-Z0-9]{9}$")
+
+
 class ChatServer:
-    def __init__(self, *, keep_alive: bool = False) -> None:
+    """With `call_ids`, a request that names a tool call by an id not matching it is refused
+    with 400, as Mistral's servers refuse it."""
+
+    def __init__(
+        self, *, keep_alive: bool = False, call_ids: re.Pattern[str] | None = None
+    ) -> None:
         #: HTTP/1.1 keeps a connection open between requests; 1.0 closes it after each
         self.keep_alive = keep_alive
+        self.call_ids = call_ids
         self.requests: list[Received] = []
         self._queue: list[Canned] = []
         self._lock = threading.Lock()
@@ -62,14 +73,16 @@ class ChatServer:
         calls: Sequence[tuple[str, Any]] = (),
         usage: tuple[int, int] | None = (11, 7),
         model: str = "gpt-4o-2024-08-06",
+        ids: Sequence[str] = (),
         **canned: Any,
     ) -> None:
-        """Queue a 200 chat completion with `content` and `(name, arguments)` tool calls."""
+        """Queue a 200 chat completion with `content` and `(name, arguments)` tool calls,
+        whose ids are `ids` (default `call_0`, `call_1`, ...)."""
         message: dict[str, Any] = {"role": "assistant", "content": content}
         if calls:
             message["tool_calls"] = [
                 {
-                    "id": f"call_{i}",
+                    "id": ids[i] if ids else f"call_{i}",
                     "type": "function",
                     "function": {"name": name, "arguments": arguments},
                 }
@@ -90,6 +103,22 @@ class ChatServer:
                 "total_tokens": sum(usage),
             }
         self.respond(200, body, **canned)
+
+    def refusal(self, body: Any) -> Canned | None:
+        """The 400 a server checking call ids answers to `body`, or None if it passes."""
+        if self.call_ids is None or not isinstance(body, dict):
+            return None
+        for message in body.get("messages") or ():
+            named = [c.get("id") for c in message.get("tool_calls") or ()]
+            if message.get("role") == "tool":
+                named.append(message.get("tool_call_id"))
+            for call_id in named:
+                if not isinstance(call_id, str) or not self.call_ids.match(call_id):
+                    text = (
+                        f"Tool call id was {call_id} but must be a-z, A-Z, 0-9, with a length of 9."
+                    )
+                    return Canned(status=400, body={"error": {"message": text, "code": 400}})
+        return None
 
     def _next(self) -> Canned:
         with self._lock:
@@ -131,7 +160,7 @@ def _handler(server: ChatServer) -> type[BaseHTTPRequestHandler]:
             server.requests.append(
                 Received(self.path, dict(self.headers.items()), body, self.client_address[1])
             )
-            canned = server._next()
+            canned = server.refusal(body) or server._next()
             if canned.delay_s and server.stopping.wait(canned.delay_s):
                 return
             data = canned.body if isinstance(canned.body, bytes) else json.dumps(canned.body)
@@ -159,6 +188,16 @@ def chat_server() -> Iterator[ChatServer]:
 @pytest.fixture
 def keep_alive_chat_server() -> Iterator[ChatServer]:
     server = ChatServer(keep_alive=True)
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def mistral_server() -> Iterator[ChatServer]:
+    """A server that refuses call ids other than Mistral's 9 letters and digits."""
+    server = ChatServer(call_ids=MISTRAL_CALL_ID)
     try:
         yield server
     finally:

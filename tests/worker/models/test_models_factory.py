@@ -88,3 +88,36 @@ def test_unknown_specs_name_the_accepted_forms(spec):
 
     assert f"unknown model spec {spec!r}" in str(caught.value)
     assert "scripted:PATH" in str(caught.value) and "react:openai:MODEL" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "",
+        "gpt-4o",
+        "openai:",
+        "scripted:",
+        "anthropic:claude",
+        "react:gpt-4o",
+        "react:react:openai:m",
+    ],
+)
+def test_check_spec_refuses_what_make_model_cannot_make(spec):
+    from fsm.errors import InvalidModelSpec
+    from worker.models import check_spec
+
+    with pytest.raises(InvalidModelSpec) as caught:
+        check_spec(spec)
+
+    for form in ("openai:MODEL", "react:openai:MODEL", "scripted:PATH"):
+        assert form in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    ["openai:gpt-4o", "openai:meta-llama/Llama-3.1-8B", "react:openai:llama3", "scripted:/a.json"],
+)
+def test_check_spec_takes_the_forms_make_model_makes(spec):
+    from worker.models import check_spec
+
+    assert check_spec(spec) == spec

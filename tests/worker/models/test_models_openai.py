@@ -61,7 +61,27 @@ def test_one_tool_call(chat_server, model):
     reply = model.generate(MESSAGES, TOOLS, SETTINGS)
 
     assert reply.content == "Let me look."
-    assert reply.calls == (ProposedCall(name="read_file", arguments='{"path": "a.py"}'),)
+    assert reply.calls == (
+        ProposedCall(name="read_file", arguments='{"path": "a.py"}', id="call_0"),
+    )
+
+
+@pytest.mark.parametrize(
+    ("given", "kept"),
+    [
+        pytest.param("9aZ8bY7cX", "9aZ8bY7cX", id="mistral"),
+        pytest.param("toolu_01A09q90qw90lq917835lq9", "toolu_01A09q90qw90lq917835lq9", id="long"),
+        pytest.param(7, None, id="not_text"),
+        pytest.param("", None, id="empty"),
+        pytest.param("x" * 129, None, id="too_long"),
+    ],
+)
+def test_the_providers_call_id_is_kept_when_usable(chat_server, model, given, kept):
+    chat_server.answer(None, calls=[("read_file", '{"path": "a.py"}')], ids=[given])
+
+    (call,) = model.generate(MESSAGES, TOOLS, SETTINGS).calls
+
+    assert call.id == kept
 
 
 def test_several_tool_calls_in_one_reply(chat_server, model):

@@ -8,6 +8,7 @@ import pytest
 from fsm.errors import ConfigurationError
 from fsm.values import Usage
 from worker.models import Price, cost_usd, price_for
+from worker.models.pricing import call_cost, next_call, session_price
 
 MILLION = Usage(prompt_tokens=1_000_000, completion_tokens=1_000_000)
 
@@ -66,3 +67,56 @@ def test_unknown_model_costs_nothing_and_warns_once(caplog):
     assert len(warned) == 1
     assert warned[0].levelno == logging.WARNING
     assert "price overrides" in warned[0].getMessage()
+
+
+@pytest.mark.parametrize(
+    ("spec", "config", "overrides", "price"),
+    [
+        pytest.param("openai:gpt-4o", {}, {}, Price(2.5, 10.0), id="table"),
+        pytest.param("openai:local", {}, {}, None, id="unknown"),
+        pytest.param("openai:local", {}, {"local": [1, 2]}, Price(1, 2), id="override"),
+        pytest.param(
+            "openai:gpt-4o", {"price": {"prompt": 3, "completion": 4}}, {}, Price(3, 4), id="given"
+        ),
+        pytest.param("scripted:/a/b.json", {}, {}, Price(0, 0), id="scripted"),
+        pytest.param("react:scripted:/a/b.json", {}, {}, Price(0, 0), id="react_scripted"),
+        pytest.param("scripted:/a.json", {}, {"scripted": [5, 5]}, Price(5, 5), id="scripted_set"),
+    ],
+)
+def test_session_price(spec, config, overrides, price):
+    assert session_price(spec, config, overrides) == price
+
+
+def test_a_call_is_charged_at_the_price_given_at_submit_first():
+    given = {"price": {"prompt": 1.0, "completion": 0.0}}
+    usage = Usage(prompt_tokens=1_000_000, completion_tokens=0)
+    assert call_cost("openai:gpt-4o", given, "gpt-4o-2024-08-06", usage) == 1.0
+    assert call_cost("openai:gpt-4o", {}, "gpt-4o-2024-08-06", usage) == 2.5
+    assert call_cost("openai:gpt-4o", {}, "served-under-another-name", usage) == 2.5
+    assert call_cost("openai:local", {}, "local", usage) == 0.0
+
+
+@pytest.mark.parametrize(
+    ("last", "price", "tokens", "cost"),
+    [
+        pytest.param(None, None, 25, 0.0, id="first_call_transcript_only"),
+        pytest.param(Usage(prompt_tokens=1000, completion_tokens=200), None, 1400, 0.0, id="last"),
+        pytest.param(
+            Usage(prompt_tokens=1000, completion_tokens=200),
+            Price(1.0, 10.0),
+            1400,
+            (1200 * 1.0 + 200 * 10.0) / 1e6,
+            id="priced",
+        ),
+    ],
+)
+def test_next_call_estimate(last, price, tokens, cost):
+    messages = [{"role": "user", "content": "x" * 100}]
+    ahead = next_call(messages, last=last, price=price)
+    assert ahead.tokens == tokens
+    assert ahead.cost_usd == pytest.approx(cost)
+
+
+def test_next_call_counts_the_completion_allowed():
+    ahead = next_call([], last=None, price=Price(0, 1.0), max_completion_tokens=1_000_000)
+    assert (ahead.tokens, ahead.cost_usd) == (1_000_000, 1.0)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fsm.approvals import needs_approval
+from fsm.approvals import approval_reason, needs_approval
 from worker.tools.commands import command_needs_approval, destructive_reason, is_destructive
 from worker.tools.repair import run_command
 
@@ -212,3 +212,17 @@ def test_deep_nesting_is_refused_not_recursing_forever() -> None:
     assert "too deeply" in (destructive_reason("eval " * 30 + "ls") or "")
     assert "too deeply" in (destructive_reason("nice " * 30 + "ls") or "")
     assert destructive_reason("sh -c 'sh -c \"ls\"'") is None
+
+
+@pytest.mark.parametrize(
+    ("command", "reason"),
+    [
+        pytest.param("rm -rf build", "rm deletes files", id="rm"),
+        pytest.param("git push --force", "git push publishes to a remote", id="push"),
+        pytest.param("pytest -q", None, id="safe"),
+    ],
+)
+def test_the_policy_says_why_a_command_needs_approval(command: str, reason: str | None) -> None:
+    assert command_needs_approval({"command": command}) == reason
+    found = approval_reason(run_command.rule, {"command": command})
+    assert found == reason

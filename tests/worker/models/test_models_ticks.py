@@ -1,0 +1,218 @@
+"""Model calls through real ticks (`worker.advance.advance`) on SQLite and on Postgres."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fsm.values import ErrorCode, Head, Status
+from store import Store, make_engine
+from tickwork.client import Tickwork
+from worker.advance import advance
+from worker.jobs import Jobs
+from worker.runtime import Runtime
+from worker.settings import Settings
+
+KIND = "tests.jobs:TEST"
+
+
+class Ticks:
+    def __init__(self, url: str, tmp: Path) -> None:
+        self.settings = Settings(database_url=url, state_dir=tmp / "state")
+        self.store = Store(make_engine(url))
+        self.client = Tickwork(self.settings, store=self.store)
+        self.client.publish = lambda *_: None  # type: ignore[method-assign]
+        self.rt = Runtime(
+            settings=self.settings, store=self.store, jobs=Jobs(), publish_tick=lambda *_: None
+        )
+
+    def run(self, session_id: str) -> Head:
+        """Tick the session until it rests, as workers would."""
+        for _ in range(50):
+            head = self.store.get(session_id)
+            if not head.status.runnable:
+                return head
+            advance(self.rt, session_id, head.version)
+        raise AssertionError(f"session {session_id} did not rest in 50 ticks")
+
+    def close(self) -> None:
+        self.rt.close()
+        self.store.engine.dispose()
+
+
+@pytest.fixture
+def ticks(database_url: str, tmp_path: Path) -> Iterator[Ticks]:
+    found = Ticks(database_url, tmp_path)
+    yield found
+    found.close()
+
+
+def _sent_ids(body: dict[str, Any]) -> tuple[list[str], list[str]]:
+    messages = body["messages"]
+    offered = [c["id"] for m in messages if m["role"] == "assistant" for c in m["tool_calls"]]
+    answered = [m["tool_call_id"] for m in messages if m["role"] == "tool"]
+    return offered, answered
+
+
+def test_a_server_that_checks_call_ids_gets_its_own_back(
+    ticks: Ticks, mistral_server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_BASE_URL", mistral_server.base_url)
+    ids = ["abcDEF123", "XyZ987654"]
+    mistral_server.answer(
+        "look", calls=[("echo", '{"text": "a"}'), ("echo", '{"text": "b"}')], ids=ids
+    )
+    mistral_server.answer("again", calls=[("echo", '{"text": "c"}')], ids=["Q1w2E3r4T"])
+    mistral_server.answer("done")
+    head = ticks.client.submit(KIND, {}, model="openai:mistral-small", price=(0.1, 0.3))
+
+    done = ticks.run(head.id)
+
+    assert done.status is Status.COMPLETED, done.error_message
+    assert _sent_ids(mistral_server.requests[1].body) == (ids, ids)
+    assert _sent_ids(mistral_server.requests[2].body) == ([*ids, "Q1w2E3r4T"],) * 2
+    session = ticks.store.load(head.id)
+    stored = [(c.call_id, c.provider_call_id) for s in session.steps for c in s.calls]
+    assert stored == [("s1c0", ids[0]), ("s1c1", ids[1]), ("s2c0", "Q1w2E3r4T")]
+    assert [o.content for o in session.observations] == ["a", "b", "c"]
+
+
+def test_without_the_providers_ids_such_a_server_refuses_the_history(
+    ticks: Ticks, mistral_server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What happened to every session before ids were kept: our `s1c0` is refused."""
+    monkeypatch.setenv("OPENAI_BASE_URL", mistral_server.base_url)
+    mistral_server.answer("look", calls=[("echo", '{"text": "a"}')], ids=["call_0"])
+    head = ticks.client.submit(KIND, {}, model="openai:mistral-small", price=(0.1, 0.3))
+
+    done = ticks.run(head.id)
+
+    assert done.error_code is ErrorCode.MODEL_ERROR
+    assert "Tool call id was call_0 but must be a-z, A-Z, 0-9" in done.error_message
+
+
+def _calls(n: int, server: Any, *, usage: tuple[int, int]) -> None:
+    for i in range(n):
+        server.answer(f"step {i}", calls=[("echo", f'{{"text": "{i}"}}')], usage=usage)
+
+
+def test_a_cost_budget_stops_before_the_call_that_would_pass_it(
+    ticks: Ticks, chat_server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """$0.40 a call against $1.00: two calls, not a third that would spend $1.20."""
+    monkeypatch.setenv("OPENAI_BASE_URL", chat_server.base_url)
+    _calls(5, chat_server, usage=(100_000, 0))
+    head = ticks.client.submit(
+        KIND, {}, model="openai:local", price=(4.0, 0.0), budgets={"max_cost_usd": 1.0}
+    )
+
+    done = ticks.run(head.id)
+
+    assert done.error_code is ErrorCode.BUDGET_COST
+    assert len(chat_server.requests) == 2
+    assert done.cost_usd == pytest.approx(0.8) and done.cost_usd <= 1.0
+    assert "the next model call is estimated at $0.4" in done.error_message
+
+
+def test_a_token_budget_stops_before_the_call_that_would_pass_it(
+    ticks: Ticks, chat_server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_BASE_URL", chat_server.base_url)
+    _calls(5, chat_server, usage=(90_000, 10_000))
+    head = ticks.client.submit(
+        KIND, {}, model="openai:local", budgets={"max_tokens": 250_000, "max_cost_usd": 0}
+    )
+
+    done = ticks.run(head.id)
+
+    assert done.error_code is ErrorCode.BUDGET_TOKENS
+    assert len(chat_server.requests) == 2 and done.tokens == 200_000
+
+
+@pytest.mark.parametrize(
+    ("submitted", "model_price"),
+    [
+        pytest.param({"price": (2.0, 8.0)}, (2.0, 8.0), id="price_given"),
+        pytest.param({"budgets": {"max_cost_usd": 0}}, None, id="cost_budget_off"),
+    ],
+)
+def test_a_model_without_a_price_runs_once_it_has_one_or_no_cost_budget(
+    ticks: Ticks,
+    chat_server: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    submitted: dict[str, Any],
+    model_price: tuple[float, float] | None,
+) -> None:
+    monkeypatch.setenv("OPENAI_BASE_URL", chat_server.base_url)
+    chat_server.answer("done", usage=(1_000_000, 1_000_000), model="my-local-model")
+    head = ticks.client.submit(KIND, {}, model="openai:my-local-model", **submitted)
+
+    done = ticks.run(head.id)
+
+    assert done.status is Status.COMPLETED
+    assert done.cost_usd == (sum(model_price) if model_price else 0.0)
+
+
+def test_a_model_without_a_price_is_refused_while_a_cost_budget_applies(ticks: Ticks) -> None:
+    from fsm.errors import UnpricedModel
+
+    with pytest.raises(UnpricedModel) as refused:
+        ticks.client.submit(KIND, {}, model="react:openai:my-local-model")
+    message = str(refused.value)
+    for part in ("'react:openai:my-local-model' has no price", "$10", "TICKWORK_PRICES", "--price"):
+        assert part in message
+    assert ticks.store.list_sessions() == []
+
+
+def test_the_price_table_of_the_settings_prices_a_model(ticks: Ticks) -> None:
+    ticks.settings.prices = {"my-local-model": (0.5, 1.5)}
+    head = ticks.client.submit(KIND, {}, model="openai:my-local-model")
+    assert head.budgets.max_cost_usd == 10.0
+
+
+@pytest.mark.parametrize(
+    "price", [pytest.param((-1, 1), id="negative"), pytest.param("12", id="text")]
+)
+def test_a_bad_price_is_refused(ticks: Ticks, price: Any) -> None:
+    from fsm.errors import InvalidInput
+
+    with pytest.raises(InvalidInput, match="the price for 'openai:x'"):
+        ticks.client.submit(KIND, {}, model="openai:x", price=price)
+
+
+@pytest.mark.parametrize(
+    "spec", ["gpt-4o", "anthropic:claude", "openai:", "react:gpt-4o", "openai:a b", "scripted:"]
+)
+def test_a_model_spec_tickwork_cannot_run_is_refused_at_submit(ticks: Ticks, spec: str) -> None:
+    from fsm.errors import InvalidModelSpec
+
+    with pytest.raises(InvalidModelSpec) as refused:
+        ticks.client.submit(KIND, {}, model=spec, budgets={"max_cost_usd": 0})
+    assert repr(spec) in str(refused.value)
+    assert ticks.store.list_sessions() == []
+
+
+def test_a_fork_may_not_give_a_model_without_a_price_a_cost_budget(ticks: Ticks) -> None:
+    from fsm.errors import UnpricedModel
+
+    head = ticks.client.submit(KIND, {}, model="openai:local", budgets={"max_cost_usd": 0})
+    with pytest.raises(UnpricedModel, match="'openai:local' has no price"):
+        ticks.client.fork(head.id, from_step=0, by="bob", budgets={"max_cost_usd": 5})
+    forked = ticks.client.fork(head.id, from_step=0, by="bob", budgets={"max_steps": 5})
+    assert forked.budgets.max_cost_usd == 0
+
+
+def test_show_says_a_session_has_no_cost_budget(ticks: Ticks) -> None:
+    import io
+
+    from rich.console import Console
+
+    from tickwork import render, views
+
+    head = ticks.client.submit(KIND, {}, model="openai:local", budgets={"max_cost_usd": 0})
+    console = Console(width=200, file=io.StringIO(), record=True)
+    console.print(render.timeline(views.session(ticks.store.load(head.id))))
+    assert "cost $0.0000/no cost budget" in console.export_text()
