@@ -48,8 +48,10 @@ SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 #: files of /etc a program may need; nothing that identifies the host's users or secrets
 ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "localtime", "timezone")
 #: and the ones name resolution and TLS need, for a job that asked for network
-ETC_NETWORK = ("resolv.conf", "hosts", "nsswitch.conf", "host.conf", "gai.conf", "ssl")
-ETC_NETWORK += ("ca-certificates", "ca-certificates.conf")
+ETC_NETWORK = (
+    *("resolv.conf", "hosts", "nsswitch.conf", "host.conf", "gai.conf"),
+    *("ssl", "ca-certificates", "ca-certificates.conf"),
+)
 PRLIMIT, SETPRIV = "/usr/bin/prlimit", "/usr/bin/setpriv"
 HOW_TO = (
     "install bubblewrap (`apt-get install bubblewrap`) and let it create namespaces (see "
