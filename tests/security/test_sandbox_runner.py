@@ -117,7 +117,7 @@ def test_files_outside_the_working_copy_cannot_be_read(
 def test_nothing_of_the_host_beside_the_working_copy_is_there_to_find(
     places: tuple[Path, Path],
 ) -> None:
-    workspace, tmp = places
+    workspace, _ = places
     names = "-name secret.txt -o -name tickwork.db -o -name notes.txt -o -name shadow"
     result = run(
         workspace,
@@ -181,9 +181,9 @@ CONNECT = (
     PYTHON + " -c 'import socket, sys\n"
     "for port in sys.argv[1:]:\n"
     "    try:\n"
-    "        socket.create_connection((\"127.0.0.1\", int(port)), 2).close(); print(port, \"open\")\n"
+    '        socket.create_connection(("127.0.0.1", int(port)), 2).close(); print(port, "open")\n'
     "    except OSError as e:\n"
-    "        print(port, \"refused\", e)' "
+    '        print(port, "refused", e)\' '
 )
 
 
@@ -313,7 +313,7 @@ def test_none_runs_on_the_host_and_the_worker_warns_at_start(
 
 
 def test_an_unknown_sandbox_setting_is_refused() -> None:
-    with pytest.raises(ValueError, match="bwrap .*or none"):
+    with pytest.raises(ValueError, match=r"bwrap .*or none"):
         Settings(sandbox="docker")
     with pytest.raises(ValueError, match="absolute"):
         Settings(sandbox_paths=["opt/node"])

@@ -150,8 +150,8 @@ def check(sandbox: Sandbox) -> str | None:
     with tempfile.TemporaryDirectory(prefix="tickwork-probe-") as probe:
         try:
             result = _run("id -u", Path(probe), 30.0, command_env(), False, sandbox, None)
-        except OSError as exc:
-            return f"bwrap could not start: {exc}"
+        except SandboxUnavailable as exc:
+            return f"bwrap could not start: {exc.__cause__}"
     if result.exit_code != 0:
         said = " ".join((result.stderr or result.stdout).split())[:300]
         return f"bwrap failed (exit code {result.exit_code}): {said or 'no message'}"
@@ -219,14 +219,18 @@ def _run(
             passwd_fd=passwd,
             group_fd=group,
         )
-        return run_process(
-            args,
-            env={"PATH": os.defpath},
-            timeout_s=timeout_s,
-            max_output_bytes=sandbox.limits.output_bytes,
-            stop=stop,
-            pass_fds=(passwd, group),
-        )
+        try:
+            return run_process(
+                args,
+                env={"PATH": os.defpath},
+                timeout_s=timeout_s,
+                max_output_bytes=sandbox.limits.output_bytes,
+                stop=stop,
+                pass_fds=(passwd, group),
+            )
+        except OSError as exc:  # e.g. bwrap was removed since it last worked
+            _working.discard(sandbox)
+            raise SandboxUnavailable(f"the command was not run: {exc}; {HOW_TO}") from exc
 
 
 def bwrap_args(
