@@ -75,7 +75,9 @@ directory through tools; every path you give is relative to the workspace root.
 Tools:
 - list_files, read_file, search: look at the code. They change nothing.
 - run_tests: run the project's configured test command and see its output.
-- run_command: run a shell command in the workspace (no network access assumed).
+- run_command: run a shell command in the workspace, in a sandbox: the workspace is its \
+current directory (/workspace), nothing outside it is writable, and there is no network \
+unless the job allows it.
 - write_file (whole file) and apply_patch (unified diff): change files.
 
 write_file, apply_patch and destructive commands (deleting, moving or overwriting files, \
@@ -156,7 +158,7 @@ def user_prompt(workspace: Path, test_command: str, goal: str = "") -> str:
 Repair the project in the workspace so that its tests pass.
 
 Goal: {goal or "make the failing tests pass"}
-Workspace: {workspace} (tool paths are relative to it)
+Workspace: {workspace} (tool paths are relative to it; commands see it as /workspace)
 Test command: {test_command} (run_tests runs it)
 
 Work in this order:

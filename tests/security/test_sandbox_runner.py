@@ -3,13 +3,16 @@ refused or contained. Through real ticks: test_sandbox_e2e.py."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -318,3 +321,51 @@ def test_an_unknown_sandbox_setting_is_refused() -> None:
     with pytest.raises(ValueError, match="absolute"):
         Settings(sandbox_paths=["opt/node"])
     assert sandbox_of(Settings(sandbox_cpu_s=7)).limits.cpu_s == 7
+
+
+NOT_ROOT_WORKER = """
+import json, sys
+from pathlib import Path
+from worker.tools.runner import run_sandboxed
+result = run_sandboxed(
+    "id -u; echo made > made.txt; cat /etc/shadow ../secret.txt; " + sys.argv[2],
+    workdir=Path(sys.argv[1]),
+    timeout_s=30,
+)
+print(json.dumps({"stdout": result.stdout, "stderr": result.stderr}))
+"""
+
+
+def test_a_worker_that_is_not_root_runs_commands_as_itself_in_a_user_namespace() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("starts a worker as another user, which needs root")
+    python = Path(f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}")
+    site = [p for p in sys.path if p.endswith("site-packages")]
+    top = Path(tempfile.mkdtemp(prefix="tickwork-not-root-", dir="/tmp"))
+    try:
+        top.chmod(0o755)
+        (top / "secret.txt").write_text(SECRET)
+        (top / "secret.txt").chmod(0o644)  # readable on the host: the sandbox must hide it
+        workspace = top / "workspace"
+        workspace.mkdir()
+        os.chown(workspace, 65534, 65534)
+        env = {"PATH": os.defpath, "PYTHONPATH": os.pathsep.join([str(ROOT), *site])}
+        connect = CONNECT.replace(PYTHON, str(python), 1) + "5432"
+        args = [str(python), "-c", NOT_ROOT_WORKER, str(workspace), connect]
+        try:
+            done = subprocess.run(
+                args, env=env, cwd="/", capture_output=True, text=True, timeout=60,
+                user=65534, group=65534, extra_groups=[],
+            )  # fmt: skip
+        except OSError as exc:
+            pytest.skip(f"cannot start {python} as another user: {exc}")
+        if "ModuleNotFoundError" in done.stderr or "Permission denied" in done.stderr:
+            pytest.skip(f"this checkout cannot be imported by another user: {done.stderr[-300:]}")
+        assert done.returncode == 0, done.stderr
+        seen = json.loads(done.stdout)
+        uid, *rest = seen["stdout"].splitlines()
+        assert uid == "65534" and rest[0].split()[:2] == ["5432", "refused"]
+        assert SECRET not in seen["stdout"] + seen["stderr"]
+        assert (workspace / "made.txt").read_text() == "made\n"
+    finally:
+        shutil.rmtree(top)
