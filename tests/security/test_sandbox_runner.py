@@ -88,11 +88,29 @@ def test_the_command_runs_in_the_working_copy_as_an_unprivileged_user(
     assert (workspace / "made.txt").read_text() == "made\n"
 
 
+def owners(workspace: Path) -> set[tuple[int, int]]:
+    return {(p.lstat().st_uid, p.lstat().st_gid) for p in [workspace, *workspace.rglob("*")]}
+
+
 def test_the_working_copy_is_given_back_to_its_owner(places: tuple[Path, Path]) -> None:
     workspace, _ = places
-    owner = workspace.stat().st_uid
+    owner = (workspace.stat().st_uid, workspace.stat().st_gid)
     run(workspace, "mkdir -p new/deep && echo x > new/deep/f.txt && echo y >> a.txt")
-    assert {p.lstat().st_uid for p in [workspace, *workspace.rglob("*")]} == {owner}
+    assert (workspace / "new" / "deep" / "f.txt").exists()
+    assert owners(workspace) == {owner}
+
+
+def test_a_working_copy_left_to_the_sandbox_user_is_given_back(
+    places: tuple[Path, Path],
+) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("only a root worker hands the working copy to another user")
+    workspace, tmp = places
+    sandbox = Sandbox()
+    for path in [workspace, *workspace.rglob("*")]:
+        os.lchown(path, sandbox.uid, sandbox.gid)  # as a worker killed mid-command leaves it
+    run(workspace, "true", sandbox=sandbox)
+    assert owners(workspace) == {(tmp.stat().st_uid, tmp.stat().st_gid)}
 
 
 @pytest.mark.parametrize(

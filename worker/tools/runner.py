@@ -337,20 +337,26 @@ def _data(text: str) -> Iterator[int]:
 def _handed_over(root: Path, uid: int, gid: int) -> Iterator[None]:
     """The working copy owned by the sandbox's user while it runs, then by its owners again.
 
-    Symlinks are not followed; a file with several hard links is left as it is (it may be
-    linked from outside the working copy), so the command cannot write it.
+    What the sandbox's user made, or owned before, goes to the working copy's owner (its
+    parent's, if the sandbox's user owned it). Symlinks are not followed; a file with
+    several hard links is left as it is (it may be linked from outside the working copy),
+    so the command cannot write it.
     """
     before = list(_entries(root))
     owners = {path: (info.st_uid, info.st_gid) for path, info in before}
     for path, info in before:
         if not _shared(info):
             os.lchown(path, uid, gid)
+    default = owners[str(root)]
+    if default == (uid, gid):  # left so by a worker killed during a command
+        parent = root.parent.stat()
+        default = (parent.st_uid, parent.st_gid)
     try:
         yield
     finally:
-        default = owners[str(root)]
         for path, info in _entries(root):
             owner = owners.get(path, default)
+            owner = default if owner == (uid, gid) else owner
             if (info.st_uid, info.st_gid) != owner:
                 os.lchown(path, *owner)
 
