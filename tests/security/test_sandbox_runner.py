@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from fsm.errors import SandboxUnavailable
+from fsm.errors import SandboxUnavailable, ToolError
 from worker.app import log_sandbox
 from worker.settings import Settings
 from worker.tools.runner import Limits, Sandbox, check, run_sandboxed, sandbox_of
@@ -387,3 +387,30 @@ def test_a_worker_that_is_not_root_runs_commands_as_itself_in_a_user_namespace()
         assert (workspace / "made.txt").read_text() == "made\n"
     finally:
         shutil.rmtree(top)
+
+
+def test_a_test_suite_with_processes_and_git_runs(places: tuple[Path, Path]) -> None:
+    workspace, _ = places
+    pool = f"{PYTHON} -c 'import multiprocessing as m; print(m.Pool(2).map(abs, [-1, -2]))'"
+    result = run(workspace, f"{pool} && git init -q . && git add -A && git status --short")
+    assert result.exit_code == 0, result.describe()
+    assert result.stdout.splitlines() == ["[1, 2]", "A  a.txt"]
+
+
+@pytest.mark.parametrize(
+    "where",
+    ["/", "/etc", "/usr/lib", "/var", "{home}", "{code}", "{prefix}", "{state_parent}"],
+)
+def test_a_working_copy_that_holds_the_system_or_the_worker_is_refused(
+    places: tuple[Path, Path], where: str
+) -> None:
+    _, tmp = places
+    sandbox = Sandbox(protect=(str(tmp / "state"),))
+    path = where.format(
+        home=Path.home(), code=ROOT, prefix=sys.prefix, state_parent=tmp
+    )  # tmp holds the state dir
+    before = owners(Path(path)) if path == str(tmp) else None
+    with pytest.raises(ToolError, match="commands only run in a project's own directory"):
+        run(Path(path), "touch /workspace/tickwork-sandbox-pwned.txt", sandbox=sandbox)
+    assert not Path(path, "tickwork-sandbox-pwned.txt").exists()
+    assert before is None or owners(Path(path)) == before

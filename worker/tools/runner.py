@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fsm.errors import SandboxUnavailable
+from fsm.errors import SandboxUnavailable, ToolError
 
 from .shell import ShellResult, Stop, command_env, run_process, run_shell
 
@@ -53,6 +53,10 @@ ETC_NETWORK = (
     *("ssl", "ca-certificates", "ca-certificates.conf"),
 )
 PRLIMIT, SETPRIV = "/usr/bin/prlimit", "/usr/bin/setpriv"
+#: host directories a working copy may not lie in
+SYSTEM_ONLY = (*SYSTEM, "/etc", "/boot", "/dev", "/proc", "/sys", "/run")
+#: tickwork's own code: a working copy holding it could change what the worker runs next
+CODE = str(Path(__file__).resolve().parents[2])
 HOW_TO = (
     "install bubblewrap (`apt-get install bubblewrap`) and let it create namespaces (see "
     "ops/RUNBOOK.md, Sandbox), or set TICKWORK_SANDBOX=none to run commands unconfined on purpose"
@@ -84,6 +88,9 @@ class Sandbox:
     limits: Limits = field(default_factory=Limits)
     #: host paths bound read-only at the same place, besides the system and the worker's Python
     paths: tuple[str, ...] = ()
+    #: host paths a working copy may not hold (the state dir), besides the system's and the
+    #: worker's own: the command could change them
+    protect: tuple[str, ...] = ()
 
 
 def sandbox_of(settings: Settings) -> Sandbox:
@@ -100,6 +107,7 @@ def sandbox_of(settings: Settings) -> Sandbox:
             tmp_bytes=settings.sandbox_tmp_bytes,
         ),
         paths=tuple(settings.sandbox_paths),
+        protect=(str(settings.state_dir.expanduser().resolve()),),
     )
 
 
@@ -179,6 +187,24 @@ def describe(sandbox: Sandbox) -> str:
     )
 
 
+def working_copy(workdir: Path, sandbox: Sandbox) -> Path:
+    """`workdir`'s real path, or a `ToolError` if it is no place to give a command.
+
+    Not a system directory, and not one that holds the worker's home, Python, code or
+    state dir (a root worker hands the working copy to the sandbox's user for the run).
+    """
+    root = workdir.resolve(strict=True)
+    inside = next((top for top in SYSTEM_ONLY if _below(str(root), top)), None)
+    held = [*SYSTEM_ONLY, "/var", str(Path.home()), CODE, *host_paths(), *sandbox.protect]
+    holds = next((top for top in held if _below(os.path.realpath(top), str(root))), None)
+    if inside or holds or str(root) == "/":
+        raise ToolError(
+            f"the working copy {root} is a system directory or holds {holds or inside or '/'}; "
+            "commands only run in a project's own directory"
+        )
+    return root
+
+
 def _run(
     command: str,
     workdir: Path,
@@ -188,7 +214,7 @@ def _run(
     sandbox: Sandbox,
     stop: Stop | None,
 ) -> ShellResult:
-    root = workdir.resolve(strict=True)
+    root = working_copy(workdir, sandbox)
     privileged = os.geteuid() == 0
     uid, gid = (sandbox.uid, sandbox.gid) if privileged else (os.getuid(), os.getgid())
     inside = {
@@ -258,7 +284,8 @@ def bwrap_args(
         elif os.path.isdir(top):
             args += ["--ro-bind", top, top]
     args += ["--proc", "/proc", "--dev", "/dev"]
-    args += ["--perms", "1777", "--size", str(sandbox.limits.tmp_bytes), "--tmpfs", "/tmp"]
+    for scratch in ("/tmp", "/dev/shm"):  # /dev/shm: POSIX semaphores (multiprocessing)
+        args += ["--perms", "1777", "--size", str(sandbox.limits.tmp_bytes), "--tmpfs", scratch]
     args += ["--dir", "/etc"]
     for name in ETC + (ETC_NETWORK if network else ()):
         args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
