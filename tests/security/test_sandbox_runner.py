@@ -18,9 +18,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from celery import Celery, signals
 
 from fsm.errors import SandboxUnavailable, ToolError
-from worker.app import log_sandbox
+from worker.app import log_sandbox, make_app
 from worker.settings import Settings
 from worker.tools.runner import Limits, Sandbox, check, run_sandboxed, sandbox_of
 from worker.tools.shell import ShellResult
@@ -414,3 +415,23 @@ def test_a_working_copy_that_holds_the_system_or_the_worker_is_refused(
         run(Path(path), "touch /workspace/tickwork-sandbox-pwned.txt", sandbox=sandbox)
     assert not Path(path, "tickwork-sandbox-pwned.txt").exists()
     assert before is None or owners(Path(path)) == before
+
+
+class Consumer:
+    """What Celery sends `worker_ready` from: it knows its app."""
+
+    def __init__(self, app: Celery) -> None:
+        self.app = app
+
+
+def test_a_worker_says_at_start_what_its_commands_run_in(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = Settings(state_dir=tmp_path / "state", sandbox="none")
+    app, other = make_app(settings, relay=False), make_app(settings, relay=False)
+    with caplog.at_level(logging.INFO, logger="tickwork.worker"):
+        signals.worker_ready.send(sender=Consumer(app))
+    said = [r for r in caplog.records if r.name == "tickwork.worker"]
+    assert len(said) == 1 and said[0].levelno == logging.WARNING
+    assert said[0].message.startswith("TICKWORK_SANDBOX=none: run_command and test commands")
+    assert other is not app
