@@ -398,23 +398,29 @@ def test_a_test_suite_with_processes_and_git_runs(places: tuple[Path, Path]) -> 
     assert result.stdout.splitlines() == ["[1, 2]", "A  a.txt"]
 
 
-@pytest.mark.parametrize(
-    "where",
-    ["/", "/etc", "/usr/lib", "/var", "{home}", "{code}", "{prefix}", "{state_parent}"],
-)
-def test_a_working_copy_that_holds_the_system_or_the_worker_is_refused(
-    places: tuple[Path, Path], where: str
-) -> None:
-    _, tmp = places
-    sandbox = Sandbox(protect=(str(tmp / "state"),))
-    path = where.format(
-        home=Path.home(), code=ROOT, prefix=sys.prefix, state_parent=tmp
-    )  # tmp holds the state dir
-    before = owners(Path(path)) if path == str(tmp) else None
+@pytest.mark.parametrize("where", ["/", "/etc", "/usr/lib", "/var", "{home}", "{code}", "{prefix}"])
+def test_a_working_copy_that_holds_the_system_or_the_worker_is_refused(where: str) -> None:
+    path = Path(where.format(home=Path.home(), code=ROOT, prefix=sys.prefix))
     with pytest.raises(ToolError, match="commands only run in a project's own directory"):
-        run(Path(path), "touch /workspace/tickwork-sandbox-pwned.txt", sandbox=sandbox)
+        run(path, "touch /workspace/tickwork-sandbox-pwned.txt")
     assert not Path(path, "tickwork-sandbox-pwned.txt").exists()
-    assert before is None or owners(Path(path)) == before
+
+
+def test_a_state_dir_inside_the_working_copy_is_hidden_from_commands(
+    places: tuple[Path, Path],
+) -> None:
+    _, tmp = places  # tmp holds the state dir, as a project holds `.tickwork/`
+    state = tmp / "state"
+    before = owners(state)
+    result = run(
+        tmp,
+        "ls -la state; cat state/tickwork.db; echo x > state/tickwork.db; echo y > state/new",
+        sandbox=Sandbox(hide=(str(state),)),
+    )
+    assert SECRET not in result.describe()
+    assert [p.name for p in state.iterdir()] == ["tickwork.db"]
+    assert (state / "tickwork.db").read_text() == SECRET and owners(state) == before
+    assert (tmp / "secret.txt").exists()  # the rest of the working copy is there
 
 
 class Consumer:

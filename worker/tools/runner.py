@@ -88,9 +88,9 @@ class Sandbox:
     limits: Limits = field(default_factory=Limits)
     #: host paths bound read-only at the same place, besides the system and the worker's Python
     paths: tuple[str, ...] = ()
-    #: host paths a working copy may not hold (the state dir), besides the system's and the
-    #: worker's own: the command could change them
-    protect: tuple[str, ...] = ()
+    #: host paths hidden from commands when the working copy holds them (the state dir:
+    #: the embedded default keeps `.tickwork/` in the directory tickwork runs in)
+    hide: tuple[str, ...] = ()
 
 
 def sandbox_of(settings: Settings) -> Sandbox:
@@ -107,7 +107,7 @@ def sandbox_of(settings: Settings) -> Sandbox:
             tmp_bytes=settings.sandbox_tmp_bytes,
         ),
         paths=tuple(settings.sandbox_paths),
-        protect=(str(settings.state_dir.expanduser().resolve()),),
+        hide=(str(settings.state_dir.expanduser().resolve()),),
     )
 
 
@@ -190,12 +190,12 @@ def describe(sandbox: Sandbox) -> str:
 def working_copy(workdir: Path, sandbox: Sandbox) -> Path:
     """`workdir`'s real path, or a `ToolError` if it is no place to give a command.
 
-    Not a system directory, and not one that holds the worker's home, Python, code or
-    state dir (a root worker hands the working copy to the sandbox's user for the run).
+    Not a system directory, and not one that holds the worker's home, Python or code (a
+    root worker hands the working copy to the sandbox's user for the run).
     """
     root = workdir.resolve(strict=True)
     inside = next((top for top in SYSTEM_ONLY if _below(str(root), top)), None)
-    held = [*SYSTEM_ONLY, "/var", str(Path.home()), CODE, *host_paths(), *sandbox.protect]
+    held = [*SYSTEM_ONLY, "/var", str(Path.home()), CODE, *host_paths()]
     holds = next((top for top in held if _below(os.path.realpath(top), str(root))), None)
     if inside or holds or str(root) == "/":
         raise ToolError(
@@ -215,6 +215,7 @@ def _run(
     stop: Stop | None,
 ) -> ShellResult:
     root = working_copy(workdir, sandbox)
+    hidden = _hidden(root, sandbox.hide)
     privileged = os.geteuid() == 0
     uid, gid = (sandbox.uid, sandbox.gid) if privileged else (os.getuid(), os.getgid())
     inside = {
@@ -227,7 +228,7 @@ def _run(
     }
     with ExitStack() as stack:
         if privileged:
-            stack.enter_context(_handed_over(root, uid, gid))
+            stack.enter_context(_handed_over(root, uid, gid, hidden))
         passwd = stack.enter_context(
             _data(
                 f"root:x:0:0:root:/root:/usr/sbin/nologin\n"
@@ -244,6 +245,7 @@ def _run(
             privileged=privileged,
             passwd_fd=passwd,
             group_fd=group,
+            hidden=hidden,
         )
         try:
             return run_process(
@@ -269,6 +271,7 @@ def bwrap_args(
     privileged: bool,
     passwd_fd: int,
     group_fd: int,
+    hidden: tuple[str, ...] = (),
 ) -> list[str]:
     """The bwrap command line that runs `command` as described in this module's docstring."""
     args = [shutil.which("bwrap") or "bwrap", "--die-with-parent", "--new-session"]
@@ -298,7 +301,10 @@ def bwrap_args(
                 made.add(str(parent))
                 args += ["--perms", "0755", "--dir", str(parent)]
         args += ["--ro-bind-try", path, path]
-    args += ["--bind", str(workdir), WORKDIR, "--chdir", WORKDIR, "--clearenv"]
+    args += ["--bind", str(workdir), WORKDIR]
+    for path in hidden:  # an empty tmpfs over it
+        args += ["--perms", "0000", "--tmpfs", str(Path(WORKDIR, Path(path).relative_to(workdir)))]
+    args += ["--chdir", WORKDIR, "--clearenv"]
     for name, value in env.items():
         args += ["--setenv", name, value]
     lim = sandbox.limits
@@ -360,8 +366,14 @@ def _data(text: str) -> Iterator[int]:
         os.close(read)
 
 
+def _hidden(root: Path, hide: tuple[str, ...]) -> tuple[str, ...]:
+    """The directories of `hide` inside the working copy `root`, as real paths."""
+    found = (os.path.realpath(path) for path in hide)
+    return tuple(p for p in found if p != str(root) and _below(p, str(root)) and os.path.isdir(p))
+
+
 @contextmanager
-def _handed_over(root: Path, uid: int, gid: int) -> Iterator[None]:
+def _handed_over(root: Path, uid: int, gid: int, hidden: tuple[str, ...] = ()) -> Iterator[None]:
     """The working copy owned by the sandbox's user while it runs, then by its owners again.
 
     What the sandbox's user made, or owned before, goes to the working copy's owner (its
@@ -369,7 +381,7 @@ def _handed_over(root: Path, uid: int, gid: int) -> Iterator[None]:
     several hard links is left as it is (it may be linked from outside the working copy),
     so the command cannot write it.
     """
-    before = list(_entries(root))
+    before = list(_entries(root, hidden))
     owners = {path: (info.st_uid, info.st_gid) for path, info in before}
     for path, info in before:
         if not _shared(info):
@@ -381,7 +393,7 @@ def _handed_over(root: Path, uid: int, gid: int) -> Iterator[None]:
     try:
         yield
     finally:
-        for path, info in _entries(root):
+        for path, info in _entries(root, hidden):
             owner = owners.get(path, default)
             owner = default if owner == (uid, gid) else owner
             if (info.st_uid, info.st_gid) != owner:
@@ -392,10 +404,12 @@ def _shared(info: os.stat_result) -> bool:
     return not stat.S_ISDIR(info.st_mode) and info.st_nlink > 1
 
 
-def _entries(root: Path) -> Iterator[tuple[str, os.stat_result]]:
-    """Every entry under `root` (itself first) with its lstat, symlinks not followed."""
+def _entries(root: Path, skip: tuple[str, ...]) -> Iterator[tuple[str, os.stat_result]]:
+    """Every entry under `root` (itself first) but `skip`, with its lstat, symlinks not
+    followed."""
     yield str(root), os.lstat(root)
     for directory, subdirs, names in os.walk(root):
+        subdirs[:] = [d for d in subdirs if os.path.join(directory, d) not in skip]
         for name in subdirs + names:
             path = os.path.join(directory, name)
             try:
