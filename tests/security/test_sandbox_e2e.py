@@ -16,6 +16,7 @@ import pytest
 
 from fsm.values import ErrorCode, Head, Status
 from tests.security.conftest import Env, observations
+from tests.security.test_sandbox_runner import gone
 from tickwork import render, views
 from worker import webhooks
 from worker.tools import runner
@@ -168,7 +169,7 @@ def test_flooding_output_and_forking_are_cut_and_the_session_goes_on(
     calls = [
         {"name": "run_command", "arguments": {"command": "yes", "timeout_s": 120}},
         {"name": "run_command", "arguments": {"command": "b() { b | b & }; b", "timeout_s": 3}},
-        command("echo still here"),
+        command("(sleep 605.4242 &); nohup sleep 605.4242 >/dev/null 2>&1 & echo still here"),
     ]
     session_id = repair(env, workspace, calls)
     assert env.run(session_id).status is Status.COMPLETED
@@ -177,6 +178,8 @@ def test_flooding_output_and_forking_are_cut_and_the_session_goes_on(
     assert flood_error and "its output passed" in flood
     assert len(flood) <= env.settings.max_output_chars + 200
     assert seen["s3c0"] == ("exit code: 0\n--- stdout ---\nstill here", False)
+    assert gone("605.4242"), "a background process outlived its command"
+    assert gone("b | b")
 
 
 def run_in_background(env: Env, session_id: str) -> tuple[threading.Thread, list[Head]]:
