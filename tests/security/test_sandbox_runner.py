@@ -114,6 +114,21 @@ def test_a_working_copy_left_to_the_sandbox_user_is_given_back(
     assert owners(workspace) == {(tmp.stat().st_uid, tmp.stat().st_gid)}
 
 
+def test_a_file_hard_linked_from_outside_is_not_handed_to_the_command(
+    places: tuple[Path, Path],
+) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("only a root worker hands the working copy to another user")
+    workspace, tmp = places
+    os.link(tmp / "secret.txt", workspace / "linked.txt")
+    (tmp / "secret.txt").chmod(0o600)
+    owner = (tmp / "secret.txt").stat().st_uid
+    result = run(workspace, "cat linked.txt; echo pwned >> linked.txt")
+    assert SECRET not in result.stdout and "Permission denied" in result.stderr
+    assert (tmp / "secret.txt").read_text() == SECRET
+    assert (tmp / "secret.txt").stat().st_uid == owner
+
+
 @pytest.mark.parametrize(
     "command",
     [

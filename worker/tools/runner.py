@@ -22,7 +22,6 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import stat
 import sys
 import tempfile
 from collections.abc import Iterator, Mapping
@@ -33,6 +32,7 @@ from typing import TYPE_CHECKING
 
 from fsm.errors import SandboxUnavailable, ToolError
 
+from .ownership import handed_over
 from .shell import ShellResult, Stop, command_env, run_process, run_shell
 
 if TYPE_CHECKING:
@@ -228,7 +228,7 @@ def _run(
     }
     with ExitStack() as stack:
         if privileged:
-            stack.enter_context(_handed_over(root, uid, gid, hidden))
+            stack.enter_context(handed_over(root, uid, gid, skip=hidden))
         passwd = stack.enter_context(
             _data(
                 f"root:x:0:0:root:/root:/usr/sbin/nologin\n"
@@ -370,49 +370,3 @@ def _hidden(root: Path, hide: tuple[str, ...]) -> tuple[str, ...]:
     """The directories of `hide` inside the working copy `root`, as real paths."""
     found = (os.path.realpath(path) for path in hide)
     return tuple(p for p in found if p != str(root) and _below(p, str(root)) and os.path.isdir(p))
-
-
-@contextmanager
-def _handed_over(root: Path, uid: int, gid: int, hidden: tuple[str, ...] = ()) -> Iterator[None]:
-    """The working copy owned by the sandbox's user while it runs, then by its owners again.
-
-    What the sandbox's user made, or owned before, goes to the working copy's owner (its
-    parent's, if the sandbox's user owned it). Symlinks are not followed; a file with
-    several hard links is left as it is (it may be linked from outside the working copy),
-    so the command cannot write it.
-    """
-    before = list(_entries(root, hidden))
-    owners = {path: (info.st_uid, info.st_gid) for path, info in before}
-    for path, info in before:
-        if not _shared(info):
-            os.lchown(path, uid, gid)
-    default = owners[str(root)]
-    if default == (uid, gid):  # left so by a worker killed during a command
-        parent = root.parent.stat()
-        default = (parent.st_uid, parent.st_gid)
-    try:
-        yield
-    finally:
-        for path, info in _entries(root, hidden):
-            owner = owners.get(path, default)
-            owner = default if owner == (uid, gid) else owner
-            if (info.st_uid, info.st_gid) != owner:
-                os.lchown(path, *owner)
-
-
-def _shared(info: os.stat_result) -> bool:
-    return not stat.S_ISDIR(info.st_mode) and info.st_nlink > 1
-
-
-def _entries(root: Path, skip: tuple[str, ...]) -> Iterator[tuple[str, os.stat_result]]:
-    """Every entry under `root` (itself first) but `skip`, with its lstat, symlinks not
-    followed."""
-    yield str(root), os.lstat(root)
-    for directory, subdirs, names in os.walk(root):
-        subdirs[:] = [d for d in subdirs if os.path.join(directory, d) not in skip]
-        for name in subdirs + names:
-            path = os.path.join(directory, name)
-            try:
-                yield path, os.lstat(path)
-            except FileNotFoundError:
-                continue
