@@ -114,7 +114,7 @@ class Stops:
 
     def __exit__(self, *_: object) -> None:
         self._done.set()
-        self._thread.join()
+        self._thread.join(1.0)  # a look at the head still under way ends on its own
 
     def _run(self) -> None:
         while self._reason is None and not self._done.wait(self._every_s):
