@@ -106,7 +106,6 @@ def run_process(
     env: Mapping[str, str] | None = None,
     stop: Stop | None = None,
     pass_fds: Sequence[int] = (),
-    user: int | None = None,
 ) -> ShellResult:
     """Run `args` in a new session; kill its process group on timeout, on too much output
     or when `stop` says so."""
@@ -120,7 +119,6 @@ def run_process(
         stderr=subprocess.PIPE,
         start_new_session=True,
         pass_fds=tuple(pass_fds),
-        user=user,
     )
     try:
         out, err, why = _collect(process, started + max(timeout_s, 0.001), max_output_bytes, stop)
