@@ -62,6 +62,23 @@ def _more(amount: float, shown: str) -> str:
     return f" and the next model call is estimated at {shown} more" if amount > 0 else ""
 
 
+def stop_reason(head: Head, *, now: datetime) -> str | None:
+    """Why a tool running for this session must stop now, or None.
+
+    A cancel, the deadline and the cost budget stop a running call (the session ends at its
+    next tick anyway); the step and token budgets cannot change while a tool runs.
+    """
+    b = head.budgets
+    if head.cancel_requested:
+        return "the session was cancelled"
+    elapsed = (now - head.created_at).total_seconds()
+    if elapsed >= b.deadline_s:
+        return f"the session's deadline passed ({elapsed:.0f}s, deadline_s is {b.deadline_s:g})"
+    if b.limits_cost and head.cost_usd >= b.max_cost_usd:
+        return f"the session's cost budget is spent (max_cost_usd is ${b.max_cost_usd})"
+    return None
+
+
 def model_retry_delay(
     attempt: int, *, factor: float = 1.0, max_delay: float = 60.0, jitter: float = 0.0
 ) -> float:

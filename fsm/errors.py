@@ -119,3 +119,8 @@ class InvalidToolArguments(ToolError, InvalidInput):
 
 class PathOutsideWorkspace(ToolError):
     """The path leaves the workspace; tools only touch files inside it."""
+
+
+class SandboxUnavailable(ToolError):
+    """A command was refused: the OS sandbox (bubblewrap) cannot run on this worker and
+    `TICKWORK_SANDBOX=none` was not set."""

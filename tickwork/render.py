@@ -171,6 +171,8 @@ def _header(h: Mapping[str, Any]) -> Table:
     ]
     if h["parent_id"]:
         rows.append(("forked from", Text(f"{h['parent_id']} at step {h['fork_step']}")))
+    if (h.get("config") or {}).get("network") is True:
+        rows.append(("network", Text("allowed: its commands may reach the network", "yellow")))
     for name, value in rows:
         grid.add_row(name, value)
     return grid

@@ -17,9 +17,10 @@ from store import Claimed
 
 from . import metrics, webhooks  # issue 8: metrics and approval webhooks
 from .models import ModelSettings, pricing
-from .runtime import Runtime, owner_name
+from .runtime import Runtime, Stops, owner_name
 from .secrets import mask_change
 from .tools.registry import ToolContext, run_tool
+from .tools.runner import sandbox_of
 
 log = logging.getLogger("tickwork.tick")
 
@@ -183,14 +184,17 @@ def _execute(rt: Runtime, claimed: Claimed) -> Change:
         head.id, head.version, call, owner=claimed.owner, now=rt.clock(), rerun=plan.rerun
     )
     workspace = head.config.get("workspace")
-    context = ToolContext(
-        session_id=head.id,
-        call_id=call.call_id,
-        step=call.step,
-        idempotency_key=idempotency_key(head.id, call.step, call.call_id),
-        workspace=None if workspace is None else Path(workspace),
-        config=head.config,
-        timeout_s=tool.timeout_s,
-    )
-    result = run_tool(tool, arguments, context, max_output_chars=rt.settings.max_output_chars)
+    with Stops(rt.store, head.id, every_s=rt.settings.stop_poll_s, clock=rt.clock) as stop:
+        context = ToolContext(
+            session_id=head.id,
+            call_id=call.call_id,
+            step=call.step,
+            idempotency_key=idempotency_key(head.id, call.step, call.call_id),
+            workspace=None if workspace is None else Path(workspace),
+            config=head.config,
+            timeout_s=tool.timeout_s,
+            stop=stop,
+            sandbox=sandbox_of(rt.settings),
+        )
+        result = run_tool(tool, arguments, context, max_output_chars=rt.settings.max_output_chars)
     return finished(result.output, is_error=result.is_error, duration_ms=result.duration_ms)

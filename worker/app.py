@@ -6,6 +6,7 @@ is built from the environment on first access, not at import.
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
@@ -16,6 +17,9 @@ from .relay import RelayThread
 from .runtime import Runtime, build_store
 from .secrets import install_log_masking, masker_for
 from .settings import Settings, load_settings
+from .tools.runner import check, describe, sandbox_of
+
+log = logging.getLogger("tickwork.worker")
 
 TICK = "tickwork.tick"
 DEAD_LETTER = "tickwork.dead_letter"
@@ -52,9 +56,31 @@ def make_app(settings: Settings | None = None, *, relay: bool = True) -> Celery:
         worker_enable_remote_control=not settings.embedded_broker,
     )
     app.tickwork_settings = settings  # type: ignore[attr-defined]
+    _check_sandbox_with_worker(app, settings)
     if relay:
         _start_relay_with_worker(app)
     return app
+
+
+def _check_sandbox_with_worker(app: Celery, settings: Settings) -> None:
+    """At worker start, say in the log what commands run in, or why they will be refused."""
+
+    def ready(sender: Any = None, **_: Any) -> None:
+        if getattr(sender, "app", None) is app:
+            log_sandbox(settings)
+
+    signals.worker_ready.connect(ready, weak=False)
+
+
+def log_sandbox(settings: Settings) -> None:
+    sandbox = sandbox_of(settings)
+    line = describe(sandbox)
+    if sandbox.mode == "none":
+        log.warning(line)
+    elif check(sandbox) is not None:
+        log.error(line)
+    else:
+        log.info(line)
 
 
 def runtime(app: Celery) -> Runtime:

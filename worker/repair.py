@@ -28,7 +28,8 @@ from fsm.values import Head
 from .jobs import JobKind
 from .settings import load_settings
 from .tools.repair import default_registry
-from .tools.shell import command_env, run_shell
+from .tools.runner import run_sandboxed, sandbox_of
+from .tools.shell import command_env
 
 #: directories neither copied into the baseline nor diffed: VCS data, caches, environments
 SKIP_DIRS = frozenset(
@@ -58,7 +59,7 @@ MAX_PATCH_CHARS = 2_000_000
 FINAL_TESTS_TIMEOUT_S = 600.0
 #: how much of the final test run's output the result keeps (its end)
 MAX_TEST_OUTPUT_CHARS = 4_000
-INPUT_KEYS = ("workspace", "test_command", "goal", "test_timeout_s")
+INPUT_KEYS = ("workspace", "test_command", "goal", "test_timeout_s", "network")
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 #: the demo's project (copied before use, never changed in place) and its scripted model
@@ -74,7 +75,9 @@ directory through tools; every path you give is relative to the workspace root.
 Tools:
 - list_files, read_file, search: look at the code. They change nothing.
 - run_tests: run the project's configured test command and see its output.
-- run_command: run a shell command in the workspace (no network access assumed).
+- run_command: run a shell command in the workspace, in a sandbox: the workspace is its \
+current directory (/workspace), nothing outside it is writable, and there is no network \
+unless the job allows it.
 - write_file (whole file) and apply_patch (unified diff): change files.
 
 write_file, apply_patch and destructive commands (deleting, moving or overwriting files, \
@@ -141,13 +144,21 @@ def _timeout(value: Any) -> float | None:
     return float(value)
 
 
+def _network(value: Any) -> bool:
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise _fail(f"`network` must be true or false, got {value!r}")
+    return value
+
+
 def user_prompt(workspace: Path, test_command: str, goal: str = "") -> str:
     """The task as the model first reads it."""
     return f"""\
 Repair the project in the workspace so that its tests pass.
 
 Goal: {goal or "make the failing tests pass"}
-Workspace: {workspace} (tool paths are relative to it)
+Workspace: {workspace} (tool paths are relative to it; commands see it as /workspace)
 Test command: {test_command} (run_tests runs it)
 
 Work in this order:
@@ -168,6 +179,7 @@ def prepare(data: Mapping[str, Any], *, state_dir: Path | None = None) -> dict[s
     command = _test_command(data.get("test_command"))
     goal = _optional_text(data, "goal")
     timeout = _timeout(data.get("test_timeout_s"))
+    network = _network(data.get("network"))
     state = Path(state_dir if state_dir is not None else load_settings().state_dir)
     state = state.expanduser().resolve()
     baseline = take_baseline(workspace, state / "baselines" / uuid.uuid4().hex, exclude=state)
@@ -179,6 +191,8 @@ def prepare(data: Mapping[str, Any], *, state_dir: Path | None = None) -> dict[s
     }
     if timeout is not None:
         config["test_timeout_s"] = timeout
+    if network:
+        config["network"] = True  # commands may reach the network (the sandbox's default: none)
     return config
 
 
@@ -347,7 +361,14 @@ def run_final_tests(head: Head) -> dict[str, Any]:
     command = str(config.get("test_command") or "")
     timeout = float(config.get("test_timeout_s") or FINAL_TESTS_TIMEOUT_S)
     env = command_env({**dict(config.get("env") or {}), "TICKWORK_SESSION_ID": head.id})
-    result = run_shell(command, cwd=Path(config["workspace"]), timeout_s=timeout, env=env)
+    result = run_sandboxed(
+        command,
+        workdir=Path(config["workspace"]),
+        timeout_s=timeout,
+        env=env,
+        network=config.get("network") is True,
+        sandbox=sandbox_of(load_settings()),
+    )
     output = result.describe()
     return {
         "command": command,

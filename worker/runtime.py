@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 
+from fsm.budgets import stop_reason
 from fsm.errors import ConfigurationError
 from store import Store, make_engine
 
@@ -87,6 +88,42 @@ class _Held:
 
     def __exit__(self, *_: object) -> None:
         self.leases._remove(self.key)
+
+
+class Stops:
+    """While one of a session's tools runs, looks at its head every `every_s` from a thread
+    of its own: calling the object says why the tool must stop (a cancel, the deadline or
+    the cost budget; `fsm.budgets.stop_reason`), or None. Commands poll it and kill their
+    sandbox at once instead of running to their end."""
+
+    def __init__(
+        self, store: Store, session_id: str, *, every_s: float, clock: Callable[[], datetime]
+    ) -> None:
+        self._store, self._session_id = store, session_id
+        self._every_s, self._clock = every_s, clock
+        self._reason: str | None = None
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="tickwork-stops", daemon=True)
+
+    def __call__(self) -> str | None:
+        return self._reason
+
+    def __enter__(self) -> Stops:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._done.set()
+        self._thread.join(1.0)  # a look at the head still under way ends on its own
+
+    def _run(self) -> None:
+        while self._reason is None and not self._done.wait(self._every_s):
+            try:
+                head = self._store.get(self._session_id)
+            except Exception:
+                log.exception("could not look at session %s while its tool runs", self._session_id)
+                continue
+            self._reason = stop_reason(head, now=self._clock())
 
 
 @dataclass

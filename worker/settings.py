@@ -58,12 +58,47 @@ class Settings(BaseSettings):
     task_events: bool = False
     #: chaos knob: fraction of tick publications deliberately dropped after commit
     drop_publish_rate: float = 0.0
+    #: where run_command and test commands run: `bwrap` (bubblewrap) or `none` (the host,
+    #: unconfined: only on purpose, a warning is logged at every worker start)
+    sandbox: str = "bwrap"
+    #: the user and group commands run as in the sandbox when the worker runs as root
+    sandbox_uid: int = Field(default=65534, ge=1)
+    sandbox_gid: int = Field(default=65534, ge=1)
+    #: per-command limits: CPU seconds, address space, processes of the sandbox's user,
+    #: the largest file written, stdout+stderr kept (past it the command is killed), /tmp
+    sandbox_cpu_s: int = Field(default=600, gt=0)
+    sandbox_memory_bytes: int = Field(default=4 << 30, gt=0)
+    sandbox_processes: int = Field(default=256, gt=0)
+    sandbox_file_bytes: int = Field(default=1 << 30, gt=0)
+    sandbox_output_bytes: int = Field(default=10 << 20, gt=0)
+    sandbox_tmp_bytes: int = Field(default=256 << 20, gt=0)
+    #: more host directories bound read-only into the sandbox (e.g. a toolchain in /opt)
+    sandbox_paths: list[str] = []
+    #: how often a running tool's session is checked for a cancel or a spent deadline or cost
+    stop_poll_s: float = Field(default=1.0, gt=0)
 
     @field_validator("drop_publish_rate")
     @classmethod
     def _rate(cls, value: float) -> float:
         if not 0.0 <= value <= 1.0:
             raise ValueError("drop_publish_rate must be between 0 and 1")
+        return value
+
+    @field_validator("sandbox")
+    @classmethod
+    def _sandbox(cls, value: str) -> str:
+        if value not in ("bwrap", "none"):
+            raise ValueError(
+                f"sandbox must be bwrap (the default) or none (commands unconfined), not {value!r}"
+            )
+        return value
+
+    @field_validator("sandbox_paths")
+    @classmethod
+    def _absolute(cls, value: list[str]) -> list[str]:
+        for path in value:
+            if not path.startswith("/"):
+                raise ValueError(f"sandbox_paths must be absolute paths, got {path!r}")
         return value
 
     @property

@@ -99,6 +99,8 @@ def card(
             "model": head.model,
             "step": head.step,
             "status": head.status.value,
+            #: the job let its commands reach the network (the sandbox's default: no network)
+            "network": head.config.get("network") is True,
         },
         "calls": shown,
         "links": {

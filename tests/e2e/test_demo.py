@@ -10,6 +10,8 @@ from pathlib import Path
 import pexpect
 import pytest
 
+from store import Store, make_engine
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -42,6 +44,16 @@ def test_demo_yes_repairs_the_example_on_a_fresh_state_folder(tmp_path: Path) ->
     assert "return sum(numbers) / len(numbers)\n" in (copies[0] / "calc.py").read_text()
     shipped = (ROOT / "examples" / "buggy_calc" / "calc.py").read_text()
     assert "(len(numbers) + 1)" in shipped, "the shipped example must never change"
+    # the tests ran in the sandbox (the default): the failures name the working copy's
+    # path inside it, not the copy's path on this host
+    store = Store(make_engine(f"sqlite:///{tmp_path / 'state' / 'tickwork.db'}"))
+    try:
+        (head,) = store.list_sessions(limit=5)
+        first_run = store.load(head.id).observations[0].content
+    finally:
+        store.engine.dispose()
+    assert first_run.startswith("tests FAILED") and 'File "/workspace/test_calc.py"' in first_run
+    assert str(copies[0]) not in first_run
 
 
 def spawn(tmp_path: Path) -> pexpect.spawn:

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from fsm.budgets import NextCall, exhausted_budget, model_retry_delay
+from fsm.budgets import NextCall, exhausted_budget, model_retry_delay, stop_reason
 from fsm.values import Budgets, ErrorCode
 
 FIELDS = list(Budgets.model_fields)
@@ -146,6 +146,29 @@ def test_a_call_is_allowed_only_if_its_estimate_fits(
     found = exhausted_budget(head, now=build.at(0), next_call=NextCall(cost_usd=ahead))
     allowed = found is None
     assert allowed == (spent < 2.0 and spent + ahead <= 2.0)
+
+
+@pytest.mark.parametrize(
+    ("fields", "at_s", "words"),
+    [
+        pytest.param({}, 0, None, id="fresh"),
+        pytest.param({"cancel_requested": True}, 0, "cancelled", id="cancel"),
+        pytest.param({}, 3600, "deadline passed", id="deadline"),
+        pytest.param({"cost_usd": 1.0}, 0, "cost budget", id="cost"),
+        # a running call of the last step may finish: steps and tokens do not stop it
+        pytest.param({"step": 3, "tokens": 100}, 0, None, id="steps_and_tokens_go_on"),
+        pytest.param({"step": 3}, 3600, "deadline passed", id="deadline_after_last_step"),
+    ],
+)
+def test_stop_reason_of_a_running_tool(
+    build: Any, fields: dict[str, Any], at_s: float, words: str | None
+) -> None:
+    head = build.head(
+        budgets={"max_steps": 3, "max_tokens": 100, "max_cost_usd": 1.0, "deadline_s": 3600},
+        **fields,
+    )
+    reason = stop_reason(head, now=build.at(at_s))
+    assert (reason is None) if words is None else (words in (reason or "")), reason
 
 
 @pytest.mark.parametrize(

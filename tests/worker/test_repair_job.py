@@ -90,6 +90,7 @@ WS = "<project>"
         ({"workspace": WS, "test_command": PASS, "test_timeout_s": 0}, "test_timeout_s"),
         ({"workspace": WS, "test_command": PASS, "test_timeout_s": True}, "test_timeout_s"),
         ({"workspace": WS, "test_command": PASS, "test_cmd": "x"}, r"unknown key\(s\) test_cmd"),
+        ({"workspace": WS, "test_command": PASS, "network": "yes"}, "`network` must be true"),
     ],
 )
 def test_invalid_input_says_what_to_do(
@@ -139,6 +140,12 @@ def test_prepare_returns_the_config_and_a_baseline_outside_the_workspace(
     copied = sorted(p.relative_to(files).as_posix() for p in files.rglob("*") if p.is_file())
     assert copied == ["README.md", "pkg/gone.py", "pkg/mod.py"]  # no binary, no caches, no .git
     assert (files / "pkg" / "mod.py").read_text() == "def f():\n    return 1\n"
+
+
+def test_network_is_off_unless_the_input_asks_for_it(project: Path, state: Path) -> None:
+    assert "network" not in start(project, state)
+    assert "network" not in start(project, state, network=False)
+    assert start(project, state, network=True)["network"] is True
 
 
 def test_a_test_command_may_be_a_list_of_words(project: Path, state: Path) -> None:

@@ -27,6 +27,7 @@ from fsm.approvals import ApprovalRule, Policy
 from fsm.errors import ConfigurationError, InvalidToolArguments, UnknownTool
 from fsm.values import idempotency_key as _idempotency_key
 
+from .runner import Sandbox
 from .schemas import explain_error, parse_docstring, signature_line, without_titles
 
 log = logging.getLogger(__name__)
@@ -50,6 +51,11 @@ class ToolContext:
     config: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     #: seconds the call may take; `run_tool` sets it to the limit it enforces
     timeout_s: float | None = None
+    #: why the call must stop now (the session was cancelled, its deadline passed), or
+    #: None; tools that run processes poll it and kill them
+    stop: Callable[[], str | None] | None = None
+    #: how commands run (the OS sandbox and its limits); None: from the settings
+    sandbox: Sandbox | None = None
 
     def __post_init__(self) -> None:
         if not self.idempotency_key:

@@ -17,11 +17,13 @@ from pydantic import Field
 
 from fsm.errors import ToolError
 
+from ..settings import load_settings
 from . import patches
 from .commands import command_needs_approval
 from .registry import Tool, ToolContext, ToolRegistry, tool
+from .runner import run_sandboxed, sandbox_of
 from .sandbox import is_inside, relative, resolve, workspace_root, write_text
-from .shell import ShellResult, command_env, run_shell
+from .shell import ShellResult, command_env
 
 #: most paths `list_files` shows
 MAX_LISTED = 500
@@ -239,11 +241,21 @@ def _shell(ctx: ToolContext, command: str, timeout_s: float) -> ShellResult:
             "TICKWORK_IDEMPOTENCY_KEY": ctx.idempotency_key,
         }
     )
-    result = run_shell(command, cwd=_root(ctx), timeout_s=timeout_s, env=env)
+    result = run_sandboxed(
+        command,
+        workdir=_root(ctx),
+        timeout_s=timeout_s,
+        env=env,
+        network=ctx.config.get("network") is True,
+        sandbox=ctx.sandbox or sandbox_of(load_settings()),
+        stop=ctx.stop,
+    )
     if result.timed_out:
         raise ToolError(
             f"the command timed out after {timeout_s:g}s and was killed\n" + result.describe()
         )
+    if result.killed:
+        raise ToolError(f"the command was killed: {result.killed}\n" + result.describe())
     return result
 
 
@@ -255,8 +267,10 @@ def run_command(
 ) -> str:
     """Run a shell command (/bin/sh) in the workspace root; shows exit code, stdout, stderr.
 
-    Commands that delete, move or overwrite files, change permissions, push, or drop
-    data need a person's approval first. Do not rely on network access.
+    It runs in a sandbox: the workspace is /workspace (the current directory), nothing
+    outside it is writable, and there is no network unless the job allows it. Commands that
+    delete, move or overwrite files, change permissions, push, or drop data need a
+    person's approval first.
 
     Args:
         command: the shell command line.

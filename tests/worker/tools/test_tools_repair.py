@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from worker.tools import ToolContext, ToolResult, default_registry, repair_tools
+from worker.tools.runner import Limits, Sandbox
 
 Call = Callable[..., ToolResult]
 
@@ -218,7 +219,10 @@ def test_run_command_output_has_exit_code_stdout_stderr(workspace: Path, call: C
 def test_run_command_runs_in_the_workspace(workspace: Path, call: Call) -> None:
     (workspace / "marker").write_text("")
     assert "marker" in call("run_command", command="ls").output
-    assert str(workspace.resolve()) in call("run_command", command="pwd").output
+    # in the sandbox the working copy is /workspace, not its path on the host
+    assert call("run_command", command="pwd").output.endswith("\n/workspace")
+    call("run_command", command="echo made > made.txt")
+    assert (workspace / "made.txt").read_text() == "made\n"
 
 
 def test_run_command_environment_is_clean(
@@ -253,6 +257,26 @@ def test_run_command_output_is_capped(workspace: Path, call: Call) -> None:
     result = call("run_command", command=f"{PYTHON} -c \"print('x' * 50000)\"")
     assert "characters cut" in result.output
     assert len(result.output) < 20_200
+
+
+@pytest.mark.parametrize("mode", ["bwrap", "none"])
+def test_run_command_output_is_capped_while_read(
+    workspace: Path, call: Call, make_ctx: Callable[..., ToolContext], mode: str
+) -> None:
+    sandbox = Sandbox(mode=mode, limits=Limits(output_bytes=100_000))
+    result = call("run_command", ctx=make_ctx(sandbox=sandbox), command="yes", timeout_s=60)
+    assert result.is_error
+    assert "the command was killed: its output passed 100000 bytes" in result.output
+
+
+def test_run_command_stops_when_the_session_says_so(
+    workspace: Path, call: Call, make_ctx: Callable[..., ToolContext]
+) -> None:
+    started = time.monotonic()
+    ctx = make_ctx(stop=lambda: "the session was cancelled")
+    result = call("run_command", ctx=ctx, command="sleep 30", timeout_s=60)
+    assert time.monotonic() - started < 10
+    assert result.is_error and "killed: the session was cancelled" in result.output
 
 
 def test_run_command_validates_its_timeout(workspace: Path, call: Call) -> None:

@@ -220,12 +220,18 @@
     return card;
   }
 
+  // the sandbox gives commands no network unless the job asked for it
+  function networkNote(head) {
+    return head.config && head.config.network === true ? " · commands may reach the network" : "";
+  }
+
   function waitingCard(waiting, onDecided) {
     const head = waiting.session;
     return el("section", { class: "waiting", dataset: { session: head.id } },
       el("h3", {}, el("a", { href: `#/sessions/${enc(head.id)}` }, head.id), " ", badge(head.status)),
       el("p", { class: "meta" },
-        `${head.kind} · ${head.model} · step ${head.step} · waiting since ${ago(waiting.waiting_since)}`),
+        `${head.kind} · ${head.model} · step ${head.step} · waiting since ${ago(waiting.waiting_since)}`,
+        networkNote(head)),
       waiting.thought ? el("blockquote", { class: "thought" }, waiting.thought) : null,
       waiting.calls.map((call) => callCard(head.id, call, onDecided)));
   }
@@ -310,7 +316,8 @@
     return el("div", { class: "summary" },
       el("p", { class: "meta" },
         `${head.kind} · ${head.model} · step ${head.step} · ${head.tokens} tokens · $${head.cost_usd.toFixed(4)}`,
-        head.parent_id ? ` · forked from ${head.parent_id} at step ${head.fork_step}` : ""),
+        head.parent_id ? ` · forked from ${head.parent_id} at step ${head.fork_step}` : "",
+        networkNote(head)),
       head.final_answer ? el("p", { class: "answer" }, `Answer: ${head.final_answer}`) : null,
       head.error_code ? el("p", { class: "error" }, `${head.error_code}: ${head.error_message}`) : null);
   }
