@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.text import Text
@@ -52,8 +52,13 @@ def worker(
 ) -> None:
     """Run a Celery worker for the tick queue; the relay runs inside it."""
     from worker.app import make_app
+    from worker.metrics import MetricsSettings
+    from worker.settings import read_settings
+    from worker.webhooks import WebhookSettings
 
     settings = load_settings()
+    for kind in (MetricsSettings, WebhookSettings):
+        read_settings(kind)  # a bad value stops the worker now, not as a warning later
     ensure_schema(settings)
     queues = [settings.queue] + ([settings.dead_letter_queue] if dead_letters else [])
     chosen = pool or (Pool.THREADS if settings.embedded_broker else Pool.PREFORK)
@@ -136,23 +141,18 @@ def upgrade(json_output: options.Json = False) -> None:
 
 
 def config(json_output: options.Json = False) -> None:
-    """Show the settings in force, secrets masked."""
+    """Show every setting in force, secrets masked: the deployment's, a worker's /metrics and
+    webhooks, and `tickwork serve`'s."""
+    from worker.metrics import MetricsSettings
+    from worker.settings import read_settings
+    from worker.webhooks import WebhookSettings
+
+    from .api.settings import ApiSettings
+
     settings = load_settings()
-    shown = {k: _masked(v, settings.secret_patterns) for k, v in settings.masked().items()}
+    others = [read_settings(kind) for kind in (MetricsSettings, WebhookSettings, ApiSettings)]
+    shown = settings.masked(*others)
     if json_output:
         views.emit(shown)
     else:
         render.show(render.settings_table(shown))
-
-
-def _masked(value: Any, patterns: list[str]) -> Any:
-    """`Settings.masked` masks top-level strings; this reaches into lists and mappings too."""
-    from worker.settings import mask
-
-    if isinstance(value, str):
-        return mask(value, patterns)
-    if isinstance(value, list):
-        return [_masked(v, patterns) for v in value]
-    if isinstance(value, dict):
-        return {k: _masked(v, patterns) for k, v in value.items()}
-    return value

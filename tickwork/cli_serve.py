@@ -31,9 +31,11 @@ def serve(
     TICKWORK_API_TOKENS_FILE."""
     import uvicorn
 
+    from worker.settings import read_settings
+
     from .api import ApiSettings, make_api
 
-    api = ApiSettings()
+    api = read_settings(ApiSettings)
     app = make_api(load_settings(), api)
     where = f"http://{host or api.api_host}:{port if port is not None else api.api_port}/"
     render.show(Text(f"tickwork API and page on {where} (Ctrl-C stops it)"))
