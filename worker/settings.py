@@ -213,11 +213,13 @@ def read_settings(kind: type[S], **overrides: Any) -> S:
     except ValidationError as exc:
         first = exc.errors()[0]
         name = "TICKWORK_" + "__".join(str(p) for p in first["loc"]).upper()
+        # the settings did not load, so only the default secret patterns are known here
+        patterns = Settings.model_fields["secret_patterns"].default
         given = first.get("input")
-        shown = f"={mask(str(given), [])!r}" if isinstance(given, str | int | float) else ""
+        shown = f"={mask(str(given), patterns)!r}" if isinstance(given, str | int | float) else ""
         if SECRET_NAMES.search(name):
             shown = ""
-        reason = str(first["msg"]).removeprefix("Value error, ")
+        reason = mask(str(first["msg"]).removeprefix("Value error, "), patterns)
         raise ConfigurationError(f"invalid setting {name}{shown}: {reason}") from None
     except SettingsError as exc:
         raise ConfigurationError(_not_json(kind, exc)) from None

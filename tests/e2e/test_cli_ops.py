@@ -28,8 +28,14 @@ def test_config_masks_secrets(tmp_path: Path) -> None:
             TICKWORK_DATABASE_URL=f"postgresql://tick:{PASSWORD}@db.internal:5432/tw",
             TICKWORK_BROKER_URL=f"redis://:{KEY}@redis.internal:6379/0",
             TICKWORK_MODEL=f"openai:gpt-4o?key={KEY}",
-            TICKWORK_IMPORTS=f'["jobs:{KEY}"]',
+            TICKWORK_IMPORTS='["tests.jobs:TEST"]',
+            TICKWORK_API_MODELS=f'["openai:gpt-4o?key={KEY}"]',
             TICKWORK_STATE_DIR=str(tmp_path / "state"),
+            TICKWORK_METRICS_PORT="9808",
+            TICKWORK_WEBHOOK_URL=f"https://hooks.internal/card?token={KEY}",
+            TICKWORK_WEBHOOK_SECRET=PASSWORD,
+            TICKWORK_API_TOKENS=f'{{"{PASSWORD}": {{"name": "alice", "roles": ["approver"]}}}}',
+            TICKWORK_API_PORT="8080",
         ),
         tmp_path,
     )
@@ -39,11 +45,21 @@ def test_config_masks_secrets(tmp_path: Path) -> None:
     assert shown["database_url"] == "postgresql://tick:****@db.internal:5432/tw"
     assert shown["broker_url"] == "redis://:****@redis.internal:6379/0"
     assert shown["model"] == "openai:gpt-4o?key=****"
-    assert shown["imports"] == ["jobs:****"]
+    assert shown["imports"] == ["tests.jobs:TEST"]
+    assert shown["api_models"] == ["openai:gpt-4o?key=****"]
     assert shown["budgets"]["max_steps"] == 50
+    assert (
+        shown["budgets"]["max_tokens"] == 2_000_000
+    )  # a name with "token" in a budget is not a secret
+    # the settings of a worker's /metrics and webhooks and of `tickwork serve` are shown too
+    assert shown["metrics_port"] == 9808 and shown["api_port"] == 8080
+    assert shown["webhook_url"] == "https://hooks.internal/card?token=****"
+    assert shown["webhook_secret"] == "****" and shown["api_tokens"] == "****"
+    assert shown["webhook_attempts"] == 5 and shown["api_host"] == "127.0.0.1"
     for output in (as_json.stdout, as_table.stdout):
         assert PASSWORD not in output and KEY not in output and "sk-proj" not in output
     assert "TICKWORK_DATABASE_URL" in as_table.stdout
+    assert "TICKWORK_WEBHOOK_SECRET" in as_table.stdout and "TICKWORK_API_PORT" in as_table.stdout
     cli.inline("config", ok=False, TICKWORK_LEASE_S="soon").error(
         2, "invalid setting TICKWORK_LEASE_S"
     )
