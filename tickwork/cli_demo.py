@@ -42,7 +42,7 @@ def demo(
     ] = False,
     model: Annotated[
         str | None,
-        typer.Option("--model", help="Model spec [default: the scripted demo model]."),
+        typer.Option("--model", help="Model spec.", show_default="the scripted demo model"),
     ] = None,
     new: Annotated[
         bool, typer.Option("--new", help="Start a new demo even if one can be resumed.")

@@ -31,12 +31,17 @@ def register(app: typer.Typer) -> None:
 def worker(
     concurrency: Annotated[
         int | None,
-        typer.Option("--concurrency", "-c", min=1, help="Ticks run at once [default: CPU count]."),
+        typer.Option(
+            "--concurrency", "-c", min=1, help="Ticks run at once.", show_default="CPU count"
+        ),
     ] = None,
     pool: Annotated[
         Pool | None,
         typer.Option(
-            "--pool", "-P", help="[default: threads for the embedded broker, else prefork]"
+            "--pool",
+            "-P",
+            help="How ticks run: prefork (processes), threads, or solo (one at a time).",
+            show_default="threads for the embedded broker, else prefork",
         ),
     ] = None,
     dead_letters: Annotated[
@@ -47,7 +52,8 @@ def worker(
     ] = False,
     loglevel: Annotated[str, typer.Option("--loglevel", "-l", help="Celery's log level.")] = "INFO",
     hostname: Annotated[
-        str | None, typer.Option("--hostname", "-n", help="The node name [default: celery@HOST].")
+        str | None,
+        typer.Option("--hostname", "-n", help="The node name.", show_default="celery@HOST"),
     ] = None,
 ) -> None:
     """Run a Celery worker for the tick queue; the relay runs inside it."""
@@ -79,7 +85,7 @@ def relay(
     once: Annotated[
         bool,
         typer.Option(
-            "--once", help="One pass, then exit [default: every TICKWORK_RELAY_PERIOD_S]."
+            "--once", help="One pass, then exit.", show_default="every TICKWORK_RELAY_PERIOD_S"
         ),
     ] = False,
     json_output: options.Json = False,

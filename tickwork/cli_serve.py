@@ -18,11 +18,13 @@ def register(app: typer.Typer) -> None:
 def serve(
     host: Annotated[
         str | None,
-        typer.Option(help="The address to listen on [default: $TICKWORK_API_HOST or 127.0.0.1]."),
+        typer.Option(
+            help="The address to listen on.", show_default="$TICKWORK_API_HOST or 127.0.0.1"
+        ),
     ] = None,
     port: Annotated[
         int | None,
-        typer.Option(min=0, max=65535, help="The port [default: $TICKWORK_API_PORT or 8000]."),
+        typer.Option(min=0, max=65535, help="The port.", show_default="$TICKWORK_API_PORT or 8000"),
     ] = None,
     log_level: Annotated[str, typer.Option(help="uvicorn's log level.")] = "info",
 ) -> None:

@@ -54,7 +54,7 @@ def submit(
     model: Annotated[
         str | None,
         typer.Option(
-            metavar="SPEC", help="scripted:PATH or openai:MODEL [default: $TICKWORK_MODEL]."
+            metavar="SPEC", help="scripted:PATH or openai:MODEL.", show_default="$TICKWORK_MODEL"
         ),
     ] = None,
     max_steps: options.MaxSteps = None,
@@ -62,7 +62,7 @@ def submit(
     max_cost_usd: options.MaxCostUsd = None,
     deadline: options.Deadline = None,
     session_id: Annotated[
-        str | None, typer.Option("--id", help="The new session's id [default: a random one].")
+        str | None, typer.Option("--id", help="The new session's id.", show_default="a random one")
     ] = None,
     json_output: options.Json = False,
 ) -> None:
@@ -129,7 +129,7 @@ def watch(
     timeout: Annotated[
         float | None,
         typer.Option(
-            min=0, help="Give up after this many seconds [default: wait as long as it runs]."
+            min=0, help="Give up after this many seconds.", show_default="wait as long as it runs"
         ),
     ] = None,
     json_output: options.Json = False,
@@ -198,7 +198,7 @@ def make_fork(*, dead_letter: bool) -> Callable[..., None]:
         deadline: options.Deadline = None,
         by: options.Approver = None,
         new_id: Annotated[
-            str | None, typer.Option("--id", help="The fork's id [default: a random one].")
+            str | None, typer.Option("--id", help="The fork's id.", show_default="a random one")
         ] = None,
         json_output: options.Json = False,
     ) -> None:

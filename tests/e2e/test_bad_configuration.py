@@ -4,12 +4,13 @@ that names the variable and what to write instead, exit code 2, no traceback, no
 from __future__ import annotations
 
 import functools
+import json
 import os
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import ROOT, Cli, at_once
+from tests.e2e.conftest import ROOT, TEST_KIND, Cli, at_once
 from worker.settings import Settings, load_settings
 
 PASSWORD = "hunter2-db-secret"
@@ -109,3 +110,32 @@ def test_a_failover_list_is_checked_whole() -> None:
 
     with pytest.raises(ConfigurationError, match="TICKWORK_BROKER_URL"):
         load_settings(broker_url="redis://a:6379;b:6379")
+
+
+def test_a_broker_that_does_not_answer_is_one_whole_warning(tmp_path: Path) -> None:
+    cli = Cli(
+        _bare_env(
+            TICKWORK_STATE_DIR=str(tmp_path / "state"), TICKWORK_BROKER_URL="redis://127.0.0.1:1/0"
+        ),
+        tmp_path,
+    )
+    script = tmp_path / "script.json"
+    script.write_text('[{"content": "done"}]')
+    submitted = cli(
+        "submit",
+        TEST_KIND,
+        "--input",
+        json.dumps({"sink": str(tmp_path)}),
+        "--model",
+        f"scripted:{script}",
+        ok=False,
+    )
+    assert submitted.code == 0, submitted
+    session_id = submitted.stdout.strip()
+    (warning,) = submitted.stderr.splitlines()
+    assert warning.startswith(f"could not publish the tick of {session_id} (")
+    assert warning.endswith(
+        "the session is saved and a worker's relay will publish it once the broker is back "
+        "(within TICKWORK_RELAY_AFTER_S=10s)"
+    )
+    assert [h["id"] for h in cli("ls", "--json").json()] == [session_id]
