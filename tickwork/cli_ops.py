@@ -1,9 +1,10 @@
-"""Running tickwork: `worker`, `relay`, `db upgrade` and `config`."""
+"""Running tickwork: `worker`, `relay`, `db upgrade|current|history|downgrade` and `config`."""
 
 from __future__ import annotations
 
 import time
 from enum import StrEnum
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -22,8 +23,11 @@ class Pool(StrEnum):
 def register(app: typer.Typer) -> None:
     app.command()(worker)
     app.command()(relay)
-    db = typer.Typer(no_args_is_help=True, help="The database schema.")
+    db = typer.Typer(no_args_is_help=True, help="The database schema: its revision and migrations.")
     db.command()(upgrade)
+    db.command()(current)
+    db.command()(history)
+    db.command()(downgrade)
     app.add_typer(db, name="db")
     app.command()(config)
 
@@ -144,6 +148,135 @@ def upgrade(json_output: options.Json = False) -> None:
         views.emit({"database_url": shown, "revision": head})
     else:
         render.show(Text(f"database {shown} is at schema revision {head}"))
+
+
+def current(json_output: options.Json = False) -> None:
+    """Show the schema revision the database is at, and the newest this code knows."""
+    from store.migrate import current as revision_of
+    from store.migrate import head
+    from worker.settings import mask
+
+    settings = load_settings()
+    url = settings.db_url
+    at = None if _no_sqlite_file(url) else revision_of(url)
+    newest = head(url)
+    shown = mask(url, [])
+    if json_output:
+        views.emit(
+            {"database_url": shown, "revision": at, "head": newest, "up_to_date": at == newest}
+        )
+    elif at is None:
+        render.show(
+            Text(f"database {shown} has no tickwork schema; run `tickwork db upgrade`", "yellow")
+        )
+    elif at == newest:
+        render.show(Text(f"database {shown} is at schema revision {at}, the newest"))
+    else:
+        render.show(
+            Text(
+                f"database {shown} is at schema revision {at}; this code's newest is {newest}: "
+                "run `tickwork db upgrade` (or upgrade tickwork, if the database is newer)",
+                "yellow",
+            )
+        )
+
+
+def history(json_output: options.Json = False) -> None:
+    """List the schema revisions this code knows, newest first, marking the database's."""
+    from store.migrate import current as revision_of
+    from store.migrate import history as revisions
+
+    settings = load_settings()
+    url = settings.db_url
+    at = None if _no_sqlite_file(url) else revision_of(url)
+    found = [
+        {
+            "revision": r.id,
+            "follows": list(r.follows),
+            "doc": r.doc,
+            "head": r.is_head,
+            "current": r.id == at,
+        }
+        for r in revisions(url)
+    ]
+    if json_output:
+        views.emit(found)
+        return
+    for r in found:
+        marks = [m for m, on in (("head", r["head"]), ("current", r["current"])) if on]
+        follows = ", ".join(r["follows"]) or "base"
+        line = Text(f"{follows} -> {r['revision']}", style="bold" if r["current"] else "")
+        line.append(f" ({', '.join(marks)})" if marks else "", style="green")
+        line.append(f"  {r['doc']}")
+        render.show(line)
+    if at is None:
+        render.show(Text("the database has no tickwork schema yet", style="yellow"))
+
+
+def downgrade(
+    revision: Annotated[
+        str,
+        typer.Argument(
+            metavar="REV",
+            help="The revision to go back to (see `tickwork db history`), `-1` for one back, "
+            "or `base` for none.",
+        ),
+    ],
+    yes: Annotated[
+        bool, typer.Option("--yes", "-y", help="Do not ask: the tables and columns go.")
+    ] = False,
+    json_output: options.Json = False,
+) -> None:
+    """Migrate the schema back to REV: what later revisions added is dropped, with its data.
+
+    Stop the workers first, and take a backup (ops/RUNBOOK.md)."""
+    import sys
+
+    from alembic.util.exc import CommandError
+    from rich.prompt import Confirm
+
+    from fsm.errors import InvalidInput
+    from store.migrate import current as revision_of
+    from store.migrate import downgrade as migrate_down
+    from worker.settings import mask
+
+    settings = load_settings()
+    url = settings.db_url
+    shown = mask(url, [])
+    if _no_sqlite_file(url) or revision_of(url) is None:
+        raise InvalidInput(f"database {shown} has no tickwork schema: nothing to downgrade")
+    if not yes:
+        if not sys.stdin.isatty():
+            raise InvalidInput(
+                "a downgrade drops what later revisions added, with its data; "
+                "pass --yes to go ahead (after a backup)"
+            )
+        question = f"Downgrade {shown} to {revision}, dropping what later revisions added?"
+        if not Confirm.ask(question, default=False):
+            raise typer.Exit(1)
+    try:
+        migrate_down(url, revision)
+    except CommandError as exc:
+        raise InvalidInput(
+            f"cannot downgrade to {revision!r}: {exc}; `tickwork db history` lists the revisions"
+        ) from None
+    at = revision_of(url)
+    if json_output:
+        views.emit({"database_url": shown, "revision": at})
+    else:
+        render.show(Text(f"database {shown} is at schema revision {at or 'base (no schema)'}"))
+
+
+def _no_sqlite_file(url: str) -> bool:
+    """Whether `url` is a SQLite file that does not exist (looking must not make it)."""
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    return (
+        parsed.get_backend_name() == "sqlite"
+        and parsed.database not in (None, "", ":memory:")
+        and not Path(parsed.database).expanduser().exists()
+    )
 
 
 def config(json_output: options.Json = False) -> None:

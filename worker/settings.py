@@ -54,7 +54,7 @@ class Settings(BaseSettings):
     #: how often the relay runs inside each worker
     relay_period_s: float = Field(default=2.0, gt=0)
     #: an outbox row still unclaimed this long after it fell due is published again
-    relay_after_s: float = Field(default=10.0, gt=0)
+    relay_after_s: float = Field(default=10.0, ge=0)
     #: Redis redelivers an unacknowledged message after this; longer than the longest tick
     visibility_timeout_s: float = Field(default=2 * 3600.0, gt=0)
     #: filesystem:// broker poll interval

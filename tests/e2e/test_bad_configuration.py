@@ -30,7 +30,7 @@ CASES = [
     ("ls", "TICKWORK_LEASE_S", "-1", "greater than 0"),
     ("ls", "TICKWORK_LEASE_S", "nan", "finite"),
     ("ls", "TICKWORK_RELAY_PERIOD_S", "0", "greater than 0"),
-    ("ls", "TICKWORK_RELAY_AFTER_S", "-5", "greater than 0"),
+    ("ls", "TICKWORK_RELAY_AFTER_S", "-5", "greater than or equal to 0"),
     ("ls", "TICKWORK_VISIBILITY_TIMEOUT_S", "0", "greater than 0"),
     ("ls", "TICKWORK_POLL_INTERVAL_S", "0", "greater than 0"),
     ("ls", "TICKWORK_MAX_OUTPUT_CHARS", "0", "greater than or equal to 1"),

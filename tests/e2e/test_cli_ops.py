@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
 from pathlib import Path
 
@@ -113,3 +115,51 @@ def test_relay_once_publishes_a_lost_tick(
     with deployment.worker(relay=False):
         done = client.wait(sid, timeout=30)
     assert done.status.value == "completed" and done.final_answer == "bye"
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_db_current_history_and_downgrade(tmp_path: Path, backend: str) -> None:
+    with contextlib.ExitStack() as stack:
+        if backend == "postgres":
+            url = stack.enter_context(postgres_database())
+        else:
+            url = f"sqlite:///{tmp_path / 'tw.db'}"
+        cli = Cli(_bare_env(TICKWORK_STATE_DIR=str(tmp_path / "state")), tmp_path)
+        db = functools.partial(cli, "db", TICKWORK_DATABASE_URL=url)
+
+        before, listed = at_once(lambda: db("current", "--json"), lambda: db("history", "--json"))
+        revisions = listed.json()
+        newest = next(r["revision"] for r in revisions if r["head"])
+        assert before.json() == {
+            "database_url": url,
+            "revision": None,
+            "head": newest,
+            "up_to_date": False,
+        }
+        assert revisions[-1]["follows"] == [] and not any(r["current"] for r in revisions)
+        assert not (tmp_path / "tw.db").exists()  # looking made no database
+
+        db("upgrade")
+        after, listed = at_once(lambda: db("current", "--json"), lambda: db("history", "--json"))
+        assert after.json()["revision"] == newest and after.json()["up_to_date"]
+        assert [r["revision"] for r in listed.json() if r["current"]] == [newest]
+        assert "the newest" in db("current").stdout and "(head, current)" in db("history").stdout
+
+        # destructive: asks, and with no terminal to ask in, refuses without --yes
+        db("downgrade", "base", ok=False).error(2, "--yes")
+        db("downgrade", "nope", "--yes", ok=False).error(2, "'nope'", "tickwork db history")
+        assert _tables(url) >= {"tickwork_sessions", "tickwork_outbox"}
+
+        assert db("downgrade", "base", "--yes", "--json").json()["revision"] is None
+        assert not _tables(url) & {"tickwork_sessions", "tickwork_outbox", "tickwork_events"}
+        assert db("current", "--json").json()["revision"] is None
+        db("downgrade", "base", "--yes", ok=False).error(2, "no tickwork schema")
+        assert db("upgrade", "--json").json()["revision"] == newest
+
+
+def _tables(url: str) -> set[str]:
+    engine = make_engine(url)
+    try:
+        return set(inspect(engine).get_table_names())
+    finally:
+        engine.dispose()
