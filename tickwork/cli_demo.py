@@ -120,8 +120,10 @@ def _resumable(ctx: Context, marker: Path, yes: bool) -> str | None:
 
 
 def _start_worker(log: Path) -> subprocess.Popen[bytes]:
+    # -P: the working directory is not put on sys.path, so nothing there stands in for tickwork
     command = [
         sys.executable,
+        "-P",
         "-m",
         "tickwork",
         "worker",
