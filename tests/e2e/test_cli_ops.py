@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -163,3 +166,20 @@ def _tables(url: str) -> set[str]:
         return set(inspect(engine).get_table_names())
     finally:
         engine.dispose()
+
+
+def test_python_m_tickwork_ignores_modules_in_the_working_directory(tmp_path: Path) -> None:
+    # `python -m` puts the working directory first on sys.path; a tasks.py or worker.py
+    # there must not stand in for tickwork's packages
+    for name in ("tasks", "worker", "store", "fsm"):
+        (tmp_path / f"{name}.py").write_text(f"raise RuntimeError('{name}.py was imported')\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "tickwork", "config", "--json"],
+        cwd=tmp_path,
+        env=_bare_env(TICKWORK_STATE_DIR=str(tmp_path / "state")),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["queue"] == "tickwork.ticks"
