@@ -7,7 +7,7 @@ import typing
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from fsm.errors import ConfigurationError
@@ -77,9 +77,9 @@ class Settings(BaseSettings):
 
     @field_validator("database_url")
     @classmethod
-    def _database(cls, value: str) -> str:
+    def _database(cls, value: str, info: ValidationInfo) -> str:
         if value:
-            check_database_url(value)
+            check_database_url(value, state_dir=info.data.get("state_dir"))
         return value
 
     @field_validator("broker_url")
@@ -173,8 +173,9 @@ def mask(text: str, patterns: list[str]) -> str:
     return text
 
 
-def check_database_url(url: str) -> None:
-    """Refuse what tickwork cannot run on, and a SQLite file in a folder that does not exist."""
+def check_database_url(url: str, *, state_dir: Path | None = None) -> None:
+    """Refuse what tickwork cannot run on, and a SQLite file in a folder that does not exist
+    (but the state dir, which tickwork makes as it makes the embedded default's)."""
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
 
@@ -199,7 +200,8 @@ def check_database_url(url: str) -> None:
         )
     if backend == "sqlite" and parsed.database not in (None, "", ":memory:"):
         folder = Path(parsed.database).expanduser().absolute().parent
-        if not folder.is_dir():
+        ours = state_dir is not None and folder == Path(state_dir).expanduser().absolute()
+        if not folder.is_dir() and not ours:
             raise ValueError(
                 f"the folder of the SQLite file, {folder}, does not exist; create it or fix the "
                 "path (sqlite:////ABSOLUTE/PATH.db has four slashes)"

@@ -87,6 +87,15 @@ def test_a_sqlite_file_in_a_missing_folder_is_refused(tmp_path: Path) -> None:
     assert made.json() == [] and (tmp_path / "new" / "state" / "tickwork.db").exists()
     there = cli("ls", "--json", TICKWORK_DATABASE_URL=f"sqlite:///{tmp_path}/here.db")
     assert there.json() == [] and (tmp_path / "here.db").exists()
+    # a file named in the state folder is made with it, as the default is
+    state = tmp_path / "named" / "state"
+    named = cli(
+        "ls",
+        "--json",
+        TICKWORK_STATE_DIR=str(state),
+        TICKWORK_DATABASE_URL=f"sqlite:///{state}/tw.db",
+    )
+    assert named.json() == [] and (state / "tw.db").exists()
 
 
 @pytest.mark.parametrize(
