@@ -1,13 +1,17 @@
-"""Alembic migrations, run from code: `tickwork db upgrade` and the tests call these."""
+"""Alembic migrations, run from code: `tickwork db upgrade|current|history|downgrade` and the
+tests call these."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 
-from .engine import normalize_url
+from .engine import make_engine, normalize_url
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 
@@ -25,3 +29,43 @@ def upgrade(url: str, revision: str = "head") -> None:
 
 def downgrade(url: str, revision: str = "base") -> None:
     command.downgrade(alembic_config(url), revision)
+
+
+@dataclass(frozen=True)
+class Revision:
+    """One migration, as `tickwork db history` lists it."""
+
+    id: str
+    #: the revision(s) it follows; empty for the first
+    follows: tuple[str, ...]
+    #: the first line of its docstring
+    doc: str
+    is_head: bool
+
+
+def current(url: str) -> str | None:
+    """The schema revision the database is at; None if it has no tickwork schema."""
+    engine = make_engine(url)
+    try:
+        with engine.connect() as connection:
+            heads = MigrationContext.configure(connection).get_current_heads()
+    finally:
+        engine.dispose()
+    return ",".join(heads) if heads else None
+
+
+def history(url: str) -> list[Revision]:
+    """Every revision the code knows, newest first."""
+    scripts = ScriptDirectory.from_config(alembic_config(url))
+    found = []
+    for script in scripts.walk_revisions():
+        down = script.down_revision
+        follows = (down,) if isinstance(down, str) else tuple(down or ())
+        doc = (script.doc or "").strip().splitlines()
+        found.append(Revision(script.revision, follows, doc[0] if doc else "", script.is_head))
+    return found
+
+
+def head(url: str) -> str:
+    """The newest revision the code knows: what `upgrade` brings a database to."""
+    return ",".join(ScriptDirectory.from_config(alembic_config(url)).get_heads())

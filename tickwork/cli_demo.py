@@ -42,7 +42,7 @@ def demo(
     ] = False,
     model: Annotated[
         str | None,
-        typer.Option("--model", help="Model spec [default: the scripted demo model]."),
+        typer.Option("--model", help="Model spec.", show_default="the scripted demo model"),
     ] = None,
     new: Annotated[
         bool, typer.Option("--new", help="Start a new demo even if one can be resumed.")
@@ -120,8 +120,10 @@ def _resumable(ctx: Context, marker: Path, yes: bool) -> str | None:
 
 
 def _start_worker(log: Path) -> subprocess.Popen[bytes]:
+    # -P: the working directory is not put on sys.path, so nothing there stands in for tickwork
     command = [
         sys.executable,
+        "-P",
         "-m",
         "tickwork",
         "worker",

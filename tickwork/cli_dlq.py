@@ -88,7 +88,7 @@ def show(key: Key, json_output: options.Json = False) -> None:
 
 def stats(
     by: Annotated[
-        Grouping | None, typer.Option(help="Group by this only [default: every grouping].")
+        Grouping | None, typer.Option(help="Group by this only.", show_default="every grouping")
     ] = None,
     since: Since = None,
     json_output: options.Json = False,
@@ -118,7 +118,7 @@ def export(
     since: Since = None,
     unresolved: Unresolved = False,
     out: Annotated[
-        Path | None, typer.Option("--out", help="Write to this file [default: stdout].")
+        Path | None, typer.Option("--out", help="Write to this file.", show_default="stdout")
     ] = None,
 ) -> None:
     """Export dead letters as JSON Lines, each with its session snapshot."""

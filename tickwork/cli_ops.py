@@ -1,10 +1,11 @@
-"""Running tickwork: `worker`, `relay`, `db upgrade` and `config`."""
+"""Running tickwork: `worker`, `relay`, `db upgrade|current|history|downgrade` and `config`."""
 
 from __future__ import annotations
 
 import time
 from enum import StrEnum
-from typing import Annotated, Any
+from pathlib import Path
+from typing import Annotated
 
 import typer
 from rich.text import Text
@@ -22,8 +23,11 @@ class Pool(StrEnum):
 def register(app: typer.Typer) -> None:
     app.command()(worker)
     app.command()(relay)
-    db = typer.Typer(no_args_is_help=True, help="The database schema.")
+    db = typer.Typer(no_args_is_help=True, help="The database schema: its revision and migrations.")
     db.command()(upgrade)
+    db.command()(current)
+    db.command()(history)
+    db.command()(downgrade)
     app.add_typer(db, name="db")
     app.command()(config)
 
@@ -31,12 +35,17 @@ def register(app: typer.Typer) -> None:
 def worker(
     concurrency: Annotated[
         int | None,
-        typer.Option("--concurrency", "-c", min=1, help="Ticks run at once [default: CPU count]."),
+        typer.Option(
+            "--concurrency", "-c", min=1, help="Ticks run at once.", show_default="CPU count"
+        ),
     ] = None,
     pool: Annotated[
         Pool | None,
         typer.Option(
-            "--pool", "-P", help="[default: threads for the embedded broker, else prefork]"
+            "--pool",
+            "-P",
+            help="How ticks run: prefork (processes), threads, or solo (one at a time).",
+            show_default="threads for the embedded broker, else prefork",
         ),
     ] = None,
     dead_letters: Annotated[
@@ -47,13 +56,19 @@ def worker(
     ] = False,
     loglevel: Annotated[str, typer.Option("--loglevel", "-l", help="Celery's log level.")] = "INFO",
     hostname: Annotated[
-        str | None, typer.Option("--hostname", "-n", help="The node name [default: celery@HOST].")
+        str | None,
+        typer.Option("--hostname", "-n", help="The node name.", show_default="celery@HOST"),
     ] = None,
 ) -> None:
     """Run a Celery worker for the tick queue; the relay runs inside it."""
     from worker.app import make_app
+    from worker.metrics import MetricsSettings
+    from worker.settings import read_settings
+    from worker.webhooks import WebhookSettings
 
     settings = load_settings()
+    for kind in (MetricsSettings, WebhookSettings):
+        read_settings(kind)  # a bad value stops the worker now, not as a warning later
     ensure_schema(settings)
     queues = [settings.queue] + ([settings.dead_letter_queue] if dead_letters else [])
     chosen = pool or (Pool.THREADS if settings.embedded_broker else Pool.PREFORK)
@@ -74,7 +89,7 @@ def relay(
     once: Annotated[
         bool,
         typer.Option(
-            "--once", help="One pass, then exit [default: every TICKWORK_RELAY_PERIOD_S]."
+            "--once", help="One pass, then exit.", show_default="every TICKWORK_RELAY_PERIOD_S"
         ),
     ] = False,
     json_output: options.Json = False,
@@ -135,24 +150,148 @@ def upgrade(json_output: options.Json = False) -> None:
         render.show(Text(f"database {shown} is at schema revision {head}"))
 
 
-def config(json_output: options.Json = False) -> None:
-    """Show the settings in force, secrets masked."""
+def current(json_output: options.Json = False) -> None:
+    """Show the schema revision the database is at, and the newest this code knows."""
+    from store.migrate import current as revision_of
+    from store.migrate import head
+    from worker.settings import mask
+
     settings = load_settings()
-    shown = {k: _masked(v, settings.secret_patterns) for k, v in settings.masked().items()}
+    url = settings.db_url
+    at = None if _no_sqlite_file(url) else revision_of(url)
+    newest = head(url)
+    shown = mask(url, [])
+    if json_output:
+        views.emit(
+            {"database_url": shown, "revision": at, "head": newest, "up_to_date": at == newest}
+        )
+    elif at is None:
+        render.show(
+            Text(f"database {shown} has no tickwork schema; run `tickwork db upgrade`", "yellow")
+        )
+    elif at == newest:
+        render.show(Text(f"database {shown} is at schema revision {at}, the newest"))
+    else:
+        render.show(
+            Text(
+                f"database {shown} is at schema revision {at}; this code's newest is {newest}: "
+                "run `tickwork db upgrade` (or upgrade tickwork, if the database is newer)",
+                "yellow",
+            )
+        )
+
+
+def history(json_output: options.Json = False) -> None:
+    """List the schema revisions this code knows, newest first, marking the database's."""
+    from store.migrate import current as revision_of
+    from store.migrate import history as revisions
+
+    settings = load_settings()
+    url = settings.db_url
+    at = None if _no_sqlite_file(url) else revision_of(url)
+    found = [
+        {
+            "revision": r.id,
+            "follows": list(r.follows),
+            "doc": r.doc,
+            "head": r.is_head,
+            "current": r.id == at,
+        }
+        for r in revisions(url)
+    ]
+    if json_output:
+        views.emit(found)
+        return
+    for r in found:
+        marks = [m for m, on in (("head", r["head"]), ("current", r["current"])) if on]
+        follows = ", ".join(r["follows"]) or "base"
+        line = Text(f"{follows} -> {r['revision']}", style="bold" if r["current"] else "")
+        line.append(f" ({', '.join(marks)})" if marks else "", style="green")
+        line.append(f"  {r['doc']}")
+        render.show(line)
+    if at is None:
+        render.show(Text("the database has no tickwork schema yet", style="yellow"))
+
+
+def downgrade(
+    revision: Annotated[
+        str,
+        typer.Argument(
+            metavar="REV",
+            help="The revision to go back to (see `tickwork db history`), `-1` for one back, "
+            "or `base` for none.",
+        ),
+    ],
+    yes: Annotated[
+        bool, typer.Option("--yes", "-y", help="Do not ask: the tables and columns go.")
+    ] = False,
+    json_output: options.Json = False,
+) -> None:
+    """Migrate the schema back to REV: what later revisions added is dropped, with its data.
+
+    Stop the workers first, and take a backup (ops/RUNBOOK.md)."""
+    import sys
+
+    from alembic.util.exc import CommandError
+    from rich.prompt import Confirm
+
+    from fsm.errors import InvalidInput
+    from store.migrate import current as revision_of
+    from store.migrate import downgrade as migrate_down
+    from worker.settings import mask
+
+    settings = load_settings()
+    url = settings.db_url
+    shown = mask(url, [])
+    if _no_sqlite_file(url) or revision_of(url) is None:
+        raise InvalidInput(f"database {shown} has no tickwork schema: nothing to downgrade")
+    if not yes:
+        if not sys.stdin.isatty():
+            raise InvalidInput(
+                "a downgrade drops what later revisions added, with its data; "
+                "pass --yes to go ahead (after a backup)"
+            )
+        question = f"Downgrade {shown} to {revision}, dropping what later revisions added?"
+        if not Confirm.ask(question, default=False):
+            raise typer.Exit(1)
+    try:
+        migrate_down(url, revision)
+    except CommandError as exc:
+        raise InvalidInput(
+            f"cannot downgrade to {revision!r}: {exc}; `tickwork db history` lists the revisions"
+        ) from None
+    at = revision_of(url)
+    if json_output:
+        views.emit({"database_url": shown, "revision": at})
+    else:
+        render.show(Text(f"database {shown} is at schema revision {at or 'base (no schema)'}"))
+
+
+def _no_sqlite_file(url: str) -> bool:
+    """Whether `url` is a SQLite file that does not exist (looking must not make it)."""
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    return (
+        parsed.get_backend_name() == "sqlite"
+        and parsed.database not in (None, "", ":memory:")
+        and not Path(parsed.database).expanduser().exists()
+    )
+
+
+def config(json_output: options.Json = False) -> None:
+    """Show every setting in force, secrets masked: the deployment's, a worker's /metrics and
+    webhooks, and `tickwork serve`'s."""
+    from worker.metrics import MetricsSettings
+    from worker.settings import read_settings
+    from worker.webhooks import WebhookSettings
+
+    from .api.settings import ApiSettings
+
+    settings = load_settings()
+    others = [read_settings(kind) for kind in (MetricsSettings, WebhookSettings, ApiSettings)]
+    shown = settings.masked(*others)
     if json_output:
         views.emit(shown)
     else:
         render.show(render.settings_table(shown))
-
-
-def _masked(value: Any, patterns: list[str]) -> Any:
-    """`Settings.masked` masks top-level strings; this reaches into lists and mappings too."""
-    from worker.settings import mask
-
-    if isinstance(value, str):
-        return mask(value, patterns)
-    if isinstance(value, list):
-        return [_masked(v, patterns) for v in value]
-    if isinstance(value, dict):
-        return {k: _masked(v, patterns) for k, v in value.items()}
-    return value

@@ -18,11 +18,13 @@ def register(app: typer.Typer) -> None:
 def serve(
     host: Annotated[
         str | None,
-        typer.Option(help="The address to listen on [default: $TICKWORK_API_HOST or 127.0.0.1]."),
+        typer.Option(
+            help="The address to listen on.", show_default="$TICKWORK_API_HOST or 127.0.0.1"
+        ),
     ] = None,
     port: Annotated[
         int | None,
-        typer.Option(min=0, max=65535, help="The port [default: $TICKWORK_API_PORT or 8000]."),
+        typer.Option(min=0, max=65535, help="The port.", show_default="$TICKWORK_API_PORT or 8000"),
     ] = None,
     log_level: Annotated[str, typer.Option(help="uvicorn's log level.")] = "info",
 ) -> None:
@@ -31,9 +33,11 @@ def serve(
     TICKWORK_API_TOKENS_FILE."""
     import uvicorn
 
+    from worker.settings import read_settings
+
     from .api import ApiSettings, make_api
 
-    api = ApiSettings()
+    api = read_settings(ApiSettings)
     app = make_api(load_settings(), api)
     where = f"http://{host or api.api_host}:{port if port is not None else api.api_port}/"
     render.show(Text(f"tickwork API and page on {where} (Ctrl-C stops it)"))

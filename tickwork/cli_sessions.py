@@ -55,7 +55,8 @@ def submit(
         str | None,
         typer.Option(
             metavar="SPEC",
-            help="openai:MODEL, react:openai:MODEL or scripted:PATH [default: $TICKWORK_MODEL].",
+            help="openai:MODEL, react:openai:MODEL or scripted:PATH.",
+            show_default="$TICKWORK_MODEL",
         ),
     ] = None,
     price: Annotated[
@@ -71,7 +72,7 @@ def submit(
     max_cost_usd: options.MaxCostUsd = None,
     deadline: options.Deadline = None,
     session_id: Annotated[
-        str | None, typer.Option("--id", help="The new session's id [default: a random one].")
+        str | None, typer.Option("--id", help="The new session's id.", show_default="a random one")
     ] = None,
     json_output: options.Json = False,
 ) -> None:
@@ -160,7 +161,7 @@ def watch(
     timeout: Annotated[
         float | None,
         typer.Option(
-            min=0, help="Give up after this many seconds [default: wait as long as it runs]."
+            min=0, help="Give up after this many seconds.", show_default="wait as long as it runs"
         ),
     ] = None,
     json_output: options.Json = False,
@@ -229,7 +230,7 @@ def make_fork(*, dead_letter: bool) -> Callable[..., None]:
         deadline: options.Deadline = None,
         by: options.Approver = None,
         new_id: Annotated[
-            str | None, typer.Option("--id", help="The fork's id [default: a random one].")
+            str | None, typer.Option("--id", help="The fork's id.", show_default="a random one")
         ] = None,
         json_output: options.Json = False,
     ) -> None:

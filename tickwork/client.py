@@ -65,7 +65,13 @@ class Tickwork:
         try:
             self.app.send_task(TICK, args=(session_id, version), queue=self.settings.queue)
         except Exception as exc:
-            log.warning("could not publish the tick of %s (%s); the relay will", session_id, exc)
+            log.warning(
+                "could not publish the tick of %s (%s); the session is saved and a worker's "
+                "relay will publish it once the broker is back (within TICKWORK_RELAY_AFTER_S=%gs)",
+                session_id,
+                exc,
+                self.settings.relay_after_s,
+            )
 
     def submit(
         self,

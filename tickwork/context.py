@@ -13,10 +13,6 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from pydantic import ValidationError
-
-from fsm.errors import ConfigurationError
-
 if TYPE_CHECKING:
     from store import Store
     from worker.settings import Settings
@@ -25,15 +21,10 @@ if TYPE_CHECKING:
 
 
 def load_settings() -> Settings:
-    """The settings from `TICKWORK_*`; a bad value names its variable."""
+    """The settings from `TICKWORK_*`; a bad value is one error naming its variable."""
     from worker.settings import load_settings as load
 
-    try:
-        return load()
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        name = "__".join(str(p) for p in first["loc"]).upper()
-        raise ConfigurationError(f"invalid setting TICKWORK_{name}: {first['msg']}") from None
+    return load()
 
 
 def ensure_schema(settings: Settings) -> bool:

@@ -21,7 +21,10 @@ Json = Annotated[bool, typer.Option("--json", help="Print one JSON document on s
 Approver = Annotated[
     str | None,
     typer.Option(
-        "--as", metavar="NAME", help="Who decides, recorded with the decision [default: $USER]."
+        "--as",
+        metavar="NAME",
+        help="Who decides, recorded with the decision.",
+        show_default="$USER",
     ),
 ]
 MaxSteps = Annotated[

@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from rich import box
+from rich.cells import cell_len
 from rich.console import Console, Group, RenderableType
 from rich.rule import Rule
 from rich.syntax import Syntax
@@ -46,9 +47,55 @@ def console() -> Console:
 
 
 def show(*renderables: RenderableType) -> None:
-    """Print each renderable on lines of its own."""
+    """Print each renderable on lines of its own.
+
+    A table narrower than its `min_width` would cut its ids (see `whole`), so in a narrow
+    terminal it is printed wider instead, and the terminal wraps its lines."""
+    out = console()
     for renderable in renderables:
-        console().print(renderable)
+        needed = renderable.min_width if isinstance(renderable, Table) else None
+        if needed and needed > out.width:
+            wider(out, needed).print(renderable, crop=False)
+        else:
+            out.print(renderable)
+
+
+def wider(out: Console, width: int) -> Console:
+    """A console like `out`, writing where it writes, `width` columns wide."""
+    return Console(
+        file=out.file,
+        width=width,
+        highlight=False,
+        soft_wrap=False,
+        force_terminal=out.is_terminal,
+        color_system=out.color_system,  # type: ignore[arg-type]
+        no_color=out.no_color,
+    )
+
+
+#: the least a folding column gets when a table is too wide for the terminal
+FOLDED_WIDTH = 12
+
+
+def whole(table: Table) -> Table:
+    """`table` with its no-wrap columns (ids, times) never cut: its `min_width` holds them
+    whole and gives each folding column a little room."""
+    widths = []
+    for column in table.columns:
+        texts = [str(column.header), *(str(cell) for cell in column.cells)]
+        widest = max(cell_len(line) for text in texts for line in text.splitlines() or [""])
+        widths.append(widest if column.no_wrap else min(widest, FOLDED_WIDTH))
+        if column.no_wrap:
+            column.min_width = widest
+    padding = table.padding[1] + table.padding[3]
+    edges = 2 if table.show_edge and table.box else 0
+    table.min_width = (
+        sum(widths)
+        + padding * len(widths)
+        + edges
+        + max(len(widths) - 1, 0) * (1 if table.box else 0)
+    )
+    return table
 
 
 def clip(text: str | None, limit: int) -> str:
@@ -107,7 +154,7 @@ def sessions_table(heads: Iterable[Mapping[str, Any]]) -> Table:
             Text(h["kind"]),
             Text(clip(note, 80)),
         )
-    return table
+    return whole(table)
 
 
 def timeline(
@@ -347,29 +394,35 @@ def summary(kind: str, d: Mapping[str, Any]) -> str:
 
 
 def dead_letters_table(letters: Iterable[Mapping[str, Any]]) -> Table:
-    table = Table(title="dead letters, newest first", title_justify="left", box=box.SIMPLE_HEAD)
+    table = Table(
+        title="dead letters, newest first",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        padding=(0, 1, 0, 0),
+    )
+    # ids stay whole so they can be copied: the dead letter's, its session's, and the fork
+    # that resolved it (under the session); the rest folds to fit
     table.add_column("ID", no_wrap=True, justify="right")
-    # the dead-letter id is the handle (`dlq show`, `dlq fork`); the session id may be cut
-    table.add_column("SESSION", no_wrap=True, overflow="ellipsis", max_width=14)
+    table.add_column("SESSION", no_wrap=True)
     table.add_column("CODE", no_wrap=True)
-    for name in ("KIND", "LAST TOOL", "AT", "RESOLVED", "MESSAGE"):
+    table.add_column("AT", no_wrap=True)
+    for name in ("KIND", "LAST TOOL", "MESSAGE"):
         table.add_column(name, overflow="fold")
     for d in letters:
-        resolved = ""
+        session = Text(d["session_id"])
         if d["resolved_at"]:
             fork = (d["resolution"] or {}).get("fork")
-            resolved = f"{when(d['resolved_at'])}" + (f" → fork {fork}" if fork else "")
+            session.append(f"\n→ fork {fork}" if fork else "\n(resolved)", style="dim")
         table.add_row(
             str(d["id"]),
-            Text(d["session_id"]),
+            session,
             Text(d["code"], style="red"),
+            datetime.fromisoformat(d["at"]).strftime("%m-%d %H:%M"),
             Text(d["kind"]),
             Text(d["last_tool"] or ""),
-            when(d["at"]),
-            Text(resolved),
             Text(clip(d["message"], 100)),
         )
-    return table
+    return whole(table)
 
 
 def dead_letter_header(d: Mapping[str, Any]) -> Table:

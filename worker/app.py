@@ -1,11 +1,13 @@
 """The Celery app, built by `make_app` from settings.
 
 `celery -A worker.app worker` works as Celery users expect: the module attribute `app`
-is built from the environment on first access, not at import.
+is built from the environment on first access, not at import. Where the working directory
+holds a `worker.py`, use `celery -A tickwork worker` (tickwork/celery.py) instead.
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 from typing import Any
@@ -29,6 +31,10 @@ TASK_MODULES = ["tasks.tick", "tasks.dead_letter"]
 def make_app(settings: Settings | None = None, *, relay: bool = True) -> Celery:
     """A Celery app for tickwork with at-least-once delivery settings (DESIGN section 3)."""
     settings = settings or load_settings()
+    for name in TASK_MODULES:
+        # now, from beside this package: Celery imports `include` with the working directory
+        # first on sys.path, where a tasks.py would stand in for tickwork's `tasks`
+        importlib.import_module(name)
     install_log_masking(masker_for(settings))
     broker, transport_options = settings.broker()
     app = Celery("tickwork", broker=broker, set_as_current=False, include=TASK_MODULES)

@@ -24,6 +24,7 @@ from celery import signals
 from prometheus_client import CollectorRegistry, Counter, Histogram, multiprocess
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import REGISTRY, Collector
+from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from sqlalchemy import Engine, func, select
 
@@ -78,10 +79,10 @@ _phase = threading.local()
 class MetricsSettings(BaseSettings):
     """Where a worker serves /metrics; read when the worker is ready."""
 
-    model_config = SettingsConfigDict(env_prefix="TICKWORK_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="TICKWORK_", extra="ignore", allow_inf_nan=False)
 
     #: the port a worker serves /metrics on; unset: none
-    metrics_port: int | None = None
+    metrics_port: int | None = Field(default=None, ge=1, le=65535)
     metrics_addr: str = "0.0.0.0"
 
 

@@ -61,7 +61,11 @@ FINAL_TESTS_TIMEOUT_S = 600.0
 MAX_TEST_OUTPUT_CHARS = 4_000
 INPUT_KEYS = ("workspace", "test_command", "goal", "test_timeout_s", "network")
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+_HERE = Path(__file__).resolve().parent
+#: the examples: package data in an installed wheel (`worker/examples`), `examples/` in a checkout
+EXAMPLES = next(
+    (p for p in (_HERE / "examples", _HERE.parent / "examples") if p.is_dir()), _HERE / "examples"
+)
 #: the demo's project (copied before use, never changed in place) and its scripted model
 DEMO_EXAMPLE = EXAMPLES / "buggy_calc"
 DEMO_SCRIPT = EXAMPLES / "repair_demo.json"
@@ -416,8 +420,8 @@ def prepare_demo_workspace(state_dir: Path) -> Path:
     """A fresh copy of the demo project under `state_dir/demo/`; the shipped one never changes."""
     if not DEMO_EXAMPLE.is_dir() or not DEMO_SCRIPT.is_file():
         raise ConfigurationError(
-            f"the demo needs {DEMO_EXAMPLE} and {DEMO_SCRIPT}, which are not there; the examples "
-            "ship with the source checkout, not the installed package: run from a checkout"
+            f"the demo needs {DEMO_EXAMPLE} and {DEMO_SCRIPT}, which are not there; "
+            "reinstall tickwork (the wheel ships them) or run from a checkout"
         )
     dest = Path(state_dir).expanduser().resolve() / "demo" / f"buggy_calc-{uuid.uuid4().hex[:8]}"
     shutil.copytree(

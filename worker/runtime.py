@@ -178,10 +178,12 @@ class Runtime:
             self.publish_tick(session_id, version, countdown)
         except Exception as exc:
             log.warning(
-                "could not publish the tick of %s v%d (%s); the relay will",
+                "could not publish the tick of %s v%d (%s); the session is saved and the relay "
+                "will publish it once the broker is back (within TICKWORK_RELAY_AFTER_S=%gs)",
                 session_id,
                 version,
                 exc,
+                self.settings.relay_after_s,
             )
 
 

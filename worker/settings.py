@@ -3,22 +3,38 @@
 from __future__ import annotations
 
 import re
+import typing
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, ValidationError, ValidationInfo, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
+from fsm.errors import ConfigurationError
 from fsm.values import Budgets
 
 SECRET_NAMES = re.compile(r"key|secret|token|password", re.IGNORECASE)
+#: broker URL schemes of the transports tickwork installs: Redis, RabbitMQ, the embedded one
+BROKER_SCHEMES = ("redis", "rediss", "sentinel", "amqp", "amqps", "pyamqp", "filesystem", "memory")
+#: `module:attr`, as `TICKWORK_IMPORTS` lists job kinds
+IMPORTABLE = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
+S = TypeVar("S", bound=BaseSettings)
+#: how the JSON-valued settings are written
+JSON_EXAMPLES = {
+    "imports": '["mypackage.jobs:KIND"]',
+    "prices": '{"gpt-4o": [2.5, 10.0]}',
+    "secret_patterns": '["tok-[0-9a-f]{32}"]',
+    "budgets": '{"max_steps": 50}',
+    "api_models": '["openai:"]',
+    "api_tokens": '{"TOKEN": {"name": "alice", "roles": ["approver"]}}',
+}
 
 
 class Settings(BaseSettings):
     """Everything a worker, the CLI and the client read; see `tickwork config`."""
 
     model_config = SettingsConfigDict(
-        env_prefix="TICKWORK_", env_nested_delimiter="__", extra="ignore"
+        env_prefix="TICKWORK_", env_nested_delimiter="__", extra="ignore", allow_inf_nan=False
     )
 
     #: where the embedded default keeps its SQLite file and broker folder
@@ -31,20 +47,20 @@ class Settings(BaseSettings):
     model: str = ""
     #: `module:attr` job kinds workers can run by name, besides the built-in `repair`
     imports: list[str] = []
-    queue: str = "tickwork.ticks"
-    dead_letter_queue: str = "tickwork.dead_letter"
+    queue: str = Field(default="tickwork.ticks", min_length=1)
+    dead_letter_queue: str = Field(default="tickwork.dead_letter", min_length=1)
     #: how long a claim holds a session; long calls renew it every third of this
-    lease_s: float = 20.0
+    lease_s: float = Field(default=20.0, gt=0)
     #: how often the relay runs inside each worker
-    relay_period_s: float = 2.0
+    relay_period_s: float = Field(default=2.0, gt=0)
     #: an outbox row still unclaimed this long after it fell due is published again
-    relay_after_s: float = 10.0
+    relay_after_s: float = Field(default=10.0, ge=0)
     #: Redis redelivers an unacknowledged message after this; longer than the longest tick
-    visibility_timeout_s: float = 2 * 3600.0
+    visibility_timeout_s: float = Field(default=2 * 3600.0, gt=0)
     #: filesystem:// broker poll interval
-    poll_interval_s: float = 0.05
-    max_output_chars: int = 20_000
-    model_timeout_s: float = 120.0
+    poll_interval_s: float = Field(default=0.05, gt=0)
+    max_output_chars: int = Field(default=20_000, ge=1)
+    model_timeout_s: float = Field(default=120.0, gt=0)
     #: model -> [prompt, completion] USD per million tokens, added to the built-in table
     prices: dict[str, tuple[float, float]] = {}
     #: regexes whose matches are masked in stored events, logs and `tickwork config`
@@ -76,6 +92,37 @@ class Settings(BaseSettings):
     sandbox_paths: list[str] = []
     #: how often a running tool's session is checked for a cancel or a spent deadline or cost
     stop_poll_s: float = Field(default=1.0, gt=0)
+
+    @field_validator("database_url")
+    @classmethod
+    def _database(cls, value: str, info: ValidationInfo) -> str:
+        if value:
+            check_database_url(value, state_dir=info.data.get("state_dir"))
+        return value
+
+    @field_validator("broker_url")
+    @classmethod
+    def _broker(cls, value: str) -> str:
+        # kombu reads a URL without a scheme as amqp:// and retries it for ever
+        for url in filter(None, value.split(";")):  # failover URLs are joined by ';'
+            scheme, sep, _ = url.strip().partition("://")
+            if not sep or scheme.lower() not in BROKER_SCHEMES:
+                raise ValueError(
+                    "not a broker URL tickwork can use; write "
+                    "redis://HOST:6379/0 or amqp://USER:PASSWORD@HOST:5672// (empty: the "
+                    "embedded filesystem broker)"
+                )
+        return value
+
+    @field_validator("imports")
+    @classmethod
+    def _imports(cls, value: list[str]) -> list[str]:
+        for spec in value:
+            if not IMPORTABLE.fullmatch(spec.strip()):
+                raise ValueError(
+                    f"{spec!r} is not module:attr; list job kinds as '[\"mypackage.jobs:KIND\"]'"
+                )
+        return [spec.strip() for spec in value]
 
     @field_validator("drop_publish_rate")
     @classmethod
@@ -127,16 +174,30 @@ class Settings(BaseSettings):
             }
         return self.broker_url, {"visibility_timeout": self.visibility_timeout_s}
 
-    def masked(self) -> dict[str, Any]:
-        """The settings in force, with secrets masked."""
+    def masked(self, *others: BaseSettings) -> dict[str, Any]:
+        """The settings in force, then those of `others` (a worker's /metrics and webhooks,
+        `tickwork serve`'s) not already shown, with secrets masked."""
         shown = self.model_dump(mode="json")
-        shown["database_url"], shown["broker_url"] = self.db_url, self.broker()[0]
-        for name, value in list(shown.items()):
-            if SECRET_NAMES.search(name) and value:
-                shown[name] = "****"
-            elif isinstance(value, str):
-                shown[name] = mask(value, self.secret_patterns)
-        return shown
+        shown["database_url"] = self.db_url
+        shown["broker_url"] = "filesystem://" if self.embedded_broker else self.broker_url
+        for other in others:
+            for name, value in other.model_dump(mode="json").items():
+                shown.setdefault(name, value)
+        return {name: _hidden(name, value, self.secret_patterns) for name, value in shown.items()}
+
+
+def _hidden(name: str, value: Any, patterns: list[str]) -> Any:
+    """`value` with secrets masked: whole if the setting's name says secret (a key, a token),
+    else what `mask` finds in its text."""
+    if SECRET_NAMES.search(name) and not name.endswith("_file") and value:
+        return "****"
+    if isinstance(value, str):
+        return mask(value, patterns)
+    if isinstance(value, list):
+        return [_hidden("", v, patterns) for v in value]
+    if isinstance(value, dict):
+        return {mask(str(k), patterns): _hidden("", v, patterns) for k, v in value.items()}
+    return value
 
 
 def mask(text: str, patterns: list[str]) -> str:
@@ -147,5 +208,75 @@ def mask(text: str, patterns: list[str]) -> str:
     return text
 
 
+def check_database_url(url: str, *, state_dir: Path | None = None) -> None:
+    """Refuse what tickwork cannot run on, and a SQLite file in a folder that does not exist
+    (but the state dir, which tickwork makes as it makes the embedded default's)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError):
+        raise ValueError(
+            "not a database URL; write postgresql://USER:PASSWORD@HOST:5432/DB "
+            "or sqlite:////ABSOLUTE/PATH.db (empty: SQLite in TICKWORK_STATE_DIR)"
+        ) from None
+    backend, _, driver = parsed.drivername.partition("+")
+    if (backend, driver) not in {
+        ("postgresql", ""),
+        ("postgres", ""),
+        ("postgresql", "psycopg"),
+        ("sqlite", ""),
+        ("sqlite", "pysqlite"),
+    }:
+        raise ValueError(
+            f"tickwork runs on PostgreSQL (postgresql://, with psycopg 3) or SQLite (sqlite:///), "
+            f"not {parsed.drivername}"
+        )
+    if backend == "sqlite" and parsed.database not in (None, "", ":memory:"):
+        folder = Path(parsed.database).expanduser().absolute().parent
+        ours = state_dir is not None and folder == Path(state_dir).expanduser().absolute()
+        if not folder.is_dir() and not ours:
+            raise ValueError(
+                f"the folder of the SQLite file, {folder}, does not exist; create it or fix the "
+                "path (sqlite:////ABSOLUTE/PATH.db has four slashes)"
+            )
+
+
+def read_settings(kind: type[S], **overrides: Any) -> S:
+    """`kind` read from the environment; a bad value is a ConfigurationError naming it."""
+    try:
+        return kind(**overrides)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        name = "TICKWORK_" + "__".join(str(p) for p in first["loc"]).upper()
+        # the settings did not load, so only the default secret patterns are known here
+        patterns = Settings.model_fields["secret_patterns"].default
+        given = first.get("input")
+        shown = f"={mask(str(given), patterns)!r}" if isinstance(given, str | int | float) else ""
+        if SECRET_NAMES.search(name):
+            shown = ""
+        reason = mask(str(first["msg"]).removeprefix("Value error, "), patterns)
+        raise ConfigurationError(f"invalid setting {name}{shown}: {reason}") from None
+    except SettingsError as exc:
+        raise ConfigurationError(_not_json(kind, exc)) from None
+
+
+def _not_json(kind: type[BaseSettings], exc: SettingsError) -> str:
+    """What to write instead of a value that had to be JSON and was not."""
+    found = re.search(r'field "(\w+)"', str(exc))
+    if found is None:
+        return f"invalid setting: {exc}"
+    field = found[1]
+    annotation = kind.model_fields[field].annotation if field in kind.model_fields else None
+    origin = typing.get_origin(annotation) or annotation
+    example = JSON_EXAMPLES.get(field) or ('["..."]' if origin is list else '{"...": ...}')
+    return (
+        f"invalid setting TICKWORK_{field.upper()}: it is not valid JSON; "
+        f"write it as JSON, e.g. TICKWORK_{field.upper()}='{example}'"
+    )
+
+
 def load_settings(**overrides: Any) -> Settings:
-    return Settings(**overrides)
+    """The deployment's settings; a bad value is a ConfigurationError naming its variable."""
+    return read_settings(Settings, **overrides)

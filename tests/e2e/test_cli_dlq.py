@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from tests.e2e.conftest import TEST_KIND, Cli, Deployment, call, stop, until
+from tests.e2e.conftest import TEST_KIND, Cli, Deployment, at_once, call, stop, until
 
 LOOPING = {
     "replies": [{"content": "again", "tool_calls": [call("echo", text="same")]}],
@@ -80,6 +80,12 @@ def test_dead_letters_from_a_worker_process(deployment: Deployment, cli: Cli) ->
         assert "dead letters by error_signature" in cli.inline("dlq", "stats").stdout
         table = cli.inline("dlq", "ls").stdout
         assert "BUDGET_STEPS" in table and fork["id"] in table
+        # in a narrow terminal every id in a listing is still whole, on one line, to copy
+        narrow_dlq, narrow_ls = at_once(
+            lambda: cli("dlq", "ls", COLUMNS="60"), lambda: cli("ls", COLUMNS="60")
+        )
+        for whole_id in (budget_id, loop_id, fork["id"]):
+            assert whole_id in narrow_dlq.stdout and whole_id in narrow_ls.stdout, whole_id
         by_session = cli.inline("dlq", "show", budget_id).stdout
         assert "BUDGET_STEPS" in by_session and "step 1" in by_session
         out = deployment.tmp / "export.jsonl"

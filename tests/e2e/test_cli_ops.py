@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -28,8 +33,14 @@ def test_config_masks_secrets(tmp_path: Path) -> None:
             TICKWORK_DATABASE_URL=f"postgresql://tick:{PASSWORD}@db.internal:5432/tw",
             TICKWORK_BROKER_URL=f"redis://:{KEY}@redis.internal:6379/0",
             TICKWORK_MODEL=f"openai:gpt-4o?key={KEY}",
-            TICKWORK_IMPORTS=f'["jobs:{KEY}"]',
+            TICKWORK_IMPORTS='["tests.jobs:TEST"]',
+            TICKWORK_API_MODELS=f'["openai:gpt-4o?key={KEY}"]',
             TICKWORK_STATE_DIR=str(tmp_path / "state"),
+            TICKWORK_METRICS_PORT="9808",
+            TICKWORK_WEBHOOK_URL=f"https://hooks.internal/card?token={KEY}",
+            TICKWORK_WEBHOOK_SECRET=PASSWORD,
+            TICKWORK_API_TOKENS=f'{{"{PASSWORD}": {{"name": "alice", "roles": ["approver"]}}}}',
+            TICKWORK_API_PORT="8080",
         ),
         tmp_path,
     )
@@ -39,11 +50,21 @@ def test_config_masks_secrets(tmp_path: Path) -> None:
     assert shown["database_url"] == "postgresql://tick:****@db.internal:5432/tw"
     assert shown["broker_url"] == "redis://:****@redis.internal:6379/0"
     assert shown["model"] == "openai:gpt-4o?key=****"
-    assert shown["imports"] == ["jobs:****"]
+    assert shown["imports"] == ["tests.jobs:TEST"]
+    assert shown["api_models"] == ["openai:gpt-4o?key=****"]
     assert shown["budgets"]["max_steps"] == 50
+    assert (
+        shown["budgets"]["max_tokens"] == 2_000_000
+    )  # a name with "token" in a budget is not a secret
+    # the settings of a worker's /metrics and webhooks and of `tickwork serve` are shown too
+    assert shown["metrics_port"] == 9808 and shown["api_port"] == 8080
+    assert shown["webhook_url"] == "https://hooks.internal/card?token=****"
+    assert shown["webhook_secret"] == "****" and shown["api_tokens"] == "****"
+    assert shown["webhook_attempts"] == 5 and shown["api_host"] == "127.0.0.1"
     for output in (as_json.stdout, as_table.stdout):
         assert PASSWORD not in output and KEY not in output and "sk-proj" not in output
     assert "TICKWORK_DATABASE_URL" in as_table.stdout
+    assert "TICKWORK_WEBHOOK_SECRET" in as_table.stdout and "TICKWORK_API_PORT" in as_table.stdout
     cli.inline("config", ok=False, TICKWORK_LEASE_S="soon").error(
         2, "invalid setting TICKWORK_LEASE_S"
     )
@@ -97,3 +118,68 @@ def test_relay_once_publishes_a_lost_tick(
     with deployment.worker(relay=False):
         done = client.wait(sid, timeout=30)
     assert done.status.value == "completed" and done.final_answer == "bye"
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_db_current_history_and_downgrade(tmp_path: Path, backend: str) -> None:
+    with contextlib.ExitStack() as stack:
+        if backend == "postgres":
+            url = stack.enter_context(postgres_database())
+        else:
+            url = f"sqlite:///{tmp_path / 'tw.db'}"
+        cli = Cli(_bare_env(TICKWORK_STATE_DIR=str(tmp_path / "state")), tmp_path)
+        db = functools.partial(cli, "db", TICKWORK_DATABASE_URL=url)
+
+        before, listed = at_once(lambda: db("current", "--json"), lambda: db("history", "--json"))
+        revisions = listed.json()
+        newest = next(r["revision"] for r in revisions if r["head"])
+        assert before.json() == {
+            "database_url": url,
+            "revision": None,
+            "head": newest,
+            "up_to_date": False,
+        }
+        assert revisions[-1]["follows"] == [] and not any(r["current"] for r in revisions)
+        assert not (tmp_path / "tw.db").exists()  # looking made no database
+
+        db("upgrade")
+        after, listed = at_once(lambda: db("current", "--json"), lambda: db("history", "--json"))
+        assert after.json()["revision"] == newest and after.json()["up_to_date"]
+        assert [r["revision"] for r in listed.json() if r["current"]] == [newest]
+        assert "the newest" in db("current").stdout and "(head, current)" in db("history").stdout
+
+        # destructive: asks, and with no terminal to ask in, refuses without --yes
+        db("downgrade", "base", ok=False).error(2, "--yes")
+        db("downgrade", "nope", "--yes", ok=False).error(2, "'nope'", "tickwork db history")
+        assert _tables(url) >= {"tickwork_sessions", "tickwork_outbox"}
+
+        assert db("downgrade", "base", "--yes", "--json").json()["revision"] is None
+        assert not _tables(url) & {"tickwork_sessions", "tickwork_outbox", "tickwork_events"}
+        assert db("current", "--json").json()["revision"] is None
+        db("downgrade", "base", "--yes", ok=False).error(2, "no tickwork schema")
+        assert db("upgrade", "--json").json()["revision"] == newest
+
+
+def _tables(url: str) -> set[str]:
+    engine = make_engine(url)
+    try:
+        return set(inspect(engine).get_table_names())
+    finally:
+        engine.dispose()
+
+
+def test_python_m_tickwork_ignores_modules_in_the_working_directory(tmp_path: Path) -> None:
+    # `python -m` puts the working directory first on sys.path; a tasks.py or worker.py
+    # there must not stand in for tickwork's packages
+    for name in ("tasks", "worker", "store", "fsm"):
+        (tmp_path / f"{name}.py").write_text(f"raise RuntimeError('{name}.py was imported')\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "tickwork", "config", "--json"],
+        cwd=tmp_path,
+        env=_bare_env(TICKWORK_STATE_DIR=str(tmp_path / "state")),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["queue"] == "tickwork.ticks"

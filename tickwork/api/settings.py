@@ -52,7 +52,7 @@ class ApiSettings(BaseSettings):
     #: a JSON file of the same shape, read at start
     api_tokens_file: Path | None = None
     api_host: str = "127.0.0.1"
-    api_port: int = 8000
+    api_port: int = Field(default=8000, ge=0, le=65535)
     #: the base URL people reach the server at (webhook cards link to it)
     public_url: str = ""
     #: model spec prefixes a submit may name (e.g. `openai:`); empty: any

@@ -1,0 +1,150 @@
+"""Bad TICKWORK_* settings through the `tickwork` command as a process: one `error:` line
+that names the variable and what to write instead, exit code 2, no traceback, nothing made."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import ROOT, TEST_KIND, Cli, at_once
+from worker.settings import Settings, load_settings
+
+PASSWORD = "hunter2-db-secret"
+KEY = "sk-proj-AbCdEf0123456789xyz"
+
+#: (command, variable, value, what the error line must also say)
+CASES = [
+    ("ls", "TICKWORK_DATABASE_URL", "notaurl", "postgresql://"),
+    ("ls", "TICKWORK_DATABASE_URL", f"mysql://tick:{PASSWORD}@db/tw", "not mysql"),
+    ("ls", "TICKWORK_DATABASE_URL", "postgresql+psycopg2://db/tw", "psycopg 3"),
+    ("submit", "TICKWORK_BROKER_URL", "http://broker.internal:80", "redis://HOST:6379/0"),
+    ("submit", "TICKWORK_BROKER_URL", "localhost:6379", "redis://HOST:6379/0"),
+    ("ls", "TICKWORK_IMPORTS", "nope", "mypackage.jobs:KIND"),
+    ("ls", "TICKWORK_IMPORTS", '["nope"]', "module:attr"),
+    ("ls", "TICKWORK_IMPORTS", f'["jobs:{KEY}"]', "module:attr"),
+    ("ls", "TICKWORK_PRICES", "cheap", "JSON"),
+    ("ls", "TICKWORK_LEASE_S", "-1", "greater than 0"),
+    ("ls", "TICKWORK_LEASE_S", "nan", "finite"),
+    ("ls", "TICKWORK_RELAY_PERIOD_S", "0", "greater than 0"),
+    ("ls", "TICKWORK_RELAY_AFTER_S", "-5", "greater than or equal to 0"),
+    ("ls", "TICKWORK_VISIBILITY_TIMEOUT_S", "0", "greater than 0"),
+    ("ls", "TICKWORK_POLL_INTERVAL_S", "0", "greater than 0"),
+    ("ls", "TICKWORK_MAX_OUTPUT_CHARS", "0", "greater than or equal to 1"),
+    ("ls", "TICKWORK_MODEL_TIMEOUT_S", "-1", "greater than 0"),
+    ("ls", "TICKWORK_TRANSCRIPT_CACHE", "-1", "greater than or equal to 0"),
+    ("ls", "TICKWORK_QUEUE", "", "at least 1 character"),
+    ("worker", "TICKWORK_WEBHOOK_ATTEMPTS", "0", "greater than or equal to 1"),
+    ("worker", "TICKWORK_WEBHOOK_TIMEOUT_S", "inf", "finite"),
+    ("worker", "TICKWORK_METRICS_PORT", "70000", "less than or equal to 65535"),
+    ("config", "TICKWORK_API_PORT", "-1", "greater than or equal to 0"),
+]
+
+
+def _bare_env(**settings: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TICKWORK_")}
+    return {**env, "PYTHONPATH": str(ROOT), **settings}
+
+
+def test_each_bad_setting_is_one_line_naming_it(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    cli = Cli(_bare_env(TICKWORK_STATE_DIR=str(state)), tmp_path)
+    argv = {
+        "ls": ["ls"],
+        "submit": ["submit", "repair"],
+        "worker": ["worker"],
+        "config": ["config"],
+    }
+    results = at_once(
+        *(
+            functools.partial(cli, *argv[command], ok=False, **{name: value})
+            for command, name, value, _ in CASES
+        )
+    )
+    for (_, name, _, says), result in zip(CASES, results, strict=True):
+        line = result.error(2, f"invalid setting {name}", says)
+        assert PASSWORD not in line and KEY not in line
+    # refused before anything was made: no state folder, no database, no broker folder
+    assert not state.exists()
+
+
+def test_a_sqlite_file_in_a_missing_folder_is_refused(tmp_path: Path) -> None:
+    missing = tmp_path / "no" / "such" / "dir"
+    cli = Cli(_bare_env(TICKWORK_STATE_DIR=str(tmp_path / "state")), tmp_path)
+    url = f"sqlite:///{missing}/x.db"
+    refused, upgrade = at_once(
+        lambda: cli("ls", ok=False, TICKWORK_DATABASE_URL=url),
+        lambda: cli("db", "upgrade", ok=False, TICKWORK_DATABASE_URL=url),
+    )
+    for result in (refused, upgrade):
+        result.error(2, "TICKWORK_DATABASE_URL", str(missing), "does not exist")
+    assert not (tmp_path / "no").exists()
+    # the embedded default still makes its own state folder, and a file in an existing one works
+    made = cli("ls", "--json", TICKWORK_STATE_DIR=str(tmp_path / "new" / "state"))
+    assert made.json() == [] and (tmp_path / "new" / "state" / "tickwork.db").exists()
+    there = cli("ls", "--json", TICKWORK_DATABASE_URL=f"sqlite:///{tmp_path}/here.db")
+    assert there.json() == [] and (tmp_path / "here.db").exists()
+    # a file named in the state folder is made with it, as the default is
+    state = tmp_path / "named" / "state"
+    named = cli(
+        "ls",
+        "--json",
+        TICKWORK_STATE_DIR=str(state),
+        TICKWORK_DATABASE_URL=f"sqlite:///{state}/tw.db",
+    )
+    assert named.json() == [] and (state / "tw.db").exists()
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://127.0.0.1:6379/0",
+        "rediss://:pw@cache.internal:6380/1",
+        "sentinel://s1:26379;sentinel://s2:26379",
+        "amqp://guest:guest@127.0.0.1:5672//",
+        "pyamqp://guest@rabbit//",
+        "filesystem://",
+        "",
+    ],
+)
+def test_the_supported_brokers_are_accepted(url: str) -> None:
+    assert Settings(broker_url=url).broker_url == url
+
+
+def test_a_failover_list_is_checked_whole() -> None:
+    from fsm.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="TICKWORK_BROKER_URL"):
+        load_settings(broker_url="redis://a:6379;b:6379")
+
+
+def test_a_broker_that_does_not_answer_is_one_whole_warning(tmp_path: Path) -> None:
+    cli = Cli(
+        _bare_env(
+            TICKWORK_STATE_DIR=str(tmp_path / "state"), TICKWORK_BROKER_URL="redis://127.0.0.1:1/0"
+        ),
+        tmp_path,
+    )
+    script = tmp_path / "script.json"
+    script.write_text('[{"content": "done"}]')
+    submitted = cli(
+        "submit",
+        TEST_KIND,
+        "--input",
+        json.dumps({"sink": str(tmp_path)}),
+        "--model",
+        f"scripted:{script}",
+        ok=False,
+    )
+    assert submitted.code == 0, submitted
+    session_id = submitted.stdout.strip()
+    (warning,) = submitted.stderr.splitlines()
+    assert warning.startswith(f"could not publish the tick of {session_id} (")
+    assert warning.endswith(
+        "the session is saved and a worker's relay will publish it once the broker is back "
+        "(within TICKWORK_RELAY_AFTER_S=10s)"
+    )
+    assert [h["id"] for h in cli("ls", "--json").json()] == [session_id]

@@ -1,0 +1,80 @@
+"""Every command's --help: each option's text whole (Rich markup eats `[...]`), its default
+shown, and no sentence left broken."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import re
+from collections.abc import Iterator
+from unittest import mock
+
+import pytest
+import typer
+
+from tickwork.cli import main, make_cli
+
+try:
+    from typer._click import Command
+except ImportError:  # pragma: no cover
+    from click import Command  # type: ignore[assignment]
+
+
+def _commands(
+    command: Command, path: tuple[str, ...] = ()
+) -> Iterator[tuple[tuple[str, ...], Command]]:
+    yield path, command
+    for name, sub in sorted(getattr(command, "commands", {}).items()):
+        yield from _commands(sub, (*path, name))
+
+
+COMMANDS = list(_commands(typer.main.get_command(make_cli())))
+
+
+def _help(path: tuple[str, ...]) -> str:
+    out = io.StringIO()
+    with (
+        mock.patch.dict(os.environ, {"COLUMNS": "250"}),
+        contextlib.redirect_stdout(out),
+        pytest.raises(SystemExit) as exited,
+    ):
+        main([*path, "--help"])
+    assert exited.value.code == 0
+    # the text as read: box drawing and line wraps gone
+    return " ".join(re.sub(r"[│╭╮╰╯─]", " ", out.getvalue()).split())
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+@pytest.mark.parametrize(
+    ("path", "command"), COMMANDS, ids=[" ".join(p) or "tickwork" for p, _ in COMMANDS]
+)
+def test_help_shows_each_option_whole_with_its_default(
+    path: tuple[str, ...], command: Command
+) -> None:
+    shown = _help(path)
+    assert not re.search(r"\w \.(\s|$)", shown), shown  # "Ticks run at once ." lost its end
+    for param in command.params:
+        text = getattr(param, "help", None)
+        if text:
+            assert _flat(text) in shown, (param.name, text)
+        default = getattr(param, "show_default", None)
+        if isinstance(default, str):
+            assert f"[default: ({default})]" in shown, (param.name, default)
+        if param.required or param.default in (None, False, (), "") or param.name == "help":
+            continue
+        value = getattr(param.default, "value", param.default)
+        assert f"[default: {value}]" in shown, (param.name, param.default)
+    if command.help:
+        assert _flat(command.help.split("\n\n")[0]) in shown
+
+
+def test_the_options_that_used_to_lose_their_defaults_show_them() -> None:
+    worker = _help(("worker",))
+    assert "Ticks run at once. [default: (CPU count)]" in worker
+    assert "[default: (threads for the embedded broker, else prefork)]" in worker
+    assert "The node name. [default: (celery@HOST)]" in _help(("worker",))
+    assert "[default: ($TICKWORK_MODEL)]" in _help(("submit",))
