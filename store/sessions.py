@@ -372,7 +372,8 @@ def _insert_session(conn: Connection, session: Session, *, now: datetime) -> Non
     )
     if head.status.runnable:
         conn.execute(
-            insert(outbox), [{"session_id": head.id, "version": head.version, "due_at": now}]
+            insert(outbox),
+            [{"session_id": head.id, "version": head.version, "due_at": now, "published_at": now}],
         )
 
 
@@ -433,10 +434,12 @@ def _appended(change: Change, *, version: int, now: datetime) -> dict[Table, lis
     step = change.step
     # a new step's calls are stored in the state the change leaves them in
     states = {cid: state.value for cid, state in change.call_states}
+    # a delayed tick waits here, unpublished, until the relay publishes it when due
     tick = {
         "session_id": session_id,
         "version": version,
         "due_at": now + timedelta(seconds=change.delay_s),
+        "published_at": None if change.delay_s > 0 else now,
     }
     return {
         steps: [] if step is None else [rows.step_to_row(session_id, step)],

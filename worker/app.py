@@ -10,6 +10,7 @@ import os
 from typing import Any
 
 from celery import Celery, signals
+from kombu import Exchange, Queue
 
 from .broker import TRANSPORT
 from .relay import RelayThread
@@ -41,6 +42,7 @@ def make_app(settings: Settings | None = None, *, relay: bool = True) -> Celery:
         task_serializer="json",
         accept_content=["json"],
         task_default_queue=settings.queue,
+        task_queues=_queues(settings),
         task_routes={
             TICK: {"queue": settings.queue},
             DEAD_LETTER: {"queue": settings.dead_letter_queue},
@@ -55,6 +57,18 @@ def make_app(settings: Settings | None = None, *, relay: bool = True) -> Celery:
     if relay:
         _start_relay_with_worker(app)
     return app
+
+
+def _queues(settings: Settings) -> list[Queue] | None:
+    """On RabbitMQ, tickwork's queues carry its delivery timeout (`x-consumer-timeout`,
+    honoured by RabbitMQ 3.12 and later; older servers apply their `consumer_timeout`)."""
+    if not settings.broker_url.startswith(("amqp", "pyamqp")):
+        return None  # Celery declares them plainly from the routes
+    arguments = {"x-consumer-timeout": int(settings.delivery_timeout_s * 1000)}
+    return [
+        Queue(name, Exchange(name), routing_key=name, queue_arguments=arguments)
+        for name in (settings.queue, settings.dead_letter_queue)
+    ]
 
 
 def runtime(app: Celery) -> Runtime:

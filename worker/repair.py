@@ -27,7 +27,7 @@ from fsm.values import Head
 
 from .jobs import JobKind
 from .settings import load_settings
-from .tools.repair import default_registry
+from .tools.repair import MAX_COMMAND_S, default_registry
 from .tools.shell import command_env, run_shell
 
 #: directories neither copied into the baseline nor diffed: VCS data, caches, environments
@@ -136,8 +136,13 @@ def _optional_text(data: Mapping[str, Any], key: str) -> str:
 def _timeout(value: Any) -> float | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1e6:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
         raise _fail(f"`test_timeout_s` must be a positive number of seconds, got {value!r}")
+    if value > MAX_COMMAND_S:
+        raise _fail(
+            f"`test_timeout_s` may be at most {MAX_COMMAND_S:g} seconds (a tick must end before "
+            f"the broker's delivery timeout), got {value!r}"
+        )
     return float(value)
 
 
@@ -345,7 +350,7 @@ def run_final_tests(head: Head) -> dict[str, Any]:
     """Run the session's test command in its workspace once more; what it gave."""
     config = head.config
     command = str(config.get("test_command") or "")
-    timeout = float(config.get("test_timeout_s") or FINAL_TESTS_TIMEOUT_S)
+    timeout = min(float(config.get("test_timeout_s") or FINAL_TESTS_TIMEOUT_S), MAX_COMMAND_S)
     env = command_env({**dict(config.get("env") or {}), "TICKWORK_SESSION_ID": head.id})
     result = run_shell(command, cwd=Path(config["workspace"]), timeout_s=timeout, env=env)
     output = result.describe()

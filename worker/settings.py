@@ -6,12 +6,15 @@ import re
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from fsm.values import Budgets
 
 SECRET_NAMES = re.compile(r"key|secret|token|password", re.IGNORECASE)
+#: seconds a tick keeps between its longest call and the broker's delivery timeout: the
+#: claim, the save, the lease's renewal and the acknowledgement fit in it
+DELIVERY_MARGIN_S = 300.0
 
 
 class Settings(BaseSettings):
@@ -41,6 +44,14 @@ class Settings(BaseSettings):
     relay_after_s: float = 10.0
     #: Redis redelivers an unacknowledged message after this; longer than the longest tick
     visibility_timeout_s: float = 2 * 3600.0
+    #: RabbitMQ closes a channel holding a delivery unacknowledged this long (its
+    #: `consumer_timeout`, 30 minutes by default); tickwork declares its queues with it
+    #: (`x-consumer-timeout`, RabbitMQ 3.12+) and keeps every tool and model call shorter
+    #: by DELIVERY_MARGIN_S
+    delivery_timeout_s: float = Field(default=1800.0, gt=DELIVERY_MARGIN_S)
+    #: the longest a model retry waits (a Retry-After above it is cut to it); the wait is
+    #: an outbox row with a due time, published by the relay when due
+    max_retry_delay_s: float = Field(default=600.0, gt=0)
     #: filesystem:// broker poll interval
     poll_interval_s: float = 0.05
     max_output_chars: int = 20_000
@@ -65,6 +76,30 @@ class Settings(BaseSettings):
         if not 0.0 <= value <= 1.0:
             raise ValueError("drop_publish_rate must be between 0 and 1")
         return value
+
+    @model_validator(mode="after")
+    def _ticks_fit_the_broker(self) -> Settings:
+        if self.model_timeout_s > self.longest_call_s:
+            raise ValueError(
+                f"model_timeout_s={self.model_timeout_s:g} leaves a tick no time before the "
+                f"broker's delivery timeout (delivery_timeout_s={self.delivery_timeout_s:g} "
+                f"less a {DELIVERY_MARGIN_S:g}s margin); lower it or raise delivery_timeout_s"
+            )
+        if (
+            self.broker_url.startswith("redis")
+            and self.visibility_timeout_s < self.delivery_timeout_s
+        ):
+            raise ValueError(
+                f"visibility_timeout_s={self.visibility_timeout_s:g} is shorter than "
+                f"delivery_timeout_s={self.delivery_timeout_s:g}: Redis would deliver a tick "
+                "again while a worker still runs it; raise visibility_timeout_s"
+            )
+        return self
+
+    @property
+    def longest_call_s(self) -> float:
+        """The longest a tool or model call may take: the delivery timeout less the margin."""
+        return self.delivery_timeout_s - DELIVERY_MARGIN_S
 
     @property
     def db_url(self) -> str:
