@@ -1,0 +1,132 @@
+"""Delayed ticks wait in the database, not in the broker (DESIGN section 11).
+
+On RabbitMQ a countdown message is delivered at once and held unacknowledged by a worker
+until its time comes; past the broker's delivery timeout (30 minutes by default) the
+broker closes the worker's channel. A model's Retry-After must therefore leave no message
+on the queue: the tick is acknowledged, the session waits in the outbox with a due time,
+and the relay publishes it when due.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+
+from fsm.values import EventKind, Status
+from store.schema import outbox
+from tests.services import IN_CI, rabbitmq_url
+from tests.tasks.conftest import TEST_KIND, Deployment, until
+from tests.worker.models.conftest import ChatServer
+from worker.settings import Settings
+
+pytest_plugins = ["tests.worker.models.conftest"]
+
+
+def queues() -> dict[str, dict[str, Any]]:
+    """RabbitMQ's own count of each queue's ready and unacknowledged messages."""
+    if shutil.which("rabbitmqctl") is None:
+        if IN_CI:
+            pytest.fail("CI=true: rabbitmqctl is not installed", pytrace=False)
+        pytest.skip("rabbitmqctl is not installed")
+    listed = subprocess.run(
+        [
+            "rabbitmqctl",
+            "-q",
+            "list_queues",
+            "--no-table-headers",
+            "name",
+            "messages_ready",
+            "messages_unacknowledged",
+            "arguments",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    found = {}
+    for line in listed.splitlines():
+        name, ready, unacked, arguments = line.split("\t", 3)
+        found[name] = {"ready": int(ready), "unacked": int(unacked), "arguments": arguments}
+    return found
+
+
+@pytest.fixture
+def rabbit(
+    tmp_path: Path, clean_postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Deployment]:
+    """Postgres and RabbitMQ, with a 3 s cap on model retry delays."""
+    broker = rabbitmq_url()
+    queue = f"tickwork.ticks.{uuid.uuid4().hex[:8]}"
+    settings = Settings(
+        state_dir=tmp_path / "state",
+        database_url=clean_postgres_url,
+        broker_url=broker,
+        queue=queue,
+        dead_letter_queue=f"{queue}.dead",
+        lease_s=3.0,
+        relay_period_s=0.25,
+        relay_after_s=30.0,  # far: only a delayed tick falling due is published promptly
+        max_retry_delay_s=3.0,
+    )
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-secret")
+    d = Deployment("rabbitmq", settings, tmp_path)
+    yield d
+    d.close()
+    from kombu import Connection
+
+    with Connection(broker) as conn:
+        for name in (settings.queue, settings.dead_letter_queue):
+            conn.SimpleQueue(name).queue.delete()  # type: ignore[attr-defined]
+
+
+def test_a_retry_after_waits_in_the_outbox_not_unacknowledged_on_rabbitmq(
+    rabbit: Deployment, chat_server: ChatServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_BASE_URL", chat_server.base_url)
+    chat_server.respond(
+        429, {"error": {"message": "rate limited"}}, headers={"Retry-After": "1900"}
+    )
+    chat_server.answer("all done")
+    head = rabbit.client.submit(TEST_KIND, {"sink": str(rabbit.sink)}, model="openai:gpt-4o")
+
+    with rabbit.worker():
+        waiting = until(
+            lambda: (h := rabbit.client.get(head.id)).model_attempts == 1 and h,
+            what="the 429 to be recorded",
+        )
+        with rabbit.client.store.engine.connect() as conn:
+            rows = conn.execute(select(outbox).where(outbox.c.session_id == head.id)).all()
+        queue = queues()[rabbit.settings.queue]
+        done = rabbit.client.wait(head.id, timeout=30)
+
+    assert waiting.status is Status.READY
+    # the model asked for 1900 s; TICKWORK_MAX_RETRY_DELAY_S cut it to 3
+    retry = next(e for e in rabbit.client.load(head.id).events if e.kind is EventKind.MODEL_RETRY)
+    assert retry.data["delay_s"] == 3.0
+    # the tick was acknowledged: the wait is a due outbox row, not a held message
+    assert len(rows) == 1
+    assert rows[0].version == waiting.version
+    assert rows[0].published_at is None
+    assert (rows[0].due_at - waiting.updated_at).total_seconds() == pytest.approx(3.0, abs=1.0)
+    assert (queue["ready"], queue["unacked"]) == (0, 0)
+    # the relay published it when due (long before its 30 s lost-message threshold)
+    assert done.status is Status.COMPLETED
+    assert len(chat_server.requests) == 2
+
+
+def test_tickwork_queues_carry_the_delivery_timeout_on_rabbitmq(rabbit: Deployment) -> None:
+    with rabbit.worker():
+        listed = until(lambda: queues().get(rabbit.settings.dead_letter_queue), what="queues")
+        ticks = queues()[rabbit.settings.queue]
+
+    for declared in (ticks, listed):
+        assert "x-consumer-timeout" in declared["arguments"]
+        assert str(int(rabbit.settings.delivery_timeout_s * 1000)) in declared["arguments"]
