@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
+import socket
 import time
 from enum import StrEnum
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -42,21 +47,25 @@ def worker(
     dead_letters: Annotated[
         bool,
         typer.Option(
-            "--dead-letters", help="Also consume the dead-letter queue (and log each one)."
+            "--dead-letters/--no-dead-letters",
+            help="Also consume the dead-letter queue: log and count each dead letter.",
         ),
-    ] = False,
+    ] = True,
     loglevel: Annotated[str, typer.Option("--loglevel", "-l", help="Celery's log level.")] = "INFO",
     hostname: Annotated[
         str | None, typer.Option("--hostname", "-n", help="The node name [default: celery@HOST].")
     ] = None,
 ) -> None:
-    """Run a Celery worker for the tick queue; the relay runs inside it."""
-    from worker.app import make_app
-
+    """Run a Celery worker for the tick queue and the dead-letter queue; the relay runs
+    inside it."""
     settings = load_settings()
     ensure_schema(settings)
     queues = [settings.queue] + ([settings.dead_letter_queue] if dead_letters else [])
     chosen = pool or (Pool.THREADS if settings.embedded_broker else Pool.PREFORK)
+    if chosen is Pool.PREFORK:
+        _metrics_folder(settings.state_dir, hostname)
+    from worker.app import make_app  # after the metrics folder is chosen
+
     argv = ["worker", "--queues", ",".join(queues), "--pool", chosen.value, "--loglevel", loglevel]
     if concurrency:
         argv += ["--concurrency", str(concurrency)]
@@ -68,6 +77,20 @@ def worker(
     code = make_app(settings).start(argv)
     if code:
         raise typer.Exit(code)
+
+
+def _metrics_folder(state_dir: Path, hostname: str | None) -> None:
+    """Prefork children count their ticks in their own processes; prometheus_client adds
+    them up from files in PROMETHEUS_MULTIPROC_DIR, which must be set before it is first
+    imported. Unless the operator set one, it is `<state dir>/metrics/<node>`, emptied
+    here so counts of a previous run do not add up with this one's."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        return
+    node = re.sub(r"[^A-Za-z0-9_.@-]", "_", hostname or f"celery@{socket.gethostname()}")
+    folder = (state_dir / "metrics" / node).absolute()
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(folder)
 
 
 def relay(
