@@ -240,7 +240,7 @@ def make_fork(*, dead_letter: bool) -> Callable[..., None]:
     if dead_letter:
         fork.__annotations__["key"] = DeadLetterKey
     else:  # a plain fork resolves no dead letter: --again means nothing to it
-        shown = inspect.signature(fork)
+        shown = inspect.signature(fork, eval_str=True)
         fork.__signature__ = shown.replace(  # type: ignore[attr-defined]
             parameters=[p for p in shown.parameters.values() if p.name != "again"]
         )

@@ -3,8 +3,9 @@
 Workers count ticks, model usage and relay passes in process-local metrics; with
 PROMETHEUS_MULTIPROC_DIR set (needed for prefork pools) every process writes them to
 that folder and `registry()` adds them up. `tickwork worker --pool prefork` sets it to
-`<state dir>/metrics/<node name>`, emptied at start, unless it is set already. The store's state (sessions by status,
-approvals waiting, dead letters, the outbox) is read on each scrape by `StoreCollector`,
+`<state dir>/metrics/<node name>`, emptied at start, unless it is set already. The
+store's state (sessions by status, approvals waiting, dead letters, the outbox) is read
+on each scrape by `StoreCollector`,
 which the HTTP API exposes, so Prometheus sees it once however many workers run.
 
 A worker serves /metrics on TICKWORK_METRICS_PORT once it is ready (unset: no server).

@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from fsm.values import Budgets
@@ -42,13 +42,13 @@ class Settings(BaseSettings):
     relay_period_s: float = 2.0
     #: an outbox row still unclaimed this long after it fell due is published again
     relay_after_s: float = 10.0
-    #: Redis redelivers an unacknowledged message after this; longer than the longest tick
-    visibility_timeout_s: float = 2 * 3600.0
     #: RabbitMQ closes a channel holding a delivery unacknowledged this long (its
     #: `consumer_timeout`, 30 minutes by default); tickwork declares its queues with it
     #: (`x-consumer-timeout`, RabbitMQ 3.12+) and keeps every tool and model call shorter
     #: by DELIVERY_MARGIN_S
     delivery_timeout_s: float = Field(default=1800.0, gt=DELIVERY_MARGIN_S)
+    #: Redis redelivers an unacknowledged message after this; longer than the longest tick
+    visibility_timeout_s: float = 2 * 3600.0
     #: the longest a model retry waits (a Retry-After above it is cut to it); the wait is
     #: an outbox row with a due time, published by the relay when due
     max_retry_delay_s: float = Field(default=600.0, gt=0)
@@ -77,24 +77,28 @@ class Settings(BaseSettings):
             raise ValueError("drop_publish_rate must be between 0 and 1")
         return value
 
-    @model_validator(mode="after")
-    def _ticks_fit_the_broker(self) -> Settings:
-        if self.model_timeout_s > self.longest_call_s:
+    @field_validator("visibility_timeout_s")
+    @classmethod
+    def _redelivered_after_the_longest_tick(cls, value: float, info: ValidationInfo) -> float:
+        delivery = info.data.get("delivery_timeout_s", value)
+        if str(info.data.get("broker_url", "")).startswith("redis") and value < delivery:
             raise ValueError(
-                f"model_timeout_s={self.model_timeout_s:g} leaves a tick no time before the "
-                f"broker's delivery timeout (delivery_timeout_s={self.delivery_timeout_s:g} "
-                f"less a {DELIVERY_MARGIN_S:g}s margin); lower it or raise delivery_timeout_s"
+                f"{value:g} is shorter than delivery_timeout_s={delivery:g}: Redis would "
+                "deliver a tick again while a worker still runs it; raise it"
             )
-        if (
-            self.broker_url.startswith("redis")
-            and self.visibility_timeout_s < self.delivery_timeout_s
-        ):
+        return value
+
+    @field_validator("model_timeout_s")
+    @classmethod
+    def _fits_the_delivery_timeout(cls, value: float, info: ValidationInfo) -> float:
+        delivery = info.data.get("delivery_timeout_s")
+        if delivery is not None and value > delivery - DELIVERY_MARGIN_S:
             raise ValueError(
-                f"visibility_timeout_s={self.visibility_timeout_s:g} is shorter than "
-                f"delivery_timeout_s={self.delivery_timeout_s:g}: Redis would deliver a tick "
-                "again while a worker still runs it; raise visibility_timeout_s"
+                f"{value:g} leaves a tick no time before the broker's delivery timeout "
+                f"(delivery_timeout_s={delivery:g} less a {DELIVERY_MARGIN_S:g}s margin); "
+                "lower it or raise delivery_timeout_s"
             )
-        return self
+        return value
 
     @property
     def longest_call_s(self) -> float:
