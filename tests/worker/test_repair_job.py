@@ -89,6 +89,10 @@ WS = "<project>"
         ({"workspace": WS, "test_command": PASS, "goal": 7}, "`goal` must be text"),
         ({"workspace": WS, "test_command": PASS, "test_timeout_s": 0}, "test_timeout_s"),
         ({"workspace": WS, "test_command": PASS, "test_timeout_s": True}, "test_timeout_s"),
+        (
+            {"workspace": WS, "test_command": PASS, "test_timeout_s": 1900},
+            "at most 1500 seconds .* delivery timeout",
+        ),
         ({"workspace": WS, "test_command": PASS, "test_cmd": "x"}, r"unknown key\(s\) test_cmd"),
     ],
 )
