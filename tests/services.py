@@ -1,4 +1,4 @@
-"""Real Postgres, Redis and RabbitMQ for the tests: found, or skipped locally and failed under CI."""
+"""Real Postgres, Redis and RabbitMQ for the tests: found, or skipped locally, failed in CI."""
 
 from __future__ import annotations
 
