@@ -102,7 +102,8 @@ def relay(
     ] = False,
     json_output: options.Json = False,
 ) -> None:
-    """Publish ticks whose message may be lost and revive sessions whose worker died.
+    """Publish delayed ticks now due and ticks whose message may be lost, and revive
+    sessions whose worker died.
 
     Workers run the relay themselves; this runs it alone, e.g. from cron with --once.
     """
@@ -116,12 +117,19 @@ def relay(
         if once:
             done = relay_once(rt)
             if json_output:
-                views.emit({"republished": done.republished, "lease_expiries": done.lease_expiries})
+                views.emit(
+                    {
+                        "republished": done.republished,
+                        "lease_expiries": done.lease_expiries,
+                        "delayed": done.delayed,
+                    }
+                )
             else:
                 render.show(
                     Text(
                         f"republished {done.republished} ticks, revived "
-                        f"{done.lease_expiries} sessions with expired leases"
+                        f"{done.lease_expiries} sessions with expired leases, published "
+                        f"{done.delayed} delayed ticks now due"
                     )
                 )
             return
