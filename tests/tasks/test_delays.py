@@ -22,8 +22,9 @@ from sqlalchemy import select
 from fsm.values import EventKind, Status
 from store.schema import outbox
 from tests.services import IN_CI, rabbitmq_url
-from tests.tasks.conftest import TEST_KIND, Deployment, until
+from tests.tasks.conftest import TEST_KIND, Deployment, stop, until
 from tests.worker.models.conftest import ChatServer
+from worker.app import consumer_timeout_note
 from worker.settings import Settings
 
 pytest_plugins = ["tests.worker.models.conftest"]
@@ -123,10 +124,45 @@ def test_a_retry_after_waits_in_the_outbox_not_unacknowledged_on_rabbitmq(
 
 
 def test_tickwork_queues_carry_the_delivery_timeout_on_rabbitmq(rabbit: Deployment) -> None:
-    with rabbit.worker():
-        listed = until(lambda: queues().get(rabbit.settings.dead_letter_queue), what="queues")
-        ticks = queues()[rabbit.settings.queue]
+    from kombu import Connection
 
-    for declared in (ticks, listed):
+    with Connection(rabbit.settings.broker_url) as conn:
+        conn.connect()
+        server = str(conn.connection.server_properties["version"])
+    worker = rabbit.spawn(
+        "--queues", f"{rabbit.settings.queue},{rabbit.settings.dead_letter_queue}"
+    )
+    try:
+        (log,) = rabbit.tmp.glob("worker-*.log")
+        until(lambda: "ready." in log.read_text(), timeout=60, what="the worker to start")
+        listed = queues()
+        ticks, letters = listed[rabbit.settings.queue], listed[rabbit.settings.dead_letter_queue]
+    finally:
+        stop(worker)
+
+    # a server that ignores the argument is named at start, with the setting to change
+    expected = consumer_timeout_note(server, rabbit.settings.delivery_timeout_s)
+    notes = [line for line in log.read_text().splitlines() if "x-consumer-timeout" in line]
+    assert len(notes) == (1 if expected else 0)
+    assert expected is None or expected in notes[0]
+    for declared in (ticks, letters):
         assert "x-consumer-timeout" in declared["arguments"]
         assert str(int(rabbit.settings.delivery_timeout_s * 1000)) in declared["arguments"]
+
+
+@pytest.mark.parametrize(
+    ("server", "named"),
+    [
+        ("3.10.8", "consumer_timeout = 1800000"),
+        ("3.11.28", "consumer_timeout = 1800000"),
+        ("3.12.0", None),
+        ("4.0.5", None),
+        ("unknown", "check that it honours x-consumer-timeout"),
+    ],
+)
+def test_a_server_that_ignores_the_queue_timeout_is_named(server: str, named: str | None) -> None:
+    note = consumer_timeout_note(server, 1800.0)
+    if named is None:
+        assert note is None
+    else:
+        assert note is not None and named in note
