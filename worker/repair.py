@@ -350,7 +350,9 @@ def run_final_tests(head: Head) -> dict[str, Any]:
     """Run the session's test command in its workspace once more; what it gave."""
     config = head.config
     command = str(config.get("test_command") or "")
-    timeout = min(float(config.get("test_timeout_s") or FINAL_TESTS_TIMEOUT_S), MAX_COMMAND_S)
+    # a tick (this runs in the last THINK tick) must end before the broker's delivery timeout
+    limit = min(MAX_COMMAND_S, load_settings().longest_call_s)
+    timeout = min(float(config.get("test_timeout_s") or FINAL_TESTS_TIMEOUT_S), limit)
     env = command_env({**dict(config.get("env") or {}), "TICKWORK_SESSION_ID": head.id})
     result = run_shell(command, cwd=Path(config["workspace"]), timeout_s=timeout, env=env)
     output = result.describe()
