@@ -166,3 +166,25 @@ def test_a_server_that_ignores_the_queue_timeout_is_named(server: str, named: st
         assert note is None
     else:
         assert note is not None and named in note
+
+
+def test_a_tool_call_ends_before_the_brokers_delivery_timeout(deployment: Deployment) -> None:
+    # a broker that gives a delivery 301 s leaves a tick's calls 1 s (the rest is margin)
+    deployment.settings = deployment.settings.model_copy(
+        update={"delivery_timeout_s": 301.0, "model_timeout_s": 1.0}
+    )
+    sid = deployment.submit(
+        [
+            {
+                "content": "act",
+                "tool_calls": [{"name": "idem_effect", "arguments": {"value": "x", "sleep_s": 5}}],
+            },
+            {"content": "done"},
+        ]
+    )
+    with deployment.worker():
+        done = deployment.client.wait(sid, timeout=60)
+
+    (observation,) = deployment.client.load(sid).observations
+    assert done.status is Status.COMPLETED
+    assert observation.is_error and "timed out after 1s" in observation.content
