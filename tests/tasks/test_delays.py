@@ -84,8 +84,10 @@ def rabbit(
     from kombu import Connection
 
     with Connection(broker) as conn:
+        channel = conn.channel()
         for name in (settings.queue, settings.dead_letter_queue):
-            conn.SimpleQueue(name).queue.delete()  # type: ignore[attr-defined]
+            channel.queue_delete(name)
+            channel.exchange_delete(name)
 
 
 def test_a_retry_after_waits_in_the_outbox_not_unacknowledged_on_rabbitmq(
