@@ -364,6 +364,16 @@ class Store:
                 insert(events),
                 [rows.event_to_row(session_id, head.version, e) for e in change.events],
             )
+            # a delayed tick (model backoff) need not be waited for: the relay publishes it now
+            conn.execute(
+                update(outbox)
+                .where(
+                    outbox.c.session_id == session_id,
+                    outbox.c.published_at.is_(None),
+                    outbox.c.due_at > now,
+                )
+                .values(due_at=now)
+            )
             return rows.head_from_row(stored)
 
     def fork(

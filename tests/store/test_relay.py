@@ -188,3 +188,19 @@ def test_a_tick_republished_again_and_again_waits_longer_each_time(
     gaps = [b - a for a, b in itertools.pairwise(published_at)]
     assert gaps == sorted(gaps) and gaps[0] < gaps[-1], gaps
     assert len(published_at) <= 4
+
+
+def test_a_cancel_brings_a_delayed_tick_forward(
+    store: Store, clock: Clock, session_id: str
+) -> None:
+    claimed = claim(store, session_id, now=clock())
+    retry = machine.model_failed(
+        claimed.head, error="429", transient=True, now=clock(), retry_after_s=600
+    )
+    store.save(retry, version=0, owner="worker-1", now=clock())
+
+    store.request_cancel(session_id, now=clock.advance(5), by="erin")
+
+    assert due_ticks(store.engine, now=clock(), older_than_s=30) == [
+        Due(session_id, 1, delayed=True)
+    ]
