@@ -72,6 +72,11 @@ class ClaimLost(TickworkError):
     """The session moved on or its lease passed to another worker; this tick's work is dropped."""
 
 
+class DeadLetterClosed(IllegalTransition):
+    """The dead letter was already forked, resolved or dismissed; the message says by whom
+    and when. Fork it once more on purpose with `--again`."""
+
+
 class ForkOutOfRange(InvalidInput):
     """The fork step is outside the session's steps."""
 

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
+from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 from sqlalchemy import Connection, Engine, func, insert, select, update
 
 from fsm import snapshots
-from fsm.errors import TickworkError
+from fsm.errors import DeadLetterClosed, InvalidInput, TickworkError
 from fsm.values import SNAPSHOT_SCHEMA_VERSION, Session
 
 from .schema import dead_letters
@@ -77,14 +78,90 @@ def record(conn: Connection, session: Session, *, now: datetime) -> None:
     )
 
 
-def resolve(
-    conn: Connection, session_id: str, *, now: datetime, resolution: dict[str, Any]
+class Closing(StrEnum):
+    """How a dead letter was closed: `DeadLetter.resolution["state"]`."""
+
+    FORKED = "forked"  #: a fork of its session runs in its place
+    RESOLVED = "resolved"  #: a person fixed the cause another way
+    DISMISSED = "dismissed"  #: a person decided nothing is to be done
+
+
+def record_fork(
+    conn: Connection, session_id: str, *, fork: str, by: str, now: datetime, again: bool = False
 ) -> None:
+    """Note `fork` on the dead letter of `session_id` (if it has one), which is resolved by
+    it, in the transaction that creates the fork. Every fork is kept. A dead letter already
+    forked, resolved or dismissed is refused unless `again`."""
+    row = conn.execute(
+        select(dead_letters.c.id, dead_letters.c.resolution)
+        .where(dead_letters.c.session_id == session_id)
+        .with_for_update()
+    ).first()
+    if row is None:
+        return
+    resolution = dict(row.resolution or {})
+    if resolution and not again:
+        raise DeadLetterClosed(
+            f"dead letter {row.id} (session {session_id}) {describe(resolution)}; "
+            'to fork it once more on purpose, add --again (API: "again": true)'
+        )
+    forks = [*resolution.get("forks", ()), {"fork": fork, "by": by, "at": now.isoformat()}]
+    if not resolution or resolution.get("state") == Closing.FORKED:
+        resolution.update(state=Closing.FORKED.value, by=by, at=now.isoformat())
+    resolution.update(fork=forks[0]["fork"], forks=forks)
     conn.execute(
         update(dead_letters)
-        .where(dead_letters.c.session_id == session_id)
+        .where(dead_letters.c.id == row.id)
         .values(resolved_at=now, resolution=resolution)
     )
+
+
+def close(
+    engine: Engine, key: int | str, *, state: Closing, by: str, reason: str, now: datetime
+) -> DeadLetter:
+    """Resolve or dismiss a dead letter without forking it; refused if already closed."""
+    if state is Closing.FORKED:
+        raise ValueError("a dead letter is closed as forked only by forking it")
+    if not reason.strip():
+        raise InvalidInput(f"say why the dead letter is {state.value}: give --reason TEXT")
+    column = dead_letters.c.id if isinstance(key, int) else dead_letters.c.session_id
+    with engine.begin() as conn:
+        row = conn.execute(
+            select(dead_letters.c.id, dead_letters.c.session_id, dead_letters.c.resolution)
+            .where(column == key)
+            .with_for_update()
+        ).first()
+        if row is None:
+            raise DeadLetterNotFound(f"no dead letter {key!r}; list them with `tickwork dlq ls`")
+        if row.resolution:
+            raise DeadLetterClosed(
+                f"dead letter {row.id} (session {row.session_id}) {describe(row.resolution)}"
+            )
+        resolution = {"state": state.value, "by": by, "at": now.isoformat(), "reason": reason}
+        conn.execute(
+            update(dead_letters)
+            .where(dead_letters.c.id == row.id)
+            .values(resolved_at=now, resolution=resolution)
+        )
+    return get_dead_letter(engine, row.id)
+
+
+def describe(resolution: dict[str, Any]) -> str:
+    """How a dead letter was closed, in words: by whom, when, and its forks."""
+    state = resolution.get("state", Closing.FORKED.value)
+    forks = resolution.get("forks") or (
+        [{"fork": resolution["fork"], "by": resolution.get("by", ""), "at": "?"}]
+        if resolution.get("fork")
+        else []
+    )
+    named = ", ".join(f"{f['fork']} by {f['by'] or 'unknown'} at {f['at']}" for f in forks)
+    if state == Closing.FORKED.value:
+        return f"was already forked as {named}"
+    said = (
+        f"was already {state} by {resolution.get('by') or 'unknown'} at {resolution.get('at')}"
+        f" ({resolution.get('reason', '')})"
+    )
+    return said + (f"; its forks: {named}" if named else "")
 
 
 def _row(row: Any, with_snapshot: bool) -> DeadLetter:

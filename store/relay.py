@@ -1,4 +1,5 @@
-"""The relay's scans: ticks whose message may be lost, and sessions whose worker died.
+"""The relay's scans: delayed ticks that fell due, ticks whose message may be lost, and
+sessions whose worker died.
 
 Both are safe to run in many processes at once: rows are taken with
 `FOR UPDATE SKIP LOCKED` on Postgres, and SQLite serialises writers.
@@ -6,10 +7,10 @@ Both are safe to run in many processes at once: rows are taken with
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from sqlalchemy import Engine, bindparam, delete, insert, select, tuple_, update
+from sqlalchemy import Engine, bindparam, delete, insert, or_, select, tuple_, update
 
 from .schema import outbox, sessions
 
@@ -22,13 +23,17 @@ MAX_REPUBLISH_WAIT_S = 300.0
 class Due:
     session_id: str
     version: int
-    #: seconds until the tick is due (a model retry backoff), 0 if due now
-    countdown: float = 0.0
+    #: a delayed tick (model backoff, Retry-After) published for the first time, now that
+    #: it is due; False: a tick whose message may be lost, or a revived session
+    delayed: bool = False
+    #: for a revived session: the worker whose lease expired
+    owner: str | None = field(default=None, compare=False)
 
 
 def due_ticks(engine: Engine, *, now: datetime, older_than_s: float, limit: int = 500) -> list[Due]:
-    """Outbox rows still unclaimed `older_than_s` after they fell due: their message may be
-    lost, so they are returned for publishing and their due time moves on.
+    """Outbox rows to publish now: delayed ticks that fell due (never published yet), and
+    ticks still unclaimed `older_than_s` after they were due or last published (their
+    message may be lost). Their due time moves on and `published_at` records this.
 
     A row republished again and again (a backed-up queue, not a lost message) waits longer
     each time: its n-th republication is followed by n-1 more thresholds, up to
@@ -36,16 +41,18 @@ def due_ticks(engine: Engine, *, now: datetime, older_than_s: float, limit: int 
     Rows whose session moved on (or is no longer runnable) are deleted.
     """
     cutoff = now - timedelta(seconds=older_than_s)
+    waiting = outbox.c.published_at.is_(None)
     query = (
         select(
             outbox.c.session_id,
             outbox.c.version,
             outbox.c.republished,
+            waiting.label("delayed"),
             sessions.c.version.label("current"),
             sessions.c.status,
         )
         .join(sessions, sessions.c.id == outbox.c.session_id)
-        .where(outbox.c.due_at < cutoff)
+        .where(or_(outbox.c.due_at < cutoff, waiting & (outbox.c.due_at <= now)))
         .order_by(outbox.c.due_at)
         .limit(limit)
         .with_for_update(skip_locked=True, of=outbox)
@@ -62,20 +69,28 @@ def due_ticks(engine: Engine, *, now: datetime, older_than_s: float, limit: int 
             moved = (
                 update(outbox)
                 .where(outbox.c.session_id == bindparam("sid"), outbox.c.version == bindparam("v"))
-                .values(due_at=bindparam("due"), republished=outbox.c.republished + 1)
+                .values(
+                    due_at=bindparam("due"),
+                    published_at=now,
+                    republished=outbox.c.republished + bindparam("again"),
+                )
             )
             conn.execute(
                 moved,
                 [
-                    {
+                    # a delayed tick's first publication is not a republication
+                    {"sid": r.session_id, "v": r.version, "due": now, "again": 0}
+                    if r.delayed
+                    else {
                         "sid": r.session_id,
                         "v": r.version,
                         "due": now + timedelta(seconds=_wait(r.republished, older_than_s)),
+                        "again": 1,
                     }
                     for r in rows
                 ],
             )
-    return [Due(session_id, version) for session_id, version in live]
+    return [Due(r.session_id, r.version, delayed=bool(r.delayed)) for r in rows]
 
 
 def _wait(republished: int, threshold_s: float) -> float:
@@ -87,7 +102,7 @@ def expired_leases(engine: Engine, *, now: datetime, limit: int = 500) -> list[D
     """Runnable sessions whose lease ran out (their worker died mid-I/O): the lease is
     cleared and an outbox row written, so the session runs again exactly as a lost tick."""
     query = (
-        select(sessions.c.id, sessions.c.version)
+        select(sessions.c.id, sessions.c.version, sessions.c.lease_owner)
         .where(
             sessions.c.status.in_(RUNNABLE),
             sessions.c.lease_expires_at.is_not(None),
@@ -98,8 +113,8 @@ def expired_leases(engine: Engine, *, now: datetime, limit: int = 500) -> list[D
         .with_for_update(skip_locked=True)
     )
     with engine.begin() as conn:
-        found = [(r.id, r.version) for r in conn.execute(query).all()]
-        for session_id, version in found:
+        found = [(r.id, r.version, r.lease_owner) for r in conn.execute(query).all()]
+        for session_id, version, _ in found:
             conn.execute(
                 update(sessions)
                 .where(sessions.c.id == session_id, sessions.c.version == version)
@@ -109,6 +124,14 @@ def expired_leases(engine: Engine, *, now: datetime, limit: int = 500) -> list[D
                 delete(outbox).where(outbox.c.session_id == session_id, outbox.c.version == version)
             )
             conn.execute(
-                insert(outbox), [{"session_id": session_id, "version": version, "due_at": now}]
+                insert(outbox),
+                [
+                    {
+                        "session_id": session_id,
+                        "version": version,
+                        "due_at": now,
+                        "published_at": now,
+                    }
+                ],
             )
-    return [Due(session_id, version) for session_id, version in found]
+    return [Due(session_id, version, owner=owner) for session_id, version, owner in found]

@@ -194,7 +194,16 @@ outbox = Table(
     Column("due_at", UTCDateTime, nullable=False),
     #: how often the relay published it again; each time it waits longer
     Column("republished", Integer, nullable=False, default=0, server_default="0"),
+    #: when its message was last published; NULL: a delayed tick (model backoff,
+    #: Retry-After) that waits here, not in the broker, until the relay publishes it when due
+    Column("published_at", UTCDateTime),
     Index(None, "due_at"),
+    Index(
+        "ix_tickwork_outbox_waiting",
+        "due_at",
+        postgresql_where=text("published_at IS NULL"),
+        sqlite_where=text("published_at IS NULL"),
+    ),
 )
 
 dead_letters = Table(

@@ -89,14 +89,21 @@ class Store:
         return session.head
 
     def _insert(
-        self, session: Session, *, now: datetime, resolves: str | None = None, by: str = ""
+        self,
+        session: Session,
+        *,
+        now: datetime,
+        resolves: str | None = None,
+        by: str = "",
+        again: bool = False,
     ) -> None:
         try:
             with self.engine.begin() as conn:
-                _insert_session(conn, session, now=now)
                 if resolves is not None:
-                    resolution = {"fork": session.head.id, "by": by}
-                    dead_letters.resolve(conn, resolves, now=now, resolution=resolution)
+                    dead_letters.record_fork(
+                        conn, resolves, fork=session.head.id, by=by, now=now, again=again
+                    )
+                _insert_session(conn, session, now=now)
         except IntegrityError:
             with self.engine.connect() as conn:
                 query = select(sessions.c.id).where(sessions.c.id == session.head.id)
@@ -106,6 +113,35 @@ class Store:
                     f"a session with id {session.head.id!r} exists already; choose another id"
                 ) from None
             raise
+
+    def lease(self, session_id: str) -> tuple[str, datetime] | None:
+        """Who holds the session's lease and until when; None if nobody does."""
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                select(sessions.c.lease_owner, sessions.c.lease_expires_at).where(
+                    sessions.c.id == session_id
+                )
+            ).first()
+        if row is None:
+            raise SessionNotFound(f"no session {session_id!r}; list sessions with `tickwork ls`")
+        if row.lease_owner is None or row.lease_expires_at is None:
+            return None
+        return row.lease_owner, row.lease_expires_at
+
+    def forks(self, session_id: str) -> list[dict[str, Any]]:
+        """The sessions forked from this one, oldest first: id, step, status, when."""
+        query = (
+            select(
+                sessions.c.id,
+                sessions.c.fork_step,
+                sessions.c.status,
+                sessions.c.created_at,
+            )
+            .where(sessions.c.parent_id == session_id)
+            .order_by(sessions.c.created_at, sessions.c.id)
+        )
+        with self.engine.connect() as conn:
+            return [dict(r) for r in conn.execute(query).mappings()]
 
     def get(self, session_id: str) -> Head:
         with self.engine.connect() as conn:
@@ -328,6 +364,16 @@ class Store:
                 insert(events),
                 [rows.event_to_row(session_id, head.version, e) for e in change.events],
             )
+            # a delayed tick (model backoff) need not be waited for: the relay publishes it now
+            conn.execute(
+                update(outbox)
+                .where(
+                    outbox.c.session_id == session_id,
+                    outbox.c.published_at.is_(None),
+                    outbox.c.due_at > now,
+                )
+                .values(due_at=now)
+            )
             return rows.head_from_row(stored)
 
     def fork(
@@ -340,12 +386,16 @@ class Store:
         by: str,
         now: datetime,
         resolve_dead_letter: bool = False,
+        again: bool = False,
     ) -> Head:
-        """A new session from the parent's step `from_step` with `patch`; the parent stays."""
+        """A new session from the parent's step `from_step` with `patch`; the parent stays.
+        With `resolve_dead_letter` the parent's dead letter records the fork; one already
+        forked or closed is refused (DeadLetterClosed) unless `again`."""
         child = fork(
             self.load(parent_id), new_id=new_id, from_step=from_step, patch=patch, by=by, now=now
         )
-        self._insert(child, now=now, resolves=parent_id if resolve_dead_letter else None, by=by)
+        resolves = parent_id if resolve_dead_letter else None
+        self._insert(child, now=now, resolves=resolves, by=by, again=again)
         return child.head
 
 
@@ -372,7 +422,8 @@ def _insert_session(conn: Connection, session: Session, *, now: datetime) -> Non
     )
     if head.status.runnable:
         conn.execute(
-            insert(outbox), [{"session_id": head.id, "version": head.version, "due_at": now}]
+            insert(outbox),
+            [{"session_id": head.id, "version": head.version, "due_at": now, "published_at": now}],
         )
 
 
@@ -433,10 +484,12 @@ def _appended(change: Change, *, version: int, now: datetime) -> dict[Table, lis
     step = change.step
     # a new step's calls are stored in the state the change leaves them in
     states = {cid: state.value for cid, state in change.call_states}
+    # a delayed tick waits here, unpublished, until the relay publishes it when due
     tick = {
         "session_id": session_id,
         "version": version,
         "due_at": now + timedelta(seconds=change.delay_s),
+        "published_at": None if change.delay_s > 0 else now,
     }
     return {
         steps: [] if step is None else [rows.step_to_row(session_id, step)],

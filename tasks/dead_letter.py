@@ -1,7 +1,8 @@
 """The dead-letter task: a message per dead-lettered session for whoever listens.
 
-Workers started with `tickwork worker --dead-letters` consume the queue and log each one;
-alerting hooks can listen on the same queue instead.
+`tickwork worker` consumes the queue by default (`--no-dead-letters` leaves it to another
+consumer): each message is logged and counted in `tickwork_dead_letters_received_total`.
+The dead letter itself is in the database either way; the message is only a notice.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import logging
 
 from celery import shared_task
 
+from worker import metrics
 from worker.app import DEAD_LETTER
 
 log = logging.getLogger("tickwork.dead_letter")
@@ -18,3 +20,4 @@ log = logging.getLogger("tickwork.dead_letter")
 @shared_task(name=DEAD_LETTER, ignore_result=True)
 def dead_letter(session_id: str, code: str, message: str) -> None:
     log.warning("dead letter: session %s failed with %s: %s", session_id, code, message)
+    metrics.count_dead_letter(code)

@@ -1,4 +1,4 @@
-"""Real Postgres and Redis for the tests: found, or skipped locally and failed under CI."""
+"""Real Postgres, Redis and RabbitMQ for the tests: found, or skipped locally, failed in CI."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ PG_ADMIN_URLS = [u for u in (os.environ.get("TICKWORK_TEST_PG_ADMIN"),) if u] or
     "postgresql+psycopg://root@127.0.0.1:5432/postgres",
 ]
 REDIS_URL = os.environ.get("TICKWORK_TEST_REDIS", "redis://127.0.0.1:6379/0")
+RABBITMQ_URL = os.environ.get("TICKWORK_TEST_RABBITMQ", "amqp://guest:guest@127.0.0.1:5672//")
 
 
 def missing(what: str, why: object) -> None:
@@ -66,3 +67,14 @@ def redis_url() -> str:
     finally:
         client.close()
     return REDIS_URL
+
+
+def rabbitmq_url() -> str:
+    from kombu import Connection
+
+    with Connection(RABBITMQ_URL, connect_timeout=3) as conn:
+        try:
+            conn.ensure_connection(max_retries=1)
+        except Exception as exc:
+            missing(f"RabbitMQ at {RABBITMQ_URL}", exc)
+    return RABBITMQ_URL

@@ -1,4 +1,4 @@
-"""`tickwork dlq`: list, show, count, export and fork dead letters."""
+"""`tickwork dlq`: list, show, count, export, fork, resolve and dismiss dead letters."""
 
 from __future__ import annotations
 
@@ -41,7 +41,10 @@ Since = Annotated[
         metavar="WHEN", help="Only since an ISO time (naive: UTC) or a duration ago: 2h, 3d."
     ),
 ]
-Unresolved = Annotated[bool, typer.Option(help="Only dead letters not yet resolved by a fork.")]
+Unresolved = Annotated[
+    bool, typer.Option(help="Only dead letters not yet forked, resolved or dismissed.")
+]
+Reason = Annotated[str, typer.Option("--reason", help="Why: kept with the dead letter.")]
 Key = Annotated[str, typer.Argument(metavar="ID", help="Dead-letter id or session id.")]
 #: enough for any export; the store caps every listing
 EVERYTHING = 10**9
@@ -54,6 +57,8 @@ def register(app: typer.Typer) -> None:
     dlq.command()(stats)
     dlq.command()(export)
     dlq.command("fork")(make_fork(dead_letter=True))
+    dlq.command()(resolve)
+    dlq.command()(dismiss)
     app.add_typer(dlq, name="dlq")
 
 
@@ -79,11 +84,42 @@ def list_dead_letters(
 def show(key: Key, json_output: options.Json = False) -> None:
     """Show a dead letter and its session snapshot as a timeline."""
     with Context() as ctx:
-        view = views.dead_letter(find_dead_letter(ctx, key), snapshot=True)
+        letter = find_dead_letter(ctx, key)
+        view = views.dead_letter(letter, snapshot=True)
+        view["forks"] = views.forks(ctx.store.forks(letter.session_id))
     if json_output:
         views.emit(view)
     else:
         render.show(render.dead_letter_header(view), render.timeline(view["session"]))
+
+
+def resolve(
+    key: Key, reason: Reason, by: options.Approver = None, json_output: options.Json = False
+) -> None:
+    """Mark a dead letter resolved without forking it (the cause was fixed another way)."""
+    _close(key, "resolved", reason, by, json_output)
+
+
+def dismiss(
+    key: Key, reason: Reason, by: options.Approver = None, json_output: options.Json = False
+) -> None:
+    """Dismiss a dead letter: nothing is to be done about it."""
+    _close(key, "dismissed", reason, by, json_output)
+
+
+def _close(key: str, state: str, reason: str, by: str | None, json_output: bool) -> None:
+    from store.dead_letters import Closing
+
+    name = options.approver(by)
+    with Context() as ctx:
+        letter = find_dead_letter(ctx, key)
+        closed = ctx.client.close_dead_letter(
+            letter.id, state=Closing(state), by=name, reason=reason
+        )
+    if json_output:
+        views.emit(views.dead_letter(closed))
+    else:
+        render.show(Text(f"dead letter {closed.id} (session {closed.session_id}) {state}"))
 
 
 def stats(

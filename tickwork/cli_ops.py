@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
+import socket
 import time
 from enum import StrEnum
 from pathlib import Path
@@ -51,27 +55,33 @@ def worker(
     dead_letters: Annotated[
         bool,
         typer.Option(
-            "--dead-letters", help="Also consume the dead-letter queue (and log each one)."
+            "--dead-letters/--no-dead-letters",
+            help="Also consume the dead-letter queue: log and count each dead letter.",
         ),
-    ] = False,
+    ] = True,
     loglevel: Annotated[str, typer.Option("--loglevel", "-l", help="Celery's log level.")] = "INFO",
     hostname: Annotated[
         str | None,
         typer.Option("--hostname", "-n", help="The node name.", show_default="celery@HOST"),
     ] = None,
 ) -> None:
-    """Run a Celery worker for the tick queue; the relay runs inside it."""
+    """Run a Celery worker for the tick queue and the dead-letter queue; the relay runs
+    inside it."""
+    settings = load_settings()
+    chosen = pool or (Pool.THREADS if settings.embedded_broker else Pool.PREFORK)
+    if chosen is Pool.PREFORK:
+        _metrics_folder(settings.state_dir, hostname)
+    # imported after the metrics folder is chosen: prometheus_client reads it at import
     from worker.app import make_app
     from worker.metrics import MetricsSettings
     from worker.settings import read_settings
     from worker.webhooks import WebhookSettings
 
-    settings = load_settings()
     for kind in (MetricsSettings, WebhookSettings):
         read_settings(kind)  # a bad value stops the worker now, not as a warning later
     ensure_schema(settings)
     queues = [settings.queue] + ([settings.dead_letter_queue] if dead_letters else [])
-    chosen = pool or (Pool.THREADS if settings.embedded_broker else Pool.PREFORK)
+
     argv = ["worker", "--queues", ",".join(queues), "--pool", chosen.value, "--loglevel", loglevel]
     if concurrency:
         argv += ["--concurrency", str(concurrency)]
@@ -85,6 +95,20 @@ def worker(
         raise typer.Exit(code)
 
 
+def _metrics_folder(state_dir: Path, hostname: str | None) -> None:
+    """Prefork children count their ticks in their own processes; prometheus_client adds
+    them up from files in PROMETHEUS_MULTIPROC_DIR, which must be set before it is first
+    imported. Unless the operator set one, it is `<state dir>/metrics/<node>`, emptied
+    here so counts of a previous run do not add up with this one's."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        return
+    node = re.sub(r"[^A-Za-z0-9_.@-]", "_", hostname or f"celery@{socket.gethostname()}")
+    folder = (state_dir / "metrics" / node).absolute()
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(folder)
+
+
 def relay(
     once: Annotated[
         bool,
@@ -94,7 +118,8 @@ def relay(
     ] = False,
     json_output: options.Json = False,
 ) -> None:
-    """Publish ticks whose message may be lost and revive sessions whose worker died.
+    """Publish delayed ticks now due and ticks whose message may be lost, and revive
+    sessions whose worker died.
 
     Workers run the relay themselves; this runs it alone, e.g. from cron with --once.
     """
@@ -108,12 +133,19 @@ def relay(
         if once:
             done = relay_once(rt)
             if json_output:
-                views.emit({"republished": done.republished, "lease_expiries": done.lease_expiries})
+                views.emit(
+                    {
+                        "republished": done.republished,
+                        "lease_expiries": done.lease_expiries,
+                        "delayed": done.delayed,
+                    }
+                )
             else:
                 render.show(
                     Text(
                         f"republished {done.republished} ticks, revived "
-                        f"{done.lease_expiries} sessions with expired leases"
+                        f"{done.lease_expiries} sessions with expired leases, published "
+                        f"{done.delayed} delayed ticks now due"
                     )
                 )
             return

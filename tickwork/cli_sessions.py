@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -133,7 +135,9 @@ def show(session_id: SessionId, json_output: options.Json = False) -> None:
     """Show a session as a timeline: steps, calls and outputs, decisions, costs, outcome."""
     with Context() as ctx:
         whole = ctx.store.load(session_id)
-    view = views.session(whole)
+        view = views.session(whole)
+        view["lease"] = views.lease(ctx.store.lease(session_id), now=datetime.now(UTC))
+        view["forks"] = views.forks(ctx.store.forks(session_id))
     if json_output:
         views.emit(view)
     else:
@@ -233,6 +237,12 @@ def make_fork(*, dead_letter: bool) -> Callable[..., None]:
             str | None, typer.Option("--id", help="The fork's id.", show_default="a random one")
         ] = None,
         json_output: options.Json = False,
+        again: Annotated[
+            bool,
+            typer.Option(
+                "--again", help="Fork a dead letter that was already forked, resolved or dismissed."
+            ),
+        ] = False,
     ) -> None:
         outputs = options.pairs(tool_output, option="--tool-output")
         budgets = options.budgets(
@@ -255,11 +265,17 @@ def make_fork(*, dead_letter: bool) -> Callable[..., None]:
                 budgets=budgets,
                 resolve_dead_letter=dead_letter,
                 new_id=new_id,
+                again=again,
             )
         print_head(head, json_output, head.id)
 
     if dead_letter:
         fork.__annotations__["key"] = DeadLetterKey
+    else:  # a plain fork resolves no dead letter: --again means nothing to it
+        shown = inspect.signature(fork, eval_str=True)
+        fork.__signature__ = shown.replace(  # type: ignore[attr-defined]
+            parameters=[p for p in shown.parameters.values() if p.name != "again"]
+        )
     fork.__doc__ = (
         "Fork a dead letter's session from step K with a patch; the dead letter is resolved."
         if dead_letter

@@ -253,8 +253,11 @@ class Tickwork:
         budgets: Mapping[str, Any] | None = None,
         resolve_dead_letter: bool = False,
         new_id: str | None = None,
+        again: bool = False,
     ) -> Head:
-        """A new session from `session_id`'s step `from_step` with a declared patch."""
+        """A new session from `session_id`'s step `from_step` with a declared patch; with
+        `resolve_dead_letter`, a dead letter forked (or closed) before is refused unless
+        `again`."""
         if new_id is not None and not SESSION_ID.match(new_id):
             raise InvalidInput(
                 f"session id {new_id!r} may only hold letters, digits, "
@@ -279,6 +282,7 @@ class Tickwork:
             by=by,
             now=self.clock(),
             resolve_dead_letter=resolve_dead_letter,
+            again=again,
         )
         if head.status.runnable:
             self.publish(head.id, head.version)
@@ -289,6 +293,12 @@ class Tickwork:
 
     def dead_letter(self, key: int | str) -> dl.DeadLetter:
         return dl.get_dead_letter(self.store.engine, key)
+
+    def close_dead_letter(
+        self, key: int | str, *, state: dl.Closing, by: str, reason: str
+    ) -> dl.DeadLetter:
+        """Resolve or dismiss a dead letter without forking it."""
+        return dl.close(self.store.engine, key, state=state, by=by, reason=reason, now=self.clock())
 
     def dead_letter_stats(
         self, *, by: str = "code", since: datetime | None = None

@@ -166,7 +166,7 @@ def timeline(
     against the workspace's current file, from `tickwork.api.previews`) for calls that
     have not run, else its content or patch as proposed."""
     h, totals = view["head"], view["totals"]
-    parts: list[RenderableType] = [_header(h)]
+    parts: list[RenderableType] = [_header(h, view.get("lease"), view.get("forks") or ())]
     for step in view["steps"]:
         parts.append(
             Rule(
@@ -196,7 +196,9 @@ def timeline(
     return Group(*parts)
 
 
-def _header(h: Mapping[str, Any]) -> Table:
+def _header(
+    h: Mapping[str, Any], lease: Mapping[str, Any] | None, forks: Sequence[Mapping[str, Any]]
+) -> Table:
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold")
     grid.add_column()
@@ -220,6 +222,10 @@ def _header(h: Mapping[str, Any]) -> Table:
         rows.append(("forked from", Text(f"{h['parent_id']} at step {h['fork_step']}")))
     if (h.get("config") or {}).get("network") is True:
         rows.append(("network", Text("allowed: its commands may reach the network", "yellow")))
+    if lease is not None:
+        expiry = "expired" if lease["expired"] else "expires"
+        rows.append(("lease", Text(f"{lease['owner']} ({expiry} {when(lease['expires_at'])})")))
+    rows.extend(("forks" if i == 0 else "", Text(fork_line(f))) for i, f in enumerate(forks))
     for name, value in rows:
         grid.add_row(name, value)
     return grid
@@ -433,8 +439,15 @@ def dead_letter_header(d: Mapping[str, Any]) -> Table:
     grid.add_row("code", Text(f"{d['code']}: {d['message']}", style="red"))
     grid.add_row("signature", Text(d["error_signature"]))
     if d["resolved_at"]:
-        grid.add_row("resolved", Text(f"{when(d['resolved_at'])} {compact(d['resolution'])}"))
+        grid.add_row("resolved", Text(f"{when(d['resolved_at'])} {d['closed']}"))
+    for i, fork in enumerate(d.get("forks") or ()):
+        grid.add_row("forks" if i == 0 else "", Text(fork_line(fork)))
     return grid
+
+
+def fork_line(fork: Mapping[str, Any]) -> str:
+    made = when(fork["created_at"])
+    return f"{fork['id']} from step {fork['fork_step']} · {fork['status']} · {made}"
 
 
 def stats_tables(by: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[Table]:

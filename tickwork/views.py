@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -69,7 +70,25 @@ def _call(whole: Session, call: ToolCall) -> dict[str, Any]:
 
 def dead_letter(value: DeadLetter, *, snapshot: bool = False) -> dict[str, Any]:
     """The dead letter; with `snapshot`, its session as a timeline under `session`."""
+    from store.dead_letters import describe
+
     data = value.model_dump(mode="json", exclude={"snapshot"})
+    data["closed"] = (
+        describe(value.resolution).removeprefix("was already ") if value.resolution else None
+    )
     if snapshot:
         data["session"] = session(value.session())
     return data
+
+
+def lease(held: tuple[str, datetime] | None, *, now: datetime) -> dict[str, Any] | None:
+    """Who holds a session's lease, until when, and whether that time has passed (the
+    worker died: the relay revives the session)."""
+    if held is None:
+        return None
+    owner, expires = held
+    return {"owner": owner, "expires_at": expires.isoformat(), "expired": expires < now}
+
+
+def forks(found: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{**f, "created_at": f["created_at"].isoformat()} for f in found]

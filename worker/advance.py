@@ -67,12 +67,18 @@ def advance(rt: Runtime, session_id: str, version: int) -> Outcome:
 
 def after_commit(rt: Runtime, change: Change, head: Head) -> None:
     webhooks.announce(rt, change, head)  # issue 8: POST a card when approval is requested
-    if head.status.runnable:
+    if head.status.runnable and change.delay_s > 0:
+        # a delayed tick waits in the outbox; the relay publishes it when due, so no worker
+        # holds an unacknowledged countdown message that the broker would time out
+        log.info(
+            "session %s v%d waits %.3gs for its next tick", head.id, head.version, change.delay_s
+        )
+    elif head.status.runnable:
         rate = rt.settings.drop_publish_rate
         if rate and rt.jitter() < rate:
             log.warning("chaos: dropped the tick of %s v%d after its commit", head.id, head.version)
             return
-        rt.publish(head.id, head.version, change.delay_s)
+        rt.publish(head.id, head.version)
     elif head.status is Status.FAILED:
         try:
             rt.publish_dead_letter(head.id, head.error_code or "", head.error_message)
@@ -114,7 +120,7 @@ def _think(rt: Runtime, claimed: Claimed) -> Change:
             transient=exc.transient,
             now=rt.clock(),
             jitter=rt.jitter(),
-            retry_after_s=exc.retry_after_s,
+            retry_after_s=_capped(rt, head.id, exc.retry_after_s),
         )
     if not reply.calls and not reply.content.strip():
         # no answer and nothing to do: a glitch of the server, not the session's answer
@@ -143,6 +149,20 @@ def _think(rt: Runtime, claimed: Claimed) -> Change:
             }
         )
     return change
+
+
+def _capped(rt: Runtime, session_id: str, retry_after_s: float | None) -> float | None:
+    """A model's Retry-After, at most TICKWORK_MAX_RETRY_DELAY_S."""
+    cap = rt.settings.max_retry_delay_s
+    if retry_after_s is not None and retry_after_s > cap:
+        log.warning(
+            "session %s: the model asked to wait %gs; waiting TICKWORK_MAX_RETRY_DELAY_S=%gs",
+            session_id,
+            retry_after_s,
+            cap,
+        )
+        return cap
+    return retry_after_s
 
 
 def _execute(rt: Runtime, claimed: Claimed) -> Change:
@@ -192,7 +212,7 @@ def _execute(rt: Runtime, claimed: Claimed) -> Change:
             idempotency_key=idempotency_key(head.id, call.step, call.call_id),
             workspace=None if workspace is None else Path(workspace),
             config=head.config,
-            timeout_s=tool.timeout_s,
+            timeout_s=min(tool.timeout_s, rt.settings.longest_call_s),  # fits the broker
             stop=stop,
             sandbox=sandbox_of(rt.settings),
         )

@@ -13,6 +13,7 @@ import os
 from typing import Any
 
 from celery import Celery, signals
+from kombu import Exchange, Queue
 
 from .broker import TRANSPORT
 from .relay import RelayThread
@@ -26,6 +27,8 @@ log = logging.getLogger("tickwork.worker")
 TICK = "tickwork.tick"
 DEAD_LETTER = "tickwork.dead_letter"
 TASK_MODULES = ["tasks.tick", "tasks.dead_letter"]
+
+log = logging.getLogger("tickwork.worker")
 
 
 def make_app(settings: Settings | None = None, *, relay: bool = True) -> Celery:
@@ -51,6 +54,7 @@ def make_app(settings: Settings | None = None, *, relay: bool = True) -> Celery:
         task_serializer="json",
         accept_content=["json"],
         task_default_queue=settings.queue,
+        task_queues=_queues(settings),
         task_routes={
             TICK: {"queue": settings.queue},
             DEAD_LETTER: {"queue": settings.dead_letter_queue},
@@ -63,6 +67,7 @@ def make_app(settings: Settings | None = None, *, relay: bool = True) -> Celery:
     )
     app.tickwork_settings = settings  # type: ignore[attr-defined]
     _check_sandbox_with_worker(app, settings)
+    signals.worker_ready.connect(_note_consumer_timeout, weak=False, dispatch_uid="tickwork-rmq")
     if relay:
         _start_relay_with_worker(app)
     return app
@@ -87,6 +92,52 @@ def log_sandbox(settings: Settings) -> None:
         log.error(line)
     else:
         log.info(line)
+
+
+def _queues(settings: Settings) -> list[Queue] | None:
+    """On RabbitMQ, tickwork's queues carry its delivery timeout (`x-consumer-timeout`,
+    honoured by RabbitMQ 3.12 and later; older servers apply their `consumer_timeout`)."""
+    if not settings.broker_url.startswith(("amqp", "pyamqp")):
+        return None  # Celery declares them plainly from the routes
+    arguments = {"x-consumer-timeout": int(settings.delivery_timeout_s * 1000)}
+    return [
+        Queue(name, Exchange(name), routing_key=name, queue_arguments=arguments)
+        for name in (settings.queue, settings.dead_letter_queue)
+    ]
+
+
+def consumer_timeout_note(server: str, delivery_timeout_s: float) -> str | None:
+    """What an operator must know of a RabbitMQ server's delivery timeout, or None: servers
+    before 3.12 ignore `x-consumer-timeout` and apply their own `consumer_timeout`."""
+    try:
+        major, minor = (int(part) for part in server.split(".")[:2])
+    except ValueError:
+        return f"RabbitMQ reports version {server!r}; check that it honours x-consumer-timeout"
+    if (major, minor) >= (3, 12):
+        return None
+    return (
+        f"RabbitMQ {server} ignores x-consumer-timeout: its consumer_timeout applies (30 "
+        f"minutes by default); keep it at least TICKWORK_DELIVERY_TIMEOUT_S="
+        f"{delivery_timeout_s:g}s (rabbitmq.conf: consumer_timeout = "
+        f"{int(delivery_timeout_s * 1000)})"
+    )
+
+
+def _note_consumer_timeout(sender: Any = None, **_: Any) -> None:
+    app = getattr(sender, "app", None)
+    settings = getattr(app, "tickwork_settings", None)
+    if settings is None or _queues(settings) is None:
+        return
+    try:
+        with app.connection_for_read() as conn:  # type: ignore[union-attr]
+            conn.connect()
+            server = str(conn.connection.server_properties.get("version", ""))
+    except Exception as exc:
+        log.warning("could not ask RabbitMQ its version: %s", exc)
+        return
+    note = consumer_timeout_note(server, settings.delivery_timeout_s)
+    if note:
+        log.warning(note)
 
 
 def runtime(app: Celery) -> Runtime:

@@ -2,8 +2,10 @@
 
 Workers count ticks, model usage and relay passes in process-local metrics; with
 PROMETHEUS_MULTIPROC_DIR set (needed for prefork pools) every process writes them to
-that folder and `registry()` adds them up. The store's state (sessions by status,
-approvals waiting, dead letters, the outbox) is read on each scrape by `StoreCollector`,
+that folder and `registry()` adds them up. `tickwork worker --pool prefork` sets it to
+`<state dir>/metrics/<node name>`, emptied at start, unless it is set already. The
+store's state (sessions by status, approvals waiting, dead letters, the outbox) is read
+on each scrape by `StoreCollector`,
 which the HTTP API exposes, so Prometheus sees it once however many workers run.
 
 A worker serves /metrics on TICKWORK_METRICS_PORT once it is ready (unset: no server).
@@ -26,7 +28,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import REGISTRY, Collector
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Connection, Engine, case, func, or_, select
 
 from fsm.values import ErrorCode, EventKind, Status
 from store.schema import dead_letters, events, outbox, sessions
@@ -64,8 +66,17 @@ RELAY_REPUBLISHED = Counter(
     "tickwork_relay_republished",
     "Ticks the relay published again because their message may be lost",
 )
+RELAY_DELAYED = Counter(
+    "tickwork_relay_delayed_published",
+    "Delayed ticks (model backoff, Retry-After) the relay published when they fell due",
+)
 RELAY_LEASE_EXPIRIES = Counter(
     "tickwork_relay_lease_expiries", "Sessions revived because their worker's lease expired"
+)
+DEAD_LETTERS_RECEIVED = Counter(
+    "tickwork_dead_letters_received",
+    "Dead-letter messages a worker consumed from the dead-letter queue, by error code",
+    ["code"],
 )
 WEBHOOKS = Counter(
     "tickwork_webhook_deliveries",
@@ -154,6 +165,12 @@ def count_change(change: Change) -> None:
         APPROVALS_REQUESTED.inc()
 
 
+def count_dead_letter(code: str) -> None:
+    """One dead-letter message consumed; codes outside ErrorCode count as `other`."""
+    known = {c.value for c in ErrorCode}
+    DEAD_LETTERS_RECEIVED.labels(code if code in known else "other").inc()
+
+
 def counted_relay(relay_once: F) -> F:
     """Count relay passes, republished ticks and revived leases."""
 
@@ -163,6 +180,7 @@ def counted_relay(relay_once: F) -> F:
         RELAY_PASSES.inc()
         RELAY_REPUBLISHED.inc(done.republished)
         RELAY_LEASE_EXPIRIES.inc(done.lease_expiries)
+        RELAY_DELAYED.inc(done.delayed)
         return done
 
     return counted  # type: ignore[return-value]
@@ -220,11 +238,7 @@ class StoreCollector(Collector):
                 )
             ).all()
             rows, oldest_due = conn.execute(select(func.count(), func.min(outbox.c.due_at))).one()
-            stalest = conn.execute(
-                select(func.min(sessions.c.updated_at)).where(
-                    sessions.c.status.in_([Status.READY.value, Status.EXECUTING.value])
-                )
-            ).scalar()
+            stalest, delayed = _runnable(conn, now)
 
         family = GaugeMetricFamily("tickwork_sessions", "Sessions by status", labels=["status"])
         for status in Status:
@@ -267,10 +281,43 @@ class StoreCollector(Collector):
         yield due
         stale = GaugeMetricFamily(
             "tickwork_runnable_stalest_seconds",
-            "Time since the least recently changed runnable session last changed (0: none)",
+            "Time since the least recently changed runnable session last changed or its "
+            "delayed tick fell due; sessions whose next tick is not yet due are left out "
+            "(0: none)",
         )
         stale.add_metric([], _age(now, stalest) if stalest else 0.0)
         yield stale
+        waiting = GaugeMetricFamily(
+            "tickwork_sessions_delayed",
+            "Runnable sessions whose next tick is not yet due (model backoff, Retry-After)",
+        )
+        waiting.add_metric([], delayed)
+        yield waiting
+
+
+def _runnable(conn: Connection, now: datetime) -> tuple[datetime | None, int]:
+    """When the stalest runnable session last moved (or, for a delayed tick the relay has
+    not published yet, fell due), leaving out sessions whose delayed tick is not yet due;
+    and how many those are."""
+    runnable = sessions.c.status.in_([Status.READY.value, Status.EXECUTING.value])
+    unpublished = outbox.c.published_at.is_(None)
+    moving = sessions.outerjoin(
+        outbox,
+        (outbox.c.session_id == sessions.c.id) & (outbox.c.version == sessions.c.version),
+    )
+    delayed = conn.execute(
+        select(func.count()).select_from(moving).where(runnable, unpublished, outbox.c.due_at > now)
+    ).scalar_one()
+    since = case(
+        (unpublished & (outbox.c.due_at > sessions.c.updated_at), outbox.c.due_at),
+        else_=sessions.c.updated_at,
+    )
+    stalest = conn.execute(
+        select(func.min(since))
+        .select_from(moving)
+        .where(runnable, or_(outbox.c.due_at.is_(None), ~unpublished, outbox.c.due_at <= now))
+    ).scalar()
+    return stalest, int(delayed)
 
 
 def _age(now: datetime, at: datetime) -> float:
@@ -317,7 +364,8 @@ def _serve_with_worker(sender: Any = None, **_: Any) -> None:
         ):
             log.warning(
                 "prefork pool without PROMETHEUS_MULTIPROC_DIR: the ticks counted in child "
-                "processes will not show on /metrics; set it to an empty folder"
+                "processes will not show on /metrics; start it with `tickwork worker` or set "
+                "it to an empty folder"
             )
         serve(settings.metrics_port, settings.metrics_addr)
     except Exception as exc:  # a worker runs without its metrics rather than not at all

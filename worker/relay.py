@@ -1,4 +1,5 @@
-"""The relay: publishes ticks whose message may be lost and revives sessions whose worker died.
+"""The relay: publishes delayed ticks when due and ticks whose message may be lost, and
+revives sessions whose worker died.
 
 It runs in a thread inside every worker (no beat needed) and as `tickwork relay --once`.
 """
@@ -7,9 +8,10 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from store.relay import due_ticks, expired_leases
+from store.relay import Due, due_ticks, expired_leases
 
 from . import metrics  # issue 8: relay metrics
 from .runtime import Runtime
@@ -17,22 +19,53 @@ from .runtime import Runtime
 log = logging.getLogger("tickwork.relay")
 
 
+#: most session ids one log line names; the rest are counted
+LOGGED_IDS = 20
+
+
 @dataclass(frozen=True)
 class RelayPass:
     republished: int
     lease_expiries: int
+    #: delayed ticks (model backoff, Retry-After) published because they fell due
+    delayed: int = 0
 
 
 @metrics.counted_relay  # issue 8: relay republishes and lease expiries
 def relay_once(rt: Runtime) -> RelayPass:
     now = rt.clock()
     revived = expired_leases(rt.store.engine, now=now)
-    due = due_ticks(rt.store.engine, now=now, older_than_s=rt.settings.relay_after_s)
-    for tick in (*revived, *due):
-        rt.publish(tick.session_id, tick.version, tick.countdown)
-    if revived or due:
-        log.info("relay: %d ticks republished, %d expired leases", len(due), len(revived))
-    return RelayPass(republished=len(due), lease_expiries=len(revived))
+    found = due_ticks(rt.store.engine, now=now, older_than_s=rt.settings.relay_after_s)
+    delayed = [t for t in found if t.delayed]
+    lost = [t for t in found if not t.delayed]
+    for tick in (*revived, *found):
+        rt.publish(tick.session_id, tick.version)
+    if revived:
+        log.warning(
+            "relay: revived %d sessions whose lease expired: %s",
+            len(revived),
+            _named(revived, lambda t: f"{t.session_id} v{t.version} (lease of {t.owner})"),
+        )
+    if lost:
+        log.info(
+            "relay: republished %d ticks whose message may be lost: %s",
+            len(lost),
+            _named(lost, lambda t: f"{t.session_id} v{t.version}"),
+        )
+    if delayed:
+        log.info(
+            "relay: published %d delayed ticks now due: %s",
+            len(delayed),
+            _named(delayed, lambda t: f"{t.session_id} v{t.version}"),
+        )
+    return RelayPass(republished=len(lost), lease_expiries=len(revived), delayed=len(delayed))
+
+
+def _named(ticks: Sequence[Due], name: Callable[[Due], str]) -> str:
+    """The first LOGGED_IDS ticks by name, and how many more."""
+    shown = ", ".join(name(t) for t in ticks[:LOGGED_IDS])
+    more = len(ticks) - LOGGED_IDS
+    return shown + (f" and {more} more" if more > 0 else "")
 
 
 class RelayThread(threading.Thread):

@@ -27,7 +27,7 @@ from fsm.values import Head
 
 from .jobs import JobKind
 from .settings import load_settings
-from .tools.repair import default_registry
+from .tools.repair import MAX_COMMAND_S, default_registry
 from .tools.runner import run_sandboxed, sandbox_of
 from .tools.shell import command_env
 
@@ -143,8 +143,13 @@ def _optional_text(data: Mapping[str, Any], key: str) -> str:
 def _timeout(value: Any) -> float | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1e6:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
         raise _fail(f"`test_timeout_s` must be a positive number of seconds, got {value!r}")
+    if value > MAX_COMMAND_S:
+        raise _fail(
+            f"`test_timeout_s` may be at most {MAX_COMMAND_S:g} seconds (a tick must end before "
+            f"the broker's delivery timeout), got {value!r}"
+        )
     return float(value)
 
 
@@ -363,7 +368,9 @@ def run_final_tests(head: Head) -> dict[str, Any]:
     """Run the session's test command in its workspace once more; what it gave."""
     config = head.config
     command = str(config.get("test_command") or "")
-    timeout = float(config.get("test_timeout_s") or FINAL_TESTS_TIMEOUT_S)
+    # a tick (this runs in the last THINK tick) must end before the broker's delivery timeout
+    limit = min(MAX_COMMAND_S, load_settings().longest_call_s)
+    timeout = min(float(config.get("test_timeout_s") or FINAL_TESTS_TIMEOUT_S), limit)
     env = command_env({**dict(config.get("env") or {}), "TICKWORK_SESSION_ID": head.id})
     result = run_sandboxed(
         command,

@@ -26,7 +26,8 @@ from .settings import Settings
 
 log = logging.getLogger("tickwork.worker")
 
-#: publishes a tick `(session_id, version)` after `countdown` seconds
+#: publishes a tick `(session_id, version)` after `countdown` seconds; tickwork itself
+#: always passes 0: a delayed tick waits in the outbox, not in the broker (DESIGN 11)
 Publish = Callable[[str, int, float], None]
 
 
@@ -172,10 +173,10 @@ class Runtime:
             self._http = None
             self._models.clear()
 
-    def publish(self, session_id: str, version: int, countdown: float = 0.0) -> None:
-        """Publish a tick; a failure is logged, the relay covers it."""
+    def publish(self, session_id: str, version: int) -> None:
+        """Publish a tick to run now; a failure is logged, the relay covers it."""
         try:
-            self.publish_tick(session_id, version, countdown)
+            self.publish_tick(session_id, version, 0.0)
         except Exception as exc:
             log.warning(
                 "could not publish the tick of %s v%d (%s); the session is saved and the relay "

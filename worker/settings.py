@@ -28,6 +28,9 @@ JSON_EXAMPLES = {
     "api_models": '["openai:"]',
     "api_tokens": '{"TOKEN": {"name": "alice", "roles": ["approver"]}}',
 }
+#: seconds a tick keeps between its longest call and the broker's delivery timeout: the
+#: claim, the save, the lease's renewal and the acknowledgement fit in it
+DELIVERY_MARGIN_S = 300.0
 
 
 class Settings(BaseSettings):
@@ -55,8 +58,16 @@ class Settings(BaseSettings):
     relay_period_s: float = Field(default=2.0, gt=0)
     #: an outbox row still unclaimed this long after it fell due is published again
     relay_after_s: float = Field(default=10.0, ge=0)
+    #: RabbitMQ closes a channel holding a delivery unacknowledged this long (its
+    #: `consumer_timeout`, 30 minutes by default); tickwork declares its queues with it
+    #: (`x-consumer-timeout`, RabbitMQ 3.12+) and keeps every tool and model call shorter
+    #: by DELIVERY_MARGIN_S
+    delivery_timeout_s: float = Field(default=1800.0, gt=DELIVERY_MARGIN_S)
     #: Redis redelivers an unacknowledged message after this; longer than the longest tick
     visibility_timeout_s: float = Field(default=2 * 3600.0, gt=0)
+    #: the longest a model retry waits (a Retry-After above it is cut to it); the wait is
+    #: an outbox row with a due time, published by the relay when due
+    max_retry_delay_s: float = Field(default=600.0, gt=0)
     #: filesystem:// broker poll interval
     poll_interval_s: float = Field(default=0.05, gt=0)
     max_output_chars: int = Field(default=20_000, ge=1)
@@ -147,6 +158,34 @@ class Settings(BaseSettings):
             if not path.startswith("/"):
                 raise ValueError(f"sandbox_paths must be absolute paths, got {path!r}")
         return value
+
+    @field_validator("visibility_timeout_s")
+    @classmethod
+    def _redelivered_after_the_longest_tick(cls, value: float, info: ValidationInfo) -> float:
+        delivery = info.data.get("delivery_timeout_s", value)
+        if str(info.data.get("broker_url", "")).startswith("redis") and value < delivery:
+            raise ValueError(
+                f"{value:g} is shorter than delivery_timeout_s={delivery:g}: Redis would "
+                "deliver a tick again while a worker still runs it; raise it"
+            )
+        return value
+
+    @field_validator("model_timeout_s")
+    @classmethod
+    def _fits_the_delivery_timeout(cls, value: float, info: ValidationInfo) -> float:
+        delivery = info.data.get("delivery_timeout_s")
+        if delivery is not None and value > delivery - DELIVERY_MARGIN_S:
+            raise ValueError(
+                f"{value:g} leaves a tick no time before the broker's delivery timeout "
+                f"(delivery_timeout_s={delivery:g} less a {DELIVERY_MARGIN_S:g}s margin); "
+                "lower it or raise delivery_timeout_s"
+            )
+        return value
+
+    @property
+    def longest_call_s(self) -> float:
+        """The longest a tool or model call may take: the delivery timeout less the margin."""
+        return self.delivery_timeout_s - DELIVERY_MARGIN_S
 
     @property
     def db_url(self) -> str:

@@ -33,7 +33,7 @@ def test_list_show_and_stats(stack: Stack) -> None:
     by_session = api.get(f"/api/v1/dead-letters/{over}").json()
     assert by_id == by_session
     letter = stack.deployment.client.dead_letter(over)
-    assert by_id == views.dead_letter(letter, snapshot=True)
+    assert by_id == {**views.dead_letter(letter, snapshot=True), "forks": []}
     assert by_id["session"]["steps"][0]["calls"][0]["name"] == "echo"
 
     stats = api.get("/api/v1/dead-letters/stats").json()
@@ -55,7 +55,9 @@ def test_fork_a_dead_letter_resolves_it(stack: Stack) -> None:
     assert child["parent_id"] == over and child["fork_step"] == 1
     assert stack.wait(child["id"], Status.COMPLETED)["final_answer"] == "said"
     letter = stack.http("olga").get(f"/api/v1/dead-letters/{over}").json()
-    assert letter["resolved_at"] and letter["resolution"] == {"fork": child["id"], "by": "olga"}
+    assert letter["resolved_at"] and letter["resolution"]["fork"] == child["id"]
+    assert [(f["fork"], f["by"]) for f in letter["resolution"]["forks"]] == [(child["id"], "olga")]
+    assert [f["id"] for f in letter["forks"]] == [child["id"]]
     unresolved = (
         stack.http("olga").get("/api/v1/dead-letters", params={"unresolved": "true"}).json()
     )
@@ -73,3 +75,28 @@ def test_dead_letter_errors(stack: Stack) -> None:
     assert bad_by.status_code == 422 and "query.by" in bad_by.json()["message"]
     bad_code = api.get("/api/v1/dead-letters", params={"code": "OOPS"})
     assert bad_code.status_code == 422
+
+
+def test_a_second_fork_needs_again_and_a_dead_letter_closes_without_one(stack: Stack) -> None:
+    over = failed(stack, ECHO, budgets={"max_steps": 1})
+    other = failed(stack, ECHO, budgets={"max_steps": 1})
+    api = stack.http("olga")
+    first = api.post(f"/api/v1/dead-letters/{over}/fork", json={"from_step": 1}).json()
+
+    refused = api.post(f"/api/v1/dead-letters/{over}/fork", json={"from_step": 1})
+    again = api.post(f"/api/v1/dead-letters/{over}/fork", json={"from_step": 1, "again": True})
+    dismissed = api.post(f"/api/v1/dead-letters/{other}/dismiss", json={"reason": "noise"})
+    twice = api.post(f"/api/v1/dead-letters/{other}/resolve", json={"reason": "fixed"})
+    no_reason = api.post(f"/api/v1/dead-letters/{other}/resolve", json={})
+
+    assert refused.status_code == 409
+    assert first["id"] in refused.json()["message"] and "olga" in refused.json()["message"]
+    assert again.status_code == 201, again.text
+    shown = api.get(f"/api/v1/dead-letters/{over}").json()
+    assert [f["id"] for f in shown["forks"]] == [first["id"], again.json()["id"]]
+    assert len(shown["resolution"]["forks"]) == 2
+    assert dismissed.status_code == 200, dismissed.text
+    assert dismissed.json()["resolution"]["state"] == "dismissed"
+    assert dismissed.json()["resolution"]["by"] == "olga"
+    assert twice.status_code == 409 and "already dismissed by olga" in twice.json()["message"]
+    assert no_reason.status_code == 422

@@ -205,6 +205,11 @@ def test_an_operator_opens_a_dead_letter_and_forks_it(page: Any, stack: Stack) -
     resolved = stack.deployment.client.dead_letter(session_id)
     assert resolved.resolved_at is not None and resolved.resolution is not None
     assert resolved.resolution["by"] == "olga"
+    fork = resolved.resolution["fork"]
+    page.goto(f"{stack.url}/#/dead-letters/{letter.id}")
+    closed = page.locator("p.decided")
+    expect(closed).to_contain_text(f"forked as {fork} by olga")
+    expect(closed.locator(f'a[href="#/sessions/{fork}"]')).to_be_visible()
 
 
 def test_an_approver_is_told_dead_letters_need_the_operator_role(page: Any, stack: Stack) -> None:

@@ -98,7 +98,82 @@ def test_dead_letters_from_a_worker_process(deployment: Deployment, cli: Cli) ->
         done = deployment.client.wait(fork["id"], timeout=60)
         assert done.status.value == "completed" and done.final_answer == "fixed"
         resolved = deployment.client.dead_letter(budget_id)
-        assert resolved.resolution == {"fork": fork["id"], "by": "erin"}
+        assert resolved.resolution is not None
+        assert resolved.resolution["state"] == "forked"
+        assert resolved.resolution["fork"] == fork["id"]
+        assert [(f["fork"], f["by"]) for f in resolved.resolution["forks"]] == [
+            (fork["id"], "erin")
+        ]
     finally:
         stop(worker)
     assert worker.returncode == 0, log.read_text()[-2000:]
+
+
+def _failed(deployment: Deployment, n: int) -> list[str]:
+    """`n` sessions failed on their step budget, each with its dead letter."""
+    script = deployment.script(
+        [{"content": "look", "tool_calls": [call("echo", text="1")]}, {"content": "fixed"}]
+    )
+    ids = [
+        deployment.client.submit(TEST_KIND, {}, model=script, budgets={"max_steps": 1}).id
+        for _ in range(n)
+    ]
+    with deployment.worker():
+        for sid in ids:
+            assert deployment.client.wait(sid, timeout=60).status.value == "failed"
+    return ids
+
+
+def test_a_dead_letter_is_forked_once_unless_again_and_keeps_every_fork(
+    deployment: Deployment, cli: Cli
+) -> None:
+    (failed,) = _failed(deployment, 1)
+    options = ("--from-step", "1", "--max-steps", "5", "--json")
+    first = cli.inline("dlq", "fork", failed, *options, "--as", "erin").json()
+
+    refused = cli("dlq", "fork", failed, *options, "--as", "frank", ok=False)
+    refused.error(1, "already forked", first["id"], "by erin", "--again")
+    again = cli.inline("dlq", "fork", failed, *options, "--as", "frank", "--again").json()
+
+    shown = cli.inline("dlq", "show", failed, "--json").json()
+    assert [f["id"] for f in shown["forks"]] == [first["id"], again["id"]]
+    assert [(f["fork"], f["by"]) for f in shown["resolution"]["forks"]] == [
+        (first["id"], "erin"),
+        (again["id"], "frank"),
+    ]
+    assert shown["resolution"]["fork"] == first["id"]  # the first fork stays referenced
+    session = cli.inline("show", failed, "--json").json()
+    assert [f["id"] for f in session["forks"]] == [first["id"], again["id"]]
+    table = cli.inline("dlq", "show", failed).stdout
+    assert first["id"] in table and again["id"] in table
+    # a plain fork resolves nothing, so it has no --again
+    assert "--again" not in cli.inline("fork", "--help").stdout
+
+
+def test_a_dead_letter_is_resolved_or_dismissed_without_a_fork(
+    deployment: Deployment, cli: Cli
+) -> None:
+    fixed, noise = _failed(deployment, 2)
+
+    resolved = cli(
+        "dlq", "resolve", fixed, "--reason", "fixed upstream", "--as", "erin", "--json"
+    ).json()
+    dismissed = cli.inline("dlq", "dismiss", noise, "--reason", "a test run", "--json").json()
+
+    assert resolved["resolution"]["state"] == "resolved"
+    assert (resolved["resolution"]["by"], resolved["resolution"]["reason"]) == (
+        "erin",
+        "fixed upstream",
+    )
+    assert resolved["resolved_at"] is not None
+    assert dismissed["resolution"]["state"] == "dismissed"
+    assert cli.inline("dlq", "ls", "--unresolved", "--json").json() == []
+    # closed once: a second closing or a fork is refused, naming who closed it and why
+    cli.inline("dlq", "dismiss", fixed, "--reason", "x", ok=False).error(
+        1, "already resolved by erin", "fixed upstream"
+    )
+    cli.inline("dlq", "fork", fixed, "--from-step", "1", ok=False).error(
+        1, "already resolved by erin", "--again"
+    )
+    cli.inline("dlq", "resolve", noise, "--reason", "  ", ok=False).error(2, "--reason")
+    assert "dismissed" in cli.inline("dlq", "show", noise).stdout

@@ -8,13 +8,15 @@ import json
 import os
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from sqlalchemy import inspect
+from sqlalchemy import inspect, select
 
 from store import make_engine
-from tests.e2e.conftest import ROOT, TEST_KIND, Cli, Deployment, at_once, call
+from store.schema import outbox
+from tests.e2e.conftest import ROOT, TEST_KIND, Cli, Deployment, at_once, call, until
 from tests.services import postgres_database
 
 PASSWORD = "hunter2-db-secret"
@@ -114,7 +116,7 @@ def test_relay_once_publishes_a_lost_tick(
     sid = client.submit(TEST_KIND, {}, model=script).id
 
     counts = cli("relay", "--once", "--json", TICKWORK_RELAY_AFTER_S="0").json()
-    assert counts == {"republished": 1, "lease_expiries": 0}
+    assert counts == {"republished": 1, "lease_expiries": 0, "delayed": 0}
     with deployment.worker(relay=False):
         done = client.wait(sid, timeout=30)
     assert done.status.value == "completed" and done.final_answer == "bye"
@@ -183,3 +185,22 @@ def test_python_m_tickwork_ignores_modules_in_the_working_directory(tmp_path: Pa
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["queue"] == "tickwork.ticks"
+
+
+def test_relay_once_publishes_a_delayed_tick_when_due(deployment: Deployment, cli: Cli) -> None:
+    client = deployment.client
+    error = {"transient": True, "message": "429 slow down", "retry_after_s": 0.5}
+    sid = client.submit(TEST_KIND, {}, model=deployment.script([{"error": error}])).id
+    with deployment.worker(relay=False):
+        waiting = until(lambda: (h := client.get(sid)).model_attempts == 1 and h, what="retry")
+    with client.store.engine.connect() as conn:
+        (row,) = conn.execute(select(outbox).where(outbox.c.session_id == sid)).all()
+    assert row.published_at is None and row.due_at > waiting.updated_at
+
+    until(lambda: datetime.now(UTC) > row.due_at, what="the tick to fall due")
+    counts = cli("relay", "--once", "--json").json()
+    with deployment.worker(relay=False):
+        again = until(lambda: (h := client.get(sid)).model_attempts == 2 and h, what="2nd call")
+
+    assert counts == {"republished": 0, "lease_expiries": 0, "delayed": 1}
+    assert again.status.value == "ready"

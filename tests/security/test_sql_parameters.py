@@ -161,7 +161,10 @@ def test_hostile_ids_and_texts_through_every_store_operation(env: Env) -> None:
             resolve_dead_letter=True,
         )
         assert forked.parent_id == sid and store.get(child).id == child
-        assert dl.get_dead_letter(engine, sid).resolution == {"fork": child, "by": hostile}
+        resolution = dl.get_dead_letter(engine, sid).resolution
+        assert resolution is not None
+        assert (resolution["fork"], resolution["by"]) == (child, hostile)
+        assert [(f["fork"], f["by"]) for f in resolution["forks"]] == [(child, hostile)]
 
         later = T0 + timedelta(hours=1)
         assert store.claim(child, forked.version, owner=owner, now=T0, lease_s=1) is not None

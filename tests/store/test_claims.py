@@ -285,6 +285,7 @@ class TestSave:
                 "version": 1,
                 "due_at": clock() + timedelta(seconds=7.5),
                 "republished": 0,
+                "published_at": None,  # it waits here: the relay publishes it when due
             }
         ]
 

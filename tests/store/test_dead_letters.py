@@ -9,13 +9,16 @@ import pytest
 from sqlalchemy import update
 
 from fsm import machine
-from fsm.errors import UnknownSchemaVersion
+from fsm.errors import DeadLetterClosed, InvalidInput, UnknownSchemaVersion
 from fsm.forks import ForkPatch
 from fsm.values import SNAPSHOT_SCHEMA_VERSION, ErrorCode, Status
 from store import Store
 from store.dead_letters import (
+    Closing,
     DeadLetter,
     DeadLetterNotFound,
+    close,
+    describe,
     error_signature,
     get_dead_letter,
     list_dead_letters,
@@ -246,3 +249,40 @@ class TestErrorSignature:
 
     def test_is_at_most_300_characters(self) -> None:
         assert len(error_signature("INTERNAL", "word " * 200)) == 300
+
+
+def test_a_dead_letter_is_closed_once_with_who_when_and_why(
+    store: Store, clock: Clock, failed: list[str]
+) -> None:
+    hostile = "x'); DROP TABLE tickwork_dead_letters; --"
+    letter = get_dead_letter(store.engine, "d1")
+
+    closed = close(
+        store.engine, letter.id, state=Closing.DISMISSED, by=hostile, reason=hostile, now=clock()
+    )
+
+    assert closed.resolved_at == clock()
+    assert closed.resolution == {
+        "state": "dismissed",
+        "by": hostile,
+        "at": clock().isoformat(),
+        "reason": hostile,
+    }
+    assert [d.session_id for d in list_dead_letters(store.engine, unresolved=True)] == [
+        "d5",
+        "d4",
+        "d3",
+        "d2",
+    ]
+    with pytest.raises(DeadLetterClosed, match="already dismissed by x'"):
+        close(store.engine, "d1", state=Closing.RESOLVED, by="erin", reason="x", now=clock())
+    with pytest.raises(InvalidInput, match="--reason"):
+        close(store.engine, "d2", state=Closing.RESOLVED, by="erin", reason=" ", now=clock())
+    with pytest.raises(DeadLetterNotFound):
+        close(store.engine, 999, state=Closing.RESOLVED, by="erin", reason="x", now=clock())
+
+
+def test_a_resolution_recorded_before_forks_were_listed_is_still_described() -> None:
+    legacy = {"fork": "try-1", "by": "dave"}
+
+    assert describe(legacy) == "was already forked as try-1 by dave at ?"

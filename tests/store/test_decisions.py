@@ -129,7 +129,13 @@ class TestDecide:
 
         assert (head.version, head.status, head.awaiting) == (version + 1, Status.EXECUTING, ())
         assert table_rows(store.engine, outbox) == [
-            {"session_id": session_id, "version": version + 1, "due_at": clock(), "republished": 0}
+            {
+                "session_id": session_id,
+                "version": version + 1,
+                "due_at": clock(),
+                "republished": 0,
+                "published_at": clock(),
+            }
         ]
         session = store.load(session_id)
         assert session.call(call.call_id).state is CallState.APPROVED  # type: ignore[union-attr]

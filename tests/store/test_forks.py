@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from fsm import machine
-from fsm.errors import ForkOutOfRange, InvalidInput, SessionNotFound
+from fsm.errors import DeadLetterClosed, ForkOutOfRange, InvalidInput, SessionNotFound
 from fsm.forks import ForkPatch
 from fsm.values import CallState, ErrorCode, EventKind, Status
 from store import Store
@@ -214,9 +216,68 @@ def test_forking_with_resolve_marks_the_parents_dead_letter_resolved(
 
     dead = get_dead_letter(store.engine, parent)
     assert dead.resolved_at == clock()
-    assert dead.resolution == {"fork": "try-2", "by": "dave"}
+    at = clock().isoformat()
+    assert dead.resolution == {
+        "state": "forked",
+        "by": "dave",
+        "at": at,
+        "fork": "try-2",
+        "forks": [{"fork": "try-2", "by": "dave", "at": at}],
+    }
     assert list_dead_letters(store.engine, unresolved=True) == []
     assert store.get(parent).status is Status.FAILED
+    # the plain fork resolved nothing, but both are the parent's forks
+    assert [f["id"] for f in store.forks(parent)] == ["try-1", "try-2"]
+
+
+def test_a_second_fork_of_a_dead_letter_is_refused_unless_again(
+    store: Store, clock: Clock, parent: str
+) -> None:
+    claimed = claim(store, parent, now=clock())
+    failed = machine.fail(claimed.head, ErrorCode.LOOP, "looped", now=clock())
+    store.save(failed, version=claimed.head.version, owner="worker-1", now=clock())
+    first_at = clock.advance(10)
+    store.fork(
+        parent,
+        new_id="try-1",
+        from_step=2,
+        patch=ForkPatch(),
+        by="dave",
+        now=first_at,
+        resolve_dead_letter=True,
+    )
+
+    with pytest.raises(
+        DeadLetterClosed, match=re.escape(f"forked as try-1 by dave at {first_at.isoformat()}")
+    ):
+        store.fork(
+            parent,
+            new_id="try-2",
+            from_step=2,
+            patch=ForkPatch(),
+            by="erin",
+            now=clock.advance(10),
+            resolve_dead_letter=True,
+        )
+    assert [f["id"] for f in store.forks(parent)] == ["try-1"]  # nothing was written
+    store.fork(
+        parent,
+        new_id="try-3",
+        from_step=2,
+        patch=ForkPatch(),
+        by="erin",
+        now=clock.advance(10),
+        resolve_dead_letter=True,
+        again=True,
+    )
+
+    dead = get_dead_letter(store.engine, parent)
+    assert dead.resolution is not None
+    assert [(f["fork"], f["by"]) for f in dead.resolution["forks"]] == [
+        ("try-1", "dave"),
+        ("try-3", "erin"),
+    ]
+    assert dead.resolution["fork"] == "try-1"
 
 
 def test_fork_keeps_a_call_that_may_have_run_in_doubt(

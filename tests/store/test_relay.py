@@ -44,15 +44,36 @@ def test_due_ticks_returns_rows_older_than_the_threshold_once(store: Store, cloc
     ]
 
 
-def test_due_ticks_waits_for_a_delayed_tick(store: Store, clock: Clock, session_id: str) -> None:
+def test_due_ticks_publishes_a_delayed_tick_when_due_then_as_lost(
+    store: Store, clock: Clock, session_id: str
+) -> None:
     claimed = claim(store, session_id, now=clock())
     retry = machine.model_failed(
         claimed.head, error="503", transient=True, now=clock(), retry_after_s=60
     )
     store.save(retry, version=0, owner="worker-1", now=clock())
+    (row,) = table_rows(store.engine, outbox)
+    assert row["published_at"] is None
 
-    assert due_ticks(store.engine, now=clock.advance(60), older_than_s=30) == []
-    assert due_ticks(store.engine, now=clock.advance(31), older_than_s=30) == [Due(session_id, 1)]
+    assert due_ticks(store.engine, now=clock.advance(59), older_than_s=30) == []
+    # due: published at once, not a threshold later, and not counted as a republication
+    assert due_ticks(store.engine, now=clock.advance(1), older_than_s=30) == [
+        Due(session_id, 1, delayed=True)
+    ]
+    (row,) = table_rows(store.engine, outbox)
+    assert (row["published_at"], row["due_at"], row["republished"]) == (clock(), clock(), 0)
+    assert due_ticks(store.engine, now=clock.advance(30), older_than_s=30) == []
+    # its message lost: published again after the threshold, like any other tick
+    assert due_ticks(store.engine, now=clock.advance(1), older_than_s=30) == [Due(session_id, 1)]
+
+
+def test_a_tick_to_run_now_is_left_to_its_writer_until_the_threshold(
+    store: Store, clock: Clock, session_id: str
+) -> None:
+    run_step(store, session_id, 1, now=clock())
+
+    assert due_ticks(store.engine, now=clock.advance(29), older_than_s=30) == []
+    assert table_rows(store.engine, outbox)[0]["published_at"] is not None
 
 
 def test_due_ticks_deletes_rows_of_sessions_that_moved_on(store: Store, clock: Clock) -> None:
@@ -103,7 +124,13 @@ def test_expired_leases_requeue_the_session_for_the_next_claimer(
     assert lease(store.engine, session_id) == (None, None)
     assert lease(store.engine, "alive")[0] == "w1"
     assert table_rows(store.engine, outbox) == [
-        {"session_id": session_id, "version": 0, "due_at": clock(), "republished": 0}
+        {
+            "session_id": session_id,
+            "version": 0,
+            "due_at": clock(),
+            "republished": 0,
+            "published_at": clock(),
+        }
     ]
     assert expired_leases(store.engine, now=clock()) == []
 
@@ -161,3 +188,19 @@ def test_a_tick_republished_again_and_again_waits_longer_each_time(
     gaps = [b - a for a, b in itertools.pairwise(published_at)]
     assert gaps == sorted(gaps) and gaps[0] < gaps[-1], gaps
     assert len(published_at) <= 4
+
+
+def test_a_cancel_brings_a_delayed_tick_forward(
+    store: Store, clock: Clock, session_id: str
+) -> None:
+    claimed = claim(store, session_id, now=clock())
+    retry = machine.model_failed(
+        claimed.head, error="429", transient=True, now=clock(), retry_after_s=600
+    )
+    store.save(retry, version=0, owner="worker-1", now=clock())
+
+    store.request_cancel(session_id, now=clock.advance(5), by="erin")
+
+    assert due_ticks(store.engine, now=clock(), older_than_s=30) == [
+        Due(session_id, 1, delayed=True)
+    ]

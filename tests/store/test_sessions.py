@@ -41,7 +41,13 @@ def test_create_inserts_the_head_an_event_and_the_first_tick(store: Store, clock
     assert head.version == 0
     assert store.get("sess-1") == head
     assert table_rows(store.engine, outbox) == [
-        {"session_id": "sess-1", "version": 0, "due_at": clock(), "republished": 0}
+        {
+            "session_id": "sess-1",
+            "version": 0,
+            "due_at": clock(),
+            "republished": 0,
+            "published_at": clock(),
+        }
     ]
     assert [(e.kind, e.data) for _, e in store.events_after("sess-1")] == [
         (EventKind.CREATED, {"kind": "repair", "model": "gpt-test", "status": "ready"})

@@ -89,6 +89,10 @@ WS = "<project>"
         ({"workspace": WS, "test_command": PASS, "goal": 7}, "`goal` must be text"),
         ({"workspace": WS, "test_command": PASS, "test_timeout_s": 0}, "test_timeout_s"),
         ({"workspace": WS, "test_command": PASS, "test_timeout_s": True}, "test_timeout_s"),
+        (
+            {"workspace": WS, "test_command": PASS, "test_timeout_s": 1900},
+            "at most 1500 seconds .* delivery timeout",
+        ),
         ({"workspace": WS, "test_command": PASS, "test_cmd": "x"}, r"unknown key\(s\) test_cmd"),
         ({"workspace": WS, "test_command": PASS, "network": "yes"}, "`network` must be true"),
     ],
@@ -264,6 +268,20 @@ def test_the_final_test_run_has_a_timeout(project: Path, state: Path) -> None:
     slow = f"{shlex.quote(sys.executable)} -c 'import time; time.sleep(30)'"
     tests = finish(head_for(start(project, state, slow, test_timeout_s=0.5)))["tests"]
     assert tests["timed_out"] is True and tests["passed"] is False and tests["exit_code"] is None
+
+
+def test_the_final_test_run_ends_before_the_brokers_delivery_timeout(
+    project: Path, state: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    slow = f"{shlex.quote(sys.executable)} -c 'import time; time.sleep(30)'"
+    config = start(project, state, slow, test_timeout_s=60)
+    # a broker that gives a delivery 301 s leaves a tick's calls 1 s
+    monkeypatch.setenv("TICKWORK_DELIVERY_TIMEOUT_S", "301")
+    monkeypatch.setenv("TICKWORK_MODEL_TIMEOUT_S", "1")
+
+    tests = finish(head_for(config))["tests"]
+
+    assert tests["timed_out"] is True and tests["passed"] is False
 
 
 def test_finish_without_its_baseline_still_returns(project: Path, state: Path) -> None:

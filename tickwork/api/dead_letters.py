@@ -1,4 +1,5 @@
-"""Dead-letter endpoints: list, show (with the session's timeline), stats, fork."""
+"""Dead-letter endpoints: list, show (with the session's timeline and forks), stats, fork,
+resolve, dismiss."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query
+from pydantic import Field
 
 from fsm.values import ErrorCode, Head
 from store import dead_letters as dl
@@ -27,6 +29,21 @@ Since = Annotated[
         description="Only since an ISO time (naive: UTC) or a duration ago: 90s, 30m, 2h, 3d, 1w.",
     ),
 ]
+
+
+class DeadLetterFork(bodies.Fork):
+    """A fork of a dead letter's session; `again` forks one already forked or closed."""
+
+    again: bool = Field(
+        default=False,
+        description="Fork a dead letter that was already forked, resolved or dismissed.",
+    )
+
+
+class Closing(bodies.Body):
+    """Why the dead letter is resolved or dismissed."""
+
+    reason: str = Field(min_length=1, max_length=2000, description="Kept with the dead letter.")
 
 
 def since(text: str | None) -> datetime | None:
@@ -88,9 +105,12 @@ def stats(
     return {"since": start.isoformat() if start else None, "total": total, "by": grouped}
 
 
-@router.get("/{key}", summary="A dead letter with its session snapshot as a timeline")
+@router.get("/{key}", summary="A dead letter with its session snapshot and its forks")
 def show(key: Key, client: Client, who: Operator) -> dict[str, Any]:
-    return views.dead_letter(find(client, key), snapshot=True)
+    letter = find(client, key)
+    view = views.dead_letter(letter, snapshot=True)
+    view["forks"] = views.forks(client.store.forks(letter.session_id))
+    return view
 
 
 @router.post(
@@ -99,9 +119,29 @@ def show(key: Key, client: Client, who: Operator) -> dict[str, Any]:
     response_model=Head,
     summary="Fork the dead letter's session with a patch; the dead letter is resolved",
 )
-def fork(key: Key, body: bodies.Fork, client: Client, who: Operator) -> Head:
+def fork(key: Key, body: DeadLetterFork, client: Client, who: Operator) -> Head:
     letter = find(client, key)
-    return run_fork(client, letter.session_id, body, by=who.name, resolve_dead_letter=True)
+    patch = bodies.Fork.model_validate(body.model_dump(exclude={"again"}))
+    return run_fork(
+        client, letter.session_id, patch, by=who.name, resolve_dead_letter=True, again=body.again
+    )
+
+
+@router.post("/{key}/resolve", summary="Mark the dead letter resolved without forking it")
+def resolve(key: Key, body: Closing, client: Client, who: Operator) -> dict[str, Any]:
+    return _close(client, key, dl.Closing.RESOLVED, body, who.name)
+
+
+@router.post("/{key}/dismiss", summary="Dismiss the dead letter: nothing is to be done")
+def dismiss(key: Key, body: Closing, client: Client, who: Operator) -> dict[str, Any]:
+    return _close(client, key, dl.Closing.DISMISSED, body, who.name)
+
+
+def _close(client: Client, key: str, state: dl.Closing, body: Closing, by: str) -> dict[str, Any]:
+    letter = find(client, key)
+    return views.dead_letter(
+        client.close_dead_letter(letter.id, state=state, by=by, reason=body.reason)
+    )
 
 
 def _jsonable(row: dict[str, Any]) -> dict[str, Any]:

@@ -198,7 +198,13 @@ def fork(session_id: SessionId, body: bodies.Fork, client: Client, who: Operator
 
 
 def run_fork(
-    client: Tickwork, session_id: str, body: bodies.Fork, *, by: str, resolve_dead_letter: bool
+    client: Tickwork,
+    session_id: str,
+    body: bodies.Fork,
+    *,
+    by: str,
+    resolve_dead_letter: bool,
+    again: bool = False,
 ) -> Head:
     if body.id is not None and not SESSION_ID.match(body.id):
         raise ApiError(
@@ -218,6 +224,7 @@ def run_fork(
             budgets=body.budgets,
             resolve_dead_letter=resolve_dead_letter,
             new_id=body.id,
+            again=again,
         )
     except (IntegrityError, InvalidInput):
         _taken(client, body.id)

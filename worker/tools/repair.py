@@ -31,8 +31,9 @@ MAX_LISTED = 500
 MAX_READ_LINES = 2_000
 #: files larger than this are skipped by `search` and refused by `read_file`
 MAX_FILE_BYTES = 5_000_000
-#: the longest a command may run, whatever the model asks
-MAX_COMMAND_S = 1_800.0
+#: the longest a command may run, whatever the model asks: below RabbitMQ's default
+#: delivery timeout (30 minutes) by the tick's margin, see Settings.delivery_timeout_s
+MAX_COMMAND_S = 1_500.0
 
 
 def _root(ctx: ToolContext) -> Path:

@@ -1,7 +1,7 @@
 """calls keep the provider's call id and the approval reason
 
 Revision ID: 0003_models
-Revises: 0001
+Revises: 0002_ops
 Create Date: 2026-12-01 01:00:00.000000
 """
 
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0003_models"
-down_revision = "0001"
+down_revision = "0002_ops"
 branch_labels = None
 depends_on = None
 

@@ -468,7 +468,7 @@
           el("td", {}, el("a", { href: `#/dead-letters/${d.id}` }, `#${d.id}`)),
           el("td", {}, el("code", {}, d.session_id)), el("td", {}, badge(d.code, "failed")),
           el("td", {}, d.message), el("td", {}, d.last_tool || "–"), el("td", {}, ago(d.at)),
-          el("td", {}, d.resolved_at ? `yes (${(d.resolution && d.resolution.fork) || ""})` : "no")))))
+          el("td", {}, d.resolved_at ? `yes (${d.closed || ""})` : "no")))))
         : el("p", { class: "muted" }, "No dead letters."));
   }
 
@@ -478,9 +478,9 @@
                                    value: Math.max(0, letter.session.head.step - 1) });
     const instruction = el("textarea", { id: "fork-instruction", rows: 3,
                                          placeholder: "an instruction added after that step (optional)" });
+    const forks = letter.forks.map((f) => el("a", { href: `#/sessions/${enc(f.id)}` }, f.id));
     const forkForm = letter.resolved_at ? el("p", { class: "decided" },
-      `Resolved ${ago(letter.resolved_at)} by fork `,
-      el("a", { href: `#/sessions/${enc(letter.resolution.fork)}` }, letter.resolution.fork))
+      `Closed ${ago(letter.resolved_at)}: ${letter.closed}`, ...(forks.length ? [" · forks: ", ...forks] : []))
       : el("form", { id: "fork", onsubmit: async (event) => {
         event.preventDefault();
         try {

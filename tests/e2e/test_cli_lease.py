@@ -1,0 +1,61 @@
+"""After a worker is killed with SIGKILL, `tickwork show` names who held the session, and the
+relay's log names the sessions it revives and whose lease expired."""
+
+from __future__ import annotations
+
+import logging
+import socket
+
+import pytest
+
+from tests.e2e.conftest import Cli, Deployment, call
+from tests.tasks.conftest import kill, stop, until
+from worker.app import make_app, runtime
+from worker.relay import relay_once
+
+
+def test_show_names_the_lease_owner_and_the_relay_logs_the_revived_session(
+    deployment: Deployment, cli: Cli, caplog: pytest.LogCaptureFixture
+) -> None:
+    session_id = deployment.submit(
+        [
+            {
+                "content": "act",
+                "tool_calls": [call("idem_effect", value="x", sleep_s=60)],
+            },
+            {"content": "done"},
+        ]
+    )
+    worker = deployment.spawn()
+    try:
+        until(lambda: deployment.sink_lines("idem.log"), timeout=60, what="the tool to start")
+        kill(worker)
+    finally:
+        stop(worker)
+
+    held = cli.inline("show", session_id, "--json").json()["lease"]
+    owner = f"{socket.gethostname()}:{worker.pid}:"
+    assert held["owner"].startswith(owner)
+    assert held["expires_at"]
+    assert "lease" in cli.inline("show", session_id).stdout
+    expired = until(
+        lambda: (
+            (lease := cli.inline("show", session_id, "--json").json()["lease"])["expired"] and lease
+        ),
+        timeout=30,
+        what="the dead worker's lease to expire",
+    )
+    assert expired["owner"] == held["owner"]
+
+    rt = runtime(make_app(deployment.settings, relay=False))
+    try:
+        with caplog.at_level(logging.INFO, logger="tickwork.relay"):
+            done = relay_once(rt)
+    finally:
+        rt.store.engine.dispose()
+
+    assert done.lease_expiries == 1
+    revived = [r.getMessage() for r in caplog.records if "expired" in r.getMessage()]
+    assert len(revived) == 1
+    assert session_id in revived[0] and held["owner"] in revived[0]
+    assert cli.inline("show", session_id, "--json").json()["lease"] is None

@@ -1,0 +1,72 @@
+"""A prefork `tickwork worker` serves the ticks its children ran on TICKWORK_METRICS_PORT, with
+no PROMETHEUS_MULTIPROC_DIR set, and consumes the dead-letter queue by default."""
+
+from __future__ import annotations
+
+import socket
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.e2e.conftest import TEST_KIND, Cli, Deployment, call, stop, until
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+def samples(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+@pytest.mark.parametrize("deployment", ["production"], indirect=True)
+def test_a_prefork_worker_shows_its_childrens_ticks_and_dead_letters(
+    deployment: Deployment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    port = free_port()
+    env = {k: v for k, v in deployment.env().items() if k != "PROMETHEUS_MULTIPROC_DIR"}
+    cli = Cli(
+        {**env, "TICKWORK_METRICS_PORT": str(port), "TICKWORK_METRICS_ADDR": "127.0.0.1"},
+        deployment.tmp,
+    )
+    worker, log = cli.start("worker", "--pool", "prefork", "--concurrency", "2")
+    try:
+        done = deployment.submit(
+            [{"content": "look", "tool_calls": [call("echo", text="1")]}, {"content": "fixed"}]
+        )
+        broken = deployment.client.submit(
+            TEST_KIND,
+            {},
+            model=deployment.script([{"error": {"transient": False, "message": "400 no"}}]),
+        ).id
+        assert deployment.client.wait(done, timeout=60).status.value == "completed"
+        assert deployment.client.wait(broken, timeout=60).status.value == "failed"
+        until(lambda: "dead letter: session" in log.read_text(), timeout=30, what="the notice")
+        found = until(
+            lambda: (
+                (got := samples(port)).get(
+                    ("tickwork_dead_letters_received_total", (("code", "MODEL_ERROR"),))
+                )
+                and got
+            ),
+            timeout=30,
+            what="the dead letter to be counted on /metrics",
+        )
+    finally:
+        stop(worker)
+
+    saved = (("outcome", "saved"), ("phase", "think"))
+    assert found[("tickwork_ticks_total", saved)] >= 2  # both THINK ticks of `done`
+    assert found[("tickwork_ticks_total", (("outcome", "saved"), ("phase", "execute")))] >= 1
+    folder = deployment.settings.state_dir / "metrics"
+    assert [p.name for p in folder.iterdir()] == [f"celery@{socket.gethostname()}"]
+    assert worker.returncode == 0, log.read_text()[-2000:]
