@@ -1,0 +1,392 @@
+"""A worker's working copies of sessions' files: caches of what the store holds (DESIGN 10).
+
+A session's files at version v are its base manifest plus the changes its ticks saved up
+to v (`store/files.py`). Before a tick that touches files, the worker checks its copy
+against the state hash the store holds for the session, and brings it there when it is
+missing, stale (another worker ran ticks since) or dirty (a crash left part of a command's
+effects): only the files that differ are written. After a tool that may change files, a
+stat snapshot finds what changed (a file is hashed only if its size, time or inode moved),
+and the change is saved with the tick's observation.
+
+Layout under the cache root: `objects/aa/<hash>` (blobs, shared by all sessions),
+`sessions/<key>/files` (the working copy), `sessions/<key>/state.json` (the snapshot and
+the state hash it is at), `sessions/<key>/dirty` (present while a tool may be changing the
+copy, and until its change is saved) and `sessions/<key>.lock`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from fsm.values import Head
+from store import Store
+from store.artifacts import Artifacts
+from store.files import (
+    EXECUTABLE,
+    PLAIN,
+    FileChange,
+    Manifest,
+    applied,
+    blob_hash,
+    entry,
+    next_state,
+    parse_entry,
+)
+
+from .filetree import Ignore, walk
+
+log = logging.getLogger("tickwork.workspaces")
+
+#: a file modified this close to when it was last looked at is hashed again next time
+#: (file times are coarse: a change in the same tick of the clock keeps the time)
+RACY_NS = 2_000_000_000
+#: tools that only read files; any other tool's tick records what it changed
+READ_ONLY_TOOLS = frozenset(["list_files", "read_file", "search"])
+
+
+def session_files(head: Head) -> Mapping[str, Any] | None:
+    """The session's stored-files config (`base`: the manifest blob), None if it has none."""
+    files = head.config.get("files")
+    return files if isinstance(files, Mapping) and files.get("base") else None
+
+
+@dataclass
+class _Seen:
+    """What the snapshot knows of one file of a working copy."""
+
+    entry: str
+    size: int
+    mtime_ns: int
+    ino: int
+    checked_ns: int
+
+    def same(self, info: os.stat_result) -> bool:
+        return (
+            self.size == info.st_size
+            and self.mtime_ns == info.st_mtime_ns
+            and self.ino == info.st_ino
+            and (parse_entry(self.entry)[0] == EXECUTABLE) == bool(info.st_mode & 0o100)
+            and self.mtime_ns < self.checked_ns - RACY_NS
+        )
+
+
+def _mode(info: os.stat_result) -> str:
+    return EXECUTABLE if info.st_mode & 0o100 else PLAIN
+
+
+class Workspaces:
+    """The working copies of one host, under `root`; the store decides what they hold."""
+
+    def __init__(
+        self, root: Path, store: Store, artifacts: Artifacts, *, max_bytes: int = 2_000_000_000
+    ) -> None:
+        self.root = Path(root)
+        self.store = store
+        self.artifacts = artifacts
+        self.max_bytes = max_bytes
+        self._bases: dict[str, Manifest] = {}
+
+    def blobs(self, hashes: Iterable[str]) -> dict[str, bytes]:
+        """Blobs from this host's cache, else from the artifact store (then cached)."""
+        found: dict[str, bytes] = {}
+        missing = []
+        for key in set(hashes):
+            try:
+                found[key] = self._object(key).read_bytes()
+            except FileNotFoundError:
+                missing.append(key)
+        if missing:
+            fetched = self.artifacts.get(missing)
+            for key, data in fetched.items():
+                self._keep(key, data)
+            found.update(fetched)
+        return found
+
+    def _object(self, key: str) -> Path:
+        return self.root / "objects" / key[:2] / key
+
+    def _keep(self, key: str, data: bytes) -> None:
+        path = self._object(key)
+        if path.exists():
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _atomic_write(path, data)
+
+    def base(self, files: Mapping[str, Any]) -> Manifest:
+        key = str(files["base"])
+        if key not in self._bases:
+            if len(self._bases) > 64:
+                self._bases.clear()
+            self._bases[key] = json.loads(self.blobs([key])[key])
+        return self._bases[key]
+
+    def manifest(self, head: Head, *, upto: int | None = None) -> tuple[Manifest, str]:
+        """The session's files (path -> entry) as the store holds them, and their state."""
+        files = session_files(head)
+        if files is None:
+            return {}, ""
+        manifest, state = self.base(files), str(files["base"])
+        for saved in self.store.file_changes(head.id, upto=upto):
+            manifest, state = applied(manifest, saved.changes), saved.state
+        return manifest, state
+
+    def read(self, head: Head, path: str) -> bytes | None:
+        """One file of the session as stored now; None if it has no such file."""
+        found = self.manifest(head)[0].get(path)
+        if found is None:
+            return None
+        key = parse_entry(found)[1]
+        return self.blobs([key])[key]
+
+    def checkout(self, head: Head) -> WorkingCopy:
+        """The session's working copy, locked for this tick and at its stored files."""
+        sessions = self.root / "sessions"
+        sessions.mkdir(parents=True, exist_ok=True)
+        key = hashlib.sha256(head.id.encode()).hexdigest()[:32]
+        lock = open(sessions / f"{key}.lock", "a+b")  # noqa: SIM115 (held until release)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            folder, private = sessions / key, False
+        except BlockingIOError:
+            # a tick whose lease ran out still holds it: work in a copy of our own
+            folder, private = sessions / f"{key}~{uuid.uuid4().hex[:8]}", True
+        copy = WorkingCopy(self, head, folder, lock, private=private)
+        try:
+            copy.sync()
+        except BaseException:
+            copy.release()
+            raise
+        return copy
+
+    def drop(self, session_id: str) -> None:
+        """Remove this host's copy of a session that ended."""
+        key = hashlib.sha256(session_id.encode()).hexdigest()[:32]
+        folder = self.root / "sessions" / key
+        lock_path = self.root / "sessions" / f"{key}.lock"
+        if not folder.exists():
+            return
+        with open(lock_path, "a+b") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return
+            shutil.rmtree(folder, ignore_errors=True)
+        lock_path.unlink(missing_ok=True)
+
+    def prune(self) -> int:
+        """Delete cached blobs, then idle working copies, least recently used first, until
+        the cache is below `max_bytes`; the bytes freed."""
+        items: list[tuple[float, int, Path]] = []
+        total = 0
+        for path in self.root.glob("objects/*/*"):
+            info = path.stat()
+            items.append((info.st_atime, info.st_size, path))
+            total += info.st_size
+        for state in self.root.glob("sessions/*/state.json"):
+            folder = state.parent
+            size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+            items.append((state.stat().st_mtime, size, folder))
+            total += size
+        freed = 0
+        for _, size, path in sorted(items, key=lambda i: (i[2].is_dir(), i[0])):
+            if total - freed <= self.max_bytes:
+                break
+            if path.is_dir():
+                with open(str(path) + ".lock", "a+b") as lock:
+                    try:
+                        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    except BlockingIOError:
+                        continue
+                    shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+            freed += size
+        return freed
+
+
+class WorkingCopy:
+    """One session's files on this host during one tick."""
+
+    def __init__(
+        self, owner: Workspaces, head: Head, folder: Path, lock: BinaryIO, *, private: bool
+    ) -> None:
+        self.owner, self.head, self.folder = owner, head, folder
+        self.path = folder / "files"
+        self._lock, self._private = lock, private
+        self._seen: dict[str, _Seen] = {}
+        self._state = ""
+        #: what the last `record` found, kept until `saved`
+        self._pending: tuple[dict[str, _Seen], str] | None = None
+        #: bytes put in the artifact store by `record`
+        self.bytes_written = 0
+
+    @property
+    def _dirty(self) -> Path:
+        return self.folder / "dirty"
+
+    @property
+    def _state_file(self) -> Path:
+        return self.folder / "state.json"
+
+    def _load(self) -> tuple[str, dict[str, _Seen]] | None:
+        try:
+            found = json.loads(self._state_file.read_text(encoding="utf-8"))
+            return found["state"], {p: _Seen(*v) for p, v in found["files"].items()}
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def _store_state(self, state: str, seen: dict[str, _Seen]) -> None:
+        files = {p: [s.entry, s.size, s.mtime_ns, s.ino, s.checked_ns] for p, s in seen.items()}
+        data = json.dumps({"state": state, "files": files}, separators=(",", ":"))
+        _atomic_write(self._state_file, data.encode())
+        self._state, self._seen = state, seen
+
+    def sync(self) -> None:
+        """Bring the copy to the session's stored files (only the files that differ)."""
+        files = session_files(self.head)
+        assert files is not None
+        stored = self.owner.store.files_state(self.head.id) or str(files["base"])
+        known = self._load() if self.path.is_dir() else None
+        dirty = self._dirty.exists() or known is None
+        if known is not None and not dirty and known[0] == stored:
+            self._state, self._seen = known
+            return
+        target, state = self.owner.manifest(self.head)
+        if state != stored:  # a save landed between the two reads: take the later one
+            stored = state
+        self.path.mkdir(parents=True, exist_ok=True)
+        seen = known[1] if known is not None else {}
+        if dirty:
+            seen, _ = self._scan(seen, keep_blobs=False)
+        wanted = {p: e for p, e in target.items() if p not in seen or seen[p].entry != e}
+        blobs = self.owner.blobs(parse_entry(e)[1] for e in wanted.values())
+        past = time.time_ns() - 2 * RACY_NS
+        for rel in [p for p in seen if p not in target]:
+            with contextlib.suppress(FileNotFoundError):
+                (self.path / rel).unlink()
+            del seen[rel]
+        now = time.time_ns()
+        for rel, value in sorted(wanted.items()):
+            mode, key = parse_entry(value)
+            seen[rel] = _write(
+                self.path,
+                rel,
+                blobs[key],
+                executable=mode == EXECUTABLE,
+                entry=value,
+                mtime_ns=past,
+                now_ns=now,
+            )
+        self._store_state(stored, seen)
+        self._dirty.unlink(missing_ok=True)
+
+    def begin(self) -> None:
+        """Mark the copy dirty: a tool may change it until its change is saved."""
+        self._dirty.touch()
+
+    def _scan(
+        self, seen: Mapping[str, _Seen], *, keep_blobs: bool
+    ) -> tuple[dict[str, _Seen], dict[str, bytes]]:
+        """The files as they are now (hashing only those whose stat moved), and the blobs
+        of the contents not seen before."""
+        now = time.time_ns()
+        found: dict[str, _Seen] = {}
+        blobs: dict[str, bytes] = {}
+        for rel, info in walk(self.path, Ignore.of(self.path), tracked=set(seen)):
+            before = seen.get(rel)
+            if before is not None and before.same(info):
+                found[rel] = before
+                continue
+            try:
+                content = (self.path / rel).read_bytes()
+            except OSError:
+                continue
+            key = blob_hash(content)
+            value = entry(_mode(info), key)
+            found[rel] = _Seen(value, info.st_size, info.st_mtime_ns, info.st_ino, now)
+            if keep_blobs and (before is None or before.entry != value):
+                blobs[key] = content
+        return found, blobs
+
+    def record(self, *, step: int, call_id: str) -> FileChange | None:
+        """What changed since the copy was synced: blobs put in the artifact store, the
+        change set returned for the tick's save (None if nothing changed)."""
+        found, blobs = self._scan(self._seen, keep_blobs=True)
+        changes: dict[str, str | None] = {
+            p: s.entry
+            for p, s in found.items()
+            if p not in self._seen or self._seen[p].entry != s.entry
+        }
+        changes.update({p: None for p in self._seen if p not in found})
+        self._pending = (found, self._state)
+        if not changes:
+            return None
+        self.bytes_written += self.owner.artifacts.put(blobs)
+        for key, data in blobs.items():
+            self.owner._keep(key, data)
+        changes = dict(sorted(changes.items()))
+        state = next_state(self._state, changes)
+        self._pending = (found, state)
+        return FileChange(step=step, call_id=call_id, changes=changes, state=state, blobs=blobs)
+
+    def saved(self) -> None:
+        """The tick's save committed: the copy is clean at the saved state."""
+        if self._pending is not None:
+            found, state = self._pending
+            if state != self._state or found != self._seen:
+                self._store_state(state, found)
+            self._pending = None
+        self._dirty.unlink(missing_ok=True)
+
+    def release(self) -> None:
+        try:
+            if self._private:
+                shutil.rmtree(self.folder, ignore_errors=True)
+        finally:
+            self._lock.close()
+
+
+def _write(
+    root: Path, rel: str, data: bytes, *, executable: bool, entry: str, mtime_ns: int, now_ns: int
+) -> _Seen:
+    """Write one file of a working copy, dated in the past so that a later change by a tool
+    always moves its time; what the snapshot knows of it."""
+    path = root / rel
+    for parent in reversed(path.relative_to(root).parents):
+        here = root / parent
+        if here.is_symlink() or (here.exists() and not here.is_dir()):
+            here.unlink()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif path.is_symlink():
+        path.unlink()
+    _atomic_write(path, data)
+    os.chmod(path, 0o755 if executable else 0o644)
+    os.utime(path, ns=(mtime_ns, mtime_ns))
+    info = os.lstat(path)
+    return _Seen(entry, info.st_size, info.st_mtime_ns, info.st_ino, now_ns)
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tw-")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
