@@ -10,6 +10,7 @@ any depth; `!` negations are ignored). Paths a caller already tracks are never s
 from __future__ import annotations
 
 import fnmatch
+import glob
 import os
 import stat
 from collections.abc import Iterator
@@ -43,11 +44,15 @@ class Ignore:
     patterns: tuple[tuple[str, bool, bool], ...] = ()
 
     @classmethod
-    def of(cls, root: Path, *, gitignore: bool = True) -> Ignore:
+    def of(cls, root: Path, *, gitignore: bool = True, exclude: Path | None = None) -> Ignore:
+        """The rules of the tree at `root`; `exclude`, a directory inside it, is skipped too."""
+        found = []
+        if exclude is not None and root.resolve() in exclude.resolve().parents:
+            rel = exclude.resolve().relative_to(root.resolve()).as_posix()
+            found.append((glob.escape(rel), True, True))
         file = root / ".gitignore"
         if not gitignore or file.is_symlink() or not file.is_file():
-            return cls()
-        found = []
+            return cls(tuple(found))
         for raw in file.read_text(encoding="utf-8", errors="replace").splitlines():
             line = raw.strip()
             if not line or line.startswith(("#", "!")):

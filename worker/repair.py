@@ -134,7 +134,12 @@ result."""
 
 
 def _source(
-    data: Mapping[str, Any], artifacts: Artifacts, *, trusted: bool, roots: Sequence[Path]
+    data: Mapping[str, Any],
+    artifacts: Artifacts,
+    *,
+    trusted: bool,
+    roots: Sequence[Path],
+    state_dir: Path | None,
 ) -> dict[str, Any]:
     workspace, repo = data.get("workspace"), data.get("repo")
     if repo is not None and workspace is not None:
@@ -151,7 +156,9 @@ def _source(
             "commit: `--repo URL --ref REF`) or `workspace` (a directory packed at submit: "
             "`--workspace DIR`)"
         )
-    return sources.directory(workspace, artifacts, trusted=trusted, roots=roots)
+    return sources.directory(
+        workspace, artifacts, trusted=trusted, roots=roots, state_dir=state_dir
+    )
 
 
 def prepare(
@@ -175,7 +182,8 @@ def prepare(
     with ExitStack() as stack:
         if artifacts is None:
             artifacts = _settings_artifacts(stack)
-        source = _source(data, artifacts, trusted=trusted, roots=workspace_roots)
+        state = Path(state_dir if state_dir is not None else load_settings().state_dir)
+        source = _source(data, artifacts, trusted=trusted, roots=workspace_roots, state_dir=state)
     base = source.pop("base")
     config: dict[str, Any] = {
         "user_prompt": user_prompt(sources.describe(source), command, goal),

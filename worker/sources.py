@@ -64,12 +64,15 @@ def check_local(path: Path, *, what: str, trusted: bool, roots: Sequence[Path]) 
         )
 
 
-def pack(root: Path, artifacts: Artifacts, *, gitignore: bool = True) -> tuple[str, int]:
-    """Store the tree's files and its manifest; (the manifest's blob hash, file count)."""
+def pack(
+    root: Path, artifacts: Artifacts, *, gitignore: bool = True, exclude: Path | None = None
+) -> tuple[str, int]:
+    """Store the tree's files and its manifest; (the manifest's blob hash, file count).
+    `exclude` (tickwork's state dir) is skipped if it is inside the tree."""
     manifest: Manifest = {}
     batch: dict[str, bytes] = {}
     size = total = 0
-    for rel, info in walk(root, Ignore.of(root, gitignore=gitignore)):
+    for rel, info in walk(root, Ignore.of(root, gitignore=gitignore, exclude=exclude)):
         total += info.st_size
         if len(manifest) >= MAX_SOURCE_FILES or total > MAX_SOURCE_BYTES:
             raise _fail(
@@ -101,16 +104,23 @@ def read_manifest(artifacts: Artifacts, key: str) -> Manifest:
 
 
 def directory(
-    value: Any, artifacts: Artifacts, *, trusted: bool, roots: Sequence[Path]
+    value: Any,
+    artifacts: Artifacts,
+    *,
+    trusted: bool,
+    roots: Sequence[Path],
+    state_dir: Path | None = None,
 ) -> dict[str, Any]:
     """Pack a local directory; the source's description with its manifest (`base`)."""
     path = Path(str(value)).expanduser()
     check_local(path, what="workspace", trusted=trusted, roots=roots)
+    if state_dir is not None and path.resolve() == Path(state_dir).expanduser().resolve():
+        raise _fail(f"the workspace {path} is tickwork's state dir; give the project's folder")
     if not path.is_dir():
         raise _fail(
             f"the workspace {str(value)!r} is not an existing directory; give the project's folder"
         )
-    base, count = pack(path.resolve(), artifacts)
+    base, count = pack(path.resolve(), artifacts, exclude=state_dir)
     return {"kind": "workspace", "path": str(path.resolve()), "files": count, "base": base}
 
 
