@@ -107,11 +107,6 @@ class Tickwork:
             offered = {k: v for k, v in offered.items() if k in params}
         if "artifacts" in params:
             offered["artifacts"] = self.artifacts
-        if not trusted and "trusted" not in offered:
-            raise InvalidInput(
-                "this job kind cannot tell an untrusted submission from a trusted one; "
-                "submit it through the CLI or the Python client"
-            )
         return prepare(data, **offered)
 
     def publish(self, session_id: str, version: int) -> None:
