@@ -356,7 +356,7 @@ def apply_patch(directory: Path, patch: str) -> str:
         if done.returncode != 0:
             raise InvalidInput(
                 f"the patch does not apply to {directory}: "
-                f"{done.stderr.decode(errors='replace').strip()[:500]}"
+                + " ".join(done.stderr.decode(errors="replace").split())[:500]
             )
         return f"applied the patch to {directory}"
     from worker.tools import patches

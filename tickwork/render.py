@@ -161,6 +161,14 @@ def _header(h: Mapping[str, Any]) -> Table:
     ]
     if h["parent_id"]:
         rows.append(("forked from", Text(f"{h['parent_id']} at step {h['fork_step']}")))
+    config = h.get("config") or {}
+    if isinstance(config.get("source"), dict):
+        from worker.sources import describe
+
+        rows.append(("source", Text(describe(config["source"]))))
+        if config.get("goal"):
+            rows.append(("goal", Text(str(config["goal"]))))
+        rows.append(("test command", Text(str(config.get("test_command") or ""))))
     for name, value in rows:
         grid.add_row(name, value)
     return grid

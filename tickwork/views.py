@@ -73,3 +73,17 @@ def dead_letter(value: DeadLetter, *, snapshot: bool = False) -> dict[str, Any]:
     if snapshot:
         data["session"] = session(value.session())
     return data
+
+
+def job(value: Head) -> dict[str, str] | None:
+    """What a repair job works on, for approval cards: its source, goal and test command."""
+    config = value.config
+    if not isinstance(config.get("source"), dict):
+        return None
+    from worker.sources import describe
+
+    return {
+        "source": describe(config["source"]),
+        "goal": str(config.get("goal") or ""),
+        "test_command": str(config.get("test_command") or ""),
+    }

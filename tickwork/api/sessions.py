@@ -288,6 +288,7 @@ def waiting_view(session: Session, client: Tickwork | None = None) -> dict[str, 
                 thought = step["thought"]
     return {
         "session": views.head(head),
+        "job": views.job(head),
         "thought": thought,
         "calls": calls,
         "waiting_since": asked[-1].isoformat() if asked else None,
