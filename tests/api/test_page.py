@@ -152,6 +152,9 @@ def test_a_file_write_is_reviewed_as_a_diff(page: Any, stack: Stack, tmp_path: P
     (workspace / "calc.py").write_text("changed after the submit: not what the card shows\n")
 
     log_in(page, stack, "alice")
+    waiting = page.locator(f'section.waiting[data-session="{session_id}"]')
+    expect(waiting.locator('dl.job dd[data-key="source"]')).to_contain_text(str(workspace))
+    expect(waiting.locator('dl.job dd[data-key="test_command"]')).to_have_text("true")
     card = page.locator(f'section.waiting[data-session="{session_id}"] article[data-call="s1c0"]')
     diff = card.locator(".preview pre.diff")
     expect(diff.locator(".line.del")).to_have_text("-    return a - b\n")
