@@ -36,8 +36,9 @@ class JobKind:
     prepare: Callable[..., dict[str, Any]]
     #: budget defaults for this kind, over the settings' defaults
     budgets: Mapping[str, Any] = field(default_factory=dict)
-    #: what the job produced, computed when the session completes (e.g. the repair's patch)
-    finish: Callable[[Head], dict[str, Any]] | None = None
+    #: what the job produced, computed when the session completes (e.g. the repair's patch);
+    #: `finish(head)`, or `finish(head, files=...)` to get the tick's files (`TickFiles`)
+    finish: Callable[..., dict[str, Any]] | None = None
 
 
 def load_object(spec: str) -> Any:

@@ -53,6 +53,8 @@ log = logging.getLogger("tickwork.workspaces")
 #: a file modified this close to when it was last looked at is hashed again next time
 #: (file times are coarse: a change in the same tick of the clock keeps the time)
 RACY_NS = 2_000_000_000
+#: how often a process looks whether its cache has grown past its size
+PRUNE_EVERY_S = 60.0
 #: tools that only read files; any other tool's tick records what it changed
 READ_ONLY_TOOLS = frozenset(["list_files", "read_file", "search"])
 
@@ -98,6 +100,7 @@ class Workspaces:
         self.artifacts = artifacts
         self.max_bytes = max_bytes
         self._bases: dict[str, Manifest] = {}
+        self._pruned = time.monotonic()
 
     def blobs(self, hashes: Iterable[str]) -> dict[str, bytes]:
         """Blobs from this host's cache, else from the artifact store (then cached)."""
@@ -163,6 +166,12 @@ class Workspaces:
         except BlockingIOError:
             # a tick whose lease ran out still holds it: work in a copy of our own
             folder, private = sessions / f"{key}~{uuid.uuid4().hex[:8]}", True
+        if time.monotonic() - self._pruned > PRUNE_EVERY_S:
+            self._pruned = time.monotonic()
+            try:
+                self.prune()
+            except OSError as exc:  # a cache we cannot clean is no reason to fail a tick
+                log.warning("could not prune the working copies in %s: %s", self.root, exc)
         copy = WorkingCopy(self, head, folder, lock, private=private)
         try:
             copy.sync()
