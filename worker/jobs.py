@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fsm.errors import ConfigurationError, InvalidInput
-from fsm.values import Head
 
 from .tools.registry import ToolRegistry
 
