@@ -24,7 +24,7 @@ from .models.pricing import cost_usd
 from .runtime import Runtime, owner_name
 from .secrets import mask_change
 from .tools.registry import ToolContext, run_tool
-from .workspaces import READ_ONLY_TOOLS, WorkingCopy, session_files
+from .workspaces import READ_ONLY_TOOLS, WorkingCopy, session_files, written_paths
 
 log = logging.getLogger("tickwork.tick")
 
@@ -104,9 +104,9 @@ class TickFiles:
             self.copy.begin()
         return self.copy.path
 
-    def record(self, *, step: int, call_id: str) -> None:
+    def record(self, *, step: int, call_id: str, paths: list[str] | None = None) -> None:
         if self.copy is not None and self._changes:
-            self.recorded = self.copy.record(step=step, call_id=call_id)
+            self.recorded = self.copy.record(step=step, call_id=call_id, paths=paths)
 
     def saved(self, head: Head) -> None:
         if self.copy is not None:
@@ -255,5 +255,5 @@ def _execute(rt: Runtime, claimed: Claimed, files: TickFiles) -> Change:
         timeout_s=tool.timeout_s,
     )
     result = run_tool(tool, arguments, context, max_output_chars=rt.settings.max_output_chars)
-    files.record(step=call.step, call_id=call.call_id)
+    files.record(step=call.step, call_id=call.call_id, paths=written_paths(tool.name, arguments))
     return finished(result.output, is_error=result.is_error, duration_ms=result.duration_ms)

@@ -74,6 +74,12 @@ class Ignore:
                 return True
         return False
 
+    def skips_path(self, rel: str) -> bool:
+        """Whether a file at `rel` (or a folder above it) is skipped."""
+        parts = rel.split("/")
+        folders = ("/".join(parts[:i]) for i in range(1, len(parts)))
+        return any(self.skips(f, is_dir=True) for f in folders) or self.skips(rel, is_dir=False)
+
 
 def walk(
     root: Path, ignore: Ignore, *, tracked: frozenset[str] | set[str] = frozenset()

@@ -23,6 +23,7 @@ import json
 import logging
 import os
 import shutil
+import stat
 import tempfile
 import time
 import uuid
@@ -57,6 +58,23 @@ RACY_NS = 2_000_000_000
 PRUNE_EVERY_S = 60.0
 #: tools that only read files; any other tool's tick records what it changed
 READ_ONLY_TOOLS = frozenset(["list_files", "read_file", "search"])
+
+
+def written_paths(tool: str, arguments: Mapping[str, Any]) -> list[str] | None:
+    """The only paths a built-in file tool can have changed, or None when any may have (a
+    command): the tick then looks at those alone, at a cost that does not grow with the
+    number of files."""
+    if tool == "write_file" and isinstance(arguments.get("path"), str):
+        return [arguments["path"]]
+    if tool == "apply_patch" and isinstance(arguments.get("patch"), str):
+        from .tools.patches import parse_patch
+
+        try:
+            patched = parse_patch(arguments["patch"])
+        except Exception:  # a patch it could not read changed nothing: look at all anyway
+            return None
+        return [p for f in patched for p in (f.old_path, f.new_path) if p]
+    return None
 
 
 def session_files(head: Head) -> Mapping[str, Any] | None:
@@ -100,6 +118,8 @@ class Workspaces:
         self.artifacts = artifacts
         self.max_bytes = max_bytes
         self._bases: dict[str, Manifest] = {}
+        #: folder -> (the stat of its state files, state, snapshot): read once per change
+        self._snapshots: dict[Path, tuple[tuple[int, ...], str, dict[str, _Seen]]] = {}
         self._pruned = time.monotonic()
 
     def blobs(self, hashes: Iterable[str]) -> dict[str, bytes]:
@@ -250,18 +270,62 @@ class WorkingCopy:
     def _state_file(self) -> Path:
         return self.folder / "state.json"
 
-    def _load(self) -> tuple[str, dict[str, _Seen]] | None:
+    @property
+    def _journal(self) -> Path:
+        return self.folder / "state.log"
+
+    def _stamp(self) -> tuple[int, ...]:
+        """What tells that the state files changed (from another process, too)."""
+        found = self._state_file.stat()
         try:
+            journal = self._journal.stat().st_size
+        except FileNotFoundError:
+            journal = -1
+        return (found.st_ino, found.st_mtime_ns, found.st_size, journal)
+
+    def _load(self) -> tuple[str, dict[str, _Seen]] | None:
+        """The state hash and snapshot the copy was last left at; None if unknown."""
+        try:
+            stamp = self._stamp()
+            cached = self.owner._snapshots.get(self.folder)
+            if cached is not None and cached[0] == stamp:
+                return cached[1], cached[2]
             found = json.loads(self._state_file.read_text(encoding="utf-8"))
-            return found["state"], {p: _Seen(*v) for p, v in found["files"].items()}
+            state, seen = found["state"], {p: _Seen(*v) for p, v in found["files"].items()}
+            if stamp[3] >= 0:
+                for line in self._journal.read_text(encoding="utf-8").splitlines():
+                    entry = json.loads(line)
+                    state = entry["state"]
+                    for path, value in entry["files"].items():
+                        if value is None:
+                            seen.pop(path, None)
+                        else:
+                            seen[path] = _Seen(*value)
         except (OSError, ValueError, KeyError, TypeError):
             return None
+        self.owner._snapshots[self.folder] = (stamp, state, seen)
+        return state, seen
 
-    def _store_state(self, state: str, seen: dict[str, _Seen]) -> None:
-        files = {p: [s.entry, s.size, s.mtime_ns, s.ino, s.checked_ns] for p, s in seen.items()}
-        data = json.dumps({"state": state, "files": files}, separators=(",", ":"))
-        _atomic_write(self._state_file, data.encode())
+    def _store_state(
+        self, state: str, seen: dict[str, _Seen], *, changed: Mapping[str, _Seen | None] | None
+    ) -> None:
+        """Keep the snapshot: a line appended to the journal for a small change, the whole
+        snapshot rewritten now and then (cost proportional to the change, on average)."""
+        journal = self._journal.stat().st_size if self._journal.exists() else 0
+        if changed is not None and journal < 200 * len(seen) + 10_000:
+            line = {
+                "state": state,
+                "files": {p: None if v is None else _row(v) for p, v in changed.items()},
+            }
+            with self._journal.open("a", encoding="utf-8") as handle:
+                handle.write(json.dumps(line, separators=(",", ":")) + "\n")
+        else:
+            files = {p: _row(v) for p, v in seen.items()}
+            data = json.dumps({"state": state, "files": files}, separators=(",", ":"))
+            _atomic_write(self._state_file, data.encode())
+            self._journal.unlink(missing_ok=True)
         self._state, self._seen = state, seen
+        self.owner._snapshots[self.folder] = (self._stamp(), state, seen)
 
     def sync(self) -> None:
         """Bring the copy to the session's stored files (only the files that differ)."""
@@ -277,13 +341,16 @@ class WorkingCopy:
         if state != stored:  # a save landed between the two reads: take the later one
             stored = state
         self.path.mkdir(parents=True, exist_ok=True)
-        seen = known[1] if known is not None else {}
+        self._dirty.touch()  # a crash while the files are written leaves them to be checked
+        seen = dict(known[1]) if known is not None else {}
         if dirty:
             seen, _ = self._scan(seen, keep_blobs=False)
         wanted = {p: e for p, e in target.items() if p not in seen or seen[p].entry != e}
         blobs = self.owner.blobs(parse_entry(e)[1] for e in wanted.values())
         past = time.time_ns() - 2 * RACY_NS
-        for rel in [p for p in seen if p not in target]:
+        gone = [p for p in seen if p not in target]
+        _safe_folders(self.path, [*gone, *wanted])
+        for rel in gone:
             with contextlib.suppress(FileNotFoundError):
                 (self.path / rel).unlink()
             del seen[rel]
@@ -299,7 +366,7 @@ class WorkingCopy:
                 mtime_ns=past,
                 now_ns=now,
             )
-        self._store_state(stored, seen)
+        self._store_state(stored, seen, changed=None)
         self._dirty.unlink(missing_ok=True)
 
     def begin(self) -> None:
@@ -307,21 +374,34 @@ class WorkingCopy:
         self._dirty.touch()
 
     def _scan(
-        self, seen: Mapping[str, _Seen], *, keep_blobs: bool
+        self, seen: Mapping[str, _Seen], *, keep_blobs: bool, only: Iterable[str] | None = None
     ) -> tuple[dict[str, _Seen], dict[str, bytes]]:
         """The files as they are now (hashing only those whose stat moved), and the blobs
-        of the contents not seen before."""
+        of the contents not seen before. `only`: the paths that may have changed (what a
+        tool said it wrote); the others are taken as they were."""
         now = time.time_ns()
         found: dict[str, _Seen] = {}
         blobs: dict[str, bytes] = {}
-        for rel, info in walk(self.path, Ignore.of(self.path), tracked=set(seen)):
+        ignore = Ignore.of(self.path)
+        if only is None:
+            listing: Iterable[tuple[str, os.stat_result | None]] = walk(
+                self.path, ignore, tracked=set(seen)
+            )
+        else:
+            found = dict(seen)
+            listing = [(rel, _lstat(self.path, rel)) for rel in sorted(set(only))]
+        for rel, info in listing:
             before = seen.get(rel)
+            if info is None or (before is None and ignore.skips_path(rel)):
+                found.pop(rel, None)
+                continue
             if before is not None and before.same(info):
                 found[rel] = before
                 continue
             try:
                 content = (self.path / rel).read_bytes()
             except OSError:
+                found.pop(rel, None)
                 continue
             key = blob_hash(content)
             value = entry(_mode(info), key)
@@ -330,10 +410,14 @@ class WorkingCopy:
                 blobs[key] = content
         return found, blobs
 
-    def record(self, *, step: int, call_id: str) -> FileChange | None:
+    def record(
+        self, *, step: int, call_id: str, paths: Iterable[str] | None = None
+    ) -> FileChange | None:
         """What changed since the copy was synced: blobs put in the artifact store, the
-        change set returned for the tick's save (None if nothing changed)."""
-        found, blobs = self._scan(self._seen, keep_blobs=True)
+        change set returned for the tick's save (None if nothing changed). `paths`: the
+        only paths the tool may have changed, if it says so (else every file is looked at)."""
+        only = None if paths is None else self._candidates(paths)
+        found, blobs = self._scan(self._seen, keep_blobs=True, only=only)
         changes: dict[str, str | None] = {
             p: s.entry
             for p, s in found.items()
@@ -351,12 +435,30 @@ class WorkingCopy:
         self._pending = (found, state)
         return FileChange(step=step, call_id=call_id, changes=changes, state=state, blobs=blobs)
 
+    def _candidates(self, paths: Iterable[str]) -> set[str]:
+        """The relative paths `paths` name, and where symlinks inside the copy lead them."""
+        out: set[str] = set()
+        root = os.path.realpath(self.path)
+        for path in paths:
+            name = os.path.normpath(path)
+            if name.startswith("..") or os.path.isabs(name):
+                continue
+            out.add(name)
+            real = os.path.relpath(os.path.realpath(os.path.join(root, name)), root)
+            if not real.startswith(".."):
+                out.add(real)
+        return out
+
     def saved(self) -> None:
         """The tick's save committed: the copy is clean at the saved state."""
         if self._pending is not None:
             found, state = self._pending
             if state != self._state or found != self._seen:
-                self._store_state(state, found)
+                changed: dict[str, _Seen | None] = {
+                    p: v for p, v in found.items() if self._seen.get(p) != v
+                }
+                changed.update({p: None for p in self._seen if p not in found})
+                self._store_state(state, found, changed=changed)
             self._pending = None
         self._dirty.unlink(missing_ok=True)
 
@@ -368,26 +470,80 @@ class WorkingCopy:
             self._lock.close()
 
 
+def _row(seen: _Seen) -> list[Any]:
+    return [seen.entry, seen.size, seen.mtime_ns, seen.ino, seen.checked_ns]
+
+
+def _lstat(root: Path, rel: str) -> os.stat_result | None:
+    """The file's lstat if it is a regular file."""
+    try:
+        info = os.lstat(root / rel)
+    except OSError:
+        return None
+    return info if stat.S_ISREG(info.st_mode) else None
+
+
 def _write(
-    root: Path, rel: str, data: bytes, *, executable: bool, entry: str, mtime_ns: int, now_ns: int
+    root: Path,
+    rel: str,
+    data: bytes,
+    *,
+    executable: bool,
+    entry: str,
+    mtime_ns: int,
+    now_ns: int,
 ) -> _Seen:
     """Write one file of a working copy, dated in the past so that a later change by a tool
-    always moves its time; what the snapshot knows of it."""
+    always moves its time; what the snapshot knows of it. (The copy is marked dirty while
+    it is written, so a plain write is enough.)"""
     path = root / rel
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    except OSError:
+        _clear_way(root, path)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fchmod(fd, 0o755 if executable else 0o644)
+        os.utime(fd, ns=(mtime_ns, mtime_ns))
+        info = os.fstat(fd)
+    finally:
+        os.close(fd)
+    return _Seen(entry, info.st_size, info.st_mtime_ns, info.st_ino, now_ns)
+
+
+def _safe_folders(root: Path, paths: Iterable[str]) -> None:
+    """Remove whatever is not a real folder (a symlink a command left, a file) where the
+    folders of `paths` go: the copy is never written or deleted in through a symlink."""
+    folders: set[str] = set()
+    for rel in paths:
+        parts = rel.split("/")[:-1]
+        folders.update("/".join(parts[:i]) for i in range(1, len(parts) + 1))
+    for folder in sorted(folders, key=lambda f: f.count("/")):
+        try:
+            info = os.lstat(root / folder)
+        except FileNotFoundError:
+            continue
+        except NotADirectoryError:
+            continue  # a folder above was not one: removed just before
+        if not stat.S_ISDIR(info.st_mode):
+            (root / folder).unlink()
+
+
+def _clear_way(root: Path, path: Path) -> None:
+    """Make room for a file at `path`: its folders made, a file, symlink or folder in the
+    way removed."""
     for parent in reversed(path.relative_to(root).parents):
         here = root / parent
         if here.is_symlink() or (here.exists() and not here.is_dir()):
             here.unlink()
     path.parent.mkdir(parents=True, exist_ok=True)
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path)
-    elif path.is_symlink():
+    if path.is_symlink():
         path.unlink()
-    _atomic_write(path, data)
-    os.chmod(path, 0o755 if executable else 0o644)
-    os.utime(path, ns=(mtime_ns, mtime_ns))
-    info = os.lstat(path)
-    return _Seen(entry, info.st_size, info.st_mtime_ns, info.st_ino, now_ns)
+    elif path.is_dir():
+        shutil.rmtree(path)
 
 
 def _atomic_write(path: Path, data: bytes) -> None:

@@ -4,6 +4,7 @@ when a crash left them dirty, and each tool's change found from a stat snapshot.
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -257,3 +258,44 @@ def test_a_same_size_rewrite_in_the_same_clock_tick_as_the_last_record_is_found(
     first = _tick(store, clock, host, head, lambda r: (r / "a.txt").write_text("aaaa"))
     second = _tick(store, clock, host, head, lambda r: (r / "a.txt").write_text("bbbb"))
     assert first.changes != second.changes and list(second.changes) == ["a.txt"]
+
+
+def test_a_rebuild_never_writes_through_a_symlink_a_command_left(
+    store: Store, clock: Clock, project: Path, tmp_path: Path
+) -> None:
+    base, _ = sources.pack(project, DatabaseArtifacts(store.engine))
+    head = _session(store, clock, base)
+    host = _host(tmp_path, store, "host-a")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    copy = host.checkout(head)
+    copy.begin()
+    shutil.rmtree(copy.path / "pkg")
+    (copy.path / "pkg").symlink_to(outside)
+    copy.release()  # the worker died mid-command
+
+    copy = host.checkout(head)
+    try:
+        assert not (copy.path / "pkg").is_symlink()
+        assert (copy.path / "pkg" / "calc.py").read_text().startswith("def add")
+    finally:
+        copy.release()
+    assert list(outside.iterdir()) == []
+
+
+def test_a_tool_that_names_what_it_wrote_is_checked_on_those_paths_only(
+    store: Store, clock: Clock, project: Path, tmp_path: Path
+) -> None:
+    base, _ = sources.pack(project, DatabaseArtifacts(store.engine))
+    head = _session(store, clock, base)
+    copy = _host(tmp_path, store, "host-a").checkout(head)
+    try:
+        copy.begin()
+        (copy.path / "README").write_text("named\n")
+        (copy.path / "link.md").symlink_to("pkg/calc.py")
+        (copy.path / "pkg" / "calc.py").write_text("through the link\n")
+        (copy.path / "other.txt").write_text("not named: found by the next full look\n")
+        files = copy.record(step=1, call_id="c", paths=["README", "./link.md", "../x"])
+        assert files is not None and sorted(files.changes) == ["README", "pkg/calc.py"]
+    finally:
+        copy.release()
