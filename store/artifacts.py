@@ -175,6 +175,9 @@ class S3Artifacts:
         _missing(hashes, found)
         return found
 
+    def close(self) -> None:
+        self._s3.close()
+
 
 def open_artifacts(url: str, engine: Engine) -> Artifacts:
     """The artifact store `url` names; the database's blobs table when it is empty."""
