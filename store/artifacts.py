@@ -142,7 +142,7 @@ class S3Artifacts:
 
     def __init__(self, bucket: str, prefix: str, endpoint: str | None) -> None:
         try:
-            import boto3  # type: ignore[import-not-found,unused-ignore]
+            import boto3  # type: ignore[import-not-found,import-untyped,unused-ignore]
         except ImportError:
             raise ConfigurationError(
                 "an s3:// artifact store needs boto3: pip install 'tickwork[s3]'"
