@@ -278,9 +278,21 @@ def patch(
             "--apply", metavar="DIR", help="Apply the patch to this directory instead of printing."
         ),
     ] = None,
+    bundle: Annotated[
+        Path | None,
+        typer.Option(
+            "--bundle",
+            metavar="FILE",
+            help="Write a git bundle with the branch tickwork/ID instead (a --repo source).",
+        ),
+    ] = None,
 ) -> None:
     """Print a repair session's patch against its source (or apply it to DIR)."""
     with Context() as ctx:
+        if bundle is not None:
+            branch = ctx.client.bundle(session_id, bundle.expanduser())
+            typer.echo(f"wrote {bundle}: git fetch {bundle} {branch}")
+            return
         text = ctx.client.patch(session_id)
     if apply is None:
         typer.echo(text, nl=False)

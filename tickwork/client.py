@@ -88,6 +88,41 @@ class Tickwork:
 
         return session_patch(head, self.files)[0]
 
+    def bundle(self, session_id: str, dest: Path) -> str:
+        """A git bundle at `dest` holding the branch `tickwork/<session_id>`: the source's
+        commit plus one commit with the session's files. Returns the branch name."""
+        head = self.store.get(session_id)
+        source = head.config.get("source")
+        if not isinstance(source, dict) or source.get("kind") != "repo":
+            raise InvalidInput(
+                f"session {session_id} did not start from a git repository; use "
+                f"`tickwork patch {session_id}` for its patch"
+            )
+        from worker.sources import clone_at
+
+        before = self.files.base(head.config["files"])
+        after, _ = self.files.manifest(head)
+        branch = f"tickwork/{session_id}"
+        with clone_at(str(source["url"]), str(source["commit"])) as clone:
+            for rel in before:
+                if rel not in after:
+                    (clone / rel).unlink(missing_ok=True)
+            blobs = self.files.blobs(value.split(" ", 1)[1] for value in after.values())
+            for rel, value in after.items():
+                target = clone / rel
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(blobs[value.split(" ", 1)[1]])
+                target.chmod(0o755 if value.startswith("100755") else 0o644)
+            git = ["git", "-c", "user.name=tickwork", "-c", "user.email=tickwork@localhost"]
+            for args in (
+                ["checkout", "--quiet", "-b", branch],
+                ["add", "--all"],
+                ["commit", "--quiet", "--allow-empty", "-m", f"tickwork session {session_id}"],
+                ["bundle", "create", "--quiet", str(dest.absolute()), branch],
+            ):
+                subprocess.run([*git, *args], cwd=clone, check=True, capture_output=True)
+        return branch
+
     def read_file(self, session_id: str, path: str) -> bytes | None:
         """One file of the session as stored now; None if it has none there."""
         head = self.store.get(session_id)

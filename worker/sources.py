@@ -8,12 +8,13 @@ roots (`TICKWORK_WORKSPACE_ROOTS`), and its remote repositories must be https UR
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import subprocess
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -153,6 +154,25 @@ def _repo_location(url: str, *, trusted: bool, roots: Sequence[Path]) -> str:
     if not trusted and parsed.scheme != "https":
         raise _fail(f"the repository {url!r}: this server clones https:// URLs only")
     return url
+
+
+@contextlib.contextmanager
+def clone_at(url: str, commit: str) -> Iterator[Path]:
+    """A temporary clone of `url` checked out at `commit`."""
+    with tempfile.TemporaryDirectory(prefix="tickwork-clone-") as tmp:
+        clone = Path(tmp) / "repo"
+        try:
+            _git("clone", "--quiet", "--no-checkout", "--", _local(url), str(clone))
+            _git("-c", "advice.detachedHead=false", "checkout", "-q", "--detach", commit, cwd=clone)
+        except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
+            detail = getattr(exc, "stderr", "") or str(exc)
+            raise _fail(f"cannot clone {url!r} at {commit[:12]}: {detail.strip()[:500]}") from None
+        yield clone
+
+
+def _local(url: str) -> str:
+    parsed = urlparse(url)
+    return unquote(parsed.path) if parsed.scheme == "file" else url
 
 
 def repository(

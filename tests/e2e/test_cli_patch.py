@@ -84,3 +84,29 @@ def _fix_patch() -> str:
         "--- a/calc.py\n+++ b/calc.py\n@@ -1,2 +1,2 @@\n def add(a, b):\n"
         "-    return a - b\n+    return a + b\n"
     )
+
+
+def test_a_repository_sessions_files_come_as_a_branch_in_a_bundle(
+    deployment: Deployment, cli: Cli
+) -> None:
+    repo = deployment.tmp / "repo"
+    commit = _repo(repo)
+    write = {"name": "run_command", "arguments": {"command": "printf 'NEW = 1\\n' >> new.py"}}
+    script = deployment.script([{"content": "add", "tool_calls": [write]}, {"content": "done"}])
+    sid = cli(
+        "submit", "repair", "--repo", str(repo), "--test-cmd", "true", "--model", script, "--json"
+    ).json()["id"]
+    with deployment.worker():
+        assert deployment.client.wait(sid, timeout=60).status.value == "completed"
+    out = deployment.tmp / "result.bundle"
+    assert f"tickwork/{sid}" in cli("patch", sid, "--bundle", str(out)).stdout
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", *args], cwd=repo, capture_output=True, text=True, check=True
+        ).stdout.strip()
+
+    git("fetch", "-q", str(out), f"tickwork/{sid}:result")
+    assert git("rev-parse", "result~1") == commit
+    assert git("show", "result:new.py") == "NEW = 1"
+    assert git("show", "result:calc.py") == BUGGY.rstrip("\n")
