@@ -213,6 +213,7 @@ class Workspaces:
             except BlockingIOError:
                 return
             shutil.rmtree(folder, ignore_errors=True)
+            self._snapshots.pop(folder, None)
         lock_path.unlink(missing_ok=True)
 
     def prune(self) -> int:
@@ -465,6 +466,7 @@ class WorkingCopy:
     def release(self) -> None:
         try:
             if self._private:
+                self.owner._snapshots.pop(self.folder, None)
                 shutil.rmtree(self.folder, ignore_errors=True)
         finally:
             self._lock.close()
