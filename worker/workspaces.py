@@ -54,6 +54,8 @@ log = logging.getLogger("tickwork.workspaces")
 #: a file modified this close to when it was last looked at is hashed again next time
 #: (file times are coarse: a change in the same tick of the clock keeps the time)
 RACY_NS = 2_000_000_000
+#: a larger file is not part of a session's files (a build output, a dump): not stored
+MAX_TRACKED_FILE_BYTES = 50_000_000
 #: how often a process looks whether its cache has grown past its size
 PRUNE_EVERY_S = 60.0
 #: tools that only read files; any other tool's tick records what it changed
@@ -398,6 +400,10 @@ class WorkingCopy:
                 continue
             if before is not None and before.same(info):
                 found[rel] = before
+                continue
+            if info.st_size > MAX_TRACKED_FILE_BYTES:
+                log.warning("%s is over %d bytes: not kept", rel, MAX_TRACKED_FILE_BYTES)
+                found.pop(rel, None)
                 continue
             try:
                 content = (self.path / rel).read_bytes()

@@ -299,3 +299,22 @@ def test_a_tool_that_names_what_it_wrote_is_checked_on_those_paths_only(
         assert files is not None and sorted(files.changes) == ["README", "pkg/calc.py"]
     finally:
         copy.release()
+
+
+def test_a_file_over_the_limit_is_not_kept(
+    store: Store, clock: Clock, project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from worker import workspaces
+
+    monkeypatch.setattr(workspaces, "MAX_TRACKED_FILE_BYTES", 100)
+    base, _ = sources.pack(project, DatabaseArtifacts(store.engine))
+    head = _session(store, clock, base)
+    copy = _host(tmp_path, store, "host-a").checkout(head)
+    try:
+        copy.begin()
+        (copy.path / "dump.bin").write_bytes(b"x" * 101)
+        (copy.path / "small.txt").write_text("kept\n")
+        files = copy.record(step=1, call_id="c")
+        assert files is not None and list(files.changes) == ["small.txt"]
+    finally:
+        copy.release()
