@@ -304,9 +304,9 @@ def test_a_tool_that_names_what_it_wrote_is_checked_on_those_paths_only(
 def test_a_file_over_the_limit_is_not_kept(
     store: Store, clock: Clock, project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from worker import workspaces
+    from worker import working_copy
 
-    monkeypatch.setattr(workspaces, "MAX_TRACKED_FILE_BYTES", 100)
+    monkeypatch.setattr(working_copy, "MAX_TRACKED_FILE_BYTES", 100)
     base, _ = sources.pack(project, DatabaseArtifacts(store.engine))
     head = _session(store, clock, base)
     copy = _host(tmp_path, store, "host-a").checkout(head)
