@@ -109,3 +109,11 @@ class InvalidToolArguments(ToolError, InvalidInput):
 
 class PathOutsideWorkspace(ToolError):
     """The path leaves the workspace; tools only touch files inside it."""
+
+
+class BlobMissing(TickworkError, LookupError):
+    """A blob a session's files name is not in the artifact store (deleted, or never put)."""
+
+
+class ArtifactsUnavailable(TickworkError):
+    """The artifact store could not be read or written; the tick is run again later."""

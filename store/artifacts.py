@@ -14,7 +14,7 @@ import hashlib
 import os
 import re
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import parse_qs, unquote, urlparse
@@ -22,15 +22,11 @@ from urllib.parse import parse_qs, unquote, urlparse
 from sqlalchemy import Engine, select
 from sqlalchemy.dialects import postgresql, sqlite
 
-from fsm.errors import ConfigurationError
+from fsm.errors import ArtifactsUnavailable, BlobMissing, ConfigurationError
 
 from .schema import blobs
 
 _HASH = re.compile(r"^[0-9a-f]{64}$")
-
-
-class BlobMissing(LookupError):
-    """A blob a manifest names is not in the artifact store (it was deleted or never put)."""
 
 
 class Artifacts(Protocol):
@@ -111,6 +107,12 @@ class DirectoryArtifacts:
 
     def put(self, items: Mapping[str, bytes]) -> int:
         _checked(items)
+        try:
+            return self._put(items)
+        except OSError as exc:
+            raise ArtifactsUnavailable(f"cannot write blobs under {self.root}: {exc}") from exc
+
+    def _put(self, items: Mapping[str, bytes]) -> int:
         written = 0
         for key, data in items.items():
             path = self._path(key)
@@ -131,8 +133,12 @@ class DirectoryArtifacts:
     def get(self, hashes: Iterable[str]) -> dict[str, bytes]:
         found: dict[str, bytes] = {}
         for key in set(hashes):
-            with contextlib.suppress(FileNotFoundError):
+            try:
                 found[key] = self._path(key).read_bytes()
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                raise ArtifactsUnavailable(f"cannot read blobs under {self.root}: {exc}") from exc
         _missing(hashes, found)
         return found
 
@@ -153,27 +159,46 @@ class S3Artifacts:
     def put(self, items: Mapping[str, bytes]) -> int:
         _checked(items)
         written = 0
-        for key, data in items.items():
-            try:
-                self._s3.head_object(Bucket=self.bucket, Key=self.prefix + key)
-                continue
-            except self._s3.exceptions.ClientError:
-                pass
-            self._s3.put_object(Bucket=self.bucket, Key=self.prefix + key, Body=data)
-            written += len(data)
+        with self._unavailable("write"):
+            for key, data in items.items():
+                name = self.prefix + key
+                try:
+                    self._s3.head_object(Bucket=self.bucket, Key=name)
+                    continue
+                except self._s3.exceptions.ClientError as exc:
+                    if exc.response.get("Error", {}).get("Code") not in ("404", "NoSuchKey"):
+                        raise
+                self._s3.put_object(Bucket=self.bucket, Key=name, Body=data)
+                written += len(data)
         return written
 
     def get(self, hashes: Iterable[str]) -> dict[str, bytes]:
         found: dict[str, bytes] = {}
-        for key in set(hashes):
-            try:
-                reply = self._s3.get_object(Bucket=self.bucket, Key=self.prefix + key)
-            except self._s3.exceptions.NoSuchKey:
-                continue
-            with reply["Body"] as body:
-                found[key] = body.read()
+        with self._unavailable("read"):
+            for key in set(hashes):
+                try:
+                    reply = self._s3.get_object(Bucket=self.bucket, Key=self.prefix + key)
+                except self._s3.exceptions.NoSuchKey:
+                    continue
+                with reply["Body"] as body:
+                    found[key] = body.read()
         _missing(hashes, found)
         return found
+
+    @contextlib.contextmanager
+    def _unavailable(self, what: str) -> Iterator[None]:
+        """S3's errors (the endpoint away, a refusal) as ArtifactsUnavailable."""
+        from botocore.exceptions import (  # type: ignore[import-untyped,unused-ignore]
+            BotoCoreError,
+            ClientError,
+        )
+
+        try:
+            yield
+        except (BotoCoreError, ClientError) as exc:
+            raise ArtifactsUnavailable(
+                f"cannot {what} blobs in s3://{self.bucket}/{self.prefix}: {exc}"
+            ) from exc
 
     def close(self) -> None:
         self._s3.close()

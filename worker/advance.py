@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy.exc import SQLAlchemyError
 
 from fsm import machine, transcript
-from fsm.errors import ClaimLost, InvalidToolArguments, ModelError
+from fsm.errors import ArtifactsUnavailable, ClaimLost, InvalidToolArguments, ModelError
 from fsm.machine import Change, RunTool
 from fsm.values import ErrorCode, Head, Status, idempotency_key
 from store import Claimed
@@ -57,11 +57,14 @@ def _advance(rt: Runtime, claimed: Claimed, version: int, owner: str, files: Tic
             change = _phase(rt, claimed, files)
     except ClaimLost:
         return Outcome.LOST
-    except SQLAlchemyError:
-        raise  # the database is away: the lease expires and the relay runs this tick again
+    except (SQLAlchemyError, ArtifactsUnavailable):
+        # the database or the artifact store is away: the lease expires and the relay runs
+        # this tick again (on files the store holds: nothing of this attempt was saved)
+        raise
     except Exception as exc:
         # a broken job kind, tool registry or model factory: fail loudly, keep everything
         log.exception("tick of session %s v%d failed", session_id, version)
+        files.discard()  # what the tool may have half done is not saved with a failure
         change = machine.fail(
             claimed.head,
             ErrorCode.INTERNAL,
@@ -114,6 +117,11 @@ class TickFiles:
         if head.status.terminal and session_files(head) is not None:
             self.release()
             self.rt.workspaces.drop(head.id)
+
+    def discard(self) -> None:
+        """Save nothing of the tick's files; the copy stays marked dirty if it was."""
+        self.recorded = None
+        self.release()
 
     def release(self) -> None:
         if self.copy is not None:

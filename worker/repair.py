@@ -21,7 +21,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fsm.errors import ConfigurationError, InvalidInput
+from fsm.errors import ArtifactsUnavailable, ConfigurationError, InvalidInput
 from fsm.values import Head
 from store.artifacts import Artifacts, open_artifacts
 from store.files import Manifest, parse_entry
@@ -305,6 +305,8 @@ def finish(head: Head, *, files: TickFiles) -> dict[str, Any]:
     result: dict[str, Any] = {}
     try:
         patch, changed = session_patch(head, files.rt.workspaces)
+    except ArtifactsUnavailable:
+        raise  # the store is away for now: the tick runs again
     except Exception as exc:  # the session's answer must not be lost for want of a patch
         result.update(patch=None, files_changed=[], patch_error=f"{type(exc).__name__}: {exc}")
     else:
@@ -317,7 +319,9 @@ def finish(head: Head, *, files: TickFiles) -> dict[str, Any]:
             raise ConfigurationError("the session has no files to test")
         result["tests"] = run_final_tests(head, workspace)
         files.record(step=head.step, call_id="")
-    except Exception as exc:  # e.g. the artifact store is away
+    except ArtifactsUnavailable:
+        raise
+    except Exception as exc:  # e.g. a blob of the session's files is gone
         result["tests"] = {
             "command": head.config.get("test_command"),
             "exit_code": None,

@@ -11,7 +11,7 @@ from sqlalchemy import func, inspect, select
 
 from fsm import machine
 from fsm.approvals import ApprovalRule
-from fsm.errors import CallNotFound, SessionNotFound
+from fsm.errors import BlobMissing, CallNotFound, SessionNotFound
 from fsm.forks import ForkPatch
 from fsm.machine import RunTool
 from fsm.values import (
@@ -25,7 +25,7 @@ from fsm.values import (
     Status,
 )
 from store import dead_letters as dl
-from store.artifacts import BlobMissing, DatabaseArtifacts
+from store.artifacts import DatabaseArtifacts
 from store.files import FileChange, blob_hash
 from store.relay import due_ticks, expired_leases
 from store.schema import metadata, sessions

@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
+from fsm.errors import BlobMissing
 from store import make_engine
-from store.artifacts import Artifacts, BlobMissing, open_artifacts
+from store.artifacts import Artifacts, open_artifacts
 from store.files import blob_hash
 from store.migrate import upgrade
 

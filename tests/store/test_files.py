@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from fsm.errors import ClaimLost
+from fsm.errors import BlobMissing, ClaimLost
 from fsm.forks import ForkPatch
 from fsm.values import Session
 from store import Store
-from store.artifacts import BlobMissing, DatabaseArtifacts
+from store.artifacts import DatabaseArtifacts
 from store.files import FileChange, applied, blob_hash, collapsed, next_state
 from store.schema import file_changes
 from tests.conftest import Clock

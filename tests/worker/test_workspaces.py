@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -318,3 +319,40 @@ def test_a_file_over_the_limit_is_not_kept(
         assert files is not None and list(files.changes) == ["small.txt"]
     finally:
         copy.release()
+
+
+def test_an_artifact_store_that_is_away_retries_the_tick_and_fails_nothing(
+    tmp_path: Path, project: Path
+) -> None:
+    from fsm.errors import ArtifactsUnavailable
+    from fsm.values import CallState, Status
+    from tests.security.conftest import Env
+
+    url = f"sqlite:///{tmp_path / 'away.db'}"
+    upgrade(url)
+    shared = tmp_path / "shared"
+    env = Env(url, tmp_path, artifacts_url=f"file://{shared}", lease_s=0.2)
+    try:
+        command = {"name": "run_command", "arguments": {"command": "printf x >> new.txt"}}
+        replies = [{"content": "go", "tool_calls": [command]}, {"content": "done"}]
+        session_id = env.submit(
+            replies, kind="repair", data={"workspace": str(project), "test_command": "true"}
+        )
+        env.tick(session_id)  # THINK: no files needed
+        shared.rename(tmp_path / "elsewhere")
+        shared.write_text("not a folder")
+        with pytest.raises(ArtifactsUnavailable, match="cannot read blobs"):
+            env.tick(session_id)
+        head = env.store.get(session_id)
+        assert head.status is Status.EXECUTING
+        call = env.load(session_id).call("s1c0")
+        assert call is not None and call.state is CallState.PENDING  # never started
+
+        shared.unlink()
+        (tmp_path / "elsewhere").rename(shared)
+        time.sleep(0.3)  # the lease of the tick that raised runs out, as after a crash
+        done = env.run(session_id)
+        assert done.status is Status.COMPLETED, done.error_message
+        assert "+x" in done.result["patch"]
+    finally:
+        env.close()
