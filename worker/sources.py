@@ -214,5 +214,6 @@ def describe(source: Any) -> str:
     if not isinstance(source, dict):
         return "unknown"
     if source.get("kind") == "repo":
-        return f"{source.get('url')} at {source.get('ref')} ({str(source.get('commit'))[:12]})"
+        url = re.sub(r"(://[^:/@\s]*:)[^@\s]+@", r"\1****@", str(source.get("url")))
+        return f"{url} at {source.get('ref')} ({str(source.get('commit'))[:12]})"
     return f"directory {source.get('path')} (packed at submit; never changed)"

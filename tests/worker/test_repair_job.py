@@ -387,3 +387,9 @@ def test_the_demo_script_fits_the_shipped_example() -> None:
     )
     assert written["content"] != shipped
     assert json.loads(DEMO_SCRIPT.read_text())["replies"][-1]["content"].startswith("Summary")
+
+
+def test_a_password_in_a_repository_url_is_not_shown() -> None:
+    source = {"kind": "repo", "url": "https://bob:s3cret@git.example/x.git", "ref": "main"}
+    shown = sources.describe({**source, "commit": "a" * 40})
+    assert "s3cret" not in shown and "https://bob:****@git.example/x.git at main" in shown
