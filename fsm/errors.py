@@ -129,3 +129,11 @@ class PathOutsideWorkspace(ToolError):
 class SandboxUnavailable(ToolError):
     """A command was refused: the OS sandbox (bubblewrap) cannot run on this worker and
     `TICKWORK_SANDBOX=none` was not set."""
+
+
+class BlobMissing(TickworkError, LookupError):
+    """A blob a session's files name is not in the artifact store (deleted, or never put)."""
+
+
+class ArtifactsUnavailable(TickworkError):
+    """The artifact store could not be read or written; the tick is run again later."""

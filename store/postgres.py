@@ -23,7 +23,17 @@ from sqlalchemy import JSON, Connection, Table
 from sqlalchemy.exc import DBAPIError
 
 from .rows import MUTABLE_HEAD
-from .schema import UTCDateTime, calls, decisions, events, observations, outbox, sessions, steps
+from .schema import (
+    UTCDateTime,
+    calls,
+    decisions,
+    events,
+    file_changes,
+    observations,
+    outbox,
+    sessions,
+    steps,
+)
 
 
 def _q(name: str) -> str:
@@ -135,7 +145,7 @@ def _head_value(name: str) -> str:
 
 
 #: the tables a save appends to, in the order of the foreign keys
-APPENDED = (steps, calls, observations, decisions, events, outbox)
+APPENDED = (steps, calls, observations, decisions, events, outbox, file_changes)
 _APPENDED = ",\n".join(f"appended_{t.name} AS ({_appended(t)})" for t in APPENDED)
 
 SAVE = f"""

@@ -15,6 +15,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Table,
@@ -232,4 +233,28 @@ dead_letters = Table(
         postgresql_where=text("resolved_at IS NULL"),
         sqlite_where=text("resolved_at IS NULL"),
     ),
+)
+
+blobs = Table(
+    "tickwork_blobs",
+    metadata,
+    # the artifact store's default: files by the SHA-256 of their content, each stored once
+    Column("hash", String(64), primary_key=True),
+    Column("size", BigInteger, nullable=False),
+    Column("data", LargeBinary, nullable=False),
+)
+
+file_changes = Table(
+    "tickwork_file_changes",
+    metadata,
+    # what one tick changed in a session's files, saved with its observation at `version`
+    Column("session_id", String(64), _session_fk(), primary_key=True),
+    Column("version", Integer, primary_key=True),
+    Column("step", Integer, nullable=False),
+    #: the call whose tick made the change; "" for a fork's start or the final test run
+    Column("call_id", String(64), nullable=False),
+    #: path -> "<mode> <blob hash>", or null for a deleted file
+    Column("changes", Json, nullable=False),
+    #: the hash naming the files after this change (chained from the previous one)
+    Column("state", String(64), nullable=False),
 )

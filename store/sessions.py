@@ -46,7 +46,17 @@ from fsm.values import (
 )
 
 from . import dead_letters, postgres, rows
-from .schema import calls, decisions, events, observations, outbox, sessions, steps
+from .files import FileChange, Saved, current_state, fork_start, saved_changes
+from .schema import (
+    calls,
+    decisions,
+    events,
+    file_changes,
+    observations,
+    outbox,
+    sessions,
+    steps,
+)
 from .transcripts import Mark, Transcript, Transcripts
 
 RUNNABLE = (Status.READY.value, Status.EXECUTING.value)
@@ -96,6 +106,7 @@ class Store:
         resolves: str | None = None,
         by: str = "",
         again: bool = False,
+        files: FileChange | None = None,
     ) -> None:
         try:
             with self.engine.begin() as conn:
@@ -104,6 +115,9 @@ class Store:
                         conn, resolves, fork=session.head.id, by=by, now=now, again=again
                     )
                 _insert_session(conn, session, now=now)
+                if files is not None:
+                    head = session.head
+                    conn.execute(insert(file_changes), [files.row(head.id, head.version)])
         except IntegrityError:
             with self.engine.connect() as conn:
                 query = select(sessions.c.id).where(sessions.c.id == session.head.id)
@@ -291,9 +305,18 @@ class Store:
                 f"under lease {owner}; call {call.call_id} was not started"
             )
 
-    def save(self, change: Change, *, version: int, owner: str | None, now: datetime) -> Head:
+    def save(
+        self,
+        change: Change,
+        *,
+        version: int,
+        owner: str | None,
+        now: datetime,
+        files: FileChange | None = None,
+    ) -> Head:
         """Move the head to `version + 1` if it is still at `version` under our lease, and
-        append what the change made, in one transaction. Raises ClaimLost otherwise."""
+        append what the change made (and the tick's change to the session's files), in one
+        transaction. Raises ClaimLost otherwise."""
         changed = _changed_states(change)
         if (
             self._postgres
@@ -309,13 +332,13 @@ class Store:
                     owner=owner,
                     cancel_requested=change.head.cancel_requested,
                     call_states=changed,
-                    appended=_appended(change, version=version + 1, now=now),
+                    appended=_appended(change, version=version + 1, now=now, files=files),
                 )
             if row is None:
                 raise _lost(change.head.id, version, owner)
             return rows.head_from_row(row)
         with self.engine.begin() as conn:
-            return _apply(conn, change, version=version, owner=owner, now=now)
+            return _apply(conn, change, version=version, owner=owner, now=now, files=files)
 
     def decide(self, session_id: str, decision: Decision, *, now: datetime) -> Head:
         """Record one person's decision on one call; each call is decided once."""
@@ -394,9 +417,33 @@ class Store:
         child = fork(
             self.load(parent_id), new_id=new_id, from_step=from_step, patch=patch, by=by, now=now
         )
-        resolves = parent_id if resolve_dead_letter else None
-        self._insert(child, now=now, resolves=resolves, by=by, again=again)
+        start = None
+        files = child.head.config.get("files")
+        if isinstance(files, Mapping) and files.get("base"):
+            # the child starts from the files its kept calls left, not the parent's latest
+            start = fork_start(
+                saved_changes(self.engine, parent_id),
+                base_state=str(files["base"]),
+                from_step=from_step,
+                kept_calls={o.call_id for o in child.observations},
+            )
+        self._insert(
+            child,
+            now=now,
+            resolves=parent_id if resolve_dead_letter else None,
+            by=by,
+            again=again,
+            files=start,
+        )
         return child.head
+
+    def file_changes(self, session_id: str, *, upto: int | None = None) -> list[Saved]:
+        """The changes the session's ticks saved to its files, in order."""
+        return saved_changes(self.engine, session_id, upto=upto)
+
+    def files_state(self, session_id: str) -> str | None:
+        """The state hash of the session's files as last saved; None if no tick changed them."""
+        return current_state(self.engine, session_id)
 
 
 def _insert_session(conn: Connection, session: Session, *, now: datetime) -> None:
@@ -428,7 +475,13 @@ def _insert_session(conn: Connection, session: Session, *, now: datetime) -> Non
 
 
 def _apply(
-    conn: Connection, change: Change, *, version: int, owner: str | None, now: datetime
+    conn: Connection,
+    change: Change,
+    *,
+    version: int,
+    owner: str | None,
+    now: datetime,
+    files: FileChange | None = None,
 ) -> Head:
     session_id = change.head.id
     moved = (
@@ -463,7 +516,7 @@ def _apply(
             .values(state=bindparam("new_state")),
             [{"sid": session_id, "cid": c["call_id"], "new_state": c["state"]} for c in changed],
         )
-    for table, values in _appended(change, version=version + 1, now=now).items():
+    for table, values in _appended(change, version=version + 1, now=now, files=files).items():
         _insert_many(conn, table, values)
     if change.dead_letter:
         dead_letters.record(conn, _load(conn, session_id), now=now)
@@ -478,8 +531,11 @@ def _lost(session_id: str, version: int, owner: str | None) -> ClaimLost:
     )
 
 
-def _appended(change: Change, *, version: int, now: datetime) -> dict[Table, list[dict[str, Any]]]:
-    """The rows `change` appends, by table, in the order of the foreign keys."""
+def _appended(
+    change: Change, *, version: int, now: datetime, files: FileChange | None = None
+) -> dict[Table, list[dict[str, Any]]]:
+    """The rows `change` (and the tick's `files`) append, by table, in the order of the
+    foreign keys."""
     session_id = change.head.id
     step = change.step
     # a new step's calls are stored in the state the change leaves them in
@@ -503,6 +559,7 @@ def _appended(change: Change, *, version: int, now: datetime) -> dict[Table, lis
         decisions: [rows.decision_to_row(session_id, d) for d in change.decisions],
         events: [rows.event_to_row(session_id, version, e) for e in change.events],
         outbox: [tick] if change.enqueue else [],
+        file_changes: [] if files is None else [files.row(session_id, version)],
     }
 
 

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from worker import repair
 from worker.jobs import JobKind
 from worker.tools.registry import ToolContext, ToolRegistry, tool
+from worker.tools.repair import default_registry
+from worker.tools.sandbox import resolve, workspace_root
 
 
 def _record(ctx: ToolContext, log: str, value: str) -> None:
@@ -60,3 +64,31 @@ def _prepare(data: Mapping[str, Any], *, state_dir: Path) -> dict[str, Any]:
 
 
 TEST = JobKind(name="test", system_prompt="You are a test agent.", tools=_tools, prepare=_prepare)
+
+
+@tool(idempotent=True, timeout_s=120.0)
+def slow_write(ctx: ToolContext, path: str, content: str, sleep_s: float = 0.0) -> str:
+    """Write a file in two halves, sleeping between them in a worker started with
+    TICKWORK_TEST_SLOW=1: a write a kill can land in."""
+    target = resolve(workspace_root(ctx.workspace), path)
+    target.write_text(content[: len(content) // 2])
+    if os.environ.get("TICKWORK_TEST_SLOW") == "1":
+        time.sleep(sleep_s)
+    target.write_text(content)
+    return f"wrote {path}"
+
+
+def _file_tools() -> ToolRegistry:
+    registry = default_registry()
+    registry.register(slow_write)
+    return registry
+
+
+#: the repair kind with one more tool, `slow_write`
+FILES = JobKind(
+    name="files",
+    system_prompt="You repair code.",
+    tools=_file_tools,
+    prepare=repair.prepare,
+    finish=repair.finish,
+)

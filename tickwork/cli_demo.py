@@ -26,6 +26,7 @@ from fsm.errors import InvalidInput, TickworkError
 from fsm.values import Session, Status, ToolCall
 
 from . import render
+from .client import apply_patch
 from .context import Context
 from .options import json_object
 
@@ -213,7 +214,7 @@ def _show_event(whole: Session, kind: str, data: dict[str, Any]) -> None:
 
 def _decide(ctx: Context, whole: Session, call: ToolCall, *, yes: bool) -> None:
     render.show(Text(f"\n{call.call_id} {call.name} needs your decision", style="bold yellow"))
-    _preview(whole, call)
+    _preview(ctx, whole, call)
     if yes:
         ctx.client.approve(
             whole.head.id, call.call_id, approver="demo --yes", fingerprint=call.fingerprint
@@ -248,12 +249,12 @@ def _decide(ctx: Context, whole: Session, call: ToolCall, *, yes: bool) -> None:
                 render.show(Text(f"  {exc}", style="red"))
 
 
-def _preview(whole: Session, call: ToolCall) -> None:
+def _preview(ctx: Context, whole: Session, call: ToolCall) -> None:
     """What the call would do: a diff for a file write, the text of a patch or command."""
     arguments = call.arguments or {}
     if call.name == "write_file" and isinstance(arguments.get("content"), str):
-        path = Path(str(whole.head.config.get("workspace", "."))) / str(arguments.get("path"))
-        before = path.read_text() if path.is_file() else ""
+        stored = ctx.client.read_file(whole.head.id, str(arguments.get("path")))
+        before = (stored or b"").decode("utf-8", errors="replace")
         diff = "".join(
             difflib.unified_diff(
                 before.splitlines(keepends=True),
@@ -291,10 +292,16 @@ def _finish(ctx: Context, session_id: str, state_dir: Path) -> None:
         )
     if head.error_code:
         render.show(Text(f"{head.error_code.value}: {head.error_message}", style="red"))
+    copy = Path(str((head.config.get("source") or {}).get("path", "")))
+    if patch and head.status is Status.COMPLETED and state_dir.resolve() / "demo" in copy.parents:
+        # the session never touched the demo's copy: applying its result is the user's step
+        apply_patch(copy, str(patch))
+        render.show(Text(f"\napplied the patch to the demo's copy {copy}", style="green"))
     render.show(
         Text(
-            f"\nstate kept in {state_dir.absolute()} (SQLite + broker folder); the repaired copy "
-            f"is {head.config.get('workspace')}.\nSee it again with `tickwork show {session_id}`.",
+            f"\nstate kept in {state_dir.absolute()} (SQLite + broker folder).\nSee it again "
+            f"with `tickwork show {session_id}`; print the patch with `tickwork patch "
+            f"{session_id}` or apply it with `tickwork patch {session_id} --apply DIR`.",
             style="dim",
         )
     )

@@ -17,8 +17,14 @@ from fsm.values import ErrorCode, Head, Session, Status
 from . import options, render, views
 from .context import Context
 
-#: the input keys `--workspace`, `--test-cmd` and `--goal` fill, as the repair kind reads them
-REPAIR_INPUT = {"workspace": "workspace", "test_cmd": "test_command", "goal": "goal"}
+#: the input keys the repair options fill, as the repair kind reads them
+REPAIR_INPUT = {
+    "workspace": "workspace",
+    "repo": "repo",
+    "ref": "ref",
+    "test_cmd": "test_command",
+    "goal": "goal",
+}
 #: how often `watch` looks for new events
 POLL_S = 0.1
 
@@ -34,6 +40,7 @@ def register(app: typer.Typer) -> None:
     app.command()(show)
     app.command()(watch)
     app.command("fork")(make_fork(dead_letter=False))
+    app.command()(patch)
 
 
 def submit(
@@ -44,7 +51,25 @@ def submit(
     ] = None,
     workspace: Annotated[
         Path | None,
-        typer.Option(help="Repair: the directory the agent works in.", rich_help_panel="Repair"),
+        typer.Option(
+            help="Repair: a project directory, packed at submit and never changed.",
+            rich_help_panel="Repair",
+        ),
+    ] = None,
+    repo: Annotated[
+        str | None,
+        typer.Option(
+            metavar="URL_OR_PATH",
+            help="Repair: a git repository to start from (any URL git clones).",
+            rich_help_panel="Repair",
+        ),
+    ] = None,
+    ref: Annotated[
+        str | None,
+        typer.Option(
+            help="Repair: the branch, tag or commit of --repo [default: HEAD].",
+            rich_help_panel="Repair",
+        ),
     ] = None,
     test_cmd: Annotated[
         str | None,
@@ -82,6 +107,8 @@ def submit(
     data = options.json_object(input, option="--input") if input is not None else {}
     given = {
         "workspace": str(workspace.expanduser().absolute()) if workspace else None,
+        "repo": repo,
+        "ref": ref,
         "test_cmd": test_cmd,
         "goal": goal,
     }
@@ -289,3 +316,35 @@ def print_head(head: Head, json_output: bool, line: str) -> None:
         views.emit(views.head(head))
     else:
         render.show(Text(line))
+
+
+def patch(
+    session_id: SessionId,
+    apply: Annotated[
+        Path | None,
+        typer.Option(
+            "--apply", metavar="DIR", help="Apply the patch to this directory instead of printing."
+        ),
+    ] = None,
+    bundle: Annotated[
+        Path | None,
+        typer.Option(
+            "--bundle",
+            metavar="FILE",
+            help="Write a git bundle with the branch tickwork/ID instead (a --repo source).",
+        ),
+    ] = None,
+) -> None:
+    """Print a repair session's patch against its source (or apply it to DIR)."""
+    with Context() as ctx:
+        if bundle is not None:
+            branch = ctx.client.bundle(session_id, bundle.expanduser())
+            typer.echo(f"wrote {bundle}: git fetch {bundle} {branch}")
+            return
+        text = ctx.client.patch(session_id)
+    if apply is None:
+        typer.echo(text, nl=False)
+        return
+    from .client import apply_patch
+
+    typer.echo(apply_patch(apply.expanduser(), text))

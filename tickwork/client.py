@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import logging
 import re
+import shutil
+import subprocess
 import time
 import uuid
 from collections.abc import Callable, Mapping
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from celery import Celery
@@ -23,12 +28,14 @@ from fsm.forks import ForkPatch
 from fsm.values import Budgets, Decision, DecisionKind, Head, Session
 from store import Store
 from store import dead_letters as dl
+from store.artifacts import Artifacts, open_artifacts
 from worker.app import TICK, make_app
 from worker.jobs import Jobs
 from worker.models import check_spec
 from worker.models.pricing import Price, PriceLike, as_price, session_price
 from worker.runtime import build_store, utc_now
 from worker.settings import Settings, load_settings
+from worker.workspaces import Workspaces, session_files
 
 log = logging.getLogger("tickwork.client")
 SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -60,6 +67,91 @@ class Tickwork:
     def close(self) -> None:
         self.store.engine.dispose()
 
+    @functools.cached_property
+    def artifacts(self) -> Artifacts:
+        return open_artifacts(self.settings.artifacts_url, self.store.engine)
+
+    @functools.cached_property
+    def files(self) -> Workspaces:
+        """Sessions' stored files, read through this process's cache."""
+        return Workspaces(
+            self.settings.workspaces_path,
+            self.store,
+            self.artifacts,
+            max_bytes=self.settings.workspaces_max_bytes,
+        )
+
+    def patch(self, session_id: str) -> str:
+        """The patch from the session's source to its files as stored now (its result's
+        patch once it has finished)."""
+        head = self.store.get(session_id)
+        stored = head.result.get("patch")
+        if isinstance(stored, str) and not head.result.get("patch_truncated"):
+            return stored
+        if session_files(head) is None:
+            raise InvalidInput(
+                f"session {session_id} has no stored files (a {head.kind} job); it has no patch"
+            )
+        from worker.repair import session_patch
+
+        return session_patch(head, self.files)[0]
+
+    def bundle(self, session_id: str, dest: Path) -> str:
+        """A git bundle at `dest` holding the branch `tickwork/<session_id>`: the source's
+        commit plus one commit with the session's files. Returns the branch name."""
+        head = self.store.get(session_id)
+        source = head.config.get("source")
+        if not isinstance(source, dict) or source.get("kind") != "repo":
+            raise InvalidInput(
+                f"session {session_id} did not start from a git repository; use "
+                f"`tickwork patch {session_id}` for its patch"
+            )
+        from worker.sources import clone_at
+
+        before = self.files.base(head.config["files"])
+        after, _ = self.files.manifest(head)
+        branch = f"tickwork/{session_id}"
+        with clone_at(str(source["url"]), str(source["commit"])) as clone:
+            for rel in before:
+                if rel not in after:
+                    (clone / rel).unlink(missing_ok=True)
+            blobs = self.files.blobs(value.split(" ", 1)[1] for value in after.values())
+            for rel, value in after.items():
+                target = clone / rel
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(blobs[value.split(" ", 1)[1]])
+                target.chmod(0o755 if value.startswith("100755") else 0o644)
+            git = ["git", "-c", "user.name=tickwork", "-c", "user.email=tickwork@localhost"]
+            for args in (
+                ["checkout", "--quiet", "-b", branch],
+                ["add", "--all"],
+                ["commit", "--quiet", "--allow-empty", "-m", f"tickwork session {session_id}"],
+                ["bundle", "create", "--quiet", str(dest.absolute()), branch],
+            ):
+                subprocess.run([*git, *args], cwd=clone, check=True, capture_output=True)
+        return branch
+
+    def read_file(self, session_id: str, path: str) -> bytes | None:
+        """One file of the session as stored now; None if it has none there."""
+        head = self.store.get(session_id)
+        return None if session_files(head) is None else self.files.read(head, path)
+
+    def _prepare(
+        self, prepare: Callable[..., dict[str, Any]], data: dict[str, Any], *, trusted: bool
+    ) -> dict[str, Any]:
+        """Call a kind's `prepare` with what it takes of the submission's context."""
+        offered: dict[str, Any] = {
+            "state_dir": self.settings.state_dir,
+            "trusted": trusted,
+            "workspace_roots": tuple(self.settings.workspace_roots),
+        }
+        params = inspect.signature(prepare).parameters
+        if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+            offered = {k: v for k, v in offered.items() if k in params}
+        if "artifacts" in params:
+            offered["artifacts"] = self.artifacts
+        return prepare(data, **offered)
+
     def publish(self, session_id: str, version: int) -> None:
         """Wake a worker; if the broker is down the outbox row stays and the relay publishes."""
         try:
@@ -82,15 +174,18 @@ class Tickwork:
         budgets: Mapping[str, Any] | None = None,
         session_id: str | None = None,
         price: PriceLike | None = None,
+        trusted: bool = True,
     ) -> Head:
         """Store a new session of job kind `kind` and enqueue its first tick.
 
         `price` is the model's price in USD per million tokens, `(prompt, completion)`, for
         a model the price table (`TICKWORK_PRICES`) does not know. A session whose model has
         no price is refused while it has a cost budget: pass a price, or `max_cost_usd=0`.
+        `trusted=False` marks a submission from outside (the HTTP API): the kind's `prepare`
+        then refuses local paths outside `TICKWORK_WORKSPACE_ROOTS`.
         """
         job = self.jobs.get(kind)
-        config = job.prepare(dict(input or {}), state_dir=self.settings.state_dir)
+        config = self._prepare(job.prepare, dict(input or {}), trusted=trusted)
         spec = model or self.settings.model or str(config.pop("default_model", ""))
         if not spec:
             raise InvalidInput(
@@ -335,3 +430,29 @@ def _first_error(exc: ValueError) -> str:
         first = errors()[0]
         return f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}"
     return str(exc)
+
+
+def apply_patch(directory: Path, patch: str) -> str:
+    """Apply a session's patch to `directory` (with `git apply` if git is installed);
+    all of it or nothing. Returns what was done."""
+    if not directory.is_dir():
+        raise InvalidInput(f"{directory} is not a directory; give the project's folder")
+    if not patch:
+        return "the patch is empty: nothing to apply"
+    if shutil.which("git"):
+        done = subprocess.run(
+            ["git", "apply", "--whitespace=nowarn", "-"],
+            cwd=directory,
+            input=patch.encode(),
+            capture_output=True,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise InvalidInput(
+                f"the patch does not apply to {directory}: "
+                + " ".join(done.stderr.decode(errors="replace").split())[:500]
+            )
+        return f"applied the patch to {directory}"
+    from worker.tools import patches
+
+    return patches.apply_patch(directory, patch)

@@ -220,7 +220,15 @@ def _header(
     ]
     if h["parent_id"]:
         rows.append(("forked from", Text(f"{h['parent_id']} at step {h['fork_step']}")))
-    if (h.get("config") or {}).get("network") is True:
+    config = h.get("config") or {}
+    if isinstance(config.get("source"), dict):
+        from worker.sources import describe
+
+        rows.append(("source", Text(describe(config["source"]))))
+        if config.get("goal"):
+            rows.append(("goal", Text(str(config["goal"]))))
+        rows.append(("test command", Text(str(config.get("test_command") or ""))))
+    if config.get("network") is True:
         rows.append(("network", Text("allowed: its commands may reach the network", "yellow")))
     if lease is not None:
         expiry = "expired" if lease["expired"] else "expires"

@@ -92,3 +92,17 @@ def lease(held: tuple[str, datetime] | None, *, now: datetime) -> dict[str, Any]
 
 def forks(found: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{**f, "created_at": f["created_at"].isoformat()} for f in found]
+
+
+def job(value: Head) -> dict[str, str] | None:
+    """What a repair job works on, for approval cards: its source, goal and test command."""
+    config = value.config
+    if not isinstance(config.get("source"), dict):
+        return None
+    from worker.sources import describe
+
+    return {
+        "source": describe(config["source"]),
+        "goal": str(config.get("goal") or ""),
+        "test_command": str(config.get("test_command") or ""),
+    }

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 import uuid
 from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
 from fsm import machine, transcript
-from fsm.errors import ClaimLost, InvalidToolArguments, ModelError
+from fsm.errors import ArtifactsUnavailable, ClaimLost, InvalidToolArguments, ModelError
 from fsm.machine import Change, RunTool
 from fsm.values import ErrorCode, Head, Status, idempotency_key
 from store import Claimed
+from store.files import FileChange
 
 from . import metrics, webhooks  # issue 8: metrics and approval webhooks
 from .models import ModelSettings, pricing
@@ -21,6 +24,7 @@ from .runtime import Runtime, Stops, owner_name
 from .secrets import mask_change
 from .tools.registry import ToolContext, run_tool
 from .tools.runner import sandbox_of
+from .workspaces import READ_ONLY_TOOLS, WorkingCopy, session_files, written_paths
 
 log = logging.getLogger("tickwork.tick")
 
@@ -39,16 +43,28 @@ def advance(rt: Runtime, session_id: str, version: int) -> Outcome:
     )
     if claimed is None:
         return Outcome.DROPPED
+    files = TickFiles(rt, claimed.head)
+    try:
+        return _advance(rt, claimed, version, owner, files)
+    finally:
+        files.release()
+
+
+def _advance(rt: Runtime, claimed: Claimed, version: int, owner: str, files: TickFiles) -> Outcome:
+    session_id = claimed.head.id
     try:
         with rt.leases.hold(session_id, version, owner):
-            change = _phase(rt, claimed)
+            change = _phase(rt, claimed, files)
     except ClaimLost:
         return Outcome.LOST
-    except SQLAlchemyError:
-        raise  # the database is away: the lease expires and the relay runs this tick again
+    except (SQLAlchemyError, ArtifactsUnavailable):
+        # the database or the artifact store is away: the lease expires and the relay runs
+        # this tick again (on files the store holds: nothing of this attempt was saved)
+        raise
     except Exception as exc:
         # a broken job kind, tool registry or model factory: fail loudly, keep everything
         log.exception("tick of session %s v%d failed", session_id, version)
+        files.discard()  # what the tool may have half done is not saved with a failure
         change = machine.fail(
             claimed.head,
             ErrorCode.INTERNAL,
@@ -58,11 +74,68 @@ def advance(rt: Runtime, session_id: str, version: int) -> Outcome:
         )
     change = mask_change(change, rt.masker)
     try:
-        head = rt.store.save(change, version=version, owner=owner, now=rt.clock())
+        head = rt.store.save(
+            change, version=version, owner=owner, now=rt.clock(), files=files.recorded
+        )
     except ClaimLost:
         return Outcome.LOST
+    files.saved(head)
     after_commit(rt, change, head)
     return Outcome.SAVED
+
+
+class TickFiles:
+    """The claimed session's files during one tick: its working copy, checked out when a
+    tool (or the job's finish) needs it, and what the tick changed in it."""
+
+    def __init__(self, rt: Runtime, head: Head) -> None:
+        self.rt, self.head = rt, head
+        self.copy: WorkingCopy | None = None
+        #: the change to save with the tick
+        self.recorded: FileChange | None = None
+        self._changes = False
+
+    def open(self, *, changes: bool) -> Path | None:
+        """The directory the tools work in; marked dirty if they may change it."""
+        if session_files(self.head) is None:
+            legacy = self.head.config.get("workspace")  # a kind that names its own folder
+            return None if legacy is None else Path(legacy)
+        if self.copy is None:
+            self.copy = self.rt.workspaces.checkout(self.head)
+        if changes and not self._changes:
+            self._changes = True
+            self.copy.begin()
+        return self.copy.path
+
+    def record(self, *, step: int, call_id: str, paths: list[str] | None = None) -> None:
+        if self.copy is not None and self._changes:
+            self.recorded = self.copy.record(step=step, call_id=call_id, paths=paths)
+
+    def saved(self, head: Head) -> None:
+        if self.copy is not None:
+            self.copy.saved()
+        if head.status.terminal and session_files(head) is not None:
+            self.release()
+            self.rt.workspaces.drop(head.id)
+
+    def discard(self) -> None:
+        """Save nothing of the tick's files; the copy stays marked dirty if it was."""
+        self.recorded = None
+        self.release()
+
+    def release(self) -> None:
+        if self.copy is not None:
+            self.copy.release()
+            self.copy = None
+
+
+def _finish(job_finish: Any, head: Head, files: TickFiles) -> dict[str, Any]:
+    """Call a job kind's finish, giving it the tick's files if it takes them."""
+    if "files" in inspect.signature(job_finish).parameters:
+        result: dict[str, Any] = job_finish(head, files=files)
+        return result
+    legacy: dict[str, Any] = job_finish(head)
+    return legacy
 
 
 def after_commit(rt: Runtime, change: Change, head: Head) -> None:
@@ -87,13 +160,13 @@ def after_commit(rt: Runtime, change: Change, head: Head) -> None:
 
 
 @metrics.timed_phase  # issue 8: the tick's phase, model calls, tokens and cost
-def _phase(rt: Runtime, claimed: Claimed) -> Change:
+def _phase(rt: Runtime, claimed: Claimed, files: TickFiles) -> Change:
     if claimed.head.status is Status.READY:
-        return _think(rt, claimed)
-    return _execute(rt, claimed)
+        return _think(rt, claimed, files)
+    return _execute(rt, claimed, files)
 
 
-def _think(rt: Runtime, claimed: Claimed) -> Change:
+def _think(rt: Runtime, claimed: Claimed, files: TickFiles) -> Change:
     head = claimed.head
     messages = transcript.messages(head, claimed.steps, claimed.observations)
     ahead = pricing.next_call(
@@ -142,7 +215,7 @@ def _think(rt: Runtime, claimed: Claimed) -> Change:
         rules=tools.rules(),
     )
     if change.head.status is Status.COMPLETED and job.finish is not None:
-        result = job.finish(change.head)
+        result = _finish(job.finish, change.head, files)
         change = change.model_copy(
             update={
                 "head": change.head.model_copy(update={"result": {**change.head.result, **result}})
@@ -165,7 +238,7 @@ def _capped(rt: Runtime, session_id: str, retry_after_s: float | None) -> float 
     return retry_after_s
 
 
-def _execute(rt: Runtime, claimed: Claimed) -> Change:
+def _execute(rt: Runtime, claimed: Claimed, files: TickFiles) -> Change:
     head = claimed.head
     tools = rt.jobs.tools(head.kind)
     upcoming = machine.next_call(claimed.calls)
@@ -200,21 +273,23 @@ def _execute(rt: Runtime, claimed: Claimed) -> Change:
         arguments = tool.validate(plan.arguments)
     except InvalidToolArguments as exc:
         return finished(str(exc), is_error=True)
+    # the files first: a copy that cannot be made leaves the call unstarted, not in doubt
+    workspace = files.open(changes=tool.name not in READ_ONLY_TOOLS)
     rt.store.start_call(
         head.id, head.version, call, owner=claimed.owner, now=rt.clock(), rerun=plan.rerun
     )
-    workspace = head.config.get("workspace")
     with Stops(rt.store, head.id, every_s=rt.settings.stop_poll_s, clock=rt.clock) as stop:
         context = ToolContext(
             session_id=head.id,
             call_id=call.call_id,
             step=call.step,
             idempotency_key=idempotency_key(head.id, call.step, call.call_id),
-            workspace=None if workspace is None else Path(workspace),
+            workspace=workspace,
             config=head.config,
             timeout_s=min(tool.timeout_s, rt.settings.longest_call_s),  # fits the broker
             stop=stop,
             sandbox=sandbox_of(rt.settings),
         )
         result = run_tool(tool, arguments, context, max_output_chars=rt.settings.max_output_chars)
+    files.record(step=call.step, call_id=call.call_id, paths=written_paths(tool.name, arguments))
     return finished(result.output, is_error=result.is_error, duration_ms=result.duration_ms)

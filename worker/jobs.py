@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fsm.errors import ConfigurationError, InvalidInput
-from fsm.values import Head
 
 from .tools.registry import ToolRegistry
 
@@ -27,13 +26,18 @@ class JobKind:
     #: builds the kind's tools; called once per process
     tools: Callable[[], ToolRegistry]
     #: `prepare(input, state_dir=...)` turns the submitted input into the session's config
-    #: (at least `user_prompt`); raises InvalidInput naming what is wrong. `state_dir` is
-    #: where the deployment keeps files (e.g. the repair job's baselines).
+    #: (at least `user_prompt`); raises InvalidInput naming what is wrong. It is given those
+    #: of these keywords it takes: `state_dir` (where the deployment keeps files),
+    #: `artifacts` (the artifact store, e.g. for the repair job's source), `trusted` (False
+    #: for a submission over the HTTP API) and `workspace_roots` (the directories such a
+    #: submission may name). A kind that reads local paths from its input must take
+    #: `trusted` and refuse paths outside `workspace_roots` when it is False.
     prepare: Callable[..., dict[str, Any]]
     #: budget defaults for this kind, over the settings' defaults
     budgets: Mapping[str, Any] = field(default_factory=dict)
-    #: what the job produced, computed when the session completes (e.g. the repair's patch)
-    finish: Callable[[Head], dict[str, Any]] | None = None
+    #: what the job produced, computed when the session completes (e.g. the repair's patch);
+    #: `finish(head)`, or `finish(head, files=...)` to get the tick's files (`TickFiles`)
+    finish: Callable[..., dict[str, Any]] | None = None
 
 
 def load_object(spec: str) -> Any:

@@ -136,9 +136,9 @@ def timed_phase(phase: F) -> F:
     """Note the micro-phase of the claimed session, and count the model usage it made."""
 
     @functools.wraps(phase)
-    def noted(rt: Any, claimed: Any) -> Any:
+    def noted(rt: Any, claimed: Any, *rest: Any) -> Any:
         _phase.name = "think" if claimed.head.status is Status.READY else "execute"
-        change = phase(rt, claimed)
+        change = phase(rt, claimed, *rest)
         try:
             count_change(change)
         except Exception:  # metrics never break a tick

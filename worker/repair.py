@@ -1,65 +1,53 @@
-"""The `repair` job kind: make a workspace's tests pass; the result is the patch it made.
+"""The `repair` job kind: make a project's tests pass; the result is the patch it made.
 
-`prepare` copies the workspace's text files into a baseline folder in the state dir, outside
-the workspace, so `finish` can diff the workspace against its start (git-style unified diff:
-new and deleted files too; binary files, files over 1 MB and changed files tickwork did
-not copy show as `Binary files ... differ`; symlinks are not followed). `finish` also runs
-the test command once more and records whether it passes.
+`prepare` stores the job's source once in the artifact store (a git repository at a ref,
+resolved to a commit, or a directory packed at submit; `sources.py`), so the user's files
+are never changed and every worker can reach them. The session works on its own copy
+(`workspaces.py`). `finish` diffs the session's final files against the source, both
+read from the store (git-style unified diff: new and deleted files too; binary files and
+files over 1 MB show as `Binary files ... differ`), then runs the test command once more
+and records whether it passes.
 """
 
 from __future__ import annotations
 
 import difflib
-import json
-import os
 import shlex
 import shutil
-import stat
 import sys
 import uuid
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from fsm.errors import ConfigurationError, InvalidInput
+from fsm.errors import ArtifactsUnavailable, ConfigurationError, InvalidInput
 from fsm.values import Head
+from store.artifacts import Artifacts, open_artifacts
+from store.files import Manifest, parse_entry
 
+from . import sources
+from .filetree import SKIP_DIRS
 from .jobs import JobKind
 from .settings import load_settings
 from .tools.repair import MAX_COMMAND_S, default_registry
 from .tools.runner import run_sandboxed, sandbox_of
 from .tools.shell import command_env
 
-#: directories neither copied into the baseline nor diffed: VCS data, caches, environments
-SKIP_DIRS = frozenset(
-    [
-        ".git",
-        ".hg",
-        ".svn",
-        "__pycache__",
-        ".pytest_cache",
-        ".mypy_cache",
-        ".ruff_cache",
-        ".tox",
-        ".nox",
-        ".venv",
-        "node_modules",
-        ".tickwork",
-    ]
-)
-#: larger files are not copied (nor diffed), like binary ones
+if TYPE_CHECKING:
+    from .advance import TickFiles
+
+__all__ = ["REPAIR", "SKIP_DIRS", "diff_manifests", "finish", "prepare"]
+
+#: larger files show as binary in the patch
 MAX_FILE_BYTES = 1_000_000
-#: a workspace with more text than this (or more files) is refused at submit
-MAX_BASELINE_BYTES = 20_000_000
-MAX_BASELINE_FILES = 20_000
 #: a longer patch is cut in the stored result (`patch_truncated`)
 MAX_PATCH_CHARS = 2_000_000
 #: the final test run's limit, unless the input gives `test_timeout_s`
 FINAL_TESTS_TIMEOUT_S = 600.0
 #: how much of the final test run's output the result keeps (its end)
 MAX_TEST_OUTPUT_CHARS = 4_000
-INPUT_KEYS = ("workspace", "test_command", "goal", "test_timeout_s", "network")
+INPUT_KEYS = ("workspace", "repo", "ref", "test_command", "goal", "test_timeout_s", "network")
 
 _HERE = Path(__file__).resolve().parent
 #: the examples: package data in an installed wheel (`worker/examples`), `examples/` in a checkout
@@ -106,27 +94,13 @@ def _fail(message: str) -> InvalidInput:
     return InvalidInput(f"repair input: {message}")
 
 
-def _workspace(value: Any) -> Path:
-    if not isinstance(value, str | os.PathLike) or not str(value).strip():
-        raise _fail(
-            "`workspace` is required: the directory of the project to repair "
-            "(`tickwork submit repair --workspace DIR`)"
-        )
-    path = Path(value).expanduser()
-    if not path.exists():
-        raise _fail(f"the workspace {str(value)!r} does not exist; give an existing directory")
-    if not path.is_dir():
-        raise _fail(f"the workspace {str(value)!r} is not a directory; give the project's folder")
-    return path.resolve()
-
-
 def _test_command(value: Any) -> str:
     if isinstance(value, list | tuple) and value and all(isinstance(p, str) for p in value):
         value = shlex.join(value)
     if not isinstance(value, str) or not value.strip():
         raise _fail(
             "`test_command` is required: the shell command that runs the tests in the "
-            "workspace, e.g. 'python -m pytest -q' (`--test-cmd`)"
+            "project, e.g. 'python -m pytest -q' (`--test-cmd`)"
         )
     return value.strip()
 
@@ -161,13 +135,13 @@ def _network(value: Any) -> bool:
     return value
 
 
-def user_prompt(workspace: Path, test_command: str, goal: str = "") -> str:
+def user_prompt(source: str, test_command: str, goal: str = "") -> str:
     """The task as the model first reads it."""
     return f"""\
 Repair the project in the workspace so that its tests pass.
 
 Goal: {goal or "make the failing tests pass"}
-Workspace: {workspace} (tool paths are relative to it; commands see it as /workspace)
+Source: {source} (tool paths are relative to the workspace root; commands see it as /workspace)
 Test command: {test_command} (run_tests runs it)
 
 Work in this order:
@@ -179,24 +153,65 @@ Work in this order:
 result."""
 
 
-def prepare(data: Mapping[str, Any], *, state_dir: Path | None = None) -> dict[str, Any]:
-    """Check the input, copy the workspace's baseline into `state_dir` (default: settings')."""
+def _source(
+    data: Mapping[str, Any],
+    artifacts: Artifacts,
+    *,
+    trusted: bool,
+    roots: Sequence[Path],
+    state_dir: Path | None,
+) -> dict[str, Any]:
+    workspace, repo = data.get("workspace"), data.get("repo")
+    if repo is not None and workspace is not None:
+        raise _fail("give either `repo` (with `ref`) or `workspace`, not both")
+    if repo is not None:
+        if not isinstance(repo, str) or not repo.strip():
+            raise _fail("`repo` must be a git URL or path (`--repo URL --ref REF`)")
+        return sources.repository(repo, data.get("ref"), artifacts, trusted=trusted, roots=roots)
+    if data.get("ref") is not None:
+        raise _fail("`ref` goes with `repo`; a `workspace` is packed as it is")
+    if not isinstance(workspace, str) or not workspace.strip():
+        raise _fail(
+            "a source is required: `repo` and `ref` (a git URL or path at a branch, tag or "
+            "commit: `--repo URL --ref REF`) or `workspace` (a directory packed at submit: "
+            "`--workspace DIR`)"
+        )
+    return sources.directory(
+        workspace, artifacts, trusted=trusted, roots=roots, state_dir=state_dir
+    )
+
+
+def prepare(
+    data: Mapping[str, Any],
+    *,
+    state_dir: Path | None = None,
+    artifacts: Artifacts | None = None,
+    trusted: bool = True,
+    workspace_roots: Sequence[Path] = (),
+) -> dict[str, Any]:
+    """Check the input and store the job's source in `artifacts` (default: the settings').
+
+    An untrusted submission (the HTTP API) may name local paths under `workspace_roots` only.
+    """
     unknown = sorted(set(data) - set(INPUT_KEYS))
     if unknown:
         raise _fail(f"unknown key(s) {', '.join(unknown)}; it takes {', '.join(INPUT_KEYS)}")
-    workspace = _workspace(data.get("workspace"))
     command = _test_command(data.get("test_command"))
     goal = _optional_text(data, "goal")
     timeout = _timeout(data.get("test_timeout_s"))
     network = _network(data.get("network"))
-    state = Path(state_dir if state_dir is not None else load_settings().state_dir)
-    state = state.expanduser().resolve()
-    baseline = take_baseline(workspace, state / "baselines" / uuid.uuid4().hex, exclude=state)
+    with ExitStack() as stack:
+        if artifacts is None:
+            artifacts = _settings_artifacts(stack)
+        state = Path(state_dir if state_dir is not None else load_settings().state_dir)
+        source = _source(data, artifacts, trusted=trusted, roots=workspace_roots, state_dir=state)
+    base = source.pop("base")
     config: dict[str, Any] = {
-        "user_prompt": user_prompt(workspace, command, goal),
-        "workspace": str(workspace),
+        "user_prompt": user_prompt(sources.describe(source), command, goal),
+        "source": source,
+        "files": {"base": base},
         "test_command": command,
-        "baseline": str(baseline),
+        "goal": goal,
     }
     if timeout is not None:
         config["test_timeout_s"] = timeout
@@ -205,111 +220,20 @@ def prepare(data: Mapping[str, Any], *, state_dir: Path | None = None) -> dict[s
     return config
 
 
-@dataclass(frozen=True)
-class _Scan:
-    #: relative path -> file content, for text files up to MAX_FILE_BYTES
-    text: dict[str, bytes] = field(default_factory=dict)
-    #: relative path -> (size, mtime_ns), for binary and large files
-    other: dict[str, tuple[int, int]] = field(default_factory=dict)
-    #: relative path -> st_mode, for every file
-    modes: dict[str, int] = field(default_factory=dict)
+def _settings_artifacts(stack: ExitStack) -> Artifacts:
+    """The artifact store of the settings (for a `prepare` called without one)."""
+    from store import make_engine
+
+    settings = load_settings()
+    if settings.db_url.startswith("sqlite"):
+        settings.state_dir.mkdir(parents=True, exist_ok=True)
+    engine = make_engine(settings.db_url)
+    stack.callback(engine.dispose)
+    return open_artifacts(settings.artifacts_url, engine)
 
 
-def _walk(root: Path, exclude: Path | None) -> Iterator[tuple[str, Path]]:
-    """(relative posix path, path) of the regular files, sorted; no symlinks, no SKIP_DIRS."""
-    for directory, subdirs, names in os.walk(root):
-        here = Path(directory)
-        subdirs[:] = sorted(
-            d
-            for d in subdirs
-            if d not in SKIP_DIRS
-            and not (here / d).is_symlink()
-            and (exclude is None or (here / d) != exclude)
-        )
-        for name in sorted(names):
-            path = here / name
-            if not path.is_symlink() and path.is_file():
-                yield path.relative_to(root).as_posix(), path
-
-
-def _text(path: Path, size: int) -> bytes | None:
-    """The file's bytes if it is UTF-8 text no larger than MAX_FILE_BYTES."""
-    if size > MAX_FILE_BYTES:
-        return None
-    content = path.read_bytes()
-    if b"\x00" in content[:8192]:
-        return None
-    try:
-        content.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-    return content
-
-
-def _scan(root: Path, exclude: Path | None, *, limit: bool) -> _Scan:
-    scan = _Scan()
-    total = 0
-    for rel, path in _walk(root, exclude):
-        try:
-            info = path.stat()
-            content = _text(path, info.st_size)
-        except OSError:
-            continue  # vanished or unreadable: nothing to compare
-        scan.modes[rel] = info.st_mode
-        if content is None:
-            scan.other[rel] = (info.st_size, info.st_mtime_ns)
-            continue
-        scan.text[rel] = content
-        total += len(content)
-        if limit and (total > MAX_BASELINE_BYTES or len(scan.modes) > MAX_BASELINE_FILES):
-            raise _fail(
-                f"the workspace {root} holds more than {MAX_BASELINE_BYTES // 1_000_000} MB of "
-                f"text or {MAX_BASELINE_FILES} files (skipping {', '.join(sorted(SKIP_DIRS))}); "
-                "point the workspace at the project itself, not a folder above it"
-            )
-    return scan
-
-
-def _excluded(workspace: Path, exclude: Path | None) -> Path | None:
-    """`exclude` if it lies inside the workspace (a state dir there must not be diffed)."""
-    if exclude == workspace:
-        raise _fail(f"the workspace {workspace} is tickwork's state dir; give the project's folder")
-    if exclude is not None and workspace in exclude.parents:
-        return exclude
-    return None
-
-
-def take_baseline(workspace: Path, dest: Path, *, exclude: Path | None = None) -> Path:
-    """Copy the workspace's text files to `dest/files`, with a manifest; returns `dest`.
-
-    `exclude` (tickwork's state dir) is skipped if it is inside the workspace.
-    """
-    workspace = workspace.resolve()
-    skipped = _excluded(workspace, exclude)
-    scan = _scan(workspace, skipped, limit=True)
-    files = dest / "files"
-    files.mkdir(parents=True)
-    try:
-        for rel, content in scan.text.items():
-            target = files / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(content)
-        manifest = {
-            "workspace": str(workspace),
-            "exclude": str(skipped) if skipped else None,
-            "text": sorted(scan.text),
-            "other": scan.other,
-            "modes": scan.modes,
-        }
-        (dest / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
-    except BaseException:
-        shutil.rmtree(dest, ignore_errors=True)
-        raise
-    return dest
-
-
-def _mode(mode: int | None) -> str:
-    return "100755" if mode is not None and mode & stat.S_IXUSR else "100644"
+def _mode(entry: str | None) -> str:
+    return parse_entry(entry)[0] if entry else "100644"
 
 
 def _lines(content: bytes) -> list[str]:
@@ -329,43 +253,50 @@ def _hunks(old: bytes, new: bytes, old_name: str, new_name: str) -> list[str]:
     return out
 
 
-def diff_workspace(baseline: Path, workspace: Path) -> tuple[str, list[str]]:
-    """(git-style unified diff, changed paths) of the workspace now against its baseline."""
-    manifest = json.loads((baseline / "manifest.json").read_text(encoding="utf-8"))
-    exclude = Path(manifest["exclude"]) if manifest.get("exclude") else None
-    before_text = set(manifest["text"])
-    before_other = {rel: tuple(v) for rel, v in manifest["other"].items()}
-    before_modes: dict[str, int] = manifest["modes"]
-    now = _scan(workspace.resolve(), exclude, limit=False)
+def _is_text(content: bytes) -> bool:
+    if len(content) > MAX_FILE_BYTES or b"\x00" in content[:8192]:
+        return False
+    try:
+        content.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def diff_manifests(
+    before: Manifest, after: Manifest, blobs: Callable[[Iterable[str]], Mapping[str, bytes]]
+) -> tuple[str, list[str]]:
+    """(git-style unified diff, changed paths) turning the files of `before` into `after`;
+    `blobs` gives the contents by hash."""
+    changed = sorted(p for p in set(before) | set(after) if before.get(p) != after.get(p))
+    keys = {parse_entry(m[p])[1] for p in changed for m in (before, after) if p in m}
+    contents = blobs(keys) if keys else {}
     parts: list[str] = []
-    changed: list[str] = []
-    for rel in sorted(before_text | set(before_other) | set(now.modes)):
-        if rel in before_other and before_other[rel] == now.other.get(rel):
-            continue  # not copied, and its size and time are as they were
-        old_mode, new_mode = before_modes.get(rel), now.modes.get(rel)
-        old_name = "/dev/null" if old_mode is None else f"a/{rel}"
-        new_name = "/dev/null" if new_mode is None else f"b/{rel}"
-        old = (baseline / "files" / rel).read_bytes() if rel in before_text else None
-        new = now.text.get(rel)
-        if old is not None and old == new:
-            continue
+    for rel in changed:
+        old_entry, new_entry = before.get(rel), after.get(rel)
+        old = None if old_entry is None else contents[parse_entry(old_entry)[1]]
+        new = None if new_entry is None else contents[parse_entry(new_entry)[1]]
+        old_name = "/dev/null" if old is None else f"a/{rel}"
+        new_name = "/dev/null" if new is None else f"b/{rel}"
         parts.append(f"diff --git a/{rel} b/{rel}\n")
-        if old_mode is None:
-            parts.append(f"new file mode {_mode(new_mode)}\n")
-        elif new_mode is None:
-            parts.append(f"deleted file mode {_mode(old_mode)}\n")
-        comparable = (old_mode is None or old is not None) and (new_mode is None or new is not None)
-        if comparable:
+        if old is None:
+            parts.append(f"new file mode {_mode(new_entry)}\n")
+        elif new is None:
+            parts.append(f"deleted file mode {_mode(old_entry)}\n")
+        elif _mode(old_entry) != _mode(new_entry):
+            parts.append(f"old mode {_mode(old_entry)}\nnew mode {_mode(new_entry)}\n")
+        if old == new:
+            continue  # the mode alone changed
+        if all(c is None or _is_text(c) for c in (old, new)):
             # an empty file created or deleted has no hunks: headers only, as git writes it
             parts.extend(_hunks(old or b"", new or b"", old_name, new_name))
         else:
             parts.append(f"Binary files {old_name} and {new_name} differ\n")
-        changed.append(rel)
     return "".join(parts), changed
 
 
-def run_final_tests(head: Head) -> dict[str, Any]:
-    """Run the session's test command in its workspace once more; what it gave."""
+def run_final_tests(head: Head, workspace: Path) -> dict[str, Any]:
+    """Run the session's test command in its working copy once more; what it gave."""
     config = head.config
     command = str(config.get("test_command") or "")
     # a tick (this runs in the last THINK tick) must end before the broker's delivery timeout
@@ -374,7 +305,7 @@ def run_final_tests(head: Head) -> dict[str, Any]:
     env = command_env({**dict(config.get("env") or {}), "TICKWORK_SESSION_ID": head.id})
     result = run_sandboxed(
         command,
-        workdir=Path(config["workspace"]),
+        workdir=workspace,
         timeout_s=timeout,
         env=env,
         network=config.get("network") is True,
@@ -390,12 +321,24 @@ def run_final_tests(head: Head) -> dict[str, Any]:
     }
 
 
-def finish(head: Head) -> dict[str, Any]:
-    """The patch the session made, the files it changed, and the tests' final result."""
+def session_patch(head: Head, workspaces: Any) -> tuple[str, list[str]]:
+    """The patch from the session's source to its files as stored now."""
+    files = head.config.get("files") or {}
+    before = workspaces.base(files)
+    after, _ = workspaces.manifest(head)
+    return diff_manifests(before, after, workspaces.blobs)
+
+
+def finish(head: Head, *, files: TickFiles) -> dict[str, Any]:
+    """The patch the session made, the files it changed, and the tests' final result.
+
+    The final test run is part of the tick: what it changes in the files is saved with it.
+    """
     result: dict[str, Any] = {}
     try:
-        baseline, workspace = Path(head.config["baseline"]), Path(head.config["workspace"])
-        patch, changed = diff_workspace(baseline, workspace)
+        patch, changed = session_patch(head, files.rt.workspaces)
+    except ArtifactsUnavailable:
+        raise  # the store is away for now: the tick runs again
     except Exception as exc:  # the session's answer must not be lost for want of a patch
         result.update(patch=None, files_changed=[], patch_error=f"{type(exc).__name__}: {exc}")
     else:
@@ -403,8 +346,14 @@ def finish(head: Head) -> dict[str, Any]:
         if len(patch) > MAX_PATCH_CHARS:
             result["patch_truncated"] = True
     try:
-        result["tests"] = run_final_tests(head)
-    except Exception as exc:  # e.g. the workspace is gone
+        workspace = files.open(changes=True)
+        if workspace is None:
+            raise ConfigurationError("the session has no files to test")
+        result["tests"] = run_final_tests(head, workspace)
+        files.record(step=head.step, call_id="")
+    except ArtifactsUnavailable:
+        raise
+    except Exception as exc:  # e.g. a blob of the session's files is gone
         result["tests"] = {
             "command": head.config.get("test_command"),
             "exit_code": None,

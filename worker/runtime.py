@@ -18,11 +18,13 @@ import httpx
 from fsm.budgets import stop_reason
 from fsm.errors import ConfigurationError
 from store import Store, make_engine
+from store.artifacts import open_artifacts
 
 from .jobs import Jobs
 from .models import Model, make_model, pooled_client
 from .secrets import Masker, masker_for
 from .settings import Settings
+from .workspaces import Workspaces
 
 log = logging.getLogger("tickwork.worker")
 
@@ -150,6 +152,17 @@ class Runtime:
         """What a tick masks in what it stores: the secret patterns of the settings and the
         secret values in this process's environment, read at the first tick."""
         return masker_for(self.settings)
+
+    @functools.cached_property
+    def workspaces(self) -> Workspaces:
+        """This host's working copies of sessions' files, and the artifact store behind them."""
+        artifacts = open_artifacts(self.settings.artifacts_url, self.store.engine)
+        return Workspaces(
+            self.settings.workspaces_path,
+            self.store,
+            artifacts,
+            max_bytes=self.settings.workspaces_max_bytes,
+        )
 
     def model(self, spec: str) -> Model:
         with self._models_lock:

@@ -83,6 +83,15 @@ class Settings(BaseSettings):
     #: send Celery task events (Flower's task list); 4 broker publishes more per tick, so off
     #: by default as in Celery; ignored on the filesystem broker, which has no fanout for them
     task_events: bool = False
+    #: where repair jobs' files are stored: empty for the database, `file:///dir`, `s3://b/p`
+    artifacts_url: str = ""
+    #: this worker's working copies of sessions' files (a cache); default: `state_dir/workspaces`
+    workspaces_dir: Path | None = None
+    #: the cache of working copies and blobs is pruned back below this many bytes
+    workspaces_max_bytes: int = Field(default=2_000_000_000, ge=0)
+    #: directories (and their subdirectories) the HTTP API accepts as a `workspace` or local
+    #: `repo`; empty: the API refuses local paths (the CLI and Python client are trusted)
+    workspace_roots: list[Path] = []
     #: chaos knob: fraction of tick publications deliberately dropped after commit
     drop_publish_rate: float = 0.0
     #: where run_command and test commands run: `bwrap` (bubblewrap) or `none` (the host,
@@ -190,6 +199,10 @@ class Settings(BaseSettings):
     @property
     def db_url(self) -> str:
         return self.database_url or f"sqlite:///{(self.state_dir / 'tickwork.db').absolute()}"
+
+    @property
+    def workspaces_path(self) -> Path:
+        return (self.workspaces_dir or self.state_dir / "workspaces").expanduser().absolute()
 
     @property
     def embedded_broker(self) -> bool:

@@ -144,43 +144,32 @@ def test_a_file_write_is_reviewed_as_a_diff(page: Any, stack: Stack, tmp_path: P
     workspace.mkdir()
     (workspace / "calc.py").write_text("def add(a, b):\n    return a - b\n")
     fixed = "def add(a, b):\n    return a + b\n"
-    answer = stack.http("sam").post(
-        "/api/v1/sessions",
-        json={
-            "kind": "repair",
-            "input": {"workspace": str(workspace), "test_command": "true"},
-            "model": stack.deployment.script(
-                [
-                    {
-                        "content": "fix the sign",
-                        "tool_calls": [
-                            {
-                                "name": "write_file",
-                                "arguments": {"path": "calc.py", "content": fixed},
-                            }
-                        ],
-                    },
-                    {"content": "fixed"},
-                ]
-            ),
-        },
-    )
+    stack.deployment.settings.workspace_roots = [tmp_path]  # the API takes paths under these
+    try:
+        answer = _submit_fix(stack, workspace, fixed)
+    finally:
+        stack.deployment.settings.workspace_roots = []
     assert answer.status_code == 201, answer.text
     session_id = answer.json()["id"]
     assert stack.wait(session_id)["status"] == "waiting_approval"
+    (workspace / "calc.py").write_text("changed after the submit: not what the card shows\n")
 
     log_in(page, stack, "alice")
+    waiting = page.locator(f'section.waiting[data-session="{session_id}"]')
+    expect(waiting.locator('dl.job dd[data-key="source"]')).to_contain_text(str(workspace))
+    expect(waiting.locator('dl.job dd[data-key="test_command"]')).to_have_text("true")
     card = page.locator(f'section.waiting[data-session="{session_id}"] article[data-call="s1c0"]')
     diff = card.locator(".preview pre.diff")
     expect(diff.locator(".line.del")).to_have_text("-    return a - b\n")
     expect(diff.locator(".line.add")).to_have_text("+    return a + b\n")
     expect(card.locator(".preview p.meta")).to_have_text(
-        "calc.py: against the workspace's current file"
+        "calc.py: against the session's current file"
     )
     card.locator("button.approve").click()
     expect(card).to_contain_text("Approved s1c0 (write_file)")
-    assert stack.wait(session_id, Status.COMPLETED)["final_answer"] == "fixed"
-    assert (workspace / "calc.py").read_text() == fixed
+    done = stack.wait(session_id, Status.COMPLETED)
+    assert done["final_answer"] == "fixed"
+    assert "+    return a + b\n" in done["result"]["patch"]  # the submitted folder: untouched
 
 
 def test_an_operator_opens_a_dead_letter_and_forks_it(page: Any, stack: Stack) -> None:
@@ -219,3 +208,27 @@ def test_an_approver_is_told_dead_letters_need_the_operator_role(page: Any, stac
     expect(page.locator("main")).to_contain_text("need the operator role")
     page.click("#logout")
     expect(page.locator("form#login")).to_be_visible()
+
+
+def _submit_fix(stack: Stack, workspace: Path, fixed: str) -> Any:
+    return stack.http("sam").post(
+        "/api/v1/sessions",
+        json={
+            "kind": "repair",
+            "input": {"workspace": str(workspace), "test_command": "true"},
+            "model": stack.deployment.script(
+                [
+                    {
+                        "content": "fix the sign",
+                        "tool_calls": [
+                            {
+                                "name": "write_file",
+                                "arguments": {"path": "calc.py", "content": fixed},
+                            }
+                        ],
+                    },
+                    {"content": "fixed"},
+                ]
+            ),
+        },
+    )

@@ -11,7 +11,7 @@ from sqlalchemy import func, inspect, select
 
 from fsm import machine
 from fsm.approvals import ApprovalRule
-from fsm.errors import CallNotFound, SessionNotFound
+from fsm.errors import BlobMissing, CallNotFound, SessionNotFound
 from fsm.forks import ForkPatch
 from fsm.machine import RunTool
 from fsm.values import (
@@ -25,6 +25,8 @@ from fsm.values import (
     Status,
 )
 from store import dead_letters as dl
+from store.artifacts import DatabaseArtifacts
+from store.files import FileChange, blob_hash
 from store.relay import due_ticks, expired_leases
 from store.schema import metadata, sessions
 from tests.conftest import T0
@@ -55,7 +57,7 @@ def make(env: Env, session_id: str, text: str) -> Head:
         updated_at=T0,
         model=text,
         input={text: text},
-        config={"user_prompt": text},
+        config={"user_prompt": text, "files": {"base": "b" * 64}},
     )
     return env.store.create(Session(head=head), now=T0)
 
@@ -126,7 +128,22 @@ def test_hostile_ids_and_texts_through_every_store_operation(env: Env) -> None:
         done = machine.tool_finished(
             claimed.head, claimed.calls, plan.call, output=hostile, is_error=True, now=T0
         )
-        head = store.save(done, version=claimed.head.version, owner=owner, now=T0)
+        content = hostile.encode()
+        assert DatabaseArtifacts(engine).put({blob_hash(content): content}) in (0, len(content))
+        try:
+            DatabaseArtifacts(engine).get([hostile])
+            raise AssertionError("a hostile blob name found a blob")
+        except BlobMissing:
+            pass
+        written = FileChange(
+            step=1,
+            call_id="s1c0",
+            changes={hostile: f"100644 {blob_hash(content)}", f"{hostile}/gone": None},
+            state=hostile[:64],
+        )
+        head = store.save(done, version=claimed.head.version, owner=owner, now=T0, files=written)
+        [saved] = store.file_changes(sid)
+        assert saved.changes == written.changes and store.files_state(sid) == hostile[:64]
 
         assert store.request_cancel(sid, now=T0, by=hostile).cancel_requested
         claimed = store.claim(sid, head.version, owner=owner, now=T0, lease_s=30)
@@ -161,6 +178,7 @@ def test_hostile_ids_and_texts_through_every_store_operation(env: Env) -> None:
             resolve_dead_letter=True,
         )
         assert forked.parent_id == sid and store.get(child).id == child
+        assert store.file_changes(child)[0].changes == written.changes
         resolution = dl.get_dead_letter(engine, sid).resolution
         assert resolution is not None
         assert (resolution["fork"], resolution["by"]) == (child, hostile)
@@ -230,4 +248,6 @@ def test_every_table_is_covered() -> None:
         "tickwork_events",
         "tickwork_outbox",
         "tickwork_dead_letters",
+        "tickwork_blobs",
+        "tickwork_file_changes",
     }

@@ -1,6 +1,8 @@
 """The repair toolkit's confinement, end to end: through real ticks, a path that leaves the
 workspace is refused with an observation, and a destructive command hidden in shell syntax
-waits for a person. (The rules themselves are tested in tests/worker/tools.)"""
+waits for a person. The session works on its own copy of the files: symlinks of the source
+are not part of it, so the symlinks here are made by the session's first command, and the
+submitted directory never changes. (The rules themselves are tested in tests/worker/tools.)"""
 
 from __future__ import annotations
 
@@ -29,6 +31,12 @@ def places(tmp_path: Path) -> tuple[Path, Path]:
     (workspace / "link.txt").symlink_to(outside / "secret.txt")
     (workspace / "linkdir").symlink_to(outside)
     return workspace, outside
+
+
+def links(outside: Path) -> dict[str, Any]:
+    """A command making, in the session's copy, the symlinks that lead out of it."""
+    command = f"ln -s {outside}/secret.txt link.txt && ln -s {outside} linkdir"
+    return {"name": "run_command", "arguments": {"command": command}}
 
 
 def repair(env: Env, workspace: Path, calls: list[dict[str, Any]]) -> str:
@@ -64,23 +72,36 @@ def test_a_path_out_of_the_workspace_is_refused_through_a_tick(
         k: v.replace("{outside}", str(outside)) if isinstance(v, str) else v
         for k, v in arguments.items()
     }
-    session_id = repair(env, workspace, [{"name": tool, "arguments": arguments}])
+    calls = [links(outside), {"name": tool, "arguments": arguments}]
+    session_id = repair(env, workspace, calls)
     head = env.run(session_id)
     assert head.status is Status.COMPLETED, head.error_message
     session = env.load(session_id)
-    text, is_error = observations(session)["s1c0"]
+    assert not observations(session)["s1c0"][1]
+    text, is_error = observations(session)["s2c0"]
     assert is_error and fragment in text, text
     assert SECRET not in session.model_dump_json()
+
+
+def test_symlinks_of_the_source_are_not_part_of_the_sessions_files(
+    env: Env, places: tuple[Path, Path]
+) -> None:
+    workspace, _ = places
+    session_id = repair(env, workspace, [{"name": "list_files", "arguments": {}}])
+    assert env.run(session_id).status is Status.COMPLETED
+    listed, _ = observations(env.load(session_id))["s1c0"]
+    assert listed.split() == ["a.txt", "victim.txt"]
 
 
 def test_search_of_the_workspace_skips_symlinks_that_lead_out(
     env: Env, places: tuple[Path, Path]
 ) -> None:
-    workspace, _ = places
+    workspace, outside = places
     session_id = repair(
         env,
         workspace,
         [
+            links(outside),
             {"name": "search", "arguments": {"pattern": "SECRET"}},
             {"name": "list_files", "arguments": {}},
         ],
@@ -88,7 +109,7 @@ def test_search_of_the_workspace_skips_symlinks_that_lead_out(
     assert env.run(session_id).status is Status.COMPLETED
     session = env.load(session_id)
     assert SECRET not in session.model_dump_json()
-    listed, _ = observations(session)["s2c0"]
+    listed, _ = observations(session)["s3c0"]
     assert "a.txt" in listed and "secret.txt" not in listed
 
 
@@ -110,18 +131,15 @@ def test_a_write_out_of_the_workspace_is_refused_even_when_approved(
 ) -> None:
     workspace, outside = places
     targets = ["../outside/pwned.txt", "linkdir/pwned.txt", str(outside / "pwned.txt")]
-    session_id = repair(
-        env,
-        workspace,
-        [{"name": "write_file", "arguments": {"path": p, "content": "pwned"}} for p in targets],
-    )
-    for step in range(1, len(targets) + 1):
+    writes = [{"name": "write_file", "arguments": {"path": p, "content": "pwned"}} for p in targets]
+    session_id = repair(env, workspace, [links(outside), *writes])
+    for step in range(2, len(targets) + 2):
         head = env.run(session_id)
         assert head.status is Status.WAITING_APPROVAL and head.awaiting == (f"s{step}c0",)
         env.client.approve(session_id, f"s{step}c0", approver="careless")
     assert env.run(session_id).status is Status.COMPLETED
     seen = observations(env.load(session_id))
-    for step in range(1, len(targets) + 1):
+    for step in range(2, len(targets) + 2):
         text, is_error = seen[f"s{step}c0"]
         assert is_error, text
         assert any(f in text for f in ("leads outside the workspace", "'..'", "absolute")), text
@@ -161,6 +179,7 @@ def test_a_hidden_destructive_command_waits_for_a_person_and_a_reject_runs_nothi
     assert sqlite_env.run(session_id).status is Status.COMPLETED
     text, is_error = observations(sqlite_env.load(session_id))["s1c0"]
     assert is_error and text == "rejected by ops: not on my watch"
+    assert sqlite_env.client.read_file(session_id, "victim.txt") == b"keep me\n"
     assert (workspace / "victim.txt").read_text() == "keep me\n"
 
 
@@ -179,9 +198,10 @@ def test_an_approved_destructive_command_runs_once_and_a_safe_one_needs_no_appro
     head = env.run(session_id)
     assert head.status is Status.WAITING_APPROVAL and head.awaiting == ("s2c0",)
     assert observations(env.load(session_id))["s1c0"][0].startswith("exit code: 0")
-    assert (workspace / "victim.txt").exists()
+    assert env.client.read_file(session_id, "victim.txt") == b"keep me\n"
     env.client.approve(session_id, "s2c0", approver="ops")
     assert env.run(session_id).status is Status.COMPLETED
-    assert not (workspace / "victim.txt").exists()
+    assert env.client.read_file(session_id, "victim.txt") is None  # gone from its files
+    assert (workspace / "victim.txt").exists()  # the submitted directory is never changed
     text, is_error = observations(env.load(session_id))["s2c0"]
     assert not is_error and text.startswith("exit code: 0"), json.dumps(text)

@@ -251,6 +251,8 @@ class TestSave:
             "tickwork_events": 2,
             "tickwork_outbox": 1,
             "tickwork_dead_letters": 0,
+            "tickwork_blobs": 0,
+            "tickwork_file_changes": 0,
         }
         assert store.load(session_id).steps == (change.step,)
         assert [e.kind for _, e in store.events_after(session_id)][-2:] == [

@@ -136,6 +136,8 @@ def test_a_tick_at_step_60_writes_what_a_tick_at_step_3_writes(store: Store, clo
         "tickwork_events": 2,
         "tickwork_outbox": 0,
         "tickwork_dead_letters": 0,
+        "tickwork_blobs": 0,
+        "tickwork_file_changes": 0,
     }
     assert executing.rows == {
         "tickwork_sessions": 0,
@@ -146,6 +148,8 @@ def test_a_tick_at_step_60_writes_what_a_tick_at_step_3_writes(store: Store, clo
         "tickwork_events": 2,
         "tickwork_outbox": 0,
         "tickwork_dead_letters": 0,
+        "tickwork_blobs": 0,
+        "tickwork_file_changes": 0,
     }
     assert thinking.total_bytes < 2_000
     assert executing.total_bytes < 2_000

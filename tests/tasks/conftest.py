@@ -90,8 +90,9 @@ class Deployment:
                     thread.join(5)
         runtime(app).store.engine.dispose()
 
-    def spawn(self, *extra: str) -> subprocess.Popen[bytes]:
-        """A `celery worker` subprocess (solo pool: SIGKILL takes its work with it)."""
+    def spawn(self, *extra: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+        """A `celery worker` subprocess (solo pool: SIGKILL takes its work with it); `env`
+        adds to its environment (e.g. its own TICKWORK_WORKSPACES_DIR: another host)."""
         with open(self.tmp / f"worker-{uuid.uuid4().hex[:6]}.log", "wb") as log:
             return subprocess.Popen(
                 [
@@ -113,7 +114,7 @@ class Deployment:
                     *extra,
                 ],
                 cwd=ROOT,
-                env=self.env(),
+                env={**self.env(), **(env or {})},
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,

@@ -1,5 +1,6 @@
 """The repair demo through real workers: approve the fix and the tests pass, reject it and the
-session still ends, with an empty patch."""
+session still ends, with an empty patch. The submitted directory is never changed: the
+result is a patch that makes its tests pass once applied."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 
 from fsm.values import CallState, Status
 from tests.tasks.conftest import Deployment
+from tickwork.client import apply_patch
 from worker.repair import DEMO_SCRIPT, demo_input, prepare_demo_workspace
 from worker.tools.shell import run_shell
 
@@ -21,7 +23,7 @@ def submit_demo(deployment: Deployment) -> tuple[str, Path]:
     head = deployment.client.submit(
         "repair", demo_input(workspace), model=f"scripted:{DEMO_SCRIPT}"
     )
-    assert Path(head.config["baseline"]).parent == state.resolve() / "baselines"
+    assert head.config["source"]["kind"] == "workspace" and "workspace" not in head.config
     waiting = deployment.client.wait(head.id, timeout=60)
     assert waiting.status is Status.WAITING_APPROVAL, waiting.error_message
     assert waiting.awaiting == (WRITE,)
@@ -39,6 +41,9 @@ def test_the_approved_fix_makes_the_tests_pass(
 
     assert head.status is Status.COMPLETED, head.error_message
     assert head.final_answer and head.final_answer.startswith("Summary")
+    assert "len(numbers) + 1" in (workspace / "calc.py").read_text()  # never edited in place
+    assert deployment.client.patch(session_id) == head.result["patch"]
+    apply_patch(workspace, head.result["patch"])
     rerun = run_shell(head.config["test_command"], cwd=workspace, timeout_s=60)
     assert rerun.exit_code == 0, rerun.describe()
     result = head.result

@@ -1,11 +1,12 @@
-"""The repair job kind: its input checks, the workspace baseline, and the patch and tests at
-the end; the demo's example and script."""
+"""The repair job kind: its input checks, the source stored at submit, the patch from the
+stored files and the final test run; the demo's example and script."""
 
 from __future__ import annotations
 
 import json
 import shlex
 import shutil
+import subprocess
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -15,7 +16,8 @@ import pytest
 
 from fsm.errors import InvalidInput
 from fsm.values import Head
-from worker import repair
+from store.artifacts import DirectoryArtifacts
+from worker import repair, sources
 from worker.jobs import Jobs
 from worker.models.scripted import load_script
 from worker.repair import (
@@ -23,10 +25,11 @@ from worker.repair import (
     DEMO_SCRIPT,
     REPAIR,
     demo_input,
-    diff_workspace,
+    diff_manifests,
     finish,
     prepare,
     prepare_demo_workspace,
+    run_final_tests,
 )
 from worker.tools.patches import apply_patch
 from worker.tools.shell import run_shell
@@ -55,14 +58,31 @@ def state(tmp_path: Path) -> Path:
     return tmp_path / "state"
 
 
+@pytest.fixture
+def artifacts(tmp_path: Path) -> DirectoryArtifacts:
+    return DirectoryArtifacts(tmp_path / "artifacts")
+
+
 def head_for(config: dict[str, Any]) -> Head:
     return Head(
         id="sess-1", kind="repair", created_at=T0, updated_at=T0, model="scripted", config=config
     )
 
 
-def start(project: Path, state: Path, command: str = PASS, **extra: Any) -> dict[str, Any]:
-    return prepare({"workspace": str(project), "test_command": command, **extra}, state_dir=state)
+def start(
+    project: Path, state: Path, artifacts: DirectoryArtifacts, command: str = PASS, **extra: Any
+) -> dict[str, Any]:
+    data = {"workspace": str(project), "test_command": command, **extra}
+    return prepare(data, state_dir=state, artifacts=artifacts)
+
+
+def manifest(artifacts: DirectoryArtifacts, root: Path) -> dict[str, str]:
+    return sources.read_manifest(artifacts, sources.pack(root, artifacts)[0])
+
+
+def diff(artifacts: DirectoryArtifacts, before: Path, after: Path) -> tuple[str, list[str]]:
+    """The patch from the files of `before` to those of `after`, through the store."""
+    return diff_manifests(manifest(artifacts, before), manifest(artifacts, after), artifacts.get)
 
 
 def test_the_builtin_kind_is_this_one() -> None:
@@ -79,10 +99,16 @@ WS = "<project>"
 @pytest.mark.parametrize(
     ("data", "match"),
     [
-        ({"test_command": PASS}, "`workspace` is required"),
-        ({"workspace": "", "test_command": PASS}, "`workspace` is required"),
-        ({"workspace": 3, "test_command": PASS}, "`workspace` is required"),
-        ({"workspace": "/no/such/dir", "test_command": PASS}, "does not exist"),
+        ({"test_command": PASS}, "a source is required"),
+        ({"workspace": "", "test_command": PASS}, "a source is required"),
+        ({"workspace": 3, "test_command": PASS}, "a source is required"),
+        ({"workspace": "/no/such/dir", "test_command": PASS}, "not an existing directory"),
+        ({"workspace": WS, "repo": WS, "test_command": PASS}, "not both"),
+        ({"workspace": WS, "ref": "main", "test_command": PASS}, "`ref` goes with `repo`"),
+        ({"repo": "", "test_command": PASS}, "`repo` must be a git URL"),
+        ({"repo": "/no/such/repo", "test_command": PASS}, "does not exist"),
+        ({"repo": "--upload-pack=x", "test_command": PASS}, "not a git URL"),
+        ({"repo": WS, "ref": "-x", "test_command": PASS}, "not a branch, tag or commit"),
         ({"workspace": WS}, "`test_command` is required"),
         ({"workspace": WS, "test_command": "  "}, "`test_command` is required"),
         ({"workspace": WS, "test_command": ["pytest", 3]}, "`test_command` is required"),
@@ -98,101 +124,162 @@ WS = "<project>"
     ],
 )
 def test_invalid_input_says_what_to_do(
-    project: Path, state: Path, data: dict[str, Any], match: str
+    project: Path, state: Path, artifacts: DirectoryArtifacts, data: dict[str, Any], match: str
 ) -> None:
     data = {k: str(project) if v == WS else v for k, v in data.items()}
     with pytest.raises(InvalidInput, match=match):
-        prepare(data, state_dir=state)
-    assert not (state / "baselines").exists()
+        prepare(data, state_dir=state, artifacts=artifacts)
 
 
-def test_a_workspace_must_be_a_directory(project: Path, state: Path) -> None:
-    with pytest.raises(InvalidInput, match="is not a directory; give the project's folder"):
-        start(project / "README.md", state)
+def test_a_workspace_must_be_a_directory(
+    project: Path, state: Path, artifacts: DirectoryArtifacts
+) -> None:
+    with pytest.raises(InvalidInput, match="is not an existing directory; give the project's"):
+        start(project / "README.md", state, artifacts)
 
 
-def test_a_workspace_that_is_the_state_dir_is_refused(project: Path) -> None:
+def test_a_workspace_that_is_the_state_dir_is_refused(
+    project: Path, artifacts: DirectoryArtifacts
+) -> None:
     with pytest.raises(InvalidInput, match="is tickwork's state dir"):
-        start(project, project)
+        start(project, project, artifacts)
 
 
-@pytest.mark.parametrize(
-    ("limit", "value"), [("MAX_BASELINE_BYTES", 20), ("MAX_BASELINE_FILES", 1)]
-)
-def test_a_workspace_too_large_is_refused_and_leaves_nothing(
-    project: Path, state: Path, monkeypatch: pytest.MonkeyPatch, limit: str, value: int
+@pytest.mark.parametrize(("limit", "value"), [("MAX_SOURCE_BYTES", 20), ("MAX_SOURCE_FILES", 1)])
+def test_a_workspace_too_large_is_refused(
+    project: Path,
+    state: Path,
+    artifacts: DirectoryArtifacts,
+    monkeypatch: pytest.MonkeyPatch,
+    limit: str,
+    value: int,
 ) -> None:
-    monkeypatch.setattr(repair, limit, value)
+    monkeypatch.setattr(sources, limit, value)
     with pytest.raises(InvalidInput, match=r"holds more than .* at the project itself"):
-        start(project, state)
-    assert not (state / "baselines").exists()
+        start(project, state, artifacts)
 
 
-def test_prepare_returns_the_config_and_a_baseline_outside_the_workspace(
-    project: Path, state: Path, monkeypatch: pytest.MonkeyPatch
+def test_prepare_stores_the_source_and_never_changes_the_workspace(
+    project: Path, state: Path, artifacts: DirectoryArtifacts, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    before = {p: p.read_bytes() for p in project.rglob("*") if p.is_file()}
     monkeypatch.chdir(project.parent)
-    config = start(Path("project"), state, " python -m pytest -q ", goal="fix f")
-    assert config["workspace"] == str(project.resolve())
-    assert config["test_command"] == "python -m pytest -q"
+    config = start(Path("project"), state, artifacts, " python -m pytest -q ", goal="fix f")
+    assert config["source"] == {"kind": "workspace", "path": str(project.resolve()), "files": 4}
+    assert "workspace" not in config and config["test_command"] == "python -m pytest -q"
     for text in ("fix f", str(project.resolve()), "python -m pytest -q", "run_tests", "summary"):
         assert text in config["user_prompt"]
-    baseline = Path(config["baseline"])
-    assert baseline.parent == state.resolve() / "baselines"
-    assert project.resolve() not in baseline.parents
-    files = baseline / "files"
-    copied = sorted(p.relative_to(files).as_posix() for p in files.rglob("*") if p.is_file())
-    assert copied == ["README.md", "pkg/gone.py", "pkg/mod.py"]  # no binary, no caches, no .git
-    assert (files / "pkg" / "mod.py").read_text() == "def f():\n    return 1\n"
+    stored = sources.read_manifest(artifacts, config["files"]["base"])
+    # no caches, no .git; binary files are part of the source too
+    assert sorted(stored) == ["README.md", "logo.png", "pkg/gone.py", "pkg/mod.py"]
+    key = stored["pkg/mod.py"].split()[1]
+    assert artifacts.get([key])[key] == b"def f():\n    return 1\n"
+    assert {p: p.read_bytes() for p in project.rglob("*") if p.is_file()} == before
 
 
-def test_network_is_off_unless_the_input_asks_for_it(project: Path, state: Path) -> None:
-    assert "network" not in start(project, state)
-    assert "network" not in start(project, state, network=False)
-    assert start(project, state, network=True)["network"] is True
+def test_network_is_off_unless_the_input_asks_for_it(
+    project: Path, state: Path, artifacts: DirectoryArtifacts
+) -> None:
+    assert "network" not in start(project, state, artifacts)
+    assert "network" not in start(project, state, artifacts, network=False)
+    assert start(project, state, artifacts, network=True)["network"] is True
 
 
-def test_a_test_command_may_be_a_list_of_words(project: Path, state: Path) -> None:
-    config = start(project, state, ["python", "-m", "pytest", "-k", "a b"])  # type: ignore[arg-type]
+def test_a_git_source_is_resolved_to_a_commit_at_submit(
+    project: Path, state: Path, artifacts: DirectoryArtifacts
+) -> None:
+    def git(*args: str) -> str:
+        done = subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+            cwd=project,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return done.stdout.strip()
+
+    shutil.rmtree(project / ".git")
+    git("init", "-q", "-b", "main")
+    git("add", "pkg", "README.md")
+    git("commit", "-qm", "one")
+    first = git("rev-parse", "HEAD")
+    (project / "pkg" / "mod.py").write_text("changed later\n")
+    git("commit", "-qam", "two")
+    git("tag", "v1", first)
+
+    for ref in ("v1", first[:10], f"file://{project}"):
+        data = {"repo": str(project), "ref": ref, "test_command": PASS}
+        if ref.startswith("file://"):
+            data = {"repo": ref, "ref": "v1", "test_command": PASS}
+        config = prepare(data, state_dir=state, artifacts=artifacts)
+        assert config["source"]["commit"] == first, ref
+        stored = sources.read_manifest(artifacts, config["files"]["base"])
+        assert sorted(stored) == ["README.md", "pkg/gone.py", "pkg/mod.py"]
+        key = stored["pkg/mod.py"].split()[1]
+        assert artifacts.get([key])[key] == b"def f():\n    return 1\n"
+    main = prepare(
+        {"repo": str(project), "ref": "main", "test_command": PASS},
+        state_dir=state,
+        artifacts=artifacts,
+    )
+    assert main["source"]["commit"] == git("rev-parse", "HEAD") != first
+    with pytest.raises(InvalidInput, match="has no branch, tag or commit 'nope'"):
+        prepare(
+            {"repo": str(project), "ref": "nope", "test_command": PASS},
+            state_dir=state,
+            artifacts=artifacts,
+        )
+
+
+def test_an_untrusted_submission_names_local_paths_under_the_roots_only(
+    project: Path, state: Path, artifacts: DirectoryArtifacts
+) -> None:
+    data = {"workspace": str(project), "test_command": PASS}
+    with pytest.raises(InvalidInput, match="does not accept local paths"):
+        prepare(data, state_dir=state, artifacts=artifacts, trusted=False)
+    with pytest.raises(InvalidInput, match="outside the directories this server accepts"):
+        prepare(data, state_dir=state, artifacts=artifacts, trusted=False, workspace_roots=[state])
+    with pytest.raises(InvalidInput, match="https:// URLs only"):
+        prepare(
+            {"repo": "git://example.com/x", "test_command": PASS},
+            state_dir=state,
+            artifacts=artifacts,
+            trusted=False,
+        )
+    config = prepare(
+        data, state_dir=state, artifacts=artifacts, trusted=False, workspace_roots=[project.parent]
+    )
+    assert config["source"]["kind"] == "workspace"
+
+
+def test_a_test_command_may_be_a_list_of_words(
+    project: Path, state: Path, artifacts: DirectoryArtifacts
+) -> None:
+    config = start(project, state, artifacts, ["python", "-m", "pytest", "-k", "a b"])  # type: ignore[arg-type]
     assert config["test_command"] == "python -m pytest -k 'a b'"
 
 
-def test_large_files_are_not_copied(
-    project: Path, state: Path, monkeypatch: pytest.MonkeyPatch
+def test_a_state_dir_inside_the_workspace_is_not_packed(
+    project: Path, artifacts: DirectoryArtifacts
 ) -> None:
-    monkeypatch.setattr(repair, "MAX_FILE_BYTES", 15)
-    config = start(project, state)
-    files = Path(config["baseline"]) / "files"
-    assert sorted(p.name for p in files.rglob("*") if p.is_file()) == ["gone.py"]
-
-
-def test_the_state_dir_comes_from_the_settings_by_default(
-    project: Path, state: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("TICKWORK_STATE_DIR", str(state))
-    config = REPAIR.prepare({"workspace": str(project), "test_command": PASS})
-    assert Path(config["baseline"]).parent == state.resolve() / "baselines"
-
-
-def test_a_state_dir_inside_the_workspace_is_neither_copied_nor_diffed(project: Path) -> None:
     inner = project / "var" / "tw"
     (inner / "broker").mkdir(parents=True)
     (inner / "broker" / "msg.json").write_text("{}")
-    config = start(project, inner)
-    assert not (Path(config["baseline"]) / "files" / "var").exists()
-    (inner / "broker" / "msg2.json").write_text("{}")
-    assert diff_workspace(Path(config["baseline"]), project) == ("", [])
+    (project / "var" / "keep.txt").write_text("kept")
+    config = start(project, inner, artifacts)
+    stored = sources.read_manifest(artifacts, config["files"]["base"])
+    assert "var/keep.txt" in stored and not any(p.startswith("var/tw") for p in stored)
 
 
-def test_an_unchanged_workspace_has_an_empty_patch(project: Path, state: Path) -> None:
-    config = start(project, state)
+def test_an_unchanged_tree_has_an_empty_patch(project: Path, artifacts: DirectoryArtifacts) -> None:
+    before = manifest(artifacts, project)
     (project / "__pycache__" / "mod.cpython.pyc").write_bytes(b"\x00compiled")
-    result = finish(head_for(config))
-    assert result["patch"] == "" and result["files_changed"] == []
+    assert diff_manifests(before, manifest(artifacts, project), artifacts.get) == ("", [])
 
 
-def test_finish_diffs_modified_new_and_deleted_files(project: Path, state: Path) -> None:
-    config = start(project, state)
+def test_the_patch_shows_modified_new_and_deleted_files(
+    project: Path, artifacts: DirectoryArtifacts
+) -> None:
     original = project.parent / "original"
     shutil.copytree(project, original)
     (project / "pkg" / "mod.py").write_text("def f():\n    return 2\n")
@@ -200,10 +287,9 @@ def test_finish_diffs_modified_new_and_deleted_files(project: Path, state: Path)
     (project / "pkg" / "new.py").write_text("NEW = 1\n")
     (project / "README.md").write_text("no newline at the end, still\n")
 
-    result = finish(head_for(config))
+    patch, changed = diff(artifacts, original, project)
 
-    patch = result["patch"]
-    assert result["files_changed"] == ["README.md", "pkg/gone.py", "pkg/mod.py", "pkg/new.py"]
+    assert changed == ["README.md", "pkg/gone.py", "pkg/mod.py", "pkg/new.py"]
     assert "--- a/pkg/mod.py\n+++ b/pkg/mod.py\n" in patch
     assert "-    return 1\n+    return 2\n" in patch
     assert "deleted file mode 100644\n--- a/pkg/gone.py\n+++ /dev/null\n@@ -1 +0,0 @@\n" in patch
@@ -211,85 +297,91 @@ def test_finish_diffs_modified_new_and_deleted_files(project: Path, state: Path)
         patch
     )
     assert "-no newline at the end\n\\ No newline at end of file\n" in patch
-    # the patch turns the starting workspace into the final one
+    # the patch turns the starting tree into the final one
     apply_patch(original, patch)
     for rel in ("pkg/mod.py", "pkg/new.py", "README.md"):
         assert (original / rel).read_bytes() == (project / rel).read_bytes()
     assert not (original / "pkg" / "gone.py").exists()
 
 
-def test_crlf_line_endings_survive_the_patch(project: Path, state: Path) -> None:
+def test_an_executable_bit_shows_as_a_mode_change(
+    project: Path, artifacts: DirectoryArtifacts
+) -> None:
+    original = project.parent / "original"
+    shutil.copytree(project, original)
+    (project / "pkg" / "mod.py").chmod(0o755)
+    patch, changed = diff(artifacts, original, project)
+    assert changed == ["pkg/mod.py"]
+    assert patch == "diff --git a/pkg/mod.py b/pkg/mod.py\nold mode 100644\nnew mode 100755\n"
+
+
+def test_crlf_line_endings_survive_the_patch(project: Path, artifacts: DirectoryArtifacts) -> None:
     (project / "win.txt").write_bytes(b"one\r\ntwo\r\n")
-    config = start(project, state)
     original = project.parent / "original"
     shutil.copytree(project, original)
     (project / "win.txt").write_bytes(b"one\r\n2\r\n")
-    patch, changed = diff_workspace(Path(config["baseline"]), project)
+    patch, changed = diff(artifacts, original, project)
     assert changed == ["win.txt"] and "-two\r\n+2\r\n" in patch
     apply_patch(original, patch)
     assert (original / "win.txt").read_bytes() == b"one\r\n2\r\n"
 
 
-def test_lines_split_at_newlines_only(project: Path, state: Path) -> None:
+def test_lines_split_at_newlines_only(project: Path, artifacts: DirectoryArtifacts) -> None:
     (project / "odd.py").write_text("a = '\x0c'\nb = '\u2028'\nc = 1\n")
-    config = start(project, state)
+    before = manifest(artifacts, project)
     (project / "odd.py").write_text("a = '\x0c'\nb = '\u2028'\nc = 2")
-    patch, _ = diff_workspace(Path(config["baseline"]), project)
+    patch, _ = diff_manifests(before, manifest(artifacts, project), artifacts.get)
     assert patch.endswith(
         "@@ -1,3 +1,3 @@\n a = '\x0c'\n b = '\u2028'\n-c = 1\n+c = 2\n"
         "\\ No newline at end of file\n"
     )
 
 
-def test_binary_and_empty_files_get_headers_only(project: Path, state: Path) -> None:
-    config = start(project, state)
+def test_binary_large_and_empty_files_get_headers_only(
+    project: Path, artifacts: DirectoryArtifacts, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    before = manifest(artifacts, project)
     (project / "logo.png").write_bytes(b"\x89PNG\x00changed, longer")
     (project / "data.bin").write_bytes(b"\x00\x01")
     (project / "empty.txt").write_text("")
     (project / "pkg" / "mod.py").write_bytes(b"\x00now binary")
-    patch, changed = diff_workspace(Path(config["baseline"]), project)
-    assert changed == ["data.bin", "empty.txt", "logo.png", "pkg/mod.py"]
+    (project / "big.txt").write_text("x" * 40)
+    monkeypatch.setattr(repair, "MAX_FILE_BYTES", 30)
+    patch, changed = diff_manifests(before, manifest(artifacts, project), artifacts.get)
+    assert changed == ["big.txt", "data.bin", "empty.txt", "logo.png", "pkg/mod.py"]
+    assert "Binary files /dev/null and b/big.txt differ\n" in patch
     assert "Binary files /dev/null and b/data.bin differ\n" in patch
     assert "Binary files a/logo.png and b/logo.png differ\n" in patch
     assert "Binary files a/pkg/mod.py and b/pkg/mod.py differ\n" in patch
     assert "diff --git a/empty.txt b/empty.txt\nnew file mode 100644\n" in patch
 
 
-def test_finish_records_the_final_test_run(project: Path, state: Path) -> None:
-    passing = finish(head_for(start(project, state, PASS)))["tests"]
+def test_the_final_test_run_is_recorded(project: Path) -> None:
+    passing = run_final_tests(head_for({"test_command": PASS}), project)
     assert passing["command"] == PASS
     assert (passing["exit_code"], passing["passed"], passing["timed_out"]) == (0, True, False)
-    failing = finish(head_for(start(project, state, FAIL)))["tests"]
+    failing = run_final_tests(head_for({"test_command": FAIL}), project)
     assert (failing["exit_code"], failing["passed"]) == (3, False)
     assert "2 failed" in failing["output"]
 
 
-def test_the_final_test_run_has_a_timeout(project: Path, state: Path) -> None:
+def test_the_final_test_run_has_a_timeout(project: Path) -> None:
     slow = f"{shlex.quote(sys.executable)} -c 'import time; time.sleep(30)'"
-    tests = finish(head_for(start(project, state, slow, test_timeout_s=0.5)))["tests"]
+    tests = run_final_tests(head_for({"test_command": slow, "test_timeout_s": 0.5}), project)
     assert tests["timed_out"] is True and tests["passed"] is False and tests["exit_code"] is None
 
 
 def test_the_final_test_run_ends_before_the_brokers_delivery_timeout(
-    project: Path, state: Path, monkeypatch: pytest.MonkeyPatch
+    project: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     slow = f"{shlex.quote(sys.executable)} -c 'import time; time.sleep(30)'"
-    config = start(project, state, slow, test_timeout_s=60)
     # a broker that gives a delivery 301 s leaves a tick's calls 1 s
     monkeypatch.setenv("TICKWORK_DELIVERY_TIMEOUT_S", "301")
     monkeypatch.setenv("TICKWORK_MODEL_TIMEOUT_S", "1")
 
-    tests = finish(head_for(config))["tests"]
+    tests = run_final_tests(head_for({"test_command": slow, "test_timeout_s": 60}), project)
 
     assert tests["timed_out"] is True and tests["passed"] is False
-
-
-def test_finish_without_its_baseline_still_returns(project: Path, state: Path) -> None:
-    config = start(project, state)
-    shutil.rmtree(config["baseline"])
-    result = finish(head_for(config))
-    assert result["patch"] is None and "manifest.json" in result["patch_error"]
-    assert result["tests"]["passed"] is True
 
 
 def test_the_demo_workspace_is_a_fresh_copy(state: Path) -> None:
@@ -321,3 +413,9 @@ def test_the_demo_script_fits_the_shipped_example() -> None:
     )
     assert written["content"] != shipped
     assert json.loads(DEMO_SCRIPT.read_text())["replies"][-1]["content"].startswith("Summary")
+
+
+def test_a_password_in_a_repository_url_is_not_shown() -> None:
+    source = {"kind": "repo", "url": "https://bob:s3cret@git.example/x.git", "ref": "main"}
+    shown = sources.describe({**source, "commit": "a" * 40})
+    assert "s3cret" not in shown and "https://bob:****@git.example/x.git at main" in shown

@@ -1,27 +1,31 @@
 """What a waiting call would change, for the approver: a diff for file writes.
 
 A call whose arguments hold `path` and `content` writes a file: its preview is a unified
-diff from the file as it is now in the session's workspace (read through the tools' own
-confinement) to the proposed content. A call with a `patch` argument shows the patch.
+diff from the file as the store holds it now in the session's files (never a file of the
+host) to the proposed content. A call with a `patch` argument shows the patch.
 """
 
 from __future__ import annotations
 
 import difflib
+import posixpath
+from collections.abc import Callable
 from typing import Any
 
-from fsm.errors import ToolError
 from fsm.values import ToolCall
+
+#: reads one file of the session as stored (None: no such file); None: the session has none
+Reader = Callable[[str], bytes | None] | None
 
 #: files larger than this are not diffed
 MAX_FILE_BYTES = 512_000
 
 
-def preview(call: ToolCall, config: dict[str, Any]) -> dict[str, Any] | None:
+def preview(call: ToolCall, read: Reader = None) -> dict[str, Any] | None:
     args = call.arguments or {}
     path, content, patch = args.get("path"), args.get("content"), args.get("patch")
     if isinstance(path, str) and isinstance(content, str):
-        before, note = _current(config.get("workspace"), path)
+        before, note = _current(read, path)
         lines = difflib.unified_diff(
             before.splitlines(keepends=True),
             content.splitlines(keepends=True),
@@ -39,21 +43,22 @@ def _terminated(lines: Any) -> Any:
         yield line if line.endswith("\n") else line + "\n\\ No newline at end of file\n"
 
 
-def _current(workspace: Any, path: str) -> tuple[str, str]:
+def _current(read: Reader, path: str) -> tuple[str, str]:
     """The file's text now, and a note on where it came from."""
-    if not workspace:
-        return "", "the session has no workspace; shown against an empty file"
-    from worker.tools.sandbox import resolve, workspace_root
-
+    if read is None:
+        return "", "the session has no stored files; shown against an empty file"
+    name = posixpath.normpath(path)
+    if name.startswith(("/", "../")) or name in ("..", "."):
+        return "", "the path is outside the session's files; shown against an empty file"
     try:
-        file = resolve(workspace_root(workspace), path)
-    except ToolError as exc:
-        return "", f"cannot read the current file: {exc}"
-    if not file.exists():
+        found = read(name)
+    except Exception as exc:  # the artifact store is away: the card still shows the call
+        return "", f"cannot read the current file: {type(exc).__name__}"
+    if found is None:
         return "", "new file"
+    if len(found) > MAX_FILE_BYTES:
+        return "", f"the current file is over {MAX_FILE_BYTES // 1000} kB; not diffed"
     try:
-        if file.stat().st_size > MAX_FILE_BYTES:
-            return "", f"the current file is over {MAX_FILE_BYTES // 1000} kB; not diffed"
-        return file.read_text(encoding="utf-8"), "against the workspace's current file"
-    except (OSError, UnicodeDecodeError) as exc:
-        return "", f"cannot read the current file: {exc}"
+        return found.decode("utf-8"), "against the session's current file"
+    except UnicodeDecodeError:
+        return "", "the current file is not UTF-8 text; not diffed"

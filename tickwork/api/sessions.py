@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request
@@ -64,6 +65,7 @@ def submit(body: bodies.Submit, client: Client, request: Request, who: Submitter
             model=model_spec(body.model),
             budgets=body.budgets,
             session_id=body.id,
+            trusted=False,
         )
     except (IntegrityError, InvalidInput):
         _taken(client, body.id)
@@ -259,7 +261,7 @@ def approvals(
     found = []
     for head in heads:
         try:
-            found.append(waiting_view(client.load(head.id)))
+            found.append(waiting_view(client.load(head.id), client))
         except LookupError:
             continue  # pruned meanwhile
     return sorted(found, key=lambda w: w["waiting_since"] or "")
@@ -271,12 +273,16 @@ def approvals(
     summary="One session's calls waiting for a person, with previews",
 )
 def approval(session_id: SessionId, client: Client, who: Caller) -> dict[str, Any]:
-    return waiting_view(client.load(session_id))
+    return waiting_view(client.load(session_id), client)
 
 
-def waiting_view(session: Session) -> dict[str, Any]:
-    """A waiting session for the approvals page: its calls with previews."""
+def waiting_view(session: Session, client: Tickwork | None = None) -> dict[str, Any]:
+    """A waiting session for the approvals page: its calls with previews (read from the
+    session's stored files)."""
     head = session.head
+    read = None
+    if client is not None and head.config.get("files"):
+        read = functools.partial(client.files.read, head)
     view = views.session(session)
     asked = [e.at for e in session.events if e.kind is EventKind.APPROVAL_REQUESTED]
     calls, thought = [], ""
@@ -284,11 +290,12 @@ def waiting_view(session: Session) -> dict[str, Any]:
         for call in step["calls"]:
             if call["call_id"] in head.awaiting:
                 found = session.call(call["call_id"])
-                call["preview"] = previews.preview(found, head.config) if found else None
+                call["preview"] = previews.preview(found, read) if found else None
                 calls.append(call)
                 thought = step["thought"]
     return {
         "session": views.head(head),
+        "job": views.job(head),
         "thought": thought,
         "calls": calls,
         "waiting_since": asked[-1].isoformat() if asked else None,

@@ -232,6 +232,9 @@
       el("p", { class: "meta" },
         `${head.kind} · ${head.model} · step ${head.step} · waiting since ${ago(waiting.waiting_since)}`,
         networkNote(head)),
+      waiting.job ? el("dl", { class: "job" }, ["source", "goal", "test_command"]
+        .filter((key) => waiting.job[key])
+        .flatMap((key) => [el("dt", {}, key.replace("_", " ")), el("dd", { dataset: { key } }, waiting.job[key])])) : null,
       waiting.thought ? el("blockquote", { class: "thought" }, waiting.thought) : null,
       waiting.calls.map((call) => callCard(head.id, call, onDecided)));
   }

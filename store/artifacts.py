@@ -1,0 +1,227 @@
+"""The artifact store: blobs by the SHA-256 of their content, each stored once.
+
+Chosen by a URL (`TICKWORK_ARTIFACTS_URL`): empty for the database's own blobs table (SQLite
+or Postgres: the embedded default needs nothing more), `file:///shared/dir` for a folder
+every worker mounts, `s3://bucket/prefix` for S3-compatible storage (the `s3` extra; the
+endpoint from `AWS_ENDPOINT_URL` or `?endpoint=URL`). Writes are idempotent, so a blob may
+be put before the save that names it, by any number of workers at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import re
+import tempfile
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import parse_qs, unquote, urlparse
+
+from sqlalchemy import Engine, select
+from sqlalchemy.dialects import postgresql, sqlite
+
+from fsm.errors import ArtifactsUnavailable, BlobMissing, ConfigurationError
+
+from .schema import blobs
+
+_HASH = re.compile(r"^[0-9a-f]{64}$")
+
+
+class Artifacts(Protocol):
+    """Where blobs live; every method takes and gives blobs by their SHA-256 hex digest."""
+
+    def put(self, items: Mapping[str, bytes]) -> int:
+        """Store the blobs not stored yet; returns the bytes written."""
+        ...
+
+    def get(self, hashes: Iterable[str]) -> dict[str, bytes]:
+        """The blobs asked for; raises BlobMissing naming one that is not there."""
+        ...
+
+
+def _checked(items: Mapping[str, bytes]) -> None:
+    for key, data in items.items():
+        if hashlib.sha256(data).hexdigest() != key:
+            raise ValueError(f"blob {key} does not hold the content it is named by")
+
+
+def _missing(wanted: Iterable[str], found: Mapping[str, bytes]) -> None:
+    for key in wanted:
+        if key not in found:
+            raise BlobMissing(f"blob {key} is not in the artifact store; was it pruned?")
+
+
+class DatabaseArtifacts:
+    """Blobs in the `tickwork_blobs` table of the session database."""
+
+    #: blobs per statement (a read or a write)
+    BATCH = 200
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        name = engine.dialect.name
+        self._insert = postgresql.insert if name == "postgresql" else sqlite.insert
+
+    def put(self, items: Mapping[str, bytes]) -> int:
+        _checked(items)
+        written = 0
+        keys = sorted(items)
+        with self.engine.begin() as conn:
+            for start in range(0, len(keys), self.BATCH):
+                batch = keys[start : start + self.BATCH]
+                known = set(
+                    conn.execute(select(blobs.c.hash).where(blobs.c.hash.in_(batch))).scalars()
+                )
+                new = [k for k in batch if k not in known]
+                if not new:
+                    continue
+                rows = [{"hash": k, "size": len(items[k]), "data": items[k]} for k in new]
+                conn.execute(self._insert(blobs).on_conflict_do_nothing(), rows)
+                written += sum(len(items[k]) for k in new)
+        return written
+
+    def get(self, hashes: Iterable[str]) -> dict[str, bytes]:
+        wanted = sorted(set(hashes))
+        found: dict[str, bytes] = {}
+        with self.engine.connect() as conn:
+            for start in range(0, len(wanted), self.BATCH):
+                batch = wanted[start : start + self.BATCH]
+                query = select(blobs.c.hash, blobs.c.data).where(blobs.c.hash.in_(batch))
+                found.update({k: bytes(v) for k, v in conn.execute(query)})
+        _missing(wanted, found)
+        return found
+
+
+class DirectoryArtifacts:
+    """Blobs as files `<root>/<aa>/<hash>` in a folder (a volume every worker mounts)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def _path(self, key: str) -> Path:
+        if not _HASH.match(key):
+            raise ValueError(f"{key!r} is not a SHA-256 hex digest")
+        return self.root / key[:2] / key
+
+    def put(self, items: Mapping[str, bytes]) -> int:
+        _checked(items)
+        try:
+            return self._put(items)
+        except OSError as exc:
+            raise ArtifactsUnavailable(f"cannot write blobs under {self.root}: {exc}") from exc
+
+    def _put(self, items: Mapping[str, bytes]) -> int:
+        written = 0
+        for key, data in items.items():
+            path = self._path(key)
+            if path.exists():
+                continue
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".put-")
+            try:
+                with os.fdopen(fd, "wb") as handle:
+                    handle.write(data)
+                os.replace(tmp, path)  # atomic: a reader sees all of it or nothing
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
+            written += len(data)
+        return written
+
+    def get(self, hashes: Iterable[str]) -> dict[str, bytes]:
+        found: dict[str, bytes] = {}
+        for key in set(hashes):
+            try:
+                found[key] = self._path(key).read_bytes()
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                raise ArtifactsUnavailable(f"cannot read blobs under {self.root}: {exc}") from exc
+        _missing(hashes, found)
+        return found
+
+
+class S3Artifacts:
+    """Blobs as objects `<prefix><hash>` in an S3-compatible bucket (needs boto3)."""
+
+    def __init__(self, bucket: str, prefix: str, endpoint: str | None) -> None:
+        try:
+            import boto3  # type: ignore[import-not-found,import-untyped,unused-ignore]
+        except ImportError:
+            raise ConfigurationError(
+                "an s3:// artifact store needs boto3: pip install 'tickwork[s3]'"
+            ) from None
+        self.bucket, self.prefix = bucket, prefix
+        self._s3: Any = boto3.client("s3", endpoint_url=endpoint)
+
+    def put(self, items: Mapping[str, bytes]) -> int:
+        _checked(items)
+        written = 0
+        with self._unavailable("write"):
+            for key, data in items.items():
+                name = self.prefix + key
+                try:
+                    self._s3.head_object(Bucket=self.bucket, Key=name)
+                    continue
+                except self._s3.exceptions.ClientError as exc:
+                    if exc.response.get("Error", {}).get("Code") not in ("404", "NoSuchKey"):
+                        raise
+                self._s3.put_object(Bucket=self.bucket, Key=name, Body=data)
+                written += len(data)
+        return written
+
+    def get(self, hashes: Iterable[str]) -> dict[str, bytes]:
+        found: dict[str, bytes] = {}
+        with self._unavailable("read"):
+            for key in set(hashes):
+                try:
+                    reply = self._s3.get_object(Bucket=self.bucket, Key=self.prefix + key)
+                except self._s3.exceptions.NoSuchKey:
+                    continue
+                with reply["Body"] as body:
+                    found[key] = body.read()
+        _missing(hashes, found)
+        return found
+
+    @contextlib.contextmanager
+    def _unavailable(self, what: str) -> Iterator[None]:
+        """S3's errors (the endpoint away, a refusal) as ArtifactsUnavailable."""
+        from botocore.exceptions import (  # type: ignore[import-untyped,unused-ignore]
+            BotoCoreError,
+            ClientError,
+        )
+
+        try:
+            yield
+        except (BotoCoreError, ClientError) as exc:
+            raise ArtifactsUnavailable(
+                f"cannot {what} blobs in s3://{self.bucket}/{self.prefix}: {exc}"
+            ) from exc
+
+    def close(self) -> None:
+        self._s3.close()
+
+
+def open_artifacts(url: str, engine: Engine) -> Artifacts:
+    """The artifact store `url` names; the database's blobs table when it is empty."""
+    if not url or url in ("db", "database"):
+        return DatabaseArtifacts(engine)
+    parsed = urlparse(url)
+    if parsed.scheme == "file":
+        if parsed.netloc not in ("", "localhost"):
+            raise ConfigurationError(f"artifact store {url!r}: write file:///absolute/path")
+        return DirectoryArtifacts(Path(unquote(parsed.path)))
+    if parsed.scheme == "s3":
+        if not parsed.netloc:
+            raise ConfigurationError(f"artifact store {url!r}: write s3://bucket/prefix")
+        prefix = parsed.path.lstrip("/")
+        if prefix and not prefix.endswith("/"):
+            prefix += "/"
+        endpoint = parse_qs(parsed.query).get("endpoint", [None])[0]
+        return S3Artifacts(parsed.netloc, prefix, endpoint or os.environ.get("AWS_ENDPOINT_URL"))
+    raise ConfigurationError(
+        f"unknown artifact store {url!r} (TICKWORK_ARTIFACTS_URL): leave it empty for the "
+        "database, or give file:///path or s3://bucket/prefix"
+    )

@@ -1,0 +1,112 @@
+"""A repair job from a git repository through the CLI: `show` names its source, goal and test
+command; `patch` prints the result against the source and `--apply` applies it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.e2e.conftest import Cli, Deployment
+
+BUGGY = "def add(a, b):\n    return a - b\n"
+FIXED = "def add(a, b):\n    return a + b\n"
+
+
+def _repo(root: Path) -> str:
+    root.mkdir()
+    (root / "calc.py").write_text(BUGGY)
+
+    def git(*args: str) -> str:
+        done = subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return done.stdout.strip()
+
+    git("init", "-q", "-b", "main")
+    git("add", "calc.py")
+    git("commit", "-qm", "buggy")
+    return git("rev-parse", "HEAD")
+
+
+def test_a_repair_from_a_repository_gives_a_patch_to_apply(
+    deployment: Deployment, cli: Cli
+) -> None:
+    repo = deployment.tmp / "repo"
+    commit = _repo(repo)
+    script = deployment.script(
+        [
+            {
+                "content": "fix",
+                "tool_calls": [
+                    {"name": "apply_patch", "arguments": {"patch": _fix_patch()}},
+                ],
+            },
+            {"content": "fixed the sign"},
+        ]
+    )
+    test_cmd = f"{sys.executable} -c 'from calc import add; assert add(2, 3) == 5'"
+    head = cli(
+        "submit", "repair", "--repo", f"file://{repo}", "--ref", "main",
+        "--test-cmd", test_cmd, "--goal", "make add add", "--model", script, "--json",
+    ).json()  # fmt: skip
+    sid = head["id"]
+    assert head["config"]["source"]["commit"] == commit
+
+    with deployment.worker():
+        assert deployment.client.wait(sid, timeout=60).status.value == "waiting_approval"
+        shown = cli("show", sid).stdout
+        assert f"file://{repo} at main ({commit[:12]})" in shown
+        assert "make add add" in shown and "from calc import add" in shown
+        assert cli("patch", sid).stdout == ""  # nothing changed yet
+        deployment.client.approve(sid, "s1c0", approver="alice")
+        done = deployment.client.wait(sid, timeout=60)
+    assert done.status.value == "completed", done.error_message
+    assert done.result["tests"]["passed"] is True
+
+    printed = cli("patch", sid).stdout
+    assert printed == done.result["patch"]
+    assert "--- a/calc.py\n+++ b/calc.py\n" in printed and "+    return a + b\n" in printed
+    assert (repo / "calc.py").read_text() == BUGGY
+    applied = cli("patch", sid, "--apply", str(repo))
+    assert "applied" in applied.stdout
+    assert (repo / "calc.py").read_text() == FIXED
+    again = cli("patch", sid, "--apply", str(repo), ok=False)
+    again.error(2, "does not apply")
+
+
+def _fix_patch() -> str:
+    return (
+        "--- a/calc.py\n+++ b/calc.py\n@@ -1,2 +1,2 @@\n def add(a, b):\n"
+        "-    return a - b\n+    return a + b\n"
+    )
+
+
+def test_a_repository_sessions_files_come_as_a_branch_in_a_bundle(
+    deployment: Deployment, cli: Cli
+) -> None:
+    repo = deployment.tmp / "repo"
+    commit = _repo(repo)
+    write = {"name": "run_command", "arguments": {"command": "printf 'NEW = 1\\n' >> new.py"}}
+    script = deployment.script([{"content": "add", "tool_calls": [write]}, {"content": "done"}])
+    sid = cli(
+        "submit", "repair", "--repo", str(repo), "--test-cmd", "true", "--model", script, "--json"
+    ).json()["id"]
+    with deployment.worker():
+        assert deployment.client.wait(sid, timeout=60).status.value == "completed"
+    out = deployment.tmp / "result.bundle"
+    assert f"tickwork/{sid}" in cli("patch", sid, "--bundle", str(out)).stdout
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", *args], cwd=repo, capture_output=True, text=True, check=True
+        ).stdout.strip()
+
+    git("fetch", "-q", str(out), f"tickwork/{sid}:result")
+    assert git("rev-parse", "result~1") == commit
+    assert git("show", "result:new.py") == "NEW = 1"
+    assert git("show", "result:calc.py") == BUGGY.rstrip("\n")

@@ -1,0 +1,97 @@
+"""Every artifact store keeps blobs by their SHA-256, once: the database's blobs table, a
+directory, and S3-compatible storage (moto's server on loopback)."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fsm.errors import BlobMissing
+from store import make_engine
+from store.artifacts import Artifacts, open_artifacts
+from store.files import blob_hash
+from store.migrate import upgrade
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def s3_endpoint() -> Iterator[str]:
+    pytest.importorskip("boto3")
+    port = _free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
+@pytest.fixture(params=["database", "directory", "s3"])
+def artifacts(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Artifacts]:
+    url = f"sqlite:///{tmp_path / 'blobs.db'}"
+    upgrade(url)
+    engine = make_engine(url)
+    if request.param == "database":
+        found: Any = open_artifacts("", engine)
+    elif request.param == "directory":
+        found = open_artifacts(f"file://{tmp_path / 'shared'}", engine)
+    else:
+        endpoint = request.getfixturevalue("s3_endpoint")
+        for name, value in (
+            ("AWS_ACCESS_KEY_ID", "testing"),
+            ("AWS_SECRET_ACCESS_KEY", "testing"),
+            ("AWS_DEFAULT_REGION", "us-east-1"),
+        ):
+            monkeypatch.setenv(name, value)
+        import boto3
+
+        bucket = f"tw-{tmp_path.name.lower()[-20:].strip('_') or 'x'}".replace("_", "-")
+        admin = boto3.client("s3", endpoint_url=endpoint)
+        admin.create_bucket(Bucket=bucket)
+        admin.close()
+        found = open_artifacts(f"s3://{bucket}/blobs?endpoint={endpoint}", engine)
+    yield found
+    if hasattr(found, "close"):
+        found.close()
+    engine.dispose()
+
+
+def test_a_blob_is_stored_once_and_read_back(artifacts: Artifacts) -> None:
+    blobs = {blob_hash(b"x" * 1000): b"x" * 1000, blob_hash(b""): b""}
+    assert artifacts.put(blobs) == 1000
+    assert artifacts.put(blobs) == 0  # already there: nothing written
+    assert artifacts.get(blobs) == blobs
+
+
+def test_a_missing_blob_and_a_misnamed_one_are_refused(artifacts: Artifacts) -> None:
+    with pytest.raises(BlobMissing, match="not in the artifact store"):
+        artifacts.get([blob_hash(b"never put")])
+    with pytest.raises(ValueError, match="does not hold the content"):
+        artifacts.put({blob_hash(b"a"): b"b"})

@@ -1,0 +1,358 @@
+"""Working copies: made from the store on any host, brought up to date when stale, restored
+when a crash left them dirty, and each tool's change found from a stat snapshot."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from fsm.errors import ConfigurationError, InvalidInput
+from fsm.values import Head, Session
+from store import Store, make_engine
+from store.artifacts import DatabaseArtifacts, DirectoryArtifacts, open_artifacts
+from store.files import FileChange
+from store.migrate import upgrade
+from tests.conftest import Clock
+from tests.store.conftest import claim, execute_change, new_session, reply, think
+from worker import sources
+from worker.workspaces import Workspaces
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    url = f"sqlite:///{tmp_path / 'files.db'}"
+    upgrade(url)
+    store = Store(make_engine(url))
+    yield store
+    store.engine.dispose()
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    root = tmp_path / "project"
+    (root / "pkg").mkdir(parents=True)
+    (root / "pkg" / "calc.py").write_text("def add(a, b):\n    return a - b\n")
+    (root / "README").write_text("calc\n")
+    (root / "run.sh").write_text("#!/bin/sh\necho hi\n")
+    (root / "run.sh").chmod(0o755)
+    (root / "__pycache__").mkdir()
+    (root / "__pycache__" / "x.pyc").write_bytes(b"\x00junk")
+    (root / "build").mkdir()
+    (root / "build" / "out.o").write_bytes(b"\x00obj")
+    (root / "notes.log").write_text("log\n")
+    (root / ".gitignore").write_text("# comments\nbuild/\n*.log\n")
+    return root
+
+
+def _session(store: Store, clock: Clock, base: str, session_id: str = "ws-1") -> Head:
+    session = new_session(session_id, now=clock())
+    config = {**session.head.config, "files": {"base": base}}
+    head = session.head.model_copy(update={"config": config})
+    store.create(Session(head=head), now=clock())
+    return head
+
+
+def _host(tmp_path: Path, store: Store, name: str) -> Workspaces:
+    return Workspaces(tmp_path / name, store, DatabaseArtifacts(store.engine))
+
+
+def _tick(store: Store, clock: Clock, host: Workspaces, head: Head, edit: object) -> FileChange:
+    """One step whose tool runs `edit(path)` in the host's working copy; saved."""
+    think(store, head.id, reply(("run_command", {"command": "edit"})), now=clock.advance(1))
+    claimed = claim(store, head.id, now=clock.advance(1))
+    copy = host.checkout(claimed.head)
+    try:
+        copy.begin()
+        edit(copy.path)  # type: ignore[operator]
+        files = copy.record(step=claimed.head.step, call_id=claimed.calls[0].call_id)
+        assert files is not None
+        change = execute_change(store, claimed, now=clock())
+        store.save(change, version=claimed.head.version, owner="worker-1", now=clock(), files=files)
+        copy.saved()
+    finally:
+        copy.release()
+    return files
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {
+        p.relative_to(root).as_posix(): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and "__pycache__" not in p.parts
+    }
+
+
+def test_a_packed_directory_skips_caches_and_ignored_files_and_is_stored_once(
+    store: Store, project: Path
+) -> None:
+    artifacts = DatabaseArtifacts(store.engine)
+    before = _tree(project)
+    base, count = sources.pack(project, artifacts)
+    manifest = sources.read_manifest(artifacts, base)
+    assert sorted(manifest) == [".gitignore", "README", "pkg/calc.py", "run.sh"] and count == 4
+    assert manifest["run.sh"].startswith("100755 ") and manifest["README"].startswith("100644 ")
+    assert _tree(project) == before  # the user's directory is never changed
+    again, _ = sources.pack(project, artifacts)
+    assert again == base
+    assert artifacts.put({base: artifacts.get([base])[base]}) == 0
+
+
+def test_a_host_without_a_copy_makes_one_from_the_store(
+    store: Store, clock: Clock, project: Path, tmp_path: Path
+) -> None:
+    base, _ = sources.pack(project, DatabaseArtifacts(store.engine))
+    head = _session(store, clock, base)
+    copy = _host(tmp_path, store, "host-a").checkout(head)
+    try:
+        assert _tree(copy.path) == {
+            p: c
+            for p, c in _tree(project).items()
+            if p in (".gitignore", "README", "pkg/calc.py", "run.sh")
+        }
+        assert os.access(copy.path / "run.sh", os.X_OK)
+        assert copy.record(step=1, call_id="c") is None  # nothing changed
+    finally:
+        copy.release()
+
+
+def test_every_kind_of_change_is_found_even_right_after_the_copy_was_made(
+    store: Store, clock: Clock, project: Path, tmp_path: Path
+) -> None:
+    base, _ = sources.pack(project, DatabaseArtifacts(store.engine))
+    head = _session(store, clock, base)
+    host = _host(tmp_path, store, "host-a")
+
+    def edit(root: Path) -> None:
+        # same size, same second as the copy: only a hash tells it changed
+        (root / "pkg" / "calc.py").write_text("def add(a, b):\n    return a + b\n")
+        (root / "README").unlink()
+        (root / "new" / "deep").mkdir(parents=True)
+        (root / "new" / "deep" / "f.txt").write_text("new\n")
+        (root / "run.sh").chmod(0o644)
+        (root / "__pycache__").mkdir(exist_ok=True)
+        (root / "__pycache__" / "y.pyc").write_bytes(b"cache")
+        (root / "debug.log").write_text("ignored\n")
+
+    files = _tick(store, clock, host, head, edit)
+    assert sorted(files.changes) == ["README", "new/deep/f.txt", "pkg/calc.py", "run.sh"]
+    assert files.changes["README"] is None
+    assert str(files.changes["run.sh"]).startswith("100644 ")
+    assert store.files_state(head.id) == files.state
+
+
+def test_a_stale_copy_is_brought_up_to_date_writing_only_what_differs(
+    store: Store, clock: Clock, project: Path, tmp_path: Path
+) -> None:
+    base, _ = sources.pack(project, DatabaseArtifacts(store.engine))
+    head = _session(store, clock, base)
+    host_a, host_b = _host(tmp_path, store, "host-a"), _host(tmp_path, store, "host-b")
+    copy = host_b.checkout(head)
+    readme = (copy.path / "README").stat().st_ino
+    copy.release()
+
+    _tick(store, clock, host_a, head, lambda r: (r / "pkg" / "calc.py").write_text("fixed\n"))
+
+    copy = host_b.checkout(store.get(head.id))
+    try:
+        assert (copy.path / "pkg" / "calc.py").read_text() == "fixed\n"
+        assert (copy.path / "README").stat().st_ino == readme  # untouched
+    finally:
+        copy.release()
+
+
+def test_a_copy_a_crash_left_dirty_is_restored_to_the_saved_files(
+    store: Store, clock: Clock, project: Path, tmp_path: Path
+) -> None:
+    base, _ = sources.pack(project, DatabaseArtifacts(store.engine))
+    head = _session(store, clock, base)
+    host = _host(tmp_path, store, "host-a")
+    _tick(store, clock, host, head, lambda r: (r / "pkg" / "calc.py").write_text("fixed\n"))
+    copy = host.checkout(store.get(head.id))
+    saved = _tree(copy.path)
+    copy.begin()
+    (copy.path / "pkg" / "calc.py").write_text("half writ")
+    (copy.path / "README").unlink()
+    (copy.path / "partial.tmp").write_text("x")
+    copy.release()  # the worker died: nothing saved
+
+    copy = host.checkout(store.get(head.id))
+    try:
+        assert _tree(copy.path) == saved
+    finally:
+        copy.release()
+
+
+def test_a_second_tick_on_one_host_gets_a_copy_of_its_own_while_the_first_holds_it(
+    store: Store, clock: Clock, project: Path, tmp_path: Path
+) -> None:
+    base, _ = sources.pack(project, DatabaseArtifacts(store.engine))
+    head = _session(store, clock, base)
+    host = _host(tmp_path, store, "host-a")
+    first = host.checkout(head)
+    second = host.checkout(head)
+    try:
+        assert first.path != second.path
+        assert _tree(first.path) == _tree(second.path)
+    finally:
+        second.release()
+        first.release()
+    assert not second.path.exists()
+
+
+def test_an_ended_sessions_copy_is_dropped_and_the_cache_pruned_by_size(
+    store: Store, clock: Clock, project: Path, tmp_path: Path
+) -> None:
+    base, _ = sources.pack(project, DatabaseArtifacts(store.engine))
+    head = _session(store, clock, base)
+    host = _host(tmp_path, store, "host-a")
+    copy = host.checkout(head)
+    copy.release()
+    assert copy.path.exists()
+    host.drop(head.id)
+    assert not copy.folder.exists()
+
+    host.checkout(head).release()
+    host.max_bytes = 0
+    assert host.prune() > 0
+    assert not list((tmp_path / "host-a").glob("objects/*/*"))
+
+
+def test_a_directory_artifact_store(tmp_path: Path, store: Store) -> None:
+    artifacts = open_artifacts(f"file://{tmp_path / 'shared'}", store.engine)
+    assert isinstance(artifacts, DirectoryArtifacts)
+    blob = {"0" * 64: b""}
+    with pytest.raises(ValueError, match="does not hold"):
+        artifacts.put(blob)
+    from store.files import blob_hash
+
+    assert artifacts.put({blob_hash(b"abc"): b"abc"}) == 3
+    assert artifacts.put({blob_hash(b"abc"): b"abc"}) == 0
+    assert artifacts.get([blob_hash(b"abc")]) == {blob_hash(b"abc"): b"abc"}
+    with pytest.raises(ConfigurationError, match="TICKWORK_ARTIFACTS_URL"):
+        open_artifacts("ftp://x", store.engine)
+
+
+def test_untrusted_sources_must_lie_under_the_roots(tmp_path: Path, project: Path) -> None:
+    with pytest.raises(InvalidInput, match="does not accept local paths"):
+        sources.check_local(project, what="workspace", trusted=False, roots=())
+    with pytest.raises(InvalidInput, match="outside the directories"):
+        sources.check_local(project, what="workspace", trusted=False, roots=[tmp_path / "other"])
+    sources.check_local(project, what="workspace", trusted=False, roots=[tmp_path])
+    link = tmp_path / "other"
+    link.mkdir()
+    (link / "escape").symlink_to(project)
+    with pytest.raises(InvalidInput, match="outside the directories"):
+        sources.check_local(link / "escape", what="workspace", trusted=False, roots=[link])
+
+
+def test_a_same_size_rewrite_in_the_same_clock_tick_as_the_last_record_is_found(
+    store: Store, clock: Clock, project: Path, tmp_path: Path
+) -> None:
+    base, _ = sources.pack(project, DatabaseArtifacts(store.engine))
+    head = _session(store, clock, base)
+    host = _host(tmp_path, store, "host-a")
+    first = _tick(store, clock, host, head, lambda r: (r / "a.txt").write_text("aaaa"))
+    second = _tick(store, clock, host, head, lambda r: (r / "a.txt").write_text("bbbb"))
+    assert first.changes != second.changes and list(second.changes) == ["a.txt"]
+
+
+def test_a_rebuild_never_writes_through_a_symlink_a_command_left(
+    store: Store, clock: Clock, project: Path, tmp_path: Path
+) -> None:
+    base, _ = sources.pack(project, DatabaseArtifacts(store.engine))
+    head = _session(store, clock, base)
+    host = _host(tmp_path, store, "host-a")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    copy = host.checkout(head)
+    copy.begin()
+    shutil.rmtree(copy.path / "pkg")
+    (copy.path / "pkg").symlink_to(outside)
+    copy.release()  # the worker died mid-command
+
+    copy = host.checkout(head)
+    try:
+        assert not (copy.path / "pkg").is_symlink()
+        assert (copy.path / "pkg" / "calc.py").read_text().startswith("def add")
+    finally:
+        copy.release()
+    assert list(outside.iterdir()) == []
+
+
+def test_a_tool_that_names_what_it_wrote_is_checked_on_those_paths_only(
+    store: Store, clock: Clock, project: Path, tmp_path: Path
+) -> None:
+    base, _ = sources.pack(project, DatabaseArtifacts(store.engine))
+    head = _session(store, clock, base)
+    copy = _host(tmp_path, store, "host-a").checkout(head)
+    try:
+        copy.begin()
+        (copy.path / "README").write_text("named\n")
+        (copy.path / "link.md").symlink_to("pkg/calc.py")
+        (copy.path / "pkg" / "calc.py").write_text("through the link\n")
+        (copy.path / "other.txt").write_text("not named: found by the next full look\n")
+        files = copy.record(step=1, call_id="c", paths=["README", "./link.md", "../x"])
+        assert files is not None and sorted(files.changes) == ["README", "pkg/calc.py"]
+    finally:
+        copy.release()
+
+
+def test_a_file_over_the_limit_is_not_kept(
+    store: Store, clock: Clock, project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from worker import working_copy
+
+    monkeypatch.setattr(working_copy, "MAX_TRACKED_FILE_BYTES", 100)
+    base, _ = sources.pack(project, DatabaseArtifacts(store.engine))
+    head = _session(store, clock, base)
+    copy = _host(tmp_path, store, "host-a").checkout(head)
+    try:
+        copy.begin()
+        (copy.path / "dump.bin").write_bytes(b"x" * 101)
+        (copy.path / "small.txt").write_text("kept\n")
+        files = copy.record(step=1, call_id="c")
+        assert files is not None and list(files.changes) == ["small.txt"]
+    finally:
+        copy.release()
+
+
+def test_an_artifact_store_that_is_away_retries_the_tick_and_fails_nothing(
+    tmp_path: Path, project: Path
+) -> None:
+    from fsm.errors import ArtifactsUnavailable
+    from fsm.values import CallState, Status
+    from tests.security.conftest import Env
+
+    url = f"sqlite:///{tmp_path / 'away.db'}"
+    upgrade(url)
+    shared = tmp_path / "shared"
+    env = Env(url, tmp_path, artifacts_url=f"file://{shared}", lease_s=0.2)
+    try:
+        command = {"name": "run_command", "arguments": {"command": "printf x >> new.txt"}}
+        replies = [{"content": "go", "tool_calls": [command]}, {"content": "done"}]
+        session_id = env.submit(
+            replies, kind="repair", data={"workspace": str(project), "test_command": "true"}
+        )
+        env.tick(session_id)  # THINK: no files needed
+        shared.rename(tmp_path / "elsewhere")
+        shared.write_text("not a folder")
+        with pytest.raises(ArtifactsUnavailable, match="cannot read blobs"):
+            env.tick(session_id)
+        head = env.store.get(session_id)
+        assert head.status is Status.EXECUTING
+        call = env.load(session_id).call("s1c0")
+        assert call is not None and call.state is CallState.PENDING  # never started
+
+        shared.unlink()
+        (tmp_path / "elsewhere").rename(shared)
+        time.sleep(0.3)  # the lease of the tick that raised runs out, as after a crash
+        done = env.run(session_id)
+        assert done.status is Status.COMPLETED, done.error_message
+        assert "+x" in done.result["patch"]
+    finally:
+        env.close()

@@ -1,0 +1,110 @@
+"""Which files of a directory tree are a project's: the walk shared by packing a source and
+by recording what a tick changed.
+
+Skipped: symlinks, the directories in SKIP_DIRS (VCS data, caches, environments) and what
+the tree's top-level `.gitignore` names (a simple reading of it: `#` comments, a trailing
+`/` for directories, patterns with a `/` anchored at the root, others matching a name at
+any depth; `!` negations are ignored). Paths a caller already tracks are never skipped.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import glob
+import os
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+#: directories neither packed nor tracked: VCS data, caches, environments
+SKIP_DIRS = frozenset(
+    [
+        ".git",
+        ".hg",
+        ".svn",
+        "__pycache__",
+        ".pytest_cache",
+        ".mypy_cache",
+        ".ruff_cache",
+        ".tox",
+        ".nox",
+        ".venv",
+        "node_modules",
+        ".tickwork",
+    ]
+)
+
+
+@dataclass(frozen=True)
+class Ignore:
+    """The skip rules of one tree."""
+
+    #: (pattern, anchored, directories only)
+    patterns: tuple[tuple[str, bool, bool], ...] = ()
+
+    @classmethod
+    def of(cls, root: Path, *, gitignore: bool = True, exclude: Path | None = None) -> Ignore:
+        """The rules of the tree at `root`; `exclude`, a directory inside it, is skipped too."""
+        found = []
+        if exclude is not None and root.resolve() in exclude.resolve().parents:
+            rel = exclude.resolve().relative_to(root.resolve()).as_posix()
+            found.append((glob.escape(rel), True, True))
+        file = root / ".gitignore"
+        if not gitignore or file.is_symlink() or not file.is_file():
+            return cls(tuple(found))
+        for raw in file.read_text(encoding="utf-8", errors="replace").splitlines():
+            line = raw.strip()
+            if not line or line.startswith(("#", "!")):
+                continue
+            directory = line.endswith("/")
+            line = line.strip("/")
+            if line:
+                found.append((line.removeprefix("**/"), "/" in raw.strip().rstrip("/"), directory))
+        return cls(tuple(found))
+
+    def skips(self, rel: str, *, is_dir: bool) -> bool:
+        name = rel.rsplit("/", 1)[-1]
+        if is_dir and name in SKIP_DIRS:
+            return True
+        for pattern, anchored, directory in self.patterns:
+            if directory and not is_dir:
+                continue
+            if fnmatch.fnmatchcase(rel if anchored else name, pattern):
+                return True
+        return False
+
+    def skips_path(self, rel: str) -> bool:
+        """Whether a file at `rel` (or a folder above it) is skipped."""
+        parts = rel.split("/")
+        folders = ("/".join(parts[:i]) for i in range(1, len(parts)))
+        return any(self.skips(f, is_dir=True) for f in folders) or self.skips(rel, is_dir=False)
+
+
+def walk(
+    root: Path, ignore: Ignore, *, tracked: frozenset[str] | set[str] = frozenset()
+) -> Iterator[tuple[str, os.stat_result]]:
+    """(relative posix path, lstat) of the tree's regular files, sorted; `tracked` paths
+    (and the directories holding them) are kept whatever the rules say."""
+    holding = {p.rsplit("/", 1)[0] for p in tracked if "/" in p}
+    parents = {"/".join(p.split("/")[:i]) for p in holding for i in range(1, p.count("/") + 2)}
+    for directory, subdirs, names in os.walk(root):
+        here = Path(directory)
+        prefix = here.relative_to(root).as_posix()
+        prefix = "" if prefix == "." else prefix + "/"
+        subdirs[:] = sorted(
+            d
+            for d in subdirs
+            if not (here / d).is_symlink()
+            and (prefix + d in parents or not ignore.skips(prefix + d, is_dir=True))
+        )
+        for name in sorted(names):
+            rel = prefix + name
+            try:
+                info = os.lstat(here / name)
+            except OSError:
+                continue
+            if not stat.S_ISREG(info.st_mode):
+                continue
+            if rel in tracked or not ignore.skips(rel, is_dir=False):
+                yield rel, info
