@@ -188,7 +188,7 @@ class S3Artifacts:
     @contextlib.contextmanager
     def _unavailable(self, what: str) -> Iterator[None]:
         """S3's errors (the endpoint away, a refusal) as ArtifactsUnavailable."""
-        from botocore.exceptions import (  # type: ignore[import-untyped,unused-ignore]
+        from botocore.exceptions import (  # type: ignore[import-untyped,import-not-found,unused-ignore]
             BotoCoreError,
             ClientError,
         )

@@ -23,11 +23,11 @@ from fsm.values import EventKind, Status
 from store.schema import outbox
 from tests.services import IN_CI, rabbitmq_url
 from tests.tasks.conftest import TEST_KIND, Deployment, stop, until
-from tests.worker.models.conftest import ChatServer
+from tests.worker.models.conftest import ChatServer, chat_server
 from worker.app import consumer_timeout_note
 from worker.settings import Settings
 
-pytest_plugins = ["tests.worker.models.conftest"]
+__all__ = ["chat_server"]  # the fixture, shared with tests/worker/models
 
 
 def queues() -> dict[str, dict[str, Any]]:
