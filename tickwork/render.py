@@ -217,7 +217,7 @@ def outcome(h: Mapping[str, Any], steps: list[Mapping[str, Any]]) -> list[Render
             parts.append(
                 Text(
                     f"waiting for a decision on {call_id} ({c['name']}, fingerprint "
-                    f"{c['fingerprint'][:12]}): tickwork approve|edit|reject {h['id']} {call_id}",
+                    f"{c['fingerprint']}): tickwork approve|edit|reject {h['id']} {call_id}",
                     style="yellow",
                 )
             )

@@ -37,7 +37,7 @@ def test_submit_decide_watch_show_ls_fork(deployment: Deployment, cli: Cli) -> N
                 "--comment",
                 "fine",
                 "--fingerprint",
-                seen.fingerprint[:12],
+                seen.fingerprint,
                 "--json",
             ),
             ("edit", sid, "s1c1", "--args", '{"value": "B"}', "--as", "bob", "--json"),

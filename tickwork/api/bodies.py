@@ -48,9 +48,10 @@ class Decide(Body):
 
     kind: DecisionKind
     fingerprint: str = Field(
-        min_length=8,
+        min_length=64,
         max_length=64,
-        description="The fingerprint of the call as you saw it (at least 8 characters); the "
+        pattern="^[0-9a-f]{64}$",
+        description="The call's whole fingerprint as you saw it (64 hex digits); the "
         "decision is refused with 409 if the call's arguments differ.",
     )
     comment: str = Field(default="", max_length=10_000, description="Why; recorded.")
