@@ -14,7 +14,16 @@ from .values import SNAPSHOT_SCHEMA_VERSION, Session
 
 Document = dict[str, Any]
 
-UPCASTERS: dict[int, Callable[[Document], Document]] = {}
+
+
+def _v1_to_v2(document: Document) -> Document:
+    """Version 2 records who submitted the session; earlier ones did not know."""
+    session = document["session"]
+    head = {"submitted_by": "", **session["head"]}
+    return {**document, "schema_version": 2, "session": {**session, "head": head}}
+
+
+UPCASTERS: dict[int, Callable[[Document], Document]] = {1: _v1_to_v2}
 
 
 def dump(session: Session) -> Document:

@@ -96,3 +96,10 @@ def test_missing_upcaster_is_named(session: Session, monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(snapshots, "UPCASTERS", {1: _v1_to_v2})
     with pytest.raises(UnknownSchemaVersion, match="no upcaster from snapshot schema_version 2"):
         load(old_document(session))
+
+
+def test_a_version_1_snapshot_is_upcast_with_no_submitter(session: Session) -> None:
+    document = json.loads(json.dumps(dump(session)))
+    document["schema_version"] = 1
+    del document["session"]["head"]["submitted_by"]
+    assert load(document).head == session.head.model_copy(update={"submitted_by": ""})

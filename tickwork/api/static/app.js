@@ -223,7 +223,8 @@
     return el("section", { class: "waiting", dataset: { session: head.id } },
       el("h3", {}, el("a", { href: `#/sessions/${enc(head.id)}` }, head.id), " ", badge(head.status)),
       el("p", { class: "meta" },
-        `${head.kind} · ${head.model} · step ${head.step} · waiting since ${ago(waiting.waiting_since)}`),
+        `${head.kind} · ${head.model} · step ${head.step} · submitted by ${head.submitted_by || "–"}` +
+        ` · waiting since ${ago(waiting.waiting_since)}`),
       waiting.thought ? el("blockquote", { class: "thought" }, waiting.thought) : null,
       waiting.calls.map((call) => callCard(head.id, call, onDecided)));
   }
@@ -305,7 +306,8 @@
   function headSummary(head) {
     return el("div", { class: "summary" },
       el("p", { class: "meta" },
-        `${head.kind} · ${head.model} · step ${head.step} · ${head.tokens} tokens · $${head.cost_usd.toFixed(4)}`,
+        `${head.kind} · ${head.model} · submitted by ${head.submitted_by || "–"} · step ${head.step} · ` +
+        `${head.tokens} tokens · $${head.cost_usd.toFixed(4)}`,
         head.parent_id ? ` · forked from ${head.parent_id} at step ${head.fork_step}` : ""),
       head.final_answer ? el("p", { class: "answer" }, `Answer: ${head.final_answer}`) : null,
       head.error_code ? el("p", { class: "error" }, `${head.error_code}: ${head.error_message}`) : null);
@@ -442,8 +444,8 @@
   }
 
   async function deadLettersView() {
-    if (!can("operator")) {
-      main.replaceChildren(el("p", { class: "muted" }, "Dead letters need the operator role."));
+    if (!state.me.roles.length) {
+      main.replaceChildren(el("p", { class: "muted" }, "Reading dead letters needs a role."));
       return;
     }
     const [stats, letters] = await Promise.all([api("/dead-letters/stats"), api("/dead-letters?limit=100")]);
@@ -467,7 +469,8 @@
                                    value: Math.max(0, letter.session.head.step - 1) });
     const instruction = el("textarea", { id: "fork-instruction", rows: 3,
                                          placeholder: "an instruction added after that step (optional)" });
-    const forkForm = letter.resolved_at ? el("p", { class: "decided" },
+    const forkForm = !can("operator") ? el("p", { class: "muted" }, "Forking needs the operator role.")
+      : letter.resolved_at ? el("p", { class: "decided" },
       `Resolved ${ago(letter.resolved_at)} by fork `,
       el("a", { href: `#/sessions/${enc(letter.resolution.fork)}` }, letter.resolution.fork))
       : el("form", { id: "fork", onsubmit: async (event) => {
