@@ -15,7 +15,6 @@ from .values import SNAPSHOT_SCHEMA_VERSION, Session
 Document = dict[str, Any]
 
 
-
 def _v1_to_v2(document: Document) -> Document:
     """Version 2 records who submitted the session; earlier ones did not know."""
     session = document["session"]

@@ -64,6 +64,12 @@ def submit(
     session_id: Annotated[
         str | None, typer.Option("--id", help="The new session's id [default: a random one].")
     ] = None,
+    submitter: Annotated[
+        str | None,
+        typer.Option(
+            "--as", metavar="NAME", help="Who submits it, recorded on the session [default: $USER]."
+        ),
+    ] = None,
     json_output: options.Json = False,
 ) -> None:
     """Submit a session of job KIND; prints its id."""
@@ -77,9 +83,15 @@ def submit(
     budgets = options.budgets(
         max_steps=max_steps, max_tokens=max_tokens, max_cost_usd=max_cost_usd, deadline=deadline
     )
+    by = options.approver(submitter, doing="submitting")
     with Context() as ctx:
         head = ctx.client.submit(
-            kind, data, model=options.model_spec(model), budgets=budgets, session_id=session_id
+            kind,
+            data,
+            model=options.model_spec(model),
+            budgets=budgets,
+            session_id=session_id,
+            submitted_by=by,
         )
     print_head(head, json_output, head.id)
 

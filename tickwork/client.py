@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import getpass
 import logging
 import re
 import time
@@ -67,8 +68,14 @@ class Tickwork:
         model: str | None = None,
         budgets: Mapping[str, Any] | None = None,
         session_id: str | None = None,
+        submitted_by: str | None = None,
     ) -> Head:
-        """Store a new session of job kind `kind` and enqueue its first tick."""
+        """Store a new session of job kind `kind` and enqueue its first tick.
+
+        `submitted_by` is recorded on the session [default: the login name]."""
+        by = _login() if submitted_by is None else submitted_by.strip()
+        if len(by) > 200:
+            raise InvalidInput("submitted_by is longer than 200 characters")
         job = self.jobs.get(kind)
         config = job.prepare(dict(input or {}), state_dir=self.settings.state_dir)
         spec = model or self.settings.model or str(config.pop("default_model", ""))
@@ -91,6 +98,7 @@ class Tickwork:
             input=dict(input or {}),
             budgets=self.budgets(job.budgets, budgets or {}),
             config={"system_prompt": job.system_prompt, **config},
+            submitted_by=by,
         )
         self.store.create(Session(head=head), now=now)
         self.publish(head.id, head.version)
@@ -266,6 +274,13 @@ class Tickwork:
         self, *, by: str = "code", since: datetime | None = None
     ) -> list[dict[str, Any]]:
         return dl.stats(self.store.engine, by=by, since=since)
+
+
+def _login() -> str:
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):
+        return ""
 
 
 def _first_error(exc: ValueError) -> str:

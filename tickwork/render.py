@@ -150,6 +150,7 @@ def _header(h: Mapping[str, Any]) -> Table:
         ("status", status(h["status"])),
         ("kind", Text(h["kind"])),
         ("model", Text(h["model"])),
+        ("submitted by", Text(h.get("submitted_by") or "(not recorded)")),
         ("created", when(h["created_at"])),
         ("updated", f"{when(h['updated_at'])}  (version {h['version']})"),
         (

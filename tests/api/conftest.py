@@ -238,7 +238,11 @@ def _environment(**values: str) -> Iterator[None]:
 def running_stack(name: str, request: pytest.FixtureRequest, tmp: Path) -> Iterator[Stack]:
     settings = _settings(name, tmp, request)
     deployment = Deployment(name, settings, tmp)
-    api = ApiSettings(api_tokens=TOKENS, api_stream_poll_s=0.05)  # type: ignore[arg-type]
+    api = ApiSettings(
+        api_tokens=TOKENS,  # type: ignore[arg-type]
+        api_stream_poll_s=0.05,
+        api_scripted_roots=[tmp],  # the deployment's scripts are written there
+    )
     with contextlib.ExitStack() as stack:
         stack.callback(deployment.close)
         receiver = stack.enter_context(Receiver())

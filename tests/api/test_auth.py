@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from fsm.errors import ConfigurationError
+from fsm.values import Status
 from tests.api.conftest import TOKEN, Stack
 from tickwork.api import ApiSettings
 from tickwork.api.auth import Tokens
@@ -64,9 +65,10 @@ def test_the_wrong_role_is_403_and_names_the_role_needed(stack: Stack) -> None:
         ),
         ("sam", "POST", "/api/v1/sessions/x/cancel", None, "approver or operator"),
         ("alice", "POST", "/api/v1/sessions/x/fork", {"from_step": 0}, "operator"),
-        ("alice", "GET", "/api/v1/dead-letters", None, "operator"),
-        ("sam", "GET", "/api/v1/dead-letters/stats", None, "operator"),
         ("alice", "POST", "/api/v1/dead-letters/1/fork", {"from_step": 0}, "operator"),
+        ("sam", "POST", "/api/v1/dead-letters/1/fork", {"from_step": 0}, "operator"),
+        ("nobody", "GET", "/api/v1/sessions", None, "submitter or approver or operator"),
+        ("nobody", "GET", "/api/v1/dead-letters", None, "submitter or approver or operator"),
     ]
     for who, method, path, body, role in cases:
         answer = stack.http(who).request(method, path, json=body)
@@ -76,10 +78,22 @@ def test_the_wrong_role_is_403_and_names_the_role_needed(stack: Stack) -> None:
         assert who in answer.json()["message"]
 
 
-def test_any_role_may_read(stack: Stack) -> None:
-    for who in ("alice", "sam", "olga", "nobody"):
-        assert stack.http(who).get("/api/v1/sessions").status_code == 200
-        assert stack.http(who).get("/api/v1/approvals").status_code == 200
+def test_any_role_may_read_sessions_and_dead_letters_alike(stack: Stack) -> None:
+    # a dead letter's snapshot is the failed session: whoever reads one reads the other
+    failed = stack.submit([{"error": {"transient": False, "message": "model said no"}}])
+    stack.wait(failed, Status.FAILED)
+    for who in ("alice", "sam", "olga"):
+        http = stack.http(who)
+        assert http.get("/api/v1/sessions").status_code == 200
+        assert http.get("/api/v1/approvals").status_code == 200
+        assert http.get(f"/api/v1/sessions/{failed}").status_code == 200
+        letter = http.get(f"/api/v1/dead-letters/{failed}")
+        assert letter.status_code == 200, letter.text
+        assert letter.json()["session"]["head"]["id"] == failed
+        assert http.get("/api/v1/dead-letters/stats").status_code == 200
+    for path in (f"/api/v1/sessions/{failed}", f"/api/v1/dead-letters/{failed}"):
+        assert stack.http("nobody").get(path).status_code == 403
+    assert stack.http("nobody").get("/api/v1/me").status_code == 200
 
 
 def test_tokens_may_be_given_as_digests_and_in_a_file(tmp_path: Path) -> None:

@@ -86,6 +86,8 @@ def test_log_in_approve_a_call_and_see_the_session_move_on(page: Any, stack: Sta
     card = page.locator(f'section.waiting[data-session="{session_id}"] article[data-call="s1c0"]')
     expect(card.locator("pre.args")).to_contain_text('"value": "prod-db"')
     expect(card.locator(".fp")).to_contain_text(stack.fingerprint(session_id)[:12])
+    section = page.locator(f'section.waiting[data-session="{session_id}"]')
+    expect(section.locator("p.meta")).to_contain_text("submitted by sam")
     card.locator("button.approve").click()
     expect(card).to_contain_text("Approved s1c0 (danger) as alice")
     card.locator("a.follow").click()
@@ -204,10 +206,15 @@ def test_an_operator_opens_a_dead_letter_and_forks_it(page: Any, stack: Stack) -
     assert resolved.resolution["by"] == "olga"
 
 
-def test_an_approver_is_told_dead_letters_need_the_operator_role(page: Any, stack: Stack) -> None:
+def test_an_approver_reads_dead_letters_but_only_an_operator_forks(page: Any, stack: Stack) -> None:
     from playwright.sync_api import expect
 
-    log_in(page, stack, "alice", "#/dead-letters")
-    expect(page.locator("main")).to_contain_text("need the operator role")
+    session_id = stack.submit(BROKEN, prefix="dead")
+    assert stack.wait(session_id)["status"] == "failed"
+    letter = stack.deployment.client.dead_letter(session_id)
+    log_in(page, stack, "alice", f"#/dead-letters/{letter.id}")
+    expect(page.locator("#dead-letter")).to_contain_text(f"Dead letter #{letter.id}")
+    expect(page.locator("main")).to_contain_text("Forking needs the operator role")
+    expect(page.locator("form#fork")).to_have_count(0)
     page.click("#logout")
     expect(page.locator("form#login")).to_be_visible()

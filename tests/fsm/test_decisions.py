@@ -115,7 +115,12 @@ def test_deciding_one_of_several_keeps_waiting(build: Any) -> None:
             id="wrong_fingerprint",
         ),
         pytest.param(
-            AWAITING, APPROVE, {"fingerprint": ""}, StaleDecision, "64 hex digits", id="no_fingerprint"
+            AWAITING,
+            APPROVE,
+            {"fingerprint": ""},
+            StaleDecision,
+            "64 hex digits",
+            id="no_fingerprint",
         ),
         pytest.param(
             AWAITING,
@@ -175,7 +180,9 @@ def test_a_wrong_fingerprint_is_not_echoed(build: Any) -> None:
     head, (call,) = waiting(build, AWAITING)
     wrong = "f" * 64 if not call.fingerprint.startswith("f") else "0" * 64
     with pytest.raises(StaleDecision) as raised:
-        decide(head, [call], build.decision(call, APPROVE, fingerprint=wrong), None, now=build.at(60))
+        decide(
+            head, [call], build.decision(call, APPROVE, fingerprint=wrong), None, now=build.at(60)
+        )
     assert call.fingerprint[:8] not in str(raised.value) and wrong[:8] not in str(raised.value)
 
 

@@ -109,7 +109,9 @@ class Tokens:
             try:
                 self._by_digest = index(self._settings.tokens())
             except ConfigurationError as exc:
-                log.error("the tokens file changed but was not taken (%s); the tokens in use stay", exc)
+                log.error(
+                    "the tokens file changed but was not taken (%s); the tokens in use stay", exc
+                )
                 return
             log.info("tokens read again from %s", self._settings.api_tokens_file)
 
@@ -144,7 +146,9 @@ class TokenGate:
                 401, "unauthenticated", "send your token as `Authorization: Bearer <token>`"
             )
         elif self.tokens.find(token) is None:
-            refusal = answer(401, "invalid_token", "the token is not valid; ask an operator for one")
+            refusal = answer(
+                401, "invalid_token", "the token is not valid; ask an operator for one"
+            )
         else:
             await self.app(scope, receive, send)
             return
@@ -181,6 +185,8 @@ def require(*roles: Role) -> Callable[[Principal], Principal]:
 
 
 Caller = Annotated[Principal, Depends(principal)]
+#: reading (sessions, events, approvals, dead letters) takes any role; a roleless token none
+Reader = Annotated[Principal, Depends(require(Role.SUBMITTER, Role.APPROVER, Role.OPERATOR))]
 Submitter = Annotated[Principal, Depends(require(Role.SUBMITTER))]
 Approver = Annotated[Principal, Depends(require(Role.APPROVER))]
 Canceller = Annotated[Principal, Depends(require(Role.APPROVER, Role.OPERATOR))]

@@ -1,4 +1,7 @@
-"""Dead-letter endpoints: list, show (with the session's timeline), stats, fork."""
+"""Dead-letter endpoints: list, show (with the session's timeline), stats, fork.
+
+Any role reads dead letters, as any role reads the failed session itself; forking one
+takes the operator role."""
 
 from __future__ import annotations
 
@@ -12,10 +15,16 @@ from store import dead_letters as dl
 from tickwork import options, views
 
 from . import bodies
-from .auth import Operator
-from .sessions import Client, run_fork
+from .auth import Operator, Reader
+from .errors import documented
+from .limits import MAX_INT
+from .sessions import CHANGES, FOUND, Client, run_fork
 
-router = APIRouter(prefix="/api/v1/dead-letters", tags=["dead letters"])
+router = APIRouter(
+    prefix="/api/v1/dead-letters",
+    tags=["dead letters"],
+    responses=documented(401, 403, 422, 503),
+)
 
 Key = Annotated[
     str, Path(description="The dead-letter id, or the failed session's id.", max_length=64)
@@ -24,6 +33,7 @@ Since = Annotated[
     str | None,
     Query(
         alias="since",
+        max_length=100,
         description="Only since an ISO time (naive: UTC) or a duration ago: 90s, 30m, 2h, 3d, 1w.",
     ),
 ]
@@ -35,7 +45,7 @@ def since(text: str | None) -> datetime | None:
 
 def find(client: Client, key: str) -> dl.DeadLetter:
     """By dead-letter id, else by session id."""
-    if key.isdigit():
+    if key.isascii() and key.isdigit() and int(key) <= MAX_INT:
         try:
             return client.dead_letter(int(key))
         except dl.DeadLetterNotFound:
@@ -49,9 +59,9 @@ def find(client: Client, key: str) -> dl.DeadLetter:
 @router.get("", summary="List dead letters, newest first")
 def list_dead_letters(
     client: Client,
-    who: Operator,
+    who: Reader,
     code: ErrorCode | None = None,
-    kind: str | None = None,
+    kind: Annotated[str | None, Query(max_length=200)] = None,
     since_: Since = None,
     unresolved: bool = False,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
@@ -69,7 +79,7 @@ def list_dead_letters(
 @router.get("/stats", summary="Counts by code, kind, model, last tool and error signature")
 def stats(
     client: Client,
-    who: Operator,
+    who: Reader,
     by: Annotated[
         str | None,
         Query(
@@ -88,8 +98,10 @@ def stats(
     return {"since": start.isoformat() if start else None, "total": total, "by": grouped}
 
 
-@router.get("/{key}", summary="A dead letter with its session snapshot as a timeline")
-def show(key: Key, client: Client, who: Operator) -> dict[str, Any]:
+@router.get(
+    "/{key}", summary="A dead letter with its session snapshot as a timeline", responses=FOUND
+)
+def show(key: Key, client: Client, who: Reader) -> dict[str, Any]:
     return views.dead_letter(find(client, key), snapshot=True)
 
 
@@ -98,6 +110,7 @@ def show(key: Key, client: Client, who: Operator) -> dict[str, Any]:
     status_code=201,
     response_model=Head,
     summary="Fork the dead letter's session with a patch; the dead letter is resolved",
+    responses=CHANGES,
 )
 def fork(key: Key, body: bodies.Fork, client: Client, who: Operator) -> Head:
     letter = find(client, key)

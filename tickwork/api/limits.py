@@ -16,6 +16,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .errors import ApiError, answer
 
+#: the largest integer a query, a path or an id may hold: what a database's BIGINT holds
+MAX_INT = 2**63 - 1
 #: the deepest nesting of JSON objects and lists a body field may hold
 MAX_DEPTH = 32
 
@@ -62,8 +64,7 @@ class BodyLimit:
         refusal = answer(
             413,
             "too_large",
-            f"the request body is over {self.limit} bytes (TICKWORK_API_MAX_BODY_BYTES); "
-            "send less",
+            f"the request body is over {self.limit} bytes (TICKWORK_API_MAX_BODY_BYTES); send less",
         )
         refusal.headers["Connection"] = "close"
         await refusal(scope, receive, send)
