@@ -41,6 +41,8 @@ TOKENS = {
 }
 TOKEN = {spec["name"]: token for token, spec in TOKENS.items()}
 WEBHOOK_SECRET = "hook-secret"
+#: receivers such as Slack put their secret in the URL's path: logs must not show it
+WEBHOOK_PATH = "/hook/T0001/B0002/path-secret-xyz"
 
 #: a step with a call that needs approval, then a final answer
 DANGER = [
@@ -121,7 +123,7 @@ class Receiver:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}{WEBHOOK_PATH}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     def card(self, session_id: str) -> tuple[dict[str, str], dict[str, Any]] | None:
