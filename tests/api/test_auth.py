@@ -6,12 +6,13 @@ import hashlib
 import json
 from pathlib import Path
 
+import httpx
 import pytest
 
 from fsm.errors import ConfigurationError
 from fsm.values import Status
-from tests.api.conftest import TOKEN, Stack
-from tickwork.api import ApiSettings
+from tests.api.conftest import TOKEN, Server, Stack
+from tickwork.api import ApiSettings, make_api
 from tickwork.api.auth import Tokens
 
 
@@ -145,3 +146,30 @@ def test_a_bad_tokens_file_is_a_configuration_error(tmp_path: Path) -> None:
         ApiSettings(api_tokens_file=path).tokens()
     with pytest.raises(ConfigurationError, match="cannot read"):
         ApiSettings(api_tokens_file=tmp_path / "missing.json").tokens()
+
+
+def test_a_token_revoked_in_the_tokens_file_stops_working_without_a_restart(
+    stack: Stack, tmp_path: Path
+) -> None:
+    keep, revoke = "kept-token-of-kim-000001", "revoked-token-of-rex-0001"
+    path = tmp_path / "tokens.json"
+    both = {
+        keep: {"name": "kim", "roles": ["approver"]},
+        revoke: {"name": "rex", "roles": ["operator"]},
+    }
+    path.write_text(json.dumps(both))
+    api = ApiSettings(api_tokens_file=path)
+    with Server(make_api(stack.deployment.settings, api)) as server:
+
+        def me(token: str) -> int:
+            headers = {"Authorization": f"Bearer {token}"}
+            return httpx.get(f"{server.url}/api/v1/me", headers=headers, timeout=10).status_code
+
+        assert me(keep) == 200 and me(revoke) == 200
+        path.write_text(json.dumps({keep: both[keep]}))
+        assert me(revoke) == 401 and me(keep) == 200
+        # a half-written file is not taken: the tokens in use stay
+        path.write_text('{"kept-token-of-kim-000001": {"name": ')
+        assert me(keep) == 200 and me(revoke) == 401
+        path.write_text(json.dumps(both))
+        assert me(revoke) == 200

@@ -155,14 +155,14 @@ def test_a_ten_megabyte_goal_is_refused_and_a_long_one_is_422(stack: Stack) -> N
         pytest.param(
             "POST",
             "/api/v1/sessions",
-            '{"kind": "%s", "model": "openai:x", "input": {"goal": "\\ud800"}}' % TEST_KIND,
+            '{"kind": "' + TEST_KIND + '", "model": "openai:x", "input": {"goal": "\\ud800"}}',
             "surrogate",
             id="surrogate_in_goal",
         ),
         pytest.param(
             "POST",
             "/api/v1/sessions",
-            '{"kind": "%s", "model": "openai:x", "input": {"goal": "a\\u0000b"}}' % TEST_KIND,
+            '{"kind": "' + TEST_KIND + '", "model": "openai:x", "input": {"goal": "a\\u0000b"}}',
             "NUL",
             id="nul_in_goal",
         ),
