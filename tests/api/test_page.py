@@ -218,3 +218,17 @@ def test_an_approver_reads_dead_letters_but_only_an_operator_forks(page: Any, st
     expect(page.locator("form#fork")).to_have_count(0)
     page.click("#logout")
     expect(page.locator("form#login")).to_be_visible()
+
+
+def test_the_api_docs_load_nothing_from_elsewhere(page: Any, stack: Stack) -> None:
+    from playwright.sync_api import expect
+
+    asked: list[str] = []
+    refused: list[str] = []
+    page.on("request", lambda r: asked.append(r.url))
+    page.on("console", lambda m: refused.append(m.text) if "Content Security" in m.text else None)
+    page.goto(f"{stack.url}/api/v1/docs")
+    expect(page.locator(".swagger-ui .info .title")).to_contain_text("tickwork")
+    expect(page.locator(".opblock-summary-path").first).to_be_visible()
+    assert asked and all(url.startswith(stack.url) for url in asked), asked
+    assert refused == []

@@ -182,7 +182,7 @@ def _observe_wait(session: Session, call_id: str) -> None:
     response_model=Head,
     tags=["sessions"],
     summary="Cancel: at once if waiting for a person, else at its next tick",
-    responses=documented(404, 409),
+    responses=documented(404, 409, 413),
 )
 def cancel(session_id: SessionId, client: Client, who: Canceller) -> Head:
     return client.cancel(session_id, by=who.name)
