@@ -38,6 +38,10 @@ TOKENS = {
     "sam-submitter-token-00001": {"name": "sam", "roles": ["submitter"]},
     "olga-operator-token-00001": {"name": "olga", "roles": ["operator"]},
     "nobody-no-roles-token-001": {"name": "nobody", "roles": []},
+    "fuzz-every-role-token-001": {
+        "name": "fuzz",
+        "roles": ["submitter", "approver", "operator"],
+    },
 }
 TOKEN = {spec["name"]: token for token, spec in TOKENS.items()}
 WEBHOOK_SECRET = "hook-secret"

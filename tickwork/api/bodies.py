@@ -24,6 +24,8 @@ MAX_INPUT_BYTES = 65_536
 MAX_PROMPT = 100_000
 #: the most budget overrides, tool outputs
 MAX_ENTRIES = 50
+#: what a session id may be (the client's SESSION_ID), for the schema
+SESSION_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 
 
 class Body(BaseModel):
@@ -75,7 +77,10 @@ class Submit(Body):
         description="Budget overrides: max_steps, max_tokens, max_cost_usd, deadline_s, ...",
     )
     id: str | None = Field(
-        default=None, max_length=64, description="The new session's id [default: a random one]."
+        default=None,
+        max_length=64,
+        pattern=SESSION_ID_PATTERN,
+        description="The new session's id [default: a random one].",
     )
 
     _input = field_validator("input")(_bounded_input)
@@ -141,5 +146,8 @@ class Fork(Body):
         default_factory=dict, max_length=MAX_ENTRIES, description="Budget overrides."
     )
     id: str | None = Field(
-        default=None, max_length=64, description="The fork's id [default: a random one]."
+        default=None,
+        max_length=64,
+        pattern=SESSION_ID_PATTERN,
+        description="The fork's id [default: a random one].",
     )

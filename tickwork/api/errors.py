@@ -18,6 +18,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlalchemy.exc import DataError, DBAPIError
 from starlette.exceptions import HTTPException
+from starlette.routing import Match
 
 from fsm.errors import ConfigurationError, IllegalTransition, InvalidInput, TickworkError
 
@@ -128,16 +129,32 @@ def _invalid_value(_: Request, exc: Exception) -> JSONResponse:
     return answer(422, "invalid_input", f"invalid {said}", errors=errors)
 
 
-def _http_error(_: Request, exc: Exception) -> JSONResponse:
+def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, HTTPException)
-    code = _HTTP_CODES.get(exc.status_code, f"http_{exc.status_code}")
+    status = exc.status_code
     message = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
-    if exc.status_code == 404 and message == "Not Found":
+    if status == 404 and message == "Not Found":
         message = "no such endpoint; see /api/v1/docs"
-    response = answer(exc.status_code, code, message)
+    if status == 400 and "parsing the body" in message:
+        # FastAPI's answer to a body that is not JSON text: bad input like any other
+        status, message = 422, "the body is not JSON in UTF-8; send a JSON object"
+    response = answer(status, _HTTP_CODES.get(status, f"http_{status}"), message)
     for name, value in (exc.headers or {}).items():
         response.headers[name] = value
+    if status == 405:
+        response.headers["Allow"] = ", ".join(allowed_methods(request))
     return response
+
+
+def allowed_methods(request: Request) -> list[str]:
+    """Every method some route takes at this path (Starlette names only the first route's)."""
+    found: set[str] = set()
+    for route in request.app.router.routes:
+        match, _ = route.matches({**request.scope, "method": "GET"})
+        methods = getattr(route, "methods", None)
+        if match is not Match.NONE and methods:
+            found.update(methods)
+    return sorted(found)
 
 
 def _unstorable(_: Request, exc: Exception) -> JSONResponse:

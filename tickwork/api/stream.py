@@ -65,7 +65,14 @@ async def stream(
             ),
         ),
     ] = None,
-    last_event_id: Annotated[str | None, Header(alias="Last-Event-ID", max_length=40)] = None,
+    last_event_id: Annotated[
+        str | None,
+        Header(
+            alias="Last-Event-ID",
+            pattern=r"^\s*[0-9]{0,18}\s*$",
+            description="The last event id you have (a browser's EventSource sends it).",
+        ),
+    ] = None,
 ) -> StreamingResponse:
     start = after or 0
     if last_event_id is not None and last_event_id.strip():
