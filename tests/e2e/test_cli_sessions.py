@@ -160,3 +160,39 @@ def test_errors_are_one_line_with_an_exit_code(deployment: Deployment, cli: Cli)
     cli.inline("approve", sid, "s1c0", ok=False).error(1, sid, "is cancelled")
     cli.inline("cancel", sid, ok=False).error(1, "already cancelled")
     assert not deployment.sink_lines("danger.log")
+
+
+def test_submit_records_who_submitted_and_show_ls_print_it(
+    deployment: Deployment, cli: Cli
+) -> None:
+    script = deployment.script([{"content": "done"}])
+    sink = json.dumps({"sink": str(deployment.sink)})
+    named = cli.inline(
+        "submit", TEST_KIND, "--input", sink, "--model", script, "--as", "carol", "--json"
+    ).json()
+    assert named["submitted_by"] == "carol"
+    by_login = cli.inline(
+        "submit",
+        TEST_KIND,
+        "--input",
+        sink,
+        "--model",
+        script,
+        "--json",
+        USER="dave-login",
+        LOGNAME="dave-login",
+    ).json()
+    assert by_login["submitted_by"] == "dave-login"
+    assert deployment.client.get(named["id"]).submitted_by == "carol"
+    assert "submitted by  carol" in " ".join(cli.inline("show", named["id"]).stdout.split("│"))
+    assert cli.inline("show", named["id"], "--json").json()["head"]["submitted_by"] == "carol"
+    listed = {h["id"]: h["submitted_by"] for h in cli.inline("ls", "--json").json()}
+    assert listed[named["id"]] == "carol" and listed[by_login["id"]] == "dave-login"
+    cli.inline("submit", TEST_KIND, "--model", script, "--as", " ", ok=False).error(
+        2, "--as needs a name"
+    )
+    # the Python client records what it is given
+    head = deployment.client.submit(
+        TEST_KIND, {"sink": str(deployment.sink)}, model=script, submitted_by="erin"
+    )
+    assert deployment.client.get(head.id).submitted_by == "erin"
