@@ -8,6 +8,7 @@ whole input), and none may hold NUL or a lone surrogate.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -26,6 +27,15 @@ MAX_PROMPT = 100_000
 MAX_ENTRIES = 50
 #: what a session id may be (the client's SESSION_ID), for the schema
 SESSION_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+
+
+def _session_id(value: str | None) -> str | None:
+    if value is not None and not re.match(SESSION_ID_PATTERN, value):
+        raise ValueError(
+            f"session id {value!r} may only hold letters, digits, '_', '-' and '.', "
+            "up to 64 characters, and starts with a letter or digit"
+        )
+    return value
 
 
 class Body(BaseModel):
@@ -79,11 +89,12 @@ class Submit(Body):
     id: str | None = Field(
         default=None,
         max_length=64,
-        pattern=SESSION_ID_PATTERN,
+        json_schema_extra={"pattern": SESSION_ID_PATTERN},
         description="The new session's id [default: a random one].",
     )
 
     _input = field_validator("input")(_bounded_input)
+    _id = field_validator("id")(_session_id)
 
 
 class Decide(Body):
@@ -148,6 +159,8 @@ class Fork(Body):
     id: str | None = Field(
         default=None,
         max_length=64,
-        pattern=SESSION_ID_PATTERN,
+        json_schema_extra={"pattern": SESSION_ID_PATTERN},
         description="The fork's id [default: a random one].",
     )
+
+    _id = field_validator("id")(_session_id)
