@@ -27,7 +27,9 @@ pytestmark = pytest.mark.parametrize("stack", ["embedded"], indirect=True)
 
 def test_the_api_answers_what_its_schema_says(stack: Stack, tmp_path: Path) -> None:
     command = [
-        str(Path(sys.executable).with_name("schemathesis")),
+        sys.executable,
+        "-m",
+        "schemathesis.cli",
         "--config-file",
         str(Path(__file__).with_name("schemathesis.toml")),
         "run",
