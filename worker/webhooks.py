@@ -118,7 +118,8 @@ def masked_url(url: str) -> str:
     receivers (Slack, chat webhooks) often put their secret there."""
     try:
         parts = urlsplit(url)
-        where = f"{parts.scheme}://{parts.hostname or '?'}" + (f":{parts.port}" if parts.port else "")
+        port = f":{parts.port}" if parts.port else ""
+        where = f"{parts.scheme}://{parts.hostname or '?'}{port}"
     except ValueError:
         return "<webhook URL>"
     hidden = parts.path not in ("", "/") or parts.query or parts.fragment

@@ -12,7 +12,7 @@ from prometheus_client import REGISTRY
 
 from fsm.values import Status
 from tests.api.conftest import WEBHOOK_PATH, WEBHOOK_SECRET, Stack, until
-from worker.webhooks import deliver, sign
+from worker.webhooks import deliver, masked_url, sign
 
 
 def failed_cards() -> float:
@@ -92,3 +92,12 @@ def test_a_4xx_refusal_is_final(stack: Stack) -> None:
     )
     assert time.monotonic() - started < 1.0
     assert json.dumps({"id": "y"})
+
+
+def test_a_webhook_url_is_logged_without_its_path_query_or_password() -> None:
+    assert (
+        masked_url("https://hooks.slack.com/services/T0/B0/XYZ") == "https://hooks.slack.com/****"
+    )
+    assert masked_url("http://user:pw@h:8080/x?token=1") == "http://h:8080/****"
+    assert masked_url("http://h:8080") == "http://h:8080"
+    assert masked_url("http://[::1") == "<webhook URL>"
