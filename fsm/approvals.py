@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hmac
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -11,8 +12,8 @@ from .values import CallState, Decision, DecisionKind, ToolCall, Value
 #: a call's arguments in; a reason (text) or True when a person must decide, else None/False
 Policy = Callable[[Mapping[str, Any]], bool | str | None]
 
-#: the shortest fingerprint prefix a decision may carry
-MIN_FINGERPRINT = 8
+#: a decision carries the call's whole fingerprint (SHA-256 hex), never a prefix
+FINGERPRINT_LENGTH = 64
 #: the longest approver name (the width of its column)
 MAX_APPROVER = 200
 
@@ -71,15 +72,17 @@ def check_decision(
             f"{where} is {call.state.value}, not waiting for a decision; "
             "see `tickwork show` for what the session waits on"
         )
-    if len(decision.fingerprint) < MIN_FINGERPRINT:
+    if len(decision.fingerprint) != FINGERPRINT_LENGTH:
         raise StaleDecision(
-            f"a decision on {where} must carry the fingerprint of the call the approver saw "
-            f"(at least {MIN_FINGERPRINT} characters of it); look at the call again and decide"
+            f"a decision on {where} must carry the whole fingerprint of the call the approver "
+            f"saw ({FINGERPRINT_LENGTH} hex digits, as `tickwork show` prints it); look at the "
+            "call again and decide"
         )
-    if not call.fingerprint.startswith(decision.fingerprint):
+    # neither fingerprint is echoed, and the comparison takes the same time wherever it differs
+    if not hmac.compare_digest(call.fingerprint.encode(), decision.fingerprint.encode()):
         raise StaleDecision(
-            f"{where} has fingerprint {call.fingerprint[:12]}, the decision was made for "
-            f"{decision.fingerprint[:12] or 'no fingerprint'}; look at the call again and decide"
+            f"{where} is not the call the decision was made for (its arguments differ); "
+            "look at the call again and decide"
         )
     if not decision.approver.strip():
         raise InvalidDecision(f"a decision on {where} needs the approver's name")

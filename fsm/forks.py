@@ -114,6 +114,7 @@ def fork(
         parent_id=parent.head.id,
         fork_step=from_step,
         awaiting=awaiting,
+        submitted_by=by,
     )
     event = Event(
         kind=EventKind.FORKED,

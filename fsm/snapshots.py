@@ -15,9 +15,11 @@ from .values import SNAPSHOT_SCHEMA_VERSION, Session
 Document = dict[str, Any]
 
 
-def _calls_named_by_provider(document: Document) -> Document:
-    """1 -> 2: calls gained `provider_call_id` and `approval_reason`; old calls have neither."""
+def _v1_to_v2(document: Document) -> Document:
+    """1 -> 2: the head records who submitted the session (earlier ones did not know);
+    calls gained `provider_call_id` and `approval_reason` (old calls have neither)."""
     session = dict(document["session"])
+    session["head"] = {"submitted_by": "", **session["head"]}
     session["steps"] = [
         {
             **step,
@@ -31,7 +33,7 @@ def _calls_named_by_provider(document: Document) -> Document:
     return {**document, "schema_version": 2, "session": session}
 
 
-UPCASTERS: dict[int, Callable[[Document], Document]] = {1: _calls_named_by_provider}
+UPCASTERS: dict[int, Callable[[Document], Document]] = {1: _v1_to_v2}
 
 
 def dump(session: Session) -> Document:

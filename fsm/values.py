@@ -7,10 +7,10 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 #: Version of the snapshot format stored in dead letters; see `fsm.snapshots`.
-#: 2: calls carry `provider_call_id` and `approval_reason`
+#: 2: the head carries `submitted_by`; calls carry `provider_call_id` and `approval_reason`
 SNAPSHOT_SCHEMA_VERSION = 2
 
 
@@ -271,6 +271,9 @@ class Head(Value):
     fork_step: int | None = None
     #: the step's call ids still waiting for a person (for listings)
     awaiting: tuple[str, ...] = ()
+    #: who submitted it (an API token's name, the CLI's --as or login name; a fork: who
+    #: forked it); empty for sessions stored before it was recorded
+    submitted_by: str = Field(default="", max_length=200)
 
 
 class Session(Value):

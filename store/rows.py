@@ -85,6 +85,7 @@ def head_from_row(row: Row) -> Head:
         parent_id=row["parent_id"],
         fork_step=row["fork_step"],
         awaiting=tuple(row["awaiting"]),
+        submitted_by=row["submitted_by"],
     )
 
 
@@ -102,6 +103,7 @@ def head_to_row(head: Head) -> dict[str, Any]:
             "cancel_requested": head.cancel_requested,
             "parent_id": head.parent_id,
             "fork_step": head.fork_step,
+            "submitted_by": head.submitted_by,
             "lease_owner": None,
             "lease_expires_at": None,
             **head_changes(head),

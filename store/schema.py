@@ -94,6 +94,7 @@ sessions = Table(
     Column("awaiting", Json, nullable=False),
     Column("lease_owner", String(200)),
     Column("lease_expires_at", UTCDateTime),
+    Column("submitted_by", String(200), nullable=False, server_default=text("''")),
     Index(None, "status", "updated_at"),
     Index(None, "kind", "updated_at"),
     Index(None, "parent_id"),

@@ -15,7 +15,7 @@ Comment = Annotated[str, typer.Option(help="Why; recorded with the decision.")]
 Fingerprint = Annotated[
     str | None,
     typer.Option(
-        help="The call fingerprint (or a prefix) you saw in `tickwork show`; the decision is "
+        help="The call's whole fingerprint as `tickwork show` prints it; the decision is "
         "refused if the call differs."
     ),
 ]

@@ -101,6 +101,12 @@ def submit(
     session_id: Annotated[
         str | None, typer.Option("--id", help="The new session's id.", show_default="a random one")
     ] = None,
+    submitter: Annotated[
+        str | None,
+        typer.Option(
+            "--as", metavar="NAME", help="Who submits it, recorded on the session [default: $USER]."
+        ),
+    ] = None,
     json_output: options.Json = False,
 ) -> None:
     """Submit a session of job KIND; prints its id."""
@@ -116,6 +122,7 @@ def submit(
     budgets = options.budgets(
         max_steps=max_steps, max_tokens=max_tokens, max_cost_usd=max_cost_usd, deadline=deadline
     )
+    by = options.approver(submitter, doing="submitting")
     with Context() as ctx:
         head = ctx.client.submit(
             kind,
@@ -124,6 +131,7 @@ def submit(
             budgets=budgets,
             session_id=session_id,
             price=options.price(price),
+            submitted_by=by,
         )
     print_head(head, json_output, head.id)
 

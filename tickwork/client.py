@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import getpass
 import inspect
 import logging
 import re
@@ -175,6 +176,7 @@ class Tickwork:
         session_id: str | None = None,
         price: PriceLike | None = None,
         trusted: bool = True,
+        submitted_by: str | None = None,
     ) -> Head:
         """Store a new session of job kind `kind` and enqueue its first tick.
 
@@ -182,8 +184,12 @@ class Tickwork:
         a model the price table (`TICKWORK_PRICES`) does not know. A session whose model has
         no price is refused while it has a cost budget: pass a price, or `max_cost_usd=0`.
         `trusted=False` marks a submission from outside (the HTTP API): the kind's `prepare`
-        then refuses local paths outside `TICKWORK_WORKSPACE_ROOTS`.
+        then refuses local paths outside `TICKWORK_WORKSPACE_ROOTS`. `submitted_by` is
+        recorded on the session [default: the login name].
         """
+        by = _login() if submitted_by is None else submitted_by.strip()
+        if len(by) > 200:
+            raise InvalidInput("submitted_by is longer than 200 characters")
         job = self.jobs.get(kind)
         config = self._prepare(job.prepare, dict(input or {}), trusted=trusted)
         spec = model or self.settings.model or str(config.pop("default_model", ""))
@@ -211,6 +217,7 @@ class Tickwork:
             input=dict(input or {}),
             budgets=limits,
             config={"system_prompt": job.system_prompt, **config},
+            submitted_by=by,
         )
         self.store.create(Session(head=head), now=now)
         self.publish(head.id, head.version)
@@ -422,6 +429,13 @@ def _check_priced(
         f"session with TICKWORK_PRICES='{{\"{name}\": [0.5, 1.5]}}'; or turn the cost "
         "budget off with --max-cost-usd 0 (max_cost_usd=0)"
     )
+
+
+def _login() -> str:
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):
+        return ""
 
 
 def _first_error(exc: ValueError) -> str:

@@ -108,7 +108,12 @@ def since(text: str | None, *, now: datetime, name: str = "--since") -> datetime
         return None
     match = _DURATION.match(text)
     if match:
-        return now - timedelta(seconds=float(match[1]) * _UNITS[match[2]])
+        try:
+            return now - timedelta(seconds=float(match[1]) * _UNITS[match[2]])
+        except (OverflowError, ValueError):
+            raise InvalidInput(
+                f"{name} {text!r} reaches back before year 1; give a shorter duration"
+            ) from None
     try:
         at = datetime.fromisoformat(text.strip())
     except ValueError:
@@ -119,16 +124,18 @@ def since(text: str | None, *, now: datetime, name: str = "--since") -> datetime
     return at.replace(tzinfo=UTC) if at.tzinfo is None else at
 
 
-def approver(name: str | None) -> str:
+def approver(name: str | None, *, doing: str = "deciding") -> str:
     """The `--as` name, else the login name."""
     if name is not None:
         if not name.strip():
-            raise InvalidInput("--as needs a name: who is deciding")
+            raise InvalidInput(f"--as needs a name: who is {doing}")
+        if len(name.strip()) > 200:
+            raise InvalidInput("--as takes a name of at most 200 characters")
         return name.strip()
     try:
         return getpass.getuser()
     except (OSError, KeyError):
-        raise InvalidInput("who is deciding? $USER is not set: pass --as NAME") from None
+        raise InvalidInput(f"who is {doing}? $USER is not set: pass --as NAME") from None
 
 
 def price(text: str | None) -> tuple[float, float] | None:

@@ -209,6 +209,7 @@ def _header(
         ("status", status(h["status"])),
         ("kind", Text(h["kind"])),
         ("model", Text(h["model"])),
+        ("submitted by", Text(h.get("submitted_by") or "(not recorded)")),
         ("created", when(h["created_at"])),
         ("updated", f"{when(h['updated_at'])}  (version {h['version']})"),
         (
@@ -339,7 +340,7 @@ def outcome(h: Mapping[str, Any], steps: list[Mapping[str, Any]]) -> list[Render
             parts.append(
                 Text(
                     f"waiting for a decision on {call_id} ({c['name']}, fingerprint "
-                    f"{c['fingerprint'][:12]}{why}): "
+                    f"{c['fingerprint']}{why}): "
                     f"tickwork approve|edit|reject {h['id']} {call_id}",
                     style="yellow",
                 )

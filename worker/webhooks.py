@@ -23,7 +23,7 @@ import time
 from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import httpx
 from pydantic import Field
@@ -116,6 +116,19 @@ def card(
     }
 
 
+def masked_url(url: str) -> str:
+    """The URL as logs show it: scheme, host and port; its path, query and user hidden, since
+    receivers (Slack, chat webhooks) often put their secret there."""
+    try:
+        parts = urlsplit(url)
+        port = f":{parts.port}" if parts.port else ""
+        where = f"{parts.scheme}://{parts.hostname or '?'}{port}"
+    except ValueError:
+        return "<webhook URL>"
+    hidden = parts.path not in ("", "/") or parts.query or parts.fragment
+    return f"{where}/****" if hidden else where
+
+
 def sign(secret: str, body: bytes) -> str:
     return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
 
@@ -141,6 +154,7 @@ def deliver(
     if secret:
         headers["X-Tickwork-Signature"] = sign(secret, body)
     pause = backoff_s
+    shown = masked_url(url)
     for attempt in range(1, max(1, attempts) + 1):
         try:
             answer = httpx.post(url, content=body, headers=headers, timeout=timeout_s)
@@ -148,10 +162,10 @@ def deliver(
                 return True
             why = f"HTTP {answer.status_code}"
             if 400 <= answer.status_code < 500 and answer.status_code not in (408, 429):
-                log.warning("webhook %s refused card %s: %s", url, document.get("id"), why)
+                log.warning("webhook %s refused card %s: %s", shown, document.get("id"), why)
                 return False
         except httpx.HTTPError as exc:
-            why = f"{type(exc).__name__}: {exc}"
+            why = f"{type(exc).__name__}: {exc}".replace(url, shown)
         if attempt < attempts:
             log.info(
                 "webhook attempt %d of card %s failed (%s); again in %.2fs",
@@ -167,7 +181,7 @@ def deliver(
             pause = min(pause * 2, MAX_BACKOFF_S)
     log.warning(
         "webhook %s: card %s not delivered after %d attempts (%s)",
-        url,
+        shown,
         document.get("id"),
         attempts,
         why,

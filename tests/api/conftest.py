@@ -38,9 +38,15 @@ TOKENS = {
     "sam-submitter-token-00001": {"name": "sam", "roles": ["submitter"]},
     "olga-operator-token-00001": {"name": "olga", "roles": ["operator"]},
     "nobody-no-roles-token-001": {"name": "nobody", "roles": []},
+    "fuzz-every-role-token-001": {
+        "name": "fuzz",
+        "roles": ["submitter", "approver", "operator"],
+    },
 }
 TOKEN = {spec["name"]: token for token, spec in TOKENS.items()}
 WEBHOOK_SECRET = "hook-secret"
+#: receivers such as Slack put their secret in the URL's path: logs must not show it
+WEBHOOK_PATH = "/hook/T0001/B0002/path-secret-xyz"
 
 #: a step with a call that needs approval, then a final answer
 DANGER = [
@@ -121,7 +127,7 @@ class Receiver:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}{WEBHOOK_PATH}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     def card(self, session_id: str) -> tuple[dict[str, str], dict[str, Any]] | None:
@@ -238,7 +244,11 @@ def _environment(**values: str) -> Iterator[None]:
 def running_stack(name: str, request: pytest.FixtureRequest, tmp: Path) -> Iterator[Stack]:
     settings = _settings(name, tmp, request)
     deployment = Deployment(name, settings, tmp)
-    api = ApiSettings(api_tokens=TOKENS, api_stream_poll_s=0.05)  # type: ignore[arg-type]
+    api = ApiSettings(
+        api_tokens=TOKENS,  # type: ignore[arg-type]
+        api_stream_poll_s=0.05,
+        api_scripted_roots=[tmp],  # the deployment's scripts are written there
+    )
     with contextlib.ExitStack() as stack:
         stack.callback(deployment.close)
         receiver = stack.enter_context(Receiver())

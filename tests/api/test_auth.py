@@ -6,11 +6,13 @@ import hashlib
 import json
 from pathlib import Path
 
+import httpx
 import pytest
 
 from fsm.errors import ConfigurationError
-from tests.api.conftest import TOKEN, Stack
-from tickwork.api import ApiSettings
+from fsm.values import Status
+from tests.api.conftest import TOKEN, Server, Stack
+from tickwork.api import ApiSettings, make_api
 from tickwork.api.auth import Tokens
 
 
@@ -64,9 +66,10 @@ def test_the_wrong_role_is_403_and_names_the_role_needed(stack: Stack) -> None:
         ),
         ("sam", "POST", "/api/v1/sessions/x/cancel", None, "approver or operator"),
         ("alice", "POST", "/api/v1/sessions/x/fork", {"from_step": 0}, "operator"),
-        ("alice", "GET", "/api/v1/dead-letters", None, "operator"),
-        ("sam", "GET", "/api/v1/dead-letters/stats", None, "operator"),
         ("alice", "POST", "/api/v1/dead-letters/1/fork", {"from_step": 0}, "operator"),
+        ("sam", "POST", "/api/v1/dead-letters/1/fork", {"from_step": 0}, "operator"),
+        ("nobody", "GET", "/api/v1/sessions", None, "submitter or approver or operator"),
+        ("nobody", "GET", "/api/v1/dead-letters", None, "submitter or approver or operator"),
     ]
     for who, method, path, body, role in cases:
         answer = stack.http(who).request(method, path, json=body)
@@ -76,10 +79,22 @@ def test_the_wrong_role_is_403_and_names_the_role_needed(stack: Stack) -> None:
         assert who in answer.json()["message"]
 
 
-def test_any_role_may_read(stack: Stack) -> None:
-    for who in ("alice", "sam", "olga", "nobody"):
-        assert stack.http(who).get("/api/v1/sessions").status_code == 200
-        assert stack.http(who).get("/api/v1/approvals").status_code == 200
+def test_any_role_may_read_sessions_and_dead_letters_alike(stack: Stack) -> None:
+    # a dead letter's snapshot is the failed session: whoever reads one reads the other
+    failed = stack.submit([{"error": {"transient": False, "message": "model said no"}}])
+    stack.wait(failed, Status.FAILED)
+    for who in ("alice", "sam", "olga"):
+        http = stack.http(who)
+        assert http.get("/api/v1/sessions").status_code == 200
+        assert http.get("/api/v1/approvals").status_code == 200
+        assert http.get(f"/api/v1/sessions/{failed}").status_code == 200
+        letter = http.get(f"/api/v1/dead-letters/{failed}")
+        assert letter.status_code == 200, letter.text
+        assert letter.json()["session"]["head"]["id"] == failed
+        assert http.get("/api/v1/dead-letters/stats").status_code == 200
+    for path in (f"/api/v1/sessions/{failed}", f"/api/v1/dead-letters/{failed}"):
+        assert stack.http("nobody").get(path).status_code == 403
+    assert stack.http("nobody").get("/api/v1/me").status_code == 200
 
 
 def test_tokens_may_be_given_as_digests_and_in_a_file(tmp_path: Path) -> None:
@@ -131,3 +146,30 @@ def test_a_bad_tokens_file_is_a_configuration_error(tmp_path: Path) -> None:
         ApiSettings(api_tokens_file=path).tokens()
     with pytest.raises(ConfigurationError, match="cannot read"):
         ApiSettings(api_tokens_file=tmp_path / "missing.json").tokens()
+
+
+def test_a_token_revoked_in_the_tokens_file_stops_working_without_a_restart(
+    stack: Stack, tmp_path: Path
+) -> None:
+    keep, revoke = "kept-token-of-kim-000001", "revoked-token-of-rex-0001"
+    path = tmp_path / "tokens.json"
+    both = {
+        keep: {"name": "kim", "roles": ["approver"]},
+        revoke: {"name": "rex", "roles": ["operator"]},
+    }
+    path.write_text(json.dumps(both))
+    api = ApiSettings(api_tokens_file=path)
+    with Server(make_api(stack.deployment.settings, api)) as server:
+
+        def me(token: str) -> int:
+            headers = {"Authorization": f"Bearer {token}"}
+            return httpx.get(f"{server.url}/api/v1/me", headers=headers, timeout=10).status_code
+
+        assert me(keep) == 200 and me(revoke) == 200
+        path.write_text(json.dumps({keep: both[keep]}))
+        assert me(revoke) == 401 and me(keep) == 200
+        # a half-written file is not taken: the tokens in use stay
+        path.write_text('{"kept-token-of-kim-000001": {"name": ')
+        assert me(keep) == 200 and me(revoke) == 401
+        path.write_text(json.dumps(both))
+        assert me(revoke) == 200

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
+
+from fsm.errors import StaleDecision
 from fsm.values import Status
 from tests.api.conftest import Stack
 
@@ -64,6 +67,28 @@ def test_a_decision_for_other_arguments_is_409(stack: Stack) -> None:
     short, error = decide(stack, "alice", session_id, {"kind": "approve", "fingerprint": "abc"})
     assert short == 422 and "body.fingerprint" in str(error["message"])
     assert stack.deployment.client.get(session_id).status is Status.WAITING_APPROVAL
+
+
+def test_only_the_whole_fingerprint_decides_and_a_refusal_never_shows_it(stack: Stack) -> None:
+    session_id = stack.waiting()
+    real = stack.fingerprint(session_id)
+    wrong = ("1" if real[0] != "1" else "2") + real[1:]
+    status, error = decide(stack, "alice", session_id, {"kind": "approve", "fingerprint": wrong})
+    assert status == 409 and error["code"] == "stale_decision"
+    assert real[:8] not in str(error) and real[-8:] not in str(error)
+    for prefix in (real[:8], real[:12], real[:63]):
+        status, error = decide(
+            stack, "alice", session_id, {"kind": "approve", "fingerprint": prefix}
+        )
+        assert status == 422 and "body.fingerprint" in str(error["message"]), error
+        assert real[:8] not in str(error["message"]).replace(prefix, "")
+    # the Python client takes the same path: a prefix is refused there too
+    with pytest.raises(StaleDecision) as raised:
+        stack.deployment.client.approve(session_id, "s1c0", approver="alice", fingerprint=real[:12])
+    assert real[:8] not in str(raised.value)
+    assert stack.deployment.client.get(session_id).status is Status.WAITING_APPROVAL
+    status, head = decide(stack, "alice", session_id, {"kind": "approve", "fingerprint": real})
+    assert status == 200, head
 
 
 def test_a_second_decision_is_409_naming_who_decided_and_when(stack: Stack) -> None:

@@ -152,3 +152,23 @@ def test_a_worker_serves_its_metrics_and_the_api_adds_up_every_process(
     finally:
         stop(worker)
         deployment.close()
+
+
+def test_made_up_methods_add_no_series(stack: Stack) -> None:
+    def series() -> set[tuple[str, tuple[tuple[str, str], ...]]]:
+        text = stack.http().get("/metrics").text
+        assert "BREW" not in text
+        return {k for k in samples(text) if k[0].startswith("tickwork_api_request")}
+
+    def made_up(rounds: int) -> None:
+        for _ in range(rounds):
+            for path in ("/api/v1/sessions", "/healthz", "/nowhere"):
+                stack.http().request(f"BREW{uuid.uuid4().hex[:6].upper()}", path)
+
+    made_up(1)
+    first = series()
+    made_up(10)
+    assert series() == first  # ten more made-up methods: not one new series
+    methods = {dict(labels).get("method") for _, labels in first} - {None}
+    assert methods <= {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "OTHER"}
+    assert "OTHER" in methods

@@ -89,6 +89,8 @@ def test_log_in_approve_a_call_and_see_the_session_move_on(page: Any, stack: Sta
     expect(card.locator(".reason")).to_have_text(
         "Needs approval: the tool always needs a person's approval"
     )
+    section = page.locator(f'section.waiting[data-session="{session_id}"]')
+    expect(section.locator("p.meta")).to_contain_text("submitted by sam")
     card.locator("button.approve").click()
     expect(card).to_contain_text("Approved s1c0 (danger) as alice")
     card.locator("a.follow").click()
@@ -201,11 +203,16 @@ def test_an_operator_opens_a_dead_letter_and_forks_it(page: Any, stack: Stack) -
     expect(closed.locator(f'a[href="#/sessions/{fork}"]')).to_be_visible()
 
 
-def test_an_approver_is_told_dead_letters_need_the_operator_role(page: Any, stack: Stack) -> None:
+def test_an_approver_reads_dead_letters_but_only_an_operator_forks(page: Any, stack: Stack) -> None:
     from playwright.sync_api import expect
 
-    log_in(page, stack, "alice", "#/dead-letters")
-    expect(page.locator("main")).to_contain_text("need the operator role")
+    session_id = stack.submit(BROKEN, prefix="dead")
+    assert stack.wait(session_id)["status"] == "failed"
+    letter = stack.deployment.client.dead_letter(session_id)
+    log_in(page, stack, "alice", f"#/dead-letters/{letter.id}")
+    expect(page.locator("#dead-letter")).to_contain_text(f"Dead letter #{letter.id}")
+    expect(page.locator("main")).to_contain_text("Forking needs the operator role")
+    expect(page.locator("form#fork")).to_have_count(0)
     page.click("#logout")
     expect(page.locator("form#login")).to_be_visible()
 
@@ -232,3 +239,17 @@ def _submit_fix(stack: Stack, workspace: Path, fixed: str) -> Any:
             ),
         },
     )
+
+
+def test_the_api_docs_load_nothing_from_elsewhere(page: Any, stack: Stack) -> None:
+    from playwright.sync_api import expect
+
+    asked: list[str] = []
+    refused: list[str] = []
+    page.on("request", lambda r: asked.append(r.url))
+    page.on("console", lambda m: refused.append(m.text) if "Content Security" in m.text else None)
+    page.goto(f"{stack.url}/api/v1/docs")
+    expect(page.locator(".swagger-ui .info .title")).to_contain_text("tickwork")
+    expect(page.locator(".opblock-summary-path").first).to_be_visible()
+    assert asked and all(url.startswith(stack.url) for url in asked), asked
+    assert refused == []

@@ -19,10 +19,15 @@ def test_a_submitted_session_runs_and_shows_as_the_cli_shows_it(stack: Stack) ->
     session_id = stack.submit(ECHO, budgets={"max_steps": 7})
     head = stack.wait(session_id, Status.COMPLETED)
     assert head["final_answer"] == "said" and head["budgets"]["max_steps"] == 7
-    shown = stack.http("nobody").get(f"/api/v1/sessions/{session_id}")
+    shown = stack.http("alice").get(f"/api/v1/sessions/{session_id}")
     assert shown.status_code == 200
     assert shown.json() == views.session(stack.deployment.client.load(session_id))
     assert [c["observation"]["content"] for c in shown.json()["steps"][0]["calls"]] == ["hi"]
+    # the token's holder submitted it: stored, and shown wherever the session is
+    assert shown.json()["head"]["submitted_by"] == "sam"
+    assert stack.deployment.client.get(session_id).submitted_by == "sam"
+    listed = stack.http("olga").get("/api/v1/sessions", params={"limit": 500}).json()
+    assert next(h for h in listed if h["id"] == session_id)["submitted_by"] == "sam"
 
 
 def test_submit_answers_201_with_the_head(stack: Stack) -> None:

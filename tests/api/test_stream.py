@@ -30,7 +30,7 @@ def frames(answer: httpx.Response) -> list[dict[str, Any]]:
 
 
 def stream(stack: Stack, session_id: str, **headers: str) -> list[dict[str, Any]]:
-    with stack.http("nobody").stream(
+    with stack.http("alice").stream(
         "GET", f"/api/v1/sessions/{session_id}/stream", headers=headers
     ) as answer:
         assert answer.status_code == 200
@@ -58,11 +58,11 @@ def test_last_event_id_resumes_after_that_event(stack: Stack) -> None:
     ids = [i for i, _ in stack.deployment.client.store.events_after(session_id)]
     resumed = stream(stack, session_id, **{"Last-Event-ID": str(ids[2])})
     assert [int(f["id"]) for f in resumed[1:-1]] == ids[3:]
-    by_query = stack.http("nobody").get(
+    by_query = stack.http("alice").get(
         f"/api/v1/sessions/{session_id}/stream", params={"after": ids[-1]}
     )
     assert "event: created" not in by_query.text and "event: end" in by_query.text
-    bad = stack.http("nobody").get(
+    bad = stack.http("alice").get(
         f"/api/v1/sessions/{session_id}/stream", headers={"Last-Event-ID": "yesterday"}
     )
     assert bad.status_code == 422 and "Last-Event-ID" in bad.json()["message"]
@@ -74,7 +74,7 @@ def test_a_live_stream_follows_a_session_through_its_approval(stack: Stack) -> N
     seen_waiting = threading.Event()
 
     def follow() -> None:
-        with stack.http("nobody").stream("GET", f"/api/v1/sessions/{session_id}/stream") as answer:
+        with stack.http("alice").stream("GET", f"/api/v1/sessions/{session_id}/stream") as answer:
             frame: dict[str, str] = {}
             for line in answer.iter_lines():
                 if line:

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import json
+import logging
 import socket
 import time
 
+import pytest
 from prometheus_client import REGISTRY
 
 from fsm.values import Status
-from tests.api.conftest import WEBHOOK_SECRET, Stack, until
-from worker.webhooks import deliver, sign
+from tests.api.conftest import WEBHOOK_PATH, WEBHOOK_SECRET, Stack, until
+from worker.webhooks import deliver, masked_url, sign
 
 
 def failed_cards() -> float:
@@ -48,7 +50,10 @@ def test_a_failing_receiver_gets_the_card_again(stack: Stack) -> None:
     assert stack.receiver.attempts[session_id] == 3
 
 
-def test_an_undeliverable_card_never_blocks_the_session(stack: Stack) -> None:
+def test_an_undeliverable_card_never_blocks_the_session(
+    stack: Stack, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="tickwork.webhooks")
     before = failed_cards()
     session_id = stack.waiting(prefix="refuse")
     answer = stack.http("alice").post(
@@ -60,6 +65,12 @@ def test_an_undeliverable_card_never_blocks_the_session(stack: Stack) -> None:
     until(lambda: failed_cards() > before, timeout=20, what="the card to be given up")
     assert stack.receiver.attempts[session_id] == 4
     assert stack.receiver.card(session_id) is None
+    # the failure is logged with the receiver's host, never the secret in its path
+    logged = [r.getMessage() for r in caplog.records if r.name == "tickwork.webhooks"]
+    assert any("not delivered" in m for m in logged), logged
+    host = stack.receiver.url.removesuffix(WEBHOOK_PATH)
+    assert any(f"{host}/****" in m for m in logged), logged
+    assert not any("path-secret-xyz" in m or "T0001" in m for m in logged), logged
 
 
 def test_deliver_gives_up_on_a_dead_receiver_and_on_a_refusal() -> None:
@@ -81,3 +92,12 @@ def test_a_4xx_refusal_is_final(stack: Stack) -> None:
     )
     assert time.monotonic() - started < 1.0
     assert json.dumps({"id": "y"})
+
+
+def test_a_webhook_url_is_logged_without_its_path_query_or_password() -> None:
+    assert (
+        masked_url("https://hooks.slack.com/services/T0/B0/XYZ") == "https://hooks.slack.com/****"
+    )
+    assert masked_url("http://user:pw@h:8080/x?token=1") == "http://h:8080/****"
+    assert masked_url("http://h:8080") == "http://h:8080"
+    assert masked_url("http://[::1") == "<webhook URL>"

@@ -37,7 +37,7 @@ def test_submit_decide_watch_show_ls_fork(deployment: Deployment, cli: Cli) -> N
                 "--comment",
                 "fine",
                 "--fingerprint",
-                seen.fingerprint[:12],
+                seen.fingerprint,
                 "--json",
             ),
             ("edit", sid, "s1c1", "--args", '{"value": "B"}', "--as", "bob", "--json"),
@@ -194,7 +194,7 @@ def test_show_gives_the_approver_the_whole_write_and_why_it_waits(
         reason = "needs approval: the tool always needs a person's approval"
         assert f"{WRITE} write_file {reason}" in waiting
         assert (
-            f"(write_file, fingerprint {proposed.fingerprint[:12]}, because the tool always "
+            f"(write_file, fingerprint {proposed.fingerprint}, because the tool always "
             "needs a person's approval)" in waiting
         )
         assert f"{WRITE} write_file calc.py: against the workspace's current file" in waiting
@@ -211,3 +211,39 @@ def test_show_gives_the_approver_the_whole_write_and_why_it_waits(
     done = cli.inline("show", session_id).stdout
     assert f"{WRITE} write_file: the content of calc.py, whole" in done
     assert all(line in done for line in content.splitlines() if line.strip())
+
+
+def test_submit_records_who_submitted_and_show_ls_print_it(
+    deployment: Deployment, cli: Cli
+) -> None:
+    script = deployment.script([{"content": "done"}])
+    sink = json.dumps({"sink": str(deployment.sink)})
+    named = cli.inline(
+        "submit", TEST_KIND, "--input", sink, "--model", script, "--as", "carol", "--json"
+    ).json()
+    assert named["submitted_by"] == "carol"
+    by_login = cli.inline(
+        "submit",
+        TEST_KIND,
+        "--input",
+        sink,
+        "--model",
+        script,
+        "--json",
+        USER="dave-login",
+        LOGNAME="dave-login",
+    ).json()
+    assert by_login["submitted_by"] == "dave-login"
+    assert deployment.client.get(named["id"]).submitted_by == "carol"
+    assert "submitted by  carol" in " ".join(cli.inline("show", named["id"]).stdout.split("│"))
+    assert cli.inline("show", named["id"], "--json").json()["head"]["submitted_by"] == "carol"
+    listed = {h["id"]: h["submitted_by"] for h in cli.inline("ls", "--json").json()}
+    assert listed[named["id"]] == "carol" and listed[by_login["id"]] == "dave-login"
+    cli.inline("submit", TEST_KIND, "--model", script, "--as", " ", ok=False).error(
+        2, "--as needs a name"
+    )
+    # the Python client records what it is given
+    head = deployment.client.submit(
+        TEST_KIND, {"sink": str(deployment.sink)}, model=script, submitted_by="erin"
+    )
+    assert deployment.client.get(head.id).submitted_by == "erin"

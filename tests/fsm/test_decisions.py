@@ -111,18 +111,23 @@ def test_deciding_one_of_several_keeps_waiting(build: Any) -> None:
             APPROVE,
             {"fingerprint": "0" * 64},
             StaleDecision,
-            "000000000000",
+            "arguments differ",
             id="wrong_fingerprint",
         ),
         pytest.param(
-            AWAITING, APPROVE, {"fingerprint": ""}, StaleDecision, "at least 8", id="no_fingerprint"
+            AWAITING,
+            APPROVE,
+            {"fingerprint": ""},
+            StaleDecision,
+            "64 hex digits",
+            id="no_fingerprint",
         ),
         pytest.param(
             AWAITING,
             APPROVE,
             {"fingerprint": "a"},
             StaleDecision,
-            "at least 8",
+            "64 hex digits",
             id="one_character_prefix",
         ),
         pytest.param(CallState.PENDING, APPROVE, {}, NotWaiting, "pending", id="pending_call"),
@@ -158,6 +163,27 @@ def test_decide_refuses(
     assert words in message
     assert call.call_id in message and head.id in message
     assert isinstance(raised.value, TickworkError)
+
+
+@pytest.mark.parametrize("length", [8, 12, 63])
+def test_a_prefix_of_the_real_fingerprint_is_refused_and_never_echoed(
+    build: Any, length: int
+) -> None:
+    head, (call,) = waiting(build, AWAITING)
+    decision = build.decision(call, APPROVE, fingerprint=call.fingerprint[:length])
+    with pytest.raises(StaleDecision) as raised:
+        decide(head, [call], decision, None, now=build.at(60))
+    assert call.fingerprint[:8] not in str(raised.value)
+
+
+def test_a_wrong_fingerprint_is_not_echoed(build: Any) -> None:
+    head, (call,) = waiting(build, AWAITING)
+    wrong = "f" * 64 if not call.fingerprint.startswith("f") else "0" * 64
+    with pytest.raises(StaleDecision) as raised:
+        decide(
+            head, [call], build.decision(call, APPROVE, fingerprint=wrong), None, now=build.at(60)
+        )
+    assert call.fingerprint[:8] not in str(raised.value) and wrong[:8] not in str(raised.value)
 
 
 def test_decision_errors_are_named_in_the_hierarchy() -> None:

@@ -121,3 +121,10 @@ def test_a_version_1_snapshot_of_a_call_reads_without_the_new_fields(session: Se
             )
         }
     )
+
+
+def test_a_version_1_snapshot_is_upcast_with_no_submitter(session: Session) -> None:
+    document = json.loads(json.dumps(dump(session)))
+    document["schema_version"] = 1
+    del document["session"]["head"]["submitted_by"]
+    assert load(document).head == session.head.model_copy(update={"submitted_by": ""})

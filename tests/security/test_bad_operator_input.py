@@ -139,7 +139,7 @@ def test_decisions_that_may_not_be_taken_are_refused_and_write_nothing(env: Env)
         ),
         (
             StaleDecision,
-            "at least 8 characters",
+            "64 hex digits",
             lambda: client.approve(session_id, "s1c0", approver="ops", fingerprint="abc"),
         ),
         (

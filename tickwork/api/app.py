@@ -10,21 +10,20 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any
 
-import anyio
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
-from sqlalchemy import text
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from swagger_ui_bundle import swagger_ui_path
 
 from tickwork.client import Tickwork
 from worker.metrics import StoreCollector
 from worker.settings import Settings, load_settings
 
-from . import dead_letters, errors, metrics, sessions, stream
-from .auth import Tokens
+from . import dead_letters, errors, health, metrics, sessions, stream
+from .auth import TokenGate, Tokens
+from .limits import BodyLimit, clean_parameters
 from .settings import ApiSettings
 
 STATIC = Path(__file__).parent / "static"
@@ -43,11 +42,19 @@ DESCRIPTION = """\
 Submit and follow tickwork sessions, decide on tool calls waiting for a person, and
 analyse dead letters.
 
-Every request carries `Authorization: Bearer <token>`; a token belongs to one person
-and holds roles: `submitter` (submit), `approver` (decide, cancel), `operator` (cancel,
-fork, dead letters). Any role may read sessions. Errors are JSON
-`{"code": ..., "message": ...}`: 401 no or bad token, 403 wrong role, 404 not found,
-409 not now (already decided, arguments changed, finished), 422 bad input.
+Every request carries `Authorization: Bearer <token>`, checked before the body is read;
+a token belongs to one person and holds roles:
+
+| role | may |
+|---|---|
+| any role | read: sessions, their events and stream, the approvals queue, dead letters |
+| `submitter` | submit sessions (recorded as `submitted_by`) |
+| `approver` | decide on waiting calls, cancel |
+| `operator` | cancel, fork sessions and dead letters |
+
+A token without a role may only ask `/me`. Errors are JSON `{"code": ..., "message": ...}`:
+401 no or bad token, 403 wrong role, 404 not found, 409 not now (already decided,
+arguments changed, finished), 413 body too large, 422 bad input.
 """
 
 
@@ -66,7 +73,7 @@ class PageHeaders:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "") if scope["type"] == "http" else ""
-        if path != "/" and not path.startswith("/static/"):
+        if path not in ("/", "/api/v1/docs") and not path.startswith("/static/"):
             await self.app(scope, receive, send)
             return
 
@@ -88,7 +95,7 @@ def make_api(
     """The ASGI app: API under /api/v1, the page at /, metrics at /metrics."""
     settings = settings or (client.settings if client else load_settings())
     api = api or ApiSettings()
-    tokens = Tokens(api.tokens())  # no tokens: refuse to start rather than refuse everyone
+    tokens = Tokens.of(api)  # no tokens: refuse to start rather than refuse everyone
     owned = client is None
     if client is None:
         from tickwork.context import ensure_schema
@@ -108,8 +115,9 @@ def make_api(
         description=DESCRIPTION,
         lifespan=lifespan,
         openapi_url="/api/v1/openapi.json",
-        docs_url="/api/v1/docs",
+        docs_url=None,
         redoc_url=None,
+        dependencies=[Depends(clean_parameters)],
     )
     app.state.client = client
     app.state.tokens = tokens
@@ -117,25 +125,25 @@ def make_api(
     app.state.store_collector = StoreCollector(client.store.engine, clock=client.clock)
     app.state.multiproc_dir = multiproc_dir or os.environ.get("PROMETHEUS_MULTIPROC_DIR")
     errors.install(app)
+    # added last runs first: count, then the token, then the size, before any body is read
+    app.add_middleware(BodyLimit, limit=api.api_max_body_bytes)
+    app.add_middleware(TokenGate, tokens=tokens)
     app.add_middleware(PageHeaders)
     app.add_middleware(metrics.CountRequests)
     app.include_router(sessions.router)
     app.include_router(stream.router)
     app.include_router(dead_letters.router)
     app.include_router(metrics.router)
-
-    @app.get("/healthz", tags=["ops"], summary="200 if the server and its database answer")
-    async def healthz(request: Request) -> dict[str, Any]:
-        def ping() -> None:
-            with request.app.state.client.store.engine.connect() as conn:
-                conn.execute(text("SELECT 1"))
-
-        await anyio.to_thread.run_sync(ping)
-        return {"ok": True}
+    app.include_router(health.router)
 
     @app.get("/", include_in_schema=False)
     async def page() -> FileResponse:
         return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
 
+    @app.get("/api/v1/docs", include_in_schema=False)
+    async def docs() -> FileResponse:
+        return FileResponse(STATIC / "docs.html", headers={"Cache-Control": "no-cache"})
+
+    app.mount("/static/swagger", StaticFiles(directory=swagger_ui_path), name="swagger")
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     return app

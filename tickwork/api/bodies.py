@@ -1,20 +1,63 @@
 """What the API takes: request bodies, validated before anything is written.
 
 Bodies forbid unknown fields, so an `approver` (or any misspelt field) in a body is a 422:
-who decides comes from the token.
+who decides comes from the token. Every text is bounded (a goal, an instruction, the
+whole input), and none may hold NUL or a lone surrogate.
 """
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any, Self
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from fsm.values import DecisionKind
+
+from .limits import check_tree
+
+#: the longest text of a job's input (a goal, a test command) and of an instruction
+MAX_TEXT = 20_000
+#: the largest job input, as JSON
+MAX_INPUT_BYTES = 65_536
+#: the longest system prompt a fork may set
+MAX_PROMPT = 100_000
+#: the most budget overrides, tool outputs
+MAX_ENTRIES = 50
+#: what a session id may be (the client's SESSION_ID), for the schema
+SESSION_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+
+
+def _session_id(value: str | None) -> str | None:
+    if value is not None and not re.match(SESSION_ID_PATTERN, value):
+        raise ValueError(
+            f"session id {value!r} may only hold letters, digits, '_', '-' and '.', "
+            "up to 64 characters, and starts with a letter or digit"
+        )
+    return value
 
 
 class Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _storable(cls, data: Any) -> Any:
+        check_tree(data, where="body")
+        return data
+
+
+def _bounded_input(value: dict[str, Any]) -> dict[str, Any]:
+    size = len(json.dumps(value, ensure_ascii=False).encode())
+    if size > MAX_INPUT_BYTES:
+        raise ValueError(f"the input is {size} bytes as JSON; at most {MAX_INPUT_BYTES} are taken")
+    for key, item in value.items():
+        if isinstance(item, str) and len(item) > MAX_TEXT:
+            raise ValueError(
+                f"input.{key} is {len(item)} characters long; at most {MAX_TEXT} are taken"
+            )
+    return value
 
 
 class Submit(Body):
@@ -27,7 +70,11 @@ class Submit(Body):
         description="A job kind the deployment knows: `repair`, a kind named in "
         "TICKWORK_IMPORTS, or one of those `module:attr` specs.",
     )
-    input: dict[str, Any] = Field(default_factory=dict, description="The job's input.")
+    input: dict[str, Any] = Field(
+        default_factory=dict,
+        description=f"The job's input: at most {MAX_INPUT_BYTES} bytes as JSON, each text "
+        f"at most {MAX_TEXT} characters.",
+    )
     model: str | None = Field(
         default=None,
         max_length=500,
@@ -35,12 +82,19 @@ class Submit(Body):
     )
     budgets: dict[str, Any] = Field(
         default_factory=dict,
+        max_length=MAX_ENTRIES,
         examples=[{"max_steps": 20, "max_cost_usd": 2.0}],
         description="Budget overrides: max_steps, max_tokens, max_cost_usd, deadline_s, ...",
     )
     id: str | None = Field(
-        default=None, max_length=64, description="The new session's id [default: a random one]."
+        default=None,
+        max_length=64,
+        json_schema_extra={"pattern": SESSION_ID_PATTERN},
+        description="The new session's id [default: a random one].",
     )
+
+    _input = field_validator("input")(_bounded_input)
+    _id = field_validator("id")(_session_id)
 
 
 class Decide(Body):
@@ -48,9 +102,10 @@ class Decide(Body):
 
     kind: DecisionKind
     fingerprint: str = Field(
-        min_length=8,
+        min_length=64,
         max_length=64,
-        description="The fingerprint of the call as you saw it (at least 8 characters); the "
+        pattern="^[0-9a-f]{64}$",
+        description="The call's whole fingerprint as you saw it (64 hex digits); the "
         "decision is refused with 409 if the call's arguments differ.",
     )
     comment: str = Field(default="", max_length=10_000, description="Why; recorded.")
@@ -84,15 +139,28 @@ class Decide(Body):
 class Fork(Body):
     """A new session from step `from_step` of another, with a declared patch."""
 
-    from_step: int = Field(ge=0, description="Keep steps 1..K of the original (0: start over).")
-    system_prompt: str | None = Field(default=None, description="Replace the system prompt.")
+    from_step: int = Field(
+        ge=0, le=1_000_000, description="Keep steps 1..K of the original (0: start over)."
+    )
+    system_prompt: str | None = Field(
+        default=None, max_length=MAX_PROMPT, description="Replace the system prompt."
+    )
     append_instruction: str | None = Field(
-        default=None, description="Add an instruction after step K."
+        default=None, max_length=MAX_TEXT, description="Add an instruction after step K."
     )
     tool_outputs: dict[str, str] = Field(
-        default_factory=dict, description="call id -> the output to use instead."
+        default_factory=dict,
+        max_length=MAX_ENTRIES,
+        description="call id -> the output to use instead.",
     )
-    budgets: dict[str, Any] = Field(default_factory=dict, description="Budget overrides.")
+    budgets: dict[str, Any] = Field(
+        default_factory=dict, max_length=MAX_ENTRIES, description="Budget overrides."
+    )
     id: str | None = Field(
-        default=None, max_length=64, description="The fork's id [default: a random one]."
+        default=None,
+        max_length=64,
+        json_schema_extra={"pattern": SESSION_ID_PATTERN},
+        description="The fork's id [default: a random one].",
     )
+
+    _id = field_validator("id")(_session_id)

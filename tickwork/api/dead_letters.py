@@ -1,5 +1,8 @@
 """Dead-letter endpoints: list, show (with the session's timeline and forks), stats, fork,
-resolve, dismiss."""
+resolve, dismiss.
+
+Any role reads dead letters, as any role reads the failed session itself; forking,
+resolving and dismissing one take the operator role."""
 
 from __future__ import annotations
 
@@ -14,10 +17,16 @@ from store import dead_letters as dl
 from tickwork import options, views
 
 from . import bodies
-from .auth import Operator
-from .sessions import Client, run_fork
+from .auth import Operator, Reader
+from .errors import documented
+from .limits import MAX_INT
+from .sessions import CHANGES, FOUND, Client, run_fork
 
-router = APIRouter(prefix="/api/v1/dead-letters", tags=["dead letters"])
+router = APIRouter(
+    prefix="/api/v1/dead-letters",
+    tags=["dead letters"],
+    responses=documented(401, 403, 422, 503),
+)
 
 Key = Annotated[
     str, Path(description="The dead-letter id, or the failed session's id.", max_length=64)
@@ -26,6 +35,7 @@ Since = Annotated[
     str | None,
     Query(
         alias="since",
+        max_length=100,
         description="Only since an ISO time (naive: UTC) or a duration ago: 90s, 30m, 2h, 3d, 1w.",
     ),
 ]
@@ -52,7 +62,7 @@ def since(text: str | None) -> datetime | None:
 
 def find(client: Client, key: str) -> dl.DeadLetter:
     """By dead-letter id, else by session id."""
-    if key.isdigit():
+    if key.isascii() and key.isdigit() and int(key) <= MAX_INT:
         try:
             return client.dead_letter(int(key))
         except dl.DeadLetterNotFound:
@@ -66,9 +76,9 @@ def find(client: Client, key: str) -> dl.DeadLetter:
 @router.get("", summary="List dead letters, newest first")
 def list_dead_letters(
     client: Client,
-    who: Operator,
+    who: Reader,
     code: ErrorCode | None = None,
-    kind: str | None = None,
+    kind: Annotated[str | None, Query(max_length=200)] = None,
     since_: Since = None,
     unresolved: bool = False,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
@@ -86,7 +96,7 @@ def list_dead_letters(
 @router.get("/stats", summary="Counts by code, kind, model, last tool and error signature")
 def stats(
     client: Client,
-    who: Operator,
+    who: Reader,
     by: Annotated[
         str | None,
         Query(
@@ -105,8 +115,12 @@ def stats(
     return {"since": start.isoformat() if start else None, "total": total, "by": grouped}
 
 
-@router.get("/{key}", summary="A dead letter with its session snapshot and its forks")
-def show(key: Key, client: Client, who: Operator) -> dict[str, Any]:
+@router.get(
+    "/{key}",
+    summary="A dead letter with its session snapshot as a timeline, and its forks",
+    responses=FOUND,
+)
+def show(key: Key, client: Client, who: Reader) -> dict[str, Any]:
     letter = find(client, key)
     view = views.dead_letter(letter, snapshot=True)
     view["forks"] = views.forks(client.store.forks(letter.session_id))
@@ -118,6 +132,7 @@ def show(key: Key, client: Client, who: Operator) -> dict[str, Any]:
     status_code=201,
     response_model=Head,
     summary="Fork the dead letter's session with a patch; the dead letter is resolved",
+    responses=CHANGES,
 )
 def fork(key: Key, body: DeadLetterFork, client: Client, who: Operator) -> Head:
     letter = find(client, key)

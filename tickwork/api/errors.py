@@ -1,8 +1,9 @@
 """Every error as JSON: `{"code": ..., "message": ...}` plus details, with a fitting status.
 
 401 no or bad token, 403 wrong role, 404 no such thing, 409 not now (the call was decided,
-its arguments changed, the session finished), 422 bad input (with what was wrong),
-503 the database is not answering, 500 a bug (logged).
+its arguments changed, the session finished), 413 a body over the limit, 422 bad input
+(with what was wrong), 503 the database is not answering, 500 a bug (logged). Bad input
+is never blamed on the database: what the database cannot store is refused before.
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import ValidationError
-from sqlalchemy.exc import DBAPIError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from sqlalchemy.exc import DataError, DBAPIError
 from starlette.exceptions import HTTPException
+from starlette.routing import Match
 
 from fsm.errors import ConfigurationError, IllegalTransition, InvalidInput, TickworkError
 
@@ -34,6 +36,34 @@ _HTTP_CODES = {
     415: "unsupported_media_type",
     422: "invalid_input",
 }
+
+
+#: what each error status means, for the OpenAPI schema
+MEANINGS = {
+    400: "The request could not be parsed",
+    401: "No token, or not a valid one",
+    403: "The token's roles do not allow this",
+    404: "No such session, call or dead letter",
+    409: "Not now: already decided (who, when), the arguments changed, the session is "
+    "finished, or the id is taken",
+    413: "The body is over TICKWORK_API_MAX_BODY_BYTES",
+    422: "Bad input; the message says what was wrong",
+    503: "Not ready: the database (or, for /readyz, its schema or the broker) is not answering",
+}
+
+
+class ErrorBody(BaseModel):
+    """Every error's body: a code, a one-line message and details that depend on the code."""
+
+    model_config = ConfigDict(extra="allow")
+
+    code: str = Field(examples=["not_found"])
+    message: str = Field(examples=["no session 's-1'"])
+
+
+def documented(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI `responses` for these error statuses, each with the error body."""
+    return {s: {"model": ErrorBody, "description": MEANINGS[s]} for s in statuses}
 
 
 class ApiError(Exception):
@@ -99,16 +129,38 @@ def _invalid_value(_: Request, exc: Exception) -> JSONResponse:
     return answer(422, "invalid_input", f"invalid {said}", errors=errors)
 
 
-def _http_error(_: Request, exc: Exception) -> JSONResponse:
+def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, HTTPException)
-    code = _HTTP_CODES.get(exc.status_code, f"http_{exc.status_code}")
+    status = exc.status_code
     message = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
-    if exc.status_code == 404 and message == "Not Found":
+    if status == 404 and message == "Not Found":
         message = "no such endpoint; see /api/v1/docs"
-    response = answer(exc.status_code, code, message)
+    if status == 400 and "parsing the body" in message:
+        # FastAPI's answer to a body that is not JSON text: bad input like any other
+        status, message = 422, "the body is not JSON in UTF-8; send a JSON object"
+    response = answer(status, _HTTP_CODES.get(status, f"http_{status}"), message)
     for name, value in (exc.headers or {}).items():
         response.headers[name] = value
+    if status == 405:
+        response.headers["Allow"] = ", ".join(allowed_methods(request))
     return response
+
+
+def allowed_methods(request: Request) -> list[str]:
+    """Every method some route takes at this path (Starlette names only the first route's)."""
+    found: set[str] = set()
+    for route in request.app.router.routes:
+        match, _ = route.matches({**request.scope, "method": "GET"})
+        methods = getattr(route, "methods", None)
+        if match is not Match.NONE and methods:
+            found.update(methods)
+    return sorted(found)
+
+
+def _unstorable(_: Request, exc: Exception) -> JSONResponse:
+    # the checks before the store should have caught it: log it as the bug it is
+    log.error("a value reached the database that it refused: %s", str(exc).splitlines()[0])
+    return answer(422, "invalid_input", "a value is out of range or cannot be stored")
 
 
 def _database_error(_: Request, exc: Exception) -> JSONResponse:
@@ -130,5 +182,6 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _invalid_request)
     app.add_exception_handler(ValidationError, _invalid_value)
     app.add_exception_handler(HTTPException, _http_error)
+    app.add_exception_handler(DataError, _unstorable)
     app.add_exception_handler(DBAPIError, _database_error)
     app.add_exception_handler(Exception, _bug)

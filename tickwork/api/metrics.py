@@ -43,6 +43,14 @@ DECISION_WAIT = Histogram(
 
 router = APIRouter()
 
+#: methods counted by name; any other (made up) method is counted as OTHER
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+
+def method_label(method: str) -> str:
+    """The method as a label value: one of METHODS or OTHER, so labels stay bounded."""
+    return method if method in METHODS else "OTHER"
+
 
 class _Both(Collector):
     def __init__(self, *sources: Any) -> None:
@@ -84,7 +92,7 @@ class CountRequests:
                 status[0] = message["status"]
                 route = getattr(scope.get("route"), "path", None) or "unmatched"
                 if route != "/metrics":
-                    REQUEST_SECONDS.labels(scope["method"], route).observe(
+                    REQUEST_SECONDS.labels(method_label(scope["method"]), route).observe(
                         time.perf_counter() - started
                     )
             await send(message)
@@ -94,4 +102,4 @@ class CountRequests:
         finally:
             route = getattr(scope.get("route"), "path", None) or "unmatched"
             if route != "/metrics":
-                REQUESTS.labels(scope["method"], route, str(status[0])).inc()
+                REQUESTS.labels(method_label(scope["method"]), route, str(status[0])).inc()

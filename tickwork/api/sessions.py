@@ -14,11 +14,16 @@ from tickwork import views
 from tickwork.client import SESSION_ID, Tickwork
 
 from . import bodies, previews
-from .auth import Approver, Caller, Canceller, Operator, Submitter
-from .errors import ApiError
+from .auth import Approver, Caller, Canceller, Operator, Reader, Submitter
+from .errors import ApiError, documented
+from .limits import MAX_INT
 from .metrics import DECISION_WAIT, DECISIONS
+from .models import allowed_model
 
-router = APIRouter(prefix="/api/v1")
+router = APIRouter(prefix="/api/v1", responses=documented(401, 403, 422, 503))
+#: what a route that takes a body or a session id may answer besides
+CHANGES = documented(404, 409, 413)
+FOUND = documented(404)
 
 SessionId = Annotated[str, Path(description="The session id.", max_length=64)]
 CallId = Annotated[str, Path(description="The call id, e.g. s3c0.", max_length=64)]
@@ -31,13 +36,20 @@ def get_client(request: Request) -> Tickwork:
 Client = Annotated[Tickwork, Depends(get_client)]
 
 
-@router.get("/me", tags=["auth"], summary="Who the token belongs to")
+@router.get(
+    "/me", tags=["auth"], summary="Who the token belongs to (any token, with or without roles)"
+)
 def me(who: Caller) -> dict[str, Any]:
     return {"name": who.name, "roles": sorted(who.roles)}
 
 
 @router.post(
-    "/sessions", status_code=201, response_model=Head, tags=["sessions"], summary="Submit a session"
+    "/sessions",
+    status_code=201,
+    response_model=Head,
+    tags=["sessions"],
+    summary="Submit a session; the token's name is recorded as `submitted_by`",
+    responses=documented(409, 413),
 )
 def submit(body: bodies.Submit, client: Client, request: Request, who: Submitter) -> Head:
     settings = client.settings
@@ -48,24 +60,16 @@ def submit(body: bodies.Submit, client: Client, request: Request, who: Submitter
             f"job kind {body.kind!r} is not one this deployment names; use a "
             "built-in kind (repair) or one listed in TICKWORK_IMPORTS",
         )
-    allowed = request.app.state.api_settings.api_models
-    if body.model and allowed and not any(body.model.startswith(p) for p in allowed):
-        raise ApiError(
-            422,
-            "model_not_allowed",
-            f"model {body.model!r} is not allowed here; allowed: "
-            f"{', '.join(allowed)} (TICKWORK_API_MODELS)",
-        )
-    from tickwork.options import model_spec
-
+    model = allowed_model(body.model, request.app.state.api_settings)
     try:
         return client.submit(
             body.kind,
             body.input,
-            model=model_spec(body.model),
+            model=model,
             budgets=body.budgets,
             session_id=body.id,
             trusted=False,
+            submitted_by=who.name,
         )
     except (IntegrityError, InvalidInput):
         _taken(client, body.id)
@@ -77,12 +81,12 @@ def submit(body: bodies.Submit, client: Client, request: Request, who: Submitter
 )
 def list_sessions(
     client: Client,
-    who: Caller,
+    who: Reader,
     status: Annotated[list[Status] | None, Query(description="Repeatable.")] = None,
-    kind: str | None = None,
+    kind: Annotated[str | None, Query(max_length=200)] = None,
     error_code: ErrorCode | None = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=MAX_INT)] = 0,
 ) -> list[Head]:
     return client.sessions(
         status=[s.value for s in status or ()],
@@ -97,8 +101,9 @@ def list_sessions(
     "/sessions/{session_id}",
     tags=["sessions"],
     summary="A session as a timeline (the JSON of `tickwork show --json`)",
+    responses=FOUND,
 )
-def show(session_id: SessionId, client: Client, who: Caller) -> dict[str, Any]:
+def show(session_id: SessionId, client: Client, who: Reader) -> dict[str, Any]:
     return views.session(client.load(session_id))
 
 
@@ -106,12 +111,13 @@ def show(session_id: SessionId, client: Client, who: Caller) -> dict[str, Any]:
     "/sessions/{session_id}/events",
     tags=["sessions"],
     summary="A page of the session's events after an event id",
+    responses=FOUND,
 )
 def events(
     session_id: SessionId,
     client: Client,
-    who: Caller,
-    after: Annotated[int, Query(ge=0, description="The last event id you have.")] = 0,
+    who: Reader,
+    after: Annotated[int, Query(ge=0, le=MAX_INT, description="The last event id you have.")] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 1000,
 ) -> dict[str, Any]:
     head = client.get(session_id)
@@ -128,12 +134,7 @@ def events(
     response_model=Head,
     tags=["approvals"],
     summary="Approve, edit, reject or give the output of a call",
-    responses={
-        409: {
-            "description": "Already decided (with who and when), the "
-            "arguments changed, or the call is not waiting"
-        }
-    },
+    responses=CHANGES,
 )
 def decide(
     session_id: SessionId, call_id: CallId, body: bodies.Decide, client: Client, who: Approver
@@ -183,6 +184,7 @@ def _observe_wait(session: Session, call_id: str) -> None:
     response_model=Head,
     tags=["sessions"],
     summary="Cancel: at once if waiting for a person, else at its next tick",
+    responses=documented(404, 409, 413),
 )
 def cancel(session_id: SessionId, client: Client, who: Canceller) -> Head:
     return client.cancel(session_id, by=who.name)
@@ -194,6 +196,7 @@ def cancel(session_id: SessionId, client: Client, who: Canceller) -> Head:
     response_model=Head,
     tags=["sessions"],
     summary="Fork a session from step K with a patch",
+    responses=CHANGES,
 )
 def fork(session_id: SessionId, body: bodies.Fork, client: Client, who: Operator) -> Head:
     return run_fork(client, session_id, body, by=who.name, resolve_dead_letter=False)
@@ -255,7 +258,7 @@ def _taken(client: Tickwork, session_id: str | None) -> None:
     summary="Sessions waiting for a person, oldest first, with their waiting calls",
 )
 def approvals(
-    client: Client, who: Caller, limit: Annotated[int, Query(ge=1, le=200)] = 50
+    client: Client, who: Reader, limit: Annotated[int, Query(ge=1, le=200)] = 50
 ) -> list[dict[str, Any]]:
     heads = client.sessions(status=[Status.WAITING_APPROVAL.value], limit=limit)
     found = []
@@ -271,8 +274,9 @@ def approvals(
     "/approvals/{session_id}",
     tags=["approvals"],
     summary="One session's calls waiting for a person, with previews",
+    responses=FOUND,
 )
-def approval(session_id: SessionId, client: Client, who: Caller) -> dict[str, Any]:
+def approval(session_id: SessionId, client: Client, who: Reader) -> dict[str, Any]:
     return waiting_view(client.load(session_id), client)
 
 

@@ -6,6 +6,8 @@ Tokens are given per person with their roles, inline or in a file (the same JSON
     TICKWORK_API_TOKENS_FILE=/etc/tickwork/tokens.json
 
 A key may also be `sha256:<hex digest of the token>`, so the file need not hold the token.
+The file is read again when it changes (its mtime or size), so a revoked token stops
+working without a restart.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ class ApiSettings(BaseSettings):
 
     #: token (or `sha256:<hex>`) -> {"name": ..., "roles": [...]}
     api_tokens: dict[str, TokenSpec] = {}
-    #: a JSON file of the same shape, read at start
+    #: a JSON file of the same shape, read at start and again whenever it changes
     api_tokens_file: Path | None = None
     api_host: str = "127.0.0.1"
     api_port: int = Field(default=8000, ge=0, le=65535)
@@ -57,6 +59,10 @@ class ApiSettings(BaseSettings):
     public_url: str = ""
     #: model spec prefixes a submit may name (e.g. `openai:`); empty: any
     api_models: list[str] = []
+    #: directories whose script files a submit may name as `scripted:PATH`; empty: none
+    api_scripted_roots: list[Path] = []
+    #: the largest request body taken, in bytes (larger: 413 before it is read)
+    api_max_body_bytes: int = Field(default=1_048_576, gt=0)
     #: how often a live event stream looks for new events
     api_stream_poll_s: float = Field(default=0.25, gt=0)
     #: a live event stream sends a comment this often while nothing happens

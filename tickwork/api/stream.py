@@ -20,11 +20,14 @@ from fastapi.responses import StreamingResponse
 
 from tickwork import views
 
-from .auth import Caller
-from .errors import ApiError
+from .auth import Reader
+from .errors import ApiError, documented
+from .limits import MAX_INT
 from .sessions import Client, SessionId
 
-router = APIRouter(prefix="/api/v1", tags=["sessions"])
+router = APIRouter(
+    prefix="/api/v1", tags=["sessions"], responses=documented(401, 403, 404, 422, 503)
+)
 
 #: events read per query; a backlog longer than this goes out in several reads
 BATCH = 500
@@ -51,27 +54,36 @@ async def stream(
     session_id: SessionId,
     request: Request,
     client: Client,
-    who: Caller,
+    who: Reader,
     after: Annotated[
         int | None,
         Query(
             ge=0,
+            le=MAX_INT,
             description=(
                 "Start after this event id (the Last-Event-ID header wins) [default: 0, all]"
             ),
         ),
     ] = None,
-    last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
+    last_event_id: Annotated[
+        str | None,
+        Header(
+            alias="Last-Event-ID",
+            pattern=r"^\s*[0-9]{0,18}\s*$",
+            description="The last event id you have (a browser's EventSource sends it).",
+        ),
+    ] = None,
 ) -> StreamingResponse:
     start = after or 0
     if last_event_id is not None and last_event_id.strip():
-        if not last_event_id.strip().isdigit():
+        given = last_event_id.strip()
+        if not (given.isascii() and given.isdigit() and int(given) <= MAX_INT):
             raise ApiError(
                 422,
                 "invalid_input",
                 f"Last-Event-ID must be an event id (a number), got {last_event_id!r}",
             )
-        start = int(last_event_id)
+        start = int(given)
     store = client.store
     await anyio.to_thread.run_sync(store.get, session_id)  # 404 before the stream starts
     settings = request.app.state.api_settings

@@ -230,7 +230,8 @@
     return el("section", { class: "waiting", dataset: { session: head.id } },
       el("h3", {}, el("a", { href: `#/sessions/${enc(head.id)}` }, head.id), " ", badge(head.status)),
       el("p", { class: "meta" },
-        `${head.kind} · ${head.model} · step ${head.step} · waiting since ${ago(waiting.waiting_since)}`,
+        `${head.kind} · ${head.model} · step ${head.step} · submitted by ${head.submitted_by || "–"}` +
+        ` · waiting since ${ago(waiting.waiting_since)}`,
         networkNote(head)),
       waiting.job ? el("dl", { class: "job" }, ["source", "goal", "test_command"]
         .filter((key) => waiting.job[key])
@@ -318,7 +319,8 @@
   function headSummary(head) {
     return el("div", { class: "summary" },
       el("p", { class: "meta" },
-        `${head.kind} · ${head.model} · step ${head.step} · ${head.tokens} tokens · $${head.cost_usd.toFixed(4)}`,
+        `${head.kind} · ${head.model} · submitted by ${head.submitted_by || "–"} · step ${head.step} · ` +
+        `${head.tokens} tokens · $${head.cost_usd.toFixed(4)}`,
         head.parent_id ? ` · forked from ${head.parent_id} at step ${head.fork_step}` : "",
         networkNote(head)),
       head.final_answer ? el("p", { class: "answer" }, `Answer: ${head.final_answer}`) : null,
@@ -456,8 +458,8 @@
   }
 
   async function deadLettersView() {
-    if (!can("operator")) {
-      main.replaceChildren(el("p", { class: "muted" }, "Dead letters need the operator role."));
+    if (!state.me.roles.length) {
+      main.replaceChildren(el("p", { class: "muted" }, "Reading dead letters needs a role."));
       return;
     }
     const [stats, letters] = await Promise.all([api("/dead-letters/stats"), api("/dead-letters?limit=100")]);
@@ -484,6 +486,7 @@
     const forks = letter.forks.map((f) => el("a", { href: `#/sessions/${enc(f.id)}` }, f.id));
     const forkForm = letter.resolved_at ? el("p", { class: "decided" },
       `Closed ${ago(letter.resolved_at)}: ${letter.closed}`, ...(forks.length ? [" · forks: ", ...forks] : []))
+      : !can("operator") ? el("p", { class: "muted" }, "Forking needs the operator role.")
       : el("form", { id: "fork", onsubmit: async (event) => {
         event.preventDefault();
         try {

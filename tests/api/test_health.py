@@ -1,0 +1,71 @@
+"""Issue 12: /healthz is liveness only; /readyz checks the database, its schema revision and
+the broker, and names the one that is not ready."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+
+from store.migrate import upgrade
+from tests.api.conftest import TOKENS, Server, Stack
+from tickwork.api import ApiSettings, make_api
+from worker.settings import Settings
+
+
+@contextmanager
+def serving(settings: Settings) -> Iterator[str]:
+    with Server(make_api(settings, ApiSettings(api_tokens=TOKENS))) as server:  # type: ignore[arg-type]
+        yield server.url
+
+
+def probe(url: str, path: str) -> tuple[int, dict[str, object]]:
+    answer = httpx.get(f"{url}{path}", timeout=30)
+    return answer.status_code, answer.json()
+
+
+def test_a_working_deployment_is_live_and_ready(stack: Stack) -> None:
+    assert probe(stack.url, "/healthz") == (200, {"ok": True})
+    status, body = probe(stack.url, "/readyz")
+    assert status == 200 and body["checks"] == {"database": "ok", "schema": "ok", "broker": "ok"}
+
+
+def test_a_database_without_the_schema_is_live_but_not_ready(tmp_path: Path) -> None:
+    settings = Settings(state_dir=tmp_path)
+    sqlite3.connect(tmp_path / "tickwork.db").close()  # a database nobody migrated
+    with serving(settings) as url:
+        assert probe(url, "/healthz") == (200, {"ok": True})
+        status, body = probe(url, "/readyz")
+        assert status == 503 and body["code"] == "not_ready" and body["check"] == "schema"
+        assert "no schema" in str(body["message"]) and "tickwork db upgrade" in str(body["message"])
+
+
+def test_a_database_behind_the_migrations_is_not_ready(tmp_path: Path) -> None:
+    settings = Settings(state_dir=tmp_path)
+    upgrade(settings.db_url, "0001")
+    with serving(settings) as url:
+        status, body = probe(url, "/readyz")
+        assert status == 503 and body["check"] == "schema"
+        assert "revision 0001" in str(body["message"])
+
+
+def test_a_database_that_does_not_answer_is_named(tmp_path: Path) -> None:
+    settings = Settings(
+        state_dir=tmp_path, database_url="postgresql+psycopg://postgres@127.0.0.1:1/none"
+    )
+    with serving(settings) as url:
+        assert probe(url, "/healthz")[0] == 200
+        status, body = probe(url, "/readyz")
+        assert status == 503 and body["check"] == "database", body
+
+
+def test_a_broker_that_does_not_answer_is_named(tmp_path: Path) -> None:
+    settings = Settings(state_dir=tmp_path, broker_url="redis://127.0.0.1:1/0")
+    upgrade(settings.db_url)
+    with serving(settings) as url:
+        status, body = probe(url, "/readyz")
+        assert status == 503 and body["check"] == "broker", body
+        assert "cannot connect" in str(body["message"])

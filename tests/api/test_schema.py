@@ -1,0 +1,56 @@
+"""Issue 12: the OpenAPI schema documents every error a route may answer, with its body, and
+the docs page serves Swagger UI from tickwork itself under a CSP that allows only self."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from tests.api.conftest import Stack
+
+ERROR = "#/components/schemas/ErrorBody"
+
+
+def operations(schema: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    return [
+        (method.upper(), path, op)
+        for path, item in schema["paths"].items()
+        for method, op in item.items()
+        if path.startswith("/api/v1/")
+    ]
+
+
+def test_every_route_documents_its_errors_with_the_error_body(stack: Stack) -> None:
+    schema = stack.http().get("/api/v1/openapi.json").json()
+    assert set(schema["components"]["schemas"]["ErrorBody"]["required"]) == {"code", "message"}
+    found = operations(schema)
+    assert len(found) >= 14
+    for method, path, op in found:
+        wanted = {"401", "403", "422"}
+        if "{" in path:
+            wanted.add("404")
+        if method == "POST":
+            wanted |= {"404", "409", "413"} if "{" in path else {"409", "413"}
+        missing = wanted - set(op["responses"])
+        assert not missing, (method, path, missing)
+        for status in wanted:
+            content = op["responses"][status]["content"]["application/json"]["schema"]
+            assert content == {"$ref": ERROR}, (method, path, status, content)
+    assert "bearer" in str(schema["components"]["securitySchemes"]).lower()
+
+
+def test_the_docs_page_and_its_assets_come_from_tickwork(stack: Stack) -> None:
+    http = stack.http()
+    page = http.get("/api/v1/docs")
+    assert page.status_code == 200
+    policy = page.headers["content-security-policy"]
+    assert "default-src 'self'" in policy and "unsafe-inline" not in policy
+    assert "cdn" not in page.text and "http" not in page.text
+    assert "<script>" not in page.text  # no inline script: the CSP would refuse it
+    assets = re.findall(r'(?:src|href)="([^"]+)"', page.text)
+    assert len(assets) >= 3
+    for asset in assets:
+        assert asset.startswith("/static/"), asset
+        answer = http.get(asset)
+        assert answer.status_code == 200 and answer.content, asset
+        assert "default-src 'self'" in answer.headers["content-security-policy"]

@@ -1,0 +1,76 @@
+"""Liveness and readiness: /healthz says the process answers, /readyz that it can work.
+
+/readyz checks the database (it answers), its schema (at the migrations' head, so a
+database nobody upgraded is not ready) and the broker (a connection opens), and names the
+first that is not ready in a 503.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from fastapi import APIRouter, Request
+from sqlalchemy import text
+
+from store.migrate import alembic_config
+from tickwork.client import Tickwork
+
+from .errors import ApiError, documented
+
+router = APIRouter(tags=["ops"])
+
+#: seconds a readiness check waits for the broker
+BROKER_TIMEOUT_S = 3.0
+
+
+def check_database(client: Tickwork) -> str | None:
+    """What is wrong with the database or its schema, or None."""
+    try:
+        with client.store.engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+            current = set(MigrationContext.configure(conn).get_current_heads())
+    except Exception as exc:
+        first = str(getattr(exc, "orig", None) or exc).strip().splitlines()[:1]
+        return f"database: does not answer ({type(exc).__name__}: {''.join(first)[:200]})"
+    wanted = set(ScriptDirectory.from_config(alembic_config(client.settings.db_url)).get_heads())
+    if current != wanted:
+        found = ", ".join(sorted(current)) or "no schema"
+        return (
+            f"schema: the database is at revision {found}, this version needs "
+            f"{', '.join(sorted(wanted))}; run `tickwork db upgrade`"
+        )
+    return None
+
+
+def check_broker(client: Tickwork) -> str | None:
+    """What is wrong with the broker, or None."""
+    try:
+        with client.app.connection_for_write() as conn:
+            conn.ensure_connection(
+                max_retries=1, interval_start=0, interval_step=0, timeout=BROKER_TIMEOUT_S
+            )
+    except Exception as exc:
+        return f"broker: cannot connect ({type(exc).__name__}: {str(exc)[:200]})"
+    return None
+
+
+@router.get("/healthz", summary="Liveness: 200 while the server answers (checks nothing else)")
+async def healthz() -> dict[str, Any]:
+    return {"ok": True}
+
+
+@router.get(
+    "/readyz",
+    summary="Readiness: the database answers, its schema is at head, the broker connects",
+    responses=documented(503),
+)
+async def readyz(request: Request) -> dict[str, Any]:
+    client: Tickwork = request.app.state.client
+    for check in (check_database, check_broker):
+        wrong = await anyio.to_thread.run_sync(check, client)
+        if wrong is not None:
+            raise ApiError(503, "not_ready", wrong, check=wrong.partition(":")[0])
+    return {"ok": True, "checks": {"database": "ok", "schema": "ok", "broker": "ok"}}

@@ -1,0 +1,120 @@
+"""Request size limits, enforced before a body is read, and the checks on every text.
+
+A body larger than TICKWORK_API_MAX_BODY_BYTES is answered 413: at once when its
+Content-Length says so, else (chunked) as soon as what arrived passes the limit; the
+server holds at most the limit in memory. Text in a query, a path or a body may hold
+neither NUL nor a lone surrogate: no database stores them, so they are a 422 here rather
+than a database error later.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import Request
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from .errors import ApiError, answer
+
+#: the largest integer a query, a path or an id may hold: what a database's BIGINT holds
+MAX_INT = 2**63 - 1
+#: the deepest nesting of JSON objects and lists a body field may hold
+MAX_DEPTH = 32
+
+
+def _header(scope: Scope, name: bytes) -> bytes | None:
+    return next((v for k, v in scope.get("headers", ()) if k == name), None)
+
+
+class BodyLimit:
+    """ASGI middleware: 413 for a body over `limit` bytes, without reading past it."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        length = _header(scope, b"content-length")
+        chunked = b"chunked" in (_header(scope, b"transfer-encoding") or b"").lower()
+        if length is not None and length.strip().isdigit() and int(length) > self.limit:
+            await self._refuse(scope, receive, send)
+            return
+        if not chunked:
+            await self.app(scope, receive, send)  # h11 never delivers more than Content-Length
+            return
+        parts, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                await self.app(scope, _replay([message], receive), send)
+                return
+            parts.append(message.get("body", b""))
+            size += len(parts[-1])
+            if size > self.limit:
+                await self._refuse(scope, receive, send)
+                return
+            if not message.get("more_body", False):
+                break
+        whole: Message = {"type": "http.request", "body": b"".join(parts), "more_body": False}
+        await self.app(scope, _replay([whole], receive), send)
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
+        refusal = answer(
+            413,
+            "too_large",
+            f"the request body is over {self.limit} bytes (TICKWORK_API_MAX_BODY_BYTES); send less",
+        )
+        refusal.headers["Connection"] = "close"
+        await refusal(scope, receive, send)
+
+
+def _replay(messages: list[Message], receive: Receive) -> Receive:
+    """`receive` that first gives back what was already read."""
+    pending = list(messages)
+
+    async def replaying() -> Message:
+        return pending.pop(0) if pending else await receive()
+
+    return replaying
+
+
+def bad_text(value: str) -> str | None:
+    """What is wrong with a text no database can store, or None."""
+    if "\x00" in value:
+        return "holds a NUL character"
+    if any("\ud800" <= c <= "\udfff" for c in value):
+        return "holds a lone surrogate (not valid Unicode)"
+    return None
+
+
+def check_tree(value: Any, *, where: str, depth: int = 0) -> None:
+    """ValueError naming the first bad text (keys too) or too deep nesting in a JSON value."""
+    if depth > MAX_DEPTH:
+        raise ValueError(f"{where} is nested deeper than {MAX_DEPTH} levels")
+    if isinstance(value, str):
+        wrong = bad_text(value)
+        if wrong:
+            raise ValueError(f"{where} {wrong}")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            wrong = bad_text(key) if isinstance(key, str) else None
+            if wrong:
+                raise ValueError(f"a key in {where} {wrong}")
+            check_tree(item, where=f"{where}.{key}", depth=depth + 1)
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            check_tree(item, where=f"{where}[{i}]", depth=depth + 1)
+
+
+def clean_parameters(request: Request) -> None:
+    """A dependency of every route: 422 for a query or path text no database can store."""
+    given = [*(("query", k, v) for k, v in request.query_params.multi_items())]
+    given += [("path", k, v) for k, v in request.path_params.items() if isinstance(v, str)]
+    for where, name, value in given:
+        wrong = bad_text(name) or bad_text(value)
+        if wrong:
+            raise ApiError(
+                422, "invalid_input", f"{where} parameter {name[:40]!r} {wrong}; remove it"
+            )
