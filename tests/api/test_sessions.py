@@ -67,6 +67,7 @@ def test_bad_submissions_are_422_and_say_what_was_wrong(stack: Stack) -> None:
         ({"kind": TEST_KIND, "model": "scripted:/no/such/script.json"}, "script"),
         ({"kind": TEST_KIND, "model": "gpt-4o"}, "unknown model spec 'gpt-4o': use openai:MODEL"),
         ({"kind": TEST_KIND, "model": "openai:my-local"}, "'openai:my-local' has no price"),
+        ({"kind": TEST_KIND, "model": "openai:my-local", "price": [-1, 2]}, "body.price.0"),
     ]
     for body, fragment in cases:
         answer = stack.http("sam").post("/api/v1/sessions", json=body)
@@ -78,6 +79,17 @@ def test_bad_submissions_are_422_and_say_what_was_wrong(stack: Stack) -> None:
         "/api/v1/sessions", content=b"{not json", headers={"Content-Type": "application/json"}
     )
     assert answer.status_code == 422 and answer.json()["code"] == "invalid_input"
+
+
+def test_a_submit_may_give_the_price_of_a_model_the_deployment_does_not_know(
+    stack: Stack,
+) -> None:
+    body = {"kind": TEST_KIND, "model": "openai:my-local", "price": [0.5, 1.5]}
+    answer = stack.http("sam").post("/api/v1/sessions", json=body)
+    assert answer.status_code == 201, answer.text
+    stored = stack.deployment.client.get(answer.json()["id"])
+    assert stored.config["price"] == {"prompt": 0.5, "completion": 1.5}
+    assert stored.budgets.max_cost_usd > 0
 
 
 def test_unknown_things_are_404_json(stack: Stack) -> None:
@@ -135,7 +147,7 @@ def test_events_page_after_an_id(stack: Stack) -> None:
 
 def test_a_waiting_calls_body_says_why_it_needs_approval(stack: Stack) -> None:
     session_id = stack.waiting()
-    shown = stack.http("nobody").get(f"/api/v1/sessions/{session_id}").json()
+    shown = stack.http("alice").get(f"/api/v1/sessions/{session_id}").json()
     danger, echo = shown["steps"][0]["calls"]
     assert danger["approval_reason"] == "the tool always needs a person's approval"
     assert echo["approval_reason"] is None

@@ -66,6 +66,10 @@ def test_help_shows_each_option_whole_with_its_default(
             assert f"[default: ({default})]" in shown, (param.name, default)
         if param.required or param.default in (None, False, (), "") or param.name == "help":
             continue
+        if getattr(param, "secondary_opts", None):  # --x/--no-x shows the flag in force
+            flag = (param.opts if param.default else param.secondary_opts)[0].lstrip("-")
+            assert f"[default: {flag}]" in shown, (param.name, param.default)
+            continue
         value = getattr(param.default, "value", param.default)
         assert f"[default: {value}]" in shown, (param.name, param.default)
     if command.help:

@@ -5,6 +5,7 @@ command at once. Each escape is refused or contained, and the session goes on.
 
 from __future__ import annotations
 
+import hashlib
 import socket
 import threading
 import time
@@ -207,7 +208,10 @@ def test_cancel_kills_a_running_command_within_seconds(env: Env, places: tuple[P
     }
     session_id = repair(env, workspace, [sleeper])
     thread, ended = run_in_background(env, session_id)
-    wait_for(workspace / "s", thread)
+    # the command runs in the session's working copy, never in the submitted directory
+    key = hashlib.sha256(session_id.encode()).hexdigest()[:32]
+    wait_for(env.settings.workspaces_path / "sessions" / key / "files" / "s", thread)
+    assert not (workspace / "s").exists()
     asked = time.monotonic()
     env.client.cancel(session_id, by="ops")
     thread.join(30)

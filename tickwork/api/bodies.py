@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Self
+from typing import Annotated, Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -91,6 +91,15 @@ class Submit(Body):
         max_length=64,
         json_schema_extra={"pattern": SESSION_ID_PATTERN},
         description="The new session's id [default: a random one].",
+    )
+    price: (
+        tuple[Annotated[float, Field(ge=0, le=1e6)], Annotated[float, Field(ge=0, le=1e6)]] | None
+    ) = Field(
+        default=None,
+        examples=[[0.5, 1.5]],
+        description="The model's price in USD per million tokens, [prompt, completion], for "
+        "a model TICKWORK_PRICES does not know; a model with no price is refused while the "
+        "session has a cost budget (or set budgets.max_cost_usd to 0).",
     )
 
     _input = field_validator("input")(_bounded_input)

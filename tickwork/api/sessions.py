@@ -68,6 +68,7 @@ def submit(body: bodies.Submit, client: Client, request: Request, who: Submitter
             model=model,
             budgets=body.budgets,
             session_id=body.id,
+            price=body.price,
             trusted=False,
             submitted_by=who.name,
         )
