@@ -126,7 +126,8 @@ def mask_change(change: Change, masker: Masker) -> Change:
 
 
 def mask_decision(decision: Decision, masker: Masker) -> Decision:
-    """A person's comment, feedback and hand-written output, masked (not the arguments)."""
+    """A person's comment, feedback and hand-written output, masked. Edited arguments are
+    left alone, as a model's are in `mask_change`: they are what runs."""
     return decision.model_copy(
         update={
             "comment": masker.text(decision.comment),

@@ -200,3 +200,25 @@ def test_decisions_that_do_not_fit_the_call_are_refused(stack: Stack) -> None:
     )
     assert status == 422 and "body.kind" in str(error["message"])
     assert stack.deployment.client.load(session_id).decisions == ()
+
+
+def test_a_secret_in_a_comment_is_stored_and_shown_masked(stack: Stack) -> None:
+    session_id = stack.waiting()
+    key = "sk-proj-typedINTOaComment0123"
+    status, head = decide(
+        stack,
+        "alice",
+        session_id,
+        {
+            "kind": "approve",
+            "fingerprint": stack.fingerprint(session_id),
+            "comment": f"use {key} for it",
+        },
+    )
+    assert status == 200, head
+    stack.wait(session_id, Status.COMPLETED)
+    decision = stack.deployment.client.load(session_id).decision("s1c0")
+    assert decision is not None and decision.comment == "use **** for it"
+    shown = stack.http("alice").get(f"/api/v1/sessions/{session_id}")
+    assert shown.status_code == 200
+    assert key not in shown.text and "use **** for it" in shown.text

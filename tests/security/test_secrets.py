@@ -212,3 +212,21 @@ def test_tickwork_config_masks_a_password_only_redis_url(
     )
     assert "broker-pass-9876" not in out
     assert json.loads(out)["broker_url"] == "redis://:****@cache:6379/0"
+
+
+def test_a_secret_typed_into_a_decision_is_stored_masked(sqlite_env: Env) -> None:
+    calls = [
+        {"name": "danger", "arguments": {"value": "a"}},
+        {"name": "danger", "arguments": {"value": "b"}},
+    ]
+    session_id = sqlite_env.submit([{"content": "go", "tool_calls": calls}, {"content": "done"}])
+    assert sqlite_env.run(session_id).status is Status.WAITING_APPROVAL
+    client = sqlite_env.client
+    client.approve(session_id, "s1c0", approver="ops", comment=f"fine, key {LEAKED_KEY}")
+    client.reject(session_id, "s1c1", f"never with {LEAKED_KEY}", approver="ops")
+    assert sqlite_env.run(session_id).status is Status.COMPLETED
+    session = sqlite_env.load(session_id)
+    assert LEAKED_KEY not in session.model_dump_json()
+    approved, rejected = session.decision("s1c0"), session.observation("s1c1")
+    assert approved is not None and approved.comment == f"fine, key {MASK}"
+    assert rejected is not None and rejected.content.endswith(f"never with {MASK}")
