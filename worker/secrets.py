@@ -8,7 +8,11 @@ the dead-letter export) or into the worker's log. `Masker` replaces, with `****`
 - every match of the configured `secret_patterns` (`TICKWORK_SECRET_PATTERNS`),
 - the values of this process's secret environment variables (names containing key,
   secret, token or password, e.g. `OPENAI_API_KEY`), wherever they appear,
-- passwords in URLs (`scheme://user:PASSWORD@host`).
+- passwords in URLs (`scheme://user:PASSWORD@host`) and the values of query parameters
+  whose name says secret (`?access_token=VALUE`).
+
+This is the one masker: `mask` (settings shown by `tickwork config`, database URLs in
+messages) and the approval webhook's cards use it too.
 
 Call sites (one line each):
 
@@ -30,19 +34,27 @@ import re
 import threading
 from collections.abc import Iterable, Mapping
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fsm.machine import Change
 from fsm.values import Decision, Event, Observation
 
-from .settings import SECRET_NAMES, Settings
+if TYPE_CHECKING:
+    from .settings import Settings
 
 MASK = "****"
+#: names of environment variables, settings and query parameters that hold a secret
+SECRET_NAMES = re.compile(r"key|secret|token|password", re.IGNORECASE)
 #: shorter environment values are not treated as secrets: masking "1" or "true" everywhere
 #: would garble every text
 MIN_SECRET_CHARS = 8
 #: the user may be empty: Redis URLs are usually `redis://:PASSWORD@host`
 _URL_PASSWORD = re.compile(r"(://[^:/@\s]*:)[^@\s]+@")
+#: `?api_key=VALUE` or `&token=VALUE`: the value ends where the parameter, the URL or a JSON
+#: string does
+_QUERY_SECRET = re.compile(
+    r"([?&][^=&#\s\"']*(?:key|secret|token|password)[^=&#\s\"']*=)[^&#\s\"']+", re.IGNORECASE
+)
 
 
 class Masker:
@@ -64,6 +76,7 @@ class Masker:
         if self.values is not None:
             text = self.values.sub(MASK, text)
         text = _URL_PASSWORD.sub(rf"\1{MASK}@", text)
+        text = _QUERY_SECRET.sub(rf"\1{MASK}", text)
         for pattern in self.patterns:
             text = pattern.sub(MASK, text)
         return text
@@ -77,6 +90,12 @@ class Masker:
         if isinstance(value, list | tuple):
             return type(value)(self.value(v) for v in value)
         return value
+
+
+def mask(text: str, patterns: Iterable[str] = ()) -> str:
+    """`text` with URL passwords, secret query parameters and what matches `patterns`
+    masked; for text shown outside a tick (settings, database URLs in messages)."""
+    return _masker(tuple(patterns), ()).text(text)
 
 
 def secret_values(settings: Settings, environ: Mapping[str, str] | None = None) -> list[str]:

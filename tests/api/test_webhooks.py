@@ -44,6 +44,25 @@ def test_a_session_waiting_for_approval_posts_a_signed_card(stack: Stack) -> Non
     assert shown.json()["head"]["awaiting"] == ["s1c0"]
 
 
+def test_the_card_masks_what_the_stored_text_masks(stack: Stack) -> None:
+    # the runtime's masker, not a weaker copy: URL passwords, secret query parameters, patterns
+    url = "https://ops:pw-hunter2@db.example/x?access_token=tok-0451&page=2"
+    replies = [
+        {
+            "content": "delete it",
+            "tool_calls": [{"name": "danger", "arguments": {"value": f"{url} sk-proj-abcdef123"}}],
+        },
+        {"content": "done"},
+    ]
+    session_id = stack.waiting(replies, prefix="hook")
+    _, card = until(lambda: stack.receiver.card(session_id), timeout=20, what="the card")
+    assert card["calls"][0]["arguments"] == (
+        '{"value": "https://ops:****@db.example/x?access_token=****&page=2 ****"}'
+    )
+    for secret in ("hunter2", "tok-0451", "abcdef123"):
+        assert secret not in card["_body"]
+
+
 def test_a_failing_receiver_gets_the_card_again(stack: Stack) -> None:
     session_id = stack.waiting(prefix="flaky")
     until(lambda: stack.receiver.card(session_id), timeout=20, what="the card after retries")

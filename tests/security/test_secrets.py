@@ -26,6 +26,7 @@ from worker.secrets import (
     MASK,
     Masker,
     install_log_masking,
+    mask,
     mask_change,
     mask_decision,
     masker_for,
@@ -62,6 +63,12 @@ def test_the_masker_masks_patterns_secret_variables_and_url_passwords() -> None:
     assert "home=/root short" in masked, "ordinary text and short values stay"
     nested = masker.value({"out": [f"x {LEAKED_KEY}", {"k": ENV_KEY}], "n": 3, LEAKED_KEY: 1})
     assert json.dumps(nested).count(MASK) == 3 and nested["n"] == 3
+
+
+def test_mask_hides_url_passwords_and_secret_query_parameters() -> None:
+    text = "see https://u:pass-word1@h/p?api_key=k-123&x=1&Token=t-9#f and ?page=2"
+    assert mask(text) == "see https://u:****@h/p?api_key=****&x=1&Token=****#f and ?page=2"
+    assert mask('{"u": "http://h/?secret=s1"}', [r"h/"]) == '{"u": "http://****?secret=****"}'
 
 
 def test_mask_change_masks_observations_events_and_the_error_but_not_the_call() -> None:
