@@ -21,6 +21,16 @@ MAX_REPUBLISH_WAIT_S = 300.0
 
 
 @dataclass(frozen=True)
+class RelayPass:
+    """What one pass of the relay did: the ticks it published and the leases it ended."""
+
+    republished: int
+    lease_expiries: int
+    #: delayed ticks (model backoff, Retry-After) published because they fell due
+    delayed: int = 0
+
+
+@dataclass(frozen=True)
 class Due:
     session_id: str
     version: int

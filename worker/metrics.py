@@ -35,8 +35,7 @@ from store.schema import dead_letters, events, outbox, sessions
 
 if TYPE_CHECKING:
     from fsm.machine import Change
-
-    from .relay import RelayPass
+    from store.relay import RelayPass
 
 log = logging.getLogger("tickwork.metrics")
 F = TypeVar("F", bound=Callable[..., Any])

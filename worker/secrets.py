@@ -32,15 +32,12 @@ import logging
 import os
 import re
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from fsm.machine import Change
 from fsm.values import Decision, Event, Observation
-
-if TYPE_CHECKING:
-    from .settings import Settings
 
 MASK = "****"
 #: names of environment variables, settings and query parameters that hold a secret
@@ -57,6 +54,17 @@ _QUERY_SECRET = re.compile(
 )
 
 
+class MaskSettings(Protocol):
+    """What masking reads of `worker.settings.Settings` (which imports this module)."""
+
+    @property
+    def secret_patterns(self) -> Sequence[str]: ...
+    @property
+    def database_url(self) -> str: ...
+    @property
+    def broker_url(self) -> str: ...
+
+
 class Masker:
     """Replaces secrets in text and in JSON-like values."""
 
@@ -66,7 +74,9 @@ class Masker:
         self.values = re.compile("|".join(re.escape(v) for v in literal)) if literal else None
 
     @classmethod
-    def from_settings(cls, settings: Settings, environ: Mapping[str, str] | None = None) -> Masker:
+    def from_settings(
+        cls, settings: MaskSettings, environ: Mapping[str, str] | None = None
+    ) -> Masker:
         """The settings' patterns, and the secret values of `environ` and of the URLs."""
         return cls(settings.secret_patterns, secret_values(settings, environ))
 
@@ -98,7 +108,7 @@ def mask(text: str, patterns: Iterable[str] = ()) -> str:
     return _masker(tuple(patterns), ()).text(text)
 
 
-def secret_values(settings: Settings, environ: Mapping[str, str] | None = None) -> list[str]:
+def secret_values(settings: MaskSettings, environ: Mapping[str, str] | None = None) -> list[str]:
     """Values to mask wherever they appear: secret environment variables, URL passwords."""
     environ = os.environ if environ is None else environ
     values = [v for name, v in environ.items() if SECRET_NAMES.search(name) and v]
@@ -109,7 +119,7 @@ def secret_values(settings: Settings, environ: Mapping[str, str] | None = None) 
     return values
 
 
-def masker_for(settings: Settings, environ: Mapping[str, str] | None = None) -> Masker:
+def masker_for(settings: MaskSettings, environ: Mapping[str, str] | None = None) -> Masker:
     """The masker of `settings` in this environment; built once per combination."""
     values = tuple(sorted(set(secret_values(settings, environ))))
     return _masker(tuple(settings.secret_patterns), values)
