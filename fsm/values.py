@@ -28,11 +28,16 @@ class Status(StrEnum):
 
     @property
     def runnable(self) -> bool:
-        return self in (Status.READY, Status.EXECUTING)
+        return self in RUNNABLE
 
     @property
     def terminal(self) -> bool:
         return self in (Status.COMPLETED, Status.FAILED, Status.CANCELLED)
+
+
+#: the statuses in which a session has a tick queued or due (the store's scans and partial
+#: index select these)
+RUNNABLE = (Status.READY, Status.EXECUTING)
 
 
 class CallState(StrEnum):

@@ -24,6 +24,7 @@ from sqlalchemy.exc import DBAPIError
 
 from .rows import MUTABLE_HEAD
 from .schema import (
+    RUNNABLE_SQL,
     UTCDateTime,
     calls,
     decisions,
@@ -82,7 +83,7 @@ def _of_call(table: Table, alias: str) -> str:
 CLAIM = f"""
 WITH claimed AS (
     UPDATE {sessions.name} SET lease_owner = %(owner)s, lease_expires_at = %(expires)s
-    WHERE id = %(id)s AND version = %(version)s AND status IN ('ready', 'executing')
+    WHERE id = %(id)s AND version = %(version)s AND {RUNNABLE_SQL}
       AND (lease_owner IS NULL OR lease_expires_at < %(now)s)
     RETURNING {_HEAD}
 ), claimed_tick AS (

@@ -12,11 +12,22 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import Engine, bindparam, delete, insert, or_, select, tuple_, update
 
+from fsm.values import RUNNABLE
+
 from .schema import outbox, sessions
 
-RUNNABLE = ("ready", "executing")
 #: the longest a republished tick waits before the relay publishes it once more
 MAX_REPUBLISH_WAIT_S = 300.0
+
+
+@dataclass(frozen=True)
+class RelayPass:
+    """What one pass of the relay did: the ticks it published and the leases it ended."""
+
+    republished: int
+    lease_expiries: int
+    #: delayed ticks (model backoff, Retry-After) published because they fell due
+    delayed: int = 0
 
 
 @dataclass(frozen=True)
@@ -104,7 +115,7 @@ def expired_leases(engine: Engine, *, now: datetime, limit: int = 500) -> list[D
     query = (
         select(sessions.c.id, sessions.c.version, sessions.c.lease_owner)
         .where(
-            sessions.c.status.in_(RUNNABLE),
+            sessions.c.status.in_([s.value for s in RUNNABLE]),
             sessions.c.lease_expires_at.is_not(None),
             sessions.c.lease_expires_at < now,
         )

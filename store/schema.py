@@ -26,7 +26,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator
 
-from fsm.values import MAX_PROVIDER_CALL_ID
+from fsm.values import MAX_PROVIDER_CALL_ID, RUNNABLE
 
 metadata = MetaData(
     naming_convention={
@@ -38,7 +38,8 @@ metadata = MetaData(
 )
 
 Json = JSON().with_variant(JSONB(), "postgresql")
-RUNNABLE = "status IN ('ready', 'executing')"
+#: the partial indexes' condition: a session with a tick queued or due
+RUNNABLE_SQL = "status IN ({})".format(", ".join(f"'{s.value}'" for s in RUNNABLE))
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -102,8 +103,8 @@ sessions = Table(
     Index(
         "ix_tickwork_sessions_expired_leases",
         "lease_expires_at",
-        postgresql_where=text(f"{RUNNABLE} AND lease_expires_at IS NOT NULL"),
-        sqlite_where=text(f"{RUNNABLE} AND lease_expires_at IS NOT NULL"),
+        postgresql_where=text(f"{RUNNABLE_SQL} AND lease_expires_at IS NOT NULL"),
+        sqlite_where=text(f"{RUNNABLE_SQL} AND lease_expires_at IS NOT NULL"),
     ),
 )
 

@@ -32,6 +32,7 @@ from fsm.forks import ForkPatch, fork
 from fsm.loops import HISTORY
 from fsm.machine import Change
 from fsm.values import (
+    RUNNABLE,
     CallState,
     Decision,
     Event,
@@ -59,7 +60,6 @@ from .schema import (
 )
 from .transcripts import Mark, Transcript, Transcripts
 
-RUNNABLE = (Status.READY.value, Status.EXECUTING.value)
 OPEN = [s.value for s in CallState if s.open]
 
 
@@ -656,7 +656,7 @@ def _claim(
         .where(
             sessions.c.id == session_id,
             sessions.c.version == version,
-            sessions.c.status.in_(RUNNABLE),
+            sessions.c.status.in_([s.value for s in RUNNABLE]),
             or_(sessions.c.lease_owner.is_(None), sessions.c.lease_expires_at < now),
         )
         .values(lease_owner=owner, lease_expires_at=expires)

@@ -118,7 +118,7 @@ def _is_database(exc: BaseException) -> bool:
 
 
 def _database_message(exc: BaseException) -> str:
-    from worker.settings import mask
+    from worker.secrets import mask
 
     from .context import load_settings
 

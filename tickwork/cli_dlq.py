@@ -84,7 +84,7 @@ def list_dead_letters(
 def show(key: Key, json_output: options.Json = False) -> None:
     """Show a dead letter and its session snapshot as a timeline."""
     with Context() as ctx:
-        letter = find_dead_letter(ctx, key)
+        letter = ctx.dead_letter(key)
         view = views.dead_letter(letter, snapshot=True)
         view["forks"] = views.forks(ctx.store.forks(letter.session_id))
     if json_output:
@@ -112,7 +112,7 @@ def _close(key: str, state: str, reason: str, by: str | None, json_output: bool)
 
     name = options.approver(by)
     with Context() as ctx:
-        letter = find_dead_letter(ctx, key)
+        letter = ctx.dead_letter(key)
         closed = ctx.client.close_dead_letter(
             letter.id, state=Closing(state), by=name, reason=reason
         )
@@ -197,24 +197,6 @@ def _list(
         unresolved=unresolved,
         limit=limit,
     )
-
-
-def find_dead_letter(ctx: Context, key: str) -> DeadLetter:
-    """By dead-letter id, else by session id."""
-    from store.dead_letters import DeadLetterNotFound, get_dead_letter
-
-    engine = ctx.store.engine
-    if key.isascii() and key.isdigit() and int(key) < 2**63:
-        try:
-            return get_dead_letter(engine, int(key))
-        except DeadLetterNotFound:
-            pass
-    try:
-        return get_dead_letter(engine, key)
-    except DeadLetterNotFound:
-        raise DeadLetterNotFound(
-            f"no dead letter has id or session id {key!r}; list them with `tickwork dlq ls`"
-        ) from None
 
 
 def _jsonable(row: dict[str, Any]) -> dict[str, Any]:

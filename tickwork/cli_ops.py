@@ -167,7 +167,7 @@ def upgrade(json_output: options.Json = False) -> None:
 
     from store.migrate import alembic_config
     from store.migrate import upgrade as migrate
-    from worker.settings import mask
+    from worker.secrets import mask
 
     settings = load_settings()
     url = settings.db_url
@@ -186,7 +186,7 @@ def current(json_output: options.Json = False) -> None:
     """Show the schema revision the database is at, and the newest this code knows."""
     from store.migrate import current as revision_of
     from store.migrate import head
-    from worker.settings import mask
+    from worker.secrets import mask
 
     settings = load_settings()
     url = settings.db_url
@@ -270,7 +270,7 @@ def downgrade(
     from fsm.errors import InvalidInput
     from store.migrate import current as revision_of
     from store.migrate import downgrade as migrate_down
-    from worker.settings import mask
+    from worker.secrets import mask
 
     settings = load_settings()
     url = settings.db_url

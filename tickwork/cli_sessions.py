@@ -298,9 +298,7 @@ def make_fork(*, dead_letter: bool) -> Callable[..., None]:
         with Context() as ctx:
             session_id = key
             if dead_letter:
-                from .cli_dlq import find_dead_letter
-
-                session_id = find_dead_letter(ctx, key).session_id
+                session_id = ctx.dead_letter(key).session_id
             head = ctx.client.fork(
                 session_id,
                 from_step=from_step,

@@ -35,6 +35,7 @@ from worker.jobs import Jobs
 from worker.models import check_spec
 from worker.models.pricing import Price, PriceLike, as_price, session_price
 from worker.runtime import build_store, utc_now
+from worker.secrets import mask_decision, masker_for
 from worker.settings import Settings, load_settings
 from worker.workspaces import Workspaces, session_files
 
@@ -305,6 +306,8 @@ class Tickwork:
             output=output,
             arguments=dict(arguments) if arguments is not None else None,
         )
+        # what a person types is stored for ever and shown to the model, like a tool's output
+        decision = mask_decision(decision, masker_for(self.settings))
         head = self.store.decide(session_id, decision, now=decision.at)
         if head.status.runnable:
             self.publish(head.id, head.version)

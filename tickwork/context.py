@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from store import Store
+    from store.dead_letters import DeadLetter
     from worker.settings import Settings
 
     from .client import Tickwork
@@ -94,6 +95,23 @@ class Context:
 
             self._client = Tickwork(self.settings, store=self.store)
         return self._client
+
+    def dead_letter(self, key: str) -> DeadLetter:
+        """A dead letter by its id, else by its session's id."""
+        from store.dead_letters import DeadLetterNotFound, get_dead_letter
+
+        engine = self.store.engine
+        if key.isascii() and key.isdigit() and int(key) < 2**63:
+            try:
+                return get_dead_letter(engine, int(key))
+            except DeadLetterNotFound:
+                pass
+        try:
+            return get_dead_letter(engine, key)
+        except DeadLetterNotFound:
+            raise DeadLetterNotFound(
+                f"no dead letter has id or session id {key!r}; list them with `tickwork dlq ls`"
+            ) from None
 
     def close(self) -> None:
         if self._store is not None:

@@ -30,13 +30,12 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from sqlalchemy import Connection, Engine, case, func, or_, select
 
-from fsm.values import ErrorCode, EventKind, Status
+from fsm.values import RUNNABLE, ErrorCode, EventKind, Status
 from store.schema import dead_letters, events, outbox, sessions
 
 if TYPE_CHECKING:
     from fsm.machine import Change
-
-    from .relay import RelayPass
+    from store.relay import RelayPass
 
 log = logging.getLogger("tickwork.metrics")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -299,7 +298,7 @@ def _runnable(conn: Connection, now: datetime) -> tuple[datetime | None, int]:
     """When the stalest runnable session last moved (or, for a delayed tick the relay has
     not published yet, fell due), leaving out sessions whose delayed tick is not yet due;
     and how many those are."""
-    runnable = sessions.c.status.in_([Status.READY.value, Status.EXECUTING.value])
+    runnable = sessions.c.status.in_([s.value for s in RUNNABLE])
     unpublished = outbox.c.published_at.is_(None)
     moving = sessions.outerjoin(
         outbox,

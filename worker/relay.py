@@ -9,9 +9,8 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
-from store.relay import Due, due_ticks, expired_leases
+from store.relay import Due, RelayPass, due_ticks, expired_leases
 
 from . import metrics  # issue 8: relay metrics
 from .runtime import Runtime
@@ -21,14 +20,6 @@ log = logging.getLogger("tickwork.relay")
 
 #: most session ids one log line names; the rest are counted
 LOGGED_IDS = 20
-
-
-@dataclass(frozen=True)
-class RelayPass:
-    republished: int
-    lease_expiries: int
-    #: delayed ticks (model backoff, Retry-After) published because they fell due
-    delayed: int = 0
 
 
 @metrics.counted_relay  # issue 8: relay republishes and lease expiries

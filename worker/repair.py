@@ -30,7 +30,7 @@ from . import sources
 from .filetree import SKIP_DIRS
 from .jobs import JobKind
 from .settings import load_settings
-from .tools.repair import MAX_COMMAND_S, default_registry
+from .tools.repair import MAX_COMMAND_S, MAX_FILE_BYTES, default_registry
 from .tools.runner import run_sandboxed, sandbox_of
 from .tools.shell import command_env
 
@@ -39,8 +39,6 @@ if TYPE_CHECKING:
 
 __all__ = ["REPAIR", "SKIP_DIRS", "diff_manifests", "finish", "prepare"]
 
-#: larger files show as binary in the patch
-MAX_FILE_BYTES = 1_000_000
 #: a longer patch is cut in the stored result (`patch_truncated`)
 MAX_PATCH_CHARS = 2_000_000
 #: the final test run's limit, unless the input gives `test_timeout_s`

@@ -8,7 +8,11 @@ the dead-letter export) or into the worker's log. `Masker` replaces, with `****`
 - every match of the configured `secret_patterns` (`TICKWORK_SECRET_PATTERNS`),
 - the values of this process's secret environment variables (names containing key,
   secret, token or password, e.g. `OPENAI_API_KEY`), wherever they appear,
-- passwords in URLs (`scheme://user:PASSWORD@host`).
+- passwords in URLs (`scheme://user:PASSWORD@host`) and the values of query parameters
+  whose name says secret (`?access_token=VALUE`).
+
+This is the one masker: `mask` (settings shown by `tickwork config`, database URLs in
+messages) and the approval webhook's cards use it too.
 
 Call sites (one line each):
 
@@ -28,21 +32,37 @@ import logging
 import os
 import re
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
-from typing import Any
+from typing import Any, Protocol
 
 from fsm.machine import Change
 from fsm.values import Decision, Event, Observation
 
-from .settings import SECRET_NAMES, Settings
-
 MASK = "****"
+#: names of environment variables, settings and query parameters that hold a secret
+SECRET_NAMES = re.compile(r"key|secret|token|password", re.IGNORECASE)
 #: shorter environment values are not treated as secrets: masking "1" or "true" everywhere
 #: would garble every text
 MIN_SECRET_CHARS = 8
 #: the user may be empty: Redis URLs are usually `redis://:PASSWORD@host`
 _URL_PASSWORD = re.compile(r"(://[^:/@\s]*:)[^@\s]+@")
+#: `?api_key=VALUE` or `&token=VALUE`: the value ends where the parameter, the URL or a JSON
+#: string does
+_QUERY_SECRET = re.compile(
+    r"([?&][^=&#\s\"']*(?:key|secret|token|password)[^=&#\s\"']*=)[^&#\s\"']+", re.IGNORECASE
+)
+
+
+class MaskSettings(Protocol):
+    """What masking reads of `worker.settings.Settings` (which imports this module)."""
+
+    @property
+    def secret_patterns(self) -> Sequence[str]: ...
+    @property
+    def database_url(self) -> str: ...
+    @property
+    def broker_url(self) -> str: ...
 
 
 class Masker:
@@ -54,7 +74,9 @@ class Masker:
         self.values = re.compile("|".join(re.escape(v) for v in literal)) if literal else None
 
     @classmethod
-    def from_settings(cls, settings: Settings, environ: Mapping[str, str] | None = None) -> Masker:
+    def from_settings(
+        cls, settings: MaskSettings, environ: Mapping[str, str] | None = None
+    ) -> Masker:
         """The settings' patterns, and the secret values of `environ` and of the URLs."""
         return cls(settings.secret_patterns, secret_values(settings, environ))
 
@@ -64,6 +86,7 @@ class Masker:
         if self.values is not None:
             text = self.values.sub(MASK, text)
         text = _URL_PASSWORD.sub(rf"\1{MASK}@", text)
+        text = _QUERY_SECRET.sub(rf"\1{MASK}", text)
         for pattern in self.patterns:
             text = pattern.sub(MASK, text)
         return text
@@ -79,7 +102,13 @@ class Masker:
         return value
 
 
-def secret_values(settings: Settings, environ: Mapping[str, str] | None = None) -> list[str]:
+def mask(text: str, patterns: Iterable[str] = ()) -> str:
+    """`text` with URL passwords, secret query parameters and what matches `patterns`
+    masked; for text shown outside a tick (settings, database URLs in messages)."""
+    return _masker(tuple(patterns), ()).text(text)
+
+
+def secret_values(settings: MaskSettings, environ: Mapping[str, str] | None = None) -> list[str]:
     """Values to mask wherever they appear: secret environment variables, URL passwords."""
     environ = os.environ if environ is None else environ
     values = [v for name, v in environ.items() if SECRET_NAMES.search(name) and v]
@@ -90,7 +119,7 @@ def secret_values(settings: Settings, environ: Mapping[str, str] | None = None) 
     return values
 
 
-def masker_for(settings: Settings, environ: Mapping[str, str] | None = None) -> Masker:
+def masker_for(settings: MaskSettings, environ: Mapping[str, str] | None = None) -> Masker:
     """The masker of `settings` in this environment; built once per combination."""
     values = tuple(sorted(set(secret_values(settings, environ))))
     return _masker(tuple(settings.secret_patterns), values)
@@ -126,7 +155,8 @@ def mask_change(change: Change, masker: Masker) -> Change:
 
 
 def mask_decision(decision: Decision, masker: Masker) -> Decision:
-    """A person's comment, feedback and hand-written output, masked (not the arguments)."""
+    """A person's comment, feedback and hand-written output, masked. Edited arguments are
+    left alone, as a model's are in `mask_change`: they are what runs."""
     return decision.model_copy(
         update={
             "comment": masker.text(decision.comment),

@@ -13,7 +13,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 from fsm.errors import ConfigurationError
 from fsm.values import Budgets
 
-SECRET_NAMES = re.compile(r"key|secret|token|password", re.IGNORECASE)
+from .secrets import SECRET_NAMES, mask
+
 #: broker URL schemes of the transports tickwork installs: Redis, RabbitMQ, the embedded one
 BROKER_SCHEMES = ("redis", "rediss", "sentinel", "amqp", "amqps", "pyamqp", "filesystem", "memory")
 #: `module:attr`, as `TICKWORK_IMPORTS` lists job kinds
@@ -250,14 +251,6 @@ def _hidden(name: str, value: Any, patterns: list[str]) -> Any:
     if isinstance(value, dict):
         return {mask(str(k), patterns): _hidden("", v, patterns) for k, v in value.items()}
     return value
-
-
-def mask(text: str, patterns: list[str]) -> str:
-    """`text` with passwords in URLs and anything matching `patterns` replaced by ****."""
-    text = re.sub(r"(://[^:/@\s]*:)[^@\s]+@", r"\1****@", text)
-    for pattern in patterns:
-        text = re.sub(pattern, "****", text)
-    return text
 
 
 def check_database_url(url: str, *, state_dir: Path | None = None) -> None:

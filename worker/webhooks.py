@@ -20,7 +20,6 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlsplit
@@ -32,7 +31,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from fsm.values import EventKind, Head, Status
 
 from .metrics import WEBHOOKS
-from .settings import mask
+from .secrets import Masker
 
 if TYPE_CHECKING:
     from fsm.machine import Change
@@ -70,15 +69,16 @@ def card(
     *,
     public_url: str,
     at: datetime,
-    secret_patterns: Sequence[str] = (),
+    masker: Masker,
 ) -> dict[str, Any]:
-    """The JSON card for a session that started waiting for a person."""
+    """The JSON card for a session that started waiting for a person; `masker` (the
+    runtime's: patterns, secret environment values, URL passwords) masks the arguments."""
     base = public_url.rstrip("/")
     sid = quote(head.id, safe="")
     shown = []
     for call in calls:
         text = json.dumps(call.get("arguments"), ensure_ascii=False, sort_keys=True)
-        text = mask(text, list(secret_patterns))
+        text = masker.text(text)
         shown.append(
             {
                 "call_id": call["call_id"],
@@ -239,7 +239,7 @@ class Notifier:
             calls,
             public_url=s.public_url,
             at=at,
-            secret_patterns=self.rt.settings.secret_patterns,
+            masker=self.rt.masker,
         )
         ok = deliver(
             s.webhook_url,

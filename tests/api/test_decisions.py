@@ -4,6 +4,7 @@ the fingerprint the approver saw, and each call is decided once."""
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 
 import pytest
 
@@ -94,7 +95,9 @@ def test_only_the_whole_fingerprint_decides_and_a_refusal_never_shows_it(stack: 
 def test_a_second_decision_is_409_naming_who_decided_and_when(stack: Stack) -> None:
     session_id = stack.waiting()
     fingerprint = stack.fingerprint(session_id)
+    before = datetime.now(UTC)
     first, _ = decide(stack, "alice", session_id, {"kind": "approve", "fingerprint": fingerprint})
+    after = datetime.now(UTC)
     assert first == 200
     status, error = decide(
         stack, "bob", session_id, {"kind": "reject", "fingerprint": fingerprint, "feedback": "no"}
@@ -102,7 +105,7 @@ def test_a_second_decision_is_409_naming_who_decided_and_when(stack: Stack) -> N
     assert status == 409, error
     assert error["code"] == "already_decided"
     assert error["decided_by"] == "alice" and error["decision"] == "approve"
-    assert str(error["decided_at"]).startswith("20")
+    assert before <= datetime.fromisoformat(str(error["decided_at"])) <= after
     assert "alice" in str(error["message"])
 
 
@@ -200,3 +203,25 @@ def test_decisions_that_do_not_fit_the_call_are_refused(stack: Stack) -> None:
     )
     assert status == 422 and "body.kind" in str(error["message"])
     assert stack.deployment.client.load(session_id).decisions == ()
+
+
+def test_a_secret_in_a_comment_is_stored_and_shown_masked(stack: Stack) -> None:
+    session_id = stack.waiting()
+    key = "sk-proj-typedINTOaComment0123"
+    status, head = decide(
+        stack,
+        "alice",
+        session_id,
+        {
+            "kind": "approve",
+            "fingerprint": stack.fingerprint(session_id),
+            "comment": f"use {key} for it",
+        },
+    )
+    assert status == 200, head
+    stack.wait(session_id, Status.COMPLETED)
+    decision = stack.deployment.client.load(session_id).decision("s1c0")
+    assert decision is not None and decision.comment == "use **** for it"
+    shown = stack.http("alice").get(f"/api/v1/sessions/{session_id}")
+    assert shown.status_code == 200
+    assert key not in shown.text and "use **** for it" in shown.text

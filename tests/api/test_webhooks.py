@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import logging
 import socket
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from prometheus_client import REGISTRY
@@ -42,6 +44,25 @@ def test_a_session_waiting_for_approval_posts_a_signed_card(stack: Stack) -> Non
     # the link the card gives is the API's, and works with an approver's token
     shown = stack.http("alice").get(card["links"]["session"].removeprefix(stack.url))
     assert shown.json()["head"]["awaiting"] == ["s1c0"]
+
+
+def test_the_card_masks_what_the_stored_text_masks(stack: Stack) -> None:
+    # the runtime's masker, not a weaker copy: URL passwords, secret query parameters, patterns
+    url = "https://ops:pw-hunter2@db.example/x?access_token=tok-0451&page=2"
+    replies = [
+        {
+            "content": "delete it",
+            "tool_calls": [{"name": "danger", "arguments": {"value": f"{url} sk-proj-abcdef123"}}],
+        },
+        {"content": "done"},
+    ]
+    session_id = stack.waiting(replies, prefix="hook")
+    _, card = until(lambda: stack.receiver.card(session_id), timeout=20, what="the card")
+    assert card["calls"][0]["arguments"] == (
+        '{"value": "https://ops:****@db.example/x?access_token=****&page=2 ****"}'
+    )
+    for secret in ("hunter2", "tok-0451", "abcdef123"):
+        assert secret not in card["_body"]
 
 
 def test_a_failing_receiver_gets_the_card_again(stack: Stack) -> None:
@@ -84,14 +105,42 @@ def test_deliver_gives_up_on_a_dead_receiver_and_on_a_refusal() -> None:
     assert time.monotonic() - started < 5
 
 
-def test_a_4xx_refusal_is_final(stack: Stack) -> None:
-    # the API answers 401 to an unsigned stranger: one attempt, no retries
-    started = time.monotonic()
-    assert not deliver(
-        f"{stack.url}/api/v1/sessions", {"id": "y"}, attempts=5, timeout_s=2, backoff_s=1.0
-    )
-    assert time.monotonic() - started < 1.0
-    assert json.dumps({"id": "y"})
+class Refusing(BaseHTTPRequestHandler):
+    """Answers every POST with 403 and keeps (headers, body) of each."""
+
+    got: list[tuple[dict[str, str], bytes]] = []
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        self.got.append(({k.lower(): v for k, v in self.headers.items()}, body))
+        self.send_response(403)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *_: object) -> None:
+        pass
+
+
+def test_a_4xx_refusal_is_final() -> None:
+    Refusing.got = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Refusing)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/hook"
+        document = {"id": "y", "text": "ünïcode"}
+        assert not deliver(url, document, attempts=5, timeout_s=2, backoff_s=0.01, secret="k")
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+    # one attempt, no retries, and it carried the card as signed JSON
+    assert len(Refusing.got) == 1
+    headers, body = Refusing.got[0]
+    assert json.loads(body) == document
+    assert headers["content-type"] == "application/json"
+    assert headers["x-tickwork-delivery"] == "y"
+    assert headers["x-tickwork-signature"] == sign("k", body)
 
 
 def test_a_webhook_url_is_logged_without_its_path_query_or_password() -> None:

@@ -26,6 +26,7 @@ from worker.secrets import (
     MASK,
     Masker,
     install_log_masking,
+    mask,
     mask_change,
     mask_decision,
     masker_for,
@@ -62,6 +63,12 @@ def test_the_masker_masks_patterns_secret_variables_and_url_passwords() -> None:
     assert "home=/root short" in masked, "ordinary text and short values stay"
     nested = masker.value({"out": [f"x {LEAKED_KEY}", {"k": ENV_KEY}], "n": 3, LEAKED_KEY: 1})
     assert json.dumps(nested).count(MASK) == 3 and nested["n"] == 3
+
+
+def test_mask_hides_url_passwords_and_secret_query_parameters() -> None:
+    text = "see https://u:pass-word1@h/p?api_key=k-123&x=1&Token=t-9#f and ?page=2"
+    assert mask(text) == "see https://u:****@h/p?api_key=****&x=1&Token=****#f and ?page=2"
+    assert mask('{"u": "http://h/?secret=s1"}', [r"h/"]) == '{"u": "http://****?secret=****"}'
 
 
 def test_mask_change_masks_observations_events_and_the_error_but_not_the_call() -> None:
@@ -212,3 +219,21 @@ def test_tickwork_config_masks_a_password_only_redis_url(
     )
     assert "broker-pass-9876" not in out
     assert json.loads(out)["broker_url"] == "redis://:****@cache:6379/0"
+
+
+def test_a_secret_typed_into_a_decision_is_stored_masked(sqlite_env: Env) -> None:
+    calls = [
+        {"name": "danger", "arguments": {"value": "a"}},
+        {"name": "danger", "arguments": {"value": "b"}},
+    ]
+    session_id = sqlite_env.submit([{"content": "go", "tool_calls": calls}, {"content": "done"}])
+    assert sqlite_env.run(session_id).status is Status.WAITING_APPROVAL
+    client = sqlite_env.client
+    client.approve(session_id, "s1c0", approver="ops", comment=f"fine, key {LEAKED_KEY}")
+    client.reject(session_id, "s1c1", f"never with {LEAKED_KEY}", approver="ops")
+    assert sqlite_env.run(session_id).status is Status.COMPLETED
+    session = sqlite_env.load(session_id)
+    assert LEAKED_KEY not in session.model_dump_json()
+    approved, rejected = session.decision("s1c0"), session.observation("s1c1")
+    assert approved is not None and approved.comment == f"fine, key {MASK}"
+    assert rejected is not None and rejected.content.endswith(f"never with {MASK}")

@@ -208,7 +208,7 @@ SQL_CALLS = {"text", "exec_driver_sql", "execute", "executescript", "executemany
 def _built_sql(node: ast.expr) -> bool:
     """An f-string, a %-format or a .format() call that puts values into SQL text."""
     if isinstance(node, ast.JoinedStr):
-        # constants spelled in capitals (e.g. RUNNABLE in store/schema.py) are not values
+        # constants spelled in capitals (e.g. RUNNABLE_SQL in store/schema.py) are not values
         return any(
             isinstance(part, ast.FormattedValue)
             and not (isinstance(part.value, ast.Name) and part.value.id.isupper())

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-import time
 from collections import Counter
+from datetime import timedelta
 
 import pytest
 
 from fsm.values import CallState, Status
 from tests.fakes import FakeModel, fake_model_server
 from tests.tasks.conftest import Deployment, kill, stop, until
+from worker.jobs import Jobs
+from worker.relay import relay_once
+from worker.runtime import Runtime, utc_now
 
 pytestmark = pytest.mark.slow
 
@@ -96,8 +99,21 @@ def test_killed_during_a_non_idempotent_tool_the_call_waits_for_a_person(
         )
         assert head.awaiting == ("s1c0",)
         assert deployment.client.load(session_id).call("s1c0").state is CallState.IN_DOUBT
-        time.sleep(deployment.settings.relay_after_s * 2)
-        assert len(deployment.sink_lines("effect.log")) == 1, "it must never re-run on its own"
+        # two relay passes an hour on: the first revives expired leases, the second republishes
+        # what that wrote; neither may bring the in-doubt call back
+        published: list[tuple[str, int, float]] = []
+        rt = Runtime(
+            settings=deployment.settings,
+            store=deployment.client.store,
+            jobs=Jobs(),
+            publish_tick=lambda s, v, c: published.append((s, v, c)),
+            clock=lambda: utc_now() + timedelta(hours=1),
+        )
+        relay_once(rt)
+        relay_once(rt)
+        assert not [p for p in published if p[0] == session_id], "it must never re-run on its own"
+        assert deployment.client.get(session_id) == head
+        assert len(deployment.sink_lines("effect.log")) == 1
         deployment.client.provide_output(session_id, "s1c0", "it did run", approver="ops")
         done = deployment.client.wait(session_id, timeout=60)
     finally:

@@ -31,6 +31,7 @@ from worker.repair import (
     prepare_demo_workspace,
     run_final_tests,
 )
+from worker.tools import repair as toolkit
 from worker.tools.patches import apply_patch
 from worker.tools.shell import run_shell
 
@@ -335,6 +336,19 @@ def test_lines_split_at_newlines_only(project: Path, artifacts: DirectoryArtifac
         "@@ -1,3 +1,3 @@\n a = '\x0c'\n b = '\u2028'\n-c = 1\n+c = 2\n"
         "\\ No newline at end of file\n"
     )
+
+
+def test_a_file_the_toolkit_reads_as_text_is_diffed_as_text(
+    project: Path, artifacts: DirectoryArtifacts
+) -> None:
+    # a change the model made with read_file and edit_file must reach the patch
+    text = "".join(f"line {i}\n" for i in range(200_000))
+    assert 1_000_000 < len(text) <= toolkit.MAX_FILE_BYTES
+    (project / "big.txt").write_text(text)
+    before = manifest(artifacts, project)
+    (project / "big.txt").write_text(text.replace("line 100000\n", "changed\n"))
+    patch, changed = diff_manifests(before, manifest(artifacts, project), artifacts.get)
+    assert changed == ["big.txt"] and "-line 100000\n+changed\n" in patch
 
 
 def test_binary_large_and_empty_files_get_headers_only(

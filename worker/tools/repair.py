@@ -29,7 +29,8 @@ from .shell import ShellResult, command_env
 MAX_LISTED = 500
 #: most lines `read_file` shows at once
 MAX_READ_LINES = 2_000
-#: files larger than this are skipped by `search` and refused by `read_file`
+#: files larger than this are not text to the repair kind: `search` skips them, `read_file`
+#: refuses them and the job's patch (worker/repair.py) shows them as binary
 MAX_FILE_BYTES = 5_000_000
 #: the longest a command may run, whatever the model asks: below RabbitMQ's default
 #: delivery timeout (30 minutes) by the tick's margin, see Settings.delivery_timeout_s

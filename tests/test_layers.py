@@ -1,0 +1,148 @@
+"""The layer rules of DESIGN section 1, read from the source with `ast`: each layer imports
+only the layers below it, and no modules of worker/ or tickwork/ import each other in a
+circle.
+
+Every import counts, wherever it stands: at the top, inside a function (imported on first
+use) or under `if TYPE_CHECKING:`. A name in a string (Celery's `include=["tasks.tick"]`)
+is not an import. `tests/fsm/test_boundary.py` guards what fsm/ may import from outside.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+LAYERS = ("fsm", "store", "worker", "tasks", "tickwork")
+#: (importer's layer, imported layer) -> why it is allowed for now; each names its issue
+KNOWN: dict[tuple[str, str], str] = {}
+#: cycles (as sorted module tuples) left for a later issue, with the reason
+KNOWN_CYCLES: dict[tuple[str, ...], str] = {
+    # issue 14 (the Store port): a WorkingCopy is typed against, and reaches into, the
+    # Workspaces that made it (its snapshots, blob cache, store and artifacts); the import
+    # is for types only, and splitting what a copy needs of its owner belongs to that step
+    ("worker.working_copy", "worker.workspaces"): "issue 14",
+}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def is_package(name: str) -> bool:
+    return (ROOT / name.replace(".", "/") / "__init__.py").is_file()
+
+
+def is_module(name: str) -> bool:
+    return is_package(name) or (ROOT / (name.replace(".", "/") + ".py")).is_file()
+
+
+def sources() -> Iterator[Path]:
+    for layer in LAYERS:
+        yield from sorted((ROOT / layer).rglob("*.py"))
+
+
+def imports(path: Path) -> Iterator[tuple[int, str]]:
+    """(line, module) for every module `path` imports, relative imports resolved; a name
+    imported from a package is the submodule when there is one."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                target = ".".join([*base, node.module] if node.module else base)
+            else:
+                target = node.module or ""
+            for alias in node.names:
+                sub = f"{target}.{alias.name}"
+                yield node.lineno, sub if is_module(sub) else target
+
+
+def graph() -> dict[str, set[str]]:
+    """module -> the modules of the five layers it imports."""
+    edges: dict[str, set[str]] = {}
+    for path in sources():
+        edges[module_name(path)] = {
+            target
+            for _, target in imports(path)
+            if target.split(".")[0] in LAYERS and is_module(target)
+        }
+    return edges
+
+
+def test_each_layer_imports_only_the_layers_below_it() -> None:
+    found = []
+    for path in sources():
+        layer = module_name(path).split(".")[0]
+        for line, target in imports(path):
+            other = target.split(".")[0]
+            if other not in LAYERS or LAYERS.index(other) <= LAYERS.index(layer):
+                continue
+            if (layer, other) not in KNOWN:
+                found.append(f"{path.relative_to(ROOT)}:{line} imports {target}")
+    assert not found, "a layer imports one above it (DESIGN section 1):\n" + "\n".join(found)
+
+
+def cycles(edges: dict[str, set[str]]) -> list[tuple[str, ...]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[tuple[str, ...]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(edges.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                found.append(tuple(sorted(component)))
+
+    for node in sorted(edges):
+        if node not in index:
+            visit(node)
+    return found
+
+
+@pytest.mark.parametrize("layer", ["worker", "tickwork"])
+def test_no_modules_import_each_other_in_a_circle(layer: str) -> None:
+    edges = {
+        name: {t for t in targets if t.split(".")[0] == layer}
+        for name, targets in graph().items()
+        if name.split(".")[0] == layer
+    }
+    found = [c for c in cycles(edges) if c not in KNOWN_CYCLES]
+    assert not found, "modules that import each other (move the shared piece down):\n" + "\n".join(
+        " <-> ".join(c) for c in found
+    )
+
+
+def test_the_guard_sees_every_kind_of_import() -> None:
+    relay = {t for _, t in imports(ROOT / "worker" / "relay.py")}
+    assert {"store.relay", "worker.metrics", "worker.runtime"} <= relay
+    # imported inside a function, on first use
+    assert "tickwork.api.previews" in {t for _, t in imports(ROOT / "tickwork" / "cli_sessions.py")}
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [("a", "b", "c")]
