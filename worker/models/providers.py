@@ -21,7 +21,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from fsm.errors import ConfigurationError, InvalidModelSpec
 
@@ -40,6 +40,7 @@ PREFIX = re.compile(r"[a-z][a-z0-9_-]{0,31}")
 MAX_MODEL_NAME = 200
 #: the longest metrics label
 MAX_LABEL = 100
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -217,7 +218,7 @@ def _as_provider(obj: Any, origin: str) -> Provider:
     return obj
 
 
-def _call(fn: Callable[..., Any], rest: str, **offered: Any) -> Any:
+def _call(fn: Callable[..., T], rest: str, **offered: Any) -> T:
     """`fn(rest, ...)` with those of the offered keywords it takes."""
     params = inspect.signature(fn).parameters
     if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
