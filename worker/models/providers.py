@@ -142,7 +142,14 @@ class Providers:
         kind, _, rest = spec.partition(":")
         provider = self.get(kind)
         if provider is None or not rest:
-            raise ConfigurationError(f"unknown model spec {spec!r}; use {self.help}")
+            hint = (
+                ""
+                if provider is not None or not rest
+                else f"; if {kind!r} is a provider, this process must see it too: list it in "
+                "TICKWORK_IMPORTS or install the package whose tickwork.models entry point "
+                "names it"
+            )
+            raise ConfigurationError(f"unknown model spec {spec!r}; use {self.help}{hint}")
         return _call(provider.make, rest, spec=spec, providers=self, **options)
 
     def price(self, spec: str, overrides: Mapping[str, PriceLike] | None = None) -> Price | None:

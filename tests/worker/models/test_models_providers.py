@@ -33,8 +33,10 @@ def test_the_provider_check_refuses_what_it_cannot_make() -> None:
 def test_a_spec_of_a_provider_nobody_registered_is_refused() -> None:
     with pytest.raises(InvalidModelSpec, match="unknown model spec 'canned:hello'"):
         check_spec("canned:hello", Providers())
-    with pytest.raises(ConfigurationError, match="unknown model spec 'canned:hello'"):
+    with pytest.raises(ConfigurationError) as unknown:
         make_model("canned:hello", providers=Providers())
+    assert "unknown model spec 'canned:hello'" in str(unknown.value)
+    assert "'canned' is a provider, this process must see it too" in str(unknown.value)
 
 
 def test_an_unknown_prefix_lists_every_registered_provider() -> None:
