@@ -132,3 +132,16 @@ def test_the_same_provider_registered_twice_is_one() -> None:
     providers = Providers([CANNED_IMPORT, CANNED_IMPORT])
 
     assert list(providers.known).count("canned") == 1
+
+
+def test_the_submitting_host_resolves_a_script_path_through_react(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "s.json").write_text('[{"content": "hi"}]')
+    monkeypatch.chdir(tmp_path)
+    providers = Providers([CANNED_IMPORT])
+
+    assert providers.resolve("react:scripted:s.json") == f"react:scripted:{tmp_path}/s.json"
+    assert providers.resolve("canned:hello") == "canned:hello"
+    with pytest.raises(ConfigurationError, match="cannot read script"):
+        providers.resolve("scripted:missing.json")
