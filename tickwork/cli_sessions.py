@@ -135,7 +135,7 @@ def submit(
         head = ctx.client.submit(
             kind,
             data,
-            model=options.model_spec(model),
+            model=options.model_spec(model, ctx.client.providers),
             budgets=budgets,
             session_id=session_id,
             price=options.price(price),

@@ -32,7 +32,7 @@ from store import dead_letters as dl
 from store.artifacts import Artifacts, open_artifacts
 from worker.app import TICK, make_app
 from worker.jobs import Jobs
-from worker.models import check_spec
+from worker.models import Providers, check_spec
 from worker.models.pricing import Price, PriceLike, as_price, session_price
 from worker.runtime import build_store, utc_now
 from worker.secrets import mask_decision, masker_for
@@ -58,6 +58,8 @@ class Tickwork:
         self._app = app
         self.store = store or build_store(self.settings)
         self.jobs = Jobs(self.settings.imports)
+        #: the model providers, the workers' too when both read the same TICKWORK_IMPORTS
+        self.providers = Providers(self.settings.imports)
         self.clock = clock
 
     @property
@@ -198,7 +200,7 @@ class Tickwork:
             raise InvalidInput(
                 "no model given: pass --model (scripted:PATH or openai:MODEL) or set TICKWORK_MODEL"
             )
-        check_spec(spec)
+        check_spec(spec, self.providers)
         if session_id is not None and not SESSION_ID.match(session_id):
             raise InvalidInput(
                 f"session id {session_id!r} may only hold letters, digits, "
@@ -207,7 +209,7 @@ class Tickwork:
         limits = self.budgets(job.budgets, budgets or {})
         if price is not None:
             config["price"] = _given_price(spec, price)._asdict()
-        _check_priced(spec, limits, config, self.settings.prices)
+        _check_priced(spec, limits, config, self.settings.prices, self.providers)
         now = self.clock()
         head = Head(
             id=session_id or uuid.uuid4().hex,
@@ -372,7 +374,7 @@ class Tickwork:
             self.budgets(budgets)  # names and values checked before anything is written
             parent = self.store.get(session_id)
             raised = Budgets(**{**parent.budgets.model_dump(), **budgets})
-            _check_priced(parent.model, raised, parent.config, self.settings.prices)
+            _check_priced(parent.model, raised, parent.config, self.settings.prices, self.providers)
         patch = ForkPatch(
             system_prompt=system_prompt,
             append_instruction=append_instruction,
@@ -419,10 +421,16 @@ def _given_price(spec: str, price: PriceLike) -> Price:
 
 
 def _check_priced(
-    spec: str, budgets: Budgets, config: Mapping[str, Any], prices: Mapping[str, PriceLike]
+    spec: str,
+    budgets: Budgets,
+    config: Mapping[str, Any],
+    prices: Mapping[str, PriceLike],
+    providers: Providers,
 ) -> None:
     """Refuse a session whose cost budget could not limit it: its model has no price."""
-    if not budgets.limits_cost or session_price(spec, config, prices) is not None:
+    if not budgets.limits_cost:
+        return
+    if session_price(spec, config, prices, providers=providers) is not None:
         return
     name = spec.rsplit(":", 1)[-1]
     raise UnpricedModel(

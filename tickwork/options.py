@@ -11,11 +11,14 @@ import json
 import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from fsm.errors import InvalidInput
+
+if TYPE_CHECKING:
+    from worker.models import Providers
 
 Json = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
 Approver = Annotated[
@@ -153,15 +156,7 @@ def price(text: str | None) -> tuple[float, float] | None:
     return prompt, completion
 
 
-def model_spec(spec: str | None) -> str | None:
-    """`scripted:PATH` with PATH made absolute (workers may run elsewhere) and checked now."""
-    if spec is None:
-        return None
-    prefix = next((p for p in ("scripted:", "react:scripted:") if spec.startswith(p)), None)
-    if prefix is None or len(spec) == len(prefix):
-        return spec
-    from worker.models.scripted import load_script
-
-    absolute = Path(spec[len(prefix) :]).expanduser().absolute()
-    load_script(absolute)  # a bad script fails here, not in a worker later
-    return f"{prefix}{absolute}"
+def model_spec(spec: str | None, providers: Providers) -> str | None:
+    """`spec` as this host means it, by its provider: `scripted:PATH` with PATH made absolute
+    (workers may run elsewhere) and the script checked now."""
+    return None if spec is None else providers.resolve(spec)

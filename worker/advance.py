@@ -172,7 +172,9 @@ def _think(rt: Runtime, claimed: Claimed, files: TickFiles) -> Change:
     ahead = pricing.next_call(
         messages,
         last=claimed.steps[-1].usage if claimed.steps else None,
-        price=pricing.session_price(head.model, head.config, rt.settings.prices),
+        price=pricing.session_price(
+            head.model, head.config, rt.settings.prices, providers=rt.providers
+        ),
     )
     before = machine.start_think(head, now=rt.clock(), next_call=ahead)
     if isinstance(before, Change):
@@ -204,7 +206,14 @@ def _think(rt: Runtime, claimed: Claimed, files: TickFiles) -> Change:
             now=rt.clock(),
             jitter=rt.jitter(),
         )
-    cost = pricing.call_cost(head.model, head.config, reply.model, reply.usage, rt.settings.prices)
+    cost = pricing.call_cost(
+        head.model,
+        head.config,
+        reply.model,
+        reply.usage,
+        rt.settings.prices,
+        providers=rt.providers,
+    )
     change = machine.think(
         head,
         reply,

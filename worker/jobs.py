@@ -1,18 +1,19 @@
 """Job kinds: what a session of a kind is told, which tools it has, and its defaults.
 
 A job kind is an importable object (`module:attr`); workers find kinds by name in the
-built-ins and in `TICKWORK_IMPORTS`.
+built-ins and in `TICKWORK_IMPORTS` (which may also name model providers).
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from fsm.errors import ConfigurationError, InvalidInput
 
+from .imports import load_object
+from .models.providers import Provider
 from .tools.registry import ToolRegistry
 
 #: built-in kinds by name
@@ -40,22 +41,6 @@ class JobKind:
     finish: Callable[..., dict[str, Any]] | None = None
 
 
-def load_object(spec: str) -> Any:
-    module_name, _, attr = spec.partition(":")
-    if not module_name or not attr:
-        raise ConfigurationError(f"{spec!r} is not an importable object; write it as module:attr")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigurationError(f"cannot import {module_name!r} for {spec!r}: {exc}") from exc
-    try:
-        return getattr(module, attr)
-    except AttributeError:
-        raise ConfigurationError(
-            f"module {module_name!r} has no {attr!r} (from {spec!r})"
-        ) from None
-
-
 class Jobs:
     """Resolves job kinds by name, caching each kind and its tool registry."""
 
@@ -81,7 +66,10 @@ class Jobs:
         if name in self._specs:
             return _as_kind(load_object(self._specs[name]), self._specs[name])
         for spec in self._imports:
-            kind = _as_kind(load_object(spec), spec)
+            found = load_object(spec)
+            if isinstance(found, Provider):
+                continue  # a model provider (worker.models.providers), not a job kind
+            kind = _as_kind(found, spec)
             self._specs[kind.name] = spec
             if kind.name == name:
                 return kind

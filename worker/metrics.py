@@ -37,6 +37,8 @@ if TYPE_CHECKING:
     from fsm.machine import Change
     from store.relay import RelayPass
 
+    from .models.providers import Providers
+
 log = logging.getLogger("tickwork.metrics")
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -106,9 +108,9 @@ def registry(multiproc_dir: str | None = None) -> CollectorRegistry:
     return combined
 
 
-def model_label(spec: str) -> str:
-    """A bounded label for a model: scripted models carry a file path in their spec."""
-    return "scripted" if "scripted:" in spec or spec == "scripted" else spec[:100]
+def model_label(spec: str, providers: Providers) -> str:
+    """A bounded label for a model, its provider's (scripted models carry a file path)."""
+    return providers.label(spec)
 
 
 def timed_tick(advance: F) -> F:
@@ -139,7 +141,7 @@ def timed_phase(phase: F) -> F:
         _phase.name = "think" if claimed.head.status is Status.READY else "execute"
         change = phase(rt, claimed, *rest)
         try:
-            count_change(change)
+            count_change(change, rt.providers)
         except Exception:  # metrics never break a tick
             log.exception("could not count the metrics of a tick")
         return change
@@ -147,19 +149,19 @@ def timed_phase(phase: F) -> F:
     return noted  # type: ignore[return-value]
 
 
-def count_change(change: Change) -> None:
+def count_change(change: Change, providers: Providers) -> None:
     """Model calls, tokens and cost (spent even if the save loses), approval requests."""
     kinds = {e.kind for e in change.events}
     if change.step is not None:
-        model = model_label(change.step.model or change.head.model)
+        model = model_label(change.step.model or change.head.model, providers)
         MODEL_CALLS.labels(model, "ok").inc()
         MODEL_TOKENS.labels(model, "prompt").inc(change.step.usage.prompt_tokens)
         MODEL_TOKENS.labels(model, "completion").inc(change.step.usage.completion_tokens)
         MODEL_COST.labels(model).inc(change.step.cost_usd)
     elif EventKind.MODEL_RETRY in kinds:
-        MODEL_CALLS.labels(model_label(change.head.model), "retry").inc()
+        MODEL_CALLS.labels(model_label(change.head.model, providers), "retry").inc()
     elif change.head.error_code is ErrorCode.MODEL_ERROR:
-        MODEL_CALLS.labels(model_label(change.head.model), "failed").inc()
+        MODEL_CALLS.labels(model_label(change.head.model, providers), "failed").inc()
     if EventKind.APPROVAL_REQUESTED in kinds:
         APPROVALS_REQUESTED.inc()
 

@@ -21,7 +21,7 @@ from store import Store, make_engine
 from store.artifacts import open_artifacts
 
 from .jobs import Jobs
-from .models import Model, make_model, pooled_client
+from .models import Model, Providers, make_model, pooled_client
 from .secrets import Masker, masker_for
 from .settings import Settings
 from .workspaces import Workspaces
@@ -148,6 +148,11 @@ class Runtime:
         self.leases = Leases(self.store, lease_s=self.settings.lease_s, clock=self.clock)
 
     @functools.cached_property
+    def providers(self) -> Providers:
+        """The model providers: the shipped ones, the entry points', TICKWORK_IMPORTS'."""
+        return Providers(self.settings.imports)
+
+    @functools.cached_property
     def masker(self) -> Masker:
         """What a tick masks in what it stores: the secret patterns of the settings and the
         secret values in this process's environment, read at the first tick."""
@@ -174,7 +179,10 @@ class Runtime:
                 if self._http is None:
                     self._http = pooled_client()
                 self._models[spec] = make_model(
-                    spec, timeout_s=self.settings.model_timeout_s, client=self._http
+                    spec,
+                    timeout_s=self.settings.model_timeout_s,
+                    client=self._http,
+                    providers=self.providers,
                 )
             return self._models[spec]
 

@@ -49,7 +49,8 @@ class Settings(BaseSettings):
     broker_url: str = ""
     #: model spec used when a submit names none: `scripted:PATH`, `openai:MODEL`
     model: str = ""
-    #: `module:attr` job kinds workers can run by name, besides the built-in `repair`
+    #: `module:attr` job kinds workers can run by name, besides the built-in `repair`, and
+    #: model providers (worker.models.providers.Provider) by their spec prefix
     imports: list[str] = []
     queue: str = Field(default="tickwork.ticks", min_length=1)
     dead_letter_queue: str = Field(default="tickwork.dead_letter", min_length=1)

@@ -11,7 +11,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from fsm.budgets import NextCall
 from fsm.errors import ConfigurationError
@@ -71,18 +71,26 @@ def price_for(model: str, overrides: Mapping[str, PriceLike] | None = None) -> P
     return None
 
 
+class SpecPrices(Protocol):
+    """What prices a whole model spec: the model providers (worker.models.providers)."""
+
+    def price(self, spec: str, overrides: Mapping[str, PriceLike] | None = None) -> Price | None:
+        """The price of the model `spec` names (the overrides first), or None if unknown."""
+
+
 def session_price(
-    spec: str, config: Mapping[str, Any], overrides: Mapping[str, PriceLike] | None = None
+    spec: str,
+    config: Mapping[str, Any],
+    overrides: Mapping[str, PriceLike] | None = None,
+    *,
+    providers: SpecPrices,
 ) -> Price | None:
     """The price of a session's model: the one given at submit (`config["price"]`), else
-    the table's (the overrides first) for its spec; a scripted model is free."""
+    its provider's for its spec (the overrides first); a scripted model is free."""
     given = config.get("price")
     if given is not None:
         return as_price(spec, given)
-    kind, _, rest = spec.partition(":")
-    if kind == "scripted" or (kind == "react" and rest.startswith("scripted:")):
-        return price_for(SCRIPTED, overrides)
-    return price_for(spec, overrides)
+    return providers.price(spec, overrides)
 
 
 def charge(price: Price, usage: Usage) -> float:
@@ -96,6 +104,8 @@ def call_cost(
     reply_model: str,
     usage: Usage,
     overrides: Mapping[str, PriceLike] | None = None,
+    *,
+    providers: SpecPrices,
 ) -> float:
     """USD for one model call of a session: at the price given at submit, else at the
     table's price of the model the server named, else of the session's spec."""
@@ -103,7 +113,7 @@ def call_cost(
         return charge(as_price(spec, config["price"]), usage)
     if reply_model and price_for(reply_model, overrides) is not None:
         return cost_usd(reply_model, usage, overrides)
-    price = session_price(spec, config, overrides)
+    price = session_price(spec, config, overrides, providers=providers)
     return charge(price, usage) if price is not None else cost_usd(reply_model or spec, usage)
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from fsm.errors import ConfigurationError
 from fsm.values import Usage
-from worker.models import Price, cost_usd, price_for
+from worker.models import Price, Providers, cost_usd, price_for
 from worker.models.pricing import call_cost, next_call, session_price
 
 MILLION = Usage(prompt_tokens=1_000_000, completion_tokens=1_000_000)
@@ -84,16 +84,21 @@ def test_unknown_model_costs_nothing_and_warns_once(caplog):
     ],
 )
 def test_session_price(spec, config, overrides, price):
-    assert session_price(spec, config, overrides) == price
+    assert session_price(spec, config, overrides, providers=Providers()) == price
 
 
 def test_a_call_is_charged_at_the_price_given_at_submit_first():
     given = {"price": {"prompt": 1.0, "completion": 0.0}}
     usage = Usage(prompt_tokens=1_000_000, completion_tokens=0)
-    assert call_cost("openai:gpt-4o", given, "gpt-4o-2024-08-06", usage) == 1.0
-    assert call_cost("openai:gpt-4o", {}, "gpt-4o-2024-08-06", usage) == 2.5
-    assert call_cost("openai:gpt-4o", {}, "served-under-another-name", usage) == 2.5
-    assert call_cost("openai:local", {}, "local", usage) == 0.0
+    assert (
+        call_cost("openai:gpt-4o", given, "gpt-4o-2024-08-06", usage, providers=Providers()) == 1.0
+    )
+    assert call_cost("openai:gpt-4o", {}, "gpt-4o-2024-08-06", usage, providers=Providers()) == 2.5
+    assert (
+        call_cost("openai:gpt-4o", {}, "served-under-another-name", usage, providers=Providers())
+        == 2.5
+    )
+    assert call_cost("openai:local", {}, "local", usage, providers=Providers()) == 0.0
 
 
 @pytest.mark.parametrize(
