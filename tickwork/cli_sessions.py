@@ -67,7 +67,8 @@ def submit(
     ref: Annotated[
         str | None,
         typer.Option(
-            help="Repair: the branch, tag or commit of --repo [default: HEAD].",
+            help="Repair: the branch, tag or commit of --repo.",
+            show_default="HEAD",
             rich_help_panel="Repair",
         ),
     ] = None,
@@ -104,7 +105,10 @@ def submit(
     submitter: Annotated[
         str | None,
         typer.Option(
-            "--as", metavar="NAME", help="Who submits it, recorded on the session [default: $USER]."
+            "--as",
+            metavar="NAME",
+            help="Who submits it, recorded on the session.",
+            show_default="$USER",
         ),
     ] = None,
     json_output: options.Json = False,

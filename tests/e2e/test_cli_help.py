@@ -67,6 +67,8 @@ def test_help_shows_each_option_whole_with_its_default(
         if param.required or param.default in (None, False, (), "") or param.name == "help":
             continue
         value = getattr(param.default, "value", param.default)
+        if getattr(param, "secondary_opts", None):  # --x/--no-x shows the flag in force
+            value = (param.opts if value else param.secondary_opts)[0].lstrip("-")
         assert f"[default: {value}]" in shown, (param.name, param.default)
     if command.help:
         assert _flat(command.help.split("\n\n")[0]) in shown
