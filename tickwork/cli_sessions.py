@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.text import Text
@@ -16,6 +17,9 @@ from fsm.values import ErrorCode, Head, Session, Status
 
 from . import options, render, views
 from .context import Context
+
+if TYPE_CHECKING:
+    from .client import Tickwork
 
 #: the input keys the repair options fill, as the repair kind reads them
 REPAIR_INPUT = {
@@ -177,15 +181,16 @@ def show(session_id: SessionId, json_output: options.Json = False) -> None:
         view = views.session(whole)
         view["lease"] = views.lease(ctx.store.lease(session_id), now=datetime.now(UTC))
         view["forks"] = views.forks(ctx.store.forks(session_id))
+        shown = {} if json_output else file_previews(whole, ctx.client)
     if json_output:
         views.emit(view)
     else:
-        render.show(render.timeline(view, file_previews(whole)))
+        render.show(render.timeline(view, shown))
 
 
-def file_previews(whole: Session) -> dict[str, dict[str, Any] | None]:
-    """For each call that would write files and has not run: a diff against the workspace's
-    current file (or the patch), for the approver."""
+def file_previews(whole: Session, client: Tickwork) -> dict[str, dict[str, Any] | None]:
+    """For each call that would write files and has not run: a diff against the session's
+    stored file (or the patch), for the approver."""
     pending = [
         c
         for s in whole.steps
@@ -196,7 +201,9 @@ def file_previews(whole: Session) -> dict[str, dict[str, Any] | None]:
         return {}
     from .api.previews import preview  # the page's diff, shown alike; loads the API only here
 
-    return {c.call_id: preview(c, whole.head.config) for c in pending}
+    head = whole.head
+    read = functools.partial(client.files.read, head) if head.config.get("files") else None
+    return {c.call_id: preview(c, read) for c in pending}
 
 
 def watch(

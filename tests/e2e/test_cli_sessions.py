@@ -197,7 +197,7 @@ def test_show_gives_the_approver_the_whole_write_and_why_it_waits(
             f"(write_file, fingerprint {proposed.fingerprint}, because the tool always "
             "needs a person's approval)" in waiting
         )
-        assert f"{WRITE} write_file calc.py: against the workspace's current file" in waiting
+        assert f"{WRITE} write_file calc.py: against the session's current file" in waiting
         for line in FIX.splitlines():
             assert line in waiting, line
         assert content.splitlines()[-1] in waiting
