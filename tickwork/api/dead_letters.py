@@ -142,12 +142,20 @@ def fork(key: Key, body: DeadLetterFork, client: Client, who: Operator) -> Head:
     )
 
 
-@router.post("/{key}/resolve", summary="Mark the dead letter resolved without forking it")
+@router.post(
+    "/{key}/resolve",
+    summary="Mark the dead letter resolved without forking it",
+    responses=CHANGES,
+)
 def resolve(key: Key, body: Closing, client: Client, who: Operator) -> dict[str, Any]:
     return _close(client, key, dl.Closing.RESOLVED, body, who.name)
 
 
-@router.post("/{key}/dismiss", summary="Dismiss the dead letter: nothing is to be done")
+@router.post(
+    "/{key}/dismiss",
+    summary="Dismiss the dead letter: nothing is to be done",
+    responses=CHANGES,
+)
 def dismiss(key: Key, body: Closing, client: Client, who: Operator) -> dict[str, Any]:
     return _close(client, key, dl.Closing.DISMISSED, body, who.name)
 
