@@ -9,13 +9,16 @@ import socket
 import time
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.text import Text
 
 from . import options, render, views
 from .context import ensure_schema, load_settings
+
+if TYPE_CHECKING:
+    from worker.settings import Settings
 
 
 class Pool(StrEnum):
@@ -80,6 +83,7 @@ def worker(
     for kind in (MetricsSettings, WebhookSettings):
         read_settings(kind)  # a bad value stops the worker now, not as a warning later
     ensure_schema(settings)
+    check_what_ticks_load(settings)
     queues = [settings.queue] + ([settings.dead_letter_queue] if dead_letters else [])
 
     argv = ["worker", "--queues", ",".join(queues), "--pool", chosen.value, "--loglevel", loglevel]
@@ -93,6 +97,25 @@ def worker(
     code = make_app(settings).start(argv)
     if code:
         raise typer.Exit(code)
+
+
+def check_what_ticks_load(settings: Settings) -> None:
+    """The job kinds of TICKWORK_IMPORTS and the artifact store, loaded once before the
+    worker starts: one it could not load would fail every session it ticks."""
+    from store.artifacts import open_artifacts
+    from worker.jobs import Jobs
+    from worker.runtime import build_store
+
+    jobs = Jobs(settings.imports)
+    for spec in settings.imports:
+        jobs.get(spec)
+    if settings.artifacts_url:
+        store = build_store(settings)
+        try:
+            artifacts = open_artifacts(settings.artifacts_url, store.engine)
+            getattr(artifacts, "close", lambda: None)()
+        finally:
+            store.engine.dispose()
 
 
 def _metrics_folder(state_dir: Path, hostname: str | None) -> None:

@@ -148,3 +148,18 @@ def test_a_broker_that_does_not_answer_is_one_whole_warning(tmp_path: Path) -> N
         "(within TICKWORK_RELAY_AFTER_S=10s)"
     )
     assert [h["id"] for h in cli("ls", "--json").json()] == [session_id]
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "says"),
+    [
+        ("TICKWORK_ARTIFACTS_URL", "ftp://blobs.internal/x", "unknown artifact store"),
+        ("TICKWORK_IMPORTS", '["no_such_jobs_module:KIND"]', "cannot import 'no_such_jobs_module'"),
+    ],
+)
+def test_a_worker_that_could_not_load_what_its_ticks_need_does_not_start(
+    tmp_path: Path, name: str, value: str, says: str
+) -> None:
+    # before, it started and failed every session it ticked (dead-lettered, not retried)
+    cli = Cli(_bare_env(TICKWORK_STATE_DIR=str(tmp_path / "state")), tmp_path)
+    cli("worker", ok=False, **{name: value}).error(2, says)
