@@ -80,3 +80,17 @@ def test_the_options_that_used_to_lose_their_defaults_show_them() -> None:
     assert "[default: (threads for the embedded broker, else prefork)]" in worker
     assert "The node name. [default: (celery@HOST)]" in _help(("worker",))
     assert "[default: ($TICKWORK_MODEL)]" in _help(("submit",))
+
+
+def test_the_command_list_gives_each_command_its_summary_on_one_line() -> None:
+    out = io.StringIO()
+    with (
+        mock.patch.dict(os.environ, {"COLUMNS": "250"}),
+        contextlib.redirect_stdout(out),
+        pytest.raises(SystemExit),
+    ):
+        main(["--help"])
+    lines = {line.split()[1]: line for line in out.getvalue().splitlines() if line[2:3].isalpha()}
+    assert "the relay runs inside it." in lines["worker"], lines["worker"]
+    assert "and revive sessions whose worker died." in lines["relay"], lines["relay"]
+    assert "TICKWORK_API_TOKENS_FILE." in lines["serve"], lines["serve"]
