@@ -34,7 +34,8 @@ def register(app: typer.Typer) -> None:
     db.command()(upgrade)
     db.command()(current)
     db.command()(history)
-    db.command()(downgrade)
+    # `-1` (one back) is a revision, not an unknown option
+    db.command(context_settings={"ignore_unknown_options": True})(downgrade)
     app.add_typer(db, name="db")
     app.command()(config)
 

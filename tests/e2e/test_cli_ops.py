@@ -154,6 +154,10 @@ def test_db_current_history_and_downgrade(tmp_path: Path, backend: str) -> None:
         db("downgrade", "base", ok=False).error(2, "--yes")
         db("downgrade", "nope", "--yes", ok=False).error(2, "'nope'", "tickwork db history")
         assert _tables(url) >= {"tickwork_sessions", "tickwork_outbox"}
+        # `-1`, as the help says, goes one back
+        previous = listed.json()[1]["revision"]
+        assert db("downgrade", "-1", "--yes", "--json").json()["revision"] == previous
+        assert db("upgrade", "--json").json()["revision"] == newest
 
         assert db("downgrade", "base", "--yes", "--json").json()["revision"] is None
         assert not _tables(url) & {"tickwork_sessions", "tickwork_outbox", "tickwork_events"}
