@@ -340,13 +340,15 @@ def config(json_output: options.Json = False) -> None:
     webhooks, and `tickwork serve`'s."""
     from worker.metrics import MetricsSettings
     from worker.settings import read_settings
-    from worker.webhooks import WebhookSettings
+    from worker.webhooks import WebhookSettings, masked_url
 
     from .api.settings import ApiSettings
 
     settings = load_settings()
     others = [read_settings(kind) for kind in (MetricsSettings, WebhookSettings, ApiSettings)]
     shown = settings.masked(*others)
+    if shown.get("webhook_url"):  # receivers keep their secret in the path, as logs know
+        shown["webhook_url"] = masked_url(shown["webhook_url"])
     if json_output:
         views.emit(shown)
     else:
