@@ -101,12 +101,21 @@ def worker(
 
 
 def check_what_ticks_load(settings: Settings) -> None:
-    """The job kinds of TICKWORK_IMPORTS and the artifact store, loaded once before the
-    worker starts: one it could not load would fail every session it ticks."""
+    """The database's schema, the job kinds of TICKWORK_IMPORTS and the artifact store,
+    checked once before the worker starts: one it could not load would fail every session
+    it ticks (or, without a schema, every relay pass)."""
+    from fsm.errors import ConfigurationError
     from store.artifacts import open_artifacts
+    from store.migrate import current
     from worker.jobs import Jobs
     from worker.runtime import build_store
+    from worker.settings import mask
 
+    if current(settings.db_url) is None:
+        raise ConfigurationError(
+            f"the database {mask(settings.db_url, [])} has no tickwork schema; run "
+            "`tickwork db upgrade` before starting workers"
+        )
     jobs = Jobs(settings.imports)
     for spec in settings.imports:
         jobs.get(spec)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.conftest import ROOT, TEST_KIND, Cli, at_once
+from tests.services import postgres_database
 from worker.settings import Settings, load_settings
 
 PASSWORD = "hunter2-db-secret"
@@ -163,3 +164,12 @@ def test_a_worker_that_could_not_load_what_its_ticks_need_does_not_start(
     # before, it started and failed every session it ticked (dead-lettered, not retried)
     cli = Cli(_bare_env(TICKWORK_STATE_DIR=str(tmp_path / "state")), tmp_path)
     cli("worker", ok=False, **{name: value}).error(2, says)
+
+
+def test_a_worker_on_a_database_without_the_schema_does_not_start(tmp_path: Path) -> None:
+    # before, it started and logged a failed relay pass every period, ticking nothing
+    with postgres_database() as url:
+        cli = Cli(_bare_env(TICKWORK_STATE_DIR=str(tmp_path / "state")), tmp_path)
+        cli("worker", ok=False, TICKWORK_DATABASE_URL=url).error(
+            2, "has no tickwork schema", "tickwork db upgrade"
+        )
