@@ -26,7 +26,6 @@ from fsm.errors import InvalidInput, TickworkError
 from fsm.values import Session, Status, ToolCall
 
 from . import render
-from .client import apply_patch
 from .context import Context
 from .options import json_object
 
@@ -295,6 +294,8 @@ def _finish(ctx: Context, session_id: str, state_dir: Path) -> None:
     copy = Path(str((head.config.get("source") or {}).get("path", "")))
     if patch and head.status is Status.COMPLETED and state_dir.resolve() / "demo" in copy.parents:
         # the session never touched the demo's copy: applying its result is the user's step
+        from .client import apply_patch  # here: the client loads the metrics (see worker)
+
         apply_patch(copy, str(patch))
         render.show(Text(f"\napplied the patch to the demo's copy {copy}", style="green"))
     render.show(
