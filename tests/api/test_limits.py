@@ -103,7 +103,12 @@ def test_a_chunked_body_under_the_limit_is_taken(small: str, stack: Stack) -> No
     import json
 
     body = json.dumps(
-        {"kind": TEST_KIND, "model": "openai:gpt-x", "id": f"chunked-{uuid.uuid4().hex[:8]}"}
+        {
+            "kind": TEST_KIND,
+            "model": "openai:gpt-x",
+            "budgets": {"max_cost_usd": 0},  # an unpriced model: no cost budget, on purpose
+            "id": f"chunked-{uuid.uuid4().hex[:8]}",
+        }
     ).encode()
     head = _head("POST", "/api/v1/sessions", token=TOKEN["sam"], Transfer_Encoding="chunked")
     chunks = [

@@ -135,7 +135,7 @@ def test_events_page_after_an_id(stack: Stack) -> None:
 
 def test_a_waiting_calls_body_says_why_it_needs_approval(stack: Stack) -> None:
     session_id = stack.waiting()
-    shown = stack.http("nobody").get(f"/api/v1/sessions/{session_id}").json()
+    shown = stack.http("alice").get(f"/api/v1/sessions/{session_id}").json()
     danger, echo = shown["steps"][0]["calls"]
     assert danger["approval_reason"] == "the tool always needs a person's approval"
     assert echo["approval_reason"] is None
