@@ -9,6 +9,7 @@ what does not exist or may not happen now.
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 import sys
 from collections.abc import Sequence
@@ -48,7 +49,17 @@ def make_cli() -> typer.Typer:
     )
     for name in COMMANDS:
         importlib.import_module(name).register(app)
+    for info in app.registered_commands:
+        _one_line_summary(info)
     return app
+
+
+def _one_line_summary(info: typer.models.CommandInfo) -> None:
+    """The command list shows a command's first paragraph; Rich markup keeps the docstring's
+    line breaks there ("the relay runs⏎inside it."), so it gets the paragraph as one line."""
+    doc = info.help or (info.callback.__doc__ if info.callback else None)
+    if info.short_help is None and doc:
+        info.short_help = " ".join(inspect.cleandoc(doc).split("\n\n")[0].split())
 
 
 def main(argv: Sequence[str] | None = None) -> None:

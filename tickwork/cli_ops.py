@@ -9,13 +9,16 @@ import socket
 import time
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.text import Text
 
 from . import options, render, views
 from .context import ensure_schema, load_settings
+
+if TYPE_CHECKING:
+    from worker.settings import Settings
 
 
 class Pool(StrEnum):
@@ -31,7 +34,8 @@ def register(app: typer.Typer) -> None:
     db.command()(upgrade)
     db.command()(current)
     db.command()(history)
-    db.command()(downgrade)
+    # `-1` (one back) is a revision, not an unknown option
+    db.command(context_settings={"ignore_unknown_options": True})(downgrade)
     app.add_typer(db, name="db")
     app.command()(config)
 
@@ -80,6 +84,7 @@ def worker(
     for kind in (MetricsSettings, WebhookSettings):
         read_settings(kind)  # a bad value stops the worker now, not as a warning later
     ensure_schema(settings)
+    check_what_ticks_load(settings)
     queues = [settings.queue] + ([settings.dead_letter_queue] if dead_letters else [])
 
     argv = ["worker", "--queues", ",".join(queues), "--pool", chosen.value, "--loglevel", loglevel]
@@ -93,6 +98,38 @@ def worker(
     code = make_app(settings).start(argv)
     if code:
         raise typer.Exit(code)
+
+
+def check_what_ticks_load(settings: Settings) -> None:
+    """The database's schema, the job kinds of TICKWORK_IMPORTS and the artifact store,
+    checked once before the worker starts: one it could not load would fail every session
+    it ticks (or, without a schema, every relay pass)."""
+    from fsm.errors import ConfigurationError
+    from store.artifacts import open_artifacts
+    from store.migrate import current
+    from worker.imports import load_object
+    from worker.jobs import Jobs
+    from worker.models.providers import Provider, Providers
+    from worker.runtime import build_store
+    from worker.settings import mask
+
+    if current(settings.db_url) is None:
+        raise ConfigurationError(
+            f"the database {mask(settings.db_url, [])} has no tickwork schema; run "
+            "`tickwork db upgrade` before starting workers"
+        )
+    jobs = Jobs(settings.imports)
+    for spec in settings.imports:
+        if not isinstance(load_object(spec), Provider):
+            jobs.get(spec)
+    _ = Providers(settings.imports).known  # a provider that cannot register stops it too
+    if settings.artifacts_url:
+        store = build_store(settings)
+        try:
+            artifacts = open_artifacts(settings.artifacts_url, store.engine)
+            getattr(artifacts, "close", lambda: None)()
+        finally:
+            store.engine.dispose()
 
 
 def _metrics_folder(state_dir: Path, hostname: str | None) -> None:
@@ -316,13 +353,15 @@ def config(json_output: options.Json = False) -> None:
     webhooks, and `tickwork serve`'s."""
     from worker.metrics import MetricsSettings
     from worker.settings import read_settings
-    from worker.webhooks import WebhookSettings
+    from worker.webhooks import WebhookSettings, masked_url
 
     from .api.settings import ApiSettings
 
     settings = load_settings()
     others = [read_settings(kind) for kind in (MetricsSettings, WebhookSettings, ApiSettings)]
     shown = settings.masked(*others)
+    if shown.get("webhook_url"):  # receivers keep their secret in the path, as logs know
+        shown["webhook_url"] = masked_url(shown["webhook_url"])
     if json_output:
         views.emit(shown)
     else:

@@ -426,8 +426,9 @@ def dead_letters_table(letters: Iterable[Mapping[str, Any]]) -> Table:
     for d in letters:
         session = Text(d["session_id"])
         if d["resolved_at"]:
-            fork = (d["resolution"] or {}).get("fork")
-            session.append(f"\n→ fork {fork}" if fork else "\n(resolved)", style="dim")
+            resolution = d["resolution"] or {}
+            fork, state = resolution.get("fork"), resolution.get("state") or "resolved"
+            session.append(f"\n→ fork {fork}" if fork else f"\n({state})", style="dim")
         table.add_row(
             str(d["id"]),
             session,

@@ -54,3 +54,17 @@ def test_the_docs_page_and_its_assets_come_from_tickwork(stack: Stack) -> None:
         answer = http.get(asset)
         assert answer.status_code == 200 and answer.content, asset
         assert "default-src 'self'" in answer.headers["content-security-policy"]
+
+
+def test_a_wrong_method_is_405_naming_every_method_the_path_takes(stack: Stack) -> None:
+    http = stack.http("olga")
+    for method, path, allowed in [
+        ("DELETE", "/api/v1/sessions", "GET, POST"),
+        ("PUT", "/api/v1/sessions/some-id", "GET"),
+        ("GET", "/api/v1/sessions/some-id/cancel", "POST"),
+        ("POST", "/healthz", "GET"),
+    ]:
+        answer = http.request(method, path)
+        assert answer.status_code == 405, (method, path)
+        assert answer.headers["allow"] == allowed, (method, path)
+        assert answer.json()["code"] == "method_not_allowed"

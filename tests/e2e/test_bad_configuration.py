@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.conftest import ROOT, TEST_KIND, Cli, at_once
+from tests.services import postgres_database
 from worker.settings import Settings, load_settings
 
 PASSWORD = "hunter2-db-secret"
@@ -51,6 +52,7 @@ def _bare_env(**settings: str) -> dict[str, str]:
 
 def test_each_bad_setting_is_one_line_naming_it(tmp_path: Path) -> None:
     state = tmp_path / "state"
+    state.mkdir()
     cli = Cli(_bare_env(TICKWORK_STATE_DIR=str(state)), tmp_path)
     argv = {
         "ls": ["ls"],
@@ -148,3 +150,49 @@ def test_a_broker_that_does_not_answer_is_one_whole_warning(tmp_path: Path) -> N
         "(within TICKWORK_RELAY_AFTER_S=10s)"
     )
     assert [h["id"] for h in cli("ls", "--json").json()] == [session_id]
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "says"),
+    [
+        ("TICKWORK_ARTIFACTS_URL", "ftp://blobs.internal/x", "unknown artifact store"),
+        ("TICKWORK_IMPORTS", '["no_such_jobs_module:KIND"]', "cannot import 'no_such_jobs_module'"),
+    ],
+)
+def test_a_worker_that_could_not_load_what_its_ticks_need_does_not_start(
+    tmp_path: Path, name: str, value: str, says: str
+) -> None:
+    # before, it started and failed every session it ticked (dead-lettered, not retried)
+    cli = Cli(_bare_env(TICKWORK_STATE_DIR=str(tmp_path / "state")), tmp_path)
+    cli("worker", ok=False, **{name: value}).error(2, says)
+
+
+def test_a_worker_on_a_database_without_the_schema_does_not_start(tmp_path: Path) -> None:
+    # before, it started and logged a failed relay pass every period, ticking nothing
+    with postgres_database() as url:
+        cli = Cli(_bare_env(TICKWORK_STATE_DIR=str(tmp_path / "state")), tmp_path)
+        cli("worker", ok=False, TICKWORK_DATABASE_URL=url).error(
+            2, "has no tickwork schema", "tickwork db upgrade"
+        )
+
+
+def test_a_worker_loads_the_model_providers_of_its_imports_before_it_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tickwork.cli_ops import check_what_ticks_load
+    from tickwork.context import ensure_schema
+    from worker.settings import Settings
+
+    state = tmp_path / "state"
+    state.mkdir()
+    good = Settings(state_dir=state, imports=["tests.providers:CANNED", "tests.jobs:TEST"])
+    ensure_schema(good)
+    check_what_ticks_load(good)  # a provider beside a job kind is no error
+    (tmp_path / "clash.py").write_text(
+        "from tests.providers import CANNED\n"
+        "import dataclasses\n"
+        "CLASH = dataclasses.replace(CANNED, prefix='openai')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(Exception, match="prefix 'openai'"):
+        check_what_ticks_load(Settings(state_dir=state, imports=["clash:CLASH"]))

@@ -177,3 +177,5 @@ def test_a_dead_letter_is_resolved_or_dismissed_without_a_fork(
     )
     cli.inline("dlq", "resolve", noise, "--reason", "  ", ok=False).error(2, "--reason")
     assert "dismissed" in cli.inline("dlq", "show", noise).stdout
+    listed = cli.inline("dlq", "ls").stdout  # each closed one says how it was closed
+    assert f"{noise} " in listed and "(dismissed)" in listed and "(resolved)" in listed

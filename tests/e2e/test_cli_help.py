@@ -66,11 +66,9 @@ def test_help_shows_each_option_whole_with_its_default(
             assert f"[default: ({default})]" in shown, (param.name, default)
         if param.required or param.default in (None, False, (), "") or param.name == "help":
             continue
-        if getattr(param, "secondary_opts", None):  # --x/--no-x shows the flag in force
-            flag = (param.opts if param.default else param.secondary_opts)[0].lstrip("-")
-            assert f"[default: {flag}]" in shown, (param.name, param.default)
-            continue
         value = getattr(param.default, "value", param.default)
+        if getattr(param, "secondary_opts", None):  # --x/--no-x shows the flag in force
+            value = (param.opts if value else param.secondary_opts)[0].lstrip("-")
         assert f"[default: {value}]" in shown, (param.name, param.default)
     if command.help:
         assert _flat(command.help.split("\n\n")[0]) in shown
@@ -82,3 +80,17 @@ def test_the_options_that_used_to_lose_their_defaults_show_them() -> None:
     assert "[default: (threads for the embedded broker, else prefork)]" in worker
     assert "The node name. [default: (celery@HOST)]" in _help(("worker",))
     assert "[default: ($TICKWORK_MODEL)]" in _help(("submit",))
+
+
+def test_the_command_list_gives_each_command_its_summary_on_one_line() -> None:
+    out = io.StringIO()
+    with (
+        mock.patch.dict(os.environ, {"COLUMNS": "250"}),
+        contextlib.redirect_stdout(out),
+        pytest.raises(SystemExit),
+    ):
+        main(["--help"])
+    lines = {line.split()[1]: line for line in out.getvalue().splitlines() if line[2:3].isalpha()}
+    assert "the relay runs inside it." in lines["worker"], lines["worker"]
+    assert "and revive sessions whose worker died." in lines["relay"], lines["relay"]
+    assert "TICKWORK_API_TOKENS_FILE." in lines["serve"], lines["serve"]

@@ -21,6 +21,7 @@ from tests.services import postgres_database
 
 PASSWORD = "hunter2-db-secret"
 KEY = "sk-proj-AbCdEf0123456789xyz"
+SLACK = "T0001/B0001/webhookPathSecret42"
 
 
 def _bare_env(**settings: str) -> dict[str, str]:
@@ -39,7 +40,7 @@ def test_config_masks_secrets(tmp_path: Path) -> None:
             TICKWORK_API_MODELS=f'["openai:gpt-4o?key={KEY}"]',
             TICKWORK_STATE_DIR=str(tmp_path / "state"),
             TICKWORK_METRICS_PORT="9808",
-            TICKWORK_WEBHOOK_URL=f"https://hooks.internal/card?token={KEY}",
+            TICKWORK_WEBHOOK_URL=f"https://hooks.internal/services/{SLACK}?token={KEY}",
             TICKWORK_WEBHOOK_SECRET=PASSWORD,
             TICKWORK_API_TOKENS=f'{{"{PASSWORD}": {{"name": "alice", "roles": ["approver"]}}}}',
             TICKWORK_API_PORT="8080",
@@ -60,11 +61,12 @@ def test_config_masks_secrets(tmp_path: Path) -> None:
     )  # a name with "token" in a budget is not a secret
     # the settings of a worker's /metrics and webhooks and of `tickwork serve` are shown too
     assert shown["metrics_port"] == 9808 and shown["api_port"] == 8080
-    assert shown["webhook_url"] == "https://hooks.internal/card?token=****"
+    assert shown["webhook_url"] == "https://hooks.internal/****"  # a Slack-style URL's path
     assert shown["webhook_secret"] == "****" and shown["api_tokens"] == "****"
     assert shown["webhook_attempts"] == 5 and shown["api_host"] == "127.0.0.1"
     for output in (as_json.stdout, as_table.stdout):
         assert PASSWORD not in output and KEY not in output and "sk-proj" not in output
+        assert SLACK not in output
     assert "TICKWORK_DATABASE_URL" in as_table.stdout
     assert "TICKWORK_WEBHOOK_SECRET" in as_table.stdout and "TICKWORK_API_PORT" in as_table.stdout
     cli.inline("config", ok=False, TICKWORK_LEASE_S="soon").error(
@@ -154,6 +156,10 @@ def test_db_current_history_and_downgrade(tmp_path: Path, backend: str) -> None:
         db("downgrade", "base", ok=False).error(2, "--yes")
         db("downgrade", "nope", "--yes", ok=False).error(2, "'nope'", "tickwork db history")
         assert _tables(url) >= {"tickwork_sessions", "tickwork_outbox"}
+        # `-1`, as the help says, goes one back
+        previous = listed.json()[1]["revision"]
+        assert db("downgrade", "-1", "--yes", "--json").json()["revision"] == previous
+        assert db("upgrade", "--json").json()["revision"] == newest
 
         assert db("downgrade", "base", "--yes", "--json").json()["revision"] is None
         assert not _tables(url) & {"tickwork_sessions", "tickwork_outbox", "tickwork_events"}

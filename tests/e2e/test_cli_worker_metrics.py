@@ -4,12 +4,14 @@ no PROMETHEUS_MULTIPROC_DIR set, and consumes the dead-letter queue by default."
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.e2e.conftest import TEST_KIND, Cli, Deployment, call, stop, until
+from tests.e2e.conftest import ROOT, TEST_KIND, Cli, Deployment, call, stop, until
 
 
 def free_port() -> int:
@@ -70,3 +72,13 @@ def test_a_prefork_worker_shows_its_childrens_ticks_and_dead_letters(
     folder = deployment.settings.state_dir / "metrics"
     assert [p.name for p in folder.iterdir()] == [f"celery@{socket.gethostname()}"]
     assert worker.returncode == 0, log.read_text()[-2000:]
+
+
+def test_the_command_line_loads_no_metrics_before_the_worker_chooses_their_folder() -> None:
+    # prometheus_client picks its multiprocess mode at import: loaded by any command's
+    # module, a prefork worker's /metrics was empty (its children counted in memory)
+    code = (
+        "import sys, tickwork.cli as cli; cli.make_cli(); "
+        "assert 'prometheus_client' not in sys.modules, 'loaded'"
+    )
+    subprocess.run([sys.executable, "-P", "-c", code], check=True, cwd=ROOT)

@@ -18,11 +18,14 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlalchemy.exc import DataError, DBAPIError
 from starlette.exceptions import HTTPException
-from starlette.routing import Match
+from starlette.routing import Match, Mount
 
 from fsm.errors import ConfigurationError, IllegalTransition, InvalidInput, TickworkError
 
 log = logging.getLogger("tickwork.api")
+
+#: the methods a 405's `Allow` may name
+METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 
 _HTTP_CODES = {
     400: "bad_request",
@@ -147,13 +150,16 @@ def _http_error(request: Request, exc: Exception) -> JSONResponse:
 
 
 def allowed_methods(request: Request) -> list[str]:
-    """Every method some route takes at this path (Starlette names only the first route's)."""
+    """Every method some route takes at this path (Starlette names only the first route's).
+    Each method is tried: an included router (FastAPI 0.165+) names no methods of its own."""
     found: set[str] = set()
     for route in request.app.router.routes:
-        match, _ = route.matches({**request.scope, "method": "GET"})
-        methods = getattr(route, "methods", None)
-        if match is not Match.NONE and methods:
-            found.update(methods)
+        if isinstance(route, Mount):
+            continue  # the static files: a folder, not an API route
+        for method in METHODS:
+            match, _ = route.matches({**request.scope, "method": method})
+            if match is Match.FULL:
+                found.add(method)
     return sorted(found)
 
 
