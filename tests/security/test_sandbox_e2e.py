@@ -21,6 +21,7 @@ from tests.security.test_sandbox_runner import gone
 from tests.services import IN_CI
 from tickwork import render, views
 from worker import webhooks
+from worker.secrets import Masker
 from worker.tools import runner
 from worker.tools.runner import Sandbox, check
 
@@ -263,7 +264,7 @@ def test_a_session_with_network_says_so_on_its_card_and_page(
     session_id = repair(env, workspace, [command("rm a.txt")], network=True)
     head = env.run(session_id)
     assert head.status is Status.WAITING_APPROVAL
-    card = webhooks.card(head, [], public_url="", at=head.updated_at)
+    card = webhooks.card(head, [], public_url="", at=head.updated_at, masker=Masker())
     assert card["session"]["network"] is True
     with render.console().capture() as captured:
         render.show(render.timeline(views.session(env.load(session_id))))
