@@ -141,8 +141,13 @@ def test_a_session_runs_on_redis_with_the_installed_worker(
             tickwork("approve", session_id, *waiting["awaiting"])
             tickwork("watch", session_id, "--timeout", "60")
         head = json.loads(tickwork("show", session_id, "--json").stdout)["head"]
-    assert head["status"] == "completed", head
-    assert head["result"]["tests"]["passed"] is True
+        assert head["status"] == "completed", head
+        assert head["result"]["tests"]["passed"] is True
+        # the submitted directory is never changed: the result is a patch the user applies
+        assert (workspace / "calc.py").read_text() == (
+            ROOT / "examples/buggy_calc/calc.py"
+        ).read_text()
+        tickwork("patch", session_id, "--apply", str(workspace))
     assert "/ len(numbers)\n" in (workspace / "calc.py").read_text()
 
 
