@@ -33,7 +33,8 @@ def exhausted_budget(
     if head.step >= b.max_steps:
         return Exhausted(
             code=ErrorCode.BUDGET_STEPS,
-            message=f"{head.step} steps made, max_steps is {b.max_steps}",
+            message=f"{head.step} step{'' if head.step == 1 else 's'} made, "
+            f"max_steps is {b.max_steps}",
         )
     if head.tokens >= b.max_tokens or head.tokens + ahead.tokens > b.max_tokens:
         return Exhausted(

@@ -48,7 +48,7 @@ def demo(
         bool, typer.Option("--new", help="Start a new demo even if one can be resumed.")
     ] = False,
     timeout: Annotated[
-        float, typer.Option("--timeout", help="Give up after this many seconds.")
+        float, typer.Option("--timeout", min=0.001, help="Give up after this many seconds.")
     ] = 600.0,
 ) -> None:
     """Repair the example project end to end on the embedded default (no server needed)."""

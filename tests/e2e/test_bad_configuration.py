@@ -52,7 +52,6 @@ def _bare_env(**settings: str) -> dict[str, str]:
 
 def test_each_bad_setting_is_one_line_naming_it(tmp_path: Path) -> None:
     state = tmp_path / "state"
-    state.mkdir()
     cli = Cli(_bare_env(TICKWORK_STATE_DIR=str(state)), tmp_path)
     argv = {
         "ls": ["ls"],
@@ -196,3 +195,10 @@ def test_a_worker_loads_the_model_providers_of_its_imports_before_it_starts(
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(Exception, match="prefix 'openai'"):
         check_what_ticks_load(Settings(state_dir=state, imports=["clash:CLASH"]))
+
+
+def test_the_demo_refuses_a_timeout_that_is_not_positive(tmp_path: Path) -> None:
+    cli = Cli(_bare_env(TICKWORK_STATE_DIR=str(tmp_path / "state")), tmp_path)
+    said = cli("demo", "--yes", "--timeout", "-1", ok=False).error(2, "--timeout")
+    assert "Traceback" not in said
+    assert not (tmp_path / "state" / "demo").exists()  # refused before anything was made

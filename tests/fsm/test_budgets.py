@@ -184,3 +184,10 @@ def test_stop_reason_of_a_running_tool(
 )
 def test_model_retry_delay(attempt: int, jitter: float, delay: float) -> None:
     assert model_retry_delay(attempt, jitter=jitter) == delay
+
+
+def test_the_steps_message_counts_in_words(build: Any) -> None:
+    one = exhausted_budget(build.head(budgets={"max_steps": 1}, step=1), now=build.at(0))
+    two = exhausted_budget(build.head(budgets={"max_steps": 2}, step=2), now=build.at(0))
+    assert one is not None and one.message == "1 step made, max_steps is 1"
+    assert two is not None and two.message == "2 steps made, max_steps is 2"
