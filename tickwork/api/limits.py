@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import anyio
 from fastapi import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -20,6 +21,10 @@ from .errors import ApiError, answer
 MAX_INT = 2**63 - 1
 #: the deepest nesting of JSON objects and lists a body field may hold
 MAX_DEPTH = 32
+#: how much of a refused body is read and dropped, and for how long, before the connection
+#: closes: enough for the client to read its 413 instead of a reset connection
+LINGER_BYTES = 64 * 2**20
+LINGER_S = 5.0
 
 
 def _header(scope: Scope, name: bytes) -> bytes | None:
@@ -67,7 +72,29 @@ class BodyLimit:
             f"the request body is over {self.limit} bytes (TICKWORK_API_MAX_BODY_BYTES); send less",
         )
         refusal.headers["Connection"] = "close"
-        await refusal(scope, receive, send)
+
+        async def lingering(message: Message) -> None:
+            # the answer goes out at once, but the connection stays open while the rest of
+            # the body arrives and is dropped (nginx's lingering close): closed on unread
+            # data, the socket would reset and the client lose the 413 it was sent
+            if message["type"] == "http.response.body" and not message.get("more_body"):
+                await send({**message, "more_body": True})
+                await _drain(receive)
+                message = {"type": "http.response.body", "body": b"", "more_body": False}
+            await send(message)
+
+        await refusal(scope, receive, lingering)
+
+
+async def _drain(receive: Receive) -> None:
+    """Read and drop the request body, up to LINGER_BYTES or LINGER_S; nothing is kept."""
+    dropped = 0
+    with anyio.move_on_after(LINGER_S):
+        while dropped <= LINGER_BYTES:
+            message = await receive()
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                return
+            dropped += len(message.get("body", b""))
 
 
 def _replay(messages: list[Message], receive: Receive) -> Receive:
