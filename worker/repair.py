@@ -297,8 +297,9 @@ def run_final_tests(head: Head, workspace: Path) -> dict[str, Any]:
     """Run the session's test command in its working copy once more; what it gave."""
     config = head.config
     command = str(config.get("test_command") or "")
+    settings = load_settings()
     # a tick (this runs in the last THINK tick) must end before the broker's delivery timeout
-    limit = min(MAX_COMMAND_S, load_settings().longest_call_s)
+    limit = min(MAX_COMMAND_S, settings.longest_call_s)
     timeout = min(float(config.get("test_timeout_s") or FINAL_TESTS_TIMEOUT_S), limit)
     env = command_env({**dict(config.get("env") or {}), "TICKWORK_SESSION_ID": head.id})
     result = run_sandboxed(
@@ -307,7 +308,7 @@ def run_final_tests(head: Head, workspace: Path) -> dict[str, Any]:
         timeout_s=timeout,
         env=env,
         network=config.get("network") is True,
-        sandbox=sandbox_of(load_settings()),
+        sandbox=sandbox_of(settings),
     )
     output = result.describe()
     return {
