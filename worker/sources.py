@@ -3,15 +3,22 @@
 Either is packed into the artifact store (its files as blobs, a manifest path -> entry as
 one more blob), so every worker reaches it and the user's files are never touched. A
 submission over the HTTP API is untrusted: its local paths must lie under the configured
-roots (`TICKWORK_WORKSPACE_ROOTS`), and its remote repositories must be https URLs.
+roots (`TICKWORK_WORKSPACE_ROOTS`), and its remote repositories must be https URLs of
+hosts on the public internet: a name that resolves to a loopback, private, link-local or
+reserved address is refused (no requests into the server's own network), the address checked
+is the one git connects to (pinned with `http.curloptResolve`), redirects are not followed,
+and the clone's files are capped in size (`MAX_CLONE_BYTES`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import os
 import re
+import resource
+import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -32,6 +39,8 @@ MAX_SOURCE_BYTES = 200_000_000
 BATCH_BYTES = 8_000_000
 #: how long a clone may take
 GIT_TIMEOUT_S = 300.0
+#: the largest file (in practice: the pack) an untrusted clone may write
+MAX_CLONE_BYTES = 1_000_000_000
 _REF = re.compile(r"^[A-Za-z0-9._/@{}^~-]{1,200}$")
 
 
@@ -125,7 +134,7 @@ def directory(
     return {"kind": "workspace", "path": str(path.resolve()), "files": count, "base": base}
 
 
-def _git(*args: str, cwd: Path | None = None) -> str:
+def _git(*args: str, cwd: Path | None = None, limit: int | None = None) -> str:
     env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true"}
     done = subprocess.run(
         ["git", "-c", "protocol.ext.allow=never", *args],
@@ -135,10 +144,60 @@ def _git(*args: str, cwd: Path | None = None) -> str:
         text=True,
         timeout=GIT_TIMEOUT_S,
         check=False,
+        preexec_fn=None if limit is None else _file_size_limit(limit),
     )
     if done.returncode != 0:
         raise subprocess.CalledProcessError(done.returncode, args, done.stdout, done.stderr)
     return done.stdout.strip()
+
+
+def _file_size_limit(limit: int) -> Any:
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return apply
+
+
+def _public_address(url: str) -> tuple[str, int, str]:
+    """The host, port and public address an untrusted https URL's clone connects to."""
+    parsed = urlparse(url)
+    host = parsed.hostname or ""
+    try:
+        port = parsed.port or 443
+    except ValueError:
+        raise _fail(f"the repository {url!r} has an invalid port") from None
+    if not host:
+        raise _fail(f"the repository {url!r} names no host")
+    try:
+        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError):
+        raise _fail(f"the repository's host {host!r} does not resolve") from None
+    addresses = {info[4][0] for info in found}
+    for address in sorted(addresses):
+        if not ipaddress.ip_address(address.split("%")[0]).is_global:
+            raise _fail(
+                f"the repository's host {host!r} resolves to {address}, which is not a public "
+                "address; this server clones from the internet only (submit it with the CLI "
+                "on a trusted machine, or as a directory under TICKWORK_WORKSPACE_ROOTS)"
+            )
+    return host, port, sorted(addresses)[0]
+
+
+def _clone_args(url: str, location: str, *, trusted: bool) -> list[str]:
+    """`git clone` options: an untrusted clone goes to the address checked, and nowhere else."""
+    if trusted:
+        return ["clone", "--quiet", "--no-checkout", "--", location]
+    if urlparse(url).scheme != "https":  # a path under the roots: copy, never hardlink
+        return ["clone", "--quiet", "--no-checkout", "--no-local", "--", location]
+    host, port, address = _public_address(url)
+    pinned = f"[{address}]" if ":" in address else address
+    return [
+        "-c", f"http.curloptResolve={host}:{port}:{pinned}",
+        "-c", "http.followRedirects=false",
+        "-c", "protocol.allow=never",
+        "-c", "protocol.https.allow=always",
+        "clone", "--quiet", "--no-checkout", "--", location,
+    ]  # fmt: skip
 
 
 def _repo_location(url: str, *, trusted: bool, roots: Sequence[Path]) -> str:
@@ -187,10 +246,13 @@ def repository(
     with tempfile.TemporaryDirectory(prefix="tickwork-clone-") as tmp:
         clone = Path(tmp) / "repo"
         try:
-            _git("clone", "--quiet", "--no-checkout", "--", location, str(clone))
+            args = _clone_args(url, location, trusted=trusted)
+            _git(*args, str(clone), limit=None if trusted else MAX_CLONE_BYTES)
         except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
-            detail = getattr(exc, "stderr", "") or str(exc)
-            raise _fail(f"cannot clone {url!r}: {detail.strip()[:500]}") from None
+            detail = (getattr(exc, "stderr", "") or str(exc)).strip()[:500]
+            if not trusted:  # git cannot tell a pack cut at the limit from a broken one
+                detail += f" (this server's clones are capped at {MAX_CLONE_BYTES:,} bytes)"
+            raise _fail(f"cannot clone {url!r}: {detail}") from None
         commit = ""
         for candidate in (ref, f"origin/{ref}"):
             try:

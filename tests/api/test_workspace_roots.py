@@ -3,9 +3,14 @@ CLI and the Python client are trusted."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
 
+import pytest
+
 from tests.api.conftest import Stack
+from worker import sources
 
 
 def _repair(stack: Stack, **source: str) -> dict[str, object]:
@@ -47,3 +52,51 @@ def test_local_paths_outside_the_roots_are_422(stack: Stack, tmp_path: Path) -> 
         model=stack.deployment.script([{"content": "done"}]),
     )
     assert head.config["source"]["path"] == str(project.resolve())
+
+
+def test_a_repository_url_into_the_servers_own_network_is_422(stack: Stack) -> None:
+    """No request into the server's network: loopback, private, link-local (cloud metadata)
+    and unspecified addresses are refused before git runs, and no session is made."""
+    http = stack.http("sam")
+    before = len(stack.deployment.client.sessions(limit=500))
+    for url, address in [
+        ("https://127.0.0.1/x.git", "127.0.0.1"),
+        ("https://localhost:8443/x.git", "127.0.0.1"),
+        ("https://169.254.169.254/latest/meta-data", "169.254.169.254"),
+        ("https://10.1.2.3/x.git", "10.1.2.3"),
+        ("https://[::1]/x.git", "::1"),
+        ("https://0.0.0.0/x.git", "0.0.0.0"),
+    ]:
+        refused = http.post("/api/v1/sessions", json=_repair(stack, repo=url))
+        assert refused.status_code == 422, (url, refused.text)
+        message = refused.json()["message"]
+        assert f"resolves to {address}" in message and "not a public address" in message, message
+    not_https = http.post("/api/v1/sessions", json=_repair(stack, repo="git://example.com/x"))
+    assert not_https.status_code == 422 and "https:// URLs only" in not_https.json()["message"]
+    assert len(stack.deployment.client.sessions(limit=500)) == before
+
+
+def test_an_untrusted_clone_is_capped_in_size(
+    stack: Stack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A repository under the roots is copied (never hardlinked) and its clone is capped."""
+    project = tmp_path / "big"
+    project.mkdir()
+    (project / "blob").write_bytes(os.urandom(300_000))
+    for args in (["init", "-q"], ["add", "blob"], ["commit", "-qm", "big"]):
+        subprocess.run(
+            ["git", "-c", "user.email=t@t", "-c", "user.name=t", *args], cwd=project, check=True
+        )
+    settings = stack.deployment.settings
+    settings.workspace_roots = [tmp_path]
+    monkeypatch.setattr(sources, "MAX_CLONE_BYTES", 50_000)
+    try:
+        http = stack.http("sam")
+        refused = http.post("/api/v1/sessions", json=_repair(stack, repo=str(project)))
+        assert refused.status_code == 422, refused.text
+        assert "capped at 50,000 bytes" in refused.json()["message"]
+        monkeypatch.setattr(sources, "MAX_CLONE_BYTES", 10_000_000)
+        accepted = http.post("/api/v1/sessions", json=_repair(stack, repo=str(project)))
+        assert accepted.status_code == 201, accepted.text
+    finally:
+        settings.workspace_roots = []
