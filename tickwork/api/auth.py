@@ -21,6 +21,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from fsm.errors import ConfigurationError
 
 from .errors import ApiError, answer
+from .limits import refuse_unread
 from .settings import ApiSettings, Role, TokenSpec
 
 log = logging.getLogger("tickwork.api")
@@ -152,8 +153,7 @@ class TokenGate:
         else:
             await self.app(scope, receive, send)
             return
-        refusal.headers["Connection"] = "close"  # the unread body is never read
-        await refusal(scope, receive, send)
+        await refuse_unread(refusal, scope, receive, send)  # its body is never read
 
 
 def principal(

@@ -13,6 +13,7 @@ from typing import Any
 
 import anyio
 from fastapi import Request
+from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .errors import ApiError, answer
@@ -71,19 +72,26 @@ class BodyLimit:
             "too_large",
             f"the request body is over {self.limit} bytes (TICKWORK_API_MAX_BODY_BYTES); send less",
         )
-        refusal.headers["Connection"] = "close"
+        await refuse_unread(refusal, scope, receive, send)
 
-        async def lingering(message: Message) -> None:
-            # the answer goes out at once, but the connection stays open while the rest of
-            # the body arrives and is dropped (nginx's lingering close): closed on unread
-            # data, the socket would reset and the client lose the 413 it was sent
-            if message["type"] == "http.response.body" and not message.get("more_body"):
-                await send({**message, "more_body": True})
-                await _drain(receive)
-                message = {"type": "http.response.body", "body": b"", "more_body": False}
-            await send(message)
 
-        await refusal(scope, receive, lingering)
+async def refuse_unread(refusal: Response, scope: Scope, receive: Receive, send: Send) -> None:
+    """Answer `refusal` to a request whose body is not read, then close the connection.
+
+    The answer goes out at once, but the connection stays open while the rest of the body
+    arrives and is dropped (nginx's lingering close): closed on unread data, the socket
+    would reset and the client lose the answer it was sent.
+    """
+    refusal.headers["Connection"] = "close"
+
+    async def lingering(message: Message) -> None:
+        if message["type"] == "http.response.body" and not message.get("more_body"):
+            await send({**message, "more_body": True})
+            await _drain(receive)
+            message = {"type": "http.response.body", "body": b"", "more_body": False}
+        await send(message)
+
+    await refusal(scope, receive, lingering)
 
 
 async def _drain(receive: Receive) -> None:
