@@ -153,7 +153,9 @@ def export(
     unresolved: Unresolved = False,
     form: Annotated[
         exports.Format,
-        typer.Option("--format", help="jsonl, csv or parquet (parquet needs tickwork[parquet])."),
+        typer.Option(
+            "--format", help="jsonl, csv or parquet (Parquet needs pyarrow: the parquet extra)."
+        ),
     ] = exports.Format.JSONL,
     output: Annotated[
         Path | None,
