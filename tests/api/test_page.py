@@ -208,9 +208,10 @@ def test_an_operator_opens_a_dead_letter_and_forks_it(page: Any, stack: Stack) -
     expect(closed.locator(f'a[href="#/sessions/{fork}"]')).to_be_visible()
 
 
-def test_dead_letters_are_charted_by_day_and_cause_and_by_signature(
+def test_dead_letters_are_charted_by_cause_and_signature_and_exported(
     page: Any, stack: Stack
 ) -> None:
+    import pyarrow.parquet as pq
     from playwright.sync_api import expect
 
     broken = stack.submit(BROKEN, prefix="dead")
@@ -241,6 +242,14 @@ def test_dead_letters_are_charted_by_day_and_cause_and_by_signature(
     assert first.get_attribute("data-signature") == top[0]["value"]
     assert int(first.get_attribute("data-count")) >= top[0]["count"]
     expect(signatures).to_contain_text("MODEL_ERROR: permanent error: model says N bad request")
+
+    # the export as a file, fetched with the token
+    with page.expect_download() as saving:
+        page.click('#dl-export button[data-format="parquet"]')
+    saved = saving.value
+    assert saved.suggested_filename == "dead-letters.parquet"
+    table = pq.read_table(saved.path())
+    assert {broken, over} <= set(table.column("session_id").to_pylist())
     if SCREENSHOT:
         page.screenshot(path=SCREENSHOT, full_page=True)
 

@@ -457,6 +457,31 @@
         el("td", { class: "num" }, r.count)))));
   }
 
+  // an export as a file: fetched with the token (a plain link could not send it), then saved
+  async function download(format) {
+    const response = await fetch(`${API}/dead-letters/export?format=${enc(format)}`, {
+      headers: { Authorization: `Bearer ${state.token}` },
+    });
+    if (!response.ok) {
+      const data = await response.json().catch(() => ({}));
+      throw new ApiError(response.status, data);
+    }
+    const url = URL.createObjectURL(await response.blob());
+    const link = el("a", { href: url, download: `dead-letters.${format}`, hidden: true });
+    document.body.append(link);
+    link.click();
+    link.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 60000);
+  }
+
+  function exportButtons() {
+    return el("p", { class: "actions", id: "dl-export" }, "Export every dead letter:",
+      ["jsonl", "csv", "parquet"].map((format) => el("button", {
+        type: "button", dataset: { format },
+        onclick: () => download(format).catch((e) => toast(e.message, "error")),
+      }, { jsonl: "JSON Lines", csv: "CSV", parquet: "Parquet" }[format])));
+  }
+
   // --- charts: SVG built here from the API's numbers, no library -----------------------
 
   const SVG = "http://www.w3.org/2000/svg";
@@ -545,6 +570,7 @@
       el("h2", {}, "Dead letters ", el("span", { class: "count", id: "dl-total" }, `(${stats.total})`)),
       el("div", { class: "charts" },
         timelineChart(timeline), signatureChart((stats.by.error_signature || []).slice(0, TOP_SIGNATURES))),
+      exportButtons(),
       el("div", { class: "stats-row", id: "dl-stats" },
         ["code", "last_tool", "model", "error_signature"].map((by) => statsTable(by, stats.by[by] || []))),
       letters.length ? el("table", { id: "dead-letters" },
