@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import re
-from datetime import datetime
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
@@ -182,15 +183,9 @@ def list_dead_letters(
     with_snapshot: bool = False,
 ) -> list[DeadLetter]:
     """Newest first."""
-    query = select(dead_letters)
-    if code:
-        query = query.where(dead_letters.c.code == code)
-    if kind:
-        query = query.where(dead_letters.c.kind == kind)
-    if since:
-        query = query.where(dead_letters.c.at >= since)
-    if unresolved:
-        query = query.where(dead_letters.c.resolved_at.is_(None))
+    query = _filtered(
+        select(dead_letters), code=code, kind=kind, since=since, unresolved=unresolved
+    )
     query = query.order_by(dead_letters.c.at.desc(), dead_letters.c.id.desc()).limit(limit)
     with engine.connect() as conn:
         return [_row(r, with_snapshot) for r in conn.execute(query).mappings()]
@@ -221,3 +216,171 @@ def stats(engine: Engine, *, by: str, since: datetime | None = None) -> list[dic
     query = query.group_by(column).order_by(func.count().desc(), column)
     with engine.connect() as conn:
         return [dict(r) for r in conn.execute(query).mappings()]
+
+
+#: the columns of an export, in order, with their types: "int", "float", "str", "time"
+#: (a UTC timestamp), "list" (of strings); None is allowed in every column but id
+EXPORT_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("id", "int"),
+    ("session_id", "str"),
+    ("code", "str"),  # the cause: BUDGET_STEPS, LOOP, MODEL_ERROR...
+    ("message", "str"),
+    ("error_signature", "str"),
+    ("kind", "str"),
+    ("model", "str"),
+    ("last_tool", "str"),
+    ("steps", "int"),
+    ("tokens", "int"),
+    ("cost_usd", "float"),
+    ("parent_id", "str"),
+    ("fork_step", "int"),
+    ("forks", "list"),
+    ("status", "str"),  # open, forked, resolved or dismissed
+    ("closed_by", "str"),
+    ("reason", "str"),
+    ("failed_at", "time"),  # when it was dead-lettered
+    ("resolved_at", "time"),
+)
+#: dead letters read per round trip in an export
+EXPORT_BATCH = 200
+
+
+def export_rows(
+    engine: Engine,
+    *,
+    code: str | None = None,
+    kind: str | None = None,
+    since: datetime | None = None,
+    unresolved: bool = False,
+    with_snapshot: bool = False,
+) -> Iterator[dict[str, Any]]:
+    """One flat row per dead letter (EXPORT_COLUMNS, and `snapshot` if asked), oldest first,
+    read in batches of EXPORT_BATCH so an export holds one batch in memory, not all."""
+    after = 0
+    while True:
+        query = select(dead_letters).where(dead_letters.c.id > after)
+        query = _filtered(query, code=code, kind=kind, since=since, unresolved=unresolved)
+        with engine.connect() as conn:
+            batch = list(
+                conn.execute(query.order_by(dead_letters.c.id).limit(EXPORT_BATCH)).mappings()
+            )
+        for row in batch:
+            yield export_row(row, with_snapshot=with_snapshot)
+        if len(batch) < EXPORT_BATCH:
+            return
+        after = batch[-1]["id"]
+
+
+def export_row(row: Any, *, with_snapshot: bool = False) -> dict[str, Any]:
+    """A dead-letter row as an export row: the failed session's totals and lineage from its
+    snapshot, how it was closed from its resolution."""
+    head = snapshots.load(row["snapshot"]).head
+    resolution = dict(row["resolution"] or {})
+    forks = resolution.get("forks") or (
+        [{"fork": resolution["fork"]}] if "fork" in resolution else []
+    )
+    out = {
+        "id": row["id"],
+        "session_id": row["session_id"],
+        "code": row["code"],
+        "message": row["message"],
+        "error_signature": row["error_signature"],
+        "kind": row["kind"],
+        "model": row["model"],
+        "last_tool": row["last_tool"],
+        "steps": head.step,
+        "tokens": head.tokens,
+        "cost_usd": head.cost_usd,
+        "parent_id": head.parent_id,
+        "fork_step": head.fork_step,
+        "forks": [str(f["fork"]) for f in forks],
+        "status": resolution.get("state", Closing.FORKED.value) if resolution else "open",
+        "closed_by": resolution.get("by") or None,
+        "reason": resolution.get("reason"),
+        "failed_at": row["at"],
+        "resolved_at": row["resolved_at"],
+    }
+    if with_snapshot:
+        out["snapshot"] = row["snapshot"]
+    return out
+
+
+BUCKETS = {"day": timedelta(days=1), "hour": timedelta(hours=1)}
+#: the most buckets a timeline answers with: a year of days, or two weeks of hours
+MAX_BUCKETS = 366
+
+
+def timeline(
+    engine: Engine, *, bucket: str = "day", since: datetime, now: datetime
+) -> dict[str, Any]:
+    """Dead letters per `bucket` (day or hour, UTC) and code since `since`: the buckets from
+    the one holding `since` to the one holding `now`, none skipped, and per code a count
+    for each bucket; codes with the most dead letters first."""
+    if bucket not in BUCKETS:
+        raise InvalidInput(f"bucket {bucket!r} is not one of {', '.join(BUCKETS)}")
+    step = BUCKETS[bucket]
+    first, last = _floor(since, bucket), _floor(now, bucket)
+    if first > last:
+        raise InvalidInput(f"since {since.isoformat()} is after now; give a time in the past")
+    count = (last - first) // step + 1
+    if count > MAX_BUCKETS:
+        raise InvalidInput(
+            f"{count} {bucket}s from {since.isoformat()} is more than {MAX_BUCKETS}: "
+            "give a later since" + (" or bucket=day" if bucket == "hour" else "")
+        )
+    at = dead_letters.c.at
+    if engine.dialect.name == "postgresql":
+        key: Any = func.date_trunc(bucket, func.timezone("UTC", at))
+    else:  # SQLite keeps naive UTC text: 2026-12-01 03:40:00.123456
+        key = func.strftime("%Y-%m-%d" if bucket == "day" else "%Y-%m-%d %H:00:00", at)
+    query = (
+        select(key.label("bucket"), dead_letters.c.code, func.count().label("dead"))
+        .where(at >= first)
+        .group_by(key, dead_letters.c.code)
+    )
+    buckets = [first + i * step for i in range(count)]
+    index = {b: i for i, b in enumerate(buckets)}
+    counts: dict[str, list[int]] = {}
+    with engine.connect() as conn:
+        for row in conn.execute(query):
+            start = _bucket_start(row.bucket)
+            if start in index:
+                counts.setdefault(row.code, [0] * count)[index[start]] += int(row.dead)
+    ordered = sorted(counts.items(), key=lambda kv: (-sum(kv[1]), kv[0]))
+    return {
+        "bucket": bucket,
+        "buckets": buckets,
+        "codes": [{"code": c, "counts": n, "total": sum(n)} for c, n in ordered],
+        "total": sum(sum(n) for _, n in ordered),
+    }
+
+
+def _floor(when: datetime, bucket: str) -> datetime:
+    when = when.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+    return when.replace(hour=0) if bucket == "day" else when
+
+
+def _bucket_start(value: Any) -> datetime:
+    """A bucket as the database gave it (SQLite: text; Postgres: a naive UTC timestamp)."""
+    start: datetime
+    if isinstance(value, str):
+        start = datetime.fromisoformat(value)
+    elif isinstance(value, datetime):
+        start = value
+    else:  # a date
+        start = datetime(value.year, value.month, value.day)
+    return start.replace(tzinfo=UTC) if start.tzinfo is None else start.astimezone(UTC)
+
+
+def _filtered(
+    query: Any, *, code: str | None, kind: str | None, since: datetime | None, unresolved: bool
+) -> Any:
+    if code:
+        query = query.where(dead_letters.c.code == code)
+    if kind:
+        query = query.where(dead_letters.c.kind == kind)
+    if since:
+        query = query.where(dead_letters.c.at >= since)
+    if unresolved:
+        query = query.where(dead_letters.c.resolved_at.is_(None))
+    return query

@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, TextIO
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.text import Text
 
+from fsm.errors import InvalidInput
 from fsm.values import ErrorCode
 
-from . import options, render, views
+from . import exports, options, render, views
 from .cli_sessions import make_fork
 from .context import Context
 
@@ -46,8 +46,6 @@ Unresolved = Annotated[
 ]
 Reason = Annotated[str, typer.Option("--reason", help="Why: kept with the dead letter.")]
 Key = Annotated[str, typer.Argument(metavar="ID", help="Dead-letter id or session id.")]
-#: enough for any export; the store caps every listing
-EVERYTHING = 10**9
 
 
 def register(app: typer.Typer) -> None:
@@ -153,29 +151,49 @@ def export(
     kind: Kind = None,
     since: Since = None,
     unresolved: Unresolved = False,
-    out: Annotated[
-        Path | None, typer.Option("--out", help="Write to this file.", show_default="stdout")
+    form: Annotated[
+        exports.Format,
+        typer.Option(
+            "--format", help="jsonl, csv or parquet (Parquet needs pyarrow: the parquet extra)."
+        ),
+    ] = exports.Format.JSONL,
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", "--out", help="Write to this file.", show_default="stdout"),
     ] = None,
+    snapshot: Annotated[
+        bool, typer.Option("--snapshot", help="Add each dead letter's session snapshot (JSON).")
+    ] = False,
 ) -> None:
-    """Export dead letters as JSON Lines, each with its session snapshot."""
+    """Export dead letters, oldest first, one row each: code (the cause), message, error
+    signature, kind, model, last tool, steps, tokens, cost, lineage, status and times."""
+    from store.dead_letters import export_rows
+
+    exports.check(form)
+    if form.binary and output is None and sys.stdout.isatty():
+        raise InvalidInput("Parquet is binary: give --output FILE, or redirect stdout to a file")
+    start = options.since(since, now=datetime.now(UTC))
     with Context() as ctx:
-        found = _list(ctx, code, kind, since, unresolved, EVERYTHING)
-        if out is None:
-            _write(ctx, found, sys.stdout)
+        rows = export_rows(
+            ctx.store.engine,
+            code=code.value if code else None,
+            kind=kind,
+            since=start,
+            unresolved=unresolved,
+            with_snapshot=snapshot,
+        )
+        if output is None:
+            stream: Any = sys.stdout.buffer if form.binary else sys.stdout
+            exports.write(form, rows, stream, with_snapshot=snapshot)
+            stream.flush()
             return
-        with out.open("w", encoding="utf-8") as file:
-            _write(ctx, found, file)
-    render.show(Text(f"wrote {len(found)} dead letters to {out}"))
-
-
-def _write(ctx: Context, found: list[DeadLetter], file: TextIO) -> None:
-    # one at a time, so an export holds one snapshot in memory, not all of them
-    from store.dead_letters import get_dead_letter
-
-    for listed in found:
-        letter = get_dead_letter(ctx.store.engine, listed.id)
-        file.write(json.dumps(letter.model_dump(mode="json"), ensure_ascii=False) + "\n")
-    file.flush()
+        if form.binary:
+            with output.open("wb") as file:
+                n = exports.write(form, rows, file, with_snapshot=snapshot)
+        else:
+            with output.open("w", encoding="utf-8", newline="") as file:
+                n = exports.write(form, rows, file, with_snapshot=snapshot)
+    render.show(Text(f"wrote {n} dead letters to {output} ({form.value})"))
 
 
 def _list(

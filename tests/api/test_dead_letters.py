@@ -1,8 +1,19 @@
-"""Dead letters through the API: list, show with the session's timeline, stats, fork."""
+"""Dead letters through the API: list, show with the session's timeline, stats, the timeline
+by cause, export in every format, fork."""
 
 from __future__ import annotations
 
+import csv
+import io
+import json
+import sys
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
 from fsm.values import Status
+from store import dead_letters as dl
 from tests.api.conftest import Stack
 from tests.api.test_sessions import ECHO
 from tickwork import views
@@ -100,3 +111,83 @@ def test_a_second_fork_needs_again_and_a_dead_letter_closes_without_one(stack: S
     assert dismissed.json()["resolution"]["by"] == "olga"
     assert twice.status_code == 409 and "already dismissed by olga" in twice.json()["message"]
     assert no_reason.status_code == 422
+
+
+def test_export_in_every_format(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    broken = failed(stack, BROKEN)
+    over = failed(stack, ECHO, budgets={"max_steps": 1})
+    api = stack.http("alice")  # any role reads dead letters
+    assert (
+        stack.http("olga")
+        .post(f"/api/v1/dead-letters/{broken}/dismiss", json={"reason": "noise"})
+        .is_success
+    )
+    mine = {broken, over}
+    columns = [name for name, _ in dl.EXPORT_COLUMNS]
+
+    jsonl = api.get("/api/v1/dead-letters/export", params={"since": "1h"})
+    assert jsonl.status_code == 200, jsonl.text
+    assert jsonl.headers["content-type"] == "application/jsonl; charset=utf-8"
+    assert 'filename="dead-letters.jsonl"' in jsonl.headers["content-disposition"]
+    lines = [json.loads(line) for line in jsonl.text.splitlines()]
+    assert all(list(line) == columns for line in lines)
+    by_jsonl = {r["session_id"]: r for r in lines if r["session_id"] in mine}
+    assert by_jsonl[broken]["code"] == "MODEL_ERROR" and by_jsonl[broken]["status"] == "dismissed"
+    assert by_jsonl[over]["code"] == "BUDGET_STEPS" and by_jsonl[over]["steps"] == 1
+
+    text = api.get("/api/v1/dead-letters/export", params={"format": "csv", "code": "MODEL_ERROR"})
+    assert text.headers["content-type"] == "text/csv; charset=utf-8"
+    rows = list(csv.DictReader(io.StringIO(text.text)))
+    assert list(rows[0]) == columns and {r["code"] for r in rows} == {"MODEL_ERROR"}
+    assert broken in {r["session_id"] for r in rows} and over not in {r["session_id"] for r in rows}
+
+    binary = api.get("/api/v1/dead-letters/export", params={"format": "parquet"})
+    assert binary.headers["content-type"] == "application/vnd.apache.parquet"
+    table = pq.read_table(io.BytesIO(binary.content))
+    assert table.column_names == columns
+    assert table.schema.field("failed_at").type == pa.timestamp("us", tz="UTC")
+    by_parquet = {r["session_id"]: r for r in table.to_pylist() if r["session_id"] in mine}
+    assert by_parquet[over]["failed_at"].isoformat() == by_jsonl[over]["failed_at"]
+    assert by_parquet[over]["tokens"] == by_jsonl[over]["tokens"] > 0
+
+    assert api.get("/api/v1/dead-letters/export", params={"format": "xml"}).status_code == 422
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # the server runs in this process
+    missing = api.get("/api/v1/dead-letters/export", params={"format": "parquet"})
+    assert missing.status_code == 501 and missing.json()["code"] == "parquet_unavailable"
+    assert "pip install 'tickwork[parquet]'" in missing.json()["message"]
+    assert "format=parquet" in missing.json()["message"]
+
+
+def test_timeline_by_cause(stack: Stack) -> None:
+    before = stack.http("olga").get("/api/v1/dead-letters/timeline").json()
+    failed(stack, ECHO, budgets={"max_steps": 1})
+    failed(stack, BROKEN)
+    api = stack.http("olga")
+    days = api.get("/api/v1/dead-letters/timeline").json()
+    assert days["bucket"] == "day" and len(days["buckets"]) == 30
+    today = datetime.now(UTC).date().isoformat()
+    assert days["buckets"][-1].startswith(today) and days["buckets"][-1].endswith("+00:00")
+    assert len(set(days["buckets"])) == 30 and days["buckets"] == sorted(days["buckets"])
+
+    def last(data: dict[str, Any], code: str) -> int:
+        counts = {c["code"]: c["counts"] for c in data["codes"]}
+        return counts.get(code, [0])[-1]
+
+    for code in ("BUDGET_STEPS", "MODEL_ERROR"):  # other tests of the stack add theirs too
+        assert last(days, code) >= last(before, code) + 1
+    assert days["total"] == sum(c["total"] for c in days["codes"])
+    assert all(c["total"] == sum(c["counts"]) for c in days["codes"])
+    totals = [c["total"] for c in days["codes"]]
+    assert totals == sorted(totals, reverse=True)
+
+    hours = api.get("/api/v1/dead-letters/timeline", params={"bucket": "hour", "since": "2h"})
+    assert hours.status_code == 200 and len(hours.json()["buckets"]) == 3
+    assert last(hours.json(), "MODEL_ERROR") >= 1
+    too_long = api.get("/api/v1/dead-letters/timeline", params={"bucket": "hour", "since": "30d"})
+    assert too_long.status_code == 422 and "bucket=day" in too_long.json()["message"]
+    future = api.get("/api/v1/dead-letters/timeline", params={"since": "2999-01-01"})
+    assert future.status_code == 422 and "after now" in future.json()["message"]
+    assert api.get("/api/v1/dead-letters/timeline", params={"bucket": "week"}).status_code == 422

@@ -4,7 +4,9 @@ diff, open a dead letter. Skipped locally without Chromium and Playwright; faile
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +15,7 @@ import pytest
 from fsm.values import Status
 from tests.api.conftest import TOKEN, Stack
 from tests.api.test_dead_letters import BROKEN
+from tests.api.test_sessions import ECHO
 from tests.services import IN_CI
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -25,6 +28,8 @@ FLAGS = [
     "--disable-sync",
     "--no-first-run",
 ]
+#: a file to save the charted page to, to look at it (TICKWORK_TEST_SCREENSHOT)
+SCREENSHOT = os.environ.get("TICKWORK_TEST_SCREENSHOT")
 #: how long the page may take to show what a worker did
 SHOWN_MS = 30_000
 
@@ -201,6 +206,52 @@ def test_an_operator_opens_a_dead_letter_and_forks_it(page: Any, stack: Stack) -
     closed = page.locator("p.decided")
     expect(closed).to_contain_text(f"forked as {fork} by olga")
     expect(closed.locator(f'a[href="#/sessions/{fork}"]')).to_be_visible()
+
+
+def test_dead_letters_are_charted_by_cause_and_signature_and_exported(
+    page: Any, stack: Stack
+) -> None:
+    import pyarrow.parquet as pq
+    from playwright.sync_api import expect
+
+    broken = stack.submit(BROKEN, prefix="dead")
+    over = stack.submit(ECHO, prefix="dead", budgets={"max_steps": 1})
+    for session_id in (broken, over):
+        assert stack.wait(session_id)["status"] == "failed"
+    timeline = stack.http("alice").get("/api/v1/dead-letters/timeline").json()
+    stats = stack.http("alice").get("/api/v1/dead-letters/stats").json()
+    today = datetime.now(UTC).date().isoformat()
+    log_in(page, stack, "alice", "#/dead-letters")
+
+    chart = page.locator("#dl-timeline")
+    expect(chart.locator("figcaption")).to_contain_text("per day by cause")
+    for code in ("MODEL_ERROR", "BUDGET_STEPS"):
+        bar = chart.locator(f'svg rect[data-code="{code}"][data-bucket="{today}"]')
+        expect(bar).to_have_count(1)
+        shown = {c["code"]: c["counts"][-1] for c in timeline["codes"]}[code]
+        assert int(bar.get_attribute("data-count")) >= shown >= 1
+        expect(chart.locator(f'ul.legend li[data-code="{code}"]')).to_contain_text(code)
+    height = float(chart.locator("svg rect").first.get_attribute("height"))
+    assert height > 0
+
+    signatures = page.locator("#dl-signatures")
+    expect(signatures.locator("figcaption")).to_contain_text("error signatures")
+    top = stats["by"]["error_signature"][:10]
+    expect(signatures.locator("svg g[data-signature]")).to_have_count(len(top))
+    first = signatures.locator("svg g[data-signature]").first
+    assert first.get_attribute("data-signature") == top[0]["value"]
+    assert int(first.get_attribute("data-count")) >= top[0]["count"]
+    expect(signatures).to_contain_text("MODEL_ERROR: permanent error: model says N bad request")
+
+    # the export as a file, fetched with the token
+    with page.expect_download() as saving:
+        page.click('#dl-export button[data-format="parquet"]')
+    saved = saving.value
+    assert saved.suggested_filename == "dead-letters.parquet"
+    table = pq.read_table(saved.path())
+    assert {broken, over} <= set(table.column("session_id").to_pylist())
+    if SCREENSHOT:
+        page.screenshot(path=SCREENSHOT, full_page=True)
 
 
 def test_an_approver_reads_dead_letters_but_only_an_operator_forks(page: Any, stack: Stack) -> None:

@@ -40,7 +40,7 @@ def test_dead_letters_from_a_worker_process(deployment: Deployment, cli: Cli) ->
             ("dlq", "ls", "--json"),
             ("dlq", "show", "1", "--json"),
             ("dlq", "stats", "--json"),
-            ("dlq", "export"),
+            ("dlq", "export", "--snapshot"),
         )
         letters = listed.json()
         assert {d["session_id"]: d["code"] for d in letters} == {

@@ -1,24 +1,28 @@
-"""Dead-letter endpoints: list, show (with the session's timeline and forks), stats, fork,
-resolve, dismiss.
+"""Dead-letter endpoints: list, show (with the session's timeline and forks), stats, a
+timeline by code, export (JSON Lines, CSV, Parquet), fork, resolve, dismiss.
 
 Any role reads dead letters, as any role reads the failed session itself; forking,
 resolving and dismissing one take the operator role."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-from typing import Annotated, Any
+import tempfile
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import IO, Annotated, Any, Literal
 
 from fastapi import APIRouter, Path, Query
+from fastapi.responses import StreamingResponse
 from pydantic import Field
 
+from fsm.errors import ConfigurationError
 from fsm.values import ErrorCode, Head
 from store import dead_letters as dl
-from tickwork import options, views
+from tickwork import exports, options, views
 
 from . import bodies
 from .auth import Operator, Reader
-from .errors import documented
+from .errors import ApiError, ErrorBody, documented
 from .limits import MAX_INT
 from .sessions import CHANGES, FOUND, Client, run_fork
 
@@ -113,6 +117,97 @@ def stats(
     }
     total = sum(r["count"] for r in next(iter(grouped.values())))
     return {"since": start.isoformat() if start else None, "total": total, "by": grouped}
+
+
+#: how far back the timeline reaches when no since is given
+TIMELINE_SPAN = {"day": timedelta(days=29), "hour": timedelta(hours=47)}
+#: bytes of a Parquet export kept in memory before it spills to a temporary file
+SPOOL_BYTES = 8 << 20
+
+
+@router.get(
+    "/timeline",
+    summary="Dead letters per day or hour by code (the page's chart), every bucket given",
+)
+def timeline(
+    client: Client,
+    who: Reader,
+    bucket: Annotated[Literal["day", "hour"], Query(description="UTC days or hours.")] = "day",
+    since_: Since = None,
+) -> dict[str, Any]:
+    now = datetime.now(UTC)
+    start = since(since_) or now - TIMELINE_SPAN[bucket]
+    found = dl.timeline(client.store.engine, bucket=bucket, since=start, now=now)
+    return {
+        **found,
+        "since": start.isoformat(),
+        "buckets": [b.isoformat() for b in found["buckets"]],
+    }
+
+
+@router.get(
+    "/export",
+    summary="Every dead letter matching, one row each, as JSON Lines, CSV or Parquet",
+    response_class=StreamingResponse,
+    responses={
+        200: {
+            "description": "The export, oldest first; the columns are the same in every format.",
+            "content": {f.media_type.split(";")[0]: {} for f in exports.Format},
+        },
+        501: {
+            "model": ErrorBody,
+            "description": "format=parquet, and pyarrow is not installed on the server",
+        },
+    },
+)
+def export(
+    client: Client,
+    who: Reader,
+    form: Annotated[
+        exports.Format,
+        Query(alias="format", description="jsonl, csv or parquet (parquet needs pyarrow)."),
+    ] = exports.Format.JSONL,
+    code: ErrorCode | None = None,
+    kind: Annotated[str | None, Query(max_length=200)] = None,
+    since_: Since = None,
+    unresolved: bool = False,
+    snapshot: Annotated[
+        bool, Query(description="Add each dead letter's session snapshot (JSON).")
+    ] = False,
+) -> StreamingResponse:
+    try:
+        exports.check(form, asked="format=parquet")
+    except ConfigurationError as exc:
+        raise ApiError(501, "parquet_unavailable", exc.message) from None
+    rows = dl.export_rows(
+        client.store.engine,
+        code=code.value if code else None,
+        kind=kind,
+        since=since(since_),
+        unresolved=unresolved,
+        with_snapshot=snapshot,
+    )
+    headers = {
+        "Content-Disposition": f'attachment; filename="dead-letters.{form.value}"',
+        "Cache-Control": "no-store",
+    }
+    if not form.binary:
+        chunks = exports.text_chunks(form, rows, with_snapshot=snapshot)
+        return StreamingResponse(chunks, media_type=form.media_type, headers=headers)
+    spool = tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES)  # noqa: SIM115
+    try:
+        exports.write(form, rows, spool, with_snapshot=snapshot)
+    except BaseException:
+        spool.close()
+        raise
+    spool.seek(0)
+    return StreamingResponse(_read(spool), media_type=form.media_type, headers=headers)
+
+
+def _read(file: IO[bytes]) -> Iterator[bytes]:
+    with file:
+        while chunk := file.read(1 << 16):
+            yield chunk
 
 
 @router.get(
