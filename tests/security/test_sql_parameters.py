@@ -250,4 +250,5 @@ def test_every_table_is_covered() -> None:
         "tickwork_dead_letters",
         "tickwork_blobs",
         "tickwork_file_changes",
+        "tickwork_deliveries",
     }
