@@ -182,7 +182,9 @@ class SessionTracer:
         trace_id, root_id = session_ids(head.id, head.created_at)
         root = trace.set_span_in_context(
             NonRecordingSpan(
-                SpanContext(trace_id, root_id, is_remote=True, trace_flags=TraceFlags.SAMPLED)
+                SpanContext(
+                    trace_id, root_id, is_remote=True, trace_flags=TraceFlags(TraceFlags.SAMPLED)
+                )
             )
         )
         after = report.head
@@ -354,6 +356,10 @@ class _SessionIds:
     def generate_trace_id(self) -> int:
         found: int | None = getattr(self._next, "trace_id", None)
         return found if found is not None else self._random.generate_trace_id()
+
+    def is_trace_id_random(self) -> bool:
+        """A session's trace id is a hash of it, not random (W3C trace context level 2)."""
+        return getattr(self._next, "trace_id", None) is None
 
     def generate_span_id(self) -> int:
         found: int | None = getattr(self._next, "span_id", None)

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +17,7 @@ from tests.test_layers import ROOT, imports
 from tests.worker.ticking import DANGER, Ticks
 from worker.advance import advance
 from worker.report import Observers, Outcome, Phase, TickReport
+from worker.tracing import available
 
 
 @pytest.fixture
@@ -117,3 +122,49 @@ def test_the_tick_imports_none_of_its_observers() -> None:
     found = {t for _, t in imports(ROOT / "worker" / "advance.py")}
     assert not found & {"worker.metrics", "worker.webhooks", "worker.dispatcher", "worker.tracing"}
     assert "worker.report" in found
+
+
+def test_install_registers_metrics_and_what_the_settings_turn_on(
+    ticks: Ticks, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from worker.dispatcher import Dispatcher
+    from worker.metrics import TickMetrics
+    from worker.observers import install
+
+    for name in ("TICKWORK_WEBHOOK_URL", "OTEL_EXPORTER_OTLP_ENDPOINT", "TICKWORK_OTEL_ENABLED"):
+        monkeypatch.delenv(name, raising=False)
+    bare = ticks.runtime()
+    install(bare)
+    assert len(bare.observers) == 1 and bare.background == []
+    monkeypatch.setenv("TICKWORK_WEBHOOK_URL", "http://127.0.0.1:9/hook")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
+    full = ticks.runtime()
+    install(full)
+    kinds = [type(h).__name__ for h in full.observers._hooks]
+    try:
+        assert kinds[:2] == [TickMetrics.__name__, Dispatcher.__name__]
+        assert kinds[2:] == (["SessionTracer"] if available() else [])
+    finally:
+        for background in full.background:
+            background.stop()
+
+
+def test_without_the_otel_extra_tickwork_runs_and_config_says_tracing_is_off(
+    tmp_path: Path,
+) -> None:
+    hidden = (
+        "import sys, runpy; "
+        "sys.modules['opentelemetry.sdk'] = sys.modules['opentelemetry.exporter'] = None; "
+        "sys.argv = ['tickwork', 'config', '--json']; "
+        "runpy.run_module('tickwork', run_name='__main__')"
+    )
+    env = {
+        **os.environ,
+        "TICKWORK_STATE_DIR": str(tmp_path / "state"),
+        "TICKWORK_OTEL_ENABLED": "true",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", hidden], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["tracing"].startswith("off (the otel extra is not installed")
