@@ -78,7 +78,7 @@ def advance(rt: Runtime, session_id: str, version: int) -> TickReport:
     (also when the tick raises: then with outcome ERROR, and the exception goes on)."""
     notes = _Notes(session_id, version)
     try:
-        outcome = _claim(rt, notes)
+        outcome = _tick(rt, notes)
     except BaseException as exc:
         rt.observers.notify(notes.report(Outcome.ERROR, error=type(exc).__name__))
         raise
@@ -87,7 +87,7 @@ def advance(rt: Runtime, session_id: str, version: int) -> TickReport:
     return report
 
 
-def _claim(rt: Runtime, notes: _Notes) -> Outcome:
+def _tick(rt: Runtime, notes: _Notes) -> Outcome:
     owner = owner_name()
     started = time.perf_counter()
     claimed = rt.store.claim(

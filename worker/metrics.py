@@ -81,7 +81,8 @@ DEAD_LETTERS_RECEIVED = Counter(
 )
 WEBHOOKS = Counter(
     "tickwork_webhook_deliveries",
-    "Approval webhooks by outcome (delivered, failed, dropped)",
+    "Approval webhook cards by outcome (delivered; failed: given up; dropped: the session "
+    "moved on before its card went out)",
     ["outcome"],
 )
 
