@@ -190,11 +190,15 @@ def relay(
         thread = RelayThread(rt)
         render.show(Text(f"relay: a pass every {settings.relay_period_s:g}s; Ctrl-C stops it"))
         thread.start()
+        for background in rt.background:  # with TICKWORK_WEBHOOK_URL: approval cards too
+            background.start()
         try:
             while thread.is_alive():
                 time.sleep(0.5)
         finally:
             thread.stop()
+            for background in rt.background:
+                background.stop()
     finally:
         rt.store.engine.dispose()
 

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import shutil
 import sys
+import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,7 @@ import pytest
 from fsm.values import Status
 from tests.worker.ticking import Ticks
 from worker.advance import advance
+from worker.observers import install
 from worker.relay import relay_once
 from worker.report import TickReport
 from worker.runtime import Runtime
@@ -209,3 +212,79 @@ def test_tracing_is_on_with_an_endpoint_or_when_asked_for() -> None:
     assert status(off, {}).startswith("off")
     shown = status(off, {"OTEL_EXPORTER_OTLP_ENDPOINT": "https://u:pw@collector:4318/x"})
     assert shown.startswith("on: OTLP to https://collector:4318/****") and "pw" not in shown
+
+
+class Collector:
+    """An OTLP/HTTP receiver on loopback: keeps the spans of every export it gets."""
+
+    def __init__(self) -> None:
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+            ExportTraceServiceRequest,
+        )
+
+        self.spans: list[Any] = []
+        collector = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                request = ExportTraceServiceRequest()
+                request.ParseFromString(body)
+                for resource in request.resource_spans:
+                    for scope in resource.scope_spans:
+                        collector.spans.extend(scope.spans)
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *_: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(5)
+
+
+def test_a_worker_with_an_otlp_endpoint_exports_the_sessions_spans(
+    ticks: Ticks, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    collector = Collector()
+    try:
+        for name in ("TICKWORK_OTEL_ENABLED", "TICKWORK_WEBHOOK_URL"):
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", raising=False)
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", collector.url)
+        rt = ticks.runtime()
+        install(rt)
+        [tracer] = [b for b in rt.background if isinstance(b, SessionTracer)]
+        replies = [
+            {"content": "look", "tool_calls": [{"name": "echo", "arguments": {"text": "x"}}]},
+            {"content": "done"},
+        ]
+        session_id = ticks.submit(replies)
+        assert ticks.run(session_id, rt).status is Status.COMPLETED
+        tracer.stop()  # what the worker does at shutdown: the batch goes out
+    finally:
+        collector.close()
+    head = ticks.store.get(session_id)
+    trace_id, root_id = session_ids(head.id, head.created_at)
+    names = sorted(s.name for s in collector.spans)
+    assert names == [
+        "chat scripted",
+        "chat scripted",
+        "execute_tool echo",
+        "invoke_agent tests.jobs:TEST",
+        "tick execute",
+        "tick think",
+        "tick think",
+    ]
+    assert {int.from_bytes(s.trace_id, "big") for s in collector.spans} == {trace_id}
+    [agent] = [s for s in collector.spans if s.name.startswith("invoke_agent")]
+    assert int.from_bytes(agent.span_id, "big") == root_id
