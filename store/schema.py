@@ -260,3 +260,27 @@ file_changes = Table(
     #: the hash naming the files after this change (chained from the previous one)
     Column("state", String(64), nullable=False),
 )
+
+deliveries = Table(
+    "tickwork_deliveries",
+    metadata,
+    # the webhook card of an `approval_requested` event: the event row, written with the
+    # save, is the outbox; this row records the card's delivery (DESIGN section 11)
+    Column(
+        "event_id",
+        BigInteger().with_variant(Integer, "sqlite"),
+        ForeignKey("tickwork_events.id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    Column("attempts", Integer, nullable=False, default=0, server_default="0"),
+    #: when a dispatcher may try it (next); held ahead while one posts it; NULL: no more
+    Column("next_attempt_at", UTCDateTime),
+    Column("delivered_at", UTCDateTime),
+    Column("last_error", Text, nullable=False, default="", server_default=text("''")),
+    Index(
+        "ix_tickwork_deliveries_due",
+        "next_attempt_at",
+        postgresql_where=text("delivered_at IS NULL AND next_attempt_at IS NOT NULL"),
+        sqlite_where=text("delivered_at IS NULL AND next_attempt_at IS NOT NULL"),
+    ),
+)

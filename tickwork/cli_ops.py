@@ -79,9 +79,10 @@ def worker(
     from worker.app import make_app
     from worker.metrics import MetricsSettings
     from worker.settings import read_settings
+    from worker.tracing import TracingSettings
     from worker.webhooks import WebhookSettings
 
-    for kind in (MetricsSettings, WebhookSettings):
+    for kind in (MetricsSettings, WebhookSettings, TracingSettings):
         read_settings(kind)  # a bad value stops the worker now, not as a warning later
     ensure_schema(settings)
     check_what_ticks_load(settings)
@@ -189,11 +190,15 @@ def relay(
         thread = RelayThread(rt)
         render.show(Text(f"relay: a pass every {settings.relay_period_s:g}s; Ctrl-C stops it"))
         thread.start()
+        for background in rt.background:  # with TICKWORK_WEBHOOK_URL: approval cards too
+            background.start()
         try:
             while thread.is_alive():
                 time.sleep(0.5)
         finally:
             thread.stop()
+            for background in rt.background:
+                background.stop()
     finally:
         rt.store.engine.dispose()
 
@@ -353,16 +358,21 @@ def config(json_output: options.Json = False) -> None:
     webhooks, and `tickwork serve`'s."""
     from worker.metrics import MetricsSettings
     from worker.settings import read_settings
+    from worker.tracing import TracingSettings
+    from worker.tracing import status as tracing_status
     from worker.webhooks import WebhookSettings, masked_url
 
     from .api.settings import ApiSettings
 
     settings = load_settings()
-    others = [read_settings(kind) for kind in (MetricsSettings, WebhookSettings, ApiSettings)]
+    kinds = (MetricsSettings, WebhookSettings, TracingSettings, ApiSettings)
+    others = [read_settings(kind) for kind in kinds]
     shown = settings.masked(*others)
     if shown.get("webhook_url"):  # receivers keep their secret in the path, as logs know
         shown["webhook_url"] = masked_url(shown["webhook_url"])
+    tracing = tracing_status(read_settings(TracingSettings))
     if json_output:
-        views.emit(shown)
+        views.emit({**shown, "tracing": tracing})
     else:
         render.show(render.settings_table(shown))
+        render.show(Text(f"tracing: {tracing}"))

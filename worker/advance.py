@@ -1,11 +1,16 @@
-"""One tick: claim a session, advance exactly one micro-phase, save, publish the next tick."""
+"""One tick: claim a session, advance exactly one micro-phase, save, publish the next tick.
+
+`advance` returns a `TickReport` of what it did and tells the runtime's observers
+(`worker.report`): metrics, webhooks and tracing hang on that, not on the tick.
+"""
 
 from __future__ import annotations
 
 import inspect
 import logging
+import time
 import uuid
-from enum import StrEnum
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -18,43 +23,94 @@ from fsm.values import ErrorCode, Head, Status, idempotency_key
 from store import Claimed
 from store.files import FileChange
 
-from . import metrics, webhooks  # issue 8: metrics and approval webhooks
 from .models import ModelSettings, pricing
+from .report import ModelCall, Outcome, Phase, TickReport, ToolRun
 from .runtime import Runtime, Stops, owner_name
 from .secrets import mask_change
 from .tools.registry import ToolContext, run_tool
 from .tools.runner import sandbox_of
 from .workspaces import READ_ONLY_TOOLS, WorkingCopy, session_files, written_paths
 
+__all__ = ["Outcome", "TickFiles", "TickReport", "advance"]
+
 log = logging.getLogger("tickwork.tick")
 
 
-class Outcome(StrEnum):
-    DROPPED = "dropped"  #: stale, duplicate, leased, suspended or finished: nothing to do
-    LOST = "lost"  #: the session moved on while we worked; our result was discarded
-    SAVED = "saved"  #: one micro-phase applied
+@dataclass
+class _Notes:
+    """What the tick did so far, for its report."""
+
+    session_id: str
+    version: int
+    started_ns: int = field(default_factory=time.time_ns)
+    phase: Phase = Phase.NONE
+    claim_s: float = 0.0
+    io_s: float = 0.0
+    save_s: float = 0.0
+    claimed: Head | None = None
+    change: Change | None = None
+    head: Head | None = None
+    model: ModelCall | None = None
+    tool: ToolRun | None = None
+
+    def report(self, outcome: Outcome, *, error: str = "") -> TickReport:
+        return TickReport(
+            session_id=self.session_id,
+            version=self.version,
+            phase=self.phase,
+            outcome=outcome,
+            started_ns=self.started_ns,
+            ended_ns=time.time_ns(),
+            claim_s=self.claim_s,
+            io_s=self.io_s,
+            save_s=self.save_s,
+            claimed=self.claimed,
+            change=self.change,
+            head=self.head,
+            model=self.model,
+            tool=self.tool,
+            error=error,
+        )
 
 
-@metrics.timed_tick  # issue 8: ticks by phase and outcome, tick duration
-def advance(rt: Runtime, session_id: str, version: int) -> Outcome:
+def advance(rt: Runtime, session_id: str, version: int) -> TickReport:
+    """Run one tick of `session_id` from `version`; the report goes to `rt.observers`
+    (also when the tick raises: then with outcome ERROR, and the exception goes on)."""
+    notes = _Notes(session_id, version)
+    try:
+        outcome = _tick(rt, notes)
+    except BaseException as exc:
+        rt.observers.notify(notes.report(Outcome.ERROR, error=type(exc).__name__))
+        raise
+    report = notes.report(outcome)
+    rt.observers.notify(report)
+    return report
+
+
+def _tick(rt: Runtime, notes: _Notes) -> Outcome:
     owner = owner_name()
+    started = time.perf_counter()
     claimed = rt.store.claim(
-        session_id, version, owner=owner, now=rt.clock(), lease_s=rt.settings.lease_s
+        notes.session_id, notes.version, owner=owner, now=rt.clock(), lease_s=rt.settings.lease_s
     )
+    notes.claim_s = time.perf_counter() - started
     if claimed is None:
         return Outcome.DROPPED
+    notes.claimed = claimed.head
+    notes.phase = Phase.THINK if claimed.head.status is Status.READY else Phase.EXECUTE
     files = TickFiles(rt, claimed.head)
     try:
-        return _advance(rt, claimed, version, owner, files)
+        return _advance(rt, claimed, notes, owner, files)
     finally:
         files.release()
 
 
-def _advance(rt: Runtime, claimed: Claimed, version: int, owner: str, files: TickFiles) -> Outcome:
-    session_id = claimed.head.id
+def _advance(rt: Runtime, claimed: Claimed, notes: _Notes, owner: str, files: TickFiles) -> Outcome:
+    session_id, version = claimed.head.id, notes.version
+    started = time.perf_counter()
     try:
         with rt.leases.hold(session_id, version, owner):
-            change = _phase(rt, claimed, files)
+            change = _phase(rt, claimed, files, notes)
     except ClaimLost:
         return Outcome.LOST
     except (SQLAlchemyError, ArtifactsUnavailable):
@@ -72,13 +128,20 @@ def _advance(rt: Runtime, claimed: Claimed, version: int, owner: str, files: Tic
             now=rt.clock(),
             open_calls=claimed.calls,
         )
+    finally:
+        notes.io_s = time.perf_counter() - started
     change = mask_change(change, rt.masker)
+    notes.change = change
+    started = time.perf_counter()
     try:
         head = rt.store.save(
             change, version=version, owner=owner, now=rt.clock(), files=files.recorded
         )
     except ClaimLost:
         return Outcome.LOST
+    finally:
+        notes.save_s = time.perf_counter() - started
+    notes.head = head
     files.saved(head)
     after_commit(rt, change, head)
     return Outcome.SAVED
@@ -139,7 +202,6 @@ def _finish(job_finish: Any, head: Head, files: TickFiles) -> dict[str, Any]:
 
 
 def after_commit(rt: Runtime, change: Change, head: Head) -> None:
-    webhooks.announce(rt, change, head)  # issue 8: POST a card when approval is requested
     if head.status.runnable and change.delay_s > 0:
         # a delayed tick waits in the outbox; the relay publishes it when due, so no worker
         # holds an unacknowledged countdown message that the broker would time out
@@ -159,14 +221,13 @@ def after_commit(rt: Runtime, change: Change, head: Head) -> None:
             log.warning("could not announce dead letter %s: %s", head.id, exc)
 
 
-@metrics.timed_phase  # issue 8: the tick's phase, model calls, tokens and cost
-def _phase(rt: Runtime, claimed: Claimed, files: TickFiles) -> Change:
+def _phase(rt: Runtime, claimed: Claimed, files: TickFiles, notes: _Notes) -> Change:
     if claimed.head.status is Status.READY:
-        return _think(rt, claimed, files)
-    return _execute(rt, claimed, files)
+        return _think(rt, claimed, files, notes)
+    return _execute(rt, claimed, files, notes)
 
 
-def _think(rt: Runtime, claimed: Claimed, files: TickFiles) -> Change:
+def _think(rt: Runtime, claimed: Claimed, files: TickFiles, notes: _Notes) -> Change:
     head = claimed.head
     messages = transcript.messages(head, claimed.steps, claimed.observations)
     ahead = pricing.next_call(
@@ -182,6 +243,7 @@ def _think(rt: Runtime, claimed: Claimed, files: TickFiles) -> Change:
     job = rt.jobs.get(head.kind)
     tools = rt.jobs.tools(head.kind)
     model = rt.model(head.model)
+    asked = time.time_ns()
     try:
         reply = model.generate(
             messages,
@@ -189,7 +251,7 @@ def _think(rt: Runtime, claimed: Claimed, files: TickFiles) -> Change:
             ModelSettings(timeout_s=rt.settings.model_timeout_s),
         )
     except ModelError as exc:
-        return machine.model_failed(
+        failed = machine.model_failed(
             head,
             error=str(exc),
             transient=exc.transient,
@@ -197,15 +259,27 @@ def _think(rt: Runtime, claimed: Claimed, files: TickFiles) -> Change:
             jitter=rt.jitter(),
             retry_after_s=_capped(rt, head.id, exc.retry_after_s),
         )
+        notes.model = _model_failed(head.model, asked, messages, failed, str(exc))
+        return failed
+    except Exception as exc:
+        notes.model = ModelCall(
+            spec=head.model,
+            started_ns=asked,
+            ended_ns=time.time_ns(),
+            outcome="failed",
+            error=f"{type(exc).__name__}: {exc}",
+            messages=tuple(messages),
+        )
+        raise
     if not reply.calls and not reply.content.strip():
         # no answer and nothing to do: a glitch of the server, not the session's answer
-        return machine.model_failed(
-            head,
-            error="the model returned an empty reply (no content and no tool calls)",
-            transient=True,
-            now=rt.clock(),
-            jitter=rt.jitter(),
+        why = "the model returned an empty reply (no content and no tool calls)"
+        failed = machine.model_failed(
+            head, error=why, transient=True, now=rt.clock(), jitter=rt.jitter()
         )
+        notes.model = _model_failed(head.model, asked, messages, failed, why)
+        return failed
+    answered = time.time_ns()
     cost = pricing.call_cost(
         head.model,
         head.config,
@@ -223,6 +297,16 @@ def _think(rt: Runtime, claimed: Claimed, files: TickFiles) -> Change:
         recent=claimed.recent,
         rules=tools.rules(),
     )
+    notes.model = ModelCall(
+        spec=head.model,
+        started_ns=asked,
+        ended_ns=answered,
+        outcome="ok",
+        response_model=reply.model or "",
+        usage=reply.usage,
+        cost_usd=cost,
+        messages=tuple(messages),
+    )
     if change.head.status is Status.COMPLETED and job.finish is not None:
         result = _finish(job.finish, change.head, files)
         change = change.model_copy(
@@ -231,6 +315,20 @@ def _think(rt: Runtime, claimed: Claimed, files: TickFiles) -> Change:
             }
         )
     return change
+
+
+def _model_failed(
+    spec: str, asked: int, messages: list[Any], change: Change, error: str
+) -> ModelCall:
+    """A failed model call: `retry` if the session tries again later, else `failed`."""
+    return ModelCall(
+        spec=spec,
+        started_ns=asked,
+        ended_ns=time.time_ns(),
+        outcome="retry" if change.head.status.runnable else "failed",
+        error=error,
+        messages=tuple(messages),
+    )
 
 
 def _capped(rt: Runtime, session_id: str, retry_after_s: float | None) -> float | None:
@@ -247,7 +345,7 @@ def _capped(rt: Runtime, session_id: str, retry_after_s: float | None) -> float 
     return retry_after_s
 
 
-def _execute(rt: Runtime, claimed: Claimed, files: TickFiles) -> Change:
+def _execute(rt: Runtime, claimed: Claimed, files: TickFiles, notes: _Notes) -> Change:
     head = claimed.head
     tools = rt.jobs.tools(head.kind)
     upcoming = machine.next_call(claimed.calls)
@@ -262,8 +360,19 @@ def _execute(rt: Runtime, claimed: Claimed, files: TickFiles) -> Change:
     if not isinstance(plan, RunTool):
         return plan
     call = plan.call
+    began = time.time_ns()
 
-    def finished(output: str, *, is_error: bool, duration_ms: float = 0.0) -> Change:
+    def finished(
+        output: str, *, is_error: bool, duration_ms: float = 0.0, arguments: Any = None
+    ) -> Change:
+        notes.tool = ToolRun(
+            call_id=call.call_id,
+            name=call.name,
+            started_ns=began,
+            ended_ns=time.time_ns(),
+            is_error=is_error,
+            arguments=plan.arguments if arguments is None else arguments,
+        )
         return machine.tool_finished(
             head,
             claimed.calls,
@@ -287,6 +396,7 @@ def _execute(rt: Runtime, claimed: Claimed, files: TickFiles) -> Change:
     rt.store.start_call(
         head.id, head.version, call, owner=claimed.owner, now=rt.clock(), rerun=plan.rerun
     )
+    began = time.time_ns()
     with Stops(rt.store, head.id, every_s=rt.settings.stop_poll_s, clock=rt.clock) as stop:
         context = ToolContext(
             session_id=head.id,
@@ -301,4 +411,9 @@ def _execute(rt: Runtime, claimed: Claimed, files: TickFiles) -> Change:
         )
         result = run_tool(tool, arguments, context, max_output_chars=rt.settings.max_output_chars)
     files.record(step=call.step, call_id=call.call_id, paths=written_paths(tool.name, arguments))
-    return finished(result.output, is_error=result.is_error, duration_ms=result.duration_ms)
+    return finished(
+        result.output,
+        is_error=result.is_error,
+        duration_ms=result.duration_ms,
+        arguments=arguments,
+    )

@@ -15,6 +15,7 @@ from typing import Any
 from celery import Celery, signals
 from kombu import Exchange, Queue
 
+from . import metrics, observers
 from .broker import TRANSPORT
 from .relay import RelayThread
 from .runtime import Runtime, build_store
@@ -68,6 +69,7 @@ def make_app(settings: Settings | None = None, *, relay: bool = True) -> Celery:
     app.tickwork_settings = settings  # type: ignore[attr-defined]
     _check_sandbox_with_worker(app, settings)
     signals.worker_ready.connect(_note_consumer_timeout, weak=False, dispatch_uid="tickwork-rmq")
+    metrics.serve_with_worker()
     if relay:
         _start_relay_with_worker(app)
     return app
@@ -166,6 +168,7 @@ def runtime(app: Celery) -> Runtime:
         publish_tick=publish_tick,
         publish_dead_letter=publish_dead_letter,
     )
+    observers.install(rt)  # metrics, webhooks, tracing: hooks on the tick's report
     app._tickwork_runtime = (os.getpid(), rt)  # type: ignore[attr-defined]
     return rt
 
@@ -175,14 +178,19 @@ def _start_relay_with_worker(app: Celery) -> None:
 
     def ready(sender: Any = None, **_: Any) -> None:
         if getattr(sender, "app", None) is app and not threads:
-            threads.append(RelayThread(runtime(app)))
+            rt = runtime(app)
+            threads.append(RelayThread(rt))
             threads[0].start()
+            for background in rt.background:  # the webhook dispatcher
+                background.start()
 
     def shutdown(sender: Any = None, **_: Any) -> None:
         for thread in threads:
             thread.stop()
         held = getattr(app, "_tickwork_runtime", None)
         if getattr(sender, "app", None) is app and held is not None and held[0] == os.getpid():
+            for background in held[1].background:
+                background.stop()
             held[1].close()
 
     signals.worker_ready.connect(ready, weak=False)

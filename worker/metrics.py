@@ -17,7 +17,6 @@ import functools
 import logging
 import os
 import threading
-import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -38,6 +37,7 @@ if TYPE_CHECKING:
     from store.relay import RelayPass
 
     from .models.providers import Providers
+    from .report import TickReport
 
 log = logging.getLogger("tickwork.metrics")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -81,11 +81,10 @@ DEAD_LETTERS_RECEIVED = Counter(
 )
 WEBHOOKS = Counter(
     "tickwork_webhook_deliveries",
-    "Approval webhooks by outcome (delivered, failed, dropped)",
+    "Approval webhook cards by outcome (delivered; failed: given up; dropped: the session "
+    "moved on before its card went out)",
     ["outcome"],
 )
-
-_phase = threading.local()
 
 
 class MetricsSettings(BaseSettings):
@@ -113,40 +112,18 @@ def model_label(spec: str, providers: Providers) -> str:
     return providers.label(spec)
 
 
-def timed_tick(advance: F) -> F:
-    """Count and time every tick by its phase (set by `timed_phase`) and outcome."""
+class TickMetrics:
+    """The tick observer: ticks by phase and outcome, their time, model usage, approvals."""
 
-    @functools.wraps(advance)
-    def counted(*args: Any, **kwargs: Any) -> Any:
-        _phase.name = "none"
-        started = time.perf_counter()
-        outcome = "error"
-        try:
-            result = advance(*args, **kwargs)
-            outcome = str(getattr(result, "value", result))
-            return result
-        finally:
-            labels = (_phase.name, outcome)
-            TICKS.labels(*labels).inc()
-            TICK_SECONDS.labels(*labels).observe(time.perf_counter() - started)
+    def __init__(self, providers: Providers) -> None:
+        self.providers = providers
 
-    return counted  # type: ignore[return-value]
-
-
-def timed_phase(phase: F) -> F:
-    """Note the micro-phase of the claimed session, and count the model usage it made."""
-
-    @functools.wraps(phase)
-    def noted(rt: Any, claimed: Any, *rest: Any) -> Any:
-        _phase.name = "think" if claimed.head.status is Status.READY else "execute"
-        change = phase(rt, claimed, *rest)
-        try:
-            count_change(change, rt.providers)
-        except Exception:  # metrics never break a tick
-            log.exception("could not count the metrics of a tick")
-        return change
-
-    return noted  # type: ignore[return-value]
+    def __call__(self, report: TickReport) -> None:
+        labels = (report.phase.value, report.outcome.value)
+        TICKS.labels(*labels).inc()
+        TICK_SECONDS.labels(*labels).observe(report.seconds)
+        if report.change is not None:
+            count_change(report.change, self.providers)
 
 
 def count_change(change: Change, providers: Providers) -> None:
@@ -377,6 +354,10 @@ def _stop_with_worker(sender: Any = None, **_: Any) -> None:
     stop_serving()
 
 
-# started by the worker's own readiness: worker/app.py knows nothing of metrics
-signals.worker_ready.connect(_serve_with_worker, weak=False)
-signals.worker_shutdown.connect(_stop_with_worker, weak=False)
+def serve_with_worker() -> None:
+    """Serve /metrics once a worker of this process is ready (TICKWORK_METRICS_PORT), and
+    stop with it; connected once, however many apps `make_app` builds."""
+    signals.worker_ready.connect(_serve_with_worker, weak=False, dispatch_uid="tickwork-metrics")
+    signals.worker_shutdown.connect(
+        _stop_with_worker, weak=False, dispatch_uid="tickwork-metrics-stop"
+    )

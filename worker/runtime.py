@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 
@@ -22,6 +22,7 @@ from store.artifacts import open_artifacts
 
 from .jobs import Jobs
 from .models import Model, Providers, make_model, pooled_client
+from .report import Observers
 from .secrets import Masker, masker_for
 from .settings import Settings
 from .workspaces import Workspaces
@@ -129,6 +130,14 @@ class Stops:
             self._reason = stop_reason(head, now=self._clock())
 
 
+class Background(Protocol):
+    """A thread a worker runs beside its ticks."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
 @dataclass
 class Runtime:
     settings: Settings
@@ -138,6 +147,12 @@ class Runtime:
     publish_dead_letter: Callable[[str, str, str], None] = lambda *_: None
     clock: Callable[[], datetime] = utc_now
     jitter: Callable[[], float] = random.random
+    #: told of every tick's report after its save (metrics, webhooks, tracing), registered
+    #: when the app is built (`worker.observers.install`); none for a bare Runtime
+    observers: Observers = field(default_factory=Observers)
+    #: threads this process runs beside its ticks (the webhook dispatcher), started with
+    #: the worker and stopped with it
+    background: list[Background] = field(default_factory=list)
     leases: Leases = field(init=False)
     _models: dict[str, Model] = field(default_factory=dict, init=False)
     #: one pool of model-server connections for this process's models, made on first use

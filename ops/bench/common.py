@@ -319,7 +319,7 @@ def drive(
             timer.tick = ticks
         del published[:]
         started = time.perf_counter()
-        outcome = advance(rt, session_id, version)
+        outcome = advance(rt, session_id, version).outcome
         spent = time.perf_counter() - started
         if outcome is not Outcome.SAVED:
             raise RuntimeError(f"tick {ticks} of {session_id} was {outcome.value}")

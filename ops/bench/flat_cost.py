@@ -68,7 +68,7 @@ class Session:
 
         def run() -> None:
             del self.published[:]
-            outcome = advance(self.rt, self.id, self.version)
+            outcome = advance(self.rt, self.id, self.version).outcome
             if outcome is not Outcome.SAVED:
                 raise RuntimeError(f"tick {self.ticks} of {self.id} was {outcome.value}")
 

@@ -89,12 +89,14 @@ class Server:
 
 
 class Receiver:
-    """A webhook receiver: records cards; sessions named `flaky-*` fail twice first,
-    `refuse-*` always fail."""
+    """A webhook receiver: records cards; sessions named `flaky-*` fail twice first (HTTP
+    500), `refuse-*` always fail (503)."""
 
     def __init__(self) -> None:
         self.cards: list[tuple[dict[str, str], dict[str, Any]]] = []
         self.attempts: Counter[str] = Counter()
+        #: the Idempotency-Key of every attempt, by session
+        self.keys: dict[str, list[str]] = {}
         self.lock = threading.Lock()
         receiver = self
 
@@ -106,6 +108,8 @@ class Receiver:
                 with receiver.lock:
                     receiver.attempts[session_id] += 1
                     tries = receiver.attempts[session_id]
+                    key = self.headers.get("Idempotency-Key", "")
+                    receiver.keys.setdefault(session_id, []).append(key)
                 ok = not (
                     session_id.startswith("refuse-")
                     or (session_id.startswith("flaky-") and tries <= 2)
@@ -118,7 +122,7 @@ class Receiver:
                                 card | {"_body": body.decode()},
                             )
                         )
-                self.send_response(200 if ok else 503)
+                self.send_response(200 if ok else 500 if session_id.startswith("flaky-") else 503)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
 

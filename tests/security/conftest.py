@@ -87,7 +87,7 @@ class Env:
         return self.client.submit(kind, data, model=spec, session_id=session_id, **kw).id
 
     def tick(self, session_id: str) -> Outcome:
-        return advance(self.rt, session_id, self.store.get(session_id).version)
+        return advance(self.rt, session_id, self.store.get(session_id).version).outcome
 
     def run(self, session_id: str, *, max_ticks: int = 200) -> Head:
         """Tick until the session is suspended or finished."""

@@ -25,6 +25,7 @@ from fsm.values import (
     Status,
 )
 from store import dead_letters as dl
+from store import deliveries
 from store.artifacts import DatabaseArtifacts
 from store.files import FileChange, blob_hash
 from store.relay import due_ticks, expired_leases
@@ -91,6 +92,15 @@ def test_hostile_ids_and_texts_through_every_store_operation(env: Env) -> None:
         )
         head = store.save(change, version=0, owner=owner, now=T0)
         assert head.status is Status.WAITING_APPROVAL
+        [card] = [
+            c for c in deliveries.take(engine, now=T0, hold_s=5, limit=50) if c.session_id == sid
+        ]
+        assert "s1c1" in card.calls and card.key == f"{sid}:{head.version}"
+        deliveries.failed(engine, card.event_id, error=hostile, retry_at=T0)
+        state = deliveries.state(engine, sid, head.version)
+        assert state is not None and state["last_error"] == hostile
+        deliveries.delivered(engine, card.event_id, now=T0)
+        assert deliveries.drop_moved_on(engine) == 0
 
         danger = store.load(sid).call("s1c1")
         assert danger is not None and danger.arguments == {hostile: hostile}
@@ -250,4 +260,5 @@ def test_every_table_is_covered() -> None:
         "tickwork_dead_letters",
         "tickwork_blobs",
         "tickwork_file_changes",
+        "tickwork_deliveries",
     }

@@ -69,9 +69,11 @@ class Deployment:
 
     @contextmanager
     def worker(self, *, concurrency: int = 2, relay: bool = True) -> Iterator[Celery]:
-        """A real Celery worker in a thread of this process, with the relay."""
+        """A real Celery worker in a thread of this process, with the relay and (with
+        TICKWORK_WEBHOOK_URL) the webhook dispatcher."""
         app = make_app(self.settings, relay=False)
-        thread = RelayThread(runtime(app)) if relay else None
+        rt = runtime(app)
+        thread = RelayThread(rt) if relay else None
         with start_worker(
             app,
             pool="threads",
@@ -82,13 +84,17 @@ class Deployment:
         ):
             if thread:
                 thread.start()
+            for background in rt.background:
+                background.start()
             try:
                 yield app
             finally:
+                for background in rt.background:
+                    background.stop()
                 if thread:
                     thread.stop()
                     thread.join(5)
-        runtime(app).store.engine.dispose()
+        rt.store.engine.dispose()
 
     def spawn(self, *extra: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         """A `celery worker` subprocess (solo pool: SIGKILL takes its work with it); `env`

@@ -1,0 +1,177 @@
+"""The webhook outbox: the `approval_requested` events a save writes, and their deliveries.
+
+The event row is written in the tick's own transaction, so a card cannot be lost with a
+worker: a dispatcher (`worker.dispatcher`) in any worker finds the events of sessions that
+still wait at the event's version and have no delivered card, takes one for a while
+(`FOR UPDATE SKIP LOCKED` on Postgres; SQLite serialises writers), posts it and records
+the answer here. A card whose session moved on before it went out is not sent any more.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Engine, exists, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+
+from fsm.values import EventKind, Status
+
+from .schema import deliveries, events, sessions
+
+WAITING = Status.WAITING_APPROVAL.value
+REQUESTED = EventKind.APPROVAL_REQUESTED.value
+#: why a card stopped being tried because its session moved on
+MOVED_ON = "the session moved on before its card was delivered"
+
+
+@dataclass(frozen=True)
+class Card:
+    """An approval card to post: its event, and the attempts made before this one."""
+
+    event_id: int
+    session_id: str
+    #: the session's version when it started waiting (the card's id is `session:version`)
+    version: int
+    at: datetime
+    #: the calls waiting for a person
+    calls: tuple[str, ...]
+    attempts: int
+
+    @property
+    def key(self) -> str:
+        """The card's id and idempotency key: the same on every attempt, from any worker."""
+        return f"{self.session_id}:{self.version}"
+
+
+def _still_waiting() -> Any:
+    """The approval events whose session still waits at the event's version."""
+    return (
+        events.join(
+            sessions,
+            (sessions.c.id == events.c.session_id) & (sessions.c.version == events.c.version),
+        ),
+        (sessions.c.status == WAITING) & (events.c.kind == REQUESTED),
+    )
+
+
+def take(engine: Engine, *, now: datetime, hold_s: float, limit: int = 1) -> list[Card]:
+    """Up to `limit` cards due now, held for `hold_s` (another dispatcher takes them again
+    after that, if this one died posting them); each taking counts one attempt."""
+    joined, waiting = _still_waiting()
+    new = (
+        select(events.c.id)
+        .select_from(joined)
+        .where(waiting, ~exists().where(deliveries.c.event_id == events.c.id))
+    )
+    due = (
+        select(
+            deliveries.c.event_id,
+            deliveries.c.attempts,
+            events.c.session_id,
+            events.c.version,
+            events.c.at,
+            events.c.data,
+        )
+        .select_from(joined.join(deliveries, deliveries.c.event_id == events.c.id))
+        .where(
+            waiting,
+            deliveries.c.delivered_at.is_(None),
+            deliveries.c.next_attempt_at.is_not(None),
+            deliveries.c.next_attempt_at <= now,
+        )
+        .order_by(deliveries.c.next_attempt_at, deliveries.c.event_id)
+        .limit(limit)
+        .with_for_update(skip_locked=True, of=deliveries)
+    )
+    with engine.begin() as conn:
+        found = conn.execute(new).all()
+        if found:
+            dialect = postgresql if engine.dialect.name == "postgresql" else sqlite
+            conn.execute(
+                dialect.insert(deliveries).on_conflict_do_nothing(),
+                [{"event_id": r.id, "attempts": 0, "next_attempt_at": now} for r in found],
+            )
+        rows = conn.execute(due).all()
+        if rows:
+            conn.execute(
+                update(deliveries)
+                .where(deliveries.c.event_id.in_([r.event_id for r in rows]))
+                .values(
+                    attempts=deliveries.c.attempts + 1,
+                    next_attempt_at=now + timedelta(seconds=hold_s),
+                )
+            )
+    return [
+        Card(
+            event_id=r.event_id,
+            session_id=r.session_id,
+            version=r.version,
+            at=r.at,
+            calls=tuple(str(c) for c in (r.data or {}).get("calls", ())),
+            attempts=r.attempts,
+        )
+        for r in rows
+    ]
+
+
+def delivered(engine: Engine, event_id: int, *, now: datetime) -> None:
+    with engine.begin() as conn:
+        conn.execute(
+            update(deliveries)
+            .where(deliveries.c.event_id == event_id)
+            .values(delivered_at=now, next_attempt_at=None, last_error="")
+        )
+
+
+def failed(engine: Engine, event_id: int, *, error: str, retry_at: datetime | None) -> None:
+    """An attempt failed: try again at `retry_at`, or (None) never again."""
+    with engine.begin() as conn:
+        conn.execute(
+            update(deliveries)
+            .where(deliveries.c.event_id == event_id, deliveries.c.delivered_at.is_(None))
+            .values(next_attempt_at=retry_at, last_error=error[:2000])
+        )
+
+
+def drop_moved_on(engine: Engine, *, limit: int = 500) -> int:
+    """Stop trying the cards whose session moved on (decided, cancelled) or is gone; how many."""
+    joined, waiting = _still_waiting()
+    live = select(events.c.id).select_from(joined).where(waiting)
+    stale = (
+        select(deliveries.c.event_id)
+        .where(
+            deliveries.c.delivered_at.is_(None),
+            deliveries.c.next_attempt_at.is_not(None),
+            deliveries.c.event_id.not_in(live),
+        )
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+    )
+    with engine.begin() as conn:
+        ids = [r.event_id for r in conn.execute(stale).all()]
+        if ids:
+            conn.execute(
+                update(deliveries)
+                .where(deliveries.c.event_id.in_(ids))
+                .values(next_attempt_at=None, last_error=MOVED_ON)
+            )
+    return len(ids)
+
+
+def state(engine: Engine, session_id: str, version: int) -> dict[str, Any] | None:
+    """The delivery of the card of `session_id` at `version` (attempts, next attempt,
+    delivered, last error), or None if no dispatcher took it yet."""
+    query = (
+        select(deliveries)
+        .join(events, events.c.id == deliveries.c.event_id)
+        .where(
+            events.c.session_id == session_id,
+            events.c.version == version,
+            events.c.kind == REQUESTED,
+        )
+    )
+    with engine.connect() as conn:
+        row = conn.execute(query).mappings().first()
+    return None if row is None else dict(row)

@@ -1,0 +1,234 @@
+"""The webhook dispatcher on SQLite and Postgres: the approval card goes from the outbox
+(the saved `approval_requested` event) to a loopback receiver, retried with backoff, at
+least once, never twice in the normal path, with one idempotency key across attempts."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fsm.values import Decision, DecisionKind, Status
+from store import deliveries
+from tests.conftest import Clock
+from tests.worker.ticking import DANGER, Ticks
+from worker.dispatcher import Dispatched, Dispatcher, dispatch_once
+from worker.webhooks import WebhookSettings, backoff, post, sign
+
+
+class Receiver:
+    """Answers each POST with the next status of `statuses` (then 200), keeping each
+    request's headers and card."""
+
+    def __init__(self, statuses: list[int] | None = None) -> None:
+        self.statuses = list(statuses or [])
+        self.got: list[tuple[dict[str, str], dict[str, Any], bytes]] = []
+        self.lock = threading.Lock()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                with receiver.lock:
+                    receiver.got.append(
+                        ({k.lower(): v for k, v in self.headers.items()}, json.loads(body), body)
+                    )
+                    status = receiver.statuses.pop(0) if receiver.statuses else 200
+                self.send_response(status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *_: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook/secret-path"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(5)
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock(datetime.now(UTC))
+
+
+@pytest.fixture
+def ticks(database_url: str, tmp_path: Path, clock: Clock) -> Iterator[Ticks]:
+    found = Ticks(database_url, tmp_path, clock)
+    yield found
+    found.close()
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    found = Receiver()
+    yield found
+    found.close()
+
+
+def hooks(receiver: Receiver, **kw: Any) -> WebhookSettings:
+    values: dict[str, Any] = dict(
+        webhook_url=receiver.url,
+        webhook_secret="k",
+        webhook_attempts=4,
+        webhook_backoff_s=1.0,
+        webhook_timeout_s=2.0,
+        public_url="https://tickwork.example",
+    )
+    return WebhookSettings(**(values | kw))
+
+
+def waiting(ticks: Ticks) -> str:
+    session_id = ticks.submit(DANGER)
+    assert ticks.run(session_id).status is Status.WAITING_APPROVAL
+    return session_id
+
+
+def test_the_card_of_a_saved_wait_is_posted_once_signed_with_its_idempotency_key(
+    ticks: Ticks, receiver: Receiver
+) -> None:
+    session_id = waiting(ticks)  # no observer ran: the card is in the store alone
+    settings = hooks(receiver)
+    assert dispatch_once(ticks.rt, settings) == Dispatched(delivered=1)
+    assert dispatch_once(ticks.rt, settings) == Dispatched()
+    [(headers, card, body)] = receiver.got
+    assert card["id"] == f"{session_id}:{ticks.store.get(session_id).version}"
+    assert headers["idempotency-key"] == headers["x-tickwork-delivery"] == card["id"]
+    assert headers["x-tickwork-signature"] == sign("k", body)
+    assert card["type"] == "tickwork.approval_requested"
+    assert [c["call_id"] for c in card["calls"]] == ["s1c0"]
+    assert card["calls"][0]["arguments"] == '{"value": "prod-db"}'
+    assert card["links"]["page"] == f"https://tickwork.example/#/approvals/{session_id}"
+    state = deliveries.state(ticks.store.engine, session_id, ticks.store.get(session_id).version)
+    assert state is not None and state["delivered_at"] is not None and state["attempts"] == 1
+
+
+def test_a_500_is_retried_with_backoff_under_the_same_idempotency_key(
+    ticks: Ticks, clock: Clock
+) -> None:
+    receiver = Receiver([500, 500])
+    try:
+        session_id = waiting(ticks)
+        settings = hooks(receiver)
+        assert dispatch_once(ticks.rt, settings) == Dispatched(retried=1)
+        clock.advance(0.5)  # the first pause is 1 s: not yet
+        assert dispatch_once(ticks.rt, settings) == Dispatched()
+        clock.advance(0.6)
+        assert dispatch_once(ticks.rt, settings) == Dispatched(retried=1)
+        clock.advance(1.5)  # the second pause is 2 s
+        assert dispatch_once(ticks.rt, settings) == Dispatched()
+        clock.advance(0.6)
+        assert dispatch_once(ticks.rt, settings) == Dispatched(delivered=1)
+    finally:
+        receiver.close()
+    keys = [h["idempotency-key"] for h, _, _ in receiver.got]
+    assert len(keys) == 3 and len(set(keys)) == 1 and keys[0].startswith(session_id + ":")
+    assert [c["id"] for _, c, _ in receiver.got] == keys
+
+
+def test_a_card_not_delivered_after_its_attempts_is_given_up(
+    ticks: Ticks, clock: Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    receiver = Receiver([503] * 10)
+    try:
+        session_id = waiting(ticks)
+        settings = hooks(receiver, webhook_attempts=3)
+        for _ in range(10):
+            dispatch_once(ticks.rt, settings)
+            clock.advance(60)
+    finally:
+        receiver.close()
+    assert len(receiver.got) == 3
+    state = deliveries.state(ticks.store.engine, session_id, ticks.store.get(session_id).version)
+    assert state is not None
+    assert (state["attempts"], state["delivered_at"], state["next_attempt_at"]) == (3, None, None)
+    assert state["last_error"] == "HTTP 503"
+    logged = [r.getMessage() for r in caplog.records if r.name == "tickwork.webhooks"]
+    assert any("not delivered after 3 attempts" in m for m in logged), logged
+    assert not any("secret-path" in m for m in logged), logged
+
+
+def test_many_dispatchers_at_once_post_each_card_once(ticks: Ticks, receiver: Receiver) -> None:
+    sessions = [waiting(ticks) for _ in range(3)]
+    settings = hooks(receiver)
+    start = threading.Barrier(4)
+    done: list[Dispatched] = []
+
+    def one() -> None:
+        start.wait()
+        done.append(dispatch_once(ticks.runtime(ticks.rt.clock), settings))  # type: ignore[arg-type]
+
+    threads = [threading.Thread(target=one) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert sum(d.delivered for d in done) == 3
+    assert sorted(c["session"]["id"] for _, c, _ in receiver.got) == sorted(sessions)
+
+
+def test_a_card_whose_session_moved_on_is_not_sent(
+    ticks: Ticks, receiver: Receiver, clock: Clock
+) -> None:
+    session_id = waiting(ticks)
+    call = ticks.store.load(session_id).call("s1c0")
+    assert call is not None
+    decision = Decision(
+        call_id="s1c0",
+        kind=DecisionKind.APPROVE,
+        approver="alice",
+        at=clock(),
+        fingerprint=call.fingerprint,
+    )
+    ticks.store.decide(session_id, decision, now=clock())
+    assert dispatch_once(ticks.rt, hooks(receiver)) == Dispatched()
+    assert receiver.got == []
+
+
+def test_a_dispatcher_is_woken_by_a_tick_that_starts_a_wait(
+    ticks: Ticks, receiver: Receiver
+) -> None:
+    dispatcher = Dispatcher(ticks.rt, hooks(receiver))
+    ticks.rt.observers.add(dispatcher)
+    try:
+        session_id = waiting(ticks)
+        deadline = threading.Event()
+        for _ in range(100):
+            if receiver.got:
+                break
+            deadline.wait(0.05)
+    finally:
+        dispatcher.stop()
+    assert [c["session"]["id"] for _, c, _ in receiver.got] == [session_id]
+
+
+def test_post_says_whether_to_try_again() -> None:
+    refusing = Receiver([403])
+    try:
+        found = post(refusing.url, {"id": "y", "text": "ünïcode"}, timeout_s=2, secret="k")
+    finally:
+        refusing.close()
+    assert (found.ok, found.final, found.why) == (False, True, "HTTP 403")
+    headers, card, body = refusing.got[0]
+    assert card == {"id": "y", "text": "ünïcode"}
+    assert headers["content-type"] == "application/json"
+    assert headers["idempotency-key"] == headers["x-tickwork-delivery"] == "y"
+    assert headers["x-tickwork-signature"] == sign("k", body)
+    dead = Receiver()
+    url = dead.url
+    dead.close()  # nothing listens there now
+    gone = post(url, {"id": "x"}, timeout_s=1)
+    assert not gone.ok and not gone.final and "secret-path" not in gone.why
+    assert [backoff(n, first_s=1.0) for n in (1, 2, 3, 8)] == [1.0, 2.0, 4.0, 60.0]

@@ -1,0 +1,170 @@
+"""The tick's report and its observers: what `advance` returns and who hears of it."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from fsm.values import Status
+from tests.test_layers import ROOT, imports
+from tests.worker.ticking import DANGER, Ticks
+from worker.advance import advance
+from worker.report import Observers, Outcome, Phase, TickReport
+from worker.tracing import available
+
+
+@pytest.fixture
+def ticks(database_url: str, tmp_path: Path) -> Iterator[Ticks]:
+    found = Ticks(database_url, tmp_path)
+    yield found
+    found.close()
+
+
+def test_each_tick_reports_its_phase_outcome_model_call_and_tool_call(ticks: Ticks) -> None:
+    heard: list[TickReport] = []
+    ticks.rt.observers.add(heard.append)
+    replies = [
+        {"content": "look", "tool_calls": [{"name": "echo", "arguments": {"text": "hi"}}]},
+        {"content": "done"},
+    ]
+    session_id = ticks.submit(replies)
+    assert ticks.run(session_id).status is Status.COMPLETED
+    assert heard == ticks.reports  # what advance returns is what the observers got
+    think, execute, last = heard
+    assert (think.phase, think.outcome, think.version) == (Phase.THINK, Outcome.SAVED, 0)
+    assert think.model is not None and think.model.outcome == "ok"
+    assert think.model.usage.prompt_tokens > 0 and think.model.spec.startswith("scripted:")
+    assert think.model.started_ns <= think.model.ended_ns
+    assert think.started_ns <= think.model.started_ns and think.model.ended_ns <= think.ended_ns
+    assert think.tool is None and think.status is Status.EXECUTING and think.waiting == ()
+    assert (execute.phase, execute.version, execute.model) == (Phase.EXECUTE, 1, None)
+    assert execute.tool is not None
+    assert (execute.tool.call_id, execute.tool.name) == ("s1c0", "echo")
+    assert execute.tool.arguments == {"text": "hi"} and not execute.tool.is_error
+    assert last.status is Status.COMPLETED and last.head is not None
+    for report in heard:
+        assert report.claim_s > 0 and report.save_s > 0 and report.seconds > 0
+        assert report.change is not None and report.claimed is not None
+
+
+def test_a_tick_that_requests_approval_names_the_waiting_calls(ticks: Ticks) -> None:
+    session_id = ticks.submit(DANGER)
+    assert ticks.run(session_id).status is Status.WAITING_APPROVAL
+    assert ticks.reports[-1].waiting == ("s1c0",)
+    assert all(r.waiting == () for r in ticks.reports[:-1])
+
+
+def test_a_duplicate_tick_is_reported_dropped_with_no_phase(ticks: Ticks) -> None:
+    session_id = ticks.submit([{"content": "done"}])
+    ticks.run(session_id)
+    report = advance(ticks.rt, session_id, 0)
+    assert (report.outcome, report.phase, report.claimed, report.change) == (
+        Outcome.DROPPED,
+        Phase.NONE,
+        None,
+        None,
+    )
+
+
+def test_an_observer_that_raises_breaks_neither_the_tick_nor_the_others(
+    ticks: Ticks, caplog: pytest.LogCaptureFixture
+) -> None:
+    heard: list[str] = []
+
+    def broken(report: TickReport) -> None:
+        raise RuntimeError("observer bug")
+
+    ticks.rt.observers.add(broken)
+    ticks.rt.observers.add(lambda r: heard.append(r.outcome.value))
+    session_id = ticks.submit([{"content": "done"}])
+    with caplog.at_level(logging.ERROR, logger="tickwork.observers"):
+        assert ticks.run(session_id).status is Status.COMPLETED
+    assert heard == ["saved"]
+    assert any("observer" in r.getMessage() and r.exc_info for r in caplog.records)
+
+
+def test_a_tick_that_raises_is_reported_as_an_error_and_raises_on(
+    ticks: Ticks, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    heard: list[TickReport] = []
+    ticks.rt.observers.add(heard.append)
+    session_id = ticks.submit([{"content": "done"}])
+
+    def away(*_: object, **__: object) -> None:
+        raise ConnectionError("database away")
+
+    monkeypatch.setattr(ticks.store, "claim", away)
+    with pytest.raises(ConnectionError):
+        advance(ticks.rt, session_id, 0)
+    assert [(r.outcome, r.error) for r in heard] == [(Outcome.ERROR, "ConnectionError")]
+
+
+def test_observers_are_called_in_order_and_can_be_removed() -> None:
+    heard: list[int] = []
+    hooks = Observers()
+    first = hooks.add(lambda r: heard.append(1))
+    hooks.add(lambda r: heard.append(2))
+    report = TickReport("s", 0, Phase.NONE, Outcome.DROPPED, started_ns=0, ended_ns=1)
+    hooks.notify(report)
+    hooks.remove(first)
+    hooks.notify(report)
+    assert heard == [1, 2, 2]
+
+
+def test_the_tick_imports_none_of_its_observers() -> None:
+    found = {t for _, t in imports(ROOT / "worker" / "advance.py")}
+    assert not found & {"worker.metrics", "worker.webhooks", "worker.dispatcher", "worker.tracing"}
+    assert "worker.report" in found
+
+
+def test_install_registers_metrics_and_what_the_settings_turn_on(
+    ticks: Ticks, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from worker.dispatcher import Dispatcher
+    from worker.metrics import TickMetrics
+    from worker.observers import install
+
+    for name in ("TICKWORK_WEBHOOK_URL", "OTEL_EXPORTER_OTLP_ENDPOINT", "TICKWORK_OTEL_ENABLED"):
+        monkeypatch.delenv(name, raising=False)
+    bare = ticks.runtime()
+    install(bare)
+    assert len(bare.observers) == 1 and bare.background == []
+    monkeypatch.setenv("TICKWORK_WEBHOOK_URL", "http://127.0.0.1:9/hook")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
+    full = ticks.runtime()
+    install(full)
+    kinds = [type(h).__name__ for h in full.observers._hooks]
+    try:
+        assert kinds[:2] == [TickMetrics.__name__, Dispatcher.__name__]
+        assert kinds[2:] == (["SessionTracer"] if available() else [])
+    finally:
+        for background in full.background:
+            background.stop()
+
+
+def test_without_the_otel_extra_tickwork_runs_and_config_says_tracing_is_off(
+    tmp_path: Path,
+) -> None:
+    hidden = (
+        "import sys, runpy; "
+        "sys.modules['opentelemetry.sdk'] = sys.modules['opentelemetry.exporter'] = None; "
+        "sys.argv = ['tickwork', 'config', '--json']; "
+        "runpy.run_module('tickwork', run_name='__main__')"
+    )
+    env = {
+        **os.environ,
+        "TICKWORK_STATE_DIR": str(tmp_path / "state"),
+        "TICKWORK_OTEL_ENABLED": "true",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", hidden], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["tracing"].startswith("off (the otel extra is not installed")

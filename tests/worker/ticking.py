@@ -1,0 +1,73 @@
+"""A worker without Celery for the observer tests: ticks run one after another in-process."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+from fsm.values import Head
+from store import Store, make_engine
+from tests.conftest import Clock
+from tickwork.client import Tickwork
+from worker.advance import advance
+from worker.jobs import Jobs
+from worker.report import TickReport
+from worker.runtime import Runtime
+from worker.settings import Settings
+
+KIND = "tests.jobs:TEST"
+#: a step with a call that needs approval, then a final answer
+DANGER: list[dict[str, Any]] = [
+    {
+        "content": "delete it",
+        "tool_calls": [
+            {"name": "danger", "arguments": {"value": "prod-db"}},
+            {"name": "echo", "arguments": {"text": "after"}},
+        ],
+    },
+    {"content": "done"},
+]
+
+
+class Ticks:
+    def __init__(self, url: str, tmp: Path, clock: Clock | None = None) -> None:
+        self.tmp = tmp
+        self.settings = Settings(database_url=url, state_dir=tmp / "state")
+        self.store = Store(make_engine(url))
+        self.client = Tickwork(self.settings, store=self.store)
+        self.client.publish = lambda *_: None  # type: ignore[method-assign]
+        self.rt = self.runtime(clock)
+        self.reports: list[TickReport] = []
+
+    def runtime(self, clock: Clock | None = None) -> Runtime:
+        extra: dict[str, Any] = {"clock": clock} if clock is not None else {}
+        return Runtime(
+            settings=self.settings,
+            store=self.store,
+            jobs=Jobs(),
+            publish_tick=lambda *_: None,
+            **extra,
+        )
+
+    def submit(self, replies: list[dict[str, Any]], prefix: str = "s") -> str:
+        path = self.tmp / f"script-{uuid.uuid4().hex[:6]}.json"
+        path.write_text(json.dumps(replies))
+        head = self.client.submit(
+            KIND, {}, model=f"scripted:{path}", session_id=f"{prefix}-{uuid.uuid4().hex[:8]}"
+        )
+        return head.id
+
+    def run(self, session_id: str, rt: Runtime | None = None) -> Head:
+        """Tick the session until it rests, as workers would."""
+        for _ in range(50):
+            head = self.store.get(session_id)
+            if not head.status.runnable:
+                return head
+            self.reports.append(advance(rt or self.rt, session_id, head.version))
+        raise AssertionError(f"session {session_id} did not rest in 50 ticks")
+
+    def close(self) -> None:
+        self.rt.close()
+        self.store.engine.dispose()
