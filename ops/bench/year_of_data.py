@@ -6,10 +6,12 @@ both filled by Postgres COPY with the same generator. Then each operation is run
 interleaved (empty, full, empty, full...) so that load on the machine hits both alike, and
 its p50 and p95 on the full database are compared with the near-empty one (target: p95
 ratio <= 1.2). Last, every statement of every operation is run once more under
-EXPLAIN (ANALYZE, BUFFERS) on the full database, in a transaction rolled back at once.
+EXPLAIN (ANALYZE, BUFFERS) on both databases, in a transaction rolled back at once: the
+shared buffers each touches do not depend on the machine's load; the full plans are printed.
 
-What the generator writes, per session (ids are random uuid4 hex, written in id order;
-created_at is spread over the 365 days before the run):
+What the generator writes, per session (ids are random uuid4 hex; created_at is spread over
+the 365 days before the run; heads and dead letters are written in the order they were
+made, as in production, the other tables in id order):
 - the head: 89% completed, 5% failed (each with a dead letter, 40% of them resolved),
   3% cancelled, 2% waiting_approval (created in the last 14 days), 0.6% ready (with its
   outbox row: published, a few stale, a few delayed) and 0.4% executing (under a live
@@ -28,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import re
 import secrets
 import statistics
 import sys
@@ -36,7 +39,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -170,18 +173,28 @@ def fill(url: str, plan: Plan, template_id: str) -> dict[str, Any]:
             template = b"".join(bytes(b) for b in copy).decode().rstrip("\n").split("\t")
         at = {name: k for k, name in enumerate(names)}
 
-        def timed(name: str, copier: Copier, write: Callable[[Callable[[list[str]], None]], None]) -> None:
+        def timed(
+            name: str, copier: Copier, write: Callable[[Callable[[list[str]], None]], None]
+        ) -> None:
             started = time.perf_counter()
             with copier.open() as put:
                 write(put)
             spent = time.perf_counter() - started
-            out[name] = {"rows": copier.rows, "s": round(spent, 1),
-                         "rows_per_s": round(copier.rows / spent) if spent else None}
+            out[name] = {
+                "rows": copier.rows,
+                "s": round(spent, 1),
+                "rows_per_s": round(copier.rows / spent) if spent else None,
+            }
             print(f"  {name}: {copier.rows:,} rows in {spent:.1f} s", flush=True)
+
+        # sessions and dead letters are written in the order they were made, as they are
+        # in production (their lists read them newest first); the other tables in id order
+        by_time = sorted(range(len(plan.ids)), key=plan.created.__getitem__)
 
         def sessions(put: Callable[[list[str]], None]) -> None:
             lines = []
-            for i, sid in enumerate(plan.ids):
+            for i in by_time:
+                sid = plan.ids[i]
                 status, start, n = plan.status[i], plan.created[i], plan.steps[i]
                 row = list(template)
                 row[at["id"]] = sid
@@ -207,7 +220,9 @@ def fill(url: str, plan: Plan, template_id: str) -> dict[str, Any]:
                     row[at["awaiting"]] = f'["s{n}c0"]'
                 elif status == "executing":
                     row[at["lease_owner"]] = f"celery@host{i % 8}:{1000 + i % 97}"
-                    row[at["lease_expires_at"]] = stamp(now - 600 if i in plan.expired else now + 4 * 3600)
+                    row[at["lease_expires_at"]] = stamp(
+                        now - 600 if i in plan.expired else now + 4 * 3600
+                    )
                 lines.append("\t".join(row) + "\n")
                 if len(lines) >= 5000:
                     put(lines)
@@ -274,23 +289,47 @@ def fill(url: str, plan: Plan, template_id: str) -> dict[str, Any]:
             for i, sid in enumerate(plan.ids):
                 n, status, start = plan.steps[i], plan.status[i], plan.created[i]
                 v = 2 * n + 1
-                made = [(0, "created", start, '{"kind": "bench"}'),
-                        (2 * n - 1, "step_recorded", start + 6 * n, f'{{"step": {n}, "calls": 1}}')]
+                made = [
+                    (0, "created", start, '{"kind": "bench"}'),
+                    (2 * n - 1, "step_recorded", start + 6 * n, f'{{"step": {n}, "calls": 1}}'),
+                ]
                 if status == "waiting_approval":
-                    made.append((2 * n - 1, "approval_requested", start + 6 * n,
-                                 f'{{"call_ids": ["s{n}c0"]}}'))
+                    made.append(
+                        (
+                            2 * n - 1,
+                            "approval_requested",
+                            start + 6 * n,
+                            f'{{"call_ids": ["s{n}c0"]}}',
+                        )
+                    )
                 elif status != "ready":
-                    made.append((2 * n, "tool_started", start + 6 * n,
-                                 f'{{"call_id": "s{n}c0", "name": "{TOOLS[i % 6]}", "rerun": false}}'))
+                    made.append(
+                        (
+                            2 * n,
+                            "tool_started",
+                            start + 6 * n,
+                            f'{{"call_id": "s{n}c0", "name": "{TOOLS[i % 6]}", "rerun": false}}',
+                        )
+                    )
                     if status != "executing":
-                        made.append((2 * n, "tool_finished", start + 6 * n + 1,
-                                     f'{{"call_id": "s{n}c0", "is_error": false, "duration_ms": 12.5}}'))
+                        made.append(
+                            (
+                                2 * n,
+                                "tool_finished",
+                                start + 6 * n + 1,
+                                f'{{"call_id": "s{n}c0", "is_error": false, "duration_ms": 12.5}}',
+                            )
+                        )
                 if status in ("completed", "failed", "cancelled"):
-                    made.append((v, status, start + 6 * n + 3, '{"step": %d}' % n))
+                    made.append((v, status, start + 6 * n + 3, f'{{"step": {n}}}'))
                 if status == "failed":
-                    made.append((v, "dead_lettered", start + 6 * n + 3, '{"code": "%s"}' % CODES[i % 6][0]))
-                lines.extend(f"{sid}\t{ver}\t{kind}\t{stamp(min(t, now - 1))}\t{data}\n"
-                             for ver, kind, t, data in made)
+                    made.append(
+                        (v, "dead_lettered", start + 6 * n + 3, f'{{"code": "{CODES[i % 6][0]}"}}')
+                    )
+                lines.extend(
+                    f"{sid}\t{ver}\t{kind}\t{stamp(min(t, now - 1))}\t{data}\n"
+                    for ver, kind, t, data in made
+                )
                 if len(lines) >= 20_000:
                     put(lines)
                     lines = []
@@ -318,26 +357,41 @@ def fill(url: str, plan: Plan, template_id: str) -> dict[str, Any]:
 
             lines = []
             failed = 0
-            for i, sid in enumerate(plan.ids):
+            for i in by_time:
                 if plan.status[i] != "failed":
                     continue
+                sid = plan.ids[i]
                 failed += 1
                 n, start = plan.steps[i], plan.created[i]
                 code, message = CODES[i % len(CODES)]
                 message = message.format(h=sid[:12], n=n)
                 when = stamp(min(now - 1, start + 6 * n + 3))
-                snapshot = json.dumps({"schema": 3, "head": {"id": sid, "step": n},
-                                       "steps": [{"step": k, "thought": thoughts[k & 255]}
-                                                 for k in range(max(1, n - 8), n + 1)]})
+                snapshot = json.dumps(
+                    {
+                        "schema": 3,
+                        "head": {"id": sid, "step": n},
+                        "steps": [
+                            {"step": k, "thought": thoughts[k & 255]}
+                            for k in range(max(1, n - 8), n + 1)
+                        ],
+                    }
+                )
                 if failed % 5 < 2:  # 40% resolved
                     resolved = when
-                    resolution = json.dumps({"state": "resolved", "by": PEOPLE[i % 20],
-                                             "at": when, "reason": "fixed the tool"})
+                    resolution = json.dumps(
+                        {
+                            "state": "resolved",
+                            "by": PEOPLE[i % 20],
+                            "at": when,
+                            "reason": "fixed the tool",
+                        }
+                    )
                 else:
                     resolved = resolution = "\\N"
                 lines.append(
                     f"{sid}\t{code}\t{message}\tbench\t{MODELS[i % 3]}\t{TOOLS[i % 6]}\t"
-                    f"{error_signature(code, message)}\t{when}\t3\t{snapshot}\t{resolved}\t{resolution}\n"
+                    f"{error_signature(code, message)}\t{when}\t3\t{snapshot}\t"
+                    f"{resolved}\t{resolution}\n"
                 )
                 if len(lines) >= 5000:
                     put(lines)
@@ -346,22 +400,95 @@ def fill(url: str, plan: Plan, template_id: str) -> dict[str, Any]:
 
         started = time.perf_counter()
         timed("tickwork_sessions", Copier(cur, "tickwork_sessions", names), sessions)
-        timed("tickwork_steps", Copier(cur, "tickwork_steps", [
-            "session_id", "step", "thought", "prompt_tokens", "completion_tokens", "cost_usd",
-            "latency_ms", "fingerprint", "model", "trace_id", "at"]), steps)
-        timed("tickwork_calls", Copier(cur, "tickwork_calls", [
-            "session_id", "call_id", "step", "index", "name", "arguments", "raw_arguments",
-            "fingerprint", "state", "needs_approval", "started_at", "provider_call_id",
-            "approval_reason"]), calls)
-        timed("tickwork_observations", Copier(cur, "tickwork_observations", [
-            "session_id", "call_id", "content", "is_error", "at", "duration_ms"]), observations)
-        timed("tickwork_events", Copier(cur, "tickwork_events", [
-            "session_id", "version", "kind", "at", "data"]), events)
-        timed("tickwork_outbox", Copier(cur, "tickwork_outbox", [
-            "session_id", "version", "due_at", "republished", "published_at"]), outbox)
-        timed("tickwork_dead_letters", Copier(cur, "tickwork_dead_letters", [
-            "session_id", "code", "message", "kind", "model", "last_tool", "error_signature",
-            "at", "schema_version", "snapshot", "resolved_at", "resolution"]), dead_letters)
+        timed(
+            "tickwork_steps",
+            Copier(
+                cur,
+                "tickwork_steps",
+                [
+                    "session_id",
+                    "step",
+                    "thought",
+                    "prompt_tokens",
+                    "completion_tokens",
+                    "cost_usd",
+                    "latency_ms",
+                    "fingerprint",
+                    "model",
+                    "trace_id",
+                    "at",
+                ],
+            ),
+            steps,
+        )
+        timed(
+            "tickwork_calls",
+            Copier(
+                cur,
+                "tickwork_calls",
+                [
+                    "session_id",
+                    "call_id",
+                    "step",
+                    "index",
+                    "name",
+                    "arguments",
+                    "raw_arguments",
+                    "fingerprint",
+                    "state",
+                    "needs_approval",
+                    "started_at",
+                    "provider_call_id",
+                    "approval_reason",
+                ],
+            ),
+            calls,
+        )
+        timed(
+            "tickwork_observations",
+            Copier(
+                cur,
+                "tickwork_observations",
+                ["session_id", "call_id", "content", "is_error", "at", "duration_ms"],
+            ),
+            observations,
+        )
+        timed(
+            "tickwork_events",
+            Copier(cur, "tickwork_events", ["session_id", "version", "kind", "at", "data"]),
+            events,
+        )
+        timed(
+            "tickwork_outbox",
+            Copier(
+                cur,
+                "tickwork_outbox",
+                ["session_id", "version", "due_at", "republished", "published_at"],
+            ),
+            outbox,
+        )
+        timed(
+            "tickwork_dead_letters",
+            Copier(
+                cur,
+                "tickwork_dead_letters",
+                [
+                    "session_id",
+                    "code",
+                    "message",
+                    "kind",
+                    "model",
+                    "last_tool",
+                    "error_signature",
+                    "at",
+                    "schema_version",
+                    "snapshot",
+                    "resolved_at",
+                    "resolution",
+                ],
+            ),
+            dead_letters,
+        )
         copied = time.perf_counter() - started
         rows = sum(t["rows"] for t in out.values())
         out["copy_s"] = round(copied, 1)
@@ -421,9 +548,13 @@ class Target:
         """A real session's id, stored but never run: its row is the generator's template."""
         return common.create(self.tw, self.model)
 
-    def run_session(self) -> int:
-        """Submit a session of 5 tool steps and run its 11 ticks in this process."""
-        return common.drive(self.rt, self.published, common.create(self.tw, self.model))
+    def new_session(self) -> str:
+        """A session of 5 tool steps, stored with its first tick not yet run."""
+        return common.create(self.tw, self.model)
+
+    def run_session(self, session_id: str | None = None) -> int:
+        """Run a session's 11 ticks in this process (a new one unless given)."""
+        return common.drive(self.rt, self.published, session_id or self.new_session())
 
     def relay_scan(self) -> None:
         from store import relay
@@ -536,7 +667,10 @@ def figures(values: list[float]) -> dict[str, float]:
 
 def measure(empty: Target, full: Target, repeat: int, sessions: int) -> dict[str, Any]:
     """Each operation on both databases, alternately; the tick's calls from whole sessions."""
-    times: dict[str, dict[str, list[float]]] = {"empty": defaultdict(list), "full": defaultdict(list)}
+    times: dict[str, dict[str, list[float]]] = {
+        "empty": defaultdict(list),
+        "full": defaultdict(list),
+    }
     for target in (empty, full):  # warm-up: caches, prepared statements
         target.run_session()
         for name in OPERATIONS:
@@ -566,56 +700,121 @@ def measure(empty: Target, full: Target, repeat: int, sessions: int) -> dict[str
     return out
 
 
-def explain(full: Target) -> dict[str, dict[str, str]]:
-    explainer = Explainer()
+def explain(explainer: Explainer, target: Target) -> dict[str, dict[str, str]]:
+    """The plan of every statement of every operation on `target`, by operation and text."""
+    explainer.plans = defaultdict(dict)
+    session_id = target.new_session()
     explainer.catching = "tick (claim, start_call, save)"
-    full.run_session()
+    target.run_session(session_id)
     for name in OPERATIONS:
         explainer.catching = name
-        getattr(full, name)()
+        getattr(target, name)()
     explainer.catching = None
     return explainer.plans
 
 
+def plan_cost(text: str) -> tuple[float, int]:
+    """A plan's execution time (ms) and the shared buffers its top node touched: the
+    buffers do not depend on the machine's load, so they compare the two databases fairly."""
+    ms = (
+        float(re.search(r"Execution Time: ([0-9.]+)", text).group(1))
+        if "Execution" in text
+        else 0.0
+    )
+    found = re.search(r"Buffers: shared([^\n]*)", text)
+    buffers = sum(int(n) for n in re.findall(r"=(\d+)", found.group(1))) if found else 0
+    return ms, buffers
+
+
+def compare_plans(
+    empty: dict[str, dict[str, str]], full: dict[str, dict[str, str]]
+) -> list[dict[str, Any]]:
+    out = []
+    for op, plans in full.items():
+        for k, (query, text) in enumerate(plans.items()):
+            e_ms, e_buf = plan_cost(empty.get(op, {}).get(query, ""))
+            f_ms, f_buf = plan_cost(text)
+            out.append(
+                {
+                    "operation": op,
+                    "statement": k + 1,
+                    "empty_ms": e_ms,
+                    "full_ms": f_ms,
+                    "empty_buffers": e_buf,
+                    "full_buffers": f_buf,
+                    "query": " ".join(query.split())[:90],
+                }
+            )
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--scale", type=float, default=1.0,
-                        help="1: 1,000,000 sessions and ~20M steps; 0.02: 20,000 and ~400k")
+    parser.add_argument(
+        "--scale",
+        type=float,
+        default=1.0,
+        help="1: 1,000,000 sessions and ~20M steps; 0.02: 20,000 and ~400k",
+    )
     parser.add_argument("--repeat", type=int, default=100, help="runs of each list operation")
-    parser.add_argument("--sessions", type=int, default=12,
-                        help="sessions of 11 ticks run on each database for claim/save")
-    parser.add_argument("--keep", action="store_true",
-                        help="keep both databases (their URLs are printed)")
+    parser.add_argument(
+        "--sessions",
+        type=int,
+        default=12,
+        help="sessions of 11 ticks run on each database for claim/save",
+    )
+    parser.add_argument(
+        "--keep", action="store_true", help="keep both databases (their URLs are printed)"
+    )
     parser.add_argument("--no-plans", action="store_true", help="skip the EXPLAIN output")
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="tickwork-bench-year-"))
     n = max(EMPTY_SESSIONS, round(SESSIONS * args.scale))
     print(f"load before: {common.machine()['load']}", flush=True)
-    with common.database("year_empty", keep=args.keep) as empty_url, \
-            common.database("year_full", keep=args.keep) as full_url:
+    with (
+        common.database("year_empty", keep=args.keep) as empty_url,
+        common.database("year_full", keep=args.keep) as full_url,
+    ):
         empty = Target(empty_url, "year-empty", folder)
         full = Target(full_url, "year-full", folder)
         now = time.time()
         print(f"near-empty database: {EMPTY_SESSIONS:,} sessions", flush=True)
-        empty_fill = fill(empty_url, Plan(EMPTY_SESSIONS, now), empty.template())
+        fill(empty_url, Plan(EMPTY_SESSIONS, now), empty.template())
         plan = Plan(n, now)
         print(f"full database: {n:,} sessions, {plan.total_steps:,} steps", flush=True)
         full_fill = fill(full_url, plan, full.template())
         del plan
-        print(f"filled in {full_fill['copy_s']} s ({full_fill['copy_rows_per_s']:,} rows/s), "
-              f"VACUUM ANALYZE {full_fill['vacuum_analyze_s']} s, "
-              f"{full_fill['database_bytes'] / 2**30:.2f} GiB", flush=True)
+        print(
+            f"filled in {full_fill['copy_s']} s ({full_fill['copy_rows_per_s']:,} rows/s), "
+            f"VACUUM ANALYZE {full_fill['vacuum_analyze_s']} s, "
+            f"{full_fill['database_bytes'] / 2**30:.2f} GiB",
+            flush=True,
+        )
         measured = measure(empty, full, args.repeat, args.sessions)
-        print(f"{'operation':<24}{'empty p50':>11}{'p95':>9}{'full p50':>11}{'p95':>9}{'p95 ratio':>11}")
+        print(f"{'operation':<24}{'empty p50':>11}{'p95':>9}{'full p50':>11}{'p95':>9}", end="")
+        print(f"{'p95 ratio':>11}")
         for name, m in measured.items():
             flag = "" if m["p95_ratio"] <= TARGET else "  > 1.2"
-            print(f"{name:<24}{m['empty']['p50_ms']:>11.2f}{m['empty']['p95_ms']:>9.2f}"
-                  f"{m['full']['p50_ms']:>11.2f}{m['full']['p95_ms']:>9.2f}"
-                  f"{m['p95_ratio']:>11.2f}{flag}", flush=True)
+            print(
+                f"{name:<24}{m['empty']['p50_ms']:>11.2f}{m['empty']['p95_ms']:>9.2f}"
+                f"{m['full']['p50_ms']:>11.2f}{m['full']['p95_ms']:>9.2f}"
+                f"{m['p95_ratio']:>11.2f}{flag}",
+                flush=True,
+            )
+        explainer = Explainer()
+        empty_plans, full_plans = explain(explainer, empty), explain(explainer, full)
+        compared = compare_plans(empty_plans, full_plans)
+        print("\nEXPLAIN ANALYZE, near-empty vs full: execution ms and shared buffers touched")
+        for c in compared:
+            print(
+                f"{c['operation'][:22]:<23}{c['statement']:>2} {c['empty_ms']:>8.3f} ms "
+                f"{c['empty_buffers']:>6} buf | {c['full_ms']:>8.3f} ms {c['full_buffers']:>6} buf"
+                f"  {c['query'][:60]}"
+            )
         if not args.no_plans:
-            for op, plans in explain(full).items():
+            for op, plans in full_plans.items():
                 for query, text in plans.items():
-                    print(f"\n--- plan of {op}:\n{' '.join(query.split())[:600]}\n{text}")
+                    print(f"\n--- plan of {op} (full):\n{' '.join(query.split())[:600]}\n{text}")
         sizes = common.table_sizes(full.engine)
         if args.keep:
             print(f"kept: {empty_url}\n      {full_url}")
@@ -629,6 +828,7 @@ def main() -> None:
             "fill": full_fill,
             "table_bytes": sizes,
             "operations": measured,
+            "plans": compared,
             "load": common.machine()["load"],
         },
     )
