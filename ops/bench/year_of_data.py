@@ -347,8 +347,10 @@ def fill(url: str, plan: Plan, template_id: str) -> dict[str, Any]:
                     due, published = stamp(now - 7200), stamp(now - 7200)
                 elif ready % 200 == 2:  # a delayed tick (model backoff), due tomorrow
                     due, published = stamp(now + DAY), "\\N"
-                else:  # queued in the broker a moment ago
-                    due = published = stamp(now - 5)
+                else:  # queued in the broker: published now, due a little later (a tick
+                    # older than relay_after_s would be republished at every pass, as for a
+                    # backed-up queue; the run lasts longer than that)
+                    due, published = stamp(now + 6 * 3600), stamp(now)
                 lines.append(f"{sid}\t{v}\t{due}\t0\t{published}\n")
             put(lines)
 
