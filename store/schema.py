@@ -96,8 +96,10 @@ sessions = Table(
     Column("lease_owner", String(200)),
     Column("lease_expires_at", UTCDateTime),
     Column("submitted_by", String(200), nullable=False, server_default=text("''")),
-    Index(None, "status", "updated_at"),
-    Index(None, "kind", "updated_at"),
+    # the lists are newest first by created_at (0007_yeardata)
+    Index(None, "status", "created_at"),
+    Index(None, "kind", "created_at"),
+    Index(None, "created_at"),
     Index(None, "parent_id"),
     # the relay's scan for runnable sessions whose worker died
     Index(
@@ -228,6 +230,11 @@ dead_letters = Table(
     Column("resolved_at", UTCDateTime),
     Column("resolution", Json),
     Index(None, "code", "at"),
+    # `dlq stats` groups by each of these: counted from the index, not the snapshots' rows
+    Index(None, "kind", "at"),
+    Index(None, "model", "at"),
+    Index(None, "last_tool", "at"),
+    Index(None, "error_signature", "at"),
     Index(None, "at"),
     Index(
         "ix_tickwork_dead_letters_unresolved",

@@ -49,9 +49,9 @@ TICKWORK_TABLES = (
 
 
 @contextmanager
-def database(tag: str, *, migrate: bool = True) -> Iterator[str]:
+def database(tag: str, *, migrate: bool = True, keep: bool = False) -> Iterator[str]:
     """A fresh database for one benchmark run (tickwork's schema unless `migrate=False`),
-    dropped afterwards; yields its SQLAlchemy URL."""
+    dropped afterwards unless `keep`; yields its SQLAlchemy URL."""
     name = f"tickwork_bench_{os.getpid()}_{tag}_{uuid.uuid4().hex[:6]}"
     with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
@@ -63,6 +63,8 @@ def database(tag: str, *, migrate: bool = True) -> Iterator[str]:
             upgrade(url)
         yield url
     finally:
+        if keep:
+            return
         with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
