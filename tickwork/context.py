@@ -81,11 +81,11 @@ class Context:
     @property
     def store(self) -> Store:
         if self._store is None:
-            from store import Store, make_engine
+            from store import make_engine, open_store
 
             settings = self.settings
             ensure_schema(settings)
-            self._store = Store(make_engine(settings.db_url))
+            self._store = open_store(make_engine(settings.db_url))
         return self._store
 
     @property

@@ -17,7 +17,7 @@ import httpx
 
 from fsm.budgets import stop_reason
 from fsm.errors import ConfigurationError
-from store import Store, make_engine
+from store import Store, make_engine, open_store
 from store.artifacts import open_artifacts
 
 from .jobs import Jobs
@@ -212,4 +212,5 @@ class Runtime:
 def build_store(settings: Settings, **engine_args: Any) -> Store:
     if settings.db_url.startswith("sqlite"):
         settings.state_dir.mkdir(parents=True, exist_ok=True)
-    return Store(make_engine(settings.db_url, **engine_args), transcripts=settings.transcript_cache)
+    engine = make_engine(settings.db_url, **engine_args)
+    return open_store(engine, transcripts=settings.transcript_cache)
