@@ -6,6 +6,8 @@ is made.
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import Engine
 
 from .engine import make_engine
@@ -15,10 +17,14 @@ from .sessions import CoreStore
 from .ticks import Claimed
 
 
-def open_store(engine: Engine, *, transcripts: int = 64, core: bool = False) -> Store:
-    """The store for `engine`'s database: on Postgres the one-statement tick writes
-    (`PostgresStore`), elsewhere, or with `core`, SQLAlchemy Core's (`CoreStore`).
-    `transcripts`: how many sessions' transcripts this process keeps read."""
+def open_store(
+    db: str | Engine, *, transcripts: int = 64, core: bool = False, **engine_args: Any
+) -> Store:
+    """The store of the database `db` (a URL, or an engine already made): on Postgres the
+    one-statement tick writes (`PostgresStore`), elsewhere, or with `core`, SQLAlchemy
+    Core's (`CoreStore`). `transcripts`: how many sessions' transcripts this process keeps
+    read; `engine_args` go to `make_engine` with a URL."""
+    engine = make_engine(db, **engine_args) if isinstance(db, str) else db
     if engine.dialect.name == "postgresql" and not core:
         return PostgresStore(engine, transcripts=transcripts)
     return CoreStore(engine, transcripts=transcripts)

@@ -16,12 +16,17 @@ from fsm.forks import ForkPatch
 from fsm.machine import Change
 from fsm.values import Decision, Event, Head, Session, ToolCall
 
+from .artifacts import Artifacts
+from .dead_letters import Closing, DeadLetter
 from .files import FileChange, Saved
+from .gauges import Gauges
+from .relay import Due
 from .ticks import Claimed
 
 
 class Store(Protocol):
-    """Sessions on one database; every method is one short transaction (or none)."""
+    """Sessions on one database, and what the relay, the dead-letter queue, the metrics and
+    the health checks read of it; every method is one short transaction (or none)."""
 
     def create(self, session: Session, *, now: datetime) -> Head:
         """Insert a new session (or a fork) and, if it is runnable, its first tick."""
@@ -126,4 +131,56 @@ class Store(Protocol):
 
     def files_state(self, session_id: str) -> str | None:
         """The state hash of the session's files as last saved; None if none changed."""
+        ...
+
+    def artifacts(self, url: str) -> Artifacts:
+        """The artifact store `url` names; this database's blobs table when it is empty."""
+        ...
+
+    def due_ticks(self, *, now: datetime, older_than_s: float, limit: int = 500) -> list[Due]:
+        """Outbox rows to publish now: delayed ticks that fell due, and ticks whose message
+        may be lost (unclaimed `older_than_s` after they were due or last published)."""
+        ...
+
+    def expired_leases(self, *, now: datetime, limit: int = 500) -> list[Due]:
+        """Runnable sessions whose lease ran out, their lease cleared and a tick written."""
+        ...
+
+    def dead_letters(
+        self,
+        *,
+        code: str | None = None,
+        kind: str | None = None,
+        since: datetime | None = None,
+        unresolved: bool = False,
+        limit: int = 100,
+        with_snapshot: bool = False,
+    ) -> list[DeadLetter]:
+        """Newest first."""
+        ...
+
+    def dead_letter(self, key: int | str) -> DeadLetter:
+        """By dead-letter id, or by the failed session's id; DeadLetterNotFound if none."""
+        ...
+
+    def close_dead_letter(
+        self, key: int | str, *, state: Closing, by: str, reason: str, now: datetime
+    ) -> DeadLetter:
+        """Resolve or dismiss a dead letter without forking it; refused if already closed."""
+        ...
+
+    def dead_letter_stats(self, *, by: str, since: datetime | None = None) -> list[dict[str, Any]]:
+        """Counts of dead letters grouped by one of `dead_letters.GROUPS`, largest first."""
+        ...
+
+    def gauges(self, *, now: datetime) -> Gauges:
+        """What the metrics' gauges show, read in one connection."""
+        ...
+
+    def revisions(self) -> set[str]:
+        """The migration revisions the schema is at; raises if the database does not answer."""
+        ...
+
+    def close(self) -> None:
+        """Close the pooled connections; the store opens new ones if used again."""
         ...

@@ -23,6 +23,7 @@ from sqlalchemy import (
     literal,
     or_,
     select,
+    text,
     update,
 )
 from sqlalchemy.exc import IntegrityError
@@ -46,8 +47,12 @@ from fsm.values import (
     ToolCall,
 )
 
-from . import dead_letters, rows
+from . import dead_letters, gauges, relay, rows
+from .artifacts import Artifacts, open_artifacts
+from .dead_letters import Closing, DeadLetter
 from .files import FileChange, Saved, current_state, fork_start, saved_changes
+from .gauges import Gauges
+from .relay import Due
 from .schema import (
     calls,
     decisions,
@@ -394,6 +399,70 @@ class CoreStore:
     def files_state(self, session_id: str) -> str | None:
         """The state hash of the session's files as last saved; None if no tick changed them."""
         return current_state(self.engine, session_id)
+
+    def artifacts(self, url: str) -> Artifacts:
+        """The artifact store `url` names; this database's blobs table when it is empty."""
+        return open_artifacts(url, self.engine)
+
+    def due_ticks(self, *, now: datetime, older_than_s: float, limit: int = 500) -> list[Due]:
+        """The relay's scan of the outbox (`relay.due_ticks`)."""
+        return relay.due_ticks(self.engine, now=now, older_than_s=older_than_s, limit=limit)
+
+    def expired_leases(self, *, now: datetime, limit: int = 500) -> list[Due]:
+        """The relay's scan for sessions whose worker died (`relay.expired_leases`)."""
+        return relay.expired_leases(self.engine, now=now, limit=limit)
+
+    def dead_letters(
+        self,
+        *,
+        code: str | None = None,
+        kind: str | None = None,
+        since: datetime | None = None,
+        unresolved: bool = False,
+        limit: int = 100,
+        with_snapshot: bool = False,
+    ) -> list[DeadLetter]:
+        """Newest first."""
+        return dead_letters.list_dead_letters(
+            self.engine,
+            code=code,
+            kind=kind,
+            since=since,
+            unresolved=unresolved,
+            limit=limit,
+            with_snapshot=with_snapshot,
+        )
+
+    def dead_letter(self, key: int | str) -> DeadLetter:
+        """By dead-letter id, or by the failed session's id; DeadLetterNotFound if none."""
+        return dead_letters.get_dead_letter(self.engine, key)
+
+    def close_dead_letter(
+        self, key: int | str, *, state: Closing, by: str, reason: str, now: datetime
+    ) -> DeadLetter:
+        """Resolve or dismiss a dead letter without forking it; refused if already closed."""
+        return dead_letters.close(self.engine, key, state=state, by=by, reason=reason, now=now)
+
+    def dead_letter_stats(self, *, by: str, since: datetime | None = None) -> list[dict[str, Any]]:
+        """Counts of dead letters grouped by one of `dead_letters.GROUPS`, largest first."""
+        return dead_letters.stats(self.engine, by=by, since=since)
+
+    def gauges(self, *, now: datetime) -> Gauges:
+        """What the metrics' gauges show, read in one connection."""
+        return gauges.read(self.engine, now=now)
+
+    def revisions(self) -> set[str]:
+        """The migration revisions the database's schema is at (none: no schema); raises
+        what the driver raises if the database does not answer."""
+        from alembic.runtime.migration import MigrationContext  # the CLI starts without it
+
+        with self.engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+            return set(MigrationContext.configure(conn).get_current_heads())
+
+    def close(self) -> None:
+        """Close the pooled connections; the store opens new ones if used again."""
+        self.engine.dispose()
 
 
 def _insert_session(conn: Connection, session: Session, *, now: datetime) -> None:

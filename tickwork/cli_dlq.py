@@ -130,12 +130,10 @@ def stats(
     json_output: options.Json = False,
 ) -> None:
     """Count dead letters by code, kind, model, last tool and error signature."""
-    from store.dead_letters import stats as count
-
     start = options.since(since, now=datetime.now(UTC))
     with Context() as ctx:
         grouped = {
-            g.value: [_jsonable(r) for r in count(ctx.store.engine, by=g.value, since=start)]
+            g.value: [_jsonable(r) for r in ctx.store.dead_letter_stats(by=g.value, since=start)]
             for g in ([by] if by else Grouping)
         }
     total = sum(r["count"] for r in next(iter(grouped.values())))
@@ -170,10 +168,8 @@ def export(
 
 def _write(ctx: Context, found: list[DeadLetter], file: TextIO) -> None:
     # one at a time, so an export holds one snapshot in memory, not all of them
-    from store.dead_letters import get_dead_letter
-
     for listed in found:
-        letter = get_dead_letter(ctx.store.engine, listed.id)
+        letter = ctx.store.dead_letter(listed.id)
         file.write(json.dumps(letter.model_dump(mode="json"), ensure_ascii=False) + "\n")
     file.flush()
 
@@ -186,11 +182,8 @@ def _list(
     unresolved: bool,
     limit: int,
 ) -> list[DeadLetter]:
-    from store.dead_letters import list_dead_letters
-
     start = options.since(since, now=datetime.now(UTC))
-    return list_dead_letters(
-        ctx.store.engine,
+    return ctx.store.dead_letters(
         code=code.value if code else None,
         kind=kind,
         since=start,

@@ -20,7 +20,7 @@ import pytest
 from sqlalchemy import text
 
 from fsm.values import Head, Session
-from store import Store, make_engine, open_store
+from store import make_engine, open_store
 from store.migrate import upgrade
 from store.schema import metadata
 from tests.security.jobs import RELEASE, SPEC

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from fsm.values import ErrorCode, Head, Status
-from store import Store, make_engine, open_store
+from store import make_engine, open_store
 from tickwork.client import Tickwork
 from worker.advance import advance
 from worker.jobs import Jobs
