@@ -14,6 +14,7 @@ rows.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -50,6 +51,7 @@ from .ticks import (
     appended,
     changed_states,
     lost,
+    saved_head,
     steps_from_rows,
 )
 
@@ -123,11 +125,19 @@ class PostgresStore(CoreStore):
                 row = _one(conn, SAVE, params)
         if row is None:
             raise lost(head.id, lease.version, lease.owner)
-        return rows.head_from_row(utc(sessions, row))
+        return saved_head(head, version=lease.version + 1, cancel_requested=row["cancel_requested"])
 
 
 def _q(name: str) -> str:
     return f'"{name}"'
+
+
+def _compact(sql: str) -> str:
+    """`sql` without its comment lines and runs of white space: psycopg caches the parsing
+    of a statement only up to 4 KB (`MAX_CACHED_STATEMENT_LENGTH`) and parses a longer
+    one again at every execution. The statements hold no literal with a run of spaces."""
+    kept = (line for line in sql.splitlines() if not line.lstrip().startswith("--"))
+    return re.sub(r"\s+", " ", " ".join(kept)).strip()
 
 
 def _appended(table: Table) -> str:
@@ -169,7 +179,7 @@ def _of_call(table: Table, alias: str) -> str:
     )
 
 
-CLAIM = f"""
+CLAIM = _compact(f"""
 WITH claimed AS (
     UPDATE {sessions.name} SET lease_owner = %(owner)s, lease_expires_at = %(expires)s
     WHERE id = %(id)s AND version = %(version)s AND {RUNNABLE_SQL}
@@ -209,9 +219,9 @@ SELECT {", ".join(f"claimed.{_q(c.name)}" for c in sessions.columns)},
         WHERE s.session_id = claimed.id AND s.step = %(after)s
     ) END AS known_step
 FROM claimed
-"""
+""")
 
-START = f"""
+START = _compact(f"""
 WITH started AS (
     UPDATE {calls.name} SET state = 'started', started_at = %(now)s
     WHERE session_id = %(id)s AND step = %(step)s AND call_id = %(call_id)s
@@ -225,7 +235,7 @@ WITH started AS (
 INSERT INTO {events.name} (session_id, version, kind, at, data)
 SELECT %(id)s, %(version)s, %(kind)s, %(now)s, %(data)s::jsonb FROM started
 RETURNING id
-"""
+""")
 
 _JSON_HEAD = {c.name for c in sessions.columns if isinstance(c.type, JSON)}
 
@@ -236,7 +246,7 @@ def _head_value(name: str) -> str:
 
 _APPENDED = ",\n".join(f"appended_{t.name} AS ({_appended(t)})" for t in APPENDED)
 
-SAVE = f"""
+SAVE = _compact(f"""
 WITH moved AS (
     UPDATE {sessions.name}
     SET version = %(version)s + 1, lease_owner = NULL, lease_expires_at = NULL,
@@ -244,7 +254,8 @@ WITH moved AS (
         cancel_requested = cancel_requested OR %(cancel_requested)s,
         {", ".join(f"{_q(n)} = {_head_value(n)}" for n in MUTABLE_HEAD)}
     WHERE id = %(id)s AND version = %(version)s AND lease_owner IS NOT DISTINCT FROM %(owner)s
-    RETURNING {_HEAD}
+    -- only what the database decides: the caller has the rest (`ticks.saved_head`)
+    RETURNING id, cancel_requested
 ), closed AS (
     UPDATE {calls.name} AS c SET state = r.state
     FROM moved,
@@ -254,8 +265,8 @@ WITH moved AS (
     WHERE c.session_id = moved.id AND c.step = r.step AND c.call_id = r.call_id
 ),
 {_APPENDED}
-SELECT {_HEAD} FROM moved
-"""
+SELECT cancel_requested FROM moved
+""")
 
 
 def _one(conn: Connection, sql: str, params: dict[str, Any]) -> dict[str, Any] | None:

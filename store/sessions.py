@@ -72,6 +72,7 @@ from .ticks import (
     changed_states,
     lost,
     not_started,
+    saved_head,
     started_event,
     steps_from_rows,
 )
@@ -520,9 +521,9 @@ def _apply(
             ),
             **rows.head_changes(change.head),
         )
-        .returning(*sessions.c)
+        .returning(sessions.c.cancel_requested)
     )
-    row = conn.execute(moved).mappings().first()
+    row = conn.execute(moved).first()
     if row is None:
         raise lost(session_id, version, owner)
     changed = changed_states(change)
@@ -551,7 +552,7 @@ def _apply(
         _insert_many(conn, table, values)
     if change.dead_letter:
         record_dead_letter(conn, session_id, now=now)
-    return rows.head_from_row(row)
+    return saved_head(change.head, version=version + 1, cancel_requested=row.cancel_requested)
 
 
 def record_dead_letter(conn: Connection, session_id: str, *, now: datetime) -> None:

@@ -137,6 +137,22 @@ def appended(
     }
 
 
+#: head columns whose value `rows.storable` may change on the way in (a NUL in a text)
+_CLEANED = ("error_message", "final_answer", "result")
+
+
+def saved_head(head: Head, *, version: int, cancel_requested: bool) -> Head:
+    """`head` as a save stored it at `version`, built without reading the row back: the
+    save returns only what the database decides (the cancel flag, which a request during
+    the tick may have set), and a text `rows.storable` cleaned is taken as stored."""
+    update: dict[str, Any] = {"version": version, "cancel_requested": cancel_requested}
+    stored = rows.head_changes(head)
+    for name in _CLEANED:
+        if stored[name] != getattr(head, name):
+            update[name] = stored[name]
+    return head.model_copy(update=update)
+
+
 def changed_states(change: Change) -> list[dict[str, Any]]:
     """The new states of calls stored before this change (those of its own step are stored
     in their state by `appended`), each with its step: the saves find a call by its session

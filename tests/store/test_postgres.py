@@ -76,3 +76,16 @@ def test_a_column_added_by_a_migration_does_not_break_prepared_ticks(
                 migration.execute("ALTER TABLE tickwork_sessions DROP COLUMN probe")
     finally:
         engine.dispose()
+
+
+def test_the_tick_statements_stay_short_enough_for_psycopgs_parse_cache() -> None:
+    """psycopg parses a statement's `%(name)s` placeholders again at every execution once
+    its text passes MAX_CACHED_STATEMENT_LENGTH (4 KB): a quarter of a millisecond of
+    Python a save. A column added by a migration must keep SAVE under it (or shorten it)."""
+    from psycopg import _queries
+
+    from store import postgres
+
+    limit = getattr(_queries, "MAX_CACHED_STATEMENT_LENGTH", 4096)
+    for name in ("CLAIM", "START", "SAVE"):
+        assert len(getattr(postgres, name).encode()) <= limit, name
