@@ -1,4 +1,4 @@
-"""The tick's three writes on Postgres, each one statement and one round trip.
+"""`PostgresStore`: the Core store with the tick's three writes as one statement each.
 
 A tick claims, may mark a call started, and saves. Through SQLAlchemy Core each of them is
 a transaction of several statements (BEGIN, the statements, COMMIT: 7 round trips for a
@@ -6,22 +6,29 @@ save); here each is a single statement run outside an explicit transaction, whic
 makes atomic: data-modifying CTEs that share one snapshot, the appended rows given as one
 JSON array per table and expanded with `jsonb_populate_recordset`, so the text of every
 statement is fixed and psycopg prepares it once. The statements are built from the tables
-in `schema.py`, and the store's contract suite runs the same cases here and on SQLite,
-where the Core path in `sessions.py` does the same work.
+in `schema.py` and write the rows `ticks.py` builds for both stores; the contract suite
+runs both on Postgres, and `tests/store/test_differential.py` checks they leave the same
+rows.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
-from sqlalchemy import JSON, Connection, Table
+from sqlalchemy import JSON, Connection, Engine, Table
 from sqlalchemy.exc import DBAPIError
 
+from fsm.machine import Change
+from fsm.values import Head, Status, ToolCall
+
+from . import rows
+from .files import FileChange
 from .rows import MUTABLE_HEAD
 from .schema import (
     RUNNABLE_SQL,
@@ -29,16 +36,108 @@ from .schema import (
     calls,
     decisions,
     events,
-    file_changes,
     observations,
     outbox,
     sessions,
     steps,
 )
+from .sessions import CoreStore, record_dead_letter
+from .ticks import (
+    APPENDED,
+    OPEN,
+    Claimed,
+    Lease,
+    Taken,
+    appended,
+    changed_states,
+    lost,
+    saved_head,
+    steps_from_rows,
+)
+
+
+class PostgresStore(CoreStore):
+    """The Core store whose tick writes (claim, start a call, save) are one statement each,
+    run on the driver's connection; everything else is the Core store's."""
+
+    def __init__(self, engine: Engine, *, transcripts: int = 64) -> None:
+        if engine.dialect.name != "postgresql":
+            raise ValueError(f"PostgresStore needs Postgres, not {engine.dialect.name}")
+        super().__init__(engine, transcripts=transcripts)
+        #: one statement each, atomic without BEGIN/COMMIT
+        self._single = engine.execution_options(isolation_level="AUTOCOMMIT")
+
+    def _take(self, lease: Lease, *, expires: datetime, after: int) -> Taken | None:
+        params = {
+            "id": lease.session_id,
+            "version": lease.version,
+            "owner": lease.owner,
+            "now": _aware(lease.now),
+            "expires": _aware(expires),
+            "after": after,
+        }
+        with self._single.connect() as conn:
+            row = _one(conn, CLAIM, params)
+        return None if row is None else _taken(utc(sessions, row), lease)
+
+    def _start(self, lease: Lease, call: ToolCall, event: dict[str, Any]) -> bool:
+        params = {
+            "id": lease.session_id,
+            "version": lease.version,
+            "call_id": call.call_id,
+            # the step too: either index then finds the row (a young table has no
+            # statistics, and Postgres may scan all the session's calls by the other)
+            "step": call.step,
+            "owner": lease.owner,
+            "now": _aware(lease.now),
+            "open": OPEN,
+            "kind": event["kind"],
+            "data": json.dumps(event["data"]),
+        }
+        with self._single.connect() as conn:
+            return _one(conn, START, params) is not None
+
+    def _save(self, lease: Lease, change: Change, files: FileChange | None) -> Head:
+        head = change.head
+        params: dict[str, Any] = {
+            name: json.dumps(value) if name in _JSON_HEAD else value
+            for name, value in rows.head_changes(head).items()
+        }
+        params.update(
+            id=head.id,
+            version=lease.version,
+            owner=lease.owner,
+            cancel_requested=head.cancel_requested,
+            call_states=json.dumps(changed_states(change)),
+            updated_at=_aware(head.updated_at),
+        )
+        added = appended(change, version=lease.version + 1, now=lease.now, files=files)
+        for table in APPENDED:
+            params[table.name] = _rows(added[table])
+        if change.dead_letter:
+            # the snapshot is of the whole session: read in the save's own transaction
+            with self.engine.begin() as conn:
+                row = _one(conn, SAVE, params)
+                if row is not None:
+                    record_dead_letter(conn, head.id, now=lease.now)
+        else:
+            with self._single.connect() as conn:
+                row = _one(conn, SAVE, params)
+        if row is None:
+            raise lost(head.id, lease.version, lease.owner)
+        return saved_head(head, version=lease.version + 1, cancel_requested=row["cancel_requested"])
 
 
 def _q(name: str) -> str:
     return f'"{name}"'
+
+
+def _compact(sql: str) -> str:
+    """`sql` without its comment lines and runs of white space: psycopg caches the parsing
+    of a statement only up to 4 KB (`MAX_CACHED_STATEMENT_LENGTH`) and parses a longer
+    one again at every execution. The statements hold no literal with a run of spaces."""
+    kept = (line for line in sql.splitlines() if not line.lstrip().startswith("--"))
+    return re.sub(r"\s+", " ", " ".join(kept)).strip()
 
 
 def _appended(table: Table) -> str:
@@ -80,7 +179,7 @@ def _of_call(table: Table, alias: str) -> str:
     )
 
 
-CLAIM = f"""
+CLAIM = _compact(f"""
 WITH claimed AS (
     UPDATE {sessions.name} SET lease_owner = %(owner)s, lease_expires_at = %(expires)s
     WHERE id = %(id)s AND version = %(version)s AND {RUNNABLE_SQL}
@@ -120,9 +219,9 @@ SELECT {", ".join(f"claimed.{_q(c.name)}" for c in sessions.columns)},
         WHERE s.session_id = claimed.id AND s.step = %(after)s
     ) END AS known_step
 FROM claimed
-"""
+""")
 
-START = f"""
+START = _compact(f"""
 WITH started AS (
     UPDATE {calls.name} SET state = 'started', started_at = %(now)s
     WHERE session_id = %(id)s AND step = %(step)s AND call_id = %(call_id)s
@@ -136,7 +235,7 @@ WITH started AS (
 INSERT INTO {events.name} (session_id, version, kind, at, data)
 SELECT %(id)s, %(version)s, %(kind)s, %(now)s, %(data)s::jsonb FROM started
 RETURNING id
-"""
+""")
 
 _JSON_HEAD = {c.name for c in sessions.columns if isinstance(c.type, JSON)}
 
@@ -145,109 +244,29 @@ def _head_value(name: str) -> str:
     return f"%({name})s::jsonb" if name in _JSON_HEAD else f"%({name})s"
 
 
-#: the tables a save appends to, in the order of the foreign keys
-APPENDED = (steps, calls, observations, decisions, events, outbox, file_changes)
 _APPENDED = ",\n".join(f"appended_{t.name} AS ({_appended(t)})" for t in APPENDED)
 
-SAVE = f"""
+SAVE = _compact(f"""
 WITH moved AS (
     UPDATE {sessions.name}
     SET version = %(version)s + 1, lease_owner = NULL, lease_expires_at = NULL,
         -- a cancel requested while the tick ran must survive its save
         cancel_requested = cancel_requested OR %(cancel_requested)s,
         {", ".join(f"{_q(n)} = {_head_value(n)}" for n in MUTABLE_HEAD)}
-    WHERE id = %(id)s AND version = %(version)s AND lease_owner = %(owner)s
-    RETURNING {_HEAD}
+    WHERE id = %(id)s AND version = %(version)s AND lease_owner IS NOT DISTINCT FROM %(owner)s
+    -- only what the database decides: the caller has the rest (`ticks.saved_head`)
+    RETURNING id, cancel_requested
 ), closed AS (
     UPDATE {calls.name} AS c SET state = r.state
-    FROM moved, jsonb_to_recordset(%(call_states)s::jsonb) AS r(call_id text, state text)
-    -- the calls of the current step (the caller checks): by the (session, step) index,
-    -- where a lookup by id alone may scan all the session's calls on a young table
-    WHERE c.session_id = moved.id AND c.step = moved.step AND c.call_id = r.call_id
+    FROM moved,
+        jsonb_to_recordset(%(call_states)s::jsonb) AS r(call_id text, step integer, state text)
+    -- by the (session, step) index too, where a lookup by id alone may scan all the
+    -- session's calls on a young table
+    WHERE c.session_id = moved.id AND c.step = r.step AND c.call_id = r.call_id
 ),
 {_APPENDED}
-SELECT {_HEAD} FROM moved
-"""
-
-
-def claim(
-    conn: Connection,
-    session_id: str,
-    version: int,
-    *,
-    owner: str,
-    now: datetime,
-    expires: datetime,
-    after: int,
-) -> dict[str, Any] | None:
-    """The claimed head row with the JSON of what the tick reads, or None."""
-    _aware(now, expires)
-    params = {
-        "id": session_id,
-        "version": version,
-        "owner": owner,
-        "now": now,
-        "expires": expires,
-        "after": after,
-    }
-    row = _one(conn, CLAIM, params)
-    return None if row is None else utc(sessions, row)
-
-
-def start(
-    conn: Connection,
-    session_id: str,
-    version: int,
-    *,
-    call_id: str,
-    step: int,
-    owner: str,
-    now: datetime,
-    open_states: list[str],
-    event: dict[str, Any],
-) -> bool:
-    """Mark one call started and record its event, if the lease is still ours."""
-    _aware(now)
-    params = {
-        "id": session_id,
-        "version": version,
-        "call_id": call_id,
-        "step": step,
-        "owner": owner,
-        "now": now,
-        "open": open_states,
-        "kind": event["kind"],
-        "data": json.dumps(event["data"]),
-    }
-    return _one(conn, START, params) is not None
-
-
-def save(
-    conn: Connection,
-    *,
-    head: dict[str, Any],
-    version: int,
-    owner: str,
-    cancel_requested: bool,
-    call_states: list[dict[str, str]],
-    appended: Mapping[Table, list[dict[str, Any]]],
-) -> dict[str, Any] | None:
-    """Move the head and append the rows in one statement; None if the head had moved."""
-    _aware(head["updated_at"])
-    params: dict[str, Any] = {
-        name: json.dumps(value) if name in _JSON_HEAD else value for name, value in head.items()
-    }
-    params.update(
-        id=head["id"],
-        version=version,
-        owner=owner,
-        cancel_requested=cancel_requested,
-        call_states=json.dumps(call_states),
-    )
-    for table in APPENDED:
-        params[table.name] = _rows(appended.get(table, []))
-    row = _one(conn, SAVE, params)
-    return None if row is None else utc(sessions, row)
+SELECT cancel_requested FROM moved
+""")
 
 
 def _one(conn: Connection, sql: str, params: dict[str, Any]) -> dict[str, Any] | None:
@@ -325,3 +344,27 @@ _TIMES = {
     t.name: tuple(c.name for c in t.columns if isinstance(c.type, UTCDateTime))
     for t in (sessions, steps, calls, observations, decisions, events, outbox)
 }
+
+
+def _taken(row: Mapping[str, Any], lease: Lease) -> Taken:
+    """What CLAIM read, as values."""
+    owner = lease.owner
+    assert owner is not None, "a claim takes a lease"
+
+    def found(key: str, table: Table) -> list[dict[str, Any]]:
+        return [utc(table, r) for r in row[key] or ()]
+
+    head = rows.head_from_row(row)
+    if head.status is Status.EXECUTING:
+        current = tuple(rows.call_from_row(r) for r in found("current_calls", calls))
+        decided = {
+            r["call_id"]: rows.decision_from_row(r) for r in found("current_decisions", decisions)
+        }
+        return Claimed(head=head, owner=owner, calls=current, decisions=decided), None
+    history = steps_from_rows(found("new_steps", steps), found("new_calls", calls))
+    seen = {
+        r["call_id"]: rows.observation_from_row(r) for r in found("new_observations", observations)
+    }
+    known = row["known_step"]
+    mark = None if known is None else (known[0], known[1])
+    return Claimed(head=head, owner=owner, steps=history, observations=seen), mark

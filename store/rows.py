@@ -28,6 +28,11 @@ Row = Mapping[Any, Any]
 def storable(value: Any) -> Any:
     """`value` as every backend can store it: Postgres refuses NUL in text and jsonb, and
     NaN or Infinity in jsonb (SQLite takes both; both backends are kept alike)."""
+    kind = type(value)
+    if kind is str:  # the common case first, without a copy
+        return value.replace("\x00", "\ufffd") if "\x00" in value else value
+    if kind is int or kind is bool or value is None:
+        return value
     if isinstance(value, str):
         return value.replace("\x00", "\ufffd")
     if isinstance(value, float) and not math.isfinite(value):
@@ -61,7 +66,10 @@ MUTABLE_HEAD = (
 
 
 def head_from_row(row: Row) -> Head:
-    return Head(
+    """The head of a row of ours, built without validating it again (`model_construct`):
+    every value the table holds was validated on the way in, and the columns' types give
+    each field its type; the budgets, a JSON value, are validated."""
+    return Head.model_construct(
         id=row["id"],
         kind=row["kind"],
         status=Status(row["status"]),

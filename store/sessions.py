@@ -1,19 +1,21 @@
-"""The session repository: create, claim, save, decide, cancel, fork, load.
+"""The session repository through SQLAlchemy Core: create, claim, save, decide, cancel,
+fork, load, on SQLite or any database SQLAlchemy speaks.
 
-Every write is one short transaction; none is held while a model or tool runs.
+Every write is one short transaction; none is held while a model or tool runs. The tick's
+three writes (`_take`, `_start`, `_save`) are the seams `postgres.PostgresStore` fills with
+one statement each; what they write is built in `ticks.py`, once for both.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import (
     Connection,
     Engine,
-    Table,
     and_,
     bindparam,
     delete,
@@ -21,15 +23,15 @@ from sqlalchemy import (
     literal,
     or_,
     select,
+    text,
     update,
 )
 from sqlalchemy.exc import IntegrityError
 
 from fsm import machine
 from fsm.approvals import already_decided
-from fsm.errors import CallNotFound, ClaimLost, InvalidInput, NotWaiting, SessionNotFound
+from fsm.errors import CallNotFound, InvalidInput, NotWaiting, SessionNotFound
 from fsm.forks import ForkPatch, fork
-from fsm.loops import HISTORY
 from fsm.machine import Change
 from fsm.values import (
     RUNNABLE,
@@ -43,11 +45,14 @@ from fsm.values import (
     Status,
     Step,
     ToolCall,
-    call_ids_of,
 )
 
-from . import dead_letters, postgres, rows
+from . import dead_letters, gauges, relay, rows
+from .artifacts import Artifacts, open_artifacts
+from .dead_letters import Closing, DeadLetter
 from .files import FileChange, Saved, current_state, fork_start, saved_changes
+from .gauges import Gauges
+from .relay import Due
 from .schema import (
     calls,
     decisions,
@@ -58,39 +63,29 @@ from .schema import (
     sessions,
     steps,
 )
-from .transcripts import Mark, Transcript, Transcripts
-
-OPEN = [s.value for s in CallState if s.open]
-
-
-@dataclass(frozen=True)
-class Claimed:
-    """What a tick needs after claiming a session; the lease is `owner`'s."""
-
-    head: Head
-    owner: str
-    #: EXECUTING: the current step's calls and their decisions
-    calls: tuple[ToolCall, ...] = ()
-    decisions: dict[str, Decision] = field(default_factory=dict)
-    #: READY: the whole history, for the transcript (from `claim`; only the steps after the
-    #: cached ones from `_claim`)
-    steps: tuple[Step, ...] = ()
-    observations: dict[str, Observation] = field(default_factory=dict)
-
-    @property
-    def recent(self) -> tuple[str, ...]:
-        """Fingerprints of the latest steps, oldest first."""
-        return tuple(s.fingerprint for s in self.steps[-HISTORY:])
+from .ticks import (
+    OPEN,
+    Claimed,
+    Lease,
+    Taken,
+    appended,
+    changed_states,
+    lost,
+    not_started,
+    saved_head,
+    started_event,
+    steps_from_rows,
+)
+from .transcripts import Transcript, Transcripts
 
 
-class Store:
-    """Sessions on one database; Postgres in production, SQLite for the embedded default."""
+class CoreStore:
+    """Sessions on one database through SQLAlchemy Core: the embedded default's SQLite,
+    and any database (Postgres too, where `PostgresStore` is the faster variant). Build
+    one with `store.open_store`."""
 
     def __init__(self, engine: Engine, *, transcripts: int = 64) -> None:
         self.engine = engine
-        self._postgres = engine.dialect.name == "postgresql"
-        #: the tick's claim, start and save: one statement each, atomic without BEGIN/COMMIT
-        self._single = engine.execution_options(isolation_level="AUTOCOMMIT")
         self._transcripts = Transcripts(transcripts)
 
     def create(self, session: Session, *, now: datetime) -> Head:
@@ -217,18 +212,7 @@ class Store:
         known = self._transcripts.get(session_id)
         after = known.step if known is not None else 0
         expires = now + timedelta(seconds=lease_s)
-        taken: tuple[Claimed, Mark] | None
-        if self._postgres:
-            with self._single.connect() as conn:
-                row = postgres.claim(
-                    conn, session_id, version, owner=owner, now=now, expires=expires, after=after
-                )
-            taken = None if row is None else _claimed_from_json(row, owner)
-        else:
-            with self.engine.begin() as conn:
-                taken = _claim(
-                    conn, session_id, version, owner=owner, now=now, expires=expires, after=after
-                )
+        taken = self._take(Lease(session_id, version, owner, now), expires=expires, after=after)
         if taken is None:
             return None
         claimed, mark = taken
@@ -273,37 +257,9 @@ class Store:
         rerun: bool = False,
     ) -> None:
         """Mark `call` started before it runs, so a crash leaves it visibly in doubt."""
-        event = Event(
-            kind=EventKind.TOOL_STARTED,
-            at=now,
-            data={"call_id": call.call_id, "name": call.name, "rerun": rerun},
-        )
-        stored = rows.event_to_row(session_id, version, event)
-        if self._postgres:
-            with self._single.connect() as conn:
-                started = postgres.start(
-                    conn,
-                    session_id,
-                    version,
-                    call_id=call.call_id,
-                    # the step too: either index then finds the row (a young table has no
-                    # statistics, and Postgres may scan all the session's calls by the other)
-                    step=call.step,
-                    owner=owner,
-                    now=now,
-                    open_states=OPEN,
-                    event=stored,
-                )
-        else:
-            with self.engine.begin() as conn:
-                started = _start(conn, session_id, version, call.call_id, owner=owner, now=now)
-                if started:
-                    conn.execute(insert(events), [stored])
-        if not started:
-            raise ClaimLost(
-                f"session {session_id} is no longer at version {version} "
-                f"under lease {owner}; call {call.call_id} was not started"
-            )
+        event = started_event(session_id, version, call, now=now, rerun=rerun)
+        if not self._start(Lease(session_id, version, owner, now), call, event):
+            raise not_started(session_id, version, owner, call.call_id)
 
     def save(
         self,
@@ -317,33 +273,33 @@ class Store:
         """Move the head to `version + 1` if it is still at `version` under our lease, and
         append what the change made (and the tick's change to the session's files), in one
         transaction. Raises ClaimLost otherwise."""
-        changed = _changed_states(change)
-        if (
-            self._postgres
-            and owner is not None
-            and not change.dead_letter
-            and all(c["call_id"].startswith(call_ids_of(change.head.step)) for c in changed)
-        ):
-            with self._single.connect() as conn:
-                row = postgres.save(
-                    conn,
-                    head={"id": change.head.id, **rows.head_changes(change.head)},
-                    version=version,
-                    owner=owner,
-                    cancel_requested=change.head.cancel_requested,
-                    call_states=changed,
-                    appended=_appended(change, version=version + 1, now=now, files=files),
-                )
-            if row is None:
-                raise _lost(change.head.id, version, owner)
-            return rows.head_from_row(row)
+        return self._save(Lease(change.head.id, version, owner, now), change, files)
+
+    def _take(self, lease: Lease, *, expires: datetime, after: int) -> Taken | None:
+        """The claim's write: take the lease until `expires`, drop the version's outbox row,
+        read what the tick needs (a THINK: the steps after step `after`)."""
         with self.engine.begin() as conn:
-            return _apply(conn, change, version=version, owner=owner, now=now, files=files)
+            return _claim(conn, lease, expires=expires, after=after)
+
+    def _start(self, lease: Lease, call: ToolCall, event: dict[str, Any]) -> bool:
+        """Mark `call` started and record `event`, if the lease is still ours."""
+        with self.engine.begin() as conn:
+            started = _start(conn, lease, call)
+            if started:
+                conn.execute(insert(events), [event])
+        return started
+
+    def _save(self, lease: Lease, change: Change, files: FileChange | None) -> Head:
+        """The save's write: the compare-and-swap, the calls closed, the rows appended."""
+        with self.engine.begin() as conn:
+            return _apply(
+                conn, change, version=lease.version, owner=lease.owner, now=lease.now, files=files
+            )
 
     def decide(self, session_id: str, decision: Decision, *, now: datetime) -> Head:
         """Record one person's decision on one call; each call is decided once."""
         with self.engine.begin() as conn:
-            head = _head(conn, session_id, lock=self._postgres)
+            head = _head(conn, session_id, lock=True)
             existing = _decisions(conn, session_id, (decision.call_id,)).get(decision.call_id)
             current = _calls(conn, session_id, step=head.step)
             call = next((c for c in current if c.call_id == decision.call_id), None)
@@ -367,7 +323,7 @@ class Store:
     def request_cancel(self, session_id: str, *, now: datetime, by: str = "") -> Head:
         """Cancel a suspended session now; a runnable one is cancelled at its next tick."""
         with self.engine.begin() as conn:
-            head = _head(conn, session_id, lock=self._postgres)
+            head = _head(conn, session_id, lock=True)
             current = _calls(conn, session_id, step=head.step)
             change = machine.request_cancel(head, current, now=now, by=by)
             if not change.head.status.runnable:
@@ -445,6 +401,70 @@ class Store:
         """The state hash of the session's files as last saved; None if no tick changed them."""
         return current_state(self.engine, session_id)
 
+    def artifacts(self, url: str) -> Artifacts:
+        """The artifact store `url` names; this database's blobs table when it is empty."""
+        return open_artifacts(url, self.engine)
+
+    def due_ticks(self, *, now: datetime, older_than_s: float, limit: int = 500) -> list[Due]:
+        """The relay's scan of the outbox (`relay.due_ticks`)."""
+        return relay.due_ticks(self.engine, now=now, older_than_s=older_than_s, limit=limit)
+
+    def expired_leases(self, *, now: datetime, limit: int = 500) -> list[Due]:
+        """The relay's scan for sessions whose worker died (`relay.expired_leases`)."""
+        return relay.expired_leases(self.engine, now=now, limit=limit)
+
+    def dead_letters(
+        self,
+        *,
+        code: str | None = None,
+        kind: str | None = None,
+        since: datetime | None = None,
+        unresolved: bool = False,
+        limit: int = 100,
+        with_snapshot: bool = False,
+    ) -> list[DeadLetter]:
+        """Newest first."""
+        return dead_letters.list_dead_letters(
+            self.engine,
+            code=code,
+            kind=kind,
+            since=since,
+            unresolved=unresolved,
+            limit=limit,
+            with_snapshot=with_snapshot,
+        )
+
+    def dead_letter(self, key: int | str) -> DeadLetter:
+        """By dead-letter id, or by the failed session's id; DeadLetterNotFound if none."""
+        return dead_letters.get_dead_letter(self.engine, key)
+
+    def close_dead_letter(
+        self, key: int | str, *, state: Closing, by: str, reason: str, now: datetime
+    ) -> DeadLetter:
+        """Resolve or dismiss a dead letter without forking it; refused if already closed."""
+        return dead_letters.close(self.engine, key, state=state, by=by, reason=reason, now=now)
+
+    def dead_letter_stats(self, *, by: str, since: datetime | None = None) -> list[dict[str, Any]]:
+        """Counts of dead letters grouped by one of `dead_letters.GROUPS`, largest first."""
+        return dead_letters.stats(self.engine, by=by, since=since)
+
+    def gauges(self, *, now: datetime) -> Gauges:
+        """What the metrics' gauges show, read in one connection."""
+        return gauges.read(self.engine, now=now)
+
+    def revisions(self) -> set[str]:
+        """The migration revisions the database's schema is at (none: no schema); raises
+        what the driver raises if the database does not answer."""
+        from alembic.runtime.migration import MigrationContext  # the CLI starts without it
+
+        with self.engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+            return set(MigrationContext.configure(conn).get_current_heads())
+
+    def close(self) -> None:
+        """Close the pooled connections; the store opens new ones if used again."""
+        self.engine.dispose()
+
 
 def _insert_session(conn: Connection, session: Session, *, now: datetime) -> None:
     head = session.head
@@ -501,77 +521,43 @@ def _apply(
             ),
             **rows.head_changes(change.head),
         )
-        .returning(*sessions.c)
+        .returning(sessions.c.cancel_requested)
     )
-    row = conn.execute(moved).mappings().first()
+    row = conn.execute(moved).first()
     if row is None:
-        raise _lost(session_id, version, owner)
-    changed = _changed_states(change)
+        raise lost(session_id, version, owner)
+    changed = changed_states(change)
     if changed:
         conn.execute(
             update(calls)
             .where(
-                and_(calls.c.session_id == bindparam("sid"), calls.c.call_id == bindparam("cid"))
+                and_(
+                    calls.c.session_id == bindparam("sid"),
+                    calls.c.step == bindparam("at_step"),
+                    calls.c.call_id == bindparam("cid"),
+                )
             )
             .values(state=bindparam("new_state")),
-            [{"sid": session_id, "cid": c["call_id"], "new_state": c["state"]} for c in changed],
+            [
+                {
+                    "sid": session_id,
+                    "at_step": c["step"],
+                    "cid": c["call_id"],
+                    "new_state": c["state"],
+                }
+                for c in changed
+            ],
         )
-    for table, values in _appended(change, version=version + 1, now=now, files=files).items():
+    for table, values in appended(change, version=version + 1, now=now, files=files).items():
         _insert_many(conn, table, values)
     if change.dead_letter:
-        dead_letters.record(conn, _load(conn, session_id), now=now)
-    return rows.head_from_row(row)
+        record_dead_letter(conn, session_id, now=now)
+    return saved_head(change.head, version=version + 1, cancel_requested=row.cancel_requested)
 
 
-def _lost(session_id: str, version: int, owner: str | None) -> ClaimLost:
-    return ClaimLost(
-        f"session {session_id} is no longer at version {version}"
-        + (f" under lease {owner}" if owner else "")
-        + "; this tick's work is dropped and the newer state stands"
-    )
-
-
-def _appended(
-    change: Change, *, version: int, now: datetime, files: FileChange | None = None
-) -> dict[Table, list[dict[str, Any]]]:
-    """The rows `change` (and the tick's `files`) append, by table, in the order of the
-    foreign keys."""
-    session_id = change.head.id
-    step = change.step
-    # a new step's calls are stored in the state the change leaves them in
-    states = {cid: state.value for cid, state in change.call_states}
-    # a delayed tick waits here, unpublished, until the relay publishes it when due
-    tick = {
-        "session_id": session_id,
-        "version": version,
-        "due_at": now + timedelta(seconds=change.delay_s),
-        "published_at": None if change.delay_s > 0 else now,
-    }
-    return {
-        steps: [] if step is None else [rows.step_to_row(session_id, step)],
-        calls: []
-        if step is None
-        else [
-            {**rows.call_to_row(session_id, c), "state": states.get(c.call_id, c.state.value)}
-            for c in step.calls
-        ],
-        observations: [rows.observation_to_row(session_id, o) for o in change.observations],
-        decisions: [rows.decision_to_row(session_id, d) for d in change.decisions],
-        events: [rows.event_to_row(session_id, version, e) for e in change.events],
-        outbox: [tick] if change.enqueue else [],
-        file_changes: [] if files is None else [files.row(session_id, version)],
-    }
-
-
-def _changed_states(change: Change) -> list[dict[str, str]]:
-    """The new states of calls stored before this change (those of its own step are stored
-    in their state by `_appended`)."""
-    new = {c.call_id for c in change.step.calls} if change.step is not None else set()
-    return [
-        {"call_id": cid, "state": state.value}
-        for cid, state in change.call_states
-        if cid not in new
-    ]
+def record_dead_letter(conn: Connection, session_id: str, *, now: datetime) -> None:
+    """Dead-letter the session the save in `conn`'s transaction failed, with its snapshot."""
+    dead_letters.record(conn, _load(conn, session_id), now=now)
 
 
 def _insert_many(conn: Connection, table: Any, values: list[dict[str, Any]]) -> None:
@@ -641,23 +627,16 @@ def _missing_call(conn: Connection, head: Head, call_id: str) -> None:
     )
 
 
-def _claim(
-    conn: Connection,
-    session_id: str,
-    version: int,
-    *,
-    owner: str,
-    now: datetime,
-    expires: datetime,
-    after: int,
-) -> tuple[Claimed, Mark] | None:
+def _claim(conn: Connection, lease: Lease, *, expires: datetime, after: int) -> Taken | None:
+    session_id, version, owner = lease.session_id, lease.version, lease.owner
+    assert owner is not None, "a claim takes a lease"
     taken = (
         update(sessions)
         .where(
             sessions.c.id == session_id,
             sessions.c.version == version,
             sessions.c.status.in_([s.value for s in RUNNABLE]),
-            or_(sessions.c.lease_owner.is_(None), sessions.c.lease_expires_at < now),
+            or_(sessions.c.lease_owner.is_(None), sessions.c.lease_expires_at < lease.now),
         )
         .values(lease_owner=owner, lease_expires_at=expires)
         .returning(*sessions.c)
@@ -683,60 +662,28 @@ def _claim(
     return Claimed(head=head, owner=owner, steps=history, observations=seen), mark
 
 
-def _start(
-    conn: Connection, session_id: str, version: int, call_id: str, *, owner: str, now: datetime
-) -> bool:
+def _start(conn: Connection, lease: Lease, call: ToolCall) -> bool:
     ours = (
         select(sessions.c.id)
         .where(
-            sessions.c.id == session_id,
-            sessions.c.version == version,
-            sessions.c.lease_owner == owner,
+            sessions.c.id == lease.session_id,
+            sessions.c.version == lease.version,
+            sessions.c.lease_owner == lease.owner,
         )
         .exists()
     )
     stmt = (
         update(calls)
         .where(
-            calls.c.session_id == session_id,
-            calls.c.call_id == call_id,
+            calls.c.session_id == lease.session_id,
+            calls.c.step == call.step,
+            calls.c.call_id == call.call_id,
             calls.c.state.in_(OPEN),
             ours,
         )
-        .values(state="started", started_at=now)
+        .values(state="started", started_at=lease.now)
     )
     return bool(conn.execute(stmt).rowcount == 1)
-
-
-def _claimed_from_json(row: Mapping[str, Any], owner: str) -> tuple[Claimed, Mark]:
-    """What `postgres.claim` read, as values."""
-
-    def found(key: str, table: Table) -> list[dict[str, Any]]:
-        return [postgres.utc(table, r) for r in row[key] or ()]
-
-    head = rows.head_from_row(row)
-    if head.status is Status.EXECUTING:
-        current = tuple(rows.call_from_row(r) for r in found("current_calls", calls))
-        decided = {
-            r["call_id"]: rows.decision_from_row(r) for r in found("current_decisions", decisions)
-        }
-        return Claimed(head=head, owner=owner, calls=current, decisions=decided), None
-    history = _steps(found("new_steps", steps), found("new_calls", calls))
-    seen = {
-        r["call_id"]: rows.observation_from_row(r) for r in found("new_observations", observations)
-    }
-    known = row["known_step"]
-    mark = None if known is None else (known[0], known[1])
-    return Claimed(head=head, owner=owner, steps=history, observations=seen), mark
-
-
-def _steps(step_rows: Iterable[rows.Row], call_rows: Iterable[rows.Row]) -> tuple[Step, ...]:
-    """Steps in order from their rows and their calls' rows (in step and index order)."""
-    by_step: dict[int, list[ToolCall]] = {}
-    for r in call_rows:
-        call = rows.call_from_row(r)
-        by_step.setdefault(call.step, []).append(call)
-    return tuple(rows.step_from_row(r, tuple(by_step.get(r["step"], ()))) for r in step_rows)
 
 
 def _history(
@@ -757,7 +704,7 @@ def _history(
         .where(steps.c.session_id == session_id, steps.c.step > after)
         .order_by(steps.c.step)
     ).mappings()
-    history = _steps(step_rows, call_rows)
+    history = steps_from_rows(step_rows, call_rows)
     found = select(observations).where(observations.c.session_id == session_id)
     if after:
         # by the calls' ids, looked up one by one: a join may scan every observation per call

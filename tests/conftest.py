@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from store import Store, make_engine
+from store import Store, make_engine, open_store
 from store.migrate import upgrade
 from store.schema import metadata
 from tests.services import postgres_database, redis_url
@@ -81,5 +81,5 @@ def database_url(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def store(database_url: str) -> Iterator[Store]:
     engine = make_engine(database_url)
-    yield Store(engine)
+    yield open_store(engine)
     engine.dispose()

@@ -140,6 +140,80 @@ def test_no_modules_import_each_other_in_a_circle(layer: str) -> None:
     )
 
 
+#: store/ modules that hold the tables and the engine: only store/ may import them
+STORE_INSIDES = ("store.schema", "store.engine", "store.sessions", "store.postgres")
+#: names of store/ that build an engine or a store other than by `open_store`
+STORE_NAMES = ("store.make_engine", "store.CoreStore", "store.PostgresStore")
+#: engine methods that open a connection or a transaction, or close the pool
+ENGINE_CALLS = ("connect", "begin", "dispose", "execution_options", "raw_connection")
+#: modules above store/ allowed to reach the tables or the engine, with the reason
+DATABASE_EXCEPTIONS: dict[str, str] = {}
+
+
+def database_uses(source: str) -> Iterator[tuple[int, str]]:
+    """(line, what) for each place `source` (a module above store/) reaches the database
+    other than through the `Store` port: an import of the store's insides (its tables,
+    engine, implementations), an `.engine` attribute, a call of an engine's
+    connect/begin/dispose."""
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+        else:
+            names = []
+        for name in names:
+            if name.startswith(STORE_INSIDES) or name in STORE_NAMES:
+                yield node.lineno, f"imports {name}"
+        if isinstance(node, ast.Attribute) and node.attr == "engine":
+            yield node.lineno, f"reads .engine of {ast.unparse(node.value)}"
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ENGINE_CALLS
+            and "engine" in ast.unparse(node.func.value).lower()
+        ):
+            yield node.lineno, f"calls {ast.unparse(node.func)}"
+
+
+def test_nothing_above_store_touches_tables_or_the_engine() -> None:
+    """worker/, tasks/ and tickwork/ reach the database through the `Store` port
+    (store/port.py), made by `store.open_store`: the relay's scans, dead letters, the
+    gauges and the health check are its methods."""
+    found = []
+    for path in sources():
+        name = module_name(path)
+        if name.split(".")[0] not in ("worker", "tasks", "tickwork"):
+            continue
+        if name in DATABASE_EXCEPTIONS:
+            continue
+        uses = database_uses(path.read_text())
+        found += [f"{path.relative_to(ROOT)}:{line} {what}" for line, what in uses]
+    assert not found, "reaches the database beside the Store port:\n" + "\n".join(found)
+
+
+def test_the_database_guard_sees_what_it_looks_for() -> None:
+    probe = (
+        "from store.schema import sessions\n"
+        "from store import make_engine, open_store\n"
+        "import store.postgres\n"
+        "def f(rt):\n"
+        "    with rt.store.engine.connect() as conn:\n"
+        "        pass\n"
+        "    engine.begin()\n"
+        "    open_store('sqlite://').close()\n"
+    )
+    assert sorted(database_uses(probe)) == [
+        (1, "imports store.schema"),
+        (1, "imports store.schema.sessions"),
+        (2, "imports store.make_engine"),
+        (3, "imports store.postgres"),
+        (5, "calls rt.store.engine.connect"),
+        (5, "reads .engine of rt.store"),
+        (7, "calls engine.begin"),
+    ]
+
+
 def test_the_guard_sees_every_kind_of_import() -> None:
     relay = {t for _, t in imports(ROOT / "worker" / "relay.py")}
     assert {"store.relay", "worker.metrics", "worker.runtime"} <= relay

@@ -128,12 +128,10 @@ def stats(
     json_output: options.Json = False,
 ) -> None:
     """Count dead letters by code, kind, model, last tool and error signature."""
-    from store.dead_letters import stats as count
-
     start = options.since(since, now=datetime.now(UTC))
     with Context() as ctx:
         grouped = {
-            g.value: [_jsonable(r) for r in count(ctx.store.engine, by=g.value, since=start)]
+            g.value: [_jsonable(r) for r in ctx.store.dead_letter_stats(by=g.value, since=start)]
             for g in ([by] if by else Grouping)
         }
     total = sum(r["count"] for r in next(iter(grouped.values())))
@@ -204,11 +202,8 @@ def _list(
     unresolved: bool,
     limit: int,
 ) -> list[DeadLetter]:
-    from store.dead_letters import list_dead_letters
-
     start = options.since(since, now=datetime.now(UTC))
-    return list_dead_letters(
-        ctx.store.engine,
+    return ctx.store.dead_letters(
         code=code.value if code else None,
         kind=kind,
         since=start,

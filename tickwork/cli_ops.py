@@ -106,7 +106,6 @@ def check_what_ticks_load(settings: Settings) -> None:
     checked once before the worker starts: one it could not load would fail every session
     it ticks (or, without a schema, every relay pass)."""
     from fsm.errors import ConfigurationError
-    from store.artifacts import open_artifacts
     from store.migrate import current
     from worker.imports import load_object
     from worker.jobs import Jobs
@@ -127,10 +126,10 @@ def check_what_ticks_load(settings: Settings) -> None:
     if settings.artifacts_url:
         store = build_store(settings)
         try:
-            artifacts = open_artifacts(settings.artifacts_url, store.engine)
+            artifacts = store.artifacts(settings.artifacts_url)
             getattr(artifacts, "close", lambda: None)()
         finally:
-            store.engine.dispose()
+            store.close()
 
 
 def _metrics_folder(state_dir: Path, hostname: str | None) -> None:
@@ -200,7 +199,7 @@ def relay(
             for background in rt.background:
                 background.stop()
     finally:
-        rt.store.engine.dispose()
+        rt.store.close()
 
 
 def upgrade(json_output: options.Json = False) -> None:

@@ -29,7 +29,7 @@ from fsm.forks import ForkPatch
 from fsm.values import Budgets, Decision, DecisionKind, Head, Session
 from store import Store
 from store import dead_letters as dl
-from store.artifacts import Artifacts, open_artifacts
+from store.artifacts import Artifacts
 from worker.app import TICK, make_app
 from worker.jobs import Jobs
 from worker.models import Providers, check_spec
@@ -69,11 +69,11 @@ class Tickwork:
         return self._app
 
     def close(self) -> None:
-        self.store.engine.dispose()
+        self.store.close()
 
     @functools.cached_property
     def artifacts(self) -> Artifacts:
-        return open_artifacts(self.settings.artifacts_url, self.store.engine)
+        return self.store.artifacts(self.settings.artifacts_url)
 
     @functools.cached_property
     def files(self) -> Workspaces:
@@ -396,21 +396,23 @@ class Tickwork:
         return head
 
     def dead_letters(self, **filters: Any) -> list[dl.DeadLetter]:
-        return dl.list_dead_letters(self.store.engine, **filters)
+        return self.store.dead_letters(**filters)
 
     def dead_letter(self, key: int | str) -> dl.DeadLetter:
-        return dl.get_dead_letter(self.store.engine, key)
+        return self.store.dead_letter(key)
 
     def close_dead_letter(
         self, key: int | str, *, state: dl.Closing, by: str, reason: str
     ) -> dl.DeadLetter:
         """Resolve or dismiss a dead letter without forking it."""
-        return dl.close(self.store.engine, key, state=state, by=by, reason=reason, now=self.clock())
+        return self.store.close_dead_letter(
+            key, state=state, by=by, reason=reason, now=self.clock()
+        )
 
     def dead_letter_stats(
         self, *, by: str = "code", since: datetime | None = None
     ) -> list[dict[str, Any]]:
-        return dl.stats(self.store.engine, by=by, since=since)
+        return self.store.dead_letter_stats(by=by, since=since)
 
 
 def _given_price(spec: str, price: PriceLike) -> Price:

@@ -81,11 +81,11 @@ class Context:
     @property
     def store(self) -> Store:
         if self._store is None:
-            from store import Store, make_engine
+            from store import open_store
 
             settings = self.settings
             ensure_schema(settings)
-            self._store = Store(make_engine(settings.db_url))
+            self._store = open_store(settings.db_url)
         return self._store
 
     @property
@@ -98,16 +98,15 @@ class Context:
 
     def dead_letter(self, key: str) -> DeadLetter:
         """A dead letter by its id, else by its session's id."""
-        from store.dead_letters import DeadLetterNotFound, get_dead_letter
+        from store.dead_letters import DeadLetterNotFound
 
-        engine = self.store.engine
         if key.isascii() and key.isdigit() and int(key) < 2**63:
             try:
-                return get_dead_letter(engine, int(key))
+                return self.store.dead_letter(int(key))
             except DeadLetterNotFound:
                 pass
         try:
-            return get_dead_letter(engine, key)
+            return self.store.dead_letter(key)
         except DeadLetterNotFound:
             raise DeadLetterNotFound(
                 f"no dead letter has id or session id {key!r}; list them with `tickwork dlq ls`"
@@ -115,4 +114,4 @@ class Context:
 
     def close(self) -> None:
         if self._store is not None:
-            self._store.engine.dispose()
+            self._store.close()

@@ -27,13 +27,12 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import REGISTRY, Collector
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
-from sqlalchemy import Connection, Engine, case, func, or_, select
 
-from fsm.values import RUNNABLE, ErrorCode, EventKind, Status
-from store.schema import dead_letters, events, outbox, sessions
+from fsm.values import ErrorCode, EventKind, Status
 
 if TYPE_CHECKING:
     from fsm.machine import Change
+    from store import Store
     from store.relay import RelayPass
 
     from .models.providers import Providers
@@ -167,8 +166,8 @@ def counted_relay(relay_once: F) -> F:
 class StoreCollector(Collector):
     """Gauges read from the database at each scrape; the API exposes them."""
 
-    def __init__(self, engine: Engine, *, clock: Callable[[], datetime] | None = None) -> None:
-        self.engine = engine
+    def __init__(self, store: Store, *, clock: Callable[[], datetime] | None = None) -> None:
+        self.store = store
         self.clock = clock or (lambda: datetime.now(UTC))
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
@@ -185,38 +184,10 @@ class StoreCollector(Collector):
         yield from found
 
     def _gauges(self, now: datetime) -> Iterator[GaugeMetricFamily]:
-        with self.engine.connect() as conn:
-            by_status = {
-                status: count
-                for status, count in conn.execute(
-                    select(sessions.c.status, func.count()).group_by(sessions.c.status)
-                )
-            }
-            suspended = select(sessions.c.id).where(
-                sessions.c.status == Status.WAITING_APPROVAL.value
-            )
-            requested = (
-                select(events.c.session_id, func.max(events.c.at).label("at"))
-                .where(
-                    events.c.kind == EventKind.APPROVAL_REQUESTED.value,
-                    events.c.session_id.in_(suspended),
-                )
-                .group_by(events.c.session_id)
-                .subquery()
-            )
-            waiting = conn.execute(
-                select(sessions.c.awaiting, requested.c.at)
-                .outerjoin(requested, requested.c.session_id == sessions.c.id)
-                .where(sessions.c.status == Status.WAITING_APPROVAL.value)
-            ).all()
-            resolved = dead_letters.c.resolved_at.is_not(None)
-            letters = conn.execute(
-                select(dead_letters.c.code, resolved, func.count()).group_by(
-                    dead_letters.c.code, resolved
-                )
-            ).all()
-            rows, oldest_due = conn.execute(select(func.count(), func.min(outbox.c.due_at))).one()
-            stalest, delayed = _runnable(conn, now)
+        read = self.store.gauges(now=now)
+        by_status, waiting = read.by_status, read.waiting
+        letters, rows, oldest_due = read.dead_letters, read.outbox_rows, read.oldest_due
+        stalest, delayed = read.stalest, read.delayed
 
         family = GaugeMetricFamily("tickwork_sessions", "Sessions by status", labels=["status"])
         for status in Status:
@@ -271,31 +242,6 @@ class StoreCollector(Collector):
         )
         waiting.add_metric([], delayed)
         yield waiting
-
-
-def _runnable(conn: Connection, now: datetime) -> tuple[datetime | None, int]:
-    """When the stalest runnable session last moved (or, for a delayed tick the relay has
-    not published yet, fell due), leaving out sessions whose delayed tick is not yet due;
-    and how many those are."""
-    runnable = sessions.c.status.in_([s.value for s in RUNNABLE])
-    unpublished = outbox.c.published_at.is_(None)
-    moving = sessions.outerjoin(
-        outbox,
-        (outbox.c.session_id == sessions.c.id) & (outbox.c.version == sessions.c.version),
-    )
-    delayed = conn.execute(
-        select(func.count()).select_from(moving).where(runnable, unpublished, outbox.c.due_at > now)
-    ).scalar_one()
-    since = case(
-        (unpublished & (outbox.c.due_at > sessions.c.updated_at), outbox.c.due_at),
-        else_=sessions.c.updated_at,
-    )
-    stalest = conn.execute(
-        select(func.min(since))
-        .select_from(moving)
-        .where(runnable, or_(outbox.c.due_at.is_(None), ~unpublished, outbox.c.due_at <= now))
-    ).scalar()
-    return stalest, int(delayed)
 
 
 def _age(now: datetime, at: datetime) -> float:

@@ -10,7 +10,7 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 
-from store.relay import Due, RelayPass, due_ticks, expired_leases
+from store.relay import Due, RelayPass
 
 from . import metrics  # issue 8: relay metrics
 from .runtime import Runtime
@@ -25,8 +25,8 @@ LOGGED_IDS = 20
 @metrics.counted_relay  # issue 8: relay republishes and lease expiries
 def relay_once(rt: Runtime) -> RelayPass:
     now = rt.clock()
-    revived = expired_leases(rt.store.engine, now=now)
-    found = due_ticks(rt.store.engine, now=now, older_than_s=rt.settings.relay_after_s)
+    revived = rt.store.expired_leases(now=now)
+    found = rt.store.due_ticks(now=now, older_than_s=rt.settings.relay_after_s)
     delayed = [t for t in found if t.delayed]
     lost = [t for t in found if not t.delayed]
     for tick in (*revived, *found):

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from fsm.errors import ArtifactsUnavailable, ConfigurationError, InvalidInput
 from fsm.values import Head
-from store.artifacts import Artifacts, open_artifacts
+from store.artifacts import Artifacts
 from store.files import Manifest, parse_entry
 
 from . import sources
@@ -220,14 +220,14 @@ def prepare(
 
 def _settings_artifacts(stack: ExitStack) -> Artifacts:
     """The artifact store of the settings (for a `prepare` called without one)."""
-    from store import make_engine
+    from store import open_store
 
     settings = load_settings()
     if settings.db_url.startswith("sqlite"):
         settings.state_dir.mkdir(parents=True, exist_ok=True)
-    engine = make_engine(settings.db_url)
-    stack.callback(engine.dispose)
-    return open_artifacts(settings.artifacts_url, engine)
+    store = open_store(settings.db_url)
+    stack.callback(store.close)
+    return store.artifacts(settings.artifacts_url)
 
 
 def _mode(entry: str | None) -> str:

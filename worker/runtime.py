@@ -17,8 +17,7 @@ import httpx
 
 from fsm.budgets import stop_reason
 from fsm.errors import ConfigurationError
-from store import Store, make_engine
-from store.artifacts import open_artifacts
+from store import Store, open_store
 
 from .jobs import Jobs
 from .models import Model, Providers, make_model, pooled_client
@@ -176,7 +175,7 @@ class Runtime:
     @functools.cached_property
     def workspaces(self) -> Workspaces:
         """This host's working copies of sessions' files, and the artifact store behind them."""
-        artifacts = open_artifacts(self.settings.artifacts_url, self.store.engine)
+        artifacts = self.store.artifacts(self.settings.artifacts_url)
         return Workspaces(
             self.settings.workspaces_path,
             self.store,
@@ -227,4 +226,4 @@ class Runtime:
 def build_store(settings: Settings, **engine_args: Any) -> Store:
     if settings.db_url.startswith("sqlite"):
         settings.state_dir.mkdir(parents=True, exist_ok=True)
-    return Store(make_engine(settings.db_url, **engine_args), transcripts=settings.transcript_cache)
+    return open_store(settings.db_url, transcripts=settings.transcript_cache, **engine_args)

@@ -130,7 +130,7 @@ def main() -> None:
     parser.add_argument("--database-url", default="")
     args = parser.parse_args()
 
-    from store import Store, make_engine
+    from store import make_engine, open_store
     from store.artifacts import DatabaseArtifacts
     from store.migrate import upgrade
     from worker import sources
@@ -140,7 +140,7 @@ def main() -> None:
         tmp = Path(tmp_name)
         url = args.database_url or f"sqlite:///{tmp / 'bench.db'}"
         upgrade(url)
-        store = Store(make_engine(url))
+        store = open_store(make_engine(url))
         artifacts = DatabaseArtifacts(store.engine)
         try:
             large, small = tmp / "large", tmp / "small"

@@ -13,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import create_engine
 
 from fsm.values import Status
+from store import open_store
 from tests.api.conftest import TOKENS, Server, Stack, until
 from tests.api.test_dead_letters import BROKEN
 from tests.api.test_sessions import ECHO
@@ -83,7 +84,7 @@ def test_the_api_exposes_ticks_usage_store_gauges_and_requests(stack: Stack) -> 
 
 def test_a_store_that_does_not_answer_is_reported_not_raised() -> None:
     engine = create_engine("sqlite:////nonexistent/dir/x.db")
-    families = {f.name: f for f in StoreCollector(engine).collect()}
+    families = {f.name: f for f in StoreCollector(open_store(engine)).collect()}
     assert families["tickwork_store_up"].samples[0].value == 0
     engine.dispose()
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pexpect
 import pytest
 
-from store import Store, make_engine
+from store import make_engine, open_store
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -46,7 +46,7 @@ def test_demo_yes_repairs_the_example_on_a_fresh_state_folder(tmp_path: Path) ->
     assert "(len(numbers) + 1)" in shipped, "the shipped example must never change"
     # the tests ran in the sandbox (the default): the failures name the working copy's
     # path inside it, not the copy's path on this host
-    store = Store(make_engine(f"sqlite:///{tmp_path / 'state' / 'tickwork.db'}"))
+    store = open_store(make_engine(f"sqlite:///{tmp_path / 'state' / 'tickwork.db'}"))
     try:
         (head,) = store.list_sessions(limit=5)
         first_run = store.load(head.id).observations[0].content

@@ -20,7 +20,7 @@ import pytest
 from sqlalchemy import text
 
 from fsm.values import Head, Session
-from store import Store, make_engine
+from store import make_engine, open_store
 from store.migrate import upgrade
 from store.schema import metadata
 from tests.security.jobs import RELEASE, SPEC
@@ -44,7 +44,7 @@ class Env:
             dead_letter_queue=f"{queue}.dead",
             **settings,
         )
-        self.store = Store(make_engine(url))
+        self.store = open_store(make_engine(url))
         self.client = Tickwork(self.settings, store=self.store)
         self.published: list[tuple[str, int, float]] = []
         self.rt = Runtime(

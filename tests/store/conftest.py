@@ -30,7 +30,7 @@ from fsm.values import (
     ToolCall,
     Usage,
 )
-from store import Claimed, Store, make_engine
+from store import Claimed, Store, make_engine, open_store
 from store.migrate import upgrade
 from store.schema import metadata, sessions
 from tests.conftest import Clock
@@ -272,11 +272,29 @@ def postgres_engine(postgres_url: str) -> Iterator[Engine]:
     engine.dispose()
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def database_url(request: pytest.FixtureRequest) -> str:
+#: where the contract suite runs: the Core store on SQLite and on Postgres, and the Postgres
+#: store (its one-statement tick writes) on Postgres
+BACKENDS = ("sqlite", "postgres-core", "postgres")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A test of a store runs on each backend; one that takes only a database, on each
+    database."""
+    if "backend" in metafunc.fixturenames:
+        wanted = BACKENDS if "store" in metafunc.fixturenames else ("sqlite", "postgres")
+        metafunc.parametrize("backend", wanted, indirect=True)
+
+
+@pytest.fixture
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def database_url(backend: str, request: pytest.FixtureRequest) -> str:
     """Each test runs on SQLite and on Postgres, on an empty schema (rows deleted, which is
     much faster than the shared fixture's TRUNCATE on small tables)."""
-    if request.param == "sqlite":
+    if backend == "sqlite":
         return str(request.getfixturevalue("sqlite_url"))
     engine: Engine = request.getfixturevalue("postgres_engine")
     with engine.begin() as conn:
@@ -286,13 +304,14 @@ def database_url(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def store(database_url: str, request: pytest.FixtureRequest) -> Iterator[Store]:
-    if database_url.startswith("sqlite"):
+def store(database_url: str, backend: str, request: pytest.FixtureRequest) -> Iterator[Store]:
+    if backend == "sqlite":
         engine = make_engine(database_url)
-        yield Store(engine)
+        yield open_store(engine)
         engine.dispose()
     else:
-        yield Store(request.getfixturevalue("postgres_engine"))
+        engine = request.getfixturevalue("postgres_engine")
+        yield open_store(engine, core=backend == "postgres-core")
 
 
 @pytest.fixture

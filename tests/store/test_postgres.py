@@ -7,7 +7,7 @@ import pytest
 from sqlalchemy.exc import DBAPIError
 
 from fsm.values import Head
-from store import Store
+from store import open_store
 from store.engine import make_engine, normalize_url
 from tests.conftest import Clock
 from tests.store.conftest import LEASE_S, execute_change, new_session, reply, think_change
@@ -20,7 +20,7 @@ def test_a_connection_the_server_dropped_raises_sqlalchemys_error_then_reconnect
     tick again); after a restart of Postgres every pooled connection is dead, and the next
     tick must get a working one, not the next dead one."""
     engine = make_engine(postgres_url, pool_size=3, max_overflow=0)
-    store = Store(engine)
+    store = open_store(engine)
     try:
         store.create(new_session("dropped-1", now=clock()), now=clock())
         with engine.connect() as a, engine.connect() as b, engine.connect() as c:
@@ -49,7 +49,7 @@ def test_a_column_added_by_a_migration_does_not_break_prepared_ticks(
     statements a `RETURNING *`, they would fail with "cached plan must not change result
     type" from the moment a migration adds a column until the worker restarts."""
     engine = make_engine(postgres_url, pool_size=1, max_overflow=0)
-    store = Store(engine)
+    store = open_store(engine)
     admin = normalize_url(postgres_url).replace("postgresql+psycopg", "postgresql")
 
     def ticks(head: Head, n: int) -> Head:
@@ -76,3 +76,16 @@ def test_a_column_added_by_a_migration_does_not_break_prepared_ticks(
                 migration.execute("ALTER TABLE tickwork_sessions DROP COLUMN probe")
     finally:
         engine.dispose()
+
+
+def test_the_tick_statements_stay_short_enough_for_psycopgs_parse_cache() -> None:
+    """psycopg parses a statement's `%(name)s` placeholders again at every execution once
+    its text passes MAX_CACHED_STATEMENT_LENGTH (4 KB): a quarter of a millisecond of
+    Python a save. A column added by a migration must keep SAVE under it (or shorten it)."""
+    from psycopg import _queries
+
+    from store import postgres
+
+    limit = getattr(_queries, "MAX_CACHED_STATEMENT_LENGTH", 4096)
+    for name in ("CLAIM", "START", "SAVE"):
+        assert len(getattr(postgres, name).encode()) <= limit, name

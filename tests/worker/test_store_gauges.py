@@ -10,7 +10,7 @@ from worker.metrics import StoreCollector
 
 
 def gauges(store: Store, clock: Clock) -> dict[str, float]:
-    collector = StoreCollector(store.engine, clock=clock)
+    collector = StoreCollector(store, clock=clock)
     return {f.name: f.samples[0].value for f in collector.collect() if len(f.samples) == 1}
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from fsm.errors import ConfigurationError, InvalidInput
 from fsm.values import Head, Session
-from store import Store, make_engine
+from store import Store, make_engine, open_store
 from store.artifacts import DatabaseArtifacts, DirectoryArtifacts, open_artifacts
 from store.files import FileChange
 from store.migrate import upgrade
@@ -27,7 +27,7 @@ from worker.workspaces import Workspaces
 def store(tmp_path: Path) -> Iterator[Store]:
     url = f"sqlite:///{tmp_path / 'files.db'}"
     upgrade(url)
-    store = Store(make_engine(url))
+    store = open_store(make_engine(url))
     yield store
     store.engine.dispose()
 

@@ -122,7 +122,7 @@ def make_api(
     app.state.client = client
     app.state.tokens = tokens
     app.state.api_settings = api
-    app.state.store_collector = StoreCollector(client.store.engine, clock=client.clock)
+    app.state.store_collector = StoreCollector(client.store, clock=client.clock)
     app.state.multiproc_dir = multiproc_dir or os.environ.get("PROMETHEUS_MULTIPROC_DIR")
     errors.install(app)
     # added last runs first: count, then the token, then the size, before any body is read

@@ -10,10 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 import anyio
-from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from fastapi import APIRouter, Request
-from sqlalchemy import text
 
 from store.migrate import alembic_config
 from tickwork.client import Tickwork
@@ -29,9 +27,7 @@ BROKER_TIMEOUT_S = 3.0
 def check_database(client: Tickwork) -> str | None:
     """What is wrong with the database or its schema, or None."""
     try:
-        with client.store.engine.connect() as conn:
-            conn.execute(text("SELECT 1"))
-            current = set(MigrationContext.configure(conn).get_current_heads())
+        current = client.store.revisions()
     except Exception as exc:
         first = str(getattr(exc, "orig", None) or exc).strip().splitlines()[:1]
         return f"database: does not answer ({type(exc).__name__}: {''.join(first)[:200]})"

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from fsm.values import ErrorCode, Head, Status
-from store import Store, make_engine
+from store import make_engine, open_store
 from tickwork.client import Tickwork
 from worker.advance import advance
 from worker.jobs import Jobs
@@ -22,7 +22,7 @@ KIND = "tests.jobs:TEST"
 class Ticks:
     def __init__(self, url: str, tmp: Path) -> None:
         self.settings = Settings(database_url=url, state_dir=tmp / "state")
-        self.store = Store(make_engine(url))
+        self.store = open_store(make_engine(url))
         self.client = Tickwork(self.settings, store=self.store)
         self.client.publish = lambda *_: None  # type: ignore[method-assign]
         self.rt = Runtime(

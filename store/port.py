@@ -1,0 +1,186 @@
+"""`Store`: what the layers above store/ may ask of the database, and nothing more.
+
+One implementation per database, built by `store.open_store`: `CoreStore` (SQLAlchemy Core:
+SQLite, and any database) and `PostgresStore` (the same, with the tick's claim, start and
+save as one statement each). The contract suite (tests/store) runs the Core store on SQLite
+and on Postgres and the Postgres store on Postgres.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any, Protocol
+
+from fsm.forks import ForkPatch
+from fsm.machine import Change
+from fsm.values import Decision, Event, Head, Session, ToolCall
+
+from .artifacts import Artifacts
+from .dead_letters import Closing, DeadLetter
+from .files import FileChange, Saved
+from .gauges import Gauges
+from .relay import Due
+from .ticks import Claimed
+
+
+class Store(Protocol):
+    """Sessions on one database, and what the relay, the dead-letter queue, the metrics and
+    the health checks read of it; every method is one short transaction (or none)."""
+
+    def create(self, session: Session, *, now: datetime) -> Head:
+        """Insert a new session (or a fork) and, if it is runnable, its first tick."""
+        ...
+
+    def get(self, session_id: str) -> Head: ...
+
+    def load(self, session_id: str) -> Session: ...
+
+    def lease(self, session_id: str) -> tuple[str, datetime] | None:
+        """Who holds the session's lease and until when; None if nobody does."""
+        ...
+
+    def forks(self, session_id: str) -> list[dict[str, Any]]:
+        """The sessions forked from this one, oldest first: id, step, status, when."""
+        ...
+
+    def find_call(self, session_id: str, call_id: str) -> tuple[Head, ToolCall | None]:
+        """The session's head and its call `call_id`, or None for a call it does not have."""
+        ...
+
+    def list_sessions(
+        self,
+        *,
+        status: str | Sequence[str] = (),
+        kind: str | None = None,
+        error_code: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> list[Head]:
+        """Newest first."""
+        ...
+
+    def events_after(
+        self, session_id: str, after_id: int = 0, limit: int = 1000
+    ) -> list[tuple[int, Event]]: ...
+
+    def claim(
+        self, session_id: str, version: int, *, owner: str, now: datetime, lease_s: float
+    ) -> Claimed | None:
+        """Take the session for one micro-phase, or None if the tick is stale or not ours."""
+        ...
+
+    def renew(
+        self, session_id: str, version: int, *, owner: str, now: datetime, lease_s: float
+    ) -> bool:
+        """Extend our lease while a long call runs; False if it is no longer ours."""
+        ...
+
+    def start_call(
+        self,
+        session_id: str,
+        version: int,
+        call: ToolCall,
+        *,
+        owner: str,
+        now: datetime,
+        rerun: bool = False,
+    ) -> None:
+        """Mark `call` started before it runs; ClaimLost if the lease is no longer ours."""
+        ...
+
+    def save(
+        self,
+        change: Change,
+        *,
+        version: int,
+        owner: str | None,
+        now: datetime,
+        files: FileChange | None = None,
+    ) -> Head:
+        """Compare-and-swap the head to `version + 1` and append the change; ClaimLost if
+        the head moved or the lease is no longer ours."""
+        ...
+
+    def decide(self, session_id: str, decision: Decision, *, now: datetime) -> Head:
+        """Record one person's decision on one call; each call is decided once."""
+        ...
+
+    def request_cancel(self, session_id: str, *, now: datetime, by: str = "") -> Head:
+        """Cancel a suspended session now; a runnable one is cancelled at its next tick."""
+        ...
+
+    def fork(
+        self,
+        parent_id: str,
+        *,
+        new_id: str,
+        from_step: int,
+        patch: ForkPatch,
+        by: str,
+        now: datetime,
+        resolve_dead_letter: bool = False,
+        again: bool = False,
+    ) -> Head:
+        """A new session from the parent's step `from_step` with `patch`."""
+        ...
+
+    def file_changes(self, session_id: str, *, upto: int | None = None) -> list[Saved]:
+        """The changes the session's ticks saved to its files, in order."""
+        ...
+
+    def files_state(self, session_id: str) -> str | None:
+        """The state hash of the session's files as last saved; None if none changed."""
+        ...
+
+    def artifacts(self, url: str) -> Artifacts:
+        """The artifact store `url` names; this database's blobs table when it is empty."""
+        ...
+
+    def due_ticks(self, *, now: datetime, older_than_s: float, limit: int = 500) -> list[Due]:
+        """Outbox rows to publish now: delayed ticks that fell due, and ticks whose message
+        may be lost (unclaimed `older_than_s` after they were due or last published)."""
+        ...
+
+    def expired_leases(self, *, now: datetime, limit: int = 500) -> list[Due]:
+        """Runnable sessions whose lease ran out, their lease cleared and a tick written."""
+        ...
+
+    def dead_letters(
+        self,
+        *,
+        code: str | None = None,
+        kind: str | None = None,
+        since: datetime | None = None,
+        unresolved: bool = False,
+        limit: int = 100,
+        with_snapshot: bool = False,
+    ) -> list[DeadLetter]:
+        """Newest first."""
+        ...
+
+    def dead_letter(self, key: int | str) -> DeadLetter:
+        """By dead-letter id, or by the failed session's id; DeadLetterNotFound if none."""
+        ...
+
+    def close_dead_letter(
+        self, key: int | str, *, state: Closing, by: str, reason: str, now: datetime
+    ) -> DeadLetter:
+        """Resolve or dismiss a dead letter without forking it; refused if already closed."""
+        ...
+
+    def dead_letter_stats(self, *, by: str, since: datetime | None = None) -> list[dict[str, Any]]:
+        """Counts of dead letters grouped by one of `dead_letters.GROUPS`, largest first."""
+        ...
+
+    def gauges(self, *, now: datetime) -> Gauges:
+        """What the metrics' gauges show, read in one connection."""
+        ...
+
+    def revisions(self) -> set[str]:
+        """The migration revisions the schema is at; raises if the database does not answer."""
+        ...
+
+    def close(self) -> None:
+        """Close the pooled connections; the store opens new ones if used again."""
+        ...

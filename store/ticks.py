@@ -1,0 +1,187 @@
+"""What the tick's three writes (claim, start a call, save) share on every database.
+
+`sessions.CoreStore` runs them through SQLAlchemy Core, a short transaction of a few
+statements each; `postgres.PostgresStore` runs each as one statement. Both take what they
+write from here (the rows a save appends, the calls it closes, the started call's event)
+and give back what they read as the same values, so the two differ only in how the rows
+travel; `tests/store/test_differential.py` checks that they leave the same rows.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Table
+
+from fsm.errors import ClaimLost
+from fsm.loops import HISTORY
+from fsm.machine import Change
+from fsm.values import (
+    CallState,
+    Decision,
+    Event,
+    EventKind,
+    Head,
+    Observation,
+    Step,
+    ToolCall,
+)
+
+from . import rows
+from .files import FileChange
+from .schema import calls, decisions, events, file_changes, observations, outbox, steps
+from .transcripts import Mark
+
+#: the states a call can be started from
+OPEN = [s.value for s in CallState if s.open]
+
+#: the tables a save appends to, in the order of the foreign keys
+APPENDED: tuple[Table, ...] = (steps, calls, observations, decisions, events, outbox, file_changes)
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """What a tick needs after claiming a session; the lease is `owner`'s."""
+
+    head: Head
+    owner: str
+    #: EXECUTING: the current step's calls and their decisions
+    calls: tuple[ToolCall, ...] = ()
+    decisions: dict[str, Decision] = field(default_factory=dict)
+    #: READY: the whole history, for the transcript (from `claim`; only the steps after the
+    #: cached ones from a store's `_take`)
+    steps: tuple[Step, ...] = ()
+    observations: dict[str, Observation] = field(default_factory=dict)
+
+    @property
+    def recent(self) -> tuple[str, ...]:
+        """Fingerprints of the latest steps, oldest first."""
+        return tuple(s.fingerprint for s in self.steps[-HISTORY:])
+
+
+@dataclass(frozen=True)
+class Lease:
+    """Whose write it is: session `session_id` at `version` under `owner`'s lease (None: a
+    write with no lease, a person's), at `now`."""
+
+    session_id: str
+    version: int
+    owner: str | None
+    now: datetime
+
+
+#: what a store's claim read: the claimed value, and the step the caller knew as it is now
+Taken = tuple[Claimed, Mark]
+
+
+def lost(session_id: str, version: int, owner: str | None) -> ClaimLost:
+    return ClaimLost(
+        f"session {session_id} is no longer at version {version}"
+        + (f" under lease {owner}" if owner else "")
+        + "; this tick's work is dropped and the newer state stands"
+    )
+
+
+def not_started(session_id: str, version: int, owner: str, call_id: str) -> ClaimLost:
+    return ClaimLost(
+        f"session {session_id} is no longer at version {version} "
+        f"under lease {owner}; call {call_id} was not started"
+    )
+
+
+def started_event(
+    session_id: str, version: int, call: ToolCall, *, now: datetime, rerun: bool
+) -> dict[str, Any]:
+    """The `tool_started` event row of `call`."""
+    event = Event(
+        kind=EventKind.TOOL_STARTED,
+        at=now,
+        data={"call_id": call.call_id, "name": call.name, "rerun": rerun},
+    )
+    return rows.event_to_row(session_id, version, event)
+
+
+def appended(
+    change: Change, *, version: int, now: datetime, files: FileChange | None = None
+) -> dict[Table, list[dict[str, Any]]]:
+    """The rows `change` (and the tick's `files`) append, by table, in the order of the
+    foreign keys."""
+    session_id = change.head.id
+    step = change.step
+    # a new step's calls are stored in the state the change leaves them in
+    states = {cid: state.value for cid, state in change.call_states}
+    # a delayed tick waits here, unpublished, until the relay publishes it when due
+    tick = {
+        "session_id": session_id,
+        "version": version,
+        "due_at": now + timedelta(seconds=change.delay_s),
+        "published_at": None if change.delay_s > 0 else now,
+    }
+    return {
+        steps: [] if step is None else [rows.step_to_row(session_id, step)],
+        calls: []
+        if step is None
+        else [
+            {**rows.call_to_row(session_id, c), "state": states.get(c.call_id, c.state.value)}
+            for c in step.calls
+        ],
+        observations: [rows.observation_to_row(session_id, o) for o in change.observations],
+        decisions: [rows.decision_to_row(session_id, d) for d in change.decisions],
+        events: [rows.event_to_row(session_id, version, e) for e in change.events],
+        outbox: [tick] if change.enqueue else [],
+        file_changes: [] if files is None else [files.row(session_id, version)],
+    }
+
+
+#: head columns whose value `rows.storable` may change on the way in (a NUL in a text)
+_CLEANED = ("error_message", "final_answer", "result")
+
+
+def saved_head(head: Head, *, version: int, cancel_requested: bool) -> Head:
+    """`head` as a save stored it at `version`, built without reading the row back: the
+    save returns only what the database decides (the cancel flag, which a request during
+    the tick may have set), and a text `rows.storable` cleaned is taken as stored."""
+    update: dict[str, Any] = {"version": version, "cancel_requested": cancel_requested}
+    stored = rows.head_changes(head)
+    for name in _CLEANED:
+        if stored[name] != getattr(head, name):
+            update[name] = stored[name]
+    return head.model_copy(update=update)
+
+
+def changed_states(change: Change) -> list[dict[str, Any]]:
+    """The new states of calls stored before this change (those of its own step are stored
+    in their state by `appended`), each with its step: the saves find a call by its session
+    and step (an index) and its id."""
+    new = {c.call_id for c in change.step.calls} if change.step is not None else set()
+    return [
+        {"call_id": cid, "step": step_of(cid), "state": state.value}
+        for cid, state in change.call_states
+        if cid not in new
+    ]
+
+
+_CALL_ID = re.compile(r"s(\d+)c\d+")
+
+
+def step_of(call_id: str) -> int:
+    """The step of a call, from its id (`fsm.values.call_id_for` made every stored one)."""
+    found = _CALL_ID.fullmatch(call_id)
+    if found is None:
+        raise ValueError(f"{call_id!r} is not a call id of tickwork's (s<step>c<index>)")
+    return int(found[1])
+
+
+def steps_from_rows(
+    step_rows: Iterable[rows.Row], call_rows: Iterable[rows.Row]
+) -> tuple[Step, ...]:
+    """Steps in order from their rows and their calls' rows (in step and index order)."""
+    by_step: dict[int, list[ToolCall]] = {}
+    for r in call_rows:
+        call = rows.call_from_row(r)
+        by_step.setdefault(call.step, []).append(call)
+    return tuple(rows.step_from_row(r, tuple(by_step.get(r["step"], ()))) for r in step_rows)
