@@ -175,3 +175,25 @@ def state(engine: Engine, session_id: str, version: int) -> dict[str, Any] | Non
     with engine.connect() as conn:
         row = conn.execute(query).mappings().first()
     return None if row is None else dict(row)
+
+
+class Cards:
+    """The approval cards' deliveries of one store (`Store.cards`): what a dispatcher asks."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    def take(self, *, now: datetime, hold_s: float, limit: int = 1) -> list[Card]:
+        return take(self._engine, now=now, hold_s=hold_s, limit=limit)
+
+    def delivered(self, event_id: int, *, now: datetime) -> None:
+        delivered(self._engine, event_id, now=now)
+
+    def failed(self, event_id: int, *, error: str, retry_at: datetime | None) -> None:
+        failed(self._engine, event_id, error=error, retry_at=retry_at)
+
+    def drop_moved_on(self, *, limit: int = 500) -> int:
+        return drop_moved_on(self._engine, limit=limit)
+
+    def state(self, session_id: str, version: int) -> dict[str, Any] | None:
+        return state(self._engine, session_id, version)

@@ -8,7 +8,7 @@ and on Postgres and the Postgres store on Postgres.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -18,6 +18,7 @@ from fsm.values import Decision, Event, Head, Session, ToolCall
 
 from .artifacts import Artifacts
 from .dead_letters import Closing, DeadLetter
+from .deliveries import Cards
 from .files import FileChange, Saved
 from .gauges import Gauges
 from .relay import Due
@@ -171,6 +172,29 @@ class Store(Protocol):
 
     def dead_letter_stats(self, *, by: str, since: datetime | None = None) -> list[dict[str, Any]]:
         """Counts of dead letters grouped by one of `dead_letters.GROUPS`, largest first."""
+        ...
+
+    def dead_letter_rows(
+        self,
+        *,
+        code: str | None = None,
+        kind: str | None = None,
+        since: datetime | None = None,
+        unresolved: bool = False,
+        with_snapshot: bool = False,
+    ) -> Iterator[dict[str, Any]]:
+        """The export's flat rows (`dead_letters.EXPORT_COLUMNS`), oldest first, in batches."""
+        ...
+
+    def dead_letter_timeline(
+        self, *, bucket: str = "day", since: datetime, now: datetime
+    ) -> dict[str, Any]:
+        """Dead letters per day or hour and code, since `since`, no bucket skipped."""
+        ...
+
+    @property
+    def cards(self) -> Cards:
+        """The approval cards' deliveries, for the webhook dispatcher."""
         ...
 
     def gauges(self, *, now: datetime) -> Gauges:

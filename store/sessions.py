@@ -8,7 +8,7 @@ one statement each; what they write is built in `ticks.py`, once for both.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -50,6 +50,7 @@ from fsm.values import (
 from . import dead_letters, gauges, relay, rows
 from .artifacts import Artifacts, open_artifacts
 from .dead_letters import Closing, DeadLetter
+from .deliveries import Cards
 from .files import FileChange, Saved, current_state, fork_start, saved_changes
 from .gauges import Gauges
 from .relay import Due
@@ -447,6 +448,36 @@ class CoreStore:
     def dead_letter_stats(self, *, by: str, since: datetime | None = None) -> list[dict[str, Any]]:
         """Counts of dead letters grouped by one of `dead_letters.GROUPS`, largest first."""
         return dead_letters.stats(self.engine, by=by, since=since)
+
+    def dead_letter_rows(
+        self,
+        *,
+        code: str | None = None,
+        kind: str | None = None,
+        since: datetime | None = None,
+        unresolved: bool = False,
+        with_snapshot: bool = False,
+    ) -> Iterator[dict[str, Any]]:
+        """The export's flat rows (`dead_letters.EXPORT_COLUMNS`), oldest first, in batches."""
+        return dead_letters.export_rows(
+            self.engine,
+            code=code,
+            kind=kind,
+            since=since,
+            unresolved=unresolved,
+            with_snapshot=with_snapshot,
+        )
+
+    def dead_letter_timeline(
+        self, *, bucket: str = "day", since: datetime, now: datetime
+    ) -> dict[str, Any]:
+        """Dead letters per day or hour and code (`dead_letters.timeline`)."""
+        return dead_letters.timeline(self.engine, bucket=bucket, since=since, now=now)
+
+    @property
+    def cards(self) -> Cards:
+        """The approval cards' deliveries, for the webhook dispatcher."""
+        return Cards(self.engine)
 
     def gauges(self, *, now: datetime) -> Gauges:
         """What the metrics' gauges show, read in one connection."""

@@ -165,15 +165,12 @@ def export(
 ) -> None:
     """Export dead letters, oldest first, one row each: code (the cause), message, error
     signature, kind, model, last tool, steps, tokens, cost, lineage, status and times."""
-    from store.dead_letters import export_rows
-
     exports.check(form)
     if form.binary and output is None and sys.stdout.isatty():
         raise InvalidInput("Parquet is binary: give --output FILE, or redirect stdout to a file")
     start = options.since(since, now=datetime.now(UTC))
     with Context() as ctx:
-        rows = export_rows(
-            ctx.store.engine,
+        rows = ctx.store.dead_letter_rows(
             code=code.value if code else None,
             kind=kind,
             since=start,

@@ -15,7 +15,6 @@ from datetime import timedelta
 
 from fsm.errors import SessionNotFound
 from fsm.values import Status
-from store import deliveries
 from store.deliveries import MOVED_ON, Card
 
 from .metrics import WEBHOOKS
@@ -50,13 +49,13 @@ def dispatch_once(
     rt: Runtime, settings: WebhookSettings, *, stopped: threading.Event | None = None
 ) -> Dispatched:
     """Post the cards due now, one at a time, and record each answer."""
-    engine = rt.store.engine
-    dropped = deliveries.drop_moved_on(engine)
+    cards = rt.store.cards
+    dropped = cards.drop_moved_on()
     counts = {"delivered": 0, "retried": 0, "failed": 0, "dropped": dropped}
     for _ in range(MAX_PER_PASS):
         if stopped is not None and stopped.is_set():
             break
-        taken = deliveries.take(engine, now=rt.clock(), hold_s=hold_s(settings))
+        taken = cards.take(now=rt.clock(), hold_s=hold_s(settings))
         if not taken:
             break
         counts[_send(rt, settings, taken[0])] += 1
@@ -67,15 +66,15 @@ def dispatch_once(
 
 
 def _send(rt: Runtime, settings: WebhookSettings, taken: Card) -> str:
-    engine = rt.store.engine
+    cards = rt.store.cards
     try:
         session = rt.store.load(taken.session_id)
     except SessionNotFound:
-        deliveries.failed(engine, taken.event_id, error=MOVED_ON, retry_at=None)
+        cards.failed(taken.event_id, error=MOVED_ON, retry_at=None)
         return "dropped"
     head = session.head
     if head.version != taken.version or head.status is not Status.WAITING_APPROVAL:
-        deliveries.failed(engine, taken.event_id, error=MOVED_ON, retry_at=None)
+        cards.failed(taken.event_id, error=MOVED_ON, retry_at=None)
         return "dropped"
     calls = [c.model_dump(mode="json") for cid in taken.calls if (c := session.call(cid))]
     document = card(head, calls, public_url=settings.public_url, at=taken.at, masker=rt.masker)
@@ -86,13 +85,13 @@ def _send(rt: Runtime, settings: WebhookSettings, taken: Card) -> str:
         secret=settings.webhook_secret,
     )
     if attempt.ok:
-        deliveries.delivered(engine, taken.event_id, now=rt.clock())
+        cards.delivered(taken.event_id, now=rt.clock())
         return "delivered"
     shown, tries = masked_url(settings.webhook_url), taken.attempts + 1
     if attempt.final:
         log.warning("webhook %s refused card %s: %s", shown, taken.key, attempt.why)
     if attempt.final or tries >= settings.webhook_attempts:
-        deliveries.failed(engine, taken.event_id, error=attempt.why, retry_at=None)
+        cards.failed(taken.event_id, error=attempt.why, retry_at=None)
         log.warning(
             "webhook %s: card %s not delivered after %d attempts (%s)",
             shown,
@@ -110,7 +109,7 @@ def _send(rt: Runtime, settings: WebhookSettings, taken: Card) -> str:
         pause,
     )
     retry_at = rt.clock() + timedelta(seconds=pause)
-    deliveries.failed(engine, taken.event_id, error=attempt.why, retry_at=retry_at)
+    cards.failed(taken.event_id, error=attempt.why, retry_at=retry_at)
     return "retried"
 
 

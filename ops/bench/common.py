@@ -63,10 +63,9 @@ def database(tag: str, *, migrate: bool = True, keep: bool = False) -> Iterator[
             upgrade(url)
         yield url
     finally:
-        if keep:
-            return
-        with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        if not keep:
+            with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
+                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def plain_url(url: str) -> str:

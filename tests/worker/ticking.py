@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from fsm.values import Head
-from store import Store, make_engine
+from store import open_store
 from tests.conftest import Clock
 from tickwork.client import Tickwork
 from worker.advance import advance
@@ -35,7 +35,7 @@ class Ticks:
     def __init__(self, url: str, tmp: Path, clock: Clock | None = None) -> None:
         self.tmp = tmp
         self.settings = Settings(database_url=url, state_dir=tmp / "state")
-        self.store = Store(make_engine(url))
+        self.store = open_store(url)
         self.client = Tickwork(self.settings, store=self.store)
         self.client.publish = lambda *_: None  # type: ignore[method-assign]
         self.rt = self.runtime(clock)

@@ -137,7 +137,7 @@ def timeline(
 ) -> dict[str, Any]:
     now = datetime.now(UTC)
     start = since(since_) or now - TIMELINE_SPAN[bucket]
-    found = dl.timeline(client.store.engine, bucket=bucket, since=start, now=now)
+    found = client.store.dead_letter_timeline(bucket=bucket, since=start, now=now)
     return {
         **found,
         "since": start.isoformat(),
@@ -179,8 +179,7 @@ def export(
         exports.check(form, asked="format=parquet")
     except ConfigurationError as exc:
         raise ApiError(501, "parquet_unavailable", exc.message) from None
-    rows = dl.export_rows(
-        client.store.engine,
+    rows = client.store.dead_letter_rows(
         code=code.value if code else None,
         kind=kind,
         since=since(since_),
