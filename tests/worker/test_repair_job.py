@@ -17,21 +17,13 @@ import pytest
 from fsm.errors import InvalidInput
 from fsm.values import Head
 from store.artifacts import DirectoryArtifacts
-from worker import repair, sources
+from tickwork.cli_demo import DEMO_EXAMPLE, DEMO_SCRIPT, demo_input, prepare_demo_workspace
+from worker import sources
 from worker.jobs import Jobs
+from worker.jobs.repair import job as repair
+from worker.jobs.repair import toolkit
+from worker.jobs.repair.job import REPAIR, diff_manifests, finish, prepare, run_final_tests
 from worker.models.scripted import load_script
-from worker.repair import (
-    DEMO_EXAMPLE,
-    DEMO_SCRIPT,
-    REPAIR,
-    demo_input,
-    diff_manifests,
-    finish,
-    prepare,
-    prepare_demo_workspace,
-    run_final_tests,
-)
-from worker.tools import repair as toolkit
 from worker.tools.patches import apply_patch
 from worker.tools.shell import run_shell
 
