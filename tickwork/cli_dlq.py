@@ -14,7 +14,7 @@ from rich.text import Text
 
 from fsm.values import ErrorCode
 
-from . import options, render, views
+from . import options, parsing, render, views
 from .cli_sessions import make_fork
 from .context import Context
 
@@ -132,7 +132,7 @@ def stats(
     """Count dead letters by code, kind, model, last tool and error signature."""
     from store.dead_letters import stats as count
 
-    start = options.since(since, now=datetime.now(UTC))
+    start = parsing.since(since, now=datetime.now(UTC))
     with Context() as ctx:
         grouped = {
             g.value: [_jsonable(r) for r in count(ctx.store.engine, by=g.value, since=start)]
@@ -188,7 +188,7 @@ def _list(
 ) -> list[DeadLetter]:
     from store.dead_letters import list_dead_letters
 
-    start = options.since(since, now=datetime.now(UTC))
+    start = parsing.since(since, now=datetime.now(UTC))
     return list_dead_letters(
         ctx.store.engine,
         code=code.value if code else None,

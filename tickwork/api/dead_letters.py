@@ -14,7 +14,7 @@ from pydantic import Field
 
 from fsm.values import ErrorCode, Head
 from store import dead_letters as dl
-from tickwork import options, views
+from tickwork import parsing, views
 
 from . import bodies
 from .auth import Operator, Reader
@@ -57,7 +57,7 @@ class Closing(bodies.Body):
 
 
 def since(text: str | None) -> datetime | None:
-    return options.since(text, now=datetime.now(UTC), name="since")
+    return parsing.since(text, now=datetime.now(UTC), name="since")
 
 
 def find(client: Client, key: str) -> dl.DeadLetter:
