@@ -15,7 +15,14 @@ from rich.text import Text
 from fsm.values import ErrorCode
 
 from . import options, parsing, render, views
-from .cli_sessions import make_fork
+from .cli_sessions import (
+    AppendInstruction,
+    FromStep,
+    NewId,
+    SystemPrompt,
+    ToolOutput,
+    fork_session,
+)
 from .context import Context
 
 if TYPE_CHECKING:
@@ -46,6 +53,9 @@ Unresolved = Annotated[
 ]
 Reason = Annotated[str, typer.Option("--reason", help="Why: kept with the dead letter.")]
 Key = Annotated[str, typer.Argument(metavar="ID", help="Dead-letter id or session id.")]
+DeadLetterKey = Annotated[
+    str, typer.Argument(metavar="ID", help="The dead-letter id, or the failed session's id.")
+]
 #: enough for any export; the store caps every listing
 EVERYTHING = 10**9
 
@@ -56,7 +66,7 @@ def register(app: typer.Typer) -> None:
     dlq.command()(show)
     dlq.command()(stats)
     dlq.command()(export)
-    dlq.command("fork")(make_fork(dead_letter=True))
+    dlq.command()(fork)
     dlq.command()(resolve)
     dlq.command()(dismiss)
     app.add_typer(dlq, name="dlq")
@@ -91,6 +101,44 @@ def show(key: Key, json_output: options.Json = False) -> None:
         views.emit(view)
     else:
         render.show(render.dead_letter_header(view), render.timeline(view["session"]))
+
+
+def fork(
+    key: DeadLetterKey,
+    from_step: FromStep,
+    system_prompt: SystemPrompt = None,
+    append_instruction: AppendInstruction = None,
+    tool_output: ToolOutput = None,
+    max_steps: options.MaxSteps = None,
+    max_tokens: options.MaxTokens = None,
+    max_cost_usd: options.MaxCostUsd = None,
+    deadline: options.Deadline = None,
+    by: options.Approver = None,
+    new_id: NewId = None,
+    json_output: options.Json = False,
+    again: Annotated[
+        bool,
+        typer.Option(
+            "--again", help="Fork a dead letter that was already forked, resolved or dismissed."
+        ),
+    ] = False,
+) -> None:
+    """Fork a dead letter's session from step K with a patch; the dead letter is resolved."""
+    fork_session(
+        key,
+        dead_letter=True,
+        from_step=from_step,
+        system_prompt=system_prompt,
+        append_instruction=append_instruction,
+        tool_output=tool_output,
+        budgets=options.budgets(
+            max_steps=max_steps, max_tokens=max_tokens, max_cost_usd=max_cost_usd, deadline=deadline
+        ),
+        by=by,
+        new_id=new_id,
+        json_output=json_output,
+        again=again,
+    )
 
 
 def resolve(
