@@ -26,12 +26,12 @@ from celery import signals
 from prometheus_client import CollectorRegistry, Counter, Histogram, multiprocess
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import REGISTRY, Collector
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
 from sqlalchemy import Connection, Engine, case, func, or_, select
 
 from fsm.values import RUNNABLE, ErrorCode, EventKind, Status
 from store.schema import dead_letters, events, outbox, sessions
+
+from .settings import MetricsSettings
 
 if TYPE_CHECKING:
     from fsm.machine import Change
@@ -86,16 +86,6 @@ WEBHOOKS = Counter(
 )
 
 _phase = threading.local()
-
-
-class MetricsSettings(BaseSettings):
-    """Where a worker serves /metrics; read when the worker is ready."""
-
-    model_config = SettingsConfigDict(env_prefix="TICKWORK_", extra="ignore", allow_inf_nan=False)
-
-    #: the port a worker serves /metrics on; unset: none
-    metrics_port: int | None = Field(default=None, ge=1, le=65535)
-    metrics_addr: str = "0.0.0.0"
 
 
 def registry(multiproc_dir: str | None = None) -> CollectorRegistry:
