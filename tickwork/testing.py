@@ -9,6 +9,7 @@
   replies (the format of `worker/models/scripted.py`).
 - `SessionDriver`: submit a session, run it until a status, decide its calls, and get its
   snapshot.
+- `git(folder, *args)`: git as a test author, e.g. to make a repository a repair job takes.
 
 It needs no pytest: failures raise `AssertionError` (a wait that runs out, a session that
 ends in another status), which every test runner reports.
@@ -25,6 +26,7 @@ ends in another status), which every test runner reports.
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -44,6 +46,7 @@ __all__ = [
     "SessionDriver",
     "call",
     "embedded_settings",
+    "git",
     "reply",
     "running_worker",
     "scripted_model",
@@ -164,6 +167,19 @@ def until(predicate: Callable[[], Any], *, timeout: float = 30.0, what: str = "c
             return value
         time.sleep(0.05)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def git(folder: Path, *args: str) -> str:
+    """Run git in `folder` with an author set (a commit works where git has no identity);
+    its output, stripped. CalledProcessError if it fails."""
+    done = subprocess.run(
+        ["git", "-c", "user.name=tickwork tests", "-c", "user.email=tests@tickwork.invalid", *args],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout.strip()
 
 
 #: what `SessionDriver.run` does with a call that waits for a person: approve it
