@@ -77,10 +77,12 @@ def worker(
         _metrics_folder(settings.state_dir, hostname)
     # imported after the metrics folder is chosen: prometheus_client reads it at import
     from worker.app import make_app
-    from worker.settings import SECTIONS
+    from worker.metrics import MetricsSettings
+    from worker.settings import read_settings
+    from worker.webhooks import WebhookSettings
 
-    for kind in SECTIONS:
-        settings.section(kind)  # a bad value stops the worker now, not as a warning later
+    for kind in (MetricsSettings, WebhookSettings):
+        read_settings(kind)  # a bad value stops the worker now, not as a warning later
     ensure_schema(settings)
     check_what_ticks_load(settings)
     queues = [settings.queue] + ([settings.dead_letter_queue] if dead_letters else [])
@@ -349,12 +351,15 @@ def _no_sqlite_file(url: str) -> bool:
 def config(json_output: options.Json = False) -> None:
     """Show every setting in force, secrets masked: the deployment's, a worker's /metrics and
     webhooks, and `tickwork serve`'s."""
-    from worker.webhooks import masked_url
+    from worker.metrics import MetricsSettings
+    from worker.settings import read_settings
+    from worker.webhooks import WebhookSettings, masked_url
 
     from .api.settings import ApiSettings
 
     settings = load_settings()
-    shown = settings.masked(settings.section(ApiSettings))
+    others = [read_settings(kind) for kind in (MetricsSettings, WebhookSettings, ApiSettings)]
+    shown = settings.masked(*others)
     if shown.get("webhook_url"):  # receivers keep their secret in the path, as logs know
         shown["webhook_url"] = masked_url(shown["webhook_url"])
     if json_output:
