@@ -20,6 +20,7 @@ from celery import Celery
 
 from tickwork import Tickwork
 from tickwork.testing import prepare_database, running_worker, write_script
+from tickwork.testing import until as until  # still importable from here
 from worker.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
