@@ -8,10 +8,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from worker import repair
-from worker.jobs import JobKind
+from worker.jobs import JobKind, repair
+from worker.jobs.repair import default_registry
 from worker.tools.registry import ToolContext, ToolRegistry, tool
-from worker.tools.repair import default_registry
 from worker.tools.sandbox import resolve, workspace_root
 
 

@@ -214,6 +214,25 @@ def test_the_database_guard_sees_what_it_looks_for() -> None:
     ]
 
 
+#: what the HTTP API must not import: the command line's modules and libraries
+NOT_FOR_THE_API = ("typer", "rich", "click", "tickwork.options", "tickwork.render", "tickwork.cli")
+
+
+def test_the_http_api_does_not_import_the_command_line() -> None:
+    found = [
+        f"{path.relative_to(ROOT)}:{line} imports {target}"
+        for path in sorted((ROOT / "tickwork" / "api").rglob("*.py"))
+        for line, target in imports(path)
+        if any(
+            target == n or target.startswith(n + ".") or target.startswith(n + "_")
+            for n in NOT_FOR_THE_API
+        )
+    ]
+    assert not found, "the HTTP API imports the CLI (share it through tickwork/parsing.py):\n" + (
+        "\n".join(found)
+    )
+
+
 def test_the_guard_sees_every_kind_of_import() -> None:
     relay = {t for _, t in imports(ROOT / "worker" / "relay.py")}
     assert {"store.relay", "worker.metrics", "worker.runtime"} <= relay

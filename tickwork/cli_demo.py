@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import difflib
 import os
+import shlex
+import shutil
 import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -22,14 +25,51 @@ from rich.prompt import Confirm, Prompt
 from rich.syntax import Syntax
 from rich.text import Text
 
-from fsm.errors import InvalidInput, TickworkError
+from fsm.errors import ConfigurationError, InvalidInput, TickworkError
 from fsm.values import Session, Status, ToolCall
+from worker.filetree import SKIP_DIRS
 
 from . import render
 from .context import Context
 from .options import json_object
 
 WORKER_START_S = 60.0
+
+_HERE = Path(__file__).resolve().parent
+#: the examples: package data in an installed wheel (`tickwork/examples`), `examples/` in a
+#: checkout
+EXAMPLES = next(
+    (p for p in (_HERE / "examples", _HERE.parent / "examples") if p.is_dir()), _HERE / "examples"
+)
+#: the demo's project (copied before use, never changed in place) and its scripted model
+DEMO_EXAMPLE = EXAMPLES / "buggy_calc"
+DEMO_SCRIPT = EXAMPLES / "repair_demo.json"
+DEMO_TEST_COMMAND = "python -m unittest -q"
+DEMO_GOAL = "The test suite of this small calculator fails; find the bug and fix it."
+
+
+def prepare_demo_workspace(state_dir: Path) -> Path:
+    """A fresh copy of the demo project under `state_dir/demo/`; the shipped one never changes."""
+    if not DEMO_EXAMPLE.is_dir() or not DEMO_SCRIPT.is_file():
+        raise ConfigurationError(
+            f"the demo needs {DEMO_EXAMPLE} and {DEMO_SCRIPT}, which are not there; "
+            "reinstall tickwork (the wheel ships them) or run from a checkout"
+        )
+    dest = Path(state_dir).expanduser().resolve() / "demo" / f"buggy_calc-{uuid.uuid4().hex[:8]}"
+    shutil.copytree(
+        DEMO_EXAMPLE, dest, ignore=shutil.ignore_patterns(*SKIP_DIRS, "*.pyc"), symlinks=True
+    )
+    return dest
+
+
+def demo_input(workspace: Path, *, python: str = sys.executable) -> dict[str, str]:
+    """The repair input of the demo on a workspace from `prepare_demo_workspace`.
+
+    The tests run with `python` (default: this interpreter) rather than whatever `python`
+    is on the PATH: a fresh Debian or macOS has only `python3`.
+    """
+    command = DEMO_TEST_COMMAND.replace("python", shlex.quote(python), 1)
+    return {"workspace": str(workspace), "test_command": command, "goal": DEMO_GOAL}
 
 
 def register(app: typer.Typer) -> None:
@@ -52,8 +92,6 @@ def demo(
     ] = 600.0,
 ) -> None:
     """Repair the example project end to end on the embedded default (no server needed)."""
-    from worker.repair import DEMO_SCRIPT, demo_input, prepare_demo_workspace
-
     with Context() as ctx:
         settings = ctx.settings
         folder = settings.state_dir.absolute() / "demo"

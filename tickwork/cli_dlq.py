@@ -14,8 +14,15 @@ from rich.text import Text
 from fsm.errors import InvalidInput
 from fsm.values import ErrorCode
 
-from . import exports, options, render, views
-from .cli_sessions import make_fork
+from . import exports, options, parsing, render, views
+from .cli_sessions import (
+    AppendInstruction,
+    FromStep,
+    NewId,
+    SystemPrompt,
+    ToolOutput,
+    fork_session,
+)
 from .context import Context
 
 if TYPE_CHECKING:
@@ -46,6 +53,9 @@ Unresolved = Annotated[
 ]
 Reason = Annotated[str, typer.Option("--reason", help="Why: kept with the dead letter.")]
 Key = Annotated[str, typer.Argument(metavar="ID", help="Dead-letter id or session id.")]
+DeadLetterKey = Annotated[
+    str, typer.Argument(metavar="ID", help="The dead-letter id, or the failed session's id.")
+]
 
 
 def register(app: typer.Typer) -> None:
@@ -54,7 +64,7 @@ def register(app: typer.Typer) -> None:
     dlq.command()(show)
     dlq.command()(stats)
     dlq.command()(export)
-    dlq.command("fork")(make_fork(dead_letter=True))
+    dlq.command()(fork)
     dlq.command()(resolve)
     dlq.command()(dismiss)
     app.add_typer(dlq, name="dlq")
@@ -89,6 +99,44 @@ def show(key: Key, json_output: options.Json = False) -> None:
         views.emit(view)
     else:
         render.show(render.dead_letter_header(view), render.timeline(view["session"]))
+
+
+def fork(
+    key: DeadLetterKey,
+    from_step: FromStep,
+    system_prompt: SystemPrompt = None,
+    append_instruction: AppendInstruction = None,
+    tool_output: ToolOutput = None,
+    max_steps: options.MaxSteps = None,
+    max_tokens: options.MaxTokens = None,
+    max_cost_usd: options.MaxCostUsd = None,
+    deadline: options.Deadline = None,
+    by: options.Approver = None,
+    new_id: NewId = None,
+    json_output: options.Json = False,
+    again: Annotated[
+        bool,
+        typer.Option(
+            "--again", help="Fork a dead letter that was already forked, resolved or dismissed."
+        ),
+    ] = False,
+) -> None:
+    """Fork a dead letter's session from step K with a patch; the dead letter is resolved."""
+    fork_session(
+        key,
+        dead_letter=True,
+        from_step=from_step,
+        system_prompt=system_prompt,
+        append_instruction=append_instruction,
+        tool_output=tool_output,
+        budgets=options.budgets(
+            max_steps=max_steps, max_tokens=max_tokens, max_cost_usd=max_cost_usd, deadline=deadline
+        ),
+        by=by,
+        new_id=new_id,
+        json_output=json_output,
+        again=again,
+    )
 
 
 def resolve(
@@ -128,7 +176,7 @@ def stats(
     json_output: options.Json = False,
 ) -> None:
     """Count dead letters by code, kind, model, last tool and error signature."""
-    start = options.since(since, now=datetime.now(UTC))
+    start = parsing.since(since, now=datetime.now(UTC))
     with Context() as ctx:
         grouped = {
             g.value: [_jsonable(r) for r in ctx.store.dead_letter_stats(by=g.value, since=start)]
@@ -168,7 +216,7 @@ def export(
     exports.check(form)
     if form.binary and output is None and sys.stdout.isatty():
         raise InvalidInput("Parquet is binary: give --output FILE, or redirect stdout to a file")
-    start = options.since(since, now=datetime.now(UTC))
+    start = parsing.since(since, now=datetime.now(UTC))
     with Context() as ctx:
         rows = ctx.store.dead_letter_rows(
             code=code.value if code else None,
@@ -199,7 +247,7 @@ def _list(
     unresolved: bool,
     limit: int,
 ) -> list[DeadLetter]:
-    start = options.since(since, now=datetime.now(UTC))
+    start = parsing.since(since, now=datetime.now(UTC))
     return ctx.store.dead_letters(
         code=code.value if code else None,
         kind=kind,

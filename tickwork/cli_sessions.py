@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import functools
-import inspect
 import time
-from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -33,9 +31,6 @@ REPAIR_INPUT = {
 POLL_S = 0.1
 
 SessionId = Annotated[str, typer.Argument(metavar="ID", help="The session id.")]
-DeadLetterKey = Annotated[
-    str, typer.Argument(metavar="ID", help="The dead-letter id, or the failed session's id.")
-]
 
 
 def register(app: typer.Typer) -> None:
@@ -43,7 +38,7 @@ def register(app: typer.Typer) -> None:
     app.command("ls")(list_sessions)
     app.command()(show)
     app.command()(watch)
-    app.command("fork")(make_fork(dead_letter=False))
+    app.command()(fork)
     app.command()(patch)
 
 
@@ -251,81 +246,90 @@ def watch(
     )
 
 
-def make_fork(*, dead_letter: bool) -> Callable[..., None]:
-    """`fork`, or `dlq fork` (which takes a dead letter and marks it resolved)."""
+FromStep = Annotated[int, typer.Option(help="Keep steps 1..K of the original (0: start over).")]
+SystemPrompt = Annotated[
+    str | None, typer.Option(help="Replace the system prompt.", rich_help_panel="Patch")
+]
+AppendInstruction = Annotated[
+    str | None, typer.Option(help="Add an instruction after step K.", rich_help_panel="Patch")
+]
+ToolOutput = Annotated[
+    list[str] | None,
+    typer.Option(
+        metavar="CALL_ID=TEXT",
+        help="Use TEXT as that call's output (repeatable).",
+        rich_help_panel="Patch",
+    ),
+]
+NewId = Annotated[
+    str | None, typer.Option("--id", help="The fork's id.", show_default="a random one")
+]
 
-    def fork(
-        key: SessionId,
-        from_step: Annotated[
-            int, typer.Option(help="Keep steps 1..K of the original (0: start over).")
-        ],
-        system_prompt: Annotated[
-            str | None, typer.Option(help="Replace the system prompt.", rich_help_panel="Patch")
-        ] = None,
-        append_instruction: Annotated[
-            str | None,
-            typer.Option(help="Add an instruction after step K.", rich_help_panel="Patch"),
-        ] = None,
-        tool_output: Annotated[
-            list[str] | None,
-            typer.Option(
-                metavar="CALL_ID=TEXT",
-                help="Use TEXT as that call's output (repeatable).",
-                rich_help_panel="Patch",
-            ),
-        ] = None,
-        max_steps: options.MaxSteps = None,
-        max_tokens: options.MaxTokens = None,
-        max_cost_usd: options.MaxCostUsd = None,
-        deadline: options.Deadline = None,
-        by: options.Approver = None,
-        new_id: Annotated[
-            str | None, typer.Option("--id", help="The fork's id.", show_default="a random one")
-        ] = None,
-        json_output: options.Json = False,
-        again: Annotated[
-            bool,
-            typer.Option(
-                "--again", help="Fork a dead letter that was already forked, resolved or dismissed."
-            ),
-        ] = False,
-    ) -> None:
-        outputs = options.pairs(tool_output, option="--tool-output")
-        budgets = options.budgets(
+
+def fork(
+    session_id: SessionId,
+    from_step: FromStep,
+    system_prompt: SystemPrompt = None,
+    append_instruction: AppendInstruction = None,
+    tool_output: ToolOutput = None,
+    max_steps: options.MaxSteps = None,
+    max_tokens: options.MaxTokens = None,
+    max_cost_usd: options.MaxCostUsd = None,
+    deadline: options.Deadline = None,
+    by: options.Approver = None,
+    new_id: NewId = None,
+    json_output: options.Json = False,
+) -> None:
+    """Fork a session from step K with a patch; prints the new session's id."""
+    fork_session(
+        session_id,
+        dead_letter=False,
+        from_step=from_step,
+        system_prompt=system_prompt,
+        append_instruction=append_instruction,
+        tool_output=tool_output,
+        budgets=options.budgets(
             max_steps=max_steps, max_tokens=max_tokens, max_cost_usd=max_cost_usd, deadline=deadline
-        )
-        name = options.approver(by)
-        with Context() as ctx:
-            session_id = key
-            if dead_letter:
-                session_id = ctx.dead_letter(key).session_id
-            head = ctx.client.fork(
-                session_id,
-                from_step=from_step,
-                by=name,
-                system_prompt=system_prompt,
-                append_instruction=append_instruction,
-                tool_outputs=outputs,
-                budgets=budgets,
-                resolve_dead_letter=dead_letter,
-                new_id=new_id,
-                again=again,
-            )
-        print_head(head, json_output, head.id)
-
-    if dead_letter:
-        fork.__annotations__["key"] = DeadLetterKey
-    else:  # a plain fork resolves no dead letter: --again means nothing to it
-        shown = inspect.signature(fork, eval_str=True)
-        fork.__signature__ = shown.replace(  # type: ignore[attr-defined]
-            parameters=[p for p in shown.parameters.values() if p.name != "again"]
-        )
-    fork.__doc__ = (
-        "Fork a dead letter's session from step K with a patch; the dead letter is resolved."
-        if dead_letter
-        else "Fork a session from step K with a patch; prints the new session's id."
+        ),
+        by=by,
+        new_id=new_id,
+        json_output=json_output,
     )
-    return fork
+
+
+def fork_session(
+    key: str,
+    *,
+    dead_letter: bool,
+    from_step: int,
+    system_prompt: str | None,
+    append_instruction: str | None,
+    tool_output: list[str] | None,
+    budgets: dict[str, Any],
+    by: str | None,
+    new_id: str | None,
+    json_output: bool,
+    again: bool = False,
+) -> None:
+    """What `fork` and `dlq fork` do: `key` is a session id, or with `dead_letter` a
+    dead letter's key (the dead letter is then marked resolved)."""
+    outputs = options.pairs(tool_output, option="--tool-output")
+    name = options.approver(by)
+    with Context() as ctx:
+        session_id = ctx.dead_letter(key).session_id if dead_letter else key
+        head = ctx.client.fork(
+            session_id,
+            from_step=from_step,
+            by=name,
+            system_prompt=system_prompt,
+            append_instruction=append_instruction,
+            tool_outputs=outputs,
+            budgets=budgets,
+            resolve_dead_letter=dead_letter,
+            new_id=new_id,
+            again=again,
+        )
+    print_head(head, json_output, head.id)
 
 
 def print_head(head: Head, json_output: bool, line: str) -> None:

@@ -96,7 +96,7 @@ class Tickwork:
             raise InvalidInput(
                 f"session {session_id} has no stored files (a {head.kind} job); it has no patch"
             )
-        from worker.repair import session_patch
+        from worker.jobs.repair import session_patch
 
         return session_patch(head, self.files)[0]
 

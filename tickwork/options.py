@@ -1,15 +1,14 @@
 """What the command line takes: shared option types and the parsers of their values.
 
 Parsers raise `InvalidInput` naming the option and what to write instead, so every bad
-value ends as one `error:` line with exit code 2.
+value ends as one `error:` line with exit code 2. Parsers the HTTP API shares (`since`) are
+in `parsing.py`, which does not import Typer.
 """
 
 from __future__ import annotations
 
 import getpass
 import json
-import re
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -48,9 +47,6 @@ Deadline = Annotated[
         help="Budget: seconds from creation (or from the fork).", rich_help_panel="Budgets"
     ),
 ]
-
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 
 def budgets(
@@ -101,30 +97,6 @@ def pairs(items: list[str] | None, *, option: str) -> dict[str, str]:
             raise InvalidInput(f"{option} takes CALL_ID=TEXT, got {item!r}")
         found[key.strip()] = value
     return found
-
-
-def since(text: str | None, *, now: datetime, name: str = "--since") -> datetime | None:
-    """An ISO time (naive means UTC) or a duration back from `now`: 90s, 30m, 2h, 3d, 1w.
-
-    `name` is how the value was given (an option, a query parameter), for the error."""
-    if text is None or not text.strip():
-        return None
-    match = _DURATION.match(text)
-    if match:
-        try:
-            return now - timedelta(seconds=float(match[1]) * _UNITS[match[2]])
-        except (OverflowError, ValueError):
-            raise InvalidInput(
-                f"{name} {text!r} reaches back before year 1; give a shorter duration"
-            ) from None
-    try:
-        at = datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise InvalidInput(
-            f"{name} {text!r} is neither an ISO time (2026-01-31T12:00) nor "
-            "a duration (90s, 30m, 2h, 3d, 1w)"
-        ) from None
-    return at.replace(tzinfo=UTC) if at.tzinfo is None else at
 
 
 def approver(name: str | None, *, doing: str = "deciding") -> str:

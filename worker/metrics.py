@@ -25,10 +25,10 @@ from celery import signals
 from prometheus_client import CollectorRegistry, Counter, Histogram, multiprocess
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import REGISTRY, Collector
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from fsm.values import ErrorCode, EventKind, Status
+
+from .settings import MetricsSettings
 
 if TYPE_CHECKING:
     from fsm.machine import Change
@@ -84,16 +84,6 @@ WEBHOOKS = Counter(
     "moved on before its card went out)",
     ["outcome"],
 )
-
-
-class MetricsSettings(BaseSettings):
-    """Where a worker serves /metrics; read when the worker is ready."""
-
-    model_config = SettingsConfigDict(env_prefix="TICKWORK_", extra="ignore", allow_inf_nan=False)
-
-    #: the port a worker serves /metrics on; unset: none
-    metrics_port: int | None = Field(default=None, ge=1, le=65535)
-    metrics_addr: str = "0.0.0.0"
 
 
 def registry(multiproc_dir: str | None = None) -> CollectorRegistry:

@@ -7,7 +7,7 @@ import typing
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pydantic import Field, ValidationError, ValidationInfo, field_validator
+from pydantic import Field, PrivateAttr, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from fsm.errors import ConfigurationError
@@ -34,8 +34,40 @@ JSON_EXAMPLES = {
 DELIVERY_MARGIN_S = 300.0
 
 
+class WebhookSettings(BaseSettings):
+    """The approval webhook's (`worker/webhooks.py`): `Settings.webhooks`."""
+
+    model_config = SettingsConfigDict(env_prefix="TICKWORK_", extra="ignore", allow_inf_nan=False)
+
+    #: where cards are POSTed; empty: no webhook
+    webhook_url: str = ""
+    #: HMAC-SHA256 key for the X-Tickwork-Signature header; empty: cards are not signed
+    webhook_secret: str = ""
+    webhook_attempts: int = Field(default=5, ge=1)
+    webhook_timeout_s: float = Field(default=5.0, gt=0)
+    #: the pause after the first failed attempt; it doubles after each one
+    webhook_backoff_s: float = Field(default=1.0, ge=0)
+    #: the base URL of `tickwork serve` as people reach it, for the card's links
+    public_url: str = ""
+
+
+class MetricsSettings(BaseSettings):
+    """Where a worker serves /metrics (`worker/metrics.py`), read when the worker is ready:
+    `Settings.metrics`."""
+
+    model_config = SettingsConfigDict(env_prefix="TICKWORK_", extra="ignore", allow_inf_nan=False)
+
+    #: the port a worker serves /metrics on; unset: none
+    metrics_port: int | None = Field(default=None, ge=1, le=65535)
+    metrics_addr: str = "0.0.0.0"
+
+
 class Settings(BaseSettings):
-    """Everything a worker, the CLI and the client read; see `tickwork config`."""
+    """Everything a worker, the CLI and the client read; see `tickwork config`.
+
+    The flat fields are the deployment's; its sections (`webhooks`, `metrics`, or any
+    `section(Kind)`) read their own `TICKWORK_*` variables on first use.
+    """
 
     model_config = SettingsConfigDict(
         env_prefix="TICKWORK_", env_nested_delimiter="__", extra="ignore", allow_inf_nan=False
@@ -193,6 +225,24 @@ class Settings(BaseSettings):
             )
         return value
 
+    _sections: dict[type[BaseSettings], BaseSettings] = PrivateAttr(default_factory=dict)
+
+    def section(self, kind: type[S]) -> S:
+        """The settings of `kind` (a `BaseSettings` with the `TICKWORK_` prefix), read from
+        the environment on first use and kept; a bad value is a ConfigurationError."""
+        held = self._sections.get(kind)
+        if held is None:
+            held = self._sections[kind] = read_settings(kind)
+        return held  # type: ignore[return-value]
+
+    @property
+    def webhooks(self) -> WebhookSettings:
+        return self.section(WebhookSettings)
+
+    @property
+    def metrics(self) -> MetricsSettings:
+        return self.section(MetricsSettings)
+
     @property
     def longest_call_s(self) -> float:
         """The longest a tool or model call may take: the delivery timeout less the margin."""
@@ -229,15 +279,19 @@ class Settings(BaseSettings):
         return self.broker_url, {"visibility_timeout": self.visibility_timeout_s}
 
     def masked(self, *others: BaseSettings) -> dict[str, Any]:
-        """The settings in force, then those of `others` (a worker's /metrics and webhooks,
+        """The settings in force, its sections' (`SECTIONS`), then those of `others` (e.g.
         `tickwork serve`'s) not already shown, with secrets masked."""
         shown = self.model_dump(mode="json")
         shown["database_url"] = self.db_url
         shown["broker_url"] = "filesystem://" if self.embedded_broker else self.broker_url
-        for other in others:
+        for other in (*(self.section(kind) for kind in SECTIONS), *others):
             for name, value in other.model_dump(mode="json").items():
                 shown.setdefault(name, value)
         return {name: _hidden(name, value, self.secret_patterns) for name, value in shown.items()}
+
+
+#: the sections `tickwork config` shows and a worker checks at start, after the flat settings
+SECTIONS: tuple[type[BaseSettings], ...] = (MetricsSettings, WebhookSettings)
 
 
 def _hidden(name: str, value: Any, patterns: list[str]) -> Any:

@@ -25,8 +25,6 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 import httpx
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from fsm.values import Head
 
@@ -38,21 +36,6 @@ log = logging.getLogger("tickwork.webhooks")
 MAX_BACKOFF_S = 60.0
 #: argument text longer than this is cut in the card (the page shows it whole)
 MAX_ARGUMENT_CHARS = 4000
-
-
-class WebhookSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="TICKWORK_", extra="ignore", allow_inf_nan=False)
-
-    #: where cards are POSTed; empty: no webhook
-    webhook_url: str = ""
-    #: HMAC-SHA256 key for the X-Tickwork-Signature header; empty: cards are not signed
-    webhook_secret: str = ""
-    webhook_attempts: int = Field(default=5, ge=1)
-    webhook_timeout_s: float = Field(default=5.0, gt=0)
-    #: the pause after the first failed attempt; it doubles after each one
-    webhook_backoff_s: float = Field(default=1.0, ge=0)
-    #: the base URL of `tickwork serve` as people reach it, for the card's links
-    public_url: str = ""
 
 
 def card(

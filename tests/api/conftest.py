@@ -26,8 +26,9 @@ import uvicorn
 
 from fsm.values import Status
 from tests.conftest import _truncate
-from tests.tasks.conftest import TEST_KIND, Deployment, until
+from tests.tasks.conftest import TEST_KIND, Deployment
 from tickwork.api import ApiSettings, make_api
+from tickwork.testing import until
 from worker.settings import Settings
 
 __all__ = ["DANGER", "TEST_KIND", "TOKENS", "Stack", "until"]

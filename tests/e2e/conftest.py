@@ -21,8 +21,9 @@ from unittest import mock
 
 import pytest
 
-from tests.tasks.conftest import ROOT, TEST_KIND, Deployment, deployment, stop, until
+from tests.tasks.conftest import ROOT, TEST_KIND, Deployment, deployment, stop
 from tickwork.cli import main
+from tickwork.testing import until
 
 __all__ = [
     "ROOT",

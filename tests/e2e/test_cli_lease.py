@@ -9,7 +9,8 @@ import socket
 import pytest
 
 from tests.e2e.conftest import Cli, Deployment, call
-from tests.tasks.conftest import kill, stop, until
+from tests.tasks.conftest import kill, stop
+from tickwork.testing import until
 from worker.app import make_app, runtime
 from worker.relay import relay_once
 

@@ -3,11 +3,11 @@ command; `patch` prints the result against the source and `--apply` applies it."
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
 from tests.e2e.conftest import Cli, Deployment
+from tickwork.testing import git
 
 BUGGY = "def add(a, b):\n    return a - b\n"
 FIXED = "def add(a, b):\n    return a + b\n"
@@ -16,21 +16,10 @@ FIXED = "def add(a, b):\n    return a + b\n"
 def _repo(root: Path) -> str:
     root.mkdir()
     (root / "calc.py").write_text(BUGGY)
-
-    def git(*args: str) -> str:
-        done = subprocess.run(
-            ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
-            cwd=root,
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        return done.stdout.strip()
-
-    git("init", "-q", "-b", "main")
-    git("add", "calc.py")
-    git("commit", "-qm", "buggy")
-    return git("rev-parse", "HEAD")
+    git(root, "init", "-q", "-b", "main")
+    git(root, "add", "calc.py")
+    git(root, "commit", "-qm", "buggy")
+    return git(root, "rev-parse", "HEAD")
 
 
 def test_a_repair_from_a_repository_gives_a_patch_to_apply(
@@ -100,13 +89,7 @@ def test_a_repository_sessions_files_come_as_a_branch_in_a_bundle(
         assert deployment.client.wait(sid, timeout=60).status.value == "completed"
     out = deployment.tmp / "result.bundle"
     assert f"tickwork/{sid}" in cli("patch", sid, "--bundle", str(out)).stdout
-
-    def git(*args: str) -> str:
-        return subprocess.run(
-            ["git", *args], cwd=repo, capture_output=True, text=True, check=True
-        ).stdout.strip()
-
-    git("fetch", "-q", str(out), f"tickwork/{sid}:result")
-    assert git("rev-parse", "result~1") == commit
-    assert git("show", "result:new.py") == "NEW = 1"
-    assert git("show", "result:calc.py") == BUGGY.rstrip("\n")
+    git(repo, "fetch", "-q", str(out), f"tickwork/{sid}:result")
+    assert git(repo, "rev-parse", "result~1") == commit
+    assert git(repo, "show", "result:new.py") == "NEW = 1"
+    assert git(repo, "show", "result:calc.py") == BUGGY.rstrip("\n")

@@ -63,7 +63,7 @@ def test_the_wheel_installs_what_a_plain_install_needs(venv: Path, tmp_path: Pat
         [
             python,
             "-c",
-            "import importlib.util as u, json, tickwork, worker.repair as r; "
+            "import importlib.util as u, json, tickwork, tickwork.cli_demo as r; "
             "import kombu.transport.redis, amqp; "
             "print(json.dumps({'tickwork': tickwork.__file__, 'script': str(r.DEMO_SCRIPT), "
             "'example': str(r.DEMO_EXAMPLE), 'pytest': u.find_spec('pytest') is not None}))",
@@ -102,7 +102,7 @@ def test_a_session_runs_on_redis_with_the_installed_worker(
     workspace = tmp_path / "buggy_calc"
     shutil.copytree(ROOT / "examples" / "buggy_calc", workspace)
     script = _run(
-        [str(bin_ / "python"), "-c", "import worker.repair as r; print(r.DEMO_SCRIPT)"],
+        [str(bin_ / "python"), "-c", "import tickwork.cli_demo as r; print(r.DEMO_SCRIPT)"],
         cwd=tmp_path,
     ).stdout.strip()
     with postgres_database() as url:

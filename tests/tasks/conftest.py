@@ -1,13 +1,14 @@
-"""Real deployments for the tick tests: SQLite + filesystem broker, and Postgres + Redis."""
+"""Real deployments for the tick tests: SQLite + filesystem broker, and Postgres + Redis.
+
+The in-process worker, scripts and waits are `tickwork.testing`'s, which users' tests share.
+"""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,11 +17,10 @@ from typing import Any
 
 import pytest
 from celery import Celery
-from celery.contrib.testing.worker import start_worker
 
 from tickwork import Tickwork
-from worker.app import make_app, runtime
-from worker.relay import RelayThread
+from tickwork.testing import prepare_database, running_worker, write_script
+from tickwork.testing import until as until  # still importable from here
 from worker.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,9 +37,7 @@ class Deployment:
         self.client = Tickwork(settings)
 
     def script(self, replies: list[dict[str, Any]], name: str = "script") -> str:
-        path = self.tmp / f"{name}-{uuid.uuid4().hex[:6]}.json"
-        path.write_text(json.dumps(replies))
-        return f"scripted:{path}"
+        return write_script(replies, self.tmp, name=name)
 
     def submit(self, replies: list[dict[str, Any]], **kw: Any) -> str:
         head = self.client.submit(
@@ -71,30 +69,8 @@ class Deployment:
     def worker(self, *, concurrency: int = 2, relay: bool = True) -> Iterator[Celery]:
         """A real Celery worker in a thread of this process, with the relay and (with
         TICKWORK_WEBHOOK_URL) the webhook dispatcher."""
-        app = make_app(self.settings, relay=False)
-        rt = runtime(app)
-        thread = RelayThread(rt) if relay else None
-        with start_worker(
-            app,
-            pool="threads",
-            concurrency=concurrency,
-            perform_ping_check=False,
-            shutdown_timeout=30,
-            loglevel="WARNING",
-        ):
-            if thread:
-                thread.start()
-            for background in rt.background:
-                background.start()
-            try:
-                yield app
-            finally:
-                for background in rt.background:
-                    background.stop()
-                if thread:
-                    thread.stop()
-                    thread.join(5)
-        rt.store.engine.dispose()
+        with running_worker(self.settings, concurrency=concurrency, relay=relay) as app:
+            yield app
 
     def spawn(self, *extra: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         """A `celery worker` subprocess (solo pool: SIGKILL takes its work with it); `env`
@@ -144,16 +120,6 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
             kill(proc)
 
 
-def until(predicate: Any, *, timeout: float = 30.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-
 def _settings(name: str, tmp: Path, request: pytest.FixtureRequest, **kw: Any) -> Settings:
     queue = f"tickwork.ticks.{uuid.uuid4().hex[:8]}"
     common = dict(
@@ -176,10 +142,7 @@ def deployment(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Deplo
     """SQLite + filesystem broker, and Postgres + Redis."""
     settings = _settings(request.param, tmp_path, request)
     if request.param == "embedded":
-        from store.migrate import upgrade
-
-        settings.state_dir.mkdir(parents=True)
-        upgrade(settings.db_url)
+        prepare_database(settings)
     d = Deployment(request.param, settings, tmp_path)
     yield d
     d.close()

@@ -31,7 +31,7 @@ def test_cancel_of_a_running_session_takes_effect_at_its_next_tick(deployment: D
     ]
     session_id = deployment.submit(replies)
     with deployment.worker():
-        from tests.tasks.conftest import until
+        from tickwork.testing import until
 
         until(lambda: deployment.sink_lines("idem.log"), timeout=60, what="the first call")
         head = deployment.client.cancel(session_id, by="ops")

@@ -22,8 +22,9 @@ from sqlalchemy import select
 from fsm.values import EventKind, Status
 from store.schema import outbox
 from tests.services import IN_CI, rabbitmq_url
-from tests.tasks.conftest import TEST_KIND, Deployment, stop, until
+from tests.tasks.conftest import TEST_KIND, Deployment, stop
 from tests.worker.models.conftest import ChatServer, chat_server
+from tickwork.testing import until
 from worker.app import consumer_timeout_note
 from worker.settings import Settings
 

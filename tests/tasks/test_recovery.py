@@ -9,7 +9,8 @@ import pytest
 
 from fsm.values import CallState, Status
 from tests.fakes import FakeModel, fake_model_server
-from tests.tasks.conftest import Deployment, kill, stop, until
+from tests.tasks.conftest import Deployment, kill, stop
+from tickwork.testing import until
 from worker.jobs import Jobs
 from worker.relay import relay_once
 from worker.runtime import Runtime, utc_now

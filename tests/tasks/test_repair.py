@@ -8,8 +8,8 @@ from pathlib import Path
 
 from fsm.values import CallState, Status
 from tests.tasks.conftest import Deployment
+from tickwork.cli_demo import DEMO_SCRIPT, demo_input, prepare_demo_workspace
 from tickwork.client import apply_patch
-from worker.repair import DEMO_SCRIPT, demo_input, prepare_demo_workspace
 from worker.tools.shell import run_shell
 
 WRITE = "s3c0"

@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 
 from fsm.values import CallState, Status
-from tests.tasks.conftest import Deployment, kill, stop, until
+from tests.tasks.conftest import Deployment, kill, stop
 from tickwork.client import apply_patch
+from tickwork.testing import until
 from worker.tools.shell import run_shell
 
 pytestmark = pytest.mark.slow

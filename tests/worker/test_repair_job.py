@@ -3,10 +3,10 @@ stored files and the final test run; the demo's example and script."""
 
 from __future__ import annotations
 
+import functools
 import json
 import shlex
 import shutil
-import subprocess
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -17,21 +17,14 @@ import pytest
 from fsm.errors import InvalidInput
 from fsm.values import Head
 from store.artifacts import DirectoryArtifacts
-from worker import repair, sources
+from tickwork import testing
+from tickwork.cli_demo import DEMO_EXAMPLE, DEMO_SCRIPT, demo_input, prepare_demo_workspace
+from worker import sources
 from worker.jobs import Jobs
+from worker.jobs.repair import job as repair
+from worker.jobs.repair import toolkit
+from worker.jobs.repair.job import REPAIR, diff_manifests, finish, prepare, run_final_tests
 from worker.models.scripted import load_script
-from worker.repair import (
-    DEMO_EXAMPLE,
-    DEMO_SCRIPT,
-    REPAIR,
-    demo_input,
-    diff_manifests,
-    finish,
-    prepare,
-    prepare_demo_workspace,
-    run_final_tests,
-)
-from worker.tools import repair as toolkit
 from worker.tools.patches import apply_patch
 from worker.tools.shell import run_shell
 
@@ -189,16 +182,7 @@ def test_network_is_off_unless_the_input_asks_for_it(
 def test_a_git_source_is_resolved_to_a_commit_at_submit(
     project: Path, state: Path, artifacts: DirectoryArtifacts
 ) -> None:
-    def git(*args: str) -> str:
-        done = subprocess.run(
-            ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
-            cwd=project,
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        return done.stdout.strip()
-
+    git = functools.partial(testing.git, project)
     shutil.rmtree(project / ".git")
     git("init", "-q", "-b", "main")
     git("add", "pkg", "README.md")

@@ -18,7 +18,7 @@ from pydantic import Field
 from fsm.errors import ConfigurationError
 from fsm.values import ErrorCode, Head
 from store import dead_letters as dl
-from tickwork import exports, options, views
+from tickwork import exports, parsing, views
 
 from . import bodies
 from .auth import Operator, Reader
@@ -61,7 +61,7 @@ class Closing(bodies.Body):
 
 
 def since(text: str | None) -> datetime | None:
-    return options.since(text, now=datetime.now(UTC), name="since")
+    return parsing.since(text, now=datetime.now(UTC), name="since")
 
 
 def find(client: Client, key: str) -> dl.DeadLetter:

@@ -1,15 +1,6 @@
-"""Tools the model can call: the registry, running a call, and the repair toolkit."""
+"""Tools the model can call: the registry and running a call (the repair toolkit is
+`worker.jobs.repair.toolkit`)."""
 
 from .registry import Tool, ToolContext, ToolRegistry, ToolResult, run_tool, tool
-from .repair import default_registry, repair_tools
 
-__all__ = [
-    "Tool",
-    "ToolContext",
-    "ToolRegistry",
-    "ToolResult",
-    "default_registry",
-    "repair_tools",
-    "run_tool",
-    "tool",
-]
+__all__ = ["Tool", "ToolContext", "ToolRegistry", "ToolResult", "run_tool", "tool"]

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from worker.tools import ToolContext, ToolResult, default_registry, run_tool
+from worker.jobs.repair import default_registry
+from worker.tools import ToolContext, ToolResult, run_tool
 
 
 @pytest.fixture

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from fsm.approvals import approval_reason, needs_approval
+from worker.jobs.repair.toolkit import run_command
 from worker.tools.commands import command_needs_approval, destructive_reason, is_destructive
-from worker.tools.repair import run_command
 
 DESTRUCTIVE = [
     "rm x",

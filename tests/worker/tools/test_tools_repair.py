@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from worker.tools import ToolContext, ToolResult, default_registry, repair_tools
+from worker.jobs.repair import default_registry, repair_tools
+from worker.tools import ToolContext, ToolResult
 from worker.tools.runner import Limits, Sandbox
 
 Call = Callable[..., ToolResult]

@@ -1,7 +1,8 @@
 """Job kinds: what a session of a kind is told, which tools it has, and its defaults.
 
 A job kind is an importable object (`module:attr`); workers find kinds by name in the
-built-ins and in `TICKWORK_IMPORTS` (which may also name model providers).
+built-ins and in `TICKWORK_IMPORTS` (which may also name model providers). The built-in
+`repair` kind and its toolkit are the package `worker.jobs.repair`.
 """
 
 from __future__ import annotations
@@ -12,12 +13,12 @@ from typing import Any
 
 from fsm.errors import ConfigurationError, InvalidInput
 
-from .imports import load_object
-from .models.providers import Provider
-from .tools.registry import ToolRegistry
+from ..imports import load_object
+from ..models.providers import Provider
+from ..tools.registry import ToolRegistry
 
 #: built-in kinds by name
-BUILTIN = {"repair": "worker.repair:REPAIR"}
+BUILTIN = {"repair": "worker.jobs.repair:REPAIR"}
 
 
 @dataclass(frozen=True)

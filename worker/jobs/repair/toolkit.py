@@ -1,4 +1,4 @@
-"""The built-in repair toolkit: look at, search, change and test one workspace.
+"""The repair job's toolkit: look at, search, change and test one workspace.
 
 Every tool works inside `ctx.workspace` only; paths go through `sandbox.resolve`.
 """
@@ -9,28 +9,27 @@ import fnmatch
 import os
 import re
 import shlex
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import Field
 
 from fsm.errors import ToolError
-
-from ..settings import load_settings
-from . import patches
-from .commands import command_needs_approval
-from .registry import Tool, ToolContext, ToolRegistry, tool
-from .runner import run_sandboxed, sandbox_of
-from .sandbox import is_inside, relative, resolve, workspace_root, write_text
-from .shell import ShellResult, command_env
+from worker.settings import load_settings
+from worker.tools import patches
+from worker.tools.commands import command_needs_approval
+from worker.tools.registry import Tool, ToolContext, ToolRegistry, tool
+from worker.tools.runner import Sandbox, run_sandboxed, sandbox_of
+from worker.tools.sandbox import is_inside, relative, resolve, workspace_root, write_text
+from worker.tools.shell import ShellResult, Stop, command_env
 
 #: most paths `list_files` shows
 MAX_LISTED = 500
 #: most lines `read_file` shows at once
 MAX_READ_LINES = 2_000
 #: files larger than this are not text to the repair kind: `search` skips them, `read_file`
-#: refuses them and the job's patch (worker/repair.py) shows them as binary
+#: refuses them and the job's patch (`job.py`) shows them as binary
 MAX_FILE_BYTES = 5_000_000
 #: the longest a command may run, whatever the model asks: below RabbitMQ's default
 #: delivery timeout (30 minutes) by the tick's margin, see Settings.delivery_timeout_s
@@ -235,21 +234,40 @@ def _command_timeout(ctx: ToolContext, wanted: float) -> float:
     return max(0.1, min(wanted, limit - min(1.0, limit * 0.1)))
 
 
-def _shell(ctx: ToolContext, command: str, timeout_s: float) -> ShellResult:
-    env = command_env(
-        {
-            **dict(ctx.config.get("env") or {}),
-            "TICKWORK_SESSION_ID": ctx.session_id,
-            "TICKWORK_IDEMPOTENCY_KEY": ctx.idempotency_key,
-        }
-    )
-    result = run_sandboxed(
+def run_in_workspace(
+    command: str,
+    *,
+    config: Mapping[str, Any],
+    workdir: Path,
+    timeout_s: float,
+    env: Mapping[str, str],
+    sandbox: Sandbox | None = None,
+    stop: Stop | None = None,
+) -> ShellResult:
+    """Run a command of a session (`config`: its `env` and `network`) in its working copy,
+    in the sandbox (default: the settings'), with `env` over the command environment."""
+    return run_sandboxed(
         command,
+        workdir=workdir,
+        timeout_s=timeout_s,
+        env=command_env({**dict(config.get("env") or {}), **env}),
+        network=config.get("network") is True,
+        sandbox=sandbox or sandbox_of(load_settings()),
+        stop=stop,
+    )
+
+
+def _shell(ctx: ToolContext, command: str, timeout_s: float) -> ShellResult:
+    result = run_in_workspace(
+        command,
+        config=ctx.config,
         workdir=_root(ctx),
         timeout_s=timeout_s,
-        env=env,
-        network=ctx.config.get("network") is True,
-        sandbox=ctx.sandbox or sandbox_of(load_settings()),
+        env={
+            "TICKWORK_SESSION_ID": ctx.session_id,
+            "TICKWORK_IDEMPOTENCY_KEY": ctx.idempotency_key,
+        },
+        sandbox=ctx.sandbox,
         stop=ctx.stop,
     )
     if result.timed_out:

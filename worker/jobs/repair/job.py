@@ -1,21 +1,18 @@
 """The `repair` job kind: make a project's tests pass; the result is the patch it made.
 
 `prepare` stores the job's source once in the artifact store (a git repository at a ref,
-resolved to a commit, or a directory packed at submit; `sources.py`), so the user's files
-are never changed and every worker can reach them. The session works on its own copy
-(`workspaces.py`). `finish` diffs the session's final files against the source, both
-read from the store (git-style unified diff: new and deleted files too; binary files and
-files over 1 MB show as `Binary files ... differ`), then runs the test command once more
-and records whether it passes.
+resolved to a commit, or a directory packed at submit; `worker/sources.py`), so the user's
+files are never changed and every worker can reach them. The session works on its own copy
+(`worker/workspaces.py`) with the toolkit of `toolkit.py`. `finish` diffs the session's
+final files against the source, both read from the store (git-style unified diff: new and
+deleted files too; binary files and files over 5 MB show as `Binary files ... differ`),
+then runs the test command once more and records whether it passes.
 """
 
 from __future__ import annotations
 
 import difflib
 import shlex
-import shutil
-import sys
-import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import ExitStack
 from pathlib import Path
@@ -25,19 +22,17 @@ from fsm.errors import ArtifactsUnavailable, ConfigurationError, InvalidInput
 from fsm.values import Head
 from store.artifacts import Artifacts
 from store.files import Manifest, parse_entry
+from worker import sources
+from worker.jobs import JobKind
+from worker.settings import load_settings
+from worker.tools.runner import sandbox_of
 
-from . import sources
-from .filetree import SKIP_DIRS
-from .jobs import JobKind
-from .settings import load_settings
-from .tools.repair import MAX_COMMAND_S, MAX_FILE_BYTES, default_registry
-from .tools.runner import run_sandboxed, sandbox_of
-from .tools.shell import command_env
+from .toolkit import MAX_COMMAND_S, MAX_FILE_BYTES, default_registry, run_in_workspace
 
 if TYPE_CHECKING:
-    from .advance import TickFiles
+    from worker.advance import TickFiles
 
-__all__ = ["REPAIR", "SKIP_DIRS", "diff_manifests", "finish", "prepare"]
+__all__ = ["REPAIR", "diff_manifests", "finish", "prepare"]
 
 #: a longer patch is cut in the stored result (`patch_truncated`)
 MAX_PATCH_CHARS = 2_000_000
@@ -46,17 +41,6 @@ FINAL_TESTS_TIMEOUT_S = 600.0
 #: how much of the final test run's output the result keeps (its end)
 MAX_TEST_OUTPUT_CHARS = 4_000
 INPUT_KEYS = ("workspace", "repo", "ref", "test_command", "goal", "test_timeout_s", "network")
-
-_HERE = Path(__file__).resolve().parent
-#: the examples: package data in an installed wheel (`worker/examples`), `examples/` in a checkout
-EXAMPLES = next(
-    (p for p in (_HERE / "examples", _HERE.parent / "examples") if p.is_dir()), _HERE / "examples"
-)
-#: the demo's project (copied before use, never changed in place) and its scripted model
-DEMO_EXAMPLE = EXAMPLES / "buggy_calc"
-DEMO_SCRIPT = EXAMPLES / "repair_demo.json"
-DEMO_TEST_COMMAND = "python -m unittest -q"
-DEMO_GOAL = "The test suite of this small calculator fails; find the bug and fix it."
 
 SYSTEM_PROMPT = """\
 You are a careful software engineer repairing a code base. You work inside one workspace \
@@ -301,13 +285,12 @@ def run_final_tests(head: Head, workspace: Path) -> dict[str, Any]:
     # a tick (this runs in the last THINK tick) must end before the broker's delivery timeout
     limit = min(MAX_COMMAND_S, settings.longest_call_s)
     timeout = min(float(config.get("test_timeout_s") or FINAL_TESTS_TIMEOUT_S), limit)
-    env = command_env({**dict(config.get("env") or {}), "TICKWORK_SESSION_ID": head.id})
-    result = run_sandboxed(
+    result = run_in_workspace(
         command,
+        config=config,
         workdir=workspace,
         timeout_s=timeout,
-        env=env,
-        network=config.get("network") is True,
+        env={"TICKWORK_SESSION_ID": head.id},
         sandbox=sandbox_of(settings),
     )
     output = result.describe()
@@ -369,27 +352,3 @@ REPAIR = JobKind(
     prepare=prepare,
     finish=finish,
 )
-
-
-def prepare_demo_workspace(state_dir: Path) -> Path:
-    """A fresh copy of the demo project under `state_dir/demo/`; the shipped one never changes."""
-    if not DEMO_EXAMPLE.is_dir() or not DEMO_SCRIPT.is_file():
-        raise ConfigurationError(
-            f"the demo needs {DEMO_EXAMPLE} and {DEMO_SCRIPT}, which are not there; "
-            "reinstall tickwork (the wheel ships them) or run from a checkout"
-        )
-    dest = Path(state_dir).expanduser().resolve() / "demo" / f"buggy_calc-{uuid.uuid4().hex[:8]}"
-    shutil.copytree(
-        DEMO_EXAMPLE, dest, ignore=shutil.ignore_patterns(*SKIP_DIRS, "*.pyc"), symlinks=True
-    )
-    return dest
-
-
-def demo_input(workspace: Path, *, python: str = sys.executable) -> dict[str, str]:
-    """The repair input of the demo on a workspace from `prepare_demo_workspace`.
-
-    The tests run with `python` (default: this interpreter) rather than whatever `python`
-    is on the PATH: a fresh Debian or macOS has only `python3`.
-    """
-    command = DEMO_TEST_COMMAND.replace("python", shlex.quote(python), 1)
-    return {"workspace": str(workspace), "test_command": command, "goal": DEMO_GOAL}

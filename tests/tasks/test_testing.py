@@ -1,0 +1,74 @@
+"""`tickwork.testing`: the README's example runs as written, the driver fails loudly, and the
+module imports without pytest (users' tests may run under another runner)."""
+
+from __future__ import annotations
+
+import importlib
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fsm.values import Status
+from tests.tasks.conftest import ROOT, TEST_KIND
+from tickwork.testing import SessionDriver, call, embedded_settings, reply, running_worker
+
+
+def readme_example() -> str:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split("## Testing your own job kinds and tools", 1)[1].split("\n## ", 1)[0]
+    found = re.search(r"```python\n(.*?)```", section, re.S)
+    assert found, "README: the testing section has no python example"
+    return found[1]
+
+
+def test_the_readme_example_runs(tmp_path: Path) -> None:
+    name = "readme_greeter_example"
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / f"{name}.py").write_text(readme_example(), encoding="utf-8")
+    sys.path.insert(0, str(tmp_path / "code"))
+    try:
+        module = importlib.import_module(name)
+        tests = [getattr(module, n) for n in dir(module) if n.startswith("test_")]
+        assert len(tests) == 1
+        (tmp_path / "run").mkdir()
+        tests[0](tmp_path / "run")
+    finally:
+        sys.path.remove(str(tmp_path / "code"))
+        sys.modules.pop(name, None)
+
+
+def test_the_driver_says_when_a_session_ends_otherwise(tmp_path: Path) -> None:
+    settings = embedded_settings(tmp_path)
+    with running_worker(settings), SessionDriver(settings, timeout=60) as driver:
+        done = driver.submit(TEST_KIND, {}, replies=[reply("nothing to do")])
+        with pytest.raises(AssertionError, match=r"is completed, expected waiting_approval"):
+            driver.run_until(done, Status.WAITING_APPROVAL)
+        rejected = driver.submit(
+            TEST_KIND,
+            {"sink": str(tmp_path)},
+            replies=[reply("", call("danger", value="prod")), reply("gave up")],
+        )
+
+        def refuse(driver: SessionDriver, session: object, waiting: object) -> None:
+            driver.decide(rejected, "s1c0", reject="not prod")
+
+        session = driver.run(rejected, decide=refuse)
+    assert session.head.status is Status.COMPLETED
+    assert session.observation("s1c0").content == "rejected by tests: not prod"  # type: ignore[union-attr]
+    assert not (tmp_path / "danger.log").exists()
+
+
+def test_tickwork_testing_imports_without_pytest() -> None:
+    code = (
+        "import sys\n"
+        "sys.modules['pytest'] = sys.modules['_pytest'] = None  # importing them fails\n"
+        "import tickwork.testing\n"
+        "print('ok')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT
+    )
+    assert done.stdout.strip() == "ok", done.stderr

@@ -1,0 +1,39 @@
+"""Values a person gives as text, parsed alike by the command line and the HTTP API.
+
+Nothing here imports Typer or FastAPI: `options.py` (the CLI) and `api/` both use it.
+Parsers raise `InvalidInput` naming how the value was given and what to write instead.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+
+from fsm.errors import InvalidInput
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def since(text: str | None, *, now: datetime, name: str = "--since") -> datetime | None:
+    """An ISO time (naive means UTC) or a duration back from `now`: 90s, 30m, 2h, 3d, 1w.
+
+    `name` is how the value was given (an option, a query parameter), for the error."""
+    if text is None or not text.strip():
+        return None
+    match = _DURATION.match(text)
+    if match:
+        try:
+            return now - timedelta(seconds=float(match[1]) * _UNITS[match[2]])
+        except (OverflowError, ValueError):
+            raise InvalidInput(
+                f"{name} {text!r} reaches back before year 1; give a shorter duration"
+            ) from None
+    try:
+        at = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise InvalidInput(
+            f"{name} {text!r} is neither an ISO time (2026-01-31T12:00) nor "
+            "a duration (90s, 30m, 2h, 3d, 1w)"
+        ) from None
+    return at.replace(tzinfo=UTC) if at.tzinfo is None else at
