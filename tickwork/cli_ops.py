@@ -77,10 +77,8 @@ def worker(
         _metrics_folder(settings.state_dir, hostname)
     # imported after the metrics folder is chosen: prometheus_client reads it at import
     from worker.app import make_app
-    from worker.metrics import MetricsSettings
-    from worker.settings import read_settings
+    from worker.settings import MetricsSettings, WebhookSettings, read_settings
     from worker.tracing import TracingSettings
-    from worker.webhooks import WebhookSettings
 
     for kind in (MetricsSettings, WebhookSettings, TracingSettings):
         read_settings(kind)  # a bad value stops the worker now, not as a warning later
@@ -355,11 +353,10 @@ def _no_sqlite_file(url: str) -> bool:
 def config(json_output: options.Json = False) -> None:
     """Show every setting in force, secrets masked: the deployment's, a worker's /metrics and
     webhooks, and `tickwork serve`'s."""
-    from worker.metrics import MetricsSettings
-    from worker.settings import read_settings
+    from worker.settings import MetricsSettings, WebhookSettings, read_settings
     from worker.tracing import TracingSettings
     from worker.tracing import status as tracing_status
-    from worker.webhooks import WebhookSettings, masked_url
+    from worker.webhooks import masked_url
 
     from .api.settings import ApiSettings
 

@@ -20,7 +20,8 @@ from store.deliveries import MOVED_ON, Card
 from .metrics import WEBHOOKS
 from .report import TickReport
 from .runtime import Runtime
-from .webhooks import WebhookSettings, backoff, card, masked_url, post
+from .settings import WebhookSettings
+from .webhooks import backoff, card, masked_url, post
 
 log = logging.getLogger("tickwork.webhooks")
 

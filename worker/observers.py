@@ -9,9 +9,8 @@ import logging
 from .dispatcher import Dispatcher
 from .metrics import TickMetrics
 from .runtime import Runtime
-from .settings import read_settings
+from .settings import WebhookSettings, read_settings
 from .tracing import tracer_for
-from .webhooks import WebhookSettings
 
 log = logging.getLogger("tickwork.observers")
 

@@ -19,7 +19,8 @@ from store import deliveries
 from tests.conftest import Clock
 from tests.worker.ticking import DANGER, Ticks
 from worker.dispatcher import Dispatched, Dispatcher, dispatch_once
-from worker.webhooks import WebhookSettings, backoff, post, sign
+from worker.settings import WebhookSettings
+from worker.webhooks import backoff, post, sign
 
 
 class Receiver:

@@ -7,7 +7,6 @@ import pytest
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from fsm.errors import ConfigurationError
-from worker import metrics, webhooks
 from worker.settings import SECTIONS, MetricsSettings, Settings, WebhookSettings
 
 
@@ -22,9 +21,6 @@ def test_the_sections_read_their_variables(monkeypatch: pytest.MonkeyPatch) -> N
     assert settings.metrics.metrics_port == 9109
     assert settings.lease_s == 12.0  # the flat settings are where they were
     assert settings.webhooks is settings.webhooks  # read once
-    assert (
-        webhooks.WebhookSettings is WebhookSettings and metrics.MetricsSettings is MetricsSettings
-    )
 
 
 def test_a_bad_section_value_names_its_variable(monkeypatch: pytest.MonkeyPatch) -> None:
