@@ -7,7 +7,7 @@ import pytest
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from fsm.errors import ConfigurationError
-from worker.settings import SECTIONS, MetricsSettings, Settings, WebhookSettings
+from worker.settings import SECTIONS, Settings
 
 
 def test_the_sections_read_their_variables(monkeypatch: pytest.MonkeyPatch) -> None:
