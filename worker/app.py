@@ -17,9 +17,10 @@ from kombu import Exchange, Queue
 
 from .broker import TRANSPORT
 from .relay import RelayThread
+from .retention import RetentionSettings, RetentionThread
 from .runtime import Runtime, build_store
 from .secrets import install_log_masking, masker_for
-from .settings import Settings, load_settings
+from .settings import Settings, load_settings, read_settings
 from .tools.runner import check, describe, sandbox_of
 
 log = logging.getLogger("tickwork.worker")
@@ -171,12 +172,16 @@ def runtime(app: Celery) -> Runtime:
 
 
 def _start_relay_with_worker(app: Celery) -> None:
-    threads: list[RelayThread] = []
+    threads: list[RelayThread | RetentionThread] = []
 
     def ready(sender: Any = None, **_: Any) -> None:
         if getattr(sender, "app", None) is app and not threads:
             threads.append(RelayThread(runtime(app)))
-            threads[0].start()
+            retention = read_settings(RetentionSettings)
+            if retention.policy().enabled:  # issue 16: archive and prune in the background
+                threads.append(RetentionThread(runtime(app), retention))
+            for thread in threads:
+                thread.start()
 
     def shutdown(sender: Any = None, **_: Any) -> None:
         for thread in threads:
