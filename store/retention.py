@@ -22,7 +22,7 @@ other: the fork keeps its own files and records its parent, whose record stays r
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -33,6 +33,7 @@ from fsm.values import Session, Status
 
 from . import archive as archives
 from .dead_letters import DeadLetterNotFound, get_dead_letter
+from .files import Saved, saved_changes
 from .schema import (
     archived,
     calls,
@@ -275,8 +276,6 @@ def read_whole(
     engine: Engine, load: Callable[[str], Session], session_id: str
 ) -> tuple[dict[str, Any], str]:
     """A session's archive record and its fingerprint."""
-    from .files import saved_changes
-
     session = load(session_id)
     try:
         letter = get_dead_letter(engine, session_id)
@@ -512,3 +511,11 @@ def live_and_archived(engine: Engine) -> dict[str, int]:
                 select(func.count()).select_from(archived).where(archived.c.state == state)
             ).scalar_one()
     return counts
+
+
+def saved_of(found: Mapping[str, Any]) -> list[Saved]:
+    """An archive record's saved file changes, as `Store.file_changes` gives them."""
+    return [
+        Saved(c["version"], c["step"], c["call_id"], dict(c["changes"]), c["state"])
+        for c in found.get("file_changes") or ()
+    ]

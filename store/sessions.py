@@ -410,19 +410,20 @@ class Store:
         now: datetime,
         resolve_dead_letter: bool = False,
         again: bool = False,
+        archived: tuple[Session, Sequence[Saved]] | None = None,
     ) -> Head:
         """A new session from the parent's step `from_step` with `patch`; the parent stays.
         With `resolve_dead_letter` the parent's dead letter records the fork; one already
-        forked or closed is refused (DeadLetterClosed) unless `again`."""
-        child = fork(
-            self.load(parent_id), new_id=new_id, from_step=from_step, patch=patch, by=by, now=now
-        )
+        forked or closed is refused (DeadLetterClosed) unless `again`. `archived`: the
+        parent and its saved file changes, read back from the archive (`retention.py`)."""
+        parent = self.load(parent_id) if archived is None else archived[0]
+        child = fork(parent, new_id=new_id, from_step=from_step, patch=patch, by=by, now=now)
         start = None
         files = child.head.config.get("files")
         if isinstance(files, Mapping) and files.get("base"):
             # the child starts from the files its kept calls left, not the parent's latest
             start = fork_start(
-                saved_changes(self.engine, parent_id),
+                saved_changes(self.engine, parent_id) if archived is None else archived[1],
                 base_state=str(files["base"]),
                 from_step=from_step,
                 kept_calls={o.call_id for o in child.observations},
