@@ -129,7 +129,7 @@ def _not_indexed() -> Any:
     return ~exists().where(archived.c.session_id == sessions.c.id)
 
 
-def _finished(policy: Policy, now: datetime) -> list[Select[Any]]:
+def finished_queries(policy: Policy, now: datetime) -> list[Select[Any]]:
     """One query per status the policy prunes: the oldest of its sessions past their age."""
     columns = (
         sessions.c.id,
@@ -180,7 +180,7 @@ def eligible(
     how many are pending; reads only."""
     counts: dict[str, int] = {}
     with engine.connect() as conn:
-        for query in _finished(policy, now):
+        for query in finished_queries(policy, now):
             for row in conn.execute(query.limit(limit)):
                 counts[row.status] = counts.get(row.status, 0) + 1
         counts["pending"] = conn.execute(
@@ -198,7 +198,7 @@ def claim(
     postgres = engine.dialect.name == "postgresql"
     with engine.begin() as conn:
         found: list[Any] = []
-        for query in _finished(policy, now):
+        for query in finished_queries(policy, now):
             if len(found) >= limit:
                 break
             query = query.limit(limit - len(found))
@@ -239,15 +239,7 @@ def stale(engine: Engine, *, now: datetime, older_than_s: float, limit: int = 10
     cutoff = now - timedelta(seconds=older_than_s)
     pending = (archived.c.state == PENDING) & (archived.c.claimed_at <= cutoff)
     with engine.connect() as conn:
-        locations = list(
-            conn.execute(
-                select(archived.c.location)
-                .where(pending)
-                .group_by(archived.c.location)
-                .order_by(func.min(archived.c.claimed_at))
-                .limit(limit)
-            ).scalars()
-        )
+        locations = list(conn.execute(pending_query(cutoff, limit)).scalars())
     taken = []
     for location in locations:
         with engine.begin() as conn:
@@ -263,6 +255,17 @@ def stale(engine: Engine, *, now: datetime, older_than_s: float, limit: int = 10
             ).scalars()
             taken.append(Batch(location, tuple(sorted(ids)), resumed=True))
     return taken
+
+
+def pending_query(cutoff: datetime, limit: int) -> Select[Any]:
+    """The batches left pending since before `cutoff`, oldest first."""
+    return (
+        select(archived.c.location)
+        .where(archived.c.state == PENDING, archived.c.claimed_at <= cutoff)
+        .group_by(archived.c.location)
+        .order_by(func.min(archived.c.claimed_at))
+        .limit(limit)
+    )
 
 
 def _fingerprint(version: int, status: str, resolved_at: Any, resolution: Any) -> str:
@@ -359,15 +362,21 @@ def finish(engine: Engine, batch: Batch, prints: dict[str, str], *, now: datetim
                     .values(claimed_at=_EPOCH)
                 )
                 return False
-        for table in LIVE_TABLES:
-            conn.execute(delete(table).where(table.c.session_id.in_(ids)))
-        conn.execute(delete(sessions).where(sessions.c.id.in_(ids)))
-        conn.execute(
-            update(archived)
-            .where(archived.c.session_id.in_(ids))
-            .values(state=ARCHIVED, archived_at=now)
-        )
+        for statement in prune_statements(ids, now=now):
+            conn.execute(statement)
     return True
+
+
+def prune_statements(ids: Sequence[str], *, now: datetime) -> list[Any]:
+    """What `finish` runs once the batch is written: each live table's rows of `ids`
+    deleted (by an index that starts with the session id), and the index rows archived."""
+    return [
+        *(delete(table).where(table.c.session_id.in_(ids)) for table in LIVE_TABLES),
+        delete(sessions).where(sessions.c.id.in_(ids)),
+        update(archived)
+        .where(archived.c.session_id.in_(ids))
+        .values(state=ARCHIVED, archived_at=now),
+    ]
 
 
 def _all_archived(conn: Connection, ids: Sequence[str]) -> bool:
