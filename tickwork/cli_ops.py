@@ -79,9 +79,10 @@ def worker(
     from worker.app import make_app
     from worker.metrics import MetricsSettings
     from worker.settings import read_settings
+    from worker.retention import RetentionSettings
     from worker.webhooks import WebhookSettings
 
-    for kind in (MetricsSettings, WebhookSettings):
+    for kind in (MetricsSettings, WebhookSettings, RetentionSettings):
         read_settings(kind)  # a bad value stops the worker now, not as a warning later
     ensure_schema(settings)
     check_what_ticks_load(settings)
@@ -352,13 +353,15 @@ def config(json_output: options.Json = False) -> None:
     """Show every setting in force, secrets masked: the deployment's, a worker's /metrics and
     webhooks, and `tickwork serve`'s."""
     from worker.metrics import MetricsSettings
+    from worker.retention import RetentionSettings
     from worker.settings import read_settings
     from worker.webhooks import WebhookSettings, masked_url
 
     from .api.settings import ApiSettings
 
     settings = load_settings()
-    others = [read_settings(kind) for kind in (MetricsSettings, WebhookSettings, ApiSettings)]
+    kinds = (MetricsSettings, WebhookSettings, RetentionSettings, ApiSettings)
+    others = [read_settings(kind) for kind in kinds]
     shown = settings.masked(*others)
     if shown.get("webhook_url"):  # receivers keep their secret in the path, as logs know
         shown["webhook_url"] = masked_url(shown["webhook_url"])
