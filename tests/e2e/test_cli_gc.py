@@ -11,10 +11,11 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from unittest import mock
 
 from fsm.errors import SessionNotFound
 from store.retention import entry
-from tests.e2e.conftest import ROOT, Cli, Deployment, call
+from tests.e2e.conftest import ROOT, Cli, Deployment, call, stop, until
 
 #: every completed session may go at once
 RETAIN = {"TICKWORK_RETENTION_COMPLETED_S": "0"}
@@ -62,9 +63,15 @@ def test_gc_archives_and_show_and_fork_read_it_back(deployment: Deployment, cli:
     off = cli.inline("gc", "--dry-run")
     assert "retention is off" in off.stdout
 
+    with mock.patch.dict(sys.modules, {"pyarrow": None, "pyarrow.parquet": None}):
+        first = cli.inline("gc", "--batches", "1", **RETAIN, TICKWORK_RETENTION_BATCH="1")
+    assert "archived 1 sessions in 1 batches" in first.stdout
+    assert "Parquet skipped: pyarrow is not installed" in first.stdout
+    assert not list((deployment.settings.state_dir / "archive").rglob("*.parquet"))
+
     done = cli("gc", "--json", **RETAIN).json()
 
-    assert (done["archived"], done["batches"], done["parquet"]) == (2, 1, True)
+    assert (done["archived"], done["batches"], done["parquet"]) == (1, 1, True)
     assert done["rows_after"]["tickwork_sessions"] == 0
     assert done["rows_after"]["archived_archived"] == 2
     assert not any(live(deployment, sid) for sid in ids)
@@ -126,3 +133,17 @@ def test_gc_killed_between_the_archive_write_and_the_delete(
         found = entry(deployment.client.store.engine, sid)
         assert found is not None and found.state == "archived"
         assert sid in after[Path(found.location + ".jsonl.gz")]
+
+
+def test_workers_archive_in_the_background(deployment: Deployment) -> None:
+    worker = deployment.spawn(
+        env={**RETAIN, "TICKWORK_RETENTION_PERIOD_S": "0.2", "TICKWORK_RETENTION_BATCH": "1"}
+    )
+    try:
+        sid = deployment.submit([{"content": "done"}])
+        engine = deployment.client.store.engine
+        found = until(lambda: entry(engine, sid), timeout=60, what="the worker to archive it")
+    finally:
+        stop(worker)
+    assert found.state == "archived" and not live(deployment, sid)
+    assert deployment.client.archived(sid) is not None
