@@ -22,8 +22,8 @@ other: the fork keeps its own files and records its parent, whose record stays r
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -32,8 +32,9 @@ from sqlalchemy import Connection, Engine, Select, delete, exists, func, insert,
 from fsm.values import Session, Status
 
 from . import archive as archives
+from .archived import ARCHIVED, PENDING
 from .dead_letters import DeadLetterNotFound, get_dead_letter
-from .files import Saved, saved_changes
+from .files import saved_changes
 from .schema import (
     archived,
     calls,
@@ -47,7 +48,6 @@ from .schema import (
     steps,
 )
 
-PENDING, ARCHIVED = "pending", "archived"
 #: the live tables a session's rows are deleted from, children first
 LIVE_TABLES = (events, outbox, file_changes, decisions, observations, calls, steps, dead_letters)
 #: a pending batch older than this is taken over by another pass (its pass died)
@@ -94,31 +94,6 @@ class Report:
     locations: tuple[str, ...] = ()
     #: batches left pending because a session changed while it was written
     retried: int = 0
-
-
-@dataclass(frozen=True)
-class Entry:
-    """A session's row in `tickwork_archived`."""
-
-    session_id: str
-    location: str
-    state: str
-    status: str
-    kind: str
-    parent_id: str | None
-    fork_step: int | None
-    created_at: datetime
-    finished_at: datetime
-    archived_at: datetime | None
-
-
-@dataclass(frozen=True)
-class ArchivedSession:
-    """An archived session read back: the session, and the rest of its record."""
-
-    entry: Entry
-    session: Session
-    record: dict[str, Any] = field(repr=False)
 
 
 def _day(at: datetime) -> str:
@@ -440,74 +415,6 @@ def archive_pass(
     )
 
 
-def _entry(row: Any) -> Entry:
-    return Entry(
-        session_id=row.session_id,
-        location=row.location,
-        state=row.state,
-        status=row.status,
-        kind=row.kind,
-        parent_id=row.parent_id,
-        fork_step=row.fork_step,
-        created_at=row.created_at,
-        finished_at=row.finished_at,
-        archived_at=row.archived_at,
-    )
-
-
-def entry(engine: Engine, session_id: str) -> Entry | None:
-    """The archived session's index row; None if it is not archived (pending ones are live)."""
-    if "\x00" in session_id:
-        return None
-    with engine.connect() as conn:
-        row = conn.execute(
-            select(archived).where(
-                archived.c.session_id == session_id, archived.c.state == ARCHIVED
-            )
-        ).first()
-    return None if row is None else _entry(row)
-
-
-def load_archived(
-    engine: Engine, archive: archives.Archive, session_id: str
-) -> ArchivedSession | None:
-    """An archived session read back from its batch; None if it is not archived."""
-    found = entry(engine, session_id)
-    if found is None:
-        return None
-    batch = archives.read_batch(archive, found.location)
-    if session_id not in batch:
-        raise archives.ArchiveMissing(
-            f"session {session_id} is not in its archive batch {found.location} "
-            f"({archive.url}); was the archive changed?"
-        )
-    item = batch[session_id]
-    return ArchivedSession(found, archives.session_of(item), item)
-
-
-def archived_forks(engine: Engine, parent_id: str) -> list[dict[str, Any]]:
-    """The archived sessions forked from `parent_id`: id, step, status, when."""
-    query = (
-        select(
-            archived.c.session_id.label("id"),
-            archived.c.fork_step,
-            archived.c.status,
-            archived.c.created_at,
-        )
-        .where(archived.c.parent_id == parent_id, archived.c.state == ARCHIVED)
-        .order_by(archived.c.created_at, archived.c.session_id)
-    )
-    with engine.connect() as conn:
-        return [dict(r) for r in conn.execute(query).mappings()]
-
-
-def archived_since(engine: Engine, since: datetime) -> list[str]:
-    """The sessions archived at or after `since`."""
-    query = select(archived.c.session_id).where(archived.c.archived_at >= since)
-    with engine.connect() as conn:
-        return list(conn.execute(query).scalars())
-
-
 def live_and_archived(engine: Engine) -> dict[str, int]:
     """Rows in each live table and in the index: what a soak run watches."""
     with engine.connect() as conn:
@@ -520,11 +427,3 @@ def live_and_archived(engine: Engine) -> dict[str, int]:
                 select(func.count()).select_from(archived).where(archived.c.state == state)
             ).scalar_one()
     return counts
-
-
-def saved_of(found: Mapping[str, Any]) -> list[Saved]:
-    """An archive record's saved file changes, as `Store.file_changes` gives them."""
-    return [
-        Saved(c["version"], c["step"], c["call_id"], dict(c["changes"]), c["state"])
-        for c in found.get("file_changes") or ()
-    ]

@@ -78,8 +78,8 @@ def worker(
     # imported after the metrics folder is chosen: prometheus_client reads it at import
     from worker.app import make_app
     from worker.metrics import MetricsSettings
-    from worker.settings import read_settings
     from worker.retention import RetentionSettings
+    from worker.settings import read_settings
     from worker.webhooks import WebhookSettings
 
     for kind in (MetricsSettings, WebhookSettings, RetentionSettings):

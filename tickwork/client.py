@@ -31,9 +31,9 @@ from fsm.values import Budgets, Decision, DecisionKind, Head, Session
 from store import Store
 from store import dead_letters as dl
 from store.archive import Archive
+from store.archived import ArchivedSession, entry, load_archived, saved_of
 from store.artifacts import Artifacts, open_artifacts
 from store.files import Saved
-from store.retention import ArchivedSession, entry, load_archived, saved_of
 from worker.app import TICK, make_app
 from worker.jobs import Jobs
 from worker.models import Providers, check_spec

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from store import Store
     from store.archive import Archive
+    from store.archived import ArchivedSession
     from store.dead_letters import DeadLetter
-    from store.retention import ArchivedSession
     from worker.settings import Settings
 
     from .client import Tickwork
@@ -108,13 +108,13 @@ class Context:
 
     def archived(self, session_id: str) -> ArchivedSession | None:
         """An archived session read back; None if it is not archived."""
-        from store.retention import load_archived
+        from store.archived import load_archived
 
         return load_archived(self.store.engine, self.archive, session_id)
 
     def forks(self, session_id: str) -> list[dict[str, Any]]:
         """The sessions forked from this one, live or archived, oldest first."""
-        from store.retention import archived_forks
+        from store.archived import archived_forks
 
         found = {f["id"]: f for f in archived_forks(self.store.engine, session_id)}
         found.update((f["id"], f) for f in self.store.forks(session_id))

@@ -27,7 +27,8 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from store.archive import Archive, open_archive
-from store.retention import Batch, Policy, Report, archive_pass, archived_since
+from store.archived import archived_since
+from store.retention import Batch, Policy, Report, archive_pass
 
 if TYPE_CHECKING:
     from store import Store

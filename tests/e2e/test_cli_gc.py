@@ -14,7 +14,7 @@ from pathlib import Path
 from unittest import mock
 
 from fsm.errors import SessionNotFound
-from store.retention import entry
+from store.archived import entry
 from tests.e2e.conftest import ROOT, Cli, Deployment, call, stop, until
 
 #: every completed session may go at once

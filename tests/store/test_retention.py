@@ -16,18 +16,9 @@ from fsm.forks import ForkPatch
 from fsm.values import ErrorCode, Status
 from store import Store
 from store.archive import JSONL, PARQUET, DirectoryArchive
+from store.archived import ARCHIVED, archived_forks, entry, load_archived
 from store.dead_letters import Closing, close
-from store.retention import (
-    ARCHIVED,
-    LIVE_TABLES,
-    Batch,
-    Policy,
-    archive_pass,
-    archived_forks,
-    eligible,
-    entry,
-    load_archived,
-)
+from store.retention import LIVE_TABLES, Batch, Policy, archive_pass, eligible
 from store.schema import archived, sessions
 from tests.conftest import Clock
 from tests.store.conftest import claim, execute, new_session, reply, run_step, think, together

@@ -11,9 +11,9 @@ import pytest
 from sqlalchemy import Connection, Engine, select, text
 
 from store import make_engine
+from store.archived import ARCHIVED
 from store.migrate import upgrade
 from store.retention import (
-    ARCHIVED,
     Policy,
     finished_queries,
     pending_query,

@@ -9,8 +9,9 @@ from fsm.forks import ForkPatch
 from fsm.values import Status
 from store import Store
 from store.archive import DirectoryArchive
+from store.archived import load_archived, saved_of
 from store.artifacts import DatabaseArtifacts
-from store.retention import Policy, archive_pass, load_archived, saved_of
+from store.retention import Policy, archive_pass
 from tests.conftest import Clock
 from tests.store.conftest import reply, think
 from tests.worker.test_workspaces import _host, _session, _tick, project, store
