@@ -33,6 +33,7 @@ from fsm.values import Session, Status
 
 from . import archive as archives
 from .archived import ARCHIVED, PENDING
+from .artifacts import Artifacts
 from .dead_letters import DeadLetterNotFound, get_dead_letter
 from .files import saved_changes
 from .schema import (
@@ -47,6 +48,7 @@ from .schema import (
     sessions,
     steps,
 )
+from .sweep import sweep
 
 #: the live tables a session's rows are deleted from, children first
 LIVE_TABLES = (events, outbox, file_changes, decisions, observations, calls, steps, dead_letters)
@@ -94,6 +96,8 @@ class Report:
     locations: tuple[str, ...] = ()
     #: batches left pending because a session changed while it was written
     retried: int = 0
+    #: blobs only the archived sessions used, moved from the artifact store to the archive
+    blobs_moved: int = 0
 
 
 def _day(at: datetime) -> str:
@@ -369,10 +373,14 @@ def archive_pass(
     max_batches: int | None = None,
     stale_after_s: float = STALE_AFTER_S,
     after_write: Callable[[Batch], None] | None = None,
+    artifacts: Artifacts | None = None,
 ) -> Report:
     """Archive and prune up to `max_batches` batches (None: all that are due): first those
-    a dead pass left pending, then new ones. `load` reads a session whole (`Store.load`)."""
+    a dead pass left pending, then new ones. `load` reads a session whole (`Store.load`).
+    With `artifacts`, the blobs only the archived sessions used then move to the archive
+    (`sweep.py`)."""
     done = resumed = retried = 0
+    archived_records: list[dict[str, Any]] = []
     sessions_done = 0
     parquet_written = True
     locations: list[str] = []
@@ -385,7 +393,8 @@ def archive_pass(
             if not todo:
                 break
         batch = todo.pop(0)
-        records, prints = [], {}
+        records: list[dict[str, Any]] = []
+        prints: dict[str, str] = {}
         for sid in batch.session_ids:
             found, print_ = read_whole(engine, load, sid)
             records.append(found)
@@ -403,9 +412,12 @@ def archive_pass(
             resumed += batch.resumed
             sessions_done += len(batch.session_ids)
             locations.append(batch.location)
+            archived_records.extend(records)
         else:  # written again by the next pass, which takes it over at once
             retried += 1
+    moved = 0 if artifacts is None else sweep(engine, artifacts, archive, archived_records)
     return Report(
+        blobs_moved=moved,
         archived=sessions_done,
         batches=done,
         resumed=resumed,

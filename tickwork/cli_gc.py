@@ -70,6 +70,7 @@ def gc(
             now=now,
             max_batches=batches,
             stale_after_s=take_over_after,
+            artifacts=ctx.client.artifacts,
         )
         dropped = drop_archived_copies(
             ctx.store, ctx.settings.workspaces_path, ctx.client.files.drop, since=now
@@ -84,15 +85,18 @@ def gc(
         "archive": archive.url,
         "locations": list(report.locations),
         "working_copies_dropped": dropped,
+        "blobs_moved": report.blobs_moved,
         "rows_before": before,
         "rows_after": after,
     }
     if json_output:
         views.emit(summary)
         return
-    line = f"archived {report.archived} sessions in {report.batches} batches to {archive.url}" + (
-        f" ({report.resumed} left pending by a pass that stopped)" if report.resumed else ""
-    )
+    line = f"archived {report.archived} sessions in {report.batches} batches to {archive.url}"
+    if report.blobs_moved:
+        line += f", and {report.blobs_moved} blobs only they used"
+    if report.resumed:
+        line += f" ({report.resumed} left pending by a pass that stopped)"
     render.show(Text(line), _rows_table(before, after))
     if not report.parquet:
         render.show(

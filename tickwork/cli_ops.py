@@ -124,6 +124,10 @@ def check_what_ticks_load(settings: Settings) -> None:
         if not isinstance(load_object(spec), Provider):
             jobs.get(spec)
     _ = Providers(settings.imports).known  # a provider that cannot register stops it too
+    from worker.retention import RetentionSettings
+    from worker.settings import read_settings
+
+    read_settings(RetentionSettings).archive(settings)  # an archive it cannot open, too
     if settings.artifacts_url:
         store = build_store(settings)
         try:

@@ -77,7 +77,10 @@ class Tickwork:
 
     @functools.cached_property
     def artifacts(self) -> Artifacts:
-        return open_artifacts(self.settings.artifacts_url, self.store.engine)
+        from worker.retention import restoring  # blobs retention moved are read back
+
+        live = open_artifacts(self.settings.artifacts_url, self.store.engine)
+        return restoring(live, self.settings)
 
     @functools.cached_property
     def files(self) -> Workspaces:

@@ -28,7 +28,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from store.archive import Archive, open_archive
 from store.archived import archived_since
+from store.artifacts import Artifacts
 from store.retention import Batch, Policy, Report, archive_pass
+from store.sweep import Restoring
 
 if TYPE_CHECKING:
     from store import Store
@@ -87,8 +89,10 @@ def run_pass(
     now: datetime,
     max_batches: int | None,
     stale_after_s: float | None = None,
+    artifacts: Artifacts | None = None,
 ) -> Report:
-    """One pass of archiving and pruning (`store.retention.archive_pass`)."""
+    """One pass of archiving and pruning (`store.retention.archive_pass`); with `artifacts`,
+    the blobs only the archived sessions used move to the archive too."""
     kwargs = {} if stale_after_s is None else {"stale_after_s": stale_after_s}
     return archive_pass(
         store.engine,
@@ -98,8 +102,16 @@ def run_pass(
         now=now,
         max_batches=max_batches,
         after_write=_test_pause(),
+        artifacts=artifacts,
         **kwargs,
     )
+
+
+def restoring(artifacts: Artifacts, settings: Settings) -> Artifacts:
+    """`artifacts`, reading blobs retention moved to the archive back from there."""
+    from .settings import read_settings
+
+    return Restoring(artifacts, read_settings(RetentionSettings).archive(settings))
 
 
 def _test_pause() -> Callable[[Batch], None] | None:
@@ -168,13 +180,16 @@ class RetentionThread(threading.Thread):
             self.retention,
             now=now,
             max_batches=self.retention.retention_batches_per_pass,
+            artifacts=self.rt.workspaces.artifacts,
         )
         if done.batches:
             log.info(
-                "retention: archived %d sessions in %d batches to %s%s",
+                "retention: archived %d sessions in %d batches to %s (and %d blobs only they "
+                "used)%s",
                 done.archived,
                 done.batches,
                 self.archive.url,
+                done.blobs_moved,
                 "" if done.parquet else " (JSON Lines only: pip install 'tickwork[parquet]')",
             )
         dropped = drop_archived_copies(

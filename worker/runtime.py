@@ -161,7 +161,10 @@ class Runtime:
     @functools.cached_property
     def workspaces(self) -> Workspaces:
         """This host's working copies of sessions' files, and the artifact store behind them."""
-        artifacts = open_artifacts(self.settings.artifacts_url, self.store.engine)
+        from .retention import restoring  # issue 16: blobs retention moved are read back
+
+        live = open_artifacts(self.settings.artifacts_url, self.store.engine)
+        artifacts = restoring(live, self.settings)
         return Workspaces(
             self.settings.workspaces_path,
             self.store,

@@ -4,6 +4,7 @@ dead-lettered sessions never touched (SQLite and Postgres)."""
 from __future__ import annotations
 
 import gzip
+import hashlib
 import io
 import json
 from pathlib import Path
@@ -13,15 +14,27 @@ from sqlalchemy import func, select
 
 from fsm import machine, snapshots
 from fsm.forks import ForkPatch
-from fsm.values import ErrorCode, Status
+from fsm.values import ErrorCode, Session, Status
 from store import Store
 from store.archive import JSONL, PARQUET, DirectoryArchive
 from store.archived import ARCHIVED, archived_forks, entry, load_archived
+from store.artifacts import DatabaseArtifacts
 from store.dead_letters import Closing, close
+from store.files import FileChange
 from store.retention import LIVE_TABLES, Batch, Policy, archive_pass, eligible
 from store.schema import archived, sessions
+from store.sweep import needed_by_live
 from tests.conftest import Clock
-from tests.store.conftest import claim, execute, new_session, reply, run_step, think, together
+from tests.store.conftest import (
+    claim,
+    execute,
+    execute_change,
+    new_session,
+    reply,
+    run_step,
+    think,
+    together,
+)
 
 #: every finished session may go one minute after it finished
 MINUTE = Policy(completed_s=60, cancelled_s=60, failed_s=60)
@@ -327,3 +340,29 @@ def test_passes_at_once_archive_each_session_once(
             json.loads(x)["session_id"] for x in gzip.decompress(path.read_bytes()).splitlines()
         ]
     assert sorted(in_files) == sorted(r.session_id for r in rows)
+
+
+def test_the_blobs_live_sessions_need(store: Store, clock: Clock) -> None:
+    live = DatabaseArtifacts(store.engine)
+    source = {b"a": "100644", b"b": "100755"}
+    blobs = {hashlib.sha256(k).hexdigest(): k for k in source}
+    manifest = json.dumps(
+        {f"f{i}": f"{m} {h}" for i, (h, m) in enumerate(zip(blobs, source.values(), strict=True))}
+    ).encode()
+    base = hashlib.sha256(manifest).hexdigest()
+    live.put({**blobs, base: manifest})
+    session = new_session("files-1", now=clock())
+    head = session.head.model_copy(
+        update={"config": {**session.head.config, "files": {"base": base}}}
+    )
+    store.create(Session(head=head), now=clock())
+    new = hashlib.sha256(b"written").hexdigest()
+    think(store, "files-1", reply(("read_file", {"path": "f0"})), now=clock())
+    claimed = claim(store, "files-1", now=clock())
+    change = execute_change(store, claimed, now=clock())
+    files = FileChange(
+        step=1, call_id="s1c0", changes={"f2": f"100644 {new}", "f0": None}, state="x"
+    )
+    store.save(change, version=claimed.head.version, owner="worker-1", now=clock(), files=files)
+
+    assert needed_by_live(store.engine, live.get) == {*blobs, base, new}
