@@ -16,8 +16,9 @@ from celery import Celery, signals
 from kombu import Exchange, Queue
 
 from .broker import TRANSPORT
+from .pruner import RetentionThread
 from .relay import RelayThread
-from .retention import RetentionSettings, RetentionThread
+from .retention import RetentionSettings
 from .runtime import Runtime, build_store
 from .secrets import install_log_masking, masker_for
 from .settings import Settings, load_settings, read_settings

@@ -1,6 +1,6 @@
-"""Retention in the worker: a background thread archives and prunes finished sessions, like
-the relay, and drops this host's working copies of the sessions archived; `tickwork gc`
-runs the same pass on demand.
+"""Retention in the worker: its settings and one pass of archiving and pruning, which each
+worker runs in the background (`pruner.py`) and `tickwork gc` on demand; a pass also drops
+this host's working copies of the sessions archived.
 
 Settings (environment), all off by default (nothing is deleted unless an operator says so):
 TICKWORK_RETENTION_COMPLETED_S, TICKWORK_RETENTION_CANCELLED_S, TICKWORK_RETENTION_FAILED_S
@@ -16,10 +16,9 @@ import hashlib
 import logging
 import os
 import sys
-import threading
 import time
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -35,15 +34,12 @@ from store.sweep import Restoring
 if TYPE_CHECKING:
     from store import Store
 
-    from .runtime import Runtime
     from .settings import Settings
 
 log = logging.getLogger("tickwork.retention")
 
 #: a test's hook: `tickwork gc` says "archive written" and waits this long before deleting
 PAUSE_AFTER_WRITE = "TICKWORK_TEST_GC_PAUSE_AFTER_WRITE_S"
-#: how far back a worker first looks for archived sessions whose working copy it holds
-FIRST_LOOK_BACK = timedelta(days=7)
 
 
 class RetentionSettings(BaseSettings):
@@ -148,61 +144,3 @@ def drop_archived_copies(
             drop(sid)
             dropped += 1
     return dropped
-
-
-class RetentionThread(threading.Thread):
-    """Runs a small retention pass every `retention_period_s` until stopped."""
-
-    def __init__(self, rt: Runtime, retention: RetentionSettings) -> None:
-        super().__init__(name="tickwork-retention", daemon=True)
-        self.rt = rt
-        self.retention = retention
-        self.archive = retention.archive(rt.settings)
-        self.stopped = threading.Event()
-        self.looked = rt.clock() - FIRST_LOOK_BACK
-
-    def run(self) -> None:
-        while not self.stopped.wait(self.retention.retention_period_s):
-            try:
-                self.once()
-            except Exception as exc:
-                log.warning(
-                    "retention pass failed (%s); trying again in %ss",
-                    exc,
-                    self.retention.retention_period_s,
-                )
-
-    def once(self) -> Report:
-        now = self.rt.clock()
-        done = run_pass(
-            self.rt.store,
-            self.archive,
-            self.retention,
-            now=now,
-            max_batches=self.retention.retention_batches_per_pass,
-            artifacts=self.rt.workspaces.artifacts,
-        )
-        if done.batches:
-            log.info(
-                "retention: archived %d sessions in %d batches to %s (and %d blobs only they "
-                "used)%s",
-                done.archived,
-                done.batches,
-                self.archive.url,
-                done.blobs_moved,
-                "" if done.parquet else " (JSON Lines only: pip install 'tickwork[parquet]')",
-            )
-        dropped = drop_archived_copies(
-            self.rt.store,
-            self.rt.settings.workspaces_path,
-            self.rt.workspaces.drop,
-            since=self.looked,
-        )
-        if dropped:
-            log.info("retention: dropped %d working copies of archived sessions", dropped)
-        # a little overlap: another host's clock, a pass that committed as we looked
-        self.looked = now - timedelta(seconds=max(60.0, 2 * self.retention.retention_period_s))
-        return done
-
-    def stop(self) -> None:
-        self.stopped.set()
