@@ -15,6 +15,8 @@ from typing import Any
 from celery import Celery, signals
 from kombu import Exchange, Queue
 
+from fsm.errors import TickworkError
+
 from .broker import TRANSPORT
 from .pruner import RetentionThread
 from .relay import RelayThread
@@ -178,11 +180,14 @@ def _start_relay_with_worker(app: Celery) -> None:
     def ready(sender: Any = None, **_: Any) -> None:
         if getattr(sender, "app", None) is app and not threads:
             threads.append(RelayThread(runtime(app)))
-            retention = read_settings(RetentionSettings)
-            if retention.policy().enabled:  # issue 16: archive and prune in the background
-                threads.append(RetentionThread(runtime(app), retention))
-            for thread in threads:
-                thread.start()
+            threads[0].start()
+            try:  # issue 16: archive and prune in the background, when a retention age is set
+                retention = read_settings(RetentionSettings)
+                if retention.policy().enabled:
+                    threads.append(RetentionThread(runtime(app), retention))
+                    threads[-1].start()
+            except TickworkError as exc:  # the relay runs regardless
+                log.error("retention does not run in this worker: %s", exc)
 
     def shutdown(sender: Any = None, **_: Any) -> None:
         for thread in threads:

@@ -22,6 +22,7 @@ from store.artifacts import open_artifacts
 
 from .jobs import Jobs
 from .models import Model, Providers, make_model, pooled_client
+from .retention import restoring
 from .secrets import Masker, masker_for
 from .settings import Settings
 from .workspaces import Workspaces
@@ -161,8 +162,7 @@ class Runtime:
     @functools.cached_property
     def workspaces(self) -> Workspaces:
         """This host's working copies of sessions' files, and the artifact store behind them."""
-        from .retention import restoring  # issue 16: blobs retention moved are read back
-
+        # issue 16: blobs retention moved to the archive are read back from there
         live = open_artifacts(self.settings.artifacts_url, self.store.engine)
         artifacts = restoring(live, self.settings)
         return Workspaces(
