@@ -59,7 +59,12 @@ def gc(
             if json_output:
                 views.emit({"dry_run": True, "due": due, "rows": before, "archive": archive.url})
                 return
-            render.show(_policy_table(ages), _due_table(due), _rows_table(before, None))
+            render.show(
+                _policy_table(ages),
+                _due_table(due),
+                _rows_table(before, None),
+                Text(f"archive: {archive.url}"),
+            )
             if not policy.enabled:
                 render.show(Text(_OFF))
             return
