@@ -422,6 +422,8 @@ class Tickwork:
 
     def archived(self, session_id: str) -> ArchivedSession | None:
         """An archived session read back from the archive; None if it is not archived."""
+        if entry(self.store.engine, session_id) is None:
+            return None  # the archive is opened only for a session it holds
         return load_archived(self.store.engine, self.archive, session_id)
 
     def _fork_source(self, session_id: str) -> tuple[Head, tuple[Session, list[Saved]] | None]:

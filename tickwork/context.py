@@ -108,8 +108,10 @@ class Context:
 
     def archived(self, session_id: str) -> ArchivedSession | None:
         """An archived session read back; None if it is not archived."""
-        from store.archived import load_archived
+        from store.archived import entry, load_archived
 
+        if entry(self.store.engine, session_id) is None:
+            return None  # the archive is opened only for a session it holds
         return load_archived(self.store.engine, self.archive, session_id)
 
     def forks(self, session_id: str) -> list[dict[str, Any]]:
