@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from urllib.parse import parse_qs, unquote, urlparse
 
 from sqlalchemy import Engine, select
+from sqlalchemy import delete as sa_delete
 from sqlalchemy.dialects import postgresql, sqlite
 
 from fsm.errors import ArtifactsUnavailable, BlobMissing, ConfigurationError
@@ -82,6 +83,16 @@ class DatabaseArtifacts:
                 written += sum(len(items[k]) for k in new)
         return written
 
+    def delete(self, hashes: Iterable[str]) -> int:
+        """Remove blobs (retention moved them to the archive); returns how many were here."""
+        keys = sorted(set(hashes))
+        removed = 0
+        for start in range(0, len(keys), self.BATCH):
+            with self.engine.begin() as conn:  # one short transaction per batch
+                stmt = sa_delete(blobs).where(blobs.c.hash.in_(keys[start : start + self.BATCH]))
+                removed += conn.execute(stmt).rowcount
+        return removed
+
     def get(self, hashes: Iterable[str]) -> dict[str, bytes]:
         wanted = sorted(set(hashes))
         found: dict[str, bytes] = {}
@@ -129,6 +140,15 @@ class DirectoryArtifacts:
                 raise
             written += len(data)
         return written
+
+    def delete(self, hashes: Iterable[str]) -> int:
+        removed = 0
+        for key in set(hashes):
+            path = self._path(key)
+            if path.exists():
+                path.unlink(missing_ok=True)
+                removed += 1
+        return removed
 
     def get(self, hashes: Iterable[str]) -> dict[str, bytes]:
         found: dict[str, bytes] = {}
@@ -184,6 +204,14 @@ class S3Artifacts:
                     found[key] = body.read()
         _missing(hashes, found)
         return found
+
+    def delete(self, hashes: Iterable[str]) -> int:
+        keys = sorted(set(hashes))
+        with self._unavailable("delete"):
+            for start in range(0, len(keys), 1000):  # S3's most keys per request
+                objects = [{"Key": self.prefix + k} for k in keys[start : start + 1000]]
+                self._s3.delete_objects(Bucket=self.bucket, Delete={"Objects": objects})
+        return len(keys)
 
     @contextlib.contextmanager
     def _unavailable(self, what: str) -> Iterator[None]:

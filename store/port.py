@@ -21,6 +21,7 @@ from .dead_letters import Closing, DeadLetter
 from .deliveries import Cards
 from .files import FileChange, Saved
 from .gauges import Gauges
+from .lifecycle import Retention
 from .relay import Due
 from .ticks import Claimed
 
@@ -122,8 +123,10 @@ class Store(Protocol):
         now: datetime,
         resolve_dead_letter: bool = False,
         again: bool = False,
+        archived: tuple[Session, Sequence[Saved]] | None = None,
     ) -> Head:
-        """A new session from the parent's step `from_step` with `patch`."""
+        """A new session from the parent's step `from_step` with `patch`; `archived`: the
+        parent whole and its file changes, read back from the archive."""
         ...
 
     def file_changes(self, session_id: str, *, upto: int | None = None) -> list[Saved]:
@@ -190,6 +193,11 @@ class Store(Protocol):
         self, *, bucket: str = "day", since: datetime, now: datetime
     ) -> dict[str, Any]:
         """Dead letters per day or hour and code, since `since`, no bucket skipped."""
+        ...
+
+    @property
+    def retention(self) -> Retention:
+        """Retention's passes and the archive index (`store/lifecycle.py`)."""
         ...
 
     @property

@@ -242,6 +242,13 @@ dead_letters = Table(
         postgresql_where=text("resolved_at IS NULL"),
         sqlite_where=text("resolved_at IS NULL"),
     ),
+    # retention's scan for failed sessions whose dead letter was closed long enough ago
+    Index(
+        "ix_tickwork_dead_letters_resolved",
+        "resolved_at",
+        postgresql_where=text("resolved_at IS NOT NULL"),
+        sqlite_where=text("resolved_at IS NOT NULL"),
+    ),
 )
 
 blobs = Table(
@@ -289,5 +296,37 @@ deliveries = Table(
         "next_attempt_at",
         postgresql_where=text("delivered_at IS NULL AND next_attempt_at IS NOT NULL"),
         sqlite_where=text("delivered_at IS NULL AND next_attempt_at IS NOT NULL"),
+    ),
+)
+
+archived = Table(
+    "tickwork_archived",
+    metadata,
+    # the sessions moved to the archive (issue 16): where each one's record is, and which
+    # are claimed by a gc pass that has not finished (state "pending": still live)
+    Column("session_id", String(64), primary_key=True),
+    #: the batch's object name in the archive, without its extension
+    Column("location", String(300), nullable=False),
+    #: "pending" (claimed, written or being written, rows still live) or "archived"
+    Column("state", String(16), nullable=False),
+    Column("claimed_at", UTCDateTime, nullable=False),
+    Column("archived_at", UTCDateTime),
+    Column("status", String(32), nullable=False),
+    Column("kind", String(200), nullable=False),
+    #: lineage: the session this one was forked from, if any
+    Column("parent_id", String(64)),
+    Column("fork_step", Integer),
+    Column("created_at", UTCDateTime, nullable=False),
+    #: when the session finished (its last update), which names its archive day
+    Column("finished_at", UTCDateTime, nullable=False),
+    Index(None, "location"),
+    Index(None, "parent_id"),
+    # workers drop their working copies of the sessions archived since they last looked
+    Index(None, "archived_at"),
+    Index(
+        "ix_tickwork_archived_pending",
+        "claimed_at",
+        postgresql_where=text("state = 'pending'"),
+        sqlite_where=text("state = 'pending'"),
     ),
 )

@@ -53,6 +53,7 @@ from .dead_letters import Closing, DeadLetter
 from .deliveries import Cards
 from .files import FileChange, Saved, current_state, fork_start, saved_changes
 from .gauges import Gauges
+from .lifecycle import Retention
 from .relay import Due
 from .schema import (
     calls,
@@ -367,19 +368,20 @@ class CoreStore:
         now: datetime,
         resolve_dead_letter: bool = False,
         again: bool = False,
+        archived: tuple[Session, Sequence[Saved]] | None = None,
     ) -> Head:
         """A new session from the parent's step `from_step` with `patch`; the parent stays.
         With `resolve_dead_letter` the parent's dead letter records the fork; one already
-        forked or closed is refused (DeadLetterClosed) unless `again`."""
-        child = fork(
-            self.load(parent_id), new_id=new_id, from_step=from_step, patch=patch, by=by, now=now
-        )
+        forked or closed is refused (DeadLetterClosed) unless `again`. `archived`: the
+        parent and its saved file changes, read back from the archive (`retention.py`)."""
+        parent = self.load(parent_id) if archived is None else archived[0]
+        child = fork(parent, new_id=new_id, from_step=from_step, patch=patch, by=by, now=now)
         start = None
         files = child.head.config.get("files")
         if isinstance(files, Mapping) and files.get("base"):
             # the child starts from the files its kept calls left, not the parent's latest
             start = fork_start(
-                saved_changes(self.engine, parent_id),
+                saved_changes(self.engine, parent_id) if archived is None else archived[1],
                 base_state=str(files["base"]),
                 from_step=from_step,
                 kept_calls={o.call_id for o in child.observations},
@@ -473,6 +475,11 @@ class CoreStore:
     ) -> dict[str, Any]:
         """Dead letters per day or hour and code (`dead_letters.timeline`)."""
         return dead_letters.timeline(self.engine, bucket=bucket, since=since, now=now)
+
+    @property
+    def retention(self) -> Retention:
+        """Retention's passes and the archive index (`store/lifecycle.py`)."""
+        return Retention(self.engine, self.load)
 
     @property
     def cards(self) -> Cards:

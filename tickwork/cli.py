@@ -31,6 +31,7 @@ COMMANDS = (
     "tickwork.cli_decisions",
     "tickwork.cli_dlq",
     "tickwork.cli_ops",
+    "tickwork.cli_gc",
     "tickwork.cli_serve",
 )
 

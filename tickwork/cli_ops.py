@@ -77,10 +77,11 @@ def worker(
         _metrics_folder(settings.state_dir, hostname)
     # imported after the metrics folder is chosen: prometheus_client reads it at import
     from worker.app import make_app
+    from worker.retention import RetentionSettings
     from worker.settings import MetricsSettings, WebhookSettings, read_settings
     from worker.tracing import TracingSettings
 
-    for kind in (MetricsSettings, WebhookSettings, TracingSettings):
+    for kind in (MetricsSettings, WebhookSettings, TracingSettings, RetentionSettings):
         read_settings(kind)  # a bad value stops the worker now, not as a warning later
     ensure_schema(settings)
     check_what_ticks_load(settings)
@@ -121,6 +122,10 @@ def check_what_ticks_load(settings: Settings) -> None:
         if not isinstance(load_object(spec), Provider):
             jobs.get(spec)
     _ = Providers(settings.imports).known  # a provider that cannot register stops it too
+    from worker.retention import RetentionSettings
+    from worker.settings import read_settings
+
+    read_settings(RetentionSettings).archive(settings)  # an archive it cannot open, too
     if settings.artifacts_url:
         store = build_store(settings)
         try:
@@ -353,6 +358,7 @@ def _no_sqlite_file(url: str) -> bool:
 def config(json_output: options.Json = False) -> None:
     """Show every setting in force, secrets masked: the deployment's, a worker's /metrics and
     webhooks, and `tickwork serve`'s."""
+    from worker.retention import RetentionSettings
     from worker.settings import MetricsSettings, WebhookSettings, read_settings
     from worker.tracing import TracingSettings
     from worker.tracing import status as tracing_status
@@ -361,7 +367,7 @@ def config(json_output: options.Json = False) -> None:
     from .api.settings import ApiSettings
 
     settings = load_settings()
-    kinds = (MetricsSettings, WebhookSettings, TracingSettings, ApiSettings)
+    kinds = (MetricsSettings, WebhookSettings, TracingSettings, RetentionSettings, ApiSettings)
     others = [read_settings(kind) for kind in kinds]
     shown = settings.masked(*others)
     if shown.get("webhook_url"):  # receivers keep their secret in the path, as logs know

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.text import Text
 
+from fsm.errors import SessionNotFound
 from fsm.values import ErrorCode, Head, Session, Status
 
 from . import options, render, views
@@ -172,10 +173,33 @@ def list_sessions(
 def show(session_id: SessionId, json_output: options.Json = False) -> None:
     """Show a session as a timeline: steps, calls and outputs, decisions, costs, outcome."""
     with Context() as ctx:
-        whole = ctx.store.load(session_id)
+        try:
+            whole = ctx.store.load(session_id)
+        except SessionNotFound:
+            archived = ctx.archived(session_id)  # issue 16: pruned, read back from the archive
+            if archived is None:
+                raise
+            view = views.session(archived.session)
+            view["lease"] = None
+            view["forks"] = views.forks(ctx.forks(session_id))
+            where = f"{ctx.archive.url.rstrip('/')}/{archived.entry.location}"
+            view["archived"] = {
+                "at": archived.entry.archived_at.isoformat()
+                if archived.entry.archived_at
+                else None,
+                "location": where,
+            }
+            if json_output:
+                views.emit(view)
+            else:
+                render.show(
+                    render.timeline(view, {}),
+                    Text(f"archived {render.when(view['archived']['at'])} in {where}"),
+                )
+            return
         view = views.session(whole)
         view["lease"] = views.lease(ctx.store.lease(session_id), now=datetime.now(UTC))
-        view["forks"] = views.forks(ctx.store.forks(session_id))
+        view["forks"] = views.forks(ctx.forks(session_id))
         previews = {} if json_output else file_previews(whole, ctx.client)
     if json_output:
         views.emit(view)

@@ -23,13 +23,17 @@ from fsm.errors import (
     ConfigurationError,
     InvalidBudget,
     InvalidInput,
+    SessionNotFound,
     UnpricedModel,
 )
 from fsm.forks import ForkPatch
 from fsm.values import Budgets, Decision, DecisionKind, Head, Session
 from store import Store
 from store import dead_letters as dl
+from store.archive import Archive
+from store.archived import ArchivedSession, saved_of
 from store.artifacts import Artifacts
+from store.files import Saved
 from worker.app import TICK, make_app
 from worker.jobs import Jobs
 from worker.models import Providers, check_spec
@@ -73,7 +77,9 @@ class Tickwork:
 
     @functools.cached_property
     def artifacts(self) -> Artifacts:
-        return self.store.artifacts(self.settings.artifacts_url)
+        from worker.retention import restoring  # blobs retention moved are read back
+
+        return restoring(self.store.artifacts(self.settings.artifacts_url), self.settings)
 
     @functools.cached_property
     def files(self) -> Workspaces:
@@ -206,6 +212,7 @@ class Tickwork:
                 f"session id {session_id!r} may only hold letters, digits, "
                 "'_', '-' and '.', up to 64 characters"
             )
+        self._check_unused(session_id)
         limits = self.budgets(job.budgets, budgets or {})
         if price is not None:
             config["price"] = _given_price(spec, price)._asdict()
@@ -370,9 +377,10 @@ class Tickwork:
                 f"session id {new_id!r} may only hold letters, digits, "
                 "'_', '-' and '.', up to 64 characters"
             )
+        self._check_unused(new_id)
+        parent, archived = self._fork_source(session_id)
         if budgets:
             self.budgets(budgets)  # names and values checked before anything is written
-            parent = self.store.get(session_id)
             raised = Budgets(**{**parent.budgets.model_dump(), **budgets})
             _check_priced(parent.model, raised, parent.config, self.settings.prices, self.providers)
         patch = ForkPatch(
@@ -381,7 +389,8 @@ class Tickwork:
             tool_outputs=dict(tool_outputs or {}),
             budgets=dict(budgets or {}),
         )
-        head = self.store.fork(
+        forking = functools.partial(
+            self.store.fork,
             session_id,
             new_id=new_id or uuid.uuid4().hex,
             from_step=from_step,
@@ -391,9 +400,50 @@ class Tickwork:
             resolve_dead_letter=resolve_dead_letter,
             again=again,
         )
+        try:
+            head = forking(archived=archived)
+        except SessionNotFound:
+            if archived is not None:
+                raise
+            # archived since we looked: fork it from the archive
+            head = forking(archived=self._fork_source(session_id)[1])
         if head.status.runnable:
             self.publish(head.id, head.version)
         return head
+
+    @functools.cached_property
+    def archive(self) -> Archive:
+        """Where retention archives finished sessions (TICKWORK_RETENTION_ARCHIVE_URL)."""
+        from worker.retention import RetentionSettings
+        from worker.settings import read_settings
+
+        return read_settings(RetentionSettings).archive(self.settings)
+
+    def archived(self, session_id: str) -> ArchivedSession | None:
+        """An archived session read back from the archive; None if it is not archived."""
+        if self.store.retention.entry(session_id) is None:
+            return None  # the archive is opened only for a session it holds
+        return self.store.retention.load(self.archive, session_id)
+
+    def _fork_source(self, session_id: str) -> tuple[Head, tuple[Session, list[Saved]] | None]:
+        """The head of the session to fork, and the session whole if it is archived."""
+        try:
+            return self.store.get(session_id), None
+        except SessionNotFound:
+            found = self.archived(session_id)
+            if found is None:
+                raise
+            return found.session.head, (found.session, saved_of(found.record))
+
+    def _check_unused(self, session_id: str | None) -> None:
+        """An id an archived session had is not given to a new one."""
+        if session_id is not None and SESSION_ID.match(session_id):
+            taken = self.store.retention.entry(session_id)
+            if taken is not None:
+                raise InvalidInput(
+                    f"session id {session_id!r} belonged to a session archived at "
+                    f"{taken.archived_at}; choose another id"
+                )
 
     def dead_letters(self, **filters: Any) -> list[dl.DeadLetter]:
         return self.store.dead_letters(**filters)

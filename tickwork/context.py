@@ -11,10 +11,12 @@ import os
 import uuid
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from store import Store
+    from store.archive import Archive
+    from store.archived import ArchivedSession
     from store.dead_letters import DeadLetter
     from worker.settings import Settings
 
@@ -95,6 +97,26 @@ class Context:
 
             self._client = Tickwork(self.settings, store=self.store)
         return self._client
+
+    @property
+    def archive(self) -> Archive:
+        """Where retention archives finished sessions (TICKWORK_RETENTION_ARCHIVE_URL)."""
+        from worker.retention import RetentionSettings
+        from worker.settings import read_settings
+
+        return read_settings(RetentionSettings).archive(self.settings)
+
+    def archived(self, session_id: str) -> ArchivedSession | None:
+        """An archived session read back; None if it is not archived."""
+        if self.store.retention.entry(session_id) is None:
+            return None  # the archive is opened only for a session it holds
+        return self.store.retention.load(self.archive, session_id)
+
+    def forks(self, session_id: str) -> list[dict[str, Any]]:
+        """The sessions forked from this one, live or archived, oldest first."""
+        found = {f["id"]: f for f in self.store.retention.forks(session_id)}
+        found.update((f["id"], f) for f in self.store.forks(session_id))
+        return sorted(found.values(), key=lambda f: (f["created_at"], f["id"]))
 
     def dead_letter(self, key: str) -> DeadLetter:
         """A dead letter by its id, else by its session's id."""

@@ -15,12 +15,16 @@ from typing import Any
 from celery import Celery, signals
 from kombu import Exchange, Queue
 
+from fsm.errors import TickworkError
+
 from . import metrics, observers
 from .broker import TRANSPORT
+from .pruner import RetentionThread
 from .relay import RelayThread
+from .retention import RetentionSettings
 from .runtime import Runtime, build_store
 from .secrets import install_log_masking, masker_for
-from .settings import Settings, load_settings
+from .settings import Settings, load_settings, read_settings
 from .tools.runner import check, describe, sandbox_of
 
 log = logging.getLogger("tickwork.worker")
@@ -174,7 +178,7 @@ def runtime(app: Celery) -> Runtime:
 
 
 def _start_relay_with_worker(app: Celery) -> None:
-    threads: list[RelayThread] = []
+    threads: list[RelayThread | RetentionThread] = []
 
     def ready(sender: Any = None, **_: Any) -> None:
         if getattr(sender, "app", None) is app and not threads:
@@ -183,6 +187,13 @@ def _start_relay_with_worker(app: Celery) -> None:
             threads[0].start()
             for background in rt.background:  # the webhook dispatcher
                 background.start()
+            try:  # issue 16: archive and prune in the background, when a retention age is set
+                retention = read_settings(RetentionSettings)
+                if retention.policy().enabled:
+                    threads.append(RetentionThread(runtime(app), retention))
+                    threads[-1].start()
+            except TickworkError as exc:  # the relay runs regardless
+                log.error("retention does not run in this worker: %s", exc)
 
     def shutdown(sender: Any = None, **_: Any) -> None:
         for thread in threads:

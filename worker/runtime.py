@@ -22,6 +22,7 @@ from store import Store, open_store
 from .jobs import Jobs
 from .models import Model, Providers, make_model, pooled_client
 from .report import Observers
+from .retention import restoring
 from .secrets import Masker, masker_for
 from .settings import Settings
 from .workspaces import Workspaces
@@ -175,7 +176,8 @@ class Runtime:
     @functools.cached_property
     def workspaces(self) -> Workspaces:
         """This host's working copies of sessions' files, and the artifact store behind them."""
-        artifacts = self.store.artifacts(self.settings.artifacts_url)
+        # issue 16: blobs retention moved to the archive are read back from there
+        artifacts = restoring(self.store.artifacts(self.settings.artifacts_url), self.settings)
         return Workspaces(
             self.settings.workspaces_path,
             self.store,

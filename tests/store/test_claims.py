@@ -254,6 +254,7 @@ class TestSave:
             "tickwork_dead_letters": 0,
             "tickwork_blobs": 0,
             "tickwork_file_changes": 0,
+            "tickwork_archived": 0,
         }
         assert store.load(session_id).steps == (change.step,)
         assert [e.kind for _, e in store.events_after(session_id)][-2:] == [

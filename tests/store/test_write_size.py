@@ -138,6 +138,7 @@ def test_a_tick_at_step_60_writes_what_a_tick_at_step_3_writes(store: Store, clo
         "tickwork_dead_letters": 0,
         "tickwork_blobs": 0,
         "tickwork_file_changes": 0,
+        "tickwork_archived": 0,
     }
     assert executing.rows == {
         "tickwork_sessions": 0,
@@ -150,6 +151,7 @@ def test_a_tick_at_step_60_writes_what_a_tick_at_step_3_writes(store: Store, clo
         "tickwork_dead_letters": 0,
         "tickwork_blobs": 0,
         "tickwork_file_changes": 0,
+        "tickwork_archived": 0,
     }
     assert thinking.total_bytes < 2_000
     assert executing.total_bytes < 2_000

@@ -1,0 +1,123 @@
+"""Archived sessions read back: the `tickwork_archived` index and the records it points to.
+
+`retention.py` moves finished sessions to the archive; this finds them there again, for
+`tickwork show`, `tickwork fork` and lineage.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Engine, select
+
+from fsm.values import Session
+
+from . import archive as archives
+from .files import Saved
+from .schema import archived
+
+PENDING, ARCHIVED = "pending", "archived"
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A session's row in `tickwork_archived`."""
+
+    session_id: str
+    location: str
+    state: str
+    status: str
+    kind: str
+    parent_id: str | None
+    fork_step: int | None
+    created_at: datetime
+    finished_at: datetime
+    archived_at: datetime | None
+
+
+@dataclass(frozen=True)
+class ArchivedSession:
+    """An archived session read back: the session, and the rest of its record."""
+
+    entry: Entry
+    session: Session
+    record: dict[str, Any] = field(repr=False)
+
+
+def _entry(row: Any) -> Entry:
+    return Entry(
+        session_id=row.session_id,
+        location=row.location,
+        state=row.state,
+        status=row.status,
+        kind=row.kind,
+        parent_id=row.parent_id,
+        fork_step=row.fork_step,
+        created_at=row.created_at,
+        finished_at=row.finished_at,
+        archived_at=row.archived_at,
+    )
+
+
+def entry(engine: Engine, session_id: str) -> Entry | None:
+    """The archived session's index row; None if it is not archived (pending ones are live)."""
+    if "\x00" in session_id:
+        return None
+    with engine.connect() as conn:
+        row = conn.execute(
+            select(archived).where(
+                archived.c.session_id == session_id, archived.c.state == ARCHIVED
+            )
+        ).first()
+    return None if row is None else _entry(row)
+
+
+def load_archived(
+    engine: Engine, archive: archives.Archive, session_id: str
+) -> ArchivedSession | None:
+    """An archived session read back from its batch; None if it is not archived."""
+    found = entry(engine, session_id)
+    if found is None:
+        return None
+    batch = archives.read_batch(archive, found.location)
+    if session_id not in batch:
+        raise archives.ArchiveMissing(
+            f"session {session_id} is not in its archive batch {found.location} "
+            f"({archive.url}); was the archive changed?"
+        )
+    item = batch[session_id]
+    return ArchivedSession(found, archives.session_of(item), item)
+
+
+def archived_forks(engine: Engine, parent_id: str) -> list[dict[str, Any]]:
+    """The archived sessions forked from `parent_id`: id, step, status, when."""
+    query = (
+        select(
+            archived.c.session_id.label("id"),
+            archived.c.fork_step,
+            archived.c.status,
+            archived.c.created_at,
+        )
+        .where(archived.c.parent_id == parent_id, archived.c.state == ARCHIVED)
+        .order_by(archived.c.created_at, archived.c.session_id)
+    )
+    with engine.connect() as conn:
+        return [dict(r) for r in conn.execute(query).mappings()]
+
+
+def archived_since(engine: Engine, since: datetime) -> list[str]:
+    """The sessions archived at or after `since`."""
+    query = select(archived.c.session_id).where(archived.c.archived_at >= since)
+    with engine.connect() as conn:
+        return list(conn.execute(query).scalars())
+
+
+def saved_of(found: Mapping[str, Any]) -> list[Saved]:
+    """An archive record's saved file changes, as `Store.file_changes` gives them."""
+    return [
+        Saved(c["version"], c["step"], c["call_id"], dict(c["changes"]), c["state"])
+        for c in found.get("file_changes") or ()
+    ]

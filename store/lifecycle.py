@@ -1,0 +1,71 @@
+"""`Store.retention`: what retention, `tickwork gc` and reading archived sessions ask of
+the database (`retention.py` archives and prunes, `archived.py` reads the index)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Engine
+
+from fsm.values import Session
+
+from . import archive as archives
+from . import archived, retention
+from .artifacts import Artifacts
+
+
+class Retention:
+    """The archive index and the archive-then-prune passes of one store."""
+
+    def __init__(self, engine: Engine, load: Callable[[str], Session]) -> None:
+        self._engine, self._load = engine, load
+
+    def archive_pass(
+        self,
+        archive: archives.Archive,
+        policy: retention.Policy,
+        *,
+        now: datetime,
+        max_batches: int | None = None,
+        after_write: Callable[[retention.Batch], None] | None = None,
+        artifacts: Artifacts | None = None,
+        **kwargs: Any,
+    ) -> retention.Report:
+        """Archive and prune up to `max_batches` batches (`retention.archive_pass`)."""
+        return retention.archive_pass(
+            self._engine,
+            self._load,
+            archive,
+            policy,
+            now=now,
+            max_batches=max_batches,
+            after_write=after_write,
+            artifacts=artifacts,
+            **kwargs,
+        )
+
+    def eligible(self, policy: retention.Policy, *, now: datetime) -> dict[str, int]:
+        """How many sessions of each status a pass would archive now; reads only."""
+        return retention.eligible(self._engine, policy, now=now)
+
+    def live_and_archived(self) -> dict[str, int]:
+        """How many sessions are live, pending and archived."""
+        return retention.live_and_archived(self._engine)
+
+    def entry(self, session_id: str) -> archived.Entry | None:
+        """Where an archived session is; None if it is not archived."""
+        return archived.entry(self._engine, session_id)
+
+    def load(self, archive: archives.Archive, session_id: str) -> archived.ArchivedSession | None:
+        """An archived session read back from its batch; None if it is not archived."""
+        return archived.load_archived(self._engine, archive, session_id)
+
+    def forks(self, parent_id: str) -> list[dict[str, Any]]:
+        """The archived sessions forked from `parent_id`."""
+        return archived.archived_forks(self._engine, parent_id)
+
+    def since(self, since: datetime) -> list[str]:
+        """The sessions archived at or after `since`."""
+        return archived.archived_since(self._engine, since)

@@ -1,0 +1,149 @@
+"""`tickwork gc` archives and prunes finished sessions; `show` and `fork` read them back; a
+gc killed between the archive write and the delete loses nothing and archives nothing twice."""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from unittest import mock
+
+from fsm.errors import SessionNotFound
+from store.archived import entry
+from tests.e2e.conftest import ROOT, Cli, Deployment, call, stop, until
+
+#: every completed session may go at once
+RETAIN = {"TICKWORK_RETENTION_COMPLETED_S": "0"}
+
+
+def finished(deployment: Deployment, count: int) -> list[str]:
+    ids = [
+        deployment.submit(
+            [{"content": "look", "tool_calls": [call("echo", text=str(n))]}, {"content": "done"}]
+        )
+        for n in range(count)
+    ]
+    with deployment.worker():
+        for sid in ids:
+            assert deployment.client.wait(sid, timeout=60).status.value == "completed"
+    return ids
+
+
+def archive_files(deployment: Deployment) -> dict[Path, list[str]]:
+    """Each JSON Lines object in the archive, and the sessions it holds."""
+    root = deployment.settings.state_dir / "archive"
+    return {
+        path.relative_to(root): [
+            json.loads(line)["session_id"]
+            for line in gzip.decompress(path.read_bytes()).splitlines()
+        ]
+        for path in sorted(root.rglob("*.jsonl.gz"))
+    }
+
+
+def live(deployment: Deployment, sid: str) -> bool:
+    try:
+        deployment.client.store.get(sid)
+        return True
+    except SessionNotFound:
+        return False
+
+
+def test_gc_archives_and_show_and_fork_read_it_back(deployment: Deployment, cli: Cli) -> None:
+    ids = finished(deployment, 2)
+
+    dry = cli.inline("gc", "--dry-run", "--json", **RETAIN).json()
+    assert dry["due"] == {"completed": 2, "pending": 0}
+    assert all(live(deployment, sid) for sid in ids)
+    off = cli.inline("gc", "--dry-run")
+    assert "retention is off" in off.stdout
+
+    with mock.patch.dict(sys.modules, {"pyarrow": None, "pyarrow.parquet": None}):
+        first = cli.inline("gc", "--batches", "1", **RETAIN, TICKWORK_RETENTION_BATCH="1")
+    assert "archived 1 sessions in 1 batches" in first.stdout
+    assert "Parquet skipped: pyarrow is not installed" in first.stdout
+    assert not list((deployment.settings.state_dir / "archive").rglob("*.parquet"))
+
+    done = cli("gc", "--json", **RETAIN).json()
+
+    assert (done["archived"], done["batches"], done["parquet"]) == (1, 1, True)
+    assert done["rows_after"]["tickwork_sessions"] == 0
+    assert done["rows_after"]["archived_archived"] == 2
+    assert not any(live(deployment, sid) for sid in ids)
+    assert sorted(itertools.chain(*archive_files(deployment).values())) == sorted(ids)
+    assert list((deployment.settings.state_dir / "archive").rglob("*.parquet"))
+
+    shown = cli.inline("show", ids[0], "--json").json()
+    assert shown["head"]["status"] == "completed" and shown["archived"]["location"]
+    assert [c["name"] for s in shown["steps"] for c in s["calls"]] == ["echo"]
+    text = cli.inline("show", ids[0]).stdout
+    assert "archived" in text and "echo" in text
+
+    fork = cli.inline("fork", ids[0], "--from-step", "1", "--id", "after-archive", "--json").json()
+    assert (fork["parent_id"], fork["fork_step"]) == (ids[0], 1)
+    assert [f["id"] for f in cli.inline("show", ids[0], "--json").json()["forks"]] == [
+        "after-archive"
+    ]
+    reused = cli.inline("fork", ids[0], "--from-step", "1", "--id", ids[1], ok=False)
+    reused.error(2, ids[1], "archived")
+    assert cli.inline("show", "no-such", ok=False).code != 0
+
+
+def test_gc_killed_between_the_archive_write_and_the_delete(
+    deployment: Deployment, cli: Cli
+) -> None:
+    ids = finished(deployment, 3)
+    env = {**cli.env, **RETAIN, "TICKWORK_RETENTION_BATCH": "2"}
+    gc = subprocess.Popen(
+        [sys.executable, "-m", "tickwork", "gc"],
+        cwd=ROOT,
+        env={**env, "TICKWORK_TEST_GC_PAUSE_AFTER_WRITE_S": "60"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        assert gc.stderr is not None
+        line = gc.stderr.readline().decode()
+        assert line.startswith("archive written: day="), line
+    finally:
+        os.killpg(gc.pid, signal.SIGKILL)
+        gc.wait(10)
+        if gc.stderr is not None:
+            gc.stderr.close()
+    written = archive_files(deployment)
+    assert len(written) == 1 and len(next(iter(written.values()))) == 2
+    assert all(live(deployment, sid) for sid in ids)  # nothing deleted before the delete
+    assert all(entry(deployment.client.store.engine, sid) is None for sid in ids)
+
+    report = cli("gc", "--json", **RETAIN, TICKWORK_RETENTION_BATCH="2").json()
+
+    assert (report["archived"], report["resumed"]) == (3, 1)
+    after = archive_files(deployment)
+    assert written.keys() <= after.keys() and len(after) == 2
+    in_archive = list(itertools.chain(*after.values()))
+    assert sorted(in_archive) == sorted(ids)  # each once: nothing lost, nothing twice
+    for sid in ids:
+        assert not live(deployment, sid)
+        found = entry(deployment.client.store.engine, sid)
+        assert found is not None and found.state == "archived"
+        assert sid in after[Path(found.location + ".jsonl.gz")]
+
+
+def test_workers_archive_in_the_background(deployment: Deployment) -> None:
+    worker = deployment.spawn(
+        env={**RETAIN, "TICKWORK_RETENTION_PERIOD_S": "0.2", "TICKWORK_RETENTION_BATCH": "1"}
+    )
+    try:
+        sid = deployment.submit([{"content": "done"}])
+        engine = deployment.client.store.engine
+        found = until(lambda: entry(engine, sid), timeout=60, what="the worker to archive it")
+    finally:
+        stop(worker)
+    assert found.state == "archived" and not live(deployment, sid)
+    assert deployment.client.archived(sid) is not None
