@@ -1,7 +1,7 @@
 """retention: the index of archived sessions, and the indexes its scans need
 
-Revision ID: 0006_lifecycle
-Revises: 0005_api
+Revision ID: 0008_lifecycle
+Revises: 0007_yeardata
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from alembic import op
 
 from store.schema import UTCDateTime
 
-revision = "0006_lifecycle"
-down_revision = "0005_api"
+revision = "0008_lifecycle"
+down_revision = "0007_yeardata"
 branch_labels = None
 depends_on = None
 
