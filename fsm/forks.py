@@ -6,6 +6,9 @@ from datetime import datetime
 from typing import Any
 
 from .errors import ForkOutOfRange, InvalidInput
+from .graph import START
+from .graph_machine import fork_state
+from .loops import HISTORY
 from .values import (
     Budgets,
     CallState,
@@ -15,6 +18,7 @@ from .values import (
     Observation,
     Session,
     Status,
+    Step,
     ToolCall,
     Value,
 )
@@ -29,6 +33,8 @@ class ForkPatch(Value):
     tool_outputs: dict[str, str] = {}
     #: budget fields to raise (or lower) for the fork
     budgets: dict[str, Any] = {}
+    #: a graph session: state fields to set in the fork (`fsm.graph_machine`)
+    state: dict[str, Any] = {}
 
 
 def fork(
@@ -97,6 +103,10 @@ def fork(
             *config.get("instructions", []),
             {"after_step": from_step, "text": patch.append_instruction},
         ]
+    if patch.state and "graph" not in config:
+        raise InvalidInput(
+            f"session {parent.head.id} is not a graph session; only a graph's state is patched"
+        )
     head = Head(
         id=new_id,
         kind=parent.head.kind,
@@ -115,6 +125,7 @@ def fork(
         fork_step=from_step,
         awaiting=awaiting,
         submitted_by=by,
+        result=_graph_result(config, new_steps, observations, patch) if "graph" in config else {},
     )
     event = Event(
         kind=EventKind.FORKED,
@@ -133,3 +144,23 @@ def fork(
         decisions=decisions,
         events=(event,),
     )
+
+
+def _graph_result(
+    config: dict[str, Any],
+    steps: tuple[Step, ...],
+    observations: list[Observation],
+    patch: ForkPatch,
+) -> dict[str, Any]:
+    """A graph fork's state: the parent's first state, the kept node runs' updates, the
+    patch; its last node run, and its recent fingerprints (`fsm.graph_machine`)."""
+    seen = {o.call_id: o for o in observations}
+    done = [c for s in steps for c in s.calls if c.call_id in seen]
+    updates = [seen[c.call_id].content for c in done if not seen[c.call_id].is_error]
+    initial = config.get("initial_state")
+    state = fork_state(initial if isinstance(initial, dict) else {}, updates, patch.state)
+    return {
+        "state": state,
+        "node": done[-1].name if done else START,
+        "recent": [s.fingerprint for s in steps][-HISTORY:],
+    }

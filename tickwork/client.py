@@ -295,7 +295,10 @@ class Tickwork:
             if arguments is None:
                 raise InvalidInput(f"an edit of call {call_id} needs the new arguments")
             tools = self.jobs.tools(head.kind)
-            if call.name in tools:
+            check_edit = getattr(self.jobs.get(head.kind), "validate_edit", None)
+            if check_edit is not None:  # a graph: the edit patches the state (issue 15)
+                arguments = check_edit(head, call.name, dict(arguments))
+            elif call.name in tools:
                 arguments = tools.get(call.name).validate(dict(arguments))
         decision = Decision(
             call_id=call_id,
@@ -361,6 +364,7 @@ class Tickwork:
         resolve_dead_letter: bool = False,
         new_id: str | None = None,
         again: bool = False,
+        state: Mapping[str, Any] | None = None,
     ) -> Head:
         """A new session from `session_id`'s step `from_step` with a declared patch; with
         `resolve_dead_letter`, a dead letter forked (or closed) before is refused unless
@@ -375,11 +379,20 @@ class Tickwork:
             parent = self.store.get(session_id)
             raised = Budgets(**{**parent.budgets.model_dump(), **budgets})
             _check_priced(parent.model, raised, parent.config, self.settings.prices, self.providers)
+        if state:  # a graph session's state patch (issue 15), checked against its schema
+            parent = self.store.get(session_id)
+            check_edit = getattr(self.jobs.get(parent.kind), "validate_edit", None)
+            if check_edit is None:
+                raise InvalidInput(
+                    f"session {session_id} is not a graph session; only a graph's state is patched"
+                )
+            state = check_edit(parent, "the fork", dict(state))
         patch = ForkPatch(
             system_prompt=system_prompt,
             append_instruction=append_instruction,
             tool_outputs=dict(tool_outputs or {}),
             budgets=dict(budgets or {}),
+            state=dict(state or {}),
         )
         head = self.store.fork(
             session_id,

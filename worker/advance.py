@@ -12,13 +12,19 @@ from typing import Any
 from sqlalchemy.exc import SQLAlchemyError
 
 from fsm import machine, transcript
-from fsm.errors import ArtifactsUnavailable, ClaimLost, InvalidToolArguments, ModelError
+from fsm.errors import (
+    ArtifactsUnavailable,
+    ClaimLost,
+    GraphVersionMismatch,
+    InvalidToolArguments,
+    ModelError,
+)
 from fsm.machine import Change, RunTool
 from fsm.values import ErrorCode, Head, Status, idempotency_key
 from store import Claimed
 from store.files import FileChange
 
-from . import metrics, webhooks  # issue 8: metrics and approval webhooks
+from . import graphs, metrics, webhooks  # issue 8: metrics and approval webhooks
 from .models import ModelSettings, pricing
 from .runtime import Runtime, Stops, owner_name
 from .secrets import mask_change
@@ -54,9 +60,19 @@ def _advance(rt: Runtime, claimed: Claimed, version: int, owner: str, files: Tic
     session_id = claimed.head.id
     try:
         with rt.leases.hold(session_id, version, owner):
-            change = _phase(rt, claimed, files)
+            # issue 15: a graph session runs one node a tick (worker/graphs.py)
+            change = (
+                graphs.tick(rt, claimed)
+                if graphs.is_graph(claimed.head)
+                else _phase(rt, claimed, files)
+            )
     except ClaimLost:
         return Outcome.LOST
+    except GraphVersionMismatch as exc:
+        # refused, not failed: nothing is saved, the lease runs out and the relay offers the
+        # tick again, to a worker that has the session's graph version
+        log.error("%s", exc)
+        return Outcome.DROPPED
     except (SQLAlchemyError, ArtifactsUnavailable):
         # the database or the artifact store is away: the lease expires and the relay runs
         # this tick again (on files the store holds: nothing of this attempt was saved)
