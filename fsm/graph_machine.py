@@ -115,8 +115,8 @@ def schedule(
     )
     if loop is not None:
         message = (
-            f"{loop.kind.value} loop at step {number}: node {chosen!r} would run again on a "
-            f"state it ran on {loop.repeats} times in a row"
+            f"{loop.kind.value} loop at step {number}: node {chosen!r} would run on the same "
+            f"state {loop.repeats} times in a row"
             if loop.kind.value == "stagnation"
             else f"{loop.kind.value} loop at step {number}: node {chosen!r} and the node "
             "before it alternate on the same states"
