@@ -289,21 +289,21 @@ class CompiledGraph:
             return dict(state)
         if not isinstance(delta, Mapping):
             raise InvalidStateUpdate(
-                f"{by} of graph {self.name!r} returned a {type(delta).__name__}; "
+                f"{by} of graph {self.name!r} gives a {type(delta).__name__}; "
                 "a node returns a dict of the state fields it changes"
             )
         fields = self.state.model_fields
         unknown = sorted(str(k) for k in delta if k not in fields)
         if unknown:
             raise InvalidStateUpdate(
-                f"{by} of graph {self.name!r} returned {', '.join(unknown)}, not in the state "
-                f"{self.state.__name__} (its fields: {', '.join(fields)})"
+                f"{by} of graph {self.name!r} gives {', '.join(unknown)}, which the state "
+                f"{self.state.__name__} does not have (its fields: {', '.join(fields)})"
             )
         try:
             typed = self.state.model_validate({**state, **delta})
         except ValidationError as exc:
             raise InvalidStateUpdate(
-                f"{by} of graph {self.name!r} returned an update that does not fit "
+                f"{by} of graph {self.name!r} gives an update that does not fit "
                 f"{self.state.__name__}: {_first(exc)}"
             ) from None
         return typed.model_dump(mode="json")

@@ -274,6 +274,14 @@ def make_fork(*, dead_letter: bool) -> Callable[..., None]:
                 rich_help_panel="Patch",
             ),
         ] = None,
+        state: Annotated[
+            str | None,
+            typer.Option(
+                metavar="JSON",
+                help="A graph session: set these state fields in the fork (a JSON object).",
+                rich_help_panel="Patch",
+            ),
+        ] = None,
         max_steps: options.MaxSteps = None,
         max_tokens: options.MaxTokens = None,
         max_cost_usd: options.MaxCostUsd = None,
@@ -310,6 +318,7 @@ def make_fork(*, dead_letter: bool) -> Callable[..., None]:
                 resolve_dead_letter=dead_letter,
                 new_id=new_id,
                 again=again,
+                state=None if state is None else options.json_object(state, option="--state"),
             )
         print_head(head, json_output, head.id)
 

@@ -295,9 +295,9 @@ class Tickwork:
             if arguments is None:
                 raise InvalidInput(f"an edit of call {call_id} needs the new arguments")
             tools = self.jobs.tools(head.kind)
-            check_edit = getattr(self.jobs.get(head.kind), "validate_edit", None)
-            if check_edit is not None:  # a graph: the edit patches the state (issue 15)
-                arguments = check_edit(head, call.name, dict(arguments))
+            check = getattr(self.jobs.get(head.kind), "validate_patch", None)
+            if check is not None:  # a graph: the edit patches the state (issue 15)
+                arguments = check(head, dict(arguments), by=f"the edit of node {call.name!r}")
             elif call.name in tools:
                 arguments = tools.get(call.name).validate(dict(arguments))
         decision = Decision(
@@ -381,12 +381,12 @@ class Tickwork:
             _check_priced(parent.model, raised, parent.config, self.settings.prices, self.providers)
         if state:  # a graph session's state patch (issue 15), checked against its schema
             parent = self.store.get(session_id)
-            check_edit = getattr(self.jobs.get(parent.kind), "validate_edit", None)
-            if check_edit is None:
+            check = getattr(self.jobs.get(parent.kind), "validate_patch", None)
+            if check is None:
                 raise InvalidInput(
                     f"session {session_id} is not a graph session; only a graph's state is patched"
                 )
-            state = check_edit(parent, "the fork", dict(state))
+            state = check(parent, dict(state), by="the fork's state patch")
         patch = ForkPatch(
             system_prompt=system_prompt,
             append_instruction=append_instruction,

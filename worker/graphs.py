@@ -46,13 +46,12 @@ class GraphKind(JobKind):
 
     graph: CompiledGraph | None = None
 
-    def validate_edit(self, head: Head, node: str, patch: Mapping[str, Any]) -> dict[str, Any]:
-        """A person's edit of the state before `node`, checked against the schema."""
+    def validate_patch(self, head: Head, patch: Mapping[str, Any], *, by: str) -> dict[str, Any]:
+        """A person's patch of the session's state (an edit before a node, a fork's), checked
+        against the schema; InvalidInput naming `by` and what is wrong."""
         assert self.graph is not None
         try:
-            self.graph.update(
-                graph_machine.state_of(head), patch, by=f"the edit before node {node!r}"
-            )
+            self.graph.update(graph_machine.state_of(head), patch, by=by)
         except InvalidStateUpdate as exc:
             raise InvalidInput(exc.message) from None
         return dict(patch)

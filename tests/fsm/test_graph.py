@@ -160,11 +160,13 @@ def test_conditional_targets_come_from_a_literal_and_a_wrong_choice_is_named() -
 def test_an_update_is_checked_against_the_schema_when_the_node_returns() -> None:
     compiled = line("a").compile()
     assert compiled.update({"n": 1, "text": ""}, {"n": 2}, by="node 'a'") == {"n": 2, "text": ""}
-    with pytest.raises(InvalidStateUpdate, match="node 'a' of graph 'g' returned colour"):
+    with pytest.raises(
+        InvalidStateUpdate, match="node 'a' of graph 'g' gives colour, which the state S"
+    ):
         compiled.update({"n": 1}, {"colour": "red"}, by="node 'a'")
     with pytest.raises(InvalidStateUpdate, match="n: Input should be a valid integer"):
         compiled.update({"n": 1}, {"n": "many"}, by="node 'a'")
-    with pytest.raises(InvalidStateUpdate, match="returned a list"):
+    with pytest.raises(InvalidStateUpdate, match="gives a list"):
         compiled.update({"n": 1}, [1], by="node 'a'")
 
 
