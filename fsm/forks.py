@@ -35,6 +35,8 @@ class ForkPatch(Value):
     budgets: dict[str, Any] = {}
     #: a graph session: state fields to set in the fork (`fsm.graph_machine`)
     state: dict[str, Any] = {}
+    #: a graph session: the graph version the fork runs on (None: the parent's)
+    graph_version: str | None = None
 
 
 def fork(
@@ -103,10 +105,12 @@ def fork(
             *config.get("instructions", []),
             {"after_step": from_step, "text": patch.append_instruction},
         ]
-    if patch.state and "graph" not in config:
+    if (patch.state or patch.graph_version) and "graph" not in config:
         raise InvalidInput(
             f"session {parent.head.id} is not a graph session; only a graph's state is patched"
         )
+    if patch.graph_version is not None:
+        config["graph"] = {**config["graph"], "version": patch.graph_version}
     head = Head(
         id=new_id,
         kind=parent.head.kind,

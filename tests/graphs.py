@@ -70,3 +70,17 @@ def _loop(name: str, fn: object) -> Graph:
 STUCK = graph_kind(_loop("stuck", wait_for_it).compile())
 #: counts for ever (the state changes): the step budget stops it
 COUNTER = graph_kind(_loop("counter", count).compile(), budgets={"max_steps": 6})
+
+
+def sloppy(state: Poll) -> dict[str, object]:
+    return {"n": 1, "colour": "red"}  # not in the state: refused when it returns
+
+
+def _sloppy() -> Graph:
+    graph = Graph("sloppy", version="1", state=Poll)
+    graph.add_node("paint", sloppy, idempotent=True)
+    graph.add_edge(START, "paint").add_edge("paint", END)
+    return graph
+
+
+SLOPPY = graph_kind(_sloppy().compile())

@@ -379,20 +379,26 @@ class Tickwork:
             parent = self.store.get(session_id)
             raised = Budgets(**{**parent.budgets.model_dump(), **budgets})
             _check_priced(parent.model, raised, parent.config, self.settings.prices, self.providers)
-        if state:  # a graph session's state patch (issue 15), checked against its schema
-            parent = self.store.get(session_id)
-            check = getattr(self.jobs.get(parent.kind), "validate_patch", None)
+        graph_version = None
+        origin = self.store.get(session_id)
+        if state or isinstance(origin.config.get("graph"), Mapping):
+            # a graph session (issue 15): the fork runs on the graph as this process has it
+            # (how a session moves to a new version), its state patch checked against it
+            kind = self.jobs.get(origin.kind)
+            check = getattr(kind, "validate_patch", None)
             if check is None:
                 raise InvalidInput(
                     f"session {session_id} is not a graph session; only a graph's state is patched"
                 )
-            state = check(parent, dict(state), by="the fork's state patch")
+            state = check(origin, dict(state or {}), by="the fork's state patch")
+            graph_version = kind.graph.version  # type: ignore[attr-defined]
         patch = ForkPatch(
             system_prompt=system_prompt,
             append_instruction=append_instruction,
             tool_outputs=dict(tool_outputs or {}),
             budgets=dict(budgets or {}),
             state=dict(state or {}),
+            graph_version=graph_version,
         )
         head = self.store.fork(
             session_id,

@@ -116,6 +116,19 @@ def test_an_endless_loop_is_stopped_and_dead_lettered(
     assert head.step <= 6
 
 
+def test_a_node_returning_a_key_not_in_the_state_fails_its_session_clearly(
+    deployment: Deployment,
+) -> None:
+    with deployment.worker():
+        head = deployment.client.submit("tests.graphs:SLOPPY", {}, model=deployment.script(NOTE))
+        head = deployment.client.wait(head.id, timeout=60)
+    assert head.status is Status.FAILED and head.error_code is ErrorCode.INTERNAL, head
+    assert "node 'paint' of graph 'sloppy' gives colour, which the state Poll" in (
+        head.error_message
+    )
+    assert deployment.client.dead_letter(head.id).code == "INTERNAL"
+
+
 def test_a_fork_from_step_k_with_a_state_patch_runs_the_rest(deployment: Deployment) -> None:
     with deployment.worker():
         parent = submit(deployment, amount=9000.0)
@@ -183,6 +196,16 @@ def test_a_worker_with_another_version_refuses_the_tick_and_keeps_the_session(
     assert f"session {session_id} runs graph 'refund' version '1'" in caplog.text
     head = deployment.client.get(session_id)
     assert head.status is Status.READY and head.step == 0 and head.version == 0
+    # moved to version 2 by a fork made where version 2 is installed; the original still
+    # runs on a worker that has version 1
+    upgraded = Tickwork(v2)
+    try:
+        child = upgraded.fork(session_id, from_step=0, by="ops").id
+    finally:
+        upgraded.close()
+    assert deployment.client.get(child).config["graph"]["version"] == "2"
+    with deployment.worker():
+        waiting(deployment, child)
     deployment.settings = v1
     with deployment.worker():
         waiting(deployment, session_id)
