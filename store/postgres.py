@@ -161,9 +161,11 @@ WITH moved AS (
 ), closed AS (
     UPDATE {calls.name} AS c SET state = r.state
     FROM moved, jsonb_to_recordset(%(call_states)s::jsonb) AS r(call_id text, state text)
-    -- the calls of the current step (the caller checks): by the (session, step) index,
-    -- where a lookup by id alone may scan all the session's calls on a young table
-    WHERE c.session_id = moved.id AND c.step = moved.step AND c.call_id = r.call_id
+    -- the calls of the current step, or of the one before (a graph's node tick closes its
+    -- node and records the next; the caller checks): by the (session, step) index, where a
+    -- lookup by id alone may scan all the session's calls on a young table
+    WHERE c.session_id = moved.id AND c.step BETWEEN moved.step - 1 AND moved.step
+      AND c.call_id = r.call_id
 ),
 {_APPENDED}
 SELECT {_HEAD} FROM moved

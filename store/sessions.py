@@ -322,7 +322,12 @@ class Store:
             self._postgres
             and owner is not None
             and not change.dead_letter
-            and all(c["call_id"].startswith(call_ids_of(change.head.step)) for c in changed)
+            and all(
+                c["call_id"].startswith(
+                    (call_ids_of(change.head.step), call_ids_of(change.head.step - 1))
+                )
+                for c in changed
+            )
         ):
             with self._single.connect() as conn:
                 row = postgres.save(
