@@ -28,17 +28,23 @@ def slow_refund(state: refund_graph.Refund, ctx: NodeContext) -> dict[str, objec
     return done
 
 
-def _slow(version: str = "1") -> Graph:
-    graph = refund_graph.build(version)
-    graph.name = "refund_slow"
+def _slow(name: str = "refund_slow", *, careful: bool = False) -> Graph:
+    graph = refund_graph.build()
+    graph.name = name
     graph.nodes.pop("refund")
     graph.add_node(
-        "refund", slow_refund, interrupt_before=True, idempotent=True, on_reject="report"
+        "refund",
+        slow_refund,
+        interrupt_before=not careful,
+        idempotent=not careful,
+        on_reject="report",
     )
     return graph
 
 
 SLOW_REFUND = graph_kind(_slow().compile())
+#: the slow payer, not idempotent and not interrupted: a kill leaves it in doubt
+CAREFUL_REFUND = graph_kind(_slow("refund_careful", careful=True).compile())
 
 
 class Poll(BaseModel):

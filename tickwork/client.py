@@ -300,6 +300,9 @@ class Tickwork:
                 arguments = check(head, dict(arguments), by=f"the edit of node {call.name!r}")
             elif call.name in tools:
                 arguments = tools.get(call.name).validate(dict(arguments))
+        check_output = getattr(self.jobs.get(head.kind), "validate_output", None)
+        if kind is DecisionKind.PROVIDE_OUTPUT and check_output is not None:
+            check_output(head, call.name, output)  # a graph node's update (issue 15)
         decision = Decision(
             call_id=call_id,
             kind=kind,

@@ -56,6 +56,15 @@ class GraphKind(JobKind):
             raise InvalidInput(exc.message) from None
         return dict(patch)
 
+    def validate_output(self, head: Head, node: str, text: str) -> None:
+        """The update a person gives by hand for a node run in doubt: a JSON object of state
+        fields, checked against the schema; InvalidInput otherwise."""
+        try:
+            delta = _given_update(text, node)
+        except InvalidStateUpdate as exc:
+            raise InvalidInput(exc.message) from None
+        self.validate_patch(head, delta, by=f"the output given for node {node!r}")
+
 
 def graph_kind(
     graph: Graph | CompiledGraph,

@@ -180,6 +180,36 @@ def test_a_worker_killed_while_a_node_pays_resumes_it_and_pays_once(
     assert [s["rerun"] for s in started] == [False, True]
 
 
+def test_a_node_that_is_not_idempotent_waits_in_doubt_and_a_person_gives_its_update(
+    deployment: Deployment,
+) -> None:
+    session_id = submit(deployment, kind="tests.graphs:CAREFUL_REFUND")
+    slow = deployment.spawn(env={"TICKWORK_TEST_SLOW": "1"})
+    try:
+        until(lambda: ledger(deployment, session_id), timeout=60, what="the payment")
+        kill(slow)
+    finally:
+        stop(slow)
+    with deployment.worker():
+        head = deployment.client.wait(session_id, timeout=60)
+        assert head.status is Status.WAITING_APPROVAL and head.awaiting == ("s3c0",), head
+        call = deployment.client.load(session_id).call("s3c0")
+        assert call is not None and call.state is CallState.IN_DOUBT
+        with pytest.raises(InvalidInput, match="the output given for node 'refund' is not JSON"):
+            deployment.client.provide_output(session_id, "s3c0", "paid", approver="erin")
+        with pytest.raises(InvalidInput, match="gives colour"):
+            deployment.client.provide_output(session_id, "s3c0", '{"colour": 1}', approver="erin")
+        paid = ledger(deployment, session_id)[0]["payment_id"]
+        deployment.client.provide_output(
+            session_id, "s3c0", json.dumps({"payment_id": paid}), approver="erin"
+        )
+        head = deployment.client.wait(session_id, timeout=60)
+    assert head.status is Status.COMPLETED, head
+    assert len(ledger(deployment, session_id)) == 1  # the node did not run again
+    assert head.result["state"]["payment_id"] == paid
+    assert head.result["state"]["report"].startswith("refunded")
+
+
 def test_a_worker_with_another_version_refuses_the_tick_and_keeps_the_session(
     deployment: Deployment, request: pytest.FixtureRequest, caplog: pytest.LogCaptureFixture
 ) -> None:
