@@ -296,7 +296,8 @@ def _show_event(whole: Session, kind: str, data: dict[str, Any]) -> None:
             render.show(Text(render.clip(step.thought, 400), style="italic"))
         for call in step.calls:
             render.show(Text(f"  → {call.name}({render.clip(call.raw_arguments, 160)})"))
-        render.show(Text(f"  {step.usage.total:,} tokens · ${step.cost_usd:.4f}", style="dim"))
+        if "graph" not in whole.head.config:  # a node's model usage is on the session's counters
+            render.show(Text(f"  {step.usage.total:,} tokens · ${step.cost_usd:.4f}", style="dim"))
     elif kind == "tool_finished":
         seen = whole.observation(str(data.get("call_id")))
         if seen is not None:
