@@ -30,6 +30,7 @@ from fsm.machine import Change
 from fsm.values import DecisionKind, Head, ModelReply, Status
 from store import Claimed
 
+from . import metrics
 from .jobs import JobKind
 from .models import ModelSettings, pricing
 from .models.base import Message
@@ -198,6 +199,7 @@ def tick(rt: Runtime, claimed: Claimed) -> Change:
     """One micro-phase of a graph session: choose the first node, or run one node and
     record the next."""
     head = claimed.head
+    metrics.note_phase("node")
     kind = rt.jobs.get(head.kind)
     if not isinstance(kind, GraphKind):
         raise InvalidInput(f"session {head.id} is a graph session but {head.kind!r} is no graph")

@@ -133,6 +133,11 @@ def timed_tick(advance: F) -> F:
     return counted  # type: ignore[return-value]
 
 
+def note_phase(name: str) -> None:
+    """Label the running tick's metrics with `name` (a graph's node tick: "node")."""
+    _phase.name = name
+
+
 def timed_phase(phase: F) -> F:
     """Note the micro-phase of the claimed session, and count the model usage it made."""
 
