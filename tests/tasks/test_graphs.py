@@ -64,6 +64,21 @@ def test_the_refund_graph_runs_to_the_end_once_approved(deployment: Deployment) 
     assert head.tokens > 0  # the draft's model call counts in the budgets
 
 
+def test_ticks_delivered_many_times_run_each_node_once(deployment: Deployment) -> None:
+    with deployment.worker(concurrency=4):
+        session_id = submit(deployment)
+        call_id = waiting(deployment, session_id)
+        head = deployment.client.approve(session_id, call_id, approver="alice")
+        for _ in range(5):  # the same tick, again and again, while it runs
+            deployment.client.publish(session_id, head.version)
+        head = deployment.client.wait(session_id, timeout=60)
+    assert head.status is Status.COMPLETED, head
+    events = deployment.client.load(session_id).events
+    started = [e.data["call_id"] for e in events if e.kind is EventKind.TOOL_STARTED]
+    assert started == ["s1c0", "s2c0", "s3c0", "s4c0"]
+    assert len(ledger(deployment, session_id)) == 1
+
+
 def test_an_edit_patches_the_state_and_a_bad_one_is_refused(deployment: Deployment) -> None:
     with deployment.worker():
         session_id = submit(deployment)
