@@ -6,8 +6,8 @@ from datetime import datetime
 from typing import Any
 
 from .errors import ForkOutOfRange, InvalidInput
-from .graph import START
-from .graph_machine import fork_state
+from .graph import PROPOSAL, START
+from .graph_machine import PROPOSED, fork_state
 from .loops import HISTORY
 from .values import (
     Budgets,
@@ -75,6 +75,12 @@ def fork(
             )
         elif (seen := parent.observation(call_id)) is not None:
             observations.append(seen)
+    if "graph" in parent.head.config and steps and steps[-1].calls:
+        # a node run whose proposed update is not kept runs again (and proposes again)
+        final = steps[-1].calls[0].call_id
+        observations = [
+            o for o in observations if not (o.call_id == final and o.content.startswith(PROPOSED))
+        ]
     observed = {o.call_id for o in observations}
     decisions = tuple(d for d in parent.decisions if d.call_id in observed)
 
@@ -165,6 +171,6 @@ def _graph_result(
     state = fork_state(initial if isinstance(initial, dict) else {}, updates, patch.state)
     return {
         "state": state,
-        "node": done[-1].name if done else START,
+        "node": done[-1].name.removesuffix(PROPOSAL) if done else START,
         "recent": [s.fingerprint for s in steps][-HISTORY:],
     }

@@ -24,6 +24,8 @@ from .fingerprints import call_fingerprint
 
 START = "__start__"
 END = "__end__"
+#: a step whose call is `node + PROPOSAL` holds the update `node` proposed, for a person
+PROPOSAL = "#update"
 
 #: a node: `fn(state, ctx) -> dict` (a partial update of the state), or `fn(state)`
 NodeFn = Callable[..., Mapping[str, Any] | None]
@@ -47,6 +49,9 @@ class Node:
     #: the state keys the node may return, when declared (checked against the schema at
     #: `compile()`); None: only checked when it returns
     writes: frozenset[str] | None = None
+    #: `policy(update) -> reason | True | None`: a person approves the update the node
+    #: proposes before it enters the state (approve, edit = another update, reject)
+    approve_update: Policy | None = None
 
     def takes_context(self) -> bool:
         try:
@@ -95,9 +100,13 @@ class Graph:
         idempotent: bool = False,
         on_reject: str = END,
         writes: Iterable[str] | None = None,
+        approve_update: Policy | None = None,
     ) -> Graph:
-        if not isinstance(name, str) or not name or name in (START, END):
-            raise InvalidGraph(f"graph {self.name!r}: {name!r} is not a usable node name")
+        if not isinstance(name, str) or not name or name in (START, END) or PROPOSAL in name:
+            raise InvalidGraph(
+                f"graph {self.name!r}: {name!r} is not a usable node name "
+                f"(not empty, not START or END, no {PROPOSAL!r})"
+            )
         if name in self.nodes:
             raise InvalidGraph(f"graph {self.name!r} has a node {name!r} already")
         if not callable(fn):
@@ -111,6 +120,7 @@ class Graph:
             idempotent=idempotent,
             on_reject=on_reject,
             writes=declared,
+            approve_update=approve_update,
         )
         return self
 
@@ -206,7 +216,9 @@ class Graph:
     def _rejected(self, name: str) -> set[str]:
         """Where a person's rejection of `name` leads, if a person is asked before it runs."""
         node = self.nodes.get(name)
-        if node is None or not (node.interrupt_before or node.approval_policy):
+        if node is None or not (
+            node.interrupt_before or node.approval_policy or node.approve_update
+        ):
             return set()
         return {node.on_reject}
 
@@ -255,8 +267,9 @@ class CompiledGraph:
     conditionals: Mapping[str, Conditional]
 
     def node(self, name: str) -> Node:
+        """The node `name` (of a proposal's call too: the node that proposed it)."""
         try:
-            return self.nodes[name]
+            return self.nodes[name.removesuffix(PROPOSAL)]
         except KeyError:
             raise InvalidGraph(
                 f"graph {self.name!r} v{self.version} has no node {name!r}"

@@ -23,8 +23,8 @@ from typing import Any
 
 from .approvals import ApprovalRule, approval_reason
 from .budgets import exhausted_budget
-from .fingerprints import step_fingerprint
-from .graph import END, START, CompiledGraph, delta_text, state_fingerprint
+from .fingerprints import call_fingerprint, step_fingerprint
+from .graph import END, PROPOSAL, START, CompiledGraph, delta_text, state_fingerprint
 from .loops import HISTORY, detect_loop
 from .machine import Change, _close_calls, _ended, _moved, _require
 from .values import (
@@ -42,6 +42,9 @@ from .values import (
     Value,
     call_id_for,
 )
+
+#: how the observation of a node run whose update waits for a person begins
+PROPOSED = "proposed an update"
 
 
 class RunNode(Value):
@@ -241,8 +244,9 @@ def node_finished(
     trace_id: str = "",
 ) -> Change:
     """The node of `call` ran and changed the state by `delta` (its update, with a person's
-    edit): save the update, then record the next node, in one change. `observed`: the
-    update is recorded already (a person gave it by hand)."""
+    edit; or a proposal's call: the update a person approved): save the update, then record
+    the next node, in one change. `observed`: the update is recorded already (a person gave
+    it by hand)."""
     event = Event(
         kind=EventKind.TOOL_FINISHED,
         at=now,
@@ -268,11 +272,98 @@ def node_finished(
         head,
         graph,
         state,
-        after=call.name,
+        after=call.name.removesuffix(PROPOSAL),
         now=now,
         events=(event,),
         closing=closing,
         trace_id=trace_id,
+    )
+
+
+def is_proposal(call: ToolCall) -> bool:
+    """Whether the call holds an update a node proposed (not a node's run)."""
+    return call.name.endswith(PROPOSAL)
+
+
+def update_proposed(
+    head: Head,
+    call: ToolCall,
+    *,
+    delta: Mapping[str, Any],
+    reason: str,
+    now: datetime,
+    duration_ms: float = 0.0,
+    tokens: int = 0,
+    cost_usd: float = 0.0,
+    trace_id: str = "",
+) -> Change:
+    """The node of `call` proposed `delta` and its `approve_update` policy asks a person:
+    close the node's run (its observation says so; the state is not changed) and record the
+    proposal as the next step, a call awaiting approval whose arguments are the update."""
+    number = head.step + 1
+    name = call.name + PROPOSAL
+    fingerprint = call_fingerprint(name, dict(delta))
+    proposal = ToolCall(
+        call_id=call_id_for(number, 0),
+        step=number,
+        index=0,
+        name=name,
+        arguments=dict(delta),
+        raw_arguments=delta_text(delta),
+        fingerprint=fingerprint,
+        needs_approval=True,
+        approval_reason=reason,
+        state=CallState.AWAITING_APPROVAL,
+    )
+    step = Step(
+        step=number,
+        thought=f"node {call.name} proposes an update",
+        calls=(proposal,),
+        fingerprint=step_fingerprint([fingerprint]),
+        trace_id=trace_id,
+        at=now,
+    )
+    text = f"{PROPOSED} for a person to decide on (step {number}): {delta_text(delta)}"
+    events = (
+        Event(
+            kind=EventKind.TOOL_FINISHED,
+            at=now,
+            data={
+                "call_id": call.call_id,
+                "name": call.name,
+                "is_error": False,
+                "duration_ms": duration_ms,
+                "output_chars": len(text),
+            },
+        ),
+        Event(
+            kind=EventKind.STEP_RECORDED,
+            at=now,
+            data={"step": number, "calls": [proposal.call_id], "node": name, "dropped_calls": 0},
+        ),
+        Event(
+            kind=EventKind.APPROVAL_REQUESTED,
+            at=now,
+            data={"step": number, "calls": [proposal.call_id], "node": name},
+        ),
+    )
+    moved = _moved(
+        head,
+        now,
+        step=number,
+        status=Status.WAITING_APPROVAL,
+        awaiting=(proposal.call_id,),
+        tokens=head.tokens + tokens,
+        cost_usd=head.cost_usd + cost_usd,
+    )
+    return Change(
+        head=moved,
+        step=step,
+        call_states=((call.call_id, CallState.DONE),),
+        observations=(
+            Observation(call_id=call.call_id, content=text, at=now, duration_ms=duration_ms),
+        ),
+        events=events,
     )
 
 
@@ -296,7 +387,7 @@ def node_rejected(
         head,
         graph,
         state_of(head),
-        after=call.name,
+        after=node.name,
         target=node.on_reject,
         now=now,
         closing=closing,

@@ -90,3 +90,24 @@ def _sloppy() -> Graph:
 
 
 SLOPPY = graph_kind(_sloppy().compile())
+
+
+def offer(state: Poll) -> dict[str, object]:
+    return {"n": 100}
+
+
+def _proposing() -> Graph:
+    graph = Graph("proposing", version="1", state=Poll)
+    graph.add_node(
+        "offer",
+        offer,
+        idempotent=True,
+        approve_update=lambda update: "a big offer" if update.get("n", 0) > 50 else None,
+    )
+    graph.add_node("close", lambda s: {"done": True}, idempotent=True)
+    graph.add_edge(START, "offer").add_edge("offer", "close").add_edge("close", END)
+    return graph
+
+
+#: the update `offer` proposes waits for a person when it is big
+PROPOSING = graph_kind(_proposing().compile())

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fsm import graph_machine
+from fsm.approvals import ApprovalRule, approval_reason
 from fsm.errors import GraphVersionMismatch, InvalidInput, InvalidStateUpdate
 from fsm.graph import CompiledGraph, Graph
 from fsm.graph_machine import Decided, RunNode
@@ -266,6 +267,18 @@ def _run(
 ) -> Change:
     head, call = claimed.head, plan.call
     node = graph.node(call.name)
+    if graph_machine.is_proposal(call):
+        # a proposed update a person approved (or edited: the edit is the update)
+        delta = plan.patch or dict(call.arguments or {})
+        return graph_machine.node_finished(
+            head,
+            graph,
+            call,
+            state=graph.update(state, delta, by=f"the update of node {node.name!r}"),
+            delta=delta,
+            now=rt.clock(),
+            trace_id=trace,
+        )
     if plan.patch:
         state = graph.update(state, plan.patch, by=f"the edit before node {node.name!r}")
     rt.store.start_call(
@@ -291,6 +304,19 @@ def _run(
     duration = (time.perf_counter() - started) * 1000
     new_state = graph.update(state, returned, by=f"node {node.name!r}")
     delta = {**plan.patch, **dict(returned or {})}
+    reason = approval_reason(ApprovalRule(policy=node.approve_update), dict(returned or {}))
+    if reason is not None:
+        return graph_machine.update_proposed(
+            head,
+            call,
+            delta=dict(returned or {}),
+            reason=reason,
+            now=rt.clock(),
+            duration_ms=duration,
+            tokens=ctx.tokens,
+            cost_usd=ctx.cost_usd,
+            trace_id=trace,
+        )
     return graph_machine.node_finished(
         head,
         graph,

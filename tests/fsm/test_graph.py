@@ -335,3 +335,33 @@ def test_a_fork_recomputes_the_state_from_the_kept_updates_and_the_patch() -> No
     assert child.head.result["node"] == "a"
     nxt = graph_machine.start(child.head, compiled, now=NOW)
     assert nxt.step is not None and nxt.step.calls[0].name == "b" and nxt.head.step == 2
+
+
+def test_a_proposed_update_is_a_call_and_a_fork_before_it_runs_the_node_again() -> None:
+    graph = Graph("g", version="1", state=S)
+    graph.add_node("a", inc, approve_update=lambda u: "big" if u["n"] > 5 else None)
+    graph.add_edge(START, "a").add_edge("a", END)
+    compiled = graph.compile()
+    with pytest.raises(InvalidGraph, match="not a usable node name"):
+        graph.add_node("b#update", inc)
+    first = graph_machine.start(head(), compiled, now=NOW)
+    assert first.step is not None
+    call = first.step.calls[0]
+    change = graph_machine.update_proposed(first.head, call, delta={"n": 9}, reason="big", now=NOW)
+    assert change.head.status is Status.WAITING_APPROVAL and change.head.awaiting == ("s2c0",)
+    assert change.step is not None
+    proposal = change.step.calls[0]
+    assert (proposal.name, proposal.arguments, proposal.approval_reason) == (
+        "a#update",
+        {"n": 9},
+        "big",
+    )
+    assert graph_machine.is_proposal(proposal) and compiled.node(proposal.name).name == "a"
+    assert change.head.result.get("state", {}).get("n", 0) == 0
+    done = first.step.model_copy(
+        update={"calls": (call.model_copy(update={"state": CallState.DONE}),)}
+    )
+    parent = Session(head=change.head, steps=(done, change.step), observations=change.observations)
+    child = fork(parent, new_id="g2", from_step=1, patch=ForkPatch(), by="x", now=NOW)
+    assert child.head.status is Status.EXECUTING  # the node runs (and proposes) again
+    assert child.steps[0].calls[0].state is CallState.PENDING

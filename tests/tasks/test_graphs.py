@@ -79,6 +79,29 @@ def test_ticks_delivered_many_times_run_each_node_once(deployment: Deployment) -
     assert len(ledger(deployment, session_id)) == 1
 
 
+@pytest.mark.parametrize("decide", ["approve", "edit", "reject"])
+def test_an_update_a_node_proposes_waits_for_a_person(deployment: Deployment, decide: str) -> None:
+    with deployment.worker():
+        head = deployment.client.submit("tests.graphs:PROPOSING", {}, model=deployment.script(NOTE))
+        session_id = head.id
+        head = deployment.client.wait(session_id, timeout=60)
+        assert head.status is Status.WAITING_APPROVAL and head.awaiting == ("s2c0",), head
+        proposal = deployment.client.load(session_id).call("s2c0")
+        assert proposal is not None and proposal.name == "offer#update"
+        assert proposal.arguments == {"n": 100} and proposal.approval_reason == "a big offer"
+        assert head.result["state"]["n"] == 0  # not in the state until a person says so
+        if decide == "approve":
+            deployment.client.approve(session_id, "s2c0", approver="fay")
+        elif decide == "edit":
+            deployment.client.edit(session_id, "s2c0", {"n": 10}, approver="fay")
+        else:
+            deployment.client.reject(session_id, "s2c0", "too much", approver="fay")
+        head = deployment.client.wait(session_id, timeout=60)
+    assert head.status is Status.COMPLETED, head
+    expected = {"approve": {"n": 100, "done": True}, "edit": {"n": 10, "done": True}}
+    assert head.result["state"] == expected.get(decide, {"n": 0, "done": False})
+
+
 def test_an_edit_patches_the_state_and_a_bad_one_is_refused(deployment: Deployment) -> None:
     with deployment.worker():
         session_id = submit(deployment)
