@@ -93,7 +93,9 @@ def schedule(
     session: at END, on a cancel, a spent budget or a loop. `closing` holds what the tick
     already changed (the finished node's call state and observation)."""
     update = dict(closing or {})
-    recent = [str(f) for f in head.result.get("recent", ())][-HISTORY:]
+    # as many fingerprints as detection looks at (a stagnation's run, a ping-pong's four)
+    window = min(HISTORY, max(4, head.budgets.max_consecutive_repeats))
+    recent = [str(f) for f in head.result.get("recent", ())][-window:]
     result = {**head.result, "state": dict(state), "node": after, "recent": recent}
     head = _moved(head, now, result=result)
 
@@ -164,7 +166,7 @@ def schedule(
     )
     events = (*events, recorded)
     moved = head.model_copy(
-        update={"step": number, "result": {**result, "recent": [*recent, step_print][-HISTORY:]}}
+        update={"step": number, "result": {**result, "recent": [*recent, step_print][-window:]}}
     )
     if reason:
         asked = Event(
