@@ -137,3 +137,16 @@ class BlobMissing(TickworkError, LookupError):
 
 class ArtifactsUnavailable(TickworkError):
     """The artifact store could not be read or written; the tick is run again later."""
+
+
+class InvalidGraph(ConfigurationError):
+    """The graph definition is not valid; the message names the node or edge to fix."""
+
+
+class InvalidStateUpdate(TickworkError):
+    """A graph node (or a person's edit of its state) gave an update the state schema refuses."""
+
+
+class GraphVersionMismatch(ConfigurationError):
+    """The session was started on another version of its graph than this worker has; the
+    tick is refused and the session left for a worker that has that version."""

@@ -6,6 +6,9 @@ from datetime import datetime
 from typing import Any
 
 from .errors import ForkOutOfRange, InvalidInput
+from .graph import PROPOSAL, START
+from .graph_machine import PROPOSED, fork_state
+from .loops import HISTORY
 from .values import (
     Budgets,
     CallState,
@@ -15,6 +18,7 @@ from .values import (
     Observation,
     Session,
     Status,
+    Step,
     ToolCall,
     Value,
 )
@@ -29,6 +33,10 @@ class ForkPatch(Value):
     tool_outputs: dict[str, str] = {}
     #: budget fields to raise (or lower) for the fork
     budgets: dict[str, Any] = {}
+    #: a graph session: state fields to set in the fork (`fsm.graph_machine`)
+    state: dict[str, Any] = {}
+    #: a graph session: the graph version the fork runs on (None: the parent's)
+    graph_version: str | None = None
 
 
 def fork(
@@ -67,6 +75,12 @@ def fork(
             )
         elif (seen := parent.observation(call_id)) is not None:
             observations.append(seen)
+    if "graph" in parent.head.config and steps and steps[-1].calls:
+        # a node run whose proposed update is not kept runs again (and proposes again)
+        final = steps[-1].calls[0].call_id
+        observations = [
+            o for o in observations if not (o.call_id == final and o.content.startswith(PROPOSED))
+        ]
     observed = {o.call_id for o in observations}
     decisions = tuple(d for d in parent.decisions if d.call_id in observed)
 
@@ -97,6 +111,12 @@ def fork(
             *config.get("instructions", []),
             {"after_step": from_step, "text": patch.append_instruction},
         ]
+    if (patch.state or patch.graph_version) and "graph" not in config:
+        raise InvalidInput(
+            f"session {parent.head.id} is not a graph session; only a graph's state is patched"
+        )
+    if patch.graph_version is not None:
+        config["graph"] = {**config["graph"], "version": patch.graph_version}
     head = Head(
         id=new_id,
         kind=parent.head.kind,
@@ -115,6 +135,7 @@ def fork(
         fork_step=from_step,
         awaiting=awaiting,
         submitted_by=by,
+        result=_graph_result(config, new_steps, observations, patch) if "graph" in config else {},
     )
     event = Event(
         kind=EventKind.FORKED,
@@ -133,3 +154,23 @@ def fork(
         decisions=decisions,
         events=(event,),
     )
+
+
+def _graph_result(
+    config: dict[str, Any],
+    steps: tuple[Step, ...],
+    observations: list[Observation],
+    patch: ForkPatch,
+) -> dict[str, Any]:
+    """A graph fork's state: the parent's first state, the kept node runs' updates, the
+    patch; its last node run, and its recent fingerprints (`fsm.graph_machine`)."""
+    seen = {o.call_id: o for o in observations}
+    done = [c for s in steps for c in s.calls if c.call_id in seen]
+    updates = [seen[c.call_id].content for c in done if not seen[c.call_id].is_error]
+    initial = config.get("initial_state")
+    state = fork_state(initial if isinstance(initial, dict) else {}, updates, patch.state)
+    return {
+        "state": state,
+        "node": done[-1].name.removesuffix(PROPOSAL) if done else START,
+        "recent": [s.fingerprint for s in steps][-HISTORY:],
+    }

@@ -90,8 +90,19 @@ def demo(
     timeout: Annotated[
         float, typer.Option("--timeout", min=0.001, help="Give up after this many seconds.")
     ] = 600.0,
+    graph: Annotated[
+        bool,
+        typer.Option(
+            "--graph",
+            help="Run the example graph instead: a refund's approval pipeline "
+            "(examples/refund_graph.py).",
+        ),
+    ] = False,
 ) -> None:
     """Repair the example project end to end on the embedded default (no server needed)."""
+    if graph:
+        _graph_demo(yes=yes, model=model, new=new, timeout=timeout)
+        return
     with Context() as ctx:
         settings = ctx.settings
         folder = settings.state_dir.absolute() / "demo"
@@ -157,7 +168,84 @@ def _resumable(ctx: Context, marker: Path, yes: bool) -> str | None:
     return None
 
 
-def _start_worker(log: Path) -> subprocess.Popen[bytes]:
+#: the note the example graph's scripted model writes
+GRAPH_NOTE = "Dear customer, we are sorry your order arrived broken; your refund is on its way."
+
+
+def _graph_demo(*, yes: bool, model: str | None, new: bool, timeout: float) -> None:
+    """The example refund graph: draft (a scripted model writes the note), check, a person
+    approves before the money moves, the payment (once, by its idempotency key), report."""
+    import json
+
+    # the example is a module of examples/ (tickwork/examples in a wheel); workers import it too
+    sys.path.insert(0, str(EXAMPLES))
+    kind = "refund_graph:KIND"
+    with Context() as ctx:
+        folder = ctx.settings.state_dir.absolute() / "demo"
+        folder.mkdir(parents=True, exist_ok=True)
+        marker = folder / "graph-session"
+        if not yes and not sys.stdin.isatty():
+            raise InvalidInput(
+                "the demo asks at the approval and there is no terminal to ask "
+                "in; pass --yes to approve everything"
+            )
+        session_id = None if new else _resumable(ctx, marker, yes)
+        if session_id is None:
+            script = folder / "refund_note.json"
+            script.write_text(json.dumps([{"content": GRAPH_NOTE}]))
+            state = {
+                "order_id": "A-1042",
+                "amount": 42.5,
+                "reason": "the order arrived broken",
+                "ledger": str(folder / "ledger.jsonl"),
+            }
+            head = ctx.client.submit(kind, state, model=model or f"scripted:{script}")
+            marker.write_text(head.id)
+            session_id = head.id
+            render.show(
+                Text.assemble(
+                    ("tickwork demo --graph", "bold"),
+                    f": session {head.id} runs the refund graph (draft, check, refund after a "
+                    "person approves, report); payments go to "
+                    f"{state['ledger']}",
+                )
+            )
+        worker = _start_worker(folder / "worker.log", pythonpath=EXAMPLES)
+        try:
+            _follow(ctx, session_id, yes=yes, deadline=time.monotonic() + timeout, worker=worker)
+        except KeyboardInterrupt:
+            render.show(
+                Text(
+                    f"\ninterrupted: session {session_id} is saved as it was; run "
+                    "`tickwork demo --graph` again to resume it",
+                    style="yellow",
+                )
+            )
+            raise typer.Exit(130) from None
+        finally:
+            _stop(worker)
+        head = ctx.store.get(session_id)
+        style = "bold green" if head.status is Status.COMPLETED else "bold red"
+        render.show(Text(f"\nsession {session_id}: {head.status.value}", style=style))
+        if head.error_code:
+            render.show(Text(f"{head.error_code.value}: {head.error_message}", style="red"))
+        report = (head.result.get("state") or {}).get("report")
+        if report:
+            render.show(Text(str(report)))
+        render.show(
+            Text(
+                f"See every node's run with `tickwork show {session_id}`; fork it from a step "
+                f"with a state patch: `tickwork fork {session_id} --from-step 2 --state "
+                """'{"amount": 20}'` (its workers need the example on PYTHONPATH: """
+                f"{EXAMPLES}).",
+                style="dim",
+            )
+        )
+        if head.status is not Status.COMPLETED:
+            raise typer.Exit(1)
+
+
+def _start_worker(log: Path, *, pythonpath: Path | None = None) -> subprocess.Popen[bytes]:
     # -P: the working directory is not put on sys.path, so nothing there stands in for tickwork
     command = [
         sys.executable,
@@ -172,9 +260,15 @@ def _start_worker(log: Path) -> subprocess.Popen[bytes]:
         "--loglevel",
         "WARNING",
     ]
+    env = dict(os.environ)
+    if pythonpath is not None:
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(pythonpath), env.get("PYTHONPATH")) if p
+        )
     with open(log, "ab") as out:
         return subprocess.Popen(
             command,
+            env=env,
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -238,7 +332,8 @@ def _show_event(whole: Session, kind: str, data: dict[str, Any]) -> None:
             render.show(Text(render.clip(step.thought, 400), style="italic"))
         for call in step.calls:
             render.show(Text(f"  → {call.name}({render.clip(call.raw_arguments, 160)})"))
-        render.show(Text(f"  {step.usage.total:,} tokens · ${step.cost_usd:.4f}", style="dim"))
+        if "graph" not in whole.head.config:  # a node's model usage is on the session's counters
+            render.show(Text(f"  {step.usage.total:,} tokens · ${step.cost_usd:.4f}", style="dim"))
     elif kind == "tool_finished":
         seen = whole.observation(str(data.get("call_id")))
         if seen is not None:

@@ -19,6 +19,7 @@ from .cli_sessions import (
     AppendInstruction,
     FromStep,
     NewId,
+    StatePatch,
     SystemPrompt,
     ToolOutput,
     fork_session,
@@ -107,6 +108,7 @@ def fork(
     system_prompt: SystemPrompt = None,
     append_instruction: AppendInstruction = None,
     tool_output: ToolOutput = None,
+    state: StatePatch = None,
     max_steps: options.MaxSteps = None,
     max_tokens: options.MaxTokens = None,
     max_cost_usd: options.MaxCostUsd = None,
@@ -136,6 +138,7 @@ def fork(
         new_id=new_id,
         json_output=json_output,
         again=again,
+        state=state,
     )
 
 

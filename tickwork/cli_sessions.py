@@ -288,6 +288,15 @@ ToolOutput = Annotated[
 NewId = Annotated[
     str | None, typer.Option("--id", help="The fork's id.", show_default="a random one")
 ]
+StatePatch = Annotated[
+    str | None,
+    typer.Option(
+        "--state",
+        metavar="JSON",
+        help="A graph session: set these state fields in the fork (a JSON object).",
+        rich_help_panel="Patch",
+    ),
+]
 
 
 def fork(
@@ -296,6 +305,7 @@ def fork(
     system_prompt: SystemPrompt = None,
     append_instruction: AppendInstruction = None,
     tool_output: ToolOutput = None,
+    state: StatePatch = None,
     max_steps: options.MaxSteps = None,
     max_tokens: options.MaxTokens = None,
     max_cost_usd: options.MaxCostUsd = None,
@@ -312,6 +322,7 @@ def fork(
         system_prompt=system_prompt,
         append_instruction=append_instruction,
         tool_output=tool_output,
+        state=state,
         budgets=options.budgets(
             max_steps=max_steps, max_tokens=max_tokens, max_cost_usd=max_cost_usd, deadline=deadline
         ),
@@ -334,6 +345,7 @@ def fork_session(
     new_id: str | None,
     json_output: bool,
     again: bool = False,
+    state: str | None = None,
 ) -> None:
     """What `fork` and `dlq fork` do: `key` is a session id, or with `dead_letter` a
     dead letter's key (the dead letter is then marked resolved)."""
@@ -352,6 +364,7 @@ def fork_session(
             resolve_dead_letter=dead_letter,
             new_id=new_id,
             again=again,
+            state=None if state is None else options.json_object(state, option="--state"),
         )
     print_head(head, json_output, head.id)
 

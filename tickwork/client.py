@@ -302,8 +302,14 @@ class Tickwork:
             if arguments is None:
                 raise InvalidInput(f"an edit of call {call_id} needs the new arguments")
             tools = self.jobs.tools(head.kind)
-            if call.name in tools:
+            check = getattr(self.jobs.get(head.kind), "validate_patch", None)
+            if check is not None:  # a graph: the edit patches the state (issue 15)
+                arguments = check(head, dict(arguments), by=f"the edit of node {call.name!r}")
+            elif call.name in tools:
                 arguments = tools.get(call.name).validate(dict(arguments))
+        check_output = getattr(self.jobs.get(head.kind), "validate_output", None)
+        if kind is DecisionKind.PROVIDE_OUTPUT and check_output is not None:
+            check_output(head, call.name, output)  # a graph node's update (issue 15)
         decision = Decision(
             call_id=call_id,
             kind=kind,
@@ -368,6 +374,7 @@ class Tickwork:
         resolve_dead_letter: bool = False,
         new_id: str | None = None,
         again: bool = False,
+        state: Mapping[str, Any] | None = None,
     ) -> Head:
         """A new session from `session_id`'s step `from_step` with a declared patch; with
         `resolve_dead_letter`, a dead letter forked (or closed) before is refused unless
@@ -383,11 +390,26 @@ class Tickwork:
             self.budgets(budgets)  # names and values checked before anything is written
             raised = Budgets(**{**parent.budgets.model_dump(), **budgets})
             _check_priced(parent.model, raised, parent.config, self.settings.prices, self.providers)
+        graph_version = None
+        origin = self.store.get(session_id)
+        if state or isinstance(origin.config.get("graph"), Mapping):
+            # a graph session (issue 15): the fork runs on the graph as this process has it
+            # (how a session moves to a new version), its state patch checked against it
+            kind = self.jobs.get(origin.kind)
+            check = getattr(kind, "validate_patch", None)
+            if check is None:
+                raise InvalidInput(
+                    f"session {session_id} is not a graph session; only a graph's state is patched"
+                )
+            state = check(origin, dict(state or {}), by="the fork's state patch")
+            graph_version = kind.graph.version  # type: ignore[attr-defined]
         patch = ForkPatch(
             system_prompt=system_prompt,
             append_instruction=append_instruction,
             tool_outputs=dict(tool_outputs or {}),
             budgets=dict(budgets or {}),
+            state=dict(state or {}),
+            graph_version=graph_version,
         )
         forking = functools.partial(
             self.store.fork,

@@ -181,7 +181,7 @@ def timeline(
         if step["thought"]:
             parts.append(Text(clip(step["thought"], THOUGHT_CHARS)))
         if step["calls"]:
-            parts.append(_calls_table(step["calls"]))
+            parts.append(_calls_table(step["calls"], graph=_graph(h) is not None))
             parts.extend(_reasons(step["calls"]))
             parts.extend(_file_changes(step["calls"], previews or {}))
     parts.append(Rule(align="left"))
@@ -221,6 +221,8 @@ def _header(
     ]
     if h["parent_id"]:
         rows.append(("forked from", Text(f"{h['parent_id']} at step {h['fork_step']}")))
+    if (graph := _graph(h)) is not None:
+        rows.append(("graph", Text(f"{graph.get('name')} version {graph.get('version')}")))
     config = h.get("config") or {}
     if isinstance(config.get("source"), dict):
         from worker.sources import describe
@@ -240,9 +242,22 @@ def _header(
     return grid
 
 
-def _calls_table(calls: list[Mapping[str, Any]]) -> Table:
+def _graph(h: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """A graph session's graph (name, version), else None (issue 15)."""
+    found = (h.get("config") or {}).get("graph")
+    return found if isinstance(found, Mapping) else None
+
+
+def _calls_table(calls: list[Mapping[str, Any]], *, graph: bool = False) -> Table:
     table = Table(show_edge=False, pad_edge=False, expand=False)
-    for name in ("CALL", "TOOL", "ARGUMENTS", "STATE", "OUTPUT", "DECISION"):
+    # a graph's step is one node run: its input state (shown when a person decides on it)
+    # and the update it made
+    names = (
+        ("CALL", "NODE", "STATE IN", "STATUS", "UPDATE", "DECISION")
+        if graph
+        else ("CALL", "TOOL", "ARGUMENTS", "STATE", "OUTPUT", "DECISION")
+    )
+    for name in names:
         table.add_column(name, overflow="fold")
     for c in calls:
         arguments = c["arguments"] if c["arguments"] is not None else c["raw_arguments"]
@@ -347,6 +362,11 @@ def outcome(h: Mapping[str, Any], steps: list[Mapping[str, Any]]) -> list[Render
             )
     if h["error_code"]:
         parts.append(Text(f"error: {h['error_code']}: {h['error_message']}", style="bold red"))
+    if _graph(h) is not None:  # the final answer of a graph is its state
+        state = (h["result"] or {}).get("state")
+        parts.append(Text("final state:" if h["final_answer"] else "state:", style="bold"))
+        parts.append(Text(clip(json.dumps(state, indent=2, ensure_ascii=False), 4000)))
+        return parts
     if h["final_answer"] is not None:
         parts.append(Text("final answer:", style="bold"))
         parts.append(Text(clip(h["final_answer"], 4000)))

@@ -17,12 +17,19 @@ from typing import Any
 from sqlalchemy.exc import SQLAlchemyError
 
 from fsm import machine, transcript
-from fsm.errors import ArtifactsUnavailable, ClaimLost, InvalidToolArguments, ModelError
+from fsm.errors import (
+    ArtifactsUnavailable,
+    ClaimLost,
+    GraphVersionMismatch,
+    InvalidToolArguments,
+    ModelError,
+)
 from fsm.machine import Change, RunTool
 from fsm.values import ErrorCode, Head, Status, idempotency_key
 from store import Claimed
 from store.files import FileChange
 
+from . import graphs
 from .models import ModelSettings, pricing
 from .report import ModelCall, Outcome, Phase, TickReport, ToolRun
 from .runtime import Runtime, Stops, owner_name
@@ -97,7 +104,10 @@ def _tick(rt: Runtime, notes: _Notes) -> Outcome:
     if claimed is None:
         return Outcome.DROPPED
     notes.claimed = claimed.head
-    notes.phase = Phase.THINK if claimed.head.status is Status.READY else Phase.EXECUTE
+    if graphs.is_graph(claimed.head):
+        notes.phase = Phase.NODE
+    else:
+        notes.phase = Phase.THINK if claimed.head.status is Status.READY else Phase.EXECUTE
     files = TickFiles(rt, claimed.head)
     try:
         return _advance(rt, claimed, notes, owner, files)
@@ -110,9 +120,19 @@ def _advance(rt: Runtime, claimed: Claimed, notes: _Notes, owner: str, files: Ti
     started = time.perf_counter()
     try:
         with rt.leases.hold(session_id, version, owner):
-            change = _phase(rt, claimed, files, notes)
+            # issue 15: a graph session runs one node a tick (worker/graphs.py)
+            change = (
+                graphs.tick(rt, claimed)
+                if graphs.is_graph(claimed.head)
+                else _phase(rt, claimed, files, notes)
+            )
     except ClaimLost:
         return Outcome.LOST
+    except GraphVersionMismatch as exc:
+        # refused, not failed: nothing is saved, the lease runs out and the relay offers the
+        # tick again, to a worker that has the session's graph version
+        log.error("%s", exc)
+        return Outcome.DROPPED
     except (SQLAlchemyError, ArtifactsUnavailable):
         # the database or the artifact store is away: the lease expires and the relay runs
         # this tick again (on files the store holds: nothing of this attempt was saved)

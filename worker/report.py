@@ -32,6 +32,7 @@ class Phase(StrEnum):
     NONE = "none"  #: the claim found nothing to do
     THINK = "think"  #: a model call
     EXECUTE = "execute"  #: a tool call
+    NODE = "node"  #: one node of a graph session (worker/graphs.py)
 
 
 @dataclass(frozen=True)

@@ -217,7 +217,7 @@ def _settings(name: str, tmp: Path, request: pytest.FixtureRequest) -> Settings:
         lease_s=3.0,
         relay_period_s=0.25,
         relay_after_s=1.5,
-        imports=[TEST_KIND],
+        imports=[TEST_KIND, "tests.graphs:REFUND"],  # issue 15: a graph kind
     )
     if name == "embedded":
         from store.migrate import upgrade

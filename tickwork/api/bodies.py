@@ -165,6 +165,11 @@ class Fork(Body):
     budgets: dict[str, Any] = Field(
         default_factory=dict, max_length=MAX_ENTRIES, description="Budget overrides."
     )
+    state: dict[str, Any] = Field(
+        default_factory=dict,
+        max_length=MAX_ENTRIES,
+        description="A graph session: state fields to set in the fork.",
+    )
     id: str | None = Field(
         default=None,
         max_length=64,

@@ -231,6 +231,7 @@ def run_fork(
             resolve_dead_letter=resolve_dead_letter,
             new_id=body.id,
             again=again,
+            state=body.state,
         )
     except (IntegrityError, InvalidInput):
         _taken(client, body.id)

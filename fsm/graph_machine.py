@@ -1,0 +1,415 @@
+"""A graph session on the session machine: one node run per tick (DESIGN 12).
+
+A graph session is an agent session whose steps are node runs: step N holds one call, named
+for the node, whose fingerprint is the node's name and its input state; the call's
+observation is the node's state update (a delta, JSON). The head's `result` holds the state
+as it stands (`state`), the node run last (`node`) and the latest step fingerprints
+(`recent`, for loop detection), so a tick reads and writes O(1) rows whatever the length.
+
+- `ready` (the first tick, or a fork whose kept steps all ran): choose the first node.
+- `executing`: run the step's node, save its update, choose and record the next node, in
+  the same tick; a node with `interrupt_before` (or an approval policy that asks) is
+  recorded awaiting approval: `waiting_approval`, decided like a tool call (approve, edit =
+  a patch of the state, reject = go to the node's `on_reject`).
+- END reached: `completed`, the final state as the answer.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from .approvals import ApprovalRule, approval_reason
+from .budgets import exhausted_budget
+from .fingerprints import call_fingerprint, step_fingerprint
+from .graph import END, PROPOSAL, START, CompiledGraph, delta_text, state_fingerprint
+from .loops import HISTORY, detect_loop
+from .machine import Change, _close_calls, _ended, _moved, _require
+from .values import (
+    CallState,
+    Decision,
+    DecisionKind,
+    ErrorCode,
+    Event,
+    EventKind,
+    Head,
+    Observation,
+    Status,
+    Step,
+    ToolCall,
+    Value,
+    call_id_for,
+)
+
+#: how the observation of a node run whose update waits for a person begins
+PROPOSED = "proposed an update"
+
+
+class RunNode(Value):
+    """Run `call`'s node on the state with `patch` (a person's edit) applied; `rerun` if it
+    had started before and is idempotent."""
+
+    call: ToolCall
+    patch: dict[str, Any] = {}
+    rerun: bool = False
+
+
+class Decided(Value):
+    """The node will not run: a person rejected it, or gave its update by hand (in doubt)."""
+
+    call: ToolCall
+    decision: Decision
+
+
+def state_of(head: Head) -> dict[str, Any]:
+    """The graph session's state as it stands."""
+    state = head.result.get("state")
+    if isinstance(state, dict):
+        return state
+    initial = head.config.get("initial_state")
+    return dict(initial) if isinstance(initial, dict) else {}
+
+
+def last_node(head: Head) -> str:
+    node = head.result.get("node")
+    return node if isinstance(node, str) else START
+
+
+def schedule(
+    head: Head,
+    graph: CompiledGraph,
+    state: Mapping[str, Any],
+    *,
+    after: str,
+    now: datetime,
+    target: str | None = None,
+    events: Sequence[Event] = (),
+    closing: Mapping[str, Any] | None = None,
+    trace_id: str = "",
+) -> Change:
+    """Record the node that follows `after` (or `target`) as the next step, or end the
+    session: at END, on a cancel, a spent budget or a loop. `closing` holds what the tick
+    already changed (the finished node's call state and observation)."""
+    update = dict(closing or {})
+    # as many fingerprints as detection looks at (a stagnation's run, a ping-pong's four)
+    window = min(HISTORY, max(4, head.budgets.max_consecutive_repeats))
+    recent = [str(f) for f in head.result.get("recent", ())][-window:]
+    result = {**head.result, "state": dict(state), "node": after, "recent": recent}
+    head = _moved(head, now, result=result)
+
+    def ended(status: Status, **fields: Any) -> Change:
+        return _ended(head, status, now, events, **fields).model_copy(update=update)
+
+    if head.cancel_requested:
+        return ended(Status.CANCELLED)
+    chosen = target or graph.next(after, state)
+    if chosen == END:
+        answer = json.dumps(dict(state), indent=2, sort_keys=True, ensure_ascii=False)
+        return ended(Status.COMPLETED, final_answer=answer)
+    spent = exhausted_budget(head, now=now)
+    if spent is not None:
+        return ended(Status.FAILED, error_code=spent.code, error_message=spent.message)
+    node = graph.node(chosen)
+    number = head.step + 1
+    fingerprint = state_fingerprint(chosen, state)
+    step_print = step_fingerprint([fingerprint])
+    loop = detect_loop(
+        (*recent, step_print), max_consecutive_repeats=head.budgets.max_consecutive_repeats
+    )
+    if loop is not None:
+        message = (
+            f"{loop.kind.value} loop at step {number}: node {chosen!r} would run on the same "
+            f"state {loop.repeats} times in a row"
+            if loop.kind.value == "stagnation"
+            else f"{loop.kind.value} loop at step {number}: node {chosen!r} and the node "
+            "before it alternate on the same states"
+        )
+        loop_event = Event(
+            kind=EventKind.LOOP_INTERVENTION,
+            at=now,
+            data={"step": number, "loop": loop.kind.value, "node": chosen, "interventions": 1},
+        )
+        events = (*events, loop_event)
+        return ended(Status.FAILED, error_code=ErrorCode.LOOP, error_message=message)
+    rule = ApprovalRule(always=node.interrupt_before, policy=node.approval_policy)
+    reason = approval_reason(rule, state)
+    if reason and node.interrupt_before:
+        reason = f"node {chosen!r} is interrupted before it runs"
+    # the state goes in the call only when a person must see it: it is in the head anyway
+    shown = dict(state) if reason else {}
+    call = ToolCall(
+        call_id=call_id_for(number, 0),
+        step=number,
+        index=0,
+        name=chosen,
+        arguments=shown,
+        raw_arguments=json.dumps(shown, ensure_ascii=False),
+        fingerprint=fingerprint,
+        needs_approval=reason is not None,
+        approval_reason=reason,
+        state=CallState.AWAITING_APPROVAL if reason else CallState.PENDING,
+    )
+    step = Step(
+        step=number,
+        thought=f"node {chosen}",
+        calls=(call,),
+        fingerprint=step_print,
+        trace_id=trace_id,
+        at=now,
+    )
+    recorded = Event(
+        kind=EventKind.STEP_RECORDED,
+        at=now,
+        data={"step": number, "calls": [call.call_id], "node": chosen, "dropped_calls": 0},
+    )
+    events = (*events, recorded)
+    moved = head.model_copy(
+        update={"step": number, "result": {**result, "recent": [*recent, step_print][-window:]}}
+    )
+    if reason:
+        asked = Event(
+            kind=EventKind.APPROVAL_REQUESTED,
+            at=now,
+            data={"step": number, "calls": [call.call_id], "node": chosen},
+        )
+        moved = moved.model_copy(
+            update={"status": Status.WAITING_APPROVAL, "awaiting": (call.call_id,)}
+        )
+        return Change(head=moved, step=step, events=(*events, asked), **update)
+    moved = moved.model_copy(update={"status": Status.EXECUTING, "awaiting": ()})
+    return Change(head=moved, step=step, events=events, **update)
+
+
+def start(head: Head, graph: CompiledGraph, *, now: datetime, trace_id: str = "") -> Change:
+    """A `ready` graph session: choose the node after the last one run (START at first)."""
+    _require(head, Status.READY)
+    return schedule(head, graph, state_of(head), after=last_node(head), now=now, trace_id=trace_id)
+
+
+def start_node(
+    head: Head,
+    calls: Sequence[ToolCall],
+    decisions: Mapping[str, Decision],
+    *,
+    idempotent: bool,
+    now: datetime,
+) -> Change | RunNode | Decided:
+    """What the `executing` tick does with the step's node: run it, or not (a cancel, a
+    rejection, an update given by hand, a run in doubt that a person must decide on)."""
+    _require(head, Status.EXECUTING)
+    if head.cancel_requested:
+        change = _ended(head, Status.CANCELLED, now)
+        return change.model_copy(update=_close_calls(calls, "not run: session cancelled", now))
+    call = next((c for c in calls if c.index == 0), None)
+    if call is None:
+        return Change(head=_moved(head, now, status=Status.READY))
+    decision = decisions.get(call.call_id)
+    if call.state is CallState.DONE or call.state is CallState.REJECTED:
+        if decision is None:  # its update is in the head already: go on from it
+            return Change(head=_moved(head, now, status=Status.READY))
+        return Decided(call=call, decision=decision)
+    patch = (
+        dict(decision.arguments or {})
+        if decision is not None and decision.kind is DecisionKind.EDIT
+        else {}
+    )
+    if call.state is CallState.STARTED:
+        if idempotent:
+            return RunNode(call=call, patch=patch, rerun=True)
+        event = Event(
+            kind=EventKind.APPROVAL_REQUESTED,
+            at=now,
+            data={"step": call.step, "calls": [call.call_id], "in_doubt": True},
+        )
+        return Change(
+            head=_moved(head, now, status=Status.WAITING_APPROVAL, awaiting=(call.call_id,)),
+            call_states=((call.call_id, CallState.IN_DOUBT),),
+            events=(event,),
+        )
+    return RunNode(call=call, patch=patch)
+
+
+def node_finished(
+    head: Head,
+    graph: CompiledGraph,
+    call: ToolCall,
+    *,
+    state: Mapping[str, Any],
+    delta: Mapping[str, Any],
+    now: datetime,
+    duration_ms: float = 0.0,
+    tokens: int = 0,
+    cost_usd: float = 0.0,
+    observed: bool = False,
+    trace_id: str = "",
+) -> Change:
+    """The node of `call` ran and changed the state by `delta` (its update, with a person's
+    edit; or a proposal's call: the update a person approved): save the update, then record
+    the next node, in one change. `observed`: the update is recorded already (a person gave
+    it by hand)."""
+    event = Event(
+        kind=EventKind.TOOL_FINISHED,
+        at=now,
+        data={
+            "call_id": call.call_id,
+            "name": call.name,
+            "is_error": False,
+            "duration_ms": duration_ms,
+            "output_chars": len(delta_text(delta)),
+        },
+    )
+    observation = Observation(
+        call_id=call.call_id, content=delta_text(delta), at=now, duration_ms=duration_ms
+    )
+    closing = {
+        "call_states": ((call.call_id, CallState.DONE),),
+        "observations": () if observed else (observation,),
+    }
+    head = head.model_copy(
+        update={"tokens": head.tokens + tokens, "cost_usd": head.cost_usd + cost_usd}
+    )
+    return schedule(
+        head,
+        graph,
+        state,
+        after=call.name.removesuffix(PROPOSAL),
+        now=now,
+        events=(event,),
+        closing=closing,
+        trace_id=trace_id,
+    )
+
+
+def is_proposal(call: ToolCall) -> bool:
+    """Whether the call holds an update a node proposed (not a node's run)."""
+    return call.name.endswith(PROPOSAL)
+
+
+def update_proposed(
+    head: Head,
+    call: ToolCall,
+    *,
+    delta: Mapping[str, Any],
+    reason: str,
+    now: datetime,
+    duration_ms: float = 0.0,
+    tokens: int = 0,
+    cost_usd: float = 0.0,
+    trace_id: str = "",
+) -> Change:
+    """The node of `call` proposed `delta` and its `approve_update` policy asks a person:
+    close the node's run (its observation says so; the state is not changed) and record the
+    proposal as the next step, a call awaiting approval whose arguments are the update."""
+    number = head.step + 1
+    name = call.name + PROPOSAL
+    fingerprint = call_fingerprint(name, dict(delta))
+    proposal = ToolCall(
+        call_id=call_id_for(number, 0),
+        step=number,
+        index=0,
+        name=name,
+        arguments=dict(delta),
+        raw_arguments=delta_text(delta),
+        fingerprint=fingerprint,
+        needs_approval=True,
+        approval_reason=reason,
+        state=CallState.AWAITING_APPROVAL,
+    )
+    step = Step(
+        step=number,
+        thought=f"node {call.name} proposes an update",
+        calls=(proposal,),
+        fingerprint=step_fingerprint([fingerprint]),
+        trace_id=trace_id,
+        at=now,
+    )
+    text = f"{PROPOSED} for a person to decide on (step {number}): {delta_text(delta)}"
+    events = (
+        Event(
+            kind=EventKind.TOOL_FINISHED,
+            at=now,
+            data={
+                "call_id": call.call_id,
+                "name": call.name,
+                "is_error": False,
+                "duration_ms": duration_ms,
+                "output_chars": len(text),
+            },
+        ),
+        Event(
+            kind=EventKind.STEP_RECORDED,
+            at=now,
+            data={"step": number, "calls": [proposal.call_id], "node": name, "dropped_calls": 0},
+        ),
+        Event(
+            kind=EventKind.APPROVAL_REQUESTED,
+            at=now,
+            data={"step": number, "calls": [proposal.call_id], "node": name},
+        ),
+    )
+    moved = _moved(
+        head,
+        now,
+        step=number,
+        status=Status.WAITING_APPROVAL,
+        awaiting=(proposal.call_id,),
+        tokens=head.tokens + tokens,
+        cost_usd=head.cost_usd + cost_usd,
+    )
+    return Change(
+        head=moved,
+        step=step,
+        call_states=((call.call_id, CallState.DONE),),
+        observations=(
+            Observation(call_id=call.call_id, content=text, at=now, duration_ms=duration_ms),
+        ),
+        events=events,
+    )
+
+
+def node_rejected(
+    head: Head,
+    graph: CompiledGraph,
+    call: ToolCall,
+    decision: Decision,
+    *,
+    now: datetime,
+    trace_id: str = "",
+) -> Change:
+    """A person rejected the node: it does not run; the graph goes to its `on_reject`."""
+    text = f"rejected by {decision.approver}: {decision.feedback or 'no reason given'}"
+    closing = {
+        "call_states": ((call.call_id, CallState.DONE),),
+        "observations": (Observation(call_id=call.call_id, content=text, is_error=True, at=now),),
+    }
+    node = graph.node(call.name)
+    return schedule(
+        head,
+        graph,
+        state_of(head),
+        after=node.name,
+        target=node.on_reject,
+        now=now,
+        closing=closing,
+        trace_id=trace_id,
+    )
+
+
+def fork_state(
+    initial: Mapping[str, Any], updates: Sequence[str], patch: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The state after the kept steps' updates (JSON texts; a rejection's text is none),
+    then `patch`: what a fork of a graph session starts from (unchecked: the worker checks
+    it against the schema)."""
+    state = dict(initial)
+    for text in updates:
+        try:
+            delta = json.loads(text)
+        except ValueError:
+            continue
+        if isinstance(delta, dict):
+            state.update(delta)
+    state.update(patch)
+    return state

@@ -1,0 +1,367 @@
+"""Graph definitions refused when they are defined, and the pure graph steps: routing, state
+updates checked against the schema, interrupts, loops, budgets and forks."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal, TypedDict
+
+import pytest
+from pydantic import BaseModel
+
+from fsm import graph_machine
+from fsm.errors import InvalidGraph, InvalidStateUpdate
+from fsm.forks import ForkPatch, fork
+from fsm.graph import END, START, Graph
+from fsm.graph_machine import Decided, RunNode
+from fsm.values import (
+    Budgets,
+    CallState,
+    Decision,
+    DecisionKind,
+    ErrorCode,
+    Head,
+    Observation,
+    Session,
+    Status,
+)
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+class S(BaseModel):
+    n: int = 0
+    text: str = ""
+
+
+def inc(state: S) -> dict[str, Any]:
+    return {"n": state.n + 1}
+
+
+def line(*names: str, **node: Any) -> Graph:
+    graph = Graph("g", version="1", state=S)
+    for name in names:
+        graph.add_node(name, inc, **node)
+    for a, b in zip((START, *names), (*names, END), strict=True):
+        graph.add_edge(a, b)
+    return graph
+
+
+def test_a_valid_graph_compiles_and_routes() -> None:
+    compiled = line("a", "b").compile()
+    assert compiled.next(START, {}) == "a"
+    assert compiled.next("a", {}) == "b"
+    assert compiled.next("b", {}) == END
+
+
+def to_missing() -> Graph:
+    graph = line("a")
+    graph.edges["a"] = "nowhere"
+    return graph
+
+
+def unreachable() -> Graph:
+    return line("a").add_node("island", inc).add_edge("island", END)
+
+
+def dead_end() -> Graph:
+    graph = Graph("g", version="1", state=S)
+    graph.add_node("a", inc).add_node("b", inc).add_node("c", inc)
+    graph.add_edge(START, "a").add_conditional_edges("a", lambda s: "b", targets=["b", "c"])
+    graph.add_edge("b", END).add_conditional_edges("c", lambda s: "c", targets=["c"])
+    return graph
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (to_missing, "the edge 'a' -> 'nowhere' names a missing node 'nowhere'"),
+        (unreachable, "no path from START reaches island"),
+        (dead_end, "no path from c to END"),
+    ],
+    ids=["edge to a missing node", "unreachable node", "no path to END"],
+)
+def test_invalid_graphs_are_refused_at_compile(build: Any, message: str) -> None:
+    with pytest.raises(InvalidGraph, match=message):
+        build().compile()
+
+
+def test_no_path_from_start_to_end_is_refused() -> None:
+    graph = Graph("g", version="1", state=S)
+    graph.add_node("a", inc).add_edge(START, "a")
+    graph.add_conditional_edges("a", lambda s: "a", targets=["a"])
+    with pytest.raises(InvalidGraph, match="no path from START to END"):
+        graph.compile()
+
+
+def test_a_node_without_an_edge_out_and_an_empty_start_are_refused() -> None:
+    graph = Graph("g", version="1", state=S)
+    graph.add_node("a", inc)
+    with pytest.raises(InvalidGraph, match="nothing leaves START"):
+        graph.compile()
+    graph.add_edge(START, "a")
+    with pytest.raises(InvalidGraph, match="node 'a' has no edge out"):
+        graph.compile()
+
+
+class Writes(TypedDict):
+    n: int
+    colour: str
+
+
+def paints(state: S) -> Writes:
+    return {"n": 1, "colour": "red"}
+
+
+def test_a_node_declared_to_return_keys_not_in_the_state_is_refused_at_compile() -> None:
+    graph = Graph("g", version="1", state=S)
+    graph.add_node("paint", paints).add_edge(START, "paint").add_edge("paint", END)
+    with pytest.raises(InvalidGraph, match="node 'paint' returns colour, not in the state S"):
+        graph.compile()
+    declared = Graph("g", version="1", state=S)
+    declared.add_node("paint", inc, writes=["n", "size"])
+    declared.add_edge(START, "paint").add_edge("paint", END)
+    with pytest.raises(InvalidGraph, match="returns size"):
+        declared.compile()
+
+
+def test_definition_errors_name_what_to_fix() -> None:
+    with pytest.raises(InvalidGraph, match="pydantic model"):
+        Graph("g", version="1", state=dict)  # type: ignore[arg-type]
+    graph = line("a")
+    with pytest.raises(InvalidGraph, match="has a node 'a' already"):
+        graph.add_node("a", inc)
+    with pytest.raises(InvalidGraph, match="not a usable node name"):
+        graph.add_node(END, inc)
+    with pytest.raises(InvalidGraph, match="has an edge already"):
+        graph.add_edge("a", END)
+    with pytest.raises(InvalidGraph, match="must declare where"):
+        Graph("h", version="1", state=S).add_conditional_edges("a", lambda s: "a")
+
+
+def router(state: S) -> Literal["a", "__end__"]:
+    return END if state.n >= 2 else "a"
+
+
+def test_conditional_targets_come_from_a_literal_and_a_wrong_choice_is_named() -> None:
+    graph = Graph("g", version="1", state=S)
+    graph.add_node("a", inc).add_edge(START, "a").add_conditional_edges("a", router)
+    compiled = graph.compile()
+    assert compiled.next("a", {"n": 0}) == "a"
+    assert compiled.next("a", {"n": 2}) == END
+    bad = Graph("g", version="1", state=S)
+    bad.add_node("a", inc).add_edge(START, "a")
+    bad.add_conditional_edges("a", lambda s: "b", targets=["a", END])
+    with pytest.raises(InvalidGraph, match="chose 'b', not one of its targets"):
+        bad.compile().next("a", {})
+
+
+def test_an_update_is_checked_against_the_schema_when_the_node_returns() -> None:
+    compiled = line("a").compile()
+    assert compiled.update({"n": 1, "text": ""}, {"n": 2}, by="node 'a'") == {"n": 2, "text": ""}
+    with pytest.raises(
+        InvalidStateUpdate, match="node 'a' of graph 'g' gives colour, which the state S"
+    ):
+        compiled.update({"n": 1}, {"colour": "red"}, by="node 'a'")
+    with pytest.raises(InvalidStateUpdate, match="n: Input should be a valid integer"):
+        compiled.update({"n": 1}, {"n": "many"}, by="node 'a'")
+    with pytest.raises(InvalidStateUpdate, match="gives a list"):
+        compiled.update({"n": 1}, [1], by="node 'a'")
+
+
+def head(**fields: Any) -> Head:
+    base = dict(
+        id="g1",
+        kind="g",
+        created_at=NOW,
+        updated_at=NOW,
+        model="scripted:x",
+        config={"graph": {"name": "g", "version": "1"}, "initial_state": {"n": 0, "text": ""}},
+    )
+    return Head(**{**base, **fields})
+
+
+def test_the_first_tick_records_the_first_node_and_the_state_stays_in_the_head() -> None:
+    change = graph_machine.start(head(), line("a", "b").compile(), now=NOW)
+    assert change.head.status is Status.EXECUTING and change.head.step == 1
+    assert change.step is not None and [c.name for c in change.step.calls] == ["a"]
+    assert change.step.calls[0].arguments == {}  # the state is in the head, not every call
+    assert change.head.result["state"] == {"n": 0, "text": ""}
+    assert change.head.result["node"] == START
+    assert change.enqueue
+
+
+def test_a_finished_node_saves_its_delta_and_records_the_next_in_one_change() -> None:
+    compiled = line("a", "b").compile()
+    first = graph_machine.start(head(), compiled, now=NOW)
+    assert first.step is not None
+    call = first.step.calls[0]
+    plan = graph_machine.start_node(first.head, (call,), {}, idempotent=False, now=NOW)
+    assert isinstance(plan, RunNode) and not plan.rerun
+    change = graph_machine.node_finished(
+        first.head, compiled, call, state={"n": 1, "text": ""}, delta={"n": 1}, now=NOW
+    )
+    assert change.call_states == (("s1c0", CallState.DONE),)
+    assert [json.loads(o.content) for o in change.observations] == [{"n": 1}]
+    assert change.step is not None and change.step.calls[0].name == "b"
+    assert change.head.result["state"]["n"] == 1 and change.head.step == 2
+    last = graph_machine.node_finished(
+        change.head, compiled, change.step.calls[0], state={"n": 2}, delta={"n": 2}, now=NOW
+    )
+    assert last.head.status is Status.COMPLETED and last.step is None
+    assert json.loads(last.head.final_answer or "") == {"n": 2}
+
+
+def test_interrupt_before_makes_the_state_a_call_awaiting_a_person() -> None:
+    compiled = line("a", interrupt_before=True).compile()
+    change = graph_machine.start(head(), compiled, now=NOW)
+    assert change.head.status is Status.WAITING_APPROVAL and change.head.awaiting == ("s1c0",)
+    assert change.step is not None
+    call = change.step.calls[0]
+    assert call.state is CallState.AWAITING_APPROVAL
+    assert call.arguments == {"n": 0, "text": ""}  # what the approver sees and is bound to
+    assert call.fingerprint == graph_machine.state_fingerprint("a", {"n": 0, "text": ""})
+
+
+def test_an_approval_policy_asks_only_when_it_says_so() -> None:
+    compiled = line("a", approval_policy=lambda s: "big" if s["n"] > 5 else None).compile()
+    assert graph_machine.start(head(), compiled, now=NOW).head.status is Status.EXECUTING
+    big = head(result={"state": {"n": 9, "text": ""}})
+    change = graph_machine.start(big, compiled, now=NOW)
+    assert change.head.status is Status.WAITING_APPROVAL
+    assert change.step is not None and change.step.calls[0].approval_reason == "big"
+
+
+def decision(kind: DecisionKind, call_id: str = "s1c0", **kw: Any) -> Decision:
+    return Decision(call_id=call_id, kind=kind, approver="ann", at=NOW, fingerprint="f" * 64, **kw)
+
+
+def test_an_edit_is_a_state_patch_and_a_rejection_goes_to_on_reject() -> None:
+    compiled = line("a", "b", interrupt_before=True).compile()
+    waiting = graph_machine.start(head(), compiled, now=NOW)
+    assert waiting.step is not None
+    call = waiting.step.calls[0].model_copy(update={"state": CallState.EDITED})
+    executing = waiting.head.model_copy(update={"status": Status.EXECUTING})
+    edit = decision(DecisionKind.EDIT, arguments={"n": 7})
+    plan = graph_machine.start_node(executing, (call,), {"s1c0": edit}, idempotent=False, now=NOW)
+    assert isinstance(plan, RunNode) and plan.patch == {"n": 7}
+    rejected = call.model_copy(update={"state": CallState.REJECTED})
+    no = decision(DecisionKind.REJECT, feedback="no")
+    plan = graph_machine.start_node(executing, (rejected,), {"s1c0": no}, idempotent=False, now=NOW)
+    assert isinstance(plan, Decided)
+    change = graph_machine.node_rejected(executing, compiled, rejected, no, now=NOW)
+    assert change.head.status is Status.COMPLETED  # on_reject defaults to END
+    assert (
+        change.observations[0].is_error and "rejected by ann: no" in change.observations[0].content
+    )
+
+
+def test_a_node_found_started_runs_again_only_if_idempotent() -> None:
+    compiled = line("a").compile()
+    first = graph_machine.start(head(), compiled, now=NOW)
+    assert first.step is not None
+    started = first.step.calls[0].model_copy(update={"state": CallState.STARTED})
+    again = graph_machine.start_node(first.head, (started,), {}, idempotent=True, now=NOW)
+    assert isinstance(again, RunNode) and again.rerun
+    doubt = graph_machine.start_node(first.head, (started,), {}, idempotent=False, now=NOW)
+    assert not isinstance(doubt, (RunNode, Decided))
+    assert doubt.head.status is Status.WAITING_APPROVAL
+    assert doubt.call_states == (("s1c0", CallState.IN_DOUBT),)
+
+
+def test_the_same_node_on_the_same_state_is_a_loop() -> None:
+    graph = Graph("g", version="1", state=S)
+    graph.add_node("a", lambda s: {}).add_edge(START, "a")
+    graph.add_conditional_edges("a", router)
+    compiled = graph.compile()
+    change = graph_machine.start(head(), compiled, now=NOW)
+    for _ in range(5):
+        if change.head.status is not Status.EXECUTING:
+            break
+        assert change.step is not None
+        change = graph_machine.node_finished(
+            change.head,
+            compiled,
+            change.step.calls[0],
+            state={"n": 0, "text": ""},
+            delta={},
+            now=NOW,
+        )
+    assert change.head.status is Status.FAILED and change.head.error_code is ErrorCode.LOOP
+    assert change.head.step == 2  # the third run on the same state is not recorded
+    assert "node 'a' would run on the same state 3 times" in change.head.error_message
+    assert change.dead_letter
+
+
+def test_the_step_budget_and_the_deadline_stop_a_graph() -> None:
+    compiled = line("a", "b").compile()
+    spent = head(step=3, budgets=Budgets(max_steps=3))
+    change = graph_machine.start(spent, compiled, now=NOW)
+    assert change.head.error_code is ErrorCode.BUDGET_STEPS
+    late = graph_machine.start(head(), compiled, now=NOW + timedelta(days=1))
+    assert late.head.error_code is ErrorCode.DEADLINE
+
+
+def test_a_fork_recomputes_the_state_from_the_kept_updates_and_the_patch() -> None:
+    compiled = line("a", "b").compile()
+    first = graph_machine.start(head(), compiled, now=NOW)
+    assert first.step is not None
+    second = graph_machine.node_finished(
+        first.head,
+        compiled,
+        first.step.calls[0],
+        state={"n": 1, "text": ""},
+        delta={"n": 1},
+        now=NOW,
+    )
+    assert second.step is not None
+    steps = (
+        first.step.model_copy(
+            update={"calls": (first.step.calls[0].model_copy(update={"state": CallState.DONE}),)}
+        ),
+        second.step,
+    )
+    parent = Session(
+        head=second.head,
+        steps=steps,
+        observations=(Observation(call_id="s1c0", content='{"n": 1}', at=NOW),),
+    )
+    child = fork(
+        parent, new_id="g2", from_step=1, patch=ForkPatch(state={"text": "hi"}), by="x", now=NOW
+    )
+    assert child.head.status is Status.READY
+    assert child.head.result["state"] == {"n": 1, "text": "hi"}
+    assert child.head.result["node"] == "a"
+    nxt = graph_machine.start(child.head, compiled, now=NOW)
+    assert nxt.step is not None and nxt.step.calls[0].name == "b" and nxt.head.step == 2
+
+
+def test_a_proposed_update_is_a_call_and_a_fork_before_it_runs_the_node_again() -> None:
+    graph = Graph("g", version="1", state=S)
+    graph.add_node("a", inc, approve_update=lambda u: "big" if u["n"] > 5 else None)
+    graph.add_edge(START, "a").add_edge("a", END)
+    compiled = graph.compile()
+    with pytest.raises(InvalidGraph, match="not a usable node name"):
+        graph.add_node("b#update", inc)
+    first = graph_machine.start(head(), compiled, now=NOW)
+    assert first.step is not None
+    call = first.step.calls[0]
+    change = graph_machine.update_proposed(first.head, call, delta={"n": 9}, reason="big", now=NOW)
+    assert change.head.status is Status.WAITING_APPROVAL and change.head.awaiting == ("s2c0",)
+    assert change.step is not None
+    proposal = change.step.calls[0]
+    assert (proposal.name, proposal.arguments, proposal.approval_reason) == (
+        "a#update",
+        {"n": 9},
+        "big",
+    )
+    assert graph_machine.is_proposal(proposal) and compiled.node(proposal.name).name == "a"
+    assert change.head.result.get("state", {}).get("n", 0) == 0
+    done = first.step.model_copy(
+        update={"calls": (call.model_copy(update={"state": CallState.DONE}),)}
+    )
+    parent = Session(head=change.head, steps=(done, change.step), observations=change.observations)
+    child = fork(parent, new_id="g2", from_step=1, patch=ForkPatch(), by="x", now=NOW)
+    assert child.head.status is Status.EXECUTING  # the node runs (and proposes) again
+    assert child.steps[0].calls[0].state is CallState.PENDING

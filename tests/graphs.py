@@ -1,0 +1,113 @@
+"""Graph job kinds for the tests: the example refund graph, a slow payer a kill can land
+in, loops that never reach END, and a second version of the refund graph."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Literal
+
+from pydantic import BaseModel
+
+from examples import refund_graph
+from fsm.graph import END, START, Graph
+from worker.graphs import NodeContext, graph_kind
+
+#: the example as shipped
+REFUND = refund_graph.KIND
+#: the example at version 2: a worker with it refuses version 1's sessions
+REFUND_V2 = graph_kind(refund_graph.build(version="2").compile())
+
+
+def slow_refund(state: refund_graph.Refund, ctx: NodeContext) -> dict[str, object]:
+    """Pays, then sleeps (in a worker started with TICKWORK_TEST_SLOW=1) before its update
+    is saved: a kill there leaves a payment made and the node's run unsaved."""
+    done = refund_graph.refund(state, ctx)
+    if os.environ.get("TICKWORK_TEST_SLOW") == "1":
+        time.sleep(30)
+    return done
+
+
+def _slow(name: str = "refund_slow", *, careful: bool = False) -> Graph:
+    graph = refund_graph.build()
+    graph.name = name
+    graph.nodes.pop("refund")
+    graph.add_node(
+        "refund",
+        slow_refund,
+        interrupt_before=not careful,
+        idempotent=not careful,
+        on_reject="report",
+    )
+    return graph
+
+
+SLOW_REFUND = graph_kind(_slow().compile())
+#: the slow payer, not idempotent and not interrupted: a kill leaves it in doubt
+CAREFUL_REFUND = graph_kind(_slow("refund_careful", careful=True).compile())
+
+
+class Poll(BaseModel):
+    n: int = 0
+    done: bool = False
+
+
+def wait_for_it(state: Poll) -> dict[str, object]:
+    return {}
+
+
+def count(state: Poll) -> dict[str, object]:
+    return {"n": state.n + 1}
+
+
+def again(state: Poll) -> Literal["poll", "__end__"]:
+    return END if state.done else "poll"
+
+
+def _loop(name: str, fn: object) -> Graph:
+    graph = Graph(name, version="1", state=Poll)
+    graph.add_node("poll", fn, idempotent=True)  # type: ignore[arg-type]
+    graph.add_edge(START, "poll")
+    graph.add_conditional_edges("poll", again)
+    return graph
+
+
+#: polls on the same state for ever: loop detection stops it
+STUCK = graph_kind(_loop("stuck", wait_for_it).compile())
+#: counts for ever (the state changes): the step budget stops it
+COUNTER = graph_kind(_loop("counter", count).compile(), budgets={"max_steps": 6})
+
+
+def sloppy(state: Poll) -> dict[str, object]:
+    return {"n": 1, "colour": "red"}  # not in the state: refused when it returns
+
+
+def _sloppy() -> Graph:
+    graph = Graph("sloppy", version="1", state=Poll)
+    graph.add_node("paint", sloppy, idempotent=True)
+    graph.add_edge(START, "paint").add_edge("paint", END)
+    return graph
+
+
+SLOPPY = graph_kind(_sloppy().compile())
+
+
+def offer(state: Poll) -> dict[str, object]:
+    return {"n": 100}
+
+
+def _proposing() -> Graph:
+    graph = Graph("proposing", version="1", state=Poll)
+    graph.add_node(
+        "offer",
+        offer,
+        idempotent=True,
+        approve_update=lambda update: "a big offer" if update.get("n", 0) > 50 else None,
+    )
+    graph.add_node("close", lambda s: {"done": True}, idempotent=True)
+    graph.add_edge(START, "offer").add_edge("offer", "close").add_edge("close", END)
+    return graph
+
+
+#: the update `offer` proposes waits for a person when it is big
+PROPOSING = graph_kind(_proposing().compile())
