@@ -65,6 +65,9 @@ class Settings(BaseSettings):
     #: (`x-consumer-timeout`, RabbitMQ 3.12+) and keeps every tool and model call shorter
     #: by DELIVERY_MARGIN_S
     delivery_timeout_s: float = Field(default=1800.0, gt=DELIVERY_MARGIN_S)
+    #: the type of tickwork's queues on RabbitMQ: `quorum` (replicated, with a delivery
+    #: limit) or `classic`; a queue's type is fixed when it is first declared
+    rabbitmq_queue_type: str = "quorum"
     #: Redis redelivers an unacknowledged message after this; longer than the longest tick
     visibility_timeout_s: float = Field(default=2 * 3600.0, gt=0)
     #: the longest a model retry waits (a Retry-After above it is cut to it); the wait is
@@ -160,6 +163,13 @@ class Settings(BaseSettings):
             raise ValueError(
                 f"sandbox must be bwrap (the default) or none (commands unconfined), not {value!r}"
             )
+        return value
+
+    @field_validator("rabbitmq_queue_type")
+    @classmethod
+    def _queue_type(cls, value: str) -> str:
+        if value not in ("quorum", "classic"):
+            raise ValueError(f"rabbitmq_queue_type must be quorum or classic, not {value!r}")
         return value
 
     @field_validator("sandbox_paths")

@@ -1,4 +1,5 @@
-"""Real deployments for the tick tests: SQLite + filesystem broker, and Postgres + Redis."""
+"""Real deployments for the tick tests: SQLite + filesystem broker, Postgres + Redis, and
+Postgres + RabbitMQ."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import pytest
 from celery import Celery
 from celery.contrib.testing.worker import start_worker
 
+from tests.services import rabbitmq_url
 from tickwork import Tickwork
 from worker.app import make_app, runtime
 from worker.relay import RelayThread
@@ -79,7 +81,11 @@ class Deployment:
             perform_ping_check=False,
             shutdown_timeout=30,
             loglevel="WARNING",
-        ):
+        ) as controller:
+            if controller.hub is not None:
+                # the event loop sees the end of the test only between two polls, and
+                # without a timer of its own it polls RabbitMQ's socket for up to 10 s
+                controller.hub.call_repeatedly(0.2, lambda: None)
             if thread:
                 thread.start()
             try:
@@ -148,6 +154,22 @@ def until(predicate: Any, *, timeout: float = 30.0, what: str = "condition") -> 
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
+#: the deployments: SQLite + filesystem broker; Postgres + Redis (or the broker named by
+#: TICKWORK_BROKER_URL, so `TICKWORK_BROKER_URL=amqp://... pytest tests/tasks` runs every
+#: tick test on RabbitMQ); Postgres + RabbitMQ (chosen per test: `on_every_broker`)
+DEPLOYMENTS = ("embedded", "production", "rabbitmq")
+#: the delivery tests (end-to-end runs, kills, redelivery, the relay) run on every broker;
+#: the rest on the first two deployments only, to keep CI short
+on_every_broker = pytest.mark.parametrize("deployment", DEPLOYMENTS, indirect=True)
+
+
+def production_broker(request: pytest.FixtureRequest) -> str:
+    chosen = os.environ.get("TICKWORK_BROKER_URL", "")
+    if chosen.startswith(("amqp", "pyamqp")):
+        return rabbitmq_url(chosen)
+    return str(request.getfixturevalue("redis"))
+
+
 def _settings(name: str, tmp: Path, request: pytest.FixtureRequest, **kw: Any) -> Settings:
     queue = f"tickwork.ticks.{uuid.uuid4().hex[:8]}"
     common = dict(
@@ -160,14 +182,29 @@ def _settings(name: str, tmp: Path, request: pytest.FixtureRequest, **kw: Any) -
         **kw,
     )
     if name == "embedded":
-        return Settings(**common)
+        return Settings(broker_url="", **common)  # not TICKWORK_BROKER_URL's
     url = str(request.getfixturevalue("clean_postgres_url"))
-    return Settings(database_url=url, broker_url=str(request.getfixturevalue("redis")), **common)
+    broker = rabbitmq_url() if name == "rabbitmq" else production_broker(request)
+    return Settings(database_url=url, broker_url=broker, **common)
 
 
-@pytest.fixture(params=["embedded", "production"])
+def delete_queues(settings: Settings) -> None:
+    """A RabbitMQ deployment's queues (and their exchanges), gone: each test declares its own."""
+    if not settings.broker_url.startswith(("amqp", "pyamqp")):
+        return
+    from kombu import Connection
+
+    with Connection(settings.broker_url) as conn:
+        channel = conn.channel()
+        for name in (settings.queue, settings.dead_letter_queue):
+            channel.queue_delete(name)
+            channel.exchange_delete(name)
+
+
+@pytest.fixture(params=DEPLOYMENTS[:2])
 def deployment(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Deployment]:
-    """SQLite + filesystem broker, and Postgres + Redis."""
+    """SQLite + filesystem broker, and Postgres + Redis; Postgres + RabbitMQ where a test
+    asks for it (`on_every_broker`)."""
     settings = _settings(request.param, tmp_path, request)
     if request.param == "embedded":
         from store.migrate import upgrade
@@ -177,3 +214,4 @@ def deployment(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Deplo
     d = Deployment(request.param, settings, tmp_path)
     yield d
     d.close()
+    delete_queues(settings)
