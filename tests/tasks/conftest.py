@@ -78,6 +78,7 @@ class Deployment:
             app,
             pool="threads",
             concurrency=concurrency,
+            queues=[self.settings.queue],  # dead letters stay on their queue, to be read
             perform_ping_check=False,
             shutdown_timeout=30,
             loglevel="WARNING",
