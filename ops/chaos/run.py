@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from dataclasses import fields
 from pathlib import Path
@@ -36,9 +37,10 @@ def main(argv: list[str] | None = None) -> int:
             parser.add_argument(flag, type=int if f.type == "int" else float, default=f.default)
     parser.add_argument(
         "--broker",
-        default="",
+        default=os.environ.get("TICKWORK_BROKER_URL", ""),
         help="run on this broker (e.g. amqp://guest:guest@127.0.0.1:5672//) instead of a "
-        "private Redis; it is never restarted, the run's own queues are deleted at the end",
+        "private Redis; it is never restarted, the run's own queues are deleted at the end "
+        "(default: TICKWORK_BROKER_URL if set)",
     )
     parser.add_argument("--workdir", type=Path, help="keep logs, scripts and sink here")
     parser.add_argument("--json", type=Path, help="write the report as JSON here")
