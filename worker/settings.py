@@ -236,6 +236,11 @@ class Settings(BaseSettings):
                 "polling_interval": self.poll_interval_s,
                 "store_processed": False,
             }
+        if self.broker_url.startswith(("amqp", "pyamqp")):
+            # publisher confirms: a tick is published once RabbitMQ has it (on a quorum
+            # queue, a majority of its nodes), and a worker cut off from RabbitMQ waits in
+            # publish instead of handing its relay's ticks to a dead socket
+            return self.broker_url, {"confirm_publish": True}
         return self.broker_url, {"visibility_timeout": self.visibility_timeout_s}
 
     def masked(self, *others: BaseSettings) -> dict[str, Any]:
