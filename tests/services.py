@@ -69,12 +69,12 @@ def redis_url() -> str:
     return REDIS_URL
 
 
-def rabbitmq_url() -> str:
+def rabbitmq_url(url: str = RABBITMQ_URL) -> str:
     from kombu import Connection
 
-    with Connection(RABBITMQ_URL, connect_timeout=3) as conn:
+    with Connection(url, connect_timeout=3) as conn:
         try:
             conn.ensure_connection(max_retries=1)
         except Exception as exc:
-            missing(f"RabbitMQ at {RABBITMQ_URL}", exc)
-    return RABBITMQ_URL
+            missing(f"RabbitMQ at {conn.as_uri()}", exc)
+    return url

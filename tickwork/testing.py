@@ -85,11 +85,16 @@ def prepare_database(settings: Settings) -> None:
 
 @contextmanager
 def running_worker(
-    settings: Settings, *, concurrency: int = 2, relay: bool = True
+    settings: Settings,
+    *,
+    concurrency: int = 2,
+    relay: bool = True,
+    queues: list[str] | None = None,
 ) -> Iterator[Celery]:
     """A real Celery worker (threads pool) in this process, serving `settings`' queues, the
     relay beside it unless `relay=False`, and the runtime's background threads (the webhook
-    dispatcher when TICKWORK_WEBHOOK_URL is set); all stop when the `with` ends."""
+    dispatcher when TICKWORK_WEBHOOK_URL is set); all stop when the `with` ends. `queues`:
+    the queues it consumes (default: the tick and dead-letter queues)."""
     from celery.contrib.testing.worker import start_worker
 
     from worker.app import make_app, runtime
@@ -106,7 +111,12 @@ def running_worker(
             perform_ping_check=False,
             shutdown_timeout=30,
             loglevel="WARNING",
-        ):
+            **({"queues": queues} if queues else {}),
+        ) as controller:
+            if controller.hub is not None:
+                # the event loop sees the end of the `with` only between two polls, and
+                # without a timer of its own it polls RabbitMQ's socket for up to 10 s
+                controller.hub.call_repeatedly(0.2, lambda: None)
             if thread:
                 thread.start()
             for background in rt.background:

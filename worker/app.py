@@ -13,6 +13,7 @@ import os
 from typing import Any
 
 from celery import Celery, signals
+from celery.worker.consumer import Consumer as CeleryConsumer
 from kombu import Exchange, Queue
 
 from fsm.errors import TickworkError
@@ -32,8 +33,22 @@ log = logging.getLogger("tickwork.worker")
 TICK = "tickwork.tick"
 DEAD_LETTER = "tickwork.dead_letter"
 TASK_MODULES = ["tasks.tick", "tasks.dead_letter"]
+#: a tick message given back this many times (its worker killed, its channel closed) is
+#: dropped by a quorum queue: the relay publishes the session's tick again from the database
+RABBITMQ_DELIVERY_LIMIT = 10
 
-log = logging.getLogger("tickwork.worker")
+
+class Consumer(CeleryConsumer):
+    """Celery's consumer without native delayed delivery: on quorum queues Celery would
+    declare 28 `celery_delayed_*` queues for countdown messages, and tickwork sends none (a
+    delayed tick waits in the outbox, DESIGN section 11)."""
+
+    class Blueprint(CeleryConsumer.Blueprint):
+        default_steps = [
+            step
+            for step in CeleryConsumer.Blueprint.default_steps
+            if not step.endswith(":DelayedDelivery")
+        ]
 
 
 def make_app(settings: Settings | None = None, *, relay: bool = True) -> Celery:
@@ -69,11 +84,15 @@ def make_app(settings: Settings | None = None, *, relay: bool = True) -> Celery:
         worker_send_task_events=events,
         task_send_sent_event=events,
         worker_enable_remote_control=not settings.embedded_broker,
+        worker_consumer=f"{__name__}:Consumer",
+        # quorum queues have no global prefetch: Celery sets prefetch 1 per consumer
+        worker_detect_quorum_queues=True,
     )
     app.tickwork_settings = settings  # type: ignore[attr-defined]
     _check_sandbox_with_worker(app, settings)
     signals.worker_ready.connect(_note_consumer_timeout, weak=False, dispatch_uid="tickwork-rmq")
     metrics.serve_with_worker()
+    signals.worker_ready.connect(_wake_the_loop, weak=False, dispatch_uid="tickwork-wake")
     if relay:
         _start_relay_with_worker(app)
     return app
@@ -100,12 +119,24 @@ def log_sandbox(settings: Settings) -> None:
         log.info(line)
 
 
+def queue_arguments(settings: Settings) -> dict[str, Any]:
+    """What tickwork's queues are declared with on RabbitMQ: their type
+    (`TICKWORK_RABBITMQ_QUEUE_TYPE`), a quorum queue's delivery limit, and the delivery
+    timeout (`x-consumer-timeout`, honoured by RabbitMQ 3.12 and later; older servers apply
+    their `consumer_timeout`)."""
+    arguments: dict[str, Any] = {"x-consumer-timeout": int(settings.delivery_timeout_s * 1000)}
+    if settings.rabbitmq_queue_type == "quorum":
+        arguments["x-queue-type"] = "quorum"
+        arguments["x-delivery-limit"] = RABBITMQ_DELIVERY_LIMIT
+    return arguments
+
+
 def _queues(settings: Settings) -> list[Queue] | None:
-    """On RabbitMQ, tickwork's queues carry its delivery timeout (`x-consumer-timeout`,
-    honoured by RabbitMQ 3.12 and later; older servers apply their `consumer_timeout`)."""
+    """On RabbitMQ, tickwork's queues with their arguments (`queue_arguments`); durable,
+    neither exclusive nor auto-deleted, as quorum queues must be."""
     if not settings.broker_url.startswith(("amqp", "pyamqp")):
         return None  # Celery declares them plainly from the routes
-    arguments = {"x-consumer-timeout": int(settings.delivery_timeout_s * 1000)}
+    arguments = queue_arguments(settings)
     return [
         Queue(name, Exchange(name), routing_key=name, queue_arguments=arguments)
         for name in (settings.queue, settings.dead_letter_queue)
@@ -144,6 +175,18 @@ def _note_consumer_timeout(sender: Any = None, **_: Any) -> None:
     note = consumer_timeout_note(server, settings.delivery_timeout_s)
     if note:
         log.warning(note)
+
+
+def _wake_the_loop(sender: Any = None, **_: Any) -> None:
+    """A timer in the worker's event loop, so it sees a warm shutdown (SIGTERM) within a
+    second: with nothing else scheduled it polls RabbitMQ's socket for up to 10 s."""
+    hub = getattr(sender, "hub", None)
+    if hub is not None and getattr(getattr(sender, "app", None), "tickwork_settings", None):
+        hub.call_repeatedly(1.0, _nothing)
+
+
+def _nothing() -> None:
+    return None
 
 
 def runtime(app: Celery) -> Runtime:

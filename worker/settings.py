@@ -97,6 +97,9 @@ class Settings(BaseSettings):
     #: (`x-consumer-timeout`, RabbitMQ 3.12+) and keeps every tool and model call shorter
     #: by DELIVERY_MARGIN_S
     delivery_timeout_s: float = Field(default=1800.0, gt=DELIVERY_MARGIN_S)
+    #: the type of tickwork's queues on RabbitMQ: `quorum` (replicated, with a delivery
+    #: limit) or `classic`; a queue's type is fixed when it is first declared
+    rabbitmq_queue_type: str = "quorum"
     #: Redis redelivers an unacknowledged message after this; longer than the longest tick
     visibility_timeout_s: float = Field(default=2 * 3600.0, gt=0)
     #: the longest a model retry waits (a Retry-After above it is cut to it); the wait is
@@ -194,6 +197,13 @@ class Settings(BaseSettings):
             )
         return value
 
+    @field_validator("rabbitmq_queue_type")
+    @classmethod
+    def _queue_type(cls, value: str) -> str:
+        if value not in ("quorum", "classic"):
+            raise ValueError(f"rabbitmq_queue_type must be quorum or classic, not {value!r}")
+        return value
+
     @field_validator("sandbox_paths")
     @classmethod
     def _absolute(cls, value: list[str]) -> list[str]:
@@ -276,6 +286,11 @@ class Settings(BaseSettings):
                 "polling_interval": self.poll_interval_s,
                 "store_processed": False,
             }
+        if self.broker_url.startswith(("amqp", "pyamqp")):
+            # publisher confirms: a tick is published once RabbitMQ has it (on a quorum
+            # queue, a majority of its nodes), and a worker cut off from RabbitMQ waits in
+            # publish instead of handing its relay's ticks to a dead socket
+            return self.broker_url, {"confirm_publish": True}
         return self.broker_url, {"visibility_timeout": self.visibility_timeout_s}
 
     def masked(self, *others: BaseSettings) -> dict[str, Any]:

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -48,8 +49,18 @@ def _workdir(path: Path | None) -> Iterator[Path]:
         yield Path(tmp)
 
 
-def run(plan: Plan, *, workdir: Path | None = None, say: Callable[[str], None] = print) -> Report:
-    """One chaos run; every server and worker it starts is stopped before it returns."""
+def run(
+    plan: Plan,
+    *,
+    workdir: Path | None = None,
+    say: Callable[[str], None] = print,
+    broker_url: str = "",
+) -> Report:
+    """One chaos run; every server and worker it starts is stopped before it returns.
+
+    `broker_url` (e.g. `amqp://guest:guest@127.0.0.1:5672//`): run on that broker instead of
+    a private Redis; it is shared, so it is never restarted (the plan's Redis restart is
+    left out) and the run's queues, named for it, are deleted at the end."""
     from tickwork.client import Tickwork
 
     random.seed(plan.seed)
@@ -62,7 +73,8 @@ def run(plan: Plan, *, workdir: Path | None = None, say: Callable[[str], None] =
 
     with _workdir(workdir) as work:
         report.workdir = str(work)
-        redis = PrivateRedis(work / "redis")
+        redis = None if broker_url else PrivateRedis(work / "redis")
+        queue = f"tickwork.chaos.{uuid.uuid4().hex[:8]}" if broker_url else "tickwork.chaos"
         postgres = PrivatePostgres()
         fleet: Fleet | None = None
         driver: Driver | None = None
@@ -72,16 +84,18 @@ def run(plan: Plan, *, workdir: Path | None = None, say: Callable[[str], None] =
         try:
             postgres.init()
             postgres.start()
-            redis.start()
+            if redis is not None:
+                redis.start()
             url = postgres.create_database("tickwork_chaos")
             upgrade(url)
-            mark(f"Postgres on :{postgres.port}, Redis on :{redis.port}")
+            where = f"Redis on :{redis.port}" if redis is not None else _shown(broker_url)
+            mark(f"Postgres on :{postgres.port}, {where}")
             settings = Settings(
                 database_url=url,
-                broker_url=redis.url,
+                broker_url=redis.url if redis is not None else broker_url,
                 state_dir=work / "state",
-                queue="tickwork.chaos",
-                dead_letter_queue="tickwork.chaos.dead",
+                queue=queue,
+                dead_letter_queue=f"{queue}.dead",
                 lease_s=plan.lease_s,
                 relay_period_s=plan.relay_period_s,
                 relay_after_s=plan.relay_after_s,
@@ -143,16 +157,38 @@ def run(plan: Plan, *, workdir: Path | None = None, say: Callable[[str], None] =
                 fleet.stop_all()
             if client is not None:
                 client.close()
-            stop_quietly(redis, postgres)
+            if broker_url:
+                _delete_queues(broker_url, queue)
+            stop_quietly(*[s for s in (redis, postgres) if s is not None])
         mark("done")
     return report
+
+
+def _shown(url: str) -> str:
+    """A broker URL without its password, for the log."""
+    from kombu.utils.url import maybe_sanitize_url
+
+    return str(maybe_sanitize_url(url))
+
+
+def _delete_queues(broker_url: str, queue: str) -> None:
+    from kombu import Connection
+
+    try:
+        with Connection(broker_url, connect_timeout=5) as conn:
+            channel = conn.channel()
+            for name in (queue, f"{queue}.dead"):
+                channel.queue_delete(name)
+                channel.exchange_delete(name)
+    except Exception as exc:  # the report stands; say what is left behind
+        logging.getLogger(__name__).warning("could not delete the queue %s: %s", queue, exc)
 
 
 def _chaos(
     plan: Plan,
     fleet: Fleet,
     survivor: subprocess.Popen[bytes],
-    redis: PrivateRedis,
+    redis: PrivateRedis | None,
     postgres: PrivatePostgres,
     mark: Callable[[str], None],
 ) -> dict[str, int]:
@@ -162,7 +198,7 @@ def _chaos(
     chaos_start = time.monotonic()
     survivor_marks: dict[str, int] = {}
     restarts: list[tuple[float, str]] = []
-    if plan.redis_restart_at is not None:
+    if plan.redis_restart_at is not None and redis is not None:
         restarts.append((plan.redis_restart_at * plan.chaos_s, "Redis"))
     if plan.postgres_restart_at is not None:
         restarts.append((plan.postgres_restart_at * plan.chaos_s, "Postgres"))
@@ -173,7 +209,9 @@ def _chaos(
         if restarts and now - chaos_start >= restarts[0][0]:
             _, what = restarts.pop(0)
             mark(f"restarting {what} (down {plan.down_s:g}s)")
-            (redis if what == "Redis" else postgres).restart(plan.down_s)
+            server = redis if what == "Redis" else postgres
+            assert server is not None  # a Redis restart is planned only with a private Redis
+            server.restart(plan.down_s)
             survivor_marks[what] = survivor_log.stat().st_size
             mark(f"{what} is back")
             continue
@@ -191,7 +229,7 @@ def _chaos(
 def _run_figures(
     report: Report,
     fleet: Fleet,
-    redis: PrivateRedis,
+    redis: PrivateRedis | None,
     postgres: PrivatePostgres,
     driver: Driver,
     publish_failures: PublishFailures,
@@ -202,10 +240,13 @@ def _run_figures(
     report.add("workers that exited on their own (replaced)", len(fleet.exited))
     for why in sorted(set(fleet.exited)):
         report.add("  why", why)
-    report.add(
-        "Redis restarts (seconds down)",
-        f"{int(redis.downtime_s > 0)} ({redis.downtime_s:.1f}s)",
-    )
+    if redis is not None:
+        report.add(
+            "Redis restarts (seconds down)",
+            f"{int(redis.downtime_s > 0)} ({redis.downtime_s:.1f}s)",
+        )
+    else:
+        report.add("broker (shared, never restarted)", _shown(fleet.settings.broker_url))
     report.add(
         "Postgres restarts (seconds down)",
         f"{int(postgres.downtime_s > 0)} ({postgres.downtime_s:.1f}s)",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 #: the test suite's job kind: every tool appends "<idempotency key> <value>" to a sink file
@@ -72,6 +72,19 @@ CI_PLAN = Plan(
     lease_s=4.0,
     relay_after_s=5.0,
     drain_timeout_s=75.0,
+)
+
+
+#: the CI run on RabbitMQ (the machine's own, never restarted): fewer sessions, shorter
+#: chaos, the same kills and a Postgres restart
+CI_RABBITMQ_PLAN = replace(
+    CI_PLAN,
+    sessions=12,
+    chaos_s=20.0,
+    submit_over_s=15.0,
+    redis_restart_at=None,
+    postgres_restart_at=0.6,
+    drain_timeout_s=60.0,
 )
 
 

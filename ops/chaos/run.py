@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from dataclasses import fields
 from pathlib import Path
@@ -34,13 +35,20 @@ def main(argv: list[str] | None = None) -> int:
             )
         else:
             parser.add_argument(flag, type=int if f.type == "int" else float, default=f.default)
+    parser.add_argument(
+        "--broker",
+        default=os.environ.get("TICKWORK_BROKER_URL", ""),
+        help="run on this broker (e.g. amqp://guest:guest@127.0.0.1:5672//) instead of a "
+        "private Redis; it is never restarted, the run's own queues are deleted at the end "
+        "(default: TICKWORK_BROKER_URL if set)",
+    )
     parser.add_argument("--workdir", type=Path, help="keep logs, scripts and sink here")
     parser.add_argument("--json", type=Path, help="write the report as JSON here")
     parser.add_argument("--markdown", type=Path, help="write the figures as a Markdown table")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
     plan = Plan(**{f.name: getattr(args, f.name) for f in fields(Plan)})
-    report = run(plan, workdir=args.workdir)
+    report = run(plan, workdir=args.workdir, broker_url=args.broker)
     print()
     print(report.text())
     if args.json:

@@ -9,8 +9,9 @@ from __future__ import annotations
 import pytest
 
 from ops.chaos.harness import CI_PLAN, run
+from ops.chaos.plan import CI_RABBITMQ_PLAN
 from ops.chaos.services import ServiceUnavailable, find_binary
-from tests.services import missing
+from tests.services import missing, rabbitmq_url
 
 pytestmark = [pytest.mark.chaos, pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis]
 
@@ -33,4 +34,27 @@ def test_nothing_is_lost_under_kills_and_restarts(
     figures = {f.name: f.value for f in report.figures}
     assert figures["workers killed with SIGKILL"] >= 5
     assert figures["Redis restarts (seconds down)"].startswith("1 ")
+    assert figures["Postgres restarts (seconds down)"].startswith("1 ")
+
+
+def test_nothing_is_lost_under_kills_on_rabbitmq(
+    tmp_path_factory: pytest.TempPathFactory, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Workers SIGKILLed mid-run with their deliveries unacknowledged on RabbitMQ (quorum
+    queues), and Postgres restarted; RabbitMQ is the machine's own and is not restarted."""
+    broker = rabbitmq_url()
+    try:
+        find_binary("initdb")
+    except ServiceUnavailable as exc:
+        missing("a private Postgres for the chaos run", exc)
+    workdir = tmp_path_factory.mktemp("chaos-rabbitmq")
+    report = run(CI_RABBITMQ_PLAN, workdir=workdir, broker_url=broker)
+    with capsys.disabled():
+        print(f"\nchaos run on RabbitMQ ({workdir}):\n{report.text()}")
+    assert report.ok, "broken invariants:\n" + "\n".join(
+        f"{f.name}: {f.value}" for f in report.broken
+    )
+    figures = {f.name: f.value for f in report.figures}
+    assert figures["workers killed with SIGKILL"] >= 3
+    assert figures["broker (shared, never restarted)"].startswith("amqp://")
     assert figures["Postgres restarts (seconds down)"].startswith("1 ")

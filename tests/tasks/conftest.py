@@ -1,4 +1,5 @@
-"""Real deployments for the tick tests: SQLite + filesystem broker, and Postgres + Redis.
+"""Real deployments for the tick tests: SQLite + filesystem broker, Postgres + Redis, and
+Postgres + RabbitMQ.
 
 The in-process worker, scripts and waits are `tickwork.testing`'s, which users' tests share.
 """
@@ -18,6 +19,7 @@ from typing import Any
 import pytest
 from celery import Celery
 
+from tests.services import rabbitmq_url
 from tickwork import Tickwork
 from tickwork.testing import prepare_database, running_worker, write_script
 from tickwork.testing import until as until  # still importable from here
@@ -68,8 +70,11 @@ class Deployment:
     @contextmanager
     def worker(self, *, concurrency: int = 2, relay: bool = True) -> Iterator[Celery]:
         """A real Celery worker in a thread of this process, with the relay and (with
-        TICKWORK_WEBHOOK_URL) the webhook dispatcher."""
-        with running_worker(self.settings, concurrency=concurrency, relay=relay) as app:
+        TICKWORK_WEBHOOK_URL) the webhook dispatcher; it consumes the tick queue only (dead
+        letters stay on their queue, to be read)."""
+        with running_worker(
+            self.settings, concurrency=concurrency, relay=relay, queues=[self.settings.queue]
+        ) as app:
             yield app
 
     def spawn(self, *extra: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
@@ -120,6 +125,22 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
             kill(proc)
 
 
+#: the deployments: SQLite + filesystem broker; Postgres + Redis (or the broker named by
+#: TICKWORK_BROKER_URL, so `TICKWORK_BROKER_URL=amqp://... pytest tests/tasks` runs every
+#: tick test on RabbitMQ); Postgres + RabbitMQ (chosen per test: `on_every_broker`)
+DEPLOYMENTS = ("embedded", "production", "rabbitmq")
+#: the delivery tests (end-to-end runs, kills, redelivery, the relay) run on every broker;
+#: the rest on the first two deployments only, to keep CI short
+on_every_broker = pytest.mark.parametrize("deployment", DEPLOYMENTS, indirect=True)
+
+
+def production_broker(request: pytest.FixtureRequest) -> str:
+    chosen = os.environ.get("TICKWORK_BROKER_URL", "")
+    if chosen.startswith(("amqp", "pyamqp")):
+        return rabbitmq_url(chosen)
+    return str(request.getfixturevalue("redis"))
+
+
 def _settings(name: str, tmp: Path, request: pytest.FixtureRequest, **kw: Any) -> Settings:
     queue = f"tickwork.ticks.{uuid.uuid4().hex[:8]}"
     common = dict(
@@ -132,17 +153,33 @@ def _settings(name: str, tmp: Path, request: pytest.FixtureRequest, **kw: Any) -
         **kw,
     )
     if name == "embedded":
-        return Settings(**common)
+        return Settings(broker_url="", **common)  # not TICKWORK_BROKER_URL's
     url = str(request.getfixturevalue("clean_postgres_url"))
-    return Settings(database_url=url, broker_url=str(request.getfixturevalue("redis")), **common)
+    broker = rabbitmq_url() if name == "rabbitmq" else production_broker(request)
+    return Settings(database_url=url, broker_url=broker, **common)
 
 
-@pytest.fixture(params=["embedded", "production"])
+def delete_queues(settings: Settings) -> None:
+    """A RabbitMQ deployment's queues (and their exchanges), gone: each test declares its own."""
+    if not settings.broker_url.startswith(("amqp", "pyamqp")):
+        return
+    from kombu import Connection
+
+    with Connection(settings.broker_url) as conn:
+        channel = conn.channel()
+        for name in (settings.queue, settings.dead_letter_queue):
+            channel.queue_delete(name)
+            channel.exchange_delete(name)
+
+
+@pytest.fixture(params=DEPLOYMENTS[:2])
 def deployment(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Deployment]:
-    """SQLite + filesystem broker, and Postgres + Redis."""
+    """SQLite + filesystem broker, and Postgres + Redis; Postgres + RabbitMQ where a test
+    asks for it (`on_every_broker`)."""
     settings = _settings(request.param, tmp_path, request)
     if request.param == "embedded":
         prepare_database(settings)
     d = Deployment(request.param, settings, tmp_path)
     yield d
     d.close()
+    delete_queues(settings)

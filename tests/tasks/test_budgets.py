@@ -24,6 +24,10 @@ def varied(n: int) -> list[dict[str, Any]]:
 def dead_letter_messages(deployment: Deployment) -> list[list[Any]]:
     """The bodies' args of the messages on the dead-letter queue, read off the broker."""
     queue = deployment.settings.dead_letter_queue
+    if deployment.settings.broker_url.startswith("amqp"):
+        return [
+            json.loads(body)[0] for body in _rabbitmq_bodies(deployment.settings.broker_url, queue)
+        ]
     if deployment.name == "embedded":
         folder = deployment.settings.broker_folder
         raw = [p.read_text() for p in sorted(folder.glob(f"*.{queue}.msg"))]
@@ -41,6 +45,19 @@ def dead_letter_messages(deployment: Deployment) -> list[list[Any]]:
             body = base64.b64decode(body).decode()
         out.append(json.loads(body)[0])
     return out
+
+
+def _rabbitmq_bodies(url: str, queue: str) -> list[bytes]:
+    """The bodies on a RabbitMQ queue, left there (taken unacknowledged, then given back)."""
+    from kombu import Connection
+
+    bodies = []
+    with Connection(url) as conn:
+        channel = conn.channel()
+        while (message := channel.basic_get(queue, no_ack=False)) is not None:
+            bodies.append(message.body)
+        channel.close()  # gives back what was taken
+    return bodies
 
 
 CASES = [

@@ -46,6 +46,7 @@ def queues() -> dict[str, dict[str, Any]]:
             "name",
             "messages_ready",
             "messages_unacknowledged",
+            "type",
             "arguments",
         ],
         capture_output=True,
@@ -55,8 +56,39 @@ def queues() -> dict[str, dict[str, Any]]:
     ).stdout
     found = {}
     for line in listed.splitlines():
-        name, ready, unacked, arguments = line.split("\t", 3)
-        found[name] = {"ready": int(ready), "unacked": int(unacked), "arguments": arguments}
+        name, ready, unacked, kind, arguments = line.split("\t", 4)
+        found[name] = {
+            "ready": int(ready),
+            "unacked": int(unacked),
+            "type": kind,
+            "arguments": arguments,
+        }
+    return found
+
+
+def _rabbitmqctl(*arguments: str) -> list[list[str]]:
+    listed = subprocess.run(
+        ["rabbitmqctl", "-q", *arguments, "--no-table-headers"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    return [line.split("\t") for line in listed.splitlines()]
+
+
+def prefetch_counts() -> dict[str, list[int]]:
+    """How many unacknowledged deliveries each queue's consumers may hold: the consumer's
+    own prefetch (quorum queues) or else its channel's global one (classic queues)."""
+    channels = {
+        pid: int(global_count)
+        for pid, global_count in _rabbitmqctl("list_channels", "pid", "global_prefetch_count")
+    }
+    found: dict[str, list[int]] = {}
+    for name, pid, prefetch in _rabbitmqctl(
+        "list_consumers", "queue_name", "channel_pid", "prefetch_count"
+    ):
+        found.setdefault(name, []).append(int(prefetch) or channels.get(pid, 0))
     return found
 
 
@@ -126,22 +158,43 @@ def test_a_retry_after_waits_in_the_outbox_not_unacknowledged_on_rabbitmq(
     assert len(chat_server.requests) == 2
 
 
-def test_tickwork_queues_carry_the_delivery_timeout_on_rabbitmq(rabbit: Deployment) -> None:
+@pytest.mark.parametrize("queue_type", ["quorum", "classic"])
+def test_tickwork_queues_are_declared_as_documented_on_rabbitmq(
+    rabbit: Deployment, queue_type: str
+) -> None:
     from kombu import Connection
 
     with Connection(rabbit.settings.broker_url) as conn:
         conn.connect()
         server = str(conn.connection.server_properties["version"])
+    delayed_before = {name for name in queues() if name.startswith("celery_delayed")}
     worker = rabbit.spawn(
-        "--queues", f"{rabbit.settings.queue},{rabbit.settings.dead_letter_queue}"
+        "--queues",
+        f"{rabbit.settings.queue},{rabbit.settings.dead_letter_queue}",
+        "--pool",
+        "threads",
+        "--concurrency",
+        "2",
+        env={"TICKWORK_RABBITMQ_QUEUE_TYPE": queue_type},
     )
     try:
         (log,) = rabbit.tmp.glob("worker-*.log")
         until(lambda: "ready." in log.read_text(), timeout=60, what="the worker to start")
         listed = queues()
         ticks, letters = listed[rabbit.settings.queue], listed[rabbit.settings.dead_letter_queue]
+        prefetch = prefetch_counts()
     finally:
         stop(worker)
+
+    for declared in (ticks, letters):
+        assert declared["type"] == queue_type
+        # a quorum queue drops a message given back 10 times (the relay republishes it)
+        assert ("x-delivery-limit" in declared["arguments"]) is (queue_type == "quorum")
+    # prefetch multiplier 1: one unacknowledged delivery per thread (a quorum queue has no
+    # global prefetch, so Celery sets it per consumer)
+    assert prefetch[rabbit.settings.queue] == [2]
+    # Celery's delayed-delivery queues are not declared: tickwork sends no countdowns
+    assert {name for name in listed if name.startswith("celery_delayed")} == delayed_before
 
     # a server that ignores the argument is named at start, with the setting to change
     expected = consumer_timeout_note(server, rabbit.settings.delivery_timeout_s)

@@ -8,7 +8,7 @@ import pytest
 
 from fsm.values import Status
 from tests.fakes import FakeModel, fake_model_server
-from tests.tasks.conftest import Deployment
+from tests.tasks.conftest import Deployment, on_every_broker
 from worker.app import runtime
 
 
@@ -26,6 +26,7 @@ def script(steps: int) -> list[dict[str, object]]:
     return [*replies, {"content": "done"}]
 
 
+@on_every_broker
 def test_every_tick_published_twice_and_out_of_order_advances_once(
     deployment: Deployment, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -62,6 +63,7 @@ def test_every_tick_published_twice_and_out_of_order_advances_once(
     )
 
 
+@on_every_broker
 def test_a_tick_lost_between_commit_and_publish_is_published_by_the_relay(
     deployment: Deployment,
 ) -> None:
@@ -73,15 +75,15 @@ def test_a_tick_lost_between_commit_and_publish_is_published_by_the_relay(
     assert len(deployment.sink_lines("effect.log")) == 2
 
 
+@on_every_broker
 def test_a_broker_that_is_down_at_submit_loses_nothing(deployment: Deployment) -> None:
     if deployment.name == "embedded":
         pytest.skip("the filesystem broker cannot be down")
     from tickwork import Tickwork
 
     # nothing listens there
-    offline = Tickwork(
-        deployment.settings.model_copy(update={"broker_url": "redis://127.0.0.1:1/0"})
-    )
+    nowhere = "amqp://127.0.0.1:1//" if deployment.name == "rabbitmq" else "redis://127.0.0.1:1/0"
+    offline = Tickwork(deployment.settings.model_copy(update={"broker_url": nowhere}))
     try:
         session_id = offline.submit(
             "tests.jobs:TEST",
@@ -91,6 +93,6 @@ def test_a_broker_that_is_down_at_submit_loses_nothing(deployment: Deployment) -
     finally:
         offline.close()
     assert deployment.client.get(session_id).status is Status.READY
-    with deployment.worker():  # the client's settings still name the live Redis
+    with deployment.worker():  # the client's settings still name the live broker
         head = deployment.client.wait(session_id, timeout=60)
     assert head.status is Status.COMPLETED

@@ -1,15 +1,16 @@
-"""A scripted session through a real worker, on both deployments."""
+"""A scripted session through a real worker, on every deployment and broker."""
 
 from __future__ import annotations
 
 from fsm.values import CallState, EventKind, Status
-from tests.tasks.conftest import Deployment
+from tests.tasks.conftest import Deployment, on_every_broker
 
 
 def call(name: str, **arguments: object) -> dict[str, object]:
     return {"name": name, "arguments": arguments}
 
 
+@on_every_broker
 def test_ten_steps_complete_with_everything_stored(deployment: Deployment) -> None:
     replies = [
         {"content": f"step {i}", "tool_calls": [call("echo", text=f"hello {i}")]} for i in range(9)

@@ -9,7 +9,7 @@ import pytest
 
 from fsm.values import CallState, Status
 from tests.fakes import FakeModel, fake_model_server
-from tests.tasks.conftest import Deployment, kill, stop
+from tests.tasks.conftest import Deployment, kill, on_every_broker, stop
 from tickwork.testing import until
 from worker.jobs import Jobs
 from worker.relay import relay_once
@@ -18,6 +18,7 @@ from worker.runtime import Runtime, utc_now
 pytestmark = pytest.mark.slow
 
 
+@on_every_broker
 def test_killed_during_a_model_call_the_model_is_asked_again_only_for_that_step(
     deployment: Deployment, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -54,6 +55,7 @@ def _one_call_then_done(name: str) -> list[dict[str, object]]:
     ]
 
 
+@on_every_broker
 def test_killed_during_an_idempotent_tool_it_runs_again_with_the_same_key(
     deployment: Deployment,
 ) -> None:
@@ -79,6 +81,7 @@ def test_killed_during_an_idempotent_tool_it_runs_again_with_the_same_key(
     assert runs[0] == runs[1] == f"{session_id}:1:s1c0 x"
 
 
+@on_every_broker
 def test_killed_during_a_non_idempotent_tool_the_call_waits_for_a_person(
     deployment: Deployment,
 ) -> None:
