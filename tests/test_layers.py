@@ -20,12 +20,7 @@ LAYERS = ("fsm", "store", "worker", "tasks", "tickwork")
 #: (importer's layer, imported layer) -> why it is allowed for now; each names its issue
 KNOWN: dict[tuple[str, str], str] = {}
 #: cycles (as sorted module tuples) left for a later issue, with the reason
-KNOWN_CYCLES: dict[tuple[str, ...], str] = {
-    # issue 14 (the Store port): a WorkingCopy is typed against, and reaches into, the
-    # Workspaces that made it (its snapshots, blob cache, store and artifacts); the import
-    # is for types only, and splitting what a copy needs of its owner belongs to that step
-    ("worker.working_copy", "worker.workspaces"): "issue 14",
-}
+KNOWN_CYCLES: dict[tuple[str, ...], str] = {}
 
 
 def module_name(path: Path) -> str:

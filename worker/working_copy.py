@@ -19,13 +19,14 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
 from fsm.values import Head
 from store.files import (
     EXECUTABLE,
     PLAIN,
     FileChange,
+    Manifest,
     blob_hash,
     entry,
     next_state,
@@ -35,7 +36,8 @@ from store.files import (
 from .filetree import Ignore, walk
 
 if TYPE_CHECKING:
-    from .workspaces import Workspaces
+    from store import Store
+    from store.artifacts import Artifacts
 
 log = logging.getLogger("tickwork.workspaces")
 
@@ -76,11 +78,26 @@ def _mode(info: os.stat_result) -> str:
     return EXECUTABLE if info.st_mode & 0o100 else PLAIN
 
 
+class Owner(Protocol):
+    """What a working copy needs of the `Workspaces` that made it (worker/workspaces.py)."""
+
+    store: Store
+    artifacts: Artifacts
+    #: per folder: its files' stamp, its state hash and what was seen of each file
+    _snapshots: dict[Path, tuple[tuple[int, ...], str, dict[str, _Seen]]]
+
+    def blobs(self, hashes: Iterable[str]) -> dict[str, bytes]: ...
+
+    def _keep(self, key: str, data: bytes) -> None: ...
+
+    def manifest(self, head: Head, *, upto: int | None = None) -> tuple[Manifest, str]: ...
+
+
 class WorkingCopy:
     """One session's files on this host during one tick."""
 
     def __init__(
-        self, owner: Workspaces, head: Head, folder: Path, lock: BinaryIO, *, private: bool
+        self, owner: Owner, head: Head, folder: Path, lock: BinaryIO, *, private: bool
     ) -> None:
         self.owner, self.head, self.folder = owner, head, folder
         self.path = folder / "files"
