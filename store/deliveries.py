@@ -2,7 +2,7 @@
 
 The event row is written in the tick's own transaction, so a card cannot be lost with a
 worker: a dispatcher (`worker.dispatcher`) in any worker finds the events of sessions that
-still wait at the event's version and have no delivered card, takes one for a while
+still wait for what the event asked and have no delivered card, takes one for a while
 (`FOR UPDATE SKIP LOCKED` on Postgres; SQLite serialises writers), posts it and records
 the answer here. A card whose session moved on before it went out is not sent any more.
 """
@@ -46,13 +46,22 @@ class Card:
 
 
 def _still_waiting() -> Any:
-    """The approval events whose session still waits at the event's version."""
+    """The approval events whose session still waits for the calls they asked about: the
+    session's latest such event while it waits (a decision on some of the calls moves the
+    version on, and the card still goes out for the others)."""
+    later = events.alias("later")
     return (
         events.join(
             sessions,
-            (sessions.c.id == events.c.session_id) & (sessions.c.version == events.c.version),
+            (sessions.c.id == events.c.session_id) & (sessions.c.version >= events.c.version),
         ),
-        (sessions.c.status == WAITING) & (events.c.kind == REQUESTED),
+        (sessions.c.status == WAITING)
+        & (events.c.kind == REQUESTED)
+        & ~exists().where(
+            later.c.session_id == events.c.session_id,
+            later.c.kind == REQUESTED,
+            later.c.id > events.c.id,
+        ),
     )
 
 

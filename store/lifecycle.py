@@ -31,6 +31,7 @@ class Retention:
         max_batches: int | None = None,
         after_write: Callable[[retention.Batch], None] | None = None,
         artifacts: Artifacts | None = None,
+        clock: Callable[[], datetime] | None = None,
         **kwargs: Any,
     ) -> retention.Report:
         """Archive and prune up to `max_batches` batches (`retention.archive_pass`)."""
@@ -43,6 +44,7 @@ class Retention:
             max_batches=max_batches,
             after_write=after_write,
             artifacts=artifacts,
+            clock=clock,
             **kwargs,
         )
 

@@ -22,12 +22,14 @@ other: the fork keeps its own files and records its parent, whose record stays r
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, Engine, Select, delete, exists, func, insert, select, update
+from sqlalchemy.exc import InterfaceError, OperationalError
 
 from fsm.values import Session, Status
 
@@ -49,6 +51,8 @@ from .schema import (
     steps,
 )
 from .sweep import sweep
+
+log = logging.getLogger("tickwork.retention")
 
 #: the live tables a session's rows are deleted from, children first
 LIVE_TABLES = (events, outbox, file_changes, decisions, observations, calls, steps, dead_letters)
@@ -374,40 +378,54 @@ def archive_pass(
     stale_after_s: float = STALE_AFTER_S,
     after_write: Callable[[Batch], None] | None = None,
     artifacts: Artifacts | None = None,
+    clock: Callable[[], datetime] | None = None,
 ) -> Report:
     """Archive and prune up to `max_batches` batches (None: all that are due): first those
     a dead pass left pending, then new ones. `load` reads a session whole (`Store.load`).
     With `artifacts`, the blobs only the archived sessions used then move to the archive
-    (`sweep.py`)."""
+    (`sweep.py`). `clock` (default: always `now`) dates each claim and each batch's end,
+    so a long pass's batches do not look left behind to the other passes.
+
+    A batch that fails (a session that cannot be read, the archive refusing a write) is
+    logged and left pending; the pass goes on with the next one, and a later pass takes
+    it over."""
+    current: Callable[[], datetime] = clock or (lambda: now)
     done = resumed = retried = 0
     archived_records: list[dict[str, Any]] = []
     sessions_done = 0
     parquet_written = True
     locations: list[str] = []
-    todo = stale(engine, now=now, older_than_s=stale_after_s)
+    todo = stale(engine, now=current(), older_than_s=stale_after_s)
     while max_batches is None or done + retried < max_batches:
         if not todo:
             if not policy.enabled:
                 break
-            todo = claim(engine, policy, now=now)
+            todo = claim(engine, policy, now=current())
             if not todo:
                 break
         batch = todo.pop(0)
         records: list[dict[str, Any]] = []
         prints: dict[str, str] = {}
-        for sid in batch.session_ids:
-            found, print_ = read_whole(engine, load, sid)
-            records.append(found)
-            prints[sid] = print_
-        archive.write(batch.location + archives.JSONL, archives.jsonl(records))
-        table = archives.parquet(records)
-        if table is None:
-            parquet_written = False
-        else:
-            archive.write(batch.location + archives.PARQUET, table)
+        try:
+            for sid in batch.session_ids:
+                found, print_ = read_whole(engine, load, sid)
+                records.append(found)
+                prints[sid] = print_
+            archive.write(batch.location + archives.JSONL, archives.jsonl(records))
+            table = archives.parquet(records)
+            if table is None:
+                parquet_written = False
+            else:
+                archive.write(batch.location + archives.PARQUET, table)
+        except (OperationalError, InterfaceError):
+            raise  # the database is away: the whole pass stops, and runs again later
+        except Exception:
+            log.exception("retention: batch %s left pending for a later pass", batch.location)
+            retried += 1
+            continue
         if after_write is not None:
             after_write(batch)
-        if finish(engine, batch, prints, now=now):
+        if finish(engine, batch, prints, now=current()):
             done += 1
             resumed += batch.resumed
             sessions_done += len(batch.session_ids)

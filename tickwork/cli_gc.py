@@ -69,12 +69,13 @@ def gc(
             return
         report = run_pass(
             ctx.store,
-            archive,
+            retention.shared_archive(ctx.settings),
             retention,
             now=now,
             max_batches=batches,
             stale_after_s=take_over_after,
             artifacts=ctx.client.artifacts,
+            clock=ctx.client.clock,
         )
         dropped = drop_archived_copies(
             ctx.store, ctx.settings.workspaces_path, ctx.client.files.drop, since=now

@@ -391,7 +391,7 @@ class Tickwork:
             raised = Budgets(**{**parent.budgets.model_dump(), **budgets})
             _check_priced(parent.model, raised, parent.config, self.settings.prices, self.providers)
         graph_version = None
-        origin = self.store.get(session_id)
+        origin = parent  # live, or read back from the archive
         if state or isinstance(origin.config.get("graph"), Mapping):
             # a graph session (issue 15): the fork runs on the graph as this process has it
             # (how a session moves to a new version), its state patch checked against it

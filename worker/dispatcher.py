@@ -74,11 +74,14 @@ def _send(rt: Runtime, settings: WebhookSettings, taken: Card) -> str:
         cards.failed(taken.event_id, error=MOVED_ON, retry_at=None)
         return "dropped"
     head = session.head
-    if head.version != taken.version or head.status is not Status.WAITING_APPROVAL:
+    if head.version < taken.version or head.status is not Status.WAITING_APPROVAL:
         cards.failed(taken.event_id, error=MOVED_ON, retry_at=None)
         return "dropped"
-    calls = [c.model_dump(mode="json") for cid in taken.calls if (c := session.call(cid))]
+    # the calls still waiting: a person may have decided some since the card was written
+    waiting = [cid for cid in taken.calls if cid in head.awaiting] or list(head.awaiting)
+    calls = [c.model_dump(mode="json") for cid in waiting if (c := session.call(cid))]
     document = card(head, calls, public_url=settings.public_url, at=taken.at, masker=rt.masker)
+    document["id"] = taken.key  # the same on every attempt, whatever was decided meanwhile
     attempt = post(
         settings.webhook_url,
         document,

@@ -25,7 +25,7 @@ class RetentionThread(threading.Thread):
         super().__init__(name="tickwork-retention", daemon=True)
         self.rt = rt
         self.retention = retention
-        self.archive = retention.archive(rt.settings)
+        self.archive = retention.shared_archive(rt.settings)
         self.stopped = threading.Event()
         self.looked = rt.clock() - FIRST_LOOK_BACK
 
@@ -49,6 +49,7 @@ class RetentionThread(threading.Thread):
             now=now,
             max_batches=self.retention.retention_batches_per_pass,
             artifacts=self.rt.workspaces.artifacts,
+            clock=self.rt.clock,
         )
         if done.batches:
             log.info(

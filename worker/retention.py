@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from fsm.errors import ConfigurationError
 from store.archive import Archive, open_archive
 from store.artifacts import Artifacts
 from store.retention import Batch, Policy, Report
@@ -75,6 +76,23 @@ class RetentionSettings(BaseSettings):
             default=(settings.state_dir / "archive").absolute(),
         )
 
+    def shared_archive(self, settings: Settings) -> Archive:
+        """The archive to write to. Refused when it would be this host's own folder while
+        the database is shared: other hosts could not read back what this one archived,
+        nor the blobs it moved there."""
+        if (
+            not self.retention_archive_url
+            and not settings.artifacts_url
+            and not settings.db_url.startswith("sqlite")
+        ):
+            raise ConfigurationError(
+                "retention would archive to this host's own folder "
+                f"({(settings.state_dir / 'archive').absolute()}) while the database is "
+                "shared; set TICKWORK_RETENTION_ARCHIVE_URL (or TICKWORK_ARTIFACTS_URL) to "
+                "storage every host reaches: file:///shared/dir or s3://bucket/prefix"
+            )
+        return self.archive(settings)
+
 
 def run_pass(
     store: Store,
@@ -85,6 +103,7 @@ def run_pass(
     max_batches: int | None,
     stale_after_s: float | None = None,
     artifacts: Artifacts | None = None,
+    clock: Callable[[], datetime] | None = None,
 ) -> Report:
     """One pass of archiving and pruning (`store.retention.archive_pass`); with `artifacts`,
     the blobs only the archived sessions used move to the archive too."""
@@ -96,6 +115,7 @@ def run_pass(
         max_batches=max_batches,
         after_write=_test_pause(),
         artifacts=artifacts,
+        clock=clock,
         **kwargs,
     )
 

@@ -66,6 +66,10 @@ def test_a_repository_url_into_the_servers_own_network_is_422(stack: Stack) -> N
         ("https://10.1.2.3/x.git", "10.1.2.3"),
         ("https://[::1]/x.git", "::1"),
         ("https://0.0.0.0/x.git", "0.0.0.0"),
+        # IPv6 addresses that carry a private IPv4 one: NAT64, 6to4, mapped
+        ("https://[64:ff9b::7f00:1]/x.git", "64:ff9b::7f00:1"),
+        ("https://[2002:a00:1::]/x.git", "2002:a00:1::"),
+        ("https://[::ffff:10.0.0.1]/x.git", "::ffff:10.0.0.1"),
     ]:
         refused = http.post("/api/v1/sessions", json=_repair(stack, repo=url))
         assert refused.status_code == 422, (url, refused.text)

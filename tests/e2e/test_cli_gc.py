@@ -17,8 +17,13 @@ from fsm.errors import SessionNotFound
 from store.archived import entry
 from tests.e2e.conftest import ROOT, Cli, Deployment, call, stop, until
 
-#: every completed session may go at once
-RETAIN = {"TICKWORK_RETENTION_COMPLETED_S": "0"}
+def retain(deployment: Deployment) -> dict[str, str]:
+    """Every completed session may go at once, to an archive every process of the test
+    reaches (a shared database needs a shared archive)."""
+    return {
+        "TICKWORK_RETENTION_COMPLETED_S": "0",
+        "TICKWORK_RETENTION_ARCHIVE_URL": (deployment.settings.state_dir / "archive").as_uri(),
+    }
 
 
 def finished(deployment: Deployment, count: int) -> list[str]:
@@ -57,19 +62,19 @@ def live(deployment: Deployment, sid: str) -> bool:
 def test_gc_archives_and_show_and_fork_read_it_back(deployment: Deployment, cli: Cli) -> None:
     ids = finished(deployment, 2)
 
-    dry = cli.inline("gc", "--dry-run", "--json", **RETAIN).json()
+    dry = cli.inline("gc", "--dry-run", "--json", **retain(deployment)).json()
     assert dry["due"] == {"completed": 2, "pending": 0}
     assert all(live(deployment, sid) for sid in ids)
     off = cli.inline("gc", "--dry-run")
     assert "retention is off" in off.stdout
 
     with mock.patch.dict(sys.modules, {"pyarrow": None, "pyarrow.parquet": None}):
-        first = cli.inline("gc", "--batches", "1", **RETAIN, TICKWORK_RETENTION_BATCH="1")
+        first = cli.inline("gc", "--batches", "1", **retain(deployment), TICKWORK_RETENTION_BATCH="1")
     assert "archived 1 sessions in 1 batches" in first.stdout
     assert "Parquet skipped: pyarrow is not installed" in first.stdout
     assert not list((deployment.settings.state_dir / "archive").rglob("*.parquet"))
 
-    done = cli("gc", "--json", **RETAIN).json()
+    done = cli("gc", "--json", **retain(deployment)).json()
 
     assert (done["archived"], done["batches"], done["parquet"]) == (1, 1, True)
     assert done["rows_after"]["tickwork_sessions"] == 0
@@ -98,7 +103,7 @@ def test_gc_killed_between_the_archive_write_and_the_delete(
     deployment: Deployment, cli: Cli
 ) -> None:
     ids = finished(deployment, 3)
-    env = {**cli.env, **RETAIN, "TICKWORK_RETENTION_BATCH": "2"}
+    env = {**cli.env, **retain(deployment), "TICKWORK_RETENTION_BATCH": "2"}
     gc = subprocess.Popen(
         [sys.executable, "-m", "tickwork", "gc"],
         cwd=ROOT,
@@ -121,7 +126,7 @@ def test_gc_killed_between_the_archive_write_and_the_delete(
     assert all(live(deployment, sid) for sid in ids)  # nothing deleted before the delete
     assert all(entry(deployment.client.store.engine, sid) is None for sid in ids)
 
-    report = cli("gc", "--json", **RETAIN, TICKWORK_RETENTION_BATCH="2").json()
+    report = cli("gc", "--json", **retain(deployment), TICKWORK_RETENTION_BATCH="2").json()
 
     assert (report["archived"], report["resumed"]) == (3, 1)
     after = archive_files(deployment)
@@ -137,7 +142,7 @@ def test_gc_killed_between_the_archive_write_and_the_delete(
 
 def test_workers_archive_in_the_background(deployment: Deployment) -> None:
     worker = deployment.spawn(
-        env={**RETAIN, "TICKWORK_RETENTION_PERIOD_S": "0.2", "TICKWORK_RETENTION_BATCH": "1"}
+        env={**retain(deployment), "TICKWORK_RETENTION_PERIOD_S": "0.2", "TICKWORK_RETENTION_BATCH": "1"}
     )
     try:
         sid = deployment.submit([{"content": "done"}])

@@ -7,6 +7,7 @@ import gzip
 import hashlib
 import io
 import json
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -366,3 +367,61 @@ def test_the_blobs_live_sessions_need(store: Store, clock: Clock) -> None:
     store.save(change, version=claimed.head.version, owner="worker-1", now=clock(), files=files)
 
     assert needed_by_live(store.engine, live.get) == {*blobs, base, new}
+
+
+class FailingOnce(DirectoryArchive):
+    """An archive whose first write fails (a full disk, a refused upload)."""
+
+    failed = False
+
+    def write(self, name: str, data: bytes) -> None:
+        if not self.failed:
+            self.failed = True
+            raise OSError("No space left on device")
+        super().write(name, data)
+
+
+def test_a_batch_that_fails_is_left_pending_and_the_pass_goes_on(
+    store: Store, clock: Clock, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    completed(store, clock, "done-a", steps=1)
+    completed(store, clock, "done-b", steps=1)
+    clock.advance(61)
+    archive = FailingOnce(tmp_path / "archive")
+    policy = Policy(completed_s=60, batch=1)
+
+    first = archive_pass(store.engine, store.load, archive, policy, now=clock())
+
+    assert (first.archived, first.retried) == (1, 1)
+    assert "left pending for a later pass" in caplog.text
+    left = [sid for sid in ("done-a", "done-b") if live_rows(store, sid)]
+    assert len(left) == 1  # kept whole, pending, for the pass that takes it over
+    clock.advance(301)
+    second = archive_pass(store.engine, store.load, archive, policy, now=clock())
+    assert (second.archived, second.resumed) == (1, 1)
+    assert live_rows(store, left[0]) == 0
+
+
+def test_a_long_pass_dates_each_batch_when_it_happens(
+    store: Store, clock: Clock, archive: DirectoryArchive
+) -> None:
+    """A pass longer than the take-over age must not see its own batches as left behind:
+    each claim and each end is dated by the clock, not by when the pass began."""
+    for n in range(3):
+        completed(store, clock, f"done-{n}", steps=1)
+    clock.advance(61)
+    started = clock()
+
+    def slow() -> datetime:
+        clock.advance(200)  # every look at the clock: 200 s later
+        return clock()
+
+    report = archive_pass(
+        store.engine, store.load, archive, Policy(completed_s=60, batch=1), now=started, clock=slow
+    )
+
+    assert (report.archived, report.resumed, report.retried) == (3, 0, 0)
+    with store.engine.connect() as conn:
+        ends = conn.execute(select(archived.c.archived_at)).scalars().all()
+    assert len(ends) == 3 and all(end > started for end in ends)
+    assert len(set(ends)) == 3

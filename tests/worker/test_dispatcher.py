@@ -198,6 +198,43 @@ def test_a_card_whose_session_moved_on_is_not_sent(
     assert receiver.got == []
 
 
+def test_a_card_goes_out_for_the_calls_still_waiting_after_some_were_decided(
+    ticks: Ticks, receiver: Receiver, clock: Clock
+) -> None:
+    """A decision on one of two waiting calls moves the session on but it still waits: its
+    card (not yet delivered: the receiver was down) goes out, for the call still waiting,
+    under the key it had."""
+    two = [
+        {
+            "content": "two risky calls",
+            "tool_calls": [
+                {"name": "danger", "arguments": {"value": "a"}},
+                {"name": "danger", "arguments": {"value": "b"}},
+            ],
+        },
+        {"content": "done"},
+    ]
+    session_id = ticks.submit(two)
+    assert ticks.run(session_id).status is Status.WAITING_APPROVAL
+    key = f"{session_id}:{ticks.store.get(session_id).version}"
+    call = ticks.store.load(session_id).call("s1c0")
+    assert call is not None
+    decision = Decision(
+        call_id="s1c0",
+        kind=DecisionKind.APPROVE,
+        approver="alice",
+        at=clock(),
+        fingerprint=call.fingerprint,
+    )
+    head = ticks.store.decide(session_id, decision, now=clock())
+    assert head.status is Status.WAITING_APPROVAL and head.awaiting == ("s1c1",)
+    assert dispatch_once(ticks.rt, hooks(receiver)) == Dispatched(delivered=1)
+    [(headers, card, _)] = receiver.got
+    assert headers["idempotency-key"] == card["id"] == key
+    assert [c["call_id"] for c in card["calls"]] == ["s1c1"]
+    assert dispatch_once(ticks.rt, hooks(receiver)) == Dispatched()
+
+
 def test_a_dispatcher_is_woken_by_a_tick_that_starts_a_wait(
     ticks: Ticks, receiver: Receiver
 ) -> None:

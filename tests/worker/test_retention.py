@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from sqlalchemy import func, select
 
 from fsm.forks import ForkPatch
@@ -121,3 +122,20 @@ def test_retention_is_off_unless_an_age_is_set(tmp_path: Path) -> None:
     assert not RetentionSettings().policy().enabled
     on = RetentionSettings(retention_failed_s=0)
     assert on.policy().enabled and on.policy().failed_s == 0
+
+
+def test_a_shared_database_needs_a_shared_archive(tmp_path: Path) -> None:
+    """With the database shared by many hosts, an archive in one host's state folder would
+    hide what it archived from the others: writing to it is refused, naming the fix."""
+    from fsm.errors import ConfigurationError
+    from worker.settings import Settings
+
+    shared = Settings(
+        database_url="postgresql+psycopg://db.example/tickwork", state_dir=tmp_path / "state"
+    )
+    with pytest.raises(ConfigurationError, match="TICKWORK_RETENTION_ARCHIVE_URL"):
+        RetentionSettings().shared_archive(shared)
+    url = (tmp_path / "shared").as_uri()
+    assert RetentionSettings(retention_archive_url=url).shared_archive(shared).url == url
+    embedded = Settings(state_dir=tmp_path / "state")  # one SQLite file: one host
+    assert RetentionSettings().shared_archive(embedded) is not None
