@@ -101,6 +101,14 @@ sessions = Table(
     Index(None, "kind", "created_at"),
     Index(None, "created_at"),
     Index(None, "parent_id"),
+    # retention's scan: the finished sessions of a status, oldest first (0008_lifecycle)
+    Index(
+        "ix_tickwork_sessions_finished",
+        "status",
+        "updated_at",
+        postgresql_where=text("status IN ('completed', 'cancelled', 'failed')"),
+        sqlite_where=text("status IN ('completed', 'cancelled', 'failed')"),
+    ),
     # the relay's scan for runnable sessions whose worker died
     Index(
         "ix_tickwork_sessions_expired_leases",

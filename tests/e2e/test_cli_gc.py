@@ -17,6 +17,7 @@ from fsm.errors import SessionNotFound
 from store.archived import entry
 from tests.e2e.conftest import ROOT, Cli, Deployment, call, stop, until
 
+
 def retain(deployment: Deployment) -> dict[str, str]:
     """Every completed session may go at once, to an archive every process of the test
     reaches (a shared database needs a shared archive)."""
@@ -69,7 +70,9 @@ def test_gc_archives_and_show_and_fork_read_it_back(deployment: Deployment, cli:
     assert "retention is off" in off.stdout
 
     with mock.patch.dict(sys.modules, {"pyarrow": None, "pyarrow.parquet": None}):
-        first = cli.inline("gc", "--batches", "1", **retain(deployment), TICKWORK_RETENTION_BATCH="1")
+        first = cli.inline(
+            "gc", "--batches", "1", **retain(deployment), TICKWORK_RETENTION_BATCH="1"
+        )
     assert "archived 1 sessions in 1 batches" in first.stdout
     assert "Parquet skipped: pyarrow is not installed" in first.stdout
     assert not list((deployment.settings.state_dir / "archive").rglob("*.parquet"))
@@ -142,7 +145,11 @@ def test_gc_killed_between_the_archive_write_and_the_delete(
 
 def test_workers_archive_in_the_background(deployment: Deployment) -> None:
     worker = deployment.spawn(
-        env={**retain(deployment), "TICKWORK_RETENTION_PERIOD_S": "0.2", "TICKWORK_RETENTION_BATCH": "1"}
+        env={
+            **retain(deployment),
+            "TICKWORK_RETENTION_PERIOD_S": "0.2",
+            "TICKWORK_RETENTION_BATCH": "1",
+        }
     )
     try:
         sid = deployment.submit([{"content": "done"}])

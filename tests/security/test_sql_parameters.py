@@ -26,12 +26,16 @@ from fsm.values import (
 )
 from store import dead_letters as dl
 from store import deliveries
+from store.archive import DirectoryArchive
+from store.archived import ARCHIVED, archived_forks, archived_since, entry, load_archived
 from store.artifacts import DatabaseArtifacts
 from store.files import FileChange, blob_hash
 from store.relay import due_ticks, expired_leases
+from store.retention import Policy, archive_pass
 from store.schema import metadata, sessions
 from tests.conftest import T0
 from tests.security.conftest import Env
+from tests.store.conftest import new_session
 
 ROOT = Path(__file__).resolve().parents[2]
 #: hostile texts, each at most 64 characters (the id columns' width)
@@ -212,6 +216,38 @@ def test_hostile_ids_and_texts_through_every_store_operation(env: Env) -> None:
     assert total >= 1 + 2 * len(HOSTILE)
 
 
+def test_hostile_ids_through_retention(env: Env, tmp_path: Path) -> None:
+    """Archived, pruned, found in the archive's index and read back: each by its hostile id."""
+    store, engine = env.store, env.store.engine
+    archive = DirectoryArchive(tmp_path / "archive")
+    ids = [hostile[:58] + f"@a{n}" for n, hostile in enumerate(HOSTILE)]
+    for n, sid in enumerate(ids):
+        parent = ids[n - 1] if n else None
+        made = new_session(sid, now=T0, status=Status.COMPLETED, kind=HOSTILE[n])
+        if parent is not None:
+            made = made.model_copy(
+                update={"head": made.head.model_copy(update={"parent_id": parent})}
+            )
+        store.create(made, now=T0)
+    later = T0 + timedelta(days=2)
+    report = archive_pass(engine, store.load, archive, Policy(completed_s=60), now=later)
+    assert report.archived >= len(ids)
+    for n, sid in enumerate(ids):
+        found = entry(engine, sid)
+        assert found is not None and found.state == ARCHIVED and found.kind == HOSTILE[n]
+        back = load_archived(engine, archive, sid)
+        assert back is not None and back.session.head.id == sid
+        forks = [f["id"] for f in archived_forks(engine, sid)]
+        assert forks == ([ids[n + 1]] if n + 1 < len(ids) else [])
+        try:
+            store.get(sid)
+            raise AssertionError("an archived session is still live")
+        except SessionNotFound:
+            pass
+    assert set(ids) <= set(archived_since(engine, later))
+    assert entry(engine, "x' OR '1'='1") is None
+
+
 SQL_CALLS = {"text", "exec_driver_sql", "execute", "executescript", "executemany"}
 
 
@@ -261,4 +297,5 @@ def test_every_table_is_covered() -> None:
         "tickwork_blobs",
         "tickwork_file_changes",
         "tickwork_deliveries",
+        "tickwork_archived",
     }

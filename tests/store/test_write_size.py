@@ -139,6 +139,7 @@ def test_a_tick_at_step_60_writes_what_a_tick_at_step_3_writes(store: Store, clo
         "tickwork_blobs": 0,
         "tickwork_file_changes": 0,
         "tickwork_archived": 0,
+        "tickwork_deliveries": 0,
     }
     assert executing.rows == {
         "tickwork_sessions": 0,
@@ -152,6 +153,7 @@ def test_a_tick_at_step_60_writes_what_a_tick_at_step_3_writes(store: Store, clo
         "tickwork_blobs": 0,
         "tickwork_file_changes": 0,
         "tickwork_archived": 0,
+        "tickwork_deliveries": 0,
     }
     assert thinking.total_bytes < 2_000
     assert executing.total_bytes < 2_000

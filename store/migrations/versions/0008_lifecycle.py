@@ -16,6 +16,8 @@ down_revision = "0007_yeardata"
 branch_labels = None
 depends_on = None
 
+FINISHED = "status IN ('completed', 'cancelled', 'failed')"
+
 
 def upgrade() -> None:
     op.create_table(
@@ -50,8 +52,18 @@ def upgrade() -> None:
         postgresql_where=sa.text("resolved_at IS NOT NULL"),
         sqlite_where=sa.text("resolved_at IS NOT NULL"),
     )
+    # retention's scan: the finished sessions of a status, oldest first (running ones,
+    # updated on every tick, are not in it)
+    op.create_index(
+        "ix_tickwork_sessions_finished",
+        "tickwork_sessions",
+        ["status", "updated_at"],
+        postgresql_where=sa.text(FINISHED),
+        sqlite_where=sa.text(FINISHED),
+    )
 
 
 def downgrade() -> None:
+    op.drop_index("ix_tickwork_sessions_finished", table_name="tickwork_sessions")
     op.drop_index("ix_tickwork_dead_letters_resolved", table_name="tickwork_dead_letters")
     op.drop_table("tickwork_archived")
