@@ -26,7 +26,7 @@ from .budgets import exhausted_budget
 from .fingerprints import call_fingerprint, step_fingerprint
 from .graph import END, PROPOSAL, START, CompiledGraph, delta_text, state_fingerprint
 from .loops import HISTORY, detect_loop
-from .machine import Change, _close_calls, _ended, _moved, _require
+from .machine import Change, _close_calls, _ended, _moved, _require, in_doubt
 from .values import (
     CallState,
     Decision,
@@ -218,16 +218,7 @@ def start_node(
     if call.state is CallState.STARTED:
         if idempotent:
             return RunNode(call=call, patch=patch, rerun=True)
-        event = Event(
-            kind=EventKind.APPROVAL_REQUESTED,
-            at=now,
-            data={"step": call.step, "calls": [call.call_id], "in_doubt": True},
-        )
-        return Change(
-            head=_moved(head, now, status=Status.WAITING_APPROVAL, awaiting=(call.call_id,)),
-            call_states=((call.call_id, CallState.IN_DOUBT),),
-            events=(event,),
-        )
+        return in_doubt(head, call, now=now)
     return RunNode(call=call, patch=patch)
 
 

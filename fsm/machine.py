@@ -74,6 +74,21 @@ class RunTool(Value):
     rerun: bool = False
 
 
+def in_doubt(head: Head, call: ToolCall, *, now: datetime) -> Change:
+    """A call found started with no result, whose tool may not run twice: a person decides
+    (retry it, give its output, or reject it)."""
+    event = Event(
+        kind=EventKind.APPROVAL_REQUESTED,
+        at=now,
+        data={"step": call.step, "calls": [call.call_id], "in_doubt": True},
+    )
+    return Change(
+        head=_moved(head, now, status=Status.WAITING_APPROVAL, awaiting=(call.call_id,)),
+        call_states=((call.call_id, CallState.IN_DOUBT),),
+        events=(event,),
+    )
+
+
 def _moved(head: Head, now: datetime, **fields: Any) -> Head:
     return head.model_copy(update={"updated_at": now, **fields})
 
@@ -385,16 +400,7 @@ def start_execute(
     if call.state is CallState.STARTED:
         if idempotent:
             return RunTool(call=call, arguments=_arguments(call, decision), rerun=True)
-        event = Event(
-            kind=EventKind.APPROVAL_REQUESTED,
-            at=now,
-            data={"step": call.step, "calls": [call.call_id], "in_doubt": True},
-        )
-        return Change(
-            head=_moved(head, now, status=Status.WAITING_APPROVAL, awaiting=(call.call_id,)),
-            call_states=((call.call_id, CallState.IN_DOUBT),),
-            events=(event,),
-        )
+        return in_doubt(head, call, now=now)
     if call.state is CallState.REJECTED:
         assert decision is not None, f"rejected call {call.call_id} has no decision"
         text = f"rejected by {decision.approver}: {decision.feedback or 'no reason given'}"

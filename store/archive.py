@@ -24,11 +24,13 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
-from urllib.parse import parse_qs, unquote, urlparse
+from urllib.parse import urlparse
 
 from fsm import snapshots
 from fsm.errors import ArtifactsUnavailable, ConfigurationError, TickworkError
 from fsm.values import Session
+
+from .artifacts import parse_location
 
 #: the version of the record `record` writes; readers refuse a newer one
 ARCHIVE_FORMAT = 1
@@ -147,23 +149,15 @@ def open_archive(url: str, *, artifacts_url: str, default: Path) -> Archive:
             url = parsed._replace(path=path).geturl()
         else:
             return DirectoryArchive(default)
-    parsed = urlparse(url)
-    if parsed.scheme == "file":
-        if parsed.netloc not in ("", "localhost"):
-            raise ConfigurationError(f"archive {url!r}: write file:///absolute/path")
-        return DirectoryArchive(Path(unquote(parsed.path)))
-    if parsed.scheme == "s3":
-        if not parsed.netloc:
-            raise ConfigurationError(f"archive {url!r}: write s3://bucket/prefix")
-        prefix = parsed.path.lstrip("/")
-        if prefix and not prefix.endswith("/"):
-            prefix += "/"
-        endpoint = parse_qs(parsed.query).get("endpoint", [None])[0]
-        return S3Archive(parsed.netloc, prefix, endpoint or os.environ.get("AWS_ENDPOINT_URL"))
-    raise ConfigurationError(
-        f"unknown archive {url!r} (TICKWORK_RETENTION_ARCHIVE_URL): leave it empty, or give "
-        "file:///path or s3://bucket/prefix"
-    )
+    place = parse_location(url, what="archive")
+    if place is None:
+        raise ConfigurationError(
+            f"unknown archive {url!r} (TICKWORK_RETENTION_ARCHIVE_URL): leave it empty, or give "
+            "file:///path or s3://bucket/prefix"
+        )
+    if isinstance(place, Path):
+        return DirectoryArchive(place)
+    return S3Archive(*place)
 
 
 def batch_name(day: str, session_ids: Iterable[str]) -> str:

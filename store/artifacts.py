@@ -236,20 +236,32 @@ def open_artifacts(url: str, engine: Engine) -> Artifacts:
     """The artifact store `url` names; the database's blobs table when it is empty."""
     if not url or url in ("db", "database"):
         return DatabaseArtifacts(engine)
+    place = parse_location(url, what="artifact store")
+    if place is None:
+        raise ConfigurationError(
+            f"unknown artifact store {url!r} (TICKWORK_ARTIFACTS_URL): leave it empty for the "
+            "database, or give file:///path or s3://bucket/prefix"
+        )
+    if isinstance(place, Path):
+        return DirectoryArtifacts(place)
+    return S3Artifacts(*place)
+
+
+def parse_location(url: str, *, what: str) -> Path | tuple[str, str, str | None] | None:
+    """A `file:///path` URL's folder, or an `s3://bucket/prefix` URL's (bucket, prefix
+    ending in "/", endpoint: `?endpoint=` or AWS_ENDPOINT_URL); None for another scheme.
+    `what` names the setting in the error for a malformed one."""
     parsed = urlparse(url)
     if parsed.scheme == "file":
         if parsed.netloc not in ("", "localhost"):
-            raise ConfigurationError(f"artifact store {url!r}: write file:///absolute/path")
-        return DirectoryArtifacts(Path(unquote(parsed.path)))
+            raise ConfigurationError(f"{what} {url!r}: write file:///absolute/path")
+        return Path(unquote(parsed.path))
     if parsed.scheme == "s3":
         if not parsed.netloc:
-            raise ConfigurationError(f"artifact store {url!r}: write s3://bucket/prefix")
+            raise ConfigurationError(f"{what} {url!r}: write s3://bucket/prefix")
         prefix = parsed.path.lstrip("/")
         if prefix and not prefix.endswith("/"):
             prefix += "/"
         endpoint = parse_qs(parsed.query).get("endpoint", [None])[0]
-        return S3Artifacts(parsed.netloc, prefix, endpoint or os.environ.get("AWS_ENDPOINT_URL"))
-    raise ConfigurationError(
-        f"unknown artifact store {url!r} (TICKWORK_ARTIFACTS_URL): leave it empty for the "
-        "database, or give file:///path or s3://bucket/prefix"
-    )
+        return parsed.netloc, prefix, endpoint or os.environ.get("AWS_ENDPOINT_URL")
+    return None

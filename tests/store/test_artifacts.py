@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from fsm.errors import BlobMissing
+from fsm.errors import BlobMissing, ConfigurationError
 from store import make_engine
 from store.artifacts import Artifacts, open_artifacts
 from store.files import blob_hash
@@ -95,3 +95,44 @@ def test_a_missing_blob_and_a_misnamed_one_are_refused(artifacts: Artifacts) -> 
         artifacts.get([blob_hash(b"never put")])
     with pytest.raises(ValueError, match="does not hold the content"):
         artifacts.put({blob_hash(b"a"): b"b"})
+
+
+def test_the_archive_goes_beside_the_artifact_store_and_reads_back(
+    s3_endpoint: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Retention's archive (store/archive.py) takes the same URLs: beside a folder or a
+    bucket when unset, its own when given; a malformed one names the setting."""
+    from store.archive import ArchiveMissing, DirectoryArchive, S3Archive, open_archive
+
+    for name, value in (
+        ("AWS_ACCESS_KEY_ID", "testing"),
+        ("AWS_SECRET_ACCESS_KEY", "testing"),
+        ("AWS_DEFAULT_REGION", "us-east-1"),
+    ):
+        monkeypatch.setenv(name, value)
+    import boto3
+
+    admin = boto3.client("s3", endpoint_url=s3_endpoint)
+    admin.create_bucket(Bucket="tw-archive")
+    admin.close()
+    beside = open_archive(
+        "", artifacts_url=f"s3://tw-archive/blobs?endpoint={s3_endpoint}", default=tmp_path
+    )
+    assert isinstance(beside, S3Archive) and beside.url == "s3://tw-archive/blobs/archive/"
+    beside.write("day=2026-12-01/x.jsonl.gz", b"record")
+    assert beside.read("day=2026-12-01/x.jsonl.gz") == b"record"
+    with pytest.raises(ArchiveMissing):
+        beside.read("day=2026-12-01/none.jsonl.gz")
+
+    folder = open_archive("", artifacts_url=f"file://{tmp_path / 'shared'}", default=tmp_path)
+    assert isinstance(folder, DirectoryArchive) and folder.root == tmp_path / "shared" / "archive"
+    own = open_archive(f"file://{tmp_path / 'own'}", artifacts_url="", default=tmp_path)
+    assert isinstance(own, DirectoryArchive) and own.root == tmp_path / "own"
+    assert open_archive("", artifacts_url="", default=tmp_path / "here").root == tmp_path / "here"  # type: ignore[attr-defined]
+    for bad, words in [
+        ("ftp://host/x", "TICKWORK_RETENTION_ARCHIVE_URL"),
+        ("file://elsewhere/x", "file:///absolute/path"),
+        ("s3:///prefix", "s3://bucket/prefix"),
+    ]:
+        with pytest.raises(ConfigurationError, match=words):
+            open_archive(bad, artifacts_url="", default=tmp_path)
