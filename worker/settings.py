@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import typing
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from pydantic import Field, PrivateAttr, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
@@ -14,10 +14,6 @@ from fsm.errors import ConfigurationError
 from fsm.values import Budgets
 
 from .secrets import SECRET_NAMES, mask
-
-if TYPE_CHECKING:
-    from .retention import RetentionSettings
-    from .tracing import TracingSettings
 
 #: broker URL schemes of the transports tickwork installs: Redis, RabbitMQ, the embedded one
 BROKER_SCHEMES = ("redis", "rediss", "sentinel", "amqp", "amqps", "pyamqp", "filesystem", "memory")
@@ -256,18 +252,6 @@ class Settings(BaseSettings):
     @property
     def metrics(self) -> MetricsSettings:
         return self.section(MetricsSettings)
-
-    @property
-    def tracing(self) -> TracingSettings:
-        from .tracing import TracingSettings  # the tracer's module, imported when asked
-
-        return self.section(TracingSettings)
-
-    @property
-    def retention(self) -> RetentionSettings:
-        from .retention import RetentionSettings  # the pruner's module, imported when asked
-
-        return self.section(RetentionSettings)
 
     @property
     def longest_call_s(self) -> float:

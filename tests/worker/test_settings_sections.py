@@ -24,11 +24,14 @@ def test_the_sections_read_their_variables(monkeypatch: pytest.MonkeyPatch) -> N
 
 
 def test_tracing_and_retention_are_sections_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    from worker.retention import RetentionSettings
+    from worker.tracing import TracingSettings
+
     monkeypatch.setenv("TICKWORK_OTEL_CAPTURE_CONTENT", "true")
     monkeypatch.setenv("TICKWORK_RETENTION_COMPLETED_S", "3600")
     settings = Settings()
-    assert settings.tracing.otel_capture_content is True
-    assert settings.retention.policy().completed_s == 3600
+    assert settings.section(TracingSettings).otel_capture_content is True
+    assert settings.section(RetentionSettings).policy().completed_s == 3600
 
 
 def test_a_bad_section_value_names_its_variable(monkeypatch: pytest.MonkeyPatch) -> None:
