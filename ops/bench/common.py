@@ -36,6 +36,7 @@ __all__ = ["FakeChat", "StoreTimer", "WriteCounter"]
 
 PG_ADMIN = os.environ.get("TICKWORK_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
 REDIS_URL = os.environ.get("TICKWORK_BENCH_REDIS", "redis://127.0.0.1:6379/0")
+AMQP_URL = os.environ.get("TICKWORK_BENCH_AMQP", "amqp://guest:guest@127.0.0.1:5672//")
 TICKWORK_TABLES = (
     "tickwork_sessions",
     "tickwork_steps",
@@ -82,9 +83,9 @@ def settings(db_url: str, tag: str, **overrides: Any) -> Any:
     from worker.settings import Settings
 
     queue = queue_name(tag)
+    overrides.setdefault("broker_url", REDIS_URL)
     return Settings(
         database_url=db_url,
-        broker_url=REDIS_URL,
         queue=queue,
         dead_letter_queue=f"{queue}.dead",
         state_dir=Path(tempfile.gettempdir()) / f"tickwork-bench-{os.getpid()}",

@@ -29,7 +29,9 @@ import os
 import sys
 import threading
 import time
+from contextlib import ExitStack
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -40,6 +42,44 @@ from ops.bench import common
 from ops.bench.io_concurrency import done, script
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
+BROKERS = {"redis": common.REDIS_URL, "amqp": common.AMQP_URL}
+DEFAULT_POOLS = "threads:500,threads:250x2,amqp/threads:250x2,gevent:500,prefork:8:16"
+
+
+def parse_spec(spec: str, sessions: int) -> tuple[str, str, int, int, int]:
+    """`[broker/]pool:concurrency[:sessions][xPROCESSES]` -> (broker, pool, concurrency per
+    process, sessions, processes)."""
+    broker, _, rest = spec.rpartition("/")
+    rest, _, processes = rest.partition("x")
+    pool, count, count_sessions = [*rest.split(":"), "", ""][:3]
+    return (
+        broker or "redis",
+        pool,
+        int(count or sessions),
+        int(count_sessions or sessions),
+        int(processes or 1),
+    )
+
+
+TICK_HZ = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(match: Callable[[int, str], bool]) -> float:
+    """CPU seconds (user + system) used so far by the live processes `match(pgid, name)`
+    selects, from /proc."""
+    total = 0.0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                name, _, rest = f.read().rpartition(")")
+                fields = rest.split()
+            if match(int(fields[2]), name.partition("(")[2]):
+                total += (int(fields[11]) + int(fields[12])) / TICK_HZ
+        except (OSError, IndexError, ValueError):
+            continue
+    return total
 
 
 def group_rss(pgid: int) -> int:
@@ -95,54 +135,87 @@ def most_at_once(arrivals: dict[int, list[float]], latency: float) -> int:
 
 
 def run(
-    url: str, pool: str, concurrency: int, sessions: int, steps: int, latency: float
-) -> dict[str, float]:
-    s = common.settings(url, f"inflight-{pool}")
+    url: str,
+    pool: str,
+    concurrency: int,
+    sessions: int,
+    steps: int,
+    latency: float,
+    *,
+    processes: int = 1,
+    broker: str = common.REDIS_URL,
+) -> dict[str, Any]:
+    s = common.settings(url, f"inflight-{pool}", broker_url=broker)
     fake = common.FakeChat(script(steps), delay=lambda index, attempt: latency)
-    with fake.serve():
+    with fake.serve(), ExitStack() as stack:
         env = common.worker_env(s, OPENAI_BASE_URL=fake.url, OPENAI_API_KEY="")
         tw = common.client(s)
-        try:
-            with common.worker(
-                "worker.app", s.queue, env, pool=pool, concurrency=concurrency, loglevel="INFO"
-            ) as w:
-                w.wait_ready(timeout=120)
-                warm = [common.submit(tw, "openai:fake") for _ in range(2)]
-                common.until(
-                    lambda: done(tw, warm) == len(warm),
-                    timeout=steps * latency * 4 + 60,
-                    poll=0.2,
-                    what="warm-up",
-                    check=w.check,
+        stack.callback(tw.close)
+        workers = [
+            stack.enter_context(
+                common.worker(
+                    "worker.app", s.queue, env, pool=pool, concurrency=concurrency, loglevel="INFO"
                 )
-                idle = group_rss(w.proc.pid)
-                sampler = Sampler(w.proc.pid)
-                sampler.start()
-                ids = [common.create(tw, "openai:fake") for _ in range(sessions)]
-                fake.arrivals.clear()
-                started = time.time()
-                for session_id in ids:
-                    tw.publish(session_id, 0)
-                common.until(
-                    lambda: done(tw, ids) == len(ids),
-                    timeout=sessions * steps * latency / max(1, min(concurrency, sessions)) * 4
-                    + 120,
-                    poll=0.5,
-                    what="sessions",
-                    check=w.check,
-                )
-                peak = sampler.stop()
-            with tw.store.engine.connect() as conn:
-                end = conn.execute(
-                    text(
-                        "select extract(epoch from max(updated_at)) from tickwork_sessions "
-                        "where id = any(:ids)"
-                    ),
-                    {"ids": ids},
-                ).scalar_one()
-        finally:
-            tw.close()
+            )
+            for _ in range(processes)
+        ]
+
+        def check() -> None:
+            for w in workers:
+                w.check()
+
+        for w in workers:
+            w.wait_ready(timeout=120)
+        warm = [common.submit(tw, "openai:fake") for _ in range(2 * processes)]
+        common.until(
+            lambda: done(tw, warm) == len(warm),
+            timeout=steps * latency * 4 + 60,
+            poll=0.2,
+            what="warm-up",
+            check=check,
+        )
+        idle = sum(group_rss(w.proc.pid) for w in workers)
+        samplers = [Sampler(w.proc.pid) for w in workers]
+        for sampler in samplers:
+            sampler.start()
+        ids = [common.create(tw, "openai:fake") for _ in range(sessions)]
+        fake.arrivals.clear()
+        pgids = {w.proc.pid for w in workers}
+
+        def cpu() -> tuple[float, float, float]:
+            return (
+                cpu_seconds(lambda pgid, name: pgid in pgids),
+                cpu_seconds(lambda pgid, name: name.startswith("postgres")),
+                sum(os.times()[:2]),  # this process: the model server, the poll
+            )
+
+        cpu_before = cpu()
+        started = time.time()
+        for session_id in ids:
+            tw.publish(session_id, 0)
+        common.until(
+            lambda: done(tw, ids) == len(ids),
+            timeout=sessions * steps * latency / max(1, min(concurrency * processes, sessions)) * 4
+            + 120,
+            poll=0.5,
+            what="sessions",
+            check=check,
+        )
+        peak = sum(sampler.stop() for sampler in samplers)
+        used = [after - before for after, before in zip(cpu(), cpu_before, strict=True)]
+        with tw.store.engine.connect() as conn:
+            end = conn.execute(
+                text(
+                    "select extract(epoch from max(updated_at)) from tickwork_sessions "
+                    "where id = any(:ids)"
+                ),
+                {"ids": ids},
+            ).scalar_one()
     at_once = most_at_once(fake.arrivals, latency)
+    waves = {
+        index: (min(ts) - started, sorted(ts)[len(ts) // 2] - started, max(ts) - started)
+        for index, ts in sorted(fake.arrivals.items())
+    }
     return {
         "wall": float(end) - started,
         "idle_rss_mb": idle / 2**20,
@@ -153,6 +226,12 @@ def run(
         "rss_kb_per_session_in_flight": (peak - idle) / 1024 / max(1, at_once),
         "rss_kb_per_session_whole_worker": peak / 1024 / max(1, at_once),
         "model_calls": float(sum(len(v) for v in fake.arrivals.values())),
+        # CPU seconds from the first publish to the last session done: the workers, Postgres
+        # (all its processes), this process (the model server)
+        "cpu_s": {"workers": used[0], "postgres": used[1], "model_server": used[2]},
+        # when the model calls of each step arrived, in seconds after the first publish:
+        # the first, the median and the last
+        "waves": {str(k): [round(x, 2) for x in v] for k, v in waves.items()},
     }
 
 
@@ -163,38 +242,58 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=5.0)
     parser.add_argument(
         "--pools",
-        default="threads:500,gevent:500,prefork:8:16",
-        help="pool:concurrency[:sessions] runs, comma-separated",
+        default=DEFAULT_POOLS,
+        help="[broker/]pool:concurrency[:sessions][xPROCESSES] runs, comma-separated",
     )
     args = parser.parse_args()
     results: dict[str, Any] = {}
-    with common.database("inflight") as url:
+    with common.database("inflight", keep=bool(os.environ.get("TICKWORK_BENCH_KEEP"))) as url:
         for spec in args.pools.split(","):
-            pool, count, sessions = [*spec.split(":"), "", ""][:3]
-            concurrency = int(count or args.sessions)
-            sessions_n = int(sessions or args.sessions)
+            broker, pool, concurrency, sessions_n, processes = parse_spec(spec, args.sessions)
             if pool in ("gevent", "eventlet") and importlib.util.find_spec(pool) is None:
                 print(f"{spec}: skipped, {pool} is not installed (pip install {pool})")
                 continue
-            slots = min(concurrency, sessions_n)
+            slots = min(concurrency * processes, sessions_n)
             ideal = sessions_n * args.steps * args.latency / slots
             try:
-                r = run(url, pool, concurrency, sessions_n, args.steps, args.latency)
+                r = run(
+                    url,
+                    pool,
+                    concurrency,
+                    sessions_n,
+                    args.steps,
+                    args.latency,
+                    processes=processes,
+                    broker=BROKERS[broker],
+                )
             except (RuntimeError, TimeoutError) as exc:
                 print(f"{spec}: FAILED: {exc}", flush=True)
                 results[spec] = {"error": str(exc)[:500]}
                 continue
-            r["ideal"] = ideal
-            r["sessions"] = sessions_n
+            r.update(ideal=ideal, sessions=sessions_n, processes=processes, broker=broker)
             r["ratio"] = r["wall"] / ideal
             results[spec] = r
             print(
-                f"{spec}: {sessions_n} sessions x {args.steps} steps, {args.latency:g}s model: "
-                f"wall {r['wall']:.1f}s, ideal {ideal:.0f}s, ratio {r['ratio']:.3f}; "
-                f"{r['model_calls_at_once']:.0f} model calls at once at most; worker RSS "
-                f"{r['idle_rss_mb']:.0f} MB idle, {r['peak_rss_mb']:.0f} MB at peak, "
-                f"{r['rss_kb_per_session_in_flight']:.0f} KB more per session in flight "
-                f"({r['rss_kb_per_session_whole_worker']:.0f} KB with the worker's own)",
+                f"{spec}: {sessions_n} sessions x {args.steps} steps, {args.latency:g}s model, "
+                f"{processes} worker process(es) on {broker}: wall {r['wall']:.1f}s, ideal "
+                f"{ideal:.0f}s, ratio {r['ratio']:.3f}; {r['model_calls_at_once']:.0f} model "
+                f"calls at once at most; workers' RSS {r['idle_rss_mb']:.0f} MB idle, "
+                f"{r['peak_rss_mb']:.0f} MB at peak, {r['rss_kb_per_session_in_flight']:.0f} KB "
+                f"more per session in flight ({r['rss_kb_per_session_whole_worker']:.0f} KB with "
+                "the workers' own)",
+                flush=True,
+            )
+            ticks = sessions_n * (2 * args.steps - 1)
+            print(
+                "  CPU from the first publish to the last session done: "
+                + ", ".join(f"{k} {v:.1f}s" for k, v in r["cpu_s"].items())
+                + f"; workers' CPU per tick {1000 * r['cpu_s']['workers'] / ticks:.2f} ms "
+                f"({ticks} ticks)",
+                flush=True,
+            )
+            print(
+                "  model calls of step k arrived at (first, median, last) s after the publish: "
+                + "; ".join(f"{k}: {v[0]:.1f} {v[1]:.1f} {v[2]:.1f}" for k, v in r["waves"].items()),
                 flush=True,
             )
     common.emit(
