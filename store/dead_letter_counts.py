@@ -37,7 +37,7 @@ GROUPS = ("code", "kind", "model", "last_tool", "error_signature")
 #: values whose latest dead letter one statement looks up (SQLite allows 500 compound terms)
 LATEST_BATCH = 200
 
-_KEY = ("day", "grouping", "is_null", "value")
+_KEY = ("grouping", "day", "is_null", "value")
 
 
 def add(conn: Connection, letter: Mapping[str, Any]) -> None:
@@ -95,13 +95,13 @@ def rebuild(conn: Connection) -> int:
         column = dead_letters.c[by]
         is_null = column.is_(None) if column.nullable else false()
         parts.append(
-            select(day, literal(by), is_null, func.coalesce(column, ""), func.count()).group_by(
+            select(literal(by), day, is_null, func.coalesce(column, ""), func.count()).group_by(
                 day, column
             )
         )
     conn.execute(delete(counts))
-    result = conn.execute(insert(counts).from_select([*_KEY, "count"], union_all(*parts)))
-    return int(result.rowcount or 0)
+    conn.execute(insert(counts).from_select([*_KEY, "count"], union_all(*parts)))
+    return int(conn.execute(select(func.count()).select_from(counts)).scalar_one())
 
 
 def totals(conn: Connection, by: str, since: datetime | None) -> dict[str | None, int]:

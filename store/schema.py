@@ -265,8 +265,9 @@ dead_letters = Table(
 dead_letter_counts = Table(
     "tickwork_dead_letter_counts",
     metadata,
-    Column("day", Date, primary_key=True),
+    # grouping first: stats read one grouping's rows, from a day on if asked
     Column("grouping", String(32), primary_key=True),
+    Column("day", Date, primary_key=True),
     # a NULL value (no last tool) is '' with is_null: a tool may be named '' too
     Column("is_null", Boolean, primary_key=True),
     Column("value", String(300), primary_key=True),

@@ -24,13 +24,13 @@ depends_on = None
 def upgrade() -> None:
     op.create_table(
         "tickwork_dead_letter_counts",
-        sa.Column("day", sa.Date(), nullable=False),
         sa.Column("grouping", sa.String(length=32), nullable=False),
+        sa.Column("day", sa.Date(), nullable=False),
         sa.Column("is_null", sa.Boolean(), nullable=False),
         sa.Column("value", sa.String(length=300), nullable=False),
         sa.Column("count", sa.BigInteger(), nullable=False),
         sa.PrimaryKeyConstraint(
-            "day", "grouping", "is_null", "value", name="pk_tickwork_dead_letter_counts"
+            "grouping", "day", "is_null", "value", name="pk_tickwork_dead_letter_counts"
         ),
     )
     rebuild(op.get_bind())
