@@ -34,6 +34,7 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 from fsm.values import Session, Status
 
 from . import archive as archives
+from . import dead_letter_counts
 from .archived import ARCHIVED, PENDING
 from .artifacts import Artifacts
 from .dead_letters import DeadLetterNotFound, get_dead_letter
@@ -345,14 +346,16 @@ def finish(engine: Engine, batch: Batch, prints: dict[str, str], *, now: datetim
                     .values(claimed_at=_EPOCH)
                 )
                 return False
+        dead_letter_counts.forget(conn, ids)
         for statement in prune_statements(ids, now=now):
             conn.execute(statement)
     return True
 
 
 def prune_statements(ids: Sequence[str], *, now: datetime) -> list[Any]:
-    """What `finish` runs once the batch is written: each live table's rows of `ids`
-    deleted (by an index that starts with the session id), and the index rows archived."""
+    """What `finish` runs once the batch is written (and its dead letters uncounted:
+    `dead_letter_counts.forget`): each live table's rows of `ids` deleted (by an index that
+    starts with the session id), and the index rows archived."""
     return [
         *(delete(table).where(table.c.session_id.in_(ids)) for table in LIVE_TABLES),
         delete(sessions).where(sessions.c.id.in_(ids)),

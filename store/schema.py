@@ -10,6 +10,7 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     Column,
+    Date,
     DateTime,
     Float,
     ForeignKey,
@@ -257,6 +258,20 @@ dead_letters = Table(
         postgresql_where=text("resolved_at IS NOT NULL"),
         sqlite_where=text("resolved_at IS NOT NULL"),
     ),
+)
+
+#: dead letters per UTC day and value of each of `dead_letters.GROUPS`, kept with the table
+#: (in the transactions that record and prune them), so stats sum days, not rows
+dead_letter_counts = Table(
+    "tickwork_dead_letter_counts",
+    metadata,
+    # grouping first: stats read one grouping's rows, from a day on if asked
+    Column("grouping", String(32), primary_key=True),
+    Column("day", Date, primary_key=True),
+    # a NULL value (no last tool) is '' with is_null: a tool may be named '' too
+    Column("is_null", Boolean, primary_key=True),
+    Column("value", String(300), primary_key=True),
+    Column("count", BigInteger, nullable=False),
 )
 
 blobs = Table(

@@ -252,6 +252,7 @@ class TestSave:
             "tickwork_events": 2,
             "tickwork_outbox": 1,
             "tickwork_dead_letters": 0,
+            "tickwork_dead_letter_counts": 0,
             "tickwork_blobs": 0,
             "tickwork_file_changes": 0,
             "tickwork_archived": 0,

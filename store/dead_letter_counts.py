@@ -1,0 +1,163 @@
+"""Dead letters counted per UTC day and value of each grouping, so `dlq stats` sums at most a
+day per value and day instead of counting every dead letter.
+
+The counts change in the transactions that change the table: `add` where a dead letter is
+recorded, `forget` where retention deletes them; `rebuild` counts the table afresh (the
+migration's backfill, and the benchmark after its COPY).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, date, datetime, time, timedelta
+from typing import Any
+
+from sqlalchemy import (
+    Connection,
+    Date,
+    and_,
+    bindparam,
+    cast,
+    delete,
+    false,
+    func,
+    insert,
+    literal,
+    select,
+    union_all,
+    update,
+)
+from sqlalchemy.dialects import postgresql, sqlite
+
+from .schema import dead_letter_counts as counts
+from .schema import dead_letters
+
+GROUPS = ("code", "kind", "model", "last_tool", "error_signature")
+#: values whose latest dead letter one statement looks up (SQLite allows 500 compound terms)
+LATEST_BATCH = 200
+
+_KEY = ("grouping", "day", "is_null", "value")
+
+
+def add(conn: Connection, letter: Mapping[str, Any]) -> None:
+    """Count the dead letter `letter` (its column values) being inserted in `conn`'s
+    transaction: one upsert of a row per grouping, always in GROUPS order (as `forget`
+    locks them), so two transactions never wait for each other in a cycle."""
+    day = letter["at"].astimezone(UTC).date()
+    rows = [_row(day, by, letter[by], 1) for by in GROUPS]
+    upsert = (postgresql if conn.dialect.name == "postgresql" else sqlite).insert(counts)
+    conn.execute(
+        upsert.values(rows).on_conflict_do_update(
+            index_elements=list(_KEY), set_={"count": counts.c.count + upsert.excluded.count}
+        )
+    )
+
+
+def forget(conn: Connection, session_ids: Sequence[str]) -> None:
+    """Uncount the dead letters of `session_ids`, in the transaction that deletes them."""
+    found = conn.execute(
+        select(dead_letters.c.at, *(dead_letters.c[by] for by in GROUPS)).where(
+            dead_letters.c.session_id.in_(session_ids)
+        )
+    ).mappings()
+    tally: Counter[tuple[int, date, bool, str]] = Counter()
+    for letter in found:
+        day = letter["at"].astimezone(UTC).date()
+        for i, by in enumerate(GROUPS):
+            value = letter[by]
+            tally[(i, day, value is None, value or "")] += 1
+    if not tally:
+        return
+    params = [
+        {"d": day, "g": GROUPS[i], "z": is_null, "v": value, "n": n}
+        for (i, day, is_null, value), n in sorted(tally.items())
+    ]
+    key = and_(
+        counts.c.day == bindparam("d"),
+        counts.c.grouping == bindparam("g"),
+        counts.c.is_null == bindparam("z"),
+        counts.c.value == bindparam("v"),
+    )
+    conn.execute(update(counts).where(key).values(count=counts.c.count - bindparam("n")), params)
+    conn.execute(delete(counts).where(key, counts.c.count <= 0), [{**p, "n": 0} for p in params])
+
+
+def rebuild(conn: Connection) -> int:
+    """Count every dead letter afresh (one INSERT ... SELECT ... GROUP BY); the rows written."""
+    at = dead_letters.c.at
+    if conn.dialect.name == "postgresql":
+        day: Any = cast(func.timezone("UTC", at), Date)
+    else:  # SQLite keeps naive UTC text: 2026-12-01 03:40:00.123456
+        day = func.date(at)
+    parts = []
+    for by in GROUPS:
+        column = dead_letters.c[by]
+        is_null = column.is_(None) if column.nullable else false()
+        parts.append(
+            select(literal(by), day, is_null, func.coalesce(column, ""), func.count()).group_by(
+                day, column
+            )
+        )
+    conn.execute(delete(counts))
+    conn.execute(insert(counts).from_select([*_KEY, "count"], union_all(*parts)))
+    return int(conn.execute(select(func.count()).select_from(counts)).scalar_one())
+
+
+def totals(conn: Connection, by: str, since: datetime | None) -> dict[str | None, int]:
+    """Dead letters per value of `by` at or after `since` (all if None): the counts of the
+    whole days after `since`'s, and the part of its day from `since` counted in the table."""
+    found: Counter[str | None] = Counter()
+    query = (
+        select(counts.c.is_null, counts.c.value, func.sum(counts.c.count).label("n"))
+        .where(counts.c.grouping == by)
+        .group_by(counts.c.is_null, counts.c.value)
+    )
+    if since is not None:
+        if since.tzinfo is None:
+            raise ValueError(f"naive datetime {since!r}: tickwork stores UTC-aware times")
+        first = since.astimezone(UTC).date()
+        midnight = datetime.combine(first, time(), UTC)
+        if since == midnight:
+            query = query.where(counts.c.day >= first)
+        else:
+            query = query.where(counts.c.day > first)
+            column, at = dead_letters.c[by], dead_letters.c.at
+            part = (
+                select(column, func.count())
+                .where(at >= since, at < midnight + timedelta(days=1))
+                .group_by(column)
+            )
+            for value, n in conn.execute(part):
+                found[value] += int(n)
+    for row in conn.execute(query):
+        found[None if row.is_null else row.value] += int(row.n)
+    return {value: n for value, n in found.items() if n > 0}
+
+
+def latest(conn: Connection, by: str, values: Iterable[str | None]) -> dict[str | None, datetime]:
+    """The time of the newest dead letter of each of `values` of `by`: one probe of the
+    (`by`, at) index per value, LATEST_BATCH values per statement."""
+    column, at = dead_letters.c[by], dead_letters.c.at
+    todo = list(values)
+    found: dict[str | None, datetime] = {}
+    for start in range(0, len(todo), LATEST_BATCH):
+        batch = todo[start : start + LATEST_BATCH]
+        probes = [
+            select(
+                literal(i).label("i"),
+                select(func.max(at))
+                .where(column.is_(None) if value is None else column == value)
+                .scalar_subquery()
+                .label("latest"),
+            )
+            for i, value in enumerate(batch)
+        ]
+        query = union_all(*probes) if len(probes) > 1 else probes[0]
+        for row in conn.execute(query):
+            found[batch[row.i]] = row.latest
+    return found
+
+
+def _row(day: date, by: str, value: str | None, n: int) -> dict[str, Any]:
+    return {"day": day, "grouping": by, "is_null": value is None, "value": value or "", "count": n}
