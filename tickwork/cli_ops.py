@@ -23,8 +23,14 @@ if TYPE_CHECKING:
 
 class Pool(StrEnum):
     PREFORK = "prefork"  #: processes; a crash takes one child, not the worker
-    THREADS = "threads"  #: threads of one process; the default for the embedded broker
+    THREADS = "threads"  #: threads of one process: for model-bound work, and the embedded broker
     SOLO = "solo"  #: one tick at a time in the main thread
+
+
+#: ticks at once of `--pool threads` on a server broker when `-c` is not given: a
+#: model-bound worker waits on model calls, so one process keeps hundreds in flight
+#: (ops/bench/in_flight.py; README "Sizing a fleet")
+MODEL_BOUND_THREADS = 250
 
 
 def register(app: typer.Typer) -> None:
@@ -44,7 +50,11 @@ def worker(
     concurrency: Annotated[
         int | None,
         typer.Option(
-            "--concurrency", "-c", min=1, help="Ticks run at once.", show_default="CPU count"
+            "--concurrency",
+            "-c",
+            min=1,
+            help="Ticks run at once.",
+            show_default=f"{MODEL_BOUND_THREADS} for --pool threads on a server broker, else CPUs",
         ),
     ] = None,
     pool: Annotated[
@@ -52,7 +62,8 @@ def worker(
         typer.Option(
             "--pool",
             "-P",
-            help="How ticks run: prefork (processes), threads, or solo (one at a time).",
+            help="How ticks run: prefork (processes), threads (for model-bound workers: "
+            "hundreds of sessions in flight per process), or solo (one at a time).",
             show_default="threads for the embedded broker, else prefork",
         ),
     ] = None,
@@ -88,6 +99,8 @@ def worker(
     queues = [settings.queue] + ([settings.dead_letter_queue] if dead_letters else [])
 
     argv = ["worker", "--queues", ",".join(queues), "--pool", chosen.value, "--loglevel", loglevel]
+    if not concurrency and chosen is Pool.THREADS and not settings.embedded_broker:
+        concurrency = MODEL_BOUND_THREADS
     if concurrency:
         argv += ["--concurrency", str(concurrency)]
     if hostname:

@@ -76,7 +76,8 @@ def test_help_shows_each_option_whole_with_its_default(
 
 def test_the_options_that_used_to_lose_their_defaults_show_them() -> None:
     worker = _help(("worker",))
-    assert "Ticks run at once. [default: (CPU count)]" in worker
+    threads = "250 for --pool threads on a server broker, else CPUs"
+    assert f"Ticks run at once. [default: ({threads})]" in worker
     assert "[default: (threads for the embedded broker, else prefork)]" in worker
     assert "The node name. [default: (celery@HOST)]" in _help(("worker",))
     assert "[default: ($TICKWORK_MODEL)]" in _help(("submit",))
