@@ -13,14 +13,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-import httpx
-
 from fsm.budgets import stop_reason
 from fsm.errors import ConfigurationError
 from store import Store, open_store
 
 from .jobs import Jobs
-from .models import Model, Providers, make_model, pooled_client
+from .models import Model, Poster, Providers, make_model, pooled_client
 from .report import Observers
 from .retention import restoring
 from .secrets import Masker, masker_for
@@ -156,7 +154,7 @@ class Runtime:
     leases: Leases = field(init=False)
     _models: dict[str, Model] = field(default_factory=dict, init=False)
     #: one pool of model-server connections for this process's models, made on first use
-    _http: httpx.Client | None = field(default=None, init=False)
+    _http: Poster | None = field(default=None, init=False)
     _models_lock: threading.Lock = field(default_factory=threading.Lock, init=False)
 
     def __post_init__(self) -> None:

@@ -5,10 +5,8 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-import httpx
-
 from .base import Message, Model, ModelSettings, ToolSchema
-from .openai import DEFAULT_BASE_URL, OpenAIChatModel, pooled_client
+from .openai import DEFAULT_BASE_URL, OpenAIChatModel, PerThreadClients, Poster, pooled_client
 from .pricing import PRICES, Price, cost_usd, price_for
 from .providers import MAX_MODEL_NAME, Provider, Providers
 from .react import ReActModel
@@ -22,6 +20,8 @@ __all__ = [
     "Model",
     "ModelSettings",
     "OpenAIChatModel",
+    "PerThreadClients",
+    "Poster",
     "Price",
     "Provider",
     "Providers",
@@ -59,7 +59,7 @@ def make_model(
     api_key: str | None = None,
     timeout_s: float | None = None,
     env: Mapping[str, str] | None = None,
-    client: httpx.Client | None = None,
+    client: Poster | None = None,
     providers: Providers | None = None,
 ) -> Model:
     """The model a spec names, made by its provider (default: the shipped ones and those of

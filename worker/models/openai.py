@@ -9,11 +9,12 @@ from __future__ import annotations
 import functools
 import json
 import ssl
+import threading
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from typing import Any
+from typing import Any, Protocol
 
 import certifi
 import httpx
@@ -40,9 +41,9 @@ class OpenAIChatModel:
     """POSTs `{base_url}/chat/completions` with native tool calling.
 
     Without a `client`, each call opens and closes its own connection, so the model holds
-    nothing that needs closing and survives a fork; pass a shared `httpx.Client` (which the
-    caller closes) to pool connections. The request times out after the tighter of
-    `timeout_s` and the call's `settings.timeout_s`.
+    nothing that needs closing and survives a fork; pass a shared `httpx.Client` or
+    `PerThreadClients` (which the caller closes) to pool connections. The request times out
+    after the tighter of `timeout_s` and the call's `settings.timeout_s`.
     """
 
     def __init__(
@@ -52,7 +53,7 @@ class OpenAIChatModel:
         base_url: str = DEFAULT_BASE_URL,
         api_key: str | None = None,
         timeout_s: float | None = None,
-        client: httpx.Client | None = None,
+        client: Poster | None = None,
         max_tokens_field: str | None = None,
     ) -> None:
         self.model = model
@@ -267,14 +268,63 @@ def _usage(usage: Any) -> Usage | None:
     return Usage(prompt_tokens=prompt, completion_tokens=completion)
 
 
-def pooled_client() -> httpx.Client:
-    """A client to share between a process's model calls: connections kept alive (no TCP
-    and TLS handshake per call), as many as there are concurrent calls. The caller closes
-    it; it does not survive a fork."""
-    return httpx.Client(
-        verify=_tls_context(),
-        limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
-    )
+class Poster(Protocol):
+    """What a model posts through: an `httpx.Client`, or `PerThreadClients`."""
+
+    def post(
+        self, url: str, *, json: Any, headers: dict[str, str], timeout: float
+    ) -> httpx.Response: ...
+
+    def close(self) -> None: ...
+
+
+class PerThreadClients:
+    """An `httpx.Client` per thread (or greenlet) that calls a model, all on one TLS context,
+    each keeping its connection alive. One client shared by hundreds of threads would cost
+    O(threads) per call: httpcore's pool looks at every connection it holds (a poll of each
+    idle one) when a request comes and when a response is closed, and it keeps at most its
+    keep-alive limit, so a wave of calls after an idle spell opens new connections. Per
+    thread, the pool holds one connection and each call costs the same at 500 in flight as
+    at 1 (`ops/bench/in_flight.py`). Not to be shared across a fork."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._clients: list[httpx.Client] = []
+        self._generation = 0
+
+    def post(
+        self, url: str, *, json: Any, headers: dict[str, str], timeout: float
+    ) -> httpx.Response:
+        return self._client().post(url, json=json, headers=headers, timeout=timeout)
+
+    def close(self) -> None:
+        """Close every thread's client; a thread that calls again opens a new one."""
+        with self._lock:
+            clients, self._clients = self._clients, []
+            self._generation += 1
+        for client in clients:
+            client.close()
+
+    def _client(self) -> httpx.Client:
+        held: tuple[int, httpx.Client] | None = getattr(self._local, "held", None)
+        if held is not None and held[0] == self._generation:
+            return held[1]
+        client = httpx.Client(
+            verify=_tls_context(),
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=4),
+        )
+        with self._lock:
+            self._clients.append(client)
+            self._local.held = (self._generation, client)
+        return client
+
+
+def pooled_client() -> PerThreadClients:
+    """What a process's model calls share: connections kept alive (no TCP and TLS handshake
+    per call), a client per calling thread. The caller closes it; it does not survive a
+    fork."""
+    return PerThreadClients()
 
 
 @functools.cache

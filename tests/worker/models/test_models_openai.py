@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
@@ -208,6 +209,46 @@ def test_a_runtimes_models_share_kept_alive_connections(
 
     assert replies == ["one", "two", "three"]
     assert len({r.peer for r in server.requests}) == 1
+
+
+def test_each_calling_thread_keeps_a_connection_of_its_own(
+    keep_alive_chat_server, tmp_path, monkeypatch
+):
+    """In a threads-pool worker each thread that calls a model reuses one connection of its
+    own (httpx's pool looks at every connection it holds at each call, so one pool shared by
+    hundreds of threads costs more per call the more are in flight); closing the runtime
+    closes them, and a later call opens a new one."""
+    server = keep_alive_chat_server
+    threads, calls = 4, 3
+    for _ in range(threads * calls + 1):
+        server.answer("ok")
+    monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+    settings = Settings(state_dir=tmp_path)
+    rt = Runtime(settings=settings, store=build_store(settings), jobs=Jobs(), publish_tick=print)
+    peers: list[set[int]] = []
+
+    def calling() -> None:
+        mine: set[int] = set()
+        for _ in range(calls):
+            assert rt.model("openai:gpt-4o").generate(MESSAGES, [], SETTINGS).content == "ok"
+            mine.add(server.requests[-1].peer)
+        peers.append(mine)
+
+    try:
+        for _ in range(threads):  # one after another: a shared pool would reuse one
+            thread = threading.Thread(target=calling)
+            thread.start()
+            thread.join(30)
+        rt.close()
+        assert rt.model("openai:gpt-4o").generate(MESSAGES, [], SETTINGS).content == "ok"
+    finally:
+        rt.close()
+        rt.store.engine.dispose()
+
+    assert [len(mine) for mine in peers] == [1] * threads
+    used = set().union(*peers)
+    assert len(used) == threads
+    assert server.requests[-1].peer not in used  # closed with the runtime
 
 
 def test_429_with_retry_after_seconds_is_transient(chat_server, model):
