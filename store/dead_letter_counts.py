@@ -25,6 +25,7 @@ from sqlalchemy import (
     insert,
     literal,
     select,
+    text,
     union_all,
     update,
 )
@@ -84,7 +85,11 @@ def forget(conn: Connection, session_ids: Sequence[str]) -> None:
 
 
 def rebuild(conn: Connection) -> int:
-    """Count every dead letter afresh (one INSERT ... SELECT ... GROUP BY); the rows written."""
+    """Count every dead letter afresh (one INSERT ... SELECT ... GROUP BY); the rows written.
+    On Postgres the counts are locked against writers until `conn`'s transaction ends: a
+    dead letter recorded meanwhile waits, and is counted on top of the new counts."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(text(f"LOCK TABLE {counts.name} IN EXCLUSIVE MODE"))
     at = dead_letters.c.at
     if conn.dialect.name == "postgresql":
         day: Any = cast(func.timezone("UTC", at), Date)

@@ -177,6 +177,11 @@ class Store(Protocol):
         """Counts of dead letters grouped by one of `dead_letters.GROUPS`, largest first."""
         ...
 
+    def recount_dead_letters(self) -> int:
+        """Count the dead letters afresh for their stats (after dead letters were written by
+        workers older than migration 0009); the count rows written."""
+        ...
+
     def dead_letter_rows(
         self,
         *,

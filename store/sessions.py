@@ -47,7 +47,7 @@ from fsm.values import (
     ToolCall,
 )
 
-from . import dead_letters, gauges, relay, rows
+from . import dead_letter_counts, dead_letters, gauges, relay, rows
 from .artifacts import Artifacts, open_artifacts
 from .dead_letters import Closing, DeadLetter
 from .deliveries import Cards
@@ -450,6 +450,12 @@ class CoreStore:
     def dead_letter_stats(self, *, by: str, since: datetime | None = None) -> list[dict[str, Any]]:
         """Counts of dead letters grouped by one of `dead_letters.GROUPS`, largest first."""
         return dead_letters.stats(self.engine, by=by, since=since)
+
+    def recount_dead_letters(self) -> int:
+        """Count the dead letters afresh for their stats (after dead letters were written by
+        workers older than migration 0009); the count rows written."""
+        with self.engine.begin() as conn:
+            return dead_letter_counts.rebuild(conn)
 
     def dead_letter_rows(
         self,

@@ -176,11 +176,21 @@ def stats(
         Grouping | None, typer.Option(help="Group by this only.", show_default="every grouping")
     ] = None,
     since: Since = None,
+    recount: Annotated[
+        bool,
+        typer.Option(
+            "--recount",
+            help="Count every dead letter afresh first: after an upgrade to migration 0009 "
+            "while older workers still ran (ops/RUNBOOK.md, Upgrades).",
+        ),
+    ] = False,
     json_output: options.Json = False,
 ) -> None:
     """Count dead letters by code, kind, model, last tool and error signature."""
     start = parsing.since(since, now=datetime.now(UTC))
     with Context() as ctx:
+        if recount:
+            ctx.store.recount_dead_letters()
         grouped = {
             g.value: [_jsonable(r) for r in ctx.store.dead_letter_stats(by=g.value, since=start)]
             for g in ([by] if by else Grouping)

@@ -143,6 +143,8 @@ class Worker:
                     "--without-gossip",
                     "--without-mingle",
                     "--without-heartbeat",
+                    "--hostname",
+                    f"bench-{uuid.uuid4().hex[:8]}@%h",  # several workers on one host
                 ],
                 cwd=ROOT,
                 env=env,

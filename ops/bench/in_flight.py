@@ -2,22 +2,27 @@
 
 N sessions of S steps (S-1 tool steps and a final answer) whose model answers after L
 seconds: a chat-completions server on loopback (this process, ops/bench/fake_chat.py)
-used as `openai:fake`, and one `celery worker` per pool tried. The sessions are stored
+used as `openai:fake`, and `celery worker` processes per pool tried. The sessions are stored
 first, then all published at once; the figure is the wall time until the last one
 completes against the ideal S * L (every session's model calls back to back, all sessions
 at once; with fewer worker slots than sessions, N * S * L / slots). Also measured: the
-worker's resident memory (its whole process group) before the sessions and at its peak,
-and the difference per session in flight (what one more costs), and the peak divided by
-the sessions in flight (what prefork, a process per session, costs); the most model calls
-in flight at once.
+workers' resident memory (their whole process groups, each one's peak added) before the
+sessions and at their peak, and the difference per session in flight (what one more
+costs), and the peak divided by the sessions in flight (what prefork, a process per
+session, costs); the most model calls in flight at once; the CPU of the workers, of
+Postgres and of this process over the run; when each step's model calls arrived (how
+long the ticks between two waves of model calls queued).
 
     python ops/bench/in_flight.py                          # 500 sessions, 5 steps, 5 s model
     python ops/bench/in_flight.py --sessions 50 --pools threads:50,gevent:50,prefork:2:4
 
-`--pools` lists `pool:concurrency[:sessions]` runs, one after the other on one database:
-`threads` (Celery's thread pool), `gevent` (the `bench` extra; skipped with a note when it
-is not installed), `prefork` (a process per slot, so its concurrency is bounded by memory;
-the third field runs it with fewer sessions, as 500 on 8 processes would take 26 minutes).
+`--pools` lists `[broker/]pool:concurrency[:sessions][xPROCESSES]` runs, one after the
+other on one database: `threads` (Celery's thread pool), `gevent` (the `bench` extra;
+skipped with a note when it is not installed), `prefork` (a process per slot, so its
+concurrency is bounded by memory; the third field runs it with fewer sessions, as 500 on 8
+processes would take 26 minutes); `x2` runs two worker processes of that concurrency
+each; `amqp/` uses RabbitMQ (TICKWORK_BENCH_AMQP) instead of Redis. A run that fails is
+reported and the others go on.
 The issue's target: wall <= 1.25 x the ideal 25 s for 500 sessions on a 2-core machine.
 """
 
@@ -29,9 +34,9 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -66,7 +71,8 @@ TICK_HZ = os.sysconf("SC_CLK_TCK")
 
 def cpu_seconds(match: Callable[[int, str], bool]) -> float:
     """CPU seconds (user + system) used so far by the live processes `match(pgid, name)`
-    selects, from /proc."""
+    selects and by their children that ended (reaped: a prefork child, a Postgres backend
+    whose connection the pool closed), from /proc."""
     total = 0.0
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -76,7 +82,8 @@ def cpu_seconds(match: Callable[[int, str], bool]) -> float:
                 name, _, rest = f.read().rpartition(")")
                 fields = rest.split()
             if match(int(fields[2]), name.partition("(")[2]):
-                total += (int(fields[11]) + int(fields[12])) / TICK_HZ
+                # utime, stime, then cutime, cstime: the ended children's
+                total += sum(int(field) for field in fields[11:15]) / TICK_HZ
         except (OSError, IndexError, ValueError):
             continue
     return total
@@ -186,7 +193,7 @@ def run(
             return (
                 cpu_seconds(lambda pgid, name: pgid in pgids),
                 cpu_seconds(lambda pgid, name: name.startswith("postgres")),
-                sum(os.times()[:2]),  # this process: the model server, the poll
+                sum(os.times()[:2]),  # this process: the model server, the poll, the samplers
             )
 
         cpu_before = cpu()
@@ -226,9 +233,10 @@ def run(
         "rss_kb_per_session_in_flight": (peak - idle) / 1024 / max(1, at_once),
         "rss_kb_per_session_whole_worker": peak / 1024 / max(1, at_once),
         "model_calls": float(sum(len(v) for v in fake.arrivals.values())),
-        # CPU seconds from the first publish to the last session done: the workers, Postgres
-        # (all its processes), this process (the model server)
-        "cpu_s": {"workers": used[0], "postgres": used[1], "model_server": used[2]},
+        # CPU seconds from the first publish to the last session done: the workers (with
+        # their relay and retention threads), Postgres (every process of the server), this
+        # process (the model server, its poll and samplers)
+        "cpu_s": {"workers": used[0], "postgres": used[1], "bench_and_model_server": used[2]},
         # when the model calls of each step arrived, in seconds after the first publish:
         # the first, the median and the last
         "waves": {str(k): [round(x, 2) for x in v] for k, v in waves.items()},
@@ -266,8 +274,8 @@ def main() -> None:
                     processes=processes,
                     broker=BROKERS[broker],
                 )
-            except (RuntimeError, TimeoutError) as exc:
-                print(f"{spec}: FAILED: {exc}", flush=True)
+            except Exception as exc:
+                print(f"{spec}: FAILED: {type(exc).__name__}: {exc}", flush=True)
                 results[spec] = {"error": str(exc)[:500]}
                 continue
             r.update(ideal=ideal, sessions=sessions_n, processes=processes, broker=broker)
@@ -287,13 +295,13 @@ def main() -> None:
             print(
                 "  CPU from the first publish to the last session done: "
                 + ", ".join(f"{k} {v:.1f}s" for k, v in r["cpu_s"].items())
-                + f"; workers' CPU per tick {1000 * r['cpu_s']['workers'] / ticks:.2f} ms "
-                f"({ticks} ticks)",
+                + f"; workers' CPU per tick, all in, {1000 * r['cpu_s']['workers'] / ticks:.2f} "
+                f"ms ({ticks} ticks: 2 x steps - 1 per session)",
                 flush=True,
             )
             print(
                 "  model calls of step k arrived at (first, median, last) s after the publish: "
-                + "; ".join(f"{k}: {v[0]:.1f} {v[1]:.1f} {v[2]:.1f}" for k, v in r["waves"].items()),
+                + "; ".join(f"{k}: {a:.1f} {m:.1f} {z:.1f}" for k, (a, m, z) in r["waves"].items()),
                 flush=True,
             )
     common.emit(

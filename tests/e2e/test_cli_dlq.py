@@ -78,6 +78,8 @@ def test_dead_letters_from_a_worker_process(deployment: Deployment, cli: Cli) ->
             ("echo", 2)
         ]
         assert "dead letters by error_signature" in cli.inline("dlq", "stats").stdout
+        recounted = cli.inline("dlq", "stats", "--recount", "--json").json()
+        assert recounted["by"] == counts["by"]
         table = cli.inline("dlq", "ls").stdout
         assert "BUDGET_STEPS" in table and fork["id"] in table
         # in a narrow terminal every id in a listing is still whole, on one line, to copy

@@ -140,6 +140,24 @@ def test_closing_a_dead_letter_leaves_it_counted(store: Store, clock: Clock) -> 
     assert_counted(store.engine)
 
 
+def test_a_recount_counts_what_older_workers_wrote(store: Store, clock: Clock) -> None:
+    """A worker older than migration 0009 records a dead letter without counting it (a
+    rolling upgrade); `dlq stats --recount` makes the stats exact again."""
+    fill(store, clock)
+    with store.engine.begin() as conn:
+        row = dict(conn.execute(select(dead_letters)).mappings().first() or {})
+        row.pop("id")
+        conn.execute(dead_letters.insert(), [{**row, "session_id": "older-worker"}])
+    assert sum(g["count"] for g in stats(store.engine, by="code")) == len(LETTERS)
+
+    assert store.recount_dead_letters() > 0
+
+    assert sum(g["count"] for g in stats(store.engine, by="code")) == len(LETTERS) + 1
+    assert_counted(store.engine)
+    fail(store, clock, "d1", ErrorCode.LOOP, "stagnation loop at step 3", "m1", None)
+    assert_counted(store.engine)  # counted on top of the recount
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 def fresh_url(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
     if request.param == "sqlite":

@@ -6,7 +6,7 @@ import os
 from collections.abc import Mapping
 
 from .base import Message, Model, ModelSettings, ToolSchema
-from .openai import DEFAULT_BASE_URL, OpenAIChatModel, PerThreadClients, Poster, pooled_client
+from .openai import DEFAULT_BASE_URL, ClientPool, OpenAIChatModel, Poster, pooled_client
 from .pricing import PRICES, Price, cost_usd, price_for
 from .providers import MAX_MODEL_NAME, Provider, Providers
 from .react import ReActModel
@@ -16,11 +16,11 @@ __all__ = [
     "DEFAULT_BASE_URL",
     "MAX_MODEL_NAME",
     "PRICES",
+    "ClientPool",
     "Message",
     "Model",
     "ModelSettings",
     "OpenAIChatModel",
-    "PerThreadClients",
     "Poster",
     "Price",
     "Provider",

@@ -42,7 +42,7 @@ class OpenAIChatModel:
 
     Without a `client`, each call opens and closes its own connection, so the model holds
     nothing that needs closing and survives a fork; pass a shared `httpx.Client` or
-    `PerThreadClients` (which the caller closes) to pool connections. The request times out
+    `ClientPool` (which the caller closes) to pool connections. The request times out
     after the tighter of `timeout_s` and the call's `settings.timeout_s`.
     """
 
@@ -269,7 +269,8 @@ def _usage(usage: Any) -> Usage | None:
 
 
 class Poster(Protocol):
-    """What a model posts through: an `httpx.Client`, or `PerThreadClients`."""
+    """What a model posts through: an `httpx.Client`, or `ClientPool`. A provider's `make`
+    gets one as `client`."""
 
     def post(
         self, url: str, *, json: Any, headers: dict[str, str], timeout: float
@@ -278,53 +279,64 @@ class Poster(Protocol):
     def close(self) -> None: ...
 
 
-class PerThreadClients:
-    """An `httpx.Client` per thread (or greenlet) that calls a model, all on one TLS context,
-    each keeping its connection alive. One client shared by hundreds of threads would cost
-    O(threads) per call: httpcore's pool looks at every connection it holds (a poll of each
-    idle one) when a request comes and when a response is closed, and it keeps at most its
-    keep-alive limit, so a wave of calls after an idle spell opens new connections. Per
-    thread, the pool holds one connection and each call costs the same at 500 in flight as
-    at 1 (`ops/bench/in_flight.py`). Not to be shared across a fork."""
+class ClientPool:
+    """httpx clients of one kept-alive connection each, all on one TLS context, each lent
+    to one call at a time (the most recently returned first) and made when none is free:
+    as many as there were calls at once, whichever threads or greenlets made them.
+
+    One `httpx.Client` shared by hundreds of concurrent calls costs O(calls) per call:
+    httpcore's pool looks at every connection it holds (a poll of each idle one) when a
+    request comes and when a response is closed, and it keeps at most its keep-alive limit,
+    so a wave of calls after an idle spell opens new connections. Here each client holds
+    one connection, so a call costs the same at 500 in flight as at 1
+    (`ops/bench/in_flight.py`). Not to be shared across a fork."""
 
     def __init__(self) -> None:
-        self._local = threading.local()
         self._lock = threading.Lock()
-        self._clients: list[httpx.Client] = []
-        self._generation = 0
+        self._free: list[httpx.Client] = []
+        self._all: set[httpx.Client] = set()
 
     def post(
         self, url: str, *, json: Any, headers: dict[str, str], timeout: float
     ) -> httpx.Response:
-        return self._client().post(url, json=json, headers=headers, timeout=timeout)
+        client = self._lend()
+        try:
+            # not streamed: the body is read and the connection back in the client's pool
+            return client.post(url, json=json, headers=headers, timeout=timeout)
+        finally:
+            with self._lock:
+                if client in self._all:  # not closed meanwhile
+                    self._free.append(client)
 
     def close(self) -> None:
-        """Close every thread's client; a thread that calls again opens a new one."""
+        """Close every client; a later call makes a new one."""
         with self._lock:
-            clients, self._clients = self._clients, []
-            self._generation += 1
+            clients, self._all, self._free = self._all, set(), []
         for client in clients:
             client.close()
 
-    def _client(self) -> httpx.Client:
-        held: tuple[int, httpx.Client] | None = getattr(self._local, "held", None)
-        if held is not None and held[0] == self._generation:
-            return held[1]
+    @property
+    def size(self) -> int:
+        """The clients (and so kept-alive connections) held."""
+        return len(self._all)
+
+    def _lend(self) -> httpx.Client:
+        with self._lock:
+            if self._free:
+                return self._free.pop()
         client = httpx.Client(
             verify=_tls_context(),
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=4),
+            limits=httpx.Limits(max_connections=1, max_keepalive_connections=1),
         )
         with self._lock:
-            self._clients.append(client)
-            self._local.held = (self._generation, client)
+            self._all.add(client)
         return client
 
 
-def pooled_client() -> PerThreadClients:
+def pooled_client() -> ClientPool:
     """What a process's model calls share: connections kept alive (no TCP and TLS handshake
-    per call), a client per calling thread. The caller closes it; it does not survive a
-    fork."""
-    return PerThreadClients()
+    per call), one per call in flight. The caller closes it; it does not survive a fork."""
+    return ClientPool()
 
 
 @functools.cache

@@ -52,7 +52,8 @@ class Provider:
     #: the accepted form, for a person who wrote another: `openai:MODEL (...)`
     help: str
     #: `make(rest, ...)` -> the Model; keywords: `timeout_s`, `client` (a shared
-    #: httpx.Client, left open, or None), `env` (stands in for os.environ), `base_url`,
+    #: `worker.models.Poster`, left open: `post(url, json=, headers=, timeout=)` as
+    #: httpx.Client's; or None), `env` (stands in for os.environ), `base_url`,
     #: `api_key`, `spec` (the whole spec), `providers` (the registry)
     make: Callable[..., Model]
     #: `check(rest, ...)` raises InvalidModelSpec if the model cannot be made; it is

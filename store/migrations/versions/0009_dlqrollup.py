@@ -13,8 +13,6 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from store.dead_letter_counts import rebuild
-
 revision = "0009_dlqrollup"
 down_revision = "0008_lifecycle"
 branch_labels = None
@@ -33,8 +31,29 @@ def upgrade() -> None:
             "grouping", "day", "is_null", "value", name="pk_tickwork_dead_letter_counts"
         ),
     )
-    rebuild(op.get_bind())
+    _count_the_dead_letters_there()
 
 
 def downgrade() -> None:
     op.drop_table("tickwork_dead_letter_counts")
+
+
+#: the groupings as this revision knows them (frozen here: the live code may change)
+GROUPS = ("code", "kind", "model", "last_tool", "error_signature")
+
+
+def _count_the_dead_letters_there() -> None:
+    """The backfill, as `store.dead_letter_counts.rebuild` does it at this revision: one
+    INSERT ... SELECT ... GROUP BY per grouping, the day being the UTC date of `at`."""
+    bind = op.get_bind()
+    # SQLite keeps naive UTC text (2026-12-01 03:40:00.123456): its date() is the UTC day
+    day = "(at AT TIME ZONE 'UTC')::date" if bind.dialect.name == "postgresql" else "date(at)"
+    for by in GROUPS:
+        bind.execute(
+            sa.text(
+                "INSERT INTO tickwork_dead_letter_counts (grouping, day, is_null, value, count) "
+                f"SELECT :by, {day}, {by} IS NULL, coalesce({by}, ''), count(*) "
+                f"FROM tickwork_dead_letters GROUP BY {day}, {by}"
+            ),
+            {"by": by},
+        )

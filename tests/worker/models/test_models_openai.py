@@ -211,44 +211,56 @@ def test_a_runtimes_models_share_kept_alive_connections(
     assert len({r.peer for r in server.requests}) == 1
 
 
-def test_each_calling_thread_keeps_a_connection_of_its_own(
+def test_calls_at_once_each_have_a_connection_kept_for_the_next(
     keep_alive_chat_server, tmp_path, monkeypatch
 ):
-    """In a threads-pool worker each thread that calls a model reuses one connection of its
-    own (httpx's pool looks at every connection it holds at each call, so one pool shared by
-    hundreds of threads costs more per call the more are in flight); closing the runtime
-    closes them, and a later call opens a new one."""
+    """A threads-pool worker's model calls: calls at once each get a kept-alive connection
+    of their own (httpx's pool looks at every connection it holds at each call, so one
+    pool shared by hundreds of calls costs more per call the more are in flight); later
+    calls, from any thread, reuse them; closing the runtime closes them."""
     server = keep_alive_chat_server
-    threads, calls = 4, 3
-    for _ in range(threads * calls + 1):
+    at_once = 4
+    for _ in range(at_once):
+        server.answer("ok", delay_s=0.3)  # so that the calls overlap
+    for _ in range(2 * at_once + 1):
         server.answer("ok")
     monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
     settings = Settings(state_dir=tmp_path)
     rt = Runtime(settings=settings, store=build_store(settings), jobs=Jobs(), publish_tick=print)
-    peers: list[set[int]] = []
+    start = threading.Barrier(at_once)
+    replies: list[str | None] = []
 
-    def calling() -> None:
-        mine: set[int] = set()
+    def calling(calls: int, barrier: threading.Barrier | None = None) -> None:
+        if barrier is not None:
+            barrier.wait(10)
         for _ in range(calls):
-            assert rt.model("openai:gpt-4o").generate(MESSAGES, [], SETTINGS).content == "ok"
-            mine.add(server.requests[-1].peer)
-        peers.append(mine)
+            replies.append(rt.model("openai:gpt-4o").generate(MESSAGES, [], SETTINGS).content)
+
+    def run(*threads: threading.Thread) -> None:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
 
     try:
-        for _ in range(threads):  # one after another: a shared pool would reuse one
-            thread = threading.Thread(target=calling)
-            thread.start()
-            thread.join(30)
+        run(*(threading.Thread(target=calling, args=(1, start)) for _ in range(at_once)))
+        overlapping = {r.peer for r in server.requests}
+        for _ in range(2):  # new threads, one after another, and then a few at once
+            run(threading.Thread(target=calling, args=(1,)))
+        run(*(threading.Thread(target=calling, args=(1,)) for _ in range(at_once - 2)))
+        reused = {r.peer for r in server.requests[at_once:]}
+        pool = rt._http
+        assert pool is not None and pool.size == at_once
         rt.close()
         assert rt.model("openai:gpt-4o").generate(MESSAGES, [], SETTINGS).content == "ok"
     finally:
         rt.close()
         rt.store.engine.dispose()
 
-    assert [len(mine) for mine in peers] == [1] * threads
-    used = set().union(*peers)
-    assert len(used) == threads
-    assert server.requests[-1].peer not in used  # closed with the runtime
+    assert replies == ["ok"] * (2 * at_once)
+    assert len(overlapping) == at_once  # one connection per call in flight
+    assert reused <= overlapping  # kept alive and lent again, whatever the thread
+    assert server.requests[-1].peer not in overlapping  # closed with the runtime
 
 
 def test_429_with_retry_after_seconds_is_transient(chat_server, model):
