@@ -151,7 +151,10 @@ def run(
     *,
     processes: int = 1,
     broker: str = common.REDIS_URL,
+    during: Callable[[list[common.Worker]], Callable[[], None]] | None = None,
 ) -> dict[str, Any]:
+    """One run; `during(workers)` is called once the sessions are published and returns
+    what to call once they are done (ops/bench/profile_in_flight.py samples the workers)."""
     s = common.settings(url, f"inflight-{pool}", broker_url=broker)
     fake = common.FakeChat(script(steps), delay=lambda index, attempt: latency)
     with fake.serve(), ExitStack() as stack:
@@ -200,6 +203,7 @@ def run(
         started = time.time()
         for session_id in ids:
             tw.publish(session_id, 0)
+        finish = during(workers) if during is not None else None
         common.until(
             lambda: done(tw, ids) == len(ids),
             timeout=sessions * steps * latency / max(1, min(concurrency * processes, sessions)) * 4
@@ -210,6 +214,8 @@ def run(
         )
         peak = sum(sampler.stop() for sampler in samplers)
         used = [after - before for after, before in zip(cpu(), cpu_before, strict=True)]
+        if finish is not None:
+            finish()
         with tw.store.engine.connect() as conn:
             end = conn.execute(
                 text(
