@@ -1,5 +1,6 @@
-"""Dead letters counted per UTC day and value of each grouping, so `dlq stats` sums at most a
-day per value and day instead of counting every dead letter.
+"""Dead letters counted per UTC day and value of each grouping, and over all time, so `dlq
+stats` reads a row per value (without `since`) or per value and day (from `since` on)
+instead of counting every dead letter.
 
 The counts change in the transactions that change the table: `add` where a dead letter is
 recorded, `forget` where retention deletes them; `rebuild` counts the table afresh (the
@@ -32,6 +33,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 
 from .schema import dead_letter_counts as counts
+from .schema import dead_letter_totals as totals_table
 from .schema import dead_letters
 
 GROUPS = ("code", "kind", "model", "last_tool", "error_signature")
@@ -39,6 +41,7 @@ GROUPS = ("code", "kind", "model", "last_tool", "error_signature")
 LATEST_BATCH = 200
 
 _KEY = ("grouping", "day", "is_null", "value")
+_TOTAL_KEY = ("grouping", "is_null", "value")
 
 
 def add(conn: Connection, letter: Mapping[str, Any]) -> None:
@@ -47,12 +50,16 @@ def add(conn: Connection, letter: Mapping[str, Any]) -> None:
     locks them), so two transactions never wait for each other in a cycle."""
     day = letter["at"].astimezone(UTC).date()
     rows = [_row(day, by, letter[by], 1) for by in GROUPS]
-    upsert = (postgresql if conn.dialect.name == "postgresql" else sqlite).insert(counts)
-    conn.execute(
-        upsert.values(rows).on_conflict_do_update(
-            index_elements=list(_KEY), set_={"count": counts.c.count + upsert.excluded.count}
+    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+    for table, key in ((counts, _KEY), (totals_table, _TOTAL_KEY)):  # as `forget` locks them
+        upsert = dialect.insert(table)
+        conn.execute(
+            upsert.values(
+                [{k: row[k] for k in (*key, "count")} for row in rows]
+            ).on_conflict_do_update(
+                index_elements=list(key), set_={"count": table.c.count + upsert.excluded.count}
+            )
         )
-    )
 
 
 def forget(conn: Connection, session_ids: Sequence[str]) -> None:
@@ -82,6 +89,24 @@ def forget(conn: Connection, session_ids: Sequence[str]) -> None:
     )
     conn.execute(update(counts).where(key).values(count=counts.c.count - bindparam("n")), params)
     conn.execute(delete(counts).where(key, counts.c.count <= 0), [{**p, "n": 0} for p in params])
+    overall: Counter[tuple[int, bool, str]] = Counter()
+    for (i, _day, is_null, value), n in tally.items():
+        overall[(i, is_null, value)] += n
+    params = [
+        {"g": GROUPS[i], "z": is_null, "v": value, "n": n}
+        for (i, is_null, value), n in sorted(overall.items())
+    ]
+    key = and_(
+        totals_table.c.grouping == bindparam("g"),
+        totals_table.c.is_null == bindparam("z"),
+        totals_table.c.value == bindparam("v"),
+    )
+    conn.execute(
+        update(totals_table).where(key).values(count=totals_table.c.count - bindparam("n")), params
+    )
+    conn.execute(
+        delete(totals_table).where(key, totals_table.c.count <= 0), [{**p, "n": 0} for p in params]
+    )
 
 
 def rebuild(conn: Connection) -> int:
@@ -89,7 +114,12 @@ def rebuild(conn: Connection) -> int:
     On Postgres the counts are locked against writers until `conn`'s transaction ends: a
     dead letter recorded meanwhile waits, and is counted on top of the new counts."""
     if conn.dialect.name == "postgresql":
-        conn.execute(text(f"LOCK TABLE {counts.name} IN EXCLUSIVE MODE"))
+        conn.execute(
+            text(
+                "LOCK TABLE tickwork_dead_letter_counts, tickwork_dead_letter_totals "
+                "IN EXCLUSIVE MODE"
+            )
+        )
     at = dead_letters.c.at
     if conn.dialect.name == "postgresql":
         day: Any = cast(func.timezone("UTC", at), Date)
@@ -106,35 +136,47 @@ def rebuild(conn: Connection) -> int:
         )
     conn.execute(delete(counts))
     conn.execute(insert(counts).from_select([*_KEY, "count"], union_all(*parts)))
+    conn.execute(delete(totals_table))
+    every_day = select(
+        counts.c.grouping, counts.c.is_null, counts.c.value, func.sum(counts.c.count)
+    ).group_by(counts.c.grouping, counts.c.is_null, counts.c.value)
+    conn.execute(insert(totals_table).from_select([*_TOTAL_KEY, "count"], every_day))
     return int(conn.execute(select(func.count()).select_from(counts)).scalar_one())
 
 
 def totals(conn: Connection, by: str, since: datetime | None) -> dict[str | None, int]:
-    """Dead letters per value of `by` at or after `since` (all if None): the counts of the
-    whole days after `since`'s, and the part of its day from `since` counted in the table."""
+    """Dead letters per value of `by` at or after `since`: the counts of the whole days
+    after `since`'s, and the part of its day from `since` counted in the table; all of them
+    (since None): the totals, a row per value."""
     found: Counter[str | None] = Counter()
+    if since is None:
+        rows = conn.execute(
+            select(
+                totals_table.c.is_null, totals_table.c.value, totals_table.c.count.label("n")
+            ).where(totals_table.c.grouping == by)
+        )
+        return {None if r.is_null else r.value: int(r.n) for r in rows if r.n > 0}
     query = (
         select(counts.c.is_null, counts.c.value, func.sum(counts.c.count).label("n"))
         .where(counts.c.grouping == by)
         .group_by(counts.c.is_null, counts.c.value)
     )
-    if since is not None:
-        if since.tzinfo is None:
-            raise ValueError(f"naive datetime {since!r}: tickwork stores UTC-aware times")
-        first = since.astimezone(UTC).date()
-        midnight = datetime.combine(first, time(), UTC)
-        if since == midnight:
-            query = query.where(counts.c.day >= first)
-        else:
-            query = query.where(counts.c.day > first)
-            column, at = dead_letters.c[by], dead_letters.c.at
-            part = (
-                select(column, func.count())
-                .where(at >= since, at < midnight + timedelta(days=1))
-                .group_by(column)
-            )
-            for value, n in conn.execute(part):
-                found[value] += int(n)
+    if since.tzinfo is None:
+        raise ValueError(f"naive datetime {since!r}: tickwork stores UTC-aware times")
+    first = since.astimezone(UTC).date()
+    midnight = datetime.combine(first, time(), UTC)
+    if since == midnight:
+        query = query.where(counts.c.day >= first)
+    else:
+        query = query.where(counts.c.day > first)
+        column, at = dead_letters.c[by], dead_letters.c.at
+        part = (
+            select(column, func.count())
+            .where(at >= since, at < midnight + timedelta(days=1))
+            .group_by(column)
+        )
+        for value, n in conn.execute(part):
+            found[value] += int(n)
     for row in conn.execute(query):
         found[None if row.is_null else row.value] += int(row.n)
     return {value: n for value, n in found.items() if n > 0}

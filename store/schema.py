@@ -274,6 +274,16 @@ dead_letter_counts = Table(
     Column("count", BigInteger, nullable=False),
 )
 
+#: the same counts over all time, so stats without a `since` read a row per value
+dead_letter_totals = Table(
+    "tickwork_dead_letter_totals",
+    metadata,
+    Column("grouping", String(32), primary_key=True),
+    Column("is_null", Boolean, primary_key=True),
+    Column("value", String(300), primary_key=True),
+    Column("count", BigInteger, nullable=False),
+)
+
 blobs = Table(
     "tickwork_blobs",
     metadata,

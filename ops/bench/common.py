@@ -46,6 +46,8 @@ TICKWORK_TABLES = (
     "tickwork_events",
     "tickwork_outbox",
     "tickwork_dead_letters",
+    "tickwork_dead_letter_counts",
+    "tickwork_dead_letter_totals",
 )
 
 

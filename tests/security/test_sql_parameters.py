@@ -297,6 +297,7 @@ def test_every_table_is_covered() -> None:
         "tickwork_outbox",
         "tickwork_dead_letters",
         "tickwork_dead_letter_counts",
+        "tickwork_dead_letter_totals",
         "tickwork_blobs",
         "tickwork_file_changes",
         "tickwork_deliveries",

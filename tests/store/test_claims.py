@@ -253,6 +253,7 @@ class TestSave:
             "tickwork_outbox": 1,
             "tickwork_dead_letters": 0,
             "tickwork_dead_letter_counts": 0,
+            "tickwork_dead_letter_totals": 0,
             "tickwork_blobs": 0,
             "tickwork_file_changes": 0,
             "tickwork_archived": 0,

@@ -19,7 +19,7 @@ from store.dead_letter_counts import GROUPS
 from store.dead_letters import Closing, close, stats
 from store.migrate import downgrade, upgrade
 from store.retention import Policy, archive_pass
-from store.schema import dead_letter_counts, dead_letters
+from store.schema import dead_letter_counts, dead_letter_totals, dead_letters
 from tests.conftest import Clock
 from tests.services import postgres_database
 from tests.store.conftest import claim, new_session, run_step
@@ -126,6 +126,7 @@ def test_stats_stay_equal_after_retention_prunes_some(
     with store.engine.connect() as conn:
         left = conn.execute(select(dead_letters.c.session_id)).scalars().all()
         counts = conn.execute(select(dead_letter_counts.c.count)).scalars().all()
+        counts += conn.execute(select(dead_letter_totals.c.count)).scalars().all()
     assert sorted(left) == ["a1", "a3", "b2", "c2"]
     assert min(counts) > 0  # a value counted down to none is gone
     assert_counted(store.engine)
@@ -174,6 +175,7 @@ def test_the_upgrade_counts_the_dead_letters_already_there(fresh_url: str) -> No
         fill(open_store(engine), Clock())
         with engine.connect() as conn:
             kept = sorted(conn.execute(select(dead_letter_counts)).all())
+            kept_totals = sorted(conn.execute(select(dead_letter_totals)).all())
         engine.dispose()
         downgrade(fresh_url, "0008_lifecycle")
 
@@ -181,7 +183,8 @@ def test_the_upgrade_counts_the_dead_letters_already_there(fresh_url: str) -> No
 
         with engine.connect() as conn:
             assert sorted(conn.execute(select(dead_letter_counts)).all()) == kept
-        assert len(kept) > len(GROUPS)
+            assert sorted(conn.execute(select(dead_letter_totals)).all()) == kept_totals
+        assert len(kept) > len(kept_totals) > len(GROUPS)
         assert_counted(engine)
     finally:
         engine.dispose()
