@@ -105,7 +105,9 @@ class WorkingCopy:
         self._seen: dict[str, _Seen] = {}
         self._state = ""
         #: what the last `record` found, kept until `saved`
-        self._pending: tuple[dict[str, _Seen], str] | None = None
+        #: what `record` found and the state it leads to, and the paths that may differ
+        #: from what the copy had seen (None: any), until the tick's save is known
+        self._pending: tuple[dict[str, _Seen], str, set[str] | None] | None = None
         #: bytes put in the artifact store by `record`
         self.bytes_written = 0
 
@@ -269,13 +271,15 @@ class WorkingCopy:
         only paths the tool may have changed, if it says so (else every file is looked at)."""
         only = None if paths is None else self._candidates(paths)
         found, blobs = self._scan(self._seen, keep_blobs=True, only=only)
-        changes: dict[str, str | None] = {
-            p: s.entry
-            for p, s in found.items()
-            if p not in self._seen or self._seen[p].entry != s.entry
-        }
-        changes.update({p: None for p in self._seen if p not in found})
-        self._pending = (found, self._state)
+        # with `only`, the others are as seen: the cost is the paths named, not the copy's
+        changes: dict[str, str | None] = {}
+        for p in found.keys() | self._seen.keys() if only is None else only:
+            now, before = found.get(p), self._seen.get(p)
+            if now is None and before is not None:
+                changes[p] = None
+            elif now is not None and (before is None or before.entry != now.entry):
+                changes[p] = now.entry
+        self._pending = (found, self._state, only)
         if not changes:
             return None
         self.bytes_written += self.owner.artifacts.put(blobs)
@@ -283,7 +287,7 @@ class WorkingCopy:
             self.owner._keep(key, data)
         changes = dict(sorted(changes.items()))
         state = next_state(self._state, changes)
-        self._pending = (found, state)
+        self._pending = (found, state, only)
         return FileChange(step=step, call_id=call_id, changes=changes, state=state, blobs=blobs)
 
     def _candidates(self, paths: Iterable[str]) -> set[str]:
@@ -303,12 +307,12 @@ class WorkingCopy:
     def saved(self) -> None:
         """The tick's save committed: the copy is clean at the saved state."""
         if self._pending is not None:
-            found, state = self._pending
-            if state != self._state or found != self._seen:
-                changed: dict[str, _Seen | None] = {
-                    p: v for p, v in found.items() if self._seen.get(p) != v
-                }
-                changed.update({p: None for p in self._seen if p not in found})
+            found, state, only = self._pending
+            paths = found.keys() | self._seen.keys() if only is None else only
+            changed: dict[str, _Seen | None] = {
+                p: found.get(p) for p in paths if found.get(p) != self._seen.get(p)
+            }
+            if state != self._state or changed:
                 self._store_state(state, found, changed=changed)
             self._pending = None
         self._dirty.unlink(missing_ok=True)
