@@ -37,12 +37,15 @@ CATEGORIES = (
     ("lease renewals", "Leases._run"),
     ("watching the head while a tool runs", "Stops._run"),
     ("the rest of the tick (fsm, pydantic, report, observers)", "advance (worker/advance.py"),
+    ("Celery: receiving and acknowledging messages", "Request.acknowledge"),
     ("Celery: the task around the tick", "trace_task"),
     ("Celery: receiving and acknowledging messages", "asynloop"),
     ("Celery: receiving and acknowledging messages", "synloop"),
     ("relay, dispatcher, retention", "worker/relay.py"),
     ("relay, dispatcher, retention", "worker/dispatcher.py"),
     ("relay, dispatcher, retention", "worker/pruner.py"),
+    ("gevent's own thread pool and hub", "_WorkerGreenlet.run"),
+    ("gevent's own thread pool and hub", "Hub.run"),
 )
 
 
