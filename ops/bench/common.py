@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shutil
 import signal
 import statistics
 import subprocess
@@ -335,3 +336,24 @@ def drive(
         if not published:
             return ticks
         version = published[-1][1]
+
+
+def py_spy_record(pid: int | str, seconds: float, out: Path, *, idle: bool = False) -> list[str]:
+    """The command that has py-spy sample process `pid` at 100 Hz for `seconds` into `out`
+    (raw stacks, one line per stack and count); with `idle`, the samples off the CPU too."""
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    return [
+        spy,
+        "record",
+        *(["--idle"] if idle else []),
+        "-r",
+        "100",
+        "-f",
+        "raw",
+        "-d",
+        str(int(seconds)),
+        "-o",
+        str(out),
+        "-p",
+        str(pid),
+    ]

@@ -12,7 +12,6 @@ workers' CPU per tick, which the run measures from /proc.
 from __future__ import annotations
 
 import argparse
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -59,20 +58,7 @@ def spy(seconds: float, out: list[Path]) -> Callable[[list[common.Worker]], Call
             out.append(path)
             spies.append(
                 subprocess.Popen(
-                    [
-                        shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy")),
-                        "record",
-                        "-r",
-                        "100",
-                        "-f",
-                        "raw",
-                        "-d",
-                        str(int(seconds)),
-                        "-o",
-                        str(path),
-                        "-p",
-                        str(w.proc.pid),
-                    ],
+                    common.py_spy_record(w.proc.pid, seconds, path),
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL,
                 )

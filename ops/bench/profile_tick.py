@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import argparse
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -144,21 +143,7 @@ def spy(seconds: float, folded: list[Path]) -> Callable[[common.Worker], None]:
         )
         out = Path(tempfile.mkdtemp()) / "stacks.txt"
         subprocess.run(
-            [
-                shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy")),
-                "record",
-                "--idle",
-                "-r",
-                "100",
-                "-f",
-                "raw",
-                "-d",
-                str(int(seconds)),
-                "-o",
-                str(out),
-                "-p",
-                children[0],
-            ],
+            common.py_spy_record(children[0], seconds, out, idle=True),
             check=True,
             capture_output=True,
         )
