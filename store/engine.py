@@ -21,12 +21,8 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
     if url.startswith("sqlite"):
         return _sqlite_engine(url, **kwargs)
     kwargs.setdefault("pool_pre_ping", False)
-    # connections kept open: a threads worker's 250 ticks want ~30 at once in a burst, and
-    # one opened past the pool is closed when given back, so a small pool with a large
-    # overflow had Postgres start a backend for most statements of a burst (at 500 in
-    # flight: Postgres's CPU 18 s against 6 s with 30 kept; ops/bench/in_flight.py)
-    kwargs.setdefault("pool_size", 30)
-    kwargs.setdefault("max_overflow", 10)
+    kwargs.setdefault("pool_size", 10)  # a worker keeps more: worker.runtime.WORKER_POOL
+    kwargs.setdefault("max_overflow", 40)
     return create_engine(url, **kwargs)
 
 

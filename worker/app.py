@@ -23,7 +23,7 @@ from .broker import TRANSPORT
 from .pruner import RetentionThread
 from .relay import RelayThread
 from .retention import RetentionSettings
-from .runtime import Runtime, build_store
+from .runtime import Runtime, worker_store
 from .secrets import install_log_masking, masker_for
 from .settings import Settings, load_settings, read_settings
 from .tools.runner import check, describe, sandbox_of
@@ -210,7 +210,7 @@ def runtime(app: Celery) -> Runtime:
 
     rt = Runtime(
         settings=settings,
-        store=build_store(settings),
+        store=worker_store(settings),
         jobs=Jobs(settings.imports),
         publish_tick=publish_tick,
         publish_dead_letter=publish_dead_letter,
