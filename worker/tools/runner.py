@@ -26,7 +26,7 @@ import sys
 import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -167,6 +167,30 @@ def check(sandbox: Sandbox) -> str | None:
         return "commands would run as root inside the sandbox; set TICKWORK_SANDBOX_UID"
     _working.add(sandbox)
     return None
+
+
+#: the session config key only `tickwork demo` sets, on the session it creates from its own
+#: shipped example and scripted model: on a machine where bubblewrap cannot run, that
+#: session's commands run unconfined (the demo says so in a banner); every other session's
+#: are refused. A job's input cannot set it (`prepare` takes only its own keys) and the
+#: API and `tickwork submit` never do.
+DEMO_UNCONFINED = "demo_unconfined"
+BWRAP_INSTALL = (
+    "install bubblewrap to confine them: `apt-get install bubblewrap` (Debian, Ubuntu), "
+    "`dnf install bubblewrap` (Fedora), `pacman -S bubblewrap` (Arch)"
+)
+
+
+def sandbox_for(config: Mapping[str, object], sandbox: Sandbox) -> Sandbox:
+    """The sandbox a session's commands run in: `sandbox`, except for the demo's own session
+    (`DEMO_UNCONFINED`) on a machine where it cannot run: then on the host, unconfined."""
+    if config.get(DEMO_UNCONFINED) is not True or sandbox.mode == "none":
+        return sandbox
+    why = check(sandbox)
+    if why is None:
+        return sandbox
+    log.warning("the demo's shipped session runs its commands UNCONFINED: %s", why)
+    return replace(sandbox, mode="none")
 
 
 def describe(sandbox: Sandbox) -> str:
