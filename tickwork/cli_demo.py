@@ -178,7 +178,7 @@ def _sandbox_banner(ctx: Context, session_id: str) -> None:
         lines = (
             f"NO SANDBOX: {why}.",
             "This session's commands will be refused (only the demo's own scripted example "
-            f"runs without the sandbox): {BWRAP_INSTALL}.",
+            f"runs without the sandbox) until you install bubblewrap: {BWRAP_INSTALL}.",
         )
     render.show(Panel(Text("\n".join(lines)), style="bold yellow", title="sandbox"))
 

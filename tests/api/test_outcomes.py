@@ -187,3 +187,24 @@ def test_the_page_shows_each_outcome_in_the_list_and_the_session(
     expect(page.locator(f'#sessions tr[data-session="{other}"] td.outcome')).to_have_text(NONE)
     page.goto(f"{stack.url}/#/sessions/{other}")
     expect(page.locator("#outcome")).to_have_text(f"Outcome: {NONE}")
+
+
+def test_the_api_refuses_the_demos_flag(stack: Stack, tmp_path: Path) -> None:
+    stack.deployment.settings.workspace_roots = [tmp_path]  # the API takes paths under these
+    body = {
+        "kind": "repair",
+        "input": {"workspace": str(tmp_path), "test_command": "true", "demo_unconfined": True},
+        "model": stack.deployment.script([{"content": "done"}]),
+    }
+    try:
+        in_input = stack.http("sam").post("/api/v1/sessions", json=body)
+        clean = {**body, "input": {"workspace": str(tmp_path), "test_command": "true"}}
+        beside = stack.http("sam").post(
+            "/api/v1/sessions", json={**clean, "config": {"demo_unconfined": True}}
+        )
+    finally:
+        stack.deployment.settings.workspace_roots = []
+    assert in_input.status_code == 422, in_input.text
+    assert "unknown key(s) demo_unconfined" in in_input.json()["message"]
+    assert beside.status_code == 422, beside.text
+    assert "config" in beside.text

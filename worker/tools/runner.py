@@ -175,9 +175,10 @@ def check(sandbox: Sandbox) -> str | None:
 #: are refused. A job's input cannot set it (`prepare` takes only its own keys) and the
 #: API and `tickwork submit` never do.
 DEMO_UNCONFINED = "demo_unconfined"
+#: how to install bubblewrap, for messages that end "... until you install bubblewrap: "
 BWRAP_INSTALL = (
-    "install bubblewrap to confine them: `apt-get install bubblewrap` (Debian, Ubuntu), "
-    "`dnf install bubblewrap` (Fedora), `pacman -S bubblewrap` (Arch)"
+    "`apt-get install bubblewrap` (Debian, Ubuntu), `dnf install bubblewrap` (Fedora), "
+    "`pacman -S bubblewrap` (Arch); see ops/RUNBOOK.md, Sandbox"
 )
 
 
