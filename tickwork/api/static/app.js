@@ -304,7 +304,7 @@
   function eventSummary(event) {
     const d = event.data || {};
     const parts = [];
-    for (const key of ["step", "call_id", "name", "decision", "approver", "status", "error_code", "message", "by", "parent_id"]) {
+    for (const key of ["step", "call_id", "name", "decision", "approver", "status", "outcome", "error_code", "message", "by", "parent_id"]) {
       if (d[key] !== undefined && d[key] !== null && d[key] !== "") parts.push(`${key}=${d[key]}`);
     }
     if (Array.isArray(d.calls)) parts.push(`calls=${d.calls.join(",")}`);
