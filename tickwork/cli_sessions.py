@@ -274,8 +274,9 @@ def watch(
             views.emit({"head": views.head(head), "events": seen, "timed_out": False})
             return
         view = views.session(store.load(session_id))
+    outcome = view["head"]["outcome"]
     render.show(
-        Text(f"session {session_id} is {head.status.value}"),
+        Text(f"session {session_id} is {head.status.value}" + (f": {outcome}" if outcome else "")),
         *render.outcome(view["head"], view["steps"]),
     )
 

@@ -1,6 +1,6 @@
 """Honest outcomes (issue 22): a repair for each outcome (repaired, tests_failing,
 tests_not_run through a test command not found, no_changes) run by a real worker, each seen
-in `tickwork ls` (its column and `--outcome`), `tickwork show`, the API's JSON (a session,
+in `tickwork ls` (its column and `--outcome`), `show`, `watch`, the API's JSON (a session,
 the list and its `?outcome=` filter), the `completed` event, the metric and the page; and a
 session without an outcome (another kind) shown as `-` everywhere, never an error."""
 
@@ -110,6 +110,9 @@ def test_each_outcome_is_recorded_and_seen_in_the_api_ls_show_and_events(
         shown = cli.inline("show", session_id).stdout
         assert re.search(rf"^outcome\s+{outcome}\s*$", shown, re.MULTILINE), shown
         assert cli.inline("show", session_id, "--json").json()["head"]["outcome"] == outcome
+        watched = cli.inline("watch", session_id).stdout
+        assert f"session {session_id} is completed: {outcome}" in watched
+        assert f"outcome={outcome}" in watched  # the completed event's line
     (row,) = [line for line in table.splitlines() if other in line]
     assert re.search(r"\bcompleted\s+-\s", row), row
     assert re.search(r"^outcome\s+-\s*$", cli.inline("show", other).stdout, re.MULTILINE)
