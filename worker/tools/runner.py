@@ -15,6 +15,9 @@
   back after; a worker running as another user runs bwrap in a user namespace as itself;
 - limits (prlimit): CPU seconds, address space, processes, file size, no core files; the
   output is capped while it is read.
+
+Where bubblewrap cannot run, commands are refused (`SandboxUnavailable`), except those of
+the session `tickwork demo` makes from its own shipped example (`sandbox_for`).
 """
 
 from __future__ import annotations
