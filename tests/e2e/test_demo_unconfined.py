@@ -20,6 +20,7 @@ from fsm.errors import InvalidInput, SandboxUnavailable
 from store import make_engine, open_store
 from tests.e2e.conftest import Cli, Deployment
 from tests.e2e.test_demo import ROOT, env
+from worker.tools import runner
 from worker.tools.runner import DEMO_UNCONFINED, Sandbox, run_sandboxed, sandbox_for
 
 DEMO_SCRIPT = ROOT / "examples" / "repair_demo.json"
@@ -90,6 +91,7 @@ def test_only_the_demos_flag_lets_a_session_run_unconfined(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("PATH", without_bwrap(tmp_path))
+    monkeypatch.setattr(runner, "_working", set())  # forget sandboxes that worked before
     sandbox = Sandbox()
     work = tmp_path / "work"
     work.mkdir()
