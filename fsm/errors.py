@@ -44,6 +44,10 @@ class CallNotFound(TickworkError, LookupError):
     """The session has no tool call with that id: see `tickwork show SESSION`."""
 
 
+class NoPatch(TickworkError, LookupError):
+    """The session has no patch: it changed no files, or its job kind has none."""
+
+
 class IllegalTransition(TickworkError):
     """The session is not in a state where that can happen."""
 

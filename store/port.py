@@ -56,6 +56,7 @@ class Store(Protocol):
         status: str | Sequence[str] = (),
         kind: str | None = None,
         error_code: str | None = None,
+        outcome: str | None = None,
         limit: int = 50,
         offset: int = 0,
     ) -> list[Head]:

@@ -6,6 +6,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from fsm.outcomes import outcome_of
 from fsm.values import (
     Budgets,
     CallState,
@@ -61,6 +62,7 @@ MUTABLE_HEAD = (
     "error_message",
     "final_answer",
     "result",
+    "outcome",
     "awaiting",
 )
 
@@ -133,6 +135,7 @@ def head_changes(head: Head) -> dict[str, Any]:
             "error_message": head.error_message,
             "final_answer": head.final_answer,
             "result": head.result,
+            "outcome": outcome.value if (outcome := outcome_of(head.result)) else None,
             "awaiting": list(head.awaiting),
         }
     )

@@ -97,11 +97,15 @@ sessions = Table(
     Column("lease_owner", String(200)),
     Column("lease_expires_at", UTCDateTime),
     Column("submitted_by", String(200), nullable=False, server_default=text("''")),
+    # what a finished repair achieved (fsm/outcomes.py), kept from `result` for `ls
+    # --outcome`; NULL for other kinds and sessions stored before it (0011_outcome)
+    Column("outcome", String(32)),
     # the lists are newest first by created_at (0007_yeardata)
     Index(None, "status", "created_at"),
     Index(None, "kind", "created_at"),
     Index(None, "created_at"),
     Index(None, "parent_id"),
+    Index(None, "outcome", "created_at"),
     # retention's scan: the finished sessions of a status, oldest first (0008_lifecycle)
     Index(
         "ix_tickwork_sessions_finished",

@@ -174,6 +174,7 @@ class CoreStore:
         status: str | Sequence[str] = (),
         kind: str | None = None,
         error_code: str | None = None,
+        outcome: str | None = None,
         limit: int = 50,
         offset: int = 0,
     ) -> list[Head]:
@@ -186,6 +187,8 @@ class CoreStore:
             query = query.where(sessions.c.kind == kind)
         if error_code:
             query = query.where(sessions.c.error_code == error_code)
+        if outcome:
+            query = query.where(sessions.c.outcome == outcome)
         query = query.order_by(sessions.c.created_at.desc(), sessions.c.id).limit(limit)
         with self.engine.connect() as conn:
             return [rows.head_from_row(r) for r in conn.execute(query.offset(offset)).mappings()]

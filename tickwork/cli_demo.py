@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.panel import Panel
 from rich.prompt import Confirm, Prompt
 from rich.syntax import Syntax
 from rich.text import Text
@@ -117,7 +118,11 @@ def demo(
         if session_id is None:
             workspace = prepare_demo_workspace(settings.state_dir)
             spec = model or f"scripted:{DEMO_SCRIPT}"
-            head = ctx.client.submit("repair", demo_input(workspace), model=spec)
+            # our own example and scripted model may run unconfined where bubblewrap cannot
+            from worker.tools.runner import DEMO_UNCONFINED
+
+            own = {DEMO_UNCONFINED: True} if model is None else {}
+            head = ctx.client.submit("repair", demo_input(workspace), model=spec, own_config=own)
             marker.write_text(head.id)
             session_id = head.id
             render.show(
@@ -134,6 +139,7 @@ def demo(
                         style="dim",
                     )
                 )
+        _sandbox_banner(ctx, session_id)
         worker = _start_worker(folder / "worker.log")
         try:
             _follow(ctx, session_id, yes=yes, deadline=time.monotonic() + timeout, worker=worker)
@@ -149,6 +155,32 @@ def demo(
         finally:
             _stop(worker)
         _finish(ctx, session_id, settings.state_dir)
+
+
+def _sandbox_banner(ctx: Context, session_id: str) -> None:
+    """Say plainly when the sandbox cannot run here: the demo's own session then runs its
+    commands unconfined; any other session's (a real model's) are refused."""
+    from worker.tools.runner import BWRAP_INSTALL, DEMO_UNCONFINED, check, sandbox_of
+
+    sandbox = sandbox_of(ctx.settings)
+    why = None if sandbox.mode == "none" else check(sandbox)
+    if why is None:
+        return
+    if ctx.store.get(session_id).config.get(DEMO_UNCONFINED) is True:
+        lines = (
+            f"NO SANDBOX: {why}.",
+            "The demo runs its own shipped example (a copy of examples/buggy_calc, driven by "
+            "a scripted model whose replies were written in advance) UNCONFINED on this "
+            "machine, as your user.",
+            f"Every other session's commands are refused until the sandbox runs: {BWRAP_INSTALL}.",
+        )
+    else:
+        lines = (
+            f"NO SANDBOX: {why}.",
+            "This session's commands will be refused (only the demo's own scripted example "
+            f"runs without the sandbox) until you install bubblewrap: {BWRAP_INSTALL}.",
+        )
+    render.show(Panel(Text("\n".join(lines)), style="bold yellow", title="sandbox"))
 
 
 def _resumable(ctx: Context, marker: Path, yes: bool) -> str | None:
@@ -422,6 +454,8 @@ def _finish(ctx: Context, session_id: str, state_dir: Path) -> None:
                 style="green" if tests.get("passed") else "red",
             )
         )
+    if result.get("outcome"):
+        render.show(Text.assemble("outcome: ", render.outcome_text(str(result["outcome"]))))
     if head.error_code:
         render.show(Text(f"{head.error_code.value}: {head.error_message}", style="red"))
     copy = Path(str((head.config.get("source") or {}).get("path", "")))

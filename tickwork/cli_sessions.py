@@ -12,6 +12,7 @@ import typer
 from rich.text import Text
 
 from fsm.errors import SessionNotFound
+from fsm.outcomes import Outcome
 from fsm.values import ErrorCode, Head, Session, Status
 
 from . import options, render, views
@@ -150,6 +151,14 @@ def list_sessions(
         ErrorCode | None,
         typer.Option(help="Only failed sessions with this code.", case_sensitive=False),
     ] = None,
+    outcome: Annotated[
+        Outcome | None,
+        typer.Option(
+            help="Only finished repairs with this outcome: repaired, tests_failing, "
+            "tests_not_run or no_changes.",
+            case_sensitive=False,
+        ),
+    ] = None,
     limit: Annotated[int, typer.Option(min=1, help="At most this many.")] = 50,
     json_output: options.Json = False,
 ) -> None:
@@ -159,6 +168,7 @@ def list_sessions(
             status=[s.value for s in status or ()],
             kind=kind,
             error_code=error_code.value if error_code else None,
+            outcome=outcome.value if outcome else None,
             limit=limit,
         )
     found = [views.head(h) for h in heads]
@@ -264,8 +274,9 @@ def watch(
             views.emit({"head": views.head(head), "events": seen, "timed_out": False})
             return
         view = views.session(store.load(session_id))
+    outcome = view["head"]["outcome"]
     render.show(
-        Text(f"session {session_id} is {head.status.value}"),
+        Text(f"session {session_id} is {head.status.value}" + (f": {outcome}" if outcome else "")),
         *render.outcome(view["head"], view["steps"]),
     )
 
@@ -393,13 +404,14 @@ def patch(
         ),
     ] = None,
 ) -> None:
-    """Print a repair session's patch against its source (or apply it to DIR)."""
+    """Print a repair session's patch against its source (or apply it to DIR); exits 1,
+    saying why, if it has none."""
     with Context() as ctx:
         if bundle is not None:
             branch = ctx.client.bundle(session_id, bundle.expanduser())
             typer.echo(f"wrote {bundle}: git fetch {bundle} {branch}")
             return
-        text = ctx.client.patch(session_id)
+        text = ctx.client.patch(session_id, required=True)
     if apply is None:
         typer.echo(text, nl=False)
         return

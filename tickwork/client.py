@@ -23,6 +23,7 @@ from fsm.errors import (
     ConfigurationError,
     InvalidBudget,
     InvalidInput,
+    NoPatch,
     SessionNotFound,
     UnpricedModel,
 )
@@ -91,20 +92,23 @@ class Tickwork:
             max_bytes=self.settings.workspaces_max_bytes,
         )
 
-    def patch(self, session_id: str) -> str:
+    def patch(self, session_id: str, *, required: bool = False) -> str:
         """The patch from the session's source to its files as stored now (its result's
-        patch once it has finished)."""
+        patch once it has finished): "" if it changed nothing, or with `required`
+        `NoPatch` saying why; `NoPatch` for a session without files (another job kind)."""
         head = self.store.get(session_id)
         stored = head.result.get("patch")
         if isinstance(stored, str) and not head.result.get("patch_truncated"):
-            return stored
-        if session_files(head) is None:
-            raise InvalidInput(
-                f"session {session_id} has no stored files (a {head.kind} job); it has no patch"
-            )
-        from worker.jobs.repair import session_patch
+            text = stored
+        elif session_files(head) is None:
+            raise NoPatch(f"session {session_id} has no patch: a {head.kind} job has no files")
+        else:
+            from worker.jobs.repair import session_patch
 
-        return session_patch(head, self.files)[0]
+            text = session_patch(head, self.files)[0]
+        if not text and required:
+            raise NoPatch(f"session {session_id} has no patch: {_unchanged(head)}")
+        return text
 
     def bundle(self, session_id: str, dest: Path) -> str:
         """A git bundle at `dest` holding the branch `tickwork/<session_id>`: the source's
@@ -186,6 +190,7 @@ class Tickwork:
         price: PriceLike | None = None,
         trusted: bool = True,
         submitted_by: str | None = None,
+        own_config: Mapping[str, Any] | None = None,
     ) -> Head:
         """Store a new session of job kind `kind` and enqueue its first tick.
 
@@ -194,13 +199,18 @@ class Tickwork:
         no price is refused while it has a cost budget: pass a price, or `max_cost_usd=0`.
         `trusted=False` marks a submission from outside (the HTTP API): the kind's `prepare`
         then refuses local paths outside `TICKWORK_WORKSPACE_ROOTS`. `submitted_by` is
-        recorded on the session [default: the login name].
+        recorded on the session [default: the login name]. `own_config` adds to the session's
+        configuration what only tickwork's own commands set (the demo's
+        `demo_unconfined`); neither the API nor `tickwork submit` passes it.
         """
         by = _login() if submitted_by is None else submitted_by.strip()
         if len(by) > 200:
             raise InvalidInput("submitted_by is longer than 200 characters")
         job = self.jobs.get(kind)
+        if own_config and not trusted:
+            raise InvalidInput("a submission from outside cannot set the session's config")
         config = self._prepare(job.prepare, dict(input or {}), trusted=trusted)
+        config.update(own_config or {})
         spec = model or self.settings.model or str(config.pop("default_model", ""))
         if not spec:
             raise InvalidInput(
@@ -485,6 +495,17 @@ class Tickwork:
         self, *, by: str = "code", since: datetime | None = None
     ) -> list[dict[str, Any]]:
         return self.store.dead_letter_stats(by=by, since=since)
+
+
+def _unchanged(head: Head) -> str:
+    """Why a session's patch is empty, in a few words."""
+    if head.status.terminal:
+        outcome = head.result.get("outcome")
+        error = head.result.get("patch_error")
+        if error:
+            return f"it could not be made ({error})"
+        return f"it changed no files ({head.status.value}{f', {outcome}' if outcome else ''})"
+    return f"it has changed no files yet ({head.status.value}, step {head.step})"
 
 
 def _given_price(spec: str, price: PriceLike) -> Price:

@@ -116,6 +116,20 @@ def status(value: str) -> Text:
     return Text(value, style=STATUS_STYLE.get(value, ""))
 
 
+#: how each outcome of a finished repair shows (fsm/outcomes.py)
+OUTCOME_STYLE = {
+    "repaired": "green",
+    "tests_failing": "red",
+    "tests_not_run": "red",
+    "no_changes": "yellow",
+}
+
+
+def outcome_text(value: str | None) -> Text:
+    """A session's outcome, or `-` for none (another kind, still running, or stored before)."""
+    return Text(value, style=OUTCOME_STYLE.get(value, "")) if value else Text("-", style="dim")
+
+
 def compact(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
@@ -128,7 +142,7 @@ def sessions_table(heads: Iterable[Mapping[str, Any]]) -> Table:
         padding=(0, 1, 0, 0),
     )
     # ids stay whole so they can be copied; kind and note fold to fit
-    for name in ("ID", "STATUS", "STEP", "TOKENS", "COST", "CREATED", "KIND", "NOTE"):
+    for name in ("ID", "STATUS", "OUTCOME", "STEP", "TOKENS", "COST", "CREATED", "KIND", "NOTE"):
         table.add_column(
             name,
             no_wrap=name not in ("KIND", "NOTE"),
@@ -147,6 +161,7 @@ def sessions_table(heads: Iterable[Mapping[str, Any]]) -> Table:
         table.add_row(
             Text(h["id"]),
             status(h["status"]),
+            outcome_text(h.get("outcome")),
             str(h["step"]),
             f"{h['tokens']:,}",
             f"${h['cost_usd']:.4f}",
@@ -207,6 +222,7 @@ def _header(
     rows: list[tuple[str, RenderableType]] = [
         ("session", Text(h["id"])),
         ("status", status(h["status"])),
+        ("outcome", outcome_text(h.get("outcome"))),
         ("kind", Text(h["kind"])),
         ("model", Text(h["model"])),
         ("submitted by", Text(h.get("submitted_by") or "(not recorded)")),

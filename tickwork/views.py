@@ -20,7 +20,14 @@ def emit(document: Any) -> None:
 
 
 def head(value: Head) -> dict[str, Any]:
-    return value.model_dump(mode="json")
+    """The head, with `outcome` (what a finished repair achieved; None for other kinds and
+    for sessions stored before outcomes) beside its status."""
+    from fsm.outcomes import outcome_of
+
+    found = outcome_of(value.result)
+    data = value.model_dump(mode="json")
+    data["outcome"] = found.value if found else None
+    return data
 
 
 def event(event_id: int | None, value: Event) -> dict[str, Any]:

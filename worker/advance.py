@@ -25,7 +25,7 @@ from fsm.errors import (
     ModelError,
 )
 from fsm.machine import Change, RunTool
-from fsm.values import ErrorCode, Head, Status, idempotency_key
+from fsm.values import ErrorCode, Event, EventKind, Head, Status, idempotency_key
 from store import Claimed
 from store.files import FileChange
 
@@ -331,10 +331,25 @@ def _think(rt: Runtime, claimed: Claimed, files: TickFiles, notes: _Notes) -> Ch
         result = _finish(job.finish, change.head, files)
         change = change.model_copy(
             update={
-                "head": change.head.model_copy(update={"result": {**change.head.result, **result}})
+                "head": change.head.model_copy(update={"result": {**change.head.result, **result}}),
+                "events": _with_outcome(change.events, result),
             }
         )
     return change
+
+
+def _with_outcome(events: tuple[Event, ...], result: dict[str, Any]) -> tuple[Event, ...]:
+    """The `completed` event says what the job achieved (a repair's outcome), so whoever
+    follows the events (`watch`, the page's stream) learns it with the end."""
+    outcome = result.get("outcome")
+    if not isinstance(outcome, str):
+        return events
+    return tuple(
+        e.model_copy(update={"data": {**e.data, "outcome": outcome}})
+        if e.kind is EventKind.COMPLETED
+        else e
+        for e in events
+    )
 
 
 def _model_failed(

@@ -26,8 +26,10 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, multiproces
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import REGISTRY, Collector
 
-from fsm.values import ErrorCode, EventKind, Status
+from fsm.outcomes import NONE_LABEL, outcome_of
+from fsm.values import ErrorCode, EventKind, Head, Status
 
+from .report import Outcome as TickOutcome
 from .settings import MetricsSettings
 
 if TYPE_CHECKING:
@@ -78,6 +80,12 @@ DEAD_LETTERS_RECEIVED = Counter(
     "Dead-letter messages a worker consumed from the dead-letter queue, by error code",
     ["code"],
 )
+SESSIONS_COMPLETED = Counter(
+    "tickwork_sessions_completed",
+    "Sessions that completed, by outcome (a repair's: repaired, tests_failing, tests_not_run, "
+    "no_changes; none for other kinds)",
+    ["outcome"],
+)
 WEBHOOKS = Counter(
     "tickwork_webhook_deliveries",
     "Approval webhook cards by outcome (delivered; failed: given up; dropped: the session "
@@ -113,6 +121,15 @@ class TickMetrics:
         TICK_SECONDS.labels(*labels).observe(report.seconds)
         if report.change is not None:
             count_change(report.change, self.providers)
+            if report.outcome is TickOutcome.SAVED:
+                count_completed(report.change.head)
+
+
+def count_completed(head: Head) -> None:
+    """One session saved as completed, by its outcome (a bounded label: the four, or none)."""
+    if head.status is Status.COMPLETED:
+        found = outcome_of(head.result)
+        SESSIONS_COMPLETED.labels(found.value if found else NONE_LABEL).inc()
 
 
 def count_change(change: Change, providers: Providers) -> None:

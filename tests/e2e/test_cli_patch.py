@@ -51,7 +51,8 @@ def test_a_repair_from_a_repository_gives_a_patch_to_apply(
         shown = cli("show", sid).stdout
         assert f"file://{repo} at main ({commit[:12]})" in shown
         assert "make add add" in shown and "from calc import add" in shown
-        assert cli("patch", sid).stdout == ""  # nothing changed yet
+        # nothing changed yet: one line on stderr, and a non-zero exit
+        cli("patch", sid, ok=False).error(1, sid, "has no patch", "no files yet")
         deployment.client.approve(sid, "s1c0", approver="alice")
         done = deployment.client.wait(sid, timeout=60)
     assert done.status.value == "completed", done.error_message

@@ -24,6 +24,7 @@ from store.schema import calls, observations, outbox, steps
 from tests.conftest import Clock
 from tests.store.conftest import (
     awaiting_calls,
+    claim,
     count_rows,
     decision,
     execute,
@@ -32,6 +33,7 @@ from tests.store.conftest import (
     run_step,
     table_rows,
     think,
+    think_change,
 )
 
 
@@ -181,6 +183,33 @@ def test_list_sessions_filters_by_status_kind_and_error_code_newest_first(
     assert ids(kind="review", status=["failed"]) == []
     assert ids(limit=2) == ["d", "c"]
     assert ids(limit=2, offset=2) == ["b", "a"]
+
+
+def test_list_sessions_filters_by_the_outcome_a_completing_save_records(
+    store: Store, clock: Clock
+) -> None:
+    """The outcome a job's finish puts in the result is stored by the save (both write
+    paths) and filters the list; a session without one has none (an earlier version's)."""
+    for session_id, outcome in (("r", "repaired"), ("f", "tests_failing"), ("o", None)):
+        store.create(new_session(session_id, now=clock.advance(1)), now=clock())
+        claimed = claim(store, session_id, now=clock.advance(1), owner="worker-1")
+        change = think_change(claimed, reply(content="done"), now=clock())
+        assert change.head.status is Status.COMPLETED
+        result = {"patch": "", "outcome": outcome} if outcome else {"patch": ""}
+        change = change.model_copy(
+            update={"head": change.head.model_copy(update={"result": result})}
+        )
+        store.save(change, version=claimed.head.version, owner="worker-1", now=clock())
+
+    def ids(outcome: str) -> list[str]:
+        return [h.id for h in store.list_sessions(outcome=outcome)]
+
+    assert ids("repaired") == ["r"]
+    assert ids("tests_failing") == ["f"]
+    assert ids("no_changes") == []
+    assert [h.id for h in store.list_sessions(status=["completed"])] == ["o", "f", "r"]
+    assert store.get("r").result["outcome"] == "repaired"
+    assert "outcome" not in store.get("o").result
 
 
 def test_events_after_resumes_after_an_id(store: Store, clock: Clock, session_id: str) -> None:

@@ -46,7 +46,7 @@ MEANINGS = {
     400: "The request could not be parsed",
     401: "No token, or not a valid one",
     403: "The token's roles do not allow this",
-    404: "No such session, call or dead letter",
+    404: "No such session, call, dead letter or patch",
     409: "Not now: already decided (who, when), the arguments changed, the session is "
     "finished, or the id is taken",
     413: "The body is over TICKWORK_API_MAX_BODY_BYTES",

@@ -6,9 +6,12 @@ import functools
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request
+from fastapi.responses import PlainTextResponse
+from pydantic import Field
 from sqlalchemy.exc import IntegrityError
 
 from fsm.errors import AlreadyDecided, InvalidInput
+from fsm.outcomes import Outcome, outcome_of
 from fsm.values import ErrorCode, EventKind, Head, Session, Status
 from tickwork import views
 from tickwork.client import SESSION_ID, Tickwork
@@ -77,8 +80,21 @@ def submit(body: bodies.Submit, client: Client, request: Request, who: Submitter
         raise
 
 
+class Listed(Head):
+    """A session's head in a list, with what a finished repair achieved."""
+
+    outcome: Outcome | None = Field(
+        default=None,
+        description="A completed repair's outcome; null for other kinds, unfinished sessions "
+        "and sessions stored before outcomes were recorded.",
+    )
+
+
 @router.get(
-    "/sessions", response_model=list[Head], tags=["sessions"], summary="List sessions, newest first"
+    "/sessions",
+    response_model=list[Listed],
+    tags=["sessions"],
+    summary="List sessions, newest first",
 )
 def list_sessions(
     client: Client,
@@ -86,16 +102,21 @@ def list_sessions(
     status: Annotated[list[Status] | None, Query(description="Repeatable.")] = None,
     kind: Annotated[str | None, Query(max_length=200)] = None,
     error_code: ErrorCode | None = None,
+    outcome: Annotated[
+        Outcome | None, Query(description="Only completed repairs with this outcome.")
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     offset: Annotated[int, Query(ge=0, le=MAX_INT)] = 0,
-) -> list[Head]:
-    return client.sessions(
+) -> list[Listed]:
+    heads = client.sessions(
         status=[s.value for s in status or ()],
         kind=kind,
         error_code=error_code.value if error_code else None,
+        outcome=outcome.value if outcome else None,
         limit=limit,
         offset=offset,
     )
+    return [Listed.model_construct(**dict(h), outcome=outcome_of(h.result)) for h in heads]
 
 
 @router.get(
@@ -106,6 +127,21 @@ def list_sessions(
 )
 def show(session_id: SessionId, client: Client, who: Reader) -> dict[str, Any]:
     return views.session(client.load(session_id))
+
+
+@router.get(
+    "/sessions/{session_id}/patch",
+    tags=["sessions"],
+    summary="The session's patch against its source (the text of `tickwork patch`)",
+    response_model=None,
+    responses={
+        200: {"content": {"text/x-diff": {}}, "description": "A git-style unified diff"},
+        **documented(404),
+    },
+)
+def patch(session_id: SessionId, client: Client, who: Reader) -> PlainTextResponse:
+    """404 `no_patch`, saying why, when the session changed no files or has none."""
+    return PlainTextResponse(client.patch(session_id, required=True), media_type="text/x-diff")
 
 
 @router.get(

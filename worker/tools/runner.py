@@ -15,6 +15,9 @@
   back after; a worker running as another user runs bwrap in a user namespace as itself;
 - limits (prlimit): CPU seconds, address space, processes, file size, no core files; the
   output is capped while it is read.
+
+Where bubblewrap cannot run, commands are refused (`SandboxUnavailable`), except those of
+the session `tickwork demo` makes from its own shipped example (`sandbox_for`).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import sys
 import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -167,6 +170,31 @@ def check(sandbox: Sandbox) -> str | None:
         return "commands would run as root inside the sandbox; set TICKWORK_SANDBOX_UID"
     _working.add(sandbox)
     return None
+
+
+#: the session config key only `tickwork demo` sets, on the session it creates from its own
+#: shipped example and scripted model: on a machine where bubblewrap cannot run, that
+#: session's commands run unconfined (the demo says so in a banner); every other session's
+#: are refused. A job's input cannot set it (`prepare` takes only its own keys) and the
+#: API and `tickwork submit` never do.
+DEMO_UNCONFINED = "demo_unconfined"
+#: how to install bubblewrap, for messages that end "... until you install bubblewrap: "
+BWRAP_INSTALL = (
+    "`apt-get install bubblewrap` (Debian, Ubuntu), `dnf install bubblewrap` (Fedora), "
+    "`pacman -S bubblewrap` (Arch); see ops/RUNBOOK.md, Sandbox"
+)
+
+
+def sandbox_for(config: Mapping[str, object], sandbox: Sandbox) -> Sandbox:
+    """The sandbox a session's commands run in: `sandbox`, except for the demo's own session
+    (`DEMO_UNCONFINED`) on a machine where it cannot run: then on the host, unconfined."""
+    if config.get(DEMO_UNCONFINED) is not True or sandbox.mode == "none":
+        return sandbox
+    why = check(sandbox)
+    if why is None:
+        return sandbox
+    log.warning("the demo's shipped session runs its commands UNCONFINED: %s", why)
+    return replace(sandbox, mode="none")
 
 
 def describe(sandbox: Sandbox) -> str:

@@ -272,18 +272,30 @@
   async function sessionsView() {
     const params = new URLSearchParams(location.hash.split("?")[1] || "");
     const chosen = params.get("status") || "";
-    const select = el("select", { id: "status-filter", onchange: () => {
-      location.hash = select.value ? `#/sessions?status=${select.value}` : "#/sessions";
-    } }, ["", "ready", "executing", "waiting_approval", "completed", "failed", "cancelled"].map(
-      (s) => el("option", { value: s, selected: s === chosen }, s ? label(s) : "any status")));
-    const heads = await api(`/sessions?limit=100${chosen ? `&status=${enc(chosen)}` : ""}`);
+    const chosenOutcome = params.get("outcome") || "";
+    const go = () => {
+      const query = new URLSearchParams();
+      if (select.value) query.set("status", select.value);
+      if (outcomes.value) query.set("outcome", outcomes.value);
+      location.hash = query.toString() ? `#/sessions?${query}` : "#/sessions";
+    };
+    const select = el("select", { id: "status-filter", onchange: go },
+      ["", "ready", "executing", "waiting_approval", "completed", "failed", "cancelled"].map(
+        (s) => el("option", { value: s, selected: s === chosen }, s ? label(s) : "any status")));
+    const outcomes = el("select", { id: "outcome-filter", onchange: go }, ["", ...OUTCOMES].map(
+      (o) => el("option", { value: o, selected: o === chosenOutcome }, o ? label(o) : "any outcome")));
+    const query = new URLSearchParams({ limit: "100" });
+    if (chosen) query.set("status", chosen);
+    if (chosenOutcome) query.set("outcome", chosenOutcome);
+    const heads = await api(`/sessions?${query}`);
     main.replaceChildren(
-      el("div", { class: "bar" }, el("h2", {}, "Sessions"), select),
+      el("div", { class: "bar" }, el("h2", {}, "Sessions"), select, outcomes),
       heads.length ? el("table", { id: "sessions" },
-        el("thead", {}, el("tr", {}, ["id", "status", "kind", "model", "step", "cost", "updated"].map((h) => el("th", {}, h)))),
-        el("tbody", {}, heads.map((h) => el("tr", {},
+        el("thead", {}, el("tr", {}, ["id", "status", "outcome", "kind", "model", "step", "cost", "updated"].map((h) => el("th", {}, h)))),
+        el("tbody", {}, heads.map((h) => el("tr", { dataset: { session: h.id } },
           el("td", {}, el("a", { href: `#/sessions/${enc(h.id)}` }, h.id)),
-          el("td", {}, badge(h.status)), el("td", {}, h.kind), el("td", {}, h.model),
+          el("td", {}, badge(h.status)), el("td", { class: "outcome" }, outcomeBadge(h.outcome)),
+          el("td", {}, h.kind), el("td", {}, h.model),
           el("td", {}, h.step), el("td", {}, `$${h.cost_usd.toFixed(4)}`),
           el("td", {}, ago(h.updated_at))))))
         : el("p", { class: "muted" }, "No sessions match."));
@@ -292,7 +304,7 @@
   function eventSummary(event) {
     const d = event.data || {};
     const parts = [];
-    for (const key of ["step", "call_id", "name", "decision", "approver", "status", "error_code", "message", "by", "parent_id"]) {
+    for (const key of ["step", "call_id", "name", "decision", "approver", "status", "outcome", "error_code", "message", "by", "parent_id"]) {
       if (d[key] !== undefined && d[key] !== null && d[key] !== "") parts.push(`${key}=${d[key]}`);
     }
     if (Array.isArray(d.calls)) parts.push(`calls=${d.calls.join(",")}`);
@@ -316,8 +328,17 @@
           call.observation.content) : null))));
   }
 
+  // what a finished repair achieved (fsm/outcomes.py); "–" for none
+  const OUTCOMES = ["repaired", "tests_failing", "tests_not_run", "no_changes"];
+
+  function outcomeBadge(outcome) {
+    return outcome ? el("span", { class: `badge outcome ${outcome}`, dataset: { outcome } }, label(outcome))
+      : el("span", { class: "muted", dataset: { outcome: "" } }, "–");
+  }
+
   function headSummary(head) {
     return el("div", { class: "summary" },
+      el("p", { id: "outcome" }, "Outcome: ", outcomeBadge(head.outcome)),
       el("p", { class: "meta" },
         `${head.kind} · ${head.model} · submitted by ${head.submitted_by || "–"} · step ${head.step} · ` +
         `${head.tokens} tokens · $${head.cost_usd.toFixed(4)}`,

@@ -6,7 +6,8 @@ files are never changed and every worker can reach them. The session works on it
 (`worker/workspaces.py`) with the toolkit of `toolkit.py`. `finish` diffs the session's
 final files against the source, both read from the store (git-style unified diff: new and
 deleted files too; binary files and files over 5 MB show as `Binary files ... differ`),
-then runs the test command once more and records whether it passes.
+then runs the test command once more and records whether it passes, and the session's
+`outcome` (`fsm/outcomes.py`: repaired, tests_failing, tests_not_run, no_changes).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fsm.errors import ArtifactsUnavailable, ConfigurationError, InvalidInput
+from fsm.outcomes import NOT_FOUND_EXIT_CODES, repair_outcome
 from fsm.values import Head
 from store.artifacts import Artifacts
 from store.files import Manifest, parse_entry
@@ -294,13 +296,21 @@ def run_final_tests(head: Head, workspace: Path) -> dict[str, Any]:
         sandbox=sandbox_of(settings),
     )
     output = result.describe()
-    return {
+    record: dict[str, Any] = {
         "command": command,
         "exit_code": result.exit_code,
         "passed": result.exit_code == 0,
         "timed_out": result.timed_out,
         "output": output[-MAX_TEST_OUTPUT_CHARS:],
     }
+    if result.killed:
+        record["killed"] = result.killed
+    if result.exit_code in NOT_FOUND_EXIT_CODES:
+        record["not_run"] = (
+            f"the shell could not find or execute the test command (exit {result.exit_code}): "
+            "is it installed in the session's environment?"
+        )
+    return record
 
 
 def session_patch(head: Head, workspaces: Any) -> tuple[str, list[str]]:
@@ -341,8 +351,19 @@ def finish(head: Head, *, files: TickFiles) -> dict[str, Any]:
             "exit_code": None,
             "passed": False,
             "error": f"{type(exc).__name__}: {exc}",
+            "not_run": str(exc),
         }
+    result["outcome"] = repair_outcome(
+        patch=result.get("patch"), tests=result.get("tests"), setup_failed=_setup_failed(result)
+    ).value
     return result
+
+
+def _setup_failed(result: Mapping[str, Any]) -> bool:
+    """The ENV_SETUP hook: whether the session's environment could not be built. Environments
+    (issue 22) record theirs under `environment` with `failed: true`; until then, never."""
+    environment = result.get("environment")
+    return isinstance(environment, Mapping) and environment.get("failed") is True
 
 
 REPAIR = JobKind(

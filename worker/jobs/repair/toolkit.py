@@ -20,7 +20,7 @@ from worker.settings import load_settings
 from worker.tools import patches
 from worker.tools.commands import command_needs_approval
 from worker.tools.registry import Tool, ToolContext, ToolRegistry, tool
-from worker.tools.runner import Sandbox, run_sandboxed, sandbox_of
+from worker.tools.runner import Sandbox, run_sandboxed, sandbox_for, sandbox_of
 from worker.tools.sandbox import is_inside, relative, resolve, workspace_root, write_text
 from worker.tools.shell import ShellResult, Stop, command_env
 
@@ -252,7 +252,7 @@ def run_in_workspace(
         timeout_s=timeout_s,
         env=command_env({**dict(config.get("env") or {}), **env}),
         network=config.get("network") is True,
-        sandbox=sandbox or sandbox_of(load_settings()),
+        sandbox=sandbox_for(config, sandbox or sandbox_of(load_settings())),
         stop=stop,
     )
 

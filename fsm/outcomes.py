@@ -1,0 +1,79 @@
+"""What a finished repair session achieved: its `outcome` (issue 22).
+
+A session that finished is `completed` whatever it produced; the outcome says whether it
+repaired anything, so a list of sessions never shows a failed repair like a success:
+
+- `repaired`: the final test run passed and the patch is not empty;
+- `tests_failing`: the final tests ran and failed (or ran past their time limit, or were
+  killed for their output: they ran, and did not pass);
+- `tests_not_run`: the final tests could not run: the environment's setup failed, the
+  command was not found (exit 126 or 127 from the shell), or the sandbox could not start;
+- `no_changes`: the patch is empty (or could not be made: there is none to apply).
+
+When several apply, the first of this order wins:
+`tests_not_run` > `no_changes` > `tests_failing` > `repaired`.
+A run that proved nothing about the code says so first (fix the environment, then look
+at the rest); then an empty patch, whatever the tests say (nothing to review or apply:
+passing tests with no change means there was nothing to repair, failing ones that the
+session gave up); then a patch whose tests still fail.
+
+Sessions stored before outcomes existed have none: `outcome_of` gives None (shown `-`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from enum import StrEnum
+from typing import Any
+
+__all__ = ["NONE_LABEL", "NOT_FOUND_EXIT_CODES", "Outcome", "outcome_of", "repair_outcome"]
+
+
+class Outcome(StrEnum):
+    REPAIRED = "repaired"
+    TESTS_FAILING = "tests_failing"
+    TESTS_NOT_RUN = "tests_not_run"
+    NO_CHANGES = "no_changes"
+
+
+#: the shell's exit codes for a command it could not find (127) or not execute (126)
+NOT_FOUND_EXIT_CODES = frozenset({126, 127})
+#: the metric label of a completed session without an outcome (another job kind, or older)
+NONE_LABEL = "none"
+
+
+def tests_not_run(tests: Mapping[str, Any] | None) -> bool:
+    """Whether the final test run never got to run the tests."""
+    if not tests:
+        return True
+    if tests.get("not_run") or tests.get("error"):
+        return True
+    if tests.get("timed_out") or tests.get("killed"):
+        return False  # they ran, and were stopped: they did not pass
+    code = tests.get("exit_code")
+    return code is None or code in NOT_FOUND_EXIT_CODES
+
+
+def repair_outcome(
+    *, patch: str | None, tests: Mapping[str, Any] | None, setup_failed: bool = False
+) -> Outcome:
+    """The outcome of a repair from its patch (None: it could not be made) and its final
+    test run (`run_final_tests`' record); `setup_failed` when its environment could not be
+    built (the ENV_SETUP hook)."""
+    if setup_failed or tests_not_run(tests):
+        return Outcome.TESTS_NOT_RUN
+    if not patch:
+        return Outcome.NO_CHANGES
+    assert tests is not None  # tests_not_run said so otherwise
+    if tests.get("passed") is True and not tests.get("timed_out"):
+        return Outcome.REPAIRED
+    return Outcome.TESTS_FAILING
+
+
+def outcome_of(result: Mapping[str, Any] | None) -> Outcome | None:
+    """The outcome a session's result records, or None (none recorded, or not one we know)."""
+    value = (result or {}).get("outcome")
+    try:
+        return Outcome(value) if isinstance(value, str) else None
+    except ValueError:
+        return None

@@ -1,0 +1,77 @@
+"""A finished repair's outcome from its patch and its final test run (fsm/outcomes.py):
+each outcome, and the precedence when several apply."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from fsm.outcomes import Outcome, outcome_of, repair_outcome
+
+PATCH = "diff --git a/calc.py b/calc.py\n--- a/calc.py\n+++ b/calc.py\n"
+PASSED = {"command": "pytest -q", "exit_code": 0, "passed": True, "timed_out": False}
+FAILED = {"command": "pytest -q", "exit_code": 1, "passed": False, "timed_out": False}
+NOT_FOUND = {"command": "pytest -q", "exit_code": 127, "passed": False, "timed_out": False}
+NOT_EXECUTABLE = {"command": "./run", "exit_code": 126, "passed": False, "timed_out": False}
+TIMED_OUT = {"command": "pytest -q", "exit_code": None, "passed": False, "timed_out": True}
+KILLED = {"command": "pytest", "exit_code": None, "passed": False, "killed": "output over"}
+#: what `finish` records when the run raised (the sandbox could not start, files gone)
+NO_SANDBOX = {
+    "command": "pytest -q",
+    "exit_code": None,
+    "passed": False,
+    "error": "SandboxUnavailable: bubblewrap (bwrap) is not installed",
+    "not_run": "bubblewrap (bwrap) is not installed",
+}
+
+CASES: list[tuple[str, str | None, dict[str, Any] | None, bool, Outcome]] = [
+    ("passed with a patch", PATCH, PASSED, False, Outcome.REPAIRED),
+    ("failed with a patch", PATCH, FAILED, False, Outcome.TESTS_FAILING),
+    ("timed out: they ran and did not pass", PATCH, TIMED_OUT, False, Outcome.TESTS_FAILING),
+    ("killed for its output: they ran", PATCH, KILLED, False, Outcome.TESTS_FAILING),
+    ("command not found (127)", PATCH, NOT_FOUND, False, Outcome.TESTS_NOT_RUN),
+    ("command not executable (126)", PATCH, NOT_EXECUTABLE, False, Outcome.TESTS_NOT_RUN),
+    ("the sandbox could not run", PATCH, NO_SANDBOX, False, Outcome.TESTS_NOT_RUN),
+    ("no test run recorded", PATCH, None, False, Outcome.TESTS_NOT_RUN),
+    ("the environment's setup failed", PATCH, PASSED, True, Outcome.TESTS_NOT_RUN),
+    ("empty patch, tests pass", "", PASSED, False, Outcome.NO_CHANGES),
+    ("empty patch, tests fail", "", FAILED, False, Outcome.NO_CHANGES),
+    ("no patch could be made, tests pass", None, PASSED, False, Outcome.NO_CHANGES),
+    # tests_not_run comes before no_changes: the run proved nothing, say that first
+    ("empty patch, command not found", "", NOT_FOUND, False, Outcome.TESTS_NOT_RUN),
+    ("empty patch, setup failed", "", PASSED, True, Outcome.TESTS_NOT_RUN),
+]
+
+
+@pytest.mark.parametrize(
+    ("patch", "tests", "setup_failed", "expected"),
+    [case[1:] for case in CASES],
+    ids=[case[0] for case in CASES],
+)
+def test_the_outcome_of_a_repair(
+    patch: str | None, tests: dict[str, Any] | None, setup_failed: bool, expected: Outcome
+) -> None:
+    assert repair_outcome(patch=patch, tests=tests, setup_failed=setup_failed) is expected
+
+
+def test_every_outcome_is_reachable() -> None:
+    assert {case[-1] for case in CASES} == set(Outcome)
+
+
+@pytest.mark.parametrize(
+    ("result", "expected"),
+    [
+        ({"outcome": "repaired", "patch": PATCH}, Outcome.REPAIRED),
+        ({"outcome": "no_changes"}, Outcome.NO_CHANGES),
+        ({"patch": PATCH, "tests": PASSED}, None),  # stored before outcomes: none, not a guess
+        ({}, None),
+        (None, None),
+        ({"outcome": "fixed"}, None),  # not one we know
+        ({"outcome": 3}, None),
+    ],
+)
+def test_the_outcome_a_result_records(
+    result: dict[str, Any] | None, expected: Outcome | None
+) -> None:
+    assert outcome_of(result) is expected
