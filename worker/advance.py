@@ -16,7 +16,7 @@ from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from fsm import machine, transcript
+from fsm import budgets, machine, transcript
 from fsm.errors import (
     ArtifactsUnavailable,
     ClaimLost,
@@ -260,6 +260,8 @@ def _think(rt: Runtime, claimed: Claimed, files: TickFiles, notes: _Notes) -> Ch
     before = machine.start_think(head, now=rt.clock(), next_call=ahead)
     if isinstance(before, Change):
         return before
+    # the budget is a bound, not an estimate: the call may write no more than what is left
+    cap = budgets.completion_cap(head, ahead)
     job = rt.jobs.get(head.kind)
     tools = rt.jobs.tools(head.kind)
     model = rt.model(head.model)
@@ -268,7 +270,7 @@ def _think(rt: Runtime, claimed: Claimed, files: TickFiles, notes: _Notes) -> Ch
         reply = model.generate(
             messages,
             tools.schemas(head.config.get("tools")),
-            ModelSettings(timeout_s=rt.settings.model_timeout_s),
+            ModelSettings(timeout_s=rt.settings.model_timeout_s, max_tokens=cap.tokens),
         )
     except ModelError as exc:
         failed = machine.model_failed(
@@ -316,6 +318,7 @@ def _think(rt: Runtime, claimed: Claimed, files: TickFiles, notes: _Notes) -> Ch
         trace_id=uuid.uuid4().hex,
         recent=claimed.recent,
         rules=tools.rules(),
+        cut=_cut(cap, ahead),
     )
     notes.model = ModelCall(
         spec=head.model,
@@ -326,6 +329,7 @@ def _think(rt: Runtime, claimed: Claimed, files: TickFiles, notes: _Notes) -> Ch
         usage=reply.usage,
         cost_usd=cost,
         messages=tuple(messages),
+        max_tokens=cap.tokens,
     )
     if change.head.status is Status.COMPLETED and job.finish is not None:
         result = _finish(job.finish, change.head, files)
@@ -335,6 +339,18 @@ def _think(rt: Runtime, claimed: Claimed, files: TickFiles, notes: _Notes) -> Ch
             }
         )
     return change
+
+
+def _cut(cap: budgets.Cap, ahead: budgets.NextCall) -> budgets.Exhausted | None:
+    """What a reply cut off at `cap` fails the session with, if a budget set the cap."""
+    if cap.code is None:
+        return None
+    left = "tokens" if cap.code is ErrorCode.BUDGET_TOKENS else "cost"
+    return budgets.Exhausted(
+        code=cap.code,
+        message=f"the model's answer was cut at {cap.tokens} completion tokens, all the "
+        f"{left} budget left after its prompt of about {ahead.tokens} tokens",
+    )
 
 
 def _model_failed(
