@@ -184,7 +184,7 @@ def test_a_bad_price_is_refused(ticks: Ticks, price: Any) -> None:
 
 
 @pytest.mark.parametrize(
-    "spec", ["gpt-4o", "anthropic:claude", "openai:", "react:gpt-4o", "openai:a b", "scripted:"]
+    "spec", ["gpt-4o", "gemini:pro", "openai:", "react:gpt-4o", "openai:a b", "scripted:"]
 )
 def test_a_model_spec_tickwork_cannot_run_is_refused_at_submit(ticks: Ticks, spec: str) -> None:
     from fsm.errors import InvalidModelSpec
