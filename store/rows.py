@@ -166,8 +166,8 @@ def step_from_row(row: Row, calls: tuple[ToolCall, ...]) -> Step:
         usage=Usage(
             prompt_tokens=row["prompt_tokens"],
             completion_tokens=row["completion_tokens"],
-            cached_prompt_tokens=row["cached_prompt_tokens"],
-            cache_creation_tokens=row["cache_creation_tokens"],
+            cached_prompt_tokens=row["cached_prompt_tokens"] or 0,
+            cache_creation_tokens=row["cache_creation_tokens"] or 0,
         ),
         cost_usd=row["cost_usd"],
         latency_ms=row["latency_ms"],

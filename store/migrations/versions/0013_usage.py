@@ -17,19 +17,11 @@ depends_on = None
 
 
 def upgrade() -> None:
-    # the steps recorded before were billed without a cache discount as far as tickwork knows
+    # nullable: the steps already stored, and those a worker not yet upgraded writes during
+    # a rolling upgrade, did not count them (read as 0)
     with op.batch_alter_table("tickwork_steps", schema=None) as batch_op:
-        batch_op.add_column(
-            sa.Column("cached_prompt_tokens", sa.Integer(), nullable=False, server_default="0")
-        )
-        batch_op.add_column(
-            sa.Column("cache_creation_tokens", sa.Integer(), nullable=False, server_default="0")
-        )
-    # the default was for the rows already there: the store writes both columns (and its
-    # Postgres appends skip columns the database defaults)
-    with op.batch_alter_table("tickwork_steps", schema=None) as batch_op:
-        batch_op.alter_column("cached_prompt_tokens", server_default=None)
-        batch_op.alter_column("cache_creation_tokens", server_default=None)
+        batch_op.add_column(sa.Column("cached_prompt_tokens", sa.Integer(), nullable=True))
+        batch_op.add_column(sa.Column("cache_creation_tokens", sa.Integer(), nullable=True))
 
 
 def downgrade() -> None:

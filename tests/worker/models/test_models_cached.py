@@ -83,3 +83,29 @@ def test_cached_prompt_tokens_are_stored_priced_and_shown(
     shown = console.export_text()
     assert "2,000+20 tokens · 1,500 cached" in shown
     assert "(3,000 prompt, 1,500 cached, 30 completion)" in shown
+
+
+def test_cached_tokens_are_counted_in_the_metrics() -> None:
+    from datetime import UTC, datetime
+
+    from fsm.machine import Change
+    from fsm.values import Head, Step
+    from worker.metrics import MODEL_TOKENS, count_change
+    from worker.models import Providers
+
+    now = datetime(2026, 12, 1, tzinfo=UTC)
+    model = "openai:metrics-cached-test"
+    usage = Usage(
+        prompt_tokens=900, completion_tokens=9, cached_prompt_tokens=700, cache_creation_tokens=50
+    )
+    head = Head(id="m1", kind="test", created_at=now, updated_at=now, model=model)
+    step = Step(step=1, thought="", usage=usage, model=model, at=now)
+
+    def counted(kind: str) -> float:
+        return MODEL_TOKENS.labels(model, kind)._value.get()
+
+    before = {k: counted(k) for k in ("prompt", "cached_prompt", "cache_write")}
+    count_change(Change(head=head, step=step), Providers())
+    after = {k: counted(k) - before[k] for k in before}
+
+    assert after == {"prompt": 900, "cached_prompt": 700, "cache_write": 50}
