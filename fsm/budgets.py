@@ -50,6 +50,11 @@ def completion_cap(head: Head, next_call: NextCall) -> Cap:
     A server that honours the cap can then take the session past `max_cost_usd` only by
     what the prompt's estimate fell short of; the call's cost is at most its prompt plus
     the cap at the completion price (DESIGN section 14)."""
+    return min(_caps(head, next_call), key=lambda cap: cap.tokens)
+
+
+def _caps(head: Head, next_call: NextCall) -> list[Cap]:
+    """The cap each budget, and the model, sets on the next call."""
     b = head.budgets
     caps = [Cap(tokens=b.max_tokens - head.tokens - next_call.tokens, code=ErrorCode.BUDGET_TOKENS)]
     if b.limits_cost:
@@ -62,7 +67,7 @@ def completion_cap(head: Head, next_call: NextCall) -> Cap:
             caps.append(Cap(tokens=math.floor(tokens), code=ErrorCode.BUDGET_COST))
     if next_call.max_completion_tokens is not None:
         caps.append(Cap(tokens=next_call.max_completion_tokens))
-    return min(caps, key=lambda cap: cap.tokens)
+    return caps
 
 
 def exhausted_budget(
@@ -78,16 +83,14 @@ def exhausted_budget(
             message=f"{head.step} step{'' if head.step == 1 else 's'} made, "
             f"max_steps is {b.max_steps}",
         )
-    cap = completion_cap(head, ahead)
-    if head.tokens >= b.max_tokens or (cap.tokens < 1 and cap.code is ErrorCode.BUDGET_TOKENS):
+    spent = {cap.code for cap in _caps(head, ahead) if cap.tokens < 1}
+    if head.tokens >= b.max_tokens or ErrorCode.BUDGET_TOKENS in spent:
         return Exhausted(
             code=ErrorCode.BUDGET_TOKENS,
             message=f"{head.tokens} tokens used{_more(ahead.tokens, f'{ahead.tokens}')}, "
             f"max_tokens is {b.max_tokens}",
         )
-    if b.limits_cost and (
-        head.cost_usd >= b.max_cost_usd or (cap.tokens < 1 and cap.code is ErrorCode.BUDGET_COST)
-    ):
+    if b.limits_cost and (head.cost_usd >= b.max_cost_usd or ErrorCode.BUDGET_COST in spent):
         return Exhausted(
             code=ErrorCode.BUDGET_COST,
             message=f"${head.cost_usd:.4f} spent{_more(ahead.cost_usd, f'${ahead.cost_usd:.4f}')}"

@@ -141,6 +141,12 @@ PER_TOKEN = 0.01
             id="tokens_checked_first",
         ),
         pytest.param({"cost_usd": 2.0}, NextCall(), ErrorCode.BUDGET_COST, id="spent_no_estimate"),
+        pytest.param(
+            {"tokens": 1000, "cost_usd": 9.0},
+            NextCall(),
+            ErrorCode.BUDGET_TOKENS,
+            id="tokens_first_even_when_cost_is_further_past",
+        ),
     ],
 )
 def test_the_next_calls_prompt_must_leave_room_for_an_answer(
