@@ -35,7 +35,7 @@ ERROR_PREFIX = "ERROR: "
 #: statuses the same request may get past later; 529 is Anthropic's "overloaded"
 _TRANSIENT_STATUSES = frozenset({408, 409, 429})
 #: how the API says a prompt is longer than the model's window
-_TOO_LONG = re.compile(r"prompt is too long|too many (input )?tokens|context window", re.I)
+_TOO_LONG = re.compile(r"prompt is too long|input length .*exceed context limit", re.I)
 _EPHEMERAL = {"type": "ephemeral"}
 
 _ADVICE = {

@@ -264,3 +264,28 @@ def test_a_repair_session_completes_through_the_messages_api(
         assert body["max_tokens"] >= 1
         assert "cache_control" in body["tools"][-1] and "cache_control" in body["system"][-1]
         assert "cache_control" in body["messages"][-1]["content"][-1]
+
+
+@pytest.mark.parametrize(
+    ("message", "error"),
+    [
+        ("prompt is too long: 210000 tokens > 200000 maximum", ContextTooLong),
+        (
+            "input length and `max_tokens` exceed context limit: 199000 + 8192 > 200000",
+            ContextTooLong,
+        ),
+        ("messages.1: tool_use ids were found without tool_result blocks", PermanentModelError),
+    ],
+)
+def test_which_invalid_requests_are_a_prompt_too_long(
+    chat_server: Any, message: str, error: type[Exception]
+) -> None:
+    chat_server.respond(
+        400, {"type": "error", "error": {"type": "invalid_request_error", "message": message}}
+    )
+    model = AnthropicMessagesModel("claude-sonnet-4-5", base_url=chat_server.base_url)
+
+    with pytest.raises(error) as raised:
+        model.generate(TRANSCRIPT, TOOLS, ModelSettings())
+    assert type(raised.value) is error
+    assert chat_server.requests[0].path == "/v1/messages"
