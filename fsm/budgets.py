@@ -70,6 +70,19 @@ def _caps(head: Head, next_call: NextCall) -> list[Cap]:
     return caps
 
 
+def cut_at(cap: Cap, next_call: NextCall) -> Exhausted | None:
+    """What a reply cut off at `cap` ends the session with, if a budget set the cap (a cut
+    at the model's own limit is the model's business)."""
+    if cap.code is None:
+        return None
+    left = "tokens" if cap.code is ErrorCode.BUDGET_TOKENS else "cost"
+    return Exhausted(
+        code=cap.code,
+        message=f"the model's answer was cut at {cap.tokens} completion tokens, all the "
+        f"{left} budget left after its prompt of about {next_call.tokens} tokens",
+    )
+
+
 def exhausted_budget(
     head: Head, *, now: datetime, next_call: NextCall | None = None
 ) -> Exhausted | None:

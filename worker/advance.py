@@ -318,7 +318,7 @@ def _think(rt: Runtime, claimed: Claimed, files: TickFiles, notes: _Notes) -> Ch
         trace_id=uuid.uuid4().hex,
         recent=claimed.recent,
         rules=tools.rules(),
-        cut=_cut(cap, ahead),
+        cut=budgets.cut_at(cap, ahead),
     )
     notes.model = ModelCall(
         spec=head.model,
@@ -339,18 +339,6 @@ def _think(rt: Runtime, claimed: Claimed, files: TickFiles, notes: _Notes) -> Ch
             }
         )
     return change
-
-
-def _cut(cap: budgets.Cap, ahead: budgets.NextCall) -> budgets.Exhausted | None:
-    """What a reply cut off at `cap` fails the session with, if a budget set the cap."""
-    if cap.code is None:
-        return None
-    left = "tokens" if cap.code is ErrorCode.BUDGET_TOKENS else "cost"
-    return budgets.Exhausted(
-        code=cap.code,
-        message=f"the model's answer was cut at {cap.tokens} completion tokens, all the "
-        f"{left} budget left after its prompt of about {ahead.tokens} tokens",
-    )
 
 
 def _model_failed(

@@ -14,11 +14,12 @@ from fsm.budgets import (
     Cap,
     NextCall,
     completion_cap,
+    cut_at,
     exhausted_budget,
     model_retry_delay,
     stop_reason,
 )
-from fsm.values import Budgets, ErrorCode
+from fsm.values import Budgets, ErrorCode, Status
 
 TOKENS, COST = ErrorCode.BUDGET_TOKENS, ErrorCode.BUDGET_COST
 
@@ -276,3 +277,40 @@ def test_the_steps_message_counts_in_words(build: Any) -> None:
     two = exhausted_budget(build.head(budgets={"max_steps": 2}, step=2), now=build.at(0))
     assert one is not None and one.message == "1 step made, max_steps is 1"
     assert two is not None and two.message == "2 steps made, max_steps is 2"
+
+
+@pytest.mark.parametrize(
+    ("cap", "code"),
+    [
+        pytest.param(Cap(tokens=40, code=COST), COST, id="cost"),
+        pytest.param(Cap(tokens=40, code=TOKENS), TOKENS, id="tokens"),
+        pytest.param(Cap(tokens=4096), None, id="the_models_own_limit"),
+    ],
+)
+@pytest.mark.parametrize("calls", [0, 1])
+def test_an_answer_cut_at_a_budgets_cap_fails_the_session_with_its_step(
+    build: Any, cap: Cap, code: ErrorCode | None, calls: int
+) -> None:
+    """Not a final answer (its text stops mid-way), and its calls are not run (their
+    arguments may stop mid-way); its tokens and cost count."""
+    head = build.head(budgets=LIMITS)
+    reply = build.reply(*[("read_file", {"path": "a"})] * calls).model_copy(
+        update={"truncated": True}
+    )
+
+    change = build.think(head, reply, cut=cut_at(cap, NextCall(tokens=500)), cost_usd=0.5)
+
+    assert change.step is not None and change.head.cost_usd == 0.5
+    if code is None:
+        assert change.head.status is (Status.EXECUTING if calls else Status.COMPLETED)
+        return
+    assert change.head.status is Status.FAILED and change.head.error_code is code
+    assert "cut at 40 completion tokens" in (change.head.error_message or "")
+    assert [o.is_error for o in change.observations] == [True] * calls
+    assert change.dead_letter
+
+
+def test_an_answer_not_cut_is_not_failed_by_the_cap(build: Any) -> None:
+    head = build.head(budgets=LIMITS)
+    change = build.think(head, build.reply(), cut=cut_at(Cap(tokens=40, code=COST), NextCall()))
+    assert change.head.status is Status.COMPLETED
