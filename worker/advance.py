@@ -293,8 +293,11 @@ def _think(rt: Runtime, claimed: Claimed, files: TickFiles, notes: _Notes) -> Ch
             messages=tuple(messages),
         )
         raise
-    if not reply.calls and not reply.content.strip():
+    cut = budgets.cut_at(cap, ahead) if reply.truncated else None
+    if not reply.calls and not reply.content.strip() and cut is None:
         # no answer and nothing to do: a glitch of the server, not the session's answer
+        # (unless the budget's cap cut it, e.g. while a reasoning model was still thinking:
+        # then it is billed, recorded and ends the session)
         why = "the model returned an empty reply (no content and no tool calls)"
         failed = machine.model_failed(
             head, error=why, transient=True, now=rt.clock(), jitter=rt.jitter()
@@ -318,7 +321,7 @@ def _think(rt: Runtime, claimed: Claimed, files: TickFiles, notes: _Notes) -> Ch
         trace_id=uuid.uuid4().hex,
         recent=claimed.recent,
         rules=tools.rules(),
-        cut=budgets.cut_at(cap, ahead),
+        cut=cut,
     )
     notes.model = ModelCall(
         spec=head.model,

@@ -34,9 +34,11 @@ class GreedyServer(ChatServer):
     calls, as a server cut in the middle of its answer); it bills the prompt it was sent at
     four characters a token."""
 
-    def __init__(self, *, honest: bool) -> None:
+    def __init__(self, *, honest: bool, reasoning: bool = False) -> None:
         super().__init__()
         self.honest = honest
+        #: a reasoning model cut while it thinks has written no answer at all
+        self.reasoning = reasoning
         self.billed: list[tuple[int, int]] = []
         self.caps: list[int | None] = []
 
@@ -47,7 +49,8 @@ class GreedyServer(ChatServer):
         cut = written < WANTS
         prompt = len(json.dumps(body["messages"])) // 4
         self.billed.append((prompt, written))
-        message: dict[str, Any] = {"role": "assistant", "content": "w" * min(written, 100)}
+        text = "" if cut and self.reasoning else "w" * min(written, 100)
+        message: dict[str, Any] = {"role": "assistant", "content": text}
         if not cut:
             message["tool_calls"] = [
                 {
@@ -95,10 +98,13 @@ def _run(ticks: Ticks, server: GreedyServer, monkeypatch: pytest.MonkeyPatch) ->
         server.close()
 
 
+@pytest.mark.parametrize("reasoning", [False, True], ids=["cut_text", "cut_while_thinking"])
 def test_an_honest_server_keeps_the_session_within_one_capped_call_of_its_budget(
-    ticks: Ticks, monkeypatch: pytest.MonkeyPatch
+    ticks: Ticks, monkeypatch: pytest.MonkeyPatch, reasoning: bool
 ) -> None:
-    server = GreedyServer(honest=True)
+    """A reply cut while a reasoning model thinks has no text at all: it is still billed,
+    recorded and ends the session (not retried as an empty reply)."""
+    server = GreedyServer(honest=True, reasoning=reasoning)
 
     done, session = _run(ticks, server, monkeypatch)
 
