@@ -1,12 +1,14 @@
 """Budget checks made before every model call (DESIGN section 6).
 
 A budget stops the session before a call that would take it past its limit: the caller
-estimates what the next call will use (`NextCall`), since a call's cost is only known after
-it is paid for.
+estimates what the next call will read (`NextCall`), and the call is sent with a completion
+cap (`completion_cap`) that keeps what it writes within what is left, since a call's cost
+is only known after it is paid for.
 """
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
 
 from .values import ErrorCode, Head, Value
@@ -18,16 +20,74 @@ class Exhausted(Value):
 
 
 class NextCall(Value):
-    """What the next model call is expected to use, estimated by the caller."""
+    """What the next model call is expected to read, estimated by the caller, and what each
+    token it writes costs: its completion cap follows from them and the budgets left."""
 
+    #: the prompt's tokens
     tokens: int = 0
+    #: the prompt's cost
     cost_usd: float = 0.0
+    #: what each completion token costs (0: unpriced, the cost budget does not cap it)
+    usd_per_completion_token: float = 0.0
+    #: the most completion tokens the model may write (its own limit, or the settings'
+    #: max_tokens); None: no limit of its own
+    max_completion_tokens: int | None = None
+
+
+class Cap(Value):
+    """The completion cap of the next model call: the most tokens it may write."""
+
+    #: below 1: the budget named by `code` is spent before the call
+    tokens: int
+    #: the budget that set it, or None when the model's own limit did
+    code: ErrorCode | None = None
+
+
+def completion_cap(head: Head, next_call: NextCall) -> Cap:
+    """The most completion tokens the next call may write so that, with its prompt, it stays
+    within the tokens and the cost left, and within the model's own limit.
+
+    A server that honours the cap can then take the session past `max_cost_usd` only by
+    what the prompt's estimate fell short of; the call's cost is at most its prompt plus
+    the cap at the completion price (DESIGN section 14)."""
+    return min(_caps(head, next_call), key=lambda cap: cap.tokens)
+
+
+def _caps(head: Head, next_call: NextCall) -> list[Cap]:
+    """The cap each budget, and the model, sets on the next call."""
+    b = head.budgets
+    caps = [Cap(tokens=b.max_tokens - head.tokens - next_call.tokens, code=ErrorCode.BUDGET_TOKENS)]
+    if b.limits_cost:
+        left = b.max_cost_usd - (head.cost_usd + next_call.cost_usd)
+        if left < 0 or head.cost_usd >= b.max_cost_usd:
+            caps.append(Cap(tokens=0, code=ErrorCode.BUDGET_COST))
+        elif next_call.usd_per_completion_token > 0:
+            # a tiny price must not make a number too large to send
+            tokens = min(left / next_call.usd_per_completion_token, float(2**31 - 1))
+            caps.append(Cap(tokens=math.floor(tokens), code=ErrorCode.BUDGET_COST))
+    if next_call.max_completion_tokens is not None:
+        caps.append(Cap(tokens=next_call.max_completion_tokens))
+    return caps
+
+
+def cut_at(cap: Cap, next_call: NextCall) -> Exhausted | None:
+    """What a reply cut off at `cap` ends the session with, if a budget set the cap (a cut
+    at the model's own limit is the model's business)."""
+    if cap.code is None:
+        return None
+    left = "tokens" if cap.code is ErrorCode.BUDGET_TOKENS else "cost"
+    return Exhausted(
+        code=cap.code,
+        message=f"the model's answer was cut at {cap.tokens} completion tokens, all the "
+        f"{left} budget left after its prompt of about {next_call.tokens} tokens",
+    )
 
 
 def exhausted_budget(
     head: Head, *, now: datetime, next_call: NextCall | None = None
 ) -> Exhausted | None:
-    """The first budget the session has used up, or would pass with `next_call`, or None."""
+    """The first budget the session has used up, or that leaves the next call (its prompt
+    as `next_call` estimates it) no completion token, or None."""
     b = head.budgets
     ahead = next_call or NextCall()
     if head.step >= b.max_steps:
@@ -36,15 +96,14 @@ def exhausted_budget(
             message=f"{head.step} step{'' if head.step == 1 else 's'} made, "
             f"max_steps is {b.max_steps}",
         )
-    if head.tokens >= b.max_tokens or head.tokens + ahead.tokens > b.max_tokens:
+    spent = {cap.code for cap in _caps(head, ahead) if cap.tokens < 1}
+    if head.tokens >= b.max_tokens or ErrorCode.BUDGET_TOKENS in spent:
         return Exhausted(
             code=ErrorCode.BUDGET_TOKENS,
             message=f"{head.tokens} tokens used{_more(ahead.tokens, f'{ahead.tokens}')}, "
             f"max_tokens is {b.max_tokens}",
         )
-    if b.limits_cost and (
-        head.cost_usd >= b.max_cost_usd or head.cost_usd + ahead.cost_usd > b.max_cost_usd
-    ):
+    if b.limits_cost and (head.cost_usd >= b.max_cost_usd or ErrorCode.BUDGET_COST in spent):
         return Exhausted(
             code=ErrorCode.BUDGET_COST,
             message=f"${head.cost_usd:.4f} spent{_more(ahead.cost_usd, f'${ahead.cost_usd:.4f}')}"
@@ -60,7 +119,12 @@ def exhausted_budget(
 
 
 def _more(amount: float, shown: str) -> str:
-    return f" and the next model call is estimated at {shown} more" if amount > 0 else ""
+    if amount <= 0:
+        return ""
+    return (
+        f" and the next model call's prompt is estimated at {shown} more, "
+        "leaving no room for its answer"
+    )
 
 
 def stop_reason(head: Head, *, now: datetime) -> str | None:

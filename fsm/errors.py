@@ -27,8 +27,8 @@ class InvalidBudget(InvalidInput):
 
 
 class InvalidModelSpec(InvalidInput):
-    """The model spec is not one tickwork can run: use openai:MODEL, react:openai:MODEL or
-    scripted:PATH."""
+    """The model spec is not one tickwork can run: use openai:MODEL, anthropic:MODEL,
+    react:openai:MODEL or scripted:PATH."""
 
 
 class UnpricedModel(InvalidInput):
@@ -112,6 +112,12 @@ class TransientModelError(ModelError):
 
 class PermanentModelError(ModelError):
     """The model refused the request (400, 401, 403, 404); retrying will not help."""
+
+
+class ContextTooLong(ModelError):
+    """The prompt is longer than the model's context window (OpenAI's
+    `context_length_exceeded`, Anthropic's "prompt is too long"); the same call will not
+    succeed, a shorter transcript may."""
 
 
 class ToolError(TickworkError):

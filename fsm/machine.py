@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from .approvals import ApprovalRule, approval_reason, check_decision
-from .budgets import NextCall, exhausted_budget, model_retry_delay
+from .budgets import Exhausted, NextCall, exhausted_budget, model_retry_delay
 from .errors import CallNotFound, IllegalTransition, SessionFinished
 from .fingerprints import call_fingerprint, step_fingerprint
 from .loops import detect_loop, intervention_text
@@ -206,11 +206,14 @@ def think(
     trace_id: str,
     recent: Sequence[str],
     rules: Mapping[str, ApprovalRule],
+    cut: Exhausted | None = None,
 ) -> Change:
     """Record the model's reply as the next step and decide what happens to its calls.
 
     `recent` holds the fingerprints of the latest steps, oldest first; `rules` maps tool
-    names to their approval rules.
+    names to their approval rules. `cut`: the budget whose completion cap the reply was cut
+    at, if it was; the step is recorded and the session fails with that budget's code (a
+    cut-off answer is not a final answer, and its calls may be cut off too).
     """
     _require(head, Status.READY)
     number = head.step + 1
@@ -266,6 +269,8 @@ def think(
                 "latency_ms": reply.latency_ms,
                 "prompt_tokens": reply.usage.prompt_tokens,
                 "completion_tokens": reply.usage.completion_tokens,
+                "cached_prompt_tokens": reply.usage.cached_prompt_tokens,
+                "cache_creation_tokens": reply.usage.cache_creation_tokens,
                 "cost_usd": cost_usd,
             },
         ),
@@ -279,6 +284,12 @@ def think(
             },
         ),
     ]
+    if cut is not None and reply.truncated:
+        closed = _close_calls(calls, "not run: the model's answer was cut at the budget", now)
+        ended = _ended(
+            head, Status.FAILED, now, events, error_code=cut.code, error_message=cut.message
+        )
+        return ended.model_copy(update={"step": step, **closed})
     if not calls:
         done = _ended(head, Status.COMPLETED, now, events, final_answer=reply.content)
         return done.model_copy(update={"step": step})

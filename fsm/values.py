@@ -141,8 +141,15 @@ class Budgets(Value):
 
 
 class Usage(Value):
+    """The tokens of one model call, as the server reported them."""
+
+    #: every prompt token, those read from or written to the provider's prompt cache included
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    #: of `prompt_tokens`, those read from the provider's prompt cache (billed at a discount)
+    cached_prompt_tokens: int = 0
+    #: of `prompt_tokens`, those written to the prompt cache (Anthropic bills them at a premium)
+    cache_creation_tokens: int = 0
 
     @property
     def total(self) -> int:
@@ -178,6 +185,8 @@ class ModelReply(Value):
     usage: Usage = Usage()
     model: str = ""
     latency_ms: float = 0.0
+    #: the server stopped writing at the completion cap it was sent (finish_reason `length`)
+    truncated: bool = False
 
 
 class ToolCall(Value):

@@ -131,6 +131,10 @@ steps = Table(
     Column("thought", Text, nullable=False),
     Column("prompt_tokens", Integer, nullable=False),
     Column("completion_tokens", Integer, nullable=False),
+    #: of prompt_tokens, those read from and written to the provider's prompt cache
+    #: (0013_usage); NULL: a step written by a tickwork that did not count them, as 0
+    Column("cached_prompt_tokens", Integer),
+    Column("cache_creation_tokens", Integer),
     Column("cost_usd", Float, nullable=False),
     Column("latency_ms", Float, nullable=False),
     Column("fingerprint", String(64), nullable=False),

@@ -225,7 +225,8 @@ class Tickwork:
         self._check_unused(session_id)
         limits = self.budgets(job.budgets, budgets or {})
         if price is not None:
-            config["price"] = _given_price(spec, price)._asdict()
+            given = _given_price(spec, price)._asdict()
+            config["price"] = {k: v for k, v in given.items() if v is not None}
         _check_priced(spec, limits, config, self.settings.prices, self.providers)
         now = self.clock()
         head = Head(

@@ -187,8 +187,8 @@ def timeline(
             Rule(
                 Text(
                     f"step {step['step']} · {when(step['at'])} · {step['model']} · "
-                    f"{step['prompt_tokens']:,}+{step['completion_tokens']:,} tokens · "
-                    f"${step['cost_usd']:.4f} · {step['latency_ms']:.0f} ms"
+                    f"{step['prompt_tokens']:,}+{step['completion_tokens']:,} tokens"
+                    f"{_cached(step)} · ${step['cost_usd']:.4f} · {step['latency_ms']:.0f} ms"
                 ),
                 align="left",
             )
@@ -203,12 +203,21 @@ def timeline(
     parts.append(
         Text(
             f"total: {totals['steps']} steps · {totals['calls']} calls · "
-            f"{totals['tokens']:,} tokens ({totals['prompt_tokens']:,} prompt, "
-            f"{totals['completion_tokens']:,} completion) · ${totals['cost_usd']:.4f}"
+            f"{totals['tokens']:,} tokens ({totals['prompt_tokens']:,} prompt"
+            f"{_cached(totals, ', ')}, {totals['completion_tokens']:,} completion) · "
+            f"${totals['cost_usd']:.4f}"
         )
     )
     parts.extend(outcome(h, view["steps"]))
     return Group(*parts)
+
+
+def _cached(usage: Mapping[str, Any], lead: str = " · ") -> str:
+    """The prompt tokens read from and written to the provider's cache, if any were."""
+    read, written = usage.get("cached_prompt_tokens", 0), usage.get("cache_creation_tokens", 0)
+    parts = [f"{read:,} cached"] if read else []
+    parts += [f"{written:,} written to the cache"] if written else []
+    return lead + ", ".join(parts) if parts else ""
 
 
 def _header(

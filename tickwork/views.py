@@ -42,6 +42,8 @@ def session(value: Session) -> dict[str, Any]:
         data.update(
             prompt_tokens=step.usage.prompt_tokens,
             completion_tokens=step.usage.completion_tokens,
+            cached_prompt_tokens=step.usage.cached_prompt_tokens,
+            cache_creation_tokens=step.usage.cache_creation_tokens,
             tokens=step.usage.total,
             calls=[_call(value, c) for c in step.calls],
         )
@@ -54,6 +56,8 @@ def session(value: Session) -> dict[str, Any]:
             "calls": sum(len(s.calls) for s in value.steps),
             "prompt_tokens": sum(s.usage.prompt_tokens for s in value.steps),
             "completion_tokens": sum(s.usage.completion_tokens for s in value.steps),
+            "cached_prompt_tokens": sum(s.usage.cached_prompt_tokens for s in value.steps),
+            "cache_creation_tokens": sum(s.usage.cache_creation_tokens for s in value.steps),
             "tokens": sum(s.usage.total for s in value.steps),
             "cost_usd": sum(s.cost_usd for s in value.steps),
             "latency_ms": sum(s.latency_ms for s in value.steps),

@@ -16,7 +16,7 @@ from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from fsm import machine, transcript
+from fsm import budgets, machine, transcript
 from fsm.errors import (
     ArtifactsUnavailable,
     ClaimLost,
@@ -260,6 +260,8 @@ def _think(rt: Runtime, claimed: Claimed, files: TickFiles, notes: _Notes) -> Ch
     before = machine.start_think(head, now=rt.clock(), next_call=ahead)
     if isinstance(before, Change):
         return before
+    # the budget is a bound, not an estimate: the call may write no more than what is left
+    cap = budgets.completion_cap(head, ahead)
     job = rt.jobs.get(head.kind)
     tools = rt.jobs.tools(head.kind)
     model = rt.model(head.model)
@@ -268,7 +270,7 @@ def _think(rt: Runtime, claimed: Claimed, files: TickFiles, notes: _Notes) -> Ch
         reply = model.generate(
             messages,
             tools.schemas(head.config.get("tools")),
-            ModelSettings(timeout_s=rt.settings.model_timeout_s),
+            ModelSettings(timeout_s=rt.settings.model_timeout_s, max_tokens=cap.tokens),
         )
     except ModelError as exc:
         failed = machine.model_failed(
@@ -291,8 +293,11 @@ def _think(rt: Runtime, claimed: Claimed, files: TickFiles, notes: _Notes) -> Ch
             messages=tuple(messages),
         )
         raise
-    if not reply.calls and not reply.content.strip():
+    cut = budgets.cut_at(cap, ahead) if reply.truncated else None
+    if not reply.calls and not reply.content.strip() and cut is None:
         # no answer and nothing to do: a glitch of the server, not the session's answer
+        # (unless the budget's cap cut it, e.g. while a reasoning model was still thinking:
+        # then it is billed, recorded and ends the session)
         why = "the model returned an empty reply (no content and no tool calls)"
         failed = machine.model_failed(
             head, error=why, transient=True, now=rt.clock(), jitter=rt.jitter()
@@ -316,6 +321,7 @@ def _think(rt: Runtime, claimed: Claimed, files: TickFiles, notes: _Notes) -> Ch
         trace_id=uuid.uuid4().hex,
         recent=claimed.recent,
         rules=tools.rules(),
+        cut=cut,
     )
     notes.model = ModelCall(
         spec=head.model,
@@ -326,6 +332,7 @@ def _think(rt: Runtime, claimed: Claimed, files: TickFiles, notes: _Notes) -> Ch
         usage=reply.usage,
         cost_usd=cost,
         messages=tuple(messages),
+        max_tokens=cap.tokens,
     )
     if change.head.status is Status.COMPLETED and job.finish is not None:
         result = _finish(job.finish, change.head, files)

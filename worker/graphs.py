@@ -24,6 +24,7 @@ from typing import Any
 
 from fsm import graph_machine
 from fsm.approvals import ApprovalRule, approval_reason
+from fsm.budgets import completion_cap
 from fsm.errors import GraphVersionMismatch, InvalidInput, InvalidStateUpdate
 from fsm.graph import CompiledGraph, Graph
 from fsm.graph_machine import Decided, RunNode
@@ -144,7 +145,11 @@ class NodeContext:
         registry = self.rt.jobs.tools(self.head.kind)
         schemas = registry.schemas(list(tools)) if tools is not None else []
         reply = model.generate(
-            messages, schemas, ModelSettings(timeout_s=self.rt.settings.model_timeout_s)
+            messages,
+            schemas,
+            ModelSettings(
+                timeout_s=self.rt.settings.model_timeout_s, max_tokens=self._cap(messages)
+            ),
         )
         self.tokens += reply.usage.total
         self.cost_usd += pricing.call_cost(
@@ -156,6 +161,22 @@ class NodeContext:
             providers=self.rt.providers,
         )
         return reply
+
+    def _cap(self, messages: list[Message]) -> int:
+        """The completion cap of a node's call: what the budgets leave after this node's
+        earlier calls and the prompt (at least 1: the check before the next node ends a
+        session whose budget is spent)."""
+        price = pricing.session_price(
+            self.head.model, self.head.config, self.rt.settings.prices, providers=self.rt.providers
+        )
+        spent = self.head.model_copy(
+            update={
+                "tokens": self.head.tokens + self.tokens,
+                "cost_usd": self.head.cost_usd + self.cost_usd,
+            }
+        )
+        ahead = pricing.next_call(messages, last=None, price=price)
+        return max(1, completion_cap(spent, ahead).tokens)
 
     def run_tool(self, name: str, **arguments: Any) -> ToolResult:
         """Run one of the kind's tools with this node's idempotency key; its errors come

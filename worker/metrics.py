@@ -57,7 +57,10 @@ MODEL_CALLS = Counter(
     "tickwork_model_calls", "Model calls by outcome (ok, retry, failed)", ["model", "outcome"]
 )
 MODEL_TOKENS = Counter(
-    "tickwork_model_tokens", "Model tokens used, by type (prompt, completion)", ["model", "type"]
+    "tickwork_model_tokens",
+    "Model tokens used, by type (prompt, completion; cached_prompt and cache_write are parts "
+    "of prompt)",
+    ["model", "type"],
 )
 MODEL_COST = Counter("tickwork_model_cost_usd", "USD spent on the model", ["model"])
 APPROVALS_REQUESTED = Counter(
@@ -140,6 +143,10 @@ def count_change(change: Change, providers: Providers) -> None:
         MODEL_CALLS.labels(model, "ok").inc()
         MODEL_TOKENS.labels(model, "prompt").inc(change.step.usage.prompt_tokens)
         MODEL_TOKENS.labels(model, "completion").inc(change.step.usage.completion_tokens)
+        if change.step.usage.cached_prompt_tokens:
+            MODEL_TOKENS.labels(model, "cached_prompt").inc(change.step.usage.cached_prompt_tokens)
+        if change.step.usage.cache_creation_tokens:
+            MODEL_TOKENS.labels(model, "cache_write").inc(change.step.usage.cache_creation_tokens)
         MODEL_COST.labels(model).inc(change.step.cost_usd)
     elif EventKind.MODEL_RETRY in kinds:
         MODEL_CALLS.labels(model_label(change.head.model, providers), "retry").inc()

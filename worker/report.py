@@ -53,6 +53,8 @@ class ModelCall:
     error: str = ""
     #: the messages sent, for tracers that capture content (unmasked: mask before showing)
     messages: tuple[Any, ...] = ()
+    #: the completion cap sent with the call (what the budgets left, at most the model's own)
+    max_tokens: int | None = None
 
 
 @dataclass(frozen=True)

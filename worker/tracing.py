@@ -230,11 +230,16 @@ class SessionTracer:
             "gen_ai.conversation.id": head.id,
             "gen_ai.usage.input_tokens": call.usage.prompt_tokens,
             "gen_ai.usage.output_tokens": call.usage.completion_tokens,
+            # part of input_tokens, as the GenAI conventions count them
+            "gen_ai.usage.cache_read.input_tokens": call.usage.cached_prompt_tokens,
+            "gen_ai.usage.cache_creation.input_tokens": call.usage.cache_creation_tokens,
             "tickwork.model.outcome": call.outcome,
             "tickwork.model.cost_usd": call.cost_usd,
         }
         if call.response_model:
             attributes["gen_ai.response.model"] = call.response_model
+        if call.max_tokens is not None:
+            attributes["gen_ai.request.max_tokens"] = call.max_tokens
         if self.capture_content:
             attributes["gen_ai.input.messages"] = self._shown(list(call.messages))
             step = report.change.step if report.change is not None else None

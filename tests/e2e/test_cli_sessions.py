@@ -132,7 +132,7 @@ def test_errors_are_one_line_with_an_exit_code(deployment: Deployment, cli: Cli)
             "react:openai:MODEL",
             "scripted:PATH",
         ),
-        ("submit", TEST_KIND, "--model", "anthropic:claude"): (2, "'anthropic:claude'", "openai:"),
+        ("submit", TEST_KIND, "--model", "gemini:pro"): (2, "'gemini:pro'", "openai:"),
         ("submit", TEST_KIND, "--model", "openai:my-local"): (
             2,
             "'openai:my-local' has no price",

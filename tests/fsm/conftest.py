@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from fsm.approvals import ApprovalRule
+from fsm.budgets import Exhausted
 from fsm.fingerprints import call_fingerprint
 from fsm.loops import HISTORY
 from fsm.machine import (
@@ -233,6 +234,7 @@ class Build:
         recent: Sequence[str] = (),
         rules: Mapping[str, ApprovalRule] | None = None,
         cost_usd: float = 0.01,
+        cut: Exhausted | None = None,
     ) -> Change:
         return think(
             head,
@@ -242,6 +244,7 @@ class Build:
             trace_id="trace-1",
             recent=recent,
             rules=RULES if rules is None else rules,
+            cut=cut,
         )
 
     def store(self, head: Head | None = None) -> Store:

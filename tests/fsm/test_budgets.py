@@ -10,8 +10,18 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from fsm.budgets import NextCall, exhausted_budget, model_retry_delay, stop_reason
-from fsm.values import Budgets, ErrorCode
+from fsm.budgets import (
+    Cap,
+    NextCall,
+    completion_cap,
+    cut_at,
+    exhausted_budget,
+    model_retry_delay,
+    stop_reason,
+)
+from fsm.values import Budgets, ErrorCode, Status
+
+TOKENS, COST = ErrorCode.BUDGET_TOKENS, ErrorCode.BUDGET_COST
 
 FIELDS = list(Budgets.model_fields)
 BAD = [
@@ -105,16 +115,25 @@ def test_exhausted_budget(
 
 
 LIMITS = {"max_steps": 30, "max_tokens": 1000, "max_cost_usd": 2.0, "deadline_s": 3600}
+#: $0.01 per completion token
+PER_TOKEN = 0.01
 
 
 @pytest.mark.parametrize(
     ("spent", "ahead", "code"),
     [
-        pytest.param({}, NextCall(tokens=1000, cost_usd=2.0), None, id="exactly_to_the_limit"),
+        pytest.param({}, NextCall(tokens=999, cost_usd=1.99), None, id="room_for_one_token"),
+        pytest.param({}, NextCall(tokens=1000), ErrorCode.BUDGET_TOKENS, id="prompt_fills_tokens"),
         pytest.param({"cost_usd": 1.8}, NextCall(cost_usd=0.4), ErrorCode.BUDGET_COST, id="cost"),
-        pytest.param({"cost_usd": 1.8}, NextCall(cost_usd=0.2), None, id="cost_fits"),
-        pytest.param({"tokens": 900}, NextCall(tokens=101), ErrorCode.BUDGET_TOKENS, id="tokens"),
-        pytest.param({"tokens": 900}, NextCall(tokens=100), None, id="tokens_fit"),
+        pytest.param({"cost_usd": 1.8}, NextCall(cost_usd=0.2), None, id="cost_fits_unpriced"),
+        pytest.param(
+            {"cost_usd": 1.8},
+            NextCall(cost_usd=0.195, usd_per_completion_token=PER_TOKEN),
+            ErrorCode.BUDGET_COST,
+            id="no_room_for_a_priced_token",
+        ),
+        pytest.param({"tokens": 900}, NextCall(tokens=100), ErrorCode.BUDGET_TOKENS, id="tokens"),
+        pytest.param({"tokens": 900}, NextCall(tokens=99), None, id="tokens_fit"),
         pytest.param({}, NextCall(tokens=5000), ErrorCode.BUDGET_TOKENS, id="first_call_too_big"),
         pytest.param(
             {"tokens": 999, "cost_usd": 1.99},
@@ -123,29 +142,96 @@ LIMITS = {"max_steps": 30, "max_tokens": 1000, "max_cost_usd": 2.0, "deadline_s"
             id="tokens_checked_first",
         ),
         pytest.param({"cost_usd": 2.0}, NextCall(), ErrorCode.BUDGET_COST, id="spent_no_estimate"),
+        pytest.param(
+            {"tokens": 1000, "cost_usd": 9.0},
+            NextCall(),
+            ErrorCode.BUDGET_TOKENS,
+            id="tokens_first_even_when_cost_is_further_past",
+        ),
     ],
 )
-def test_the_next_calls_estimate_counts_against_the_budget(
+def test_the_next_calls_prompt_must_leave_room_for_an_answer(
     build: Any, spent: dict[str, Any], ahead: NextCall, code: ErrorCode | None
 ) -> None:
     head = build.head(budgets=LIMITS, **spent)
     found = exhausted_budget(head, now=build.at(0), next_call=ahead)
     assert (found.code if found else None) is code
+    assert (found is None) == (completion_cap(head, ahead).tokens >= 1)
     if found is not None and found.code is ErrorCode.BUDGET_COST and ahead.cost_usd:
-        assert "the next model call is estimated at" in found.message
+        assert "the next model call's prompt is estimated at" in found.message
+
+
+@pytest.mark.parametrize(
+    ("spent", "ahead", "cap"),
+    [
+        # 1000 - 200 - 300 tokens left
+        pytest.param(
+            {"tokens": 200}, NextCall(tokens=300), Cap(tokens=500, code=TOKENS), id="tokens"
+        ),
+        # ($2.00 - $1.00 - $0.50) / $0.01
+        pytest.param(
+            {"cost_usd": 1.0},
+            NextCall(tokens=10, cost_usd=0.5, usd_per_completion_token=PER_TOKEN),
+            Cap(tokens=50, code=COST),
+            id="cost",
+        ),
+        pytest.param(
+            {},
+            NextCall(tokens=10, cost_usd=1.0, usd_per_completion_token=0.003),
+            Cap(tokens=333, code=COST),
+            id="cost_rounds_down",
+        ),
+        pytest.param(
+            {}, NextCall(tokens=10, max_completion_tokens=64), Cap(tokens=64), id="model_max"
+        ),
+        pytest.param(
+            {"tokens": 990},
+            NextCall(tokens=5, max_completion_tokens=64),
+            Cap(tokens=5, code=TOKENS),
+            id="tokens_below_model_max",
+        ),
+        pytest.param(
+            {"cost_usd": 2.5}, NextCall(tokens=1), Cap(tokens=0, code=COST), id="cost_overspent"
+        ),
+        pytest.param(
+            {"tokens": 1200}, NextCall(tokens=1), Cap(tokens=-201, code=TOKENS), id="tokens_over"
+        ),
+        pytest.param(
+            {},
+            NextCall(tokens=1, usd_per_completion_token=1e-30),
+            Cap(tokens=999, code=TOKENS),
+            id="tiny_price_tokens_win",
+        ),
+    ],
+)
+def test_completion_cap(build: Any, spent: dict[str, Any], ahead: NextCall, cap: Cap) -> None:
+    head = build.head(budgets=LIMITS, **spent)
+    assert completion_cap(head, ahead) == cap
+
+
+def test_completion_cap_without_a_cost_budget_is_the_tokens_left(build: Any) -> None:
+    head = build.head(budgets={**LIMITS, "max_cost_usd": 0}, cost_usd=50.0)
+    ahead = NextCall(tokens=100, cost_usd=9.0, usd_per_completion_token=PER_TOKEN)
+    assert completion_cap(head, ahead) == Cap(tokens=900, code=TOKENS)
 
 
 @given(
     spent=st.floats(min_value=0, max_value=10, allow_nan=False),
-    ahead=st.floats(min_value=0, max_value=10, allow_nan=False),
+    prompt=st.floats(min_value=0, max_value=10, allow_nan=False),
+    per_token=st.floats(min_value=1e-9, max_value=1, allow_nan=False),
 )
-def test_a_call_is_allowed_only_if_its_estimate_fits(
-    build: Any, spent: float, ahead: float
+def test_a_capped_call_stays_within_the_cost_budget(
+    build: Any, spent: float, prompt: float, per_token: float
 ) -> None:
-    head = build.head(budgets=LIMITS, cost_usd=spent)
-    found = exhausted_budget(head, now=build.at(0), next_call=NextCall(cost_usd=ahead))
-    allowed = found is None
-    assert allowed == (spent < 2.0 and spent + ahead <= 2.0)
+    """Whatever the server bills for the prompt it was told and at most the cap it was
+    sent, the session is within max_cost_usd; a call happens only while there is room."""
+    head = build.head(budgets={**LIMITS, "max_tokens": 10**12}, cost_usd=spent)
+    ahead = NextCall(cost_usd=prompt, usd_per_completion_token=per_token)
+    cap = completion_cap(head, ahead)
+    allowed = exhausted_budget(head, now=build.at(0), next_call=ahead) is None
+    assert allowed == (spent < 2.0 and cap.tokens >= 1)
+    if allowed:
+        assert spent + prompt + cap.tokens * per_token <= 2.0 * (1 + 1e-9)
 
 
 @pytest.mark.parametrize(
@@ -191,3 +277,40 @@ def test_the_steps_message_counts_in_words(build: Any) -> None:
     two = exhausted_budget(build.head(budgets={"max_steps": 2}, step=2), now=build.at(0))
     assert one is not None and one.message == "1 step made, max_steps is 1"
     assert two is not None and two.message == "2 steps made, max_steps is 2"
+
+
+@pytest.mark.parametrize(
+    ("cap", "code"),
+    [
+        pytest.param(Cap(tokens=40, code=COST), COST, id="cost"),
+        pytest.param(Cap(tokens=40, code=TOKENS), TOKENS, id="tokens"),
+        pytest.param(Cap(tokens=4096), None, id="the_models_own_limit"),
+    ],
+)
+@pytest.mark.parametrize("calls", [0, 1])
+def test_an_answer_cut_at_a_budgets_cap_fails_the_session_with_its_step(
+    build: Any, cap: Cap, code: ErrorCode | None, calls: int
+) -> None:
+    """Not a final answer (its text stops mid-way), and its calls are not run (their
+    arguments may stop mid-way); its tokens and cost count."""
+    head = build.head(budgets=LIMITS)
+    reply = build.reply(*[("read_file", {"path": "a"})] * calls).model_copy(
+        update={"truncated": True}
+    )
+
+    change = build.think(head, reply, cut=cut_at(cap, NextCall(tokens=500)), cost_usd=0.5)
+
+    assert change.step is not None and change.head.cost_usd == 0.5
+    if code is None:
+        assert change.head.status is (Status.EXECUTING if calls else Status.COMPLETED)
+        return
+    assert change.head.status is Status.FAILED and change.head.error_code is code
+    assert "cut at 40 completion tokens" in (change.head.error_message or "")
+    assert [o.is_error for o in change.observations] == [True] * calls
+    assert change.dead_letter
+
+
+def test_an_answer_not_cut_is_not_failed_by_the_cap(build: Any) -> None:
+    head = build.head(budgets=LIMITS)
+    change = build.think(head, build.reply(), cut=cut_at(Cap(tokens=40, code=COST), NextCall()))
+    assert change.head.status is Status.COMPLETED

@@ -286,3 +286,34 @@ def test_calls_keep_unparsable_and_nested_arguments(
     observation = store.load(session_id).observation(second.call_id)
     assert observation is not None and observation.is_error
     assert "not a valid JSON object" in observation.content
+
+
+def test_a_steps_cached_prompt_tokens_are_kept(store: Store, clock: Clock, session_id: str) -> None:
+    from fsm.values import Usage
+
+    cached = reply(("read_file", {"path": "a"}), prompt_tokens=900).model_copy(
+        update={
+            "usage": Usage(
+                prompt_tokens=900,
+                completion_tokens=20,
+                cached_prompt_tokens=700,
+                cache_creation_tokens=150,
+            )
+        }
+    )
+    think(store, session_id, cached, now=clock.advance(1))
+
+    (step,) = store.load(session_id).steps
+    assert step.usage == cached.usage
+
+
+def test_a_step_written_without_cache_counts_reads_as_none_cached(
+    store: Store, clock: Clock, session_id: str
+) -> None:
+    """A worker not yet upgraded (or an older row) leaves the cache columns NULL."""
+    think(store, session_id, reply(("read_file", {"path": "a"})), now=clock.advance(1))
+    with store.engine.begin() as conn:
+        conn.execute(steps.update().values(cached_prompt_tokens=None, cache_creation_tokens=None))
+
+    (step,) = store.load(session_id).steps
+    assert (step.usage.cached_prompt_tokens, step.usage.cache_creation_tokens) == (0, 0)

@@ -141,6 +141,9 @@ def test_a_repair_session_run_by_two_workers_one_killed_is_one_trace(
         assert span.attributes["gen_ai.request.model"] == "scripted"
         assert span.attributes["gen_ai.usage.input_tokens"] == step.usage.prompt_tokens
         assert span.attributes["gen_ai.usage.output_tokens"] == step.usage.completion_tokens
+        cached = span.attributes["gen_ai.usage.cache_read.input_tokens"]
+        assert cached == step.usage.cached_prompt_tokens
+        assert span.attributes["gen_ai.request.max_tokens"] >= 1
     # every tool call, by its id and name
     calls = {c.call_id: c.name for step in steps for c in step.calls}
     tools = {s.attributes["gen_ai.tool.call.id"]: s for s in by["execute_tool"]}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
+from .anthropic import AnthropicMessagesModel
 from .base import Message, Model, ModelSettings, ToolSchema
 from .openai import DEFAULT_BASE_URL, ClientPool, OpenAIChatModel, Poster, pooled_client
 from .pricing import PRICES, Price, cost_usd, price_for
@@ -16,6 +17,7 @@ __all__ = [
     "DEFAULT_BASE_URL",
     "MAX_MODEL_NAME",
     "PRICES",
+    "AnthropicMessagesModel",
     "ClientPool",
     "Message",
     "Model",
@@ -68,6 +70,7 @@ def make_model(
     `openai:MODEL` talks to `base_url`, else `OPENAI_BASE_URL`, else OpenAI itself, with
     `api_key` or `OPENAI_API_KEY` (required for OpenAI itself, optional for a local server),
     through `client` if given (shared, left open), else a connection per call.
+    `anthropic:MODEL` likewise with `ANTHROPIC_BASE_URL` and `ANTHROPIC_API_KEY`.
     `env` stands in for `os.environ`.
     """
     return (providers or Providers()).make(

@@ -185,6 +185,7 @@ class OpenAIChatModel:
             usage=usage,
             model=model if isinstance(model, str) and model else self.model,
             latency_ms=latency_ms,
+            truncated=first.get("finish_reason") == "length",
         )
 
 
@@ -265,7 +266,20 @@ def _usage(usage: Any) -> Usage | None:
         isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in (prompt, completion)
     ):
         return None
-    return Usage(prompt_tokens=prompt, completion_tokens=completion)
+    details = usage.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    if cached is None:
+        cached = usage.get("prompt_cache_hit_tokens")  # DeepSeek's name for them
+    return Usage(
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+        cached_prompt_tokens=min(_count(cached), prompt),
+    )
+
+
+def _count(value: Any) -> int:
+    """A token count a server reported, or 0 if what it sent is not one."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 class Poster(Protocol):

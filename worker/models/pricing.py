@@ -26,10 +26,24 @@ log = logging.getLogger(__name__)
 
 
 class Price(NamedTuple):
-    """USD per million tokens."""
+    """USD per million tokens, and the most tokens the model writes in one call."""
 
     prompt: float
     completion: float
+    #: prompt tokens read from the provider's prompt cache; None: at `prompt`
+    cached: float | None = None
+    #: prompt tokens written to the provider's prompt cache (Anthropic); None: at `prompt`
+    cache_write: float | None = None
+    #: the most completion tokens the model writes in one call; None: DEFAULT_MAX_COMPLETION
+    max_completion: int | None = None
+
+    @property
+    def cached_rate(self) -> float:
+        return self.prompt if self.cached is None else self.cached
+
+    @property
+    def cache_write_rate(self) -> float:
+        return self.prompt if self.cache_write is None else self.cache_write
 
 
 #: list prices; a dated name such as `gpt-4o-2024-08-06` is priced as `gpt-4o`
@@ -53,22 +67,92 @@ PRICES: Mapping[str, Price] = MappingProxyType(
     }
 )
 
-#: what an override may be: a Price, `[prompt, completion]` or `{"prompt": .., "completion": ..}`
+#: Anthropic's list prices (cache reads at 0.1 of the prompt price, 5-minute cache writes
+#: at 1.25); a dated name such as `claude-sonnet-4-5-20250929` is priced as its base
+ANTHROPIC_PRICES: Mapping[str, Price] = MappingProxyType(
+    {
+        "claude-opus-4-1": Price(15.00, 75.00, 1.50, 18.75, 32_000),
+        "claude-opus-4": Price(15.00, 75.00, 1.50, 18.75, 32_000),
+        "claude-sonnet-4-5": Price(3.00, 15.00, 0.30, 3.75, 64_000),
+        "claude-sonnet-4": Price(3.00, 15.00, 0.30, 3.75, 64_000),
+        "claude-3-7-sonnet": Price(3.00, 15.00, 0.30, 3.75, 64_000),
+        "claude-haiku-4-5": Price(1.00, 5.00, 0.10, 1.25, 64_000),
+        "claude-3-5-haiku": Price(0.80, 4.00, 0.08, 1.00, 8_192),
+        "claude-3-haiku": Price(0.25, 1.25, 0.03, 0.30, 4_096),
+    }
+)
+
+#: OpenAI's price of cached prompt tokens (its published discount is per model: 0.1 of
+#: the prompt price for gpt-5, 0.25 for gpt-4.1, o3 and o4-mini, 0.5 for gpt-4o, o1 and
+#: o3-mini); a model not here pays its prompt price for them
+CACHED_PRICES: Mapping[str, float] = MappingProxyType(
+    {
+        "gpt-5": 0.125,
+        "gpt-5-mini": 0.025,
+        "gpt-5-nano": 0.005,
+        "gpt-4.1": 0.50,
+        "gpt-4.1-mini": 0.10,
+        "gpt-4.1-nano": 0.025,
+        "gpt-4o": 1.25,
+        "gpt-4o-mini": 0.075,
+        "o1": 7.50,
+        "o3": 0.50,
+        "o3-mini": 0.55,
+        "o4-mini": 0.275,
+    }
+)
+
+#: the most completion tokens each model of PRICES writes in one call: a larger cap is
+#: refused by the server (400), so the cap sent is never above it
+MAX_COMPLETION: Mapping[str, int] = MappingProxyType(
+    {
+        "gpt-5": 128_000,
+        "gpt-5-mini": 128_000,
+        "gpt-5-nano": 128_000,
+        "gpt-4.1": 32_768,
+        "gpt-4.1-mini": 32_768,
+        "gpt-4.1-nano": 32_768,
+        "gpt-4o": 16_384,
+        "gpt-4o-mini": 16_384,
+        "o1": 100_000,
+        "o3": 100_000,
+        "o3-mini": 100_000,
+        "o4-mini": 100_000,
+        "gpt-4-turbo": 4_096,
+        "gpt-3.5-turbo": 4_096,
+    }
+)
+
+#: the cap of a model whose own limit no table knows: enough for a step's thought and
+#: calls; raise it with `max_completion` in TICKWORK_PRICES
+DEFAULT_MAX_COMPLETION = 8_192
+
+#: what an override may be: a Price, `[prompt, completion]` (or up to `cached`,
+#: `cache_write`, `max_completion` after them) or `{"prompt": .., "completion": .., ...}`
 PriceLike = Price | Sequence[float] | Mapping[str, float]
 
-_DATED = re.compile(r"-(\d{4}-\d{2}-\d{2}|\d{4})$")
+_DATED = re.compile(r"-(\d{4}-\d{2}-\d{2}|\d{8}|\d{4})$")
 _warned: set[str] = set()
 
 
 def price_for(model: str, overrides: Mapping[str, PriceLike] | None = None) -> Price | None:
     """The price of `model`, the overrides first, or None if neither knows it."""
-    table: dict[str, Price] = dict(PRICES)
+    table: dict[str, Price] = {**PRICES, **ANTHROPIC_PRICES}
     for name, price in (overrides or {}).items():
         table[name] = as_price(name, price)
     for name in _candidates(model):
         if name in table:
-            return table[name]
+            return _completed(name, table[name])
     return None
+
+
+def _completed(name: str, price: Price) -> Price:
+    """`price` with the cached price and the model's limit from their tables where unset."""
+    if price.cached is None and name in CACHED_PRICES:
+        price = price._replace(cached=CACHED_PRICES[name])
+    if price.max_completion is None and name in MAX_COMPLETION:
+        price = price._replace(max_completion=MAX_COMPLETION[name])
+    return price
 
 
 class SpecPrices(Protocol):
@@ -88,14 +172,29 @@ def session_price(
     """The price of a session's model: the one given at submit (`config["price"]`), else
     its provider's for its spec (the overrides first); a scripted model is free."""
     given = config.get("price")
-    if given is not None:
-        return as_price(spec, given)
-    return providers.price(spec, overrides)
+    if given is None:
+        return providers.price(spec, overrides)
+    price = as_price(spec, given)
+    if price.max_completion is None:
+        # the price was given, not the model: the cap sent must still be one it accepts
+        known = providers.price(spec, overrides)
+        if known is not None:
+            price = price._replace(max_completion=known.max_completion)
+    return price
 
 
 def charge(price: Price, usage: Usage) -> float:
-    """USD for `usage` tokens at `price`."""
-    return (usage.prompt_tokens * price.prompt + usage.completion_tokens * price.completion) / 1e6
+    """USD for `usage` tokens at `price`: the prompt tokens read from and written to the
+    provider's cache at their own prices, the others at the prompt price."""
+    cached = min(usage.cached_prompt_tokens, usage.prompt_tokens)
+    written = min(usage.cache_creation_tokens, usage.prompt_tokens - cached)
+    plain = usage.prompt_tokens - cached - written
+    return (
+        plain * price.prompt
+        + cached * price.cached_rate
+        + written * price.cache_write_rate
+        + usage.completion_tokens * price.completion
+    ) / 1e6
 
 
 def call_cost(
@@ -124,16 +223,25 @@ def next_call(
     price: Price | None,
     max_completion_tokens: int | None = None,
 ) -> NextCall:
-    """What the next model call is expected to use, for the budget check before it: the
-    transcript's tokens (at least what the last call read and wrote, which the transcript now
-    holds) and as many completion tokens as allowed, else as the last call wrote."""
+    """What the next model call is expected to read, for the budget check and the completion
+    cap before it: the transcript's tokens (at least what the last call read and wrote, which
+    the transcript now holds) at the prompt price, what each completion token costs, and the
+    most it may write (the model's own limit, `max_completion_tokens` if tighter)."""
     prompt = estimate_tokens(transcript_text(messages))
     if last is not None:
         prompt = max(prompt, last.total)
-    completion = max_completion_tokens or (last.completion_tokens if last is not None else 0)
-    usage = Usage(prompt_tokens=prompt, completion_tokens=completion)
-    cost = charge(price, usage) if price is not None else 0.0
-    return NextCall(tokens=usage.total, cost_usd=cost)
+    limit = DEFAULT_MAX_COMPLETION
+    if price is not None and price.max_completion is not None:
+        limit = price.max_completion
+    if max_completion_tokens is not None:
+        limit = min(limit, max_completion_tokens)
+    return NextCall(
+        tokens=prompt,
+        # uncached: a cache hit only makes the call cheaper than its cap allows for
+        cost_usd=prompt * price.prompt / 1e6 if price is not None else 0.0,
+        usd_per_completion_token=price.completion / 1e6 if price is not None else 0.0,
+        max_completion_tokens=limit,
+    )
 
 
 def cost_usd(model: str, usage: Usage, overrides: Mapping[str, PriceLike] | None = None) -> float:
@@ -156,7 +264,7 @@ def _candidates(model: str) -> list[str]:
     or a date suffix (`-2024-08-06`)."""
     names = [model]
     bare = model
-    while bare.startswith(("react:", "openai:")):
+    while bare.startswith(("react:", "openai:", "anthropic:")):
         bare = bare.partition(":")[2]
     bare = bare.rsplit("/", 1)[-1]
     names += [bare, _DATED.sub("", bare)]
@@ -167,19 +275,55 @@ def as_price(name: str, value: PriceLike) -> Price:
     """`value` as the price of model `name`; ConfigurationError says what is wrong."""
     try:
         if isinstance(value, str | bytes):
-            raise TypeError("a price is two numbers, not text")
+            raise TypeError("a price is numbers, not text")
         if isinstance(value, Mapping):
-            price = Price(float(value["prompt"]), float(value["completion"]))
+            unknown = set(value) - set(Price._fields)
+            if unknown:
+                raise KeyError(sorted(unknown))
+            numbers = {k: value[k] for k in Price._fields if value.get(k) is not None}
+            price = _numbers(**numbers)
         else:
-            prompt, completion = value
-            price = Price(float(prompt), float(completion))
-    except (KeyError, TypeError, ValueError) as exc:
+            if not 2 <= len(value) <= len(Price._fields):
+                raise ValueError("two to five numbers")
+            price = _numbers(*value)
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:
         raise ConfigurationError(
             f"price override for {name!r} must be [prompt, completion] or "
-            f'{{"prompt": .., "completion": ..}} in USD per million tokens, got {value!r}'
+            f'{{"prompt": .., "completion": ..}} in USD per million tokens (and optionally '
+            f'"cached", "cache_write" and the model\'s "max_completion" tokens), got {value!r}'
         ) from exc
-    if not all(math.isfinite(p) and p >= 0 for p in price):
+    rates = [price.prompt, price.completion, price.cached_rate, price.cache_write_rate]
+    if not all(math.isfinite(p) and p >= 0 for p in rates) or (
+        price.max_completion is not None and price.max_completion < 1
+    ):
         raise ConfigurationError(
             f"price override for {name!r} must be finite and not negative, got {value!r}"
         )
     return price
+
+
+def _numbers(
+    prompt: Any,
+    completion: Any,
+    cached: Any = None,
+    cache_write: Any = None,
+    max_completion: Any = None,
+) -> Price:
+    limit = None
+    if max_completion is not None:
+        if isinstance(max_completion, bool) or float(max_completion) != int(max_completion):
+            raise ValueError("max_completion is a whole number of tokens")
+        limit = int(max_completion)
+    return Price(
+        _rate(prompt),
+        _rate(completion),
+        None if cached is None else _rate(cached),
+        None if cache_write is None else _rate(cache_write),
+        limit,
+    )
+
+
+def _rate(value: Any) -> float:
+    if isinstance(value, bool):
+        raise TypeError("a price is a number")
+    return float(value)

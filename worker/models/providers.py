@@ -1,4 +1,5 @@
-"""Model providers: what the prefix of a model spec (`openai:`, `react:`, `scripted:`) stands for.
+"""Model providers: what the prefix of a model spec (`openai:`, `anthropic:`, `react:`,
+`scripted:`) stands for.
 
 A provider is a value: its prefix, a line of help for error messages, how it checks and makes
 the model the rest of a spec names, and optionally its price, its metrics label and what the
@@ -26,6 +27,7 @@ from typing import Any, TypeVar
 from fsm.errors import ConfigurationError, InvalidModelSpec
 
 from ..imports import load_object
+from . import anthropic
 from .base import Model
 from .openai import DEFAULT_BASE_URL, OpenAIChatModel
 from .pricing import SCRIPTED, Price, PriceLike, price_for
@@ -255,15 +257,38 @@ def _make_openai(
     return OpenAIChatModel(rest, base_url=url, api_key=key, timeout_s=timeout_s, client=client)
 
 
-def _check_openai(rest: str, *, shown: str) -> None:
+def _check_name(rest: str, *, shown: str) -> None:
     if len(rest) > MAX_MODEL_NAME or any(c.isspace() for c in rest):
         raise InvalidModelSpec(
             f"model name in {shown} must be at most {MAX_MODEL_NAME} characters without spaces"
         )
 
 
-def _price_openai(rest: str, *, spec: str, overrides: Mapping[str, PriceLike]) -> Price | None:
+def _price_by_name(rest: str, *, spec: str, overrides: Mapping[str, PriceLike]) -> Price | None:
     return price_for(spec, overrides)
+
+
+def _make_anthropic(
+    rest: str,
+    *,
+    spec: str,
+    timeout_s: float | None = None,
+    client: Any = None,
+    env: Mapping[str, str] | None = None,
+    base_url: str | None = None,
+    api_key: str | None = None,
+) -> Model:
+    env = os.environ if env is None else env
+    url = base_url or env.get("ANTHROPIC_BASE_URL") or anthropic.DEFAULT_BASE_URL
+    key = api_key or env.get("ANTHROPIC_API_KEY") or None
+    if key is None and "api.anthropic.com" in url:
+        raise ConfigurationError(
+            f"model {spec!r} needs an API key for {url}: set ANTHROPIC_API_KEY, or set "
+            "ANTHROPIC_BASE_URL to a server that needs none"
+        )
+    return anthropic.AnthropicMessagesModel(
+        rest, base_url=url, api_key=key, timeout_s=timeout_s, client=client
+    )
 
 
 def _make_react(rest: str, *, spec: str, providers: Providers, **options: Any) -> Model:
@@ -275,8 +300,8 @@ def _make_react(rest: str, *, spec: str, providers: Providers, **options: Any) -
 def _check_react(rest: str, *, shown: str, providers: Providers) -> None:
     if not providers.wraps(rest):
         raise InvalidModelSpec(
-            f"unknown model spec {shown}: use {providers.help}; react: wraps openai:MODEL or "
-            "scripted:PATH"
+            f"unknown model spec {shown}: use {providers.help}; react: wraps openai:MODEL, "
+            "anthropic:MODEL or scripted:PATH"
         )
     providers.check(rest)
 
@@ -306,8 +331,15 @@ OPENAI = Provider(
     prefix="openai",
     help="openai:MODEL (any OpenAI-compatible server: OpenAI, vLLM, Ollama; e.g. openai:gpt-4o)",
     make=_make_openai,
-    check=_check_openai,
-    price=_price_openai,
+    check=_check_name,
+    price=_price_by_name,
+)
+ANTHROPIC = Provider(
+    prefix="anthropic",
+    help="anthropic:MODEL (the Anthropic Messages API; e.g. anthropic:claude-sonnet-4-5)",
+    make=_make_anthropic,
+    check=_check_name,
+    price=_price_by_name,
 )
 REACT = Provider(
     prefix="react",
@@ -327,4 +359,4 @@ SCRIPTED_PROVIDER = Provider(
     resolve=_resolve_script,
 )
 #: the providers tickwork ships, in the order its help names them
-SHIPPED = (OPENAI, REACT, SCRIPTED_PROVIDER)
+SHIPPED = (OPENAI, ANTHROPIC, REACT, SCRIPTED_PROVIDER)

@@ -7,7 +7,7 @@ yet: the first reply). The file is either a list of replies or
 
     {"content": "text",
      "tool_calls": [{"name": "read_file", "arguments": {"path": "a.py"}}],
-     "usage": {"prompt_tokens": 10, "completion_tokens": 5},
+     "usage": {"prompt_tokens": 10, "completion_tokens": 5, "cached_prompt_tokens": 0},
      "delay_s": 0.5,
      "error": {"transient": true, "message": "...", "retry_after_s": 1.0}}
 

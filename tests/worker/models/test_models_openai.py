@@ -129,6 +129,46 @@ def test_usage_is_read_from_the_response(chat_server, model):
     )
 
 
+@pytest.mark.parametrize(
+    ("reported", "cached"),
+    [
+        pytest.param({"prompt_tokens_details": {"cached_tokens": 1024}}, 1024, id="openai"),
+        pytest.param({"prompt_cache_hit_tokens": 512}, 512, id="deepseek"),
+        pytest.param({"prompt_tokens_details": {"cached_tokens": None}}, 0, id="null"),
+        pytest.param({"prompt_tokens_details": {"cached_tokens": -3}}, 0, id="negative"),
+        pytest.param({"prompt_tokens_details": {"cached_tokens": 10**9}}, 1234, id="beyond"),
+    ],
+)
+def test_cached_prompt_tokens_are_read_from_the_usage(chat_server, model, reported, cached):
+    usage = {"prompt_tokens": 1234, "completion_tokens": 56, **reported}
+    chat_server.respond(
+        200,
+        {
+            "model": "gpt-4o",
+            "choices": [{"message": {"role": "assistant", "content": "ok"}}],
+            "usage": usage,
+        },
+    )
+
+    assert model.generate(MESSAGES, TOOLS, SETTINGS).usage == Usage(
+        prompt_tokens=1234, completion_tokens=56, cached_prompt_tokens=cached
+    )
+
+
+@pytest.mark.parametrize(("finish", "truncated"), [("length", True), ("stop", False)])
+def test_an_answer_stopped_at_the_cap_is_marked_truncated(chat_server, model, finish, truncated):
+    chat_server.respond(
+        200,
+        {
+            "choices": [
+                {"message": {"role": "assistant", "content": "par"}, "finish_reason": finish}
+            ]
+        },
+    )
+
+    assert model.generate(MESSAGES, TOOLS, SETTINGS).truncated is truncated
+
+
 def test_usage_is_estimated_when_the_server_reports_none(chat_server, model):
     chat_server.answer("x" * 40, usage=None)
 

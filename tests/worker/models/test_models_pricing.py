@@ -8,7 +8,7 @@ import pytest
 from fsm.errors import ConfigurationError
 from fsm.values import Usage
 from worker.models import Price, Providers, cost_usd, price_for
-from worker.models.pricing import call_cost, next_call, session_price
+from worker.models.pricing import DEFAULT_MAX_COMPLETION, call_cost, next_call, session_price
 
 MILLION = Usage(prompt_tokens=1_000_000, completion_tokens=1_000_000)
 
@@ -30,7 +30,78 @@ def test_known_model():
     ],
 )
 def test_dated_and_prefixed_names_price_as_the_base_model(name):
-    assert price_for(name) == Price(0.40, 1.60)
+    assert price_for(name) == Price(0.40, 1.60, cached=0.10, max_completion=32_768)
+
+
+@pytest.mark.parametrize(
+    "name", ["claude-sonnet-4-5-20250929", "anthropic:claude-sonnet-4-5", "claude-sonnet-4-5"]
+)
+def test_anthropic_models_are_priced_with_their_cache_reads_and_writes(name):
+    assert price_for(name) == Price(3.0, 15.0, cached=0.30, cache_write=3.75, max_completion=64_000)
+
+
+@pytest.mark.parametrize(
+    ("model", "usage", "usd"),
+    [
+        # 0.4 of gpt-4o's prompt tokens cached, at half its $2.50
+        pytest.param(
+            "gpt-4o",
+            Usage(prompt_tokens=1_000_000, completion_tokens=0, cached_prompt_tokens=400_000),
+            0.6 * 2.5 + 0.4 * 1.25,
+            id="openai_cached",
+        ),
+        # a model without a cached price pays its prompt price for them
+        pytest.param(
+            "gpt-4-turbo",
+            Usage(prompt_tokens=1_000_000, completion_tokens=0, cached_prompt_tokens=400_000),
+            10.0,
+            id="no_discount",
+        ),
+        # Anthropic: 0.2 read ($0.30), 0.3 written ($3.75), 0.5 plain ($3), 1M out ($15)
+        pytest.param(
+            "claude-sonnet-4-5",
+            Usage(
+                prompt_tokens=1_000_000,
+                completion_tokens=1_000_000,
+                cached_prompt_tokens=200_000,
+                cache_creation_tokens=300_000,
+            ),
+            0.5 * 3.0 + 0.2 * 0.30 + 0.3 * 3.75 + 15.0,
+            id="anthropic_reads_and_writes",
+        ),
+        # a server reporting more cached tokens than prompt tokens is not paid back
+        pytest.param(
+            "gpt-4o",
+            Usage(prompt_tokens=100, completion_tokens=0, cached_prompt_tokens=10**9),
+            100 * 1.25 / 1e6,
+            id="cached_beyond_prompt",
+        ),
+    ],
+)
+def test_cached_prompt_tokens_are_charged_at_the_cached_price(model, usage, usd):
+    assert cost_usd(model, usage) == pytest.approx(usd)
+
+
+@pytest.mark.parametrize(
+    ("override", "price"),
+    [
+        pytest.param([1, 2, 0.5], Price(1, 2, cached=0.5, max_completion=16_384), id="list_cached"),
+        pytest.param(
+            {"prompt": 1, "completion": 2, "cached": 0.1, "cache_write": 1.25},
+            Price(1, 2, cached=0.1, cache_write=1.25, max_completion=16_384),
+            id="dict_cache",
+        ),
+        pytest.param(
+            {"prompt": 1, "completion": 2, "max_completion": 4096},
+            Price(1, 2, cached=1.25, max_completion=4096),
+            id="dict_max",
+        ),
+        # what an override leaves unset comes from the tables
+        pytest.param([1, 2], Price(1, 2, cached=1.25, max_completion=16_384), id="table_fills"),
+    ],
+)
+def test_overrides_may_give_cache_prices_and_the_models_limit(override, price):
+    assert price_for("gpt-4o", {"gpt-4o": override}) == price
 
 
 def test_scripted_is_free():
@@ -50,7 +121,22 @@ def test_an_exact_override_beats_the_base_name():
     assert cost_usd("gpt-4o-2024-08-06", MILLION, overrides) == 12.5
 
 
-@pytest.mark.parametrize("override", [(1,), {"prompt": 1}, ("a", 2), (-1, 2), (float("nan"), 1)])
+@pytest.mark.parametrize(
+    "override",
+    [
+        (1,),
+        {"prompt": 1},
+        ("a", 2),
+        (-1, 2),
+        (float("nan"), 1),
+        (1, 2, -0.5),
+        (1, 2, 3, 4, 5, 6),
+        {"prompt": 1, "completion": 2, "context": 3},
+        {"prompt": 1, "completion": 2, "max_completion": 0.5},
+        {"prompt": 1, "completion": 2, "max_completion": float("inf")},
+        (True, 2),
+    ],
+)
 def test_bad_overrides_are_refused(override):
     with pytest.raises(ConfigurationError, match="price override for 'm'"):
         cost_usd("m", MILLION, {"m": override})
@@ -72,11 +158,15 @@ def test_unknown_model_costs_nothing_and_warns_once(caplog):
 @pytest.mark.parametrize(
     ("spec", "config", "overrides", "price"),
     [
-        pytest.param("openai:gpt-4o", {}, {}, Price(2.5, 10.0), id="table"),
+        pytest.param("openai:gpt-4o", {}, {}, Price(2.5, 10.0, 1.25, None, 16_384), id="table"),
         pytest.param("openai:local", {}, {}, None, id="unknown"),
         pytest.param("openai:local", {}, {"local": [1, 2]}, Price(1, 2), id="override"),
         pytest.param(
-            "openai:gpt-4o", {"price": {"prompt": 3, "completion": 4}}, {}, Price(3, 4), id="given"
+            "openai:gpt-4o",
+            {"price": {"prompt": 3, "completion": 4}},
+            {},
+            Price(3, 4, max_completion=16_384),
+            id="given_keeps_the_models_limit",
         ),
         pytest.param("scripted:/a/b.json", {}, {}, Price(0, 0), id="scripted"),
         pytest.param("react:scripted:/a/b.json", {}, {}, Price(0, 0), id="react_scripted"),
@@ -105,23 +195,33 @@ def test_a_call_is_charged_at_the_price_given_at_submit_first():
     ("last", "price", "tokens", "cost"),
     [
         pytest.param(None, None, 25, 0.0, id="first_call_transcript_only"),
-        pytest.param(Usage(prompt_tokens=1000, completion_tokens=200), None, 1400, 0.0, id="last"),
+        pytest.param(Usage(prompt_tokens=1000, completion_tokens=200), None, 1200, 0.0, id="last"),
         pytest.param(
             Usage(prompt_tokens=1000, completion_tokens=200),
             Price(1.0, 10.0),
-            1400,
-            (1200 * 1.0 + 200 * 10.0) / 1e6,
+            1200,
+            1200 * 1.0 / 1e6,
             id="priced",
         ),
     ],
 )
-def test_next_call_estimate(last, price, tokens, cost):
+def test_next_call_estimates_the_prompt(last, price, tokens, cost):
     messages = [{"role": "user", "content": "x" * 100}]
     ahead = next_call(messages, last=last, price=price)
     assert ahead.tokens == tokens
     assert ahead.cost_usd == pytest.approx(cost)
 
 
-def test_next_call_counts_the_completion_allowed():
-    ahead = next_call([], last=None, price=Price(0, 1.0), max_completion_tokens=1_000_000)
-    assert (ahead.tokens, ahead.cost_usd) == (1_000_000, 1.0)
+@pytest.mark.parametrize(
+    ("price", "asked", "limit"),
+    [
+        pytest.param(None, None, DEFAULT_MAX_COMPLETION, id="unknown_model"),
+        pytest.param(Price(1, 2, max_completion=16_384), None, 16_384, id="models_own"),
+        pytest.param(Price(1, 2, max_completion=16_384), 500, 500, id="settings_tighter"),
+        pytest.param(Price(1, 2, max_completion=100), 500, 100, id="model_tighter"),
+    ],
+)
+def test_next_call_knows_the_most_the_model_may_write(price, asked, limit):
+    ahead = next_call([], last=None, price=price, max_completion_tokens=asked)
+    assert ahead.max_completion_tokens == limit
+    assert ahead.usd_per_completion_token == (price.completion / 1e6 if price else 0.0)

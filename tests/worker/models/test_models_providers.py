@@ -81,7 +81,7 @@ def test_the_labels_of_the_shipped_providers_hold_no_paths() -> None:
 def test_job_kinds_in_the_same_imports_are_left_to_the_jobs() -> None:
     providers = Providers(["tests.jobs:TEST", CANNED_IMPORT])
 
-    assert list(providers.known) == ["openai", "react", "scripted", "canned"]
+    assert list(providers.known) == ["openai", "anthropic", "react", "scripted", "canned"]
 
 
 def entry_points_of(*points: importlib.metadata.EntryPoint):

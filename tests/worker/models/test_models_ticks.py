@@ -114,7 +114,7 @@ def test_a_cost_budget_stops_before_the_call_that_would_pass_it(
     assert done.error_code is ErrorCode.BUDGET_COST
     assert len(chat_server.requests) == 2
     assert done.cost_usd == pytest.approx(0.8) and done.cost_usd <= 1.0
-    assert "the next model call is estimated at $0.4" in done.error_message
+    assert "the next model call's prompt is estimated at $0.4" in done.error_message
 
 
 def test_a_token_budget_stops_before_the_call_that_would_pass_it(
@@ -184,7 +184,7 @@ def test_a_bad_price_is_refused(ticks: Ticks, price: Any) -> None:
 
 
 @pytest.mark.parametrize(
-    "spec", ["gpt-4o", "anthropic:claude", "openai:", "react:gpt-4o", "openai:a b", "scripted:"]
+    "spec", ["gpt-4o", "gemini:pro", "openai:", "react:gpt-4o", "openai:a b", "scripted:"]
 )
 def test_a_model_spec_tickwork_cannot_run_is_refused_at_submit(ticks: Ticks, spec: str) -> None:
     from fsm.errors import InvalidModelSpec
