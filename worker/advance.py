@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import time
@@ -417,7 +418,10 @@ def _execute(rt: Runtime, claimed: Claimed, files: TickFiles, notes: _Notes) -> 
         head.id, head.version, call, owner=claimed.owner, now=rt.clock(), rerun=plan.rerun
     )
     began = time.time_ns()
-    with Stops(rt.store, head.id, every_s=rt.settings.stop_poll_s, clock=rt.clock) as stop:
+    lease = functools.partial(rt.leases.lost, head.id, head.version)
+    with Stops(
+        rt.store, head.id, every_s=rt.settings.stop_poll_s, clock=rt.clock, lease=lease
+    ) as stop:
         context = ToolContext(
             session_id=head.id,
             call_id=call.call_id,
