@@ -9,7 +9,9 @@ import random
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from contextvars import Token
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -24,6 +26,8 @@ from .report import Observers
 from .retention import restoring
 from .secrets import Masker, masker_for
 from .settings import Settings
+from .tools.fence import WATCHDOG
+from .tools.shell import GUARD, Guard
 from .workspaces import Workspaces
 
 log = logging.getLogger("tickwork.worker")
@@ -46,7 +50,13 @@ class Leases:
 
     A lease whose renewal is refused (another worker took the session over) or that could
     not be renewed for `lease_s` is lost: `lost` says so, and a running command polls it
-    and is killed at once, so it never runs beside the same command on another worker."""
+    and is killed at once, so it never runs beside the same command on another worker.
+    While a tick holds its lease, the commands it starts are also registered with this
+    process's watchdog (`worker.tools.fence`), which kills them shortly before the lease
+    runs out unless a renewal moved it: that holds while this process is stopped."""
+
+    #: the part of the lease after its last renewal a command may still run unwatched
+    FENCED = 0.9
 
     def __init__(self, store: Store, *, lease_s: float, clock: Callable[[], datetime]) -> None:
         self._store, self._lease_s, self._clock = store, lease_s, clock
@@ -54,6 +64,8 @@ class Leases:
         #: when each held lease was last known ours (monotonic), and why a lost one is lost
         self._renewed: dict[tuple[str, int], float] = {}
         self._lost: dict[tuple[str, int], str] = {}
+        #: the process groups of the commands each held lease's tick runs
+        self._commands: dict[tuple[str, int], set[int]] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
@@ -78,11 +90,27 @@ class Leases:
             )
         return None
 
+    @contextmanager
+    def watched(self, key: tuple[str, int], pid: int) -> Iterator[None]:
+        """The command `pid` (a process group) killed by the watchdog once `key`'s lease is
+        about to run out, for as long as the `with` lasts."""
+        with self._lock:
+            self._commands.setdefault(key, set()).add(pid)
+            renewed = self._renewed.get(key, time.monotonic())
+        WATCHDOG.tell(pid, renewed + self._lease_s * self.FENCED)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._commands.get(key, set()).discard(pid)
+            WATCHDOG.tell(pid, None)
+
     def _add(self, key: tuple[str, int], owner: str) -> None:
         with self._lock:
             self._held[key] = owner
             self._renewed[key] = time.monotonic()
             self._lost.pop(key, None)
+            self._commands[key] = set()
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
                     target=self._run, name="tickwork-leases", daemon=True
@@ -94,6 +122,7 @@ class Leases:
             self._held.pop(key, None)
             self._renewed.pop(key, None)
             self._lost.pop(key, None)
+            self._commands.pop(key, None)
 
     def _run(self) -> None:
         while not self._wake.wait(self._lease_s / 3):
@@ -117,6 +146,9 @@ class Leases:
                     continue
                 if ours:
                     self._renewed[(session_id, version)] = asked
+                    commands = list(self._commands.get((session_id, version), ()))
+                    for pid in commands:
+                        WATCHDOG.tell(pid, asked + self._lease_s * self.FENCED)
                     continue
                 self._lost[(session_id, version)] = (
                     f"the lease of session {session_id} v{version} is no longer this worker's "
@@ -132,15 +164,25 @@ class Leases:
 
 @dataclass
 class _Held:
+    """A held lease; while it is entered, the commands this context starts are guarded by it
+    (`worker.tools.shell.GUARD`)."""
+
     leases: Leases
     key: tuple[str, int]
     owner: str
+    _token: Token[Guard | None] | None = None
 
     def __enter__(self) -> None:
         self.leases._add(self.key, self.owner)
+        self._token = GUARD.set(self)
 
     def __exit__(self, *_: object) -> None:
+        if self._token is not None:
+            GUARD.reset(self._token)
         self.leases._remove(self.key)
+
+    def watch(self, pid: int) -> AbstractContextManager[None]:
+        return self.leases.watched(self.key, pid)
 
 
 class Stops:

@@ -89,6 +89,26 @@ def test_a_command_whose_processes_together_pass_the_memory_limit_is_killed(
     assert "per command as a whole" in describe(Sandbox())
 
 
+def test_the_groups_a_killed_worker_left_are_removed_by_the_next() -> None:
+    where = cgroups.hierarchy()
+    if isinstance(where, str):
+        pytest.skip(f"no cgroups for commands here: {where}")
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    left = where.memory / f"{cgroups.PREFIX}{dead.pid}-0123456789ab"
+    ours = where.memory / f"{cgroups.PREFIX}{os.getpid()}-0123456789ab"
+    left.mkdir()
+    ours.mkdir()
+    try:
+        cgroups._sweep(where)
+        assert not left.exists()
+        assert ours.exists()  # a live worker's group is its own to remove
+    finally:
+        for folder in (left, ours):
+            if folder.exists():
+                folder.rmdir()
+
+
 def test_a_command_passing_the_sessions_disk_quota_is_killed_while_it_runs(
     small_fs: Path,
 ) -> None:

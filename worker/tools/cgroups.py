@@ -36,6 +36,8 @@ log = logging.getLogger("tickwork.sandbox")
 
 ROOT = Path("/sys/fs/cgroup")
 CONTROLLERS = ("memory", "pids")
+#: a command's group is `tickwork-<worker pid>-<random>`
+PREFIX = "tickwork-"
 #: joins the groups named before `--` and runs what follows (exit 125: it could not join)
 JOIN = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'
 
@@ -57,15 +59,39 @@ class Hierarchy:
 
 @functools.cache
 def hierarchy() -> Hierarchy | str:
-    """This worker's hierarchy for commands' groups, or why it has none (found once)."""
+    """This worker's hierarchy for commands' groups, or why it has none (found once; the
+    groups a dead worker left are removed then)."""
     try:
         if (ROOT / "cgroup.controllers").exists():
-            return _v2()
-        if (ROOT / "memory" / "memory.limit_in_bytes").exists():
-            return _v1()
+            found = _v2()
+        elif (ROOT / "memory" / "memory.limit_in_bytes").exists():
+            found = _v1()
+        else:
+            return f"no cgroup v2 or v1 memory hierarchy is mounted at {ROOT}"
     except OSError as exc:
         return f"the cgroups of this host cannot be used: {exc}"
-    return f"no cgroup v2 or v1 memory hierarchy is mounted at {ROOT}"
+    if isinstance(found, Hierarchy):
+        _sweep(found)
+    return found
+
+
+def _sweep(where: Hierarchy) -> None:
+    """Remove the groups of workers that died during a command (SIGKILL: no `close`)."""
+    for parent in (where.memory, where.pids):
+        for folder in parent.glob(f"{PREFIX}*-*") if parent is not None else ():
+            pid = folder.name[len(PREFIX) :].split("-")[0]
+            try:
+                os.kill(int(pid), 0)
+                continue  # its worker lives (or another process has its pid: left for later)
+            except ProcessLookupError:
+                pass
+            except (ValueError, PermissionError):
+                continue
+            _empty(folder)
+            try:
+                folder.rmdir()
+            except OSError as exc:
+                log.warning("could not remove a dead worker's cgroup %s: %s", folder, exc)
 
 
 def _own(controller: str) -> str:
@@ -123,7 +149,7 @@ class Group:
 
     def __init__(self, where: Hierarchy, *, memory_bytes: int, processes: int) -> None:
         self.where, self.memory_bytes = where, memory_bytes
-        name = f"tickwork-{uuid.uuid4().hex[:12]}"
+        name = f"{PREFIX}{os.getpid()}-{uuid.uuid4().hex[:12]}"
         self.memory = where.memory / name
         self.pids = where.pids / name if where.pids is not None else None
         self.folders = [p for p in (self.memory, self.pids) if p is not None]
