@@ -10,6 +10,7 @@ import os
 import shlex
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from store import open_store
 from store.migrate import upgrade
 from tests.services import IN_CI
 from tickwork.client import Tickwork
+from tickwork.testing import until
 from worker.advance import advance
 from worker.jobs import Jobs
 from worker.report import Outcome
@@ -28,6 +30,7 @@ from worker.runtime import Runtime, utc_now
 from worker.settings import Settings
 from worker.tools import cgroups, quota
 from worker.tools.runner import Limits, Sandbox, check, describe, run_sandboxed
+from worker.tools.shell import ShellResult
 
 PYTHON = shlex.quote(sys.executable)
 MB = 1 << 20
@@ -56,11 +59,11 @@ def small_fs(tmp_path: Path) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(folder)], check=False)
 
 
-def _writer(files: int) -> str:
+def _writer(files: int, pause_s: float = 0.02) -> str:
     """A command writing `files` files of 1 MB, one after another."""
     return (
         f"i=0; while [ $i -lt {files} ]; do head -c {MB} /dev/zero > f$i; "
-        "i=$((i+1)); sleep 0.02; done; echo wrote all"
+        f"i=$((i+1)); sleep {pause_s}; done; echo wrote all"
     )
 
 
@@ -89,6 +92,55 @@ def test_a_command_whose_processes_together_pass_the_memory_limit_is_killed(
     assert "per command as a whole" in describe(Sandbox())
 
 
+def test_a_fork_bomb_in_one_session_does_not_stop_another_sessions_commands(
+    tmp_path: Path,
+) -> None:
+    """All sessions' commands run as one user: a per-user process limit let one session's
+    processes use up every other session's; a pids cgroup per command keeps them apart."""
+    where = cgroups.hierarchy()
+    if isinstance(where, str) or (where.version == 1 and where.pids is None):
+        if IN_CI and os.geteuid() == 0:
+            pytest.fail(f"a root worker in CI should make pids cgroups: {where}")
+        pytest.skip(f"no pids cgroups for commands here: {where}")
+    sandbox = Sandbox(limits=Limits(processes=64))
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir()
+    second.mkdir()
+    done = threading.Event()
+    results: list[ShellResult] = []
+    bomb = (
+        "(i=0; while [ $i -lt 100 ]; do sleep 60 & i=$((i+1)); done) 2> bomb.err; "
+        "echo started > ready; exec sleep 60"
+    )
+    thread = threading.Thread(
+        target=lambda: results.append(
+            run_sandboxed(
+                bomb,
+                workdir=first,
+                timeout_s=120,
+                sandbox=sandbox,
+                stop=lambda: "the test is over" if done.is_set() else None,
+            )
+        )
+    )
+    thread.start()
+    try:
+        until(lambda: (first / "ready").exists(), timeout=60, what="the first command's processes")
+        other = run_sandboxed(
+            "for i in 1 2 3 4; do true & done; wait; echo forked",
+            workdir=second,
+            timeout_s=60,
+            sandbox=sandbox,
+        )
+        assert other.exit_code == 0 and "forked" in other.stdout, other.describe()
+    finally:
+        done.set()
+        thread.join(60)
+    # the first one was held to its own limit
+    assert "fork" in (first / "bomb.err").read_text().lower()
+    assert results[0].killed == "the test is over"
+
+
 def test_the_groups_a_killed_worker_left_are_removed_by_the_next() -> None:
     where = cgroups.hierarchy()
     if isinstance(where, str):
@@ -115,7 +167,9 @@ def test_a_command_passing_the_sessions_disk_quota_is_killed_while_it_runs(
     copy = small_fs / "session"
     copy.mkdir()
     limits = Limits(disk_bytes=8 * MB, reserve_bytes=0)
-    result = run_sandboxed(_writer(30), workdir=copy, timeout_s=60, sandbox=Sandbox(limits=limits))
+    result = run_sandboxed(
+        _writer(30, 0.1), workdir=copy, timeout_s=60, sandbox=Sandbox(limits=limits)
+    )
     assert "over the session's quota of 8388608" in result.killed, result.describe()
     assert "wrote all" not in result.stdout
     assert quota.usage([copy], max_files=1000).bytes < 30 * MB

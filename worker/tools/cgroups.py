@@ -170,6 +170,11 @@ class Group:
             self.close()
             raise
 
+    @property
+    def counts_processes(self) -> bool:
+        """Whether the group limits its processes (v2 always; v1 with a pids hierarchy)."""
+        return self.where.version == 2 or self.pids is not None
+
     def wrap(self, args: list[str]) -> list[str]:
         """`args` run inside this group from their first instruction."""
         procs = [str(folder / "cgroup.procs") for folder in self.folders]

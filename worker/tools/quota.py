@@ -170,6 +170,11 @@ class Watch:
         self._done.set()
         self._thread.join()
 
+    def last(self) -> str | None:
+        """Why the command, now ended, went past a limit (it may have ended between two
+        walks), or None."""
+        return self._reason or self._look(usage(self.roots, max_files=self.limits["disk_files"]))
+
     def _look(self, now: Usage) -> str | None:
         return over(self._start, now, (self._free, free_bytes(self.roots[0])), **self.limits)
 

@@ -21,6 +21,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import shutil
@@ -149,7 +150,7 @@ def run_sandboxed(
     ) as disk:
         stops = _first(stop, disk)
         if sandbox.mode == "none":
-            return run_shell(
+            result = run_shell(
                 command,
                 cwd=workdir,
                 timeout_s=timeout_s,
@@ -157,7 +158,12 @@ def run_sandboxed(
                 max_output_bytes=lim.output_bytes,
                 stop=stops,
             )
-        return _run(command, workdir, timeout_s, env, network, sandbox, stops)
+        else:
+            result = _run(command, workdir, timeout_s, env, network, sandbox, stops)
+    if not (result.killed or result.timed_out) and (why := disk.last()) is not None:
+        # it wrote faster than the watch walks: said all the same, as its failure
+        result = dataclasses.replace(result, killed=f"{why} (found as it ended)")
+    return result
 
 
 def _first(*stops: Stop | None) -> Stop:
@@ -218,7 +224,9 @@ def describe(sandbox: Sandbox) -> str:
         f"commands run in bubblewrap as {who}: cpu {lim.cpu_s}s, memory {lim.memory_bytes} B, "
         f"{lim.processes} processes, files {lim.file_bytes} B, output {lim.output_bytes} B; "
         f"{whole}; working copy {lim.disk_bytes} B and {lim.disk_files} files, watched while "
-        f"commands run, {lim.reserve_bytes} B of the workspaces filesystem kept free"
+        f"commands run, {lim.reserve_bytes} B of the workspaces filesystem kept free; "
+        "a command is killed once its tick's lease is lost or about to run out (a watchdog "
+        "process beside the worker)"
     )
 
 
@@ -271,6 +279,9 @@ def _run(
             )
         )
         group = stack.enter_context(_data(f"root:x:0:\nsandbox:x:{gid}:\n"))
+        own = _cgroup(sandbox.limits)
+        if own is not None:
+            stack.callback(own.close)
         args = bwrap_args(
             command,
             workdir=root,
@@ -281,10 +292,9 @@ def _run(
             passwd_fd=passwd,
             group_fd=group,
             hidden=hidden,
+            counted=own is not None and own.counts_processes,
         )
-        own = _cgroup(sandbox.limits)
         if own is not None:
-            stack.callback(own.close)
             args, stop = own.wrap(args), _first(stop, own.breach)
         try:
             return run_process(
@@ -324,8 +334,12 @@ def bwrap_args(
     passwd_fd: int,
     group_fd: int,
     hidden: tuple[str, ...] = (),
+    counted: bool = False,
 ) -> list[str]:
-    """The bwrap command line that runs `command` as described in this module's docstring."""
+    """The bwrap command line that runs `command` as described in this module's docstring.
+
+    `counted`: the command's processes are counted by a cgroup of its own, so no limit per
+    user (which all sessions' commands share: one session's fork bomb would stop the others')."""
     args = [shutil.which("bwrap") or "bwrap", "--die-with-parent", "--new-session"]
     args += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
     args += ["--hostname", "sandbox"]
@@ -361,8 +375,10 @@ def bwrap_args(
         args += ["--setenv", name, value]
     lim = sandbox.limits
     args += ["--", PRLIMIT, f"--cpu={lim.cpu_s}", f"--as={lim.memory_bytes}"]
-    nproc = lim.processes if privileged else lim.processes + _tasks_of(os.getuid())
-    args += [f"--nproc={nproc}", f"--fsize={lim.file_bytes}", "--core=0", "--"]
+    if not counted:  # else the worker's own limit stays, as high as prlimit may leave it
+        nproc = lim.processes if privileged else lim.processes + _tasks_of(os.getuid())
+        args.append(f"--nproc={nproc}")
+    args += [f"--fsize={lim.file_bytes}", "--core=0", "--"]
     if privileged:
         args += [SETPRIV, f"--reuid={sandbox.uid}", f"--regid={sandbox.gid}", "--clear-groups"]
         args += ["--no-new-privs", "--inh-caps=-all", "--bounding-set=-all", "--"]
