@@ -94,16 +94,18 @@ class Leases:
     def watched(self, key: tuple[str, int], pid: int) -> Iterator[None]:
         """The command `pid` (a process group) killed by the watchdog once `key`'s lease is
         about to run out, for as long as the `with` lasts."""
+        # told under the lock, so a renewal's newer deadline is never overwritten and a
+        # command's `forget` is the last word about its pid (which may be reused after)
         with self._lock:
             self._commands.setdefault(key, set()).add(pid)
             renewed = self._renewed.get(key, time.monotonic())
-        WATCHDOG.tell(pid, renewed + self._lease_s * self.FENCED)
+            WATCHDOG.tell(pid, renewed + self._lease_s * self.FENCED)
         try:
             yield
         finally:
             with self._lock:
                 self._commands.get(key, set()).discard(pid)
-            WATCHDOG.tell(pid, None)
+                WATCHDOG.tell(pid, None)
 
     def _add(self, key: tuple[str, int], owner: str) -> None:
         with self._lock:
