@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+import errno
+import functools
 import inspect
 import logging
 import time
@@ -138,6 +140,20 @@ def _advance(rt: Runtime, claimed: Claimed, notes: _Notes, owner: str, files: Ti
         # this tick again (on files the store holds: nothing of this attempt was saved)
         raise
     except Exception as exc:
+        if disk_full(exc):
+            # the worker's own writes (this session's working copy, the blob cache) found the
+            # workspaces filesystem full, perhaps filled by another session: not this
+            # session's fault; nothing is saved, the lease runs out and the tick runs again
+            log.error(
+                "tick of session %s v%d left to run again later: the workspaces filesystem "
+                "%s is full (%s); free space there or raise TICKWORK_DISK_RESERVE_BYTES",
+                session_id,
+                version,
+                rt.settings.workspaces_path,
+                exc,
+            )
+            files.discard()
+            return Outcome.DROPPED
         # a broken job kind, tool registry or model factory: fail loudly, keep everything
         log.exception("tick of session %s v%d failed", session_id, version)
         files.discard()  # what the tool may have half done is not saved with a failure
@@ -196,7 +212,18 @@ class TickFiles:
 
     def saved(self, head: Head) -> None:
         if self.copy is not None:
-            self.copy.saved()
+            try:
+                self.copy.saved()
+            except OSError as exc:
+                if not disk_full(exc):
+                    raise
+                # the tick is saved; the copy stays marked dirty and is rebuilt next time
+                log.warning(
+                    "session %s: the working copy's state could not be written (%s); it is "
+                    "rebuilt at its next tick",
+                    head.id,
+                    exc,
+                )
         if head.status.terminal and session_files(head) is not None:
             self.release()
             self.rt.workspaces.drop(head.id)
@@ -210,6 +237,11 @@ class TickFiles:
         if self.copy is not None:
             self.copy.release()
             self.copy = None
+
+
+def disk_full(exc: BaseException) -> bool:
+    """Whether `exc` says a filesystem is full (or a disk quota reached)."""
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
 def _finish(job_finish: Any, head: Head, files: TickFiles) -> dict[str, Any]:
@@ -439,7 +471,10 @@ def _execute(rt: Runtime, claimed: Claimed, files: TickFiles, notes: _Notes) -> 
         head.id, head.version, call, owner=claimed.owner, now=rt.clock(), rerun=plan.rerun
     )
     began = time.time_ns()
-    with Stops(rt.store, head.id, every_s=rt.settings.stop_poll_s, clock=rt.clock) as stop:
+    lease = functools.partial(rt.leases.lost, head.id, head.version)
+    with Stops(
+        rt.store, head.id, every_s=rt.settings.stop_poll_s, clock=rt.clock, lease=lease
+    ) as stop:
         context = ToolContext(
             session_id=head.id,
             call_id=call.call_id,

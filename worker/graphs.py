@@ -14,6 +14,7 @@ the idempotency key `"{session_id}:{step}:{node}"`, the session's config and a s
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import time
@@ -304,7 +305,10 @@ def _run(
         head.id, head.version, call, owner=claimed.owner, now=rt.clock(), rerun=plan.rerun
     )
     started = time.perf_counter()
-    with Stops(rt.store, head.id, every_s=rt.settings.stop_poll_s, clock=rt.clock) as stop:
+    lease = functools.partial(rt.leases.lost, head.id, head.version)
+    with Stops(
+        rt.store, head.id, every_s=rt.settings.stop_poll_s, clock=rt.clock, lease=lease
+    ) as stop:
         ctx = NodeContext(
             session_id=head.id,
             step=call.step,

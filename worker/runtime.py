@@ -8,7 +8,10 @@ import os
 import random
 import socket
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from contextvars import Token
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -23,6 +26,8 @@ from .report import Observers
 from .retention import restoring
 from .secrets import Masker, masker_for
 from .settings import Settings
+from .tools.fence import WATCHDOG
+from .tools.shell import GUARD, Guard
 from .workspaces import Workspaces
 
 log = logging.getLogger("tickwork.worker")
@@ -41,11 +46,26 @@ def owner_name() -> str:
 
 
 class Leases:
-    """Renews the leases of this process's running calls from one background thread."""
+    """Renews the leases of this process's running calls from one background thread.
+
+    A lease whose renewal is refused (another worker took the session over) or that could
+    not be renewed for `lease_s` is lost: `lost` says so, and a running command polls it
+    and is killed at once, so it never runs beside the same command on another worker.
+    While a tick holds its lease, the commands it starts are also registered with this
+    process's watchdog (`worker.tools.fence`), which kills them shortly before the lease
+    runs out unless a renewal moved it: that holds while this process is stopped."""
+
+    #: the part of the lease after its last renewal a command may still run unwatched
+    FENCED = 0.9
 
     def __init__(self, store: Store, *, lease_s: float, clock: Callable[[], datetime]) -> None:
         self._store, self._lease_s, self._clock = store, lease_s, clock
         self._held: dict[tuple[str, int], str] = {}
+        #: when each held lease was last known ours (monotonic), and why a lost one is lost
+        self._renewed: dict[tuple[str, int], float] = {}
+        self._lost: dict[tuple[str, int], str] = {}
+        #: the process groups of the commands each held lease's tick runs
+        self._commands: dict[tuple[str, int], set[int]] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
@@ -53,9 +73,46 @@ class Leases:
     def hold(self, session_id: str, version: int, owner: str) -> _Held:
         return _Held(self, (session_id, version), owner)
 
+    def lost(self, session_id: str, version: int) -> str | None:
+        """Why this process no longer holds the lease of `session_id` at `version`, or None
+        while it does (or holds none: a call outside a tick is not fenced)."""
+        key = (session_id, version)
+        with self._lock:
+            if key in self._lost or key not in self._renewed:
+                return self._lost.get(key)
+            quiet = time.monotonic() - self._renewed[key]
+        if quiet > self._lease_s:
+            # this process was stalled (or the database away) longer than the lease: another
+            # worker may hold it now, whatever the renewal thread has not yet found out
+            return (
+                f"the lease of session {session_id} was not renewed for {quiet:.0f}s "
+                f"(TICKWORK_LEASE_S={self._lease_s:g}), so another worker may have taken it over"
+            )
+        return None
+
+    @contextmanager
+    def watched(self, key: tuple[str, int], pid: int) -> Iterator[None]:
+        """The command `pid` (a process group) killed by the watchdog once `key`'s lease is
+        about to run out, for as long as the `with` lasts."""
+        # told under the lock, so a renewal's newer deadline is never overwritten and a
+        # command's `forget` is the last word about its pid (which may be reused after)
+        with self._lock:
+            self._commands.setdefault(key, set()).add(pid)
+            renewed = self._renewed.get(key, time.monotonic())
+            WATCHDOG.tell(pid, renewed + self._lease_s * self.FENCED)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._commands.get(key, set()).discard(pid)
+                WATCHDOG.tell(pid, None)
+
     def _add(self, key: tuple[str, int], owner: str) -> None:
         with self._lock:
             self._held[key] = owner
+            self._renewed[key] = time.monotonic()
+            self._lost.pop(key, None)
+            self._commands[key] = set()
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
                     target=self._run, name="tickwork-leases", daemon=True
@@ -65,50 +122,96 @@ class Leases:
     def _remove(self, key: tuple[str, int]) -> None:
         with self._lock:
             self._held.pop(key, None)
+            self._renewed.pop(key, None)
+            self._lost.pop(key, None)
+            self._commands.pop(key, None)
 
     def _run(self) -> None:
         while not self._wake.wait(self._lease_s / 3):
+            self.renew_all()
+
+    def renew_all(self) -> None:
+        """Renew every held lease once (the thread does it every third of the lease)."""
+        with self._lock:
+            held = [(key, owner) for key, owner in self._held.items() if key not in self._lost]
+        for (session_id, version), owner in held:
+            asked = time.monotonic()
+            try:
+                ours = self._store.renew(
+                    session_id, version, owner=owner, now=self._clock(), lease_s=self._lease_s
+                )
+            except Exception:
+                log.exception("could not renew the lease of session %s", session_id)
+                continue
             with self._lock:
-                held = list(self._held.items())
-            for (session_id, version), owner in held:
-                try:
-                    self._store.renew(
-                        session_id, version, owner=owner, now=self._clock(), lease_s=self._lease_s
-                    )
-                except Exception:
-                    log.exception("could not renew the lease of session %s", session_id)
+                if (session_id, version) not in self._held:
+                    continue
+                if ours:
+                    self._renewed[(session_id, version)] = asked
+                    commands = list(self._commands.get((session_id, version), ()))
+                    for pid in commands:
+                        WATCHDOG.tell(pid, asked + self._lease_s * self.FENCED)
+                    continue
+                self._lost[(session_id, version)] = (
+                    f"the lease of session {session_id} v{version} is no longer this worker's "
+                    "(its renewal was refused: another worker took the session over)"
+                )
+            log.warning(
+                "session %s v%d: the lease renewal was refused, another worker has taken the "
+                "session over; its running command is killed",
+                session_id,
+                version,
+            )
 
 
 @dataclass
 class _Held:
+    """A held lease; while it is entered, the commands this context starts are guarded by it
+    (`worker.tools.shell.GUARD`)."""
+
     leases: Leases
     key: tuple[str, int]
     owner: str
+    _token: Token[Guard | None] | None = None
 
     def __enter__(self) -> None:
         self.leases._add(self.key, self.owner)
+        self._token = GUARD.set(self)
 
     def __exit__(self, *_: object) -> None:
+        if self._token is not None:
+            GUARD.reset(self._token)
         self.leases._remove(self.key)
+
+    def watch(self, pid: int) -> AbstractContextManager[None]:
+        return self.leases.watched(self.key, pid)
 
 
 class Stops:
     """While one of a session's tools runs, looks at its head every `every_s` from a thread
     of its own: calling the object says why the tool must stop (a cancel, the deadline or
-    the cost budget; `fsm.budgets.stop_reason`), or None. Commands poll it and kill their
-    sandbox at once instead of running to their end."""
+    the cost budget; `fsm.budgets.stop_reason`; the tick's lease lost), or None. Commands
+    poll it and kill their sandbox at once instead of running to their end."""
 
     def __init__(
-        self, store: Store, session_id: str, *, every_s: float, clock: Callable[[], datetime]
+        self,
+        store: Store,
+        session_id: str,
+        *,
+        every_s: float,
+        clock: Callable[[], datetime],
+        lease: Callable[[], str | None] | None = None,
     ) -> None:
         self._store, self._session_id = store, session_id
         self._every_s, self._clock = every_s, clock
+        #: why the tick's lease is lost (`Leases.lost`), or None: fencing (issue 24)
+        self._lease = lease
         self._reason: str | None = None
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, name="tickwork-stops", daemon=True)
 
     def __call__(self) -> str | None:
-        return self._reason
+        return self._reason or (self._lease() if self._lease is not None else None)
 
     def __enter__(self) -> Stops:
         self._thread.start()

@@ -148,6 +148,12 @@ class Settings(BaseSettings):
     sandbox_tmp_bytes: int = Field(default=256 << 20, gt=0)
     #: more host directories bound read-only into the sandbox (e.g. a toolchain in /opt)
     sandbox_paths: list[str] = []
+    #: a session's working copy at most: bytes on disk and files (commands past it are
+    #: killed, file tools refuse to write), and the free space of the workspaces filesystem
+    #: no command or file tool may take (issue 24)
+    session_disk_bytes: int = Field(default=2 << 30, gt=0)
+    session_disk_files: int = Field(default=300_000, gt=0)
+    disk_reserve_bytes: int = Field(default=256 << 20, ge=0)
     #: how often a running tool's session is checked for a cancel or a spent deadline or cost
     stop_poll_s: float = Field(default=1.0, gt=0)
 

@@ -7,6 +7,7 @@ the schema: `run_tool` passes the call's context there.
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import inspect
 import json
@@ -371,7 +372,13 @@ def run_tool(
         except BaseException as exc:  # the thread must not die with an unreported error
             outcome["error"] = exc
 
-    worker = threading.Thread(target=target, name=f"tool-{tool.name}-{ctx.call_id}", daemon=True)
+    # in the caller's context: a command the tool starts is guarded by the tick's lease
+    worker = threading.Thread(
+        target=contextvars.copy_context().run,
+        args=(target,),
+        name=f"tool-{tool.name}-{ctx.call_id}",
+        daemon=True,
+    )
     worker.start()
     worker.join(max(limit, 0.0))
     if worker.is_alive():

@@ -14,7 +14,9 @@
   `uid:gid` inside with setpriv, the working copy handed to that user for the run and taken
   back after; a worker running as another user runs bwrap in a user namespace as itself;
 - limits (prlimit): CPU seconds, address space, processes, file size, no core files; the
-  output is capped while it is read.
+  output is capped while it is read; for the command as a whole, where the worker may make
+  cgroups, memory and processes (`cgroups.py`), and always the session's disk quota and the
+  filesystem's reserve, watched while it runs (`quota.py`).
 
 Where bubblewrap cannot run, commands are refused (`SandboxUnavailable`), except those of
 the session `tickwork demo` makes from its own shipped example (`sandbox_for`).
@@ -22,6 +24,7 @@ the session `tickwork demo` makes from its own shipped example (`sandbox_for`).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import shutil
@@ -35,6 +38,7 @@ from typing import TYPE_CHECKING
 
 from fsm.errors import SandboxUnavailable, ToolError
 
+from . import cgroups, quota
 from .ownership import handed_over
 from .shell import ShellResult, Stop, command_env, run_process, run_shell
 
@@ -68,7 +72,9 @@ HOW_TO = (
 
 @dataclass(frozen=True)
 class Limits:
-    """What one command may use; each applies per process, `processes` per user."""
+    """What one command may use; each applies per process, `processes` per user, and where
+    cgroups can be made `memory_bytes` and `processes` to the command as a whole too; the
+    disk ones to the session's working copy (`quota.py`)."""
 
     cpu_s: int = 600
     memory_bytes: int = 4 << 30
@@ -78,6 +84,11 @@ class Limits:
     output_bytes: int = 10 << 20
     #: the private /tmp (a tmpfs, so it is memory)
     tmp_bytes: int = 256 << 20
+    #: the session's working copy: bytes on disk, files and directories
+    disk_bytes: int = 2 << 30
+    disk_files: int = 300_000
+    #: free space on the workspaces filesystem a command may not take
+    reserve_bytes: int = 256 << 20
 
 
 @dataclass(frozen=True)
@@ -108,6 +119,9 @@ def sandbox_of(settings: Settings) -> Sandbox:
             file_bytes=settings.sandbox_file_bytes,
             output_bytes=settings.sandbox_output_bytes,
             tmp_bytes=settings.sandbox_tmp_bytes,
+            disk_bytes=settings.session_disk_bytes,
+            disk_files=settings.session_disk_files,
+            reserve_bytes=settings.disk_reserve_bytes,
         ),
         paths=tuple(settings.sandbox_paths),
         hide=(str(settings.state_dir.expanduser().resolve()),),
@@ -128,19 +142,37 @@ def run_sandboxed(
     bubblewrap cannot run here (unless the mode is `none`)."""
     sandbox = sandbox or Sandbox()
     env = dict(env) if env is not None else command_env()
-    if sandbox.mode == "none":
-        return run_shell(
-            command,
-            cwd=workdir,
-            timeout_s=timeout_s,
-            env=env,
-            max_output_bytes=sandbox.limits.output_bytes,
-            stop=stop,
-        )
-    why = check(sandbox)
-    if why is not None:
+    lim = sandbox.limits
+    if sandbox.mode != "none" and (why := check(sandbox)) is not None:
         raise SandboxUnavailable(f"the command was not run: {why}; {HOW_TO}")
-    return _run(command, workdir, timeout_s, env, network, sandbox, stop)
+    with quota.Watch(
+        [workdir],
+        disk_bytes=lim.disk_bytes,
+        disk_files=lim.disk_files,
+        reserve_bytes=lim.reserve_bytes,
+    ) as disk:
+        stops = _first(stop, disk)
+        if sandbox.mode == "none":
+            result = run_shell(
+                command,
+                cwd=workdir,
+                timeout_s=timeout_s,
+                env=env,
+                max_output_bytes=lim.output_bytes,
+                stop=stops,
+            )
+        else:
+            result = _run(command, workdir, timeout_s, env, network, sandbox, stops)
+    if not (result.killed or result.timed_out) and (why := disk.last()) is not None:
+        # it wrote faster than the watch walks: said all the same, as its failure
+        result = dataclasses.replace(result, killed=f"{why} (found as it ended)")
+    return result
+
+
+def _first(*stops: Stop | None) -> Stop:
+    """A `Stop` saying the first reason any of `stops` gives."""
+    found = [s for s in stops if s is not None]
+    return lambda: next((why for s in found if (why := s()) is not None), None)
 
 
 #: sandboxes that started once in this process; a failing one is tried again each time
@@ -209,9 +241,20 @@ def describe(sandbox: Sandbox) -> str:
         return f"sandbox unavailable, commands will be refused: {why}; {HOW_TO}"
     who = f"uid {sandbox.uid}" if os.geteuid() == 0 else f"uid {os.getuid()} in a user namespace"
     lim = sandbox.limits
+    where = cgroups.hierarchy()
+    whole = (
+        f"memory {lim.memory_bytes} B and {lim.processes} processes per command as a whole "
+        f"({where.describe()})"
+        if isinstance(where, cgroups.Hierarchy)
+        else f"memory and processes per process only ({where})"
+    )
     return (
         f"commands run in bubblewrap as {who}: cpu {lim.cpu_s}s, memory {lim.memory_bytes} B, "
-        f"{lim.processes} processes, files {lim.file_bytes} B, output {lim.output_bytes} B"
+        f"{lim.processes} processes, files {lim.file_bytes} B, output {lim.output_bytes} B; "
+        f"{whole}; working copy {lim.disk_bytes} B and {lim.disk_files} files, watched while "
+        f"commands run, {lim.reserve_bytes} B of the workspaces filesystem kept free; "
+        "a command is killed once its tick's lease is lost or about to run out (a watchdog "
+        "process beside the worker)"
     )
 
 
@@ -264,6 +307,9 @@ def _run(
             )
         )
         group = stack.enter_context(_data(f"root:x:0:\nsandbox:x:{gid}:\n"))
+        own = _cgroup(sandbox.limits)
+        if own is not None:
+            stack.callback(own.close)
         args = bwrap_args(
             command,
             workdir=root,
@@ -274,7 +320,10 @@ def _run(
             passwd_fd=passwd,
             group_fd=group,
             hidden=hidden,
+            counted=own is not None and own.counts_processes,
         )
+        if own is not None:
+            args, stop = own.wrap(args), _first(stop, own.breach)
         try:
             return run_process(
                 args,
@@ -289,6 +338,19 @@ def _run(
             raise SandboxUnavailable(f"the command was not run: {exc}; {HOW_TO}") from exc
 
 
+def _cgroup(limits: Limits) -> cgroups.Group | None:
+    """The command's own cgroup where this worker can make one, else None (then only the
+    per-process limits hold; `describe` says so at start)."""
+    where = cgroups.hierarchy()
+    if isinstance(where, str):
+        return None
+    try:
+        return cgroups.Group(where, memory_bytes=limits.memory_bytes, processes=limits.processes)
+    except OSError as exc:
+        log.warning("the command runs without a cgroup of its own: %s", exc)
+        return None
+
+
 def bwrap_args(
     command: str,
     *,
@@ -300,8 +362,12 @@ def bwrap_args(
     passwd_fd: int,
     group_fd: int,
     hidden: tuple[str, ...] = (),
+    counted: bool = False,
 ) -> list[str]:
-    """The bwrap command line that runs `command` as described in this module's docstring."""
+    """The bwrap command line that runs `command` as described in this module's docstring.
+
+    `counted`: the command's processes are counted by a cgroup of its own, so no limit per
+    user (which all sessions' commands share: one session's fork bomb would stop the others')."""
     args = [shutil.which("bwrap") or "bwrap", "--die-with-parent", "--new-session"]
     args += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
     args += ["--hostname", "sandbox"]
@@ -337,8 +403,10 @@ def bwrap_args(
         args += ["--setenv", name, value]
     lim = sandbox.limits
     args += ["--", PRLIMIT, f"--cpu={lim.cpu_s}", f"--as={lim.memory_bytes}"]
-    nproc = lim.processes if privileged else lim.processes + _tasks_of(os.getuid())
-    args += [f"--nproc={nproc}", f"--fsize={lim.file_bytes}", "--core=0", "--"]
+    if not counted:  # else the worker's own limit stays, as high as prlimit may leave it
+        nproc = lim.processes if privileged else lim.processes + _tasks_of(os.getuid())
+        args.append(f"--nproc={nproc}")
+    args += [f"--fsize={lim.file_bytes}", "--core=0", "--"]
     if privileged:
         args += [SETPRIV, f"--reuid={sandbox.uid}", f"--regid={sandbox.gid}", "--clear-groups"]
         args += ["--no-new-privs", "--inh-caps=-all", "--bounding-set=-all", "--"]

@@ -18,8 +18,11 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 #: variables passed through from the worker's environment; everything else is dropped
 PASSED_ENV = (
@@ -43,6 +46,17 @@ POLL_S = 0.2
 
 #: says why a running command must stop now (a cancel, the deadline), or None to go on
 Stop = Callable[[], "str | None"]
+
+
+class Guard(Protocol):
+    """Watches a started command from outside the worker (`worker.runtime.Leases`: the
+    tick's lease, through `fence.WATCHDOG`) for as long as the `with` lasts."""
+
+    def watch(self, pid: int) -> AbstractContextManager[None]: ...
+
+
+#: the guard of the commands this context starts: set by the tick while it holds its lease
+GUARD: ContextVar[Guard | None] = ContextVar("tickwork_guard", default=None)
 
 
 @dataclass(frozen=True)
@@ -120,8 +134,12 @@ def run_process(
         start_new_session=True,
         pass_fds=tuple(pass_fds),
     )
+    guard = GUARD.get()
     try:
-        out, err, why = _collect(process, started + max(timeout_s, 0.001), max_output_bytes, stop)
+        with guard.watch(process.pid) if guard is not None else nullcontext():
+            out, err, why = _collect(
+                process, started + max(timeout_s, 0.001), max_output_bytes, stop
+            )
     except BaseException:
         _kill_group(process)
         process.wait()

@@ -17,7 +17,7 @@ from pydantic import Field
 
 from fsm.errors import ToolError
 from worker.settings import load_settings
-from worker.tools import patches
+from worker.tools import patches, quota
 from worker.tools.commands import command_needs_approval
 from worker.tools.registry import Tool, ToolContext, ToolRegistry, tool
 from worker.tools.runner import Sandbox, run_sandboxed, sandbox_for, sandbox_of
@@ -208,6 +208,8 @@ def write_file(ctx: ToolContext, path: str, content: str) -> str:
     file = resolve(root, path)
     if file == root or file.is_dir():
         raise ToolError(f"{path!r} is a directory; give a file path")
+    size = len(content.encode("utf-8", errors="surrogatepass"))
+    _room(ctx, root, size - (file.stat().st_size if file.is_file() else 0))
     write_text(file, content)
     return (
         f"wrote {len(content)} characters ({len(_lines(content))} lines) to {relative(root, file)}"
@@ -225,7 +227,22 @@ def apply_patch(ctx: ToolContext, patch: str) -> str:
     Args:
         patch: the unified diff text.
     """
-    return patches.apply_patch(_root(ctx), patch)
+    root = _root(ctx)
+    _room(ctx, root, len(patch.encode("utf-8", errors="surrogatepass")))  # what it can add, at most
+    return patches.apply_patch(root, patch)
+
+
+def _room(ctx: ToolContext, root: Path, adding: int) -> None:
+    """A `ToolError` unless `adding` bytes more fit the session's disk quota and leave the
+    workspaces filesystem its reserve (worker/tools/quota.py)."""
+    lim = (ctx.sandbox or sandbox_of(load_settings())).limits
+    quota.check_write(
+        root,
+        adding,
+        disk_bytes=lim.disk_bytes,
+        disk_files=lim.disk_files,
+        reserve=lim.reserve_bytes,
+    )
 
 
 def _command_timeout(ctx: ToolContext, wanted: float) -> float:

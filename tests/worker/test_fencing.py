@@ -1,0 +1,114 @@
+"""Fencing (issue 24): a worker whose lease renewal fails kills its running command at once,
+so the command never runs on two workers at the same time."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from fsm.values import Status
+from store import Store, open_store
+from store.migrate import upgrade
+from tickwork.client import Tickwork
+from tickwork.testing import until
+from worker.advance import advance
+from worker.jobs import Jobs
+from worker.report import Outcome, TickReport
+from worker.runtime import Leases, Runtime, utc_now
+from worker.settings import Settings
+
+KIND = "tests.jobs:FILES"
+#: a command that runs until it is killed, leaving a trace of each beat
+BEATING = "while :; do date +%s%N >> beat; sleep 0.05; done"
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    url = f"sqlite:///{tmp_path / 'fencing.db'}"
+    upgrade(url)
+    # a short lease: renewed every 0.5 s, so a refused renewal shows soon
+    return Settings(database_url=url, state_dir=tmp_path / "state", lease_s=1.5, stop_poll_s=0.2)
+
+
+@pytest.fixture
+def store(settings: Settings) -> Store:
+    store = open_store(settings.db_url)
+    yield store  # type: ignore[misc]
+    store.engine.dispose()
+
+
+def _beats(root: Path) -> int:
+    """How many beats the command wrote in its working copy (0 before its first)."""
+    return sum(len(p.read_text().split()) for p in root.glob("sessions/*/files/beat"))
+
+
+def test_a_command_is_killed_once_its_lease_passed_to_another_worker(
+    settings: Settings, store: Store, tmp_path: Path
+) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "calc.py").write_text("x = 1\n")
+    script = tmp_path / "script.json"
+    script.write_text(
+        json.dumps(
+            [
+                {
+                    "content": "run",
+                    "tool_calls": [
+                        {"name": "run_command", "arguments": {"command": BEATING, "timeout_s": 300}}
+                    ],
+                },
+                {"content": "done"},
+            ]
+        )
+    )
+    client = Tickwork(settings, store=store)
+    client.publish = lambda *_: None  # type: ignore[method-assign]
+    session_id = client.submit(
+        KIND, {"workspace": str(project), "test_command": "true"}, model=f"scripted:{script}"
+    ).id
+    rt = Runtime(settings=settings, store=store, jobs=Jobs(), publish_tick=lambda *_: None)
+    try:
+        assert advance(rt, session_id, store.get(session_id).version).outcome is Outcome.SAVED
+        head = store.get(session_id)
+        assert head.status is Status.EXECUTING
+        reports: list[TickReport] = []
+        ticking = threading.Thread(
+            target=lambda: reports.append(advance(rt, session_id, head.version)), daemon=True
+        )
+        ticking.start()
+        root = settings.workspaces_path
+        until(lambda: _beats(root) > 2, timeout=60, what="the command beating")
+
+        # another worker takes the session over, as it would once this one stalled past its
+        # lease: the claim says the lease ran out
+        later = utc_now().replace(year=utc_now().year + 1)
+        taken = store.claim(session_id, head.version, owner="other", now=later, lease_s=600)
+        assert taken is not None
+
+        # the next renewal is refused and the command's sandbox is killed: the tick ends
+        # (its save is refused too) long before the command's own 300 s timeout
+        ticking.join(30)
+        assert not ticking.is_alive(), "the command kept running after its lease was lost"
+        assert reports[0].outcome is Outcome.LOST
+        beats = _beats(root)
+        time.sleep(0.5)  # ten beats' time: a command still running would have written more
+        assert _beats(root) == beats
+    finally:
+        rt.close()
+
+
+def test_a_lease_not_renewed_for_its_length_is_lost(store: Store) -> None:
+    """A worker stalled (SIGSTOP, a frozen VM) past its lease: its own clock tells it the
+    lease may be another worker's, before any renewal has been tried."""
+    leases = Leases(store, lease_s=1.5, clock=utc_now)
+    with leases.hold("s", 3, "me"):
+        assert leases.lost("s", 3) is None
+        leases._renewed[("s", 3)] = time.monotonic() - 2.0  # the last renewal, 2 s ago
+        lost = leases.lost("s", 3)
+        assert lost is not None and "not renewed for 2s" in lost
+    assert leases.lost("s", 3) is None  # a call outside a tick is not fenced
