@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shlex
 import shutil
 import signal
 import socket
@@ -29,7 +28,8 @@ from worker.tools.shell import ShellResult
 
 SECRET = "TOP SECRET: the launch codes"
 ROOT = Path(__file__).resolve().parents[2]
-PYTHON = shlex.quote(sys.executable)
+#: the sandbox's python3 (the system's, on its PATH): the worker's venv is not in there
+PYTHON = "python3"
 
 # locally skipped where bubblewrap cannot run; under CI=true these fail instead
 pytestmark = pytest.mark.skipif(
@@ -238,12 +238,6 @@ def test_no_network_by_default_not_even_the_hosts_loopback(
         ["6379", "refused"],
         [str(listener), "refused"],
     ]
-
-
-def test_a_job_that_asks_for_network_gets_it(places: tuple[Path, Path], listener: int) -> None:
-    workspace, _ = places
-    result = run(workspace, CONNECT + str(listener), network=True)
-    assert result.stdout.split()[:2] == [str(listener), "open"], result.describe()
 
 
 def test_a_fork_bomb_is_contained_and_killed_with_the_command(places: tuple[Path, Path]) -> None:
