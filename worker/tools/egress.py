@@ -163,8 +163,7 @@ class Proxy:
             except OSError:
                 return
             if not self._slots.acquire(blocking=False):
-                with client:
-                    _answer(client, 503, "too many connections through the egress proxy")
+                threading.Thread(target=_busy, args=(client,), daemon=True).start()
                 continue
             threading.Thread(target=self._serve, args=(client,), daemon=True).start()
 
@@ -244,6 +243,15 @@ class Proxy:
             return [str(ipaddress.ip_address(host.strip("[]")))]  # a literal: no lookup
         except ValueError:
             return self.policy.resolve(host, port)
+
+
+def _busy(client: socket.socket) -> None:
+    """A 503 once the request is read (closing on an unread request would lose the answer)."""
+    with client:
+        client.settimeout(2.0)
+        with contextlib.suppress(OSError, Refused):
+            _read_head(client)
+        _answer(client, 503, "too many connections through the egress proxy")
 
 
 def _answer(client: socket.socket, status: int, reason: str) -> None:
