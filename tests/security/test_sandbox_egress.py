@@ -85,13 +85,19 @@ def answers(stdout: str) -> dict[str, str]:
     return {line.split(" ", 1)[0]: line.split(" ", 1)[1] for line in stdout.splitlines()}
 
 
-def test_an_allowed_server_is_reached_through_the_proxy(workspace: Path, index: int) -> None:
+def test_an_allowed_server_is_reached_through_the_proxy(
+    workspace: Path, index: int, caplog: pytest.LogCaptureFixture
+) -> None:
     allow = policy(f"127.0.0.1:{index}")
     plain = (
         "python3 -c 'import urllib.request, sys; "
         "print(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())' "
     )
-    result = run(workspace, f"{plain} http://127.0.0.1:{index}/simple/pkg/", egress=allow)
+    with caplog.at_level(logging.DEBUG, logger="tickwork.egress"):
+        result = run(workspace, f"{plain} http://127.0.0.1:{index}/simple/pkg/", egress=allow)
+    assert any(
+        f"connecting to 127.0.0.1 (127.0.0.1:{index})" in r.getMessage() for r in caplog.records
+    )
     assert result.stdout.strip() == f"{BODY} /simple/pkg/", result.describe()
     tunnel = run(workspace, ASK + f"127.0.0.1:{index}", egress=allow)
     assert answers(tunnel.stdout)[f"127.0.0.1:{index}"].endswith(f"{BODY} /simple/"), (
