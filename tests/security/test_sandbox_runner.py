@@ -358,7 +358,8 @@ import json, sys
 from pathlib import Path
 from worker.tools.runner import run_sandboxed
 result = run_sandboxed(
-    "id -u; echo made > made.txt; cat /etc/shadow ../secret.txt; " + sys.argv[2],
+    "id -u; echo made > made.txt; cat /etc/shadow ../secret.txt; unshare -Urm true; "
+    "echo unshare=$?; " + sys.argv[2],
     workdir=Path(sys.argv[1]),
     timeout_s=30,
 )
@@ -394,7 +395,8 @@ def test_a_worker_that_is_not_root_runs_commands_as_itself_in_a_user_namespace()
         assert done.returncode == 0, done.stderr
         seen = json.loads(done.stdout)
         uid, *rest = seen["stdout"].splitlines()
-        assert uid == "65534" and rest[0].split()[:2] == ["5432", "refused"]
+        assert uid == "65534" and rest[0] == "unshare=1", seen  # no nested user namespace
+        assert rest[1].split()[:2] == ["5432", "refused"]
         assert SECRET not in seen["stdout"] + seen["stderr"]
         assert (workspace / "made.txt").read_text() == "made\n"
     finally:

@@ -27,9 +27,11 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator, Mapping
@@ -372,6 +374,8 @@ def bwrap_options(
     args += ["--hostname", "sandbox"]
     if not privileged:
         args.append("--unshare-user")
+        if supports("--disable-userns"):  # bwrap 0.8+: the kernel's own limit, besides seccomp
+            args.append("--disable-userns")
     if "seccomp" in fds:
         args += ["--seccomp", str(fds["seccomp"])]
     system = _system(sandbox)
@@ -408,6 +412,18 @@ def bwrap_options(
     for name, value in env.items():
         args += ["--setenv", name, value]
     return args
+
+
+@functools.cache
+def supports(option: str) -> bool:
+    """Whether this machine's bwrap knows `option` (its --help lists it)."""
+    try:
+        shown = subprocess.run(
+            [shutil.which("bwrap") or "bwrap", "--help"], capture_output=True, text=True, timeout=10
+        )
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return f" {option} " in shown.stdout + shown.stderr
 
 
 def _system(sandbox: Sandbox) -> str:
