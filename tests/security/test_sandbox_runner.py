@@ -356,6 +356,8 @@ def test_an_unknown_sandbox_setting_is_refused() -> None:
 NOT_ROOT_WORKER = """
 import json, sys
 from pathlib import Path
+from worker.allowlist import AllowList
+from worker.tools.egress import EgressPolicy
 from worker.tools.runner import run_sandboxed
 result = run_sandboxed(
     "id -u; echo made > made.txt; cat /etc/shadow ../secret.txt; unshare -Urm true; "
@@ -363,7 +365,14 @@ result = run_sandboxed(
     workdir=Path(sys.argv[1]),
     timeout_s=30,
 )
-print(json.dumps({"stdout": result.stdout, "stderr": result.stderr}))
+proxied = run_sandboxed(  # the proxy's socket, made by this user, reached from inside
+    "python3 -c 'import urllib.request as u\\ntry: u.urlopen(\\"http://10.0.0.1/\\")\\n"
+    "except Exception as e: print(e.code, e.read().decode())'",
+    workdir=Path(sys.argv[1]),
+    timeout_s=30,
+    egress=EgressPolicy(AllowList.of("10.0.0.1")),
+)
+print(json.dumps({"stdout": result.stdout, "stderr": result.stderr, "proxied": proxied.stdout}))
 """
 
 
@@ -399,6 +408,7 @@ def test_a_worker_that_is_not_root_runs_commands_as_itself_in_a_user_namespace()
         assert rest[1].split()[:2] == ["5432", "refused"]
         assert SECRET not in seen["stdout"] + seen["stderr"]
         assert (workspace / "made.txt").read_text() == "made\n"
+        assert seen["proxied"].startswith("403 egress refused: 10.0.0.1"), seen
     finally:
         shutil.rmtree(top)
 
