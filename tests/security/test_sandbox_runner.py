@@ -340,9 +340,12 @@ def test_none_runs_on_the_host_and_the_worker_warns_at_start(
     with caplog.at_level(logging.INFO, logger="tickwork.worker"):
         log_sandbox(Settings(sandbox="none"))
         log_sandbox(Settings())
-    unconfined, confined = caplog.records
+        log_sandbox(Settings(egress_allow="pypi.org,127.0.0.1:3141"))
+    unconfined, confined, allowed = caplog.records
     assert unconfined.levelno == logging.WARNING and "UNCONFINED" in unconfined.message
     assert confined.levelno == logging.INFO and "bubblewrap" in confined.message
+    assert confined.message.endswith("no egress allow-list")
+    assert allowed.message.endswith("egress allow-list: pypi.org,127.0.0.1:3141")
 
 
 def test_an_unknown_sandbox_setting_is_refused() -> None:
