@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.security.test_sandbox_runner import CONNECT, ROOT, pytestmark, run  # noqa: F401
+from tests.security.test_sandbox_runner import CONNECT, ROOT, gone, pytestmark, run  # noqa: F401
 from worker.allowlist import AllowList
 from worker.tools.egress import EgressPolicy, resolve
 from worker.tools.runner import PATH, Sandbox, check
@@ -99,6 +99,7 @@ def test_an_allowed_server_is_reached_through_the_proxy(
         f"connecting to 127.0.0.1 (127.0.0.1:{index})" in r.getMessage() for r in caplog.records
     )
     assert result.stdout.strip() == f"{BODY} /simple/pkg/", result.describe()
+    assert gone("/run/tickwork/forward.py")  # the forwarder ends with its command
     tunnel = run(workspace, ASK + f"127.0.0.1:{index}", egress=allow)
     assert answers(tunnel.stdout)[f"127.0.0.1:{index}"].endswith(f"{BODY} /simple/"), (
         tunnel.describe()
