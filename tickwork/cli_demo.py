@@ -45,7 +45,9 @@ EXAMPLES = next(
 #: the demo's project (copied before use, never changed in place) and its scripted model
 DEMO_EXAMPLE = EXAMPLES / "buggy_calc"
 DEMO_SCRIPT = EXAMPLES / "repair_demo.json"
-DEMO_TEST_COMMAND = "python -m unittest -q"
+#: `python3`, as the sandbox's PATH finds it (the system's; a fresh Debian or macOS has no
+#: `python`), not the worker's own interpreter: the worker's venv is not in the sandbox
+DEMO_TEST_COMMAND = "python3 -m unittest -q"
 DEMO_GOAL = "The test suite of this small calculator fails; find the bug and fix it."
 
 
@@ -63,13 +65,10 @@ def prepare_demo_workspace(state_dir: Path) -> Path:
     return dest
 
 
-def demo_input(workspace: Path, *, python: str = sys.executable) -> dict[str, str]:
-    """The repair input of the demo on a workspace from `prepare_demo_workspace`.
-
-    The tests run with `python` (default: this interpreter) rather than whatever `python`
-    is on the PATH: a fresh Debian or macOS has only `python3`.
-    """
-    command = DEMO_TEST_COMMAND.replace("python", shlex.quote(python), 1)
+def demo_input(workspace: Path, *, python: str = "python3") -> dict[str, str]:
+    """The repair input of the demo on a workspace from `prepare_demo_workspace`; its tests
+    run with `python` (default: the sandbox's python3; it needs only the standard library)."""
+    command = DEMO_TEST_COMMAND.replace("python3", shlex.quote(python), 1)
     return {"workspace": str(workspace), "test_command": command, "goal": DEMO_GOAL}
 
 

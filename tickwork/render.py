@@ -256,8 +256,15 @@ def _header(
         if config.get("goal"):
             rows.append(("goal", Text(str(config["goal"]))))
         rows.append(("test command", Text(str(config.get("test_command") or ""))))
-    if config.get("network") is True:
-        rows.append(("network", Text("allowed: its commands may reach the network", "yellow")))
+    from worker.tools.egress import network_mode
+
+    network = network_mode(config)
+    if network == "all" and isinstance(config.get("source"), dict):
+        allowed = ", ".join(config.get("egress_allow") or ()) or "the operator's allow-list"
+        shown = f"all: its commands may reach {allowed} through the egress proxy"
+        rows.append(("network", Text(shown, "yellow")))
+    elif network == "none":
+        rows.append(("network", Text("none: not even its setup")))
     if lease is not None:
         expiry = "expired" if lease["expired"] else "expires"
         rows.append(("lease", Text(f"{lease['owner']} ({expiry} {when(lease['expires_at'])})")))

@@ -19,6 +19,7 @@ from kombu import Exchange, Queue
 from fsm.errors import TickworkError
 
 from . import metrics, observers
+from .allowlist import AllowList
 from .broker import TRANSPORT
 from .pruner import RetentionThread
 from .relay import RelayThread
@@ -111,6 +112,9 @@ def _check_sandbox_with_worker(app: Celery, settings: Settings) -> None:
 def log_sandbox(settings: Settings) -> None:
     sandbox = sandbox_of(settings)
     line = describe(sandbox)
+    if sandbox.mode != "none":
+        allowed = AllowList.of(settings.egress_allow)
+        line += f"; egress allow-list: {allowed}" if allowed else "; no egress allow-list"
     if sandbox.mode == "none":
         log.warning(line)
     elif check(sandbox) is not None:

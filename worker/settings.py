@@ -13,6 +13,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 from fsm.errors import ConfigurationError
 from fsm.values import Budgets
 
+from .allowlist import parse
 from .secrets import SECRET_NAMES, mask
 
 #: broker URL schemes of the transports tickwork installs: Redis, RabbitMQ, the embedded one
@@ -154,6 +155,18 @@ class Settings(BaseSettings):
     session_disk_bytes: int = Field(default=2 << 30, gt=0)
     session_disk_files: int = Field(default=300_000, gt=0)
     disk_reserve_bytes: int = Field(default=256 << 20, ge=0)
+    #: a root filesystem (e.g. an unpacked container image) commands run on instead of the
+    #: host's /usr, /bin, /lib and /etc; empty: the host's
+    sandbox_rootfs: Path | None = None
+    #: the hosts sandboxed commands may reach through the egress proxy, comma-separated:
+    #: `host`, `host:port`, `*.example.org`; loopback, private and link-local addresses only
+    #: as an exact `ip:port`; empty: no network for any command
+    egress_allow: str = ""
+    egress_connect_timeout_s: float = Field(default=10.0, gt=0)
+    #: a connection through the proxy that moves nothing this long is closed
+    egress_idle_timeout_s: float = Field(default=120.0, gt=0)
+    #: connections through one command's proxy at once
+    egress_max_connections: int = Field(default=64, ge=1)
     #: how often a running tool's session is checked for a cancel or a spent deadline or cost
     stop_poll_s: float = Field(default=1.0, gt=0)
 
@@ -217,6 +230,22 @@ class Settings(BaseSettings):
         for path in value:
             if not path.startswith("/"):
                 raise ValueError(f"sandbox_paths must be absolute paths, got {path!r}")
+        return value
+
+    @field_validator("sandbox_rootfs", mode="before")
+    @classmethod
+    def _rootfs(cls, value: Any) -> Path | None:
+        if value is None or value == "":
+            return None
+        value = Path(value)
+        if not value.is_absolute():
+            raise ValueError(f"sandbox_rootfs must be an absolute path, got {str(value)!r}")
+        return value
+
+    @field_validator("egress_allow")
+    @classmethod
+    def _allow_list(cls, value: str) -> str:
+        parse(value)  # a bad pattern is named here, at start, not at a command's first request
         return value
 
     @field_validator("visibility_timeout_s")

@@ -30,6 +30,7 @@ from fsm.errors import InvalidInput
 from store.artifacts import Artifacts
 from store.files import EXECUTABLE, PLAIN, Manifest, blob_hash, canonical, entry
 
+from .allowlist import public
 from .filetree import Ignore, walk
 
 #: a source with more files or bytes than this is refused at submit
@@ -158,24 +159,6 @@ def _file_size_limit(limit: int) -> Any:
     return apply
 
 
-#: IPv6 prefixes that carry an IPv4 address in their last 32 bits (NAT64, IPv4-compatible)
-_EMBEDDING = tuple(ipaddress.ip_network(n) for n in ("64:ff9b::/96", "64:ff9b:1::/48", "::/96"))
-
-
-def _public(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
-    """Whether `address`, and any IPv4 address it carries (mapped, 6to4, Teredo, NAT64),
-    is on the public internet."""
-    if not address.is_global:
-        return False
-    if isinstance(address, ipaddress.IPv6Address):
-        carried = [address.ipv4_mapped, address.sixtofour]
-        carried += [address.teredo[1]] if address.teredo else []
-        if any(address in net for net in _EMBEDDING):
-            carried.append(ipaddress.IPv4Address(int(address) & 0xFFFFFFFF))
-        return all(v4.is_global for v4 in carried if v4 is not None)
-    return True
-
-
 def _public_address(url: str) -> tuple[str, int, str]:
     """The host, port and public address an untrusted https URL's clone connects to."""
     parsed = urlparse(url)
@@ -192,7 +175,7 @@ def _public_address(url: str) -> tuple[str, int, str]:
         raise _fail(f"the repository's host {host!r} does not resolve") from None
     addresses = {info[4][0] for info in found}
     for address in sorted(addresses):
-        if not _public(ipaddress.ip_address(address.split("%")[0])):
+        if not public(ipaddress.ip_address(address.split("%")[0])):
             raise _fail(
                 f"the repository's host {host!r} resolves to {address}, which is not a public "
                 "address; this server clones from the internet only (submit it with the CLI "

@@ -29,6 +29,7 @@ import httpx
 from fsm.values import Head
 
 from .secrets import Masker
+from .tools.egress import network_mode
 
 log = logging.getLogger("tickwork.webhooks")
 
@@ -75,8 +76,9 @@ def card(
             "model": head.model,
             "step": head.step,
             "status": head.status.value,
-            #: the job let its commands reach the network (the sandbox's default: no network)
-            "network": head.config.get("network") is True,
+            #: the job let its commands reach the network through the egress proxy (its
+            #: `network` is "all"; by default only its environment's setup may)
+            "network": network_mode(head.config) == "all",
         },
         "calls": shown,
         "links": {

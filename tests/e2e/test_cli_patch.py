@@ -3,7 +3,6 @@ command; `patch` prints the result against the source and `--apply` applies it."
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from tests.e2e.conftest import Cli, Deployment
@@ -38,7 +37,7 @@ def test_a_repair_from_a_repository_gives_a_patch_to_apply(
             {"content": "fixed the sign"},
         ]
     )
-    test_cmd = f"{sys.executable} -c 'from calc import add; assert add(2, 3) == 5'"
+    test_cmd = "python3 -c 'from calc import add; assert add(2, 3) == 5'"
     head = cli(
         "submit", "repair", "--repo", f"file://{repo}", "--ref", "main",
         "--test-cmd", test_cmd, "--goal", "make add add", "--model", script, "--json",

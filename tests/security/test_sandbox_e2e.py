@@ -10,6 +10,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +106,31 @@ def listener() -> Iterator[int]:
         server.close()
 
 
+@pytest.fixture
+def index() -> Iterator[int]:
+    """An HTTP server on the host's loopback that answers "index PORT PATH"."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            data = f"index {self.server.server_address[1]} {self.path}".encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *_: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def connect(port: int) -> dict[str, Any]:
     return command(
         "python3 -c 'import socket, sys\n"
@@ -115,20 +141,66 @@ def connect(port: int) -> dict[str, Any]:
     )
 
 
-def test_no_network_unless_the_job_asks_for_it(
-    env: Env, places: tuple[Path, Path], listener: int
+def fetch(url: str) -> dict[str, Any]:
+    """A command that GETs `url` (through HTTP_PROXY when it is set) and prints what came."""
+    return command(
+        "python3 -c 'import sys, urllib.request as u\n"
+        "try:\n"
+        f'    print("got", u.urlopen("{url}", timeout=5).read().decode())\n'
+        "except Exception as e:\n"
+        '    print("failed", getattr(e, "code", ""), e.read().decode() if hasattr(e, "read") '
+        "else e)'"
+    )
+
+
+@pytest.mark.parametrize("network", [None, "setup", "none", False])
+def test_run_command_has_no_network_unless_the_job_says_all(
+    env: Env,
+    places: tuple[Path, Path],
+    index: int,
+    monkeypatch: pytest.MonkeyPatch,
+    network: str | bool | None,
 ) -> None:
     workspace, _ = places
-    closed = repair(env, workspace, [connect(5432), connect(6379), connect(listener)])
-    assert env.run(closed).status is Status.COMPLETED
-    seen = [text for text, _ in observations(env.load(closed)).values()]
-    assert all("closed" in text and "open" not in text for text in seen), seen
+    monkeypatch.setenv("TICKWORK_EGRESS_ALLOW", f"127.0.0.1:{index}")
+    data = {} if network is None else {"network": network}
+    probes = [connect(5432), connect(6379), connect(index), fetch(f"http://127.0.0.1:{index}/")]
+    session_id = repair(env, workspace, [*probes, command("env")], **data)
+    head = env.run(session_id)
+    assert head.status is Status.COMPLETED, head.error_message
+    assert head.config["network"] == {None: "setup", False: "none"}.get(network, network)
+    seen = [text for text, _ in observations(env.load(session_id)).values()]
+    assert all("closed" in text and "open" not in text for text in seen[:3]), seen
+    assert "failed" in seen[3] and "got" not in seen[3] and "PROXY" not in seen[4]
 
-    opened = repair(env, workspace, [connect(listener)], network=True)
-    head = env.run(opened)
-    assert head.config["network"] is True
-    text, _ = observations(env.load(opened))["s1c0"]
-    assert f"port {listener} open" in text
+
+@pytest.mark.parametrize("network", ["all", True])
+def test_with_network_all_commands_reach_the_allowed_hosts_only(
+    env: Env,
+    places: tuple[Path, Path],
+    index: int,
+    monkeypatch: pytest.MonkeyPatch,
+    network: str | bool,
+) -> None:
+    workspace, _ = places
+    monkeypatch.setenv("TICKWORK_EGRESS_ALLOW", f"127.0.0.1:{index},127.0.0.1")
+    probes = [
+        fetch(f"http://127.0.0.1:{index}/simple/"),
+        fetch("http://127.0.0.1:5432/"),
+        fetch("http://127.0.0.1:6379/"),
+        fetch("http://10.0.0.1/"),
+        connect(5432),
+    ]
+    fetched = f"python3 -c 'import urllib.request as u; u.urlopen(\"http://127.0.0.1:{index}/\")'"
+    session_id = repair(env, workspace, probes, network=network, test_command=fetched)
+    head = env.run(session_id)
+    assert head.config["network"] == "all"
+    seen = [text for text, _ in observations(env.load(session_id)).values()]
+    assert f"got index {index} /simple/" in seen[0], seen[0]
+    for text in seen[1:4]:
+        assert "failed 403" in text and "egress refused" in text, text
+    assert "closed" in seen[4]  # no way around the proxy
+    assert head.result["tests"]["passed"] is True, head.result["tests"]  # the final run too
 
 
 def test_the_test_command_runs_in_the_sandbox_before_and_after(
@@ -261,12 +333,12 @@ def test_a_session_with_network_says_so_on_its_card_and_page(
     env: Env, places: tuple[Path, Path]
 ) -> None:
     workspace, _ = places
-    session_id = repair(env, workspace, [command("rm a.txt")], network=True)
+    session_id = repair(env, workspace, [command("rm a.txt")], network="all")
     head = env.run(session_id)
     assert head.status is Status.WAITING_APPROVAL
     card = webhooks.card(head, [], public_url="", at=head.updated_at, masker=Masker())
     assert card["session"]["network"] is True
     with render.console().capture() as captured:
         render.show(render.timeline(views.session(env.load(session_id))))
-    assert "network" in captured.get()
+    assert "network" in captured.get() and "egress proxy" in captured.get()
     env.client.cancel(session_id)

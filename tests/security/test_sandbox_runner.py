@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shlex
 import shutil
 import signal
 import socket
@@ -29,7 +28,8 @@ from worker.tools.shell import ShellResult
 
 SECRET = "TOP SECRET: the launch codes"
 ROOT = Path(__file__).resolve().parents[2]
-PYTHON = shlex.quote(sys.executable)
+#: the sandbox's python3 (the system's, on its PATH): the worker's venv is not in there
+PYTHON = "python3"
 
 # locally skipped where bubblewrap cannot run; under CI=true these fail instead
 pytestmark = pytest.mark.skipif(
@@ -240,12 +240,6 @@ def test_no_network_by_default_not_even_the_hosts_loopback(
     ]
 
 
-def test_a_job_that_asks_for_network_gets_it(places: tuple[Path, Path], listener: int) -> None:
-    workspace, _ = places
-    result = run(workspace, CONNECT + str(listener), network=True)
-    assert result.stdout.split()[:2] == [str(listener), "open"], result.describe()
-
-
 def test_a_fork_bomb_is_contained_and_killed_with_the_command(places: tuple[Path, Path]) -> None:
     workspace, _ = places
     started = time.monotonic()
@@ -346,9 +340,12 @@ def test_none_runs_on_the_host_and_the_worker_warns_at_start(
     with caplog.at_level(logging.INFO, logger="tickwork.worker"):
         log_sandbox(Settings(sandbox="none"))
         log_sandbox(Settings())
-    unconfined, confined = caplog.records
+        log_sandbox(Settings(egress_allow="pypi.org,127.0.0.1:3141"))
+    unconfined, confined, allowed = caplog.records
     assert unconfined.levelno == logging.WARNING and "UNCONFINED" in unconfined.message
     assert confined.levelno == logging.INFO and "bubblewrap" in confined.message
+    assert confined.message.endswith("no egress allow-list")
+    assert allowed.message.endswith("egress allow-list: pypi.org,127.0.0.1:3141")
 
 
 def test_an_unknown_sandbox_setting_is_refused() -> None:
@@ -362,13 +359,23 @@ def test_an_unknown_sandbox_setting_is_refused() -> None:
 NOT_ROOT_WORKER = """
 import json, sys
 from pathlib import Path
+from worker.allowlist import AllowList
+from worker.tools.egress import EgressPolicy
 from worker.tools.runner import run_sandboxed
 result = run_sandboxed(
-    "id -u; echo made > made.txt; cat /etc/shadow ../secret.txt; " + sys.argv[2],
+    "id -u; echo made > made.txt; cat /etc/shadow ../secret.txt; unshare -Urm true; "
+    "echo unshare=$?; " + sys.argv[2],
     workdir=Path(sys.argv[1]),
     timeout_s=30,
 )
-print(json.dumps({"stdout": result.stdout, "stderr": result.stderr}))
+proxied = run_sandboxed(  # the proxy's socket, made by this user, reached from inside
+    "python3 -c 'import urllib.request as u\\ntry: u.urlopen(\\"http://10.0.0.1/\\")\\n"
+    "except Exception as e: print(e.code, e.read().decode())'",
+    workdir=Path(sys.argv[1]),
+    timeout_s=30,
+    egress=EgressPolicy(AllowList.of("10.0.0.1")),
+)
+print(json.dumps({"stdout": result.stdout, "stderr": result.stderr, "proxied": proxied.stdout}))
 """
 
 
@@ -400,9 +407,11 @@ def test_a_worker_that_is_not_root_runs_commands_as_itself_in_a_user_namespace()
         assert done.returncode == 0, done.stderr
         seen = json.loads(done.stdout)
         uid, *rest = seen["stdout"].splitlines()
-        assert uid == "65534" and rest[0].split()[:2] == ["5432", "refused"]
+        assert uid == "65534" and rest[0] == "unshare=1", seen  # no nested user namespace
+        assert rest[1].split()[:2] == ["5432", "refused"]
         assert SECRET not in seen["stdout"] + seen["stderr"]
         assert (workspace / "made.txt").read_text() == "made\n"
+        assert seen["proxied"].startswith("403 egress refused: 10.0.0.1"), seen
     finally:
         shutil.rmtree(top)
 

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import functools
 import json
-import shlex
 import shutil
-import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -29,8 +27,8 @@ from worker.tools.patches import apply_patch
 from worker.tools.shell import run_shell
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
-PASS = f"{shlex.quote(sys.executable)} -c 'import sys; sys.exit(0)'"
-FAIL = f"{shlex.quote(sys.executable)} -c 'import sys; print(\"2 failed\"); sys.exit(3)'"
+PASS = "python3 -c 'import sys; sys.exit(0)'"
+FAIL = "python3 -c 'import sys; print(\"2 failed\"); sys.exit(3)'"
 
 
 @pytest.fixture
@@ -114,7 +112,13 @@ WS = "<project>"
             "at most 1500 seconds .* delivery timeout",
         ),
         ({"workspace": WS, "test_command": PASS, "test_cmd": "x"}, r"unknown key\(s\) test_cmd"),
-        ({"workspace": WS, "test_command": PASS, "network": "yes"}, "`network` must be true"),
+        ({"workspace": WS, "test_command": PASS, "network": "yes"}, '`network` must be "setup"'),
+        ({"workspace": WS, "test_command": PASS, "egress_allow": "x.org"}, "must be a list"),
+        ({"workspace": WS, "test_command": PASS, "egress_allow": ["a b"]}, "not a host name"),
+        (
+            {"workspace": WS, "test_command": PASS, "egress_allow": ["evil.test"]},
+            r"may only narrow this server's allow-list \(\(empty\)\), and evil.test is not",
+        ),
     ],
 )
 def test_invalid_input_says_what_to_do(
@@ -171,12 +175,33 @@ def test_prepare_stores_the_source_and_never_changes_the_workspace(
     assert {p: p.read_bytes() for p in project.rglob("*") if p.is_file()} == before
 
 
-def test_network_is_off_unless_the_input_asks_for_it(
-    project: Path, state: Path, artifacts: DirectoryArtifacts
+@pytest.mark.parametrize(
+    ("given", "mode"),
+    [
+        ({}, "setup"),
+        ({"network": "setup"}, "setup"),
+        ({"network": "all"}, "all"),
+        ({"network": "none"}, "none"),
+        ({"network": True}, "all"),  # the booleans of before the modes
+        ({"network": False}, "none"),
+    ],
+)
+def test_the_network_mode_is_setup_unless_the_input_says(
+    project: Path, state: Path, artifacts: DirectoryArtifacts, given: dict[str, Any], mode: str
 ) -> None:
-    assert "network" not in start(project, state, artifacts)
-    assert "network" not in start(project, state, artifacts, network=False)
-    assert start(project, state, artifacts, network=True)["network"] is True
+    assert start(project, state, artifacts, **given)["network"] == mode
+
+
+def test_a_submitters_allow_list_narrows_the_operators_never_widens_it(
+    project: Path, state: Path, artifacts: DirectoryArtifacts, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TICKWORK_EGRESS_ALLOW", "pypi.org,*.pythonhosted.org,10.1.2.3:3141")
+    narrowed = ["files.pythonhosted.org", "PyPI.org:443", "10.1.2.3:3141"]
+    config = start(project, state, artifacts, egress_allow=narrowed)
+    assert config["egress_allow"] == ["files.pythonhosted.org", "pypi.org:443", "10.1.2.3:3141"]
+    for wider in (["evil.test"], ["pythonhosted.org"], ["10.1.2.3"], ["*"], ["pypi.org", "x.io"]):
+        with pytest.raises(InvalidInput, match=r"may only narrow .* is not within it"):
+            start(project, state, artifacts, egress_allow=wider)
 
 
 def test_a_git_source_is_resolved_to_a_commit_at_submit(
@@ -364,7 +389,7 @@ def test_the_final_test_run_is_recorded(project: Path) -> None:
 
 
 def test_the_final_test_run_has_a_timeout(project: Path) -> None:
-    slow = f"{shlex.quote(sys.executable)} -c 'import time; time.sleep(30)'"
+    slow = "python3 -c 'import time; time.sleep(30)'"
     tests = run_final_tests(head_for({"test_command": slow, "test_timeout_s": 0.5}), project)
     assert tests["timed_out"] is True and tests["passed"] is False and tests["exit_code"] is None
 
@@ -372,7 +397,7 @@ def test_the_final_test_run_has_a_timeout(project: Path) -> None:
 def test_the_final_test_run_ends_before_the_brokers_delivery_timeout(
     project: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    slow = f"{shlex.quote(sys.executable)} -c 'import time; time.sleep(30)'"
+    slow = "python3 -c 'import time; time.sleep(30)'"
     # a broker that gives a delivery 301 s leaves a tick's calls 1 s
     monkeypatch.setenv("TICKWORK_DELIVERY_TIMEOUT_S", "301")
     monkeypatch.setenv("TICKWORK_MODEL_TIMEOUT_S", "1")

@@ -5,7 +5,6 @@ for and masked."""
 from __future__ import annotations
 
 import shutil
-import sys
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -82,7 +81,7 @@ def test_a_repair_session_run_by_two_workers_one_killed_is_one_trace(
         "repair",
         {
             "workspace": str(workspace),
-            "test_command": f"{sys.executable} -m unittest -q",
+            "test_command": "python3 -m unittest -q",
             "goal": "fix the calculator",
         },
         model=f"scripted:{SCRIPT}",

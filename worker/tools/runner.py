@@ -2,21 +2,29 @@
 
 `run_sandboxed` runs one shell command with
 - the working copy read-write at /workspace (its cwd); the system read-only (/usr and the
-  /bin, /sbin, /lib* beside it, a few files of /etc: generated passwd and group, no shadow);
-  the worker's Python (its prefixes, e.g. a venv and the interpreter it points at) and the
-  operator's `paths` read-only at their own place; nothing else of the host: not the
-  worker's home, state dir, sockets (/run) or other sessions. /tmp is a private tmpfs (also
-  HOME), /proc is the sandbox's own, /dev minimal;
-- new PID, IPC, UTS and cgroup namespaces and, unless the job asks for network, a network
-  namespace with only its own loopback; `--die-with-parent` and `--new-session`: killing
-  bwrap (the tick's timeout, a cancel, the worker dying) kills everything inside;
+  /bin, /sbin, /lib* beside it, a few files of /etc: generated passwd, group and hosts, no
+  shadow), from the host or from the operator's root filesystem (`rootfs`); on the host's,
+  the base interpreter the worker's Python comes from where it is outside /usr (not the
+  worker's venv); the operator's `paths` read-only at their own place; nothing else of the
+  host: not the worker's home, state dir, sockets (/run) or other sessions. /tmp is a
+  private tmpfs (also HOME), /proc is the sandbox's own, /dev minimal;
+- the environment is tickwork's alone: PATH `/env/bin:/usr/local/bin:/usr/bin:/bin` (an
+  environment's tools first), HOME, TMPDIR, LANG and the caller's `env`; nothing of the
+  worker's;
+- new PID, IPC, UTS, cgroup and network namespaces: the network is the sandbox's own
+  loopback, and a command given `egress` reaches further only through the egress proxy
+  (`egress.py`); no new user namespaces inside (a seccomp filter, `seccomp.py`); bwrap's
+  options are passed through a file descriptor, so /proc/1/cmdline shows no host path;
+  `--die-with-parent` and `--new-session`: killing bwrap (the tick's timeout, a cancel, the
+  worker dying) kills everything inside;
 - an unprivileged user: a worker running as root starts bwrap as root and drops to
   `uid:gid` inside with setpriv, the working copy handed to that user for the run and taken
   back after; a worker running as another user runs bwrap in a user namespace as itself;
-- limits (prlimit): CPU seconds, address space, processes, file size, no core files; the
-  output is capped while it is read; for the command as a whole, where the worker may make
-  cgroups, memory and processes (`cgroups.py`), and always the session's disk quota and the
-  filesystem's reserve, watched while it runs (`quota.py`).
+- limits (prlimit, on the host side of bwrap, so a root filesystem needs none): CPU
+  seconds, address space, processes, file size, no core files; the output is capped while
+  it is read; for the command as a whole, where the worker may make cgroups, memory and
+  processes (`cgroups.py`), and always the session's disk quota and the filesystem's
+  reserve, watched while it runs (`quota.py`).
 
 Where bubblewrap cannot run, commands are refused (`SandboxUnavailable`), except those of
 the session `tickwork demo` makes from its own shipped example (`sandbox_for`).
@@ -25,9 +33,11 @@ the session `tickwork demo` makes from its own shipped example (`sandbox_for`).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator, Mapping
@@ -38,7 +48,9 @@ from typing import TYPE_CHECKING
 
 from fsm.errors import SandboxUnavailable, ToolError
 
-from . import cgroups, quota
+from . import cgroups, quota, seccomp
+from . import egress as egress_proxy
+from .egress import EgressPolicy
 from .ownership import handed_over
 from .shell import ShellResult, Stop, command_env, run_process, run_shell
 
@@ -50,15 +62,16 @@ log = logging.getLogger("tickwork.sandbox")
 MODES = ("bwrap", "none")
 #: where the working copy is inside the sandbox
 WORKDIR = "/workspace"
+#: a command's PATH in the sandbox: an environment mounted at /env first (issue 22)
+PATH = "/env/bin:/usr/local/bin:/usr/bin:/bin"
 #: host directories bound read-only (or re-created as the symlinks they are)
 SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 #: files of /etc a program may need; nothing that identifies the host's users or secrets
 ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "localtime", "timezone")
-#: and the ones name resolution and TLS need, for a job that asked for network
-ETC_NETWORK = (
-    *("resolv.conf", "hosts", "nsswitch.conf", "host.conf", "gai.conf"),
-    *("ssl", "ca-certificates", "ca-certificates.conf"),
-)
+#: and the ones TLS and name lookups of the sandbox's own loopback need, for a command
+#: with egress (names are resolved by the proxy: no resolv.conf)
+ETC_NETWORK = ("nsswitch.conf", "host.conf", "gai.conf", "ssl", "ca-certificates")
+HOSTS = "127.0.0.1 localhost\n::1 localhost ip6-localhost ip6-loopback\n"
 PRLIMIT, SETPRIV = "/usr/bin/prlimit", "/usr/bin/setpriv"
 #: host directories a working copy may not lie in
 SYSTEM_ONLY = (*SYSTEM, "/etc", "/boot", "/dev", "/proc", "/sys", "/run")
@@ -96,7 +109,7 @@ class Sandbox:
     """How commands run: `bwrap`, or `none` (on the host, unconfined)."""
 
     mode: str = "bwrap"
-    #: the user commands run as when the worker is root
+    #: the user and group commands run as when the worker is root
     uid: int = 65534
     gid: int = 65534
     limits: Limits = field(default_factory=Limits)
@@ -105,6 +118,8 @@ class Sandbox:
     #: host paths hidden from commands when the working copy holds them (the state dir:
     #: the embedded default keeps `.tickwork/` in the directory tickwork runs in)
     hide: tuple[str, ...] = ()
+    #: a root filesystem whose /usr, /bin, /lib* and /etc files replace the host's
+    rootfs: str | None = None
 
 
 def sandbox_of(settings: Settings) -> Sandbox:
@@ -125,6 +140,7 @@ def sandbox_of(settings: Settings) -> Sandbox:
         ),
         paths=tuple(settings.sandbox_paths),
         hide=(str(settings.state_dir.expanduser().resolve()),),
+        rootfs=str(settings.sandbox_rootfs) if settings.sandbox_rootfs else None,
     )
 
 
@@ -134,14 +150,18 @@ def run_sandboxed(
     workdir: Path,
     timeout_s: float,
     env: Mapping[str, str] | None = None,
-    network: bool = False,
+    egress: EgressPolicy | None = None,
     sandbox: Sandbox | None = None,
     stop: Stop | None = None,
 ) -> ShellResult:
     """Run `command` with /bin/sh in `workdir` inside the sandbox; `SandboxUnavailable` if
-    bubblewrap cannot run here (unless the mode is `none`)."""
+    bubblewrap cannot run here (unless the mode is `none`).
+
+    `env`: the variables tickwork sets for this command; in the sandbox they are all it
+    gets besides PATH, HOME, TMPDIR and LANG. `egress`: where it may connect through the
+    egress proxy; None: nowhere (its own loopback only).
+    """
     sandbox = sandbox or Sandbox()
-    env = dict(env) if env is not None else command_env()
     lim = sandbox.limits
     if sandbox.mode != "none" and (why := check(sandbox)) is not None:
         raise SandboxUnavailable(f"the command was not run: {why}; {HOW_TO}")
@@ -157,12 +177,12 @@ def run_sandboxed(
                 command,
                 cwd=workdir,
                 timeout_s=timeout_s,
-                env=env,
+                env=command_env(env),
                 max_output_bytes=lim.output_bytes,
                 stop=stops,
             )
         else:
-            result = _run(command, workdir, timeout_s, env, network, sandbox, stops)
+            result = _run(command, workdir, timeout_s, dict(env or {}), egress, sandbox, stops)
     if not (result.killed or result.timed_out) and (why := disk.last()) is not None:
         # it wrote faster than the watch walks: said all the same, as its failure
         result = dataclasses.replace(result, killed=f"{why} (found as it ended)")
@@ -187,12 +207,18 @@ def check(sandbox: Sandbox) -> str | None:
         return f"TICKWORK_SANDBOX={sandbox.mode!r} is not one of {', '.join(MODES)}"
     if shutil.which("bwrap") is None:
         return "bubblewrap (bwrap) is not installed"
-    for tool in (PRLIMIT, SETPRIV) if os.geteuid() == 0 else (PRLIMIT,):
-        if not os.access(tool, os.X_OK):
-            return f"{tool} (util-linux) is missing"
+    if not os.access(PRLIMIT, os.X_OK):
+        return f"{PRLIMIT} (util-linux) is missing"
+    why = rootfs_problem(sandbox.rootfs)
+    if why is not None:
+        return why
+    if os.geteuid() == 0 and not os.path.lexists(_system(sandbox) + SETPRIV):
+        return (
+            f"{SETPRIV} (util-linux) is missing{' in the root filesystem' * bool(sandbox.rootfs)}"
+        )
     with tempfile.TemporaryDirectory(prefix="tickwork-probe-") as probe:
         try:
-            result = _run("id -u", Path(probe), 30.0, command_env(), False, sandbox, None)
+            result = _run("id -u", Path(probe), 30.0, {}, None, sandbox, None)
         except SandboxUnavailable as exc:
             return f"bwrap could not start: {exc.__cause__}"
     if result.exit_code != 0:
@@ -229,6 +255,20 @@ def sandbox_for(config: Mapping[str, object], sandbox: Sandbox) -> Sandbox:
     return replace(sandbox, mode="none")
 
 
+def rootfs_problem(rootfs: str | None) -> str | None:
+    """What is wrong with an operator's root filesystem, or None."""
+    if rootfs is None:
+        return None
+    if not os.path.isdir(rootfs):
+        return f"TICKWORK_SANDBOX_ROOTFS={rootfs} is not a directory; unpack an image there"
+    if not any(os.path.lexists(os.path.join(rootfs, p)) for p in ("bin/sh", "usr/bin/sh")):
+        return (
+            f"TICKWORK_SANDBOX_ROOTFS={rootfs} has no /bin/sh; it must be a whole root "
+            "filesystem (e.g. an unpacked container image), not a single directory of it"
+        )
+    return None
+
+
 def describe(sandbox: Sandbox) -> str:
     """One line for the worker's log at start: what commands run in, or why they cannot."""
     if sandbox.mode == "none":
@@ -241,6 +281,7 @@ def describe(sandbox: Sandbox) -> str:
         return f"sandbox unavailable, commands will be refused: {why}; {HOW_TO}"
     who = f"uid {sandbox.uid}" if os.geteuid() == 0 else f"uid {os.getuid()} in a user namespace"
     lim = sandbox.limits
+    base = f"root filesystem {sandbox.rootfs}" if sandbox.rootfs else "the host's system"
     where = cgroups.hierarchy()
     whole = (
         f"memory {lim.memory_bytes} B and {lim.processes} processes per command as a whole "
@@ -249,12 +290,13 @@ def describe(sandbox: Sandbox) -> str:
         else f"memory and processes per process only ({where})"
     )
     return (
-        f"commands run in bubblewrap as {who}: cpu {lim.cpu_s}s, memory {lim.memory_bytes} B, "
-        f"{lim.processes} processes, files {lim.file_bytes} B, output {lim.output_bytes} B; "
-        f"{whole}; working copy {lim.disk_bytes} B and {lim.disk_files} files, watched while "
-        f"commands run, {lim.reserve_bytes} B of the workspaces filesystem kept free; "
-        "a command is killed once its tick's lease is lost or about to run out (a watchdog "
-        "process beside the worker)"
+        f"commands run in bubblewrap as {who} on {base}: cpu {lim.cpu_s}s, memory "
+        f"{lim.memory_bytes} B, {lim.processes} processes, files {lim.file_bytes} B, output "
+        f"{lim.output_bytes} B; {whole}; working copy {lim.disk_bytes} B and "
+        f"{lim.disk_files} files, watched while commands run, {lim.reserve_bytes} B of the "
+        "workspaces filesystem kept free; a command is killed once its tick's lease is lost "
+        "or about to run out (a watchdog process beside the worker); network only through "
+        "the egress proxy"
     )
 
 
@@ -266,7 +308,7 @@ def working_copy(workdir: Path, sandbox: Sandbox) -> Path:
     """
     root = workdir.resolve(strict=True)
     inside = next((top for top in SYSTEM_ONLY if _below(str(root), top)), None)
-    held = [*SYSTEM_ONLY, "/var", str(Path.home()), CODE, *host_paths()]
+    held = [*SYSTEM_ONLY, "/var", str(Path.home()), CODE, sys.prefix, *host_paths(sandbox.paths)]
     holds = next((top for top in held if _below(os.path.realpath(top), str(root))), None)
     if inside or holds or str(root) == "/":
         raise ToolError(
@@ -280,8 +322,8 @@ def _run(
     command: str,
     workdir: Path,
     timeout_s: float,
-    env: Mapping[str, str],
-    network: bool,
+    env: dict[str, str],
+    egress: EgressPolicy | None,
     sandbox: Sandbox,
     stop: Stop | None,
 ) -> ShellResult:
@@ -290,38 +332,54 @@ def _run(
     privileged = os.geteuid() == 0
     uid, gid = (sandbox.uid, sandbox.gid) if privileged else (os.getuid(), os.getgid())
     inside = {
+        "PATH": PATH,
+        "LANG": "C.UTF-8",
         **env,
         "HOME": "/tmp",
         "TMPDIR": "/tmp",
         "PWD": WORKDIR,
         "USER": "sandbox",
         "LOGNAME": "sandbox",
+        **(egress_proxy.proxy_env() if egress is not None else {}),
     }
     with ExitStack() as stack:
         if privileged:
             stack.enter_context(handed_over(root, uid, gid, skip=hidden))
-        passwd = stack.enter_context(
-            _data(
-                f"root:x:0:0:root:/root:/usr/sbin/nologin\n"
-                f"sandbox:x:{uid}:{gid}:tickwork sandbox:/tmp:/bin/sh\n"
-            )
+        proxy = None
+        if egress is not None:
+            owner = (uid, gid) if privileged else None
+            proxy = stack.enter_context(egress_proxy.serving(egress, owner=owner))
+        data = {
+            "passwd": f"root:x:0:0:root:/root:/usr/sbin/nologin\n"
+            f"sandbox:x:{uid}:{gid}:tickwork sandbox:/tmp:/bin/sh\n",
+            "group": f"root:x:0:\nsandbox:x:{gid}:\n",
+            "hosts": HOSTS,
+        }
+        fds = {name: stack.enter_context(_data(text.encode())) for name, text in data.items()}
+        filter_ = seccomp.program()
+        if filter_ is not None:
+            fds["seccomp"] = stack.enter_context(_data(filter_))
+        options = bwrap_options(
+            workdir=root,
+            env=inside,
+            sandbox=sandbox,
+            privileged=privileged,
+            fds=fds,
+            hidden=hidden,
+            proxy=proxy,
         )
-        group = stack.enter_context(_data(f"root:x:0:\nsandbox:x:{gid}:\n"))
+        fds["args"] = stack.enter_context(_data(b"\0".join(o.encode() for o in options) + b"\0"))
         own = _cgroup(sandbox.limits)
         if own is not None:
             stack.callback(own.close)
-        args = bwrap_args(
-            command,
-            workdir=root,
-            env=inside,
-            network=network,
-            sandbox=sandbox,
-            privileged=privileged,
-            passwd_fd=passwd,
-            group_fd=group,
-            hidden=hidden,
-            counted=own is not None and own.counts_processes,
-        )
+        counted = own is not None and own.counts_processes
+        args = [*limits_args(sandbox.limits, privileged, counted), shutil.which("bwrap") or "bwrap"]
+        args += [
+            "--args",
+            str(fds["args"]),
+            "--",
+            *inner_command(command, sandbox, privileged, proxy),
+        ]
         if own is not None:
             args, stop = own.wrap(args), _first(stop, own.breach)
         try:
@@ -331,11 +389,23 @@ def _run(
                 timeout_s=timeout_s,
                 max_output_bytes=sandbox.limits.output_bytes,
                 stop=stop,
-                pass_fds=(passwd, group),
+                pass_fds=tuple(fds.values()),
             )
         except OSError as exc:  # e.g. bwrap was removed since it last worked
             _working.discard(sandbox)
             raise SandboxUnavailable(f"the command was not run: {exc}; {HOW_TO}") from exc
+
+
+def limits_args(lim: Limits, privileged: bool, counted: bool = False) -> list[str]:
+    """prlimit before bwrap: every process inside inherits the limits.
+
+    `counted`: the command's processes are counted by a cgroup of its own, so no limit per
+    user (which all sessions' commands share: one session's fork bomb would stop the others')."""
+    args = [PRLIMIT, f"--cpu={lim.cpu_s}", f"--as={lim.memory_bytes}"]
+    if not counted:  # else the worker's own limit stays, as high as prlimit may leave it
+        nproc = lim.processes if privileged else lim.processes + _tasks_of(os.getuid())
+        args.append(f"--nproc={nproc}")
+    return [*args, f"--fsize={lim.file_bytes}", "--core=0", "--"]
 
 
 def _cgroup(limits: Limits) -> cgroups.Group | None:
@@ -351,78 +421,114 @@ def _cgroup(limits: Limits) -> cgroups.Group | None:
         return None
 
 
-def bwrap_args(
-    command: str,
+def inner_command(
+    command: str, sandbox: Sandbox, privileged: bool, proxy: Path | None
+) -> list[str]:
+    """What bwrap starts: setpriv for a root worker, the forwarder with egress, the shell."""
+    args: list[str] = []
+    if privileged:
+        args += [SETPRIV, f"--reuid={sandbox.uid}", f"--regid={sandbox.gid}", "--clear-groups"]
+        args += ["--no-new-privs", "--inh-caps=-all", "--bounding-set=-all", "--"]
+    if proxy is not None:
+        inside = egress_proxy.INSIDE
+        args += [forwarder_python(sandbox), "-I", "-S", f"{inside}/{egress_proxy.FORWARDER.name}"]
+        args += [str(egress_proxy.PORT), f"{inside}/{egress_proxy.SOCKET}"]
+    return [*args, "/bin/sh", "-c", command]
+
+
+def forwarder_python(sandbox: Sandbox) -> str:
+    """A python3 inside the sandbox for the forwarder: the system's (a path that says
+    nothing of the host), else, on the host's system, the worker's base interpreter."""
+    for candidate in ("/usr/local/bin/python3", "/usr/bin/python3"):
+        if os.path.lexists(_system(sandbox) + candidate):
+            return candidate
+    if sandbox.rootfs is None:
+        return os.path.realpath(sys.executable)
+    raise ToolError(
+        f"egress needs python3 in TICKWORK_SANDBOX_ROOTFS={sandbox.rootfs} (for its forwarder); "
+        "use an image that has it"
+    )
+
+
+def bwrap_options(
     *,
     workdir: Path,
     env: Mapping[str, str],
-    network: bool,
     sandbox: Sandbox,
     privileged: bool,
-    passwd_fd: int,
-    group_fd: int,
+    fds: Mapping[str, int],
     hidden: tuple[str, ...] = (),
-    counted: bool = False,
+    proxy: Path | None = None,
 ) -> list[str]:
-    """The bwrap command line that runs `command` as described in this module's docstring.
-
-    `counted`: the command's processes are counted by a cgroup of its own, so no limit per
-    user (which all sessions' commands share: one session's fork bomb would stop the others')."""
-    args = [shutil.which("bwrap") or "bwrap", "--die-with-parent", "--new-session"]
+    """bwrap's options (passed with `--args FD`) for the sandbox of this module's docstring."""
+    args = ["--die-with-parent", "--new-session", "--unshare-net"]
     args += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
     args += ["--hostname", "sandbox"]
-    if not network:
-        args.append("--unshare-net")
     if not privileged:
         args.append("--unshare-user")
+        if supports("--disable-userns"):  # bwrap 0.8+: the kernel's own limit, besides seccomp
+            args.append("--disable-userns")
+    if "seccomp" in fds:
+        args += ["--seccomp", str(fds["seccomp"])]
+    system = _system(sandbox)
     for top in SYSTEM:
-        if os.path.islink(top):
-            args += ["--symlink", os.readlink(top), top]
-        elif os.path.isdir(top):
-            args += ["--ro-bind", top, top]
+        source = system + top
+        if os.path.islink(source):
+            args += ["--symlink", os.readlink(source), top]
+        elif os.path.isdir(source):
+            args += ["--ro-bind", source, top]
     args += ["--proc", "/proc", "--dev", "/dev"]
     for scratch in ("/tmp", "/dev/shm"):  # /dev/shm: POSIX semaphores (multiprocessing)
         args += ["--perms", "1777", "--size", str(sandbox.limits.tmp_bytes), "--tmpfs", scratch]
     args += ["--dir", "/etc"]
-    for name in ETC + (ETC_NETWORK if network else ()):
-        args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
-    args += ["--perms", "0644", "--ro-bind-data", str(passwd_fd), "/etc/passwd"]
-    args += ["--perms", "0644", "--ro-bind-data", str(group_fd), "/etc/group"]
+    for name in ETC + (ETC_NETWORK if proxy is not None else ()):
+        args += ["--ro-bind-try", f"{system}/etc/{name}", f"/etc/{name}"]
+    for name in ("passwd", "group", "hosts"):
+        args += ["--perms", "0644", "--ro-bind-data", str(fds[name]), f"/etc/{name}"]
     made: set[str] = set()
-    for path in host_paths(sandbox.paths):
+    for path in [] if sandbox.rootfs else host_paths(sandbox.paths):
         for parent in reversed(Path(path).parents[:-1]):
             if str(parent) not in made:
                 made.add(str(parent))
                 args += ["--perms", "0755", "--dir", str(parent)]
         args += ["--ro-bind-try", path, path]
+    if sandbox.rootfs:
+        for path in sandbox.paths:
+            args += ["--ro-bind-try", path, path]
+    if proxy is not None:
+        args += ["--perms", "0755", "--dir", "/run", "--ro-bind", str(proxy), egress_proxy.INSIDE]
     args += ["--bind", str(workdir), WORKDIR]
     for path in hidden:  # an empty tmpfs over it
         args += ["--perms", "0000", "--tmpfs", str(Path(WORKDIR, Path(path).relative_to(workdir)))]
     args += ["--chdir", WORKDIR, "--clearenv"]
     for name, value in env.items():
         args += ["--setenv", name, value]
-    lim = sandbox.limits
-    args += ["--", PRLIMIT, f"--cpu={lim.cpu_s}", f"--as={lim.memory_bytes}"]
-    if not counted:  # else the worker's own limit stays, as high as prlimit may leave it
-        nproc = lim.processes if privileged else lim.processes + _tasks_of(os.getuid())
-        args.append(f"--nproc={nproc}")
-    args += [f"--fsize={lim.file_bytes}", "--core=0", "--"]
-    if privileged:
-        args += [SETPRIV, f"--reuid={sandbox.uid}", f"--regid={sandbox.gid}", "--clear-groups"]
-        args += ["--no-new-privs", "--inh-caps=-all", "--bounding-set=-all", "--"]
-    return [*args, "/bin/sh", "-c", command]
+    return args
+
+
+@functools.cache
+def supports(option: str) -> bool:
+    """Whether this machine's bwrap knows `option` (its --help lists it)."""
+    try:
+        shown = subprocess.run(
+            [shutil.which("bwrap") or "bwrap", "--help"], capture_output=True, text=True, timeout=10
+        )
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return f" {option} " in shown.stdout + shown.stderr
+
+
+def _system(sandbox: Sandbox) -> str:
+    """The prefix of the system's directories: "" for the host's, else the root filesystem."""
+    return (sandbox.rootfs or "").rstrip("/")
 
 
 def host_paths(extra: tuple[str, ...] = ()) -> list[str]:
-    """The host directories bound read-only: the worker's Python outside /usr, and `extra`.
-
-    The test command often names this interpreter (the demo's is `sys.executable -m
-    unittest`), which may be a venv whose `python` links to an interpreter elsewhere.
-    """
+    """The host directories bound read-only: the base interpreter of the worker's Python
+    outside /usr (e.g. pyenv's; not the worker's venv), and `extra`."""
     found: list[str] = []
-    prefixes = (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)
-    executable = os.path.dirname(os.path.realpath(sys.executable))
-    for path in (*prefixes, executable, *extra):
+    prefixes = (sys.base_prefix, sys.base_exec_prefix)
+    for path in (*prefixes, *extra):
         real = os.path.realpath(path)
         if real == "/" or any(_below(real, top) for top in (*SYSTEM, *found)):
             continue
@@ -451,15 +557,15 @@ def _tasks_of(uid: int) -> int:
 
 
 @contextmanager
-def _data(text: str) -> Iterator[int]:
-    """A pipe's read end holding `text` (small: it fits the pipe's buffer), for bwrap."""
-    read, write = os.pipe()
+def _data(content: bytes) -> Iterator[int]:
+    """A file descriptor reading `content` from its start (a memory file: no size limit)."""
+    fd = os.memfd_create("tickwork-sandbox")
     try:
-        os.write(write, text.encode())
-        os.close(write)
-        yield read
+        os.write(fd, content)
+        os.lseek(fd, 0, os.SEEK_SET)
+        yield fd
     finally:
-        os.close(read)
+        os.close(fd)
 
 
 def _hidden(root: Path, hide: tuple[str, ...]) -> tuple[str, ...]:

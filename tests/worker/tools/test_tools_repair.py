@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import shlex
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -16,7 +14,8 @@ from worker.tools.runner import Limits, Sandbox
 
 Call = Callable[..., ToolResult]
 
-PYTHON = shlex.quote(sys.executable)
+#: the sandbox's python3, on its PATH (the worker's venv is not in the sandbox)
+PYTHON = "python3"
 
 
 @pytest.fixture
@@ -292,9 +291,7 @@ def test_run_tests_reports_pass_and_fail(
     passing = call("run_tests", ctx=make_ctx(config={"test_command": f"{PYTHON} check.py 0"}))
     assert passing.output.startswith("tests passed")
     assert "ran" in passing.output
-    failing = call(
-        "run_tests", ctx=make_ctx(config={"test_command": [sys.executable, "check.py", "1"]})
-    )
+    failing = call("run_tests", ctx=make_ctx(config={"test_command": ["python3", "check.py", "1"]}))
     assert failing.output.startswith("tests FAILED")
     assert "exit code: 1" in failing.output
 

@@ -220,9 +220,12 @@
     return card;
   }
 
-  // the sandbox gives commands no network unless the job asked for it
+  // the sandbox gives commands no network unless the job asked for it ("all"; true before
+  // the modes): then the allow-listed hosts, through the egress proxy
   function networkNote(head) {
-    return head.config && head.config.network === true ? " · commands may reach the network" : "";
+    const network = head.config && head.config.network;
+    return network === "all" || network === true
+      ? " · commands may reach the allowed hosts" : "";
   }
 
   function waitingCard(waiting, onDecided) {

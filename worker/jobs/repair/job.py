@@ -25,8 +25,10 @@ from fsm.values import Head
 from store.artifacts import Artifacts
 from store.files import Manifest, parse_entry
 from worker import sources
+from worker.allowlist import AllowList
 from worker.jobs import JobKind
 from worker.settings import load_settings
+from worker.tools import egress
 from worker.tools.runner import sandbox_of
 
 from .toolkit import MAX_COMMAND_S, MAX_FILE_BYTES, default_registry, run_in_workspace
@@ -42,7 +44,10 @@ MAX_PATCH_CHARS = 2_000_000
 FINAL_TESTS_TIMEOUT_S = 600.0
 #: how much of the final test run's output the result keeps (its end)
 MAX_TEST_OUTPUT_CHARS = 4_000
-INPUT_KEYS = ("workspace", "repo", "ref", "test_command", "goal", "test_timeout_s", "network")
+INPUT_KEYS = (
+    *("workspace", "repo", "ref", "test_command", "goal", "test_timeout_s"),
+    *("network", "egress_allow"),
+)
 
 SYSTEM_PROMPT = """\
 You are a careful software engineer repairing a code base. You work inside one workspace \
@@ -53,7 +58,7 @@ Tools:
 - run_tests: run the project's configured test command and see its output.
 - run_command: run a shell command in the workspace, in a sandbox: the workspace is its \
 current directory (/workspace), nothing outside it is writable, and there is no network \
-unless the job allows it.
+unless the job allows it (then only allowed hosts, through HTTP_PROXY).
 - write_file (whole file) and apply_patch (unified diff): change files.
 
 write_file, apply_patch and destructive commands (deleting, moving or overwriting files, \
@@ -111,12 +116,39 @@ def _timeout(value: Any) -> float | None:
     return float(value)
 
 
-def _network(value: Any) -> bool:
+def _network(value: Any) -> str:
+    """ "setup" (the default: only the environment's setup reaches the network), "all" or
+    "none"; true and false, as submitted before there were modes, mean "all" and "none"."""
     if value is None:
-        return False
-    if not isinstance(value, bool):
-        raise _fail(f"`network` must be true or false, got {value!r}")
-    return value
+        return "setup"
+    if isinstance(value, bool):
+        return "all" if value else "none"
+    if value not in egress.MODES:
+        raise _fail(
+            f'`network` must be "setup" (the default: setup commands only), "all" (every '
+            f'command, through the egress proxy) or "none", got {value!r}'
+        )
+    return str(value)
+
+
+def _egress_allow(value: Any, operator: str) -> list[str] | None:
+    """A submitter's allow-list: within the operator's (TICKWORK_EGRESS_ALLOW), never wider."""
+    if value is None:
+        return None
+    if not isinstance(value, list | tuple):
+        raise _fail(f"`egress_allow` must be a list of host or host:port patterns, got {value!r}")
+    allowed = AllowList.of(operator)
+    try:
+        wider = allowed.wider(value)
+    except ValueError as exc:
+        raise _fail(f"`egress_allow`: {exc}") from None
+    if wider:
+        raise _fail(
+            f"`egress_allow` may only narrow this server's allow-list ({allowed}), and "
+            f"{', '.join(wider)} is not within it; ask the operator to add it to "
+            "TICKWORK_EGRESS_ALLOW, or leave it out"
+        )
+    return [str(p) for p in allowed.narrowed(value).patterns]
 
 
 def user_prompt(source: str, test_command: str, goal: str = "") -> str:
@@ -184,6 +216,7 @@ def prepare(
     goal = _optional_text(data, "goal")
     timeout = _timeout(data.get("test_timeout_s"))
     network = _network(data.get("network"))
+    egress_allow = _egress_allow(data.get("egress_allow"), load_settings().egress_allow)
     with ExitStack() as stack:
         if artifacts is None:
             artifacts = _settings_artifacts(stack)
@@ -199,8 +232,9 @@ def prepare(
     }
     if timeout is not None:
         config["test_timeout_s"] = timeout
-    if network:
-        config["network"] = True  # commands may reach the network (the sandbox's default: none)
+    config["network"] = network
+    if egress_allow is not None:
+        config["egress_allow"] = egress_allow
     return config
 
 

@@ -19,10 +19,11 @@ from fsm.errors import ToolError
 from worker.settings import load_settings
 from worker.tools import patches, quota
 from worker.tools.commands import command_needs_approval
+from worker.tools.egress import policy_for
 from worker.tools.registry import Tool, ToolContext, ToolRegistry, tool
 from worker.tools.runner import Sandbox, run_sandboxed, sandbox_for, sandbox_of
 from worker.tools.sandbox import is_inside, relative, resolve, workspace_root, write_text
-from worker.tools.shell import ShellResult, Stop, command_env
+from worker.tools.shell import ShellResult, Stop
 
 #: most paths `list_files` shows
 MAX_LISTED = 500
@@ -261,15 +262,18 @@ def run_in_workspace(
     sandbox: Sandbox | None = None,
     stop: Stop | None = None,
 ) -> ShellResult:
-    """Run a command of a session (`config`: its `env` and `network`) in its working copy,
-    in the sandbox (default: the settings'), with `env` over the command environment."""
+    """Run a command of a session (`config`: its `env`, `network` and `egress_allow`) in its
+    working copy, in the sandbox (default: the settings'), with `env` over its environment.
+    It reaches the network (through the egress proxy) only if the session's `network` is
+    "all"; setup commands ask `policy_for(config, settings, setup=True)`."""
+    settings = load_settings()
     return run_sandboxed(
         command,
         workdir=workdir,
         timeout_s=timeout_s,
-        env=command_env({**dict(config.get("env") or {}), **env}),
-        network=config.get("network") is True,
-        sandbox=sandbox_for(config, sandbox or sandbox_of(load_settings())),
+        env={**dict(config.get("env") or {}), **env},
+        egress=policy_for(config, settings),
+        sandbox=sandbox_for(config, sandbox or sandbox_of(settings)),
         stop=stop,
     )
 
@@ -305,7 +309,8 @@ def run_command(
     """Run a shell command (/bin/sh) in the workspace root; shows exit code, stdout, stderr.
 
     It runs in a sandbox: the workspace is /workspace (the current directory), nothing
-    outside it is writable, and there is no network unless the job allows it. Commands that
+    outside it is writable, and there is no network unless the job allows it (then only the
+    allowed hosts, through the HTTP proxy that HTTP_PROXY and HTTPS_PROXY name). Commands that
     delete, move or overwrite files, change permissions, push, or drop data need a
     person's approval first.
 
