@@ -31,10 +31,13 @@ def without_bwrap(tmp_path: Path) -> str:
     bwrap."""
     found = tmp_path / "bin"
     found.mkdir(exist_ok=True)
-    for tool in ("sh", "cat", "ls", "env", "git"):
+    for tool in ("sh", "bash", "cat", "ls", "env", "git"):
         where = shutil.which(tool)
         if where:
             (found / tool).symlink_to(where)
+    # the demo's test command says python3: the interpreter itself, not a version manager's
+    # shim (which needs more of the PATH than this)
+    (found / "python3").symlink_to(Path(sys.base_prefix, "bin", "python3"))
     return str(found)
 
 

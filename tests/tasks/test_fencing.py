@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 import time
 from datetime import UTC
 from pathlib import Path
@@ -42,7 +41,7 @@ def test_a_stopped_workers_command_dies_before_its_lease_runs_out(
     call = {"name": "run_command", "arguments": {"command": BEATING, "timeout_s": 300}}
     session_id = deployment.client.submit(
         KIND,
-        {"workspace": str(project), "test_command": f"{sys.executable} -c pass"},
+        {"workspace": str(project), "test_command": "python3 -c pass"},
         model=deployment.script([{"content": "run", "tool_calls": [call]}, {"content": "done"}]),
     ).id
     root = deployment.settings.state_dir / "workspaces"
