@@ -43,6 +43,8 @@ log = logging.getLogger("tickwork.sandbox")
 MODES = ("bwrap", "none")
 #: where the working copy is inside the sandbox
 WORKDIR = "/workspace"
+#: where a session's environment is mounted (worker/environments.py)
+ENV_DIR = "/env"
 #: host directories bound read-only (or re-created as the symlinks they are)
 SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 #: files of /etc a program may need; nothing that identifies the host's users or secrets
@@ -120,9 +122,13 @@ def run_sandboxed(
     network: bool = False,
     sandbox: Sandbox | None = None,
     stop: Stop | None = None,
+    environment: Path | None = None,
+    environment_writable: bool = False,
 ) -> ShellResult:
     """Run `command` with /bin/sh in `workdir` inside the sandbox; `SandboxUnavailable` if
-    bubblewrap cannot run here (unless the mode is `none`)."""
+    bubblewrap cannot run here (unless the mode is `none`). `environment`: a host directory
+    mounted at /env (`ENV_DIR`), read-only unless `environment_writable` (the setup that
+    builds it), with /env/bin first on PATH (worker/environments.py)."""
     sandbox = sandbox or Sandbox()
     env = dict(env) if env is not None else command_env()
     if sandbox.mode == "none":
@@ -137,7 +143,8 @@ def run_sandboxed(
     why = check(sandbox)
     if why is not None:
         raise SandboxUnavailable(f"the command was not run: {why}; {HOW_TO}")
-    return _run(command, workdir, timeout_s, env, network, sandbox, stop)
+    mount = None if environment is None else (environment, environment_writable)
+    return _run(command, workdir, timeout_s, env, network, sandbox, stop, mount)
 
 
 #: sandboxes that started once in this process; a failing one is tried again each time
@@ -213,6 +220,7 @@ def _run(
     network: bool,
     sandbox: Sandbox,
     stop: Stop | None,
+    mount: tuple[Path, bool] | None = None,
 ) -> ShellResult:
     root = working_copy(workdir, sandbox)
     hidden = _hidden(root, sandbox.hide)
@@ -226,9 +234,13 @@ def _run(
         "USER": "sandbox",
         "LOGNAME": "sandbox",
     }
+    if mount is not None:
+        inside["PATH"] = f"{ENV_DIR}/bin:{inside.get('PATH') or os.defpath}"
     with ExitStack() as stack:
         if privileged:
             stack.enter_context(handed_over(root, uid, gid, skip=hidden))
+            if mount is not None and mount[1]:
+                stack.enter_context(handed_over(mount[0], uid, gid))
         passwd = stack.enter_context(
             _data(
                 f"root:x:0:0:root:/root:/usr/sbin/nologin\n"
@@ -246,6 +258,7 @@ def _run(
             passwd_fd=passwd,
             group_fd=group,
             hidden=hidden,
+            environment=mount,
         )
         try:
             return run_process(
@@ -272,8 +285,10 @@ def bwrap_args(
     passwd_fd: int,
     group_fd: int,
     hidden: tuple[str, ...] = (),
+    environment: tuple[Path, bool] | None = None,
 ) -> list[str]:
-    """The bwrap command line that runs `command` as described in this module's docstring."""
+    """The bwrap command line that runs `command` as described in this module's docstring;
+    `environment`: (host directory, writable) mounted at /env."""
     args = [shutil.which("bwrap") or "bwrap", "--die-with-parent", "--new-session"]
     args += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
     args += ["--hostname", "sandbox"]
@@ -302,6 +317,8 @@ def bwrap_args(
                 args += ["--perms", "0755", "--dir", str(parent)]
         args += ["--ro-bind-try", path, path]
     args += ["--bind", str(workdir), WORKDIR]
+    if environment is not None:
+        args += ["--bind" if environment[1] else "--ro-bind", str(environment[0]), ENV_DIR]
     for path in hidden:  # an empty tmpfs over it
         args += ["--perms", "0000", "--tmpfs", str(Path(WORKDIR, Path(path).relative_to(workdir)))]
     args += ["--chdir", WORKDIR, "--clearenv"]

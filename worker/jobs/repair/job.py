@@ -23,6 +23,7 @@ from fsm.values import Head
 from store.artifacts import Artifacts
 from store.files import Manifest, parse_entry
 from worker import sources
+from worker.environments import NONE, check_setup
 from worker.jobs import JobKind
 from worker.settings import load_settings
 from worker.tools.runner import sandbox_of
@@ -40,7 +41,10 @@ MAX_PATCH_CHARS = 2_000_000
 FINAL_TESTS_TIMEOUT_S = 600.0
 #: how much of the final test run's output the result keeps (its end)
 MAX_TEST_OUTPUT_CHARS = 4_000
-INPUT_KEYS = ("workspace", "repo", "ref", "test_command", "goal", "test_timeout_s", "network")
+INPUT_KEYS = (
+    *("workspace", "repo", "ref", "test_command", "goal", "test_timeout_s", "network"),
+    "setup",
+)
 
 SYSTEM_PROMPT = """\
 You are a careful software engineer repairing a code base. You work inside one workspace \
@@ -182,6 +186,10 @@ def prepare(
     goal = _optional_text(data, "goal")
     timeout = _timeout(data.get("test_timeout_s"))
     network = _network(data.get("network"))
+    try:
+        setup = check_setup(data.get("setup"))
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
     with ExitStack() as stack:
         if artifacts is None:
             artifacts = _settings_artifacts(stack)
@@ -199,6 +207,9 @@ def prepare(
         config["test_timeout_s"] = timeout
     if network:
         config["network"] = True  # commands may reach the network (the sandbox's default: none)
+    if setup != NONE:
+        # built before the first model call (worker/environments.py), mounted at /env
+        config["environment"] = {"setup": setup}
     return config
 
 
@@ -277,7 +288,7 @@ def diff_manifests(
     return "".join(parts), changed
 
 
-def run_final_tests(head: Head, workspace: Path) -> dict[str, Any]:
+def run_final_tests(head: Head, workspace: Path, environment: Path | None = None) -> dict[str, Any]:
     """Run the session's test command in its working copy once more; what it gave."""
     config = head.config
     command = str(config.get("test_command") or "")
@@ -292,6 +303,7 @@ def run_final_tests(head: Head, workspace: Path) -> dict[str, Any]:
         timeout_s=timeout,
         env={"TICKWORK_SESSION_ID": head.id},
         sandbox=sandbox_of(settings),
+        environment=environment,
     )
     output = result.describe()
     return {
@@ -331,7 +343,7 @@ def finish(head: Head, *, files: TickFiles) -> dict[str, Any]:
         workspace = files.open(changes=True)
         if workspace is None:
             raise ConfigurationError("the session has no files to test")
-        result["tests"] = run_final_tests(head, workspace)
+        result["tests"] = run_final_tests(head, workspace, files.environment(head))
         files.record(step=head.step, call_id="")
     except ArtifactsUnavailable:
         raise

@@ -243,9 +243,11 @@ def run_in_workspace(
     env: Mapping[str, str],
     sandbox: Sandbox | None = None,
     stop: Stop | None = None,
+    environment: Path | None = None,
 ) -> ShellResult:
     """Run a command of a session (`config`: its `env` and `network`) in its working copy,
-    in the sandbox (default: the settings'), with `env` over the command environment."""
+    in the sandbox (default: the settings'), with `env` over the command environment and
+    the session's `environment` (this host's copy) read-only at /env."""
     return run_sandboxed(
         command,
         workdir=workdir,
@@ -254,6 +256,7 @@ def run_in_workspace(
         network=config.get("network") is True,
         sandbox=sandbox or sandbox_of(load_settings()),
         stop=stop,
+        environment=environment,
     )
 
 
@@ -269,6 +272,7 @@ def _shell(ctx: ToolContext, command: str, timeout_s: float) -> ShellResult:
         },
         sandbox=ctx.sandbox,
         stop=ctx.stop,
+        environment=ctx.environment,
     )
     if result.timed_out:
         raise ToolError(

@@ -1,0 +1,619 @@
+"""A repair job's environment (DESIGN 13): planned from its source, built once per key in
+the sandbox, packed into the artifact store, mounted read-only at /env by its commands.
+
+- **Plan** (`plan`): `--setup auto` reads the source's packaging files (`pyproject.toml`,
+  `setup.py`, `setup.cfg`: a venv at /env with the project installed, editable, with its
+  test extras and pytest when its tests use it; `requirements*.txt`: installed); explicit
+  commands run as given; none of these files: an empty environment, nothing built.
+- **Key**: SHA-256 of the commands, the dependency files' contents, the package index and
+  whether setup has egress, and the base toolchain as the sandbox sees it (its python3's
+  version, the machine, the root filesystem's os-release and TICKWORK_SANDBOX_ROOTFS).
+- **Build**: one per key across the fleet (`store.environments`: a claim with a lease the
+  builder renews); the setup runs in the sandbox on a throw-away copy of the session's
+  source at /workspace, with this build's directory read-write at /env; the result is a
+  deterministic tar (sorted, owners cleared), gzipped, stored in chunks in the artifact
+  store. A session that finds another worker building it waits through a delayed tick.
+- **Use**: a host without the key in its cache (`<workspaces>/environments/<key>`) unpacks
+  it from the artifact store into a temporary folder and renames it into place.
+"""
+
+from __future__ import annotations
+
+import configparser
+import gzip
+import hashlib
+import io
+import json
+import logging
+import re
+import shlex
+import shutil
+import tarfile
+import threading
+import time
+import tomllib
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from fsm import machine
+from fsm.errors import ConfigurationError, SandboxUnavailable
+from fsm.machine import Change
+from fsm.values import Head
+from store.environments import EnvStatus, Verdict
+from store.files import Manifest, parse_entry
+
+from .tools.runner import ENV_DIR, Sandbox, run_sandboxed, sandbox_of
+from .tools.shell import command_env
+
+if TYPE_CHECKING:
+    from .runtime import Runtime
+
+log = logging.getLogger("tickwork.environments")
+
+#: what `--setup` takes besides commands
+AUTO, NONE = "auto", "none"
+#: packaging files `auto` reads, at the source's root; also `requirements*.txt`
+PACKAGING = ("pyproject.toml", "setup.py", "setup.cfg")
+#: optional-dependency groups `auto` installs when the project declares them
+TEST_EXTRAS = ("test", "tests", "dev", "testing")
+#: setup commands a job may give, and the longest one
+MAX_SETUP_COMMANDS, MAX_SETUP_CHARS = 32, 8_000
+#: the build log kept on the session's card (its end; the table keeps more)
+MAX_CARD_LOG = 4_000
+#: a packed environment is stored in pieces of this size (a blob each)
+CHUNK_BYTES = 8 << 20
+#: a line setup's last command prints per distribution it could not find installed
+MISSING = "tickwork-missing: "
+PIP = "/env/bin/python -m pip install --no-input --disable-pip-version-check"
+
+
+class EnvironmentSettings(BaseSettings):
+    """How environments are built (`Settings.section(EnvironmentSettings)`)."""
+
+    model_config = SettingsConfigDict(env_prefix="TICKWORK_", extra="ignore", allow_inf_nan=False)
+
+    #: the package index setup commands use (PIP_INDEX_URL and UV_INDEX_URL in the sandbox);
+    #: empty: pip's own default
+    pip_index_url: str = ""
+    #: the hosts setup may reach (the egress allow-list, issue 22): empty, setup runs with
+    #: no network and `auto` installs only what needs none
+    egress_allow: str = ""
+    #: an operator's root filesystem for the sandbox: part of every environment's key
+    sandbox_rootfs: str = ""
+    #: a session whose environment another worker builds looks again after this
+    environment_wait_s: float = Field(default=2.0, gt=0)
+    #: the build's claim; its builder renews it every third of this
+    environment_lease_s: float = Field(default=30.0, gt=0)
+    #: the longest a setup runs in all (also bounded by the longest call a tick may make)
+    environment_setup_timeout_s: float = Field(default=900.0, gt=0)
+
+    @property
+    def online(self) -> bool:
+        return bool(self.egress_allow.strip(" ,[]\"'"))
+
+
+def check_setup(value: Any) -> str | list[str]:
+    """The job's `setup` input checked: "auto" (also for None), "none", or a list of shell
+    commands; raises ValueError naming what is wrong."""
+    if value is None:
+        return AUTO
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list | tuple) or not value:
+        raise ValueError(
+            '`setup` must be "auto", "none" or a list of shell commands (`--setup CMD`, '
+            f"repeatable), got {value!r}"
+        )
+    if len(value) == 1 and value[0] in (AUTO, NONE):
+        return str(value[0])
+    if len(value) > MAX_SETUP_COMMANDS:
+        raise ValueError(f"`setup` takes at most {MAX_SETUP_COMMANDS} commands, got {len(value)}")
+    commands = []
+    for index, command in enumerate(value):
+        where = f"`setup` command {index + 1}"
+        if not isinstance(command, str) or not command.strip():
+            raise ValueError(f"{where} must be a non-empty shell command, got {command!r}")
+        if command in (AUTO, NONE):
+            raise ValueError(f"{where} is {command!r}: give it alone, not among commands")
+        if len(command) > MAX_SETUP_CHARS:
+            raise ValueError(f"{where} is longer than {MAX_SETUP_CHARS} characters")
+        if "\x00" in command or any(0xD800 <= ord(c) <= 0xDFFF for c in command):
+            raise ValueError(f"{where} holds a NUL or a lone surrogate character")
+        commands.append(command.strip())
+    return commands
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What setup runs for a source, and what makes its key."""
+
+    setup: str | tuple[str, ...]
+    commands: tuple[str, ...]
+    #: dependency files at the source's root -> SHA-256 of their content
+    files: Mapping[str, str]
+    online: bool
+    index_url: str
+    #: distributions `auto` expects installed (those missing are listed on the card)
+    wanted: tuple[str, ...] = ()
+    #: what `auto` found, for the card
+    detected: tuple[str, ...] = ()
+
+    def key(self, toolchain: str) -> str:
+        material = {
+            "commands": list(self.commands),
+            "files": dict(sorted(self.files.items())),
+            "online": self.online,
+            "index": self.index_url,
+            "toolchain": toolchain,
+        }
+        return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
+
+
+def dependency_files(manifest: Manifest) -> list[str]:
+    """The packaging and requirements files at the source's root."""
+    return sorted(
+        p for p in manifest if p in PACKAGING or re.fullmatch(r"requirements[^/]*\.txt", p)
+    )
+
+
+def _name(requirement: str) -> str | None:
+    found = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", requirement)
+    return found.group(1) if found else None
+
+
+def _pyproject(content: bytes) -> dict[str, Any]:
+    try:
+        return tomllib.loads(content.decode("utf-8", "replace"))
+    except tomllib.TOMLDecodeError:
+        return {}
+
+
+def _setup_cfg_extras(content: bytes) -> dict[str, list[str]]:
+    parser = configparser.ConfigParser()
+    try:
+        parser.read_string(content.decode("utf-8", "replace"))
+    except configparser.Error:
+        return {}
+    if not parser.has_section("options.extras_require"):
+        return {}
+    return {
+        name: [line for line in value.splitlines() if line.strip()]
+        for name, value in parser.items("options.extras_require")
+    }
+
+
+def plan(
+    setup: str | list[str] | tuple[str, ...],
+    files: Mapping[str, bytes],
+    *,
+    uses_pytest: bool,
+    online: bool,
+    index_url: str = "",
+) -> Plan:
+    """The setup for `setup` over the source's dependency `files` (path -> content)."""
+    hashes = {p: hashlib.sha256(c).hexdigest() for p, c in files.items()}
+    if setup != AUTO:
+        commands = tuple(setup) if not isinstance(setup, str) else ()
+        return Plan(tuple(commands), commands, hashes, online, index_url)
+    project = any(p in files for p in PACKAGING)
+    requirements = sorted(p for p in files if p.startswith("requirements"))
+    if not (project or requirements):
+        return Plan(AUTO, (), hashes, online, index_url)
+    venv = "python3 -m venv --system-site-packages --without-pip /env"
+    commands = [
+        venv,
+        # the interpreter's own pip serves the venv; one of its own if it has none
+        "/env/bin/python -m pip --version >/dev/null 2>&1 || /env/bin/python -m ensurepip",
+        # so that `pip install` in a command means this environment's pip
+        "printf '#!/bin/sh\\nexec /env/bin/python -m pip \"$@\"\\n' > /env/bin/pip"
+        " && chmod 755 /env/bin/pip",
+    ]
+    wanted: list[str] = []
+    detected = [*sorted(p for p in files if p in PACKAGING), *requirements]
+    if project:
+        meta = _pyproject(files.get("pyproject.toml", b""))
+        declared = dict(meta.get("project", {}).get("optional-dependencies", {}))
+        declared.update(_setup_cfg_extras(files.get("setup.cfg", b"")))
+        extras = [e for e in TEST_EXTRAS if e in declared]
+        name = meta.get("project", {}).get("name")
+        wanted += [n for r in meta.get("project", {}).get("dependencies", []) if (n := _name(r))]
+        wanted += [n for e in extras for r in declared[e] if (n := _name(r))]
+        target = "." + (f"[{','.join(extras)}]" if extras else "")
+        if online:
+            requires = [str(r) for r in meta.get("build-system", {}).get("requires", [])]
+            if requires:
+                commands.append(f"{PIP} {' '.join(shlex.quote(r) for r in requires)}")
+            more = " pytest" if uses_pytest else ""
+            commands.append(f"{PIP} --no-build-isolation -e {shlex.quote(target)}{more}")
+        else:
+            commands.append(f"{PIP} --no-index --no-deps --no-build-isolation -e .")
+        if isinstance(name, str) and _name(name):
+            wanted.append(name)
+        if extras:
+            detected.append(f"extras: {','.join(extras)}")
+    for path in requirements:
+        wanted += [
+            n
+            for line in files[path].decode("utf-8", "replace").splitlines()
+            if not line.strip().startswith(("#", "-")) and (n := _name(line))
+        ]
+        if online:
+            commands.append(f"{PIP} -r {shlex.quote(path)}")
+    if uses_pytest:
+        wanted.append("pytest")
+        if online and not project:
+            commands.append(f"{PIP} pytest")
+    wanted = list(dict.fromkeys(wanted))
+    if wanted:
+        commands.append(_check_command(wanted))
+    return Plan(AUTO, tuple(commands), hashes, online, index_url, tuple(wanted), tuple(detected))
+
+
+def _check_command(names: list[str]) -> str:
+    """A last setup command printing MISSING and the name of each of `names` the
+    environment does not hold (without failing: the card says what it could not install)."""
+    script = (
+        "import importlib.metadata as m, sys\n"
+        "for n in sys.argv[1:]:\n"
+        "    try: m.version(n)\n"
+        f"    except m.PackageNotFoundError: print({MISSING!r} + n)\n"
+    )
+    return f"/env/bin/python -c {shlex.quote(script)} " + " ".join(map(shlex.quote, names))
+
+
+_PYTEST_HINTS = (b"import pytest", b"from pytest", b"[tool.pytest", b"[tool:pytest]")
+
+
+def uses_pytest(manifest: Manifest, blobs: Any, test_command: str) -> bool:
+    """Whether the project's tests use pytest: the test command says so, it has pytest's
+    configuration, or its test files import it (the first 50 of them are read)."""
+    if "pytest" in test_command or "py.test" in test_command:
+        return True
+    names = {p.rsplit("/", 1)[-1] for p in manifest}
+    if names & {"conftest.py", "pytest.ini"}:
+        return True
+    tests = [
+        p
+        for p in sorted(manifest)
+        if re.search(r"(^|/)(test_[^/]*|[^/]*_test)\.py$", p)
+        or p in ("pyproject.toml", "setup.cfg", "tox.ini")
+    ][:50]
+    keys = {parse_entry(manifest[p])[1] for p in tests}
+    contents = blobs(keys) if keys else {}
+    return any(
+        hint in contents[key]
+        or b"[tool.pytest" in contents[key]
+        or b"[tool:pytest]" in contents[key]
+        for key in keys
+        for hint in _PYTEST_HINTS
+    )
+
+
+_toolchains: dict[tuple[Sandbox, str], str] = {}
+_toolchains_lock = threading.Lock()
+PROBE = (
+    "python3 -c 'import sys, platform; print(sys.version); print(platform.machine())' 2>&1; "
+    "cat /usr/lib/os-release /etc/os-release 2>/dev/null | head -5"
+)
+
+
+def toolchain(sandbox: Sandbox, scratch: Path, rootfs: str = "") -> str:
+    """The base toolchain as setup sees it in the sandbox (asked once per process)."""
+    with _toolchains_lock:
+        known = _toolchains.get((sandbox, rootfs))
+    if known is not None:
+        return known
+    scratch.mkdir(parents=True, exist_ok=True)
+    probe = scratch / f".probe-{uuid.uuid4().hex[:8]}"
+    probe.mkdir()
+    try:
+        result = run_sandboxed(PROBE, workdir=probe, timeout_s=60.0, sandbox=sandbox)
+    finally:
+        shutil.rmtree(probe, ignore_errors=True)
+    identity = f"{result.stdout.strip()}\nrootfs: {rootfs}"
+    with _toolchains_lock:
+        _toolchains[(sandbox, rootfs)] = identity
+    return identity
+
+
+def pack(folder: Path) -> bytes:
+    """`folder` as a gzipped tar: entries sorted, owners cleared, no gzip timestamp, so
+    the same files always give the same bytes."""
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        paths = [folder, *sorted(folder.rglob("*"), key=lambda p: str(p.relative_to(folder)))]
+        for path in paths:
+            info = tar.gettarinfo(str(path), arcname=str(path.relative_to(folder)))
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            if info.isreg():
+                with path.open("rb") as handle:
+                    tar.addfile(info, handle)
+            else:
+                tar.addfile(info)
+    return gzip.compress(raw.getvalue(), compresslevel=1, mtime=0)
+
+
+def unpack(data: bytes, folder: Path) -> None:
+    with tarfile.open(fileobj=io.BytesIO(gzip.decompress(data)), mode="r") as tar:
+        tar.extractall(folder, filter="tar")
+
+
+def cache_dir(rt: Runtime) -> Path:
+    return rt.settings.workspaces_path / "environments"
+
+
+def local(rt: Runtime, key: str) -> Path:
+    """This host's copy of the environment `key`, unpacked from the artifact store if it
+    has none (into a temporary folder, renamed into place: never half there)."""
+    target = cache_dir(rt) / key
+    if target.is_dir():
+        return target
+    found = rt.store.environments.get(key)
+    if found is None or found.status is not EnvStatus.READY:
+        raise ConfigurationError(
+            f"environment {key} is not in the store (removed with `tickwork env rm`?); fork "
+            "the session to build it again"
+        )
+    blobs = rt.workspaces.artifacts.get(found.chunks)
+    data = b"".join(blobs[c] for c in found.chunks)
+    scratch = cache_dir(rt) / f".unpack-{key[:16]}-{uuid.uuid4().hex[:8]}"
+    scratch.mkdir(parents=True)
+    try:
+        unpack(data, scratch)
+        try:
+            scratch.rename(target)
+        except OSError:
+            if not target.is_dir():  # not another tick that put it there first
+                raise
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    log.info("environment %s unpacked from the artifact store (%d bytes)", key, len(data))
+    return target
+
+
+def mounted(rt: Runtime, head: Head) -> Path | None:
+    """The environment the session's commands mount at /env on this host, if it has one."""
+    record = head.result.get("environment")
+    if not isinstance(record, Mapping) or record.get("status") != "ready" or not record.get("key"):
+        return None
+    return local(rt, str(record["key"]))
+
+
+@dataclass
+class _Renewal:
+    """Renews a build's claim from a thread while the setup runs."""
+
+    rt: Runtime
+    key: str
+    owner: str
+    lease_s: float
+    lost: bool = False
+    _done: threading.Event = field(default_factory=threading.Event)
+
+    def run(self) -> None:
+        while not self._done.wait(self.lease_s / 3):
+            try:
+                held = self.rt.store.environments.renew(
+                    self.key, owner=self.owner, now=self.rt.clock(), lease_s=self.lease_s
+                )
+            except Exception:
+                log.exception("could not renew the build of environment %s", self.key)
+                continue
+            if not held:
+                self.lost = True
+                return
+
+
+def _source_copy(rt: Runtime, manifest: Manifest, folder: Path) -> None:
+    """The session's source (its base files) written into `folder` for setup."""
+    folder.mkdir(parents=True)
+    blobs = rt.workspaces.blobs({parse_entry(e)[1] for e in manifest.values()})
+    for rel, entry in manifest.items():
+        mode, key = parse_entry(entry)
+        path = folder / rel
+        if path.resolve().parent != path.parent.resolve() or ".." in rel.split("/"):
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(blobs[key])
+        path.chmod(0o755 if mode == "100755" else 0o644)
+
+
+def _setup_env(settings: EnvironmentSettings, head: Head) -> dict[str, str]:
+    extra = {"TICKWORK_SESSION_ID": head.id, "PIP_NO_CACHE_DIR": "1", "VIRTUAL_ENV": ENV_DIR}
+    if settings.pip_index_url:
+        extra["PIP_INDEX_URL"] = extra["UV_INDEX_URL"] = settings.pip_index_url
+    return command_env(extra)
+
+
+def _run_setup(
+    rt: Runtime, head: Head, plan_: Plan, source: Path, env_dir: Path, limit_s: float
+) -> tuple[bool, str]:
+    """Run the plan's commands in order in the sandbox; (all passed, their output)."""
+    settings = rt.settings.section(EnvironmentSettings)
+    deadline = time.monotonic() + limit_s
+    out: list[str] = []
+    for command in plan_.commands:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            out.append(f"setup stopped: it ran past {limit_s:g}s")
+            return False, "\n".join(out)
+        # TODO(egress): `network=True` is the host's network; the egress proxy plugs in here
+        result = run_sandboxed(
+            command,
+            workdir=source,
+            timeout_s=left,
+            env=_setup_env(settings, head),
+            network=plan_.online,
+            sandbox=sandbox_of(rt.settings),
+            environment=env_dir,
+            environment_writable=True,
+        )
+        out.append(f"$ {command}\n{result.describe()}")
+        if result.exit_code != 0:
+            return False, "\n".join(out)
+    return True, "\n".join(out)
+
+
+def _record(plan_: Plan, key: str | None, status: str, **more: Any) -> dict[str, Any]:
+    setup = plan_.setup if isinstance(plan_.setup, str) else list(plan_.setup)
+    record: dict[str, Any] = {"setup": setup, "key": key, "status": status}
+    if plan_.detected:
+        record["detected"] = list(plan_.detected)
+    record.update(more)
+    return record
+
+
+def _missing(output: str) -> list[str]:
+    return [
+        line[len(MISSING) :].strip() for line in output.splitlines() if line.startswith(MISSING)
+    ]
+
+
+def prepare(rt: Runtime, head: Head) -> Change | Head:
+    """The session's environment before its first model call: the head with it recorded
+    (found ready, or nothing to build: the tick goes on to THINK), or a change (built by
+    this tick, waiting for another worker's build, or failed: `ENV_SETUP`)."""
+    now = rt.clock()
+    spec = head.config.get("environment") or {}
+    setup = spec.get("setup", AUTO)
+    settings = rt.settings.section(EnvironmentSettings)
+    sandbox = sandbox_of(rt.settings)
+    manifest = rt.workspaces.base(head.config["files"]) if head.config.get("files") else {}
+    paths = dependency_files(manifest)
+    contents = rt.workspaces.blobs({parse_entry(manifest[p])[1] for p in paths}) if paths else {}
+    files = {p: contents[parse_entry(manifest[p])[1]] for p in paths}
+    pytest = setup == AUTO and uses_pytest(
+        manifest, rt.workspaces.blobs, str(head.config.get("test_command") or "")
+    )
+    plan_ = plan(
+        setup, files, uses_pytest=pytest, online=settings.online, index_url=settings.pip_index_url
+    )
+    if not plan_.commands:
+        note = "no packaging or requirements files: an empty environment"
+        return _with(head, _record(plan_, None, "empty", note=note), now)
+    if sandbox.mode == "none":
+        why = (
+            "TICKWORK_SANDBOX=none: there is no sandbox to mount /env in, so no environment "
+            "is built; commands use the host's tools"
+        )
+        if setup != AUTO:
+            return machine.environment_failed(head, _record(plan_, None, "failed"), why, now=now)
+        return _with(head, _record(plan_, None, "skipped", note=why), now)
+    try:
+        key = plan_.key(toolchain(sandbox, cache_dir(rt), settings.sandbox_rootfs))
+    except SandboxUnavailable as exc:
+        return machine.environment_failed(head, _record(plan_, None, "failed"), str(exc), now=now)
+    from .runtime import owner_name
+
+    owner = owner_name()
+    verdict, row = rt.store.environments.claim(
+        key,
+        owner=owner,
+        now=now,
+        lease_s=settings.environment_lease_s,
+        asked_at=head.created_at,
+        detail=_record(plan_, key, "building"),
+    )
+    if verdict is Verdict.WAIT:
+        return machine.environment_wait(head, key=key, delay_s=settings.environment_wait_s, now=now)
+    if verdict is Verdict.FAILED:
+        record = _record(plan_, key, "failed", log=row.log[-MAX_CARD_LOG:])
+        return machine.environment_failed(head, record, _failure(key, row.log), now=now)
+    if verdict is Verdict.READY:
+        local(rt, key)
+        rt.store.environments.use(key, head.id, now=now)
+        record = {**row.detail, "status": "ready", "key": key, "size": row.size, "built": False}
+        record["log"] = row.log[-MAX_CARD_LOG:]
+        return _with(head, record, now)
+    return _build(rt, head, plan_, key, owner, settings, manifest)
+
+
+def _failure(key: str, output: str) -> str:
+    return f"the environment's setup failed (environment {key[:12]}):\n{output[-MAX_CARD_LOG:]}"
+
+
+def _with(head: Head, record: dict[str, Any], now: Any) -> Head:
+    return head.model_copy(update={"result": {**head.result, "environment": record}})
+
+
+def _build(
+    rt: Runtime,
+    head: Head,
+    plan_: Plan,
+    key: str,
+    owner: str,
+    settings: EnvironmentSettings,
+    manifest: Manifest,
+) -> Change:
+    """Build `key` (this worker holds its claim), store it, record it on the session."""
+    envs = rt.store.environments
+    scratch = cache_dir(rt) / f".build-{key[:16]}-{uuid.uuid4().hex[:8]}"
+    renewal = _Renewal(rt, key, owner, settings.environment_lease_s)
+    thread = threading.Thread(target=renewal.run, name="tickwork-env-build", daemon=True)
+    thread.start()
+    started = time.monotonic()
+    try:
+        _source_copy(rt, manifest, scratch / "source")
+        env_dir = scratch / "env"
+        env_dir.mkdir()
+        limit = min(settings.environment_setup_timeout_s, rt.settings.longest_call_s)
+        try:
+            ok, output = _run_setup(rt, head, plan_, scratch / "source", env_dir, limit)
+        except SandboxUnavailable as exc:
+            ok, output = False, str(exc)
+        missing = _missing(output)
+        took = round(time.monotonic() - started, 3)
+        if not ok:
+            envs.finish(key, owner=owner, now=rt.clock(), ok=False, log=output)
+            record = _record(plan_, key, "failed", log=output[-MAX_CARD_LOG:], build_s=took)
+            return machine.environment_failed(head, record, _failure(key, output), now=rt.clock())
+        data = pack(env_dir)
+        chunks = [data[i : i + CHUNK_BYTES] for i in range(0, len(data), CHUNK_BYTES)] or [b""]
+        hashes = tuple(hashlib.sha256(c).hexdigest() for c in chunks)
+        rt.workspaces.artifacts.put(dict(zip(hashes, chunks, strict=True)))
+        detail = _record(plan_, key, "ready", missing=missing)
+        if not (
+            renewal.lost
+            or envs.finish(
+                key,
+                owner=owner,
+                now=rt.clock(),
+                ok=True,
+                log=output,
+                size=len(data),
+                chunks=hashes,
+                detail=detail,
+            )
+        ):
+            # taken over (this worker was too slow to renew): the other build's is the one
+            log.warning("the build of environment %s was taken over; its result is dropped", key)
+            return machine.environment_wait(
+                head, key=key, delay_s=settings.environment_wait_s, now=rt.clock()
+            )
+        target = cache_dir(rt) / key
+        try:
+            env_dir.rename(target)
+        except OSError:
+            if not target.is_dir():
+                raise
+        envs.use(key, head.id, now=rt.clock())
+        record = {
+            **detail,
+            "size": len(data),
+            "built": True,
+            "build_s": took,
+            "log": output[-MAX_CARD_LOG:],
+        }
+        log.info("environment %s built in %.1fs (%d bytes packed)", key, took, len(data))
+        return machine.environment_ready(head, record, now=rt.clock())
+    finally:
+        renewal._done.set()
+        thread.join(5)
+        shutil.rmtree(scratch, ignore_errors=True)
