@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from fsm.values import Status
+from fsm.values import ErrorCode, Status
 from tests.environments.projects import project
 from tests.services import IN_CI
 from tickwork.testing import SessionDriver, call, embedded_settings, reply, running_worker
@@ -55,3 +55,71 @@ def test_auto_without_egress_installs_the_project_and_commands_see_it(tmp_path: 
     # the editable install points at the session's own working copy, not a copy of it
     assert "/workspace/calcpkg/__init__.py" in seen
     assert head.result["tests"]["passed"] is True
+
+
+def test_a_failed_setup_fails_the_session_early_with_env_setup(tmp_path: Path) -> None:
+    source = project(tmp_path / "src")
+    settings = embedded_settings(tmp_path / "deploy")
+    with running_worker(settings), SessionDriver(settings) as driver:
+        sid = driver.submit(
+            "repair",
+            {
+                "workspace": str(source),
+                "test_command": "true",
+                "setup": ["echo preparing the env", "echo 'no such compiler: cc9' >&2; exit 3"],
+            },
+            replies=[reply("never asked")],
+        )
+        head = driver.run_until(sid, Status.FAILED, timeout=60)
+        letters = driver.client.dead_letters()
+    assert head.error_code is ErrorCode.ENV_SETUP
+    assert "no such compiler: cc9" in head.error_message and "exit code: 3" in head.error_message
+    assert head.step == 0  # no model call was made
+    assert "tests" not in head.result  # not a test failure
+    env = head.result["environment"]
+    assert env["status"] == "failed" and "preparing the env" in env["log"]
+    assert [(d.session_id, d.code) for d in letters] == [(sid, "ENV_SETUP")]
+
+
+def test_setup_none_mounts_nothing_and_explicit_commands_build_env(tmp_path: Path) -> None:
+    source = project(tmp_path / "src")
+    probe = call("run_command", command="ls /env; cat /env/marker; echo PATH=$PATH")
+    settings = embedded_settings(tmp_path / "deploy")
+    with running_worker(settings), SessionDriver(settings) as driver:
+        none = driver.submit(
+            "repair",
+            {"workspace": str(source), "test_command": "true", "setup": "none"},
+            replies=[reply("look", probe), reply("done")],
+        )
+        given = driver.submit(
+            "repair",
+            {
+                "workspace": str(source),
+                "test_command": "test -f /env/marker",
+                "setup": ["mkdir -p /env/bin", "echo built-by-setup > /env/marker"],
+            },
+            replies=[reply("look", probe), reply("done")],
+        )
+        plain, built = driver.run(none), driver.run(given)
+    assert "environment" not in plain.head.result
+    assert "/env/bin" not in plain.observations[0].content
+    assert "built-by-setup" not in plain.observations[0].content
+    assert built.head.result["environment"]["setup"] == [
+        "mkdir -p /env/bin",
+        "echo built-by-setup > /env/marker",
+    ]
+    seen = built.observations[0].content
+    assert "built-by-setup" in seen and "PATH=/env/bin:" in seen
+    assert built.head.result["tests"]["passed"] is True
+    # read-only for commands: the model cannot change the shared environment
+    assert built.head.status is Status.COMPLETED
+
+
+def test_a_command_cannot_write_the_environment(tmp_path: Path) -> None:
+    source = project(tmp_path / "src")
+    session = _run(
+        tmp_path,
+        {"workspace": str(source), "test_command": "true", "setup": ["echo x > /env/marker"]},
+        [reply("try", call("run_command", command="echo changed > /env/marker")), reply("done")],
+    )
+    assert "Read-only file system" in session.observations[0].content
