@@ -123,3 +123,55 @@ def test_a_command_cannot_write_the_environment(tmp_path: Path) -> None:
         [reply("try", call("run_command", command="echo changed > /env/marker")), reply("done")],
     )
     assert "Read-only file system" in session.observations[0].content
+
+
+def test_ten_sessions_on_one_source_build_it_once(tmp_path: Path) -> None:
+    source = project(tmp_path / "src")
+    settings = embedded_settings(tmp_path / "deploy")
+    data = {
+        "workspace": str(source),
+        "test_command": "python -m unittest discover -s tests",
+        # slow enough that the others ask while it is being built
+        "setup": ["sleep 2", "mkdir -p /env/bin && ln -s /usr/bin/python3 /env/bin/python"],
+    }
+    with running_worker(settings, concurrency=4), SessionDriver(settings) as driver:
+        ids = [
+            driver.submit("repair", data, replies=[reply("done")], session_id=f"ten-{i}")
+            for i in range(10)
+        ]
+        heads = [driver.run_until(sid, timeout=120) for sid in ids]
+        rows = driver.client.store.environments.find()
+        events = [e.kind.value for sid in ids for e in driver.client.load(sid).events]
+    assert all(h.status is Status.COMPLETED for h in heads), [h.error_message for h in heads]
+    keys = {h.result["environment"]["key"] for h in heads}
+    assert len(keys) == 1 and [r.key for r in rows] == list(keys)
+    assert rows[0].attempts == 1 and rows[0].sessions == 10
+    assert sum(h.result["environment"]["built"] for h in heads) == 1
+    assert events.count("environment_waiting") >= 1  # some waited, through delayed ticks
+
+
+def test_a_second_host_unpacks_it_from_the_artifact_store(tmp_path: Path) -> None:
+    source = project(tmp_path / "src")
+    data = {
+        "workspace": str(source),
+        "test_command": "python -m unittest discover -s tests",
+        "setup": [
+            "mkdir -p /env/bin && ln -s /usr/bin/python3 /env/bin/python",
+            "echo v1 > /env/v",
+        ],
+    }
+    first = embedded_settings(tmp_path / "deploy", workspaces_dir=tmp_path / "host-a")
+    with running_worker(first), SessionDriver(first) as driver:
+        a = driver.run(driver.submit("repair", data, replies=[reply("done")]))
+    built = first.model_copy(update={"workspaces_dir": tmp_path / "host-b"})
+    probe = call("run_command", command="cat /env/v; readlink /env/bin/python")
+    with running_worker(built), SessionDriver(built) as driver:
+        b = driver.run(driver.submit("repair", data, replies=[reply("look", probe), reply("ok")]))
+        row = driver.client.store.environments.find()[0]
+    key = a.head.result["environment"]["key"]
+    assert a.head.result["environment"]["built"] is True
+    assert b.head.result["environment"] == {**b.head.result["environment"], "key": key}
+    assert b.head.result["environment"]["built"] is False
+    assert row.attempts == 1  # setup did not run again
+    assert "v1" in b.observations[0].content and "/usr/bin/python3" in b.observations[0].content
+    assert (tmp_path / "host-b" / "environments" / key / "v").read_text() == "v1\n"
