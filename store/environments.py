@@ -17,6 +17,7 @@ from typing import Any
 from sqlalchemy import Engine, case, delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
+from fsm.errors import EnvironmentInUse
 from fsm.values import Status
 
 from .schema import environment_uses, environments, sessions
@@ -62,10 +63,6 @@ class Environment:
     live_sessions: int = 0
     #: all sessions recorded as using it (listings only)
     sessions: int = 0
-
-
-class EnvironmentInUse(Exception):
-    """`env rm` of an environment a live session uses, without force."""
 
 
 def _row(row: Any, live: int = 0, total: int = 0) -> Environment:

@@ -8,9 +8,10 @@ from datetime import timedelta
 
 import pytest
 
+from fsm.errors import EnvironmentInUse
 from fsm.values import Status
 from store import Store
-from store.environments import MAX_ATTEMPTS, EnvironmentInUse, EnvStatus, Verdict
+from store.environments import MAX_ATTEMPTS, EnvStatus, Verdict
 from tests.conftest import Clock
 from tests.store.conftest import new_session, together
 
