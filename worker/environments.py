@@ -35,6 +35,7 @@ import tomllib
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,7 +43,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from fsm import machine
-from fsm.errors import ConfigurationError, SandboxUnavailable
+from fsm.errors import ConfigurationError, EnvironmentInUse, SandboxUnavailable
 from fsm.machine import Change
 from fsm.values import Head
 from store.environments import EnvStatus, Verdict
@@ -92,6 +93,8 @@ class EnvironmentSettings(BaseSettings):
     environment_lease_s: float = Field(default=30.0, gt=0)
     #: the longest a setup runs in all (also bounded by the longest call a tick may make)
     environment_setup_timeout_s: float = Field(default=900.0, gt=0)
+    #: retention drops an environment no live session uses once it was not used this long
+    environment_retention_s: float = Field(default=7 * 86400.0, gt=0)
 
     @property
     def online(self) -> bool:
@@ -617,3 +620,24 @@ def _build(
         renewal._done.set()
         thread.join(5)
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def drop_unused(rt: Runtime, *, now: datetime) -> int:
+    """Retention's part: remove the environments no live session uses that were not used
+    for `environment_retention_s`, and this host's copies of environments no longer stored;
+    how many rows were removed. (Their chunks stay in the artifact store, like other blobs.)"""
+    keep = rt.settings.section(EnvironmentSettings).environment_retention_s
+    removed = 0
+    for env in rt.store.environments.unused(before=now - timedelta(seconds=keep)):
+        try:
+            rt.store.environments.delete(env.key)
+        except EnvironmentInUse:
+            continue  # a session took it up since it was listed
+        removed += 1
+    folder = cache_dir(rt)
+    if folder.is_dir():
+        known = {e.key for e in rt.store.environments.find(limit=100_000)}
+        for path in folder.iterdir():
+            if re.fullmatch(r"[0-9a-f]{64}", path.name) and path.name not in known:
+                shutil.rmtree(path, ignore_errors=True)
+    return removed

@@ -175,3 +175,35 @@ def test_a_second_host_unpacks_it_from_the_artifact_store(tmp_path: Path) -> Non
     assert row.attempts == 1  # setup did not run again
     assert "v1" in b.observations[0].content and "/usr/bin/python3" in b.observations[0].content
     assert (tmp_path / "host-b" / "environments" / key / "v").read_text() == "v1\n"
+
+
+def test_retention_drops_an_environment_no_live_session_uses(tmp_path: Path) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from worker.app import make_app, runtime
+    from worker.environments import drop_unused
+
+    source = project(tmp_path / "src")
+    settings = embedded_settings(tmp_path / "deploy")
+    data = {"workspace": str(source), "test_command": "true", "setup": ["echo x > /env/x"]}
+    with running_worker(settings), SessionDriver(settings) as driver:
+        done = driver.run(driver.submit("repair", data, replies=[reply("done")]))
+        waiting = driver.submit(
+            "repair",
+            {**data, "setup": ["echo y > /env/y"]},
+            replies=[reply("w", call("write_file", path="a", content="a")), reply("done")],
+        )
+        driver.run_until(waiting, Status.WAITING_APPROVAL)
+        rt = runtime(make_app(settings, relay=False))
+        try:
+            now = datetime.now(UTC)
+            assert drop_unused(rt, now=now) == 0  # used just now
+            later = now + timedelta(days=8)
+            assert drop_unused(rt, now=later) == 1  # the waiting session's stays
+            left = rt.store.environments.find()
+        finally:
+            rt.store.close()
+    gone = done.head.result["environment"]["key"]
+    assert [e.key for e in left] != [gone] and len(left) == 1
+    assert not (settings.workspaces_path / "environments" / gone).exists()
+    assert (settings.workspaces_path / "environments" / left[0].key).is_dir()
