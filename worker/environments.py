@@ -39,9 +39,6 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
-
 from fsm import machine
 from fsm.errors import ConfigurationError, EnvironmentInUse, SandboxUnavailable
 from fsm.machine import Change
@@ -49,6 +46,7 @@ from fsm.values import Head
 from store.environments import EnvStatus, Verdict
 from store.files import Manifest, parse_entry
 
+from .settings import EnvironmentSettings
 from .tools.runner import ENV_DIR, Sandbox, run_sandboxed, sandbox_of
 from .tools.shell import command_env
 
@@ -72,33 +70,6 @@ CHUNK_BYTES = 8 << 20
 #: a line setup's last command prints per distribution it could not find installed
 MISSING = "tickwork-missing: "
 PIP = "/env/bin/python -m pip install --no-input --disable-pip-version-check"
-
-
-class EnvironmentSettings(BaseSettings):
-    """How environments are built (`Settings.section(EnvironmentSettings)`)."""
-
-    model_config = SettingsConfigDict(env_prefix="TICKWORK_", extra="ignore", allow_inf_nan=False)
-
-    #: the package index setup commands use (PIP_INDEX_URL and UV_INDEX_URL in the sandbox);
-    #: empty: pip's own default
-    pip_index_url: str = ""
-    #: the hosts setup may reach (the egress allow-list, issue 22): empty, setup runs with
-    #: no network and `auto` installs only what needs none
-    egress_allow: str = ""
-    #: an operator's root filesystem for the sandbox: part of every environment's key
-    sandbox_rootfs: str = ""
-    #: a session whose environment another worker builds looks again after this
-    environment_wait_s: float = Field(default=2.0, gt=0)
-    #: the build's claim; its builder renews it every third of this
-    environment_lease_s: float = Field(default=30.0, gt=0)
-    #: the longest a setup runs in all (also bounded by the longest call a tick may make)
-    environment_setup_timeout_s: float = Field(default=900.0, gt=0)
-    #: retention drops an environment no live session uses once it was not used this long
-    environment_retention_s: float = Field(default=7 * 86400.0, gt=0)
-
-    @property
-    def online(self) -> bool:
-        return bool(self.egress_allow.strip(" ,[]\"'"))
 
 
 def check_setup(value: Any) -> str | list[str]:
