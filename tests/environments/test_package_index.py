@@ -104,7 +104,7 @@ def test_without_egress_auto_says_what_it_could_not_install(
         )
         session = driver.run(sid, timeout=120)
     env = session.head.result["environment"]
-    assert env["status"] == "ready"
+    assert env["status"] == "ready", env
     assert "tinydep" in env["missing"] and "pytest" in env["missing"]
     assert "calcpkg" not in env["missing"]  # the project itself needed no network
     assert "No module named 'tinydep'" in session.observations[0].content

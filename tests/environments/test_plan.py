@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from fsm.errors import InvalidInput
-from worker.environments import AUTO, check_setup, plan
+from worker.environment_plans import AUTO, check_setup, plan
 from worker.jobs.repair.job import prepare
 
 PYPROJECT = b"""

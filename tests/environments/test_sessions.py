@@ -122,7 +122,7 @@ def test_a_command_cannot_write_the_environment(tmp_path: Path) -> None:
         {"workspace": str(source), "test_command": "true", "setup": ["echo x > /env/marker"]},
         [reply("try", call("run_command", command="echo changed > /env/marker")), reply("done")],
     )
-    assert "Read-only file system" in session.observations[0].content
+    assert "Read-only file system" in session.observations[0].content, session.head
 
 
 def test_ten_sessions_on_one_source_build_it_once(tmp_path: Path) -> None:

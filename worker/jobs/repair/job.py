@@ -23,7 +23,7 @@ from fsm.values import Head
 from store.artifacts import Artifacts
 from store.files import Manifest, parse_entry
 from worker import sources
-from worker.environments import NONE, check_setup
+from worker.environment_plans import NONE, check_setup
 from worker.jobs import JobKind
 from worker.settings import load_settings
 from worker.tools.runner import sandbox_of
