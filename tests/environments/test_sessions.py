@@ -207,3 +207,26 @@ def test_retention_drops_an_environment_no_live_session_uses(tmp_path: Path) -> 
     assert [e.key for e in left] != [gone] and len(left) == 1
     assert not (settings.workspaces_path / "environments" / gone).exists()
     assert (settings.workspaces_path / "environments" / left[0].key).is_dir()
+
+
+def test_a_fork_reuses_its_parents_environment(tmp_path: Path) -> None:
+    source = project(tmp_path / "src")
+    settings = embedded_settings(tmp_path / "deploy")
+    data = {"workspace": str(source), "test_command": "cat /env/v", "setup": ["echo v1 > /env/v"]}
+    with running_worker(settings), SessionDriver(settings) as driver:
+        parent = driver.run(
+            driver.submit(
+                "repair",
+                data,
+                replies=[reply("look", call("run_command", command="cat /env/v")), reply("done")],
+            )
+        )
+        fork = driver.client.fork(parent.head.id, from_step=1, by="tests")
+        child = driver.run(fork.id)
+        row = driver.client.store.environments.find()[0]
+    key = parent.head.result["environment"]["key"]
+    assert child.head.status is Status.COMPLETED, child.head.error_message
+    assert child.head.result["environment"]["key"] == key
+    assert child.head.result["environment"]["built"] is False
+    assert (row.attempts, row.sessions) == (1, 2)
+    assert child.head.result["tests"]["passed"] is True
