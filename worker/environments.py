@@ -54,6 +54,8 @@ log = logging.getLogger("tickwork.environments")
 MAX_CARD_LOG = 4_000
 #: a packed environment is stored in pieces of this size (a blob each)
 CHUNK_BYTES = 8 << 20
+#: a build's or unpack's scratch folder this old was left by a killed worker
+STALE_SCRATCH_S = 6 * 3600.0
 
 
 _toolchains: dict[tuple[Sandbox, str], str] = {}
@@ -382,8 +384,9 @@ def _build(
 
 def drop_unused(rt: Runtime, *, now: datetime) -> int:
     """Retention's part: remove the environments no live session uses that were not used
-    for `environment_retention_s`, and this host's copies of environments no longer stored;
-    how many rows were removed. (Their chunks stay in the artifact store, like other blobs.)"""
+    for `environment_retention_s`, this host's copies of environments no longer stored and
+    scratch folders killed workers left; how many rows were removed. (Their chunks stay in
+    the artifact store, like other blobs.)"""
     keep = rt.settings.section(EnvironmentSettings).environment_retention_s
     removed = 0
     for env in rt.store.environments.unused(before=now - timedelta(seconds=keep)):
@@ -395,7 +398,10 @@ def drop_unused(rt: Runtime, *, now: datetime) -> int:
     folder = cache_dir(rt)
     if folder.is_dir():
         known = {e.key for e in rt.store.environments.find(limit=100_000)}
+        stale = time.time() - STALE_SCRATCH_S
         for path in folder.iterdir():
             if re.fullmatch(r"[0-9a-f]{64}", path.name) and path.name not in known:
                 shutil.rmtree(path, ignore_errors=True)
+            elif path.name.startswith((".build-", ".unpack-")) and path.stat().st_mtime < stale:
+                shutil.rmtree(path, ignore_errors=True)  # left by a worker killed meanwhile
     return removed

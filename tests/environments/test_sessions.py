@@ -3,6 +3,7 @@ auto without egress, explicit commands, none, and a failed setup (ENV_SETUP)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -195,6 +196,9 @@ def test_retention_drops_an_environment_no_live_session_uses(tmp_path: Path) -> 
         )
         driver.run_until(waiting, Status.WAITING_APPROVAL)
         rt = runtime(make_app(settings, relay=False))
+        left_by_a_kill = settings.workspaces_path / "environments" / ".build-0123-abcd"
+        (left_by_a_kill / "env").mkdir(parents=True)
+        os.utime(left_by_a_kill, (1, 1))
         try:
             now = datetime.now(UTC)
             assert drop_unused(rt, now=now) == 0  # used just now
@@ -207,6 +211,7 @@ def test_retention_drops_an_environment_no_live_session_uses(tmp_path: Path) -> 
     assert [e.key for e in left] != [gone] and len(left) == 1
     assert not (settings.workspaces_path / "environments" / gone).exists()
     assert (settings.workspaces_path / "environments" / left[0].key).is_dir()
+    assert not left_by_a_kill.exists()
 
 
 def test_a_fork_reuses_its_parents_environment(tmp_path: Path) -> None:
