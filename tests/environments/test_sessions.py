@@ -235,3 +235,22 @@ def test_a_fork_reuses_its_parents_environment(tmp_path: Path) -> None:
     assert child.head.result["environment"]["built"] is False
     assert (row.attempts, row.sessions) == (1, 2)
     assert child.head.result["tests"]["passed"] is True
+
+
+def test_a_fork_of_an_env_setup_dead_letter_builds_it_again(tmp_path: Path) -> None:
+    source = project(tmp_path / "src")
+    # fails for the first session only: the fork's id starts with "again-"
+    flaky = 'case "$TICKWORK_SESSION_ID" in again-*) echo ok > /env/ok ;; *) exit 5 ;; esac'
+    data = {"workspace": str(source), "test_command": "cat /env/ok", "setup": [flaky]}
+    settings = embedded_settings(tmp_path / "deploy")
+    with running_worker(settings), SessionDriver(settings) as driver:
+        first = driver.submit("repair", data, replies=[reply("done")])
+        failed = driver.run_until(first, Status.FAILED, timeout=60)
+        fork = driver.client.fork(first, from_step=0, by="tests", new_id="again-1")
+        done = driver.run(fork.id)
+        row = driver.client.store.environments.find()[0]
+    assert failed.error_code is ErrorCode.ENV_SETUP
+    assert done.head.status is Status.COMPLETED, done.head.error_message
+    assert done.head.result["environment"]["built"] is True
+    assert done.head.result["tests"]["passed"] is True
+    assert (row.status.value, row.key) == ("ready", failed.result["environment"]["key"])
