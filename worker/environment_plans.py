@@ -33,6 +33,8 @@ TEST_EXTRAS = ("test", "tests", "dev", "testing")
 MAX_SETUP_COMMANDS, MAX_SETUP_CHARS = 32, 8_000
 #: a line setup's last command prints per distribution it could not find installed
 MISSING = "tickwork-missing: "
+#: what the log says when `auto` could not install the project itself without egress
+OFFLINE = "tickwork: the project could not be installed without the network (see above)"
 PIP = "/env/bin/python -m pip install --no-input --disable-pip-version-check"
 
 
@@ -170,7 +172,11 @@ def plan(
             more = " pytest" if uses_pytest else ""
             commands.append(f"{PIP} --no-build-isolation -e {shlex.quote(target)}{more}")
         else:
-            commands.append(f"{PIP} --no-index --no-deps --no-build-isolation -e .")
+            # a build backend the interpreter lacks (hatchling, poetry-core) needs the
+            # network: then the project is listed as missing, the session goes on
+            commands.append(
+                f"{PIP} --no-index --no-deps --no-build-isolation -e . || echo '{OFFLINE}'"
+            )
         if isinstance(name, str) and _name(name):
             wanted.append(name)
         if extras:

@@ -108,3 +108,29 @@ def test_without_egress_auto_says_what_it_could_not_install(
     assert "tinydep" in env["missing"] and "pytest" in env["missing"]
     assert "calcpkg" not in env["missing"]  # the project itself needed no network
     assert "No module named 'tinydep'" in session.observations[0].content
+
+
+def test_without_egress_a_backend_it_lacks_leaves_the_project_missing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TICKWORK_EGRESS_ALLOW", raising=False)
+    source = project(tmp_path / "src")
+    pyproject = (source / "pyproject.toml").read_text()
+    (source / "pyproject.toml").write_text(
+        pyproject.replace('"setuptools>=61"', '"nobackend"').replace(
+            "setuptools.build_meta", "nobackend.api"
+        )
+    )
+    settings = embedded_settings(tmp_path / "deploy")
+    with running_worker(settings), SessionDriver(settings) as driver:
+        sid = driver.submit(
+            "repair",
+            {"workspace": str(source), "test_command": "python -m pytest -q"},
+            replies=[reply("done")],
+        )
+        head = driver.run_until(sid, timeout=120)
+        row = driver.client.store.environments.find()[0]
+    env = head.result["environment"]
+    assert head.status is Status.COMPLETED, head.error_message
+    assert env["status"] == "ready" and "calcpkg" in env["missing"], env
+    assert "could not be installed without the network" in row.log  # `tickwork env show`
