@@ -424,7 +424,7 @@ def _execute(rt: Runtime, claimed: Claimed, files: TickFiles, notes: _Notes) -> 
         return finished(str(exc), is_error=True)
     # the files first: a copy that cannot be made leaves the call unstarted, not in doubt
     workspace = files.open(changes=tool.name not in READ_ONLY_TOOLS)
-    files.environment()  # unpacked before the call starts, like the files
+    environment = files.environment()  # unpacked before the call starts, like the files
     rt.store.start_call(
         head.id, head.version, call, owner=claimed.owner, now=rt.clock(), rerun=plan.rerun
     )
@@ -440,7 +440,7 @@ def _execute(rt: Runtime, claimed: Claimed, files: TickFiles, notes: _Notes) -> 
             timeout_s=min(tool.timeout_s, rt.settings.longest_call_s),  # fits the broker
             stop=stop,
             sandbox=sandbox_of(rt.settings),
-            environment=files.environment(),
+            environment=environment,
         )
         result = run_tool(tool, arguments, context, max_output_chars=rt.settings.max_output_chars)
     files.record(step=call.step, call_id=call.call_id, paths=written_paths(tool.name, arguments))

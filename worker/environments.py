@@ -158,10 +158,10 @@ class _Renewal:
     owner: str
     lease_s: float
     lost: bool = False
-    _done: threading.Event = field(default_factory=threading.Event)
+    done: threading.Event = field(default_factory=threading.Event)
 
     def run(self) -> None:
-        while not self._done.wait(self.lease_s / 3):
+        while not self.done.wait(self.lease_s / 3):
             try:
                 held = self.rt.store.environments.renew(
                     self.key, owner=self.owner, now=self.rt.clock(), lease_s=self.lease_s
@@ -260,7 +260,7 @@ def prepare(rt: Runtime, head: Head) -> Change | Head:
     )
     if not plan_.commands:
         note = "no packaging or requirements files: an empty environment"
-        return _with(head, _record(plan_, None, "empty", note=note), now)
+        return _with(head, _record(plan_, None, "empty", note=note))
     if sandbox.mode == "none":
         why = (
             "TICKWORK_SANDBOX=none: there is no sandbox to mount /env in, so no environment "
@@ -268,7 +268,7 @@ def prepare(rt: Runtime, head: Head) -> Change | Head:
         )
         if setup != AUTO:
             return machine.environment_failed(head, _record(plan_, None, "failed"), why, now=now)
-        return _with(head, _record(plan_, None, "skipped", note=why), now)
+        return _with(head, _record(plan_, None, "skipped", note=why))
     try:
         key = plan_.key(toolchain(sandbox, cache_dir(rt), settings.sandbox_rootfs))
     except SandboxUnavailable as exc:
@@ -294,7 +294,7 @@ def prepare(rt: Runtime, head: Head) -> Change | Head:
         rt.store.environments.use(key, head.id, now=now)
         record = {**row.detail, "status": "ready", "key": key, "size": row.size, "built": False}
         record["log"] = row.log[-MAX_CARD_LOG:]
-        return _with(head, record, now)
+        return _with(head, record)
     return _build(rt, head, plan_, key, owner, settings, manifest)
 
 
@@ -302,7 +302,7 @@ def _failure(key: str, output: str) -> str:
     return f"the environment's setup failed (environment {key[:12]}):\n{output[-MAX_CARD_LOG:]}"
 
 
-def _with(head: Head, record: dict[str, Any], now: Any) -> Head:
+def _with(head: Head, record: dict[str, Any]) -> Head:
     return head.model_copy(update={"result": {**head.result, "environment": record}})
 
 
@@ -377,7 +377,7 @@ def _build(
         log.info("environment %s built in %.1fs (%d bytes packed)", key, took, len(data))
         return machine.environment_ready(head, record, now=rt.clock())
     finally:
-        renewal._done.set()
+        renewal.done.set()
         thread.join(5)
         shutil.rmtree(scratch, ignore_errors=True)
 
