@@ -160,3 +160,11 @@ class InvalidStateUpdate(TickworkError):
 class GraphVersionMismatch(ConfigurationError):
     """The session was started on another version of its graph than this worker has; the
     tick is refused and the session left for a worker that has that version."""
+
+
+class EnvironmentNotFound(TickworkError, LookupError):
+    """No environment has that key: list them with `tickwork env ls`."""
+
+
+class EnvironmentInUse(TickworkError):
+    """An environment a live session uses cannot be removed without --force."""

@@ -18,6 +18,7 @@ from .budgets import Exhausted, NextCall, exhausted_budget, model_retry_delay
 from .errors import CallNotFound, IllegalTransition, SessionFinished
 from .fingerprints import call_fingerprint, step_fingerprint
 from .loops import detect_loop, intervention_text
+from .outcomes import Outcome
 from .values import (
     CallState,
     Decision,
@@ -530,3 +531,52 @@ def request_cancel(head: Head, calls: Sequence[ToolCall], *, now: datetime, by: 
         change = _ended(head, Status.CANCELLED, now, (requested,), cancel_requested=True)
         return change.model_copy(update=_close_calls(calls, "not run: session cancelled", now))
     return Change(head=_moved(head, now, cancel_requested=True), events=(requested,))
+
+
+def needs_environment(head: Head) -> bool:
+    """A job that asked for an environment (`config["environment"]`) and has none recorded
+    in its result yet: its next THINK tick builds or finds it first (DESIGN section 13)."""
+    return bool(head.config.get("environment")) and "environment" not in head.result
+
+
+def environment_ready(head: Head, record: Mapping[str, Any], *, now: datetime) -> Change:
+    """The session's environment is built or found: record it on the card (the result);
+    the next tick calls the model."""
+    _require(head, Status.READY)
+    event = Event(
+        kind=EventKind.ENVIRONMENT_READY,
+        at=now,
+        data={"key": record.get("key"), "built": bool(record.get("built"))},
+    )
+    result = {**head.result, "environment": dict(record)}
+    return Change(head=_moved(head, now, result=result), events=(event,))
+
+
+def environment_wait(head: Head, *, key: str, delay_s: float, now: datetime) -> Change:
+    """Another worker builds the environment this session needs: look again in `delay_s`
+    (a delayed tick: no worker waits for the build)."""
+    _require(head, Status.READY)
+    event = Event(kind=EventKind.ENVIRONMENT_WAITING, at=now, data={"key": key, "delay_s": delay_s})
+    return Change(head=_moved(head, now), events=(event,), delay_s=delay_s)
+
+
+def environment_failed(
+    head: Head, record: Mapping[str, Any], message: str, *, now: datetime
+) -> Change:
+    """The environment could not be built: the session fails early with `ENV_SETUP` (not
+    as a test failure), the setup's record and output on its card; its outcome says the
+    tests were not run."""
+    _require(head, Status.READY)
+    result = {
+        **head.result,
+        "environment": dict(record),
+        "outcome": Outcome.TESTS_NOT_RUN.value,
+    }
+    return _ended(
+        head,
+        Status.FAILED,
+        now,
+        error_code=ErrorCode.ENV_SETUP,
+        error_message=message,
+        result=result,
+    )

@@ -74,6 +74,7 @@ class ErrorCode(StrEnum):
     LOOP = "LOOP"  #: the model repeated itself past `max_loop_interventions`
     MODEL_ERROR = "MODEL_ERROR"  #: the model failed permanently or past its retry budget
     INTERNAL = "INTERNAL"  #: a bug or broken configuration in tickwork or the job
+    ENV_SETUP = "ENV_SETUP"  #: the job's environment could not be built (its setup failed)
 
 
 class DecisionKind(StrEnum):
@@ -99,6 +100,8 @@ class EventKind(StrEnum):
     CANCELLED = "cancelled"
     DEAD_LETTERED = "dead_lettered"
     FORKED = "forked"
+    ENVIRONMENT_WAITING = "environment_waiting"  #: another worker builds the environment
+    ENVIRONMENT_READY = "environment_ready"  #: the environment is built or found, recorded
 
 
 def _positive(name: str, value: float) -> float:

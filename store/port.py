@@ -19,6 +19,7 @@ from fsm.values import Decision, Event, Head, Session, ToolCall
 from .artifacts import Artifacts
 from .dead_letters import Closing, DeadLetter
 from .deliveries import Cards
+from .environments import Environments
 from .files import FileChange, Saved
 from .gauges import Gauges
 from .lifecycle import Retention
@@ -209,6 +210,11 @@ class Store(Protocol):
     @property
     def cards(self) -> Cards:
         """The approval cards' deliveries, for the webhook dispatcher."""
+        ...
+
+    @property
+    def environments(self) -> Environments:
+        """Repair jobs' environments: the build's claim, their uses (`store/environments.py`)."""
         ...
 
     def gauges(self, *, now: datetime) -> Gauges:

@@ -371,3 +371,43 @@ archived = Table(
         sqlite_where=text("state = 'pending'"),
     ),
 )
+
+environments = Table(
+    "tickwork_environments",
+    metadata,
+    # a repair job's environment (DESIGN 13): built once per key across the fleet, packed
+    # into the artifact store; the row is the build's claim (owner + lease, like a tick's)
+    Column("key", String(64), primary_key=True),
+    #: "building", "ready" or "failed"
+    Column("status", String(16), nullable=False),
+    Column("owner", String(200)),
+    Column("lease_expires_at", UTCDateTime),
+    #: builds started in this round (a takeover after a lease ran out counts one more)
+    Column("attempts", Integer, nullable=False),
+    #: the packed environment's bytes, and its chunks' hashes in the artifact store in order
+    Column("size", BigInteger, nullable=False),
+    Column("chunks", Json, nullable=False),
+    #: the setup's output (its end, capped)
+    Column("log", Text, nullable=False),
+    #: what was asked and found: setup commands, detected files, what could not be installed
+    Column("detail", Json, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    #: when it became ready or failed
+    Column("finished_at", UTCDateTime),
+    Column("used_at", UTCDateTime, nullable=False),
+)
+
+environment_uses = Table(
+    "tickwork_environment_uses",
+    metadata,
+    # which sessions use an environment: `env rm` and retention keep one a live session uses
+    Column(
+        "key",
+        String(64),
+        ForeignKey("tickwork_environments.key", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    Column("session_id", String(64), _session_fk(), primary_key=True),
+    Column("at", UTCDateTime, nullable=False),
+    Index(None, "session_id"),
+)

@@ -51,6 +51,7 @@ from . import dead_letter_counts, dead_letters, gauges, relay, rows
 from .artifacts import Artifacts, open_artifacts
 from .dead_letters import Closing, DeadLetter
 from .deliveries import Cards
+from .environments import Environments
 from .files import FileChange, Saved, current_state, fork_start, saved_changes
 from .gauges import Gauges
 from .lifecycle import Retention
@@ -494,6 +495,11 @@ class CoreStore:
     def cards(self) -> Cards:
         """The approval cards' deliveries, for the webhook dispatcher."""
         return Cards(self.engine)
+
+    @property
+    def environments(self) -> Environments:
+        """Repair jobs' environments: the build's claim, their uses (`store/environments.py`)."""
+        return Environments(self.engine)
 
     def gauges(self, *, now: datetime) -> Gauges:
         """What the metrics' gauges show, read in one connection."""

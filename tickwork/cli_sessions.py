@@ -80,6 +80,18 @@ def submit(
     goal: Annotated[
         str | None, typer.Option(help="Repair: what to fix.", rich_help_panel="Repair")
     ] = None,
+    setup: Annotated[
+        list[str] | None,
+        typer.Option(
+            metavar="CMD",
+            help=(
+                "Repair: how its environment (/env) is built: `auto` (from the project's "
+                "packaging files), `none`, or a shell command (repeatable, run in order)."
+            ),
+            show_default="auto",
+            rich_help_panel="Repair",
+        ),
+    ] = None,
     model: Annotated[
         str | None,
         typer.Option(
@@ -124,6 +136,8 @@ def submit(
         "goal": goal,
     }
     data.update({REPAIR_INPUT[k]: v for k, v in given.items() if v is not None})
+    if setup:
+        data["setup"] = setup[0] if setup in (["auto"], ["none"]) else list(setup)
     budgets = options.budgets(
         max_steps=max_steps, max_tokens=max_tokens, max_cost_usd=max_cost_usd, deadline=deadline
     )

@@ -265,6 +265,9 @@ def _header(
         rows.append(("network", Text(shown, "yellow")))
     elif network == "none":
         rows.append(("network", Text("none: not even its setup")))
+    env = (h.get("result") or {}).get("environment")
+    if isinstance(env, Mapping):
+        rows.append(("environment", environment_line(env)))
     if lease is not None:
         expiry = "expired" if lease["expired"] else "expires"
         rows.append(("lease", Text(f"{lease['owner']} ({expiry} {when(lease['expires_at'])})")))
@@ -272,6 +275,22 @@ def _header(
     for name, value in rows:
         grid.add_row(name, value)
     return grid
+
+
+def environment_line(env: Mapping[str, Any]) -> Text:
+    """A session's environment in one line: key, status, built or reused, what is missing
+    (`tickwork env show KEY` has its build log)."""
+    key = str(env.get("key") or "")[:12] or "-"
+    status = str(env.get("status") or "")
+    parts = [f"{key} {status}"]
+    if status == "ready":
+        parts.append("built by this session" if env.get("built") else "reused")
+    if env.get("missing"):
+        parts.append("not installed: " + ", ".join(map(str, env["missing"])))
+    if env.get("note"):
+        parts.append(str(env["note"]))
+    style = "red" if status == "failed" else ("yellow" if env.get("missing") else "")
+    return Text(" · ".join(parts), style)
 
 
 def _graph(h: Mapping[str, Any]) -> Mapping[str, Any] | None:

@@ -31,7 +31,7 @@ from fsm.values import ErrorCode, Event, EventKind, Head, Status, idempotency_ke
 from store import Claimed
 from store.files import FileChange
 
-from . import graphs
+from . import environments, graphs
 from .models import ModelSettings, pricing
 from .report import ModelCall, Outcome, Phase, TickReport, ToolRun
 from .runtime import Runtime, Stops, owner_name
@@ -206,6 +206,10 @@ class TickFiles:
             self.copy.begin()
         return self.copy.path
 
+    def environment(self, head: Head | None = None) -> Path | None:
+        """This host's copy of the session's environment (for /env), if it has one."""
+        return environments.mounted(self.rt, head or self.head)
+
     def record(self, *, step: int, call_id: str, paths: list[str] | None = None) -> None:
         if self.copy is not None and self._changes:
             self.recorded = self.copy.record(step=step, call_id=call_id, paths=paths)
@@ -292,6 +296,13 @@ def _think(rt: Runtime, claimed: Claimed, files: TickFiles, notes: _Notes) -> Ch
     before = machine.start_think(head, now=rt.clock(), next_call=ahead)
     if isinstance(before, Change):
         return before
+    if machine.needs_environment(head):
+        # built (or waited for) in a tick of its own; found ready, it is recorded and the
+        # model is called in this same tick
+        found = environments.prepare(rt, head)
+        if isinstance(found, Change):
+            return found
+        head = found
     # the budget is a bound, not an estimate: the call may write no more than what is left
     cap = budgets.completion_cap(head, ahead)
     job = rt.jobs.get(head.kind)
@@ -467,6 +478,7 @@ def _execute(rt: Runtime, claimed: Claimed, files: TickFiles, notes: _Notes) -> 
         return finished(str(exc), is_error=True)
     # the files first: a copy that cannot be made leaves the call unstarted, not in doubt
     workspace = files.open(changes=tool.name not in READ_ONLY_TOOLS)
+    environment = files.environment()  # unpacked before the call starts, like the files
     rt.store.start_call(
         head.id, head.version, call, owner=claimed.owner, now=rt.clock(), rerun=plan.rerun
     )
@@ -485,6 +497,7 @@ def _execute(rt: Runtime, claimed: Claimed, files: TickFiles, notes: _Notes) -> 
             timeout_s=min(tool.timeout_s, rt.settings.longest_call_s),  # fits the broker
             stop=stop,
             sandbox=sandbox_of(rt.settings),
+            environment=environment,
         )
         result = run_tool(tool, arguments, context, max_output_chars=rt.settings.max_output_chars)
     files.record(step=call.step, call_id=call.call_id, paths=written_paths(tool.name, arguments))

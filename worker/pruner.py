@@ -9,6 +9,7 @@ from datetime import timedelta
 
 from store.retention import Report
 
+from .environments import drop_unused
 from .retention import RetentionSettings, drop_archived_copies, run_pass
 from .runtime import Runtime
 
@@ -69,6 +70,9 @@ class RetentionThread(threading.Thread):
         )
         if dropped:
             log.info("retention: dropped %d working copies of archived sessions", dropped)
+        environments = drop_unused(self.rt, now=now)
+        if environments:
+            log.info("retention: dropped %d environments no live session used", environments)
         # a little overlap: another host's clock, a pass that committed as we looked
         self.looked = now - timedelta(seconds=max(60.0, 2 * self.retention.retention_period_s))
         return done

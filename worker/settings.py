@@ -63,6 +63,24 @@ class MetricsSettings(BaseSettings):
     metrics_addr: str = "0.0.0.0"
 
 
+class EnvironmentSettings(BaseSettings):
+    """How environments are built (`Settings.section(EnvironmentSettings)`)."""
+
+    model_config = SettingsConfigDict(env_prefix="TICKWORK_", extra="ignore", allow_inf_nan=False)
+
+    #: the package index setup commands use (PIP_INDEX_URL and UV_INDEX_URL in the sandbox);
+    #: empty: pip's own default
+    pip_index_url: str = ""
+    #: a session whose environment another worker builds looks again after this
+    environment_wait_s: float = Field(default=2.0, gt=0)
+    #: the build's claim; its builder renews it every third of this
+    environment_lease_s: float = Field(default=30.0, gt=0)
+    #: the longest a setup runs in all (also bounded by the longest call a tick may make)
+    environment_setup_timeout_s: float = Field(default=900.0, gt=0)
+    #: retention drops an environment no live session uses once it was not used this long
+    environment_retention_s: float = Field(default=7 * 86400.0, gt=0)
+
+
 class Settings(BaseSettings):
     """Everything a worker, the CLI and the client read; see `tickwork config`.
 
@@ -342,7 +360,7 @@ class Settings(BaseSettings):
 
 
 #: the sections `tickwork config` shows and a worker checks at start, after the flat settings
-SECTIONS: tuple[type[BaseSettings], ...] = (MetricsSettings, WebhookSettings)
+SECTIONS: tuple[type[BaseSettings], ...] = (MetricsSettings, WebhookSettings, EnvironmentSettings)
 
 
 def _hidden(name: str, value: Any, patterns: list[str]) -> Any:

@@ -57,6 +57,9 @@ class ToolContext:
     stop: Callable[[], str | None] | None = None
     #: how commands run (the OS sandbox and its limits); None: from the settings
     sandbox: Sandbox | None = None
+    #: this host's copy of the session's environment, mounted read-only at /env for its
+    #: commands (worker/environments.py); None: the session has none
+    environment: Path | None = None
 
     def __post_init__(self) -> None:
         if not self.idempotency_key:

@@ -62,6 +62,8 @@ log = logging.getLogger("tickwork.sandbox")
 MODES = ("bwrap", "none")
 #: where the working copy is inside the sandbox
 WORKDIR = "/workspace"
+#: where a session's environment is mounted (worker/environments.py)
+ENV_DIR = "/env"
 #: a command's PATH in the sandbox: an environment mounted at /env first (issue 22)
 PATH = "/env/bin:/usr/local/bin:/usr/bin:/bin"
 #: host directories bound read-only (or re-created as the symlinks they are)
@@ -153,9 +155,13 @@ def run_sandboxed(
     egress: EgressPolicy | None = None,
     sandbox: Sandbox | None = None,
     stop: Stop | None = None,
+    environment: Path | None = None,
+    environment_writable: bool = False,
 ) -> ShellResult:
     """Run `command` with /bin/sh in `workdir` inside the sandbox; `SandboxUnavailable` if
-    bubblewrap cannot run here (unless the mode is `none`).
+    bubblewrap cannot run here (unless the mode is `none`). `environment`: a host directory
+    mounted at /env (`ENV_DIR`), read-only unless `environment_writable` (the setup that
+    builds it), with /env/bin first on PATH (worker/environments.py).
 
     `env`: the variables tickwork sets for this command; in the sandbox they are all it
     gets besides PATH, HOME, TMPDIR and LANG. `egress`: where it may connect through the
@@ -182,7 +188,10 @@ def run_sandboxed(
                 stop=stops,
             )
         else:
-            result = _run(command, workdir, timeout_s, dict(env or {}), egress, sandbox, stops)
+            mount = None if environment is None else (environment, environment_writable)
+            result = _run(
+                command, workdir, timeout_s, dict(env or {}), egress, sandbox, stops, mount
+            )
     if not (result.killed or result.timed_out) and (why := disk.last()) is not None:
         # it wrote faster than the watch walks: said all the same, as its failure
         result = dataclasses.replace(result, killed=f"{why} (found as it ended)")
@@ -326,6 +335,7 @@ def _run(
     egress: EgressPolicy | None,
     sandbox: Sandbox,
     stop: Stop | None,
+    mount: tuple[Path, bool] | None = None,
 ) -> ShellResult:
     root = working_copy(workdir, sandbox)
     hidden = _hidden(root, sandbox.hide)
@@ -345,6 +355,8 @@ def _run(
     with ExitStack() as stack:
         if privileged:
             stack.enter_context(handed_over(root, uid, gid, skip=hidden))
+            if mount is not None and mount[1]:
+                stack.enter_context(handed_over(mount[0], uid, gid))
         proxy = None
         if egress is not None:
             owner = (uid, gid) if privileged else None
@@ -367,6 +379,7 @@ def _run(
             fds=fds,
             hidden=hidden,
             proxy=proxy,
+            environment=mount,
         )
         fds["args"] = stack.enter_context(_data(b"\0".join(o.encode() for o in options) + b"\0"))
         own = _cgroup(sandbox.limits)
@@ -459,6 +472,7 @@ def bwrap_options(
     fds: Mapping[str, int],
     hidden: tuple[str, ...] = (),
     proxy: Path | None = None,
+    environment: tuple[Path, bool] | None = None,
 ) -> list[str]:
     """bwrap's options (passed with `--args FD`) for the sandbox of this module's docstring."""
     args = ["--die-with-parent", "--new-session", "--unshare-net"]
@@ -498,6 +512,8 @@ def bwrap_options(
     if proxy is not None:
         args += ["--perms", "0755", "--dir", "/run", "--ro-bind", str(proxy), egress_proxy.INSIDE]
     args += ["--bind", str(workdir), WORKDIR]
+    if environment is not None:  # (host directory, writable)
+        args += ["--bind" if environment[1] else "--ro-bind", str(environment[0]), ENV_DIR]
     for path in hidden:  # an empty tmpfs over it
         args += ["--perms", "0000", "--tmpfs", str(Path(WORKDIR, Path(path).relative_to(workdir)))]
     args += ["--chdir", WORKDIR, "--clearenv"]

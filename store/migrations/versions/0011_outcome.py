@@ -6,7 +6,7 @@ the status and kind filters do, on SQLite and Postgres alike. Sessions stored be
 none recorded in their result: their column stays NULL (shown `-`), nothing to backfill.
 
 Revision ID: 0011_outcome
-Revises: 0009_dlqrollup
+Revises: 0010_environments
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0011_outcome"
-down_revision = "0009_dlqrollup"
+down_revision = "0010_environments"
 branch_labels = None
 depends_on = None
 

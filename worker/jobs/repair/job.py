@@ -26,6 +26,7 @@ from store.artifacts import Artifacts
 from store.files import Manifest, parse_entry
 from worker import sources
 from worker.allowlist import AllowList
+from worker.environment_plans import NONE, check_setup
 from worker.jobs import JobKind
 from worker.settings import load_settings
 from worker.tools import egress
@@ -47,6 +48,7 @@ MAX_TEST_OUTPUT_CHARS = 4_000
 INPUT_KEYS = (
     *("workspace", "repo", "ref", "test_command", "goal", "test_timeout_s"),
     *("network", "egress_allow"),
+    "setup",
 )
 
 SYSTEM_PROMPT = """\
@@ -217,6 +219,10 @@ def prepare(
     timeout = _timeout(data.get("test_timeout_s"))
     network = _network(data.get("network"))
     egress_allow = _egress_allow(data.get("egress_allow"), load_settings().egress_allow)
+    try:
+        setup = check_setup(data.get("setup"))
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
     with ExitStack() as stack:
         if artifacts is None:
             artifacts = _settings_artifacts(stack)
@@ -235,6 +241,9 @@ def prepare(
     config["network"] = network
     if egress_allow is not None:
         config["egress_allow"] = egress_allow
+    if setup != NONE:
+        # built before the first model call (worker/environments.py), mounted at /env
+        config["environment"] = {"setup": setup}
     return config
 
 
@@ -313,7 +322,7 @@ def diff_manifests(
     return "".join(parts), changed
 
 
-def run_final_tests(head: Head, workspace: Path) -> dict[str, Any]:
+def run_final_tests(head: Head, workspace: Path, environment: Path | None = None) -> dict[str, Any]:
     """Run the session's test command in its working copy once more; what it gave."""
     config = head.config
     command = str(config.get("test_command") or "")
@@ -328,6 +337,7 @@ def run_final_tests(head: Head, workspace: Path) -> dict[str, Any]:
         timeout_s=timeout,
         env={"TICKWORK_SESSION_ID": head.id},
         sandbox=sandbox_of(settings),
+        environment=environment,
     )
     output = result.describe()
     record: dict[str, Any] = {
@@ -375,7 +385,7 @@ def finish(head: Head, *, files: TickFiles) -> dict[str, Any]:
         workspace = files.open(changes=True)
         if workspace is None:
             raise ConfigurationError("the session has no files to test")
-        result["tests"] = run_final_tests(head, workspace)
+        result["tests"] = run_final_tests(head, workspace, files.environment(head))
         files.record(step=head.step, call_id="")
     except ArtifactsUnavailable:
         raise
@@ -394,10 +404,10 @@ def finish(head: Head, *, files: TickFiles) -> dict[str, Any]:
 
 
 def _setup_failed(result: Mapping[str, Any]) -> bool:
-    """The ENV_SETUP hook: whether the session's environment could not be built. Environments
-    (issue 22) record theirs under `environment` with `failed: true`; until then, never."""
+    """Whether the session's environment could not be built (worker/environments.py records
+    it under `environment`; such a session normally fails `ENV_SETUP` before finishing)."""
     environment = result.get("environment")
-    return isinstance(environment, Mapping) and environment.get("failed") is True
+    return isinstance(environment, Mapping) and environment.get("status") == "failed"
 
 
 REPAIR = JobKind(

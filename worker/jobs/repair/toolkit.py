@@ -261,11 +261,13 @@ def run_in_workspace(
     env: Mapping[str, str],
     sandbox: Sandbox | None = None,
     stop: Stop | None = None,
+    environment: Path | None = None,
 ) -> ShellResult:
     """Run a command of a session (`config`: its `env`, `network` and `egress_allow`) in its
-    working copy, in the sandbox (default: the settings'), with `env` over its environment.
-    It reaches the network (through the egress proxy) only if the session's `network` is
-    "all"; setup commands ask `policy_for(config, settings, setup=True)`."""
+    working copy, in the sandbox (default: the settings'), with `env` over its environment and
+    the session's `environment` (this host's copy) read-only at /env. It reaches the network
+    (through the egress proxy) only if the session's `network` is "all"; setup commands ask
+    `policy_for(config, settings, setup=True)`."""
     settings = load_settings()
     return run_sandboxed(
         command,
@@ -275,6 +277,7 @@ def run_in_workspace(
         egress=policy_for(config, settings),
         sandbox=sandbox_for(config, sandbox or sandbox_of(settings)),
         stop=stop,
+        environment=environment,
     )
 
 
@@ -290,6 +293,7 @@ def _shell(ctx: ToolContext, command: str, timeout_s: float) -> ShellResult:
         },
         sandbox=ctx.sandbox,
         stop=ctx.stop,
+        environment=ctx.environment,
     )
     if result.timed_out:
         raise ToolError(

@@ -1,0 +1,136 @@
+"""Issue 22's done-when test: a repair of a project with a third-party runtime dependency
+that uses pytest, its environment built by `--setup auto` from a package index served on
+loopback (wheels made at test time, pytest's fetched once with pip into a cache); the patch
+then applies to a pristine copy whose tests pass in the same environment."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from fsm.values import Status
+from tests.environments.projects import project
+from tests.services import IN_CI, missing
+from tickwork.package_index import fetch_wheels, make_wheel, serving
+from tickwork.testing import SessionDriver, call, embedded_settings, reply, running_worker
+from worker.tools.runner import Sandbox, check, run_sandboxed
+
+pytestmark = pytest.mark.skipif(
+    check(Sandbox()) is not None and not IN_CI,
+    reason=f"bubblewrap cannot run here: {check(Sandbox())}",
+)
+
+#: pytest's wheels are fetched once per machine (network to the registry) and kept here
+WHEELS = Path(os.environ.get("TICKWORK_TEST_WHEELS", Path.home() / ".cache/tickwork-wheels"))
+BODY = "from tinydep import triple\n\n\ndef add(a, b):\n    return triple(a) - b\n"
+FIXED = "from tinydep import triple\n\n\ndef add(a, b):\n    return triple(a) // 3 + b\n"
+TEST = (
+    "import pytest\n\nfrom calcpkg import add\n\n\n"
+    "@pytest.mark.parametrize('a,b', [(2, 3), (0, 0)])\n"
+    "def test_add(a, b):\n    assert add(a, b) == a + b\n"
+)
+
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    try:
+        fetch_wheels(WHEELS / "pytest", "pytest")
+    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
+        said = getattr(exc, "stderr", b"") or b""
+        missing("the package registry (pip download pytest)", said.decode()[-300:] or exc)
+    folder = tmp_path_factory.mktemp("wheels")
+    for wheel in (WHEELS / "pytest").glob("*.whl"):
+        shutil.copy(wheel, folder)
+    make_wheel(
+        folder, "tinydep", modules={"tinydep/__init__.py": "def triple(x):\n    return 3 * x\n"}
+    )
+    with serving(folder) as served:
+        yield served
+
+
+def test_repair_with_a_third_party_dependency_from_a_loopback_index(
+    index, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TICKWORK_PIP_INDEX_URL", index.url)
+    monkeypatch.setenv("TICKWORK_EGRESS_ALLOW", index.address)
+    source = project(tmp_path / "src", deps=("tinydep",), body=BODY, test=TEST)
+    settings = embedded_settings(tmp_path / "deploy")
+    with running_worker(settings), SessionDriver(settings) as driver:
+        sid = driver.submit(
+            "repair",
+            {"workspace": str(source), "test_command": "pytest -q", "setup": "auto"},
+            replies=[
+                reply("reproduce", call("run_tests")),
+                reply("fix", call("write_file", path="calcpkg/__init__.py", content=FIXED)),
+                reply("check", call("run_tests")),
+                reply("fixed: add used triple(a) without dividing"),
+            ],
+        )
+        session = driver.run(sid, timeout=180)
+    head = session.head
+    assert head.status is Status.COMPLETED, head.error_message
+    env = head.result["environment"]
+    assert env["status"] == "ready" and env.get("missing") == [], env
+    before, after = session.observations[0].content, session.observations[2].content
+    assert "tests FAILED" in before and "1 failed, 1 passed" in before
+    assert "tests passed" in after and "2 passed" in after
+    assert head.result["tests"]["passed"] is True
+    patch = head.result["patch"]
+    assert "+    return triple(a) // 3 + b" in patch
+
+    pristine = project(tmp_path / "pristine", deps=("tinydep",), body=BODY, test=TEST)
+    subprocess.run(["git", "apply", "-"], input=patch.encode(), cwd=pristine, check=True)
+    cached = settings.workspaces_path / "environments" / env["key"]
+    ran = run_sandboxed("pytest -q", workdir=pristine, timeout_s=120, environment=cached)
+    assert ran.exit_code == 0 and "2 passed" in ran.stdout, ran.describe()
+
+
+def test_without_egress_auto_says_what_it_could_not_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TICKWORK_EGRESS_ALLOW", raising=False)
+    source = project(tmp_path / "src", deps=("tinydep",), body=BODY, test=TEST)
+    settings = embedded_settings(tmp_path / "deploy")
+    with running_worker(settings), SessionDriver(settings) as driver:
+        sid = driver.submit(
+            "repair",
+            {"workspace": str(source), "test_command": "pytest -q"},
+            replies=[reply("look", call("run_command", command="python -c 'import calcpkg'"))],
+        )
+        session = driver.run(sid, timeout=120)
+    env = session.head.result["environment"]
+    assert env["status"] == "ready", env
+    assert "tinydep" in env["missing"] and "pytest" in env["missing"]
+    assert "calcpkg" not in env["missing"]  # the project itself needed no network
+    assert "No module named 'tinydep'" in session.observations[0].content
+
+
+def test_without_egress_a_backend_it_lacks_leaves_the_project_missing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TICKWORK_EGRESS_ALLOW", raising=False)
+    source = project(tmp_path / "src")
+    pyproject = (source / "pyproject.toml").read_text()
+    (source / "pyproject.toml").write_text(
+        pyproject.replace('"setuptools>=61"', '"nobackend"').replace(
+            "setuptools.build_meta", "nobackend.api"
+        )
+    )
+    settings = embedded_settings(tmp_path / "deploy")
+    with running_worker(settings), SessionDriver(settings) as driver:
+        sid = driver.submit(
+            "repair",
+            {"workspace": str(source), "test_command": "python -m pytest -q"},
+            replies=[reply("done")],
+        )
+        head = driver.run_until(sid, timeout=120)
+        row = driver.client.store.environments.find()[0]
+    env = head.result["environment"]
+    assert head.status is Status.COMPLETED, head.error_message
+    assert env["status"] == "ready" and "calcpkg" in env["missing"], env
+    assert "could not be installed without the network" in row.log  # `tickwork env show`

@@ -1,0 +1,106 @@
+"""The `auto` rule and the `setup` input, as pure functions: what setup runs for which
+packaging files, with and without egress, what the key depends on, and bad input."""
+
+from __future__ import annotations
+
+import pytest
+
+from fsm.errors import InvalidInput
+from worker.environment_plans import AUTO, OFFLINE, check_setup, plan
+from worker.jobs.repair.job import prepare
+
+PYPROJECT = b"""
+[build-system]
+requires = ["setuptools>=61"]
+build-backend = "setuptools.build_meta"
+[project]
+name = "app"
+dependencies = ["requests>=2", "tinydep"]
+[project.optional-dependencies]
+test = ["pytest", "hypothesis"]
+docs = ["sphinx"]
+"""
+
+
+def test_a_pyproject_online_installs_the_project_editable_with_its_test_extras() -> None:
+    made = plan(AUTO, {"pyproject.toml": PYPROJECT}, uses_pytest=True, online=True)
+    joined = "\n".join(made.commands)
+    assert made.commands[0] == "python3 -m venv --system-site-packages --without-pip /env"
+    assert "--no-build-isolation -e '.[test]' pytest" in joined
+    assert "'setuptools>=61'" in joined and "sphinx" not in joined and "--no-index" not in joined
+    assert set(made.wanted) == {"requests", "tinydep", "pytest", "hypothesis", "app"}
+
+
+def test_without_egress_only_the_project_itself_is_installed() -> None:
+    made = plan(AUTO, {"pyproject.toml": PYPROJECT}, uses_pytest=True, online=False)
+    installs = [c for c in made.commands if "pip install" in c]
+    assert installs == [
+        "/env/bin/python -m pip install --no-input --disable-pip-version-check "
+        f"--no-index --no-deps --no-build-isolation -e . || echo '{OFFLINE}'"
+    ]
+    assert "requests" in made.commands[-1]  # checked afterwards, reported as missing
+
+
+def test_requirements_files_and_nothing() -> None:
+    made = plan(
+        AUTO,
+        {"requirements.txt": b"# pinned\nflask==3.0\n-r other.txt\n", "requirements-dev.txt": b""},
+        uses_pytest=False,
+        online=True,
+    )
+    assert any(c.endswith("-r requirements.txt") for c in made.commands)
+    assert any(c.endswith("-r requirements-dev.txt") for c in made.commands)
+    assert made.wanted == ("flask",)
+    assert plan(AUTO, {}, uses_pytest=True, online=True).commands == ()
+
+
+def test_the_key_follows_commands_files_egress_and_toolchain() -> None:
+    files = {"pyproject.toml": PYPROJECT}
+    base = plan(AUTO, files, uses_pytest=True, online=True).key("py 3.11")
+    assert base == plan(AUTO, dict(files), uses_pytest=True, online=True).key("py 3.11")
+    changed = {"pyproject.toml": PYPROJECT + b"\n# x\n"}
+    assert plan(AUTO, changed, uses_pytest=True, online=True).key("py 3.11") != base
+    assert plan(AUTO, files, uses_pytest=True, online=False).key("py 3.11") != base
+    assert plan(AUTO, files, uses_pytest=True, online=True).key("py 3.12") != base
+    assert plan(["make env"], files, uses_pytest=True, online=True).key("py 3.11") != base
+
+
+@pytest.mark.parametrize(
+    ("value", "wanted"),
+    [
+        (None, "auto"),
+        ("auto", "auto"),
+        (["none"], "none"),
+        ("make env", ["make env"]),
+        ([" a ", "b"], ["a", "b"]),
+    ],
+)
+def test_setup_input(value: object, wanted: object) -> None:
+    assert check_setup(value) == wanted
+
+
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [
+        ([], "must be"),
+        (3, "must be"),
+        (["ok", ""], "command 2 must be a non-empty"),
+        (["ok", 7], "command 2 must be a non-empty"),
+        (["auto", "x"], "give it alone"),
+        (["x" * 8001], "longer than 8000"),
+        (["echo \x00"], "NUL"),
+        (["\ud800"], "lone surrogate"),
+        (["true"] * 33, "at most 32"),
+    ],
+)
+def test_bad_setup_input_is_refused_by_name(value: object, said: str, tmp_path) -> None:
+    with pytest.raises(ValueError, match=said):
+        check_setup(value)
+    (tmp_path / "a.py").write_text("x = 1\n")
+    with pytest.raises(InvalidInput, match="repair input: `setup`"):
+        prepare(
+            {"workspace": str(tmp_path), "test_command": "true", "setup": value},
+            state_dir=tmp_path / "state",
+            trusted=False,
+            workspace_roots=[tmp_path],
+        )

@@ -1,0 +1,256 @@
+"""Environments through real ticks (SQLite, a worker in a thread, bubblewrap): `--setup`
+auto without egress, explicit commands, none, and a failed setup (ENV_SETUP)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fsm.values import ErrorCode, Status
+from tests.environments.projects import project
+from tests.services import IN_CI
+from tickwork.testing import SessionDriver, call, embedded_settings, reply, running_worker
+from worker.tools.runner import Sandbox, check
+
+pytestmark = pytest.mark.skipif(
+    check(Sandbox()) is not None and not IN_CI,
+    reason=f"bubblewrap cannot run here: {check(Sandbox())}",
+)
+
+FIX = "def add(a, b):\n    return a + b\n"
+
+
+def _run(tmp_path: Path, data: dict[str, Any], replies: list[dict[str, Any]]) -> Any:
+    settings = embedded_settings(tmp_path / "deploy")
+    with running_worker(settings), SessionDriver(settings) as driver:
+        sid = driver.submit("repair", data, replies=replies)
+        return driver.run(sid, timeout=120)
+
+
+def test_auto_without_egress_installs_the_project_and_commands_see_it(tmp_path: Path) -> None:
+    source = project(tmp_path / "src")
+    session = _run(
+        tmp_path,
+        {"workspace": str(source), "test_command": "python -m unittest discover -s tests"},
+        [
+            reply(
+                "where",
+                call(
+                    "run_command",
+                    command="command -v python; python -c 'import calcpkg as c; print(c.__file__)'",
+                ),
+            ),
+            reply("fix", call("write_file", path="calcpkg/__init__.py", content=FIX)),
+            reply("done"),
+        ],
+    )
+    head = session.head
+    assert head.status is Status.COMPLETED, head.error_message
+    env = head.result["environment"]
+    assert env["status"] == "ready" and env["built"] is True and len(env["key"]) == 64
+    seen = session.observations[0].content
+    assert "/env/bin/python" in seen
+    # the editable install points at the session's own working copy, not a copy of it
+    assert "/workspace/calcpkg/__init__.py" in seen
+    assert head.result["tests"]["passed"] is True
+
+
+def test_a_failed_setup_fails_the_session_early_with_env_setup(tmp_path: Path) -> None:
+    source = project(tmp_path / "src")
+    settings = embedded_settings(tmp_path / "deploy")
+    with running_worker(settings), SessionDriver(settings) as driver:
+        sid = driver.submit(
+            "repair",
+            {
+                "workspace": str(source),
+                "test_command": "true",
+                "setup": ["echo preparing the env", "echo 'no such compiler: cc9' >&2; exit 3"],
+            },
+            replies=[reply("never asked")],
+        )
+        head = driver.run_until(sid, Status.FAILED, timeout=60)
+        letters = driver.client.dead_letters()
+    assert head.error_code is ErrorCode.ENV_SETUP
+    assert "no such compiler: cc9" in head.error_message and "exit code: 3" in head.error_message
+    assert head.step == 0  # no model call was made
+    assert "tests" not in head.result  # not a test failure
+    env = head.result["environment"]
+    assert env["status"] == "failed" and "preparing the env" in env["log"]
+    assert [(d.session_id, d.code) for d in letters] == [(sid, "ENV_SETUP")]
+
+
+def test_setup_none_mounts_nothing_and_explicit_commands_build_env(tmp_path: Path) -> None:
+    source = project(tmp_path / "src")
+    probe = call("run_command", command="ls /env; cat /env/marker; echo PATH=$PATH")
+    settings = embedded_settings(tmp_path / "deploy")
+    with running_worker(settings), SessionDriver(settings) as driver:
+        none = driver.submit(
+            "repair",
+            {"workspace": str(source), "test_command": "true", "setup": "none"},
+            replies=[reply("look", probe), reply("done")],
+        )
+        given = driver.submit(
+            "repair",
+            {
+                "workspace": str(source),
+                "test_command": "test -f /env/marker",
+                "setup": ["mkdir -p /env/bin", "echo built-by-setup > /env/marker"],
+            },
+            replies=[reply("look", probe), reply("done")],
+        )
+        plain, built = driver.run(none), driver.run(given)
+    assert "environment" not in plain.head.result
+    assert "/env/bin" not in plain.observations[0].content
+    assert "built-by-setup" not in plain.observations[0].content
+    assert built.head.result["environment"]["setup"] == [
+        "mkdir -p /env/bin",
+        "echo built-by-setup > /env/marker",
+    ]
+    seen = built.observations[0].content
+    assert "built-by-setup" in seen and "PATH=/env/bin:" in seen
+    assert built.head.result["tests"]["passed"] is True
+    # read-only for commands: the model cannot change the shared environment
+    assert built.head.status is Status.COMPLETED
+
+
+def test_a_command_cannot_write_the_environment(tmp_path: Path) -> None:
+    source = project(tmp_path / "src")
+    session = _run(
+        tmp_path,
+        {"workspace": str(source), "test_command": "true", "setup": ["echo x > /env/marker"]},
+        [reply("try", call("run_command", command="echo changed > /env/marker")), reply("done")],
+    )
+    assert "Read-only file system" in session.observations[0].content, session.head
+
+
+def test_ten_sessions_on_one_source_build_it_once(tmp_path: Path) -> None:
+    source = project(tmp_path / "src")
+    settings = embedded_settings(tmp_path / "deploy")
+    data = {
+        "workspace": str(source),
+        "test_command": "python -m unittest discover -s tests",
+        # slow enough that the others ask while it is being built
+        "setup": ["sleep 2", "mkdir -p /env/bin && ln -s /usr/bin/python3 /env/bin/python"],
+    }
+    with running_worker(settings, concurrency=4), SessionDriver(settings) as driver:
+        ids = [
+            driver.submit("repair", data, replies=[reply("done")], session_id=f"ten-{i}")
+            for i in range(10)
+        ]
+        heads = [driver.run_until(sid, timeout=120) for sid in ids]
+        rows = driver.client.store.environments.find()
+        events = [e.kind.value for sid in ids for e in driver.client.load(sid).events]
+    assert all(h.status is Status.COMPLETED for h in heads), [h.error_message for h in heads]
+    keys = {h.result["environment"]["key"] for h in heads}
+    assert len(keys) == 1 and [r.key for r in rows] == list(keys)
+    assert rows[0].attempts == 1 and rows[0].sessions == 10
+    assert sum(h.result["environment"]["built"] for h in heads) == 1
+    assert events.count("environment_waiting") >= 1  # some waited, through delayed ticks
+
+
+def test_a_second_host_unpacks_it_from_the_artifact_store(tmp_path: Path) -> None:
+    source = project(tmp_path / "src")
+    data = {
+        "workspace": str(source),
+        "test_command": "python -m unittest discover -s tests",
+        "setup": [
+            "mkdir -p /env/bin && ln -s /usr/bin/python3 /env/bin/python",
+            "echo v1 > /env/v",
+        ],
+    }
+    first = embedded_settings(tmp_path / "deploy", workspaces_dir=tmp_path / "host-a")
+    with running_worker(first), SessionDriver(first) as driver:
+        a = driver.run(driver.submit("repair", data, replies=[reply("done")]))
+    built = first.model_copy(update={"workspaces_dir": tmp_path / "host-b"})
+    probe = call("run_command", command="cat /env/v; readlink /env/bin/python")
+    with running_worker(built), SessionDriver(built) as driver:
+        b = driver.run(driver.submit("repair", data, replies=[reply("look", probe), reply("ok")]))
+        row = driver.client.store.environments.find()[0]
+    key = a.head.result["environment"]["key"]
+    assert a.head.result["environment"]["built"] is True
+    assert b.head.result["environment"] == {**b.head.result["environment"], "key": key}
+    assert b.head.result["environment"]["built"] is False
+    assert row.attempts == 1  # setup did not run again
+    assert "v1" in b.observations[0].content and "/usr/bin/python3" in b.observations[0].content
+    assert (tmp_path / "host-b" / "environments" / key / "v").read_text() == "v1\n"
+
+
+def test_retention_drops_an_environment_no_live_session_uses(tmp_path: Path) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from worker.app import make_app, runtime
+    from worker.environments import drop_unused
+
+    source = project(tmp_path / "src")
+    settings = embedded_settings(tmp_path / "deploy")
+    data = {"workspace": str(source), "test_command": "true", "setup": ["echo x > /env/x"]}
+    with running_worker(settings), SessionDriver(settings) as driver:
+        done = driver.run(driver.submit("repair", data, replies=[reply("done")]))
+        waiting = driver.submit(
+            "repair",
+            {**data, "setup": ["echo y > /env/y"]},
+            replies=[reply("w", call("write_file", path="a", content="a")), reply("done")],
+        )
+        driver.run_until(waiting, Status.WAITING_APPROVAL)
+        rt = runtime(make_app(settings, relay=False))
+        left_by_a_kill = settings.workspaces_path / "environments" / ".build-0123-abcd"
+        (left_by_a_kill / "env").mkdir(parents=True)
+        os.utime(left_by_a_kill, (1, 1))
+        try:
+            now = datetime.now(UTC)
+            assert drop_unused(rt, now=now) == 0  # used just now
+            later = now + timedelta(days=8)
+            assert drop_unused(rt, now=later) == 1  # the waiting session's stays
+            left = rt.store.environments.find()
+        finally:
+            rt.store.close()
+    gone = done.head.result["environment"]["key"]
+    assert [e.key for e in left] != [gone] and len(left) == 1
+    assert not (settings.workspaces_path / "environments" / gone).exists()
+    assert (settings.workspaces_path / "environments" / left[0].key).is_dir()
+    assert not left_by_a_kill.exists()
+
+
+def test_a_fork_reuses_its_parents_environment(tmp_path: Path) -> None:
+    source = project(tmp_path / "src")
+    settings = embedded_settings(tmp_path / "deploy")
+    data = {"workspace": str(source), "test_command": "cat /env/v", "setup": ["echo v1 > /env/v"]}
+    with running_worker(settings), SessionDriver(settings) as driver:
+        parent = driver.run(
+            driver.submit(
+                "repair",
+                data,
+                replies=[reply("look", call("run_command", command="cat /env/v")), reply("done")],
+            )
+        )
+        fork = driver.client.fork(parent.head.id, from_step=1, by="tests")
+        child = driver.run(fork.id)
+        row = driver.client.store.environments.find()[0]
+    key = parent.head.result["environment"]["key"]
+    assert child.head.status is Status.COMPLETED, child.head.error_message
+    assert child.head.result["environment"]["key"] == key
+    assert child.head.result["environment"]["built"] is False
+    assert (row.attempts, row.sessions) == (1, 2)
+    assert child.head.result["tests"]["passed"] is True
+
+
+def test_a_fork_of_an_env_setup_dead_letter_builds_it_again(tmp_path: Path) -> None:
+    source = project(tmp_path / "src")
+    # fails for the first session only: the fork's id starts with "again-"
+    flaky = 'case "$TICKWORK_SESSION_ID" in again-*) echo ok > /env/ok ;; *) exit 5 ;; esac'
+    data = {"workspace": str(source), "test_command": "cat /env/ok", "setup": [flaky]}
+    settings = embedded_settings(tmp_path / "deploy")
+    with running_worker(settings), SessionDriver(settings) as driver:
+        first = driver.submit("repair", data, replies=[reply("done")])
+        failed = driver.run_until(first, Status.FAILED, timeout=60)
+        fork = driver.client.fork(first, from_step=0, by="tests", new_id="again-1")
+        done = driver.run(fork.id)
+        row = driver.client.store.environments.find()[0]
+    assert failed.error_code is ErrorCode.ENV_SETUP
+    assert done.head.status is Status.COMPLETED, done.head.error_message
+    assert done.head.result["environment"]["built"] is True
+    assert done.head.result["tests"]["passed"] is True
+    assert (row.status.value, row.key) == ("ready", failed.result["environment"]["key"])
