@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -12,7 +15,8 @@ from sqlalchemy import text
 from store import Store, make_engine, open_store
 from store.migrate import upgrade
 from store.schema import metadata
-from tests.services import postgres_database, redis_url
+from tests.services import missing, postgres_database, redis_url
+from tickwork.package_index import Index, fetch_wheels, make_wheel, serving
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 
@@ -83,3 +87,26 @@ def store(database_url: str) -> Iterator[Store]:
     engine = make_engine(database_url)
     yield open_store(engine)
     engine.dispose()
+
+
+#: pytest's wheels are fetched once per machine (network to the registry) and kept here
+WHEELS = Path(os.environ.get("TICKWORK_TEST_WHEELS", Path.home() / ".cache/tickwork-wheels"))
+
+
+@pytest.fixture(scope="session")
+def index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Index]:
+    """A package index on loopback: pytest's wheels (fetched once per machine) and a
+    hand-made `tinydep`; its `url` for pip, its `address` for TICKWORK_EGRESS_ALLOW."""
+    try:
+        fetch_wheels(WHEELS / "pytest", "pytest")
+    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
+        said = getattr(exc, "stderr", b"") or b""
+        missing("the package registry (pip download pytest)", said.decode()[-300:] or exc)
+    folder = tmp_path_factory.mktemp("wheels")
+    for wheel in (WHEELS / "pytest").glob("*.whl"):
+        shutil.copy(wheel, folder)
+    make_wheel(
+        folder, "tinydep", modules={"tinydep/__init__.py": "def triple(x):\n    return 3 * x\n"}
+    )
+    with serving(folder) as served:
+        yield served

@@ -5,7 +5,6 @@ first one, `--test-cmd "pytest -q"` with the default setup, repairs that project
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shlex
@@ -16,7 +15,6 @@ import pytest
 
 from fsm.values import Status
 from tests.e2e.conftest import ROOT, Cli, Deployment
-from tests.environments.test_package_index import index  # noqa: F401 (a fixture)
 from tickwork.package_index import Index
 from tickwork.testing import git
 
@@ -121,7 +119,7 @@ def test_the_readme_repair_example_repairs_a_pytest_project(
     path = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p and p != venv_bin]
     monkeypatch.setenv("PATH", os.pathsep.join(path))
     where = project(deployment.tmp / "project")
-    first = [e for e in submit_examples((ROOT / "README.md").read_text()) if PROJECT in e][0]
+    first = next(e for e in submit_examples((ROOT / "README.md").read_text()) if PROJECT in e)
     script = deployment.script(
         [
             {"content": "reproduce", "tool_calls": [{"name": "run_tests", "arguments": {}}]},
@@ -143,4 +141,5 @@ def test_the_readme_repair_example_repairs_a_pytest_project(
         deployment.client.approve(sid, waiting.awaiting[0], approver="alice")
         done = deployment.client.wait(sid, timeout=120)
     assert done.status is Status.COMPLETED, done.error_message
-    assert done.result["outcome"] == "repaired", (done.result["tests"]["output"], json.dumps(done.result.get("environment")))
+    result = done.result
+    assert result["outcome"] == "repaired", (result["tests"]["output"], result.get("environment"))

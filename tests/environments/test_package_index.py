@@ -5,18 +5,14 @@ then applies to a pristine copy whose tests pass in the same environment."""
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from fsm.values import Status
 from tests.environments.projects import project
-from tests.services import IN_CI, missing
-from tickwork.package_index import fetch_wheels, make_wheel, serving
+from tests.services import IN_CI
 from tickwork.testing import SessionDriver, call, embedded_settings, reply, running_worker
 from worker.tools.runner import Sandbox, check, run_sandboxed
 
@@ -25,8 +21,6 @@ pytestmark = pytest.mark.skipif(
     reason=f"bubblewrap cannot run here: {check(Sandbox())}",
 )
 
-#: pytest's wheels are fetched once per machine (network to the registry) and kept here
-WHEELS = Path(os.environ.get("TICKWORK_TEST_WHEELS", Path.home() / ".cache/tickwork-wheels"))
 BODY = "from tinydep import triple\n\n\ndef add(a, b):\n    return triple(a) - b\n"
 FIXED = "from tinydep import triple\n\n\ndef add(a, b):\n    return triple(a) // 3 + b\n"
 TEST = (
@@ -34,23 +28,6 @@ TEST = (
     "@pytest.mark.parametrize('a,b', [(2, 3), (0, 0)])\n"
     "def test_add(a, b):\n    assert add(a, b) == a + b\n"
 )
-
-
-@pytest.fixture(scope="module")
-def index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    try:
-        fetch_wheels(WHEELS / "pytest", "pytest")
-    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
-        said = getattr(exc, "stderr", b"") or b""
-        missing("the package registry (pip download pytest)", said.decode()[-300:] or exc)
-    folder = tmp_path_factory.mktemp("wheels")
-    for wheel in (WHEELS / "pytest").glob("*.whl"):
-        shutil.copy(wheel, folder)
-    make_wheel(
-        folder, "tinydep", modules={"tinydep/__init__.py": "def triple(x):\n    return 3 * x\n"}
-    )
-    with serving(folder) as served:
-        yield served
 
 
 def test_repair_with_a_third_party_dependency_from_a_loopback_index(
