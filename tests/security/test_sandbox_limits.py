@@ -224,7 +224,7 @@ def test_a_full_workspaces_filesystem_retries_the_tick_of_another_session(
     client.publish = lambda *_: None  # type: ignore[method-assign]
     session_id = client.submit(
         "tests.jobs:FILES",
-        {"workspace": str(project), "test_command": "true"},
+        {"workspace": str(project), "test_command": "true", "setup": "none"},
         model=f"scripted:{script}",
     ).id
     later = [utc_now()]

@@ -285,6 +285,29 @@ def test_no_code_builds_sql_text_from_values() -> None:
     assert found == [], f"SQL text built from values (use bound parameters): {found}"
 
 
+def test_hostile_keys_and_ids_through_environments(env: Env) -> None:
+    envs = env.store.environments
+    for n, hostile in enumerate(HOSTILE):
+        key, owner, sid = f"{hostile}#{n}", f"owner {hostile}", f"env{n} " + hostile[:56]
+        make(env, sid, hostile)
+        verdict, row = envs.claim(
+            key, owner=owner, now=T0, lease_s=30, asked_at=T0, detail={"why": hostile}
+        )
+        assert row.key == key and row.owner == owner, verdict
+        assert envs.renew(key, owner=owner, now=T0, lease_s=30)
+        assert not envs.renew(key, owner=owner + "'--", now=T0, lease_s=30)
+        assert envs.finish(key, owner=owner, now=T0, ok=True, log=hostile, chunks=(hostile,))
+        envs.use(key, sid, now=T0)
+        found = envs.get(key)
+        assert found is not None and found.log == hostile and found.chunks == (hostile,)
+        assert [e.key for e in envs.find(keys=(key,))] == [key]
+        assert envs.get(key + "'--") is None
+    assert len(envs.find(keys=tuple(f"{h}#{n}" for n, h in enumerate(HOSTILE)))) == len(HOSTILE)
+    for n, hostile in enumerate(HOSTILE):
+        assert envs.delete(f"{hostile}#{n}", force=True) is not None
+    assert envs.find() == [] and {"tickwork_sessions", "tickwork_environments"} <= tables(env)
+
+
 def test_every_table_is_covered() -> None:
     """A new table must get its operations into the hostile-id test above, then here."""
     assert {t.name for t in metadata.sorted_tables} == {
@@ -301,5 +324,7 @@ def test_every_table_is_covered() -> None:
         "tickwork_blobs",
         "tickwork_file_changes",
         "tickwork_deliveries",
+        "tickwork_environments",
+        "tickwork_environment_uses",
         "tickwork_archived",
     }
