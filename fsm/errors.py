@@ -110,6 +110,11 @@ class PermanentModelError(ModelError):
     """The model refused the request (400, 401, 403, 404); retrying will not help."""
 
 
+class ContextTooLong(PermanentModelError):
+    """The model refused the prompt as longer than its context window
+    (`context_length_exceeded`); the session compacts its transcript and tries again."""
+
+
 class ToolError(TickworkError):
     """A tool call could not run; the message becomes the model's error observation."""
 

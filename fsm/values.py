@@ -74,6 +74,8 @@ class ErrorCode(StrEnum):
     LOOP = "LOOP"  #: the model repeated itself past `max_loop_interventions`
     MODEL_ERROR = "MODEL_ERROR"  #: the model failed permanently or past its retry budget
     INTERNAL = "INTERNAL"  #: a bug or broken configuration in tickwork or the job
+    #: the prompt passes the model's context window even after compacting the transcript
+    CONTEXT = "CONTEXT"
 
 
 class DecisionKind(StrEnum):
@@ -99,6 +101,7 @@ class EventKind(StrEnum):
     CANCELLED = "cancelled"
     DEAD_LETTERED = "dead_lettered"
     FORKED = "forked"
+    COMPACTED = "compacted"
 
 
 def _positive(name: str, value: float) -> float:
@@ -227,6 +230,13 @@ class Decision(Value):
     output: str = ""
 
 
+class StepKind(StrEnum):
+    REPLY = "reply"  #: a model reply: a thought and its tool calls (or the final answer)
+    #: a model call that summarised the steps up to `compacted_through`; its thought is
+    #: the summary, and it has no calls (DESIGN section 14)
+    COMPACTION = "compaction"
+
+
 class Step(Value):
     step: int
     thought: str
@@ -238,6 +248,12 @@ class Step(Value):
     model: str = ""
     trace_id: str = ""
     at: datetime
+    kind: StepKind = StepKind.REPLY
+    #: the observations of steps up to this one were shown as stubs in the prompt that made
+    #: this step (`fsm.context`); 0: none were
+    masked_through: int = 0
+    #: a compaction: its summary stands for the steps up to this one
+    compacted_through: int = 0
 
 
 class Event(Value):

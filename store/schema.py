@@ -133,6 +133,18 @@ steps = Table(
     Column("model", String(200), nullable=False),
     Column("trace_id", String(64), nullable=False),
     Column("at", UTCDateTime, nullable=False),
+    # the context a model saw (fsm/context.py, 0012_context)
+    Column("kind", String(16), nullable=False, server_default=text("'reply'")),
+    Column("masked_through", Integer, nullable=False, server_default=text("0")),
+    Column("compacted_through", Integer, nullable=False, server_default=text("0")),
+    # a THINK on a cache miss finds the latest compaction without reading every step
+    Index(
+        "ix_tickwork_steps_compactions",
+        "session_id",
+        "step",
+        postgresql_where=text("kind = 'compaction'"),
+        sqlite_where=text("kind = 'compaction'"),
+    ),
 )
 
 calls = Table(

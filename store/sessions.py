@@ -30,8 +30,10 @@ from sqlalchemy.exc import IntegrityError
 
 from fsm import machine
 from fsm.approvals import already_decided
+from fsm.context import needed_from
 from fsm.errors import CallNotFound, InvalidInput, NotWaiting, SessionNotFound
 from fsm.forks import ForkPatch, fork
+from fsm.loops import HISTORY
 from fsm.machine import Change
 from fsm.values import (
     RUNNABLE,
@@ -44,6 +46,7 @@ from fsm.values import (
     Session,
     Status,
     Step,
+    StepKind,
     ToolCall,
 )
 
@@ -168,6 +171,18 @@ class CoreStore:
         with self.engine.connect() as conn:
             return _head(conn, session_id), _call(conn, session_id, call_id)
 
+    def observation(self, session_id: str, call_id: str) -> Observation | None:
+        """The stored observation of the session's call `call_id`, or None: one row read
+        (what `recall` gives the model back, without running anything again)."""
+        if "\x00" in call_id:
+            return None
+        query = select(observations).where(
+            observations.c.session_id == session_id, observations.c.call_id == call_id
+        )
+        with self.engine.connect() as conn:
+            row = conn.execute(query).mappings().first()
+        return None if row is None else rows.observation_from_row(row)
+
     def list_sessions(
         self,
         *,
@@ -212,7 +227,9 @@ class CoreStore:
         after those this process read last time (`transcripts.py`).
         """
         known = self._transcripts.get(session_id)
-        after = known.step if known is not None else 0
+        # a miss reads from the latest compaction on (fsm/context.py), not every step: what
+        # a THINK reads is bounded by the context window, not by the session's length
+        after = known.step if known is not None else self._context_start(session_id)
         expires = now + timedelta(seconds=lease_s)
         taken = self._take(Lease(session_id, version, owner, now), expires=expires, after=after)
         if taken is None:
@@ -223,14 +240,19 @@ class CoreStore:
         if known is not None and known.continued_by(claimed.head, mark):
             history = known.steps + claimed.steps
             seen = {**known.observations, **claimed.observations}
-        elif after:  # what we knew was of another session under this id
+        elif known is not None:  # what we knew was of another session under this id
             with self.engine.connect() as conn:
-                history, seen = _history(conn, session_id)
+                history, seen = _history(conn, session_id, after=_context_start(conn, session_id))
         else:
             history, seen = claimed.steps, claimed.observations
+        history, seen = _needed(history, seen)
         head = claimed.head
         self._transcripts.put(session_id, Transcript(head.created_at, head.step, history, seen))
         return replace(claimed, steps=history, observations=seen)
+
+    def _context_start(self, session_id: str) -> int:
+        with self.engine.connect() as conn:
+            return _context_start(conn, session_id)
 
     def renew(
         self, session_id: str, version: int, *, owner: str, now: datetime, lease_s: float
@@ -728,6 +750,34 @@ def _start(conn: Connection, lease: Lease, call: ToolCall) -> bool:
         .values(state="started", started_at=lease.now)
     )
     return bool(conn.execute(stmt).rowcount == 1)
+
+
+def _context_start(conn: Connection, session_id: str) -> int:
+    """The step a THINK reads after: before the latest compaction's cut (or the last
+    `HISTORY` replies before it, for loop detection), 0 with no compaction. Read before the
+    claim: a compaction stored meanwhile only makes the claim read more than it needs."""
+    latest = conn.execute(
+        select(steps.c.step, steps.c.compacted_through)
+        .where(steps.c.session_id == session_id, steps.c.kind == StepKind.COMPACTION.value)
+        .order_by(steps.c.step.desc())
+        .limit(1)
+    ).first()
+    if latest is None:
+        return 0
+    return max(0, min(int(latest.compacted_through), int(latest.step) - 1 - HISTORY))
+
+
+def _needed(
+    history: tuple[Step, ...], seen: dict[str, Observation]
+) -> tuple[tuple[Step, ...], dict[str, Observation]]:
+    """The steps (and their observations) a THINK still needs (`fsm.context.needed_from`),
+    so a cached transcript stays bounded by the window, not the session's length."""
+    first = needed_from(history, history=HISTORY)
+    if not history or history[0].step >= first:
+        return history, seen
+    kept = tuple(s for s in history if s.step >= first)
+    ids = {c.call_id for s in kept for c in s.calls}
+    return kept, {k: v for k, v in seen.items() if k in ids}
 
 
 def _history(

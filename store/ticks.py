@@ -28,6 +28,7 @@ from fsm.values import (
     Head,
     Observation,
     Step,
+    StepKind,
     ToolCall,
 )
 
@@ -60,7 +61,8 @@ class Claimed:
     @property
     def recent(self) -> tuple[str, ...]:
         """Fingerprints of the latest steps, oldest first."""
-        return tuple(s.fingerprint for s in self.steps[-HISTORY:])
+        replies = [s for s in self.steps if s.kind is StepKind.REPLY]
+        return tuple(s.fingerprint for s in replies[-HISTORY:])
 
 
 @dataclass(frozen=True)
