@@ -1,0 +1,176 @@
+"""The context policy end to end (issue 23): long sessions over the OpenAI wire format
+against a server with a context window, ticked in this process (the tick without Celery)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from fsm import context
+from fsm.values import ErrorCode, Head, Session, Status, StepKind
+from store import open_store
+from tests.context_server import WindowedChat, windowed_chat
+from tickwork.client import Tickwork
+from worker.advance import advance, estimate
+from worker.jobs import Jobs
+from worker.runtime import Runtime
+from worker.settings import Settings
+
+KIND = "tests.jobs:LONG"
+#: USD per million tokens, prompt and completion, given at submit
+PRICE = (1.0, 2.0)
+
+
+class Long:
+    """A deployment whose ticks run here one after another, on SQLite."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.settings = Settings(state_dir=tmp / "state")
+        self.settings.state_dir.mkdir(parents=True)
+        from store.migrate import upgrade
+
+        upgrade(self.settings.db_url)
+        self.store = open_store(self.settings.db_url)
+        self.client = Tickwork(self.settings, store=self.store)
+        self.client.publish = lambda *_: None  # type: ignore[method-assign]
+        self.rt = Runtime(
+            settings=self.settings, store=self.store, jobs=Jobs(), publish_tick=lambda *_: None
+        )
+
+    def submit(self, **kw: object) -> str:
+        budgets = {"max_steps": 5000, "max_tokens": 10**9, "max_cost_usd": 0}
+        return self.client.submit(
+            KIND, {"task": "read every chunk"}, model="openai:long", budgets=budgets, **kw
+        ).id
+
+    def run(self, session_id: str, *, ticks: int = 10_000) -> Head:
+        for _ in range(ticks):
+            head = self.store.get(session_id)
+            if not head.status.runnable:
+                return head
+            advance(self.rt, session_id, head.version)
+        raise AssertionError(f"session {session_id} did not rest in {ticks} ticks")
+
+    def close(self) -> None:
+        self.rt.close()
+        self.store.engine.dispose()
+
+
+@pytest.fixture
+def long(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Long]:
+    monkeypatch.setenv("TICKWORK_IMPORTS", '["tests.jobs:LONG"]')
+    deployment = Long(tmp_path)
+    yield deployment
+    deployment.close()
+
+
+def without_policy(session: Session) -> int:
+    """The prompt tokens the same session sends with no policy, from its stored steps: the
+    prompt of reply k holds the system prompt, the task and every reply before it whole."""
+    head = session.head.model_copy(update={"config": {**session.head.config, "context": None}})
+    seen = {o.call_id: o for o in session.observations}
+    replies = [s for s in session.steps if s.kind is StepKind.REPLY]
+    base = estimate(context.build(head, [], seen, context.View()))
+    total, grown = 0, base
+    for step in replies:
+        total += grown
+        # a step's messages add their estimate (the estimator counts characters, so the
+        # parts add up to within a token each)
+        grown += estimate(context.build(head, [step], seen, context.View())) - base
+    return total
+
+
+@pytest.mark.slow  # about 2 minutes: 2,000 ticks, each committing twice to SQLite
+def test_a_thousand_steps_of_8_kb_stay_under_a_32k_window_cheaply_and_cached(
+    long: Long, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with windowed_chat(WindowedChat(window=32_768, steps=1000)) as chat:
+        monkeypatch.setenv("OPENAI_BASE_URL", chat.url)
+        session_id = long.submit(context_window=32_768, price=PRICE)
+        head = long.run(session_id)
+    assert head.status is Status.COMPLETED, head.error_message
+    assert head.final_answer == "done: read 1000 chunks"
+    session = long.store.load(session_id)
+    replies = [s for s in session.steps if s.kind is StepKind.REPLY]
+    compactions = [s for s in session.steps if s.kind is StepKind.COMPACTION]
+    assert len(replies) == 1001
+    assert compactions, "a thousand 8 KB observations do not fit 32k tokens"
+    assert [e.data["step"] for e in session.events if e.kind == "compacted"] == [
+        s.step for s in compactions
+    ]
+    assert not [r for r in chat.log if r.refused], "no prompt passed the window"
+    assert max(r.tokens for r in chat.log) <= 32_768
+    sent = sum(r.tokens for r in chat.answered)
+    assert sent == sum(s.usage.prompt_tokens for s in session.steps)
+    assert sent <= 0.2 * without_policy(session)
+    assert sum(r.cached for r in chat.answered) >= 0.6 * sent
+    billed = sum(r.tokens * PRICE[0] + 12 * PRICE[1] for r in chat.answered) / 1e6
+    assert head.cost_usd == pytest.approx(billed)
+    assert head.tokens == sum(r.tokens + 12 for r in chat.answered)
+
+
+def test_a_window_smaller_than_the_policy_says_compacts_on_the_refusal_and_goes_on(
+    long: Long, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with windowed_chat(WindowedChat(window=9_000, steps=40)) as chat:
+        monkeypatch.setenv("OPENAI_BASE_URL", chat.url)
+        session_id = long.submit(context_window=32_768)
+        head = long.run(session_id)
+    assert head.status is Status.COMPLETED, head.error_message
+    refused = [r for r in chat.log if r.refused]
+    assert refused and not any(r.compaction for r in refused)
+    session = long.store.load(session_id)
+    compactions = [s for s in session.steps if s.kind is StepKind.COMPACTION]
+    # each refusal compacted at once, and the next prompt fitted
+    assert len(compactions) >= len(refused)
+    assert head.final_answer == "done: read 40 chunks"
+
+
+def test_a_prompt_no_compaction_fits_fails_with_code_context(
+    long: Long, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with windowed_chat(WindowedChat(window=10, steps=5)) as chat:
+        monkeypatch.setenv("OPENAI_BASE_URL", chat.url)
+        session_id = long.submit(context_window=32_768)
+        head = long.run(session_id)
+    assert head.status is Status.FAILED
+    assert head.error_code is ErrorCode.CONTEXT
+    assert "context window" in head.error_message
+    assert long.client.dead_letter(session_id).code == "CONTEXT"
+    assert chat.log[-1].refused
+
+
+def test_recall_gives_back_an_elided_observation_from_the_store(
+    long: Long, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.jobs import chunk
+
+    with windowed_chat(WindowedChat(window=32_768, steps=12, record=True)) as chat:
+        monkeypatch.setenv("OPENAI_BASE_URL", chat.url)
+        session_id = long.submit(context_window=10_000)
+        long.run(session_id)
+        sent = chat.log[-1].messages
+    assert sent is not None
+    stub = context.elided("s1c0", "read_chunk", 8192)
+    assert any(m.get("content") == stub for m in sent), "chunk 1 is masked by the end"
+    assert any(t["function"]["name"] == "recall" for t in _tools(long, session_id))
+    head = long.store.get(session_id)
+    found, is_error = _recall(long, head, "s1c0")
+    assert (found, is_error) == (chunk(1), False)
+    missing, is_error = _recall(long, head, "s99c0")
+    assert is_error and "no call 's99c0'" in missing
+
+
+def _tools(long: Long, session_id: str) -> list[dict[str, object]]:
+    from worker.advance import _schemas
+
+    head = long.store.get(session_id)
+    return _schemas(long.rt.jobs.tools(head.kind), head)
+
+
+def _recall(long: Long, head: Head, call_id: str) -> tuple[str, bool]:
+    from worker.advance import _recall as recall
+
+    return recall(long.rt, head, {"call_id": call_id})
