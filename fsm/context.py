@@ -221,8 +221,10 @@ def _keep_boundary(
     newest stay whole (never below the view's)."""
     seen = 0
     for step in reversed(steps):
-        if step.kind is not StepKind.REPLY or step.step <= view.through:
+        if step.step <= view.through:
             break
+        if step.kind is not StepKind.REPLY:
+            continue
         seen += sum(1 for c in step.calls if c.call_id in observations)
         if seen >= keep:
             return max(view.masked, step.step - 1)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+import time
 from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -47,10 +48,14 @@ class WindowedChat:
     record: bool = False
     #: how many earlier prompts the prefix cache holds
     cache_size: int = 4
+    #: seconds the first compaction request waits before it is answered (a kill lands in it)
+    slow_compaction: float = 0.0
     log: list[Request] = field(default_factory=list)
     url: str = ""
 
     def __post_init__(self) -> None:
+        #: set when the first compaction request arrives
+        self.compacting = threading.Event()
         self._lock = threading.Lock()
         self._cache: deque[list[str]] = deque(maxlen=self.cache_size)
 
@@ -77,6 +82,9 @@ class WindowedChat:
             cached = estimate_tokens(transcript_text(messages[:shared])) if shared else 0
             self._cache.append(keys)
             self.log.append(Request(tokens, cached, False, compaction, self._kept(messages)))
+        if compaction and not self.compacting.is_set():
+            self.compacting.set()
+            time.sleep(self.slow_compaction)
         last = _last_chunk(messages)
         message: dict[str, Any]
         if compaction:

@@ -211,3 +211,16 @@ def test_needed_from_keeps_the_compaction_and_its_kept_steps(build: Build) -> No
     assert plan(head, trimmed, run.observations, estimate=estimate) == plan(
         head, run.steps, run.observations, estimate=estimate
     )
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    sizes=st.lists(st.integers(min_value=0, max_value=2_000), min_size=1, max_size=80),
+    window=st.integers(min_value=4_000, max_value=20_000),
+)
+def test_observations_that_fit_whole_never_leave_a_prompt_over_the_window(
+    build: Build, sizes: list[int], window: int
+) -> None:
+    run = simulate(build, sizes, window=window)
+    replies = [s for s in run.steps if s.kind is StepKind.REPLY]
+    assert len(replies) == len(sizes), "every observation was read: none was too long"

@@ -174,3 +174,23 @@ def _recall(long: Long, head: Head, call_id: str) -> tuple[str, bool]:
     from worker.advance import _recall as recall
 
     return recall(long.rt, head, {"call_id": call_id})
+
+
+def test_a_fork_after_a_compaction_sends_what_the_parent_sent_at_that_step(
+    long: Long, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with windowed_chat(WindowedChat(window=32_768, steps=30, record=True)) as chat:
+        monkeypatch.setenv("OPENAI_BASE_URL", chat.url)
+        parent_id = long.submit(context_window=8_000)
+        assert long.run(parent_id).status is Status.COMPLETED
+        parent = long.store.load(parent_id)
+        sent = [r.messages for r in chat.answered]
+        assert len(sent) == len(parent.steps), "one request per step, none refused"
+        compaction = next(s for s in parent.steps if s.kind is StepKind.COMPACTION)
+        # a step after the compaction whose next prompt also masks (the view keeps moving)
+        for at in (compaction.step + 1, compaction.step + 2, len(parent.steps) - 3):
+            fork = long.client.fork(parent_id, from_step=at, by="tests")
+            asked = len(chat.answered)
+            head = long.run(fork.id)
+            assert head.status is Status.COMPLETED, (head.error_code, head.error_message)
+            assert chat.answered[asked].messages == sent[at], f"fork from step {at}"
