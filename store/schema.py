@@ -133,10 +133,11 @@ steps = Table(
     Column("model", String(200), nullable=False),
     Column("trace_id", String(64), nullable=False),
     Column("at", UTCDateTime, nullable=False),
-    # the context a model saw (fsm/context.py, 0012_context)
-    Column("kind", String(16), nullable=False, server_default=text("'reply'")),
-    Column("masked_through", Integer, nullable=False, server_default=text("0")),
-    Column("compacted_through", Integer, nullable=False, server_default=text("0")),
+    # the context a model saw (fsm/context.py, 0012_context); no server defaults: the
+    # Postgres save names every column without one (postgres.py)
+    Column("kind", String(16), nullable=False),
+    Column("masked_through", Integer, nullable=False),
+    Column("compacted_through", Integer, nullable=False),
     # a THINK on a cache miss finds the latest compaction without reading every step
     Index(
         "ix_tickwork_steps_compactions",

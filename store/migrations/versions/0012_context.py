@@ -30,6 +30,10 @@ def upgrade() -> None:
                 "compacted_through", sa.Integer(), nullable=False, server_default=sa.text("0")
             )
         )
+    # the defaults fill the rows there are; the schema has none (every save names them)
+    with op.batch_alter_table("tickwork_steps") as batch:
+        for name in ("kind", "masked_through", "compacted_through"):
+            batch.alter_column(name, server_default=None)
     op.create_index(
         "ix_tickwork_steps_compactions",
         "tickwork_steps",
