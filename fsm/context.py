@@ -274,6 +274,7 @@ def plan(
             f"the prompt of step {head.step + 1} is about {tokens:,} tokens with every "
             f"earlier step compacted, and the model's context window is {policy.window:,}"
             + (" (the model refused it)" if force else "")
-            + "; fork the session with a larger --context-window or a shorter task"
+            + "; submit it again on a model with a larger window (--context-window) or with "
+            "tools that return less"
         ),
     )
