@@ -278,3 +278,20 @@ def plan(
             "tools that return less"
         ),
     )
+
+
+def fit(messages: list[Message], policy: Policy | None, *, estimate: Estimate) -> list[Message]:
+    """A graph node's own messages (`ctx.generate`) under the session's policy: past the
+    target, the content of every tool message but the newest `keep` becomes a stub. The
+    node built them, so there is nothing stored to recall; the same messages always fit
+    the same way."""
+    if policy is None or estimate(messages) <= policy.limit:
+        return messages
+    tools = [i for i, m in enumerate(messages) if m.get("role") == "tool"]
+    old = set(tools[: len(tools) - policy.keep] if policy.keep else tools)
+    return [
+        {**m, "content": f"[tool output elided: {len(str(m.get('content') or '').encode())} bytes]"}
+        if i in old
+        else m
+        for i, m in enumerate(messages)
+    ]

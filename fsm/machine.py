@@ -34,10 +34,19 @@ from .values import (
     Step,
     StepKind,
     ToolCall,
+    Usage,
     Value,
     call_id_for,
     provider_call_id,
 )
+
+
+class StepCharge(Value):
+    """Tokens and cost added to stored step `step` (its other fields never change)."""
+
+    step: int
+    usage: Usage
+    cost_usd: float
 
 
 class Change(Value):
@@ -54,6 +63,9 @@ class Change(Value):
     events: tuple[Event, ...] = ()
     #: how long the next tick should wait (model retry backoff)
     delay_s: float = 0.0
+    #: model use to add to an existing step: a graph node's `ctx.generate` calls, charged
+    #: to the node's step when the node finishes
+    charged: StepCharge | None = None
 
     @property
     def enqueue(self) -> bool:

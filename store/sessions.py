@@ -592,6 +592,17 @@ def _apply(
     row = conn.execute(moved).first()
     if row is None:
         raise lost(session_id, version, owner)
+    if change.charged is not None:
+        c = change.charged
+        conn.execute(
+            update(steps)
+            .where(steps.c.session_id == change.head.id, steps.c.step == c.step)
+            .values(
+                prompt_tokens=steps.c.prompt_tokens + c.usage.prompt_tokens,
+                completion_tokens=steps.c.completion_tokens + c.usage.completion_tokens,
+                cost_usd=steps.c.cost_usd + c.cost_usd,
+            )
+        )
     changed = changed_states(change)
     if changed:
         conn.execute(

@@ -167,6 +167,21 @@ def changed_states(change: Change) -> list[dict[str, Any]]:
     ]
 
 
+def charged_rows(change: Change) -> list[dict[str, Any]]:
+    """The model use `change` adds to an existing step (a graph node's), as rows."""
+    c = change.charged
+    if c is None:
+        return []
+    return [
+        {
+            "step": c.step,
+            "prompt_tokens": c.usage.prompt_tokens,
+            "completion_tokens": c.usage.completion_tokens,
+            "cost_usd": c.cost_usd,
+        }
+    ]
+
+
 _CALL_ID = re.compile(r"s(\d+)c\d+")
 
 

@@ -10,7 +10,6 @@ import inspect
 import logging
 import time
 import uuid
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,7 +32,7 @@ from store.files import FileChange
 
 from . import graphs
 from .models import ModelSettings, pricing
-from .models.base import Message, estimate_tokens, transcript_text
+from .models.base import estimate_prompt as estimate
 from .report import ModelCall, Outcome, Phase, TickReport, ToolRun
 from .runtime import Runtime, Stops, owner_name
 from .secrets import mask_change
@@ -350,11 +349,6 @@ def _think(rt: Runtime, claimed: Claimed, files: TickFiles, notes: _Notes) -> Ch
             }
         )
     return change
-
-
-def estimate(messages: Sequence[Message]) -> int:
-    """The project's token estimate of a prompt (`worker.models.base.estimate_tokens`)."""
-    return estimate_tokens(transcript_text(list(messages)))
 
 
 def _schemas(tools: ToolRegistry, head: Head) -> list[dict[str, Any]]:

@@ -60,7 +60,7 @@ class Long:
 
 @pytest.fixture
 def long(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Long]:
-    monkeypatch.setenv("TICKWORK_IMPORTS", '["tests.jobs:LONG"]')
+    monkeypatch.setenv("TICKWORK_IMPORTS", '["tests.jobs:LONG", "tests.graphs:ASK"]')
     deployment = Long(tmp_path)
     yield deployment
     deployment.close()
@@ -194,3 +194,45 @@ def test_a_fork_after_a_compaction_sends_what_the_parent_sent_at_that_step(
             head = long.run(fork.id)
             assert head.status is Status.COMPLETED, (head.error_code, head.error_message)
             assert chat.answered[asked].messages == sent[at], f"fork from step {at}"
+
+
+def test_a_graph_nodes_model_calls_land_on_its_step_under_the_policy(
+    long: Long, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with windowed_chat(WindowedChat(window=32_768, steps=5, record=True)) as chat:
+        monkeypatch.setenv("OPENAI_BASE_URL", chat.url)
+        head = long.client.submit(
+            "tests.graphs:ASK",
+            {"size": 8_000},
+            model="openai:long",
+            price=PRICE,
+            context_window=8_000,
+        )
+        done = long.run(head.id)
+    assert done.status is Status.COMPLETED, done.error_message
+    (sent,) = chat.answered
+    assert sent.messages is not None
+    tools = [m["content"] for m in sent.messages if m["role"] == "tool"]
+    assert tools[:3] == ["[tool output elided: 8000 bytes]"] * 3, "past the target: masked"
+    assert tools[3:] == [f"{i}" * 8_000 for i in (3, 4, 5)], "the newest three stay whole"
+    session = long.store.load(head.id)
+    node = next(s for s in session.steps if any(c.name == "ask" for c in s.calls))
+    assert node.usage.prompt_tokens == sent.tokens
+    assert node.usage.completion_tokens == 12
+    assert node.cost_usd == pytest.approx((sent.tokens * PRICE[0] + 12 * PRICE[1]) / 1e6)
+    assert done.tokens == sum(s.usage.total for s in session.steps) == sent.tokens + 12
+    assert done.cost_usd == pytest.approx(sum(s.cost_usd for s in session.steps))
+
+
+def test_a_graph_node_whose_prompt_is_refused_as_too_long_fails_with_context(
+    long: Long, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with windowed_chat(WindowedChat(window=1_000, steps=5)) as chat:
+        monkeypatch.setenv("OPENAI_BASE_URL", chat.url)
+        head = long.client.submit(
+            "tests.graphs:ASK", {"size": 8_000}, model="openai:long", price=PRICE
+        )
+        done = long.run(head.id)
+    assert chat.log[-1].refused
+    assert (done.status, done.error_code) == (Status.FAILED, ErrorCode.CONTEXT)
+    assert "node 'ask'" in done.error_message
