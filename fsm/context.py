@@ -189,7 +189,7 @@ def build(
             if seen is None:
                 continue
             if step.step <= view.masked:
-                content = elided(call.call_id, call.name, len(seen.content.encode()))
+                content = elided(call.call_id, call.name, seen.size)
             else:
                 content = f"ERROR: {seen.content}" if seen.is_error else seen.content
             out.append(

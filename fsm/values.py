@@ -212,6 +212,14 @@ class Observation(Value):
     is_error: bool = False
     at: datetime
     duration_ms: float = 0.0
+    #: set when the content was not read, only its size in bytes: a THINK claim leaves out
+    #: observations its prompt shows as stubs (`fsm.context`); never stored
+    elided: int | None = Field(default=None, exclude=True)
+
+    @property
+    def size(self) -> int:
+        """The content's size in bytes."""
+        return self.elided if self.elided is not None else len(self.content.encode())
 
 
 class Decision(Value):

@@ -235,6 +235,7 @@ def observation_from_row(row: Row) -> Observation:
         is_error=row["is_error"],
         at=row["at"],
         duration_ms=row["duration_ms"],
+        elided=row.get("elided"),
     )
 
 

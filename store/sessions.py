@@ -16,9 +16,13 @@ from typing import Any
 from sqlalchemy import (
     Connection,
     Engine,
+    LargeBinary,
+    Select,
     and_,
     bindparam,
+    cast,
     delete,
+    func,
     insert,
     literal,
     or_,
@@ -229,9 +233,10 @@ class CoreStore:
         known = self._transcripts.get(session_id)
         # a miss reads from the latest compaction on (fsm/context.py), not every step: what
         # a THINK reads is bounded by the context window, not by the session's length
-        after = known.step if known is not None else self._context_start(session_id)
+        after, masked = (known.step, 0) if known is not None else self._context_start(session_id)
         expires = now + timedelta(seconds=lease_s)
-        taken = self._take(Lease(session_id, version, owner, now), expires=expires, after=after)
+        lease = Lease(session_id, version, owner, now)
+        taken = self._take(lease, expires=expires, after=after, masked=masked)
         if taken is None:
             return None
         claimed, mark = taken
@@ -242,7 +247,8 @@ class CoreStore:
             seen = {**known.observations, **claimed.observations}
         elif known is not None:  # what we knew was of another session under this id
             with self.engine.connect() as conn:
-                history, seen = _history(conn, session_id, after=_context_start(conn, session_id))
+                start, masked = _context_start(conn, session_id)
+                history, seen = _history(conn, session_id, after=start, masked=masked)
         else:
             history, seen = claimed.steps, claimed.observations
         history, seen = _needed(history, seen)
@@ -250,7 +256,7 @@ class CoreStore:
         self._transcripts.put(session_id, Transcript(head.created_at, head.step, history, seen))
         return replace(claimed, steps=history, observations=seen)
 
-    def _context_start(self, session_id: str) -> int:
+    def _context_start(self, session_id: str) -> tuple[int, int]:
         with self.engine.connect() as conn:
             return _context_start(conn, session_id)
 
@@ -299,11 +305,14 @@ class CoreStore:
         transaction. Raises ClaimLost otherwise."""
         return self._save(Lease(change.head.id, version, owner, now), change, files)
 
-    def _take(self, lease: Lease, *, expires: datetime, after: int) -> Taken | None:
+    def _take(
+        self, lease: Lease, *, expires: datetime, after: int, masked: int = 0
+    ) -> Taken | None:
         """The claim's write: take the lease until `expires`, drop the version's outbox row,
-        read what the tick needs (a THINK: the steps after step `after`)."""
+        read what the tick needs (a THINK: the steps after step `after`, the observations
+        of steps up to `masked` by their size only)."""
         with self.engine.begin() as conn:
-            return _claim(conn, lease, expires=expires, after=after)
+            return _claim(conn, lease, expires=expires, after=after, masked=masked)
 
     def _start(self, lease: Lease, call: ToolCall, event: dict[str, Any]) -> bool:
         """Mark `call` started and record `event`, if the lease is still ours."""
@@ -704,7 +713,9 @@ def _missing_call(conn: Connection, head: Head, call_id: str) -> None:
     )
 
 
-def _claim(conn: Connection, lease: Lease, *, expires: datetime, after: int) -> Taken | None:
+def _claim(
+    conn: Connection, lease: Lease, *, expires: datetime, after: int, masked: int = 0
+) -> Taken | None:
     session_id, version, owner = lease.session_id, lease.version, lease.owner
     assert owner is not None, "a claim takes a lease"
     taken = (
@@ -729,7 +740,7 @@ def _claim(conn: Connection, lease: Lease, *, expires: datetime, after: int) -> 
         current = _calls(conn, session_id, step=head.step)
         decided = _decisions(conn, session_id, current)
         return Claimed(head=head, owner=owner, calls=current, decisions=decided), None
-    history, seen = _history(conn, session_id, after=after)
+    history, seen = _history(conn, session_id, after=after, masked=masked)
     known = conn.execute(
         select(steps.c.trace_id, steps.c.fingerprint).where(
             steps.c.session_id == session_id, steps.c.step == after
@@ -763,19 +774,27 @@ def _start(conn: Connection, lease: Lease, call: ToolCall) -> bool:
     return bool(conn.execute(stmt).rowcount == 1)
 
 
-def _context_start(conn: Connection, session_id: str) -> int:
-    """The step a THINK reads after: before the latest compaction's cut (or the last
-    `HISTORY` replies before it, for loop detection), 0 with no compaction. Read before the
-    claim: a compaction stored meanwhile only makes the claim read more than it needs."""
+def _context_start(conn: Connection, session_id: str) -> tuple[int, int]:
+    """(the step a THINK reads after, the last step whose observations it reads by size
+    only): before the latest compaction's cut (or the last `HISTORY` replies before it, for
+    loop detection), 0 with no compaction; and the latest mask since. Read before the
+    claim: a step stored meanwhile only makes the claim read more than it needs."""
     latest = conn.execute(
         select(steps.c.step, steps.c.compacted_through)
         .where(steps.c.session_id == session_id, steps.c.kind == StepKind.COMPACTION.value)
         .order_by(steps.c.step.desc())
         .limit(1)
     ).first()
+    since = 0 if latest is None else int(latest.step)
+    masked = conn.execute(
+        select(func.max(steps.c.masked_through)).where(
+            steps.c.session_id == session_id, steps.c.step > since
+        )
+    ).scalar()
     if latest is None:
-        return 0
-    return max(0, min(int(latest.compacted_through), int(latest.step) - 1 - HISTORY))
+        return 0, int(masked or 0)
+    start = max(0, min(int(latest.compacted_through), since - 1 - HISTORY))
+    return start, max(int(latest.compacted_through), int(masked or 0))
 
 
 def _needed(
@@ -792,7 +811,7 @@ def _needed(
 
 
 def _history(
-    conn: Connection, session_id: str, *, after: int = 0
+    conn: Connection, session_id: str, *, after: int = 0, masked: int = 0
 ) -> tuple[tuple[Step, ...], dict[str, Observation]]:
     """The steps after step `after`, with their calls and the observations of those calls."""
     call_rows = (
@@ -810,15 +829,38 @@ def _history(
         .order_by(steps.c.step)
     ).mappings()
     history = steps_from_rows(step_rows, call_rows)
-    found = select(observations).where(observations.c.session_id == session_id)
-    if after:
-        # by the calls' ids, looked up one by one: a join may scan every observation per call
-        recent = select(calls.c.call_id).where(
-            calls.c.session_id == session_id, calls.c.step > after
+    seen: dict[str, Observation] = {}
+    if masked > after:
+        # the observations the prompt shows as stubs: their size, not their content
+        size = func.length(cast(observations.c.content, LargeBinary))
+        stubs = select(
+            observations.c.call_id,
+            literal("").label("content"),
+            observations.c.is_error,
+            observations.c.at,
+            observations.c.duration_ms,
+            size.label("elided"),
+        ).where(
+            observations.c.session_id == session_id,
+            observations.c.call_id.in_(_call_ids(session_id, after, masked)),
         )
-        found = found.where(observations.c.call_id.in_(recent))
-    seen = {r["call_id"]: rows.observation_from_row(r) for r in conn.execute(found).mappings()}
+        seen.update(
+            (r["call_id"], rows.observation_from_row(r)) for r in conn.execute(stubs).mappings()
+        )
+    found = select(observations).where(observations.c.session_id == session_id)
+    if after or masked:
+        # by the calls' ids, looked up one by one: a join may scan every observation per call
+        found = found.where(observations.c.call_id.in_(_call_ids(session_id, max(after, masked))))
+    seen.update(
+        (r["call_id"], rows.observation_from_row(r)) for r in conn.execute(found).mappings()
+    )
     return history, seen
+
+
+def _call_ids(session_id: str, after: int, through: int | None = None) -> Select[tuple[str]]:
+    """The ids of the session's calls of the steps after `after` (up to `through`)."""
+    query = select(calls.c.call_id).where(calls.c.session_id == session_id, calls.c.step > after)
+    return query if through is None else query.where(calls.c.step <= through)
 
 
 def _load(conn: Connection, session_id: str) -> Session:

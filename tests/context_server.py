@@ -25,7 +25,9 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from worker.models.base import estimate_tokens, transcript_text
+from fsm import context
+from fsm.values import Session, StepKind
+from worker.models.base import estimate_prompt, estimate_tokens, transcript_text
 
 _SUMMARISED = re.compile(r"read chunks up to n=(\d+)")
 COMPLETION_TOKENS = 12
@@ -180,3 +182,19 @@ def windowed_chat(chat: WindowedChat) -> Iterator[WindowedChat]:
         server.shutdown()
         server.server_close()
         thread.join(5)
+
+
+def without_policy(session: Session) -> int:
+    """The prompt tokens the same session sends with no policy, from its stored steps: the
+    prompt of reply k holds the system prompt, the task and every reply before it whole.
+    A step's messages add their estimate (the estimator counts characters, so the parts
+    add up to within a token each), which keeps this linear in the session's length."""
+    head = session.head.model_copy(update={"config": {**session.head.config, "context": None}})
+    seen = {o.call_id: o for o in session.observations}
+    replies = [s for s in session.steps if s.kind is StepKind.REPLY]
+    base = estimate_prompt(context.build(head, [], seen, context.View()))
+    total, grown = 0, base
+    for step in replies:
+        total += grown
+        grown += estimate_prompt(context.build(head, [step], seen, context.View())) - base
+    return total

@@ -69,3 +69,53 @@ def test_a_cold_think_claim_reads_from_the_latest_compaction_on(
         claimed.recent
         == tuple(s.fingerprint for s in whole.steps if s.kind is StepKind.REPLY)[-16:]
     )
+
+
+def test_a_charge_adds_model_use_to_a_stored_step(
+    store: Store, clock: Clock, session_id: str
+) -> None:
+    from fsm.machine import StepCharge
+
+    _steps(store, session_id, clock, 2)
+    claimed = claim(store, session_id, now=clock())
+    charge = StepCharge(
+        step=1, usage=Usage(prompt_tokens=1000, completion_tokens=50), cost_usd=0.25
+    )
+    change = machine.start_think(claimed.head, now=clock())
+    assert not isinstance(change, machine.Change)
+    idle = machine.Change(head=claimed.head.model_copy(update={"updated_at": clock()}))
+    store.save(
+        idle.model_copy(update={"charged": charge}),
+        version=claimed.head.version,
+        owner=OWNER,
+        now=clock(),
+    )
+    first = store.load(session_id).steps[0]
+    assert (first.usage.prompt_tokens, first.usage.completion_tokens) == (1100, 70)
+    assert first.cost_usd == 0.01 + 0.25
+
+
+def test_a_cold_claim_reads_masked_observations_by_their_size_only(
+    store: Store, clock: Clock, session_id: str
+) -> None:
+    _steps(store, session_id, clock, 4)
+    claimed = claim(store, session_id, now=clock())
+    change = machine.think(
+        claimed.head,
+        reply(("read_file", {"path": "g"})),
+        now=clock(),
+        cost_usd=0.0,
+        trace_id="t-5",
+        recent=claimed.recent,
+        rules={},
+        masked_through=3,
+    )
+    store.save(change, version=claimed.head.version, owner=OWNER, now=clock())
+    execute(store, session_id, now=clock(), output="é" * 10)
+    cold = open_store(store.engine, core=type(store).__name__ == "CoreStore")
+    seen = claim(cold, session_id, now=clock()).observations
+    assert [(seen[f"s{n}c0"].content, seen[f"s{n}c0"].elided) for n in (1, 2, 3)] == [
+        ("", len(f"output {n}")) for n in (0, 1, 2)
+    ]
+    assert (seen["s4c0"].content, seen["s4c0"].elided) == ("output 3", None)
+    assert (seen["s5c0"].content, seen["s5c0"].size) == ("é" * 10, 20)

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from fsm import context
-from fsm.values import ErrorCode, Head, Session, Status, StepKind
+from fsm.values import ErrorCode, Head, Status, StepKind
 from store import open_store
-from tests.context_server import WindowedChat, windowed_chat
+from tests.context_server import WindowedChat, windowed_chat, without_policy
 from tickwork.client import Tickwork
-from worker.advance import advance, estimate
+from worker.advance import advance
 from worker.jobs import Jobs
 from worker.runtime import Runtime
 from worker.settings import Settings
@@ -64,22 +64,6 @@ def long(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Long]:
     deployment = Long(tmp_path)
     yield deployment
     deployment.close()
-
-
-def without_policy(session: Session) -> int:
-    """The prompt tokens the same session sends with no policy, from its stored steps: the
-    prompt of reply k holds the system prompt, the task and every reply before it whole."""
-    head = session.head.model_copy(update={"config": {**session.head.config, "context": None}})
-    seen = {o.call_id: o for o in session.observations}
-    replies = [s for s in session.steps if s.kind is StepKind.REPLY]
-    base = estimate(context.build(head, [], seen, context.View()))
-    total, grown = 0, base
-    for step in replies:
-        total += grown
-        # a step's messages add their estimate (the estimator counts characters, so the
-        # parts add up to within a token each)
-        grown += estimate(context.build(head, [step], seen, context.View())) - base
-    return total
 
 
 @pytest.mark.slow  # about 2 minutes: 2,000 ticks, each committing twice to SQLite
