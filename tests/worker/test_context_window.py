@@ -220,3 +220,68 @@ def test_a_graph_node_whose_prompt_is_refused_as_too_long_fails_with_context(
     assert chat.log[-1].refused
     assert (done.status, done.error_code) == (Status.FAILED, ErrorCode.CONTEXT)
     assert "node 'ask'" in done.error_message
+
+
+@pytest.mark.parametrize("window", [0, 100, 10**8, True])
+def test_a_context_window_out_of_bounds_is_refused_at_submit(long: Long, window: int) -> None:
+    from fsm.errors import InvalidInput
+
+    with pytest.raises(InvalidInput, match="context_window must be"):
+        long.submit(context_window=window)
+
+
+def test_the_policy_is_stored_in_the_config_from_the_model_table_or_the_submit(
+    long: Long,
+) -> None:
+    table = long.client.submit(KIND, {}, model="openai:gpt-4o-2024-08-06", price=PRICE)
+    assert table.config["context"] == {"window": 128_000, "target": 0.75, "keep": 3}
+    unknown = long.client.submit(KIND, {}, model="openai:my-local-llm", price=PRICE)
+    assert unknown.config["context"]["window"] == 16_384
+    given = long.client.submit(KIND, {}, model="openai:gpt-4o", price=PRICE, context_window=50_000)
+    assert given.config["context"]["window"] == 50_000
+    forked = long.client.fork(given.id, from_step=0, by="tests")
+    assert forked.config["context"] == given.config["context"]
+
+
+@pytest.mark.parametrize(
+    ("code", "message", "too_long"),
+    [
+        ("context_length_exceeded", "", True),
+        ("", "This model's maximum context length is 8192 tokens. However, you requested", True),
+        ("", "the prompt is too long: 40000 tokens > 32768", True),
+        ("invalid_request_error", "'messages' must contain the word 'json'", False),
+    ],
+)
+def test_the_openai_client_knows_a_prompt_refused_as_too_long(
+    code: str, message: str, too_long: bool
+) -> None:
+    from worker.models.openai import _too_long
+
+    assert _too_long(code, message) is too_long
+
+
+def test_show_and_watch_name_a_compaction(long: Long, monkeypatch: pytest.MonkeyPatch) -> None:
+    from rich.console import Console
+
+    from tickwork import render, views
+
+    with windowed_chat(WindowedChat(window=32_768, steps=12)) as chat:
+        monkeypatch.setenv("OPENAI_BASE_URL", chat.url)
+        session_id = long.submit(context_window=8_000)
+        long.run(session_id)
+    session = long.store.load(session_id)
+    compaction = next(s for s in session.steps if s.kind is StepKind.COMPACTION)
+    view = views.session(session)
+    shown = next(s for s in view["steps"] if s["step"] == compaction.step)
+    assert (shown["kind"], shown["compacted_through"]) == (
+        "compaction",
+        compaction.compacted_through,
+    )
+    out = Console(width=200, record=True)
+    out.print(render.timeline(view))
+    assert f"step {compaction.step} · compaction of steps 1-{compaction.compacted_through}" in (
+        out.export_text()
+    )
+    event = next(e for e in view["events"] if e["kind"] == "compacted")
+    line = render.event_line(event).plain
+    assert f"steps 1-{compaction.compacted_through} summarised" in line
