@@ -34,6 +34,9 @@ RECALL = "recall"
 DEFAULT_TARGET = 0.75
 #: the newest observations that always stay whole
 DEFAULT_KEEP = 3
+#: the most replies a prompt shows after its summary: past them, a compaction, so what a
+#: THINK reads on a cache miss stays bounded however small each masked step is
+DEFAULT_SPAN = 100
 #: the bounds of a context window a submitter may give, in tokens
 MIN_WINDOW, MAX_WINDOW = 1_024, 10_000_000
 
@@ -56,13 +59,15 @@ class Policy:
     target: float = DEFAULT_TARGET
     #: how many of the newest observations always stay whole
     keep: int = DEFAULT_KEEP
+    #: the most replies shown after the summary before the next compaction
+    span: int = DEFAULT_SPAN
 
     @property
     def limit(self) -> int:
         return int(self.window * self.target)
 
     def to_config(self) -> dict[str, Any]:
-        return {"window": self.window, "target": self.target, "keep": self.keep}
+        return {"window": self.window, "target": self.target, "keep": self.keep, "span": self.span}
 
 
 def policy_of(config: Mapping[str, Any]) -> Policy | None:
@@ -74,6 +79,7 @@ def policy_of(config: Mapping[str, Any]) -> Policy | None:
         window=int(given["window"]),
         target=float(given.get("target", DEFAULT_TARGET)),
         keep=int(given.get("keep", DEFAULT_KEEP)),
+        span=int(given.get("span", DEFAULT_SPAN)),
     )
 
 
@@ -231,6 +237,22 @@ def _keep_boundary(
     return view.masked
 
 
+def _compaction(
+    head: Head,
+    steps: Sequence[Step],
+    observations: Mapping[str, Observation],
+    view: View,
+    cut: int,
+    estimate: Estimate,
+) -> Plan:
+    """The plan to summarise the steps up to `cut`, asked with the prompt as it stands
+    (masked up to the cut at least), so the provider's cache holds most of it."""
+    masked = View(through=view.through, summary=view.summary, masked=max(view.masked, cut))
+    ask = build(head, steps, observations, masked)
+    ask.append({"role": "user", "content": SUMMARISE.format(through=cut)})
+    return Plan(ask, masked, estimate(ask), compact_through=cut)
+
+
 def plan(
     head: Head,
     steps: Sequence[Step],
@@ -247,9 +269,13 @@ def plan(
     if policy is None:
         return Plan(sent, view, estimate(sent))
     tokens = estimate(sent)
-    if not force and tokens <= policy.limit:
+    shown = sum(1 for s in steps if s.kind is StepKind.REPLY and s.step > view.through)
+    long = shown > policy.span
+    if not force and not long and tokens <= policy.limit:
         return Plan(sent, view, tokens)
     boundary = _keep_boundary(steps, observations, view, policy.keep)
+    if long and not force and boundary > view.through:
+        return _compaction(head, steps, observations, view, boundary, estimate)
     if not force and boundary > view.masked:
         view = View(through=view.through, summary=view.summary, masked=boundary)
         sent = build(head, steps, observations, view)
@@ -260,10 +286,7 @@ def plan(
     # forced: keep fewer whole steps each time the model refuses, down to none
     cut = boundary if boundary > view.through else (last if force else view.through)
     if cut > view.through:
-        masked = View(through=view.through, summary=view.summary, masked=max(view.masked, cut))
-        ask = build(head, steps, observations, masked)
-        ask.append({"role": "user", "content": SUMMARISE.format(through=cut)})
-        return Plan(ask, masked, estimate(ask), compact_through=cut)
+        return _compaction(head, steps, observations, view, cut, estimate)
     if not force and tokens <= policy.window:
         return Plan(sent, view, tokens)  # past the target, within the window: go on
     return Plan(
