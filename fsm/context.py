@@ -36,7 +36,7 @@ DEFAULT_TARGET = 0.75
 DEFAULT_KEEP = 3
 #: the most replies a prompt shows after its summary: past them, a compaction, so what a
 #: THINK reads on a cache miss stays bounded however small each masked step is
-DEFAULT_SPAN = 100
+DEFAULT_SPAN = 50
 #: the bounds of a context window a submitter may give, in tokens
 MIN_WINDOW, MAX_WINDOW = 1_024, 10_000_000
 

@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from ops.bench import common, plot
 
 #: THINK ticks timed at each end, half with each worker
-SAMPLE = 20
+SAMPLE = 40
 
 
 def main() -> None:

@@ -227,10 +227,10 @@ def test_observations_that_fit_whole_never_leave_a_prompt_over_the_window(
 
 
 def test_past_its_span_of_replies_a_prompt_is_compacted_however_small(build: Build) -> None:
-    run = simulate(build, [10] * 150, window=1_000_000)
+    run = simulate(build, [10] * 80, window=1_000_000)
     compactions = [s for s in run.steps if s.kind is StepKind.COMPACTION]
-    assert [s.step for s in compactions] == [102]
-    assert compactions[0].compacted_through == 98, "the newest three observations stay"
+    assert [s.step for s in compactions] == [context.DEFAULT_SPAN + 2]
+    assert compactions[0].compacted_through == context.DEFAULT_SPAN - 2, "the newest 3 stay"
     for number, made in run.plans:
         shown = [m for m in made.messages if m["role"] == "assistant"]
-        assert len(shown) <= 101, f"step {number}"
+        assert len(shown) <= context.DEFAULT_SPAN + 1, f"step {number}"

@@ -234,7 +234,7 @@ def test_the_policy_is_stored_in_the_config_from_the_model_table_or_the_submit(
     long: Long,
 ) -> None:
     table = long.client.submit(KIND, {}, model="openai:gpt-4o-2024-08-06", price=PRICE)
-    assert table.config["context"] == {"window": 128_000, "target": 0.75, "keep": 3, "span": 100}
+    assert table.config["context"] == {"window": 128_000, "target": 0.75, "keep": 3, "span": 50}
     unknown = long.client.submit(KIND, {}, model="openai:my-local-llm", price=PRICE)
     assert unknown.config["context"]["window"] == 16_384
     given = long.client.submit(KIND, {}, model="openai:gpt-4o", price=PRICE, context_window=50_000)
