@@ -68,9 +68,7 @@ class PostgresStore(CoreStore):
         #: one statement each, atomic without BEGIN/COMMIT
         self._single = engine.execution_options(isolation_level="AUTOCOMMIT")
 
-    def _take(
-        self, lease: Lease, *, expires: datetime, after: int, masked: int = 0
-    ) -> Taken | None:
+    def _take(self, lease: Lease, *, expires: datetime, after: int) -> Taken | None:
         params = {
             "id": lease.session_id,
             "version": lease.version,
@@ -78,7 +76,6 @@ class PostgresStore(CoreStore):
             "now": _aware(lease.now),
             "expires": _aware(expires),
             "after": after,
-            "masked": masked,
         }
         with self._single.connect() as conn:
             row = _one(conn, CLAIM, params)
@@ -214,10 +211,7 @@ SELECT {", ".join(f"claimed.{_q(c.name)}" for c in sessions.columns)},
     _agg(calls, "c", "c.session_id = claimed.id AND c.step > %(after)s", "c.step, c.index")
 } END AS new_calls,
     CASE WHEN claimed.status = 'ready' THEN (
-        -- what the prompt shows as a stub (steps up to the mask): its size, not its content
-        SELECT jsonb_agg(CASE WHEN c.step <= %(masked)s THEN to_jsonb(x.o)
-            || jsonb_build_object('content', '', 'elided', octet_length((x.o).content))
-            ELSE to_jsonb(x.o) END)
+        SELECT jsonb_agg(x.o)
         FROM {calls.name} AS c, {_of_call(observations, "o")}
         WHERE c.session_id = claimed.id AND c.step > %(after)s
     ) END AS new_observations,

@@ -73,6 +73,7 @@ from .schema import (
     steps,
 )
 from .ticks import (
+    NO_STEPS,
     OPEN,
     Claimed,
     Lease,
@@ -231,12 +232,12 @@ class CoreStore:
         after those this process read last time (`transcripts.py`).
         """
         known = self._transcripts.get(session_id)
-        # a miss reads from the latest compaction on (fsm/context.py), not every step: what
-        # a THINK reads is bounded by the context window, not by the session's length
-        after, masked = (known.step, 0) if known is not None else self._context_start(session_id)
+        # a miss claims without reading steps (an EXECUTE tick needs none), then a THINK
+        # reads from the latest compaction on (`_context_start`): bounded by the context
+        # policy, not by the session's length
+        after = known.step if known is not None else NO_STEPS
         expires = now + timedelta(seconds=lease_s)
-        lease = Lease(session_id, version, owner, now)
-        taken = self._take(lease, expires=expires, after=after, masked=masked)
+        taken = self._take(Lease(session_id, version, owner, now), expires=expires, after=after)
         if taken is None:
             return None
         claimed, mark = taken
@@ -245,20 +246,15 @@ class CoreStore:
         if known is not None and known.continued_by(claimed.head, mark):
             history = known.steps + claimed.steps
             seen = {**known.observations, **claimed.observations}
-        elif known is not None:  # what we knew was of another session under this id
+        else:  # a miss, or what we knew was of another session under this id
+            # read under our lease after the claim's commit: no step is appended meanwhile
             with self.engine.connect() as conn:
                 start, masked = _context_start(conn, session_id)
                 history, seen = _history(conn, session_id, after=start, masked=masked)
-        else:
-            history, seen = claimed.steps, claimed.observations
         history, seen = _needed(history, seen)
         head = claimed.head
         self._transcripts.put(session_id, Transcript(head.created_at, head.step, history, seen))
         return replace(claimed, steps=history, observations=seen)
-
-    def _context_start(self, session_id: str) -> tuple[int, int]:
-        with self.engine.connect() as conn:
-            return _context_start(conn, session_id)
 
     def renew(
         self, session_id: str, version: int, *, owner: str, now: datetime, lease_s: float
@@ -305,14 +301,11 @@ class CoreStore:
         transaction. Raises ClaimLost otherwise."""
         return self._save(Lease(change.head.id, version, owner, now), change, files)
 
-    def _take(
-        self, lease: Lease, *, expires: datetime, after: int, masked: int = 0
-    ) -> Taken | None:
+    def _take(self, lease: Lease, *, expires: datetime, after: int) -> Taken | None:
         """The claim's write: take the lease until `expires`, drop the version's outbox row,
-        read what the tick needs (a THINK: the steps after step `after`, the observations
-        of steps up to `masked` by their size only)."""
+        read what the tick needs (a THINK: the steps after step `after`)."""
         with self.engine.begin() as conn:
-            return _claim(conn, lease, expires=expires, after=after, masked=masked)
+            return _claim(conn, lease, expires=expires, after=after)
 
     def _start(self, lease: Lease, call: ToolCall, event: dict[str, Any]) -> bool:
         """Mark `call` started and record `event`, if the lease is still ours."""
@@ -713,9 +706,7 @@ def _missing_call(conn: Connection, head: Head, call_id: str) -> None:
     )
 
 
-def _claim(
-    conn: Connection, lease: Lease, *, expires: datetime, after: int, masked: int = 0
-) -> Taken | None:
+def _claim(conn: Connection, lease: Lease, *, expires: datetime, after: int) -> Taken | None:
     session_id, version, owner = lease.session_id, lease.version, lease.owner
     assert owner is not None, "a claim takes a lease"
     taken = (
@@ -740,7 +731,7 @@ def _claim(
         current = _calls(conn, session_id, step=head.step)
         decided = _decisions(conn, session_id, current)
         return Claimed(head=head, owner=owner, calls=current, decisions=decided), None
-    history, seen = _history(conn, session_id, after=after, masked=masked)
+    history, seen = _history(conn, session_id, after=after)
     known = conn.execute(
         select(steps.c.trace_id, steps.c.fingerprint).where(
             steps.c.session_id == session_id, steps.c.step == after

@@ -37,6 +37,10 @@ from .files import FileChange
 from .schema import calls, decisions, events, file_changes, observations, outbox, steps
 from .transcripts import Mark
 
+#: the `after` of a claim that reads no steps (a THINK that missed the transcript cache
+#: reads them from the latest compaction on, after the claim: `sessions.CoreStore.claim`)
+NO_STEPS = 2**31 - 1
+
 #: the states a call can be started from
 OPEN = [s.value for s in CallState if s.open]
 
