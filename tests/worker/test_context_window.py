@@ -285,3 +285,31 @@ def test_show_and_watch_name_a_compaction(long: Long, monkeypatch: pytest.Monkey
     event = next(e for e in view["events"] if e["kind"] == "compacted")
     line = render.event_line(event).plain
     assert f"steps 1-{compaction.compacted_through} summarised" in line
+
+
+def test_a_compaction_is_a_tick_of_its_own_in_the_traces(
+    long: Long, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from worker.tracing import SessionTracer
+
+    exporter = InMemorySpanExporter()
+    tracer = SessionTracer(exporter, masker=long.rt.masker, capture_content=False, batch=False)
+    long.rt.observers.add(tracer)
+    with windowed_chat(WindowedChat(window=32_768, steps=12)) as chat:
+        monkeypatch.setenv("OPENAI_BASE_URL", chat.url)
+        session_id = long.submit(context_window=8_000)
+        long.run(session_id)
+    session = long.store.load(session_id)
+    cuts = [s.compacted_through for s in session.steps if s.kind is StepKind.COMPACTION]
+    spans = exporter.get_finished_spans()
+    ticks = [s for s in spans if s.name == "tick compact"]
+    assert len(ticks) == len(cuts)
+    chats = [
+        dict(s.attributes or {})
+        for s in spans
+        if "tickwork.context.compacted_through" in (s.attributes or {})
+    ]
+    assert [c["tickwork.context.compacted_through"] for c in chats] == cuts
+    assert all(c["gen_ai.usage.input_tokens"] > 0 for c in chats)
