@@ -114,10 +114,10 @@ class PermanentModelError(ModelError):
     """The model refused the request (400, 401, 403, 404); retrying will not help."""
 
 
-class ContextTooLong(ModelError):
-    """The prompt is longer than the model's context window (OpenAI's
-    `context_length_exceeded`, Anthropic's "prompt is too long"); the same call will not
-    succeed, a shorter transcript may."""
+class ContextTooLong(PermanentModelError):
+    """The model refused the prompt as longer than its context window (OpenAI's
+    `context_length_exceeded`, Anthropic's "prompt is too long"): the same call will not
+    succeed, so the session compacts its transcript and tries again."""
 
 
 class ToolError(TickworkError):

@@ -26,7 +26,7 @@ from .budgets import exhausted_budget
 from .fingerprints import call_fingerprint, step_fingerprint
 from .graph import END, PROPOSAL, START, CompiledGraph, delta_text, state_fingerprint
 from .loops import HISTORY, detect_loop
-from .machine import Change, _close_calls, _ended, _moved, _require, in_doubt
+from .machine import Change, StepCharge, _close_calls, _ended, _moved, _require, in_doubt
 from .values import (
     CallState,
     Decision,
@@ -39,6 +39,7 @@ from .values import (
     Status,
     Step,
     ToolCall,
+    Usage,
     Value,
     call_id_for,
 )
@@ -235,6 +236,7 @@ def node_finished(
     cost_usd: float = 0.0,
     observed: bool = False,
     trace_id: str = "",
+    usage: Usage | None = None,
 ) -> Change:
     """The node of `call` ran and changed the state by `delta` (its update, with a person's
     edit; or a proposal's call: the update a person approved): save the update, then record
@@ -261,7 +263,7 @@ def node_finished(
     head = head.model_copy(
         update={"tokens": head.tokens + tokens, "cost_usd": head.cost_usd + cost_usd}
     )
-    return schedule(
+    scheduled = schedule(
         head,
         graph,
         state,
@@ -271,6 +273,15 @@ def node_finished(
         closing=closing,
         trace_id=trace_id,
     )
+    return _charged(scheduled, call, usage, cost_usd)
+
+
+def _charged(change: Change, call: ToolCall, usage: Usage | None, cost_usd: float) -> Change:
+    """`change` with the node's model use on the node's own step (`ctx.generate`)."""
+    if usage is None or (usage.total == 0 and cost_usd == 0):
+        return change
+    charge = StepCharge(step=call.step, usage=usage, cost_usd=cost_usd)
+    return change.model_copy(update={"charged": charge})
 
 
 def is_proposal(call: ToolCall) -> bool:
@@ -289,6 +300,7 @@ def update_proposed(
     tokens: int = 0,
     cost_usd: float = 0.0,
     trace_id: str = "",
+    usage: Usage | None = None,
 ) -> Change:
     """The node of `call` proposed `delta` and its `approve_update` policy asks a person:
     close the node's run (its observation says so; the state is not changed) and record the
@@ -349,7 +361,7 @@ def update_proposed(
         tokens=head.tokens + tokens,
         cost_usd=head.cost_usd + cost_usd,
     )
-    return Change(
+    proposed = Change(
         head=moved,
         step=step,
         call_states=((call.call_id, CallState.DONE),),
@@ -358,6 +370,7 @@ def update_proposed(
         ),
         events=events,
     )
+    return _charged(proposed, call, usage, cost_usd)
 
 
 def node_rejected(

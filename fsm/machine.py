@@ -15,6 +15,7 @@ from typing import Any
 
 from .approvals import ApprovalRule, approval_reason, check_decision
 from .budgets import Exhausted, NextCall, exhausted_budget, model_retry_delay
+from .context import Plan
 from .errors import CallNotFound, IllegalTransition, SessionFinished
 from .fingerprints import call_fingerprint, step_fingerprint
 from .loops import detect_loop, intervention_text
@@ -32,11 +33,21 @@ from .values import (
     ProposedCall,
     Status,
     Step,
+    StepKind,
     ToolCall,
+    Usage,
     Value,
     call_id_for,
     provider_call_id,
 )
+
+
+class StepCharge(Value):
+    """Tokens and cost added to stored step `step` (its other fields never change)."""
+
+    step: int
+    usage: Usage
+    cost_usd: float
 
 
 class Change(Value):
@@ -53,6 +64,9 @@ class Change(Value):
     events: tuple[Event, ...] = ()
     #: how long the next tick should wait (model retry backoff)
     delay_s: float = 0.0
+    #: model use to add to an existing step: a graph node's `ctx.generate` calls, charged
+    #: to the node's step when the node finishes
+    charged: StepCharge | None = None
 
     @property
     def enqueue(self) -> bool:
@@ -65,6 +79,13 @@ class Change(Value):
 
 class CallModel(Value):
     """Call the model with the transcript."""
+
+
+class Compact(Value):
+    """Call the model to summarise the steps up to `through` (DESIGN section 14); the
+    summary is recorded as a step of its own, and the next tick thinks again."""
+
+    through: int
 
 
 class RunTool(Value):
@@ -147,17 +168,76 @@ def _close_calls(calls: Sequence[ToolCall], why: str, now: datetime) -> dict[str
 
 
 def start_think(
-    head: Head, *, now: datetime, next_call: NextCall | None = None
-) -> Change | CallModel:
+    head: Head, *, now: datetime, next_call: NextCall | None = None, plan: Plan | None = None
+) -> Change | CallModel | Compact:
     """Before the model is called: a requested cancel, or a budget spent or that the next
-    call (as the caller estimates it) would pass, ends the session."""
+    call (as the caller estimates it) would pass, ends the session; a prompt that no
+    compaction brings under the window fails it (`CONTEXT`); a `plan` that compacts first
+    makes this tick a compaction (`fsm.context.plan`)."""
     _require(head, Status.READY)
     if head.cancel_requested:
         return _ended(head, Status.CANCELLED, now)
     spent = exhausted_budget(head, now=now, next_call=next_call)
     if spent is not None:
         return _ended(head, Status.FAILED, now, error_code=spent.code, error_message=spent.message)
+    if plan is not None and plan.too_long is not None:
+        return fail(head, ErrorCode.CONTEXT, plan.too_long, now=now)
+    if plan is not None and plan.compact_through is not None:
+        return Compact(through=plan.compact_through)
     return CallModel()
+
+
+def compacted(
+    head: Head,
+    reply: ModelReply,
+    *,
+    through: int,
+    now: datetime,
+    cost_usd: float,
+    trace_id: str,
+) -> Change:
+    """Record a compaction: a step of its own whose thought is the summary of the steps up
+    to `through`. It counts as a step (it is a model call) and its tokens and cost count
+    towards the budgets; the session thinks again at its next tick."""
+    _require(head, Status.READY)
+    number = head.step + 1
+    step = Step(
+        step=number,
+        thought=reply.content,
+        usage=reply.usage,
+        cost_usd=cost_usd,
+        latency_ms=reply.latency_ms,
+        model=reply.model or head.model,
+        trace_id=trace_id,
+        at=now,
+        kind=StepKind.COMPACTION,
+        masked_through=through,
+        compacted_through=through,
+    )
+    data = {
+        "step": number,
+        "through": through,
+        "model": step.model,
+        "latency_ms": reply.latency_ms,
+        "prompt_tokens": reply.usage.prompt_tokens,
+        "completion_tokens": reply.usage.completion_tokens,
+        "cost_usd": cost_usd,
+    }
+    return Change(
+        head=_moved(
+            head,
+            now,
+            step=number,
+            tokens=head.tokens + reply.usage.total,
+            cost_usd=head.cost_usd + cost_usd,
+            model_attempts=0,
+        ),
+        step=step,
+        events=(
+            Event(kind=EventKind.MODEL_CALLED, at=now, data={**data, "compaction": True}),
+            Event(kind=EventKind.COMPACTED, at=now, data=data),
+        ),
+    )
 
 
 def _not_json(constant: str) -> Any:
@@ -208,6 +288,7 @@ def think(
     recent: Sequence[str],
     rules: Mapping[str, ApprovalRule],
     cut: Exhausted | None = None,
+    masked_through: int = 0,
 ) -> Change:
     """Record the model's reply as the next step and decide what happens to its calls.
 
@@ -215,6 +296,8 @@ def think(
     names to their approval rules. `cut`: the budget whose completion cap the reply was cut
     at, if it was; the step is recorded and the session fails with that budget's code (a
     cut-off answer is not a final answer, and its calls may be cut off too).
+    `masked_through` is the mask the prompt was built with (`fsm.context.View.masked`),
+    stored on the step so later prompts keep it.
     """
     _require(head, Status.READY)
     number = head.step + 1
@@ -251,6 +334,7 @@ def think(
         model=reply.model or head.model,
         trace_id=trace_id,
         at=now,
+        masked_through=masked_through,
     )
     head = _moved(
         head,

@@ -75,6 +75,8 @@ class ErrorCode(StrEnum):
     MODEL_ERROR = "MODEL_ERROR"  #: the model failed permanently or past its retry budget
     INTERNAL = "INTERNAL"  #: a bug or broken configuration in tickwork or the job
     ENV_SETUP = "ENV_SETUP"  #: the job's environment could not be built (its setup failed)
+    #: the prompt passes the model's context window even after compacting the transcript
+    CONTEXT = "CONTEXT"
 
 
 class DecisionKind(StrEnum):
@@ -102,6 +104,7 @@ class EventKind(StrEnum):
     FORKED = "forked"
     ENVIRONMENT_WAITING = "environment_waiting"  #: another worker builds the environment
     ENVIRONMENT_READY = "environment_ready"  #: the environment is built or found, recorded
+    COMPACTED = "compacted"
 
 
 def _positive(name: str, value: float) -> float:
@@ -221,6 +224,14 @@ class Observation(Value):
     is_error: bool = False
     at: datetime
     duration_ms: float = 0.0
+    #: set when the content was not read, only its size in bytes: a THINK claim leaves out
+    #: observations its prompt shows as stubs (`fsm.context`); never stored
+    elided: int | None = Field(default=None, exclude=True)
+
+    @property
+    def size(self) -> int:
+        """The content's size in bytes."""
+        return self.elided if self.elided is not None else len(self.content.encode())
 
 
 class Decision(Value):
@@ -239,6 +250,13 @@ class Decision(Value):
     output: str = ""
 
 
+class StepKind(StrEnum):
+    REPLY = "reply"  #: a model reply: a thought and its tool calls (or the final answer)
+    #: a model call that summarised the steps up to `compacted_through`; its thought is
+    #: the summary, and it has no calls (DESIGN section 14)
+    COMPACTION = "compaction"
+
+
 class Step(Value):
     step: int
     thought: str
@@ -250,6 +268,12 @@ class Step(Value):
     model: str = ""
     trace_id: str = ""
     at: datetime
+    kind: StepKind = StepKind.REPLY
+    #: the observations of steps up to this one were shown as stubs in the prompt that made
+    #: this step (`fsm.context`); 0: none were
+    masked_through: int = 0
+    #: a compaction: its summary stands for the steps up to this one
+    compacted_through: int = 0
 
 
 class Event(Value):

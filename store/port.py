@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from fsm.forks import ForkPatch
 from fsm.machine import Change
-from fsm.values import Decision, Event, Head, Session, ToolCall
+from fsm.values import Decision, Event, Head, Observation, Session, ToolCall
 
 from .artifacts import Artifacts
 from .dead_letters import Closing, DeadLetter
@@ -49,6 +49,10 @@ class Store(Protocol):
 
     def find_call(self, session_id: str, call_id: str) -> tuple[Head, ToolCall | None]:
         """The session's head and its call `call_id`, or None for a call it does not have."""
+        ...
+
+    def observation(self, session_id: str, call_id: str) -> Observation | None:
+        """The stored observation of the session's call `call_id`, or None."""
         ...
 
     def list_sessions(

@@ -50,6 +50,7 @@ from .ticks import (
     Taken,
     appended,
     changed_states,
+    charged_rows,
     lost,
     saved_head,
     steps_from_rows,
@@ -109,6 +110,7 @@ class PostgresStore(CoreStore):
             owner=lease.owner,
             cancel_requested=head.cancel_requested,
             call_states=json.dumps(changed_states(change)),
+            charged=json.dumps(charged_rows(change)),
             updated_at=_aware(head.updated_at),
         )
         added = appended(change, version=lease.version + 1, now=lease.now, files=files)
@@ -263,6 +265,15 @@ WITH moved AS (
     -- by the (session, step) index too, where a lookup by id alone may scan all the
     -- session's calls on a young table
     WHERE c.session_id = moved.id AND c.step = r.step AND c.call_id = r.call_id
+), charged AS (
+    -- a graph node's model use, added to the node's own step (`Change.charged`)
+    UPDATE {steps.name} AS s
+    SET prompt_tokens = s.prompt_tokens + r.prompt_tokens,
+        completion_tokens = s.completion_tokens + r.completion_tokens,
+        cost_usd = s.cost_usd + r.cost_usd
+    FROM moved, jsonb_to_recordset(%(charged)s::jsonb)
+        AS r(step integer, prompt_tokens integer, completion_tokens integer, cost_usd float8)
+    WHERE s.session_id = moved.id AND s.step = r.step
 ),
 {_APPENDED}
 SELECT cancel_requested FROM moved

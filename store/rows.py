@@ -19,6 +19,7 @@ from fsm.values import (
     Observation,
     Status,
     Step,
+    StepKind,
     ToolCall,
     Usage,
 )
@@ -157,6 +158,9 @@ def step_to_row(session_id: str, step: Step) -> dict[str, Any]:
             "model": step.model[:200],
             "trace_id": step.trace_id,
             "at": step.at,
+            "kind": step.kind.value,
+            "masked_through": step.masked_through,
+            "compacted_through": step.compacted_through,
         }
     )
 
@@ -178,6 +182,9 @@ def step_from_row(row: Row, calls: tuple[ToolCall, ...]) -> Step:
         model=row["model"],
         trace_id=row["trace_id"],
         at=row["at"],
+        kind=StepKind(row.get("kind") or StepKind.REPLY),
+        masked_through=row.get("masked_through") or 0,
+        compacted_through=row.get("compacted_through") or 0,
     )
 
 
@@ -238,6 +245,7 @@ def observation_from_row(row: Row) -> Observation:
         is_error=row["is_error"],
         at=row["at"],
         duration_ms=row["duration_ms"],
+        elided=row.get("elided"),
     )
 
 

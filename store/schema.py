@@ -141,6 +141,19 @@ steps = Table(
     Column("model", String(200), nullable=False),
     Column("trace_id", String(64), nullable=False),
     Column("at", UTCDateTime, nullable=False),
+    # the context a model saw (fsm/context.py, 0012_context); no server defaults: the
+    # Postgres save names every column without one (postgres.py)
+    Column("kind", String(16), nullable=False),
+    Column("masked_through", Integer, nullable=False),
+    Column("compacted_through", Integer, nullable=False),
+    # a THINK on a cache miss finds the latest compaction without reading every step
+    Index(
+        "ix_tickwork_steps_compactions",
+        "session_id",
+        "step",
+        postgresql_where=text("kind = 'compaction'"),
+        sqlite_where=text("kind = 'compaction'"),
+    ),
 )
 
 calls = Table(

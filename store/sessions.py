@@ -16,9 +16,13 @@ from typing import Any
 from sqlalchemy import (
     Connection,
     Engine,
+    LargeBinary,
+    Select,
     and_,
     bindparam,
+    cast,
     delete,
+    func,
     insert,
     literal,
     or_,
@@ -30,8 +34,10 @@ from sqlalchemy.exc import IntegrityError
 
 from fsm import machine
 from fsm.approvals import already_decided
+from fsm.context import needed_from
 from fsm.errors import CallNotFound, InvalidInput, NotWaiting, SessionNotFound
 from fsm.forks import ForkPatch, fork
+from fsm.loops import HISTORY
 from fsm.machine import Change
 from fsm.values import (
     RUNNABLE,
@@ -44,6 +50,7 @@ from fsm.values import (
     Session,
     Status,
     Step,
+    StepKind,
     ToolCall,
 )
 
@@ -67,6 +74,7 @@ from .schema import (
     steps,
 )
 from .ticks import (
+    NO_STEPS,
     OPEN,
     Claimed,
     Lease,
@@ -169,6 +177,18 @@ class CoreStore:
         with self.engine.connect() as conn:
             return _head(conn, session_id), _call(conn, session_id, call_id)
 
+    def observation(self, session_id: str, call_id: str) -> Observation | None:
+        """The stored observation of the session's call `call_id`, or None: one row read
+        (what `recall` gives the model back, without running anything again)."""
+        if "\x00" in call_id:
+            return None
+        query = select(observations).where(
+            observations.c.session_id == session_id, observations.c.call_id == call_id
+        )
+        with self.engine.connect() as conn:
+            row = conn.execute(query).mappings().first()
+        return None if row is None else rows.observation_from_row(row)
+
     def list_sessions(
         self,
         *,
@@ -216,7 +236,10 @@ class CoreStore:
         after those this process read last time (`transcripts.py`).
         """
         known = self._transcripts.get(session_id)
-        after = known.step if known is not None else 0
+        # a miss claims without reading steps (an EXECUTE tick needs none), then a THINK
+        # reads from the latest compaction on (`_context_start`): bounded by the context
+        # policy, not by the session's length
+        after = known.step if known is not None else NO_STEPS
         expires = now + timedelta(seconds=lease_s)
         taken = self._take(Lease(session_id, version, owner, now), expires=expires, after=after)
         if taken is None:
@@ -227,11 +250,12 @@ class CoreStore:
         if known is not None and known.continued_by(claimed.head, mark):
             history = known.steps + claimed.steps
             seen = {**known.observations, **claimed.observations}
-        elif after:  # what we knew was of another session under this id
+        else:  # a miss, or what we knew was of another session under this id
+            # read under our lease after the claim's commit: no step is appended meanwhile
             with self.engine.connect() as conn:
-                history, seen = _history(conn, session_id)
-        else:
-            history, seen = claimed.steps, claimed.observations
+                start, masked = _context_start(conn, session_id)
+                history, seen = _history(conn, session_id, after=start, masked=masked)
+        history, seen = _needed(history, seen)
         head = claimed.head
         self._transcripts.put(session_id, Transcript(head.created_at, head.step, history, seen))
         return replace(claimed, steps=history, observations=seen)
@@ -579,6 +603,17 @@ def _apply(
     row = conn.execute(moved).first()
     if row is None:
         raise lost(session_id, version, owner)
+    if change.charged is not None:
+        c = change.charged
+        conn.execute(
+            update(steps)
+            .where(steps.c.session_id == change.head.id, steps.c.step == c.step)
+            .values(
+                prompt_tokens=steps.c.prompt_tokens + c.usage.prompt_tokens,
+                completion_tokens=steps.c.completion_tokens + c.usage.completion_tokens,
+                cost_usd=steps.c.cost_usd + c.cost_usd,
+            )
+        )
     changed = changed_states(change)
     if changed:
         conn.execute(
@@ -739,8 +774,44 @@ def _start(conn: Connection, lease: Lease, call: ToolCall) -> bool:
     return bool(conn.execute(stmt).rowcount == 1)
 
 
+def _context_start(conn: Connection, session_id: str) -> tuple[int, int]:
+    """(the step a THINK reads after, the last step whose observations it reads by size
+    only): before the latest compaction's cut (or the last `HISTORY` replies before it, for
+    loop detection), 0 with no compaction; and the latest mask since. Read before the
+    claim: a step stored meanwhile only makes the claim read more than it needs."""
+    latest = conn.execute(
+        select(steps.c.step, steps.c.compacted_through)
+        .where(steps.c.session_id == session_id, steps.c.kind == StepKind.COMPACTION.value)
+        .order_by(steps.c.step.desc())
+        .limit(1)
+    ).first()
+    since = 0 if latest is None else int(latest.step)
+    masked = conn.execute(
+        select(func.max(steps.c.masked_through)).where(
+            steps.c.session_id == session_id, steps.c.step > since
+        )
+    ).scalar()
+    if latest is None:
+        return 0, int(masked or 0)
+    start = max(0, min(int(latest.compacted_through), since - 1 - HISTORY))
+    return start, max(int(latest.compacted_through), int(masked or 0))
+
+
+def _needed(
+    history: tuple[Step, ...], seen: dict[str, Observation]
+) -> tuple[tuple[Step, ...], dict[str, Observation]]:
+    """The steps (and their observations) a THINK still needs (`fsm.context.needed_from`),
+    so a cached transcript stays bounded by the window, not the session's length."""
+    first = needed_from(history, history=HISTORY)
+    if not history or history[0].step >= first:
+        return history, seen
+    kept = tuple(s for s in history if s.step >= first)
+    ids = {c.call_id for s in kept for c in s.calls}
+    return kept, {k: v for k, v in seen.items() if k in ids}
+
+
 def _history(
-    conn: Connection, session_id: str, *, after: int = 0
+    conn: Connection, session_id: str, *, after: int = 0, masked: int = 0
 ) -> tuple[tuple[Step, ...], dict[str, Observation]]:
     """The steps after step `after`, with their calls and the observations of those calls."""
     call_rows = (
@@ -758,15 +829,38 @@ def _history(
         .order_by(steps.c.step)
     ).mappings()
     history = steps_from_rows(step_rows, call_rows)
-    found = select(observations).where(observations.c.session_id == session_id)
-    if after:
-        # by the calls' ids, looked up one by one: a join may scan every observation per call
-        recent = select(calls.c.call_id).where(
-            calls.c.session_id == session_id, calls.c.step > after
+    seen: dict[str, Observation] = {}
+    if masked > after:
+        # the observations the prompt shows as stubs: their size, not their content
+        size = func.length(cast(observations.c.content, LargeBinary))
+        stubs = select(
+            observations.c.call_id,
+            literal("").label("content"),
+            observations.c.is_error,
+            observations.c.at,
+            observations.c.duration_ms,
+            size.label("elided"),
+        ).where(
+            observations.c.session_id == session_id,
+            observations.c.call_id.in_(_call_ids(session_id, after, masked)),
         )
-        found = found.where(observations.c.call_id.in_(recent))
-    seen = {r["call_id"]: rows.observation_from_row(r) for r in conn.execute(found).mappings()}
+        seen.update(
+            (r["call_id"], rows.observation_from_row(r)) for r in conn.execute(stubs).mappings()
+        )
+    found = select(observations).where(observations.c.session_id == session_id)
+    if after or masked:
+        # by the calls' ids, looked up one by one: a join may scan every observation per call
+        found = found.where(observations.c.call_id.in_(_call_ids(session_id, max(after, masked))))
+    seen.update(
+        (r["call_id"], rows.observation_from_row(r)) for r in conn.execute(found).mappings()
+    )
     return history, seen
+
+
+def _call_ids(session_id: str, after: int, through: int | None = None) -> Select[tuple[str]]:
+    """The ids of the session's calls of the steps after `after` (up to `through`)."""
+    query = select(calls.c.call_id).where(calls.c.session_id == session_id, calls.c.step > after)
+    return query if through is None else query.where(calls.c.step <= through)
 
 
 def _load(conn: Connection, session_id: str) -> Session:

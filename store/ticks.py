@@ -28,6 +28,7 @@ from fsm.values import (
     Head,
     Observation,
     Step,
+    StepKind,
     ToolCall,
 )
 
@@ -35,6 +36,10 @@ from . import rows
 from .files import FileChange
 from .schema import calls, decisions, events, file_changes, observations, outbox, steps
 from .transcripts import Mark
+
+#: the `after` of a claim that reads no steps (a THINK that missed the transcript cache
+#: reads them from the latest compaction on, after the claim: `sessions.CoreStore.claim`)
+NO_STEPS = 2**31 - 1
 
 #: the states a call can be started from
 OPEN = [s.value for s in CallState if s.open]
@@ -60,7 +65,8 @@ class Claimed:
     @property
     def recent(self) -> tuple[str, ...]:
         """Fingerprints of the latest steps, oldest first."""
-        return tuple(s.fingerprint for s in self.steps[-HISTORY:])
+        replies = [s for s in self.steps if s.kind is StepKind.REPLY]
+        return tuple(s.fingerprint for s in replies[-HISTORY:])
 
 
 @dataclass(frozen=True)
@@ -162,6 +168,21 @@ def changed_states(change: Change) -> list[dict[str, Any]]:
         {"call_id": cid, "step": step_of(cid), "state": state.value}
         for cid, state in change.call_states
         if cid not in new
+    ]
+
+
+def charged_rows(change: Change) -> list[dict[str, Any]]:
+    """The model use `change` adds to an existing step (a graph node's), as rows."""
+    c = change.charged
+    if c is None:
+        return []
+    return [
+        {
+            "step": c.step,
+            "prompt_tokens": c.usage.prompt_tokens,
+            "completion_tokens": c.usage.completion_tokens,
+            "cost_usd": c.cost_usd,
+        }
     ]
 
 

@@ -111,3 +111,28 @@ def _proposing() -> Graph:
 
 #: the update `offer` proposes waits for a person when it is big
 PROPOSING = graph_kind(_proposing().compile())
+
+
+class Ask(BaseModel):
+    size: int = 0
+    answer: str = ""
+
+
+def ask(state: Ask, ctx: NodeContext) -> dict[str, object]:
+    """Asks the model about six tool outputs of `size` bytes each."""
+    messages: list[dict[str, object]] = [{"role": "user", "content": "what do these say?"}]
+    messages += [
+        {"role": "tool", "tool_call_id": f"t{i}", "content": f"{i}" * state.size} for i in range(6)
+    ]
+    return {"answer": ctx.generate(messages).content}
+
+
+def _asking() -> Graph:
+    graph = Graph("asking", version="1", state=Ask)
+    graph.add_node("ask", ask, idempotent=True)
+    graph.add_edge(START, "ask").add_edge("ask", END)
+    return graph
+
+
+#: one node that calls the model (`ctx.generate`)
+ASK = graph_kind(_asking().compile())

@@ -91,3 +91,35 @@ FILES = JobKind(
     prepare=repair.prepare,
     finish=repair.finish,
 )
+
+
+#: the size of a `read_chunk` observation
+CHUNK_BYTES = 8192
+
+
+def chunk(n: int) -> str:
+    """Chunk `n`: 8 KB of text that differs from every other chunk."""
+    import hashlib
+
+    seed = hashlib.sha256(str(n).encode()).hexdigest()
+    head = f"chunk {n}: "
+    body = (seed * (CHUNK_BYTES // len(seed) + 1))[: CHUNK_BYTES - len(head)]
+    return head + body
+
+
+@tool(idempotent=True)
+def read_chunk(n: int) -> str:
+    """Read chunk n of a long document (8 KB)."""
+    return chunk(n)
+
+
+def _long_tools() -> ToolRegistry:
+    registry = ToolRegistry()
+    registry.register(read_chunk)
+    return registry
+
+
+#: a long session: the model reads chunk after chunk (tests/context_server.py plays it)
+LONG = JobKind(
+    name="long", system_prompt="You read a long document.", tools=_long_tools, prepare=_prepare
+)

@@ -112,6 +112,16 @@ def submit(
     max_tokens: options.MaxTokens = None,
     max_cost_usd: options.MaxCostUsd = None,
     deadline: options.Deadline = None,
+    context_window: Annotated[
+        int | None,
+        typer.Option(
+            metavar="TOKENS",
+            help="The model's context window; old observations are masked, then the "
+            "transcript compacted, to keep each prompt under it.",
+            show_default="the model table's",
+            rich_help_panel="Budgets",
+        ),
+    ] = None,
     session_id: Annotated[
         str | None, typer.Option("--id", help="The new session's id.", show_default="a random one")
     ] = None,
@@ -151,6 +161,7 @@ def submit(
             session_id=session_id,
             price=options.price(price),
             submitted_by=by,
+            context_window=context_window,
         )
     print_head(head, json_output, head.id)
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from celery import Celery
 
+from fsm.context import Policy, check_window
 from fsm.errors import (
     CallNotFound,
     ConfigurationError,
@@ -37,7 +38,7 @@ from store.artifacts import Artifacts
 from store.files import Saved
 from worker.app import TICK, make_app
 from worker.jobs import Jobs
-from worker.models import Providers, check_spec
+from worker.models import Providers, check_spec, pricing
 from worker.models.pricing import Price, PriceLike, as_price, session_price
 from worker.runtime import build_store, utc_now
 from worker.secrets import mask_decision, masker_for
@@ -191,6 +192,7 @@ class Tickwork:
         trusted: bool = True,
         submitted_by: str | None = None,
         own_config: Mapping[str, Any] | None = None,
+        context_window: int | None = None,
     ) -> Head:
         """Store a new session of job kind `kind` and enqueue its first tick.
 
@@ -201,7 +203,9 @@ class Tickwork:
         then refuses local paths outside `TICKWORK_WORKSPACE_ROOTS`. `submitted_by` is
         recorded on the session [default: the login name]. `own_config` adds to the session's
         configuration what only tickwork's own commands set (the demo's
-        `demo_unconfined`); neither the API nor `tickwork submit` passes it.
+        `demo_unconfined`); neither the API nor `tickwork submit` passes it. `context_window`
+        (tokens) overrides the model's window from the model table (`fsm.context`: old
+        observations are masked, then the transcript compacted, to keep the prompt under it).
         """
         by = _login() if submitted_by is None else submitted_by.strip()
         if len(by) > 200:
@@ -228,6 +232,8 @@ class Tickwork:
             given = _given_price(spec, price)._asdict()
             config["price"] = {k: v for k, v in given.items() if v is not None}
         _check_priced(spec, limits, config, self.settings.prices, self.providers)
+        window = pricing.context_window(spec) if context_window is None else context_window
+        config["context"] = Policy(window=check_window(window)).to_config()
         now = self.clock()
         head = Head(
             id=session_id or uuid.uuid4().hex,

@@ -186,7 +186,8 @@ def timeline(
         parts.append(
             Rule(
                 Text(
-                    f"step {step['step']} · {when(step['at'])} · {step['model']} · "
+                    f"step {step['step']}{_compaction(step)} · {when(step['at'])} · "
+                    f"{step['model']} · "
                     f"{step['prompt_tokens']:,}+{step['completion_tokens']:,} tokens"
                     f"{_cached(step)} · ${step['cost_usd']:.4f} · {step['latency_ms']:.0f} ms"
                 ),
@@ -218,6 +219,12 @@ def _cached(usage: Mapping[str, Any], lead: str = " · ") -> str:
     parts = [f"{read:,} cached"] if read else []
     parts += [f"{written:,} written to the cache"] if written else []
     return lead + ", ".join(parts) if parts else ""
+
+
+def _compaction(step: Mapping[str, Any]) -> str:
+    if step.get("kind") != "compaction":
+        return ""
+    return f" · compaction of steps 1-{step.get('compacted_through')}"
 
 
 def _header(
@@ -457,6 +464,12 @@ def summary(kind: str, d: Mapping[str, Any]) -> str:
             f"step {d.get('step')} · {d.get('model')} · "
             f"{d.get('prompt_tokens', 0) + d.get('completion_tokens', 0):,} tokens · "
             f"${d.get('cost_usd', 0):.4f} · {d.get('latency_ms', 0):.0f} ms"
+        )
+    if kind == "compacted":
+        return (
+            f"step {d.get('step')}: steps 1-{d.get('through')} summarised · "
+            f"{d.get('prompt_tokens', 0) + d.get('completion_tokens', 0):,} tokens · "
+            f"${d.get('cost_usd', 0):.4f}"
         )
     if kind == "step_recorded":
         return f"step {d.get('step')}: calls {', '.join(d.get('calls', [])) or 'none'}"

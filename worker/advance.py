@@ -18,25 +18,27 @@ from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from fsm import budgets, machine, transcript
+from fsm import budgets, context, machine
 from fsm.errors import (
     ArtifactsUnavailable,
     ClaimLost,
+    ContextTooLong,
     GraphVersionMismatch,
     InvalidToolArguments,
     ModelError,
 )
-from fsm.machine import Change, RunTool
-from fsm.values import ErrorCode, Event, EventKind, Head, Status, idempotency_key
+from fsm.machine import Change, Compact, RunTool
+from fsm.values import ErrorCode, Event, EventKind, Head, ModelReply, Status, idempotency_key
 from store import Claimed
 from store.files import FileChange
 
 from . import environments, graphs
 from .models import ModelSettings, pricing
+from .models.base import estimate_prompt as estimate
 from .report import ModelCall, Outcome, Phase, TickReport, ToolRun
 from .runtime import Runtime, Stops, owner_name
 from .secrets import mask_change
-from .tools.registry import ToolContext, run_tool
+from .tools.registry import ToolContext, ToolRegistry, run_tool
 from .tools.runner import sandbox_of
 from .workspaces import READ_ONLY_TOOLS, WorkingCopy, session_files, written_paths
 
@@ -285,15 +287,19 @@ def _phase(rt: Runtime, claimed: Claimed, files: TickFiles, notes: _Notes) -> Ch
 
 def _think(rt: Runtime, claimed: Claimed, files: TickFiles, notes: _Notes) -> Change:
     head = claimed.head
-    messages = transcript.messages(head, claimed.steps, claimed.observations)
+    prompt = context.plan(head, claimed.steps, claimed.observations, estimate=estimate)
+    messages = prompt.messages
+    stored = context.stored_view(claimed.steps)
+    last = claimed.steps[-1] if claimed.steps else None
     ahead = pricing.next_call(
         messages,
-        last=claimed.steps[-1].usage if claimed.steps else None,
+        # what the last call read is a floor only while the prompt is the one it grew from
+        last=last.usage if last is not None and prompt.view == stored else None,
         price=pricing.session_price(
             head.model, head.config, rt.settings.prices, providers=rt.providers
         ),
     )
-    before = machine.start_think(head, now=rt.clock(), next_call=ahead)
+    before = machine.start_think(head, now=rt.clock(), next_call=ahead, plan=prompt)
     if isinstance(before, Change):
         return before
     if machine.needs_environment(head):
@@ -305,16 +311,32 @@ def _think(rt: Runtime, claimed: Claimed, files: TickFiles, notes: _Notes) -> Ch
         head = found
     # the budget is a bound, not an estimate: the call may write no more than what is left
     cap = budgets.completion_cap(head, ahead)
-    job = rt.jobs.get(head.kind)
-    tools = rt.jobs.tools(head.kind)
     model = rt.model(head.model)
+    tools = rt.jobs.tools(head.kind)
+    schemas = _schemas(tools, head)
+    if isinstance(before, Compact):
+        return _compact(rt, head, prompt, schemas, notes, cap.tokens)
+    job = rt.jobs.get(head.kind)
     asked = time.time_ns()
     try:
         reply = model.generate(
             messages,
-            tools.schemas(head.config.get("tools")),
+            schemas,
             ModelSettings(timeout_s=rt.settings.model_timeout_s, max_tokens=cap.tokens),
         )
+    except ContextTooLong as exc:
+        # the model's window is smaller than the estimate thought: compact at once, and the
+        # next tick tries again with the shorter transcript
+        log.info("session %s: %s; compacting", head.id, exc)
+        forced = context.plan(
+            head, claimed.steps, claimed.observations, estimate=estimate, force=True
+        )
+        if forced.too_long is not None:
+            notes.model = _model_failed(head.model, asked, messages, head, str(exc))
+            return machine.fail(
+                head, ErrorCode.CONTEXT, f"{forced.too_long}: {exc}", now=rt.clock()
+            )
+        return _compact(rt, head, forced, schemas, notes, cap.tokens)
     except ModelError as exc:
         failed = machine.model_failed(
             head,
@@ -324,7 +346,7 @@ def _think(rt: Runtime, claimed: Claimed, files: TickFiles, notes: _Notes) -> Ch
             jitter=rt.jitter(),
             retry_after_s=_capped(rt, head.id, exc.retry_after_s),
         )
-        notes.model = _model_failed(head.model, asked, messages, failed, str(exc))
+        notes.model = _model_failed(head.model, asked, messages, failed.head, str(exc))
         return failed
     except Exception as exc:
         notes.model = ModelCall(
@@ -345,17 +367,10 @@ def _think(rt: Runtime, claimed: Claimed, files: TickFiles, notes: _Notes) -> Ch
         failed = machine.model_failed(
             head, error=why, transient=True, now=rt.clock(), jitter=rt.jitter()
         )
-        notes.model = _model_failed(head.model, asked, messages, failed, why)
+        notes.model = _model_failed(head.model, asked, messages, failed.head, why)
         return failed
     answered = time.time_ns()
-    cost = pricing.call_cost(
-        head.model,
-        head.config,
-        reply.model,
-        reply.usage,
-        rt.settings.prices,
-        providers=rt.providers,
-    )
+    cost = _cost(rt, head, reply)
     change = machine.think(
         head,
         reply,
@@ -365,6 +380,7 @@ def _think(rt: Runtime, claimed: Claimed, files: TickFiles, notes: _Notes) -> Ch
         recent=claimed.recent,
         rules=tools.rules(),
         cut=cut,
+        masked_through=prompt.view.masked,
     )
     notes.model = ModelCall(
         spec=head.model,
@@ -402,15 +418,120 @@ def _with_outcome(events: tuple[Event, ...], result: dict[str, Any]) -> tuple[Ev
     )
 
 
-def _model_failed(
-    spec: str, asked: int, messages: list[Any], change: Change, error: str
-) -> ModelCall:
+def _schemas(tools: ToolRegistry, head: Head) -> list[dict[str, Any]]:
+    """The tools the model is offered: the session's, and `recall` under a context policy
+    (an elided observation names it)."""
+    schemas = tools.schemas(head.config.get("tools"))
+    if context.policy_of(head.config) is not None and context.RECALL not in tools:
+        schemas.append(RECALL_SCHEMA)
+    return schemas
+
+
+#: the `recall` tool's schema; `_execute` answers it from the store, running nothing
+RECALL_SCHEMA: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": context.RECALL,
+        "description": (
+            "Show again the whole output of an earlier tool call whose observation was "
+            "elided from the conversation; nothing is run again."
+        ),
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "call_id": {"type": "string", "description": "The call's id, as the stub names it."}
+            },
+            "required": ["call_id"],
+            "additionalProperties": False,
+        },
+    },
+}
+
+
+def _cost(rt: Runtime, head: Head, reply: ModelReply) -> float:
+    return pricing.call_cost(
+        head.model,
+        head.config,
+        reply.model,
+        reply.usage,
+        rt.settings.prices,
+        providers=rt.providers,
+    )
+
+
+def _compact(
+    rt: Runtime,
+    head: Head,
+    prompt: context.Plan,
+    schemas: list[dict[str, Any]],
+    notes: _Notes,
+    max_tokens: int | None,
+) -> Change:
+    """The compaction micro-phase: one model call that summarises the steps up to the
+    plan's cut; saved as a step of its own by the usual compare-and-swap, so a tick that
+    runs again after a kill cannot store a second one. `max_tokens`: the budgets' cap."""
+    assert prompt.compact_through is not None
+    model = rt.model(head.model)
+    asked = time.time_ns()
+    messages = prompt.messages
+    notes.phase = Phase.COMPACT
+    try:
+        # the same tools as every THINK: they are part of the prefix a provider caches
+        reply = model.generate(
+            messages,
+            schemas,
+            ModelSettings(timeout_s=rt.settings.model_timeout_s, max_tokens=max_tokens),
+        )
+    except ContextTooLong as exc:
+        notes.model = _model_failed(head.model, asked, messages, head, str(exc))
+        why = f"compacting steps 1-{prompt.compact_through} was refused as too long too: {exc}"
+        return machine.fail(head, ErrorCode.CONTEXT, why, now=rt.clock())
+    except ModelError as exc:
+        failed = machine.model_failed(
+            head,
+            error=str(exc),
+            transient=exc.transient,
+            now=rt.clock(),
+            jitter=rt.jitter(),
+            retry_after_s=_capped(rt, head.id, exc.retry_after_s),
+        )
+        notes.model = _model_failed(head.model, asked, messages, failed.head, str(exc))
+        return failed
+    if not reply.content.strip():
+        why = "the model returned an empty summary for a compaction"
+        failed = machine.model_failed(
+            head, error=why, transient=True, now=rt.clock(), jitter=rt.jitter()
+        )
+        notes.model = _model_failed(head.model, asked, messages, failed.head, why)
+        return failed
+    cost = _cost(rt, head, reply)
+    notes.model = ModelCall(
+        spec=head.model,
+        started_ns=asked,
+        ended_ns=time.time_ns(),
+        outcome="ok",
+        response_model=reply.model or "",
+        usage=reply.usage,
+        cost_usd=cost,
+        messages=tuple(messages),
+    )
+    return machine.compacted(
+        head,
+        reply,
+        through=prompt.compact_through,
+        now=rt.clock(),
+        cost_usd=cost,
+        trace_id=uuid.uuid4().hex,
+    )
+
+
+def _model_failed(spec: str, asked: int, messages: list[Any], after: Head, error: str) -> ModelCall:
     """A failed model call: `retry` if the session tries again later, else `failed`."""
     return ModelCall(
         spec=spec,
         started_ns=asked,
         ended_ns=time.time_ns(),
-        outcome="retry" if change.head.status.runnable else "failed",
+        outcome="retry" if after.status.runnable and after.error_code is None else "failed",
         error=error,
         messages=tuple(messages),
     )
@@ -428,6 +549,21 @@ def _capped(rt: Runtime, session_id: str, retry_after_s: float | None) -> float 
         )
         return cap
     return retry_after_s
+
+
+def _recall(rt: Runtime, head: Head, arguments: dict[str, Any]) -> tuple[str, bool]:
+    """The `recall` tool: a stored observation of this session, read from the store."""
+    wanted = arguments.get("call_id")
+    if not isinstance(wanted, str) or not wanted.strip():
+        return 'recall takes {"call_id": "<id>"}, the id an elided observation names', True
+    found = rt.store.observation(head.id, wanted.strip())
+    if found is None:
+        return (
+            f"no call {wanted.strip()[:80]!r} with an output in this session; use the id an "
+            "elided observation names, e.g. s12c0",
+            True,
+        )
+    return (f"ERROR: {found.content}" if found.is_error else found.content), False
 
 
 def _execute(rt: Runtime, claimed: Claimed, files: TickFiles, notes: _Notes) -> Change:
@@ -468,6 +604,9 @@ def _execute(rt: Runtime, claimed: Claimed, files: TickFiles, notes: _Notes) -> 
             now=rt.clock(),
         )
 
+    if tool is None and call.name == context.RECALL and context.policy_of(head.config):
+        output, is_error = _recall(rt, head, plan.arguments)
+        return finished(output, is_error=is_error)
     if tool is None:
         return finished(
             f"unknown tool {call.name!r}; the tools are: {', '.join(tools.names())}", is_error=True
@@ -487,7 +626,7 @@ def _execute(rt: Runtime, claimed: Claimed, files: TickFiles, notes: _Notes) -> 
     with Stops(
         rt.store, head.id, every_s=rt.settings.stop_poll_s, clock=rt.clock, lease=lease
     ) as stop:
-        context = ToolContext(
+        tool_context = ToolContext(
             session_id=head.id,
             call_id=call.call_id,
             step=call.step,
@@ -499,7 +638,9 @@ def _execute(rt: Runtime, claimed: Claimed, files: TickFiles, notes: _Notes) -> 
             sandbox=sandbox_of(rt.settings),
             environment=environment,
         )
-        result = run_tool(tool, arguments, context, max_output_chars=rt.settings.max_output_chars)
+        result = run_tool(
+            tool, arguments, tool_context, max_output_chars=rt.settings.max_output_chars
+        )
     files.record(step=call.step, call_id=call.call_id, paths=written_paths(tool.name, arguments))
     return finished(
         result.output,

@@ -23,19 +23,19 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from fsm import graph_machine
+from fsm import context, graph_machine, machine
 from fsm.approvals import ApprovalRule, approval_reason
 from fsm.budgets import completion_cap
-from fsm.errors import GraphVersionMismatch, InvalidInput, InvalidStateUpdate
+from fsm.errors import ContextTooLong, GraphVersionMismatch, InvalidInput, InvalidStateUpdate
 from fsm.graph import CompiledGraph, Graph
 from fsm.graph_machine import Decided, RunNode
 from fsm.machine import Change
-from fsm.values import DecisionKind, Head, ModelReply, Status
+from fsm.values import DecisionKind, ErrorCode, Head, ModelReply, Status, Usage
 from store import Claimed
 
 from .jobs import JobKind
 from .models import ModelSettings, pricing
-from .models.base import Message
+from .models.base import Message, estimate_prompt
 from .runtime import Runtime, Stops
 from .tools.registry import ToolContext, ToolRegistry, ToolResult, run_tool
 from .tools.runner import sandbox_of
@@ -138,21 +138,34 @@ class NodeContext:
     stop: Callable[[], str | None] = lambda: None
     tokens: int = 0
     cost_usd: float = 0.0
+    #: the model use of this node's `generate` calls, charged to the node's step
+    usage: Usage = field(default_factory=Usage)
 
     def generate(self, messages: list[Message], tools: Iterable[str] | None = None) -> ModelReply:
         """Call the session's model (`messages` as the agent sends them; `tools` names the
-        kind's tools to offer). Its tokens and cost count in the session's budgets."""
+        kind's tools to offer). Its tokens and cost count in the session's budgets and on
+        the node's step. Under the session's context policy, old tool outputs in `messages`
+        are elided when they pass its target (`fsm.context.fit`); a prompt the model still
+        refuses as too long raises `ContextTooLong`, which fails the session with `CONTEXT`
+        unless the node handles it."""
         model = self.rt.model(self.head.model)
         registry = self.rt.jobs.tools(self.head.kind)
         schemas = registry.schemas(list(tools)) if tools is not None else []
+        sent = context.fit(messages, context.policy_of(self.head.config), estimate=estimate_prompt)
         reply = model.generate(
-            messages,
+            sent,
             schemas,
-            ModelSettings(
-                timeout_s=self.rt.settings.model_timeout_s, max_tokens=self._cap(messages)
-            ),
+            ModelSettings(timeout_s=self.rt.settings.model_timeout_s, max_tokens=self._cap(sent)),
         )
         self.tokens += reply.usage.total
+        self.usage = Usage(
+            prompt_tokens=self.usage.prompt_tokens + reply.usage.prompt_tokens,
+            completion_tokens=self.usage.completion_tokens + reply.usage.completion_tokens,
+            cached_prompt_tokens=self.usage.cached_prompt_tokens + reply.usage.cached_prompt_tokens,
+            cache_creation_tokens=(
+                self.usage.cache_creation_tokens + reply.usage.cache_creation_tokens
+            ),
+        )
         self.cost_usd += pricing.call_cost(
             self.head.model,
             self.head.config,
@@ -322,6 +335,11 @@ def _run(
         typed = graph.typed(state)
         try:
             returned = node.fn(typed, ctx) if node.takes_context() else node.fn(typed)
+        except ContextTooLong as exc:
+            why = f"node {node.name!r}: the model refused its prompt as too long: {exc}"
+            return machine.fail(
+                head, ErrorCode.CONTEXT, why, now=rt.clock(), open_calls=claimed.calls
+            )
         except Exception as exc:
             raise NodeFailed(f"node {node.name!r} raised {type(exc).__name__}: {exc}") from exc
     duration = (time.perf_counter() - started) * 1000
@@ -339,6 +357,7 @@ def _run(
             tokens=ctx.tokens,
             cost_usd=ctx.cost_usd,
             trace_id=trace,
+            usage=ctx.usage,
         )
     return graph_machine.node_finished(
         head,
@@ -351,6 +370,7 @@ def _run(
         tokens=ctx.tokens,
         cost_usd=ctx.cost_usd,
         trace_id=trace,
+        usage=ctx.usage,
     )
 
 

@@ -33,6 +33,7 @@ class Phase(StrEnum):
     THINK = "think"  #: a model call
     EXECUTE = "execute"  #: a tool call
     NODE = "node"  #: one node of a graph session (worker/graphs.py)
+    COMPACT = "compact"  #: a model call that summarised the transcript (fsm/context.py)
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from fsm.values import Head, Status
+from fsm.values import Head, Status, StepKind
 
 from .report import TickReport
 from .secrets import Masker
@@ -240,6 +240,9 @@ class SessionTracer:
             attributes["gen_ai.response.model"] = call.response_model
         if call.max_tokens is not None:
             attributes["gen_ai.request.max_tokens"] = call.max_tokens
+        compaction = report.change.step if report.change is not None else None
+        if compaction is not None and compaction.kind is StepKind.COMPACTION:
+            attributes["tickwork.context.compacted_through"] = compaction.compacted_through
         if self.capture_content:
             attributes["gen_ai.input.messages"] = self._shown(list(call.messages))
             step = report.change.step if report.change is not None else None

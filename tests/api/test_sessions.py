@@ -68,6 +68,8 @@ def test_bad_submissions_are_422_and_say_what_was_wrong(stack: Stack) -> None:
         ({"kind": TEST_KIND, "model": "gpt-4o"}, "unknown model spec 'gpt-4o': use openai:MODEL"),
         ({"kind": TEST_KIND, "model": "openai:my-local"}, "'openai:my-local' has no price"),
         ({"kind": TEST_KIND, "model": "openai:my-local", "price": [-1, 2]}, "body.price.0"),
+        ({"kind": TEST_KIND, "model": script, "context_window": 10}, "body.context_window"),
+        ({"kind": TEST_KIND, "model": script, "context_window": "big"}, "body.context_window"),
     ]
     for body, fragment in cases:
         answer = stack.http("sam").post("/api/v1/sessions", json=body)
@@ -90,6 +92,14 @@ def test_a_submit_may_give_the_price_of_a_model_the_deployment_does_not_know(
     stored = stack.deployment.client.get(answer.json()["id"])
     assert stored.config["price"] == {"prompt": 0.5, "completion": 1.5}
     assert stored.budgets.max_cost_usd > 0
+
+
+def test_a_submit_may_give_the_models_context_window(stack: Stack) -> None:
+    body = {"kind": TEST_KIND, "model": "openai:gpt-4o", "context_window": 64_000}
+    answer = stack.http("sam").post("/api/v1/sessions", json=body)
+    assert answer.status_code == 201, answer.text
+    stored = stack.deployment.client.get(answer.json()["id"])
+    assert stored.config["context"]["window"] == 64_000
 
 
 def test_unknown_things_are_404_json(stack: Stack) -> None:

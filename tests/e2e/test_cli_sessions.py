@@ -141,6 +141,14 @@ def test_errors_are_one_line_with_an_exit_code(deployment: Deployment, cli: Cli)
             "--max-cost-usd 0",
         ),
         ("submit", TEST_KIND, "--model", "openai:x", "--price", "cheap"): (2, "--price takes"),
+        ("submit", TEST_KIND, "--model", script, "--context-window", "100"): (
+            2,
+            "context_window must be between 1,024 and 10,000,000 tokens, got 100",
+        ),
+        ("submit", TEST_KIND, "--model", script, "--context-window", "big"): (
+            2,
+            "--context-window",
+        ),
         ("submit", "no_such_module:KIND", "--model", script): (2, "no_such_module"),
         ("submit", TEST_KIND, "--model", script, "--input", "{}", "--id", "a b"): (2, "'a b'"),
         ("dlq", "show", "12345"): (1, "no dead letter", "tickwork dlq ls"),

@@ -13,6 +13,7 @@ from typing import Annotated, Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from fsm.context import MAX_WINDOW, MIN_WINDOW
 from fsm.values import DecisionKind
 
 from .limits import check_tree
@@ -100,6 +101,14 @@ class Submit(Body):
         description="The model's price in USD per million tokens, [prompt, completion], for "
         "a model TICKWORK_PRICES does not know; a model with no price is refused while the "
         "session has a cost budget (or set budgets.max_cost_usd to 0).",
+    )
+    context_window: int | None = Field(
+        default=None,
+        ge=MIN_WINDOW,
+        le=MAX_WINDOW,
+        examples=[128000],
+        description="The model's context window in tokens [default: the model table's]; old "
+        "observations are masked, then the transcript compacted, to keep each prompt under it.",
     )
 
     _input = field_validator("input")(_bounded_input)

@@ -72,6 +72,7 @@ def submit(body: bodies.Submit, client: Client, request: Request, who: Submitter
             budgets=body.budgets,
             session_id=body.id,
             price=body.price,
+            context_window=body.context_window,
             trusted=False,
             submitted_by=who.name,
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -60,3 +61,8 @@ def transcript_text(messages: list[Message]) -> str:
             parts.append(str(function.get("name") or ""))
             parts.append(str(function.get("arguments") or ""))
     return "\n".join(parts)
+
+
+def estimate_prompt(messages: Sequence[Message]) -> int:
+    """A prompt's tokens as the context policy counts them (`fsm.context`)."""
+    return estimate_tokens(transcript_text(list(messages)))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import ssl
 import threading
 import time
@@ -19,7 +20,7 @@ from typing import Any, Protocol
 import certifi
 import httpx
 
-from fsm.errors import PermanentModelError, TransientModelError
+from fsm.errors import ContextTooLong, PermanentModelError, TransientModelError
 from fsm.values import ModelReply, ProposedCall, Usage, provider_call_id
 
 from .base import Message, ModelSettings, ToolSchema, estimate_tokens, transcript_text
@@ -139,6 +140,8 @@ class OpenAIChatModel:
             what += f": {detail}"
         if request_id := response.headers.get("x-request-id"):
             what += f" (request id {request_id})"
+        if status in (400, 413) and _too_long(code, detail):
+            return ContextTooLong(f"{what}; the prompt is longer than the model's context window")
         if status == 429 and code == "insufficient_quota":
             return PermanentModelError(f"{what}; the account has no quota left; check its billing")
         if status in _TRANSIENT_STATUSES or status >= 500:
@@ -212,6 +215,19 @@ def retry_after_s(headers: Mapping[str, str], *, now: datetime) -> float | None:
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
     return max(0.0, (when - now).total_seconds())
+
+
+#: how servers say a prompt passed the context window: OpenAI's code, and the messages of
+#: OpenAI, vLLM, llama.cpp and Ollama
+_TOO_LONG = re.compile(
+    r"maximum context length|context[ _]length[ _]exceeded|exceeds? (the )?(model'?s? )?"
+    r"context|prompt is too long|input is too long|too many tokens",
+    re.IGNORECASE,
+)
+
+
+def _too_long(code: str, detail: str) -> bool:
+    return code == "context_length_exceeded" or bool(_TOO_LONG.search(detail))
 
 
 def _error_detail(response: httpx.Response) -> tuple[str, str]:

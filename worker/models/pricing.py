@@ -327,3 +327,50 @@ def _rate(value: Any) -> float:
     if isinstance(value, bool):
         raise TypeError("a price is a number")
     return float(value)
+
+
+#: the context windows of the models the price table knows, in tokens (input and output
+#: together, as the providers publish them); a dated name takes its undated one's
+CONTEXT_WINDOWS: Mapping[str, int] = MappingProxyType(
+    {
+        "gpt-5": 400_000,
+        "gpt-5-mini": 400_000,
+        "gpt-5-nano": 400_000,
+        "gpt-4.1": 1_047_576,
+        "gpt-4.1-mini": 1_047_576,
+        "gpt-4.1-nano": 1_047_576,
+        "gpt-4o": 128_000,
+        "gpt-4o-mini": 128_000,
+        "o1": 200_000,
+        "o3": 200_000,
+        "o3-mini": 200_000,
+        "o4-mini": 200_000,
+        "gpt-4-turbo": 128_000,
+        "gpt-3.5-turbo": 16_385,
+        "claude-opus-4-1": 200_000,
+        "claude-opus-4": 200_000,
+        "claude-sonnet-4-5": 200_000,
+        "claude-sonnet-4": 200_000,
+        "claude-3-7-sonnet": 200_000,
+        "claude-haiku-4-5": 200_000,
+        "claude-3-5-haiku": 200_000,
+        "claude-3-haiku": 200_000,
+        # a scripted model plays its replies by their number: never compact its transcript
+        "scripted": 10_000_000,
+    }
+)
+
+#: the window of a model the table does not know (a local vLLM or Ollama model): small on
+#: purpose, so its transcript is masked early rather than refused; give the real one with
+#: --context-window
+DEFAULT_CONTEXT_WINDOW = 16_384
+
+
+def context_window(spec: str) -> int:
+    """The context window of the model `spec` names, from the table, else the default."""
+    if spec.startswith("scripted:"):
+        return CONTEXT_WINDOWS["scripted"]
+    for name in _candidates(spec):
+        if name in CONTEXT_WINDOWS:
+            return CONTEXT_WINDOWS[name]
+    return DEFAULT_CONTEXT_WINDOW

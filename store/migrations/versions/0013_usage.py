@@ -1,7 +1,7 @@
 """steps keep the prompt tokens read from and written to the provider's prompt cache
 
 Revision ID: 0013_usage
-Revises: 0011_outcome
+Revises: 0012_context
 Create Date: 2026-12-01 16:00:00.000000
 """
 
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0013_usage"
-down_revision = "0011_outcome"
+down_revision = "0012_context"
 branch_labels = None
 depends_on = None
 

@@ -307,7 +307,7 @@
   function eventSummary(event) {
     const d = event.data || {};
     const parts = [];
-    for (const key of ["step", "call_id", "name", "decision", "approver", "status", "outcome", "error_code", "message", "by", "parent_id"]) {
+    for (const key of ["step", "through", "call_id", "name", "decision", "approver", "status", "outcome", "error_code", "message", "by", "parent_id"]) {
       if (d[key] !== undefined && d[key] !== null && d[key] !== "") parts.push(`${key}=${d[key]}`);
     }
     if (Array.isArray(d.calls)) parts.push(`calls=${d.calls.join(",")}`);
@@ -317,7 +317,8 @@
   function timeline(view) {
     if (!view.steps.length) return el("p", { class: "muted" }, "No steps yet.");
     return view.steps.map((step) => el("section", { class: "step", dataset: { step: step.step } },
-      el("h4", {}, `Step ${step.step}`),
+      el("h4", {}, step.kind === "compaction"
+        ? `Step ${step.step} · compaction of steps 1-${step.compacted_through}` : `Step ${step.step}`),
       el("p", { class: "meta" },
         `${step.model} · ${step.tokens} tokens · $${step.cost_usd.toFixed(4)} · ${Math.round(step.latency_ms)} ms`),
       step.thought ? el("blockquote", { class: "thought" }, step.thought) : null,

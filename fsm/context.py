@@ -1,0 +1,320 @@
+"""The context a model sees (DESIGN section 14): a policy per session, masking of old
+observations and compaction, as pure functions of the stored steps.
+
+The prompt of a THINK is built from a *view* of the stored steps: the latest compaction
+(its summary stands for the steps up to its cut) and the latest mask boundary (the
+observations of steps up to it are one-line stubs). Both are stored on the steps they made
+(`Step.compacted_through`, `Step.masked_through`), so the messages a model saw at step k
+are a function of the steps up to k, and a fork or replay sees them again.
+
+The view only ever moves forward, and only when the next prompt would pass the policy's
+target: first the mask boundary (all but the last `keep` observations become stubs), and
+if that is not enough a compaction. Between two such moves the prompt only grows at its
+end, so a provider's prefix cache holds; a move changes the prompt from the first message
+it touches (a mask round) or from the summary (a compaction).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import InvalidInput
+from .values import Head, Observation, Step, StepKind
+
+Message = dict[str, Any]
+#: what estimates a prompt's tokens (the worker's estimator: four characters a token)
+Estimate = Callable[[Sequence[Message]], int]
+
+#: the tool every session with a context policy has, to see an elided observation again
+RECALL = "recall"
+#: the share of the window a prompt may fill before the view moves
+DEFAULT_TARGET = 0.75
+#: the newest observations that always stay whole
+DEFAULT_KEEP = 3
+#: the most replies a prompt shows after its summary: past them, a compaction, so what a
+#: THINK reads on a cache miss stays bounded however small each masked step is
+DEFAULT_SPAN = 50
+#: the bounds of a context window a submitter may give, in tokens
+MIN_WINDOW, MAX_WINDOW = 1_024, 10_000_000
+
+SUMMARISE = (
+    "The conversation is too long for your context window and is being compacted. "
+    "Write a summary of everything above up to and including step {through}, for "
+    "yourself to go on from: the task, what you found (files, errors, test results), what "
+    "you changed, what failed and what you plan next. Be specific and brief; the steps "
+    "after step {through} stay in the conversation as they are. Do not call tools."
+)
+
+
+@dataclass(frozen=True)
+class Policy:
+    """How much of the model's context window a session's prompt may fill."""
+
+    #: the model's context window in tokens
+    window: int
+    #: the share of the window the prompt may reach before old observations are masked
+    target: float = DEFAULT_TARGET
+    #: how many of the newest observations always stay whole
+    keep: int = DEFAULT_KEEP
+    #: the most replies shown after the summary before the next compaction
+    span: int = DEFAULT_SPAN
+
+    @property
+    def limit(self) -> int:
+        return int(self.window * self.target)
+
+    def to_config(self) -> dict[str, Any]:
+        return {"window": self.window, "target": self.target, "keep": self.keep, "span": self.span}
+
+
+def policy_of(config: Mapping[str, Any]) -> Policy | None:
+    """The session's policy from its config (`config["context"]`); None: sent whole."""
+    given = config.get("context")
+    if not isinstance(given, Mapping):
+        return None
+    return Policy(
+        window=int(given["window"]),
+        target=float(given.get("target", DEFAULT_TARGET)),
+        keep=int(given.get("keep", DEFAULT_KEEP)),
+        span=int(given.get("span", DEFAULT_SPAN)),
+    )
+
+
+def check_window(value: Any, *, what: str = "context_window") -> int:
+    """A context window a submitter gave, checked: a whole number of tokens in bounds."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInput(
+            f"{what} must be a whole number of tokens, got {value!r}; e.g. {what}=128000"
+        )
+    if not MIN_WINDOW <= value <= MAX_WINDOW:
+        raise InvalidInput(
+            f"{what} must be between {MIN_WINDOW:,} and {MAX_WINDOW:,} tokens, got {value:,}"
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class View:
+    """Which stored steps the prompt shows whole, masked or summarised."""
+
+    #: the steps up to this one are summarised (0: no compaction yet)
+    through: int = 0
+    summary: str | None = None
+    #: the observations of steps up to this one are stubs
+    masked: int = 0
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the next THINK sends: `messages` (estimated at `tokens`) under `view`, or first
+    a compaction of the steps up to `compact_through`, or nothing: `too_long` says why."""
+
+    messages: list[Message]
+    view: View
+    tokens: int
+    compact_through: int | None = None
+    too_long: str | None = None
+
+
+def stored_view(steps: Sequence[Step]) -> View:
+    """The view the latest stored steps were made under."""
+    compaction = next((s for s in reversed(steps) if s.kind is StepKind.COMPACTION), None)
+    through, summary, since = 0, None, 0
+    if compaction is not None:
+        through, summary, since = compaction.compacted_through, compaction.thought, compaction.step
+    masked = max([through, *(s.masked_through for s in steps if s.step > since)])
+    return View(through=through, summary=summary, masked=masked)
+
+
+def needed_from(steps: Sequence[Step], *, history: int = 0) -> int:
+    """The first step a THINK needs: the latest compaction, or the first step after its
+    cut if earlier, and at least the last `history` replies for loop detection."""
+    compaction = next((s for s in reversed(steps) if s.kind is StepKind.COMPACTION), None)
+    if compaction is None:
+        return steps[0].step if steps else 1
+    replies = [s.step for s in steps if s.kind is StepKind.REPLY]
+    first = min(compaction.compacted_through + 1, compaction.step)
+    return min([first, *replies[-history:]]) if history else first
+
+
+def elided(call_id: str, tool: str, size: int) -> str:
+    """The stub an observation becomes once it is masked."""
+    return (
+        f"[observation of call {call_id} ({tool}) elided: {size} bytes; "
+        f'recall("{call_id}") to see it]'
+    )
+
+
+def build(
+    head: Head, steps: Sequence[Step], observations: Mapping[str, Observation], view: View
+) -> list[Message]:
+    """OpenAI-style messages: system, the task, the summary if any, then each reply step
+    after the view's cut and its observations (stubs up to the view's mask).
+
+    Each call goes back under the provider's own id when it gave one (servers may check
+    them: Mistral's take 9 letters and digits), else under ours (`ToolCall.wire_id`).
+    """
+    config = head.config
+    out: list[Message] = []
+    if config.get("system_prompt"):
+        out.append({"role": "system", "content": config["system_prompt"]})
+    task = config.get("user_prompt") or json.dumps(head.input, ensure_ascii=False)
+    out.append({"role": "user", "content": task})
+    instructions: dict[int, list[str]] = {}
+    for item in config.get("instructions", []):
+        after = int(item["after_step"])
+        instructions.setdefault(after if after > view.through else 0, []).append(str(item["text"]))
+    if view.summary is not None:
+        out.append(
+            {
+                "role": "user",
+                "content": f"Summary of steps 1-{view.through} (compacted):\n{view.summary}",
+            }
+        )
+    out.extend({"role": "user", "content": t} for t in instructions.get(0, []))
+    limit = head.budgets.max_calls_per_step
+    for step in steps:
+        if step.kind is not StepKind.REPLY or step.step <= view.through:
+            continue
+        assistant: Message = {"role": "assistant", "content": step.thought}
+        if step.calls:
+            assistant["tool_calls"] = [
+                {
+                    "id": c.wire_id,
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": c.raw_arguments},
+                }
+                for c in step.calls
+            ]
+        out.append(assistant)
+        for call in step.calls:
+            seen = observations.get(call.call_id)
+            if seen is None:
+                continue
+            if step.step <= view.masked:
+                content = elided(call.call_id, call.name, seen.size)
+            else:
+                content = f"ERROR: {seen.content}" if seen.is_error else seen.content
+            out.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": call.wire_id,
+                    "name": call.name,
+                    "content": content,
+                }
+            )
+        if len(step.calls) >= limit:
+            out.append(
+                {
+                    "role": "user",
+                    "content": (
+                        f"At most {limit} tool calls of a reply run; any calls after the {limit}th "
+                        "were dropped. Make fewer calls per reply."
+                    ),
+                }
+            )
+        out.extend({"role": "user", "content": t} for t in instructions.get(step.step, []))
+    return out
+
+
+def _keep_boundary(
+    steps: Sequence[Step], observations: Mapping[str, Observation], view: View, keep: int
+) -> int:
+    """The last step whose observations can be masked so that at least `keep` of the
+    newest stay whole (never below the view's)."""
+    seen = 0
+    for step in reversed(steps):
+        if step.step <= view.through:
+            break
+        if step.kind is not StepKind.REPLY:
+            continue
+        seen += sum(1 for c in step.calls if c.call_id in observations)
+        if seen >= keep:
+            return max(view.masked, step.step - 1)
+    return view.masked
+
+
+def _compaction(
+    head: Head,
+    steps: Sequence[Step],
+    observations: Mapping[str, Observation],
+    view: View,
+    cut: int,
+    estimate: Estimate,
+) -> Plan:
+    """The plan to summarise the steps up to `cut`, asked with the prompt as it stands
+    (masked up to the cut at least), so the provider's cache holds most of it."""
+    masked = View(through=view.through, summary=view.summary, masked=max(view.masked, cut))
+    ask = build(head, steps, observations, masked)
+    ask.append({"role": "user", "content": SUMMARISE.format(through=cut)})
+    return Plan(ask, masked, estimate(ask), compact_through=cut)
+
+
+def plan(
+    head: Head,
+    steps: Sequence[Step],
+    observations: Mapping[str, Observation],
+    *,
+    estimate: Estimate,
+    force: bool = False,
+) -> Plan:
+    """The next THINK's prompt under the session's policy; `force`: the model refused the
+    last prompt as too long, so compact now whatever the estimate says."""
+    view = stored_view(steps)
+    sent = build(head, steps, observations, view)
+    policy = policy_of(head.config)
+    if policy is None:
+        return Plan(sent, view, estimate(sent))
+    tokens = estimate(sent)
+    shown = sum(1 for s in steps if s.kind is StepKind.REPLY and s.step > view.through)
+    long = shown > policy.span
+    if not force and not long and tokens <= policy.limit:
+        return Plan(sent, view, tokens)
+    boundary = _keep_boundary(steps, observations, view, policy.keep)
+    if long and not force and boundary > view.through:
+        return _compaction(head, steps, observations, view, boundary, estimate)
+    if not force and boundary > view.masked:
+        view = View(through=view.through, summary=view.summary, masked=boundary)
+        sent = build(head, steps, observations, view)
+        tokens = estimate(sent)
+        if tokens <= policy.limit:
+            return Plan(sent, view, tokens)
+    last = max((s.step for s in steps if s.kind is StepKind.REPLY), default=0)
+    # forced: keep fewer whole steps each time the model refuses, down to none
+    cut = boundary if boundary > view.through else (last if force else view.through)
+    if cut > view.through:
+        return _compaction(head, steps, observations, view, cut, estimate)
+    if not force and tokens <= policy.window:
+        return Plan(sent, view, tokens)  # past the target, within the window: go on
+    return Plan(
+        sent,
+        view,
+        tokens,
+        too_long=(
+            f"the prompt of step {head.step + 1} is about {tokens:,} tokens with every "
+            f"earlier step compacted, and the model's context window is {policy.window:,}"
+            + (" (the model refused it)" if force else "")
+            + "; submit it again on a model with a larger window (--context-window) or with "
+            "tools that return less"
+        ),
+    )
+
+
+def fit(messages: list[Message], policy: Policy | None, *, estimate: Estimate) -> list[Message]:
+    """A graph node's own messages (`ctx.generate`) under the session's policy: past the
+    target, the content of every tool message but the newest `keep` becomes a stub. The
+    node built them, so there is nothing stored to recall; the same messages always fit
+    the same way."""
+    if policy is None or estimate(messages) <= policy.limit:
+        return messages
+    tools = [i for i, m in enumerate(messages) if m.get("role") == "tool"]
+    old = set(tools[: len(tools) - policy.keep] if policy.keep else tools)
+    return [
+        {**m, "content": f"[tool output elided: {len(str(m.get('content') or '').encode())} bytes]"}
+        if i in old
+        else m
+        for i, m in enumerate(messages)
+    ]

@@ -1,0 +1,236 @@
+"""The context a model sees (fsm/context.py): masking, compaction cuts, purity."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fsm import context
+from fsm.context import Plan, Policy, plan
+from fsm.errors import InvalidInput
+from fsm.values import Head, Observation, Step, StepKind, ToolCall
+
+from .conftest import Build
+
+
+def estimate(messages: Sequence[dict[str, Any]]) -> int:
+    return sum(len(str(m.get("content") or "")) for m in messages) // 4
+
+
+@dataclass
+class Run:
+    head: Head
+    steps: list[Step]
+    observations: dict[str, Observation]
+    #: (step number the plan made, the plan)
+    plans: list[tuple[int, Plan]]
+
+
+def simulate(build: Build, sizes: Sequence[int], *, window: int, keep: int = 3) -> Run:
+    """A session whose model reads one observation of each size in turn, planned as a
+    worker would; it stops where no prompt fits."""
+    policy = Policy(window=window, keep=keep).to_config()
+    head = build.head(config={"system_prompt": "sys", "user_prompt": "task", "context": policy})
+    steps: list[Step] = []
+    seen: dict[str, Observation] = {}
+    plans: list[tuple[int, Plan]] = []
+    todo = list(sizes)
+    while todo:
+        at = head.model_copy(update={"step": len(steps)})
+        made = plan(at, steps, seen, estimate=estimate)
+        number = len(steps) + 1
+        if made.too_long is not None:
+            break
+        plans.append((number, made))
+        if made.compact_through is not None:
+            steps.append(
+                Step(
+                    step=number,
+                    thought=f"summary of 1-{made.compact_through}",
+                    kind=StepKind.COMPACTION,
+                    compacted_through=made.compact_through,
+                    masked_through=made.compact_through,
+                    at=build.at(number),
+                )
+            )
+            continue
+        call = ToolCall(
+            call_id=f"s{number}c0",
+            step=number,
+            index=0,
+            name="read",
+            arguments={"n": number},
+            raw_arguments=json.dumps({"n": number}),
+            fingerprint=str(number),
+        )
+        steps.append(
+            Step(
+                step=number,
+                thought=f"reading {number}",
+                calls=(call,),
+                masked_through=made.view.masked,
+                at=build.at(number),
+            )
+        )
+        seen[call.call_id] = Observation(
+            call_id=call.call_id, content="x" * todo.pop(0), at=build.at(number)
+        )
+    return Run(head, steps, seen, plans)
+
+
+sizes = st.lists(st.integers(min_value=0, max_value=12_000), min_size=1, max_size=60)
+
+
+@settings(max_examples=60, deadline=None)
+@given(sizes=sizes, window=st.integers(min_value=3_000, max_value=20_000))
+def test_the_prompt_at_step_k_is_a_function_of_the_steps_before_it(
+    build: Build, sizes: list[int], window: int
+) -> None:
+    run = simulate(build, sizes, window=window)
+    for number, made in run.plans:
+        before = run.steps[: number - 1]
+        ids = {c.call_id for s in before for c in s.calls}
+        head = run.head.model_copy(update={"step": number - 1})
+        again = plan(
+            head, before, {k: v for k, v in run.observations.items() if k in ids}, estimate=estimate
+        )
+        assert again == made
+
+
+@settings(max_examples=60, deadline=None)
+@given(sizes=sizes, window=st.integers(min_value=3_000, max_value=20_000))
+def test_prompts_only_grow_at_their_end_until_the_view_moves_and_fit_the_window(
+    build: Build, sizes: list[int], window: int
+) -> None:
+    run = simulate(build, sizes, window=window)
+    replies = [(n, p) for n, p in run.plans if p.compact_through is None]
+    for (_, first), (_, then) in itertools.pairwise(replies):
+        assert then.view.through >= first.view.through
+        assert then.view.masked >= first.view.masked, "once masked, masked until compacted"
+        if then.view == first.view:
+            assert then.messages[: len(first.messages)] == first.messages
+    for _, made in replies:
+        assert made.tokens <= window
+
+
+def test_old_observations_become_stubs_naming_the_call_and_recall(build: Build) -> None:
+    run = simulate(build, [8_000] * 6, window=10_000, keep=2)
+    last = run.plans[-1][1]
+    assert last.compact_through is None and last.view.masked >= 1
+    tools = [m["content"] for m in last.messages if m["role"] == "tool"]
+    assert (
+        tools[0] == '[observation of call s1c0 (read) elided: 8000 bytes; recall("s1c0") to see it]'
+    )
+    assert tools[-2:] == ["x" * 8_000] * 2, "the newest two stay whole"
+
+
+def test_a_compaction_cuts_before_the_kept_observations_and_replaces_them_by_its_summary(
+    build: Build,
+) -> None:
+    run = simulate(build, [2_000] * 60, window=2_000, keep=2)
+    compactions = [s for s in run.steps if s.kind is StepKind.COMPACTION]
+    assert compactions
+    first = compactions[0]
+    asked = dict(run.plans)[first.step]
+    assert asked.messages[-1]["content"] == context.SUMMARISE.format(
+        through=first.compacted_through
+    )
+    after = next(p for n, p in run.plans if n > first.step and p.compact_through is None)
+    contents = [m["content"] for m in after.messages]
+    assert contents[:3] == [
+        "sys",
+        "task",
+        f"Summary of steps 1-{first.compacted_through} (compacted):\n{first.thought}",
+    ]
+    shown = [m["tool_calls"][0]["id"] for m in after.messages if m.get("tool_calls")]
+    assert all(int(i[1:].split("c")[0]) > first.compacted_through for i in shown)
+    assert len(shown) >= 2, "the kept observations' steps stay"
+
+
+def test_forced_compaction_keeps_less_each_time_then_gives_up(build: Build) -> None:
+    run = simulate(build, [400] * 5, window=100_000)
+    head = run.head.model_copy(update={"step": len(run.steps)})
+    forced = plan(head, run.steps, run.observations, estimate=estimate, force=True)
+    assert forced.compact_through == 2, "first the steps before the last three observations"
+    steps = [
+        *run.steps,
+        Step(
+            step=6,
+            thought="s",
+            kind=StepKind.COMPACTION,
+            compacted_through=2,
+            masked_through=2,
+            at=build.at(6),
+        ),
+    ]
+    head = head.model_copy(update={"step": 6})
+    again = plan(head, steps, run.observations, estimate=estimate, force=True)
+    assert again.compact_through == 5, "then every step"
+    steps.append(
+        Step(
+            step=7,
+            thought="s",
+            kind=StepKind.COMPACTION,
+            compacted_through=5,
+            masked_through=5,
+            at=build.at(7),
+        )
+    )
+    head = head.model_copy(update={"step": 7})
+    last = plan(head, steps, run.observations, estimate=estimate, force=True)
+    assert last.too_long is not None and "context window" in last.too_long
+
+
+def test_no_policy_sends_everything(build: Build) -> None:
+    run = simulate(build, [100] * 3, window=100_000)
+    head = run.head.model_copy(update={"config": {"user_prompt": "task"}, "step": 3})
+    made = plan(head, run.steps, run.observations, estimate=estimate)
+    assert made.view == context.View() and made.compact_through is None
+    assert [m["content"] for m in made.messages if m["role"] == "tool"] == ["x" * 100] * 3
+
+
+@pytest.mark.parametrize("value", [0, 100, -5, 10**9, 1.5, "128000", True, None])
+def test_a_context_window_out_of_bounds_is_refused_by_name(value: object) -> None:
+    with pytest.raises(InvalidInput, match="context_window"):
+        context.check_window(value)
+
+
+def test_needed_from_keeps_the_compaction_and_its_kept_steps(build: Build) -> None:
+    run = simulate(build, [2_000] * 60, window=2_000, keep=2)
+    last = [s for s in run.steps if s.kind is StepKind.COMPACTION][-1]
+    assert context.needed_from(run.steps) == min(last.compacted_through + 1, last.step)
+    trimmed = [s for s in run.steps if s.step >= context.needed_from(run.steps)]
+    head = run.head.model_copy(update={"step": len(run.steps)})
+    assert plan(head, trimmed, run.observations, estimate=estimate) == plan(
+        head, run.steps, run.observations, estimate=estimate
+    )
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    sizes=st.lists(st.integers(min_value=0, max_value=2_000), min_size=1, max_size=80),
+    window=st.integers(min_value=4_000, max_value=20_000),
+)
+def test_observations_that_fit_whole_never_leave_a_prompt_over_the_window(
+    build: Build, sizes: list[int], window: int
+) -> None:
+    run = simulate(build, sizes, window=window)
+    replies = [s for s in run.steps if s.kind is StepKind.REPLY]
+    assert len(replies) == len(sizes), "every observation was read: none was too long"
+
+
+def test_past_its_span_of_replies_a_prompt_is_compacted_however_small(build: Build) -> None:
+    run = simulate(build, [10] * 80, window=1_000_000)
+    compactions = [s for s in run.steps if s.kind is StepKind.COMPACTION]
+    assert [s.step for s in compactions] == [context.DEFAULT_SPAN + 2]
+    assert compactions[0].compacted_through == context.DEFAULT_SPAN - 2, "the newest 3 stay"
+    for number, made in run.plans:
+        shown = [m for m in made.messages if m["role"] == "assistant"]
+        assert len(shown) <= context.DEFAULT_SPAN + 1, f"step {number}"

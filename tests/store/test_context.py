@@ -1,0 +1,121 @@
+"""Compaction steps in the store (fsm/context.py): stored whole on every backend, and a THINK
+claim that misses the transcript cache reads from the latest compaction, not every step."""
+
+from __future__ import annotations
+
+from fsm import machine
+from fsm.values import ModelReply, StepKind, Usage
+from store import Store, open_store
+from tests.conftest import Clock
+from tests.store.conftest import claim, execute, reply, think
+
+OWNER = "worker-1"
+
+
+def _steps(store: Store, session_id: str, clock: Clock, count: int) -> None:
+    for n in range(count):
+        think(store, session_id, reply(("read_file", {"path": f"f{n}"})), now=clock())
+        execute(store, session_id, now=clock(), output=f"output {n}")
+
+
+def _compact(store: Store, session_id: str, clock: Clock, through: int) -> None:
+    claimed = claim(store, session_id, now=clock())
+    summary = ModelReply(content=f"summary of 1-{through}", usage=Usage(prompt_tokens=900))
+    change = machine.compacted(
+        claimed.head, summary, through=through, now=clock(), cost_usd=0.5, trace_id="t-c"
+    )
+    store.save(change, version=claimed.head.version, owner=OWNER, now=clock())
+
+
+def test_a_compaction_step_is_stored_with_its_kind_cut_tokens_and_cost(
+    store: Store, clock: Clock, session_id: str
+) -> None:
+    _steps(store, session_id, clock, 3)
+    _compact(store, session_id, clock, through=2)
+    session = store.load(session_id)
+    last = session.steps[-1]
+    assert (last.step, last.kind, last.compacted_through, last.masked_through) == (
+        4,
+        StepKind.COMPACTION,
+        2,
+        2,
+    )
+    assert last.thought == "summary of 1-2" and last.calls == ()
+    assert session.head.cost_usd == 3 * 0.01 + 0.5
+    assert session.head.step == 4, "a compaction counts as a step: it is a model call"
+    assert [e.data["through"] for e in session.events if e.kind == "compacted"] == [2]
+    assert store.observation(session_id, "s1c0").content == "output 0"  # type: ignore[union-attr]
+    assert store.observation(session_id, "s9c0") is None
+
+
+def test_a_cold_think_claim_reads_from_the_latest_compaction_on(
+    store: Store, clock: Clock, session_id: str
+) -> None:
+    _steps(store, session_id, clock, 30)
+    _compact(store, session_id, clock, through=28)
+    _steps(store, session_id, clock, 2)
+    # a worker that never read this session: its claim misses the transcript cache
+    cold = open_store(store.engine, core=type(store).__name__ == "CoreStore")
+    claimed = claim(cold, session_id, now=clock())
+    first = min(s.step for s in claimed.steps)
+    whole = store.load(session_id)
+    replies = [s.step for s in whole.steps if s.kind is StepKind.REPLY]
+    assert first == replies[-16], "from the 16 replies loop detection needs (the cut is later)"
+    assert claimed.steps[-1].step == 33
+    assert any(s.kind is StepKind.COMPACTION for s in claimed.steps)
+    assert all(c.call_id in claimed.observations for s in claimed.steps for c in s.calls)
+    assert claimed.steps == tuple(s for s in whole.steps if s.step >= first)
+    assert (
+        claimed.recent
+        == tuple(s.fingerprint for s in whole.steps if s.kind is StepKind.REPLY)[-16:]
+    )
+
+
+def test_a_charge_adds_model_use_to_a_stored_step(
+    store: Store, clock: Clock, session_id: str
+) -> None:
+    from fsm.machine import StepCharge
+
+    _steps(store, session_id, clock, 2)
+    claimed = claim(store, session_id, now=clock())
+    charge = StepCharge(
+        step=1, usage=Usage(prompt_tokens=1000, completion_tokens=50), cost_usd=0.25
+    )
+    change = machine.start_think(claimed.head, now=clock())
+    assert not isinstance(change, machine.Change)
+    idle = machine.Change(head=claimed.head.model_copy(update={"updated_at": clock()}))
+    store.save(
+        idle.model_copy(update={"charged": charge}),
+        version=claimed.head.version,
+        owner=OWNER,
+        now=clock(),
+    )
+    first = store.load(session_id).steps[0]
+    assert (first.usage.prompt_tokens, first.usage.completion_tokens) == (1100, 70)
+    assert first.cost_usd == 0.01 + 0.25
+
+
+def test_a_cold_claim_reads_masked_observations_by_their_size_only(
+    store: Store, clock: Clock, session_id: str
+) -> None:
+    _steps(store, session_id, clock, 4)
+    claimed = claim(store, session_id, now=clock())
+    change = machine.think(
+        claimed.head,
+        reply(("read_file", {"path": "g"})),
+        now=clock(),
+        cost_usd=0.0,
+        trace_id="t-5",
+        recent=claimed.recent,
+        rules={},
+        masked_through=3,
+    )
+    store.save(change, version=claimed.head.version, owner=OWNER, now=clock())
+    execute(store, session_id, now=clock(), output="é" * 10)
+    cold = open_store(store.engine, core=type(store).__name__ == "CoreStore")
+    seen = claim(cold, session_id, now=clock()).observations
+    assert [(seen[f"s{n}c0"].content, seen[f"s{n}c0"].elided) for n in (1, 2, 3)] == [
+        ("", len(f"output {n}")) for n in (0, 1, 2)
+    ]
+    assert (seen["s4c0"].content, seen["s4c0"].elided) == ("output 3", None)
+    assert (seen["s5c0"].content, seen["s5c0"].size) == ("é" * 10, 20)

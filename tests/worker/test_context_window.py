@@ -1,0 +1,315 @@
+"""The context policy end to end (issue 23): long sessions over the OpenAI wire format
+against a server with a context window, ticked in this process (the tick without Celery)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from fsm import context
+from fsm.values import ErrorCode, Head, Status, StepKind
+from store import open_store
+from tests.context_server import WindowedChat, windowed_chat, without_policy
+from tickwork.client import Tickwork
+from worker.advance import advance
+from worker.jobs import Jobs
+from worker.runtime import Runtime
+from worker.settings import Settings
+
+KIND = "tests.jobs:LONG"
+#: USD per million tokens, prompt and completion, given at submit
+PRICE = (1.0, 2.0)
+
+
+class Long:
+    """A deployment whose ticks run here one after another, on SQLite."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.settings = Settings(state_dir=tmp / "state")
+        self.settings.state_dir.mkdir(parents=True)
+        from store.migrate import upgrade
+
+        upgrade(self.settings.db_url)
+        self.store = open_store(self.settings.db_url)
+        self.client = Tickwork(self.settings, store=self.store)
+        self.client.publish = lambda *_: None  # type: ignore[method-assign]
+        self.rt = Runtime(
+            settings=self.settings, store=self.store, jobs=Jobs(), publish_tick=lambda *_: None
+        )
+
+    def submit(self, **kw: object) -> str:
+        budgets = {"max_steps": 5000, "max_tokens": 10**9, "max_cost_usd": 0}
+        return self.client.submit(
+            KIND, {"task": "read every chunk"}, model="openai:long", budgets=budgets, **kw
+        ).id
+
+    def run(self, session_id: str, *, ticks: int = 10_000) -> Head:
+        for _ in range(ticks):
+            head = self.store.get(session_id)
+            if not head.status.runnable:
+                return head
+            advance(self.rt, session_id, head.version)
+        raise AssertionError(f"session {session_id} did not rest in {ticks} ticks")
+
+    def close(self) -> None:
+        self.rt.close()
+        self.store.engine.dispose()
+
+
+@pytest.fixture
+def long(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Long]:
+    monkeypatch.setenv("TICKWORK_IMPORTS", '["tests.jobs:LONG", "tests.graphs:ASK"]')
+    deployment = Long(tmp_path)
+    yield deployment
+    deployment.close()
+
+
+@pytest.mark.slow  # about 2 minutes: 2,000 ticks, each committing twice to SQLite
+def test_a_thousand_steps_of_8_kb_stay_under_a_32k_window_cheaply_and_cached(
+    long: Long, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with windowed_chat(WindowedChat(window=32_768, steps=1000)) as chat:
+        monkeypatch.setenv("OPENAI_BASE_URL", chat.url)
+        session_id = long.submit(context_window=32_768, price=PRICE)
+        head = long.run(session_id)
+    assert head.status is Status.COMPLETED, head.error_message
+    assert head.final_answer == "done: read 1000 chunks"
+    session = long.store.load(session_id)
+    replies = [s for s in session.steps if s.kind is StepKind.REPLY]
+    compactions = [s for s in session.steps if s.kind is StepKind.COMPACTION]
+    assert len(replies) == 1001
+    assert compactions, "a thousand 8 KB observations do not fit 32k tokens"
+    assert [e.data["step"] for e in session.events if e.kind == "compacted"] == [
+        s.step for s in compactions
+    ]
+    assert not [r for r in chat.log if r.refused], "no prompt passed the window"
+    assert max(r.tokens for r in chat.log) <= 32_768
+    sent = sum(r.tokens for r in chat.answered)
+    assert sent == sum(s.usage.prompt_tokens for s in session.steps)
+    assert sent <= 0.2 * without_policy(session)
+    assert sum(r.cached for r in chat.answered) >= 0.6 * sent
+    billed = sum(r.tokens * PRICE[0] + 12 * PRICE[1] for r in chat.answered) / 1e6
+    assert head.cost_usd == pytest.approx(billed)
+    assert head.tokens == sum(r.tokens + 12 for r in chat.answered)
+
+
+def test_a_window_smaller_than_the_policy_says_compacts_on_the_refusal_and_goes_on(
+    long: Long, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with windowed_chat(WindowedChat(window=9_000, steps=40)) as chat:
+        monkeypatch.setenv("OPENAI_BASE_URL", chat.url)
+        session_id = long.submit(context_window=32_768)
+        head = long.run(session_id)
+    assert head.status is Status.COMPLETED, head.error_message
+    refused = [r for r in chat.log if r.refused]
+    assert refused and not any(r.compaction for r in refused)
+    session = long.store.load(session_id)
+    compactions = [s for s in session.steps if s.kind is StepKind.COMPACTION]
+    # each refusal compacted at once, and the next prompt fitted
+    assert len(compactions) >= len(refused)
+    assert head.final_answer == "done: read 40 chunks"
+
+
+def test_a_prompt_no_compaction_fits_fails_with_code_context(
+    long: Long, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with windowed_chat(WindowedChat(window=10, steps=5)) as chat:
+        monkeypatch.setenv("OPENAI_BASE_URL", chat.url)
+        session_id = long.submit(context_window=32_768)
+        head = long.run(session_id)
+    assert head.status is Status.FAILED
+    assert head.error_code is ErrorCode.CONTEXT
+    assert "context window" in head.error_message
+    assert long.client.dead_letter(session_id).code == "CONTEXT"
+    assert chat.log[-1].refused
+
+
+def test_recall_gives_back_an_elided_observation_from_the_store(
+    long: Long, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.jobs import chunk
+
+    with windowed_chat(WindowedChat(window=32_768, steps=12, record=True)) as chat:
+        monkeypatch.setenv("OPENAI_BASE_URL", chat.url)
+        session_id = long.submit(context_window=10_000)
+        long.run(session_id)
+        sent = chat.log[-1].messages
+    assert sent is not None
+    stub = context.elided("s1c0", "read_chunk", 8192)
+    assert any(m.get("content") == stub for m in sent), "chunk 1 is masked by the end"
+    assert any(t["function"]["name"] == "recall" for t in _tools(long, session_id))
+    head = long.store.get(session_id)
+    found, is_error = _recall(long, head, "s1c0")
+    assert (found, is_error) == (chunk(1), False)
+    missing, is_error = _recall(long, head, "s99c0")
+    assert is_error and "no call 's99c0'" in missing
+
+
+def _tools(long: Long, session_id: str) -> list[dict[str, object]]:
+    from worker.advance import _schemas
+
+    head = long.store.get(session_id)
+    return _schemas(long.rt.jobs.tools(head.kind), head)
+
+
+def _recall(long: Long, head: Head, call_id: str) -> tuple[str, bool]:
+    from worker.advance import _recall as recall
+
+    return recall(long.rt, head, {"call_id": call_id})
+
+
+def test_a_fork_after_a_compaction_sends_what_the_parent_sent_at_that_step(
+    long: Long, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with windowed_chat(WindowedChat(window=32_768, steps=30, record=True)) as chat:
+        monkeypatch.setenv("OPENAI_BASE_URL", chat.url)
+        parent_id = long.submit(context_window=8_000)
+        assert long.run(parent_id).status is Status.COMPLETED
+        parent = long.store.load(parent_id)
+        sent = [r.messages for r in chat.answered]
+        assert len(sent) == len(parent.steps), "one request per step, none refused"
+        compaction = next(s for s in parent.steps if s.kind is StepKind.COMPACTION)
+        # a step after the compaction whose next prompt also masks (the view keeps moving)
+        for at in (compaction.step + 1, compaction.step + 2, len(parent.steps) - 3):
+            fork = long.client.fork(parent_id, from_step=at, by="tests")
+            asked = len(chat.answered)
+            head = long.run(fork.id)
+            assert head.status is Status.COMPLETED, (head.error_code, head.error_message)
+            assert chat.answered[asked].messages == sent[at], f"fork from step {at}"
+
+
+def test_a_graph_nodes_model_calls_land_on_its_step_under_the_policy(
+    long: Long, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with windowed_chat(WindowedChat(window=32_768, steps=5, record=True)) as chat:
+        monkeypatch.setenv("OPENAI_BASE_URL", chat.url)
+        head = long.client.submit(
+            "tests.graphs:ASK",
+            {"size": 8_000},
+            model="openai:long",
+            price=PRICE,
+            context_window=8_000,
+        )
+        done = long.run(head.id)
+    assert done.status is Status.COMPLETED, done.error_message
+    (sent,) = chat.answered
+    assert sent.messages is not None
+    tools = [m["content"] for m in sent.messages if m["role"] == "tool"]
+    assert tools[:3] == ["[tool output elided: 8000 bytes]"] * 3, "past the target: masked"
+    assert tools[3:] == [f"{i}" * 8_000 for i in (3, 4, 5)], "the newest three stay whole"
+    session = long.store.load(head.id)
+    node = next(s for s in session.steps if any(c.name == "ask" for c in s.calls))
+    assert node.usage.prompt_tokens == sent.tokens
+    assert node.usage.completion_tokens == 12
+    assert node.cost_usd == pytest.approx((sent.tokens * PRICE[0] + 12 * PRICE[1]) / 1e6)
+    assert done.tokens == sum(s.usage.total for s in session.steps) == sent.tokens + 12
+    assert done.cost_usd == pytest.approx(sum(s.cost_usd for s in session.steps))
+
+
+def test_a_graph_node_whose_prompt_is_refused_as_too_long_fails_with_context(
+    long: Long, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with windowed_chat(WindowedChat(window=1_000, steps=5)) as chat:
+        monkeypatch.setenv("OPENAI_BASE_URL", chat.url)
+        head = long.client.submit(
+            "tests.graphs:ASK", {"size": 8_000}, model="openai:long", price=PRICE
+        )
+        done = long.run(head.id)
+    assert chat.log[-1].refused
+    assert (done.status, done.error_code) == (Status.FAILED, ErrorCode.CONTEXT)
+    assert "node 'ask'" in done.error_message
+
+
+@pytest.mark.parametrize("window", [0, 100, 10**8, True])
+def test_a_context_window_out_of_bounds_is_refused_at_submit(long: Long, window: int) -> None:
+    from fsm.errors import InvalidInput
+
+    with pytest.raises(InvalidInput, match="context_window must be"):
+        long.submit(context_window=window)
+
+
+def test_the_policy_is_stored_in_the_config_from_the_model_table_or_the_submit(
+    long: Long,
+) -> None:
+    table = long.client.submit(KIND, {}, model="openai:gpt-4o-2024-08-06", price=PRICE)
+    assert table.config["context"] == {"window": 128_000, "target": 0.75, "keep": 3, "span": 50}
+    unknown = long.client.submit(KIND, {}, model="openai:my-local-llm", price=PRICE)
+    assert unknown.config["context"]["window"] == 16_384
+    given = long.client.submit(KIND, {}, model="openai:gpt-4o", price=PRICE, context_window=50_000)
+    assert given.config["context"]["window"] == 50_000
+    forked = long.client.fork(given.id, from_step=0, by="tests")
+    assert forked.config["context"] == given.config["context"]
+
+
+@pytest.mark.parametrize(
+    ("code", "message", "too_long"),
+    [
+        ("context_length_exceeded", "", True),
+        ("", "This model's maximum context length is 8192 tokens. However, you requested", True),
+        ("", "the prompt is too long: 40000 tokens > 32768", True),
+        ("invalid_request_error", "'messages' must contain the word 'json'", False),
+    ],
+)
+def test_the_openai_client_knows_a_prompt_refused_as_too_long(
+    code: str, message: str, too_long: bool
+) -> None:
+    from worker.models.openai import _too_long
+
+    assert _too_long(code, message) is too_long
+
+
+def test_show_and_watch_name_a_compaction(long: Long, monkeypatch: pytest.MonkeyPatch) -> None:
+    from rich.console import Console
+
+    from tickwork import render, views
+
+    with windowed_chat(WindowedChat(window=32_768, steps=12)) as chat:
+        monkeypatch.setenv("OPENAI_BASE_URL", chat.url)
+        session_id = long.submit(context_window=8_000)
+        long.run(session_id)
+    session = long.store.load(session_id)
+    compaction = next(s for s in session.steps if s.kind is StepKind.COMPACTION)
+    view = views.session(session)
+    shown = next(s for s in view["steps"] if s["step"] == compaction.step)
+    assert (shown["kind"], shown["compacted_through"]) == (
+        "compaction",
+        compaction.compacted_through,
+    )
+    out = Console(width=200, record=True)
+    out.print(render.timeline(view))
+    assert f"step {compaction.step} · compaction of steps 1-{compaction.compacted_through}" in (
+        out.export_text()
+    )
+    event = next(e for e in view["events"] if e["kind"] == "compacted")
+    line = render.event_line(event).plain
+    assert f"steps 1-{compaction.compacted_through} summarised" in line
+
+
+def test_a_compaction_is_a_tick_of_its_own_in_the_traces(
+    long: Long, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from worker.tracing import SessionTracer
+
+    exporter = InMemorySpanExporter()
+    tracer = SessionTracer(exporter, masker=long.rt.masker, capture_content=False, batch=False)
+    long.rt.observers.add(tracer)
+    with windowed_chat(WindowedChat(window=32_768, steps=12)) as chat:
+        monkeypatch.setenv("OPENAI_BASE_URL", chat.url)
+        session_id = long.submit(context_window=8_000)
+        long.run(session_id)
+    session = long.store.load(session_id)
+    cuts = [s.compacted_through for s in session.steps if s.kind is StepKind.COMPACTION]
+    spans = exporter.get_finished_spans()
+    ticks = [s for s in spans if s.name == "tick compact"]
+    assert len(ticks) == len(cuts)
+    chats = [
+        dict(s.attributes or {})
+        for s in spans
+        if "tickwork.context.compacted_through" in (s.attributes or {})
+    ]
+    assert [c["tickwork.context.compacted_through"] for c in chats] == cuts
+    assert all(c["gen_ai.usage.input_tokens"] > 0 for c in chats)
