@@ -22,6 +22,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 from sqlalchemy import JSON, Connection, Engine, Table
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.exc import DBAPIError
 
 from fsm.machine import Change
@@ -130,8 +131,12 @@ class PostgresStore(CoreStore):
         return saved_head(head, version=lease.version + 1, cancel_requested=row["cancel_requested"])
 
 
+_PREPARER = postgresql.dialect().identifier_preparer  # type: ignore[no-untyped-call]
+
+
 def _q(name: str) -> str:
-    return f'"{name}"'
+    """`name` as SQL: quoted only where Postgres needs it (the statements must stay short)."""
+    return str(_PREPARER.quote(name))
 
 
 def _compact(sql: str) -> str:
@@ -154,10 +159,12 @@ def _appended(table: Table) -> str:
         else f"r.{_q(c.name)}"
         for c in kept
     )
+    # in the array's order where the database numbers the rows (events: their order)
+    ordered = any(c.autoincrement is True for c in table.columns)
     return (
         f"INSERT INTO {table.name} ({', '.join(_q(c.name) for c in kept)}) SELECT {picked} "
         f"FROM moved, jsonb_populate_recordset(NULL::{table.name}, %({table.name})s::jsonb) "
-        "WITH ORDINALITY AS r ORDER BY r.ordinality"
+        + ("WITH ORDINALITY AS r ORDER BY r.ordinality" if ordered else "AS r")
     )
 
 

@@ -141,11 +141,12 @@ steps = Table(
     Column("model", String(200), nullable=False),
     Column("trace_id", String(64), nullable=False),
     Column("at", UTCDateTime, nullable=False),
-    # the context a model saw (fsm/context.py, 0012_context); no server defaults: the
-    # Postgres save names every column without one (postgres.py)
-    Column("kind", String(16), nullable=False),
-    Column("masked_through", Integer, nullable=False),
-    Column("compacted_through", Integer, nullable=False),
+    # the context a model saw (fsm/context.py, 0012_context); nullable without server
+    # defaults (the Postgres save names every column without one, postgres.py), so a worker
+    # of the release before, or a raw insert, still writes steps: NULL reads as a reply, 0
+    Column("kind", String(16)),
+    Column("masked_through", Integer),
+    Column("compacted_through", Integer),
     # a THINK on a cache miss finds the latest compaction without reading every step
     Index(
         "ix_tickwork_steps_compactions",

@@ -142,6 +142,8 @@ def test_a_tick_at_step_60_writes_what_a_tick_at_step_3_writes(store: Store, clo
         "tickwork_file_changes": 0,
         "tickwork_archived": 0,
         "tickwork_deliveries": 0,
+        "tickwork_environments": 0,
+        "tickwork_environment_uses": 0,
     }
     assert executing.rows == {
         "tickwork_sessions": 0,
@@ -158,6 +160,8 @@ def test_a_tick_at_step_60_writes_what_a_tick_at_step_3_writes(store: Store, clo
         "tickwork_file_changes": 0,
         "tickwork_archived": 0,
         "tickwork_deliveries": 0,
+        "tickwork_environments": 0,
+        "tickwork_environment_uses": 0,
     }
     assert thinking.total_bytes < 2_000
     assert executing.total_bytes < 2_000

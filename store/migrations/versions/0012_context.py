@@ -16,24 +16,12 @@ depends_on = None
 
 
 def upgrade() -> None:
+    # nullable, no defaults: workers of the release before write steps without them during a
+    # rolling upgrade (NULL reads as a reply with no mask and no cut)
     with op.batch_alter_table("tickwork_steps") as batch:
-        batch.add_column(
-            sa.Column(
-                "kind", sa.String(length=16), nullable=False, server_default=sa.text("'reply'")
-            )
-        )
-        batch.add_column(
-            sa.Column("masked_through", sa.Integer(), nullable=False, server_default=sa.text("0"))
-        )
-        batch.add_column(
-            sa.Column(
-                "compacted_through", sa.Integer(), nullable=False, server_default=sa.text("0")
-            )
-        )
-    # the defaults fill the rows there are; the schema has none (every save names them)
-    with op.batch_alter_table("tickwork_steps") as batch:
-        for name in ("kind", "masked_through", "compacted_through"):
-            batch.alter_column(name, server_default=None)
+        batch.add_column(sa.Column("kind", sa.String(length=16), nullable=True))
+        batch.add_column(sa.Column("masked_through", sa.Integer(), nullable=True))
+        batch.add_column(sa.Column("compacted_through", sa.Integer(), nullable=True))
     op.create_index(
         "ix_tickwork_steps_compactions",
         "tickwork_steps",
