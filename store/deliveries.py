@@ -84,15 +84,13 @@ def _still_waiting() -> Any:
     )
 
 
-def _finished_since(since: datetime) -> Any:
-    """The ends of sessions at or after `since`, on the partial index of finished events."""
-    return (text(FINISHED_SQL), events.c.at >= since)
-
-
 def new_finished(since: datetime) -> Any:
-    """The ends of sessions at or after `since` that no dispatcher took yet."""
+    """The ends of sessions at or after `since` that no dispatcher took yet: a range of
+    the partial index of finished events."""
     return select(events.c.id).where(
-        *_finished_since(since), ~exists().where(deliveries.c.event_id == events.c.id)
+        text(FINISHED_SQL),
+        events.c.at >= since,
+        ~exists().where(deliveries.c.event_id == events.c.id),
     )
 
 
@@ -108,7 +106,7 @@ def take(
     """Up to `limit` cards due now, held for `hold_s` (another dispatcher takes them again
     after that, if this one died posting them); each taking counts one attempt. Approval
     cards if `approvals`; finished cards, if `finished_since` is given, of the sessions
-    that ended at or after it."""
+    that ended at or after it (when first taken: then tried to their attempts)."""
     columns = (
         deliveries.c.event_id,
         deliveries.c.attempts,
@@ -135,12 +133,12 @@ def take(
             .where(waiting, *due_now)
         )
     if finished_since is not None:
-        ended = _finished_since(finished_since)
         news.append(new_finished(finished_since))
+        # a card once taken is tried to its attempts, however old its end gets meanwhile
         dues.append(
             select(*columns)
             .select_from(events.join(deliveries, deliveries.c.event_id == events.c.id))
-            .where(*ended, *due_now)
+            .where(text(FINISHED_SQL), *due_now)
         )
     with engine.begin() as conn:
         found = [r for new in news for r in conn.execute(new).all()]

@@ -269,3 +269,18 @@ def test_the_core_store_on_postgres_posts_the_finished_card_too(
         ticks.close()
     [(_, card, _)] = receiver.got
     assert (card["session"]["id"], card["session"]["outcome"]) == (session_id, "repaired")
+
+
+def test_a_card_taken_young_is_tried_to_its_attempts_however_old_it_gets(
+    ticks: Ticks, clock: Clock
+) -> None:
+    receiver = Receiver([500])
+    try:
+        session_id = repair(ticks, "repaired")
+        settings = hooks(receiver, webhook_events=FINISHED, webhook_max_age_s=5)
+        assert dispatch_once(ticks.rt, settings) == Dispatched(retried=1)
+        clock.advance(30)  # now older than the max age
+        assert dispatch_once(ticks.rt, settings) == Dispatched(delivered=1)
+    finally:
+        receiver.close()
+    assert [c["session"]["id"] for _, c, _ in receiver.got] == [session_id] * 2
