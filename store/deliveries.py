@@ -213,7 +213,9 @@ def drop_moved_on(engine: Engine, *, limit: int = 500) -> int:
             deliveries.c.delivered_at.is_(None),
             deliveries.c.next_attempt_at.is_not(None),
             deliveries.c.event_id.not_in(live),
-            deliveries.c.event_id.in_(select(events.c.id).where(events.c.kind == REQUESTED)),
+            # correlated: one primary-key look per undelivered card (an uncorrelated IN
+            # would read every approval event on SQLite)
+            exists().where(events.c.id == deliveries.c.event_id, events.c.kind == REQUESTED),
         )
         .limit(limit)
         .with_for_update(skip_locked=True)
