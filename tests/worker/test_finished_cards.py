@@ -6,6 +6,7 @@ outcome; retried under one idempotency key; off by default; never for old ends."
 from __future__ import annotations
 
 import json
+import threading
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -293,3 +294,27 @@ def test_a_card_taken_young_is_tried_to_its_attempts_however_old_it_gets(
     finally:
         receiver.close()
     assert [c["session"]["id"] for _, c, _ in receiver.got] == [session_id] * 2
+
+
+def test_many_dispatchers_at_once_post_each_finished_card_once(
+    ticks: Ticks, receiver: Receiver
+) -> None:
+    ended = [ticks.submit([{"content": "done"}], prefix="end") for _ in range(3)]
+    for session_id in ended:
+        assert ticks.run(session_id).status is Status.COMPLETED
+    settings = hooks(receiver, webhook_events=FINISHED)
+    start = threading.Barrier(4)
+    done: list[Dispatched] = []
+
+    def one() -> None:
+        start.wait()
+        done.append(dispatch_once(ticks.runtime(ticks.rt.clock), settings))  # type: ignore[arg-type]
+
+    threads = [threading.Thread(target=one) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert sum(d.delivered for d in done) == 3 and len(receiver.got) == 3
+    assert sorted(c["session"]["id"] for _, c, _ in receiver.got) == sorted(ended)
+    assert {c["session"]["outcome"] for _, c, _ in receiver.got} == {None}  # not repairs
