@@ -1,10 +1,14 @@
-"""The webhook outbox: the `approval_requested` events a save writes, and their deliveries.
+"""The webhook outbox: the events a save writes that a card tells of, and their deliveries.
 
-The event row is written in the tick's own transaction, so a card cannot be lost with a
-worker: a dispatcher (`worker.dispatcher`) in any worker finds the events of sessions that
-still wait for what the event asked and have no delivered card, takes one for a while
-(`FOR UPDATE SKIP LOCKED` on Postgres; SQLite serialises writers), posts it and records
-the answer here. A card whose session moved on before it went out is not sent any more.
+Two kinds of card: an approval card (the `approval_requested` event) and, when the
+deployment asks for it, a finished card (the `completed`, `failed` or `cancelled` event
+that ends a session). The event row is written in the tick's own transaction, so a card
+cannot be lost with a worker: a dispatcher (`worker.dispatcher`) in any worker finds the
+events with no delivered card, takes one for a while (`FOR UPDATE SKIP LOCKED` on
+Postgres; SQLite serialises writers), posts it and records the answer here. An approval
+card whose session moved on before it went out is not sent any more; a finished card
+is sent only for an end younger than the dispatcher's `since` (the deployment's
+TICKWORK_WEBHOOK_MAX_AGE_S), so turning finished cards on sends none for old sessions.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Engine, exists, select, update
+from sqlalchemy import Engine, exists, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from fsm.values import EventKind, Status
@@ -22,22 +26,37 @@ from .schema import deliveries, events, sessions
 
 WAITING = Status.WAITING_APPROVAL.value
 REQUESTED = EventKind.APPROVAL_REQUESTED.value
+#: the events that end a session: each the outbox row of a finished card
+FINISHED = (EventKind.COMPLETED.value, EventKind.FAILED.value, EventKind.CANCELLED.value)
+#: the predicate of the partial index `ix_tickwork_events_finished` (migration 0016_cards),
+#: written as literal SQL in the queries as in the index: SQLite uses a partial index only
+#: when the query's WHERE has its predicate's very terms, and a bound parameter never is
+FINISHED_SQL = "tickwork_events.kind IN ('completed', 'failed', 'cancelled')"
 #: why a card stopped being tried because its session moved on
 MOVED_ON = "the session moved on before its card was delivered"
 
 
 @dataclass(frozen=True)
 class Card:
-    """An approval card to post: its event, and the attempts made before this one."""
+    """A card to post: its event, and the attempts made before this one."""
 
     event_id: int
     session_id: str
-    #: the session's version when it started waiting (the card's id is `session:version`)
+    #: the session's version when it started waiting or ended (the card's id is
+    #: `session:version`)
     version: int
     at: datetime
-    #: the calls waiting for a person
+    #: the calls waiting for a person (an approval card)
     calls: tuple[str, ...]
     attempts: int
+    #: the event's kind: `approval_requested`, or `completed`/`failed`/`cancelled`
+    kind: str = REQUESTED
+    #: the event's data (a finished card: error_code, message, outcome)
+    data: dict[str, Any] | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.kind in FINISHED
 
     @property
     def key(self) -> str:
@@ -65,44 +84,81 @@ def _still_waiting() -> Any:
     )
 
 
-def take(engine: Engine, *, now: datetime, hold_s: float, limit: int = 1) -> list[Card]:
+def new_finished(since: datetime) -> Any:
+    """The ends of sessions at or after `since` that no dispatcher took yet: a range of
+    the partial index of finished events."""
+    return select(events.c.id).where(
+        text(FINISHED_SQL),
+        events.c.at >= since,
+        ~exists().where(deliveries.c.event_id == events.c.id),
+    )
+
+
+def take(
+    engine: Engine,
+    *,
+    now: datetime,
+    hold_s: float,
+    limit: int = 1,
+    approvals: bool = True,
+    finished_since: datetime | None = None,
+) -> list[Card]:
     """Up to `limit` cards due now, held for `hold_s` (another dispatcher takes them again
-    after that, if this one died posting them); each taking counts one attempt."""
-    joined, waiting = _still_waiting()
-    new = (
-        select(events.c.id)
-        .select_from(joined)
-        .where(waiting, ~exists().where(deliveries.c.event_id == events.c.id))
+    after that, if this one died posting them); each taking counts one attempt. Approval
+    cards if `approvals`; finished cards, if `finished_since` is given, of the sessions
+    that ended at or after it (when first taken: then tried to their attempts)."""
+    columns = (
+        deliveries.c.event_id,
+        deliveries.c.attempts,
+        deliveries.c.next_attempt_at,
+        events.c.session_id,
+        events.c.version,
+        events.c.at,
+        events.c.kind,
+        events.c.data,
     )
-    due = (
-        select(
-            deliveries.c.event_id,
-            deliveries.c.attempts,
-            events.c.session_id,
-            events.c.version,
-            events.c.at,
-            events.c.data,
-        )
-        .select_from(joined.join(deliveries, deliveries.c.event_id == events.c.id))
-        .where(
-            waiting,
-            deliveries.c.delivered_at.is_(None),
-            deliveries.c.next_attempt_at.is_not(None),
-            deliveries.c.next_attempt_at <= now,
-        )
-        .order_by(deliveries.c.next_attempt_at, deliveries.c.event_id)
-        .limit(limit)
-        .with_for_update(skip_locked=True, of=deliveries)
+    due_now = (
+        deliveries.c.delivered_at.is_(None),
+        deliveries.c.next_attempt_at.is_not(None),
+        deliveries.c.next_attempt_at <= now,
     )
+    undelivered = ~exists().where(deliveries.c.event_id == events.c.id)
+    news, dues = [], []
+    if approvals:
+        joined, waiting = _still_waiting()
+        news.append(select(events.c.id).select_from(joined).where(waiting, undelivered))
+        dues.append(
+            select(*columns)
+            .select_from(joined.join(deliveries, deliveries.c.event_id == events.c.id))
+            .where(waiting, *due_now)
+        )
+    if finished_since is not None:
+        news.append(new_finished(finished_since))
+        # a card once taken is tried to its attempts, however old its end gets meanwhile
+        dues.append(
+            select(*columns)
+            .select_from(events.join(deliveries, deliveries.c.event_id == events.c.id))
+            .where(text(FINISHED_SQL), *due_now)
+        )
     with engine.begin() as conn:
-        found = conn.execute(new).all()
+        found = [r for new in news for r in conn.execute(new).all()]
         if found:
             dialect = postgresql if engine.dialect.name == "postgresql" else sqlite
             conn.execute(
                 dialect.insert(deliveries).on_conflict_do_nothing(),
                 [{"event_id": r.id, "attempts": 0, "next_attempt_at": now} for r in found],
             )
-        rows = conn.execute(due).all()
+        rows = [
+            r
+            for due in dues
+            for r in conn.execute(
+                due.order_by(deliveries.c.next_attempt_at, deliveries.c.event_id)
+                .limit(limit)
+                .with_for_update(skip_locked=True, of=deliveries)
+            ).all()
+        ]
+        # the earliest due of both kinds; the others' locks end with this transaction
+        rows = sorted(rows, key=lambda r: (r.next_attempt_at, r.event_id))[:limit]
         if rows:
             conn.execute(
                 update(deliveries)
@@ -120,6 +176,8 @@ def take(engine: Engine, *, now: datetime, hold_s: float, limit: int = 1) -> lis
             at=r.at,
             calls=tuple(str(c) for c in (r.data or {}).get("calls", ())),
             attempts=r.attempts,
+            kind=r.kind,
+            data=dict(r.data or {}),
         )
         for r in rows
     ]
@@ -145,7 +203,8 @@ def failed(engine: Engine, event_id: int, *, error: str, retry_at: datetime | No
 
 
 def drop_moved_on(engine: Engine, *, limit: int = 500) -> int:
-    """Stop trying the cards whose session moved on (decided, cancelled) or is gone; how many."""
+    """Stop trying the approval cards whose session moved on (decided, cancelled) or is
+    gone; how many. (A finished card never goes stale: its session stays ended.)"""
     joined, waiting = _still_waiting()
     live = select(events.c.id).select_from(joined).where(waiting)
     stale = (
@@ -154,6 +213,9 @@ def drop_moved_on(engine: Engine, *, limit: int = 500) -> int:
             deliveries.c.delivered_at.is_(None),
             deliveries.c.next_attempt_at.is_not(None),
             deliveries.c.event_id.not_in(live),
+            # correlated: one primary-key look per undelivered card (an uncorrelated IN
+            # would read every approval event on SQLite)
+            exists().where(events.c.id == deliveries.c.event_id, events.c.kind == REQUESTED),
         )
         .limit(limit)
         .with_for_update(skip_locked=True)
@@ -169,16 +231,19 @@ def drop_moved_on(engine: Engine, *, limit: int = 500) -> int:
     return len(ids)
 
 
-def state(engine: Engine, session_id: str, version: int) -> dict[str, Any] | None:
+def state(
+    engine: Engine, session_id: str, version: int, *, kinds: tuple[str, ...] = (REQUESTED,)
+) -> dict[str, Any] | None:
     """The delivery of the card of `session_id` at `version` (attempts, next attempt,
-    delivered, last error), or None if no dispatcher took it yet."""
+    delivered, last error), or None if no dispatcher took it yet; `kinds`: the event's
+    (`FINISHED` for a finished card)."""
     query = (
         select(deliveries)
         .join(events, events.c.id == deliveries.c.event_id)
         .where(
             events.c.session_id == session_id,
             events.c.version == version,
-            events.c.kind == REQUESTED,
+            events.c.kind.in_(kinds),
         )
     )
     with engine.connect() as conn:
@@ -187,13 +252,28 @@ def state(engine: Engine, session_id: str, version: int) -> dict[str, Any] | Non
 
 
 class Cards:
-    """The approval cards' deliveries of one store (`Store.cards`): what a dispatcher asks."""
+    """The webhook cards' deliveries of one store (`Store.cards`): what a dispatcher asks."""
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
 
-    def take(self, *, now: datetime, hold_s: float, limit: int = 1) -> list[Card]:
-        return take(self._engine, now=now, hold_s=hold_s, limit=limit)
+    def take(
+        self,
+        *,
+        now: datetime,
+        hold_s: float,
+        limit: int = 1,
+        approvals: bool = True,
+        finished_since: datetime | None = None,
+    ) -> list[Card]:
+        return take(
+            self._engine,
+            now=now,
+            hold_s=hold_s,
+            limit=limit,
+            approvals=approvals,
+            finished_since=finished_since,
+        )
 
     def delivered(self, event_id: int, *, now: datetime) -> None:
         delivered(self._engine, event_id, now=now)
@@ -204,5 +284,7 @@ class Cards:
     def drop_moved_on(self, *, limit: int = 500) -> int:
         return drop_moved_on(self._engine, limit=limit)
 
-    def state(self, session_id: str, version: int) -> dict[str, Any] | None:
-        return state(self._engine, session_id, version)
+    def state(
+        self, session_id: str, version: int, *, kinds: tuple[str, ...] = (REQUESTED,)
+    ) -> dict[str, Any] | None:
+        return state(self._engine, session_id, version, kinds=kinds)

@@ -213,7 +213,7 @@ class Store(Protocol):
 
     @property
     def cards(self) -> Cards:
-        """The approval cards' deliveries, for the webhook dispatcher."""
+        """The webhook cards' deliveries (approval and finished), for the dispatcher."""
         ...
 
     @property

@@ -219,6 +219,13 @@ events = Table(
     Column("at", UTCDateTime, nullable=False),
     Column("data", Json, nullable=False),
     Index(None, "session_id", "id"),
+    # the ends of sessions by time: the outbox of the webhook's finished cards (0016_cards)
+    Index(
+        "ix_tickwork_events_finished",
+        "at",
+        postgresql_where=text("kind IN ('completed', 'failed', 'cancelled')"),
+        sqlite_where=text("kind IN ('completed', 'failed', 'cancelled')"),
+    ),
 )
 
 outbox = Table(

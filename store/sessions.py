@@ -517,7 +517,7 @@ class CoreStore:
 
     @property
     def cards(self) -> Cards:
-        """The approval cards' deliveries, for the webhook dispatcher."""
+        """The webhook cards' deliveries (approval and finished), for the dispatcher."""
         return Cards(self.engine)
 
     @property

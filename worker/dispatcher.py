@@ -1,9 +1,11 @@
-"""The webhook dispatcher: posts the approval cards of the outbox (`store.deliveries`).
+"""The webhook dispatcher: posts the cards of the outbox (`store.deliveries`): approval
+cards and, with TICKWORK_WEBHOOK_EVENTS naming `finished`, finished cards.
 
 Every worker process with TICKWORK_WEBHOOK_URL set runs one in a thread beside its ticks:
 a pass every TICKWORK_RELAY_PERIOD_S, and at once when one of its own ticks reports calls
-now waiting for a person. Dispatchers of many workers share the work through the store; a
-card taken by a worker that died is taken again after its hold.
+now waiting for a person (or, with finished cards, a session that ended). Dispatchers of
+many workers share the work through the store; a card taken by a worker that died is
+taken again after its hold.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import logging
 import threading
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 from fsm.errors import SessionNotFound
 from fsm.values import Status
@@ -21,7 +24,7 @@ from .metrics import WEBHOOKS
 from .report import TickReport
 from .runtime import Runtime
 from .settings import WebhookSettings
-from .webhooks import backoff, card, masked_url, post
+from .webhooks import backoff, card, finished_card, masked_url, post
 
 log = logging.getLogger("tickwork.webhooks")
 
@@ -56,7 +59,16 @@ def dispatch_once(
     for _ in range(MAX_PER_PASS):
         if stopped is not None and stopped.is_set():
             break
-        taken = cards.take(now=rt.clock(), hold_s=hold_s(settings))
+        now = rt.clock()
+        since = (
+            now - timedelta(seconds=settings.webhook_max_age_s) if settings.sends_finished else None
+        )
+        taken = cards.take(
+            now=now,
+            hold_s=hold_s(settings),
+            approvals=settings.sends_approvals,
+            finished_since=since,
+        )
         if not taken:
             break
         counts[_send(rt, settings, taken[0])] += 1
@@ -66,22 +78,39 @@ def dispatch_once(
     return Dispatched(**counts)
 
 
-def _send(rt: Runtime, settings: WebhookSettings, taken: Card) -> str:
-    cards = rt.store.cards
+def _document(rt: Runtime, settings: WebhookSettings, taken: Card) -> dict[str, Any] | None:
+    """The card to post for `taken`, or None when its session moved on or is gone."""
     try:
         session = rt.store.load(taken.session_id)
     except SessionNotFound:
-        cards.failed(taken.event_id, error=MOVED_ON, retry_at=None)
-        return "dropped"
+        return None
     head = session.head
-    if head.version < taken.version or head.status is not Status.WAITING_APPROVAL:
+    if taken.finished:
+        document = finished_card(
+            head,
+            status=taken.kind,
+            data=taken.data or {},
+            public_url=settings.public_url,
+            at=taken.at,
+            masker=rt.masker,
+        )
+    else:
+        if head.version < taken.version or head.status is not Status.WAITING_APPROVAL:
+            return None
+        # the calls still waiting: a person may have decided some since the card was written
+        waiting = [cid for cid in taken.calls if cid in head.awaiting] or list(head.awaiting)
+        calls = [c.model_dump(mode="json") for cid in waiting if (c := session.call(cid))]
+        document = card(head, calls, public_url=settings.public_url, at=taken.at, masker=rt.masker)
+    document["id"] = taken.key  # the same on every attempt, whatever happened meanwhile
+    return document
+
+
+def _send(rt: Runtime, settings: WebhookSettings, taken: Card) -> str:
+    cards = rt.store.cards
+    document = _document(rt, settings, taken)
+    if document is None:
         cards.failed(taken.event_id, error=MOVED_ON, retry_at=None)
         return "dropped"
-    # the calls still waiting: a person may have decided some since the card was written
-    waiting = [cid for cid in taken.calls if cid in head.awaiting] or list(head.awaiting)
-    calls = [c.model_dump(mode="json") for cid in waiting if (c := session.call(cid))]
-    document = card(head, calls, public_url=settings.public_url, at=taken.at, masker=rt.masker)
-    document["id"] = taken.key  # the same on every attempt, whatever was decided meanwhile
     attempt = post(
         settings.webhook_url,
         document,
@@ -129,8 +158,10 @@ class Dispatcher:
         self._lock = threading.Lock()
 
     def __call__(self, report: TickReport) -> None:
-        """The tick observer: a session started waiting, send its card now."""
-        if report.waiting:
+        """The tick observer: a session started waiting (or ended, when finished cards are
+        sent), send its card now."""
+        ended = report.status is not None and report.status.terminal
+        if report.waiting or (ended and self.settings.sends_finished):
             self.wake()
 
     def start(self) -> None:

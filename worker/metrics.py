@@ -91,8 +91,8 @@ SESSIONS_COMPLETED = Counter(
 )
 WEBHOOKS = Counter(
     "tickwork_webhook_deliveries",
-    "Approval webhook cards by outcome (delivered; failed: given up; dropped: the session "
-    "moved on before its card went out)",
+    "Webhook cards (approval and finished) by outcome (delivered; failed: given up; dropped: "
+    "the session moved on before its card went out)",
     ["outcome"],
 )
 

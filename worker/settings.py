@@ -30,6 +30,8 @@ JSON_EXAMPLES = {
     "api_models": '["openai:"]',
     "api_tokens": '{"TOKEN": {"name": "alice", "roles": ["approver"]}}',
 }
+#: the cards the webhook can send (TICKWORK_WEBHOOK_EVENTS)
+WEBHOOK_EVENTS = ("approval_requested", "finished")
 #: seconds a tick keeps between its longest call and the broker's delivery timeout: the
 #: claim, the save, the lease's renewal and the acknowledgement fit in it
 DELIVERY_MARGIN_S = 300.0
@@ -50,6 +52,33 @@ class WebhookSettings(BaseSettings):
     webhook_backoff_s: float = Field(default=1.0, ge=0)
     #: the base URL of `tickwork serve` as people reach it, for the card's links
     public_url: str = ""
+    #: which cards are sent, comma-separated (`WEBHOOK_EVENTS`): `approval_requested` (a
+    #: session waits for a person) and/or `finished` (it completed, failed or was cancelled)
+    webhook_events: str = "approval_requested"
+    #: a finished card goes out only for an end younger than this: turning `finished` on
+    #: sends the last day's ends, not one card for every session that ever finished
+    webhook_max_age_s: float = Field(default=86400.0, gt=0)
+
+    @field_validator("webhook_events")
+    @classmethod
+    def _known_events(cls, value: str) -> str:
+        names = [n.strip() for n in value.split(",") if n.strip()]
+        unknown = [n for n in names if n not in WEBHOOK_EVENTS]
+        if unknown or not names:
+            what = f"unknown {', '.join(repr(n) for n in unknown)}" if unknown else "none given"
+            raise ValueError(
+                f"{what}: name one or more of {', '.join(WEBHOOK_EVENTS)}, comma-separated "
+                "(e.g. approval_requested,finished); unset the webhook URL to send none"
+            )
+        return ",".join(n for n in WEBHOOK_EVENTS if n in names)
+
+    @property
+    def sends_approvals(self) -> bool:
+        return "approval_requested" in self.webhook_events.split(",")
+
+    @property
+    def sends_finished(self) -> bool:
+        return "finished" in self.webhook_events.split(",")
 
 
 class MetricsSettings(BaseSettings):

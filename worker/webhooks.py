@@ -1,4 +1,6 @@
-"""The approval webhook: when a session starts waiting for a person, POST a small JSON card.
+"""The webhook: when a session starts waiting for a person, POST a small JSON card; and,
+when the deployment asks for it (TICKWORK_WEBHOOK_EVENTS=approval_requested,finished),
+one when a session finishes (completed, failed, cancelled), with a repair's outcome.
 
 The card goes through the outbox (`store.deliveries`): the `approval_requested` event is
 saved with the tick, and a dispatcher in every worker (`worker.dispatcher`) posts it, at
@@ -9,8 +11,9 @@ regardless, and the page and `tickwork ls --status waiting_approval` still show 
 
 Settings (environment): TICKWORK_WEBHOOK_URL (unset: no webhook), TICKWORK_WEBHOOK_SECRET
 (signs each card: `X-Tickwork-Signature: sha256=HMAC(secret, body)`),
-TICKWORK_WEBHOOK_ATTEMPTS, TICKWORK_WEBHOOK_TIMEOUT_S, TICKWORK_WEBHOOK_BACKOFF_S, and
-TICKWORK_PUBLIC_URL (where people reach `tickwork serve`, for the card's links).
+TICKWORK_WEBHOOK_ATTEMPTS, TICKWORK_WEBHOOK_TIMEOUT_S, TICKWORK_WEBHOOK_BACKOFF_S,
+TICKWORK_WEBHOOK_EVENTS, TICKWORK_WEBHOOK_MAX_AGE_S (finished cards only for ends younger
+than this) and TICKWORK_PUBLIC_URL (where people reach `tickwork serve`, for the links).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from urllib.parse import quote, urlsplit
 
 import httpx
 
+from fsm.outcomes import outcome_of
 from fsm.values import Head
 
 from .secrets import Masker
@@ -89,6 +93,55 @@ def card(
                 if base
                 else f"/api/v1/sessions/{sid}/calls/{{call_id}}/decision"
             ),
+        },
+    }
+
+
+def finished_card(
+    head: Head,
+    *,
+    status: str,
+    data: dict[str, Any],
+    public_url: str,
+    at: datetime,
+    masker: Masker,
+) -> dict[str, Any]:
+    """The JSON card for a session that ended: `status` and `data` are its closing event's
+    (`completed`, `failed` or `cancelled`; error_code, message, outcome), `head` gives what
+    it spent. `outcome` is a repair's (repaired, tests_failing, tests_not_run, no_changes),
+    None for other kinds; `error` is None unless the end had an error code."""
+    base = public_url.rstrip("/")
+    sid = quote(head.id, safe="")
+    api = f"{base}/api/v1/sessions/{sid}"
+    outcome = data.get("outcome") if isinstance(data.get("outcome"), str) else None
+    if outcome is None and status == "completed":
+        found = outcome_of(head.result)
+        outcome = found.value if found is not None else None
+    code = data.get("error_code") or (head.error_code.value if head.error_code else None)
+    message = masker.text(str(data.get("message") or head.error_message or ""))
+    if len(message) > MAX_ARGUMENT_CHARS:
+        message = message[:MAX_ARGUMENT_CHARS] + " …(cut)"
+    return {
+        "type": "tickwork.finished",
+        "id": f"{head.id}:{head.version}",
+        "at": at.isoformat(),
+        "session": {
+            "id": head.id,
+            "kind": head.kind,
+            "model": head.model,
+            "status": status,
+            "outcome": outcome,
+            "steps": head.step,
+            "tokens": head.tokens,
+            "cost_usd": head.cost_usd,
+            "created_at": head.created_at.isoformat(),
+        },
+        "error": {"code": str(code), "message": message} if code else None,
+        "links": {
+            "page": f"{base}/#/sessions/{sid}" if base else None,
+            "session": api,
+            # a job that makes files (the repair) has a patch; another kind has none
+            "patch": f"{api}/patch" if "patch" in head.result else None,
         },
     }
 

@@ -40,6 +40,8 @@ CASES = [
     ("ls", "TICKWORK_QUEUE", "", "at least 1 character"),
     ("worker", "TICKWORK_WEBHOOK_ATTEMPTS", "0", "greater than or equal to 1"),
     ("worker", "TICKWORK_WEBHOOK_TIMEOUT_S", "inf", "finite"),
+    ("worker", "TICKWORK_WEBHOOK_EVENTS", "finshed", "approval_requested, finished"),
+    ("worker", "TICKWORK_WEBHOOK_MAX_AGE_S", "0", "greater than 0"),
     ("worker", "TICKWORK_METRICS_PORT", "70000", "less than or equal to 65535"),
     ("config", "TICKWORK_API_PORT", "-1", "greater than or equal to 0"),
 ]

@@ -112,3 +112,38 @@ def test_a_card_survives_its_worker_killed_after_the_save(
     keys = [h["idempotency-key"] for h, _ in receiver.got]
     assert keys == [f"{session_id}:{head.version}"] * 2
     assert state["attempts"] == 2
+
+
+def test_a_finished_card_survives_its_worker_killed_mid_post(
+    deployment: Deployment, receiver: Receiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A repair ends `repaired` in a real worker, which starts posting its finished card and
+    is killed; another worker delivers it, under the same key, with the outcome."""
+    monkeypatch.setenv("TICKWORK_WEBHOOK_EVENTS", "approval_requested,finished")
+    project = deployment.tmp / "project"
+    project.mkdir()
+    (project / "README").write_text("a project\n")
+    write = {"name": "run_command", "arguments": {"command": "printf 'fixed\\n' >> fixed.txt"}}
+    head = deployment.client.submit(
+        "repair",
+        {"workspace": str(project), "test_command": "test -f fixed.txt"},
+        model=deployment.script([{"content": "fix", "tool_calls": [write]}, {"content": "done"}]),
+    )
+    first = deployment.spawn()
+    try:
+        until(lambda: receiver.got, timeout=90, what="the first worker to post the card")
+        kill(first)
+    finally:
+        stop(first)
+    ended = deployment.client.get(head.id)
+    assert ended.status is Status.COMPLETED and ended.result["outcome"] == "repaired"
+    second = deployment.spawn()
+    try:
+        until(lambda: receiver.answered, timeout=60, what="the second worker to deliver it")
+    finally:
+        stop(second)
+    [card] = receiver.answered
+    assert card["type"] == "tickwork.finished"
+    assert (card["session"]["id"], card["session"]["outcome"]) == (head.id, "repaired")
+    keys = [h["idempotency-key"] for h, _ in receiver.got]
+    assert keys == [f"{head.id}:{ended.version}"] * 2
