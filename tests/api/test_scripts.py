@@ -83,6 +83,7 @@ def test_a_script_nested_too_deep_is_named_not_a_500(stack: Stack) -> None:
     assert status == 422 and error["code"] == "invalid_script", error
     assert f"{deep.resolve()} nests deeper than" in error["message"]
 
+
 @pytest.fixture
 def no_roots(stack: Stack) -> Iterator[str]:
     """A server on the same deployment with TICKWORK_API_SCRIPTED_ROOTS unset."""
