@@ -16,7 +16,7 @@ from pathlib import Path, PurePosixPath
 
 from fsm.errors import ToolError
 
-from .sandbox import relative, resolve, workspace_root, write_text
+from .sandbox import read_regular, relative, resolve, workspace_root, write_text
 
 _HUNK_HEADER = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 #: git's C-style escapes (quote.c); every other byte below 0x20 or from 0x7f is octal
@@ -336,7 +336,8 @@ def _current(path: Path, changes: dict[Path, str | None]) -> str | None:
     if not path.is_file():
         raise ToolError(f"{path.name} is not a regular file; nothing was changed")
     try:
-        return path.read_bytes().decode("utf-8")  # no newline translation
+        # no newline translation; a FIFO swapped in since is refused, never waited on
+        return read_regular(path, path.name).decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ToolError(f"{path.name} is not UTF-8 text ({exc}); nothing was changed") from exc
 
