@@ -74,6 +74,8 @@ class ErrorCode(StrEnum):
     LOOP = "LOOP"  #: the model repeated itself past `max_loop_interventions`
     MODEL_ERROR = "MODEL_ERROR"  #: the model failed permanently or past its retry budget
     INTERNAL = "INTERNAL"  #: a bug or broken configuration in tickwork or the job
+    #: a blob of the session's files does not match its hash in any tier that holds it
+    ARTIFACT_CORRUPT = "ARTIFACT_CORRUPT"
 
 
 class DecisionKind(StrEnum):

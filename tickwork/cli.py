@@ -32,6 +32,7 @@ COMMANDS = (
     "tickwork.cli_dlq",
     "tickwork.cli_ops",
     "tickwork.cli_gc",
+    "tickwork.cli_artifacts",
     "tickwork.cli_serve",
 )
 

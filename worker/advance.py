@@ -19,6 +19,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from fsm import machine, transcript
 from fsm.errors import (
     ArtifactsUnavailable,
+    BlobCorrupt,
     ClaimLost,
     GraphVersionMismatch,
     InvalidToolArguments,
@@ -137,6 +138,17 @@ def _advance(rt: Runtime, claimed: Claimed, notes: _Notes, owner: str, files: Ti
         # the database or the artifact store is away: the lease expires and the relay runs
         # this tick again (on files the store holds: nothing of this attempt was saved)
         raise
+    except BlobCorrupt as exc:
+        # no tier holds a good copy: running on bad files would be worse than stopping
+        log.error("session %s v%d: %s", session_id, version, exc)
+        files.discard()
+        change = machine.fail(
+            claimed.head,
+            ErrorCode.ARTIFACT_CORRUPT,
+            exc.message,
+            now=rt.clock(),
+            open_calls=claimed.calls,
+        )
     except Exception as exc:
         # a broken job kind, tool registry or model factory: fail loudly, keep everything
         log.exception("tick of session %s v%d failed", session_id, version)
