@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import errno
 import inspect
 import logging
 import time
@@ -138,6 +139,15 @@ def _advance(rt: Runtime, claimed: Claimed, notes: _Notes, owner: str, files: Ti
         # the database or the artifact store is away: the lease expires and the relay runs
         # this tick again (on files the store holds: nothing of this attempt was saved)
         raise
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            change = _internal(rt, claimed, files, exc)
+        else:
+            # this host's disk is full (the working copy could not be written): not the
+            # session's fault; the lease expires and the tick runs again, here or elsewhere
+            log.error("tick of session %s v%d: no space on this host: %s", session_id, version, exc)
+            files.discard()
+            raise
     except BlobCorrupt as exc:
         # no tier holds a good copy: running on bad files would be worse than stopping
         log.error("session %s v%d: %s", session_id, version, exc)
@@ -150,16 +160,7 @@ def _advance(rt: Runtime, claimed: Claimed, notes: _Notes, owner: str, files: Ti
             open_calls=claimed.calls,
         )
     except Exception as exc:
-        # a broken job kind, tool registry or model factory: fail loudly, keep everything
-        log.exception("tick of session %s v%d failed", session_id, version)
-        files.discard()  # what the tool may have half done is not saved with a failure
-        change = machine.fail(
-            claimed.head,
-            ErrorCode.INTERNAL,
-            f"{type(exc).__name__}: {exc}",
-            now=rt.clock(),
-            open_calls=claimed.calls,
-        )
+        change = _internal(rt, claimed, files, exc)
     finally:
         notes.io_s = time.perf_counter() - started
     change = mask_change(change, rt.masker)
@@ -177,6 +178,19 @@ def _advance(rt: Runtime, claimed: Claimed, notes: _Notes, owner: str, files: Ti
     files.saved(head)
     after_commit(rt, change, head)
     return Outcome.SAVED
+
+
+def _internal(rt: Runtime, claimed: Claimed, files: TickFiles, exc: Exception) -> Change:
+    """A broken job kind, tool registry or model factory: fail loudly, keep everything."""
+    log.exception("tick of session %s v%d failed", claimed.head.id, claimed.head.version)
+    files.discard()  # what the tool may have half done is not saved with a failure
+    return machine.fail(
+        claimed.head,
+        ErrorCode.INTERNAL,
+        f"{type(exc).__name__}: {exc}",
+        now=rt.clock(),
+        open_calls=claimed.calls,
+    )
 
 
 class TickFiles:
