@@ -297,7 +297,7 @@ class Tickwork:
             {"approver": approver, "comment": comment, "feedback": feedback, "output": output},
             name="",
         )
-        storable(dict(arguments or {}), name="the arguments")
+        storable(arguments, name="the arguments")
         head, call = self.store.find_call(session_id, call_id)
         if call is None:
             raise CallNotFound(
