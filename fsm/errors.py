@@ -145,6 +145,16 @@ class BlobMissing(TickworkError, LookupError):
     """A blob a session's files name is not in the artifact store (deleted, or never put)."""
 
 
+class BlobCorrupt(TickworkError, ValueError):
+    """A blob read back does not hold the content its hash names, and no other copy does:
+    the session stops (`ARTIFACT_CORRUPT`); `tickwork artifacts verify --repair` scrubs."""
+
+    def __init__(self, message: str | None = None, *, keys: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        #: the hashes whose copies were bad
+        self.keys = keys
+
+
 class ArtifactsUnavailable(TickworkError):
     """The artifact store could not be read or written; the tick is run again later."""
 

@@ -77,6 +77,8 @@ class ErrorCode(StrEnum):
     ENV_SETUP = "ENV_SETUP"  #: the job's environment could not be built (its setup failed)
     #: the prompt passes the model's context window even after compacting the transcript
     CONTEXT = "CONTEXT"
+    #: a blob of the session's files does not match its hash in any tier that holds it
+    ARTIFACT_CORRUPT = "ARTIFACT_CORRUPT"
 
 
 class DecisionKind(StrEnum):

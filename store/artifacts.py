@@ -5,6 +5,11 @@ or Postgres: the embedded default needs nothing more), `file:///shared/dir` for 
 every worker mounts, `s3://bucket/prefix` for S3-compatible storage (the `s3` extra; the
 endpoint from `AWS_ENDPOINT_URL` or `?endpoint=URL`). Writes are idempotent, so a blob may
 be put before the save that names it, by any number of workers at once.
+
+Every blob read is checked against its hash: a bad copy (a disk's rot, a hand's edit) is
+never given out but raised as `BlobCorrupt`, which a reader with another copy (`Restoring`,
+the worker's cache) catches to put the good one back. A write replaces a stored copy that
+does not match, so putting the same content again repairs it.
 """
 
 from __future__ import annotations
@@ -19,11 +24,11 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import parse_qs, unquote, urlparse
 
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, select, update
 from sqlalchemy import delete as sa_delete
 from sqlalchemy.dialects import postgresql, sqlite
 
-from fsm.errors import ArtifactsUnavailable, BlobMissing, ConfigurationError
+from fsm.errors import ArtifactsUnavailable, BlobCorrupt, BlobMissing, ConfigurationError
 
 from .schema import blobs
 
@@ -54,6 +59,23 @@ def _missing(wanted: Iterable[str], found: Mapping[str, bytes]) -> None:
             raise BlobMissing(f"blob {key} is not in the artifact store; was it pruned?")
 
 
+def intact(key: str, data: bytes) -> bool:
+    """Whether `data` is the content the hash `key` names."""
+    return hashlib.sha256(data).hexdigest() == key
+
+
+def _verified(found: Mapping[str, bytes], where: str) -> dict[str, bytes]:
+    """`found`, or BlobCorrupt naming every blob whose copy does not match its hash."""
+    bad = tuple(sorted(k for k, v in found.items() if not intact(k, v)))
+    if bad:
+        raise BlobCorrupt(
+            f"{len(bad)} blob(s) in {where} do not match their hash ({', '.join(bad[:3])}); "
+            "run `tickwork artifacts verify --repair`",
+            keys=bad,
+        )
+    return dict(found)
+
+
 class DatabaseArtifacts:
     """Blobs in the `tickwork_blobs` table of the session database."""
 
@@ -72,16 +94,48 @@ class DatabaseArtifacts:
         with self.engine.begin() as conn:
             for start in range(0, len(keys), self.BATCH):
                 batch = keys[start : start + self.BATCH]
-                known = set(
-                    conn.execute(select(blobs.c.hash).where(blobs.c.hash.in_(batch))).scalars()
-                )
-                new = [k for k in batch if k not in known]
+                stored = conn.execute(
+                    select(blobs.c.hash, blobs.c.data).where(blobs.c.hash.in_(batch))
+                ).all()
+                known = {k for k, v in stored if intact(k, bytes(v))}
+                for key in {k for k, _ in stored} - known:  # a bad copy: put the good one
+                    conn.execute(
+                        update(blobs)
+                        .where(blobs.c.hash == key)
+                        .values(size=len(items[key]), data=items[key])
+                    )
+                    written += len(items[key])
+                new = [k for k in batch if k not in {h for h, _ in stored}]
                 if not new:
                     continue
                 rows = [{"hash": k, "size": len(items[k]), "data": items[k]} for k in new]
                 conn.execute(self._insert(blobs).on_conflict_do_nothing(), rows)
                 written += sum(len(items[k]) for k in new)
         return written
+
+    def hashes(self) -> Iterator[str]:
+        """Every blob's hash, for a scrub (`tickwork artifacts verify`)."""
+        after = ""
+        while True:  # pages, each its own short read: the caller writes between them
+            with self.engine.connect() as conn:
+                page = list(
+                    conn.execute(
+                        select(blobs.c.hash)
+                        .where(blobs.c.hash > after)
+                        .order_by(blobs.c.hash)
+                        .limit(self.BATCH)
+                    ).scalars()
+                )
+            yield from page
+            if len(page) < self.BATCH:
+                return
+            after = page[-1]
+
+    def read_raw(self, key: str) -> bytes | None:
+        """The stored copy of `key` as it is, unchecked; None if there is none."""
+        with self.engine.connect() as conn:
+            data = conn.execute(select(blobs.c.data).where(blobs.c.hash == key)).scalar()
+        return None if data is None else bytes(data)
 
     def delete(self, hashes: Iterable[str]) -> int:
         """Remove blobs (retention moved them to the archive); returns how many were here."""
@@ -102,7 +156,7 @@ class DatabaseArtifacts:
                 query = select(blobs.c.hash, blobs.c.data).where(blobs.c.hash.in_(batch))
                 found.update({k: bytes(v) for k, v in conn.execute(query)})
         _missing(wanted, found)
-        return found
+        return _verified(found, "the database's blobs table")
 
 
 class DirectoryArtifacts:
@@ -127,8 +181,9 @@ class DirectoryArtifacts:
         written = 0
         for key, data in items.items():
             path = self._path(key)
-            if path.exists():
-                continue
+            stored = self.read_raw(key)
+            if stored is not None and intact(key, stored):
+                continue  # a bad copy is replaced below
             path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".put-")
             try:
@@ -160,7 +215,20 @@ class DirectoryArtifacts:
             except OSError as exc:
                 raise ArtifactsUnavailable(f"cannot read blobs under {self.root}: {exc}") from exc
         _missing(hashes, found)
-        return found
+        return _verified(found, str(self.root))
+
+    def hashes(self) -> Iterator[str]:
+        if not self.root.is_dir():
+            return
+        for folder in sorted(self.root.iterdir()):
+            if folder.is_dir() and len(folder.name) == 2:
+                yield from sorted(p.name for p in folder.iterdir() if _HASH.match(p.name))
+
+    def read_raw(self, key: str) -> bytes | None:
+        try:
+            return self._path(key).read_bytes()
+        except FileNotFoundError:
+            return None
 
 
 class S3Artifacts:
@@ -183,8 +251,10 @@ class S3Artifacts:
             for key, data in items.items():
                 name = self.prefix + key
                 try:
-                    self._s3.head_object(Bucket=self.bucket, Key=name)
-                    continue
+                    stored = self._s3.head_object(Bucket=self.bucket, Key=name)
+                    # one PUT's ETag is its MD5: a copy that does not match is replaced
+                    if stored.get("ETag", "").strip('"') == hashlib.md5(data).hexdigest():
+                        continue
                 except self._s3.exceptions.ClientError as exc:
                     if exc.response.get("Error", {}).get("Code") not in ("404", "NoSuchKey"):
                         raise
@@ -203,7 +273,25 @@ class S3Artifacts:
                 with reply["Body"] as body:
                     found[key] = body.read()
         _missing(hashes, found)
-        return found
+        return _verified(found, f"s3://{self.bucket}/{self.prefix}")
+
+    def hashes(self) -> Iterator[str]:
+        with self._unavailable("list"):
+            pages = self._s3.get_paginator("list_objects_v2")
+            for page in pages.paginate(Bucket=self.bucket, Prefix=self.prefix):
+                for item in page.get("Contents", []):
+                    name = item["Key"][len(self.prefix) :]
+                    if _HASH.match(name):
+                        yield name
+
+    def read_raw(self, key: str) -> bytes | None:
+        with self._unavailable("read"):
+            try:
+                reply = self._s3.get_object(Bucket=self.bucket, Key=self.prefix + key)
+            except self._s3.exceptions.NoSuchKey:
+                return None
+            with reply["Body"] as body:
+                return bytes(body.read())
 
     def delete(self, hashes: Iterable[str]) -> int:
         keys = sorted(set(hashes))

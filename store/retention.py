@@ -4,7 +4,8 @@ A pass takes sessions in small batches, each of sessions that finished on one da
 
 1. **claim** (one short transaction): the batch's sessions get a `pending` row in
    `tickwork_archived` naming the batch's archive object; on Postgres the heads are taken
-   `FOR UPDATE SKIP LOCKED`, so passes in many workers never take the same session.
+   `FOR UPDATE SKIP LOCKED` and checked again once locked, so passes in many workers never
+   take the same session.
 2. **write** (no transaction): each session is read whole and the batch written to the
    archive (`archive.py`), replacing an earlier write of the same batch.
 3. **finish** (one short transaction): the sessions' rows are deleted from every live
@@ -189,6 +190,18 @@ def claim(
             if postgres:
                 query = query.with_for_update(skip_locked=True, of=sessions)
             found.extend(conn.execute(query).all())
+        if postgres and found:
+            # The query's snapshot predates its locks: a pass that claimed a row and committed
+            # while we waited for it leaves the row unchanged, so Postgres hands it over
+            # without re-checking `_not_indexed`. A new statement sees that pass's claim.
+            taken = set(
+                conn.execute(
+                    select(archived.c.session_id).where(
+                        archived.c.session_id.in_([r.id for r in found])
+                    )
+                ).scalars()
+            )
+            found = [r for r in found if r.id not in taken]
         by_day: dict[str, list[Any]] = {}
         for row in found:
             by_day.setdefault(_day(row.updated_at), []).append(row)

@@ -16,10 +16,10 @@ from typing import Any
 
 from sqlalchemy import Engine, select
 
-from fsm.errors import BlobMissing
+from fsm.errors import BlobCorrupt, BlobMissing
 
 from .archive import Archive, ArchiveMissing
-from .artifacts import Artifacts
+from .artifacts import Artifacts, intact
 from .files import parse_entry
 from .schema import file_changes, sessions
 
@@ -103,7 +103,8 @@ def sweep(
 
 class Restoring:
     """The artifact store, with the blobs retention moved to the archive read back from
-    there (and put back, so the next reader finds them where they were)."""
+    there (and put back, so the next reader finds them where they were). A blob whose copy
+    in the store is bad is read from the archive too, and put back in its place."""
 
     def __init__(self, live: Artifacts, archive: Archive) -> None:
         self.live, self.archive = live, archive
@@ -115,24 +116,40 @@ class Restoring:
         wanted = set(hashes)
         try:
             return self.live.get(wanted)
-        except BlobMissing:
+        except (BlobMissing, BlobCorrupt):
             pass
         found: dict[str, bytes] = {}
         back: dict[str, bytes] = {}
         for key in sorted(wanted):
             try:
                 found.update(self.live.get([key]))
-            except BlobMissing:
-                try:
-                    back[key] = self.archive.read(blob_name(key))
-                except ArchiveMissing:
-                    raise BlobMissing(
-                        f"blob {key} is neither in the artifact store nor in the archive "
-                        f"({self.archive.url})"
-                    ) from None
+            except (BlobMissing, BlobCorrupt) as exc:
+                back[key] = self._from_archive(key, corrupt=isinstance(exc, BlobCorrupt))
         if back:
-            self.live.put(back)
+            self.live.put(back)  # replaces a bad copy
         return {**found, **back}
+
+    def _from_archive(self, key: str, *, corrupt: bool) -> bytes:
+        try:
+            data = self.archive.read(blob_name(key))
+        except ArchiveMissing:
+            if corrupt:
+                raise BlobCorrupt(
+                    f"blob {key} does not match its hash in the artifact store and the "
+                    f"archive ({self.archive.url}) has no copy",
+                    keys=(key,),
+                ) from None
+            raise BlobMissing(
+                f"blob {key} is neither in the artifact store nor in the archive "
+                f"({self.archive.url})"
+            ) from None
+        if not intact(key, data):
+            raise BlobCorrupt(
+                f"blob {key} does not match its hash in the archive ({self.archive.url})"
+                + (" nor in the artifact store" if corrupt else ""),
+                keys=(key,),
+            )
+        return data
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.live, name)  # delete, close, engine: the live store's

@@ -33,6 +33,7 @@ COMMANDS = (
     "tickwork.cli_ops",
     "tickwork.cli_gc",
     "tickwork.cli_env",
+    "tickwork.cli_artifacts",
     "tickwork.cli_serve",
 )
 
@@ -131,11 +132,15 @@ def _is_database(exc: BaseException) -> bool:
 
 
 def _database_message(exc: BaseException) -> str:
+    from sqlalchemy.exc import DataError
+
     from worker.secrets import mask
 
     from .context import load_settings
 
     detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+    if isinstance(exc, DataError):  # the value, not the connection: the URL is not to blame
+        return f"the database refused a value ({detail}); check the text and numbers given"
     url = mask(load_settings().db_url, [])
     if "no such table" in detail or ("relation" in detail and "does not exist" in detail):
         return f"the database {url} has no tickwork schema ({detail}); run `tickwork db upgrade`"

@@ -36,6 +36,7 @@ def serve(
     from worker.settings import read_settings
 
     from .api import ApiSettings, make_api
+    from .api.connections import guarded_protocol
 
     api = read_settings(ApiSettings)
     app = make_api(load_settings(), api)
@@ -46,6 +47,9 @@ def serve(
         host=host or api.api_host,
         port=port if port is not None else api.api_port,
         log_level=log_level,
+        http=guarded_protocol(
+            header_timeout_s=api.api_header_timeout_s, max_per_ip=api.api_max_connections_per_ip
+        ),
         proxy_headers=True,
         timeout_graceful_shutdown=5,
         ws="none",

@@ -45,6 +45,8 @@ from worker.secrets import mask_decision, masker_for
 from worker.settings import Settings, load_settings
 from worker.workspaces import Workspaces, session_files
 
+from .parsing import storable
+
 log = logging.getLogger("tickwork.client")
 SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
@@ -208,6 +210,10 @@ class Tickwork:
         observations are masked, then the transcript compacted, to keep the prompt under it).
         """
         by = _login() if submitted_by is None else submitted_by.strip()
+        storable(by, name="the submitter's name")
+        storable(dict(input or {}), name="")
+        storable(model or "", name="the model")
+        storable(session_id or "", name="the session id")
         if len(by) > 200:
             raise InvalidInput("submitted_by is longer than 200 characters")
         job = self.jobs.get(kind)
@@ -304,6 +310,11 @@ class Tickwork:
         """Decide one waiting call; `fingerprint` binds the decision to what the approver saw
         (None binds it to the call as stored now)."""
         kind = DecisionKind(kind)
+        storable(
+            {"approver": approver, "comment": comment, "feedback": feedback, "output": output},
+            name="",
+        )
+        storable(arguments, name="the arguments")
         head, call = self.store.find_call(session_id, call_id)
         if call is None:
             raise CallNotFound(

@@ -37,3 +37,28 @@ def since(text: str | None, *, now: datetime, name: str = "--since") -> datetime
             "a duration (90s, 30m, 2h, 3d, 1w)"
         ) from None
     return at.replace(tzinfo=UTC) if at.tzinfo is None else at
+
+
+def bad_text(value: str) -> str | None:
+    """What is wrong with a text no database can store, or None. A lone surrogate is how
+    Python reads bytes that are not UTF-8 (from a command line) or a JSON `\\udcff`."""
+    if "\x00" in value:
+        return "contains a NUL byte"
+    if any("\ud800" <= c <= "\udfff" for c in value):
+        return "is not valid UTF-8 (it holds a lone surrogate)"
+    return None
+
+
+def storable(value: object, *, name: str) -> None:
+    """Refuse text the database cannot store (`bad_text`), naming where it is. `value` may be
+    a string or JSON-like data; `name` is what it was given as ("" for the input's keys)."""
+    todo: list[tuple[object, str]] = [(value, name)]
+    while todo:
+        item, where = todo.pop()
+        if isinstance(item, dict):
+            todo.extend((k, f"a key of {where or 'the input'}") for k in item)
+            todo.extend((v, f"{where}.{k}" if where else f"the {k}") for k, v in item.items())
+        elif isinstance(item, (list, tuple)):
+            todo.extend((v, f"{where}[{i}]") for i, v in enumerate(item))
+        elif isinstance(item, str) and (wrong := bad_text(item)):
+            raise InvalidInput(f"{where} {wrong}; give it as UTF-8 text without NUL bytes")

@@ -21,6 +21,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from fsm import budgets, context, machine
 from fsm.errors import (
     ArtifactsUnavailable,
+    BlobCorrupt,
     ClaimLost,
     ContextTooLong,
     GraphVersionMismatch,
@@ -141,6 +142,17 @@ def _advance(rt: Runtime, claimed: Claimed, notes: _Notes, owner: str, files: Ti
         # the database or the artifact store is away: the lease expires and the relay runs
         # this tick again (on files the store holds: nothing of this attempt was saved)
         raise
+    except BlobCorrupt as exc:
+        # no tier holds a good copy: running on bad files would be worse than stopping
+        log.error("session %s v%d: %s", session_id, version, exc)
+        files.discard()
+        change = machine.fail(
+            claimed.head,
+            ErrorCode.ARTIFACT_CORRUPT,
+            exc.message,
+            now=rt.clock(),
+            open_calls=claimed.calls,
+        )
     except Exception as exc:
         if disk_full(exc):
             # the worker's own writes (this session's working copy, the blob cache) found the
@@ -156,16 +168,7 @@ def _advance(rt: Runtime, claimed: Claimed, notes: _Notes, owner: str, files: Ti
             )
             files.discard()
             return Outcome.DROPPED
-        # a broken job kind, tool registry or model factory: fail loudly, keep everything
-        log.exception("tick of session %s v%d failed", session_id, version)
-        files.discard()  # what the tool may have half done is not saved with a failure
-        change = machine.fail(
-            claimed.head,
-            ErrorCode.INTERNAL,
-            f"{type(exc).__name__}: {exc}",
-            now=rt.clock(),
-            open_calls=claimed.calls,
-        )
+        change = _internal(rt, claimed, files, exc)
     finally:
         notes.io_s = time.perf_counter() - started
     change = mask_change(change, rt.masker)
@@ -183,6 +186,19 @@ def _advance(rt: Runtime, claimed: Claimed, notes: _Notes, owner: str, files: Ti
     files.saved(head)
     after_commit(rt, change, head)
     return Outcome.SAVED
+
+
+def _internal(rt: Runtime, claimed: Claimed, files: TickFiles, exc: Exception) -> Change:
+    """A broken job kind, tool registry or model factory: fail loudly, keep everything."""
+    log.exception("tick of session %s v%d failed", claimed.head.id, claimed.head.version)
+    files.discard()  # what the tool may have half done is not saved with a failure
+    return machine.fail(
+        claimed.head,
+        ErrorCode.INTERNAL,
+        f"{type(exc).__name__}: {exc}",
+        now=rt.clock(),
+        open_calls=claimed.calls,
+    )
 
 
 class TickFiles:

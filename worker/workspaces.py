@@ -16,6 +16,7 @@ copy, and until its change is saved) and `sessions/<key>.lock`.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -29,7 +30,7 @@ from typing import Any
 
 from fsm.values import Head
 from store import Store
-from store.artifacts import Artifacts
+from store.artifacts import Artifacts, intact
 from store.files import Manifest, applied, parse_entry
 
 from .working_copy import WorkingCopy, _atomic_write, _Seen, session_files
@@ -75,13 +76,20 @@ class Workspaces:
         self._pruned = time.monotonic()
 
     def blobs(self, hashes: Iterable[str]) -> dict[str, bytes]:
-        """Blobs from this host's cache, else from the artifact store (then cached)."""
+        """Blobs from this host's cache, else from the artifact store (then cached). A
+        cached copy that does not match its hash is never used: it is fetched again."""
         found: dict[str, bytes] = {}
         missing = []
         for key in set(hashes):
             try:
-                found[key] = self._object(key).read_bytes()
+                data = self._object(key).read_bytes()
             except FileNotFoundError:
+                missing.append(key)
+                continue
+            if intact(key, data):
+                found[key] = data
+            else:
+                log.warning("cached blob %s does not match its hash: fetched again", key)
                 missing.append(key)
         if missing:
             fetched = self.artifacts.get(missing)
@@ -95,10 +103,11 @@ class Workspaces:
 
     def _keep(self, key: str, data: bytes) -> None:
         path = self._object(key)
-        if path.exists():
-            return
+        with contextlib.suppress(FileNotFoundError):
+            if intact(key, path.read_bytes()):
+                return
         path.parent.mkdir(parents=True, exist_ok=True)
-        _atomic_write(path, data)
+        _atomic_write(path, data)  # over a bad copy too
 
     def base(self, files: Mapping[str, Any]) -> Manifest:
         key = str(files["base"])

@@ -17,7 +17,7 @@ from fsm.errors import AlreadyDecided, TickworkError
 from fsm.values import CallState, Session, Status, idempotency_key
 
 from .fleet import Fleet
-from .plan import KIND, SINKS, Plan, script
+from .plan import BUGGY, FILES_KIND, KIND, SINKS, Plan, files_script, script
 
 APPROVER = "chaos-approver"
 
@@ -80,6 +80,32 @@ class Driver:
             wait = start + (n + 1) * gap - time.monotonic()
             if wait > 0 and self.stopped.wait(wait):
                 return
+            spread = max(1, self.plan.sessions // max(1, self.plan.file_sessions))
+            if n % spread == 0 and n // spread < self.plan.file_sessions:
+                self._submit_files(n // spread)  # spread over the run: before and after rot
+
+    def _submit_files(self, n: int) -> None:
+        """One file session on the shared project (its blobs are put once, then reused)."""
+        session_id = f"chaos-files-{n:04d}"
+        project = self.scripts.parent / "project"
+        if not project.exists():
+            project.mkdir()
+            (project / "calc.py").write_text(BUGGY)
+        path = self.scripts / f"{session_id}.json"
+        path.write_text(json.dumps(files_script(self.plan)))
+        data = {"workspace": str(project), "test_command": "true"}
+        while True:
+            try:
+                self.client.submit(
+                    FILES_KIND, data, model=f"scripted:{path}", session_id=session_id
+                )
+                break
+            except IntegrityError:
+                break
+            except SQLAlchemyError:
+                self.submit_retries += 1
+                time.sleep(0.5)
+        self.submitted.append(session_id)
 
     def _submit(self, session_id: str, model: str) -> None:
         """Submit until the store has it; a database that is down is retried."""

@@ -41,6 +41,7 @@ class Fleet:
                 "TICKWORK_LEASE_S": str(s.lease_s),
                 "TICKWORK_RELAY_PERIOD_S": str(s.relay_period_s),
                 "TICKWORK_RELAY_AFTER_S": str(s.relay_after_s),
+                "TICKWORK_WORKSPACES_DIR": str(s.workspaces_path),
             }
         )
         return env

@@ -29,6 +29,7 @@ from fsm.values import Status  # noqa: E402
 from store.migrate import upgrade  # noqa: E402
 from worker.settings import Settings  # noqa: E402
 
+from .disk import Disk, check_files  # noqa: E402
 from .driver import Driver, PublishFailures, resolve_in_doubt, settle  # noqa: E402
 from .fleet import Fleet  # noqa: E402
 from .invariants import check, dump, worker_log_figures  # noqa: E402
@@ -78,6 +79,7 @@ def run(
         postgres = PrivatePostgres()
         fleet: Fleet | None = None
         driver: Driver | None = None
+        disk: Disk | None = None
         client = None
         publish_failures = PublishFailures()
         logging.getLogger("tickwork.client").addHandler(publish_failures)
@@ -90,7 +92,11 @@ def run(
             upgrade(url)
             where = f"Redis on :{redis.port}" if redis is not None else _shown(broker_url)
             mark(f"Postgres on :{postgres.port}, {where}")
+            workspaces = work / "workspaces"
+            disk = Disk(workspaces, plan.workspaces_mb)
+            mark(disk.describe())
             settings = Settings(
+                workspaces_dir=workspaces,
                 database_url=url,
                 broker_url=redis.url if redis is not None else broker_url,
                 state_dir=work / "state",
@@ -114,14 +120,15 @@ def run(
             driver = Driver(client, plan, sink, scripts)
             driver.start()
             chaos_start = time.monotonic()
-            survivor_marks = _chaos(plan, fleet, survivor, redis, postgres, mark)
+            survivor_marks = _chaos(plan, fleet, survivor, redis, postgres, mark, disk)
             mark(
                 f"chaos over: {fleet.killed} workers killed, {fleet.started} started; "
                 f"{len(driver.submitted)} sessions submitted"
             )
             settled = settle(
                 client,
-                [f"chaos-{n:04d}" for n in range(plan.sessions)],
+                [f"chaos-{n:04d}" for n in range(plan.sessions)]
+                + [f"chaos-files-{n:04d}" for n in range(plan.file_sessions)],
                 timeout=plan.drain_timeout_s,
                 driver=driver,
                 fleet=fleet,
@@ -146,6 +153,14 @@ def run(
             report.add("run", f"{time.monotonic() - chaos_start:.0f}s from the first submit")
             _run_figures(report, fleet, redis, postgres, driver, publish_failures)
             check(report, client, ids, sink)
+            check_files(report, client, ids, disk)
+            report.add(
+                "ticks put back for want of space (worker logs)",
+                sum(
+                    p.read_text(errors="replace").count("no space on this host")
+                    for p in fleet.logs.values()
+                ),
+            )
             if workdir is not None:
                 dump(client, ids, work / "sessions.jsonl")
             worker_log_figures(report, fleet, survivor_marks, survivor_log)
@@ -160,6 +175,8 @@ def run(
             if broker_url:
                 _delete_queues(broker_url, queue)
             stop_quietly(*[s for s in (redis, postgres) if s is not None])
+            if disk is not None:
+                disk.release()
         mark("done")
     return report
 
@@ -191,6 +208,7 @@ def _chaos(
     redis: PrivateRedis | None,
     postgres: PrivatePostgres,
     mark: Callable[[str], None],
+    disk: Disk,
 ) -> dict[str, int]:
     """Kill workers and restart the servers for `plan.chaos_s`; for each restart, where
     the survivor's log stood when the server was back."""
@@ -202,12 +220,29 @@ def _chaos(
         restarts.append((plan.redis_restart_at * plan.chaos_s, "Redis"))
     if plan.postgres_restart_at is not None:
         restarts.append((plan.postgres_restart_at * plan.chaos_s, "Postgres"))
+    if plan.corrupt_cache_at is not None:
+        restarts.append((plan.corrupt_cache_at * plan.chaos_s, "cache"))
+    if plan.disk_full_at is not None and disk.mounted:
+        restarts.append((plan.disk_full_at * plan.chaos_s, "disk"))
     restarts.sort()
     next_kill = chaos_start + random.uniform(0.5, 1.5) * plan.kill_every_s
     mark(f"chaos for {plan.chaos_s:g}s: a SIGKILL every ~{plan.kill_every_s:g}s")
     while (now := time.monotonic()) < chaos_start + plan.chaos_s:
         if restarts and now - chaos_start >= restarts[0][0]:
             _, what = restarts.pop(0)
+            if what == "cache":
+                rotted = disk.rot()
+                if not rotted:  # nothing cached yet: look again in a second
+                    restarts.append((now - chaos_start + 1.0, "cache"))
+                    restarts.sort()
+                    continue
+                mark(f"blobs in the workers' cache overwritten with rot: {rotted}")
+                continue
+            if what == "disk":
+                mark(f"workspaces filesystem full for {plan.down_s:g}s")
+                disk.fill(plan.down_s)
+                mark("workspaces filesystem has room again")
+                continue
             mark(f"restarting {what} (down {plan.down_s:g}s)")
             server = redis if what == "Redis" else postgres
             assert server is not None  # a Redis restart is planned only with a private Redis

@@ -7,6 +7,8 @@ from typing import Any
 
 #: the test suite's job kind: every tool appends "<idempotency key> <value>" to a sink file
 KIND = "tests.jobs:TEST"
+#: the repair kind with the test suite's tools: the file sessions'
+FILES_KIND = "tests.jobs:FILES"
 #: the tools of each step, cycling: one call, or two in one step
 STEP_TOOLS = (
     ("idem_effect",),
@@ -52,6 +54,18 @@ class Plan:
     #: those sessions finish too
     resolve_in_doubt: bool = True
     seed: int = 7
+    #: repair sessions (the `files` kind) on one small project, beside the others: they
+    #: read and write its file, so the two faults below hit them
+    file_sessions: int = 0
+    #: when (fraction of `chaos_s`) every blob in the workers' shared cache is overwritten
+    #: with rot; None: never
+    corrupt_cache_at: float | None = None
+    #: the workspaces' own filesystem (a tmpfs mounted for the run, root only), in MB;
+    #: 0: the state folder's, and no disk-full fault
+    workspaces_mb: int = 0
+    #: when (fraction of `chaos_s`) that filesystem is filled to the last byte, for
+    #: `down_s`; None: never
+    disk_full_at: float | None = None
 
 
 #: the run of the CI suite: small, and sure to finish on a loaded two-core machine
@@ -72,6 +86,10 @@ CI_PLAN = Plan(
     lease_s=4.0,
     relay_after_s=5.0,
     drain_timeout_s=75.0,
+    file_sessions=4,
+    corrupt_cache_at=0.45,
+    workspaces_mb=32,
+    disk_full_at=0.55,
 )
 
 
@@ -109,3 +127,27 @@ def script(session_id: str, plan: Plan) -> list[dict[str, Any]]:
         )
     replies.append({"content": "done", "usage": {"prompt_tokens": 10, "completion_tokens": 5}})
     return replies
+
+
+#: the file sessions' project: a bug their script fixes
+BUGGY = "def add(a, b):\n    return a - b\n"
+FIXED = "def add(a, b):\n    return a + b\n"
+
+
+def files_script(plan: Plan) -> list[dict[str, Any]]:
+    """A file session's replies: read the file, fix it (asks approval), read it again."""
+
+    def call(name: str, **arguments: Any) -> dict[str, Any]:
+        return {
+            "content": f"call {name}",
+            "tool_calls": [{"name": name, "arguments": arguments}],
+            "delay_s": plan.model_delay_s,
+            "usage": {"prompt_tokens": 10, "completion_tokens": 5},
+        }
+
+    return [
+        call("read_file", path="calc.py"),
+        call("write_file", path="calc.py", content=FIXED),
+        call("read_file", path="calc.py"),
+        {"content": "fixed", "usage": {"prompt_tokens": 10, "completion_tokens": 5}},
+    ]

@@ -76,6 +76,14 @@ def test_a_script_inside_the_roots_is_taken_and_a_bad_one_named(stack: Stack) ->
     assert status == 422 and error["code"] == "invalid_script"
 
 
+def test_a_script_nested_too_deep_is_named_not_a_500(stack: Stack) -> None:
+    deep = stack.deployment.tmp / f"deep-{uuid.uuid4().hex[:6]}.json"
+    deep.write_text("[" * 50_000 + "]" * 50_000)
+    status, error = submit(stack.url, f"scripted:{deep}")
+    assert status == 422 and error["code"] == "invalid_script", error
+    assert f"{deep.resolve()} nests deeper than" in error["message"]
+
+
 @pytest.fixture
 def no_roots(stack: Stack) -> Iterator[str]:
     """A server on the same deployment with TICKWORK_API_SCRIPTED_ROOTS unset."""

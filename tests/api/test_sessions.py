@@ -3,6 +3,7 @@ and the errors of each as JSON with a code and a message."""
 
 from __future__ import annotations
 
+import json
 import uuid
 
 from fsm.values import Status
@@ -81,6 +82,24 @@ def test_bad_submissions_are_422_and_say_what_was_wrong(stack: Stack) -> None:
         "/api/v1/sessions", content=b"{not json", headers={"Content-Type": "application/json"}
     )
     assert answer.status_code == 422 and answer.json()["code"] == "invalid_input"
+
+
+def test_text_the_database_cannot_hold_is_named_not_blamed_on_the_database(stack: Stack) -> None:
+    script = json.dumps(stack.deployment.script(ECHO))
+    sink = json.dumps(str(stack.deployment.sink))
+    cases = [
+        ('{"goal": "fix\\u0000it"}', "more.goal contains a NUL byte"),
+        ('{"goal": "fix \\udcff it"}', "more.goal is not valid UTF-8"),
+        ('{"notes": ["x", {"a\\u0000": 1}]}', "more.notes[1] contains a NUL byte"),
+    ]
+    for extra, fragment in cases:
+        body = f'{{"kind": "{TEST_KIND}", "model": {script}, "input": {{"sink": {sink}, '
+        body += f'"more": {extra}}}}}'
+        answer = stack.http("sam").post(
+            "/api/v1/sessions", content=body.encode(), headers={"Content-Type": "application/json"}
+        )
+        assert answer.status_code == 422, (body, answer.text)
+        assert fragment in answer.json()["message"], answer.text
 
 
 def test_a_submit_may_give_the_price_of_a_model_the_deployment_does_not_know(

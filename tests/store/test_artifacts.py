@@ -13,11 +13,12 @@ from typing import Any
 
 import pytest
 
-from fsm.errors import BlobMissing, ConfigurationError
+from fsm.errors import BlobCorrupt, BlobMissing, ConfigurationError
 from store import make_engine
 from store.artifacts import Artifacts, open_artifacts
 from store.files import blob_hash
 from store.migrate import upgrade
+from store.scrub import BAD, DELETED, REPLACED, Finding, scrub
 
 
 def _free_port() -> int:
@@ -95,6 +96,66 @@ def test_a_missing_blob_and_a_misnamed_one_are_refused(artifacts: Artifacts) -> 
         artifacts.get([blob_hash(b"never put")])
     with pytest.raises(ValueError, match="does not hold the content"):
         artifacts.put({blob_hash(b"a"): b"b"})
+
+
+def _corrupt(artifacts: Any, key: str, data: bytes) -> None:
+    """Overwrite the stored copy of `key` behind the store's back (a disk's rot)."""
+    from sqlalchemy import update
+
+    from store.schema import blobs
+
+    if hasattr(artifacts, "engine"):
+        with artifacts.engine.begin() as conn:
+            conn.execute(update(blobs).where(blobs.c.hash == key).values(data=data))
+    elif hasattr(artifacts, "root"):
+        artifacts._path(key).write_bytes(data)
+    else:
+        artifacts._s3.put_object(Bucket=artifacts.bucket, Key=artifacts.prefix + key, Body=data)
+
+
+def test_a_bad_copy_is_never_given_out_and_a_write_replaces_it(artifacts: Artifacts) -> None:
+    good, other = b"def total(xs):\n    return sum(xs)\n", b"kept\n"
+    key = blob_hash(good)
+    artifacts.put({key: good, blob_hash(other): other})
+    _corrupt(artifacts, key, b"def total(xs):\n    return 0  # rotted\n")
+
+    with pytest.raises(BlobCorrupt, match=key) as raised:
+        artifacts.get([key, blob_hash(other)])
+    assert raised.value.keys == (key,)
+    assert scrub(artifacts, None, repair=False).findings == (Finding(key, BAD),)  # type: ignore[arg-type]
+
+    assert artifacts.put({key: good}) == len(good)  # the same content again repairs it
+    assert artifacts.get([key]) == {key: good}
+    assert scrub(artifacts, None, repair=False).findings == ()  # type: ignore[arg-type]
+
+
+def test_a_scrub_replaces_from_the_archive_or_deletes(artifacts: Artifacts, tmp_path: Path) -> None:
+    from store.archive import DirectoryArchive
+    from store.sweep import Restoring, blob_name
+
+    archived, lost = b"in the archive too\n", b"only here\n"
+    keys = blob_hash(archived), blob_hash(lost)
+    artifacts.put(dict(zip(keys, (archived, lost), strict=True)))
+    archive = DirectoryArchive(tmp_path / "archive")
+    archive.write(blob_name(keys[0]), archived)
+    for key in keys:
+        _corrupt(artifacts, key, b"rot")
+
+    # a reader with another tier gets the good copy, and it is put back in the store
+    assert Restoring(artifacts, archive).get([keys[0]]) == {keys[0]: archived}
+    assert artifacts.get([keys[0]]) == {keys[0]: archived}
+    with pytest.raises(BlobCorrupt, match=r"the archive .* has no copy"):
+        Restoring(artifacts, archive).get([keys[1]])
+
+    _corrupt(artifacts, keys[0], b"rot again")
+    report = scrub(artifacts, archive, repair=True)  # type: ignore[arg-type]
+    assert sorted(report.findings) == sorted(
+        [Finding(keys[0], REPLACED), Finding(keys[1], DELETED)]
+    )
+    assert report.lost and report.checked == 2
+    assert artifacts.get([keys[0]]) == {keys[0]: archived}
+    with pytest.raises(BlobMissing):
+        artifacts.get([keys[1]])
 
 
 def test_the_archive_goes_beside_the_artifact_store_and_reads_back(

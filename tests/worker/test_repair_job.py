@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import json
 import shutil
+import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -442,3 +443,42 @@ def test_a_password_in_a_repository_url_is_not_shown() -> None:
     source = {"kind": "repo", "url": "https://bob:s3cret@git.example/x.git", "ref": "main"}
     shown = sources.describe({**source, "commit": "a" * 40})
     assert "s3cret" not in shown and "https://bob:****@git.example/x.git at main" in shown
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="compares with git's own diff")
+def test_file_names_in_the_patch_are_quoted_as_git_quotes_them(
+    project: Path, artifacts: DirectoryArtifacts
+) -> None:
+    names = ["a\n+++ b/evil", "café.txt", 'q"uote', "back\\slash", "tab\there", "plain name"]
+    for name in names:
+        (project / name).parent.mkdir(exist_ok=True)
+        (project / name).write_text("old\n")
+    original = project.parent / "original"
+    shutil.copytree(project, original)
+    for name in names:
+        (project / name).write_text("new\n")
+
+    patch, changed = diff(artifacts, original, project)
+
+    assert sorted(changed) == sorted(names)
+    assert "+++ b/evil" not in patch.splitlines() and "\n+++ b/evil\n" not in patch
+    git = ["git", "-c", "core.quotePath=true", "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q", str(original)], check=True)
+    subprocess.run([*git, "-C", str(original), "add", "-A"], check=True)
+    subprocess.run([*git, "-C", str(original), "commit", "-qm", "o"], check=True)
+    theirs = subprocess.run(
+        ["git", "-C", str(project), "--git-dir", str(original / ".git"), "diff"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    headers = ("diff --git ", "--- ", "+++ ")
+    assert sorted(h for h in patch.splitlines() if h.startswith(headers)) == sorted(
+        h.rstrip("\t") for h in theirs.splitlines() if h.startswith(headers)
+    )
+    applied = subprocess.run(
+        ["git", "-C", str(original), "apply", "-"], input=patch, text=True, capture_output=True
+    )
+    assert applied.returncode == 0, applied.stderr
+    for name in names:
+        assert (original / name).read_text() == "new\n"

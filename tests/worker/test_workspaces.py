@@ -3,6 +3,7 @@ when a crash left them dirty, and each tool's change found from a stat snapshot.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import time
@@ -356,3 +357,48 @@ def test_an_artifact_store_that_is_away_retries_the_tick_and_fails_nothing(
         assert "+x" in done.result["patch"]
     finally:
         env.close()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounts a small tmpfs for the workspaces")
+def test_a_full_workspaces_disk_puts_the_tick_back_and_fails_nothing(
+    tmp_path: Path, project: Path
+) -> None:
+    """Issue 24: a host whose workspaces filesystem is full (another session, another
+    program) failed the session `INTERNAL`; the tick is now put back like one whose artifact
+    store is away, and runs once there is room."""
+    import subprocess
+
+    from fsm.values import CallState, Status
+    from tests.security.conftest import Env
+
+    disk = tmp_path / "workspaces"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)]).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    url = f"sqlite:///{tmp_path / 'full.db'}"
+    upgrade(url)
+    env = Env(url, tmp_path, workspaces_dir=disk, lease_s=0.2)
+    try:
+        command = {"name": "run_command", "arguments": {"command": "printf x >> new.txt"}}
+        replies = [{"content": "go", "tool_calls": [command]}, {"content": "done"}]
+        session_id = env.submit(
+            replies, kind="repair", data={"workspace": str(project), "test_command": "true"}
+        )
+        env.tick(session_id)  # THINK: no files needed
+        filler = disk / "filler"
+        with contextlib.suppress(OSError), open(filler, "wb", buffering=0) as out:
+            while True:
+                out.write(b"\0" * 4096)
+        with pytest.raises(OSError, match="No space left"):
+            env.tick(session_id)
+        assert env.store.get(session_id).status is Status.EXECUTING
+        call = env.load(session_id).call("s1c0")
+        assert call is not None and call.state is CallState.PENDING  # never started
+
+        filler.unlink()
+        time.sleep(0.3)  # the lease of the tick that raised runs out, as after a crash
+        done = env.run(session_id)
+        assert done.status is Status.COMPLETED, done.error_message
+    finally:
+        env.close()
+        subprocess.run(["umount", "-l", str(disk)], check=False)

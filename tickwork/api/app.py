@@ -23,6 +23,7 @@ from worker.settings import Settings, load_settings
 
 from . import dead_letters, errors, health, metrics, sessions, stream
 from .auth import TokenGate, Tokens
+from .connections import BodyTimeout
 from .limits import BodyLimit, clean_parameters
 from .settings import ApiSettings
 
@@ -130,6 +131,7 @@ def make_api(
     app.add_middleware(TokenGate, tokens=tokens)
     app.add_middleware(PageHeaders)
     app.add_middleware(metrics.CountRequests)
+    app.add_middleware(BodyTimeout, timeout_s=api.api_body_timeout_s)  # outermost: every read
     app.include_router(sessions.router)
     app.include_router(stream.router)
     app.include_router(dead_letters.router)

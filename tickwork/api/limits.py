@@ -16,6 +16,7 @@ from fastapi import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ..parsing import bad_text
 from .errors import ApiError, answer
 
 #: the largest integer a query, a path or an id may hold: what a database's BIGINT holds
@@ -113,15 +114,6 @@ def _replay(messages: list[Message], receive: Receive) -> Receive:
         return pending.pop(0) if pending else await receive()
 
     return replaying
-
-
-def bad_text(value: str) -> str | None:
-    """What is wrong with a text no database can store, or None."""
-    if "\x00" in value:
-        return "holds a NUL character"
-    if any("\ud800" <= c <= "\udfff" for c in value):
-        return "holds a lone surrogate (not valid Unicode)"
-    return None
 
 
 def check_tree(value: Any, *, where: str, depth: int = 0) -> None:

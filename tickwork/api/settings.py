@@ -63,6 +63,13 @@ class ApiSettings(BaseSettings):
     api_scripted_roots: list[Path] = []
     #: the largest request body taken, in bytes (larger: 413 before it is read)
     api_max_body_bytes: int = Field(default=1_048_576, gt=0)
+    #: a request's headers must all arrive within this many seconds of its first byte
+    api_header_timeout_s: float = Field(default=10.0, gt=0)
+    #: a request's whole body must arrive within this many seconds of its headers
+    api_body_timeout_s: float = Field(default=30.0, gt=0)
+    #: connections one client address may hold open at once (0: no bound); behind a
+    #: proxy every client has the proxy's address, so bound them there instead
+    api_max_connections_per_ip: int = Field(default=64, ge=0)
     #: how often a live event stream looks for new events
     api_stream_poll_s: float = Field(default=0.25, gt=0)
     #: a live event stream sends a comment this often while nothing happens

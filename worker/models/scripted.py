@@ -34,6 +34,9 @@ from fsm.values import ModelReply, ProposedCall, Usage
 from .base import Message, ModelSettings, ToolSchema, estimate_tokens, transcript_text
 from .pricing import SCRIPTED
 
+#: how deep lists and objects may nest in a script (its tool arguments included)
+MAX_NESTING = 64
+
 
 class _ScriptPart(BaseModel):
     # Strict* per field where coercion would hide a typo; tuples still take JSON lists
@@ -125,6 +128,10 @@ def load_script(path: Path) -> tuple[tuple[ScriptedReply, ...], bool]:
         raise ConfigurationError(
             f"script {path} is not valid JSON: line {exc.lineno} column {exc.colno}: {exc.msg}"
         ) from exc
+    except RecursionError:
+        raise ConfigurationError(_too_deep(path)) from None
+    if _nesting(data) > MAX_NESTING:
+        raise ConfigurationError(_too_deep(path))
     repeat_last = False
     if isinstance(data, dict):
         unknown = sorted(set(data) - {"replies", "repeat_last"})
@@ -142,6 +149,27 @@ def load_script(path: Path) -> tuple[tuple[ScriptedReply, ...], bool]:
             '{"replies": [...], "repeat_last": false}'
         )
     return tuple(_reply(path, i, item) for i, item in enumerate(data)), repeat_last
+
+
+def _too_deep(path: Path) -> str:
+    return (
+        f"the scripted model file {path} nests deeper than {MAX_NESTING} levels; "
+        "a script is a list of replies a few levels deep"
+    )
+
+
+def _nesting(data: Any) -> int:
+    """How deep lists and objects nest in `data`, counted without recursion."""
+    deepest, todo = 0, [(data, 1)]
+    while todo:
+        value, depth = todo.pop()
+        if isinstance(value, dict):
+            value = list(value.values())
+        if isinstance(value, list):
+            deepest = max(deepest, depth)
+            if depth <= MAX_NESTING:  # one level past the limit is enough to refuse
+                todo.extend((v, depth + 1) for v in value)
+    return deepest
 
 
 def _reply(path: Path, index: int, item: Any) -> ScriptedReply:

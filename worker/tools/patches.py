@@ -12,13 +12,57 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from fsm.errors import ToolError
 
-from .sandbox import relative, resolve, write_text
+from .sandbox import read_regular, relative, resolve, workspace_root, write_text
 
 _HUNK_HEADER = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+#: git's C-style escapes (quote.c); every other byte below 0x20 or from 0x7f is octal
+_ESCAPES = {7: "a", 8: "b", 9: "t", 10: "n", 11: "v", 12: "f", 13: "r", 34: '"', 92: "\\"}
+_UNESCAPES = {v: k for k, v in _ESCAPES.items()}
+#: a file mode that makes a symbolic link (git's 120000); the applier writes no links
+_SYMLINK_MODE = re.compile(r"^(?:new file mode|new mode|deleted file mode|old mode) 120000\s*$")
+
+
+def quote_path(name: str) -> str:
+    """`name` as git writes it in a patch (core.quotePath, the default): as it is when it
+    needs nothing, else in double quotes with C escapes and non-ASCII bytes in octal. A
+    name holding a newline can then never start a header line of its own."""
+    raw = name.encode("utf-8", "surrogateescape")
+    if not any(b < 0x20 or b >= 0x7F or b in (34, 92) for b in raw):
+        return name
+    out = []
+    for b in raw:
+        if b in _ESCAPES:
+            out.append("\\" + _ESCAPES[b])
+        elif b < 0x20 or b >= 0x7F:
+            out.append(f"\\{b:03o}")
+        else:
+            out.append(chr(b))
+    return '"' + "".join(out) + '"'
+
+
+def unquote_path(text: str) -> str:
+    """The name `quote_path` (or git) wrote as `text`; as it is when it is not quoted."""
+    if not (len(text) > 1 and text[0] == text[-1] == '"'):
+        return text
+    raw, body, i = bytearray(), text[1:-1], 0
+    while i < len(body):
+        c = body[i]
+        if c != "\\":
+            raw += c.encode("utf-8")
+            i += 1
+        elif body[i + 1 : i + 4].isdigit() and len(body[i + 1 : i + 4]) == 3:
+            raw.append(int(body[i + 1 : i + 4], 8) & 0xFF)
+            i += 4
+        elif i + 1 < len(body) and body[i + 1] in _UNESCAPES:
+            raw.append(_UNESCAPES[body[i + 1]])
+            i += 2
+        else:
+            raise ToolError(f"the quoted file name {text} has a bad escape at {body[i : i + 4]!r}")
+    return raw.decode("utf-8", "surrogateescape")
 
 
 @dataclass(frozen=True)
@@ -80,6 +124,11 @@ def parse_patch(text: str) -> list[FilePatch]:
             raise ToolError(f"line {i + 1}: a hunk comes before any '--- a/x' / '+++ b/x' header")
         elif line.startswith(("GIT binary patch", "Binary files ")):
             raise ToolError("binary patches are not supported; write the file instead")
+        elif _SYMLINK_MODE.match(line):
+            raise ToolError(
+                "the diff makes or changes a symbolic link (mode 120000); the applier writes "
+                "regular files only. Nothing was changed."
+            )
         else:
             i += 1  # `diff --git`, `index ...`, mode lines and prose
     if not files:
@@ -95,9 +144,7 @@ def _is_file_header(lines: Sequence[str], i: int) -> bool:
 
 
 def _header_path(raw: str) -> str | None:
-    path = raw.split("\t", 1)[0].strip()
-    if len(path) > 1 and path[0] == path[-1] == '"':
-        path = path[1:-1]
+    path = unquote_path(raw.split("\t", 1)[0].strip())
     return None if path == "/dev/null" else path
 
 
@@ -215,6 +262,9 @@ def apply_patch(workspace: Path, text: str) -> str:
     shown: dict[Path, str] = {}
     summary: list[str] = []
     for patch in parse_patch(text):
+        for given in (patch.old_path, patch.new_path):
+            if given is not None:
+                _check_path(workspace, given)
         source = resolve(workspace, patch.old_path) if patch.old_path else None
         target = resolve(workspace, patch.new_path) if patch.new_path else None
         for path in (source, target):
@@ -255,6 +305,28 @@ def apply_patch(workspace: Path, text: str) -> str:
     return "\n".join(summary)
 
 
+def _check_path(workspace: Path, given: str) -> None:
+    """Refuse what `git apply` refuses beyond `resolve`'s checks: a `.git` part (any case,
+    with the trailing dots and spaces some file systems drop: a `.git` file or folder would
+    make a later git command run what the patch chose), a path through a symbolic link, and
+    writing to a symbolic link."""
+    parts = PurePosixPath(given).parts
+    if any(part.rstrip(". ").casefold() == ".git" for part in parts):
+        raise ToolError(
+            f"the diff touches {given!r}, inside a .git part; patches may not change git's "
+            "own files. Nothing was changed."
+        )
+    here = workspace_root(workspace)
+    for number, part in enumerate(parts, 1):
+        here = here / part
+        if here.is_symlink():
+            where = "is" if number == len(parts) else "is beyond"
+            raise ToolError(
+                f"{given!r} {where} a symbolic link ({'/'.join(parts[:number])}); patch "
+                "the file it points to by its own path. Nothing was changed."
+            )
+
+
 def _current(path: Path, changes: dict[Path, str | None]) -> str | None:
     """The file's text as this patch has left it so far; None if it does not exist."""
     if path in changes:
@@ -264,7 +336,8 @@ def _current(path: Path, changes: dict[Path, str | None]) -> str | None:
     if not path.is_file():
         raise ToolError(f"{path.name} is not a regular file; nothing was changed")
     try:
-        return path.read_bytes().decode("utf-8")  # no newline translation
+        # no newline translation; a FIFO swapped in since is refused, never waited on
+        return read_regular(path, path.name).decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ToolError(f"{path.name} is not UTF-8 text ({exc}); nothing was changed") from exc
 

@@ -25,7 +25,7 @@ from typing import Annotated, Any, get_type_hints, overload
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from fsm.approvals import ApprovalRule, Policy
-from fsm.errors import ConfigurationError, InvalidToolArguments, UnknownTool
+from fsm.errors import ConfigurationError, InvalidToolArguments, ToolError, UnknownTool
 from fsm.values import idempotency_key as _idempotency_key
 
 from .runner import Sandbox
@@ -60,6 +60,13 @@ class ToolContext:
     #: this host's copy of the session's environment, mounted read-only at /env for its
     #: commands (worker/environments.py); None: the session has none
     environment: Path | None = None
+
+    def check(self) -> None:
+        """Raise `ToolError` if the call must stop now (its time is up, the session was
+        cancelled): tools that loop call it, so their thread ends soon after a timeout."""
+        reason = self.stop() if self.stop is not None else None
+        if reason:
+            raise ToolError(f"stopped: {reason}")
 
     def __post_init__(self) -> None:
         if not self.idempotency_key:
@@ -350,8 +357,8 @@ def run_tool(
 
     Invalid arguments run nothing. The tool runs in a worker thread with the smaller of its
     own and the context's timeout; a Python thread cannot be killed, so a tool that hangs
-    past it is abandoned (it may still finish in the background) and the model is told it
-    timed out. Tools that start processes bound them with `ctx.timeout_s` themselves. An
+    past it is abandoned and the model is told it timed out. The context's `stop` then says
+    so: tools that loop poll it (`ctx.check()`), and tools that start processes kill them. An
     exception becomes the observation `"{ExcType}: {message}"`: a tool never fails the session.
     """
     started = time.perf_counter()
@@ -365,8 +372,17 @@ def run_tool(
     except InvalidToolArguments as exc:
         return result(exc.message, True)
     limit = tool.timeout_s if ctx.timeout_s is None else min(tool.timeout_s, ctx.timeout_s)
+    deadline = time.monotonic() + limit
+    given = ctx.stop
+
+    def stop() -> str | None:
+        # a thread cannot be killed: a tool polling this ends on its own once abandoned
+        if time.monotonic() >= deadline:
+            return f"{tool.name} timed out after {limit:g}s"
+        return given() if given is not None else None
+
     if tool.context_param is not None:
-        kwargs[tool.context_param] = dataclasses.replace(ctx, timeout_s=limit)
+        kwargs[tool.context_param] = dataclasses.replace(ctx, timeout_s=limit, stop=stop)
     outcome: dict[str, Any] = {}
 
     def target() -> None:
@@ -387,8 +403,8 @@ def run_tool(
     if worker.is_alive():
         log.warning("tool %s (%s) timed out after %gs", tool.name, ctx.idempotency_key, limit)
         return result(
-            f"{tool.name} timed out after {limit:g}s and was abandoned; it may still be "
-            "running. Try a smaller request or a different approach.",
+            f"{tool.name} timed out after {limit:g}s and was stopped. Try a smaller "
+            "request or a different approach.",
             True,
         )
     if "error" in outcome:

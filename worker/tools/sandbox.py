@@ -13,6 +13,7 @@ command the session itself started in the background could do that.
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from pathlib import Path, PurePosixPath
 
@@ -94,3 +95,41 @@ def write_text(path: Path, text: str) -> None:
     except BaseException:
         Path(temp).unlink(missing_ok=True)
         raise
+
+
+def kind_of(mode: int) -> str | None:
+    """What a file that is not a regular file is ("a FIFO", ...); None for a regular one."""
+    for test, name in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    ):
+        if test(mode):
+            return name
+    return None if stat.S_ISREG(mode) else "not a regular file"
+
+
+def read_regular(path: Path, shown: str, *, limit: int = -1) -> bytes:
+    """The first `limit` bytes (-1: all) of the regular file `path` (a real path, from `resolve`).
+
+    A FIFO, socket or device is refused without being opened for reading (opening a FIFO
+    waits for a writer, reading a device may never end); the open is non-blocking and
+    does not follow a link, and what was opened is checked again, so a file swapped in
+    between is refused too."""
+    try:
+        wrong = kind_of(os.stat(path).st_mode)
+    except FileNotFoundError:
+        raise ToolError(f"{shown} does not exist; use list_files to see what does") from None
+    if wrong:
+        raise ToolError(f"{shown} is {wrong}, not a regular file; it is not read")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        raise ToolError(f"cannot open {shown}: {exc.strerror}") from exc
+    with os.fdopen(fd, "rb") as handle:
+        wrong = kind_of(os.fstat(fd).st_mode)
+        if wrong:
+            raise ToolError(f"{shown} is {wrong}, not a regular file; it is not read")
+        return handle.read(limit)

@@ -7,7 +7,7 @@ time, so the look is one short index range on SQLite and Postgres, whatever the 
 other events; nothing to backfill (the age bound keeps old ends from being sent).
 
 Revision ID: 0016_cards
-Revises: 0011_outcome
+Revises: 0013_usage
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0016_cards"
-down_revision = "0011_outcome"
+down_revision = "0013_usage"
 branch_labels = None
 depends_on = None
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from fsm.errors import PathOutsideWorkspace, ToolError
-from worker.tools.patches import apply_hunks, apply_patch, parse_patch
+from worker.tools.patches import apply_hunks, apply_patch, parse_patch, quote_path, unquote_path
 
 APP = "".join(f"line {n}\n" for n in range(1, 21))
 
@@ -192,3 +194,76 @@ def test_wrong_counts_and_trailing_whitespace_are_tolerated() -> None:
 def test_a_blank_context_line_inside_a_hunk_is_kept() -> None:
     patch = parse_patch("--- a/f\n+++ b/f\n@@ -1,3 +1,3 @@\n a\n\n-b\n+c\n")
     assert apply_hunks("a\n\nb\n", patch[0].hunks, path="f") == "a\n\nc\n"
+
+
+def _git_refuses(workspace: Path, patch: str) -> bool | None:
+    """Whether `git apply --check` refuses `patch` in `workspace` (None: git is absent)."""
+    if shutil.which("git") is None:
+        return None
+    done = subprocess.run(
+        ["git", "apply", "--check", "-"],
+        cwd=workspace,
+        input=patch.encode(),
+        capture_output=True,
+        timeout=30,
+    )
+    return done.returncode != 0
+
+
+def _new_file(path: str, text: str = "x") -> str:
+    return f"--- /dev/null\n+++ b/{path}\n@@ -0,0 +1 @@\n+{text}\n"
+
+
+ESCAPING = {
+    "a .git config": "--- a/.git/config\n+++ b/.git/config\n@@ -1 +1 @@\n-[core]\n+[core] x\n",
+    "a .git file below": _new_file("sub/.git", "gitdir: /tmp/evil"),
+    "a .GIT folder": _new_file(".GIT/hooks/pre-commit"),
+    "a .Git folder below": _new_file("sub/.Git/config"),
+    "an absolute path": "--- /etc/hostname\n+++ /etc/hostname\n@@ -1 +1 @@\n-a\n+b\n",
+    "a climb": _new_file("sub/../../outside.txt"),
+    "through a link out": _new_file("out/escaped.txt"),
+    "through a link in": _new_file("inside/x.txt"),
+}
+#: git apply takes these (it writes links); the built-in applier writes regular files only
+LINKS = {
+    "a symlink made": (
+        "diff --git a/ln b/ln\nnew file mode 120000\n--- /dev/null\n+++ b/ln\n"
+        "@@ -0,0 +1 @@\n+/etc/passwd\n\\ No newline at end of file\n"
+    ),
+    "a file made a symlink": (
+        "diff --git a/lib.py b/lib.py\nold mode 100644\nnew mode 120000\n--- a/lib.py\n"
+        "+++ b/lib.py\n@@ -1,2 +1 @@\n-a = 1\n-b = 2\n+/etc/passwd\n"
+        "\\ No newline at end of file\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ESCAPING) + sorted(LINKS))
+def test_the_applier_refuses_what_git_apply_refuses(repo: Path, tmp_path: Path, case: str) -> None:
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (repo / "sub").mkdir()
+    (repo / "out").symlink_to(outside)
+    (repo / "inside").symlink_to(repo / "sub")
+    subprocess.run(["git", "init", "-q", str(repo)], check=False, capture_output=True)
+    before = sorted(str(p) for p in repo.rglob("*") if ".git/" not in str(p))
+    patch = ESCAPING.get(case) or LINKS[case]
+
+    with pytest.raises((ToolError, PathOutsideWorkspace)):
+        apply_patch(repo, patch)
+
+    assert sorted(str(p) for p in repo.rglob("*") if ".git/" not in str(p)) == before
+    assert not list(outside.iterdir())
+    if case in ESCAPING:
+        assert _git_refuses(repo, patch) in (True, None), f"git apply takes {case}"
+
+
+def test_quoted_names_round_trip_and_apply(repo: Path) -> None:
+    names = ["a\n+++ b/evil", "café.txt", 'q"uote', "back\\slash", "tab\there"]
+    for name in names:
+        quoted = quote_path(f"b/{name}")
+        assert "\n" not in quoted and unquote_path(quoted) == f"b/{name}"
+        patch = f"--- /dev/null\n+++ {quoted}\n@@ -0,0 +1 @@\n+made\n"
+        assert apply_patch(repo, patch).startswith("created")
+        assert (repo / name).read_text() == "made\n"
+    assert not (repo / "evil").exists()

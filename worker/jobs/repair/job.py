@@ -30,6 +30,7 @@ from worker.environment_plans import NONE, check_setup
 from worker.jobs import JobKind
 from worker.settings import load_settings
 from worker.tools import egress
+from worker.tools.patches import quote_path
 from worker.tools.runner import sandbox_of
 
 from .toolkit import MAX_COMMAND_S, MAX_FILE_BYTES, default_registry, run_in_workspace
@@ -303,9 +304,10 @@ def diff_manifests(
         old_entry, new_entry = before.get(rel), after.get(rel)
         old = None if old_entry is None else contents[parse_entry(old_entry)[1]]
         new = None if new_entry is None else contents[parse_entry(new_entry)[1]]
-        old_name = "/dev/null" if old is None else f"a/{rel}"
-        new_name = "/dev/null" if new is None else f"b/{rel}"
-        parts.append(f"diff --git a/{rel} b/{rel}\n")
+        # quoted as git quotes them: a name with a newline cannot forge a header line
+        old_name = "/dev/null" if old is None else quote_path(f"a/{rel}")
+        new_name = "/dev/null" if new is None else quote_path(f"b/{rel}")
+        parts.append(f"diff --git {quote_path(f'a/{rel}')} {quote_path(f'b/{rel}')}\n")
         if old is None:
             parts.append(f"new file mode {_mode(new_entry)}\n")
         elif new is None:

@@ -9,6 +9,7 @@ import fnmatch
 import os
 import re
 import shlex
+import stat
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Annotated, Any
@@ -22,7 +23,15 @@ from worker.tools.commands import command_needs_approval
 from worker.tools.egress import policy_for
 from worker.tools.registry import Tool, ToolContext, ToolRegistry, tool
 from worker.tools.runner import Sandbox, run_sandboxed, sandbox_for, sandbox_of
-from worker.tools.sandbox import is_inside, relative, resolve, workspace_root, write_text
+from worker.tools.sandbox import (
+    is_inside,
+    kind_of,
+    read_regular,
+    relative,
+    resolve,
+    workspace_root,
+    write_text,
+)
 from worker.tools.shell import ShellResult, Stop
 
 #: most paths `list_files` shows
@@ -41,21 +50,20 @@ def _root(ctx: ToolContext) -> Path:
     return workspace_root(ctx.workspace)
 
 
-def _is_binary(path: Path) -> bool:
-    with path.open("rb") as handle:
-        return b"\x00" in handle.read(8192)
+def _text_of(data: bytes, shown: str) -> str:
+    """`data` (at most MAX_FILE_BYTES + 1 bytes of a file) as text, newlines as `open` reads
+    them; a `ToolError` for a larger or binary file."""
+    if len(data) > MAX_FILE_BYTES:
+        raise ToolError(f"{shown} is larger than {MAX_FILE_BYTES} bytes; use search on it")
+    if b"\x00" in data[:8192]:
+        raise ToolError(f"{shown} is a binary file and is not shown")
+    return data.decode("utf-8", errors="replace").replace("\r\n", "\n").replace("\r", "\n")
 
 
 def _read_text(path: Path, shown: str) -> str:
-    if not path.exists():
-        raise ToolError(f"{shown} does not exist; use list_files to see what does")
     if path.is_dir():
         raise ToolError(f"{shown} is a directory; use list_files to see inside it")
-    if path.stat().st_size > MAX_FILE_BYTES:
-        raise ToolError(f"{shown} is larger than {MAX_FILE_BYTES} bytes; use search on it")
-    if _is_binary(path):
-        raise ToolError(f"{shown} is a binary file and is not shown")
-    return path.read_text(encoding="utf-8", errors="replace")
+    return _text_of(read_regular(path, shown, limit=MAX_FILE_BYTES + 1), shown)
 
 
 def _lines(text: str) -> list[str]:
@@ -66,23 +74,24 @@ def _lines(text: str) -> list[str]:
     return [line.removesuffix("\r") for line in lines]
 
 
-def _files(root: Path, base: Path) -> Iterator[Path]:
-    """Files under `base`, skipping `.git` and symlinks that lead out of the workspace."""
+def _files(ctx: ToolContext, root: Path, base: Path) -> Iterator[Path]:
+    """Regular files under `base`, skipping `.git`, symlinks that lead out of the workspace,
+    and FIFOs, sockets and devices (never opened). Stops when the call must (`ctx.check`)."""
     if base.is_file():
         yield base
         return
     for directory, subdirs, names in os.walk(base):
+        ctx.check()
         subdirs[:] = sorted(d for d in subdirs if d != ".git")
         for name in sorted(names):
             path = Path(directory, name)
-            if path.is_symlink():
-                try:
-                    real = path.resolve()
-                except (OSError, RuntimeError):  # a symlink loop
-                    continue
-                if not (is_inside(root, real) and real.is_file()):
-                    continue
-            yield path
+            try:
+                real = path.resolve() if path.is_symlink() else path
+                regular = stat.S_ISREG(real.stat().st_mode)
+            except (OSError, RuntimeError):  # gone, or a symlink loop
+                continue
+            if regular and is_inside(root, real):
+                yield path
 
 
 def _existing(root: Path, path: str) -> Path:
@@ -105,7 +114,7 @@ def list_files(ctx: ToolContext, path: str = ".", pattern: str = "*") -> str:
     base = _existing(root, path)
     patterns = {pattern, pattern.removeprefix("**/")}  # "**/x" also matches x at the top
     shown = []
-    for file in _files(root, base):
+    for file in _files(ctx, root, base):
         rel = relative(root, file)
         target = rel if "/" in pattern else file.name
         if any(fnmatch.fnmatchcase(target, p) for p in patterns):
@@ -179,15 +188,15 @@ def search(
     root = _root(ctx)
     base = _existing(root, path)
     found: list[str] = []
-    for file in _files(root, base):
-        try:
-            if file.stat().st_size > MAX_FILE_BYTES or _is_binary(file):
-                continue
-            text = file.read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            continue
+    for file in _files(ctx, root, base):
         rel = relative(root, file)
+        try:
+            text = _text_of(read_regular(file.resolve(), rel, limit=MAX_FILE_BYTES + 1), rel)
+        except (OSError, ToolError):
+            continue  # too large, binary, not a regular file (any more), unreadable
         for number, line in enumerate(_lines(text), 1):
+            if number % 1000 == 0:
+                ctx.check()
             if regex.search(line):
                 found.append(f"{rel}:{number}: {line.strip()[:300]}")
                 if len(found) >= max_results:
@@ -209,6 +218,9 @@ def write_file(ctx: ToolContext, path: str, content: str) -> str:
     file = resolve(root, path)
     if file == root or file.is_dir():
         raise ToolError(f"{path!r} is a directory; give a file path")
+    wrong = kind_of(file.stat().st_mode) if file.exists() else None
+    if wrong:
+        raise ToolError(f"{path!r} is {wrong}, not a regular file; it is not replaced")
     size = len(content.encode("utf-8", errors="surrogatepass"))
     _room(ctx, root, size - (file.stat().st_size if file.is_file() else 0))
     write_text(file, content)
