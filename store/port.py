@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from fsm.forks import ForkPatch
 from fsm.machine import Change
-from fsm.values import Decision, Event, Head, Session, ToolCall
+from fsm.values import RUNTIME_LEVEL, Decision, Event, Head, Session, ToolCall
 
 from .artifacts import Artifacts
 from .dead_letters import Closing, DeadLetter
@@ -67,9 +67,17 @@ class Store(Protocol):
     ) -> list[tuple[int, Event]]: ...
 
     def claim(
-        self, session_id: str, version: int, *, owner: str, now: datetime, lease_s: float
+        self,
+        session_id: str,
+        version: int,
+        *,
+        owner: str,
+        now: datetime,
+        lease_s: float,
+        level: int = RUNTIME_LEVEL,
     ) -> Claimed | None:
-        """Take the session for one micro-phase, or None if the tick is stale or not ours."""
+        """Take the session for one micro-phase, or None if the tick is stale or not ours
+        (a session that needs a runtime level above `level` is never taken)."""
         ...
 
     def renew(

@@ -97,6 +97,9 @@ sessions = Table(
     Column("lease_owner", String(200)),
     Column("lease_expires_at", UTCDateTime),
     Column("submitted_by", String(200), nullable=False, server_default=text("''")),
+    # the runtime level a worker needs (fsm.values.RUNTIME_LEVEL); the claim compares it
+    # (0015_versions): rows of 0.1.0, which recorded none, need level 1
+    Column("runtime_level", Integer, nullable=False, server_default=text("1")),
     # the lists are newest first by created_at (0007_yeardata)
     Index(None, "status", "created_at"),
     Index(None, "kind", "created_at"),

@@ -58,7 +58,7 @@ def make_cli() -> typer.Typer:
 
 def _show_version(wanted: bool) -> None:
     if wanted:
-        from .release import version
+        from worker.release import version
 
         typer.echo(f"tickwork {version()}")
         raise typer.Exit()

@@ -29,7 +29,7 @@ from fsm.values import ErrorCode, Head, Status, idempotency_key
 from store import Claimed
 from store.files import FileChange
 
-from . import graphs
+from . import graphs, release
 from .models import ModelSettings, pricing
 from .report import ModelCall, Outcome, Phase, TickReport, ToolRun
 from .runtime import Runtime, Stops, owner_name
@@ -98,10 +98,16 @@ def _tick(rt: Runtime, notes: _Notes) -> Outcome:
     owner = owner_name()
     started = time.perf_counter()
     claimed = rt.store.claim(
-        notes.session_id, notes.version, owner=owner, now=rt.clock(), lease_s=rt.settings.lease_s
+        notes.session_id,
+        notes.version,
+        owner=owner,
+        now=rt.clock(),
+        lease_s=rt.settings.lease_s,
+        level=rt.level,
     )
     notes.claim_s = time.perf_counter() - started
     if claimed is None:
+        _say_if_refused(rt, notes.session_id, notes.version)
         return Outcome.DROPPED
     notes.claimed = claimed.head
     if graphs.is_graph(claimed.head):
@@ -113,6 +119,27 @@ def _tick(rt: Runtime, notes: _Notes) -> Outcome:
         return _advance(rt, claimed, notes, owner, files)
     finally:
         files.release()
+
+
+def _say_if_refused(rt: Runtime, session_id: str, version: int) -> None:
+    """Log it if the claim was refused for the session's runtime level, not for a stale tick.
+
+    Refused like a graph version this worker lacks, but in the claim itself: the session is
+    not touched (no lease, its outbox row kept) and the relay offers the tick again."""
+    try:
+        head = rt.store.get(session_id)
+    except Exception:
+        return  # gone, or the database is away: the tick is dropped either way
+    if head.version == version and head.runtime_level > rt.level:
+        log.error(
+            "session %s needs runtime level %d; this worker (tickwork %s) runs level %d. The "
+            "tick is refused and the session left for a worker of a later release (see "
+            "ops/RUNBOOK.md, Upgrades)",
+            session_id,
+            head.runtime_level,
+            release.version(),
+            rt.level,
+        )
 
 
 def _advance(rt: Runtime, claimed: Claimed, notes: _Notes, owner: str, files: TickFiles) -> Outcome:

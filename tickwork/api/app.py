@@ -17,8 +17,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from swagger_ui_bundle import swagger_ui_path
 
 from tickwork.client import Tickwork
-from tickwork.release import version
 from worker.metrics import StoreCollector
+from worker.release import version
 from worker.settings import Settings, load_settings
 
 from . import dead_letters, errors, health, metrics, sessions, stream

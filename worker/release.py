@@ -1,11 +1,15 @@
 """This release of tickwork: its version, kept in one place (pyproject.toml) and read from the
 installed package's metadata, so `tickwork --version`, the API's document and the worker's
-start line cannot disagree."""
+start line cannot disagree; and the runtime level its workers run (`fsm.values`)."""
 
 from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as _installed
+
+from fsm.values import RUNTIME_LEVEL
+
+__all__ = ["RUNTIME_LEVEL", "version"]
 
 
 def version() -> str:
