@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -220,9 +219,7 @@ def file_previews(whole: Session, client: Tickwork) -> dict[str, dict[str, Any] 
         return {}
     from .api.previews import preview  # the page's diff, shown alike; loads the API only here
 
-    head = whole.head
-    read = functools.partial(client.files.read, head) if head.config.get("files") else None
-    return {c.call_id: preview(c, read) for c in pending}
+    return {c.call_id: preview(c, client.file_reader(whole.head)) for c in pending}
 
 
 def watch(

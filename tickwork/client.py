@@ -98,11 +98,12 @@ class Tickwork:
         stored = head.result.get("patch")
         if isinstance(stored, str) and not head.result.get("patch_truncated"):
             return stored
-        if session_files(head) is None:
+        from worker.jobs.repair import legacy, session_patch
+
+        if session_files(head) is None and not legacy.is_legacy(head):
             raise InvalidInput(
                 f"session {session_id} has no stored files (a {head.kind} job); it has no patch"
             )
-        from worker.jobs.repair import session_patch
 
         return session_patch(head, self.files)[0]
 
@@ -143,8 +144,19 @@ class Tickwork:
 
     def read_file(self, session_id: str, path: str) -> bytes | None:
         """One file of the session as stored now; None if it has none there."""
-        head = self.store.get(session_id)
-        return None if session_files(head) is None else self.files.read(head, path)
+        read = self.file_reader(self.store.get(session_id))
+        return None if read is None else read(path)
+
+    def file_reader(self, head: Head) -> Callable[[str], bytes | None] | None:
+        """Reads one file of the session as it is now (None: no such file), for previews;
+        None if the session has no files. A legacy session's are in its project folder."""
+        from worker.jobs.repair import legacy
+
+        if session_files(head) is not None:
+            return functools.partial(self.files.read, head)
+        if legacy.is_legacy(head):
+            return functools.partial(legacy.read_file, head)
+        return None
 
     def _prepare(
         self, prepare: Callable[..., dict[str, Any]], data: dict[str, Any], *, trusted: bool
