@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.text import Text
 
-from fsm.errors import SessionNotFound
+from fsm.errors import InvalidInput, SessionNotFound
 from fsm.values import ErrorCode, Head, Session, Status
 
 from . import options, render, views
@@ -150,9 +150,35 @@ def list_sessions(
         typer.Option(help="Only failed sessions with this code.", case_sensitive=False),
     ] = None,
     limit: Annotated[int, typer.Option(min=1, help="At most this many.")] = 50,
+    archived: Annotated[
+        bool,
+        typer.Option(
+            "--archived",
+            help="List the sessions retention archived instead, the latest archived first "
+            "(from the archive's index: no archive is read).",
+        ),
+    ] = False,
     json_output: options.Json = False,
 ) -> None:
     """List sessions, newest first."""
+    if archived:
+        if error_code is not None:
+            raise InvalidInput(
+                "--error-code does not go with --archived (the archive's index has no error "
+                "codes); filter by --status failed, then `tickwork show ID`"
+            )
+        with Context() as ctx:
+            entries = ctx.store.retention.listing(
+                status=[s.value for s in status or ()], kind=kind, limit=limit
+            )
+        rows = [views.archived_entry(e) for e in entries]
+        if json_output:
+            views.emit(rows)
+        elif rows:
+            render.show(render.archived_table(rows))
+        else:
+            render.show("no archived sessions match")
+        return
     with Context() as ctx:
         heads = ctx.store.list_sessions(
             status=[s.value for s in status or ()],

@@ -11,7 +11,7 @@ import shutil
 import subprocess
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -33,7 +33,7 @@ from store import dead_letters as dl
 from store.archive import Archive
 from store.archived import ArchivedSession, saved_of
 from store.artifacts import Artifacts
-from store.files import Saved
+from store.files import Saved, applied, parse_entry
 from worker.app import TICK, make_app
 from worker.jobs import Jobs
 from worker.models import Providers, check_spec
@@ -45,6 +45,8 @@ from worker.workspaces import Workspaces, session_files
 
 log = logging.getLogger("tickwork.client")
 SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+#: blobs read back from the archive at a time when a fork of an archived session is made
+BRING_BACK_CHUNK = 256
 
 
 class Tickwork:
@@ -93,19 +95,30 @@ class Tickwork:
 
     def patch(self, session_id: str) -> str:
         """The patch from the session's source to its files as stored now (its result's
-        patch once it has finished)."""
-        head = self.store.get(session_id)
+        patch once it has finished); an archived session's from the archive."""
+        try:
+            head, saved = self.store.get(session_id), None
+        except SessionNotFound:
+            found = self.archived(session_id)
+            if found is None:
+                raise
+            head, saved = found.session.head, saved_of(found.record)
         stored = head.result.get("patch")
         if isinstance(stored, str) and not head.result.get("patch_truncated"):
             return stored
-        from worker.jobs.repair import legacy, session_patch
+        from worker.jobs.repair import diff_manifests, legacy, session_patch
 
-        if session_files(head) is None and not legacy.is_legacy(head):
+        files = session_files(head)
+        if files is None and not legacy.is_legacy(head):
             raise InvalidInput(
                 f"session {session_id} has no stored files (a {head.kind} job); it has no patch"
             )
-
-        return session_patch(head, self.files)[0]
+        if files is None or saved is None:
+            return session_patch(head, self.files)[0]
+        before = after = self.files.base(files)
+        for change in saved:  # the archived session's file changes, as its record holds them
+            after = applied(after, change.changes)
+        return diff_manifests(before, after, self.files.blobs)[0]
 
     def bundle(self, session_id: str, dest: Path) -> str:
         """A git bundle at `dest` holding the branch `tickwork/<session_id>`: the source's
@@ -434,13 +447,18 @@ class Tickwork:
             resolve_dead_letter=resolve_dead_letter,
             again=again,
         )
+        if archived is not None:
+            self._bring_back(*archived)
         try:
             head = forking(archived=archived)
         except SessionNotFound:
             if archived is not None:
                 raise
             # archived since we looked: fork it from the archive
-            head = forking(archived=self._fork_source(session_id)[1])
+            archived = self._fork_source(session_id)[1]
+            assert archived is not None, "an archived session reads back whole"
+            self._bring_back(*archived)
+            head = forking(archived=archived)
         if head.status.runnable:
             self.publish(head.id, head.version)
         return head
@@ -458,6 +476,26 @@ class Tickwork:
         if self.store.retention.entry(session_id) is None:
             return None  # the archive is opened only for a session it holds
         return self.store.retention.load(self.archive, session_id)
+
+    def _bring_back(self, parent: Session, saved: Sequence[Saved]) -> None:
+        """Copy the blobs of an archived session's files from the archive back into the
+        artifact store (the client has the archive's URL; workers need not), so a fork of it
+        runs on any worker: its source and every version of its files it saved."""
+        files = session_files(parent.head)
+        if files is None:
+            return
+        base = str(files["base"])
+        self.artifacts.get([base])  # read back from the archive and put back if it was moved
+        keys = {parse_entry(value)[1] for value in self.files.base(files).values()}
+        keys.update(
+            parse_entry(value)[1]
+            for change in saved
+            for value in change.changes.values()
+            if value is not None
+        )
+        ordered = sorted(keys)
+        for start in range(0, len(ordered), BRING_BACK_CHUNK):
+            self.artifacts.get(ordered[start : start + BRING_BACK_CHUNK])
 
     def _fork_source(self, session_id: str) -> tuple[Head, tuple[Session, list[Saved]] | None]:
         """The head of the session to fork, and the session whole if it is archived."""
