@@ -158,6 +158,11 @@ class Store(Protocol):
         """Runnable sessions whose lease ran out, their lease cleared and a tick written."""
         ...
 
+    def offer_again(self, session_id: str, version: int, *, now: datetime) -> None:
+        """A tick refused for its runtime level: the relay offers it again after its usual
+        wait, not after a growing one (the session's own row is not touched)."""
+        ...
+
     def dead_letters(
         self,
         *,

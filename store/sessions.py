@@ -430,6 +430,10 @@ class CoreStore:
         """The relay's scan for sessions whose worker died (`relay.expired_leases`)."""
         return relay.expired_leases(self.engine, now=now, limit=limit)
 
+    def offer_again(self, session_id: str, version: int, *, now: datetime) -> None:
+        """A tick refused for its runtime level, offered again at the relay's usual pace."""
+        relay.offer_again(self.engine, session_id, version, now=now)
+
     def dead_letters(
         self,
         *,

@@ -125,12 +125,14 @@ def _say_if_refused(rt: Runtime, session_id: str, version: int) -> None:
     """Log it if the claim was refused for the session's runtime level, not for a stale tick.
 
     Refused like a graph version this worker lacks, but in the claim itself: the session is
-    not touched (no lease, its outbox row kept) and the relay offers the tick again."""
+    not touched (no lease, its outbox row kept) and the relay offers the tick again after
+    its usual wait (`offer_again`), until a worker of the session's level takes it."""
     try:
         head = rt.store.get(session_id)
     except Exception:
         return  # gone, or the database is away: the tick is dropped either way
     if head.version == version and head.runtime_level > rt.level:
+        rt.store.offer_again(session_id, version, now=rt.clock())
         log.error(
             "session %s needs runtime level %d; this worker (tickwork %s) runs level %d. The "
             "tick is refused and the session left for a worker of a later release (see "

@@ -76,3 +76,24 @@ def test_a_snapshot_of_an_earlier_schema_needed_level_one(store: Store, clock: C
     old = {"schema_version": 2, "session": {**document["session"], "head": head}}
 
     assert snapshots.load(old).head.runtime_level == 1
+
+
+def test_a_refused_tick_is_offered_again_at_the_relay_s_usual_pace(
+    store: Store, clock: Clock
+) -> None:
+    _later(store, "later", clock)
+    for _ in range(3):  # refused, and republished by the relay, again and again
+        clock.advance(60)
+        assert store.claim("later", 0, owner="old", now=clock(), lease_s=LEASE_S) is None
+        assert [d.session_id for d in store.due_ticks(now=clock(), older_than_s=10)] == ["later"]
+    (row,) = table_rows(store.engine, outbox)
+    assert row["republished"] == 3
+
+    store.offer_again("later", 0, now=clock())
+
+    (row,) = table_rows(store.engine, outbox)
+    assert (row["republished"], row["due_at"], row["published_at"]) == (0, clock(), clock())
+    assert store.due_ticks(now=clock.advance(9), older_than_s=10) == []
+    assert [d.session_id for d in store.due_ticks(now=clock.advance(2), older_than_s=10)] == [
+        "later"
+    ]
