@@ -11,7 +11,7 @@ from sqlalchemy import update
 
 from fsm.values import RUNTIME_LEVEL, EventKind, Status
 from store.schema import sessions
-from tests.tasks.conftest import Deployment, until
+from tests.tasks.conftest import Deployment, stop, until
 from tickwork.testing import running_worker
 
 
@@ -49,10 +49,15 @@ def test_a_later_level_is_left_to_a_worker_of_that_level(
         assert deployment.client.store.lease(session_id) is None
         assert [e.kind for e in deployment.client.load(session_id).events] == [EventKind.CREATED]
 
+    # this release's worker (a process of its own) and one of the next level, side by side
+    current = deployment.spawn()
+    try:
         with running_worker(
             deployment.settings, queues=[deployment.settings.queue], runtime_level=later
         ):
             head = deployment.client.wait(session_id, timeout=90)
+    finally:
+        stop(current)
 
     assert head.status is Status.COMPLETED, head
     assert head.final_answer == "all done"
