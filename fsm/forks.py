@@ -10,6 +10,7 @@ from .graph import PROPOSAL, START
 from .graph_machine import PROPOSED, fork_state
 from .loops import HISTORY
 from .values import (
+    RUNTIME_LEVEL,
     Budgets,
     CallState,
     Event,
@@ -135,6 +136,8 @@ def fork(
         fork_step=from_step,
         awaiting=awaiting,
         submitted_by=by,
+        # the fork is made by this code, so it needs at least this code's level
+        runtime_level=max(parent.head.runtime_level, RUNTIME_LEVEL),
         result=_graph_result(config, new_steps, observations, patch) if "graph" in config else {},
     )
     event = Event(

@@ -33,7 +33,14 @@ def _v1_to_v2(document: Document) -> Document:
     return {**document, "schema_version": 2, "session": session}
 
 
-UPCASTERS: dict[int, Callable[[Document], Document]] = {1: _v1_to_v2}
+def _v2_to_v3(document: Document) -> Document:
+    """2 -> 3: the head records the runtime level it needs; earlier sessions needed 1."""
+    session = dict(document["session"])
+    session["head"] = {"runtime_level": 1, **session["head"]}
+    return {**document, "schema_version": 3, "session": session}
+
+
+UPCASTERS: dict[int, Callable[[Document], Document]] = {1: _v1_to_v2, 2: _v2_to_v3}
 
 
 def dump(session: Session) -> Document:

@@ -11,7 +11,19 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 #: Version of the snapshot format stored in dead letters; see `fsm.snapshots`.
 #: 2: the head carries `submitted_by`; calls carry `provider_call_id` and `approval_reason`
-SNAPSHOT_SCHEMA_VERSION = 2
+#: 3: the head carries `runtime_level`
+SNAPSHOT_SCHEMA_VERSION = 3
+
+#: The runtime level this code writes and runs (DESIGN 12): bumped, separately from the
+#: package's version, when what a session stores changes so that an older worker would
+#: run it wrongly. A session records the level it needs; a worker claims only sessions of
+#: its level or below, so in a rolling upgrade an older worker leaves a newer session to a
+#: newer worker instead of half-running it (ops/RUNBOOK.md, "Upgrades").
+#: 1: the session's files are stored (`config.files`: a base manifest and the changes of
+#:    its ticks); also the sessions of 0.1.0, which recorded no level. A session from
+#:    before stored files (`config.workspace` and `config.baseline`) runs on level 1 too,
+#:    in its own folder (`worker.jobs.repair.legacy`).
+RUNTIME_LEVEL = 1
 
 
 class Value(BaseModel):
@@ -317,6 +329,9 @@ class Head(Value):
     #: who submitted it (an API token's name, the CLI's --as or login name; a fork: who
     #: forked it); empty for sessions stored before it was recorded
     submitted_by: str = Field(default="", max_length=200)
+    #: the runtime level a worker needs to run it (RUNTIME_LEVEL when it was created; a
+    #: fork keeps its parent's if that is higher)
+    runtime_level: int = Field(default=RUNTIME_LEVEL, ge=1)
 
 
 class Session(Value):

@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -90,6 +90,26 @@ def load_archived(
         )
     item = batch[session_id]
     return ArchivedSession(found, archives.session_of(item), item)
+
+
+def list_archived(
+    engine: Engine,
+    *,
+    status: Sequence[str] = (),
+    kind: str | None = None,
+    limit: int = 50,
+    offset: int = 0,
+) -> list[Entry]:
+    """Archived sessions from the index alone (no batch is read), the latest archived
+    first (the order of the archived_at index)."""
+    query = select(archived).where(archived.c.state == ARCHIVED)
+    if status:
+        query = query.where(archived.c.status.in_(list(status)))
+    if kind:
+        query = query.where(archived.c.kind == kind)
+    query = query.order_by(archived.c.archived_at.desc(), archived.c.session_id)
+    with engine.connect() as conn:
+        return [_entry(r) for r in conn.execute(query.limit(limit).offset(offset))]
 
 
 def archived_forks(engine: Engine, parent_id: str) -> list[dict[str, Any]]:

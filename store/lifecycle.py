@@ -3,7 +3,7 @@ the database (`retention.py` archives and prunes, `archived.py` reads the index)
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -63,6 +63,19 @@ class Retention:
     def load(self, archive: archives.Archive, session_id: str) -> archived.ArchivedSession | None:
         """An archived session read back from its batch; None if it is not archived."""
         return archived.load_archived(self._engine, archive, session_id)
+
+    def listing(
+        self,
+        *,
+        status: Sequence[str] = (),
+        kind: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> list[archived.Entry]:
+        """Archived sessions, the latest archived first, from the index (`ls --archived`)."""
+        return archived.list_archived(
+            self._engine, status=status, kind=kind, limit=limit, offset=offset
+        )
 
     def forks(self, parent_id: str) -> list[dict[str, Any]]:
         """The archived sessions forked from `parent_id`."""

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from fsm.forks import ForkPatch
 from fsm.machine import Change
-from fsm.values import Decision, Event, Head, Observation, Session, ToolCall
+from fsm.values import RUNTIME_LEVEL, Decision, Event, Head, Observation, Session, ToolCall
 
 from .artifacts import Artifacts
 from .dead_letters import Closing, DeadLetter
@@ -73,9 +73,17 @@ class Store(Protocol):
     ) -> list[tuple[int, Event]]: ...
 
     def claim(
-        self, session_id: str, version: int, *, owner: str, now: datetime, lease_s: float
+        self,
+        session_id: str,
+        version: int,
+        *,
+        owner: str,
+        now: datetime,
+        lease_s: float,
+        level: int = RUNTIME_LEVEL,
     ) -> Claimed | None:
-        """Take the session for one micro-phase, or None if the tick is stale or not ours."""
+        """Take the session for one micro-phase, or None if the tick is stale or not ours
+        (a session that needs a runtime level above `level` is never taken)."""
         ...
 
     def renew(
@@ -154,6 +162,11 @@ class Store(Protocol):
 
     def expired_leases(self, *, now: datetime, limit: int = 500) -> list[Due]:
         """Runnable sessions whose lease ran out, their lease cleared and a tick written."""
+        ...
+
+    def offer_again(self, session_id: str, version: int, *, now: datetime) -> None:
+        """A tick refused for its runtime level: the relay offers it again after its usual
+        wait, not after a growing one (the session's own row is not touched)."""
         ...
 
     def dead_letters(

@@ -69,7 +69,7 @@ class PostgresStore(CoreStore):
         #: one statement each, atomic without BEGIN/COMMIT
         self._single = engine.execution_options(isolation_level="AUTOCOMMIT")
 
-    def _take(self, lease: Lease, *, expires: datetime, after: int) -> Taken | None:
+    def _take(self, lease: Lease, *, expires: datetime, after: int, level: int) -> Taken | None:
         params = {
             "id": lease.session_id,
             "version": lease.version,
@@ -77,6 +77,7 @@ class PostgresStore(CoreStore):
             "now": _aware(lease.now),
             "expires": _aware(expires),
             "after": after,
+            "level": level,
         }
         with self._single.connect() as conn:
             row = _one(conn, CLAIM, params)
@@ -193,6 +194,7 @@ WITH claimed AS (
     UPDATE {sessions.name} SET lease_owner = %(owner)s, lease_expires_at = %(expires)s
     WHERE id = %(id)s AND version = %(version)s AND {RUNNABLE_SQL}
       AND (lease_owner IS NULL OR lease_expires_at < %(now)s)
+      AND runtime_level <= %(level)s
     RETURNING {_HEAD}
 ), claimed_tick AS (
     DELETE FROM {outbox.name} AS o USING claimed

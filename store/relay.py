@@ -149,3 +149,20 @@ def expired_leases(engine: Engine, *, now: datetime, limit: int = 500) -> list[D
                 ],
             )
     return [Due(session_id, version, owner=owner) for session_id, version, owner in found]
+
+
+def offer_again(engine: Engine, session_id: str, version: int, *, now: datetime) -> None:
+    """A tick refused by a worker of a lower runtime level: published now as far as the relay
+    knows, with its count of republications reset, so the relay offers it again once its
+    threshold has passed (a tick refused again and again in a rolling upgrade waits that
+    long each time, not the growing waits of a backed-up queue)."""
+    with engine.begin() as conn:
+        conn.execute(
+            update(outbox)
+            .where(
+                outbox.c.session_id == session_id,
+                outbox.c.version == version,
+                outbox.c.published_at.is_not(None),
+            )
+            .values(due_at=now, published_at=now, republished=0)
+        )

@@ -97,6 +97,7 @@ def head_from_row(row: Row) -> Head:
         fork_step=row["fork_step"],
         awaiting=tuple(row["awaiting"]),
         submitted_by=row["submitted_by"],
+        runtime_level=row["runtime_level"],
     )
 
 
@@ -115,6 +116,7 @@ def head_to_row(head: Head) -> dict[str, Any]:
             "parent_id": head.parent_id,
             "fork_step": head.fork_step,
             "submitted_by": head.submitted_by,
+            "runtime_level": head.runtime_level,
             "lease_owner": None,
             "lease_expires_at": None,
             **head_changes(head),

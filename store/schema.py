@@ -100,6 +100,9 @@ sessions = Table(
     # what a finished repair achieved (fsm/outcomes.py), kept from `result` for `ls
     # --outcome`; NULL for other kinds and sessions stored before it (0011_outcome)
     Column("outcome", String(32)),
+    # the runtime level a worker needs (fsm.values.RUNTIME_LEVEL); the claim compares it
+    # (0015_versions): rows of 0.1.0, which recorded none, need level 1
+    Column("runtime_level", Integer, nullable=False, server_default=text("1")),
     # the lists are newest first by created_at (0007_yeardata)
     Index(None, "status", "created_at"),
     Index(None, "kind", "created_at"),

@@ -41,6 +41,7 @@ from fsm.loops import HISTORY
 from fsm.machine import Change
 from fsm.values import (
     RUNNABLE,
+    RUNTIME_LEVEL,
     CallState,
     Decision,
     Event,
@@ -227,12 +228,22 @@ class CoreStore:
             return [(r["id"], rows.event_from_row(r)) for r in conn.execute(query).mappings()]
 
     def claim(
-        self, session_id: str, version: int, *, owner: str, now: datetime, lease_s: float
+        self,
+        session_id: str,
+        version: int,
+        *,
+        owner: str,
+        now: datetime,
+        lease_s: float,
+        level: int = RUNTIME_LEVEL,
     ) -> Claimed | None:
         """Take the session for one micro-phase, or None if the tick is stale or not ours to run.
 
-        Succeeds only if the session is runnable at `version` with no live lease; deletes
-        that version's outbox row in the same transaction. A THINK claim reads the steps
+        Succeeds only if the session is runnable at `version` with no live lease and needs
+        no runtime level above `level` (the claiming worker's); deletes that version's
+        outbox row in the same transaction. A session refused for its level is left exactly
+        as it was, its outbox row too, so the relay offers the tick again (to a worker of
+        its level, in a rolling upgrade). A THINK claim reads the steps
         after those this process read last time (`transcripts.py`).
         """
         known = self._transcripts.get(session_id)
@@ -241,7 +252,9 @@ class CoreStore:
         # policy, not by the session's length
         after = known.step if known is not None else NO_STEPS
         expires = now + timedelta(seconds=lease_s)
-        taken = self._take(Lease(session_id, version, owner, now), expires=expires, after=after)
+        taken = self._take(
+            Lease(session_id, version, owner, now), expires=expires, after=after, level=level
+        )
         if taken is None:
             return None
         claimed, mark = taken
@@ -305,11 +318,12 @@ class CoreStore:
         transaction. Raises ClaimLost otherwise."""
         return self._save(Lease(change.head.id, version, owner, now), change, files)
 
-    def _take(self, lease: Lease, *, expires: datetime, after: int) -> Taken | None:
-        """The claim's write: take the lease until `expires`, drop the version's outbox row,
-        read what the tick needs (a THINK: the steps after step `after`)."""
+    def _take(self, lease: Lease, *, expires: datetime, after: int, level: int) -> Taken | None:
+        """The claim's write: take the lease until `expires` of a session needing at most
+        runtime level `level`, drop the version's outbox row, read what the tick needs (a
+        THINK: the steps after step `after`)."""
         with self.engine.begin() as conn:
-            return _claim(conn, lease, expires=expires, after=after)
+            return _claim(conn, lease, expires=expires, after=after, level=level)
 
     def _start(self, lease: Lease, call: ToolCall, event: dict[str, Any]) -> bool:
         """Mark `call` started and record `event`, if the lease is still ours."""
@@ -443,6 +457,10 @@ class CoreStore:
     def expired_leases(self, *, now: datetime, limit: int = 500) -> list[Due]:
         """The relay's scan for sessions whose worker died (`relay.expired_leases`)."""
         return relay.expired_leases(self.engine, now=now, limit=limit)
+
+    def offer_again(self, session_id: str, version: int, *, now: datetime) -> None:
+        """A tick refused for its runtime level, offered again at the relay's usual pace."""
+        relay.offer_again(self.engine, session_id, version, now=now)
 
     def dead_letters(
         self,
@@ -715,7 +733,9 @@ def _missing_call(conn: Connection, head: Head, call_id: str) -> None:
     )
 
 
-def _claim(conn: Connection, lease: Lease, *, expires: datetime, after: int) -> Taken | None:
+def _claim(
+    conn: Connection, lease: Lease, *, expires: datetime, after: int, level: int
+) -> Taken | None:
     session_id, version, owner = lease.session_id, lease.version, lease.owner
     assert owner is not None, "a claim takes a lease"
     taken = (
@@ -725,6 +745,7 @@ def _claim(conn: Connection, lease: Lease, *, expires: datetime, after: int) -> 
             sessions.c.version == version,
             sessions.c.status.in_([s.value for s in RUNNABLE]),
             or_(sessions.c.lease_owner.is_(None), sessions.c.lease_expires_at < lease.now),
+            sessions.c.runtime_level <= level,
         )
         .values(lease_owner=owner, lease_expires_at=expires)
         .returning(*sessions.c)

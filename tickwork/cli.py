@@ -50,11 +50,32 @@ def make_cli() -> typer.Typer:
         help="Durable LLM agent sessions on Celery: submit, watch, approve, fork, and "
         "analyse dead letters. Configured by TICKWORK_* variables (`tickwork config`).",
     )
+    app.callback()(_root)
     for name in COMMANDS:
         importlib.import_module(name).register(app)
     for info in app.registered_commands:
         _one_line_summary(info)
     return app
+
+
+def _show_version(wanted: bool) -> None:
+    if wanted:
+        from worker.release import version
+
+        typer.echo(f"tickwork {version()}")
+        raise typer.Exit()
+
+
+def _root(
+    version: bool = typer.Option(
+        False,
+        "--version",
+        is_eager=True,
+        callback=_show_version,
+        help="Print tickwork's version and exit.",
+    ),
+) -> None:
+    """Durable LLM agent sessions on Celery."""
 
 
 def _one_line_summary(info: typer.models.CommandInfo) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -11,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.text import Text
 
-from fsm.errors import SessionNotFound
+from fsm.errors import InvalidInput, SessionNotFound
 from fsm.outcomes import Outcome
 from fsm.values import ErrorCode, Head, Session, Status
 
@@ -185,9 +184,35 @@ def list_sessions(
         ),
     ] = None,
     limit: Annotated[int, typer.Option(min=1, help="At most this many.")] = 50,
+    archived: Annotated[
+        bool,
+        typer.Option(
+            "--archived",
+            help="List the sessions retention archived instead, the latest archived first "
+            "(from the archive's index: no archive is read).",
+        ),
+    ] = False,
     json_output: options.Json = False,
 ) -> None:
     """List sessions, newest first."""
+    if archived:
+        if error_code is not None:
+            raise InvalidInput(
+                "--error-code does not go with --archived (the archive's index has no error "
+                "codes); filter by --status failed, then `tickwork show ID`"
+            )
+        with Context() as ctx:
+            entries = ctx.store.retention.listing(
+                status=[s.value for s in status or ()], kind=kind, limit=limit
+            )
+        rows = [views.archived_entry(e) for e in entries]
+        if json_output:
+            views.emit(rows)
+        elif rows:
+            render.show(render.archived_table(rows))
+        else:
+            render.show("no archived sessions match")
+        return
     with Context() as ctx:
         heads = ctx.store.list_sessions(
             status=[s.value for s in status or ()],
@@ -255,9 +280,7 @@ def file_previews(whole: Session, client: Tickwork) -> dict[str, dict[str, Any] 
         return {}
     from .api.previews import preview  # the page's diff, shown alike; loads the API only here
 
-    head = whole.head
-    read = functools.partial(client.files.read, head) if head.config.get("files") else None
-    return {c.call_id: preview(c, read) for c in pending}
+    return {c.call_id: preview(c, client.file_reader(whole.head)) for c in pending}
 
 
 def watch(

@@ -11,7 +11,7 @@ import shutil
 import subprocess
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -35,7 +35,7 @@ from store import dead_letters as dl
 from store.archive import Archive
 from store.archived import ArchivedSession, saved_of
 from store.artifacts import Artifacts
-from store.files import Saved
+from store.files import Saved, applied, parse_entry
 from worker.app import TICK, make_app
 from worker.jobs import Jobs
 from worker.models import Providers, check_spec, pricing
@@ -49,6 +49,8 @@ from .parsing import storable
 
 log = logging.getLogger("tickwork.client")
 SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+#: blobs read back from the archive at a time when a fork of an archived session is made
+BRING_BACK_CHUNK = 256
 
 
 class Tickwork:
@@ -97,18 +99,32 @@ class Tickwork:
 
     def patch(self, session_id: str, *, required: bool = False) -> str:
         """The patch from the session's source to its files as stored now (its result's
-        patch once it has finished): "" if it changed nothing, or with `required`
-        `NoPatch` saying why; `NoPatch` for a session without files (another job kind)."""
-        head = self.store.get(session_id)
+        patch once it has finished; an archived session's from the archive): "" if it
+        changed nothing, or with `required` `NoPatch` saying why; `NoPatch` for a session
+        without files (another job kind)."""
+        try:
+            head, saved = self.store.get(session_id), None
+        except SessionNotFound:
+            found = self.archived(session_id)
+            if found is None:
+                raise
+            head, saved = found.session.head, saved_of(found.record)
         stored = head.result.get("patch")
         if isinstance(stored, str) and not head.result.get("patch_truncated"):
             text = stored
-        elif session_files(head) is None:
-            raise NoPatch(f"session {session_id} has no patch: a {head.kind} job has no files")
         else:
-            from worker.jobs.repair import session_patch
+            from worker.jobs.repair import diff_manifests, legacy, session_patch
 
-            text = session_patch(head, self.files)[0]
+            files = session_files(head)
+            if files is None and not legacy.is_legacy(head):
+                raise NoPatch(f"session {session_id} has no patch: a {head.kind} job has no files")
+            if files is None or saved is None:
+                text = session_patch(head, self.files)[0]
+            else:
+                before = after = self.files.base(files)
+                for change in saved:  # the archived session's file changes, as its record holds
+                    after = applied(after, change.changes)
+                text = diff_manifests(before, after, self.files.blobs)[0]
         if not text and required:
             raise NoPatch(f"session {session_id} has no patch: {_unchanged(head)}")
         return text
@@ -150,8 +166,19 @@ class Tickwork:
 
     def read_file(self, session_id: str, path: str) -> bytes | None:
         """One file of the session as stored now; None if it has none there."""
-        head = self.store.get(session_id)
-        return None if session_files(head) is None else self.files.read(head, path)
+        read = self.file_reader(self.store.get(session_id))
+        return None if read is None else read(path)
+
+    def file_reader(self, head: Head) -> Callable[[str], bytes | None] | None:
+        """Reads one file of the session as it is now (None: no such file), for previews;
+        None if the session has no files. A legacy session's are in its project folder."""
+        from worker.jobs.repair import legacy
+
+        if session_files(head) is not None:
+            return functools.partial(self.files.read, head)
+        if legacy.is_legacy(head):
+            return functools.partial(legacy.read_file, head)
+        return None
 
     def _prepare(
         self, prepare: Callable[..., dict[str, Any]], data: dict[str, Any], *, trusted: bool
@@ -450,13 +477,18 @@ class Tickwork:
             resolve_dead_letter=resolve_dead_letter,
             again=again,
         )
+        if archived is not None:
+            self._bring_back(*archived)
         try:
             head = forking(archived=archived)
         except SessionNotFound:
             if archived is not None:
                 raise
             # archived since we looked: fork it from the archive
-            head = forking(archived=self._fork_source(session_id)[1])
+            archived = self._fork_source(session_id)[1]
+            assert archived is not None, "an archived session reads back whole"
+            self._bring_back(*archived)
+            head = forking(archived=archived)
         if head.status.runnable:
             self.publish(head.id, head.version)
         return head
@@ -474,6 +506,26 @@ class Tickwork:
         if self.store.retention.entry(session_id) is None:
             return None  # the archive is opened only for a session it holds
         return self.store.retention.load(self.archive, session_id)
+
+    def _bring_back(self, parent: Session, saved: Sequence[Saved]) -> None:
+        """Copy the blobs of an archived session's files from the archive back into the
+        artifact store (the client has the archive's URL; workers need not), so a fork of it
+        runs on any worker: its source and every version of its files it saved."""
+        files = session_files(parent.head)
+        if files is None:
+            return
+        base = str(files["base"])
+        self.artifacts.get([base])  # read back from the archive and put back if it was moved
+        keys = {parse_entry(value)[1] for value in self.files.base(files).values()}
+        keys.update(
+            parse_entry(value)[1]
+            for change in saved
+            for value in change.changes.values()
+            if value is not None
+        )
+        ordered = sorted(keys)
+        for start in range(0, len(ordered), BRING_BACK_CHUNK):
+            self.artifacts.get(ordered[start : start + BRING_BACK_CHUNK])
 
     def _fork_source(self, session_id: str) -> tuple[Head, tuple[Session, list[Saved]] | None]:
         """The head of the session to fork, and the session whole if it is archived."""

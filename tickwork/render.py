@@ -172,6 +172,34 @@ def sessions_table(heads: Iterable[Mapping[str, Any]]) -> Table:
     return whole(table)
 
 
+def archived_table(entries: Iterable[Mapping[str, Any]]) -> Table:
+    """Archived sessions as `tickwork ls --archived` shows them."""
+    table = Table(
+        title="archived sessions, the latest archived first",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        padding=(0, 1, 0, 0),
+    )
+    for name in ("ID", "STATUS", "CREATED", "FINISHED", "ARCHIVED", "KIND", "FORK OF"):
+        table.add_column(name, no_wrap=name not in ("KIND", "FORK OF"), overflow="fold")
+
+    def at(value: str | None) -> str:
+        return datetime.fromisoformat(value).strftime("%m-%d %H:%M") if value else ""
+
+    for e in entries:
+        parent = f"{e['parent_id']} @{e['fork_step']}" if e["parent_id"] else ""
+        table.add_row(
+            Text(e["id"]),
+            status(e["status"]),
+            at(e["created_at"]),
+            at(e["finished_at"]),
+            at(e["archived_at"]),
+            Text(e["kind"]),
+            Text(parent),
+        )
+    return whole(table)
+
+
 def timeline(
     view: Mapping[str, Any], previews: Mapping[str, Mapping[str, Any] | None] | None = None
 ) -> Group:

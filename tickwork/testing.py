@@ -90,11 +90,13 @@ def running_worker(
     concurrency: int = 2,
     relay: bool = True,
     queues: list[str] | None = None,
+    runtime_level: int | None = None,
 ) -> Iterator[Celery]:
     """A real Celery worker (threads pool) in this process, serving `settings`' queues, the
     relay beside it unless `relay=False`, and the runtime's background threads (the webhook
     dispatcher when TICKWORK_WEBHOOK_URL is set); all stop when the `with` ends. `queues`:
-    the queues it consumes (default: the tick and dead-letter queues)."""
+    the queues it consumes (default: the tick and dead-letter queues). `runtime_level`: the
+    level it runs, for tests of a rolling upgrade (a higher one stands for a later release)."""
     from celery.contrib.testing.worker import start_worker
 
     from worker.app import make_app, runtime
@@ -102,6 +104,8 @@ def running_worker(
 
     app = make_app(settings, relay=False)
     rt = runtime(app)
+    if runtime_level is not None:
+        rt.level = runtime_level
     thread = RelayThread(rt) if relay else None
     try:
         with start_worker(

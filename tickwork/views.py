@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from fsm.values import Event, Head, Session, ToolCall
+    from store.archived import Entry
     from store.dead_letters import DeadLetter
 
 
@@ -28,6 +29,21 @@ def head(value: Head) -> dict[str, Any]:
     data = value.model_dump(mode="json")
     data["outcome"] = found.value if found else None
     return data
+
+
+def archived_entry(entry: Entry) -> dict[str, Any]:
+    """An archived session's row of the archive's index."""
+    return {
+        "id": entry.session_id,
+        "status": entry.status,
+        "kind": entry.kind,
+        "parent_id": entry.parent_id,
+        "fork_step": entry.fork_step,
+        "created_at": entry.created_at.isoformat(),
+        "finished_at": entry.finished_at.isoformat(),
+        "archived_at": entry.archived_at.isoformat() if entry.archived_at else None,
+        "location": entry.location,
+    }
 
 
 def event(event_id: int | None, value: Event) -> dict[str, Any]:

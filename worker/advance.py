@@ -33,7 +33,7 @@ from fsm.values import ErrorCode, Event, EventKind, Head, ModelReply, Status, id
 from store import Claimed
 from store.files import FileChange
 
-from . import environments, graphs
+from . import environments, graphs, release
 from .models import ModelSettings, pricing
 from .models.base import estimate_prompt as estimate
 from .report import ModelCall, Outcome, Phase, TickReport, ToolRun
@@ -103,10 +103,16 @@ def _tick(rt: Runtime, notes: _Notes) -> Outcome:
     owner = owner_name()
     started = time.perf_counter()
     claimed = rt.store.claim(
-        notes.session_id, notes.version, owner=owner, now=rt.clock(), lease_s=rt.settings.lease_s
+        notes.session_id,
+        notes.version,
+        owner=owner,
+        now=rt.clock(),
+        lease_s=rt.settings.lease_s,
+        level=rt.level,
     )
     notes.claim_s = time.perf_counter() - started
     if claimed is None:
+        _say_if_refused(rt, notes.session_id, notes.version)
         return Outcome.DROPPED
     notes.claimed = claimed.head
     if graphs.is_graph(claimed.head):
@@ -118,6 +124,29 @@ def _tick(rt: Runtime, notes: _Notes) -> Outcome:
         return _advance(rt, claimed, notes, owner, files)
     finally:
         files.release()
+
+
+def _say_if_refused(rt: Runtime, session_id: str, version: int) -> None:
+    """Log it if the claim was refused for the session's runtime level, not for a stale tick.
+
+    Refused like a graph version this worker lacks, but in the claim itself: the session is
+    not touched (no lease, its outbox row kept) and the relay offers the tick again after
+    its usual wait (`offer_again`), until a worker of the session's level takes it."""
+    try:
+        head = rt.store.get(session_id)
+    except Exception:
+        return  # gone, or the database is away: the tick is dropped either way
+    if head.version == version and head.runtime_level > rt.level:
+        rt.store.offer_again(session_id, version, now=rt.clock())
+        log.error(
+            "session %s needs runtime level %d; this worker (tickwork %s) runs level %d. The "
+            "tick is refused and the session left for a worker of a later release (see "
+            "ops/RUNBOOK.md, Upgrades)",
+            session_id,
+            head.runtime_level,
+            release.version(),
+            rt.level,
+        )
 
 
 def _advance(rt: Runtime, claimed: Claimed, notes: _Notes, owner: str, files: TickFiles) -> Outcome:

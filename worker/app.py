@@ -18,7 +18,7 @@ from kombu import Exchange, Queue
 
 from fsm.errors import TickworkError
 
-from . import metrics, observers
+from . import metrics, observers, release
 from .allowlist import AllowList
 from .broker import TRANSPORT
 from .pruner import RetentionThread
@@ -91,12 +91,29 @@ def make_app(settings: Settings | None = None, *, relay: bool = True) -> Celery:
     )
     app.tickwork_settings = settings  # type: ignore[attr-defined]
     _check_sandbox_with_worker(app, settings)
+    _say_release_with_worker(app)
     signals.worker_ready.connect(_note_consumer_timeout, weak=False, dispatch_uid="tickwork-rmq")
     metrics.serve_with_worker()
     signals.worker_ready.connect(_wake_the_loop, weak=False, dispatch_uid="tickwork-wake")
     if relay:
         _start_relay_with_worker(app)
     return app
+
+
+def _say_release_with_worker(app: Celery) -> None:
+    """At worker start, say in the log which release it is and which sessions it claims."""
+
+    def ready(sender: Any = None, **_: Any) -> None:
+        if getattr(sender, "app", None) is app:
+            level = runtime(app).level
+            log.info(
+                "tickwork %s, runtime level %d: claims the sessions of level %d or below",
+                release.version(),
+                level,
+                level,
+            )
+
+    signals.worker_ready.connect(ready, weak=False)
 
 
 def _check_sandbox_with_worker(app: Celery, settings: Settings) -> None:

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from fsm.budgets import stop_reason
 from fsm.errors import ConfigurationError
+from fsm.values import RUNTIME_LEVEL
 from store import Store, open_store
 
 from .jobs import Jobs
@@ -254,6 +255,9 @@ class Runtime:
     #: threads this process runs beside its ticks (the webhook dispatcher), started with
     #: the worker and stopped with it
     background: list[Background] = field(default_factory=list)
+    #: the runtime level this worker runs: it claims no session that needs a higher one
+    #: (a test may raise it to stand for a worker of a later release)
+    level: int = RUNTIME_LEVEL
     leases: Leases = field(init=False)
     _models: dict[str, Model] = field(default_factory=dict, init=False)
     #: one pool of model-server connections for this process's models, made on first use

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from fastapi import Depends, FastAPI
@@ -19,6 +18,7 @@ from swagger_ui_bundle import swagger_ui_path
 
 from tickwork.client import Tickwork
 from worker.metrics import StoreCollector
+from worker.release import version
 from worker.settings import Settings, load_settings
 
 from . import dead_letters, errors, health, metrics, sessions, stream
@@ -57,13 +57,6 @@ A token without a role may only ask `/me`. Errors are JSON `{"code": ..., "messa
 401 no or bad token, 403 wrong role, 404 not found, 409 not now (already decided,
 arguments changed, finished), 413 body too large, 422 bad input.
 """
-
-
-def _version() -> str:
-    try:
-        return version("tickwork")
-    except PackageNotFoundError:
-        return "0"
 
 
 class PageHeaders:
@@ -112,7 +105,7 @@ def make_api(
 
     app = FastAPI(
         title="tickwork",
-        version=_version(),
+        version=version(),
         description=DESCRIPTION,
         lifespan=lifespan,
         openapi_url="/api/v1/openapi.json",

@@ -12,6 +12,7 @@ import posixpath
 from collections.abc import Callable
 from typing import Any
 
+from fsm.errors import TickworkError
 from fsm.values import ToolCall
 
 #: reads one file of the session as stored (None: no such file); None: the session has none
@@ -52,6 +53,8 @@ def _current(read: Reader, path: str) -> tuple[str, str]:
         return "", "the path is outside the session's files; shown against an empty file"
     try:
         found = read(name)
+    except TickworkError as exc:  # e.g. a legacy session's folder is not on this host
+        return "", f"cannot read the current file: {exc.message}; shown against an empty file"
     except Exception as exc:  # the artifact store is away: the card still shows the call
         return "", f"cannot read the current file: {type(exc).__name__}"
     if found is None:

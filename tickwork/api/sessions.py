@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request
@@ -323,9 +322,7 @@ def waiting_view(session: Session, client: Tickwork | None = None) -> dict[str, 
     """A waiting session for the approvals page: its calls with previews (read from the
     session's stored files)."""
     head = session.head
-    read = None
-    if client is not None and head.config.get("files"):
-        read = functools.partial(client.files.read, head)
+    read = None if client is None else client.file_reader(head)
     view = views.session(session)
     asked = [e.at for e in session.events if e.kind is EventKind.APPROVAL_REQUESTED]
     calls, thought = [], ""

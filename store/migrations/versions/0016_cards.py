@@ -7,7 +7,7 @@ time, so the look is one short index range on SQLite and Postgres, whatever the 
 other events; nothing to backfill (the age bound keeps old ends from being sent).
 
 Revision ID: 0016_cards
-Revises: 0013_usage
+Revises: 0015_versions
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0016_cards"
-down_revision = "0013_usage"
+down_revision = "0015_versions"
 branch_labels = None
 depends_on = None
 

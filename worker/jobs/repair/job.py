@@ -33,6 +33,7 @@ from worker.tools import egress
 from worker.tools.patches import quote_path
 from worker.tools.runner import sandbox_of
 
+from . import legacy
 from .toolkit import MAX_COMMAND_S, MAX_FILE_BYTES, default_registry, run_in_workspace
 
 if TYPE_CHECKING:
@@ -360,7 +361,11 @@ def run_final_tests(head: Head, workspace: Path, environment: Path | None = None
 
 
 def session_patch(head: Head, workspaces: Any) -> tuple[str, list[str]]:
-    """The patch from the session's source to its files as stored now."""
+    """The patch from the session's source to its files as stored now (a legacy session's:
+    its project folder now against its baseline, `legacy.py`)."""
+    if legacy.is_legacy(head):
+        before, now, contents = legacy.manifests(head)
+        return diff_manifests(before, now, lambda keys: {k: contents[k] for k in keys})
     files = head.config.get("files") or {}
     before = workspaces.base(files)
     after, _ = workspaces.manifest(head)
@@ -378,7 +383,8 @@ def finish(head: Head, *, files: TickFiles) -> dict[str, Any]:
     except ArtifactsUnavailable:
         raise  # the store is away for now: the tick runs again
     except Exception as exc:  # the session's answer must not be lost for want of a patch
-        result.update(patch=None, files_changed=[], patch_error=f"{type(exc).__name__}: {exc}")
+        why = str(exc) if isinstance(exc, ConfigurationError) else f"{type(exc).__name__}: {exc}"
+        result.update(patch=None, files_changed=[], patch_error=why)
     else:
         result.update(patch=patch[:MAX_PATCH_CHARS], files_changed=changed)
         if len(patch) > MAX_PATCH_CHARS:

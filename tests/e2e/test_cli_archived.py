@@ -1,0 +1,72 @@
+"""Archived repair sessions: `ls --archived` lists them, `patch` prints their patch, and a fork
+runs on workers that do not know the archive's URL (the client that forks puts the blobs
+back into the artifact store)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fsm.values import Status
+from tests.e2e.conftest import Cli, Deployment
+from tickwork.cli_demo import DEMO_SCRIPT, demo_input, prepare_demo_workspace
+from tickwork.testing import running_worker
+
+WRITE = "s3c0"
+FIX = "-    return sum(numbers) / (len(numbers) + 1)\n+    return sum(numbers) / len(numbers)\n"
+
+
+def archived_demo(deployment: Deployment, cli: Cli, archive: Path) -> tuple[str, str]:
+    """A completed demo session, archived by `tickwork gc` to `archive` with the blobs only
+    it used; its id and patch."""
+    workspace = prepare_demo_workspace(deployment.settings.state_dir)
+    with deployment.worker():
+        head = deployment.client.submit(
+            "repair", demo_input(workspace), model=f"scripted:{DEMO_SCRIPT}"
+        )
+        assert deployment.client.wait(head.id, timeout=60).status is Status.WAITING_APPROVAL
+        deployment.client.approve(head.id, WRITE, approver="alice")
+        done = deployment.client.wait(head.id, timeout=60)
+    assert done.status is Status.COMPLETED, done.error_message
+    assert FIX in done.result["patch"]
+    report = cli.inline(
+        "gc",
+        "--json",
+        TICKWORK_RETENTION_COMPLETED_S="0",
+        TICKWORK_RETENTION_ARCHIVE_URL=archive.as_uri(),
+    ).json()
+    assert report["archived"] == 1 and report["blobs_moved"] > 0, report
+    return head.id, done.result["patch"]
+
+
+def test_an_archived_session_is_listed_patched_and_forked(
+    deployment: Deployment, cli: Cli, tmp_path: Path
+) -> None:
+    archive = tmp_path / "elsewhere"  # not the state dir's archive, the workers' default
+    session_id, patch = archived_demo(deployment, cli, archive)
+    env = {"TICKWORK_RETENTION_ARCHIVE_URL": archive.as_uri()}
+
+    listed = cli.inline("ls", "--archived", "--json", **env).json()
+    assert [(e["id"], e["status"], e["kind"]) for e in listed] == [
+        (session_id, "completed", "repair")
+    ]
+    assert session_id in cli.inline("ls", "--archived", **env).stdout
+    assert cli.inline("ls", "--archived", "--status", "failed", **env).stdout.startswith(
+        "no archived sessions match"
+    )
+    cli.inline("ls", "--archived", "--error-code", "LOOP", ok=False).error(2, "--archived")
+    assert cli.inline("ls", "--json").json() == []  # no longer live
+    assert cli.inline("patch", session_id, **env).stdout == patch
+
+    fork = cli.inline(
+        "fork", session_id, "--from-step", "3", "--id", "revived", "--json", **env
+    ).json()
+    assert fork["parent_id"] == session_id
+    # a worker of another host (nothing in its cache) without the archive's URL: the blobs
+    # must be back in the artifact store
+    other = deployment.settings.model_copy(update={"workspaces_dir": tmp_path / "host-b"})
+    with running_worker(other, queues=[other.queue]):
+        head = deployment.client.wait("revived", timeout=60)
+
+    assert head.status is Status.COMPLETED, head.error_message
+    assert head.result["patch"] == patch
+    assert head.result["tests"]["passed"] is True
