@@ -276,12 +276,24 @@ class Environments:
         found = self.get(key)
         if found is None:
             return None
-        if found.live_sessions and not force:
-            raise EnvironmentInUse(
-                f"environment {key} is used by {found.live_sessions} live session(s); "
-                "wait for them to end, or remove it anyway with --force"
-            )
         with self.engine.begin() as conn:
+            # the row locked, so a use recorded meanwhile (its foreign key waits for the lock)
+            # is counted here or comes after the row is gone, never lost between the two
+            locked = select(environments.c.key).where(environments.c.key == key).with_for_update()
+            if conn.execute(locked).first() is None:
+                return None
+            live = conn.execute(
+                select(func.count())
+                .select_from(
+                    environment_uses.join(sessions, sessions.c.id == environment_uses.c.session_id)
+                )
+                .where(environment_uses.c.key == key, sessions.c.status.in_(LIVE))
+            ).scalar_one()
+            if live and not force:
+                raise EnvironmentInUse(
+                    f"environment {key} is used by {live} live session(s); "
+                    "wait for them to end, or remove it anyway with --force"
+                )
             conn.execute(delete(environment_uses).where(environment_uses.c.key == key))
             conn.execute(delete(environments).where(environments.c.key == key))
         return found

@@ -376,11 +376,12 @@ def _think(rt: Runtime, claimed: Claimed, files: TickFiles, notes: _Notes) -> Ch
         forced = context.plan(
             head, claimed.steps, claimed.observations, estimate=estimate, force=True
         )
-        if forced.too_long is not None:
-            notes.model = _model_failed(head.model, asked, messages, head, str(exc))
-            return machine.fail(
-                head, ErrorCode.CONTEXT, f"{forced.too_long}: {exc}", now=rt.clock()
-            )
+        if forced.too_long is not None or forced.compact_through is None:
+            # nothing to compact (or no policy: a session stored before 0.2.0) fits it
+            why = forced.too_long or "the session has no context policy to compact under"
+            failed = machine.fail(head, ErrorCode.CONTEXT, f"{why}: {exc}", now=rt.clock())
+            notes.model = _model_failed(head.model, asked, messages, failed.head, str(exc))
+            return failed
         return _compact(rt, head, forced, schemas, notes, cap.tokens)
     except ModelError as exc:
         failed = machine.model_failed(
@@ -528,9 +529,10 @@ def _compact(
             ModelSettings(timeout_s=rt.settings.model_timeout_s, max_tokens=max_tokens),
         )
     except ContextTooLong as exc:
-        notes.model = _model_failed(head.model, asked, messages, head, str(exc))
         why = f"compacting steps 1-{prompt.compact_through} was refused as too long too: {exc}"
-        return machine.fail(head, ErrorCode.CONTEXT, why, now=rt.clock())
+        failed = machine.fail(head, ErrorCode.CONTEXT, why, now=rt.clock())
+        notes.model = _model_failed(head.model, asked, messages, failed.head, str(exc))
+        return failed
     except ModelError as exc:
         failed = machine.model_failed(
             head,

@@ -84,13 +84,19 @@ class Plan:
     #: what `auto` found, for the card
     detected: tuple[str, ...] = ()
 
-    def key(self, toolchain: str) -> str:
+    def key(self, toolchain: str, *, source: str = "", egress: str = "") -> str:
+        """The environment's key. `source`: the identity of the whole source tree, since
+        setup runs in it (`pip install -e .` runs the project's own build code, a custom
+        command may run any script of it), so two sources that only share their packaging
+        files never share an environment; `egress`: the allow-list setup ran with."""
         material = {
             "commands": list(self.commands),
             "files": dict(sorted(self.files.items())),
             "online": self.online,
             "index": self.index_url,
             "toolchain": toolchain,
+            "source": source,
+            "egress": egress,
         }
         return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import io
+import json
 import logging
 import re
 import shutil
@@ -44,6 +45,7 @@ from .environment_plans import AUTO, MISSING, Plan, dependency_files, plan, uses
 from .settings import EnvironmentSettings
 from .tools.egress import policy_for
 from .tools.runner import ENV_DIR, Sandbox, run_sandboxed, sandbox_of
+from .tools.shell import Stop
 
 if TYPE_CHECKING:
     from .runtime import Runtime
@@ -157,6 +159,9 @@ class _Renewal:
     key: str
     owner: str
     lease_s: float
+    #: the tick whose lease fences the build too
+    session_id: str = ""
+    version: int = 0
     lost: bool = False
     done: threading.Event = field(default_factory=threading.Event)
 
@@ -172,6 +177,13 @@ class _Renewal:
             if not held:
                 self.lost = True
                 return
+
+    def stop(self) -> str | None:
+        """Why the setup must stop now: the build's claim, or the session's lease, is no
+        longer this worker's (a stalled builder must not build beside its successor)."""
+        if self.lost:
+            return f"the build of environment {self.key[:12]} was taken over by another worker"
+        return self.rt.leases.lost(self.session_id, self.version) if self.session_id else None
 
 
 def _source_copy(rt: Runtime, manifest: Manifest, folder: Path) -> None:
@@ -197,9 +209,18 @@ def _setup_env(settings: EnvironmentSettings, head: Head) -> dict[str, str]:
 
 
 def _run_setup(
-    rt: Runtime, head: Head, plan_: Plan, source: Path, env_dir: Path, limit_s: float
+    rt: Runtime,
+    head: Head,
+    plan_: Plan,
+    source: Path,
+    env_dir: Path,
+    limit_s: float,
+    *,
+    stop: Stop | None = None,
 ) -> tuple[bool, str]:
-    """Run the plan's commands in order in the sandbox; (all passed, their output)."""
+    """Run the plan's commands in order in the sandbox; (all passed, their output).
+    `stop`: why a running command must be killed (the build's claim or the tick's lease
+    lost: another worker builds it now)."""
     settings = rt.settings.section(EnvironmentSettings)
     deadline = time.monotonic() + limit_s
     out: list[str] = []
@@ -217,6 +238,7 @@ def _run_setup(
             sandbox=sandbox_of(rt.settings),
             environment=env_dir,
             environment_writable=True,
+            stop=stop,
         )
         out.append(f"$ {command}\n{result.describe()}")
         if result.exit_code != 0:
@@ -237,6 +259,11 @@ def _missing(output: str) -> list[str]:
     return [
         line[len(MISSING) :].strip() for line in output.splitlines() if line.startswith(MISSING)
     ]
+
+
+def _identity(manifest: Manifest) -> str:
+    """The source tree's identity: every path with its mode and content hash."""
+    return hashlib.sha256(json.dumps(dict(sorted(manifest.items()))).encode()).hexdigest()
 
 
 def prepare(rt: Runtime, head: Head) -> Change | Head:
@@ -274,7 +301,12 @@ def prepare(rt: Runtime, head: Head) -> Change | Head:
             return machine.environment_failed(head, _record(plan_, None, "failed"), why, now=now)
         return _with(head, _record(plan_, None, "skipped", note=why))
     try:
-        key = plan_.key(toolchain(sandbox, cache_dir(rt), sandbox.rootfs or ""))
+        egress = policy_for(head.config, rt.settings, setup=True)
+        key = plan_.key(
+            toolchain(sandbox, cache_dir(rt), sandbox.rootfs or ""),
+            source=_identity(manifest),
+            egress="" if egress is None else str(egress.allow),
+        )
     except SandboxUnavailable as exc:
         return machine.environment_failed(head, _record(plan_, None, "failed"), str(exc), now=now)
     from .runtime import owner_name
@@ -322,7 +354,9 @@ def _build(
     """Build `key` (this worker holds its claim), store it, record it on the session."""
     envs = rt.store.environments
     scratch = cache_dir(rt) / f".build-{key[:16]}-{uuid.uuid4().hex[:8]}"
-    renewal = _Renewal(rt, key, owner, settings.environment_lease_s)
+    renewal = _Renewal(
+        rt, key, owner, settings.environment_lease_s, session_id=head.id, version=head.version
+    )
     thread = threading.Thread(target=renewal.run, name="tickwork-env-build", daemon=True)
     thread.start()
     started = time.monotonic()
@@ -332,7 +366,9 @@ def _build(
         env_dir.mkdir()
         limit = min(settings.environment_setup_timeout_s, rt.settings.longest_call_s)
         try:
-            ok, output = _run_setup(rt, head, plan_, scratch / "source", env_dir, limit)
+            ok, output = _run_setup(
+                rt, head, plan_, scratch / "source", env_dir, limit, stop=renewal.stop
+            )
         except SandboxUnavailable as exc:
             ok, output = False, str(exc)
         missing = _missing(output)

@@ -65,6 +65,16 @@ def test_the_key_follows_commands_files_egress_and_toolchain() -> None:
     assert plan(["make env"], files, uses_pytest=True, online=True).key("py 3.11") != base
 
 
+def test_the_key_follows_the_whole_source_and_the_allow_list() -> None:
+    # setup runs the project's own code: a source that copies another's packaging files
+    # must not share (and so cannot poison) that source's environment
+    made = plan(AUTO, {"pyproject.toml": PYPROJECT}, uses_pytest=True, online=True)
+    base = made.key("py 3.11", source="tree-a", egress="pypi.org")
+    assert made.key("py 3.11", source="tree-a", egress="pypi.org") == base
+    assert made.key("py 3.11", source="tree-b", egress="pypi.org") != base
+    assert made.key("py 3.11", source="tree-a", egress="mirror.example") != base
+
+
 @pytest.mark.parametrize(
     ("value", "wanted"),
     [

@@ -126,6 +126,27 @@ def test_a_prompt_no_compaction_fits_fails_with_code_context(
     assert chat.log[-1].refused
 
 
+def test_a_session_stored_without_a_policy_refused_as_too_long_fails_context(
+    long: Long, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A session of 0.1.0 (no `context` in its config) has nothing to compact under: a
+    refusal fails it CONTEXT, not INTERNAL."""
+    from sqlalchemy import text
+
+    with windowed_chat(WindowedChat(window=10, steps=5)) as chat:
+        monkeypatch.setenv("OPENAI_BASE_URL", chat.url)
+        session_id = long.submit(context_window=32_768)
+        with long.store.engine.begin() as conn:
+            conn.execute(
+                text("UPDATE tickwork_sessions SET config = json_remove(config, '$.context')")
+            )
+        assert context.policy_of(long.store.get(session_id).config) is None
+        head = long.run(session_id)
+    assert head.status is Status.FAILED
+    assert head.error_code is ErrorCode.CONTEXT, head.error_message
+    assert "no context policy" in head.error_message
+
+
 def test_recall_gives_back_an_elided_observation_from_the_store(
     long: Long, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -171,8 +171,12 @@ def run_sandboxed(
     lim = sandbox.limits
     if sandbox.mode != "none" and (why := check(sandbox)) is not None:
         raise SandboxUnavailable(f"the command was not run: {why}; {HOW_TO}")
+    # a writable environment (setup building it) counts against the quota too
+    watched = (
+        [workdir] if environment is None or not environment_writable else [workdir, environment]
+    )
     with quota.Watch(
-        [workdir],
+        watched,
         disk_bytes=lim.disk_bytes,
         disk_files=lim.disk_files,
         reserve_bytes=lim.reserve_bytes,
