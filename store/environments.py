@@ -224,6 +224,25 @@ class Environments:
                 ).rowcount
             )
 
+    def spoil(self, key: str, *, why: str, now: datetime) -> bool:
+        """A ready environment whose stored copy turned out corrupt is failed, so the next
+        session asking for `key` builds it again; False if it was not ready."""
+        with self.engine.begin() as conn:
+            return bool(
+                conn.execute(
+                    update(environments)
+                    .where(
+                        environments.c.key == key,
+                        environments.c.status == EnvStatus.READY.value,
+                    )
+                    .values(
+                        status=EnvStatus.FAILED.value,
+                        log=why[-MAX_LOG_CHARS:],
+                        finished_at=now,
+                    )
+                ).rowcount
+            )
+
     def use(self, key: str, session_id: str, *, now: datetime) -> None:
         """Record that `session_id` uses `key` (once; a later call changes nothing)."""
         with self.engine.begin() as conn:

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fsm import machine
-from fsm.errors import ConfigurationError, EnvironmentInUse, SandboxUnavailable
+from fsm.errors import BlobCorrupt, ConfigurationError, EnvironmentInUse, SandboxUnavailable
 from fsm.machine import Change
 from fsm.values import Head
 from store.environments import EnvStatus, Verdict
@@ -126,7 +126,12 @@ def local(rt: Runtime, key: str) -> Path:
             f"environment {key} is not in the store (removed with `tickwork env rm`?); fork "
             "the session to build it again"
         )
-    blobs = rt.workspaces.artifacts.get(found.chunks)
+    try:
+        blobs = rt.workspaces.artifacts.get(found.chunks)
+    except BlobCorrupt as exc:
+        # no good copy anywhere: failed, so the next session with this key builds it again
+        rt.store.environments.spoil(key, why=f"stored copy corrupt: {exc}", now=rt.clock())
+        raise
     data = b"".join(blobs[c] for c in found.chunks)
     scratch = cache_dir(rt) / f".unpack-{key[:16]}-{uuid.uuid4().hex[:8]}"
     scratch.mkdir(parents=True)

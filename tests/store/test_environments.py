@@ -117,3 +117,18 @@ def test_retention_drops_an_unused_one_after_the_period(store: Store, clock: Clo
     assert store.environments.unused(before=clock() - timedelta(seconds=1)) == []
     clock.advance(10)
     assert [e.key for e in store.environments.unused(before=clock())] == [KEY]
+
+
+def test_a_spoiled_environment_is_built_again_by_the_next_session(
+    store: Store, clock: Clock
+) -> None:
+    assert _claim(store, clock, "w1")[0] is Verdict.BUILD
+    assert store.environments.finish(KEY, owner="w1", now=clock(), ok=True, log="", chunks=("c",))
+    clock.advance(5)
+    assert store.environments.spoil(KEY, why="stored copy corrupt: c", now=clock())
+    assert not store.environments.spoil(KEY, why="again", now=clock())  # only a ready one
+    found = store.environments.get(KEY)
+    assert found is not None and found.status is EnvStatus.FAILED and "corrupt" in found.log
+    clock.advance(5)
+    # a session that asks after the spoiling builds it again, not fails on the old build
+    assert _claim(store, clock, "w2")[0] is Verdict.BUILD
