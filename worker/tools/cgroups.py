@@ -10,7 +10,7 @@ the rest), and the group is emptied and removed when the command ends.
 - cgroup v2 (the unified hierarchy, `/sys/fs/cgroup/cgroup.controllers`): the groups are
   made below the worker's own group, which must have the `memory` and `pids` controllers
   for its children. In a container with its own cgroup namespace and a writable cgroupfs
-  (docker-compose.yml: `cgroup: private`, and /sys/fs/cgroup mounted read-write), the worker
+  (Docker's default private cgroup namespace, and /sys/fs/cgroup mounted read-write), the worker
   is at that namespace's root: it moves its processes into a leaf `worker` group and turns
   the controllers on, as container init systems do.
 - cgroup v1 with writable `memory` (and `pids`) hierarchies, a root worker's usual case
@@ -108,7 +108,7 @@ def _v2() -> Hierarchy | str:
     if not os.access(own, os.W_OK):
         return (
             f"cgroup v2 is mounted but {own} is not writable by the worker (docker-compose: "
-            "`cgroup: private` and /sys/fs/cgroup read-write; elsewhere delegate it)"
+            "a private cgroup namespace and /sys/fs/cgroup read-write; elsewhere delegate it)"
         )
     wanted = set(CONTROLLERS)
     if not wanted <= set((own / "cgroup.controllers").read_text().split()):

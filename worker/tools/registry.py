@@ -403,8 +403,8 @@ def run_tool(
     if worker.is_alive():
         log.warning("tool %s (%s) timed out after %gs", tool.name, ctx.idempotency_key, limit)
         return result(
-            f"{tool.name} timed out after {limit:g}s and was stopped. Try a smaller "
-            "request or a different approach.",
+            f"{tool.name} timed out after {limit:g}s and was abandoned (told to stop). Try a "
+            "smaller request or a different approach.",
             True,
         )
     if "error" in outcome:
