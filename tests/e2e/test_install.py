@@ -126,7 +126,7 @@ def test_a_session_runs_on_redis_with_the_installed_worker(
                 "--workspace",
                 str(workspace),
                 "--test-cmd",
-                f"{bin_ / 'python'} -m unittest -q",
+                "python3 -m unittest -q",  # the sandbox's system Python, not the venv's
                 "--model",
                 f"scripted:{script}",
             )
