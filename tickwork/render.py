@@ -11,7 +11,7 @@ import functools
 import json
 import os
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -22,6 +22,8 @@ from rich.rule import Rule
 from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
+
+from . import views
 
 STATUS_STYLE = {
     "ready": "cyan",
@@ -132,6 +134,23 @@ def outcome_text(value: str | None) -> Text:
 
 def compact(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def listing(
+    rows: list[dict[str, Any]],
+    table: Callable[[list[dict[str, Any]]], RenderableType],
+    *,
+    json_output: bool,
+    none: str,
+) -> None:
+    """A listing command's rows: one JSON document, else a table, else `none` (a line
+    saying nothing matched)."""
+    if json_output:
+        views.emit(rows)
+    elif rows:
+        show(table(rows))
+    else:
+        show(none)
 
 
 def sessions_table(heads: Iterable[Mapping[str, Any]]) -> Table:
