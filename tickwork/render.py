@@ -153,13 +153,19 @@ def listing(
         show(none)
 
 
-def sessions_table(heads: Iterable[Mapping[str, Any]]) -> Table:
-    table = Table(
-        title="sessions, newest first",
+def _listing_table(title: str) -> Table:
+    """The look the listings (sessions, archived sessions, dead letters) share: a titled
+    table, a rule under its heading, one space between columns."""
+    return Table(
+        title=title,
         title_justify="left",
         box=box.SIMPLE_HEAD,
         padding=(0, 1, 0, 0),
     )
+
+
+def sessions_table(heads: Iterable[Mapping[str, Any]]) -> Table:
+    table = _listing_table("sessions, newest first")
     # ids stay whole so they can be copied; kind and note fold to fit
     for name in ("ID", "STATUS", "OUTCOME", "STEP", "TOKENS", "COST", "CREATED", "KIND", "NOTE"):
         table.add_column(
@@ -193,12 +199,7 @@ def sessions_table(heads: Iterable[Mapping[str, Any]]) -> Table:
 
 def archived_table(entries: Iterable[Mapping[str, Any]]) -> Table:
     """Archived sessions as `tickwork ls --archived` shows them."""
-    table = Table(
-        title="archived sessions, the latest archived first",
-        title_justify="left",
-        box=box.SIMPLE_HEAD,
-        padding=(0, 1, 0, 0),
-    )
+    table = _listing_table("archived sessions, the latest archived first")
     for name in ("ID", "STATUS", "CREATED", "FINISHED", "ARCHIVED", "KIND", "FORK OF"):
         table.add_column(name, no_wrap=name not in ("KIND", "FORK OF"), overflow="fold")
 
@@ -540,12 +541,7 @@ def summary(kind: str, d: Mapping[str, Any]) -> str:
 
 
 def dead_letters_table(letters: Iterable[Mapping[str, Any]]) -> Table:
-    table = Table(
-        title="dead letters, newest first",
-        title_justify="left",
-        box=box.SIMPLE_HEAD,
-        padding=(0, 1, 0, 0),
-    )
+    table = _listing_table("dead letters, newest first")
     # ids stay whole so they can be copied: the dead letter's, its session's, and the fork
     # that resolved it (under the session); the rest folds to fit
     table.add_column("ID", no_wrap=True, justify="right")
