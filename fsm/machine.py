@@ -115,6 +115,19 @@ def _moved(head: Head, now: datetime, **fields: Any) -> Head:
     return head.model_copy(update={"updated_at": now, **fields})
 
 
+def _stepped(head: Head, now: datetime, number: int, reply: ModelReply, cost_usd: float) -> Head:
+    """The head after a model call's step `number`: its tokens and cost counted towards
+    the budgets, and the call's retries over."""
+    return _moved(
+        head,
+        now,
+        step=number,
+        tokens=head.tokens + reply.usage.total,
+        cost_usd=head.cost_usd + cost_usd,
+        model_attempts=0,
+    )
+
+
 def _require(head: Head, *statuses: Status) -> None:
     if head.status.terminal:
         raise SessionFinished(f"session {head.id} is {head.status.value}; fork it to go on")
@@ -224,14 +237,7 @@ def compacted(
         "cost_usd": cost_usd,
     }
     return Change(
-        head=_moved(
-            head,
-            now,
-            step=number,
-            tokens=head.tokens + reply.usage.total,
-            cost_usd=head.cost_usd + cost_usd,
-            model_attempts=0,
-        ),
+        head=_stepped(head, now, number, reply, cost_usd),
         step=step,
         events=(
             Event(kind=EventKind.MODEL_CALLED, at=now, data={**data, "compaction": True}),
@@ -336,14 +342,7 @@ def think(
         at=now,
         masked_through=masked_through,
     )
-    head = _moved(
-        head,
-        now,
-        step=number,
-        tokens=head.tokens + reply.usage.total,
-        cost_usd=head.cost_usd + cost_usd,
-        model_attempts=0,
-    )
+    head = _stepped(head, now, number, reply, cost_usd)
     events = [
         Event(
             kind=EventKind.MODEL_CALLED,

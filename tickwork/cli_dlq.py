@@ -82,12 +82,9 @@ def list_dead_letters(
     """List dead letters, newest first."""
     with Context() as ctx:
         found = [views.dead_letter(d) for d in _list(ctx, code, kind, since, unresolved, limit)]
-    if json_output:
-        views.emit(found)
-    elif found:
-        render.show(render.dead_letters_table(found))
-    else:
-        render.show("no dead letters match")
+    render.listing(
+        found, render.dead_letters_table, json_output=json_output, none="no dead letters match"
+    )
 
 
 def show(key: Key, json_output: options.Json = False) -> None:

@@ -206,12 +206,9 @@ def list_sessions(
                 status=[s.value for s in status or ()], kind=kind, limit=limit
             )
         rows = [views.archived_entry(e) for e in entries]
-        if json_output:
-            views.emit(rows)
-        elif rows:
-            render.show(render.archived_table(rows))
-        else:
-            render.show("no archived sessions match")
+        render.listing(
+            rows, render.archived_table, json_output=json_output, none="no archived sessions match"
+        )
         return
     with Context() as ctx:
         heads = ctx.store.list_sessions(
@@ -222,12 +219,7 @@ def list_sessions(
             limit=limit,
         )
     found = [views.head(h) for h in heads]
-    if json_output:
-        views.emit(found)
-    elif found:
-        render.show(render.sessions_table(found))
-    else:
-        render.show("no sessions match")
+    render.listing(found, render.sessions_table, json_output=json_output, none="no sessions match")
 
 
 def show(session_id: SessionId, json_output: options.Json = False) -> None:

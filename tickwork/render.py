@@ -11,7 +11,7 @@ import functools
 import json
 import os
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -22,6 +22,8 @@ from rich.rule import Rule
 from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
+
+from . import views
 
 STATUS_STYLE = {
     "ready": "cyan",
@@ -134,13 +136,36 @@ def compact(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
-def sessions_table(heads: Iterable[Mapping[str, Any]]) -> Table:
-    table = Table(
-        title="sessions, newest first",
+def listing(
+    rows: list[dict[str, Any]],
+    table: Callable[[list[dict[str, Any]]], RenderableType],
+    *,
+    json_output: bool,
+    none: str,
+) -> None:
+    """A listing command's rows: one JSON document, else a table, else `none` (a line
+    saying nothing matched)."""
+    if json_output:
+        views.emit(rows)
+    elif rows:
+        show(table(rows))
+    else:
+        show(none)
+
+
+def _listing_table(title: str) -> Table:
+    """The look the listings (sessions, archived sessions, dead letters) share: a titled
+    table, a rule under its heading, one space between columns."""
+    return Table(
+        title=title,
         title_justify="left",
         box=box.SIMPLE_HEAD,
         padding=(0, 1, 0, 0),
     )
+
+
+def sessions_table(heads: Iterable[Mapping[str, Any]]) -> Table:
+    table = _listing_table("sessions, newest first")
     # ids stay whole so they can be copied; kind and note fold to fit
     for name in ("ID", "STATUS", "OUTCOME", "STEP", "TOKENS", "COST", "CREATED", "KIND", "NOTE"):
         table.add_column(
@@ -174,12 +199,7 @@ def sessions_table(heads: Iterable[Mapping[str, Any]]) -> Table:
 
 def archived_table(entries: Iterable[Mapping[str, Any]]) -> Table:
     """Archived sessions as `tickwork ls --archived` shows them."""
-    table = Table(
-        title="archived sessions, the latest archived first",
-        title_justify="left",
-        box=box.SIMPLE_HEAD,
-        padding=(0, 1, 0, 0),
-    )
+    table = _listing_table("archived sessions, the latest archived first")
     for name in ("ID", "STATUS", "CREATED", "FINISHED", "ARCHIVED", "KIND", "FORK OF"):
         table.add_column(name, no_wrap=name not in ("KIND", "FORK OF"), overflow="fold")
 
@@ -521,12 +541,7 @@ def summary(kind: str, d: Mapping[str, Any]) -> str:
 
 
 def dead_letters_table(letters: Iterable[Mapping[str, Any]]) -> Table:
-    table = Table(
-        title="dead letters, newest first",
-        title_justify="left",
-        box=box.SIMPLE_HEAD,
-        padding=(0, 1, 0, 0),
-    )
+    table = _listing_table("dead letters, newest first")
     # ids stay whole so they can be copied: the dead letter's, its session's, and the fork
     # that resolved it (under the session); the rest folds to fit
     table.add_column("ID", no_wrap=True, justify="right")

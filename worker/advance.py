@@ -384,16 +384,7 @@ def _think(rt: Runtime, claimed: Claimed, files: TickFiles, notes: _Notes) -> Ch
             return failed
         return _compact(rt, head, forced, schemas, notes, cap.tokens)
     except ModelError as exc:
-        failed = machine.model_failed(
-            head,
-            error=str(exc),
-            transient=exc.transient,
-            now=rt.clock(),
-            jitter=rt.jitter(),
-            retry_after_s=_capped(rt, head.id, exc.retry_after_s),
-        )
-        notes.model = _model_failed(head.model, asked, messages, failed.head, str(exc))
-        return failed
+        return _model_error(rt, head, exc, asked, messages, notes)
     except Exception as exc:
         notes.model = ModelCall(
             spec=head.model,
@@ -534,16 +525,7 @@ def _compact(
         notes.model = _model_failed(head.model, asked, messages, failed.head, str(exc))
         return failed
     except ModelError as exc:
-        failed = machine.model_failed(
-            head,
-            error=str(exc),
-            transient=exc.transient,
-            now=rt.clock(),
-            jitter=rt.jitter(),
-            retry_after_s=_capped(rt, head.id, exc.retry_after_s),
-        )
-        notes.model = _model_failed(head.model, asked, messages, failed.head, str(exc))
-        return failed
+        return _model_error(rt, head, exc, asked, messages, notes)
     if not reply.content.strip():
         why = "the model returned an empty summary for a compaction"
         failed = machine.model_failed(
@@ -582,6 +564,23 @@ def _model_failed(spec: str, asked: int, messages: list[Any], after: Head, error
         error=error,
         messages=tuple(messages),
     )
+
+
+def _model_error(
+    rt: Runtime, head: Head, exc: ModelError, asked: int, messages: list[Any], notes: _Notes
+) -> Change:
+    """A model call that raised a ModelError: the machine retries it later or fails the
+    session (a server's Retry-After capped), and the call is noted for the tick's report."""
+    failed = machine.model_failed(
+        head,
+        error=str(exc),
+        transient=exc.transient,
+        now=rt.clock(),
+        jitter=rt.jitter(),
+        retry_after_s=_capped(rt, head.id, exc.retry_after_s),
+    )
+    notes.model = _model_failed(head.model, asked, messages, failed.head, str(exc))
+    return failed
 
 
 def _capped(rt: Runtime, session_id: str, retry_after_s: float | None) -> float | None:

@@ -7,11 +7,12 @@ from collections.abc import Mapping
 
 from .anthropic import AnthropicMessagesModel
 from .base import Message, Model, ModelSettings, ToolSchema
-from .openai import DEFAULT_BASE_URL, ClientPool, OpenAIChatModel, Poster, pooled_client
+from .openai import DEFAULT_BASE_URL, OpenAIChatModel
 from .pricing import PRICES, Price, cost_usd, price_for
 from .providers import MAX_MODEL_NAME, Provider, Providers
 from .react import ReActModel
 from .scripted import ScriptedModel
+from .transport import ClientPool, Poster, pooled_client
 
 __all__ = [
     "DEFAULT_BASE_URL",

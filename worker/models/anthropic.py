@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import re
 import time
-from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -22,8 +21,17 @@ import httpx
 from fsm.errors import ContextTooLong, PermanentModelError, TransientModelError
 from fsm.values import ModelReply, ProposedCall, Usage, provider_call_id
 
-from .base import Message, ModelSettings, ToolSchema, estimate_tokens, transcript_text
-from .openai import Poster, _tls_context, retry_after_s
+from .base import Message, ModelSettings, ToolSchema
+from .transport import (
+    Poster,
+    call_timeout,
+    estimated_usage,
+    is_transient,
+    json_of,
+    post,
+    retry_error,
+    text_of,
+)
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 #: the API version the request and answer shapes here are written for
@@ -32,8 +40,6 @@ API_VERSION = "2023-06-01"
 DEFAULT_MAX_TOKENS = 4_096
 #: the prefix of a tool result's text that says the call failed (as `fsm.transcript` writes it)
 ERROR_PREFIX = "ERROR: "
-#: statuses the same request may get past later; 529 is Anthropic's "overloaded"
-_TRANSIENT_STATUSES = frozenset({408, 409, 429})
 #: how the API says a prompt is longer than the model's window
 _TOO_LONG = re.compile(r"prompt is too long|input length .*exceed context limit", re.I)
 _EPHEMERAL = {"type": "ephemeral"}
@@ -79,9 +85,7 @@ class AnthropicMessagesModel:
         self, messages: list[Message], tools: list[ToolSchema], settings: ModelSettings
     ) -> ModelReply:
         body = self.request_body(messages, tools, settings)
-        timeout = settings.timeout_s
-        if self.timeout_s is not None:
-            timeout = min(timeout, self.timeout_s)
+        timeout = call_timeout(settings.timeout_s, self.timeout_s)
         started = time.perf_counter()
         response = self._post(body, timeout)
         latency_ms = (time.perf_counter() - started) * 1000
@@ -128,26 +132,9 @@ class AnthropicMessagesModel:
         }
         if self._api_key:
             headers["x-api-key"] = self._api_key
-        try:
-            if self._client is not None:
-                response = self._client.post(self.url, json=body, headers=headers, timeout=timeout)
-            else:
-                with httpx.Client(verify=_tls_context()) as client:
-                    response = client.post(self.url, json=body, headers=headers, timeout=timeout)
-        except httpx.TimeoutException as exc:
-            raise TransientModelError(
-                f"{self._where()} timed out after {timeout:g}s ({type(exc).__name__}); "
-                "a retry may succeed; raise timeout_s if the model is this slow"
-            ) from exc
-        except (httpx.UnsupportedProtocol, httpx.LocalProtocolError, httpx.InvalidURL) as exc:
-            raise PermanentModelError(
-                f"{self._where()} could not be sent: {exc}; check the base URL and API key"
-            ) from exc
-        except httpx.TransportError as exc:
-            raise TransientModelError(
-                f"{self._where()} failed: {type(exc).__name__}: {exc}; a retry may succeed; "
-                "check that the server is up and reachable"
-            ) from exc
+        response = post(
+            self._client, self.url, body, headers=headers, timeout=timeout, where=self._where()
+        )
         if response.status_code >= 400:
             raise self._status_error(response)
         return response
@@ -162,10 +149,8 @@ class AnthropicMessagesModel:
             what += f": {kind + ': ' if kind else ''}{detail}"
         if request_id := response.headers.get("request-id"):
             what += f" (request id {request_id})"
-        if status in _TRANSIENT_STATUSES or status >= 500:
-            wait = retry_after_s(response.headers, now=datetime.now(UTC))
-            when = f" after {wait:g}s, as the server asked" if wait is not None else ""
-            return TransientModelError(f"{what}; a retry may succeed{when}", retry_after_s=wait)
+        if is_transient(status):  # 529, Anthropic's "overloaded", among the 5xx
+            return retry_error(what, response)
         if status == 400 and _TOO_LONG.search(detail):
             return ContextTooLong(
                 f"{what}; the transcript is longer than the model's context window"
@@ -176,14 +161,7 @@ class AnthropicMessagesModel:
     def _reply(
         self, response: httpx.Response, messages: list[Message], latency_ms: float
     ) -> ModelReply:
-        try:
-            data = response.json()
-        except ValueError as exc:
-            raise TransientModelError(
-                f"{self._where()} returned {response.status_code} with a body that is not JSON "
-                f"({len(response.content)} bytes: {response.text[:200]!r}); it was probably cut "
-                "off; a retry may succeed"
-            ) from exc
+        data = json_of(response, self._where())
         blocks = data.get("content") if isinstance(data, dict) else None
         if not isinstance(blocks, list):
             raise TransientModelError(
@@ -195,11 +173,7 @@ class AnthropicMessagesModel:
         calls = tuple(_proposed(b) for b in blocks if b.get("type") == "tool_use")
         usage = _usage(data.get("usage"))
         if usage is None:
-            written = content + "".join(c.name + str(c.arguments) for c in calls)
-            usage = Usage(
-                prompt_tokens=estimate_tokens(transcript_text(messages)),
-                completion_tokens=estimate_tokens(written),
-            )
+            usage = estimated_usage(messages, content, calls)
         model = data.get("model")
         return ModelReply(
             content=content,
@@ -221,7 +195,7 @@ def turns_of(messages: list[Message]) -> list[dict[str, Any]]:
         if role == "assistant":
             blocks = _assistant_blocks(message)
         elif role == "tool":
-            text = _text(message.get("content"))
+            text = text_of(message.get("content"))
             result: dict[str, Any] = {
                 "type": "tool_result",
                 "tool_use_id": str(message.get("tool_call_id") or ""),
@@ -231,7 +205,7 @@ def turns_of(messages: list[Message]) -> list[dict[str, Any]]:
                 result["is_error"] = True
             role, blocks = "user", [result]
         elif role == "user":
-            text = _text(message.get("content"))
+            text = text_of(message.get("content"))
             blocks = [{"type": "text", "text": text}] if text else []
         else:
             continue
@@ -265,7 +239,7 @@ def _mark_prefix(turns: list[dict[str, Any]]) -> None:
 
 def _assistant_blocks(message: Message) -> list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = []
-    text = _text(message.get("content"))
+    text = text_of(message.get("content"))
     if text.strip():
         blocks.append({"type": "text", "text": text})
     for call in message.get("tool_calls") or ():
@@ -302,18 +276,6 @@ def _tool(schema: ToolSchema) -> dict[str, Any]:
     if function.get("description"):
         tool["description"] = function["description"]
     return tool
-
-
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(
-            str(part.get("text") or "")
-            for part in content
-            if isinstance(part, dict) and part.get("type") == "text"
-        )
-    return ""
 
 
 def _proposed(block: dict[str, Any]) -> ProposedCall:

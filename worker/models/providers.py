@@ -246,15 +246,39 @@ def _make_openai(
     base_url: str | None = None,
     api_key: str | None = None,
 ) -> Model:
-    env = os.environ if env is None else env
-    url = base_url or env.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
-    key = api_key or env.get("OPENAI_API_KEY") or None
-    if key is None and "api.openai.com" in url:
-        raise ConfigurationError(
-            f"model {spec!r} needs an API key for {url}: set OPENAI_API_KEY, or set "
-            "OPENAI_BASE_URL to a server that needs none"
-        )
+    url, key = _endpoint(
+        spec,
+        env,
+        base_url,
+        api_key,
+        vendor="OPENAI",
+        default_url=DEFAULT_BASE_URL,
+        host="api.openai.com",
+    )
     return OpenAIChatModel(rest, base_url=url, api_key=key, timeout_s=timeout_s, client=client)
+
+
+def _endpoint(
+    spec: str,
+    env: Mapping[str, str] | None,
+    base_url: str | None,
+    api_key: str | None,
+    *,
+    vendor: str,
+    default_url: str,
+    host: str,
+) -> tuple[str, str | None]:
+    """The base URL and API key of a vendor's model: the arguments, else `{vendor}_BASE_URL`
+    and `{vendor}_API_KEY`; a URL on the vendor's own `host` needs a key."""
+    env = os.environ if env is None else env
+    url = base_url or env.get(f"{vendor}_BASE_URL") or default_url
+    key = api_key or env.get(f"{vendor}_API_KEY") or None
+    if key is None and host in url:
+        raise ConfigurationError(
+            f"model {spec!r} needs an API key for {url}: set {vendor}_API_KEY, or set "
+            f"{vendor}_BASE_URL to a server that needs none"
+        )
+    return url, key
 
 
 def _check_name(rest: str, *, shown: str) -> None:
@@ -278,14 +302,15 @@ def _make_anthropic(
     base_url: str | None = None,
     api_key: str | None = None,
 ) -> Model:
-    env = os.environ if env is None else env
-    url = base_url or env.get("ANTHROPIC_BASE_URL") or anthropic.DEFAULT_BASE_URL
-    key = api_key or env.get("ANTHROPIC_API_KEY") or None
-    if key is None and "api.anthropic.com" in url:
-        raise ConfigurationError(
-            f"model {spec!r} needs an API key for {url}: set ANTHROPIC_API_KEY, or set "
-            "ANTHROPIC_BASE_URL to a server that needs none"
-        )
+    url, key = _endpoint(
+        spec,
+        env,
+        base_url,
+        api_key,
+        vendor="ANTHROPIC",
+        default_url=anthropic.DEFAULT_BASE_URL,
+        host="api.anthropic.com",
+    )
     return anthropic.AnthropicMessagesModel(
         rest, base_url=url, api_key=key, timeout_s=timeout_s, client=client
     )

@@ -13,7 +13,7 @@ from fsm.errors import PermanentModelError, TransientModelError
 from fsm.values import ProposedCall, Usage
 from worker.jobs import Jobs
 from worker.models import ModelSettings, OpenAIChatModel
-from worker.models.openai import retry_after_s
+from worker.models.transport import retry_after_s
 from worker.runtime import Runtime, build_store
 from worker.settings import Settings
 

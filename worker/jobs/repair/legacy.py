@@ -20,27 +20,11 @@ from typing import Any
 from fsm.errors import ConfigurationError
 from fsm.values import Head
 from store.files import EXECUTABLE, PLAIN, Manifest, blob_hash, entry
+from worker.filetree import SKIP_DIRS
 from worker.working_copy import session_files
 
 __all__ = ["LEGACY_NOTE", "is_legacy", "manifests", "read_file"]
 
-#: directories that release neither copied into the baseline nor diffed
-SKIP_DIRS = frozenset(
-    [
-        ".git",
-        ".hg",
-        ".svn",
-        "__pycache__",
-        ".pytest_cache",
-        ".mypy_cache",
-        ".ruff_cache",
-        ".tox",
-        ".nox",
-        ".venv",
-        "node_modules",
-        ".tickwork",
-    ]
-)
 #: larger files that release did not copy (nor diff), like binary ones
 MAX_FILE_BYTES = 1_000_000
 
@@ -67,7 +51,9 @@ def _folder(head: Head, key: str) -> Path:
 
 
 def _walk(root: Path, exclude: Path | None) -> Iterator[tuple[str, Path]]:
-    """(relative posix path, path) of the regular files; no symlinks, no SKIP_DIRS."""
+    """(relative posix path, path) of the regular files; no symlinks, no SKIP_DIRS (the
+    directories that release neither copied into the baseline nor diffed: the same set; if
+    filetree's ever changes, keep that release's here)."""
     for directory, subdirs, names in os.walk(root):
         here = Path(directory)
         subdirs[:] = sorted(

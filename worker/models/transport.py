@@ -1,0 +1,216 @@
+"""What the HTTP model clients share: the POST and how its failures map to the model
+errors, the server's Retry-After, the reply's JSON, the estimate when a server reports no
+usage, and the pooled connections. Each wire format (`openai`, `anthropic`) keeps its own
+request and reply shapes, headers and error bodies.
+"""
+
+from __future__ import annotations
+
+import functools
+import ssl
+import threading
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+from typing import Any, Protocol
+
+import certifi
+import httpx
+
+from fsm.errors import PermanentModelError, TransientModelError
+from fsm.values import ProposedCall, Usage
+
+from .base import Message, estimate_tokens, transcript_text
+
+#: statuses besides 5xx that the same request may get past later (as the OpenAI SDK retries)
+TRANSIENT_STATUSES = frozenset({408, 409, 429})
+
+
+def call_timeout(settings_timeout_s: float, own_timeout_s: float | None) -> float:
+    """The tighter of the call's timeout and the model's own (None: no cap of its own)."""
+    if own_timeout_s is None:
+        return settings_timeout_s
+    return min(settings_timeout_s, own_timeout_s)
+
+
+def post(
+    client: Poster | None,
+    url: str,
+    body: dict[str, Any],
+    *,
+    headers: dict[str, str],
+    timeout: float,
+    where: str,
+) -> httpx.Response:
+    """POST `body` as JSON through `client` (or a connection of its own) and return the
+    response whatever its status; a failure to send or to hear back is a model error."""
+    try:
+        if client is not None:
+            return client.post(url, json=body, headers=headers, timeout=timeout)
+        with httpx.Client(verify=tls_context()) as own:
+            return own.post(url, json=body, headers=headers, timeout=timeout)
+    except httpx.TimeoutException as exc:
+        raise TransientModelError(
+            f"{where} timed out after {timeout:g}s ({type(exc).__name__}); "
+            "a retry may succeed; raise timeout_s if the model is this slow"
+        ) from exc
+    except (httpx.UnsupportedProtocol, httpx.LocalProtocolError, httpx.InvalidURL) as exc:
+        raise PermanentModelError(
+            f"{where} could not be sent: {exc}; check the base URL and API key"
+        ) from exc
+    except httpx.TransportError as exc:
+        raise TransientModelError(
+            f"{where} failed: {type(exc).__name__}: {exc}; a retry may succeed; "
+            "check that the server is up and reachable"
+        ) from exc
+
+
+def is_transient(status: int) -> bool:
+    """Whether the same request may get past this error status later."""
+    return status in TRANSIENT_STATUSES or status >= 500
+
+
+def retry_error(what: str, response: httpx.Response) -> TransientModelError:
+    """The error for a status a retry may get past, with the wait the server asked for."""
+    wait = retry_after_s(response.headers, now=datetime.now(UTC))
+    when = f" after {wait:g}s, as the server asked" if wait is not None else ""
+    return TransientModelError(f"{what}; a retry may succeed{when}", retry_after_s=wait)
+
+
+def json_of(response: httpx.Response, where: str) -> Any:
+    """A success's body as JSON; one that is not was probably cut off."""
+    try:
+        return response.json()
+    except ValueError as exc:
+        raise TransientModelError(
+            f"{where} returned {response.status_code} with a body that is not JSON "
+            f"({len(response.content)} bytes: {response.text[:200]!r}); it was probably cut "
+            "off; a retry may succeed"
+        ) from exc
+
+
+def estimated_usage(
+    messages: list[Message], content: str, calls: tuple[ProposedCall, ...]
+) -> Usage:
+    """The tokens of a call whose server reported none, estimated from the text."""
+    written = content + "".join(c.name + str(c.arguments) for c in calls)
+    return Usage(
+        prompt_tokens=estimate_tokens(transcript_text(messages)),
+        completion_tokens=estimate_tokens(written),
+    )
+
+
+def text_of(content: Any) -> str:
+    """The text of a message's content: a string, or the text parts of a list."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            str(part.get("text") or "")
+            for part in content
+            if isinstance(part, dict) and part.get("type") == "text"
+        )
+    return ""
+
+
+def retry_after_s(headers: Mapping[str, str], *, now: datetime) -> float | None:
+    """Seconds the server asked us to wait (`retry-after-ms`, or `Retry-After` as seconds or
+    an HTTP date), or None if it did not say."""
+    millis = headers.get("retry-after-ms")
+    if millis:
+        try:
+            return max(0.0, float(millis) / 1000)
+        except ValueError:
+            pass
+    value = (headers.get("retry-after") or "").strip()
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - now).total_seconds())
+
+
+class Poster(Protocol):
+    """What a model posts through: an `httpx.Client`, or `ClientPool`. A provider's `make`
+    gets one as `client`."""
+
+    def post(
+        self, url: str, *, json: Any, headers: dict[str, str], timeout: float
+    ) -> httpx.Response: ...
+
+    def close(self) -> None: ...
+
+
+class ClientPool:
+    """httpx clients of one kept-alive connection each, all on one TLS context, each lent
+    to one call at a time (the most recently returned first) and made when none is free:
+    as many as there were calls at once, whichever threads or greenlets made them.
+
+    One `httpx.Client` shared by hundreds of concurrent calls costs O(calls) per call:
+    httpcore's pool looks at every connection it holds (a poll of each idle one) when a
+    request comes and when a response is closed, and it keeps at most its keep-alive limit,
+    so a wave of calls after an idle spell opens new connections. Here each client holds
+    one connection, so a call costs the same at 500 in flight as at 1
+    (`ops/bench/in_flight.py`). Not to be shared across a fork."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._free: list[httpx.Client] = []
+        self._all: set[httpx.Client] = set()
+
+    def post(
+        self, url: str, *, json: Any, headers: dict[str, str], timeout: float
+    ) -> httpx.Response:
+        client = self._lend()
+        try:
+            # not streamed: the body is read and the connection back in the client's pool
+            return client.post(url, json=json, headers=headers, timeout=timeout)
+        finally:
+            with self._lock:
+                if client in self._all:  # not closed meanwhile
+                    self._free.append(client)
+
+    def close(self) -> None:
+        """Close every client; a later call makes a new one."""
+        with self._lock:
+            clients, self._all, self._free = self._all, set(), []
+        for client in clients:
+            client.close()
+
+    @property
+    def size(self) -> int:
+        """The clients (and so kept-alive connections) held."""
+        return len(self._all)
+
+    def _lend(self) -> httpx.Client:
+        with self._lock:
+            if self._free:
+                return self._free.pop()
+        client = httpx.Client(
+            verify=tls_context(),
+            limits=httpx.Limits(max_connections=1, max_keepalive_connections=1),
+        )
+        with self._lock:
+            self._all.add(client)
+        return client
+
+
+def pooled_client() -> ClientPool:
+    """What a process's model calls share: connections kept alive (no TCP and TLS handshake
+    per call), one per call in flight. The caller closes it; it does not survive a fork."""
+    return ClientPool()
+
+
+@functools.cache
+def tls_context() -> ssl.SSLContext:
+    """One TLS context per process: building one loads the CA bundle (about 0.1 s of CPU),
+    which per call would serialise a threads-pool worker on the GIL."""
+    return ssl.create_default_context(cafile=certifi.where())
