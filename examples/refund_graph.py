@@ -21,9 +21,8 @@ from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel
-
-from fsm.graph import END, START, Graph
-from worker.graphs import NodeContext, graph_kind
+from tickwork.fsm.graph import END, START, Graph
+from tickwork.worker.tick.graphs import NodeContext, graph_kind
 
 #: the most a refund may be without a manager; larger ones are refused by the checks
 LIMIT = 500.0

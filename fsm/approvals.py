@@ -6,8 +6,8 @@ import hmac
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .errors import AlreadyDecided, InvalidDecision, NotWaiting, StaleDecision
-from .values import CallState, Decision, DecisionKind, ToolCall, Value
+from tickwork.fsm.errors import AlreadyDecided, InvalidDecision, NotWaiting, StaleDecision
+from tickwork.fsm.values import CallState, Decision, DecisionKind, ToolCall, Value
 
 #: a call's arguments in; a reason (text) or True when a person must decide, else None/False
 Policy = Callable[[Mapping[str, Any]], bool | str | None]

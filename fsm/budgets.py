@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from datetime import datetime
 
-from .values import ErrorCode, Head, Value
+from tickwork.fsm.values import ErrorCode, Head, Value
 
 
 class Exhausted(Value):

@@ -21,8 +21,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import InvalidInput
-from .values import Head, Observation, Step, StepKind
+from tickwork.fsm.errors import InvalidInput
+from tickwork.fsm.values import Head, Observation, Step, StepKind
 
 Message = dict[str, Any]
 #: what estimates a prompt's tokens (the worker's estimator: four characters a token)

@@ -5,11 +5,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from .errors import ForkOutOfRange, InvalidInput
-from .graph import PROPOSAL, START
-from .graph_machine import PROPOSED, fork_state
-from .loops import HISTORY
-from .values import (
+from tickwork.fsm.errors import ForkOutOfRange, InvalidInput
+from tickwork.fsm.graph import PROPOSAL, START
+from tickwork.fsm.graph_machine import PROPOSED, fork_state
+from tickwork.fsm.loops import HISTORY
+from tickwork.fsm.values import (
     RUNTIME_LEVEL,
     Budgets,
     CallState,
@@ -34,7 +34,7 @@ class ForkPatch(Value):
     tool_outputs: dict[str, str] = {}
     #: budget fields to raise (or lower) for the fork
     budgets: dict[str, Any] = {}
-    #: a graph session: state fields to set in the fork (`fsm.graph_machine`)
+    #: a graph session: state fields to set in the fork (`tickwork.fsm.graph_machine`)
     state: dict[str, Any] = {}
     #: a graph session: the graph version the fork runs on (None: the parent's)
     graph_version: str | None = None
@@ -166,7 +166,7 @@ def _graph_result(
     patch: ForkPatch,
 ) -> dict[str, Any]:
     """A graph fork's state: the parent's first state, the kept node runs' updates, the
-    patch; its last node run, and its recent fingerprints (`fsm.graph_machine`)."""
+    patch; its last node run, and its recent fingerprints (`tickwork.fsm.graph_machine`)."""
     seen = {o.call_id: o for o in observations}
     done = [c for s in steps for c in s.calls if c.call_id in seen]
     updates = [seen[c.call_id].content for c in done if not seen[c.call_id].is_error]

@@ -3,7 +3,7 @@
 A graph is named nodes (plain functions of the state returning a partial update), edges
 and conditional edges between them, from `START` to `END`, over a typed state (a pydantic
 model). `Graph.compile()` refuses an invalid graph when it is defined, not when a session
-runs it. Nothing here does I/O; `worker.graphs` runs the nodes and `fsm.graph_machine`
+runs it. Nothing here does I/O; `tickwork.worker.tick.graphs` runs the nodes and `tickwork.fsm.graph_machine`
 turns a node's run into the session's next step.
 """
 
@@ -17,10 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
-
-from .approvals import Policy
-from .errors import InvalidGraph, InvalidStateUpdate
-from .fingerprints import call_fingerprint
+from tickwork.fsm.approvals import Policy
+from tickwork.fsm.errors import InvalidGraph, InvalidStateUpdate
+from tickwork.fsm.fingerprints import call_fingerprint
 
 START = "__start__"
 END = "__end__"

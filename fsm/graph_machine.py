@@ -21,13 +21,21 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from .approvals import ApprovalRule, approval_reason
-from .budgets import exhausted_budget
-from .fingerprints import call_fingerprint, step_fingerprint
-from .graph import END, PROPOSAL, START, CompiledGraph, delta_text, state_fingerprint
-from .loops import HISTORY, detect_loop
-from .machine import Change, StepCharge, _close_calls, _ended, _moved, _require, in_doubt
-from .values import (
+from tickwork.fsm.approvals import ApprovalRule, approval_reason
+from tickwork.fsm.budgets import exhausted_budget
+from tickwork.fsm.fingerprints import call_fingerprint, step_fingerprint
+from tickwork.fsm.graph import END, PROPOSAL, START, CompiledGraph, delta_text, state_fingerprint
+from tickwork.fsm.loops import HISTORY, detect_loop
+from tickwork.fsm.machine import (
+    Change,
+    StepCharge,
+    _close_calls,
+    _ended,
+    _moved,
+    _require,
+    in_doubt,
+)
+from tickwork.fsm.values import (
     CallState,
     Decision,
     DecisionKind,

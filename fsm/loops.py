@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from enum import StrEnum
 
-from .values import Value
+from tickwork.fsm.values import Value
 
 
 class LoopKind(StrEnum):

@@ -13,14 +13,14 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from .approvals import ApprovalRule, approval_reason, check_decision
-from .budgets import Exhausted, NextCall, exhausted_budget, model_retry_delay
-from .context import Plan
-from .errors import CallNotFound, IllegalTransition, SessionFinished
-from .fingerprints import call_fingerprint, step_fingerprint
-from .loops import detect_loop, intervention_text
-from .outcomes import Outcome
-from .values import (
+from tickwork.fsm.approvals import ApprovalRule, approval_reason, check_decision
+from tickwork.fsm.budgets import Exhausted, NextCall, exhausted_budget, model_retry_delay
+from tickwork.fsm.context import Plan
+from tickwork.fsm.errors import CallNotFound, IllegalTransition, SessionFinished
+from tickwork.fsm.fingerprints import call_fingerprint, step_fingerprint
+from tickwork.fsm.loops import detect_loop, intervention_text
+from tickwork.fsm.outcomes import Outcome
+from tickwork.fsm.values import (
     CallState,
     Decision,
     DecisionKind,
@@ -186,7 +186,7 @@ def start_think(
     """Before the model is called: a requested cancel, or a budget spent or that the next
     call (as the caller estimates it) would pass, ends the session; a prompt that no
     compaction brings under the window fails it (`CONTEXT`); a `plan` that compacts first
-    makes this tick a compaction (`fsm.context.plan`)."""
+    makes this tick a compaction (`tickwork.fsm.context.plan`)."""
     _require(head, Status.READY)
     if head.cancel_requested:
         return _ended(head, Status.CANCELLED, now)
@@ -302,7 +302,7 @@ def think(
     names to their approval rules. `cut`: the budget whose completion cap the reply was cut
     at, if it was; the step is recorded and the session fails with that budget's code (a
     cut-off answer is not a final answer, and its calls may be cut off too).
-    `masked_through` is the mask the prompt was built with (`fsm.context.View.masked`),
+    `masked_through` is the mask the prompt was built with (`tickwork.fsm.context.View.masked`),
     stored on the step so later prompts keep it.
     """
     _require(head, Status.READY)

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .errors import UnknownSchemaVersion
-from .values import SNAPSHOT_SCHEMA_VERSION, Session
+from tickwork.fsm.errors import UnknownSchemaVersion
+from tickwork.fsm.values import SNAPSHOT_SCHEMA_VERSION, Session
 
 Document = dict[str, Any]
 

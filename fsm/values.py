@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-#: Version of the snapshot format stored in dead letters; see `fsm.snapshots`.
+#: Version of the snapshot format stored in dead letters; see `tickwork.fsm.snapshots`.
 #: 2: the head carries `submitted_by`; calls carry `provider_call_id` and `approval_reason`
 #: 3: the head carries `runtime_level`
 SNAPSHOT_SCHEMA_VERSION = 3
@@ -22,7 +22,7 @@ SNAPSHOT_SCHEMA_VERSION = 3
 #: 1: the session's files are stored (`config.files`: a base manifest and the changes of
 #:    its ticks); also the sessions of 0.1.0, which recorded no level. A session from
 #:    before stored files (`config.workspace` and `config.baseline`) runs on level 1 too,
-#:    in its own folder (`worker.jobs.repair.legacy`).
+#:    in its own folder (`tickwork.worker.jobs.repair.legacy`).
 RUNTIME_LEVEL = 1
 
 
@@ -239,7 +239,7 @@ class Observation(Value):
     at: datetime
     duration_ms: float = 0.0
     #: set when the content was not read, only its size in bytes: a THINK claim leaves out
-    #: observations its prompt shows as stubs (`fsm.context`); never stored
+    #: observations its prompt shows as stubs (`tickwork.fsm.context`); never stored
     elided: int | None = Field(default=None, exclude=True)
 
     @property
@@ -284,7 +284,7 @@ class Step(Value):
     at: datetime
     kind: StepKind = StepKind.REPLY
     #: the observations of steps up to this one were shown as stubs in the prompt that made
-    #: this step (`fsm.context`); 0: none were
+    #: this step (`tickwork.fsm.context`); 0: none were
     masked_through: int = 0
     #: a compaction: its summary stands for the steps up to this one
     compacted_through: int = 0

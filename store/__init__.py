@@ -9,12 +9,11 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import Engine
-
-from .engine import make_engine
-from .port import Store
-from .postgres import PostgresStore
-from .sessions import CoreStore
-from .ticks import Claimed
+from tickwork.store.engine import make_engine
+from tickwork.store.port import Store
+from tickwork.store.postgres import PostgresStore
+from tickwork.store.sessions import CoreStore
+from tickwork.store.ticks import Claimed
 
 
 def open_store(

@@ -26,11 +26,10 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlparse
 
-from fsm import snapshots
-from fsm.errors import ArtifactsUnavailable, ConfigurationError, TickworkError
-from fsm.values import Session
-
-from .artifacts import parse_location
+from tickwork.fsm import snapshots
+from tickwork.fsm.errors import ArtifactsUnavailable, ConfigurationError, TickworkError
+from tickwork.fsm.values import Session
+from tickwork.store.artifacts import parse_location
 
 #: the version of the record `record` writes; readers refuse a newer one
 ARCHIVE_FORMAT = 1

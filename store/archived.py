@@ -12,12 +12,10 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Engine, select
-
-from fsm.values import Session
-
-from . import archive as archives
-from .files import Saved
-from .schema import archived
+from tickwork.fsm.values import Session
+from tickwork.store import archive as archives
+from tickwork.store.files import Saved
+from tickwork.store.schema import archived
 
 PENDING, ARCHIVED = "pending", "archived"
 

@@ -27,10 +27,8 @@ from urllib.parse import parse_qs, unquote, urlparse
 from sqlalchemy import Engine, select, update
 from sqlalchemy import delete as sa_delete
 from sqlalchemy.dialects import postgresql, sqlite
-
-from fsm.errors import ArtifactsUnavailable, BlobCorrupt, BlobMissing, ConfigurationError
-
-from .schema import blobs
+from tickwork.fsm.errors import ArtifactsUnavailable, BlobCorrupt, BlobMissing, ConfigurationError
+from tickwork.store.schema import blobs
 
 _HASH = re.compile(r"^[0-9a-f]{64}$")
 

@@ -31,10 +31,9 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
-
-from .schema import dead_letter_counts as counts
-from .schema import dead_letter_totals as totals_table
-from .schema import dead_letters
+from tickwork.store.schema import dead_letter_counts as counts
+from tickwork.store.schema import dead_letter_totals as totals_table
+from tickwork.store.schema import dead_letters
 
 GROUPS = ("code", "kind", "model", "last_tool", "error_signature")
 #: values whose latest dead letter one statement looks up (SQLite allows 500 compound terms)

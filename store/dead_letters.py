@@ -10,14 +10,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 from sqlalchemy import Connection, Engine, func, insert, select, update
-
-from fsm import snapshots
-from fsm.errors import DeadLetterClosed, InvalidInput, TickworkError
-from fsm.values import SNAPSHOT_SCHEMA_VERSION, Session
-
-from . import dead_letter_counts
-from .dead_letter_counts import GROUPS as GROUPS  # the groupings `stats` takes
-from .schema import dead_letters
+from tickwork.fsm import snapshots
+from tickwork.fsm.errors import DeadLetterClosed, InvalidInput, TickworkError
+from tickwork.fsm.values import SNAPSHOT_SCHEMA_VERSION, Session
+from tickwork.store import dead_letter_counts
+from tickwork.store.dead_letter_counts import GROUPS as GROUPS  # the groupings `stats` takes
+from tickwork.store.schema import dead_letters
 
 
 class DeadLetterNotFound(TickworkError, LookupError):

@@ -3,7 +3,7 @@
 Two kinds of card: an approval card (the `approval_requested` event) and, when the
 deployment asks for it, a finished card (the `completed`, `failed` or `cancelled` event
 that ends a session). The event row is written in the tick's own transaction, so a card
-cannot be lost with a worker: a dispatcher (`worker.dispatcher`) in any worker finds the
+cannot be lost with a worker: a dispatcher (`tickwork.worker.tick.dispatcher`) in any worker finds the
 events with no delivered card, takes one for a while (`FOR UPDATE SKIP LOCKED` on
 Postgres; SQLite serialises writers), posts it and records the answer here. An approval
 card whose session moved on before it went out is not sent any more; a finished card
@@ -19,10 +19,8 @@ from typing import Any
 
 from sqlalchemy import Engine, exists, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
-
-from fsm.values import EventKind, Status
-
-from .schema import deliveries, events, sessions
+from tickwork.fsm.values import EventKind, Status
+from tickwork.store.schema import deliveries, events, sessions
 
 WAITING = Status.WAITING_APPROVAL.value
 REQUESTED = EventKind.APPROVAL_REQUESTED.value

@@ -21,7 +21,9 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
     if url.startswith("sqlite"):
         return _sqlite_engine(url, **kwargs)
     kwargs.setdefault("pool_pre_ping", False)
-    kwargs.setdefault("pool_size", 10)  # a worker keeps more: worker.runtime.WORKER_POOL
+    kwargs.setdefault(
+        "pool_size", 10
+    )  # a worker keeps more: tickwork.worker.tick.runtime.WORKER_POOL
     kwargs.setdefault("max_overflow", 40)
     return create_engine(url, **kwargs)
 

@@ -16,11 +16,9 @@ from typing import Any
 
 from sqlalchemy import Engine, case, delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
-
-from fsm.errors import EnvironmentInUse
-from fsm.values import Status
-
-from .schema import environment_uses, environments, sessions
+from tickwork.fsm.errors import EnvironmentInUse
+from tickwork.fsm.values import Status
+from tickwork.store.schema import environment_uses, environments, sessions
 
 #: builds of one key in a row, taken over after their builder died, before it is failed
 MAX_ATTEMPTS = 3

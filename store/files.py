@@ -16,8 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Connection, Engine, select
-
-from .schema import file_changes
+from tickwork.store.schema import file_changes
 
 Manifest = dict[str, str]
 Changes = Mapping[str, str | None]

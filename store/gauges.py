@@ -7,10 +7,8 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy import Connection, Engine, case, func, or_, select
-
-from fsm.values import RUNNABLE, EventKind, Status
-
-from .schema import dead_letters, events, outbox, sessions
+from tickwork.fsm.values import RUNNABLE, EventKind, Status
+from tickwork.store.schema import dead_letters, events, outbox, sessions
 
 
 @dataclass(frozen=True)

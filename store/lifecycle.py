@@ -8,12 +8,10 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Engine
-
-from fsm.values import Session
-
-from . import archive as archives
-from . import archived, retention
-from .artifacts import Artifacts
+from tickwork.fsm.values import Session
+from tickwork.store import archive as archives
+from tickwork.store import archived, retention
+from tickwork.store.artifacts import Artifacts
 
 
 class Retention:

@@ -10,8 +10,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-
-from .engine import make_engine, normalize_url
+from tickwork.store.engine import make_engine, normalize_url
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 

@@ -12,19 +12,18 @@ from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
-from fsm.forks import ForkPatch
-from fsm.machine import Change
-from fsm.values import RUNTIME_LEVEL, Decision, Event, Head, Observation, Session, ToolCall
-
-from .artifacts import Artifacts
-from .dead_letters import Closing, DeadLetter
-from .deliveries import Cards
-from .environments import Environments
-from .files import FileChange, Saved
-from .gauges import Gauges
-from .lifecycle import Retention
-from .relay import Due
-from .ticks import Claimed
+from tickwork.fsm.forks import ForkPatch
+from tickwork.fsm.machine import Change
+from tickwork.fsm.values import RUNTIME_LEVEL, Decision, Event, Head, Observation, Session, ToolCall
+from tickwork.store.artifacts import Artifacts
+from tickwork.store.dead_letters import Closing, DeadLetter
+from tickwork.store.deliveries import Cards
+from tickwork.store.environments import Environments
+from tickwork.store.files import FileChange, Saved
+from tickwork.store.gauges import Gauges
+from tickwork.store.lifecycle import Retention
+from tickwork.store.relay import Due
+from tickwork.store.ticks import Claimed
 
 
 class Store(Protocol):

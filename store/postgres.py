@@ -24,14 +24,12 @@ from psycopg.rows import dict_row
 from sqlalchemy import JSON, Connection, Engine, Table
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.exc import DBAPIError
-
-from fsm.machine import Change
-from fsm.values import Head, Status, ToolCall
-
-from . import rows
-from .files import FileChange
-from .rows import MUTABLE_HEAD
-from .schema import (
+from tickwork.fsm.machine import Change
+from tickwork.fsm.values import Head, Status, ToolCall
+from tickwork.store import rows
+from tickwork.store.files import FileChange
+from tickwork.store.rows import MUTABLE_HEAD
+from tickwork.store.schema import (
     RUNNABLE_SQL,
     UTCDateTime,
     calls,
@@ -42,8 +40,8 @@ from .schema import (
     sessions,
     steps,
 )
-from .sessions import CoreStore, record_dead_letter
-from .ticks import (
+from tickwork.store.sessions import CoreStore, record_dead_letter
+from tickwork.store.ticks import (
     APPENDED,
     OPEN,
     Claimed,

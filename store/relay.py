@@ -11,10 +11,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from sqlalchemy import Engine, bindparam, delete, insert, or_, select, tuple_, update
-
-from fsm.values import RUNNABLE
-
-from .schema import outbox, sessions
+from tickwork.fsm.values import RUNNABLE
+from tickwork.store.schema import outbox, sessions
 
 #: the longest a republished tick waits before the relay publishes it once more
 MAX_REPUBLISH_WAIT_S = 300.0

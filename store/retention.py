@@ -31,16 +31,14 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, Select, delete, exists, func, insert, select, update
 from sqlalchemy.exc import InterfaceError, OperationalError
-
-from fsm.values import Session, Status
-
-from . import archive as archives
-from . import dead_letter_counts
-from .archived import ARCHIVED, PENDING
-from .artifacts import Artifacts
-from .dead_letters import DeadLetterNotFound, get_dead_letter
-from .files import saved_changes
-from .schema import (
+from tickwork.fsm.values import Session, Status
+from tickwork.store import archive as archives
+from tickwork.store import dead_letter_counts
+from tickwork.store.archived import ARCHIVED, PENDING
+from tickwork.store.artifacts import Artifacts
+from tickwork.store.dead_letters import DeadLetterNotFound, get_dead_letter
+from tickwork.store.files import saved_changes
+from tickwork.store.schema import (
     archived,
     calls,
     dead_letters,
@@ -52,7 +50,7 @@ from .schema import (
     sessions,
     steps,
 )
-from .sweep import sweep
+from tickwork.store.sweep import sweep
 
 log = logging.getLogger("tickwork.retention")
 

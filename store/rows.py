@@ -6,8 +6,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from fsm.outcomes import outcome_of
-from fsm.values import (
+from tickwork.fsm.outcomes import outcome_of
+from tickwork.fsm.values import (
     Budgets,
     CallState,
     Decision,

@@ -26,8 +26,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator
-
-from fsm.values import MAX_PROVIDER_CALL_ID, RUNNABLE
+from tickwork.fsm.values import MAX_PROVIDER_CALL_ID, RUNNABLE
 
 metadata = MetaData(
     naming_convention={
@@ -100,7 +99,7 @@ sessions = Table(
     # what a finished repair achieved (fsm/outcomes.py), kept from `result` for `ls
     # --outcome`; NULL for other kinds and sessions stored before it (0011_outcome)
     Column("outcome", String(32)),
-    # the runtime level a worker needs (fsm.values.RUNTIME_LEVEL); the claim compares it
+    # the runtime level a worker needs (tickwork.fsm.values.RUNTIME_LEVEL); the claim compares it
     # (0015_versions): rows of 0.1.0, which recorded none, need level 1
     Column("runtime_level", Integer, nullable=False, server_default=text("1")),
     # the lists are newest first by created_at (0007_yeardata)

@@ -12,9 +12,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
-from .archive import Archive, ArchiveMissing
-from .artifacts import intact
-from .sweep import blob_name
+from tickwork.store.archive import Archive, ArchiveMissing
+from tickwork.store.artifacts import intact
+from tickwork.store.sweep import blob_name
 
 #: what a scrub did about a bad blob
 BAD, REPLACED, DELETED = "bad", "replaced from the archive", "deleted: no good copy anywhere"

@@ -31,15 +31,14 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.exc import IntegrityError
-
-from fsm import machine
-from fsm.approvals import already_decided
-from fsm.context import needed_from
-from fsm.errors import CallNotFound, InvalidInput, NotWaiting, SessionNotFound
-from fsm.forks import ForkPatch, fork
-from fsm.loops import HISTORY
-from fsm.machine import Change
-from fsm.values import (
+from tickwork.fsm import machine
+from tickwork.fsm.approvals import already_decided
+from tickwork.fsm.context import needed_from
+from tickwork.fsm.errors import CallNotFound, InvalidInput, NotWaiting, SessionNotFound
+from tickwork.fsm.forks import ForkPatch, fork
+from tickwork.fsm.loops import HISTORY
+from tickwork.fsm.machine import Change
+from tickwork.fsm.values import (
     RUNNABLE,
     RUNTIME_LEVEL,
     CallState,
@@ -54,17 +53,16 @@ from fsm.values import (
     StepKind,
     ToolCall,
 )
-
-from . import dead_letter_counts, dead_letters, gauges, relay, rows
-from .artifacts import Artifacts, open_artifacts
-from .dead_letters import Closing, DeadLetter
-from .deliveries import Cards
-from .environments import Environments
-from .files import FileChange, Saved, current_state, fork_start, saved_changes
-from .gauges import Gauges
-from .lifecycle import Retention
-from .relay import Due
-from .schema import (
+from tickwork.store import dead_letter_counts, dead_letters, gauges, relay, rows
+from tickwork.store.artifacts import Artifacts, open_artifacts
+from tickwork.store.dead_letters import Closing, DeadLetter
+from tickwork.store.deliveries import Cards
+from tickwork.store.environments import Environments
+from tickwork.store.files import FileChange, Saved, current_state, fork_start, saved_changes
+from tickwork.store.gauges import Gauges
+from tickwork.store.lifecycle import Retention
+from tickwork.store.relay import Due
+from tickwork.store.schema import (
     calls,
     decisions,
     events,
@@ -74,7 +72,7 @@ from .schema import (
     sessions,
     steps,
 )
-from .ticks import (
+from tickwork.store.ticks import (
     NO_STEPS,
     OPEN,
     Claimed,
@@ -88,7 +86,7 @@ from .ticks import (
     started_event,
     steps_from_rows,
 )
-from .transcripts import Transcript, Transcripts
+from tickwork.store.transcripts import Transcript, Transcripts
 
 
 class CoreStore:
@@ -821,7 +819,7 @@ def _context_start(conn: Connection, session_id: str) -> tuple[int, int]:
 def _needed(
     history: tuple[Step, ...], seen: dict[str, Observation]
 ) -> tuple[tuple[Step, ...], dict[str, Observation]]:
-    """The steps (and their observations) a THINK still needs (`fsm.context.needed_from`),
+    """The steps (and their observations) a THINK still needs (`tickwork.fsm.context.needed_from`),
     so a cached transcript stays bounded by the window, not the session's length."""
     first = needed_from(history, history=HISTORY)
     if not history or history[0].step >= first:

@@ -15,13 +15,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import Engine, select
-
-from fsm.errors import BlobCorrupt, BlobMissing
-
-from .archive import Archive, ArchiveMissing
-from .artifacts import Artifacts, intact
-from .files import parse_entry
-from .schema import file_changes, sessions
+from tickwork.fsm.errors import BlobCorrupt, BlobMissing
+from tickwork.store.archive import Archive, ArchiveMissing
+from tickwork.store.artifacts import Artifacts, intact
+from tickwork.store.files import parse_entry
+from tickwork.store.schema import file_changes, sessions
 
 Get = Callable[[Iterable[str]], dict[str, bytes]]
 

@@ -16,11 +16,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Table
-
-from fsm.errors import ClaimLost
-from fsm.loops import HISTORY
-from fsm.machine import Change
-from fsm.values import (
+from tickwork.fsm.errors import ClaimLost
+from tickwork.fsm.loops import HISTORY
+from tickwork.fsm.machine import Change
+from tickwork.fsm.values import (
     CallState,
     Decision,
     Event,
@@ -31,11 +30,18 @@ from fsm.values import (
     StepKind,
     ToolCall,
 )
-
-from . import rows
-from .files import FileChange
-from .schema import calls, decisions, events, file_changes, observations, outbox, steps
-from .transcripts import Mark
+from tickwork.store import rows
+from tickwork.store.files import FileChange
+from tickwork.store.schema import (
+    calls,
+    decisions,
+    events,
+    file_changes,
+    observations,
+    outbox,
+    steps,
+)
+from tickwork.store.transcripts import Mark
 
 #: the `after` of a claim that reads no steps (a THINK that missed the transcript cache
 #: reads them from the latest compaction on, after the claim: `sessions.CoreStore.claim`)
@@ -190,7 +196,7 @@ _CALL_ID = re.compile(r"s(\d+)c\d+")
 
 
 def step_of(call_id: str) -> int:
-    """The step of a call, from its id (`fsm.values.call_id_for` made every stored one)."""
+    """The step of a call, from its id (`tickwork.fsm.values.call_id_for` made every stored one)."""
     found = _CALL_ID.fullmatch(call_id)
     if found is None:
         raise ValueError(f"{call_id!r} is not a call id of tickwork's (s<step>c<index>)")

@@ -14,7 +14,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import datetime
 
-from fsm.values import Head, Observation, Step
+from tickwork.fsm.values import Head, Observation, Step
 
 #: a step as a claim sees it: its trace id and fingerprint (None: no such step)
 Mark = tuple[str, str] | None

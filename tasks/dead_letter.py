@@ -10,9 +10,8 @@ from __future__ import annotations
 import logging
 
 from celery import shared_task
-
-from worker import metrics
-from worker.app import DEAD_LETTER
+from tickwork.worker.observers import metrics
+from tickwork.worker.tick.app import DEAD_LETTER
 
 log = logging.getLogger("tickwork.dead_letter")
 

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from celery import Task, shared_task
-
-from worker.advance import advance
-from worker.app import TICK, runtime
+from tickwork.worker.tick.advance import advance
+from tickwork.worker.tick.app import TICK, runtime
 
 
 @shared_task(name=TICK, bind=True, acks_late=True, reject_on_worker_lost=True, ignore_result=True)

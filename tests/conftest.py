@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import text
+from tickwork.store import Store, make_engine, open_store
+from tickwork.store.migrate import upgrade
+from tickwork.store.schema import metadata
 
-from store import Store, make_engine, open_store
-from store.migrate import upgrade
-from store.schema import metadata
 from tests.services import missing, postgres_database, redis_url
 from tickwork.package_index import Index, fetch_wheels, make_wheel, serving
 

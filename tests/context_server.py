@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from fsm import context
-from fsm.values import Session, StepKind
-from worker.models.base import estimate_prompt, estimate_tokens, transcript_text
+from tickwork.fsm import context
+from tickwork.fsm.values import Session, StepKind
+from tickwork.worker.models.base import estimate_prompt, estimate_tokens, transcript_text
 
 _SUMMARISED = re.compile(r"read chunks up to n=(\d+)")
 COMPLETION_TOKENS = 12

@@ -8,10 +8,10 @@ import time
 from typing import Literal
 
 from pydantic import BaseModel
+from tickwork.fsm.graph import END, START, Graph
+from tickwork.worker.tick.graphs import NodeContext, graph_kind
 
 from examples import refund_graph
-from fsm.graph import END, START, Graph
-from worker.graphs import NodeContext, graph_kind
 
 #: the example as shipped
 REFUND = refund_graph.KIND

@@ -8,10 +8,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from worker.jobs import JobKind, repair
-from worker.jobs.repair import default_registry
-from worker.tools.registry import ToolContext, ToolRegistry, tool
-from worker.tools.sandbox import resolve, workspace_root
+from tickwork.worker.jobs import JobKind, repair
+from tickwork.worker.jobs.repair import default_registry
+from tickwork.worker.tools.confinement import resolve, workspace_root
+from tickwork.worker.tools.registry import ToolContext, ToolRegistry, tool
 
 
 def _record(ctx: ToolContext, log: str, value: str) -> None:

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fsm.errors import InvalidModelSpec
-from fsm.values import ModelReply, Usage
-from worker.models import Message, ModelSettings, Price, Provider, ToolSchema
+from tickwork.fsm.errors import InvalidModelSpec
+from tickwork.fsm.values import ModelReply, Usage
+from tickwork.worker.models import Message, ModelSettings, Price, Provider, ToolSchema
 
 
 @dataclass

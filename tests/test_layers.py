@@ -3,7 +3,7 @@ only the layers below it, and no modules of worker/ or tickwork/ import each oth
 circle.
 
 Every import counts, wherever it stands: at the top, inside a function (imported on first
-use) or under `if TYPE_CHECKING:`. A name in a string (Celery's `include=["tasks.tick"]`)
+use) or under `if TYPE_CHECKING:`. A name in a string (Celery's `include=["tickwork.tasks.tick"]`)
 is not an import. `tests/fsm/test_boundary.py` guards what fsm/ may import from outside.
 """
 
@@ -16,7 +16,18 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-LAYERS = ("fsm", "store", "worker", "tasks", "tickwork")
+#: the layers, lowest first, as installed (the folders stay at the top of the repository)
+LAYERS = ("tickwork.fsm", "tickwork.store", "tickwork.worker", "tickwork.tasks", "tickwork")
+#: installed package -> its folder in the repository
+FOLDERS = {
+    "tickwork.fsm": "fsm",
+    "tickwork.store": "store",
+    "tickwork.worker": "worker",
+    "tickwork.tasks": "tasks",
+    "tickwork": "tickwork",
+}
+#: worker's sub-packages, lowest first: each imports only the ones before it
+WORKER = ("config", "sandbox", "models", "tools", "files", "jobs", "observers", "tick")
 #: (importer's layer, imported layer) -> why it is allowed for now; each names its issue
 KNOWN: dict[tuple[str, str], str] = {}
 #: cycles (as sorted module tuples) left for a later issue, with the reason
@@ -25,20 +36,37 @@ KNOWN_CYCLES: dict[tuple[str, ...], str] = {}
 
 def module_name(path: Path) -> str:
     parts = path.relative_to(ROOT).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+    parts = parts[:-1] if parts[-1] == "__init__" else parts
+    top = next(name for name, folder in FOLDERS.items() if folder == parts[0])
+    return ".".join([top, *parts[1:]])
+
+
+def layer_of(name: str) -> str | None:
+    """The layer a module belongs to, or None for a module outside tickwork."""
+    return next((lay for lay in LAYERS if name == lay or name.startswith(lay + ".")), None)
+
+
+def path_of(name: str) -> Path | None:
+    layer = layer_of(name)
+    if layer is None:
+        return None
+    rest = name[len(layer) :].lstrip(".")
+    return ROOT / FOLDERS[layer] / rest.replace(".", "/")
 
 
 def is_package(name: str) -> bool:
-    return (ROOT / name.replace(".", "/") / "__init__.py").is_file()
+    path = path_of(name)
+    return path is not None and (path / "__init__.py").is_file()
 
 
 def is_module(name: str) -> bool:
-    return is_package(name) or (ROOT / (name.replace(".", "/") + ".py")).is_file()
+    path = path_of(name)
+    return is_package(name) or (path is not None and path.with_suffix(".py").is_file())
 
 
 def sources() -> Iterator[Path]:
     for layer in LAYERS:
-        yield from sorted((ROOT / layer).rglob("*.py"))
+        yield from sorted((ROOT / FOLDERS[layer]).rglob("*.py"))
 
 
 def imports(path: Path) -> Iterator[tuple[int, str]]:
@@ -67,9 +95,7 @@ def graph() -> dict[str, set[str]]:
     edges: dict[str, set[str]] = {}
     for path in sources():
         edges[module_name(path)] = {
-            target
-            for _, target in imports(path)
-            if target.split(".")[0] in LAYERS and is_module(target)
+            target for _, target in imports(path) if layer_of(target) and is_module(target)
         }
     return edges
 
@@ -77,10 +103,10 @@ def graph() -> dict[str, set[str]]:
 def test_each_layer_imports_only_the_layers_below_it() -> None:
     found = []
     for path in sources():
-        layer = module_name(path).split(".")[0]
+        layer = layer_of(module_name(path))
         for line, target in imports(path):
-            other = target.split(".")[0]
-            if other not in LAYERS or LAYERS.index(other) <= LAYERS.index(layer):
+            other = layer_of(target)
+            if other is None or LAYERS.index(other) <= LAYERS.index(layer):
                 continue
             if (layer, other) not in KNOWN:
                 found.append(f"{path.relative_to(ROOT)}:{line} imports {target}")
@@ -122,12 +148,39 @@ def cycles(edges: dict[str, set[str]]) -> list[tuple[str, ...]]:
     return found
 
 
-@pytest.mark.parametrize("layer", ["worker", "tickwork"])
+def worker_part(name: str) -> str | None:
+    """The sub-package of worker/ a module belongs to (None outside worker/ or for
+    worker/__init__.py)."""
+    if not name.startswith("tickwork.worker."):
+        return None
+    return name.split(".")[2]
+
+
+def test_worker_sub_packages_import_only_the_ones_below() -> None:
+    """worker/ by concern: configuration, the sandbox, models, tools, files, jobs,
+    observers, the tick; no arrow runs back up."""
+    assert {
+        p.name for p in (ROOT / "worker").iterdir() if p.is_dir() and p.name != "__pycache__"
+    } == set(WORKER)
+    assert [p.name for p in (ROOT / "worker").glob("*.py")] == ["__init__.py"]
+    found = []
+    for path in sources():
+        part = worker_part(module_name(path))
+        if part is None:
+            continue
+        for line, target in imports(path):
+            other = worker_part(target)
+            if other is not None and WORKER.index(other) > WORKER.index(part):
+                found.append(f"{path.relative_to(ROOT)}:{line} ({part}) imports {target} ({other})")
+    assert not found, "a worker sub-package imports one above it:\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize("layer", ["tickwork.worker", "tickwork"])
 def test_no_modules_import_each_other_in_a_circle(layer: str) -> None:
     edges = {
-        name: {t for t in targets if t.split(".")[0] == layer}
+        name: {t for t in targets if layer_of(t) == layer}
         for name, targets in graph().items()
-        if name.split(".")[0] == layer
+        if layer_of(name) == layer
     }
     found = [c for c in cycles(edges) if c not in KNOWN_CYCLES]
     assert not found, "modules that import each other (move the shared piece down):\n" + "\n".join(
@@ -136,9 +189,18 @@ def test_no_modules_import_each_other_in_a_circle(layer: str) -> None:
 
 
 #: store/ modules that hold the tables and the engine: only store/ may import them
-STORE_INSIDES = ("store.schema", "store.engine", "store.sessions", "store.postgres")
+STORE_INSIDES = (
+    "tickwork.store.schema",
+    "tickwork.store.engine",
+    "tickwork.store.sessions",
+    "tickwork.store.postgres",
+)
 #: names of store/ that build an engine or a store other than by `open_store`
-STORE_NAMES = ("store.make_engine", "store.CoreStore", "store.PostgresStore")
+STORE_NAMES = (
+    "tickwork.store.make_engine",
+    "tickwork.store.CoreStore",
+    "tickwork.store.PostgresStore",
+)
 #: engine methods that open a connection or a transaction, or close the pool
 ENGINE_CALLS = ("connect", "begin", "dispose", "execution_options", "raw_connection")
 #: modules above store/ allowed to reach the tables or the engine, with the reason
@@ -178,7 +240,7 @@ def test_nothing_above_store_touches_tables_or_the_engine() -> None:
     found = []
     for path in sources():
         name = module_name(path)
-        if name.split(".")[0] not in ("worker", "tasks", "tickwork"):
+        if layer_of(name) not in ("tickwork.worker", "tickwork.tasks", "tickwork"):
             continue
         if name in DATABASE_EXCEPTIONS:
             continue
@@ -189,9 +251,9 @@ def test_nothing_above_store_touches_tables_or_the_engine() -> None:
 
 def test_the_database_guard_sees_what_it_looks_for() -> None:
     probe = (
-        "from store.schema import sessions\n"
-        "from store import make_engine, open_store\n"
-        "import store.postgres\n"
+        "from tickwork.store.schema import sessions\n"
+        "from tickwork.store import make_engine, open_store\n"
+        "import tickwork.store.postgres\n"
         "def f(rt):\n"
         "    with rt.store.engine.connect() as conn:\n"
         "        pass\n"
@@ -199,10 +261,10 @@ def test_the_database_guard_sees_what_it_looks_for() -> None:
         "    open_store('sqlite://').close()\n"
     )
     assert sorted(database_uses(probe)) == [
-        (1, "imports store.schema"),
-        (1, "imports store.schema.sessions"),
-        (2, "imports store.make_engine"),
-        (3, "imports store.postgres"),
+        (1, "imports tickwork.store.schema"),
+        (1, "imports tickwork.store.schema.sessions"),
+        (2, "imports tickwork.store.make_engine"),
+        (3, "imports tickwork.store.postgres"),
         (5, "calls rt.store.engine.connect"),
         (5, "reads .engine of rt.store"),
         (7, "calls engine.begin"),
@@ -229,8 +291,12 @@ def test_the_http_api_does_not_import_the_command_line() -> None:
 
 
 def test_the_guard_sees_every_kind_of_import() -> None:
-    relay = {t for _, t in imports(ROOT / "worker" / "relay.py")}
-    assert {"store.relay", "worker.metrics", "worker.runtime"} <= relay
+    relay = {t for _, t in imports(ROOT / "worker" / "tick" / "relay.py")}
+    assert {
+        "tickwork.store.relay",
+        "tickwork.worker.observers.metrics",
+        "tickwork.worker.tick.runtime",
+    } <= relay
     # imported inside a function, on first use
     assert "tickwork.api.previews" in {t for _, t in imports(ROOT / "tickwork" / "cli_sessions.py")}
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [("a", "b", "c")]

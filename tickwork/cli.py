@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import typer
 from pydantic import ValidationError
 
-from fsm.errors import ConfigurationError, InvalidInput, TickworkError
+from tickwork.fsm.errors import ConfigurationError, InvalidInput, TickworkError
 
 try:  # Typer 0.2x vendors its own Click
     from typer._click import exceptions as clicks
@@ -60,7 +60,7 @@ def make_cli() -> typer.Typer:
 
 def _show_version(wanted: bool) -> None:
     if wanted:
-        from worker.release import version
+        from tickwork.worker.config.release import version
 
         typer.echo(f"tickwork {version()}")
         raise typer.Exit()
@@ -155,7 +155,7 @@ def _is_database(exc: BaseException) -> bool:
 def _database_message(exc: BaseException) -> str:
     from sqlalchemy.exc import DataError
 
-    from worker.secrets import mask
+    from tickwork.worker.config.secrets import mask
 
     from .context import load_settings
 

@@ -31,7 +31,7 @@ def verify(
 ) -> None:
     """Read every blob of the artifact store (TICKWORK_ARTIFACTS_URL) and check it against
     its hash; list the bad ones. Exits 1 if a bad blob is left or had to be deleted."""
-    from store.scrub import scrub
+    from tickwork.store.scrub import scrub
 
     with Context() as ctx:
         live = ctx.client.artifacts

@@ -26,9 +26,9 @@ from rich.prompt import Confirm, Prompt
 from rich.syntax import Syntax
 from rich.text import Text
 
-from fsm.errors import ConfigurationError, InvalidInput, TickworkError
-from fsm.values import Session, Status, ToolCall
-from worker.filetree import SKIP_DIRS
+from tickwork.fsm.errors import ConfigurationError, InvalidInput, TickworkError
+from tickwork.fsm.values import Session, Status, ToolCall
+from tickwork.worker.files.filetree import SKIP_DIRS
 
 from . import render
 from .context import Context
@@ -118,7 +118,7 @@ def demo(
             workspace = prepare_demo_workspace(settings.state_dir)
             spec = model or f"scripted:{DEMO_SCRIPT}"
             # our own example and scripted model may run unconfined where bubblewrap cannot
-            from worker.tools.runner import DEMO_UNCONFINED
+            from tickwork.worker.sandbox.runner import DEMO_UNCONFINED
 
             own = {DEMO_UNCONFINED: True} if model is None else {}
             head = ctx.client.submit("repair", demo_input(workspace), model=spec, own_config=own)
@@ -159,7 +159,7 @@ def demo(
 def _sandbox_banner(ctx: Context, session_id: str) -> None:
     """Say plainly when the sandbox cannot run here: the demo's own session then runs its
     commands unconfined; any other session's (a real model's) are refused."""
-    from worker.tools.runner import BWRAP_INSTALL, DEMO_UNCONFINED, check, sandbox_of
+    from tickwork.worker.sandbox.runner import BWRAP_INSTALL, DEMO_UNCONFINED, check, sandbox_of
 
     sandbox = sandbox_of(ctx.settings)
     why = None if sandbox.mode == "none" else check(sandbox)

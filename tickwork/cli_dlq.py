@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.text import Text
 
-from fsm.errors import InvalidInput
-from fsm.values import ErrorCode
+from tickwork.fsm.errors import InvalidInput
+from tickwork.fsm.values import ErrorCode
 
 from . import exports, options, parsing, render, views
 from .cli_sessions import (
@@ -27,7 +27,7 @@ from .cli_sessions import (
 from .context import Context
 
 if TYPE_CHECKING:
-    from store.dead_letters import DeadLetter
+    from tickwork.store.dead_letters import DeadLetter
 
 
 class Grouping(StrEnum):
@@ -154,7 +154,7 @@ def dismiss(
 
 
 def _close(key: str, state: str, reason: str, by: str | None, json_output: bool) -> None:
-    from store.dead_letters import Closing
+    from tickwork.store.dead_letters import Closing
 
     name = options.approver(by)
     with Context() as ctx:

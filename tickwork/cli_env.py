@@ -8,7 +8,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from fsm.errors import EnvironmentNotFound, InvalidInput
+from tickwork.fsm.errors import EnvironmentNotFound, InvalidInput
 
 from . import options, render, views
 from .context import Context

@@ -38,8 +38,8 @@ def gc(
     """Archive finished sessions past their retention age (TICKWORK_RETENTION_*) to the
     archive as JSON Lines and Parquet by day, then delete them from the live tables; workers
     do the same in the background, a few batches at a time."""
-    from worker.retention import RetentionSettings, drop_archived_copies, run_pass
-    from worker.settings import read_settings
+    from tickwork.worker.config.settings import read_settings
+    from tickwork.worker.tick.retention import RetentionSettings, drop_archived_copies, run_pass
 
     retention = read_settings(RetentionSettings)
     policy = retention.policy()

@@ -18,7 +18,7 @@ from . import options, render, views
 from .context import ensure_schema, load_settings
 
 if TYPE_CHECKING:
-    from worker.settings import Settings
+    from tickwork.worker.config.settings import Settings
 
 
 class Pool(StrEnum):
@@ -87,10 +87,10 @@ def worker(
     if chosen is Pool.PREFORK:
         _metrics_folder(settings.state_dir, hostname)
     # imported after the metrics folder is chosen: prometheus_client reads it at import
-    from worker.app import make_app
-    from worker.retention import RetentionSettings
-    from worker.settings import MetricsSettings, WebhookSettings, read_settings
-    from worker.tracing import TracingSettings
+    from tickwork.worker.config.settings import MetricsSettings, WebhookSettings, read_settings
+    from tickwork.worker.observers.tracing import TracingSettings
+    from tickwork.worker.tick.app import make_app
+    from tickwork.worker.tick.retention import RetentionSettings
 
     for kind in (MetricsSettings, WebhookSettings, TracingSettings, RetentionSettings):
         read_settings(kind)  # a bad value stops the worker now, not as a warning later
@@ -117,13 +117,13 @@ def check_what_ticks_load(settings: Settings) -> None:
     """The database's schema, the job kinds of TICKWORK_IMPORTS and the artifact store,
     checked once before the worker starts: one it could not load would fail every session
     it ticks (or, without a schema, every relay pass)."""
-    from fsm.errors import ConfigurationError
-    from store.migrate import current
-    from worker.imports import load_object
-    from worker.jobs import Jobs
-    from worker.models.providers import Provider, Providers
-    from worker.runtime import build_store
-    from worker.settings import mask
+    from tickwork.fsm.errors import ConfigurationError
+    from tickwork.store.migrate import current
+    from tickwork.worker.config.imports import load_object
+    from tickwork.worker.config.settings import mask
+    from tickwork.worker.jobs import Jobs
+    from tickwork.worker.models.providers import Provider, Providers
+    from tickwork.worker.tick.runtime import build_store
 
     if current(settings.db_url) is None:
         raise ConfigurationError(
@@ -135,8 +135,8 @@ def check_what_ticks_load(settings: Settings) -> None:
         if not isinstance(load_object(spec), Provider):
             jobs.get(spec)
     _ = Providers(settings.imports).known  # a provider that cannot register stops it too
-    from worker.retention import RetentionSettings
-    from worker.settings import read_settings
+    from tickwork.worker.config.settings import read_settings
+    from tickwork.worker.tick.retention import RetentionSettings
 
     read_settings(RetentionSettings).archive(settings)  # an archive it cannot open, too
     if settings.artifacts_url:
@@ -176,8 +176,8 @@ def relay(
 
     Workers run the relay themselves; this runs it alone, e.g. from cron with --once.
     """
-    from worker.app import make_app, runtime
-    from worker.relay import RelayThread, relay_once
+    from tickwork.worker.tick.app import make_app, runtime
+    from tickwork.worker.tick.relay import RelayThread, relay_once
 
     settings = load_settings()
     ensure_schema(settings)
@@ -222,9 +222,9 @@ def upgrade(json_output: options.Json = False) -> None:
     """Create or migrate the schema of the database in TICKWORK_DATABASE_URL."""
     from alembic.script import ScriptDirectory
 
-    from store.migrate import alembic_config
-    from store.migrate import upgrade as migrate
-    from worker.secrets import mask
+    from tickwork.store.migrate import alembic_config
+    from tickwork.store.migrate import upgrade as migrate
+    from tickwork.worker.config.secrets import mask
 
     settings = load_settings()
     url = settings.db_url
@@ -241,9 +241,9 @@ def upgrade(json_output: options.Json = False) -> None:
 
 def current(json_output: options.Json = False) -> None:
     """Show the schema revision the database is at, and the newest this code knows."""
-    from store.migrate import current as revision_of
-    from store.migrate import head
-    from worker.secrets import mask
+    from tickwork.store.migrate import current as revision_of
+    from tickwork.store.migrate import head
+    from tickwork.worker.config.secrets import mask
 
     settings = load_settings()
     url = settings.db_url
@@ -272,8 +272,8 @@ def current(json_output: options.Json = False) -> None:
 
 def history(json_output: options.Json = False) -> None:
     """List the schema revisions this code knows, newest first, marking the database's."""
-    from store.migrate import current as revision_of
-    from store.migrate import history as revisions
+    from tickwork.store.migrate import current as revision_of
+    from tickwork.store.migrate import history as revisions
 
     settings = load_settings()
     url = settings.db_url
@@ -324,10 +324,10 @@ def downgrade(
     from alembic.util.exc import CommandError
     from rich.prompt import Confirm
 
-    from fsm.errors import InvalidInput
-    from store.migrate import current as revision_of
-    from store.migrate import downgrade as migrate_down
-    from worker.secrets import mask
+    from tickwork.fsm.errors import InvalidInput
+    from tickwork.store.migrate import current as revision_of
+    from tickwork.store.migrate import downgrade as migrate_down
+    from tickwork.worker.config.secrets import mask
 
     settings = load_settings()
     url = settings.db_url
@@ -371,11 +371,11 @@ def _no_sqlite_file(url: str) -> bool:
 def config(json_output: options.Json = False) -> None:
     """Show every setting in force, secrets masked: the deployment's, a worker's /metrics and
     webhooks, and `tickwork serve`'s."""
-    from worker.retention import RetentionSettings
-    from worker.settings import MetricsSettings, WebhookSettings, read_settings
-    from worker.tracing import TracingSettings
-    from worker.tracing import status as tracing_status
-    from worker.webhooks import masked_url
+    from tickwork.worker.config.settings import MetricsSettings, WebhookSettings, read_settings
+    from tickwork.worker.observers.tracing import TracingSettings
+    from tickwork.worker.observers.tracing import status as tracing_status
+    from tickwork.worker.observers.webhooks import masked_url
+    from tickwork.worker.tick.retention import RetentionSettings
 
     from .api.settings import ApiSettings
 

@@ -33,7 +33,7 @@ def serve(
     TICKWORK_API_TOKENS_FILE."""
     import uvicorn
 
-    from worker.settings import read_settings
+    from tickwork.worker.config.settings import read_settings
 
     from .api import ApiSettings, make_api
     from .api.connections import guarded_protocol

@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.text import Text
 
-from fsm.errors import InvalidInput, SessionNotFound
-from fsm.outcomes import Outcome
-from fsm.values import ErrorCode, Head, Session, Status
+from tickwork.fsm.errors import InvalidInput, SessionNotFound
+from tickwork.fsm.outcomes import Outcome
+from tickwork.fsm.values import ErrorCode, Head, Session, Status
 
 from . import options, render, views
 from .context import Context

@@ -18,8 +18,8 @@ from typing import Any
 
 from celery import Celery
 
-from fsm.context import Policy, check_window
-from fsm.errors import (
+from tickwork.fsm.context import Policy, check_window
+from tickwork.fsm.errors import (
     CallNotFound,
     ConfigurationError,
     InvalidBudget,
@@ -28,22 +28,22 @@ from fsm.errors import (
     SessionNotFound,
     UnpricedModel,
 )
-from fsm.forks import ForkPatch
-from fsm.values import Budgets, Decision, DecisionKind, Head, Session
-from store import Store
-from store import dead_letters as dl
-from store.archive import Archive
-from store.archived import ArchivedSession, saved_of
-from store.artifacts import Artifacts
-from store.files import Saved, applied, parse_entry
-from worker.app import TICK, make_app
-from worker.jobs import Jobs
-from worker.models import Providers, check_spec, pricing
-from worker.models.pricing import Price, PriceLike, as_price, session_price
-from worker.runtime import build_store, utc_now
-from worker.secrets import mask_decision, masker_for
-from worker.settings import Settings, load_settings
-from worker.workspaces import Workspaces, session_files
+from tickwork.fsm.forks import ForkPatch
+from tickwork.fsm.values import Budgets, Decision, DecisionKind, Head, Session
+from tickwork.store import Store
+from tickwork.store import dead_letters as dl
+from tickwork.store.archive import Archive
+from tickwork.store.archived import ArchivedSession, saved_of
+from tickwork.store.artifacts import Artifacts
+from tickwork.store.files import Saved, applied, parse_entry
+from tickwork.worker.config.secrets import mask_decision, masker_for
+from tickwork.worker.config.settings import Settings, load_settings
+from tickwork.worker.files.workspaces import Workspaces, session_files
+from tickwork.worker.jobs import Jobs
+from tickwork.worker.models import Providers, check_spec, pricing
+from tickwork.worker.models.pricing import Price, PriceLike, as_price, session_price
+from tickwork.worker.tick.app import TICK, make_app
+from tickwork.worker.tick.runtime import build_store, utc_now
 
 from .parsing import storable
 
@@ -83,7 +83,7 @@ class Tickwork:
 
     @functools.cached_property
     def artifacts(self) -> Artifacts:
-        from worker.retention import restoring  # blobs retention moved are read back
+        from tickwork.worker.tick.retention import restoring  # blobs retention moved are read back
 
         return restoring(self.store.artifacts(self.settings.artifacts_url), self.settings)
 
@@ -113,7 +113,7 @@ class Tickwork:
         if isinstance(stored, str) and not head.result.get("patch_truncated"):
             text = stored
         else:
-            from worker.jobs.repair import diff_manifests, legacy, session_patch
+            from tickwork.worker.jobs.repair import diff_manifests, legacy, session_patch
 
             files = session_files(head)
             if files is None and not legacy.is_legacy(head):
@@ -139,7 +139,7 @@ class Tickwork:
                 f"session {session_id} did not start from a git repository; use "
                 f"`tickwork patch {session_id}` for its patch"
             )
-        from worker.sources import clone_at
+        from tickwork.worker.files.sources import clone_at
 
         before = self.files.base(head.config["files"])
         after, _ = self.files.manifest(head)
@@ -172,7 +172,7 @@ class Tickwork:
     def file_reader(self, head: Head) -> Callable[[str], bytes | None] | None:
         """Reads one file of the session as it is now (None: no such file), for previews;
         None if the session has no files. A legacy session's are in its project folder."""
-        from worker.jobs.repair import legacy
+        from tickwork.worker.jobs.repair import legacy
 
         if session_files(head) is not None:
             return functools.partial(self.files.read, head)
@@ -233,7 +233,7 @@ class Tickwork:
         recorded on the session [default: the login name]. `own_config` adds to the session's
         configuration what only tickwork's own commands set (the demo's
         `demo_unconfined`); neither the API nor `tickwork submit` passes it. `context_window`
-        (tokens) overrides the model's window from the model table (`fsm.context`: old
+        (tokens) overrides the model's window from the model table (`tickwork.fsm.context`: old
         observations are masked, then the transcript compacted, to keep the prompt under it).
         """
         by = _login() if submitted_by is None else submitted_by.strip()
@@ -496,8 +496,8 @@ class Tickwork:
     @functools.cached_property
     def archive(self) -> Archive:
         """Where retention archives finished sessions (TICKWORK_RETENTION_ARCHIVE_URL)."""
-        from worker.retention import RetentionSettings
-        from worker.settings import read_settings
+        from tickwork.worker.config.settings import read_settings
+        from tickwork.worker.tick.retention import RetentionSettings
 
         return read_settings(RetentionSettings).archive(self.settings)
 
@@ -643,6 +643,6 @@ def apply_patch(directory: Path, patch: str) -> str:
                 + " ".join(done.stderr.decode(errors="replace").split())[:500]
             )
         return f"applied the patch to {directory}"
-    from worker.tools import patches
+    from tickwork.worker.tools import patches
 
     return patches.apply_patch(directory, patch)

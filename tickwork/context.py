@@ -14,18 +14,18 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from store import Store
-    from store.archive import Archive
-    from store.archived import ArchivedSession
-    from store.dead_letters import DeadLetter
-    from worker.settings import Settings
+    from tickwork.store import Store
+    from tickwork.store.archive import Archive
+    from tickwork.store.archived import ArchivedSession
+    from tickwork.store.dead_letters import DeadLetter
+    from tickwork.worker.config.settings import Settings
 
     from .client import Tickwork
 
 
 def load_settings() -> Settings:
     """The settings from `TICKWORK_*`; a bad value is one error naming its variable."""
-    from worker.settings import load_settings as load
+    from tickwork.worker.config.settings import load_settings as load
 
     return load()
 
@@ -44,7 +44,7 @@ def ensure_schema(settings: Settings) -> bool:
     path = Path(url.database).expanduser()
     if path.exists():
         return False
-    from store.migrate import upgrade
+    from tickwork.store.migrate import upgrade
 
     path.parent.mkdir(parents=True, exist_ok=True)
     scratch = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}")
@@ -83,7 +83,7 @@ class Context:
     @property
     def store(self) -> Store:
         if self._store is None:
-            from store import open_store
+            from tickwork.store import open_store
 
             settings = self.settings
             ensure_schema(settings)
@@ -101,8 +101,8 @@ class Context:
     @property
     def archive(self) -> Archive:
         """Where retention archives finished sessions (TICKWORK_RETENTION_ARCHIVE_URL)."""
-        from worker.retention import RetentionSettings
-        from worker.settings import read_settings
+        from tickwork.worker.config.settings import read_settings
+        from tickwork.worker.tick.retention import RetentionSettings
 
         return read_settings(RetentionSettings).archive(self.settings)
 
@@ -120,7 +120,7 @@ class Context:
 
     def dead_letter(self, key: str) -> DeadLetter:
         """A dead letter by its id, else by its session's id."""
-        from store.dead_letters import DeadLetterNotFound
+        from tickwork.store.dead_letters import DeadLetterNotFound
 
         if key.isascii() and key.isdigit() and int(key) < 2**63:
             try:

@@ -1,6 +1,6 @@
 """Dead-letter exports as JSON Lines, CSV or Parquet: the same columns, typed, in each.
 
-The rows come from `store.dead_letters.export_rows` (columns: `EXPORT_COLUMNS`). JSON Lines
+The rows come from `tickwork.store.dead_letters.export_rows` (columns: `EXPORT_COLUMNS`). JSON Lines
 writes times as ISO 8601 strings and `forks` as a list; CSV writes times as ISO 8601,
 `forks` as ids separated by spaces and None as an empty field; Parquet keeps times as UTC
 timestamps, numbers as numbers and `forks` as a list of strings. Parquet needs pyarrow:
@@ -15,7 +15,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import IO, Any
 
-from fsm.errors import ConfigurationError
+from tickwork.fsm.errors import ConfigurationError
 
 #: rows per Parquet row group: a few MB of dead letters, one group in memory at a time
 ROW_GROUP = 1000
@@ -47,7 +47,7 @@ MEDIA_TYPES = {
 
 
 def columns(*, with_snapshot: bool = False) -> list[tuple[str, str]]:
-    from store.dead_letters import EXPORT_COLUMNS
+    from tickwork.store.dead_letters import EXPORT_COLUMNS
 
     return [*EXPORT_COLUMNS, *([("snapshot", "json")] if with_snapshot else [])]
 

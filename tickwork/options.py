@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from fsm.errors import InvalidInput
+from tickwork.fsm.errors import InvalidInput
 
 if TYPE_CHECKING:
-    from worker.models import Providers
+    from tickwork.worker.models import Providers
 
 Json = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
 Approver = Annotated[

@@ -305,13 +305,13 @@ def _header(
         rows.append(("graph", Text(f"{graph.get('name')} version {graph.get('version')}")))
     config = h.get("config") or {}
     if isinstance(config.get("source"), dict):
-        from worker.sources import describe
+        from tickwork.worker.files.sources import describe
 
         rows.append(("source", Text(describe(config["source"]))))
         if config.get("goal"):
             rows.append(("goal", Text(str(config["goal"]))))
         rows.append(("test command", Text(str(config.get("test_command") or ""))))
-    from worker.tools.egress import network_mode
+    from tickwork.worker.sandbox.egress import network_mode
 
     network = network_mode(config)
     if network == "all" and isinstance(config.get("source"), dict):

@@ -37,10 +37,10 @@ from typing import Any, Self
 
 from celery import Celery
 
-from fsm.values import Head, Session, Status, ToolCall
 from tickwork.client import Tickwork
-from worker.models.scripted import ScriptedModel
-from worker.settings import Settings
+from tickwork.fsm.values import Head, Session, Status, ToolCall
+from tickwork.worker.config.settings import Settings
+from tickwork.worker.models.scripted import ScriptedModel
 
 __all__ = [
     "SessionDriver",
@@ -76,7 +76,7 @@ def embedded_settings(folder: Path, **overrides: Any) -> Settings:
 
 def prepare_database(settings: Settings) -> None:
     """Make (or bring up to date) the schema of `settings`' database."""
-    from store.migrate import upgrade
+    from tickwork.store.migrate import upgrade
 
     if settings.db_url.startswith("sqlite"):
         settings.state_dir.mkdir(parents=True, exist_ok=True)
@@ -99,8 +99,8 @@ def running_worker(
     level it runs, for tests of a rolling upgrade (a higher one stands for a later release)."""
     from celery.contrib.testing.worker import start_worker
 
-    from worker.app import make_app, runtime
-    from worker.relay import RelayThread
+    from tickwork.worker.tick.app import make_app, runtime
+    from tickwork.worker.tick.relay import RelayThread
 
     app = make_app(settings, relay=False)
     rt = runtime(app)

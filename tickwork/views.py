@@ -9,9 +9,9 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from fsm.values import Event, Head, Session, ToolCall
-    from store.archived import Entry
-    from store.dead_letters import DeadLetter
+    from tickwork.fsm.values import Event, Head, Session, ToolCall
+    from tickwork.store.archived import Entry
+    from tickwork.store.dead_letters import DeadLetter
 
 
 def emit(document: Any) -> None:
@@ -23,7 +23,7 @@ def emit(document: Any) -> None:
 def head(value: Head) -> dict[str, Any]:
     """The head, with `outcome` (what a finished repair achieved; None for other kinds and
     for sessions stored before outcomes) beside its status."""
-    from fsm.outcomes import outcome_of
+    from tickwork.fsm.outcomes import outcome_of
 
     found = outcome_of(value.result)
     data = value.model_dump(mode="json")
@@ -97,7 +97,7 @@ def _call(whole: Session, call: ToolCall) -> dict[str, Any]:
 
 def dead_letter(value: DeadLetter, *, snapshot: bool = False) -> dict[str, Any]:
     """The dead letter; with `snapshot`, its session as a timeline under `session`."""
-    from store.dead_letters import describe
+    from tickwork.store.dead_letters import describe
 
     data = value.model_dump(mode="json", exclude={"snapshot"})
     data["closed"] = (
@@ -126,7 +126,7 @@ def job(value: Head) -> dict[str, str] | None:
     config = value.config
     if not isinstance(config.get("source"), dict):
         return None
-    from worker.sources import describe
+    from tickwork.worker.files.sources import describe
 
     return {
         "source": describe(config["source"]),

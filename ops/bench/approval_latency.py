@@ -47,7 +47,9 @@ def run(url: str, approvals: int, folder: Path) -> list[float]:
     tw = common.client(s)
     model = kinds.write_script(folder, "gated", kinds.replies(1, tool_name="gated"))
     try:
-        with common.worker("worker.app", s.queue, common.worker_env(s), concurrency=2) as w:
+        with common.worker(
+            "tickwork.worker.tick.app", s.queue, common.worker_env(s), concurrency=2
+        ) as w:
             ids = [common.submit(tw, model) for _ in range(approvals)]
             common.until(
                 lambda: count(tw, ids, "waiting_approval") == len(ids),

@@ -62,7 +62,7 @@ def database(tag: str, *, migrate: bool = True, keep: bool = False) -> Iterator[
     url = PG_ADMIN.rsplit("/", 1)[0] + f"/{name}"
     try:
         if migrate:
-            from store.migrate import upgrade
+            from tickwork.store.migrate import upgrade
 
             upgrade(url)
         yield url
@@ -83,7 +83,7 @@ def queue_name(tag: str) -> str:
 
 def settings(db_url: str, tag: str, **overrides: Any) -> Any:
     """tickwork settings on `db_url` and Redis with a queue of its own; the rest default."""
-    from worker.settings import Settings
+    from tickwork.worker.config.settings import Settings
 
     queue = queue_name(tag)
     overrides.setdefault("broker_url", REDIS_URL)
@@ -295,8 +295,8 @@ def table_sizes(engine: Engine, tables: tuple[str, ...] = TICKWORK_TABLES) -> di
 
 def in_process_runtime(s: Any) -> tuple[Any, list[tuple[str, int]]]:
     """A worker Runtime in this process whose published ticks are collected, not sent."""
-    from worker.jobs import Jobs
-    from worker.runtime import Runtime, build_store
+    from tickwork.worker.jobs import Jobs
+    from tickwork.worker.tick.runtime import Runtime, build_store
 
     published: list[tuple[str, int]] = []
     rt = Runtime(
@@ -317,7 +317,7 @@ def drive(
 ) -> int:
     """Run a session's ticks one after another in this process, as a worker would without
     Celery; returns the number of ticks. `on_tick(n, seconds)` is told each tick's time."""
-    from worker.advance import Outcome, advance
+    from tickwork.worker.tick.advance import Outcome, advance
 
     version = rt.store.get(session_id).version
     ticks = 0

@@ -22,10 +22,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from tickwork.worker.config.allowlist import AllowList
+from tickwork.worker.sandbox.egress import EgressPolicy
+from tickwork.worker.sandbox.runner import Sandbox, check, run_sandboxed
+
 from ops.bench import common
-from worker.allowlist import AllowList
-from worker.tools.egress import EgressPolicy
-from worker.tools.runner import Sandbox, check, run_sandboxed
 
 
 class Page(BaseHTTPRequestHandler):

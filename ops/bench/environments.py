@@ -2,7 +2,7 @@
 
 A project depending on 20 packages (tiny wheels made here, served by a package index on
 127.0.0.1) gets its environment by `--setup auto` with the index allowed; the environment
-step of a session's first tick (`worker.environments.prepare`) is timed:
+step of a session's first tick (`tickwork.worker.files.environments.prepare`) is timed:
 
 - cold: the build (a venv at /env, the project and its 20 dependencies installed by pip
   in the sandbox, the result packed and stored in the artifact store);
@@ -69,7 +69,7 @@ def session(tw: Any, source: Path) -> Any:
 
 
 def timed(rt: Any, head: Any) -> tuple[float, Any]:
-    from worker import environments
+    from tickwork.worker.files import environments
 
     started = time.perf_counter()
     found = environments.prepare(rt, head)

@@ -88,7 +88,7 @@ class Session:
         self.version, self.ticks, self.done = 0, 0, False
 
     def step(self) -> None:
-        from worker.advance import Outcome, advance
+        from tickwork.worker.tick.advance import Outcome, advance
 
         def run() -> None:
             del self.published[:]

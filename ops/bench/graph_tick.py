@@ -23,11 +23,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from pydantic import BaseModel
 from sqlalchemy import text
+from tickwork.fsm.graph import END, START, Graph
+from tickwork.worker.tick.graphs import graph_kind
 
-from fsm.graph import END, START, Graph
 from ops.bench import common, kinds
 from ops.bench.tick_throughput import tickwork_run
-from worker.graphs import graph_kind
 
 NODES = 100
 #: workers import the kind by this name (the repository root is on their PYTHONPATH)
@@ -87,7 +87,7 @@ def graph_run(url: str, concurrency: int, sessions: int, folder: Path) -> float:
 
     try:
         with common.worker(
-            "worker.app", s.queue, common.worker_env(s), concurrency=concurrency
+            "tickwork.worker.tick.app", s.queue, common.worker_env(s), concurrency=concurrency
         ) as w:
             warm = [create() for _ in range(2 * concurrency)]
             for session_id in warm:

@@ -164,7 +164,12 @@ def run(
         workers = [
             stack.enter_context(
                 common.worker(
-                    "worker.app", s.queue, env, pool=pool, concurrency=concurrency, loglevel="INFO"
+                    "tickwork.worker.tick.app",
+                    s.queue,
+                    env,
+                    pool=pool,
+                    concurrency=concurrency,
+                    loglevel="INFO",
                 )
             )
             for _ in range(processes)

@@ -44,7 +44,7 @@ def run(url: str, sessions: int, steps: int, latency: float, concurrency: int) -
         tw = common.client(s)
         try:
             with common.worker(
-                "worker.app", s.queue, env, pool="threads", concurrency=concurrency
+                "tickwork.worker.tick.app", s.queue, env, pool="threads", concurrency=concurrency
             ) as w:
                 warm = [common.submit(tw, "openai:fake") for _ in range(4)]
                 common.until(

@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from worker.jobs import JobKind
-from worker.tools.registry import ToolRegistry, tool
+from tickwork.worker.jobs import JobKind
+from tickwork.worker.tools.registry import ToolRegistry, tool
 
 KIND = "ops.bench.kinds:BENCH"
 

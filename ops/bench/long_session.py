@@ -39,13 +39,14 @@ def main() -> None:
     parser.add_argument("--png", type=Path, default=Path(__file__).with_name("long_session.png"))
     args = parser.parse_args()
 
-    from fsm.values import Status, StepKind
-    from store import open_store
+    from tickwork.fsm.values import Status, StepKind
+    from tickwork.store import open_store
+    from tickwork.worker.jobs import Jobs
+    from tickwork.worker.observers.report import Phase
+    from tickwork.worker.tick.advance import advance
+    from tickwork.worker.tick.runtime import Runtime
+
     from tests.context_server import WindowedChat, windowed_chat, without_policy
-    from worker.advance import advance
-    from worker.jobs import Jobs
-    from worker.report import Phase
-    from worker.runtime import Runtime
 
     os.environ["TICKWORK_IMPORTS"] = '["tests.jobs:LONG"]'
     early = range(6, 6 + SAMPLE)

@@ -40,7 +40,7 @@ PHASES = (
     ("publish", "apply_async (celery"),
     ("publish", "send_task (celery"),
     ("transaction", "baseline_app.py"),
-    ("fsm, pydantic, advance", "advance (worker/advance.py"),
+    ("fsm, pydantic, advance", "advance (worker/tick/advance.py"),
     ("Celery, in the task's process", "trace_task"),
 )
 PG_WAIT = ("wait (psycopg/connection.py", "wait_c", "_wait (psycopg")

@@ -1,7 +1,7 @@
 """Benchmark 6: recovery time after a worker is killed with SIGKILL mid-tick.
 
 Two `celery worker --pool solo` processes run with DEFAULT settings (lease_s, relay period
-and threshold as in worker/settings.py). A session's second model call is slow (a local
+and threshold as in worker/config/settings.py). A session's second model call is slow (a local
 chat-completions server holds its first request for 60 s); the worker holding the lease
 (read from the session's lease owner) is killed `offset` seconds into that call. Figures:
 from the kill to the model being asked again (the session runs again, on the survivor) and
@@ -42,8 +42,12 @@ def run(url: str, offset: float, extra: dict[str, str]) -> dict[str, float]:
         tw = common.client(s)
         try:
             with (
-                common.worker("worker.app", s.queue, env, pool="solo", loglevel="INFO") as a,
-                common.worker("worker.app", s.queue, env, pool="solo", loglevel="INFO") as b,
+                common.worker(
+                    "tickwork.worker.tick.app", s.queue, env, pool="solo", loglevel="INFO"
+                ) as a,
+                common.worker(
+                    "tickwork.worker.tick.app", s.queue, env, pool="solo", loglevel="INFO"
+                ) as b,
             ):
                 a.wait_ready()
                 b.wait_ready()

@@ -36,7 +36,7 @@ FAIL_EVERY = 5
 
 
 def sample(engine: Any, archive: Path) -> dict[str, Any]:
-    from store.retention import live_and_archived
+    from tickwork.store.retention import live_and_archived
 
     rows = live_and_archived(engine)
     sizes = common.table_sizes(engine, (*LIVE, "tickwork_archived"))
@@ -67,7 +67,7 @@ def vacuum(engine: Any) -> None:
 
 
 def dismiss_open(tw: Any) -> int:
-    from store.dead_letters import Closing
+    from tickwork.store.dead_letters import Closing
 
     letters = tw.dead_letters(unresolved=True, limit=500)
     for letter in letters:
@@ -90,7 +90,7 @@ def quarters(samples: list[dict[str, Any]], key: str) -> list[float]:
 
 def check_archive(engine: Any, archive: Path, finished: set[str]) -> dict[str, Any]:
     """Every finished session live xor archived, and archived ones once in the objects."""
-    from store.schema import archived, sessions
+    from tickwork.store.schema import archived, sessions
 
     with engine.connect() as conn:
         live = set(conn.execute(select(sessions.c.id)).scalars())
@@ -126,8 +126,7 @@ def main() -> int:
     args = parser.parse_args()
 
     from sqlalchemy import Engine
-
-    from store import make_engine
+    from tickwork.store import make_engine
 
     folder = Path(tempfile.mkdtemp(prefix="tickwork-soak-"))
     archive = folder / "archive"
@@ -145,7 +144,12 @@ def main() -> int:
         )
         workers = [
             common.Worker(
-                "worker.app", s.queue, env, pool="threads", concurrency=4, loglevel="INFO"
+                "tickwork.worker.tick.app",
+                s.queue,
+                env,
+                pool="threads",
+                concurrency=4,
+                loglevel="INFO",
             )
             for _ in range(args.workers)
         ]
@@ -188,7 +192,7 @@ def main() -> int:
                 for w in workers:
                     w.check()
             # let the last sessions finish; their archiving is not waited for
-            from fsm.values import Status
+            from tickwork.fsm.values import Status
 
             def all_finished() -> bool:
                 dismiss_open(tw)

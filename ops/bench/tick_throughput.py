@@ -101,7 +101,7 @@ def tickwork_run(
     sessions: int,
     ticks: int,
     folder: Path,
-    app: str = "worker.app",
+    app: str = "tickwork.worker.tick.app",
     during: During = None,
 ) -> float:
     """ticks/s of tickwork sessions whose model and tools do nothing."""
@@ -172,7 +172,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 2])
     parser.add_argument(
         "--app",
-        default="worker.app",
+        default="tickwork.worker.tick.app",
         help="the tickwork Celery app (a variant module to measure a change)",
     )
     args = parser.parse_args()

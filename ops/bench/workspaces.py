@@ -50,7 +50,7 @@ def generate(root: Path, files: int, total_bytes: int, seed: int = 7) -> None:
 
 
 def session(store: Any, base: str, session_id: str) -> Any:
-    from fsm.values import Head, Session
+    from tickwork.fsm.values import Head, Session
 
     now = datetime.now(UTC)
     head = Head(
@@ -72,8 +72,7 @@ def edit_ticks(
     `named`: the tool names the file it wrote (write_file, apply_patch); else every file is
     looked at (run_command)."""
     from sqlalchemy import insert
-
-    from store.schema import file_changes
+    from tickwork.store.schema import file_changes
 
     spent, written = [], []
     version = 0
@@ -106,7 +105,7 @@ def edit_ticks(
 
 
 def materialise(store: Any, artifacts: Any, head: Any, root: Path) -> dict[str, float]:
-    from worker.workspaces import Workspaces
+    from tickwork.worker.files.workspaces import Workspaces
 
     figures = {}
     shutil.rmtree(root, ignore_errors=True)
@@ -130,11 +129,11 @@ def main() -> None:
     parser.add_argument("--database-url", default="")
     args = parser.parse_args()
 
-    from store import make_engine, open_store
-    from store.artifacts import DatabaseArtifacts
-    from store.migrate import upgrade
-    from worker import sources
-    from worker.workspaces import Workspaces
+    from tickwork.store import make_engine, open_store
+    from tickwork.store.artifacts import DatabaseArtifacts
+    from tickwork.store.migrate import upgrade
+    from tickwork.worker.files import sources
+    from tickwork.worker.files.workspaces import Workspaces
 
     with tempfile.TemporaryDirectory(prefix="tickwork-bench-ws-") as tmp_name:
         tmp = Path(tmp_name)

@@ -355,7 +355,7 @@ def fill(url: str, plan: Plan, template_id: str) -> dict[str, Any]:
             put(lines)
 
         def dead_letters(put: Callable[[list[str]], None]) -> None:
-            from store.dead_letters import error_signature
+            from tickwork.store.dead_letters import error_signature
 
             lines = []
             failed = 0
@@ -508,8 +508,8 @@ def fill(url: str, plan: Plan, template_id: str) -> dict[str, Any]:
 def count_dead_letters(url: str) -> dict[str, Any]:
     """The daily dead-letter counts of the copied dead letters, as the migration's backfill
     makes them (the COPY bypasses `record`, which keeps them)."""
-    from store.dead_letter_counts import rebuild
-    from store.engine import make_engine
+    from tickwork.store.dead_letter_counts import rebuild
+    from tickwork.store.engine import make_engine
 
     engine = make_engine(url)
     try:
@@ -578,7 +578,7 @@ class Target:
         return common.drive(self.rt, self.published, session_id or self.new_session())
 
     def relay_scan(self) -> None:
-        from store import relay
+        from tickwork.store import relay
 
         now = datetime.now(UTC)
         relay.due_ticks(self.engine, now=now, older_than_s=self.settings.relay_after_s)
@@ -588,12 +588,12 @@ class Target:
         self.tw.store.list_sessions(status=["waiting_approval"], limit=50)
 
     def dlq_ls(self) -> None:  # `tickwork dlq ls`
-        from store.dead_letters import list_dead_letters
+        from tickwork.store.dead_letters import list_dead_letters
 
         list_dead_letters(self.engine, limit=100)
 
     def dlq_stats(self) -> None:  # `tickwork dlq stats`: every grouping
-        from store.dead_letters import GROUPS, stats
+        from tickwork.store.dead_letters import GROUPS, stats
 
         for group in GROUPS:
             stats(self.engine, by=group)

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fsm.values import Status
+from tickwork.fsm.values import Status
 
 from .plan import BUGGY, FIXED
 from .report import Report

@@ -12,9 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
-
-from fsm.errors import AlreadyDecided, TickworkError
-from fsm.values import CallState, Session, Status, idempotency_key
+from tickwork.fsm.errors import AlreadyDecided, TickworkError
+from tickwork.fsm.values import CallState, Session, Status, idempotency_key
 
 from .fleet import Fleet
 from .plan import BUGGY, FILES_KIND, KIND, SINKS, Plan, files_script, script

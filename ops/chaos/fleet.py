@@ -10,7 +10,7 @@ import time
 from contextlib import suppress
 from pathlib import Path
 
-from worker.settings import Settings
+from tickwork.worker.config.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -56,7 +56,7 @@ class Fleet:
                     "-m",
                     "celery",
                     "-A",
-                    "worker.app",
+                    "tickwork.worker.tick.app",
                     "worker",
                     "--pool",
                     "threads",

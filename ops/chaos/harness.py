@@ -25,9 +25,9 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from fsm.values import Status  # noqa: E402
-from store.migrate import upgrade  # noqa: E402
-from worker.settings import Settings  # noqa: E402
+from tickwork.fsm.values import Status  # noqa: E402
+from tickwork.store.migrate import upgrade  # noqa: E402
+from tickwork.worker.config.settings import Settings  # noqa: E402
 
 from .disk import Disk, check_files  # noqa: E402
 from .driver import Driver, PublishFailures, resolve_in_doubt, settle  # noqa: E402

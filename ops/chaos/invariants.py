@@ -8,9 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import func, select
-
-from fsm.errors import TickworkError
-from fsm.values import (
+from tickwork.fsm.errors import TickworkError
+from tickwork.fsm.values import (
     CallState,
     DecisionKind,
     EventKind,
@@ -19,7 +18,7 @@ from fsm.values import (
     ToolCall,
     idempotency_key,
 )
-from store.schema import outbox
+from tickwork.store.schema import outbox
 
 from .driver import APPROVER, sink_lines
 from .fleet import Fleet

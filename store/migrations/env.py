@@ -1,12 +1,11 @@
-"""Alembic environment: the URL comes from the config `store.migrate` builds."""
+"""Alembic environment: the URL comes from the config `tickwork.store.migrate` builds."""
 
 from __future__ import annotations
 
 from alembic import context
 from sqlalchemy import Connection
-
-from store.engine import make_engine
-from store.schema import metadata
+from tickwork.store.engine import make_engine
+from tickwork.store.schema import metadata
 
 
 def run(connection: Connection) -> None:
@@ -21,7 +20,7 @@ def run(connection: Connection) -> None:
 
 def main() -> None:
     url = context.config.get_main_option("sqlalchemy.url")
-    assert url, "store.migrate sets sqlalchemy.url"
+    assert url, "tickwork.store.migrate sets sqlalchemy.url"
     engine = make_engine(url)
     try:
         with engine.connect() as connection:

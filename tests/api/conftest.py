@@ -23,13 +23,13 @@ from typing import Any
 import httpx
 import pytest
 import uvicorn
+from tickwork.fsm.values import Status
+from tickwork.worker.config.settings import Settings
 
-from fsm.values import Status
 from tests.conftest import _truncate
 from tests.tasks.conftest import TEST_KIND, Deployment
 from tickwork.api import ApiSettings, make_api
 from tickwork.testing import until
-from worker.settings import Settings
 
 __all__ = ["DANGER", "TEST_KIND", "TOKENS", "Stack", "until"]
 
@@ -220,7 +220,7 @@ def _settings(name: str, tmp: Path, request: pytest.FixtureRequest) -> Settings:
         imports=[TEST_KIND, "tests.graphs:REFUND"],  # issue 15: a graph kind
     )
     if name == "embedded":
-        from store.migrate import upgrade
+        from tickwork.store.migrate import upgrade
 
         settings = Settings(**common)
         settings.state_dir.mkdir(parents=True)

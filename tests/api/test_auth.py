@@ -8,9 +8,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+from tickwork.fsm.errors import ConfigurationError
+from tickwork.fsm.values import Status
 
-from fsm.errors import ConfigurationError
-from fsm.values import Status
 from tests.api.conftest import TOKEN, Server, Stack
 from tickwork.api import ApiSettings, make_api
 from tickwork.api.auth import Tokens

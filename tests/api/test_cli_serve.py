@@ -13,9 +13,9 @@ from pathlib import Path
 import httpx
 import pytest
 import typer
+from tickwork.fsm.errors import ConfigurationError
 from typer.testing import CliRunner
 
-from fsm.errors import ConfigurationError
 from tests.api.conftest import TOKEN, until
 from tests.api.test_metrics import _free_port
 from tests.tasks.conftest import ROOT

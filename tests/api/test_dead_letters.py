@@ -11,9 +11,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from tickwork.fsm.values import Status
+from tickwork.store import dead_letters as dl
 
-from fsm.values import Status
-from store import dead_letters as dl
 from tests.api.conftest import Stack
 from tests.api.test_sessions import ECHO
 from tickwork import views

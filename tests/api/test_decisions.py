@@ -7,9 +7,9 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 
 import pytest
+from tickwork.fsm.errors import StaleDecision
+from tickwork.fsm.values import Status
 
-from fsm.errors import StaleDecision
-from fsm.values import Status
 from tests.api.conftest import Stack
 
 

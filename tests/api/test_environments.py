@@ -6,12 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from tickwork.fsm.values import Status
+from tickwork.worker.sandbox.runner import Sandbox, check
 
-from fsm.values import Status
 from tests.api.conftest import Stack
 from tests.environments.projects import project
 from tests.services import IN_CI
-from worker.tools.runner import Sandbox, check
 
 
 @pytest.mark.skipif(

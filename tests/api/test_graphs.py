@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import uuid
 
-from fsm.values import Status
+from tickwork.fsm.values import Status
+
 from tests.api.conftest import Stack
 
 NOTE = [{"content": "Dear customer, your refund is on its way."}]

@@ -9,11 +9,11 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
+from tickwork.store.migrate import upgrade
+from tickwork.worker.config.settings import Settings
 
-from store.migrate import upgrade
 from tests.api.conftest import TOKENS, Server, Stack
 from tickwork.api import ApiSettings, make_api
-from worker.settings import Settings
 
 
 @contextmanager

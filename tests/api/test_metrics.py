@@ -11,16 +11,16 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import create_engine
+from tickwork.fsm.values import Status
+from tickwork.store import open_store
+from tickwork.worker.config.settings import Settings
+from tickwork.worker.observers.metrics import StoreCollector
 
-from fsm.values import Status
-from store import open_store
 from tests.api.conftest import TOKENS, Server, Stack, until
 from tests.api.test_dead_letters import BROKEN
 from tests.api.test_sessions import ECHO
 from tests.tasks.conftest import TEST_KIND, Deployment, stop
 from tickwork.api import ApiSettings, make_api
-from worker.metrics import StoreCollector
-from worker.settings import Settings
 
 
 def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -99,7 +99,7 @@ def _free_port() -> int:
 def test_a_worker_serves_its_metrics_and_the_api_adds_up_every_process(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from store.migrate import upgrade
+    from tickwork.store.migrate import upgrade
 
     settings = Settings(
         state_dir=tmp_path / "state",

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tickwork.fsm.values import Status
 
-from fsm.values import Status
 from tests.api.conftest import Stack
 from tests.api.test_metrics import samples, value
 from tests.api.test_page import browser, log_in, page  # noqa: F401 (fixtures)

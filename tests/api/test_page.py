@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tickwork.fsm.values import Status
 
-from fsm.values import Status
 from tests.api.conftest import TOKEN, Stack
 from tests.api.test_dead_letters import BROKEN
 from tests.api.test_sessions import ECHO

@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 import uuid
 
-from fsm.values import Status
+from tickwork.fsm.values import Status
+
 from tests.api.conftest import DANGER, TEST_KIND, Stack
 from tickwork import views
 

@@ -7,8 +7,8 @@ import threading
 from typing import Any
 
 import httpx
+from tickwork.fsm.values import Status
 
-from fsm.values import Status
 from tests.api.conftest import Stack
 from tests.api.test_sessions import ECHO
 

@@ -10,11 +10,11 @@ import logging
 
 import pytest
 from prometheus_client import REGISTRY
+from tickwork.fsm.values import Status
+from tickwork.store import deliveries
+from tickwork.worker.observers.webhooks import masked_url, sign
 
-from fsm.values import Status
-from store import deliveries
 from tests.api.conftest import WEBHOOK_PATH, WEBHOOK_SECRET, Stack, until
-from worker.webhooks import masked_url, sign
 
 
 def failed_cards() -> float:

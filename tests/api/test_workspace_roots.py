@@ -8,9 +8,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from tickwork.worker.files import sources
 
 from tests.api.conftest import Stack
-from worker import sources
 
 
 def _repair(stack: Stack, **source: str) -> dict[str, object]:

@@ -9,10 +9,10 @@ import os
 from pathlib import Path
 
 import pytest
+from tickwork.worker.config.settings import Settings, load_settings
 
 from tests.e2e.conftest import ROOT, TEST_KIND, Cli, at_once
 from tests.services import postgres_database
-from worker.settings import Settings, load_settings
 
 PASSWORD = "hunter2-db-secret"
 KEY = "sk-proj-AbCdEf0123456789xyz"
@@ -118,7 +118,7 @@ def test_the_supported_brokers_are_accepted(url: str) -> None:
 
 
 def test_a_failover_list_is_checked_whole() -> None:
-    from fsm.errors import ConfigurationError
+    from tickwork.fsm.errors import ConfigurationError
 
     with pytest.raises(ConfigurationError, match="TICKWORK_BROKER_URL"):
         load_settings(broker_url="redis://a:6379;b:6379")
@@ -180,9 +180,10 @@ def test_a_worker_on_a_database_without_the_schema_does_not_start(tmp_path: Path
 def test_a_worker_loads_the_model_providers_of_its_imports_before_it_starts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from tickwork.worker.config.settings import Settings
+
     from tickwork.cli_ops import check_what_ticks_load
     from tickwork.context import ensure_schema
-    from worker.settings import Settings
 
     state = tmp_path / "state"
     state.mkdir()

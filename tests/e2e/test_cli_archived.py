@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fsm.values import Status
+from tickwork.fsm.values import Status
+
 from tests.e2e.conftest import Cli, Deployment
 from tickwork.cli_demo import DEMO_SCRIPT, demo_input, prepare_demo_workspace
 from tickwork.testing import running_worker

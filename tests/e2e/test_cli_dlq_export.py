@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tickwork.store.dead_letters import EXPORT_COLUMNS
 
-from store.dead_letters import EXPORT_COLUMNS
 from tests.e2e.conftest import ROOT, TEST_KIND, Cli, Deployment, call
 from tests.e2e.test_cli_dlq import LOOPING
 

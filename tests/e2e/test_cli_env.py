@@ -6,11 +6,11 @@ from __future__ import annotations
 import re
 
 import pytest
+from tickwork.worker.sandbox.runner import Sandbox, check
 
 from tests.e2e.conftest import Cli, Deployment, call, stop
 from tests.environments.projects import project
 from tests.services import IN_CI
-from worker.tools.runner import Sandbox, check
 
 pytestmark = pytest.mark.skipif(
     check(Sandbox()) is not None and not IN_CI,

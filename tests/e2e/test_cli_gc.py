@@ -13,8 +13,9 @@ import sys
 from pathlib import Path
 from unittest import mock
 
-from fsm.errors import SessionNotFound
-from store.archived import entry
+from tickwork.fsm.errors import SessionNotFound
+from tickwork.store.archived import entry
+
 from tests.e2e.conftest import ROOT, Cli, Deployment, call, stop, until
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 
-from fsm.values import Status
+from tickwork.fsm.values import Status
+
 from tests.e2e.conftest import Cli, Deployment
 
 KIND = "tests.graphs:REFUND"

@@ -7,12 +7,12 @@ import logging
 import socket
 
 import pytest
+from tickwork.worker.tick.app import make_app, runtime
+from tickwork.worker.tick.relay import relay_once
 
 from tests.e2e.conftest import Cli, Deployment, call
 from tests.tasks.conftest import kill, stop
 from tickwork.testing import until
-from worker.app import make_app, runtime
-from worker.relay import relay_once
 
 
 def test_show_names_the_lease_owner_and_the_relay_logs_the_revived_session(

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import inspect, select
+from tickwork.store import make_engine
+from tickwork.store.schema import outbox
 
-from store import make_engine
-from store.schema import outbox
 from tests.e2e.conftest import ROOT, TEST_KIND, Cli, Deployment, at_once, call, until
 from tests.services import postgres_database
 

@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pexpect
 import pytest
-
-from store import make_engine, open_store
+from tickwork.store import make_engine, open_store
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -15,13 +15,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from tickwork.fsm.errors import InvalidInput, SandboxUnavailable
+from tickwork.store import make_engine, open_store
+from tickwork.worker.sandbox import runner
+from tickwork.worker.sandbox.runner import DEMO_UNCONFINED, Sandbox, run_sandboxed, sandbox_for
 
-from fsm.errors import InvalidInput, SandboxUnavailable
-from store import make_engine, open_store
 from tests.e2e.conftest import Cli, Deployment
 from tests.e2e.test_demo import ROOT, env
-from worker.tools import runner
-from worker.tools.runner import DEMO_UNCONFINED, Sandbox, run_sandboxed, sandbox_for
 
 DEMO_SCRIPT = ROOT / "examples" / "repair_demo.json"
 

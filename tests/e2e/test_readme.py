@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from tickwork.fsm.values import Status
 
-from fsm.values import Status
 from tests.e2e.conftest import ROOT, Cli, Deployment
 from tickwork.package_index import Index
 from tickwork.testing import git

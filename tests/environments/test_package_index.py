@@ -9,12 +9,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from tickwork.fsm.values import Status
+from tickwork.worker.sandbox.runner import Sandbox, check, run_sandboxed
 
-from fsm.values import Status
 from tests.environments.projects import project
 from tests.services import IN_CI
 from tickwork.testing import SessionDriver, call, embedded_settings, reply, running_worker
-from worker.tools.runner import Sandbox, check, run_sandboxed
 
 pytestmark = pytest.mark.skipif(
     check(Sandbox()) is not None and not IN_CI,

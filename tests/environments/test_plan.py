@@ -4,10 +4,9 @@ packaging files, with and without egress, what the key depends on, and bad input
 from __future__ import annotations
 
 import pytest
-
-from fsm.errors import InvalidInput
-from worker.environment_plans import AUTO, OFFLINE, check_setup, plan
-from worker.jobs.repair.job import prepare
+from tickwork.fsm.errors import InvalidInput
+from tickwork.worker.files.environment_plans import AUTO, OFFLINE, check_setup, plan
+from tickwork.worker.jobs.repair.job import prepare
 
 PYPROJECT = b"""
 [build-system]

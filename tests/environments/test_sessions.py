@@ -8,12 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tickwork.fsm.values import ErrorCode, Status
+from tickwork.worker.sandbox.runner import Sandbox, check
 
-from fsm.values import ErrorCode, Status
 from tests.environments.projects import project
 from tests.services import IN_CI
 from tickwork.testing import SessionDriver, call, embedded_settings, reply, running_worker
-from worker.tools.runner import Sandbox, check
 
 pytestmark = pytest.mark.skipif(
     check(Sandbox()) is not None and not IN_CI,
@@ -181,8 +181,8 @@ def test_a_second_host_unpacks_it_from_the_artifact_store(tmp_path: Path) -> Non
 def test_retention_drops_an_environment_no_live_session_uses(tmp_path: Path) -> None:
     from datetime import UTC, datetime, timedelta
 
-    from worker.app import make_app, runtime
-    from worker.environments import drop_unused
+    from tickwork.worker.files.environments import drop_unused
+    from tickwork.worker.tick.app import make_app, runtime
 
     source = project(tmp_path / "src")
     settings = embedded_settings(tmp_path / "deploy")

@@ -12,12 +12,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-
-from fsm.approvals import ApprovalRule
-from fsm.budgets import Exhausted
-from fsm.fingerprints import call_fingerprint
-from fsm.loops import HISTORY
-from fsm.machine import (
+from tickwork.fsm.approvals import ApprovalRule
+from tickwork.fsm.budgets import Exhausted
+from tickwork.fsm.fingerprints import call_fingerprint
+from tickwork.fsm.loops import HISTORY
+from tickwork.fsm.machine import (
     CallModel,
     Change,
     RunTool,
@@ -28,7 +27,7 @@ from fsm.machine import (
     think,
     tool_finished,
 )
-from fsm.values import (
+from tickwork.fsm.values import (
     Budgets,
     CallState,
     Decision,

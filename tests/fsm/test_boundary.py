@@ -98,13 +98,13 @@ def test_fsm_module_imports_no_io_library(path: Path) -> None:
 def test_importing_fsm_loads_no_io_library() -> None:
     script = (
         "import importlib, json, pkgutil, sys\n"
-        "import fsm\n"
-        "for info in pkgutil.walk_packages(fsm.__path__, 'fsm.'):\n"
+        "import tickwork.fsm as fsm\n"
+        "for info in pkgutil.walk_packages(fsm.__path__, 'tickwork.fsm.'):\n"
         "    importlib.import_module(info.name)\n"
         f"forbidden = {sorted(FORBIDDEN)!r}\n"
         "loaded = sorted({m.split('.')[0] for m in sys.modules} & set(forbidden))\n"
         "print(json.dumps({'loaded': loaded, 'fsm': sorted(m for m in sys.modules"
-        " if m.startswith('fsm.'))}))\n"
+        " if m.startswith('tickwork.fsm.'))}))\n"
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run(
@@ -117,5 +117,5 @@ def test_importing_fsm_loads_no_io_library() -> None:
         check=True,
     )
     report = json.loads(done.stdout)
-    assert "fsm.machine" in report["fsm"] and "fsm.forks" in report["fsm"]
+    assert "tickwork.fsm.machine" in report["fsm"] and "tickwork.fsm.forks" in report["fsm"]
     assert report["loaded"] == []

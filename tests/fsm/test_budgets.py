@@ -9,8 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
-
-from fsm.budgets import (
+from tickwork.fsm.budgets import (
     Cap,
     NextCall,
     completion_cap,
@@ -19,7 +18,7 @@ from fsm.budgets import (
     model_retry_delay,
     stop_reason,
 )
-from fsm.values import Budgets, ErrorCode, Status
+from tickwork.fsm.values import Budgets, ErrorCode, Status
 
 TOKENS, COST = ErrorCode.BUDGET_TOKENS, ErrorCode.BUDGET_COST
 

@@ -11,11 +11,10 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from fsm import context
-from fsm.context import Plan, Policy, plan
-from fsm.errors import InvalidInput
-from fsm.values import Head, Observation, Step, StepKind, ToolCall
+from tickwork.fsm import context
+from tickwork.fsm.context import Plan, Policy, plan
+from tickwork.fsm.errors import InvalidInput
+from tickwork.fsm.values import Head, Observation, Step, StepKind, ToolCall
 
 from .conftest import Build
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
-from fsm.approvals import ApprovalRule, needs_approval
-from fsm.errors import (
+from tickwork.fsm.approvals import ApprovalRule, needs_approval
+from tickwork.fsm.errors import (
     AlreadyDecided,
     CallNotFound,
     IllegalTransition,
@@ -18,8 +17,8 @@ from fsm.errors import (
     StaleDecision,
     TickworkError,
 )
-from fsm.machine import Change, decide, request_cancel
-from fsm.values import CallState, DecisionKind, EventKind, Status
+from tickwork.fsm.machine import Change, decide, request_cancel
+from tickwork.fsm.values import CallState, DecisionKind, EventKind, Status
 
 AWAITING, IN_DOUBT = CallState.AWAITING_APPROVAL, CallState.IN_DOUBT
 APPROVE, EDIT, REJECT, PROVIDE = (

@@ -9,8 +9,7 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from fsm.fingerprints import call_fingerprint, canonical_json, step_fingerprint
+from tickwork.fsm.fingerprints import call_fingerprint, canonical_json, step_fingerprint
 
 NESTED = {
     "path": "a.py",

@@ -5,12 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
-from fsm.errors import ForkOutOfRange, InvalidInput
-from fsm.forks import ForkPatch, fork
-from fsm.machine import CallModel, start_think
-from fsm.transcript import messages
-from fsm.values import CallState, EventKind, Session, Status
+from tickwork.fsm.errors import ForkOutOfRange, InvalidInput
+from tickwork.fsm.forks import ForkPatch, fork
+from tickwork.fsm.machine import CallModel, start_think
+from tickwork.fsm.transcript import messages
+from tickwork.fsm.values import CallState, EventKind, Session, Status
 
 
 def forked(build: Any, parent: Session, from_step: int, **patch: Any) -> Session:

@@ -9,13 +9,12 @@ from typing import Any, Literal, TypedDict
 
 import pytest
 from pydantic import BaseModel
-
-from fsm import graph_machine
-from fsm.errors import InvalidGraph, InvalidStateUpdate
-from fsm.forks import ForkPatch, fork
-from fsm.graph import END, START, Graph
-from fsm.graph_machine import Decided, RunNode
-from fsm.values import (
+from tickwork.fsm import graph_machine
+from tickwork.fsm.errors import InvalidGraph, InvalidStateUpdate
+from tickwork.fsm.forks import ForkPatch, fork
+from tickwork.fsm.graph import END, START, Graph
+from tickwork.fsm.graph_machine import Decided, RunNode
+from tickwork.fsm.values import (
     Budgets,
     CallState,
     Decision,

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-
-from fsm.loops import Loop, LoopKind, detect_loop, intervention_text
+from tickwork.fsm.loops import Loop, LoopKind, detect_loop, intervention_text
 
 
 @pytest.mark.parametrize(

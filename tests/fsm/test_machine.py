@@ -9,11 +9,10 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-
-from fsm.budgets import model_retry_delay
-from fsm.errors import IllegalTransition, SessionFinished
-from fsm.fingerprints import step_fingerprint
-from fsm.machine import (
+from tickwork.fsm.budgets import model_retry_delay
+from tickwork.fsm.errors import IllegalTransition, SessionFinished
+from tickwork.fsm.fingerprints import step_fingerprint
+from tickwork.fsm.machine import (
     CallModel,
     Change,
     RunTool,
@@ -26,7 +25,7 @@ from fsm.machine import (
     think,
     tool_finished,
 )
-from fsm.values import CallState, DecisionKind, ErrorCode, EventKind, Status
+from tickwork.fsm.values import CallState, DecisionKind, ErrorCode, EventKind, Status
 
 PENDING, DONE = CallState.PENDING, CallState.DONE
 

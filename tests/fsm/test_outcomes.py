@@ -6,8 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
-from fsm.outcomes import Outcome, outcome_of, repair_outcome
+from tickwork.fsm.outcomes import Outcome, outcome_of, repair_outcome
 
 PATCH = "diff --git a/calc.py b/calc.py\n--- a/calc.py\n+++ b/calc.py\n"
 PASSED = {"command": "pytest -q", "exit_code": 0, "passed": True, "timed_out": False}

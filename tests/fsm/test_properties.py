@@ -14,14 +14,13 @@ from typing import Any
 import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
-
-from fsm.errors import (
+from tickwork.fsm.errors import (
     CallNotFound,
     IllegalTransition,
     InvalidDecision,
     SessionFinished,
 )
-from fsm.machine import (
+from tickwork.fsm.machine import (
     CallModel,
     Change,
     RunTool,
@@ -34,7 +33,7 @@ from fsm.machine import (
     think,
     tool_finished,
 )
-from fsm.values import Budgets, CallState, DecisionKind, ErrorCode, EventKind, Status
+from tickwork.fsm.values import Budgets, CallState, DecisionKind, ErrorCode, EventKind, Status
 
 TOOLS = ["read_file", "write_file", "run_command", "search"]
 ARGUMENTS: list[Any] = [

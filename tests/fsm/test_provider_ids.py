@@ -6,10 +6,9 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
-
-from fsm.approvals import ApprovalRule, approval_reason
-from fsm.transcript import messages
-from fsm.values import MAX_PROVIDER_CALL_ID, ModelReply, Observation, ProposedCall, Usage
+from tickwork.fsm.approvals import ApprovalRule, approval_reason
+from tickwork.fsm.transcript import messages
+from tickwork.fsm.values import MAX_PROVIDER_CALL_ID, ModelReply, Observation, ProposedCall, Usage
 
 
 def reply(*ids: str | None) -> ModelReply:

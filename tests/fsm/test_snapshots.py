@@ -6,11 +6,10 @@ import json
 from typing import Any
 
 import pytest
-
-from fsm import snapshots
-from fsm.errors import UnknownSchemaVersion
-from fsm.snapshots import dump, load
-from fsm.values import SNAPSHOT_SCHEMA_VERSION, Session
+from tickwork.fsm import snapshots
+from tickwork.fsm.errors import UnknownSchemaVersion
+from tickwork.fsm.snapshots import dump, load
+from tickwork.fsm.values import SNAPSHOT_SCHEMA_VERSION, Session
 
 
 @pytest.fixture(scope="module")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from fsm.transcript import messages
-from fsm.values import Observation, Step
+from tickwork.fsm.transcript import messages
+from tickwork.fsm.values import Observation, Step
 
 
 def steps_and_observations(build: Any) -> tuple[list[Step], dict[str, Observation]]:

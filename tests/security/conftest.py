@@ -1,6 +1,6 @@
 """Real ticks in this process, on SQLite and on Postgres, for the bad-input and security tests.
 
-`Env.run` calls `worker.advance.advance` (the body of the Celery tick task) for the
+`Env.run` calls `tickwork.worker.tick.advance.advance` (the body of the Celery tick task) for the
 session's current version until it rests, so each test sees exactly what a worker would
 do, without waiting on a broker. Ticks published on the way are recorded, not sent.
 """
@@ -18,17 +18,17 @@ from typing import Any
 
 import pytest
 from sqlalchemy import text
+from tickwork.fsm.values import Head, Session
+from tickwork.store import make_engine, open_store
+from tickwork.store.migrate import upgrade
+from tickwork.store.schema import metadata
+from tickwork.worker.config.settings import Settings
+from tickwork.worker.jobs import Jobs
+from tickwork.worker.tick.advance import Outcome, advance
+from tickwork.worker.tick.runtime import Runtime
 
-from fsm.values import Head, Session
-from store import make_engine, open_store
-from store.migrate import upgrade
-from store.schema import metadata
 from tests.security.jobs import RELEASE, SPEC
 from tickwork.client import Tickwork
-from worker.advance import Outcome, advance
-from worker.jobs import Jobs
-from worker.runtime import Runtime
-from worker.settings import Settings
 
 
 class Env:

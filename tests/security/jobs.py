@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from worker.jobs import JobKind
-from worker.tools.registry import ToolContext, ToolRegistry, tool
+from tickwork.worker.jobs import JobKind
+from tickwork.worker.tools.registry import ToolContext, ToolRegistry, tool
 
 #: set at teardown so that an abandoned `hang` thread ends
 RELEASE = threading.Event()

@@ -14,15 +14,15 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select, text
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
+from tickwork.fsm.values import ErrorCode, Status
+from tickwork.store.relay import expired_leases
+from tickwork.store.schema import events, outbox, sessions
+from tickwork.worker.tick.relay import relay_once
 
-from fsm.values import ErrorCode, Status
-from store.relay import expired_leases
-from store.schema import events, outbox, sessions
 from tests.security.conftest import Env, observations
 from tests.security.jobs import SPEC
 from tickwork.cli import main
 from tickwork.client import Tickwork
-from worker.relay import relay_once
 
 DEAD_DB = "postgresql+psycopg://tick:db-secret-pw@127.0.0.1:1/tickwork"
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 from sqlalchemy import inspect
+from tickwork.fsm.values import CallState, ErrorCode, EventKind, Status
 
-from fsm.values import CallState, ErrorCode, EventKind, Status
 from tests.security.conftest import (
     Env,
     RawModel,
@@ -263,8 +263,7 @@ def test_a_reply_that_arrives_after_cancel_runs_nothing(sqlite_env: Env) -> None
 
 def _leased(env: Env, session_id: str) -> bool:
     from sqlalchemy import select
-
-    from store.schema import sessions
+    from tickwork.store.schema import sessions
 
     with env.store.engine.connect() as conn:
         owner = conn.execute(

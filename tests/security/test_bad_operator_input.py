@@ -9,8 +9,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import func, select, update
-
-from fsm.errors import (
+from tickwork.fsm.errors import (
     AlreadyDecided,
     CallNotFound,
     ForkOutOfRange,
@@ -26,9 +25,10 @@ from fsm.errors import (
     TickworkError,
     UnknownSchemaVersion,
 )
-from fsm.values import CallState, Status
-from store.dead_letters import DeadLetterNotFound
-from store.schema import dead_letters, decisions, sessions
+from tickwork.fsm.values import CallState, Status
+from tickwork.store.dead_letters import DeadLetterNotFound
+from tickwork.store.schema import dead_letters, decisions, sessions
+
 from tests.security.conftest import Env
 from tickwork.cli import main
 

@@ -15,16 +15,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tickwork.fsm.values import ErrorCode, Head, Status
+from tickwork.worker.config.secrets import Masker
+from tickwork.worker.observers import webhooks
+from tickwork.worker.sandbox import runner
+from tickwork.worker.sandbox.runner import Sandbox, check
 
-from fsm.values import ErrorCode, Head, Status
 from tests.security.conftest import Env, observations
 from tests.security.test_sandbox_runner import gone
 from tests.services import IN_CI
 from tickwork import render, views
-from worker import webhooks
-from worker.secrets import Masker
-from worker.tools import runner
-from worker.tools.runner import Sandbox, check
 
 SECRET = "TOP SECRET: the launch codes"
 ENV_SECRET = "sk-worker-env-SECRET-0123456789"

@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tickwork.worker.config.allowlist import AllowList
+from tickwork.worker.sandbox.egress import EgressPolicy, resolve
+from tickwork.worker.sandbox.runner import PATH, Sandbox, check
 
 from tests.security.test_sandbox_runner import CONNECT, ROOT, gone, pytestmark, run  # noqa: F401
-from worker.allowlist import AllowList
-from worker.tools.egress import EgressPolicy, resolve
-from worker.tools.runner import PATH, Sandbox, check
 
 BODY = "hello from the index"
 

@@ -13,22 +13,22 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tickwork.fsm.errors import ToolError
+from tickwork.fsm.values import Status
+from tickwork.store import open_store
+from tickwork.store.migrate import upgrade
+from tickwork.worker.config.settings import Settings
+from tickwork.worker.jobs import Jobs
+from tickwork.worker.observers.report import Outcome
+from tickwork.worker.sandbox import cgroups, quota
+from tickwork.worker.sandbox.runner import Limits, Sandbox, check, describe, run_sandboxed
+from tickwork.worker.sandbox.shell import ShellResult
+from tickwork.worker.tick.advance import advance
+from tickwork.worker.tick.runtime import Runtime, utc_now
 
-from fsm.errors import ToolError
-from fsm.values import Status
-from store import open_store
-from store.migrate import upgrade
 from tests.services import IN_CI
 from tickwork.client import Tickwork
 from tickwork.testing import until
-from worker.advance import advance
-from worker.jobs import Jobs
-from worker.report import Outcome
-from worker.runtime import Runtime, utc_now
-from worker.settings import Settings
-from worker.tools import cgroups, quota
-from worker.tools.runner import Limits, Sandbox, check, describe, run_sandboxed
-from worker.tools.shell import ShellResult
 
 PYTHON = "python3"  # the sandbox's own (the worker's venv is not bound inside)
 MB = 1 << 20

@@ -1,4 +1,4 @@
-"""Escape attempts against the command sandbox itself (worker/tools/runner.py): each is
+"""Escape attempts against the command sandbox itself (worker/sandbox/runner.py): each is
 refused or contained. Through real ticks: test_sandbox_e2e.py."""
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ from pathlib import Path
 
 import pytest
 from celery import Celery, signals
+from tickwork.fsm.errors import SandboxUnavailable, ToolError
+from tickwork.worker.config.settings import Settings
+from tickwork.worker.sandbox.runner import Limits, Sandbox, check, run_sandboxed, sandbox_of
+from tickwork.worker.sandbox.shell import ShellResult
+from tickwork.worker.tick.app import log_sandbox, make_app
 
-from fsm.errors import SandboxUnavailable, ToolError
 from tests.services import IN_CI
-from worker.app import log_sandbox, make_app
-from worker.settings import Settings
-from worker.tools.runner import Limits, Sandbox, check, run_sandboxed, sandbox_of
-from worker.tools.shell import ShellResult
 
 SECRET = "TOP SECRET: the launch codes"
 ROOT = Path(__file__).resolve().parents[2]
@@ -260,7 +260,7 @@ def test_a_background_process_does_not_outlive_the_command(places: tuple[Path, P
 def test_the_sandbox_dies_with_a_killed_worker(places: tuple[Path, Path]) -> None:
     workspace, _ = places
     script = (
-        "import sys; from pathlib import Path; from worker.tools.runner import run_sandboxed\n"
+        "import sys; from pathlib import Path; from tickwork.worker.sandbox.runner import run_sandboxed\n"
         "run_sandboxed('touch started; sleep 602.4242 & sleep 602.4242', "
         "workdir=Path(sys.argv[1]), timeout_s=600)\n"
     )
@@ -359,9 +359,9 @@ def test_an_unknown_sandbox_setting_is_refused() -> None:
 NOT_ROOT_WORKER = """
 import json, sys
 from pathlib import Path
-from worker.allowlist import AllowList
-from worker.tools.egress import EgressPolicy
-from worker.tools.runner import run_sandboxed
+from tickwork.worker.config.allowlist import AllowList
+from tickwork.worker.sandbox.egress import EgressPolicy
+from tickwork.worker.sandbox.runner import run_sandboxed
 result = run_sandboxed(
     "id -u; echo made > made.txt; cat /etc/shadow ../secret.txt; unshare -Urm true; "
     "echo unshare=$?; " + sys.argv[2],

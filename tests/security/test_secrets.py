@@ -1,6 +1,6 @@
 """Secrets: masked in stored observations and events, in logs, and in `tickwork config`.
 
-`worker/secrets.py` does the masking; `advance` masks each change before it is saved and
+`worker/config/secrets.py` does the masking; `advance` masks each change before it is saved and
 `make_app` installs the log masking.
 """
 
@@ -14,15 +14,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-
-from fsm.machine import Change
-from fsm.values import Decision, DecisionKind, Event, EventKind, Head, Observation, Status
-from tests.security.conftest import Env
-from tests.security.jobs import LEAKED_KEY
-from tickwork.cli import main
-from worker.advance import advance
-from worker.app import make_app, runtime
-from worker.secrets import (
+from tickwork.fsm.machine import Change
+from tickwork.fsm.values import Decision, DecisionKind, Event, EventKind, Head, Observation, Status
+from tickwork.worker.config.secrets import (
     MASK,
     Masker,
     install_log_masking,
@@ -32,7 +26,13 @@ from worker.secrets import (
     masker_for,
     uninstall_log_masking,
 )
-from worker.settings import Settings
+from tickwork.worker.config.settings import Settings
+from tickwork.worker.tick.advance import advance
+from tickwork.worker.tick.app import make_app, runtime
+
+from tests.security.conftest import Env
+from tests.security.jobs import LEAKED_KEY
+from tickwork.cli import main
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 ENV_KEY = "anthropic-live-0123456789abcdef"

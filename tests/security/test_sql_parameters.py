@@ -8,13 +8,12 @@ from datetime import timedelta
 from pathlib import Path
 
 from sqlalchemy import func, inspect, select
-
-from fsm import machine
-from fsm.approvals import ApprovalRule
-from fsm.errors import BlobMissing, CallNotFound, SessionNotFound
-from fsm.forks import ForkPatch
-from fsm.machine import RunTool
-from fsm.values import (
+from tickwork.fsm import machine
+from tickwork.fsm.approvals import ApprovalRule
+from tickwork.fsm.errors import BlobMissing, CallNotFound, SessionNotFound
+from tickwork.fsm.forks import ForkPatch
+from tickwork.fsm.machine import RunTool
+from tickwork.fsm.values import (
     Decision,
     DecisionKind,
     ErrorCode,
@@ -24,15 +23,16 @@ from fsm.values import (
     Session,
     Status,
 )
-from store import dead_letters as dl
-from store import deliveries
-from store.archive import DirectoryArchive
-from store.archived import ARCHIVED, archived_forks, archived_since, entry, load_archived
-from store.artifacts import DatabaseArtifacts
-from store.files import FileChange, blob_hash
-from store.relay import due_ticks, expired_leases
-from store.retention import Policy, archive_pass
-from store.schema import metadata, sessions
+from tickwork.store import dead_letters as dl
+from tickwork.store import deliveries
+from tickwork.store.archive import DirectoryArchive
+from tickwork.store.archived import ARCHIVED, archived_forks, archived_since, entry, load_archived
+from tickwork.store.artifacts import DatabaseArtifacts
+from tickwork.store.files import FileChange, blob_hash
+from tickwork.store.relay import due_ticks, expired_leases
+from tickwork.store.retention import Policy, archive_pass
+from tickwork.store.schema import metadata, sessions
+
 from tests.conftest import T0
 from tests.security.conftest import Env
 from tests.store.conftest import new_session

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tickwork.fsm.values import CallState, Status
 
-from fsm.values import CallState, Status
 from tests.security.conftest import Env, observations
 
 SECRET = "TOP SECRET: the launch codes"

@@ -14,11 +14,10 @@ from typing import Any, TypeVar
 
 import pytest
 from sqlalchemy import Engine, func, select
-
-from fsm import machine
-from fsm.approvals import ApprovalRule
-from fsm.machine import Change, RunTool
-from fsm.values import (
+from tickwork.fsm import machine
+from tickwork.fsm.approvals import ApprovalRule
+from tickwork.fsm.machine import Change, RunTool
+from tickwork.fsm.values import (
     Budgets,
     Decision,
     DecisionKind,
@@ -30,9 +29,10 @@ from fsm.values import (
     ToolCall,
     Usage,
 )
-from store import Claimed, Store, make_engine, open_store
-from store.migrate import upgrade
-from store.schema import metadata, sessions
+from tickwork.store import Claimed, Store, make_engine, open_store
+from tickwork.store.migrate import upgrade
+from tickwork.store.schema import metadata, sessions
+
 from tests.conftest import Clock
 
 T = TypeVar("T")

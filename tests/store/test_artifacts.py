@@ -12,13 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from fsm.errors import BlobCorrupt, BlobMissing, ConfigurationError
-from store import make_engine
-from store.artifacts import Artifacts, open_artifacts
-from store.files import blob_hash
-from store.migrate import upgrade
-from store.scrub import BAD, DELETED, REPLACED, Finding, scrub
+from tickwork.fsm.errors import BlobCorrupt, BlobMissing, ConfigurationError
+from tickwork.store import make_engine
+from tickwork.store.artifacts import Artifacts, open_artifacts
+from tickwork.store.files import blob_hash
+from tickwork.store.migrate import upgrade
+from tickwork.store.scrub import BAD, DELETED, REPLACED, Finding, scrub
 
 
 def _free_port() -> int:
@@ -101,8 +100,7 @@ def test_a_missing_blob_and_a_misnamed_one_are_refused(artifacts: Artifacts) -> 
 def _corrupt(artifacts: Any, key: str, data: bytes) -> None:
     """Overwrite the stored copy of `key` behind the store's back (a disk's rot)."""
     from sqlalchemy import update
-
-    from store.schema import blobs
+    from tickwork.store.schema import blobs
 
     if hasattr(artifacts, "engine"):
         with artifacts.engine.begin() as conn:
@@ -130,8 +128,8 @@ def test_a_bad_copy_is_never_given_out_and_a_write_replaces_it(artifacts: Artifa
 
 
 def test_a_scrub_replaces_from_the_archive_or_deletes(artifacts: Artifacts, tmp_path: Path) -> None:
-    from store.archive import DirectoryArchive
-    from store.sweep import Restoring, blob_name
+    from tickwork.store.archive import DirectoryArchive
+    from tickwork.store.sweep import Restoring, blob_name
 
     archived, lost = b"in the archive too\n", b"only here\n"
     keys = blob_hash(archived), blob_hash(lost)
@@ -163,7 +161,7 @@ def test_the_archive_goes_beside_the_artifact_store_and_reads_back(
 ) -> None:
     """Retention's archive (store/archive.py) takes the same URLs: beside a folder or a
     bucket when unset, its own when given; a malformed one names the setting."""
-    from store.archive import ArchiveMissing, DirectoryArchive, S3Archive, open_archive
+    from tickwork.store.archive import ArchiveMissing, DirectoryArchive, S3Archive, open_archive
 
     for name, value in (
         ("AWS_ACCESS_KEY_ID", "testing"),

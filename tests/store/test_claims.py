@@ -6,14 +6,14 @@ from datetime import timedelta
 
 import pytest
 from sqlalchemy import Engine
+from tickwork.fsm import machine, snapshots
+from tickwork.fsm.errors import ClaimLost
+from tickwork.fsm.machine import Change, RunTool
+from tickwork.fsm.values import Budgets, CallState, ErrorCode, EventKind, Status
+from tickwork.store import PostgresStore, Store, open_store
+from tickwork.store.dead_letters import get_dead_letter
+from tickwork.store.schema import calls, dead_letters, outbox, sessions
 
-from fsm import machine, snapshots
-from fsm.errors import ClaimLost
-from fsm.machine import Change, RunTool
-from fsm.values import Budgets, CallState, ErrorCode, EventKind, Status
-from store import PostgresStore, Store, open_store
-from store.dead_letters import get_dead_letter
-from store.schema import calls, dead_letters, outbox, sessions
 from tests.conftest import Clock
 from tests.store.conftest import (
     LEASE_S,

@@ -3,9 +3,10 @@ claim that misses the transcript cache reads from the latest compaction, not eve
 
 from __future__ import annotations
 
-from fsm import machine
-from fsm.values import ModelReply, StepKind, Usage
-from store import Store, open_store
+from tickwork.fsm import machine
+from tickwork.fsm.values import ModelReply, StepKind, Usage
+from tickwork.store import Store, open_store
+
 from tests.conftest import Clock
 from tests.store.conftest import claim, execute, reply, think
 
@@ -74,7 +75,7 @@ def test_a_cold_think_claim_reads_from_the_latest_compaction_on(
 def test_a_charge_adds_model_use_to_a_stored_step(
     store: Store, clock: Clock, session_id: str
 ) -> None:
-    from fsm.machine import StepCharge
+    from tickwork.fsm.machine import StepCharge
 
     _steps(store, session_id, clock, 2)
     claimed = claim(store, session_id, now=clock())

@@ -10,16 +10,16 @@ from typing import Any
 
 import pytest
 from sqlalchemy import Engine, func, select
+from tickwork.fsm import machine
+from tickwork.fsm.values import ErrorCode
+from tickwork.store import Store, make_engine, open_store
+from tickwork.store.archive import DirectoryArchive
+from tickwork.store.dead_letter_counts import GROUPS
+from tickwork.store.dead_letters import Closing, close, stats
+from tickwork.store.migrate import downgrade, upgrade
+from tickwork.store.retention import Policy, archive_pass
+from tickwork.store.schema import dead_letter_counts, dead_letter_totals, dead_letters
 
-from fsm import machine
-from fsm.values import ErrorCode
-from store import Store, make_engine, open_store
-from store.archive import DirectoryArchive
-from store.dead_letter_counts import GROUPS
-from store.dead_letters import Closing, close, stats
-from store.migrate import downgrade, upgrade
-from store.retention import Policy, archive_pass
-from store.schema import dead_letter_counts, dead_letter_totals, dead_letters
 from tests.conftest import Clock
 from tests.services import postgres_database
 from tests.store.conftest import claim, new_session, run_step

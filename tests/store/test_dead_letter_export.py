@@ -1,4 +1,4 @@
-"""store.dead_letters: the export's flat rows and the timeline by cause, on both backends."""
+"""tickwork.store.dead_letters: the export's flat rows and the timeline by cause, on both backends."""
 
 from __future__ import annotations
 
@@ -6,12 +6,12 @@ from datetime import timedelta
 
 import pytest
 from sqlalchemy import update
+from tickwork.fsm.errors import InvalidInput
+from tickwork.fsm.values import ErrorCode
+from tickwork.store import Store
+from tickwork.store import dead_letters as dl
+from tickwork.store.schema import dead_letters
 
-from fsm.errors import InvalidInput
-from fsm.values import ErrorCode
-from store import Store
-from store import dead_letters as dl
-from store.schema import dead_letters
 from tests.conftest import T0, Clock
 from tests.store.test_dead_letters import _fail, failed
 

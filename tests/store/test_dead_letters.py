@@ -1,4 +1,4 @@
-"""store.dead_letters: listing, fetching, statistics and signatures of failed sessions."""
+"""tickwork.store.dead_letters: listing, fetching, statistics and signatures of failed sessions."""
 
 from __future__ import annotations
 
@@ -7,13 +7,12 @@ from datetime import datetime, timedelta
 
 import pytest
 from sqlalchemy import update
-
-from fsm import machine
-from fsm.errors import DeadLetterClosed, InvalidInput, UnknownSchemaVersion
-from fsm.forks import ForkPatch
-from fsm.values import SNAPSHOT_SCHEMA_VERSION, ErrorCode, Status
-from store import Store
-from store.dead_letters import (
+from tickwork.fsm import machine
+from tickwork.fsm.errors import DeadLetterClosed, InvalidInput, UnknownSchemaVersion
+from tickwork.fsm.forks import ForkPatch
+from tickwork.fsm.values import SNAPSHOT_SCHEMA_VERSION, ErrorCode, Status
+from tickwork.store import Store
+from tickwork.store.dead_letters import (
     Closing,
     DeadLetter,
     DeadLetterNotFound,
@@ -24,7 +23,8 @@ from store.dead_letters import (
     list_dead_letters,
     stats,
 )
-from store.schema import dead_letters
+from tickwork.store.schema import dead_letters
+
 from tests.conftest import T0, Clock
 from tests.store.conftest import claim, new_session, run_step
 

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
-from fsm import machine
-from fsm.errors import (
+from tickwork.fsm import machine
+from tickwork.fsm.errors import (
     AlreadyDecided,
     CallNotFound,
     InvalidDecision,
@@ -14,10 +13,11 @@ from fsm.errors import (
     SessionNotFound,
     StaleDecision,
 )
-from fsm.machine import Change
-from fsm.values import CallState, DecisionKind, EventKind, Status, ToolCall
-from store import Store
-from store.schema import outbox, sessions
+from tickwork.fsm.machine import Change
+from tickwork.fsm.values import CallState, DecisionKind, EventKind, Status, ToolCall
+from tickwork.store import Store
+from tickwork.store.schema import outbox, sessions
+
 from tests.conftest import Clock
 from tests.store.conftest import (
     LEASE_S,

@@ -14,13 +14,13 @@ from typing import Any
 
 import pytest
 from sqlalchemy import Engine, select
+from tickwork.fsm import machine
+from tickwork.fsm.errors import ClaimLost
+from tickwork.fsm.values import Budgets, CallState, ErrorCode, Status
+from tickwork.store import CoreStore, PostgresStore, Store, open_store
+from tickwork.store.files import FileChange
+from tickwork.store.schema import metadata
 
-from fsm import machine
-from fsm.errors import ClaimLost
-from fsm.values import Budgets, CallState, ErrorCode, Status
-from store import CoreStore, PostgresStore, Store, open_store
-from store.files import FileChange
-from store.schema import metadata
 from tests.conftest import Clock
 from tests.store.conftest import (
     LEASE_S,

@@ -7,11 +7,11 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from tickwork.fsm.errors import EnvironmentInUse
+from tickwork.fsm.values import Status
+from tickwork.store import Store
+from tickwork.store.environments import MAX_ATTEMPTS, EnvStatus, Verdict
 
-from fsm.errors import EnvironmentInUse
-from fsm.values import Status
-from store import Store
-from store.environments import MAX_ATTEMPTS, EnvStatus, Verdict
 from tests.conftest import Clock
 from tests.store.conftest import new_session, together
 

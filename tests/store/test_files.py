@@ -4,14 +4,14 @@ files of their step, and the database's blobs (on SQLite and Postgres)."""
 from __future__ import annotations
 
 import pytest
+from tickwork.fsm.errors import BlobMissing, ClaimLost
+from tickwork.fsm.forks import ForkPatch
+from tickwork.fsm.values import Session
+from tickwork.store import Store
+from tickwork.store.artifacts import DatabaseArtifacts
+from tickwork.store.files import FileChange, applied, blob_hash, collapsed, next_state
+from tickwork.store.schema import file_changes
 
-from fsm.errors import BlobMissing, ClaimLost
-from fsm.forks import ForkPatch
-from fsm.values import Session
-from store import Store
-from store.artifacts import DatabaseArtifacts
-from store.files import FileChange, applied, blob_hash, collapsed, next_state
-from store.schema import file_changes
 from tests.conftest import Clock
 from tests.store.conftest import (
     claim,

@@ -5,14 +5,14 @@ from __future__ import annotations
 import re
 
 import pytest
+from tickwork.fsm import machine
+from tickwork.fsm.errors import DeadLetterClosed, ForkOutOfRange, InvalidInput, SessionNotFound
+from tickwork.fsm.forks import ForkPatch
+from tickwork.fsm.values import CallState, ErrorCode, EventKind, Status
+from tickwork.store import Store
+from tickwork.store.dead_letters import get_dead_letter, list_dead_letters
+from tickwork.store.schema import outbox
 
-from fsm import machine
-from fsm.errors import DeadLetterClosed, ForkOutOfRange, InvalidInput, SessionNotFound
-from fsm.forks import ForkPatch
-from fsm.values import CallState, ErrorCode, EventKind, Status
-from store import Store
-from store.dead_letters import get_dead_letter, list_dead_letters
-from store.schema import outbox
 from tests.conftest import Clock
 from tests.store.conftest import (
     awaiting_calls,

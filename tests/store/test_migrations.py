@@ -1,4 +1,4 @@
-"""The migrations build exactly the schema in `store.schema`, and take it down again."""
+"""The migrations build exactly the schema in `tickwork.store.schema`, and take it down again."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import Column, Integer, MetaData, inspect
+from tickwork.store.engine import make_engine
+from tickwork.store.migrate import downgrade, upgrade
+from tickwork.store.schema import metadata
 
-from store.engine import make_engine
-from store.migrate import downgrade, upgrade
-from store.schema import metadata
 from tests.services import postgres_database
 
 

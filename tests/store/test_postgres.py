@@ -5,10 +5,10 @@ from __future__ import annotations
 import psycopg
 import pytest
 from sqlalchemy.exc import DBAPIError
+from tickwork.fsm.values import Head
+from tickwork.store import open_store
+from tickwork.store.engine import make_engine, normalize_url
 
-from fsm.values import Head
-from store import open_store
-from store.engine import make_engine, normalize_url
 from tests.conftest import Clock
 from tests.store.conftest import LEASE_S, execute_change, new_session, reply, think_change
 
@@ -83,8 +83,7 @@ def test_the_tick_statements_stay_short_enough_for_psycopgs_parse_cache() -> Non
     its text passes MAX_CACHED_STATEMENT_LENGTH (4 KB): a quarter of a millisecond of
     Python a save. A column added by a migration must keep SAVE under it (or shorten it)."""
     from psycopg import _queries
-
-    from store import postgres
+    from tickwork.store import postgres
 
     limit = getattr(_queries, "MAX_CACHED_STATEMENT_LENGTH", 4096)
     for name in ("CLAIM", "START", "SAVE"):

@@ -6,11 +6,12 @@ from collections.abc import Callable
 from datetime import timedelta
 from functools import partial
 
-from fsm.errors import AlreadyDecided, ClaimLost, SessionFinished
-from fsm.values import Head, Status
-from store import Claimed, Store
-from store.relay import Due, expired_leases
-from store.schema import decisions, outbox
+from tickwork.fsm.errors import AlreadyDecided, ClaimLost, SessionFinished
+from tickwork.fsm.values import Head, Status
+from tickwork.store import Claimed, Store
+from tickwork.store.relay import Due, expired_leases
+from tickwork.store.schema import decisions, outbox
+
 from tests.conftest import Clock
 from tests.store.conftest import (
     LEASE_S,

@@ -1,4 +1,4 @@
-"""store.relay: republishing ticks whose message may be lost, recovering dead workers."""
+"""tickwork.store.relay: republishing ticks whose message may be lost, recovering dead workers."""
 
 from __future__ import annotations
 
@@ -6,11 +6,11 @@ import itertools
 from datetime import timedelta
 
 from sqlalchemy import insert
+from tickwork.fsm import machine
+from tickwork.store import Store
+from tickwork.store.relay import Due, due_ticks, expired_leases
+from tickwork.store.schema import outbox
 
-from fsm import machine
-from store import Store
-from store.relay import Due, due_ticks, expired_leases
-from store.schema import outbox
 from tests.conftest import Clock
 from tests.store.conftest import (
     LEASE_S,

@@ -1,4 +1,4 @@
-"""store.retention: finished sessions archived whole and pruned; running, waiting and open
+"""tickwork.store.retention: finished sessions archived whole and pruned; running, waiting and open
 dead-lettered sessions never touched (SQLite and Postgres)."""
 
 from __future__ import annotations
@@ -12,19 +12,19 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import func, select
+from tickwork.fsm import machine, snapshots
+from tickwork.fsm.forks import ForkPatch
+from tickwork.fsm.values import ErrorCode, Session, Status
+from tickwork.store import Store
+from tickwork.store.archive import JSONL, PARQUET, DirectoryArchive
+from tickwork.store.archived import ARCHIVED, archived_forks, entry, load_archived
+from tickwork.store.artifacts import DatabaseArtifacts
+from tickwork.store.dead_letters import Closing, close
+from tickwork.store.files import FileChange
+from tickwork.store.retention import LIVE_TABLES, Batch, Policy, archive_pass, eligible
+from tickwork.store.schema import archived, sessions
+from tickwork.store.sweep import needed_by_live
 
-from fsm import machine, snapshots
-from fsm.forks import ForkPatch
-from fsm.values import ErrorCode, Session, Status
-from store import Store
-from store.archive import JSONL, PARQUET, DirectoryArchive
-from store.archived import ARCHIVED, archived_forks, entry, load_archived
-from store.artifacts import DatabaseArtifacts
-from store.dead_letters import Closing, close
-from store.files import FileChange
-from store.retention import LIVE_TABLES, Batch, Policy, archive_pass, eligible
-from store.schema import archived, sessions
-from store.sweep import needed_by_live
 from tests.conftest import Clock
 from tests.store.conftest import (
     claim,

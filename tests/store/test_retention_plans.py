@@ -9,17 +9,17 @@ from datetime import UTC, datetime
 
 import pytest
 from sqlalchemy import Connection, Engine, select, text
-
-from store import make_engine
-from store.archived import ARCHIVED
-from store.migrate import upgrade
-from store.retention import (
+from tickwork.store import make_engine
+from tickwork.store.archived import ARCHIVED
+from tickwork.store.migrate import upgrade
+from tickwork.store.retention import (
     Policy,
     finished_queries,
     pending_query,
     prune_statements,
 )
-from store.schema import archived
+from tickwork.store.schema import archived
+
 from tests.services import postgres_database
 
 SESSIONS = 30_000

@@ -3,11 +3,12 @@ of a lower level leaves it exactly as it was, for a worker of its level."""
 
 from __future__ import annotations
 
-from fsm import snapshots
-from fsm.forks import ForkPatch
-from fsm.values import RUNTIME_LEVEL
-from store import Store
-from store.schema import outbox, sessions
+from tickwork.fsm import snapshots
+from tickwork.fsm.forks import ForkPatch
+from tickwork.fsm.values import RUNTIME_LEVEL
+from tickwork.store import Store
+from tickwork.store.schema import outbox, sessions
+
 from tests.conftest import Clock
 from tests.store.conftest import LEASE_S, lease, new_session, run_step, table_rows
 

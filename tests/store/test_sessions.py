@@ -7,9 +7,8 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 from sqlalchemy import func, select
 from sqlalchemy.exc import StatementError
-
-from fsm.errors import SessionNotFound
-from fsm.values import (
+from tickwork.fsm.errors import SessionNotFound
+from tickwork.fsm.values import (
     Budgets,
     CallState,
     DecisionKind,
@@ -19,8 +18,9 @@ from fsm.values import (
     Session,
     Status,
 )
-from store import Store
-from store.schema import calls, observations, outbox, steps
+from tickwork.store import Store
+from tickwork.store.schema import calls, observations, outbox, steps
+
 from tests.conftest import Clock
 from tests.store.conftest import (
     awaiting_calls,
@@ -289,7 +289,7 @@ def test_calls_keep_unparsable_and_nested_arguments(
 
 
 def test_a_steps_cached_prompt_tokens_are_kept(store: Store, clock: Clock, session_id: str) -> None:
-    from fsm.values import Usage
+    from tickwork.fsm.values import Usage
 
     cached = reply(("read_file", {"path": "a"}), prompt_tokens=900).model_copy(
         update={

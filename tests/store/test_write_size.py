@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 from sqlalchemy import Engine, event
+from tickwork.fsm.values import Budgets, Status
+from tickwork.store import Store
 
-from fsm.values import Budgets, Status
-from store import Store
 from tests.conftest import Clock
 from tests.store.conftest import (
     claim,

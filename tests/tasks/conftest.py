@@ -18,12 +18,12 @@ from typing import Any
 
 import pytest
 from celery import Celery
+from tickwork.worker.config.settings import Settings
 
 from tests.services import rabbitmq_url
 from tickwork import Tickwork
 from tickwork.testing import prepare_database, running_worker, write_script
 from tickwork.testing import until as until  # still importable from here
-from worker.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 TEST_KIND = "tests.jobs:TEST"
@@ -87,7 +87,7 @@ class Deployment:
                     "-m",
                     "celery",
                     "-A",
-                    "worker.app",
+                    "tickwork.worker.tick.app",
                     "worker",
                     "--pool",
                     "solo",

@@ -5,9 +5,9 @@ from __future__ import annotations
 import threading
 
 import pytest
+from tickwork.fsm.errors import AlreadyDecided, InvalidToolArguments, StaleDecision
+from tickwork.fsm.values import CallState, DecisionKind, Status
 
-from fsm.errors import AlreadyDecided, InvalidToolArguments, StaleDecision
-from fsm.values import CallState, DecisionKind, Status
 from tests.tasks.conftest import Deployment
 
 DANGER = [

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 import redis as redis_lib
+from tickwork.fsm.values import ErrorCode, Status
 
-from fsm.values import ErrorCode, Status
 from tests.tasks.conftest import Deployment
 
 ECHO = {"content": "again", "tool_calls": [{"name": "echo", "arguments": {"text": "x"}}]}

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from fsm.values import Status
+from tickwork.fsm.values import Status
+
 from tests.tasks.conftest import Deployment
 
 

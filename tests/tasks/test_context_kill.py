@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from tickwork.fsm.values import Status, StepKind
 
-from fsm.values import Status, StepKind
 from tests.context_server import WindowedChat, windowed_chat
 from tests.tasks.conftest import Deployment, kill, stop
 

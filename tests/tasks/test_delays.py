@@ -18,15 +18,15 @@ from typing import Any
 
 import pytest
 from sqlalchemy import select
+from tickwork.fsm.values import EventKind, Status
+from tickwork.store.schema import outbox
+from tickwork.worker.config.settings import Settings
+from tickwork.worker.tick.app import consumer_timeout_note
 
-from fsm.values import EventKind, Status
-from store.schema import outbox
 from tests.services import IN_CI, rabbitmq_url
 from tests.tasks.conftest import TEST_KIND, Deployment, stop
 from tests.worker.models.conftest import ChatServer, chat_server
 from tickwork.testing import until
-from worker.app import consumer_timeout_note
-from worker.settings import Settings
 
 __all__ = ["chat_server"]  # the fixture, shared with tests/worker/models
 

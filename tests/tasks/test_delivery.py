@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
+from tickwork.fsm.values import Status
+from tickwork.worker.tick.app import runtime
 
-from fsm.values import Status
 from tests.fakes import FakeModel, fake_model_server
 from tests.tasks.conftest import Deployment, on_every_broker
-from worker.app import runtime
 
 
 def script(steps: int) -> list[dict[str, object]]:

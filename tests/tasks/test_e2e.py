@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from fsm.values import CallState, EventKind, Status
+from tickwork.fsm.values import CallState, EventKind, Status
+
 from tests.tasks.conftest import Deployment, on_every_broker
 
 

@@ -10,13 +10,13 @@ import time
 from pathlib import Path
 
 import pytest
+from tickwork.fsm.values import Status
+from tickwork.worker.sandbox.runner import Sandbox, check
 
-from fsm.values import Status
 from tests.environments.projects import project
 from tests.services import IN_CI
 from tests.tasks.conftest import Deployment, kill, stop
 from tickwork.testing import until
-from worker.tools.runner import Sandbox, check
 
 pytestmark = [
     pytest.mark.slow,

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import select
+from tickwork.fsm.values import Status
+from tickwork.store.schema import sessions
 
-from fsm.values import Status
-from store.schema import sessions
 from tests.tasks.conftest import Deployment, kill
 from tickwork.testing import until
 

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tickwork.fsm.errors import InvalidInput
+from tickwork.fsm.values import CallState, ErrorCode, EventKind, Status
 
-from fsm.errors import InvalidInput
-from fsm.values import CallState, ErrorCode, EventKind, Status
 from tests.tasks.conftest import Deployment, kill, stop, until
 
 REFUND = "tests.graphs:REFUND"

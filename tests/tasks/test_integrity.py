@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tickwork.fsm.values import ErrorCode, Status
+from tickwork.store.files import blob_hash
 
-from fsm.values import ErrorCode, Status
-from store.files import blob_hash
 from tests.tasks.conftest import ROOT, Deployment, _settings
 from tickwork.testing import prepare_database
 

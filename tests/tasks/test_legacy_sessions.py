@@ -10,12 +10,13 @@ import shutil
 import uuid
 from pathlib import Path
 
-from fsm.values import Head, Session, Status
+from tickwork.fsm.values import Head, Session, Status
+from tickwork.worker.jobs.repair import REPAIR
+from tickwork.worker.jobs.repair.job import user_prompt
+
 from tests.tasks.conftest import Deployment
 from tickwork.api.sessions import waiting_view
 from tickwork.cli_demo import DEMO_SCRIPT, demo_input, prepare_demo_workspace
-from worker.jobs.repair import REPAIR
-from worker.jobs.repair.job import user_prompt
 
 WRITE = "s3c0"
 FIX = "-    return sum(numbers) / (len(numbers) + 1)\n+    return sum(numbers) / len(numbers)\n"

@@ -15,9 +15,9 @@ from urllib.parse import urlsplit
 
 import pytest
 from sqlalchemy import select
+from tickwork.fsm.values import EventKind, Status
+from tickwork.store.schema import outbox
 
-from fsm.values import EventKind, Status
-from store.schema import outbox
 from tests.proxy import Proxy
 from tests.tasks.conftest import Deployment, stop, until
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 from prometheus_client import REGISTRY
+from tickwork.fsm.errors import InvalidModelSpec
+from tickwork.fsm.values import Status
+from tickwork.store.migrate import upgrade
 
-from fsm.errors import InvalidModelSpec
-from fsm.values import Status
-from store.migrate import upgrade
 from tests.tasks.conftest import TEST_KIND, Deployment, _settings
 
 

@@ -6,14 +6,14 @@ from collections import Counter
 from datetime import timedelta
 
 import pytest
+from tickwork.fsm.values import CallState, Status
+from tickwork.worker.jobs import Jobs
+from tickwork.worker.tick.relay import relay_once
+from tickwork.worker.tick.runtime import Runtime, utc_now
 
-from fsm.values import CallState, Status
 from tests.fakes import FakeModel, fake_model_server
 from tests.tasks.conftest import Deployment, kill, on_every_broker, stop
 from tickwork.testing import until
-from worker.jobs import Jobs
-from worker.relay import relay_once
-from worker.runtime import Runtime, utc_now
 
 pytestmark = pytest.mark.slow
 

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fsm.values import CallState, Status
+from tickwork.fsm.values import CallState, Status
+from tickwork.worker.sandbox.shell import run_shell
+
 from tests.tasks.conftest import Deployment
 from tickwork.cli_demo import DEMO_SCRIPT, demo_input, prepare_demo_workspace
 from tickwork.client import apply_patch
-from worker.tools.shell import run_shell
 
 WRITE = "s3c0"
 FIX = "-    return sum(numbers) / (len(numbers) + 1)\n+    return sum(numbers) / len(numbers)\n"

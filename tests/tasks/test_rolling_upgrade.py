@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tickwork.fsm.values import RUNTIME_LEVEL, Status
 
-from fsm.values import RUNTIME_LEVEL, Status
 from tests.services import missing
 from tests.tasks.conftest import ROOT, TEST_KIND, Deployment, stop, until
 from tickwork.cli_demo import DEMO_SCRIPT, demo_input, prepare_demo_workspace
@@ -38,7 +38,7 @@ STEPS = 5
 SUBMIT = """
 import json, sys
 from tickwork.client import Tickwork
-from worker.settings import load_settings
+from tickwork.worker.config.settings import load_settings
 kind, data, model = json.loads(sys.argv[1])
 client = Tickwork(load_settings())
 print(client.submit(kind, data, model=model).id)
@@ -114,7 +114,7 @@ def _old_worker(deployment: Deployment, tree: Path, log: Path) -> subprocess.Pop
                 "-m",
                 "celery",
                 "-A",
-                "worker.app",
+                "tickwork.worker.tick.app",
                 "worker",
                 "--pool",
                 "threads",

@@ -8,9 +8,9 @@ import logging
 
 import pytest
 from sqlalchemy import update
+from tickwork.fsm.values import RUNTIME_LEVEL, EventKind, Status
+from tickwork.store.schema import sessions
 
-from fsm.values import RUNTIME_LEVEL, EventKind, Status
-from store.schema import sessions
 from tests.tasks.conftest import Deployment, stop, until
 from tickwork.testing import running_worker
 

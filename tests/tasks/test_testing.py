@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from tickwork.fsm.values import Status
 
-from fsm.values import Status
 from tests.tasks.conftest import ROOT, TEST_KIND
 from tickwork.testing import SessionDriver, call, embedded_settings, reply, running_worker
 

@@ -6,13 +6,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from tickwork.fsm.values import Status
 
-from fsm.values import Status
 from tests.tasks.conftest import Deployment, kill, stop, until
 
 pytest.importorskip("opentelemetry.sdk")
+from tickwork.worker.observers.tracing import session_ids
+
 from tests.worker.test_tracing import Collector
-from worker.tracing import session_ids
 
 pytestmark = pytest.mark.slow
 

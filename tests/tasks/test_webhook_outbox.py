@@ -10,9 +10,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+from tickwork.fsm.values import Status
+from tickwork.store import deliveries
 
-from fsm.values import Status
-from store import deliveries
 from tests.tasks.conftest import Deployment, kill, stop, until
 
 pytestmark = pytest.mark.slow

@@ -6,8 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from fsm.values import Status
-from store.schema import blobs
+from tickwork.fsm.values import Status
+from tickwork.store.schema import blobs
+
 from tests.store.conftest import table_rows
 from tests.tasks.conftest import Deployment
 

@@ -8,12 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tickwork.fsm.values import CallState, Status
+from tickwork.worker.sandbox.shell import run_shell
 
-from fsm.values import CallState, Status
 from tests.tasks.conftest import Deployment, kill, stop
 from tickwork.client import apply_patch
 from tickwork.testing import until
-from worker.tools.shell import run_shell
 
 pytestmark = pytest.mark.slow
 

@@ -1,12 +1,11 @@
-"""The egress allow-list and address policy (worker/allowlist.py), table-driven."""
+"""The egress allow-list and address policy (worker/config/allowlist.py), table-driven."""
 
 from __future__ import annotations
 
 import ipaddress
 
 import pytest
-
-from worker.allowlist import AllowList, Pattern, parse, refusal
+from tickwork.worker.config.allowlist import AllowList, Pattern, parse, refusal
 
 OPERATOR = AllowList.of("pypi.org,*.pythonhosted.org,index.example:8443,127.0.0.1:3141,*")
 

@@ -7,16 +7,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tickwork.fsm import context
+from tickwork.fsm.values import ErrorCode, Head, Status, StepKind
+from tickwork.store import open_store
+from tickwork.worker.config.settings import Settings
+from tickwork.worker.jobs import Jobs
+from tickwork.worker.tick.advance import advance
+from tickwork.worker.tick.runtime import Runtime
 
-from fsm import context
-from fsm.values import ErrorCode, Head, Status, StepKind
-from store import open_store
 from tests.context_server import WindowedChat, windowed_chat, without_policy
 from tickwork.client import Tickwork
-from worker.advance import advance
-from worker.jobs import Jobs
-from worker.runtime import Runtime
-from worker.settings import Settings
 
 KIND = "tests.jobs:LONG"
 #: USD per million tokens, prompt and completion, given at submit
@@ -29,7 +29,7 @@ class Long:
     def __init__(self, tmp: Path) -> None:
         self.settings = Settings(state_dir=tmp / "state")
         self.settings.state_dir.mkdir(parents=True)
-        from store.migrate import upgrade
+        from tickwork.store.migrate import upgrade
 
         upgrade(self.settings.db_url)
         self.store = open_store(self.settings.db_url)
@@ -169,14 +169,14 @@ def test_recall_gives_back_an_elided_observation_from_the_store(
 
 
 def _tools(long: Long, session_id: str) -> list[dict[str, object]]:
-    from worker.advance import _schemas
+    from tickwork.worker.tick.advance import _schemas
 
     head = long.store.get(session_id)
     return _schemas(long.rt.jobs.tools(head.kind), head)
 
 
 def _recall(long: Long, head: Head, call_id: str) -> tuple[str, bool]:
-    from worker.advance import _recall as recall
+    from tickwork.worker.tick.advance import _recall as recall
 
     return recall(long.rt, head, {"call_id": call_id})
 
@@ -245,7 +245,7 @@ def test_a_graph_node_whose_prompt_is_refused_as_too_long_fails_with_context(
 
 @pytest.mark.parametrize("window", [0, 100, 10**8, True])
 def test_a_context_window_out_of_bounds_is_refused_at_submit(long: Long, window: int) -> None:
-    from fsm.errors import InvalidInput
+    from tickwork.fsm.errors import InvalidInput
 
     with pytest.raises(InvalidInput, match="context_window must be"):
         long.submit(context_window=window)
@@ -276,7 +276,7 @@ def test_the_policy_is_stored_in_the_config_from_the_model_table_or_the_submit(
 def test_the_openai_client_knows_a_prompt_refused_as_too_long(
     code: str, message: str, too_long: bool
 ) -> None:
-    from worker.models.openai import _too_long
+    from tickwork.worker.models.openai import _too_long
 
     assert _too_long(code, message) is too_long
 
@@ -312,8 +312,7 @@ def test_a_compaction_is_a_tick_of_its_own_in_the_traces(
     long: Long, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
-    from worker.tracing import SessionTracer
+    from tickwork.worker.observers.tracing import SessionTracer
 
     exporter = InMemorySpanExporter()
     tracer = SessionTracer(exporter, masker=long.rt.masker, capture_content=False, batch=False)

@@ -13,14 +13,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tickwork.fsm.values import Decision, DecisionKind, Status
+from tickwork.store import deliveries
+from tickwork.worker.config.settings import WebhookSettings
+from tickwork.worker.observers.webhooks import backoff, post, sign
+from tickwork.worker.tick.dispatcher import Dispatched, Dispatcher, dispatch_once
 
-from fsm.values import Decision, DecisionKind, Status
-from store import deliveries
 from tests.conftest import Clock
 from tests.worker.ticking import DANGER, Ticks
-from worker.dispatcher import Dispatched, Dispatcher, dispatch_once
-from worker.settings import WebhookSettings
-from worker.webhooks import backoff, post, sign
 
 
 class Receiver:

@@ -9,17 +9,17 @@ import time
 from pathlib import Path
 
 import pytest
+from tickwork.fsm.values import Status
+from tickwork.store import Store, open_store
+from tickwork.store.migrate import upgrade
+from tickwork.worker.config.settings import Settings
+from tickwork.worker.jobs import Jobs
+from tickwork.worker.observers.report import Outcome, TickReport
+from tickwork.worker.tick.advance import advance
+from tickwork.worker.tick.runtime import Leases, Runtime, utc_now
 
-from fsm.values import Status
-from store import Store, open_store
-from store.migrate import upgrade
 from tickwork.client import Tickwork
 from tickwork.testing import until
-from worker.advance import advance
-from worker.jobs import Jobs
-from worker.report import Outcome, TickReport
-from worker.runtime import Leases, Runtime, utc_now
-from worker.settings import Settings
 
 KIND = "tests.jobs:FILES"
 #: a command that runs until it is killed, leaving a trace of each beat

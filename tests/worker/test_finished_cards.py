@@ -15,18 +15,18 @@ from typing import Any
 
 import pytest
 from sqlalchemy import text
+from tickwork.fsm.errors import ConfigurationError
+from tickwork.fsm.values import Status
+from tickwork.store import deliveries, open_store
+from tickwork.store.schema import events
+from tickwork.worker.config.settings import WebhookSettings, read_settings
+from tickwork.worker.observers.webhooks import sign
+from tickwork.worker.tick.dispatcher import Dispatched, dispatch_once
 
-from fsm.errors import ConfigurationError
-from fsm.values import Status
-from store import deliveries, open_store
-from store.schema import events
 from tests.conftest import Clock
 from tests.worker.test_dispatcher import Receiver, hooks
 from tests.worker.ticking import DANGER, Ticks
 from tickwork.client import Tickwork
-from worker.dispatcher import Dispatched, dispatch_once
-from worker.settings import WebhookSettings, read_settings
-from worker.webhooks import sign
 
 FINISHED = "approval_requested,finished"
 WRITE = {"name": "run_command", "arguments": {"command": "printf 'fixed\\n' >> fixed.txt"}}

@@ -7,12 +7,12 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
+from tickwork.fsm import graph_machine
+from tickwork.fsm.errors import GraphVersionMismatch, InvalidInput
+from tickwork.fsm.values import Head, Status
+from tickwork.worker.tick.graphs import check_version, node_key
 
-from fsm import graph_machine
-from fsm.errors import GraphVersionMismatch, InvalidInput
-from fsm.values import Head, Status
 from tests.graphs import REFUND, REFUND_V2
-from worker.graphs import check_version, node_key
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 FIRST = {"order_id": "A-1", "amount": 10, "ledger": "/tmp/x"}

@@ -11,13 +11,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tickwork.fsm.values import Status
+from tickwork.worker.observers.report import Observers, Outcome, Phase, TickReport
+from tickwork.worker.observers.tracing import available
+from tickwork.worker.tick.advance import advance
 
-from fsm.values import Status
 from tests.test_layers import ROOT, imports
 from tests.worker.ticking import DANGER, Ticks
-from worker.advance import advance
-from worker.report import Observers, Outcome, Phase, TickReport
-from worker.tracing import available
 
 
 @pytest.fixture
@@ -120,16 +120,21 @@ def test_observers_are_called_in_order_and_can_be_removed() -> None:
 
 def test_the_tick_imports_none_of_its_observers() -> None:
     found = {t for _, t in imports(ROOT / "worker" / "advance.py")}
-    assert not found & {"worker.metrics", "worker.webhooks", "worker.dispatcher", "worker.tracing"}
-    assert "worker.report" in found
+    assert not found & {
+        "tickwork.worker.observers.metrics",
+        "tickwork.worker.observers.webhooks",
+        "tickwork.worker.tick.dispatcher",
+        "tickwork.worker.observers.tracing",
+    }
+    assert "tickwork.worker.observers.report" in found
 
 
 def test_install_registers_metrics_and_what_the_settings_turn_on(
     ticks: Ticks, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from worker.dispatcher import Dispatcher
-    from worker.metrics import TickMetrics
-    from worker.observers import install
+    from tickwork.worker.tick.wiring import install
+    from tickwork.worker.observers.metrics import TickMetrics
+    from tickwork.worker.tick.dispatcher import Dispatcher
 
     for name in ("TICKWORK_WEBHOOK_URL", "OTEL_EXPORTER_OTLP_ENDPOINT", "TICKWORK_OTEL_ENABLED"):
         monkeypatch.delenv(name, raising=False)

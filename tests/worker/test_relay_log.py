@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from store.relay import Due
-from worker.relay import LOGGED_IDS, _named
+from tickwork.store.relay import Due
+from tickwork.worker.tick.relay import LOGGED_IDS, _named
 
 
 def test_the_relay_names_at_most_a_bounded_number_of_sessions_a_line() -> None:

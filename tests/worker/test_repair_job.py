@@ -12,20 +12,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tickwork.fsm.errors import InvalidInput
+from tickwork.fsm.values import Head
+from tickwork.store.artifacts import DirectoryArtifacts
+from tickwork.worker.files import sources
+from tickwork.worker.jobs import Jobs
+from tickwork.worker.jobs.repair import job as repair
+from tickwork.worker.jobs.repair import toolkit
+from tickwork.worker.jobs.repair.job import REPAIR, diff_manifests, finish, prepare, run_final_tests
+from tickwork.worker.models.scripted import load_script
+from tickwork.worker.sandbox.shell import run_shell
+from tickwork.worker.tools.patches import apply_patch
 
-from fsm.errors import InvalidInput
-from fsm.values import Head
-from store.artifacts import DirectoryArtifacts
 from tickwork import testing
 from tickwork.cli_demo import DEMO_EXAMPLE, DEMO_SCRIPT, demo_input, prepare_demo_workspace
-from worker import sources
-from worker.jobs import Jobs
-from worker.jobs.repair import job as repair
-from worker.jobs.repair import toolkit
-from worker.jobs.repair.job import REPAIR, diff_manifests, finish, prepare, run_final_tests
-from worker.models.scripted import load_script
-from worker.tools.patches import apply_patch
-from worker.tools.shell import run_shell
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 PASS = "python3 -c 'import sys; sys.exit(0)'"

@@ -7,22 +7,22 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import func, select
+from tickwork.fsm.forks import ForkPatch
+from tickwork.fsm.values import Status
+from tickwork.store import Store
+from tickwork.store.archive import DirectoryArchive
+from tickwork.store.archived import load_archived, saved_of
+from tickwork.store.artifacts import DatabaseArtifacts
+from tickwork.store.retention import Policy, archive_pass
+from tickwork.store.schema import blobs
+from tickwork.store.sweep import Restoring
+from tickwork.worker.files import sources
+from tickwork.worker.files.workspaces import Workspaces
+from tickwork.worker.tick.retention import RetentionSettings, drop_archived_copies
 
-from fsm.forks import ForkPatch
-from fsm.values import Status
-from store import Store
-from store.archive import DirectoryArchive
-from store.archived import load_archived, saved_of
-from store.artifacts import DatabaseArtifacts
-from store.retention import Policy, archive_pass
-from store.schema import blobs
-from store.sweep import Restoring
 from tests.conftest import Clock
 from tests.store.conftest import reply, think
 from tests.worker.test_workspaces import _host, _session, _tick, project, store
-from worker import sources
-from worker.retention import RetentionSettings, drop_archived_copies
-from worker.workspaces import Workspaces
 
 __all__ = ["project", "store"]
 
@@ -127,8 +127,8 @@ def test_retention_is_off_unless_an_age_is_set(tmp_path: Path) -> None:
 def test_a_shared_database_needs_a_shared_archive(tmp_path: Path) -> None:
     """With the database shared by many hosts, an archive in one host's state folder would
     hide what it archived from the others: writing to it is refused, naming the fix."""
-    from fsm.errors import ConfigurationError
-    from worker.settings import Settings
+    from tickwork.fsm.errors import ConfigurationError
+    from tickwork.worker.config.settings import Settings
 
     shared = Settings(
         database_url="postgresql+psycopg://db.example/tickwork", state_dir=tmp_path / "state"

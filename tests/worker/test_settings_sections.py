@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import pytest
 from pydantic_settings import BaseSettings, SettingsConfigDict
-
-from fsm.errors import ConfigurationError
-from worker.settings import SECTIONS, Settings
+from tickwork.fsm.errors import ConfigurationError
+from tickwork.worker.config.settings import SECTIONS, Settings
 
 
 def test_the_sections_read_their_variables(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -24,8 +23,8 @@ def test_the_sections_read_their_variables(monkeypatch: pytest.MonkeyPatch) -> N
 
 
 def test_tracing_and_retention_are_sections_too(monkeypatch: pytest.MonkeyPatch) -> None:
-    from worker.retention import RetentionSettings
-    from worker.tracing import TracingSettings
+    from tickwork.worker.observers.tracing import TracingSettings
+    from tickwork.worker.tick.retention import RetentionSettings
 
     monkeypatch.setenv("TICKWORK_OTEL_CAPTURE_CONTENT", "true")
     monkeypatch.setenv("TICKWORK_RETENTION_COMPLETED_S", "3600")

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 from pydantic import ValidationError
-
-from worker.jobs.repair.toolkit import MAX_COMMAND_S, run_command, run_tests
-from worker.settings import DELIVERY_MARGIN_S, Settings
+from tickwork.worker.config.settings import DELIVERY_MARGIN_S, Settings
+from tickwork.worker.jobs.repair.toolkit import MAX_COMMAND_S, run_command, run_tests
 
 
 def test_the_tools_longest_calls_fit_rabbitmqs_default_delivery_timeout() -> None:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from fsm import machine
-from store import Store
+from tickwork.fsm import machine
+from tickwork.store import Store
+from tickwork.worker.observers.metrics import StoreCollector
+
 from tests.conftest import Clock
 from tests.store.conftest import claim, new_session
-from worker.metrics import StoreCollector
 
 
 def gauges(store: Store, clock: Clock) -> dict[str, float]:

@@ -13,21 +13,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from fsm.values import Status
-from tests.worker.ticking import Ticks
-from worker.advance import advance
-from worker.observers import install
-from worker.relay import relay_once
-from worker.report import TickReport
-from worker.runtime import Runtime
-from worker.tracing import (
+from tickwork.fsm.values import Status
+from tickwork.worker.tick.wiring import install
+from tickwork.worker.observers.report import TickReport
+from tickwork.worker.observers.tracing import (
     SessionTracer,
     TracingSettings,
     enabled,
     session_ids,
     status,
 )
+from tickwork.worker.tick.advance import advance
+from tickwork.worker.tick.relay import relay_once
+from tickwork.worker.tick.runtime import Runtime
+
+from tests.worker.ticking import Ticks
 
 pytest.importorskip("opentelemetry.sdk")
 from opentelemetry.sdk.trace import ReadableSpan

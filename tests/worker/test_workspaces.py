@@ -11,17 +11,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tickwork.fsm.errors import ConfigurationError, InvalidInput
+from tickwork.fsm.values import Head, Session
+from tickwork.store import Store, make_engine, open_store
+from tickwork.store.artifacts import DatabaseArtifacts, DirectoryArtifacts, open_artifacts
+from tickwork.store.files import FileChange
+from tickwork.store.migrate import upgrade
+from tickwork.worker.files import sources
+from tickwork.worker.files.workspaces import Workspaces
 
-from fsm.errors import ConfigurationError, InvalidInput
-from fsm.values import Head, Session
-from store import Store, make_engine, open_store
-from store.artifacts import DatabaseArtifacts, DirectoryArtifacts, open_artifacts
-from store.files import FileChange
-from store.migrate import upgrade
 from tests.conftest import Clock
 from tests.store.conftest import claim, execute_change, new_session, reply, think
-from worker import sources
-from worker.workspaces import Workspaces
 
 
 @pytest.fixture
@@ -229,7 +229,7 @@ def test_a_directory_artifact_store(tmp_path: Path, store: Store) -> None:
     blob = {"0" * 64: b""}
     with pytest.raises(ValueError, match="does not hold"):
         artifacts.put(blob)
-    from store.files import blob_hash
+    from tickwork.store.files import blob_hash
 
     assert artifacts.put({blob_hash(b"abc"): b"abc"}) == 3
     assert artifacts.put({blob_hash(b"abc"): b"abc"}) == 0
@@ -306,7 +306,7 @@ def test_a_tool_that_names_what_it_wrote_is_checked_on_those_paths_only(
 def test_a_file_over_the_limit_is_not_kept(
     store: Store, clock: Clock, project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from worker import working_copy
+    from tickwork.worker.files import working_copy
 
     monkeypatch.setattr(working_copy, "MAX_TRACKED_FILE_BYTES", 100)
     base, _ = sources.pack(project, DatabaseArtifacts(store.engine))
@@ -325,8 +325,9 @@ def test_a_file_over_the_limit_is_not_kept(
 def test_an_artifact_store_that_is_away_retries_the_tick_and_fails_nothing(
     tmp_path: Path, project: Path
 ) -> None:
-    from fsm.errors import ArtifactsUnavailable
-    from fsm.values import CallState, Status
+    from tickwork.fsm.errors import ArtifactsUnavailable
+    from tickwork.fsm.values import CallState, Status
+
     from tests.security.conftest import Env
 
     url = f"sqlite:///{tmp_path / 'away.db'}"
@@ -368,9 +369,10 @@ def test_a_full_workspaces_disk_puts_the_tick_back_and_fails_nothing(
     store is away, and runs once there is room."""
     import subprocess
 
-    from fsm.values import CallState, Status
+    from tickwork.fsm.values import CallState, Status
+    from tickwork.worker.observers.report import Outcome
+
     from tests.security.conftest import Env
-    from worker.report import Outcome
 
     disk = tmp_path / "workspaces"
     disk.mkdir()

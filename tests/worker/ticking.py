@@ -7,15 +7,16 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from fsm.values import Head
-from store import open_store
+from tickwork.fsm.values import Head
+from tickwork.store import open_store
+from tickwork.worker.config.settings import Settings
+from tickwork.worker.jobs import Jobs
+from tickwork.worker.observers.report import TickReport
+from tickwork.worker.tick.advance import advance
+from tickwork.worker.tick.runtime import Runtime
+
 from tests.conftest import Clock
 from tickwork.client import Tickwork
-from worker.advance import advance
-from worker.jobs import Jobs
-from worker.report import TickReport
-from worker.runtime import Runtime
-from worker.settings import Settings
 
 KIND = "tests.jobs:TEST"
 #: a step with a call that needs approval, then a final answer

@@ -17,9 +17,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from swagger_ui_bundle import swagger_ui_path
 
 from tickwork.client import Tickwork
-from worker.metrics import StoreCollector
-from worker.release import version
-from worker.settings import Settings, load_settings
+from tickwork.worker.config.release import version
+from tickwork.worker.config.settings import Settings, load_settings
+from tickwork.worker.observers.metrics import StoreCollector
 
 from . import dead_letters, errors, health, metrics, sessions, stream
 from .auth import TokenGate, Tokens

@@ -18,7 +18,7 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from fsm.errors import ConfigurationError
+from tickwork.fsm.errors import ConfigurationError
 
 from .errors import ApiError, answer
 from .limits import refuse_unread

@@ -13,8 +13,8 @@ from typing import Annotated, Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from fsm.context import MAX_WINDOW, MIN_WINDOW
-from fsm.values import DecisionKind
+from tickwork.fsm.context import MAX_WINDOW, MIN_WINDOW
+from tickwork.fsm.values import DecisionKind
 
 from .limits import check_tree
 

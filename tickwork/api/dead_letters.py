@@ -15,10 +15,10 @@ from fastapi import APIRouter, Path, Query
 from fastapi.responses import StreamingResponse
 from pydantic import Field
 
-from fsm.errors import ConfigurationError
-from fsm.values import ErrorCode, Head
-from store import dead_letters as dl
 from tickwork import exports, parsing, views
+from tickwork.fsm.errors import ConfigurationError
+from tickwork.fsm.values import ErrorCode, Head
+from tickwork.store import dead_letters as dl
 
 from . import bodies
 from .auth import Operator, Reader

@@ -20,7 +20,7 @@ from sqlalchemy.exc import DataError, DBAPIError
 from starlette.exceptions import HTTPException
 from starlette.routing import Match, Mount
 
-from fsm.errors import ConfigurationError, IllegalTransition, InvalidInput, TickworkError
+from tickwork.fsm.errors import ConfigurationError, IllegalTransition, InvalidInput, TickworkError
 
 log = logging.getLogger("tickwork.api")
 

@@ -13,8 +13,8 @@ import anyio
 from alembic.script import ScriptDirectory
 from fastapi import APIRouter, Request
 
-from store.migrate import alembic_config
 from tickwork.client import Tickwork
+from tickwork.store.migrate import alembic_config
 
 from .errors import ApiError, documented
 

@@ -24,7 +24,7 @@ from prometheus_client import (
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from worker.metrics import StoreCollector, registry
+from tickwork.worker.observers.metrics import StoreCollector, registry
 
 REQUESTS = Counter(
     "tickwork_api_requests", "API requests by route and status", ["method", "route", "status"]

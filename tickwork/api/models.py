@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fsm.errors import ConfigurationError
+from tickwork.fsm.errors import ConfigurationError
 
 from .errors import ApiError
 from .settings import ApiSettings
@@ -68,7 +68,7 @@ def allowed_model(spec: str | None, settings: ApiSettings) -> str | None:
         raise refusal from None
     if not inside:
         raise refusal
-    from worker.models.scripted import load_script
+    from tickwork.worker.models.scripted import load_script
 
     try:
         load_script(found)  # inside the roots: the operator's scripts, errors shown as they are

@@ -12,8 +12,8 @@ import posixpath
 from collections.abc import Callable
 from typing import Any
 
-from fsm.errors import TickworkError
-from fsm.values import ToolCall
+from tickwork.fsm.errors import TickworkError
+from tickwork.fsm.values import ToolCall
 
 #: reads one file of the session as stored (None: no such file); None: the session has none
 Reader = Callable[[str], bytes | None] | None

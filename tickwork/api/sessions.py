@@ -9,11 +9,11 @@ from fastapi.responses import PlainTextResponse
 from pydantic import Field
 from sqlalchemy.exc import IntegrityError
 
-from fsm.errors import AlreadyDecided, InvalidInput
-from fsm.outcomes import Outcome, outcome_of
-from fsm.values import ErrorCode, EventKind, Head, Session, Status
 from tickwork import views
 from tickwork.client import SESSION_ID, Tickwork
+from tickwork.fsm.errors import AlreadyDecided, InvalidInput
+from tickwork.fsm.outcomes import Outcome, outcome_of
+from tickwork.fsm.values import ErrorCode, EventKind, Head, Session, Status
 
 from . import bodies, previews
 from .auth import Approver, Caller, Canceller, Operator, Reader, Submitter

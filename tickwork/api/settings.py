@@ -19,7 +19,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from fsm.errors import ConfigurationError
+from tickwork.fsm.errors import ConfigurationError
 
 
 class Role(StrEnum):

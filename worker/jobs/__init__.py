@@ -2,7 +2,7 @@
 
 A job kind is an importable object (`module:attr`); workers find kinds by name in the
 built-ins and in `TICKWORK_IMPORTS` (which may also name model providers). The built-in
-`repair` kind and its toolkit are the package `worker.jobs.repair`.
+`repair` kind and its toolkit are the package `tickwork.worker.jobs.repair`.
 """
 
 from __future__ import annotations
@@ -11,14 +11,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from fsm.errors import ConfigurationError, InvalidInput
-
-from ..imports import load_object
-from ..models.providers import Provider
-from ..tools.registry import ToolRegistry
+from tickwork.fsm.errors import ConfigurationError, InvalidInput
+from tickwork.worker.config.imports import load_object
+from tickwork.worker.models.providers import Provider
+from tickwork.worker.tools.registry import ToolRegistry
 
 #: built-in kinds by name
-BUILTIN = {"repair": "worker.jobs.repair:REPAIR"}
+BUILTIN = {"repair": "tickwork.worker.jobs.repair:REPAIR"}
 
 
 @dataclass(frozen=True)
@@ -69,7 +68,7 @@ class Jobs:
         for spec in self._imports:
             found = load_object(spec)
             if isinstance(found, Provider):
-                continue  # a model provider (worker.models.providers), not a job kind
+                continue  # a model provider (tickwork.worker.models.providers), not a job kind
             kind = _as_kind(found, spec)
             self._specs[kind.name] = spec
             if kind.name == name:
@@ -85,5 +84,7 @@ class Jobs:
 
 def _as_kind(obj: Any, spec: str) -> JobKind:
     if not isinstance(obj, JobKind):
-        raise ConfigurationError(f"{spec} is a {type(obj).__name__}, not a worker.jobs.JobKind")
+        raise ConfigurationError(
+            f"{spec} is a {type(obj).__name__}, not a tickwork.worker.jobs.JobKind"
+        )
     return obj

@@ -5,14 +5,14 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from .anthropic import AnthropicMessagesModel
-from .base import Message, Model, ModelSettings, ToolSchema
-from .openai import DEFAULT_BASE_URL, OpenAIChatModel
-from .pricing import PRICES, Price, cost_usd, price_for
-from .providers import MAX_MODEL_NAME, Provider, Providers
-from .react import ReActModel
-from .scripted import ScriptedModel
-from .transport import ClientPool, Poster, pooled_client
+from tickwork.worker.models.anthropic import AnthropicMessagesModel
+from tickwork.worker.models.base import Message, Model, ModelSettings, ToolSchema
+from tickwork.worker.models.openai import DEFAULT_BASE_URL, OpenAIChatModel
+from tickwork.worker.models.pricing import PRICES, Price, cost_usd, price_for
+from tickwork.worker.models.providers import MAX_MODEL_NAME, Provider, Providers
+from tickwork.worker.models.react import ReActModel
+from tickwork.worker.models.scripted import ScriptedModel
+from tickwork.worker.models.transport import ClientPool, Poster, pooled_client
 
 __all__ = [
     "DEFAULT_BASE_URL",

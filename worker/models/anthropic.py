@@ -1,6 +1,6 @@
 """An Anthropic Messages API client over httpx: `anthropic:MODEL`.
 
-The transcript is built in OpenAI's chat shape (`fsm.transcript`); this module says it in
+The transcript is built in OpenAI's chat shape (`tickwork.fsm.transcript`); this module says it in
 Anthropic's: the system prompt at the top level, tool calls as `tool_use` blocks, their
 results as `tool_result` blocks of the next user message, and consecutive messages of one
 role merged (the API wants them alternating). Cache breakpoints (`cache_control`) mark the
@@ -17,12 +17,10 @@ import time
 from typing import Any
 
 import httpx
-
-from fsm.errors import ContextTooLong, PermanentModelError, TransientModelError
-from fsm.values import ModelReply, ProposedCall, Usage, provider_call_id
-
-from .base import Message, ModelSettings, ToolSchema
-from .transport import (
+from tickwork.fsm.errors import ContextTooLong, PermanentModelError, TransientModelError
+from tickwork.fsm.values import ModelReply, ProposedCall, Usage, provider_call_id
+from tickwork.worker.models.base import Message, ModelSettings, ToolSchema
+from tickwork.worker.models.transport import (
     Poster,
     call_timeout,
     estimated_usage,
@@ -38,7 +36,7 @@ DEFAULT_BASE_URL = "https://api.anthropic.com"
 API_VERSION = "2023-06-01"
 #: the completion cap sent when the caller sets none: the API requires one
 DEFAULT_MAX_TOKENS = 4_096
-#: the prefix of a tool result's text that says the call failed (as `fsm.transcript` writes it)
+#: the prefix of a tool result's text that says the call failed (as `tickwork.fsm.transcript` writes it)
 ERROR_PREFIX = "ERROR: "
 #: how the API says a prompt is longer than the model's window
 _TOO_LONG = re.compile(r"prompt is too long|input length .*exceed context limit", re.I)

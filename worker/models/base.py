@@ -6,8 +6,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
-
-from fsm.values import ModelReply
+from tickwork.fsm.values import ModelReply
 
 #: an OpenAI chat message: system, user, assistant (maybe with `tool_calls`) or tool
 Message = dict[str, Any]
@@ -64,5 +63,5 @@ def transcript_text(messages: list[Message]) -> str:
 
 
 def estimate_prompt(messages: Sequence[Message]) -> int:
-    """A prompt's tokens as the context policy counts them (`fsm.context`)."""
+    """A prompt's tokens as the context policy counts them (`tickwork.fsm.context`)."""
     return estimate_tokens(transcript_text(list(messages)))

@@ -13,12 +13,10 @@ from collections.abc import Mapping
 from typing import Any
 
 import httpx
-
-from fsm.errors import ContextTooLong, PermanentModelError, TransientModelError
-from fsm.values import ModelReply, ProposedCall, Usage, provider_call_id
-
-from .base import Message, ModelSettings, ToolSchema
-from .transport import (
+from tickwork.fsm.errors import ContextTooLong, PermanentModelError, TransientModelError
+from tickwork.fsm.values import ModelReply, ProposedCall, Usage, provider_call_id
+from tickwork.worker.models.base import Message, ModelSettings, ToolSchema
+from tickwork.worker.models.transport import (
     Poster,
     call_timeout,
     estimated_usage,

@@ -13,11 +13,10 @@ from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, NamedTuple, Protocol
 
-from fsm.budgets import NextCall
-from fsm.errors import ConfigurationError
-from fsm.values import Usage
-
-from .base import Message, estimate_tokens, transcript_text
+from tickwork.fsm.budgets import NextCall
+from tickwork.fsm.errors import ConfigurationError
+from tickwork.fsm.values import Usage
+from tickwork.worker.models.base import Message, estimate_tokens, transcript_text
 
 #: the model name the scripted model reports, priced at zero
 SCRIPTED = "scripted"
@@ -156,7 +155,7 @@ def _completed(name: str, price: Price) -> Price:
 
 
 class SpecPrices(Protocol):
-    """What prices a whole model spec: the model providers (worker.models.providers)."""
+    """What prices a whole model spec: the model providers (tickwork.worker.models.providers)."""
 
     def price(self, spec: str, overrides: Mapping[str, PriceLike] | None = None) -> Price | None:
         """The price of the model `spec` names (the overrides first), or None if unknown."""

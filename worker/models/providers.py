@@ -24,15 +24,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from fsm.errors import ConfigurationError, InvalidModelSpec
-
-from ..imports import load_object
-from . import anthropic
-from .base import Model
-from .openai import DEFAULT_BASE_URL, OpenAIChatModel
-from .pricing import SCRIPTED, Price, PriceLike, price_for
-from .react import ReActModel
-from .scripted import ScriptedModel, load_script
+from tickwork.fsm.errors import ConfigurationError, InvalidModelSpec
+from tickwork.worker.config.imports import load_object
+from tickwork.worker.models import anthropic
+from tickwork.worker.models.base import Model
+from tickwork.worker.models.openai import DEFAULT_BASE_URL, OpenAIChatModel
+from tickwork.worker.models.pricing import SCRIPTED, Price, PriceLike, price_for
+from tickwork.worker.models.react import ReActModel
+from tickwork.worker.models.scripted import ScriptedModel, load_script
 
 #: the entry-point group installed packages list their providers in
 ENTRY_POINTS = "tickwork.models"
@@ -54,7 +53,7 @@ class Provider:
     #: the accepted form, for a person who wrote another: `openai:MODEL (...)`
     help: str
     #: `make(rest, ...)` -> the Model; keywords: `timeout_s`, `client` (a shared
-    #: `worker.models.Poster`, left open: `post(url, json=, headers=, timeout=)` as
+    #: `tickwork.worker.models.Poster`, left open: `post(url, json=, headers=, timeout=)` as
     #: httpx.Client's; or None), `env` (stands in for os.environ), `base_url`,
     #: `api_key`, `spec` (the whole spec), `providers` (the registry)
     make: Callable[..., Model]
@@ -223,7 +222,7 @@ def _register(known: dict[str, Provider], provider: Provider, origin: str) -> No
 def _as_provider(obj: Any, origin: str) -> Provider:
     if not isinstance(obj, Provider):
         raise ConfigurationError(
-            f"{origin} is a {type(obj).__name__}, not a worker.models.providers.Provider"
+            f"{origin} is a {type(obj).__name__}, not a tickwork.worker.models.providers.Provider"
         )
     return obj
 

@@ -23,9 +23,8 @@ import json
 import re
 from typing import Any
 
-from fsm.values import ModelReply, ProposedCall
-
-from .base import Message, Model, ModelSettings, ToolSchema
+from tickwork.fsm.values import ModelReply, ProposedCall
+from tickwork.worker.models.base import Message, Model, ModelSettings, ToolSchema
 
 _LABEL = re.compile(
     r"^[ \t>#*_]*(?P<label>thought|action[ _]?input|action|observation|final[ _]?answer)"

@@ -27,12 +27,16 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, ValidationError
-
-from fsm.errors import ConfigurationError, PermanentModelError, TransientModelError
-from fsm.values import ModelReply, ProposedCall, Usage
-
-from .base import Message, ModelSettings, ToolSchema, estimate_tokens, transcript_text
-from .pricing import SCRIPTED
+from tickwork.fsm.errors import ConfigurationError, PermanentModelError, TransientModelError
+from tickwork.fsm.values import ModelReply, ProposedCall, Usage
+from tickwork.worker.models.base import (
+    Message,
+    ModelSettings,
+    ToolSchema,
+    estimate_tokens,
+    transcript_text,
+)
+from tickwork.worker.models.pricing import SCRIPTED
 
 #: how deep lists and objects may nest in a script (its tool arguments included)
 MAX_NESTING = 64

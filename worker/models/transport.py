@@ -16,11 +16,9 @@ from typing import Any, Protocol
 
 import certifi
 import httpx
-
-from fsm.errors import PermanentModelError, TransientModelError
-from fsm.values import ProposedCall, Usage
-
-from .base import Message, estimate_tokens, transcript_text
+from tickwork.fsm.errors import PermanentModelError, TransientModelError
+from tickwork.fsm.values import ProposedCall, Usage
+from tickwork.worker.models.base import Message, estimate_tokens, transcript_text
 
 #: statuses besides 5xx that the same request may get past later (as the OpenAI SDK retries)
 TRANSIENT_STATUSES = frozenset({408, 409, 429})

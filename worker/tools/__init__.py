@@ -1,6 +1,13 @@
 """Tools the model can call: the registry and running a call (the repair toolkit is
-`worker.jobs.repair.toolkit`)."""
+`tickwork.worker.jobs.repair.toolkit`)."""
 
-from .registry import Tool, ToolContext, ToolRegistry, ToolResult, run_tool, tool
+from tickwork.worker.tools.registry import (
+    Tool,
+    ToolContext,
+    ToolRegistry,
+    ToolResult,
+    run_tool,
+    tool,
+)
 
 __all__ = ["Tool", "ToolContext", "ToolRegistry", "ToolResult", "run_tool", "tool"]

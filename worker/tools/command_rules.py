@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 
-from .shell_syntax import Word, word_set
+from tickwork.worker.tools.shell_syntax import Word, word_set
 
 SAFE_SINKS = word_set("/dev/null /dev/stdout /dev/stderr /dev/tty")
 

@@ -19,8 +19,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .command_rules import SAFE_SINKS, program_reason
-from .shell_syntax import Redirect, Unparsable, Word, lex, simple_commands, word_set
+from tickwork.worker.tools.command_rules import SAFE_SINKS, program_reason
+from tickwork.worker.tools.shell_syntax import (
+    Redirect,
+    Unparsable,
+    Word,
+    lex,
+    simple_commands,
+    word_set,
+)
 
 #: how deep `sh -c`, `$(...)` and wrappers may nest before we give up and ask
 _MAX_DEPTH = 12

@@ -14,9 +14,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from fsm.errors import ToolError
-
-from .sandbox import read_regular, relative, resolve, workspace_root, write_text
+from tickwork.fsm.errors import ToolError
+from tickwork.worker.tools.confinement import (
+    read_regular,
+    relative,
+    resolve,
+    workspace_root,
+    write_text,
+)
 
 _HUNK_HEADER = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 #: git's C-style escapes (quote.c); every other byte below 0x20 or from 0x7f is octal

@@ -23,13 +23,16 @@ from types import MappingProxyType, SimpleNamespace
 from typing import Annotated, Any, get_type_hints, overload
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
-
-from fsm.approvals import ApprovalRule, Policy
-from fsm.errors import ConfigurationError, InvalidToolArguments, ToolError, UnknownTool
-from fsm.values import idempotency_key as _idempotency_key
-
-from .runner import Sandbox
-from .schemas import explain_error, parse_docstring, signature_line, without_titles
+from tickwork.fsm.approvals import ApprovalRule, Policy
+from tickwork.fsm.errors import ConfigurationError, InvalidToolArguments, ToolError, UnknownTool
+from tickwork.fsm.values import idempotency_key as _idempotency_key
+from tickwork.worker.sandbox.runner import Sandbox
+from tickwork.worker.tools.schemas import (
+    explain_error,
+    parse_docstring,
+    signature_line,
+    without_titles,
+)
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +61,7 @@ class ToolContext:
     #: how commands run (the OS sandbox and its limits); None: from the settings
     sandbox: Sandbox | None = None
     #: this host's copy of the session's environment, mounted read-only at /env for its
-    #: commands (worker/environments.py); None: the session has none
+    #: commands (worker/files/environments.py); None: the session has none
     environment: Path | None = None
 
     def check(self) -> None:

@@ -10,8 +10,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
-
-from store.schema import UTCDateTime
+from tickwork.store.schema import UTCDateTime
 
 revision = "0001"
 down_revision = None

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
-
-from store.schema import UTCDateTime
+from tickwork.store.schema import UTCDateTime
 
 revision = "0006_observers"
 down_revision = "0005_api"

@@ -55,7 +55,7 @@ TOTAL_KEY = ("grouping", "is_null", "value")
 
 
 def _count_the_dead_letters_there() -> None:
-    """The backfill, as `store.dead_letter_counts.rebuild` does it at this revision: per
+    """The backfill, as `tickwork.store.dead_letter_counts.rebuild` does it at this revision: per
     grouping, one INSERT ... SELECT ... GROUP BY for the days (the UTC date of `at`) and one
     for all time; the tables as this revision knows them."""
     bind = op.get_bind()

@@ -1,6 +1,6 @@
 """sessions record the runtime level a worker needs to run them
 
-A worker claims only sessions of its own runtime level or below (fsm.values.RUNTIME_LEVEL),
+A worker claims only sessions of its own runtime level or below (tickwork.fsm.values.RUNTIME_LEVEL),
 so an older worker in a rolling upgrade leaves a newer session alone. The sessions already
 stored (0.1.0 recorded no level) need level 1, the server default.
 

@@ -8,14 +8,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tickwork.fsm.errors import (
+    ConfigurationError,
+    ContextTooLong,
+    PermanentModelError,
+    TransientModelError,
+)
+from tickwork.fsm.values import Status, Usage
+from tickwork.worker.models import ModelSettings, Providers, price_for
+from tickwork.worker.models.anthropic import AnthropicMessagesModel
+from tickwork.worker.models.pricing import charge
 
-from fsm.errors import ConfigurationError, ContextTooLong, PermanentModelError, TransientModelError
-from fsm.values import Status, Usage
 from tests.anthropic_fake import KEY, FakeAnthropic, fake_anthropic_server
 from tickwork.cli_demo import DEMO_SCRIPT, demo_input, prepare_demo_workspace
-from worker.models import ModelSettings, Providers, price_for
-from worker.models.anthropic import AnthropicMessagesModel
-from worker.models.pricing import charge
 
 from .test_models_ticks import Ticks
 
@@ -37,7 +42,7 @@ TOOLS = [
         },
     },
 ]
-#: a transcript as fsm.transcript builds it: a step with two calls, one failed, then a nudge
+#: a transcript as tickwork.fsm.transcript builds it: a step with two calls, one failed, then a nudge
 TRANSCRIPT: list[dict[str, Any]] = [
     {"role": "system", "content": "You repair code."},
     {"role": "user", "content": "Fix the failing test."},

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 from rich.console import Console
+from tickwork.fsm.values import EventKind, Status, Usage
+from tickwork.worker.models import price_for
 
-from fsm.values import EventKind, Status, Usage
 from tickwork import render, views
-from worker.models import price_for
 
 from .test_models_ticks import KIND, Ticks
 
@@ -88,10 +88,10 @@ def test_cached_prompt_tokens_are_stored_priced_and_shown(
 def test_cached_tokens_are_counted_in_the_metrics() -> None:
     from datetime import UTC, datetime
 
-    from fsm.machine import Change
-    from fsm.values import Head, Step
-    from worker.metrics import MODEL_TOKENS, count_change
-    from worker.models import Providers
+    from tickwork.fsm.machine import Change
+    from tickwork.fsm.values import Head, Step
+    from tickwork.worker.models import Providers
+    from tickwork.worker.observers.metrics import MODEL_TOKENS, count_change
 
     now = datetime(2026, 12, 1, tzinfo=UTC)
     model = "openai:metrics-cached-test"

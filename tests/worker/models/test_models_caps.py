@@ -15,8 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from fsm.values import ErrorCode, Status
+from tickwork.fsm.values import ErrorCode, Status
 
 from .conftest import Canned, ChatServer
 from .test_models_ticks import KIND, Ticks

@@ -1,9 +1,8 @@
 from __future__ import annotations
 
 import pytest
-
-from fsm.errors import ConfigurationError
-from worker.models import (
+from tickwork.fsm.errors import ConfigurationError
+from tickwork.worker.models import (
     DEFAULT_BASE_URL,
     ModelSettings,
     OpenAIChatModel,
@@ -103,8 +102,8 @@ def test_unknown_specs_name_the_accepted_forms(spec):
     ],
 )
 def test_check_spec_refuses_what_make_model_cannot_make(spec):
-    from fsm.errors import InvalidModelSpec
-    from worker.models import check_spec
+    from tickwork.fsm.errors import InvalidModelSpec
+    from tickwork.worker.models import check_spec
 
     with pytest.raises(InvalidModelSpec) as caught:
         check_spec(spec)
@@ -118,6 +117,6 @@ def test_check_spec_refuses_what_make_model_cannot_make(spec):
     ["openai:gpt-4o", "openai:meta-llama/Llama-3.1-8B", "react:openai:llama3", "scripted:/a.json"],
 )
 def test_check_spec_takes_the_forms_make_model_makes(spec):
-    from worker.models import check_spec
+    from tickwork.worker.models import check_spec
 
     assert check_spec(spec) == spec

@@ -8,14 +8,13 @@ from email.utils import format_datetime
 
 import httpx
 import pytest
-
-from fsm.errors import PermanentModelError, TransientModelError
-from fsm.values import ProposedCall, Usage
-from worker.jobs import Jobs
-from worker.models import ModelSettings, OpenAIChatModel
-from worker.models.transport import retry_after_s
-from worker.runtime import Runtime, build_store
-from worker.settings import Settings
+from tickwork.fsm.errors import PermanentModelError, TransientModelError
+from tickwork.fsm.values import ProposedCall, Usage
+from tickwork.worker.config.settings import Settings
+from tickwork.worker.jobs import Jobs
+from tickwork.worker.models import ModelSettings, OpenAIChatModel
+from tickwork.worker.models.transport import retry_after_s
+from tickwork.worker.tick.runtime import Runtime, build_store
 
 MESSAGES = [
     {"role": "system", "content": "You repair code."},

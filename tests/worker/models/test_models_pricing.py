@@ -4,11 +4,15 @@ import logging
 import uuid
 
 import pytest
-
-from fsm.errors import ConfigurationError
-from fsm.values import Usage
-from worker.models import Price, Providers, cost_usd, price_for
-from worker.models.pricing import DEFAULT_MAX_COMPLETION, call_cost, next_call, session_price
+from tickwork.fsm.errors import ConfigurationError
+from tickwork.fsm.values import Usage
+from tickwork.worker.models import Price, Providers, cost_usd, price_for
+from tickwork.worker.models.pricing import (
+    DEFAULT_MAX_COMPLETION,
+    call_cost,
+    next_call,
+    session_price,
+)
 
 MILLION = Usage(prompt_tokens=1_000_000, completion_tokens=1_000_000)
 
@@ -144,7 +148,7 @@ def test_bad_overrides_are_refused(override):
 
 def test_unknown_model_costs_nothing_and_warns_once(caplog):
     name = f"mystery-{uuid.uuid4().hex}"
-    caplog.set_level(logging.WARNING, logger="worker.models.pricing")
+    caplog.set_level(logging.WARNING, logger="tickwork.worker.models.pricing")
 
     costs = [cost_usd(name, MILLION) for _ in range(3)]
 

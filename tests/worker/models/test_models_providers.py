@@ -5,12 +5,12 @@ from __future__ import annotations
 import importlib.metadata
 
 import pytest
+from tickwork.fsm.errors import ConfigurationError, InvalidModelSpec
+from tickwork.worker.models import Price, Providers, check_spec, make_model
+from tickwork.worker.models.pricing import session_price
+from tickwork.worker.models.providers import ENTRY_POINTS, Provider
 
-from fsm.errors import ConfigurationError, InvalidModelSpec
 from tests.providers import CANNED, CannedModel
-from worker.models import Price, Providers, check_spec, make_model
-from worker.models.pricing import session_price
-from worker.models.providers import ENTRY_POINTS, Provider
 
 CANNED_IMPORT = "tests.providers:CANNED"
 

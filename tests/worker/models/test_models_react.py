@@ -3,10 +3,9 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from fsm.values import ModelReply, ProposedCall, Usage
-from worker.models import ModelSettings, ReActModel
-from worker.models.react import FORMAT_REMINDER, parse, render
+from tickwork.fsm.values import ModelReply, ProposedCall, Usage
+from tickwork.worker.models import ModelSettings, ReActModel
+from tickwork.worker.models.react import FORMAT_REMINDER, parse, render
 
 TOOLS = [
     {

@@ -3,10 +3,9 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from fsm.errors import ConfigurationError, PermanentModelError, TransientModelError
-from fsm.values import ProposedCall, Usage
-from worker.models import Model, ModelSettings, ScriptedModel
+from tickwork.fsm.errors import ConfigurationError, PermanentModelError, TransientModelError
+from tickwork.fsm.values import ProposedCall, Usage
+from tickwork.worker.models import Model, ModelSettings, ScriptedModel
 
 SETTINGS = ModelSettings()
 REPAIR = [

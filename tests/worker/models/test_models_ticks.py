@@ -1,4 +1,4 @@
-"""Model calls through real ticks (`worker.advance.advance`) on SQLite and on Postgres."""
+"""Model calls through real ticks (`tickwork.worker.tick.advance.advance`) on SQLite and on Postgres."""
 
 from __future__ import annotations
 
@@ -7,14 +7,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tickwork.fsm.values import ErrorCode, Head, Status
+from tickwork.store import make_engine, open_store
+from tickwork.worker.config.settings import Settings
+from tickwork.worker.jobs import Jobs
+from tickwork.worker.tick.advance import advance
+from tickwork.worker.tick.runtime import Runtime
 
-from fsm.values import ErrorCode, Head, Status
-from store import make_engine, open_store
 from tickwork.client import Tickwork
-from worker.advance import advance
-from worker.jobs import Jobs
-from worker.runtime import Runtime
-from worker.settings import Settings
 
 KIND = "tests.jobs:TEST"
 
@@ -157,7 +157,7 @@ def test_a_model_without_a_price_runs_once_it_has_one_or_no_cost_budget(
 
 
 def test_a_model_without_a_price_is_refused_while_a_cost_budget_applies(ticks: Ticks) -> None:
-    from fsm.errors import UnpricedModel
+    from tickwork.fsm.errors import UnpricedModel
 
     with pytest.raises(UnpricedModel) as refused:
         ticks.client.submit(KIND, {}, model="react:openai:my-local-model")
@@ -177,7 +177,7 @@ def test_the_price_table_of_the_settings_prices_a_model(ticks: Ticks) -> None:
     "price", [pytest.param((-1, 1), id="negative"), pytest.param("12", id="text")]
 )
 def test_a_bad_price_is_refused(ticks: Ticks, price: Any) -> None:
-    from fsm.errors import InvalidInput
+    from tickwork.fsm.errors import InvalidInput
 
     with pytest.raises(InvalidInput, match="the price for 'openai:x'"):
         ticks.client.submit(KIND, {}, model="openai:x", price=price)
@@ -187,7 +187,7 @@ def test_a_bad_price_is_refused(ticks: Ticks, price: Any) -> None:
     "spec", ["gpt-4o", "gemini:pro", "openai:", "react:gpt-4o", "openai:a b", "scripted:"]
 )
 def test_a_model_spec_tickwork_cannot_run_is_refused_at_submit(ticks: Ticks, spec: str) -> None:
-    from fsm.errors import InvalidModelSpec
+    from tickwork.fsm.errors import InvalidModelSpec
 
     with pytest.raises(InvalidModelSpec) as refused:
         ticks.client.submit(KIND, {}, model=spec, budgets={"max_cost_usd": 0})
@@ -196,7 +196,7 @@ def test_a_model_spec_tickwork_cannot_run_is_refused_at_submit(ticks: Ticks, spe
 
 
 def test_a_fork_may_not_give_a_model_without_a_price_a_cost_budget(ticks: Ticks) -> None:
-    from fsm.errors import UnpricedModel
+    from tickwork.fsm.errors import UnpricedModel
 
     head = ticks.client.submit(KIND, {}, model="openai:local", budgets={"max_cost_usd": 0})
     with pytest.raises(UnpricedModel, match="'openai:local' has no price"):

@@ -7,9 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from worker.jobs.repair import default_registry
-from worker.tools import ToolContext, ToolResult, run_tool
+from tickwork.worker.jobs.repair import default_registry
+from tickwork.worker.tools import ToolContext, ToolResult, run_tool
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The egress proxy (worker/tools/egress.py) spoken to directly on its unix socket, as the
+"""The egress proxy (worker/sandbox/egress.py) spoken to directly on its unix socket, as the
 forwarder inside the sandbox does: what it sends on, what it refuses, its bounds."""
 
 from __future__ import annotations
@@ -10,10 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from worker.allowlist import AllowList
-from worker.settings import Settings
-from worker.tools.egress import SOCKET, EgressPolicy, network_mode, policy_for, serving
+from tickwork.worker.config.settings import Settings
+from tickwork.worker.config.allowlist import AllowList
+from tickwork.worker.sandbox.egress import SOCKET, EgressPolicy, network_mode, policy_for, serving
 
 
 @pytest.fixture

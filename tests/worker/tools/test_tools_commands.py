@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import pytest
-
-from fsm.approvals import approval_reason, needs_approval
-from worker.jobs.repair.toolkit import run_command
-from worker.tools.commands import command_needs_approval, destructive_reason, is_destructive
+from tickwork.fsm.approvals import approval_reason, needs_approval
+from tickwork.worker.jobs.repair.toolkit import run_command
+from tickwork.worker.tools.commands import (
+    command_needs_approval,
+    destructive_reason,
+    is_destructive,
+)
 
 DESTRUCTIVE = [
     "rm x",

@@ -7,9 +7,14 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
-from fsm.errors import PathOutsideWorkspace, ToolError
-from worker.tools.patches import apply_hunks, apply_patch, parse_patch, quote_path, unquote_path
+from tickwork.fsm.errors import PathOutsideWorkspace, ToolError
+from tickwork.worker.tools.patches import (
+    apply_hunks,
+    apply_patch,
+    parse_patch,
+    quote_path,
+    unquote_path,
+)
 
 APP = "".join(f"line {n}\n" for n in range(1, 21))
 

@@ -11,11 +11,10 @@ from typing import Annotated, Any
 
 import pytest
 from pydantic import Field
-
-from fsm.approvals import ApprovalRule, needs_approval
-from fsm.errors import ConfigurationError, InvalidToolArguments, ToolError, UnknownTool
-from worker.tools import Tool, ToolContext, ToolRegistry, ToolResult, run_tool, tool
-from worker.tools.registry import cap_output, render_output
+from tickwork.fsm.approvals import ApprovalRule, needs_approval
+from tickwork.fsm.errors import ConfigurationError, InvalidToolArguments, ToolError, UnknownTool
+from tickwork.worker.tools import Tool, ToolContext, ToolRegistry, ToolResult, run_tool, tool
+from tickwork.worker.tools.registry import cap_output, render_output
 
 
 @tool

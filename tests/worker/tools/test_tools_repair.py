@@ -7,10 +7,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
-from worker.jobs.repair import default_registry, repair_tools
-from worker.tools import ToolContext, ToolResult
-from worker.tools.runner import Limits, Sandbox
+from tickwork.worker.jobs.repair import default_registry, repair_tools
+from tickwork.worker.sandbox.runner import Limits, Sandbox
+from tickwork.worker.tools import ToolContext, ToolResult
 
 Call = Callable[..., ToolResult]
 

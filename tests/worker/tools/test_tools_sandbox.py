@@ -6,9 +6,8 @@ import os
 from pathlib import Path
 
 import pytest
-
-from fsm.errors import PathOutsideWorkspace, ToolError
-from worker.tools.sandbox import relative, resolve, workspace_root, write_text
+from tickwork.fsm.errors import PathOutsideWorkspace, ToolError
+from tickwork.worker.tools.confinement import relative, resolve, workspace_root, write_text
 
 
 @pytest.fixture

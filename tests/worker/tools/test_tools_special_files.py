@@ -16,9 +16,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from tickwork.worker.tools import ToolContext, ToolResult
 
 from tickwork.testing import until
-from worker.tools import ToolContext, ToolResult
 
 Call = Callable[..., ToolResult]
 

@@ -1,7 +1,7 @@
 """The built-in `repair` job kind (`job.py`) and the toolkit its sessions use (`toolkit.py`)."""
 
-from .job import REPAIR, diff_manifests, finish, prepare, session_patch
-from .toolkit import default_registry, repair_tools, run_in_workspace
+from tickwork.worker.jobs.repair.job import REPAIR, diff_manifests, finish, prepare, session_patch
+from tickwork.worker.jobs.repair.toolkit import default_registry, repair_tools, run_in_workspace
 
 __all__ = [
     "REPAIR",

@@ -1,9 +1,9 @@
 """The `repair` job kind: make a project's tests pass; the result is the patch it made.
 
 `prepare` stores the job's source once in the artifact store (a git repository at a ref,
-resolved to a commit, or a directory packed at submit; `worker/sources.py`), so the user's
+resolved to a commit, or a directory packed at submit; `worker/files/sources.py`), so the user's
 files are never changed and every worker can reach them. The session works on its own copy
-(`worker/workspaces.py`) with the toolkit of `toolkit.py`. `finish` diffs the session's
+(`worker/files/workspaces.py`) with the toolkit of `toolkit.py`. `finish` diffs the session's
 final files against the source, both read from the store (git-style unified diff: new and
 deleted files too; binary files and files over 5 MB show as `Binary files ... differ`),
 then runs the test command once more and records whether it passes, and the session's
@@ -19,25 +19,29 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fsm.errors import ArtifactsUnavailable, ConfigurationError, InvalidInput
-from fsm.outcomes import NOT_FOUND_EXIT_CODES, repair_outcome
-from fsm.values import Head
-from store.artifacts import Artifacts
-from store.files import Manifest, parse_entry
-from worker import sources
-from worker.allowlist import AllowList
-from worker.environment_plans import NONE, check_setup
-from worker.jobs import JobKind
-from worker.settings import load_settings
-from worker.tools import egress
-from worker.tools.patches import quote_path
-from worker.tools.runner import sandbox_of
-
-from . import legacy
-from .toolkit import MAX_COMMAND_S, MAX_FILE_BYTES, default_registry, run_in_workspace
+from tickwork.fsm.errors import ArtifactsUnavailable, ConfigurationError, InvalidInput
+from tickwork.fsm.outcomes import NOT_FOUND_EXIT_CODES, repair_outcome
+from tickwork.fsm.values import Head
+from tickwork.store.artifacts import Artifacts
+from tickwork.store.files import Manifest, parse_entry
+from tickwork.worker.config.settings import load_settings
+from tickwork.worker.files import sources
+from tickwork.worker.files.environment_plans import NONE, check_setup
+from tickwork.worker.jobs import JobKind
+from tickwork.worker.jobs.repair import legacy
+from tickwork.worker.jobs.repair.toolkit import (
+    MAX_COMMAND_S,
+    MAX_FILE_BYTES,
+    default_registry,
+    run_in_workspace,
+)
+from tickwork.worker.sandbox import egress
+from tickwork.worker.config.allowlist import AllowList
+from tickwork.worker.sandbox.runner import sandbox_of
+from tickwork.worker.tools.patches import quote_path
 
 if TYPE_CHECKING:
-    from worker.advance import TickFiles
+    from tickwork.worker.tick.advance import TickFiles
 
 __all__ = ["REPAIR", "diff_manifests", "finish", "prepare"]
 
@@ -244,14 +248,14 @@ def prepare(
     if egress_allow is not None:
         config["egress_allow"] = egress_allow
     if setup != NONE:
-        # built before the first model call (worker/environments.py), mounted at /env
+        # built before the first model call (worker/files/environments.py), mounted at /env
         config["environment"] = {"setup": setup}
     return config
 
 
 def _settings_artifacts(stack: ExitStack) -> Artifacts:
     """The artifact store of the settings (for a `prepare` called without one)."""
-    from store import open_store
+    from tickwork.store import open_store
 
     settings = load_settings()
     if settings.db_url.startswith("sqlite"):
@@ -412,7 +416,7 @@ def finish(head: Head, *, files: TickFiles) -> dict[str, Any]:
 
 
 def _setup_failed(result: Mapping[str, Any]) -> bool:
-    """Whether the session's environment could not be built (worker/environments.py records
+    """Whether the session's environment could not be built (worker/files/environments.py records
     it under `environment`; such a session normally fails `ENV_SETUP` before finishing)."""
     environment = result.get("environment")
     return isinstance(environment, Mapping) and environment.get("status") == "failed"

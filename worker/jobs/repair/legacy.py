@@ -17,11 +17,11 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from fsm.errors import ConfigurationError
-from fsm.values import Head
-from store.files import EXECUTABLE, PLAIN, Manifest, blob_hash, entry
-from worker.filetree import SKIP_DIRS
-from worker.working_copy import session_files
+from tickwork.fsm.errors import ConfigurationError
+from tickwork.fsm.values import Head
+from tickwork.store.files import EXECUTABLE, PLAIN, Manifest, blob_hash, entry
+from tickwork.worker.files.filetree import SKIP_DIRS
+from tickwork.worker.files.working_copy import session_files
 
 __all__ = ["LEGACY_NOTE", "is_legacy", "manifests", "read_file"]
 
@@ -126,7 +126,7 @@ def manifests(head: Head) -> tuple[Manifest, Manifest, dict[str, bytes]]:
 def read_file(head: Head, path: str) -> bytes | None:
     """One file of the session's project folder as it is now (None: no such file), read
     inside the folder as its tools read it (no symlink out of it)."""
-    from worker.tools.sandbox import resolve, workspace_root
+    from tickwork.worker.tools.confinement import resolve, workspace_root
 
     root = workspace_root(str(_folder(head, "workspace")))
     found = resolve(root, path)

@@ -15,15 +15,15 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import Field
-
-from fsm.errors import ToolError
-from worker.settings import load_settings
-from worker.tools import patches, quota
-from worker.tools.commands import command_needs_approval
-from worker.tools.egress import policy_for
-from worker.tools.registry import Tool, ToolContext, ToolRegistry, tool
-from worker.tools.runner import Sandbox, run_sandboxed, sandbox_for, sandbox_of
-from worker.tools.sandbox import (
+from tickwork.fsm.errors import ToolError
+from tickwork.worker.config.settings import load_settings
+from tickwork.worker.sandbox import quota
+from tickwork.worker.sandbox.egress import policy_for
+from tickwork.worker.sandbox.runner import Sandbox, run_sandboxed, sandbox_for, sandbox_of
+from tickwork.worker.sandbox.shell import ShellResult, Stop
+from tickwork.worker.tools import patches
+from tickwork.worker.tools.commands import command_needs_approval
+from tickwork.worker.tools.confinement import (
     is_inside,
     kind_of,
     read_regular,
@@ -32,7 +32,7 @@ from worker.tools.sandbox import (
     workspace_root,
     write_text,
 )
-from worker.tools.shell import ShellResult, Stop
+from tickwork.worker.tools.registry import Tool, ToolContext, ToolRegistry, tool
 
 #: most paths `list_files` shows
 MAX_LISTED = 500
@@ -247,7 +247,7 @@ def apply_patch(ctx: ToolContext, patch: str) -> str:
 
 def _room(ctx: ToolContext, root: Path, adding: int) -> None:
     """A `ToolError` unless `adding` bytes more fit the session's disk quota and leave the
-    workspaces filesystem its reserve (worker/tools/quota.py)."""
+    workspaces filesystem its reserve (worker/sandbox/quota.py)."""
     lim = (ctx.sandbox or sandbox_of(load_settings())).limits
     quota.check_write(
         root,

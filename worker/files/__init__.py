@@ -1,0 +1,1 @@
+"""Files as session state on a worker: working copies, sources, environments, the file walk."""

@@ -1,0 +1,245 @@
+"""What a repair job's environment is built by (DESIGN 13): the `setup` input, the `auto`
+rule over the source's packaging files, and the key (worker/files/environments.py builds it).
+
+`auto`, from the files at the source's root: `pyproject.toml`, `setup.py` or `setup.cfg`
+give a venv at /env (the interpreter's own packages visible) with the project installed
+editable from /workspace with its `test`/`tests`/`dev`/`testing` extras and pytest when its
+tests use it; `requirements*.txt` are installed; none of these, an empty environment.
+Without egress only what needs no network: the venv and the project (`--no-index
+--no-deps`); a last command lists what the environment does not hold (MISSING lines).
+"""
+
+from __future__ import annotations
+
+import configparser
+import hashlib
+import json
+import re
+import shlex
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from tickwork.store.files import Manifest, parse_entry
+
+#: what `--setup` takes besides commands
+AUTO, NONE = "auto", "none"
+#: packaging files `auto` reads, at the source's root; also `requirements*.txt`
+PACKAGING = ("pyproject.toml", "setup.py", "setup.cfg")
+#: optional-dependency groups `auto` installs when the project declares them
+TEST_EXTRAS = ("test", "tests", "dev", "testing")
+#: setup commands a job may give, and the longest one
+MAX_SETUP_COMMANDS, MAX_SETUP_CHARS = 32, 8_000
+#: a line setup's last command prints per distribution it could not find installed
+MISSING = "tickwork-missing: "
+#: what the log says when `auto` could not install the project itself without egress
+OFFLINE = "tickwork: the project could not be installed without the network (see above)"
+PIP = "/env/bin/python -m pip install --no-input --disable-pip-version-check"
+
+
+def check_setup(value: Any) -> str | list[str]:
+    """The job's `setup` input checked: "auto" (also for None), "none", or a list of shell
+    commands; raises ValueError naming what is wrong."""
+    if value is None:
+        return AUTO
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list | tuple) or not value:
+        raise ValueError(
+            '`setup` must be "auto", "none" or a list of shell commands (`--setup CMD`, '
+            f"repeatable), got {value!r}"
+        )
+    if len(value) == 1 and value[0] in (AUTO, NONE):
+        return str(value[0])
+    if len(value) > MAX_SETUP_COMMANDS:
+        raise ValueError(f"`setup` takes at most {MAX_SETUP_COMMANDS} commands, got {len(value)}")
+    commands = []
+    for index, command in enumerate(value):
+        where = f"`setup` command {index + 1}"
+        if not isinstance(command, str) or not command.strip():
+            raise ValueError(f"{where} must be a non-empty shell command, got {command!r}")
+        if command in (AUTO, NONE):
+            raise ValueError(f"{where} is {command!r}: give it alone, not among commands")
+        if len(command) > MAX_SETUP_CHARS:
+            raise ValueError(f"{where} is longer than {MAX_SETUP_CHARS} characters")
+        if "\x00" in command or any(0xD800 <= ord(c) <= 0xDFFF for c in command):
+            raise ValueError(f"{where} holds a NUL or a lone surrogate character")
+        commands.append(command.strip())
+    return commands
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What setup runs for a source, and what makes its key."""
+
+    setup: str | tuple[str, ...]
+    commands: tuple[str, ...]
+    #: dependency files at the source's root -> SHA-256 of their content
+    files: Mapping[str, str]
+    online: bool
+    index_url: str
+    #: distributions `auto` expects installed (those missing are listed on the card)
+    wanted: tuple[str, ...] = ()
+    #: what `auto` found, for the card
+    detected: tuple[str, ...] = ()
+
+    def key(self, toolchain: str, *, source: str = "", egress: str = "") -> str:
+        """The environment's key. `source`: the identity of the whole source tree, since
+        setup runs in it (`pip install -e .` runs the project's own build code, a custom
+        command may run any script of it), so two sources that only share their packaging
+        files never share an environment; `egress`: the allow-list setup ran with."""
+        material = {
+            "commands": list(self.commands),
+            "files": dict(sorted(self.files.items())),
+            "online": self.online,
+            "index": self.index_url,
+            "toolchain": toolchain,
+            "source": source,
+            "egress": egress,
+        }
+        return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
+
+
+def dependency_files(manifest: Manifest) -> list[str]:
+    """The packaging and requirements files at the source's root."""
+    return sorted(
+        p for p in manifest if p in PACKAGING or re.fullmatch(r"requirements[^/]*\.txt", p)
+    )
+
+
+def _name(requirement: str) -> str | None:
+    found = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", requirement)
+    return found.group(1) if found else None
+
+
+def _pyproject(content: bytes) -> dict[str, Any]:
+    try:
+        return tomllib.loads(content.decode("utf-8", "replace"))
+    except tomllib.TOMLDecodeError:
+        return {}
+
+
+def _setup_cfg_extras(content: bytes) -> dict[str, list[str]]:
+    parser = configparser.ConfigParser()
+    try:
+        parser.read_string(content.decode("utf-8", "replace"))
+    except configparser.Error:
+        return {}
+    if not parser.has_section("options.extras_require"):
+        return {}
+    return {
+        name: [line for line in value.splitlines() if line.strip()]
+        for name, value in parser.items("options.extras_require")
+    }
+
+
+def plan(
+    setup: str | list[str] | tuple[str, ...],
+    files: Mapping[str, bytes],
+    *,
+    uses_pytest: bool,
+    online: bool,
+    index_url: str = "",
+) -> Plan:
+    """The setup for `setup` over the source's dependency `files` (path -> content)."""
+    hashes = {p: hashlib.sha256(c).hexdigest() for p, c in files.items()}
+    if setup != AUTO:
+        commands = tuple(setup) if not isinstance(setup, str) else ()
+        return Plan(tuple(commands), commands, hashes, online, index_url)
+    project = any(p in files for p in PACKAGING)
+    requirements = sorted(p for p in files if p.startswith("requirements"))
+    if not (project or requirements):
+        return Plan(AUTO, (), hashes, online, index_url)
+    venv = "python3 -m venv --system-site-packages --without-pip /env"
+    commands = [
+        venv,
+        # the interpreter's own pip serves the venv; one of its own if it has none
+        "/env/bin/python -m pip --version >/dev/null 2>&1 || /env/bin/python -m ensurepip",
+        # so that `pip install` in a command means this environment's pip
+        "printf '#!/bin/sh\\nexec /env/bin/python -m pip \"$@\"\\n' > /env/bin/pip"
+        " && chmod 755 /env/bin/pip",
+    ]
+    wanted: list[str] = []
+    detected = [*sorted(p for p in files if p in PACKAGING), *requirements]
+    if project:
+        meta = _pyproject(files.get("pyproject.toml", b""))
+        declared = dict(meta.get("project", {}).get("optional-dependencies", {}))
+        declared.update(_setup_cfg_extras(files.get("setup.cfg", b"")))
+        extras = [e for e in TEST_EXTRAS if e in declared]
+        name = meta.get("project", {}).get("name")
+        wanted += [n for r in meta.get("project", {}).get("dependencies", []) if (n := _name(r))]
+        wanted += [n for e in extras for r in declared[e] if (n := _name(r))]
+        target = "." + (f"[{','.join(extras)}]" if extras else "")
+        if online:
+            requires = [str(r) for r in meta.get("build-system", {}).get("requires", [])]
+            if requires:
+                commands.append(f"{PIP} {' '.join(shlex.quote(r) for r in requires)}")
+            more = " pytest" if uses_pytest else ""
+            commands.append(f"{PIP} --no-build-isolation -e {shlex.quote(target)}{more}")
+        else:
+            # a build backend the interpreter lacks (hatchling, poetry-core) needs the
+            # network: then the project is listed as missing, the session goes on
+            commands.append(
+                f"{PIP} --no-index --no-deps --no-build-isolation -e . || echo '{OFFLINE}'"
+            )
+        if isinstance(name, str) and _name(name):
+            wanted.append(name)
+        if extras:
+            detected.append(f"extras: {','.join(extras)}")
+    for path in requirements:
+        wanted += [
+            n
+            for line in files[path].decode("utf-8", "replace").splitlines()
+            if not line.strip().startswith(("#", "-")) and (n := _name(line))
+        ]
+        if online:
+            commands.append(f"{PIP} -r {shlex.quote(path)}")
+    if uses_pytest:
+        wanted.append("pytest")
+        if online and not project:
+            commands.append(f"{PIP} pytest")
+    wanted = list(dict.fromkeys(wanted))
+    if wanted:
+        commands.append(_check_command(wanted))
+    return Plan(AUTO, tuple(commands), hashes, online, index_url, tuple(wanted), tuple(detected))
+
+
+def _check_command(names: list[str]) -> str:
+    """A last setup command printing MISSING and the name of each of `names` the
+    environment does not hold (without failing: the card says what it could not install)."""
+    script = (
+        "import importlib.metadata as m, sys\n"
+        "for n in sys.argv[1:]:\n"
+        "    try: m.version(n)\n"
+        f"    except m.PackageNotFoundError: print({MISSING!r} + n)\n"
+    )
+    return f"/env/bin/python -c {shlex.quote(script)} " + " ".join(map(shlex.quote, names))
+
+
+_PYTEST_HINTS = (b"import pytest", b"from pytest", b"[tool.pytest", b"[tool:pytest]")
+
+
+def uses_pytest(manifest: Manifest, blobs: Any, test_command: str) -> bool:
+    """Whether the project's tests use pytest: the test command says so, it has pytest's
+    configuration, or its test files import it (the first 50 of them are read)."""
+    if "pytest" in test_command or "py.test" in test_command:
+        return True
+    names = {p.rsplit("/", 1)[-1] for p in manifest}
+    if names & {"conftest.py", "pytest.ini"}:
+        return True
+    tests = [
+        p
+        for p in sorted(manifest)
+        if re.search(r"(^|/)(test_[^/]*|[^/]*_test)\.py$", p)
+        or p in ("pyproject.toml", "setup.cfg", "tox.ini")
+    ][:50]
+    keys = {parse_entry(manifest[p])[1] for p in tests}
+    contents = blobs(keys) if keys else {}
+    return any(
+        hint in contents[key]
+        or b"[tool.pytest" in contents[key]
+        or b"[tool:pytest]" in contents[key]
+        for key in keys
+        for hint in _PYTEST_HINTS
+    )

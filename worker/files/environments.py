@@ -1,0 +1,463 @@
+"""A repair job's environment (DESIGN 13): planned from its source, built once per key in
+the sandbox, packed into the artifact store, mounted read-only at /env by its commands.
+
+- **Plan** (`environment_plans.py`): the setup commands, given or chosen by `auto` from
+  the source's packaging files; none: an empty environment, nothing built.
+- **Key**: SHA-256 of the commands, the dependency files' contents, the package index and
+  whether setup has egress, and the base toolchain as the sandbox sees it (its python3's
+  version, the machine, the root filesystem's os-release and TICKWORK_SANDBOX_ROOTFS).
+- **Build**: one per key across the fleet (`tickwork.store.environments`: a claim with a lease the
+  builder renews); the setup runs in the sandbox on a throw-away copy of the session's
+  source at /workspace, with this build's directory read-write at /env; the result is a
+  deterministic tar (sorted, owners cleared), gzipped, stored in chunks in the artifact
+  store. A session that finds another worker building it waits through a delayed tick.
+- **Use**: a host without the key in its cache (`<workspaces>/environments/<key>`) unpacks
+  it from the artifact store into a temporary folder and renames it into place.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import logging
+import re
+import shutil
+import tarfile
+import threading
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tickwork.fsm import machine
+from tickwork.fsm.errors import (
+    BlobCorrupt,
+    ConfigurationError,
+    EnvironmentInUse,
+    SandboxUnavailable,
+)
+from tickwork.fsm.machine import Change
+from tickwork.fsm.values import Head
+from tickwork.store.environments import EnvStatus, Verdict
+from tickwork.store.files import Manifest, parse_entry
+from tickwork.worker.config.settings import EnvironmentSettings
+from tickwork.worker.files.environment_plans import (
+    AUTO,
+    MISSING,
+    Plan,
+    dependency_files,
+    plan,
+    uses_pytest,
+)
+from tickwork.worker.sandbox.egress import policy_for
+from tickwork.worker.sandbox.runner import ENV_DIR, Sandbox, run_sandboxed, sandbox_of
+from tickwork.worker.sandbox.shell import Stop
+
+if TYPE_CHECKING:
+    from tickwork.worker.tick.runtime import Runtime
+
+log = logging.getLogger("tickwork.environments")
+
+#: the build log kept on the session's card (its end; the table keeps more)
+MAX_CARD_LOG = 4_000
+#: a packed environment is stored in pieces of this size (a blob each)
+CHUNK_BYTES = 8 << 20
+#: a build's or unpack's scratch folder this old was left by a killed worker
+STALE_SCRATCH_S = 6 * 3600.0
+
+
+_toolchains: dict[tuple[Sandbox, str], str] = {}
+_toolchains_lock = threading.Lock()
+PROBE = (
+    "python3 -c 'import sys, platform; print(sys.version); print(platform.machine())' 2>&1; "
+    "cat /usr/lib/os-release /etc/os-release 2>/dev/null | head -5"
+)
+
+
+def toolchain(sandbox: Sandbox, scratch: Path, rootfs: str = "") -> str:
+    """The base toolchain as setup sees it in the sandbox (asked once per process)."""
+    with _toolchains_lock:
+        known = _toolchains.get((sandbox, rootfs))
+    if known is not None:
+        return known
+    scratch.mkdir(parents=True, exist_ok=True)
+    probe = scratch / f".probe-{uuid.uuid4().hex[:8]}"
+    probe.mkdir()
+    try:
+        result = run_sandboxed(PROBE, workdir=probe, timeout_s=60.0, sandbox=sandbox)
+    finally:
+        shutil.rmtree(probe, ignore_errors=True)
+    identity = f"{result.stdout.strip()}\nrootfs: {rootfs}"
+    with _toolchains_lock:
+        _toolchains[(sandbox, rootfs)] = identity
+    return identity
+
+
+def pack(folder: Path) -> bytes:
+    """`folder` as a gzipped tar: entries sorted, owners cleared, no gzip timestamp, so
+    the same files always give the same bytes."""
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        paths = [folder, *sorted(folder.rglob("*"), key=lambda p: str(p.relative_to(folder)))]
+        for path in paths:
+            info = tar.gettarinfo(str(path), arcname=str(path.relative_to(folder)))
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            if info.isreg():
+                with path.open("rb") as handle:
+                    tar.addfile(info, handle)
+            else:
+                tar.addfile(info)
+    return gzip.compress(raw.getvalue(), compresslevel=1, mtime=0)
+
+
+def unpack(data: bytes, folder: Path) -> None:
+    with tarfile.open(fileobj=io.BytesIO(gzip.decompress(data)), mode="r") as tar:
+        tar.extractall(folder, filter="tar")
+
+
+def cache_dir(rt: Runtime) -> Path:
+    return rt.settings.workspaces_path / "environments"
+
+
+def local(rt: Runtime, key: str) -> Path:
+    """This host's copy of the environment `key`, unpacked from the artifact store if it
+    has none (into a temporary folder, renamed into place: never half there)."""
+    target = cache_dir(rt) / key
+    if target.is_dir():
+        return target
+    found = rt.store.environments.get(key)
+    if found is None or found.status is not EnvStatus.READY:
+        raise ConfigurationError(
+            f"environment {key} is not in the store (removed with `tickwork env rm`?); fork "
+            "the session to build it again"
+        )
+    try:
+        blobs = rt.workspaces.artifacts.get(found.chunks)
+    except BlobCorrupt as exc:
+        # no good copy anywhere: failed, so the next session with this key builds it again
+        rt.store.environments.spoil(key, why=f"stored copy corrupt: {exc}", now=rt.clock())
+        raise
+    data = b"".join(blobs[c] for c in found.chunks)
+    scratch = cache_dir(rt) / f".unpack-{key[:16]}-{uuid.uuid4().hex[:8]}"
+    scratch.mkdir(parents=True)
+    try:
+        unpack(data, scratch)
+        try:
+            scratch.rename(target)
+        except OSError:
+            if not target.is_dir():  # not another tick that put it there first
+                raise
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    log.info("environment %s unpacked from the artifact store (%d bytes)", key, len(data))
+    return target
+
+
+def mounted(rt: Runtime, head: Head) -> Path | None:
+    """The environment the session's commands mount at /env on this host, if it has one."""
+    record = head.result.get("environment")
+    if not isinstance(record, Mapping) or record.get("status") != "ready" or not record.get("key"):
+        return None
+    return local(rt, str(record["key"]))
+
+
+@dataclass
+class _Renewal:
+    """Renews a build's claim from a thread while the setup runs."""
+
+    rt: Runtime
+    key: str
+    owner: str
+    lease_s: float
+    #: the tick whose lease fences the build too
+    session_id: str = ""
+    version: int = 0
+    lost: bool = False
+    done: threading.Event = field(default_factory=threading.Event)
+
+    def run(self) -> None:
+        while not self.done.wait(self.lease_s / 3):
+            try:
+                held = self.rt.store.environments.renew(
+                    self.key, owner=self.owner, now=self.rt.clock(), lease_s=self.lease_s
+                )
+            except Exception:
+                log.exception("could not renew the build of environment %s", self.key)
+                continue
+            if not held:
+                self.lost = True
+                return
+
+    def stop(self) -> str | None:
+        """Why the setup must stop now: the build's claim, or the session's lease, is no
+        longer this worker's (a stalled builder must not build beside its successor)."""
+        if self.lost:
+            return f"the build of environment {self.key[:12]} was taken over by another worker"
+        return self.rt.leases.lost(self.session_id, self.version) if self.session_id else None
+
+
+def _source_copy(rt: Runtime, manifest: Manifest, folder: Path) -> None:
+    """The session's source (its base files) written into `folder` for setup."""
+    folder.mkdir(parents=True)
+    blobs = rt.workspaces.blobs({parse_entry(e)[1] for e in manifest.values()})
+    for rel, entry in manifest.items():
+        mode, key = parse_entry(entry)
+        path = folder / rel
+        if path.resolve().parent != path.parent.resolve() or ".." in rel.split("/"):
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(blobs[key])
+        path.chmod(0o755 if mode == "100755" else 0o644)
+
+
+def _setup_env(settings: EnvironmentSettings, head: Head) -> dict[str, str]:
+    # the sandbox gives PATH, HOME and the proxy's variables itself: nothing of the worker's
+    extra = {"TICKWORK_SESSION_ID": head.id, "PIP_NO_CACHE_DIR": "1", "VIRTUAL_ENV": ENV_DIR}
+    if settings.pip_index_url:
+        extra["PIP_INDEX_URL"] = extra["UV_INDEX_URL"] = settings.pip_index_url
+    return extra
+
+
+def _run_setup(
+    rt: Runtime,
+    head: Head,
+    plan_: Plan,
+    source: Path,
+    env_dir: Path,
+    limit_s: float,
+    *,
+    stop: Stop | None = None,
+) -> tuple[bool, str]:
+    """Run the plan's commands in order in the sandbox; (all passed, their output).
+    `stop`: why a running command must be killed (the build's claim or the tick's lease
+    lost: another worker builds it now)."""
+    settings = rt.settings.section(EnvironmentSettings)
+    deadline = time.monotonic() + limit_s
+    out: list[str] = []
+    for command in plan_.commands:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            out.append(f"setup stopped: it ran past {limit_s:g}s")
+            return False, "\n".join(out)
+        result = run_sandboxed(
+            command,
+            workdir=source,
+            timeout_s=left,
+            env=_setup_env(settings, head),
+            egress=policy_for(head.config, rt.settings, setup=True),
+            sandbox=sandbox_of(rt.settings),
+            environment=env_dir,
+            environment_writable=True,
+            stop=stop,
+        )
+        out.append(f"$ {command}\n{result.describe()}")
+        if result.exit_code != 0:
+            return False, "\n".join(out)
+    return True, "\n".join(out)
+
+
+def _record(plan_: Plan, key: str | None, status: str, **more: Any) -> dict[str, Any]:
+    setup = plan_.setup if isinstance(plan_.setup, str) else list(plan_.setup)
+    record: dict[str, Any] = {"setup": setup, "key": key, "status": status}
+    if plan_.detected:
+        record["detected"] = list(plan_.detected)
+    record.update(more)
+    return record
+
+
+def _missing(output: str) -> list[str]:
+    return [
+        line[len(MISSING) :].strip() for line in output.splitlines() if line.startswith(MISSING)
+    ]
+
+
+def _identity(manifest: Manifest) -> str:
+    """The source tree's identity: every path with its mode and content hash."""
+    return hashlib.sha256(json.dumps(dict(sorted(manifest.items()))).encode()).hexdigest()
+
+
+def prepare(rt: Runtime, head: Head) -> Change | Head:
+    """The session's environment before its first model call: the head with it recorded
+    (found ready, or nothing to build: the tick goes on to THINK), or a change (built by
+    this tick, waiting for another worker's build, or failed: `ENV_SETUP`)."""
+    now = rt.clock()
+    spec = head.config.get("environment") or {}
+    setup = spec.get("setup", AUTO)
+    settings = rt.settings.section(EnvironmentSettings)
+    sandbox = sandbox_of(rt.settings)
+    manifest = rt.workspaces.base(head.config["files"]) if head.config.get("files") else {}
+    paths = dependency_files(manifest)
+    contents = rt.workspaces.blobs({parse_entry(manifest[p])[1] for p in paths}) if paths else {}
+    files = {p: contents[parse_entry(manifest[p])[1]] for p in paths}
+    pytest = setup == AUTO and uses_pytest(
+        manifest, rt.workspaces.blobs, str(head.config.get("test_command") or "")
+    )
+    plan_ = plan(
+        setup,
+        files,
+        uses_pytest=pytest,
+        online=policy_for(head.config, rt.settings, setup=True) is not None,
+        index_url=settings.pip_index_url,
+    )
+    if not plan_.commands:
+        note = "no packaging or requirements files: an empty environment"
+        return _with(head, _record(plan_, None, "empty", note=note))
+    if sandbox.mode == "none":
+        why = (
+            "TICKWORK_SANDBOX=none: there is no sandbox to mount /env in, so no environment "
+            "is built; commands use the host's tools"
+        )
+        if setup != AUTO:
+            return machine.environment_failed(head, _record(plan_, None, "failed"), why, now=now)
+        return _with(head, _record(plan_, None, "skipped", note=why))
+    try:
+        egress = policy_for(head.config, rt.settings, setup=True)
+        key = plan_.key(
+            toolchain(sandbox, cache_dir(rt), sandbox.rootfs or ""),
+            source=_identity(manifest),
+            egress="" if egress is None else str(egress.allow),
+        )
+    except SandboxUnavailable as exc:
+        return machine.environment_failed(head, _record(plan_, None, "failed"), str(exc), now=now)
+    from tickwork.worker.tick.runtime import owner_name
+
+    owner = owner_name()
+    verdict, row = rt.store.environments.claim(
+        key,
+        owner=owner,
+        now=now,
+        lease_s=settings.environment_lease_s,
+        asked_at=head.created_at,
+        detail=_record(plan_, key, "building"),
+    )
+    if verdict is Verdict.WAIT:
+        return machine.environment_wait(head, key=key, delay_s=settings.environment_wait_s, now=now)
+    if verdict is Verdict.FAILED:
+        record = _record(plan_, key, "failed", log=row.log[-MAX_CARD_LOG:])
+        return machine.environment_failed(head, record, _failure(key, row.log), now=now)
+    if verdict is Verdict.READY:
+        local(rt, key)
+        rt.store.environments.use(key, head.id, now=now)
+        record = {**row.detail, "status": "ready", "key": key, "size": row.size, "built": False}
+        record["log"] = row.log[-MAX_CARD_LOG:]
+        return _with(head, record)
+    return _build(rt, head, plan_, key, owner, settings, manifest)
+
+
+def _failure(key: str, output: str) -> str:
+    return f"the environment's setup failed (environment {key[:12]}):\n{output[-MAX_CARD_LOG:]}"
+
+
+def _with(head: Head, record: dict[str, Any]) -> Head:
+    return head.model_copy(update={"result": {**head.result, "environment": record}})
+
+
+def _build(
+    rt: Runtime,
+    head: Head,
+    plan_: Plan,
+    key: str,
+    owner: str,
+    settings: EnvironmentSettings,
+    manifest: Manifest,
+) -> Change:
+    """Build `key` (this worker holds its claim), store it, record it on the session."""
+    envs = rt.store.environments
+    scratch = cache_dir(rt) / f".build-{key[:16]}-{uuid.uuid4().hex[:8]}"
+    renewal = _Renewal(
+        rt, key, owner, settings.environment_lease_s, session_id=head.id, version=head.version
+    )
+    thread = threading.Thread(target=renewal.run, name="tickwork-env-build", daemon=True)
+    thread.start()
+    started = time.monotonic()
+    try:
+        _source_copy(rt, manifest, scratch / "source")
+        env_dir = scratch / "env"
+        env_dir.mkdir()
+        limit = min(settings.environment_setup_timeout_s, rt.settings.longest_call_s)
+        try:
+            ok, output = _run_setup(
+                rt, head, plan_, scratch / "source", env_dir, limit, stop=renewal.stop
+            )
+        except SandboxUnavailable as exc:
+            ok, output = False, str(exc)
+        missing = _missing(output)
+        took = round(time.monotonic() - started, 3)
+        if not ok:
+            envs.finish(key, owner=owner, now=rt.clock(), ok=False, log=output)
+            record = _record(plan_, key, "failed", log=output[-MAX_CARD_LOG:], build_s=took)
+            return machine.environment_failed(head, record, _failure(key, output), now=rt.clock())
+        data = pack(env_dir)
+        chunks = [data[i : i + CHUNK_BYTES] for i in range(0, len(data), CHUNK_BYTES)] or [b""]
+        hashes = tuple(hashlib.sha256(c).hexdigest() for c in chunks)
+        rt.workspaces.artifacts.put(dict(zip(hashes, chunks, strict=True)))
+        detail = _record(plan_, key, "ready", missing=missing)
+        if not (
+            renewal.lost
+            or envs.finish(
+                key,
+                owner=owner,
+                now=rt.clock(),
+                ok=True,
+                log=output,
+                size=len(data),
+                chunks=hashes,
+                detail=detail,
+            )
+        ):
+            # taken over (this worker was too slow to renew): the other build's is the one
+            log.warning("the build of environment %s was taken over; its result is dropped", key)
+            return machine.environment_wait(
+                head, key=key, delay_s=settings.environment_wait_s, now=rt.clock()
+            )
+        target = cache_dir(rt) / key
+        try:
+            env_dir.rename(target)
+        except OSError:
+            if not target.is_dir():
+                raise
+        envs.use(key, head.id, now=rt.clock())
+        record = {
+            **detail,
+            "size": len(data),
+            "built": True,
+            "build_s": took,
+            "log": output[-MAX_CARD_LOG:],
+        }
+        log.info("environment %s built in %.1fs (%d bytes packed)", key, took, len(data))
+        return machine.environment_ready(head, record, now=rt.clock())
+    finally:
+        renewal.done.set()
+        thread.join(5)
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def drop_unused(rt: Runtime, *, now: datetime) -> int:
+    """Retention's part: remove the environments no live session uses that were not used
+    for `environment_retention_s`, this host's copies of environments no longer stored and
+    scratch folders killed workers left; how many rows were removed. (Their chunks stay in
+    the artifact store, like other blobs.)"""
+    keep = rt.settings.section(EnvironmentSettings).environment_retention_s
+    removed = 0
+    for env in rt.store.environments.unused(before=now - timedelta(seconds=keep)):
+        try:
+            rt.store.environments.delete(env.key)
+        except EnvironmentInUse:
+            continue  # a session took it up since it was listed
+        removed += 1
+    folder = cache_dir(rt)
+    if folder.is_dir():
+        known = {e.key for e in rt.store.environments.find(limit=100_000)}
+        stale = time.time() - STALE_SCRATCH_S
+        for path in folder.iterdir():
+            if re.fullmatch(r"[0-9a-f]{64}", path.name) and path.name not in known:
+                shutil.rmtree(path, ignore_errors=True)
+            elif path.name.startswith((".build-", ".unpack-")) and path.stat().st_mtime < stale:
+                shutil.rmtree(path, ignore_errors=True)  # left by a worker killed meanwhile
+    return removed

@@ -1,0 +1,281 @@
+"""A repair job's source, stored once at submit: a git repository at a ref, or a directory.
+
+Either is packed into the artifact store (its files as blobs, a manifest path -> entry as
+one more blob), so every worker reaches it and the user's files are never touched. A
+submission over the HTTP API is untrusted: its local paths must lie under the configured
+roots (`TICKWORK_WORKSPACE_ROOTS`), and its remote repositories must be https URLs of
+hosts on the public internet: a name that resolves to a loopback, private, link-local or
+reserved address is refused (no requests into the server's own network), the address checked
+is the one git connects to (pinned with `http.curloptResolve`), redirects are not followed,
+and the clone's files are capped in size (`MAX_CLONE_BYTES`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import json
+import os
+import re
+import resource
+import socket
+import subprocess
+import tempfile
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+from tickwork.fsm.errors import InvalidInput
+from tickwork.store.artifacts import Artifacts
+from tickwork.store.files import EXECUTABLE, PLAIN, Manifest, blob_hash, canonical, entry
+from tickwork.worker.files.filetree import Ignore, walk
+from tickwork.worker.config.allowlist import public
+
+#: a source with more files or bytes than this is refused at submit
+MAX_SOURCE_FILES = 20_000
+MAX_SOURCE_BYTES = 200_000_000
+#: blobs are put in batches of about this many bytes
+BATCH_BYTES = 8_000_000
+#: how long a clone may take
+GIT_TIMEOUT_S = 300.0
+#: the largest file (in practice: the pack) an untrusted clone may write
+MAX_CLONE_BYTES = 1_000_000_000
+_REF = re.compile(r"^[A-Za-z0-9._/@{}^~-]{1,200}$")
+
+
+def _fail(message: str) -> InvalidInput:
+    return InvalidInput(f"repair input: {message}")
+
+
+def allowed(path: Path, roots: Sequence[Path]) -> bool:
+    """Whether `path` (resolved) lies in one of `roots` (resolved)."""
+    real = path.resolve()
+    for root in roots:
+        base = Path(root).expanduser().resolve()
+        if real == base or base in real.parents:
+            return True
+    return False
+
+
+def check_local(path: Path, *, what: str, trusted: bool, roots: Sequence[Path]) -> None:
+    """Refuse a local path an untrusted submission may not name."""
+    if trusted:
+        return
+    if not roots:
+        raise _fail(
+            f"this server does not accept local paths as a {what}; submit a repository URL "
+            "(https://...), or ask the operator to set TICKWORK_WORKSPACE_ROOTS"
+        )
+    if not allowed(path, roots):
+        raise _fail(
+            f"the {what} {str(path)!r} is outside the directories this server accepts "
+            f"({', '.join(str(r) for r in roots)}; TICKWORK_WORKSPACE_ROOTS)"
+        )
+
+
+def pack(
+    root: Path, artifacts: Artifacts, *, gitignore: bool = True, exclude: Path | None = None
+) -> tuple[str, int]:
+    """Store the tree's files and its manifest; (the manifest's blob hash, file count).
+    `exclude` (tickwork's state dir) is skipped if it is inside the tree."""
+    manifest: Manifest = {}
+    batch: dict[str, bytes] = {}
+    size = total = 0
+    for rel, info in walk(root, Ignore.of(root, gitignore=gitignore, exclude=exclude)):
+        total += info.st_size
+        if len(manifest) >= MAX_SOURCE_FILES or total > MAX_SOURCE_BYTES:
+            raise _fail(
+                f"the source {root} holds more than {MAX_SOURCE_FILES} files or "
+                f"{MAX_SOURCE_BYTES // 1_000_000} MB (skipping VCS data, caches and what its "
+                ".gitignore names); point it at the project itself, not a folder above it"
+            )
+        try:
+            content = (root / rel).read_bytes()
+        except OSError as exc:
+            raise _fail(f"cannot read {rel} in {root}: {exc.strerror}") from None
+        key = blob_hash(content)
+        manifest[rel] = entry(EXECUTABLE if info.st_mode & 0o100 else PLAIN, key)
+        if key not in batch:
+            batch[key] = content
+            size += len(content)
+        if size >= BATCH_BYTES:
+            artifacts.put(batch)
+            batch, size = {}, 0
+    listing = canonical(manifest)
+    batch[blob_hash(listing)] = listing
+    artifacts.put(batch)
+    return blob_hash(listing), len(manifest)
+
+
+def read_manifest(artifacts: Artifacts, key: str) -> Manifest:
+    found: Manifest = json.loads(artifacts.get([key])[key])
+    return found
+
+
+def directory(
+    value: Any,
+    artifacts: Artifacts,
+    *,
+    trusted: bool,
+    roots: Sequence[Path],
+    state_dir: Path | None = None,
+) -> dict[str, Any]:
+    """Pack a local directory; the source's description with its manifest (`base`)."""
+    path = Path(str(value)).expanduser()
+    check_local(path, what="workspace", trusted=trusted, roots=roots)
+    if state_dir is not None and path.resolve() == Path(state_dir).expanduser().resolve():
+        raise _fail(f"the workspace {path} is tickwork's state dir; give the project's folder")
+    if not path.is_dir():
+        raise _fail(
+            f"the workspace {str(value)!r} is not an existing directory; give the project's folder"
+        )
+    base, count = pack(path.resolve(), artifacts, exclude=state_dir)
+    return {"kind": "workspace", "path": str(path.resolve()), "files": count, "base": base}
+
+
+def _git(*args: str, cwd: Path | None = None, limit: int | None = None) -> str:
+    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true"}
+    done = subprocess.run(
+        ["git", "-c", "protocol.ext.allow=never", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=GIT_TIMEOUT_S,
+        check=False,
+        preexec_fn=None if limit is None else _file_size_limit(limit),
+    )
+    if done.returncode != 0:
+        raise subprocess.CalledProcessError(done.returncode, args, done.stdout, done.stderr)
+    return done.stdout.strip()
+
+
+def _file_size_limit(limit: int) -> Any:
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return apply
+
+
+def _public_address(url: str) -> tuple[str, int, str]:
+    """The host, port and public address an untrusted https URL's clone connects to."""
+    parsed = urlparse(url)
+    host = parsed.hostname or ""
+    try:
+        port = parsed.port or 443
+    except ValueError:
+        raise _fail(f"the repository {url!r} has an invalid port") from None
+    if not host:
+        raise _fail(f"the repository {url!r} names no host")
+    try:
+        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError):
+        raise _fail(f"the repository's host {host!r} does not resolve") from None
+    addresses = {info[4][0] for info in found}
+    for address in sorted(addresses):
+        if not public(ipaddress.ip_address(address.split("%")[0])):
+            raise _fail(
+                f"the repository's host {host!r} resolves to {address}, which is not a public "
+                "address; this server clones from the internet only (submit it with the CLI "
+                "on a trusted machine, or as a directory under TICKWORK_WORKSPACE_ROOTS)"
+            )
+    return host, port, sorted(addresses)[0]
+
+
+def _clone_args(url: str, location: str, *, trusted: bool) -> list[str]:
+    """`git clone` options: an untrusted clone goes to the address checked, and nowhere else."""
+    if trusted:
+        return ["clone", "--quiet", "--no-checkout", "--", location]
+    if urlparse(url).scheme != "https":  # a path under the roots: copy, never hardlink
+        return ["clone", "--quiet", "--no-checkout", "--no-local", "--", location]
+    host, port, address = _public_address(url)
+    pinned = f"[{address}]" if ":" in address else address
+    return [
+        "-c", f"http.curloptResolve={host}:{port}:{pinned}",
+        "-c", "http.followRedirects=false",
+        "-c", "protocol.allow=never",
+        "-c", "protocol.https.allow=always",
+        "clone", "--quiet", "--no-checkout", "--", location,
+    ]  # fmt: skip
+
+
+def _repo_location(url: str, *, trusted: bool, roots: Sequence[Path]) -> str:
+    if not url or url.startswith("-") or "\x00" in url:
+        raise _fail(f"`repo` {url!r} is not a git URL or path")
+    parsed = urlparse(url)
+    if parsed.scheme in ("", "file"):
+        path = Path(unquote(parsed.path) if parsed.scheme else url).expanduser()
+        check_local(path, what="repository", trusted=trusted, roots=roots)
+        if not path.exists():
+            raise _fail(f"the repository {url!r} does not exist; give a git URL or a local clone")
+        return str(path.resolve())
+    if not trusted and parsed.scheme != "https":
+        raise _fail(f"the repository {url!r}: this server clones https:// URLs only")
+    return url
+
+
+@contextlib.contextmanager
+def clone_at(url: str, commit: str) -> Iterator[Path]:
+    """A temporary clone of `url` checked out at `commit`."""
+    with tempfile.TemporaryDirectory(prefix="tickwork-clone-") as tmp:
+        clone = Path(tmp) / "repo"
+        try:
+            _git("clone", "--quiet", "--no-checkout", "--", _local(url), str(clone))
+            _git("-c", "advice.detachedHead=false", "checkout", "-q", "--detach", commit, cwd=clone)
+        except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
+            detail = getattr(exc, "stderr", "") or str(exc)
+            raise _fail(f"cannot clone {url!r} at {commit[:12]}: {detail.strip()[:500]}") from None
+        yield clone
+
+
+def _local(url: str) -> str:
+    parsed = urlparse(url)
+    return unquote(parsed.path) if parsed.scheme == "file" else url
+
+
+def repository(
+    url: Any, ref: Any, artifacts: Artifacts, *, trusted: bool, roots: Sequence[Path]
+) -> dict[str, Any]:
+    """Clone `url`, resolve `ref` to a commit, pack that commit's files."""
+    url = str(url or "").strip()
+    ref = str(ref or "HEAD").strip()
+    if not _REF.match(ref) or ref.startswith("-"):
+        raise _fail(f"`ref` {ref!r} is not a branch, tag or commit name")
+    location = _repo_location(url, trusted=trusted, roots=roots)
+    with tempfile.TemporaryDirectory(prefix="tickwork-clone-") as tmp:
+        clone = Path(tmp) / "repo"
+        try:
+            args = _clone_args(url, location, trusted=trusted)
+            _git(*args, str(clone), limit=None if trusted else MAX_CLONE_BYTES)
+        except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
+            detail = (getattr(exc, "stderr", "") or str(exc)).strip()[:500]
+            if not trusted:  # git cannot tell a pack cut at the limit from a broken one
+                detail += f" (this server's clones are capped at {MAX_CLONE_BYTES:,} bytes)"
+            raise _fail(f"cannot clone {url!r}: {detail}") from None
+        commit = ""
+        for candidate in (ref, f"origin/{ref}"):
+            try:
+                commit = _git(
+                    "rev-parse", "--verify", "--quiet", f"{candidate}^{{commit}}", cwd=clone
+                )
+                break
+            except subprocess.CalledProcessError:
+                continue
+        if not commit:
+            raise _fail(f"the repository {url!r} has no branch, tag or commit {ref!r}")
+        _git(
+            "-c", "advice.detachedHead=false", "checkout", "--quiet", "--detach", commit, cwd=clone
+        )
+        base, count = pack(clone, artifacts, gitignore=False)
+    return {"kind": "repo", "url": url, "ref": ref, "commit": commit, "files": count, "base": base}
+
+
+def describe(source: Any) -> str:
+    """One line naming a job's source, for cards and prompts."""
+    if not isinstance(source, dict):
+        return "unknown"
+    if source.get("kind") == "repo":
+        url = re.sub(r"(://[^:/@\s]*:)[^@\s]+@", r"\1****@", str(source.get("url")))
+        return f"{url} at {source.get('ref')} ({str(source.get('commit'))[:12]})"
+    return f"directory {source.get('path')} (packed at submit; never changed)"

@@ -1,0 +1,320 @@
+"""Prometheus metrics of the fleet: what each worker counts, and what the store holds.
+
+Workers count ticks, model usage and relay passes in process-local metrics; with
+PROMETHEUS_MULTIPROC_DIR set (needed for prefork pools) every process writes them to
+that folder and `registry()` adds them up. `tickwork worker --pool prefork` sets it to
+`<state dir>/metrics/<node name>`, emptied at start, unless it is set already. The
+store's state (sessions by status, approvals waiting, dead letters, the outbox) is read
+on each scrape by `StoreCollector`,
+which the HTTP API exposes, so Prometheus sees it once however many workers run.
+
+A worker serves /metrics on TICKWORK_METRICS_PORT once it is ready (unset: no server).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from celery import signals
+from prometheus_client import CollectorRegistry, Counter, Histogram, multiprocess
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import REGISTRY, Collector
+from tickwork.fsm.outcomes import NONE_LABEL, outcome_of
+from tickwork.fsm.values import ErrorCode, EventKind, Head, Status
+from tickwork.worker.config.settings import MetricsSettings
+from tickwork.worker.observers.report import Outcome as TickOutcome
+
+if TYPE_CHECKING:
+    from tickwork.fsm.machine import Change
+    from tickwork.store import Store
+    from tickwork.store.relay import RelayPass
+    from tickwork.worker.models.providers import Providers
+    from tickwork.worker.observers.report import TickReport
+
+log = logging.getLogger("tickwork.metrics")
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: seconds; ticks range from a dropped duplicate (ms) to a long model or tool call (minutes)
+TICK_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900)
+
+TICKS = Counter("tickwork_ticks", "Ticks run, by micro-phase and outcome", ["phase", "outcome"])
+TICK_SECONDS = Histogram(
+    "tickwork_tick_duration_seconds",
+    "Wall time of one tick, claim to save",
+    ["phase", "outcome"],
+    buckets=TICK_BUCKETS,
+)
+MODEL_CALLS = Counter(
+    "tickwork_model_calls", "Model calls by outcome (ok, retry, failed)", ["model", "outcome"]
+)
+MODEL_TOKENS = Counter(
+    "tickwork_model_tokens",
+    "Model tokens used, by type (prompt, completion; cached_prompt and cache_write are parts "
+    "of prompt)",
+    ["model", "type"],
+)
+MODEL_COST = Counter("tickwork_model_cost_usd", "USD spent on the model", ["model"])
+APPROVALS_REQUESTED = Counter(
+    "tickwork_approvals_requested", "Times a session stopped to wait for a person"
+)
+RELAY_PASSES = Counter("tickwork_relay_passes", "Relay passes run")
+RELAY_REPUBLISHED = Counter(
+    "tickwork_relay_republished",
+    "Ticks the relay published again because their message may be lost",
+)
+RELAY_DELAYED = Counter(
+    "tickwork_relay_delayed_published",
+    "Delayed ticks (model backoff, Retry-After) the relay published when they fell due",
+)
+RELAY_LEASE_EXPIRIES = Counter(
+    "tickwork_relay_lease_expiries", "Sessions revived because their worker's lease expired"
+)
+DEAD_LETTERS_RECEIVED = Counter(
+    "tickwork_dead_letters_received",
+    "Dead-letter messages a worker consumed from the dead-letter queue, by error code",
+    ["code"],
+)
+SESSIONS_COMPLETED = Counter(
+    "tickwork_sessions_completed",
+    "Sessions that completed, by outcome (a repair's: repaired, tests_failing, tests_not_run, "
+    "no_changes; none for other kinds)",
+    ["outcome"],
+)
+WEBHOOKS = Counter(
+    "tickwork_webhook_deliveries",
+    "Webhook cards (approval and finished) by outcome (delivered; failed: given up; dropped: "
+    "the session moved on before its card went out)",
+    ["outcome"],
+)
+
+
+def registry(multiproc_dir: str | None = None) -> CollectorRegistry:
+    """This process's metrics, or with a multiprocess folder every process's, added up."""
+    folder = multiproc_dir or os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if not folder:
+        return REGISTRY
+    combined = CollectorRegistry(auto_describe=True)
+    multiprocess.MultiProcessCollector(combined, path=folder)  # type: ignore[no-untyped-call]
+    return combined
+
+
+def model_label(spec: str, providers: Providers) -> str:
+    """A bounded label for a model, its provider's (scripted models carry a file path)."""
+    return providers.label(spec)
+
+
+class TickMetrics:
+    """The tick observer: ticks by phase and outcome, their time, model usage, approvals."""
+
+    def __init__(self, providers: Providers) -> None:
+        self.providers = providers
+
+    def __call__(self, report: TickReport) -> None:
+        labels = (report.phase.value, report.outcome.value)
+        TICKS.labels(*labels).inc()
+        TICK_SECONDS.labels(*labels).observe(report.seconds)
+        if report.change is not None:
+            count_change(report.change, self.providers)
+            if report.outcome is TickOutcome.SAVED:
+                count_completed(report.change.head)
+
+
+def count_completed(head: Head) -> None:
+    """One session saved as completed, by its outcome (a bounded label: the four, or none)."""
+    if head.status is Status.COMPLETED:
+        found = outcome_of(head.result)
+        SESSIONS_COMPLETED.labels(found.value if found else NONE_LABEL).inc()
+
+
+def count_change(change: Change, providers: Providers) -> None:
+    """Model calls, tokens and cost (spent even if the save loses), approval requests."""
+    kinds = {e.kind for e in change.events}
+    if change.step is not None:
+        model = model_label(change.step.model or change.head.model, providers)
+        MODEL_CALLS.labels(model, "ok").inc()
+        MODEL_TOKENS.labels(model, "prompt").inc(change.step.usage.prompt_tokens)
+        MODEL_TOKENS.labels(model, "completion").inc(change.step.usage.completion_tokens)
+        if change.step.usage.cached_prompt_tokens:
+            MODEL_TOKENS.labels(model, "cached_prompt").inc(change.step.usage.cached_prompt_tokens)
+        if change.step.usage.cache_creation_tokens:
+            MODEL_TOKENS.labels(model, "cache_write").inc(change.step.usage.cache_creation_tokens)
+        MODEL_COST.labels(model).inc(change.step.cost_usd)
+    elif EventKind.MODEL_RETRY in kinds:
+        MODEL_CALLS.labels(model_label(change.head.model, providers), "retry").inc()
+    elif change.head.error_code is ErrorCode.MODEL_ERROR:
+        MODEL_CALLS.labels(model_label(change.head.model, providers), "failed").inc()
+    if EventKind.APPROVAL_REQUESTED in kinds:
+        APPROVALS_REQUESTED.inc()
+
+
+def count_dead_letter(code: str) -> None:
+    """One dead-letter message consumed; codes outside ErrorCode count as `other`."""
+    known = {c.value for c in ErrorCode}
+    DEAD_LETTERS_RECEIVED.labels(code if code in known else "other").inc()
+
+
+def counted_relay(relay_once: F) -> F:
+    """Count relay passes, republished ticks and revived leases."""
+
+    @functools.wraps(relay_once)
+    def counted(*args: Any, **kwargs: Any) -> RelayPass:
+        done: RelayPass = relay_once(*args, **kwargs)
+        RELAY_PASSES.inc()
+        RELAY_REPUBLISHED.inc(done.republished)
+        RELAY_LEASE_EXPIRIES.inc(done.lease_expiries)
+        RELAY_DELAYED.inc(done.delayed)
+        return done
+
+    return counted  # type: ignore[return-value]
+
+
+class StoreCollector(Collector):
+    """Gauges read from the database at each scrape; the API exposes them."""
+
+    def __init__(self, store: Store, *, clock: Callable[[], datetime] | None = None) -> None:
+        self.store = store
+        self.clock = clock or (lambda: datetime.now(UTC))
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        up = GaugeMetricFamily("tickwork_store_up", "1 if the last scrape could read the store")
+        try:
+            found = list(self._gauges(self.clock()))
+        except Exception as exc:
+            log.warning("metrics: could not read the store: %s", exc)
+            up.add_metric([], 0)
+            yield up
+            return
+        up.add_metric([], 1)
+        yield up
+        yield from found
+
+    def _gauges(self, now: datetime) -> Iterator[GaugeMetricFamily]:
+        read = self.store.gauges(now=now)
+        by_status, waiting = read.by_status, read.waiting
+        letters, rows, oldest_due = read.dead_letters, read.outbox_rows, read.oldest_due
+        stalest, delayed = read.stalest, read.delayed
+
+        family = GaugeMetricFamily("tickwork_sessions", "Sessions by status", labels=["status"])
+        for status in Status:
+            family.add_metric([status.value], by_status.get(status.value, 0))
+        yield family
+
+        calls = GaugeMetricFamily(
+            "tickwork_approvals_waiting", "Tool calls waiting for a person's decision"
+        )
+        calls.add_metric([], sum(len(a or ()) for a, _ in waiting))
+        yield calls
+        ages = [_age(now, at) for _, at in waiting if at is not None]
+        oldest = GaugeMetricFamily(
+            "tickwork_approval_oldest_wait_seconds",
+            "How long the longest-waiting session has waited for a person (0: none waits)",
+        )
+        oldest.add_metric([], max(ages, default=0.0))
+        yield oldest
+        hour = GaugeMetricFamily(
+            "tickwork_approvals_waiting_over_hour", "Sessions waiting for a person over an hour"
+        )
+        hour.add_metric([], sum(1 for a in ages if a > 3600))
+        yield hour
+
+        family = GaugeMetricFamily(
+            "tickwork_dead_letters", "Dead letters by error code", labels=["code", "resolved"]
+        )
+        for code, resolved, count in letters:
+            family.add_metric([code, "true" if resolved else "false"], count)
+        yield family
+
+        backlog = GaugeMetricFamily("tickwork_outbox_rows", "Ticks written but not yet claimed")
+        backlog.add_metric([], rows)
+        yield backlog
+        due = GaugeMetricFamily(
+            "tickwork_outbox_oldest_due_seconds",
+            "How long the oldest unclaimed tick has been due (0: none)",
+        )
+        due.add_metric([], max(0.0, _age(now, oldest_due)) if oldest_due else 0.0)
+        yield due
+        stale = GaugeMetricFamily(
+            "tickwork_runnable_stalest_seconds",
+            "Time since the least recently changed runnable session last changed or its "
+            "delayed tick fell due; sessions whose next tick is not yet due are left out "
+            "(0: none)",
+        )
+        stale.add_metric([], _age(now, stalest) if stalest else 0.0)
+        yield stale
+        waiting = GaugeMetricFamily(
+            "tickwork_sessions_delayed",
+            "Runnable sessions whose next tick is not yet due (model backoff, Retry-After)",
+        )
+        waiting.add_metric([], delayed)
+        yield waiting
+
+
+def _age(now: datetime, at: datetime) -> float:
+    if at.tzinfo is None:
+        at = at.replace(tzinfo=UTC)
+    return max(0.0, (now - at).total_seconds())
+
+
+class _Server:
+    """The one /metrics server of this worker process."""
+
+    lock = threading.Lock()
+    running: Any = None
+
+
+def serve(port: int, addr: str = "0.0.0.0") -> int:
+    """Serve this process's metrics (every process's with a multiprocess folder); the port."""
+    from prometheus_client import start_http_server
+
+    with _Server.lock:
+        if _Server.running is None:
+            server, _ = start_http_server(port, addr, registry=registry())
+            _Server.running = server
+            log.info("metrics on http://%s:%d/metrics", addr, server.server_port)
+        return int(_Server.running.server_port)
+
+
+def stop_serving() -> None:
+    with _Server.lock:
+        if _Server.running is not None:
+            _Server.running.shutdown()
+            _Server.running.server_close()
+            _Server.running = None
+
+
+def _serve_with_worker(sender: Any = None, **_: Any) -> None:
+    try:
+        settings = MetricsSettings()
+        if settings.metrics_port is None:
+            return
+        pool = getattr(getattr(sender, "controller", None), "pool", None)
+        if type(pool).__module__ == "celery.concurrency.prefork" and not os.environ.get(
+            "PROMETHEUS_MULTIPROC_DIR"
+        ):
+            log.warning(
+                "prefork pool without PROMETHEUS_MULTIPROC_DIR: the ticks counted in child "
+                "processes will not show on /metrics; start it with `tickwork worker` or set "
+                "it to an empty folder"
+            )
+        serve(settings.metrics_port, settings.metrics_addr)
+    except Exception as exc:  # a worker runs without its metrics rather than not at all
+        log.warning("could not serve metrics: %s", exc)
+
+
+def _stop_with_worker(sender: Any = None, **_: Any) -> None:
+    stop_serving()
+
+
+def serve_with_worker() -> None:
+    """Serve /metrics once a worker of this process is ready (TICKWORK_METRICS_PORT), and
+    stop with it; connected once, however many apps `make_app` builds."""
+    signals.worker_ready.connect(_serve_with_worker, weak=False, dispatch_uid="tickwork-metrics")
+    signals.worker_shutdown.connect(
+        _stop_with_worker, weak=False, dispatch_uid="tickwork-metrics-stop"
+    )

@@ -1,0 +1,201 @@
+"""The webhook: when a session starts waiting for a person, POST a small JSON card; and,
+when the deployment asks for it (TICKWORK_WEBHOOK_EVENTS=approval_requested,finished),
+one when a session finishes (completed, failed, cancelled), with a repair's outcome.
+
+The card goes through the outbox (`tickwork.store.deliveries`): the `approval_requested` event is
+saved with the tick, and a dispatcher in every worker (`tickwork.worker.tick.dispatcher`) posts it, at
+least once, retried with backoff, with the card's id as `Idempotency-Key`. A slow or dead
+receiver never blocks a session, and a worker that dies after the save loses no card. A
+card not delivered after its attempts is logged and given up; the session waits
+regardless, and the page and `tickwork ls --status waiting_approval` still show it.
+
+Settings (environment): TICKWORK_WEBHOOK_URL (unset: no webhook), TICKWORK_WEBHOOK_SECRET
+(signs each card: `X-Tickwork-Signature: sha256=HMAC(secret, body)`),
+TICKWORK_WEBHOOK_ATTEMPTS, TICKWORK_WEBHOOK_TIMEOUT_S, TICKWORK_WEBHOOK_BACKOFF_S,
+TICKWORK_WEBHOOK_EVENTS, TICKWORK_WEBHOOK_MAX_AGE_S (finished cards only for ends younger
+than this) and TICKWORK_PUBLIC_URL (where people reach `tickwork serve`, for the links).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+import httpx
+from tickwork.fsm.outcomes import outcome_of
+from tickwork.fsm.values import Head
+from tickwork.worker.config.secrets import Masker
+from tickwork.worker.sandbox.egress import network_mode
+
+log = logging.getLogger("tickwork.webhooks")
+
+#: the longest pause between two attempts
+MAX_BACKOFF_S = 60.0
+#: argument text longer than this is cut in the card (the page shows it whole)
+MAX_ARGUMENT_CHARS = 4000
+
+
+def card(
+    head: Head,
+    calls: list[dict[str, Any]],
+    *,
+    public_url: str,
+    at: datetime,
+    masker: Masker,
+) -> dict[str, Any]:
+    """The JSON card for a session that started waiting for a person; `masker` (the
+    runtime's: patterns, secret environment values, URL passwords) masks the arguments."""
+    base = public_url.rstrip("/")
+    sid = quote(head.id, safe="")
+    shown = []
+    for call in calls:
+        text = json.dumps(call.get("arguments"), ensure_ascii=False, sort_keys=True)
+        text = masker.text(text)
+        shown.append(
+            {
+                "call_id": call["call_id"],
+                "name": call["name"],
+                "arguments": text
+                if len(text) <= MAX_ARGUMENT_CHARS
+                else text[:MAX_ARGUMENT_CHARS] + " …(cut)",
+                "fingerprint": call["fingerprint"],
+                "in_doubt": call.get("state") == "in_doubt",
+            }
+        )
+    return {
+        "type": "tickwork.approval_requested",
+        "id": f"{head.id}:{head.version}",
+        "at": at.isoformat(),
+        "session": {
+            "id": head.id,
+            "kind": head.kind,
+            "model": head.model,
+            "step": head.step,
+            "status": head.status.value,
+            #: the job let its commands reach the network through the egress proxy (its
+            #: `network` is "all"; by default only its environment's setup may)
+            "network": network_mode(head.config) == "all",
+        },
+        "calls": shown,
+        "links": {
+            "page": f"{base}/#/approvals/{sid}" if base else None,
+            "session": f"{base}/api/v1/sessions/{sid}" if base else f"/api/v1/sessions/{sid}",
+            "decide": (
+                f"{base}/api/v1/sessions/{sid}/calls/{{call_id}}/decision"
+                if base
+                else f"/api/v1/sessions/{sid}/calls/{{call_id}}/decision"
+            ),
+        },
+    }
+
+
+def finished_card(
+    head: Head,
+    *,
+    status: str,
+    data: dict[str, Any],
+    public_url: str,
+    at: datetime,
+    masker: Masker,
+) -> dict[str, Any]:
+    """The JSON card for a session that ended: `status` and `data` are its closing event's
+    (`completed`, `failed` or `cancelled`; error_code, message, outcome), `head` gives what
+    it spent. `outcome` is a repair's (repaired, tests_failing, tests_not_run, no_changes),
+    None for other kinds; `error` is None unless the end had an error code."""
+    base = public_url.rstrip("/")
+    sid = quote(head.id, safe="")
+    api = f"{base}/api/v1/sessions/{sid}"
+    outcome = data.get("outcome") if isinstance(data.get("outcome"), str) else None
+    if outcome is None and status == "completed":
+        found = outcome_of(head.result)
+        outcome = found.value if found is not None else None
+    code = data.get("error_code") or (head.error_code.value if head.error_code else None)
+    message = masker.text(str(data.get("message") or head.error_message or ""))
+    if len(message) > MAX_ARGUMENT_CHARS:
+        message = message[:MAX_ARGUMENT_CHARS] + " …(cut)"
+    return {
+        "type": "tickwork.finished",
+        "id": f"{head.id}:{head.version}",
+        "at": at.isoformat(),
+        "session": {
+            "id": head.id,
+            "kind": head.kind,
+            "model": head.model,
+            "status": status,
+            "outcome": outcome,
+            "steps": head.step,
+            "tokens": head.tokens,
+            "cost_usd": head.cost_usd,
+            "created_at": head.created_at.isoformat(),
+        },
+        "error": {"code": str(code), "message": message} if code else None,
+        "links": {
+            "page": f"{base}/#/sessions/{sid}" if base else None,
+            "session": api,
+            # a job that makes files (the repair) has a patch; another kind has none
+            "patch": f"{api}/patch" if "patch" in head.result else None,
+        },
+    }
+
+
+def masked_url(url: str) -> str:
+    """The URL as logs show it: scheme, host and port; its path, query and user hidden, since
+    receivers (Slack, chat webhooks) often put their secret there."""
+    try:
+        parts = urlsplit(url)
+        port = f":{parts.port}" if parts.port else ""
+        where = f"{parts.scheme}://{parts.hostname or '?'}{port}"
+    except ValueError:
+        return "<webhook URL>"
+    hidden = parts.path not in ("", "/") or parts.query or parts.fragment
+    return f"{where}/****" if hidden else where
+
+
+def sign(secret: str, body: bytes) -> str:
+    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One POST of a card."""
+
+    ok: bool
+    #: the receiver refused this card (a 4xx other than 408 and 429): trying again is no use
+    final: bool = False
+    #: why it failed, the URL's secret parts hidden
+    why: str = ""
+
+
+def post(url: str, document: dict[str, Any], *, timeout_s: float, secret: str = "") -> Attempt:
+    """POST `document` once. The card's id goes as `Idempotency-Key` (and, as before,
+    `X-Tickwork-Delivery`): the same on every attempt from any worker, so a receiver can
+    drop the second copy that at-least-once delivery may bring."""
+    body = json.dumps(document, ensure_ascii=False).encode()
+    key = str(document.get("id", ""))
+    headers = {
+        "Content-Type": "application/json",
+        "User-Agent": "tickwork-webhook",
+        "X-Tickwork-Delivery": key,
+        "Idempotency-Key": key,
+    }
+    if secret:
+        headers["X-Tickwork-Signature"] = sign(secret, body)
+    try:
+        answer = httpx.post(url, content=body, headers=headers, timeout=timeout_s)
+    except httpx.HTTPError as exc:
+        return Attempt(False, why=f"{type(exc).__name__}: {exc}".replace(url, masked_url(url)))
+    if answer.is_success:
+        return Attempt(True)
+    final = 400 <= answer.status_code < 500 and answer.status_code not in (408, 429)
+    return Attempt(False, final=final, why=f"HTTP {answer.status_code}")
+
+
+def backoff(attempt: int, *, first_s: float, max_s: float = MAX_BACKOFF_S) -> float:
+    """The pause after failed attempt number `attempt` (1, 2, ...): doubling, capped."""
+    return min(first_s * 2.0 ** min(max(attempt - 1, 0), 32), max_s)

@@ -1,0 +1,206 @@
+"""Running a process with a timeout that really stops it and output capped while it is read.
+
+The process gets its own process group, so on timeout the whole group is killed:
+`subprocess.run(..., shell=True, timeout=...)` kills only the shell, and a grandchild that
+keeps the output pipes open would make it wait forever. Output is read as it comes and kept
+up to a byte budget; past it the process is killed, so a command printing gigabytes fills
+neither the worker's memory nor its disk. The environment is a small allow-list from the
+worker's, so the worker's secrets (database URL, API keys) do not leak into commands the
+model chose. `runner.run_sandboxed` runs commands in the OS sandbox through `run_process`;
+`run_shell` runs one on the host, for `TICKWORK_SANDBOX=none`.
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from contextvars import ContextVar
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+#: variables passed through from the worker's environment; everything else is dropped
+PASSED_ENV = (
+    "PATH",
+    "HOME",
+    "LANG",
+    "LC_ALL",
+    "LC_CTYPE",
+    "TERM",
+    "TMPDIR",
+    "TZ",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "VIRTUAL_ENV",
+)
+#: the output kept of one command (stdout and stderr together) unless the caller says
+MAX_OUTPUT_BYTES = 10 * 1024 * 1024
+#: how often a running command checks whether it should stop
+POLL_S = 0.2
+
+#: says why a running command must stop now (a cancel, the deadline), or None to go on
+Stop = Callable[[], "str | None"]
+
+
+class Guard(Protocol):
+    """Watches a started command from outside the worker (`tickwork.worker.tick.runtime.Leases`: the
+    tick's lease, through `fence.WATCHDOG`) for as long as the `with` lasts."""
+
+    def watch(self, pid: int) -> AbstractContextManager[None]: ...
+
+
+#: the guard of the commands this context starts: set by the tick while it holds its lease
+GUARD: ContextVar[Guard | None] = ContextVar("tickwork_guard", default=None)
+
+
+@dataclass(frozen=True)
+class ShellResult:
+    exit_code: int | None
+    stdout: str
+    stderr: str
+    timed_out: bool
+    duration_s: float
+    #: why the command was killed before it ended ("" if it ended by itself or timed out)
+    killed: str = ""
+
+    def describe(self) -> str:
+        """Exit code, stdout and stderr as one text for the model."""
+        status = "killed" if self.exit_code is None else str(self.exit_code)
+        parts = [f"exit code: {status}"]
+        if self.killed:
+            parts.append(f"(killed: {self.killed})")
+        if self.stdout:
+            parts.append(f"--- stdout ---\n{self.stdout.rstrip()}")
+        if self.stderr:
+            parts.append(f"--- stderr ---\n{self.stderr.rstrip()}")
+        if not (self.stdout or self.stderr):
+            parts.append("(no output)")
+        return "\n".join(parts)
+
+
+def command_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    env = {name: os.environ[name] for name in PASSED_ENV if name in os.environ}
+    env.setdefault("PATH", os.defpath)
+    env.update({str(k): str(v) for k, v in (extra or {}).items()})
+    return env
+
+
+def run_shell(
+    command: str,
+    *,
+    cwd: Path,
+    timeout_s: float,
+    env: Mapping[str, str] | None = None,
+    max_output_bytes: int = MAX_OUTPUT_BYTES,
+    stop: Stop | None = None,
+) -> ShellResult:
+    """Run `command` with `/bin/sh` in `cwd` on the host, unconfined; on timeout kill its group."""
+    return run_process(
+        ["/bin/sh", "-c", command],
+        cwd=cwd,
+        env=dict(env) if env is not None else command_env(),
+        timeout_s=timeout_s,
+        max_output_bytes=max_output_bytes,
+        stop=stop,
+    )
+
+
+def run_process(
+    args: Sequence[str],
+    *,
+    timeout_s: float,
+    max_output_bytes: int,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    stop: Stop | None = None,
+    pass_fds: Sequence[int] = (),
+) -> ShellResult:
+    """Run `args` in a new session; kill its process group on timeout, on too much output
+    or when `stop` says so."""
+    started = time.monotonic()
+    process = subprocess.Popen(
+        list(args),
+        cwd=cwd,
+        env=dict(env) if env is not None else None,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        pass_fds=tuple(pass_fds),
+    )
+    guard = GUARD.get()
+    try:
+        with guard.watch(process.pid) if guard is not None else nullcontext():
+            out, err, why = _collect(
+                process, started + max(timeout_s, 0.001), max_output_bytes, stop
+            )
+    except BaseException:
+        _kill_group(process)
+        process.wait()
+        raise
+    finally:
+        for pipe in (process.stdout, process.stderr):
+            if pipe is not None:
+                pipe.close()
+    timed_out = why == "timeout"
+    return ShellResult(
+        exit_code=None if why else process.returncode,
+        stdout=out.decode("utf-8", errors="replace"),
+        stderr=err.decode("utf-8", errors="replace"),
+        timed_out=timed_out,
+        duration_s=time.monotonic() - started,
+        killed="" if timed_out else why,
+    )
+
+
+def _collect(
+    process: subprocess.Popen[bytes], deadline: float, budget: int, stop: Stop | None
+) -> tuple[bytes, bytes, str]:
+    """(stdout, stderr, why it was killed or "") once the process has ended or been killed."""
+    kept = {"out": bytearray(), "err": bytearray()}
+    total = 0
+    why = ""
+    with selectors.DefaultSelector() as selector:
+        for name, pipe in (("out", process.stdout), ("err", process.stderr)):
+            if pipe is not None:
+                selector.register(pipe, selectors.EVENT_READ, name)
+        while not why:
+            now = time.monotonic()
+            why = "timeout" if now >= deadline else (stop() or "") if stop else ""
+            if why:
+                break
+            if not selector.get_map():
+                # both pipes closed; the process may still run (e.g. `exec >&-; sleep 600`)
+                try:
+                    process.wait(min(POLL_S, deadline - now))
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+            for key, _ in selector.select(min(POLL_S, deadline - now)):
+                chunk = os.read(key.fd, 65536)
+                if not chunk:
+                    selector.unregister(key.fileobj)
+                    continue
+                room = budget - total
+                kept[key.data] += chunk[: max(room, 0)]
+                total += len(chunk)
+                if total > budget:
+                    why = f"its output passed {budget} bytes"
+                    break
+    if why:
+        _kill_group(process)
+    process.wait()
+    return bytes(kept["out"]), bytes(kept["err"]), why
+
+
+def _kill_group(process: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        process.kill()

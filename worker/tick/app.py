@@ -1,0 +1,281 @@
+"""The Celery app, built by `make_app` from settings.
+
+`celery -A tickwork.worker.tick.app worker` works as Celery users expect: the module attribute `app`
+is built from the environment on first access, not at import. Where the working directory
+holds a `worker.py`, use `celery -A tickwork worker` (tickwork/celery.py) instead.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+from typing import Any
+
+from celery import Celery, signals
+from celery.worker.consumer import Consumer as CeleryConsumer
+from kombu import Exchange, Queue
+from tickwork.fsm.errors import TickworkError
+from tickwork.worker.config import release
+from tickwork.worker.config.secrets import install_log_masking, masker_for
+from tickwork.worker.config.settings import Settings, load_settings, read_settings
+from tickwork.worker.tick import wiring as observers
+from tickwork.worker.observers import metrics
+from tickwork.worker.config.allowlist import AllowList
+from tickwork.worker.sandbox.runner import check, describe, sandbox_of
+from tickwork.worker.tick.broker import TRANSPORT
+from tickwork.worker.tick.pruner import RetentionThread
+from tickwork.worker.tick.relay import RelayThread
+from tickwork.worker.tick.retention import RetentionSettings
+from tickwork.worker.tick.runtime import Runtime, worker_store
+
+log = logging.getLogger("tickwork.worker")
+
+TICK = "tickwork.tick"
+DEAD_LETTER = "tickwork.dead_letter"
+TASK_MODULES = ["tickwork.tasks.tick", "tickwork.tasks.dead_letter"]
+#: a tick message given back this many times (its worker killed, its channel closed) is
+#: dropped by a quorum queue: the relay publishes the session's tick again from the database
+RABBITMQ_DELIVERY_LIMIT = 10
+
+
+class Consumer(CeleryConsumer):
+    """Celery's consumer without native delayed delivery: on quorum queues Celery would
+    declare 28 `celery_delayed_*` queues for countdown messages, and tickwork sends none (a
+    delayed tick waits in the outbox, DESIGN section 11)."""
+
+    class Blueprint(CeleryConsumer.Blueprint):
+        default_steps = [
+            step
+            for step in CeleryConsumer.Blueprint.default_steps
+            if not step.endswith(":DelayedDelivery")
+        ]
+
+
+def make_app(settings: Settings | None = None, *, relay: bool = True) -> Celery:
+    """A Celery app for tickwork with at-least-once delivery settings (DESIGN section 3)."""
+    settings = settings or load_settings()
+    for name in TASK_MODULES:
+        # now, from beside this package: Celery imports `include` with the working directory
+        # first on sys.path, where a tasks.py would stand in for tickwork's `tasks`
+        importlib.import_module(name)
+    install_log_masking(masker_for(settings))
+    broker, transport_options = settings.broker()
+    app = Celery("tickwork", broker=broker, set_as_current=False, include=TASK_MODULES)
+    events = settings.task_events and not settings.embedded_broker  # no fanout on files
+    app.conf.update(
+        broker_transport=TRANSPORT if settings.embedded_broker else None,
+        broker_transport_options=transport_options,
+        broker_connection_retry_on_startup=True,
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        task_ignore_result=True,
+        result_backend=None,
+        task_serializer="json",
+        accept_content=["json"],
+        task_default_queue=settings.queue,
+        task_queues=_queues(settings),
+        task_routes={
+            TICK: {"queue": settings.queue},
+            DEAD_LETTER: {"queue": settings.dead_letter_queue},
+        },
+        task_create_missing_queues=True,
+        worker_hijack_root_logger=False,
+        worker_send_task_events=events,
+        task_send_sent_event=events,
+        worker_enable_remote_control=not settings.embedded_broker,
+        worker_consumer=f"{__name__}:Consumer",
+        # quorum queues have no global prefetch: Celery sets prefetch 1 per consumer
+        worker_detect_quorum_queues=True,
+    )
+    app.tickwork_settings = settings  # type: ignore[attr-defined]
+    _check_sandbox_with_worker(app, settings)
+    _say_release_with_worker(app)
+    signals.worker_ready.connect(_note_consumer_timeout, weak=False, dispatch_uid="tickwork-rmq")
+    metrics.serve_with_worker()
+    signals.worker_ready.connect(_wake_the_loop, weak=False, dispatch_uid="tickwork-wake")
+    if relay:
+        _start_relay_with_worker(app)
+    return app
+
+
+def _say_release_with_worker(app: Celery) -> None:
+    """At worker start, say in the log which release it is and which sessions it claims."""
+
+    def ready(sender: Any = None, **_: Any) -> None:
+        if getattr(sender, "app", None) is app:
+            level = runtime(app).level
+            log.info(
+                "tickwork %s, runtime level %d: claims the sessions of level %d or below",
+                release.version(),
+                level,
+                level,
+            )
+
+    signals.worker_ready.connect(ready, weak=False)
+
+
+def _check_sandbox_with_worker(app: Celery, settings: Settings) -> None:
+    """At worker start, say in the log what commands run in, or why they will be refused."""
+
+    def ready(sender: Any = None, **_: Any) -> None:
+        if getattr(sender, "app", None) is app:
+            log_sandbox(settings)
+
+    signals.worker_ready.connect(ready, weak=False)
+
+
+def log_sandbox(settings: Settings) -> None:
+    sandbox = sandbox_of(settings)
+    line = describe(sandbox)
+    if sandbox.mode != "none":
+        allowed = AllowList.of(settings.egress_allow)
+        line += f"; egress allow-list: {allowed}" if allowed else "; no egress allow-list"
+    if sandbox.mode == "none":
+        log.warning(line)
+    elif check(sandbox) is not None:
+        log.error(line)
+    else:
+        log.info(line)
+
+
+def queue_arguments(settings: Settings) -> dict[str, Any]:
+    """What tickwork's queues are declared with on RabbitMQ: their type
+    (`TICKWORK_RABBITMQ_QUEUE_TYPE`), a quorum queue's delivery limit, and the delivery
+    timeout (`x-consumer-timeout`, honoured by RabbitMQ 3.12 and later; older servers apply
+    their `consumer_timeout`)."""
+    arguments: dict[str, Any] = {"x-consumer-timeout": int(settings.delivery_timeout_s * 1000)}
+    if settings.rabbitmq_queue_type == "quorum":
+        arguments["x-queue-type"] = "quorum"
+        arguments["x-delivery-limit"] = RABBITMQ_DELIVERY_LIMIT
+    return arguments
+
+
+def _queues(settings: Settings) -> list[Queue] | None:
+    """On RabbitMQ, tickwork's queues with their arguments (`queue_arguments`); durable,
+    neither exclusive nor auto-deleted, as quorum queues must be."""
+    if not settings.broker_url.startswith(("amqp", "pyamqp")):
+        return None  # Celery declares them plainly from the routes
+    arguments = queue_arguments(settings)
+    return [
+        Queue(name, Exchange(name), routing_key=name, queue_arguments=arguments)
+        for name in (settings.queue, settings.dead_letter_queue)
+    ]
+
+
+def consumer_timeout_note(server: str, delivery_timeout_s: float) -> str | None:
+    """What an operator must know of a RabbitMQ server's delivery timeout, or None: servers
+    before 3.12 ignore `x-consumer-timeout` and apply their own `consumer_timeout`."""
+    try:
+        major, minor = (int(part) for part in server.split(".")[:2])
+    except ValueError:
+        return f"RabbitMQ reports version {server!r}; check that it honours x-consumer-timeout"
+    if (major, minor) >= (3, 12):
+        return None
+    return (
+        f"RabbitMQ {server} ignores x-consumer-timeout: its consumer_timeout applies (30 "
+        f"minutes by default); keep it at least TICKWORK_DELIVERY_TIMEOUT_S="
+        f"{delivery_timeout_s:g}s (rabbitmq.conf: consumer_timeout = "
+        f"{int(delivery_timeout_s * 1000)})"
+    )
+
+
+def _note_consumer_timeout(sender: Any = None, **_: Any) -> None:
+    app = getattr(sender, "app", None)
+    settings = getattr(app, "tickwork_settings", None)
+    if settings is None or _queues(settings) is None:
+        return
+    try:
+        with app.connection_for_read() as conn:  # type: ignore[union-attr]
+            conn.connect()
+            server = str(conn.connection.server_properties.get("version", ""))
+    except Exception as exc:
+        log.warning("could not ask RabbitMQ its version: %s", exc)
+        return
+    note = consumer_timeout_note(server, settings.delivery_timeout_s)
+    if note:
+        log.warning(note)
+
+
+def _wake_the_loop(sender: Any = None, **_: Any) -> None:
+    """A timer in the worker's event loop, so it sees a warm shutdown (SIGTERM) within a
+    second: with nothing else scheduled it polls RabbitMQ's socket for up to 10 s."""
+    hub = getattr(sender, "hub", None)
+    if hub is not None and getattr(getattr(sender, "app", None), "tickwork_settings", None):
+        hub.call_repeatedly(1.0, _nothing)
+
+
+def _nothing() -> None:
+    return None
+
+
+def runtime(app: Celery) -> Runtime:
+    """This process's runtime for `app`, built on first use (after any fork)."""
+    held = getattr(app, "_tickwork_runtime", None)
+    if held is not None and held[0] == os.getpid():
+        return held[1]
+    from tickwork.worker.jobs import Jobs
+
+    settings: Settings = app.tickwork_settings  # type: ignore[attr-defined]
+
+    def publish_tick(session_id: str, version: int, countdown: float) -> None:
+        app.send_task(
+            TICK, args=(session_id, version), queue=settings.queue, countdown=countdown or None
+        )
+
+    def publish_dead_letter(session_id: str, code: str, message: str) -> None:
+        app.send_task(
+            DEAD_LETTER, args=(session_id, code, message), queue=settings.dead_letter_queue
+        )
+
+    rt = Runtime(
+        settings=settings,
+        store=worker_store(settings),
+        jobs=Jobs(settings.imports),
+        publish_tick=publish_tick,
+        publish_dead_letter=publish_dead_letter,
+    )
+    observers.install(rt)  # metrics, webhooks, tracing: hooks on the tick's report
+    app._tickwork_runtime = (os.getpid(), rt)  # type: ignore[attr-defined]
+    return rt
+
+
+def _start_relay_with_worker(app: Celery) -> None:
+    threads: list[RelayThread | RetentionThread] = []
+
+    def ready(sender: Any = None, **_: Any) -> None:
+        if getattr(sender, "app", None) is app and not threads:
+            rt = runtime(app)
+            threads.append(RelayThread(rt))
+            threads[0].start()
+            for background in rt.background:  # the webhook dispatcher
+                background.start()
+            try:  # issue 16: archive and prune in the background, when a retention age is set
+                retention = read_settings(RetentionSettings)
+                if retention.policy().enabled:
+                    threads.append(RetentionThread(runtime(app), retention))
+                    threads[-1].start()
+            except TickworkError as exc:  # the relay runs regardless
+                log.error("retention does not run in this worker: %s", exc)
+
+    def shutdown(sender: Any = None, **_: Any) -> None:
+        for thread in threads:
+            thread.stop()
+        held = getattr(app, "_tickwork_runtime", None)
+        if getattr(sender, "app", None) is app and held is not None and held[0] == os.getpid():
+            for background in held[1].background:
+                background.stop()
+            held[1].close()
+
+    signals.worker_ready.connect(ready, weak=False)
+    signals.worker_shutdown.connect(shutdown, weak=False)
+
+
+def __getattr__(name: str) -> Celery:
+    # `celery -A tickwork.worker.tick.app` looks up `app`; build it from the environment on first access
+    if name in ("app", "celery"):
+        built = make_app()
+        globals()["app"] = globals()["celery"] = built
+        return built
+    raise AttributeError(name)

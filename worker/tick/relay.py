@@ -1,0 +1,81 @@
+"""The relay: publishes delayed ticks when due and ticks whose message may be lost, and
+revives sessions whose worker died.
+
+It runs in a thread inside every worker (no beat needed) and as `tickwork relay --once`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+
+from tickwork.store.relay import Due, RelayPass
+from tickwork.worker.observers import metrics  # issue 8: relay metrics
+from tickwork.worker.tick.runtime import Runtime
+
+log = logging.getLogger("tickwork.relay")
+
+
+#: most session ids one log line names; the rest are counted
+LOGGED_IDS = 20
+
+
+@metrics.counted_relay  # issue 8: relay republishes and lease expiries
+def relay_once(rt: Runtime) -> RelayPass:
+    now = rt.clock()
+    revived = rt.store.expired_leases(now=now)
+    found = rt.store.due_ticks(now=now, older_than_s=rt.settings.relay_after_s)
+    delayed = [t for t in found if t.delayed]
+    lost = [t for t in found if not t.delayed]
+    for tick in (*revived, *found):
+        rt.publish(tick.session_id, tick.version)
+    if revived:
+        log.warning(
+            "relay: revived %d sessions whose lease expired: %s",
+            len(revived),
+            _named(revived, lambda t: f"{t.session_id} v{t.version} (lease of {t.owner})"),
+        )
+    if lost:
+        log.info(
+            "relay: republished %d ticks whose message may be lost: %s",
+            len(lost),
+            _named(lost, lambda t: f"{t.session_id} v{t.version}"),
+        )
+    if delayed:
+        log.info(
+            "relay: published %d delayed ticks now due: %s",
+            len(delayed),
+            _named(delayed, lambda t: f"{t.session_id} v{t.version}"),
+        )
+    return RelayPass(republished=len(lost), lease_expiries=len(revived), delayed=len(delayed))
+
+
+def _named(ticks: Sequence[Due], name: Callable[[Due], str]) -> str:
+    """The first LOGGED_IDS ticks by name, and how many more."""
+    shown = ", ".join(name(t) for t in ticks[:LOGGED_IDS])
+    more = len(ticks) - LOGGED_IDS
+    return shown + (f" and {more} more" if more > 0 else "")
+
+
+class RelayThread(threading.Thread):
+    """Runs `relay_once` every `relay_period_s` until stopped."""
+
+    def __init__(self, rt: Runtime) -> None:
+        super().__init__(name="tickwork-relay", daemon=True)
+        self.rt = rt
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopped.wait(self.rt.settings.relay_period_s):
+            try:
+                relay_once(self.rt)
+            except Exception as exc:
+                log.warning(
+                    "relay pass failed (%s); trying again in %ss",
+                    exc,
+                    self.rt.settings.relay_period_s,
+                )
+
+    def stop(self) -> None:
+        self.stopped.set()

@@ -1,0 +1,348 @@
+"""What a worker process holds: store, job kinds, models, the publisher and its leases."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import random
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from contextvars import Token
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from tickwork.fsm.budgets import stop_reason
+from tickwork.fsm.errors import ConfigurationError
+from tickwork.fsm.values import RUNTIME_LEVEL
+from tickwork.store import Store, open_store
+from tickwork.worker.config.secrets import Masker, masker_for
+from tickwork.worker.config.settings import Settings
+from tickwork.worker.files.workspaces import Workspaces
+from tickwork.worker.jobs import Jobs
+from tickwork.worker.models import Model, Poster, Providers, make_model, pooled_client
+from tickwork.worker.observers.report import Observers
+from tickwork.worker.sandbox.fence import WATCHDOG
+from tickwork.worker.sandbox.shell import GUARD, Guard
+from tickwork.worker.tick.retention import restoring
+
+log = logging.getLogger("tickwork.worker")
+
+#: publishes a tick `(session_id, version)` after `countdown` seconds; tickwork itself
+#: always passes 0: a delayed tick waits in the outbox, not in the broker (DESIGN 11)
+Publish = Callable[[str, int, float], None]
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def owner_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
+
+
+class Leases:
+    """Renews the leases of this process's running calls from one background thread.
+
+    A lease whose renewal is refused (another worker took the session over) or that could
+    not be renewed for `lease_s` is lost: `lost` says so, and a running command polls it
+    and is killed at once, so it never runs beside the same command on another worker.
+    While a tick holds its lease, the commands it starts are also registered with this
+    process's watchdog (`tickwork.worker.sandbox.fence`), which kills them shortly before the lease
+    runs out unless a renewal moved it: that holds while this process is stopped."""
+
+    #: the part of the lease after its last renewal a command may still run unwatched
+    FENCED = 0.9
+
+    def __init__(self, store: Store, *, lease_s: float, clock: Callable[[], datetime]) -> None:
+        self._store, self._lease_s, self._clock = store, lease_s, clock
+        self._held: dict[tuple[str, int], str] = {}
+        #: when each held lease was last known ours (monotonic), and why a lost one is lost
+        self._renewed: dict[tuple[str, int], float] = {}
+        self._lost: dict[tuple[str, int], str] = {}
+        #: the process groups of the commands each held lease's tick runs
+        self._commands: dict[tuple[str, int], set[int]] = {}
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def hold(self, session_id: str, version: int, owner: str) -> _Held:
+        return _Held(self, (session_id, version), owner)
+
+    def lost(self, session_id: str, version: int) -> str | None:
+        """Why this process no longer holds the lease of `session_id` at `version`, or None
+        while it does (or holds none: a call outside a tick is not fenced)."""
+        key = (session_id, version)
+        with self._lock:
+            if key in self._lost or key not in self._renewed:
+                return self._lost.get(key)
+            quiet = time.monotonic() - self._renewed[key]
+        if quiet > self._lease_s:
+            # this process was stalled (or the database away) longer than the lease: another
+            # worker may hold it now, whatever the renewal thread has not yet found out
+            return (
+                f"the lease of session {session_id} was not renewed for {quiet:.0f}s "
+                f"(TICKWORK_LEASE_S={self._lease_s:g}), so another worker may have taken it over"
+            )
+        return None
+
+    @contextmanager
+    def watched(self, key: tuple[str, int], pid: int) -> Iterator[None]:
+        """The command `pid` (a process group) killed by the watchdog once `key`'s lease is
+        about to run out, for as long as the `with` lasts."""
+        # told under the lock, so a renewal's newer deadline is never overwritten and a
+        # command's `forget` is the last word about its pid (which may be reused after)
+        with self._lock:
+            self._commands.setdefault(key, set()).add(pid)
+            renewed = self._renewed.get(key, time.monotonic())
+            WATCHDOG.tell(pid, renewed + self._lease_s * self.FENCED)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._commands.get(key, set()).discard(pid)
+                WATCHDOG.tell(pid, None)
+
+    def _add(self, key: tuple[str, int], owner: str) -> None:
+        with self._lock:
+            self._held[key] = owner
+            self._renewed[key] = time.monotonic()
+            self._lost.pop(key, None)
+            self._commands[key] = set()
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._run, name="tickwork-leases", daemon=True
+                )
+                self._thread.start()
+
+    def _remove(self, key: tuple[str, int]) -> None:
+        with self._lock:
+            self._held.pop(key, None)
+            self._renewed.pop(key, None)
+            self._lost.pop(key, None)
+            self._commands.pop(key, None)
+
+    def _run(self) -> None:
+        while not self._wake.wait(self._lease_s / 3):
+            self.renew_all()
+
+    def renew_all(self) -> None:
+        """Renew every held lease once (the thread does it every third of the lease)."""
+        with self._lock:
+            held = [(key, owner) for key, owner in self._held.items() if key not in self._lost]
+        for (session_id, version), owner in held:
+            asked = time.monotonic()
+            try:
+                ours = self._store.renew(
+                    session_id, version, owner=owner, now=self._clock(), lease_s=self._lease_s
+                )
+            except Exception:
+                log.exception("could not renew the lease of session %s", session_id)
+                continue
+            with self._lock:
+                if (session_id, version) not in self._held:
+                    continue
+                if ours:
+                    self._renewed[(session_id, version)] = asked
+                    commands = list(self._commands.get((session_id, version), ()))
+                    for pid in commands:
+                        WATCHDOG.tell(pid, asked + self._lease_s * self.FENCED)
+                    continue
+                self._lost[(session_id, version)] = (
+                    f"the lease of session {session_id} v{version} is no longer this worker's "
+                    "(its renewal was refused: another worker took the session over)"
+                )
+            log.warning(
+                "session %s v%d: the lease renewal was refused, another worker has taken the "
+                "session over; its running command is killed",
+                session_id,
+                version,
+            )
+
+
+@dataclass
+class _Held:
+    """A held lease; while it is entered, the commands this context starts are guarded by it
+    (`tickwork.worker.sandbox.shell.GUARD`)."""
+
+    leases: Leases
+    key: tuple[str, int]
+    owner: str
+    _token: Token[Guard | None] | None = None
+
+    def __enter__(self) -> None:
+        self.leases._add(self.key, self.owner)
+        self._token = GUARD.set(self)
+
+    def __exit__(self, *_: object) -> None:
+        if self._token is not None:
+            GUARD.reset(self._token)
+        self.leases._remove(self.key)
+
+    def watch(self, pid: int) -> AbstractContextManager[None]:
+        return self.leases.watched(self.key, pid)
+
+
+class Stops:
+    """While one of a session's tools runs, looks at its head every `every_s` from a thread
+    of its own: calling the object says why the tool must stop (a cancel, the deadline or
+    the cost budget; `tickwork.fsm.budgets.stop_reason`; the tick's lease lost), or None. Commands
+    poll it and kill their sandbox at once instead of running to their end."""
+
+    def __init__(
+        self,
+        store: Store,
+        session_id: str,
+        *,
+        every_s: float,
+        clock: Callable[[], datetime],
+        lease: Callable[[], str | None] | None = None,
+    ) -> None:
+        self._store, self._session_id = store, session_id
+        self._every_s, self._clock = every_s, clock
+        #: why the tick's lease is lost (`Leases.lost`), or None: fencing (issue 24)
+        self._lease = lease
+        self._reason: str | None = None
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="tickwork-stops", daemon=True)
+
+    def __call__(self) -> str | None:
+        return self._reason or (self._lease() if self._lease is not None else None)
+
+    def __enter__(self) -> Stops:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._done.set()
+        self._thread.join(1.0)  # a look at the head still under way ends on its own
+
+    def _run(self) -> None:
+        while self._reason is None and not self._done.wait(self._every_s):
+            try:
+                head = self._store.get(self._session_id)
+            except Exception:
+                log.exception("could not look at session %s while its tool runs", self._session_id)
+                continue
+            self._reason = stop_reason(head, now=self._clock())
+
+
+class Background(Protocol):
+    """A thread a worker runs beside its ticks."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+@dataclass
+class Runtime:
+    settings: Settings
+    store: Store
+    jobs: Jobs
+    publish_tick: Publish
+    publish_dead_letter: Callable[[str, str, str], None] = lambda *_: None
+    clock: Callable[[], datetime] = utc_now
+    jitter: Callable[[], float] = random.random
+    #: told of every tick's report after its save (metrics, webhooks, tracing), registered
+    #: when the app is built (`tickwork.worker.tick.wiring.install`); none for a bare Runtime
+    observers: Observers = field(default_factory=Observers)
+    #: threads this process runs beside its ticks (the webhook dispatcher), started with
+    #: the worker and stopped with it
+    background: list[Background] = field(default_factory=list)
+    #: the runtime level this worker runs: it claims no session that needs a higher one
+    #: (a test may raise it to stand for a worker of a later release)
+    level: int = RUNTIME_LEVEL
+    leases: Leases = field(init=False)
+    _models: dict[str, Model] = field(default_factory=dict, init=False)
+    #: one pool of model-server connections for this process's models, made on first use
+    _http: Poster | None = field(default=None, init=False)
+    _models_lock: threading.Lock = field(default_factory=threading.Lock, init=False)
+
+    def __post_init__(self) -> None:
+        self.leases = Leases(self.store, lease_s=self.settings.lease_s, clock=self.clock)
+
+    @functools.cached_property
+    def providers(self) -> Providers:
+        """The model providers: the shipped ones, the entry points', TICKWORK_IMPORTS'."""
+        return Providers(self.settings.imports)
+
+    @functools.cached_property
+    def masker(self) -> Masker:
+        """What a tick masks in what it stores: the secret patterns of the settings and the
+        secret values in this process's environment, read at the first tick."""
+        return masker_for(self.settings)
+
+    @functools.cached_property
+    def workspaces(self) -> Workspaces:
+        """This host's working copies of sessions' files, and the artifact store behind them."""
+        # issue 16: blobs retention moved to the archive are read back from there
+        artifacts = restoring(self.store.artifacts(self.settings.artifacts_url), self.settings)
+        return Workspaces(
+            self.settings.workspaces_path,
+            self.store,
+            artifacts,
+            max_bytes=self.settings.workspaces_max_bytes,
+        )
+
+    def model(self, spec: str) -> Model:
+        with self._models_lock:
+            if spec not in self._models:
+                if not spec:
+                    raise ConfigurationError(
+                        "the session names no model; submit it with --model or set TICKWORK_MODEL"
+                    )
+                if self._http is None:
+                    self._http = pooled_client()
+                self._models[spec] = make_model(
+                    spec,
+                    timeout_s=self.settings.model_timeout_s,
+                    client=self._http,
+                    providers=self.providers,
+                )
+            return self._models[spec]
+
+    def close(self) -> None:
+        """Close the model-server connections; a model asked for later opens new ones."""
+        with self._models_lock:
+            if self._http is not None:
+                self._http.close()
+            self._http = None
+            self._models.clear()
+
+    def publish(self, session_id: str, version: int) -> None:
+        """Publish a tick to run now; a failure is logged, the relay covers it."""
+        try:
+            self.publish_tick(session_id, version, 0.0)
+        except Exception as exc:
+            log.warning(
+                "could not publish the tick of %s v%d (%s); the session is saved and the relay "
+                "will publish it once the broker is back (within TICKWORK_RELAY_AFTER_S=%gs)",
+                session_id,
+                version,
+                exc,
+                self.settings.relay_after_s,
+            )
+
+
+#: a worker process's Postgres pool: a threads worker's 250 ticks want ~30 connections at
+#: once in a burst, and one opened past the pool is closed when given back, so the
+#: engine's default (10 kept, 40 more) had Postgres start a backend for most statements of
+#: a burst (at 500 in flight: Postgres's CPU 18 s against 6 s with 30 kept;
+#: ops/bench/in_flight.py). Clients, the API and the CLI keep the default.
+WORKER_POOL = {"pool_size": 30, "max_overflow": 10}
+
+
+def worker_store(settings: Settings) -> Store:
+    """The store of a worker process: `build_store` with WORKER_POOL on a server database."""
+    return build_store(settings, **({} if settings.db_url.startswith("sqlite") else WORKER_POOL))
+
+
+def build_store(settings: Settings, **engine_args: Any) -> Store:
+    if settings.db_url.startswith("sqlite"):
+        settings.state_dir.mkdir(parents=True, exist_ok=True)
+    return open_store(settings.db_url, transcripts=settings.transcript_cache, **engine_args)

@@ -1,0 +1,36 @@
+"""The observers a worker's runtime gets when the app is built: metrics, the webhook
+dispatcher and, with the `otel` extra enabled, tracing. Each hangs on the tick's report
+(`tickwork.worker.observers.report`); the tick knows none of them."""
+
+from __future__ import annotations
+
+import logging
+
+from tickwork.worker.config.settings import WebhookSettings, read_settings
+from tickwork.worker.observers.metrics import TickMetrics
+from tickwork.worker.observers.tracing import tracer_for
+from tickwork.worker.tick.dispatcher import Dispatcher
+from tickwork.worker.tick.runtime import Runtime
+
+log = logging.getLogger("tickwork.observers")
+
+
+def install(rt: Runtime) -> None:
+    """Register the standard observers on `rt`, and its background threads; one that
+    cannot be set up is logged, and the worker runs without it rather than not at all."""
+    rt.observers.add(TickMetrics(rt.providers))
+    try:
+        hooks = read_settings(WebhookSettings)
+        if hooks.webhook_url:
+            dispatcher = Dispatcher(rt, hooks)
+            rt.observers.add(dispatcher)
+            rt.background.append(dispatcher)
+    except Exception as exc:
+        log.error("no approval webhooks in this worker: %s", exc)
+    try:
+        tracer = tracer_for(rt)
+        if tracer is not None:
+            rt.observers.add(tracer)
+            rt.background.append(tracer)
+    except Exception as exc:
+        log.error("no tracing in this worker: %s", exc)
