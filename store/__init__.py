@@ -12,7 +12,7 @@ from sqlalchemy import Engine
 from tickwork.store.engine import make_engine
 from tickwork.store.port import Store
 from tickwork.store.postgres import PostgresStore
-from tickwork.store.sessions import CoreStore
+from tickwork.store.core import CoreStore
 from tickwork.store.ticks import Claimed
 
 

@@ -40,7 +40,7 @@ from tickwork.store.schema import (
     sessions,
     steps,
 )
-from tickwork.store.sessions import CoreStore, record_dead_letter
+from tickwork.store.core import CoreStore, record_dead_letter
 from tickwork.store.ticks import (
     APPENDED,
     OPEN,

@@ -1,6 +1,6 @@
 """What the tick's three writes (claim, start a call, save) share on every database.
 
-`sessions.CoreStore` runs them through SQLAlchemy Core, a short transaction of a few
+`core.CoreStore` runs them through SQLAlchemy Core, a short transaction of a few
 statements each; `postgres.PostgresStore` runs each as one statement. Both take what they
 write from here (the rows a save appends, the calls it closes, the started call's event)
 and give back what they read as the same values, so the two differ only in how the rows
@@ -44,7 +44,7 @@ from tickwork.store.schema import (
 from tickwork.store.transcripts import Mark
 
 #: the `after` of a claim that reads no steps (a THINK that missed the transcript cache
-#: reads them from the latest compaction on, after the claim: `sessions.CoreStore.claim`)
+#: reads them from the latest compaction on, after the claim: `core.CoreStore.claim`)
 NO_STEPS = 2**31 - 1
 
 #: the states a call can be started from

@@ -192,7 +192,7 @@ def test_no_modules_import_each_other_in_a_circle(layer: str) -> None:
 STORE_INSIDES = (
     "tickwork.store.schema",
     "tickwork.store.engine",
-    "tickwork.store.sessions",
+    "tickwork.store.core",
     "tickwork.store.postgres",
 )
 #: names of store/ that build an engine or a store other than by `open_store`

@@ -28,9 +28,9 @@ from ops.bench.in_flight import run
 CATEGORIES = (
     ("logging (Celery's task received / succeeded lines)", "logging/__init__.py"),
     ("model call: request, HTTP, reply", "generate (worker/models"),
-    ("store: claim", "claim (store/sessions.py"),
-    ("store: start_call", "start_call (store/sessions.py"),
-    ("store: save", "save (store/sessions.py"),
+    ("store: claim", "claim (store/core.py"),
+    ("store: start_call", "start_call (store/core.py"),
+    ("store: save", "save (store/core.py"),
     ("publish the next tick (Celery, kombu, Redis)", "send_task (celery"),
     ("tool", "run_tool (worker/tools"),
     ("lease renewals", "Leases._run"),

@@ -32,9 +32,9 @@ from ops.bench.tick_throughput import baseline_run, tickwork_run
 
 #: (category, frame substring) checked in order against a sampled stack, innermost phase first
 PHASES = (
-    ("claim", "claim (store/sessions.py"),
-    ("start_call", "start_call (store/sessions.py"),
-    ("save", "save (store/sessions.py"),
+    ("claim", "claim (store/core.py"),
+    ("start_call", "start_call (store/core.py"),
+    ("save", "save (store/core.py"),
     ("model", "generate (worker/models"),
     ("tool", "run_tool (worker/tools"),
     ("publish", "apply_async (celery"),
