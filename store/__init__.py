@@ -9,10 +9,10 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import Engine
+from tickwork.store.core import CoreStore
 from tickwork.store.engine import make_engine
 from tickwork.store.port import Store
 from tickwork.store.postgres import PostgresStore
-from tickwork.store.core import CoreStore
 from tickwork.store.ticks import Claimed
 
 

@@ -27,6 +27,7 @@ from sqlalchemy.exc import DBAPIError
 from tickwork.fsm.machine import Change
 from tickwork.fsm.values import Head, Status, ToolCall
 from tickwork.store import rows
+from tickwork.store.core import CoreStore
 from tickwork.store.files import FileChange
 from tickwork.store.rows import MUTABLE_HEAD
 from tickwork.store.schema import (
@@ -40,7 +41,6 @@ from tickwork.store.schema import (
     sessions,
     steps,
 )
-from tickwork.store.core import CoreStore, record_dead_letter
 from tickwork.store.ticks import (
     APPENDED,
     OPEN,
@@ -54,6 +54,7 @@ from tickwork.store.ticks import (
     saved_head,
     steps_from_rows,
 )
+from tickwork.store.writes import record_dead_letter
 
 
 class PostgresStore(CoreStore):

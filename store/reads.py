@@ -1,0 +1,185 @@
+"""Reading a session back inside an open connection: its head, calls, decisions, steps and
+observations, and where a THINK's transcript starts. The Core store's methods and its
+writes (`writes.py`) call these in their own transactions."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import Connection, LargeBinary, Select, cast, func, literal, select
+from tickwork.fsm.context import needed_from
+from tickwork.fsm.errors import CallNotFound, NotWaiting, SessionNotFound
+from tickwork.fsm.loops import HISTORY
+from tickwork.fsm.values import Decision, Head, Observation, Session, Step, StepKind, ToolCall
+from tickwork.store import rows
+from tickwork.store.schema import calls, decisions, events, observations, sessions, steps
+from tickwork.store.ticks import steps_from_rows
+
+
+def read_head(conn: Connection, session_id: str, *, lock: bool = False) -> Head:
+    if "\x00" in session_id:  # no id holds one, and Postgres refuses it as a parameter
+        raise SessionNotFound(f"no session {session_id!r}; list sessions with `tickwork ls`")
+    query = select(sessions).where(sessions.c.id == session_id)
+    row = conn.execute(query.with_for_update() if lock else query).mappings().first()
+    if row is None:
+        raise SessionNotFound(f"no session {session_id!r}; list sessions with `tickwork ls`")
+    return rows.head_from_row(row)
+
+
+def read_calls(
+    conn: Connection, session_id: str, *, step: int | None = None
+) -> tuple[ToolCall, ...]:
+    query = select(calls).where(calls.c.session_id == session_id)
+    if step is not None:
+        query = query.where(calls.c.step == step)
+    found = conn.execute(query.order_by(calls.c.step, calls.c.index)).mappings()
+    return tuple(rows.call_from_row(r) for r in found)
+
+
+def read_call(conn: Connection, session_id: str, call_id: str) -> ToolCall | None:
+    if "\x00" in call_id:  # no id holds one, and Postgres refuses it as a parameter
+        return None
+    query = select(calls).where(calls.c.session_id == session_id, calls.c.call_id == call_id)
+    row = conn.execute(query).mappings().first()
+    return None if row is None else rows.call_from_row(row)
+
+
+def read_decisions(
+    conn: Connection, session_id: str, of: Sequence[ToolCall | str] | None = None
+) -> dict[str, Decision]:
+    """The latest decision on each call."""
+    query = select(decisions).where(decisions.c.session_id == session_id)
+    if of is not None:
+        ids = [c if isinstance(c, str) else c.call_id for c in of]
+        query = query.where(decisions.c.call_id.in_(ids))
+    query = query.order_by(decisions.c.call_id, decisions.c.attempt)
+    return {r["call_id"]: rows.decision_from_row(r) for r in conn.execute(query).mappings()}
+
+
+def read_all_decisions(conn: Connection, session_id: str) -> tuple[Decision, ...]:
+    query = (
+        select(decisions)
+        .where(decisions.c.session_id == session_id)
+        .order_by(decisions.c.at, decisions.c.call_id, decisions.c.attempt)
+    )
+    return tuple(rows.decision_from_row(r) for r in conn.execute(query).mappings())
+
+
+def missing_call(conn: Connection, head: Head, call_id: str) -> None:
+    found = conn.execute(
+        select(calls.c.state).where(calls.c.session_id == head.id, calls.c.call_id == call_id)
+    ).first()
+    waiting = ", ".join(head.awaiting) or "none"
+    if found is None:
+        raise CallNotFound(
+            f"session {head.id} has no call {call_id!r}; calls waiting for a decision: {waiting}"
+        )
+    raise NotWaiting(
+        f"call {call_id} of session {head.id} is {found[0]}, not waiting for a "
+        f"decision; calls waiting: {waiting}"
+    )
+
+
+def context_start(conn: Connection, session_id: str) -> tuple[int, int]:
+    """(the step a THINK reads after, the last step whose observations it reads by size
+    only): before the latest compaction's cut (or the last `HISTORY` replies before it, for
+    loop detection), 0 with no compaction; and the latest mask since. Read before the
+    claim: a step stored meanwhile only makes the claim read more than it needs."""
+    latest = conn.execute(
+        select(steps.c.step, steps.c.compacted_through)
+        .where(steps.c.session_id == session_id, steps.c.kind == StepKind.COMPACTION.value)
+        .order_by(steps.c.step.desc())
+        .limit(1)
+    ).first()
+    since = 0 if latest is None else int(latest.step)
+    masked = conn.execute(
+        select(func.max(steps.c.masked_through)).where(
+            steps.c.session_id == session_id, steps.c.step > since
+        )
+    ).scalar()
+    if latest is None:
+        return 0, int(masked or 0)
+    start = max(0, min(int(latest.compacted_through), since - 1 - HISTORY))
+    return start, max(int(latest.compacted_through), int(masked or 0))
+
+
+def needed(
+    history: tuple[Step, ...], seen: dict[str, Observation]
+) -> tuple[tuple[Step, ...], dict[str, Observation]]:
+    """The steps (and their observations) a THINK still needs (`tickwork.fsm.context.needed_from`),
+    so a cached transcript stays bounded by the window, not the session's length."""
+    first = needed_from(history, history=HISTORY)
+    if not history or history[0].step >= first:
+        return history, seen
+    kept = tuple(s for s in history if s.step >= first)
+    ids = {c.call_id for s in kept for c in s.calls}
+    return kept, {k: v for k, v in seen.items() if k in ids}
+
+
+def read_history(
+    conn: Connection, session_id: str, *, after: int = 0, masked: int = 0
+) -> tuple[tuple[Step, ...], dict[str, Observation]]:
+    """The steps after step `after`, with their calls and the observations of those calls."""
+    call_rows = (
+        conn.execute(
+            select(calls)
+            .where(calls.c.session_id == session_id, calls.c.step > after)
+            .order_by(calls.c.step, calls.c.index)
+        )
+        .mappings()
+        .all()
+    )
+    step_rows = conn.execute(
+        select(steps)
+        .where(steps.c.session_id == session_id, steps.c.step > after)
+        .order_by(steps.c.step)
+    ).mappings()
+    history = steps_from_rows(step_rows, call_rows)
+    seen: dict[str, Observation] = {}
+    if masked > after:
+        # the observations the prompt shows as stubs: their size, not their content
+        size = func.length(cast(observations.c.content, LargeBinary))
+        stubs = select(
+            observations.c.call_id,
+            literal("").label("content"),
+            observations.c.is_error,
+            observations.c.at,
+            observations.c.duration_ms,
+            size.label("elided"),
+        ).where(
+            observations.c.session_id == session_id,
+            observations.c.call_id.in_(call_ids(session_id, after, masked)),
+        )
+        seen.update(
+            (r["call_id"], rows.observation_from_row(r)) for r in conn.execute(stubs).mappings()
+        )
+    found = select(observations).where(observations.c.session_id == session_id)
+    if after or masked:
+        # by the calls' ids, looked up one by one: a join may scan every observation per call
+        found = found.where(observations.c.call_id.in_(call_ids(session_id, max(after, masked))))
+    seen.update(
+        (r["call_id"], rows.observation_from_row(r)) for r in conn.execute(found).mappings()
+    )
+    return history, seen
+
+
+def call_ids(session_id: str, after: int, through: int | None = None) -> Select[tuple[str]]:
+    """The ids of the session's calls of the steps after `after` (up to `through`)."""
+    query = select(calls.c.call_id).where(calls.c.session_id == session_id, calls.c.step > after)
+    return query if through is None else query.where(calls.c.step <= through)
+
+
+def read_session(conn: Connection, session_id: str) -> Session:
+    head = read_head(conn, session_id)
+    history, seen = read_history(conn, session_id)
+    found = conn.execute(
+        select(events).where(events.c.session_id == session_id).order_by(events.c.id)
+    ).mappings()
+    return Session(
+        head=head,
+        steps=history,
+        # in the order of the calls they answer
+        observations=tuple(seen[c.call_id] for s in history for c in s.calls if c.call_id in seen),
+        decisions=read_all_decisions(conn, session_id),
+        events=tuple(rows.event_from_row(r) for r in found),
+    )

@@ -1,0 +1,139 @@
+"""What the Core store answers beside a session's own reads and writes: the relay's scans,
+the dead-letter queue, retention, the webhook cards, environments, the gauges and the
+health check. Each method is one call of its module with the store's engine; `CoreStore`
+(and so `PostgresStore`) inherits them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Engine, text
+from tickwork.fsm.values import Session
+from tickwork.store import dead_letter_counts, dead_letters, gauges, relay
+from tickwork.store.dead_letters import Closing, DeadLetter
+from tickwork.store.deliveries import Cards
+from tickwork.store.environments import Environments
+from tickwork.store.gauges import Gauges
+from tickwork.store.lifecycle import Retention
+from tickwork.store.relay import Due
+
+
+class Services:
+    """The store's methods that are not a session's: the relay, dead letters, retention,
+    cards, environments, gauges, health."""
+
+    engine: Engine
+    #: the session by id, whole (`CoreStore.load`), for retention's archive
+    load: Callable[[str], Session]
+
+    def due_ticks(self, *, now: datetime, older_than_s: float, limit: int = 500) -> list[Due]:
+        """The relay's scan of the outbox (`relay.due_ticks`)."""
+        return relay.due_ticks(self.engine, now=now, older_than_s=older_than_s, limit=limit)
+
+    def expired_leases(self, *, now: datetime, limit: int = 500) -> list[Due]:
+        """The relay's scan for sessions whose worker died (`relay.expired_leases`)."""
+        return relay.expired_leases(self.engine, now=now, limit=limit)
+
+    def offer_again(self, session_id: str, version: int, *, now: datetime) -> None:
+        """A tick refused for its runtime level, offered again at the relay's usual pace."""
+        relay.offer_again(self.engine, session_id, version, now=now)
+
+    def dead_letters(
+        self,
+        *,
+        code: str | None = None,
+        kind: str | None = None,
+        since: datetime | None = None,
+        unresolved: bool = False,
+        limit: int = 100,
+        with_snapshot: bool = False,
+    ) -> list[DeadLetter]:
+        """Newest first."""
+        return dead_letters.list_dead_letters(
+            self.engine,
+            code=code,
+            kind=kind,
+            since=since,
+            unresolved=unresolved,
+            limit=limit,
+            with_snapshot=with_snapshot,
+        )
+
+    def dead_letter(self, key: int | str) -> DeadLetter:
+        """By dead-letter id, or by the failed session's id; DeadLetterNotFound if none."""
+        return dead_letters.get_dead_letter(self.engine, key)
+
+    def close_dead_letter(
+        self, key: int | str, *, state: Closing, by: str, reason: str, now: datetime
+    ) -> DeadLetter:
+        """Resolve or dismiss a dead letter without forking it; refused if already closed."""
+        return dead_letters.close(self.engine, key, state=state, by=by, reason=reason, now=now)
+
+    def dead_letter_stats(self, *, by: str, since: datetime | None = None) -> list[dict[str, Any]]:
+        """Counts of dead letters grouped by one of `dead_letters.GROUPS`, largest first."""
+        return dead_letters.stats(self.engine, by=by, since=since)
+
+    def recount_dead_letters(self) -> int:
+        """Count the dead letters afresh for their stats (after dead letters were written by
+        workers older than migration 0009); the count rows written."""
+        with self.engine.begin() as conn:
+            return dead_letter_counts.rebuild(conn)
+
+    def dead_letter_rows(
+        self,
+        *,
+        code: str | None = None,
+        kind: str | None = None,
+        since: datetime | None = None,
+        unresolved: bool = False,
+        with_snapshot: bool = False,
+    ) -> Iterator[dict[str, Any]]:
+        """The export's flat rows (`dead_letters.EXPORT_COLUMNS`), oldest first, in batches."""
+        return dead_letters.export_rows(
+            self.engine,
+            code=code,
+            kind=kind,
+            since=since,
+            unresolved=unresolved,
+            with_snapshot=with_snapshot,
+        )
+
+    def dead_letter_timeline(
+        self, *, bucket: str = "day", since: datetime, now: datetime
+    ) -> dict[str, Any]:
+        """Dead letters per day or hour and code (`dead_letters.timeline`)."""
+        return dead_letters.timeline(self.engine, bucket=bucket, since=since, now=now)
+
+    @property
+    def retention(self) -> Retention:
+        """Retention's passes and the archive index (`store/lifecycle.py`)."""
+        return Retention(self.engine, self.load)
+
+    @property
+    def cards(self) -> Cards:
+        """The webhook cards' deliveries (approval and finished), for the dispatcher."""
+        return Cards(self.engine)
+
+    @property
+    def environments(self) -> Environments:
+        """Repair jobs' environments: the build's claim, their uses (`store/environments.py`)."""
+        return Environments(self.engine)
+
+    def gauges(self, *, now: datetime) -> Gauges:
+        """What the metrics' gauges show, read in one connection."""
+        return gauges.read(self.engine, now=now)
+
+    def revisions(self) -> set[str]:
+        """The migration revisions the database's schema is at (none: no schema); raises
+        what the driver raises if the database does not answer."""
+        from alembic.runtime.migration import MigrationContext  # the CLI starts without it
+
+        with self.engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+            return set(MigrationContext.configure(conn).get_current_heads())
+
+    def close(self) -> None:
+        """Close the pooled connections; the store opens new ones if used again."""
+        self.engine.dispose()

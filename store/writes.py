@@ -1,0 +1,205 @@
+"""The Core store's writes inside an open transaction: a new session, the save's
+compare-and-swap with what it appends, the claim, a call marked started. `postgres.py`
+runs the tick's three as one statement each; both take their rows from `ticks.py`."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, and_, bindparam, delete, insert, literal, or_, select, update
+from tickwork.fsm.machine import Change
+from tickwork.fsm.values import RUNNABLE, Event, EventKind, Head, Session, Status, ToolCall
+from tickwork.store import dead_letters, reads, rows
+from tickwork.store.files import FileChange
+from tickwork.store.schema import (
+    calls,
+    decisions,
+    events,
+    observations,
+    outbox,
+    sessions,
+    steps,
+)
+from tickwork.store.ticks import (
+    OPEN,
+    Claimed,
+    Lease,
+    Taken,
+    appended,
+    changed_states,
+    lost,
+    saved_head,
+)
+
+
+def insert_session(conn: Connection, session: Session, *, now: datetime) -> None:
+    head = session.head
+    conn.execute(insert(sessions), [rows.head_to_row(head)])
+    for step in session.steps:
+        conn.execute(insert(steps), [rows.step_to_row(head.id, step)])
+        if step.calls:
+            conn.execute(insert(calls), [rows.call_to_row(head.id, c) for c in step.calls])
+    insert_many(
+        conn, observations, [rows.observation_to_row(head.id, o) for o in session.observations]
+    )
+    insert_many(conn, decisions, [rows.decision_to_row(head.id, d) for d in session.decisions])
+    created = Event(
+        kind=EventKind.CREATED,
+        at=now,
+        data={"kind": head.kind, "model": head.model, "status": head.status.value},
+    )
+    insert_many(
+        conn,
+        events,
+        [rows.event_to_row(head.id, head.version, e) for e in (created, *session.events)],
+    )
+    if head.status.runnable:
+        conn.execute(
+            insert(outbox),
+            [{"session_id": head.id, "version": head.version, "due_at": now, "published_at": now}],
+        )
+
+
+def apply_change(
+    conn: Connection,
+    change: Change,
+    *,
+    version: int,
+    owner: str | None,
+    now: datetime,
+    files: FileChange | None = None,
+) -> Head:
+    session_id = change.head.id
+    moved = (
+        update(sessions)
+        .where(
+            sessions.c.id == session_id,
+            sessions.c.version == version,
+            sessions.c.lease_owner.is_(None) if owner is None else sessions.c.lease_owner == owner,
+        )
+        .values(
+            version=version + 1,
+            lease_owner=None,
+            lease_expires_at=None,
+            # a cancel requested while the tick ran must survive its save
+            cancel_requested=or_(
+                sessions.c.cancel_requested, literal(change.head.cancel_requested)
+            ),
+            **rows.head_changes(change.head),
+        )
+        .returning(sessions.c.cancel_requested)
+    )
+    row = conn.execute(moved).first()
+    if row is None:
+        raise lost(session_id, version, owner)
+    if change.charged is not None:
+        c = change.charged
+        conn.execute(
+            update(steps)
+            .where(steps.c.session_id == change.head.id, steps.c.step == c.step)
+            .values(
+                prompt_tokens=steps.c.prompt_tokens + c.usage.prompt_tokens,
+                completion_tokens=steps.c.completion_tokens + c.usage.completion_tokens,
+                cost_usd=steps.c.cost_usd + c.cost_usd,
+            )
+        )
+    changed = changed_states(change)
+    if changed:
+        conn.execute(
+            update(calls)
+            .where(
+                and_(
+                    calls.c.session_id == bindparam("sid"),
+                    calls.c.step == bindparam("at_step"),
+                    calls.c.call_id == bindparam("cid"),
+                )
+            )
+            .values(state=bindparam("new_state")),
+            [
+                {
+                    "sid": session_id,
+                    "at_step": c["step"],
+                    "cid": c["call_id"],
+                    "new_state": c["state"],
+                }
+                for c in changed
+            ],
+        )
+    for table, values in appended(change, version=version + 1, now=now, files=files).items():
+        insert_many(conn, table, values)
+    if change.dead_letter:
+        record_dead_letter(conn, session_id, now=now)
+    return saved_head(change.head, version=version + 1, cancel_requested=row.cancel_requested)
+
+
+def record_dead_letter(conn: Connection, session_id: str, *, now: datetime) -> None:
+    """Dead-letter the session the save in `conn`'s transaction failed, with its snapshot."""
+    dead_letters.record(conn, reads.read_session(conn, session_id), now=now)
+
+
+def insert_many(conn: Connection, table: Any, values: list[dict[str, Any]]) -> None:
+    if values:
+        conn.execute(insert(table), values)
+
+
+def take_lease(
+    conn: Connection, lease: Lease, *, expires: datetime, after: int, level: int
+) -> Taken | None:
+    session_id, version, owner = lease.session_id, lease.version, lease.owner
+    assert owner is not None, "a claim takes a lease"
+    taken = (
+        update(sessions)
+        .where(
+            sessions.c.id == session_id,
+            sessions.c.version == version,
+            sessions.c.status.in_([s.value for s in RUNNABLE]),
+            or_(sessions.c.lease_owner.is_(None), sessions.c.lease_expires_at < lease.now),
+            sessions.c.runtime_level <= level,
+        )
+        .values(lease_owner=owner, lease_expires_at=expires)
+        .returning(*sessions.c)
+    )
+    row = conn.execute(taken).mappings().first()
+    if row is None:
+        return None
+    conn.execute(
+        delete(outbox).where(outbox.c.session_id == session_id, outbox.c.version <= version)
+    )
+    head = rows.head_from_row(row)
+    if head.status is Status.EXECUTING:
+        current = reads.read_calls(conn, session_id, step=head.step)
+        decided = reads.read_decisions(conn, session_id, current)
+        return Claimed(head=head, owner=owner, calls=current, decisions=decided), None
+    history, seen = reads.read_history(conn, session_id, after=after)
+    known = conn.execute(
+        select(steps.c.trace_id, steps.c.fingerprint).where(
+            steps.c.session_id == session_id, steps.c.step == after
+        )
+    ).first()
+    mark = None if known is None else (known[0], known[1])
+    return Claimed(head=head, owner=owner, steps=history, observations=seen), mark
+
+
+def mark_started(conn: Connection, lease: Lease, call: ToolCall) -> bool:
+    ours = (
+        select(sessions.c.id)
+        .where(
+            sessions.c.id == lease.session_id,
+            sessions.c.version == lease.version,
+            sessions.c.lease_owner == lease.owner,
+        )
+        .exists()
+    )
+    stmt = (
+        update(calls)
+        .where(
+            calls.c.session_id == lease.session_id,
+            calls.c.step == call.step,
+            calls.c.call_id == call.call_id,
+            calls.c.state.in_(OPEN),
+            ours,
+        )
+        .values(state="started", started_at=lease.now)
+    )
+    return bool(conn.execute(stmt).rowcount == 1)
