@@ -1,10 +1,17 @@
 """`Store`: what the layers above store/ may ask of the database, and nothing more.
 
+The port is small Protocols, one per concern (sessions, ticks, the sessions' files, the
+relay, dead letters, retention, webhook cards, environments, health), composed into
+`Store`; a caller that needs one concern is typed with its sub-port (the gauges take a
+`Health`, the relay thread a `Relay`). Every method raises tickwork's own errors: a
+database that does not answer is `StoreUnavailable`, never SQLAlchemy's or the driver's
+exception (`store/edge.py` translates them).
+
 One implementation per database, built by `store.open_store`: `CoreStore` (SQLAlchemy Core:
 SQLite, and any database) and `PostgresStore` (the same, with the tick's claim, start and
-save as one statement each). The contract suite (tests/store) runs the Core store on SQLite
-and on Postgres and the Postgres store on Postgres.
-"""
+save as one statement each). The contract suite (`tickwork.testing.store_contract`, run by
+tests/store) runs the Core store on SQLite and on Postgres and the Postgres store on
+Postgres; a third-party store runs it too (docs/CONFORMANCE.md)."""
 
 from __future__ import annotations
 
@@ -26,9 +33,9 @@ from tickwork.store.relay import Due
 from tickwork.store.ticks import Claimed
 
 
-class Store(Protocol):
-    """Sessions on one database, and what the relay, the dead-letter queue, the metrics and
-    the health checks read of it; every method is one short transaction (or none)."""
+class Sessions(Protocol):
+    """Sessions as people, the API and the CLI read and change them: create, look up,
+    list, decide, cancel, fork."""
 
     def create(self, session: Session, *, now: datetime) -> Head:
         """Insert a new session (or a fork) and, if it is runnable, its first tick."""
@@ -70,6 +77,36 @@ class Store(Protocol):
     def events_after(
         self, session_id: str, after_id: int = 0, limit: int = 1000
     ) -> list[tuple[int, Event]]: ...
+
+    def decide(self, session_id: str, decision: Decision, *, now: datetime) -> Head:
+        """Record one person's decision on one call; each call is decided once."""
+        ...
+
+    def request_cancel(self, session_id: str, *, now: datetime, by: str = "") -> Head:
+        """Cancel a suspended session now; a runnable one is cancelled at its next tick."""
+        ...
+
+    def fork(
+        self,
+        parent_id: str,
+        *,
+        new_id: str,
+        from_step: int,
+        patch: ForkPatch,
+        by: str,
+        now: datetime,
+        resolve_dead_letter: bool = False,
+        again: bool = False,
+        archived: tuple[Session, Sequence[Saved]] | None = None,
+    ) -> Head:
+        """A new session from the parent's step `from_step` with `patch`; `archived`: the
+        parent whole and its file changes, read back from the archive."""
+        ...
+
+
+class Ticks(Protocol):
+    """The tick's writes: claim a session for one micro-phase, renew the lease while a long
+    call runs, mark a call started, save (compare-and-swap plus append)."""
 
     def claim(
         self,
@@ -117,30 +154,9 @@ class Store(Protocol):
         the head moved or the lease is no longer ours."""
         ...
 
-    def decide(self, session_id: str, decision: Decision, *, now: datetime) -> Head:
-        """Record one person's decision on one call; each call is decided once."""
-        ...
 
-    def request_cancel(self, session_id: str, *, now: datetime, by: str = "") -> Head:
-        """Cancel a suspended session now; a runnable one is cancelled at its next tick."""
-        ...
-
-    def fork(
-        self,
-        parent_id: str,
-        *,
-        new_id: str,
-        from_step: int,
-        patch: ForkPatch,
-        by: str,
-        now: datetime,
-        resolve_dead_letter: bool = False,
-        again: bool = False,
-        archived: tuple[Session, Sequence[Saved]] | None = None,
-    ) -> Head:
-        """A new session from the parent's step `from_step` with `patch`; `archived`: the
-        parent whole and its file changes, read back from the archive."""
-        ...
+class SessionFiles(Protocol):
+    """The sessions' files: the changes the ticks saved, and the blobs they name."""
 
     def file_changes(self, session_id: str, *, upto: int | None = None) -> list[Saved]:
         """The changes the session's ticks saved to its files, in order."""
@@ -153,6 +169,10 @@ class Store(Protocol):
     def artifacts(self, url: str) -> Artifacts:
         """The artifact store `url` names; this database's blobs table when it is empty."""
         ...
+
+
+class Relay(Protocol):
+    """The relay's scans of the outbox and the leases (DESIGN section 3)."""
 
     def due_ticks(self, *, now: datetime, older_than_s: float, limit: int = 500) -> list[Due]:
         """Outbox rows to publish now: delayed ticks that fell due, and ticks whose message
@@ -167,6 +187,10 @@ class Store(Protocol):
         """A tick refused for its runtime level: the relay offers it again after its usual
         wait, not after a growing one (the session's own row is not touched)."""
         ...
+
+
+class DeadLetterQueue(Protocol):
+    """The dead letters: listed, looked up, closed, counted and exported."""
 
     def dead_letters(
         self,
@@ -218,20 +242,36 @@ class Store(Protocol):
         """Dead letters per day or hour and code, since `since`, no bucket skipped."""
         ...
 
+
+class Lifecycle(Protocol):
+    """Retention: archiving and pruning finished sessions."""
+
     @property
     def retention(self) -> Retention:
         """Retention's passes and the archive index (`store/lifecycle.py`)."""
         ...
+
+
+class Webhooks(Protocol):
+    """The webhook cards' deliveries, for the dispatcher."""
 
     @property
     def cards(self) -> Cards:
         """The webhook cards' deliveries (approval and finished), for the dispatcher."""
         ...
 
+
+class Builds(Protocol):
+    """Repair jobs' environments."""
+
     @property
     def environments(self) -> Environments:
         """Repair jobs' environments: the build's claim, their uses (`store/environments.py`)."""
         ...
+
+
+class Health(Protocol):
+    """What the metrics and the health checks read, and the pool."""
 
     def gauges(self, *, now: datetime) -> Gauges:
         """What the metrics' gauges show, read in one connection."""
@@ -244,3 +284,22 @@ class Store(Protocol):
     def close(self) -> None:
         """Close the pooled connections; the store opens new ones if used again."""
         ...
+
+
+class Store(
+    Sessions,
+    Ticks,
+    SessionFiles,
+    Relay,
+    DeadLetterQueue,
+    Lifecycle,
+    Webhooks,
+    Builds,
+    Health,
+    Protocol,
+):
+    """Sessions on one database, and what the relay, the dead-letter queue, retention, the
+    webhooks, the metrics and the health checks read of it: every sub-port above. Every
+    method is one short transaction (or none); a database that fails raises
+    `StoreUnavailable` or another `StoreError` (`tickwork.fsm.errors`), never the driver's
+    own error."""

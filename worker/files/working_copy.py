@@ -35,8 +35,8 @@ from tickwork.store.files import (
 from tickwork.worker.files.filetree import Ignore, walk
 
 if TYPE_CHECKING:
-    from tickwork.store import Store
     from tickwork.store.artifacts import Artifacts
+    from tickwork.store.port import SessionFiles
 
 log = logging.getLogger("tickwork.workspaces")
 
@@ -80,7 +80,7 @@ def _mode(info: os.stat_result) -> str:
 class Owner(Protocol):
     """What a working copy needs of the `Workspaces` that made it (worker/files/workspaces.py)."""
 
-    store: Store
+    store: SessionFiles
     artifacts: Artifacts
     #: per folder: its files' stamp, its state hash and what was seen of each file
     _snapshots: dict[Path, tuple[tuple[int, ...], str, dict[str, _Seen]]]

@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from tickwork.fsm.values import Head
-from tickwork.store import Store
 from tickwork.store.artifacts import Artifacts, intact
 from tickwork.store.files import Manifest, applied, parse_entry
+from tickwork.store.port import SessionFiles
 from tickwork.worker.files.working_copy import WorkingCopy, _atomic_write, _Seen, session_files
 
 log = logging.getLogger("tickwork.workspaces")
@@ -63,7 +63,12 @@ class Workspaces:
     """The working copies of one host, under `root`; the store decides what they hold."""
 
     def __init__(
-        self, root: Path, store: Store, artifacts: Artifacts, *, max_bytes: int = 2_000_000_000
+        self,
+        root: Path,
+        store: SessionFiles,
+        artifacts: Artifacts,
+        *,
+        max_bytes: int = 2_000_000_000,
     ) -> None:
         self.root = Path(root)
         self.store = store

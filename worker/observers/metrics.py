@@ -32,7 +32,7 @@ from tickwork.worker.observers.report import Outcome as TickOutcome
 
 if TYPE_CHECKING:
     from tickwork.fsm.machine import Change
-    from tickwork.store import Store
+    from tickwork.store.port import Health
     from tickwork.store.relay import RelayPass
     from tickwork.worker.models.providers import Providers
     from tickwork.worker.observers.report import TickReport
@@ -177,7 +177,7 @@ def counted_relay(relay_once: F) -> F:
 class StoreCollector(Collector):
     """Gauges read from the database at each scrape; the API exposes them."""
 
-    def __init__(self, store: Store, *, clock: Callable[[], datetime] | None = None) -> None:
+    def __init__(self, store: Health, *, clock: Callable[[], datetime] | None = None) -> None:
         self.store = store
         self.clock = clock or (lambda: datetime.now(UTC))
 

@@ -31,7 +31,7 @@ from tickwork.store.retention import Batch, Policy, Report
 from tickwork.store.sweep import Restoring
 
 if TYPE_CHECKING:
-    from tickwork.store import Store
+    from tickwork.store.port import Lifecycle
     from tickwork.worker.config.settings import Settings
 
 log = logging.getLogger("tickwork.retention")
@@ -93,7 +93,7 @@ class RetentionSettings(BaseSettings):
 
 
 def run_pass(
-    store: Store,
+    store: Lifecycle,
     archive: Archive,
     retention: RetentionSettings,
     *,
@@ -103,8 +103,8 @@ def run_pass(
     artifacts: Artifacts | None = None,
     clock: Callable[[], datetime] | None = None,
 ) -> Report:
-    """One pass of archiving and pruning (`tickwork.store.retention.archive_pass`); with `artifacts`,
-    the blobs only the archived sessions used move to the archive too."""
+    """One pass of archiving and pruning (`tickwork.store.retention.archive_pass`); with
+    `artifacts`, the blobs only the archived sessions used move to the archive too."""
     kwargs = {} if stale_after_s is None else {"stale_after_s": stale_after_s}
     return store.retention.archive_pass(
         archive,
@@ -144,7 +144,7 @@ def session_key(session_id: str) -> str:
 
 
 def drop_archived_copies(
-    store: Store, root: Path, drop: Callable[[str], None], *, since: datetime
+    store: Lifecycle, root: Path, drop: Callable[[str], None], *, since: datetime
 ) -> int:
     """Drop this host's working copies of the sessions archived since `since`."""
     folder = root / "sessions"

@@ -20,6 +20,7 @@ from tickwork.fsm.budgets import stop_reason
 from tickwork.fsm.errors import ConfigurationError
 from tickwork.fsm.values import RUNTIME_LEVEL
 from tickwork.store import Store, open_store
+from tickwork.store.port import Sessions, Ticks
 from tickwork.worker.config.secrets import Masker, masker_for
 from tickwork.worker.config.settings import Settings
 from tickwork.worker.files.workspaces import Workspaces
@@ -58,7 +59,7 @@ class Leases:
     #: the part of the lease after its last renewal a command may still run unwatched
     FENCED = 0.9
 
-    def __init__(self, store: Store, *, lease_s: float, clock: Callable[[], datetime]) -> None:
+    def __init__(self, store: Ticks, *, lease_s: float, clock: Callable[[], datetime]) -> None:
         self._store, self._lease_s, self._clock = store, lease_s, clock
         self._held: dict[tuple[str, int], str] = {}
         #: when each held lease was last known ours (monotonic), and why a lost one is lost
@@ -195,7 +196,7 @@ class Stops:
 
     def __init__(
         self,
-        store: Store,
+        store: Sessions,
         session_id: str,
         *,
         every_s: float,
