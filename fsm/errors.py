@@ -155,6 +155,34 @@ class BlobCorrupt(TickworkError, ValueError):
         self.keys = keys
 
 
+class StoreError(TickworkError):
+    """The database failed a request of the store; the message names the database (without
+    its password) and what it said. Raised by every `Store` method instead of SQLAlchemy's
+    or the driver's exceptions, which never leave store/."""
+
+
+class StoreUnavailable(StoreError):
+    """The database did not answer: down, unreachable, restarting, or too busy (a refused or
+    dropped connection, a lock or pool timeout, a deadlock it broke). Nothing of the request
+    was committed, and the same request may succeed later: the HTTP API answers 503, and a
+    tick gives up so that its session's lease runs out and the relay runs it again."""
+
+
+class SchemaMissing(StoreUnavailable):
+    """The database answers but has no tickwork schema, or an older one (a table or column
+    the store reads is not there): run `tickwork db upgrade` against it."""
+
+
+class StoreConflict(StoreError):
+    """The write broke one of the database's constraints (a row with that key exists
+    already, or a row it names does not); nothing of it was committed."""
+
+
+class UnstorableValue(StoreError, ValueError):
+    """The database refused a value as out of range or malformed for its column; nothing was
+    committed. Input is checked before it reaches the store, so this is a bug to report."""
+
+
 class ArtifactsUnavailable(TickworkError):
     """The artifact store could not be read or written; the tick is run again later."""
 

@@ -28,6 +28,7 @@ from sqlalchemy import Engine, select, update
 from sqlalchemy import delete as sa_delete
 from sqlalchemy.dialects import postgresql, sqlite
 from tickwork.fsm.errors import ArtifactsUnavailable, BlobCorrupt, BlobMissing, ConfigurationError
+from tickwork.store.edge import guarded
 from tickwork.store.schema import blobs
 
 _HASH = re.compile(r"^[0-9a-f]{64}$")
@@ -74,6 +75,7 @@ def _verified(found: Mapping[str, bytes], where: str) -> dict[str, bytes]:
     return dict(found)
 
 
+@guarded
 class DatabaseArtifacts:
     """Blobs in the `tickwork_blobs` table of the session database."""
 

@@ -38,6 +38,7 @@ from tickwork.fsm.values import (
 )
 from tickwork.store import dead_letters, reads, rows, writes
 from tickwork.store.artifacts import Artifacts, open_artifacts
+from tickwork.store.edge import guarded
 from tickwork.store.files import FileChange, Saved, current_state, fork_start, saved_changes
 from tickwork.store.schema import (
     events,
@@ -58,6 +59,7 @@ from tickwork.store.ticks import (
 from tickwork.store.transcripts import Transcript, Transcripts
 
 
+@guarded
 class CoreStore(Services):
     """Sessions on one database through SQLAlchemy Core: the embedded default's SQLite,
     and any database (Postgres too, where `PostgresStore` is the faster variant). Build

@@ -18,6 +18,7 @@ from sqlalchemy import Engine, case, delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from tickwork.fsm.errors import EnvironmentInUse
 from tickwork.fsm.values import Status
+from tickwork.store.edge import guarded
 from tickwork.store.schema import environment_uses, environments, sessions
 
 #: builds of one key in a row, taken over after their builder died, before it is failed
@@ -82,6 +83,7 @@ def _row(row: Any, live: int = 0, total: int = 0) -> Environment:
     )
 
 
+@guarded
 class Environments:
     """The environments table of one database."""
 

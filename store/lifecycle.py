@@ -12,13 +12,15 @@ from tickwork.fsm.values import Session
 from tickwork.store import archive as archives
 from tickwork.store import archived, retention
 from tickwork.store.artifacts import Artifacts
+from tickwork.store.edge import guarded
 
 
+@guarded
 class Retention:
     """The archive index and the archive-then-prune passes of one store."""
 
     def __init__(self, engine: Engine, load: Callable[[str], Session]) -> None:
-        self._engine, self._load = engine, load
+        self.engine, self._load = engine, load
 
     def archive_pass(
         self,
@@ -34,7 +36,7 @@ class Retention:
     ) -> retention.Report:
         """Archive and prune up to `max_batches` batches (`retention.archive_pass`)."""
         return retention.archive_pass(
-            self._engine,
+            self.engine,
             self._load,
             archive,
             policy,
@@ -48,19 +50,19 @@ class Retention:
 
     def eligible(self, policy: retention.Policy, *, now: datetime) -> dict[str, int]:
         """How many sessions of each status a pass would archive now; reads only."""
-        return retention.eligible(self._engine, policy, now=now)
+        return retention.eligible(self.engine, policy, now=now)
 
     def live_and_archived(self) -> dict[str, int]:
         """How many sessions are live, pending and archived."""
-        return retention.live_and_archived(self._engine)
+        return retention.live_and_archived(self.engine)
 
     def entry(self, session_id: str) -> archived.Entry | None:
         """Where an archived session is; None if it is not archived."""
-        return archived.entry(self._engine, session_id)
+        return archived.entry(self.engine, session_id)
 
     def load(self, archive: archives.Archive, session_id: str) -> archived.ArchivedSession | None:
         """An archived session read back from its batch; None if it is not archived."""
-        return archived.load_archived(self._engine, archive, session_id)
+        return archived.load_archived(self.engine, archive, session_id)
 
     def listing(
         self,
@@ -72,13 +74,13 @@ class Retention:
     ) -> list[archived.Entry]:
         """Archived sessions, the latest archived first, from the index (`ls --archived`)."""
         return archived.list_archived(
-            self._engine, status=status, kind=kind, limit=limit, offset=offset
+            self.engine, status=status, kind=kind, limit=limit, offset=offset
         )
 
     def forks(self, parent_id: str) -> list[dict[str, Any]]:
         """The archived sessions forked from `parent_id`."""
-        return archived.archived_forks(self._engine, parent_id)
+        return archived.archived_forks(self.engine, parent_id)
 
     def since(self, since: datetime) -> list[str]:
         """The sessions archived at or after `since`."""
-        return archived.archived_since(self._engine, since)
+        return archived.archived_since(self.engine, since)

@@ -10,7 +10,11 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from alembic.util.exc import CommandError
+from tickwork.fsm.errors import InvalidInput
+from tickwork.store.edge import translating
 from tickwork.store.engine import make_engine, normalize_url
+from tickwork.store.urls import shown
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 
@@ -23,11 +27,22 @@ def alembic_config(url: str) -> Config:
 
 
 def upgrade(url: str, revision: str = "head") -> None:
-    command.upgrade(alembic_config(url), revision)
+    """Migrate the database to `revision`; StoreUnavailable if it does not answer."""
+    with translating(shown(url)):
+        command.upgrade(alembic_config(url), revision)
 
 
 def downgrade(url: str, revision: str = "base") -> None:
-    command.downgrade(alembic_config(url), revision)
+    """Migrate the database down to `revision`; InvalidInput for a revision the code does
+    not know, StoreUnavailable if the database does not answer."""
+    with translating(shown(url)):
+        try:
+            command.downgrade(alembic_config(url), revision)
+        except CommandError as exc:
+            raise InvalidInput(
+                f"cannot downgrade to {revision!r}: {exc}; `tickwork db history` lists the "
+                "revisions"
+            ) from None
 
 
 @dataclass(frozen=True)
@@ -46,7 +61,7 @@ def current(url: str) -> str | None:
     """The schema revision the database is at; None if it has no tickwork schema."""
     engine = make_engine(url)
     try:
-        with engine.connect() as connection:
+        with translating(shown(url)), engine.connect() as connection:
             heads = MigrationContext.configure(connection).get_current_heads()
     finally:
         engine.dispose()

@@ -278,7 +278,8 @@ class Health(Protocol):
         ...
 
     def revisions(self) -> set[str]:
-        """The migration revisions the schema is at; raises if the database does not answer."""
+        """The migration revisions the schema is at; StoreUnavailable if the database does
+        not answer."""
         ...
 
     def close(self) -> None:

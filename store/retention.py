@@ -31,6 +31,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, Select, delete, exists, func, insert, select, update
 from sqlalchemy.exc import InterfaceError, OperationalError
+from tickwork.fsm.errors import StoreUnavailable
 from tickwork.fsm.values import Session, Status
 from tickwork.store import archive as archives
 from tickwork.store import dead_letter_counts
@@ -431,7 +432,7 @@ def archive_pass(
                 parquet_written = False
             else:
                 archive.write(batch.location + archives.PARQUET, table)
-        except (OperationalError, InterfaceError):
+        except (OperationalError, InterfaceError, StoreUnavailable):  # `load` is the store's
             raise  # the database is away: the whole pass stops, and runs again later
         except Exception:
             log.exception("retention: batch %s left pending for a later pass", batch.location)

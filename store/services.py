@@ -126,8 +126,8 @@ class Services:
         return gauges.read(self.engine, now=now)
 
     def revisions(self) -> set[str]:
-        """The migration revisions the database's schema is at (none: no schema); raises
-        what the driver raises if the database does not answer."""
+        """The migration revisions the database's schema is at (none: no schema);
+        StoreUnavailable if the database does not answer."""
         from alembic.runtime.migration import MigrationContext  # the CLI starts without it
 
         with self.engine.connect() as conn:

@@ -271,6 +271,35 @@ def test_the_database_guard_sees_what_it_looks_for() -> None:
     ]
 
 
+#: the database libraries: only store/ imports them (it translates their errors, store/edge.py)
+DATABASE_LIBRARIES = ("sqlalchemy", "psycopg", "alembic")
+
+
+def database_imports(path: Path) -> list[str]:
+    return [
+        f"{path.relative_to(ROOT)}:{line} imports {target}"
+        for line, target in imports(path)
+        if any(target == lib or target.startswith(lib + ".") for lib in DATABASE_LIBRARIES)
+    ]
+
+
+def test_nothing_above_store_imports_sqlalchemy_or_psycopg() -> None:
+    """Above store/, a database failure is one of tickwork's errors (`StoreUnavailable`,
+    `StoreError`, in tickwork.fsm.errors), never SQLAlchemy's or psycopg's exception: the
+    API, the CLI and the tick handle them without knowing which library the store uses."""
+    found = [
+        hit
+        for path in sources()
+        if layer_of(module_name(path)) in ("tickwork.worker", "tickwork.tasks", "tickwork")
+        for hit in database_imports(path)
+    ]
+    assert not found, "imports a database library above store/ (ask the store):\n" + "\n".join(
+        found
+    )
+    # the check sees what it looks for: store/ itself imports them
+    assert database_imports(ROOT / "store" / "edge.py")
+
+
 #: what the HTTP API must not import: the command line's modules and libraries
 NOT_FOR_THE_API = ("typer", "rich", "click", "tickwork.options", "tickwork.render", "tickwork.cli")
 

@@ -141,28 +141,4 @@ def explain(exc: Exception) -> tuple[str | None, int]:
         return str(exc), REFUSED
     if isinstance(exc, OSError):
         return (f"{exc.strerror}: {exc.filename}" if exc.filename else str(exc)), REFUSED
-    if _is_database(exc):
-        return _database_message(exc), REFUSED
     return None, REFUSED
-
-
-def _is_database(exc: BaseException) -> bool:
-    from sqlalchemy.exc import DBAPIError
-
-    return isinstance(exc, DBAPIError)
-
-
-def _database_message(exc: BaseException) -> str:
-    from sqlalchemy.exc import DataError
-
-    from tickwork.worker.config.secrets import mask
-
-    from .context import load_settings
-
-    detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
-    if isinstance(exc, DataError):  # the value, not the connection: the URL is not to blame
-        return f"the database refused a value ({detail}); check the text and numbers given"
-    url = mask(load_settings().db_url, [])
-    if "no such table" in detail or ("relation" in detail and "does not exist" in detail):
-        return f"the database {url} has no tickwork schema ({detail}); run `tickwork db upgrade`"
-    return f"cannot use the database {url}: {detail}; check TICKWORK_DATABASE_URL"

@@ -220,9 +220,7 @@ def relay(
 
 def upgrade(json_output: options.Json = False) -> None:
     """Create or migrate the schema of the database in TICKWORK_DATABASE_URL."""
-    from alembic.script import ScriptDirectory
-
-    from tickwork.store.migrate import alembic_config
+    from tickwork.store.migrate import head as head_of
     from tickwork.store.migrate import upgrade as migrate
     from tickwork.worker.config.secrets import mask
 
@@ -231,7 +229,7 @@ def upgrade(json_output: options.Json = False) -> None:
     # a new SQLite file appears whole, so commands running meanwhile never see half a schema
     ensure_schema(settings)
     migrate(url)
-    head = ScriptDirectory.from_config(alembic_config(url)).get_current_head()
+    head = head_of(url)
     shown = mask(url, [])
     if json_output:
         views.emit({"database_url": shown, "revision": head})
@@ -321,7 +319,6 @@ def downgrade(
     Stop the workers first, and take a backup (ops/RUNBOOK.md)."""
     import sys
 
-    from alembic.util.exc import CommandError
     from rich.prompt import Confirm
 
     from tickwork.fsm.errors import InvalidInput
@@ -343,12 +340,7 @@ def downgrade(
         question = f"Downgrade {shown} to {revision}, dropping what later revisions added?"
         if not Confirm.ask(question, default=False):
             raise typer.Exit(1)
-    try:
-        migrate_down(url, revision)
-    except CommandError as exc:
-        raise InvalidInput(
-            f"cannot downgrade to {revision!r}: {exc}; `tickwork db history` lists the revisions"
-        ) from None
+    migrate_down(url, revision)
     at = revision_of(url)
     if json_output:
         views.emit({"database_url": shown, "revision": at})
@@ -358,14 +350,10 @@ def downgrade(
 
 def _no_sqlite_file(url: str) -> bool:
     """Whether `url` is a SQLite file that does not exist (looking must not make it)."""
-    from sqlalchemy.engine import make_url
+    from tickwork.store.urls import sqlite_file
 
-    parsed = make_url(url)
-    return (
-        parsed.get_backend_name() == "sqlite"
-        and parsed.database not in (None, "", ":memory:")
-        and not Path(parsed.database).expanduser().exists()
-    )
+    path = sqlite_file(url)
+    return path is not None and not path.exists()
 
 
 def config(json_output: options.Json = False) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import os
 import uuid
-from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -36,20 +35,17 @@ def ensure_schema(settings: Settings) -> bool:
     The schema is built in a file of its own and linked into place, so a process that
     races this one sees either no database or a whole one, and the first link wins.
     """
-    from sqlalchemy.engine import make_url
+    from tickwork.store.urls import sqlite_file, with_sqlite_file
 
-    url = make_url(settings.db_url)
-    if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
-        return False
-    path = Path(url.database).expanduser()
-    if path.exists():
+    path = sqlite_file(settings.db_url)
+    if path is None or path.exists():
         return False
     from tickwork.store.migrate import upgrade
 
     path.parent.mkdir(parents=True, exist_ok=True)
     scratch = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}")
     try:
-        upgrade(url.set(database=str(scratch)).render_as_string(hide_password=False))
+        upgrade(with_sqlite_file(settings.db_url, scratch))
         with contextlib.suppress(FileExistsError):
             os.link(scratch, path)
     finally:

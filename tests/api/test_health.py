@@ -69,3 +69,21 @@ def test_a_broker_that_does_not_answer_is_named(tmp_path: Path) -> None:
         status, body = probe(url, "/readyz")
         assert status == 503 and body["check"] == "broker", body
         assert "cannot connect" in str(body["message"])
+
+
+def test_a_request_while_the_database_is_away_is_a_503_that_says_so(tmp_path: Path) -> None:
+    """The store raises StoreUnavailable (not SQLAlchemy's error); the API answers it as a
+    503 with its JSON error, the database's words and password kept out of the body."""
+    settings = Settings(
+        state_dir=tmp_path, database_url="postgresql+psycopg://tick:db-secret-pw@127.0.0.1:1/none"
+    )
+    token = next(t for t, who in TOKENS.items() if who["roles"] == ["approver"])
+    with serving(settings) as url:
+        answer = httpx.get(
+            f"{url}/api/v1/sessions", headers={"Authorization": f"Bearer {token}"}, timeout=30
+        )
+    assert answer.status_code == 503, answer.text
+    body = answer.json()
+    assert body["code"] == "database_unavailable"
+    assert "try again" in body["message"]
+    assert "db-secret-pw" not in answer.text and "127.0.0.1" not in answer.text

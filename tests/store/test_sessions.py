@@ -6,7 +6,6 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 from sqlalchemy import func, select
-from sqlalchemy.exc import StatementError
 from tickwork.fsm.errors import SessionNotFound
 from tickwork.fsm.values import (
     Budgets,
@@ -258,7 +257,7 @@ def test_times_come_back_as_the_same_instant_in_utc(store: Store) -> None:
 
 def test_a_naive_time_is_refused(store: Store) -> None:
     naive = datetime(2026, 1, 1, 12, 0)
-    with pytest.raises(StatementError, match="naive datetime"):
+    with pytest.raises(ValueError, match="naive datetime"):
         store.create(new_session("naive", now=naive.replace(tzinfo=UTC)), now=naive)
     assert count_rows(store.engine)["tickwork_sessions"] == 0
 

@@ -16,11 +16,18 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from sqlalchemy.exc import DataError, DBAPIError
 from starlette.exceptions import HTTPException
 from starlette.routing import Match, Mount
 
-from tickwork.fsm.errors import ConfigurationError, IllegalTransition, InvalidInput, TickworkError
+from tickwork.fsm.errors import (
+    ConfigurationError,
+    IllegalTransition,
+    InvalidInput,
+    StoreConflict,
+    StoreError,
+    TickworkError,
+    UnstorableValue,
+)
 
 log = logging.getLogger("tickwork.api")
 
@@ -163,15 +170,17 @@ def allowed_methods(request: Request) -> list[str]:
     return sorted(found)
 
 
-def _unstorable(_: Request, exc: Exception) -> JSONResponse:
-    # the checks before the store should have caught it: log it as the bug it is
-    log.error("a value reached the database that it refused: %s", str(exc).splitlines()[0])
-    return answer(422, "invalid_input", "a value is out of range or cannot be stored")
-
-
-def _database_error(_: Request, exc: Exception) -> JSONResponse:
-    detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
-    log.warning("database error: %s", detail)
+def _store_error(_: Request, exc: Exception) -> JSONResponse:
+    """The store's errors (`StoreError`): the database's words go to the log, not the client."""
+    assert isinstance(exc, StoreError)
+    if isinstance(exc, UnstorableValue):
+        # the checks before the store should have caught it: log it as the bug it is
+        log.error("a value reached the database that it refused: %s", exc.message)
+        return answer(422, "invalid_input", "a value is out of range or cannot be stored")
+    if isinstance(exc, StoreConflict):
+        log.warning("the database refused a write: %s", exc.message)
+        return answer(409, "conflict", "the write conflicts with what is stored; look again")
+    log.warning("database error: %s", exc.message)
     return answer(
         503, "database_unavailable", "the database did not answer as expected; try again shortly"
     )
@@ -185,9 +194,8 @@ def _bug(_: Request, exc: Exception) -> JSONResponse:
 def install(app: FastAPI) -> None:
     app.add_exception_handler(ApiError, _api_error)
     app.add_exception_handler(TickworkError, _tickwork_error)
+    app.add_exception_handler(StoreError, _store_error)
     app.add_exception_handler(RequestValidationError, _invalid_request)
     app.add_exception_handler(ValidationError, _invalid_value)
     app.add_exception_handler(HTTPException, _http_error)
-    app.add_exception_handler(DataError, _unstorable)
-    app.add_exception_handler(DBAPIError, _database_error)
     app.add_exception_handler(Exception, _bug)

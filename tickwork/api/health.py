@@ -10,11 +10,11 @@ from __future__ import annotations
 from typing import Any
 
 import anyio
-from alembic.script import ScriptDirectory
 from fastapi import APIRouter, Request
 
 from tickwork.client import Tickwork
-from tickwork.store.migrate import alembic_config
+from tickwork.fsm.errors import StoreError
+from tickwork.store.migrate import head
 
 from .errors import ApiError, documented
 
@@ -29,9 +29,9 @@ def check_database(client: Tickwork) -> str | None:
     try:
         current = client.store.revisions()
     except Exception as exc:
-        first = str(getattr(exc, "orig", None) or exc).strip().splitlines()[:1]
-        return f"database: does not answer ({type(exc).__name__}: {''.join(first)[:200]})"
-    wanted = set(ScriptDirectory.from_config(alembic_config(client.settings.db_url)).get_heads())
+        said = exc.message if isinstance(exc, StoreError) else f"{type(exc).__name__}: {exc}"
+        return f"database: does not answer ({said.strip()[:300]})"
+    wanted = set(head(client.settings.db_url).split(","))
     if current != wanted:
         found = ", ".join(sorted(current)) or "no schema"
         return (

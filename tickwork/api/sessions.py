@@ -7,11 +7,10 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import PlainTextResponse
 from pydantic import Field
-from sqlalchemy.exc import IntegrityError
 
 from tickwork import views
 from tickwork.client import SESSION_ID, Tickwork
-from tickwork.fsm.errors import AlreadyDecided, InvalidInput
+from tickwork.fsm.errors import AlreadyDecided, InvalidInput, StoreConflict
 from tickwork.fsm.outcomes import Outcome, outcome_of
 from tickwork.fsm.values import ErrorCode, EventKind, Head, Session, Status
 
@@ -75,7 +74,7 @@ def submit(body: bodies.Submit, client: Client, request: Request, who: Submitter
             trusted=False,
             submitted_by=who.name,
         )
-    except (IntegrityError, InvalidInput):
+    except (StoreConflict, InvalidInput):
         _taken(client, body.id)
         raise
 
@@ -269,7 +268,7 @@ def run_fork(
             again=again,
             state=body.state,
         )
-    except (IntegrityError, InvalidInput):
+    except (StoreConflict, InvalidInput):
         _taken(client, body.id)
         raise
 

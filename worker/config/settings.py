@@ -407,36 +407,9 @@ def _hidden(name: str, value: Any, patterns: list[str]) -> Any:
 def check_database_url(url: str, *, state_dir: Path | None = None) -> None:
     """Refuse what tickwork cannot run on, and a SQLite file in a folder that does not exist
     (but the state dir, which tickwork makes as it makes the embedded default's)."""
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
+    from tickwork.store.urls import check_url
 
-    try:
-        parsed = make_url(url)
-    except (ArgumentError, ValueError):
-        raise ValueError(
-            "not a database URL; write postgresql://USER:PASSWORD@HOST:5432/DB "
-            "or sqlite:////ABSOLUTE/PATH.db (empty: SQLite in TICKWORK_STATE_DIR)"
-        ) from None
-    backend, _, driver = parsed.drivername.partition("+")
-    if (backend, driver) not in {
-        ("postgresql", ""),
-        ("postgres", ""),
-        ("postgresql", "psycopg"),
-        ("sqlite", ""),
-        ("sqlite", "pysqlite"),
-    }:
-        raise ValueError(
-            f"tickwork runs on PostgreSQL (postgresql://, with psycopg 3) or SQLite (sqlite:///), "
-            f"not {parsed.drivername}"
-        )
-    if backend == "sqlite" and parsed.database not in (None, "", ":memory:"):
-        folder = Path(parsed.database).expanduser().absolute().parent
-        ours = state_dir is not None and folder == Path(state_dir).expanduser().absolute()
-        if not folder.is_dir() and not ours:
-            raise ValueError(
-                f"the folder of the SQLite file, {folder}, does not exist; create it or fix the "
-                "path (sqlite:////ABSOLUTE/PATH.db has four slashes)"
-            )
+    check_url(url, state_dir=state_dir)
 
 
 def read_settings(kind: type[S], **overrides: Any) -> S:

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy.exc import SQLAlchemyError
 from tickwork.fsm import budgets, context, machine
 from tickwork.fsm.errors import (
     ArtifactsUnavailable,
@@ -26,6 +25,7 @@ from tickwork.fsm.errors import (
     GraphVersionMismatch,
     InvalidToolArguments,
     ModelError,
+    StoreError,
 )
 from tickwork.fsm.machine import Change, Compact, RunTool
 from tickwork.fsm.values import (
@@ -180,7 +180,7 @@ def _advance(rt: Runtime, claimed: Claimed, notes: _Notes, owner: str, files: Ti
         # tick again, to a worker that has the session's graph version
         log.error("%s", exc)
         return Outcome.DROPPED
-    except (SQLAlchemyError, ArtifactsUnavailable):
+    except (StoreError, ArtifactsUnavailable):
         # the database or the artifact store is away: the lease expires and the relay runs
         # this tick again (on files the store holds: nothing of this attempt was saved)
         raise
