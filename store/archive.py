@@ -13,14 +13,13 @@ artifact store's own when that is one of those, else `<state dir>/archive`.
 
 from __future__ import annotations
 
-import contextlib
 import gzip
 import hashlib
 import io
 import json
 import os
 import tempfile
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
@@ -30,6 +29,7 @@ from tickwork.fsm import snapshots
 from tickwork.fsm.errors import ArtifactsUnavailable, ConfigurationError, TickworkError
 from tickwork.fsm.values import Session
 from tickwork.store.artifacts import parse_location
+from tickwork.store.buckets import Bucket
 
 #: the version of the record `record` writes; readers refuse a newer one
 ARCHIVE_FORMAT = 1
@@ -100,40 +100,19 @@ class S3Archive:
     """Archive objects as `<prefix><name>` in an S3-compatible bucket (needs boto3)."""
 
     def __init__(self, bucket: str, prefix: str, endpoint: str | None) -> None:
-        try:
-            import boto3  # type: ignore[import-not-found,import-untyped,unused-ignore]
-        except ImportError:
-            raise ConfigurationError(
-                "an s3:// archive needs boto3: pip install 'tickwork[s3]'"
-            ) from None
-        self.bucket, self.prefix = bucket, prefix
-        self.url = f"s3://{bucket}/{prefix}"
-        self._s3: Any = boto3.client("s3", endpoint_url=endpoint)
+        self._bucket = Bucket(bucket, prefix, endpoint, what="archive")
+        self.url = self._bucket.url
 
     def write(self, name: str, data: bytes) -> None:
-        with self._unavailable("write"):
-            self._s3.put_object(Bucket=self.bucket, Key=self.prefix + name, Body=data)
+        with self._bucket.unavailable("write the archive"):
+            self._bucket.write(name, data)
 
     def read(self, name: str) -> bytes:
-        with self._unavailable("read"):
-            try:
-                reply = self._s3.get_object(Bucket=self.bucket, Key=self.prefix + name)
-            except self._s3.exceptions.NoSuchKey:
-                raise ArchiveMissing(f"archive object {name} is not in {self.url}") from None
-            with reply["Body"] as body:
-                return bytes(body.read())
-
-    @contextlib.contextmanager
-    def _unavailable(self, what: str) -> Iterator[None]:
-        from botocore.exceptions import (  # type: ignore[import-untyped,import-not-found,unused-ignore]
-            BotoCoreError,
-            ClientError,
-        )
-
-        try:
-            yield
-        except (BotoCoreError, ClientError) as exc:
-            raise ArtifactsUnavailable(f"cannot {what} the archive in {self.url}: {exc}") from exc
+        with self._bucket.unavailable("read the archive"):
+            found = self._bucket.read(name)
+        if found is None:
+            raise ArchiveMissing(f"archive object {name} is not in {self.url}")
+        return found
 
 
 def open_archive(url: str, *, artifacts_url: str, default: Path) -> Archive:

@@ -14,20 +14,20 @@ does not match, so putting the same content again repairs it.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import re
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 from urllib.parse import parse_qs, unquote, urlparse
 
 from sqlalchemy import Engine, select, update
 from sqlalchemy import delete as sa_delete
 from sqlalchemy.dialects import postgresql, sqlite
 from tickwork.fsm.errors import ArtifactsUnavailable, BlobCorrupt, BlobMissing, ConfigurationError
+from tickwork.store.buckets import Bucket
 from tickwork.store.edge import guarded
 from tickwork.store.schema import blobs
 
@@ -235,49 +235,40 @@ class S3Artifacts:
     """Blobs as objects `<prefix><hash>` in an S3-compatible bucket (needs boto3)."""
 
     def __init__(self, bucket: str, prefix: str, endpoint: str | None) -> None:
-        try:
-            import boto3  # type: ignore[import-not-found,import-untyped,unused-ignore]
-        except ImportError:
-            raise ConfigurationError(
-                "an s3:// artifact store needs boto3: pip install 'tickwork[s3]'"
-            ) from None
+        self._bucket = Bucket(bucket, prefix, endpoint, what="artifact store")
         self.bucket, self.prefix = bucket, prefix
-        self._s3: Any = boto3.client("s3", endpoint_url=endpoint)
 
     def put(self, items: Mapping[str, bytes]) -> int:
         _checked(items)
         written = 0
-        with self._unavailable("write"):
+        s3 = self._bucket.client
+        with self._bucket.unavailable("write blobs"):
             for key, data in items.items():
-                name = self.prefix + key
                 try:
-                    stored = self._s3.head_object(Bucket=self.bucket, Key=name)
+                    stored = s3.head_object(Bucket=self.bucket, Key=self.prefix + key)
                     # one PUT's ETag is its MD5: a copy that does not match is replaced
                     if stored.get("ETag", "").strip('"') == hashlib.md5(data).hexdigest():
                         continue
-                except self._s3.exceptions.ClientError as exc:
+                except s3.exceptions.ClientError as exc:
                     if exc.response.get("Error", {}).get("Code") not in ("404", "NoSuchKey"):
                         raise
-                self._s3.put_object(Bucket=self.bucket, Key=name, Body=data)
+                self._bucket.write(key, data)
                 written += len(data)
         return written
 
     def get(self, hashes: Iterable[str]) -> dict[str, bytes]:
         found: dict[str, bytes] = {}
-        with self._unavailable("read"):
+        with self._bucket.unavailable("read blobs"):
             for key in set(hashes):
-                try:
-                    reply = self._s3.get_object(Bucket=self.bucket, Key=self.prefix + key)
-                except self._s3.exceptions.NoSuchKey:
-                    continue
-                with reply["Body"] as body:
-                    found[key] = body.read()
+                data = self._bucket.read(key)
+                if data is not None:
+                    found[key] = data
         _missing(hashes, found)
-        return _verified(found, f"s3://{self.bucket}/{self.prefix}")
+        return _verified(found, self._bucket.url)
 
     def hashes(self) -> Iterator[str]:
-        with self._unavailable("list"):
-            pages = self._s3.get_paginator("list_objects_v2")
+        with self._bucket.unavailable("list blobs"):
+            pages = self._bucket.client.get_paginator("list_objects_v2")
             for page in pages.paginate(Bucket=self.bucket, Prefix=self.prefix):
                 for item in page.get("Contents", []):
                     name = item["Key"][len(self.prefix) :]
@@ -285,39 +276,19 @@ class S3Artifacts:
                         yield name
 
     def read_raw(self, key: str) -> bytes | None:
-        with self._unavailable("read"):
-            try:
-                reply = self._s3.get_object(Bucket=self.bucket, Key=self.prefix + key)
-            except self._s3.exceptions.NoSuchKey:
-                return None
-            with reply["Body"] as body:
-                return bytes(body.read())
+        with self._bucket.unavailable("read blobs"):
+            return self._bucket.read(key)
 
     def delete(self, hashes: Iterable[str]) -> int:
         keys = sorted(set(hashes))
-        with self._unavailable("delete"):
+        with self._bucket.unavailable("delete blobs"):
             for start in range(0, len(keys), 1000):  # S3's most keys per request
                 objects = [{"Key": self.prefix + k} for k in keys[start : start + 1000]]
-                self._s3.delete_objects(Bucket=self.bucket, Delete={"Objects": objects})
+                self._bucket.client.delete_objects(Bucket=self.bucket, Delete={"Objects": objects})
         return len(keys)
 
-    @contextlib.contextmanager
-    def _unavailable(self, what: str) -> Iterator[None]:
-        """S3's errors (the endpoint away, a refusal) as ArtifactsUnavailable."""
-        from botocore.exceptions import (  # type: ignore[import-untyped,import-not-found,unused-ignore]
-            BotoCoreError,
-            ClientError,
-        )
-
-        try:
-            yield
-        except (BotoCoreError, ClientError) as exc:
-            raise ArtifactsUnavailable(
-                f"cannot {what} blobs in s3://{self.bucket}/{self.prefix}: {exc}"
-            ) from exc
-
     def close(self) -> None:
-        self._s3.close()
+        self._bucket.close()
 
 
 def open_artifacts(url: str, engine: Engine) -> Artifacts:

@@ -108,7 +108,7 @@ def _corrupt(artifacts: Any, key: str, data: bytes) -> None:
     elif hasattr(artifacts, "root"):
         artifacts._path(key).write_bytes(data)
     else:
-        artifacts._s3.put_object(Bucket=artifacts.bucket, Key=artifacts.prefix + key, Body=data)
+        artifacts._bucket.write(key, data)
 
 
 def test_a_bad_copy_is_never_given_out_and_a_write_replaces_it(artifacts: Artifacts) -> None:
