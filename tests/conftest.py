@@ -6,7 +6,6 @@ import os
 import shutil
 import subprocess
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -17,22 +16,7 @@ from tickwork.store.schema import metadata
 
 from tests.services import missing, postgres_database, redis_url
 from tickwork.package_index import Index, fetch_wheels, make_wheel, serving
-
-T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
-
-
-class Clock:
-    """A clock the tests move by hand."""
-
-    def __init__(self, start: datetime = T0) -> None:
-        self.now = start
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, seconds: float) -> datetime:
-        self.now += timedelta(seconds=seconds)
-        return self.now
+from tickwork.testing.store_ticks import T0, Clock  # noqa: F401 (T0: re-exported)
 
 
 @pytest.fixture

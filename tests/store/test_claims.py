@@ -8,7 +8,7 @@ import pytest
 from sqlalchemy import Engine
 from tickwork.fsm import machine, snapshots
 from tickwork.fsm.errors import ClaimLost
-from tickwork.fsm.machine import Change, RunTool
+from tickwork.fsm.machine import RunTool
 from tickwork.fsm.values import Budgets, CallState, ErrorCode, EventKind, Status
 from tickwork.store import PostgresStore, Store, open_store
 from tickwork.store.dead_letters import get_dead_letter
@@ -17,10 +17,8 @@ from tickwork.store.schema import calls, dead_letters, outbox, sessions
 from tests.conftest import Clock
 from tests.store.conftest import (
     LEASE_S,
-    awaiting_calls,
     claim,
     count_rows,
-    decision,
     execute,
     lease,
     new_session,
@@ -37,84 +35,6 @@ def _outbox(engine: Engine) -> list[tuple[str, int]]:
 
 
 class TestClaim:
-    def test_succeeds_once_at_the_stored_version(
-        self, store: Store, clock: Clock, session_id: str
-    ) -> None:
-        claimed = store.claim(session_id, 0, owner="w1", now=clock(), lease_s=LEASE_S)
-
-        assert claimed is not None
-        assert claimed.owner == "w1"
-        assert claimed.head.version == 0
-        assert lease(store.engine, session_id) == ("w1", clock() + timedelta(seconds=LEASE_S))
-        assert store.claim(session_id, 0, owner="w1", now=clock(), lease_s=LEASE_S) is None
-        assert store.claim(session_id, 0, owner="w2", now=clock(), lease_s=LEASE_S) is None
-
-    def test_a_stale_or_future_version_gets_nothing(
-        self, store: Store, clock: Clock, session_id: str
-    ) -> None:
-        run_step(store, session_id, 1, now=clock())
-        for version in (0, 1, 3):
-            assert store.claim(session_id, version, owner="w", now=clock(), lease_s=LEASE_S) is None
-        assert lease(store.engine, session_id) == (None, None)
-        assert store.claim(session_id, 2, owner="w", now=clock(), lease_s=LEASE_S) is not None
-
-    def test_an_unknown_session_gets_nothing(self, store: Store, clock: Clock) -> None:
-        assert store.claim("nope", 0, owner="w", now=clock(), lease_s=LEASE_S) is None
-
-    def test_a_suspended_session_gets_nothing(
-        self, store: Store, clock: Clock, session_id: str
-    ) -> None:
-        head = think(store, session_id, reply(("danger", {"x": 1})), now=clock())
-        assert head.status is Status.WAITING_APPROVAL
-
-        assert (
-            store.claim(session_id, head.version, owner="w", now=clock(), lease_s=LEASE_S) is None
-        )
-
-    @pytest.mark.parametrize("how", ["completed", "failed", "cancelled"])
-    def test_a_finished_session_gets_nothing(
-        self, store: Store, clock: Clock, session_id: str, how: str
-    ) -> None:
-        if how == "completed":
-            head = think(store, session_id, reply(content="the answer"), now=clock())
-        elif how == "failed":
-            claimed = claim(store, session_id, now=clock())
-            head = store.save(
-                machine.fail(claimed.head, ErrorCode.INTERNAL, "boom", now=clock()),
-                version=0,
-                owner="worker-1",
-                now=clock(),
-            )
-        else:
-            store.request_cancel(session_id, now=clock())
-            head = think(store, session_id, reply(), now=clock())
-        assert head.status.value == how
-
-        assert (
-            store.claim(session_id, head.version, owner="w", now=clock(), lease_s=LEASE_S) is None
-        )
-
-    def test_a_live_lease_keeps_others_out_until_it_expires(
-        self, store: Store, clock: Clock, session_id: str
-    ) -> None:
-        first = claim(store, session_id, now=clock(), owner="w1")
-
-        clock.advance(LEASE_S - 1)
-        assert store.claim(session_id, 0, owner="w2", now=clock(), lease_s=LEASE_S) is None
-        clock.advance(2)
-        second = store.claim(session_id, 0, owner="w2", now=clock(), lease_s=LEASE_S)
-        assert second is not None
-        assert lease(store.engine, session_id)[0] == "w2"
-
-        with pytest.raises(ClaimLost):
-            store.save(
-                think_change(first, reply(), now=clock()), version=0, owner="w1", now=clock()
-            )
-        head = store.save(
-            think_change(second, reply(), now=clock()), version=0, owner="w2", now=clock()
-        )
-        assert head.status is Status.COMPLETED
-
     def test_deletes_the_outbox_row_of_that_version(self, store: Store, clock: Clock) -> None:
         store.create(new_session("a", now=clock()), now=clock())
         store.create(new_session("b", now=clock()), now=clock())
@@ -123,67 +43,6 @@ class TestClaim:
         claim(store, "a", now=clock())
 
         assert _outbox(store.engine) == [("b", 0)]
-
-    def test_when_ready_returns_the_history_and_recent_fingerprints(
-        self, store: Store, clock: Clock, session_id: str
-    ) -> None:
-        for n in (1, 2, 3):
-            run_step(store, session_id, n, now=clock())
-        loaded = store.load(session_id)
-
-        claimed = claim(store, session_id, now=clock())
-
-        assert claimed.head == loaded.head
-        assert claimed.steps == loaded.steps
-        assert claimed.observations == {o.call_id: o for o in loaded.observations}
-        assert claimed.recent == tuple(s.fingerprint for s in loaded.steps)
-        assert len(set(claimed.recent)) == 3
-        assert claimed.calls == ()
-        assert claimed.decisions == {}
-
-    def test_when_executing_returns_the_current_calls_and_their_decisions(
-        self, store: Store, clock: Clock, session_id: str
-    ) -> None:
-        run_step(store, session_id, 1, now=clock())
-        think(
-            store,
-            session_id,
-            reply(("read_file", {"path": "x"}), ("danger", {"rm": "y"})),
-            now=clock(),
-        )
-        [awaited] = awaiting_calls(store, session_id)
-        approval = decision(awaited, now=clock())
-        head = store.decide(session_id, approval, now=clock())
-        assert head.status is Status.EXECUTING
-
-        claimed = claim(store, session_id, now=clock())
-
-        assert [c.call_id for c in claimed.calls] == ["s2c0", "s2c1"]
-        assert [c.state for c in claimed.calls] == [CallState.PENDING, CallState.APPROVED]
-        assert claimed.decisions == {"s2c1": approval}
-        assert claimed.steps == ()
-        assert claimed.observations == {}
-
-    def test_a_warm_think_claim_returns_the_whole_history(
-        self, store: Store, clock: Clock, session_id: str
-    ) -> None:
-        """The Store reads only the steps after those it read last time, and still gives
-        the whole history with every observation made since."""
-        for n in (1, 2, 3, 4):
-            claimed = claim(store, session_id, now=clock())
-            loaded = store.load(session_id)
-            assert claimed.steps == loaded.steps
-            assert claimed.observations == {o.call_id: o for o in loaded.observations}
-            assert len(claimed.steps) == n - 1
-            proposal = reply(("read_file", {"path": f"a{n}"}), ("read_file", {"path": f"b{n}"}))
-            head = store.save(
-                think_change(claimed, proposal, now=clock()),
-                version=claimed.head.version,
-                owner="worker-1",
-                now=clock(),
-            )
-            while head.status is Status.EXECUTING:
-                head = execute(store, session_id, now=clock(), output=f"output {n}")
 
     def test_a_session_created_again_under_its_id_is_read_afresh(
         self, store: Store, clock: Clock, session_id: str
@@ -207,23 +66,6 @@ class TestClaim:
 
 
 class TestSave:
-    def test_sets_the_state_of_a_call_of_any_step(
-        self, store: Store, clock: Clock, session_id: str
-    ) -> None:
-        """The machine changes only the current step's calls today; a change that names an
-        older step's call is still stored whole (the saves find it by the step its id names)."""
-        run_step(store, session_id, 1, now=clock())
-        claimed = claim(store, session_id, now=clock())
-        change = think_change(claimed, reply(("read_file", {"path": "b"})), now=clock())
-        older = change.model_copy(
-            update={"call_states": ((*change.call_states, ("s1c0", CallState.IN_DOUBT)))}
-        )
-
-        store.save(older, version=claimed.head.version, owner=claimed.owner, now=clock())
-
-        states = {c.call_id: c.state for s in store.load(session_id).steps for c in s.calls}
-        assert states == {"s1c0": CallState.IN_DOUBT, "s2c0": CallState.PENDING}
-
     def test_moves_the_version_clears_the_lease_and_appends(
         self, store: Store, clock: Clock, session_id: str
     ) -> None:
@@ -266,18 +108,6 @@ class TestSave:
             EventKind.MODEL_CALLED,
             EventKind.STEP_RECORDED,
         ]
-
-    def test_appends_observations_and_call_states(
-        self, store: Store, clock: Clock, session_id: str
-    ) -> None:
-        think(store, session_id, reply(("read_file", {"path": "a"})), now=clock())
-        head = execute(store, session_id, now=clock(), output="hello")
-
-        assert head.version == 2
-        assert head.status is Status.READY
-        session = store.load(session_id)
-        assert session.steps[0].calls[0].state is CallState.DONE
-        assert [(o.call_id, o.content) for o in session.observations] == [("s1c0", "hello")]
 
     def test_enqueues_the_next_tick_iff_runnable_after_its_delay(
         self, store: Store, clock: Clock, session_id: str
@@ -473,26 +303,6 @@ class TestStartCall:
 
         assert (count_rows(store.engine), table_rows(store.engine, calls)) == before
 
-    def test_a_started_call_found_by_the_next_tick_is_in_doubt(
-        self, store: Store, clock: Clock, session_id: str
-    ) -> None:
-        think(store, session_id, reply(("write_file", {"path": "a"})), now=clock())
-        claimed = claim(store, session_id, now=clock(), owner="w1")
-        [call] = claimed.calls
-        store.start_call(session_id, claimed.head.version, call, owner="w1", now=clock())
-
-        later = claim(store, session_id, now=clock.advance(LEASE_S + 1), owner="w2")
-        assert [c.state for c in later.calls] == [CallState.STARTED]
-        change = machine.start_execute(
-            later.head, later.calls, later.decisions, idempotent=False, now=clock()
-        )
-        assert isinstance(change, Change)
-        head = store.save(change, version=later.head.version, owner="w2", now=clock())
-
-        assert head.status is Status.WAITING_APPROVAL
-        assert head.awaiting == ("s1c0",)
-        assert store.load(session_id).steps[0].calls[0].state is CallState.IN_DOUBT
-
 
 class TestLoops:
     def test_an_intervention_saves_the_step_with_its_calls_closed(
@@ -537,27 +347,3 @@ class TestLoops:
         assert dead.session() == store.load("loopy")
         assert len(dead.session().steps) == 4
         assert table_rows(store.engine, outbox) == []
-
-
-def test_an_idempotent_call_found_started_runs_again(
-    store: Store, clock: Clock, session_id: str
-) -> None:
-    think(store, session_id, reply(("read_file", {"path": "a"})), now=clock())
-    claimed = claim(store, session_id, now=clock(), owner="dead")
-    store.start_call(session_id, claimed.head.version, claimed.calls[0], owner="dead", now=clock())
-
-    head = execute(
-        store,
-        session_id,
-        now=clock.advance(LEASE_S + 1),
-        owner="w2",
-        output="read again",
-        idempotent=True,
-    )
-
-    assert head.status is Status.READY
-    started = [
-        e.data for _, e in store.events_after(session_id) if e.kind is EventKind.TOOL_STARTED
-    ]
-    assert [d["rerun"] for d in started] == [False, True]
-    assert store.load(session_id).observation("s1c0").content == "read again"  # type: ignore[union-attr]

@@ -1,0 +1,62 @@
+"""The `Relay` sub-port: the outbox and the leases as the relay reads them."""
+
+from __future__ import annotations
+
+from tickwork.fsm.values import Status
+from tickwork.store.port import Store
+from tickwork.store.relay import Due
+from tickwork.testing.store_contract.base import Contract
+from tickwork.testing.store_ticks import (
+    LEASE_S,
+    Clock,
+    claim,
+    new_session,
+    reply,
+    think,
+)
+
+
+class OutboxContract(Contract):
+    """The outbox and the leases as the relay reads them (the `Relay` sub-port): a tick
+    whose message may be lost is offered again, a dead worker's session is revived."""
+
+    def test_a_new_runnable_session_is_offered_until_a_tick_claims_it(
+        self, store: Store, clock: Clock, session_id: str
+    ) -> None:
+        assert Due(session_id, 0) in store.due_ticks(now=clock.advance(120), older_than_s=60)
+
+        claim(store, session_id, now=clock())
+
+        assert Due(session_id, 0) not in store.due_ticks(now=clock.advance(120), older_than_s=60)
+
+    def test_a_session_that_is_not_runnable_is_never_offered(
+        self, store: Store, clock: Clock
+    ) -> None:
+        waiting = new_session("waiting", now=clock(), status=Status.WAITING_APPROVAL)
+        store.create(waiting, now=clock())
+
+        due = store.due_ticks(now=clock.advance(3600), older_than_s=60)
+
+        assert all(d.session_id != "waiting" for d in due)
+
+    def test_a_saved_runnable_session_offers_its_next_tick(
+        self, store: Store, clock: Clock, session_id: str
+    ) -> None:
+        head = think(store, session_id, reply(("read_file", {"path": "a"})), now=clock())
+
+        due = store.due_ticks(now=clock.advance(120), older_than_s=60)
+
+        assert Due(session_id, head.version) in due and Due(session_id, 0) not in due
+
+    def test_an_expired_lease_is_revived_once_for_a_new_claim(
+        self, store: Store, clock: Clock, session_id: str
+    ) -> None:
+        claim(store, session_id, now=clock(), owner="dead")
+        assert store.expired_leases(now=clock.advance(LEASE_S - 1)) == []
+
+        revived = store.expired_leases(now=clock.advance(2))
+
+        assert [(d.session_id, d.version) for d in revived] == [(session_id, 0)]
+        assert store.expired_leases(now=clock()) == []
+        assert store.lease(session_id) is None
+        assert claim(store, session_id, now=clock(), owner="w2").owner == "w2"

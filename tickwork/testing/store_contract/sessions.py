@@ -1,0 +1,203 @@
+"""The `Sessions` sub-port: create, get, load, list, and read the events of sessions."""
+
+from __future__ import annotations
+
+import pytest
+
+from tickwork.fsm.errors import SessionNotFound
+from tickwork.fsm.values import (
+    Budgets,
+    CallState,
+    DecisionKind,
+    ErrorCode,
+    EventKind,
+    Observation,
+    Status,
+    Usage,
+)
+from tickwork.store.port import Store
+from tickwork.testing.store_contract.base import Contract
+from tickwork.testing.store_ticks import (
+    Clock,
+    awaiting_calls,
+    claim,
+    decision,
+    execute,
+    new_session,
+    reply,
+    run_step,
+    think,
+    think_change,
+)
+
+
+class SessionContract(Contract):
+    """create, get, load, list and read the events of sessions (the `Sessions` sub-port)."""
+
+    def test_get_and_load_of_an_unknown_session_raise_session_not_found(self, store: Store) -> None:
+        with pytest.raises(SessionNotFound, match="nope"):
+            store.get("nope")
+        with pytest.raises(SessionNotFound):
+            store.load("nope")
+
+    def test_load_returns_steps_with_calls_observations_decisions_and_events_in_order(
+        self, store: Store, clock: Clock, session_id: str
+    ) -> None:
+        run_step(store, session_id, 1, now=clock.advance(1))
+        head = think(
+            store,
+            session_id,
+            reply(("read_file", {"path": "a"}), ("danger", {"rm": "b"}), content="two calls"),
+            now=clock.advance(1),
+        )
+        assert head.status is Status.WAITING_APPROVAL
+        [awaited] = awaiting_calls(store, session_id)
+        store.decide(
+            session_id, decision(awaited, now=clock.advance(1), comment="fine"), now=clock()
+        )
+        execute(store, session_id, now=clock.advance(1), output="first")
+        execute(store, session_id, now=clock.advance(1), output="second")
+
+        session = store.load(session_id)
+
+        assert session.head.version == 6
+        assert session.head.status is Status.READY
+        assert [s.step for s in session.steps] == [1, 2]
+        assert [s.thought for s in session.steps] == ["step 0001", "two calls"]
+        assert [[c.call_id for c in s.calls] for s in session.steps] == [["s1c0"], ["s2c0", "s2c1"]]
+        assert [c.name for c in session.steps[1].calls] == ["read_file", "danger"]
+        assert session.steps[1].calls[1].needs_approval
+        assert all(c.state is CallState.DONE for s in session.steps for c in s.calls)
+        assert session.steps[1].usage.total == 120
+        assert session.steps[1].trace_id == "trace-0002"
+        assert [(o.call_id, o.content) for o in session.observations] == [
+            ("s1c0", "contents of f0001"),
+            ("s2c0", "first"),
+            ("s2c1", "second"),
+        ]
+        assert [(d.call_id, d.kind, d.approver, d.comment) for d in session.decisions] == [
+            ("s2c1", DecisionKind.APPROVE, "alice", "fine")
+        ]
+        assert [e.kind for e in session.events] == [
+            EventKind.CREATED,
+            EventKind.MODEL_CALLED,
+            EventKind.STEP_RECORDED,
+            EventKind.TOOL_STARTED,
+            EventKind.TOOL_FINISHED,
+            EventKind.MODEL_CALLED,
+            EventKind.STEP_RECORDED,
+            EventKind.APPROVAL_REQUESTED,
+            EventKind.APPROVAL_DECIDED,
+            EventKind.TOOL_STARTED,
+            EventKind.TOOL_FINISHED,
+            EventKind.TOOL_STARTED,
+            EventKind.TOOL_FINISHED,
+        ]
+        assert session.head.tokens == 240
+        assert session.head.cost_usd == pytest.approx(0.02)
+
+    def test_load_keeps_an_observation_whole(
+        self, store: Store, clock: Clock, session_id: str
+    ) -> None:
+        think(store, session_id, reply(("read_file", {"path": "big"})), now=clock())
+        big = "x" * 100_000 + "\n\u00e9\u4e2d"
+        execute(store, session_id, now=clock(), output=big)
+
+        assert store.load(session_id).observations == (
+            Observation(call_id="s1c0", content=big, at=clock(), duration_ms=3.0),
+        )
+
+    def test_list_sessions_filters_by_status_kind_and_error_code_newest_first(
+        self, store: Store, clock: Clock
+    ) -> None:
+        store.create(new_session("a", now=clock.advance(1), kind="repair"), now=clock())
+        store.create(new_session("b", now=clock.advance(1), kind="review"), now=clock())
+        store.create(
+            new_session("c", now=clock.advance(1), kind="repair", budgets=Budgets(max_steps=1)),
+            now=clock(),
+        )
+        run_step(store, "c", 1, now=clock.advance(1))
+        failed = think(store, "c", reply(), now=clock.advance(1))
+        assert failed.error_code is ErrorCode.BUDGET_STEPS
+        store.create(new_session("d", now=clock.advance(1), kind="repair"), now=clock())
+        think(store, "d", reply(content="done"), now=clock.advance(1))
+
+        def ids(**filters: object) -> list[str]:
+            return [h.id for h in store.list_sessions(**filters)]  # type: ignore[arg-type]
+
+        assert ids() == ["d", "c", "b", "a"]
+        assert ids(status=[Status.READY]) == ["b", "a"]
+        assert ids(status=["completed", "failed"]) == ["d", "c"]
+        assert ids(kind="repair") == ["d", "c", "a"]
+        assert ids(error_code="BUDGET_STEPS") == ["c"]
+        assert ids(kind="review", status=["failed"]) == []
+        assert ids(limit=2) == ["d", "c"]
+        assert ids(limit=2, offset=2) == ["b", "a"]
+
+    def test_list_sessions_filters_by_the_outcome_a_completing_save_records(
+        self, store: Store, clock: Clock
+    ) -> None:
+        """The outcome a job's finish puts in the result is stored by the save (both write
+        paths) and filters the list; a session without one has none (an earlier version's)."""
+        for session_id, outcome in (("r", "repaired"), ("f", "tests_failing"), ("o", None)):
+            store.create(new_session(session_id, now=clock.advance(1)), now=clock())
+            claimed = claim(store, session_id, now=clock.advance(1), owner="worker-1")
+            change = think_change(claimed, reply(content="done"), now=clock())
+            assert change.head.status is Status.COMPLETED
+            result = {"patch": "", "outcome": outcome} if outcome else {"patch": ""}
+            change = change.model_copy(
+                update={"head": change.head.model_copy(update={"result": result})}
+            )
+            store.save(change, version=claimed.head.version, owner="worker-1", now=clock())
+
+        def ids(outcome: str) -> list[str]:
+            return [h.id for h in store.list_sessions(outcome=outcome)]
+
+        assert ids("repaired") == ["r"]
+        assert ids("tests_failing") == ["f"]
+        assert ids("no_changes") == []
+        assert [h.id for h in store.list_sessions(status=["completed"])] == ["o", "f", "r"]
+        assert store.get("r").result["outcome"] == "repaired"
+        assert "outcome" not in store.get("o").result
+
+    def test_events_after_resumes_after_an_id(
+        self, store: Store, clock: Clock, session_id: str
+    ) -> None:
+        run_step(store, session_id, 1, now=clock())
+        everything = store.events_after(session_id)
+        ids = [i for i, _ in everything]
+        assert len(ids) == 5
+        assert ids == sorted(ids) and len(set(ids)) == len(ids)
+
+        assert store.events_after(session_id, after_id=ids[1]) == everything[2:]
+        assert store.events_after(session_id, after_id=ids[-1]) == []
+        assert store.events_after(session_id, after_id=ids[0], limit=2) == everything[1:3]
+
+        run_step(store, session_id, 2, now=clock())
+        more = store.events_after(session_id, after_id=ids[-1])
+        assert [e.kind for _, e in more] == [
+            EventKind.MODEL_CALLED,
+            EventKind.STEP_RECORDED,
+            EventKind.TOOL_STARTED,
+            EventKind.TOOL_FINISHED,
+        ]
+        assert min(i for i, _ in more) > ids[-1]
+
+    def test_a_steps_cached_prompt_tokens_are_kept(
+        self, store: Store, clock: Clock, session_id: str
+    ) -> None:
+
+        cached = reply(("read_file", {"path": "a"}), prompt_tokens=900).model_copy(
+            update={
+                "usage": Usage(
+                    prompt_tokens=900,
+                    completion_tokens=20,
+                    cached_prompt_tokens=700,
+                    cache_creation_tokens=150,
+                )
+            }
+        )
+        think(store, session_id, cached, now=clock.advance(1))
+
+        (step,) = store.load(session_id).steps
+        assert step.usage == cached.usage
