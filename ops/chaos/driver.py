@@ -11,8 +11,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy.exc import IntegrityError, SQLAlchemyError
-from tickwork.fsm.errors import AlreadyDecided, TickworkError
+from tickwork.fsm.errors import AlreadyDecided, StoreConflict, StoreError, TickworkError
 from tickwork.fsm.values import CallState, Session, Status, idempotency_key
 
 from .fleet import Fleet
@@ -99,9 +98,9 @@ class Driver:
                     FILES_KIND, data, model=f"scripted:{path}", session_id=session_id
                 )
                 break
-            except IntegrityError:
+            except StoreConflict:
                 break
-            except SQLAlchemyError:
+            except StoreError:
                 self.submit_retries += 1
                 time.sleep(0.5)
         self.submitted.append(session_id)
@@ -114,9 +113,9 @@ class Driver:
                     KIND, {"sink": str(self.sink)}, model=model, session_id=session_id
                 )
                 return
-            except IntegrityError:
+            except StoreConflict:
                 return  # an earlier attempt committed before its connection dropped
-            except SQLAlchemyError as exc:
+            except StoreError as exc:
                 self.submit_retries += 1
                 log.info("submit of %s failed (%s); retrying", session_id, type(exc).__name__)
                 time.sleep(0.5)
@@ -127,7 +126,7 @@ class Driver:
                 continue
             try:
                 self.approve_waiting()
-            except SQLAlchemyError:
+            except StoreError:
                 self.approver_errors += 1
                 time.sleep(0.3)
             except Exception as exc:
@@ -203,7 +202,7 @@ def settle(
                 heads = {h.id: h for h in client.store.list_sessions(limit=100_000)}
                 if all(i in heads and _settled(client, heads[i]) for i in ids):
                     return True
-        except SQLAlchemyError:
+        except StoreError:
             pass
         time.sleep(0.5)
     return False
