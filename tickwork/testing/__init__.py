@@ -10,6 +10,8 @@
 - `SessionDriver`: submit a session, run it until a status, decide its calls, and get its
   snapshot.
 - `git(folder, *args)`: git as a test author, e.g. to make a repository a repair job takes.
+- `tickwork.testing.store_contract`: the store contract as a conformance kit a store of your
+  own runs (pytest; docs/CONFORMANCE.md), with its helpers in `tickwork.testing.store_ticks`.
 
 It needs no pytest: failures raise `AssertionError` (a wait that runs out, a session that
 ends in another status), which every test runner reports.
