@@ -55,7 +55,7 @@ def translate(exc: BaseException, *, database: str) -> BaseException:
         return UnstorableValue(
             f"the database {database} refused a value ({detail}); check the text and numbers given"
         )
-    if isinstance(orig, _UNDEFINED) or any(sign in detail for sign in _NO_SCHEMA):
+    if isinstance(orig or exc, _UNDEFINED) or any(sign in detail for sign in _NO_SCHEMA):
         return SchemaMissing(
             f"the database {database} has no tickwork schema ({detail}); run `tickwork db upgrade`"
         )

@@ -11,11 +11,20 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import psycopg
 import pytest
-from tickwork.fsm.errors import SchemaMissing, StoreUnavailable
+from sqlalchemy import exc as sa
+from tickwork.fsm.errors import (
+    SchemaMissing,
+    StoreConflict,
+    StoreError,
+    StoreUnavailable,
+    UnstorableValue,
+)
 from tickwork.store import CoreStore, PostgresStore, Store, make_engine, open_store, port
 from tickwork.store.artifacts import DatabaseArtifacts
 from tickwork.store.deliveries import Cards
+from tickwork.store.edge import translate
 from tickwork.store.environments import Environments
 from tickwork.store.lifecycle import Retention
 from tickwork.store.migrate import current, upgrade
@@ -143,3 +152,56 @@ def test_every_method_of_the_port_is_behind_the_edge() -> None:
             if callable(function) and not getattr(function, "_guarded", False):
                 unguarded.append(name)
         assert names and not unguarded, f"{cls.__name__}: {unguarded}"
+
+
+@pytest.mark.parametrize(
+    ("raised", "kind", "words"),
+    [
+        (
+            sa.IntegrityError("INSERT", {}, Exception("UNIQUE constraint failed")),
+            StoreConflict,
+            "refused the write",
+        ),
+        (
+            sa.DataError("INSERT", {}, Exception("integer out of range")),
+            UnstorableValue,
+            "refused a value",
+        ),
+        (
+            sa.TimeoutError("QueuePool limit of size 10 overflow 40 reached"),
+            StoreUnavailable,
+            "QueuePool",
+        ),
+        (
+            sa.OperationalError("SELECT", {}, Exception("database is locked")),
+            StoreUnavailable,
+            "locked",
+        ),
+        (
+            sa.OperationalError("SELECT", {}, Exception("no such table: tickwork_sessions")),
+            SchemaMissing,
+            "db upgrade",
+        ),
+        (
+            sa.ProgrammingError("SELECT", {}, Exception("syntax error")),
+            StoreError,
+            "failed: syntax error",
+        ),
+        (psycopg.errors.UndefinedColumn("column x does not exist"), SchemaMissing, "db upgrade"),
+        (
+            psycopg.OperationalError("server closed the connection"),
+            StoreUnavailable,
+            "server closed",
+        ),
+    ],
+)
+def test_each_database_error_becomes_the_store_error_it_means(
+    raised: Exception, kind: type[StoreError], words: str
+) -> None:
+    found = translate(raised, database="sqlite:///x.db")
+    assert type(found) is kind and words in found.message and "sqlite:///x.db" in found.message
+
+
+def test_a_value_refused_before_it_was_sent_is_raised_as_it_was() -> None:
+    naive = ValueError("naive datetime: tickwork stores UTC-aware times")
+    assert translate(sa.StatementError("bind", "INSERT", {}, naive), database="db") is naive
