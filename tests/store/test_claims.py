@@ -216,50 +216,6 @@ class TestSave:
         assert dead.session() == store.load("b")
 
 
-class TestRenew:
-    def test_extends_the_lease_of_its_owner_at_the_version(
-        self, store: Store, clock: Clock, session_id: str
-    ) -> None:
-        claim(store, session_id, now=clock(), owner="w1")
-
-        assert store.renew(session_id, 0, owner="w1", now=clock.advance(20), lease_s=LEASE_S)
-        assert lease(store.engine, session_id) == ("w1", clock() + timedelta(seconds=LEASE_S))
-        clock.advance(LEASE_S - 1)
-        assert store.claim(session_id, 0, owner="w2", now=clock(), lease_s=LEASE_S) is None
-
-    def test_refuses_anyone_else_or_another_version(
-        self, store: Store, clock: Clock, session_id: str
-    ) -> None:
-        claim(store, session_id, now=clock(), owner="w1")
-        expires = lease(store.engine, session_id)
-
-        assert not store.renew(session_id, 0, owner="w2", now=clock(), lease_s=999)
-        assert not store.renew(session_id, 1, owner="w1", now=clock(), lease_s=999)
-        assert not store.renew("nope", 0, owner="w1", now=clock(), lease_s=999)
-        assert lease(store.engine, session_id) == expires
-
-    def test_refuses_after_the_lease_passed_to_another(
-        self, store: Store, clock: Clock, session_id: str
-    ) -> None:
-        claim(store, session_id, now=clock(), owner="w1")
-        claim(store, session_id, now=clock.advance(LEASE_S + 1), owner="w2")
-
-        assert not store.renew(session_id, 0, owner="w1", now=clock(), lease_s=LEASE_S)
-        assert lease(store.engine, session_id)[0] == "w2"
-
-    def test_refuses_after_the_save(self, store: Store, clock: Clock, session_id: str) -> None:
-        claimed = claim(store, session_id, now=clock(), owner="w1")
-        store.save(
-            think_change(claimed, reply(("read_file", {})), now=clock()),
-            version=0,
-            owner="w1",
-            now=clock(),
-        )
-
-        assert not store.renew(session_id, 0, owner="w1", now=clock(), lease_s=LEASE_S)
-        assert lease(store.engine, session_id) == (None, None)
-
-
 class TestStartCall:
     def test_marks_the_call_started_with_an_event(
         self, store: Store, clock: Clock, session_id: str

@@ -273,17 +273,49 @@ class TickContract(Contract):
         assert store.get(session_id).version == 0
         assert store.save(change, version=0, owner="w1", now=clock()).status is Status.COMPLETED
 
-    def test_renew_extends_only_its_owners_lease_at_the_version(
+    def test_renew_extends_the_lease_of_its_owner_at_the_version(
         self, store: Store, clock: Clock, session_id: str
     ) -> None:
         claim(store, session_id, now=clock(), owner="w1")
-        later = clock.advance(10)
 
-        assert store.renew(session_id, 0, owner="w1", now=later, lease_s=LEASE_S)
-        assert store.lease(session_id) == ("w1", later + timedelta(seconds=LEASE_S))
-        assert not store.renew(session_id, 0, owner="w2", now=later, lease_s=LEASE_S)
-        assert not store.renew(session_id, 1, owner="w1", now=later, lease_s=LEASE_S)
-        assert store.lease(session_id) == ("w1", later + timedelta(seconds=LEASE_S))
+        assert store.renew(session_id, 0, owner="w1", now=clock.advance(20), lease_s=LEASE_S)
+        assert store.lease(session_id) == ("w1", clock() + timedelta(seconds=LEASE_S))
+        clock.advance(LEASE_S - 1)
+        assert store.claim(session_id, 0, owner="w2", now=clock(), lease_s=LEASE_S) is None
+
+    def test_renew_refuses_anyone_else_or_another_version(
+        self, store: Store, clock: Clock, session_id: str
+    ) -> None:
+        claim(store, session_id, now=clock(), owner="w1")
+        expires = store.lease(session_id)
+
+        assert not store.renew(session_id, 0, owner="w2", now=clock(), lease_s=999)
+        assert not store.renew(session_id, 1, owner="w1", now=clock(), lease_s=999)
+        assert not store.renew("nope", 0, owner="w1", now=clock(), lease_s=999)
+        assert store.lease(session_id) == expires
+
+    def test_renew_refuses_after_the_lease_passed_to_another(
+        self, store: Store, clock: Clock, session_id: str
+    ) -> None:
+        claim(store, session_id, now=clock(), owner="w1")
+        claim(store, session_id, now=clock.advance(LEASE_S + 1), owner="w2")
+
+        assert not store.renew(session_id, 0, owner="w1", now=clock(), lease_s=LEASE_S)
+        assert store.lease(session_id) == ("w2", clock() + timedelta(seconds=LEASE_S))
+
+    def test_renew_refuses_after_the_save(
+        self, store: Store, clock: Clock, session_id: str
+    ) -> None:
+        claimed = claim(store, session_id, now=clock(), owner="w1")
+        store.save(
+            think_change(claimed, reply(("read_file", {})), now=clock()),
+            version=0,
+            owner="w1",
+            now=clock(),
+        )
+
+        assert not store.renew(session_id, 0, owner="w1", now=clock(), lease_s=LEASE_S)
+        assert store.lease(session_id) is None
 
     def test_start_call_without_the_lease_is_claim_lost(
         self, store: Store, clock: Clock, session_id: str
