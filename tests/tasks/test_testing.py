@@ -1,5 +1,5 @@
-"""`tickwork.testing`: the README's example runs as written, the driver fails loudly, and the
-module imports without pytest (users' tests may run under another runner)."""
+"""`tickwork.testing`: the example in docs/PYTHON.md runs as written, the driver fails loudly,
+and the module imports without pytest (users' tests may run under another runner)."""
 
 from __future__ import annotations
 
@@ -16,18 +16,18 @@ from tests.tasks.conftest import ROOT, TEST_KIND
 from tickwork.testing import SessionDriver, call, embedded_settings, reply, running_worker
 
 
-def readme_example() -> str:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+def docs_example() -> str:
+    text = (ROOT / "docs" / "PYTHON.md").read_text(encoding="utf-8")
     section = text.split("## Testing your own job kinds and tools", 1)[1].split("\n## ", 1)[0]
     found = re.search(r"```python\n(.*?)```", section, re.S)
-    assert found, "README: the testing section has no python example"
+    assert found, "docs/PYTHON.md: the testing section has no python example"
     return found[1]
 
 
-def test_the_readme_example_runs(tmp_path: Path) -> None:
-    name = "readme_greeter_example"
+def test_the_docs_example_runs(tmp_path: Path) -> None:
+    name = "docs_greeter_example"
     (tmp_path / "code").mkdir()
-    (tmp_path / "code" / f"{name}.py").write_text(readme_example(), encoding="utf-8")
+    (tmp_path / "code" / f"{name}.py").write_text(docs_example(), encoding="utf-8")
     sys.path.insert(0, str(tmp_path / "code"))
     try:
         module = importlib.import_module(name)
