@@ -113,6 +113,24 @@ def test_every_relative_link_leads_to_a_file_and_a_heading(page: Path) -> None:
     assert not wrong, "broken links:\n" + "\n".join(wrong)
 
 
+def test_every_design_section_named_in_the_repository_exists() -> None:
+    design = (ROOT / "docs" / "DESIGN.md").read_text(encoding="utf-8")
+    sections = set(re.findall(r"^## (\d+)\. ", design, re.M))
+    named = re.compile(r"DESIGN\.md\s+sections?\s+(\d+)(?:\s+and\s+(\d+))?")
+    wrong = []
+    for folder in ("fsm", "store", "worker", "tasks", "tickwork", "tests", "ops", "docs"):
+        for path in sorted((ROOT / folder).rglob("*")):
+            if path.suffix not in (".py", ".md") or "__pycache__" in path.parts:
+                continue
+            for found in named.finditer(path.read_text(encoding="utf-8")):
+                wrong += [
+                    f"{path.relative_to(ROOT)}: section {n}"
+                    for n in found.groups()
+                    if n and n not in sections
+                ]
+    assert not wrong, "no such section of docs/DESIGN.md:\n" + "\n".join(wrong)
+
+
 def test_the_anchors_are_githubs() -> None:
     assert slug("3. Durability: what a tick guarantees") == "3-durability-what-a-tick-guarantees"
     assert slug("The environment: `--setup`") == "the-environment---setup"
