@@ -113,21 +113,42 @@ def test_every_relative_link_leads_to_a_file_and_a_heading(page: Path) -> None:
     assert not wrong, "broken links:\n" + "\n".join(wrong)
 
 
+def sources() -> list[Path]:
+    """The code, tests and docs of the repository: its .py and .md files."""
+    found = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", ROOT / "CHANGELOG.md"]
+    for folder in ("fsm", "store", "worker", "tasks", "tickwork", "tests", "ops", "docs"):
+        found += [
+            path
+            for path in sorted((ROOT / folder).rglob("*"))
+            if path.suffix in (".py", ".md") and "__pycache__" not in path.parts
+        ]
+    return found
+
+
+def test_nothing_points_outside_the_repository_for_its_design() -> None:
+    outside = "../" + "shared"  # spelled in two parts, so this file does not name it
+    found = [
+        f"{path.relative_to(ROOT)}:{number}"
+        for path in sources()
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if outside in line or "shared/" + "DESIGN" in line
+    ]
+    why = "these point outside the repository (use docs/DESIGN.md):\n"
+    assert not found, why + "\n".join(found)
+
+
 def test_every_design_section_named_in_the_repository_exists() -> None:
     design = (ROOT / "docs" / "DESIGN.md").read_text(encoding="utf-8")
     sections = set(re.findall(r"^## (\d+)\. ", design, re.M))
     named = re.compile(r"DESIGN\.md\s+sections?\s+(\d+)(?:\s+and\s+(\d+))?")
     wrong = []
-    for folder in ("fsm", "store", "worker", "tasks", "tickwork", "tests", "ops", "docs"):
-        for path in sorted((ROOT / folder).rglob("*")):
-            if path.suffix not in (".py", ".md") or "__pycache__" in path.parts:
-                continue
-            for found in named.finditer(path.read_text(encoding="utf-8")):
-                wrong += [
-                    f"{path.relative_to(ROOT)}: section {n}"
-                    for n in found.groups()
-                    if n and n not in sections
-                ]
+    for path in sources():
+        for found in named.finditer(path.read_text(encoding="utf-8")):
+            wrong += [
+                f"{path.relative_to(ROOT)}: section {n}"
+                for n in found.groups()
+                if n and n not in sections
+            ]
     assert not wrong, "no such section of docs/DESIGN.md:\n" + "\n".join(wrong)
 
 
