@@ -152,6 +152,32 @@ def test_every_design_section_named_in_the_repository_exists() -> None:
     assert not wrong, "no such section of docs/DESIGN.md:\n" + "\n".join(wrong)
 
 
+#: the pages that describe the code as it is now (the CHANGELOG and the benchmark results
+#: are history: they name paths as they were)
+CURRENT = ("README.md", "CONTRIBUTING.md", "docs", "ops/RUNBOOK.md", "ops/CAPACITY.md")
+#: a path into the repository, in backticks: `worker/tick/advance.py`, `tests/store/`
+NAMED_PATH = re.compile(r"`((?:fsm|store|worker|tasks|tickwork|ops|tests|docs|examples)/[\w./-]*)`")
+
+
+def test_every_path_the_current_docs_name_exists() -> None:
+    named = [
+        (path, number, found)
+        for where in CURRENT
+        for path in (
+            [ROOT / where] if where.endswith(".md") else sorted((ROOT / where).glob("*.md"))
+        )
+        for number, line in prose(path.read_text(encoding="utf-8"))
+        for found in NAMED_PATH.findall(line)
+    ]
+    assert len(named) > 100, "the pattern finds too few paths to be looking"
+    wrong = [
+        f"{path.relative_to(ROOT)}:{number}: {found}"
+        for path, number, found in named
+        if not (ROOT / found).exists()
+    ]
+    assert not wrong, "paths named that do not exist:\n" + "\n".join(wrong)
+
+
 def test_the_anchors_are_githubs() -> None:
     assert slug("3. Durability: what a tick guarantees") == "3-durability-what-a-tick-guarantees"
     assert slug("The environment: `--setup`") == "the-environment---setup"
