@@ -212,6 +212,29 @@ def test_list_sessions_filters_by_the_outcome_a_completing_save_records(
     assert "outcome" not in store.get("o").result
 
 
+def test_list_sessions_filters_by_who_submitted_them(store: Store, clock: Clock) -> None:
+    """Exact names: another person's sessions, and a name that only begins the same, are
+    left out; the filter joins the others."""
+    for session_id, by, kind in (
+        ("a", "sam", "repair"),
+        ("b", "samuel", "repair"),
+        ("c", "sam", "review"),
+        ("d", "", "repair"),
+    ):
+        found = new_session(session_id, now=clock.advance(1), kind=kind)
+        head = found.head.model_copy(update={"submitted_by": by})
+        store.create(found.model_copy(update={"head": head}), now=clock())
+
+    def ids(**filters: object) -> list[str]:
+        return [h.id for h in store.list_sessions(**filters)]  # type: ignore[arg-type]
+
+    assert ids(submitted_by="sam") == ["c", "a"]
+    assert ids(submitted_by="samuel") == ["b"]
+    assert ids(submitted_by="sam", kind="repair") == ["a"]
+    assert ids(submitted_by="nobody") == []
+    assert ids(submitted_by="") == ["d", "c", "b", "a"]  # no name given: no filter
+
+
 def test_events_after_resumes_after_an_id(store: Store, clock: Clock, session_id: str) -> None:
     run_step(store, session_id, 1, now=clock())
     everything = store.events_after(session_id)
