@@ -62,6 +62,7 @@ class Store(Protocol):
         error_code: str | None = None,
         outcome: str | None = None,
         submitted_by: str | None = None,
+        parent_id: str | None = None,
         limit: int = 50,
         offset: int = 0,
     ) -> list[Head]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -412,7 +413,11 @@ def test_a_fork_is_shown_beside_its_parent_with_both_patches(
 
     log_in(page, stack, "alice", f"#/sessions/{parent}")
     expect(page.locator("#compare-link")).to_be_hidden()  # a parent has no parent
+    expect(page.locator("#forks")).to_contain_text(f"Forks (1): {fork} from step 1, completed")
+    page.click(f'#forks a[data-fork="{fork}"]')
+    page.wait_for_url(lambda url: url.endswith(f"#/sessions/{fork}/compare"))
     page.goto(f"{stack.url}/#/sessions/{fork}")
+    expect(page.locator("#forks")).to_be_hidden()
     page.click("#compare-link")
     page.wait_for_url(lambda url: url.endswith(f"#/sessions/{fork}/compare"))
     expect(page.locator("#compare-title")).to_contain_text(
@@ -454,3 +459,20 @@ def test_a_fork_is_shown_beside_its_parent_with_both_patches(
 
     page.goto(f"{stack.url}/#/sessions/{parent}/compare")
     expect(page.locator("#not-a-fork")).to_contain_text(f"Session {parent} is not a fork")
+
+    # a view still loading (its patch held back) does not draw over the one opened after it
+    def held(route: Any) -> None:
+        time.sleep(1.5)
+        route.continue_()
+
+    page.route(f"**/api/v1/sessions/{fork}/patch", held)
+    page.evaluate(
+        """(fork) => {
+        location.hash = `#/sessions/${fork}/compare`;
+        setTimeout(() => { location.hash = "#/approvals"; }, 100);
+    }""",
+        fork,
+    )
+    page.wait_for_timeout(2500)
+    expect(page.locator("#approvals")).to_be_visible()
+    expect(page.locator("#compare-title")).to_have_count(0)

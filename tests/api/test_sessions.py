@@ -250,6 +250,11 @@ def test_fork_records_who_forked_and_runs(stack: Stack) -> None:
     forked = stack.deployment.client.load(child["id"]).events
     assert any(e.kind == "forked" and e.data["by"] == "olga" for e in forked)
     assert stack.wait(child["id"])["status"] == "waiting_approval"  # the same script again
+    forks = stack.http("alice").get("/api/v1/sessions", params={"parent_id": parent}).json()
+    assert [(f["id"], f["parent_id"]) for f in forks] == [(child["id"], parent)]
+    assert (
+        stack.http("alice").get("/api/v1/sessions", params={"parent_id": child["id"]}).json() == []
+    )
     out_of_range = stack.http("olga").post(f"/api/v1/sessions/{parent}/fork", json={"from_step": 5})
     assert out_of_range.status_code == 422
     assert out_of_range.json()["code"] == "fork_out_of_range"

@@ -8,6 +8,7 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.exc import StatementError
 from tickwork.fsm.errors import SessionNotFound
+from tickwork.fsm.forks import ForkPatch
 from tickwork.fsm.values import (
     Budgets,
     CallState,
@@ -233,6 +234,20 @@ def test_list_sessions_filters_by_who_submitted_them(store: Store, clock: Clock)
     assert ids(submitted_by="sam", kind="repair") == ["a"]
     assert ids(submitted_by="nobody") == []
     assert ids(submitted_by="") == ["d", "c", "b", "a"]  # no name given: no filter
+
+
+def test_list_sessions_filters_by_parent(store: Store, clock: Clock) -> None:
+    store.create(new_session("p", now=clock.advance(1)), now=clock())
+    run_step(store, "p", 1, now=clock.advance(1))
+    for child in ("f1", "f2"):
+        store.fork(
+            "p", new_id=child, from_step=1, patch=ForkPatch(), by="olga", now=clock.advance(1)
+        )
+    store.fork("f1", new_id="g", from_step=0, patch=ForkPatch(), by="olga", now=clock.advance(1))
+
+    assert [h.id for h in store.list_sessions(parent_id="p")] == ["f2", "f1"]
+    assert [h.id for h in store.list_sessions(parent_id="f1")] == ["g"]
+    assert store.list_sessions(parent_id="g") == []
 
 
 def test_events_after_resumes_after_an_id(store: Store, clock: Clock, session_id: str) -> None:

@@ -1,7 +1,7 @@
 // The tickwork page: approvals, sessions (live), submitting a repair job, dead letters.
 // Plain DOM in ES modules, no build step; this one logs in and out and routes.
 import { approvalsView } from "./approvals.js";
-import { API, TOKEN_KEY, api, can, el, hooks, main, state } from "./core.js";
+import { API, TOKEN_KEY, api, can, el, hooks, main, state, visit } from "./core.js";
 import { deadLetterView, deadLettersView } from "./dead_letters.js";
 import { compareView, sessionView, sessionsView } from "./sessions.js";
 import { submitView } from "./submit.js";
@@ -43,7 +43,7 @@ function loginView(message) {
 // --- routing ------------------------------------------------------------------------
 
 async function render(message) {
-  for (const stop of state.cleanup.splice(0)) stop();
+  const view = visit();
   const nav = document.getElementById("nav");
   const who = document.getElementById("who");
   const out = document.getElementById("logout");
@@ -57,7 +57,7 @@ async function render(message) {
   try {
     if (!state.me) state.me = await api("/me");
   } catch (e) {
-    if (state.token) main.replaceChildren(el("p", { class: "error" }, e.message));
+    if (state.token) view.draw(el("p", { class: "error" }, e.message));
     return;
   }
   nav.hidden = false;
@@ -70,16 +70,16 @@ async function render(message) {
   }
   nav.querySelector('[data-nav="submit"]').hidden = !can("submitter");
   try {
-    if (parts[0] === "sessions" && parts[1] && parts[2] === "compare") await compareView(parts[1]);
-    else if (parts[0] === "sessions" && parts[1]) await sessionView(parts[1]);
-    else if (parts[0] === "approvals" && parts[1]) await sessionView(parts[1]);
-    else if (parts[0] === "sessions") await sessionsView();
-    else if (parts[0] === "dead-letters" && parts[1]) await deadLetterView(parts[1]);
-    else if (parts[0] === "dead-letters") await deadLettersView();
-    else if (parts[0] === "submit") submitView();
-    else await approvalsView();
+    if (parts[0] === "sessions" && parts[1] && parts[2] === "compare") await compareView(view, parts[1]);
+    else if (parts[0] === "sessions" && parts[1]) await sessionView(view, parts[1]);
+    else if (parts[0] === "approvals" && parts[1]) await sessionView(view, parts[1]);
+    else if (parts[0] === "sessions") await sessionsView(view);
+    else if (parts[0] === "dead-letters" && parts[1]) await deadLetterView(view, parts[1]);
+    else if (parts[0] === "dead-letters") await deadLettersView(view);
+    else if (parts[0] === "submit") submitView(view);
+    else await approvalsView(view);
   } catch (e) {
-    if (state.token) main.replaceChildren(el("p", { class: "error", id: "view-error" }, e.message));
+    if (state.token) view.draw(el("p", { class: "error", id: "view-error" }, e.message));
   }
 }
 

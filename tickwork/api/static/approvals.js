@@ -1,7 +1,7 @@
 // The approvals queue, and the card of one waiting call (approve, edit, reject, give the
 // output of an in-doubt call), which the session view shows too.
 import {
-  api, badge, can, decisionLine, diffLines, el, enc, every, label, main, networkNote, ago,
+  api, badge, can, decisionLine, diffLines, el, enc, every, label, networkNote, ago,
   pretty, state, toast,
 } from "./core.js";
 
@@ -117,10 +117,10 @@ export function waitingCard(waiting, onDecided) {
     waiting.calls.map((call) => callCard(head.id, call, onDecided)));
 }
 
-export async function approvalsView() {
+export async function approvalsView(view) {
   const list = el("div", { id: "approvals" });
   const count = el("span", { class: "count" });
-  main.replaceChildren(
+  view.draw(
     el("div", { class: "bar" }, el("h2", {}, "Waiting for approval ", count),
       el("button", { type: "button", id: "refresh", onclick: () => load() }, "Refresh")),
     list);
@@ -133,5 +133,5 @@ export async function approvalsView() {
   }
   await load();
   // refresh unless someone is in the middle of a decision
-  every(() => (list.querySelector(".open") ? null : load()));
+  every(view, () => (list.querySelector(".open") ? null : load()));
 }

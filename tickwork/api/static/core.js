@@ -5,7 +5,7 @@
 export const API = "/api/v1";
 export const TOKEN_KEY = "tickwork.token";
 export const REFRESH_MS = 5000;
-// who is logged in; `cleanup` stops a view's timers and streams when another is shown
+// who is logged in; `cleanup` stops a view's timers and streams when another is shown (visit)
 export const state = { token: sessionStorage.getItem(TOKEN_KEY), me: null, cleanup: [] };
 // set by app.js: what a refused token does (log out, with why)
 export const hooks = { unauthorized: () => {} };
@@ -87,12 +87,28 @@ export const api = (path, options) => call(path, options, (r) => r.json().catch(
 // the API's text (a patch)
 export const apiText = (path) => call(path, {}, (r) => r.text());
 
-export function every(run) {
+let visits = 0;
+
+// One showing of a view. A view still loading when the next one starts (a slow answer, a
+// quick click) neither draws over the newer view nor leaves its timers and streams running.
+export function visit() {
+  visits += 1;
+  for (const stop of state.cleanup.splice(0)) stop();
+  const mine = visits;
+  const current = () => mine === visits;
+  return {
+    current,
+    draw: (...nodes) => { if (current()) main.replaceChildren(...nodes); },
+    onLeave: (stop) => { if (current()) state.cleanup.push(stop); else stop(); },
+  };
+}
+
+export function every(view, run) {
   const timer = setInterval(() => {
     const running = run();
     if (running && running.catch) running.catch(() => {});
   }, REFRESH_MS);
-  state.cleanup.push(() => clearInterval(timer));
+  view.onLeave(() => clearInterval(timer));
 }
 
 // a table whose cells carry their column's name, so a narrow screen can show each row as

@@ -1,7 +1,7 @@
 // Dead letters: charts by cause and signature, the list, exports, and one dead letter with
 // its session, forked, resolved or dismissed from here.
 import {
-  API, ApiError, ago, api, badge, can, dataTable, el, enc, headSummary, label, main, state, toast,
+  API, ApiError, ago, api, badge, can, dataTable, el, enc, headSummary, label, state, toast,
 } from "./core.js";
 import { timeline } from "./sessions.js";
 
@@ -114,9 +114,9 @@ function signatureChart(rows) {
       : el("p", { class: "muted" }, "No dead letters."));
 }
 
-export async function deadLettersView() {
+export async function deadLettersView(view) {
   if (!state.me.roles.length) {
-    main.replaceChildren(el("p", { class: "muted" }, "Reading dead letters needs a role."));
+    view.draw(el("p", { class: "muted" }, "Reading dead letters needs a role."));
     return;
   }
   const open = new URLSearchParams(location.hash.split("?")[1] || "").get("unresolved") === "1";
@@ -127,7 +127,7 @@ export async function deadLettersView() {
     checked: open, onchange: (event) => {
       location.hash = event.target.checked ? "#/dead-letters?unresolved=1" : "#/dead-letters";
     } }), " only those not yet forked, resolved or dismissed");
-  main.replaceChildren(
+  view.draw(
     el("h2", {}, "Dead letters ", el("span", { class: "count", id: "dl-total" }, `(${stats.total})`)),
     el("div", { class: "charts" },
       timelineChart(timeline), signatureChart((stats.by.error_signature || []).slice(0, TOP_SIGNATURES))),
@@ -200,14 +200,14 @@ function closeForm(key, onClosed) {
     error);
 }
 
-export async function deadLetterView(key) {
+export async function deadLetterView(view, key) {
   const letter = await api(`/dead-letters/${enc(key)}`);
   const forks = letter.forks.map((f) => el("a", { href: `#/sessions/${enc(f.id)}` }, f.id));
   const actions = letter.resolved_at ? el("p", { class: "decided", id: "closed" },
     `Closed ${ago(letter.resolved_at)}: ${letter.closed}`, ...(forks.length ? [" · forks: ", ...forks] : []))
     : !can("operator") ? el("p", { class: "muted" }, "Forking, resolving and dismissing need the operator role.")
-    : el("div", { class: "closing" }, forkForm(key, letter), closeForm(key, () => deadLetterView(key)));
-  main.replaceChildren(
+    : el("div", { class: "closing" }, forkForm(key, letter), closeForm(key, () => deadLetterView(view, key)));
+  view.draw(
     el("h2", { id: "dead-letter" }, `Dead letter #${letter.id} `, badge(letter.code, "failed")),
     el("p", { class: "error" }, letter.message),
     el("p", { class: "meta" },

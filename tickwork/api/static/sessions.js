@@ -3,7 +3,7 @@
 import { callCard } from "./approvals.js";
 import {
   API, OUTCOMES, ago, api, apiText, badge, can, count, dataTable, decisionLine, diffLines, el,
-  enc, headSummary, label, main, ms, outcomeBadge, pretty, sleep, state, toast, usd,
+  enc, headSummary, label, ms, outcomeBadge, pretty, sleep, state, toast, usd,
 } from "./core.js";
 
 const STATUSES = ["ready", "executing", "waiting_approval", "completed", "failed", "cancelled"];
@@ -11,7 +11,7 @@ const STATUSES = ["ready", "executing", "waiting_approval", "completed", "failed
 const FILTERS = ["status", "outcome", "submitted_by", "kind"];
 const FINISHED = ["completed", "failed", "cancelled"];
 
-export async function sessionsView() {
+export async function sessionsView(view) {
   const params = new URLSearchParams(location.hash.split("?")[1] || "");
   const chosen = Object.fromEntries(FILTERS.map((key) => [key, params.get(key) || ""]));
   const go = () => {
@@ -45,7 +45,7 @@ export async function sessionsView() {
   } }, "Mine"),
   el("button", { type: "button", id: "clear-filters", onclick: () => { location.hash = "#/sessions"; } }, "Clear"));
   const list = el("div", { id: "session-list" });
-  main.replaceChildren(el("h2", {}, "Sessions"), filters, error, list);
+  view.draw(el("h2", {}, "Sessions"), filters, error, list);
 
   const query = new URLSearchParams({ limit: "100" });
   for (const key of FILTERS) if (chosen[key]) query.set(key, chosen[key]);
@@ -63,7 +63,7 @@ export async function sessionsView() {
       el("td", {}, badge(h.status)), el("td", { class: "outcome" }, outcomeBadge(h.outcome)),
       el("td", {}, h.kind), el("td", { class: "submitter" }, h.submitted_by || "–"),
       el("td", { class: "model" }, h.model),
-      el("td", {}, h.step), el("td", {}, usd(h.cost_usd)), el("td", {}, ago(h.updated_at)))))
+      el("td", {}, h.step), el("td", { class: "cost" }, usd(h.cost_usd)), el("td", {}, ago(h.updated_at)))))
     : el("p", { class: "muted", id: "no-sessions" }, "No sessions match."));
 }
 
@@ -141,7 +141,7 @@ function stepsTable(view) {
       num(ms(t.latency_ms)), num(ms(tools)), el("td", {})));
 }
 
-export async function sessionView(id) {
+export async function sessionView(view, id) {
   const status = el("span", { id: "status" });
   const summary = el("div");
   const waiting = el("div", { id: "waiting" });
@@ -159,10 +159,11 @@ export async function sessionView(id) {
         refresh();
       } catch (e) { toast(e.message, "error"); }
     } }, "Cancel session");
-  main.replaceChildren(
+  const forks = el("p", { id: "forks", class: "meta", hidden: true });
+  view.draw(
     el("div", { class: "bar" }, el("h2", {}, "Session ", el("code", {}, id), " ", status),
       el("span", { class: "actions" }, compare, cancel)),
-    summary, waiting, el("h3", {}, "Per step"), perStep,
+    summary, forks, waiting, el("h3", {}, "Per step"), perStep,
     el("h3", {}, "Events ", live), events, el("h3", {}, "Timeline"), steps);
   let shownWaiting = "";
 
@@ -195,7 +196,8 @@ export async function sessionView(id) {
     pending = setTimeout(() => refresh().catch(() => {}), 150);
   };
   await refresh();
-  follow(id, (kind, event) => {
+  showForks(id, forks).catch(() => {});
+  follow(view, id, (kind, event) => {
     events.append(el("li", { dataset: { kind, id: event.id } },
       el("time", {}, new Date(event.at).toLocaleTimeString()), " ", el("strong", {}, kind), " ",
       eventSummary(event)));
@@ -207,6 +209,15 @@ export async function sessionView(id) {
 }
 
 // --- a fork beside its parent -------------------------------------------------------
+
+// the session's forks, each a link to it beside this one
+async function showForks(id, into) {
+  const found = await api(`/sessions?${new URLSearchParams({ parent_id: id, limit: "50" })}`);
+  into.hidden = !found.length;
+  into.replaceChildren(`Forks (${found.length}): `, ...found.flatMap((f, i) => [i ? " · " : "",
+    el("a", { href: `#/sessions/${enc(f.id)}/compare`, dataset: { fork: f.id } }, f.id),
+    ` from step ${f.fork_step}, ${label(f.status)}`]));
+}
 
 function sideHead(role, view) {
   const head = view.head;
@@ -261,12 +272,12 @@ function patchSide(role, sessionId, found) {
       : el("p", { class: "muted no-patch" }, found && found.message ? found.message : "No patch."));
 }
 
-export async function compareView(id) {
+export async function compareView(view, id) {
   const fork = await api(`/sessions/${enc(id)}`);
   const head = fork.head;
   const back = el("a", { href: `#/sessions/${enc(id)}` }, "back to the session");
   if (!head.parent_id) {
-    main.replaceChildren(el("h2", {}, "Session ", el("code", {}, id)),
+    view.draw(el("h2", {}, "Session ", el("code", {}, id)),
       el("p", { class: "muted", id: "not-a-fork" }, `Session ${id} is not a fork: it has no parent to put beside it. `, back));
     return;
   }
@@ -279,7 +290,7 @@ export async function compareView(id) {
   const title = el("h2", { id: "compare-title" }, "Fork ", el("code", {}, id), " beside its parent ",
     el("code", {}, parentId));
   if (parent instanceof Error) {
-    main.replaceChildren(title, forkPatch(fork),
+    view.draw(title, forkPatch(fork),
       el("p", { class: "error", id: "parent-error" }, `The parent cannot be read: ${parent.message}`), back);
     return;
   }
@@ -290,7 +301,7 @@ export async function compareView(id) {
     stepPairs(parent, fork, 1, k)) : null;
   const after = last > k ? stepPairs(parent, fork, k + 1, last)
     : [el("p", { class: "muted" }, `Neither has a step after step ${k} yet.`)];
-  main.replaceChildren(title, forkPatch(fork),
+  view.draw(title, forkPatch(fork),
     el("div", { class: "compare", id: "compare" },
       el("div", { class: "pair heads" }, sideHead("parent", parent), sideHead("fork", fork)),
       kept,
@@ -303,11 +314,11 @@ export async function compareView(id) {
 
 // Server-Sent Events over fetch, so the token goes in a header rather than in the URL;
 // a dropped stream resumes from the last event id it saw.
-function follow(id, onEvent, onEnd, onState) {
+function follow(view, id, onEvent, onEnd, onState) {
   const control = new AbortController();
   let stopped = false;
   let last = 0;
-  state.cleanup.push(() => { stopped = true; control.abort(); });
+  view.onLeave(() => { stopped = true; control.abort(); });
   (async () => {
     while (!stopped) {
       try {

@@ -1,7 +1,7 @@
 // Submit a repair job: its source, setup, test command, goal, model and budgets, posted as
 // POST /sessions takes it. What is typed is kept (also across a reload or a new log-in)
 // until the job is submitted, and an error from the API is shown beside the field it names.
-import { api, can, el, enc, main, toast } from "./core.js";
+import { api, can, el, enc, toast } from "./core.js";
 
 const DRAFT_KEY = "tickwork.submit-draft";
 // a duration as the CLI takes it: seconds, or a number with s, m, h or d
@@ -42,9 +42,9 @@ function named(error) {
   return names;
 }
 
-export function submitView() {
+export function submitView(view) {
   if (!can("submitter")) {
-    main.replaceChildren(el("h2", {}, "Submit a repair job"),
+    view.draw(el("h2", {}, "Submit a repair job"),
       el("p", { class: "muted", id: "submit-refused" }, "Submitting needs the submitter role."));
     return;
   }
@@ -183,8 +183,8 @@ export function submitView() {
     el("div", { class: "actions" }, button,
       el("button", { type: "button", id: "submit-reset", onclick: () => {
         sessionStorage.removeItem(DRAFT_KEY);
-        submitView();
+        submitView(view);
       } }, "Start over")),
     error);
-  main.replaceChildren(el("h2", {}, "Submit a repair job"), form);
+  view.draw(el("h2", {}, "Submit a repair job"), form);
 }
