@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from tickwork.fsm.values import Status
 
-from tests.api.conftest import TEST_KIND, Stack
+from tests.api.conftest import TEST_KIND, TOKEN, Stack
 from tests.api.test_dead_letters import BROKEN
 from tests.api.test_page import browser, log_in, page  # noqa: F401 (fixtures)
 from tests.api.test_sessions import ECHO
@@ -168,6 +168,24 @@ def _submit_through_the_form(
     assert (head.budgets.max_cost_usd, head.budgets.deadline_s) == (1.5, 1800.0)
     page.click('nav a[data-nav="submit"]')  # submitted: the draft is gone
     expect(page.locator("#submit-test-command")).to_have_value("")
+
+
+def test_a_draft_outlives_a_refused_token_but_not_a_log_out(page: Any, stack: Stack) -> None:  # noqa: F811
+    from playwright.sync_api import expect
+
+    log_in(page, stack, "sam", "#/submit")
+    page.fill("#submit-goal", "half typed")
+    page.fill("#submit-test-command", "make test")
+    page.evaluate("sessionStorage.setItem('tickwork.token', 'revoked-meanwhile-token-01')")
+    page.reload()
+    expect(page.locator("#login-error")).to_contain_text("log in again")
+    page.fill("#token", TOKEN["sam"])
+    page.click("form#login button[type=submit]")
+    expect(page.locator("#submit-goal")).to_have_value("half typed")
+    expect(page.locator("#submit-test-command")).to_have_value("make test")
+    page.click("#logout")
+    log_in(page, stack, "sam", "#/submit")
+    expect(page.locator("#submit-goal")).to_have_value("")
 
 
 def test_only_a_submitter_is_offered_the_submit_form(page: Any, stack: Stack) -> None:  # noqa: F811

@@ -4,7 +4,7 @@ import { approvalsView } from "./approvals.js";
 import { API, TOKEN_KEY, api, can, el, hooks, main, state, visit } from "./core.js";
 import { deadLetterView, deadLettersView } from "./dead_letters.js";
 import { compareView, sessionView, sessionsView } from "./sessions.js";
-import { submitView } from "./submit.js";
+import { DRAFT_KEY, submitView } from "./submit.js";
 
 // --- log in and out -----------------------------------------------------------------
 
@@ -84,6 +84,10 @@ async function render(message) {
 }
 
 hooks.unauthorized = logout;
-document.getElementById("logout").addEventListener("click", () => logout());
+// logging out on purpose ends the draft too; a refused token keeps it for the next log-in
+document.getElementById("logout").addEventListener("click", () => {
+  sessionStorage.removeItem(DRAFT_KEY);
+  logout();
+});
 window.addEventListener("hashchange", () => render());
 render();

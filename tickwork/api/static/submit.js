@@ -3,7 +3,7 @@
 // until the job is submitted, and an error from the API is shown beside the field it names.
 import { api, can, el, enc, toast } from "./core.js";
 
-const DRAFT_KEY = "tickwork.submit-draft";
+export const DRAFT_KEY = "tickwork.submit-draft";
 // a duration as the CLI takes it: seconds, or a number with s, m, h or d
 const UNITS = { s: 1, m: 60, h: 3600, d: 86400 };
 
