@@ -343,6 +343,7 @@ def test_an_operator_resolves_one_dead_letter_and_dismisses_another(
     expect(closed).to_contain_text("resolved by olga")
     expect(closed).to_contain_text("(the provider fixed its outage)")
     expect(page.locator("form#close")).to_have_count(0)
+    looked_at(page, "dead-letter-resolved", tmp_path)
     resolved = stack.deployment.client.dead_letter(one.id)
     assert resolved.resolution is not None
     assert resolved.resolution["state"] == "resolved" and resolved.resolution["by"] == "olga"
