@@ -1,0 +1,504 @@
+"""The values of an evaluation: a task set read from JSON Lines, a run's configuration, each
+task's figures, a run, and the comparison of two runs.
+
+A task set is untrusted text (it may come from anyone's repository): every line is one
+JSON object with known keys only, every field checked for its type, size and text, and a
+bad one is refused with an error naming the line and the field. Nothing here runs a task.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields
+from datetime import datetime
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from tickwork.fsm.errors import InvalidInput
+
+from ..parsing import bad_text
+
+#: a task set holds at most this many tasks (an evaluation submits one session each)
+MAX_TASKS = 10_000
+#: the longest line of a task set read (an expected patch may be long)
+MAX_LINE_CHARS = 1_000_000
+#: the longest text field, an expected patch excepted
+MAX_FIELD_CHARS = 20_000
+TASK_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+#: a `source` that is a git URL rather than a local path
+GIT_URL = re.compile(r"^([a-z][a-z0-9+.-]*://|[\w.-]+@[\w.-]+:)", re.IGNORECASE)
+#: `--model scripted`: each task plays its own `script`
+SCRIPTED = "scripted"
+
+
+class TaskSetError(InvalidInput):
+    """A line of a task set is not a task: it names the file, the line and the field."""
+
+
+class Outcome(StrEnum):
+    """What became of one task of a run."""
+
+    REPAIRED = "repaired"  #: completed; the final tests pass with a patch
+    TESTS_FAILING = "tests_failing"  #: completed; the final tests fail
+    TESTS_NOT_RUN = "tests_not_run"  #: completed; the final tests could not run
+    NO_CHANGES = "no_changes"  #: completed without a patch
+    FAILED = "failed"  #: dead-lettered (a budget, a loop, an error): see its cause
+    CANCELLED = "cancelled"  #: cancelled by someone while the run waited
+    TIMED_OUT = "timed_out"  #: not finished within the run's --timeout; the eval cancelled it
+    NOT_SUBMITTED = "not_submitted"  #: the submit was refused: see its cause
+
+    @property
+    def success(self) -> bool:
+        return self is Outcome.REPAIRED
+
+
+@dataclass(frozen=True)
+class Task:
+    """One line of a task set."""
+
+    id: str
+    line: int
+    source: str
+    test_command: str
+    ref: str | None = None
+    setup: str | tuple[str, ...] | None = None
+    goal: str = ""
+    expected_patch: str | None = None
+    #: the tests the reference solution passes, as the task set names them (recorded)
+    expected_tests: tuple[str, ...] = ()
+    #: the scripted model's replies for `--model scripted` (a file, absolute)
+    script: str | None = None
+
+    @property
+    def is_repo(self) -> bool:
+        return self.ref is not None or bool(GIT_URL.match(self.source))
+
+    def repair_input(self) -> dict[str, Any]:
+        """The input of the task's `repair` session."""
+        data: dict[str, Any] = {"test_command": self.test_command}
+        if self.is_repo:
+            data["repo"] = self.source
+            if self.ref is not None:
+                data["ref"] = self.ref
+        else:
+            data["workspace"] = self.source
+        if self.goal:
+            data["goal"] = self.goal
+        if self.setup is not None:
+            data["setup"] = self.setup if isinstance(self.setup, str) else list(self.setup)
+        return data
+
+    def digest_fields(self) -> dict[str, Any]:
+        """What the task set's hash covers: the task as given, not where its line stood."""
+        given = asdict(self)
+        given.pop("line")
+        return given
+
+
+@dataclass(frozen=True)
+class TaskSet:
+    path: str
+    tasks: tuple[Task, ...]
+
+    @property
+    def digest(self) -> str:
+        """sha256 of the tasks (canonical JSON): the same tasks hash the same whatever the
+        file's spacing or key order."""
+        text = json.dumps([t.digest_fields() for t in self.tasks], sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()
+
+
+#: the keys a task line takes, with what each is
+TASK_KEYS = {
+    "id": "a unique name of the task (letters, digits, _ . -; up to 64)",
+    "source": "a git URL or path, or a local directory (relative to the task file)",
+    "ref": "the branch, tag or commit of a git source",
+    "setup": '"auto", "none" or a list of shell commands building the environment',
+    "test_command": "the shell command that runs the tests",
+    "goal": "what to fix, as the model reads it",
+    "expected_patch": "the reference patch, compared with the session's",
+    "expected_tests": "the tests the reference solution passes (recorded)",
+    "script": "the scripted model's replies for --model scripted (a file, relative)",
+}
+
+
+def read_tasks(path: Path) -> TaskSet:
+    """The task set in the JSON Lines file at `path`."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise InvalidInput(f"cannot read the task set {path}: {exc.strerror or exc}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise TaskSetError(f"{path}:{line}: not UTF-8 text; save the task set as UTF-8") from None
+    return parse_tasks(text, where=str(path), base=path.parent)
+
+
+def parse_tasks(text: str, *, where: str, base: Path) -> TaskSet:
+    """The tasks of a JSON Lines text (blank lines and lines starting with `#` skipped);
+    relative paths resolve against `base`."""
+    tasks: list[Task] = []
+    seen: dict[str, int] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        task = _task(line, number, where=where, base=base)
+        if task.id in seen:
+            raise TaskSetError(
+                f"{where}:{number}: field `id`: {task.id!r} is already the id of line "
+                f"{seen[task.id]}; give each task its own id"
+            )
+        seen[task.id] = number
+        tasks.append(task)
+        if len(tasks) > MAX_TASKS:
+            raise TaskSetError(f"{where}: more than {MAX_TASKS} tasks; split the task set")
+    if not tasks:
+        raise TaskSetError(f"{where}: no tasks; write one JSON object a line")
+    return TaskSet(path=where, tasks=tuple(tasks))
+
+
+def _task(line: str, number: int, *, where: str, base: Path) -> Task:
+    at = f"{where}:{number}"
+
+    def wrong(key: str, message: str) -> TaskSetError:
+        return TaskSetError(f"{at}: field `{key}`: {message}")
+
+    if len(line) > MAX_LINE_CHARS:
+        raise TaskSetError(f"{at}: the line is longer than {MAX_LINE_CHARS:,} characters")
+    try:
+        data = json.loads(line)
+    except ValueError as exc:
+        raise TaskSetError(f"{at}: not valid JSON ({exc}); write one JSON object a line") from None
+    if not isinstance(data, dict):
+        raise TaskSetError(f"{at}: a task is a JSON object, got {type(data).__name__}")
+    unknown = sorted(set(data) - set(TASK_KEYS))
+    if unknown:
+        raise TaskSetError(
+            f"{at}: unknown field(s) {', '.join(map(repr, unknown))}; a task takes "
+            + ", ".join(TASK_KEYS)
+        )
+    for key in ("id", "source", "test_command"):
+        if data.get(key) is None:
+            raise wrong(key, f"is required: {TASK_KEYS[key]}")
+
+    def text(key: str, *, limit: int = MAX_FIELD_CHARS, empty: bool = False) -> str | None:
+        value = data.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, str):
+            raise wrong(key, f"must be text, got {type(value).__name__}: {json.dumps(value)[:80]}")
+        if not empty and not value.strip():
+            raise wrong(key, "is empty")
+        if len(value) > limit:
+            raise wrong(key, f"is longer than {limit:,} characters")
+        problem = bad_text(value)
+        if problem:
+            raise wrong(key, f"{problem}; give UTF-8 text without NUL bytes")
+        return value
+
+    task_id = str(text("id"))
+    if not TASK_ID.match(task_id):
+        raise wrong("id", f"{task_id[:80]!r} may only hold letters, digits, _ . -, up to 64")
+    source = str(text("source")).strip()
+    ref = text("ref")
+    if ref is not None:
+        ref = ref.strip()
+        if ref.startswith("-") or any(c.isspace() for c in ref):
+            raise wrong("ref", f"{ref[:80]!r} is not a branch, tag or commit name")
+    if not (ref is not None or GIT_URL.match(source)):
+        folder = (base / source).expanduser()
+        if not folder.is_dir():
+            raise wrong("source", f"{source!r} is not a directory ({folder.absolute()})")
+        source = str(folder.resolve())
+    elif not GIT_URL.match(source):
+        source = str((base / source).expanduser().absolute())  # a local repository
+    test_command = str(text("test_command")).strip()
+    setup = _setup(data.get("setup"), wrong)
+    expected = text("expected_patch", limit=MAX_LINE_CHARS, empty=True)
+    if expected is not None and expected.strip() and "\n+" not in f"\n{expected}":
+        raise wrong("expected_patch", "is not a unified diff (no line starts with '+')")
+    expected_tests = _expected_tests(data.get("expected_tests"), wrong)
+    script = text("script")
+    if script is not None:
+        found = (base / script.strip()).expanduser()
+        if not found.is_file():
+            raise wrong("script", f"{script!r} is not a file ({found.absolute()})")
+        script = str(found.resolve())
+    return Task(
+        id=task_id,
+        line=number,
+        source=source,
+        ref=ref,
+        setup=setup,
+        test_command=test_command,
+        goal=(text("goal", empty=True) or "").strip(),
+        expected_patch=expected or None,
+        expected_tests=expected_tests,
+        script=script,
+    )
+
+
+def _setup(value: Any, wrong: Any) -> str | tuple[str, ...] | None:
+    from tickwork.worker.files.environment_plans import check_setup
+
+    if value is None:
+        return None
+    try:
+        checked = check_setup(value)
+    except ValueError as exc:
+        raise wrong("setup", str(exc).replace("`setup` ", "", 1)) from None
+    return checked if isinstance(checked, str) else tuple(checked)
+
+
+def _expected_tests(value: Any, wrong: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+        raise wrong(
+            "expected_tests", 'must be a list of test names, e.g. ["test_calc.py::test_add"]'
+        )
+    if len(value) > 1000 or any(len(v) > 1000 or bad_text(v) for v in value):
+        raise wrong("expected_tests", "takes at most 1000 names of at most 1000 characters")
+    return tuple(v.strip() for v in value)
+
+
+class Approve(StrEnum):
+    """How a run decides the calls that wait for a person."""
+
+    ALL = "all"  #: approve each one, recorded as approver `eval`
+    WAIT = "wait"  #: leave them to a person (`tickwork approve`); the run waits
+
+
+#: who the decisions of `--approve all` are recorded as
+APPROVER = "eval"
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """What a run was asked to do: the model and the budgets of each session."""
+
+    model: str
+    budgets: Mapping[str, Any] = field(default_factory=dict)
+    price: tuple[float, float] | None = None
+    context_window: int | None = None
+    concurrency: int = 2
+    approve: Approve = Approve.ALL
+    #: seconds a task may take, from its submit; then it is cancelled
+    timeout_s: float = 600.0
+    label: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        made = asdict(self)
+        made["budgets"] = dict(self.budgets)
+        made["price"] = list(self.price) if self.price else None
+        made["approve"] = self.approve.value
+        return made
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RunConfig:
+        known = {f.name for f in fields(cls)}
+        kept = {k: v for k, v in data.items() if k in known}
+        if kept.get("price"):
+            kept["price"] = tuple(kept["price"])
+        kept["approve"] = Approve(kept.get("approve", Approve.ALL))
+        return cls(**kept)
+
+
+@dataclass(frozen=True)
+class TaskResult:
+    """One task's figures in a run."""
+
+    task: str
+    outcome: Outcome
+    session_id: str | None = None
+    status: str = ""
+    steps: int = 0
+    tokens: int = 0
+    cached_tokens: int = 0
+    cost_usd: float = 0.0
+    wall_s: float = 0.0
+    #: the error code of a dead-lettered session (or why it was not submitted)
+    cause: str = ""
+    message: str = ""
+    #: whether its patch changes the lines the task's expected patch does (None: no
+    #: expected patch)
+    patch_matches: bool | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        made = asdict(self)
+        made["outcome"] = self.outcome.value
+        return made
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> TaskResult:
+        known = {f.name for f in fields(cls)}
+        kept = {k: v for k, v in data.items() if k in known}
+        kept["outcome"] = Outcome(kept["outcome"])
+        return cls(**kept)
+
+
+@dataclass(frozen=True)
+class Totals:
+    tasks: int
+    repaired: int
+    steps: int
+    tokens: int
+    cached_tokens: int
+    cost_usd: float
+    wall_s: float
+
+    @property
+    def success_rate(self) -> float:
+        return self.repaired / self.tasks if self.tasks else 0.0
+
+
+def totals(results: Sequence[TaskResult]) -> Totals:
+    return Totals(
+        tasks=len(results),
+        repaired=sum(r.outcome.success for r in results),
+        steps=sum(r.steps for r in results),
+        tokens=sum(r.tokens for r in results),
+        cached_tokens=sum(r.cached_tokens for r in results),
+        cost_usd=sum(r.cost_usd for r in results),
+        wall_s=sum(r.wall_s for r in results),
+    )
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run of a task set, as stored."""
+
+    id: str
+    started_at: datetime
+    task_set: str
+    task_set_digest: str
+    config: RunConfig
+    results: tuple[TaskResult, ...] = ()
+    finished_at: datetime | None = None
+    #: "finished", or "interrupted" (Ctrl-C: the tasks done by then)
+    state: str = "finished"
+    #: seconds from the first submit to the last task's end
+    elapsed_s: float = 0.0
+
+    @property
+    def label(self) -> str:
+        return self.config.label or self.config.model
+
+    def result(self, task: str) -> TaskResult | None:
+        return next((r for r in self.results if r.task == task), None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": 1,
+            "id": self.id,
+            "started_at": self.started_at.isoformat(),
+            "finished_at": self.finished_at.isoformat() if self.finished_at else None,
+            "state": self.state,
+            "elapsed_s": self.elapsed_s,
+            "task_set": self.task_set,
+            "task_set_digest": self.task_set_digest,
+            "config": self.config.to_json(),
+            "results": [r.to_json() for r in self.results],
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Run:
+        return cls(
+            id=str(data["id"]),
+            started_at=datetime.fromisoformat(data["started_at"]),
+            finished_at=(
+                datetime.fromisoformat(data["finished_at"]) if data.get("finished_at") else None
+            ),
+            state=str(data.get("state", "finished")),
+            elapsed_s=float(data.get("elapsed_s", 0.0)),
+            task_set=str(data["task_set"]),
+            task_set_digest=str(data["task_set_digest"]),
+            config=RunConfig.from_json(data["config"]),
+            results=tuple(TaskResult.from_json(r) for r in data["results"]),
+        )
+
+
+@dataclass(frozen=True)
+class Change:
+    """One task in two runs: its results in each (None: not in that run)."""
+
+    task: str
+    a: TaskResult | None
+    b: TaskResult | None
+
+    @property
+    def outcome_changed(self) -> bool:
+        return (self.a and self.a.outcome) != (self.b and self.b.outcome)
+
+    @property
+    def verdict(self) -> str:
+        """fixed (b repaired what a did not), broken (the other way), same, or only-a/only-b."""
+        if self.a is None:
+            return "only_b"
+        if self.b is None:
+            return "only_a"
+        if self.b.outcome.success and not self.a.outcome.success:
+            return "fixed"
+        if self.a.outcome.success and not self.b.outcome.success:
+            return "broken"
+        return "changed" if self.outcome_changed else "same"
+
+    def delta(self, name: str) -> float | None:
+        if self.a is None or self.b is None:
+            return None
+        return float(getattr(self.b, name)) - float(getattr(self.a, name))
+
+
+@dataclass(frozen=True)
+class Comparison:
+    a: Run
+    b: Run
+    changes: tuple[Change, ...]
+
+    @property
+    def same_task_set(self) -> bool:
+        return self.a.task_set_digest == self.b.task_set_digest
+
+    def shared(self) -> tuple[Totals, Totals]:
+        """Both runs' totals over the tasks they share."""
+        both = [c for c in self.changes if c.a is not None and c.b is not None]
+        return (
+            totals([c.a for c in both if c.a is not None]),
+            totals([c.b for c in both if c.b is not None]),
+        )
+
+
+def compare(a: Run, b: Run) -> Comparison:
+    """Each task of either run, in run A's order, then B's new ones."""
+    order = [r.task for r in a.results] + [r.task for r in b.results if a.result(r.task) is None]
+    return Comparison(a, b, tuple(Change(t, a.result(t), b.result(t)) for t in order))
+
+
+def changed_lines(patch: str) -> dict[str, list[str]]:
+    """A unified diff's removed and added lines by file, without context or headers, each
+    line's trailing space dropped: what a patch changes, however its hunks were cut."""
+    files: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in patch.splitlines():
+        if line.startswith("diff --git "):
+            current = files.setdefault(line.split(" b/", 1)[-1], [])
+        elif line.startswith("+++ ") and current is None:
+            current = files.setdefault(line[4:].removeprefix("b/").split("\t")[0], [])
+        elif line.startswith(("---", "+++", "@@", "\\")):
+            continue
+        elif line.startswith(("+", "-")):
+            if current is None:
+                current = files.setdefault("", [])
+            current.append(line.rstrip())
+    return {name: sorted(lines) for name, lines in files.items() if lines}
+
+
+def patch_matches(patch: str | None, expected: str) -> bool:
+    """Whether `patch` removes and adds the same lines in the same files as `expected`."""
+    return bool(patch) and changed_lines(patch or "") == changed_lines(expected)
