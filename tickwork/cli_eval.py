@@ -19,6 +19,7 @@ from tickwork.fsm.errors import InvalidInput, TickworkError
 
 from . import options, render
 from .context import Context
+from .eval.model import Approve
 
 if TYPE_CHECKING:
     from click import Context as ClickContext
@@ -29,8 +30,6 @@ if TYPE_CHECKING:
 #: the demo's pretend price in USD per million tokens: scripted models are free, and a run
 #: that costs nothing charts nothing
 DEMO_PRICE = (3.0, 15.0)
-#: a task's time limit in the demo, which ends in seconds
-DEMO_TIMEOUT_S = 120.0
 
 
 class _RunByDefault(TyperGroup):
@@ -46,9 +45,9 @@ def register(app: typer.Typer) -> None:
     group = typer.Typer(
         cls=_RunByDefault,
         no_args_is_help=True,
-        help="Run a task set of repair jobs with a model configuration, then show, compare, "
-        "export and chart the runs. `tickwork eval TASKS.jsonl` runs one; `tickwork eval "
-        "--demo` runs the shipped demo set offline.",
+        help="Run a task set of repair jobs with a model configuration; show, compare, "
+        "export and chart the runs.\n\n`tickwork eval TASKS.jsonl --model SPEC` runs one "
+        "(`tickwork eval run`); `tickwork eval --demo` runs the shipped demo set offline.",
     )
     group.command("run")(run)
     group.command("ls")(list_runs)
@@ -124,13 +123,13 @@ def run(
         int, typer.Option("--concurrency", "-c", min=1, max=64, help="Sessions at a time.")
     ] = 2,
     approve: Annotated[
-        str,
+        Approve,
         typer.Option(
-            metavar="all|wait",
+            case_sensitive=False,
             help="`all`: approve every call that waits, recorded as approver `eval`; `wait`: "
             "leave them to a person (`tickwork approve`) while the run waits.",
         ),
-    ] = "all",
+    ] = Approve.ALL,
     timeout: Annotated[
         float,
         typer.Option(
@@ -153,16 +152,13 @@ def run(
     json_output: options.Json = False,
 ) -> None:
     """Run a task set: one repair session a task, N at a time; a table of the results."""
-    from .eval.model import SCRIPTED, Approve, RunConfig, read_tasks
+    from .eval.model import SCRIPTED, RunConfig, read_tasks
     from .eval.runner import run_tasks
     from .eval.runs import new_id
 
     if demo == (tasks is not None):
         raise InvalidInput("give a task set (TASKS.jsonl) or --demo, not both or neither")
-    try:
-        mode = Approve(approve)
-    except ValueError:
-        raise InvalidInput(f"--approve takes all or wait, got {approve!r}") from None
+    mode = Approve(approve)
     if label is not None and (not label.strip() or len(label) > 80):
         raise InvalidInput("--label takes a name of 1 to 80 characters")
     if parquet is not None:
@@ -198,7 +194,7 @@ def run(
             context_window=context_window,
             concurrency=concurrency,
             approve=mode,
-            timeout_s=min(timeout, DEMO_TIMEOUT_S) if demo and timeout == 600.0 else timeout,
+            timeout_s=timeout,
             label=(label or "").strip(),
         )
         client.budgets(config.budgets)  # names and values checked before anything runs
