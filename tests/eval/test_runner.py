@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -149,3 +150,26 @@ def test_scripted_needs_every_tasks_script_before_anything_runs(
     with pytest.raises(InvalidInput, match="line 1: field `script`: task 'bare' has none"):
         _run(client, tasks, RunConfig(model="scripted"), tmp_path)
     assert client.sessions() == []
+
+
+def test_expected_tests_run_on_the_result_and_decide_success(
+    client: Tickwork, tmp_path: Path
+) -> None:
+    (calc,) = _subset(read_tasks(DEMO), "calc-average").tasks
+    check = "python3 -c 'from calc import average; assert average({}) == {}'"
+    tasks = TaskSet(
+        path="t.jsonl",
+        tasks=(
+            replace(calc, id="right", expected_tests=check.format("[1, 2]", "1.5")),
+            replace(calc, id="wrong", expected_tests=check.format("[]", "0")),
+            replace(calc, id="absent", expected_tests="no-such-checker --all"),
+        ),
+    )
+    done, _, _ = _run(client, tasks, SCRIPTED, tmp_path)
+    right, wrong, absent = done.results
+    assert {r.outcome for r in done.results} == {Outcome.REPAIRED}
+    assert (right.expected_tests, right.success) == ("pass", True)
+    assert (wrong.expected_tests, wrong.success) == ("fail", False)
+    assert "ValueError" in wrong.expected_tests_output  # average([]) raises
+    assert (absent.expected_tests, absent.success) == ("not_run", False)
+    assert "not found" in absent.expected_tests_output

@@ -89,7 +89,7 @@ GOOD = {"id": "t1", "source": "proj", "test_command": "python3 -m unittest -q"}
         ({**GOOD, "goal": "g" * 20_001}, ["field `goal`: is longer than 20,000 characters"]),
         ({**GOOD, "test_command": "  "}, ["field `test_command`: is empty"]),
         ({**GOOD, "expected_patch": "just words"}, ["field `expected_patch`: is not a unified"]),
-        ({**GOOD, "expected_tests": "test_a"}, ["field `expected_tests`: must be a list"]),
+        ({**GOOD, "expected_tests": ["t"]}, ["field `expected_tests`: must be text, got list"]),
         ({**GOOD, "script": "gone.json"}, ["field `script`: 'gone.json' is not a file"]),
     ],
 )

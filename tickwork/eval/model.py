@@ -68,8 +68,8 @@ class Task:
     setup: str | tuple[str, ...] | None = None
     goal: str = ""
     expected_patch: str | None = None
-    #: the tests the reference solution passes, as the task set names them (recorded)
-    expected_tests: tuple[str, ...] = ()
+    #: a test command the session never sees, run on its result (`checks.py`)
+    expected_tests: str | None = None
     #: the scripted model's replies for `--model scripted` (a file, absolute)
     script: str | None = None
 
@@ -121,7 +121,7 @@ TASK_KEYS = {
     "test_command": "the shell command that runs the tests",
     "goal": "what to fix, as the model reads it",
     "expected_patch": "the reference patch, compared with the session's",
-    "expected_tests": "the tests the reference solution passes (recorded)",
+    "expected_tests": "a test command the session never sees, run on its result",
     "script": "the scripted model's replies for --model scripted (a file, relative)",
 }
 
@@ -223,7 +223,7 @@ def _task(line: str, number: int, *, where: str, base: Path) -> Task:
     expected = text("expected_patch", limit=MAX_LINE_CHARS, empty=True)
     if expected is not None and expected.strip() and "\n+" not in f"\n{expected}":
         raise wrong("expected_patch", "is not a unified diff (no line starts with '+')")
-    expected_tests = _expected_tests(data.get("expected_tests"), wrong)
+    expected_tests = text("expected_tests")
     script = text("script")
     if script is not None:
         found = (base / script.strip()).expanduser()
@@ -239,7 +239,7 @@ def _task(line: str, number: int, *, where: str, base: Path) -> Task:
         test_command=test_command,
         goal=(text("goal", empty=True) or "").strip(),
         expected_patch=expected or None,
-        expected_tests=expected_tests,
+        expected_tests=expected_tests.strip() if expected_tests else None,
         script=script,
     )
 
@@ -254,18 +254,6 @@ def _setup(value: Any, wrong: Any) -> str | tuple[str, ...] | None:
     except ValueError as exc:
         raise wrong("setup", str(exc).replace("`setup` ", "", 1)) from None
     return checked if isinstance(checked, str) else tuple(checked)
-
-
-def _expected_tests(value: Any, wrong: Any) -> tuple[str, ...]:
-    if value is None:
-        return ()
-    if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
-        raise wrong(
-            "expected_tests", 'must be a list of test names, e.g. ["test_calc.py::test_add"]'
-        )
-    if len(value) > 1000 or any(len(v) > 1000 or bad_text(v) for v in value):
-        raise wrong("expected_tests", "takes at most 1000 names of at most 1000 characters")
-    return tuple(v.strip() for v in value)
 
 
 class Approve(StrEnum):
@@ -329,6 +317,16 @@ class TaskResult:
     #: whether its patch changes the lines the task's expected patch does (None: no
     #: expected patch)
     patch_matches: bool | None = None
+    #: the task's expected tests on its result: "pass", "fail", "not_run", or "" (none
+    #: given, or the session did not complete)
+    expected_tests: str = ""
+    #: the end of their output, or why they could not run
+    expected_tests_output: str = ""
+
+    @property
+    def success(self) -> bool:
+        """Repaired, and its expected tests (if the task has any) pass."""
+        return self.outcome.success and self.expected_tests in ("", "pass")
 
     def to_json(self) -> dict[str, Any]:
         made = asdict(self)
@@ -361,7 +359,7 @@ class Totals:
 def totals(results: Sequence[TaskResult]) -> Totals:
     return Totals(
         tasks=len(results),
-        repaired=sum(r.outcome.success for r in results),
+        repaired=sum(r.success for r in results),
         steps=sum(r.steps for r in results),
         tokens=sum(r.tokens for r in results),
         cached_tokens=sum(r.cached_tokens for r in results),
@@ -434,20 +432,22 @@ class Change:
 
     @property
     def outcome_changed(self) -> bool:
-        return (self.a and self.a.outcome) != (self.b and self.b.outcome)
+        return (self.a.outcome if self.a else None) != (self.b.outcome if self.b else None)
 
     @property
     def verdict(self) -> str:
-        """fixed (b repaired what a did not), broken (the other way), same, or only-a/only-b."""
+        """fixed (B solved what A did not), broken (the other way), changed (another
+        outcome, neither solved), same, or only_a / only_b."""
         if self.a is None:
             return "only_b"
         if self.b is None:
             return "only_a"
-        if self.b.outcome.success and not self.a.outcome.success:
+        if self.b.success and not self.a.success:
             return "fixed"
-        if self.a.outcome.success and not self.b.outcome.success:
+        if self.a.success and not self.b.success:
             return "broken"
-        return "changed" if self.outcome_changed else "same"
+        changed = self.outcome_changed or self.a.expected_tests != self.b.expected_tests
+        return "changed" if changed else "same"
 
     def delta(self, name: str) -> float | None:
         if self.a is None or self.b is None:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from tickwork.fsm.errors import InvalidInput, TickworkError
 from tickwork.fsm.values import Head, Status
 
+from .checks import MAX_CHECK_S, run_expected_tests
 from .model import (
     APPROVER,
     SCRIPTED,
@@ -153,7 +154,7 @@ def _look(client: Tickwork, item: _InFlight, config: RunConfig, run_id: str) -> 
     approves what waits with `--approve all`."""
     head = client.get(item.session_id)
     if head.status.terminal:
-        return figures(client, item.task, head)
+        return figures(client, item.task, head, timeout_s=config.timeout_s)
     if time.monotonic() - item.started > config.timeout_s:
         _cancel(client, item.session_id)
         result = figures(client, item.task, client.get(item.session_id))
@@ -199,14 +200,20 @@ def outcome_of(head: Head) -> Outcome:
         return Outcome.NO_CHANGES if not head.result.get("patch") else Outcome.TESTS_FAILING
 
 
-def figures(client: Tickwork, task: Task, head: Head) -> TaskResult:
-    """The task's figures as its session counted them."""
+def figures(
+    client: Tickwork, task: Task, head: Head, *, timeout_s: float = MAX_CHECK_S
+) -> TaskResult:
+    """The task's figures as its session counted them; a completed session's result checked
+    against the task's expected patch and expected tests."""
     session = client.load(head.id)
     head = session.head
     matches = None
     if task.expected_patch is not None:
         patch = head.result.get("patch")
         matches = patch_matches(patch if isinstance(patch, str) else None, task.expected_patch)
+    checked = None
+    if task.expected_tests is not None and head.status is Status.COMPLETED:
+        checked = run_expected_tests(client, head, task.expected_tests, timeout_s=timeout_s)
     return TaskResult(
         task=task.id,
         outcome=outcome_of(head),
@@ -220,4 +227,6 @@ def figures(client: Tickwork, task: Task, head: Head) -> TaskResult:
         cause=head.error_code.value if head.error_code else "",
         message=head.error_message,
         patch_matches=matches,
+        expected_tests=checked.verdict if checked else "",
+        expected_tests_output=checked.detail if checked else "",
     )

@@ -43,6 +43,8 @@ RUN_COLUMNS = (
     ("cause", "str"),
     ("message", "str"),
     ("patch_matches", "bool"),
+    ("expected_tests", "str"),
+    ("expected_tests_output", "str"),
 )
 #: the figures a comparison gives for each run and as a delta (B - A)
 FIGURES = ("steps", "tokens", "cached_tokens", "cost_usd", "wall_s")
@@ -70,7 +72,7 @@ def run_rows(run: Run) -> list[dict[str, Any]]:
             "model": run.config.model,
             "task_set_digest": run.task_set_digest,
             **r.to_json(),
-            "success": r.outcome.success,
+            "success": r.success,
             "session_id": r.session_id,
         }
         for r in run.results
@@ -135,6 +137,8 @@ def _table(title: str) -> Table:
 def _outcome(r: TaskResult | None) -> Text:
     if r is None:
         return Text("-", style="dim")
+    if r.outcome.success and not r.success:
+        return Text(f"{r.outcome.value} (expected tests: {r.expected_tests})", style="red")
     return Text(r.outcome.value, style=OUTCOME_STYLE.get(r.outcome, ""))
 
 
@@ -146,13 +150,24 @@ def _matches(value: bool | None) -> str:
     return "-" if value is None else "yes" if value else "no"
 
 
+def _tests(verdict: str) -> Text:
+    style = {"pass": "green", "fail": "red", "not_run": "magenta"}.get(verdict, "dim")
+    return Text(verdict or "-", style=style)
+
+
 def run_table(run: Run) -> Table:
     """One row a task (outcome, steps, tokens, cached tokens, cost, wall time, dead-letter
-    cause, session id) and the totals."""
+    cause, session id; whether its patch matches the expected one and its expected tests
+    pass, where the task set gives them) and the totals."""
     expected = any(r.patch_matches is not None for r in run.results)
+    hidden = any(r.expected_tests for r in run.results)
     table = _table(f"eval run {run.id} · {run.label} · {len(run.results)} tasks")
     right = ("STEPS", "TOKENS", "CACHED", "COST", "WALL")
-    names = ["TASK", "OUTCOME", *right, "CAUSE", "SESSION", *(["PATCH"] if expected else [])]
+    names = [
+        *("TASK", "OUTCOME", *right, "CAUSE", "SESSION"),
+        *(["PATCH"] if expected else []),
+        *(["TESTS"] if hidden else []),
+    ]
     for name in names:
         table.add_column(
             name,
@@ -173,6 +188,7 @@ def run_table(run: Run) -> Table:
             Text(cause[:120], style="red" if r.cause else ""),
             Text(r.session_id or "-"),
             *([_matches(r.patch_matches)] if expected else []),
+            *([_tests(r.expected_tests)] if hidden else []),
         )
     t = totals(run.results)
     table.add_section()
@@ -187,6 +203,7 @@ def run_table(run: Run) -> Table:
         Text(f"{run.state}, {run.elapsed_s:.1f}s elapsed", style="dim"),
         "",
         *([""] if expected else []),
+        *([""] if hidden else []),
     )
     return table
 
