@@ -79,7 +79,7 @@ def chart(runs: Sequence[Run], *, width: int = WIDTH, height: int = HEIGHT) -> b
     canvas.hline(left, left + plot_w, top + plot_h, BLACK)
     caption = "total cost (usd)"
     canvas.text(left + (plot_w - text_width(caption)) // 2, height - 22, caption)
-    canvas.text(8, top - 18, "repaired", scale=2)
+    canvas.text(8, top - 28, "repaired", scale=2)
     for n, (name, cost, success) in enumerate(found):
         colour = PALETTE[n % len(PALETTE)]
         px, py = at(cost, success)
