@@ -152,9 +152,10 @@ def run(
     json_output: options.Json = False,
 ) -> None:
     """Run a task set: one repair session a task, N at a time; a table of the results."""
-    from .eval.model import SCRIPTED, RunConfig, read_tasks
+    from .eval.model import SCRIPTED, RunConfig
     from .eval.runner import run_tasks
     from .eval.runs import new_id
+    from .eval.tasks import read_tasks
 
     if demo == (tasks is not None):
         raise InvalidInput("give a task set (TASKS.jsonl) or --demo, not both or neither")

@@ -22,12 +22,10 @@ from tickwork.eval.model import (
     Run,
     RunConfig,
     TaskResult,
-    TaskSet,
-    parse_tasks,
-    read_tasks,
 )
 from tickwork.eval.runner import run_tasks
 from tickwork.eval.runs import Runs
+from tickwork.eval.tasks import TaskSet, parse_tasks, read_tasks
 from tickwork.testing import embedded_settings, running_worker
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from tickwork.fsm.errors import InvalidInput
 
-from tickwork.eval.model import (
+from tickwork.eval.tasks import (
     TaskSetError,
     changed_lines,
     parse_tasks,

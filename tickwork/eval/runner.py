@@ -28,11 +28,9 @@ from .model import (
     Outcome,
     Run,
     RunConfig,
-    Task,
     TaskResult,
-    TaskSet,
-    patch_matches,
 )
+from .tasks import Task, TaskSet, patch_matches
 
 if TYPE_CHECKING:
     from tickwork.client import Tickwork
