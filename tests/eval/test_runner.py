@@ -95,8 +95,11 @@ def test_the_demo_set_repairs_some_and_not_others(client: Tickwork, tmp_path: Pa
     approvals = [d for d in session.decisions if d.kind.value == "approve"]
     assert approvals and {d.approver for d in approvals} == {APPROVER}
     assert session.head.submitted_by == APPROVER
-    # the run was stored as it went, and whole at the end
+    # the run was stored as it went (the last save holds every task), then finished
     assert runs.load(done.id).results == done.results
+    assert runs.load(done.id).state == "running"
+    runs.save(done)
+    assert runs.load(done.id) == done
 
 
 def test_concurrency_one_runs_one_session_at_a_time(client: Tickwork, tmp_path: Path) -> None:
@@ -171,3 +174,21 @@ def test_expected_tests_run_on_the_result_and_decide_success(
     assert "ValueError" in wrong.expected_tests_output  # average([]) raises
     assert (absent.expected_tests, absent.success) == ("not_run", False)
     assert "not found" in absent.expected_tests_output
+
+
+def test_ctrl_c_cancels_the_sessions_in_flight_and_keeps_the_run(
+    client: Tickwork, tmp_path: Path
+) -> None:
+    tasks = _subset(read_tasks(DEMO), "calc-average", "slugify-case")
+    config = RunConfig(model="scripted", approve=Approve.WAIT, timeout_s=60)
+
+    def interrupt() -> None:
+        if any(h.status.value == "waiting_approval" for h in client.sessions()):
+            raise KeyboardInterrupt
+
+    done, _, _ = _run(client, tasks, config, tmp_path, watch=interrupt)
+    assert done.state == "interrupted" and done.results == ()
+    heads = client.sessions()
+    assert len(heads) == 2
+    for head in heads:
+        assert client.wait(head.id, timeout=30).status.value == "cancelled"

@@ -153,7 +153,8 @@ class Run:
     config: RunConfig
     results: tuple[TaskResult, ...] = ()
     finished_at: datetime | None = None
-    #: "finished", or "interrupted" (Ctrl-C: the tasks done by then)
+    #: "running" (stored as it goes; still so if the run died), "finished", or
+    #: "interrupted" (Ctrl-C: the tasks done by then)
     state: str = "finished"
     #: seconds from the first submit to the last task's end
     elapsed_s: float = 0.0

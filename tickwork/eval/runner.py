@@ -83,6 +83,7 @@ def run_tasks(
         task_set=tasks.path,
         task_set_digest=tasks.digest,
         config=config,
+        state="running",
     )
     pending = list(tasks.tasks)
     flying: list[_InFlight] = []
@@ -119,7 +120,7 @@ def run_tasks(
         for item in flying:
             _cancel(client, item.session_id)
         return replace(run, state="interrupted", finished_at=clock())
-    return replace(run, finished_at=clock(), elapsed_s=time.monotonic() - began)
+    return replace(run, state="finished", finished_at=clock(), elapsed_s=time.monotonic() - began)
 
 
 def _submit(
