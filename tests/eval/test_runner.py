@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -26,7 +27,7 @@ from tickwork.eval.model import (
 from tickwork.eval.runner import run_tasks
 from tickwork.eval.runs import Runs
 from tickwork.eval.tasks import TaskSet, parse_tasks, read_tasks
-from tickwork.testing import embedded_settings, running_worker
+from tickwork.testing import embedded_settings, git, running_worker
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "examples" / "eval" / "tasks.jsonl"
@@ -192,3 +193,19 @@ def test_ctrl_c_cancels_the_sessions_in_flight_and_keeps_the_run(
     assert len(heads) == 2
     for head in heads:
         assert client.wait(head.id, timeout=30).status.value == "cancelled"
+
+
+def test_expected_tests_run_on_a_git_sources_result(client: Tickwork, tmp_path: Path) -> None:
+    repo = tmp_path / "calc-repo"
+    shutil.copytree(ROOT / "examples" / "buggy_calc", repo)
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", ".")
+    git(repo, "commit", "-qm", "calc, with a bug")
+    (calc,) = _subset(read_tasks(DEMO), "calc-average").tasks
+    check = "python3 -c 'from calc import average; assert average([1, 2]) == 1.5'"
+    task = replace(calc, source=str(repo), ref="main", expected_tests=check)
+    assert task.is_repo and task.repair_input()["repo"] == str(repo)
+    done, _, _ = _run(client, TaskSet(path="t.jsonl", tasks=(task,)), SCRIPTED, tmp_path)
+    (result,) = done.results
+    assert result.outcome is Outcome.REPAIRED, result
+    assert result.expected_tests == "pass", result.expected_tests_output

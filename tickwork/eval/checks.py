@@ -1,9 +1,9 @@
 """A task's expected tests: a command the session never saw (the project's whole suite, or
 tests a reference solution passes), run once the session has completed, on its source with
-its patch applied, in the same sandbox and under the same network policy as its own commands.
+its changes, in the same sandbox and under the same network policy as its own commands.
 
 It runs in the eval's process, not a worker: the patched copy is made from the client's
-public reads (`patch`, `bundle`). The session's environment (/env, built by its `setup`) is
+public reads (`bundle`, `read_file`). The session's environment (/env, built by its `setup`) is
 not there, so expected tests suit projects whose tests need nothing installed, or a command
 that installs what it needs where the session's network policy lets it.
 """
@@ -45,8 +45,6 @@ def run_expected_tests(client: Tickwork, head: Head, command: str, *, timeout_s:
     from tickwork.worker.jobs.repair.toolkit import run_in_workspace
     from tickwork.worker.sandbox.runner import sandbox_of
 
-    from ..client import apply_patch
-
     source = head.config.get("source") or {}
     # outside the state dir: the sandbox hides it from commands
     scratch = Path(tempfile.mkdtemp(prefix="tickwork-eval-"))
@@ -67,7 +65,7 @@ def run_expected_tests(client: Tickwork, head: Head, command: str, *, timeout_s:
                 ignore=shutil.ignore_patterns(*SKIP_DIRS, "*.pyc"),
                 symlinks=True,
             )
-            apply_patch(copy, client.patch(head.id))
+            _write_changes(client, head, copy)
         else:
             return Checked("not_run", f"the session's source is not here to test: {source}")
         for folder in (scratch, *(p for p in copy.rglob("*") if p.is_dir()), copy):
@@ -90,3 +88,23 @@ def run_expected_tests(client: Tickwork, head: Head, command: str, *, timeout_s:
     if result.exit_code in NOT_FOUND_EXIT_CODES:
         return Checked("not_run", f"the expected tests' command was not found: {output}")
     return Checked("pass" if result.exit_code == 0 and not result.timed_out else "fail", output)
+
+
+def _write_changes(client: Tickwork, head: Head, copy: Path) -> None:
+    """Write the files the session changed (its result's `files_changed`, as stored now)
+    over the copy of its source; a file it deleted is deleted."""
+    changed = head.result.get("files_changed")
+    if not isinstance(changed, list):
+        why = head.result.get("patch_error") or "no files_changed in its result"
+        raise OSError(f"session {head.id} recorded no changed files: {why}")
+    root = copy.resolve()
+    for rel in changed:
+        target = (copy / str(rel)).resolve()
+        if not isinstance(rel, str) or root not in target.parents:
+            raise OSError(f"session {head.id} changed a path outside its workspace: {rel!r}")
+        content = client.read_file(head.id, rel)
+        if content is None:
+            target.unlink(missing_ok=True)
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(content)
