@@ -169,7 +169,7 @@ def run(
 
         tasks = EXAMPLES / "eval" / "tasks.jsonl"
     assert tasks is not None
-    task_set = read_tasks(tasks)
+    task_set = read_tasks(tasks.expanduser().absolute())
     with Context() as ctx:
         client = ctx.client
         spec = model or ("scripted" if demo else ctx.settings.model)
@@ -224,6 +224,14 @@ def run(
                 )
             )
         _sandbox_note(ctx, say, unconfined=bool(own))
+        if not worker:
+            say(
+                Text(
+                    "--no-worker: the sessions wait for the deployment's own workers "
+                    f"(`tickwork worker`); a task not done in {timeout:g}s is cancelled.",
+                    style="dim",
+                )
+            )
 
         def stored(so_far: Run, result: TaskResult) -> None:
             runs.save(so_far)
