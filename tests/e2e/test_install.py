@@ -121,6 +121,32 @@ def test_the_demo_runs_from_the_wheel_in_any_directory(
     assert "/ len(numbers)\n" in (repaired / "calc.py").read_text()
 
 
+def test_the_eval_demo_runs_from_the_wheel_without_extras(
+    venv: Path, shadowed: Path, tmp_path: Path
+) -> None:
+    state = tmp_path / "state"
+    env = _plain_env(venv, TICKWORK_STATE_DIR=str(state), COLUMNS="200")
+    done = _run([str(venv / "bin" / "tickwork"), "eval", "--demo"], cwd=shadowed, env=env)
+    assert "2/4 repaired" in done.stdout and "tests_failing" in done.stdout, done.stdout
+    assert str(venv / "lib") in done.stdout  # the shipped task set, read from the wheel
+    chart = tmp_path / "chart.png"
+    drawn = _run(
+        [str(venv / "bin" / "tickwork"), "eval", "chart", "last", "--png", str(chart)],
+        cwd=shadowed,
+        env=env,
+    )
+    assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", drawn.stdout
+    refused = subprocess.run(
+        [str(venv / "bin" / "tickwork"), "eval", "show", "last", "--parquet", "r.parquet"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert refused.returncode == 2 and "pip install 'tickwork[parquet]'" in refused.stderr
+
+
 def test_a_session_runs_on_redis_with_the_installed_worker(
     venv: Path, shadowed: Path, tmp_path: Path
 ) -> None:
