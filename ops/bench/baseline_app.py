@@ -11,6 +11,7 @@ and enqueues the next, nothing else.
 from __future__ import annotations
 
 import os
+import threading
 from typing import Any
 
 import psycopg
@@ -51,15 +52,17 @@ app.conf.update(
     broker_transport_options={"visibility_timeout": 2 * 3600.0},
 )
 
-_held: dict[int, psycopg.Connection[Any]] = {}
+_held: dict[tuple[int, int], psycopg.Connection[Any]] = {}
 
 
 def _connection() -> psycopg.Connection[Any]:
-    """This process's connection, opened after any fork."""
-    conn = _held.get(os.getpid())
+    """This process's and thread's connection, opened after any fork (the threads pool's
+    threads must not queue on one connection)."""
+    key = (os.getpid(), threading.get_ident())
+    conn = _held.get(key)
     if conn is None or conn.closed:
         conn = psycopg.connect(os.environ["BENCH_DB_URL"], autocommit=True)
-        _held[os.getpid()] = conn
+        _held[key] = conn
     return conn
 
 
