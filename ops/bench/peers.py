@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import subprocess
 import sys
 from collections import defaultdict
@@ -80,14 +81,23 @@ def child(name: str, url: str, sessions: int, args: argparse.Namespace) -> conte
         *("--sessions", str(sessions), "--steps", str(args.steps), "--pool", args.pool),
         *("--dbos-poll", str(args.dbos_poll)),
     ]
-    proc = subprocess.run(
-        command, capture_output=True, text=True, timeout=contenders.TIMEOUT + 120, cwd=common.ROOT
-    )
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RUN ")]
+    with subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=common.ROOT
+    ) as proc:
+        try:
+            stdout, stderr = proc.communicate(timeout=contenders.TIMEOUT + 120)
+        except BaseException:
+            # SIGTERM lets the run stop the worker it started; SIGKILL would orphan it
+            proc.terminate()
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            raise
+    lines = [line for line in stdout.splitlines() if line.startswith("RUN ")]
     if proc.returncode or not lines:
         raise RuntimeError(
-            f"the {name} run failed (exit {proc.returncode}):\n{proc.stdout[-2000:]}"
-            f"{proc.stderr[-4000:]}"
+            f"the {name} run failed (exit {proc.returncode}):\n{stdout[-2000:]}{stderr[-4000:]}"
         )
     data = json.loads(lines[-1][4:])
     # every connection of the run is closed now: its backends reported their counts at exit
@@ -183,6 +193,8 @@ def main() -> None:
     if min(args.steps, args.repeats, *args.concurrency) < 1:
         parser.error("--steps, --repeats and --concurrency must be at least 1")
     if args.run:
+        # stopped by the parent: unwind, so that the contender stops what it started
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
         run_one(args)
         return
     skipped = contenders.unavailable(args.only)
