@@ -68,6 +68,8 @@ class Sessions(Protocol):
         kind: str | None = None,
         error_code: str | None = None,
         outcome: str | None = None,
+        submitted_by: str | None = None,
+        parent_id: str | None = None,
         limit: int = 50,
         offset: int = 0,
     ) -> list[Head]:
