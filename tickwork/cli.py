@@ -53,6 +53,9 @@ def make_cli() -> typer.Typer:
     app.callback()(_root)
     for name in COMMANDS:
         importlib.import_module(name).register(app)
+    from .cli_remote import refuse_unserved
+
+    refuse_unserved(app)
     for info in app.registered_commands:
         _one_line_summary(info)
     return app
@@ -67,6 +70,17 @@ def _show_version(wanted: bool) -> None:
 
 
 def _root(
+    ctx: typer.Context,
+    server: str | None = typer.Option(
+        None,
+        "--server",
+        metavar="URL",
+        envvar="TICKWORK_SERVER",
+        help="Send the command to this tickwork server's HTTP API (`tickwork serve`) with "
+        "the token in TICKWORK_TOKEN, instead of using the database here. The commands the "
+        "API serves take it; the others refuse.",
+        show_default=False,
+    ),
     version: bool = typer.Option(
         False,
         "--version",
@@ -76,6 +90,7 @@ def _root(
     ),
 ) -> None:
     """Durable LLM agent sessions on Celery."""
+    ctx.obj = server
 
 
 def _one_line_summary(info: typer.models.CommandInfo) -> None:
@@ -131,6 +146,9 @@ def explain(exc: Exception) -> tuple[str | None, int]:
     """The one-line message and exit code for an error a user can act on; None for a bug."""
     if isinstance(exc, (InvalidInput, ConfigurationError)):
         return exc.message, USAGE
+    remote = sys.modules.get("tickwork.remote.errors")  # loaded only if a server was named
+    if remote is not None and isinstance(exc, remote.RemoteError):
+        return exc.message, USAGE if exc.status in (400, 413, 422) else REFUSED
     if isinstance(exc, TickworkError):
         return exc.message, REFUSED
     if isinstance(exc, ValidationError):

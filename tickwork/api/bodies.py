@@ -11,7 +11,16 @@ import json
 import re
 from typing import Annotated, Any, Self
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    GetJsonSchemaHandler,
+    field_validator,
+    model_validator,
+)
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema
 
 from tickwork.fsm.context import MAX_WINDOW, MIN_WINDOW
 from tickwork.fsm.values import DecisionKind
@@ -61,21 +70,9 @@ def _bounded_input(value: dict[str, Any]) -> dict[str, Any]:
     return value
 
 
-class Submit(Body):
-    """A new session."""
+class SubmitOptions(Body):
+    """What every submit may give besides its kind and input."""
 
-    kind: str = Field(
-        min_length=1,
-        max_length=200,
-        examples=["repair"],
-        description="A job kind the deployment knows: `repair`, a kind named in "
-        "TICKWORK_IMPORTS, or one of those `module:attr` specs.",
-    )
-    input: dict[str, Any] = Field(
-        default_factory=dict,
-        description=f"The job's input: at most {MAX_INPUT_BYTES} bytes as JSON, each text "
-        f"at most {MAX_TEXT} characters.",
-    )
     model: str | None = Field(
         default=None,
         max_length=500,
@@ -111,8 +108,35 @@ class Submit(Body):
         "observations are masked, then the transcript compacted, to keep each prompt under it.",
     )
 
-    _input = field_validator("input")(_bounded_input)
     _id = field_validator("id")(_session_id)
+
+
+class Submit(SubmitOptions):
+    """A new session. Its schema is a union on `kind` (`tickwork.api.inputs`): a repair's
+    input is typed; the job kind checks every input when the session is made."""
+
+    kind: str = Field(
+        min_length=1,
+        max_length=200,
+        examples=["repair"],
+        description="A job kind the deployment knows: `repair`, a kind named in "
+        "TICKWORK_IMPORTS, or one of those `module:attr` specs.",
+    )
+    input: dict[str, Any] = Field(
+        default_factory=dict,
+        description=f"The job's input: at most {MAX_INPUT_BYTES} bytes as JSON, each text "
+        f"at most {MAX_TEXT} characters.",
+    )
+
+    _input = field_validator("input")(_bounded_input)
+
+    @classmethod
+    def __get_pydantic_json_schema__(
+        cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        from .inputs import submit_schema
+
+        return submit_schema(handler)
 
 
 class Decide(Body):

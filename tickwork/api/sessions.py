@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request
@@ -122,11 +123,17 @@ def list_sessions(
 @router.get(
     "/sessions/{session_id}",
     tags=["sessions"],
-    summary="A session as a timeline (the JSON of `tickwork show --json`)",
+    summary="A session as a timeline (the JSON of `tickwork show --json`), with who holds "
+    "its lease and its forks",
     responses=FOUND,
 )
 def show(session_id: SessionId, client: Client, who: Reader) -> dict[str, Any]:
-    return views.session(client.load(session_id))
+    view = views.session(client.load(session_id))
+    view["lease"] = views.lease(client.store.lease(session_id), now=datetime.now(UTC))
+    found = {f["id"]: f for f in client.store.retention.forks(session_id)}
+    found.update((f["id"], f) for f in client.store.forks(session_id))
+    view["forks"] = views.forks(sorted(found.values(), key=lambda f: (f["created_at"], f["id"])))
+    return view
 
 
 @router.get(
