@@ -272,9 +272,13 @@ def export(
                 snapshot=snapshot,
             )
         if output is None:
-            sys.stdout.flush()
-            sys.stdout.buffer.write(data)
-            sys.stdout.buffer.flush()
+            if form.binary:
+                sys.stdout.flush()
+                sys.stdout.buffer.write(data)
+                sys.stdout.buffer.flush()
+            else:
+                sys.stdout.write(data.decode("utf-8"))
+                sys.stdout.flush()
             return
         output.write_bytes(data)
         render.show(Text(f"wrote {cli_remote.counted(form, data)} to {output} ({form.value})"))

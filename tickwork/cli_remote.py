@@ -13,7 +13,6 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import click
 import typer
 from rich.text import Text
 
@@ -43,7 +42,12 @@ POLL_S = 0.2
 
 def server() -> str | None:
     """The server this command is sent to (`--server` or TICKWORK_SERVER), if any."""
-    ctx = click.get_current_context(silent=True)
+    try:  # Typer 0.2x vendors its own Click, with its own context stack
+        from typer._click.globals import get_current_context
+    except ImportError:  # pragma: no cover
+        from click import get_current_context  # type: ignore[assignment]
+
+    ctx = get_current_context(silent=True)
     found = ctx.find_root().obj if ctx is not None else None
     return found if isinstance(found, str) and found.strip() else None
 

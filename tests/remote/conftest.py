@@ -21,15 +21,29 @@ from typing import Any
 
 import httpx
 import pytest
+from tickwork.fsm.values import Status
 
 from tests.api.conftest import DANGER, TOKEN, TOKENS, _settings
 from tests.api.test_metrics import _free_port
 from tests.tasks.conftest import ROOT, TEST_KIND, Deployment
-from tickwork.fsm.values import Status
 from tickwork.remote import AsyncClient, Client
 from tickwork.testing import until
 
 __all__ = ["DANGER", "TEST_KIND", "TOKEN", "Remote", "Served", "until"]
+
+#: the API's test tokens, and people the CLI's tests name with --as, each with every role
+PEOPLE = ("carol", "dave", "erin", "frank")
+SERVED_TOKENS = {
+    **TOKENS,
+    **{
+        f"{name}-every-role-token-0001": {
+            "name": name,
+            "roles": ["submitter", "approver", "operator"],
+        }
+        for name in PEOPLE
+    },
+}
+TOKEN = {**TOKEN, **{name: f"{name}-every-role-token-0001" for name in PEOPLE}}
 
 
 class Served:
@@ -122,7 +136,7 @@ def serve_env(deployment: Deployment) -> dict[str, str]:
     env.pop("TICKWORK_TOKEN", None)
     env.update(
         TICKWORK_IMPORTS=json.dumps(list(deployment.settings.imports)),
-        TICKWORK_API_TOKENS=json.dumps(TOKENS),
+        TICKWORK_API_TOKENS=json.dumps(SERVED_TOKENS),
         TICKWORK_API_SCRIPTED_ROOTS=json.dumps([str(deployment.tmp)]),
         TICKWORK_API_STREAM_POLL_S="0.05",
         TICKWORK_API_STREAM_HEARTBEAT_S="1",
