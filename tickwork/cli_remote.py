@@ -45,7 +45,7 @@ def server() -> str | None:
     try:  # Typer 0.2x vendors its own Click, with its own context stack
         from typer._click.globals import get_current_context
     except ImportError:  # pragma: no cover
-        from click import get_current_context  # type: ignore[assignment]
+        from click import get_current_context  # type: ignore[no-redef]
 
     ctx = get_current_context(silent=True)
     found = ctx.find_root().obj if ctx is not None else None
