@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Annotated, Any, Self
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import (
     BaseModel,
@@ -21,10 +21,12 @@ from pydantic import (
 )
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema
+from pydantic_core import core_schema as schemas
 
 from tickwork.fsm.context import MAX_WINDOW, MIN_WINDOW
 from tickwork.fsm.values import DecisionKind
 
+from .inputs import RepairInput
 from .limits import check_tree
 
 #: the longest text of a job's input (a goal, a test command) and of an instruction
@@ -112,7 +114,7 @@ class SubmitOptions(Body):
 
 
 class Submit(SubmitOptions):
-    """A new session. Its schema is a union on `kind` (`tickwork.api.inputs`): a repair's
+    """A new session. Its schema is a union on `kind` (`RepairSubmit`, `KindSubmit`): a repair's
     input is typed; the job kind checks every input when the session is made."""
 
     kind: str = Field(
@@ -134,9 +136,43 @@ class Submit(SubmitOptions):
     def __get_pydantic_json_schema__(
         cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler
     ) -> JsonSchemaValue:
-        from .inputs import submit_schema
-
         return submit_schema(handler)
+
+
+class RepairSubmit(SubmitOptions):
+    """A new `repair` session."""
+
+    kind: Literal["repair"]
+    input: RepairInput
+
+
+class KindSubmit(SubmitOptions):
+    """A new session of another job kind: one named in TICKWORK_IMPORTS (or its
+    `module:attr` spec), with an input of that kind's own."""
+
+    kind: str = Field(
+        min_length=1,
+        max_length=200,
+        json_schema_extra={"not": {"const": "repair"}},
+        examples=["mypkg.jobs:TRIAGE"],
+    )
+    input: dict[str, Any] = Field(default_factory=dict, description="The kind's own input.")
+
+
+def submit_schema(handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+    """A submit's schema: one of the kinds' bodies, told apart by `kind`."""
+    union = schemas.union_schema(
+        [RepairSubmit.__pydantic_core_schema__, KindSubmit.__pydantic_core_schema__]
+    )
+    schema = handler(union)
+    repair = schema["anyOf"][0]
+    return {
+        "title": "Submit",
+        "description": "A new session: its job kind, its input (typed for `repair`) and "
+        "options. Every input is checked by its job kind when the session is made.",
+        "oneOf": schema["anyOf"],
+        "discriminator": {"propertyName": "kind", "mapping": {"repair": repair["$ref"]}},
+    }
 
 
 class Decide(Body):

@@ -1,20 +1,17 @@
 """Each built-in job kind's input as a model, for the OpenAPI schema and typed clients.
 
-The schema of a submit is a union on `kind`: `repair` with a `RepairInput`, or any other
-kind (one of TICKWORK_IMPORTS) with an object of its own. The job kind still checks the
-input when the session is made (`worker/jobs/repair/job.py`), with messages that name
-the CLI's options; these models say what it takes.
+The schema of a submit is a union on `kind` (`bodies.Submit`): `repair` with a
+`RepairInput`, or any other kind (one of TICKWORK_IMPORTS) with an object of its own. The
+job kind still checks the input when the session is made (`worker/jobs/repair/job.py`),
+with messages that name the CLI's options; these models say what it takes. (Every text
+of an input is bounded by the submit's own check, `bodies.MAX_TEXT`.)
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, GetJsonSchemaHandler
-from pydantic.json_schema import JsonSchemaValue
-from pydantic_core import core_schema
-
-from .bodies import MAX_TEXT, SubmitOptions
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 
 class RepairInput(BaseModel):
@@ -25,20 +22,17 @@ class RepairInput(BaseModel):
 
     repo: str | None = Field(
         default=None,
-        max_length=MAX_TEXT,
         examples=["https://github.com/example/project.git"],
         description="A git repository to start from (any URL git clones; over the API a "
         "local path only under TICKWORK_WORKSPACE_ROOTS). Not with `workspace`.",
     )
     ref: str | None = Field(
         default=None,
-        max_length=MAX_TEXT,
         examples=["main"],
         description="The branch, tag or commit of `repo` [default: HEAD].",
     )
     workspace: str | None = Field(
         default=None,
-        max_length=MAX_TEXT,
         description="A directory on the server, packed at submit and never changed (over "
         "the API only under TICKWORK_WORKSPACE_ROOTS). Not with `repo`.",
     )
@@ -48,9 +42,7 @@ class RepairInput(BaseModel):
         description="The shell command that runs the tests (or its words as a list). "
         "`test_cmd`, the CLI's name (`--test-cmd`), is taken too.",
     )
-    goal: str | None = Field(
-        default=None, max_length=MAX_TEXT, description="What to fix, in words for the model."
-    )
+    goal: str | None = Field(default=None, description="What to fix, in words for the model.")
     test_timeout_s: float | None = Field(
         default=None,
         gt=0,
@@ -75,39 +67,3 @@ class RepairInput(BaseModel):
         description="host or host:port patterns the sandbox may reach: within the "
         "server's TICKWORK_EGRESS_ALLOW, never wider [default: all of it].",
     )
-
-
-class RepairSubmit(SubmitOptions):
-    """A new `repair` session."""
-
-    kind: Literal["repair"]
-    input: RepairInput
-
-
-class KindSubmit(SubmitOptions):
-    """A new session of another job kind: one named in TICKWORK_IMPORTS (or its
-    `module:attr` spec), with an input of that kind's own."""
-
-    kind: str = Field(
-        min_length=1,
-        max_length=200,
-        json_schema_extra={"not": {"const": "repair"}},
-        examples=["mypkg.jobs:TRIAGE"],
-    )
-    input: dict[str, Any] = Field(default_factory=dict, description="The kind's own input.")
-
-
-def submit_schema(handler: GetJsonSchemaHandler) -> JsonSchemaValue:
-    """A submit's schema: one of the kinds' bodies, told apart by `kind`."""
-    union = core_schema.union_schema(
-        [RepairSubmit.__pydantic_core_schema__, KindSubmit.__pydantic_core_schema__]
-    )
-    schema = handler(union)
-    repair = schema["anyOf"][0]
-    return {
-        "title": "Submit",
-        "description": "A new session: its job kind, its input (typed for `repair`) and "
-        "options. Every input is checked by its job kind when the session is made.",
-        "oneOf": schema["anyOf"],
-        "discriminator": {"propertyName": "kind", "mapping": {"repair": repair["$ref"]}},
-    }
