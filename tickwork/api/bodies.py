@@ -247,3 +247,18 @@ class Fork(Body):
     )
 
     _id = field_validator("id")(_session_id)
+
+
+class DeadLetterFork(Fork):
+    """A fork of a dead letter's session; `again` forks one already forked or closed."""
+
+    again: bool = Field(
+        default=False,
+        description="Fork a dead letter that was already forked, resolved or dismissed.",
+    )
+
+
+class Closing(Body):
+    """Why the dead letter is resolved or dismissed."""
+
+    reason: str = Field(min_length=1, max_length=2000, description="Kept with the dead letter.")

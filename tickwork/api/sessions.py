@@ -7,7 +7,6 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import PlainTextResponse
-from pydantic import Field
 from sqlalchemy.exc import IntegrityError
 
 from tickwork import views
@@ -17,6 +16,7 @@ from tickwork.fsm.outcomes import Outcome, outcome_of
 from tickwork.fsm.values import ErrorCode, EventKind, Head, Session, Status
 
 from . import bodies, previews
+from .answers import Listed
 from .auth import Approver, Caller, Canceller, Operator, Reader, Submitter
 from .errors import ApiError, documented
 from .limits import MAX_INT
@@ -79,16 +79,6 @@ def submit(body: bodies.Submit, client: Client, request: Request, who: Submitter
     except (IntegrityError, InvalidInput):
         _taken(client, body.id)
         raise
-
-
-class Listed(Head):
-    """A session's head in a list, with what a finished repair achieved."""
-
-    outcome: Outcome | None = Field(
-        default=None,
-        description="A completed repair's outcome; null for other kinds, unfinished sessions "
-        "and sessions stored before outcomes were recorded.",
-    )
 
 
 @router.get(

@@ -19,9 +19,9 @@ import httpx
 from pydantic import BaseModel
 
 from tickwork.api import bodies
-from tickwork.api.dead_letters import Closing, DeadLetterFork
+from tickwork.api.answers import Listed
+from tickwork.api.bodies import Closing, DeadLetterFork
 from tickwork.api.inputs import RepairInput
-from tickwork.api.sessions import Listed
 from tickwork.fsm.values import DecisionKind, ErrorCode, Event, Head, Status
 from tickwork.store.dead_letters import DeadLetter
 
