@@ -117,7 +117,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         code = 0
     except clicks.UsageError as exc:
         where = exc.ctx.command_path if exc.ctx else "tickwork"
-        code = fail(f"{exc.format_message()} (see `{where} --help`)", USAGE)
+        said = exc.format_message()
+        if "--server" in said and where != "tickwork":
+            said += "; --server goes before the command: tickwork --server URL COMMAND ..."
+        code = fail(f"{said} (see `{where} --help`)", USAGE)
     except clicks.ClickException as exc:
         code = fail(exc.format_message(), exc.exit_code)
     except (typer.Abort, KeyboardInterrupt):

@@ -531,6 +531,7 @@ def patch(
 
 
 def _local_patch(session_id: str, bundle: Path | None) -> str | None:
+    """The patch from the store; None once a --bundle is written instead."""
     with Context() as ctx:
         if bundle is not None:
             branch = ctx.client.bundle(session_id, bundle.expanduser())

@@ -269,6 +269,9 @@ def test_with_a_server_other_commands_refuse_and_names_come_from_the_token(
     env = {k: v for k, v in remote.env().items() if k != "TICKWORK_SERVER"}
     flagged = Cli(env, remote.deployment.tmp)
     assert flagged.inline("--server", remote.url, "ls", "--json").code == 0
+    flagged.inline("ls", "--server", remote.url, ok=False).error(
+        2, "No such option: --server", "tickwork --server URL COMMAND"
+    )
     nowhere = flagged.inline("--server", "http://127.0.0.1:9", "ls", ok=False)
     nowhere.error(1, "cannot reach the tickwork server at http://127.0.0.1:9", "TICKWORK_SERVER")
     no_token = Cli({**remote.env(), "TICKWORK_TOKEN": ""}, remote.deployment.tmp)
