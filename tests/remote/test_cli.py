@@ -280,3 +280,20 @@ def test_with_a_server_other_commands_refuse_and_names_come_from_the_token(
     bad_token.inline("ls", ok=False).error(1, "token")
     wrong_role = Cli(remote.env("sam"), remote.deployment.tmp)
     wrong_role.inline("cancel", "whatever", ok=False).error(1, "role")
+
+
+def test_a_repair_shown_approved_and_patched_through_the_server(remote: Remote) -> None:
+    from tests.tasks.test_repair import WRITE, submit_demo
+
+    local, served = ModeCli(remote, "local"), ModeCli(remote, "remote")
+    session_id, workspace = submit_demo(remote.deployment)
+    waiting = served.inline("show", session_id).stdout
+    assert waiting == local.inline("show", session_id).stdout
+    assert f"{WRITE} write_file calc.py: against the session's current file" in waiting
+    approved = served.inline("approve", session_id, WRITE, "--comment", "looks right").stdout
+    assert f"approved {WRITE} of {session_id} as fuzz" in approved
+    assert remote.wait(session_id) is Status.COMPLETED
+    patch = served.inline("patch", session_id).stdout
+    assert patch == local.inline("patch", session_id).stdout and "calc.py" in patch
+    applied = served.inline("patch", session_id, "--apply", str(workspace)).stdout
+    assert applied.strip() and "len(numbers) + 1" not in (workspace / "calc.py").read_text()
