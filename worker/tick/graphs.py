@@ -1,4 +1,4 @@
-"""Graph job kinds and the tick that runs one of their nodes (DESIGN 12).
+"""Graph job kinds and the tick that runs one of their nodes (docs/DESIGN.md section 12).
 
     from tickwork.fsm.graph import END, START, Graph
 
