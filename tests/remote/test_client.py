@@ -150,6 +150,9 @@ def test_decide_each_way_then_fork_and_cancel(remote: Remote, mode: str) -> None
     assert fork.parent_id == session_id and fork.fork_step == 1 and fork.submitted_by == "olga"
     assert alice.wait(fork.id, timeout=60, poll=0.1).final_answer == "all done"
     assert [f["id"] for f in alice.timeline(session_id)["forks"]] == [fork.id]
+    assert [h.id for h in alice.sessions(parent_id=session_id)] == [fork.id]
+    by_olga = alice.sessions(submitted_by="olga", limit=500)
+    assert fork.id in [h.id for h in by_olga] and session_id not in [h.id for h in by_olga]
 
     held = submitted(remote, mode, DANGERS)
     alice.wait(held, until=[Status.WAITING_APPROVAL], timeout=60, poll=0.1)

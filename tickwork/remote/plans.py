@@ -164,15 +164,23 @@ def sessions(
     kind: str | None = None,
     error_code: ErrorCode | str | None = None,
     outcome: str | None = None,
+    submitted_by: str | None = None,
+    parent_id: str | None = None,
     limit: int = 50,
     offset: int = 0,
 ) -> Plan[list[Listed]]:
-    """Sessions, newest first."""
+    """Sessions, newest first; `submitted_by` a token's name, `parent_id` for the forks of
+    a session."""
     params: dict[str, Any] = {"limit": limit, "offset": offset}
     params["status"] = [Status(s).value for s in status]
-    params.update(
-        {k: v for k, v in (("kind", kind), ("error_code", error_code), ("outcome", outcome)) if v}
-    )
+    given = {
+        "kind": kind,
+        "error_code": error_code,
+        "outcome": outcome,
+        "submitted_by": submitted_by,
+        "parent_id": parent_id,
+    }
+    params.update({k: v for k, v in given.items() if v})
     found = yield Call("GET", _path("sessions"), _json, params=params)
     return [model(Listed, h) for h in found]
 
