@@ -54,6 +54,9 @@ def make_cli() -> typer.Typer:
     app.callback()(_root)
     for name in COMMANDS:
         importlib.import_module(name).register(app)
+    from .cli_remote import refuse_unserved
+
+    refuse_unserved(app)
     for info in app.registered_commands:
         _one_line_summary(info)
     return app
@@ -68,6 +71,17 @@ def _show_version(wanted: bool) -> None:
 
 
 def _root(
+    ctx: typer.Context,
+    server: str | None = typer.Option(
+        None,
+        "--server",
+        metavar="URL",
+        envvar="TICKWORK_SERVER",
+        help="Send the command to this tickwork server's HTTP API (`tickwork serve`) with "
+        "the token in TICKWORK_TOKEN, instead of using the database here. The commands the "
+        "API serves take it; the others refuse.",
+        show_default=False,
+    ),
     version: bool = typer.Option(
         False,
         "--version",
@@ -77,6 +91,7 @@ def _root(
     ),
 ) -> None:
     """Durable LLM agent sessions on Celery."""
+    ctx.obj = server
 
 
 def _one_line_summary(info: typer.models.CommandInfo) -> None:
@@ -103,7 +118,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         code = 0
     except clicks.UsageError as exc:
         where = exc.ctx.command_path if exc.ctx else "tickwork"
-        code = fail(f"{exc.format_message()} (see `{where} --help`)", USAGE)
+        said = exc.format_message()
+        if "--server" in said and where != "tickwork":
+            said += "; --server goes before the command: tickwork --server URL COMMAND ..."
+        code = fail(f"{said} (see `{where} --help`)", USAGE)
     except clicks.ClickException as exc:
         code = fail(exc.format_message(), exc.exit_code)
     except (typer.Abort, KeyboardInterrupt):
@@ -132,6 +150,9 @@ def explain(exc: Exception) -> tuple[str | None, int]:
     """The one-line message and exit code for an error a user can act on; None for a bug."""
     if isinstance(exc, (InvalidInput, ConfigurationError)):
         return exc.message, USAGE
+    remote = sys.modules.get("tickwork.remote.errors")  # loaded only if a server was named
+    if remote is not None and isinstance(exc, remote.RemoteError):
+        return exc.message, USAGE if exc.status in (400, 413, 422) else REFUSED
     if isinstance(exc, TickworkError):
         return exc.message, REFUSED
     if isinstance(exc, ValidationError):

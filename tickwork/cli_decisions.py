@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 import typer
 
-from . import options
+from . import cli_remote, options
 from .cli_sessions import SessionId, print_head
 from .context import Context
 
@@ -128,9 +128,16 @@ def provide_output(
 def _decide(
     session_id: str, call_id: str, kind: str, approver: str | None, json_output: bool, **kw: Any
 ) -> None:
-    name = options.approver(approver)
-    with Context() as ctx:
-        head = ctx.client.decide(session_id, call_id, kind, approver=name, **kw)
+    remote = cli_remote.client()
+    if remote is not None:
+        cli_remote.no_name(approver)
+        with remote:
+            name = remote.me().name
+            head = remote.decide(session_id, call_id, kind, **kw)
+    else:
+        name = options.approver(approver)
+        with Context() as ctx:
+            head = ctx.client.decide(session_id, call_id, kind, approver=name, **kw)
     line = f"{VERBS[kind]} {call_id} of {session_id} as {name}; the session is {head.status}"
     if head.awaiting:
         line += f"; still waiting on {', '.join(head.awaiting)}"
@@ -141,9 +148,14 @@ def cancel(
     session_id: SessionId, by: options.Approver = None, json_output: options.Json = False
 ) -> None:
     """Cancel a session: at once if it waits for a person, else at its next tick."""
-    name = options.approver(by)
-    with Context() as ctx:
-        head = ctx.client.cancel(session_id, by=name)
+    remote = cli_remote.client()
+    if remote is not None:
+        cli_remote.no_name(by)
+        with remote:
+            head = remote.cancel(session_id)
+    else:
+        with Context() as ctx:
+            head = ctx.client.cancel(session_id, by=options.approver(by))
     print_head(
         head,
         json_output,

@@ -14,7 +14,7 @@ from rich.text import Text
 from tickwork.fsm.errors import InvalidInput
 from tickwork.fsm.values import ErrorCode
 
-from . import exports, options, parsing, render, views
+from . import cli_remote, exports, options, parsing, render, views
 from .cli_sessions import (
     AppendInstruction,
     FromStep,
@@ -80,8 +80,17 @@ def list_dead_letters(
     json_output: options.Json = False,
 ) -> None:
     """List dead letters, newest first."""
-    with Context() as ctx:
-        found = [views.dead_letter(d) for d in _list(ctx, code, kind, since, unresolved, limit)]
+    remote = cli_remote.client()
+    if remote is not None:
+        parsing.since(since, now=datetime.now(UTC))  # a bad --since is refused here, as locally
+        with remote:
+            letters = remote.dead_letters(
+                code=code, kind=kind, since=since, unresolved=unresolved, limit=limit
+            )
+        found = [views.dead_letter(d) for d in letters]
+    else:
+        with Context() as ctx:
+            found = [views.dead_letter(d) for d in _list(ctx, code, kind, since, unresolved, limit)]
     render.listing(
         found, render.dead_letters_table, json_output=json_output, none="no dead letters match"
     )
@@ -89,10 +98,15 @@ def list_dead_letters(
 
 def show(key: Key, json_output: options.Json = False) -> None:
     """Show a dead letter and its session snapshot as a timeline."""
-    with Context() as ctx:
-        letter = ctx.dead_letter(key)
-        view = views.dead_letter(letter, snapshot=True)
-        view["forks"] = views.forks(ctx.store.forks(letter.session_id))
+    remote = cli_remote.client()
+    if remote is not None:
+        with remote:
+            view = remote.dead_letter(key)
+    else:
+        with Context() as ctx:
+            letter = ctx.dead_letter(key)
+            view = views.dead_letter(letter, snapshot=True)
+            view["forks"] = views.forks(ctx.store.forks(letter.session_id))
     if json_output:
         views.emit(view)
     else:
@@ -156,12 +170,19 @@ def dismiss(
 def _close(key: str, state: str, reason: str, by: str | None, json_output: bool) -> None:
     from tickwork.store.dead_letters import Closing
 
-    name = options.approver(by)
-    with Context() as ctx:
-        letter = ctx.dead_letter(key)
-        closed = ctx.client.close_dead_letter(
-            letter.id, state=Closing(state), by=name, reason=reason
-        )
+    remote = cli_remote.client()
+    if remote is not None:
+        cli_remote.no_name(by)
+        with remote:
+            verb = remote.resolve_dead_letter if state == "resolved" else remote.dismiss_dead_letter
+            closed = verb(key, reason)
+    else:
+        name = options.approver(by)
+        with Context() as ctx:
+            letter = ctx.dead_letter(key)
+            closed = ctx.client.close_dead_letter(
+                letter.id, state=Closing(state), by=name, reason=reason
+            )
     if json_output:
         views.emit(views.dead_letter(closed))
     else:
@@ -185,13 +206,24 @@ def stats(
 ) -> None:
     """Count dead letters by code, kind, model, last tool and error signature."""
     start = parsing.since(since, now=datetime.now(UTC))
-    with Context() as ctx:
+    remote = cli_remote.client()
+    if remote is not None:
         if recount:
-            ctx.store.recount_dead_letters()
-        grouped = {
-            g.value: [_jsonable(r) for r in ctx.store.dead_letter_stats(by=g.value, since=start)]
-            for g in ([by] if by else Grouping)
-        }
+            cli_remote.local_only("`tickwork dlq stats --recount`")
+        with remote:
+            counted = remote.dead_letter_stats(by=by.value if by else None, since=since)
+        grouped = counted["by"]
+        start = datetime.fromisoformat(counted["since"]) if counted["since"] else None
+    else:
+        with Context() as ctx:
+            if recount:
+                ctx.store.recount_dead_letters()
+            grouped = {
+                g.value: [
+                    _jsonable(r) for r in ctx.store.dead_letter_stats(by=g.value, since=start)
+                ]
+                for g in ([by] if by else Grouping)
+            }
     total = sum(r["count"] for r in next(iter(grouped.values())))
     if json_output:
         views.emit({"since": start.isoformat() if start else None, "total": total, "by": grouped})
@@ -223,10 +255,34 @@ def export(
 ) -> None:
     """Export dead letters, oldest first, one row each: code (the cause), message, error
     signature, kind, model, last tool, steps, tokens, cost, lineage, status and times."""
-    exports.check(form)
+    remote = cli_remote.client()
+    if remote is None:
+        exports.check(form)  # a server exports Parquet with its own pyarrow
     if form.binary and output is None and sys.stdout.isatty():
         raise InvalidInput("Parquet is binary: give --output FILE, or redirect stdout to a file")
     start = parsing.since(since, now=datetime.now(UTC))
+    if remote is not None:
+        with remote:
+            data = remote.export_dead_letters(
+                format=form.value,
+                code=code,
+                kind=kind,
+                since=since,
+                unresolved=unresolved,
+                snapshot=snapshot,
+            )
+        if output is None:
+            if form.binary:
+                sys.stdout.flush()
+                sys.stdout.buffer.write(data)
+                sys.stdout.buffer.flush()
+            else:
+                sys.stdout.write(data.decode("utf-8"))
+                sys.stdout.flush()
+            return
+        output.write_bytes(data)
+        render.show(Text(f"wrote {cli_remote.counted(form, data)} to {output} ({form.value})"))
+        return
     with Context() as ctx:
         rows = ctx.store.dead_letter_rows(
             code=code.value if code else None,

@@ -14,7 +14,7 @@ from tickwork.fsm.errors import InvalidInput, SessionNotFound
 from tickwork.fsm.outcomes import Outcome
 from tickwork.fsm.values import ErrorCode, Head, Session, Status
 
-from . import options, render, views
+from . import cli_remote, options, render, views
 from .context import Context
 
 if TYPE_CHECKING:
@@ -150,6 +150,22 @@ def submit(
     budgets = options.budgets(
         max_steps=max_steps, max_tokens=max_tokens, max_cost_usd=max_cost_usd, deadline=deadline
     )
+    price_pair = options.price(price)
+    remote = cli_remote.client()
+    if remote is not None:
+        cli_remote.no_name(submitter)
+        with remote:
+            head = remote.submit(
+                kind,
+                data,
+                model=model,
+                budgets=budgets,
+                session_id=session_id,
+                price=price_pair,
+                context_window=context_window,
+            )
+        print_head(head, json_output, head.id)
+        return
     by = options.approver(submitter, doing="submitting")
     with Context() as ctx:
         head = ctx.client.submit(
@@ -158,7 +174,7 @@ def submit(
             model=options.model_spec(model, ctx.client.providers),
             budgets=budgets,
             session_id=session_id,
-            price=options.price(price),
+            price=price_pair,
             submitted_by=by,
             context_window=context_window,
         )
@@ -196,6 +212,7 @@ def list_sessions(
 ) -> None:
     """List sessions, newest first."""
     if archived:
+        cli_remote.local_only("`tickwork ls --archived`", " (the archive's index is read here)")
         if error_code is not None:
             raise InvalidInput(
                 "--error-code does not go with --archived (the archive's index has no error "
@@ -210,20 +227,41 @@ def list_sessions(
             rows, render.archived_table, json_output=json_output, none="no archived sessions match"
         )
         return
-    with Context() as ctx:
-        heads = ctx.store.list_sessions(
-            status=[s.value for s in status or ()],
-            kind=kind,
-            error_code=error_code.value if error_code else None,
-            outcome=outcome.value if outcome else None,
-            limit=limit,
-        )
+    remote = cli_remote.client()
+    if remote is not None:
+        with remote:
+            heads = remote.sessions(
+                status=status or (),
+                kind=kind,
+                error_code=error_code,
+                outcome=outcome.value if outcome else None,
+                limit=limit,
+            )
+    else:
+        with Context() as ctx:
+            heads = ctx.store.list_sessions(
+                status=[s.value for s in status or ()],
+                kind=kind,
+                error_code=error_code.value if error_code else None,
+                outcome=outcome.value if outcome else None,
+                limit=limit,
+            )
     found = [views.head(h) for h in heads]
     render.listing(found, render.sessions_table, json_output=json_output, none="no sessions match")
 
 
 def show(session_id: SessionId, json_output: options.Json = False) -> None:
     """Show a session as a timeline: steps, calls and outputs, decisions, costs, outcome."""
+    remote = cli_remote.client()
+    if remote is not None:
+        with remote:
+            view = remote.timeline(session_id)
+            previews = {} if json_output else cli_remote.previews(remote, view)
+        if json_output:
+            views.emit(view)
+        else:
+            render.show(render.timeline(view, previews))
+        return
     with Context() as ctx:
         try:
             whole = ctx.store.load(session_id)
@@ -286,6 +324,11 @@ def watch(
     json_output: options.Json = False,
 ) -> None:
     """Follow a session's events live until it waits for a person or ends."""
+    remote = cli_remote.client()
+    if remote is not None:
+        with remote:
+            cli_remote.watch(remote, session_id, timeout, json_output)
+        return
     with Context() as ctx:
         store = ctx.store
         seen: list[dict[str, Any]] = []
@@ -401,6 +444,27 @@ def fork_session(
     """What `fork` and `dlq fork` do: `key` is a session id, or with `dead_letter` a
     dead letter's key (the dead letter is then marked resolved)."""
     outputs = options.pairs(tool_output, option="--tool-output")
+    patch = None if state is None else options.json_object(state, option="--state")
+    remote = cli_remote.client()
+    if remote is not None:
+        cli_remote.no_name(by)
+        given: dict[str, Any] = dict(
+            from_step=from_step,
+            system_prompt=system_prompt,
+            append_instruction=append_instruction,
+            tool_outputs=outputs,
+            budgets=budgets,
+            state=patch,
+            new_id=new_id,
+        )
+        with remote:
+            head = (
+                remote.fork_dead_letter(key, again=again, **given)
+                if dead_letter
+                else remote.fork(key, **given)
+            )
+        print_head(head, json_output, head.id)
+        return
     name = options.approver(by)
     with Context() as ctx:
         session_id = ctx.dead_letter(key).session_id if dead_letter else key
@@ -415,7 +479,7 @@ def fork_session(
             resolve_dead_letter=dead_letter,
             new_id=new_id,
             again=again,
-            state=None if state is None else options.json_object(state, option="--state"),
+            state=patch,
         )
     print_head(head, json_output, head.id)
 
@@ -446,15 +510,31 @@ def patch(
 ) -> None:
     """Print a repair session's patch against its source (or apply it to DIR); exits 1,
     saying why, if it has none."""
-    with Context() as ctx:
+    remote = cli_remote.client()
+    if remote is not None:
         if bundle is not None:
-            branch = ctx.client.bundle(session_id, bundle.expanduser())
-            typer.echo(f"wrote {bundle}: git fetch {bundle} {branch}")
+            cli_remote.local_only(
+                "`tickwork patch --bundle`", " (the bundle is made from the store)"
+            )
+        with remote:
+            text = remote.patch(session_id)
+    else:
+        text = _local_patch(session_id, bundle)
+        if text is None:
             return
-        text = ctx.client.patch(session_id, required=True)
     if apply is None:
         typer.echo(text, nl=False)
         return
     from .client import apply_patch
 
     typer.echo(apply_patch(apply.expanduser(), text))
+
+
+def _local_patch(session_id: str, bundle: Path | None) -> str | None:
+    """The patch from the store; None once a --bundle is written instead."""
+    with Context() as ctx:
+        if bundle is not None:
+            branch = ctx.client.bundle(session_id, bundle.expanduser())
+            typer.echo(f"wrote {bundle}: git fetch {bundle} {branch}")
+            return None
+        return ctx.client.patch(session_id, required=True)

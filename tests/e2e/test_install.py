@@ -92,7 +92,7 @@ def test_the_wheel_installs_what_a_plain_install_needs(venv: Path, tmp_path: Pat
             python,
             "-c",
             "import importlib.util as u, json, tickwork, tickwork.cli_demo as r; "
-            "import kombu.transport.redis, amqp; "
+            "import kombu.transport.redis, amqp, tickwork.remote; "
             "print(json.dumps({'tickwork': tickwork.__file__, 'script': str(r.DEMO_SCRIPT), "
             "'example': str(r.DEMO_EXAMPLE), 'pytest': u.find_spec('pytest') is not None}))",
         ],

@@ -9,13 +9,24 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Annotated, Any, Self
+from typing import Annotated, Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    GetJsonSchemaHandler,
+    field_validator,
+    model_validator,
+)
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema
+from pydantic_core import core_schema as schemas
 
 from tickwork.fsm.context import MAX_WINDOW, MIN_WINDOW
 from tickwork.fsm.values import DecisionKind
 
+from .inputs import RepairInput
 from .limits import check_tree
 
 #: the longest text of a job's input (a goal, a test command) and of an instruction
@@ -61,21 +72,9 @@ def _bounded_input(value: dict[str, Any]) -> dict[str, Any]:
     return value
 
 
-class Submit(Body):
-    """A new session."""
+class SubmitOptions(Body):
+    """What every submit may give besides its kind and input."""
 
-    kind: str = Field(
-        min_length=1,
-        max_length=200,
-        examples=["repair"],
-        description="A job kind the deployment knows: `repair`, a kind named in "
-        "TICKWORK_IMPORTS, or one of those `module:attr` specs.",
-    )
-    input: dict[str, Any] = Field(
-        default_factory=dict,
-        description=f"The job's input: at most {MAX_INPUT_BYTES} bytes as JSON, each text "
-        f"at most {MAX_TEXT} characters.",
-    )
     model: str | None = Field(
         default=None,
         max_length=500,
@@ -111,8 +110,69 @@ class Submit(Body):
         "observations are masked, then the transcript compacted, to keep each prompt under it.",
     )
 
-    _input = field_validator("input")(_bounded_input)
     _id = field_validator("id")(_session_id)
+
+
+class Submit(SubmitOptions):
+    """A new session. Its schema is a union on `kind` (`RepairSubmit`, `KindSubmit`): a repair's
+    input is typed; the job kind checks every input when the session is made."""
+
+    kind: str = Field(
+        min_length=1,
+        max_length=200,
+        examples=["repair"],
+        description="A job kind the deployment knows: `repair`, a kind named in "
+        "TICKWORK_IMPORTS, or one of those `module:attr` specs.",
+    )
+    input: dict[str, Any] = Field(
+        default_factory=dict,
+        description=f"The job's input: at most {MAX_INPUT_BYTES} bytes as JSON, each text "
+        f"at most {MAX_TEXT} characters.",
+    )
+
+    _input = field_validator("input")(_bounded_input)
+
+    @classmethod
+    def __get_pydantic_json_schema__(
+        cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        return submit_schema(handler)
+
+
+class RepairSubmit(SubmitOptions):
+    """A new `repair` session."""
+
+    kind: Literal["repair"]
+    input: RepairInput
+
+
+class KindSubmit(SubmitOptions):
+    """A new session of another job kind: one named in TICKWORK_IMPORTS (or its
+    `module:attr` spec), with an input of that kind's own."""
+
+    kind: str = Field(
+        min_length=1,
+        max_length=200,
+        json_schema_extra={"not": {"const": "repair"}},
+        examples=["mypkg.jobs:TRIAGE"],
+    )
+    input: dict[str, Any] = Field(default_factory=dict, description="The kind's own input.")
+
+
+def submit_schema(handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+    """A submit's schema: one of the kinds' bodies, told apart by `kind`."""
+    union = schemas.union_schema(
+        [RepairSubmit.__pydantic_core_schema__, KindSubmit.__pydantic_core_schema__]
+    )
+    schema = handler(union)
+    repair = schema["anyOf"][0]
+    return {
+        "title": "Submit",
+        "description": "A new session: its job kind, its input (typed for `repair`) and "
+        "options. Every input is checked by its job kind when the session is made.",
+        "oneOf": schema["anyOf"],
+        "discriminator": {"propertyName": "kind", "mapping": {"repair": repair["$ref"]}},
+    }
 
 
 class Decide(Body):
@@ -187,3 +247,18 @@ class Fork(Body):
     )
 
     _id = field_validator("id")(_session_id)
+
+
+class DeadLetterFork(Fork):
+    """A fork of a dead letter's session; `again` forks one already forked or closed."""
+
+    again: bool = Field(
+        default=False,
+        description="Fork a dead letter that was already forked, resolved or dismissed.",
+    )
+
+
+class Closing(Body):
+    """Why the dead letter is resolved or dismissed."""
+
+    reason: str = Field(min_length=1, max_length=2000, description="Kept with the dead letter.")

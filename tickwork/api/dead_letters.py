@@ -13,7 +13,6 @@ from typing import IO, Annotated, Any, Literal
 
 from fastapi import APIRouter, Path, Query
 from fastapi.responses import StreamingResponse
-from pydantic import Field
 
 from tickwork import exports, parsing, views
 from tickwork.fsm.errors import ConfigurationError
@@ -22,6 +21,7 @@ from tickwork.store import dead_letters as dl
 
 from . import bodies
 from .auth import Operator, Reader
+from .bodies import Closing, DeadLetterFork
 from .errors import ApiError, ErrorBody, documented
 from .limits import MAX_INT
 from .sessions import CHANGES, FOUND, Client, run_fork
@@ -43,21 +43,6 @@ Since = Annotated[
         description="Only since an ISO time (naive: UTC) or a duration ago: 90s, 30m, 2h, 3d, 1w.",
     ),
 ]
-
-
-class DeadLetterFork(bodies.Fork):
-    """A fork of a dead letter's session; `again` forks one already forked or closed."""
-
-    again: bool = Field(
-        default=False,
-        description="Fork a dead letter that was already forked, resolved or dismissed.",
-    )
-
-
-class Closing(bodies.Body):
-    """Why the dead letter is resolved or dismissed."""
-
-    reason: str = Field(min_length=1, max_length=2000, description="Kept with the dead letter.")
 
 
 def since(text: str | None) -> datetime | None:

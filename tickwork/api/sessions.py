@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request
@@ -15,6 +16,7 @@ from tickwork.fsm.outcomes import Outcome, outcome_of
 from tickwork.fsm.values import ErrorCode, EventKind, Head, Session, Status
 
 from . import bodies, previews
+from .answers import Listed
 from .auth import Approver, Caller, Canceller, Operator, Reader, Submitter
 from .errors import ApiError, documented
 from .limits import MAX_INT
@@ -79,16 +81,6 @@ def submit(body: bodies.Submit, client: Client, request: Request, who: Submitter
         raise
 
 
-class Listed(Head):
-    """A session's head in a list, with what a finished repair achieved."""
-
-    outcome: Outcome | None = Field(
-        default=None,
-        description="A completed repair's outcome; null for other kinds, unfinished sessions "
-        "and sessions stored before outcomes were recorded.",
-    )
-
-
 @router.get(
     "/sessions",
     response_model=list[Listed],
@@ -134,11 +126,17 @@ def list_sessions(
 @router.get(
     "/sessions/{session_id}",
     tags=["sessions"],
-    summary="A session as a timeline (the JSON of `tickwork show --json`)",
+    summary="A session as a timeline (the JSON of `tickwork show --json`), with who holds "
+    "its lease and its forks",
     responses=FOUND,
 )
 def show(session_id: SessionId, client: Client, who: Reader) -> dict[str, Any]:
-    return views.session(client.load(session_id))
+    view = views.session(client.load(session_id))
+    view["lease"] = views.lease(client.store.lease(session_id), now=datetime.now(UTC))
+    found = {f["id"]: f for f in client.store.retention.forks(session_id)}
+    found.update((f["id"], f) for f in client.store.forks(session_id))
+    view["forks"] = views.forks(sorted(found.values(), key=lambda f: (f["created_at"], f["id"])))
+    return view
 
 
 @router.get(

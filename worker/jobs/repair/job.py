@@ -56,6 +56,8 @@ INPUT_KEYS = (
     *("network", "egress_allow"),
     "setup",
 )
+#: other names an input may use for a key: the CLI's (`--test-cmd`)
+ALIASES = {"test_cmd": "test_command"}
 
 SYSTEM_PROMPT = """\
 You are a careful software engineer repairing a code base. You work inside one workspace \
@@ -89,6 +91,17 @@ that gave the same result before; change approach instead."""
 
 def _fail(message: str) -> InvalidInput:
     return InvalidInput(f"repair input: {message}")
+
+
+def _named(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The input with each alias under its key's own name; both at once is refused."""
+    named = dict(data)
+    for alias, key in ALIASES.items():
+        if alias in named:
+            if key in named:
+                raise _fail(f"give `{key}` or `{alias}` (the same thing), not both")
+            named[key] = named.pop(alias)
+    return named
 
 
 def _test_command(value: Any) -> str:
@@ -217,6 +230,7 @@ def prepare(
 
     An untrusted submission (the HTTP API) may name local paths under `workspace_roots` only.
     """
+    data = _named(data)
     unknown = sorted(set(data) - set(INPUT_KEYS))
     if unknown:
         raise _fail(f"unknown key(s) {', '.join(unknown)}; it takes {', '.join(INPUT_KEYS)}")

@@ -1,0 +1,299 @@
+"""The CLI with --server: the commands the API serves go through the remote client and
+print what they print locally; the others refuse, saying so.
+
+The same checks run in both modes (`cli` is local or remote); in remote mode `--as NAME`
+becomes NAME's token, since the server takes who acts from the token.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from tickwork.fsm.values import Status
+
+from tests.e2e.conftest import Cli, Result, call
+from tests.remote.conftest import TEST_KIND, TOKEN, Remote
+
+DANGERS = [call("danger", value="a"), call("danger", value="b"), call("danger", value="c")]
+
+
+class ModeCli:
+    """`tickwork ...` locally (the deployment's database) or with --server (the API)."""
+
+    def __init__(self, remote: Remote, mode: str) -> None:
+        self.remote, self.mode = remote, mode
+        env = remote.env() if mode == "remote" else dict(remote.served.env)
+        self.cli = Cli(env, remote.deployment.tmp)
+
+    def _argv(self, args: tuple[str, ...], env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+        argv = list(args)
+        if self.mode == "remote" and "--as" in argv:
+            at = argv.index("--as")
+            env = {**env, "TICKWORK_TOKEN": TOKEN[argv[at + 1]]}
+            del argv[at : at + 2]
+        return argv, env
+
+    def __call__(self, *args: str, ok: bool = True, **env: str) -> Result:
+        argv, env = self._argv(args, env)
+        return self.cli(*argv, ok=ok, **env)
+
+    def inline(self, *args: str, ok: bool = True, **env: str) -> Result:
+        argv, env = self._argv(args, env)
+        return self.cli.inline(*argv, ok=ok, **env)
+
+    def many(self, *argvs: tuple[str, ...]) -> list[Result]:
+        from tests.e2e.conftest import at_once
+
+        return at_once(*(lambda a=a: self(*a, ok=False) for a in argvs))
+
+
+@pytest.fixture(params=["local", "remote"])
+def cli(remote: Remote, request: pytest.FixtureRequest) -> ModeCli:
+    return ModeCli(remote, request.param)
+
+
+def _mine(rows: list[dict[str, Any]], *ids: str) -> list[str]:
+    return [r["id"] for r in rows if r["id"] in ids]
+
+
+def test_submit_decide_watch_show_ls_fork(remote: Remote, cli: ModeCli) -> None:
+    script = remote.script(
+        [{"content": "three risky calls", "tool_calls": DANGERS}, {"content": "all done"}]
+    )
+    sink = json.dumps(remote.input())
+    budgets = ["--max-steps", "5", "--deadline", "600"]
+    head = cli("submit", TEST_KIND, "--input", sink, "--model", script, *budgets, "--json").json()
+    sid = head["id"]
+    assert head["kind"] == TEST_KIND
+    assert head["budgets"]["max_steps"] == 5 and head["budgets"]["deadline_s"] == 600
+    remote.wait(sid, Status.WAITING_APPROVAL)
+    seen = remote.deployment.client.load(sid).call("s1c0")
+    assert seen is not None
+    approved, edited, rejected = cli.many(
+        (
+            "approve",
+            sid,
+            "s1c0",
+            "--as",
+            "alice",
+            "--comment",
+            "fine",
+            "--fingerprint",
+            seen.fingerprint,
+            "--json",
+        ),
+        ("edit", sid, "s1c1", "--args", '{"value": "B"}', "--as", "bob", "--json"),
+        ("reject", sid, "s1c2", "--feedback", "not c", "--as", "carol", "--json"),
+    )
+    heads = [approved.json(), edited.json(), rejected.json()]
+    assert sorted(len(h["awaiting"]) for h in heads) == [0, 1, 2]
+
+    followed = cli("watch", sid, "--timeout", "60").stdout
+    assert f"session {sid} is completed" in followed and "all done" in followed
+    assert "approval_decided   s1c0: approve by alice (fine)" in followed
+    watched = cli.inline("watch", sid, "--timeout", "60", "--json").json()
+    assert watched["timed_out"] is False and watched["head"]["status"] == "completed"
+    kinds = [e["kind"] for e in watched["events"]]
+    assert kinds[:4] == ["created", "model_called", "step_recorded", "approval_requested"]
+    assert kinds.count("approval_decided") == 3 and kinds[-1] == "completed"
+
+    patch = ["--tool-output", "s1c2=patched by hand", "--append-instruction", "be careful"]
+    more = ["--max-steps", "9", "--as", "frank", "--json"]
+    forked = cli("fork", sid, "--from-step", "1", *patch, *more).json()
+    assert forked["parent_id"] == sid and forked["fork_step"] == 1
+    assert forked["budgets"]["max_steps"] == 9 and forked["submitted_by"] == "frank"
+    remote.wait(forked["id"], Status.COMPLETED)
+
+    view = cli.inline("show", sid, "--json").json()
+    assert view["head"]["status"] == "completed" and view["head"]["final_answer"] == "all done"
+    calls = {c["call_id"]: c for c in view["steps"][0]["calls"]}
+    assert calls["s1c0"]["decision"]["approver"] == "alice"
+    assert calls["s1c1"]["observation"]["content"] == "destroyed B"
+    assert calls["s1c2"]["observation"]["content"] == "rejected by carol: not c"
+    assert [f["id"] for f in view["forks"]] == [forked["id"]]
+    listed = cli.inline("ls", "--limit", "500", "--json").json()
+    assert _mine(listed, sid, forked["id"]) == [forked["id"], sid]  # newest first
+    timeline = cli.inline("show", sid).stdout
+    for text in ("approve by alice", "rejected by carol: not c", "total: 2 steps · 3 calls"):
+        assert text in timeline, text
+    only_done = cli.inline(
+        "ls", "--status", "completed", "--kind", TEST_KIND, "--limit", "1", "--json"
+    ).json()
+    assert len(only_done) == 1 and only_done[0]["status"] == "completed"
+    assert forked["id"] in cli.inline("ls", "--limit", "500").stdout
+
+    held = cli.inline("submit", TEST_KIND, "--input", sink, "--model", script, "--json").json()
+    remote.wait(held["id"], Status.WAITING_APPROVAL)
+    assert cli.inline("watch", held["id"], "--json").json()["head"]["awaiting"] == [
+        "s1c0",
+        "s1c1",
+        "s1c2",
+    ]
+    cancelled = cli.inline("cancel", held["id"], "--as", "dave", "--json").json()
+    assert cancelled["status"] == "cancelled"
+    cli.inline("approve", held["id"], "s1c0", ok=False).error(1, held["id"], "is cancelled")
+    cli.inline("cancel", held["id"], ok=False).error(1, "already cancelled")
+
+
+def _failed(remote: Remote, n: int) -> list[str]:
+    script = remote.script(
+        [{"content": "look", "tool_calls": [call("echo", text="1")]}, {"content": "fixed"}]
+    )
+    client = remote.deployment.client
+    ids = [
+        client.submit(TEST_KIND, {}, model=script, budgets={"max_steps": 1}).id for _ in range(n)
+    ]
+    for sid in ids:
+        remote.wait(sid, Status.FAILED)
+    return ids
+
+
+def test_dead_letters_listed_shown_counted_exported_forked_and_closed(
+    remote: Remote, cli: ModeCli
+) -> None:
+    forked_one, fixed, noise = _failed(remote, 3)
+    options = ("--from-step", "1", "--max-steps", "5", "--json")
+    first = cli.inline("dlq", "fork", forked_one, *options, "--as", "erin").json()
+    assert first["parent_id"] == forked_one and first["fork_step"] == 1
+    cli.inline("dlq", "fork", forked_one, *options, "--as", "frank", ok=False).error(
+        1, "already forked", first["id"], "by erin", "--again"
+    )
+    again = cli.inline("dlq", "fork", forked_one, *options, "--as", "frank", "--again").json()
+    shown = cli.inline("dlq", "show", forked_one, "--json").json()
+    assert [f["id"] for f in shown["forks"]] == [first["id"], again["id"]]
+    assert shown["session"]["head"]["status"] == "failed"
+    assert [(f["fork"], f["by"]) for f in shown["resolution"]["forks"]] == [
+        (first["id"], "erin"),
+        (again["id"], "frank"),
+    ]
+    by_id = cli.inline("dlq", "show", str(shown["id"]), "--json").json()
+    assert by_id == shown
+
+    resolved = cli.inline(
+        "dlq", "resolve", fixed, "--reason", "fixed upstream", "--as", "erin", "--json"
+    ).json()
+    assert resolved["resolution"]["state"] == "resolved"
+    assert (resolved["resolution"]["by"], resolved["resolution"]["reason"]) == (
+        "erin",
+        "fixed upstream",
+    )
+    dismissed = cli.inline("dlq", "dismiss", noise, "--reason", "a test run", "--json").json()
+    assert dismissed["resolution"]["state"] == "dismissed"
+    cli.inline("dlq", "dismiss", fixed, "--reason", "x", ok=False).error(
+        1, "already resolved by erin", "fixed upstream"
+    )
+    mine = {forked_one, fixed, noise}
+    unresolved = cli.inline("dlq", "ls", "--unresolved", "--limit", "1000", "--json").json()
+    assert not mine & {d["session_id"] for d in unresolved}
+    listed = cli.inline("dlq", "ls", "--code", "budget_steps", "--since", "1h", "--json").json()
+    assert mine <= {d["session_id"] for d in listed}
+    table = cli.inline("dlq", "ls", "--limit", "1000").stdout
+    assert "(dismissed)" in table and "(resolved)" in table
+    cli.inline("dlq", "ls", "--since", "yesterday", ok=False).error(2, "--since 'yesterday'")
+
+    counts = cli.inline("dlq", "stats", "--json").json()
+    assert set(counts["by"]) == {"code", "kind", "model", "last_tool", "error_signature"}
+    assert counts["total"] >= 3
+    by_tool = cli.inline("dlq", "stats", "--by", "last_tool", "--since", "2d", "--json").json()
+    assert list(by_tool["by"]) == ["last_tool"] and by_tool["since"]
+    assert "dead letters by error_signature" in cli.inline("dlq", "stats").stdout
+
+    exported = cli("dlq", "export", "--snapshot")
+    lines = [json.loads(line) for line in exported.stdout.splitlines()]
+    assert mine <= {d["session_id"] for d in lines}
+    assert all(d["snapshot"]["session"]["head"]["id"] == d["session_id"] for d in lines)
+    out = remote.deployment.tmp / f"export-{cli.mode}.csv"
+    written = cli.inline("dlq", "export", "--format", "csv", "--unresolved", "--out", str(out))
+    count = len(out.read_text().splitlines()) - 1
+    assert f"wrote {count} dead letters to {out} (csv)" in written.stdout
+
+
+def test_remote_prints_what_local_prints(remote: Remote) -> None:
+    local, served = ModeCli(remote, "local"), ModeCli(remote, "remote")
+    script = remote.script([{"content": "go", "tool_calls": DANGERS}, {"content": "done"}])
+    waiting = remote.deployment.client.submit(TEST_KIND, remote.input(), model=script).id
+    (failed,) = _failed(remote, 1)
+    remote.wait(waiting, Status.WAITING_APPROVAL)
+    for argv in (
+        ("show", waiting, "--json"),
+        ("show", failed, "--json"),
+        ("show", waiting),
+        ("show", failed),
+        ("ls", "--limit", "500", "--json"),
+        ("ls", "--status", "failed", "--limit", "500"),
+        ("watch", waiting, "--json"),
+        ("dlq", "ls", "--limit", "1000", "--json"),
+        ("dlq", "ls", "--limit", "1000"),
+        ("dlq", "show", failed, "--json"),
+        ("dlq", "show", failed),
+        ("dlq", "stats", "--by", "code", "--json"),
+        ("dlq", "stats", "--by", "kind"),
+        ("dlq", "export", "--format", "csv"),
+    ):
+        here, there = local.inline(*argv), served.inline(*argv)
+        assert there.stdout == here.stdout, argv
+    for argv in (
+        ("show", "no-such-session"),
+        ("patch", waiting),
+        ("dlq", "show", "98765"),
+        ("approve", waiting, "s9c9"),
+    ):
+        here, there = local.inline(*argv, ok=False), served.inline(*argv, ok=False)
+        assert there.code == here.code == 1, (argv, here, there)
+        assert there.stdout == "" and there.stderr.startswith("error: ")
+    served.inline("approve", waiting, "s9c9", ok=False).error(1, "no call 's9c9'", "s1c0")
+    served.inline("show", "no-such-session", ok=False).error(1, "no session 'no-such-session'")
+    served.inline("patch", waiting, ok=False).error(1, "patch")
+
+
+def test_with_a_server_other_commands_refuse_and_names_come_from_the_token(
+    remote: Remote,
+) -> None:
+    served = ModeCli(remote, "remote").cli
+    for argv, fragment in (
+        (("gc", "--dry-run"), "`tickwork gc` is not served by the HTTP API"),
+        (("worker",), "`tickwork worker` is not served"),
+        (("db", "current"), "`tickwork db current` is not served"),
+        (("env", "ls"), "`tickwork env ls` is not served"),
+        (("ls", "--archived"), "`tickwork ls --archived` is not served"),
+        (("dlq", "stats", "--recount"), "--recount` is not served"),
+        (("patch", "x", "--bundle", "/tmp/x.bundle"), "--bundle` is not served"),
+        (("submit", TEST_KIND, "--as", "mallory"), "--as does not go with --server"),
+        (("cancel", "x", "--as", "mallory"), "--as does not go with --server"),
+    ):
+        then = "TICKWORK_TOKEN" if "--as" in argv else "without --server"
+        served.inline(*argv, ok=False).error(2, fragment, then)
+    # --server on the command line names the server as TICKWORK_SERVER does
+    env = {k: v for k, v in remote.env().items() if k != "TICKWORK_SERVER"}
+    flagged = Cli(env, remote.deployment.tmp)
+    assert flagged.inline("--server", remote.url, "ls", "--json").code == 0
+    flagged.inline("ls", "--server", remote.url, ok=False).error(
+        2, "No such option: --server", "tickwork --server URL COMMAND"
+    )
+    nowhere = flagged.inline("--server", "http://127.0.0.1:9", "ls", ok=False)
+    nowhere.error(1, "cannot reach the tickwork server at http://127.0.0.1:9", "TICKWORK_SERVER")
+    no_token = Cli({**remote.env(), "TICKWORK_TOKEN": ""}, remote.deployment.tmp)
+    no_token.inline("ls", ok=False).error(2, "TICKWORK_TOKEN")
+    bad_token = Cli({**remote.env(), "TICKWORK_TOKEN": "x" * 20}, remote.deployment.tmp)
+    bad_token.inline("ls", ok=False).error(1, "token")
+    wrong_role = Cli(remote.env("sam"), remote.deployment.tmp)
+    wrong_role.inline("cancel", "whatever", ok=False).error(1, "role")
+
+
+def test_a_repair_shown_approved_and_patched_through_the_server(remote: Remote) -> None:
+    from tests.tasks.test_repair import WRITE, submit_demo
+
+    local, served = ModeCli(remote, "local"), ModeCli(remote, "remote")
+    session_id, workspace = submit_demo(remote.deployment)
+    waiting = served.inline("show", session_id).stdout
+    assert waiting == local.inline("show", session_id).stdout
+    assert f"{WRITE} write_file calc.py: against the session's current file" in waiting
+    approved = served.inline("approve", session_id, WRITE, "--comment", "looks right").stdout
+    assert f"approved {WRITE} of {session_id} as fuzz" in approved
+    assert remote.wait(session_id) is Status.COMPLETED
+    patch = served.inline("patch", session_id).stdout
+    assert patch == local.inline("patch", session_id).stdout and "calc.py" in patch
+    applied = served.inline("patch", session_id, "--apply", str(workspace)).stdout
+    assert applied.strip() and "len(numbers) + 1" not in (workspace / "calc.py").read_text()

@@ -1,0 +1,138 @@
+"""The remote client's pieces that need no server: the stream's parser and resume state,
+the reading of errors, and answers from a newer server (through httpx's MockTransport)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import httpx
+import pytest
+from tickwork.fsm.values import Status
+
+from tickwork.remote import AsyncClient, Client, RemoteError
+from tickwork.remote.stream import Follow
+
+HEAD = {
+    "id": "s-1",
+    "kind": "repair",
+    "status": "completed",
+    "created_at": "2026-01-01T00:00:00Z",
+    "updated_at": "2026-01-01T00:00:01Z",
+    "model": "scripted",
+    "outcome": None,
+}
+
+
+def frames(follow: Follow, text: str) -> list[tuple[int, str, Any]]:
+    found = [follow.feed(line) for line in text.split("\n")]
+    return [(f.id, f.kind, f.data) for f in found if f is not None]
+
+
+def test_the_stream_parser_reads_frames_and_never_gives_an_event_twice() -> None:
+    follow = Follow("s-1")
+    text = (
+        "retry: 2000\n\n"
+        ": still here\n\n"
+        'id: 3\nevent: created\ndata: {"id": 3,\ndata:  "kind": "created"}\n\n'
+        'id: 4\nevent: model_called\ndata: {"id": 4}\n\n'
+    )
+    assert frames(follow, text) == [
+        (3, "created", {"id": 3, "kind": "created"}),
+        (4, "model_called", {"id": 4}),
+    ]
+    assert follow.last_id == 4 and follow.delay == 2.0
+    # a resumed stream that starts again at 3 gives only what is new
+    again = 'id: 4\nevent: model_called\ndata: {"id": 4}\n\nid: 5\nevent: completed\ndata: {}\n\n'
+    assert frames(follow, again) == [(5, "completed", {})]
+    end = 'id: 5\nevent: end\ndata: {"status": "completed", "last_id": 5}\n\n'
+    assert frames(follow, end) == [(5, "end", {"status": "completed", "last_id": 5})]
+    assert follow.ended
+
+
+def test_a_frame_cut_by_a_dropped_connection_is_thrown_away() -> None:
+    follow = Follow("s-1", last_id=2)
+    assert frames(follow, 'id: 3\nevent: created\ndata: {"id"') == []
+    follow.broke(httpx.ReadError("cut"), "http://x")
+    assert follow.last_id == 2  # asked again from 2: event 3 comes whole
+    assert frames(follow, 'id: 3\nevent: created\ndata: {"id": 3}\n\n') == [
+        (3, "created", {"id": 3})
+    ]
+
+
+def _mock(handler: Any) -> tuple[httpx.MockTransport, httpx.MockTransport]:
+    async def ahandler(request: httpx.Request) -> httpx.Response:
+        return handler(request)  # type: ignore[no-any-return]
+
+    return httpx.MockTransport(handler), httpx.MockTransport(ahandler)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_proxy_answer_and_a_newer_servers_fields_are_read_sensibly(mode: str) -> None:
+    def answer(request: httpx.Request) -> httpx.Response:
+        assert request.headers["authorization"] == "Bearer token-token-token-1"
+        if request.url.path == "/api/v1/sessions/s-1":
+            # a field this client does not know: left out, not refused
+            return httpx.Response(200, json={"head": {**HEAD, "new_field": 1}, "steps": []})
+        return httpx.Response(502, text="<html><body>Bad Gateway</body></html>")
+
+    sync, asynchronous = _mock(answer)
+
+    def run(name: str, *args: Any) -> Any:
+        if mode == "sync":
+            with Client("http://tw.test/", token="token-token-token-1", transport=sync) as c:
+                return getattr(c, name)(*args)
+
+        async def go() -> Any:
+            async with AsyncClient(
+                "http://tw.test", token="token-token-token-1", transport=asynchronous
+            ) as c:
+                return await getattr(c, name)(*args)
+
+        return asyncio.run(go())
+
+    head = run("get", "s-1")
+    assert head.status is Status.COMPLETED and head.id == "s-1"
+    with pytest.raises(RemoteError) as proxy:
+        run("me")
+    assert proxy.value.status == 502 and proxy.value.code == "http_502"
+    assert "http://tw.test/api/v1/me" in proxy.value.message
+    assert "Bad Gateway" in proxy.value.message and "TICKWORK_SERVER" in proxy.value.message
+
+
+def test_an_api_error_keeps_its_details() -> None:
+    body = {
+        "code": "already_decided",
+        "message": "call s1c0 was decided already",
+        "decided_by": "bob",
+    }
+    sync, _ = _mock(lambda request: httpx.Response(409, json=body))
+    client = Client("http://tw.test", token="token-token-token-1", transport=sync)
+    with client, pytest.raises(RemoteError) as refused:
+        client.approve("s-1", "s1c0", fingerprint="a" * 64)
+    assert (refused.value.status, refused.value.code) == (409, "already_decided")
+    assert refused.value.message == "call s1c0 was decided already"
+    assert refused.value.details == {"decided_by": "bob"}
+
+
+def test_a_body_the_apis_model_refuses_is_not_sent() -> None:
+    sent: list[httpx.Request] = []
+
+    def record(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return httpx.Response(201, json=HEAD)
+
+    sync, _ = _mock(record)
+    with Client("http://tw.test", token="token-token-token-1", transport=sync) as client:
+        with pytest.raises(ValueError, match="session id"):
+            client.submit("repair", {}, session_id="a b")
+        with pytest.raises(ValueError, match="context_window"):
+            client.submit("repair", {}, context_window=10)
+        client.submit("repair", {"repo": "r", "test_cmd": "true"}, budgets={"max_steps": 3})
+    assert len(sent) == 1
+    assert json.loads(sent[0].content) == {
+        "kind": "repair",
+        "input": {"repo": "r", "test_cmd": "true"},
+        "budgets": {"max_steps": 3},
+    }

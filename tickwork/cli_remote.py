@@ -1,0 +1,174 @@
+"""`tickwork --server URL ...`: the commands the HTTP API serves, sent to a remote server.
+
+The root option `--server` (or TICKWORK_SERVER) names the server, TICKWORK_TOKEN the
+token; the served commands then go through `tickwork.remote.Client` and print what they
+print locally. Every other command refuses, saying so, rather than act on a local
+database the user did not mean.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import typer
+from rich.text import Text
+
+from tickwork.fsm.errors import InvalidInput
+
+from . import render, views
+
+if TYPE_CHECKING:
+    from tickwork.remote import Client
+
+    from .exports import Format
+
+#: the commands the API serves (by their path under `tickwork`)
+SERVED = frozenset(
+    {
+        *("submit", "ls", "show", "watch", "fork", "patch", "cancel"),
+        *("approve", "edit", "reject", "provide-output"),
+        *("dlq ls", "dlq show", "dlq stats", "dlq export", "dlq fork", "dlq resolve"),
+        "dlq dismiss",
+    }
+)
+#: commands that never touch sessions, run whether a server is named or not
+ANYWHERE = frozenset({"serve", "config"})
+#: how often `watch` asks the server for new events
+POLL_S = 0.2
+
+
+def server() -> str | None:
+    """The server this command is sent to (`--server` or TICKWORK_SERVER), if any."""
+    try:  # Typer 0.2x vendors its own Click, with its own context stack
+        from typer._click.globals import get_current_context
+    except ImportError:  # pragma: no cover
+        from click import get_current_context  # type: ignore[no-redef]
+
+    ctx = get_current_context(silent=True)
+    found = ctx.find_root().obj if ctx is not None else None
+    return found if isinstance(found, str) and found.strip() else None
+
+
+def client() -> Client | None:
+    """A client of the named server, or None to work locally."""
+    url = server()
+    if url is None:
+        return None
+    from tickwork.remote import Client
+
+    return Client(url)
+
+
+def local_only(what: str, why: str = "") -> None:
+    """Refuse `what` when a server is named: the API does not serve it."""
+    if server() is not None:
+        raise InvalidInput(
+            f"{what} is not served by the HTTP API{why}; run it where the database is, "
+            "without --server (and with TICKWORK_SERVER unset)"
+        )
+
+
+def no_name(given: str | None, option: str = "--as") -> None:
+    """A name the server takes from the token, not from the command line."""
+    if given is not None:
+        raise InvalidInput(
+            f"{option} does not go with --server: the server records the token's name "
+            "(TICKWORK_TOKEN); use the token of the person who acts"
+        )
+
+
+def refuse_unserved(app: typer.Typer, prefix: str = "") -> None:
+    """Wrap every command the API does not serve so that it refuses with --server."""
+    for info in app.registered_commands:
+        if info.callback is None:
+            continue
+        name = info.name or info.callback.__name__.replace("_", "-")
+        path = f"{prefix}{name}"
+        if path not in SERVED and path not in ANYWHERE:
+            info.callback = _refusing(info.callback, f"`tickwork {path}`")
+    for group in app.registered_groups:
+        if group.typer_instance is not None and group.name:
+            refuse_unserved(group.typer_instance, f"{prefix}{group.name} ")
+
+
+def _refusing(command: Callable[..., Any], what: str) -> Callable[..., Any]:
+    @functools.wraps(command)
+    def refusing(*args: Any, **kwargs: Any) -> Any:
+        local_only(what)
+        return command(*args, **kwargs)
+
+    return refusing
+
+
+def watch(remote: Client, session_id: str, timeout: float | None, json_output: bool) -> None:
+    """`tickwork watch` against the server: its events until the session waits or ends."""
+    seen: list[dict[str, Any]] = []
+    last, started = 0, time.monotonic()
+    while True:
+        page = remote.events(session_id, after=last)  # the status is read before the events
+        for item in page.events:
+            last = item.id
+            seen.append(item.data)
+            if not json_output:
+                render.show(render.event_line(item.data))
+        if len(page.events) >= 1000:
+            continue
+        if not page.status.runnable:
+            break
+        if timeout is not None and time.monotonic() - started > timeout:
+            if json_output:
+                head = views.head(remote.get(session_id))
+                views.emit({"head": head, "events": seen, "timed_out": True})
+            raise TimeoutError(
+                f"session {session_id} is still {page.status.value} after {timeout:g}s; "
+                "is a worker running for that server?"
+            )
+        time.sleep(POLL_S)
+    view = remote.timeline(session_id)
+    if json_output:
+        views.emit({"head": view["head"], "events": seen, "timed_out": False})
+        return
+    outcome = view["head"]["outcome"]
+    render.show(
+        Text(
+            f"session {session_id} is {view['head']['status']}"
+            + (f": {outcome}" if outcome else "")
+        ),
+        *render.outcome(view["head"], view["steps"]),
+    )
+
+
+def previews(remote: Client, view: dict[str, Any]) -> dict[str, dict[str, Any] | None]:
+    """The server's previews of the calls waiting for a person that would write files."""
+    head = view["head"]
+    pending = [
+        c
+        for s in view["steps"]
+        for c in s["calls"]
+        if c["observation"] is None and render.file_change(c["arguments"])
+    ]
+    if not pending or head["status"] != "waiting_approval":
+        return {}
+    card = remote.waiting(head["id"])
+    return {c["call_id"]: c.get("preview") for c in card["calls"]}
+
+
+def counted(form: Format, data: bytes) -> str:
+    """How many dead letters an export the server sent holds, in words."""
+    import csv
+    import io
+
+    if form.value == "jsonl":
+        n: int | None = sum(1 for line in data.splitlines() if line.strip())
+    elif form.value == "csv":
+        n = max(len(list(csv.reader(io.StringIO(data.decode("utf-8"))))) - 1, 0)
+    else:
+        try:
+            import pyarrow.parquet as pq  # type: ignore[import-untyped]
+        except ImportError:
+            return f"{len(data)} bytes of dead letters"
+        n = pq.ParquetFile(io.BytesIO(data)).metadata.num_rows
+    return f"{n} dead letters"

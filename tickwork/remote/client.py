@@ -1,0 +1,316 @@
+"""`Client` and `AsyncClient`: the HTTP API from Python, for a service or notebook that
+may reach only the API (not the database or the broker).
+
+Both carry out the same plans (`plans.py`): each method below is one plan, given to the
+client's runner, so what is sent and how the answer is read is written once. Only the
+sending (and, for `watch`, the reading of the stream) differs between the two.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import time
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from types import TracebackType
+from typing import Any, Concatenate, ParamSpec, Self, TypeVar
+
+import httpx
+
+from tickwork.fsm.errors import ConfigurationError
+
+from . import plans
+from .errors import error_of, unreachable
+from .plans import Call, Plan, Sleep, Streamed
+from .stream import Follow
+
+P = ParamSpec("P")
+T = TypeVar("T")
+#: seconds a request may take, unless the constructor says otherwise
+TIMEOUT_S = 30.0
+#: seconds a stream may stay silent (the server sends a heartbeat every 15 s by default)
+STREAM_READ_S = 60.0
+
+
+def base_url(server: str | None) -> str:
+    """The server's root URL from `server` or TICKWORK_SERVER, without a trailing /api/v1."""
+    url = (server or os.environ.get("TICKWORK_SERVER") or "").strip()
+    if not url:
+        raise ConfigurationError(
+            "no tickwork server given: pass server='http://HOST:PORT' or set TICKWORK_SERVER "
+            "(the address `tickwork serve` listens on)"
+        )
+    parsed = httpx.URL(url)
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        raise ConfigurationError(
+            f"the tickwork server {url!r} is not an http:// or https:// URL with a host, "
+            "e.g. http://127.0.0.1:8000"
+        )
+    return url.rstrip("/").removesuffix(plans.PREFIX).rstrip("/")
+
+
+def bearer(token: str | None) -> str:
+    found = (token or os.environ.get("TICKWORK_TOKEN") or "").strip()
+    if not found:
+        raise ConfigurationError(
+            "no API token given: pass token=... or set TICKWORK_TOKEN (a token of the "
+            "server's TICKWORK_API_TOKENS)"
+        )
+    return found
+
+
+def read(call: Call[T], response: httpx.Response) -> T:
+    if not response.is_success:
+        raise error_of(response)
+    return call.read(response)
+
+
+def blocking(plan: Callable[P, Plan[T]]) -> Callable[Concatenate[Client, P], T]:
+    """The plan as a method of `Client`."""
+
+    @functools.wraps(plan)
+    def method(self: Client, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return self.run(plan(*args, **kwargs))
+
+    return method
+
+
+def awaited(
+    plan: Callable[P, Plan[T]],
+) -> Callable[Concatenate[AsyncClient, P], Coroutine[Any, Any, T]]:
+    """The plan as a coroutine method of `AsyncClient`."""
+
+    @functools.wraps(plan)
+    async def method(self: AsyncClient, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return await self.run(plan(*args, **kwargs))
+
+    return method
+
+
+class _Base:
+    def __init__(
+        self, server: str | None, token: str | None, timeout: float, stream_read_s: float
+    ) -> None:
+        self.base_url = base_url(server)
+        self._headers = {"Authorization": f"Bearer {bearer(token)}", "Accept": "application/json"}
+        self._timeout = httpx.Timeout(timeout)
+        self._stream_timeout = httpx.Timeout(timeout, read=stream_read_s)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.base_url!r})"
+
+
+class Client(_Base):
+    """The tickwork HTTP API, blocking. Use it as a context manager, or `close()` it.
+
+    `server` [default: TICKWORK_SERVER] is the address `tickwork serve` listens on;
+    `token` [default: TICKWORK_TOKEN] one of its TICKWORK_API_TOKENS. A refused request
+    raises `RemoteError` (with the API's `code`, `message` and HTTP `status`).
+    """
+
+    def __init__(
+        self,
+        server: str | None = None,
+        *,
+        token: str | None = None,
+        timeout: float = TIMEOUT_S,
+        stream_read_s: float = STREAM_READ_S,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        super().__init__(server, token, timeout, stream_read_s)
+        self._http = httpx.Client(
+            base_url=self.base_url,
+            headers=self._headers,
+            timeout=self._timeout,
+            transport=transport,
+        )
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def send(self, call: Call[T]) -> T:
+        try:
+            response = self._http.request(
+                call.method, call.path, params=call.params, json=call.json
+            )
+        except httpx.TransportError as exc:
+            raise unreachable(exc, self.base_url) from exc
+        return read(call, response)
+
+    def run(self, plan: Plan[T]) -> T:
+        """Carry out a plan: send each call it yields, sleep each pause."""
+        try:
+            step = next(plan)
+            while True:
+                if isinstance(step, Sleep):
+                    time.sleep(step.seconds)
+                    step = plan.send(None)
+                else:
+                    step = plan.send(self.send(step))
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+
+    def watch(
+        self, session_id: str, *, after: int = 0, give_up_after: float = 60.0
+    ) -> Iterator[Streamed]:
+        """The session's events after event id `after` as they happen, then its `end`
+        frame. A dropped connection or a restarting server is resumed from the last
+        event given (Last-Event-ID), nothing lost or given twice; after `give_up_after`
+        seconds without a good read it raises ServerUnreachable."""
+        follow = Follow(session_id, after, give_up_after)
+        while not follow.ended:
+            try:
+                request = follow.request(self._http)
+                response = self._http.send(request, stream=True)
+                try:
+                    if not response.is_success:
+                        response.read()
+                    follow.opened(response)
+                    for line in response.iter_lines():
+                        item = follow.feed(line)
+                        if item is not None:
+                            yield item
+                        if follow.ended:
+                            return
+                finally:
+                    response.close()
+                time.sleep(follow.closed_early())
+            except httpx.TransportError as exc:
+                time.sleep(follow.broke(exc, self.base_url))
+
+    me = blocking(plans.me)
+    submit = blocking(plans.submit)
+    get = blocking(plans.get)
+    timeline = blocking(plans.timeline)
+    sessions = blocking(plans.sessions)
+    events = blocking(plans.events)
+    waiting = blocking(plans.waiting)
+    patch = blocking(plans.patch)
+    wait = blocking(plans.wait)
+    decide = blocking(plans.decide)
+    approve = blocking(plans.approve)
+    edit = blocking(plans.edit)
+    reject = blocking(plans.reject)
+    provide_output = blocking(plans.provide_output)
+    cancel = blocking(plans.cancel)
+    fork = blocking(plans.fork)
+    dead_letters = blocking(plans.dead_letters)
+    dead_letter = blocking(plans.dead_letter)
+    dead_letter_stats = blocking(plans.dead_letter_stats)
+    export_dead_letters = blocking(plans.export_dead_letters)
+    fork_dead_letter = blocking(plans.fork_dead_letter)
+    resolve_dead_letter = blocking(plans.resolve_dead_letter)
+    dismiss_dead_letter = blocking(plans.dismiss_dead_letter)
+
+
+class AsyncClient(_Base):
+    """The tickwork HTTP API for asyncio: `Client`'s methods, awaited (and `watch` an async
+    iterator). Use it as an async context manager, or `await aclose()`."""
+
+    def __init__(
+        self,
+        server: str | None = None,
+        *,
+        token: str | None = None,
+        timeout: float = TIMEOUT_S,
+        stream_read_s: float = STREAM_READ_S,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        super().__init__(server, token, timeout, stream_read_s)
+        self._http = httpx.AsyncClient(
+            base_url=self.base_url,
+            headers=self._headers,
+            timeout=self._timeout,
+            transport=transport,
+        )
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def send(self, call: Call[T]) -> T:
+        try:
+            response = await self._http.request(
+                call.method, call.path, params=call.params, json=call.json
+            )
+        except httpx.TransportError as exc:
+            raise unreachable(exc, self.base_url) from exc
+        return read(call, response)
+
+    async def run(self, plan: Plan[T]) -> T:
+        """Carry out a plan: send each call it yields, sleep each pause."""
+        try:
+            step = next(plan)
+            while True:
+                if isinstance(step, Sleep):
+                    await asyncio.sleep(step.seconds)
+                    step = plan.send(None)
+                else:
+                    step = plan.send(await self.send(step))
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+
+    async def watch(
+        self, session_id: str, *, after: int = 0, give_up_after: float = 60.0
+    ) -> AsyncIterator[Streamed]:
+        """`Client.watch`, as an async iterator."""
+        follow = Follow(session_id, after, give_up_after)
+        while not follow.ended:
+            try:
+                request = follow.request(self._http)
+                response = await self._http.send(request, stream=True)
+                try:
+                    if not response.is_success:
+                        await response.aread()
+                    follow.opened(response)
+                    async for line in response.aiter_lines():
+                        item = follow.feed(line)
+                        if item is not None:
+                            yield item
+                        if follow.ended:
+                            return
+                finally:
+                    await response.aclose()
+                await asyncio.sleep(follow.closed_early())
+            except httpx.TransportError as exc:
+                await asyncio.sleep(follow.broke(exc, self.base_url))
+
+    me = awaited(plans.me)
+    submit = awaited(plans.submit)
+    get = awaited(plans.get)
+    timeline = awaited(plans.timeline)
+    sessions = awaited(plans.sessions)
+    events = awaited(plans.events)
+    waiting = awaited(plans.waiting)
+    patch = awaited(plans.patch)
+    wait = awaited(plans.wait)
+    decide = awaited(plans.decide)
+    approve = awaited(plans.approve)
+    edit = awaited(plans.edit)
+    reject = awaited(plans.reject)
+    provide_output = awaited(plans.provide_output)
+    cancel = awaited(plans.cancel)
+    fork = awaited(plans.fork)
+    dead_letters = awaited(plans.dead_letters)
+    dead_letter = awaited(plans.dead_letter)
+    dead_letter_stats = awaited(plans.dead_letter_stats)
+    export_dead_letters = awaited(plans.export_dead_letters)
+    fork_dead_letter = awaited(plans.fork_dead_letter)
+    resolve_dead_letter = awaited(plans.resolve_dead_letter)
+    dismiss_dead_letter = awaited(plans.dismiss_dead_letter)

@@ -1,0 +1,56 @@
+"""What the remote client raises: the API's JSON errors as one exception class."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from tickwork.fsm.errors import TickworkError
+
+
+class RemoteError(TickworkError):
+    """The tickwork server refused the request; `code`, `status` and `message` say why."""
+
+    def __init__(
+        self, message: str, *, code: str, status: int | None, details: dict[str, Any] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.code, self.status, self.details = code, status, details or {}
+
+    def __repr__(self) -> str:
+        return f"RemoteError(status={self.status}, code={self.code!r}, message={self.message!r})"
+
+
+class ServerUnreachable(RemoteError):
+    """The server did not answer at all (refused, reset, timed out)."""
+
+
+def error_of(response: httpx.Response) -> RemoteError:
+    """The error a non-2xx response carries: its JSON `code` and `message` when it has them
+    (every error of the API does), else what a proxy in between said."""
+    status = response.status_code
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if isinstance(body, dict) and isinstance(body.get("code"), str):
+        details = {k: v for k, v in body.items() if k not in ("code", "message")}
+        message = str(body.get("message") or body["code"])
+        return RemoteError(message, code=body["code"], status=status, details=details)
+    said = " ".join(response.text.split())[:200] or response.reason_phrase
+    return RemoteError(
+        f"{response.request.method} {response.request.url} answered {status} without a "
+        f"tickwork error body ({said}); is TICKWORK_SERVER the tickwork API?",
+        code=f"http_{status}",
+        status=status,
+    )
+
+
+def unreachable(exc: httpx.TransportError, base_url: str) -> ServerUnreachable:
+    return ServerUnreachable(
+        f"cannot reach the tickwork server at {base_url}: {exc or type(exc).__name__}; "
+        "is `tickwork serve` running there, and is TICKWORK_SERVER (--server) right?",
+        code="unreachable",
+        status=None,
+    )

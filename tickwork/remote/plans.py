@@ -1,0 +1,415 @@
+"""Every operation of the remote client, written once, as a plan: a generator that yields
+the requests it needs (`Call`) or a pause (`Sleep`), is sent each answer, and returns the
+operation's value.
+
+`Client` and `AsyncClient` only carry out plans (`runner.py`), so the two never differ in
+what they ask, how they read the answer or how long they wait. Bodies are the API's own
+models (`tickwork.api.bodies`), so a bad value is refused here, with the same message the
+server would give, before anything is sent.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Generator, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+import httpx
+from pydantic import BaseModel
+
+from tickwork.api import bodies
+from tickwork.api.answers import Listed
+from tickwork.api.bodies import Closing, DeadLetterFork
+from tickwork.api.inputs import RepairInput
+from tickwork.fsm.values import DecisionKind, ErrorCode, Event, Head, Status
+from tickwork.store.dead_letters import DeadLetter
+
+T = TypeVar("T")
+M = TypeVar("M", bound=BaseModel)
+#: what the API is served under
+PREFIX = "/api/v1"
+
+
+@dataclass(frozen=True)
+class Call(Generic[T]):
+    """One request and how its (2xx) answer is read."""
+
+    method: str
+    path: str
+    read: Callable[[httpx.Response], T]
+    params: Mapping[str, Any] = field(default_factory=dict)
+    json: Any = None
+
+
+@dataclass(frozen=True)
+class Sleep:
+    """A pause between two polls."""
+
+    seconds: float
+
+
+#: an operation: yields calls and pauses, gets each call's value back, returns its own
+Plan = Generator[Call[Any] | Sleep, Any, T]
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who the token belongs to."""
+
+    name: str
+    roles: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Streamed:
+    """One frame of a session's event stream: an event (`kind` one of `EventKind`, `data`
+    its JSON view with `id`, `kind`, `at`, `data`) or the closing `end` (`data`: the
+    session's final `status` and `last_id`)."""
+
+    id: int
+    kind: str
+    data: dict[str, Any]
+
+    @property
+    def event(self) -> Event | None:
+        """The event as the store's value; None for `end`."""
+        if self.kind == "end":
+            return None
+        return Event.model_validate({k: v for k, v in self.data.items() if k != "id"})
+
+
+@dataclass(frozen=True)
+class EventPage:
+    """A page of events after an id, with the session's status when it was read."""
+
+    status: Status
+    events: tuple[Streamed, ...]
+    last_id: int
+
+
+def model(kind: type[M], data: Any) -> M:
+    """`data` as `kind`, fields a newer server added left out (the models forbid extras)."""
+    if isinstance(data, dict) and kind.model_config.get("extra") == "forbid":
+        data = {k: v for k, v in data.items() if k in kind.model_fields}
+    return kind.model_validate(data)
+
+
+def _json(response: httpx.Response) -> Any:
+    return response.json()
+
+
+def _head(response: httpx.Response) -> Head:
+    return model(Head, response.json())
+
+
+def _path(*parts: str) -> str:
+    from urllib.parse import quote
+
+    return PREFIX + "".join("/" + quote(p, safe="") for p in parts)
+
+
+def _body(shape: type[BaseModel], /, **values: Any) -> dict[str, Any]:
+    """`values` checked by the API's model, as JSON, without what was left at its default."""
+    given = {k: v for k, v in values.items() if v is not None}
+    return shape.model_validate(given).model_dump(mode="json", exclude_unset=True)
+
+
+def me() -> Plan[Identity]:
+    data = yield Call("GET", _path("me"), _json)
+    return Identity(str(data["name"]), tuple(data["roles"]))
+
+
+def submit(
+    kind: str,
+    input: Mapping[str, Any] | RepairInput | None = None,
+    *,
+    model: str | None = None,
+    budgets: Mapping[str, Any] | None = None,
+    session_id: str | None = None,
+    price: tuple[float, float] | None = None,
+    context_window: int | None = None,
+) -> Plan[Head]:
+    """Submit a session of job `kind`; the server records the token's name as its
+    submitter. A repair's input may be a `RepairInput`."""
+    data = input.model_dump(exclude_unset=True) if isinstance(input, RepairInput) else input
+    body = _body(
+        bodies.Submit,
+        kind=kind,
+        input=dict(data or {}),
+        model=model,
+        budgets=dict(budgets) if budgets else None,
+        id=session_id,
+        price=price,
+        context_window=context_window,
+    )
+    return (yield Call("POST", _path("sessions"), _head, json=body))
+
+
+def get(session_id: str) -> Plan[Listed]:
+    """The session's head, with its outcome."""
+    view = yield from timeline(session_id)
+    return model(Listed, view["head"])
+
+
+def timeline(session_id: str) -> Plan[dict[str, Any]]:
+    """The session as a timeline: the document `tickwork show --json` prints (head, steps
+    with calls, observations and decisions, totals, events, lease, forks)."""
+    return (yield Call("GET", _path("sessions", session_id), _json))
+
+
+def sessions(
+    *,
+    status: Iterable[Status | str] = (),
+    kind: str | None = None,
+    error_code: ErrorCode | str | None = None,
+    outcome: str | None = None,
+    submitted_by: str | None = None,
+    parent_id: str | None = None,
+    limit: int = 50,
+    offset: int = 0,
+) -> Plan[list[Listed]]:
+    """Sessions, newest first; `submitted_by` a token's name, `parent_id` for the forks of
+    a session."""
+    params: dict[str, Any] = {"limit": limit, "offset": offset}
+    params["status"] = [Status(s).value for s in status]
+    given = {
+        "kind": kind,
+        "error_code": error_code,
+        "outcome": outcome,
+        "submitted_by": submitted_by,
+        "parent_id": parent_id,
+    }
+    params.update({k: v for k, v in given.items() if v})
+    found = yield Call("GET", _path("sessions"), _json, params=params)
+    return [model(Listed, h) for h in found]
+
+
+def events(session_id: str, *, after: int = 0, limit: int = 1000) -> Plan[EventPage]:
+    """A page of the session's events after event id `after`."""
+    page = yield Call(
+        "GET", _path("sessions", session_id, "events"), _json, {"after": after, "limit": limit}
+    )
+    found = tuple(Streamed(int(e["id"]), str(e["kind"]), e) for e in page["events"])
+    return EventPage(Status(page["status"]), found, int(page["last_id"]))
+
+
+def waiting(session_id: str) -> Plan[dict[str, Any]]:
+    """A waiting session's calls with previews (the approvals page's card)."""
+    return (yield Call("GET", _path("approvals", session_id), _json))
+
+
+def patch(session_id: str) -> Plan[str]:
+    """A repair session's patch against its source (404 `no_patch` says why it has none)."""
+    return (yield Call("GET", _path("sessions", session_id, "patch"), lambda r: r.text))
+
+
+def wait(
+    session_id: str,
+    *,
+    until: Iterable[Status | str] = (),
+    timeout: float | None = None,
+    poll: float = 0.5,
+) -> Plan[Listed]:
+    """Poll the session until its status is one of `until` [default: any terminal one];
+    TimeoutError after `timeout` seconds."""
+    wanted = {Status(s) for s in until}
+    started = time.monotonic()
+    while True:
+        head = yield from get(session_id)
+        if head.status in wanted or (not wanted and head.status.terminal):
+            return head
+        if timeout is not None and time.monotonic() - started >= timeout:
+            names = ", ".join(sorted(s.value for s in wanted)) or "a terminal status"
+            raise TimeoutError(
+                f"session {session_id} is still {head.status.value} after {timeout:g}s, not "
+                f"{names}; is a worker running?"
+            )
+        yield Sleep(poll)
+
+
+def _fingerprint(view: Mapping[str, Any], session_id: str, call_id: str) -> str:
+    for step in view["steps"]:
+        for call in step["calls"]:
+            if call["call_id"] == call_id:
+                return str(call["fingerprint"])
+    from tickwork.fsm.errors import CallNotFound
+
+    awaiting = ", ".join(view["head"].get("awaiting") or ()) or "none"
+    raise CallNotFound(f"session {session_id} has no call {call_id!r}; waiting: {awaiting}")
+
+
+def decide(
+    session_id: str,
+    call_id: str,
+    kind: DecisionKind | str,
+    *,
+    fingerprint: str | None = None,
+    comment: str = "",
+    arguments: Mapping[str, Any] | None = None,
+    feedback: str = "",
+    output: str | None = None,
+) -> Plan[Head]:
+    """Decide one waiting call as the token's person. `fingerprint` binds the decision to
+    the call you saw; None reads the call's fingerprint as the server has it now."""
+    if fingerprint is None:
+        view = yield from timeline(session_id)
+        fingerprint = _fingerprint(view, session_id, call_id)
+    body = _body(
+        bodies.Decide,
+        kind=DecisionKind(kind),
+        fingerprint=fingerprint,
+        comment=comment or None,
+        arguments=dict(arguments) if arguments is not None else None,
+        feedback=feedback or None,
+        output=output,
+    )
+    path = _path("sessions", session_id, "calls", call_id, "decision")
+    return (yield Call("POST", path, _head, json=body))
+
+
+def approve(session_id: str, call_id: str, **kw: Any) -> Plan[Head]:
+    return (yield from decide(session_id, call_id, DecisionKind.APPROVE, **kw))
+
+
+def edit(session_id: str, call_id: str, arguments: Mapping[str, Any], **kw: Any) -> Plan[Head]:
+    return (yield from decide(session_id, call_id, DecisionKind.EDIT, arguments=arguments, **kw))
+
+
+def reject(session_id: str, call_id: str, feedback: str = "", **kw: Any) -> Plan[Head]:
+    return (yield from decide(session_id, call_id, DecisionKind.REJECT, feedback=feedback, **kw))
+
+
+def provide_output(session_id: str, call_id: str, output: str, **kw: Any) -> Plan[Head]:
+    kind = DecisionKind.PROVIDE_OUTPUT
+    return (yield from decide(session_id, call_id, kind, output=output, **kw))
+
+
+def cancel(session_id: str) -> Plan[Head]:
+    """Cancel: at once if it waits for a person, else at its next tick."""
+    return (yield Call("POST", _path("sessions", session_id, "cancel"), _head))
+
+
+def _fork_body(shape: type[BaseModel], /, **values: Any) -> dict[str, Any]:
+    for key in ("tool_outputs", "budgets", "state"):
+        values[key] = dict(values[key]) if values.get(key) else None
+    return _body(shape, **values)
+
+
+def fork(
+    session_id: str,
+    *,
+    from_step: int,
+    system_prompt: str | None = None,
+    append_instruction: str | None = None,
+    tool_outputs: Mapping[str, str] | None = None,
+    budgets: Mapping[str, Any] | None = None,
+    state: Mapping[str, Any] | None = None,
+    new_id: str | None = None,
+) -> Plan[Head]:
+    """A new session from step `from_step` of this one, with a declared patch."""
+    body = _fork_body(
+        bodies.Fork,
+        from_step=from_step,
+        system_prompt=system_prompt,
+        append_instruction=append_instruction,
+        tool_outputs=tool_outputs,
+        budgets=budgets,
+        state=state,
+        id=new_id,
+    )
+    return (yield Call("POST", _path("sessions", session_id, "fork"), _head, json=body))
+
+
+def _letters(
+    code: ErrorCode | str | None, kind: str | None, since: str | None, unresolved: bool
+) -> dict[str, Any]:
+    params: dict[str, Any] = {"unresolved": unresolved}
+    if code is not None:
+        params["code"] = ErrorCode(str(code).upper()).value
+    params.update({k: v for k, v in (("kind", kind), ("since", since)) if v is not None})
+    return params
+
+
+def dead_letters(
+    *,
+    code: ErrorCode | str | None = None,
+    kind: str | None = None,
+    since: str | None = None,
+    unresolved: bool = False,
+    limit: int = 100,
+) -> Plan[list[DeadLetter]]:
+    """Dead letters, newest first; `since` an ISO time or a duration ago (2h, 3d)."""
+    params = {**_letters(code, kind, since, unresolved), "limit": limit}
+    found = yield Call("GET", _path("dead-letters"), _json, params=params)
+    return [model(DeadLetter, d) for d in found]
+
+
+def dead_letter(key: str | int) -> Plan[dict[str, Any]]:
+    """A dead letter (by its id or its session's id) with its session as a timeline under
+    `session` and the session's forks: the document `tickwork dlq show --json` prints."""
+    return (yield Call("GET", _path("dead-letters", str(key)), _json))
+
+
+def dead_letter_stats(*, by: str | None = None, since: str | None = None) -> Plan[dict[str, Any]]:
+    """Counts by code, kind, model, last tool and error signature: {since, total, by}."""
+    params = {k: v for k, v in (("by", by), ("since", since)) if v is not None}
+    return (yield Call("GET", _path("dead-letters", "stats"), _json, params=params))
+
+
+def export_dead_letters(
+    *,
+    format: str = "jsonl",
+    code: ErrorCode | str | None = None,
+    kind: str | None = None,
+    since: str | None = None,
+    unresolved: bool = False,
+    snapshot: bool = False,
+) -> Plan[bytes]:
+    """Every dead letter matching, oldest first, as JSON Lines, CSV or Parquet bytes."""
+    params = {**_letters(code, kind, since, unresolved), "format": format, "snapshot": snapshot}
+    return (yield Call("GET", _path("dead-letters", "export"), lambda r: r.content, params))
+
+
+def fork_dead_letter(
+    key: str | int,
+    *,
+    from_step: int,
+    system_prompt: str | None = None,
+    append_instruction: str | None = None,
+    tool_outputs: Mapping[str, str] | None = None,
+    budgets: Mapping[str, Any] | None = None,
+    state: Mapping[str, Any] | None = None,
+    new_id: str | None = None,
+    again: bool = False,
+) -> Plan[Head]:
+    """Fork a dead letter's session; the dead letter is resolved. `again` forks one that
+    was forked or closed already."""
+    body = _fork_body(
+        DeadLetterFork,
+        from_step=from_step,
+        system_prompt=system_prompt,
+        append_instruction=append_instruction,
+        tool_outputs=tool_outputs,
+        budgets=budgets,
+        state=state,
+        id=new_id,
+        again=again or None,
+    )
+    return (yield Call("POST", _path("dead-letters", str(key), "fork"), _head, json=body))
+
+
+def _close(key: str | int, verb: str, reason: str) -> Plan[DeadLetter]:
+    body = _body(Closing, reason=reason)
+    letter = yield Call("POST", _path("dead-letters", str(key), verb), _json, json=body)
+    return model(DeadLetter, letter)
+
+
+def resolve_dead_letter(key: str | int, reason: str) -> Plan[DeadLetter]:
+    """Mark the dead letter resolved without forking it."""
+    return (yield from _close(key, "resolve", reason))
+
+
+def dismiss_dead_letter(key: str | int, reason: str) -> Plan[DeadLetter]:
+    """Dismiss the dead letter: nothing is to be done."""
+    return (yield from _close(key, "dismiss", reason))
