@@ -7,7 +7,6 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import PlainTextResponse
-from pydantic import Field
 
 from tickwork import views
 from tickwork.client import SESSION_ID, Tickwork
