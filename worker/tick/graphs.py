@@ -287,7 +287,7 @@ def _run(
             stop=stop,
         )
         contexts.append(ctx)
-        return node.fn(typed, ctx) if node.takes_context() else node.fn(typed)
+        return node.run(typed, ctx)
 
     try:
         returned, duration = run_call(tick, call, run, rerun=plan.rerun, arguments=state)
