@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from tickwork.fsm.errors import ConfigurationError
 from tickwork.fsm.values import Head
 from tickwork.store.artifacts import Artifacts
 from tickwork.worker.tools.registry import ToolRegistry
@@ -119,8 +121,35 @@ class JobKind:
     #: what the job produced, computed when the session completes: `finish(head) -> result`
     finish: Callable[[Head], dict[str, Any]] | None = None
 
+    def __post_init__(self) -> None:
+        # before the typed interface `prepare` could ask for the submission by keyword; it
+        # is now called with the input only, so such a kind would silently lose `trusted`
+        # (and accept local paths from outside): refuse it when it is defined
+        asked = _submission_keywords(self.prepare)
+        if asked:
+            raise ConfigurationError(
+                f"job kind {self.name!r}: its prepare takes {', '.join(asked)}, but a "
+                "JobKind's prepare is given the submitted input only. Implement "
+                "configure(data, submission) instead (tickwork.worker.jobs.Kind; "
+                "submission.trusted, .workspace_roots, .state_dir, .artifacts), see "
+                "docs/JOB_KINDS.md"
+            )
+
     def configure(self, data: Mapping[str, Any], submission: Submission) -> dict[str, Any]:
         return self.prepare(data)
 
     def completed(self, head: Head, ending: Ending) -> dict[str, Any]:
         return {} if self.finish is None else self.finish(head)
+
+
+#: what a prepare could ask for by keyword before `Submission` carried it
+_LEGACY_KEYWORDS = ("state_dir", "artifacts", "trusted", "workspace_roots")
+
+
+def _submission_keywords(prepare: Callable[..., Any]) -> list[str]:
+    """The keywords of the submission `prepare` names (an old-style prepare's)."""
+    try:
+        names = inspect.signature(prepare).parameters
+    except (TypeError, ValueError):
+        return []
+    return [name for name in _LEGACY_KEYWORDS if name in names]

@@ -42,7 +42,7 @@ log = logging.getLogger("tickwork.tick")
 
 def think(tick: Tick) -> Change:
     """THINK: call the model with the transcript (or compact it first) and record its step."""
-    rt, claimed, notes = tick.rt, tick.claimed, tick.report
+    rt, claimed, report = tick.rt, tick.claimed, tick.report
     head = claimed.head
     prompt = context.plan(head, claimed.steps, claimed.observations, estimate=estimate)
     messages = prompt.messages
@@ -72,7 +72,7 @@ def think(tick: Tick) -> Change:
     tools = rt.jobs.tools(head.kind)
     schemas = schemas_for(tools, head)
     if isinstance(before, Compact):
-        return _compact(rt, head, prompt, schemas, notes, cap.tokens)
+        return _compact(rt, head, prompt, schemas, report, cap.tokens)
     job = rt.jobs.get(head.kind)
     asked = time.time_ns()
     try:
@@ -92,13 +92,13 @@ def think(tick: Tick) -> Change:
             # nothing to compact (or no policy: a session stored before 0.2.0) fits it
             why = forced.too_long or "the session has no context policy to compact under"
             failed = machine.fail(head, ErrorCode.CONTEXT, f"{why}: {exc}", now=rt.clock())
-            notes.model = _model_failed(head.model, asked, messages, failed.head, str(exc))
+            report.model = _model_failed(head.model, asked, messages, failed.head, str(exc))
             return failed
-        return _compact(rt, head, forced, schemas, notes, cap.tokens)
+        return _compact(rt, head, forced, schemas, report, cap.tokens)
     except ModelError as exc:
-        return _model_error(rt, head, exc, asked, messages, notes)
+        return _model_error(rt, head, exc, asked, messages, report)
     except Exception as exc:
-        notes.model = ModelCall(
+        report.model = ModelCall(
             spec=head.model,
             started_ns=asked,
             ended_ns=time.time_ns(),
@@ -116,7 +116,7 @@ def think(tick: Tick) -> Change:
         failed = machine.model_failed(
             head, error=why, transient=True, now=rt.clock(), jitter=rt.jitter()
         )
-        notes.model = _model_failed(head.model, asked, messages, failed.head, why)
+        report.model = _model_failed(head.model, asked, messages, failed.head, why)
         return failed
     answered = time.time_ns()
     cost = _cost(rt, head, reply)
@@ -131,7 +131,7 @@ def think(tick: Tick) -> Change:
         cut=cut,
         masked_through=prompt.view.masked,
     )
-    notes.model = ModelCall(
+    report.model = ModelCall(
         spec=head.model,
         started_ns=asked,
         ended_ns=answered,
@@ -213,7 +213,7 @@ def _compact(
     head: Head,
     prompt: context.Plan,
     schemas: list[dict[str, Any]],
-    notes: TickReport,
+    report: TickReport,
     max_tokens: int | None,
 ) -> Change:
     """The compaction micro-phase: one model call that summarises the steps up to the
@@ -223,7 +223,7 @@ def _compact(
     model = rt.model(head.model)
     asked = time.time_ns()
     messages = prompt.messages
-    notes.phase = Phase.COMPACT
+    report.phase = Phase.COMPACT
     try:
         # the same tools as every THINK: they are part of the prefix a provider caches
         reply = model.generate(
@@ -234,19 +234,19 @@ def _compact(
     except ContextTooLong as exc:
         why = f"compacting steps 1-{prompt.compact_through} was refused as too long too: {exc}"
         failed = machine.fail(head, ErrorCode.CONTEXT, why, now=rt.clock())
-        notes.model = _model_failed(head.model, asked, messages, failed.head, str(exc))
+        report.model = _model_failed(head.model, asked, messages, failed.head, str(exc))
         return failed
     except ModelError as exc:
-        return _model_error(rt, head, exc, asked, messages, notes)
+        return _model_error(rt, head, exc, asked, messages, report)
     if not reply.content.strip():
         why = "the model returned an empty summary for a compaction"
         failed = machine.model_failed(
             head, error=why, transient=True, now=rt.clock(), jitter=rt.jitter()
         )
-        notes.model = _model_failed(head.model, asked, messages, failed.head, why)
+        report.model = _model_failed(head.model, asked, messages, failed.head, why)
         return failed
     cost = _cost(rt, head, reply)
-    notes.model = ModelCall(
+    report.model = ModelCall(
         spec=head.model,
         started_ns=asked,
         ended_ns=time.time_ns(),
@@ -279,7 +279,7 @@ def _model_failed(spec: str, asked: int, messages: list[Any], after: Head, error
 
 
 def _model_error(
-    rt: Runtime, head: Head, exc: ModelError, asked: int, messages: list[Any], notes: TickReport
+    rt: Runtime, head: Head, exc: ModelError, asked: int, messages: list[Any], report: TickReport
 ) -> Change:
     """A model call that raised a ModelError: the machine retries it later or fails the
     session (a server's Retry-After capped), and the call is noted for the tick's report."""
@@ -291,7 +291,7 @@ def _model_error(
         jitter=rt.jitter(),
         retry_after_s=_capped(rt, head.id, exc.retry_after_s),
     )
-    notes.model = _model_failed(head.model, asked, messages, failed.head, str(exc))
+    report.model = _model_failed(head.model, asked, messages, failed.head, str(exc))
     return failed
 
 
