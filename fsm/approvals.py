@@ -1,4 +1,4 @@
-"""Approval rules and decision validation (DESIGN section 5)."""
+"""Approval rules and decision validation (docs/DESIGN.md section 5)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Budget checks made before every model call (DESIGN section 6).
+"""Budget checks made before every model call (docs/DESIGN.md section 6).
 
 A budget stops the session before a call that would take it past its limit: the caller
 estimates what the next call will read (`NextCall`), and the call is sent with a completion
@@ -49,7 +49,7 @@ def completion_cap(head: Head, next_call: NextCall) -> Cap:
 
     A server that honours the cap can then take the session past `max_cost_usd` only by
     what the prompt's estimate fell short of; the call's cost is at most its prompt plus
-    the cap at the completion price (DESIGN section 14)."""
+    the cap at the completion price (docs/DESIGN.md section 14)."""
     return min(_caps(head, next_call), key=lambda cap: cap.tokens)
 
 

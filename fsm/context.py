@@ -1,4 +1,4 @@
-"""The context a model sees (DESIGN section 14): a policy per session, masking of old
+"""The context a model sees (docs/DESIGN.md section 14): a policy per session, masking of old
 observations and compaction, as pure functions of the stored steps.
 
 The prompt of a THINK is built from a *view* of the stored steps: the latest compaction

@@ -1,4 +1,4 @@
-"""Stable fingerprints of tool calls and steps (DESIGN section 4)."""
+"""Stable fingerprints of tool calls and steps (docs/DESIGN.md section 4)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Forking a session from a chosen step with a declared patch (DESIGN section 6)."""
+"""Forking a session from a chosen step with a declared patch (docs/DESIGN.md section 6)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Graph workflows: the definition, its validation, routing and state updates (DESIGN 12).
+"""Graph workflows: the definition, its validation, routing and state updates
+(docs/DESIGN.md section 12).
 
 A graph is named nodes (plain functions of the state returning a partial update), edges
 and conditional edges between them, from `START` to `END`, over a typed state (a pydantic
@@ -348,7 +349,7 @@ class CompiledGraph:
 
 def state_fingerprint(node: str, state: Mapping[str, Any]) -> str:
     """The fingerprint of running `node` on `state`: what loop detection compares and what a
-    person's decision before the node is bound to (DESIGN 4 and 5)."""
+    person's decision before the node is bound to (docs/DESIGN.md sections 4 and 5)."""
     return call_fingerprint(node, state)
 
 

@@ -1,4 +1,4 @@
-"""A graph session on the session machine: one node run per tick (DESIGN 12).
+"""A graph session on the session machine: one node run per tick (docs/DESIGN.md section 12).
 
 A graph session is an agent session whose steps are node runs: step N holds one call, named
 for the node, whose fingerprint is the node's name and its input state; the call's

@@ -1,4 +1,4 @@
-"""What kind of session a session is (DESIGN 12), said in one place.
+"""What kind of session a session is (docs/DESIGN.md section 12), said in one place.
 
 A session is an agent loop (the model thinks, tools run) or a graph (one node a tick). The
 kind is read from what the session stores, once, by `kind_of`; nothing else asks the
@@ -19,8 +19,8 @@ GRAPH_KEY = "graph"
 
 
 class SessionKind(StrEnum):
-    AGENT = "agent"  #: the model thinks, the tools it calls run (DESIGN 2)
-    GRAPH = "graph"  #: one node of a graph runs a tick (DESIGN 12, `tickwork.fsm.graph_machine`)
+    AGENT = "agent"  #: the model thinks, the tools it calls run (docs/DESIGN.md section 2)
+    GRAPH = "graph"  #: one node of a graph a tick (`tickwork.fsm.graph_machine`)
 
 
 class GraphRef(Value):

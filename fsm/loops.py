@@ -1,4 +1,4 @@
-"""Loop detection: a pure function of the step-fingerprint history (DESIGN section 4)."""
+"""Loop detection: a pure function of the step-fingerprint history (docs/DESIGN.md section 4)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The session state machine: one function per micro-phase (DESIGN section 2).
+"""The session state machine: one function per micro-phase (docs/DESIGN.md section 2).
 
 Each function takes the session's head and what happened, and returns a `Change`
 (what the store appends and the head it moves to) or a command for the worker
@@ -72,7 +72,7 @@ class CallModel(Value):
 
 
 class Compact(Value):
-    """Call the model to summarise the steps up to `through` (DESIGN section 14); the
+    """Call the model to summarise the steps up to `through` (docs/DESIGN.md section 14); the
     summary is recorded as a step of its own, and the next tick thinks again."""
 
     through: int
@@ -544,7 +544,7 @@ def request_cancel(head: Head, calls: Sequence[ToolCall], *, now: datetime, by: 
 
 def needs_environment(head: Head) -> bool:
     """A job that asked for an environment (`config["environment"]`) and has none recorded
-    in its result yet: its next THINK tick builds or finds it first (DESIGN section 13)."""
+    in its result yet: its next THINK tick builds or finds it first (docs/DESIGN.md section 13)."""
     return bool(head.config.get("environment")) and "environment" not in head.result
 
 

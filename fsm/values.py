@@ -14,11 +14,12 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 #: 3: the head carries `runtime_level`
 SNAPSHOT_SCHEMA_VERSION = 3
 
-#: The runtime level this code writes and runs (DESIGN 12): bumped, separately from the
-#: package's version, when what a session stores changes so that an older worker would
-#: run it wrongly. A session records the level it needs; a worker claims only sessions of
-#: its level or below, so in a rolling upgrade an older worker leaves a newer session to a
-#: newer worker instead of half-running it (ops/RUNBOOK.md, "Upgrades").
+#: The runtime level this code writes and runs (docs/DESIGN.md section 12): bumped,
+#: separately from the package's version, when what a session stores changes so that an
+#: older worker would run it wrongly. A session records the level it needs; a worker
+#: claims only sessions of its level or below, so in a rolling upgrade an older worker
+#: leaves a newer session to a newer worker instead of half-running it (ops/RUNBOOK.md,
+#: "Upgrades").
 #: 1: the session's files are stored (`config.files`: a base manifest and the changes of
 #:    its ticks); also the sessions of 0.1.0, which recorded no level. A session from
 #:    before stored files (`config.workspace` and `config.baseline`) runs on level 1 too,
@@ -267,7 +268,7 @@ class Decision(Value):
 class StepKind(StrEnum):
     REPLY = "reply"  #: a model reply: a thought and its tool calls (or the final answer)
     #: a model call that summarised the steps up to `compacted_through`; its thought is
-    #: the summary, and it has no calls (DESIGN section 14)
+    #: the summary, and it has no calls (docs/DESIGN.md section 14)
     COMPACTION = "compaction"
 
 

@@ -1,4 +1,5 @@
-"""Environments' rows: one build per key across the fleet, and who uses each (DESIGN 13).
+"""Environments' rows: one build per key across the fleet, and who uses each
+(docs/DESIGN.md section 13).
 
 A build is claimed like a tick: a compare-and-swap on the key's row that succeeds only if
 no live lease is held, setting an owner and a lease the builder renews. A builder killed

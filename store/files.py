@@ -1,4 +1,5 @@
-"""A session's files as data: a base manifest plus the changes its ticks saved (DESIGN 10).
+"""A session's files as data: a base manifest plus the changes its ticks saved
+(docs/DESIGN.md section 10).
 
 A manifest maps a relative path to `"<mode> <blob hash>"` (mode `100644` or `100755`, as
 git writes them); the blobs live in the artifact store (`artifacts.py`). A change set maps

@@ -61,6 +61,8 @@ class Store(Protocol):
         kind: str | None = None,
         error_code: str | None = None,
         outcome: str | None = None,
+        submitted_by: str | None = None,
+        parent_id: str | None = None,
         limit: int = 50,
         offset: int = 0,
     ) -> list[Head]:

@@ -1,4 +1,5 @@
-"""Retention: finished sessions archived whole, then deleted from the live tables (DESIGN 11).
+"""Retention: finished sessions archived whole, then deleted from the live tables
+(docs/DESIGN.md section 11).
 
 A pass takes sessions in small batches, each of sessions that finished on one day:
 

@@ -343,7 +343,7 @@ deliveries = Table(
     "tickwork_deliveries",
     metadata,
     # the webhook card of an `approval_requested` event: the event row, written with the
-    # save, is the outbox; this row records the card's delivery (DESIGN section 11)
+    # save, is the outbox; this row records the card's delivery (docs/DESIGN.md section 7)
     Column(
         "event_id",
         BigInteger().with_variant(Integer, "sqlite"),
@@ -398,8 +398,9 @@ archived = Table(
 environments = Table(
     "tickwork_environments",
     metadata,
-    # a repair job's environment (DESIGN 13): built once per key across the fleet, packed
-    # into the artifact store; the row is the build's claim (owner + lease, like a tick's)
+    # a repair job's environment (docs/DESIGN.md section 13): built once per key across the
+    # fleet, packed into the artifact store; the row is the build's claim (owner + lease,
+    # like a tick's)
     Column("key", String(64), primary_key=True),
     #: "building", "ready" or "failed"
     Column("status", String(16), nullable=False),

@@ -195,6 +195,8 @@ class CoreStore:
         kind: str | None = None,
         error_code: str | None = None,
         outcome: str | None = None,
+        submitted_by: str | None = None,
+        parent_id: str | None = None,
         limit: int = 50,
         offset: int = 0,
     ) -> list[Head]:
@@ -209,6 +211,10 @@ class CoreStore:
             query = query.where(sessions.c.error_code == error_code)
         if outcome:
             query = query.where(sessions.c.outcome == outcome)
+        if submitted_by:
+            query = query.where(sessions.c.submitted_by == submitted_by)
+        if parent_id:
+            query = query.where(sessions.c.parent_id == parent_id)
         query = query.order_by(sessions.c.created_at.desc(), sessions.c.id).limit(limit)
         with self.engine.connect() as conn:
             return [rows.head_from_row(r) for r in conn.execute(query.offset(offset)).mappings()]

@@ -1,4 +1,4 @@
-"""The layer rules of DESIGN section 1, read from the source with `ast`: each layer imports
+"""The layer rules of docs/DESIGN.md section 1, read from the source with `ast`: each layer imports
 only the layers below it, and no modules of worker/ or tickwork/ import each other in a
 circle.
 
@@ -110,7 +110,8 @@ def test_each_layer_imports_only_the_layers_below_it() -> None:
                 continue
             if (layer, other) not in KNOWN:
                 found.append(f"{path.relative_to(ROOT)}:{line} imports {target}")
-    assert not found, "a layer imports one above it (DESIGN section 1):\n" + "\n".join(found)
+    why = "a layer imports one above it (docs/DESIGN.md section 1):\n"
+    assert not found, why + "\n".join(found)
 
 
 def cycles(edges: dict[str, set[str]]) -> list[tuple[str, ...]]:

@@ -3,8 +3,8 @@
     celery -A tickwork worker --queues tickwork.ticks     # or -A tickwork.celery
 
 `celery -A` imports the app with the working directory first on `sys.path`, where a
-`worker.py` or `tasks.py` would stand in for tickwork's packages (so `-A tickwork.worker.tick.app` is
-only safe where there is none); this module imports them from where tickwork is installed.
+`tickwork.py` would stand in for tickwork itself; this module imports the app's modules
+from where tickwork is installed (`-A tickwork.worker.tick.app` names the same app).
 The app is built from the environment on first access, not at import.
 """
 

@@ -30,6 +30,7 @@ COMMANDS = (
     "tickwork.cli_sessions",
     "tickwork.cli_decisions",
     "tickwork.cli_dlq",
+    "tickwork.cli_eval",
     "tickwork.cli_ops",
     "tickwork.cli_gc",
     "tickwork.cli_env",

@@ -140,7 +140,7 @@ def demo(
                     )
                 )
         _sandbox_banner(ctx, session_id)
-        worker = _start_worker(folder / "worker.log")
+        worker = start_worker(folder / "worker.log")
         try:
             _follow(ctx, session_id, yes=yes, deadline=time.monotonic() + timeout, worker=worker)
         except KeyboardInterrupt:
@@ -153,7 +153,7 @@ def demo(
             )
             raise typer.Exit(130) from None
         finally:
-            _stop(worker)
+            stop_worker(worker)
         _finish(ctx, session_id, settings.state_dir)
 
 
@@ -242,7 +242,7 @@ def _graph_demo(*, yes: bool, model: str | None, new: bool, timeout: float) -> N
                     f"{state['ledger']}",
                 )
             )
-        worker = _start_worker(folder / "worker.log", pythonpath=EXAMPLES)
+        worker = start_worker(folder / "worker.log", pythonpath=EXAMPLES)
         try:
             _follow(ctx, session_id, yes=yes, deadline=time.monotonic() + timeout, worker=worker)
         except KeyboardInterrupt:
@@ -255,7 +255,7 @@ def _graph_demo(*, yes: bool, model: str | None, new: bool, timeout: float) -> N
             )
             raise typer.Exit(130) from None
         finally:
-            _stop(worker)
+            stop_worker(worker)
         head = ctx.store.get(session_id)
         style = "bold green" if head.status is Status.COMPLETED else "bold red"
         render.show(Text(f"\nsession {session_id}: {head.status.value}", style=style))
@@ -277,7 +277,11 @@ def _graph_demo(*, yes: bool, model: str | None, new: bool, timeout: float) -> N
             raise typer.Exit(1)
 
 
-def _start_worker(log: Path, *, pythonpath: Path | None = None) -> subprocess.Popen[bytes]:
+def start_worker(
+    log: Path, *, pythonpath: Path | None = None, concurrency: int = 2
+) -> subprocess.Popen[bytes]:
+    """`tickwork worker` (threads pool) as a process of its own group, its output in `log`;
+    for commands that run sessions on the embedded default (the demo, `tickwork eval`)."""
     # -P: the working directory is not put on sys.path, so nothing there stands in for tickwork
     command = [
         sys.executable,
@@ -288,7 +292,7 @@ def _start_worker(log: Path, *, pythonpath: Path | None = None) -> subprocess.Po
         "--pool",
         "threads",
         "--concurrency",
-        "2",
+        str(concurrency),
         "--loglevel",
         "WARNING",
     ]
@@ -308,7 +312,8 @@ def _start_worker(log: Path, *, pythonpath: Path | None = None) -> subprocess.Po
         )
 
 
-def _stop(worker: subprocess.Popen[bytes]) -> None:
+def stop_worker(worker: subprocess.Popen[bytes]) -> None:
+    """Stop a worker from `start_worker`: SIGTERM to its group, SIGKILL after 30 s."""
     if worker.poll() is not None:
         return
     os.killpg(worker.pid, signal.SIGTERM)

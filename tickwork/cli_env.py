@@ -1,4 +1,5 @@
-"""`tickwork env ls|show|rm`: repair jobs' environments (DESIGN 13), built once per key."""
+"""`tickwork env ls|show|rm`: repair jobs' environments (docs/DESIGN.md section 13), built once
+per key."""
 
 from __future__ import annotations
 

@@ -29,7 +29,7 @@ class Pool(StrEnum):
 
 #: ticks at once of `--pool threads` on a server broker when `-c` is not given: a
 #: model-bound worker waits on model calls, so one process keeps hundreds in flight
-#: (ops/bench/in_flight.py; README "Sizing a fleet")
+#: (ops/bench/in_flight.py; docs/OPERATIONS.md, "Sizing a fleet")
 MODEL_BOUND_THREADS = 250
 
 

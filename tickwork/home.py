@@ -1,7 +1,8 @@
 """Where tickwork's code lives, kept ahead of the working directory on `sys.path`.
 
-tickwork's top-level packages have common names (`fsm`, `store`, `worker`, `tasks`), so a
-`tasks.py` or `worker.py` in the directory a command starts in must not stand in for them.
+tickwork installs one top-level package, `tickwork` (its layers are `tickwork.fsm`,
+`tickwork.store`, `tickwork.worker` and `tickwork.tasks`), so a `tickwork.py` or a
+`tickwork/` folder in the directory a command starts in must not stand in for it.
 `python -m` and Celery (while it imports an `-A` app or task modules) put that directory
 first on `sys.path`; these take it off again, unless tickwork's own code is what lives there.
 """
@@ -13,8 +14,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-#: tickwork's top-level packages: none of them may come from the working directory
-PACKAGES = ("fsm", "store", "worker", "tasks", "tickwork")
+#: tickwork's one top-level package: it may not come from the working directory
+PACKAGES = ("tickwork",)
 
 
 def home() -> Path:

@@ -124,11 +124,15 @@ class Worker:
         pool: str = "prefork",
         concurrency: int = 1,
         loglevel: str = "WARNING",
+        command: list[str] | None = None,
     ) -> None:
+        """`celery -A app worker` on `queue`, or `command` instead (another worker's command
+        line, such as `tickwork worker`), with `env`."""
         self.log = Path(tempfile.gettempdir()) / f"tickwork-bench-worker-{uuid.uuid4().hex[:8]}.log"
         with open(self.log, "wb") as out:
             self.proc = subprocess.Popen(
-                [
+                command
+                or [
                     sys.executable,
                     "-m",
                     "celery",

@@ -1,4 +1,4 @@
-"""Benchmark: what egress adds to one sandboxed command (DESIGN section 13).
+"""Benchmark: what egress adds to one sandboxed command (docs/DESIGN.md section 13).
 
 The same trivial command (`true`) runs N times in the sandbox without egress (its own
 network namespace, nothing else) and N times with it (a proxy on a unix socket started in

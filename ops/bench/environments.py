@@ -1,4 +1,5 @@
-"""Benchmark: a repair job's environment (issue 22, DESIGN 13), built once and reused.
+"""Benchmark: a repair job's environment (issue 22, docs/DESIGN.md section 13),
+built once and reused.
 
 A project depending on 20 packages (tiny wheels made here, served by a package index on
 127.0.0.1) gets its environment by `--setup auto` with the index allowed; the environment

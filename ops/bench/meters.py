@@ -1,4 +1,5 @@
-"""Meters on the store: time per store call and tick, rows and bytes written."""
+"""Meters on the store: time per store call and tick, rows and bytes written; and a
+database's own counters of commits and rows (pg_stat_database)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import psycopg
 from sqlalchemy import Engine, event
 
 
@@ -94,3 +96,60 @@ class WriteCounter:
 
     def snapshot(self) -> tuple[int, int, int, int]:
         return self.rows, self.bytes, self.statements, self.writes
+
+
+@dataclass(frozen=True)
+class DatabaseCounts:
+    """A database's commits and rows inserted, updated and deleted, as Postgres counts them
+    (pg_stat_database). A backend reports its counts when it exits, and when it goes idle at
+    most once a second: one that reported less than a second ago keeps the next ones until it
+    is next idle a second later, or for ten seconds if it stays idle (PGSTAT_IDLE_INTERVAL).
+    Read them with `settled` once the work's connections are closed."""
+
+    commits: int
+    inserted: int
+    updated: int
+    deleted: int
+
+    @property
+    def rows(self) -> int:
+        return self.inserted + self.updated + self.deleted
+
+    def __sub__(self, other: DatabaseCounts) -> DatabaseCounts:
+        return DatabaseCounts(
+            self.commits - other.commits,
+            self.inserted - other.inserted,
+            self.updated - other.updated,
+            self.deleted - other.deleted,
+        )
+
+    @classmethod
+    def read(cls, admin_url: str, database: str) -> DatabaseCounts:
+        """The counts now, read over a new connection to another database (`admin_url`), so
+        that reading adds nothing to them and sees no cached snapshot."""
+        with psycopg.connect(admin_url, autocommit=True) as conn:
+            row = conn.execute(
+                "select xact_commit, tup_inserted, tup_updated, tup_deleted"
+                " from pg_stat_database where datname = %s",
+                (database,),
+            ).fetchone()
+        if row is None:
+            raise LookupError(f"no database {database!r} in pg_stat_database")
+        return cls(*(int(v) for v in row))
+
+    @classmethod
+    def settled(
+        cls, admin_url: str, database: str, *, wait: float = 0.2, poll: float = 0.3
+    ) -> DatabaseCounts:
+        """The counts once the backends that closed reported theirs (a backend exits a moment
+        after its client hung up): after `wait` seconds, and unchanged between two reads `poll`
+        seconds apart (at most ten reads)."""
+        time.sleep(wait)
+        last = cls.read(admin_url, database)
+        for _ in range(10):
+            time.sleep(poll)
+            now = cls.read(admin_url, database)
+            if now == last:
+                break
+            last = now
+        return last

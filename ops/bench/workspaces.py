@@ -1,4 +1,4 @@
-"""Benchmark: a repair session's files in the store (DESIGN section 10).
+"""Benchmark: a repair session's files in the store (docs/DESIGN.md section 10).
 
 A generated repository of 2,000 files and 20 MB is packed into the artifact store (the
 database's blobs table), then:

@@ -159,6 +159,43 @@ def test_list_filters_by_status_and_kind(stack: Stack) -> None:
     assert stack.http("alice").get("/api/v1/sessions", params={"limit": 0}).status_code == 422
 
 
+def test_list_filters_by_submitter_and_names_a_bad_filter(stack: Stack) -> None:
+    by_sam = stack.submit(ECHO, prefix="by-sam")
+    body = {
+        "kind": TEST_KIND,
+        "input": {"sink": str(stack.deployment.sink)},
+        "model": stack.deployment.script(ECHO),
+    }
+    answer = stack.http("fuzz").post("/api/v1/sessions", json=body)
+    assert answer.status_code == 201, answer.text
+    by_fuzz = answer.json()["id"]
+
+    def listed(**params: object) -> list[dict[str, object]]:
+        found = stack.http("alice").get("/api/v1/sessions", params={"limit": 500, **params})
+        assert found.status_code == 200, found.text
+        return list(found.json())
+
+    mine = listed(submitted_by="fuzz")
+    assert by_fuzz in [h["id"] for h in mine] and by_sam not in [h["id"] for h in mine]
+    assert {h["submitted_by"] for h in mine} == {"fuzz"}
+    both = listed(submitted_by="sam", kind=TEST_KIND, status=["ready", "executing", "completed"])
+    assert by_sam in [h["id"] for h in both]
+    assert listed(submitted_by="sa") == []  # exact names, not a prefix
+
+    def refused(**params: object) -> str:
+        answer = stack.http("alice").get("/api/v1/sessions", params=params)
+        assert answer.status_code == 422, answer.text
+        assert answer.json()["code"] == "invalid_input"
+        return str(answer.json()["message"])
+
+    said = refused(outcome="fixed")
+    assert "query.outcome" in said and "'repaired'" in said  # names what it takes
+    assert "query.status" in refused(status=["completed", "asleep"])
+    assert "query.submitted_by" in refused(submitted_by="x" * 201)
+    assert "query.kind" in refused(kind="k" * 201)
+    assert "query.error_code" in refused(error_code="OOPS")
+
+
 def test_events_page_after_an_id(stack: Stack) -> None:
     session_id = stack.submit(ECHO)
     stack.wait(session_id, Status.COMPLETED)
@@ -213,6 +250,11 @@ def test_fork_records_who_forked_and_runs(stack: Stack) -> None:
     forked = stack.deployment.client.load(child["id"]).events
     assert any(e.kind == "forked" and e.data["by"] == "olga" for e in forked)
     assert stack.wait(child["id"])["status"] == "waiting_approval"  # the same script again
+    forks = stack.http("alice").get("/api/v1/sessions", params={"parent_id": parent}).json()
+    assert [(f["id"], f["parent_id"]) for f in forks] == [(child["id"], parent)]
+    assert (
+        stack.http("alice").get("/api/v1/sessions", params={"parent_id": child["id"]}).json() == []
+    )
     out_of_range = stack.http("olga").post(f"/api/v1/sessions/{parent}/fork", json={"from_step": 5})
     assert out_of_range.status_code == 422
     assert out_of_range.json()["code"] == "fork_out_of_range"

@@ -1,5 +1,5 @@
 """`tickwork dlq export` in JSON Lines, CSV and Parquet, loaded back with the csv module,
-pyarrow and DuckDB the way README's "Analysing dead letters" says (its code is run here)."""
+pyarrow and DuckDB the way docs/GUIDE.md's "Analysing dead letters" says (its code is run here)."""
 
 from __future__ import annotations
 
@@ -24,9 +24,9 @@ COLUMNS = [name for name, _ in EXPORT_COLUMNS]
 
 
 def _recipes() -> list[str]:
-    """The Python blocks of README's "Analysing dead letters" section, in order."""
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("## Analysing dead letters\n", 1)[1].split("\n## ", 1)[0]
+    """The Python blocks of docs/GUIDE.md's "Analysing dead letters" section, in order."""
+    guide = (ROOT / "docs" / "GUIDE.md").read_text()
+    section = guide.split("## Analysing dead letters\n", 1)[1].split("\n## ", 1)[0]
     return re.findall(r"```python\n(.*?)```", section, flags=re.S)
 
 
@@ -119,7 +119,7 @@ def test_export_in_every_format_loads_with_pyarrow_duckdb_and_csv(
         assert from_jsonl[sid]["tokens"] == row["tokens"] == int(from_csv[sid]["tokens"])
         assert from_jsonl[sid]["cost_usd"] == row["cost_usd"] == float(from_csv[sid]["cost_usd"])
 
-    # README's DuckDB recipe, run as written against these files
+    # docs/GUIDE.md's DuckDB recipe, run as written against these files
     duckdb_recipe, _pandas_recipe = _recipes()
     found: dict[str, Any] = {}
     with _inside(tmp):
@@ -159,7 +159,9 @@ def test_parquet_without_pyarrow_says_what_to_install(
 
 
 def test_the_pandas_recipe(deployment: Deployment, cli: Cli) -> None:
-    pytest.importorskip("pandas", reason="README's pandas recipe needs pandas (not in .[test])")
+    pytest.importorskip(
+        "pandas", reason="docs/GUIDE.md's pandas recipe needs pandas (not in .[test])"
+    )
     ids = _dead_letters(deployment, cli)
     cli.inline("dlq", "export", "--format", "parquet", "-o", str(deployment.tmp / "dead.parquet"))
     cli.inline("dlq", "export", "--format", "csv", "-o", str(deployment.tmp / "dead.csv"))

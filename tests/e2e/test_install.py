@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import uuid
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -32,14 +33,21 @@ SHADOWS = ("tasks", "worker", "store", "fsm")
 
 
 @pytest.fixture(scope="module")
-def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A fresh venv holding the wheel built from this tree, with its dependencies only."""
-    tmp = tmp_path_factory.mktemp("install")
-    source, wheels, venv = tmp / "source", tmp / "wheels", tmp / "venv"
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel built from this tree."""
+    tmp = tmp_path_factory.mktemp("wheel")
+    source, wheels = tmp / "source", tmp / "wheels"
     # built from a copy, so the build leaves nothing in the tree under test
     shutil.copytree(ROOT, source, ignore=NOT_SOURCE)
     _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(source)])
-    (wheel,) = wheels.glob("tickwork-*.whl")
+    (built,) = wheels.glob("tickwork-*.whl")
+    return built
+
+
+@pytest.fixture(scope="module")
+def venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh venv holding the wheel built from this tree, with its dependencies only."""
+    venv = tmp_path_factory.mktemp("install") / "venv"
     _run([sys.executable, "-m", "venv", str(venv)])
     _run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", str(wheel)])
     return venv
@@ -55,6 +63,26 @@ def shadowed(tmp_path: Path) -> Path:
             f"raise RuntimeError('the working directory\\'s {name}.py was imported')\n"
         )
     return where
+
+
+def test_the_wheel_installs_one_namespace(wheel: Path) -> None:
+    """Nothing but `tickwork` lands at the top of site-packages: the layers install as
+    tickwork.fsm, tickwork.store, tickwork.worker and tickwork.tasks, so no other
+    distribution's `worker` or `tasks` package is clobbered."""
+    with zipfile.ZipFile(wheel) as built:
+        names = built.namelist()
+    tops = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}
+    assert tops == {"tickwork"}, sorted(tops)
+    for layer in ("fsm", "store", "worker", "tasks"):
+        assert f"tickwork/{layer}/__init__.py" in names
+    for part in ("config", "sandbox", "models", "tools", "files", "jobs", "observers", "tick"):
+        assert f"tickwork/worker/{part}/__init__.py" in names
+    # what is read at run time from beside the code ships too
+    assert "tickwork/worker/sandbox/forward.py" in names
+    assert "tickwork/store/migrations/script.py.mako" in names
+    top_level = next(n for n in names if n.endswith(".dist-info/top_level.txt"))
+    with zipfile.ZipFile(wheel) as built:
+        assert built.read(top_level).decode().split() == ["tickwork"]
 
 
 def test_the_wheel_installs_what_a_plain_install_needs(venv: Path, tmp_path: Path) -> None:
@@ -91,6 +119,32 @@ def test_the_demo_runs_from_the_wheel_in_any_directory(
     assert ": completed" in done.stdout and "pass" in done.stdout, done.stdout
     repaired = next((state / "demo").glob("buggy_calc-*"))
     assert "/ len(numbers)\n" in (repaired / "calc.py").read_text()
+
+
+def test_the_eval_demo_runs_from_the_wheel_without_extras(
+    venv: Path, shadowed: Path, tmp_path: Path
+) -> None:
+    state = tmp_path / "state"
+    env = _plain_env(venv, TICKWORK_STATE_DIR=str(state), COLUMNS="200")
+    done = _run([str(venv / "bin" / "tickwork"), "eval", "--demo"], cwd=shadowed, env=env)
+    assert "2/4 repaired" in done.stdout and "tests_failing" in done.stdout, done.stdout
+    assert str(venv / "lib") in done.stdout  # the shipped task set, read from the wheel
+    chart = tmp_path / "chart.png"
+    drawn = _run(
+        [str(venv / "bin" / "tickwork"), "eval", "chart", "last", "--png", str(chart)],
+        cwd=shadowed,
+        env=env,
+    )
+    assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", drawn.stdout
+    refused = subprocess.run(
+        [str(venv / "bin" / "tickwork"), "eval", "show", "last", "--parquet", "r.parquet"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert refused.returncode == 2 and "pip install 'tickwork[parquet]'" in refused.stderr
 
 
 def test_a_session_runs_on_redis_with_the_installed_worker(

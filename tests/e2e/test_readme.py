@@ -1,7 +1,8 @@
-"""The README's `tickwork submit` examples run as written (issue 22): every one is taken
-from the README's bash blocks, its placeholders (`~/src/project`, the example repository,
-`...`) filled with a small project of ours, and submitted through the real command; the
-first one, `--test-cmd "pytest -q"` with the default setup, repairs that project."""
+"""The docs' `tickwork submit` examples run as written (issue 22): every one is taken from
+the bash blocks of the README and the pages under docs/, its placeholders (`~/src/project`,
+the example repository, `...`) filled with a small project of ours, and submitted through
+the real command; the README's first one, `--test-cmd "pytest -q"` with the default setup,
+repairs that project."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from tests.e2e.conftest import ROOT, Cli, Deployment
 from tickwork.package_index import Index
 from tickwork.testing import git
 
-#: the README's stand-ins, and what they become here
+#: the examples' stand-ins, and what they become here
 PROJECT = "~/src/project"
 REPOSITORY = "https://git.example.com/app.git"
 ELIDED = "..."
@@ -35,20 +36,34 @@ FIX = (
     "-    return a - b\n+    return a + b\n"
 )
 
+#: the pages whose bash blocks hold submit examples, and how many each holds at least (so an
+#: example moved to a page this test does not read fails here instead of going untested)
+PAGES = {"README.md": 1, "docs/MODELS.md": 3, "docs/REPAIR.md": 3, "docs/OPERATIONS.md": 1}
+
 #: the README's commands on the embedded default: what a new user runs first
 EMBEDDED = pytest.mark.parametrize("deployment", ["embedded"], indirect=True)
 
 
-def submit_examples(readme: str) -> list[list[str]]:
-    """The `tickwork submit` command lines of the README's bash blocks, as argument lists
+def submit_examples(page: str) -> list[list[str]]:
+    """The `tickwork submit` command lines of a page's bash blocks, as argument lists
     (continuation lines joined, comments dropped)."""
     found = []
-    for block in re.findall(r"```bash\n(.*?)```", readme, re.DOTALL):
+    for block in re.findall(r"```bash\n(.*?)```", page, re.DOTALL):
         for line in block.replace("\\\n", " ").splitlines():
             words = shlex.split(line, comments=True)
             if words[:2] == ["tickwork", "submit"]:
                 found.append(words[2:])
     return found
+
+
+def page_examples() -> dict[str, list[list[str]]]:
+    """The submit examples of the README and of every page under docs/, by page."""
+    pages = ["README.md", *(f"docs/{p.name}" for p in sorted((ROOT / "docs").glob("*.md")))]
+    return {page: submit_examples((ROOT / page).read_text(encoding="utf-8")) for page in pages}
+
+
+def all_examples() -> list[list[str]]:
+    return [example for examples in page_examples().values() for example in examples]
 
 
 def project(root: Path) -> Path:
@@ -79,21 +94,20 @@ def with_model(words: list[str], spec: str) -> list[str]:
     return [*words[:at], "--model", spec, *words[at + 2 :]]
 
 
-def test_the_readme_has_the_submit_examples_this_test_runs() -> None:
-    examples = submit_examples((ROOT / "README.md").read_text(encoding="utf-8"))
-    assert len(examples) >= 4, examples
-    assert any(PROJECT in e and "pytest -q" in e for e in examples)
-    assert any(REPOSITORY in e for e in examples)
+def test_the_docs_have_the_submit_examples_this_test_runs() -> None:
+    found = page_examples()
+    for page, least in PAGES.items():
+        assert len(found[page]) >= least, (page, found[page])
+    assert any(PROJECT in e and "pytest -q" in e for e in found["README.md"])
+    assert any(REPOSITORY in e for e in all_examples())
 
 
 @EMBEDDED
-def test_every_readme_submit_example_is_accepted_as_written(
-    deployment: Deployment, cli: Cli
-) -> None:
+def test_every_docs_submit_example_is_accepted_as_written(deployment: Deployment, cli: Cli) -> None:
     where = project(deployment.tmp / "project")
-    examples = submit_examples((ROOT / "README.md").read_text(encoding="utf-8"))
+    examples = all_examples()
     # an OpenAI-compatible server that needs no key; nothing runs, so none need answer
-    # an example without --model uses the deployment's (the README's settings say how)
+    # an example without --model uses the deployment's (docs/OPERATIONS.md's settings say how)
     served = {"OPENAI_BASE_URL": "http://127.0.0.1:9/v1", "TICKWORK_MODEL": "openai:gpt-4o-mini"}
     for words in examples:
         head = cli.inline("submit", *filled(words, where), "--json", **served).json()
@@ -109,7 +123,7 @@ def test_every_readme_submit_example_is_accepted_as_written(
 def test_the_readme_repair_example_repairs_a_pytest_project(
     index: Index, deployment: Deployment, cli: Cli, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # the operator's package index, as the README's Environments section says to list it
+    # the operator's package index, as docs/REPAIR.md's environment section says to list it
     monkeypatch.setenv("TICKWORK_PIP_INDEX_URL", index.url)
     monkeypatch.setenv("TICKWORK_EGRESS_ALLOW", index.address)
     allowed = deployment.settings.model_copy(update={"egress_allow": index.address})

@@ -1,4 +1,5 @@
-"""The fsm layer stays pure: no database, broker or HTTP library reaches it (DESIGN 1)."""
+"""The fsm layer stays pure: no database, broker or HTTP library reaches it
+(docs/DESIGN.md section 1)."""
 
 from __future__ import annotations
 

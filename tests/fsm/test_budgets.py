@@ -1,4 +1,4 @@
-"""Budget values and checks (DESIGN 6)."""
+"""Budget values and checks (docs/DESIGN.md section 6)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Decisions, cancel and approval rules (DESIGN 2 and 5)."""
+"""Decisions, cancel and approval rules (docs/DESIGN.md sections 2 and 5)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Call and step fingerprints (DESIGN 4)."""
+"""Call and step fingerprints (docs/DESIGN.md section 4)."""
 
 from __future__ import annotations
 

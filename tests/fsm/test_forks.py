@@ -1,4 +1,4 @@
-"""Forking a session from step K with a declared patch (DESIGN 6)."""
+"""Forking a session from step K with a declared patch (docs/DESIGN.md section 6)."""
 
 from __future__ import annotations
 

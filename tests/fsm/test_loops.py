@@ -1,4 +1,4 @@
-"""Loop detection over step fingerprints (DESIGN 4)."""
+"""Loop detection over step fingerprints (docs/DESIGN.md section 4)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The session state machine, transition by transition (DESIGN 2).
+"""The session state machine, transition by transition (docs/DESIGN.md section 2).
 
 Decisions, cancel and approval rules are in test_decisions.py, budgets in test_budgets.py.
 """

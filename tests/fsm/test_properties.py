@@ -1,4 +1,4 @@
-"""Random sessions driven through the machine keep its invariants (DESIGN 2 and 5).
+"""Random sessions driven through the machine keep its invariants (docs/DESIGN.md sections 2 and 5).
 
 A driver plays random actions against an in-memory store (`Store` in conftest.py):
 ticks (the model replies or fails; a tool succeeds, fails, or its worker dies),

@@ -357,8 +357,11 @@ def test_an_unknown_sandbox_setting_is_refused() -> None:
 
 
 NOT_ROOT_WORKER = """
-import json, sys
+import json, os, site, sys
 from pathlib import Path
+# the venv's site-packages with their .pth files (an editable install maps the namespace)
+for where in os.environ["TICKWORK_TEST_SITES"].split(os.pathsep):
+    site.addsitedir(where)
 from tickwork.worker.config.allowlist import AllowList
 from tickwork.worker.sandbox.egress import EgressPolicy
 from tickwork.worker.sandbox.runner import run_sandboxed
@@ -392,7 +395,11 @@ def test_a_worker_that_is_not_root_runs_commands_as_itself_in_a_user_namespace()
         workspace = top / "workspace"
         workspace.mkdir()
         os.chown(workspace, 65534, 65534)
-        env = {"PATH": os.defpath, "PYTHONPATH": os.pathsep.join([str(ROOT), *site])}
+        env = {
+            "PATH": os.defpath,
+            "PYTHONPATH": str(ROOT),
+            "TICKWORK_TEST_SITES": os.pathsep.join(site),
+        }
         connect = CONNECT.replace(PYTHON, str(python), 1) + "5432"
         args = [str(python), "-c", NOT_ROOT_WORKER, str(workspace), connect]
         try:

@@ -80,6 +80,8 @@ def test_hostile_ids_and_texts_through_every_store_operation(env: Env) -> None:
         assert store.list_sessions(kind=hostile + "'--") == []
         assert store.list_sessions(status=[hostile]) == []
         assert store.list_sessions(error_code=hostile) == []
+        assert store.list_sessions(submitted_by=hostile) == []
+        assert store.list_sessions(parent_id=hostile) == []
 
         claimed = store.claim(sid, 0, owner=owner, now=T0, lease_s=30)
         assert claimed is not None and claimed.owner == owner

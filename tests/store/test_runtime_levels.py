@@ -1,5 +1,5 @@
-"""Runtime levels (DESIGN 12): a session records the level it needs, and a claim by a worker
-of a lower level leaves it exactly as it was, for a worker of its level."""
+"""Runtime levels (docs/DESIGN.md section 12): a session records the level it needs, and a claim
+by a worker of a lower level leaves it exactly as it was, for a worker of its level."""
 
 from __future__ import annotations
 

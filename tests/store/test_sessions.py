@@ -8,6 +8,7 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.exc import StatementError
 from tickwork.fsm.errors import SessionNotFound
+from tickwork.fsm.forks import ForkPatch
 from tickwork.fsm.values import (
     Budgets,
     CallState,
@@ -210,6 +211,43 @@ def test_list_sessions_filters_by_the_outcome_a_completing_save_records(
     assert [h.id for h in store.list_sessions(status=["completed"])] == ["o", "f", "r"]
     assert store.get("r").result["outcome"] == "repaired"
     assert "outcome" not in store.get("o").result
+
+
+def test_list_sessions_filters_by_who_submitted_them(store: Store, clock: Clock) -> None:
+    """Exact names: another person's sessions, and a name that only begins the same, are
+    left out; the filter joins the others."""
+    for session_id, by, kind in (
+        ("a", "sam", "repair"),
+        ("b", "samuel", "repair"),
+        ("c", "sam", "review"),
+        ("d", "", "repair"),
+    ):
+        found = new_session(session_id, now=clock.advance(1), kind=kind)
+        head = found.head.model_copy(update={"submitted_by": by})
+        store.create(found.model_copy(update={"head": head}), now=clock())
+
+    def ids(**filters: object) -> list[str]:
+        return [h.id for h in store.list_sessions(**filters)]  # type: ignore[arg-type]
+
+    assert ids(submitted_by="sam") == ["c", "a"]
+    assert ids(submitted_by="samuel") == ["b"]
+    assert ids(submitted_by="sam", kind="repair") == ["a"]
+    assert ids(submitted_by="nobody") == []
+    assert ids(submitted_by="") == ["d", "c", "b", "a"]  # no name given: no filter
+
+
+def test_list_sessions_filters_by_parent(store: Store, clock: Clock) -> None:
+    store.create(new_session("p", now=clock.advance(1)), now=clock())
+    run_step(store, "p", 1, now=clock.advance(1))
+    for child in ("f1", "f2"):
+        store.fork(
+            "p", new_id=child, from_step=1, patch=ForkPatch(), by="olga", now=clock.advance(1)
+        )
+    store.fork("f1", new_id="g", from_step=0, patch=ForkPatch(), by="olga", now=clock.advance(1))
+
+    assert [h.id for h in store.list_sessions(parent_id="p")] == ["f2", "f1"]
+    assert [h.id for h in store.list_sessions(parent_id="f1")] == ["g"]
+    assert store.list_sessions(parent_id="g") == []
 
 
 def test_events_after_resumes_after_an_id(store: Store, clock: Clock, session_id: str) -> None:

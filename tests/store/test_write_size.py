@@ -1,4 +1,4 @@
-"""A tick writes O(1) rows and bytes, whatever the session's length (DESIGN section 3)."""
+"""A tick writes O(1) rows and bytes, whatever the session's length (docs/DESIGN.md section 3)."""
 
 from __future__ import annotations
 

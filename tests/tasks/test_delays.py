@@ -1,4 +1,4 @@
-"""Delayed ticks wait in the database, not in the broker (DESIGN section 11).
+"""Delayed ticks wait in the database, not in the broker (docs/DESIGN.md section 11).
 
 On RabbitMQ a countdown message is delivered at once and held unacknowledged by a worker
 until its time comes; past the broker's delivery timeout (30 minutes by default) the

@@ -34,11 +34,12 @@ WRITE = "s3c0"
 FIX = "-    return sum(numbers) / (len(numbers) + 1)\n+    return sum(numbers) / len(numbers)\n"
 STEPS = 5
 
-#: the previous release's client, run with its own Python: submits a session, prints its id
+#: the previous release's client, run with its own Python (its own module names, from
+#: before the one namespace): submits a session, prints its id
 SUBMIT = """
 import json, sys
 from tickwork.client import Tickwork
-from tickwork.worker.config.settings import load_settings
+from worker.settings import load_settings
 kind, data, model = json.loads(sys.argv[1])
 client = Tickwork(load_settings())
 print(client.submit(kind, data, model=model).id)
@@ -114,7 +115,7 @@ def _old_worker(deployment: Deployment, tree: Path, log: Path) -> subprocess.Pop
                 "-m",
                 "celery",
                 "-A",
-                "tickwork.worker.tick.app",
+                "worker.app",
                 "worker",
                 "--pool",
                 "threads",

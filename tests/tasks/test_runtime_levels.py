@@ -1,5 +1,5 @@
-"""A rolling upgrade's protocol (DESIGN 12): a session that needs a later runtime level is
-refused by a worker of this level without being touched, and run whole by a worker of its
+"""A rolling upgrade's protocol (docs/DESIGN.md section 12): a session that needs a later runtime
+level is refused by a worker of this level without being touched, and run whole by a worker of its
 level beside it, on one database and queue."""
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""`tickwork.testing`: the README's example runs as written, the driver fails loudly, and the
-module imports without pytest (users' tests may run under another runner)."""
+"""`tickwork.testing` and the client: the examples in docs/PYTHON.md run as written, the
+driver fails loudly, and the module imports without pytest (users' tests may run under
+another runner)."""
 
 from __future__ import annotations
 
@@ -13,21 +14,28 @@ import pytest
 from tickwork.fsm.values import Status
 
 from tests.tasks.conftest import ROOT, TEST_KIND
-from tickwork.testing import SessionDriver, call, embedded_settings, reply, running_worker
+from tickwork.testing import (
+    SessionDriver,
+    call,
+    embedded_settings,
+    reply,
+    running_worker,
+    write_script,
+)
 
 
-def readme_example() -> str:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+def docs_example() -> str:
+    text = (ROOT / "docs" / "PYTHON.md").read_text(encoding="utf-8")
     section = text.split("## Testing your own job kinds and tools", 1)[1].split("\n## ", 1)[0]
     found = re.search(r"```python\n(.*?)```", section, re.S)
-    assert found, "README: the testing section has no python example"
+    assert found, "docs/PYTHON.md: the testing section has no python example"
     return found[1]
 
 
-def test_the_readme_example_runs(tmp_path: Path) -> None:
-    name = "readme_greeter_example"
+def test_the_docs_example_runs(tmp_path: Path) -> None:
+    name = "docs_greeter_example"
     (tmp_path / "code").mkdir()
-    (tmp_path / "code" / f"{name}.py").write_text(readme_example(), encoding="utf-8")
+    (tmp_path / "code" / f"{name}.py").write_text(docs_example(), encoding="utf-8")
     sys.path.insert(0, str(tmp_path / "code"))
     try:
         module = importlib.import_module(name)
@@ -38,6 +46,40 @@ def test_the_readme_example_runs(tmp_path: Path) -> None:
     finally:
         sys.path.remove(str(tmp_path / "code"))
         sys.modules.pop(name, None)
+
+
+def client_example() -> str:
+    text = (ROOT / "docs" / "PYTHON.md").read_text(encoding="utf-8")
+    section = text.split("## The client\n", 1)[1].split("\n## ", 1)[0]
+    found = re.search(r"```python\n(.*?)```", section, re.S)
+    assert found, "docs/PYTHON.md: the client section has no python example"
+    return found[1]
+
+
+def test_the_docs_client_example_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the example's Tickwork() reads the environment: point it at this test's deployment
+    state, queue = tmp_path / "state", "tickwork.test.client-example"
+    environment = {"STATE_DIR": state, "QUEUE": queue, "DEAD_LETTER_QUEUE": queue + ".dead"}
+    for name, value in environment.items():
+        monkeypatch.setenv(f"TICKWORK_{name}", str(value))
+    settings = embedded_settings(tmp_path, queue=queue, dead_letter_queue=queue + ".dead")
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "calc.py").write_text("x = 1\n")
+    fix = call("write_file", path="calc.py", content="x = 2\n")  # waits for a person
+    script = write_script([reply("fix it", fix), reply("fixed")], tmp_path)
+    written = client_example()
+    code = written.replace('"/src/project"', repr(str(project)))
+    code = code.replace('"openai:gpt-4o-mini"', repr(script))
+    assert code.count(str(project)) == 1 and code.count(script) == 1, written
+    with running_worker(settings):
+        exec(compile(code, "docs/PYTHON.md", "exec"), {})
+    printed = capsys.readouterr().out
+    assert printed.startswith("completed "), printed
+    assert "-x = 1\n+x = 2" in printed
+    assert (project / "calc.py").read_text() == "x = 1\n"  # the source is never changed
 
 
 def test_the_driver_says_when_a_session_ends_otherwise(tmp_path: Path) -> None:

@@ -105,6 +105,17 @@ def list_sessions(
     outcome: Annotated[
         Outcome | None, Query(description="Only completed repairs with this outcome.")
     ] = None,
+    submitted_by: Annotated[
+        str | None,
+        Query(
+            max_length=200,
+            description="Only sessions this person submitted (the token's name, as the "
+            "session's `submitted_by` shows it; exact).",
+        ),
+    ] = None,
+    parent_id: Annotated[
+        str | None, Query(max_length=64, description="Only the forks of this session.")
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     offset: Annotated[int, Query(ge=0, le=MAX_INT)] = 0,
 ) -> list[Listed]:
@@ -113,6 +124,8 @@ def list_sessions(
         kind=kind,
         error_code=error_code.value if error_code else None,
         outcome=outcome.value if outcome else None,
+        submitted_by=submitted_by,
+        parent_id=parent_id,
         limit=limit,
         offset=offset,
     )

@@ -1,4 +1,4 @@
-"""Where a command's traffic may go (DESIGN section 13): the operator's allow-list of hosts,
+"""Where a command's traffic may go (docs/DESIGN.md section 13): the operator's allow-list of hosts,
 a submitter's narrower one, and the addresses nobody reaches unless listed exactly.
 
 Pure values and functions: parse a pattern, match a host and port, narrow a list, judge an

@@ -1,5 +1,6 @@
-"""What a repair job's environment is built by (DESIGN 13): the `setup` input, the `auto`
-rule over the source's packaging files, and the key (worker/files/environments.py builds it).
+"""What a repair job's environment is built by (docs/DESIGN.md section 13): the `setup`
+input, the `auto` rule over the source's packaging files, and the key
+(worker/files/environments.py builds it).
 
 `auto`, from the files at the source's root: `pyproject.toml`, `setup.py` or `setup.cfg`
 give a venv at /env (the interpreter's own packages visible) with the project installed

@@ -1,5 +1,5 @@
-"""A repair job's environment (DESIGN 13): planned from its source, built once per key in
-the sandbox, packed into the artifact store, mounted read-only at /env by its commands.
+"""A repair job's environment (docs/DESIGN.md section 13): planned from its source, built once
+per key in the sandbox, packed into the artifact store, mounted read-only at /env by its commands.
 
 - **Plan** (`environment_plans.py`): the setup commands, given or chosen by `auto` from
   the source's packaging files; none: an empty environment, nothing built.

@@ -1,4 +1,5 @@
-"""A worker's working copies of sessions' files: caches of what the store holds (DESIGN 10).
+"""A worker's working copies of sessions' files: caches of what the store holds
+(docs/DESIGN.md section 10).
 
 A session's files at version v are its base manifest plus the changes its ticks saved up
 to v (`store/files.py`). Before a tick that touches files, the worker checks its copy

@@ -3,11 +3,11 @@
 A job kind is an importable object (`module:attr`) that implements `Kind`: the typed
 interface the engine calls, with fixed signatures that take small context values
 (`Submission` when a session is submitted, `Ending` when it completes; all in `kinds.py`).
-`JobKind` builds one from plain functions (the input in, the config out). Workers find kinds by name in the
-built-ins and in `TICKWORK_IMPORTS` (which may also name model providers). The built-in
-`repair` kind and its toolkit are the package `tickwork.worker.jobs.repair`; graph kinds
-(`graph_kind`) are `tickwork.worker.jobs.graphs`. `tickwork.testing.check_job_kind` checks
-a kind of your own against all of this.
+`JobKind` builds one from plain functions (the input in, the config out). Workers find
+kinds by name in the built-ins and in `TICKWORK_IMPORTS` (which may also name model
+providers). The built-in `repair` kind and its toolkit are the package
+`tickwork.worker.jobs.repair`; graph kinds (`graph_kind`) are `tickwork.worker.jobs.graphs`.
+`tickwork.testing.check_job_kind` checks a kind of your own against all of this.
 """
 
 from __future__ import annotations

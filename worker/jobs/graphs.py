@@ -1,4 +1,5 @@
-"""Graph job kinds (DESIGN 12): a `GraphKind` runs a compiled graph, one node a tick.
+"""Graph job kinds (docs/DESIGN.md section 12): a `GraphKind` runs a compiled graph, one
+node a tick.
 
     from tickwork.fsm.graph import END, START, Graph
 

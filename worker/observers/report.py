@@ -3,7 +3,7 @@
 `advance` returns a `TickReport`; the observers registered on the runtime (metrics,
 webhooks, tracing: `tickwork.worker.tick.wiring.install`) are called with it after the save, each on
 its own: one that raises is logged and never breaks the tick or the others. The tick
-itself knows none of them (DESIGN section 11).
+itself knows none of them (docs/DESIGN.md section 7).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The egress proxy: the only way a sandboxed command reaches the network (DESIGN section 13).
+"""The egress proxy: the only way a sandboxed command reaches the network
+(docs/DESIGN.md section 13).
 
 Every command has a network namespace of its own, with nothing but its loopback. One that
 may use the network gets, for its run, an HTTP proxy in the worker listening on a unix

@@ -1,4 +1,4 @@
-"""Commands in the OS sandbox: bubblewrap (DESIGN section 10).
+"""Commands in the OS sandbox: bubblewrap (docs/DESIGN.md section 10).
 
 `run_sandboxed` runs one shell command with
 - the working copy read-write at /workspace (its cwd); the system read-only (/usr and the

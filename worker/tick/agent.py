@@ -1,4 +1,5 @@
-"""The agent loop's tick (DESIGN 2): THINK calls the model, EXECUTE runs one tool call.
+"""The agent loop's tick (docs/DESIGN.md section 2): THINK calls the model, EXECUTE runs
+one tool call.
 
 `AgentRunner` is the runner `advance` picks for an agent session
 (`tickwork.fsm.kinds.SessionKind.AGENT`); the frame around a tool call is

@@ -42,7 +42,7 @@ RABBITMQ_DELIVERY_LIMIT = 10
 class Consumer(CeleryConsumer):
     """Celery's consumer without native delayed delivery: on quorum queues Celery would
     declare 28 `celery_delayed_*` queues for countdown messages, and tickwork sends none (a
-    delayed tick waits in the outbox, DESIGN section 11)."""
+    delayed tick waits in the outbox, docs/DESIGN.md section 11)."""
 
     class Blueprint(CeleryConsumer.Blueprint):
         default_steps = [
@@ -53,7 +53,7 @@ class Consumer(CeleryConsumer):
 
 
 def make_app(settings: Settings | None = None, *, relay: bool = True) -> Celery:
-    """A Celery app for tickwork with at-least-once delivery settings (DESIGN section 3)."""
+    """A Celery app for tickwork with at-least-once delivery settings (docs/DESIGN.md section 3)."""
     settings = settings or load_settings()
     for name in TASK_MODULES:
         # now, from beside this package: Celery imports `include` with the working directory

@@ -1,4 +1,5 @@
-"""The graph runner: the tick that runs one node of a graph session (DESIGN 12).
+"""The graph runner: the tick that runs one node of a graph session (docs/DESIGN.md
+section 12).
 
     from tickwork.fsm.graph import END, START, Graph
     from tickwork.worker.tick.graphs import NodeContext, graph_kind

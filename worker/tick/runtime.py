@@ -33,7 +33,8 @@ from tickwork.worker.tick.retention import restoring
 log = logging.getLogger("tickwork.worker")
 
 #: publishes a tick `(session_id, version)` after `countdown` seconds; tickwork itself
-#: always passes 0: a delayed tick waits in the outbox, not in the broker (DESIGN 11)
+#: always passes 0: a delayed tick waits in the outbox, not in the broker
+#: (docs/DESIGN.md section 11)
 Publish = Callable[[str, int, float], None]
 
 

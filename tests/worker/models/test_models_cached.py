@@ -1,5 +1,5 @@
 """Cached prompt tokens: read from the server's usage, stored per call, priced at the model's
-cached price and shown (DESIGN 14)."""
+cached price and shown (docs/DESIGN.md section 14)."""
 
 from __future__ import annotations
 

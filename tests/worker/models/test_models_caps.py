@@ -1,4 +1,5 @@
-"""The completion cap through real ticks: a budget is a bound, not an estimate (DESIGN 14).
+"""The completion cap through real ticks: a budget is a bound, not an estimate
+(docs/DESIGN.md section 14).
 
 A server that wants to write more than the session can pay for: when it honours the cap it
 is sent (as OpenAI, vLLM and Anthropic do, stopping with `finish_reason: length`), the

@@ -1,0 +1,497 @@
+"""The page's actions in headless Chromium (issue 28): submit a repair job (an error from
+the API beside its field, nothing typed lost), filter the sessions, read each step's tokens,
+cost and durations, resolve and dismiss dead letters, and put a fork beside its parent.
+
+Every view is screenshotted at a narrow and a wide viewport and checked for layout
+overflow: no container wider than its box, no page wider than the window. Screenshots go
+to the test's temporary folder, or to TICKWORK_TEST_SCREENSHOTS to look at them."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tickwork.fsm.values import Status
+
+from tests.api.conftest import TEST_KIND, TOKEN, Stack
+from tests.api.test_dead_letters import BROKEN
+from tests.api.test_page import browser, log_in, page  # noqa: F401 (fixtures)
+from tests.api.test_sessions import ECHO
+
+pytestmark = pytest.mark.parametrize("stack", ["production"], indirect=True)
+
+#: a phone and a laptop
+VIEWPORTS = {"narrow": (390, 844), "wide": (1280, 900)}
+#: the boxes that must never be wider than they are: the page, its frame, each view's
+#: parts (a `pre` scrolls inside its own box, so it is not one of them)
+CONTAINERS = (
+    "html, body, header, nav, main, main > *, section, form, fieldset, .field, table, "
+    ".summary, .compare, .pair, .side, .closing, .charts, figure"
+)
+FITS = """(selector) => {
+  const over = [];
+  for (const e of document.querySelectorAll(selector)) {
+    if (e.scrollWidth > e.clientWidth + 1) {
+      const name = `${e.tagName.toLowerCase()}#${e.id}.${e.className}`;
+      over.push(`${name}: ${e.scrollWidth} > ${e.clientWidth}`);
+    }
+  }
+  if (document.documentElement.scrollWidth > window.innerWidth) {
+    over.push(`the page: ${document.documentElement.scrollWidth} > ${window.innerWidth}`);
+  }
+  return over;
+}"""
+
+
+def looked_at(shown: Any, name: str, folder: Path) -> list[Path]:
+    """Screenshots of the page at each viewport, after checking nothing overflows there."""
+    shots = Path(os.environ.get("TICKWORK_TEST_SCREENSHOTS") or folder)
+    shots.mkdir(parents=True, exist_ok=True)
+    taken = []
+    for label, (width, height) in VIEWPORTS.items():
+        shown.set_viewport_size({"width": width, "height": height})
+        shown.wait_for_timeout(150)  # a layout pass at the new width
+        assert shown.evaluate(FITS, CONTAINERS) == [], f"{name} overflows at {label} ({width}px)"
+        path = shots / f"{name}-{label}.png"
+        shown.screenshot(path=str(path), full_page=True)
+        assert path.stat().st_size > 0
+        taken.append(path)
+    shown.set_viewport_size({"width": VIEWPORTS["wide"][0], "height": VIEWPORTS["wide"][1]})
+    return taken
+
+
+def test_a_submitter_submits_a_repair_job_and_an_error_keeps_what_was_typed(
+    page: Any,  # noqa: F811
+    stack: Stack,
+    tmp_path: Path,
+) -> None:
+    workspace = tmp_path / "project"
+    workspace.mkdir()
+    (workspace / "README").write_text("a project\n")
+    model = stack.deployment.script([{"content": "nothing to fix"}])
+    session_id = f"page-submit-{uuid.uuid4().hex[:8]}"
+    stack.deployment.settings.workspace_roots = [tmp_path]  # the API takes paths under these
+    try:
+        _submit_through_the_form(page, stack, tmp_path, workspace, model, session_id)
+    finally:
+        stack.deployment.settings.workspace_roots = []
+
+
+def _submit_through_the_form(
+    page: Any,  # noqa: F811
+    stack: Stack,
+    tmp_path: Path,
+    workspace: Path,
+    model: str,
+    session_id: str,
+) -> None:
+    from playwright.sync_api import expect
+
+    log_in(page, stack, "sam")
+    page.click('nav a[data-nav="submit"]')
+    page.select_option("#submit-source-kind", "workspace")
+    expect(page.locator("#submit-repo")).to_be_hidden()
+    page.fill("#submit-workspace", str(workspace))
+    page.select_option("#submit-setup-mode", "none")
+    page.fill("#submit-goal", "make the README friendlier")
+    page.fill("#submit-model", model)
+    page.fill("#submit-max-steps", "7")
+    page.fill("#submit-max-tokens", "50000")
+    page.fill("#submit-max-cost-usd", "1.5")
+    page.fill("#submit-deadline", "soon")
+    page.fill("#submit-id", session_id)
+
+    # a deadline that is not a duration: said beside it, nothing sent
+    page.click("#submit-button")
+    expect(page.locator("#submit-deadline-error")).to_contain_text('"soon" is not a duration')
+    expect(page.locator("#submit-error")).to_have_text(
+        "Nothing was sent: put right what is marked."
+    )
+    expect(page.locator("#submit-deadline")).to_have_attribute("aria-invalid", "true")
+
+    # no test command: the API's 422, beside the field it names
+    page.fill("#submit-deadline", "30m")
+    page.click("#submit-button")
+    said = page.locator("#submit-test-command-error")
+    expect(said).to_contain_text("`test_command` is required")
+    expect(page.locator("#submit-error")).to_have_text(
+        "Not submitted (invalid_input): see the marked field."
+    )
+    expect(page.locator("#submit-test-command")).to_have_attribute("aria-invalid", "true")
+    expect(page.locator("#submit-deadline-error")).to_have_text("")
+    for field, typed in [
+        ("#submit-workspace", str(workspace)),
+        ("#submit-goal", "make the README friendlier"),
+        ("#submit-model", model),
+        ("#submit-max-steps", "7"),
+        ("#submit-max-tokens", "50000"),
+        ("#submit-max-cost-usd", "1.5"),
+        ("#submit-deadline", "30m"),
+        ("#submit-id", session_id),
+    ]:
+        expect(page.locator(field)).to_have_value(typed)
+    with pytest.raises(LookupError):
+        stack.deployment.client.get(session_id)
+    looked_at(page, "submit-errors", tmp_path)
+
+    # a budget the API refuses, beside its field; then the form survives a reload
+    page.fill("#submit-test-command", "true")
+    page.fill("#submit-max-steps", "0")
+    page.click("#submit-button")
+    expect(page.locator("#submit-max-steps-error")).to_contain_text("max_steps")
+    expect(page.locator("#submit-test-command-error")).to_have_text("")
+    page.fill("#submit-max-steps", "7")
+    page.reload()
+    expect(page.locator("#submit-source-kind")).to_have_value("workspace")
+    expect(page.locator("#submit-setup-mode")).to_have_value("none")
+    expect(page.locator("#submit-test-command")).to_have_value("true")
+    expect(page.locator("#submit-max-steps")).to_have_value("7")
+
+    page.click("#submit-button")
+    page.wait_for_url(lambda url: url.endswith(f"#/sessions/{session_id}"))
+    expect(page.locator("#status")).to_have_attribute("data-status", "completed")
+    head = stack.deployment.client.get(session_id)
+    assert head.submitted_by == "sam" and head.kind == "repair"
+    assert head.input == {
+        "workspace": str(workspace),
+        "test_command": "true",
+        "goal": "make the README friendlier",
+        "setup": "none",
+    }
+    assert head.model == f"scripted:{Path(model.removeprefix('scripted:')).resolve()}"
+    assert (head.budgets.max_steps, head.budgets.max_tokens) == (7, 50_000)
+    assert (head.budgets.max_cost_usd, head.budgets.deadline_s) == (1.5, 1800.0)
+    page.click('nav a[data-nav="submit"]')  # submitted: the draft is gone
+    expect(page.locator("#submit-test-command")).to_have_value("")
+
+
+def test_a_draft_outlives_a_refused_token_but_not_a_log_out(page: Any, stack: Stack) -> None:  # noqa: F811
+    from playwright.sync_api import expect
+
+    log_in(page, stack, "sam", "#/submit")
+    page.fill("#submit-goal", "half typed")
+    page.fill("#submit-test-command", "make test")
+    page.evaluate("sessionStorage.setItem('tickwork.token', 'revoked-meanwhile-token-01')")
+    page.reload()
+    expect(page.locator("#login-error")).to_contain_text("log in again")
+    page.fill("#token", TOKEN["sam"])
+    page.click("form#login button[type=submit]")
+    expect(page.locator("#submit-goal")).to_have_value("half typed")
+    expect(page.locator("#submit-test-command")).to_have_value("make test")
+    page.click("#logout")
+    log_in(page, stack, "sam", "#/submit")
+    expect(page.locator("#submit-goal")).to_have_value("")
+
+
+def test_only_a_submitter_is_offered_the_submit_form(page: Any, stack: Stack) -> None:  # noqa: F811
+    from playwright.sync_api import expect
+
+    log_in(page, stack, "alice")
+    expect(page.locator('nav a[data-nav="submit"]')).to_be_hidden()
+    page.goto(f"{stack.url}/#/submit")
+    expect(page.locator("#submit-refused")).to_have_text("Submitting needs the submitter role.")
+    expect(page.locator("form#submit")).to_have_count(0)
+
+
+def test_the_sessions_are_filtered_by_status_submitter_and_kind(
+    page: Any,  # noqa: F811
+    stack: Stack,
+    tmp_path: Path,
+) -> None:
+    from playwright.sync_api import expect
+
+    by_sam = stack.submit(ECHO, prefix="by-sam")
+    body = {
+        "kind": TEST_KIND,
+        "input": {"sink": str(stack.deployment.sink)},
+        "model": stack.deployment.script(ECHO),
+        "id": f"by-fuzz-{uuid.uuid4().hex[:8]}",
+    }
+    answer = stack.http("fuzz").post("/api/v1/sessions", json=body)
+    assert answer.status_code == 201, answer.text
+    by_fuzz = answer.json()["id"]
+    waiting = stack.waiting(prefix="by-sam-waiting")
+    for session_id in (by_sam, by_fuzz):
+        stack.wait(session_id, Status.COMPLETED)
+    rows = page.locator("#sessions tbody tr")
+
+    log_in(page, stack, "sam", "#/sessions")
+    page.fill("#submitter-filter", "fuzz")
+    page.press("#submitter-filter", "Enter")
+    page.wait_for_url(lambda url: url.endswith("#/sessions?submitted_by=fuzz"))
+    expect(page.locator(f'#sessions tr[data-session="{by_fuzz}"] td.submitter')).to_have_text(
+        "fuzz"
+    )
+    expect(page.locator(f'#sessions tr[data-session="{by_sam}"]')).to_have_count(0)
+    assert set(rows.locator("td.submitter").all_inner_texts()) == {"fuzz"}
+
+    page.click("#mine")  # the logged-in name
+    expect(page.locator("#submitter-filter")).to_have_value("sam")
+    expect(page.locator(f'#sessions tr[data-session="{by_sam}"]')).to_have_count(1)
+    expect(page.locator(f'#sessions tr[data-session="{waiting}"]')).to_have_count(1)
+    page.select_option("#status-filter", "waiting_approval")
+    page.wait_for_url(
+        lambda url: url.endswith("#/sessions?status=waiting_approval&submitted_by=sam")
+    )
+    expect(page.locator(f'#sessions tr[data-session="{waiting}"]')).to_have_count(1)
+    expect(page.locator(f'#sessions tr[data-session="{by_sam}"]')).to_have_count(0)
+    expect(page.locator("#submitter-filter")).to_have_value("sam")  # kept across the change
+    looked_at(page, "sessions-filtered", tmp_path)
+
+    page.fill("#kind-filter", "repair")
+    page.click("#session-filters button[type=submit]")
+    expect(page.locator("#no-sessions")).to_have_text("No sessions match.")
+    page.fill("#kind-filter", TEST_KIND)
+    page.click("#session-filters button[type=submit]")
+    expect(page.locator(f'#sessions tr[data-session="{waiting}"]')).to_have_count(1)
+
+    # a value the API refuses (a hand-made address): its 422, the filters still there
+    page.goto(f"{stack.url}/#/sessions?outcome=fixed&submitted_by=sam")
+    expect(page.locator("#filter-error")).to_contain_text("query.outcome")
+    expect(page.locator("#filter-error")).to_contain_text("'repaired'")
+    expect(page.locator("#submitter-filter")).to_have_value("sam")
+    page.click("#clear-filters")
+    expect(page.locator(f'#sessions tr[data-session="{by_fuzz}"]')).to_have_count(1)
+
+
+def test_each_step_shows_its_tokens_cost_and_durations(
+    page: Any,  # noqa: F811
+    stack: Stack,
+    tmp_path: Path,
+) -> None:
+    from playwright.sync_api import expect
+
+    replies = [
+        {
+            "content": "say it",
+            "tool_calls": [{"name": "echo", "arguments": {"text": "hi"}}],
+            "usage": {"prompt_tokens": 1200, "completion_tokens": 30, "cached_prompt_tokens": 1000},
+            "delay_s": 0.3,
+        },
+        {
+            "content": "said",
+            "usage": {"prompt_tokens": 1300, "completion_tokens": 12, "cached_prompt_tokens": 0},
+        },
+    ]
+    session_id = stack.submit(replies, prefix="steps")
+    stack.wait(session_id, Status.COMPLETED)
+    view = stack.http("alice").get(f"/api/v1/sessions/{session_id}").json()
+    log_in(page, stack, "alice", f"#/sessions/{session_id}")
+    expect(page.locator("#status")).to_have_attribute("data-status", "completed")
+
+    table = page.locator("#steps-table")
+    expect(table.locator("thead th")).to_have_text(
+        ["step", "prompt", "cached", "completion", "cost", "model", "tools", "time"]
+    )
+    first = table.locator('tbody tr[data-step="1"] td')
+    expect(first).to_have_count(8)
+    assert first.all_inner_texts()[:4] == ["1", "1,200", "1,000", "30"]
+    step = view["steps"][0]
+    assert first.nth(4).inner_text() == f"${step['cost_usd']:.4f}"
+    shown = re.fullmatch(r"(\d+) ms", first.nth(5).inner_text())
+    assert shown and abs(int(shown[1]) - step["latency_ms"]) <= 1 and step["latency_ms"] >= 300
+    tool_ms = step["calls"][0]["observation"]["duration_ms"]
+    assert re.fullmatch(r"\d+ ms", first.nth(6).inner_text())
+    assert abs(int(first.nth(6).inner_text().split()[0]) - tool_ms) <= 1
+    # the bar as drawn: the longest step's model time fills most of its track
+    track = first.nth(7).locator(".spark").bounding_box()
+    drawn = first.nth(7).locator(".spark .model").bounding_box()
+    assert track and drawn and drawn["width"] > 0.5 * track["width"]
+    totals = table.locator("tfoot tr.totals > *")
+    assert totals.all_inner_texts()[:4] == ["total", "2,500", "1,000", "42"]
+    assert totals.nth(4).inner_text() == f"${view['totals']['cost_usd']:.4f}"
+
+    card = page.locator('#timeline section.step[data-step="1"]')
+    expect(card.locator("p.usage")).to_contain_text(
+        "1,200 prompt (1,000 cached) + 30 completion tokens"
+    )
+    expect(card.locator("p.usage")).to_contain_text(" · model ")
+    expect(card.locator("p.usage")).to_contain_text(" · tools ")
+    expect(card.locator('[data-call="s1c0"] .took')).to_contain_text("took ")
+    expect(page.locator('#timeline section.step[data-step="2"] p.usage')).not_to_contain_text(
+        "tools"
+    )  # no calls: no tool time
+    looked_at(page, "session-steps", tmp_path)
+
+
+def test_an_operator_resolves_one_dead_letter_and_dismisses_another(
+    page: Any,  # noqa: F811
+    stack: Stack,
+    tmp_path: Path,
+) -> None:
+    from playwright.sync_api import expect
+
+    first, second = (stack.submit(BROKEN, prefix="dead") for _ in range(2))
+    for session_id in (first, second):
+        assert stack.wait(session_id)["status"] == "failed"
+    one, other = (stack.deployment.client.dead_letter(s) for s in (first, second))
+
+    log_in(page, stack, "olga", f"#/dead-letters/{one.id}")
+    expect(page.locator("form#close")).to_be_visible()
+    looked_at(page, "dead-letter-open", tmp_path)
+    page.click("#resolve")  # no reason: asked for one, nothing closed
+    expect(page.locator("#close-error")).to_contain_text("Say why you resolve it")
+    assert stack.deployment.client.dead_letter(one.id).resolved_at is None
+    page.fill("#close-reason", "the provider fixed its outage")
+    page.click("#resolve")
+    closed = page.locator("#closed")
+    expect(closed).to_contain_text("resolved by olga")
+    expect(closed).to_contain_text("(the provider fixed its outage)")
+    expect(page.locator("form#close")).to_have_count(0)
+    looked_at(page, "dead-letter-resolved", tmp_path)
+    resolved = stack.deployment.client.dead_letter(one.id)
+    assert resolved.resolution is not None
+    assert resolved.resolution["state"] == "resolved" and resolved.resolution["by"] == "olga"
+
+    # closed by someone else meanwhile: the API's 409 is shown beside the form
+    page.goto(f"{stack.url}/#/dead-letters/{other.id}")
+    expect(page.locator("form#close")).to_be_visible()
+    meanwhile = stack.http("olga").post(
+        f"/api/v1/dead-letters/{other.id}/dismiss", json={"reason": "a duplicate"}
+    )
+    assert meanwhile.status_code == 200, meanwhile.text
+    page.fill("#close-reason", "nothing to do")
+    page.click("#dismiss")
+    expect(page.locator("#close-error")).to_contain_text("dismissed by olga")
+    expect(page.locator("#close-reason")).to_have_value("nothing to do")
+
+    page.goto(f"{stack.url}/#/dead-letters")
+    row = page.locator(f'#dead-letters tr[data-id="{one.id}"] td.closed')
+    expect(row).to_have_text("resolved")
+    expect(page.locator(f'#dead-letters tr[data-id="{other.id}"] td.closed')).to_have_text(
+        "dismissed"
+    )
+    looked_at(page, "dead-letters", tmp_path)
+    page.check("#dl-unresolved")
+    page.wait_for_url(lambda url: url.endswith("#/dead-letters?unresolved=1"))
+    expect(page.locator("#dl-unresolved")).to_be_checked()
+    for letter in (one, other):
+        expect(page.locator(f'#dead-letters tr[data-id="{letter.id}"]')).to_have_count(0)
+
+
+def test_an_approver_is_not_offered_resolve_or_dismiss(page: Any, stack: Stack) -> None:  # noqa: F811
+    from playwright.sync_api import expect
+
+    session_id = stack.submit(BROKEN, prefix="dead")
+    assert stack.wait(session_id)["status"] == "failed"
+    letter = stack.deployment.client.dead_letter(session_id)
+    log_in(page, stack, "alice", f"#/dead-letters/{letter.id}")
+    expect(page.locator("#dead-letter")).to_contain_text(f"Dead letter #{letter.id}")
+    expect(page.locator("form#close")).to_have_count(0)
+    refused = stack.http("alice").post(
+        f"/api/v1/dead-letters/{letter.id}/resolve", json={"reason": "mine to close?"}
+    )
+    assert refused.status_code == 403  # the role the page asks for is the API's
+
+
+def test_a_fork_is_shown_beside_its_parent_with_both_patches(
+    page: Any,  # noqa: F811
+    stack: Stack,
+    tmp_path: Path,
+) -> None:
+    from playwright.sync_api import expect
+
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "README").write_text("a project\n")
+
+    def run(command: str) -> dict[str, Any]:
+        return {"name": "run_command", "arguments": {"command": command}}
+
+    # the parent runs out of steps after one; its fork, with more, goes on
+    spec = stack.deployment.script(
+        [
+            {"content": "mark it", "tool_calls": [run("printf 'one\\n' >> fixed.txt")]},
+            {"content": "and more", "tool_calls": [run("printf 'two\\n' >> extra.txt")]},
+            {"content": "done twice"},
+        ]
+    )
+    parent = stack.deployment.client.submit(
+        "repair",
+        {"workspace": str(project), "test_command": "true"},
+        model=spec,
+        budgets={"max_steps": 1},
+    ).id
+    assert stack.wait(parent, Status.COMPLETED, Status.FAILED)["status"] == "failed"
+    answer = stack.http("olga").post(
+        f"/api/v1/sessions/{parent}/fork",
+        json={
+            "from_step": 1,
+            "append_instruction": "also write extra.txt",
+            "budgets": {"max_steps": 5},
+        },
+    )
+    assert answer.status_code == 201, answer.text
+    fork = answer.json()["id"]
+    assert stack.wait(fork, Status.COMPLETED, Status.FAILED)["status"] == "completed"
+
+    log_in(page, stack, "alice", f"#/sessions/{parent}")
+    expect(page.locator("#compare-link")).to_be_hidden()  # a parent has no parent
+    expect(page.locator("#forks")).to_contain_text(f"Forks (1): {fork} from step 1, completed")
+    page.click(f'#forks a[data-fork="{fork}"]')
+    page.wait_for_url(lambda url: url.endswith(f"#/sessions/{fork}/compare"))
+    page.goto(f"{stack.url}/#/sessions/{fork}")
+    expect(page.locator("#forks")).to_be_hidden()
+    page.click("#compare-link")
+    page.wait_for_url(lambda url: url.endswith(f"#/sessions/{fork}/compare"))
+    expect(page.locator("#compare-title")).to_contain_text(
+        f"Fork {fork} beside its parent {parent}"
+    )
+    patch = page.locator("#fork-patch")
+    expect(patch).to_contain_text("from step 1")
+    expect(patch).to_contain_text("by olga")
+    expect(patch.locator("dt")).to_have_text(["instruction after step 1", "budgets"])
+    expect(patch.locator("dd").first).to_have_text("also write extra.txt")
+    expect(patch.locator("dd").nth(1)).to_contain_text('"max_steps": 5')
+
+    heads = page.locator("#compare .pair.heads")
+    expect(heads.locator(f'.side.parent[data-session="{parent}"]')).to_contain_text("1 step ·")
+    expect(heads.locator(f'.side.parent[data-session="{parent}"] p.error')).to_contain_text(
+        "BUDGET_STEPS"
+    )
+    expect(heads.locator(f'.side.fork[data-session="{fork}"]')).to_contain_text("3 steps ·")
+    kept = page.locator("#kept-steps")
+    expect(kept.locator("summary")).to_have_text("Steps 1\u20131: the parent's, kept by the fork")
+    expect(kept.locator('.pair[data-step="1"] .side')).to_have_count(2)
+    second = page.locator('#compare > .pair[data-step="2"]')
+    expect(second.locator(".side.parent p.none")).to_have_text("no step here in the parent")
+    expect(second.locator(".side.fork blockquote.thought")).to_have_text("and more")
+    expect(second.locator(".side.fork pre.args")).to_contain_text("extra.txt")
+    third = page.locator('#compare > .pair[data-step="3"]')
+    expect(third.locator(".side.parent p.none")).to_have_text("no step here in the parent")
+    expect(third.locator(".side.fork blockquote.thought")).to_have_text("done twice")
+
+    patches = page.locator("#compare-patches")
+    parent_diff = patches.locator(f'.side.parent[data-session="{parent}"] pre.diff')
+    fork_diff = patches.locator(f'.side.fork[data-session="{fork}"] pre.diff')
+    expect(parent_diff.locator(".line.add")).to_have_text(["+one\n"])
+    expect(fork_diff.locator(".line.add")).to_have_text(["+two\n", "+one\n"])
+    expect(fork_diff.locator(".line.file")).to_contain_text(["+++ b/extra.txt", "+++ b/fixed.txt"])
+    looked_at(page, "fork-beside-parent", tmp_path)
+    kept.locator("summary").click()
+    looked_at(page, "fork-beside-parent-kept", tmp_path)
+
+    page.goto(f"{stack.url}/#/sessions/{parent}/compare")
+    expect(page.locator("#not-a-fork")).to_contain_text(f"Session {parent} is not a fork")
+
+    # a view still loading (its patch held back) does not draw over the one opened after it
+    def held(route: Any) -> None:
+        time.sleep(1.5)
+        route.continue_()
+
+    page.route(f"**/api/v1/sessions/{fork}/patch", held)
+    page.evaluate(
+        """(fork) => {
+        location.hash = `#/sessions/${fork}/compare`;
+        setTimeout(() => { location.hash = "#/approvals"; }, 100);
+    }""",
+        fork,
+    )
+    page.wait_for_timeout(2500)
+    expect(page.locator("#approvals")).to_be_visible()
+    expect(page.locator("#compare-title")).to_have_count(0)

@@ -1,0 +1,136 @@
+"""Task sets: the shipped demo set, and every bad line refused with its line and field."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from tickwork.fsm.errors import InvalidInput
+
+from tickwork.eval.tasks import (
+    TaskSetError,
+    changed_lines,
+    parse_tasks,
+    patch_matches,
+    read_tasks,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+DEMO = ROOT / "examples" / "eval" / "tasks.jsonl"
+
+
+def test_the_demo_set_reads_with_its_sources_and_scripts_resolved() -> None:
+    tasks = read_tasks(DEMO)
+    assert [t.id for t in tasks.tasks] == [
+        "calc-average",
+        "slugify-case",
+        "wordcount-spaces",
+        "clamp-high",
+    ]
+    calc = tasks.tasks[0]
+    assert calc.source == str(ROOT / "examples" / "buggy_calc") and not calc.is_repo
+    assert calc.script == str(ROOT / "examples" / "eval" / "scripts" / "calc.json")
+    assert calc.repair_input() == {
+        "workspace": calc.source,
+        "test_command": "python3 -m unittest -q",
+        "goal": "average() returns the wrong mean; make the tests pass.",
+        "setup": "none",
+    }
+    assert tasks.tasks[1].expected_patch and "+    return" in tasks.tasks[1].expected_patch
+    assert len(tasks.digest) == 64
+
+
+def test_the_digest_covers_the_tasks_not_the_files_spacing(tmp_path: Path) -> None:
+    (tmp_path / "p").mkdir()
+    one = {"id": "a", "source": "p", "test_command": "true", "goal": "g"}
+    spaced = "\n# a comment\n" + json.dumps(dict(reversed(one.items())), indent=None) + "\n\n"
+    first = parse_tasks(json.dumps(one), where="a.jsonl", base=tmp_path)
+    second = parse_tasks(spaced, where="b.jsonl", base=tmp_path)
+    assert first.digest == second.digest
+    other = parse_tasks(json.dumps({**one, "goal": "h"}), where="a.jsonl", base=tmp_path)
+    assert other.digest != first.digest
+
+
+def test_git_sources_go_as_repo_and_ref(tmp_path: Path) -> None:
+    line = {"id": "r", "source": "https://example.invalid/x.git", "ref": "v1", "test_command": "t"}
+    (task,) = parse_tasks(json.dumps(line), where="t", base=tmp_path).tasks
+    assert task.repair_input() == {
+        "repo": "https://example.invalid/x.git",
+        "ref": "v1",
+        "test_command": "t",
+    }
+    local = {"id": "l", "source": "repo", "ref": "main", "test_command": "t", "setup": ["a", "b"]}
+    (task,) = parse_tasks(json.dumps(local), where="t", base=tmp_path).tasks
+    assert task.repair_input()["repo"] == str(tmp_path / "repo")
+    assert task.repair_input()["setup"] == ["a", "b"]
+
+
+GOOD = {"id": "t1", "source": "proj", "test_command": "python3 -m unittest -q"}
+
+
+@pytest.mark.parametrize(
+    ("line", "fragments"),
+    [
+        ("{not json", ["t.jsonl:2:", "not valid JSON"]),
+        ("[1, 2]", ["t.jsonl:2:", "a task is a JSON object, got list"]),
+        ({**GOOD, "tests": "x"}, ["t.jsonl:2:", "unknown field(s) 'tests'", "test_command"]),
+        ({"source": "proj", "test_command": "t"}, ["t.jsonl:2: field `id`: is required"]),
+        ({"id": "x", "test_command": "t"}, ["field `source`: is required"]),
+        ({"id": "x", "source": "proj"}, ["field `test_command`: is required"]),
+        ({**GOOD, "id": 7}, ["field `id`: must be text, got int"]),
+        ({**GOOD, "id": "a b/c"}, ["field `id`:", "may only hold letters"]),
+        ({**GOOD, "id": "t0"}, ["field `id`: 't0' is already the id of line 1"]),
+        ({**GOOD, "source": "missing"}, ["field `source`: 'missing' is not a directory"]),
+        ({**GOOD, "ref": "--upload-pack=x"}, ["field `ref`:", "not a branch, tag or commit"]),
+        ({**GOOD, "setup": 3}, ["field `setup`:", '"auto", "none"']),
+        ({**GOOD, "setup": ["make", ""]}, ["field `setup`: command 2 must be a non-empty"]),
+        ({**GOOD, "goal": "a\x00b"}, ["field `goal`:", "NUL"]),
+        ({**GOOD, "goal": "g" * 20_001}, ["field `goal`: is longer than 20,000 characters"]),
+        ({**GOOD, "test_command": "  "}, ["field `test_command`: is empty"]),
+        ({**GOOD, "expected_patch": "just words"}, ["field `expected_patch`: is not a unified"]),
+        ({**GOOD, "expected_tests": ["t"]}, ["field `expected_tests`: must be text, got list"]),
+        ({**GOOD, "script": "gone.json"}, ["field `script`: 'gone.json' is not a file"]),
+    ],
+)
+def test_a_bad_line_is_refused_naming_its_line_and_field(
+    tmp_path: Path, line: object, fragments: list[str]
+) -> None:
+    (tmp_path / "proj").mkdir()
+    first = json.dumps({**GOOD, "id": "t0"})
+    text = line if isinstance(line, str) else json.dumps(line)
+    with pytest.raises(TaskSetError) as refused:
+        parse_tasks(f"{first}\n{text}\n", where="t.jsonl", base=tmp_path)
+    assert isinstance(refused.value, InvalidInput)  # the CLI's exit code 2
+    for fragment in fragments:
+        assert fragment in refused.value.message, refused.value.message
+
+
+def test_an_empty_or_unreadable_task_set_is_refused(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n# nothing here\n")
+    with pytest.raises(TaskSetError, match="no tasks"):
+        read_tasks(empty)
+    latin = tmp_path / "latin.jsonl"
+    latin.write_bytes(b'{"id": "a"}\n{"goal": "caf\xe9"}\n')
+    with pytest.raises(TaskSetError, match=r"latin.jsonl:2: not UTF-8"):
+        read_tasks(latin)
+    with pytest.raises(InvalidInput, match="cannot read the task set"):
+        read_tasks(tmp_path / "absent.jsonl")
+
+
+def test_a_patch_matches_the_expected_one_by_the_lines_it_changes() -> None:
+    expected = (
+        "--- a/slug.py\n+++ b/slug.py\n@@ -8,2 +8,2 @@\n     words = 1\n"
+        '-    return "-".join(words)\n+    return "-".join(words).lower()\n'
+    )
+    made = (
+        "diff --git a/slug.py b/slug.py\n--- a/slug.py\n+++ b/slug.py\n@@ -6,4 +6,4 @@\n"
+        " def slugify(title):\n     doc\n     words = 1\n"
+        '-    return "-".join(words)\n+    return "-".join(words).lower()   \n'
+    )
+    assert changed_lines(made) == changed_lines(expected)
+    assert patch_matches(made, expected)
+    assert not patch_matches(made.replace(".lower()", ".upper()"), expected)
+    assert not patch_matches(made.replace("slug.py", "other.py"), expected)
+    assert not patch_matches("", expected) and not patch_matches(None, expected)

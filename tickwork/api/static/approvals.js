@@ -1,0 +1,137 @@
+// The approvals queue, and the card of one waiting call (approve, edit, reject, give the
+// output of an in-doubt call), which the session view shows too.
+import {
+  api, badge, can, decisionLine, diffLines, el, enc, every, label, networkNote, ago,
+  pretty, state, toast,
+} from "./core.js";
+
+function diffView(preview) {
+  if (!preview || preview.type !== "diff") return null;
+  return el("div", { class: "preview" },
+    el("p", { class: "meta" }, preview.path ? `${preview.path}: ${preview.note}` : preview.note),
+    el("pre", { class: "diff" }, diffLines(preview.diff)));
+}
+
+export function callCard(sessionId, call, onDecided) {
+  const card = el("article", { class: "call", dataset: { call: call.call_id } });
+  const error = el("p", { class: "error" });
+  const comment = el("input", { type: "text", class: "comment", placeholder: "comment (optional)" });
+
+  async function decide(kind, extra) {
+    error.textContent = "";
+    try {
+      const head = await api(`/sessions/${enc(sessionId)}/calls/${enc(call.call_id)}/decision`, {
+        method: "POST",
+        body: { kind, fingerprint: call.fingerprint, comment: comment.value, ...extra },
+      });
+      const verb = { approve: "Approved", edit: "Edited", reject: "Rejected",
+                     provide_output: "Gave the output of" }[kind];
+      card.classList.remove("open");
+      card.classList.add("done");
+      card.replaceChildren(el("p", { class: "decided" },
+        `${verb} ${call.call_id} (${call.name}) as ${state.me.name}; the session is ${label(head.status)}. `,
+        el("a", { href: `#/sessions/${enc(sessionId)}`, class: "follow" }, "Follow the session")));
+      toast(`${verb} ${call.call_id} of ${sessionId}`, "ok");
+      if (onDecided) onDecided(head);
+    } catch (e) {
+      const who = e.body && e.body.decided_by ? ` (${e.body.decision} by ${e.body.decided_by})` : "";
+      error.textContent = `${e.message}${who}`;
+    }
+  }
+
+  function form(name, field, label, submit, onSubmit) {
+    const box = el("div", { class: `decide-form ${name}-form`, hidden: true },
+      el("label", {}, label), field,
+      el("button", { type: "button", class: `confirm-${name}`, onclick: onSubmit }, submit),
+      el("button", { type: "button", class: "cancel-form", onclick: () => {
+        box.hidden = true;
+        card.classList.remove("open");
+      } }, "Cancel"));
+    return box;
+  }
+
+  const editArgs = el("textarea", { class: "edit-args", rows: 8, spellcheck: "false" },
+    pretty(call.arguments === null ? {} : call.arguments));
+  const editForm = form("edit", editArgs, "New arguments (JSON)", "Run with these arguments", () => {
+    let parsed;
+    try {
+      parsed = JSON.parse(editArgs.value);
+    } catch (e) {
+      error.textContent = `not JSON: ${e.message}`;
+      return;
+    }
+    decide("edit", { arguments: parsed });
+  });
+  const feedback = el("textarea", { class: "feedback", rows: 3,
+                                    placeholder: "what the model is told instead" });
+  const rejectForm = form("reject", feedback, "Feedback for the model", "Reject",
+    () => decide("reject", { feedback: feedback.value }));
+  const output = el("textarea", { class: "output", rows: 4 });
+  const outputForm = form("provide", output, "The call's output, as if it had run",
+    "Use this output", () => decide("provide_output", { output: output.value }));
+
+  const open = (box) => () => {
+    for (const other of [editForm, rejectForm, outputForm]) other.hidden = other !== box;
+    card.classList.add("open");
+    const field = box.querySelector("textarea");
+    if (field) field.focus();
+  };
+  const inDoubt = call.state === "in_doubt";
+  const actions = can("approver")
+    ? el("div", { class: "actions" }, comment,
+        el("button", { type: "button", class: "approve primary", onclick: () => decide("approve", {}) },
+          inDoubt ? "Run again" : "Approve"),
+        el("button", { type: "button", class: "edit", onclick: open(editForm) }, "Edit"),
+        el("button", { type: "button", class: "reject danger", onclick: open(rejectForm) }, "Reject"),
+        inDoubt ? el("button", { type: "button", class: "provide", onclick: open(outputForm) },
+          "Provide output") : null)
+    : el("p", { class: "muted" }, "You need the approver role to decide.");
+
+  card.append(...[
+    el("h4", {}, el("code", {}, call.name), ` ${call.call_id} `,
+      inDoubt ? badge("in doubt", "in_doubt") : null,
+      el("span", { class: "fp", title: call.fingerprint }, `fingerprint ${call.fingerprint.slice(0, 12)}`)),
+    inDoubt ? el("p", { class: "warn" },
+      "A worker died while running this call: it may or may not have run.") : null,
+    call.approval_reason ? el("p", { class: "reason warn" },
+      `Needs approval: ${call.approval_reason}`) : null,
+    el("pre", { class: "args" }, pretty(call.arguments === null ? call.raw_arguments : call.arguments)),
+    diffView(call.preview),
+    call.decision && !inDoubt ? decisionLine(call.decision) : actions,
+    editForm, rejectForm, inDoubt ? outputForm : null, error].filter(Boolean));
+  return card;
+}
+
+export function waitingCard(waiting, onDecided) {
+  const head = waiting.session;
+  return el("section", { class: "waiting", dataset: { session: head.id } },
+    el("h3", {}, el("a", { href: `#/sessions/${enc(head.id)}` }, head.id), " ", badge(head.status)),
+    el("p", { class: "meta" },
+      `${head.kind} · ${head.model} · step ${head.step} · submitted by ${head.submitted_by || "–"}` +
+      ` · waiting since ${ago(waiting.waiting_since)}`,
+      networkNote(head)),
+    waiting.job ? el("dl", { class: "job" }, ["source", "goal", "test_command"]
+      .filter((key) => waiting.job[key])
+      .flatMap((key) => [el("dt", {}, key.replace("_", " ")), el("dd", { dataset: { key } }, waiting.job[key])])) : null,
+    waiting.thought ? el("blockquote", { class: "thought" }, waiting.thought) : null,
+    waiting.calls.map((call) => callCard(head.id, call, onDecided)));
+}
+
+export async function approvalsView(view) {
+  const list = el("div", { id: "approvals" });
+  const count = el("span", { class: "count" });
+  view.draw(
+    el("div", { class: "bar" }, el("h2", {}, "Waiting for approval ", count),
+      el("button", { type: "button", id: "refresh", onclick: () => load() }, "Refresh")),
+    list);
+  async function load() {
+    const waiting = await api("/approvals");
+    count.textContent = `(${waiting.length})`;
+    list.replaceChildren(...(waiting.length
+      ? waiting.map((w) => waitingCard(w))
+      : [el("p", { class: "muted", id: "none-waiting" }, "Nothing is waiting for a person.")]));
+  }
+  await load();
+  // refresh unless someone is in the middle of a decision
+  every(view, () => (list.querySelector(".open") ? null : load()));
+}

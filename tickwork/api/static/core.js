@@ -1,0 +1,173 @@
+// What every view of the page uses: building elements, calling the API with the token,
+// and the small pieces of text and badges shown everywhere. Plain DOM, no build step.
+// Everything shown comes from the model or from people, so it is set as text, never as HTML.
+
+export const API = "/api/v1";
+export const TOKEN_KEY = "tickwork.token";
+export const REFRESH_MS = 5000;
+// who is logged in; `cleanup` stops a view's timers and streams when another is shown (visit)
+export const state = { token: sessionStorage.getItem(TOKEN_KEY), me: null, cleanup: [] };
+// set by app.js: what a refused token does (log out, with why)
+export const hooks = { unauthorized: () => {} };
+export const main = document.getElementById("main");
+
+export function el(tag, props, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(props || {})) {
+    if (value === null || value === undefined || value === false) continue;
+    if (key === "class") node.className = value;
+    else if (key === "dataset") Object.assign(node.dataset, value);
+    else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+    else node.setAttribute(key, value === true ? "" : String(value));
+  }
+  for (const child of children.flat()) {
+    if (child === null || child === undefined || child === false) continue;
+    node.append(child instanceof Node ? child : String(child));
+  }
+  return node;
+}
+
+export const enc = encodeURIComponent;
+export const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+export const pretty = (value) => (typeof value === "string" ? value : JSON.stringify(value, null, 2));
+export const can = (role) => Boolean(state.me && state.me.roles.includes(role));
+// statuses read better with spaces; error codes stay as they are written
+export const label = (text) => (text === text.toLowerCase() ? text.replace(/_/g, " ") : text);
+export const badge = (text, extra) => el("span", { class: `badge ${extra || text}` }, label(text));
+
+export function ago(iso) {
+  if (!iso) return "";
+  const seconds = Math.max(0, (Date.now() - Date.parse(iso)) / 1000);
+  if (seconds < 60) return `${Math.round(seconds)}s ago`;
+  if (seconds < 3600) return `${Math.round(seconds / 60)} min ago`;
+  if (seconds < 86400) return `${(seconds / 3600).toFixed(1)} h ago`;
+  return `${(seconds / 86400).toFixed(1)} days ago`;
+}
+
+// a duration in milliseconds as people read it: 340 ms, 1.2 s, 3 min 5 s
+export function ms(value) {
+  const n = Number(value) || 0;
+  if (n < 1000) return `${Math.round(n)} ms`;
+  if (n < 60000) return `${(n / 1000).toFixed(1)} s`;
+  return `${Math.floor(n / 60000)} min ${Math.round((n % 60000) / 1000)} s`;
+}
+
+export const count = (n) => Number(n || 0).toLocaleString("en-US");
+export const usd = (n) => `$${Number(n || 0).toFixed(4)}`;
+
+export function toast(message, kind) {
+  const box = document.getElementById("toast");
+  box.replaceChildren(el("p", { class: kind || "info" }, message));
+  clearTimeout(toast.timer);
+  toast.timer = setTimeout(() => box.replaceChildren(), 8000);
+}
+
+export class ApiError extends Error {
+  constructor(status, body) {
+    super(body.message || `HTTP ${status}`);
+    this.status = status;
+    this.body = body;
+  }
+}
+
+async function call(path, options, read) {
+  const { method = "GET", body } = options || {};
+  const headers = { Authorization: `Bearer ${state.token}` };
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  const response = await fetch(API + path, {
+    method, headers, body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  if (response.status === 401) hooks.unauthorized("Your token is no longer accepted; log in again.");
+  if (!response.ok) throw new ApiError(response.status, await response.json().catch(() => ({})));
+  return read(response);
+}
+
+// the API's JSON; an error answer raises ApiError with the API's code and message
+export const api = (path, options) => call(path, options, (r) => r.json().catch(() => ({})));
+// the API's text (a patch)
+export const apiText = (path) => call(path, {}, (r) => r.text());
+
+let visits = 0;
+
+// One showing of a view. A view still loading when the next one starts (a slow answer, a
+// quick click) neither draws over the newer view nor leaves its timers and streams running.
+export function visit() {
+  visits += 1;
+  for (const stop of state.cleanup.splice(0)) stop();
+  const mine = visits;
+  const current = () => mine === visits;
+  return {
+    current,
+    draw: (...nodes) => { if (current()) main.replaceChildren(...nodes); },
+    onLeave: (stop) => { if (current()) state.cleanup.push(stop); else stop(); },
+  };
+}
+
+export function every(view, run) {
+  const timer = setInterval(() => {
+    const running = run();
+    if (running && running.catch) running.catch(() => {});
+  }, REFRESH_MS);
+  view.onLeave(() => clearInterval(timer));
+}
+
+// a table whose cells carry their column's name, so a narrow screen can show each row as
+// a small card (app.css) instead of a table wider than the screen
+export function dataTable(props, headers, rows, foot) {
+  const labelled = (row) => {
+    [...row.children].forEach((cell, i) => { cell.dataset.label = headers[i]; });
+    return row;
+  };
+  return el("table", { ...props, class: `data ${props.class || ""}`.trim() },
+    el("thead", {}, el("tr", {}, headers.map((h) => el("th", {}, h)))),
+    el("tbody", {}, rows.map(labelled)),
+    foot ? el("tfoot", {}, labelled(foot)) : null);
+}
+
+// what a finished repair achieved (fsm/outcomes.py); "–" for none
+export const OUTCOMES = ["repaired", "tests_failing", "tests_not_run", "no_changes"];
+
+export function outcomeBadge(outcome) {
+  return outcome ? el("span", { class: `badge outcome ${outcome}`, dataset: { outcome } }, label(outcome))
+    : el("span", { class: "muted", dataset: { outcome: "" } }, "–");
+}
+
+// the sandbox gives commands no network unless the job asked for it ("all"; true before
+// the modes): then the allow-listed hosts, through the egress proxy
+export function networkNote(head) {
+  const network = head.config && head.config.network;
+  return network === "all" || network === true
+    ? " · commands may reach the allowed hosts" : "";
+}
+
+export function headSummary(head) {
+  return el("div", { class: "summary" },
+    el("p", { id: "outcome" }, "Outcome: ", outcomeBadge(head.outcome)),
+    el("p", { class: "meta" },
+      `${head.kind} · ${head.model} · submitted by ${head.submitted_by || "–"} · step ${head.step} · ` +
+      `${head.tokens} tokens · ${usd(head.cost_usd)}`,
+      head.parent_id ? ` · forked from ${head.parent_id} at step ${head.fork_step}` : "",
+      networkNote(head)),
+    head.final_answer ? el("p", { class: "answer" }, `Answer: ${head.final_answer}`) : null,
+    head.error_code ? el("p", { class: "error" }, `${head.error_code}: ${head.error_message}`) : null);
+}
+
+// a unified diff, a line each, coloured by what the line does
+export function diffLines(text) {
+  return text.replace(/\n$/, "").split("\n").map((line) => {
+    let kind = "ctx";
+    if (line.startsWith("+++") || line.startsWith("---")) kind = "file";
+    else if (line.startsWith("+")) kind = "add";
+    else if (line.startsWith("-")) kind = "del";
+    else if (line.startsWith("@@")) kind = "hunk";
+    return el("span", { class: `line ${kind}` }, `${line}\n`);
+  });
+}
+
+export function decisionLine(decision) {
+  const what = { approve: "approved", edit: "edited", reject: "rejected",
+                 provide_output: "output given" }[decision.kind] || decision.kind;
+  const why = decision.feedback || decision.comment;
+  return el("p", { class: "decided" }, `${what} by ${decision.approver} ${ago(decision.at)}`,
+    why ? `: ${why}` : "");
+}

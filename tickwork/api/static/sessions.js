@@ -1,0 +1,378 @@
+// Sessions: the list and its filters, one session live (its events, its steps with what
+// each cost and took), and a fork beside its parent.
+import { callCard } from "./approvals.js";
+import {
+  API, OUTCOMES, ago, api, apiText, badge, can, count, dataTable, decisionLine, diffLines, el,
+  enc, headSummary, label, ms, outcomeBadge, pretty, sleep, state, toast, usd,
+} from "./core.js";
+
+const STATUSES = ["ready", "executing", "waiting_approval", "completed", "failed", "cancelled"];
+// the list's filters: each a query parameter of GET /sessions, kept in the page's address
+const FILTERS = ["status", "outcome", "submitted_by", "kind"];
+const FINISHED = ["completed", "failed", "cancelled"];
+
+export async function sessionsView(view) {
+  const params = new URLSearchParams(location.hash.split("?")[1] || "");
+  const chosen = Object.fromEntries(FILTERS.map((key) => [key, params.get(key) || ""]));
+  const go = () => {
+    const query = new URLSearchParams();
+    for (const [key, field] of Object.entries(fields)) {
+      if (field.value.trim()) query.set(key, field.value.trim());
+    }
+    location.hash = query.toString() ? `#/sessions?${query}` : "#/sessions";
+  };
+  const fields = {
+    status: el("select", { id: "status-filter", name: "status", "aria-label": "status", onchange: go },
+      ["", ...STATUSES].map((s) => el("option", { value: s, selected: s === chosen.status },
+        s ? label(s) : "any status"))),
+    outcome: el("select", { id: "outcome-filter", name: "outcome", "aria-label": "outcome", onchange: go },
+      ["", ...OUTCOMES].map((o) => el("option", { value: o, selected: o === chosen.outcome },
+        o ? label(o) : "any outcome"))),
+    submitted_by: el("input", { type: "search", id: "submitter-filter", name: "submitted_by",
+      value: chosen.submitted_by, placeholder: "submitted by", "aria-label": "submitted by" }),
+    kind: el("input", { type: "search", id: "kind-filter", name: "kind", value: chosen.kind,
+      placeholder: "kind (repair, …)", "aria-label": "kind" }),
+  };
+  const error = el("p", { class: "error", id: "filter-error", role: "alert" });
+  const filters = el("form", { id: "session-filters", class: "filters", onsubmit: (event) => {
+    event.preventDefault();
+    go();
+  } }, Object.values(fields),
+  el("button", { type: "submit", class: "primary" }, "Filter"),
+  el("button", { type: "button", id: "mine", onclick: () => {
+    fields.submitted_by.value = state.me.name;
+    go();
+  } }, "Mine"),
+  el("button", { type: "button", id: "clear-filters", onclick: () => { location.hash = "#/sessions"; } }, "Clear"));
+  const list = el("div", { id: "session-list" });
+  view.draw(el("h2", {}, "Sessions"), filters, error, list);
+
+  const query = new URLSearchParams({ limit: "100" });
+  for (const key of FILTERS) if (chosen[key]) query.set(key, chosen[key]);
+  let heads;
+  try {
+    heads = await api(`/sessions?${query}`);
+  } catch (e) {
+    error.textContent = e.message;  // the filters stay as given, to be put right
+    return;
+  }
+  list.replaceChildren(heads.length ? dataTable({ id: "sessions" },
+    ["id", "status", "outcome", "kind", "submitted by", "model", "step", "cost", "updated"],
+    heads.map((h) => el("tr", { dataset: { session: h.id } },
+      el("td", {}, el("a", { href: `#/sessions/${enc(h.id)}` }, h.id)),
+      el("td", {}, badge(h.status)), el("td", { class: "outcome" }, outcomeBadge(h.outcome)),
+      el("td", {}, h.kind), el("td", { class: "submitter" }, h.submitted_by || "–"),
+      el("td", { class: "model" }, h.model),
+      el("td", {}, h.step), el("td", { class: "cost" }, usd(h.cost_usd)), el("td", {}, ago(h.updated_at)))))
+    : el("p", { class: "muted", id: "no-sessions" }, "No sessions match."));
+}
+
+function eventSummary(event) {
+  const d = event.data || {};
+  const parts = [];
+  for (const key of ["step", "through", "call_id", "name", "decision", "approver", "status", "outcome", "error_code", "message", "by", "parent_id"]) {
+    if (d[key] !== undefined && d[key] !== null && d[key] !== "") parts.push(`${key}=${d[key]}`);
+  }
+  if (Array.isArray(d.calls)) parts.push(`calls=${d.calls.join(",")}`);
+  return parts.join(" ");
+}
+
+// how long a step's tool calls ran, from their observations
+const toolMs = (step) => step.calls.reduce(
+  (sum, call) => sum + (call.observation ? call.observation.duration_ms || 0 : 0), 0);
+
+function tokensLine(step) {
+  const cached = step.cached_prompt_tokens ? ` (${count(step.cached_prompt_tokens)} cached)` : "";
+  return `${count(step.prompt_tokens)} prompt${cached} + ${count(step.completion_tokens)} completion tokens`;
+}
+
+function stepSection(step) {
+  return el("section", { class: "step", dataset: { step: step.step } },
+    el("h4", {}, step.kind === "compaction"
+      ? `Step ${step.step} · compaction of steps 1-${step.compacted_through}` : `Step ${step.step}`),
+    el("p", { class: "meta usage" },
+      `${step.model} · ${tokensLine(step)} · ${usd(step.cost_usd)} · model ${ms(step.latency_ms)}` +
+      (step.calls.length ? ` · tools ${ms(toolMs(step))}` : "")),
+    step.thought ? el("blockquote", { class: "thought" }, step.thought) : null,
+    step.calls.map((call) => el("div", { class: "tcall", dataset: { call: call.call_id } },
+      el("p", {}, el("code", {}, call.name), ` ${call.call_id} `, badge(call.state),
+        call.observation ? el("span", { class: "took muted" }, ` took ${ms(call.observation.duration_ms)}`) : null),
+      call.approval_reason ? el("p", { class: "reason muted" },
+        `Needs approval: ${call.approval_reason}`) : null,
+      el("pre", { class: "args" }, pretty(call.arguments === null ? call.raw_arguments : call.arguments)),
+      call.decision ? decisionLine(call.decision) : null,
+      call.observation ? el("pre", { class: call.observation.is_error ? "output error" : "output" },
+        call.observation.content) : null)));
+}
+
+export function timeline(view) {
+  if (!view.steps.length) return el("p", { class: "muted" }, "No steps yet.");
+  return view.steps.map(stepSection);
+}
+
+// each step's tokens, cost and time in one table, with a bar of its model and tool time
+function stepsTable(view) {
+  if (!view.steps.length) return el("p", { class: "muted" }, "No steps yet.");
+  const longest = Math.max(1, ...view.steps.map((s) => s.latency_ms + toolMs(s)));
+  // widths through the CSSOM: the page's CSP refuses style attributes
+  const part = (kind, value) => {
+    const span = el("span", { class: kind, dataset: { ms: Math.round(value) } });
+    span.style.width = `${(100 * value / longest).toFixed(1)}%`;
+    return span;
+  };
+  const bar = (model, tools) => el("div", { class: "spark", title: `model ${ms(model)}, tools ${ms(tools)}` },
+    part("model", model), part("tools", tools));
+  const num = (text) => el("td", { class: "num" }, text);
+  const t = view.totals;
+  const tools = view.steps.reduce((sum, s) => sum + toolMs(s), 0);
+  return dataTable({ id: "steps-table", class: "steps" },
+    ["step", "prompt", "cached", "completion", "cost", "model", "tools", "time"],
+    view.steps.map((s) => el("tr", { dataset: { step: s.step } },
+      el("td", {}, el("a", { href: `#step-${s.step}`, onclick: (event) => {
+        event.preventDefault();
+        const shown = document.querySelector(`#timeline section.step[data-step="${s.step}"]`);
+        if (shown) shown.scrollIntoView({ behavior: "smooth" });
+      } }, s.kind === "compaction" ? `${s.step} (compaction)` : `${s.step}`)),
+      num(count(s.prompt_tokens)), num(count(s.cached_prompt_tokens)), num(count(s.completion_tokens)),
+      num(usd(s.cost_usd)), num(ms(s.latency_ms)), num(ms(toolMs(s))),
+      el("td", { class: "bar-cell" }, bar(s.latency_ms, toolMs(s))))),
+    el("tr", { class: "totals" }, el("th", {}, "total"), num(count(t.prompt_tokens)),
+      num(count(t.cached_prompt_tokens)), num(count(t.completion_tokens)), num(usd(t.cost_usd)),
+      num(ms(t.latency_ms)), num(ms(tools)), el("td", {})));
+}
+
+export async function sessionView(view, id) {
+  const status = el("span", { id: "status" });
+  const summary = el("div");
+  const waiting = el("div", { id: "waiting" });
+  const events = el("ol", { id: "events", class: "events" });
+  const perStep = el("div", { id: "steps" });
+  const steps = el("div", { id: "timeline" });
+  const live = el("span", { id: "live", class: "muted" }, "connecting…");
+  const compare = el("a", { id: "compare-link", class: "button", hidden: true,
+                            href: `#/sessions/${enc(id)}/compare` }, "Beside its parent");
+  const cancel = el("button", { type: "button", id: "cancel", class: "danger", hidden: true,
+    onclick: async () => {
+      try {
+        const head = await api(`/sessions/${enc(id)}/cancel`, { method: "POST" });
+        toast(`cancel requested for ${id}: ${head.status}`, "ok");
+        refresh();
+      } catch (e) { toast(e.message, "error"); }
+    } }, "Cancel session");
+  const forks = el("p", { id: "forks", class: "meta", hidden: true });
+  view.draw(
+    el("div", { class: "bar" }, el("h2", {}, "Session ", el("code", {}, id), " ", status),
+      el("span", { class: "actions" }, compare, cancel)),
+    summary, forks, waiting, el("h3", {}, "Per step"), perStep,
+    el("h3", {}, "Events ", live), events, el("h3", {}, "Timeline"), steps);
+  let shownWaiting = "";
+
+  async function refresh() {
+    const view = await api(`/sessions/${enc(id)}`);
+    const head = view.head;
+    status.replaceChildren(badge(head.status));
+    status.dataset.status = head.status;
+    summary.replaceChildren(headSummary(head));
+    compare.hidden = !head.parent_id;
+    cancel.hidden = FINISHED.includes(head.status) || !(can("approver") || can("operator"));
+    const key = head.status === "waiting_approval" ? `${head.version}` : "";
+    if (key !== shownWaiting) {
+      shownWaiting = key;
+      if (key) {
+        const w = await api(`/approvals/${enc(id)}`);
+        waiting.replaceChildren(el("h3", {}, "Waiting for you"),
+          ...w.calls.map((call) => callCard(id, call, () => refresh())));
+      } else {
+        waiting.replaceChildren();
+      }
+    }
+    perStep.replaceChildren(stepsTable(view));
+    steps.replaceChildren(...[timeline(view)].flat());
+  }
+
+  let pending = null;
+  const soon = () => {
+    clearTimeout(pending);
+    pending = setTimeout(() => refresh().catch(() => {}), 150);
+  };
+  await refresh();
+  showForks(id, forks).catch(() => {});
+  follow(view, id, (kind, event) => {
+    events.append(el("li", { dataset: { kind, id: event.id } },
+      el("time", {}, new Date(event.at).toLocaleTimeString()), " ", el("strong", {}, kind), " ",
+      eventSummary(event)));
+    soon();
+  }, (end) => {
+    live.textContent = `finished: ${end.status}`;
+    soon();
+  }, (text) => { live.textContent = text; });
+}
+
+// --- a fork beside its parent -------------------------------------------------------
+
+// the session's forks, each a link to it beside this one
+async function showForks(id, into) {
+  const found = await api(`/sessions?${new URLSearchParams({ parent_id: id, limit: "50" })}`);
+  into.hidden = !found.length;
+  into.replaceChildren(`Forks (${found.length}): `, ...found.flatMap((f, i) => [i ? " · " : "",
+    el("a", { href: `#/sessions/${enc(f.id)}/compare`, dataset: { fork: f.id } }, f.id),
+    ` from step ${f.fork_step}, ${label(f.status)}`]));
+}
+
+function sideHead(role, view) {
+  const head = view.head;
+  return el("div", { class: `side ${role}`, dataset: { session: head.id } },
+    el("h3", {}, `${role === "parent" ? "Parent" : "Fork"} `,
+      el("a", { href: `#/sessions/${enc(head.id)}` }, el("code", {}, head.id)), " ", badge(head.status)),
+    el("p", { class: "meta" }, `${head.step} ${head.step === 1 ? "step" : "steps"} · ${count(head.tokens)} tokens · ${usd(head.cost_usd)}`,
+      head.outcome ? " · " : "", head.outcome ? outcomeBadge(head.outcome) : null),
+    head.final_answer ? el("p", { class: "answer" }, `Answer: ${head.final_answer}`) : null,
+    head.error_code ? el("p", { class: "error" }, `${head.error_code}: ${head.error_message}`) : null);
+}
+
+function sideStep(role, step) {
+  return el("div", { class: `side ${role}` }, el("span", { class: "side-label" }, role),
+    step ? stepSection(step) : el("p", { class: "muted none" }, `no step here in the ${role}`));
+}
+
+function stepPairs(parent, fork, from, to) {
+  const rows = [];
+  for (let n = from; n <= to; n += 1) {
+    rows.push(el("div", { class: "pair", dataset: { step: n } },
+      sideStep("parent", parent.steps[n - 1]), sideStep("fork", fork.steps[n - 1])));
+  }
+  return rows;
+}
+
+function forkPatch(fork) {
+  const forked = fork.events.find((e) => e.kind === "forked");
+  const data = forked ? forked.data : {};
+  const patch = data.patch || {};
+  const k = fork.head.fork_step;
+  const items = [];
+  if (patch.append_instruction) items.push(["instruction after step " + k, patch.append_instruction]);
+  if (patch.system_prompt) items.push(["system prompt", patch.system_prompt]);
+  for (const [callId, output] of Object.entries(patch.tool_outputs || {})) items.push([`output of ${callId}`, output]);
+  if (patch.budgets && Object.keys(patch.budgets).length) items.push(["budgets", pretty(patch.budgets)]);
+  if (patch.state && Object.keys(patch.state).length) items.push(["state", pretty(patch.state)]);
+  return el("section", { class: "summary", id: "fork-patch" },
+    el("h3", {}, "What the fork changed"),
+    el("p", { class: "meta" }, `from step ${k} of ${fork.head.parent_id}`,
+      data.by ? ` · by ${data.by}` : "", forked ? ` · ${ago(forked.at)}` : ""),
+    items.length ? el("dl", { class: "patch" }, items.flatMap(([what, text]) =>
+      [el("dt", {}, what), el("dd", {}, el("pre", {}, text))]))
+      : el("p", { class: "muted" }, "Nothing: the same steps, run again."));
+}
+
+function patchSide(role, sessionId, found) {
+  const text = typeof found === "string" ? found : null;
+  return el("div", { class: `side ${role}`, dataset: { session: sessionId } },
+    el("h4", {}, `${role === "parent" ? "Parent" : "Fork"}: `, el("code", {}, sessionId)),
+    text ? el("pre", { class: "diff" }, diffLines(text))
+      : el("p", { class: "muted no-patch" }, found && found.message ? found.message : "No patch."));
+}
+
+export async function compareView(view, id) {
+  const fork = await api(`/sessions/${enc(id)}`);
+  const head = fork.head;
+  const back = el("a", { href: `#/sessions/${enc(id)}` }, "back to the session");
+  if (!head.parent_id) {
+    view.draw(el("h2", {}, "Session ", el("code", {}, id)),
+      el("p", { class: "muted", id: "not-a-fork" }, `Session ${id} is not a fork: it has no parent to put beside it. `, back));
+    return;
+  }
+  const parentId = head.parent_id;
+  const [parent, parentPatch, forkPatchText] = await Promise.all([
+    api(`/sessions/${enc(parentId)}`).catch((e) => e),
+    apiText(`/sessions/${enc(parentId)}/patch`).catch((e) => e),
+    apiText(`/sessions/${enc(id)}/patch`).catch((e) => e),
+  ]);
+  const title = el("h2", { id: "compare-title" }, "Fork ", el("code", {}, id), " beside its parent ",
+    el("code", {}, parentId));
+  if (parent instanceof Error) {
+    view.draw(title, forkPatch(fork),
+      el("p", { class: "error", id: "parent-error" }, `The parent cannot be read: ${parent.message}`), back);
+    return;
+  }
+  const k = head.fork_step;
+  const last = Math.max(parent.steps.length, fork.steps.length);
+  const kept = k > 0 ? el("details", { class: "kept", id: "kept-steps" },
+    el("summary", {}, `Steps 1–${k}: the parent's, kept by the fork`),
+    stepPairs(parent, fork, 1, k)) : null;
+  const after = last > k ? stepPairs(parent, fork, k + 1, last)
+    : [el("p", { class: "muted" }, `Neither has a step after step ${k} yet.`)];
+  view.draw(title, forkPatch(fork),
+    el("div", { class: "compare", id: "compare" },
+      el("div", { class: "pair heads" }, sideHead("parent", parent), sideHead("fork", fork)),
+      kept,
+      el("h3", { class: "after" }, k > 0 ? `After step ${k}` : "Steps"),
+      after),
+    el("h3", {}, "Patches"),
+    el("div", { class: "compare", id: "compare-patches" },
+      el("div", { class: "pair" }, patchSide("parent", parentId, parentPatch), patchSide("fork", id, forkPatchText))));
+}
+
+// Server-Sent Events over fetch, so the token goes in a header rather than in the URL;
+// a dropped stream resumes from the last event id it saw.
+function follow(view, id, onEvent, onEnd, onState) {
+  const control = new AbortController();
+  let stopped = false;
+  let last = 0;
+  view.onLeave(() => { stopped = true; control.abort(); });
+  (async () => {
+    while (!stopped) {
+      try {
+        const headers = { Authorization: `Bearer ${state.token}`, Accept: "text/event-stream" };
+        if (last) headers["Last-Event-ID"] = String(last);
+        const response = await fetch(`${API}/sessions/${enc(id)}/stream`, { headers, signal: control.signal });
+        if (!response.ok) {
+          onState(`stream refused: HTTP ${response.status}`);
+          if ([401, 403, 404].includes(response.status)) return;
+        } else {
+          onState("live");
+          const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+          let buffer = "";
+          for (;;) {
+            const { value, done } = await reader.read();
+            if (done) break;
+            buffer += value.replace(/\r\n/g, "\n");
+            let cut;
+            while ((cut = buffer.indexOf("\n\n")) >= 0) {
+              const frame = parseFrame(buffer.slice(0, cut));
+              buffer = buffer.slice(cut + 2);
+              if (!frame) continue;
+              if (frame.id) last = Number(frame.id);
+              if (frame.event === "end") {
+                onEnd(JSON.parse(frame.data));
+                return;
+              }
+              if (frame.data) onEvent(frame.event || "message", JSON.parse(frame.data));
+            }
+          }
+        }
+      } catch (e) {
+        if (stopped) return;
+      }
+      onState("reconnecting…");
+      await sleep(2000);
+    }
+  })();
+}
+
+function parseFrame(text) {
+  const frame = { id: null, event: null, data: "" };
+  let any = false;
+  for (const line of text.split("\n")) {
+    if (!line || line.startsWith(":")) continue;
+    const colon = line.indexOf(":");
+    const field = colon < 0 ? line : line.slice(0, colon);
+    const value = colon < 0 ? "" : line.slice(colon + 1).replace(/^ /, "");
+    if (field === "id") frame.id = value;
+    else if (field === "event") frame.event = value;
+    else if (field === "data") frame.data += (frame.data ? "\n" : "") + value;
+    else continue;
+    any = true;
+  }
+  return any ? frame : null;
+}
+
