@@ -10,7 +10,6 @@ from tickwork.fsm.kinds import GraphRef, SessionKind, graph_config, graph_of, ki
 
 from tests.fsm.conftest import Build
 
-
 ROOT = Path(__file__).resolve().parents[2]
 #: the session machines and the tick that runs them
 PACKAGES = ("fsm", "worker/tick", "worker/jobs")
