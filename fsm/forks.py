@@ -8,6 +8,7 @@ from typing import Any
 from tickwork.fsm.errors import ForkOutOfRange, InvalidInput
 from tickwork.fsm.graph import PROPOSAL, START
 from tickwork.fsm.graph_machine import PROPOSED, fork_state
+from tickwork.fsm.kinds import SessionKind, graph_config, graph_of, kind_of
 from tickwork.fsm.loops import HISTORY
 from tickwork.fsm.values import (
     RUNTIME_LEVEL,
@@ -76,7 +77,7 @@ def fork(
             )
         elif (seen := parent.observation(call_id)) is not None:
             observations.append(seen)
-    if "graph" in parent.head.config and steps and steps[-1].calls:
+    if kind_of(parent.head) is SessionKind.GRAPH and steps and steps[-1].calls:
         # a node run whose proposed update is not kept runs again (and proposes again)
         final = steps[-1].calls[0].call_id
         observations = [
@@ -112,12 +113,13 @@ def fork(
             *config.get("instructions", []),
             {"after_step": from_step, "text": patch.append_instruction},
         ]
-    if (patch.state or patch.graph_version) and "graph" not in config:
+    graph = graph_of(config)
+    if (patch.state or patch.graph_version) and graph is None:
         raise InvalidInput(
             f"session {parent.head.id} is not a graph session; only a graph's state is patched"
         )
-    if patch.graph_version is not None:
-        config["graph"] = {**config["graph"], "version": patch.graph_version}
+    if graph is not None and patch.graph_version is not None:
+        config.update(graph_config(graph.name, patch.graph_version))
     head = Head(
         id=new_id,
         kind=parent.head.kind,
@@ -138,7 +140,7 @@ def fork(
         submitted_by=by,
         # the fork is made by this code, so it needs at least this code's level
         runtime_level=max(parent.head.runtime_level, RUNTIME_LEVEL),
-        result=_graph_result(config, new_steps, observations, patch) if "graph" in config else {},
+        result=_graph_result(config, new_steps, observations, patch) if graph is not None else {},
     )
     event = Event(
         kind=EventKind.FORKED,

@@ -4,8 +4,8 @@
 A graph is named nodes (plain functions of the state returning a partial update), edges
 and conditional edges between them, from `START` to `END`, over a typed state (a pydantic
 model). `Graph.compile()` refuses an invalid graph when it is defined, not when a session
-runs it. Nothing here does I/O; `tickwork.worker.tick.graphs` runs the nodes and `tickwork.fsm.graph_machine`
-turns a node's run into the session's next step.
+runs it. Nothing here does I/O; `tickwork.worker.tick.graphs` runs the nodes and
+`tickwork.fsm.graph_machine` turns a node's run into the session's next step.
 """
 
 from __future__ import annotations
@@ -53,12 +53,21 @@ class Node:
     #: proposes before it enters the state (approve, edit = another update, reject)
     approve_update: Policy | None = None
 
-    def takes_context(self) -> bool:
-        try:
-            params = inspect.signature(self.fn).parameters
-        except (TypeError, ValueError):
-            return True
-        return len(params) >= 2
+    #: `fn(state, ctx)` (True) or `fn(state)`: read from its signature once, when the node
+    #: is added, so a run never asks
+    takes_context: bool = True
+
+    def run(self, state: Any, ctx: Any) -> Mapping[str, Any] | None:
+        """The node's update of `state` (`ctx`: the `NodeContext` it runs with)."""
+        return self.fn(state, ctx) if self.takes_context else self.fn(state)
+
+
+def _takes_context(fn: NodeFn) -> bool:
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return True
+    return len(params) >= 2
 
 
 @dataclass(frozen=True)
@@ -121,6 +130,7 @@ class Graph:
             on_reject=on_reject,
             writes=declared,
             approve_update=approve_update,
+            takes_context=_takes_context(fn),
         )
         return self
 

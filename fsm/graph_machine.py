@@ -21,20 +21,13 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from tickwork.fsm import transitions
 from tickwork.fsm.approvals import ApprovalRule, approval_reason
 from tickwork.fsm.budgets import exhausted_budget
 from tickwork.fsm.fingerprints import call_fingerprint, step_fingerprint
 from tickwork.fsm.graph import END, PROPOSAL, START, CompiledGraph, delta_text, state_fingerprint
 from tickwork.fsm.loops import HISTORY, detect_loop
-from tickwork.fsm.machine import (
-    Change,
-    StepCharge,
-    _close_calls,
-    _ended,
-    _moved,
-    _require,
-    in_doubt,
-)
+from tickwork.fsm.transitions import Change, StepCharge, in_doubt
 from tickwork.fsm.values import (
     CallState,
     Decision,
@@ -106,10 +99,10 @@ def schedule(
     window = min(HISTORY, max(4, head.budgets.max_consecutive_repeats))
     recent = [str(f) for f in head.result.get("recent", ())][-window:]
     result = {**head.result, "state": dict(state), "node": after, "recent": recent}
-    head = _moved(head, now, result=result)
+    head = transitions.moved(head, now, result=result)
 
     def ended(status: Status, **fields: Any) -> Change:
-        return _ended(head, status, now, events, **fields).model_copy(update=update)
+        return transitions.ended(head, status, now, events, **fields).model_copy(update=update)
 
     if head.cancel_requested:
         return ended(Status.CANCELLED)
@@ -193,7 +186,7 @@ def schedule(
 
 def start(head: Head, graph: CompiledGraph, *, now: datetime, trace_id: str = "") -> Change:
     """A `ready` graph session: choose the node after the last one run (START at first)."""
-    _require(head, Status.READY)
+    transitions.require(head, Status.READY)
     return schedule(head, graph, state_of(head), after=last_node(head), now=now, trace_id=trace_id)
 
 
@@ -207,17 +200,19 @@ def start_node(
 ) -> Change | RunNode | Decided:
     """What the `executing` tick does with the step's node: run it, or not (a cancel, a
     rejection, an update given by hand, a run in doubt that a person must decide on)."""
-    _require(head, Status.EXECUTING)
+    transitions.require(head, Status.EXECUTING)
     if head.cancel_requested:
-        change = _ended(head, Status.CANCELLED, now)
-        return change.model_copy(update=_close_calls(calls, "not run: session cancelled", now))
+        change = transitions.ended(head, Status.CANCELLED, now)
+        return change.model_copy(
+            update=transitions.close_calls(calls, "not run: session cancelled", now)
+        )
     call = next((c for c in calls if c.index == 0), None)
     if call is None:
-        return Change(head=_moved(head, now, status=Status.READY))
+        return Change(head=transitions.moved(head, now, status=Status.READY))
     decision = decisions.get(call.call_id)
     if call.state is CallState.DONE or call.state is CallState.REJECTED:
         if decision is None:  # its update is in the head already: go on from it
-            return Change(head=_moved(head, now, status=Status.READY))
+            return Change(head=transitions.moved(head, now, status=Status.READY))
         return Decided(call=call, decision=decision)
     patch = (
         dict(decision.arguments or {})
@@ -250,24 +245,11 @@ def node_finished(
     edit; or a proposal's call: the update a person approved): save the update, then record
     the next node, in one change. `observed`: the update is recorded already (a person gave
     it by hand)."""
-    event = Event(
-        kind=EventKind.TOOL_FINISHED,
-        at=now,
-        data={
-            "call_id": call.call_id,
-            "name": call.name,
-            "is_error": False,
-            "duration_ms": duration_ms,
-            "output_chars": len(delta_text(delta)),
-        },
-    )
-    observation = Observation(
-        call_id=call.call_id, content=delta_text(delta), at=now, duration_ms=duration_ms
-    )
-    closing = {
-        "call_states": ((call.call_id, CallState.DONE),),
-        "observations": () if observed else (observation,),
-    }
+    text = delta_text(delta)
+    event = transitions.call_finished(call, text, is_error=False, now=now, duration_ms=duration_ms)
+    closing = transitions.observed(call, text, is_error=False, now=now, duration_ms=duration_ms)
+    if observed:
+        closing["observations"] = ()
     head = head.model_copy(
         update={"tokens": head.tokens + tokens, "cost_usd": head.cost_usd + cost_usd}
     )
@@ -338,17 +320,7 @@ def update_proposed(
     )
     text = f"{PROPOSED} for a person to decide on (step {number}): {delta_text(delta)}"
     events = (
-        Event(
-            kind=EventKind.TOOL_FINISHED,
-            at=now,
-            data={
-                "call_id": call.call_id,
-                "name": call.name,
-                "is_error": False,
-                "duration_ms": duration_ms,
-                "output_chars": len(text),
-            },
-        ),
+        transitions.call_finished(call, text, is_error=False, now=now, duration_ms=duration_ms),
         Event(
             kind=EventKind.STEP_RECORDED,
             at=now,
@@ -360,7 +332,7 @@ def update_proposed(
             data={"step": number, "calls": [proposal.call_id], "node": name},
         ),
     )
-    moved = _moved(
+    moved = transitions.moved(
         head,
         now,
         step=number,
@@ -372,11 +344,8 @@ def update_proposed(
     proposed = Change(
         head=moved,
         step=step,
-        call_states=((call.call_id, CallState.DONE),),
-        observations=(
-            Observation(call_id=call.call_id, content=text, at=now, duration_ms=duration_ms),
-        ),
         events=events,
+        **transitions.observed(call, text, is_error=False, now=now, duration_ms=duration_ms),
     )
     return _charged(proposed, call, usage, cost_usd)
 

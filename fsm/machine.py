@@ -13,13 +13,15 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from tickwork.fsm import transitions
 from tickwork.fsm.approvals import ApprovalRule, approval_reason, check_decision
 from tickwork.fsm.budgets import Exhausted, NextCall, exhausted_budget, model_retry_delay
 from tickwork.fsm.context import Plan
-from tickwork.fsm.errors import CallNotFound, IllegalTransition, SessionFinished
+from tickwork.fsm.errors import CallNotFound, SessionFinished
 from tickwork.fsm.fingerprints import call_fingerprint, step_fingerprint
 from tickwork.fsm.loops import detect_loop, intervention_text
 from tickwork.fsm.outcomes import Outcome
+from tickwork.fsm.transitions import Change, StepCharge, in_doubt
 from tickwork.fsm.values import (
     CallState,
     Decision,
@@ -35,46 +37,34 @@ from tickwork.fsm.values import (
     Step,
     StepKind,
     ToolCall,
-    Usage,
     Value,
     call_id_for,
     provider_call_id,
 )
 
-
-class StepCharge(Value):
-    """Tokens and cost added to stored step `step` (its other fields never change)."""
-
-    step: int
-    usage: Usage
-    cost_usd: float
-
-
-class Change(Value):
-    """What one transition changed; the store applies it in one transaction."""
-
-    #: the head after the change; the store saves it at `version + 1`
-    head: Head
-    #: a newly recorded step with its calls
-    step: Step | None = None
-    #: existing calls whose state changed, in order
-    call_states: tuple[tuple[str, CallState], ...] = ()
-    observations: tuple[Observation, ...] = ()
-    decisions: tuple[Decision, ...] = ()
-    events: tuple[Event, ...] = ()
-    #: how long the next tick should wait (model retry backoff)
-    delay_s: float = 0.0
-    #: model use to add to an existing step: a graph node's `ctx.generate` calls, charged
-    #: to the node's step when the node finishes
-    charged: StepCharge | None = None
-
-    @property
-    def enqueue(self) -> bool:
-        return self.head.status.runnable
-
-    @property
-    def dead_letter(self) -> bool:
-        return self.head.status is Status.FAILED
+__all__ = [
+    "CallModel",
+    "Change",
+    "Compact",
+    "RunTool",
+    "StepCharge",
+    "compacted",
+    "decide",
+    "environment_failed",
+    "environment_ready",
+    "environment_wait",
+    "fail",
+    "in_doubt",
+    "model_failed",
+    "needs_environment",
+    "next_call",
+    "parse_arguments",
+    "request_cancel",
+    "start_execute",
+    "start_think",
+    "think",
+    "tool_finished",
+]
 
 
 class CallModel(Value):
@@ -96,29 +86,10 @@ class RunTool(Value):
     rerun: bool = False
 
 
-def in_doubt(head: Head, call: ToolCall, *, now: datetime) -> Change:
-    """A call found started with no result, whose tool may not run twice: a person decides
-    (retry it, give its output, or reject it)."""
-    event = Event(
-        kind=EventKind.APPROVAL_REQUESTED,
-        at=now,
-        data={"step": call.step, "calls": [call.call_id], "in_doubt": True},
-    )
-    return Change(
-        head=_moved(head, now, status=Status.WAITING_APPROVAL, awaiting=(call.call_id,)),
-        call_states=((call.call_id, CallState.IN_DOUBT),),
-        events=(event,),
-    )
-
-
-def _moved(head: Head, now: datetime, **fields: Any) -> Head:
-    return head.model_copy(update={"updated_at": now, **fields})
-
-
 def _stepped(head: Head, now: datetime, number: int, reply: ModelReply, cost_usd: float) -> Head:
     """The head after a model call's step `number`: its tokens and cost counted towards
     the budgets, and the call's retries over."""
-    return _moved(
+    return transitions.moved(
         head,
         now,
         step=number,
@@ -128,56 +99,15 @@ def _stepped(head: Head, now: datetime, number: int, reply: ModelReply, cost_usd
     )
 
 
-def _require(head: Head, *statuses: Status) -> None:
-    if head.status.terminal:
-        raise SessionFinished(f"session {head.id} is {head.status.value}; fork it to go on")
-    if head.status not in statuses:
-        allowed = " or ".join(s.value for s in statuses)
-        raise IllegalTransition(f"session {head.id} is {head.status.value}, not {allowed}")
-
-
-def _ended(
-    head: Head, status: Status, now: datetime, events: Sequence[Event] = (), **fields: Any
-) -> Change:
-    """A change that ends the session, with its closing events."""
-    kind = {
-        Status.COMPLETED: EventKind.COMPLETED,
-        Status.FAILED: EventKind.FAILED,
-        Status.CANCELLED: EventKind.CANCELLED,
-    }[status]
-    new = _moved(head, now, status=status, awaiting=(), **fields)
-    data = {"error_code": new.error_code, "message": new.error_message} if new.error_code else {}
-    closing = [Event(kind=kind, at=now, data=data)]
-    if status is Status.FAILED:
-        closing.append(Event(kind=EventKind.DEAD_LETTERED, at=now, data=data))
-    return Change(head=new, events=(*events, *closing))
-
-
 def fail(
     head: Head, code: ErrorCode, message: str, *, now: datetime, open_calls: Sequence[ToolCall] = ()
 ) -> Change:
     """End the session as `failed` with `code`; it will be dead-lettered."""
     if head.status.terminal:
         raise SessionFinished(f"session {head.id} is already {head.status.value}")
-    closed = _close_calls(open_calls, "not run: the session failed", now)
-    change = _ended(head, Status.FAILED, now, error_code=code, error_message=message)
+    closed = transitions.close_calls(open_calls, "not run: the session failed", now)
+    change = transitions.ended(head, Status.FAILED, now, error_code=code, error_message=message)
     return change.model_copy(update=closed)
-
-
-def _close_calls(calls: Sequence[ToolCall], why: str, now: datetime) -> dict[str, Any]:
-    todo = [c for c in calls if c.state.open or c.state.awaits_person]
-
-    def text(call: ToolCall) -> str:
-        if call.state in (CallState.STARTED, CallState.IN_DOUBT):
-            return why.replace("not run", "interrupted; it may or may not have run")
-        return why
-
-    return {
-        "call_states": tuple((c.call_id, CallState.DONE) for c in todo),
-        "observations": tuple(
-            Observation(call_id=c.call_id, content=text(c), is_error=True, at=now) for c in todo
-        ),
-    }
 
 
 def start_think(
@@ -187,12 +117,14 @@ def start_think(
     call (as the caller estimates it) would pass, ends the session; a prompt that no
     compaction brings under the window fails it (`CONTEXT`); a `plan` that compacts first
     makes this tick a compaction (`tickwork.fsm.context.plan`)."""
-    _require(head, Status.READY)
+    transitions.require(head, Status.READY)
     if head.cancel_requested:
-        return _ended(head, Status.CANCELLED, now)
+        return transitions.ended(head, Status.CANCELLED, now)
     spent = exhausted_budget(head, now=now, next_call=next_call)
     if spent is not None:
-        return _ended(head, Status.FAILED, now, error_code=spent.code, error_message=spent.message)
+        return transitions.ended(
+            head, Status.FAILED, now, error_code=spent.code, error_message=spent.message
+        )
     if plan is not None and plan.too_long is not None:
         return fail(head, ErrorCode.CONTEXT, plan.too_long, now=now)
     if plan is not None and plan.compact_through is not None:
@@ -212,7 +144,7 @@ def compacted(
     """Record a compaction: a step of its own whose thought is the summary of the steps up
     to `through`. It counts as a step (it is a model call) and its tokens and cost count
     towards the budgets; the session thinks again at its next tick."""
-    _require(head, Status.READY)
+    transitions.require(head, Status.READY)
     number = head.step + 1
     step = Step(
         step=number,
@@ -305,7 +237,7 @@ def think(
     `masked_through` is the mask the prompt was built with (`tickwork.fsm.context.View.masked`),
     stored on the step so later prompts keep it.
     """
-    _require(head, Status.READY)
+    transitions.require(head, Status.READY)
     number = head.step + 1
     limit = head.budgets.max_calls_per_step
     calls = []
@@ -369,13 +301,15 @@ def think(
         ),
     ]
     if cut is not None and reply.truncated:
-        closed = _close_calls(calls, "not run: the model's answer was cut at the budget", now)
-        ended = _ended(
+        closed = transitions.close_calls(
+            calls, "not run: the model's answer was cut at the budget", now
+        )
+        ended = transitions.ended(
             head, Status.FAILED, now, events, error_code=cut.code, error_message=cut.message
         )
         return ended.model_copy(update={"step": step, **closed})
     if not calls:
-        done = _ended(head, Status.COMPLETED, now, events, final_answer=reply.content)
+        done = transitions.ended(head, Status.COMPLETED, now, events, final_answer=reply.content)
         return done.model_copy(update={"step": step})
 
     loop = detect_loop(
@@ -391,13 +325,13 @@ def think(
                 data={"step": number, "loop": loop.kind.value, "interventions": interventions},
             )
         )
-        blocked = {"step": step, **_close_calls(calls, text, now)}
+        blocked = {"step": step, **transitions.close_calls(calls, text, now)}
         if interventions > head.budgets.max_loop_interventions:
             message = (
                 f"{loop.kind.value} loop at step {number} after "
                 f"{head.loop_interventions} interventions"
             )
-            ended = _ended(
+            ended = transitions.ended(
                 head,
                 Status.FAILED,
                 now,
@@ -407,7 +341,7 @@ def think(
                 loop_interventions=interventions,
             )
             return ended.model_copy(update=blocked)
-        again = _moved(head, now, loop_interventions=interventions)
+        again = transitions.moved(head, now, loop_interventions=interventions)
         return Change(head=again, events=tuple(events), **blocked)
 
     awaiting = tuple(c.call_id for c in calls if c.needs_approval)
@@ -425,11 +359,13 @@ def think(
             )
         )
         return Change(
-            head=_moved(head, now, status=Status.WAITING_APPROVAL, awaiting=awaiting),
+            head=transitions.moved(head, now, status=Status.WAITING_APPROVAL, awaiting=awaiting),
             step=step,
             events=tuple(events),
         )
-    return Change(head=_moved(head, now, status=Status.EXECUTING), step=step, events=tuple(events))
+    return Change(
+        head=transitions.moved(head, now, status=Status.EXECUTING), step=step, events=tuple(events)
+    )
 
 
 def model_failed(
@@ -442,7 +378,7 @@ def model_failed(
     retry_after_s: float | None = None,
 ) -> Change:
     """A model call failed: retry with backoff while transient and within budget, else fail."""
-    _require(head, Status.READY)
+    transitions.require(head, Status.READY)
     attempts = head.model_attempts + 1
     if transient and attempts <= head.budgets.max_model_retries:
         delay = model_retry_delay(attempts, jitter=jitter)
@@ -454,10 +390,12 @@ def model_failed(
             data={"attempt": attempts, "delay_s": delay, "error": error},
         )
         return Change(
-            head=_moved(head, now, model_attempts=attempts), events=(event,), delay_s=delay
+            head=transitions.moved(head, now, model_attempts=attempts),
+            events=(event,),
+            delay_s=delay,
         )
     why = f"after {attempts} attempts: " if transient else "permanent error: "
-    return _ended(
+    return transitions.ended(
         head,
         Status.FAILED,
         now,
@@ -484,13 +422,15 @@ def start_execute(
 
     `idempotent` tells whether that call's tool may run twice (for a call found `started`).
     """
-    _require(head, Status.EXECUTING)
+    transitions.require(head, Status.EXECUTING)
     if head.cancel_requested:
-        change = _ended(head, Status.CANCELLED, now)
-        return change.model_copy(update=_close_calls(calls, "not run: session cancelled", now))
+        change = transitions.ended(head, Status.CANCELLED, now)
+        return change.model_copy(
+            update=transitions.close_calls(calls, "not run: session cancelled", now)
+        )
     call = next_call(calls)
     if call is None:
-        return Change(head=_moved(head, now, status=Status.READY))
+        return Change(head=transitions.moved(head, now, status=Status.READY))
     decision = decisions.get(call.call_id)
     if call.state is CallState.STARTED:
         if idempotent:
@@ -534,33 +474,17 @@ def tool_finished(
     duration_ms: float = 0.0,
 ) -> Change:
     """Record the call's observation; when it was the step's last open call, think again."""
-    _require(head, Status.EXECUTING)
+    transitions.require(head, Status.EXECUTING)
     rest = [c for c in calls if c.call_id != call.call_id and c.state.open]
     status = Status.EXECUTING if rest else Status.READY
-    event = Event(
-        kind=EventKind.TOOL_FINISHED,
-        at=now,
-        data={
-            "call_id": call.call_id,
-            "name": call.name,
-            "is_error": is_error,
-            "duration_ms": duration_ms,
-            "output_chars": len(output),
-        },
-    )
     return Change(
-        head=_moved(head, now, status=status),
-        call_states=((call.call_id, CallState.DONE),),
-        observations=(
-            Observation(
-                call_id=call.call_id,
-                content=output,
-                is_error=is_error,
-                at=now,
-                duration_ms=duration_ms,
+        head=transitions.moved(head, now, status=status),
+        events=(
+            transitions.call_finished(
+                call, output, is_error=is_error, now=now, duration_ms=duration_ms
             ),
         ),
-        events=(event,),
+        **transitions.observed(call, output, is_error=is_error, now=now, duration_ms=duration_ms),
     )
 
 
@@ -573,7 +497,7 @@ def decide(
     now: datetime,
 ) -> Change:
     """Record a person's decision; the last awaited one makes the session executable."""
-    _require(head, Status.WAITING_APPROVAL)
+    transitions.require(head, Status.WAITING_APPROVAL)
     call = next((c for c in calls if c.call_id == decision.call_id), None)
     if call is None:
         raise CallNotFound(
@@ -597,7 +521,7 @@ def decide(
         },
     )
     return Change(
-        head=_moved(head, now, status=status, awaiting=awaiting),
+        head=transitions.moved(head, now, status=status, awaiting=awaiting),
         call_states=((call.call_id, state),),
         observations=observations,
         decisions=(decision,),
@@ -611,9 +535,11 @@ def request_cancel(head: Head, calls: Sequence[ToolCall], *, now: datetime, by: 
         raise SessionFinished(f"session {head.id} is already {head.status.value}")
     requested = Event(kind=EventKind.CANCEL_REQUESTED, at=now, data={"by": by})
     if head.status is Status.WAITING_APPROVAL:
-        change = _ended(head, Status.CANCELLED, now, (requested,), cancel_requested=True)
-        return change.model_copy(update=_close_calls(calls, "not run: session cancelled", now))
-    return Change(head=_moved(head, now, cancel_requested=True), events=(requested,))
+        change = transitions.ended(head, Status.CANCELLED, now, (requested,), cancel_requested=True)
+        return change.model_copy(
+            update=transitions.close_calls(calls, "not run: session cancelled", now)
+        )
+    return Change(head=transitions.moved(head, now, cancel_requested=True), events=(requested,))
 
 
 def needs_environment(head: Head) -> bool:
@@ -625,22 +551,22 @@ def needs_environment(head: Head) -> bool:
 def environment_ready(head: Head, record: Mapping[str, Any], *, now: datetime) -> Change:
     """The session's environment is built or found: record it on the card (the result);
     the next tick calls the model."""
-    _require(head, Status.READY)
+    transitions.require(head, Status.READY)
     event = Event(
         kind=EventKind.ENVIRONMENT_READY,
         at=now,
         data={"key": record.get("key"), "built": bool(record.get("built"))},
     )
     result = {**head.result, "environment": dict(record)}
-    return Change(head=_moved(head, now, result=result), events=(event,))
+    return Change(head=transitions.moved(head, now, result=result), events=(event,))
 
 
 def environment_wait(head: Head, *, key: str, delay_s: float, now: datetime) -> Change:
     """Another worker builds the environment this session needs: look again in `delay_s`
     (a delayed tick: no worker waits for the build)."""
-    _require(head, Status.READY)
+    transitions.require(head, Status.READY)
     event = Event(kind=EventKind.ENVIRONMENT_WAITING, at=now, data={"key": key, "delay_s": delay_s})
-    return Change(head=_moved(head, now), events=(event,), delay_s=delay_s)
+    return Change(head=transitions.moved(head, now), events=(event,), delay_s=delay_s)
 
 
 def environment_failed(
@@ -649,13 +575,13 @@ def environment_failed(
     """The environment could not be built: the session fails early with `ENV_SETUP` (not
     as a test failure), the setup's record and output on its card; its outcome says the
     tests were not run."""
-    _require(head, Status.READY)
+    transitions.require(head, Status.READY)
     result = {
         **head.result,
         "environment": dict(record),
         "outcome": Outcome.TESTS_NOT_RUN.value,
     }
-    return _ended(
+    return transitions.ended(
         head,
         Status.FAILED,
         now,

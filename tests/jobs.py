@@ -58,7 +58,7 @@ def _tools() -> ToolRegistry:
     return registry
 
 
-def _prepare(data: Mapping[str, Any], *, state_dir: Path) -> dict[str, Any]:
+def _prepare(data: Mapping[str, Any]) -> dict[str, Any]:
     return {"user_prompt": str(data.get("task", "run the test script")), "sink": data.get("sink")}
 
 
@@ -84,13 +84,7 @@ def _file_tools() -> ToolRegistry:
 
 
 #: the repair kind with one more tool, `slow_write`
-FILES = JobKind(
-    name="files",
-    system_prompt="You repair code.",
-    tools=_file_tools,
-    prepare=repair.prepare,
-    finish=repair.finish,
-)
+FILES = repair.RepairKind(name="files", system_prompt="You repair code.", tools=_file_tools)
 
 
 #: the size of a `read_chunk` observation

@@ -27,6 +27,7 @@ from rich.syntax import Syntax
 from rich.text import Text
 
 from tickwork.fsm.errors import ConfigurationError, InvalidInput, TickworkError
+from tickwork.fsm.kinds import SessionKind, kind_of
 from tickwork.fsm.values import Session, Status, ToolCall
 from tickwork.worker.files.filetree import SKIP_DIRS
 
@@ -368,7 +369,7 @@ def _show_event(whole: Session, kind: str, data: dict[str, Any]) -> None:
             render.show(Text(render.clip(step.thought, 400), style="italic"))
         for call in step.calls:
             render.show(Text(f"  → {call.name}({render.clip(call.raw_arguments, 160)})"))
-        if "graph" not in whole.head.config:  # a node's model usage is on the session's counters
+        if kind_of(whole.head) is SessionKind.AGENT:  # a node is recorded before it runs
             render.show(Text(f"  {step.usage.total:,} tokens · ${step.cost_usd:.4f}", style="dim"))
     elif kind == "tool_finished":
         seen = whole.observation(str(data.get("call_id")))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import getpass
-import inspect
 import logging
 import re
 import shutil
@@ -29,6 +28,7 @@ from tickwork.fsm.errors import (
     UnpricedModel,
 )
 from tickwork.fsm.forks import ForkPatch
+from tickwork.fsm.kinds import SessionKind, kind_of
 from tickwork.fsm.values import Budgets, Decision, DecisionKind, Head, Session
 from tickwork.store import Store
 from tickwork.store import dead_letters as dl
@@ -39,7 +39,7 @@ from tickwork.store.files import Saved, applied, parse_entry
 from tickwork.worker.config.secrets import mask_decision, masker_for
 from tickwork.worker.config.settings import Settings, load_settings
 from tickwork.worker.files.workspaces import Workspaces, session_files
-from tickwork.worker.jobs import Jobs
+from tickwork.worker.jobs import Jobs, Submission
 from tickwork.worker.models import Providers, check_spec, pricing
 from tickwork.worker.models.pricing import Price, PriceLike, as_price, session_price
 from tickwork.worker.tick.app import TICK, make_app
@@ -180,21 +180,14 @@ class Tickwork:
             return functools.partial(legacy.read_file, head)
         return None
 
-    def _prepare(
-        self, prepare: Callable[..., dict[str, Any]], data: dict[str, Any], *, trusted: bool
-    ) -> dict[str, Any]:
-        """Call a kind's `prepare` with what it takes of the submission's context."""
-        offered: dict[str, Any] = {
-            "state_dir": self.settings.state_dir,
-            "trusted": trusted,
-            "workspace_roots": tuple(self.settings.workspace_roots),
-        }
-        params = inspect.signature(prepare).parameters
-        if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-            offered = {k: v for k, v in offered.items() if k in params}
-        if "artifacts" in params:
-            offered["artifacts"] = self.artifacts
-        return prepare(data, **offered)
+    def _submission(self, *, trusted: bool) -> Submission:
+        """What a kind's `configure` is told about a submission from this client."""
+        return Submission(
+            state_dir=self.settings.state_dir,
+            trusted=trusted,
+            workspace_roots=tuple(self.settings.workspace_roots),
+            artifacts=self.artifacts,
+        )
 
     def publish(self, session_id: str, version: int) -> None:
         """Wake a worker; if the broker is down the outbox row stays and the relay publishes."""
@@ -246,7 +239,7 @@ class Tickwork:
         job = self.jobs.get(kind)
         if own_config and not trusted:
             raise InvalidInput("a submission from outside cannot set the session's config")
-        config = self._prepare(job.prepare, dict(input or {}), trusted=trusted)
+        config = job.configure(dict(input or {}), self._submission(trusted=trusted))
         config.update(own_config or {})
         spec = model or self.settings.model or str(config.pop("default_model", ""))
         if not spec:
@@ -349,6 +342,7 @@ class Tickwork:
                 f"session {session_id} has no call {call_id!r}; waiting: "
                 f"{', '.join(head.awaiting) or 'none'}"
             )
+        graph = self.jobs.graph(head.kind) if kind_of(head) is SessionKind.GRAPH else None
         if kind is DecisionKind.EDIT:
             if arguments is not None and not isinstance(arguments, Mapping):
                 raise InvalidInput(
@@ -358,14 +352,14 @@ class Tickwork:
             if arguments is None:
                 raise InvalidInput(f"an edit of call {call_id} needs the new arguments")
             tools = self.jobs.tools(head.kind)
-            check = getattr(self.jobs.get(head.kind), "validate_patch", None)
-            if check is not None:  # a graph: the edit patches the state (issue 15)
-                arguments = check(head, dict(arguments), by=f"the edit of node {call.name!r}")
+            if graph is not None:  # the edit patches the state (issue 15)
+                arguments = graph.validate_patch(
+                    head, dict(arguments), by=f"the edit of node {call.name!r}"
+                )
             elif call.name in tools:
                 arguments = tools.get(call.name).validate(dict(arguments))
-        check_output = getattr(self.jobs.get(head.kind), "validate_output", None)
-        if kind is DecisionKind.PROVIDE_OUTPUT and check_output is not None:
-            check_output(head, call.name, output)  # a graph node's update (issue 15)
+        if kind is DecisionKind.PROVIDE_OUTPUT and graph is not None:
+            graph.validate_output(head, call.name, output)  # a node's update (issue 15)
         decision = Decision(
             call_id=call_id,
             kind=kind,
@@ -448,17 +442,16 @@ class Tickwork:
             _check_priced(parent.model, raised, parent.config, self.settings.prices, self.providers)
         graph_version = None
         origin = parent  # live, or read back from the archive
-        if state or isinstance(origin.config.get("graph"), Mapping):
+        if state or kind_of(origin) is SessionKind.GRAPH:
             # a graph session (issue 15): the fork runs on the graph as this process has it
             # (how a session moves to a new version), its state patch checked against it
-            kind = self.jobs.get(origin.kind)
-            check = getattr(kind, "validate_patch", None)
-            if check is None:
+            if kind_of(origin) is not SessionKind.GRAPH:
                 raise InvalidInput(
                     f"session {session_id} is not a graph session; only a graph's state is patched"
                 )
-            state = check(origin, dict(state or {}), by="the fork's state patch")
-            graph_version = kind.graph.version  # type: ignore[attr-defined]
+            kind = self.jobs.graph(origin.kind)
+            state = kind.validate_patch(origin, dict(state or {}), by="the fork's state patch")
+            graph_version = kind.graph.version
         patch = ForkPatch(
             system_prompt=system_prompt,
             append_instruction=append_instruction,

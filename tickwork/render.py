@@ -23,6 +23,8 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
+from tickwork.fsm.kinds import GraphRef, graph_of
+
 from . import views
 
 STATUS_STYLE = {
@@ -302,7 +304,7 @@ def _header(
     if h["parent_id"]:
         rows.append(("forked from", Text(f"{h['parent_id']} at step {h['fork_step']}")))
     if (graph := _graph(h)) is not None:
-        rows.append(("graph", Text(f"{graph.get('name')} version {graph.get('version')}")))
+        rows.append(("graph", Text(f"{graph.name} version {graph.version}")))
     config = h.get("config") or {}
     if isinstance(config.get("source"), dict):
         from tickwork.worker.files.sources import describe
@@ -348,10 +350,9 @@ def environment_line(env: Mapping[str, Any]) -> Text:
     return Text(" · ".join(parts), style)
 
 
-def _graph(h: Mapping[str, Any]) -> Mapping[str, Any] | None:
+def _graph(h: Mapping[str, Any]) -> GraphRef | None:
     """A graph session's graph (name, version), else None (issue 15)."""
-    found = (h.get("config") or {}).get("graph")
-    return found if isinstance(found, Mapping) else None
+    return graph_of(h.get("config") or {})
 
 
 def _calls_table(calls: list[Mapping[str, Any]], *, graph: bool = False) -> Table:

@@ -75,7 +75,7 @@ def test_a_cold_think_claim_reads_from_the_latest_compaction_on(
 def test_a_charge_adds_model_use_to_a_stored_step(
     store: Store, clock: Clock, session_id: str
 ) -> None:
-    from tickwork.fsm.machine import StepCharge
+    from tickwork.fsm.transitions import StepCharge
 
     _steps(store, session_id, clock, 2)
     claimed = claim(store, session_id, now=clock())

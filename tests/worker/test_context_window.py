@@ -169,14 +169,14 @@ def test_recall_gives_back_an_elided_observation_from_the_store(
 
 
 def _tools(long: Long, session_id: str) -> list[dict[str, object]]:
-    from tickwork.worker.tick.advance import _schemas
+    from tickwork.worker.tick.agent import schemas_for as _schemas
 
     head = long.store.get(session_id)
     return _schemas(long.rt.jobs.tools(head.kind), head)
 
 
 def _recall(long: Long, head: Head, call_id: str) -> tuple[str, bool]:
-    from tickwork.worker.tick.advance import _recall as recall
+    from tickwork.worker.tick.agent import recall
 
     return recall(long.rt, head, {"call_id": call_id})
 

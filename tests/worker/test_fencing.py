@@ -112,3 +112,41 @@ def test_a_lease_not_renewed_for_its_length_is_lost(store: Store) -> None:
         lost = leases.lost("s", 3)
         assert lost is not None and "not renewed for 2s" in lost
     assert leases.lost("s", 3) is None  # a call outside a tick is not fenced
+
+
+class Recording:
+    """The store, noting the lease each claim and renewal asks for."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self.leases: list[tuple[str, float]] = []
+
+    def claim(self, *args: object, lease_s: float, **kw: object) -> object:
+        self.leases.append(("claim", lease_s))
+        return self._store.claim(*args, lease_s=lease_s, **kw)  # type: ignore[arg-type]
+
+    def renew(self, *args: object, lease_s: float, **kw: object) -> object:
+        self.leases.append(("renew", lease_s))
+        return self._store.renew(*args, lease_s=lease_s, **kw)  # type: ignore[arg-type]
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._store, name)
+
+
+def test_the_claim_and_the_renewals_take_the_same_lease(
+    settings: Settings, store: Store, tmp_path: Path
+) -> None:
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([{"content": "done"}]))
+    client = Tickwork(settings, store=store)
+    client.publish = lambda *_: None  # type: ignore[method-assign]
+    head = client.submit("tests.jobs:TEST", {}, model=f"scripted:{script}")
+    recording = Recording(store)
+    rt = Runtime(settings=settings, store=recording, jobs=Jobs(), publish_tick=lambda *_: None)  # type: ignore[arg-type]
+    assert rt.leases.lease_s == settings.lease_s
+    # the leases own the duration: a change there is what the claim takes too
+    rt.leases.lease_s = 4.0
+    with rt.leases.hold(head.id, 0, "someone"):
+        rt.leases.renew_all()
+    assert advance(rt, head.id, 0).outcome is Outcome.SAVED
+    assert sorted(recording.leases) == [("claim", 4.0), ("renew", 4.0)]

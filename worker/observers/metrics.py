@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from tickwork.store.port import Health
     from tickwork.store.relay import RelayPass
     from tickwork.worker.models.providers import Providers
-    from tickwork.worker.observers.report import TickReport
+    from tickwork.worker.observers.report import ModelCall, TickReport
 
 log = logging.getLogger("tickwork.metrics")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -119,8 +119,10 @@ class TickMetrics:
         labels = (report.phase.value, report.outcome.value)
         TICKS.labels(*labels).inc()
         TICK_SECONDS.labels(*labels).observe(report.seconds)
+        if report.model is not None:
+            count_model(report.model, self.providers)
         if report.change is not None:
-            count_change(report.change, self.providers)
+            count_change(report.change)
             if report.outcome is TickOutcome.SAVED:
                 count_completed(report.change.head)
 
@@ -132,24 +134,25 @@ def count_completed(head: Head) -> None:
         SESSIONS_COMPLETED.labels(found.value if found else NONE_LABEL).inc()
 
 
-def count_change(change: Change, providers: Providers) -> None:
-    """Model calls, tokens and cost (spent even if the save loses), approval requests."""
-    kinds = {e.kind for e in change.events}
-    if change.step is not None:
-        model = model_label(change.step.model or change.head.model, providers)
-        MODEL_CALLS.labels(model, "ok").inc()
-        MODEL_TOKENS.labels(model, "prompt").inc(change.step.usage.prompt_tokens)
-        MODEL_TOKENS.labels(model, "completion").inc(change.step.usage.completion_tokens)
-        if change.step.usage.cached_prompt_tokens:
-            MODEL_TOKENS.labels(model, "cached_prompt").inc(change.step.usage.cached_prompt_tokens)
-        if change.step.usage.cache_creation_tokens:
-            MODEL_TOKENS.labels(model, "cache_write").inc(change.step.usage.cache_creation_tokens)
-        MODEL_COST.labels(model).inc(change.step.cost_usd)
-    elif EventKind.MODEL_RETRY in kinds:
-        MODEL_CALLS.labels(model_label(change.head.model, providers), "retry").inc()
-    elif change.head.error_code is ErrorCode.MODEL_ERROR:
-        MODEL_CALLS.labels(model_label(change.head.model, providers), "failed").inc()
-    if EventKind.APPROVAL_REQUESTED in kinds:
+def count_model(call: ModelCall, providers: Providers) -> None:
+    """A tick's model calls (an agent's one, a graph node's several), their tokens and cost:
+    spent even if the save loses. Labelled by the model that answered, else the spec."""
+    model = model_label(call.response_model or call.spec, providers)
+    MODEL_CALLS.labels(model, call.outcome).inc(call.calls)
+    if call.outcome != "ok":
+        return
+    MODEL_TOKENS.labels(model, "prompt").inc(call.usage.prompt_tokens)
+    MODEL_TOKENS.labels(model, "completion").inc(call.usage.completion_tokens)
+    if call.usage.cached_prompt_tokens:
+        MODEL_TOKENS.labels(model, "cached_prompt").inc(call.usage.cached_prompt_tokens)
+    if call.usage.cache_creation_tokens:
+        MODEL_TOKENS.labels(model, "cache_write").inc(call.usage.cache_creation_tokens)
+    MODEL_COST.labels(model).inc(call.cost_usd)
+
+
+def count_change(change: Change) -> None:
+    """Approval requests in a tick's change."""
+    if any(e.kind is EventKind.APPROVAL_REQUESTED for e in change.events):
         APPROVALS_REQUESTED.inc()
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -38,7 +39,8 @@ class Phase(StrEnum):
 
 @dataclass(frozen=True)
 class ModelCall:
-    """The model call a THINK tick made; times are wall-clock nanoseconds since the epoch."""
+    """The model call a THINK tick made (or a graph node's calls, as one: `calls` of them,
+    their use summed); times are wall-clock nanoseconds since the epoch."""
 
     #: the session's model spec (`openai:gpt-4o`, `scripted:/path`)
     spec: str
@@ -56,33 +58,39 @@ class ModelCall:
     messages: tuple[Any, ...] = ()
     #: the completion cap sent with the call (what the budgets left, at most the model's own)
     max_tokens: int | None = None
+    #: how many calls this is (a graph node may call the model more than once)
+    calls: int = 1
 
 
 @dataclass(frozen=True)
 class ToolRun:
-    """The tool call an EXECUTE tick ran; times are wall-clock nanoseconds since the epoch."""
+    """The tool call an EXECUTE tick ran (or the node a graph tick ran); times are
+    wall-clock nanoseconds since the epoch."""
 
     call_id: str
     name: str
     started_ns: int
     ended_ns: int
     is_error: bool = False
-    #: the arguments it ran with (unmasked: mask before showing)
+    #: the arguments it ran with, a node's input state (unmasked: mask before showing)
     arguments: Any = None
 
 
-@dataclass(frozen=True)
+@dataclass
 class TickReport:
-    """One tick: what it was asked, what it did, how long each part took."""
+    """One tick: what it was asked, what it did, how long each part took.
+
+    The tick fills it in as it goes (the phase, the claim, the model or tool call, the
+    change) and `close`s it; observers get it closed, and must not change it."""
 
     session_id: str
     #: the version the tick was asked to advance from
     version: int
-    phase: Phase
-    outcome: Outcome
+    phase: Phase = Phase.NONE
+    outcome: Outcome = Outcome.DROPPED
     #: wall-clock nanoseconds since the epoch, from before the claim to after the save
-    started_ns: int
-    ended_ns: int
+    started_ns: int = field(default_factory=time.time_ns)
+    ended_ns: int = 0
     claim_s: float = 0.0
     #: the model or tool call, and what surrounds it (preparing, checking)
     io_s: float = 0.0
@@ -97,6 +105,11 @@ class TickReport:
     tool: ToolRun | None = None
     #: the exception's type name when the tick raised (ERROR)
     error: str = ""
+
+    def close(self, outcome: Outcome, *, error: str = "") -> TickReport:
+        """The report of a tick that ended with `outcome` (and `error`, if it raised)."""
+        self.outcome, self.error, self.ended_ns = outcome, error, time.time_ns()
+        return self
 
     @property
     def seconds(self) -> float:

@@ -1,11 +1,17 @@
-"""Graph job kinds and the tick that runs one of their nodes (docs/DESIGN.md section 12).
+"""The graph runner: the tick that runs one node of a graph session (docs/DESIGN.md
+section 12).
 
     from tickwork.fsm.graph import END, START, Graph
+    from tickwork.worker.tick.graphs import NodeContext, graph_kind
 
     graph = Graph("refund", version="1", state=Refund)
     graph.add_node("draft", draft)
     ...
     KIND = graph_kind(graph.compile())   # name it in TICKWORK_IMPORTS: module:KIND
+
+`GraphRunner` is the runner `advance` picks for a graph session
+(`tickwork.fsm.kinds.SessionKind.GRAPH`); the graph kinds are `tickwork.worker.jobs.graphs`
+(`graph_kind` and `GraphKind` can be imported from here too, as they always were).
 
 A node is `fn(state, ctx) -> dict`: `state` is the state model, the dict the fields it
 changes. `ctx` (`NodeContext`) gives what an agent's tick has: the model, the kind's tools,
@@ -14,8 +20,6 @@ the idempotency key `"{session_id}:{step}:{node}"`, the session's config and a s
 
 from __future__ import annotations
 
-import functools
-import json
 import logging
 import time
 import uuid
@@ -26,104 +30,32 @@ from typing import Any
 from tickwork.fsm import context, graph_machine, machine
 from tickwork.fsm.approvals import ApprovalRule, approval_reason
 from tickwork.fsm.budgets import completion_cap
-from tickwork.fsm.errors import (
-    ContextTooLong,
-    GraphVersionMismatch,
-    InvalidInput,
-    InvalidStateUpdate,
-)
-from tickwork.fsm.graph import CompiledGraph, Graph
+from tickwork.fsm.errors import ContextTooLong, GraphVersionMismatch
+from tickwork.fsm.graph import CompiledGraph
 from tickwork.fsm.graph_machine import Decided, RunNode
-from tickwork.fsm.machine import Change
+from tickwork.fsm.kinds import graph_of
+from tickwork.fsm.transitions import Change
 from tickwork.fsm.values import DecisionKind, ErrorCode, Head, ModelReply, Status, Usage
-from tickwork.store import Claimed
-from tickwork.worker.jobs import JobKind
+from tickwork.worker.jobs.graphs import GraphKind, given_update, graph_kind
 from tickwork.worker.models import ModelSettings, pricing
 from tickwork.worker.models.base import Message, estimate_prompt
+from tickwork.worker.observers.report import ModelCall, Phase
 from tickwork.worker.sandbox.runner import sandbox_of
-from tickwork.worker.tick.runtime import Runtime, Stops
-from tickwork.worker.tools.registry import ToolContext, ToolRegistry, ToolResult, run_tool
+from tickwork.worker.tick.frame import Stop, Tick, run_call
+from tickwork.worker.tick.runtime import Runtime
+from tickwork.worker.tools.registry import ToolContext, ToolResult, run_tool
+
+__all__ = [
+    "GraphKind",
+    "GraphRunner",
+    "NodeContext",
+    "NodeFailed",
+    "check_version",
+    "graph_kind",
+    "node_key",
+]
 
 log = logging.getLogger("tickwork.graph")
-
-
-@dataclass(frozen=True)
-class GraphKind(JobKind):
-    """A job kind whose sessions run a graph; made by `graph_kind`."""
-
-    graph: CompiledGraph | None = None
-
-    def validate_patch(self, head: Head, patch: Mapping[str, Any], *, by: str) -> dict[str, Any]:
-        """A person's patch of the session's state (an edit before a node, a fork's), checked
-        against the schema; InvalidInput naming `by` and what is wrong."""
-        assert self.graph is not None
-        try:
-            self.graph.update(graph_machine.state_of(head), patch, by=by)
-        except InvalidStateUpdate as exc:
-            raise InvalidInput(exc.message) from None
-        return dict(patch)
-
-    def validate_output(self, head: Head, node: str, text: str) -> None:
-        """The update a person gives by hand for a node run in doubt: a JSON object of state
-        fields, checked against the schema; InvalidInput otherwise."""
-        try:
-            delta = _given_update(text, node)
-        except InvalidStateUpdate as exc:
-            raise InvalidInput(exc.message) from None
-        self.validate_patch(head, delta, by=f"the output given for node {node!r}")
-
-
-def graph_kind(
-    graph: Graph | CompiledGraph,
-    *,
-    tools: Callable[[], ToolRegistry] | Iterable[Any] = (),
-    default_model: str | None = None,
-    budgets: Mapping[str, Any] | None = None,
-    system_prompt: str = "",
-) -> GraphKind:
-    """A job kind running `graph`; `tools` (a registry factory or `@tool`s) are what its
-    nodes may run with `ctx.run_tool`; `default_model` is the model `ctx.generate` calls
-    when the submission names none."""
-    compiled = graph.compile() if isinstance(graph, Graph) else graph
-    if callable(tools):
-        make_tools = tools
-    else:
-        listed = tuple(tools)
-
-        def make_tools() -> ToolRegistry:
-            return ToolRegistry(listed)
-
-    def prepare(data: Mapping[str, Any]) -> dict[str, Any]:
-        given = data.get("state", data) if isinstance(data, Mapping) else data
-        if not isinstance(given, Mapping):
-            raise InvalidInput(
-                f"the input of graph {compiled.name!r} is its first state: a JSON object"
-            )
-        try:
-            initial = compiled.initial(given)
-        except InvalidStateUpdate as exc:
-            raise InvalidInput(exc.message) from None
-        config: dict[str, Any] = {
-            "user_prompt": f"graph {compiled.name} v{compiled.version}",
-            "graph": {"name": compiled.name, "version": compiled.version},
-            "initial_state": initial,
-        }
-        if default_model:
-            config["default_model"] = default_model
-        return config
-
-    return GraphKind(
-        name=compiled.name,
-        system_prompt=system_prompt,
-        tools=make_tools,
-        prepare=prepare,
-        budgets=dict(budgets or {}),
-        graph=compiled,
-    )
-
-
-def is_graph(head: Head) -> bool:
-    return isinstance(head.config.get("graph"), Mapping)
 
 
 @dataclass
@@ -144,6 +76,8 @@ class NodeContext:
     cost_usd: float = 0.0
     #: the model use of this node's `generate` calls, charged to the node's step
     usage: Usage = field(default_factory=Usage)
+    #: this node's model calls, as one, for the tick's report (None: it called none)
+    model_call: ModelCall | None = None
 
     def generate(self, messages: list[Message], tools: Iterable[str] | None = None) -> ModelReply:
         """Call the session's model (`messages` as the agent sends them; `tools` names the
@@ -156,11 +90,17 @@ class NodeContext:
         registry = self.rt.jobs.tools(self.head.kind)
         schemas = registry.schemas(list(tools)) if tools is not None else []
         sent = context.fit(messages, context.policy_of(self.head.config), estimate=estimate_prompt)
-        reply = model.generate(
-            sent,
-            schemas,
-            ModelSettings(timeout_s=self.rt.settings.model_timeout_s, max_tokens=self._cap(sent)),
-        )
+        cap = self._cap(sent)
+        asked = time.time_ns()
+        try:
+            reply = model.generate(
+                sent,
+                schemas,
+                ModelSettings(timeout_s=self.rt.settings.model_timeout_s, max_tokens=cap),
+            )
+        except Exception as exc:
+            self._noted(asked, sent, cap, error=f"{type(exc).__name__}: {exc}")
+            raise
         self.tokens += reply.usage.total
         self.usage = Usage(
             prompt_tokens=self.usage.prompt_tokens + reply.usage.prompt_tokens,
@@ -170,7 +110,7 @@ class NodeContext:
                 self.usage.cache_creation_tokens + reply.usage.cache_creation_tokens
             ),
         )
-        self.cost_usd += pricing.call_cost(
+        cost = pricing.call_cost(
             self.head.model,
             self.head.config,
             reply.model,
@@ -178,7 +118,34 @@ class NodeContext:
             self.rt.settings.prices,
             providers=self.rt.providers,
         )
+        self.cost_usd += cost
+        self._noted(asked, sent, cap, reply=reply)
         return reply
+
+    def _noted(
+        self,
+        asked: int,
+        sent: list[Message],
+        cap: int,
+        *,
+        reply: ModelReply | None = None,
+        error: str = "",
+    ) -> None:
+        """This node's model calls so far, one more made from `asked`, as one `ModelCall`."""
+        before = self.model_call
+        self.model_call = ModelCall(
+            spec=self.head.model,
+            started_ns=before.started_ns if before is not None else asked,
+            ended_ns=time.time_ns(),
+            outcome="failed" if reply is None else "ok",
+            response_model=reply.model or "" if reply is not None else "",
+            usage=self.usage,
+            cost_usd=self.cost_usd,
+            error=error,
+            messages=tuple(sent),
+            max_tokens=cap,
+            calls=(before.calls + 1) if before is not None else 1,
+        )
 
     def _cap(self, messages: list[Message]) -> int:
         """The completion cap of a node's call: what the budgets leave after this node's
@@ -222,86 +189,74 @@ def node_key(session_id: str, step: int, node: str) -> str:
 def check_version(kind: GraphKind, head: Head) -> CompiledGraph:
     """The kind's graph if it is the version the session started on; else the tick is
     refused (GraphVersionMismatch) and the session is left as it is."""
-    assert kind.graph is not None
-    wanted = head.config.get("graph", {})
-    if str(wanted.get("version")) != kind.graph.version or wanted.get("name") != kind.graph.name:
+    wanted = graph_of(head)
+    name, version = (wanted.name, wanted.version) if wanted is not None else (None, None)
+    if version != kind.graph.version or name != kind.graph.name:
         raise GraphVersionMismatch(
-            f"session {head.id} runs graph {wanted.get('name')!r} version "
-            f"{wanted.get('version')!r}; this worker has {kind.graph.name!r} version "
-            f"{kind.graph.version!r}. The tick is refused and the session kept for a worker "
-            "that has its version (see ops/RUNBOOK.md, rolling out a new graph version)"
+            f"session {head.id} runs graph {name!r} version {version!r}; this worker has "
+            f"{kind.graph.name!r} version {kind.graph.version!r}. The tick is refused and the "
+            "session kept for a worker that has its version (see ops/RUNBOOK.md, rolling out "
+            "a new graph version)"
         )
     return kind.graph
 
 
-def tick(rt: Runtime, claimed: Claimed) -> Change:
-    """One micro-phase of a graph session: choose the first node, or run one node and
-    record the next."""
-    head = claimed.head
-    kind = rt.jobs.get(head.kind)
-    if not isinstance(kind, GraphKind):
-        raise InvalidInput(f"session {head.id} is a graph session but {head.kind!r} is no graph")
-    if head.cancel_requested:
-        graph = kind.graph
-        assert graph is not None
-    else:
-        graph = check_version(kind, head)
-    trace = uuid.uuid4().hex
-    if head.status is Status.READY:
-        return graph_machine.start(head, graph, now=rt.clock(), trace_id=trace)
-    upcoming = claimed.calls[0] if claimed.calls else None
-    node = graph.nodes.get(upcoming.name) if upcoming else None
-    plan = graph_machine.start_node(
-        head,
-        claimed.calls,
-        claimed.decisions,
-        idempotent=node.idempotent if node else True,
-        now=rt.clock(),
-    )
-    if isinstance(plan, Change):
-        return plan
-    state = graph_machine.state_of(head)
-    if isinstance(plan, Decided):
-        if plan.decision.kind is DecisionKind.REJECT:
-            return graph_machine.node_rejected(
-                head, graph, plan.call, plan.decision, now=rt.clock(), trace_id=trace
-            )
-        # an update given by hand for a node run in doubt: its output is the update
-        delta = _given_update(plan.decision.output, plan.call.name)
-        return graph_machine.node_finished(
+class GraphRunner:
+    """A graph session's tick (`tickwork.worker.tick.frame.Runner`): choose the first node,
+    or run one node and record the next."""
+
+    def phase(self, head: Head) -> Phase:
+        return Phase.NODE
+
+    def advance(self, tick: Tick) -> Change:
+        rt, claimed = tick.rt, tick.claimed
+        head = claimed.head
+        kind = rt.jobs.graph(head.kind)
+        graph = kind.graph if head.cancel_requested else check_version(kind, head)
+        trace = uuid.uuid4().hex
+        if head.status is Status.READY:
+            return graph_machine.start(head, graph, now=rt.clock(), trace_id=trace)
+        upcoming = claimed.calls[0] if claimed.calls else None
+        node = graph.nodes.get(upcoming.name) if upcoming else None
+        plan = graph_machine.start_node(
             head,
-            graph,
-            plan.call,
-            state=graph.update(state, delta, by=f"the output given for node {plan.call.name!r}"),
-            delta=delta,
+            claimed.calls,
+            claimed.decisions,
+            idempotent=node.idempotent if node else True,
             now=rt.clock(),
-            observed=True,
-            trace_id=trace,
         )
-    return _run(rt, claimed, graph, plan, state, trace)
-
-
-def _given_update(text: str, node: str) -> dict[str, Any]:
-    try:
-        delta = json.loads(text) if text.strip() else {}
-    except ValueError:
-        raise InvalidStateUpdate(
-            f"the output given for node {node!r} is not JSON; give the node's state update "
-            "as a JSON object"
-        ) from None
-    if not isinstance(delta, dict):
-        raise InvalidStateUpdate(f"the output given for node {node!r} is not a JSON object")
-    return delta
+        if isinstance(plan, Change):
+            return plan
+        state = graph_machine.state_of(head)
+        if isinstance(plan, Decided):
+            if plan.decision.kind is DecisionKind.REJECT:
+                return graph_machine.node_rejected(
+                    head, graph, plan.call, plan.decision, now=rt.clock(), trace_id=trace
+                )
+            # an update given by hand for a node run in doubt: its output is the update
+            delta = given_update(plan.decision.output, plan.call.name)
+            by = f"the output given for node {plan.call.name!r}"
+            return graph_machine.node_finished(
+                head,
+                graph,
+                plan.call,
+                state=graph.update(state, delta, by=by),
+                delta=delta,
+                now=rt.clock(),
+                observed=True,
+                trace_id=trace,
+            )
+        return _run(tick, graph, plan, state, trace)
 
 
 def _run(
-    rt: Runtime,
-    claimed: Claimed,
+    tick: Tick,
     graph: CompiledGraph,
     plan: RunNode,
     state: dict[str, Any],
     trace: str,
 ) -> Change:
+    rt, claimed = tick.rt, tick.claimed
     head, call = claimed.head, plan.call
     node = graph.node(call.name)
     if graph_machine.is_proposal(call):
@@ -318,14 +273,10 @@ def _run(
         )
     if plan.patch:
         state = graph.update(state, plan.patch, by=f"the edit before node {node.name!r}")
-    rt.store.start_call(
-        head.id, head.version, call, owner=claimed.owner, now=rt.clock(), rerun=plan.rerun
-    )
-    started = time.perf_counter()
-    lease = functools.partial(rt.leases.lost, head.id, head.version)
-    with Stops(
-        rt.store, head.id, every_s=rt.settings.stop_poll_s, clock=rt.clock, lease=lease
-    ) as stop:
+    typed = graph.typed(state)
+    contexts: list[NodeContext] = []
+
+    def run(stop: Stop) -> Mapping[str, Any] | None:
         ctx = NodeContext(
             session_id=head.id,
             step=call.step,
@@ -336,17 +287,20 @@ def _run(
             head=head,
             stop=stop,
         )
-        typed = graph.typed(state)
-        try:
-            returned = node.fn(typed, ctx) if node.takes_context() else node.fn(typed)
-        except ContextTooLong as exc:
-            why = f"node {node.name!r}: the model refused its prompt as too long: {exc}"
-            return machine.fail(
-                head, ErrorCode.CONTEXT, why, now=rt.clock(), open_calls=claimed.calls
-            )
-        except Exception as exc:
-            raise NodeFailed(f"node {node.name!r} raised {type(exc).__name__}: {exc}") from exc
-    duration = (time.perf_counter() - started) * 1000
+        contexts.append(ctx)
+        return node.run(typed, ctx)
+
+    try:
+        returned, duration = run_call(tick, call, run, rerun=plan.rerun, arguments=state)
+    except ContextTooLong as exc:
+        why = f"node {node.name!r}: the model refused its prompt as too long: {exc}"
+        return machine.fail(head, ErrorCode.CONTEXT, why, now=rt.clock(), open_calls=claimed.calls)
+    except Exception as exc:
+        raise NodeFailed(f"node {node.name!r} raised {type(exc).__name__}: {exc}") from exc
+    finally:
+        if contexts:
+            tick.report.model = contexts[0].model_call
+    ctx = contexts[0]
     new_state = graph.update(state, returned, by=f"node {node.name!r}")
     delta = {**plan.patch, **dict(returned or {})}
     reason = approval_reason(ApprovalRule(policy=node.approve_update), dict(returned or {}))

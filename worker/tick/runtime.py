@@ -61,7 +61,9 @@ class Leases:
     FENCED = 0.9
 
     def __init__(self, store: Ticks, *, lease_s: float, clock: Callable[[], datetime]) -> None:
-        self._store, self._lease_s, self._clock = store, lease_s, clock
+        self._store, self._clock = store, clock
+        #: how long a lease lasts, from the claim that takes it or the renewal that moves it
+        self.lease_s = lease_s
         self._held: dict[tuple[str, int], str] = {}
         #: when each held lease was last known ours (monotonic), and why a lost one is lost
         self._renewed: dict[tuple[str, int], float] = {}
@@ -83,12 +85,12 @@ class Leases:
             if key in self._lost or key not in self._renewed:
                 return self._lost.get(key)
             quiet = time.monotonic() - self._renewed[key]
-        if quiet > self._lease_s:
+        if quiet > self.lease_s:
             # this process was stalled (or the database away) longer than the lease: another
             # worker may hold it now, whatever the renewal thread has not yet found out
             return (
                 f"the lease of session {session_id} was not renewed for {quiet:.0f}s "
-                f"(TICKWORK_LEASE_S={self._lease_s:g}), so another worker may have taken it over"
+                f"(TICKWORK_LEASE_S={self.lease_s:g}), so another worker may have taken it over"
             )
         return None
 
@@ -101,7 +103,7 @@ class Leases:
         with self._lock:
             self._commands.setdefault(key, set()).add(pid)
             renewed = self._renewed.get(key, time.monotonic())
-            WATCHDOG.tell(pid, renewed + self._lease_s * self.FENCED)
+            WATCHDOG.tell(pid, renewed + self.lease_s * self.FENCED)
         try:
             yield
         finally:
@@ -129,7 +131,7 @@ class Leases:
             self._commands.pop(key, None)
 
     def _run(self) -> None:
-        while not self._wake.wait(self._lease_s / 3):
+        while not self._wake.wait(self.lease_s / 3):
             self.renew_all()
 
     def renew_all(self) -> None:
@@ -140,7 +142,7 @@ class Leases:
             asked = time.monotonic()
             try:
                 ours = self._store.renew(
-                    session_id, version, owner=owner, now=self._clock(), lease_s=self._lease_s
+                    session_id, version, owner=owner, now=self._clock(), lease_s=self.lease_s
                 )
             except Exception:
                 log.exception("could not renew the lease of session %s", session_id)
@@ -152,7 +154,7 @@ class Leases:
                     self._renewed[(session_id, version)] = asked
                     commands = list(self._commands.get((session_id, version), ()))
                     for pid in commands:
-                        WATCHDOG.tell(pid, asked + self._lease_s * self.FENCED)
+                        WATCHDOG.tell(pid, asked + self.lease_s * self.FENCED)
                     continue
                 self._lost[(session_id, version)] = (
                     f"the lease of session {session_id} v{version} is no longer this worker's "
@@ -259,6 +261,7 @@ class Runtime:
     #: the runtime level this worker runs: it claims no session that needs a higher one
     #: (a test may raise it to stand for a worker of a later release)
     level: int = RUNTIME_LEVEL
+    #: the leases of this process's ticks; `leases.lease_s` is how long each lasts
     leases: Leases = field(init=False)
     _models: dict[str, Model] = field(default_factory=dict, init=False)
     #: one pool of model-server connections for this process's models, made on first use

@@ -86,26 +86,21 @@ def test_cached_prompt_tokens_are_stored_priced_and_shown(
 
 
 def test_cached_tokens_are_counted_in_the_metrics() -> None:
-    from datetime import UTC, datetime
-
-    from tickwork.fsm.machine import Change
-    from tickwork.fsm.values import Head, Step
     from tickwork.worker.models import Providers
-    from tickwork.worker.observers.metrics import MODEL_TOKENS, count_change
+    from tickwork.worker.observers.metrics import MODEL_TOKENS, count_model
+    from tickwork.worker.observers.report import ModelCall
 
-    now = datetime(2026, 12, 1, tzinfo=UTC)
     model = "openai:metrics-cached-test"
     usage = Usage(
         prompt_tokens=900, completion_tokens=9, cached_prompt_tokens=700, cache_creation_tokens=50
     )
-    head = Head(id="m1", kind="test", created_at=now, updated_at=now, model=model)
-    step = Step(step=1, thought="", usage=usage, model=model, at=now)
+    call = ModelCall(spec=model, started_ns=0, ended_ns=1, outcome="ok", usage=usage)
 
     def counted(kind: str) -> float:
         return MODEL_TOKENS.labels(model, kind)._value.get()
 
     before = {k: counted(k) for k in ("prompt", "cached_prompt", "cache_write")}
-    count_change(Change(head=head, step=step), Providers())
+    count_model(call, Providers())
     after = {k: counted(k) - before[k] for k in before}
 
     assert after == {"prompt": 900, "cached_prompt": 700, "cache_write": 50}

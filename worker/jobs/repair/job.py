@@ -16,18 +16,20 @@ import difflib
 import shlex
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import ExitStack
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tickwork.fsm.errors import ArtifactsUnavailable, ConfigurationError, InvalidInput
 from tickwork.fsm.outcomes import NOT_FOUND_EXIT_CODES, repair_outcome
 from tickwork.fsm.values import Head
 from tickwork.store.artifacts import Artifacts
 from tickwork.store.files import Manifest, parse_entry
+from tickwork.worker.config.allowlist import AllowList
 from tickwork.worker.config.settings import load_settings
 from tickwork.worker.files import sources
 from tickwork.worker.files.environment_plans import NONE, check_setup
-from tickwork.worker.jobs import JobKind
+from tickwork.worker.jobs.kinds import Ending, Submission
 from tickwork.worker.jobs.repair import legacy
 from tickwork.worker.jobs.repair.toolkit import (
     MAX_COMMAND_S,
@@ -36,14 +38,11 @@ from tickwork.worker.jobs.repair.toolkit import (
     run_in_workspace,
 )
 from tickwork.worker.sandbox import egress
-from tickwork.worker.config.allowlist import AllowList
 from tickwork.worker.sandbox.runner import sandbox_of
 from tickwork.worker.tools.patches import quote_path
+from tickwork.worker.tools.registry import ToolRegistry
 
-if TYPE_CHECKING:
-    from tickwork.worker.tick.advance import TickFiles
-
-__all__ = ["REPAIR", "diff_manifests", "finish", "prepare"]
+__all__ = ["REPAIR", "RepairKind", "diff_manifests", "finish", "prepare"]
 
 #: a longer patch is cut in the stored result (`patch_truncated`)
 MAX_PATCH_CHARS = 2_000_000
@@ -390,14 +389,15 @@ def session_patch(head: Head, workspaces: Any) -> tuple[str, list[str]]:
     return diff_manifests(before, after, workspaces.blobs)
 
 
-def finish(head: Head, *, files: TickFiles) -> dict[str, Any]:
+def finish(head: Head, ending: Ending) -> dict[str, Any]:
     """The patch the session made, the files it changed, and the tests' final result.
 
     The final test run is part of the tick: what it changes in the files is saved with it.
     """
     result: dict[str, Any] = {}
+    files = ending.files
     try:
-        patch, changed = session_patch(head, files.rt.workspaces)
+        patch, changed = session_patch(head, ending.workspaces)
     except ArtifactsUnavailable:
         raise  # the store is away for now: the tick runs again
     except Exception as exc:  # the session's answer must not be lost for want of a patch
@@ -436,10 +436,27 @@ def _setup_failed(result: Mapping[str, Any]) -> bool:
     return isinstance(environment, Mapping) and environment.get("status") == "failed"
 
 
-REPAIR = JobKind(
-    name="repair",
-    system_prompt=SYSTEM_PROMPT,
-    tools=default_registry,
-    prepare=prepare,
-    finish=finish,
-)
+@dataclass(frozen=True)
+class RepairKind:
+    """The repair job kind (`tickwork.worker.jobs.Kind`): `prepare` with the submission's
+    context, `finish` on the session's files; another toolkit makes a kind of its own."""
+
+    name: str = "repair"
+    system_prompt: str = SYSTEM_PROMPT
+    tools: Callable[[], ToolRegistry] = default_registry
+    budgets: Mapping[str, Any] = field(default_factory=dict)
+
+    def configure(self, data: Mapping[str, Any], submission: Submission) -> dict[str, Any]:
+        return prepare(
+            data,
+            state_dir=submission.state_dir,
+            artifacts=submission.artifacts,
+            trusted=submission.trusted,
+            workspace_roots=submission.workspace_roots,
+        )
+
+    def completed(self, head: Head, ending: Ending) -> dict[str, Any]:
+        return finish(head, ending)
+
+
+REPAIR = RepairKind()

@@ -1,0 +1,163 @@
+"""What both session machines share: the change a transition makes, and its common moves.
+
+`tickwork.fsm.machine` (the agent loop) and `tickwork.fsm.graph_machine` (a graph) each
+decide their own micro-phases; how a head moves, how a session ends, how open calls are
+closed, how a call found in doubt waits for a person and how a finished call is recorded
+are written here once, under public names, and used by both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from tickwork.fsm.errors import IllegalTransition, SessionFinished
+from tickwork.fsm.values import (
+    CallState,
+    Decision,
+    Event,
+    EventKind,
+    Head,
+    Observation,
+    Status,
+    Step,
+    ToolCall,
+    Usage,
+    Value,
+)
+
+
+class StepCharge(Value):
+    """Tokens and cost added to stored step `step` (its other fields never change)."""
+
+    step: int
+    usage: Usage
+    cost_usd: float
+
+
+class Change(Value):
+    """What one transition changed; the store applies it in one transaction."""
+
+    #: the head after the change; the store saves it at `version + 1`
+    head: Head
+    #: a newly recorded step with its calls
+    step: Step | None = None
+    #: existing calls whose state changed, in order
+    call_states: tuple[tuple[str, CallState], ...] = ()
+    observations: tuple[Observation, ...] = ()
+    decisions: tuple[Decision, ...] = ()
+    events: tuple[Event, ...] = ()
+    #: how long the next tick should wait (model retry backoff)
+    delay_s: float = 0.0
+    #: model use to add to an existing step: a graph node's `ctx.generate` calls, charged
+    #: to the node's step when the node finishes
+    charged: StepCharge | None = None
+
+    @property
+    def enqueue(self) -> bool:
+        return self.head.status.runnable
+
+    @property
+    def dead_letter(self) -> bool:
+        return self.head.status is Status.FAILED
+
+
+def moved(head: Head, now: datetime, **fields: Any) -> Head:
+    """`head` with `fields` changed, updated at `now`."""
+    return head.model_copy(update={"updated_at": now, **fields})
+
+
+def require(head: Head, *statuses: Status) -> None:
+    """SessionFinished if the session has ended, IllegalTransition unless it is in one of
+    `statuses`."""
+    if head.status.terminal:
+        raise SessionFinished(f"session {head.id} is {head.status.value}; fork it to go on")
+    if head.status not in statuses:
+        allowed = " or ".join(s.value for s in statuses)
+        raise IllegalTransition(f"session {head.id} is {head.status.value}, not {allowed}")
+
+
+def ended(
+    head: Head, status: Status, now: datetime, events: Sequence[Event] = (), **fields: Any
+) -> Change:
+    """A change that ends the session, with its closing events."""
+    kind = {
+        Status.COMPLETED: EventKind.COMPLETED,
+        Status.FAILED: EventKind.FAILED,
+        Status.CANCELLED: EventKind.CANCELLED,
+    }[status]
+    new = moved(head, now, status=status, awaiting=(), **fields)
+    data = {"error_code": new.error_code, "message": new.error_message} if new.error_code else {}
+    closing = [Event(kind=kind, at=now, data=data)]
+    if status is Status.FAILED:
+        closing.append(Event(kind=EventKind.DEAD_LETTERED, at=now, data=data))
+    return Change(head=new, events=(*events, *closing))
+
+
+def close_calls(calls: Sequence[ToolCall], why: str, now: datetime) -> dict[str, Any]:
+    """The call states and observations (`Change` fields) that close the open calls of
+    `calls` with `why` as their error observation."""
+    todo = [c for c in calls if c.state.open or c.state.awaits_person]
+
+    def text(call: ToolCall) -> str:
+        if call.state in (CallState.STARTED, CallState.IN_DOUBT):
+            return why.replace("not run", "interrupted; it may or may not have run")
+        return why
+
+    return {
+        "call_states": tuple((c.call_id, CallState.DONE) for c in todo),
+        "observations": tuple(
+            Observation(call_id=c.call_id, content=text(c), is_error=True, at=now) for c in todo
+        ),
+    }
+
+
+def in_doubt(head: Head, call: ToolCall, *, now: datetime) -> Change:
+    """A call found started with no result, whose tool may not run twice: a person decides
+    (retry it, give its output, or reject it)."""
+    event = Event(
+        kind=EventKind.APPROVAL_REQUESTED,
+        at=now,
+        data={"step": call.step, "calls": [call.call_id], "in_doubt": True},
+    )
+    return Change(
+        head=moved(head, now, status=Status.WAITING_APPROVAL, awaiting=(call.call_id,)),
+        call_states=((call.call_id, CallState.IN_DOUBT),),
+        events=(event,),
+    )
+
+
+def call_finished(
+    call: ToolCall, output: str, *, is_error: bool, now: datetime, duration_ms: float = 0.0
+) -> Event:
+    """The `tool_finished` event of a call (a tool's, or a graph node's run)."""
+    return Event(
+        kind=EventKind.TOOL_FINISHED,
+        at=now,
+        data={
+            "call_id": call.call_id,
+            "name": call.name,
+            "is_error": is_error,
+            "duration_ms": duration_ms,
+            "output_chars": len(output),
+        },
+    )
+
+
+def observed(
+    call: ToolCall, output: str, *, is_error: bool, now: datetime, duration_ms: float = 0.0
+) -> dict[str, Any]:
+    """The call state and observation (`Change` fields) that record `output` as the call's."""
+    return {
+        "call_states": ((call.call_id, CallState.DONE),),
+        "observations": (
+            Observation(
+                call_id=call.call_id,
+                content=output,
+                is_error=is_error,
+                at=now,
+                duration_ms=duration_ms,
+            ),
+        ),
+    }

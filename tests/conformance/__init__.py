@@ -1,0 +1,1 @@
+"""Conformance kits run as a third party runs them: from outside tickwork."""

@@ -1,0 +1,414 @@
+"""The agent loop's tick (docs/DESIGN.md section 2): THINK calls the model, EXECUTE runs
+one tool call.
+
+`AgentRunner` is the runner `advance` picks for an agent session
+(`tickwork.fsm.kinds.SessionKind.AGENT`); the frame around a tool call is
+`tickwork.worker.tick.frame.run_call`, shared with the graph runner.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from typing import Any
+
+from tickwork.fsm import budgets, context, machine
+from tickwork.fsm.errors import ContextTooLong, InvalidToolArguments, ModelError
+from tickwork.fsm.machine import Change, Compact, RunTool
+from tickwork.fsm.values import (
+    ErrorCode,
+    Event,
+    EventKind,
+    Head,
+    ModelReply,
+    Status,
+    idempotency_key,
+)
+from tickwork.worker.files import environments
+from tickwork.worker.files.workspaces import READ_ONLY_TOOLS, written_paths
+from tickwork.worker.jobs.kinds import Ending
+from tickwork.worker.models import ModelSettings, pricing
+from tickwork.worker.models.base import estimate_prompt as estimate
+from tickwork.worker.observers.report import ModelCall, Phase, TickReport
+from tickwork.worker.sandbox.runner import sandbox_of
+from tickwork.worker.tick.frame import Stop, Tick, run_call, tool_run
+from tickwork.worker.tick.runtime import Runtime
+from tickwork.worker.tools.registry import ToolContext, ToolRegistry, ToolResult, run_tool
+
+__all__ = ["RECALL_SCHEMA", "AgentRunner", "execute", "recall", "schemas_for", "think"]
+
+log = logging.getLogger("tickwork.tick")
+
+
+def think(tick: Tick) -> Change:
+    """THINK: call the model with the transcript (or compact it first) and record its step."""
+    rt, claimed, report = tick.rt, tick.claimed, tick.report
+    head = claimed.head
+    prompt = context.plan(head, claimed.steps, claimed.observations, estimate=estimate)
+    messages = prompt.messages
+    stored = context.stored_view(claimed.steps)
+    last = claimed.steps[-1] if claimed.steps else None
+    ahead = pricing.next_call(
+        messages,
+        # what the last call read is a floor only while the prompt is the one it grew from
+        last=last.usage if last is not None and prompt.view == stored else None,
+        price=pricing.session_price(
+            head.model, head.config, rt.settings.prices, providers=rt.providers
+        ),
+    )
+    before = machine.start_think(head, now=rt.clock(), next_call=ahead, plan=prompt)
+    if isinstance(before, Change):
+        return before
+    if machine.needs_environment(head):
+        # built (or waited for) in a tick of its own; found ready, it is recorded and the
+        # model is called in this same tick
+        found = environments.prepare(rt, head)
+        if isinstance(found, Change):
+            return found
+        head = found
+    # the budget is a bound, not an estimate: the call may write no more than what is left
+    cap = budgets.completion_cap(head, ahead)
+    model = rt.model(head.model)
+    tools = rt.jobs.tools(head.kind)
+    schemas = schemas_for(tools, head)
+    if isinstance(before, Compact):
+        return _compact(rt, head, prompt, schemas, report, cap.tokens)
+    job = rt.jobs.get(head.kind)
+    asked = time.time_ns()
+    try:
+        reply = model.generate(
+            messages,
+            schemas,
+            ModelSettings(timeout_s=rt.settings.model_timeout_s, max_tokens=cap.tokens),
+        )
+    except ContextTooLong as exc:
+        # the model's window is smaller than the estimate thought: compact at once, and the
+        # next tick tries again with the shorter transcript
+        log.info("session %s: %s; compacting", head.id, exc)
+        forced = context.plan(
+            head, claimed.steps, claimed.observations, estimate=estimate, force=True
+        )
+        if forced.too_long is not None or forced.compact_through is None:
+            # nothing to compact (or no policy: a session stored before 0.2.0) fits it
+            why = forced.too_long or "the session has no context policy to compact under"
+            failed = machine.fail(head, ErrorCode.CONTEXT, f"{why}: {exc}", now=rt.clock())
+            report.model = _model_failed(head.model, asked, messages, failed.head, str(exc))
+            return failed
+        return _compact(rt, head, forced, schemas, report, cap.tokens)
+    except ModelError as exc:
+        return _model_error(rt, head, exc, asked, messages, report)
+    except Exception as exc:
+        report.model = ModelCall(
+            spec=head.model,
+            started_ns=asked,
+            ended_ns=time.time_ns(),
+            outcome="failed",
+            error=f"{type(exc).__name__}: {exc}",
+            messages=tuple(messages),
+        )
+        raise
+    cut = budgets.cut_at(cap, ahead) if reply.truncated else None
+    if not reply.calls and not reply.content.strip() and cut is None:
+        # no answer and nothing to do: a glitch of the server, not the session's answer
+        # (unless the budget's cap cut it, e.g. while a reasoning model was still thinking:
+        # then it is billed, recorded and ends the session)
+        why = "the model returned an empty reply (no content and no tool calls)"
+        failed = machine.model_failed(
+            head, error=why, transient=True, now=rt.clock(), jitter=rt.jitter()
+        )
+        report.model = _model_failed(head.model, asked, messages, failed.head, why)
+        return failed
+    answered = time.time_ns()
+    cost = _cost(rt, head, reply)
+    change = machine.think(
+        head,
+        reply,
+        now=rt.clock(),
+        cost_usd=cost,
+        trace_id=uuid.uuid4().hex,
+        recent=claimed.recent,
+        rules=tools.rules(),
+        cut=cut,
+        masked_through=prompt.view.masked,
+    )
+    report.model = ModelCall(
+        spec=head.model,
+        started_ns=asked,
+        ended_ns=answered,
+        outcome="ok",
+        response_model=reply.model or "",
+        usage=reply.usage,
+        cost_usd=cost,
+        messages=tuple(messages),
+        max_tokens=cap.tokens,
+    )
+    if change.head.status is Status.COMPLETED:
+        result = job.completed(change.head, Ending(files=tick.files))
+        change = change.model_copy(
+            update={
+                "head": change.head.model_copy(update={"result": {**change.head.result, **result}}),
+                "events": _with_outcome(change.events, result),
+            }
+        )
+    return change
+
+
+def _with_outcome(events: tuple[Event, ...], result: dict[str, Any]) -> tuple[Event, ...]:
+    """The `completed` event says what the job achieved (a repair's outcome), so whoever
+    follows the events (`watch`, the page's stream) learns it with the end."""
+    outcome = result.get("outcome")
+    if not isinstance(outcome, str):
+        return events
+    return tuple(
+        e.model_copy(update={"data": {**e.data, "outcome": outcome}})
+        if e.kind is EventKind.COMPLETED
+        else e
+        for e in events
+    )
+
+
+def schemas_for(tools: ToolRegistry, head: Head) -> list[dict[str, Any]]:
+    """The tools the model is offered: the session's, and `recall` under a context policy
+    (an elided observation names it)."""
+    schemas = tools.schemas(head.config.get("tools"))
+    if context.policy_of(head.config) is not None and context.RECALL not in tools:
+        schemas.append(RECALL_SCHEMA)
+    return schemas
+
+
+#: the `recall` tool's schema; `execute` answers it from the store, running nothing
+RECALL_SCHEMA: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": context.RECALL,
+        "description": (
+            "Show again the whole output of an earlier tool call whose observation was "
+            "elided from the conversation; nothing is run again."
+        ),
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "call_id": {"type": "string", "description": "The call's id, as the stub names it."}
+            },
+            "required": ["call_id"],
+            "additionalProperties": False,
+        },
+    },
+}
+
+
+def _cost(rt: Runtime, head: Head, reply: ModelReply) -> float:
+    return pricing.call_cost(
+        head.model,
+        head.config,
+        reply.model,
+        reply.usage,
+        rt.settings.prices,
+        providers=rt.providers,
+    )
+
+
+def _compact(
+    rt: Runtime,
+    head: Head,
+    prompt: context.Plan,
+    schemas: list[dict[str, Any]],
+    report: TickReport,
+    max_tokens: int | None,
+) -> Change:
+    """The compaction micro-phase: one model call that summarises the steps up to the
+    plan's cut; saved as a step of its own by the usual compare-and-swap, so a tick that
+    runs again after a kill cannot store a second one. `max_tokens`: the budgets' cap."""
+    assert prompt.compact_through is not None
+    model = rt.model(head.model)
+    asked = time.time_ns()
+    messages = prompt.messages
+    report.phase = Phase.COMPACT
+    try:
+        # the same tools as every THINK: they are part of the prefix a provider caches
+        reply = model.generate(
+            messages,
+            schemas,
+            ModelSettings(timeout_s=rt.settings.model_timeout_s, max_tokens=max_tokens),
+        )
+    except ContextTooLong as exc:
+        why = f"compacting steps 1-{prompt.compact_through} was refused as too long too: {exc}"
+        failed = machine.fail(head, ErrorCode.CONTEXT, why, now=rt.clock())
+        report.model = _model_failed(head.model, asked, messages, failed.head, str(exc))
+        return failed
+    except ModelError as exc:
+        return _model_error(rt, head, exc, asked, messages, report)
+    if not reply.content.strip():
+        why = "the model returned an empty summary for a compaction"
+        failed = machine.model_failed(
+            head, error=why, transient=True, now=rt.clock(), jitter=rt.jitter()
+        )
+        report.model = _model_failed(head.model, asked, messages, failed.head, why)
+        return failed
+    cost = _cost(rt, head, reply)
+    report.model = ModelCall(
+        spec=head.model,
+        started_ns=asked,
+        ended_ns=time.time_ns(),
+        outcome="ok",
+        response_model=reply.model or "",
+        usage=reply.usage,
+        cost_usd=cost,
+        messages=tuple(messages),
+    )
+    return machine.compacted(
+        head,
+        reply,
+        through=prompt.compact_through,
+        now=rt.clock(),
+        cost_usd=cost,
+        trace_id=uuid.uuid4().hex,
+    )
+
+
+def _model_failed(spec: str, asked: int, messages: list[Any], after: Head, error: str) -> ModelCall:
+    """A failed model call: `retry` if the session tries again later, else `failed`."""
+    return ModelCall(
+        spec=spec,
+        started_ns=asked,
+        ended_ns=time.time_ns(),
+        outcome="retry" if after.status.runnable and after.error_code is None else "failed",
+        error=error,
+        messages=tuple(messages),
+    )
+
+
+def _model_error(
+    rt: Runtime, head: Head, exc: ModelError, asked: int, messages: list[Any], report: TickReport
+) -> Change:
+    """A model call that raised a ModelError: the machine retries it later or fails the
+    session (a server's Retry-After capped), and the call is noted for the tick's report."""
+    failed = machine.model_failed(
+        head,
+        error=str(exc),
+        transient=exc.transient,
+        now=rt.clock(),
+        jitter=rt.jitter(),
+        retry_after_s=_capped(rt, head.id, exc.retry_after_s),
+    )
+    report.model = _model_failed(head.model, asked, messages, failed.head, str(exc))
+    return failed
+
+
+def _capped(rt: Runtime, session_id: str, retry_after_s: float | None) -> float | None:
+    """A model's Retry-After, at most TICKWORK_MAX_RETRY_DELAY_S."""
+    cap = rt.settings.max_retry_delay_s
+    if retry_after_s is not None and retry_after_s > cap:
+        log.warning(
+            "session %s: the model asked to wait %gs; waiting TICKWORK_MAX_RETRY_DELAY_S=%gs",
+            session_id,
+            retry_after_s,
+            cap,
+        )
+        return cap
+    return retry_after_s
+
+
+def recall(rt: Runtime, head: Head, arguments: dict[str, Any]) -> tuple[str, bool]:
+    """The `recall` tool: a stored observation of this session, read from the store."""
+    wanted = arguments.get("call_id")
+    if not isinstance(wanted, str) or not wanted.strip():
+        return 'recall takes {"call_id": "<id>"}, the id an elided observation names', True
+    found = rt.store.observation(head.id, wanted.strip())
+    if found is None:
+        return (
+            f"no call {wanted.strip()[:80]!r} with an output in this session; use the id an "
+            "elided observation names, e.g. s12c0",
+            True,
+        )
+    return (f"ERROR: {found.content}" if found.is_error else found.content), False
+
+
+def execute(tick: Tick) -> Change:
+    """EXECUTE: run the step's next pending call (or say why it does not run)."""
+    rt, claimed, files = tick.rt, tick.claimed, tick.files
+    head = claimed.head
+    tools = rt.jobs.tools(head.kind)
+    upcoming = machine.next_call(claimed.calls)
+    tool = tools.get(upcoming.name) if upcoming and upcoming.name in tools else None
+    plan = machine.start_execute(
+        head,
+        claimed.calls,
+        claimed.decisions,
+        idempotent=tool.idempotent if tool else True,
+        now=rt.clock(),
+    )
+    if not isinstance(plan, RunTool):
+        return plan
+    call = plan.call
+
+    def refused(output: str) -> Change:
+        """The call does not run: `output` tells the model why."""
+        tick.report.tool = tool_run(call, began, is_error=True, arguments=plan.arguments)
+        return finished(output, is_error=True)
+
+    def finished(output: str, *, is_error: bool, duration_ms: float = 0.0) -> Change:
+        return machine.tool_finished(
+            head,
+            claimed.calls,
+            call,
+            output=output,
+            is_error=is_error,
+            duration_ms=duration_ms,
+            now=rt.clock(),
+        )
+
+    began = time.time_ns()
+    if tool is None and call.name == context.RECALL and context.policy_of(head.config):
+        output, is_error = recall(rt, head, plan.arguments)
+        tick.report.tool = tool_run(call, began, is_error=is_error, arguments=plan.arguments)
+        return finished(output, is_error=is_error)
+    if tool is None:
+        return refused(f"unknown tool {call.name!r}; the tools are: {', '.join(tools.names())}")
+    try:
+        arguments = tool.validate(plan.arguments)
+    except InvalidToolArguments as exc:
+        return refused(str(exc))
+    # the files first: a copy that cannot be made leaves the call unstarted, not in doubt
+    workspace = files.open(changes=tool.name not in READ_ONLY_TOOLS)
+    environment = files.environment()  # unpacked before the call starts, like the files
+
+    def run(stop: Stop) -> ToolResult:
+        tool_context = ToolContext(
+            session_id=head.id,
+            call_id=call.call_id,
+            step=call.step,
+            idempotency_key=idempotency_key(head.id, call.step, call.call_id),
+            workspace=workspace,
+            config=head.config,
+            timeout_s=min(tool.timeout_s, rt.settings.longest_call_s),  # fits the broker
+            stop=stop,
+            sandbox=sandbox_of(rt.settings),
+            environment=environment,
+        )
+        return run_tool(
+            tool, arguments, tool_context, max_output_chars=rt.settings.max_output_chars
+        )
+
+    result, _ = run_call(
+        tick,
+        call,
+        run,
+        rerun=plan.rerun,
+        arguments=arguments,
+        is_error=lambda done: done.is_error,
+    )
+    files.record(step=call.step, call_id=call.call_id, paths=written_paths(tool.name, arguments))
+    return finished(result.output, is_error=result.is_error, duration_ms=result.duration_ms)
+
+
+class AgentRunner:
+    """The agent loop's tick (`tickwork.worker.tick.frame.Runner`): THINK when the session
+    is ready, EXECUTE when it has calls to run."""
+
+    def phase(self, head: Head) -> Phase:
+        return Phase.THINK if head.status is Status.READY else Phase.EXECUTE
+
+    def advance(self, tick: Tick) -> Change:
+        return think(tick) if tick.head.status is Status.READY else execute(tick)

@@ -1,0 +1,91 @@
+"""The claimed session's files during one tick (`TickFiles`): its working copy, checked out
+when a tool (or the kind's `completed`) needs it, and what the tick changed in it.
+
+It is the `tickwork.worker.jobs.SessionFiles` a job kind is given when its session completes.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+from pathlib import Path
+
+from tickwork.fsm.values import Head
+from tickwork.store.files import FileChange
+from tickwork.worker.files import environments
+from tickwork.worker.files.workspaces import WorkingCopy, Workspaces, session_files
+from tickwork.worker.tick.runtime import Runtime
+
+__all__ = ["TickFiles", "disk_full"]
+
+log = logging.getLogger("tickwork.tick")
+
+
+def disk_full(exc: BaseException) -> bool:
+    """Whether `exc` says a filesystem is full (or a disk quota reached)."""
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+class TickFiles:
+    """The claimed session's files during one tick: its working copy, checked out when a
+    tool (or the job's finish) needs it, and what the tick changed in it."""
+
+    def __init__(self, rt: Runtime, head: Head) -> None:
+        self.rt, self.head = rt, head
+        self.copy: WorkingCopy | None = None
+        #: the change to save with the tick
+        self.recorded: FileChange | None = None
+        self._changes = False
+
+    @property
+    def workspaces(self) -> Workspaces:
+        """This host's working copies and the stored files behind them."""
+        return self.rt.workspaces
+
+    def open(self, *, changes: bool) -> Path | None:
+        """The directory the tools work in; marked dirty if they may change it."""
+        if session_files(self.head) is None:
+            legacy = self.head.config.get("workspace")  # a kind that names its own folder
+            return None if legacy is None else Path(legacy)
+        if self.copy is None:
+            self.copy = self.rt.workspaces.checkout(self.head)
+        if changes and not self._changes:
+            self._changes = True
+            self.copy.begin()
+        return self.copy.path
+
+    def environment(self, head: Head | None = None) -> Path | None:
+        """This host's copy of the session's environment (for /env), if it has one."""
+        return environments.mounted(self.rt, head or self.head)
+
+    def record(self, *, step: int, call_id: str, paths: list[str] | None = None) -> None:
+        if self.copy is not None and self._changes:
+            self.recorded = self.copy.record(step=step, call_id=call_id, paths=paths)
+
+    def saved(self, head: Head) -> None:
+        if self.copy is not None:
+            try:
+                self.copy.saved()
+            except OSError as exc:
+                if not disk_full(exc):
+                    raise
+                # the tick is saved; the copy stays marked dirty and is rebuilt next time
+                log.warning(
+                    "session %s: the working copy's state could not be written (%s); it is "
+                    "rebuilt at its next tick",
+                    head.id,
+                    exc,
+                )
+        if head.status.terminal and session_files(head) is not None:
+            self.release()
+            self.rt.workspaces.drop(head.id)
+
+    def discard(self) -> None:
+        """Save nothing of the tick's files; the copy stays marked dirty if it was."""
+        self.recorded = None
+        self.release()
+
+    def release(self) -> None:
+        if self.copy is not None:
+            self.copy.release()
+            self.copy = None
