@@ -3,8 +3,8 @@
 A graph is named nodes (plain functions of the state returning a partial update), edges
 and conditional edges between them, from `START` to `END`, over a typed state (a pydantic
 model). `Graph.compile()` refuses an invalid graph when it is defined, not when a session
-runs it. Nothing here does I/O; `tickwork.worker.tick.graphs` runs the nodes and `tickwork.fsm.graph_machine`
-turns a node's run into the session's next step.
+runs it. Nothing here does I/O; `tickwork.worker.tick.graphs` runs the nodes and
+`tickwork.fsm.graph_machine` turns a node's run into the session's next step.
 """
 
 from __future__ import annotations

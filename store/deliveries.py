@@ -3,8 +3,8 @@
 Two kinds of card: an approval card (the `approval_requested` event) and, when the
 deployment asks for it, a finished card (the `completed`, `failed` or `cancelled` event
 that ends a session). The event row is written in the tick's own transaction, so a card
-cannot be lost with a worker: a dispatcher (`tickwork.worker.tick.dispatcher`) in any worker finds the
-events with no delivered card, takes one for a while (`FOR UPDATE SKIP LOCKED` on
+cannot be lost with a worker: a dispatcher (`tickwork.worker.tick.dispatcher`) in any worker
+finds the events with no delivered card, takes one for a while (`FOR UPDATE SKIP LOCKED` on
 Postgres; SQLite serialises writers), posts it and records the answer here. An approval
 card whose session moved on before it went out is not sent any more; a finished card
 is sent only for an end younger than the dispatcher's `since` (the deployment's

@@ -3,9 +3,10 @@
     celery -A tickwork worker --queues tickwork.ticks     # or -A tickwork.celery
 
 `celery -A` imports the app with the working directory first on `sys.path`, where a
-`worker.py` or `tasks.py` would stand in for tickwork's packages (so `-A tickwork.worker.tick.app` is
-only safe where there is none); this module imports them from where tickwork is installed.
-The app is built from the environment on first access, not at import.
+`worker.py` or `tasks.py` would stand in for tickwork's packages (so
+`-A tickwork.worker.tick.app` is only safe where there is none); this module imports them
+from where tickwork is installed. The app is built from the environment on first access,
+not at import.
 """
 
 from __future__ import annotations

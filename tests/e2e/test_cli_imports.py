@@ -14,7 +14,8 @@ def test_building_the_cli_imports_neither_the_celery_app_nor_prometheus() -> Non
         "import json, sys\n"
         "from tickwork.cli import make_cli\n"
         "make_cli()\n"
-        "print(json.dumps([m for m in ('tickwork.worker.tick.app', 'prometheus_client') if m in sys.modules]))\n"
+        "print(json.dumps([m for m in ('tickwork.worker.tick.app', 'prometheus_client')"
+        " if m in sys.modules]))\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True

@@ -55,7 +55,8 @@ _QUERY_SECRET = re.compile(
 
 
 class MaskSettings(Protocol):
-    """What masking reads of `tickwork.worker.config.settings.Settings` (which imports this module)."""
+    """What masking reads of `tickwork.worker.config.settings.Settings` (which imports this
+    module)."""
 
     @property
     def secret_patterns(self) -> Sequence[str]: ...

@@ -80,8 +80,8 @@ class WebhookSettings(BaseSettings):
 
 
 class MetricsSettings(BaseSettings):
-    """Where a worker serves /metrics (`worker/observers/metrics.py`), read when the worker is ready:
-    `Settings.metrics`."""
+    """Where a worker serves /metrics (`worker/observers/metrics.py`), read when the worker is
+    ready: `Settings.metrics`."""
 
     model_config = SettingsConfigDict(env_prefix="TICKWORK_", extra="ignore", allow_inf_nan=False)
 
@@ -156,7 +156,8 @@ class Settings(BaseSettings):
     max_output_chars: int = Field(default=20_000, ge=1)
     model_timeout_s: float = Field(default=120.0, gt=0)
     #: model -> [prompt, completion] USD per million tokens, added to the built-in table; or
-    #: {"prompt", "completion", "cached", "cache_write", "max_completion"} (tickwork.worker.models.pricing)
+    #: {"prompt", "completion", "cached", "cache_write", "max_completion"}
+    #: (tickwork.worker.models.pricing)
     prices: dict[str, list[float] | dict[str, float]] = {}
     #: regexes whose matches are masked in stored events, logs and `tickwork config`
     secret_patterns: list[str] = [r"sk-[A-Za-z0-9_\-]{8,}"]

@@ -103,8 +103,8 @@ def run_pass(
     artifacts: Artifacts | None = None,
     clock: Callable[[], datetime] | None = None,
 ) -> Report:
-    """One pass of archiving and pruning (`tickwork.store.retention.archive_pass`); with `artifacts`,
-    the blobs only the archived sessions used move to the archive too."""
+    """One pass of archiving and pruning (`tickwork.store.retention.archive_pass`); with
+    `artifacts`, the blobs only the archived sessions used move to the archive too."""
     kwargs = {} if stale_after_s is None else {"stale_after_s": stale_after_s}
     return store.retention.archive_pass(
         archive,
