@@ -28,11 +28,11 @@ import tarfile
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tickwork.fsm import machine
 from tickwork.fsm.errors import (
@@ -45,6 +45,7 @@ from tickwork.fsm.machine import Change
 from tickwork.fsm.values import Head
 from tickwork.store.environments import EnvStatus, Verdict
 from tickwork.store.files import Manifest, parse_entry
+from tickwork.worker.config.process import owner_name
 from tickwork.worker.config.settings import EnvironmentSettings
 from tickwork.worker.files.environment_plans import (
     AUTO,
@@ -59,9 +60,38 @@ from tickwork.worker.sandbox.runner import ENV_DIR, Sandbox, run_sandboxed, sand
 from tickwork.worker.sandbox.shell import Stop
 
 if TYPE_CHECKING:
-    from tickwork.worker.tick.runtime import Runtime
+    from tickwork.store import Store
+    from tickwork.worker.config.settings import Settings
+    from tickwork.worker.files.workspaces import Workspaces
 
 log = logging.getLogger("tickwork.environments")
+
+
+class Fence(Protocol):
+    """Whether this worker still holds a tick's lease (`tickwork.worker.tick.runtime.Leases`)."""
+
+    def lost(self, session_id: str, version: int) -> str | None: ...
+
+
+class Runtime(Protocol):
+    """What environments use of the worker's runtime (`tickwork.worker.tick.runtime.Runtime`):
+    the settings, the store, this host's working copies, the clock and the tick's lease."""
+
+    @property
+    def settings(self) -> Settings: ...
+
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def workspaces(self) -> Workspaces: ...
+
+    @property
+    def clock(self) -> Callable[[], datetime]: ...
+
+    @property
+    def leases(self) -> Fence: ...
+
 
 #: the build log kept on the session's card (its end; the table keeps more)
 MAX_CARD_LOG = 4_000
@@ -325,8 +355,6 @@ def prepare(rt: Runtime, head: Head) -> Change | Head:
         )
     except SandboxUnavailable as exc:
         return machine.environment_failed(head, _record(plan_, None, "failed"), str(exc), now=now)
-    from tickwork.worker.tick.runtime import owner_name
-
     owner = owner_name()
     verdict, row = rt.store.environments.claim(
         key,

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import random
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -20,6 +18,7 @@ from tickwork.fsm.budgets import stop_reason
 from tickwork.fsm.errors import ConfigurationError
 from tickwork.fsm.values import RUNTIME_LEVEL
 from tickwork.store import Store, open_store
+from tickwork.worker.config.process import owner_name as owner_name  # advance reads it here
 from tickwork.worker.config.secrets import Masker, masker_for
 from tickwork.worker.config.settings import Settings
 from tickwork.worker.files.workspaces import Workspaces
@@ -39,10 +38,6 @@ Publish = Callable[[str, int, float], None]
 
 def utc_now() -> datetime:
     return datetime.now(UTC)
-
-
-def owner_name() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
 
 
 class Leases:
