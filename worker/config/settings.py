@@ -11,8 +11,8 @@ from pydantic import Field, PrivateAttr, ValidationError, ValidationInfo, field_
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 from tickwork.fsm.errors import ConfigurationError
 from tickwork.fsm.values import Budgets
-from tickwork.worker.config.secrets import SECRET_NAMES, mask
 from tickwork.worker.config.allowlist import parse
+from tickwork.worker.config.secrets import SECRET_NAMES, mask
 
 #: broker URL schemes of the transports tickwork installs: Redis, RabbitMQ, the embedded one
 BROKER_SCHEMES = ("redis", "rediss", "sentinel", "amqp", "amqps", "pyamqp", "filesystem", "memory")

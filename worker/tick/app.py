@@ -17,12 +17,12 @@ from celery.worker.consumer import Consumer as CeleryConsumer
 from kombu import Exchange, Queue
 from tickwork.fsm.errors import TickworkError
 from tickwork.worker.config import release
+from tickwork.worker.config.allowlist import AllowList
 from tickwork.worker.config.secrets import install_log_masking, masker_for
 from tickwork.worker.config.settings import Settings, load_settings, read_settings
-from tickwork.worker.tick import wiring as observers
 from tickwork.worker.observers import metrics
-from tickwork.worker.config.allowlist import AllowList
 from tickwork.worker.sandbox.runner import check, describe, sandbox_of
+from tickwork.worker.tick import wiring as observers
 from tickwork.worker.tick.broker import TRANSPORT
 from tickwork.worker.tick.pruner import RetentionThread
 from tickwork.worker.tick.relay import RelayThread
