@@ -14,9 +14,6 @@ import socket
 import threading
 from collections.abc import Callable
 
-#: a loop's step: True when the loop has nothing more to do and ends
-Step = Callable[[], bool | None]
-
 
 def owner_name() -> str:
     """Who holds a lease or an environment's build claim: this host, process and thread."""
@@ -25,7 +22,8 @@ def owner_name() -> str:
 
 class Loop:
     """A daemon thread `tickwork-<name>` that runs `step` every `every_s` seconds (a number,
-    or a function read before each wait) until `stop`, or until a step returns True.
+    or a function read before each wait) until `stop` (which a step may call itself once
+    there is nothing more to do).
 
     The first step runs after one period, or at once with `at_once`. `wake` runs the next
     step now instead of at the end of the period. A step that raises is logged on `log` as
@@ -37,7 +35,7 @@ class Loop:
     def __init__(
         self,
         name: str,
-        step: Step,
+        step: Callable[[], object],
         *,
         every_s: float | Callable[[], float],
         log: logging.Logger,
@@ -86,8 +84,7 @@ class Loop:
         while True:
             self._wake.clear()
             try:
-                if self._step():
-                    return
+                self._step()
             except Exception as exc:
                 self._log.warning(
                     "%s failed (%s); trying again in %gs", self._what, exc, self.period()

@@ -45,7 +45,7 @@ from tickwork.fsm.machine import Change
 from tickwork.fsm.values import Head
 from tickwork.store.environments import EnvStatus, Verdict
 from tickwork.store.files import Manifest, parse_entry
-from tickwork.worker.config.process import owner_name
+from tickwork.worker.config.process import Loop, owner_name
 from tickwork.worker.config.settings import EnvironmentSettings
 from tickwork.worker.files.environment_plans import (
     AUTO,
@@ -199,7 +199,7 @@ def mounted(rt: Runtime, head: Head) -> Path | None:
 
 @dataclass
 class _Renewal:
-    """Renews a build's claim from a thread while the setup runs."""
+    """Renews a build's claim from a thread while the setup runs (`start` to `end`)."""
 
     rt: Runtime
     key: str
@@ -209,20 +209,31 @@ class _Renewal:
     session_id: str = ""
     version: int = 0
     lost: bool = False
-    done: threading.Event = field(default_factory=threading.Event)
+    loop: Loop = field(init=False)
 
-    def run(self) -> None:
-        while not self.done.wait(self.lease_s / 3):
-            try:
-                held = self.rt.store.environments.renew(
-                    self.key, owner=self.owner, now=self.rt.clock(), lease_s=self.lease_s
-                )
-            except Exception:
-                log.exception("could not renew the build of environment %s", self.key)
-                continue
-            if not held:
-                self.lost = True
-                return
+    def __post_init__(self) -> None:
+        self.loop = Loop(
+            "env-build",
+            self.renew,
+            every_s=self.lease_s / 3,
+            log=log,
+            what=f"the renewal of the build of environment {self.key[:12]}",
+        )
+
+    def start(self) -> None:
+        self.loop.start()
+
+    def end(self) -> None:
+        self.loop.stop()
+        self.loop.join(5)
+
+    def renew(self) -> None:
+        held = self.rt.store.environments.renew(
+            self.key, owner=self.owner, now=self.rt.clock(), lease_s=self.lease_s
+        )
+        if not held:
+            self.lost = True
+            self.loop.stop()
 
     def stop(self) -> str | None:
         """Why the setup must stop now: the build's claim, or the session's lease, is no
@@ -401,9 +412,8 @@ def _build(
     renewal = _Renewal(
         rt, key, owner, settings.environment_lease_s, session_id=head.id, version=head.version
     )
-    thread = threading.Thread(target=renewal.run, name="tickwork-env-build", daemon=True)
-    thread.start()
     started = time.monotonic()
+    renewal.start()
     try:
         _source_copy(rt, manifest, scratch / "source")
         env_dir = scratch / "env"
@@ -461,8 +471,7 @@ def _build(
         log.info("environment %s built in %.1fs (%d bytes packed)", key, took, len(data))
         return machine.environment_ready(head, record, now=rt.clock())
     finally:
-        renewal.done.set()
-        thread.join(5)
+        renewal.end()
         shutil.rmtree(scratch, ignore_errors=True)
 
 
