@@ -321,103 +321,20 @@ def watch(
     )
 
 
-FromStep = Annotated[int, typer.Option(help="Keep steps 1..K of the original (0: start over).")]
-SystemPrompt = Annotated[
-    str | None, typer.Option(help="Replace the system prompt.", rich_help_panel="Patch")
-]
-AppendInstruction = Annotated[
-    str | None, typer.Option(help="Add an instruction after step K.", rich_help_panel="Patch")
-]
-ToolOutput = Annotated[
-    list[str] | None,
-    typer.Option(
-        metavar="CALL_ID=TEXT",
-        help="Use TEXT as that call's output (repeatable).",
-        rich_help_panel="Patch",
-    ),
-]
-NewId = Annotated[
-    str | None, typer.Option("--id", help="The fork's id.", show_default="a random one")
-]
-StatePatch = Annotated[
-    str | None,
-    typer.Option(
-        "--state",
-        metavar="JSON",
-        help="A graph session: set these state fields in the fork (a JSON object).",
-        rich_help_panel="Patch",
-    ),
-]
-
-
-def fork(
-    session_id: SessionId,
-    from_step: FromStep,
-    system_prompt: SystemPrompt = None,
-    append_instruction: AppendInstruction = None,
-    tool_output: ToolOutput = None,
-    state: StatePatch = None,
-    max_steps: options.MaxSteps = None,
-    max_tokens: options.MaxTokens = None,
-    max_cost_usd: options.MaxCostUsd = None,
-    deadline: options.Deadline = None,
-    by: options.Approver = None,
-    new_id: NewId = None,
-    json_output: options.Json = False,
-) -> None:
+@options.fork_options
+def fork(session_id: SessionId, fork: options.Fork) -> None:
     """Fork a session from step K with a patch; prints the new session's id."""
-    fork_session(
-        session_id,
-        dead_letter=False,
-        from_step=from_step,
-        system_prompt=system_prompt,
-        append_instruction=append_instruction,
-        tool_output=tool_output,
-        state=state,
-        budgets=options.budgets(
-            max_steps=max_steps, max_tokens=max_tokens, max_cost_usd=max_cost_usd, deadline=deadline
-        ),
-        by=by,
-        new_id=new_id,
-        json_output=json_output,
-    )
+    fork_session(session_id, fork, dead_letter=False)
 
 
-def fork_session(
-    key: str,
-    *,
-    dead_letter: bool,
-    from_step: int,
-    system_prompt: str | None,
-    append_instruction: str | None,
-    tool_output: list[str] | None,
-    budgets: dict[str, Any],
-    by: str | None,
-    new_id: str | None,
-    json_output: bool,
-    again: bool = False,
-    state: str | None = None,
-) -> None:
+def fork_session(key: str, fork: options.Fork, *, dead_letter: bool, again: bool = False) -> None:
     """What `fork` and `dlq fork` do: `key` is a session id, or with `dead_letter` a
     dead letter's key (the dead letter is then marked resolved)."""
-    outputs = options.pairs(tool_output, option="--tool-output")
-    name = options.approver(by)
+    given = fork.client_args()
     with Context() as ctx:
         session_id = ctx.dead_letter(key).session_id if dead_letter else key
-        head = ctx.client.fork(
-            session_id,
-            from_step=from_step,
-            by=name,
-            system_prompt=system_prompt,
-            append_instruction=append_instruction,
-            tool_outputs=outputs,
-            budgets=budgets,
-            resolve_dead_letter=dead_letter,
-            new_id=new_id,
-            again=again,
-            state=None if state is None else options.json_object(state, option="--state"),
-        )
-    print_head(head, json_output, head.id)
+        head = ctx.client.fork(session_id, resolve_dead_letter=dead_letter, again=again, **given)
+    print_head(head, fork.json_output, head.id)
 
 
 def print_head(head: Head, json_output: bool, line: str) -> None:
