@@ -48,7 +48,8 @@ class WebhookSettings(BaseSettings):
     webhook_timeout_s: float = Field(default=5.0, gt=0)
     #: the pause after the first failed attempt; it doubles after each one
     webhook_backoff_s: float = Field(default=1.0, ge=0)
-    #: the base URL of `tickwork serve` as people reach it, for the card's links
+    #: the base URL of `tickwork serve` as people reach it, for the card's links (its one
+    #: owner: `tickwork serve` reads no setting of that name)
     public_url: str = ""
     #: which cards are sent, comma-separated (`WEBHOOK_EVENTS`): `approval_requested` (a
     #: session waits for a person) and/or `finished` (it completed, failed or was cancelled)
