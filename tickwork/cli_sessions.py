@@ -18,7 +18,7 @@ from . import options, render, views
 from .context import Context
 
 if TYPE_CHECKING:
-    from .client import Tickwork
+    from .reads import Reads
 
 #: the input keys the repair options fill, as the repair kind reads them
 REPAIR_INPUT = {
@@ -228,13 +228,15 @@ def show(session_id: SessionId, json_output: options.Json = False) -> None:
         try:
             whole = ctx.store.load(session_id)
         except SessionNotFound:
-            archived = ctx.archived(session_id)  # issue 16: pruned, read back from the archive
+            archived = ctx.reads.archived(
+                session_id
+            )  # issue 16: pruned, read back from the archive
             if archived is None:
                 raise
             view = views.session(archived.session)
             view["lease"] = None
-            view["forks"] = views.forks(ctx.forks(session_id))
-            where = f"{ctx.archive.url.rstrip('/')}/{archived.entry.location}"
+            view["forks"] = views.forks(ctx.reads.forks(session_id))
+            where = f"{ctx.reads.archive.url.rstrip('/')}/{archived.entry.location}"
             view["archived"] = {
                 "at": archived.entry.archived_at.isoformat()
                 if archived.entry.archived_at
@@ -251,15 +253,15 @@ def show(session_id: SessionId, json_output: options.Json = False) -> None:
             return
         view = views.session(whole)
         view["lease"] = views.lease(ctx.store.lease(session_id), now=datetime.now(UTC))
-        view["forks"] = views.forks(ctx.forks(session_id))
-        previews = {} if json_output else file_previews(whole, ctx.client)
+        view["forks"] = views.forks(ctx.reads.forks(session_id))
+        previews = {} if json_output else file_previews(whole, ctx.reads)
     if json_output:
         views.emit(view)
     else:
         render.show(render.timeline(view, previews))
 
 
-def file_previews(whole: Session, client: Tickwork) -> dict[str, dict[str, Any] | None]:
+def file_previews(whole: Session, reads: Reads) -> dict[str, dict[str, Any] | None]:
     """For each call that would write files and has not run: a diff against the session's
     current file as stored (or the patch), for the approver."""
     pending = [
@@ -272,7 +274,7 @@ def file_previews(whole: Session, client: Tickwork) -> dict[str, dict[str, Any] 
         return {}
     from .api.previews import preview  # the page's diff, shown alike; loads the API only here
 
-    return {c.call_id: preview(c, client.file_reader(whole.head)) for c in pending}
+    return {c.call_id: preview(c, reads.file_reader(whole.head)) for c in pending}
 
 
 def watch(
@@ -365,13 +367,13 @@ def patch(
     saying why, if it has none."""
     with Context() as ctx:
         if bundle is not None:
-            branch = ctx.client.bundle(session_id, bundle.expanduser())
+            branch = ctx.reads.bundle(session_id, bundle.expanduser())
             typer.echo(f"wrote {bundle}: git fetch {bundle} {branch}")
             return
-        text = ctx.client.patch(session_id, required=True)
+        text = ctx.reads.patch(session_id, required=True)
     if apply is None:
         typer.echo(text, nl=False)
         return
-    from .client import apply_patch
+    from .patches import apply_patch
 
     typer.echo(apply_patch(apply.expanduser(), text))

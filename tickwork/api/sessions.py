@@ -10,10 +10,11 @@ from pydantic import Field
 from sqlalchemy.exc import IntegrityError
 
 from tickwork import views
-from tickwork.client import SESSION_ID, Tickwork
+from tickwork.client import Tickwork
 from tickwork.fsm.errors import AlreadyDecided, InvalidInput
 from tickwork.fsm.outcomes import Outcome, outcome_of
 from tickwork.fsm.values import ErrorCode, EventKind, Head, Session, Status
+from tickwork.writes import SESSION_ID
 
 from . import bodies, previews
 from .auth import Approver, Caller, Canceller, Operator, Reader, Submitter

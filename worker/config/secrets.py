@@ -22,7 +22,7 @@ Call sites (one line each):
   stored masked (and the model reads the masked text).
 - `worker/tick/app.py`, `make_app`: `install_log_masking(masker_for(settings))`, so every log
   record of the worker (messages, arguments and tracebacks) is masked when it is made.
-- `tickwork/client.py`, `decide`: `decision = mask_decision(decision, masker_for(...))`
+- `tickwork/writes.py`, `decide`: `decision = mask_decision(decision, masker_for(...))`
   for the comment, feedback and output a person types.
 """
 
