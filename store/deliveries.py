@@ -3,8 +3,8 @@
 Two kinds of card: an approval card (the `approval_requested` event) and, when the
 deployment asks for it, a finished card (the `completed`, `failed` or `cancelled` event
 that ends a session). The event row is written in the tick's own transaction, so a card
-cannot be lost with a worker: a dispatcher (`tickwork.worker.tick.dispatcher`) in any
-worker finds the events with no delivered card, takes one for a while (`FOR UPDATE SKIP LOCKED` on
+cannot be lost with a worker: a dispatcher (`tickwork.worker.tick.dispatcher`) in any worker
+finds the events with no delivered card, takes one for a while (`FOR UPDATE SKIP LOCKED` on
 Postgres; SQLite serialises writers), posts it and records the answer here. An approval
 card whose session moved on before it went out is not sent any more; a finished card
 is sent only for an end younger than the dispatcher's `since` (the deployment's
@@ -20,7 +20,6 @@ from typing import Any
 from sqlalchemy import Engine, exists, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
 from tickwork.fsm.values import EventKind, Status
-from tickwork.store.edge import guarded
 from tickwork.store.schema import deliveries, events, sessions
 
 WAITING = Status.WAITING_APPROVAL.value
@@ -250,12 +249,11 @@ def state(
     return None if row is None else dict(row)
 
 
-@guarded
 class Cards:
     """The webhook cards' deliveries of one store (`Store.cards`): what a dispatcher asks."""
 
     def __init__(self, engine: Engine) -> None:
-        self.engine = engine
+        self._engine = engine
 
     def take(
         self,
@@ -267,7 +265,7 @@ class Cards:
         finished_since: datetime | None = None,
     ) -> list[Card]:
         return take(
-            self.engine,
+            self._engine,
             now=now,
             hold_s=hold_s,
             limit=limit,
@@ -276,15 +274,15 @@ class Cards:
         )
 
     def delivered(self, event_id: int, *, now: datetime) -> None:
-        delivered(self.engine, event_id, now=now)
+        delivered(self._engine, event_id, now=now)
 
     def failed(self, event_id: int, *, error: str, retry_at: datetime | None) -> None:
-        failed(self.engine, event_id, error=error, retry_at=retry_at)
+        failed(self._engine, event_id, error=error, retry_at=retry_at)
 
     def drop_moved_on(self, *, limit: int = 500) -> int:
-        return drop_moved_on(self.engine, limit=limit)
+        return drop_moved_on(self._engine, limit=limit)
 
     def state(
         self, session_id: str, version: int, *, kinds: tuple[str, ...] = (REQUESTED,)
     ) -> dict[str, Any] | None:
-        return state(self.engine, session_id, version, kinds=kinds)
+        return state(self._engine, session_id, version, kinds=kinds)

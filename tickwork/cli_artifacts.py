@@ -36,7 +36,7 @@ def verify(
     with Context() as ctx:
         live = ctx.client.artifacts
         where = ctx.settings.artifacts_url or "the database's blobs table"
-        report = scrub(live, ctx.archive, repair=repair)  # type: ignore[arg-type]
+        report = scrub(live, ctx.reads.archive, repair=repair)  # type: ignore[arg-type]
         if json_output:
             views.emit(
                 {

@@ -466,7 +466,7 @@ def _finish(ctx: Context, session_id: str, state_dir: Path) -> None:
     copy = Path(str((head.config.get("source") or {}).get("path", "")))
     if patch and head.status is Status.COMPLETED and state_dir.resolve() / "demo" in copy.parents:
         # the session never touched the demo's copy: applying its result is the user's step
-        from .client import apply_patch  # imports Celery: not at the command's start
+        from .patches import apply_patch
 
         apply_patch(copy, str(patch))
         render.show(Text(f"\napplied the patch to the demo's copy {copy}", style="green"))

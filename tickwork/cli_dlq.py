@@ -15,15 +15,7 @@ from tickwork.fsm.errors import InvalidInput
 from tickwork.fsm.values import ErrorCode
 
 from . import cli_remote, exports, options, parsing, render, views
-from .cli_sessions import (
-    AppendInstruction,
-    FromStep,
-    NewId,
-    StatePatch,
-    SystemPrompt,
-    ToolOutput,
-    fork_session,
-)
+from .cli_sessions import fork_session
 from .context import Context
 
 if TYPE_CHECKING:
@@ -113,20 +105,10 @@ def show(key: Key, json_output: options.Json = False) -> None:
         render.show(render.dead_letter_header(view), render.timeline(view["session"]))
 
 
+@options.fork_options
 def fork(
     key: DeadLetterKey,
-    from_step: FromStep,
-    system_prompt: SystemPrompt = None,
-    append_instruction: AppendInstruction = None,
-    tool_output: ToolOutput = None,
-    state: StatePatch = None,
-    max_steps: options.MaxSteps = None,
-    max_tokens: options.MaxTokens = None,
-    max_cost_usd: options.MaxCostUsd = None,
-    deadline: options.Deadline = None,
-    by: options.Approver = None,
-    new_id: NewId = None,
-    json_output: options.Json = False,
+    fork: options.Fork,
     again: Annotated[
         bool,
         typer.Option(
@@ -135,22 +117,7 @@ def fork(
     ] = False,
 ) -> None:
     """Fork a dead letter's session from step K with a patch; the dead letter is resolved."""
-    fork_session(
-        key,
-        dead_letter=True,
-        from_step=from_step,
-        system_prompt=system_prompt,
-        append_instruction=append_instruction,
-        tool_output=tool_output,
-        budgets=options.budgets(
-            max_steps=max_steps, max_tokens=max_tokens, max_cost_usd=max_cost_usd, deadline=deadline
-        ),
-        by=by,
-        new_id=new_id,
-        json_output=json_output,
-        again=again,
-        state=state,
-    )
+    fork_session(key, fork, dead_letter=True, again=again)
 
 
 def resolve(

@@ -45,7 +45,7 @@ def gc(
     policy = retention.policy()
     with Context() as ctx:
         kept = ctx.store.retention
-        archive = ctx.archive
+        archive = ctx.reads.archive
         now = ctx.client.clock()
         before = kept.live_and_archived()
         ages = {

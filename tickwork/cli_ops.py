@@ -18,6 +18,8 @@ from . import options, render, views
 from .context import ensure_schema, load_settings
 
 if TYPE_CHECKING:
+    from pydantic_settings import BaseSettings
+
     from tickwork.worker.config.settings import Settings
 
 
@@ -87,12 +89,10 @@ def worker(
     if chosen is Pool.PREFORK:
         _metrics_folder(settings.state_dir, hostname)
     # imported after the metrics folder is chosen: prometheus_client reads it at import
-    from tickwork.worker.config.settings import MetricsSettings, WebhookSettings, read_settings
-    from tickwork.worker.observers.tracing import TracingSettings
+    from tickwork.worker.config.settings import read_settings
     from tickwork.worker.tick.app import make_app
-    from tickwork.worker.tick.retention import RetentionSettings
 
-    for kind in (MetricsSettings, WebhookSettings, TracingSettings, RetentionSettings):
+    for kind in worker_sections():
         read_settings(kind)  # a bad value stops the worker now, not as a warning later
     ensure_schema(settings)
     check_what_ticks_load(settings)
@@ -111,6 +111,16 @@ def worker(
     code = make_app(settings).start(argv)
     if code:
         raise typer.Exit(code)
+
+
+def worker_sections() -> tuple[type[BaseSettings], ...]:
+    """The settings sections a worker reads besides the deployment's, each from its one
+    owner: /metrics, the webhook, tracing, retention."""
+    from tickwork.worker.config.settings import MetricsSettings, WebhookSettings
+    from tickwork.worker.observers.tracing import TracingSettings
+    from tickwork.worker.tick.retention import RetentionSettings
+
+    return (MetricsSettings, WebhookSettings, TracingSettings, RetentionSettings)
 
 
 def check_what_ticks_load(settings: Settings) -> None:
@@ -359,17 +369,15 @@ def _no_sqlite_file(url: str) -> bool:
 def config(json_output: options.Json = False) -> None:
     """Show every setting in force, secrets masked: the deployment's, a worker's /metrics and
     webhooks, and `tickwork serve`'s."""
-    from tickwork.worker.config.settings import MetricsSettings, WebhookSettings, read_settings
+    from tickwork.worker.config.settings import read_settings
     from tickwork.worker.observers.tracing import TracingSettings
     from tickwork.worker.observers.tracing import status as tracing_status
     from tickwork.worker.observers.webhooks import masked_url
-    from tickwork.worker.tick.retention import RetentionSettings
 
     from .api.settings import ApiSettings
 
     settings = load_settings()
-    kinds = (MetricsSettings, WebhookSettings, TracingSettings, RetentionSettings, ApiSettings)
-    others = [read_settings(kind) for kind in kinds]
+    others = [read_settings(kind) for kind in (*worker_sections(), ApiSettings)]
     shown = settings.masked(*others)
     if shown.get("webhook_url"):  # receivers keep their secret in the path, as logs know
         shown["webhook_url"] = masked_url(shown["webhook_url"])

@@ -18,7 +18,7 @@ from . import cli_remote, options, render, views
 from .context import Context
 
 if TYPE_CHECKING:
-    from .client import Tickwork
+    from .reads import Reads
 
 #: the input keys the repair options fill, as the repair kind reads them
 REPAIR_INPUT = {
@@ -266,13 +266,15 @@ def show(session_id: SessionId, json_output: options.Json = False) -> None:
         try:
             whole = ctx.store.load(session_id)
         except SessionNotFound:
-            archived = ctx.archived(session_id)  # issue 16: pruned, read back from the archive
+            archived = ctx.reads.archived(
+                session_id
+            )  # issue 16: pruned, read back from the archive
             if archived is None:
                 raise
             view = views.session(archived.session)
             view["lease"] = None
-            view["forks"] = views.forks(ctx.forks(session_id))
-            where = f"{ctx.archive.url.rstrip('/')}/{archived.entry.location}"
+            view["forks"] = views.forks(ctx.reads.forks(session_id))
+            where = f"{ctx.reads.archive.url.rstrip('/')}/{archived.entry.location}"
             view["archived"] = {
                 "at": archived.entry.archived_at.isoformat()
                 if archived.entry.archived_at
@@ -289,15 +291,15 @@ def show(session_id: SessionId, json_output: options.Json = False) -> None:
             return
         view = views.session(whole)
         view["lease"] = views.lease(ctx.store.lease(session_id), now=datetime.now(UTC))
-        view["forks"] = views.forks(ctx.forks(session_id))
-        previews = {} if json_output else file_previews(whole, ctx.client)
+        view["forks"] = views.forks(ctx.reads.forks(session_id))
+        previews = {} if json_output else file_previews(whole, ctx.reads)
     if json_output:
         views.emit(view)
     else:
         render.show(render.timeline(view, previews))
 
 
-def file_previews(whole: Session, client: Tickwork) -> dict[str, dict[str, Any] | None]:
+def file_previews(whole: Session, reads: Reads) -> dict[str, dict[str, Any] | None]:
     """For each call that would write files and has not run: a diff against the session's
     current file as stored (or the patch), for the approver."""
     pending = [
@@ -310,7 +312,7 @@ def file_previews(whole: Session, client: Tickwork) -> dict[str, dict[str, Any] 
         return {}
     from .api.previews import preview  # the page's diff, shown alike; loads the API only here
 
-    return {c.call_id: preview(c, client.file_reader(whole.head)) for c in pending}
+    return {c.call_id: preview(c, reads.file_reader(whole.head)) for c in pending}
 
 
 def watch(
@@ -364,124 +366,33 @@ def watch(
     )
 
 
-FromStep = Annotated[int, typer.Option(help="Keep steps 1..K of the original (0: start over).")]
-SystemPrompt = Annotated[
-    str | None, typer.Option(help="Replace the system prompt.", rich_help_panel="Patch")
-]
-AppendInstruction = Annotated[
-    str | None, typer.Option(help="Add an instruction after step K.", rich_help_panel="Patch")
-]
-ToolOutput = Annotated[
-    list[str] | None,
-    typer.Option(
-        metavar="CALL_ID=TEXT",
-        help="Use TEXT as that call's output (repeatable).",
-        rich_help_panel="Patch",
-    ),
-]
-NewId = Annotated[
-    str | None, typer.Option("--id", help="The fork's id.", show_default="a random one")
-]
-StatePatch = Annotated[
-    str | None,
-    typer.Option(
-        "--state",
-        metavar="JSON",
-        help="A graph session: set these state fields in the fork (a JSON object).",
-        rich_help_panel="Patch",
-    ),
-]
-
-
-def fork(
-    session_id: SessionId,
-    from_step: FromStep,
-    system_prompt: SystemPrompt = None,
-    append_instruction: AppendInstruction = None,
-    tool_output: ToolOutput = None,
-    state: StatePatch = None,
-    max_steps: options.MaxSteps = None,
-    max_tokens: options.MaxTokens = None,
-    max_cost_usd: options.MaxCostUsd = None,
-    deadline: options.Deadline = None,
-    by: options.Approver = None,
-    new_id: NewId = None,
-    json_output: options.Json = False,
-) -> None:
+@options.fork_options
+def fork(session_id: SessionId, fork: options.Fork) -> None:
     """Fork a session from step K with a patch; prints the new session's id."""
-    fork_session(
-        session_id,
-        dead_letter=False,
-        from_step=from_step,
-        system_prompt=system_prompt,
-        append_instruction=append_instruction,
-        tool_output=tool_output,
-        state=state,
-        budgets=options.budgets(
-            max_steps=max_steps, max_tokens=max_tokens, max_cost_usd=max_cost_usd, deadline=deadline
-        ),
-        by=by,
-        new_id=new_id,
-        json_output=json_output,
-    )
+    fork_session(session_id, fork, dead_letter=False)
 
 
-def fork_session(
-    key: str,
-    *,
-    dead_letter: bool,
-    from_step: int,
-    system_prompt: str | None,
-    append_instruction: str | None,
-    tool_output: list[str] | None,
-    budgets: dict[str, Any],
-    by: str | None,
-    new_id: str | None,
-    json_output: bool,
-    again: bool = False,
-    state: str | None = None,
-) -> None:
+def fork_session(key: str, fork: options.Fork, *, dead_letter: bool, again: bool = False) -> None:
     """What `fork` and `dlq fork` do: `key` is a session id, or with `dead_letter` a
     dead letter's key (the dead letter is then marked resolved)."""
-    outputs = options.pairs(tool_output, option="--tool-output")
-    patch = None if state is None else options.json_object(state, option="--state")
     remote = cli_remote.client()
     if remote is not None:
-        cli_remote.no_name(by)
-        given: dict[str, Any] = dict(
-            from_step=from_step,
-            system_prompt=system_prompt,
-            append_instruction=append_instruction,
-            tool_outputs=outputs,
-            budgets=budgets,
-            state=patch,
-            new_id=new_id,
-        )
+        cli_remote.no_name(fork.by)
+        given = fork.client_args()
+        del given["by"]  # the server takes the person from the token
         with remote:
             head = (
                 remote.fork_dead_letter(key, again=again, **given)
                 if dead_letter
                 else remote.fork(key, **given)
             )
-        print_head(head, json_output, head.id)
+        print_head(head, fork.json_output, head.id)
         return
-    name = options.approver(by)
+    given = fork.client_args()
     with Context() as ctx:
         session_id = ctx.dead_letter(key).session_id if dead_letter else key
-        head = ctx.client.fork(
-            session_id,
-            from_step=from_step,
-            by=name,
-            system_prompt=system_prompt,
-            append_instruction=append_instruction,
-            tool_outputs=outputs,
-            budgets=budgets,
-            resolve_dead_letter=dead_letter,
-            new_id=new_id,
-            again=again,
-            state=patch,
-        )
-    print_head(head, json_output, head.id)
+        head = ctx.client.fork(session_id, resolve_dead_letter=dead_letter, again=again, **given)
+    print_head(head, fork.json_output, head.id)
 
 
 def print_head(head: Head, json_output: bool, line: str) -> None:
@@ -525,7 +436,7 @@ def patch(
     if apply is None:
         typer.echo(text, nl=False)
         return
-    from .client import apply_patch
+    from .patches import apply_patch
 
     typer.echo(apply_patch(apply.expanduser(), text))
 
@@ -534,7 +445,7 @@ def _local_patch(session_id: str, bundle: Path | None) -> str | None:
     """The patch from the store; None once a --bundle is written instead."""
     with Context() as ctx:
         if bundle is not None:
-            branch = ctx.client.bundle(session_id, bundle.expanduser())
+            branch = ctx.reads.bundle(session_id, bundle.expanduser())
             typer.echo(f"wrote {bundle}: git fetch {bundle} {branch}")
             return None
-        return ctx.client.patch(session_id, required=True)
+        return ctx.reads.patch(session_id, required=True)

@@ -1,7 +1,9 @@
-"""What a command works on: the settings, the store and the client, each built on first use.
+"""What a command works on: the settings, the store, the client's read facade and the
+client, each built on first use.
 
-Reading commands use the store alone, so they start without importing Celery; commands
-that change sessions go through the client, which publishes ticks.
+Reading commands use the store and `reads` (tickwork/reads.py), so they start without
+importing Celery; commands that change sessions go through the client, which publishes
+ticks.
 """
 
 from __future__ import annotations
@@ -10,16 +12,15 @@ import contextlib
 import os
 import uuid
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from tickwork.store import Store
-    from tickwork.store.archive import Archive
-    from tickwork.store.archived import ArchivedSession
     from tickwork.store.dead_letters import DeadLetter
     from tickwork.worker.config.settings import Settings
 
     from .client import Tickwork
+    from .reads import Reads
 
 
 def load_settings() -> Settings:
@@ -60,6 +61,7 @@ class Context:
     def __init__(self, settings: Settings | None = None) -> None:
         self._settings = settings
         self._store: Store | None = None
+        self._reads: Reads | None = None
         self._client: Tickwork | None = None
 
     def __enter__(self) -> Context:
@@ -95,24 +97,13 @@ class Context:
         return self._client
 
     @property
-    def archive(self) -> Archive:
-        """Where retention archives finished sessions (TICKWORK_RETENTION_ARCHIVE_URL)."""
-        from tickwork.worker.config.settings import read_settings
-        from tickwork.worker.tick.retention import RetentionSettings
+    def reads(self) -> Reads:
+        """The client's read facade on this command's store (the archive, forks, patches)."""
+        if self._reads is None:
+            from .reads import Reads
 
-        return read_settings(RetentionSettings).archive(self.settings)
-
-    def archived(self, session_id: str) -> ArchivedSession | None:
-        """An archived session read back; None if it is not archived."""
-        if self.store.retention.entry(session_id) is None:
-            return None  # the archive is opened only for a session it holds
-        return self.store.retention.load(self.archive, session_id)
-
-    def forks(self, session_id: str) -> list[dict[str, Any]]:
-        """The sessions forked from this one, live or archived, oldest first."""
-        found = {f["id"]: f for f in self.store.retention.forks(session_id)}
-        found.update((f["id"], f) for f in self.store.forks(session_id))
-        return sorted(found.values(), key=lambda f: (f["created_at"], f["id"]))
+            self._reads = Reads(self.settings, store=self.store)
+        return self._reads
 
     def dead_letter(self, key: str) -> DeadLetter:
         """A dead letter by its id, else by its session's id."""

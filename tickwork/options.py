@@ -7,8 +7,12 @@ in `parsing.py`, which does not import Typer.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import getpass
+import inspect
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -47,6 +51,123 @@ Deadline = Annotated[
         help="Budget: seconds from creation (or from the fork).", rich_help_panel="Budgets"
     ),
 ]
+
+
+FromStep = Annotated[int, typer.Option(help="Keep steps 1..K of the original (0: start over).")]
+SystemPrompt = Annotated[
+    str | None, typer.Option(help="Replace the system prompt.", rich_help_panel="Patch")
+]
+AppendInstruction = Annotated[
+    str | None, typer.Option(help="Add an instruction after step K.", rich_help_panel="Patch")
+]
+ToolOutput = Annotated[
+    list[str] | None,
+    typer.Option(
+        metavar="CALL_ID=TEXT",
+        help="Use TEXT as that call's output (repeatable).",
+        rich_help_panel="Patch",
+    ),
+]
+StatePatch = Annotated[
+    str | None,
+    typer.Option(
+        "--state",
+        metavar="JSON",
+        help="A graph session: set these state fields in the fork (a JSON object).",
+        rich_help_panel="Patch",
+    ),
+]
+NewId = Annotated[
+    str | None, typer.Option("--id", help="The fork's id.", show_default="a random one")
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class Fork:
+    """The options `fork` and `dlq fork` share: the step kept, the patch, the budgets raised,
+    who forks, the new id and the output. Written once: `fork_options` puts them on both."""
+
+    from_step: int
+    system_prompt: str | None = None
+    append_instruction: str | None = None
+    tool_output: list[str] | None = None
+    state: str | None = None
+    max_steps: int | None = None
+    max_tokens: int | None = None
+    max_cost_usd: float | None = None
+    deadline: float | None = None
+    by: str | None = None
+    new_id: str | None = None
+    json_output: bool = False
+
+    def client_args(self) -> dict[str, Any]:
+        """What `Tickwork.fork` takes of them (all but the session), each value parsed."""
+        return {
+            "from_step": self.from_step,
+            "by": approver(self.by),
+            "system_prompt": self.system_prompt,
+            "append_instruction": self.append_instruction,
+            "tool_outputs": pairs(self.tool_output, option="--tool-output"),
+            "budgets": budgets(
+                max_steps=self.max_steps,
+                max_tokens=self.max_tokens,
+                max_cost_usd=self.max_cost_usd,
+                deadline=self.deadline,
+            ),
+            "new_id": self.new_id,
+            "state": None if self.state is None else json_object(self.state, option="--state"),
+        }
+
+
+#: the command-line options of `Fork`, in the order `--help` lists them
+FORK_OPTIONS: dict[str, Any] = {
+    "from_step": FromStep,
+    "system_prompt": SystemPrompt,
+    "append_instruction": AppendInstruction,
+    "tool_output": ToolOutput,
+    "state": StatePatch,
+    "max_steps": MaxSteps,
+    "max_tokens": MaxTokens,
+    "max_cost_usd": MaxCostUsd,
+    "deadline": Deadline,
+    "by": Approver,
+    "new_id": NewId,
+    "json_output": Json,
+}
+
+
+def fork_options(command: Callable[..., None]) -> Callable[..., None]:
+    """`command` as Typer sees it with the fork options in place of its parameter `fork`
+    (annotated `Fork`), which it is then given as one `Fork` value."""
+    own = inspect.signature(command, eval_str=True)
+    names = list(own.parameters)
+    if "fork" not in names:
+        raise TypeError(f"{command.__name__} takes no parameter `fork` for the fork options")
+    at = names.index("fork")
+    defaults = {
+        f.name: inspect.Parameter.empty if f.default is dataclasses.MISSING else f.default
+        for f in dataclasses.fields(Fork)
+    }
+    shown = [
+        inspect.Parameter(
+            name,
+            inspect.Parameter.POSITIONAL_OR_KEYWORD,
+            annotation=kind,
+            default=defaults[name],
+        )
+        for name, kind in FORK_OPTIONS.items()
+    ]
+    params = list(own.parameters.values())
+    signature = own.replace(parameters=[*params[:at], *shown, *params[at + 1 :]])
+
+    @functools.wraps(command)
+    def run(**given: Any) -> None:
+        fork = Fork(**{name: given.pop(name) for name in FORK_OPTIONS})
+        command(**given, fork=fork)
+
+    run.__signature__ = signature  # type: ignore[attr-defined]
+    run.__annotations__ = {p.name: p.annotation for p in signature.parameters.values()}
+    return run
 
 
 def budgets(

@@ -83,7 +83,7 @@ class Disk:
 
 def check_files(report: Report, client: Any, ids: list[str], disk: Disk) -> None:
     """The file sessions' invariants, each as a figure."""
-    from tickwork.client import apply_patch
+    from tickwork.patches import apply_patch
 
     files = [i for i in ids if i.startswith("chaos-files-")]
     report.add("file sessions", len(files))

@@ -260,7 +260,8 @@ def test_a_background_process_does_not_outlive_the_command(places: tuple[Path, P
 def test_the_sandbox_dies_with_a_killed_worker(places: tuple[Path, Path]) -> None:
     workspace, _ = places
     script = (
-        "import sys; from pathlib import Path; from tickwork.worker.sandbox.runner import run_sandboxed\n"
+        "import sys; from pathlib import Path\n"
+        "from tickwork.worker.sandbox.runner import run_sandboxed\n"
         "run_sandboxed('touch started; sleep 602.4242 & sleep 602.4242', "
         "workdir=Path(sys.argv[1]), timeout_s=600)\n"
     )

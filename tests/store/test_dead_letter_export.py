@@ -1,4 +1,5 @@
-"""tickwork.store.dead_letters: the export's flat rows and the timeline by cause, on both backends."""
+"""tickwork.store.dead_letters: the export's flat rows and the timeline by cause, on both
+backends."""
 
 from __future__ import annotations
 

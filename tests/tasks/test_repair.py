@@ -11,7 +11,7 @@ from tickwork.worker.sandbox.shell import run_shell
 
 from tests.tasks.conftest import Deployment
 from tickwork.cli_demo import DEMO_SCRIPT, demo_input, prepare_demo_workspace
-from tickwork.client import apply_patch
+from tickwork.patches import apply_patch
 
 WRITE = "s3c0"
 FIX = "-    return sum(numbers) / (len(numbers) + 1)\n+    return sum(numbers) / len(numbers)\n"

@@ -12,7 +12,7 @@ from tickwork.fsm.values import CallState, Status
 from tickwork.worker.sandbox.shell import run_shell
 
 from tests.tasks.conftest import Deployment, kill, stop
-from tickwork.client import apply_patch
+from tickwork.patches import apply_patch
 from tickwork.testing import until
 
 pytestmark = pytest.mark.slow

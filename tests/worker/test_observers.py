@@ -133,9 +133,9 @@ def test_the_tick_imports_none_of_its_observers() -> None:
 def test_install_registers_metrics_and_what_the_settings_turn_on(
     ticks: Ticks, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tickwork.worker.tick.wiring import install
     from tickwork.worker.observers.metrics import TickMetrics
     from tickwork.worker.tick.dispatcher import Dispatcher
+    from tickwork.worker.tick.wiring import install
 
     for name in ("TICKWORK_WEBHOOK_URL", "OTEL_EXPORTER_OTLP_ENDPOINT", "TICKWORK_OTEL_ENABLED"):
         monkeypatch.delenv(name, raising=False)

@@ -56,3 +56,53 @@ def test_config_shows_the_sections_after_the_flat_settings(monkeypatch: pytest.M
     every = [name for kind in SECTIONS for name in kind.model_fields]
     assert names[-len(every) :] == every and names.index("state_dir") < names.index(every[0])
     assert shown["webhook_secret"] == "****" and shown["metrics_port"] is None
+
+
+def settings_fields() -> dict[str, list[str]]:
+    """TICKWORK_* variable -> the settings classes that read it, from the source: every
+    class whose `model_config` has `env_prefix="TICKWORK_"`, in every installed package."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    readers: dict[str, list[str]] = {}
+    for folder in ("fsm", "store", "worker", "tasks", "tickwork"):
+        for path in sorted((root / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if not isinstance(node, ast.ClassDef):
+                    continue
+                config = next(
+                    (
+                        ast.unparse(s)
+                        for s in node.body
+                        if isinstance(s, ast.Assign | ast.AnnAssign)
+                        and "model_config" in ast.unparse(s).split("=")[0]
+                    ),
+                    "",
+                )
+                if "env_prefix='TICKWORK_'" not in config:
+                    continue
+                where = f"{path.relative_to(root)}:{node.name}"
+                for s in node.body:
+                    if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name):
+                        readers.setdefault(f"TICKWORK_{s.target.id.upper()}", []).append(where)
+    return readers
+
+
+def test_each_setting_has_one_owner() -> None:
+    """A TICKWORK_* variable is a field of one settings class; whoever else needs it
+    imports that class, so its name, default and check cannot drift apart."""
+    readers = settings_fields()
+    assert "TICKWORK_PUBLIC_URL" in readers and "TICKWORK_API_PORT" in readers  # the scan sees
+    shared = {name: where for name, where in readers.items() if len(where) > 1}
+    assert not shared, f"settings read by more than one class: {shared}"
+
+
+def test_the_public_url_is_the_webhooks_and_tickwork_config_shows_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from tickwork.api.settings import ApiSettings
+
+    monkeypatch.setenv("TICKWORK_PUBLIC_URL", "https://tickwork.example")
+    assert Settings().webhooks.public_url == "https://tickwork.example"
+    assert Settings().masked(ApiSettings())["public_url"] == "https://tickwork.example"

@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 from tickwork.fsm.values import Status
-from tickwork.worker.tick.wiring import install
 from tickwork.worker.observers.report import TickReport
 from tickwork.worker.observers.tracing import (
     SessionTracer,
@@ -26,6 +25,7 @@ from tickwork.worker.observers.tracing import (
 from tickwork.worker.tick.advance import advance
 from tickwork.worker.tick.relay import relay_once
 from tickwork.worker.tick.runtime import Runtime
+from tickwork.worker.tick.wiring import install
 
 from tests.worker.ticking import Ticks
 

@@ -9,10 +9,11 @@ from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import PlainTextResponse
 
 from tickwork import views
-from tickwork.client import SESSION_ID, Tickwork
+from tickwork.client import Tickwork
 from tickwork.fsm.errors import AlreadyDecided, InvalidInput, StoreConflict
 from tickwork.fsm.outcomes import Outcome, outcome_of
 from tickwork.fsm.values import ErrorCode, EventKind, Head, Session, Status
+from tickwork.writes import SESSION_ID
 
 from . import bodies, previews
 from .answers import Listed

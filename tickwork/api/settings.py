@@ -55,8 +55,6 @@ class ApiSettings(BaseSettings):
     api_tokens_file: Path | None = None
     api_host: str = "127.0.0.1"
     api_port: int = Field(default=8000, ge=0, le=65535)
-    #: the base URL people reach the server at (webhook cards link to it)
-    public_url: str = ""
     #: model spec prefixes a submit may name (e.g. `openai:`); empty: any
     api_models: list[str] = []
     #: directories whose script files a submit may name as `scripted:PATH`; empty: none

@@ -1,2 +1,2 @@
 """Configuration: settings from `TICKWORK_*` variables, `module:attr` imports, the release,
-and the masking of secrets."""
+the masking of secrets, and this process (its lease owner's name and its background loops)."""

@@ -22,7 +22,7 @@ Call sites (one line each):
   stored masked (and the model reads the masked text).
 - `worker/tick/app.py`, `make_app`: `install_log_masking(masker_for(settings))`, so every log
   record of the worker (messages, arguments and tracebacks) is masked when it is made.
-- `tickwork/client.py`, `decide`: `decision = mask_decision(decision, masker_for(...))`
+- `tickwork/writes.py`, `decide`: `decision = mask_decision(decision, masker_for(...))`
   for the comment, feedback and output a person types.
 """
 
@@ -55,7 +55,8 @@ _QUERY_SECRET = re.compile(
 
 
 class MaskSettings(Protocol):
-    """What masking reads of `tickwork.worker.config.settings.Settings` (which imports this module)."""
+    """What masking reads of `tickwork.worker.config.settings.Settings` (which imports this
+    module)."""
 
     @property
     def secret_patterns(self) -> Sequence[str]: ...

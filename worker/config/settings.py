@@ -11,8 +11,8 @@ from pydantic import Field, PrivateAttr, ValidationError, ValidationInfo, field_
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 from tickwork.fsm.errors import ConfigurationError
 from tickwork.fsm.values import Budgets
-from tickwork.worker.config.secrets import SECRET_NAMES, mask
 from tickwork.worker.config.allowlist import parse
+from tickwork.worker.config.secrets import SECRET_NAMES, mask
 
 #: broker URL schemes of the transports tickwork installs: Redis, RabbitMQ, the embedded one
 BROKER_SCHEMES = ("redis", "rediss", "sentinel", "amqp", "amqps", "pyamqp", "filesystem", "memory")
@@ -48,7 +48,8 @@ class WebhookSettings(BaseSettings):
     webhook_timeout_s: float = Field(default=5.0, gt=0)
     #: the pause after the first failed attempt; it doubles after each one
     webhook_backoff_s: float = Field(default=1.0, ge=0)
-    #: the base URL of `tickwork serve` as people reach it, for the card's links
+    #: the base URL of `tickwork serve` as people reach it, for the card's links (its one
+    #: owner: `tickwork serve` reads no setting of that name)
     public_url: str = ""
     #: which cards are sent, comma-separated (`WEBHOOK_EVENTS`): `approval_requested` (a
     #: session waits for a person) and/or `finished` (it completed, failed or was cancelled)
@@ -80,8 +81,8 @@ class WebhookSettings(BaseSettings):
 
 
 class MetricsSettings(BaseSettings):
-    """Where a worker serves /metrics (`worker/observers/metrics.py`), read when the worker is ready:
-    `Settings.metrics`."""
+    """Where a worker serves /metrics (`worker/observers/metrics.py`), read when the worker is
+    ready: `Settings.metrics`."""
 
     model_config = SettingsConfigDict(env_prefix="TICKWORK_", extra="ignore", allow_inf_nan=False)
 
@@ -156,7 +157,8 @@ class Settings(BaseSettings):
     max_output_chars: int = Field(default=20_000, ge=1)
     model_timeout_s: float = Field(default=120.0, gt=0)
     #: model -> [prompt, completion] USD per million tokens, added to the built-in table; or
-    #: {"prompt", "completion", "cached", "cache_write", "max_completion"} (tickwork.worker.models.pricing)
+    #: {"prompt", "completion", "cached", "cache_write", "max_completion"}
+    #: (tickwork.worker.models.pricing)
     prices: dict[str, list[float] | dict[str, float]] = {}
     #: regexes whose matches are masked in stored events, logs and `tickwork config`
     secret_patterns: list[str] = [r"sk-[A-Za-z0-9_\-]{8,}"]

@@ -28,11 +28,11 @@ import tarfile
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tickwork.fsm import machine
 from tickwork.fsm.errors import (
@@ -45,6 +45,7 @@ from tickwork.fsm.machine import Change
 from tickwork.fsm.values import Head
 from tickwork.store.environments import EnvStatus, Verdict
 from tickwork.store.files import Manifest, parse_entry
+from tickwork.worker.config.process import Loop, owner_name
 from tickwork.worker.config.settings import EnvironmentSettings
 from tickwork.worker.files.environment_plans import (
     AUTO,
@@ -59,9 +60,38 @@ from tickwork.worker.sandbox.runner import ENV_DIR, Sandbox, run_sandboxed, sand
 from tickwork.worker.sandbox.shell import Stop
 
 if TYPE_CHECKING:
-    from tickwork.worker.tick.runtime import Runtime
+    from tickwork.store import Store
+    from tickwork.worker.config.settings import Settings
+    from tickwork.worker.files.workspaces import Workspaces
 
 log = logging.getLogger("tickwork.environments")
+
+
+class Fence(Protocol):
+    """Whether this worker still holds a tick's lease (`tickwork.worker.tick.runtime.Leases`)."""
+
+    def lost(self, session_id: str, version: int) -> str | None: ...
+
+
+class Runtime(Protocol):
+    """What environments use of the worker's runtime (`tickwork.worker.tick.runtime.Runtime`):
+    the settings, the store, this host's working copies, the clock and the tick's lease."""
+
+    @property
+    def settings(self) -> Settings: ...
+
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def workspaces(self) -> Workspaces: ...
+
+    @property
+    def clock(self) -> Callable[[], datetime]: ...
+
+    @property
+    def leases(self) -> Fence: ...
+
 
 #: the build log kept on the session's card (its end; the table keeps more)
 MAX_CARD_LOG = 4_000
@@ -169,7 +199,7 @@ def mounted(rt: Runtime, head: Head) -> Path | None:
 
 @dataclass
 class _Renewal:
-    """Renews a build's claim from a thread while the setup runs."""
+    """Renews a build's claim from a thread while the setup runs (`start` to `end`)."""
 
     rt: Runtime
     key: str
@@ -179,20 +209,31 @@ class _Renewal:
     session_id: str = ""
     version: int = 0
     lost: bool = False
-    done: threading.Event = field(default_factory=threading.Event)
+    loop: Loop = field(init=False)
 
-    def run(self) -> None:
-        while not self.done.wait(self.lease_s / 3):
-            try:
-                held = self.rt.store.environments.renew(
-                    self.key, owner=self.owner, now=self.rt.clock(), lease_s=self.lease_s
-                )
-            except Exception:
-                log.exception("could not renew the build of environment %s", self.key)
-                continue
-            if not held:
-                self.lost = True
-                return
+    def __post_init__(self) -> None:
+        self.loop = Loop(
+            "env-build",
+            self.renew,
+            every_s=self.lease_s / 3,
+            log=log,
+            what=f"the renewal of the build of environment {self.key[:12]}",
+        )
+
+    def start(self) -> None:
+        self.loop.start()
+
+    def end(self) -> None:
+        self.loop.stop()
+        self.loop.join(5)
+
+    def renew(self) -> None:
+        held = self.rt.store.environments.renew(
+            self.key, owner=self.owner, now=self.rt.clock(), lease_s=self.lease_s
+        )
+        if not held:
+            self.lost = True
+            self.loop.stop()
 
     def stop(self) -> str | None:
         """Why the setup must stop now: the build's claim, or the session's lease, is no
@@ -325,8 +366,6 @@ def prepare(rt: Runtime, head: Head) -> Change | Head:
         )
     except SandboxUnavailable as exc:
         return machine.environment_failed(head, _record(plan_, None, "failed"), str(exc), now=now)
-    from tickwork.worker.tick.runtime import owner_name
-
     owner = owner_name()
     verdict, row = rt.store.environments.claim(
         key,
@@ -373,9 +412,8 @@ def _build(
     renewal = _Renewal(
         rt, key, owner, settings.environment_lease_s, session_id=head.id, version=head.version
     )
-    thread = threading.Thread(target=renewal.run, name="tickwork-env-build", daemon=True)
-    thread.start()
     started = time.monotonic()
+    renewal.start()
     try:
         _source_copy(rt, manifest, scratch / "source")
         env_dir = scratch / "env"
@@ -433,8 +471,7 @@ def _build(
         log.info("environment %s built in %.1fs (%d bytes packed)", key, took, len(data))
         return machine.environment_ready(head, record, now=rt.clock())
     finally:
-        renewal.done.set()
-        thread.join(5)
+        renewal.end()
         shutil.rmtree(scratch, ignore_errors=True)
 
 

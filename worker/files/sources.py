@@ -29,8 +29,8 @@ from urllib.parse import unquote, urlparse
 from tickwork.fsm.errors import InvalidInput
 from tickwork.store.artifacts import Artifacts
 from tickwork.store.files import EXECUTABLE, PLAIN, Manifest, blob_hash, canonical, entry
-from tickwork.worker.files.filetree import Ignore, walk
 from tickwork.worker.config.allowlist import public
+from tickwork.worker.files.filetree import Ignore, walk
 
 #: a source with more files or bytes than this is refused at submit
 MAX_SOURCE_FILES = 20_000

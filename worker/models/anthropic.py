@@ -36,7 +36,8 @@ DEFAULT_BASE_URL = "https://api.anthropic.com"
 API_VERSION = "2023-06-01"
 #: the completion cap sent when the caller sets none: the API requires one
 DEFAULT_MAX_TOKENS = 4_096
-#: the prefix of a tool result's text that says the call failed (as `tickwork.fsm.transcript` writes it)
+#: the prefix of a tool result's text that says the call failed (as `tickwork.fsm.transcript`
+#: writes it)
 ERROR_PREFIX = "ERROR: "
 #: how the API says a prompt is longer than the model's window
 _TOO_LONG = re.compile(r"prompt is too long|input length .*exceed context limit", re.I)

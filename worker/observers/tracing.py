@@ -25,7 +25,7 @@ import os
 import threading
 from collections.abc import Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from tickwork.fsm.values import Head, Status, StepKind
@@ -33,9 +33,6 @@ from tickwork.worker.config.secrets import Masker
 from tickwork.worker.config.settings import read_settings
 from tickwork.worker.observers.report import TickReport
 from tickwork.worker.observers.webhooks import masked_url
-
-if TYPE_CHECKING:
-    from tickwork.worker.tick.runtime import Runtime
 
 log = logging.getLogger("tickwork.tracing")
 
@@ -89,8 +86,9 @@ def status(settings: TracingSettings, env: Mapping[str, str] = os.environ) -> st
     return f"on: OTLP to {masked_url(endpoint)}, {content}"
 
 
-def tracer_for(rt: Runtime) -> SessionTracer | None:
-    """The runtime's tracer, or None when tracing is off or the extra is missing."""
+def tracer_for(masker: Masker) -> SessionTracer | None:
+    """A worker's tracer, masking what it captures with `masker` (the runtime's); None when
+    tracing is off or the extra is missing."""
     settings = read_settings(TracingSettings)
     if not enabled(settings):
         return None
@@ -104,7 +102,7 @@ def tracer_for(rt: Runtime) -> SessionTracer | None:
 
     return SessionTracer(
         OTLPSpanExporter(),
-        masker=rt.masker,
+        masker=masker,
         capture_content=settings.otel_capture_content,
         batch=True,
     )

@@ -2,12 +2,13 @@
 when the deployment asks for it (TICKWORK_WEBHOOK_EVENTS=approval_requested,finished),
 one when a session finishes (completed, failed, cancelled), with a repair's outcome.
 
-The card goes through the outbox (`tickwork.store.deliveries`): the `approval_requested` event is
-saved with the tick, and a dispatcher in every worker (`tickwork.worker.tick.dispatcher`) posts it, at
-least once, retried with backoff, with the card's id as `Idempotency-Key`. A slow or dead
-receiver never blocks a session, and a worker that dies after the save loses no card. A
-card not delivered after its attempts is logged and given up; the session waits
-regardless, and the page and `tickwork ls --status waiting_approval` still show it.
+The card goes through the outbox (`tickwork.store.deliveries`): the `approval_requested`
+event is saved with the tick, and a dispatcher in every worker
+(`tickwork.worker.tick.dispatcher`) posts it, at least once, retried with backoff, with the
+card's id as `Idempotency-Key`. A slow or dead receiver never blocks a session, and a worker
+that dies after the save loses no card. A card not delivered after its attempts is logged
+and given up; the session waits regardless, and the page and
+`tickwork ls --status waiting_approval` still show it.
 
 Settings (environment): TICKWORK_WEBHOOK_URL (unset: no webhook), TICKWORK_WEBHOOK_SECRET
 (signs each card: `X-Tickwork-Signature: sha256=HMAC(secret, body)`),

@@ -1,15 +1,15 @@
 """A running command fenced to its tick's lease, even while the worker cannot act (issue 24).
 
-The worker kills a command whose lease is lost as soon as it notices (`tickwork.worker.tick.runtime.Leases`
-and the `stop` a command polls). A worker that is stopped (SIGSTOP, a debugger, a swap
-storm) notices nothing; its command runs on, and once the lease has run out another worker
-may run the same command. So each worker process has one small watchdog process beside it,
-in a session of its own (a signal to the worker's process group does not stop it): every
-running command is registered with the time its lease runs out, pushed forward at each
-renewal, and the watchdog kills the command's process group a little before that time,
-whatever the worker is doing. Times are CLOCK_MONOTONIC, which every process of a host
-shares. When the worker dies, the watchdog reads the end of its pipe and kills every
-command still registered, then exits.
+The worker kills a command whose lease is lost as soon as it notices
+(`tickwork.worker.tick.runtime.Leases` and the `stop` a command polls). A worker that is
+stopped (SIGSTOP, a debugger, a swap storm) notices nothing; its command runs on, and once
+the lease has run out another worker may run the same command. So each worker process has
+one small watchdog process beside it, in a session of its own (a signal to the worker's
+process group does not stop it): every running command is registered with the time its lease
+runs out, pushed forward at each renewal, and the watchdog kills the command's process group
+a little before that time, whatever the worker is doing. Times are CLOCK_MONOTONIC, which
+every process of a host shares. When the worker dies, the watchdog reads the end of its pipe
+and kills every command still registered, then exits.
 """
 
 from __future__ import annotations

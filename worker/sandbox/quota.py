@@ -23,15 +23,18 @@ a tmpfs of its own size (`Limits.tmp_bytes`).
 
 from __future__ import annotations
 
+import logging
 import os
 import stat
-import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from tickwork.fsm.errors import ToolError
+from tickwork.worker.config.process import Loop
+
+log = logging.getLogger("tickwork.sandbox")
 
 #: the shortest time between two walks of a working copy
 INTERVAL_S = 0.5
@@ -154,21 +157,27 @@ class Watch:
             "reserve_bytes": reserve_bytes,
         }
         self._reason: str | None = None
-        self._done = threading.Event()
         self._start = usage(roots, max_files=disk_files)
         self._free = free_bytes(roots[0])
-        self._thread = threading.Thread(target=self._run, name="tickwork-disk", daemon=True)
+        self._wait = INTERVAL_S
+        self._loop = Loop(
+            "disk",
+            self._walk,
+            every_s=lambda: self._wait,
+            log=log,
+            what="a walk of the command's files",
+        )
 
     def __call__(self) -> str | None:
         return self._reason
 
     def __enter__(self) -> Watch:
-        self._thread.start()
+        self._loop.start()
         return self
 
     def __exit__(self, *_: object) -> None:
-        self._done.set()
-        self._thread.join()
+        self._loop.stop()
+        self._loop.join()
 
     def last(self) -> str | None:
         """Why the command, now ended, went past a limit (it may have ended between two
@@ -178,10 +187,9 @@ class Watch:
     def _look(self, now: Usage) -> str | None:
         return over(self._start, now, (self._free, free_bytes(self.roots[0])), **self.limits)
 
-    def _run(self) -> None:
-        wait = INTERVAL_S
-        while self._reason is None and not self._done.wait(wait):
-            began = time.monotonic()
-            now = usage(self.roots, max_files=self.limits["disk_files"])
-            self._reason = self._look(now)
-            wait = max(INTERVAL_S, 4 * (time.monotonic() - began))
+    def _walk(self) -> None:
+        began = time.monotonic()
+        self._reason = self._look(usage(self.roots, max_files=self.limits["disk_files"]))
+        if self._reason is not None:
+            self._loop.stop()
+        self._wait = max(INTERVAL_S, 4 * (time.monotonic() - began))

@@ -273,7 +273,7 @@ def _start_relay_with_worker(app: Celery) -> None:
 
 
 def __getattr__(name: str) -> Celery:
-    # `celery -A tickwork.worker.tick.app` looks up `app`; build it from the environment on first access
+    # `celery -A tickwork.worker.tick.app` looks up `app`; built from the environment on first use
     if name in ("app", "celery"):
         built = make_app()
         globals()["app"] = globals()["celery"] = built

@@ -19,6 +19,7 @@ from typing import Any
 from tickwork.fsm.errors import SessionNotFound
 from tickwork.fsm.values import Status
 from tickwork.store.deliveries import MOVED_ON, Card
+from tickwork.worker.config.process import Loop
 from tickwork.worker.config.settings import WebhookSettings
 from tickwork.worker.observers.metrics import WEBHOOKS
 from tickwork.worker.observers.report import TickReport
@@ -151,10 +152,14 @@ class Dispatcher:
 
     def __init__(self, rt: Runtime, settings: WebhookSettings) -> None:
         self.rt, self.settings = rt, settings
-        self.stopped = threading.Event()
-        self._wake = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
+        self._loop = Loop(
+            "webhooks",
+            self._pass,
+            every_s=rt.settings.relay_period_s,
+            log=log,
+            what="webhook pass",
+            at_once=True,
+        )
 
     def __call__(self, report: TickReport) -> None:
         """The tick observer: a session started waiting (or ended, when finished cards are
@@ -164,29 +169,14 @@ class Dispatcher:
             self.wake()
 
     def start(self) -> None:
-        with self._lock:
-            if self.stopped.is_set():
-                return
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(
-                    target=self._run, name="tickwork-webhooks", daemon=True
-                )
-                self._thread.start()
+        self._loop.start()
 
     def wake(self) -> None:
-        self.start()
-        self._wake.set()
+        self._loop.start()
+        self._loop.wake()
 
     def stop(self) -> None:
-        self.stopped.set()
-        self._wake.set()
+        self._loop.stop()
 
-    def _run(self) -> None:
-        period = self.rt.settings.relay_period_s
-        while not self.stopped.is_set():
-            self._wake.clear()
-            try:
-                dispatch_once(self.rt, self.settings, stopped=self.stopped)
-            except Exception as exc:
-                log.warning("webhook pass failed (%s); trying again in %ss", exc, period)
-            self._wake.wait(period)
+    def _pass(self) -> None:
+        dispatch_once(self.rt, self.settings, stopped=self._loop.stopped)

@@ -4,10 +4,10 @@ like the relay (issue 16; `retention.py`)."""
 from __future__ import annotations
 
 import logging
-import threading
 from datetime import timedelta
 
 from tickwork.store.retention import Report
+from tickwork.worker.config.process import Loop
 from tickwork.worker.files.environments import drop_unused
 from tickwork.worker.tick.retention import RetentionSettings, drop_archived_copies, run_pass
 from tickwork.worker.tick.runtime import Runtime
@@ -18,27 +18,21 @@ log = logging.getLogger("tickwork.retention")
 FIRST_LOOK_BACK = timedelta(days=7)
 
 
-class RetentionThread(threading.Thread):
+class RetentionThread(Loop):
     """Runs a small retention pass every `retention_period_s` until stopped."""
 
     def __init__(self, rt: Runtime, retention: RetentionSettings) -> None:
-        super().__init__(name="tickwork-retention", daemon=True)
         self.rt = rt
         self.retention = retention
         self.archive = retention.shared_archive(rt.settings)
-        self.stopped = threading.Event()
         self.looked = rt.clock() - FIRST_LOOK_BACK
-
-    def run(self) -> None:
-        while not self.stopped.wait(self.retention.retention_period_s):
-            try:
-                self.once()
-            except Exception as exc:
-                log.warning(
-                    "retention pass failed (%s); trying again in %ss",
-                    exc,
-                    self.retention.retention_period_s,
-                )
+        super().__init__(
+            "retention",
+            self.once,
+            every_s=retention.retention_period_s,
+            log=log,
+            what="retention pass",
+        )
 
     def once(self) -> Report:
         now = self.rt.clock()
@@ -75,6 +69,3 @@ class RetentionThread(threading.Thread):
         # a little overlap: another host's clock, a pass that committed as we looked
         self.looked = now - timedelta(seconds=max(60.0, 2 * self.retention.retention_period_s))
         return done
-
-    def stop(self) -> None:
-        self.stopped.set()

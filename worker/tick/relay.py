@@ -6,11 +6,12 @@ It runs in a thread inside every worker (no beat needed) and as `tickwork relay 
 
 from __future__ import annotations
 
+import functools
 import logging
-import threading
 from collections.abc import Callable, Sequence
 
 from tickwork.store.relay import Due, RelayPass
+from tickwork.worker.config.process import Loop
 from tickwork.worker.observers import metrics  # issue 8: relay metrics
 from tickwork.worker.tick.runtime import Runtime
 
@@ -58,24 +59,15 @@ def _named(ticks: Sequence[Due], name: Callable[[Due], str]) -> str:
     return shown + (f" and {more} more" if more > 0 else "")
 
 
-class RelayThread(threading.Thread):
+class RelayThread(Loop):
     """Runs `relay_once` every `relay_period_s` until stopped."""
 
     def __init__(self, rt: Runtime) -> None:
-        super().__init__(name="tickwork-relay", daemon=True)
         self.rt = rt
-        self.stopped = threading.Event()
-
-    def run(self) -> None:
-        while not self.stopped.wait(self.rt.settings.relay_period_s):
-            try:
-                relay_once(self.rt)
-            except Exception as exc:
-                log.warning(
-                    "relay pass failed (%s); trying again in %ss",
-                    exc,
-                    self.rt.settings.relay_period_s,
-                )
-
-    def stop(self) -> None:
-        self.stopped.set()
+        super().__init__(
+            "relay",
+            functools.partial(relay_once, rt),
+            every_s=rt.settings.relay_period_s,
+            log=log,
+            what="relay pass",
+        )

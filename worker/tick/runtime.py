@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import random
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -21,6 +19,8 @@ from tickwork.fsm.errors import ConfigurationError
 from tickwork.fsm.values import RUNTIME_LEVEL
 from tickwork.store import Store, open_store
 from tickwork.store.port import Sessions, Ticks
+from tickwork.worker.config.process import Loop
+from tickwork.worker.config.process import owner_name as owner_name  # advance reads it here
 from tickwork.worker.config.secrets import Masker, masker_for
 from tickwork.worker.config.settings import Settings
 from tickwork.worker.files.workspaces import Workspaces
@@ -41,10 +41,6 @@ Publish = Callable[[str, int, float], None]
 
 def utc_now() -> datetime:
     return datetime.now(UTC)
-
-
-def owner_name() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
 
 
 class Leases:
@@ -71,8 +67,9 @@ class Leases:
         #: the process groups of the commands each held lease's tick runs
         self._commands: dict[tuple[str, int], set[int]] = {}
         self._lock = threading.Lock()
-        self._wake = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._loop = Loop(
+            "leases", self.renew_all, every_s=lease_s / 3, log=log, what="lease renewal"
+        )
 
     def hold(self, session_id: str, version: int, owner: str) -> _Held:
         return _Held(self, (session_id, version), owner)
@@ -117,11 +114,7 @@ class Leases:
             self._renewed[key] = time.monotonic()
             self._lost.pop(key, None)
             self._commands[key] = set()
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(
-                    target=self._run, name="tickwork-leases", daemon=True
-                )
-                self._thread.start()
+        self._loop.start()
 
     def _remove(self, key: tuple[str, int]) -> None:
         with self._lock:
@@ -129,10 +122,6 @@ class Leases:
             self._renewed.pop(key, None)
             self._lost.pop(key, None)
             self._commands.pop(key, None)
-
-    def _run(self) -> None:
-        while not self._wake.wait(self.lease_s / 3):
-            self.renew_all()
 
     def renew_all(self) -> None:
         """Renew every held lease once (the thread does it every third of the lease)."""
@@ -207,32 +196,33 @@ class Stops:
         lease: Callable[[], str | None] | None = None,
     ) -> None:
         self._store, self._session_id = store, session_id
-        self._every_s, self._clock = every_s, clock
+        self._clock = clock
         #: why the tick's lease is lost (`Leases.lost`), or None: fencing (issue 24)
         self._lease = lease
         self._reason: str | None = None
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="tickwork-stops", daemon=True)
+        self._loop = Loop(
+            "stops",
+            self._look,
+            every_s=every_s,
+            log=log,
+            what=f"a look at session {session_id} while its tool runs",
+        )
 
     def __call__(self) -> str | None:
         return self._reason or (self._lease() if self._lease is not None else None)
 
     def __enter__(self) -> Stops:
-        self._thread.start()
+        self._loop.start()
         return self
 
     def __exit__(self, *_: object) -> None:
-        self._done.set()
-        self._thread.join(1.0)  # a look at the head still under way ends on its own
+        self._loop.stop()
+        self._loop.join(1.0)  # a look at the head still under way ends on its own
 
-    def _run(self) -> None:
-        while self._reason is None and not self._done.wait(self._every_s):
-            try:
-                head = self._store.get(self._session_id)
-            except Exception:
-                log.exception("could not look at session %s while its tool runs", self._session_id)
-                continue
-            self._reason = stop_reason(head, now=self._clock())
+    def _look(self) -> None:
+        self._reason = stop_reason(self._store.get(self._session_id), now=self._clock())
+        if self._reason is not None:
+            self._loop.stop()
 
 
 class Background(Protocol):

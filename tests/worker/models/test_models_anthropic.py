@@ -42,7 +42,8 @@ TOOLS = [
         },
     },
 ]
-#: a transcript as tickwork.fsm.transcript builds it: a step with two calls, one failed, then a nudge
+#: a transcript as tickwork.fsm.transcript builds it: a step with two calls, one failed, then a
+#: nudge
 TRANSCRIPT: list[dict[str, Any]] = [
     {"role": "system", "content": "You repair code."},
     {"role": "user", "content": "Fix the failing test."},

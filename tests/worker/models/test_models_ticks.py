@@ -1,4 +1,5 @@
-"""Model calls through real ticks (`tickwork.worker.tick.advance.advance`) on SQLite and on Postgres."""
+"""Model calls through real ticks (`tickwork.worker.tick.advance.advance`) on SQLite and on
+Postgres."""
 
 from __future__ import annotations
 

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tickwork.worker.config.settings import Settings
 from tickwork.worker.config.allowlist import AllowList
+from tickwork.worker.config.settings import Settings
 from tickwork.worker.sandbox.egress import SOCKET, EgressPolicy, network_mode, policy_for, serving
 
 

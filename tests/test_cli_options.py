@@ -1,0 +1,99 @@
+"""tickwork.options: the fork options, written once for `fork` and `dlq fork`."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import pytest
+import typer
+from tickwork.fsm.errors import InvalidInput
+from typer.testing import CliRunner
+
+from tickwork import options
+from tickwork.cli import make_cli
+
+
+def test_a_command_with_fork_options_is_given_them_as_one_value() -> None:
+    got: list[tuple[str, options.Fork, bool]] = []
+
+    @options.fork_options
+    def probe(
+        key: Annotated[str, typer.Argument()],
+        fork: options.Fork,
+        again: Annotated[bool, typer.Option("--again")] = False,
+    ) -> None:
+        got.append((key, fork, again))
+
+    app = typer.Typer()
+    app.command()(probe)
+    app.command()(lambda: None)  # two commands, so `probe` is a subcommand
+    done = CliRunner().invoke(
+        app,
+        [
+            "probe",
+            "s1",
+            "--from-step",
+            "2",
+            "--tool-output",
+            "c1=ok",
+            "--tool-output",
+            "c2=a=b",
+            "--max-steps",
+            "9",
+            "--deadline",
+            "60",
+            "--as",
+            "ana",
+            "--id",
+            "s1-fork",
+            "--state",
+            '{"n": 1}',
+            "--json",
+            "--again",
+        ],
+    )
+    assert done.exit_code == 0, done.output
+    [(key, fork, again)] = got
+    assert (key, again, fork.json_output) == ("s1", True, True)
+    assert fork.client_args() == {
+        "from_step": 2,
+        "by": "ana",
+        "system_prompt": None,
+        "append_instruction": None,
+        "tool_outputs": {"c1": "ok", "c2": "a=b"},
+        "budgets": {"max_steps": 9, "deadline_s": 60.0},
+        "new_id": "s1-fork",
+        "state": {"n": 1},
+    }
+
+
+def test_fork_and_dlq_fork_take_the_same_options() -> None:
+    command = typer.main.get_command(make_cli())
+
+    def names(*path: str) -> list[str]:
+        found = command
+        for part in path:
+            found = found.commands[part]  # type: ignore[attr-defined]
+        return [p.name for p in found.params]
+
+    shared = list(options.FORK_OPTIONS)
+    assert names("fork") == ["session_id", *shared]
+    assert names("dlq", "fork") == ["key", *shared, "again"]
+
+
+def test_a_bad_fork_option_names_the_option() -> None:
+    with pytest.raises(InvalidInput, match="--tool-output takes CALL_ID=TEXT"):
+        options.Fork(from_step=1, by="ana", tool_output=["no-equals"]).client_args()
+    with pytest.raises(InvalidInput, match="--state is not valid JSON"):
+        options.Fork(from_step=1, by="ana", state="{nope").client_args()
+
+
+def test_fork_options_need_a_place_to_go() -> None:
+    def bare(key: str) -> None: ...
+
+    with pytest.raises(TypeError, match="bare takes no parameter `fork`"):
+        options.fork_options(bare)
+
+
+def test_the_fork_options_match_the_fork_value() -> None:
+    assert list(options.FORK_OPTIONS) == [f for f in options.Fork.__dataclass_fields__]

@@ -1,0 +1,48 @@
+"""A session's files as a git branch: its source's commit plus one commit with the files,
+written as a git bundle (`tickwork patch --bundle`)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from tickwork.fsm.errors import InvalidInput
+from tickwork.fsm.values import Head
+from tickwork.worker.files.workspaces import Workspaces
+
+#: who the session's commit is by
+GIT = ["git", "-c", "user.name=tickwork", "-c", "user.email=tickwork@localhost"]
+
+
+def write_bundle(head: Head, files: Workspaces, dest: Path) -> str:
+    """A git bundle at `dest` holding the branch `tickwork/<session id>`: the source's
+    commit plus one commit with the session's files. Returns the branch name."""
+    source = head.config.get("source")
+    if not isinstance(source, dict) or source.get("kind") != "repo":
+        raise InvalidInput(
+            f"session {head.id} did not start from a git repository; use "
+            f"`tickwork patch {head.id}` for its patch"
+        )
+    from tickwork.worker.files.sources import clone_at
+
+    before = files.base(head.config["files"])
+    after, _ = files.manifest(head)
+    branch = f"tickwork/{head.id}"
+    with clone_at(str(source["url"]), str(source["commit"])) as clone:
+        for rel in before:
+            if rel not in after:
+                (clone / rel).unlink(missing_ok=True)
+        blobs = files.blobs(value.split(" ", 1)[1] for value in after.values())
+        for rel, value in after.items():
+            target = clone / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(blobs[value.split(" ", 1)[1]])
+            target.chmod(0o755 if value.startswith("100755") else 0o644)
+        for args in (
+            ["checkout", "--quiet", "-b", branch],
+            ["add", "--all"],
+            ["commit", "--quiet", "--allow-empty", "-m", f"tickwork session {head.id}"],
+            ["bundle", "create", "--quiet", str(dest.absolute()), branch],
+        ):
+            subprocess.run([*GIT, *args], cwd=clone, check=True, capture_output=True)
+    return branch

@@ -1,0 +1,72 @@
+"""A session's patch: made from its stored files (or its archived record's), said why it
+is empty, and applied to a folder."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+from tickwork.fsm.errors import InvalidInput, NoPatch
+from tickwork.fsm.values import Head
+from tickwork.store.files import Saved, applied
+from tickwork.worker.files.workspaces import Workspaces, session_files
+
+
+def patch_text(head: Head, files: Workspaces, saved: Sequence[Saved] | None = None) -> str:
+    """The patch from the session's source to its files: its result's patch once it has
+    finished, else made from its files as stored now, or from `saved` (an archived
+    session's file changes, as its record holds them); `NoPatch` for a session without
+    files (another job kind)."""
+    stored = head.result.get("patch")
+    if isinstance(stored, str) and not head.result.get("patch_truncated"):
+        return stored
+    from tickwork.worker.jobs.repair import diff_manifests, legacy, session_patch
+
+    base = session_files(head)
+    if base is None and not legacy.is_legacy(head):
+        raise NoPatch(f"session {head.id} has no patch: a {head.kind} job has no files")
+    if base is None or saved is None:
+        return session_patch(head, files)[0]
+    before = after = files.base(base)
+    for change in saved:
+        after = applied(after, change.changes)
+    return diff_manifests(before, after, files.blobs)[0]
+
+
+def unchanged(head: Head) -> str:
+    """Why a session's patch is empty, in a few words."""
+    if head.status.terminal:
+        outcome = head.result.get("outcome")
+        error = head.result.get("patch_error")
+        if error:
+            return f"it could not be made ({error})"
+        return f"it changed no files ({head.status.value}{f', {outcome}' if outcome else ''})"
+    return f"it has changed no files yet ({head.status.value}, step {head.step})"
+
+
+def apply_patch(directory: Path, patch: str) -> str:
+    """Apply a session's patch to `directory` (with `git apply` if git is installed);
+    all of it or nothing. Returns what was done."""
+    if not directory.is_dir():
+        raise InvalidInput(f"{directory} is not a directory; give the project's folder")
+    if not patch:
+        return "the patch is empty: nothing to apply"
+    if shutil.which("git"):
+        done = subprocess.run(
+            ["git", "apply", "--whitespace=nowarn", "-"],
+            cwd=directory,
+            input=patch.encode(),
+            capture_output=True,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise InvalidInput(
+                f"the patch does not apply to {directory}: "
+                + " ".join(done.stderr.decode(errors="replace").split())[:500]
+            )
+        return f"applied the patch to {directory}"
+    from tickwork.worker.tools import patches
+
+    return patches.apply_patch(directory, patch)

@@ -1,0 +1,105 @@
+"""The client's read facade: sessions, their files and patches, forks and dead letters, live
+or read back from the archive. Reading imports no Celery; `tickwork` commands that only read
+use it alone (`Context.reads`)."""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from tickwork.fsm.errors import NoPatch, SessionNotFound
+from tickwork.fsm.values import Head, Session
+from tickwork.store import dead_letters as dl
+from tickwork.store.archived import saved_of
+from tickwork.worker.files.workspaces import session_files
+
+from .bundles import write_bundle
+from .deployment import Deployment
+from .patches import patch_text, unchanged
+
+
+class Reads(Deployment):
+    """What a deployment tells about its sessions; nothing here changes one."""
+
+    def get(self, session_id: str) -> Head:
+        return self.store.get(session_id)
+
+    def load(self, session_id: str) -> Session:
+        return self.store.load(session_id)
+
+    def sessions(self, **filters: Any) -> list[Head]:
+        """Sessions newest first, filtered by status, kind, error_code; paged by limit, offset."""
+        return self.store.list_sessions(**filters)
+
+    def wait(self, session_id: str, *, timeout: float = 60.0, poll: float = 0.05) -> Head:
+        """The session once it is suspended or finished; TimeoutError after `timeout`."""
+        deadline = time.monotonic() + timeout
+        while True:
+            head = self.store.get(session_id)
+            if not head.status.runnable:
+                return head
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"session {session_id} still {head.status.value} after "
+                    f"{timeout}s; is a worker running (`tickwork worker`)?"
+                )
+            time.sleep(poll)
+
+    def forks(self, session_id: str) -> list[dict[str, Any]]:
+        """The sessions forked from this one, live or archived, oldest first."""
+        found = {f["id"]: f for f in self.store.retention.forks(session_id)}
+        found.update((f["id"], f) for f in self.store.forks(session_id))
+        return sorted(found.values(), key=lambda f: (f["created_at"], f["id"]))
+
+    def patch(self, session_id: str, *, required: bool = False) -> str:
+        """The patch from the session's source to its files as stored now (its result's
+        patch once it has finished; an archived session's from the archive): "" if it
+        changed nothing, or with `required` `NoPatch` saying why; `NoPatch` for a session
+        without files (another job kind)."""
+        try:
+            head, saved = self.store.get(session_id), None
+        except SessionNotFound:
+            found = self.archived(session_id)
+            if found is None:
+                raise
+            head, saved = found.session.head, saved_of(found.record)
+        text = patch_text(head, self.files, saved)
+        if not text and required:
+            raise NoPatch(f"session {session_id} has no patch: {unchanged(head)}")
+        return text
+
+    def bundle(self, session_id: str, dest: Path) -> str:
+        """A git bundle at `dest` holding the branch `tickwork/<session_id>`: the source's
+        commit plus one commit with the session's files. Returns the branch name."""
+        return write_bundle(self.store.get(session_id), self.files, dest)
+
+    def read_file(self, session_id: str, path: str) -> bytes | None:
+        """One file of the session as stored now; None if it has none there."""
+        read = self.file_reader(self.store.get(session_id))
+        return None if read is None else read(path)
+
+    def file_reader(self, head: Head) -> Callable[[str], bytes | None] | None:
+        """Reads one file of the session as it is now (None: no such file), for previews;
+        None if the session has no files. A legacy session's are in its project folder."""
+        from tickwork.worker.jobs.repair import legacy
+
+        if session_files(head) is not None:
+            return functools.partial(self.files.read, head)
+        if legacy.is_legacy(head):
+            return functools.partial(legacy.read_file, head)
+        return None
+
+    def dead_letters(self, **filters: Any) -> list[dl.DeadLetter]:
+        return self.store.dead_letters(**filters)
+
+    def dead_letter(self, key: int | str) -> dl.DeadLetter:
+        return self.store.dead_letter(key)
+
+    def dead_letter_stats(
+        self, *, by: str = "code", since: datetime | None = None
+    ) -> list[dict[str, Any]]:
+        return self.store.dead_letter_stats(by=by, since=since)

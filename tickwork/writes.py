@@ -1,0 +1,428 @@
+"""The client's write facade: submit, decide, cancel and fork sessions, close dead letters;
+each change stored, then its tick published."""
+
+from __future__ import annotations
+
+import functools
+import getpass
+import logging
+import re
+import uuid
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any
+
+from celery import Celery
+
+from tickwork.fsm.context import Policy, check_window
+from tickwork.fsm.errors import (
+    CallNotFound,
+    ConfigurationError,
+    InvalidBudget,
+    InvalidInput,
+    SessionNotFound,
+    UnpricedModel,
+)
+from tickwork.fsm.forks import ForkPatch
+from tickwork.fsm.kinds import SessionKind, kind_of
+from tickwork.fsm.values import Budgets, Decision, DecisionKind, Head, Session
+from tickwork.store import Store
+from tickwork.store import dead_letters as dl
+from tickwork.store.archived import saved_of
+from tickwork.store.files import Saved
+from tickwork.worker.config.secrets import mask_decision, masker_for
+from tickwork.worker.config.settings import Settings
+from tickwork.worker.jobs import Submission
+from tickwork.worker.jobs.graphs import GraphKind
+from tickwork.worker.models import Providers, check_spec, pricing
+from tickwork.worker.models.pricing import Price, PriceLike, as_price, session_price
+from tickwork.worker.tick.app import TICK, make_app
+from tickwork.worker.tick.runtime import utc_now
+
+from .blobs import bring_back
+from .deployment import Deployment
+from .parsing import storable
+
+#: the client's log, named as before the facades (operators filter on it)
+log = logging.getLogger("tickwork.client")
+SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+class Writes(Deployment):
+    """What changes a deployment's sessions: each change is stored, then its tick published
+    (a worker picks it up; the relay publishes it if the broker is down)."""
+
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        app: Celery | None = None,
+        store: Store | None = None,
+        clock: Callable[[], datetime] = utc_now,
+    ) -> None:
+        super().__init__(settings, store=store, clock=clock)
+        self._app = app
+
+    @property
+    def app(self) -> Celery:
+        if self._app is None:
+            self._app = make_app(self.settings, relay=False)
+        return self._app
+
+    def publish(self, session_id: str, version: int) -> None:
+        """Wake a worker; if the broker is down the outbox row stays and the relay publishes."""
+        try:
+            self.app.send_task(TICK, args=(session_id, version), queue=self.settings.queue)
+        except Exception as exc:
+            log.warning(
+                "could not publish the tick of %s (%s); the session is saved and a worker's "
+                "relay will publish it once the broker is back (within TICKWORK_RELAY_AFTER_S=%gs)",
+                session_id,
+                exc,
+                self.settings.relay_after_s,
+            )
+
+    def submit(
+        self,
+        kind: str,
+        input: Mapping[str, Any] | None = None,
+        *,
+        model: str | None = None,
+        budgets: Mapping[str, Any] | None = None,
+        session_id: str | None = None,
+        price: PriceLike | None = None,
+        trusted: bool = True,
+        submitted_by: str | None = None,
+        own_config: Mapping[str, Any] | None = None,
+        context_window: int | None = None,
+    ) -> Head:
+        """Store a new session of job kind `kind` and enqueue its first tick.
+
+        `price` is the model's price in USD per million tokens, `(prompt, completion)`, for
+        a model the price table (`TICKWORK_PRICES`) does not know. A session whose model has
+        no price is refused while it has a cost budget: pass a price, or `max_cost_usd=0`.
+        `trusted=False` marks a submission from outside (the HTTP API): the kind's `prepare`
+        then refuses local paths outside `TICKWORK_WORKSPACE_ROOTS`. `submitted_by` is
+        recorded on the session [default: the login name]. `own_config` adds to the session's
+        configuration what only tickwork's own commands set (the demo's
+        `demo_unconfined`); neither the API nor `tickwork submit` passes it. `context_window`
+        (tokens) overrides the model's window from the model table (`tickwork.fsm.context`: old
+        observations are masked, then the transcript compacted, to keep the prompt under it).
+        """
+        by = _login() if submitted_by is None else submitted_by.strip()
+        storable(by, name="the submitter's name")
+        storable(dict(input or {}), name="")
+        storable(model or "", name="the model")
+        storable(session_id or "", name="the session id")
+        if len(by) > 200:
+            raise InvalidInput("submitted_by is longer than 200 characters")
+        job = self.jobs.get(kind)
+        if own_config and not trusted:
+            raise InvalidInput("a submission from outside cannot set the session's config")
+        config = job.configure(dict(input or {}), self._submission(trusted=trusted))
+        config.update(own_config or {})
+        spec = model or self.settings.model or str(config.pop("default_model", ""))
+        if not spec:
+            raise InvalidInput(
+                "no model given: pass --model (scripted:PATH or openai:MODEL) or set TICKWORK_MODEL"
+            )
+        check_spec(spec, self.providers)
+        if session_id is not None and not SESSION_ID.match(session_id):
+            raise InvalidInput(
+                f"session id {session_id!r} may only hold letters, digits, "
+                "'_', '-' and '.', up to 64 characters"
+            )
+        self._check_unused(session_id)
+        limits = self.budgets(job.budgets, budgets or {})
+        if price is not None:
+            given = _given_price(spec, price)._asdict()
+            config["price"] = {k: v for k, v in given.items() if v is not None}
+        _check_priced(spec, limits, config, self.settings.prices, self.providers)
+        window = pricing.context_window(spec) if context_window is None else context_window
+        config["context"] = Policy(window=check_window(window)).to_config()
+        now = self.clock()
+        head = Head(
+            id=session_id or uuid.uuid4().hex,
+            kind=kind,
+            created_at=now,
+            updated_at=now,
+            model=spec,
+            input=dict(input or {}),
+            budgets=limits,
+            config={"system_prompt": job.system_prompt, **config},
+            submitted_by=by,
+        )
+        self.store.create(Session(head=head), now=now)
+        self.publish(head.id, head.version)
+        return head
+
+    def budgets(self, *layers: Mapping[str, Any]) -> Budgets:
+        merged = self.settings.budgets.model_dump()
+        for layer in layers:
+            unknown = sorted(set(layer) - set(merged))
+            if unknown:
+                raise InvalidBudget(
+                    f"unknown budget {', '.join(unknown)}; known: {', '.join(merged)}"
+                )
+            merged.update({k: v for k, v in layer.items() if v is not None})
+        try:
+            return Budgets(**merged)
+        except ValueError as exc:
+            raise InvalidBudget(f"invalid budget: {_first_error(exc)}") from None
+
+    def decide(
+        self,
+        session_id: str,
+        call_id: str,
+        kind: DecisionKind | str,
+        *,
+        approver: str,
+        fingerprint: str | None = None,
+        comment: str = "",
+        arguments: Mapping[str, Any] | None = None,
+        feedback: str = "",
+        output: str = "",
+    ) -> Head:
+        """Decide one waiting call; `fingerprint` binds the decision to what the approver saw
+        (None binds it to the call as stored now)."""
+        kind = DecisionKind(kind)
+        storable(
+            {"approver": approver, "comment": comment, "feedback": feedback, "output": output},
+            name="",
+        )
+        storable(arguments, name="the arguments")
+        head, call = self.store.find_call(session_id, call_id)
+        if call is None:
+            raise CallNotFound(
+                f"session {session_id} has no call {call_id!r}; waiting: "
+                f"{', '.join(head.awaiting) or 'none'}"
+            )
+        graph = self._graph(head)
+        if kind is DecisionKind.EDIT:
+            if arguments is not None and not isinstance(arguments, Mapping):
+                raise InvalidInput(
+                    f"the arguments of an edit of call {call_id} must be a JSON "
+                    f"object, got {type(arguments).__name__}"
+                )
+            if arguments is None:
+                raise InvalidInput(f"an edit of call {call_id} needs the new arguments")
+            tools = self.jobs.tools(head.kind)
+            if graph is not None:  # the edit patches the state (issue 15)
+                arguments = graph.validate_patch(
+                    head, dict(arguments), by=f"the edit of node {call.name!r}"
+                )
+            elif call.name in tools:
+                arguments = tools.get(call.name).validate(dict(arguments))
+        if kind is DecisionKind.PROVIDE_OUTPUT and graph is not None:
+            graph.validate_output(head, call.name, output)  # a node's update (issue 15)
+        decision = Decision(
+            call_id=call_id,
+            kind=kind,
+            approver=approver,
+            at=self.clock(),
+            fingerprint=call.fingerprint if fingerprint is None else fingerprint,
+            comment=comment,
+            feedback=feedback,
+            output=output,
+            arguments=dict(arguments) if arguments is not None else None,
+        )
+        # what a person types is stored for ever and shown to the model, like a tool's output
+        decision = mask_decision(decision, masker_for(self.settings))
+        head = self.store.decide(session_id, decision, now=decision.at)
+        if head.status.runnable:
+            self.publish(head.id, head.version)
+        return head
+
+    def approve(self, session_id: str, call_id: str, *, approver: str, **kw: Any) -> Head:
+        return self.decide(session_id, call_id, DecisionKind.APPROVE, approver=approver, **kw)
+
+    def edit(
+        self,
+        session_id: str,
+        call_id: str,
+        arguments: Mapping[str, Any],
+        *,
+        approver: str,
+        **kw: Any,
+    ) -> Head:
+        return self.decide(
+            session_id, call_id, DecisionKind.EDIT, approver=approver, arguments=arguments, **kw
+        )
+
+    def reject(
+        self, session_id: str, call_id: str, feedback: str, *, approver: str, **kw: Any
+    ) -> Head:
+        return self.decide(
+            session_id, call_id, DecisionKind.REJECT, approver=approver, feedback=feedback, **kw
+        )
+
+    def provide_output(
+        self, session_id: str, call_id: str, output: str, *, approver: str, **kw: Any
+    ) -> Head:
+        return self.decide(
+            session_id, call_id, DecisionKind.PROVIDE_OUTPUT, approver=approver, output=output, **kw
+        )
+
+    def cancel(self, session_id: str, *, by: str = "") -> Head:
+        return self.store.request_cancel(session_id, now=self.clock(), by=by)
+
+    def fork(
+        self,
+        session_id: str,
+        *,
+        from_step: int,
+        by: str,
+        system_prompt: str | None = None,
+        append_instruction: str | None = None,
+        tool_outputs: Mapping[str, str] | None = None,
+        budgets: Mapping[str, Any] | None = None,
+        resolve_dead_letter: bool = False,
+        new_id: str | None = None,
+        again: bool = False,
+        state: Mapping[str, Any] | None = None,
+    ) -> Head:
+        """A new session from `session_id`'s step `from_step` with a declared patch; with
+        `resolve_dead_letter`, a dead letter forked (or closed) before is refused unless
+        `again`."""
+        if new_id is not None and not SESSION_ID.match(new_id):
+            raise InvalidInput(
+                f"session id {new_id!r} may only hold letters, digits, "
+                "'_', '-' and '.', up to 64 characters"
+            )
+        self._check_unused(new_id)
+        parent, archived = self._fork_source(session_id)
+        if budgets:
+            self.budgets(budgets)  # names and values checked before anything is written
+            raised = Budgets(**{**parent.budgets.model_dump(), **budgets})
+            _check_priced(parent.model, raised, parent.config, self.settings.prices, self.providers)
+        graph_version = None
+        origin = parent  # live, or read back from the archive
+        if state or kind_of(origin) is SessionKind.GRAPH:
+            # a graph session (issue 15): the fork runs on the graph as this process has it
+            # (how a session moves to a new version), its state patch checked against it
+            graph = self._graph(origin)
+            if graph is None:
+                raise InvalidInput(
+                    f"session {session_id} is not a graph session; only a graph's state is patched"
+                )
+            state = graph.validate_patch(origin, dict(state or {}), by="the fork's state patch")
+            graph_version = graph.graph.version
+        patch = ForkPatch(
+            system_prompt=system_prompt,
+            append_instruction=append_instruction,
+            tool_outputs=dict(tool_outputs or {}),
+            budgets=dict(budgets or {}),
+            state=dict(state or {}),
+            graph_version=graph_version,
+        )
+        forking = functools.partial(
+            self.store.fork,
+            session_id,
+            new_id=new_id or uuid.uuid4().hex,
+            from_step=from_step,
+            patch=patch,
+            by=by,
+            now=self.clock(),
+            resolve_dead_letter=resolve_dead_letter,
+            again=again,
+        )
+        if archived is not None:
+            bring_back(*archived, artifacts=self.artifacts, files=self.files)
+        try:
+            head = forking(archived=archived)
+        except SessionNotFound:
+            if archived is not None:
+                raise
+            # archived since we looked: fork it from the archive
+            archived = self._fork_source(session_id)[1]
+            assert archived is not None, "an archived session reads back whole"
+            bring_back(*archived, artifacts=self.artifacts, files=self.files)
+            head = forking(archived=archived)
+        if head.status.runnable:
+            self.publish(head.id, head.version)
+        return head
+
+    def close_dead_letter(
+        self, key: int | str, *, state: dl.Closing, by: str, reason: str
+    ) -> dl.DeadLetter:
+        """Resolve or dismiss a dead letter without forking it."""
+        return self.store.close_dead_letter(
+            key, state=state, by=by, reason=reason, now=self.clock()
+        )
+
+    def _submission(self, *, trusted: bool) -> Submission:
+        """What a kind's `configure` is told about a submission from this client."""
+        return Submission(
+            state_dir=self.settings.state_dir,
+            trusted=trusted,
+            workspace_roots=tuple(self.settings.workspace_roots),
+            artifacts=self.artifacts,
+        )
+
+    def _graph(self, head: Head) -> GraphKind | None:
+        """The graph kind a graph session runs on (issue 15), else None."""
+        return self.jobs.graph(head.kind) if kind_of(head) is SessionKind.GRAPH else None
+
+    def _fork_source(self, session_id: str) -> tuple[Head, tuple[Session, list[Saved]] | None]:
+        """The head of the session to fork, and the session whole if it is archived."""
+        try:
+            return self.store.get(session_id), None
+        except SessionNotFound:
+            found = self.archived(session_id)
+            if found is None:
+                raise
+            return found.session.head, (found.session, saved_of(found.record))
+
+    def _check_unused(self, session_id: str | None) -> None:
+        """An id an archived session had is not given to a new one."""
+        if session_id is not None and SESSION_ID.match(session_id):
+            taken = self.store.retention.entry(session_id)
+            if taken is not None:
+                raise InvalidInput(
+                    f"session id {session_id!r} belonged to a session archived at "
+                    f"{taken.archived_at}; choose another id"
+                )
+
+
+def _given_price(spec: str, price: PriceLike) -> Price:
+    try:
+        return as_price(spec, price)
+    except ConfigurationError as exc:
+        raise InvalidInput(exc.message.replace("price override", "the price", 1)) from None
+
+
+def _check_priced(
+    spec: str,
+    budgets: Budgets,
+    config: Mapping[str, Any],
+    prices: Mapping[str, PriceLike],
+    providers: Providers,
+) -> None:
+    """Refuse a session whose cost budget could not limit it: its model has no price."""
+    if not budgets.limits_cost:
+        return
+    if session_price(spec, config, prices, providers=providers) is not None:
+        return
+    name = spec.rsplit(":", 1)[-1]
+    raise UnpricedModel(
+        f"model {spec!r} has no price, so max_cost_usd (${budgets.max_cost_usd:g}) cannot "
+        "limit its cost; give its price in USD per million tokens, prompt and completion: "
+        f"with the submit (--price 0.5,1.5, or price=(0.5, 1.5) in Python), or for every "
+        f"session with TICKWORK_PRICES='{{\"{name}\": [0.5, 1.5]}}'; or turn the cost "
+        "budget off with --max-cost-usd 0 (max_cost_usd=0)"
+    )
+
+
+def _login() -> str:
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):
+        return ""
+
+
+def _first_error(exc: ValueError) -> str:
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        first = errors()[0]
+        return f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}"
+    return str(exc)
