@@ -85,7 +85,8 @@ def run(
         bool,
         typer.Option(
             "--demo",
-            help="Run the shipped demo task set: tiny buggy projects and scripted models, offline.",
+            help="Run the shipped demo task set: tiny buggy projects and scripted models, "
+            "offline (tokens priced at a pretend 3,15 unless --price says otherwise).",
         ),
     ] = False,
     model: Annotated[
@@ -97,28 +98,12 @@ def run(
             show_default="$TICKWORK_MODEL; scripted with --demo",
         ),
     ] = None,
-    price: Annotated[
-        str | None,
-        typer.Option(
-            metavar="PROMPT,COMPLETION",
-            help="The model's price in USD per million tokens, if $TICKWORK_PRICES has none.",
-            show_default="3,15 with --demo",
-            rich_help_panel="Budgets",
-        ),
-    ] = None,
+    price: options.Price = None,
     max_steps: options.MaxSteps = None,
     max_tokens: options.MaxTokens = None,
     max_cost_usd: options.MaxCostUsd = None,
     deadline: options.Deadline = None,
-    context_window: Annotated[
-        int | None,
-        typer.Option(
-            metavar="TOKENS",
-            help="The model's context window.",
-            show_default="the model table's",
-            rich_help_panel="Budgets",
-        ),
-    ] = None,
+    context_window: options.ContextWindow = None,
     concurrency: Annotated[
         int, typer.Option("--concurrency", "-c", min=1, max=64, help="Sessions at a time.")
     ] = 2,

@@ -99,28 +99,12 @@ def submit(
             show_default="$TICKWORK_MODEL",
         ),
     ] = None,
-    price: Annotated[
-        str | None,
-        typer.Option(
-            metavar="PROMPT,COMPLETION",
-            help="The model's price in USD per million tokens, if $TICKWORK_PRICES has none.",
-            rich_help_panel="Budgets",
-        ),
-    ] = None,
+    price: options.Price = None,
     max_steps: options.MaxSteps = None,
     max_tokens: options.MaxTokens = None,
     max_cost_usd: options.MaxCostUsd = None,
     deadline: options.Deadline = None,
-    context_window: Annotated[
-        int | None,
-        typer.Option(
-            metavar="TOKENS",
-            help="The model's context window; old observations are masked, then the "
-            "transcript compacted, to keep each prompt under it.",
-            show_default="the model table's",
-            rich_help_panel="Budgets",
-        ),
-    ] = None,
+    context_window: options.ContextWindow = None,
     session_id: Annotated[
         str | None, typer.Option("--id", help="The new session's id.", show_default="a random one")
     ] = None,

@@ -51,6 +51,24 @@ Deadline = Annotated[
         help="Budget: seconds from creation (or from the fork).", rich_help_panel="Budgets"
     ),
 ]
+Price = Annotated[
+    str | None,
+    typer.Option(
+        metavar="PROMPT,COMPLETION",
+        help="The model's price in USD per million tokens, if $TICKWORK_PRICES has none.",
+        rich_help_panel="Budgets",
+    ),
+]
+ContextWindow = Annotated[
+    int | None,
+    typer.Option(
+        metavar="TOKENS",
+        help="The model's context window; old observations are masked, then the "
+        "transcript compacted, to keep each prompt under it.",
+        show_default="the model table's",
+        rich_help_panel="Budgets",
+    ),
+]
 
 
 FromStep = Annotated[int, typer.Option(help="Keep steps 1..K of the original (0: start over).")]
