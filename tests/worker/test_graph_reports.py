@@ -8,9 +8,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tickwork.fsm.errors import ClaimLost, StoreUnavailable
 from tickwork.fsm.values import Status
 from tickwork.worker.observers.metrics import MODEL_CALLS, MODEL_TOKENS, TickMetrics
-from tickwork.worker.observers.report import Phase, TickReport
+from tickwork.worker.observers.report import Outcome, Phase, TickReport
+from tickwork.worker.tick.advance import advance
 
 from tests.worker.ticking import Ticks
 
@@ -119,3 +121,29 @@ def test_a_node_tick_is_traced_with_its_chat_and_its_node(ticks: Ticks, tmp_path
     assert names.count("tick node") == 4
     assert sum(n.startswith("chat ") for n in names) == 1
     assert {"execute_tool draft", "execute_tool check", "execute_tool report"} <= set(names)
+
+
+@pytest.mark.parametrize("error", [StoreUnavailable("the database went away"), ClaimLost("taken")])
+def test_a_store_failure_around_a_node_leaves_the_tick_to_run_again(
+    ticks: Ticks, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, error: Exception
+) -> None:
+    """The frame's own store calls (the start of the node's call) failing is not the node
+    failing: nothing is saved and nothing dead-lettered, so when the lease runs out the
+    relay runs the tick again."""
+    session_id = refund_over_the_limit(ticks, tmp_path)
+    first = ticks.store.get(session_id)
+    advance(ticks.rt, session_id, first.version)  # chooses the first node
+    head = ticks.store.get(session_id)
+
+    def refused(*args: object, **kwargs: object) -> None:
+        raise error
+
+    monkeypatch.setattr(ticks.rt.store, "start_call", refused)
+    if isinstance(error, ClaimLost):
+        assert advance(ticks.rt, session_id, head.version).outcome is Outcome.LOST
+    else:
+        with pytest.raises(StoreUnavailable):
+            advance(ticks.rt, session_id, head.version)
+    after = ticks.store.get(session_id)
+    assert after.status is head.status and after.version == head.version
+    assert ticks.store.dead_letters() == []

@@ -288,15 +288,21 @@ def _run(
             stop=stop,
         )
         contexts.append(ctx)
-        return node.run(typed, ctx)
+        # only the node's own code fails the session: the frame's store calls around it
+        # (the start of the call, the stop watch) raise as they are, so a database blip or
+        # a lost lease leaves the tick to run again instead of failing the session
+        try:
+            return node.run(typed, ctx)
+        except ContextTooLong:
+            raise
+        except Exception as exc:
+            raise NodeFailed(f"node {node.name!r} raised {type(exc).__name__}: {exc}") from exc
 
     try:
         returned, duration = run_call(tick, call, run, rerun=plan.rerun, arguments=state)
     except ContextTooLong as exc:
         why = f"node {node.name!r}: the model refused its prompt as too long: {exc}"
         return machine.fail(head, ErrorCode.CONTEXT, why, now=rt.clock(), open_calls=claimed.calls)
-    except Exception as exc:
-        raise NodeFailed(f"node {node.name!r} raised {type(exc).__name__}: {exc}") from exc
     finally:
         if contexts:
             tick.report.model = contexts[0].model_call
