@@ -177,6 +177,25 @@ def test_expected_tests_run_on_the_result_and_decide_success(
     assert "not found" in absent.expected_tests_output
 
 
+def test_expected_tests_open_no_folder_a_link_in_the_source_points_at(
+    client: Tickwork, tmp_path: Path
+) -> None:
+    """The copy the expected tests run on is opened up for the sandbox's user; a link in
+    the (untrusted) source to a folder elsewhere is not followed, so that folder stays
+    closed."""
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    private.chmod(0o700)
+    project = tmp_path / "linked"
+    shutil.copytree(ROOT / "examples" / "buggy_calc", project)
+    (project / "elsewhere").symlink_to(private, target_is_directory=True)
+    (calc,) = _subset(read_tasks(DEMO), "calc-average").tasks
+    linked = replace(calc, id="linked", source=str(project), expected_tests="true")
+    done, _, _ = _run(client, TaskSet(path="t.jsonl", tasks=(linked,)), SCRIPTED, tmp_path)
+    assert done.results[0].expected_tests == "pass"
+    assert private.stat().st_mode & 0o777 == 0o700
+
+
 def test_ctrl_c_cancels_the_sessions_in_flight_and_keeps_the_run(
     client: Tickwork, tmp_path: Path
 ) -> None:

@@ -68,8 +68,11 @@ def run_expected_tests(client: Tickwork, head: Head, command: str, *, timeout_s:
             _write_changes(client, head, copy)
         else:
             return Checked("not_run", f"the session's source is not here to test: {source}")
-        for folder in (scratch, *(p for p in copy.rglob("*") if p.is_dir()), copy):
-            folder.chmod(0o755)  # the sandbox's user reads the copy and writes in it
+        # the sandbox's user reads the copy and writes in it; a link is not followed, so a
+        # link in the task's source to a folder elsewhere never opens that folder up
+        inside = (p for p in copy.rglob("*") if p.is_dir() and not p.is_symlink())
+        for folder in (scratch, *inside, copy):
+            folder.chmod(0o755)
         settings = load_settings()
         result = run_in_workspace(
             command,
