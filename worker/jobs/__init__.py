@@ -58,7 +58,8 @@ class Jobs:
         kind = self.get(name)
         if not isinstance(kind, GraphKind):
             raise InvalidInput(
-                f"job kind {name!r} runs no graph; only a graph session's state is patched"
+                f"job kind {name!r} runs no graph here, but a graph session or a state patch "
+                f"names it; check that TICKWORK_IMPORTS loads the graph kind {name!r}"
             )
         return kind
 
