@@ -20,6 +20,7 @@ from typing import Any
 from sqlalchemy import Engine, exists, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
 from tickwork.fsm.values import EventKind, Status
+from tickwork.store.edge import guarded
 from tickwork.store.schema import deliveries, events, sessions
 
 WAITING = Status.WAITING_APPROVAL.value
@@ -249,11 +250,12 @@ def state(
     return None if row is None else dict(row)
 
 
+@guarded
 class Cards:
     """The webhook cards' deliveries of one store (`Store.cards`): what a dispatcher asks."""
 
     def __init__(self, engine: Engine) -> None:
-        self._engine = engine
+        self.engine = engine
 
     def take(
         self,
@@ -265,7 +267,7 @@ class Cards:
         finished_since: datetime | None = None,
     ) -> list[Card]:
         return take(
-            self._engine,
+            self.engine,
             now=now,
             hold_s=hold_s,
             limit=limit,
@@ -274,15 +276,15 @@ class Cards:
         )
 
     def delivered(self, event_id: int, *, now: datetime) -> None:
-        delivered(self._engine, event_id, now=now)
+        delivered(self.engine, event_id, now=now)
 
     def failed(self, event_id: int, *, error: str, retry_at: datetime | None) -> None:
-        failed(self._engine, event_id, error=error, retry_at=retry_at)
+        failed(self.engine, event_id, error=error, retry_at=retry_at)
 
     def drop_moved_on(self, *, limit: int = 500) -> int:
-        return drop_moved_on(self._engine, limit=limit)
+        return drop_moved_on(self.engine, limit=limit)
 
     def state(
         self, session_id: str, version: int, *, kinds: tuple[str, ...] = (REQUESTED,)
     ) -> dict[str, Any] | None:
-        return state(self._engine, session_id, version, kinds=kinds)
+        return state(self.engine, session_id, version, kinds=kinds)

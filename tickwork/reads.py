@@ -32,7 +32,8 @@ class Reads(Deployment):
         return self.store.load(session_id)
 
     def sessions(self, **filters: Any) -> list[Head]:
-        """Sessions newest first, filtered by status, kind, error_code; paged by limit, offset."""
+        """Sessions newest first, filtered by status, kind, error_code, outcome, submitted_by,
+        parent_id; paged by limit, offset."""
         return self.store.list_sessions(**filters)
 
     def wait(self, session_id: str, *, timeout: float = 60.0, poll: float = 0.05) -> Head:
