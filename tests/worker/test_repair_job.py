@@ -112,7 +112,10 @@ WS = "<project>"
             {"workspace": WS, "test_command": PASS, "test_timeout_s": 1900},
             "at most 1500 seconds .* delivery timeout",
         ),
-        ({"workspace": WS, "test_command": PASS, "test_cmd": "x"}, r"unknown key\(s\) test_cmd"),
+        (
+            {"workspace": WS, "test_command": PASS, "test_cmd": "x"},
+            r"give `test_command` or `test_cmd` \(the same thing\), not both",
+        ),
         ({"workspace": WS, "test_command": PASS, "network": "yes"}, '`network` must be "setup"'),
         ({"workspace": WS, "test_command": PASS, "egress_allow": "x.org"}, "must be a list"),
         ({"workspace": WS, "test_command": PASS, "egress_allow": ["a b"]}, "not a host name"),
