@@ -530,10 +530,12 @@ def decide(
 
 
 def request_cancel(head: Head, calls: Sequence[ToolCall], *, now: datetime, by: str = "") -> Change:
-    """Cancel a suspended session at once; a runnable one at its next tick."""
+    """Cancel a suspended or queued session at once; a runnable one at its next tick."""
     if head.status.terminal:
         raise SessionFinished(f"session {head.id} is already {head.status.value}")
     requested = Event(kind=EventKind.CANCEL_REQUESTED, at=now, data={"by": by})
+    if head.status is Status.QUEUED:  # never started: no calls, no tick to wait for
+        return transitions.ended(head, Status.CANCELLED, now, (requested,), cancel_requested=True)
     if head.status is Status.WAITING_APPROVAL:
         change = transitions.ended(head, Status.CANCELLED, now, (requested,), cancel_requested=True)
         return change.model_copy(

@@ -32,6 +32,9 @@ class Value(BaseModel):
 
 
 class Status(StrEnum):
+    #: beyond its tenant's in-flight limit or its concurrency key's: no tick anywhere until
+    #: the relay admits it (to `ready`); neither runnable nor in flight nor finished
+    QUEUED = "queued"
     READY = "ready"  #: the next tick calls the model
     EXECUTING = "executing"  #: the next tick runs the next pending tool call
     WAITING_APPROVAL = "waiting_approval"  #: suspended until a person decides
@@ -47,10 +50,18 @@ class Status(StrEnum):
     def terminal(self) -> bool:
         return self in (Status.COMPLETED, Status.FAILED, Status.CANCELLED)
 
+    @property
+    def in_flight(self) -> bool:
+        """Admitted and not finished: what the in-flight limits count (docs/DESIGN.md
+        section 15). A session waiting for a person holds its slot too."""
+        return self is not Status.QUEUED and not self.terminal
+
 
 #: the statuses in which a session has a tick queued or due (the store's scans and partial
 #: index select these)
 RUNNABLE = (Status.READY, Status.EXECUTING)
+#: the statuses the in-flight limits count: every one but `queued` and the finished ones
+IN_FLIGHT = tuple(s for s in Status if s.in_flight)
 
 
 class CallState(StrEnum):
@@ -117,6 +128,7 @@ class EventKind(StrEnum):
     CANCELLED = "cancelled"
     DEAD_LETTERED = "dead_lettered"
     FORKED = "forked"
+    ADMITTED = "admitted"  #: a queued session was let in: it is `ready` now
     ENVIRONMENT_WAITING = "environment_waiting"  #: another worker builds the environment
     ENVIRONMENT_READY = "environment_ready"  #: the environment is built or found, recorded
     COMPACTED = "compacted"
@@ -333,6 +345,11 @@ class Head(Value):
     #: the runtime level a worker needs to run it (RUNTIME_LEVEL when it was created; a
     #: fork keeps its parent's if that is higher)
     runtime_level: int = Field(default=RUNTIME_LEVEL, ge=1)
+    #: admission order within the tenant: higher first, then older first (tickwork.fsm.admission)
+    priority: int = 0
+    #: at most `max_per_key` sessions of the tenant with this key are in flight at once
+    concurrency_key: str | None = None
+    max_per_key: int | None = None
 
 
 class Session(Value):
