@@ -51,6 +51,11 @@ class Status(StrEnum):
         return self in (Status.COMPLETED, Status.FAILED, Status.CANCELLED)
 
     @property
+    def moving(self) -> bool:
+        """Workers move it on without a person: runnable, or queued until admitted."""
+        return self is Status.QUEUED or self in RUNNABLE
+
+    @property
     def in_flight(self) -> bool:
         """Admitted and not finished: what the in-flight limits count (docs/DESIGN.md
         section 15). A session waiting for a person holds its slot too."""

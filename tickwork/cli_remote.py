@@ -116,7 +116,7 @@ def watch(remote: Client, session_id: str, timeout: float | None, json_output: b
                 render.show(render.event_line(item.data))
         if len(page.events) >= 1000:
             continue
-        if not page.status.runnable:
+        if not page.status.moving:
             break
         if timeout is not None and time.monotonic() - started > timeout:
             if json_output:

@@ -105,6 +105,9 @@ def submit(
     max_cost_usd: options.MaxCostUsd = None,
     deadline: options.Deadline = None,
     context_window: options.ContextWindow = None,
+    priority: options.Priority = 0,
+    concurrency_key: options.ConcurrencyKey = None,
+    max_per_key: options.MaxPerKey = None,
     session_id: Annotated[
         str | None, typer.Option("--id", help="The new session's id.", show_default="a random one")
     ] = None,
@@ -147,6 +150,9 @@ def submit(
                 session_id=session_id,
                 price=price_pair,
                 context_window=context_window,
+                priority=priority,
+                concurrency_key=concurrency_key,
+                max_per_key=max_per_key,
             )
         print_head(head, json_output, head.id)
         return
@@ -161,6 +167,9 @@ def submit(
             price=price_pair,
             submitted_by=by,
             context_window=context_window,
+            priority=priority,
+            concurrency_key=concurrency_key,
+            max_per_key=max_per_key,
         )
     print_head(head, json_output, head.id)
 
@@ -329,7 +338,7 @@ def watch(
                     render.show(render.event_line(seen[-1]))
             if batch and len(batch) >= 1000:
                 continue
-            if not head.status.runnable:
+            if not head.status.moving:
                 break
             if timeout is not None and time.monotonic() - started > timeout:
                 if json_output:

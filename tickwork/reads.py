@@ -41,7 +41,7 @@ class Reads(Deployment):
         deadline = time.monotonic() + timeout
         while True:
             head = self.store.get(session_id)
-            if not head.status.runnable:
+            if not head.status.moving:
                 return head
             if time.monotonic() > deadline:
                 raise TimeoutError(

@@ -23,6 +23,8 @@ def test_queued_is_neither_runnable_nor_terminal_nor_in_flight() -> None:
     assert Status.QUEUED not in IN_FLIGHT
     assert set(RUNNABLE) | {Status.WAITING_APPROVAL} <= set(IN_FLIGHT)
     assert not any(s.terminal for s in IN_FLIGHT)
+    # workers move it on without a person: waits (`tickwork watch`, `Reads.wait`) go on
+    assert {s for s in Status if s.moving} == {*RUNNABLE, Status.QUEUED}
 
 
 @pytest.mark.parametrize("value", [-1000, 0, 7, 1000])
@@ -67,7 +69,9 @@ def test_may_start_under_every_limit_and_never_past_a_queue() -> None:
     assert not may_start(two, in_flight=2, queued_ahead=False)
     assert not may_start(two, in_flight=0, queued_ahead=True)
     assert may_start(TenantLimit(), in_flight=10_000, queued_ahead=False)
-    assert not may_start(TenantLimit(), in_flight=0, queued_ahead=False, key_in_flight=1, max_per_key=1)
+    assert not may_start(
+        TenantLimit(), in_flight=0, queued_ahead=False, key_in_flight=1, max_per_key=1
+    )
     assert may_start(TenantLimit(), in_flight=0, queued_ahead=False, key_in_flight=1, max_per_key=2)
 
 

@@ -253,7 +253,7 @@ class SessionDriver:
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
         while True:
             head = self.client.get(session_id)
-            if (wanted is None and not head.status.runnable) or (
+            if (wanted is None and not head.status.moving) or (
                 wanted is not None and head.status in wanted
             ):
                 return head
