@@ -21,6 +21,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.exc import IntegrityError
 from tickwork.fsm import machine
+from tickwork.fsm.admission import TenantLimit
 from tickwork.fsm.approvals import already_decided
 from tickwork.fsm.errors import InvalidInput, SessionNotFound
 from tickwork.fsm.forks import ForkPatch, fork
@@ -36,7 +37,7 @@ from tickwork.fsm.values import (
     Status,
     ToolCall,
 )
-from tickwork.store import dead_letters, reads, rows, writes
+from tickwork.store import admission, dead_letters, reads, rows, writes
 from tickwork.store.artifacts import Artifacts, open_artifacts
 from tickwork.store.edge import guarded
 from tickwork.store.files import FileChange, Saved, current_state, fork_start, saved_changes
@@ -69,10 +70,11 @@ class CoreStore(Services):
         self.engine = engine
         self._transcripts = Transcripts(transcripts)
 
-    def create(self, session: Session, *, now: datetime) -> Head:
-        """Insert a new session (or a fork) and, if it is runnable, its first tick."""
-        self._insert(session, now=now)
-        return session.head
+    def create(self, session: Session, *, now: datetime, limit: TenantLimit | None = None) -> Head:
+        """Insert a new session (or a fork) and, if it is runnable, its first tick. With
+        `limit` (its tenant's) it goes through admission: beyond the tenant's in-flight
+        limit or its concurrency key's, it is stored `queued`, with no tick."""
+        return self._insert(session, now=now, limit=limit)
 
     def _insert(
         self,
@@ -83,9 +85,13 @@ class CoreStore(Services):
         by: str = "",
         again: bool = False,
         files: FileChange | None = None,
-    ) -> None:
+        limit: TenantLimit | None = None,
+    ) -> Head:
         try:
             with self.engine.begin() as conn:
+                if limit is not None:
+                    head = admission.placed(conn, session.head, limit)
+                    session = session.model_copy(update={"head": head})
                 if resolves is not None:
                     dead_letters.record_fork(
                         conn, resolves, fork=session.head.id, by=by, now=now, again=again
@@ -94,6 +100,7 @@ class CoreStore(Services):
                 if files is not None:
                     head = session.head
                     conn.execute(insert(file_changes), [files.row(head.id, head.version)])
+            return session.head
         except IntegrityError:
             with self.engine.connect() as conn:
                 query = select(sessions.c.id).where(sessions.c.id == session.head.id)

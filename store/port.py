@@ -19,6 +19,7 @@ from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
+from tickwork.fsm.admission import Admission, TenantLimit
 from tickwork.fsm.forks import ForkPatch
 from tickwork.fsm.machine import Change
 from tickwork.fsm.values import RUNTIME_LEVEL, Decision, Event, Head, Observation, Session, ToolCall
@@ -37,8 +38,11 @@ class Sessions(Protocol):
     """Sessions as people, the API and the CLI read and change them: create, look up,
     list, decide, cancel, fork."""
 
-    def create(self, session: Session, *, now: datetime) -> Head:
-        """Insert a new session (or a fork) and, if it is runnable, its first tick."""
+    def create(self, session: Session, *, now: datetime, limit: TenantLimit | None = None) -> Head:
+        """Insert a new session (or a fork) and, if it is runnable, its first tick. With
+        `limit` (its tenant's) it goes through admission: beyond the tenant's in-flight
+        limit or its concurrency key's, it is stored `queued`, with no tick; the head
+        returned says which."""
         ...
 
     def get(self, session_id: str) -> Head: ...
@@ -188,6 +192,20 @@ class Relay(Protocol):
     def offer_again(self, session_id: str, version: int, *, now: datetime) -> None:
         """A tick refused for its runtime level: the relay offers it again after its usual
         wait, not after a growing one (the session's own row is not touched)."""
+        ...
+
+    def admit(
+        self,
+        policy: Admission,
+        *,
+        now: datetime,
+        tenants: Sequence[str] | None = None,
+        budget: int = 200,
+    ) -> list[Due]:
+        """One pass of admission (DESIGN section 15): queued sessions let in (queued ->
+        ready, their first tick written) while their tenant and key are under their
+        limits, at most `budget`, in weighted fair order across tenants and by priority
+        then age within one; only `tenants`' if given. The ticks to publish, in order."""
         ...
 
 

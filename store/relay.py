@@ -26,6 +26,8 @@ class RelayPass:
     lease_expiries: int
     #: delayed ticks (model backoff, Retry-After) published because they fell due
     delayed: int = 0
+    #: queued sessions admitted (queued -> ready, docs/DESIGN.md section 15)
+    admitted: int = 0
 
 
 @dataclass(frozen=True)

@@ -98,6 +98,9 @@ def head_from_row(row: Row) -> Head:
         awaiting=tuple(row["awaiting"]),
         submitted_by=row["submitted_by"],
         runtime_level=row["runtime_level"],
+        priority=row["priority"],
+        concurrency_key=row["concurrency_key"],
+        max_per_key=row["max_per_key"],
     )
 
 
@@ -117,6 +120,9 @@ def head_to_row(head: Head) -> dict[str, Any]:
             "fork_step": head.fork_step,
             "submitted_by": head.submitted_by,
             "runtime_level": head.runtime_level,
+            "priority": head.priority,
+            "concurrency_key": head.concurrency_key,
+            "max_per_key": head.max_per_key,
             "lease_owner": None,
             "lease_expires_at": None,
             **head_changes(head),

@@ -102,6 +102,11 @@ sessions = Table(
     # the runtime level a worker needs (tickwork.fsm.values.RUNTIME_LEVEL); the claim compares it
     # (0015_versions): rows of 0.1.0, which recorded none, need level 1
     Column("runtime_level", Integer, nullable=False, server_default=text("1")),
+    # admission (0018_admission): order within the tenant, and at most max_per_key sessions
+    # of the tenant's concurrency key in flight (tickwork.fsm.admission)
+    Column("priority", Integer, nullable=False, server_default=text("0")),
+    Column("concurrency_key", String(200)),
+    Column("max_per_key", Integer),
     # the lists are newest first by created_at (0007_yeardata)
     Index(None, "status", "created_at"),
     Index(None, "kind", "created_at"),
@@ -122,6 +127,22 @@ sessions = Table(
         "lease_expires_at",
         postgresql_where=text(f"{RUNNABLE_SQL} AND lease_expires_at IS NOT NULL"),
         sqlite_where=text(f"{RUNNABLE_SQL} AND lease_expires_at IS NOT NULL"),
+    ),
+    # admission's scan: a tenant's queued sessions, highest priority then oldest first
+    Index(
+        "ix_tickwork_sessions_queued",
+        "priority",
+        "created_at",
+        postgresql_where=text("status = 'queued'"),
+        sqlite_where=text("status = 'queued'"),
+    ),
+    # admission's count of a concurrency key's sessions
+    Index(
+        "ix_tickwork_sessions_concurrency_key",
+        "concurrency_key",
+        "status",
+        postgresql_where=text("concurrency_key IS NOT NULL"),
+        sqlite_where=text("concurrency_key IS NOT NULL"),
     ),
 )
 

@@ -5,13 +5,14 @@ health check. Each method is one call of its module with the store's engine; `Co
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Engine, text
+from tickwork.fsm.admission import Admission
 from tickwork.fsm.values import Session
-from tickwork.store import dead_letter_counts, dead_letters, gauges, relay
+from tickwork.store import admission, dead_letter_counts, dead_letters, gauges, relay
 from tickwork.store.dead_letters import Closing, DeadLetter
 from tickwork.store.deliveries import Cards
 from tickwork.store.environments import Environments
@@ -39,6 +40,17 @@ class Services:
     def offer_again(self, session_id: str, version: int, *, now: datetime) -> None:
         """A tick refused for its runtime level, offered again at the relay's usual pace."""
         relay.offer_again(self.engine, session_id, version, now=now)
+
+    def admit(
+        self,
+        policy: Admission,
+        *,
+        now: datetime,
+        tenants: Sequence[str] | None = None,
+        budget: int = admission.PASS_BUDGET,
+    ) -> list[Due]:
+        """One pass of admission (`admission.admit`)."""
+        return admission.admit(self.engine, policy, now=now, tenants=tenants, budget=budget)
 
     def dead_letters(
         self,

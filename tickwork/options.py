@@ -70,6 +70,34 @@ ContextWindow = Annotated[
     ),
 ]
 
+Priority = Annotated[
+    int,
+    typer.Option(
+        metavar="N",
+        help="Admission order within the tenant, -1000 to 1000: higher is let in first "
+        "when the tenant is at its in-flight limit.",
+        rich_help_panel="Admission",
+    ),
+]
+ConcurrencyKey = Annotated[
+    str | None,
+    typer.Option(
+        metavar="KEY",
+        help="At most --max-per-key sessions with this key run at once (e.g. one repair "
+        "per repository: the repository's URL); the others wait as `queued`.",
+        rich_help_panel="Admission",
+    ),
+]
+MaxPerKey = Annotated[
+    int | None,
+    typer.Option(
+        metavar="N",
+        help="How many sessions of --concurrency-key may be in flight at once.",
+        show_default="1",
+        rich_help_panel="Admission",
+    ),
+]
+
 
 FromStep = Annotated[int, typer.Option(help="Keep steps 1..K of the original (0: start over).")]
 SystemPrompt = Annotated[

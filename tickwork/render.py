@@ -28,6 +28,7 @@ from tickwork.fsm.kinds import GraphRef, graph_of
 from . import views
 
 STATUS_STYLE = {
+    "queued": "magenta",
     "ready": "cyan",
     "executing": "cyan",
     "waiting_approval": "bold yellow",

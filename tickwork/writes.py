@@ -14,6 +14,7 @@ from typing import Any
 
 from celery import Celery
 
+from tickwork.fsm.admission import check_concurrency, check_priority
 from tickwork.fsm.context import Policy, check_window
 from tickwork.fsm.errors import (
     CallNotFound,
@@ -95,8 +96,14 @@ class Writes(Deployment):
         submitted_by: str | None = None,
         own_config: Mapping[str, Any] | None = None,
         context_window: int | None = None,
+        priority: int = 0,
+        concurrency_key: str | None = None,
+        max_per_key: int | None = None,
     ) -> Head:
-        """Store a new session of job kind `kind` and enqueue its first tick.
+        """Store a new session of job kind `kind` and enqueue its first tick, or store it
+        `queued` when its tenant is at its in-flight limit or its concurrency key at
+        `max_per_key` (a key alone: one at a time); the relay admits it later, by
+        `priority` (higher first, -1000 to 1000) then age (docs/DESIGN.md section 15).
 
         `price` is the model's price in USD per million tokens, `(prompt, completion)`, for
         a model the price table (`TICKWORK_PRICES`) does not know. A session whose model has
@@ -110,6 +117,8 @@ class Writes(Deployment):
         observations are masked, then the transcript compacted, to keep the prompt under it).
         """
         by = _login() if submitted_by is None else submitted_by.strip()
+        check_priority(priority)
+        key, per_key = check_concurrency(concurrency_key, max_per_key)
         storable(by, name="the submitter's name")
         storable(dict(input or {}), name="")
         storable(model or "", name="the model")
@@ -151,9 +160,13 @@ class Writes(Deployment):
             budgets=limits,
             config={"system_prompt": job.system_prompt, **config},
             submitted_by=by,
+            priority=priority,
+            concurrency_key=key,
+            max_per_key=per_key,
         )
-        self.store.create(Session(head=head), now=now)
-        self.publish(head.id, head.version)
+        head = self.store.create(Session(head=head), now=now, limit=self.admission.of(head.tenant))
+        if head.status.runnable:
+            self.publish(head.id, head.version)
         return head
 
     def budgets(self, *layers: Mapping[str, Any]) -> Budgets:

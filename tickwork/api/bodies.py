@@ -23,6 +23,7 @@ from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema
 from pydantic_core import core_schema as schemas
 
+from tickwork.fsm.admission import CONCURRENCY_KEY, MAX_PER_KEY, MAX_PRIORITY, MIN_PRIORITY
 from tickwork.fsm.context import MAX_WINDOW, MIN_WINDOW
 from tickwork.fsm.values import DecisionKind
 
@@ -108,6 +109,28 @@ class SubmitOptions(Body):
         examples=[128000],
         description="The model's context window in tokens [default: the model table's]; old "
         "observations are masked, then the transcript compacted, to keep each prompt under it.",
+    )
+
+    priority: int = Field(
+        default=0,
+        ge=MIN_PRIORITY,
+        le=MAX_PRIORITY,
+        description="Admission order within the tenant: higher first, then older first.",
+    )
+    concurrency_key: str | None = Field(
+        default=None,
+        max_length=200,
+        json_schema_extra={"pattern": CONCURRENCY_KEY.pattern},
+        examples=["github.com/org/repo"],
+        description="At most `max_per_key` sessions of the tenant with this key run at once "
+        "(e.g. one repair per repository); the others wait as `queued`.",
+    )
+    max_per_key: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_PER_KEY,
+        description="How many sessions of `concurrency_key` may be in flight at once "
+        "[default: 1]; needs a `concurrency_key`.",
     )
 
     _id = field_validator("id")(_session_id)

@@ -73,6 +73,9 @@ def submit(body: bodies.Submit, client: Client, request: Request, who: Submitter
             session_id=body.id,
             price=body.price,
             context_window=body.context_window,
+            priority=body.priority,
+            concurrency_key=body.concurrency_key,
+            max_per_key=body.max_per_key,
             trusted=False,
             submitted_by=who.name,
         )

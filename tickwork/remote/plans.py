@@ -129,9 +129,13 @@ def submit(
     session_id: str | None = None,
     price: tuple[float, float] | None = None,
     context_window: int | None = None,
+    priority: int = 0,
+    concurrency_key: str | None = None,
+    max_per_key: int | None = None,
 ) -> Plan[Head]:
     """Submit a session of job `kind`; the server records the token's name as its
-    submitter. A repair's input may be a `RepairInput`."""
+    submitter. A repair's input may be a `RepairInput`. `priority`, `concurrency_key` and
+    `max_per_key` order and limit its admission (a session beyond a limit waits `queued`)."""
     data = input.model_dump(exclude_unset=True) if isinstance(input, RepairInput) else input
     body = _body(
         bodies.Submit,
@@ -142,6 +146,9 @@ def submit(
         id=session_id,
         price=price,
         context_window=context_window,
+        priority=priority or None,  # a server from before admission knows no priority
+        concurrency_key=concurrency_key,
+        max_per_key=max_per_key,
     )
     return (yield Call("POST", _path("sessions"), _head, json=body))
 

@@ -72,6 +72,10 @@ RELAY_DELAYED = Counter(
     "tickwork_relay_delayed_published",
     "Delayed ticks (model backoff, Retry-After) the relay published when they fell due",
 )
+RELAY_ADMITTED = Counter(
+    "tickwork_relay_admitted",
+    "Queued sessions the relay admitted (queued -> ready) in its passes",
+)
 RELAY_LEASE_EXPIRIES = Counter(
     "tickwork_relay_lease_expiries", "Sessions revived because their worker's lease expired"
 )
@@ -172,6 +176,7 @@ def counted_relay(relay_once: F) -> F:
         RELAY_REPUBLISHED.inc(done.republished)
         RELAY_LEASE_EXPIRIES.inc(done.lease_expiries)
         RELAY_DELAYED.inc(done.delayed)
+        RELAY_ADMITTED.inc(done.admitted)
         return done
 
     return counted  # type: ignore[return-value]

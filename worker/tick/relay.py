@@ -1,5 +1,5 @@
-"""The relay: publishes delayed ticks when due and ticks whose message may be lost, and
-revives sessions whose worker died.
+"""The relay: publishes delayed ticks when due and ticks whose message may be lost,
+revives sessions whose worker died, and admits queued sessions (`admission.py`).
 
 It runs in a thread inside every worker (no beat needed) and as `tickwork relay --once`.
 """
@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from tickwork.store.relay import Due, RelayPass
 from tickwork.worker.config.process import Loop
 from tickwork.worker.observers import metrics  # issue 8: relay metrics
+from tickwork.worker.tick.admission import admit_queued
 from tickwork.worker.tick.runtime import Runtime
 
 log = logging.getLogger("tickwork.relay")
@@ -49,7 +50,13 @@ def relay_once(rt: Runtime) -> RelayPass:
             len(delayed),
             _named(delayed, lambda t: f"{t.session_id} v{t.version}"),
         )
-    return RelayPass(republished=len(lost), lease_expiries=len(revived), delayed=len(delayed))
+    admitted = admit_queued(rt)
+    return RelayPass(
+        republished=len(lost),
+        lease_expiries=len(revived),
+        delayed=len(delayed),
+        admitted=len(admitted),
+    )
 
 
 def _named(ticks: Sequence[Due], name: Callable[[Due], str]) -> str:

@@ -9,6 +9,7 @@ import logging
 from tickwork.worker.config.settings import WebhookSettings, read_settings
 from tickwork.worker.observers.metrics import TickMetrics
 from tickwork.worker.observers.tracing import tracer_for
+from tickwork.worker.tick.admission import Admitter
 from tickwork.worker.tick.dispatcher import Dispatcher
 from tickwork.worker.tick.runtime import Runtime
 
@@ -19,6 +20,7 @@ def install(rt: Runtime) -> None:
     """Register the standard observers on `rt`, and its background threads; one that
     cannot be set up is logged, and the worker runs without it rather than not at all."""
     rt.observers.add(TickMetrics(rt.providers))
+    rt.observers.add(Admitter(rt))  # a session that ends lets its tenant's next one in
     try:
         hooks = read_settings(WebhookSettings)
         if hooks.webhook_url:

@@ -1,0 +1,255 @@
+"""Admission in the database (docs/DESIGN.md section 15): a new session starts at once or
+waits as `queued`, and the relay admits queued sessions, queued -> ready with their first
+tick in the outbox, in one transaction each.
+
+"Never more in flight than the limit" holds because everything that can add to a tenant's
+sessions in flight (a submit that starts, an admission) counts them and writes under one
+lock per tenant: `pg_advisory_xact_lock` on Postgres (other tenants are not held up), and
+SQLite's one writer at a time (`BEGIN IMMEDIATE`). What only lowers the count (a session
+finishing, a queued one cancelled) needs no lock. Concurrency keys are counted within
+their tenant, under the same lock. Queued rows are taken `FOR UPDATE SKIP LOCKED`, so a
+cancel holding one is passed over, and the update checks the row is still queued.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, Engine, func, insert, or_, select, text, update
+from tickwork.fsm.admission import Admission, Room, TenantLimit, fair_shares, may_start
+from tickwork.fsm.values import IN_FLIGHT, Event, EventKind, Head, Status
+from tickwork.store import rows
+from tickwork.store.relay import Due
+from tickwork.store.schema import events, outbox, sessions
+
+#: the most queued sessions one relay pass admits, across every tenant
+PASS_BUDGET = 200
+#: the most pages of candidates one tenant's admission reads in a pass
+MAX_PAGES = 8
+_IN_FLIGHT = [s.value for s in IN_FLIGHT]
+_QUEUED = Status.QUEUED.value
+
+
+def lock_tenant(conn: Connection, tenant: str) -> None:
+    """Hold the tenant's admission lock until `conn`'s transaction ends. SQLite's
+    transactions already run one writer at a time (`BEGIN IMMEDIATE`, store/engine.py)."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(
+            text("SELECT pg_advisory_xact_lock(hashtext('tickwork.admission'), hashtext(:t))"),
+            {"t": tenant},
+        )
+
+
+def in_flight(conn: Connection, tenant: str, *, key: str | None = None) -> int:
+    """How many of the tenant's sessions are in flight (of concurrency key `key` only, if
+    given)."""
+    query = select(func.count()).where(
+        sessions.c.tenant == tenant, sessions.c.status.in_(_IN_FLIGHT)
+    )
+    if key is not None:
+        query = query.where(sessions.c.concurrency_key == key)
+    return int(conn.execute(query).scalar_one())
+
+
+def placed(conn: Connection, head: Head, limit: TenantLimit) -> Head:
+    """The new session's head as it is to be stored: as given if it may start at once,
+    else `queued`. Takes the tenant's lock, so the count and the insert that follows in
+    the same transaction are one step for every other submit and admission."""
+    if limit.max_in_flight is None and head.concurrency_key is None:
+        return head
+    lock_tenant(conn, head.tenant)
+    ahead = conn.execute(
+        select(sessions.c.id)
+        .where(
+            sessions.c.tenant == head.tenant,
+            sessions.c.status == _QUEUED,
+            sessions.c.priority >= head.priority,
+        )
+        .limit(1)
+    ).first()
+    keyed = head.concurrency_key is not None
+    start = may_start(
+        limit,
+        in_flight=in_flight(conn, head.tenant) if limit.max_in_flight is not None else 0,
+        queued_ahead=ahead is not None,
+        key_in_flight=in_flight(conn, head.tenant, key=head.concurrency_key) if keyed else 0,
+        max_per_key=head.max_per_key,
+    )
+    return head if start else head.model_copy(update={"status": Status.QUEUED})
+
+
+def admit(
+    engine: Engine,
+    admission: Admission,
+    *,
+    now: datetime,
+    tenants: Sequence[str] | None = None,
+    budget: int = PASS_BUDGET,
+) -> list[Due]:
+    """One pass of admission: queued sessions let in while their tenant is under its
+    in-flight limit and their key under its own, at most `budget`, shared across tenants
+    by `fair_shares` (the least busy for its weight first) and within a tenant by priority,
+    then age. `tenants`: only these (a session of theirs just finished). Returns the ticks
+    to publish, in the fair order."""
+    with engine.connect() as conn:
+        rooms = _rooms(conn, admission, tenants)
+    order = fair_shares(rooms, budget=budget)
+    wanted = Counter(order)
+    admitted: dict[str, list[Due]] = {}
+    for tenant in dict.fromkeys(order):
+        with engine.begin() as conn:
+            admitted[tenant] = _admit_tenant(
+                conn, tenant, admission.of(tenant), wanted[tenant], now=now
+            )
+    return list(_interleaved(order, admitted))
+
+
+def _rooms(conn: Connection, admission: Admission, tenants: Sequence[str] | None) -> list[Room]:
+    """Every tenant with queued sessions (of `tenants` if given), with its room, read
+    without a lock: a plan that `_admit_tenant` checks again under the tenant's lock."""
+    query = (
+        select(sessions.c.tenant, func.count())
+        .where(sessions.c.status == _QUEUED)
+        .group_by(sessions.c.tenant)
+        .order_by(sessions.c.tenant)
+    )
+    if tenants is not None:
+        query = query.where(sessions.c.tenant.in_(list(tenants)))
+    queued = dict(conn.execute(query).tuples().all())
+    if not queued:
+        return []
+    busy = dict(
+        conn.execute(
+            select(sessions.c.tenant, func.count())
+            .where(sessions.c.tenant.in_(list(queued)), sessions.c.status.in_(_IN_FLIGHT))
+            .group_by(sessions.c.tenant)
+        )
+        .tuples()
+        .all()
+    )
+    rooms = []
+    for tenant, waiting in queued.items():
+        limit = admission.of(tenant)
+        flying = busy.get(tenant, 0)
+        free = waiting if limit.max_in_flight is None else limit.max_in_flight - flying
+        rooms.append(
+            Room(
+                tenant=tenant,
+                in_flight=flying,
+                room=max(0, min(waiting, free)),
+                weight=limit.weight,
+            )
+        )
+    return rooms
+
+
+def _admit_tenant(
+    conn: Connection, tenant: str, limit: TenantLimit, wanted: int, *, now: datetime
+) -> list[Due]:
+    """Admit up to `wanted` of the tenant's queued sessions, under its lock, highest
+    priority then oldest first, passing over those whose key is full."""
+    lock_tenant(conn, tenant)
+    if limit.max_in_flight is not None:
+        wanted = min(wanted, limit.max_in_flight - in_flight(conn, tenant))
+    if wanted <= 0:
+        return []
+    admitted: list[Due] = []
+    # each page sees the admissions before it (same transaction): a key filled on one page
+    # is left out of the next, so a crowd of one key never hides the sessions behind it
+    for _ in range(MAX_PAGES):
+        size = (wanted - len(admitted)) * 2 + 8
+        page = _candidates(conn, tenant, limit=size)
+        keys = {c.concurrency_key for c in page if c.concurrency_key is not None}
+        flying = Counter(_key_counts(conn, tenant, keys))
+        for c in page:
+            if len(admitted) == wanted:
+                return admitted
+            if c.concurrency_key is not None:
+                if flying[c.concurrency_key] >= (c.max_per_key or 1):
+                    continue
+                flying[c.concurrency_key] += 1
+            tick = _let_in(conn, c.id, c.version, now=now)
+            if tick is not None:
+                admitted.append(tick)
+        if len(page) < size or len(admitted) == wanted:
+            break
+    return admitted
+
+
+def _candidates(conn: Connection, tenant: str, *, limit: int) -> list[Any]:
+    """The tenant's next queued sessions whose key (if any) has room, in admission order,
+    locked (rows a cancel holds are passed over)."""
+    others = sessions.alias("others")
+    key_count = (
+        select(func.count())
+        .where(
+            others.c.tenant == sessions.c.tenant,
+            others.c.concurrency_key == sessions.c.concurrency_key,
+            others.c.status.in_(_IN_FLIGHT),
+        )
+        .scalar_subquery()
+    )
+    query = (
+        select(
+            sessions.c.id, sessions.c.version, sessions.c.concurrency_key, sessions.c.max_per_key
+        )
+        .where(
+            sessions.c.tenant == tenant,
+            sessions.c.status == _QUEUED,
+            or_(sessions.c.concurrency_key.is_(None), key_count < sessions.c.max_per_key),
+        )
+        .order_by(sessions.c.priority.desc(), sessions.c.created_at, sessions.c.id)
+        .limit(limit)
+        .with_for_update(skip_locked=True, of=sessions)
+    )
+    return list(conn.execute(query).all())
+
+
+def _key_counts(conn: Connection, tenant: str, keys: Iterable[str]) -> dict[str, int]:
+    wanted = sorted(keys)
+    if not wanted:
+        return {}
+    query = (
+        select(sessions.c.concurrency_key, func.count())
+        .where(
+            sessions.c.tenant == tenant,
+            sessions.c.concurrency_key.in_(wanted),
+            sessions.c.status.in_(_IN_FLIGHT),
+        )
+        .group_by(sessions.c.concurrency_key)
+    )
+    return dict(conn.execute(query).tuples().all())
+
+
+def _let_in(conn: Connection, session_id: str, version: int, *, now: datetime) -> Due | None:
+    """queued -> ready at `version + 1`, with its first tick in the outbox and the event."""
+    moved = conn.execute(
+        update(sessions)
+        .where(
+            sessions.c.id == session_id,
+            sessions.c.version == version,
+            sessions.c.status == _QUEUED,
+        )
+        .values(status=Status.READY.value, version=version + 1, updated_at=now)
+    )
+    if moved.rowcount != 1:
+        return None
+    conn.execute(
+        insert(outbox),
+        [{"session_id": session_id, "version": version + 1, "due_at": now, "published_at": now}],
+    )
+    event = Event(kind=EventKind.ADMITTED, at=now)
+    conn.execute(insert(events), [rows.event_to_row(session_id, version + 1, event)])
+    return Due(session_id, version + 1)
+
+
+def _interleaved(order: Sequence[str], admitted: dict[str, list[Due]]) -> Iterable[Due]:
+    """The admitted ticks in the fair order the pass planned."""
+    taken = {tenant: iter(ticks) for tenant, ticks in admitted.items()}
+    for tenant in order:
+        tick = next(taken[tenant], None)
+        if tick is not None:
+            yield tick

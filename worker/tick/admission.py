@@ -1,0 +1,59 @@
+"""Admission in the worker (docs/DESIGN.md section 15): the relay's pass over queued
+sessions, and the nudge that admits a tenant's next session as soon as one of its
+sessions ends, so a tenant at its limit does not wait a relay period per session.
+
+The limits are the tenants file's (`TICKWORK_TENANTS_FILE`), read again when it changes.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from tickwork.fsm.admission import Admission, TenantLimit
+from tickwork.store.relay import Due
+from tickwork.worker.config.tenants import TenantTable
+from tickwork.worker.observers.report import Outcome, TickReport
+from tickwork.worker.tick.runtime import Runtime
+
+log = logging.getLogger("tickwork.relay")
+
+
+def policy(table: TenantTable) -> Admission:
+    """What admission needs of the tenants file: each tenant's in-flight limit and weight."""
+
+    def limit(max_in_flight: int | None, weight: float) -> TenantLimit:
+        return TenantLimit(max_in_flight=max_in_flight, weight=weight)
+
+    return Admission(
+        tenants={n: limit(q.max_in_flight, q.weight) for n, q in table.listed.items()},
+        default=limit(table.others.max_in_flight, table.others.weight),
+    )
+
+
+def admit_queued(rt: Runtime, *, tenants: list[str] | None = None) -> list[Due]:
+    """Admit what may be admitted now (of `tenants` only, if given) and publish the ticks,
+    in the fair order; a tick not published (the broker away) is the relay's as any other."""
+    admitted = rt.store.admit(policy(rt.tenants.table()), now=rt.clock(), tenants=tenants)
+    for tick in admitted:
+        rt.publish(tick.session_id, tick.version)
+    if admitted:
+        log.info(
+            "admission: let in %d queued sessions: %s%s",
+            len(admitted),
+            ", ".join(t.session_id for t in admitted[:20]),
+            f" and {len(admitted) - 20} more" if len(admitted) > 20 else "",
+        )
+    return admitted
+
+
+class Admitter:
+    """An observer of the tick: when a tick ends a session, its tenant's next queued
+    session is admitted at once instead of at the relay's next pass."""
+
+    def __init__(self, rt: Runtime) -> None:
+        self.rt = rt
+
+    def __call__(self, report: TickReport) -> None:
+        head = report.head
+        if report.outcome is Outcome.SAVED and head is not None and head.status.terminal:
+            admit_queued(self.rt, tenants=[head.tenant])
