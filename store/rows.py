@@ -98,6 +98,7 @@ def head_from_row(row: Row) -> Head:
         awaiting=tuple(row["awaiting"]),
         submitted_by=row["submitted_by"],
         runtime_level=row["runtime_level"],
+        tenant=row["tenant"],
     )
 
 
@@ -117,6 +118,7 @@ def head_to_row(head: Head) -> dict[str, Any]:
             "fork_step": head.fork_step,
             "submitted_by": head.submitted_by,
             "runtime_level": head.runtime_level,
+            "tenant": head.tenant,
             "lease_owner": None,
             "lease_expires_at": None,
             **head_changes(head),

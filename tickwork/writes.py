@@ -25,6 +25,7 @@ from tickwork.fsm.errors import (
 )
 from tickwork.fsm.forks import ForkPatch
 from tickwork.fsm.kinds import SessionKind, kind_of
+from tickwork.fsm.tenants import DEFAULT_TENANT, check_tenant
 from tickwork.fsm.values import Budgets, Decision, DecisionKind, Head, Session
 from tickwork.store import Store
 from tickwork.store import dead_letters as dl
@@ -95,8 +96,9 @@ class Writes(Deployment):
         submitted_by: str | None = None,
         own_config: Mapping[str, Any] | None = None,
         context_window: int | None = None,
+        tenant: str = DEFAULT_TENANT,
     ) -> Head:
-        """Store a new session of job kind `kind` and enqueue its first tick.
+        """Store a new session of job kind `kind` in `tenant` and enqueue its first tick.
 
         `price` is the model's price in USD per million tokens, `(prompt, completion)`, for
         a model the price table (`TICKWORK_PRICES`) does not know. A session whose model has
@@ -110,6 +112,7 @@ class Writes(Deployment):
         observations are masked, then the transcript compacted, to keep the prompt under it).
         """
         by = _login() if submitted_by is None else submitted_by.strip()
+        check_tenant(tenant)
         storable(by, name="the submitter's name")
         storable(dict(input or {}), name="")
         storable(model or "", name="the model")
@@ -151,6 +154,7 @@ class Writes(Deployment):
             budgets=limits,
             config={"system_prompt": job.system_prompt, **config},
             submitted_by=by,
+            tenant=tenant,
         )
         self.store.create(Session(head=head), now=now)
         self.publish(head.id, head.version)
