@@ -138,6 +138,7 @@ def fork(
         fork_step=from_step,
         awaiting=awaiting,
         submitted_by=by,
+        tenant=parent.head.tenant,
         # the fork is made by this code, so it needs at least this code's level
         runtime_level=max(parent.head.runtime_level, RUNTIME_LEVEL),
         result=_graph_result(config, new_steps, observations, patch) if graph is not None else {},

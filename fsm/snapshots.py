@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tickwork.fsm.errors import UnknownSchemaVersion
+from tickwork.fsm.tenants import DEFAULT_TENANT
 from tickwork.fsm.values import SNAPSHOT_SCHEMA_VERSION, Session
 
 Document = dict[str, Any]
@@ -40,7 +41,18 @@ def _v2_to_v3(document: Document) -> Document:
     return {**document, "schema_version": 3, "session": session}
 
 
-UPCASTERS: dict[int, Callable[[Document], Document]] = {1: _v1_to_v2, 2: _v2_to_v3}
+def _v3_to_v4(document: Document) -> Document:
+    """3 -> 4: the head records its tenant; earlier sessions all belong to `default`."""
+    session = dict(document["session"])
+    session["head"] = {"tenant": DEFAULT_TENANT, **session["head"]}
+    return {**document, "schema_version": 4, "session": session}
+
+
+UPCASTERS: dict[int, Callable[[Document], Document]] = {
+    1: _v1_to_v2,
+    2: _v2_to_v3,
+    3: _v3_to_v4,
+}
 
 
 def dump(session: Session) -> Document:

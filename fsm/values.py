@@ -8,11 +8,13 @@ from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+from tickwork.fsm.tenants import DEFAULT_TENANT, TENANT_PATTERN
 
 #: Version of the snapshot format stored in dead letters; see `tickwork.fsm.snapshots`.
 #: 2: the head carries `submitted_by`; calls carry `provider_call_id` and `approval_reason`
 #: 3: the head carries `runtime_level`
-SNAPSHOT_SCHEMA_VERSION = 3
+#: 4: the head carries `tenant`
+SNAPSHOT_SCHEMA_VERSION = 4
 
 #: The runtime level this code writes and runs (docs/DESIGN.md section 12): bumped,
 #: separately from the package's version, when what a session stores changes so that an
@@ -350,6 +352,8 @@ class Head(Value):
     #: the runtime level a worker needs to run it (RUNTIME_LEVEL when it was created; a
     #: fork keeps its parent's if that is higher)
     runtime_level: int = Field(default=RUNTIME_LEVEL, ge=1)
+    #: the tenant it belongs to (`tickwork.fsm.tenants`); a fork stays in its parent's
+    tenant: str = Field(default=DEFAULT_TENANT, pattern=TENANT_PATTERN)
     #: admission order within the tenant: higher first, then older first (tickwork.fsm.admission)
     priority: int = 0
     #: at most `max_per_key` sessions of the tenant with this key are in flight at once

@@ -18,7 +18,18 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine, func, insert, or_, select, text, update
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Engine,
+    and_,
+    func,
+    insert,
+    or_,
+    select,
+    text,
+    update,
+)
 from tickwork.fsm.admission import Admission, Room, TenantLimit, fair_shares, may_start
 from tickwork.fsm.values import IN_FLIGHT, Event, EventKind, Head, Status
 from tickwork.store import rows
@@ -61,13 +72,10 @@ def placed(conn: Connection, head: Head, limit: TenantLimit) -> Head:
     if limit.max_in_flight is None and head.concurrency_key is None:
         return head
     lock_tenant(conn, head.tenant)
+    # a queued session that waits only for its key does not hold up one of another key
     ahead = conn.execute(
         select(sessions.c.id)
-        .where(
-            sessions.c.tenant == head.tenant,
-            sessions.c.status == _QUEUED,
-            sessions.c.priority >= head.priority,
-        )
+        .where(_admissible(head.tenant), sessions.c.priority >= head.priority)
         .limit(1)
     ).first()
     keyed = head.concurrency_key is not None
@@ -118,18 +126,15 @@ def _rooms(conn: Connection, admission: Admission, tenants: Sequence[str] | None
     )
     if tenants is not None:
         query = query.where(sessions.c.tenant.in_(list(tenants)))
-    queued = dict(conn.execute(query).tuples().all())
+    queued = {t: n for t, n in conn.execute(query)}
     if not queued:
         return []
-    busy = dict(
-        conn.execute(
-            select(sessions.c.tenant, func.count())
-            .where(sessions.c.tenant.in_(list(queued)), sessions.c.status.in_(_IN_FLIGHT))
-            .group_by(sessions.c.tenant)
-        )
-        .tuples()
-        .all()
+    flying_query = (
+        select(sessions.c.tenant, func.count())
+        .where(sessions.c.tenant.in_(list(queued)), sessions.c.status.in_(_IN_FLIGHT))
+        .group_by(sessions.c.tenant)
     )
+    busy = {t: n for t, n in conn.execute(flying_query)}
     rooms = []
     for tenant, waiting in queued.items():
         limit = admission.of(tenant)
@@ -182,6 +187,21 @@ def _admit_tenant(
 def _candidates(conn: Connection, tenant: str, *, limit: int) -> list[Any]:
     """The tenant's next queued sessions whose key (if any) has room, in admission order,
     locked (rows a cancel holds are passed over)."""
+    query = (
+        select(
+            sessions.c.id, sessions.c.version, sessions.c.concurrency_key, sessions.c.max_per_key
+        )
+        .where(_admissible(tenant))
+        .order_by(sessions.c.priority.desc(), sessions.c.created_at, sessions.c.id)
+        .limit(limit)
+        .with_for_update(skip_locked=True, of=sessions)
+    )
+    return list(conn.execute(query).all())
+
+
+def _admissible(tenant: str) -> ColumnElement[bool]:
+    """The tenant's queued sessions that would be admitted if the tenant had room: no
+    key, or a key with fewer in flight than the session's `max_per_key`."""
     others = sessions.alias("others")
     key_count = (
         select(func.count())
@@ -192,20 +212,11 @@ def _candidates(conn: Connection, tenant: str, *, limit: int) -> list[Any]:
         )
         .scalar_subquery()
     )
-    query = (
-        select(
-            sessions.c.id, sessions.c.version, sessions.c.concurrency_key, sessions.c.max_per_key
-        )
-        .where(
-            sessions.c.tenant == tenant,
-            sessions.c.status == _QUEUED,
-            or_(sessions.c.concurrency_key.is_(None), key_count < sessions.c.max_per_key),
-        )
-        .order_by(sessions.c.priority.desc(), sessions.c.created_at, sessions.c.id)
-        .limit(limit)
-        .with_for_update(skip_locked=True, of=sessions)
+    return and_(
+        sessions.c.tenant == tenant,
+        sessions.c.status == _QUEUED,
+        or_(sessions.c.concurrency_key.is_(None), key_count < sessions.c.max_per_key),
     )
-    return list(conn.execute(query).all())
 
 
 def _key_counts(conn: Connection, tenant: str, keys: Iterable[str]) -> dict[str, int]:
@@ -221,7 +232,7 @@ def _key_counts(conn: Connection, tenant: str, keys: Iterable[str]) -> dict[str,
         )
         .group_by(sessions.c.concurrency_key)
     )
-    return dict(conn.execute(query).tuples().all())
+    return {k: n for k, n in conn.execute(query)}
 
 
 def _let_in(conn: Connection, session_id: str, version: int, *, now: datetime) -> Due | None:

@@ -232,6 +232,7 @@ def parquet(records: Sequence[Mapping[str, Any]]) -> bytes | None:
             "tokens": pa.array(column("tokens"), pa.int64()),
             "cost_usd": pa.array(column("cost_usd"), pa.float64()),
             "submitted_by": pa.array(column("submitted_by"), pa.string()),
+            "tenant": pa.array([h.get("tenant", "default") for h in heads], pa.string()),
             "parent_id": pa.array(column("parent_id"), pa.string()),
             "fork_step": pa.array(column("fork_step"), pa.int64()),
             "dead_letter_code": pa.array([d.get("code") for d in dead], pa.string()),

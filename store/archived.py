@@ -34,6 +34,8 @@ class Entry:
     created_at: datetime
     finished_at: datetime
     archived_at: datetime | None
+    #: the session's tenant (`default` for those archived before tenants)
+    tenant: str = "default"
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,7 @@ def _entry(row: Any) -> Entry:
         created_at=row.created_at,
         finished_at=row.finished_at,
         archived_at=row.archived_at,
+        tenant=row.tenant,
     )
 
 
@@ -97,10 +100,13 @@ def list_archived(
     kind: str | None = None,
     limit: int = 50,
     offset: int = 0,
+    tenant: str | None = None,
 ) -> list[Entry]:
     """Archived sessions from the index alone (no batch is read), the latest archived
-    first (the order of the archived_at index)."""
+    first (the order of the archived_at index); only `tenant`'s if given."""
     query = select(archived).where(archived.c.state == ARCHIVED)
+    if tenant is not None:
+        query = query.where(archived.c.tenant == tenant)
     if status:
         query = query.where(archived.c.status.in_(list(status)))
     if kind:

@@ -175,11 +175,14 @@ class CoreStore(Services):
         outcome: str | None = None,
         submitted_by: str | None = None,
         parent_id: str | None = None,
+        tenant: str | None = None,
         limit: int = 50,
         offset: int = 0,
     ) -> list[Head]:
-        """Newest first."""
+        """Newest first; only `tenant`'s if given."""
         query = select(sessions)
+        if tenant is not None:
+            query = query.where(sessions.c.tenant == tenant)
         if status:
             wanted = [status] if isinstance(status, str) else list(status)
             query = query.where(sessions.c.status.in_(wanted))

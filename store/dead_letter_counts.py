@@ -27,6 +27,7 @@ from sqlalchemy import (
     literal,
     select,
     text,
+    true,
     union_all,
     update,
 )
@@ -39,8 +40,8 @@ GROUPS = ("code", "kind", "model", "last_tool", "error_signature")
 #: values whose latest dead letter one statement looks up (SQLite allows 500 compound terms)
 LATEST_BATCH = 200
 
-_KEY = ("grouping", "day", "is_null", "value")
-_TOTAL_KEY = ("grouping", "is_null", "value")
+_KEY = ("tenant", "grouping", "day", "is_null", "value")
+_TOTAL_KEY = ("tenant", "grouping", "is_null", "value")
 
 
 def add(conn: Connection, letter: Mapping[str, Any]) -> None:
@@ -48,7 +49,7 @@ def add(conn: Connection, letter: Mapping[str, Any]) -> None:
     transaction: one upsert of a row per grouping, always in GROUPS order (as `forget`
     locks them), so two transactions never wait for each other in a cycle."""
     day = letter["at"].astimezone(UTC).date()
-    rows = [_row(day, by, letter[by], 1) for by in GROUPS]
+    rows = [_row(letter["tenant"], day, by, letter[by], 1) for by in GROUPS]
     dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
     for table, key in ((counts, _KEY), (totals_table, _TOTAL_KEY)):  # as `forget` locks them
         upsert = dialect.insert(table)
@@ -64,23 +65,24 @@ def add(conn: Connection, letter: Mapping[str, Any]) -> None:
 def forget(conn: Connection, session_ids: Sequence[str]) -> None:
     """Uncount the dead letters of `session_ids`, in the transaction that deletes them."""
     found = conn.execute(
-        select(dead_letters.c.at, *(dead_letters.c[by] for by in GROUPS)).where(
-            dead_letters.c.session_id.in_(session_ids)
-        )
+        select(
+            dead_letters.c.tenant, dead_letters.c.at, *(dead_letters.c[by] for by in GROUPS)
+        ).where(dead_letters.c.session_id.in_(session_ids))
     ).mappings()
-    tally: Counter[tuple[int, date, bool, str]] = Counter()
+    tally: Counter[tuple[str, int, date, bool, str]] = Counter()
     for letter in found:
         day = letter["at"].astimezone(UTC).date()
         for i, by in enumerate(GROUPS):
             value = letter[by]
-            tally[(i, day, value is None, value or "")] += 1
+            tally[(letter["tenant"], i, day, value is None, value or "")] += 1
     if not tally:
         return
     params = [
-        {"d": day, "g": GROUPS[i], "z": is_null, "v": value, "n": n}
-        for (i, day, is_null, value), n in sorted(tally.items())
+        {"t": tenant, "d": day, "g": GROUPS[i], "z": is_null, "v": value, "n": n}
+        for (tenant, i, day, is_null, value), n in sorted(tally.items())
     ]
     key = and_(
+        counts.c.tenant == bindparam("t"),
         counts.c.day == bindparam("d"),
         counts.c.grouping == bindparam("g"),
         counts.c.is_null == bindparam("z"),
@@ -88,14 +90,15 @@ def forget(conn: Connection, session_ids: Sequence[str]) -> None:
     )
     conn.execute(update(counts).where(key).values(count=counts.c.count - bindparam("n")), params)
     conn.execute(delete(counts).where(key, counts.c.count <= 0), [{**p, "n": 0} for p in params])
-    overall: Counter[tuple[int, bool, str]] = Counter()
-    for (i, _day, is_null, value), n in tally.items():
-        overall[(i, is_null, value)] += n
+    overall: Counter[tuple[str, int, bool, str]] = Counter()
+    for (tenant, i, _day, is_null, value), n in tally.items():
+        overall[(tenant, i, is_null, value)] += n
     params = [
-        {"g": GROUPS[i], "z": is_null, "v": value, "n": n}
-        for (i, is_null, value), n in sorted(overall.items())
+        {"t": tenant, "g": GROUPS[i], "z": is_null, "v": value, "n": n}
+        for (tenant, i, is_null, value), n in sorted(overall.items())
     ]
     key = and_(
+        totals_table.c.tenant == bindparam("t"),
         totals_table.c.grouping == bindparam("g"),
         totals_table.c.is_null == bindparam("z"),
         totals_table.c.value == bindparam("v"),
@@ -128,38 +131,49 @@ def rebuild(conn: Connection) -> int:
     for by in GROUPS:
         column = dead_letters.c[by]
         is_null = column.is_(None) if column.nullable else false()
+        tenant = dead_letters.c.tenant
         parts.append(
-            select(literal(by), day, is_null, func.coalesce(column, ""), func.count()).group_by(
-                day, column
-            )
+            select(
+                tenant, literal(by), day, is_null, func.coalesce(column, ""), func.count()
+            ).group_by(tenant, day, column)
         )
     conn.execute(delete(counts))
     conn.execute(insert(counts).from_select([*_KEY, "count"], union_all(*parts)))
     conn.execute(delete(totals_table))
-    every_day = select(
-        counts.c.grouping, counts.c.is_null, counts.c.value, func.sum(counts.c.count)
-    ).group_by(counts.c.grouping, counts.c.is_null, counts.c.value)
+    key = (counts.c.tenant, counts.c.grouping, counts.c.is_null, counts.c.value)
+    every_day = select(*key, func.sum(counts.c.count)).group_by(*key)
     conn.execute(insert(totals_table).from_select([*_TOTAL_KEY, "count"], every_day))
     return int(conn.execute(select(func.count()).select_from(counts)).scalar_one())
 
 
-def totals(conn: Connection, by: str, since: datetime | None) -> dict[str | None, int]:
+def totals(
+    conn: Connection, by: str, since: datetime | None, *, tenant: str | None = None
+) -> dict[str | None, int]:
     """Dead letters per value of `by` at or after `since`: the counts of the whole days
     after `since`'s, and the part of its day from `since` counted in the table; all of them
-    (since None): the totals, a row per value."""
+    (since None): the totals, a row per value (and tenant). Only `tenant`'s if given, else
+    every tenant's summed."""
     found: Counter[str | None] = Counter()
     if since is None:
-        rows = conn.execute(
+        total = (
             select(
-                totals_table.c.is_null, totals_table.c.value, totals_table.c.count.label("n")
-            ).where(totals_table.c.grouping == by)
+                totals_table.c.is_null,
+                totals_table.c.value,
+                func.sum(totals_table.c.count).label("n"),
+            )
+            .where(totals_table.c.grouping == by)
+            .group_by(totals_table.c.is_null, totals_table.c.value)
         )
-        return {None if r.is_null else r.value: int(r.n) for r in rows if r.n > 0}
+        if tenant is not None:
+            total = total.where(totals_table.c.tenant == tenant)
+        return {None if r.is_null else r.value: int(r.n) for r in conn.execute(total) if r.n > 0}
     query = (
         select(counts.c.is_null, counts.c.value, func.sum(counts.c.count).label("n"))
         .where(counts.c.grouping == by)
         .group_by(counts.c.is_null, counts.c.value)
     )
+    if tenant is not None:
+        query = query.where(counts.c.tenant == tenant)
     if since.tzinfo is None:
         raise ValueError(f"naive datetime {since!r}: tickwork stores UTC-aware times")
     first = since.astimezone(UTC).date()
@@ -174,6 +188,8 @@ def totals(conn: Connection, by: str, since: datetime | None) -> dict[str | None
             .where(at >= since, at < midnight + timedelta(days=1))
             .group_by(column)
         )
+        if tenant is not None:
+            part = part.where(dead_letters.c.tenant == tenant)
         for value, n in conn.execute(part):
             found[value] += int(n)
     for row in conn.execute(query):
@@ -181,9 +197,12 @@ def totals(conn: Connection, by: str, since: datetime | None) -> dict[str | None
     return {value: n for value, n in found.items() if n > 0}
 
 
-def latest(conn: Connection, by: str, values: Iterable[str | None]) -> dict[str | None, datetime]:
-    """The time of the newest dead letter of each of `values` of `by`: one probe of the
-    (`by`, at) index per value, LATEST_BATCH values per statement."""
+def latest(
+    conn: Connection, by: str, values: Iterable[str | None], *, tenant: str | None = None
+) -> dict[str | None, datetime]:
+    """The time of the newest dead letter of each of `values` of `by` (`tenant`'s if given):
+    one probe of the (`by`, at) index per value, LATEST_BATCH values per statement."""
+    mine = dead_letters.c.tenant == tenant if tenant is not None else true()
     column, at = dead_letters.c[by], dead_letters.c.at
     todo = list(values)
     found: dict[str | None, datetime] = {}
@@ -193,7 +212,7 @@ def latest(conn: Connection, by: str, values: Iterable[str | None]) -> dict[str 
             select(
                 literal(i).label("i"),
                 select(func.max(at))
-                .where(column.is_(None) if value is None else column == value)
+                .where(column.is_(None) if value is None else column == value, mine)
                 .scalar_subquery()
                 .label("latest"),
             )
@@ -205,5 +224,12 @@ def latest(conn: Connection, by: str, values: Iterable[str | None]) -> dict[str 
     return found
 
 
-def _row(day: date, by: str, value: str | None, n: int) -> dict[str, Any]:
-    return {"day": day, "grouping": by, "is_null": value is None, "value": value or "", "count": n}
+def _row(tenant: str, day: date, by: str, value: str | None, n: int) -> dict[str, Any]:
+    return {
+        "tenant": tenant,
+        "day": day,
+        "grouping": by,
+        "is_null": value is None,
+        "value": value or "",
+        "count": n,
+    }

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict
 from sqlalchemy import Connection, Engine, func, insert, select, update
 from tickwork.fsm import snapshots
 from tickwork.fsm.errors import DeadLetterClosed, InvalidInput, TickworkError
+from tickwork.fsm.tenants import DEFAULT_TENANT
 from tickwork.fsm.values import SNAPSHOT_SCHEMA_VERSION, Session
 from tickwork.store import dead_letter_counts
 from tickwork.store.dead_letter_counts import GROUPS as GROUPS  # the groupings `stats` takes
@@ -35,6 +36,9 @@ class DeadLetter(BaseModel):
     error_signature: str
     at: datetime
     schema_version: int
+    #: the failed session's tenant, and who submitted it
+    tenant: str = DEFAULT_TENANT
+    submitted_by: str = ""
     resolved_at: datetime | None = None
     resolution: dict[str, Any] | None = None
     snapshot: dict[str, Any] = {}
@@ -69,6 +73,8 @@ def record(conn: Connection, session: Session, *, now: datetime) -> None:
         "at": now,
         "schema_version": SNAPSHOT_SCHEMA_VERSION,
         "snapshot": snapshots.dump(session),
+        "tenant": head.tenant,
+        "submitted_by": head.submitted_by,
     }
     conn.execute(insert(dead_letters), [letter])
     dead_letter_counts.add(conn, letter)
@@ -176,10 +182,18 @@ def list_dead_letters(
     unresolved: bool = False,
     limit: int = 100,
     with_snapshot: bool = False,
+    tenant: str | None = None,
+    submitted_by: str | None = None,
 ) -> list[DeadLetter]:
-    """Newest first."""
+    """Newest first; only `tenant`'s, and `submitted_by`'s, if given."""
     query = _filtered(
-        select(dead_letters), code=code, kind=kind, since=since, unresolved=unresolved
+        select(dead_letters),
+        code=code,
+        kind=kind,
+        since=since,
+        unresolved=unresolved,
+        tenant=tenant,
+        submitted_by=submitted_by,
     )
     query = query.order_by(dead_letters.c.at.desc(), dead_letters.c.id.desc()).limit(limit)
     with engine.connect() as conn:
@@ -196,15 +210,18 @@ def get_dead_letter(engine: Engine, key: int | str) -> DeadLetter:
     return _row(row, True)
 
 
-def stats(engine: Engine, *, by: str, since: datetime | None = None) -> list[dict[str, Any]]:
+def stats(
+    engine: Engine, *, by: str, since: datetime | None = None, tenant: str | None = None
+) -> list[dict[str, Any]]:
     """Counts of dead letters grouped by one of GROUPS, largest first (then by value, None
-    last), each with the time of the value's newest dead letter. Summed from the daily
-    counts (`dead_letter_counts`), so it costs days and values, not dead letters."""
+    last), each with the time of the value's newest dead letter; only `tenant`'s if given.
+    Summed from the daily counts (`dead_letter_counts`), so it costs days and values, not
+    dead letters."""
     if by not in GROUPS:
         raise ValueError(f"cannot group dead letters by {by!r}; choose one of {', '.join(GROUPS)}")
     with engine.connect() as conn:
-        counted = dead_letter_counts.totals(conn, by, since)
-        latest = dead_letter_counts.latest(conn, by, counted)
+        counted = dead_letter_counts.totals(conn, by, since, tenant=tenant)
+        latest = dead_letter_counts.latest(conn, by, counted, tenant=tenant)
     found = [{"value": v, "count": n, "latest": latest[v]} for v, n in counted.items()]
     return sorted(found, key=lambda g: (-g["count"], g["value"] is None, g["value"] or ""))
 
@@ -214,6 +231,7 @@ def stats(engine: Engine, *, by: str, since: datetime | None = None) -> list[dic
 EXPORT_COLUMNS: tuple[tuple[str, str], ...] = (
     ("id", "int"),
     ("session_id", "str"),
+    ("tenant", "str"),
     ("code", "str"),  # the cause: BUDGET_STEPS, LOOP, MODEL_ERROR...
     ("message", "str"),
     ("error_signature", "str"),
@@ -244,13 +262,24 @@ def export_rows(
     since: datetime | None = None,
     unresolved: bool = False,
     with_snapshot: bool = False,
+    tenant: str | None = None,
+    submitted_by: str | None = None,
 ) -> Iterator[dict[str, Any]]:
     """One flat row per dead letter (EXPORT_COLUMNS, and `snapshot` if asked), oldest first,
-    read in batches of EXPORT_BATCH so an export holds one batch in memory, not all."""
+    read in batches of EXPORT_BATCH so an export holds one batch in memory, not all; only
+    `tenant`'s, and `submitted_by`'s, if given."""
     after = 0
     while True:
         query = select(dead_letters).where(dead_letters.c.id > after)
-        query = _filtered(query, code=code, kind=kind, since=since, unresolved=unresolved)
+        query = _filtered(
+            query,
+            code=code,
+            kind=kind,
+            since=since,
+            unresolved=unresolved,
+            tenant=tenant,
+            submitted_by=submitted_by,
+        )
         with engine.connect() as conn:
             batch = list(
                 conn.execute(query.order_by(dead_letters.c.id).limit(EXPORT_BATCH)).mappings()
@@ -273,6 +302,7 @@ def export_row(row: Any, *, with_snapshot: bool = False) -> dict[str, Any]:
     out = {
         "id": row["id"],
         "session_id": row["session_id"],
+        "tenant": row["tenant"],
         "code": row["code"],
         "message": row["message"],
         "error_signature": row["error_signature"],
@@ -302,11 +332,16 @@ MAX_BUCKETS = 366
 
 
 def timeline(
-    engine: Engine, *, bucket: str = "day", since: datetime, now: datetime
+    engine: Engine,
+    *,
+    bucket: str = "day",
+    since: datetime,
+    now: datetime,
+    tenant: str | None = None,
 ) -> dict[str, Any]:
     """Dead letters per `bucket` (day or hour, UTC) and code since `since`: the buckets from
     the one holding `since` to the one holding `now`, none skipped, and per code a count
-    for each bucket; codes with the most dead letters first."""
+    for each bucket; codes with the most dead letters first. Only `tenant`'s if given."""
     if bucket not in BUCKETS:
         raise InvalidInput(f"bucket {bucket!r} is not one of {', '.join(BUCKETS)}")
     step = BUCKETS[bucket]
@@ -329,6 +364,8 @@ def timeline(
         .where(at >= first)
         .group_by(key, dead_letters.c.code)
     )
+    if tenant is not None:
+        query = query.where(dead_letters.c.tenant == tenant)
     buckets = [first + i * step for i in range(count)]
     index = {b: i for i, b in enumerate(buckets)}
     counts: dict[str, list[int]] = {}
@@ -364,8 +401,19 @@ def _bucket_start(value: Any) -> datetime:
 
 
 def _filtered(
-    query: Any, *, code: str | None, kind: str | None, since: datetime | None, unresolved: bool
+    query: Any,
+    *,
+    code: str | None,
+    kind: str | None,
+    since: datetime | None,
+    unresolved: bool,
+    tenant: str | None = None,
+    submitted_by: str | None = None,
 ) -> Any:
+    if tenant is not None:
+        query = query.where(dead_letters.c.tenant == tenant)
+    if submitted_by is not None:
+        query = query.where(dead_letters.c.submitted_by == submitted_by)
     if code:
         query = query.where(dead_letters.c.code == code)
     if kind:

@@ -71,10 +71,12 @@ class Retention:
         kind: str | None = None,
         limit: int = 50,
         offset: int = 0,
+        tenant: str | None = None,
     ) -> list[archived.Entry]:
-        """Archived sessions, the latest archived first, from the index (`ls --archived`)."""
+        """Archived sessions, the latest archived first, from the index (`ls --archived`);
+        only `tenant`'s if given."""
         return archived.list_archived(
-            self.engine, status=status, kind=kind, limit=limit, offset=offset
+            self.engine, status=status, kind=kind, limit=limit, offset=offset, tenant=tenant
         )
 
     def forks(self, parent_id: str) -> list[dict[str, Any]]:

@@ -74,10 +74,11 @@ class Sessions(Protocol):
         outcome: str | None = None,
         submitted_by: str | None = None,
         parent_id: str | None = None,
+        tenant: str | None = None,
         limit: int = 50,
         offset: int = 0,
     ) -> list[Head]:
-        """Newest first."""
+        """Newest first; only `tenant`'s if given."""
         ...
 
     def events_after(
@@ -221,8 +222,10 @@ class DeadLetterQueue(Protocol):
         unresolved: bool = False,
         limit: int = 100,
         with_snapshot: bool = False,
+        tenant: str | None = None,
+        submitted_by: str | None = None,
     ) -> list[DeadLetter]:
-        """Newest first."""
+        """Newest first; only `tenant`'s, and `submitted_by`'s, if given."""
         ...
 
     def dead_letter(self, key: int | str) -> DeadLetter:
@@ -235,8 +238,11 @@ class DeadLetterQueue(Protocol):
         """Resolve or dismiss a dead letter without forking it; refused if already closed."""
         ...
 
-    def dead_letter_stats(self, *, by: str, since: datetime | None = None) -> list[dict[str, Any]]:
-        """Counts of dead letters grouped by one of `dead_letters.GROUPS`, largest first."""
+    def dead_letter_stats(
+        self, *, by: str, since: datetime | None = None, tenant: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Counts of dead letters grouped by one of `dead_letters.GROUPS`, largest first;
+        only `tenant`'s if given."""
         ...
 
     def recount_dead_letters(self) -> int:
@@ -252,14 +258,18 @@ class DeadLetterQueue(Protocol):
         since: datetime | None = None,
         unresolved: bool = False,
         with_snapshot: bool = False,
+        tenant: str | None = None,
+        submitted_by: str | None = None,
     ) -> Iterator[dict[str, Any]]:
-        """The export's flat rows (`dead_letters.EXPORT_COLUMNS`), oldest first, in batches."""
+        """The export's flat rows (`dead_letters.EXPORT_COLUMNS`), oldest first, in batches;
+        only `tenant`'s, and `submitted_by`'s, if given."""
         ...
 
     def dead_letter_timeline(
-        self, *, bucket: str = "day", since: datetime, now: datetime
+        self, *, bucket: str = "day", since: datetime, now: datetime, tenant: str | None = None
     ) -> dict[str, Any]:
-        """Dead letters per day or hour and code, since `since`, no bucket skipped."""
+        """Dead letters per day or hour and code, since `since`, no bucket skipped; only
+        `tenant`'s if given."""
         ...
 
 

@@ -124,6 +124,7 @@ def finished_queries(policy: Policy, now: datetime) -> list[Select[Any]]:
         sessions.c.fork_step,
         sessions.c.created_at,
         sessions.c.updated_at,
+        sessions.c.tenant,
     )
     found: list[Select[Any]] = []
     for status, age in (
@@ -222,6 +223,7 @@ def claim(
                         "fork_step": r.fork_step,
                         "created_at": r.created_at,
                         "finished_at": r.updated_at,
+                        "tenant": r.tenant,
                     }
                     for r in group
                 ],

@@ -102,6 +102,9 @@ sessions = Table(
     # the runtime level a worker needs (tickwork.fsm.values.RUNTIME_LEVEL); the claim compares it
     # (0015_versions): rows of 0.1.0, which recorded none, need level 1
     Column("runtime_level", Integer, nullable=False, server_default=text("1")),
+    #: the tenant it belongs to (tickwork.fsm.tenants); rows stored before it are the
+    #: default tenant's (0017_tenants)
+    Column("tenant", String(64), nullable=False, server_default=text("'default'")),
     # admission (0018_admission): order within the tenant, and at most max_per_key sessions
     # of the tenant's concurrency key in flight (tickwork.fsm.admission)
     Column("priority", Integer, nullable=False, server_default=text("0")),
@@ -113,6 +116,8 @@ sessions = Table(
     Index(None, "created_at"),
     Index(None, "parent_id"),
     Index(None, "outcome", "created_at"),
+    # a tenant's listings, and its quotas' counts (0017_tenants)
+    Index(None, "tenant", "created_at"),
     # retention's scan: the finished sessions of a status, oldest first (0008_lifecycle)
     Index(
         "ix_tickwork_sessions_finished",
@@ -131,6 +136,7 @@ sessions = Table(
     # admission's scan: a tenant's queued sessions, highest priority then oldest first
     Index(
         "ix_tickwork_sessions_queued",
+        "tenant",
         "priority",
         "created_at",
         postgresql_where=text("status = 'queued'"),
@@ -139,6 +145,7 @@ sessions = Table(
     # admission's count of a concurrency key's sessions
     Index(
         "ix_tickwork_sessions_concurrency_key",
+        "tenant",
         "concurrency_key",
         "status",
         postgresql_where=text("concurrency_key IS NOT NULL"),
@@ -290,6 +297,10 @@ dead_letters = Table(
     Column("snapshot", Json, nullable=False),
     Column("resolved_at", UTCDateTime),
     Column("resolution", Json),
+    #: the failed session's tenant, so a tenant's dead letters are read without a join
+    Column("tenant", String(64), nullable=False, server_default=text("'default'")),
+    #: and who submitted it, for the tokens that see only their own sessions (own_only)
+    Column("submitted_by", String(200), nullable=False, server_default=text("''")),
     Index(None, "code", "at"),
     # `dlq stats` groups by each of these: counted from the index, not the snapshots' rows
     Index(None, "kind", "at"),
@@ -297,6 +308,7 @@ dead_letters = Table(
     Index(None, "last_tool", "at"),
     Index(None, "error_signature", "at"),
     Index(None, "at"),
+    Index(None, "tenant", "at"),
     Index(
         "ix_tickwork_dead_letters_unresolved",
         "at",
@@ -317,7 +329,9 @@ dead_letters = Table(
 dead_letter_counts = Table(
     "tickwork_dead_letter_counts",
     metadata,
-    # grouping first: stats read one grouping's rows, from a day on if asked
+    # tenant and grouping first: stats read one tenant's (or, summed, every tenant's) rows
+    # of one grouping, from a day on if asked (the tenant: 0017_tenants)
+    Column("tenant", String(64), primary_key=True),
     Column("grouping", String(32), primary_key=True),
     Column("day", Date, primary_key=True),
     # a NULL value (no last tool) is '' with is_null: a tool may be named '' too
@@ -330,6 +344,7 @@ dead_letter_counts = Table(
 dead_letter_totals = Table(
     "tickwork_dead_letter_totals",
     metadata,
+    Column("tenant", String(64), primary_key=True),
     Column("grouping", String(32), primary_key=True),
     Column("is_null", Boolean, primary_key=True),
     Column("value", String(300), primary_key=True),
@@ -404,6 +419,8 @@ archived = Table(
     Column("created_at", UTCDateTime, nullable=False),
     #: when the session finished (its last update), which names its archive day
     Column("finished_at", UTCDateTime, nullable=False),
+    #: its tenant, so an archived session is shown only to its own (0017_tenants)
+    Column("tenant", String(64), nullable=False, server_default=text("'default'")),
     Index(None, "location"),
     Index(None, "parent_id"),
     # workers drop their working copies of the sessions archived since they last looked

@@ -61,8 +61,10 @@ class Services:
         unresolved: bool = False,
         limit: int = 100,
         with_snapshot: bool = False,
+        tenant: str | None = None,
+        submitted_by: str | None = None,
     ) -> list[DeadLetter]:
-        """Newest first."""
+        """Newest first; only `tenant`'s, and `submitted_by`'s, if given."""
         return dead_letters.list_dead_letters(
             self.engine,
             code=code,
@@ -71,6 +73,8 @@ class Services:
             unresolved=unresolved,
             limit=limit,
             with_snapshot=with_snapshot,
+            tenant=tenant,
+            submitted_by=submitted_by,
         )
 
     def dead_letter(self, key: int | str) -> DeadLetter:
@@ -83,9 +87,12 @@ class Services:
         """Resolve or dismiss a dead letter without forking it; refused if already closed."""
         return dead_letters.close(self.engine, key, state=state, by=by, reason=reason, now=now)
 
-    def dead_letter_stats(self, *, by: str, since: datetime | None = None) -> list[dict[str, Any]]:
-        """Counts of dead letters grouped by one of `dead_letters.GROUPS`, largest first."""
-        return dead_letters.stats(self.engine, by=by, since=since)
+    def dead_letter_stats(
+        self, *, by: str, since: datetime | None = None, tenant: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Counts of dead letters grouped by one of `dead_letters.GROUPS`, largest first;
+        only `tenant`'s if given."""
+        return dead_letters.stats(self.engine, by=by, since=since, tenant=tenant)
 
     def recount_dead_letters(self) -> int:
         """Count the dead letters afresh for their stats (after dead letters were written by
@@ -101,8 +108,11 @@ class Services:
         since: datetime | None = None,
         unresolved: bool = False,
         with_snapshot: bool = False,
+        tenant: str | None = None,
+        submitted_by: str | None = None,
     ) -> Iterator[dict[str, Any]]:
-        """The export's flat rows (`dead_letters.EXPORT_COLUMNS`), oldest first, in batches."""
+        """The export's flat rows (`dead_letters.EXPORT_COLUMNS`), oldest first, in batches;
+        only `tenant`'s, and `submitted_by`'s, if given."""
         return dead_letters.export_rows(
             self.engine,
             code=code,
@@ -110,13 +120,17 @@ class Services:
             since=since,
             unresolved=unresolved,
             with_snapshot=with_snapshot,
+            tenant=tenant,
+            submitted_by=submitted_by,
         )
 
     def dead_letter_timeline(
-        self, *, bucket: str = "day", since: datetime, now: datetime
+        self, *, bucket: str = "day", since: datetime, now: datetime, tenant: str | None = None
     ) -> dict[str, Any]:
         """Dead letters per day or hour and code (`dead_letters.timeline`)."""
-        return dead_letters.timeline(self.engine, bucket=bucket, since=since, now=now)
+        return dead_letters.timeline(
+            self.engine, bucket=bucket, since=since, now=now, tenant=tenant
+        )
 
     @property
     def retention(self) -> Retention:

@@ -33,7 +33,7 @@ class Reads(Deployment):
 
     def sessions(self, **filters: Any) -> list[Head]:
         """Sessions newest first, filtered by status, kind, error_code, outcome, submitted_by,
-        parent_id; paged by limit, offset."""
+        parent_id, tenant; paged by limit, offset."""
         return self.store.list_sessions(**filters)
 
     def wait(self, session_id: str, *, timeout: float = 60.0, poll: float = 0.05) -> Head:
@@ -101,6 +101,6 @@ class Reads(Deployment):
         return self.store.dead_letter(key)
 
     def dead_letter_stats(
-        self, *, by: str = "code", since: datetime | None = None
+        self, *, by: str = "code", since: datetime | None = None, tenant: str | None = None
     ) -> list[dict[str, Any]]:
-        return self.store.dead_letter_stats(by=by, since=since)
+        return self.store.dead_letter_stats(by=by, since=since, tenant=tenant)

@@ -14,7 +14,7 @@ from typing import Any
 
 from celery import Celery
 
-from tickwork.fsm.admission import check_concurrency, check_priority
+from tickwork.fsm.admission import Admission, check_concurrency, check_priority
 from tickwork.fsm.context import Policy, check_window
 from tickwork.fsm.errors import (
     CallNotFound,
@@ -26,6 +26,7 @@ from tickwork.fsm.errors import (
 )
 from tickwork.fsm.forks import ForkPatch
 from tickwork.fsm.kinds import SessionKind, kind_of
+from tickwork.fsm.tenants import DEFAULT_TENANT, check_tenant
 from tickwork.fsm.values import Budgets, Decision, DecisionKind, Head, Session
 from tickwork.store import Store
 from tickwork.store import dead_letters as dl
@@ -33,10 +34,12 @@ from tickwork.store.archived import saved_of
 from tickwork.store.files import Saved
 from tickwork.worker.config.secrets import mask_decision, masker_for
 from tickwork.worker.config.settings import Settings
+from tickwork.worker.config.tenants import Tenants, TenantSettings
 from tickwork.worker.jobs import Submission
 from tickwork.worker.jobs.graphs import GraphKind
 from tickwork.worker.models import Providers, check_spec, pricing
 from tickwork.worker.models.pricing import Price, PriceLike, as_price, session_price
+from tickwork.worker.tick.admission import policy
 from tickwork.worker.tick.app import TICK, make_app
 from tickwork.worker.tick.runtime import utc_now
 
@@ -63,6 +66,16 @@ class Writes(Deployment):
     ) -> None:
         super().__init__(settings, store=store, clock=clock)
         self._app = app
+
+    @functools.cached_property
+    def tenants(self) -> Tenants:
+        """The tenants' quotas (TICKWORK_TENANTS_FILE), read again when the file changes."""
+        return Tenants.of(self.settings.section(TenantSettings))
+
+    @property
+    def admission(self) -> Admission:
+        """Admission's view of the tenants file: in-flight limits and weights."""
+        return policy(self.tenants.table())
 
     @property
     def app(self) -> Celery:
@@ -96,12 +109,13 @@ class Writes(Deployment):
         submitted_by: str | None = None,
         own_config: Mapping[str, Any] | None = None,
         context_window: int | None = None,
+        tenant: str = DEFAULT_TENANT,
         priority: int = 0,
         concurrency_key: str | None = None,
         max_per_key: int | None = None,
     ) -> Head:
-        """Store a new session of job kind `kind` and enqueue its first tick, or store it
-        `queued` when its tenant is at its in-flight limit or its concurrency key at
+        """Store a new session of job kind `kind` in `tenant` and enqueue its first tick, or
+        store it `queued` when its tenant is at its in-flight limit or its concurrency key at
         `max_per_key` (a key alone: one at a time); the relay admits it later, by
         `priority` (higher first, -1000 to 1000) then age (docs/DESIGN.md section 15).
 
@@ -117,6 +131,7 @@ class Writes(Deployment):
         observations are masked, then the transcript compacted, to keep the prompt under it).
         """
         by = _login() if submitted_by is None else submitted_by.strip()
+        check_tenant(tenant)
         check_priority(priority)
         key, per_key = check_concurrency(concurrency_key, max_per_key)
         storable(by, name="the submitter's name")
@@ -160,6 +175,7 @@ class Writes(Deployment):
             budgets=limits,
             config={"system_prompt": job.system_prompt, **config},
             submitted_by=by,
+            tenant=tenant,
             priority=priority,
             concurrency_key=key,
             max_per_key=per_key,
@@ -277,7 +293,18 @@ class Writes(Deployment):
         )
 
     def cancel(self, session_id: str, *, by: str = "") -> Head:
-        return self.store.request_cancel(session_id, now=self.clock(), by=by)
+        head = self.store.request_cancel(session_id, now=self.clock(), by=by)
+        if head.status.terminal:  # cancelled at once: its slot may let a queued one in
+            self.admit(tenants=[head.tenant])
+        return head
+
+    def admit(self, *, tenants: list[str] | None = None) -> list[str]:
+        """Admit the queued sessions that may start now (of `tenants` only, if given), as
+        a relay pass does, and publish their ticks; their ids."""
+        admitted = self.store.admit(self.admission, now=self.clock(), tenants=tenants)
+        for tick in admitted:
+            self.publish(tick.session_id, tick.version)
+        return [t.session_id for t in admitted]
 
     def fork(
         self,

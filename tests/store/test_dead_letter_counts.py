@@ -179,7 +179,7 @@ def test_the_upgrade_counts_the_dead_letters_already_there(fresh_url: str) -> No
         engine.dispose()
         downgrade(fresh_url, "0008_lifecycle")
 
-        upgrade(fresh_url, "0009_dlqrollup")
+        upgrade(fresh_url)  # 0009's backfill, then 0017_tenants' recount per tenant
 
         with engine.connect() as conn:
             assert sorted(conn.execute(select(dead_letter_counts)).all()) == kept

@@ -134,6 +134,7 @@ def test_install_registers_metrics_and_what_the_settings_turn_on(
     ticks: Ticks, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from tickwork.worker.observers.metrics import TickMetrics
+    from tickwork.worker.tick.admission import Admitter
     from tickwork.worker.tick.dispatcher import Dispatcher
     from tickwork.worker.tick.wiring import install
 
@@ -141,15 +142,15 @@ def test_install_registers_metrics_and_what_the_settings_turn_on(
         monkeypatch.delenv(name, raising=False)
     bare = ticks.runtime()
     install(bare)
-    assert len(bare.observers) == 1 and bare.background == []
+    assert len(bare.observers) == 2 and bare.background == []
     monkeypatch.setenv("TICKWORK_WEBHOOK_URL", "http://127.0.0.1:9/hook")
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
     full = ticks.runtime()
     install(full)
     kinds = [type(h).__name__ for h in full.observers._hooks]
     try:
-        assert kinds[:2] == [TickMetrics.__name__, Dispatcher.__name__]
-        assert kinds[2:] == (["SessionTracer"] if available() else [])
+        assert kinds[:3] == [TickMetrics.__name__, Admitter.__name__, Dispatcher.__name__]
+        assert kinds[3:] == (["SessionTracer"] if available() else [])
     finally:
         for background in full.background:
             background.stop()

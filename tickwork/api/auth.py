@@ -19,6 +19,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from tickwork.fsm.errors import ConfigurationError
+from tickwork.fsm.tenants import DEFAULT_TENANT
 
 from .errors import ApiError, answer
 from .limits import refuse_unread
@@ -35,6 +36,26 @@ _bearer = HTTPBearer(auto_error=False, description="A token from TICKWORK_API_TO
 class Principal:
     name: str
     roles: frozenset[Role]
+    #: the tenant the token belongs to: the sessions it sees and submits into
+    tenant: str = DEFAULT_TENANT
+    #: sees only the sessions it submitted (404 for the rest of its tenant's)
+    own_only: bool = False
+
+    @property
+    def admin(self) -> bool:
+        """Spans tenants: sees and acts on every tenant's sessions."""
+        return Role.ADMIN in self.roles
+
+    def sees(self, tenant: str, submitted_by: str) -> bool:
+        """Whether a session of `tenant` submitted by `submitted_by` is this caller's to see."""
+        if self.admin:
+            return True
+        return tenant == self.tenant and (not self.own_only or submitted_by == self.name)
+
+    @property
+    def scope(self) -> str | None:
+        """The tenant its listings are limited to; None for an admin (every tenant)."""
+        return None if self.admin else self.tenant
 
 
 def digest(token: str) -> str:
@@ -58,7 +79,9 @@ def index(specs: Mapping[str, TokenSpec]) -> dict[str, Principal]:
                     "random one (python -c 'import secrets; print(secrets.token_urlsafe())')"
                 )
             hexdigest = digest(key)
-        by_digest[hexdigest] = Principal(spec.name, frozenset(spec.roles))
+        by_digest[hexdigest] = Principal(
+            spec.name, frozenset(spec.roles), tenant=spec.tenant, own_only=spec.own_only
+        )
     return by_digest
 
 
@@ -173,7 +196,7 @@ def require(*roles: Role) -> Callable[[Principal], Principal]:
     """A dependency: the caller, if they hold one of `roles`; else 403."""
 
     def allowed(who: Annotated[Principal, Depends(principal)]) -> Principal:
-        if not who.roles.intersection(roles):
+        if not who.admin and not who.roles.intersection(roles):
             held = ", ".join(sorted(who.roles)) or "no role"
             needed = " or ".join(roles)
             raise ApiError(

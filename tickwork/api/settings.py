@@ -1,8 +1,10 @@
 """Settings of `tickwork serve`, from `TICKWORK_*` environment variables.
 
-Tokens are given per person with their roles, inline or in a file (the same JSON shape):
+Tokens are given per person with their roles and tenant, inline or in a file (the same
+JSON shape):
 
-    TICKWORK_API_TOKENS='{"s3cret-alice": {"name": "alice", "roles": ["approver"]}}'
+    TICKWORK_API_TOKENS='{"s3cret-alice": {"name": "alice", "roles": ["approver"],
+                          "tenant": "team-a", "own_only": false}}'
     TICKWORK_API_TOKENS_FILE=/etc/tickwork/tokens.json
 
 A key may also be `sha256:<hex digest of the token>`, so the file need not hold the token.
@@ -20,12 +22,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from tickwork.fsm.errors import ConfigurationError
+from tickwork.fsm.tenants import DEFAULT_TENANT, TENANT_PATTERN
 
 
 class Role(StrEnum):
     SUBMITTER = "submitter"  #: submits sessions
     APPROVER = "approver"  #: decides on calls waiting for a person, cancels sessions
     OPERATOR = "operator"  #: cancels and forks sessions, analyses and forks dead letters
+    #: holds every role in every tenant: reads and acts across tenants, submits into any
+    ADMIN = "admin"
 
 
 class TokenSpec(BaseModel):
@@ -35,6 +40,10 @@ class TokenSpec(BaseModel):
 
     name: str = Field(min_length=1, max_length=200)
     roles: tuple[Role, ...] = ()
+    #: the tenant whose sessions the token sees and submits into
+    tenant: str = Field(default=DEFAULT_TENANT, pattern=TENANT_PATTERN)
+    #: sees only the sessions it submitted (and their forks it made), not its whole tenant's
+    own_only: bool = False
 
     @field_validator("name")
     @classmethod

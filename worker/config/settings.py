@@ -13,6 +13,7 @@ from tickwork.fsm.errors import ConfigurationError
 from tickwork.fsm.values import Budgets
 from tickwork.worker.config.allowlist import parse
 from tickwork.worker.config.secrets import SECRET_NAMES, mask
+from tickwork.worker.config.tenants import TenantSettings
 
 #: broker URL schemes of the transports tickwork installs: Redis, RabbitMQ, the embedded one
 BROKER_SCHEMES = ("redis", "rediss", "sentinel", "amqp", "amqps", "pyamqp", "filesystem", "memory")
@@ -389,7 +390,12 @@ class Settings(BaseSettings):
 
 
 #: the sections `tickwork config` shows and a worker checks at start, after the flat settings
-SECTIONS: tuple[type[BaseSettings], ...] = (MetricsSettings, WebhookSettings, EnvironmentSettings)
+SECTIONS: tuple[type[BaseSettings], ...] = (
+    MetricsSettings,
+    WebhookSettings,
+    EnvironmentSettings,
+    TenantSettings,
+)
 
 
 def _hidden(name: str, value: Any, patterns: list[str]) -> Any:

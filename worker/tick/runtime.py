@@ -23,6 +23,7 @@ from tickwork.worker.config.process import Loop
 from tickwork.worker.config.process import owner_name as owner_name  # advance reads it here
 from tickwork.worker.config.secrets import Masker, masker_for
 from tickwork.worker.config.settings import Settings
+from tickwork.worker.config.tenants import Tenants, TenantSettings
 from tickwork.worker.files.workspaces import Workspaces
 from tickwork.worker.jobs import Jobs
 from tickwork.worker.models import Model, Poster, Providers, make_model, pooled_client
@@ -265,6 +266,11 @@ class Runtime:
     def providers(self) -> Providers:
         """The model providers: the shipped ones, the entry points', TICKWORK_IMPORTS'."""
         return Providers(self.settings.imports)
+
+    @functools.cached_property
+    def tenants(self) -> Tenants:
+        """The tenants' quotas (TICKWORK_TENANTS_FILE), read again when the file changes."""
+        return Tenants.of(self.settings.section(TenantSettings))
 
     @functools.cached_property
     def masker(self) -> Masker:

@@ -7,7 +7,7 @@ none). Two partial indexes: the queued sessions in admission order, and the sess
 have a concurrency key, for the count of each key's sessions in flight. Nothing to backfill.
 
 Revision ID: 0018_admission
-Revises: 0016_cards
+Revises: 0017_tenants
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0018_admission"
-down_revision = "0016_cards"
+down_revision = "0017_tenants"
 branch_labels = None
 depends_on = None
 
@@ -34,14 +34,14 @@ def upgrade() -> None:
     op.create_index(
         "ix_tickwork_sessions_queued",
         "tickwork_sessions",
-        ["priority", "created_at"],
+        ["tenant", "priority", "created_at"],
         postgresql_where=sa.text(QUEUED),
         sqlite_where=sa.text(QUEUED),
     )
     op.create_index(
         "ix_tickwork_sessions_concurrency_key",
         "tickwork_sessions",
-        ["concurrency_key", "status"],
+        ["tenant", "concurrency_key", "status"],
         postgresql_where=sa.text(KEYED),
         sqlite_where=sa.text(KEYED),
     )
