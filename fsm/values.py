@@ -13,7 +13,7 @@ from tickwork.fsm.tenants import DEFAULT_TENANT, TENANT_PATTERN
 #: Version of the snapshot format stored in dead letters; see `tickwork.fsm.snapshots`.
 #: 2: the head carries `submitted_by`; calls carry `provider_call_id` and `approval_reason`
 #: 3: the head carries `runtime_level`
-#: 4: the head carries `tenant`
+#: 4: the head carries `tenant`, `priority`, `concurrency_key` and `max_per_key`
 SNAPSHOT_SCHEMA_VERSION = 4
 
 #: The runtime level this code writes and runs (docs/DESIGN.md section 12): bumped,
