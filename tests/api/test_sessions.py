@@ -46,6 +46,17 @@ def test_submit_answers_201_with_the_head(stack: Stack) -> None:
     )
     assert answer.status_code == 201, answer.text
     assert answer.json()["id"] == session_id and answer.json()["status"] == "ready"
+    keyed = {"kind": TEST_KIND, "model": stack.deployment.script(ECHO), "priority": 3}
+    keyed |= {"concurrency_key": f"repo-{session_id}"}
+    first = stack.http("sam").post("/api/v1/sessions", json=keyed)
+    second = stack.http("sam").post("/api/v1/sessions", json=keyed)
+    assert first.status_code == second.status_code == 201, second.text
+    assert (first.json()["priority"], first.json()["max_per_key"]) == (3, 1)
+    # one of a key at a time: the second waits, queued, unless the first already finished
+    assert (
+        second.json()["status"] == "queued"
+        or stack.deployment.client.get(first.json()["id"]).status.terminal
+    )
     again = stack.http("sam").post(
         "/api/v1/sessions",
         json={"kind": TEST_KIND, "model": stack.deployment.script(ECHO), "id": session_id},
@@ -73,6 +84,13 @@ def test_bad_submissions_are_422_and_say_what_was_wrong(stack: Stack) -> None:
         ({"kind": TEST_KIND, "model": "openai:my-local", "price": [-1, 2]}, "body.price.0"),
         ({"kind": TEST_KIND, "model": script, "context_window": 10}, "body.context_window"),
         ({"kind": TEST_KIND, "model": script, "context_window": "big"}, "body.context_window"),
+        ({"kind": TEST_KIND, "model": script, "priority": 1001}, "body.priority"),
+        ({"kind": TEST_KIND, "model": script, "max_per_key": 2}, "needs a concurrency key"),
+        ({"kind": TEST_KIND, "model": script, "concurrency_key": "a b"}, "concurrency key 'a b'"),
+        (
+            {"kind": TEST_KIND, "model": script, "concurrency_key": "k", "max_per_key": 0},
+            "body.max_per_key",
+        ),
     ]
     for body, fragment in cases:
         answer = stack.http("sam").post("/api/v1/sessions", json=body)

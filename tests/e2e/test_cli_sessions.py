@@ -150,6 +150,15 @@ def test_errors_are_one_line_with_an_exit_code(deployment: Deployment, cli: Cli)
             "--context-window",
         ),
         ("submit", "no_such_module:KIND", "--model", script): (2, "no_such_module"),
+        ("submit", TEST_KIND, "--model", script, "--priority", "5000"): (2, "priority 5000"),
+        ("submit", TEST_KIND, "--model", script, "--max-per-key", "2"): (
+            2,
+            "--concurrency-key KEY",
+        ),
+        ("submit", TEST_KIND, "--model", script, "--concurrency-key", "a b"): (
+            2,
+            "concurrency key 'a b' is not valid",
+        ),
         ("submit", TEST_KIND, "--model", script, "--input", "{}", "--id", "a b"): (2, "'a b'"),
         ("dlq", "show", "12345"): (1, "no dead letter", "tickwork dlq ls"),
         ("dlq", "ls", "--since", "yesterday"): (2, "--since 'yesterday'"),
