@@ -19,7 +19,8 @@ The checks use nothing but the `Store` port (`tickwork.store.port`): create, loa
 claim (the compare-and-swap that runs a tick once), leases, renew, start a call, save
 (compare-and-swap plus append); decide and cancel; the outbox as the relay reads it; dead
 letters. Each group is a class of its own, one module per sub-port (`SessionContract`,
-`TickContract`, `DecisionContract`, `OutboxContract`, `DeadLetterContract`), for a store
+`TickContract`, `DecisionContract`, `OutboxContract`, `AdmissionContract`,
+`DeadLetterContract`), for a store
 that implements only some. tickwork's own stores run this same kit
 (tests/store/test_contract.py), on SQLite and Postgres. The helpers in
 `tickwork.testing.store_ticks` (`think`, `execute`, `run_step`, ...) drive ticks as a worker
@@ -28,6 +29,7 @@ does, without its I/O; use them in checks of your own.
 
 from __future__ import annotations
 
+from tickwork.testing.store_contract.admission import AdmissionContract
 from tickwork.testing.store_contract.dead_letters import DeadLetterContract
 from tickwork.testing.store_contract.decisions import DecisionContract
 from tickwork.testing.store_contract.relay import OutboxContract
@@ -35,6 +37,7 @@ from tickwork.testing.store_contract.sessions import SessionContract
 from tickwork.testing.store_contract.ticks import TickContract
 
 __all__ = [
+    "AdmissionContract",
     "DeadLetterContract",
     "DecisionContract",
     "OutboxContract",
@@ -45,6 +48,11 @@ __all__ = [
 
 
 class StoreContract(
-    SessionContract, TickContract, DecisionContract, OutboxContract, DeadLetterContract
+    SessionContract,
+    TickContract,
+    DecisionContract,
+    OutboxContract,
+    AdmissionContract,
+    DeadLetterContract,
 ):
     """Every check of the kit: subclass it (as `Test...`) with a `store` fixture."""

@@ -1,0 +1,58 @@
+"""Admission (the `create` limit and `Relay.admit`): a session past its tenant's in-flight
+limit waits queued with no tick, and is admitted once a slot frees."""
+
+from __future__ import annotations
+
+from tickwork.fsm.admission import Admission, TenantLimit
+from tickwork.fsm.values import Head, Session, Status
+from tickwork.store.port import Store
+from tickwork.store.relay import Due
+from tickwork.testing.store_contract.base import Contract
+from tickwork.testing.store_ticks import Clock, new_session
+
+ONE = TenantLimit(max_in_flight=1)
+
+
+def _submit(store: Store, clock: Clock, name: str, **fields: object) -> Head:
+    head = new_session(name, now=clock.advance(1)).head.model_copy(update=fields)
+    return store.create(Session(head=head), now=clock(), limit=ONE)
+
+
+class AdmissionContract(Contract):
+    """Admission in the store (DESIGN section 15): queued at the limit, no tick offered,
+    admitted (queued -> ready at version + 1, its tick offered) once a slot frees."""
+
+    def test_past_the_limit_a_session_is_queued_and_offers_no_tick(
+        self, store: Store, clock: Clock
+    ) -> None:
+        running = _submit(store, clock, "running")
+        waiting = _submit(store, clock, "waiting")
+
+        assert (running.status, waiting.status) == (Status.READY, Status.QUEUED)
+        due = store.due_ticks(now=clock.advance(3600), older_than_s=60)
+        assert [d.session_id for d in due] == ["running"]
+        assert store.admit(Admission(default=ONE), now=clock()) == []
+
+    def test_a_queued_session_is_admitted_once_a_slot_frees(
+        self, store: Store, clock: Clock
+    ) -> None:
+        running = _submit(store, clock, "running")
+        _submit(store, clock, "waiting")
+        store.request_cancel(running.id, now=clock())  # a ready session: at its next tick
+        assert store.admit(Admission(default=ONE), now=clock()) == []
+        # another tenant's limit is its own
+        assert _submit(store, clock, "other", tenant="other").status is Status.READY
+
+        assert store.admit(Admission(default=TenantLimit(max_in_flight=2)), now=clock()) == [
+            Due("waiting", 1)
+        ]
+        head = store.get("waiting")
+        assert (head.status, head.version) == (Status.READY, 1)
+        assert Due("waiting", 1) in store.due_ticks(now=clock.advance(120), older_than_s=60)
+
+    def test_a_queued_session_is_cancelled_at_once(self, store: Store, clock: Clock) -> None:
+        _submit(store, clock, "running")
+        _submit(store, clock, "waiting")
+
+        assert store.request_cancel("waiting", now=clock()).status is Status.CANCELLED
+        assert store.admit(Admission(default=TenantLimit(max_in_flight=5)), now=clock()) == []
