@@ -69,7 +69,7 @@ def placed(conn: Connection, head: Head, limit: TenantLimit) -> Head:
     """The new session's head as it is to be stored: as given if it may start at once,
     else `queued`. Takes the tenant's lock, so the count and the insert that follows in
     the same transaction are one step for every other submit and admission."""
-    if limit.max_in_flight is None and head.concurrency_key is None:
+    if not head.status.runnable or (limit.max_in_flight is None and head.concurrency_key is None):
         return head
     lock_tenant(conn, head.tenant)
     # a queued session that waits only for its key does not hold up one of another key

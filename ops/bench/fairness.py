@@ -102,7 +102,7 @@ def run(args: argparse.Namespace, url: str, folder: Path) -> dict[str, Any]:
     tw = common.client(s)
     model = kinds.write_script(folder, "steps2", kinds.replies(2))
     env = common.worker_env(s, TICKWORK_TENANTS_FILE=str(tenants), TICKWORK_RELAY_PERIOD_S="0.5")
-    wait = 600 if not args.quick else 180
+    wait = 3600 if not args.quick else 300
     try:
         with common.worker(
             "tickwork.worker.tick.app", s.queue, env, concurrency=args.concurrency
