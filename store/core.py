@@ -25,6 +25,7 @@ from tickwork.fsm.approvals import already_decided
 from tickwork.fsm.errors import InvalidInput, SessionNotFound
 from tickwork.fsm.forks import ForkPatch, fork
 from tickwork.fsm.machine import Change
+from tickwork.fsm.tenants import Quotas
 from tickwork.fsm.values import (
     RUNTIME_LEVEL,
     CallState,
@@ -37,6 +38,7 @@ from tickwork.fsm.values import (
     ToolCall,
 )
 from tickwork.store import dead_letters, reads, rows, writes
+from tickwork.store import quotas as tenant_quotas
 from tickwork.store.artifacts import Artifacts, open_artifacts
 from tickwork.store.edge import guarded
 from tickwork.store.files import FileChange, Saved, current_state, fork_start, saved_changes
@@ -68,10 +70,13 @@ class CoreStore(Services):
     def __init__(self, engine: Engine, *, transcripts: int = 64) -> None:
         self.engine = engine
         self._transcripts = Transcripts(transcripts)
+        self._stored_bytes = tenant_quotas.StoredBytes()
 
-    def create(self, session: Session, *, now: datetime) -> Head:
-        """Insert a new session (or a fork) and, if it is runnable, its first tick."""
-        self._insert(session, now=now)
+    def create(self, session: Session, *, now: datetime, quotas: Quotas | None = None) -> Head:
+        """Insert a new session (or a fork) and, if it is runnable, its first tick. With
+        `quotas` (its tenant's), QuotaExceeded if it would take the tenant past one: checked
+        under the tenant's lock in the insert's transaction (`quotas.py`)."""
+        self._insert(session, now=now, quotas=quotas)
         return session.head
 
     def _insert(
@@ -83,9 +88,15 @@ class CoreStore(Services):
         by: str = "",
         again: bool = False,
         files: FileChange | None = None,
+        quotas: Quotas | None = None,
     ) -> None:
         try:
             with self.engine.begin() as conn:
+                if quotas is not None:
+                    tenant_quotas.lock(conn, session.head.tenant)
+                    tenant_quotas.check(
+                        conn, session.head, quotas, now=now, stored=self._stored_bytes
+                    )
                 if resolves is not None:
                     dead_letters.record_fork(
                         conn, resolves, fork=session.head.id, by=by, now=now, again=again

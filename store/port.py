@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 from tickwork.fsm.forks import ForkPatch
 from tickwork.fsm.machine import Change
+from tickwork.fsm.tenants import Quotas
 from tickwork.fsm.values import RUNTIME_LEVEL, Decision, Event, Head, Observation, Session, ToolCall
 from tickwork.store.artifacts import Artifacts
 from tickwork.store.dead_letters import Closing, DeadLetter
@@ -37,8 +38,9 @@ class Sessions(Protocol):
     """Sessions as people, the API and the CLI read and change them: create, look up,
     list, decide, cancel, fork."""
 
-    def create(self, session: Session, *, now: datetime) -> Head:
-        """Insert a new session (or a fork) and, if it is runnable, its first tick."""
+    def create(self, session: Session, *, now: datetime, quotas: Quotas | None = None) -> Head:
+        """Insert a new session (or a fork) and, if it is runnable, its first tick; with
+        `quotas`, QuotaExceeded (nothing stored) if it takes its tenant past one of them."""
         ...
 
     def get(self, session_id: str) -> Head: ...
@@ -221,7 +223,12 @@ class DeadLetterQueue(Protocol):
         ...
 
     def dead_letter_stats(
-        self, *, by: str, since: datetime | None = None, tenant: str | None = None
+        self,
+        *,
+        by: str,
+        since: datetime | None = None,
+        tenant: str | None = None,
+        submitted_by: str | None = None,
     ) -> list[dict[str, Any]]:
         """Counts of dead letters grouped by one of `dead_letters.GROUPS`, largest first;
         only `tenant`'s if given."""
@@ -248,7 +255,13 @@ class DeadLetterQueue(Protocol):
         ...
 
     def dead_letter_timeline(
-        self, *, bucket: str = "day", since: datetime, now: datetime, tenant: str | None = None
+        self,
+        *,
+        bucket: str = "day",
+        since: datetime,
+        now: datetime,
+        tenant: str | None = None,
+        submitted_by: str | None = None,
     ) -> dict[str, Any]:
         """Dead letters per day or hour and code, since `since`, no bucket skipped; only
         `tenant`'s if given."""

@@ -156,7 +156,9 @@ class Writes(Deployment):
             submitted_by=by,
             tenant=tenant,
         )
-        self.store.create(Session(head=head), now=now)
+        quotas = self.tenants.quotas(tenant)
+        limited = quotas.model_dump(exclude={"weight", "max_in_flight"}, exclude_none=True)
+        self.store.create(Session(head=head), now=now, quotas=quotas if limited else None)
         self.publish(head.id, head.version)
         return head
 

@@ -24,6 +24,7 @@ from pydantic_core import CoreSchema
 from pydantic_core import core_schema as schemas
 
 from tickwork.fsm.context import MAX_WINDOW, MIN_WINDOW
+from tickwork.fsm.tenants import TENANT_PATTERN
 from tickwork.fsm.values import DecisionKind
 
 from .inputs import RepairInput
@@ -108,6 +109,14 @@ class SubmitOptions(Body):
         examples=[128000],
         description="The model's context window in tokens [default: the model table's]; old "
         "observations are masked, then the transcript compacted, to keep each prompt under it.",
+    )
+
+    tenant: str | None = Field(
+        default=None,
+        max_length=64,
+        json_schema_extra={"pattern": TENANT_PATTERN},
+        description="The tenant to submit into [default: the token's]; only an admin token "
+        "may name another tenant than its own.",
     )
 
     _id = field_validator("id")(_session_id)
