@@ -12,6 +12,7 @@ from rich.text import Text
 
 from tickwork.fsm.errors import InvalidInput, SessionNotFound
 from tickwork.fsm.outcomes import Outcome
+from tickwork.fsm.tenants import DEFAULT_TENANT
 from tickwork.fsm.values import ErrorCode, Head, Session, Status
 
 from . import cli_remote, options, render, views
@@ -117,6 +118,7 @@ def submit(
             show_default="$USER",
         ),
     ] = None,
+    tenant: options.Tenant = None,
     json_output: options.Json = False,
 ) -> None:
     """Submit a session of job KIND; prints its id."""
@@ -147,6 +149,7 @@ def submit(
                 session_id=session_id,
                 price=price_pair,
                 context_window=context_window,
+                tenant=options.remote_tenant(tenant),
             )
         print_head(head, json_output, head.id)
         return
@@ -161,6 +164,7 @@ def submit(
             price=price_pair,
             submitted_by=by,
             context_window=context_window,
+            tenant=options.local_tenant(tenant) or DEFAULT_TENANT,
         )
     print_head(head, json_output, head.id)
 
@@ -192,6 +196,7 @@ def list_sessions(
             "(from the archive's index: no archive is read).",
         ),
     ] = False,
+    tenant: options.Tenant = None,
     json_output: options.Json = False,
 ) -> None:
     """List sessions, newest first."""
@@ -204,7 +209,10 @@ def list_sessions(
             )
         with Context() as ctx:
             entries = ctx.store.retention.listing(
-                status=[s.value for s in status or ()], kind=kind, limit=limit
+                status=[s.value for s in status or ()],
+                kind=kind,
+                limit=limit,
+                tenant=options.local_tenant(tenant, many=True),
             )
         rows = [views.archived_entry(e) for e in entries]
         render.listing(
@@ -219,6 +227,7 @@ def list_sessions(
                 kind=kind,
                 error_code=error_code,
                 outcome=outcome.value if outcome else None,
+                tenant=options.remote_tenant(tenant, many=True),
                 limit=limit,
             )
     else:
@@ -228,6 +237,7 @@ def list_sessions(
                 kind=kind,
                 error_code=error_code.value if error_code else None,
                 outcome=outcome.value if outcome else None,
+                tenant=options.local_tenant(tenant, many=True),
                 limit=limit,
             )
     found = [views.head(h) for h in heads]

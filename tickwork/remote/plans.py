@@ -129,9 +129,12 @@ def submit(
     session_id: str | None = None,
     price: tuple[float, float] | None = None,
     context_window: int | None = None,
+    tenant: str | None = None,
 ) -> Plan[Head]:
-    """Submit a session of job `kind`; the server records the token's name as its
-    submitter. A repair's input may be a `RepairInput`."""
+    """Submit a session of job `kind` into the token's tenant (an admin token may name
+    another `tenant`); the server records the token's name as its submitter. A repair's
+    input may be a `RepairInput`. Over a tenant's quota: a RemoteError with code
+    `quota_exceeded` (HTTP 429), its `details["quota"]` naming the quota."""
     data = input.model_dump(exclude_unset=True) if isinstance(input, RepairInput) else input
     body = _body(
         bodies.Submit,
@@ -142,6 +145,7 @@ def submit(
         id=session_id,
         price=price,
         context_window=context_window,
+        tenant=tenant,
     )
     return (yield Call("POST", _path("sessions"), _head, json=body))
 
@@ -166,11 +170,13 @@ def sessions(
     outcome: str | None = None,
     submitted_by: str | None = None,
     parent_id: str | None = None,
+    tenant: str | None = None,
     limit: int = 50,
     offset: int = 0,
 ) -> Plan[list[Listed]]:
     """Sessions, newest first; `submitted_by` a token's name, `parent_id` for the forks of
-    a session."""
+    a session, `tenant` one tenant's (an admin token's filter: other tokens see only their
+    own tenant's)."""
     params: dict[str, Any] = {"limit": limit, "offset": offset}
     params["status"] = [Status(s).value for s in status]
     given = {
@@ -179,6 +185,7 @@ def sessions(
         "outcome": outcome,
         "submitted_by": submitted_by,
         "parent_id": parent_id,
+        "tenant": tenant,
     }
     params.update({k: v for k, v in given.items() if v})
     found = yield Call("GET", _path("sessions"), _json, params=params)
