@@ -298,3 +298,25 @@ def test_a_submit_goes_into_the_tokens_tenant(world: World, tmp_path: Path) -> N
     assert world.http("bob").get("/api/v1/sessions", params={"tenant": "team-a"}).json() == []
     me = world.http("amy").get("/api/v1/me").json()
     assert me == {"name": "amy", "roles": sorted(EVERY), "tenant": "team-a", "own_only": True}
+
+
+def test_the_page_reads_only_routes_checked_here(world: World) -> None:
+    """The page is static: what it shows comes from the API calls in its scripts, each of
+    them a route whose tenant checks are tested above (a new call must be one of them)."""
+    import re
+
+    from tickwork.api.app import STATIC
+
+    called: set[str] = set()
+    for script in STATIC.glob("*.js"):
+        text = script.read_text(encoding="utf-8")
+        called |= set(re.findall(r"\bapi\(\s*[`\"]([^`\"?]+)", text))
+        called |= {p for p in re.findall(r"\$\{API\}([^`\"?]+)", text)}
+    assert "/sessions/${enc(id)}/stream" in called and "/approvals" in called
+    checked = {t for _, t in NO_TENANT_DATA | set(BY_ID) | set(LISTS) | SUBMIT}
+    routes_ = {re.sub(r"\{[^}]+\}", "x", t) for t in checked}
+    for path in called:
+        shape = re.compile("^/api/v1" + re.sub(r"\$\{[^}]+\}", "[^/]+", path) + "$")
+        assert any(shape.match(r) for r in routes_), f"the page calls {path}, unchecked"
+    page = httpx.get(f"{world.url}/", timeout=30).text
+    assert not any(i in page for ids in world.ids.values() for i in ids)
