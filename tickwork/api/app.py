@@ -128,6 +128,7 @@ def make_api(
     app.state.client = client
     app.state.tokens = tokens
     app.state.api_settings = api
+    client.tenants.table()  # a missing or broken tenants file stops the start, named
     app.state.store_collector = StoreCollector(
         client.store, clock=client.clock, tenants=labels_of(client)
     )
