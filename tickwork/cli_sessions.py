@@ -244,10 +244,18 @@ def list_sessions(
     render.listing(found, render.sessions_table, json_output=json_output, none="no sessions match")
 
 
-def show(session_id: SessionId, json_output: options.Json = False) -> None:
-    """Show a session as a timeline: steps, calls and outputs, decisions, costs, outcome."""
+def show(
+    session_id: SessionId, tenant: options.Tenant = None, json_output: options.Json = False
+) -> None:
+    """Show a session as a timeline: steps, calls and outputs, decisions, costs, outcome.
+    With --tenant, only a session of that tenant ('no session' for another's)."""
     remote = cli_remote.client()
     if remote is not None:
+        if tenant is not None:
+            raise InvalidInput(
+                "--tenant goes with the local mode for show; with --server the token's tenant "
+                "decides what you see"
+            )
         with remote:
             view = remote.timeline(session_id)
             previews = {} if json_output else cli_remote.previews(remote, view)
@@ -265,6 +273,7 @@ def show(session_id: SessionId, json_output: options.Json = False) -> None:
             )  # issue 16: pruned, read back from the archive
             if archived is None:
                 raise
+            _in_tenant(archived.session.head, tenant)
             view = views.session(archived.session)
             view["lease"] = None
             view["forks"] = views.forks(ctx.reads.forks(session_id))
@@ -283,6 +292,7 @@ def show(session_id: SessionId, json_output: options.Json = False) -> None:
                     Text(f"archived {render.when(view['archived']['at'])} in {where}"),
                 )
             return
+        _in_tenant(whole.head, tenant)
         view = views.session(whole)
         view["lease"] = views.lease(ctx.store.lease(session_id), now=datetime.now(UTC))
         view["forks"] = views.forks(ctx.reads.forks(session_id))
@@ -291,6 +301,12 @@ def show(session_id: SessionId, json_output: options.Json = False) -> None:
         views.emit(view)
     else:
         render.show(render.timeline(view, previews))
+
+
+def _in_tenant(head: Head, tenant: str | None) -> None:
+    """SessionNotFound, as for no session at all, if --tenant names another tenant."""
+    if tenant is not None and head.tenant != options.local_tenant(tenant):
+        raise SessionNotFound(f"no session {head.id!r}; list sessions with `tickwork ls`")
 
 
 def file_previews(whole: Session, reads: Reads) -> dict[str, dict[str, Any] | None]:
