@@ -193,7 +193,7 @@ def events(
     after: Annotated[int, Query(ge=0, le=MAX_INT, description="The last event id you have.")] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 1000,
 ) -> dict[str, Any]:
-    head = seen_head(client, who, session_id)
+    head = seen_head(client, who, session_id, archived=False)  # events are live rows
     found = client.store.events_after(session_id, after, limit)
     return {
         "status": head.status.value,

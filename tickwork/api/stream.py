@@ -9,6 +9,7 @@ resume works across servers. When the session has finished and every event is ou
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections.abc import AsyncIterator
@@ -87,7 +88,9 @@ async def stream(
         start = int(given)
     store = client.store
     # 404 before the stream starts: no such session, or not the caller's to see
-    await anyio.to_thread.run_sync(seen_head, client, who, session_id)
+    await anyio.to_thread.run_sync(
+        functools.partial(seen_head, client, who, session_id, archived=False)
+    )
     settings = request.app.state.api_settings
     poll, heartbeat = settings.api_stream_poll_s, settings.api_stream_heartbeat_s
 

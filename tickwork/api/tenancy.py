@@ -23,12 +23,13 @@ def not_found(session_id: str) -> SessionNotFound:
     return SessionNotFound(f"no session {session_id!r}; list sessions with `tickwork ls`")
 
 
-def seen_head(client: Tickwork, who: Principal, session_id: str) -> Head:
-    """The session's head (live or archived) if `who` may see it; else SessionNotFound."""
+def seen_head(client: Tickwork, who: Principal, session_id: str, *, archived: bool = True) -> Head:
+    """The session's head (live, or archived unless `archived` is False) if `who` may see
+    it; else SessionNotFound."""
     try:
         head = client.get(session_id)
     except SessionNotFound:
-        found = client.archived(session_id)
+        found = client.archived(session_id) if archived else None
         if found is None:
             raise
         head = found.session.head
