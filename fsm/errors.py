@@ -36,6 +36,29 @@ class UnpricedModel(InvalidInput):
     cost budget off."""
 
 
+class QuotaExceeded(TickworkError):
+    """A submit would take the tenant past one of its quotas; nothing was stored. The HTTP
+    API answers 429 with Retry-After; wait, or ask an operator to raise the quota."""
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        tenant: str = "",
+        quota: str = "",
+        limit: float = 0,
+        used: float = 0,
+        retry_after_s: int = 60,
+    ) -> None:
+        super().__init__(message)
+        #: the tenant, and the quota's name in the tenants file (e.g. `max_usd_per_day`)
+        self.tenant, self.quota = tenant, quota
+        #: the quota, and what the tenant uses of it now
+        self.limit, self.used = limit, used
+        #: when a submit may pass again, in seconds (a hint)
+        self.retry_after_s = retry_after_s
+
+
 class SessionNotFound(TickworkError, LookupError):
     """No session has that id: list sessions with `tickwork ls`."""
 

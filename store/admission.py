@@ -27,12 +27,11 @@ from sqlalchemy import (
     insert,
     or_,
     select,
-    text,
     update,
 )
 from tickwork.fsm.admission import Admission, Room, TenantLimit, fair_shares, may_start
 from tickwork.fsm.values import IN_FLIGHT, Event, EventKind, Head, Status
-from tickwork.store import rows
+from tickwork.store import quotas, rows
 from tickwork.store.relay import Due
 from tickwork.store.schema import events, outbox, sessions
 
@@ -45,13 +44,9 @@ _QUEUED = Status.QUEUED.value
 
 
 def lock_tenant(conn: Connection, tenant: str) -> None:
-    """Hold the tenant's admission lock until `conn`'s transaction ends. SQLite's
-    transactions already run one writer at a time (`BEGIN IMMEDIATE`, store/engine.py)."""
-    if conn.dialect.name == "postgresql":
-        conn.execute(
-            text("SELECT pg_advisory_xact_lock(hashtext('tickwork.admission'), hashtext(:t))"),
-            {"t": tenant},
-        )
+    """Hold the tenant's lock until `conn`'s transaction ends: the lock its quotas are
+    checked under (`quotas.lock`; taken again in one transaction, it is held once)."""
+    quotas.lock(conn, tenant)
 
 
 def in_flight(conn: Connection, tenant: str, *, key: str | None = None) -> int:

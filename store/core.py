@@ -26,6 +26,7 @@ from tickwork.fsm.approvals import already_decided
 from tickwork.fsm.errors import InvalidInput, SessionNotFound
 from tickwork.fsm.forks import ForkPatch, fork
 from tickwork.fsm.machine import Change
+from tickwork.fsm.tenants import Quotas
 from tickwork.fsm.values import (
     RUNTIME_LEVEL,
     CallState,
@@ -38,6 +39,7 @@ from tickwork.fsm.values import (
     ToolCall,
 )
 from tickwork.store import admission, dead_letters, reads, rows, writes
+from tickwork.store import quotas as tenant_quotas
 from tickwork.store.artifacts import Artifacts, open_artifacts
 from tickwork.store.edge import guarded
 from tickwork.store.files import FileChange, Saved, current_state, fork_start, saved_changes
@@ -69,12 +71,22 @@ class CoreStore(Services):
     def __init__(self, engine: Engine, *, transcripts: int = 64) -> None:
         self.engine = engine
         self._transcripts = Transcripts(transcripts)
+        self._stored_bytes = tenant_quotas.StoredBytes()
 
-    def create(self, session: Session, *, now: datetime, limit: TenantLimit | None = None) -> Head:
+    def create(
+        self,
+        session: Session,
+        *,
+        now: datetime,
+        quotas: Quotas | None = None,
+        limit: TenantLimit | None = None,
+    ) -> Head:
         """Insert a new session (or a fork) and, if it is runnable, its first tick. With
-        `limit` (its tenant's) it goes through admission: beyond the tenant's in-flight
-        limit or its concurrency key's, it is stored `queued`, with no tick."""
-        return self._insert(session, now=now, limit=limit)
+        `quotas` (its tenant's), QuotaExceeded if it would take the tenant past one: checked
+        under the tenant's lock in the insert's transaction (`quotas.py`). With `limit`
+        (its tenant's) it goes through admission: beyond the tenant's in-flight limit or
+        its concurrency key's, it is stored `queued`, with no tick (`admission.py`)."""
+        return self._insert(session, now=now, quotas=quotas, limit=limit)
 
     def _insert(
         self,
@@ -85,10 +97,16 @@ class CoreStore(Services):
         by: str = "",
         again: bool = False,
         files: FileChange | None = None,
+        quotas: Quotas | None = None,
         limit: TenantLimit | None = None,
     ) -> Head:
         try:
             with self.engine.begin() as conn:
+                if quotas is not None:
+                    tenant_quotas.lock(conn, session.head.tenant)
+                    tenant_quotas.check(
+                        conn, session.head, quotas, now=now, stored=self._stored_bytes
+                    )
                 if limit is not None:
                     head = admission.placed(conn, session.head, limit)
                     session = session.model_copy(update={"head": head})

@@ -211,14 +211,34 @@ def get_dead_letter(engine: Engine, key: int | str) -> DeadLetter:
 
 
 def stats(
-    engine: Engine, *, by: str, since: datetime | None = None, tenant: str | None = None
+    engine: Engine,
+    *,
+    by: str,
+    since: datetime | None = None,
+    tenant: str | None = None,
+    submitted_by: str | None = None,
 ) -> list[dict[str, Any]]:
     """Counts of dead letters grouped by one of GROUPS, largest first (then by value, None
     last), each with the time of the value's newest dead letter; only `tenant`'s if given.
     Summed from the daily counts (`dead_letter_counts`), so it costs days and values, not
-    dead letters."""
+    dead letters; one submitter's (`submitted_by`, an own-only token's) are counted from
+    the table, by the (tenant, at) index."""
     if by not in GROUPS:
         raise ValueError(f"cannot group dead letters by {by!r}; choose one of {', '.join(GROUPS)}")
+    if submitted_by is not None:
+        column = dead_letters.c[by]
+        query = _filtered(
+            select(column, func.count(), func.max(dead_letters.c.at)).group_by(column),
+            code=None,
+            kind=None,
+            since=since,
+            unresolved=False,
+            tenant=tenant,
+            submitted_by=submitted_by,
+        )
+        with engine.connect() as conn:
+            mine = [{"value": v, "count": n, "latest": at} for v, n, at in conn.execute(query)]
+        return sorted(mine, key=lambda g: (-g["count"], g["value"] is None, g["value"] or ""))
     with engine.connect() as conn:
         counted = dead_letter_counts.totals(conn, by, since, tenant=tenant)
         latest = dead_letter_counts.latest(conn, by, counted, tenant=tenant)
@@ -338,6 +358,7 @@ def timeline(
     since: datetime,
     now: datetime,
     tenant: str | None = None,
+    submitted_by: str | None = None,
 ) -> dict[str, Any]:
     """Dead letters per `bucket` (day or hour, UTC) and code since `since`: the buckets from
     the one holding `since` to the one holding `now`, none skipped, and per code a count
@@ -366,6 +387,8 @@ def timeline(
     )
     if tenant is not None:
         query = query.where(dead_letters.c.tenant == tenant)
+    if submitted_by is not None:
+        query = query.where(dead_letters.c.submitted_by == submitted_by)
     buckets = [first + i * step for i in range(count)]
     index = {b: i for i, b in enumerate(buckets)}
     counts: dict[str, list[int]] = {}

@@ -15,10 +15,14 @@ from tickwork.store.schema import dead_letters, events, outbox, sessions
 class Gauges:
     #: status -> how many sessions (statuses with none are left out)
     by_status: dict[str, int]
+    #: (tenant, status) -> how many sessions (none: left out)
+    by_tenant: dict[tuple[str, str], int]
     #: per session waiting for a person: the calls it waits on, and when it asked (or None)
     waiting: list[tuple[tuple[str, ...], datetime | None]]
     #: (error code, resolved, how many) of the dead letters
     dead_letters: list[tuple[str, bool, int]]
+    #: (tenant, error code, resolved, how many) of the dead letters
+    tenant_dead_letters: list[tuple[str, str, bool, int]]
     #: ticks written but not yet claimed, and the earliest due time among them
     outbox_rows: int
     oldest_due: datetime | None
@@ -30,12 +34,17 @@ class Gauges:
 
 def read(engine: Engine, *, now: datetime) -> Gauges:
     with engine.connect() as conn:
-        by_status = {
-            status: count
-            for status, count in conn.execute(
-                select(sessions.c.status, func.count()).group_by(sessions.c.status)
+        by_tenant = {
+            (tenant, status): count
+            for tenant, status, count in conn.execute(
+                select(sessions.c.tenant, sessions.c.status, func.count()).group_by(
+                    sessions.c.tenant, sessions.c.status
+                )
             )
         }
+        by_status: dict[str, int] = {}
+        for (_, status), count in by_tenant.items():
+            by_status[status] = by_status.get(status, 0) + count
         suspended = select(sessions.c.id).where(sessions.c.status == Status.WAITING_APPROVAL.value)
         requested = (
             select(events.c.session_id, func.max(events.c.at).label("at"))
@@ -52,17 +61,22 @@ def read(engine: Engine, *, now: datetime) -> Gauges:
             .where(sessions.c.status == Status.WAITING_APPROVAL.value)
         ).all()
         resolved = dead_letters.c.resolved_at.is_not(None)
-        letters = conn.execute(
-            select(dead_letters.c.code, resolved, func.count()).group_by(
-                dead_letters.c.code, resolved
+        tenant_letters = conn.execute(
+            select(dead_letters.c.tenant, dead_letters.c.code, resolved, func.count()).group_by(
+                dead_letters.c.tenant, dead_letters.c.code, resolved
             )
         ).all()
+        letters: dict[tuple[str, bool], int] = {}
+        for _, code, done, count in tenant_letters:
+            letters[(code, bool(done))] = letters.get((code, bool(done)), 0) + count
         rows, oldest_due = conn.execute(select(func.count(), func.min(outbox.c.due_at))).one()
         stalest, delayed = _runnable(conn, now)
     return Gauges(
-        by_status=dict(by_status),
+        by_status=by_status,
+        by_tenant=by_tenant,
         waiting=[(tuple(a or ()), at) for a, at in waiting],
-        dead_letters=[(code, bool(done), count) for code, done, count in letters],
+        dead_letters=[(code, done, count) for (code, done), count in letters.items()],
+        tenant_dead_letters=[(t, code, bool(done), n) for t, code, done, n in tenant_letters],
         outbox_rows=rows,
         oldest_due=oldest_due,
         stalest=stalest,

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 from tickwork.fsm.admission import Admission, TenantLimit
 from tickwork.fsm.forks import ForkPatch
 from tickwork.fsm.machine import Change
+from tickwork.fsm.tenants import Quotas
 from tickwork.fsm.values import RUNTIME_LEVEL, Decision, Event, Head, Observation, Session, ToolCall
 from tickwork.store.artifacts import Artifacts
 from tickwork.store.dead_letters import Closing, DeadLetter
@@ -38,11 +39,19 @@ class Sessions(Protocol):
     """Sessions as people, the API and the CLI read and change them: create, look up,
     list, decide, cancel, fork."""
 
-    def create(self, session: Session, *, now: datetime, limit: TenantLimit | None = None) -> Head:
-        """Insert a new session (or a fork) and, if it is runnable, its first tick. With
-        `limit` (its tenant's) it goes through admission: beyond the tenant's in-flight
-        limit or its concurrency key's, it is stored `queued`, with no tick; the head
-        returned says which."""
+    def create(
+        self,
+        session: Session,
+        *,
+        now: datetime,
+        quotas: Quotas | None = None,
+        limit: TenantLimit | None = None,
+    ) -> Head:
+        """Insert a new session (or a fork) and, if it is runnable, its first tick; with
+        `quotas`, QuotaExceeded (nothing stored) if it takes its tenant past one of them.
+        With `limit` (its tenant's) it goes through admission: beyond the tenant's
+        in-flight limit or its concurrency key's, it is stored `queued`, with no tick; the
+        head returned says which."""
         ...
 
     def get(self, session_id: str) -> Head: ...
@@ -239,7 +248,12 @@ class DeadLetterQueue(Protocol):
         ...
 
     def dead_letter_stats(
-        self, *, by: str, since: datetime | None = None, tenant: str | None = None
+        self,
+        *,
+        by: str,
+        since: datetime | None = None,
+        tenant: str | None = None,
+        submitted_by: str | None = None,
     ) -> list[dict[str, Any]]:
         """Counts of dead letters grouped by one of `dead_letters.GROUPS`, largest first;
         only `tenant`'s if given."""
@@ -266,7 +280,13 @@ class DeadLetterQueue(Protocol):
         ...
 
     def dead_letter_timeline(
-        self, *, bucket: str = "day", since: datetime, now: datetime, tenant: str | None = None
+        self,
+        *,
+        bucket: str = "day",
+        since: datetime,
+        now: datetime,
+        tenant: str | None = None,
+        submitted_by: str | None = None,
     ) -> dict[str, Any]:
         """Dead letters per day or hour and code, since `since`, no bucket skipped; only
         `tenant`'s if given."""

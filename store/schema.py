@@ -118,6 +118,13 @@ sessions = Table(
     Index(None, "outcome", "created_at"),
     # a tenant's listings, and its quotas' counts (0017_tenants)
     Index(None, "tenant", "created_at"),
+    # the sessions that wait to start (never ticked): a submit counts its tenant's
+    Index(
+        "ix_tickwork_sessions_unstarted",
+        "tenant",
+        postgresql_where=text("version = 0"),
+        sqlite_where=text("version = 0"),
+    ),
     # retention's scan: the finished sessions of a status, oldest first (0008_lifecycle)
     Index(
         "ix_tickwork_sessions_finished",

@@ -88,11 +88,18 @@ class Services:
         return dead_letters.close(self.engine, key, state=state, by=by, reason=reason, now=now)
 
     def dead_letter_stats(
-        self, *, by: str, since: datetime | None = None, tenant: str | None = None
+        self,
+        *,
+        by: str,
+        since: datetime | None = None,
+        tenant: str | None = None,
+        submitted_by: str | None = None,
     ) -> list[dict[str, Any]]:
         """Counts of dead letters grouped by one of `dead_letters.GROUPS`, largest first;
         only `tenant`'s if given."""
-        return dead_letters.stats(self.engine, by=by, since=since, tenant=tenant)
+        return dead_letters.stats(
+            self.engine, by=by, since=since, tenant=tenant, submitted_by=submitted_by
+        )
 
     def recount_dead_letters(self) -> int:
         """Count the dead letters afresh for their stats (after dead letters were written by
@@ -125,11 +132,22 @@ class Services:
         )
 
     def dead_letter_timeline(
-        self, *, bucket: str = "day", since: datetime, now: datetime, tenant: str | None = None
+        self,
+        *,
+        bucket: str = "day",
+        since: datetime,
+        now: datetime,
+        tenant: str | None = None,
+        submitted_by: str | None = None,
     ) -> dict[str, Any]:
         """Dead letters per day or hour and code (`dead_letters.timeline`)."""
         return dead_letters.timeline(
-            self.engine, bucket=bucket, since=since, now=now, tenant=tenant
+            self.engine,
+            bucket=bucket,
+            since=since,
+            now=now,
+            tenant=tenant,
+            submitted_by=submitted_by,
         )
 
     @property

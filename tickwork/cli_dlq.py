@@ -69,11 +69,13 @@ def list_dead_letters(
     since: Since = None,
     unresolved: Unresolved = False,
     limit: Annotated[int, typer.Option(min=1, help="At most this many.")] = 100,
+    tenant: options.Tenant = None,
     json_output: options.Json = False,
 ) -> None:
     """List dead letters, newest first."""
     remote = cli_remote.client()
     if remote is not None:
+        _no_tenant(tenant)
         parsing.since(since, now=datetime.now(UTC))  # a bad --since is refused here, as locally
         with remote:
             letters = remote.dead_letters(
@@ -82,7 +84,10 @@ def list_dead_letters(
         found = [views.dead_letter(d) for d in letters]
     else:
         with Context() as ctx:
-            found = [views.dead_letter(d) for d in _list(ctx, code, kind, since, unresolved, limit)]
+            found = [
+                views.dead_letter(d)
+                for d in _list(ctx, code, kind, since, unresolved, limit, tenant)
+            ]
     render.listing(
         found, render.dead_letters_table, json_output=json_output, none="no dead letters match"
     )
@@ -169,12 +174,14 @@ def stats(
             "while older workers still ran (ops/RUNBOOK.md, Upgrades).",
         ),
     ] = False,
+    tenant: options.Tenant = None,
     json_output: options.Json = False,
 ) -> None:
     """Count dead letters by code, kind, model, last tool and error signature."""
     start = parsing.since(since, now=datetime.now(UTC))
     remote = cli_remote.client()
     if remote is not None:
+        _no_tenant(tenant)
         if recount:
             cli_remote.local_only("`tickwork dlq stats --recount`")
         with remote:
@@ -187,7 +194,10 @@ def stats(
                 ctx.store.recount_dead_letters()
             grouped = {
                 g.value: [
-                    _jsonable(r) for r in ctx.store.dead_letter_stats(by=g.value, since=start)
+                    _jsonable(r)
+                    for r in ctx.store.dead_letter_stats(
+                        by=g.value, since=start, tenant=options.local_tenant(tenant, many=True)
+                    )
                 ]
                 for g in ([by] if by else Grouping)
             }
@@ -219,6 +229,7 @@ def export(
     snapshot: Annotated[
         bool, typer.Option("--snapshot", help="Add each dead letter's session snapshot (JSON).")
     ] = False,
+    tenant: options.Tenant = None,
 ) -> None:
     """Export dead letters, oldest first, one row each: code (the cause), message, error
     signature, kind, model, last tool, steps, tokens, cost, lineage, status and times."""
@@ -229,6 +240,7 @@ def export(
         raise InvalidInput("Parquet is binary: give --output FILE, or redirect stdout to a file")
     start = parsing.since(since, now=datetime.now(UTC))
     if remote is not None:
+        _no_tenant(tenant)
         with remote:
             data = remote.export_dead_letters(
                 format=form.value,
@@ -257,6 +269,7 @@ def export(
             since=start,
             unresolved=unresolved,
             with_snapshot=snapshot,
+            tenant=options.local_tenant(tenant, many=True),
         )
         if output is None:
             stream: Any = sys.stdout.buffer if form.binary else sys.stdout
@@ -279,6 +292,7 @@ def _list(
     since: str | None,
     unresolved: bool,
     limit: int,
+    tenant: str | None,
 ) -> list[DeadLetter]:
     start = parsing.since(since, now=datetime.now(UTC))
     return ctx.store.dead_letters(
@@ -287,7 +301,17 @@ def _list(
         since=start,
         unresolved=unresolved,
         limit=limit,
+        tenant=options.local_tenant(tenant, many=True),
     )
+
+
+def _no_tenant(tenant: str | None) -> None:
+    """--server shows the token's tenant's dead letters (an admin's: every tenant's)."""
+    if tenant is not None:
+        raise InvalidInput(
+            "--tenant goes with the local mode for dead letters; with --server the token's "
+            "tenant decides what you see (an admin token sees every tenant's)"
+        )
 
 
 def _jsonable(row: dict[str, Any]) -> dict[str, Any]:

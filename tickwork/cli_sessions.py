@@ -12,6 +12,7 @@ from rich.text import Text
 
 from tickwork.fsm.errors import InvalidInput, SessionNotFound
 from tickwork.fsm.outcomes import Outcome
+from tickwork.fsm.tenants import DEFAULT_TENANT
 from tickwork.fsm.values import ErrorCode, Head, Session, Status
 
 from . import cli_remote, options, render, views
@@ -120,6 +121,7 @@ def submit(
             show_default="$USER",
         ),
     ] = None,
+    tenant: options.Tenant = None,
     json_output: options.Json = False,
 ) -> None:
     """Submit a session of job KIND; prints its id."""
@@ -150,6 +152,7 @@ def submit(
                 session_id=session_id,
                 price=price_pair,
                 context_window=context_window,
+                tenant=options.remote_tenant(tenant),
                 priority=priority,
                 concurrency_key=concurrency_key,
                 max_per_key=max_per_key,
@@ -167,6 +170,7 @@ def submit(
             price=price_pair,
             submitted_by=by,
             context_window=context_window,
+            tenant=options.local_tenant(tenant) or DEFAULT_TENANT,
             priority=priority,
             concurrency_key=concurrency_key,
             max_per_key=max_per_key,
@@ -201,6 +205,7 @@ def list_sessions(
             "(from the archive's index: no archive is read).",
         ),
     ] = False,
+    tenant: options.Tenant = None,
     json_output: options.Json = False,
 ) -> None:
     """List sessions, newest first."""
@@ -213,7 +218,10 @@ def list_sessions(
             )
         with Context() as ctx:
             entries = ctx.store.retention.listing(
-                status=[s.value for s in status or ()], kind=kind, limit=limit
+                status=[s.value for s in status or ()],
+                kind=kind,
+                limit=limit,
+                tenant=options.local_tenant(tenant, many=True),
             )
         rows = [views.archived_entry(e) for e in entries]
         render.listing(
@@ -228,6 +236,7 @@ def list_sessions(
                 kind=kind,
                 error_code=error_code,
                 outcome=outcome.value if outcome else None,
+                tenant=options.remote_tenant(tenant, many=True),
                 limit=limit,
             )
     else:
@@ -237,16 +246,25 @@ def list_sessions(
                 kind=kind,
                 error_code=error_code.value if error_code else None,
                 outcome=outcome.value if outcome else None,
+                tenant=options.local_tenant(tenant, many=True),
                 limit=limit,
             )
     found = [views.head(h) for h in heads]
     render.listing(found, render.sessions_table, json_output=json_output, none="no sessions match")
 
 
-def show(session_id: SessionId, json_output: options.Json = False) -> None:
-    """Show a session as a timeline: steps, calls and outputs, decisions, costs, outcome."""
+def show(
+    session_id: SessionId, tenant: options.Tenant = None, json_output: options.Json = False
+) -> None:
+    """Show a session as a timeline: steps, calls and outputs, decisions, costs, outcome.
+    With --tenant, only a session of that tenant ('no session' for another's)."""
     remote = cli_remote.client()
     if remote is not None:
+        if tenant is not None:
+            raise InvalidInput(
+                "--tenant goes with the local mode for show; with --server the token's tenant "
+                "decides what you see"
+            )
         with remote:
             view = remote.timeline(session_id)
             previews = {} if json_output else cli_remote.previews(remote, view)
@@ -264,6 +282,7 @@ def show(session_id: SessionId, json_output: options.Json = False) -> None:
             )  # issue 16: pruned, read back from the archive
             if archived is None:
                 raise
+            _in_tenant(archived.session.head, tenant)
             view = views.session(archived.session)
             view["lease"] = None
             view["forks"] = views.forks(ctx.reads.forks(session_id))
@@ -282,6 +301,7 @@ def show(session_id: SessionId, json_output: options.Json = False) -> None:
                     Text(f"archived {render.when(view['archived']['at'])} in {where}"),
                 )
             return
+        _in_tenant(whole.head, tenant)
         view = views.session(whole)
         view["lease"] = views.lease(ctx.store.lease(session_id), now=datetime.now(UTC))
         view["forks"] = views.forks(ctx.reads.forks(session_id))
@@ -290,6 +310,12 @@ def show(session_id: SessionId, json_output: options.Json = False) -> None:
         views.emit(view)
     else:
         render.show(render.timeline(view, previews))
+
+
+def _in_tenant(head: Head, tenant: str | None) -> None:
+    """SessionNotFound, as for no session at all, if --tenant names another tenant."""
+    if tenant is not None and head.tenant != options.local_tenant(tenant):
+        raise SessionNotFound(f"no session {head.id!r}; list sessions with `tickwork ls`")
 
 
 def file_previews(whole: Session, reads: Reads) -> dict[str, dict[str, Any] | None]:

@@ -13,6 +13,7 @@ from tickwork.store.archive import Archive
 from tickwork.store.archived import ArchivedSession
 from tickwork.store.artifacts import Artifacts
 from tickwork.worker.config.settings import Settings, load_settings
+from tickwork.worker.config.tenants import Tenants, TenantSettings
 from tickwork.worker.files.workspaces import Workspaces
 from tickwork.worker.jobs import Jobs
 from tickwork.worker.models import Providers
@@ -55,6 +56,11 @@ class Deployment:
             self.artifacts,
             max_bytes=self.settings.workspaces_max_bytes,
         )
+
+    @functools.cached_property
+    def tenants(self) -> Tenants:
+        """The tenants' quotas (TICKWORK_TENANTS_FILE), read again when the file changes."""
+        return Tenants.of(self.settings.section(TenantSettings))
 
     @functools.cached_property
     def archive(self) -> Archive:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from tickwork.fsm.errors import InvalidInput
+from tickwork.fsm.tenants import DEFAULT_TENANT, check_tenant
 
 if TYPE_CHECKING:
     from tickwork.worker.models import Providers
@@ -299,3 +300,34 @@ def model_spec(spec: str | None, providers: Providers) -> str | None:
     """`spec` as this host means it, by its provider: `scripted:PATH` with PATH made absolute
     (workers may run elsewhere) and the script checked now."""
     return None if spec is None else providers.resolve(spec)
+
+
+#: every tenant, for the listings of the local mode
+ALL_TENANTS = "*"
+Tenant = Annotated[
+    str | None,
+    typer.Option(
+        "--tenant",
+        metavar="NAME",
+        help="The tenant (with --server: an admin token's filter or target; other tokens "
+        "have their own tenant). Listings take '*' for every tenant.",
+        show_default="default (--server: the token's)",
+    ),
+]
+
+
+def local_tenant(given: str | None, *, many: bool = False) -> str | None:
+    """The tenant a local command works in: `default` unless given; None (every tenant) for
+    '*' where `many` (a listing) allows it."""
+    if given is None:
+        return DEFAULT_TENANT
+    if given == ALL_TENANTS and many:
+        return None
+    return check_tenant(given, what="--tenant")
+
+
+def remote_tenant(given: str | None, *, many: bool = False) -> str | None:
+    """What a --server command sends as its tenant: nothing unless given (the token's)."""
+    if given is None or (given == ALL_TENANTS and many):
+        return None
+    return check_tenant(given, what="--tenant")

@@ -101,6 +101,13 @@ class Reads(Deployment):
         return self.store.dead_letter(key)
 
     def dead_letter_stats(
-        self, *, by: str = "code", since: datetime | None = None, tenant: str | None = None
+        self,
+        *,
+        by: str = "code",
+        since: datetime | None = None,
+        tenant: str | None = None,
+        submitted_by: str | None = None,
     ) -> list[dict[str, Any]]:
-        return self.store.dead_letter_stats(by=by, since=since, tenant=tenant)
+        return self.store.dead_letter_stats(
+            by=by, since=since, tenant=tenant, submitted_by=submitted_by
+        )

@@ -34,7 +34,6 @@ from tickwork.store.archived import saved_of
 from tickwork.store.files import Saved
 from tickwork.worker.config.secrets import mask_decision, masker_for
 from tickwork.worker.config.settings import Settings
-from tickwork.worker.config.tenants import Tenants, TenantSettings
 from tickwork.worker.jobs import Submission
 from tickwork.worker.jobs.graphs import GraphKind
 from tickwork.worker.models import Providers, check_spec, pricing
@@ -66,11 +65,6 @@ class Writes(Deployment):
     ) -> None:
         super().__init__(settings, store=store, clock=clock)
         self._app = app
-
-    @functools.cached_property
-    def tenants(self) -> Tenants:
-        """The tenants' quotas (TICKWORK_TENANTS_FILE), read again when the file changes."""
-        return Tenants.of(self.settings.section(TenantSettings))
 
     @property
     def admission(self) -> Admission:
@@ -180,7 +174,14 @@ class Writes(Deployment):
             concurrency_key=key,
             max_per_key=per_key,
         )
-        head = self.store.create(Session(head=head), now=now, limit=self.admission.of(head.tenant))
+        quotas = self.tenants.quotas(tenant)
+        limited = quotas.model_dump(exclude={"weight", "max_in_flight"}, exclude_none=True)
+        head = self.store.create(
+            Session(head=head),
+            now=now,
+            quotas=quotas if limited else None,
+            limit=self.admission.of(head.tenant),
+        )
         if head.status.runnable:
             self.publish(head.id, head.version)
         return head

@@ -43,7 +43,12 @@ def test_a_wrong_token_is_401(stack: Stack) -> None:
 
 
 def test_me_names_the_token_holder(stack: Stack) -> None:
-    assert stack.http("alice").get("/api/v1/me").json() == {"name": "alice", "roles": ["approver"]}
+    assert stack.http("alice").get("/api/v1/me").json() == {
+        "name": "alice",
+        "roles": ["approver"],
+        "tenant": "default",
+        "own_only": False,
+    }
 
 
 def test_the_wrong_role_is_403_and_names_the_role_needed(stack: Stack) -> None:
@@ -141,8 +146,14 @@ def test_bad_token_settings_stop_the_server_from_starting(
 
 def test_a_bad_tokens_file_is_a_configuration_error(tmp_path: Path) -> None:
     path = tmp_path / "tokens.json"
-    path.write_text('{"a-long-random-token-xyz": {"name": "x", "roles": ["admin"]}}')
+    path.write_text('{"a-long-random-token-xyz": {"name": "x", "roles": ["superuser"]}}')
     with pytest.raises(ConfigurationError, match="roles"):
+        ApiSettings(api_tokens_file=path).tokens()
+    path.write_text('{"a-long-random-token-xyz": {"name": "x", "tenant": "Team A"}}')
+    with pytest.raises(ConfigurationError, match="tenant: String should match"):
+        ApiSettings(api_tokens_file=path).tokens()
+    path.write_text('{"a-long-random-token-xyz": {"name": "x", "own_only": "maybe"}}')
+    with pytest.raises(ConfigurationError, match="own_only"):
         ApiSettings(api_tokens_file=path).tokens()
     with pytest.raises(ConfigurationError, match="cannot read"):
         ApiSettings(api_tokens_file=tmp_path / "missing.json").tokens()

@@ -6,7 +6,7 @@ uvicorn --factory tickwork.api:make_api      # or: tickwork serve
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -19,7 +19,8 @@ from swagger_ui_bundle import swagger_ui_path
 from tickwork.client import Tickwork
 from tickwork.worker.config.release import version
 from tickwork.worker.config.settings import Settings, load_settings
-from tickwork.worker.observers.metrics import StoreCollector
+from tickwork.worker.config.tenants import TenantSettings
+from tickwork.worker.observers.metrics import StoreCollector, tenant_labels
 
 from . import dead_letters, errors, health, metrics, sessions, stream
 from .auth import TokenGate, Tokens
@@ -79,6 +80,17 @@ class PageHeaders:
         await self.app(scope, receive, sending)
 
 
+def labels_of(client: Tickwork) -> Callable[[Iterable[str]], dict[str, str]]:
+    """The tenants' metric labels: those the tenants file lists by name, the first
+    TICKWORK_TENANT_LABEL_CAP others too, the rest `other`."""
+    cap = client.settings.section(TenantSettings).tenant_label_cap
+
+    def labels(seen: Iterable[str]) -> dict[str, str]:
+        return tenant_labels(seen, listed=client.tenants.table().names, cap=cap)
+
+    return labels
+
+
 def make_api(
     settings: Settings | None = None,
     api: ApiSettings | None = None,
@@ -116,7 +128,10 @@ def make_api(
     app.state.client = client
     app.state.tokens = tokens
     app.state.api_settings = api
-    app.state.store_collector = StoreCollector(client.store, clock=client.clock)
+    client.tenants.table()  # a missing or broken tenants file stops the start, named
+    app.state.store_collector = StoreCollector(
+        client.store, clock=client.clock, tenants=labels_of(client)
+    )
     app.state.multiproc_dir = multiproc_dir or os.environ.get("PROMETHEUS_MULTIPROC_DIR")
     errors.install(app)
     # added last runs first: count, then the token, then the size, before any body is read

@@ -25,6 +25,7 @@ from pydantic_core import core_schema as schemas
 
 from tickwork.fsm.admission import CONCURRENCY_KEY, MAX_PER_KEY, MAX_PRIORITY, MIN_PRIORITY
 from tickwork.fsm.context import MAX_WINDOW, MIN_WINDOW
+from tickwork.fsm.tenants import TENANT_PATTERN
 from tickwork.fsm.values import DecisionKind
 
 from .inputs import RepairInput
@@ -131,6 +132,13 @@ class SubmitOptions(Body):
         le=MAX_PER_KEY,
         description="How many sessions of `concurrency_key` may be in flight at once "
         "[default: 1]; needs a `concurrency_key`.",
+    )
+    tenant: str | None = Field(
+        default=None,
+        max_length=64,
+        json_schema_extra={"pattern": TENANT_PATTERN},
+        description="The tenant to submit into [default: the token's]; only an admin token "
+        "may name another tenant than its own.",
     )
 
     _id = field_validator("id")(_session_id)

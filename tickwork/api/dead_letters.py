@@ -20,11 +20,12 @@ from tickwork.fsm.values import ErrorCode, Head
 from tickwork.store import dead_letters as dl
 
 from . import bodies
-from .auth import Operator, Reader
+from .auth import Operator, Principal, Reader
 from .bodies import Closing, DeadLetterFork
 from .errors import ApiError, ErrorBody, documented
 from .limits import MAX_INT
 from .sessions import CHANGES, FOUND, Client, run_fork
+from .tenancy import letter_filters, seen_forks, seen_letter
 
 router = APIRouter(
     prefix="/api/v1/dead-letters",
@@ -78,6 +79,7 @@ def list_dead_letters(
         since=since(since_),
         unresolved=unresolved,
         limit=limit,
+        **letter_filters(who),
     )
     return [views.dead_letter(d) for d in found]
 
@@ -97,7 +99,9 @@ def stats(
 ) -> dict[str, Any]:
     start = since(since_)
     grouped = {
-        g: [_jsonable(r) for r in client.dead_letter_stats(by=g, since=start)]
+        g: [
+            _jsonable(r) for r in client.dead_letter_stats(by=g, since=start, **letter_filters(who))
+        ]
         for g in ([by] if by else dl.GROUPS)
     }
     total = sum(r["count"] for r in next(iter(grouped.values())))
@@ -122,7 +126,9 @@ def timeline(
 ) -> dict[str, Any]:
     now = datetime.now(UTC)
     start = since(since_) or now - TIMELINE_SPAN[bucket]
-    found = client.store.dead_letter_timeline(bucket=bucket, since=start, now=now)
+    found = client.store.dead_letter_timeline(
+        bucket=bucket, since=start, now=now, **letter_filters(who)
+    )
     return {
         **found,
         "since": start.isoformat(),
@@ -170,6 +176,7 @@ def export(
         since=since(since_),
         unresolved=unresolved,
         with_snapshot=snapshot,
+        **letter_filters(who),
     )
     headers = {
         "Content-Disposition": f'attachment; filename="dead-letters.{form.value}"',
@@ -200,9 +207,9 @@ def _read(file: IO[bytes]) -> Iterator[bytes]:
     responses=FOUND,
 )
 def show(key: Key, client: Client, who: Reader) -> dict[str, Any]:
-    letter = find(client, key)
+    letter = seen_letter(who, find(client, key), key)
     view = views.dead_letter(letter, snapshot=True)
-    view["forks"] = views.forks(client.store.forks(letter.session_id))
+    view["forks"] = views.forks(seen_forks(client, who, client.store.forks(letter.session_id)))
     return view
 
 
@@ -214,7 +221,7 @@ def show(key: Key, client: Client, who: Reader) -> dict[str, Any]:
     responses=CHANGES,
 )
 def fork(key: Key, body: DeadLetterFork, client: Client, who: Operator) -> Head:
-    letter = find(client, key)
+    letter = seen_letter(who, find(client, key), key)
     patch = bodies.Fork.model_validate(body.model_dump(exclude={"again"}))
     return run_fork(
         client, letter.session_id, patch, by=who.name, resolve_dead_letter=True, again=body.again
@@ -227,7 +234,7 @@ def fork(key: Key, body: DeadLetterFork, client: Client, who: Operator) -> Head:
     responses=CHANGES,
 )
 def resolve(key: Key, body: Closing, client: Client, who: Operator) -> dict[str, Any]:
-    return _close(client, key, dl.Closing.RESOLVED, body, who.name)
+    return _close(client, key, dl.Closing.RESOLVED, body, who)
 
 
 @router.post(
@@ -236,13 +243,15 @@ def resolve(key: Key, body: Closing, client: Client, who: Operator) -> dict[str,
     responses=CHANGES,
 )
 def dismiss(key: Key, body: Closing, client: Client, who: Operator) -> dict[str, Any]:
-    return _close(client, key, dl.Closing.DISMISSED, body, who.name)
+    return _close(client, key, dl.Closing.DISMISSED, body, who)
 
 
-def _close(client: Client, key: str, state: dl.Closing, body: Closing, by: str) -> dict[str, Any]:
-    letter = find(client, key)
+def _close(
+    client: Client, key: str, state: dl.Closing, body: Closing, who: Principal
+) -> dict[str, Any]:
+    letter = seen_letter(who, find(client, key), key)
     return views.dead_letter(
-        client.close_dead_letter(letter.id, state=state, by=by, reason=body.reason)
+        client.close_dead_letter(letter.id, state=state, by=who.name, reason=body.reason)
     )
 
 

@@ -1,9 +1,10 @@
 """Every error as JSON: `{"code": ..., "message": ...}` plus details, with a fitting status.
 
-401 no or bad token, 403 wrong role, 404 no such thing, 409 not now (the call was decided,
-its arguments changed, the session finished), 413 a body over the limit, 422 bad input
-(with what was wrong), 503 the database is not answering, 500 a bug (logged). Bad input
-is never blamed on the database: what the database cannot store is refused before.
+401 no or bad token, 403 wrong role, 404 no such thing (or not the caller's tenant's), 409
+not now (the call was decided, its arguments changed, the session finished), 413 a body
+over the limit, 422 bad input (with what was wrong), 429 over a tenant's quota (naming it),
+503 the database is not answering, 500 a bug (logged). Bad input is never blamed on the
+database: what the database cannot store is refused before.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from tickwork.fsm.errors import (
     ConfigurationError,
     IllegalTransition,
     InvalidInput,
+    QuotaExceeded,
     StoreConflict,
     StoreError,
     TickworkError,
@@ -58,6 +60,8 @@ MEANINGS = {
     "finished, or the id is taken",
     413: "The body is over TICKWORK_API_MAX_BODY_BYTES",
     422: "Bad input; the message says what was wrong",
+    429: "Over one of the tenant's quotas (`quota` names it, `Retry-After` says when to "
+    "try again); nothing was stored",
     503: "Not ready: the database (or, for /readyz, its schema or the broker) is not answering",
 }
 
@@ -113,6 +117,23 @@ def _api_error(_: Request, exc: Exception) -> JSONResponse:
 def _tickwork_error(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, TickworkError)
     return answer(status_of(exc), snake(type(exc).__name__), exc.message)
+
+
+def _quota_exceeded(_: Request, exc: Exception) -> JSONResponse:
+    """429 naming the quota, with Retry-After: nothing of the submit was stored."""
+    assert isinstance(exc, QuotaExceeded)
+    response = answer(
+        429,
+        "quota_exceeded",
+        exc.message,
+        quota=exc.quota,
+        tenant=exc.tenant,
+        limit=exc.limit,
+        used=exc.used,
+        retry_after_s=exc.retry_after_s,
+    )
+    response.headers["Retry-After"] = str(exc.retry_after_s)
+    return response
 
 
 def _invalid_request(_: Request, exc: Exception) -> JSONResponse:
@@ -194,6 +215,7 @@ def _bug(_: Request, exc: Exception) -> JSONResponse:
 def install(app: FastAPI) -> None:
     app.add_exception_handler(ApiError, _api_error)
     app.add_exception_handler(TickworkError, _tickwork_error)
+    app.add_exception_handler(QuotaExceeded, _quota_exceeded)
     app.add_exception_handler(StoreError, _store_error)
     app.add_exception_handler(RequestValidationError, _invalid_request)
     app.add_exception_handler(ValidationError, _invalid_value)

@@ -26,6 +26,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tickwork.worker.observers.metrics import StoreCollector, registry
 
+from .auth import Reader
+
 REQUESTS = Counter(
     "tickwork_api_requests", "API requests by route and status", ["method", "route", "status"]
 )
@@ -69,8 +71,42 @@ def exposition(store_collector: StoreCollector, multiproc_dir: str | None) -> by
 
 @router.get("/metrics", include_in_schema=False)
 async def metrics(request: Request) -> Response:
+    """The operators' scrape: every process's metrics and every tenant's gauges."""
     state = request.app.state
     body = await anyio.to_thread.run_sync(exposition, state.store_collector, state.multiproc_dir)
+    return Response(body, media_type=CONTENT_TYPE_LATEST)
+
+
+class _OneTenant(Collector):
+    """The samples of `source` labelled with `tenant`, and no others."""
+
+    def __init__(self, source: Collector, tenant: str) -> None:
+        self.source, self.tenant = source, tenant
+
+    def collect(self) -> Iterator[Any]:
+        for family in self.source.collect():
+            kept = [s for s in family.samples if s.labels.get("tenant") == self.tenant]
+            if kept:
+                family.samples = kept
+                yield family
+
+
+def tenant_exposition(store_collector: StoreCollector, tenant: str) -> bytes:
+    scoped = CollectorRegistry(auto_describe=False)
+    scoped.register(_OneTenant(store_collector, tenant))
+    return generate_latest(scoped)
+
+
+@router.get("/api/v1/metrics", include_in_schema=False)
+async def tenant_metrics(request: Request, who: Reader) -> Response:
+    """The caller's tenant's gauges (an admin: the whole scrape, as /metrics)."""
+    state = request.app.state
+    if who.admin:
+        body = await anyio.to_thread.run_sync(
+            exposition, state.store_collector, state.multiproc_dir
+        )
+    else:
+        body = await anyio.to_thread.run_sync(tenant_exposition, state.store_collector, who.tenant)
     return Response(body, media_type=CONTENT_TYPE_LATEST)
 
 

@@ -12,6 +12,7 @@ from tickwork import views
 from tickwork.client import Tickwork
 from tickwork.fsm.errors import AlreadyDecided, InvalidInput, StoreConflict
 from tickwork.fsm.outcomes import Outcome, outcome_of
+from tickwork.fsm.tenants import TENANT_PATTERN
 from tickwork.fsm.values import ErrorCode, EventKind, Head, Session, Status
 from tickwork.writes import SESSION_ID
 
@@ -22,6 +23,7 @@ from .errors import ApiError, documented
 from .limits import MAX_INT
 from .metrics import DECISION_WAIT, DECISIONS
 from .models import allowed_model
+from .tenancy import seen_forks, seen_head, session_filters, submit_tenant
 
 router = APIRouter(prefix="/api/v1", responses=documented(401, 403, 422, 503))
 #: what a route that takes a body or a session id may answer besides
@@ -43,7 +45,12 @@ Client = Annotated[Tickwork, Depends(get_client)]
     "/me", tags=["auth"], summary="Who the token belongs to (any token, with or without roles)"
 )
 def me(who: Caller) -> dict[str, Any]:
-    return {"name": who.name, "roles": sorted(who.roles)}
+    return {
+        "name": who.name,
+        "roles": sorted(who.roles),
+        "tenant": who.tenant,
+        "own_only": who.own_only,
+    }
 
 
 @router.post(
@@ -51,8 +58,9 @@ def me(who: Caller) -> dict[str, Any]:
     status_code=201,
     response_model=Head,
     tags=["sessions"],
-    summary="Submit a session; the token's name is recorded as `submitted_by`",
-    responses=documented(409, 413),
+    summary="Submit a session into the token's tenant; the token's name is recorded as "
+    "`submitted_by`",
+    responses=documented(409, 413, 429),
 )
 def submit(body: bodies.Submit, client: Client, request: Request, who: Submitter) -> Head:
     settings = client.settings
@@ -78,6 +86,7 @@ def submit(body: bodies.Submit, client: Client, request: Request, who: Submitter
             max_per_key=body.max_per_key,
             trusted=False,
             submitted_by=who.name,
+            tenant=submit_tenant(who, body.tenant),
         )
     except (StoreConflict, InvalidInput):
         _taken(client, body.id)
@@ -110,18 +119,32 @@ def list_sessions(
     parent_id: Annotated[
         str | None, Query(max_length=64, description="Only the forks of this session.")
     ] = None,
+    tenant: Annotated[
+        str | None,
+        Query(
+            max_length=64,
+            pattern=TENANT_PATTERN,
+            description="Only this tenant's sessions (an admin's filter; other tokens see "
+            "their own tenant's whatever they name).",
+        ),
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     offset: Annotated[int, Query(ge=0, le=MAX_INT)] = 0,
 ) -> list[Listed]:
+    scope = session_filters(who, submitted_by)
+    if scope is None or (tenant and not who.admin and tenant != who.tenant):
+        return []
+    if who.admin and tenant:
+        scope["tenant"] = tenant
     heads = client.sessions(
         status=[s.value for s in status or ()],
         kind=kind,
         error_code=error_code.value if error_code else None,
         outcome=outcome.value if outcome else None,
-        submitted_by=submitted_by,
         parent_id=parent_id,
         limit=limit,
         offset=offset,
+        **scope,
     )
     return [Listed.model_construct(**dict(h), outcome=outcome_of(h.result)) for h in heads]
 
@@ -134,11 +157,13 @@ def list_sessions(
     responses=FOUND,
 )
 def show(session_id: SessionId, client: Client, who: Reader) -> dict[str, Any]:
+    seen_head(client, who, session_id)
     view = views.session(client.load(session_id))
     view["lease"] = views.lease(client.store.lease(session_id), now=datetime.now(UTC))
     found = {f["id"]: f for f in client.store.retention.forks(session_id)}
     found.update((f["id"], f) for f in client.store.forks(session_id))
-    view["forks"] = views.forks(sorted(found.values(), key=lambda f: (f["created_at"], f["id"])))
+    forks = sorted(found.values(), key=lambda f: (f["created_at"], f["id"]))
+    view["forks"] = views.forks(seen_forks(client, who, forks))
     return view
 
 
@@ -154,6 +179,7 @@ def show(session_id: SessionId, client: Client, who: Reader) -> dict[str, Any]:
 )
 def patch(session_id: SessionId, client: Client, who: Reader) -> PlainTextResponse:
     """404 `no_patch`, saying why, when the session changed no files or has none."""
+    seen_head(client, who, session_id)
     return PlainTextResponse(client.patch(session_id, required=True), media_type="text/x-diff")
 
 
@@ -170,7 +196,7 @@ def events(
     after: Annotated[int, Query(ge=0, le=MAX_INT, description="The last event id you have.")] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 1000,
 ) -> dict[str, Any]:
-    head = client.get(session_id)
+    head = seen_head(client, who, session_id, archived=False)  # events are live rows
     found = client.store.events_after(session_id, after, limit)
     return {
         "status": head.status.value,
@@ -189,6 +215,7 @@ def events(
 def decide(
     session_id: SessionId, call_id: CallId, body: bodies.Decide, client: Client, who: Approver
 ) -> Head:
+    seen_head(client, who, session_id)
     try:
         head = client.decide(
             session_id,
@@ -237,6 +264,7 @@ def _observe_wait(session: Session, call_id: str) -> None:
     responses=documented(404, 409, 413),
 )
 def cancel(session_id: SessionId, client: Client, who: Canceller) -> Head:
+    seen_head(client, who, session_id)
     return client.cancel(session_id, by=who.name)
 
 
@@ -249,6 +277,7 @@ def cancel(session_id: SessionId, client: Client, who: Canceller) -> Head:
     responses=CHANGES,
 )
 def fork(session_id: SessionId, body: bodies.Fork, client: Client, who: Operator) -> Head:
+    seen_head(client, who, session_id)
     return run_fork(client, session_id, body, by=who.name, resolve_dead_letter=False)
 
 
@@ -311,7 +340,9 @@ def _taken(client: Tickwork, session_id: str | None) -> None:
 def approvals(
     client: Client, who: Reader, limit: Annotated[int, Query(ge=1, le=200)] = 50
 ) -> list[dict[str, Any]]:
-    heads = client.sessions(status=[Status.WAITING_APPROVAL.value], limit=limit)
+    scope = session_filters(who)
+    assert scope is not None  # no submitter asked for
+    heads = client.sessions(status=[Status.WAITING_APPROVAL.value], limit=limit, **scope)
     found = []
     for head in heads:
         try:
@@ -328,6 +359,7 @@ def approvals(
     responses=FOUND,
 )
 def approval(session_id: SessionId, client: Client, who: Reader) -> dict[str, Any]:
+    seen_head(client, who, session_id)
     return waiting_view(client.load(session_id), client)
 
 

@@ -9,6 +9,7 @@ resume works across servers. When the session has finished and every event is ou
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections.abc import AsyncIterator
@@ -24,6 +25,7 @@ from .auth import Reader
 from .errors import ApiError, documented
 from .limits import MAX_INT
 from .sessions import Client, SessionId
+from .tenancy import seen_head
 
 router = APIRouter(
     prefix="/api/v1", tags=["sessions"], responses=documented(401, 403, 404, 422, 503)
@@ -85,7 +87,10 @@ async def stream(
             )
         start = int(given)
     store = client.store
-    await anyio.to_thread.run_sync(store.get, session_id)  # 404 before the stream starts
+    # 404 before the stream starts: no such session, or not the caller's to see
+    await anyio.to_thread.run_sync(
+        functools.partial(seen_head, client, who, session_id, archived=False)
+    )
     settings = request.app.state.api_settings
     poll, heartbeat = settings.api_stream_poll_s, settings.api_stream_heartbeat_s
 

@@ -129,13 +129,17 @@ def submit(
     session_id: str | None = None,
     price: tuple[float, float] | None = None,
     context_window: int | None = None,
+    tenant: str | None = None,
     priority: int = 0,
     concurrency_key: str | None = None,
     max_per_key: int | None = None,
 ) -> Plan[Head]:
-    """Submit a session of job `kind`; the server records the token's name as its
-    submitter. A repair's input may be a `RepairInput`. `priority`, `concurrency_key` and
-    `max_per_key` order and limit its admission (a session beyond a limit waits `queued`)."""
+    """Submit a session of job `kind` into the token's tenant (an admin token may name
+    another `tenant`); the server records the token's name as its submitter. A repair's
+    input may be a `RepairInput`. Over a tenant's quota: a RemoteError with code
+    `quota_exceeded` (HTTP 429), its `details["quota"]` naming the quota. `priority`,
+    `concurrency_key` and `max_per_key` order and limit its admission (a session beyond a
+    limit waits `queued`)."""
     data = input.model_dump(exclude_unset=True) if isinstance(input, RepairInput) else input
     body = _body(
         bodies.Submit,
@@ -146,6 +150,7 @@ def submit(
         id=session_id,
         price=price,
         context_window=context_window,
+        tenant=tenant,
         priority=priority or None,  # a server from before admission knows no priority
         concurrency_key=concurrency_key,
         max_per_key=max_per_key,
@@ -173,11 +178,13 @@ def sessions(
     outcome: str | None = None,
     submitted_by: str | None = None,
     parent_id: str | None = None,
+    tenant: str | None = None,
     limit: int = 50,
     offset: int = 0,
 ) -> Plan[list[Listed]]:
     """Sessions, newest first; `submitted_by` a token's name, `parent_id` for the forks of
-    a session."""
+    a session, `tenant` one tenant's (an admin token's filter: other tokens see only their
+    own tenant's)."""
     params: dict[str, Any] = {"limit": limit, "offset": offset}
     params["status"] = [Status(s).value for s in status]
     given = {
@@ -186,6 +193,7 @@ def sessions(
         "outcome": outcome,
         "submitted_by": submitted_by,
         "parent_id": parent_id,
+        "tenant": tenant,
     }
     params.update({k: v for k, v in given.items() if v})
     found = yield Call("GET", _path("sessions"), _json, params=params)

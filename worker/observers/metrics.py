@@ -17,7 +17,8 @@ import functools
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections import Counter as Tally
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -26,8 +27,10 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, multiproces
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import REGISTRY, Collector
 from tickwork.fsm.outcomes import NONE_LABEL, outcome_of
+from tickwork.fsm.tenants import DEFAULT_TENANT
 from tickwork.fsm.values import ErrorCode, EventKind, Head, Status
 from tickwork.worker.config.settings import MetricsSettings
+from tickwork.worker.config.tenants import OTHER
 from tickwork.worker.observers.report import Outcome as TickOutcome
 
 if TYPE_CHECKING:
@@ -182,12 +185,31 @@ def counted_relay(relay_once: F) -> F:
     return counted  # type: ignore[return-value]
 
 
+def tenant_labels(seen: Iterable[str], *, listed: frozenset[str], cap: int = 20) -> dict[str, str]:
+    """Each tenant's metric label: its name if the tenants file lists it (or it is the
+    default), and for the first `cap` others by name too; the rest `other`, so a fleet of
+    many small tenants keeps the labels bounded."""
+    named = {t: t for t in seen if t in listed or t == DEFAULT_TENANT}
+    others = sorted(t for t in seen if t not in named)
+    named.update({t: t for t in others[:cap]})
+    named.update({t: OTHER for t in others[cap:]})
+    return named
+
+
 class StoreCollector(Collector):
     """Gauges read from the database at each scrape; the API exposes them."""
 
-    def __init__(self, store: Health, *, clock: Callable[[], datetime] | None = None) -> None:
+    def __init__(
+        self,
+        store: Health,
+        *,
+        clock: Callable[[], datetime] | None = None,
+        tenants: Callable[[Iterable[str]], dict[str, str]] | None = None,
+    ) -> None:
         self.store = store
         self.clock = clock or (lambda: datetime.now(UTC))
+        #: the tenant label of each tenant seen (bounded: `tenant_labels`)
+        self.tenants = tenants or (lambda seen: tenant_labels(seen, listed=frozenset()))
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         up = GaugeMetricFamily("tickwork_store_up", "1 if the last scrape could read the store")
@@ -211,6 +233,31 @@ class StoreCollector(Collector):
         family = GaugeMetricFamily("tickwork_sessions", "Sessions by status", labels=["status"])
         for status in Status:
             family.add_metric([status.value], by_status.get(status.value, 0))
+        yield family
+        seen = {t for t, _ in read.by_tenant} | {t for t, *_ in read.tenant_dead_letters}
+        label = self.tenants(seen)
+        per_tenant: Tally[tuple[str, str]] = Tally()
+        for (tenant, status), count in read.by_tenant.items():
+            per_tenant[(label[tenant], status)] += count
+        family = GaugeMetricFamily(
+            "tickwork_tenant_sessions",
+            "Sessions by tenant and status (tenants past the label cap: other)",
+            labels=["tenant", "status"],
+        )
+        for tenant in sorted({t for t, _ in per_tenant}):
+            for status in Status:
+                family.add_metric([tenant, status.value], per_tenant[(tenant, status.value)])
+        yield family
+        letters_of: Tally[tuple[str, str, bool]] = Tally()
+        for tenant, code, resolved, count in read.tenant_dead_letters:
+            letters_of[(label[tenant], code, resolved)] += count
+        family = GaugeMetricFamily(
+            "tickwork_tenant_dead_letters",
+            "Dead letters by tenant and error code",
+            labels=["tenant", "code", "resolved"],
+        )
+        for (tenant, code, resolved), count in sorted(letters_of.items()):
+            family.add_metric([tenant, code, "true" if resolved else "false"], count)
         yield family
 
         calls = GaugeMetricFamily(

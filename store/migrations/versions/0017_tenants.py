@@ -3,7 +3,8 @@
 A `tenant` column (String(64), server default 'default') on the sessions, the dead letters
 and the archive's index, so each is read per tenant without a join (the dead letters also
 keep who submitted the session, for tokens that see only their own); the sessions and dead
-letters are indexed by (tenant, time) for a tenant's listings and quota counts. Everything
+letters are indexed by (tenant, time) for a tenant's listings and quota counts, and the
+sessions never ticked (version 0) by tenant, for the count of those waiting to start. Everything
 stored before belongs to the `default` tenant.
 
 The dead-letter counts (0009_dlqrollup) are kept per tenant too: the tenant joins their
@@ -27,6 +28,8 @@ depends_on = None
 DEFAULT = sa.text("'default'")
 #: the groupings as this revision knows them (frozen here: the live code may change)
 GROUPS = ("code", "kind", "model", "last_tool", "error_signature")
+#: the sessions never ticked: a submit counts its tenant's waiting ones (max_queued)
+UNSTARTED = "version = 0"
 COUNTS, TOTALS = "tickwork_dead_letter_counts", "tickwork_dead_letter_totals"
 
 
@@ -36,6 +39,13 @@ def upgrade() -> None:
             sa.Column("tenant", sa.String(length=64), nullable=False, server_default=DEFAULT)
         )
         batch.create_index("ix_tickwork_sessions_tenant_created_at", ["tenant", "created_at"])
+    op.create_index(
+        "ix_tickwork_sessions_unstarted",
+        "tickwork_sessions",
+        ["tenant"],
+        postgresql_where=sa.text(UNSTARTED),
+        sqlite_where=sa.text(UNSTARTED),
+    )
     with op.batch_alter_table("tickwork_dead_letters") as batch:
         batch.add_column(
             sa.Column("tenant", sa.String(length=64), nullable=False, server_default=DEFAULT)
@@ -61,6 +71,7 @@ def downgrade() -> None:
         batch.drop_index("ix_tickwork_dead_letters_tenant_at")
         batch.drop_column("submitted_by")
         batch.drop_column("tenant")
+    op.drop_index("ix_tickwork_sessions_unstarted", table_name="tickwork_sessions")
     with op.batch_alter_table("tickwork_sessions") as batch:
         batch.drop_index("ix_tickwork_sessions_tenant_created_at")
         batch.drop_column("tenant")

@@ -183,6 +183,28 @@ class SessionContract(Contract):
         assert ids(submitted_by="nobody") == []
         assert ids(submitted_by="") == ["d", "c", "b", "a"]  # no name given: no filter
 
+    def test_a_session_keeps_its_tenant_and_its_forks_too(self, store: Store, clock: Clock) -> None:
+        """The tenant is stored and read back, listings filter by it exactly, and a fork
+        stays in its parent's tenant."""
+        for session_id, tenant in (("a", "team-a"), ("b", "team-ab"), ("c", "team-a")):
+            found = new_session(session_id, now=clock.advance(1))
+            head = found.head.model_copy(update={"tenant": tenant})
+            store.create(found.model_copy(update={"head": head}), now=clock())
+        store.create(new_session("d", now=clock.advance(1)), now=clock())
+
+        def ids(**filters: object) -> list[str]:
+            return [h.id for h in store.list_sessions(**filters)]  # type: ignore[arg-type]
+
+        assert ids(tenant="team-a") == ["c", "a"]
+        assert ids(tenant="team-ab") == ["b"]
+        assert ids(tenant="default") == ["d"]
+        assert ids() == ["d", "c", "b", "a"]
+        assert store.load("b").head.tenant == "team-ab"
+        forked = store.fork(
+            "b", new_id="b2", from_step=0, patch=ForkPatch(), by="olga", now=clock.advance(1)
+        )
+        assert forked.tenant == store.get("b2").tenant == "team-ab"
+
     def test_list_sessions_filters_by_parent(self, store: Store, clock: Clock) -> None:
         store.create(new_session("p", now=clock.advance(1)), now=clock())
         run_step(store, "p", 1, now=clock.advance(1))

@@ -1,0 +1,155 @@
+"""A tenant's quotas checked at submit, in the transaction that inserts the session.
+
+What each quota counts (docs/OPERATIONS.md, "Tenants and quotas"):
+
+- `max_queued`: the tenant's sessions waiting to start: in the `queued` status, or
+  runnable and never ticked (version 0: submitted, waiting in the broker for a worker).
+  The new session counts too, so at most `max_queued` wait at once.
+- `max_usd_per_day`: the recorded cost (`cost_usd`) of the tenant's sessions created since
+  the last UTC midnight; refused once it reached the quota, until the next midnight.
+- `max_stored_bytes`: the characters of the tenant's live transcripts (the model's thoughts
+  and the tools' observations; ~bytes), summed at most once a minute per process (a join
+  over every step, too dear for every submit); refused once it reached the quota.
+
+On Postgres a per-tenant advisory lock, held to the transaction's end, serialises the
+count and the insert of concurrent submits of one tenant (other tenants do not wait); on
+SQLite the store's transactions are `BEGIN IMMEDIATE`, so writers are serialised anyway.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import ColumnElement, Connection, Engine, func, or_, select, text
+from tickwork.fsm.errors import QuotaExceeded
+from tickwork.fsm.tenants import Quotas
+from tickwork.fsm.values import RUNNABLE, Head
+from tickwork.store.schema import observations, sessions, steps
+
+#: the status a session waits in for admission (docs/DESIGN.md section 15)
+QUEUED = "queued"
+#: stored bytes are summed again after this many seconds
+BYTES_TTL_S = 60.0
+#: the Retry-After of a full queue, and of stored bytes over their quota
+QUEUED_RETRY_S, BYTES_RETRY_S = 30, 3600
+#: the advisory locks' first key: tickwork's tenants ("tkwT")
+LOCK_CLASS = 0x746B7754
+
+
+def waiting(tenant: str) -> ColumnElement[bool]:
+    """The condition of `tenant`'s sessions waiting to start."""
+    never_ticked = (sessions.c.version == 0) & sessions.c.status.in_([s.value for s in RUNNABLE])
+    return (sessions.c.tenant == tenant) & or_(sessions.c.status == QUEUED, never_ticked)
+
+
+class StoredBytes:
+    """The characters of each tenant's live transcripts, summed at most every BYTES_TTL_S."""
+
+    def __init__(
+        self, *, ttl_s: float = BYTES_TTL_S, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._ttl, self._clock = ttl_s, clock
+        self._held: dict[str, tuple[float, int]] = {}
+        self._lock = threading.Lock()
+
+    def of(self, conn: Connection, tenant: str) -> int:
+        now = self._clock()
+        with self._lock:
+            held = self._held.get(tenant)
+        if held is not None and now - held[0] < self._ttl:
+            return held[1]
+        mine = select(sessions.c.id).where(sessions.c.tenant == tenant).scalar_subquery()
+        said = select(func.coalesce(func.sum(func.length(steps.c.thought)), 0)).where(
+            steps.c.session_id.in_(mine)
+        )
+        seen = select(func.coalesce(func.sum(func.length(observations.c.content)), 0)).where(
+            observations.c.session_id.in_(mine)
+        )
+        total = int(conn.execute(said).scalar_one()) + int(conn.execute(seen).scalar_one())
+        with self._lock:
+            self._held[tenant] = (now, total)
+        return total
+
+
+def lock(conn: Connection, tenant: str) -> None:
+    """Hold `tenant`'s lock until `conn`'s transaction ends (Postgres; SQLite: a no-op, its
+    writers are serialised by BEGIN IMMEDIATE)."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(
+            text("SELECT pg_advisory_xact_lock(:cls, hashtext(:tenant))"),
+            {"cls": LOCK_CLASS - (1 << 31), "tenant": tenant},
+        )
+
+
+def check(
+    conn: Connection, head: Head, quotas: Quotas, *, now: datetime, stored: StoredBytes
+) -> None:
+    """QuotaExceeded, naming the quota, if storing `head` would take its tenant past one;
+    call it after `lock`, in the transaction that inserts the session."""
+    tenant = head.tenant
+    if quotas.max_queued is not None:
+        count = select(func.count()).select_from(sessions).where(waiting(tenant))
+        queued = int(conn.execute(count).scalar_one())
+        if queued + 1 > quotas.max_queued:
+            raise QuotaExceeded(
+                f"tenant {tenant} has {queued} sessions waiting to start, its quota "
+                f"max_queued is {quotas.max_queued}: wait for some to start, or cancel some",
+                tenant=tenant,
+                quota="max_queued",
+                limit=quotas.max_queued,
+                used=queued,
+                retry_after_s=QUEUED_RETRY_S,
+            )
+    if quotas.max_usd_per_day is not None:
+        midnight = now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+        spent = float(
+            conn.execute(
+                select(func.coalesce(func.sum(sessions.c.cost_usd), 0.0)).where(
+                    sessions.c.tenant == tenant, sessions.c.created_at >= midnight
+                )
+            ).scalar_one()
+        )
+        if spent >= quotas.max_usd_per_day:
+            until = midnight + timedelta(days=1)
+            raise QuotaExceeded(
+                f"tenant {tenant} spent ${spent:.2f} today (UTC), its quota max_usd_per_day "
+                f"is ${quotas.max_usd_per_day:.2f}: submit again after {until.isoformat()}",
+                tenant=tenant,
+                quota="max_usd_per_day",
+                limit=quotas.max_usd_per_day,
+                used=round(spent, 6),
+                retry_after_s=max(1, int((until - now).total_seconds()) + 1),
+            )
+    if quotas.max_stored_bytes is not None:
+        used = stored.of(conn, tenant)
+        if used >= quotas.max_stored_bytes:
+            raise QuotaExceeded(
+                f"tenant {tenant} stores {used} bytes of transcripts, its quota "
+                f"max_stored_bytes is {quotas.max_stored_bytes}: retention frees space as "
+                "finished sessions are archived (`tickwork gc`)",
+                tenant=tenant,
+                quota="max_stored_bytes",
+                limit=quotas.max_stored_bytes,
+                used=used,
+                retry_after_s=BYTES_RETRY_S,
+            )
+
+
+def usage(engine: Engine, tenant: str, *, now: datetime, stored: StoredBytes) -> dict[str, float]:
+    """What `tenant` uses of each quota now (for `tickwork tenants` and the docs' sizing)."""
+    midnight = now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    with engine.connect() as conn:
+        queued = conn.execute(select(func.count()).select_from(sessions).where(waiting(tenant)))
+        spent = conn.execute(
+            select(func.coalesce(func.sum(sessions.c.cost_usd), 0.0)).where(
+                sessions.c.tenant == tenant, sessions.c.created_at >= midnight
+            )
+        )
+        return {
+            "max_queued": int(queued.scalar_one()),
+            "max_usd_per_day": float(spent.scalar_one()),
+            "max_stored_bytes": stored.of(conn, tenant),
+        }

@@ -1,0 +1,243 @@
+"""A tenant's quotas at submit: each over-quota submit is 429 naming the quota, with
+Retry-After, and stores nothing; the tenants file is read again without a restart; 50
+submits racing for the last slots on Postgres admit exactly the quota.
+
+No worker runs: the submitted sessions wait to start (never ticked), which is what
+`max_queued` counts before admission holds them as `queued`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import func, select, update
+from tickwork.fsm.errors import QuotaExceeded
+from tickwork.fsm.values import Status
+from tickwork.store.migrate import upgrade
+from tickwork.store.schema import events, outbox, sessions
+from tickwork.worker.config.settings import Settings
+
+from tests.api.conftest import TEST_KIND, Server
+from tickwork.api import ApiSettings, make_api
+from tickwork.client import Tickwork
+from tickwork.testing.store_ticks import reply, think
+
+TOKENS = {
+    "ann-team-a-token-00000001": {"name": "ann", "roles": ["submitter"], "tenant": "team-a"},
+    "bob-team-b-token-00000001": {"name": "bob", "roles": ["submitter"], "tenant": "team-b"},
+}
+TOKEN = {spec["name"]: token for token, spec in TOKENS.items()}
+
+
+def write(path: Path, data: object) -> None:
+    """Write the tenants file and move its mtime on (a rewrite within one clock tick)."""
+    before = path.stat().st_mtime_ns if path.exists() else 0
+    path.write_text(json.dumps(data), encoding="utf-8")
+    os.utime(path, ns=(before + 1_000_000_000, before + 1_000_000_000))
+
+
+@dataclass
+class Fleet:
+    client: Tickwork
+    tenants_file: Path
+    script: str
+    url: str = ""
+
+    def submit(self, tenant: str, session_id: str | None = None) -> str:
+        head = self.client.submit(
+            TEST_KIND,
+            {},
+            model=self.script,
+            tenant=tenant,
+            session_id=session_id,
+            submitted_by="t",
+        )
+        return head.id
+
+    def count(self, table: Any = sessions, **where: str) -> int:
+        query = select(func.count()).select_from(table)
+        for column, value in where.items():
+            query = query.where(table.c[column] == value)
+        with self.client.store.engine.connect() as conn:  # type: ignore[attr-defined]
+            return int(conn.execute(query).scalar_one())
+
+
+@pytest.fixture
+def fleet(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> Iterator[Fleet]:
+    tenants_file = tmp_path / "tenants.json"
+    write(tenants_file, {})
+    monkeypatch.setenv("TICKWORK_TENANTS_FILE", str(tenants_file))
+    backend = getattr(request, "param", "sqlite")
+    common: dict[str, Any] = dict(
+        state_dir=tmp_path / "state",
+        queue=f"tickwork.ticks.{uuid.uuid4().hex[:8]}",
+        imports=[TEST_KIND],
+    )
+    if backend == "postgres":
+        from tests.conftest import _truncate
+
+        url = str(request.getfixturevalue("postgres_url"))
+        _truncate(url)
+        settings = Settings(database_url=url, **common)
+    else:
+        settings = Settings(**common)
+        settings.state_dir.mkdir(parents=True)
+        upgrade(settings.db_url)
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([{"content": "done"}]))
+    client = Tickwork(settings)
+    try:
+        yield Fleet(client, tenants_file, f"scripted:{script}")
+    finally:
+        client.close()
+
+
+def test_max_queued_refuses_the_submit_past_it_and_stores_nothing(fleet: Fleet) -> None:
+    write(fleet.tenants_file, {"team-a": {"max_queued": 2}})
+    fleet.submit("team-a")
+    fleet.submit("team-a")
+    before = (fleet.count(), fleet.count(outbox), fleet.count(events))
+
+    with pytest.raises(QuotaExceeded, match="max_queued is 2") as refused:
+        fleet.submit("team-a", session_id="refused-one")
+
+    assert refused.value.quota == "max_queued" and refused.value.used == 2
+    assert (fleet.count(), fleet.count(outbox), fleet.count(events)) == before
+    fleet.submit("team-b")  # another tenant is not limited by team-a's quota
+    fleet.submit("default")
+
+
+def test_the_tenants_file_is_read_again_without_a_restart(fleet: Fleet) -> None:
+    write(fleet.tenants_file, {"*": {"max_queued": 1}})
+    fleet.submit("team-a")
+    with pytest.raises(QuotaExceeded):
+        fleet.submit("team-a")
+    write(fleet.tenants_file, {"*": {"max_queued": 1}, "team-a": {"max_queued": 3}})
+    fleet.submit("team-a")
+    fleet.submit("team-a")
+    with pytest.raises(QuotaExceeded, match="max_queued is 3"):
+        fleet.submit("team-a")
+    with pytest.raises(QuotaExceeded, match="max_queued is 1"):
+        fleet.submit("team-c", session_id="c1") and fleet.submit("team-c")
+
+
+def test_dollars_per_day_count_todays_sessions(fleet: Fleet) -> None:
+    write(fleet.tenants_file, {"team-a": {"max_usd_per_day": 1.5}})
+    spent = fleet.submit("team-a")
+    fleet.submit("team-a")  # nothing spent yet
+    with fleet.client.store.engine.begin() as conn:  # type: ignore[attr-defined]
+        conn.execute(update(sessions).where(sessions.c.id == spent).values(cost_usd=1.5))
+
+    with pytest.raises(QuotaExceeded, match="max_usd_per_day") as refused:
+        fleet.submit("team-a")
+
+    now = datetime.now(UTC)
+    to_midnight = 86400 - (now.hour * 3600 + now.minute * 60 + now.second)
+    assert 0 < refused.value.retry_after_s <= to_midnight + 2
+    assert refused.value.used == 1.5 and refused.value.limit == 1.5
+    fleet.submit("team-b")
+
+
+def test_stored_bytes_count_the_transcripts(fleet: Fleet) -> None:
+    talker = fleet.submit("team-a")
+    think(fleet.client.store, talker, reply(content="x" * 400), now=datetime.now(UTC))
+    write(fleet.tenants_file, {"team-a": {"max_stored_bytes": 300}})
+
+    with pytest.raises(QuotaExceeded, match="max_stored_bytes is 300") as refused:
+        fleet.submit("team-a")
+
+    assert refused.value.used >= 400 and refused.value.retry_after_s > 0
+    fleet.submit("team-b")
+
+
+def test_the_api_answers_429_naming_the_quota(fleet: Fleet, tmp_path: Path) -> None:
+    write(fleet.tenants_file, {"team-a": {"max_queued": 1}})
+    app = make_api(
+        fleet.client.settings,
+        ApiSettings(api_tokens=TOKENS, api_scripted_roots=[tmp_path]),  # type: ignore[arg-type]
+        client=fleet.client,
+    )
+    body = {"kind": TEST_KIND, "input": {}, "model": fleet.script}
+    with Server(app) as server, httpx.Client(base_url=server.url, timeout=30) as http:
+        ann = {"Authorization": f"Bearer {TOKEN['ann']}"}
+        first = http.post("/api/v1/sessions", json=body, headers=ann)
+        assert first.status_code == 201, first.text
+        assert first.json()["tenant"] == "team-a"
+        over = http.post("/api/v1/sessions", json={**body, "id": "over-1"}, headers=ann)
+        assert over.status_code == 429, over.text
+        assert int(over.headers["Retry-After"]) > 0
+        said = over.json()
+        assert said["code"] == "quota_exceeded" and said["quota"] == "max_queued"
+        assert said["tenant"] == "team-a" and said["limit"] == 1 and said["used"] == 1
+        assert http.get("/api/v1/sessions/over-1", headers=ann).status_code == 404
+        bob = {"Authorization": f"Bearer {TOKEN['bob']}"}
+        assert http.post("/api/v1/sessions", json=body, headers=bob).status_code == 201
+
+
+def test_the_cli_says_which_quota_and_exits_non_zero(fleet: Fleet) -> None:
+    write(fleet.tenants_file, {"team-a": {"max_queued": 0}})
+    env = {
+        **os.environ,
+        "TICKWORK_STATE_DIR": str(fleet.client.settings.state_dir),
+        "TICKWORK_IMPORTS": json.dumps([TEST_KIND]),
+        "TICKWORK_TENANTS_FILE": str(fleet.tenants_file),
+    }
+    submit = ["submit", TEST_KIND, "--model", fleet.script, "--tenant", "team-a"]
+    run = subprocess.run(
+        [sys.executable, "-m", "tickwork", *submit, "--id", "cli-over"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode != 0
+    assert "max_queued" in run.stderr + run.stdout and "team-a" in run.stderr + run.stdout
+    assert fleet.count(id="cli-over") == 0
+
+
+@pytest.mark.parametrize("fleet", ["postgres"], indirect=True)
+def test_fifty_submits_race_for_the_last_slots(fleet: Fleet) -> None:
+    """Three slots left of ten; 50 threads submit at once: exactly three get in."""
+    write(fleet.tenants_file, {"team-a": {"max_queued": 10}})
+    for _ in range(7):
+        fleet.submit("team-a")
+
+    def attempt(n: int) -> str:
+        try:
+            fleet.submit("team-a", session_id=f"race-{n}")
+        except QuotaExceeded as exc:
+            assert exc.quota == "max_queued"
+            return "refused"
+        return "admitted"
+
+    with ThreadPoolExecutor(max_workers=50) as pool:
+        results = list(pool.map(attempt, range(50)))
+
+    assert results.count("admitted") == 3 and results.count("refused") == 47
+    assert fleet.count(tenant="team-a") == 10
+    with fleet.client.store.engine.connect() as conn:  # type: ignore[attr-defined]
+        raced = (
+            conn.execute(select(sessions.c.id).where(sessions.c.id.like("race-%"))).scalars().all()
+        )
+        ticks = conn.execute(
+            select(func.count()).select_from(outbox).where(outbox.c.session_id.in_(raced))
+        ).scalar_one()
+        created = conn.execute(
+            select(func.count()).select_from(events).where(events.c.session_id.like("race-%"))
+        ).scalar_one()
+    assert len(raced) == 3 and ticks == 3 and created == 3  # nothing half-created
+    assert all(fleet.client.get(i).status is Status.READY for i in raced)

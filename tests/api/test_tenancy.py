@@ -1,0 +1,322 @@
+"""Tenants through the API: every route, the SSE stream and the page answer a session or
+dead letter of another tenant (or, for an own-only token, of another submitter) exactly as
+one nobody made (404, the same body), and listings hold only what the caller may see.
+
+Every route of the app is classified below; a route added without a row here fails
+`test_every_route_is_classified`, so a new route cannot skip these checks. The sessions
+are written through the store (no worker runs): this is about who sees what, fast.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fastapi.routing import APIRoute
+from tickwork.fsm import machine
+from tickwork.fsm.values import ErrorCode, Session, Status
+from tickwork.store.migrate import upgrade
+from tickwork.worker.config.settings import Settings
+
+from tests.api.conftest import Server
+from tickwork.api import ApiSettings, make_api
+from tickwork.client import Tickwork
+from tickwork.testing.store_ticks import claim, new_session, reply, think
+
+EVERY = ["submitter", "approver", "operator"]
+TOKENS = {
+    "ann-team-a-token-00000001": {"name": "ann", "roles": EVERY, "tenant": "team-a"},
+    "amy-team-a-own-only-00001": {
+        "name": "amy",
+        "roles": EVERY,
+        "tenant": "team-a",
+        "own_only": True,
+    },
+    "bob-team-b-token-00000001": {"name": "bob", "roles": EVERY, "tenant": "team-b"},
+    "root-admin-token-00000001": {"name": "root", "roles": ["admin"]},
+}
+TOKEN = {spec["name"]: token for token, spec in TOKENS.items()}
+#: routes that read no session, dead letter or tenant data at all
+NO_TENANT_DATA = {
+    ("GET", "/"),
+    ("GET", "/api/v1/docs"),
+    ("GET", "/api/v1/openapi.json"),
+    ("GET", "/api/v1/me"),
+    ("GET", "/healthz"),
+    ("GET", "/readyz"),
+}
+#: routes that name one session or dead letter: (method, path) -> a valid body
+BY_ID: dict[tuple[str, str], dict[str, Any] | None] = {
+    ("GET", "/api/v1/sessions/{session_id}"): None,
+    ("GET", "/api/v1/sessions/{session_id}/patch"): None,
+    ("GET", "/api/v1/sessions/{session_id}/events"): None,
+    ("GET", "/api/v1/sessions/{session_id}/stream"): None,
+    ("GET", "/api/v1/approvals/{session_id}"): None,
+    ("POST", "/api/v1/sessions/{session_id}/calls/{call_id}/decision"): {
+        "kind": "approve",
+        "fingerprint": "0" * 64,
+    },
+    ("POST", "/api/v1/sessions/{session_id}/cancel"): None,
+    ("POST", "/api/v1/sessions/{session_id}/fork"): {"from_step": 0},
+    ("GET", "/api/v1/dead-letters/{key}"): None,
+    ("POST", "/api/v1/dead-letters/{key}/fork"): {"from_step": 0},
+    ("POST", "/api/v1/dead-letters/{key}/resolve"): {"reason": "looked"},
+    ("POST", "/api/v1/dead-letters/{key}/dismiss"): {"reason": "looked"},
+}
+#: routes that list many: (method, path) -> how to find the session ids in the answer
+LISTS = {
+    ("GET", "/api/v1/sessions"): "sessions",
+    ("GET", "/api/v1/approvals"): "approvals",
+    ("GET", "/api/v1/dead-letters"): "letters",
+    ("GET", "/api/v1/dead-letters/stats"): "stats",
+    ("GET", "/api/v1/dead-letters/timeline"): "timeline",
+    ("GET", "/api/v1/dead-letters/export"): "export",
+    ("GET", "/metrics"): "metrics",
+    ("GET", "/api/v1/metrics"): "metrics",
+}
+#: submitting: its tenant is the token's (tested below)
+SUBMIT = {("POST", "/api/v1/sessions")}
+
+
+@dataclass
+class World:
+    url: str
+    client: Tickwork
+    clients: dict[str, httpx.Client]
+    #: session ids by who submitted them: ann (team-a), amy (team-a), bob (team-b)
+    ids: dict[str, list[str]]
+    app: Any
+
+    def http(self, who: str) -> httpx.Client:
+        if who not in self.clients:
+            self.clients[who] = httpx.Client(
+                base_url=self.url, headers={"Authorization": f"Bearer {TOKEN[who]}"}, timeout=30
+            )
+        return self.clients[who]
+
+
+def _make(client: Tickwork, session_id: str, tenant: str, by: str, end: str) -> None:
+    """A session of `tenant` submitted by `by`: waiting for approval, or failed."""
+    now = datetime.now(UTC)
+    base = new_session(session_id, now=now)
+    head = base.head.model_copy(update={"tenant": tenant, "submitted_by": by})
+    store = client.store
+    store.create(Session(head=head), now=now)
+    if end == "waiting":
+        think(store, session_id, reply(("danger", {"value": "x"})), now=now)
+        assert store.get(session_id).status is Status.WAITING_APPROVAL
+    else:
+        claimed = claim(store, session_id, now=now)
+        change = machine.fail(claimed.head, ErrorCode.LOOP, "stagnation loop", now=now)
+        store.save(change, version=claimed.head.version, owner="worker-1", now=now)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    tmp = tmp_path_factory.mktemp("tenancy")
+    settings = Settings(state_dir=tmp / "state", queue=f"tickwork.ticks.{uuid.uuid4().hex[:8]}")
+    settings.state_dir.mkdir(parents=True)
+    upgrade(settings.db_url)
+    client = Tickwork(settings)
+    ids: dict[str, list[str]] = {}
+    for who, tenant in (("ann", "team-a"), ("amy", "team-a"), ("bob", "team-b")):
+        for end in ("waiting", "failed"):
+            session_id = f"{who}-{end}-{uuid.uuid4().hex[:6]}"
+            _make(client, session_id, tenant, who, end)
+            ids.setdefault(who, []).append(session_id)
+    app = make_api(settings, ApiSettings(api_tokens=TOKENS), client=client)  # type: ignore[arg-type]
+    with Server(app) as server:
+        found = World(server.url, client, {}, ids, app)
+        yield found
+        for http in found.clients.values():
+            http.close()
+    client.close()
+
+
+def routes(app: Any) -> set[tuple[str, str]]:
+    """Every (method, path) the app serves, into included routers too (FastAPI 0.165
+    keeps them as routers of their own)."""
+    found: set[tuple[str, str]] = set()
+    for route in app.routes:
+        if hasattr(route, "original_router"):
+            found |= routes(route.original_router)
+            continue
+        if isinstance(route, APIRoute):
+            for method in route.methods:
+                found.add((method, route.path))
+        elif getattr(route, "path", "").startswith("/static"):
+            continue  # the page's files: no data
+        elif hasattr(route, "methods") and route.methods:
+            found.update((m, route.path) for m in route.methods if m != "HEAD")
+    return found
+
+
+def test_every_route_is_classified(world: World) -> None:
+    known = NO_TENANT_DATA | set(BY_ID) | set(LISTS) | SUBMIT
+    unclassified = routes(world.app) - known
+    assert not unclassified, f"add these routes to the tenancy tests: {sorted(unclassified)}"
+    assert not known - routes(world.app), "a route listed here is gone: take it out"
+
+
+def _path(template: str, ident: str) -> str:
+    return (
+        template.replace("{session_id}", ident).replace("{key}", ident).replace("{call_id}", "s1c0")
+    )
+
+
+def _ask(http: httpx.Client, method: str, path: str, body: dict[str, Any] | None) -> httpx.Response:
+    if path.endswith("/stream"):
+        with http.stream(method, path) as answer:
+            answer.read() if answer.status_code != 200 else None
+            return answer
+    return http.request(method, path, json=body)
+
+
+@pytest.mark.parametrize(("method", "template"), sorted(BY_ID))
+def test_another_tenants_or_submitters_session_is_404_like_none(
+    world: World, method: str, template: str
+) -> None:
+    body = BY_ID[(method, template)]
+    for who, theirs in (("bob", "ann"), ("ann", "bob"), ("amy", "ann"), ("bob", "amy")):
+        for ident in world.ids[theirs]:
+            before = world.client.get(ident)
+            answer = _ask(world.http(who), method, _path(template, ident), body)
+            nobody = f"zz-{uuid.uuid4().hex[:10]}"
+            none = _ask(world.http(who), method, _path(template, nobody), body)
+            assert answer.status_code == 404, (who, ident, template, answer.text)
+            assert none.status_code == 404, (who, template, none.text)
+            assert answer.json() == {
+                k: v.replace(nobody, ident) if isinstance(v, str) else v
+                for k, v in none.json().items()
+            }, "the answer tells a foreign id from one nobody made"
+            assert world.client.get(ident) == before  # nothing changed
+
+
+@pytest.mark.parametrize(
+    "template", sorted(t for m, t in BY_ID if m == "GET" and not t.endswith("/stream"))
+)
+def test_the_owner_and_an_admin_see_it(world: World, template: str) -> None:
+    for who, whose in (("ann", "ann"), ("ann", "amy"), ("amy", "amy"), ("root", "bob")):
+        for ident in world.ids[whose]:
+            answer = world.http(who).get(_path(template, ident))
+            assert answer.status_code != 404 or answer.json()["code"] in {
+                "no_patch",
+                "call_not_found",
+                "dead_letter_not_found",  # the waiting session has no dead letter
+                "not_waiting",
+            }, (who, ident, template, answer.text)
+            if answer.status_code == 404 and answer.json()["code"] == "dead_letter_not_found":
+                assert "waiting" in ident
+
+
+def test_the_stream_follows_only_what_the_caller_sees(world: World) -> None:
+    failed = next(i for i in world.ids["bob"] if "failed" in i)
+    with world.http("bob").stream("GET", f"/api/v1/sessions/{failed}/stream") as answer:
+        assert answer.status_code == 200
+        text = "".join(answer.iter_text())
+    assert "event: end" in text and '"failed"' in text
+    for who in ("ann", "amy"):
+        with world.http(who).stream("GET", f"/api/v1/sessions/{failed}/stream") as answer:
+            assert answer.status_code == 404
+
+
+def _seen(world: World, who: str, kind: str, path: str) -> set[str] | str:
+    answer = world.http(who).get(path)
+    assert answer.status_code == 200, (who, path, answer.text)
+    if kind == "sessions":
+        return {s["id"] for s in answer.json()}
+    if kind == "approvals":
+        return {w["session"]["id"] for w in answer.json()}
+    if kind == "letters":
+        return {d["session_id"] for d in answer.json()}
+    return answer.text
+
+
+@pytest.mark.parametrize(("method", "path"), sorted(LISTS))
+def test_listings_hold_only_what_the_caller_sees(world: World, method: str, path: str) -> None:
+    kind = LISTS[(method, path)]
+    everyone = {i for ids in world.ids.values() for i in ids}
+    sees = {
+        "ann": set(world.ids["ann"]) | set(world.ids["amy"]),
+        "amy": set(world.ids["amy"]),
+        "bob": set(world.ids["bob"]),
+        "root": everyone,
+    }
+    for who, mine in sees.items():
+        if path == "/metrics":
+            break  # the operators' scrape: checked below
+        found = _seen(world, who, kind, path)
+        if isinstance(found, set):
+            wanted = {i for i in mine if kind == "sessions" or _fits(kind, i)}
+            assert found == wanted, (who, path)
+        elif kind == "export":
+            assert all(i in found for i in mine if "failed" in i), (who, path)
+            assert not any(i in found for i in everyone - mine), (who, path)
+        elif kind == "metrics":
+            tenants = {"ann": {"team-a"}, "amy": {"team-a"}, "bob": {"team-b"}}.get(who)
+            labelled = {line.split('tenant="')[1].split('"')[0] for line in _tenant_lines(found)}
+            assert labelled, found
+            assert tenants is None or labelled <= tenants, (who, labelled)
+        else:  # stats and timeline: counts; the caller's dead letters only
+            total = found.count('"total":')
+            assert total, found
+            failed = len([i for i in mine if "failed" in i])
+            assert f'"total":{failed}' in found.replace(" ", ""), (who, path, found)
+
+
+def _fits(kind: str, session_id: str) -> bool:
+    return ("waiting" in session_id) if kind == "approvals" else ("failed" in session_id)
+
+
+def _tenant_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if 'tenant="' in line and not line.startswith("#")]
+
+
+def test_the_operators_scrape_labels_every_tenant(world: World) -> None:
+    text = httpx.get(f"{world.url}/metrics", timeout=30).text
+    labelled = {line.split('tenant="')[1].split('"')[0] for line in _tenant_lines(text)}
+    assert {"team-a", "team-b"} <= labelled
+
+
+def test_a_submit_goes_into_the_tokens_tenant(world: World, tmp_path: Path) -> None:
+    script = tmp_path / "script.json"
+    script.write_text('[{"content": "done"}]')
+    body = {"kind": "repair", "input": {"task": "x", "source": str(tmp_path)}}
+    refused = world.http("bob").post("/api/v1/sessions", json={**body, "tenant": "team-a"})
+    assert refused.status_code == 403 and "team-b only" in refused.json()["message"]
+    bad = world.http("root").post("/api/v1/sessions", json={**body, "tenant": "Team A"})
+    assert bad.status_code == 422
+    listed = world.http("root").get("/api/v1/sessions", params={"tenant": "team-b"}).json()
+    assert {s["id"] for s in listed} == set(world.ids["bob"])
+    assert {s["tenant"] for s in listed} == {"team-b"}
+    assert world.http("bob").get("/api/v1/sessions", params={"tenant": "team-a"}).json() == []
+    me = world.http("amy").get("/api/v1/me").json()
+    assert me == {"name": "amy", "roles": sorted(EVERY), "tenant": "team-a", "own_only": True}
+
+
+def test_the_page_reads_only_routes_checked_here(world: World) -> None:
+    """The page is static: what it shows comes from the API calls in its scripts, each of
+    them a route whose tenant checks are tested above (a new call must be one of them)."""
+    import re
+
+    from tickwork.api.app import STATIC
+
+    called: set[str] = set()
+    for script in STATIC.glob("*.js"):
+        text = script.read_text(encoding="utf-8")
+        called |= set(re.findall(r"\bapi\(\s*[`\"]([^`\"?]+)", text))
+        called |= {p for p in re.findall(r"\$\{API\}([^`\"?]+)", text)}
+    assert "/sessions/${enc(id)}/stream" in called and "/approvals" in called
+    checked = {t for _, t in NO_TENANT_DATA | set(BY_ID) | set(LISTS) | SUBMIT}
+    routes_ = {re.sub(r"\{[^}]+\}", "x", t) for t in checked}
+    for path in called:
+        shape = re.compile("^/api/v1" + re.sub(r"\$\{[^}]+\}", "[^/]+", path) + "$")
+        assert any(shape.match(r) for r in routes_), f"the page calls {path}, unchecked"
+    page = httpx.get(f"{world.url}/", timeout=30).text
+    assert not any(i in page for ids in world.ids.values() for i in ids)

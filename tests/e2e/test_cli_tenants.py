@@ -1,0 +1,33 @@
+"""The local CLI works in one tenant: `default` unless given `--tenant`; listings take '*'
+for every tenant; `show --tenant` answers another tenant's session as no session."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.e2e.conftest import Cli, Deployment
+from tests.tasks.conftest import TEST_KIND
+
+
+@pytest.mark.parametrize("deployment", ["embedded"], indirect=True)
+def test_submit_ls_and_show_per_tenant(cli: Cli, deployment: Deployment) -> None:
+    script = deployment.script([{"content": "done"}])
+    imports = {"TICKWORK_IMPORTS": json.dumps([TEST_KIND])}
+    for session_id, tenant in (("in-a", "team-a"), ("in-default", None)):
+        given = ["--tenant", tenant] if tenant else []
+        cli.inline("submit", TEST_KIND, "--model", script, "--id", session_id, *given, **imports)
+
+    def listed(*args: str) -> set[str]:
+        return {h["id"] for h in cli.inline("ls", "--json", *args).json()}
+
+    assert listed() == {"in-default"}
+    assert listed("--tenant", "team-a") == {"in-a"}
+    assert listed("--tenant", "*") == {"in-a", "in-default"}
+    assert listed("--tenant", "team-b") == set()
+    assert cli.inline("show", "in-a", "--json", "--tenant", "team-a").json()["head"]["tenant"] == (
+        "team-a"
+    )
+    cli.inline("show", "in-a", "--tenant", "default", ok=False).error(1, "no session 'in-a'")
+    cli.inline("ls", "--tenant", "Team A", ok=False).error(2, "is not a tenant name")

@@ -1,0 +1,90 @@
+"""What a caller may see: its tenant's sessions (only its own with an `own_only` token), or
+every tenant's with the `admin` role.
+
+Anything else answers exactly as if it did not exist (404, the same message), so a session
+or dead-letter id of another tenant cannot be told from one nobody made.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tickwork.client import Tickwork
+from tickwork.fsm.errors import SessionNotFound
+from tickwork.fsm.values import Head
+from tickwork.store import dead_letters as dl
+
+from .auth import Principal
+from .errors import ApiError
+
+
+def not_found(session_id: str) -> SessionNotFound:
+    """What the store says of a session nobody made."""
+    return SessionNotFound(f"no session {session_id!r}; list sessions with `tickwork ls`")
+
+
+def seen_head(client: Tickwork, who: Principal, session_id: str, *, archived: bool = True) -> Head:
+    """The session's head (live, or archived unless `archived` is False) if `who` may see
+    it; else SessionNotFound."""
+    try:
+        head = client.get(session_id)
+    except SessionNotFound:
+        found = client.archived(session_id) if archived else None
+        if found is None:
+            raise
+        head = found.session.head
+    if not who.sees(head.tenant, head.submitted_by):
+        raise not_found(session_id)
+    return head
+
+
+def seen_letter(who: Principal, letter: dl.DeadLetter, key: str) -> dl.DeadLetter:
+    """The dead letter if `who` may see its session; else DeadLetterNotFound."""
+    if not who.sees(letter.tenant, letter.submitted_by):
+        raise dl.DeadLetterNotFound(f"no dead letter has id or session id {key!r}")
+    return letter
+
+
+def session_filters(who: Principal, submitted_by: str | None = None) -> dict[str, Any] | None:
+    """A listing's filters for `who` (tenant, and submitter for an own-only token); None if
+    the listing asked for another submitter than an own-only token's (nothing to list)."""
+    if who.own_only and not who.admin:
+        if submitted_by and submitted_by != who.name:
+            return None
+        submitted_by = who.name
+    return {"tenant": who.scope, "submitted_by": submitted_by}
+
+
+def letter_filters(who: Principal) -> dict[str, Any]:
+    """The dead-letter filters for `who`: its tenant's, only its own for an own-only token."""
+    own = who.own_only and not who.admin
+    return {"tenant": who.scope, "submitted_by": who.name if own else None}
+
+
+def submit_tenant(who: Principal, asked: str | None) -> str:
+    """The tenant a submit goes into: the token's, or for an admin the one it names."""
+    if asked is None or asked == who.tenant:
+        return who.tenant
+    if not who.admin:
+        raise ApiError(
+            403,
+            "forbidden",
+            f"{who.name} submits into tenant {who.tenant} only; leave `tenant` out (naming "
+            "another tenant takes the admin role)",
+        )
+    return asked
+
+
+def seen_forks(client: Tickwork, who: Principal, forks: list[dict[str, Any]]) -> list[Any]:
+    """The forks `who` may see: a fork is in its parent's tenant, so an own-only token's
+    are those it made; the others' are left out."""
+    if who.admin or not who.own_only:
+        return forks
+    kept = []
+    for fork in forks:
+        try:
+            seen_head(client, who, str(fork["id"]))
+        except SessionNotFound:
+            continue
+        kept.append(fork)
+    return kept
