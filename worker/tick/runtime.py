@@ -29,6 +29,7 @@ from tickwork.worker.models import Model, Poster, Providers, make_model, pooled_
 from tickwork.worker.observers.report import Observers
 from tickwork.worker.sandbox.fence import WATCHDOG
 from tickwork.worker.sandbox.shell import GUARD, Guard
+from tickwork.worker.tick.liveness import Liveness
 from tickwork.worker.tick.retention import restoring
 
 log = logging.getLogger("tickwork.worker")
@@ -107,6 +108,16 @@ class Leases:
             with self._lock:
                 self._commands.get(key, set()).discard(pid)
                 WATCHDOG.tell(pid, None)
+
+    def lose_all(self, reason: str) -> None:
+        """Every lease this process holds is lost for `reason` (its sign of life is gone, so
+        a relay may soon take its sessions over): their commands are killed at once."""
+        with self._lock:
+            held = [key for key in self._held if key not in self._lost]
+            for key in held:
+                self._lost[key] = reason
+        if held:
+            log.warning("%s: the leases of %d running ticks are given up", reason, len(held))
 
     def _add(self, key: tuple[str, int], owner: str) -> None:
         with self._lock:
@@ -253,6 +264,9 @@ class Runtime:
     level: int = RUNTIME_LEVEL
     #: the leases of this process's ticks; `leases.lease_s` is how long each lasts
     leases: Leases = field(init=False)
+    #: this process's sign of life, under which it leases sessions once started (a worker
+    #: process starts it: `tickwork.worker.tick.app.runtime`; a bare Runtime leases unsigned)
+    liveness: Liveness = field(init=False)
     _models: dict[str, Model] = field(default_factory=dict, init=False)
     #: one pool of model-server connections for this process's models, made on first use
     _http: Poster | None = field(default=None, init=False)
@@ -260,6 +274,14 @@ class Runtime:
 
     def __post_init__(self) -> None:
         self.leases = Leases(self.store, lease_s=self.settings.lease_s, clock=self.clock)
+        self.liveness = Liveness(
+            self.store, every_s=self.settings.liveness_period_s, lose_all=self.leases.lose_all
+        )
+
+    def owner(self) -> str:
+        """Who a tick of this thread leases its session as: `owner_name()`, under this
+        process's sign of life while it holds one."""
+        return self.liveness.owner(owner_name())
 
     @functools.cached_property
     def providers(self) -> Providers:
