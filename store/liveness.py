@@ -47,6 +47,17 @@ _SIGNED = re.compile(r"@([0-9]{1,18})$")
 #: RST) loses its sign after idle + interval * count seconds
 KEEPALIVES = {"tcp_keepalives_idle": 5, "tcp_keepalives_interval": 2, "tcp_keepalives_count": 3}
 KEEPALIVE_S = 5 + 2 * 3
+#: the worker's side of its sign's connection: a check that gets no answer fails within
+#: about 3 s (the network cut), before the server drops the connection (`KEEPALIVE_S`), so
+#: the worker gives its leases up before a relay can take its sessions over
+CLIENT_KEEPALIVES = {
+    "connect_timeout": 5,
+    "keepalives": 1,
+    "keepalives_idle": 2,
+    "keepalives_interval": 1,
+    "keepalives_count": 2,
+    "tcp_user_timeout": 3000,
+}
 
 
 def new_key() -> int:
@@ -182,12 +193,14 @@ class _Lock:
         self._take()
 
     def _take(self) -> None:
+        # a connection of its own, not the pool's: after a restart of Postgres the pool
+        # may hold dead ones, and this one must be taken again at once
+        dialect = self._engine.dialect
+        cargs, cparams = dialect.create_connect_args(self._engine.url)
         try:
-            raw = self._engine.raw_connection()
+            driver: Any = dialect.connect(*cargs, **{**cparams, **CLIENT_KEEPALIVES})
         except Exception as exc:
             raise StoreUnavailable(f"could not connect to take the sign {self.key}: {exc}") from exc
-        driver: Any = raw.driver_connection
-        raw.detach()  # the pool neither hands it out nor closes it: it is this sign's
         try:
             driver.autocommit = True
             with driver.cursor() as cursor:

@@ -1,0 +1,73 @@
+"""A worker's sign of life (worker/tick/liveness.py) on a real database: a sign whose
+connection Postgres ends is given up with every lease held under it, then taken again; the
+relay's look takes a gone sign's sessions over only after its grace."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+from sqlalchemy import text
+from tickwork.store import Store
+from tickwork.store.liveness import signed
+from tickwork.worker.tick.liveness import Liveness, Takeover
+from tickwork.worker.tick.runtime import Leases
+
+from tickwork.testing import until
+from tickwork.testing.store_ticks import LEASE_S, claim, new_session
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _backend(store: Store, key: int) -> int | None:
+    """The Postgres backend holding sign `key`, or None."""
+    with store.engine.connect() as conn:
+        return conn.execute(
+            text(
+                "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1 "
+                "AND granted AND (classid::bigint << 32) | objid::bigint = :key"
+            ),
+            {"key": key},
+        ).scalar()
+
+
+@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
+def test_a_sign_whose_connection_ends_loses_its_leases_and_is_taken_again(store: Store) -> None:
+    leases = Leases(store, lease_s=LEASE_S, clock=_now)
+    liveness = Liveness(store, every_s=0.05, lose_all=leases.lose_all)
+    liveness.start()
+    try:
+        first = _backend(store, liveness.key)
+        assert first is not None
+        assert liveness.owner("w") == signed("w", liveness.key)
+        with leases.hold("s1", 0, liveness.owner("w")):
+            assert leases.lost("s1", 0) is None
+            with store.engine.connect() as conn:
+                conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": first})
+            reason = until(lambda: leases.lost("s1", 0), timeout=30, what="the lease given up")
+            assert "sign of life is lost" in reason
+        again = until(lambda: _backend(store, liveness.key), timeout=30, what="the sign again")
+        assert again != first
+    finally:
+        liveness.stop()
+    # its backend ends (and lets the lock go) a moment after the connection is closed
+    until(lambda: _backend(store, liveness.key) is None, timeout=30, what="the sign given up")
+
+
+def test_a_gone_sign_is_taken_over_after_its_grace_only(store: Store) -> None:
+    published: list[tuple[str, int]] = []
+    liveness = Liveness(store, every_s=60, lose_all=lambda _: None)
+    liveness.start()
+    store.create(new_session("s1", now=_now()), now=_now())
+    claim(store, "s1", now=_now(), owner=liveness.owner("w"))
+    look = Takeover(store, lambda s, v: published.append((s, v)), grace_s=3600, clock=_now)
+    at_once = Takeover(store, lambda s, v: published.append((s, v)), grace_s=0, clock=_now)
+    assert look() == [] and at_once() == []  # alive
+    liveness.stop()
+    assert look() == [] and published == [], "gone, but not yet for its grace"
+    # (on Postgres the lock goes with its backend, a moment after the connection closes)
+    taken = until(at_once, timeout=30, what="the session taken over")
+    assert [(t.session_id, t.version) for t in taken] == [("s1", 0)] == published
+    assert store.lease("s1") is None
