@@ -237,8 +237,7 @@ def runtime(app: Celery) -> Runtime:
         publish_dead_letter=publish_dead_letter,
     )
     observers.install(rt)  # metrics, webhooks, tracing: hooks on the tick's report
-    if settings.liveness:
-        rt.liveness.start()  # before its first claim: this process's sign of life
+    rt.liveness.enabled = settings.liveness  # a sign of life from its first claim on
     app._tickwork_runtime = (os.getpid(), rt)  # type: ignore[attr-defined]
     return rt
 

@@ -12,6 +12,7 @@ of when their lease runs out.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from datetime import datetime
@@ -32,11 +33,24 @@ class Liveness:
     killed), well before a relay may take its sessions over (after the grace), and is taken
     again (same key) as soon as the database answers.
 
-    Until the sign is held (never, where the database has none) leases are taken unsigned
-    and end by expiry only."""
+    Until the sign is held (never, where the database has none, or with `enabled` False)
+    leases are taken unsigned and end by expiry only. An enabled sign is taken at the
+    first lease (`owner`): a process that never ticks (the CLI's relay) holds none."""
 
-    def __init__(self, store: Relay, *, every_s: float, lose_all: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        store: Relay,
+        *,
+        every_s: float,
+        lose_all: Callable[[str], None],
+        enabled: bool = False,
+    ) -> None:
         self._store, self._lose_all = store, lose_all
+        #: whether this process takes a sign at its first lease (a worker's does:
+        #: `tickwork.worker.tick.app.runtime`; a bare Runtime's does not)
+        self.enabled = enabled
+        self._begun = False
+        self._begin = threading.Lock()
         self.key = new_key()
         self._sign: Sign | None = None
         #: the last check found the sign lost
@@ -75,7 +89,13 @@ class Liveness:
             sign.release()
 
     def owner(self, owner: str) -> str:
-        """The lease owner `owner` under this process's sign, while it holds one."""
+        """The lease owner `owner` under this process's sign, while it holds one (taken at
+        the first call, when enabled)."""
+        if self.enabled and not self._begun:
+            with self._begin:
+                if not self._begun:
+                    self._begun = True
+                    self.start()
         return owner if self._sign is None else signed(owner, self.key)
 
     def _check(self) -> None:
@@ -113,9 +133,20 @@ class Takeover:
         self._clock = clock
         #: each sign seen gone, and when it was first (monotonic)
         self._gone: dict[int, float] = {}
+        #: the last look failed: the database was away
+        self._away = False
 
     def __call__(self) -> list[Due]:
-        gone = self._store.absent_signs()
+        try:
+            gone = self._store.absent_signs()
+        except StoreError as exc:
+            # the database is away: every sign's grace starts again once it answers (its
+            # holders reconnect meanwhile); said once, not four times a second
+            if not self._away:
+                log.warning("relay: cannot look for sessions whose worker is gone: %s", exc)
+            self._away, self._gone = True, {}
+            return []
+        self._away = False
         seen = time.monotonic()
         self._gone = {key: self._gone.get(key, seen) for key in gone}
         ripe = [key for key, first in self._gone.items() if seen - first >= self._grace_s]
