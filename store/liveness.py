@@ -37,7 +37,7 @@ from sqlalchemy import Connection, Engine, select, text
 from tickwork.fsm.errors import StoreUnavailable
 from tickwork.fsm.values import RUNNABLE
 from tickwork.store.relay import Due, revive
-from tickwork.store.schema import sessions
+from tickwork.store.schema import RUNNABLE_SQL, sessions
 
 #: keys are drawn below this: at most 18 digits, so every key fits a bigint
 KEY_LIMIT = 10**18
@@ -101,6 +101,10 @@ class Signs(Protocol):
         """Those of `keys` whose holder is gone."""
         ...
 
+    def absent(self, conn: Connection, *, limit: int) -> set[int]:
+        """The signs named by the leases of runnable sessions whose holder is gone."""
+        ...
+
 
 def signs_for(engine: Engine) -> Signs | None:
     """The signs `engine`'s database supports, or None (an in-memory or other database:
@@ -116,7 +120,7 @@ def signs_for(engine: Engine) -> Signs | None:
 def absent(engine: Engine, signs: Signs, *, limit: int = 500) -> set[int]:
     """The signs named by the leases of runnable sessions whose holder is gone."""
     with engine.connect() as conn:
-        return signs.gone(conn, _leased(conn, limit=limit))
+        return signs.absent(conn, limit=limit)
 
 
 def take_over(
@@ -172,11 +176,28 @@ class AdvisoryLocks:
         "AND (l.classid::bigint << 32) | l.objid::bigint = ANY(:keys)"
     )
 
+    #: the relay's look, one statement: the signs the leases of runnable sessions name
+    #: (by the partial index of leased sessions), less those `pg_locks` shows held; a
+    #: session whose lease names no sign is left to expiry
+    ABSENT = text(
+        "SELECT DISTINCT k.key FROM ("
+        "  SELECT substring(s.lease_owner from '@([0-9]{1,18})$')::bigint AS key"
+        f"  FROM {sessions.name} AS s WHERE s.{RUNNABLE_SQL}"
+        "  AND s.lease_expires_at IS NOT NULL AND s.lease_owner LIKE '%@%' LIMIT :limit"
+        ") AS k WHERE k.key IS NOT NULL AND NOT EXISTS ("
+        "  SELECT 1 FROM pg_locks AS l WHERE l.locktype = 'advisory' AND l.objsubid = 1"
+        "  AND l.granted AND (l.classid::bigint << 32) | l.objid::bigint = k.key"
+        "  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()))"
+    )
+
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
 
     def hold(self, key: int) -> Sign:
         return _Lock(self.engine, key)
+
+    def absent(self, conn: Connection, *, limit: int) -> set[int]:
+        return set(conn.execute(self.ABSENT, {"limit": limit}).scalars())
 
     def gone(self, conn: Connection, keys: set[int]) -> set[int]:
         if not keys:
@@ -252,6 +273,9 @@ class LockFiles:
 
     def gone(self, conn: Connection, keys: set[int]) -> set[int]:
         return {key for key in keys if not self._held(key)}
+
+    def absent(self, conn: Connection, *, limit: int) -> set[int]:
+        return self.gone(conn, _leased(conn, limit=limit))
 
     def _held(self, key: int) -> bool:
         path = self.folder / str(key)
