@@ -101,11 +101,12 @@ class Liveness:
     def _check(self) -> None:
         try:
             if self._sign is None:
-                self._take()
+                self._take()  # not taken at the start: no lease is signed yet
                 return
             self._sign.check()
         except StoreError as exc:
-            self._lose_all(f"this worker's sign of life is lost ({exc})")
+            if self._sign is not None:
+                self._lose_all(f"this worker's sign of life is lost ({exc})")
             if not self._lost:
                 log.warning("this worker's sign of life is lost (%s); taking it again", exc)
             self._lost = True

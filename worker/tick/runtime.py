@@ -264,8 +264,8 @@ class Runtime:
     level: int = RUNTIME_LEVEL
     #: the leases of this process's ticks; `leases.lease_s` is how long each lasts
     leases: Leases = field(init=False)
-    #: this process's sign of life, under which it leases sessions once started (a worker
-    #: process starts it: `tickwork.worker.tick.app.runtime`; a bare Runtime leases unsigned)
+    #: this process's sign of life, taken at its first claim and leased under (a worker
+    #: process's is enabled: `tickwork.worker.tick.app.runtime`; a bare Runtime's is not)
     liveness: Liveness = field(init=False)
     _models: dict[str, Model] = field(default_factory=dict, init=False)
     #: one pool of model-server connections for this process's models, made on first use
