@@ -4,7 +4,7 @@ relay's look takes a gone sign's sessions over only after its grace."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from sqlalchemy import text
@@ -71,3 +71,27 @@ def test_a_gone_sign_is_taken_over_after_its_grace_only(store: Store) -> None:
     taken = until(at_once, timeout=30, what="the session taken over")
     assert [(t.session_id, t.version) for t in taken] == [("s1", 0)] == published
     assert store.lease("s1") is None
+
+
+def test_leases_given_up_with_a_lost_sign_are_still_renewed_while_they_are_ours(
+    store: Store,
+) -> None:
+    clock = {"now": _now()}
+    leases = Leases(store, lease_s=LEASE_S, clock=lambda: clock["now"])
+    for session_id in ("kept", "taken"):
+        store.create(new_session(session_id, now=_now()), now=_now())
+        claim(store, session_id, now=_now(), owner="w@1")
+    with leases.hold("kept", 0, "w@1"), leases.hold("taken", 0, "w@1"):
+        leases.lose_all("this worker's sign of life is lost (test)")
+        assert leases.lost("kept", 0) == leases.lost("taken", 0)
+        # another worker took "taken" over meanwhile; "kept" was left alone
+        with store.engine.begin() as conn:
+            conn.execute(text("UPDATE tickwork_sessions SET lease_owner = 'w2' WHERE id = 'taken'"))
+        before = store.lease("kept")
+        clock["now"] += timedelta(seconds=10)
+        leases.renew_all()
+        kept = store.lease("kept")
+        assert before is not None and kept is not None
+        assert kept[1] - before[1] >= timedelta(seconds=9), "not renewed"
+        assert "sign of life is lost" in (leases.lost("kept", 0) or "")
+        assert "no longer this worker's" in (leases.lost("taken", 0) or "")

@@ -65,6 +65,9 @@ class Leases:
         #: when each held lease was last known ours (monotonic), and why a lost one is lost
         self._renewed: dict[tuple[str, int], float] = {}
         self._lost: dict[tuple[str, int], str] = {}
+        #: lost leases still renewed: given up when this process's sign of life was lost
+        #: (`lose_all`), they stay its own unless another worker took the session over
+        self._given_up: set[tuple[str, int]] = set()
         #: the process groups of the commands each held lease's tick runs
         self._commands: dict[tuple[str, int], set[int]] = {}
         self._lock = threading.Lock()
@@ -111,11 +114,13 @@ class Leases:
 
     def lose_all(self, reason: str) -> None:
         """Every lease this process holds is lost for `reason` (its sign of life is gone, so
-        a relay may soon take its sessions over): their commands are killed at once."""
+        a relay may soon take its sessions over): their commands are killed at once. They
+        are still renewed: a tick whose session was not taken over meanwhile saves."""
         with self._lock:
             held = [key for key in self._held if key not in self._lost]
             for key in held:
                 self._lost[key] = reason
+                self._given_up.add(key)
         if held:
             log.warning("%s: the leases of %d running ticks are given up", reason, len(held))
 
@@ -124,6 +129,7 @@ class Leases:
             self._held[key] = owner
             self._renewed[key] = time.monotonic()
             self._lost.pop(key, None)
+            self._given_up.discard(key)
             self._commands[key] = set()
         self._loop.start()
 
@@ -132,12 +138,17 @@ class Leases:
             self._held.pop(key, None)
             self._renewed.pop(key, None)
             self._lost.pop(key, None)
+            self._given_up.discard(key)
             self._commands.pop(key, None)
 
     def renew_all(self) -> None:
         """Renew every held lease once (the thread does it every third of the lease)."""
         with self._lock:
-            held = [(key, owner) for key, owner in self._held.items() if key not in self._lost]
+            held = [
+                (key, owner)
+                for key, owner in self._held.items()
+                if key not in self._lost or key in self._given_up
+            ]
         for (session_id, version), owner in held:
             asked = time.monotonic()
             try:
@@ -156,6 +167,7 @@ class Leases:
                     for pid in commands:
                         WATCHDOG.tell(pid, asked + self.lease_s * self.FENCED)
                     continue
+                self._given_up.discard((session_id, version))
                 self._lost[(session_id, version)] = (
                     f"the lease of session {session_id} v{version} is no longer this worker's "
                     "(its renewal was refused: another worker took the session over)"
