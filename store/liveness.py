@@ -33,7 +33,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from sqlalchemy import Connection, Engine, select, text
+from sqlalchemy import Connection, Engine, or_, select, text
 from tickwork.fsm.errors import StoreUnavailable
 from tickwork.fsm.values import RUNNABLE
 from tickwork.store.relay import Due, revive
@@ -137,7 +137,8 @@ def take_over(
         .where(
             sessions.c.status.in_([s.value for s in RUNNABLE]),
             sessions.c.lease_expires_at.is_not(None),
-            sessions.c.lease_owner.like("%@%"),
+            # only the gone signs' rows are locked (a key is digits: nothing to escape)
+            or_(*(sessions.c.lease_owner.like(f"%@{key}") for key in sorted(wanted))),
         )
         .order_by(sessions.c.lease_expires_at)
         .limit(limit)
@@ -253,6 +254,10 @@ class _Lock:
 
     def release(self) -> None:
         with self._mutex:
+            if self._conn is not None:
+                # now, not when the backend notices the closed connection a moment later
+                with contextlib.suppress(Exception), self._conn.cursor() as cursor:
+                    cursor.execute("SELECT pg_advisory_unlock(%s)", (self.key,))
             self._drop()
 
     def _drop(self) -> None:
