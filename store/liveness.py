@@ -288,6 +288,8 @@ class LockFiles:
             fd = os.open(path, os.O_RDWR)
         except FileNotFoundError:
             return False  # given up, or found gone by another relay
+        except OSError:
+            return True  # not ours to probe (another user's): left to its lease
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
