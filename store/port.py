@@ -15,7 +15,7 @@ Postgres; a third-party store runs it too (docs/CONFORMANCE.md)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -31,6 +31,7 @@ from tickwork.store.environments import Environments
 from tickwork.store.files import FileChange, Saved
 from tickwork.store.gauges import Gauges
 from tickwork.store.lifecycle import Retention
+from tickwork.store.liveness import Sign
 from tickwork.store.relay import Due
 from tickwork.store.ticks import Claimed
 
@@ -216,6 +217,21 @@ class Relay(Protocol):
         ready, their first tick written) while their tenant and key are under their
         limits, at most `budget`, in weighted fair order across tenants and by priority
         then age within one; only `tenants`' if given. The ticks to publish, in order."""
+        ...
+
+    def hold_sign(self, key: int) -> Sign | None:
+        """Take the sign of life `key` for this worker process (`store/liveness.py`), to
+        lease as `liveness.signed(owner, key)`; None where the database has none (leases
+        then end by expiry only). Raises StoreUnavailable if it cannot be taken."""
+        ...
+
+    def absent_signs(self) -> set[int]:
+        """The signs named by runnable sessions' leases whose holder is gone."""
+        ...
+
+    def take_over(self, keys: Iterable[int], *, now: datetime) -> list[Due]:
+        """Runnable sessions leased under the signs `keys`, still gone: their lease cleared
+        and a tick written, as `expired_leases` does for a lease that ran out."""
         ...
 
 

@@ -7,10 +7,11 @@ Both are safe to run in many processes at once: rows are taken with
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from sqlalchemy import Engine, bindparam, delete, insert, or_, select, tuple_, update
+from sqlalchemy import Connection, Engine, bindparam, delete, insert, or_, select, tuple_, update
 from tickwork.fsm.values import RUNNABLE
 from tickwork.store.schema import outbox, sessions
 
@@ -128,27 +129,32 @@ def expired_leases(engine: Engine, *, now: datetime, limit: int = 500) -> list[D
     )
     with engine.begin() as conn:
         found = [(r.id, r.version, r.lease_owner) for r in conn.execute(query).all()]
-        for session_id, version, _ in found:
-            conn.execute(
-                update(sessions)
-                .where(sessions.c.id == session_id, sessions.c.version == version)
-                .values(lease_owner=None, lease_expires_at=None)
-            )
-            conn.execute(
-                delete(outbox).where(outbox.c.session_id == session_id, outbox.c.version == version)
-            )
-            conn.execute(
-                insert(outbox),
-                [
-                    {
-                        "session_id": session_id,
-                        "version": version,
-                        "due_at": now,
-                        "published_at": now,
-                    }
-                ],
-            )
+        revive(conn, found, now=now)
     return [Due(session_id, version, owner=owner) for session_id, version, owner in found]
+
+
+def revive(
+    conn: Connection, found: Sequence[tuple[str, int, str | None]], *, now: datetime
+) -> None:
+    """End the leases `found` (session, version, owner), each only if it is still that
+    owner's at that version, and write each session's tick as published now."""
+    for session_id, version, owner in found:
+        conn.execute(
+            update(sessions)
+            .where(
+                sessions.c.id == session_id,
+                sessions.c.version == version,
+                sessions.c.lease_owner == owner,
+            )
+            .values(lease_owner=None, lease_expires_at=None)
+        )
+        conn.execute(
+            delete(outbox).where(outbox.c.session_id == session_id, outbox.c.version == version)
+        )
+        conn.execute(
+            insert(outbox),
+            [{"session_id": session_id, "version": version, "due_at": now, "published_at": now}],
+        )
 
 
 def offer_again(engine: Engine, session_id: str, version: int, *, now: datetime) -> None:

@@ -5,14 +5,15 @@ health check. Each method is one call of its module with the store's engine; `Co
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+import functools
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Engine, text
 from tickwork.fsm.admission import Admission
 from tickwork.fsm.values import Session
-from tickwork.store import admission, dead_letter_counts, dead_letters, gauges, relay
+from tickwork.store import admission, dead_letter_counts, dead_letters, gauges, liveness, relay
 from tickwork.store.dead_letters import Closing, DeadLetter
 from tickwork.store.deliveries import Cards
 from tickwork.store.environments import Environments
@@ -51,6 +52,24 @@ class Services:
     ) -> list[Due]:
         """One pass of admission (`admission.admit`)."""
         return admission.admit(self.engine, policy, now=now, tenants=tenants, budget=budget)
+
+    @functools.cached_property
+    def _signs(self) -> liveness.Signs | None:
+        return liveness.signs_for(self.engine)
+
+    def hold_sign(self, key: int) -> liveness.Sign | None:
+        """This worker's sign of life (`liveness.signs_for`), or None."""
+        return None if self._signs is None else self._signs.hold(key)
+
+    def absent_signs(self) -> set[int]:
+        """Signs named by leases whose holder is gone (`liveness.absent`)."""
+        return set() if self._signs is None else liveness.absent(self.engine, self._signs)
+
+    def take_over(self, keys: Iterable[int], *, now: datetime) -> list[Due]:
+        """A gone holder's sessions, taken over (`liveness.take_over`)."""
+        if self._signs is None:
+            return []
+        return liveness.take_over(self.engine, self._signs, keys, now=now)
 
     def dead_letters(
         self,

@@ -189,14 +189,16 @@ def worker_log_figures(
     report: Report, fleet: Fleet, survivor_marks: dict[str, int], survivor_log: Path | None
 ) -> None:
     text = fleet.log_text()
-    republished = sum(int(m) for m in re.findall(r"relay: (\d+) ticks republished", text))
-    revived = sum(int(m) for m in re.findall(r"republished, (\d+) expired leases", text))
+    republished = sum(int(m) for m in re.findall(r"relay: republished (\d+) ticks", text))
+    revived = sum(int(m) for m in re.findall(r"relay: revived (\d+) sessions", text))
+    taken = sum(int(m) for m in re.findall(r"relay: took over (\d+) sessions", text))
     outcomes = Counter(re.findall(r"succeeded in [0-9.e-]+s: '(\w+)'", text))
     report.add("ticks saved (one micro-phase each)", outcomes.get("saved", 0))
     report.add("ticks dropped (stale or duplicate message)", outcomes.get("dropped", 0))
     report.add("ticks lost (the session moved on meanwhile)", outcomes.get("lost", 0))
     report.add("relay: ticks republished (lost messages)", republished)
     report.add("relay: sessions revived after an expired lease", revived)
+    report.add("relay: sessions taken over (their worker's sign of life gone)", taken)
     report.add(
         "ticks that failed INTERNAL in a worker log",
         len(re.findall(r"tick of session \S+ v\d+ failed", text)),

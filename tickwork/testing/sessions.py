@@ -112,6 +112,7 @@ def running_worker(
                     thread.stop()
                     thread.join(5)
     finally:
+        rt.liveness.stop()
         rt.store.close()
 
 

@@ -140,6 +140,15 @@ class Settings(BaseSettings):
     relay_period_s: float = Field(default=2.0, gt=0)
     #: an outbox row still unclaimed this long after it fell due is published again
     relay_after_s: float = Field(default=10.0, ge=0)
+    #: workers hold a sign of life and the relay takes a dead worker's sessions over at
+    #: once (off: only when their lease runs out; e.g. behind a transaction-mode pooler)
+    liveness: bool = True
+    #: how often a worker checks its own sign of life and the relay looks for leases whose
+    #: worker is gone (docs/DESIGN.md section 3)
+    liveness_period_s: float = Field(default=0.25, gt=0)
+    #: how long a sign stays gone before the relay takes its sessions over; longer than
+    #: the period, so a worker that lost its connection kills its commands first
+    liveness_grace_s: float = Field(default=1.0, ge=0)
     #: RabbitMQ closes a channel holding a delivery unacknowledged this long (its
     #: `consumer_timeout`, 30 minutes by default); tickwork declares its queues with it
     #: (`x-consumer-timeout`, RabbitMQ 3.12+) and keeps every tool and model call shorter

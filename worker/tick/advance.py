@@ -33,7 +33,7 @@ from tickwork.worker.tick.agent import AgentRunner
 from tickwork.worker.tick.files import TickFiles, disk_full
 from tickwork.worker.tick.frame import Runner, Tick
 from tickwork.worker.tick.graphs import GraphRunner
-from tickwork.worker.tick.runtime import Runtime, owner_name
+from tickwork.worker.tick.runtime import Runtime
 
 __all__ = ["RUNNERS", "Outcome", "TickFiles", "TickReport", "advance", "runner_for"]
 
@@ -66,7 +66,7 @@ def advance(rt: Runtime, session_id: str, version: int) -> TickReport:
 
 
 def _tick(rt: Runtime, report: TickReport) -> Outcome:
-    owner = owner_name()
+    owner = rt.owner()  # under this worker's sign of life (worker/tick/liveness.py)
     started = time.perf_counter()
     claimed = rt.store.claim(
         report.session_id,

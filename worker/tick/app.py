@@ -237,6 +237,7 @@ def runtime(app: Celery) -> Runtime:
         publish_dead_letter=publish_dead_letter,
     )
     observers.install(rt)  # metrics, webhooks, tracing: hooks on the tick's report
+    rt.liveness.enabled = settings.liveness  # a sign of life from its first claim on
     app._tickwork_runtime = (os.getpid(), rt)  # type: ignore[attr-defined]
     return rt
 
@@ -266,6 +267,7 @@ def _start_relay_with_worker(app: Celery) -> None:
         if getattr(sender, "app", None) is app and held is not None and held[0] == os.getpid():
             for background in held[1].background:
                 background.stop()
+            held[1].liveness.stop()
             held[1].close()
 
     signals.worker_ready.connect(ready, weak=False)

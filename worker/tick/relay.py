@@ -14,6 +14,7 @@ from tickwork.store.relay import Due, RelayPass
 from tickwork.worker.config.process import Loop
 from tickwork.worker.observers import metrics  # issue 8: relay metrics
 from tickwork.worker.tick.admission import admit_queued
+from tickwork.worker.tick.liveness import Takeover
 from tickwork.worker.tick.runtime import Runtime
 
 log = logging.getLogger("tickwork.relay")
@@ -67,7 +68,9 @@ def _named(ticks: Sequence[Due], name: Callable[[Due], str]) -> str:
 
 
 class RelayThread(Loop):
-    """Runs `relay_once` every `relay_period_s` until stopped."""
+    """Runs `relay_once` every `relay_period_s` until stopped, and beside it (a loop of its
+    own, `TICKWORK_LIVENESS_PERIOD_S`) the look for sessions whose worker is gone
+    (`Takeover`; not with TICKWORK_LIVENESS=false)."""
 
     def __init__(self, rt: Runtime) -> None:
         self.rt = rt
@@ -78,3 +81,26 @@ class RelayThread(Loop):
             log=log,
             what="relay pass",
         )
+        takeover = Takeover(
+            rt.store, rt.publish, grace_s=rt.settings.liveness_grace_s, clock=rt.clock
+        )
+        self.takeover = Loop(
+            "takeover",
+            takeover,
+            every_s=rt.settings.liveness_period_s,
+            log=log,
+            what="look for sessions whose worker is gone",
+        )
+
+    def start(self) -> None:
+        super().start()
+        if self.rt.settings.liveness:
+            self.takeover.start()
+
+    def stop(self) -> None:
+        self.takeover.stop()
+        super().stop()
+
+    def join(self, timeout: float | None = None) -> None:
+        self.takeover.join(timeout)
+        super().join(timeout)

@@ -30,6 +30,7 @@ from tickwork.worker.models import Model, Poster, Providers, make_model, pooled_
 from tickwork.worker.observers.report import Observers
 from tickwork.worker.sandbox.fence import WATCHDOG
 from tickwork.worker.sandbox.shell import GUARD, Guard
+from tickwork.worker.tick.liveness import Liveness
 from tickwork.worker.tick.retention import restoring
 
 log = logging.getLogger("tickwork.worker")
@@ -65,6 +66,9 @@ class Leases:
         #: when each held lease was last known ours (monotonic), and why a lost one is lost
         self._renewed: dict[tuple[str, int], float] = {}
         self._lost: dict[tuple[str, int], str] = {}
+        #: lost leases still renewed: given up when this process's sign of life was lost
+        #: (`lose_all`), they stay its own unless another worker took the session over
+        self._given_up: set[tuple[str, int]] = set()
         #: the process groups of the commands each held lease's tick runs
         self._commands: dict[tuple[str, int], set[int]] = {}
         self._lock = threading.Lock()
@@ -109,11 +113,24 @@ class Leases:
                 self._commands.get(key, set()).discard(pid)
                 WATCHDOG.tell(pid, None)
 
+    def lose_all(self, reason: str) -> None:
+        """Every lease this process holds is lost for `reason` (its sign of life is gone, so
+        a relay may soon take its sessions over): their commands are killed at once. They
+        are still renewed: a tick whose session was not taken over meanwhile saves."""
+        with self._lock:
+            held = [key for key in self._held if key not in self._lost]
+            for key in held:
+                self._lost[key] = reason
+                self._given_up.add(key)
+        if held:
+            log.warning("%s: the leases of %d running ticks are given up", reason, len(held))
+
     def _add(self, key: tuple[str, int], owner: str) -> None:
         with self._lock:
             self._held[key] = owner
             self._renewed[key] = time.monotonic()
             self._lost.pop(key, None)
+            self._given_up.discard(key)
             self._commands[key] = set()
         self._loop.start()
 
@@ -122,12 +139,17 @@ class Leases:
             self._held.pop(key, None)
             self._renewed.pop(key, None)
             self._lost.pop(key, None)
+            self._given_up.discard(key)
             self._commands.pop(key, None)
 
     def renew_all(self) -> None:
         """Renew every held lease once (the thread does it every third of the lease)."""
         with self._lock:
-            held = [(key, owner) for key, owner in self._held.items() if key not in self._lost]
+            held = [
+                (key, owner)
+                for key, owner in self._held.items()
+                if key not in self._lost or key in self._given_up
+            ]
         for (session_id, version), owner in held:
             asked = time.monotonic()
             try:
@@ -146,6 +168,7 @@ class Leases:
                     for pid in commands:
                         WATCHDOG.tell(pid, asked + self.lease_s * self.FENCED)
                     continue
+                self._given_up.discard((session_id, version))
                 self._lost[(session_id, version)] = (
                     f"the lease of session {session_id} v{version} is no longer this worker's "
                     "(its renewal was refused: another worker took the session over)"
@@ -254,6 +277,9 @@ class Runtime:
     level: int = RUNTIME_LEVEL
     #: the leases of this process's ticks; `leases.lease_s` is how long each lasts
     leases: Leases = field(init=False)
+    #: this process's sign of life, taken at its first claim and leased under (a worker
+    #: process's is enabled: `tickwork.worker.tick.app.runtime`; a bare Runtime's is not)
+    liveness: Liveness = field(init=False)
     _models: dict[str, Model] = field(default_factory=dict, init=False)
     #: one pool of model-server connections for this process's models, made on first use
     _http: Poster | None = field(default=None, init=False)
@@ -261,6 +287,14 @@ class Runtime:
 
     def __post_init__(self) -> None:
         self.leases = Leases(self.store, lease_s=self.settings.lease_s, clock=self.clock)
+        self.liveness = Liveness(
+            self.store, every_s=self.settings.liveness_period_s, lose_all=self.leases.lose_all
+        )
+
+    def owner(self) -> str:
+        """Who a tick of this thread leases its session as: `owner_name()`, under this
+        process's sign of life while it holds one."""
+        return self.liveness.owner(owner_name())
 
     @functools.cached_property
     def providers(self) -> Providers:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tickwork.fsm.values import Status
+from tickwork.store.liveness import new_key, signed
 from tickwork.store.port import Store
 from tickwork.store.relay import Due
 from tickwork.testing.store_contract.base import Contract
@@ -59,4 +62,32 @@ class OutboxContract(Contract):
         assert [(d.session_id, d.version) for d in revived] == [(session_id, 0)]
         assert store.expired_leases(now=clock()) == []
         assert store.lease(session_id) is None
+        assert claim(store, session_id, now=clock(), owner="w2").owner == "w2"
+
+    def test_a_gone_workers_session_is_taken_over_before_its_lease_runs_out(
+        self, store: Store, clock: Clock, session_id: str
+    ) -> None:
+        key = new_key()
+        sign = store.hold_sign(key)
+        if sign is None:
+            pytest.skip("this store keeps no signs of life: leases end by expiry only")
+        claim(store, session_id, now=clock(), owner=signed("w1", key))
+        unsigned = new_session("unsigned", now=clock())
+        store.create(unsigned, now=clock())
+        claim(store, "unsigned", now=clock(), owner="w0")
+        try:
+            # alive: neither taken over, nor a lease that names no sign
+            assert key not in store.absent_signs()
+            assert store.take_over([key], now=clock()) == []
+        finally:
+            sign.release()
+
+        assert key in store.absent_signs()
+        taken = store.take_over([key], now=clock())
+
+        assert [(d.session_id, d.version) for d in taken] == [(session_id, 0)]
+        assert store.lease(session_id) is None
+        assert store.lease("unsigned") is not None, "a lease without a sign waits for expiry"
+        assert key not in store.absent_signs() and store.take_over([key], now=clock()) == []
+        assert Due(session_id, 0) in store.due_ticks(now=clock.advance(60), older_than_s=30)
         assert claim(store, session_id, now=clock(), owner="w2").owner == "w2"
