@@ -140,10 +140,15 @@ def check_what_ticks_load(settings: Settings) -> None:
             f"the database {mask(settings.db_url, [])} has no tickwork schema; run "
             "`tickwork db upgrade` before starting workers"
         )
-    jobs = Jobs(settings.imports)
+    from tickwork.worker.config.settings import RoleSettings
+    from tickwork.worker.jobs import BUILTIN
+
+    jobs = Jobs(settings.imports, roles_file=settings.section(RoleSettings).roles_file)
     for spec in settings.imports:
         if not isinstance(load_object(spec), Provider):
-            jobs.get(spec)
+            jobs.roles(jobs.get(spec).name)  # a bad roles file stops the worker here
+    for name in BUILTIN:
+        jobs.roles(name)
     _ = Providers(settings.imports).known  # a provider that cannot register stops it too
     from tickwork.worker.config.settings import read_settings
     from tickwork.worker.tick.retention import RetentionSettings

@@ -109,6 +109,16 @@ class EnvironmentSettings(BaseSettings):
     environment_retention_s: float = Field(default=7 * 86400.0, gt=0)
 
 
+class RoleSettings(BaseSettings):
+    """Roles an operator adds or changes for child sessions (`worker/jobs/roles.py`)."""
+
+    model_config = SettingsConfigDict(env_prefix="TICKWORK_", extra="ignore", allow_inf_nan=False)
+
+    #: a JSON file: job kind -> role name -> role (system_prompt, tools, model, budgets,
+    #: description); unset: the kinds' own roles only
+    roles_file: Path | None = None
+
+
 class Settings(BaseSettings):
     """Everything a worker, the CLI and the client read; see `tickwork config`.
 
@@ -389,7 +399,12 @@ class Settings(BaseSettings):
 
 
 #: the sections `tickwork config` shows and a worker checks at start, after the flat settings
-SECTIONS: tuple[type[BaseSettings], ...] = (MetricsSettings, WebhookSettings, EnvironmentSettings)
+SECTIONS: tuple[type[BaseSettings], ...] = (
+    MetricsSettings,
+    WebhookSettings,
+    EnvironmentSettings,
+    RoleSettings,
+)
 
 
 def _hidden(name: str, value: Any, patterns: list[str]) -> Any:

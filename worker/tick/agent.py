@@ -364,8 +364,11 @@ def execute(tick: Tick) -> Change:
         output, is_error = recall(rt, head, plan.arguments)
         tick.report.tool = tool_run(call, began, is_error=is_error, arguments=plan.arguments)
         return finished(output, is_error=is_error)
-    if tool is None:
-        return refused(f"unknown tool {call.name!r}; the tools are: {', '.join(tools.names())}")
+    offered = head.config.get("tools")
+    if tool is None or (isinstance(offered, list) and call.name not in offered):
+        # a role's session may call only its role's tools, whatever the kind has
+        names = offered if isinstance(offered, list) else tools.names()
+        return refused(f"unknown tool {call.name!r}; the tools are: {', '.join(names)}")
     try:
         arguments = tool.validate(plan.arguments)
     except InvalidToolArguments as exc:

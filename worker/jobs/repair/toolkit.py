@@ -358,6 +358,13 @@ def repair_tools() -> list[Tool]:
     return [list_files, read_file, search, write_file, apply_patch, run_command, run_tests]
 
 
+#: what a repair that works alone (no role) is offered: the toolkit, no team tools
+SOLO_TOOLS = tuple(t.name for t in repair_tools())
+
+
 def default_registry() -> ToolRegistry:
-    """A new registry holding the repair toolkit."""
-    return ToolRegistry(repair_tools())
+    """A new registry holding the repair toolkit and the team's tools (`adopt_patch`);
+    which a session is offered its config says (`tools`: its role's, or `SOLO_TOOLS`)."""
+    from tickwork.worker.jobs.repair.adoption import adopt_patch
+
+    return ToolRegistry([*repair_tools(), adopt_patch])
