@@ -8,6 +8,7 @@ one statement each; what they write is built in `ticks.py`, once for both.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -22,8 +23,9 @@ from sqlalchemy import (
 from sqlalchemy.exc import IntegrityError
 from tickwork.fsm import machine
 from tickwork.fsm.approvals import already_decided
-from tickwork.fsm.errors import InvalidInput, SessionNotFound
+from tickwork.fsm.errors import InvalidInput, SessionFinished, SessionNotFound
 from tickwork.fsm.forks import ForkPatch, fork
+from tickwork.fsm.joins import Join
 from tickwork.fsm.machine import Change
 from tickwork.fsm.values import (
     RUNTIME_LEVEL,
@@ -36,7 +38,7 @@ from tickwork.fsm.values import (
     Status,
     ToolCall,
 )
-from tickwork.store import dead_letters, reads, rows, writes
+from tickwork.store import dead_letters, reads, rows, trees, writes
 from tickwork.store.artifacts import Artifacts, open_artifacts
 from tickwork.store.edge import guarded
 from tickwork.store.files import FileChange, Saved, current_state, fork_start, saved_changes
@@ -346,7 +348,33 @@ class CoreStore(Services):
                 raise already_decided(first, session_id=session_id) from None
 
     def request_cancel(self, session_id: str, *, now: datetime, by: str = "") -> Head:
-        """Cancel a suspended session now; a runnable one is cancelled at its next tick."""
+        """Cancel a suspended session now; a runnable one is cancelled at its next tick.
+        Its children are cancelled too, each in a transaction of its own after this one
+        (the relay's `to_cancel` finishes the job if this process dies half way)."""
+        head = self._cancel(session_id, now=now, by=by)
+        for child in self.children(session_id):
+            if child.status.terminal or child.cancel_requested:
+                continue
+            with contextlib.suppress(SessionFinished):  # it ended meanwhile
+                self.request_cancel(child.id, now=now, by=by or f"cancel of {session_id}")
+        return head
+
+    def children(self, session_id: str, call_id: str | None = None) -> list[Head]:
+        """The children the session spawned (with `call_id`: that call's), in spawn order."""
+        with self.engine.connect() as conn:
+            return trees.read_children(conn, session_id, call_id)
+
+    def join(self, parent_id: str, call_id: str) -> Join | None:
+        """The join of the parent's spawning call `call_id`, or None if it spawned nothing."""
+        with self.engine.connect() as conn:
+            return trees.read_join(conn, parent_id, call_id)
+
+    def tree(self, root_id: str) -> list[Head]:
+        """Every session under the root `root_id`, oldest first (the root left out)."""
+        with self.engine.connect() as conn:
+            return trees.read_tree(conn, root_id)
+
+    def _cancel(self, session_id: str, *, now: datetime, by: str) -> Head:
         with self.engine.begin() as conn:
             head = reads.read_head(conn, session_id, lock=True)
             current = reads.read_calls(conn, session_id, step=head.step)

@@ -20,6 +20,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from tickwork.fsm.forks import ForkPatch
+from tickwork.fsm.joins import Join
 from tickwork.fsm.machine import Change
 from tickwork.fsm.values import RUNTIME_LEVEL, Decision, Event, Head, Observation, Session, ToolCall
 from tickwork.store.artifacts import Artifacts
@@ -86,6 +87,18 @@ class Sessions(Protocol):
 
     def request_cancel(self, session_id: str, *, now: datetime, by: str = "") -> Head:
         """Cancel a suspended session now; a runnable one is cancelled at its next tick."""
+        ...
+
+    def children(self, session_id: str, call_id: str | None = None) -> list[Head]:
+        """The children the session spawned (with `call_id`: that call's), in spawn order."""
+        ...
+
+    def join(self, parent_id: str, call_id: str) -> Join | None:
+        """The join of the parent's spawning call `call_id`, or None if it spawned nothing."""
+        ...
+
+    def tree(self, root_id: str) -> list[Head]:
+        """Every session under the root `root_id`, oldest first (the root left out)."""
         ...
 
     def fork(
@@ -188,6 +201,16 @@ class Relay(Protocol):
     def offer_again(self, session_id: str, version: int, *, now: datetime) -> None:
         """A tick refused for its runtime level: the relay offers it again after its usual
         wait, not after a growing one (the session's own row is not touched)."""
+        ...
+
+    def missed_wakes(self, *, now: datetime, limit: int = 500) -> list[tuple[str, int]]:
+        """Wake the parents still waiting on a complete join (a repair); their ids and
+        versions, to publish."""
+        ...
+
+    def to_cancel(self, *, limit: int = 500) -> list[str]:
+        """Children still going whose parent ended or asked to cancel, or whose join needs
+        no more (`first`), not asked to cancel yet."""
         ...
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from sqlalchemy import Engine, text
 from tickwork.fsm.values import Session
-from tickwork.store import dead_letter_counts, dead_letters, gauges, relay
+from tickwork.store import dead_letter_counts, dead_letters, gauges, relay, trees
 from tickwork.store.dead_letters import Closing, DeadLetter
 from tickwork.store.deliveries import Cards
 from tickwork.store.environments import Environments
@@ -39,6 +39,15 @@ class Services:
     def offer_again(self, session_id: str, version: int, *, now: datetime) -> None:
         """A tick refused for its runtime level, offered again at the relay's usual pace."""
         relay.offer_again(self.engine, session_id, version, now=now)
+
+    def missed_wakes(self, *, now: datetime, limit: int = 500) -> list[tuple[str, int]]:
+        """Wake the parents still waiting on a complete join (`trees.missed_wakes`)."""
+        return trees.missed_wakes(self.engine, now=now, limit=limit)
+
+    def to_cancel(self, *, limit: int = 500) -> list[str]:
+        """Children still going whose tree is cancelled or whose join needs no more
+        (`trees.to_cancel`)."""
+        return trees.to_cancel(self.engine, limit=limit)
 
     def dead_letters(
         self,

@@ -31,6 +31,7 @@ STATUS_STYLE = {
     "ready": "cyan",
     "executing": "cyan",
     "waiting_approval": "bold yellow",
+    "waiting_children": "yellow",
     "completed": "green",
     "failed": "bold red",
     "cancelled": "dim",

@@ -6,7 +6,7 @@ import {
   enc, headSummary, label, ms, outcomeBadge, pretty, sleep, state, toast, usd,
 } from "./core.js";
 
-const STATUSES = ["ready", "executing", "waiting_approval", "completed", "failed", "cancelled"];
+const STATUSES = ["ready", "executing", "waiting_approval", "waiting_children", "completed", "failed", "cancelled"];
 // the list's filters: each a query parameter of GET /sessions, kept in the page's address
 const FILTERS = ["status", "outcome", "submitted_by", "kind"];
 const FINISHED = ["completed", "failed", "cancelled"];
