@@ -99,8 +99,28 @@ def demo(
             "(examples/refund_graph.py).",
         ),
     ] = False,
+    agents: Annotated[
+        bool,
+        typer.Option(
+            "--agents",
+            help="Run a best-of-3 repair instead: a planner, three explorers in parallel "
+            "on its files (scripted), the passing patch adopted.",
+        ),
+    ] = False,
 ) -> None:
     """Repair the example project end to end on the embedded default (no server needed)."""
+    if graph and agents:
+        raise InvalidInput("choose --graph or --agents, not both")
+    if agents:
+        if model is not None:
+            raise InvalidInput(
+                "--agents runs its own scripted models (a planner and three explorers); "
+                "leave out --model"
+            )
+        from .demo_agents import run
+
+        run(yes=yes, new=new, timeout=timeout)
+        return
     if graph:
         _graph_demo(yes=yes, model=model, new=new, timeout=timeout)
         return
@@ -114,7 +134,7 @@ def demo(
                 "the demo asks at the approval and there is no terminal to ask "
                 "in; pass --yes to approve everything"
             )
-        session_id = None if new else _resumable(ctx, marker, yes)
+        session_id = None if new else resumable(ctx, marker, yes)
         if session_id is None:
             workspace = prepare_demo_workspace(settings.state_dir)
             spec = model or f"scripted:{DEMO_SCRIPT}"
@@ -139,7 +159,7 @@ def demo(
                         style="dim",
                     )
                 )
-        _sandbox_banner(ctx, session_id)
+        sandbox_banner(ctx, session_id)
         worker = start_worker(folder / "worker.log")
         try:
             _follow(ctx, session_id, yes=yes, deadline=time.monotonic() + timeout, worker=worker)
@@ -157,7 +177,7 @@ def demo(
         _finish(ctx, session_id, settings.state_dir)
 
 
-def _sandbox_banner(ctx: Context, session_id: str) -> None:
+def sandbox_banner(ctx: Context, session_id: str) -> None:
     """Say plainly when the sandbox cannot run here: the demo's own session then runs its
     commands unconfined; any other session's (a real model's) are refused."""
     from tickwork.worker.sandbox.runner import BWRAP_INSTALL, DEMO_UNCONFINED, check, sandbox_of
@@ -183,7 +203,7 @@ def _sandbox_banner(ctx: Context, session_id: str) -> None:
     render.show(Panel(Text("\n".join(lines)), style="bold yellow", title="sandbox"))
 
 
-def _resumable(ctx: Context, marker: Path, yes: bool) -> str | None:
+def resumable(ctx: Context, marker: Path, yes: bool) -> str | None:
     if not marker.exists():
         return None
     session_id = marker.read_text().strip()
@@ -221,7 +241,7 @@ def _graph_demo(*, yes: bool, model: str | None, new: bool, timeout: float) -> N
                 "the demo asks at the approval and there is no terminal to ask "
                 "in; pass --yes to approve everything"
             )
-        session_id = None if new else _resumable(ctx, marker, yes)
+        session_id = None if new else resumable(ctx, marker, yes)
         if session_id is None:
             script = folder / "refund_note.json"
             script.write_text(json.dumps([{"content": GRAPH_NOTE}]))
@@ -278,7 +298,11 @@ def _graph_demo(*, yes: bool, model: str | None, new: bool, timeout: float) -> N
 
 
 def start_worker(
-    log: Path, *, pythonpath: Path | None = None, concurrency: int = 2
+    log: Path,
+    *,
+    pythonpath: Path | None = None,
+    concurrency: int = 2,
+    env: dict[str, str] | None = None,
 ) -> subprocess.Popen[bytes]:
     """`tickwork worker` (threads pool) as a process of its own group, its output in `log`;
     for commands that run sessions on the embedded default (the demo, `tickwork eval`)."""
@@ -296,15 +320,15 @@ def start_worker(
         "--loglevel",
         "WARNING",
     ]
-    env = dict(os.environ)
+    environ = {**os.environ, **(env or {})}
     if pythonpath is not None:
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(pythonpath), env.get("PYTHONPATH")) if p
+        environ["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(pythonpath), environ.get("PYTHONPATH")) if p
         )
     with open(log, "ab") as out:
         return subprocess.Popen(
             command,
-            env=env,
+            env=environ,
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -335,7 +359,7 @@ def _follow(
             whole = ctx.store.load(session_id)
             for event_id, event in events:
                 last = event_id
-                _show_event(whole, event.kind.value, event.data)
+                show_event(whole, event.kind.value, event.data)
         head = ctx.store.get(session_id)
         if head.status.terminal:
             return
@@ -344,7 +368,7 @@ def _follow(
             for call_id in head.awaiting:
                 call = whole.call(call_id)
                 if call is not None:
-                    _decide(ctx, whole, call, yes=yes)
+                    decide(ctx, whole, call, yes=yes)
             continue
         if worker.poll() is not None:
             raise TickworkError(
@@ -359,7 +383,7 @@ def _follow(
         time.sleep(0.1)
 
 
-def _show_event(whole: Session, kind: str, data: dict[str, Any]) -> None:
+def show_event(whole: Session, kind: str, data: dict[str, Any]) -> None:
     if kind == "step_recorded":
         step = next((s for s in whole.steps if s.step == data.get("step")), None)
         if step is None:
@@ -381,7 +405,7 @@ def _show_event(whole: Session, kind: str, data: dict[str, Any]) -> None:
         render.show(render.event_line({"at": None, "kind": kind, "data": data}))
 
 
-def _decide(ctx: Context, whole: Session, call: ToolCall, *, yes: bool) -> None:
+def decide(ctx: Context, whole: Session, call: ToolCall, *, yes: bool) -> None:
     render.show(Text(f"\n{call.call_id} {call.name} needs your decision", style="bold yellow"))
     _preview(ctx, whole, call)
     if yes:
@@ -435,8 +459,24 @@ def _preview(ctx: Context, whole: Session, call: ToolCall) -> None:
         render.show(Syntax(diff or "(no change)", "diff"))
     elif call.name == "apply_patch":
         render.show(Syntax(str(arguments.get("patch", "")), "diff"))
+    elif call.name == "adopt_patch":
+        render.show(Syntax(_child_patch(ctx, whole.head.id, arguments.get("child")), "diff"))
     else:
         render.show(Text(f"  {call.name} {call.raw_arguments}"))
+
+
+def _child_patch(ctx: Context, session_id: str, child: Any) -> str:
+    """The patch `adopt_patch {"child": child}` would take, for the person who decides."""
+    children = ctx.store.children(session_id)
+    latest = [c for c in children if children and c.spawn_call == children[-1].spawn_call]
+    by_index = str(child).strip().isdigit() and int(child) < len(latest)
+    found = latest[int(child)] if by_index else next((c for c in children if c.id == child), None)
+    if found is None:
+        return f"(no child {child!r} of this session: the call will say so)"
+    patch = found.result.get("patch")
+    outcome = found.result.get("outcome") or "-"
+    head = f"# the patch of {found.role or 'child'} {found.id} (outcome {outcome})\n"
+    return head + (str(patch) if patch else "(it has none)")
 
 
 def _finish(ctx: Context, session_id: str, state_dir: Path) -> None:

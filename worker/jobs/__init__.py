@@ -85,7 +85,7 @@ class Jobs:
             kind = self.get(name)
             declared = kind.roles if isinstance(kind, Staffed) else {}
             roles = configured_roles(declared, kind.name, self._roles_file)
-            check_roles(roles, self.tools(name).names(), kind=kind.name)
+            check_roles(roles, self.tools(name).names(), kind=kind.name, file=self._roles_file)
             self._roles[name] = roles
         return self._roles[name]
 

@@ -126,15 +126,18 @@ def _role(name: Any, data: Any, *, where: str, known: Role | None) -> Role:
     return Role(name=name, **changes)
 
 
-def check_roles(roles: Mapping[str, Role], tools: Iterable[str], *, kind: str) -> None:
+def check_roles(
+    roles: Mapping[str, Role], tools: Iterable[str], *, kind: str, file: Path | None = None
+) -> None:
     """ConfigurationError if a role of `kind` names a tool the kind does not have."""
     have = set(tools)
+    where = f"roles file {file} (TICKWORK_ROLES_FILE), " if file is not None else ""
     for role in roles.values():
         missing = [t for t in role.tools or () if t not in have]
         if missing:
             raise ConfigurationError(
-                f"job kind {kind!r}, role {role.name!r}: no tool(s) {', '.join(missing)}; "
-                f"the kind's tools are {', '.join(sorted(have)) or 'none'}"
+                f"{where}job kind {kind!r}, role {role.name!r}: no tool(s) "
+                f"{', '.join(missing)}; the kind's tools are {', '.join(sorted(have)) or 'none'}"
             )
 
 

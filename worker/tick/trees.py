@@ -18,19 +18,21 @@ from typing import Any
 
 from tickwork.fsm import machine, trees
 from tickwork.fsm.context import Policy, check_window
-from tickwork.fsm.errors import InvalidInput, InvalidToolArguments, TickworkError
+from tickwork.fsm.errors import (
+    ArtifactsUnavailable,
+    InvalidInput,
+    InvalidToolArguments,
+    TickworkError,
+)
 from tickwork.fsm.joins import Join
 from tickwork.fsm.transitions import Change
 from tickwork.fsm.values import Budgets, Head, Status, ToolCall
-from tickwork.worker.jobs.kinds import Submission
+from tickwork.worker.jobs.kinds import Parent, Spawning, Submission
+from tickwork.worker.jobs.roles import role_for
 from tickwork.worker.models import check_spec, pricing
 from tickwork.worker.tick.frame import Tick
 
 __all__ = ["child_head", "spawn_or_join"]
-
-#: the config key a kind may declare its roles under: role -> {system_prompt, tools,
-#: model, budgets}
-ROLES = "roles"
 
 
 def spawn_or_join(tick: Tick, call: ToolCall, arguments: Mapping[str, Any]) -> Change:
@@ -64,41 +66,37 @@ def spawn_or_join(tick: Tick, call: ToolCall, arguments: Mapping[str, Any]) -> C
 def child_head(
     tick: Tick, call: ToolCall, spec: trees.ChildSpec, *, share: float, child_id: str
 ) -> Head:
-    """The head of one child: the parent's job kind configured with the child's input (as
-    a submission from outside: the model wrote it), its role's prompt, tools, model and
-    budgets over it, and its share of what the parent has left."""
+    """The head of one child: its role's prompt, tools, model and budgets (the kind's
+    roles, with the roles file's over them: `Jobs.roles`), its config from the kind (a
+    `Parent` kind makes it from the parent, e.g. a repair child on its parent's files; any
+    other kind configures the child's input as a submission from outside: the model wrote
+    it), and its share of what the parent has left. A kind without roles takes any role
+    name, as a label."""
     rt, parent = tick.rt, tick.head
     now = rt.clock()
-    declared = parent.config.get(ROLES)
-    role: Mapping[str, Any] = {}
-    if isinstance(declared, Mapping) and declared:
-        found = declared.get(spec.role)
-        if not isinstance(found, Mapping):
-            raise InvalidToolArguments(
-                f"{trees.SPAWN_AGENTS}: no role {spec.role!r}; the roles are: "
-                + ", ".join(sorted(str(r) for r in declared))
-            )
-        role = found
     job = rt.jobs.get(parent.kind)
-    submission = Submission(
-        state_dir=rt.settings.state_dir,
-        trusted=False,
-        workspace_roots=tuple(rt.settings.workspace_roots),
-        artifacts=None,
-    )
+    roles = rt.jobs.roles(parent.kind)
+    role = role_for(roles, spec.role, kind=parent.kind) if roles else None
     try:
-        config = job.configure(dict(spec.input), submission)
+        if role is not None and isinstance(job, Parent):
+            spawning = Spawning(parent=parent, role=role, workspaces=rt.workspaces)
+            config = job.child(dict(spec.input), spawning)
+        else:
+            submission = Submission(
+                state_dir=rt.settings.state_dir,
+                trusted=False,
+                workspace_roots=tuple(rt.settings.workspace_roots),
+                artifacts=None,
+            )
+            config = job.configure(dict(spec.input), submission)
+    except ArtifactsUnavailable:
+        raise  # the store is away for now: the tick runs again
     except TickworkError as exc:
         raise InvalidInput(f"child {spec.role!r}: its input was refused: {exc}") from None
     config = {"system_prompt": job.system_prompt, **config}
-    if isinstance(declared, Mapping):
-        config[ROLES] = dict(declared)
-    if isinstance(role.get("system_prompt"), str):
-        config["system_prompt"] = role["system_prompt"]
-    if isinstance(role.get("tools"), list):
-        config["tools"] = [str(t) for t in role["tools"]]
-    model = spec.model or (role.get("model") if isinstance(role.get("model"), str) else None)
-    model = model or parent.model
+    if role is not None:
+        config.update(role.config())
+    model = spec.model or (role.model if role is not None else None) or parent.model
     try:
         check_spec(model, rt.providers)
     except TickworkError as exc:
@@ -113,11 +111,9 @@ def child_head(
     if window is not None:
         config["context"] = Policy(window=window).to_config()
     base = parent.budgets
-    if isinstance(role.get("budgets"), Mapping):
-        try:
-            base = Budgets(**{**base.model_dump(), **dict(role["budgets"])})
-        except ValueError as exc:
-            raise InvalidInput(f"role {spec.role!r}: its budgets are invalid: {exc}") from None
+    if role is not None and role.budgets:
+        # checked when the roles were read (`tickwork.worker.jobs.roles`)
+        base = Budgets(**{**base.model_dump(), **dict(role.budgets)})
     return Head(
         id=child_id,
         kind=parent.kind,
