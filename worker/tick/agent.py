@@ -14,6 +14,7 @@ import uuid
 from typing import Any
 
 from tickwork.fsm import budgets, context, machine
+from tickwork.fsm.approvals import ApprovalRule
 from tickwork.fsm.errors import ContextTooLong, InvalidToolArguments, ModelError
 from tickwork.fsm.machine import Change, Compact, RunTool
 from tickwork.fsm.trees import SPAWN_AGENTS
@@ -136,7 +137,7 @@ def think(tick: Tick) -> Change:
         cost_usd=cost,
         trace_id=uuid.uuid4().hex,
         recent=claimed.recent,
-        rules=tools.rules(),
+        rules=rules_for(tools, head),
         cut=cut,
         masked_through=prompt.view.masked,
     )
@@ -174,6 +175,16 @@ def _with_outcome(events: tuple[Event, ...], result: dict[str, Any]) -> tuple[Ev
         else e
         for e in events
     )
+
+
+def rules_for(tools: ToolRegistry, head: Head) -> dict[str, ApprovalRule]:
+    """The approval rules of the tools the session is offered: a call of another tool (one
+    its role does not have) asks nobody, it is refused when it would run."""
+    rules = tools.rules()
+    offered = head.config.get("tools")
+    if not isinstance(offered, list):
+        return rules
+    return {name: rule for name, rule in rules.items() if name in offered}
 
 
 def schemas_for(tools: ToolRegistry, head: Head) -> list[dict[str, Any]]:
