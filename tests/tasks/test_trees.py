@@ -133,7 +133,7 @@ def test_a_wake_up_whose_publish_is_lost_is_published_by_the_relay(
 def test_a_worker_killed_in_a_child_leaves_one_wake_up_and_every_result_once(
     deployment: Deployment,
 ) -> None:
-    root_id = _parent(deployment, _three_children(deployment, sleep_s=20.0))
+    root_id = _parent(deployment, _three_children(deployment, sleep_s=8.0))
     first = deployment.spawn()
     try:
         until(lambda: deployment.sink_lines("idem.log"), timeout=90, what="the child's tool")
