@@ -129,7 +129,8 @@ class CoreStore(Services):
                 sessions.c.status,
                 sessions.c.created_at,
             )
-            .where(sessions.c.parent_id == session_id)
+            # a child names its parent too, but is not a fork (`children`)
+            .where(sessions.c.parent_id == session_id, sessions.c.spawn_call.is_(None))
             .order_by(sessions.c.created_at, sessions.c.id)
         )
         with self.engine.connect() as conn:

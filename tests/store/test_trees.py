@@ -178,9 +178,7 @@ def test_the_relay_wakes_a_parent_whose_join_is_complete_once(store: Store, cloc
     assert store.get("p").status is Status.EXECUTING
 
 
-def test_cancelling_the_waiting_parent_cancels_every_descendant(
-    store: Store, clock: Clock
-) -> None:
+def test_cancelling_the_waiting_parent_cancels_every_descendant(store: Store, clock: Clock) -> None:
     ids = spawn(store, clock, "p", 2)
 
     head = store.request_cancel("p", now=clock(), by="alice")

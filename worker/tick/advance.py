@@ -188,7 +188,8 @@ def ended_child(rt: Runtime, head: Head) -> None:
     assert head.parent_id is not None and head.spawn_call is not None
     try:
         parent = rt.store.get(head.parent_id)
-        if parent.status is Status.EXECUTING:
+        rate = rt.settings.drop_publish_rate
+        if parent.status is Status.EXECUTING and not (rate and rt.jitter() < rate):
             rt.publish(parent.id, parent.version)
         join = rt.store.join(head.parent_id, head.spawn_call)
         if join is not None and join.mode is JoinMode.FIRST:

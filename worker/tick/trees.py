@@ -63,6 +63,10 @@ def spawn_or_join(tick: Tick, call: ToolCall, arguments: Mapping[str, Any]) -> C
     return trees.spawned(head, call, join, children, now=now)
 
 
+def _provider(spec: str) -> str:
+    return spec.split(":", 1)[0]
+
+
 def child_head(
     tick: Tick, call: ToolCall, spec: trees.ChildSpec, *, share: float, child_id: str
 ) -> Head:
@@ -101,7 +105,8 @@ def child_head(
         check_spec(model, rt.providers)
     except TickworkError as exc:
         raise InvalidInput(f"child {spec.role!r}: model {model!r}: {exc}") from None
-    if model == parent.model and "price" in parent.config:
+    if "price" in parent.config and _provider(model) == _provider(parent.model):
+        # the parent's price stands for its provider's models (a scripted child's too)
         config["price"] = parent.config["price"]
     config.pop("default_model", None)
     try:
