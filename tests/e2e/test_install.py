@@ -133,7 +133,7 @@ def test_the_agents_demo_runs_from_the_wheel_in_any_directory(
         timeout=300,
     )
     assert "outcome: repaired" in done.stdout and "cost of the tree" in done.stdout, done.stdout
-    assert done.stdout.count("outcome tests_failing") == 2, done.stdout
+    assert done.stdout.count(": completed, outcome tests_failing,") == 2, done.stdout
     # the scripts shipped in the wheel, copied into the state folder for the workers
     (planner,) = (state / "demo").glob("agents-*/planner.json")
     assert "explorer_divisor.json" in planner.read_text() and "{SCRIPTS}" not in planner.read_text()
