@@ -145,6 +145,8 @@ class JobKind:
     budgets: Mapping[str, Any] = field(default_factory=dict)
     #: what the job produced, computed when the session completes: `finish(head) -> result`
     finish: Callable[[Head], dict[str, Any]] | None = None
+    #: the roles its sessions' children may take (`tickwork.worker.jobs.roles`)
+    roles: Mapping[str, Role] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # before the typed interface `prepare` could ask for the submission by keyword; it

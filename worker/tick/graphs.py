@@ -390,7 +390,7 @@ def _fan_out(
         config = {**head.config, "initial_state": first, graph_machine.BRANCH: branches.node}
         children.append(
             Head(
-                id=f"{prefix}-{n:02d}",
+                id=f"{prefix}-{n:03d}",  # sorts in input order
                 kind=head.kind,
                 created_at=now,
                 updated_at=now,
