@@ -216,3 +216,15 @@ def test_adopt_patch_applies_a_childs_patch_or_says_why_not(tmp_path: Path) -> N
     again = adopt(0)  # its context is gone now: nothing changes
     assert again.is_error and "does not apply to your files" in again.output
     assert (workspace / "calc.py").read_text() == "def f():\n    return 2\n"
+
+
+def test_a_job_kind_of_plain_functions_declares_roles_too() -> None:
+    from tickwork.worker.jobs import JobKind, Staffed
+    from tickwork.worker.jobs.roles import check_roles, declare
+    from tickwork.worker.tools.registry import ToolRegistry
+
+    roles = declare("mine", {"scout": {"system_prompt": "Look around.", "tools": ["look"]}})
+    kind = JobKind(name="mine", system_prompt="x", tools=ToolRegistry, prepare=dict, roles=roles)
+    assert isinstance(kind, Staffed) and kind.roles["scout"].tools == ("look",)
+    with pytest.raises(ConfigurationError, match="no tool\\(s\\) look"):
+        check_roles(kind.roles, kind.tools().names(), kind="mine")
