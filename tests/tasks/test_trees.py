@@ -111,7 +111,9 @@ def test_a_session_spawns_three_children_and_is_woken_once_with_their_outcomes(
     deployment: Deployment,
 ) -> None:
     root_id = _parent(deployment, _three_children(deployment))
-    with deployment.worker(concurrency=2):
+    # no relay: the children's first ticks and the parent's wake-up are published by the
+    # workers that saved them, not left for the relay to find
+    with deployment.worker(concurrency=2, relay=False):
         _ended(deployment, root_id, 90)
     _check_tree(deployment, root_id)
 

@@ -219,6 +219,11 @@ def _internal(rt: Runtime, claimed: Claimed, files: TickFiles, exc: Exception) -
 def after_commit(rt: Runtime, change: Change, head: Head) -> None:
     if head.status.terminal and head.spawn_call is not None:
         ended_child(rt, head)
+    rate = rt.settings.drop_publish_rate
+    for child in change.children:
+        # their first ticks are in the outbox with the spawn: the relay publishes any lost
+        if not (rate and rt.jitter() < rate):
+            rt.publish(child.id, child.version)
     if head.status.runnable and change.delay_s > 0:
         # a delayed tick waits in the outbox; the relay publishes it when due, so no worker
         # holds an unacknowledged countdown message that the broker would time out
