@@ -111,7 +111,9 @@ def test_a_session_spawns_three_children_and_is_woken_once_with_their_outcomes(
     deployment: Deployment,
 ) -> None:
     root_id = _parent(deployment, _three_children(deployment))
-    with deployment.worker(concurrency=2):
+    # no relay: the children's first ticks and the parent's wake-up are published by the
+    # workers that saved them, not left for the relay to find
+    with deployment.worker(concurrency=2, relay=False):
         _ended(deployment, root_id, 90)
     _check_tree(deployment, root_id)
 
@@ -147,3 +149,21 @@ def test_a_worker_killed_in_a_child_leaves_one_wake_up_and_every_result_once(
         stop(second)
     _check_tree(deployment, root_id)
     assert len(deployment.sink_lines("idem.log")) == 2  # the killed run, and the one after
+
+
+def test_a_bad_spawn_is_an_error_observation_and_starts_nothing(deployment: Deployment) -> None:
+    bad = {"children": [{"role": "explorer", "share": 0.8}, {"role": "critic", "share": 0.8}]}
+    replies = [
+        {"content": "split", "tool_calls": [{"name": "spawn_agents", "arguments": bad}]},
+        {"content": "gave up"},
+    ]
+    head = deployment.client.submit(
+        TREE_KIND, {"sink": str(deployment.sink)}, model=deployment.script(replies)
+    )
+    with deployment.worker():
+        _ended(deployment, head.id, 60)
+    assert deployment.client.get(head.id).status is Status.COMPLETED
+    observed = deployment.client.load(head.id).observation("s1c0")
+    assert observed is not None and observed.is_error
+    assert "shares add up to 1.6" in observed.content
+    assert deployment.client.store.children(head.id) == []

@@ -221,7 +221,7 @@ def after_commit(rt: Runtime, change: Change, head: Head) -> None:
         ended_child(rt, head)
     rate = rt.settings.drop_publish_rate
     for child in change.children:
-        # a spawn's children start now, not when the relay finds their outbox rows
+        # their first ticks are in the outbox with the spawn: the relay publishes any lost
         if not (rate and rt.jitter() < rate):
             rt.publish(child.id, child.version)
     if head.status.runnable and change.delay_s > 0:
