@@ -25,11 +25,11 @@ from rich.text import Text
 from tickwork.fsm.errors import ConfigurationError, InvalidInput, TickworkError
 from tickwork.fsm.values import Head, Status
 
-from . import cli_demo, render
+from . import demos, render
 from .context import Context
 
 #: the scripts of the planner and the explorers (package data in a wheel)
-AGENTS_SCRIPTS = cli_demo.EXAMPLES / "agents_demo"
+AGENTS_SCRIPTS = demos.EXAMPLES / "agents_demo"
 PLANNER = "planner.json"
 #: what the planner's script names the folder of the explorers' scripts by
 SCRIPTS_MARK = "{SCRIPTS}"
@@ -69,11 +69,11 @@ def run(*, yes: bool, new: bool, timeout: float) -> None:
                 "the demo asks at each approval and there is no terminal to ask in; pass "
                 "--yes to approve everything"
             )
-        root_id = None if new else cli_demo.resumable(ctx, marker, yes)
+        root_id = None if new else demos.resumable(ctx, marker, yes)
         if root_id is None:
-            workspace = cli_demo.prepare_demo_workspace(settings.state_dir)
+            workspace = demos.prepare_demo_workspace(settings.state_dir)
             planner = write_scripts(folder / f"agents-{uuid.uuid4().hex[:8]}")
-            data = {**cli_demo.demo_input(workspace), "role": "planner"}
+            data = {**demos.demo_input(workspace), "role": "planner"}
             head = ctx.client.submit(
                 "repair", data, model=f"scripted:{planner}", own_config={DEMO_UNCONFINED: True}
             )
@@ -91,9 +91,9 @@ def run(*, yes: bool, new: bool, timeout: float) -> None:
                     style="dim",
                 ),
             )
-        cli_demo.sandbox_banner(ctx, root_id)
+        demos.sandbox_banner(ctx, root_id)
         prices = os.environ.get("TICKWORK_PRICES") or json.dumps(DEMO_PRICES)
-        worker = cli_demo.start_worker(
+        worker = demos.start_worker(
             folder / "worker.log", concurrency=4, env={"TICKWORK_PRICES": prices}
         )
         try:
@@ -108,7 +108,7 @@ def run(*, yes: bool, new: bool, timeout: float) -> None:
             )
             raise typer.Exit(130) from None
         finally:
-            cli_demo.stop_worker(worker)
+            demos.stop_worker(worker)
         finish(ctx, root_id)
 
 
@@ -134,7 +134,7 @@ def follow_tree(ctx: Context, root_id: str, *, yes: bool, deadline: float, worke
                 if label != shown:
                     render.show(Text(f"\n[{label}]", style="bold magenta"))
                     shown = label
-                cli_demo.show_event(whole, event.kind.value, event.data)
+                demos.show_event(whole, event.kind.value, event.data)
                 if event.kind.value == "children_spawned":
                     names = ", ".join(
                         f"{c.get('role')} {str(c.get('id'))[-2:]}"
@@ -159,7 +159,7 @@ def follow_tree(ctx: Context, root_id: str, *, yes: bool, deadline: float, worke
                     if call is not None:
                         shown = _label(head, root_id)
                         render.show(Text(f"\n[{shown}]", style="bold magenta"))
-                        cli_demo.decide(ctx, whole, call, yes=yes)
+                        demos.decide(ctx, whole, call, yes=yes)
         if worker.poll() is not None:
             raise TickworkError(
                 f"the demo's worker stopped (exit {worker.returncode}); see "
