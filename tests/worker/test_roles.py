@@ -228,3 +228,17 @@ def test_a_job_kind_of_plain_functions_declares_roles_too() -> None:
     assert isinstance(kind, Staffed) and kind.roles["scout"].tools == ("look",)
     with pytest.raises(ConfigurationError, match="no tool\\(s\\) look"):
         check_roles(kind.roles, kind.tools().names(), kind="mine")
+
+
+def test_a_worker_does_not_start_on_a_bad_roles_file(
+    sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tickwork.worker.config.settings import Settings
+
+    from tickwork.cli_ops import check_what_ticks_load
+
+    bad = roles_file(tmp_path, {"repair": {"explorer": {"colour": "red"}}})
+    monkeypatch.setenv("TICKWORK_ROLES_FILE", str(bad))
+    settings = Settings(database_url=sqlite_url, state_dir=tmp_path / "state")
+    with pytest.raises(ConfigurationError, match="unknown key\\(s\\) colour"):
+        check_what_ticks_load(settings)
