@@ -165,8 +165,10 @@ def finish(state: MapSum) -> dict[str, object]:
 
 def _map_sum() -> Graph:
     graph = Graph("mapsum", "1", MapSum, reducers={"squares": append, "total": add})
-    graph.add_node("split", split).add_node("square", square, branch=True)
-    graph.add_node("finish", finish)
+    # idempotent: a node a kill lands in runs again (else it would wait for a person)
+    graph.add_node("split", split, idempotent=True)
+    graph.add_node("square", square, branch=True, idempotent=True)
+    graph.add_node("finish", finish, idempotent=True)
     graph.add_edge(START, "split").add_edge("split", "finish").add_edge("finish", END)
     return graph
 
