@@ -27,10 +27,40 @@ END = "__end__"
 #: a step whose call is `node + PROPOSAL` holds the update `node` proposed, for a person
 PROPOSAL = "#update"
 
-#: a node: `fn(state, ctx) -> dict` (a partial update of the state), or `fn(state)`
-NodeFn = Callable[..., Mapping[str, Any] | None]
+#: a node: `fn(state, ctx) -> dict` (a partial update of the state), or `fn(state)`; or
+#: `Branches` (`fan_out`) to run a node in parallel branches
+NodeFn = Callable[..., "Mapping[str, Any] | Branches | None"]
 #: a conditional edge: `fn(state) -> the next node's name (or END)`
 Router = Callable[[Any], str]
+#: a state reducer: `fn(value so far, a branch's value) -> merged value`
+Reducer = Callable[[Any, Any], Any]
+
+
+def append(old: Any, new: Any) -> list[Any]:
+    """The reducer that appends a branch's list (or single value) to the list so far."""
+    head = list(old) if isinstance(old, list | tuple) else ([] if old is None else [old])
+    return head + (list(new) if isinstance(new, list | tuple) else [new])
+
+
+def add(old: Any, new: Any) -> Any:
+    """The reducer that sums a branch's number into the number so far."""
+    return (old or 0) + new
+
+
+@dataclass(frozen=True)
+class Branches:
+    """What a node returns to fan out (docs/DESIGN.md section 16): node `node` runs once per
+    input, each in a child session on the state with that input applied, all in
+    parallel; their updates merge into the state through the graph's reducers, in the
+    order of `inputs`, and the graph goes on from the node that fanned out."""
+
+    node: str
+    inputs: tuple[Mapping[str, Any], ...]
+
+
+def fan_out(node: str, inputs: Iterable[Mapping[str, Any]]) -> Branches:
+    """Run `node` once per input, in parallel (a node returns this instead of an update)."""
+    return Branches(node=node, inputs=tuple(dict(i) for i in inputs))
 
 
 @dataclass(frozen=True)
@@ -56,8 +86,11 @@ class Node:
     #: `fn(state, ctx)` (True) or `fn(state)`: read from its signature once, when the node
     #: is added, so a run never asks
     takes_context: bool = True
+    #: a branch node: run only in the branches another node fans out to (`fan_out`), each
+    #: branch ending after it; it needs no edges
+    branch: bool = False
 
-    def run(self, state: Any, ctx: Any) -> Mapping[str, Any] | None:
+    def run(self, state: Any, ctx: Any) -> Mapping[str, Any] | Branches | None:
         """The node's update of `state` (`ctx`: the `NodeContext` it runs with)."""
         return self.fn(state, ctx) if self.takes_context else self.fn(state)
 
@@ -86,6 +119,9 @@ class Graph:
     nodes: dict[str, Node] = field(default_factory=dict)
     edges: dict[str, str] = field(default_factory=dict)
     conditionals: dict[str, Conditional] = field(default_factory=dict)
+    #: how branches' updates of a field merge (`append`, `add`, or any `Reducer`); a field
+    #: without one takes the value of the last branch (in their order) that gives it
+    reducers: dict[str, Reducer] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
@@ -110,6 +146,7 @@ class Graph:
         on_reject: str = END,
         writes: Iterable[str] | None = None,
         approve_update: Policy | None = None,
+        branch: bool = False,
     ) -> Graph:
         if not isinstance(name, str) or not name or name in (START, END) or PROPOSAL in name:
             raise InvalidGraph(
@@ -131,6 +168,7 @@ class Graph:
             writes=declared,
             approve_update=approve_update,
             takes_context=_takes_context(fn),
+            branch=branch,
         )
         return self
 
@@ -187,11 +225,19 @@ class Graph:
                     f"node {node.name!r} returns {', '.join(extra)}, not in the state "
                     f"{self.state.__name__} ({', '.join(sorted(fields))})"
                 )
+        for name, reducer in self.reducers.items():
+            if name not in fields:
+                problems.append(f"a reducer is declared for {name!r}, not in the state")
+            elif not callable(reducer):
+                problems.append(f"the reducer of {name!r} is not a function")
         if problems:
             raise InvalidGraph(f"{where}: " + "; ".join(problems))
         if START not in self.edges and START not in self.conditionals:
             raise InvalidGraph(f"{where}: nothing leaves START; add_edge(START, 'first node')")
+        branches = {n for n, node in self.nodes.items() if node.branch}
         for name in self.nodes:
+            if name in branches:
+                continue
             if name not in self.edges and name not in self.conditionals:
                 raise InvalidGraph(
                     f"{where}: node {name!r} has no edge out; add_edge({name!r}, ...) "
@@ -201,7 +247,7 @@ class Graph:
         for a, cond in self.conditionals.items():
             successors[a] = set(cond.targets) | self._rejected(a)
         reachable = _closure({START}, successors)
-        unreachable = sorted(set(self.nodes) - reachable)
+        unreachable = sorted(set(self.nodes) - reachable - branches)
         if unreachable:
             raise InvalidGraph(f"{where}: no path from START reaches {', '.join(unreachable)}")
         if END not in reachable:
@@ -211,7 +257,7 @@ class Graph:
             for b in bs:
                 predecessors.setdefault(b, set()).add(a)
         finishing = _closure({END}, predecessors)
-        stuck = sorted(set(self.nodes) - finishing)
+        stuck = sorted(set(self.nodes) - finishing - branches)
         if stuck:
             raise InvalidGraph(f"{where}: no path from {', '.join(stuck)} to END")
         return CompiledGraph(
@@ -221,6 +267,7 @@ class Graph:
             nodes=dict(self.nodes),
             edges=dict(self.edges),
             conditionals=dict(self.conditionals),
+            reducers=dict(self.reducers),
         )
 
     def _rejected(self, name: str) -> set[str]:
@@ -275,6 +322,22 @@ class CompiledGraph:
     nodes: Mapping[str, Node]
     edges: Mapping[str, str]
     conditionals: Mapping[str, Conditional]
+    reducers: Mapping[str, Reducer] = field(default_factory=dict)
+
+    def merge(
+        self, state: Mapping[str, Any], updates: Iterable[Mapping[str, Any]]
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The state after the branches' `updates`, in order, merged through the reducers;
+        and the merged update itself (what the fanning node's run changed)."""
+        delta: dict[str, Any] = {}
+        for update in updates:
+            for key, value in update.items():
+                reducer = self.reducers.get(key)
+                if reducer is None:
+                    delta[key] = value
+                else:
+                    delta[key] = reducer(delta[key] if key in delta else state.get(key), value)
+        return self.update(state, delta, by="the branches' merged update"), delta
 
     def node(self, name: str) -> Node:
         """The node `name` (of a proposal's call too: the node that proposed it)."""

@@ -47,6 +47,15 @@ from tickwork.fsm.values import (
 
 #: how the observation of a node run whose update waits for a person begins
 PROPOSED = "proposed an update"
+#: the config key of a branch session (a child that runs one node of its parent's fan-out,
+#: docs/DESIGN.md section 16): the node it runs
+BRANCH = "branch"
+
+
+def branch_of(head: Head) -> str | None:
+    """The node a branch session runs, or None for a graph session of its own."""
+    node = head.config.get(BRANCH)
+    return node if isinstance(node, str) else None
 
 
 class RunNode(Value):
@@ -187,7 +196,13 @@ def schedule(
 def start(head: Head, graph: CompiledGraph, *, now: datetime, trace_id: str = "") -> Change:
     """A `ready` graph session: choose the node after the last one run (START at first)."""
     transitions.require(head, Status.READY)
-    return schedule(head, graph, state_of(head), after=last_node(head), now=now, trace_id=trace_id)
+    after = last_node(head)
+    # a branch runs its one node, then ends
+    branch = branch_of(head)
+    target = None if branch is None else (branch if after == START else END)
+    return schedule(
+        head, graph, state_of(head), after=after, target=target, now=now, trace_id=trace_id
+    )
 
 
 def start_node(
@@ -253,17 +268,73 @@ def node_finished(
     head = head.model_copy(
         update={"tokens": head.tokens + tokens, "cost_usd": head.cost_usd + cost_usd}
     )
+    target = None
+    if branch_of(head) is not None:
+        # a branch ends after its node; its update is what its parent merges
+        head = head.model_copy(update={"result": {**head.result, "update": dict(delta)}})
+        target = END
     scheduled = schedule(
         head,
         graph,
         state,
         after=call.name.removesuffix(PROPOSAL),
+        target=target,
         now=now,
         events=(event,),
         closing=closing,
         trace_id=trace_id,
     )
     return _charged(scheduled, call, usage, cost_usd)
+
+
+def branches_joined(
+    head: Head,
+    graph: CompiledGraph,
+    call: ToolCall,
+    branches: Sequence[Head],
+    *,
+    cost_usd: float,
+    tokens: int,
+    now: datetime,
+    trace_id: str = "",
+) -> Change:
+    """The branches of `call`'s fan-out have all ended (the join woke the session): their
+    updates merge into the state through the graph's reducers, in the branches' order, and
+    the graph goes on from the node that fanned out; their cost and tokens are charged to
+    the session. A branch that did not complete fails the session (as a node that raises
+    does), naming it; it can be forked."""
+    failed = [b for b in branches if b.status is not Status.COMPLETED]
+    if failed or not branches:
+        first = failed[0] if failed else None
+        why = (
+            f"branch {first.id} of node {call.name!r} {first.status.value}"
+            + (f": {first.error_code.value}: {first.error_message}" if first.error_code else "")
+            if first is not None
+            else f"the fan-out of node {call.name!r} has no branches"
+        )
+        charged = transitions.moved(
+            head, now, tokens=head.tokens + tokens, cost_usd=head.cost_usd + cost_usd
+        )
+        change = transitions.ended(
+            charged, Status.FAILED, now, error_code=ErrorCode.INTERNAL, error_message=why
+        )
+        return change.model_copy(update=transitions.close_calls([call], "not run: " + why, now))
+    updates = []
+    for b in branches:
+        update = b.result.get("update")
+        updates.append(update if isinstance(update, dict) else {})
+    state, delta = graph.merge(state_of(head), updates)
+    return node_finished(
+        head,
+        graph,
+        call,
+        state=state,
+        delta=delta,
+        now=now,
+        tokens=tokens,
+        cost_usd=cost_usd,
+        trace_id=trace_id,
+    )
 
 
 def _charged(change: Change, call: ToolCall, usage: Usage | None, cost_usd: float) -> Change:

@@ -530,13 +530,14 @@ def decide(
 
 
 def request_cancel(head: Head, calls: Sequence[ToolCall], *, now: datetime, by: str = "") -> Change:
-    """Cancel a suspended or queued session at once; a runnable one at its next tick."""
+    """Cancel a suspended (waiting for a person or for its children) or queued session at
+    once; a runnable one at its next tick. A session's children are cancelled by the store."""
     if head.status.terminal:
         raise SessionFinished(f"session {head.id} is already {head.status.value}")
     requested = Event(kind=EventKind.CANCEL_REQUESTED, at=now, data={"by": by})
     if head.status is Status.QUEUED:  # never started: no calls, no tick to wait for
         return transitions.ended(head, Status.CANCELLED, now, (requested,), cancel_requested=True)
-    if head.status is Status.WAITING_APPROVAL:
+    if head.status in (Status.WAITING_APPROVAL, Status.WAITING_CHILDREN):
         change = transitions.ended(head, Status.CANCELLED, now, (requested,), cancel_requested=True)
         return change.model_copy(
             update=transitions.close_calls(calls, "not run: session cancelled", now)

@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from tickwork.fsm.errors import IllegalTransition, SessionFinished
+from tickwork.fsm.joins import Join
 from tickwork.fsm.values import (
     CallState,
     Decision,
@@ -53,6 +54,10 @@ class Change(Value):
     #: model use to add to an existing step: a graph node's `ctx.generate` calls, charged
     #: to the node's step when the node finishes
     charged: StepCharge | None = None
+    #: child sessions to insert with the change, each with its first tick (a spawn)
+    children: tuple[Head, ...] = ()
+    #: the join of those children, inserted with them (`tickwork.fsm.trees.spawned`)
+    join: Join | None = None
 
     @property
     def enqueue(self) -> bool:

@@ -40,6 +40,9 @@ class Status(StrEnum):
     READY = "ready"  #: the next tick calls the model
     EXECUTING = "executing"  #: the next tick runs the next pending tool call
     WAITING_APPROVAL = "waiting_approval"  #: suspended until a person decides
+    #: suspended until the children it spawned have ended (the join, docs/DESIGN.md
+    #: section 16); it holds no worker, and the last child's end wakes it
+    WAITING_CHILDREN = "waiting_children"
     COMPLETED = "completed"  #: the model answered without tool calls
     FAILED = "failed"  #: `error_code` says why
     CANCELLED = "cancelled"  #: cancel was requested and took effect
@@ -139,6 +142,8 @@ class EventKind(StrEnum):
     ENVIRONMENT_WAITING = "environment_waiting"  #: another worker builds the environment
     ENVIRONMENT_READY = "environment_ready"  #: the environment is built or found, recorded
     COMPACTED = "compacted"
+    CHILDREN_SPAWNED = "children_spawned"  #: the session started children and waits for them
+    CHILDREN_JOINED = "children_joined"  #: its children ended: the join woke it
 
 
 def _positive(name: str, value: float) -> float:
@@ -342,8 +347,16 @@ class Head(Value):
     final_answer: str | None = None
     #: what the job produced besides the answer (the repair job: its patch)
     result: dict[str, Any] = {}
+    #: the session forked from (with `fork_step`), or the one that spawned it (with
+    #: `spawn_call`)
     parent_id: str | None = None
     fork_step: int | None = None
+    #: a child session (docs/DESIGN.md section 16): the root of its tree (None: not a child)
+    root_id: str | None = None
+    #: a child session: the parent's call that spawned it (None: not a child)
+    spawn_call: str | None = None
+    #: a child session: its role, as the spawn named it
+    role: str = ""
     #: the step's call ids still waiting for a person (for listings)
     awaiting: tuple[str, ...] = ()
     #: who submitted it (an API token's name, the CLI's --as or login name; a fork: who

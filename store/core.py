@@ -8,6 +8,7 @@ one statement each; what they write is built in `ticks.py`, once for both.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -23,8 +24,9 @@ from sqlalchemy.exc import IntegrityError
 from tickwork.fsm import machine
 from tickwork.fsm.admission import TenantLimit
 from tickwork.fsm.approvals import already_decided
-from tickwork.fsm.errors import InvalidInput, SessionNotFound
+from tickwork.fsm.errors import InvalidInput, SessionFinished, SessionNotFound
 from tickwork.fsm.forks import ForkPatch, fork
+from tickwork.fsm.joins import Join
 from tickwork.fsm.machine import Change
 from tickwork.fsm.tenants import Quotas
 from tickwork.fsm.values import (
@@ -38,7 +40,7 @@ from tickwork.fsm.values import (
     Status,
     ToolCall,
 )
-from tickwork.store import admission, dead_letters, reads, rows, writes
+from tickwork.store import admission, dead_letters, reads, rows, trees, writes
 from tickwork.store import quotas as tenant_quotas
 from tickwork.store.artifacts import Artifacts, open_artifacts
 from tickwork.store.edge import guarded
@@ -152,7 +154,8 @@ class CoreStore(Services):
                 sessions.c.status,
                 sessions.c.created_at,
             )
-            .where(sessions.c.parent_id == session_id)
+            # a child names its parent too, but is not a fork (`children`)
+            .where(sessions.c.parent_id == session_id, sessions.c.spawn_call.is_(None))
             .order_by(sessions.c.created_at, sessions.c.id)
         )
         with self.engine.connect() as conn:
@@ -374,7 +377,33 @@ class CoreStore(Services):
                 raise already_decided(first, session_id=session_id) from None
 
     def request_cancel(self, session_id: str, *, now: datetime, by: str = "") -> Head:
-        """Cancel a suspended session now; a runnable one is cancelled at its next tick."""
+        """Cancel a suspended session now; a runnable one is cancelled at its next tick.
+        Its children are cancelled too, each in a transaction of its own after this one
+        (the relay's `to_cancel` finishes the job if this process dies half way)."""
+        head = self._cancel(session_id, now=now, by=by)
+        for child in self.children(session_id):
+            if child.status.terminal or child.cancel_requested:
+                continue
+            with contextlib.suppress(SessionFinished):  # it ended meanwhile
+                self.request_cancel(child.id, now=now, by=by or f"cancel of {session_id}")
+        return head
+
+    def children(self, session_id: str, call_id: str | None = None) -> list[Head]:
+        """The children the session spawned (with `call_id`: that call's), in spawn order."""
+        with self.engine.connect() as conn:
+            return trees.read_children(conn, session_id, call_id)
+
+    def join(self, parent_id: str, call_id: str) -> Join | None:
+        """The join of the parent's spawning call `call_id`, or None if it spawned nothing."""
+        with self.engine.connect() as conn:
+            return trees.read_join(conn, parent_id, call_id)
+
+    def tree(self, root_id: str) -> list[Head]:
+        """Every session under the root `root_id`, oldest first (the root left out)."""
+        with self.engine.connect() as conn:
+            return trees.read_tree(conn, root_id)
+
+    def _cancel(self, session_id: str, *, now: datetime, by: str) -> Head:
         with self.engine.begin() as conn:
             head = reads.read_head(conn, session_id, lock=True)
             current = reads.read_calls(conn, session_id, step=head.step)

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 from tickwork.fsm.admission import Admission, TenantLimit
 from tickwork.fsm.forks import ForkPatch
+from tickwork.fsm.joins import Join
 from tickwork.fsm.machine import Change
 from tickwork.fsm.tenants import Quotas
 from tickwork.fsm.values import RUNTIME_LEVEL, Decision, Event, Head, Observation, Session, ToolCall
@@ -101,6 +102,18 @@ class Sessions(Protocol):
 
     def request_cancel(self, session_id: str, *, now: datetime, by: str = "") -> Head:
         """Cancel a suspended session now; a runnable one is cancelled at its next tick."""
+        ...
+
+    def children(self, session_id: str, call_id: str | None = None) -> list[Head]:
+        """The children the session spawned (with `call_id`: that call's), in spawn order."""
+        ...
+
+    def join(self, parent_id: str, call_id: str) -> Join | None:
+        """The join of the parent's spawning call `call_id`, or None if it spawned nothing."""
+        ...
+
+    def tree(self, root_id: str) -> list[Head]:
+        """Every session under the root `root_id`, oldest first (the root left out)."""
         ...
 
     def fork(
@@ -232,6 +245,16 @@ class Relay(Protocol):
     def take_over(self, keys: Iterable[int], *, now: datetime) -> list[Due]:
         """Runnable sessions leased under the signs `keys`, still gone: their lease cleared
         and a tick written, as `expired_leases` does for a lease that ran out."""
+        ...
+
+    def missed_wakes(self, *, now: datetime, limit: int = 500) -> list[tuple[str, int]]:
+        """Wake the parents still waiting on a complete join (a repair); their ids and
+        versions, to publish."""
+        ...
+
+    def to_cancel(self, *, limit: int = 500) -> list[str]:
+        """Children still going whose parent ended or asked to cancel, or whose join needs
+        no more (`first`), not asked to cancel yet."""
         ...
 
 

@@ -101,6 +101,10 @@ class PostgresStore(CoreStore):
 
     def _save(self, lease: Lease, change: Change, files: FileChange | None) -> Head:
         head = change.head
+        if change.children or (head.status.terminal and head.spawn_call is not None):
+            # a spawn, or a child's end that counts on its join: a few statements in one
+            # transaction, once per child (the Core store's save, `trees.py`)
+            return super()._save(lease, change, files)
         params: dict[str, Any] = {
             name: json.dumps(value) if name in _JSON_HEAD else value
             for name, value in rows.head_changes(head).items()

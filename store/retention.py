@@ -30,7 +30,18 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Select, delete, exists, func, insert, select, update
+from sqlalchemy import (
+    Connection,
+    Engine,
+    Select,
+    and_,
+    delete,
+    exists,
+    func,
+    insert,
+    select,
+    update,
+)
 from sqlalchemy.exc import InterfaceError, OperationalError
 from tickwork.fsm.errors import StoreUnavailable
 from tickwork.fsm.values import Session, Status
@@ -111,7 +122,14 @@ def _day(at: datetime) -> str:
 
 
 def _not_indexed() -> Any:
-    return ~exists().where(archived.c.session_id == sessions.c.id)
+    """Not archived yet, and not a child whose tree still lives: a child ended is kept
+    until its root has ended too (its parent reads it when the join wakes it)."""
+    root = sessions.alias("root")
+    living = exists().where(
+        root.c.id == sessions.c.root_id,
+        root.c.status.not_in([s.value for s in Status if s.terminal]),
+    )
+    return and_(~exists().where(archived.c.session_id == sessions.c.id), ~living)
 
 
 def finished_queries(policy: Policy, now: datetime) -> list[Select[Any]]:

@@ -110,11 +110,17 @@ sessions = Table(
     Column("priority", Integer, nullable=False, server_default=text("0")),
     Column("concurrency_key", String(200)),
     Column("max_per_key", Integer),
+    # a child session (0021_trees, docs/DESIGN.md section 16): the root of its tree, the
+    # parent's call that spawned it (parent_id is the parent), its role; NULL/'' otherwise
+    Column("root_id", String(64)),
+    Column("spawn_call", String(64)),
+    Column("role", String(64), nullable=False, server_default=text("''")),
     # the lists are newest first by created_at (0007_yeardata)
     Index(None, "status", "created_at"),
     Index(None, "kind", "created_at"),
     Index(None, "created_at"),
     Index(None, "parent_id"),
+    Index(None, "root_id"),
     Index(None, "outcome", "created_at"),
     # a tenant's listings, and its quotas' counts (0017_tenants)
     Index(None, "tenant", "created_at"),
@@ -262,6 +268,34 @@ events = Table(
         "at",
         postgresql_where=text("kind IN ('completed', 'failed', 'cancelled')"),
         sqlite_where=text("kind IN ('completed', 'failed', 'cancelled')"),
+    ),
+)
+
+joins = Table(
+    "tickwork_joins",
+    metadata,
+    # the join of one spawn (docs/DESIGN.md section 16): the parent's call waits for
+    # `expected` children; each child's last save counts itself here, in its transaction,
+    # and the one that completes the join wakes the parent (store/trees.py)
+    Column("parent_id", String(64), _session_fk(), primary_key=True),
+    Column("call_id", String(64), primary_key=True),
+    Column("mode", String(16), nullable=False),
+    Column("expected", Integer, nullable=False),
+    Column("ended", Integer, nullable=False),
+    #: the ended children's cost and tokens, charged to the parent at the join
+    Column("cost_usd", Float, nullable=False),
+    Column("tokens", BigInteger, nullable=False),
+    #: the child that ended first
+    Column("first", String(64)),
+    Column("created_at", UTCDateTime, nullable=False),
+    #: when the join woke the parent; NULL: not yet
+    Column("woken_at", UTCDateTime),
+    # the relay's scan for a join complete whose parent was not woken
+    Index(
+        "ix_tickwork_joins_unwoken",
+        "parent_id",
+        postgresql_where=text("woken_at IS NULL"),
+        sqlite_where=text("woken_at IS NULL"),
     ),
 )
 

@@ -13,7 +13,15 @@ from typing import Any
 from sqlalchemy import Engine, text
 from tickwork.fsm.admission import Admission
 from tickwork.fsm.values import Session
-from tickwork.store import admission, dead_letter_counts, dead_letters, gauges, liveness, relay
+from tickwork.store import (
+    admission,
+    dead_letter_counts,
+    dead_letters,
+    gauges,
+    liveness,
+    relay,
+    trees,
+)
 from tickwork.store.dead_letters import Closing, DeadLetter
 from tickwork.store.deliveries import Cards
 from tickwork.store.environments import Environments
@@ -70,6 +78,15 @@ class Services:
         if self._signs is None:
             return []
         return liveness.take_over(self.engine, self._signs, keys, now=now)
+
+    def missed_wakes(self, *, now: datetime, limit: int = 500) -> list[tuple[str, int]]:
+        """Wake the parents still waiting on a complete join (`trees.missed_wakes`)."""
+        return trees.missed_wakes(self.engine, now=now, limit=limit)
+
+    def to_cancel(self, *, limit: int = 500) -> list[str]:
+        """Children still going whose tree is cancelled or whose join needs no more
+        (`trees.to_cancel`)."""
+        return trees.to_cancel(self.engine, limit=limit)
 
     def dead_letters(
         self,

@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import Connection, and_, bindparam, delete, insert, literal, or_, select, update
 from tickwork.fsm.machine import Change
 from tickwork.fsm.values import RUNNABLE, Event, EventKind, Head, Session, Status, ToolCall
-from tickwork.store import dead_letters, reads, rows
+from tickwork.store import dead_letters, reads, rows, trees
 from tickwork.store.files import FileChange
 from tickwork.store.schema import (
     calls,
@@ -128,6 +128,13 @@ def apply_change(
         )
     for table, values in appended(change, version=version + 1, now=now, files=files).items():
         insert_many(conn, table, values)
+    for child in change.children:
+        insert_session(conn, Session(head=child), now=now)
+    if change.join is not None:
+        trees.insert_join(conn, change.join, now=now)
+    if change.head.status.terminal and change.head.spawn_call is not None:
+        # a child's end is counted on its join, and may wake its parent, with its save
+        trees.child_ended(conn, change.head, now=now)
     if change.dead_letter:
         record_dead_letter(conn, session_id, now=now)
     return saved_head(change.head, version=version + 1, cancel_requested=row.cancel_requested)

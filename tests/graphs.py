@@ -8,7 +8,7 @@ import time
 from typing import Literal
 
 from pydantic import BaseModel
-from tickwork.fsm.graph import END, START, Graph
+from tickwork.fsm.graph import END, START, Graph, add, append, fan_out
 from tickwork.worker.tick.graphs import NodeContext, graph_kind
 
 from examples import refund_graph
@@ -136,3 +136,41 @@ def _asking() -> Graph:
 
 #: one node that calls the model (`ctx.generate`)
 ASK = graph_kind(_asking().compile())
+
+
+class MapSum(BaseModel):
+    """A map-reduce over `items`: each branch squares its `item`."""
+
+    items: list[int] = []
+    item: int = 0
+    squares: list[int] = []
+    total: int = 0
+    finished: bool = False
+
+
+def split(state: MapSum) -> object:
+    return fan_out("square", [{"item": i} for i in state.items])
+
+
+def square(state: MapSum, ctx: NodeContext) -> dict[str, object]:
+    if os.environ.get("TICKWORK_TEST_SLOW") == "1":
+        time.sleep(0.5)  # a kill lands while branches run
+    # a branch gives its own part; the reducers merge the parts at the join
+    return {"squares": [state.item * state.item], "total": state.item * state.item}
+
+
+def finish(state: MapSum) -> dict[str, object]:
+    return {"finished": True}
+
+
+def _map_sum() -> Graph:
+    graph = Graph("mapsum", "1", MapSum, reducers={"squares": append, "total": add})
+    # idempotent: a node a kill lands in runs again (else it would wait for a person)
+    graph.add_node("split", split, idempotent=True)
+    graph.add_node("square", square, branch=True, idempotent=True)
+    graph.add_node("finish", finish, idempotent=True)
+    graph.add_edge(START, "split").add_edge("split", "finish").add_edge("finish", END)
+    return graph
+
+
+MAP_SUM = graph_kind(_map_sum().compile())

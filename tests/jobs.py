@@ -12,6 +12,7 @@ from tickwork.worker.jobs import JobKind, repair
 from tickwork.worker.jobs.repair import default_registry
 from tickwork.worker.tools.confinement import resolve, workspace_root
 from tickwork.worker.tools.registry import ToolContext, ToolRegistry, tool
+from tickwork.worker.tools.spawn import SPAWN_TOOL
 
 
 def _record(ctx: ToolContext, log: str, value: str) -> None:
@@ -63,6 +64,18 @@ def _prepare(data: Mapping[str, Any]) -> dict[str, Any]:
 
 
 TEST = JobKind(name="test", system_prompt="You are a test agent.", tools=_tools, prepare=_prepare)
+
+
+def _tree_tools() -> ToolRegistry:
+    registry = _tools()
+    registry.register(SPAWN_TOOL)
+    return registry
+
+
+#: the test kind whose sessions may start children (`spawn_agents`)
+TREE = JobKind(
+    name="tree", system_prompt="You are a test agent.", tools=_tree_tools, prepare=_prepare
+)
 
 
 @tool(idempotent=True, timeout_s=120.0)

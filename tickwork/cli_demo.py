@@ -8,69 +8,52 @@ where it is; running the demo again offers to resume it.
 
 from __future__ import annotations
 
-import difflib
-import os
-import shlex
-import shutil
-import signal
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
-from rich.panel import Panel
-from rich.prompt import Confirm, Prompt
 from rich.syntax import Syntax
 from rich.text import Text
 
-from tickwork.fsm.errors import ConfigurationError, InvalidInput, TickworkError
-from tickwork.fsm.kinds import SessionKind, kind_of
-from tickwork.fsm.values import Session, Status, ToolCall
-from tickwork.worker.files.filetree import SKIP_DIRS
+from tickwork.fsm.errors import InvalidInput, TickworkError
+from tickwork.fsm.values import Status
 
 from . import render
 from .context import Context
-from .options import json_object
-
-WORKER_START_S = 60.0
-
-_HERE = Path(__file__).resolve().parent
-#: the examples: package data in an installed wheel (`tickwork/examples`), `examples/` in a
-#: checkout
-EXAMPLES = next(
-    (p for p in (_HERE / "examples", _HERE.parent / "examples") if p.is_dir()), _HERE / "examples"
+from .demos import (
+    DEMO_EXAMPLE,
+    DEMO_GOAL,
+    DEMO_SCRIPT,
+    DEMO_TEST_COMMAND,
+    EXAMPLES,
+    WORKER_START_S,
+    decide,
+    demo_input,
+    prepare_demo_workspace,
+    resumable,
+    sandbox_banner,
+    show_event,
+    start_worker,
+    stop_worker,
 )
-#: the demo's project (copied before use, never changed in place) and its scripted model
-DEMO_EXAMPLE = EXAMPLES / "buggy_calc"
-DEMO_SCRIPT = EXAMPLES / "repair_demo.json"
-#: `python3`, as the sandbox's PATH finds it (the system's; a fresh Debian or macOS has no
-#: `python`), not the worker's own interpreter: the worker's venv is not in the sandbox
-DEMO_TEST_COMMAND = "python3 -m unittest -q"
-DEMO_GOAL = "The test suite of this small calculator fails; find the bug and fix it."
 
-
-def prepare_demo_workspace(state_dir: Path) -> Path:
-    """A fresh copy of the demo project under `state_dir/demo/`; the shipped one never changes."""
-    if not DEMO_EXAMPLE.is_dir() or not DEMO_SCRIPT.is_file():
-        raise ConfigurationError(
-            f"the demo needs {DEMO_EXAMPLE} and {DEMO_SCRIPT}, which are not there; "
-            "reinstall tickwork (the wheel ships them) or run from a checkout"
-        )
-    dest = Path(state_dir).expanduser().resolve() / "demo" / f"buggy_calc-{uuid.uuid4().hex[:8]}"
-    shutil.copytree(
-        DEMO_EXAMPLE, dest, ignore=shutil.ignore_patterns(*SKIP_DIRS, "*.pyc"), symlinks=True
-    )
-    return dest
-
-
-def demo_input(workspace: Path, *, python: str = "python3") -> dict[str, str]:
-    """The repair input of the demo on a workspace from `prepare_demo_workspace`; its tests
-    run with `python` (default: the sandbox's python3; it needs only the standard library)."""
-    command = DEMO_TEST_COMMAND.replace("python3", shlex.quote(python), 1)
-    return {"workspace": str(workspace), "test_command": command, "goal": DEMO_GOAL}
+__all__ = [
+    "DEMO_EXAMPLE",
+    "DEMO_GOAL",
+    "DEMO_SCRIPT",
+    "DEMO_TEST_COMMAND",
+    "EXAMPLES",
+    "WORKER_START_S",
+    "demo",
+    "demo_input",
+    "prepare_demo_workspace",
+    "register",
+    "start_worker",
+    "stop_worker",
+]
 
 
 def register(app: typer.Typer) -> None:
@@ -99,8 +82,28 @@ def demo(
             "(examples/refund_graph.py).",
         ),
     ] = False,
+    agents: Annotated[
+        bool,
+        typer.Option(
+            "--agents",
+            help="Run a best-of-3 repair instead: a planner, three explorers in parallel "
+            "on its files (scripted), the passing patch adopted.",
+        ),
+    ] = False,
 ) -> None:
     """Repair the example project end to end on the embedded default (no server needed)."""
+    if graph and agents:
+        raise InvalidInput("choose --graph or --agents, not both")
+    if agents:
+        if model is not None:
+            raise InvalidInput(
+                "--agents runs its own scripted models (a planner and three explorers); "
+                "leave out --model"
+            )
+        from .demo_agents import run
+
+        run(yes=yes, new=new, timeout=timeout)
+        return
     if graph:
         _graph_demo(yes=yes, model=model, new=new, timeout=timeout)
         return
@@ -114,7 +117,7 @@ def demo(
                 "the demo asks at the approval and there is no terminal to ask "
                 "in; pass --yes to approve everything"
             )
-        session_id = None if new else _resumable(ctx, marker, yes)
+        session_id = None if new else resumable(ctx, marker, yes)
         if session_id is None:
             workspace = prepare_demo_workspace(settings.state_dir)
             spec = model or f"scripted:{DEMO_SCRIPT}"
@@ -139,7 +142,7 @@ def demo(
                         style="dim",
                     )
                 )
-        _sandbox_banner(ctx, session_id)
+        sandbox_banner(ctx, session_id)
         worker = start_worker(folder / "worker.log")
         try:
             _follow(ctx, session_id, yes=yes, deadline=time.monotonic() + timeout, worker=worker)
@@ -155,49 +158,6 @@ def demo(
         finally:
             stop_worker(worker)
         _finish(ctx, session_id, settings.state_dir)
-
-
-def _sandbox_banner(ctx: Context, session_id: str) -> None:
-    """Say plainly when the sandbox cannot run here: the demo's own session then runs its
-    commands unconfined; any other session's (a real model's) are refused."""
-    from tickwork.worker.sandbox.runner import BWRAP_INSTALL, DEMO_UNCONFINED, check, sandbox_of
-
-    sandbox = sandbox_of(ctx.settings)
-    why = None if sandbox.mode == "none" else check(sandbox)
-    if why is None:
-        return
-    if ctx.store.get(session_id).config.get(DEMO_UNCONFINED) is True:
-        lines = (
-            f"NO SANDBOX: {why}.",
-            "The demo runs its own shipped example (a copy of examples/buggy_calc, driven by "
-            "a scripted model whose replies were written in advance) UNCONFINED on this "
-            "machine, as your user.",
-            f"Every other session's commands are refused until the sandbox runs: {BWRAP_INSTALL}.",
-        )
-    else:
-        lines = (
-            f"NO SANDBOX: {why}.",
-            "This session's commands will be refused (only the demo's own scripted example "
-            f"runs without the sandbox) until you install bubblewrap: {BWRAP_INSTALL}.",
-        )
-    render.show(Panel(Text("\n".join(lines)), style="bold yellow", title="sandbox"))
-
-
-def _resumable(ctx: Context, marker: Path, yes: bool) -> str | None:
-    if not marker.exists():
-        return None
-    session_id = marker.read_text().strip()
-    try:
-        head = ctx.store.get(session_id)
-    except TickworkError:
-        return None
-    if head.status.terminal:
-        return None
-    question = f"Resume demo session {session_id} ({head.status.value}, step {head.step})?"
-    if yes or Confirm.ask(question, default=True):
-        return session_id
-    ctx.client.cancel(session_id, by="demo")
-    return None
 
 
 #: the note the example graph's scripted model writes
@@ -221,7 +181,7 @@ def _graph_demo(*, yes: bool, model: str | None, new: bool, timeout: float) -> N
                 "the demo asks at the approval and there is no terminal to ask "
                 "in; pass --yes to approve everything"
             )
-        session_id = None if new else _resumable(ctx, marker, yes)
+        session_id = None if new else resumable(ctx, marker, yes)
         if session_id is None:
             script = folder / "refund_note.json"
             script.write_text(json.dumps([{"content": GRAPH_NOTE}]))
@@ -277,53 +237,6 @@ def _graph_demo(*, yes: bool, model: str | None, new: bool, timeout: float) -> N
             raise typer.Exit(1)
 
 
-def start_worker(
-    log: Path, *, pythonpath: Path | None = None, concurrency: int = 2
-) -> subprocess.Popen[bytes]:
-    """`tickwork worker` (threads pool) as a process of its own group, its output in `log`;
-    for commands that run sessions on the embedded default (the demo, `tickwork eval`)."""
-    # -P: the working directory is not put on sys.path, so nothing there stands in for tickwork
-    command = [
-        sys.executable,
-        "-P",
-        "-m",
-        "tickwork",
-        "worker",
-        "--pool",
-        "threads",
-        "--concurrency",
-        str(concurrency),
-        "--loglevel",
-        "WARNING",
-    ]
-    env = dict(os.environ)
-    if pythonpath is not None:
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(pythonpath), env.get("PYTHONPATH")) if p
-        )
-    with open(log, "ab") as out:
-        return subprocess.Popen(
-            command,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-
-
-def stop_worker(worker: subprocess.Popen[bytes]) -> None:
-    """Stop a worker from `start_worker`: SIGTERM to its group, SIGKILL after 30 s."""
-    if worker.poll() is not None:
-        return
-    os.killpg(worker.pid, signal.SIGTERM)
-    try:
-        worker.wait(30)
-    except subprocess.TimeoutExpired:
-        os.killpg(worker.pid, signal.SIGKILL)
-        worker.wait(10)
-
-
 def _follow(
     ctx: Context, session_id: str, *, yes: bool, deadline: float, worker: subprocess.Popen[bytes]
 ) -> None:
@@ -335,7 +248,7 @@ def _follow(
             whole = ctx.store.load(session_id)
             for event_id, event in events:
                 last = event_id
-                _show_event(whole, event.kind.value, event.data)
+                show_event(whole, event.kind.value, event.data)
         head = ctx.store.get(session_id)
         if head.status.terminal:
             return
@@ -344,7 +257,7 @@ def _follow(
             for call_id in head.awaiting:
                 call = whole.call(call_id)
                 if call is not None:
-                    _decide(ctx, whole, call, yes=yes)
+                    decide(ctx, whole, call, yes=yes)
             continue
         if worker.poll() is not None:
             raise TickworkError(
@@ -357,86 +270,6 @@ def _follow(
                 "run `tickwork demo` again to resume"
             )
         time.sleep(0.1)
-
-
-def _show_event(whole: Session, kind: str, data: dict[str, Any]) -> None:
-    if kind == "step_recorded":
-        step = next((s for s in whole.steps if s.step == data.get("step")), None)
-        if step is None:
-            return
-        render.show(Text(f"\nstep {step.step}", style="bold cyan"))
-        if step.thought:
-            render.show(Text(render.clip(step.thought, 400), style="italic"))
-        for call in step.calls:
-            render.show(Text(f"  → {call.name}({render.clip(call.raw_arguments, 160)})"))
-        if kind_of(whole.head) is SessionKind.AGENT:  # a node is recorded before it runs
-            render.show(Text(f"  {step.usage.total:,} tokens · ${step.cost_usd:.4f}", style="dim"))
-    elif kind == "tool_finished":
-        seen = whole.observation(str(data.get("call_id")))
-        if seen is not None:
-            style = "red" if seen.is_error else "green"
-            text = render.clip(seen.content.strip(), 300)
-            render.show(Text(f"  ← {data.get('name')}: {text}", style=style))
-    elif kind in ("loop_intervention", "failed", "cancelled", "approval_decided", "model_retry"):
-        render.show(render.event_line({"at": None, "kind": kind, "data": data}))
-
-
-def _decide(ctx: Context, whole: Session, call: ToolCall, *, yes: bool) -> None:
-    render.show(Text(f"\n{call.call_id} {call.name} needs your decision", style="bold yellow"))
-    _preview(ctx, whole, call)
-    if yes:
-        ctx.client.approve(
-            whole.head.id, call.call_id, approver="demo --yes", fingerprint=call.fingerprint
-        )
-        render.show(Text("  approved (--yes)", style="green"))
-        return
-    choice = Prompt.ask(r"  \[a]pprove, \[e]dit or \[r]eject", choices=["a", "e", "r"], default="a")
-    approver = os.environ.get("USER") or "demo"
-    if choice == "a":
-        ctx.client.approve(
-            whole.head.id, call.call_id, approver=approver, fingerprint=call.fingerprint
-        )
-    elif choice == "r":
-        feedback = Prompt.ask("  feedback for the model", default="not this way")
-        ctx.client.reject(
-            whole.head.id, call.call_id, feedback, approver=approver, fingerprint=call.fingerprint
-        )
-    else:
-        while True:
-            text = Prompt.ask("  new arguments (JSON)", default=call.raw_arguments)
-            try:
-                arguments = json_object(text, option="arguments")
-                ctx.client.edit(
-                    whole.head.id,
-                    call.call_id,
-                    arguments,
-                    approver=approver,
-                    fingerprint=call.fingerprint,
-                )
-                break
-            except InvalidInput as exc:
-                render.show(Text(f"  {exc}", style="red"))
-
-
-def _preview(ctx: Context, whole: Session, call: ToolCall) -> None:
-    """What the call would do: a diff for a file write, the text of a patch or command."""
-    arguments = call.arguments or {}
-    if call.name == "write_file" and isinstance(arguments.get("content"), str):
-        stored = ctx.client.read_file(whole.head.id, str(arguments.get("path")))
-        before = (stored or b"").decode("utf-8", errors="replace")
-        diff = "".join(
-            difflib.unified_diff(
-                before.splitlines(keepends=True),
-                arguments["content"].splitlines(keepends=True),
-                f"a/{arguments.get('path')}",
-                f"b/{arguments.get('path')}",
-            )
-        )
-        render.show(Syntax(diff or "(no change)", "diff"))
-    elif call.name == "apply_patch":
-        render.show(Syntax(str(arguments.get("patch", "")), "diff"))
-    else:
-        render.show(Text(f"  {call.name} {call.raw_arguments}"))
 
 
 def _finish(ctx: Context, session_id: str, state_dir: Path) -> None:

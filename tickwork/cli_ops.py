@@ -124,9 +124,10 @@ def worker_sections() -> tuple[type[BaseSettings], ...]:
 
 
 def check_what_ticks_load(settings: Settings) -> None:
-    """The database's schema, the job kinds of TICKWORK_IMPORTS and the artifact store,
-    checked once before the worker starts: one it could not load would fail every session
-    it ticks (or, without a schema, every relay pass)."""
+    """The database's schema, the job kinds of TICKWORK_IMPORTS and the built-in ones with
+    their roles (TICKWORK_ROLES_FILE's too) and the artifact store, checked once before the
+    worker starts: one it could not load would fail every session it ticks (or, without a
+    schema, every relay pass)."""
     from tickwork.fsm.errors import ConfigurationError
     from tickwork.store.migrate import current
     from tickwork.worker.config.imports import load_object
@@ -140,10 +141,15 @@ def check_what_ticks_load(settings: Settings) -> None:
             f"the database {mask(settings.db_url, [])} has no tickwork schema; run "
             "`tickwork db upgrade` before starting workers"
         )
-    jobs = Jobs(settings.imports)
+    from tickwork.worker.config.settings import RoleSettings
+    from tickwork.worker.jobs import BUILTIN
+
+    jobs = Jobs(settings.imports, roles_file=settings.section(RoleSettings).roles_file)
     for spec in settings.imports:
         if not isinstance(load_object(spec), Provider):
-            jobs.get(spec)
+            jobs.roles(jobs.get(spec).name)  # a bad roles file stops the worker here
+    for name in BUILTIN:
+        jobs.roles(name)
     _ = Providers(settings.imports).known  # a provider that cannot register stops it too
     from tickwork.worker.config.settings import read_settings
     from tickwork.worker.tick.retention import RetentionSettings

@@ -206,6 +206,14 @@ def list_sessions(
         ),
     ] = False,
     tenant: options.Tenant = None,
+    tree: Annotated[
+        bool,
+        typer.Option(
+            "--tree",
+            help="Draw each listed session's tree of child sessions under it (docs/DESIGN.md "
+            "section 16); children are not listed on their own.",
+        ),
+    ] = False,
     json_output: options.Json = False,
 ) -> None:
     """List sessions, newest first."""
@@ -249,6 +257,18 @@ def list_sessions(
                 tenant=options.local_tenant(tenant, many=True),
                 limit=limit,
             )
+    if tree:
+        if remote is not None:
+            cli_remote.local_only("`tickwork ls --tree`", " (the trees are read here)")
+        with Context() as ctx:
+            drawn = [views.tree(h, ctx.store.tree(h.id)) for h in heads if h.root_id is None]
+        if json_output:
+            views.emit(drawn)
+        elif not drawn:
+            render.show(Text("no sessions match"))
+        else:
+            render.show(*(render.tree(t) for t in drawn))
+        return
     found = [views.head(h) for h in heads]
     render.listing(found, render.sessions_table, json_output=json_output, none="no sessions match")
 
@@ -305,6 +325,7 @@ def show(
         view = views.session(whole)
         view["lease"] = views.lease(ctx.store.lease(session_id), now=datetime.now(UTC))
         view["forks"] = views.forks(ctx.reads.forks(session_id))
+        view["tree"] = ctx.reads.tree(session_id)
         previews = {} if json_output else file_previews(whole, ctx.reads)
     if json_output:
         views.emit(view)

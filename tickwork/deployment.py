@@ -12,7 +12,7 @@ from tickwork.store import Store
 from tickwork.store.archive import Archive
 from tickwork.store.archived import ArchivedSession
 from tickwork.store.artifacts import Artifacts
-from tickwork.worker.config.settings import Settings, load_settings
+from tickwork.worker.config.settings import RoleSettings, Settings, load_settings
 from tickwork.worker.config.tenants import Tenants, TenantSettings
 from tickwork.worker.files.workspaces import Workspaces
 from tickwork.worker.jobs import Jobs
@@ -33,7 +33,9 @@ class Deployment:
     ) -> None:
         self.settings = settings or load_settings()
         self.store = store or build_store(self.settings)
-        self.jobs = Jobs(self.settings.imports)
+        self.jobs = Jobs(
+            self.settings.imports, roles_file=self.settings.section(RoleSettings).roles_file
+        )
         #: the model providers, the workers' too when both read the same TICKWORK_IMPORTS
         self.providers = Providers(self.settings.imports)
         self.clock = clock

@@ -17,6 +17,7 @@ from tickwork.store import dead_letters as dl
 from tickwork.store.archived import saved_of
 from tickwork.worker.files.workspaces import session_files
 
+from . import views
 from .bundles import write_bundle
 from .deployment import Deployment
 from .patches import patch_text, unchanged
@@ -49,6 +50,16 @@ class Reads(Deployment):
                     f"{timeout}s; is a worker running (`tickwork worker`)?"
                 )
             time.sleep(poll)
+
+    def tree(self, session_id: str) -> dict[str, Any] | None:
+        """The tree the session belongs to, drawn from its root (`views.tree`); None for a
+        session that neither spawned children nor is one."""
+        head = self.store.get(session_id)
+        root = self.store.get(head.root_id) if head.root_id else head
+        below = self.store.tree(root.id)
+        if not below:
+            return None
+        return views.tree(root, below)
 
     def forks(self, session_id: str) -> list[dict[str, Any]]:
         """The sessions forked from this one, live or archived, oldest first."""

@@ -22,6 +22,7 @@ from rich.rule import Rule
 from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
+from rich.tree import Tree
 
 from tickwork.fsm.kinds import GraphRef, graph_of
 
@@ -32,6 +33,7 @@ STATUS_STYLE = {
     "ready": "cyan",
     "executing": "cyan",
     "waiting_approval": "bold yellow",
+    "waiting_children": "yellow",
     "completed": "green",
     "failed": "bold red",
     "cancelled": "dim",
@@ -233,6 +235,8 @@ def timeline(
     have not run, else its content or patch as proposed."""
     h, totals = view["head"], view["totals"]
     parts: list[RenderableType] = [_header(h, view.get("lease"), view.get("forks") or ())]
+    if view.get("tree"):
+        parts.append(tree(view["tree"], mark=h["id"]))
     for step in view["steps"]:
         parts.append(
             Rule(
@@ -302,7 +306,10 @@ def _header(
             f"deadline {b['deadline_s']:g}s",
         ),
     ]
-    if h["parent_id"]:
+    if h.get("spawn_call"):
+        spawned = f"{h['parent_id']} ({h['spawn_call']}) as {h.get('role') or 'a child'}"
+        rows.append(("spawned by", Text(f"{spawned}; root {h.get('root_id')}")))
+    elif h["parent_id"]:
         rows.append(("forked from", Text(f"{h['parent_id']} at step {h['fork_step']}")))
     if (graph := _graph(h)) is not None:
         rows.append(("graph", Text(f"{graph.name} version {graph.version}")))
@@ -333,6 +340,32 @@ def _header(
     for name, value in rows:
         grid.add_row(name, value)
     return grid
+
+
+def tree(node: Mapping[str, Any], *, mark: str | None = None) -> Tree:
+    """A session tree (`views.tree`): each session with its role, status, outcome and cost;
+    `mark` is the session being shown."""
+
+    def label(n: Mapping[str, Any]) -> Text:
+        text = Text(n["id"], style="bold" if n["id"] == mark else "")
+        if n.get("role"):
+            text.append(f" {n['role']}", style="cyan")
+        text.append(" ")
+        text.append_text(status(n["status"]))
+        if n.get("outcome"):
+            text.append(f" {n['outcome']}")
+        if n.get("error_code"):
+            text.append(f" {n['error_code']}", style="red")
+        text.append(f" · step {n['step']} · ${n['cost_usd']:.4f}", style="dim")
+        return text
+
+    def grow(branch: Tree, n: Mapping[str, Any]) -> None:
+        for child in n.get("children") or ():
+            grow(branch.add(label(child)), child)
+
+    top = Tree(label(node))
+    grow(top, node)
+    return top
 
 
 def environment_line(env: Mapping[str, Any]) -> Text:

@@ -121,6 +121,31 @@ def forks(found: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{**f, "created_at": f["created_at"].isoformat()} for f in found]
 
 
+def tree(root: Head, descendants: list[Head]) -> dict[str, Any]:
+    """A session tree (docs/DESIGN.md section 16) as nested nodes from `root`: each with
+    its id, role, status, outcome, cost and children, in spawn order."""
+    from tickwork.fsm.outcomes import outcome_of
+
+    below: dict[str, list[Head]] = {}
+    for h in descendants:
+        below.setdefault(h.parent_id or "", []).append(h)
+
+    def node(h: Head) -> dict[str, Any]:
+        found = outcome_of(h.result)
+        return {
+            "id": h.id,
+            "role": h.role,
+            "status": h.status.value,
+            "outcome": found.value if found else None,
+            "error_code": h.error_code.value if h.error_code else None,
+            "cost_usd": h.cost_usd,
+            "step": h.step,
+            "children": [node(c) for c in below.get(h.id, ())],
+        }
+
+    return node(root)
+
+
 def job(value: Head) -> dict[str, str] | None:
     """What a repair job works on, for approval cards: its source, goal and test command."""
     config = value.config

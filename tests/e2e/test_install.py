@@ -80,6 +80,7 @@ def test_the_wheel_installs_one_namespace(wheel: Path) -> None:
     # what is read at run time from beside the code ships too
     assert "tickwork/worker/sandbox/forward.py" in names
     assert "tickwork/store/migrations/script.py.mako" in names
+    assert "tickwork/examples/agents_demo/planner.json" in names
     top_level = next(n for n in names if n.endswith(".dist-info/top_level.txt"))
     with zipfile.ZipFile(wheel) as built:
         assert built.read(top_level).decode().split() == ["tickwork"]
@@ -119,6 +120,23 @@ def test_the_demo_runs_from_the_wheel_in_any_directory(
     assert ": completed" in done.stdout and "pass" in done.stdout, done.stdout
     repaired = next((state / "demo").glob("buggy_calc-*"))
     assert "/ len(numbers)\n" in (repaired / "calc.py").read_text()
+
+
+def test_the_agents_demo_runs_from_the_wheel_in_any_directory(
+    venv: Path, shadowed: Path, tmp_path: Path
+) -> None:
+    state = tmp_path / "state"
+    done = _run(
+        [str(venv / "bin" / "tickwork"), "demo", "--agents", "--yes"],
+        cwd=shadowed,
+        env=_plain_env(venv, TICKWORK_STATE_DIR=str(state), COLUMNS="200"),
+        timeout=300,
+    )
+    assert "outcome: repaired" in done.stdout and "cost of the tree" in done.stdout, done.stdout
+    assert done.stdout.count(": completed, outcome tests_failing,") == 2, done.stdout
+    # the scripts shipped in the wheel, copied into the state folder for the workers
+    (planner,) = (state / "demo").glob("agents-*/planner.json")
+    assert "explorer_divisor.json" in planner.read_text() and "{SCRIPTS}" not in planner.read_text()
 
 
 def test_the_eval_demo_runs_from_the_wheel_without_extras(

@@ -12,7 +12,7 @@ from pydantic import BaseModel
 from tickwork.fsm import graph_machine
 from tickwork.fsm.errors import InvalidGraph, InvalidStateUpdate
 from tickwork.fsm.forks import ForkPatch, fork
-from tickwork.fsm.graph import END, START, Graph
+from tickwork.fsm.graph import END, START, Graph, add, append, fan_out
 from tickwork.fsm.graph_machine import Decided, RunNode
 from tickwork.fsm.values import (
     Budgets,
@@ -364,3 +364,36 @@ def test_a_proposed_update_is_a_call_and_a_fork_before_it_runs_the_node_again() 
     child = fork(parent, new_id="g2", from_step=1, patch=ForkPatch(), by="x", now=NOW)
     assert child.head.status is Status.EXECUTING  # the node runs (and proposes) again
     assert child.steps[0].calls[0].state is CallState.PENDING
+
+
+def test_branches_merge_through_the_reducers_in_their_order() -> None:
+    class Sums(BaseModel):
+        seen: list[int] = []
+        total: int = 0
+        last: str = ""
+
+    def split(state: Sums) -> object:
+        return fan_out("part", [{"last": "a"}, {"last": "b"}])
+
+    graph = Graph("sums", "1", Sums, reducers={"seen": append, "total": add})
+    graph.add_node("split", split).add_node("part", lambda s: {}, branch=True)
+    compiled = graph.add_edge(START, "split").add_edge("split", END).compile()
+
+    state, delta = compiled.merge(
+        {"seen": [0], "total": 1, "last": ""},
+        [{"seen": [1], "total": 2, "last": "a"}, {"seen": 2, "total": 3, "last": "b"}],
+    )
+
+    assert state == {"seen": [0, 1, 2], "total": 6, "last": "b"}
+    assert delta == state
+    assert split(Sums()) == fan_out("part", [{"last": "a"}, {"last": "b"}])
+
+
+def test_a_reducer_of_a_field_the_state_lacks_is_refused() -> None:
+    class One(BaseModel):
+        n: int = 0
+
+    graph = Graph("one", "1", One, reducers={"m": add})
+    graph.add_node("a", lambda s: {}).add_edge(START, "a").add_edge("a", END)
+    with pytest.raises(InvalidGraph, match="reducer is declared for 'm'"):
+        graph.compile()

@@ -153,7 +153,7 @@ def list_sessions(
     "/sessions/{session_id}",
     tags=["sessions"],
     summary="A session as a timeline (the JSON of `tickwork show --json`), with who holds "
-    "its lease and its forks",
+    "its lease, its forks and the tree of child sessions it belongs to",
     responses=FOUND,
 )
 def show(session_id: SessionId, client: Client, who: Reader) -> dict[str, Any]:
@@ -164,6 +164,8 @@ def show(session_id: SessionId, client: Client, who: Reader) -> dict[str, Any]:
     found.update((f["id"], f) for f in client.store.forks(session_id))
     forks = sorted(found.values(), key=lambda f: (f["created_at"], f["id"]))
     view["forks"] = views.forks(seen_forks(client, who, forks))
+    # the tree it belongs to (docs/DESIGN.md section 16): its root, and every child's status
+    view["tree"] = client.tree(session_id)
     return view
 
 
@@ -380,6 +382,8 @@ def waiting_view(session: Session, client: Tickwork | None = None) -> dict[str, 
                 thought = step["thought"]
     return {
         "session": views.head(head),
+        # a child's approval names the root of its tree (docs/DESIGN.md section 16)
+        "root": head.root_id,
         "job": views.job(head),
         "thought": thought,
         "calls": calls,

@@ -110,6 +110,16 @@ class EnvironmentSettings(BaseSettings):
     environment_retention_s: float = Field(default=7 * 86400.0, gt=0)
 
 
+class RoleSettings(BaseSettings):
+    """Roles an operator adds or changes for child sessions (`worker/jobs/roles.py`)."""
+
+    model_config = SettingsConfigDict(env_prefix="TICKWORK_", extra="ignore", allow_inf_nan=False)
+
+    #: a JSON file: job kind -> role name -> role (system_prompt, tools, model, budgets,
+    #: description); unset: the kinds' own roles only
+    roles_file: Path | None = None
+
+
 class Settings(BaseSettings):
     """Everything a worker, the CLI and the client read; see `tickwork config`.
 
@@ -404,6 +414,7 @@ SECTIONS: tuple[type[BaseSettings], ...] = (
     WebhookSettings,
     EnvironmentSettings,
     TenantSettings,
+    RoleSettings,
 )
 
 

@@ -31,7 +31,7 @@ from typing import Any
 
 from tickwork.fsm.values import Head
 from tickwork.store.artifacts import Artifacts, intact
-from tickwork.store.files import Manifest, applied, parse_entry
+from tickwork.store.files import Manifest, applied, blob_hash, canonical, parse_entry
 from tickwork.store.port import SessionFiles
 from tickwork.worker.files.working_copy import WorkingCopy, _atomic_write, _Seen, session_files
 
@@ -131,6 +131,19 @@ class Workspaces:
         for saved in self.store.file_changes(head.id, upto=upto):
             manifest, state = applied(manifest, saved.changes), saved.state
         return manifest, state
+
+    def start_from(self, head: Head) -> dict[str, str] | None:
+        """The files config of a child that starts from the session's files as stored now
+        (its claimed version): `{"base": <a manifest of them>}`, or None if it has no files.
+        Only the manifest is written to the artifact store; the child's files are the
+        parent's blobs, shared, and its patch is made against this base."""
+        if session_files(head) is None:
+            return None
+        manifest, _ = self.manifest(head)
+        listing = canonical(manifest)
+        key = blob_hash(listing)
+        self.artifacts.put({key: listing})
+        return {"base": key}
 
     def read(self, head: Head, path: str) -> bytes | None:
         """One file of the session as stored now; None if it has no such file."""

@@ -12,12 +12,15 @@ providers). The built-in `repair` kind and its toolkit are the package
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from tickwork.fsm.errors import ConfigurationError, InvalidInput
 from tickwork.worker.config.imports import load_object
 from tickwork.worker.jobs.graphs import GraphKind
 from tickwork.worker.jobs.kinds import Ending, JobKind, Kind, SessionFiles, Submission
+from tickwork.worker.jobs.roles import Role, Staffed, check_roles, configured_roles, role_for
 from tickwork.worker.models.providers import Provider
 from tickwork.worker.tools.registry import ToolRegistry
 
@@ -28,9 +31,12 @@ __all__ = [
     "JobKind",
     "Jobs",
     "Kind",
+    "Role",
     "SessionFiles",
+    "Staffed",
     "Submission",
     "as_kind",
+    "role_for",
 ]
 
 #: built-in kinds by name
@@ -40,11 +46,15 @@ BUILTIN = {"repair": "tickwork.worker.jobs.repair:REPAIR"}
 class Jobs:
     """Resolves job kinds by name, caching each kind and its tool registry."""
 
-    def __init__(self, imports: list[str] | tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, imports: list[str] | tuple[str, ...] = (), *, roles_file: Path | None = None
+    ) -> None:
         self._specs = dict(BUILTIN)
         self._imports = list(imports)
+        self._roles_file = roles_file
         self._kinds: dict[str, Kind] = {}
         self._tools: dict[str, ToolRegistry] = {}
+        self._roles: dict[str, Mapping[str, Role]] = {}
 
     def get(self, name: str) -> Kind:
         if name in self._kinds:
@@ -67,6 +77,17 @@ class Jobs:
         if name not in self._tools:
             self._tools[name] = self.get(name).tools()
         return self._tools[name]
+
+    def roles(self, name: str) -> Mapping[str, Role]:
+        """The roles children of kind `name` may take: the kind's own (`Staffed`) with those
+        of the roles file over them; ConfigurationError if one names a tool the kind lacks."""
+        if name not in self._roles:
+            kind = self.get(name)
+            declared = kind.roles if isinstance(kind, Staffed) else {}
+            roles = configured_roles(declared, kind.name, self._roles_file)
+            check_roles(roles, self.tools(name).names(), kind=kind.name, file=self._roles_file)
+            self._roles[name] = roles
+        return self._roles[name]
 
     def _resolve(self, name: str) -> Kind:
         if name in self._specs:

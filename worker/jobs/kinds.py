@@ -1,5 +1,7 @@
 """The typed interface of a job kind (`Kind`), the context values it is called with
-(`Submission`, `Ending`, `SessionFiles`) and `JobKind`, a kind made of plain functions."""
+(`Submission`, `Ending`, `SessionFiles`, `Spawning`) and `JobKind`, a kind made of plain
+functions. A kind whose sessions start children of their own kind with a config of its
+making (the repair kind: on its parent's files) is also a `Parent`."""
 
 from __future__ import annotations
 
@@ -16,8 +18,9 @@ from tickwork.worker.tools.registry import ToolRegistry
 
 if TYPE_CHECKING:
     from tickwork.worker.files.workspaces import Workspaces
+    from tickwork.worker.jobs.roles import Role
 
-__all__ = ["Ending", "JobKind", "Kind", "SessionFiles", "Submission"]
+__all__ = ["Ending", "JobKind", "Kind", "Parent", "SessionFiles", "Spawning", "Submission"]
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,28 @@ class Ending:
         return self.files.workspaces
 
 
+@dataclass(frozen=True)
+class Spawning:
+    """What a kind is told when one of its sessions starts a child (`spawn_agents`)."""
+
+    #: the spawning session, as claimed by the tick that runs the spawn
+    parent: Head
+    #: the child's role (`tickwork.worker.jobs.roles`)
+    role: Role
+    #: the stored files behind every working copy (the parent's manifest, blobs)
+    workspaces: Workspaces
+
+
+@runtime_checkable
+class Parent(Protocol):
+    """A job kind that makes its children's config itself (besides the members of `Kind`)."""
+
+    def child(self, data: Mapping[str, Any], spawning: Spawning) -> dict[str, Any]:
+        """The child's config (at least `user_prompt`) from the input the spawn gives it;
+        raises InvalidInput naming what is wrong (the parent's model is told)."""
+        ...
+
+
 @runtime_checkable
 class Kind(Protocol):
     """A job kind as the engine sees it: every member is called with a fixed signature."""
@@ -120,6 +145,8 @@ class JobKind:
     budgets: Mapping[str, Any] = field(default_factory=dict)
     #: what the job produced, computed when the session completes: `finish(head) -> result`
     finish: Callable[[Head], dict[str, Any]] | None = None
+    #: the roles its sessions' children may take (`tickwork.worker.jobs.roles`)
+    roles: Mapping[str, Role] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # before the typed interface `prepare` could ask for the submission by keyword; it

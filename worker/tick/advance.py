@@ -11,6 +11,7 @@ run again, the save, the next tick) is the same for every kind.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 
@@ -20,8 +21,10 @@ from tickwork.fsm.errors import (
     BlobCorrupt,
     ClaimLost,
     GraphVersionMismatch,
+    SessionFinished,
     StoreError,
 )
+from tickwork.fsm.joins import JoinMode
 from tickwork.fsm.kinds import SessionKind, kind_of
 from tickwork.fsm.transitions import Change
 from tickwork.fsm.values import ErrorCode, Head, Status
@@ -177,6 +180,29 @@ def _advance(tick: Tick, runner: Runner, owner: str) -> Outcome:
     return Outcome.SAVED
 
 
+def ended_child(rt: Runtime, head: Head) -> None:
+    """After a child's end committed: publish its parent's tick if the end woke it (its
+    outbox row is there already: the relay publishes it anyway, later), and in a join
+    that wanted the first child only, cancel the others. Best effort: the relay repeats
+    both (`missed_wakes`, `to_cancel`)."""
+    assert head.parent_id is not None and head.spawn_call is not None
+    try:
+        parent = rt.store.get(head.parent_id)
+        rate = rt.settings.drop_publish_rate
+        if parent.status is Status.EXECUTING and not (rate and rt.jitter() < rate):
+            rt.publish(parent.id, parent.version)
+        join = rt.store.join(head.parent_id, head.spawn_call)
+        if join is not None and join.mode is JoinMode.FIRST:
+            for sibling in rt.store.children(head.parent_id, head.spawn_call):
+                if not sibling.status.terminal and not sibling.cancel_requested:
+                    with contextlib.suppress(SessionFinished):
+                        rt.store.request_cancel(
+                            sibling.id, now=rt.clock(), by=f"first of {head.parent_id}"
+                        )
+    except Exception as exc:
+        log.warning("after child %s ended: %s (the relay finishes it)", head.id, exc)
+
+
 def _internal(rt: Runtime, claimed: Claimed, files: TickFiles, exc: Exception) -> Change:
     """A broken job kind, tool registry or model factory: fail loudly, keep everything."""
     log.exception("tick of session %s v%d failed", claimed.head.id, claimed.head.version)
@@ -191,6 +217,13 @@ def _internal(rt: Runtime, claimed: Claimed, files: TickFiles, exc: Exception) -
 
 
 def after_commit(rt: Runtime, change: Change, head: Head) -> None:
+    if head.status.terminal and head.spawn_call is not None:
+        ended_child(rt, head)
+    rate = rt.settings.drop_publish_rate
+    for child in change.children:
+        # their first ticks are in the outbox with the spawn: the relay publishes any lost
+        if not (rate and rt.jitter() < rate):
+            rt.publish(child.id, child.version)
     if head.status.runnable and change.delay_s > 0:
         # a delayed tick waits in the outbox; the relay publishes it when due, so no worker
         # holds an unacknowledged countdown message that the broker would time out

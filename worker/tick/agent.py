@@ -14,8 +14,10 @@ import uuid
 from typing import Any
 
 from tickwork.fsm import budgets, context, machine
+from tickwork.fsm.approvals import ApprovalRule
 from tickwork.fsm.errors import ContextTooLong, InvalidToolArguments, ModelError
 from tickwork.fsm.machine import Change, Compact, RunTool
+from tickwork.fsm.trees import SPAWN_AGENTS
 from tickwork.fsm.values import (
     ErrorCode,
     Event,
@@ -34,7 +36,14 @@ from tickwork.worker.observers.report import ModelCall, Phase, TickReport
 from tickwork.worker.sandbox.runner import sandbox_of
 from tickwork.worker.tick.frame import Stop, Tick, run_call, tool_run
 from tickwork.worker.tick.runtime import Runtime
-from tickwork.worker.tools.registry import ToolContext, ToolRegistry, ToolResult, run_tool
+from tickwork.worker.tick.trees import spawn_or_join
+from tickwork.worker.tools.registry import (
+    ChildResult,
+    ToolContext,
+    ToolRegistry,
+    ToolResult,
+    run_tool,
+)
 
 __all__ = ["RECALL_SCHEMA", "AgentRunner", "execute", "recall", "schemas_for", "think"]
 
@@ -128,7 +137,7 @@ def think(tick: Tick) -> Change:
         cost_usd=cost,
         trace_id=uuid.uuid4().hex,
         recent=claimed.recent,
-        rules=tools.rules(),
+        rules=rules_for(tools, head),
         cut=cut,
         masked_through=prompt.view.masked,
     )
@@ -166,6 +175,16 @@ def _with_outcome(events: tuple[Event, ...], result: dict[str, Any]) -> tuple[Ev
         else e
         for e in events
     )
+
+
+def rules_for(tools: ToolRegistry, head: Head) -> dict[str, ApprovalRule]:
+    """The approval rules of the tools the session is offered: a call of another tool (one
+    its role does not have) asks nobody, it is refused when it would run."""
+    rules = tools.rules()
+    offered = head.config.get("tools")
+    if not isinstance(offered, list):
+        return rules
+    return {name: rule for name, rule in rules.items() if name in offered}
 
 
 def schemas_for(tools: ToolRegistry, head: Head) -> list[dict[str, Any]]:
@@ -325,6 +344,25 @@ def recall(rt: Runtime, head: Head, arguments: dict[str, Any]) -> tuple[str, boo
     return (f"ERROR: {found.content}" if found.is_error else found.content), False
 
 
+def children_of(rt: Runtime, head: Head) -> list[ChildResult]:
+    """The session's children in spawn order, as its tools see them (`adopt_patch`)."""
+    found, place = [], {}
+    for child in rt.store.children(head.id):
+        call = child.spawn_call or ""
+        place[call] = place.get(call, -1) + 1
+        found.append(
+            ChildResult(
+                id=child.id,
+                spawn_call=call,
+                index=place[call],
+                role=child.role,
+                status=child.status.value,
+                result=dict(child.result),
+            )
+        )
+    return found
+
+
 def execute(tick: Tick) -> Change:
     """EXECUTE: run the step's next pending call (or say why it does not run)."""
     rt, claimed, files = tick.rt, tick.claimed, tick.files
@@ -364,8 +402,16 @@ def execute(tick: Tick) -> Change:
         output, is_error = recall(rt, head, plan.arguments)
         tick.report.tool = tool_run(call, began, is_error=is_error, arguments=plan.arguments)
         return finished(output, is_error=is_error)
-    if tool is None:
-        return refused(f"unknown tool {call.name!r}; the tools are: {', '.join(tools.names())}")
+    offered = head.config.get("tools")
+    if tool is None or (isinstance(offered, list) and call.name not in offered):
+        # a role's session may call only its role's tools, whatever the kind has
+        names = offered if isinstance(offered, list) else tools.names()
+        return refused(f"unknown tool {call.name!r}; the tools are: {', '.join(names)}")
+    if call.name == SPAWN_AGENTS:
+        # children start in this tick's save, and the join's outcome is recorded when it
+        # wakes the session (docs/DESIGN.md section 16): nothing runs in between
+        tick.report.tool = tool_run(call, began, is_error=False, arguments=plan.arguments)
+        return spawn_or_join(tick, call, plan.arguments)
     try:
         arguments = tool.validate(plan.arguments)
     except InvalidToolArguments as exc:
@@ -386,6 +432,7 @@ def execute(tick: Tick) -> Change:
             stop=stop,
             sandbox=sandbox_of(rt.settings),
             environment=environment,
+            children=lambda: children_of(rt, head),
         )
         return run_tool(
             tool, arguments, tool_context, max_output_chars=rt.settings.max_output_chars

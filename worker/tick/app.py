@@ -19,7 +19,7 @@ from tickwork.fsm.errors import TickworkError
 from tickwork.worker.config import release
 from tickwork.worker.config.allowlist import AllowList
 from tickwork.worker.config.secrets import install_log_masking, masker_for
-from tickwork.worker.config.settings import Settings, load_settings, read_settings
+from tickwork.worker.config.settings import RoleSettings, Settings, load_settings, read_settings
 from tickwork.worker.observers import metrics
 from tickwork.worker.sandbox.runner import check, describe, sandbox_of
 from tickwork.worker.tick import wiring as observers
@@ -232,7 +232,7 @@ def runtime(app: Celery) -> Runtime:
     rt = Runtime(
         settings=settings,
         store=worker_store(settings),
-        jobs=Jobs(settings.imports),
+        jobs=Jobs(settings.imports, roles_file=settings.section(RoleSettings).roles_file),
         publish_tick=publish_tick,
         publish_dead_letter=publish_dead_letter,
     )

@@ -27,15 +27,25 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tickwork.fsm import context, graph_machine, machine
+from tickwork.fsm import context, graph_machine, machine, trees
 from tickwork.fsm.approvals import ApprovalRule, approval_reason
 from tickwork.fsm.budgets import completion_cap
 from tickwork.fsm.errors import ContextTooLong, GraphVersionMismatch
-from tickwork.fsm.graph import CompiledGraph
+from tickwork.fsm.graph import Branches, CompiledGraph
 from tickwork.fsm.graph_machine import Decided, RunNode
+from tickwork.fsm.joins import Join
 from tickwork.fsm.kinds import graph_of
 from tickwork.fsm.transitions import Change
-from tickwork.fsm.values import DecisionKind, ErrorCode, Head, ModelReply, Status, Usage
+from tickwork.fsm.values import (
+    CallState,
+    DecisionKind,
+    ErrorCode,
+    Head,
+    ModelReply,
+    Status,
+    ToolCall,
+    Usage,
+)
 from tickwork.worker.jobs.graphs import GraphKind, given_update, graph_kind
 from tickwork.worker.models import ModelSettings, pricing
 from tickwork.worker.models.base import Message, estimate_prompt
@@ -217,6 +227,21 @@ class GraphRunner:
         if head.status is Status.READY:
             return graph_machine.start(head, graph, now=rt.clock(), trace_id=trace)
         upcoming = claimed.calls[0] if claimed.calls else None
+        if upcoming is not None and upcoming.state is CallState.STARTED:
+            # a node that fanned out stays started while its branches run: the join that
+            # woke the session is found, and the branches' updates are merged
+            join = rt.store.join(head.id, upcoming.call_id)
+            if join is not None:
+                return graph_machine.branches_joined(
+                    head,
+                    graph,
+                    upcoming,
+                    rt.store.children(head.id, upcoming.call_id),
+                    cost_usd=join.cost_usd,
+                    tokens=join.tokens,
+                    now=rt.clock(),
+                    trace_id=trace,
+                )
         node = graph.nodes.get(upcoming.name) if upcoming else None
         plan = graph_machine.start_node(
             head,
@@ -307,6 +332,8 @@ def _run(
         if contexts:
             tick.report.model = contexts[0].model_call
     ctx = contexts[0]
+    if isinstance(returned, Branches):
+        return _fan_out(tick, graph, call, state, returned)
     new_state = graph.update(state, returned, by=f"node {node.name!r}")
     delta = {**plan.patch, **dict(returned or {})}
     reason = approval_reason(ApprovalRule(policy=node.approve_update), dict(returned or {}))
@@ -336,6 +363,55 @@ def _run(
         trace_id=trace,
         usage=ctx.usage,
     )
+
+
+def _fan_out(
+    tick: Tick, graph: CompiledGraph, call: ToolCall, state: dict[str, Any], branches: Branches
+) -> Change:
+    """The node returned branches: one child session per input runs `branches.node` on the
+    state with that input, each with an equal share of what the session has left; the
+    session waits for them all (docs/DESIGN.md section 16)."""
+    rt, head = tick.rt, tick.head
+    now = rt.clock()
+    where = f"the branches of node {call.name!r}"
+    target = graph.nodes.get(branches.node)
+    if target is None or not target.branch:
+        raise NodeFailed(
+            f"{where} name {branches.node!r}, not a branch node of the graph "
+            "(add_node(..., branch=True))"
+        )
+    if not 0 < len(branches.inputs) <= MAX_BRANCHES:
+        raise NodeFailed(f"{where}: give 1 to {MAX_BRANCHES} inputs, not {len(branches.inputs)}")
+    prefix = uuid.uuid4().hex[:29]
+    share = 1 / len(branches.inputs)
+    children = []
+    for n, given in enumerate(branches.inputs):
+        first = graph.update(state, given, by=f"input {n} of {where}")
+        config = {**head.config, "initial_state": first, graph_machine.BRANCH: branches.node}
+        children.append(
+            Head(
+                id=f"{prefix}-{n:03d}",  # sorts in input order
+                kind=head.kind,
+                created_at=now,
+                updated_at=now,
+                model=head.model,
+                budgets=trees.child_budgets(head, share, now=now, base=head.budgets),
+                input=dict(given),
+                config=config,
+                parent_id=head.id,
+                root_id=head.root_id or head.id,
+                spawn_call=call.call_id,
+                role=branches.node,
+                submitted_by=head.submitted_by,
+                runtime_level=head.runtime_level,
+            )
+        )
+    join = Join(parent_id=head.id, call_id=call.call_id, expected=len(children))
+    return trees.spawned(head, call, join, children, now=now)
+
+
+#: the most branches one node may fan out to
+MAX_BRANCHES = 256
 
 
 class NodeFailed(Exception):

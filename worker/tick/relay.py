@@ -1,15 +1,20 @@
 """The relay: publishes delayed ticks when due and ticks whose message may be lost,
 revives sessions whose worker died, and admits queued sessions (`admission.py`).
 
+It also repairs trees (docs/DESIGN.md section 16): it wakes a parent whose join is complete
+but that still waits, and cancels the children still going in a cancelled tree.
+
 It runs in a thread inside every worker (no beat needed) and as `tickwork relay --once`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 from collections.abc import Callable, Sequence
 
+from tickwork.fsm.errors import SessionFinished
 from tickwork.store.relay import Due, RelayPass
 from tickwork.worker.config.process import Loop
 from tickwork.worker.observers import metrics  # issue 8: relay metrics
@@ -33,6 +38,14 @@ def relay_once(rt: Runtime) -> RelayPass:
     lost = [t for t in found if not t.delayed]
     for tick in (*revived, *found):
         rt.publish(tick.session_id, tick.version)
+    # the trees' repairs: a parent left waiting on a complete join, children left going in
+    # a tree that was cancelled (the saves and the cancels do both themselves)
+    for parent_id, version in rt.store.missed_wakes(now=now):
+        log.warning("relay: woke %s v%d, whose children had all ended", parent_id, version)
+        rt.publish(parent_id, version)
+    for child_id in rt.store.to_cancel():
+        with contextlib.suppress(SessionFinished):
+            rt.store.request_cancel(child_id, now=now, by="relay: its tree is cancelled")
     if revived:
         log.warning(
             "relay: revived %d sessions whose lease expired: %s",

@@ -16,7 +16,7 @@ import math
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType, SimpleNamespace
@@ -38,6 +38,21 @@ log = logging.getLogger(__name__)
 
 #: what OpenAI-compatible APIs accept as a function name
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+@dataclass(frozen=True)
+class ChildResult:
+    """A child session as its parent's tools see it (`ToolContext.children`)."""
+
+    id: str
+    #: the parent's `spawn_agents` call that started it, and its place in that call's list
+    spawn_call: str
+    index: int
+    role: str
+    #: its status ("completed", "failed", ..., or still running)
+    status: str
+    #: what its job produced (a repair child: `patch`, `outcome`, `tests`)
+    result: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
 
 
 @dataclass(frozen=True)
@@ -63,6 +78,9 @@ class ToolContext:
     #: this host's copy of the session's environment, mounted read-only at /env for its
     #: commands (worker/files/environments.py); None: the session has none
     environment: Path | None = None
+    #: the session's children in the order they were spawned, read from the store when
+    #: called (for tools that take what a child made: `adopt_patch`); None: outside a tick
+    children: Callable[[], Sequence[ChildResult]] | None = None
 
     def check(self) -> None:
         """Raise `ToolError` if the call must stop now (its time is up, the session was

@@ -108,7 +108,8 @@ export function waitingCard(waiting, onDecided) {
     el("h3", {}, el("a", { href: `#/sessions/${enc(head.id)}` }, head.id), " ", badge(head.status)),
     el("p", { class: "meta" },
       `${head.kind} · ${head.model} · step ${head.step} · submitted by ${head.submitted_by || "–"}` +
-      ` · waiting since ${ago(waiting.waiting_since)}`,
+      ` · waiting since ${ago(waiting.waiting_since)}` +
+      (waiting.root ? ` · in the tree of ${waiting.root}` : ""),
       networkNote(head)),
     waiting.job ? el("dl", { class: "job" }, ["source", "goal", "test_command"]
       .filter((key) => waiting.job[key])

@@ -6,7 +6,7 @@ import {
   enc, headSummary, label, ms, outcomeBadge, pretty, sleep, state, toast, usd,
 } from "./core.js";
 
-const STATUSES = ["queued", "ready", "executing", "waiting_approval", "completed", "failed", "cancelled"];
+const STATUSES = ["queued", "ready", "executing", "waiting_approval", "waiting_children", "completed", "failed", "cancelled"];
 // the list's filters: each a query parameter of GET /sessions, kept in the page's address
 const FILTERS = ["status", "outcome", "submitted_by", "kind"];
 const FINISHED = ["completed", "failed", "cancelled"];
@@ -160,10 +160,11 @@ export async function sessionView(view, id) {
       } catch (e) { toast(e.message, "error"); }
     } }, "Cancel session");
   const forks = el("p", { id: "forks", class: "meta", hidden: true });
+  const tree = el("div", { id: "tree", hidden: true });
   view.draw(
     el("div", { class: "bar" }, el("h2", {}, "Session ", el("code", {}, id), " ", status),
       el("span", { class: "actions" }, compare, cancel)),
-    summary, forks, waiting, el("h3", {}, "Per step"), perStep,
+    summary, forks, tree, waiting, el("h3", {}, "Per step"), perStep,
     el("h3", {}, "Events ", live), events, el("h3", {}, "Timeline"), steps);
   let shownWaiting = "";
 
@@ -173,7 +174,9 @@ export async function sessionView(view, id) {
     status.replaceChildren(badge(head.status));
     status.dataset.status = head.status;
     summary.replaceChildren(headSummary(head));
-    compare.hidden = !head.parent_id;
+    compare.hidden = !head.parent_id || Boolean(head.spawn_call);
+    tree.hidden = !view.tree;
+    if (view.tree) tree.replaceChildren(el("h3", {}, "Tree"), treeList(view.tree, id));
     cancel.hidden = FINISHED.includes(head.status) || !(can("approver") || can("operator"));
     const key = head.status === "waiting_approval" ? `${head.version}` : "";
     if (key !== shownWaiting) {
@@ -208,11 +211,24 @@ export async function sessionView(view, id) {
   }, (text) => { live.textContent = text; });
 }
 
+// the tree of child sessions a session belongs to (docs/DESIGN.md section 16), from its root
+function treeList(node, current) {
+  const name = node.id === current ? el("strong", {}, node.id)
+    : el("a", { href: `#/sessions/${enc(node.id)}` }, node.id);
+  const item = el("li", { dataset: { session: node.id } }, name,
+    node.role ? ` ${node.role} ` : " ", badge(node.status),
+    node.outcome ? " " : "", node.outcome ? outcomeBadge(node.outcome) : null,
+    node.error_code ? ` ${node.error_code}` : "", ` · step ${node.step} · ${usd(node.cost_usd)}`);
+  if (node.children.length) item.append(el("ul", {}, node.children.map((c) => treeList(c, current))));
+  return el("ul", { class: "tree" }, item);
+}
+
 // --- a fork beside its parent -------------------------------------------------------
 
 // the session's forks, each a link to it beside this one
 async function showForks(id, into) {
-  const found = await api(`/sessions?${new URLSearchParams({ parent_id: id, limit: "50" })}`);
+  const listed = await api(`/sessions?${new URLSearchParams({ parent_id: id, limit: "50" })}`);
+  const found = listed.filter((f) => !f.spawn_call); // children are drawn in the tree
   into.hidden = !found.length;
   into.replaceChildren(`Forks (${found.length}): `, ...found.flatMap((f, i) => [i ? " · " : "",
     el("a", { href: `#/sessions/${enc(f.id)}/compare`, dataset: { fork: f.id } }, f.id),

@@ -18,9 +18,9 @@ check on it:
 The checks use nothing but the `Store` port (`tickwork.store.port`): create, load and list;
 claim (the compare-and-swap that runs a tick once), leases, renew, start a call, save
 (compare-and-swap plus append); decide and cancel; the outbox as the relay reads it; dead
-letters. Each group is a class of its own, one module per sub-port (`SessionContract`,
-`TickContract`, `DecisionContract`, `OutboxContract`, `AdmissionContract`,
-`DeadLetterContract`), for a store
+letters; session trees and their join. Each group is a class of its own, one module per
+sub-port (`SessionContract`, `TickContract`, `DecisionContract`, `OutboxContract`,
+`AdmissionContract`, `DeadLetterContract`, `TreeContract`), for a store
 that implements only some. tickwork's own stores run this same kit
 (tests/store/test_contract.py), on SQLite and Postgres. The helpers in
 `tickwork.testing.store_ticks` (`think`, `execute`, `run_step`, ...) drive ticks as a worker
@@ -35,6 +35,7 @@ from tickwork.testing.store_contract.decisions import DecisionContract
 from tickwork.testing.store_contract.relay import OutboxContract
 from tickwork.testing.store_contract.sessions import SessionContract
 from tickwork.testing.store_contract.ticks import TickContract
+from tickwork.testing.store_contract.trees import TreeContract
 
 __all__ = [
     "AdmissionContract",
@@ -44,6 +45,7 @@ __all__ = [
     "SessionContract",
     "StoreContract",
     "TickContract",
+    "TreeContract",
 ]
 
 
@@ -54,5 +56,6 @@ class StoreContract(
     OutboxContract,
     AdmissionContract,
     DeadLetterContract,
+    TreeContract,
 ):
     """Every check of the kit: subclass it (as `Test...`) with a `store` fixture."""

@@ -29,14 +29,16 @@ from tickwork.worker.config.allowlist import AllowList
 from tickwork.worker.config.settings import load_settings
 from tickwork.worker.files import sources
 from tickwork.worker.files.environment_plans import NONE, check_setup
-from tickwork.worker.jobs.kinds import Ending, Submission
-from tickwork.worker.jobs.repair import legacy
+from tickwork.worker.jobs.kinds import Ending, Spawning, Submission
+from tickwork.worker.jobs.repair import legacy, team
 from tickwork.worker.jobs.repair.toolkit import (
     MAX_COMMAND_S,
     MAX_FILE_BYTES,
+    SOLO_TOOLS,
     default_registry,
     run_in_workspace,
 )
+from tickwork.worker.jobs.roles import Role, role_for
 from tickwork.worker.sandbox import egress
 from tickwork.worker.sandbox.runner import sandbox_of
 from tickwork.worker.tools.patches import quote_path
@@ -54,6 +56,8 @@ INPUT_KEYS = (
     *("workspace", "repo", "ref", "test_command", "goal", "test_timeout_s"),
     *("network", "egress_allow"),
     "setup",
+    # the session's role (`RepairKind.configure`: e.g. "planner"); none: it works alone
+    "role",
 )
 #: other names an input may use for a key: the CLI's (`--test-cmd`)
 ALIASES = {"test_cmd": "test_command"}
@@ -439,21 +443,39 @@ def _setup_failed(result: Mapping[str, Any]) -> bool:
 @dataclass(frozen=True)
 class RepairKind:
     """The repair job kind (`tickwork.worker.jobs.Kind`): `prepare` with the submission's
-    context, `finish` on the session's files; another toolkit makes a kind of its own."""
+    context, `finish` on the session's files; another toolkit makes a kind of its own. Its
+    `roles` (planner, explorer, reviewer: `team.py`) are those its children take, and a
+    root may take one too (`role` in the input); `child` starts a child on its parent's
+    files (`tickwork.worker.jobs.Parent`)."""
 
     name: str = "repair"
     system_prompt: str = SYSTEM_PROMPT
     tools: Callable[[], ToolRegistry] = default_registry
     budgets: Mapping[str, Any] = field(default_factory=dict)
+    roles: Mapping[str, Role] = field(default_factory=lambda: dict(team.ROLES))
 
     def configure(self, data: Mapping[str, Any], submission: Submission) -> dict[str, Any]:
-        return prepare(
+        role = data.get("role")
+        config = prepare(
             data,
             state_dir=submission.state_dir,
             artifacts=submission.artifacts,
             trusted=submission.trusted,
             workspace_roots=submission.workspace_roots,
         )
+        if role is None:
+            # a repair without a role works alone: the classic toolkit, no children
+            config["tools"] = list(SOLO_TOOLS)
+            return config
+        try:
+            chosen = role_for(self.roles, role, kind=self.name)
+        except InvalidInput as exc:
+            raise _fail(f"`role`: {exc}") from None
+        return {**config, **chosen.config()}
+
+    def child(self, data: Mapping[str, Any], spawning: Spawning) -> dict[str, Any]:
+        files = spawning.workspaces.start_from(spawning.parent)
+        return team.child_config(spawning.parent, spawning.role, data, files)
 
     def completed(self, head: Head, ending: Ending) -> dict[str, Any]:
         return finish(head, ending)

@@ -33,6 +33,7 @@ from tickwork.worker.tools.confinement import (
     write_text,
 )
 from tickwork.worker.tools.registry import Tool, ToolContext, ToolRegistry, tool
+from tickwork.worker.tools.spawn import SPAWN_TOOL
 
 #: most paths `list_files` shows
 MAX_LISTED = 500
@@ -358,6 +359,14 @@ def repair_tools() -> list[Tool]:
     return [list_files, read_file, search, write_file, apply_patch, run_command, run_tests]
 
 
+#: what a repair that works alone (no role) is offered: the toolkit, no team tools
+SOLO_TOOLS = tuple(t.name for t in repair_tools())
+
+
 def default_registry() -> ToolRegistry:
-    """A new registry holding the repair toolkit."""
-    return ToolRegistry(repair_tools())
+    """A new registry holding the repair toolkit and the team's tools (`spawn_agents`,
+    `adopt_patch`); which a session is offered its config says (`tools`: its role's, or
+    `SOLO_TOOLS`)."""
+    from tickwork.worker.jobs.repair.adoption import adopt_patch
+
+    return ToolRegistry([*repair_tools(), SPAWN_TOOL, adopt_patch])

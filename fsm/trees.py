@@ -1,0 +1,275 @@
+"""Session trees (docs/DESIGN.md section 16): what a spawn asks for, what each child may
+spend, how the parent moves into and out of `waiting_children`, and what the join tells it.
+
+A session's `spawn_agents` call starts children, each an ordinary session that records
+its parent, its root and the call that spawned it. The parent waits in `waiting_children`
+(holding no worker) until the join wakes it: the store counts the children's ends on the
+join's row in the transaction of each child's last save, and the end that completes the
+join moves the parent back to `executing` (`tickwork.store.trees`). The parent's next
+EXECUTE tick then records the spawn call's observation: every child's outcome (`joined`).
+Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from tickwork.fsm import transitions
+from tickwork.fsm.errors import InvalidToolArguments
+from tickwork.fsm.joins import Join, JoinMode
+from tickwork.fsm.outcomes import outcome_of
+from tickwork.fsm.transitions import Change
+from tickwork.fsm.values import (
+    Budgets,
+    Event,
+    EventKind,
+    Head,
+    Status,
+    ToolCall,
+    Value,
+)
+
+#: the tool a job kind offers its sessions to start children
+SPAWN_AGENTS = "spawn_agents"
+#: the most children one spawn may start
+MAX_CHILDREN = 64
+#: the longest role name
+MAX_ROLE = 64
+#: the most characters of a child's answer shown in the parent's observation
+ANSWER_CHARS = 4000
+
+
+class ChildSpec(Value):
+    """One child a spawn asks for."""
+
+    role: str
+    #: the child's input, as a job of its kind is submitted (e.g. `{"goal": ...}`)
+    input: dict[str, Any] = {}
+    #: its model; None: its role's, else the parent's
+    model: str | None = None
+    #: the share of what the parent has left (cost, tokens) it may spend; None: an equal
+    #: part of what the shares given leave
+    share: float | None = None
+
+
+class Spawn(Value):
+    """A parsed `spawn_agents` call."""
+
+    children: tuple[ChildSpec, ...]
+    join: JoinMode = JoinMode.ALL
+
+
+class ChildEnd(Value):
+    """What a child left when it ended, as the parent's observation reports it."""
+
+    id: str
+    role: str
+    status: Status
+    outcome: str | None = None
+    error_code: str | None = None
+    error_message: str = ""
+    final_answer: str | None = None
+    result: dict[str, Any] = {}
+    cost_usd: float = 0.0
+    tokens: int = 0
+    steps: int = 0
+
+
+def child_ends(children: Sequence[Head]) -> list[ChildEnd]:
+    """What the ended ones of `children` left, for their parent's observation."""
+    return [
+        ChildEnd(
+            id=c.id,
+            role=c.role,
+            status=c.status,
+            outcome=_outcome(c),
+            error_code=c.error_code.value if c.error_code else None,
+            error_message=c.error_message,
+            final_answer=c.final_answer,
+            result=dict(c.result),
+            cost_usd=c.cost_usd,
+            tokens=c.tokens,
+            steps=c.step,
+        )
+        for c in children
+        if c.status.terminal
+    ]
+
+
+def _outcome(head: Head) -> str | None:
+    found = outcome_of(head.result)
+    return None if found is None else found.value
+
+
+def _fail(message: str) -> InvalidToolArguments:
+    return InvalidToolArguments(f"{SPAWN_AGENTS}: {message}")
+
+
+def parse_spawn(arguments: Mapping[str, Any]) -> Spawn:
+    """The spawn `arguments` ask for; InvalidToolArguments names what is wrong (the model
+    is told, as an error observation)."""
+    children = arguments.get("children")
+    if not isinstance(children, list) or not children:
+        raise _fail('give "children": a list of {"role", "input", "model"?, "share"?}')
+    if len(children) > MAX_CHILDREN:
+        raise _fail(f"at most {MAX_CHILDREN} children a spawn, not {len(children)}")
+    specs = []
+    for n, child in enumerate(children):
+        if not isinstance(child, Mapping):
+            raise _fail(f"child {n} is not an object")
+        unknown = sorted(set(child) - {"role", "input", "model", "share"})
+        if unknown:
+            raise _fail(f"child {n} has unknown keys {', '.join(unknown)}")
+        role = child.get("role")
+        if not isinstance(role, str) or not 0 < len(role.strip()) <= MAX_ROLE:
+            raise _fail(f"child {n}: role must be a name of 1-{MAX_ROLE} characters")
+        given = child.get("input", {})
+        if not isinstance(given, Mapping):
+            raise _fail(f"child {n}: input must be an object")
+        model = child.get("model")
+        if model is not None and (not isinstance(model, str) or not model.strip()):
+            raise _fail(f"child {n}: model must be a model spec such as openai:gpt-4o")
+        share = child.get("share")
+        if share is not None and (
+            isinstance(share, bool)
+            or not isinstance(share, int | float)
+            or not math.isfinite(share)
+            or not 0 < share <= 1
+        ):
+            raise _fail(f"child {n}: share must be a number in (0, 1], not {share!r}")
+        specs.append(ChildSpec(role=role.strip(), input=dict(given), model=model, share=share))
+    given_shares = sum(s.share or 0.0 for s in specs)
+    if given_shares > 1 + 1e-9:
+        raise _fail(f"the children's shares add up to {given_shares:g}; they may add up to 1")
+    mode = arguments.get("join", JoinMode.ALL.value)
+    if mode not in {m.value for m in JoinMode}:
+        raise _fail(f"join must be one of {', '.join(m.value for m in JoinMode)}, not {mode!r}")
+    return Spawn(children=tuple(specs), join=JoinMode(mode))
+
+
+def shares(specs: Sequence[ChildSpec]) -> list[float]:
+    """Each child's share of what the parent has left: its own, or an equal part of what
+    the given shares leave."""
+    given = sum(s.share or 0.0 for s in specs)
+    unset = [s for s in specs if s.share is None]
+    rest = max(0.0, 1.0 - given) / len(unset) if unset else 0.0
+    return [s.share if s.share is not None else rest for s in specs]
+
+
+def child_budgets(parent: Head, share: float, *, now: datetime, base: Budgets) -> Budgets:
+    """A child's budgets: its share of the cost and tokens its parent has left, the
+    parent's deadline, and its own steps and loop limits from `base` (its role's or
+    kind's). The tree never spends more than the root's budgets: each child draws from
+    what its parent has left, and its spending is charged to the parent at the join.
+    A parent without a cost budget gives its children none either."""
+    b = parent.budgets
+    tokens = max(1, math.floor(max(0, b.max_tokens - parent.tokens) * share))
+    cost = base.max_cost_usd
+    if b.limits_cost:
+        # no cost left still gives a positive budget: the child's first check stops it
+        cost = max(1e-9, (b.max_cost_usd - parent.cost_usd) * share)
+        if base.limits_cost:
+            cost = min(base.max_cost_usd, cost)
+    deadline = parent.created_at.timestamp() + b.deadline_s - now.timestamp()
+    return base.model_copy(
+        update={
+            "max_tokens": min(base.max_tokens, tokens),
+            "max_cost_usd": cost,
+            "deadline_s": max(1e-3, min(base.deadline_s, deadline)),
+        }
+    )
+
+
+def spawned(
+    head: Head, call: ToolCall, join: Join, children: Sequence[Head], *, now: datetime
+) -> Change:
+    """The parent's change that starts `children` for `call`: it waits for them in
+    `waiting_children`, and the store inserts the children (each with its first tick) and
+    the join's row with it, in one transaction."""
+    transitions.require(head, Status.EXECUTING)
+    event = Event(
+        kind=EventKind.CHILDREN_SPAWNED,
+        at=now,
+        data={
+            "call_id": call.call_id,
+            "join": join.mode.value,
+            "children": [{"id": c.id, "role": c.role} for c in children],
+        },
+    )
+    return Change(
+        head=transitions.moved(head, now, status=Status.WAITING_CHILDREN),
+        events=(event,),
+        children=tuple(children),
+        join=join,
+    )
+
+
+def joined(
+    head: Head,
+    calls: Sequence[ToolCall],
+    call: ToolCall,
+    join: Join,
+    ends: Sequence[ChildEnd],
+    *,
+    now: datetime,
+) -> Change:
+    """The woken parent records the spawn call's observation: each child's outcome (a
+    failed or cancelled child is reported to the model, not a failure of the parent; the
+    observation is an error only when no child completed), and the children's cost and
+    tokens are added to its own (the tree's spending, charged up at the join)."""
+    transitions.require(head, Status.EXECUTING)
+    body: dict[str, Any] = {"join": join.mode.value}
+    if join.mode is JoinMode.FIRST and join.first is not None:
+        body["first"] = join.first
+    body["children"] = [_reported(e) for e in ends]
+    output = json.dumps(body, ensure_ascii=False, indent=1, default=str)
+    completed = [e for e in ends if e.status is Status.COMPLETED]
+    event = Event(
+        kind=EventKind.CHILDREN_JOINED,
+        at=now,
+        data={
+            "call_id": call.call_id,
+            "ended": len(ends),
+            "completed": len(completed),
+            "cost_usd": join.cost_usd,
+            "tokens": join.tokens,
+        },
+    )
+    rest = [c for c in calls if c.call_id != call.call_id and c.state.open]
+    charged = transitions.moved(
+        head,
+        now,
+        status=Status.EXECUTING if rest else Status.READY,
+        tokens=head.tokens + max(0, join.tokens),
+        cost_usd=head.cost_usd + max(0.0, join.cost_usd),
+    )
+    is_error = not completed
+    return Change(
+        head=charged,
+        events=(event, transitions.call_finished(call, output, is_error=is_error, now=now)),
+        **transitions.observed(call, output, is_error=is_error, now=now),
+    )
+
+
+def _reported(end: ChildEnd) -> dict[str, Any]:
+    """One child's entry in the observation."""
+    entry: dict[str, Any] = {"id": end.id, "role": end.role, "status": end.status.value}
+    if end.outcome is not None:
+        entry["outcome"] = end.outcome
+    if end.status is Status.COMPLETED:
+        answer = end.final_answer or ""
+        if len(answer) > ANSWER_CHARS:
+            answer = answer[:ANSWER_CHARS] + f"... [{len(answer) - ANSWER_CHARS} more characters]"
+        entry["answer"] = answer
+    else:
+        entry["error"] = (
+            f"{end.error_code}: {end.error_message}" if end.error_code else end.status.value
+        )
+    if end.result:
+        entry["result"] = end.result
+    entry.update(cost_usd=round(end.cost_usd, 6), tokens=end.tokens, steps=end.steps)
+    return entry

@@ -1,0 +1,125 @@
+"""The pure side of session trees: what a spawn may ask, each child's budgets, the join's
+observation (docs/DESIGN.md section 16)."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from tickwork.fsm import machine, trees
+from tickwork.fsm.errors import InvalidToolArguments
+from tickwork.fsm.joins import Join, JoinMode
+from tickwork.fsm.values import Budgets, CallState, Head, Status, ToolCall
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def head(**fields: object) -> Head:
+    values: dict[str, object] = {
+        "id": "root",
+        "kind": "repair",
+        "created_at": NOW,
+        "updated_at": NOW,
+        "model": "m",
+        "budgets": Budgets(max_cost_usd=1.0, max_tokens=10_000, deadline_s=3600),
+    }
+    values.update(fields)
+    return Head.model_validate(values)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "named"),
+    [
+        ({}, "children"),
+        ({"children": []}, "children"),
+        ({"children": [{"input": {}}]}, "role"),
+        ({"children": [{"role": "x", "share": 0}]}, "share"),
+        ({"children": [{"role": "x", "share": True}]}, "share"),
+        ({"children": [{"role": "x", "share": 0.7}, {"role": "y", "share": 0.7}]}, "add up"),
+        ({"children": [{"role": "x", "input": "go"}]}, "input"),
+        ({"children": [{"role": "x", "budget": 3}]}, "unknown keys budget"),
+        ({"children": [{"role": "x"}], "join": "some"}, "join"),
+        ({"children": [{"role": "x"}] * (trees.MAX_CHILDREN + 1)}, "at most"),
+    ],
+)
+def test_a_bad_spawn_is_refused_naming_what_is_wrong(
+    arguments: dict[str, object], named: str
+) -> None:
+    with pytest.raises(InvalidToolArguments, match=named):
+        trees.parse_spawn(arguments)
+
+
+def test_children_without_a_share_split_what_the_given_shares_leave() -> None:
+    spawn = trees.parse_spawn(
+        {"children": [{"role": "a", "share": 0.5}, {"role": "b"}, {"role": "c"}], "join": "first"}
+    )
+    assert spawn.join is JoinMode.FIRST
+    assert trees.shares(spawn.children) == [0.5, 0.25, 0.25]
+
+
+def test_a_child_cannot_spend_past_the_root_s_remaining_cost() -> None:
+    root = head(cost_usd=0.6, tokens=4_000)
+    spent = Budgets(max_cost_usd=5.0, max_tokens=1_000_000)  # a role that asks for more
+
+    child = trees.child_budgets(root, 1.0, now=NOW + timedelta(seconds=600), base=spent)
+
+    assert child.max_cost_usd == pytest.approx(0.4)
+    assert child.max_tokens == 6_000
+    assert child.deadline_s == pytest.approx(3000)
+    # and shares of it: the children together get at most what is left
+    halves = [trees.child_budgets(root, 0.5, now=NOW, base=root.budgets) for _ in range(2)]
+    assert sum(b.max_cost_usd for b in halves) == pytest.approx(0.4)
+
+
+def test_a_child_of_a_spent_parent_gets_a_budget_its_first_check_stops() -> None:
+    root = head(cost_usd=1.5)
+    child = trees.child_budgets(root, 1.0, now=NOW, base=root.budgets)
+    assert 0 < child.max_cost_usd < 1e-6
+
+
+def test_a_parent_without_a_cost_budget_gives_none() -> None:
+    root = head(budgets=Budgets(max_cost_usd=0))
+    assert not trees.child_budgets(root, 0.5, now=NOW, base=root.budgets).limits_cost
+
+
+def _spawn_call() -> ToolCall:
+    return ToolCall(
+        call_id="s1c0",
+        step=1,
+        index=0,
+        name=trees.SPAWN_AGENTS,
+        arguments={},
+        raw_arguments="{}",
+        fingerprint="f",
+    )
+
+
+def test_the_join_s_observation_reports_each_child_and_charges_their_cost() -> None:
+    parent = head(status=Status.EXECUTING, step=1, cost_usd=0.1, tokens=100)
+    call = _spawn_call()
+    join = Join(parent_id="root", call_id="s1c0", expected=2, ended=2, cost_usd=0.3, tokens=900)
+    children = [
+        head(id="c0", status=Status.COMPLETED, final_answer="ok", result={"patch": "p"}),
+        head(id="c1", status=Status.FAILED, error_code="LOOP", error_message="looped"),
+    ]
+
+    change = trees.joined(parent, [call], call, join, trees.child_ends(children), now=NOW)
+
+    assert change.head.status is Status.READY
+    assert change.head.cost_usd == pytest.approx(0.4)
+    assert change.head.tokens == 1000
+    assert change.call_states == (("s1c0", CallState.DONE),)
+    [seen] = change.observations
+    report = json.loads(seen.content)
+    assert [c["status"] for c in report["children"]] == ["completed", "failed"]
+    assert report["children"][0]["result"] == {"patch": "p"}
+    assert report["children"][1]["error"] == "LOOP: looped"
+    assert not seen.is_error  # a failed child is the parent's to act on
+
+
+def test_a_waiting_parent_is_cancelled_at_once() -> None:
+    parent = head(status=Status.WAITING_CHILDREN, step=1)
+    change = machine.request_cancel(parent, [_spawn_call()], now=NOW, by="alice")
+    assert change.head.status is Status.CANCELLED
+    assert change.call_states == (("s1c0", CallState.DONE),)

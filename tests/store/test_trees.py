@@ -1,0 +1,73 @@
+"""Session trees at the row level (docs/DESIGN.md section 16): the join's row, and the
+relay's repairs of a tree. The behaviour every store must have (spawn, the join woken once,
+two children ending at once, cancelling down the tree) is the conformance kit's
+`TreeContract`, run on every backend by test_contract.py."""
+
+from __future__ import annotations
+
+from tickwork.fsm.values import Status
+from tickwork.store import Store
+from tickwork.store.schema import joins, outbox, sessions
+from tickwork.store.trees import missed_wakes
+
+from tests.conftest import Clock
+from tests.store.conftest import table_rows
+from tickwork.testing.store_contract.trees import finish, spawn, wakes
+
+
+def test_the_join_s_row_counts_the_ends_and_records_the_wake_up(store: Store, clock: Clock) -> None:
+    ids = spawn(store, clock, "p", 2)
+    finish(store, clock, ids[0])
+    [row] = table_rows(store.engine, joins)
+    assert (row["ended"], row["first"], row["woken_at"]) == (1, ids[0], None)
+
+    finish(store, clock, ids[1])
+
+    [row] = table_rows(store.engine, joins)
+    assert row["ended"] == 2 and row["woken_at"] is not None
+    [tick] = table_rows(store.engine, outbox, outbox.c.session_id == "p")
+    assert tick["version"] == store.get("p").version
+
+
+def test_the_relay_wakes_a_parent_whose_join_is_complete_once(store: Store, clock: Clock) -> None:
+    ids = spawn(store, clock, "p", 2)
+    for child_id in ids:
+        finish(store, clock, child_id)
+    # as if the wake-up had been lost: the parent waits again on a complete join
+    with store.engine.begin() as conn:
+        conn.execute(
+            sessions.update()
+            .where(sessions.c.id == "p")
+            .values(status=Status.WAITING_CHILDREN.value)
+        )
+        conn.execute(joins.update().values(woken_at=None))
+        conn.execute(outbox.delete())
+    version = store.get("p").version
+
+    assert missed_wakes(store.engine, now=clock()) == [("p", version + 1)]
+    assert missed_wakes(store.engine, now=clock()) == []
+    assert store.get("p").status is Status.EXECUTING
+    assert wakes(store, "p") == 2  # the lost one as recorded, and the relay's
+
+
+def test_the_relay_never_wakes_a_parent_whose_join_is_not_complete(
+    store: Store, clock: Clock
+) -> None:
+    ids = spawn(store, clock, "p", 2)
+    finish(store, clock, ids[0])
+
+    assert missed_wakes(store.engine, now=clock()) == []
+    assert store.get("p").status is Status.WAITING_CHILDREN
+
+
+def test_the_relay_cancels_children_left_going_in_a_cancelled_tree(
+    store: Store, clock: Clock
+) -> None:
+    ids = spawn(store, clock, "p", 2)
+    # as if the canceller died after the parent's cancel, before its children's
+    with store.engine.begin() as conn:
+        conn.execute(
+            sessions.update().where(sessions.c.id == "p").values(status=Status.CANCELLED.value)
+        )
+
+    assert sorted(store.to_cancel()) == ids

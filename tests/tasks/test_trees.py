@@ -1,0 +1,169 @@
+"""Session trees through real workers (docs/DESIGN.md section 16): a session spawns
+children with `spawn_agents`, waits in `waiting_children`, and is woken exactly once with
+every child's outcome, when the publish of the wake-up is lost and when a worker is
+killed in the middle of a child."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from tickwork.fsm.values import EventKind, Status
+
+from tests.tasks.conftest import Deployment, kill, stop
+from tickwork.testing import until
+
+TREE_KIND = "tests.jobs:TREE"
+#: USD per million prompt and completion tokens: every scripted reply below costs
+#: 1000 * 1 + 100 * 10 = 2000 millionths
+PRICE = (1.0, 10.0)
+USAGE = {"prompt_tokens": 1000, "completion_tokens": 100}
+REPLY_COST = 0.002
+
+
+def _child(deployment: Deployment, name: str, replies: list[dict[str, Any]]) -> dict[str, Any]:
+    model = deployment.script([{**r, "usage": USAGE} for r in replies], name=name)
+    return {
+        "role": "explorer",
+        "input": {"task": name, "sink": str(deployment.sink)},
+        "model": model,
+    }
+
+
+def _parent(deployment: Deployment, children: list[dict[str, Any]], **kw: Any) -> str:
+    replies = [
+        {
+            "content": "split",
+            "tool_calls": [{"name": "spawn_agents", "arguments": {"children": children}}],
+        },
+        {"content": "all joined", "usage": USAGE},
+    ]
+    replies[0]["usage"] = USAGE
+    head = deployment.client.submit(
+        TREE_KIND,
+        {"sink": str(deployment.sink)},
+        model=deployment.script(replies, name="parent"),
+        price=PRICE,
+        **kw,
+    )
+    return head.id
+
+
+def _ended(deployment: Deployment, session_id: str, timeout: float) -> None:
+    until(
+        lambda: deployment.client.get(session_id).status.terminal,
+        timeout=timeout,
+        what=f"session {session_id} to end",
+    )
+
+
+def _woken(deployment: Deployment, session_id: str) -> int:
+    return sum(
+        1
+        for _, e in deployment.client.store.events_after(session_id)
+        if e.kind is EventKind.CHILDREN_JOINED and e.data.get("woken")
+    )
+
+
+def _three_children(deployment: Deployment, sleep_s: float = 0.0) -> list[dict[str, Any]]:
+    return [
+        _child(deployment, "answers", [{"content": "found it"}]),
+        _child(
+            deployment,
+            "works",
+            [
+                {
+                    "content": "try",
+                    "tool_calls": [
+                        {"name": "idem_effect", "arguments": {"value": "w", "sleep_s": sleep_s}}
+                    ],
+                },
+                {"content": "fixed"},
+            ],
+        ),
+        _child(deployment, "fails", [{"error": {"transient": False, "message": "no luck"}}]),
+    ]
+
+
+def _check_tree(deployment: Deployment, root_id: str) -> None:
+    client = deployment.client
+    root = client.get(root_id)
+    assert root.status is Status.COMPLETED, (root.status, root.error_message)
+    children = client.store.children(root_id)
+    assert [c.status for c in children] == [Status.COMPLETED, Status.COMPLETED, Status.FAILED]
+    assert {c.root_id for c in children} == {root_id}
+    assert _woken(deployment, root_id) == 1
+    observed = client.load(root_id).observation("s1c0")
+    assert observed is not None and not observed.is_error
+    report = json.loads(observed.content)
+    assert [c["id"] for c in report["children"]] == [c.id for c in children]
+    assert report["children"][0]["answer"] == "found it"
+    assert report["children"][2]["error"].startswith("MODEL_ERROR")
+    # the tree's cost is the root's: its own two replies and its children's three
+    spent = sum(c.cost_usd for c in children)
+    assert spent == pytest.approx(3 * REPLY_COST)
+    assert root.cost_usd == pytest.approx(2 * REPLY_COST + spent)
+    assert root.cost_usd <= root.budgets.max_cost_usd
+
+
+def test_a_session_spawns_three_children_and_is_woken_once_with_their_outcomes(
+    deployment: Deployment,
+) -> None:
+    root_id = _parent(deployment, _three_children(deployment))
+    # no relay: the children's first ticks and the parent's wake-up are published by the
+    # workers that saved them, not left for the relay to find
+    with deployment.worker(concurrency=2, relay=False):
+        _ended(deployment, root_id, 90)
+    _check_tree(deployment, root_id)
+
+
+def test_a_wake_up_whose_publish_is_lost_is_published_by_the_relay(
+    deployment: Deployment,
+) -> None:
+    # every publish after a commit is dropped, as if each worker died right after its
+    # save: the outbox rows written with the saves (the children's, the parent's wake-up)
+    # are all the relay has to go on
+    deployment.settings = deployment.settings.model_copy(update={"drop_publish_rate": 1.0})
+    root_id = _parent(deployment, _three_children(deployment))
+    with deployment.worker(concurrency=2):
+        _ended(deployment, root_id, 120)
+    _check_tree(deployment, root_id)
+
+
+@pytest.mark.slow
+def test_a_worker_killed_in_a_child_leaves_one_wake_up_and_every_result_once(
+    deployment: Deployment,
+) -> None:
+    root_id = _parent(deployment, _three_children(deployment, sleep_s=8.0))
+    first = deployment.spawn()
+    try:
+        until(lambda: deployment.sink_lines("idem.log"), timeout=90, what="the child's tool")
+        kill(first)
+    finally:
+        stop(first)
+    second = deployment.spawn()
+    try:
+        _ended(deployment, root_id, 150)
+    finally:
+        stop(second)
+    _check_tree(deployment, root_id)
+    assert len(deployment.sink_lines("idem.log")) == 2  # the killed run, and the one after
+
+
+def test_a_bad_spawn_is_an_error_observation_and_starts_nothing(deployment: Deployment) -> None:
+    bad = {"children": [{"role": "explorer", "share": 0.8}, {"role": "critic", "share": 0.8}]}
+    replies = [
+        {"content": "split", "tool_calls": [{"name": "spawn_agents", "arguments": bad}]},
+        {"content": "gave up"},
+    ]
+    head = deployment.client.submit(
+        TREE_KIND, {"sink": str(deployment.sink)}, model=deployment.script(replies)
+    )
+    with deployment.worker():
+        _ended(deployment, head.id, 60)
+    assert deployment.client.get(head.id).status is Status.COMPLETED
+    observed = deployment.client.load(head.id).observation("s1c0")
+    assert observed is not None and observed.is_error
+    assert "shares add up to 1.6" in observed.content
+    assert deployment.client.store.children(head.id) == []

@@ -1,0 +1,100 @@
+"""A repair planner's ticks in-process: it may call only its role's tools, an unknown role
+or an adoption without children is an error observation, and a spawned explorer starts on
+the planner's files at the spawn step with its role's prompt, tools and budgets."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tickwork.fsm.values import Status
+from tickwork.worker.jobs.repair import team
+from tickwork.worker.sandbox.runner import DEMO_UNCONFINED
+from tickwork.worker.tick.advance import advance
+
+from tests.worker.ticking import Ticks
+
+
+@pytest.fixture
+def ticks(sqlite_url: str, tmp_path: Path) -> Iterator[Ticks]:
+    found = Ticks(sqlite_url, tmp_path)
+    yield found
+    found.close()
+
+
+def planner(ticks: Ticks, replies: list[dict[str, Any]]) -> str:
+    project = ticks.tmp / "project"
+    project.mkdir(exist_ok=True)
+    (project / "calc.py").write_text("X = 1\n")
+    script = ticks.tmp / "planner.json"
+    script.write_text(json.dumps(replies))
+    data = {"workspace": str(project), "test_command": "true", "role": "planner"}
+    head = ticks.client.submit(
+        "repair", data, model=f"scripted:{script}", own_config={DEMO_UNCONFINED: True}
+    )
+    return head.id
+
+
+def call(name: str, **arguments: Any) -> dict[str, Any]:
+    return {"content": name, "tool_calls": [{"name": name, "arguments": arguments}]}
+
+
+def test_a_planner_is_told_what_it_cannot_do(ticks: Ticks) -> None:
+    explorer = {"role": "explorer", "input": {"goal": "fix it"}}
+    session = planner(
+        ticks,
+        [
+            call("write_file", path="calc.py", content="X = 2\n"),  # not a planner's tool
+            call("spawn_agents", children=[{"role": "wizard", "input": {"goal": "x"}}]),
+            call("spawn_agents", children=[{**explorer, "input": {"goal": "x", "budget": 1}}]),
+            call("adopt_patch", child=0),
+            {"content": "giving up"},
+        ],
+    )
+    head = ticks.run(session)
+    # adopt_patch asks a person first, as write_file does; write_file itself asked nobody
+    assert head.status is Status.WAITING_APPROVAL and head.awaiting == ("s4c0",)
+    ticks.client.approve(session, "s4c0", approver="alice")
+    head = ticks.run(session)
+    assert head.status is Status.COMPLETED
+    seen = list(ticks.store.load(session).observations)
+    assert [o.is_error for o in seen] == [True, True, True, True]
+    assert "unknown tool 'write_file'; the tools are: list_files" in seen[0].content
+    assert "spawn_agents" in seen[0].content and "adopt_patch" in seen[0].content
+    assert (
+        "unknown role 'wizard'" in seen[1].content
+        and "explorer, planner, reviewer" in seen[1].content
+    )
+    assert "unknown key(s) budget" in seen[2].content
+    assert "started no children" in seen[3].content
+    assert ticks.store.children(session) == []
+    assert (ticks.tmp / "project" / "calc.py").read_text() == "X = 1\n"
+
+
+def test_an_explorer_starts_on_the_planners_files_in_its_role(ticks: Ticks) -> None:
+    session = planner(
+        ticks,
+        [
+            call("run_tests"),
+            call(
+                "spawn_agents",
+                children=[{"role": "explorer", "input": {"goal": "fix X", "notes": "try 2"}}],
+            ),
+        ],
+    )
+    root = ticks.store.get(session)
+    for _ in range(4):  # think, run the tests, think, spawn
+        advance(ticks.rt, session, ticks.store.get(session).version)
+    assert ticks.store.get(session).status is Status.WAITING_CHILDREN
+    (child,) = ticks.store.children(session)
+    assert child.role == "explorer" and child.parent_id == session
+    # the planner's files at the spawn step are the source's: the same manifest blob
+    assert child.config["files"] == {"base": root.config["files"]["base"]}
+    assert child.config["test_command"] == "true" and child.config[DEMO_UNCONFINED] is True
+    assert child.config["system_prompt"] == team.EXPLORER_PROMPT
+    assert "write_file" in child.config["tools"] and "spawn_agents" not in child.config["tools"]
+    assert child.budgets.max_steps == 30  # the explorer role's
+    assert "fix X" in child.config["user_prompt"] and "try 2" in child.config["user_prompt"]

@@ -1,0 +1,212 @@
+"""Session trees (docs/DESIGN.md section 16) as the `Store` port must keep them: a spawn
+stores its children and its join with the parent's save; each child's end counts on the
+join in its own save, and the end that completes it wakes the parent exactly once, also
+when two children end at the same instant; cancelling a parent cancels its children."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from tickwork.fsm import machine, trees
+from tickwork.fsm.joins import Join, JoinMode
+from tickwork.fsm.values import Budgets, ErrorCode, EventKind, Head, Status
+from tickwork.store.port import Store
+from tickwork.testing.store_contract.base import Contract
+from tickwork.testing.store_ticks import (
+    Clock,
+    claim,
+    new_session,
+    reply,
+    think,
+    think_change,
+)
+
+
+def spawn(
+    store: Store, clock: Clock, parent_id: str, n: int, *, mode: JoinMode = JoinMode.ALL
+) -> list[str]:
+    """The parent thinks a `spawn_agents` call and its EXECUTE tick spawns `n` children
+    (each of the same kind, role `explorer`, an equal share of the parent's budgets)."""
+    store.create(
+        new_session(parent_id, now=clock(), budgets=Budgets(max_cost_usd=1.0)), now=clock()
+    )
+    think(store, parent_id, reply((trees.SPAWN_AGENTS, {"children": []})), now=clock())
+    claimed = claim(store, parent_id, now=clock())
+    [call] = claimed.calls
+    head = claimed.head
+    children = [
+        new_session(f"{parent_id}-c{i}", now=clock()).head.model_copy(
+            update={
+                "parent_id": parent_id,
+                "root_id": parent_id,
+                "spawn_call": call.call_id,
+                "role": "explorer",
+                "budgets": trees.child_budgets(head, 1 / n, now=clock(), base=head.budgets),
+            }
+        )
+        for i in range(n)
+    ]
+    join = Join(parent_id=parent_id, call_id=call.call_id, mode=mode, expected=n)
+    change = trees.spawned(head, call, join, children, now=clock())
+    saved = store.save(change, version=head.version, owner=claimed.owner, now=clock())
+    assert saved.status is Status.WAITING_CHILDREN
+    return [c.id for c in children]
+
+
+def finish(store: Store, clock: Clock, child_id: str, owner: str = "worker-1") -> Head:
+    """The child's THINK tick whose answer has no calls: it completes (costing 0.01)."""
+    return think(store, child_id, reply(content=f"{child_id} done"), now=clock(), owner=owner)
+
+
+def wakes(store: Store, session_id: str) -> int:
+    """How many times a join woke the session."""
+    return sum(
+        1
+        for _, e in store.events_after(session_id)
+        if e.kind is EventKind.CHILDREN_JOINED and e.data.get("woken")
+    )
+
+
+def at_once(tasks: list[Callable[[], Any]]) -> list[Any]:
+    """Run `tasks` in threads released together; each result or its exception."""
+    barrier = threading.Barrier(len(tasks))
+    results: list[Any] = [RuntimeError("did not run")] * len(tasks)
+
+    def run(i: int) -> None:
+        barrier.wait()
+        try:
+            results[i] = tasks[i]()
+        except BaseException as exc:
+            results[i] = exc
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(tasks))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert not any(t.is_alive() for t in threads), "a save hung"
+    return results
+
+
+class TreeContract(Contract):
+    """Child sessions and their join (`Sessions.children`, `join`, `tree`; the save)."""
+
+    def test_a_spawn_stores_its_children_and_their_join_with_the_parent(
+        self, store: Store, clock: Clock
+    ) -> None:
+        ids = spawn(store, clock, "p", 3)
+
+        children = store.children("p")
+        assert [c.id for c in children] == ids
+        assert {(c.parent_id, c.root_id, c.role, c.status) for c in children} == {
+            ("p", "p", "explorer", Status.READY)
+        }
+        call_id = children[0].spawn_call or ""
+        assert [c.id for c in store.children("p", call_id)] == ids
+        join = store.join("p", call_id)
+        assert join is not None and (join.expected, join.ended) == (3, 0)
+        assert [h.id for h in store.tree("p")] == ids
+        assert store.forks("p") == []  # a child is not a fork
+        due = {d.session_id for d in store.due_ticks(now=clock.advance(120), older_than_s=60)}
+        assert due == set(ids)  # each child's first tick; the parent has none
+
+    def test_the_last_child_to_end_wakes_the_parent_once(self, store: Store, clock: Clock) -> None:
+        ids = spawn(store, clock, "p", 3)
+        waiting = store.get("p")
+
+        for child_id in ids[:2]:
+            finish(store, clock, child_id)
+            assert store.get("p").status is Status.WAITING_CHILDREN
+        finish(store, clock, ids[2])
+
+        woken = store.get("p")
+        assert (woken.status, woken.version) == (Status.EXECUTING, waiting.version + 1)
+        due = store.due_ticks(now=clock.advance(120), older_than_s=60)
+        assert [d.version for d in due if d.session_id == "p"] == [woken.version]
+        assert wakes(store, "p") == 1
+        join = store.join("p", store.children("p")[0].spawn_call or "")
+        assert join is not None and join.ended == 3
+        assert abs(join.cost_usd - 3 * 0.01) < 1e-9 and join.tokens == 3 * 120
+
+    def test_the_woken_parent_records_every_child_and_takes_their_cost(
+        self, store: Store, clock: Clock
+    ) -> None:
+        ids = spawn(store, clock, "p", 2)
+        finish(store, clock, ids[0])
+        # the other fails: reported to the parent, not a failure of it
+        claimed = claim(store, ids[1], now=clock())
+        failed = machine.fail(claimed.head, ErrorCode.INTERNAL, "boom", now=clock())
+        store.save(failed, version=claimed.head.version, owner=claimed.owner, now=clock())
+        parent = claim(store, "p", now=clock())
+        before = parent.head.cost_usd
+        [call] = parent.calls
+        join = store.join("p", call.call_id)
+        assert join is not None and join.complete
+        ends = trees.child_ends(store.children("p", call.call_id))
+        change = trees.joined(parent.head, parent.calls, call, join, ends, now=clock())
+        head = store.save(change, version=parent.head.version, owner=parent.owner, now=clock())
+
+        assert head.status is Status.READY
+        assert abs(head.cost_usd - (before + 0.01)) < 1e-9
+        seen = store.observation("p", call.call_id)
+        assert seen is not None and not seen.is_error
+        assert f"{ids[0]} done" in seen.content and "INTERNAL: boom" in seen.content
+
+    def test_two_children_ending_at_once_wake_the_parent_exactly_once(
+        self, store: Store, clock: Clock
+    ) -> None:
+        for round_ in range(8):
+            parent_id = f"p{round_}"
+            ids = spawn(store, clock, parent_id, 2)
+            claims = [claim(store, c, now=clock(), owner=f"w{i}") for i, c in enumerate(ids)]
+            saves: list[Callable[[], Any]] = [
+                lambda c=c: store.save(
+                    think_change(c, reply(content="done"), now=clock()),
+                    version=c.head.version,
+                    owner=c.owner,
+                    now=clock(),
+                )
+                for c in claims
+            ]
+
+            results = at_once(saves)
+
+            assert not any(isinstance(r, BaseException) for r in results), results
+            head = store.get(parent_id)
+            assert head.status is Status.EXECUTING, f"round {round_}: {head.status}"
+            assert wakes(store, parent_id) == 1, f"round {round_}"
+            join = store.join(parent_id, claims[0].head.spawn_call or "")
+            assert join is not None and join.ended == 2
+
+    def test_cancelling_the_waiting_parent_cancels_every_child(
+        self, store: Store, clock: Clock
+    ) -> None:
+        ids = spawn(store, clock, "p", 2)
+
+        head = store.request_cancel("p", now=clock(), by="alice")
+
+        assert head.status is Status.CANCELLED
+        assert all(store.get(c).cancel_requested for c in ids)
+        assert store.to_cancel() == []
+        # each child stops at its next tick, and its end wakes nobody
+        for child_id in ids:
+            assert finish(store, clock, child_id).status is Status.CANCELLED
+        assert store.get("p").status is Status.CANCELLED
+        assert wakes(store, "p") == 0
+
+    def test_a_first_join_asks_the_others_to_stop_and_waits_for_them(
+        self, store: Store, clock: Clock
+    ) -> None:
+        ids = spawn(store, clock, "p", 3, mode=JoinMode.FIRST)
+        finish(store, clock, ids[1])
+
+        assert store.get("p").status is Status.WAITING_CHILDREN
+        assert sorted(store.to_cancel()) == [ids[0], ids[2]]
+        for child_id in (ids[0], ids[2]):
+            store.request_cancel(child_id, now=clock())
+            finish(store, clock, child_id)
+        assert store.get("p").status is Status.EXECUTING
+        join = store.join("p", store.get(ids[0]).spawn_call or "")
+        assert join is not None and join.first == ids[1]

@@ -1,0 +1,138 @@
+"""The agent's `spawn_agents` call in its EXECUTE tick (docs/DESIGN.md section 16).
+
+The first time the call runs, the children are made (each an ordinary session of the
+parent's job kind, with its role, its input, its model and its share of the budgets the
+parent has left) and returned in the parent's change with the join: the store inserts
+them, their first ticks and the join's row, and moves the parent to `waiting_children`,
+in the parent's save. When the join wakes the parent, the call runs again: the join is
+found, and the children's outcomes become the call's observation (`fsm.trees.joined`).
+Bad arguments, an unknown role or model, an input the kind refuses: an error observation
+the model can act on.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from tickwork.fsm import machine, trees
+from tickwork.fsm.context import Policy, check_window
+from tickwork.fsm.errors import (
+    ArtifactsUnavailable,
+    InvalidInput,
+    InvalidToolArguments,
+    TickworkError,
+)
+from tickwork.fsm.joins import Join
+from tickwork.fsm.transitions import Change
+from tickwork.fsm.values import Budgets, Head, Status, ToolCall
+from tickwork.worker.jobs.kinds import Parent, Spawning, Submission
+from tickwork.worker.jobs.roles import role_for
+from tickwork.worker.models import check_spec, pricing
+from tickwork.worker.tick.frame import Tick
+
+__all__ = ["child_head", "spawn_or_join"]
+
+
+def spawn_or_join(tick: Tick, call: ToolCall, arguments: Mapping[str, Any]) -> Change:
+    """The `spawn_agents` call's change: the spawn, or the observation of its join."""
+    rt, head = tick.rt, tick.head
+    now = rt.clock()
+    join = rt.store.join(head.id, call.call_id)
+    if join is not None:
+        if not join.complete:  # woken by hand, or by a repair that raced: wait again
+            moved = head.model_copy(update={"status": Status.WAITING_CHILDREN, "updated_at": now})
+            return Change(head=moved)
+        children = rt.store.children(head.id, call.call_id)
+        ends = trees.child_ends(children)
+        return trees.joined(head, tick.claimed.calls, call, join, ends, now=now)
+    try:
+        spawn = trees.parse_spawn(arguments)
+        prefix = uuid.uuid4().hex[:29]
+        shares = trees.shares(spawn.children)
+        children = [
+            child_head(tick, call, spec, share=share, child_id=f"{prefix}-{n:02d}")
+            for n, (spec, share) in enumerate(zip(spawn.children, shares, strict=True))
+        ]
+    except (InvalidToolArguments, InvalidInput) as exc:
+        return machine.tool_finished(
+            head, tick.claimed.calls, call, output=str(exc), is_error=True, now=now
+        )
+    join = Join(parent_id=head.id, call_id=call.call_id, mode=spawn.join, expected=len(children))
+    return trees.spawned(head, call, join, children, now=now)
+
+
+def _provider(spec: str) -> str:
+    return spec.split(":", 1)[0]
+
+
+def child_head(
+    tick: Tick, call: ToolCall, spec: trees.ChildSpec, *, share: float, child_id: str
+) -> Head:
+    """The head of one child: its role's prompt, tools, model and budgets (the kind's
+    roles, with the roles file's over them: `Jobs.roles`), its config from the kind (a
+    `Parent` kind makes it from the parent, e.g. a repair child on its parent's files; any
+    other kind configures the child's input as a submission from outside: the model wrote
+    it), and its share of what the parent has left. A kind without roles takes any role
+    name, as a label."""
+    rt, parent = tick.rt, tick.head
+    now = rt.clock()
+    job = rt.jobs.get(parent.kind)
+    roles = rt.jobs.roles(parent.kind)
+    role = role_for(roles, spec.role, kind=parent.kind) if roles else None
+    try:
+        if role is not None and isinstance(job, Parent):
+            spawning = Spawning(parent=parent, role=role, workspaces=rt.workspaces)
+            config = job.child(dict(spec.input), spawning)
+        else:
+            submission = Submission(
+                state_dir=rt.settings.state_dir,
+                trusted=False,
+                workspace_roots=tuple(rt.settings.workspace_roots),
+                artifacts=None,
+            )
+            config = job.configure(dict(spec.input), submission)
+    except ArtifactsUnavailable:
+        raise  # the store is away for now: the tick runs again
+    except TickworkError as exc:
+        raise InvalidInput(f"child {spec.role!r}: its input was refused: {exc}") from None
+    config = {"system_prompt": job.system_prompt, **config}
+    if role is not None:
+        config.update(role.config())
+    model = spec.model or (role.model if role is not None else None) or parent.model
+    try:
+        check_spec(model, rt.providers)
+    except TickworkError as exc:
+        raise InvalidInput(f"child {spec.role!r}: model {model!r}: {exc}") from None
+    if "price" in parent.config and _provider(model) == _provider(parent.model):
+        # the parent's price stands for its provider's models (a scripted child's too)
+        config["price"] = parent.config["price"]
+    config.pop("default_model", None)
+    try:
+        window = check_window(pricing.context_window(model))
+    except (TickworkError, ValueError):
+        window = None
+    if window is not None:
+        config["context"] = Policy(window=window).to_config()
+    base = parent.budgets
+    if role is not None and role.budgets:
+        # checked when the roles were read (`tickwork.worker.jobs.roles`)
+        base = Budgets(**{**base.model_dump(), **dict(role.budgets)})
+    return Head(
+        id=child_id,
+        kind=parent.kind,
+        created_at=now,
+        updated_at=now,
+        model=model,
+        budgets=trees.child_budgets(parent, share, now=now, base=base),
+        input=dict(spec.input),
+        config=config,
+        parent_id=parent.id,
+        root_id=parent.root_id or parent.id,
+        spawn_call=call.call_id,
+        role=spec.role,
+        submitted_by=parent.submitted_by,
+        tenant=parent.tenant,
+        runtime_level=parent.runtime_level,
+    )
