@@ -34,7 +34,7 @@ CATEGORIES = (
     ("publish the next tick (Celery, kombu, Redis)", "send_task (celery"),
     ("tool", "run_tool (worker/tools"),
     ("lease renewals", "Leases._run"),
-    ("watching the head while a tool runs", "Stops._run"),
+    ("watching the head while a tool runs", "Watches.look"),
     ("the rest of the tick (fsm, pydantic, report, observers)", "advance (worker/tick/advance.py"),
     ("Celery: receiving and acknowledging messages", "Request.acknowledge"),
     ("Celery: the task around the tick", "trace_task"),

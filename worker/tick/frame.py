@@ -20,7 +20,7 @@ from tickwork.fsm.values import Head, ToolCall
 from tickwork.store import Claimed
 from tickwork.worker.observers.report import Phase, TickReport, ToolRun
 from tickwork.worker.tick.files import TickFiles
-from tickwork.worker.tick.runtime import Runtime, Stops
+from tickwork.worker.tick.runtime import Runtime
 
 __all__ = ["Runner", "Stop", "Tick", "run_call", "tool_run"]
 
@@ -91,9 +91,7 @@ def run_call(
     failed = True
     lease = functools.partial(rt.leases.lost, head.id, head.version)
     try:
-        with Stops(
-            rt.store, head.id, every_s=rt.settings.stop_poll_s, clock=rt.clock, lease=lease
-        ) as stop:
+        with rt.watches.watch(head.id, lease=lease) as stop:
             value = run(stop)
         failed = is_error(value)
         return value, (time.time_ns() - began) / 1e6

@@ -204,49 +204,66 @@ class _Held:
         return self.leases.watched(self.key, pid)
 
 
-class Stops:
-    """While one of a session's tools runs, looks at its head every `every_s` from a thread
-    of its own: calling the object says why the tool must stop (a cancel, the deadline or
-    the cost budget; `tickwork.fsm.budgets.stop_reason`; the tick's lease lost), or None. Commands
-    poll it and kill their sandbox at once instead of running to their end."""
+class Watches:
+    """Why each tool running in this process must stop: one thread for the whole process
+    (started at the first call and kept, so a tick starts none) looks at the head of every
+    session whose tool runs, every `every_s`. `watch` gives the call its `stop`: a cancel,
+    the deadline or the cost budget (`tickwork.fsm.budgets.stop_reason`), or the tick's
+    lease lost, else None. Commands poll it and kill their sandbox at once instead of
+    running to their end."""
 
-    def __init__(
-        self,
-        store: Sessions,
-        session_id: str,
-        *,
-        every_s: float,
-        clock: Callable[[], datetime],
-        lease: Callable[[], str | None] | None = None,
-    ) -> None:
-        self._store, self._session_id = store, session_id
-        self._clock = clock
-        #: why the tick's lease is lost (`Leases.lost`), or None: fencing (issue 24)
-        self._lease = lease
-        self._reason: str | None = None
+    def __init__(self, store: Sessions, *, every_s: float, clock: Callable[[], datetime]) -> None:
+        self._store, self._clock = store, clock
+        self._watched: set[_Watch] = set()
+        self._lock = threading.Lock()
         self._loop = Loop(
-            "stops",
-            self._look,
-            every_s=every_s,
-            log=log,
-            what=f"a look at session {session_id} while its tool runs",
+            "stops", self.look, every_s=every_s, log=log, what="a look at the running tools"
         )
 
-    def __call__(self) -> str | None:
-        return self._reason or (self._lease() if self._lease is not None else None)
-
-    def __enter__(self) -> Stops:
+    @contextmanager
+    def watch(
+        self, session_id: str, *, lease: Callable[[], str | None] | None = None
+    ) -> Iterator[Callable[[], str | None]]:
+        """The `stop` of a call of `session_id` for as long as the `with` lasts; `lease`:
+        why the tick's lease is lost (`Leases.lost`), or None (fencing, issue 24)."""
+        watch = _Watch(session_id, lease)
+        with self._lock:
+            self._watched.add(watch)
         self._loop.start()
-        return self
+        try:
+            yield watch
+        finally:
+            with self._lock:
+                self._watched.discard(watch)
 
-    def __exit__(self, *_: object) -> None:
-        self._loop.stop()
-        self._loop.join(1.0)  # a look at the head still under way ends on its own
+    def look(self) -> None:
+        """Look once at the head of every watched session (the thread does it every `every_s`)."""
+        with self._lock:
+            watched = [w for w in self._watched if w.reason is None]
+        for watch in watched:
+            try:
+                head = self._store.get(watch.session_id)
+            except Exception as exc:
+                log.warning(
+                    "a look at session %s while its tool runs failed (%s); trying again in %gs",
+                    watch.session_id,
+                    exc,
+                    self._loop.period(),
+                )
+                continue
+            watch.reason = stop_reason(head, now=self._clock())
 
-    def _look(self) -> None:
-        self._reason = stop_reason(self._store.get(self._session_id), now=self._clock())
-        if self._reason is not None:
-            self._loop.stop()
+
+@dataclass(eq=False)
+class _Watch:
+    """One running call's `stop`."""
+
+    session_id: str
+    lease: Callable[[], str | None] | None
+    reason: str | None = None
+
+    def __call__(self) -> str | None:
+        return self.reason or (self.lease() if self.lease is not None else None)
 
 
 class Background(Protocol):
@@ -280,6 +297,8 @@ class Runtime:
     #: this process's sign of life, taken at its first claim and leased under (a worker
     #: process's is enabled: `tickwork.worker.tick.app.runtime`; a bare Runtime's is not)
     liveness: Liveness = field(init=False)
+    #: why each of this process's running tools must stop, looked at from one thread
+    watches: Watches = field(init=False)
     _models: dict[str, Model] = field(default_factory=dict, init=False)
     #: one pool of model-server connections for this process's models, made on first use
     _http: Poster | None = field(default=None, init=False)
@@ -290,6 +309,7 @@ class Runtime:
         self.liveness = Liveness(
             self.store, every_s=self.settings.liveness_period_s, lose_all=self.leases.lose_all
         )
+        self.watches = Watches(self.store, every_s=self.settings.stop_poll_s, clock=self.clock)
 
     def owner(self) -> str:
         """Who a tick of this thread leases its session as: `owner_name()`, under this

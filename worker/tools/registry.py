@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
+import functools
 import inspect
 import json
 import logging
 import math
 import re
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -33,6 +33,7 @@ from tickwork.worker.tools.schemas import (
     signature_line,
     without_titles,
 )
+from tickwork.worker.tools.threads import run_in_thread
 
 log = logging.getLogger(__name__)
 
@@ -413,15 +414,11 @@ def run_tool(
             outcome["error"] = exc
 
     # in the caller's context: a command the tool starts is guarded by the tick's lease
-    worker = threading.Thread(
-        target=contextvars.copy_context().run,
-        args=(target,),
-        name=f"tool-{tool.name}-{ctx.call_id}",
-        daemon=True,
+    context = contextvars.copy_context()
+    done = run_in_thread(
+        functools.partial(context.run, target), name=f"tool-{tool.name}-{ctx.call_id}"
     )
-    worker.start()
-    worker.join(max(limit, 0.0))
-    if worker.is_alive():
+    if not done.wait(max(limit, 0.0)):
         log.warning("tool %s (%s) timed out after %gs", tool.name, ctx.idempotency_key, limit)
         return result(
             f"{tool.name} timed out after {limit:g}s and was abandoned (told to stop). Try a "
