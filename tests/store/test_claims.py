@@ -102,6 +102,7 @@ class TestSave:
             "tickwork_deliveries": 0,
             "tickwork_environments": 0,
             "tickwork_environment_uses": 0,
+            "tickwork_joins": 0,
         }
         assert store.load(session_id).steps == (change.step,)
         assert [e.kind for _, e in store.events_after(session_id)][-2:] == [
