@@ -65,7 +65,12 @@ def test_serve_runs_until_sigterm(tmp_path: Path) -> None:
 
         until(healthy, timeout=60, what="tickwork serve")
         me = httpx.get(f"{url}/api/v1/me", headers={"Authorization": f"Bearer {TOKEN['alice']}"})
-        assert me.json() == {"name": "alice", "roles": ["approver"]}
+        assert me.json() == {
+            "name": "alice",
+            "roles": ["approver"],
+            "tenant": "default",
+            "own_only": False,
+        }
         page = httpx.get(url)
         assert page.status_code == 200 and "<title>tickwork</title>" in page.text
         assert "default-src 'self'" in page.headers["content-security-policy"]

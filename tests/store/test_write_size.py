@@ -144,6 +144,7 @@ def test_a_tick_at_step_60_writes_what_a_tick_at_step_3_writes(store: Store, clo
         "tickwork_deliveries": 0,
         "tickwork_environments": 0,
         "tickwork_environment_uses": 0,
+        "tickwork_joins": 0,
     }
     assert executing.rows == {
         "tickwork_sessions": 0,
@@ -162,6 +163,7 @@ def test_a_tick_at_step_60_writes_what_a_tick_at_step_3_writes(store: Store, clo
         "tickwork_deliveries": 0,
         "tickwork_environments": 0,
         "tickwork_environment_uses": 0,
+        "tickwork_joins": 0,
     }
     assert thinking.total_bytes < 2_000
     assert executing.total_bytes < 2_000
