@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -17,6 +18,32 @@ from tickwork.store.schema import metadata
 from tests.services import missing, postgres_database, redis_url
 from tickwork.package_index import Index, fetch_wheels, make_wheel, serving
 from tickwork.testing.store_ticks import T0, Clock  # noqa: F401 (T0: re-exported)
+
+
+#: modules whose tests take minutes: under pytest-xdist they start first, so none is the
+#: long tail of a run (the chaos runs, the plain install's wheel and venv)
+LONGEST = ("tests/chaos/test_chaos.py", "tests/e2e/test_install.py")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (`./dev test`, `--dist loadscope --no-loadscope-reorder`: a
+    module's tests go to one worker, modules in this order), the longest modules first:
+    those listed in LONGEST, then those with the most worker-subprocess (`slow`) tests;
+    the tests of a module keep their order. In one process the order is pytest's own."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    slow: dict[str, int] = {}
+    for item in items:
+        module = item.nodeid.split("::", 1)[0]
+        slow[module] = slow.get(module, 0) + (item.get_closest_marker("slow") is not None)
+
+    def cost(item: pytest.Item) -> tuple[int, int]:
+        module = item.nodeid.split("::", 1)[0]
+        listed = LONGEST.index(module) if module in LONGEST else len(LONGEST)
+        return listed, -slow[module]
+
+    items.sort(key=cost)  # stable: pytest's order within each module, and among equals
 
 
 @pytest.fixture
@@ -82,7 +109,11 @@ def index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Index]:
     """A package index on loopback: pytest's wheels (fetched once per machine) and a
     hand-made `tinydep`; its `url` for pip, its `address` for TICKWORK_EGRESS_ALLOW."""
     try:
-        fetch_wheels(WHEELS / "pytest", "pytest")
+        # xdist workers fetch at once: one at a time, so none reads a wheel half written
+        WHEELS.mkdir(parents=True, exist_ok=True)
+        with (WHEELS / "pytest.lock").open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            fetch_wheels(WHEELS / "pytest", "pytest")
     except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
         said = getattr(exc, "stderr", b"") or b""
         missing("the package registry (pip download pytest)", said.decode()[-300:] or exc)
