@@ -19,7 +19,6 @@ from tests.services import missing, postgres_database, redis_url
 from tickwork.package_index import Index, fetch_wheels, make_wheel, serving
 from tickwork.testing.store_ticks import T0, Clock  # noqa: F401 (T0: re-exported)
 
-
 #: modules whose tests take minutes: under pytest-xdist they start first, so none is the
 #: long tail of a run (the chaos runs, the plain install's wheel and venv)
 LONGEST = ("tests/chaos/test_chaos.py", "tests/e2e/test_install.py")
