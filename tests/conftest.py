@@ -6,6 +6,7 @@ import fcntl
 import os
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +19,14 @@ from tickwork.store.schema import metadata
 from tests.services import missing, postgres_database, redis_url
 from tickwork.package_index import Index, fetch_wheels, make_wheel, serving
 from tickwork.testing.store_ticks import T0, Clock  # noqa: F401 (T0: re-exported)
+
+# pytest-xdist's workers start with COLUMNS=80 in their environment, which a run in one
+# process has not: the CLI would wrap its lines at 80 (tickwork.render) in-process and in
+# every subprocess a test starts. The tests that want a width set COLUMNS themselves.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.pop("COLUMNS", None)
+    os.environ.pop("LINES", None)
+
 
 #: modules whose tests take minutes: under pytest-xdist they start first, so none is the
 #: long tail of a run (the chaos runs, the plain install's wheel and venv)
@@ -43,6 +52,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return listed, -slow[module]
 
     items.sort(key=cost)  # stable: pytest's order within each module, and among equals
+
+
+@pytest.fixture(autouse=True)
+def _fresh_console() -> None:
+    """The CLI's Rich console is made once per process (`tickwork.render.console`), its
+    width fixed by the stdout and $COLUMNS of its first use; a test that ran the CLI
+    in-process before would set it for the next tests of its worker. Each test gets its own."""
+    render = sys.modules.get("tickwork.render")
+    if render is not None:
+        render.console.cache_clear()
 
 
 @pytest.fixture
