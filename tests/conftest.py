@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +19,49 @@ from tickwork.store.schema import metadata
 from tests.services import missing, postgres_database, redis_url
 from tickwork.package_index import Index, fetch_wheels, make_wheel, serving
 from tickwork.testing.store_ticks import T0, Clock  # noqa: F401 (T0: re-exported)
+
+# pytest-xdist's workers start with COLUMNS=80 in their environment, which a run in one
+# process has not: the CLI would wrap its lines at 80 (tickwork.render) in-process and in
+# every subprocess a test starts. The tests that want a width set COLUMNS themselves.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.pop("COLUMNS", None)
+    os.environ.pop("LINES", None)
+
+
+#: modules whose tests take minutes: under pytest-xdist they start first, so none is the
+#: long tail of a run (the chaos runs, the plain install's wheel and venv)
+LONGEST = ("tests/chaos/test_chaos.py", "tests/e2e/test_install.py")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (`./dev test`, `--dist loadscope --no-loadscope-reorder`: a
+    module's tests go to one worker, modules in this order), the longest modules first:
+    those listed in LONGEST, then those with the most worker-subprocess (`slow`) tests;
+    the tests of a module keep their order. In one process the order is pytest's own."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    slow: dict[str, int] = {}
+    for item in items:
+        module = item.nodeid.split("::", 1)[0]
+        slow[module] = slow.get(module, 0) + (item.get_closest_marker("slow") is not None)
+
+    def cost(item: pytest.Item) -> tuple[int, int]:
+        module = item.nodeid.split("::", 1)[0]
+        listed = LONGEST.index(module) if module in LONGEST else len(LONGEST)
+        return listed, -slow[module]
+
+    items.sort(key=cost)  # stable: pytest's order within each module, and among equals
+
+
+@pytest.fixture(autouse=True)
+def _fresh_console() -> None:
+    """The CLI's Rich console is made once per process (`tickwork.render.console`), its
+    width fixed by the stdout and $COLUMNS of its first use; a test that ran the CLI
+    in-process before would set it for the next tests of its worker. Each test gets its own."""
+    render = sys.modules.get("tickwork.render")
+    if render is not None:
+        render.console.cache_clear()
 
 
 @pytest.fixture
@@ -82,7 +127,11 @@ def index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Index]:
     """A package index on loopback: pytest's wheels (fetched once per machine) and a
     hand-made `tinydep`; its `url` for pip, its `address` for TICKWORK_EGRESS_ALLOW."""
     try:
-        fetch_wheels(WHEELS / "pytest", "pytest")
+        # xdist workers fetch at once: one at a time, so none reads a wheel half written
+        WHEELS.mkdir(parents=True, exist_ok=True)
+        with (WHEELS / "pytest.lock").open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            fetch_wheels(WHEELS / "pytest", "pytest")
     except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
         said = getattr(exc, "stderr", b"") or b""
         missing("the package registry (pip download pytest)", said.decode()[-300:] or exc)

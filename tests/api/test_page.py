@@ -52,6 +52,10 @@ def browser() -> Iterator[Any]:
         unavailable("Playwright for Python: pip install -e '.[test]' (never `playwright install`)")
     if not CHROMIUM.exists():
         unavailable(f"Chromium at {CHROMIUM}: apt-get install -y chromium chromium-driver")
+    from playwright.sync_api import expect
+
+    # expect()'s own wait (5 s by default) is not the context's: as generous, on a busy machine
+    expect.set_options(timeout=SHOWN_MS)
     with sync_playwright() as playwright:
         found = playwright.chromium.launch(executable_path=str(CHROMIUM), args=FLAGS)
         yield found

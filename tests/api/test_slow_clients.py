@@ -57,7 +57,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int]
             except httpx.HTTPError:
                 return False
 
-        until(healthy, timeout=60, what="tickwork serve")
+        until(healthy, timeout=120, what="tickwork serve")  # a busy machine starts it slowly
         yield "127.0.0.1", port
     finally:
         proc.send_signal(signal.SIGTERM)

@@ -24,6 +24,7 @@ from tickwork.worker.sandbox.runner import Limits, Sandbox, check, run_sandboxed
 from tickwork.worker.sandbox.shell import ShellResult
 from tickwork.worker.tick.app import log_sandbox, make_app
 
+from tests.processes import processes_with
 from tests.services import IN_CI
 
 SECRET = "TOP SECRET: the launch codes"
@@ -54,20 +55,6 @@ def places(tmp_path: Path) -> tuple[Path, Path]:
 
 def run(workspace: Path, command: str, *, timeout_s: float = 30, **kw: object) -> ShellResult:
     return run_sandboxed(command, workdir=workspace, timeout_s=timeout_s, **kw)  # type: ignore[arg-type]
-
-
-def processes_with(marker: str) -> list[int]:
-    """Host pids whose command line holds `marker`."""
-    found = []
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit() and entry.name != str(os.getpid()):
-            try:
-                cmdline = Path(entry.path, "cmdline").read_bytes().replace(b"\0", b" ")
-            except OSError:
-                continue
-            if marker.encode() in cmdline:
-                found.append(int(entry.name))
-    return found
 
 
 def gone(marker: str, within_s: float = 10.0) -> bool:

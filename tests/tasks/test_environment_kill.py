@@ -4,7 +4,6 @@ the session goes on (SQLite + filesystem broker, Postgres + Redis)."""
 
 from __future__ import annotations
 
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -14,6 +13,7 @@ from tickwork.fsm.values import Status
 from tickwork.worker.sandbox.runner import Sandbox, check
 
 from tests.environments.projects import project
+from tests.processes import processes_with
 from tests.services import IN_CI
 from tests.tasks.conftest import Deployment, kill, stop
 from tickwork.testing import until
@@ -26,7 +26,7 @@ pytestmark = [
     ),
 ]
 
-#: a setup command no other process on the machine runs: counted with ps
+#: a setup command no other test runs: its processes counted (tests/processes.py)
 MARKER = "sleep 4.0421"
 FAST = {
     "TICKWORK_ENVIRONMENT_LEASE_S": "2",
@@ -35,8 +35,9 @@ FAST = {
 
 
 def _builders() -> int:
-    found = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
-    return sum(1 for line in found.splitlines() if line.strip() == MARKER)
+    """The setups running: this test's, not the other deployment's run by another xdist
+    worker at the same time."""
+    return len(processes_with(MARKER, exact=True))
 
 
 def test_a_build_killed_midway_is_taken_over_once(deployment: Deployment, tmp_path: Path) -> None:
