@@ -75,11 +75,15 @@ def list_dead_letters(
     """List dead letters, newest first."""
     remote = cli_remote.client()
     if remote is not None:
-        _no_tenant(tenant)
         parsing.since(since, now=datetime.now(UTC))  # a bad --since is refused here, as locally
         with remote:
             letters = remote.dead_letters(
-                code=code, kind=kind, since=since, unresolved=unresolved, limit=limit
+                code=code,
+                kind=kind,
+                since=since,
+                unresolved=unresolved,
+                limit=limit,
+                tenant=options.remote_tenant(tenant, many=True),
             )
         found = [views.dead_letter(d) for d in letters]
     else:
@@ -181,11 +185,14 @@ def stats(
     start = parsing.since(since, now=datetime.now(UTC))
     remote = cli_remote.client()
     if remote is not None:
-        _no_tenant(tenant)
         if recount:
             cli_remote.local_only("`tickwork dlq stats --recount`")
         with remote:
-            counted = remote.dead_letter_stats(by=by.value if by else None, since=since)
+            counted = remote.dead_letter_stats(
+                by=by.value if by else None,
+                since=since,
+                tenant=options.remote_tenant(tenant, many=True),
+            )
         grouped = counted["by"]
         start = datetime.fromisoformat(counted["since"]) if counted["since"] else None
     else:
@@ -240,9 +247,9 @@ def export(
         raise InvalidInput("Parquet is binary: give --output FILE, or redirect stdout to a file")
     start = parsing.since(since, now=datetime.now(UTC))
     if remote is not None:
-        _no_tenant(tenant)
         with remote:
             data = remote.export_dead_letters(
+                tenant=options.remote_tenant(tenant, many=True),
                 format=form.value,
                 code=code,
                 kind=kind,
@@ -303,15 +310,6 @@ def _list(
         limit=limit,
         tenant=options.local_tenant(tenant, many=True),
     )
-
-
-def _no_tenant(tenant: str | None) -> None:
-    """--server shows the token's tenant's dead letters (an admin's: every tenant's)."""
-    if tenant is not None:
-        raise InvalidInput(
-            "--tenant goes with the local mode for dead letters; with --server the token's "
-            "tenant decides what you see (an admin token sees every tenant's)"
-        )
 
 
 def _jsonable(row: dict[str, Any]) -> dict[str, Any]:

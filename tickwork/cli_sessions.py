@@ -261,7 +261,13 @@ def list_sessions(
         if remote is not None:
             cli_remote.local_only("`tickwork ls --tree`", " (the trees are read here)")
         with Context() as ctx:
-            drawn = [views.tree(h, ctx.store.tree(h.id)) for h in heads if h.root_id is None]
+            # a tree holds its root's tenant only (children inherit it; a stray row of
+            # another tenant under it is not drawn)
+            drawn = [
+                views.tree(h, [c for c in ctx.store.tree(h.id) if c.tenant == h.tenant])
+                for h in heads
+                if h.root_id is None
+            ]
         if json_output:
             views.emit(drawn)
         elif not drawn:

@@ -51,12 +51,21 @@ class Reads(Deployment):
                 )
             time.sleep(poll)
 
-    def tree(self, session_id: str) -> dict[str, Any] | None:
+    def tree(
+        self, session_id: str, *, sees: Callable[[Head], bool] | None = None
+    ) -> dict[str, Any] | None:
         """The tree the session belongs to, drawn from its root (`views.tree`); None for a
-        session that neither spawned children nor is one."""
+        session that neither spawned children nor is one. `sees`: the sessions the caller
+        may see (the API's tenant and own-only check); one it may not is left out with all
+        under it, and a root it may not see draws no tree. Children inherit their parent's
+        tenant and submitter, so this only bites on rows written around the runtime."""
         head = self.store.get(session_id)
         root = self.store.get(head.root_id) if head.root_id else head
         below = self.store.tree(root.id)
+        if sees is not None:
+            if not sees(root):
+                return None
+            below = [h for h in below if sees(h)]
         if not below:
             return None
         return views.tree(root, below)

@@ -34,7 +34,10 @@ def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 def value(
     found: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str
 ) -> float:
-    return found.get((name, tuple(sorted(labels.items()))), 0.0)
+    """The samples of `name` with these labels, added up over any others (as a dashboard's
+    `sum by` the labels it knows: the per-session families gained `tenant`)."""
+    wanted = set(labels.items())
+    return sum(v for (n, got), v in found.items() if n == name and wanted <= set(got))
 
 
 def test_the_api_exposes_ticks_usage_store_gauges_and_requests(stack: Stack) -> None:

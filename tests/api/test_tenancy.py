@@ -320,3 +320,70 @@ def test_the_page_reads_only_routes_checked_here(world: World) -> None:
         assert any(shape.match(r) for r in routes_), f"the page calls {path}, unchecked"
     page = httpx.get(f"{world.url}/", timeout=30).text
     assert not any(i in page for ids in world.ids.values() for i in ids)
+
+
+def _tree_ids(node: dict[str, Any] | None) -> set[str]:
+    if node is None:
+        return set()
+    return {node["id"]} | {i for c in node.get("children") or () for i in _tree_ids(c)}
+
+
+def test_a_sessions_tree_shows_only_what_the_caller_sees(tmp_path: Path) -> None:
+    """A parent of amy's (own-only, team-a) with children: hers, ann's (team-a) and a stray
+    row of team-b with a child of its own; the runtime never writes such rows (children
+    inherit tenant and submitter), so this is the API's own check."""
+    settings = Settings(
+        state_dir=tmp_path / "state", queue=f"tickwork.ticks.{uuid.uuid4().hex[:8]}"
+    )
+    settings.state_dir.mkdir(parents=True)
+    upgrade(settings.db_url)
+    client = Tickwork(settings)
+    now = datetime.now(UTC)
+
+    def make(session_id: str, tenant: str, by: str, parent: str | None) -> None:
+        head = new_session(session_id, now=now).head.model_copy(
+            update={
+                "tenant": tenant,
+                "submitted_by": by,
+                "parent_id": parent,
+                "root_id": "root" if parent else None,
+                "role": "helper" if parent else "",
+            }
+        )
+        client.store.create(Session(head=head), now=now)
+
+    make("root", "team-a", "amy", None)
+    make("amys-child", "team-a", "amy", "root")
+    make("anns-child", "team-a", "ann", "root")
+    make("stray-b", "team-b", "bob", "root")
+    make("under-stray", "team-a", "amy", "stray-b")
+    app = make_api(settings, ApiSettings(api_tokens=TOKENS), client=client)  # type: ignore[arg-type]
+    with Server(app) as server:
+
+        def tree(who: str, session_id: str) -> set[str] | int:
+            answer = httpx.get(
+                f"{server.url}/api/v1/sessions/{session_id}",
+                headers={"Authorization": f"Bearer {TOKEN[who]}"},
+                timeout=30,
+            )
+            return (
+                _tree_ids(answer.json()["tree"])
+                if answer.status_code == 200
+                else answer.status_code
+            )
+
+        assert tree("amy", "root") == {"root", "amys-child"}
+        assert tree("amy", "amys-child") == {"root", "amys-child"}
+        assert tree("ann", "root") == {"root", "amys-child", "anns-child"}
+        assert tree("root", "root") == {
+            "root",
+            "amys-child",
+            "anns-child",
+            "stray-b",
+            "under-stray",
+        }
+        assert tree("bob", "root") == 404
+        assert tree("amy", "anns-child") == 404
+        # a team-b token that may see the stray row sees no tree of team-a around it
+        assert tree("bob", "stray-b") == set()
+    client.close()

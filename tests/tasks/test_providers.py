@@ -25,7 +25,7 @@ def canned(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Deploymen
 
 
 def calls(outcome: str) -> float:
-    labels = {"model": "canned", "outcome": outcome}
+    labels = {"model": "canned", "outcome": outcome, "tenant": "default"}
     return REGISTRY.get_sample_value("tickwork_model_calls_total", labels) or 0.0
 
 

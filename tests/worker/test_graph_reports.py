@@ -94,10 +94,10 @@ def test_the_metrics_count_a_nodes_model_calls_and_no_others(ticks: Ticks, tmp_p
     label = ticks.rt.providers.label(ticks.client.get(session_id).model)
 
     def calls() -> float:
-        return MODEL_CALLS.labels(label, "ok")._value.get()
+        return MODEL_CALLS.labels(label, "ok", "default")._value.get()
 
     def prompt_tokens() -> float:
-        return MODEL_TOKENS.labels(label, "prompt")._value.get()
+        return MODEL_TOKENS.labels(label, "prompt", "default")._value.get()
 
     before = calls(), prompt_tokens()
     assert ticks.run(session_id).status is Status.COMPLETED

@@ -175,3 +175,65 @@ def test_without_the_otel_extra_tickwork_runs_and_config_says_tracing_is_off(
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["tracing"].startswith("off (the otel extra is not installed")
+
+
+def _report(tenant: str, status: Status = Status.COMPLETED) -> TickReport:
+    from datetime import UTC, datetime
+
+    from tickwork.fsm.values import Head
+
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    head = Head(
+        id=f"s-{tenant}", kind="agent", created_at=at, updated_at=at, model="m", tenant=tenant
+    )
+    report = TickReport(session_id=head.id, version=0, phase=Phase.THINK, claimed=head)
+    return report.close(Outcome.SAVED)
+
+
+def test_per_session_counters_carry_each_tenants_label_and_stay_bounded() -> None:
+    from prometheus_client import REGISTRY
+    from tickwork.worker.models import Providers
+    from tickwork.worker.observers.metrics import TenantLabels, TickMetrics
+
+    def ticks(tenant: str) -> float:
+        labels = {"phase": "think", "outcome": "saved", "tenant": tenant}
+        return REGISTRY.get_sample_value("tickwork_ticks_total", labels) or 0.0
+
+    def tenants_seen() -> set[str]:
+        family = next(f for f in REGISTRY.collect() if f.name == "tickwork_ticks")
+        return {s.labels["tenant"] for s in family.samples}
+
+    listed = frozenset({"obs-acme"})
+    observe = TickMetrics(Providers(), TenantLabels(lambda: listed, cap=2))
+    before = {t: ticks(t) for t in ("obs-acme", "obs-beta", "other")}
+    observe(_report("obs-acme"))
+    observe(_report("obs-acme"))
+    observe(_report("obs-beta"))
+    assert ticks("obs-acme") - before["obs-acme"] == 2
+    assert ticks("obs-beta") - before["obs-beta"] == 1
+
+    # a flood of tenants the file does not name: one more by name (cap 2 with obs-beta),
+    # then all `other`; a listed tenant keeps its own label whatever came first
+    flood = [f"obs-flood-{i:03d}" for i in range(50)]
+    for tenant in flood:
+        observe(_report(tenant))
+    observe(_report("obs-acme"))
+    named = tenants_seen() & {*flood, "obs-beta"}
+    assert len(named) == 2 and "obs-beta" in named
+    assert ticks("other") - before["other"] == 49
+    assert ticks("obs-acme") - before["obs-acme"] == 3
+    # the label a tenant got first stays (a counter's series keeps its name)
+    first = next(iter(named - {"obs-beta"}))
+    observe(_report(first))
+    assert ticks(first) == 2
+
+
+def test_a_tick_dropped_before_its_claim_counts_under_tenant_none() -> None:
+    from prometheus_client import REGISTRY
+    from tickwork.worker.models import Providers
+    from tickwork.worker.observers.metrics import TickMetrics
+
+    labels = {"phase": "none", "outcome": "dropped", "tenant": "none"}
+    before = REGISTRY.get_sample_value("tickwork_ticks_total", labels) or 0.0
+    TickMetrics(Providers())(TickReport(session_id="gone", version=3).close(Outcome.DROPPED))
+    assert REGISTRY.get_sample_value("tickwork_ticks_total", labels) == before + 1

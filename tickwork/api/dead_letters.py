@@ -16,6 +16,7 @@ from fastapi.responses import StreamingResponse
 
 from tickwork import exports, parsing, views
 from tickwork.fsm.errors import ConfigurationError
+from tickwork.fsm.tenants import TENANT_PATTERN
 from tickwork.fsm.values import ErrorCode, Head
 from tickwork.store import dead_letters as dl
 
@@ -42,6 +43,16 @@ Since = Annotated[
         alias="since",
         max_length=100,
         description="Only since an ISO time (naive: UTC) or a duration ago: 90s, 30m, 2h, 3d, 1w.",
+    ),
+]
+
+Tenant = Annotated[
+    str | None,
+    Query(
+        max_length=64,
+        pattern=TENANT_PATTERN,
+        description="Only this tenant's dead letters (an admin's filter; another token may "
+        "name only its own tenant: 403 otherwise).",
     ),
 ]
 
@@ -72,6 +83,7 @@ def list_dead_letters(
     since_: Since = None,
     unresolved: bool = False,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    tenant: Tenant = None,
 ) -> list[dict[str, Any]]:
     found = client.dead_letters(
         code=code.value if code else None,
@@ -79,7 +91,7 @@ def list_dead_letters(
         since=since(since_),
         unresolved=unresolved,
         limit=limit,
-        **letter_filters(who),
+        **letter_filters(who, tenant),
     )
     return [views.dead_letter(d) for d in found]
 
@@ -96,12 +108,12 @@ def stats(
         ),
     ] = None,
     since_: Since = None,
+    tenant: Tenant = None,
 ) -> dict[str, Any]:
     start = since(since_)
+    scope = letter_filters(who, tenant)
     grouped = {
-        g: [
-            _jsonable(r) for r in client.dead_letter_stats(by=g, since=start, **letter_filters(who))
-        ]
+        g: [_jsonable(r) for r in client.dead_letter_stats(by=g, since=start, **scope)]
         for g in ([by] if by else dl.GROUPS)
     }
     total = sum(r["count"] for r in next(iter(grouped.values())))
@@ -123,11 +135,12 @@ def timeline(
     who: Reader,
     bucket: Annotated[Literal["day", "hour"], Query(description="UTC days or hours.")] = "day",
     since_: Since = None,
+    tenant: Tenant = None,
 ) -> dict[str, Any]:
     now = datetime.now(UTC)
     start = since(since_) or now - TIMELINE_SPAN[bucket]
     found = client.store.dead_letter_timeline(
-        bucket=bucket, since=start, now=now, **letter_filters(who)
+        bucket=bucket, since=start, now=now, **letter_filters(who, tenant)
     )
     return {
         **found,
@@ -165,7 +178,9 @@ def export(
     snapshot: Annotated[
         bool, Query(description="Add each dead letter's session snapshot (JSON).")
     ] = False,
+    tenant: Tenant = None,
 ) -> StreamingResponse:
+    scope = letter_filters(who, tenant)
     try:
         exports.check(form, asked="format=parquet")
     except ConfigurationError as exc:
@@ -176,7 +191,7 @@ def export(
         since=since(since_),
         unresolved=unresolved,
         with_snapshot=snapshot,
-        **letter_filters(who),
+        **scope,
     )
     headers = {
         "Content-Disposition": f'attachment; filename="dead-letters.{form.value}"',

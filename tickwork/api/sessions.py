@@ -165,7 +165,8 @@ def show(session_id: SessionId, client: Client, who: Reader) -> dict[str, Any]:
     forks = sorted(found.values(), key=lambda f: (f["created_at"], f["id"]))
     view["forks"] = views.forks(seen_forks(client, who, forks))
     # the tree it belongs to (docs/DESIGN.md section 16): its root, and every child's status
-    view["tree"] = client.tree(session_id)
+    # (only what the caller may see: children inherit the tenant and submitter anyway)
+    view["tree"] = client.tree(session_id, sees=lambda h: who.sees(h.tenant, h.submitted_by))
     return view
 
 

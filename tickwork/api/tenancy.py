@@ -55,10 +55,20 @@ def session_filters(who: Principal, submitted_by: str | None = None) -> dict[str
     return {"tenant": who.scope, "submitted_by": submitted_by}
 
 
-def letter_filters(who: Principal) -> dict[str, Any]:
-    """The dead-letter filters for `who`: its tenant's, only its own for an own-only token."""
+def letter_filters(who: Principal, tenant: str | None = None) -> dict[str, Any]:
+    """The dead-letter filters for `who`: its tenant's, only its own for an own-only token;
+    `tenant` narrows an admin's to one tenant (another token may name only its own: naming
+    another is refused, as a submit into it is, whether that tenant exists or not)."""
+    if tenant and not who.admin and tenant != who.tenant:
+        raise ApiError(
+            403,
+            "forbidden",
+            f"{who.name} reads tenant {who.tenant}'s dead letters only; leave `tenant` out "
+            "(naming another tenant takes the admin role)",
+        )
     own = who.own_only and not who.admin
-    return {"tenant": who.scope, "submitted_by": who.name if own else None}
+    scope = tenant if who.admin and tenant else who.scope
+    return {"tenant": scope, "submitted_by": who.name if own else None}
 
 
 def submit_tenant(who: Principal, asked: str | None) -> str:

@@ -337,12 +337,17 @@ def fork(
 
 
 def _letters(
-    code: ErrorCode | str | None, kind: str | None, since: str | None, unresolved: bool
+    code: ErrorCode | str | None,
+    kind: str | None,
+    since: str | None,
+    unresolved: bool,
+    tenant: str | None = None,
 ) -> dict[str, Any]:
     params: dict[str, Any] = {"unresolved": unresolved}
     if code is not None:
         params["code"] = ErrorCode(str(code).upper()).value
-    params.update({k: v for k, v in (("kind", kind), ("since", since)) if v is not None})
+    given = (("kind", kind), ("since", since), ("tenant", tenant))
+    params.update({k: v for k, v in given if v is not None})
     return params
 
 
@@ -353,9 +358,11 @@ def dead_letters(
     since: str | None = None,
     unresolved: bool = False,
     limit: int = 100,
+    tenant: str | None = None,
 ) -> Plan[list[DeadLetter]]:
-    """Dead letters, newest first; `since` an ISO time or a duration ago (2h, 3d)."""
-    params = {**_letters(code, kind, since, unresolved), "limit": limit}
+    """Dead letters, newest first; `since` an ISO time or a duration ago (2h, 3d); `tenant`
+    one tenant's (an admin token's filter; another token may name only its own)."""
+    params = {**_letters(code, kind, since, unresolved, tenant), "limit": limit}
     found = yield Call("GET", _path("dead-letters"), _json, params=params)
     return [model(DeadLetter, d) for d in found]
 
@@ -366,9 +373,13 @@ def dead_letter(key: str | int) -> Plan[dict[str, Any]]:
     return (yield Call("GET", _path("dead-letters", str(key)), _json))
 
 
-def dead_letter_stats(*, by: str | None = None, since: str | None = None) -> Plan[dict[str, Any]]:
-    """Counts by code, kind, model, last tool and error signature: {since, total, by}."""
-    params = {k: v for k, v in (("by", by), ("since", since)) if v is not None}
+def dead_letter_stats(
+    *, by: str | None = None, since: str | None = None, tenant: str | None = None
+) -> Plan[dict[str, Any]]:
+    """Counts by code, kind, model, last tool and error signature: {since, total, by};
+    `tenant` one tenant's (an admin token's filter)."""
+    given = (("by", by), ("since", since), ("tenant", tenant))
+    params = {k: v for k, v in given if v is not None}
     return (yield Call("GET", _path("dead-letters", "stats"), _json, params=params))
 
 
@@ -380,9 +391,12 @@ def export_dead_letters(
     since: str | None = None,
     unresolved: bool = False,
     snapshot: bool = False,
+    tenant: str | None = None,
 ) -> Plan[bytes]:
-    """Every dead letter matching, oldest first, as JSON Lines, CSV or Parquet bytes."""
-    params = {**_letters(code, kind, since, unresolved), "format": format, "snapshot": snapshot}
+    """Every dead letter matching, oldest first, as JSON Lines, CSV or Parquet bytes;
+    `tenant` one tenant's (an admin token's filter)."""
+    letters = _letters(code, kind, since, unresolved, tenant)
+    params = {**letters, "format": format, "snapshot": snapshot}
     return (yield Call("GET", _path("dead-letters", "export"), lambda r: r.content, params))
 
 

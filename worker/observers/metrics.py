@@ -18,7 +18,7 @@ import logging
 import os
 import threading
 from collections import Counter as Tally
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -46,25 +46,33 @@ F = TypeVar("F", bound=Callable[..., Any])
 #: seconds; ticks range from a dropped duplicate (ms) to a long model or tool call (minutes)
 TICK_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900)
 
-TICKS = Counter("tickwork_ticks", "Ticks run, by micro-phase and outcome", ["phase", "outcome"])
+#: the per-session families carry `tenant` (bounded: `TenantLabels`); a tick dropped before
+#: its claim knows no session, and counts under tenant `none`
+TICKS = Counter(
+    "tickwork_ticks",
+    "Ticks run, by micro-phase, outcome and tenant",
+    ["phase", "outcome", "tenant"],
+)
 TICK_SECONDS = Histogram(
     "tickwork_tick_duration_seconds",
     "Wall time of one tick, claim to save",
-    ["phase", "outcome"],
+    ["phase", "outcome", "tenant"],
     buckets=TICK_BUCKETS,
 )
 MODEL_CALLS = Counter(
-    "tickwork_model_calls", "Model calls by outcome (ok, retry, failed)", ["model", "outcome"]
+    "tickwork_model_calls",
+    "Model calls by outcome (ok, retry, failed) and tenant",
+    ["model", "outcome", "tenant"],
 )
 MODEL_TOKENS = Counter(
     "tickwork_model_tokens",
     "Model tokens used, by type (prompt, completion; cached_prompt and cache_write are parts "
-    "of prompt)",
-    ["model", "type"],
+    "of prompt) and tenant",
+    ["model", "type", "tenant"],
 )
-MODEL_COST = Counter("tickwork_model_cost_usd", "USD spent on the model", ["model"])
+MODEL_COST = Counter("tickwork_model_cost_usd", "USD spent on the model", ["model", "tenant"])
 APPROVALS_REQUESTED = Counter(
-    "tickwork_approvals_requested", "Times a session stopped to wait for a person"
+    "tickwork_approvals_requested", "Times a session stopped to wait for a person", ["tenant"]
 )
 RELAY_PASSES = Counter("tickwork_relay_passes", "Relay passes run")
 RELAY_REPUBLISHED = Counter(
@@ -91,7 +99,7 @@ SESSIONS_COMPLETED = Counter(
     "tickwork_sessions_completed",
     "Sessions that completed, by outcome (a repair's: repaired, tests_failing, tests_not_run, "
     "no_changes; none for other kinds)",
-    ["outcome"],
+    ["outcome", "tenant"],
 )
 WEBHOOKS = Counter(
     "tickwork_webhook_deliveries",
@@ -116,51 +124,75 @@ def model_label(spec: str, providers: Providers) -> str:
     return providers.label(spec)
 
 
-class TickMetrics:
-    """The tick observer: ticks by phase and outcome, their time, model usage, approvals."""
+class TenantLabels:
+    """This process's tenant label for each session's tenant, given once and kept (a
+    counter's series must not change name): `tenant_labels` with what it gave before."""
 
-    def __init__(self, providers: Providers) -> None:
+    def __init__(self, listed: Callable[[], frozenset[str]] = frozenset, *, cap: int = 20) -> None:
+        self.listed, self.cap = listed, cap
+        self._given: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, tenant: str) -> str:
+        with self._lock:
+            if tenant not in self._given:
+                label = tenant_labels(
+                    [tenant], listed=self.listed(), cap=self.cap, given=self._given
+                )[tenant]
+                self._given[tenant] = label
+            return self._given[tenant]
+
+
+class TickMetrics:
+    """The tick observer: ticks by phase, outcome and tenant, their time, model usage,
+    approvals."""
+
+    def __init__(self, providers: Providers, tenants: TenantLabels | None = None) -> None:
         self.providers = providers
+        self.tenants = tenants or TenantLabels()
 
     def __call__(self, report: TickReport) -> None:
-        labels = (report.phase.value, report.outcome.value)
+        head = report.claimed or report.head
+        tenant = self.tenants(head.tenant) if head is not None else NONE_LABEL
+        labels = (report.phase.value, report.outcome.value, tenant)
         TICKS.labels(*labels).inc()
         TICK_SECONDS.labels(*labels).observe(report.seconds)
         if report.model is not None:
-            count_model(report.model, self.providers)
+            count_model(report.model, self.providers, tenant=tenant)
         if report.change is not None:
-            count_change(report.change)
+            count_change(report.change, tenant=tenant)
             if report.outcome is TickOutcome.SAVED:
-                count_completed(report.change.head)
+                count_completed(report.change.head, tenant=tenant)
 
 
-def count_completed(head: Head) -> None:
+def count_completed(head: Head, *, tenant: str) -> None:
     """One session saved as completed, by its outcome (a bounded label: the four, or none)."""
     if head.status is Status.COMPLETED:
         found = outcome_of(head.result)
-        SESSIONS_COMPLETED.labels(found.value if found else NONE_LABEL).inc()
+        SESSIONS_COMPLETED.labels(found.value if found else NONE_LABEL, tenant).inc()
 
 
-def count_model(call: ModelCall, providers: Providers) -> None:
+def count_model(call: ModelCall, providers: Providers, *, tenant: str) -> None:
     """A tick's model calls (an agent's one, a graph node's several), their tokens and cost:
-    spent even if the save loses. Labelled by the model that answered, else the spec."""
+    spent even if the save loses. Labelled by the model that answered, else the spec, and
+    by the session's tenant label."""
     model = model_label(call.response_model or call.spec, providers)
-    MODEL_CALLS.labels(model, call.outcome).inc(call.calls)
+    MODEL_CALLS.labels(model, call.outcome, tenant).inc(call.calls)
     if call.outcome != "ok":
         return
-    MODEL_TOKENS.labels(model, "prompt").inc(call.usage.prompt_tokens)
-    MODEL_TOKENS.labels(model, "completion").inc(call.usage.completion_tokens)
+    MODEL_TOKENS.labels(model, "prompt", tenant).inc(call.usage.prompt_tokens)
+    MODEL_TOKENS.labels(model, "completion", tenant).inc(call.usage.completion_tokens)
     if call.usage.cached_prompt_tokens:
-        MODEL_TOKENS.labels(model, "cached_prompt").inc(call.usage.cached_prompt_tokens)
+        MODEL_TOKENS.labels(model, "cached_prompt", tenant).inc(call.usage.cached_prompt_tokens)
     if call.usage.cache_creation_tokens:
-        MODEL_TOKENS.labels(model, "cache_write").inc(call.usage.cache_creation_tokens)
-    MODEL_COST.labels(model).inc(call.cost_usd)
+        MODEL_TOKENS.labels(model, "cache_write", tenant).inc(call.usage.cache_creation_tokens)
+    MODEL_COST.labels(model, tenant).inc(call.cost_usd)
 
 
-def count_change(change: Change) -> None:
+def count_change(change: Change, *, tenant: str) -> None:
     """Approval requests in a tick's change."""
     if any(e.kind is EventKind.APPROVAL_REQUESTED for e in change.events):
-        APPROVALS_REQUESTED.inc()
+        APPROVALS_REQUESTED.labels(tenant).inc()
 
 
 def count_dead_letter(code: str) -> None:
@@ -185,14 +217,27 @@ def counted_relay(relay_once: F) -> F:
     return counted  # type: ignore[return-value]
 
 
-def tenant_labels(seen: Iterable[str], *, listed: frozenset[str], cap: int = 20) -> dict[str, str]:
+def tenant_labels(
+    seen: Iterable[str],
+    *,
+    listed: frozenset[str],
+    cap: int = 20,
+    given: Mapping[str, str] | None = None,
+) -> dict[str, str]:
     """Each tenant's metric label: its name if the tenants file lists it (or it is the
     default), and for the first `cap` others by name too; the rest `other`, so a fleet of
-    many small tenants keeps the labels bounded."""
+    many small tenants keeps the labels bounded. `given`: labels handed out before, which
+    stay and take their share of the cap (a counter's tenants arrive one at a time)."""
+    given = given or {}
     named = {t: t for t in seen if t in listed or t == DEFAULT_TENANT}
-    others = sorted(t for t in seen if t not in named)
-    named.update({t: t for t in others[:cap]})
-    named.update({t: OTHER for t in others[cap:]})
+    named.update({t: given[t] for t in seen if t not in named and t in given})
+    taken = sum(
+        1 for t, label in given.items() if label == t and t not in listed and t != DEFAULT_TENANT
+    )
+    room = max(0, cap - taken)
+    others = sorted({t for t in seen if t not in named})
+    named.update({t: t for t in others[:room]})
+    named.update({t: OTHER for t in others[room:]})
     return named
 
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 import logging
 
 from tickwork.worker.config.settings import WebhookSettings, read_settings
-from tickwork.worker.observers.metrics import TickMetrics
+from tickwork.worker.config.tenants import TenantSettings
+from tickwork.worker.observers.metrics import TenantLabels, TickMetrics
 from tickwork.worker.observers.tracing import tracer_for
 from tickwork.worker.tick.admission import Admitter
 from tickwork.worker.tick.dispatcher import Dispatcher
@@ -19,7 +20,9 @@ log = logging.getLogger("tickwork.observers")
 def install(rt: Runtime) -> None:
     """Register the standard observers on `rt`, and its background threads; one that
     cannot be set up is logged, and the worker runs without it rather than not at all."""
-    rt.observers.add(TickMetrics(rt.providers))
+    cap = rt.settings.section(TenantSettings).tenant_label_cap
+    labels = TenantLabels(lambda: rt.tenants.table().names, cap=cap)
+    rt.observers.add(TickMetrics(rt.providers, labels))
     rt.observers.add(Admitter(rt))  # a session that ends lets its tenant's next one in
     try:
         hooks = read_settings(WebhookSettings)

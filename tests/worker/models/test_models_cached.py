@@ -97,10 +97,10 @@ def test_cached_tokens_are_counted_in_the_metrics() -> None:
     call = ModelCall(spec=model, started_ns=0, ended_ns=1, outcome="ok", usage=usage)
 
     def counted(kind: str) -> float:
-        return MODEL_TOKENS.labels(model, kind)._value.get()
+        return MODEL_TOKENS.labels(model, kind, "default")._value.get()
 
     before = {k: counted(k) for k in ("prompt", "cached_prompt", "cache_write")}
-    count_model(call, Providers())
+    count_model(call, Providers(), tenant="default")
     after = {k: counted(k) - before[k] for k in before}
 
     assert after == {"prompt": 900, "cached_prompt": 700, "cache_write": 50}
