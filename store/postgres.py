@@ -28,7 +28,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.exc import DBAPIError
 from tickwork.fsm.machine import Change
 from tickwork.fsm.values import Head, Status, ToolCall
-from tickwork.store import rows
+from tickwork.store import rows, trees
 from tickwork.store.core import CoreStore
 from tickwork.store.files import FileChange
 from tickwork.store.rows import MUTABLE_HEAD
@@ -101,10 +101,11 @@ class PostgresStore(CoreStore):
 
     def _save(self, lease: Lease, change: Change, files: FileChange | None) -> Head:
         head = change.head
-        if change.children or (head.status.terminal and head.spawn_call is not None):
-            # a spawn, or a child's end that counts on its join: a few statements in one
-            # transaction, once per child (the Core store's save, `trees.py`)
+        if change.children:
+            # a spawn: the children, their ticks and the join's row, in one transaction,
+            # once per spawn (the Core store's save, `trees.py`)
             return super()._save(lease, change, files)
+        ends_child = head.status.terminal and head.spawn_call is not None
         params: dict[str, Any] = {
             name: _dumps(value) if name in _JSON_HEAD else value
             for name, value in rows.head_changes(head).items()
@@ -121,12 +122,15 @@ class PostgresStore(CoreStore):
         added = appended(change, version=lease.version + 1, now=lease.now, files=files)
         for table in APPENDED:
             params[table.name] = _rows(added[table])
-        if change.dead_letter:
-            # the snapshot is of the whole session: read in the save's own transaction
+        if change.dead_letter or ends_child:
+            # a child's end counts on its join and may wake its parent, a dead letter's
+            # snapshot is of the whole session: in the save's own transaction
             with self.engine.begin() as conn:
                 found = conn.exec_driver_sql(SAVE, params).mappings().first()
                 row = None if found is None else dict(found)
-                if row is not None:
+                if row is not None and ends_child:
+                    trees.child_ended(conn, head, now=lease.now)
+                if row is not None and change.dead_letter:
                     record_dead_letter(conn, head.id, now=lease.now)
         else:
             row = _one(self._single, SAVE, params)

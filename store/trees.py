@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import Connection, Engine, and_, insert, select, update
+from sqlalchemy import Connection, Engine, and_, func, insert, select, update
 from tickwork.fsm.joins import Join, JoinMode
 from tickwork.fsm.values import Event, EventKind, Head, Status
 from tickwork.store import rows
@@ -76,6 +76,8 @@ def child_ended(conn: Connection, head: Head, *, now: datetime) -> bool:
                 ended=joins.c.ended + 1,
                 cost_usd=joins.c.cost_usd + head.cost_usd,
                 tokens=joins.c.tokens + head.tokens,
+                # the first child to count itself is the join's first
+                first=func.coalesce(joins.c.first, head.id),
             )
             .returning(*joins.c)
         )
@@ -85,8 +87,6 @@ def child_ended(conn: Connection, head: Head, *, now: datetime) -> bool:
     if counted is None:
         return False  # its parent is gone (pruned with its whole tree): nobody to wake
     join = _join_from_row(counted)
-    if join.first is None:
-        conn.execute(update(joins).where(key, joins.c.first.is_(None)).values(first=head.id))
     if not join.complete:
         return False
     return wake(conn, join, now=now)

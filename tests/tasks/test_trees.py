@@ -12,7 +12,7 @@ import pytest
 from tickwork.fsm.values import EventKind, Status
 
 from tests.tasks.conftest import Deployment, kill, stop
-from tickwork.testing import until
+from tickwork.testing import until, write_script
 
 TREE_KIND = "tests.jobs:TREE"
 #: USD per million prompt and completion tokens: every scripted reply below costs
@@ -153,17 +153,26 @@ def test_a_worker_killed_in_a_child_leaves_one_wake_up_and_every_result_once(
 
 def test_a_bad_spawn_is_an_error_observation_and_starts_nothing(deployment: Deployment) -> None:
     bad = {"children": [{"role": "explorer", "share": 0.8}, {"role": "critic", "share": 0.8}]}
-    replies = [
-        {"content": "split", "tool_calls": [{"name": "spawn_agents", "arguments": bad}]},
-        {"content": "gave up"},
-    ]
-    head = deployment.client.submit(
-        TREE_KIND, {"sink": str(deployment.sink)}, model=deployment.script(replies)
-    )
+    # the model names a script outside its parent's directory: the host must not read it
+    folder = deployment.tmp.parent / f"{deployment.tmp.name}-elsewhere"
+    elsewhere = write_script([{"content": "read"}], folder, name="other")
+    outside = {"children": [{"role": "explorer", "model": elsewhere}]}
+    said = {"shares add up to 1.6": bad, f"child 'explorer': model {elsewhere!r} is not": outside}
+    ids = {}
+    for error, arguments in said.items():
+        replies = [
+            {"content": "split", "tool_calls": [{"name": "spawn_agents", "arguments": arguments}]},
+            {"content": "gave up"},
+        ]
+        ids[error] = deployment.client.submit(
+            TREE_KIND, {"sink": str(deployment.sink)}, model=deployment.script(replies)
+        ).id
     with deployment.worker():
-        _ended(deployment, head.id, 60)
-    assert deployment.client.get(head.id).status is Status.COMPLETED
-    observed = deployment.client.load(head.id).observation("s1c0")
-    assert observed is not None and observed.is_error
-    assert "shares add up to 1.6" in observed.content
-    assert deployment.client.store.children(head.id) == []
+        for session_id in ids.values():
+            _ended(deployment, session_id, 60)
+    for error, session_id in ids.items():
+        assert deployment.client.get(session_id).status is Status.COMPLETED
+        observed = deployment.client.load(session_id).observation("s1c0")
+        assert observed is not None and observed.is_error
+        assert error in observed.content
+        assert deployment.client.store.children(session_id) == []

@@ -27,6 +27,7 @@ JSON_EXAMPLES = {
     "secret_patterns": '["tok-[0-9a-f]{32}"]',
     "budgets": '{"max_steps": 50}',
     "api_models": '["openai:"]',
+    "child_models": '["openai:"]',
     "api_tokens": '{"TOKEN": {"name": "alice", "roles": ["approver"]}}',
 }
 #: the cards the webhook can send (TICKWORK_WEBHOOK_EVENTS)
@@ -118,6 +119,12 @@ class RoleSettings(BaseSettings):
     #: a JSON file: job kind -> role name -> role (system_prompt, tools, model, budgets,
     #: description); unset: the kinds' own roles only
     roles_file: Path | None = None
+    #: model spec prefixes (e.g. `openai:`) a spawn entry may name for a child besides its
+    #: parent's model and its role's; empty: only those two. Never lets in a scripted model.
+    child_models: list[str] = []
+    #: directories whose script files a spawn entry may name as `scripted:PATH` (besides
+    #: the directory of the parent's own script); empty: none
+    child_scripted_roots: list[Path] = []
 
 
 class Settings(BaseSettings):

@@ -184,15 +184,19 @@ def ended_child(rt: Runtime, head: Head) -> None:
     """After a child's end committed: publish its parent's tick if the end woke it (its
     outbox row is there already: the relay publishes it anyway, later), and in a join
     that wanted the first child only, cancel the others. Best effort: the relay repeats
-    both (`missed_wakes`, `to_cancel`)."""
+    both (`missed_wakes`, `to_cancel`). A join still incomplete (every child's end but
+    the last) costs one read."""
     assert head.parent_id is not None and head.spawn_call is not None
     try:
-        parent = rt.store.get(head.parent_id)
-        rate = rt.settings.drop_publish_rate
-        if parent.status is Status.EXECUTING and not (rate and rt.jitter() < rate):
-            rt.publish(parent.id, parent.version)
         join = rt.store.join(head.parent_id, head.spawn_call)
-        if join is not None and join.mode is JoinMode.FIRST:
+        if join is None:
+            return  # its parent is gone with its tree
+        if join.complete:
+            parent = rt.store.get(head.parent_id)
+            rate = rt.settings.drop_publish_rate
+            if parent.status is Status.EXECUTING and not (rate and rt.jitter() < rate):
+                rt.publish(parent.id, parent.version)
+        if join.mode is JoinMode.FIRST:
             for sibling in rt.store.children(head.parent_id, head.spawn_call):
                 if not sibling.status.terminal and not sibling.cancel_requested:
                     with contextlib.suppress(SessionFinished):

@@ -12,8 +12,10 @@ the model can act on.
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from tickwork.fsm import machine, trees
@@ -27,12 +29,13 @@ from tickwork.fsm.errors import (
 from tickwork.fsm.joins import Join
 from tickwork.fsm.transitions import Change
 from tickwork.fsm.values import Budgets, Head, Status, ToolCall
+from tickwork.worker.config.settings import RoleSettings
 from tickwork.worker.jobs.kinds import Parent, Spawning, Submission
 from tickwork.worker.jobs.roles import role_for
 from tickwork.worker.models import check_spec, pricing
 from tickwork.worker.tick.frame import Tick
 
-__all__ = ["child_head", "spawn_or_join"]
+__all__ = ["allowed_child_model", "child_head", "spawn_or_join"]
 
 
 def spawn_or_join(tick: Tick, call: ToolCall, arguments: Mapping[str, Any]) -> Change:
@@ -61,6 +64,64 @@ def spawn_or_join(tick: Tick, call: ToolCall, arguments: Mapping[str, Any]) -> C
         )
     join = Join(parent_id=head.id, call_id=call.call_id, mode=spawn.join, expected=len(children))
     return trees.spawned(head, call, join, children, now=now)
+
+
+def _script_of(spec: str) -> tuple[str, str] | None:
+    """(prefix, path) if `spec` names a script file (`react:` wraps another spec), else None."""
+    inner = spec
+    while inner.startswith("react:"):
+        inner = inner.removeprefix("react:")
+    if not inner.startswith("scripted:"):
+        return None
+    return spec[: len(spec) - len(inner)] + "scripted:", inner.removeprefix("scripted:")
+
+
+def allowed_child_model(
+    spec: str, *, parent: str, role: str | None, settings: RoleSettings, child: str
+) -> str:
+    """The model a spawn entry names for a child, if the deployment lets the model choose
+    it: its parent's, its role's, a spec starting with one of `TICKWORK_CHILD_MODELS`, or
+    a script (`scripted:PATH`, by its absolute path, symlinks resolved) inside the
+    directory of the parent's own script or one of `TICKWORK_CHILD_SCRIPTED_ROOTS`. The
+    entry is the model's writing, as untrusted as a submit over the API
+    (`tickwork/api/models.py`): a script's path makes the host read that file. Else
+    InvalidInput naming the child and what is allowed (never whether the file exists)."""
+    if spec in (parent, role):
+        return spec
+    script = _script_of(spec)
+    if script is None:
+        if any(spec.startswith(prefix) for prefix in settings.child_models):
+            return spec
+        allowed = [f"{parent!r} (yours)"]
+        if role:
+            allowed.append(f"{role!r} (its role's)")
+        allowed += [f"a model starting with {p!r}" for p in settings.child_models]
+        raise InvalidInput(
+            f"child {child!r}: model {spec!r} is not allowed; allowed: {', '.join(allowed)}, "
+            "or leave `model` out (an operator may allow more with TICKWORK_CHILD_MODELS)"
+        )
+    prefix, path = script
+    roots = list(settings.child_scripted_roots)
+    own = _script_of(parent)
+    if own is not None:
+        roots.append(Path(os.path.abspath(own[1])).parent)  # its directory, as named
+    refusal = InvalidInput(
+        f"child {child!r}: model {spec!r} is not allowed; a scripted child must name a "
+        "script file by its absolute path inside "
+        + (", ".join(str(r) for r in roots) if roots else "no directory here")
+        + " (an operator may allow more with TICKWORK_CHILD_SCRIPTED_ROOTS), or leave "
+        "`model` out"
+    )
+    if not roots or not Path(path).is_absolute():
+        raise refusal
+    try:
+        found = Path(path).resolve()
+        inside = any(found.is_relative_to(root.resolve()) for root in roots)
+    except (OSError, ValueError, RuntimeError):
+        raise refusal from None
+    if not inside:
+        raise refusal
+    return f"{prefix}{found}"
 
 
 def _provider(spec: str) -> str:
@@ -100,11 +161,20 @@ def child_head(
     config = {"system_prompt": job.system_prompt, **config}
     if role is not None:
         config.update(role.config())
-    model = spec.model or (role.model if role is not None else None) or parent.model
+    role_model = role.model if role is not None else None
+    model = spec.model or role_model or parent.model
     try:
         check_spec(model, rt.providers)
     except TickworkError as exc:
         raise InvalidInput(f"child {spec.role!r}: model {model!r}: {exc}") from None
+    if spec.model is not None:
+        model = allowed_child_model(
+            spec.model,
+            parent=parent.model,
+            role=role_model,
+            settings=rt.settings.section(RoleSettings),
+            child=spec.role,
+        )
     if "price" in parent.config and _provider(model) == _provider(parent.model):
         # the parent's price stands for its provider's models (a scripted child's too)
         config["price"] = parent.config["price"]
