@@ -304,6 +304,18 @@ def branches_joined(
     the session. A branch that did not complete fails the session (as a node that raises
     does), naming it; it can be forked."""
     failed = [b for b in branches if b.status is not Status.COMPLETED]
+    # the charge's record, as an agent's join has it (the tenant's day spend subtracts it)
+    event = Event(
+        kind=EventKind.CHILDREN_JOINED,
+        at=now,
+        data={
+            "call_id": call.call_id,
+            "ended": len(branches),
+            "completed": len(branches) - len(failed),
+            "cost_usd": cost_usd,
+            "tokens": tokens,
+        },
+    )
     if failed or not branches:
         first = failed[0] if failed else None
         why = (
@@ -316,7 +328,7 @@ def branches_joined(
             head, now, tokens=head.tokens + tokens, cost_usd=head.cost_usd + cost_usd
         )
         change = transitions.ended(
-            charged, Status.FAILED, now, error_code=ErrorCode.INTERNAL, error_message=why
+            charged, Status.FAILED, now, (event,), error_code=ErrorCode.INTERNAL, error_message=why
         )
         return change.model_copy(update=transitions.close_calls([call], "not run: " + why, now))
     updates = []
@@ -324,7 +336,7 @@ def branches_joined(
         update = b.result.get("update")
         updates.append(update if isinstance(update, dict) else {})
     state, delta = graph.merge(state_of(head), updates)
-    return node_finished(
+    change = node_finished(
         head,
         graph,
         call,
@@ -335,6 +347,7 @@ def branches_joined(
         cost_usd=cost_usd,
         trace_id=trace_id,
     )
+    return change.model_copy(update={"events": (event, *change.events)})
 
 
 def _charged(change: Change, call: ToolCall, usage: Usage | None, cost_usd: float) -> Change:

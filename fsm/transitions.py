@@ -150,6 +150,19 @@ def call_finished(
     )
 
 
+def cap_output(text: str, max_chars: int) -> str:
+    """`text`, or its head and tail with a note saying how much of the middle was cut."""
+    if max_chars < 1:
+        raise ValueError(f"max_chars must be at least 1, got {max_chars}")
+    if len(text) <= max_chars:
+        return text
+    head = max_chars // 2
+    tail = max_chars - head
+    cut = len(text) - max_chars
+    note = f"\n[... {cut} characters cut from the middle of {len(text)} ...]\n"
+    return text[:head] + note + text[len(text) - tail :]
+
+
 def observed(
     call: ToolCall, output: str, *, is_error: bool, now: datetime, duration_ms: float = 0.0
 ) -> dict[str, Any]:

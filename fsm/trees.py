@@ -184,6 +184,22 @@ def child_budgets(parent: Head, share: float, *, now: datetime, base: Budgets) -
     )
 
 
+def lineage(parent: Head, call: ToolCall, role: str) -> dict[str, Any]:
+    """The fields that make a head a child of `parent`, spawned by `call` as `role`: where
+    it sits in the tree, who submitted it, the tenant it belongs to (a child is never seen
+    outside its parent's tenant) and the runtime level. Every kind of child (an agent's
+    spawn, a graph's branch) takes them from here, so they cannot drift apart."""
+    return {
+        "parent_id": parent.id,
+        "root_id": parent.root_id or parent.id,
+        "spawn_call": call.call_id,
+        "role": role,
+        "submitted_by": parent.submitted_by,
+        "tenant": parent.tenant,
+        "runtime_level": parent.runtime_level,
+    }
+
+
 def spawned(
     head: Head, call: ToolCall, join: Join, children: Sequence[Head], *, now: datetime
 ) -> Change:
@@ -208,6 +224,12 @@ def spawned(
     )
 
 
+def waiting_again(head: Head, *, now: datetime) -> Head:
+    """The parent woken before its join is complete (by hand, or by a repair that raced)
+    goes back to waiting: the join's last child wakes it again."""
+    return head.model_copy(update={"status": Status.WAITING_CHILDREN, "updated_at": now})
+
+
 def joined(
     head: Head,
     calls: Sequence[ToolCall],
@@ -216,17 +238,21 @@ def joined(
     ends: Sequence[ChildEnd],
     *,
     now: datetime,
+    max_chars: int,
 ) -> Change:
     """The woken parent records the spawn call's observation: each child's outcome (a
     failed or cancelled child is reported to the model, not a failure of the parent; the
     observation is an error only when no child completed), and the children's cost and
-    tokens are added to its own (the tree's spending, charged up at the join)."""
+    tokens are added to its own (the tree's spending, charged up at the join). The
+    observation is capped at `max_chars` as any tool's output is (`cap_output`)."""
     transitions.require(head, Status.EXECUTING)
     body: dict[str, Any] = {"join": join.mode.value}
     if join.mode is JoinMode.FIRST and join.first is not None:
         body["first"] = join.first
     body["children"] = [_reported(e) for e in ends]
-    output = json.dumps(body, ensure_ascii=False, indent=1, default=str)
+    output = transitions.cap_output(
+        json.dumps(body, ensure_ascii=False, indent=1, default=str), max_chars
+    )
     completed = [e for e in ends if e.status is Status.COMPLETED]
     event = Event(
         kind=EventKind.CHILDREN_JOINED,
@@ -256,20 +282,32 @@ def joined(
 
 
 def _reported(end: ChildEnd) -> dict[str, Any]:
-    """One child's entry in the observation."""
+    """One child's entry in the observation: never its whole `result` (a repair's patch
+    can be megabytes; `adopt_patch` reads it through `ToolContext.children`), only a
+    patch's size and the files it changes."""
     entry: dict[str, Any] = {"id": end.id, "role": end.role, "status": end.status.value}
     if end.outcome is not None:
         entry["outcome"] = end.outcome
     if end.status is Status.COMPLETED:
-        answer = end.final_answer or ""
-        if len(answer) > ANSWER_CHARS:
-            answer = answer[:ANSWER_CHARS] + f"... [{len(answer) - ANSWER_CHARS} more characters]"
-        entry["answer"] = answer
+        entry["answer"] = _shortened(end.final_answer or "")
     else:
-        entry["error"] = (
+        entry["error"] = _shortened(
             f"{end.error_code}: {end.error_message}" if end.error_code else end.status.value
         )
-    if end.result:
-        entry["result"] = end.result
+    patch = end.result.get("patch")
+    if isinstance(patch, str) and patch:
+        changed = end.result.get("files_changed")
+        entry["patch"] = {
+            "chars": len(patch),
+            "files_changed": [str(f) for f in changed] if isinstance(changed, list) else [],
+        }
+    elif isinstance(end.result.get("patch_error"), str):
+        entry["patch_error"] = _shortened(end.result["patch_error"])
     entry.update(cost_usd=round(end.cost_usd, 6), tokens=end.tokens, steps=end.steps)
     return entry
+
+
+def _shortened(text: str) -> str:
+    if len(text) <= ANSWER_CHARS:
+        return text
+    return text[:ANSWER_CHARS] + f"... [{len(text) - ANSWER_CHARS} more characters]"

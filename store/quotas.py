@@ -5,8 +5,11 @@ What each quota counts (docs/OPERATIONS.md, "Tenants and quotas"):
 - `max_queued`: the tenant's sessions waiting to start: in the `queued` status, or
   runnable and never ticked (version 0: submitted, waiting in the broker for a worker).
   The new session counts too, so at most `max_queued` wait at once.
-- `max_usd_per_day`: the recorded cost (`cost_usd`) of the tenant's sessions created since
-  the last UTC midnight; refused once it reached the quota, until the next midnight.
+- `max_usd_per_day`: what the tenant's sessions created since the last UTC midnight spent
+  themselves, each counted once: their recorded cost (`cost_usd`) less the children's cost
+  charged to them at their joins (a `children_joined` event with `cost_usd`; the children
+  are counted as sessions themselves); refused once it reached the quota, until the next
+  midnight.
 - `max_stored_bytes`: the characters of the tenant's live transcripts (the model's thoughts
   and the tools' observations; ~bytes), summed at most once a minute per process (a join
   over every step, too dear for every submit); refused once it reached the quota.
@@ -26,8 +29,8 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import ColumnElement, Connection, Engine, func, or_, select, text
 from tickwork.fsm.errors import QuotaExceeded
 from tickwork.fsm.tenants import Quotas
-from tickwork.fsm.values import RUNNABLE, Head
-from tickwork.store.schema import observations, sessions, steps
+from tickwork.fsm.values import RUNNABLE, EventKind, Head
+from tickwork.store.schema import events, observations, sessions, steps
 
 #: the status a session waits in for admission (docs/DESIGN.md section 15)
 QUEUED = "queued"
@@ -74,6 +77,26 @@ class StoredBytes:
         return total
 
 
+def midnight_before(now: datetime) -> datetime:
+    """The UTC midnight the day's spend is counted from."""
+    return now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+
+
+def spent_today(conn: Connection, tenant: str, *, now: datetime) -> float:
+    """What `tenant`'s sessions created since the last UTC midnight spent, each session's
+    own spending once: a join adds its children's cost to their parent's `cost_usd` (the
+    root's is the tree's), so the cost charged at each join (its `children_joined` event)
+    is taken off the parent's, the children being counted themselves."""
+    today = (sessions.c.tenant == tenant) & (sessions.c.created_at >= midnight_before(now))
+    recorded = select(func.coalesce(func.sum(sessions.c.cost_usd), 0.0)).where(today)
+    mine = select(sessions.c.id).where(today).scalar_subquery()
+    charged = select(func.coalesce(func.sum(events.c.data["cost_usd"].as_float()), 0.0)).where(
+        events.c.session_id.in_(mine), events.c.kind == EventKind.CHILDREN_JOINED.value
+    )
+    total = float(conn.execute(recorded).scalar_one()) - float(conn.execute(charged).scalar_one())
+    return max(0.0, total)
+
+
 def lock(conn: Connection, tenant: str) -> None:
     """Hold `tenant`'s lock until `conn`'s transaction ends (Postgres; SQLite: a no-op, its
     writers are serialised by BEGIN IMMEDIATE)."""
@@ -104,16 +127,9 @@ def check(
                 retry_after_s=QUEUED_RETRY_S,
             )
     if quotas.max_usd_per_day is not None:
-        midnight = now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
-        spent = float(
-            conn.execute(
-                select(func.coalesce(func.sum(sessions.c.cost_usd), 0.0)).where(
-                    sessions.c.tenant == tenant, sessions.c.created_at >= midnight
-                )
-            ).scalar_one()
-        )
+        spent = spent_today(conn, tenant, now=now)
         if spent >= quotas.max_usd_per_day:
-            until = midnight + timedelta(days=1)
+            until = midnight_before(now) + timedelta(days=1)
             raise QuotaExceeded(
                 f"tenant {tenant} spent ${spent:.2f} today (UTC), its quota max_usd_per_day "
                 f"is ${quotas.max_usd_per_day:.2f}: submit again after {until.isoformat()}",
@@ -140,16 +156,10 @@ def check(
 
 def usage(engine: Engine, tenant: str, *, now: datetime, stored: StoredBytes) -> dict[str, float]:
     """What `tenant` uses of each quota now (for `tickwork tenants` and the docs' sizing)."""
-    midnight = now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
     with engine.connect() as conn:
         queued = conn.execute(select(func.count()).select_from(sessions).where(waiting(tenant)))
-        spent = conn.execute(
-            select(func.coalesce(func.sum(sessions.c.cost_usd), 0.0)).where(
-                sessions.c.tenant == tenant, sessions.c.created_at >= midnight
-            )
-        )
         return {
             "max_queued": int(queued.scalar_one()),
-            "max_usd_per_day": float(spent.scalar_one()),
+            "max_usd_per_day": spent_today(conn, tenant, now=now),
             "max_stored_bytes": stored.of(conn, tenant),
         }

@@ -23,8 +23,10 @@ from typing import Any
 import httpx
 import pytest
 from sqlalchemy import func, select, update
+from tickwork.fsm import trees
 from tickwork.fsm.errors import QuotaExceeded
 from tickwork.fsm.values import Status
+from tickwork.store import quotas
 from tickwork.store.migrate import upgrade
 from tickwork.store.schema import events, outbox, sessions
 from tickwork.worker.config.settings import Settings
@@ -32,7 +34,8 @@ from tickwork.worker.config.settings import Settings
 from tests.api.conftest import TEST_KIND, Server
 from tickwork.api import ApiSettings, make_api
 from tickwork.client import Tickwork
-from tickwork.testing.store_ticks import reply, think
+from tickwork.testing.store_contract.trees import finish, spawn
+from tickwork.testing.store_ticks import Clock, claim, reply, think
 
 TOKENS = {
     "ann-team-a-token-00000001": {"name": "ann", "roles": ["submitter"], "tenant": "team-a"},
@@ -150,6 +153,36 @@ def test_dollars_per_day_count_todays_sessions(fleet: Fleet) -> None:
     assert 0 < refused.value.retry_after_s <= to_midnight + 2
     assert refused.value.used == 1.5 and refused.value.limit == 1.5
     fleet.submit("team-b")
+
+
+def test_a_tree_s_spend_counts_once_though_its_root_carries_the_children_s(
+    fleet: Fleet,
+) -> None:
+    store = fleet.client.store
+    clock = Clock(datetime.now(UTC))
+    ids = spawn(store, clock, "tree", 2)  # the root's spawn step costs 0.01
+    for child in ids:
+        finish(store, clock, child)  # 0.01 each
+    parent = claim(store, "tree", now=clock())
+    [call] = parent.calls
+    join = store.join("tree", call.call_id)
+    assert join is not None and join.complete
+    ends = trees.child_ends(store.children("tree", call.call_id))
+    change = trees.joined(
+        parent.head, parent.calls, call, join, ends, now=clock(), max_chars=20_000
+    )
+    root = store.save(change, version=parent.head.version, owner=parent.owner, now=clock())
+    assert root.cost_usd == pytest.approx(0.03)  # the root's cost is the tree's
+
+    engine = store.engine  # type: ignore[attr-defined]
+    used = quotas.usage(engine, "default", now=clock(), stored=quotas.StoredBytes())
+    assert used["max_usd_per_day"] == pytest.approx(0.03)
+    write(fleet.tenants_file, {"default": {"max_usd_per_day": 0.035}})
+    fleet.submit("default")  # the tree's 0.03 once, not 0.05
+    write(fleet.tenants_file, {"default": {"max_usd_per_day": 0.03}})
+    with pytest.raises(QuotaExceeded) as refused:
+        fleet.submit("default")
+    assert refused.value.used == pytest.approx(0.03)
 
 
 def test_stored_bytes_count_the_transcripts(fleet: Fleet) -> None:

@@ -23,6 +23,9 @@ from tickwork.fsm import machine
 from tickwork.fsm.values import ErrorCode, Session, Status
 from tickwork.store.migrate import upgrade
 from tickwork.worker.config.settings import Settings
+from tickwork.worker.jobs import Jobs
+from tickwork.worker.tick.advance import advance
+from tickwork.worker.tick.runtime import Runtime
 
 from tests.api.conftest import Server
 from tickwork.api import ApiSettings, make_api
@@ -298,6 +301,60 @@ def test_a_submit_goes_into_the_tokens_tenant(world: World, tmp_path: Path) -> N
     assert world.http("bob").get("/api/v1/sessions", params={"tenant": "team-a"}).json() == []
     me = world.http("amy").get("/api/v1/me").json()
     assert me == {"name": "amy", "roles": sorted(EVERY), "tenant": "team-a", "own_only": True}
+
+
+def _tick_until_it_rests(rt: Runtime, session_id: str) -> Status:
+    for _ in range(20):
+        head = rt.store.get(session_id)
+        if not head.status.runnable:
+            return head.status
+        advance(rt, session_id, head.version)
+    raise AssertionError(f"session {session_id} did not rest in 20 ticks")
+
+
+def test_a_graph_s_branches_stay_in_its_tenant(tmp_path: Path) -> None:
+    """A fan-out's branches are child sessions of the fanning one's tenant: its tenant's
+    token sees them, another tenant's gets 404 as for a session nobody made. (A world of
+    its own: the shared one's listings are exact.)"""
+    settings = Settings(
+        state_dir=tmp_path / "state", queue=f"tickwork.ticks.{uuid.uuid4().hex[:8]}"
+    )
+    settings.state_dir.mkdir(parents=True)
+    upgrade(settings.db_url)
+    client = Tickwork(settings)
+    client.publish = lambda *_: None  # type: ignore[method-assign]  # ticks run here, in turn
+    script = tmp_path / "script.json"
+    script.write_text('[{"content": "-"}]')
+    root = client.submit(
+        "tests.graphs:MAP_SUM",
+        {"items": [1, 2]},
+        model=f"scripted:{script}",
+        tenant="team-b",
+        submitted_by="bob",
+    )
+    rt = Runtime(settings=settings, store=client.store, jobs=Jobs(), publish_tick=lambda *_: None)
+    app = make_api(settings, ApiSettings(api_tokens=TOKENS), client=client)  # type: ignore[arg-type]
+    try:
+        with Server(app) as server:
+            world = World(server.url, client, {}, {}, app)
+            assert _tick_until_it_rests(rt, root.id) is Status.WAITING_CHILDREN
+            branches = client.store.children(root.id)
+            assert len(branches) == 2
+            assert {(b.tenant, b.submitted_by) for b in branches} == {("team-b", "bob")}
+            listed = world.http("ann").get("/api/v1/sessions").json()
+            assert listed == []
+            for branch in branches:
+                path = f"/api/v1/sessions/{branch.id}"
+                assert world.http("bob").get(path).status_code == 200
+                assert world.http("ann").get(path).status_code == 404
+                assert _tick_until_it_rests(rt, branch.id) is Status.COMPLETED
+            for http in world.clients.values():
+                http.close()
+        assert _tick_until_it_rests(rt, root.id) is Status.COMPLETED
+        assert client.get(root.id).result["state"]["total"] == 5
+    finally:
+        rt.close()
+        client.close()
 
 
 def test_the_page_reads_only_routes_checked_here(world: World) -> None:

@@ -104,7 +104,9 @@ def test_the_join_s_observation_reports_each_child_and_charges_their_cost() -> N
         head(id="c1", status=Status.FAILED, error_code="LOOP", error_message="looped"),
     ]
 
-    change = trees.joined(parent, [call], call, join, trees.child_ends(children), now=NOW)
+    change = trees.joined(
+        parent, [call], call, join, trees.child_ends(children), now=NOW, max_chars=20_000
+    )
 
     assert change.head.status is Status.READY
     assert change.head.cost_usd == pytest.approx(0.4)
@@ -113,9 +115,53 @@ def test_the_join_s_observation_reports_each_child_and_charges_their_cost() -> N
     [seen] = change.observations
     report = json.loads(seen.content)
     assert [c["status"] for c in report["children"]] == ["completed", "failed"]
-    assert report["children"][0]["result"] == {"patch": "p"}
+    assert report["children"][0]["patch"] == {"chars": 1, "files_changed": []}
+    assert "result" not in report["children"][0]
     assert report["children"][1]["error"] == "LOOP: looped"
     assert not seen.is_error  # a failed child is the parent's to act on
+
+
+def test_the_join_s_observation_is_capped_as_a_tool_s_output_and_names_no_patch() -> None:
+    parent = head(status=Status.EXECUTING, step=1)
+    call = _spawn_call()
+    n = trees.MAX_CHILDREN
+    join = Join(parent_id="root", call_id="s1c0", expected=n, ended=n)
+    patch = "diff --git a/calc.py b/calc.py\n" + "+x = 1\n" * 285_000  # ~2,000,000 chars
+    children = [
+        head(
+            id=f"c{i:02d}",
+            status=Status.COMPLETED,
+            final_answer="a" * 10_000,
+            result={"patch": patch, "files_changed": ["calc.py"], "outcome": "repaired"},
+        )
+        for i in range(n)
+    ]
+
+    change = trees.joined(
+        parent, [call], call, join, trees.child_ends(children), now=NOW, max_chars=20_000
+    )
+
+    [seen] = change.observations
+    assert len(seen.content) <= 20_000 + 100  # the cap, and the tools' cut note
+    assert "characters cut from the middle of" in seen.content
+    assert "+x = 1" not in seen.content  # each patch's size only: adopt_patch reads it
+    first = seen.content[: seen.content.index("[...")]
+    assert f'"chars": {len(patch)}' in first and '"calc.py"' in first
+    assert '"outcome": "repaired"' in first
+
+
+def test_a_child_s_lineage_puts_it_in_its_parent_s_tree_and_tenant() -> None:
+    parent = head(id="p", root_id="r", tenant="team-b", submitted_by="bob", runtime_level=3, step=1)
+    fields = trees.lineage(parent, _spawn_call(), "explorer")
+    child = head(id="c", **fields)
+    assert (child.parent_id, child.root_id, child.spawn_call, child.role) == (
+        "p",
+        "r",
+        "s1c0",
+        "explorer",
+    )
+    assert (child.tenant, child.submitted_by, child.runtime_level) == ("team-b", "bob", 3)
+    assert trees.lineage(head(id="p"), _spawn_call(), "x")["root_id"] == "p"
 
 
 def test_a_waiting_parent_is_cancelled_at_once() -> None:

@@ -232,6 +232,8 @@ class GraphRunner:
             # woke the session is found, and the branches' updates are merged
             join = rt.store.join(head.id, upcoming.call_id)
             if join is not None:
+                if not join.complete:  # woken by hand, or by a repair that raced: wait again
+                    return Change(head=trees.waiting_again(head, now=rt.clock()))
                 return graph_machine.branches_joined(
                     head,
                     graph,
@@ -398,12 +400,7 @@ def _fan_out(
                 budgets=trees.child_budgets(head, share, now=now, base=head.budgets),
                 input=dict(given),
                 config=config,
-                parent_id=head.id,
-                root_id=head.root_id or head.id,
-                spawn_call=call.call_id,
-                role=branches.node,
-                submitted_by=head.submitted_by,
-                runtime_level=head.runtime_level,
+                **trees.lineage(head, call, branches.node),
             )
         )
     join = Join(parent_id=head.id, call_id=call.call_id, expected=len(children))

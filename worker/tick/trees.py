@@ -28,7 +28,7 @@ from tickwork.fsm.errors import (
 )
 from tickwork.fsm.joins import Join
 from tickwork.fsm.transitions import Change
-from tickwork.fsm.values import Budgets, Head, Status, ToolCall
+from tickwork.fsm.values import Budgets, Head, ToolCall
 from tickwork.worker.config.settings import RoleSettings
 from tickwork.worker.jobs.kinds import Parent, Spawning, Submission
 from tickwork.worker.jobs.roles import role_for
@@ -45,11 +45,18 @@ def spawn_or_join(tick: Tick, call: ToolCall, arguments: Mapping[str, Any]) -> C
     join = rt.store.join(head.id, call.call_id)
     if join is not None:
         if not join.complete:  # woken by hand, or by a repair that raced: wait again
-            moved = head.model_copy(update={"status": Status.WAITING_CHILDREN, "updated_at": now})
-            return Change(head=moved)
+            return Change(head=trees.waiting_again(head, now=now))
         children = rt.store.children(head.id, call.call_id)
         ends = trees.child_ends(children)
-        return trees.joined(head, tick.claimed.calls, call, join, ends, now=now)
+        return trees.joined(
+            head,
+            tick.claimed.calls,
+            call,
+            join,
+            ends,
+            now=now,
+            max_chars=rt.settings.max_output_chars,
+        )
     try:
         spawn = trees.parse_spawn(arguments)
         prefix = uuid.uuid4().hex[:29]
@@ -198,11 +205,5 @@ def child_head(
         budgets=trees.child_budgets(parent, share, now=now, base=base),
         input=dict(spec.input),
         config=config,
-        parent_id=parent.id,
-        root_id=parent.root_id or parent.id,
-        spawn_call=call.call_id,
-        role=spec.role,
-        submitted_by=parent.submitted_by,
-        tenant=parent.tenant,
-        runtime_level=parent.runtime_level,
+        **trees.lineage(parent, call, spec.role),
     )

@@ -25,6 +25,7 @@ from typing import Annotated, Any, get_type_hints, overload
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from tickwork.fsm.approvals import ApprovalRule, Policy
 from tickwork.fsm.errors import ConfigurationError, InvalidToolArguments, ToolError, UnknownTool
+from tickwork.fsm.transitions import cap_output
 from tickwork.fsm.values import idempotency_key as _idempotency_key
 from tickwork.worker.sandbox.runner import Sandbox
 from tickwork.worker.tools.schemas import (
@@ -335,19 +336,6 @@ class ToolRegistry:
 
     def rules(self) -> dict[str, ApprovalRule]:
         return {name: each.rule for name, each in self._tools.items()}
-
-
-def cap_output(text: str, max_chars: int) -> str:
-    """`text`, or its head and tail with a note saying how much of the middle was cut."""
-    if max_chars < 1:
-        raise ValueError(f"max_chars must be at least 1, got {max_chars}")
-    if len(text) <= max_chars:
-        return text
-    head = max_chars // 2
-    tail = max_chars - head
-    cut = len(text) - max_chars
-    note = f"\n[... {cut} characters cut from the middle of {len(text)} ...]\n"
-    return text[:head] + note + text[len(text) - tail :]
 
 
 def render_output(value: Any) -> str:

@@ -145,7 +145,9 @@ class TreeContract(Contract):
         join = store.join("p", call.call_id)
         assert join is not None and join.complete
         ends = trees.child_ends(store.children("p", call.call_id))
-        change = trees.joined(parent.head, parent.calls, call, join, ends, now=clock())
+        change = trees.joined(
+            parent.head, parent.calls, call, join, ends, now=clock(), max_chars=20_000
+        )
         head = store.save(change, version=parent.head.version, owner=parent.owner, now=clock())
 
         assert head.status is Status.READY

@@ -1,0 +1,53 @@
+"""A graph session woken while its branches run (by hand, or by a repair that raced) waits
+for them again; its branches' updates merge only once the join is complete."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import update
+from tickwork.fsm.values import Status
+from tickwork.store.schema import sessions
+from tickwork.worker.tick.advance import advance
+
+from tests.worker.ticking import Ticks
+
+
+@pytest.fixture
+def ticks(database_url: str, tmp_path: Path) -> Iterator[Ticks]:
+    found = Ticks(database_url, tmp_path)
+    yield found
+    found.close()
+
+
+def test_a_fanning_session_woken_before_its_join_is_complete_waits_again(
+    ticks: Ticks, tmp_path: Path
+) -> None:
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([{"content": "-"}]))
+    root = ticks.client.submit(
+        "tests.graphs:MAP_SUM", {"items": [1, 2, 3]}, model=f"scripted:{script}"
+    ).id
+    assert ticks.run(root).status is Status.WAITING_CHILDREN
+    first, *others = ticks.store.children(root)
+    assert ticks.run(first.id).status is Status.COMPLETED
+    with ticks.store.engine.begin() as conn:  # woken by hand: one branch of three ended
+        conn.execute(
+            update(sessions)
+            .where(sessions.c.id == root)
+            .values(status=Status.EXECUTING.value, version=sessions.c.version + 1)
+        )
+    head = ticks.store.get(root)
+
+    advance(ticks.rt, root, head.version)
+
+    again = ticks.store.get(root)
+    assert again.status is Status.WAITING_CHILDREN, (again.status, again.error_message)
+    for branch in others:
+        assert ticks.run(branch.id).status is Status.COMPLETED
+    done = ticks.run(root)
+    assert done.status is Status.COMPLETED, done.error_message
+    assert done.result["state"]["total"] == 1 + 4 + 9
