@@ -33,7 +33,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from sqlalchemy import Connection, Engine, or_, select, text
+from sqlalchemy import Connection, Engine, func, or_, select, text
 from tickwork.fsm.errors import StoreUnavailable
 from tickwork.fsm.values import RUNNABLE
 from tickwork.store.relay import Due, revive
@@ -154,16 +154,26 @@ def take_over(
 
 
 def _leased(conn: Connection, *, limit: int) -> set[int]:
+    """The signs the leases of runnable sessions name, at most `limit`: each sign once,
+    those of the oldest leases first (a dead worker's are no longer renewed), so that many
+    leases of live workers never hide a dead one's."""
+    owner = sessions.c.lease_owner
+    # the digits after the last "@" (`_SIGNED`): what is left once trailing digits are trimmed
+    head = func.rtrim(owner, "0123456789")
+    key = func.substr(owner, func.length(head) + 1)
     rows = conn.execute(
-        select(sessions.c.lease_owner)
+        select(key)
         .where(
             sessions.c.status.in_([s.value for s in RUNNABLE]),
             sessions.c.lease_expires_at.is_not(None),
-            sessions.c.lease_owner.like("%@%"),
+            owner.like("%@%"),
+            head.like("%@"),
         )
+        .group_by(key)
+        .order_by(func.min(sessions.c.lease_expires_at))
         .limit(limit)
     ).scalars()
-    return {k for owner in rows if (k := key_of(owner)) is not None}
+    return {int(k) for k in rows if k and len(k) <= 18}
 
 
 class AdvisoryLocks:
@@ -178,17 +188,20 @@ class AdvisoryLocks:
     )
 
     #: the relay's look, one statement: the signs the leases of runnable sessions name
-    #: (by the partial index of leased sessions), less those `pg_locks` shows held; a
-    #: session whose lease names no sign is left to expiry
+    #: (by the partial index of leased sessions), each once, less those `pg_locks` shows
+    #: held, those of the oldest leases first (a dead worker's are no longer renewed), at
+    #: most `:limit`; a session whose lease names no sign is left to expiry
     ABSENT = text(
-        "SELECT DISTINCT k.key FROM ("
-        "  SELECT substring(s.lease_owner from '@([0-9]{1,18})$')::bigint AS key"
+        "SELECT k.key FROM ("
+        "  SELECT substring(s.lease_owner from '@([0-9]{1,18})$')::bigint AS key,"
+        "  min(s.lease_expires_at) AS oldest"
         f"  FROM {sessions.name} AS s WHERE s.{RUNNABLE_SQL}"
-        "  AND s.lease_expires_at IS NOT NULL AND s.lease_owner LIKE '%@%' LIMIT :limit"
+        "  AND s.lease_expires_at IS NOT NULL AND s.lease_owner LIKE '%@%' GROUP BY 1"
         ") AS k WHERE k.key IS NOT NULL AND NOT EXISTS ("
         "  SELECT 1 FROM pg_locks AS l WHERE l.locktype = 'advisory' AND l.objsubid = 1"
         "  AND l.granted AND (l.classid::bigint << 32) | l.objid::bigint = k.key"
         "  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()))"
+        " ORDER BY k.oldest LIMIT :limit"
     )
 
     def __init__(self, engine: Engine) -> None:
@@ -306,9 +319,14 @@ class LockFiles:
 class _File:
     def __init__(self, folder: Path, key: int) -> None:
         self.key = key
-        self.path = folder / str(key)
+        self.folder, self.path = folder, folder / str(key)
+        self._mutex = threading.Lock()
+        self._fd: int | None = None
+        self._take()
+
+    def _take(self) -> None:
         try:
-            folder.mkdir(parents=True, exist_ok=True)
+            self.folder.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         except OSError as exc:
             raise StoreUnavailable(f"could not create the sign file {self.path}: {exc}") from exc
@@ -319,17 +337,25 @@ class _File:
             raise StoreUnavailable(
                 f"the sign file {self.path} is locked by another process"
             ) from exc
-        self._fd: int | None = fd
+        self._fd = fd
 
     def check(self) -> None:
-        if self._fd is None or os.fstat(self._fd).st_nlink == 0:
-            raise StoreUnavailable(f"the sign file {self.path} was removed")
+        with self._mutex:
+            if self._fd is None:
+                self._take()  # lost at the last check: held again from now
+                return
+            if os.fstat(self._fd).st_nlink == 0:
+                # removed (by hand, a cleaner): a relay sees it gone; this lock is worthless
+                fd, self._fd = self._fd, None
+                os.close(fd)
+                raise StoreUnavailable(f"the sign file {self.path} was removed")
 
     def release(self) -> None:
-        fd, self._fd = self._fd, None
-        if fd is not None:
-            self.path.unlink(missing_ok=True)
-            os.close(fd)
+        with self._mutex:
+            fd, self._fd = self._fd, None
+            if fd is not None:
+                self.path.unlink(missing_ok=True)
+                os.close(fd)
 
 
 __all__ = [

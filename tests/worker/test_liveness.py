@@ -4,12 +4,17 @@ relay's look takes a gone sign's sessions over only after its grace."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import os
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from sqlalchemy import text
 from tickwork.store import Store
-from tickwork.store.liveness import signed
+from tickwork.store.liveness import absent, new_key, signed, signs_for
 from tickwork.worker.tick.liveness import Liveness, Takeover
 from tickwork.worker.tick.runtime import Leases
 
@@ -95,3 +100,96 @@ def test_leases_given_up_with_a_lost_sign_are_still_renewed_while_they_are_ours(
         assert kept[1] - before[1] >= timedelta(seconds=9), "not renewed"
         assert "sign of life is lost" in (leases.lost("kept", 0) or "")
         assert "no longer this worker's" in (leases.lost("taken", 0) or "")
+
+
+@contextlib.contextmanager
+def _held_elsewhere(store: Store, key: int) -> Iterator[None]:
+    """Sign `key` held, while inside, by another connection (Postgres) or open file
+    (SQLite): a Liveness cannot take it until the end."""
+    if store.engine.dialect.name == "postgresql":
+        with store.engine.connect() as conn:
+            assert conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": key}).scalar()
+            try:
+                yield
+            finally:
+                conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": key})
+        return
+    folder = Path(f"{store.engine.url.database}.live")
+    folder.mkdir(exist_ok=True)
+    fd = os.open(folder / str(key), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        yield
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def _sign_lost_and_held_elsewhere(store: Store, key: int) -> Iterator[None]:
+    """Sign `key` taken from its holder (Postgres: its backend terminated; SQLite: its file
+    removed, by hand or by a cleaner of old files), then `_held_elsewhere`."""
+    if store.engine.dialect.name == "postgresql":
+        with store.engine.connect() as conn:
+            conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": _backend(store, key)})
+        until(lambda: _backend(store, key) is None, timeout=30, what="the sign let go")
+    else:
+        (Path(f"{store.engine.url.database}.live") / str(key)).unlink()
+    with _held_elsewhere(store, key):
+        yield
+
+
+def test_while_the_sign_is_lost_leases_are_unsigned_and_it_is_taken_again(store: Store) -> None:
+    lost: list[str] = []
+    liveness = Liveness(store, every_s=3600, lose_all=lost.append)  # looks by hand below
+    liveness.start()
+    try:
+        assert liveness.owner("w") == signed("w", liveness.key)
+        with _sign_lost_and_held_elsewhere(store, liveness.key):
+            liveness._check()
+            assert lost and "sign of life is lost" in lost[0]
+            # a relay may take over any lease under the lost sign while this worker runs
+            # the session: a lease taken now ends by expiry only
+            assert liveness.owner("w") == "w"
+            liveness._check()  # cannot take it again yet
+            assert liveness.owner("w") == "w"
+        liveness._check()  # takes it again (on SQLite too, after its file was removed)
+        assert liveness.owner("w") == signed("w", liveness.key)
+        store.create(new_session("s1", now=_now()), now=_now())
+        claim(store, "s1", now=_now(), owner=liveness.owner("w"))
+        assert liveness.key not in store.absent_signs(), "held again, yet seen gone"
+        lost.clear()
+        liveness._check()
+        assert lost == [], "held again, yet lost"
+    finally:
+        liveness.stop()
+
+
+def test_the_relays_look_sees_a_gone_sign_behind_many_leases_of_live_ones(store: Store) -> None:
+    signs = signs_for(store.engine)
+    assert signs is not None
+    live, dead = signs.hold(new_key()), new_key()  # `dead`: never held, so gone
+    try:
+        start = _now()
+        for n in range(4):  # live leases first, renewed later than the dead one's
+            store.create(new_session(f"live{n}", now=start), now=start)
+            claim(store, f"live{n}", now=start + timedelta(seconds=5), owner=signed("w", live.key))
+        store.create(new_session("dead", now=start), now=start)
+        claim(store, "dead", now=start, owner=signed("w", dead))
+        assert absent(store.engine, signs, limit=1) == {dead}
+        assert absent(store.engine, signs, limit=2) == {dead}
+    finally:
+        live.release()
+
+
+def test_a_sign_not_taken_at_the_start_is_taken_later_and_then_signs(store: Store) -> None:
+    liveness = Liveness(store, every_s=3600, lose_all=lambda _: None)  # looks by hand below
+    try:
+        with _held_elsewhere(store, liveness.key):
+            liveness.start()
+            assert liveness.owner("w") == "w"
+            liveness._check()
+            assert liveness.owner("w") == "w"
+        liveness._check()
+        assert liveness.owner("w") == signed("w", liveness.key)
+    finally:
+        liveness.stop()

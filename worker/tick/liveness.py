@@ -90,26 +90,29 @@ class Liveness:
 
     def owner(self, owner: str) -> str:
         """The lease owner `owner` under this process's sign, while it holds one (taken at
-        the first call, when enabled)."""
+        the first call, when enabled). While the sign is lost the owner is unsigned: a relay
+        may take over any lease signed with it, and this worker would still be running the
+        session (`lose_all` gives up only the leases held when the loss is seen), so a
+        lease taken meanwhile ends by expiry only."""
         if self.enabled and not self._begun:
             with self._begin:
                 if not self._begun:
                     self._begun = True
                     self.start()
-        return owner if self._sign is None else signed(owner, self.key)
+        return owner if self._sign is None or self._lost else signed(owner, self.key)
 
     def _check(self) -> None:
         try:
             if self._sign is None:
                 self._take()  # not taken at the start: no lease is signed yet
-                return
-            self._sign.check()
+            else:
+                self._sign.check()
         except StoreError as exc:
+            was_lost, self._lost = self._lost, True  # first: leases taken from now are unsigned
             if self._sign is not None:
                 self._lose_all(f"this worker's sign of life is lost ({exc})")
-            if not self._lost:
+            if not was_lost:
                 log.warning("this worker's sign of life is lost (%s); taking it again", exc)
-            self._lost = True
             return
         if self._lost:
             log.warning("this worker holds its sign of life again")
