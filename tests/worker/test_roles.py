@@ -105,6 +105,19 @@ def submit(tmp_path: Path, **extra: Any) -> dict[str, Any]:
     return REPAIR.configure(data, submission)
 
 
+def test_a_repair_kind_with_a_toolkit_of_its_own_offers_it_when_alone(tmp_path: Path) -> None:
+    from tests.jobs import FILES
+
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "calc.py").write_text("X = 1\n")
+    submission = Submission(
+        state_dir=tmp_path / "state", artifacts=DirectoryArtifacts(tmp_path / "artifacts")
+    )
+    config = FILES.configure({"workspace": str(project), "test_command": "true"}, submission)
+    assert config["tools"] == [*SOLO_TOOLS, "slow_write"]
+
+
 def test_a_root_takes_a_role_from_its_input_or_works_alone(tmp_path: Path) -> None:
     alone = submit(tmp_path)
     assert alone["tools"] == list(SOLO_TOOLS) and "role" not in alone

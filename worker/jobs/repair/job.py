@@ -34,7 +34,7 @@ from tickwork.worker.jobs.repair import legacy, team
 from tickwork.worker.jobs.repair.toolkit import (
     MAX_COMMAND_S,
     MAX_FILE_BYTES,
-    SOLO_TOOLS,
+    TEAM_TOOLS,
     default_registry,
     run_in_workspace,
 )
@@ -464,8 +464,9 @@ class RepairKind:
             workspace_roots=submission.workspace_roots,
         )
         if role is None:
-            # a repair without a role works alone: the classic toolkit, no children
-            config["tools"] = list(SOLO_TOOLS)
+            # a repair without a role works alone: its kind's tools (a toolkit of its own
+            # included), no children
+            config["tools"] = [n for n in self.tools().names() if n not in TEAM_TOOLS]
             return config
         try:
             chosen = role_for(self.roles, role, kind=self.name)

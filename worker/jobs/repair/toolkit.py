@@ -361,12 +361,14 @@ def repair_tools() -> list[Tool]:
 
 #: what a repair that works alone (no role) is offered: the toolkit, no team tools
 SOLO_TOOLS = tuple(t.name for t in repair_tools())
+#: the team's tools, offered only to a role that lists them (a kind's own tools stay offered)
+TEAM_TOOLS = (SPAWN_TOOL.name, "adopt_patch")
 
 
 def default_registry() -> ToolRegistry:
     """A new registry holding the repair toolkit and the team's tools (`spawn_agents`,
     `adopt_patch`); which a session is offered its config says (`tools`: its role's, or
-    `SOLO_TOOLS`)."""
+    its kind's tools but the team's, `TEAM_TOOLS`)."""
     from tickwork.worker.jobs.repair.adoption import adopt_patch
 
     return ToolRegistry([*repair_tools(), SPAWN_TOOL, adopt_patch])
