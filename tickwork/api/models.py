@@ -11,22 +11,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from tickwork.fsm.errors import ConfigurationError
+from tickwork.worker.models.scripted import script_of
 
 from .errors import ApiError
 from .settings import ApiSettings
 
 #: the prefixes of a spec that names a script file (`react:` wraps another spec)
 SCRIPTED = ("scripted:", "react:scripted:")
-
-
-def script_of(spec: str) -> tuple[str, str] | None:
-    """(prefix, path) if `spec` names a script file, else None."""
-    inner = spec
-    while inner.startswith("react:"):
-        inner = inner.removeprefix("react:")
-    if not inner.startswith("scripted:"):
-        return None
-    return spec[: len(spec) - len(inner)] + "scripted:", inner.removeprefix("scripted:")
 
 
 def allowed_model(spec: str | None, settings: ApiSettings) -> str | None:

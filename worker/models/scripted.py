@@ -120,6 +120,17 @@ class ScriptedModel:
         )
 
 
+def script_of(spec: str) -> tuple[str, str] | None:
+    """(prefix, path) if `spec` names a script file (`react:` wraps another spec), else None:
+    the API and a spawn's child check where such a path points before a host reads it."""
+    inner = spec
+    while inner.startswith("react:"):
+        inner = inner.removeprefix("react:")
+    if not inner.startswith("scripted:"):
+        return None
+    return spec[: len(spec) - len(inner)] + "scripted:", inner.removeprefix("scripted:")
+
+
 def load_script(path: Path) -> tuple[tuple[ScriptedReply, ...], bool]:
     """(replies, repeat_last) from a script file; ConfigurationError names what is wrong."""
     try:

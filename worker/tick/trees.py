@@ -33,6 +33,7 @@ from tickwork.worker.config.settings import RoleSettings
 from tickwork.worker.jobs.kinds import Parent, Spawning, Submission
 from tickwork.worker.jobs.roles import role_for
 from tickwork.worker.models import check_spec, pricing
+from tickwork.worker.models.scripted import script_of
 from tickwork.worker.tick.frame import Tick
 
 __all__ = ["allowed_child_model", "child_head", "spawn_or_join"]
@@ -73,16 +74,6 @@ def spawn_or_join(tick: Tick, call: ToolCall, arguments: Mapping[str, Any]) -> C
     return trees.spawned(head, call, join, children, now=now)
 
 
-def _script_of(spec: str) -> tuple[str, str] | None:
-    """(prefix, path) if `spec` names a script file (`react:` wraps another spec), else None."""
-    inner = spec
-    while inner.startswith("react:"):
-        inner = inner.removeprefix("react:")
-    if not inner.startswith("scripted:"):
-        return None
-    return spec[: len(spec) - len(inner)] + "scripted:", inner.removeprefix("scripted:")
-
-
 def allowed_child_model(
     spec: str, *, parent: str, role: str | None, settings: RoleSettings, child: str
 ) -> str:
@@ -95,7 +86,7 @@ def allowed_child_model(
     InvalidInput naming the child and what is allowed (never whether the file exists)."""
     if spec in (parent, role):
         return spec
-    script = _script_of(spec)
+    script = script_of(spec)
     if script is None:
         if any(spec.startswith(prefix) for prefix in settings.child_models):
             return spec
@@ -109,7 +100,7 @@ def allowed_child_model(
         )
     prefix, path = script
     roots = list(settings.child_scripted_roots)
-    own = _script_of(parent)
+    own = script_of(parent)
     if own is not None:
         roots.append(Path(os.path.abspath(own[1])).parent)  # its directory, as named
     refusal = InvalidInput(
