@@ -19,6 +19,12 @@ DEFAULT_TENANT = "default"
 MAX_TENANT = 64
 TENANT_PATTERN = r"^[a-z0-9_-]{1,64}$"
 _NAME = re.compile(TENANT_PATTERN)
+#: the metric label of the tenants past the label cap (`TICKWORK_TENANT_LABEL_CAP`)
+OTHER = "other"
+#: the metric label of a tick dropped before its claim (no session, so no tenant)
+NO_TENANT = "none"
+#: names no tenant takes: a label that stands for many tenants, or for none
+RESERVED = frozenset({OTHER, NO_TENANT})
 
 
 def check_tenant(name: object, *, what: str = "tenant") -> str:
@@ -28,6 +34,11 @@ def check_tenant(name: object, *, what: str = "tenant") -> str:
         raise InvalidInput(
             f"{what} {shown} is not a tenant name: use 1 to {MAX_TENANT} characters of "
             "a-z, 0-9, '_' and '-' (e.g. 'default', 'team-a')"
+        )
+    if name in RESERVED:
+        raise InvalidInput(
+            f"{what} {name!r} is reserved: metrics label the tenants past the label cap "
+            f"{OTHER!r} and ticks without a session {NO_TENANT!r}; choose another name"
         )
     return name
 

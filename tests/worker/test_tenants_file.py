@@ -49,6 +49,8 @@ def test_quotas_by_tenant_with_a_default_for_the_others(tmp_path: Path) -> None:
     [
         ({"Team A": {}}, "'Team A' is not a tenant name"),
         ({"x" * 65: {}}, "is not a tenant name"),
+        ({"other": {}}, "'other' is reserved"),
+        ({"none": {}}, "'none' is reserved"),
         ({"team-a": {"max_inflight": 3}}, "team-a.max_inflight: Extra inputs"),
         ({"team-a": {"max_in_flight": 0}}, "team-a.max_in_flight: Input should be greater"),
         ({"team-a": {"max_in_flight": True}}, "team-a.max_in_flight"),

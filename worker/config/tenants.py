@@ -27,7 +27,7 @@ from pathlib import Path
 from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from tickwork.fsm.errors import ConfigurationError, InvalidInput
-from tickwork.fsm.tenants import UNLIMITED, Quotas, check_tenant
+from tickwork.fsm.tenants import OTHER, UNLIMITED, Quotas, check_tenant
 
 __all__ = [
     "ANY_TENANT",
@@ -44,8 +44,6 @@ __all__ = [
 log = logging.getLogger("tickwork.tenants")
 #: the key of the quotas for every tenant the file does not name
 ANY_TENANT = "*"
-#: what a metric label shows for a tenant past the cap (`TenantSettings.tenant_label_cap`)
-OTHER = "other"
 
 
 @dataclass(frozen=True)
