@@ -444,3 +444,31 @@ def test_a_sessions_tree_shows_only_what_the_caller_sees(tmp_path: Path) -> None
         # a team-b token that may see the stray row sees no tree of team-a around it
         assert tree("bob", "stray-b") == set()
     client.close()
+
+
+def test_a_number_that_is_another_tenants_letter_id_finds_the_callers_session(
+    tmp_path: Path,
+) -> None:
+    """`/dead-letters/{key}` tries the key as a letter id, then as a session id: another
+    tenant's letter under that id neither answers nor hides the caller's own session."""
+    settings = Settings(
+        state_dir=tmp_path / "state", queue=f"tickwork.ticks.{uuid.uuid4().hex[:8]}"
+    )
+    settings.state_dir.mkdir(parents=True)
+    upgrade(settings.db_url)
+    client = Tickwork(settings)
+    try:
+        _make(client, "ann-failed", "team-a", "ann", "failed")
+        number = str(client.dead_letter("ann-failed").id)
+        _make(client, number, "team-b", "bob", "failed")
+        app = make_api(settings, ApiSettings(api_tokens=TOKENS), client=client)  # type: ignore[arg-type]
+        with Server(app) as server:
+            headers = {"Authorization": f"Bearer {TOKEN['bob']}"}
+            answer = httpx.get(f"{server.url}/api/v1/dead-letters/{number}", headers=headers)
+            assert answer.status_code == 200, answer.text
+            assert answer.json()["session_id"] == number
+            headers = {"Authorization": f"Bearer {TOKEN['ann']}"}
+            mine = httpx.get(f"{server.url}/api/v1/dead-letters/{number}", headers=headers)
+            assert mine.status_code == 200 and mine.json()["session_id"] == "ann-failed"
+    finally:
+        client.close()

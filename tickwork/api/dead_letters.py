@@ -61,17 +61,19 @@ def since(text: str | None) -> datetime | None:
     return parsing.since(text, now=datetime.now(UTC), name="since")
 
 
-def find(client: Client, key: str) -> dl.DeadLetter:
-    """By dead-letter id, else by session id."""
+def find(client: Client, who: Principal, key: str) -> dl.DeadLetter:
+    """By dead-letter id, else by session id: the first that `who` may see (a number that is
+    another tenant's letter's id may still be one of the caller's session ids)."""
     if key.isascii() and key.isdigit() and int(key) <= MAX_INT:
         try:
-            return client.dead_letter(int(key))
+            return seen_letter(who, client.dead_letter(int(key)), key)
         except dl.DeadLetterNotFound:
             pass
     try:
-        return client.dead_letter(key)
+        letter = client.dead_letter(key)
     except dl.DeadLetterNotFound:
         raise dl.DeadLetterNotFound(f"no dead letter has id or session id {key!r}") from None
+    return seen_letter(who, letter, key)
 
 
 @router.get("", summary="List dead letters, newest first")
@@ -222,7 +224,7 @@ def _read(file: IO[bytes]) -> Iterator[bytes]:
     responses=FOUND,
 )
 def show(key: Key, client: Client, who: Reader) -> dict[str, Any]:
-    letter = seen_letter(who, find(client, key), key)
+    letter = find(client, who, key)
     view = views.dead_letter(letter, snapshot=True)
     view["forks"] = views.forks(seen_forks(client, who, client.store.forks(letter.session_id)))
     return view
@@ -236,7 +238,7 @@ def show(key: Key, client: Client, who: Reader) -> dict[str, Any]:
     responses=CHANGES,
 )
 def fork(key: Key, body: DeadLetterFork, client: Client, who: Operator) -> Head:
-    letter = seen_letter(who, find(client, key), key)
+    letter = find(client, who, key)
     patch = bodies.Fork.model_validate(body.model_dump(exclude={"again"}))
     return run_fork(
         client, letter.session_id, patch, by=who.name, resolve_dead_letter=True, again=body.again
@@ -264,7 +266,7 @@ def dismiss(key: Key, body: Closing, client: Client, who: Operator) -> dict[str,
 def _close(
     client: Client, key: str, state: dl.Closing, body: Closing, who: Principal
 ) -> dict[str, Any]:
-    letter = seen_letter(who, find(client, key), key)
+    letter = find(client, who, key)
     return views.dead_letter(
         client.close_dead_letter(letter.id, state=state, by=who.name, reason=body.reason)
     )
