@@ -43,6 +43,8 @@ from tickwork.store.schema import RUNNABLE_SQL, sessions
 KEY_LIMIT = 10**18
 #: a lease's owner that names its sign: `<owner>@<key>`
 _SIGNED = re.compile(r"@([0-9]{1,18})$")
+#: the sessions table, by name in the relay's one-statement look
+SESSIONS = sessions.name
 #: the server's TCP keepalives on a sign's connection: a host that vanished (no FIN, no
 #: RST) loses its sign after idle + interval * count seconds
 KEEPALIVES = {"tcp_keepalives_idle": 5, "tcp_keepalives_interval": 2, "tcp_keepalives_count": 3}
@@ -195,7 +197,7 @@ class AdvisoryLocks:
         "SELECT k.key FROM ("
         "  SELECT substring(s.lease_owner from '@([0-9]{1,18})$')::bigint AS key,"
         "  min(s.lease_expires_at) AS oldest"
-        f"  FROM {sessions.name} AS s WHERE s.{RUNNABLE_SQL}"
+        f"  FROM {SESSIONS} AS s WHERE s.{RUNNABLE_SQL}"
         "  AND s.lease_expires_at IS NOT NULL AND s.lease_owner LIKE '%@%' GROUP BY 1"
         ") AS k WHERE k.key IS NOT NULL AND NOT EXISTS ("
         "  SELECT 1 FROM pg_locks AS l WHERE l.locktype = 'advisory' AND l.objsubid = 1"
@@ -240,7 +242,8 @@ class _Lock:
             driver.autocommit = True
             with driver.cursor() as cursor:
                 for name, value in KEEPALIVES.items():
-                    cursor.execute(f"SET {name} = {value}")  # ignored on a unix socket
+                    # ignored on a unix socket
+                    cursor.execute("SELECT set_config(%s, %s, false)", (name, str(value)))
                 cursor.execute("SELECT pg_try_advisory_lock(%s)", (self.key,))
                 row = cursor.fetchone()
         except Exception as exc:

@@ -36,6 +36,8 @@ from tickwork.store.schema import metadata, sessions
 from tests.conftest import T0
 from tests.security.conftest import Env
 from tests.store.conftest import new_session
+from tickwork.testing.store_contract.trees import finish, spawn
+from tickwork.testing.store_ticks import Clock
 
 ROOT = Path(__file__).resolve().parents[2]
 #: hostile texts, each at most 64 characters (the id columns' width)
@@ -310,6 +312,25 @@ def test_hostile_keys_and_ids_through_environments(env: Env) -> None:
     assert envs.find() == [] and {"tickwork_sessions", "tickwork_environments"} <= tables(env)
 
 
+def test_hostile_ids_through_a_tree_and_its_join(env: Env) -> None:
+    store = env.store
+    for n, hostile in enumerate(HOSTILE):
+        parent = f"tree{n} " + hostile[:50]
+        clock = Clock()
+        children = spawn(store, clock, parent, 2)
+        assert [c.id for c in store.children(parent)] == children
+        join = store.join(parent, store.children(parent)[0].spawn_call or "")
+        assert join is not None and join.expected == 2 and not join.complete
+        assert store.join(parent + "'--", "x' OR '1'='1") is None
+        for child in children:
+            finish(store, clock, child)
+        assert store.get(parent).status is Status.EXECUTING  # woken once, by the last child
+        assert {h.id for h in store.tree(parent)} == set(children)
+        assert store.tree(parent + "' OR '1'='1") == []
+    assert store.missed_wakes(now=T0 + timedelta(days=1)) == []
+    assert store.to_cancel() == []
+
+
 def test_every_table_is_covered() -> None:
     """A new table must get its operations into the hostile-id test above, then here."""
     assert {t.name for t in metadata.sorted_tables} == {
@@ -329,4 +350,5 @@ def test_every_table_is_covered() -> None:
         "tickwork_environments",
         "tickwork_environment_uses",
         "tickwork_archived",
+        "tickwork_joins",
     }
