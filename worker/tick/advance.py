@@ -223,6 +223,11 @@ def _internal(rt: Runtime, claimed: Claimed, files: TickFiles, exc: Exception) -
 def after_commit(rt: Runtime, change: Change, head: Head) -> None:
     if head.status.terminal and head.spawn_call is not None:
         ended_child(rt, head)
+    if head.cancel_requested and head.status in (Status.WAITING_APPROVAL, Status.WAITING_CHILDREN):
+        # cancelled while this tick ran, which then suspended it: a suspended session is
+        # cancelled at once, so do it now instead of leaving it waiting with the flag set
+        with contextlib.suppress(SessionFinished):
+            rt.store.request_cancel(head.id, now=rt.clock(), by="cancel during a tick")
     rate = rt.settings.drop_publish_rate
     for child in change.children:
         # their first ticks are in the outbox with the spawn: the relay publishes any lost
