@@ -75,7 +75,9 @@ def test_a_command_whose_processes_together_pass_the_memory_limit_is_killed(
         pytest.skip(f"no cgroups for commands here: {where}")
     hog = f"{PYTHON} -c 'import time; b = bytearray(250 << 20); time.sleep(20)'"
     command = f"for i in 1 2 3 4 5 6; do {hog} & done; wait; echo all survived"
-    before = set(where.memory.glob("tickwork-*"))
+    # this process's groups only (`tickwork-<pid>-...`): other test processes run commands too
+    ours = f"tickwork-{os.getpid()}-*"
+    before = set(where.memory.glob(ours))
     result = run_sandboxed(
         command,
         workdir=tmp_path,
@@ -86,7 +88,7 @@ def test_a_command_whose_processes_together_pass_the_memory_limit_is_killed(
     assert "all survived" not in result.stdout
     assert result.exit_code is None
     # its group is gone with it
-    assert set(where.memory.glob("tickwork-*")) == before
+    assert set(where.memory.glob(ours)) == before
     assert "per command as a whole" in describe(Sandbox())
 
 
