@@ -299,9 +299,13 @@ def test_each_step_shows_its_tokens_cost_and_durations(
     assert re.fullmatch(r"\d+ ms", first.nth(6).inner_text())
     assert abs(int(first.nth(6).inner_text().split()[0]) - tool_ms) <= 1
     # the bar as drawn: the longest step's model time fills most of its track
-    track = first.nth(7).locator(".spark").bounding_box()
-    drawn = first.nth(7).locator(".spark .model").bounding_box()
-    assert track and drawn and drawn["width"] > 0.5 * track["width"]
+    # both boxes measured in one evaluation: a late event re-renders the table, and two
+    # separate look-ups could straddle the swap (the second then finds a detached bar)
+    track, drawn = first.nth(7).evaluate(
+        "cell => ['.spark', '.spark .model'].map("
+        "(css) => cell.querySelector(css).getBoundingClientRect().width)"
+    )
+    assert track > 0 and drawn > 0.5 * track
     totals = table.locator("tfoot tr.totals > *")
     assert totals.all_inner_texts()[:4] == ["total", "2,500", "1,000", "42"]
     assert totals.nth(4).inner_text() == f"${view['totals']['cost_usd']:.4f}"
