@@ -43,12 +43,6 @@ _IN_FLIGHT = [s.value for s in IN_FLIGHT]
 _QUEUED = Status.QUEUED.value
 
 
-def lock_tenant(conn: Connection, tenant: str) -> None:
-    """Hold the tenant's lock until `conn`'s transaction ends: the lock its quotas are
-    checked under (`quotas.lock`; taken again in one transaction, it is held once)."""
-    quotas.lock(conn, tenant)
-
-
 def in_flight(conn: Connection, tenant: str, *, key: str | None = None) -> int:
     """How many of the tenant's sessions are in flight (of concurrency key `key` only, if
     given)."""
@@ -66,7 +60,9 @@ def placed(conn: Connection, head: Head, limit: TenantLimit) -> Head:
     the same transaction are one step for every other submit and admission."""
     if not head.status.runnable or (limit.max_in_flight is None and head.concurrency_key is None):
         return head
-    lock_tenant(conn, head.tenant)
+    # the lock the tenant's quotas are checked under: taken again in one transaction,
+    # it is held once
+    quotas.lock(conn, head.tenant)
     # a queued session that waits only for its key does not hold up one of another key
     ahead = conn.execute(
         select(sessions.c.id)
@@ -151,7 +147,7 @@ def _admit_tenant(
 ) -> list[Due]:
     """Admit up to `wanted` of the tenant's queued sessions, under its lock, highest
     priority then oldest first, passing over those whose key is full."""
-    lock_tenant(conn, tenant)
+    quotas.lock(conn, tenant)
     if limit.max_in_flight is not None:
         wanted = min(wanted, limit.max_in_flight - in_flight(conn, tenant))
     if wanted <= 0:

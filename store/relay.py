@@ -7,7 +7,7 @@ Both are safe to run in many processes at once: rows are taken with
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -40,6 +40,17 @@ class Due:
     delayed: bool = False
     #: for a revived session: the worker whose lease expired
     owner: str | None = field(default=None, compare=False)
+
+
+#: most session ids one log line names; the rest are counted
+LOGGED_IDS = 20
+
+
+def named(ticks: Sequence[Due], name: Callable[[Due], str] = lambda t: t.session_id) -> str:
+    """The first LOGGED_IDS ticks by name, and how many more: for a log line."""
+    shown = ", ".join(name(t) for t in ticks[:LOGGED_IDS])
+    more = len(ticks) - LOGGED_IDS
+    return shown + (f" and {more} more" if more > 0 else "")
 
 
 def due_ticks(engine: Engine, *, now: datetime, older_than_s: float, limit: int = 500) -> list[Due]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 
 from tickwork.fsm.admission import Admission, TenantLimit
-from tickwork.store.relay import Due
+from tickwork.store.relay import Due, named
 from tickwork.worker.config.tenants import TenantTable
 from tickwork.worker.observers.report import Outcome, TickReport
 from tickwork.worker.tick.runtime import Runtime
@@ -37,12 +37,7 @@ def admit_queued(rt: Runtime, *, tenants: list[str] | None = None) -> list[Due]:
     for tick in admitted:
         rt.publish(tick.session_id, tick.version)
     if admitted:
-        log.info(
-            "admission: let in %d queued sessions: %s%s",
-            len(admitted),
-            ", ".join(t.session_id for t in admitted[:20]),
-            f" and {len(admitted) - 20} more" if len(admitted) > 20 else "",
-        )
+        log.info("admission: let in %d queued sessions: %s", len(admitted), named(admitted))
     return admitted
 
 

@@ -12,10 +12,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-from collections.abc import Callable, Sequence
 
 from tickwork.fsm.errors import SessionFinished
-from tickwork.store.relay import Due, RelayPass
+from tickwork.store.relay import RelayPass, named
 from tickwork.worker.config.process import Loop
 from tickwork.worker.observers import metrics  # issue 8: relay metrics
 from tickwork.worker.tick.admission import admit_queued
@@ -23,10 +22,6 @@ from tickwork.worker.tick.liveness import Takeover
 from tickwork.worker.tick.runtime import Runtime
 
 log = logging.getLogger("tickwork.relay")
-
-
-#: most session ids one log line names; the rest are counted
-LOGGED_IDS = 20
 
 
 @metrics.counted_relay  # issue 8: relay republishes and lease expiries
@@ -50,19 +45,19 @@ def relay_once(rt: Runtime) -> RelayPass:
         log.warning(
             "relay: revived %d sessions whose lease expired: %s",
             len(revived),
-            _named(revived, lambda t: f"{t.session_id} v{t.version} (lease of {t.owner})"),
+            named(revived, lambda t: f"{t.session_id} v{t.version} (lease of {t.owner})"),
         )
     if lost:
         log.info(
             "relay: republished %d ticks whose message may be lost: %s",
             len(lost),
-            _named(lost, lambda t: f"{t.session_id} v{t.version}"),
+            named(lost, lambda t: f"{t.session_id} v{t.version}"),
         )
     if delayed:
         log.info(
             "relay: published %d delayed ticks now due: %s",
             len(delayed),
-            _named(delayed, lambda t: f"{t.session_id} v{t.version}"),
+            named(delayed, lambda t: f"{t.session_id} v{t.version}"),
         )
     admitted = admit_queued(rt)
     return RelayPass(
@@ -71,13 +66,6 @@ def relay_once(rt: Runtime) -> RelayPass:
         delayed=len(delayed),
         admitted=len(admitted),
     )
-
-
-def _named(ticks: Sequence[Due], name: Callable[[Due], str]) -> str:
-    """The first LOGGED_IDS ticks by name, and how many more."""
-    shown = ", ".join(name(t) for t in ticks[:LOGGED_IDS])
-    more = len(ticks) - LOGGED_IDS
-    return shown + (f" and {more} more" if more > 0 else "")
 
 
 class RelayThread(Loop):
