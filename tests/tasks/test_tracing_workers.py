@@ -11,7 +11,7 @@ from tickwork.fsm.values import Status
 from tests.tasks.conftest import Deployment, kill, stop, until
 
 pytest.importorskip("opentelemetry.sdk")
-from tickwork.worker.observers.tracing import session_ids
+from tickwork.worker.observers.trace_ids import session_ids
 
 from tests.worker.test_tracing import Collector
 
