@@ -168,8 +168,7 @@ def test_a_tree_is_one_trace_with_each_child_under_the_call_that_spawned_it(
         return f"scripted:{path}"
 
     children = [
-        {"role": f"helper{n}", "input": {"task": "look"}, "model": script(f"c{n}", [{"content": "seen"}])}
-        for n in (0, 1)
+        {"role": f"helper{n}", "model": script(f"c{n}", [{"content": "seen"}])} for n in (0, 1)
     ]
     spawn = {"name": "spawn_agents", "arguments": {"children": children}}
     parent = ticks.client.submit(
@@ -197,7 +196,8 @@ def test_a_tree_is_one_trace_with_each_child_under_the_call_that_spawned_it(
     spans = exporter.get_finished_spans()
     trace_id, _ = session_ids(parent.id, parent.created_at)
     assert {s.context.trace_id for s in spans} == {trace_id}  # ONE trace for the tree
-    agents = {s.attributes["gen_ai.agent.id"]: s for s in spans if s.name.startswith("invoke_agent")}
+    agents = {s.attributes["gen_ai.agent.id"]: s for s in spans if s.name.startswith("invoke")}
+    ticked = [s for s in spans if s.name.startswith("tick")]
     assert set(agents) == {parent.id, *(k.id for k in kids)}
     assert agents[parent.id].parent is None
     # the spawn call runs twice: the tick that spawned, and the one that joined
@@ -212,18 +212,37 @@ def test_a_tree_is_one_trace_with_each_child_under_the_call_that_spawned_it(
         assert agent.parent is not None and agent.parent.span_id == spawning.context.span_id
         [link] = agent.links
         assert link.context.span_id == spawning.context.span_id
-        assert link.context.trace_id == trace_id
+        assert (
+            link.context.trace_id == trace_id and link.attributes["tickwork.link"] == "spawned_by"
+        )
         assert agent.attributes["tickwork.session.parent_id"] == parent.id
         assert agent.attributes["tickwork.session.root_id"] == parent.id
         assert agent.attributes["tickwork.session.role"] == kid.role
         assert agent.attributes["tickwork.session.spawn_call"] == kid.spawn_call
         # the child's ticks under its own invoke_agent span
-        own = [s for s in spans if s.name.startswith("tick") and s.attributes["tickwork.session.id"] == kid.id]
-        assert own and all(s.parent is not None and s.parent.span_id == agent.context.span_id for s in own)
-    assert {a.attributes["tickwork.session.role"] for k, a in agents.items() if k != parent.id} == {
-        "helper0",
-        "helper1",
-    }
+        own = [t for t in ticked if t.attributes["tickwork.session.id"] == kid.id]
+        assert own and {t.parent and t.parent.span_id for t in own} == {agent.context.span_id}
+
+
+def test_a_graphs_branches_are_in_its_trace_under_the_node_that_fanned_out(
+    ticks: Ticks,
+) -> None:
+    exporter, _ = traced(ticks.rt, content=False)
+    script = ticks.tmp / "graph.json"
+    script.write_text(json.dumps([{"content": "-"}]))
+    root = ticks.client.submit(
+        "tests.graphs:MAP_SUM", {"items": [1, 2, 3]}, model=f"scripted:{script}"
+    )
+    assert ticks.run(root.id).status is Status.WAITING_CHILDREN
+    for branch in ticks.store.children(root.id):
+        assert ticks.run(branch.id).status is Status.COMPLETED
+    assert ticks.run(root.id).status is Status.COMPLETED
+    spans = exporter.get_finished_spans()
+    assert {s.context.trace_id for s in spans} == {session_ids(root.id, root.created_at)[0]}
+    named = {s.context.span_id: s.name for s in spans}
+    branches = [s for s in spans if s.name.startswith("invoke") and s.parent is not None]
+    assert len(branches) == 3
+    assert {named.get(s.parent.span_id) for s in branches if s.parent} == {"execute_tool split"}
 
 
 def test_a_childs_trace_is_its_roots_read_once_and_its_own_when_the_root_is_gone() -> None:

@@ -33,8 +33,8 @@ def preview(
 ) -> dict[str, Any] | None:
     args = call.arguments or {}
     if call.name == ADOPT_PATCH:
-        note, patch = proposed(children() if children is not None else (), args.get("child"))
-        return {"type": "diff", "path": None, "note": note, "diff": patch}
+        note, diff = proposed(children() if children is not None else (), args.get("child"))
+        return {"type": "diff", "path": None, "note": note, "diff": diff}
     path, content, patch = args.get("path"), args.get("content"), args.get("patch")
     if isinstance(path, str) and isinstance(content, str):
         before, note = _current(read, path)

@@ -329,16 +329,13 @@ class SessionTracer:
             attributes["tickwork.session.role"] = head.role
         if head.spawn_call:
             attributes["tickwork.session.spawn_call"] = head.spawn_call
+        links: list[Link] = []
         if ids.spawned_by is None:  # a trace's root span, with the session's own ids
-            context, links, trace_given = _empty_context(), (), ids.trace_id
+            context, trace_given = _empty_context(), ids.trace_id
         else:  # a child: under the span that spawned it, in its root's trace
             context, trace_given = _inside(ids.trace_id, ids.spawned_by), None
-            links = (
-                Link(
-                    _context_of(ids.trace_id, ids.spawned_by),
-                    {"tickwork.link": "spawned_by", "gen_ai.tool.call.id": head.spawn_call or ""},
-                ),
-            )
+            spawning = _context_of(ids.trace_id, ids.spawned_by)
+            links.append(Link(spawning, {"tickwork.link": "spawned_by"}))
         with self._ids.given(ids.span_id, trace_id=trace_given):
             span = self.tracer.start_span(
                 f"invoke_agent {head.kind}",

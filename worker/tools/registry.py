@@ -61,7 +61,8 @@ class ChildResult:
 def child_results(children: Iterable[Head]) -> list[ChildResult]:
     """A session's `children` (the store's, in spawn order) as its tools see them, each
     numbered within its spawn."""
-    found, place = [], {}
+    found: list[ChildResult] = []
+    place: dict[str, int] = {}
     for child in children:
         call = child.spawn_call or ""
         place[call] = place.get(call, -1) + 1
