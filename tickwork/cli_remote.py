@@ -142,15 +142,10 @@ def watch(remote: Client, session_id: str, timeout: float | None, json_output: b
 
 
 def previews(remote: Client, view: dict[str, Any]) -> dict[str, dict[str, Any] | None]:
-    """The server's previews of the calls waiting for a person that would write files."""
+    """The server's previews of the calls waiting for a person: a file write's diff, the
+    patch an adoption would take."""
     head = view["head"]
-    pending = [
-        c
-        for s in view["steps"]
-        for c in s["calls"]
-        if c["observation"] is None and render.file_change(c["arguments"])
-    ]
-    if not pending or head["status"] != "waiting_approval":
+    if head["status"] != "waiting_approval":
         return {}
     card = remote.waiting(head["id"])
     return {c["call_id"]: c.get("preview") for c in card["calls"]}

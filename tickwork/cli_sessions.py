@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -332,7 +333,7 @@ def show(
         view["lease"] = views.lease(ctx.store.lease(session_id), now=datetime.now(UTC))
         view["forks"] = views.forks(ctx.reads.forks(session_id))
         view["tree"] = ctx.reads.tree(session_id)
-        previews = {} if json_output else file_previews(whole, ctx.reads)
+        previews = {} if json_output else pending_previews(whole, ctx.reads)
     if json_output:
         views.emit(view)
     else:
@@ -345,20 +346,17 @@ def _in_tenant(head: Head, tenant: str | None) -> None:
         raise SessionNotFound(f"no session {head.id!r}; list sessions with `tickwork ls`")
 
 
-def file_previews(whole: Session, reads: Reads) -> dict[str, dict[str, Any] | None]:
-    """For each call that would write files and has not run: a diff against the session's
-    current file as stored (or the patch), for the approver."""
-    pending = [
-        c
-        for s in whole.steps
-        for c in s.calls
-        if whole.observation(c.call_id) is None and render.file_change(c.arguments)
-    ]
+def pending_previews(whole: Session, reads: Reads) -> dict[str, dict[str, Any] | None]:
+    """For each call that has not run and would change files: a diff against the session's
+    current file as stored, the patch, or the child's patch an adoption would take."""
+    pending = [c for s in whole.steps for c in s.calls if whole.observation(c.call_id) is None]
     if not pending:
         return {}
     from .api.previews import preview  # the page's diff, shown alike; loads the API only here
 
-    return {c.call_id: preview(c, reads.file_reader(whole.head)) for c in pending}
+    read, children = reads.file_reader(whole.head), functools.partial(reads.children, whole.head)
+    found = {c.call_id: preview(c, read, children) for c in pending}
+    return {call_id: shown for call_id, shown in found.items() if shown is not None}
 
 
 def watch(

@@ -24,6 +24,7 @@ from tickwork.fsm.errors import ConfigurationError, InvalidInput, TickworkError
 from tickwork.fsm.kinds import SessionKind, kind_of
 from tickwork.fsm.values import Session, ToolCall
 from tickwork.worker.files.filetree import SKIP_DIRS
+from tickwork.worker.jobs.repair.adoption import proposed
 
 from . import render
 from .context import Context
@@ -238,20 +239,12 @@ def _preview(ctx: Context, whole: Session, call: ToolCall) -> None:
     elif call.name == "apply_patch":
         render.show(Syntax(str(arguments.get("patch", "")), "diff"))
     elif call.name == "adopt_patch":
-        render.show(Syntax(_child_patch(ctx, whole.head.id, arguments.get("child")), "diff"))
+        render.show(Syntax(_child_patch(ctx, whole, arguments.get("child")), "diff"))
     else:
         render.show(Text(f"  {call.name} {call.raw_arguments}"))
 
 
-def _child_patch(ctx: Context, session_id: str, child: Any) -> str:
+def _child_patch(ctx: Context, whole: Session, child: Any) -> str:
     """The patch `adopt_patch {"child": child}` would take, for the person who decides."""
-    children = ctx.store.children(session_id)
-    latest = [c for c in children if children and c.spawn_call == children[-1].spawn_call]
-    by_index = str(child).strip().isdigit() and int(child) < len(latest)
-    found = latest[int(child)] if by_index else next((c for c in children if c.id == child), None)
-    if found is None:
-        return f"(no child {child!r} of this session: the call will say so)"
-    patch = found.result.get("patch")
-    outcome = found.result.get("outcome") or "-"
-    head = f"# the patch of {found.role or 'child'} {found.id} (outcome {outcome})\n"
-    return head + (str(patch) if patch else "(it has none)")
+    note, patch = proposed(ctx.reads.children(whole.head), child)
+    return f"# {note}\n{patch}" if patch else note

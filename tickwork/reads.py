@@ -16,6 +16,7 @@ from tickwork.fsm.values import Head, Session
 from tickwork.store import dead_letters as dl
 from tickwork.store.archived import saved_of
 from tickwork.worker.files.workspaces import session_files
+from tickwork.worker.tools.registry import ChildResult, child_results
 
 from . import views
 from .bundles import write_bundle
@@ -69,6 +70,17 @@ class Reads(Deployment):
         if not below:
             return None
         return views.tree(root, below)
+
+    def children(self, head: Head) -> list[ChildResult]:
+        """The session's children as its tools see them (what `adopt_patch` would take),
+        numbered as the tools number them; none outside its tenant (only rows written
+        around the runtime could be)."""
+        found = self.store.children(head.id)
+        return [
+            result
+            for result, child in zip(child_results(found), found, strict=True)
+            if child.tenant == head.tenant
+        ]
 
     def forks(self, session_id: str) -> list[dict[str, Any]]:
         """The sessions forked from this one, live or archived, oldest first."""

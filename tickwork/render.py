@@ -231,8 +231,9 @@ def timeline(
     """A session view as a timeline: header, steps with their calls, totals, outcome.
 
     A call that writes files shows what it writes in full: `previews` (call id -> a diff
-    against the workspace's current file, from `tickwork.api.previews`) for calls that
-    have not run, else its content or patch as proposed."""
+    against the workspace's current file, or the child's patch an adoption would take,
+    from `tickwork.api.previews`) for calls that have not run, else its content or patch
+    as proposed."""
     h, totals = view["head"], view["totals"]
     parts: list[RenderableType] = [_header(h, view.get("lease"), view.get("forks") or ())]
     if view.get("tree"):
@@ -452,11 +453,8 @@ def _file_changes(
 ) -> list[RenderableType]:
     parts: list[RenderableType] = []
     for c in calls:
-        change = file_change(c["arguments"])
-        if change is None:
-            continue
-        what, text = change
         preview = previews.get(c["call_id"])
+        change = file_change(c["arguments"])
         if preview is not None:
             path = preview.get("path")
             where = f" {path}" if path else ""
@@ -464,7 +462,8 @@ def _file_changes(
                 Text(f"{c['call_id']} {c['name']}{where}: {preview['note']}", style="bold")
             )
             parts.append(Syntax(preview["diff"], "diff", word_wrap=True))
-        else:
+        elif change is not None:
+            what, text = change
             parts.append(Text(f"{c['call_id']} {c['name']}: the {what}, whole", style="bold"))
             parts.append(Syntax(text, "diff", word_wrap=True) if what == "patch" else Text(text))
     return parts

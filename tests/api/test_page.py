@@ -1,6 +1,7 @@
 """The page in headless Chromium, against Postgres + Redis: log in with a token, approve a
 waiting call and watch the session move on, reject with feedback, review a file write as a
-diff, open a dead letter. Skipped locally without Chromium and Playwright; failed in CI."""
+diff and an adoption as the child's patch, open a dead letter. Skipped locally without
+Chromium and Playwright; failed in CI."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 from tickwork.fsm.values import Status
 
 from tests.api.conftest import TOKEN, Stack
+from tests.api.test_adoption_previews import adopting
 from tests.api.test_dead_letters import BROKEN
 from tests.api.test_sessions import ECHO
 from tests.services import IN_CI
@@ -181,6 +183,26 @@ def test_a_file_write_is_reviewed_as_a_diff(page: Any, stack: Stack, tmp_path: P
     done = stack.wait(session_id, Status.COMPLETED)
     assert done["final_answer"] == "fixed"
     assert "+    return a + b\n" in done["result"]["patch"]  # the submitted folder: untouched
+
+
+def test_an_adoption_is_reviewed_as_the_childs_patch(
+    page: Any, stack: Stack, tmp_path: Path
+) -> None:
+    from playwright.sync_api import expect
+
+    session_id, child = adopting(stack.deployment, tmp_path)
+    log_in(page, stack, "alice")
+    card = page.locator(f'section.waiting[data-session="{session_id}"] article[data-call="s2c0"]')
+    expect(card.locator(".preview p.meta")).to_have_text(
+        f"the patch of child 0 ({child.id}, explorer), outcome {child.result['outcome']}"
+    )
+    diff = card.locator(".preview pre.diff")
+    expect(diff.locator(".line.del")).to_have_text("-    return a - b\n")
+    expect(diff.locator(".line.add")).to_have_text("+    return a + b\n")
+    card.locator("button.approve").click()
+    expect(card).to_contain_text("Approved s2c0 (adopt_patch)")
+    done = stack.wait(session_id, Status.COMPLETED)
+    assert done["result"]["patch"] == child.result["patch"]
 
 
 def test_an_operator_opens_a_dead_letter_and_forks_it(page: Any, stack: Stack) -> None:

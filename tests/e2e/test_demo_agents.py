@@ -66,6 +66,8 @@ def test_a_best_of_three_repair_adopts_the_passing_explorers_patch(tmp_path: Pat
     adopted = next(c for s in whole.steps for c in s.calls if c.name == "adopt_patch")
     assert adopted.arguments == {"child": 1}
     assert any(d.call_id == adopted.call_id and d.kind.value == "approve" for d in whole.decisions)
+    # the approver was shown the patch it takes (`adoption.proposed`, as the API's card)
+    assert f"# the patch of child 1 ({passing.id}, explorer), outcome repaired" in done.stdout
     seen = whole.observation(adopted.call_id)
     assert seen is not None and not seen.is_error and passing.id in seen.content
     assert root.result["patch"] == passing.result["patch"]

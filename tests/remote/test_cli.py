@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 from tickwork.fsm.values import Status
 
+from tests.api.test_adoption_previews import adopting
 from tests.e2e.conftest import Cli, Result, call
 from tests.remote.conftest import TEST_KIND, TOKEN, Remote
 
@@ -136,6 +138,16 @@ def test_submit_decide_watch_show_ls_fork(remote: Remote, cli: ModeCli) -> None:
     assert cancelled["status"] == "cancelled"
     cli.inline("approve", held["id"], "s1c0", ok=False).error(1, held["id"], "is cancelled")
     cli.inline("cancel", held["id"], ok=False).error(1, "already cancelled")
+
+
+def test_show_previews_an_adoption_as_the_childs_patch(
+    remote: Remote, cli: ModeCli, tmp_path: Path
+) -> None:
+    session_id, child = adopting(remote.deployment, tmp_path)
+    shown = cli.inline("show", session_id).stdout
+    note = f"the patch of child 0 ({child.id}, explorer), outcome {child.result['outcome']}"
+    assert f"s2c0 adopt_patch: {note}" in shown, shown
+    assert "-    return a - b" in shown and "+    return a + b" in shown
 
 
 def _failed(remote: Remote, n: int) -> list[str]:

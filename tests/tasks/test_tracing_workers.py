@@ -1,5 +1,6 @@
 """Traces from real `celery worker` processes over OTLP: a session whose first worker is
-SIGKILLed mid-tool and whose second finishes it is one trace in the collector."""
+SIGKILLed mid-tool and whose second finishes it is one trace in the collector, and so is a
+tree whose sessions two worker processes share."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from tickwork.fsm.values import Status
 from tests.tasks.conftest import Deployment, kill, stop, until
 
 pytest.importorskip("opentelemetry.sdk")
-from tickwork.worker.observers.tracing import session_ids
+from tickwork.worker.observers.trace_ids import session_ids
 
 from tests.worker.test_tracing import Collector
 
@@ -87,3 +88,43 @@ def test_a_session_across_a_killed_worker_is_one_trace(
     assert found.count("tick think") == 3 and found.count("tick execute") >= 2
     ticks = [s for s in collector.spans if s.name.startswith("tick")]
     assert all(int.from_bytes(s.parent_span_id, "big") == root_id for s in ticks)
+
+
+@pytest.mark.parametrize("deployment", ["embedded"], indirect=True)
+def test_a_tree_run_by_two_worker_processes_is_one_trace(
+    deployment: Deployment, collector: Collector
+) -> None:
+    children = [
+        {"role": f"helper{n}", "model": deployment.script([{"content": "seen"}], name=f"c{n}")}
+        for n in (0, 1)
+    ]
+    spawn = {"name": "spawn_agents", "arguments": {"children": children}}
+    parent = deployment.client.submit(
+        "tests.jobs:TREE",
+        {},
+        model=deployment.script([{"content": "split", "tool_calls": [spawn]}, {"content": "ok"}]),
+    )
+    workers = [deployment.spawn(), deployment.spawn()]
+    try:
+        until(
+            lambda: deployment.client.get(parent.id).status is Status.COMPLETED,
+            timeout=60,
+            what="the tree to finish",
+        )
+    finally:
+        for worker in workers:
+            stop(worker)  # a graceful stop sends what is left
+    kids = deployment.client.store.children(parent.id)
+    trace_id, _ = session_ids(parent.id, parent.created_at)
+    assert {int.from_bytes(s.trace_id, "big") for s in collector.spans} == {trace_id}
+    agents = [s for s in collector.spans if s.name.startswith("invoke_agent")]
+    assert len(agents) == 3
+    spawning = min(
+        (s for s in collector.spans if s.name == "execute_tool spawn_agents"),
+        key=lambda s: s.start_time_unix_nano,
+    )
+    for kid in kids:
+        _, own = session_ids(kid.id, kid.created_at)
+        [agent] = [a for a in agents if int.from_bytes(a.span_id, "big") == own]
+        assert agent.parent_span_id == spawning.span_id
+        assert [link.span_id for link in agent.links] == [spawning.span_id]

@@ -315,7 +315,13 @@ def test_a_compaction_is_a_tick_of_its_own_in_the_traces(
     from tickwork.worker.observers.tracing import SessionTracer
 
     exporter = InMemorySpanExporter()
-    tracer = SessionTracer(exporter, masker=long.rt.masker, capture_content=False, batch=False)
+    tracer = SessionTracer(
+        exporter,
+        masker=long.rt.masker,
+        heads=long.store.get,
+        capture_content=False,
+        batch=False,
+    )
     long.rt.observers.add(tracer)
     with windowed_chat(WindowedChat(window=32_768, steps=12)) as chat:
         monkeypatch.setenv("OPENAI_BASE_URL", chat.url)

@@ -113,7 +113,13 @@ def test_a_node_tick_is_traced_with_its_chat_and_its_node(ticks: Ticks, tmp_path
 
     exporter = InMemorySpanExporter()
     ticks.rt.observers.add(
-        SessionTracer(exporter, masker=ticks.rt.masker, capture_content=False, batch=False)
+        SessionTracer(
+            exporter,
+            masker=ticks.rt.masker,
+            heads=ticks.store.get,
+            capture_content=False,
+            batch=False,
+        )
     )
     session_id = refund_over_the_limit(ticks, tmp_path)
     assert ticks.run(session_id).status is Status.COMPLETED

@@ -16,7 +16,7 @@ from tickwork.store.artifacts import DirectoryArtifacts
 from tickwork.worker.files import sources
 from tickwork.worker.jobs import Jobs, Submission
 from tickwork.worker.jobs.repair import team
-from tickwork.worker.jobs.repair.adoption import adopt_patch, chosen
+from tickwork.worker.jobs.repair.adoption import adopt_patch, chosen, proposed
 from tickwork.worker.jobs.repair.job import REPAIR, diff_manifests
 from tickwork.worker.jobs.repair.toolkit import SOLO_TOOLS
 from tickwork.worker.jobs.roles import role_for
@@ -186,6 +186,29 @@ def test_a_child_is_chosen_by_id_or_index_and_a_wrong_one_is_named() -> None:
         chosen(children, "c-9")
     with pytest.raises(ToolError, match="started no children"):
         chosen([], 0)
+
+
+def test_the_approver_is_shown_the_patch_the_adoption_would_take() -> None:
+    children = [
+        child(0, {"patch": "+a\n", "outcome": "tests_failing"}),
+        child(1, {"patch": "+b\n", "outcome": "repaired"}),
+        child(2, {}, status="running"),
+    ]
+    by_index = ("the patch of child 1 (c-1, explorer), outcome repaired", "+b\n")
+    assert proposed(children, 1) == proposed(children, "c-1") == by_index
+    assert proposed(children, 2) == (
+        "child 2 (c-2, explorer) is running: only a completed child has a patch to adopt",
+        "",
+    )
+    empty = [child(0, {"patch": "", "outcome": "no_changes"})]
+    assert proposed(empty, 0) == (
+        "child 0 (c-0, explorer) changed no files: its patch is empty (outcome no_changes)",
+        "",
+    )
+    for unknown in (7, "c-elsewhere", True, None, [0]):
+        note = f"(no child {unknown!r} of this session: the call will say so)"
+        assert proposed(children, unknown) == (note, "")
+    assert proposed([], 0) == ("(no child 0 of this session: the call will say so)", "")
 
 
 def test_adopt_patch_applies_a_childs_patch_or_says_why_not(tmp_path: Path) -> None:

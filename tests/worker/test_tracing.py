@@ -4,6 +4,7 @@ for and masked."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import threading
 from collections.abc import Iterator
@@ -13,13 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tickwork.fsm.values import Status
+from tickwork.fsm.errors import SessionNotFound
+from tickwork.fsm.values import Head, Status
 from tickwork.worker.observers.report import TickReport
+from tickwork.worker.observers.trace_ids import TreeTraces, session_ids, spawn_span_id
 from tickwork.worker.observers.tracing import (
     SessionTracer,
     TracingSettings,
     enabled,
-    session_ids,
     status,
 )
 from tickwork.worker.tick.advance import advance
@@ -58,7 +60,9 @@ def ticks(database_url: str, tmp_path: Path) -> Iterator[Ticks]:
 
 def traced(rt: Runtime, *, content: bool = True) -> tuple[InMemorySpanExporter, SessionTracer]:
     exporter = InMemorySpanExporter()
-    tracer = SessionTracer(exporter, masker=rt.masker, capture_content=content, batch=False)
+    tracer = SessionTracer(
+        exporter, masker=rt.masker, heads=rt.store.get, capture_content=content, batch=False
+    )
     rt.observers.add(tracer)
     return exporter, tracer
 
@@ -153,6 +157,122 @@ def test_a_repair_session_run_by_two_workers_one_killed_is_one_trace(
         assert ticks_by_id[span.parent.span_id].name == "tick execute"
         assert "gen_ai.tool.call.result" in span.attributes
     assert span.start_time and span.end_time and span.start_time <= span.end_time
+
+
+def test_a_tree_is_one_trace_with_each_child_under_the_call_that_spawned_it(
+    ticks: Ticks,
+) -> None:
+    def script(name: str, replies: list[dict[str, Any]]) -> str:
+        path = ticks.tmp / f"{name}.json"
+        path.write_text(json.dumps(replies))
+        return f"scripted:{path}"
+
+    children = [
+        {"role": f"helper{n}", "model": script(f"c{n}", [{"content": "seen"}])} for n in (0, 1)
+    ]
+    spawn = {"name": "spawn_agents", "arguments": {"children": children}}
+    parent = ticks.client.submit(
+        "tests.jobs:TREE",
+        {},
+        model=script("parent", [{"content": "split", "tool_calls": [spawn]}, {"content": "ok"}]),
+    )
+    exporter = InMemorySpanExporter()
+    reads: list[str] = []
+
+    def heads(session_id: str) -> Head:
+        reads.append(session_id)
+        return ticks.store.get(session_id)
+
+    ticks.rt.observers.add(
+        SessionTracer(exporter, masker=ticks.rt.masker, heads=heads, batch=False)
+    )
+    assert ticks.run(parent.id).status is Status.WAITING_CHILDREN
+    kids = ticks.store.children(parent.id)
+    for kid in kids:
+        assert ticks.run(kid.id).status is Status.COMPLETED
+    assert ticks.run(parent.id).status is Status.COMPLETED
+    assert reads == [parent.id]  # the root is read once, whatever its children's ticks
+
+    spans = exporter.get_finished_spans()
+    trace_id, _ = session_ids(parent.id, parent.created_at)
+    assert {s.context.trace_id for s in spans} == {trace_id}  # ONE trace for the tree
+    agents = {s.attributes["gen_ai.agent.id"]: s for s in spans if s.name.startswith("invoke")}
+    ticked = [s for s in spans if s.name.startswith("tick")]
+    assert set(agents) == {parent.id, *(k.id for k in kids)}
+    assert agents[parent.id].parent is None
+    # the spawn call runs twice: the tick that spawned, and the one that joined
+    spawning, joining = sorted(
+        (s for s in spans if s.name == "execute_tool spawn_agents"),
+        key=lambda s: s.start_time or 0,
+    )
+    assert spawning.context.span_id != joining.context.span_id
+    for kid in kids:
+        agent = agents[kid.id]
+        assert agent.context.span_id == session_ids(kid.id, kid.created_at)[1]
+        assert agent.parent is not None and agent.parent.span_id == spawning.context.span_id
+        [link] = agent.links
+        assert link.context.span_id == spawning.context.span_id
+        assert (
+            link.context.trace_id == trace_id and link.attributes["tickwork.link"] == "spawned_by"
+        )
+        assert agent.attributes["tickwork.session.parent_id"] == parent.id
+        assert agent.attributes["tickwork.session.root_id"] == parent.id
+        assert agent.attributes["tickwork.session.role"] == kid.role
+        assert agent.attributes["tickwork.session.spawn_call"] == kid.spawn_call
+        # the child's ticks under its own invoke_agent span
+        own = [t for t in ticked if t.attributes["tickwork.session.id"] == kid.id]
+        assert own and {t.parent and t.parent.span_id for t in own} == {agent.context.span_id}
+
+
+def test_a_graphs_branches_are_in_its_trace_under_the_node_that_fanned_out(
+    ticks: Ticks,
+) -> None:
+    exporter, _ = traced(ticks.rt, content=False)
+    script = ticks.tmp / "graph.json"
+    script.write_text(json.dumps([{"content": "-"}]))
+    root = ticks.client.submit(
+        "tests.graphs:MAP_SUM", {"items": [1, 2, 3]}, model=f"scripted:{script}"
+    )
+    assert ticks.run(root.id).status is Status.WAITING_CHILDREN
+    for branch in ticks.store.children(root.id):
+        assert ticks.run(branch.id).status is Status.COMPLETED
+    assert ticks.run(root.id).status is Status.COMPLETED
+    spans = exporter.get_finished_spans()
+    assert {s.context.trace_id for s in spans} == {session_ids(root.id, root.created_at)[0]}
+    named = {s.context.span_id: s.name for s in spans}
+    branches = [s for s in spans if s.name.startswith("invoke") and s.parent is not None]
+    assert len(branches) == 3
+    assert {named.get(s.parent.span_id) for s in branches if s.parent} == {"execute_tool split"}
+
+
+def test_a_childs_trace_is_its_roots_read_once_and_its_own_when_the_root_is_gone() -> None:
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    stored = {r: Head(id=r, kind="k", created_at=at, updated_at=at, model="m") for r in "ab"}
+    reads: list[str] = []
+
+    def heads(session_id: str) -> Head:
+        reads.append(session_id)
+        if session_id not in stored:
+            raise SessionNotFound(f"no session {session_id!r}")
+        return stored[session_id]
+
+    def child(n: int, root: str) -> Head:
+        later = at + timedelta(seconds=n)
+        lineage = {"root_id": root, "parent_id": root, "spawn_call": "s1c0"}
+        return Head(id=f"c{n}", kind="k", created_at=later, updated_at=later, model="m", **lineage)
+
+    trees = TreeTraces(heads, size=1)
+    first = trees.ids(child(1, "a"))
+    assert first.trace_id == session_ids("a", at)[0]
+    assert first.span_id == session_ids("c1", at + timedelta(seconds=1))[1]
+    assert first.spawned_by == spawn_span_id(first.trace_id, "a", "s1c0")
+    assert trees.ids(child(2, "a")).trace_id == first.trace_id and reads == ["a"]
+    trees.ids(child(3, "b"))
+    trees.ids(child(4, "a"))
+    assert reads == ["a", "b", "a"]  # one root kept
+    orphan = trees.ids(child(5, "pruned"))
+    assert orphan == (*session_ids("c5", at + timedelta(seconds=5)), None)
+    assert trees.ids(stored["a"]) == (*session_ids("a", at), None)  # a root
 
 
 SECRET = "sk-proj-abcdef1234567890"

@@ -2,28 +2,39 @@
 
 A call whose arguments hold `path` and `content` writes a file: its preview is a unified
 diff from the file as the store holds it now in the session's files (never a file of the
-host) to the proposed content. A call with a `patch` argument shows the patch.
+host) to the proposed content. A call with a `patch` argument shows the patch. An
+`adopt_patch` call shows the patch of the child it names, found as the tool finds it
+(`adoption.proposed`) among the session's own children only.
 """
 
 from __future__ import annotations
 
 import difflib
 import posixpath
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from tickwork.fsm.errors import TickworkError
 from tickwork.fsm.values import ToolCall
+from tickwork.worker.jobs.repair.adoption import ADOPT_PATCH, proposed
+from tickwork.worker.tools.registry import ChildResult
 
 #: reads one file of the session as stored (None: no such file); None: the session has none
 Reader = Callable[[str], bytes | None] | None
+#: reads the session's children, as its tools see them (`Reads.children`); None: none
+Children = Callable[[], Sequence[ChildResult]] | None
 
 #: files larger than this are not diffed
 MAX_FILE_BYTES = 512_000
 
 
-def preview(call: ToolCall, read: Reader = None) -> dict[str, Any] | None:
+def preview(
+    call: ToolCall, read: Reader = None, children: Children = None
+) -> dict[str, Any] | None:
     args = call.arguments or {}
+    if call.name == ADOPT_PATCH:
+        note, diff = proposed(children() if children is not None else (), args.get("child"))
+        return {"type": "diff", "path": None, "note": note, "diff": diff}
     path, content, patch = args.get("path"), args.get("content"), args.get("patch")
     if isinstance(path, str) and isinstance(content, str):
         before, note = _current(read, path)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
@@ -368,9 +369,10 @@ def approval(session_id: SessionId, client: Client, who: Reader) -> dict[str, An
 
 def waiting_view(session: Session, client: Tickwork | None = None) -> dict[str, Any]:
     """A waiting session for the approvals page: its calls with previews (read from the
-    session's stored files)."""
+    session's stored files, and its children's patches)."""
     head = session.head
     read = None if client is None else client.file_reader(head)
+    children = None if client is None else functools.partial(client.children, head)
     view = views.session(session)
     asked = [e.at for e in session.events if e.kind is EventKind.APPROVAL_REQUESTED]
     calls, thought = [], ""
@@ -378,7 +380,7 @@ def waiting_view(session: Session, client: Tickwork | None = None) -> dict[str, 
         for call in step["calls"]:
             if call["call_id"] in head.awaiting:
                 found = session.call(call["call_id"])
-                call["preview"] = previews.preview(found, read) if found else None
+                call["preview"] = previews.preview(found, read, children) if found else None
                 calls.append(call)
                 thought = step["thought"]
     return {

@@ -7,23 +7,33 @@ standard OTEL_* variables. Without the extra tickwork works, untraced.
 
 One trace per session, across ticks, workers and hosts, with nothing stored: the trace id
 and the id of the session's `invoke_agent` span are derived from the session's id and
-creation time (`session_ids`), so whichever worker runs a tick continues the same trace.
-Each tick is a span under the `invoke_agent` span, with a `chat {model}` span for its model
-call or an `execute_tool {name}` span for its tool call; the `invoke_agent` span itself is
-sent when a tick ends the session (completed, failed, cancelled), spanning its whole life.
-Prompts, replies, tool arguments and outputs go in spans only with
+creation time (`trace_ids.session_ids`), so whichever worker runs a tick continues the
+same trace. Each tick is a span under the `invoke_agent` span, with a `chat {model}` span
+for its model call or an `execute_tool {name}` span for its tool call; the `invoke_agent`
+span itself is sent when a tick ends the session (completed, failed, cancelled), spanning
+its whole life. Prompts, replies, tool arguments and outputs go in spans only with
 TICKWORK_OTEL_CAPTURE_CONTENT=true, masked like stored text.
+
+A tree (docs/DESIGN.md section 16) is one trace, its root's. A child's spans go in the
+root's trace; its `invoke_agent` span (still with its own derived id) has as parent, and
+links to, the `execute_tool` span of the parent's tick that spawned it. That span's id is
+derived too (`trace_ids.spawn_span_id`: of the trace, the parent's id and the spawning
+call's id; the saved spawning tick takes it, the tick that later joins the children with
+the same call a random one), so a child on any host names its parent span from its own
+head. What the head lacks is the root's creation time: each worker reads the root once
+and keeps the last `trace_ids.ROOTS_KEPT` roots' trace ids. A read, rather than a trace id
+derived from the root's id alone, because an id may be used again once its session is
+pruned, and two trees must not share a trace. A child whose root is gone has a trace of
+its own.
 """
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 import logging
 import os
-import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -31,7 +41,13 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from tickwork.fsm.values import Head, Status, StepKind
 from tickwork.worker.config.secrets import Masker
 from tickwork.worker.config.settings import read_settings
-from tickwork.worker.observers.report import TickReport
+from tickwork.worker.observers.report import Outcome, TickReport
+from tickwork.worker.observers.trace_ids import (
+    SessionIds,
+    TraceIds,
+    TreeTraces,
+    spawn_span_id,
+)
 from tickwork.worker.observers.webhooks import masked_url
 
 log = logging.getLogger("tickwork.tracing")
@@ -86,9 +102,10 @@ def status(settings: TracingSettings, env: Mapping[str, str] = os.environ) -> st
     return f"on: OTLP to {masked_url(endpoint)}, {content}"
 
 
-def tracer_for(masker: Masker) -> SessionTracer | None:
-    """A worker's tracer, masking what it captures with `masker` (the runtime's); None when
-    tracing is off or the extra is missing."""
+def tracer_for(masker: Masker, heads: Callable[[str], Head]) -> SessionTracer | None:
+    """A worker's tracer, masking what it captures with `masker` (the runtime's) and reading
+    trees' roots with `heads` (the store's `get`); None when tracing is off or the extra is
+    missing."""
     settings = read_settings(TracingSettings)
     if not enabled(settings):
         return None
@@ -103,17 +120,10 @@ def tracer_for(masker: Masker) -> SessionTracer | None:
     return SessionTracer(
         OTLPSpanExporter(),
         masker=masker,
+        heads=heads,
         capture_content=settings.otel_capture_content,
         batch=True,
     )
-
-
-def session_ids(session_id: str, created_at: datetime) -> tuple[int, int]:
-    """The session's trace id and its `invoke_agent` span id: the same on every host."""
-    digest = hashlib.sha256(f"tickwork:{session_id}:{created_at.isoformat()}".encode()).digest()
-    trace_id = int.from_bytes(digest[:16], "big") or 1
-    span_id = int.from_bytes(digest[16:24], "big") or 1
-    return trace_id, span_id
 
 
 def _model_name(spec: str) -> str:
@@ -136,13 +146,15 @@ def _ns(at: datetime) -> int:
 
 
 class SessionTracer:
-    """The tick observer that sends spans; `exporter` is any OpenTelemetry SpanExporter."""
+    """The tick observer that sends spans; `exporter` is any OpenTelemetry SpanExporter,
+    `heads` reads a session's head (the store's `get`: a tree's root, once per root)."""
 
     def __init__(
         self,
         exporter: Any,
         *,
         masker: Masker,
+        heads: Callable[[str], Head],
         capture_content: bool = False,
         batch: bool = True,
     ) -> None:
@@ -151,7 +163,8 @@ class SessionTracer:
         from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 
         self.masker, self.capture_content = masker, capture_content
-        self._ids = _SessionIds()
+        self._ids = SessionIds()
+        self._trees = TreeTraces(heads)
         named = {} if os.environ.get("OTEL_SERVICE_NAME") else {SERVICE_NAME: "tickwork"}
         self.provider = TracerProvider(resource=Resource.create(named), id_generator=self._ids)
         processor = BatchSpanProcessor(exporter) if batch else SimpleSpanProcessor(exporter)
@@ -170,19 +183,13 @@ class SessionTracer:
 
     def __call__(self, report: TickReport) -> None:
         from opentelemetry import trace
-        from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFlags
+        from opentelemetry.trace import SpanKind
 
         head = report.claimed
         if head is None:
             return  # a dropped duplicate: nothing happened to the session
-        trace_id, root_id = session_ids(head.id, head.created_at)
-        root = trace.set_span_in_context(
-            NonRecordingSpan(
-                SpanContext(
-                    trace_id, root_id, is_remote=True, trace_flags=TraceFlags(TraceFlags.SAMPLED)
-                )
-            )
-        )
+        ids = self._trees.ids(head)
+        root = _inside(ids.trace_id, ids.span_id)
         after = report.head
         span = self.tracer.start_span(
             f"tick {report.phase.value}",
@@ -208,10 +215,10 @@ class SessionTracer:
         if report.model is not None:
             self._chat(report, head, inside)
         if report.tool is not None:
-            self._tool(report, head, inside)
+            self._tool(report, head, inside, ids.trace_id)
         span.end(end_time=report.ended_ns)
         if after is not None and after.status.terminal:
-            self._session(report, after, trace_id, root_id)
+            self._session(report, after, ids)
 
     def _chat(self, report: TickReport, head: Head, context: Any) -> None:
         from opentelemetry.trace import SpanKind
@@ -266,7 +273,7 @@ class SessionTracer:
             self._failed(span, call.error or call.outcome)
         span.end(end_time=call.ended_ns)
 
-    def _tool(self, report: TickReport, head: Head, context: Any) -> None:
+    def _tool(self, report: TickReport, head: Head, context: Any, trace_id: int) -> None:
         from opentelemetry.trace import SpanKind
 
         run = report.tool
@@ -284,19 +291,24 @@ class SessionTracer:
             found = [o for o in (change.observations if change else ()) if o.call_id == run.call_id]
             if found:
                 attributes["gen_ai.tool.call.result"] = self.masker.text(found[0].content)
-        span = self.tracer.start_span(
-            f"execute_tool {run.name}",
-            context=context,
-            kind=SpanKind.INTERNAL,
-            start_time=run.started_ns,
-            attributes=attributes,
-        )
+        change = report.change
+        spawned = report.outcome is Outcome.SAVED and change is not None and bool(change.children)
+        # the saved tick that spawned children: the span id they derive as their parent's
+        given = spawn_span_id(trace_id, head.id, run.call_id) if spawned else None
+        with self._ids.given(given):
+            span = self.tracer.start_span(
+                f"execute_tool {run.name}",
+                context=context,
+                kind=SpanKind.INTERNAL,
+                start_time=run.started_ns,
+                attributes=attributes,
+            )
         if run.is_error:
             self._failed(span, "tool_error")
         span.end(end_time=run.ended_ns)
 
-    def _session(self, report: TickReport, head: Head, trace_id: int, root_id: int) -> None:
-        from opentelemetry.trace import SpanKind
+    def _session(self, report: TickReport, head: Head, ids: TraceIds) -> None:
+        from opentelemetry.trace import Link, SpanKind
 
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "invoke_agent",
@@ -312,17 +324,27 @@ class SessionTracer:
         }
         if head.parent_id:
             attributes["tickwork.session.parent_id"] = head.parent_id
-        self._ids.next_root(trace_id, root_id)
-        try:
+        if head.root_id:
+            attributes["tickwork.session.root_id"] = head.root_id
+            attributes["tickwork.session.role"] = head.role
+        if head.spawn_call:
+            attributes["tickwork.session.spawn_call"] = head.spawn_call
+        links: list[Link] = []
+        if ids.spawned_by is None:  # a trace's root span, with the session's own ids
+            context, trace_given = _empty_context(), ids.trace_id
+        else:  # a child: under the span that spawned it, in its root's trace
+            context, trace_given = _inside(ids.trace_id, ids.spawned_by), None
+            spawning = _context_of(ids.trace_id, ids.spawned_by)
+            links.append(Link(spawning, {"tickwork.link": "spawned_by"}))
+        with self._ids.given(ids.span_id, trace_id=trace_given):
             span = self.tracer.start_span(
                 f"invoke_agent {head.kind}",
-                context=_empty_context(),
+                context=context,
                 kind=SpanKind.INTERNAL,
                 start_time=_ns(head.created_at),
                 attributes=attributes,
+                links=links,
             )
-        finally:
-            self._ids.next_root(None, None)
         if head.status is Status.FAILED:
             self._failed(span, head.error_code or "failed", head.error_message)
         span.end(end_time=report.ended_ns)
@@ -345,29 +367,17 @@ def _empty_context() -> Any:
     return Context()
 
 
-class _SessionIds:
-    """Random ids, but the next root span of this thread gets the session's own ids."""
+def _context_of(trace_id: int, span_id: int) -> Any:
+    """The context of a span sent elsewhere (another tick, another host)."""
+    from opentelemetry.trace import SpanContext, TraceFlags
 
-    def __init__(self) -> None:
-        from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
+    return SpanContext(
+        trace_id, span_id, is_remote=True, trace_flags=TraceFlags(TraceFlags.SAMPLED)
+    )
 
-        self._random = RandomIdGenerator()
-        self._next = threading.local()
 
-    def next_root(self, trace_id: int | None, span_id: int | None) -> None:
-        self._next.trace_id, self._next.span_id = trace_id, span_id
+def _inside(trace_id: int, span_id: int) -> Any:
+    """A context whose current span is that one: spans started in it are its children."""
+    from opentelemetry import trace
 
-    def generate_trace_id(self) -> int:
-        found: int | None = getattr(self._next, "trace_id", None)
-        return found if found is not None else self._random.generate_trace_id()
-
-    def is_trace_id_random(self) -> bool:
-        """A session's trace id is a hash of it, not random (W3C trace context level 2)."""
-        return getattr(self._next, "trace_id", None) is None
-
-    def generate_span_id(self) -> int:
-        found: int | None = getattr(self._next, "span_id", None)
-        if found is not None:
-            self._next.span_id = None
-            return found
-        return self._random.generate_span_id()
+    return trace.set_span_in_context(trace.NonRecordingSpan(_context_of(trace_id, span_id)))

@@ -38,10 +38,10 @@ from tickwork.worker.tick.frame import Stop, Tick, run_call, tool_run
 from tickwork.worker.tick.runtime import Runtime
 from tickwork.worker.tick.trees import spawn_or_join
 from tickwork.worker.tools.registry import (
-    ChildResult,
     ToolContext,
     ToolRegistry,
     ToolResult,
+    child_results,
     run_tool,
 )
 
@@ -344,25 +344,6 @@ def recall(rt: Runtime, head: Head, arguments: dict[str, Any]) -> tuple[str, boo
     return (f"ERROR: {found.content}" if found.is_error else found.content), False
 
 
-def children_of(rt: Runtime, head: Head) -> list[ChildResult]:
-    """The session's children in spawn order, as its tools see them (`adopt_patch`)."""
-    found, place = [], {}
-    for child in rt.store.children(head.id):
-        call = child.spawn_call or ""
-        place[call] = place.get(call, -1) + 1
-        found.append(
-            ChildResult(
-                id=child.id,
-                spawn_call=call,
-                index=place[call],
-                role=child.role,
-                status=child.status.value,
-                result=dict(child.result),
-            )
-        )
-    return found
-
-
 def execute(tick: Tick) -> Change:
     """EXECUTE: run the step's next pending call (or say why it does not run)."""
     rt, claimed, files = tick.rt, tick.claimed, tick.files
@@ -432,7 +413,7 @@ def execute(tick: Tick) -> Change:
             stop=stop,
             sandbox=sandbox_of(rt.settings),
             environment=environment,
-            children=lambda: children_of(rt, head),
+            children=lambda: child_results(rt.store.children(head.id)),
         )
         return run_tool(
             tool, arguments, tool_context, max_output_chars=rt.settings.max_output_chars

@@ -33,7 +33,7 @@ def install(rt: Runtime) -> None:
     except Exception as exc:
         log.error("no approval webhooks in this worker: %s", exc)
     try:
-        tracer = tracer_for(rt.masker)
+        tracer = tracer_for(rt.masker, rt.store.get)
         if tracer is not None:
             rt.observers.add(tracer)
             rt.background.append(tracer)

@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from tickwork.fsm.approvals import ApprovalRule, Policy
 from tickwork.fsm.errors import ConfigurationError, InvalidToolArguments, ToolError, UnknownTool
 from tickwork.fsm.transitions import cap_output
+from tickwork.fsm.values import Head
 from tickwork.fsm.values import idempotency_key as _idempotency_key
 from tickwork.worker.sandbox.runner import Sandbox
 from tickwork.worker.tools.schemas import (
@@ -55,6 +56,27 @@ class ChildResult:
     status: str
     #: what its job produced (a repair child: `patch`, `outcome`, `tests`)
     result: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+
+
+def child_results(children: Iterable[Head]) -> list[ChildResult]:
+    """A session's `children` (the store's, in spawn order) as its tools see them, each
+    numbered within its spawn."""
+    found: list[ChildResult] = []
+    place: dict[str, int] = {}
+    for child in children:
+        call = child.spawn_call or ""
+        place[call] = place.get(call, -1) + 1
+        found.append(
+            ChildResult(
+                id=child.id,
+                spawn_call=call,
+                index=place[call],
+                role=child.role,
+                status=child.status.value,
+                result=dict(child.result),
+            )
+        )
+    return found
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ file change of the parent's step, like any tool's (docs/DESIGN.md section 10).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 
 from tickwork.fsm.errors import ToolError
@@ -16,7 +17,7 @@ from tickwork.worker.tools import patches
 from tickwork.worker.tools.confinement import workspace_root
 from tickwork.worker.tools.registry import ChildResult, ToolContext, tool
 
-__all__ = ["adopt_patch", "chosen"]
+__all__ = ["adopt_patch", "chosen", "proposed"]
 
 #: the name of the tool, as roles list it
 ADOPT_PATCH = "adopt_patch"
@@ -70,6 +71,24 @@ def _patch_of(child: ChildResult) -> str:
     if not patch:
         raise ToolError(f"{_named(child)} changed no files: its patch is empty")
     return patch
+
+
+def proposed(children: Sequence[ChildResult], child: object) -> tuple[str, str]:
+    """What `adopt_patch {"child": child}` would take, for the person who decides: a note
+    naming the child, its role and outcome, and its patch ("" when it has none, the note
+    saying why). The child is found as the call finds it, among `children` only."""
+    found = None
+    if isinstance(child, str | int) and not isinstance(child, bool):
+        with contextlib.suppress(ToolError):
+            found = chosen(children, child)
+    if found is None:
+        return f"(no child {child!r} of this session: the call will say so)", ""
+    outcome = found.result.get("outcome")
+    try:
+        patch = _patch_of(found)
+    except ToolError as exc:
+        return (f"{exc.message} (outcome {outcome})" if outcome else exc.message), ""
+    return f"the patch of {_named(found)}, outcome {outcome or 'none'}", patch
 
 
 @tool(name=ADOPT_PATCH, requires_approval=True, timeout_s=60.0)
