@@ -34,7 +34,7 @@ from tickwork.store.archived import saved_of
 from tickwork.store.files import Saved
 from tickwork.worker.config.secrets import mask_decision, masker_for
 from tickwork.worker.config.settings import Settings
-from tickwork.worker.jobs import Submission
+from tickwork.worker.jobs import Role, Submission
 from tickwork.worker.jobs.graphs import GraphKind
 from tickwork.worker.models import Providers, check_spec, pricing
 from tickwork.worker.models.pricing import Price, PriceLike, as_price, below, session_price
@@ -139,9 +139,10 @@ class Writes(Deployment):
         job = self.jobs.get(kind)
         if own_config and not trusted:
             raise InvalidInput("a submission from outside cannot set the session's config")
-        config = job.configure(dict(input or {}), self._submission(trusted=trusted))
+        config = job.configure(dict(input or {}), self._submission(kind, trusted=trusted))
         config.update(own_config or {})
-        spec = model or self.settings.model or str(config.pop("default_model", ""))
+        role = self._role(kind, config)
+        spec = model or role.model or self.settings.model or str(config.pop("default_model", ""))
         if not spec:
             raise InvalidInput(
                 "no model given: pass --model (scripted:PATH or openai:MODEL) or set TICKWORK_MODEL"
@@ -153,7 +154,7 @@ class Writes(Deployment):
                 "'_', '-' and '.', up to 64 characters"
             )
         self._check_unused(session_id)
-        limits = self.budgets(job.budgets, budgets or {})
+        limits = self.budgets(job.budgets, role.budgets, budgets or {})
         if price is not None:
             configured = self.providers.price(spec, self.settings.prices)
             given = _given_price(spec, price, configured, trusted=trusted)._asdict()
@@ -397,14 +398,24 @@ class Writes(Deployment):
             key, state=state, by=by, reason=reason, now=self.clock()
         )
 
-    def _submission(self, *, trusted: bool) -> Submission:
-        """What a kind's `configure` is told about a submission from this client."""
+    def _submission(self, kind: str, *, trusted: bool) -> Submission:
+        """What a kind's `configure` is told about a submission from this client: its roles
+        as a spawned child's are resolved (`Jobs.roles`: TICKWORK_ROLES_FILE's over the
+        kind's own)."""
         return Submission(
             state_dir=self.settings.state_dir,
             trusted=trusted,
             workspace_roots=tuple(self.settings.workspace_roots),
             artifacts=self.artifacts,
+            roles=self.jobs.roles(kind),
         )
+
+    def _role(self, kind: str, config: Mapping[str, Any]) -> Role:
+        """The configured role a root's kind gave it (`config["role"]`), whose model and
+        budgets are its defaults as a child's are; a role of no fields if it has none."""
+        name = config.get("role")
+        found = self.jobs.roles(kind).get(name) if isinstance(name, str) else None
+        return found or Role(name="", system_prompt="")
 
     def _graph(self, head: Head) -> GraphKind | None:
         """The graph kind a graph session runs on (issue 15), else None."""
