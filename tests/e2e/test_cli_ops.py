@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import inspect, select
 from tickwork.store import make_engine
+from tickwork.store.liveness import new_key, signed
 from tickwork.store.schema import outbox
+from tickwork.testing.store_ticks import claim
 
 from tests.e2e.conftest import ROOT, TEST_KIND, Cli, Deployment, at_once, call, until
 from tests.services import postgres_database
@@ -118,7 +120,33 @@ def test_relay_once_publishes_a_lost_tick(
     sid = client.submit(TEST_KIND, {}, model=script).id
 
     counts = cli("relay", "--once", "--json", TICKWORK_RELAY_AFTER_S="0").json()
-    assert counts == {"republished": 1, "lease_expiries": 0, "delayed": 0}
+    assert counts == {
+        "republished": 1,
+        "lease_expiries": 0,
+        "delayed": 0,
+        "taken_over": 0,
+        "admitted": 0,
+    }
+    with deployment.worker(relay=False):
+        done = client.wait(sid, timeout=30)
+    assert done.status.value == "completed" and done.final_answer == "bye"
+
+
+def test_relay_once_takes_over_a_session_whose_worker_is_gone(
+    deployment: Deployment, cli: Cli
+) -> None:
+    """As the relay every worker runs does: the lease has long to run, but the sign of
+    life it names is held by nobody; a sign seen gone is looked at again after its grace."""
+    client = deployment.client
+    sid = client.submit(TEST_KIND, {}, model=deployment.script([{"content": "bye"}])).id
+    claim(client.store, sid, now=datetime.now(UTC), owner=signed("gone-worker", new_key()))
+    held = client.store.lease(sid)
+    assert held is not None
+
+    counts = cli("relay", "--once", "--json", TICKWORK_LIVENESS_GRACE_S="0.2").json()
+
+    assert counts["taken_over"] == 1 and counts["lease_expiries"] == 0
+    assert client.store.lease(sid) is None
     with deployment.worker(relay=False):
         done = client.wait(sid, timeout=30)
     assert done.status.value == "completed" and done.final_answer == "bye"
@@ -208,5 +236,11 @@ def test_relay_once_publishes_a_delayed_tick_when_due(deployment: Deployment, cl
     with deployment.worker(relay=False):
         again = until(lambda: (h := client.get(sid)).model_attempts == 2 and h, what="2nd call")
 
-    assert counts == {"republished": 0, "lease_expiries": 0, "delayed": 1}
+    assert counts == {
+        "republished": 0,
+        "lease_expiries": 0,
+        "delayed": 1,
+        "taken_over": 0,
+        "admitted": 0,
+    }
     assert again.status.value == "ready"

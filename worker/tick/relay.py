@@ -4,14 +4,17 @@ revives sessions whose worker died, and admits queued sessions (`admission.py`).
 It also repairs trees (docs/DESIGN.md section 16): it wakes a parent whose join is complete
 but that still waits, and cancels the children still going in a cancelled tree.
 
-It runs in a thread inside every worker (no beat needed) and as `tickwork relay --once`.
+It runs in a thread inside every worker (no beat needed), and every pass of it once as
+`tickwork relay --once` (`relay_all_once`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import logging
+import time
 from collections.abc import Callable, Sequence
 
 from tickwork.fsm.errors import SessionFinished
@@ -71,6 +74,23 @@ def relay_once(rt: Runtime) -> RelayPass:
         delayed=len(delayed),
         admitted=len(admitted),
     )
+
+
+def relay_all_once(rt: Runtime, *, sleep: Callable[[float], None] = time.sleep) -> RelayPass:
+    """Every pass `RelayThread` runs, once (`tickwork relay --once`): the look for sessions
+    whose worker is gone (unless TICKWORK_LIVENESS=false), then `relay_once`. A sign seen
+    gone is looked at again after its grace, as the thread's looks do, so a worker whose
+    connection dropped for a moment is not taken for dead."""
+    taken: list[Due] = []
+    if rt.settings.liveness:
+        takeover = Takeover(
+            rt.store, rt.publish, grace_s=rt.settings.liveness_grace_s, clock=rt.clock
+        )
+        taken = takeover()
+        if not taken and takeover.watching:
+            sleep(rt.settings.liveness_grace_s)
+            taken = takeover()
+    return dataclasses.replace(relay_once(rt), taken_over=len(taken))
 
 
 def _named(ticks: Sequence[Due], name: Callable[[Due], str]) -> str:
