@@ -76,7 +76,7 @@ def relay_once(rt: Runtime) -> RelayPass:
     )
 
 
-def relay_all_once(rt: Runtime, *, sleep: Callable[[float], None] = time.sleep) -> RelayPass:
+def relay_all_once(rt: Runtime) -> RelayPass:
     """Every pass `RelayThread` runs, once (`tickwork relay --once`): the look for sessions
     whose worker is gone (unless TICKWORK_LIVENESS=false), then `relay_once`. A sign seen
     gone is looked at again after its grace, as the thread's looks do, so a worker whose
@@ -88,7 +88,7 @@ def relay_all_once(rt: Runtime, *, sleep: Callable[[float], None] = time.sleep) 
         )
         taken = takeover()
         if not taken and takeover.watching:
-            sleep(rt.settings.liveness_grace_s)
+            time.sleep(rt.settings.liveness_grace_s)
             taken = takeover()
     return dataclasses.replace(relay_once(rt), taken_over=len(taken))
 
