@@ -146,6 +146,7 @@ def child_head(
                 trusted=False,
                 workspace_roots=tuple(rt.settings.workspace_roots),
                 artifacts=None,
+                roles=roles,
             )
             config = job.configure(dict(spec.input), submission)
     except ArtifactsUnavailable:
