@@ -177,7 +177,7 @@ def test_unknown_model_costs_nothing_and_warns_once(caplog):
             "openai:gpt-4o",
             {"price": {"prompt": 0, "completion": 12}},
             {},
-            Price(2.5, 12, cached=1.25, cache_write=2.5, max_completion=16_384),
+            Price(2.5, 12, cached=1.25, max_completion=16_384),
             id="given_never_below_the_table",
         ),
         pytest.param(
