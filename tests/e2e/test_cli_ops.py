@@ -143,9 +143,11 @@ def test_relay_once_takes_over_a_session_whose_worker_is_gone(
     held = client.store.lease(sid)
     assert held is not None
 
-    counts = cli("relay", "--once", "--json", TICKWORK_LIVENESS_GRACE_S="0.2").json()
+    done = cli("relay", "--once", "--json", ok=False, TICKWORK_LIVENESS_GRACE_S="0.2")
 
-    assert counts["taken_over"] == 1 and counts["lease_expiries"] == 0
+    assert done.code == 0, done
+    assert done.json()["taken_over"] == 1 and done.json()["lease_expiries"] == 0
+    assert f"took over 1 sessions whose worker is gone: {sid}" in done.stderr  # the relay's log
     assert client.store.lease(sid) is None
     with deployment.worker(relay=False):
         done = client.wait(sid, timeout=30)
