@@ -16,10 +16,10 @@ from sqlalchemy import inspect, select
 from tickwork.store import make_engine
 from tickwork.store.liveness import new_key, signed
 from tickwork.store.schema import outbox
-from tickwork.testing.store_ticks import claim
 
 from tests.e2e.conftest import ROOT, TEST_KIND, Cli, Deployment, at_once, call, until
 from tests.services import postgres_database
+from tickwork.testing.store_ticks import claim
 
 PASSWORD = "hunter2-db-secret"
 KEY = "sk-proj-AbCdEf0123456789xyz"

@@ -24,7 +24,6 @@ from tickwork.store.files import FileChange
 from tickwork.store.retention import LIVE_TABLES, Batch, Policy, archive_pass, eligible
 from tickwork.store.schema import archived, sessions
 from tickwork.store.sweep import needed_by_live
-from tickwork.testing.store_contract.trees import finish, spawn
 
 from tests.conftest import Clock
 from tests.store.conftest import (
@@ -37,6 +36,7 @@ from tests.store.conftest import (
     think,
     together,
 )
+from tickwork.testing.store_contract.trees import finish, spawn
 
 #: every finished session may go one minute after it finished
 MINUTE = Policy(completed_s=60, cancelled_s=60, failed_s=60)

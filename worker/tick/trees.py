@@ -172,7 +172,11 @@ def child_head(
         )
     given = parent.config.get("price")
     if given is not None and pricing.passes_on(
-        given, parent=parent.model, child=model, overrides=rt.settings.prices, providers=rt.providers
+        given,
+        parent=parent.model,
+        child=model,
+        overrides=rt.settings.prices,
+        providers=rt.providers,
     ):
         config["price"] = given
     config.pop("default_model", None)
