@@ -36,6 +36,9 @@ class Entry:
     archived_at: datetime | None
     #: the session's tenant (`default` for those archived before tenants)
     tenant: str = "default"
+    #: a child's spawning call (a fork has none: `parent_id` alone) and role
+    spawn_call: str | None = None
+    role: str = ""
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,8 @@ def _entry(row: Any) -> Entry:
         finished_at=row.finished_at,
         archived_at=row.archived_at,
         tenant=row.tenant,
+        spawn_call=row.spawn_call,
+        role=row.role,
     )
 
 
@@ -117,7 +122,8 @@ def list_archived(
 
 
 def archived_forks(engine: Engine, parent_id: str) -> list[dict[str, Any]]:
-    """The archived sessions forked from `parent_id`: id, step, status, when."""
+    """The archived sessions forked from `parent_id`: id, step, status, when (a child
+    names its parent too, but is not a fork)."""
     query = (
         select(
             archived.c.session_id.label("id"),
@@ -125,7 +131,11 @@ def archived_forks(engine: Engine, parent_id: str) -> list[dict[str, Any]]:
             archived.c.status,
             archived.c.created_at,
         )
-        .where(archived.c.parent_id == parent_id, archived.c.state == ARCHIVED)
+        .where(
+            archived.c.parent_id == parent_id,
+            archived.c.spawn_call.is_(None),
+            archived.c.state == ARCHIVED,
+        )
         .order_by(archived.c.created_at, archived.c.session_id)
     )
     with engine.connect() as conn:

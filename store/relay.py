@@ -29,6 +29,8 @@ class RelayPass:
     delayed: int = 0
     #: queued sessions admitted (queued -> ready, docs/DESIGN.md section 15)
     admitted: int = 0
+    #: sessions taken over because their worker's sign of life is gone (`Takeover`)
+    taken_over: int = 0
 
 
 @dataclass(frozen=True)

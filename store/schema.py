@@ -454,9 +454,12 @@ archived = Table(
     Column("archived_at", UTCDateTime),
     Column("status", String(32), nullable=False),
     Column("kind", String(200), nullable=False),
-    #: lineage: the session this one was forked from, if any
+    #: lineage: the session this one was forked from, or spawned by, if any
     Column("parent_id", String(64)),
     Column("fork_step", Integer),
+    #: a child's spawning call (a fork has none) and role, as on the session (0022)
+    Column("spawn_call", String(64)),
+    Column("role", String(64), nullable=False, server_default=text("''")),
     Column("created_at", UTCDateTime, nullable=False),
     #: when the session finished (its last update), which names its archive day
     Column("finished_at", UTCDateTime, nullable=False),

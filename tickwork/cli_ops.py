@@ -190,31 +190,37 @@ def relay(
     """Publish delayed ticks now due and ticks whose message may be lost, and revive
     sessions whose worker died.
 
-    Workers run the relay themselves; this runs it alone, e.g. from cron with --once.
+    Workers run the relay themselves; this runs it alone, e.g. from cron with --once (every
+    pass the workers' relay runs, once: a sign of life seen gone is looked at again after
+    TICKWORK_LIVENESS_GRACE_S).
     """
     from tickwork.worker.tick.app import make_app, runtime
-    from tickwork.worker.tick.relay import RelayThread, relay_once
+    from tickwork.worker.tick.relay import RelayThread, relay_all_once
 
     settings = load_settings()
     ensure_schema(settings)
     rt = runtime(make_app(settings, relay=False))
     try:
         if once:
-            done = relay_once(rt)
+            done = relay_all_once(rt)
             if json_output:
                 views.emit(
                     {
                         "republished": done.republished,
                         "lease_expiries": done.lease_expiries,
                         "delayed": done.delayed,
+                        "taken_over": done.taken_over,
+                        "admitted": done.admitted,
                     }
                 )
             else:
                 render.show(
                     Text(
                         f"republished {done.republished} ticks, revived "
-                        f"{done.lease_expiries} sessions with expired leases, published "
-                        f"{done.delayed} delayed ticks now due"
+                        f"{done.lease_expiries} sessions with expired leases, took over "
+                        f"{done.taken_over} sessions whose worker is gone, published "
+                        f"{done.delayed} delayed ticks now due, admitted {done.admitted} "
+                        "queued sessions"
                     )
                 )
             return

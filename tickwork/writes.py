@@ -34,10 +34,10 @@ from tickwork.store.archived import saved_of
 from tickwork.store.files import Saved
 from tickwork.worker.config.secrets import mask_decision, masker_for
 from tickwork.worker.config.settings import Settings
-from tickwork.worker.jobs import Submission
+from tickwork.worker.jobs import Role, Submission
 from tickwork.worker.jobs.graphs import GraphKind
 from tickwork.worker.models import Providers, check_spec, pricing
-from tickwork.worker.models.pricing import Price, PriceLike, as_price, session_price
+from tickwork.worker.models.pricing import Price, PriceLike, as_price, below, session_price
 from tickwork.worker.tick.admission import policy
 from tickwork.worker.tick.app import TICK, make_app
 from tickwork.worker.tick.runtime import utc_now
@@ -113,9 +113,11 @@ class Writes(Deployment):
         `max_per_key` (a key alone: one at a time); the relay admits it later, by
         `priority` (higher first, -1000 to 1000) then age (docs/DESIGN.md section 15).
 
-        `price` is the model's price in USD per million tokens, `(prompt, completion)`, for
-        a model the price table (`TICKWORK_PRICES`) does not know. A session whose model has
-        no price is refused while it has a cost budget: pass a price, or `max_cost_usd=0`.
+        `price` is the model's price in USD per million tokens, `(prompt, completion)`: for
+        a model the price table (`TICKWORK_PRICES`, the built-in list prices) does not know,
+        from a trusted caller only; for one it knows, at least the table's (it may raise the
+        bill, never lower it). A session whose model has no price is refused while it has a
+        cost budget (pass a price, or `max_cost_usd=0`) or its tenant a dollar quota.
         `trusted=False` marks a submission from outside (the HTTP API): the kind's `prepare`
         then refuses local paths outside `TICKWORK_WORKSPACE_ROOTS`. `submitted_by` is
         recorded on the session [default: the login name]. `own_config` adds to the session's
@@ -137,9 +139,10 @@ class Writes(Deployment):
         job = self.jobs.get(kind)
         if own_config and not trusted:
             raise InvalidInput("a submission from outside cannot set the session's config")
-        config = job.configure(dict(input or {}), self._submission(trusted=trusted))
+        config = job.configure(dict(input or {}), self._submission(kind, trusted=trusted))
         config.update(own_config or {})
-        spec = model or self.settings.model or str(config.pop("default_model", ""))
+        role = self._role(kind, config)
+        spec = model or role.model or self.settings.model or str(config.pop("default_model", ""))
         if not spec:
             raise InvalidInput(
                 "no model given: pass --model (scripted:PATH or openai:MODEL) or set TICKWORK_MODEL"
@@ -151,11 +154,16 @@ class Writes(Deployment):
                 "'_', '-' and '.', up to 64 characters"
             )
         self._check_unused(session_id)
-        limits = self.budgets(job.budgets, budgets or {})
+        limits = self.budgets(job.budgets, role.budgets, budgets or {})
         if price is not None:
-            given = _given_price(spec, price)._asdict()
+            configured = self.providers.price(spec, self.settings.prices)
+            given = _given_price(spec, price, configured, trusted=trusted)._asdict()
             config["price"] = {k: v for k, v in given.items() if v is not None}
-        _check_priced(spec, limits, config, self.settings.prices, self.providers)
+        quotas = self.tenants.quotas(tenant)
+        quota = None if quotas.max_usd_per_day is None else (tenant, quotas.max_usd_per_day)
+        _check_priced(
+            spec, limits, config, self.settings.prices, self.providers, trusted=trusted, quota=quota
+        )
         window = pricing.context_window(spec) if context_window is None else context_window
         config["context"] = Policy(window=check_window(window)).to_config()
         now = self.clock()
@@ -174,7 +182,6 @@ class Writes(Deployment):
             concurrency_key=key,
             max_per_key=per_key,
         )
-        quotas = self.tenants.quotas(tenant)
         limited = quotas.model_dump(exclude={"weight", "max_in_flight"}, exclude_none=True)
         head = self.store.create(
             Session(head=head),
@@ -391,14 +398,24 @@ class Writes(Deployment):
             key, state=state, by=by, reason=reason, now=self.clock()
         )
 
-    def _submission(self, *, trusted: bool) -> Submission:
-        """What a kind's `configure` is told about a submission from this client."""
+    def _submission(self, kind: str, *, trusted: bool) -> Submission:
+        """What a kind's `configure` is told about a submission from this client: its roles
+        as a spawned child's are resolved (`Jobs.roles`: TICKWORK_ROLES_FILE's over the
+        kind's own)."""
         return Submission(
             state_dir=self.settings.state_dir,
             trusted=trusted,
             workspace_roots=tuple(self.settings.workspace_roots),
             artifacts=self.artifacts,
+            roles=self.jobs.roles(kind),
         )
+
+    def _role(self, kind: str, config: Mapping[str, Any]) -> Role:
+        """The configured role a root's kind gave it (`config["role"]`), whose model and
+        budgets are its defaults as a child's are; a role of no fields if it has none."""
+        name = config.get("role")
+        found = self.jobs.roles(kind).get(name) if isinstance(name, str) else None
+        return found or Role(name="", system_prompt="")
 
     def _graph(self, head: Head) -> GraphKind | None:
         """The graph kind a graph session runs on (issue 15), else None."""
@@ -425,11 +442,35 @@ class Writes(Deployment):
                 )
 
 
-def _given_price(spec: str, price: PriceLike) -> Price:
+def _given_price(spec: str, price: PriceLike, configured: Price | None, *, trusted: bool) -> Price:
+    """The price a submit gives for `spec`, if the operator's pricing lets it stand: at
+    least the configured price in every rate, or, for a model without one, from a trusted
+    caller (the submitter over the API would choose what its tenant's quota counts)."""
     try:
-        return as_price(spec, price)
+        given = as_price(spec, price)
     except ConfigurationError as exc:
         raise InvalidInput(exc.message.replace("price override", "the price", 1)) from None
+    if configured is None:
+        if not trusted:
+            raise InvalidInput(
+                f"the price given for model {spec!r} is refused: a submit over the API may "
+                "not price a model the deployment has no price for (its cost would count "
+                "what the submitter says against the budget and the tenant's quota); ask an "
+                "operator to price it in TICKWORK_PRICES, then submit without `price`"
+            )
+        return given
+    low = below(given, configured)
+    if low:
+        raise InvalidInput(
+            f"the price given for model {spec!r} (${given.prompt:g} prompt, "
+            f"${given.completion:g} completion per million tokens) is refused: it is below "
+            f"the configured price (${configured.prompt:g} prompt, ${configured.completion:g} "
+            f"completion, ${configured.cached_rate:g} cached, ${configured.cache_write_rate:g} "
+            f"cache write; TICKWORK_PRICES or the built-in table) in {', '.join(low)}; a "
+            "given price may raise a model's price, never lower it: leave it out to pay the "
+            "configured one"
+        )
+    return given
 
 
 def _check_priced(
@@ -438,20 +479,36 @@ def _check_priced(
     config: Mapping[str, Any],
     prices: Mapping[str, PriceLike],
     providers: Providers,
+    *,
+    trusted: bool = True,
+    quota: tuple[str, float] | None = None,
 ) -> None:
-    """Refuse a session whose cost budget could not limit it: its model has no price."""
-    if not budgets.limits_cost:
+    """Refuse a session whose cost nothing would limit: its model has no price while it has
+    a cost budget, or while its tenant has a dollar quota (`quota`: tenant, max_usd_per_day)."""
+    if not budgets.limits_cost and quota is None:
         return
     if session_price(spec, config, prices, providers=providers) is not None:
         return
     name = spec.rsplit(":", 1)[-1]
-    raise UnpricedModel(
-        f"model {spec!r} has no price, so max_cost_usd (${budgets.max_cost_usd:g}) cannot "
-        "limit its cost; give its price in USD per million tokens, prompt and completion: "
-        f"with the submit (--price 0.5,1.5, or price=(0.5, 1.5) in Python), or for every "
-        f"session with TICKWORK_PRICES='{{\"{name}\": [0.5, 1.5]}}'; or turn the cost "
-        "budget off with --max-cost-usd 0 (max_cost_usd=0)"
-    )
+    if trusted:
+        how = (
+            "give its price in USD per million tokens, prompt and completion: with the "
+            "submit (--price 0.5,1.5, or price=(0.5, 1.5) in Python), or for every session "
+            f"with TICKWORK_PRICES='{{\"{name}\": [0.5, 1.5]}}'"
+        )
+    else:
+        how = f"ask an operator to price it in TICKWORK_PRICES ({name!r})"
+    if budgets.limits_cost:
+        raise UnpricedModel(
+            f"model {spec!r} has no price, so max_cost_usd (${budgets.max_cost_usd:g}) cannot "
+            f"limit its cost; {how}; or turn the cost budget off with --max-cost-usd 0 "
+            "(max_cost_usd=0)"
+        )
+    if quota is not None:
+        raise UnpricedModel(
+            f"model {spec!r} has no price, so the quota max_usd_per_day (${quota[1]:g}) of "
+            f"tenant {quota[0]!r} could not count its cost; {how}"
+        )
 
 
 def _login() -> str:

@@ -133,8 +133,7 @@ def test_a_chunked_body_under_the_limit_is_taken(small: str, stack: Stack) -> No
     body = json.dumps(
         {
             "kind": TEST_KIND,
-            "model": "openai:gpt-x",
-            "price": [1, 2],
+            "model": "openai:gpt-4o",
             "id": f"chunked-{uuid.uuid4().hex[:8]}",
         }
     ).encode()

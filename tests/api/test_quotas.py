@@ -24,7 +24,7 @@ import httpx
 import pytest
 from sqlalchemy import func, select, update
 from tickwork.fsm import trees
-from tickwork.fsm.errors import QuotaExceeded
+from tickwork.fsm.errors import QuotaExceeded, UnpricedModel
 from tickwork.fsm.values import Status
 from tickwork.store import quotas
 from tickwork.store.migrate import upgrade
@@ -153,6 +153,21 @@ def test_dollars_per_day_count_todays_sessions(fleet: Fleet) -> None:
     assert 0 < refused.value.retry_after_s <= to_midnight + 2
     assert refused.value.used == 1.5 and refused.value.limit == 1.5
     fleet.submit("team-b")
+
+
+def test_a_model_without_a_price_is_refused_where_the_tenant_has_a_dollar_quota(
+    fleet: Fleet,
+) -> None:
+    """Its calls would count $0 against the quota, though the session has no cost budget."""
+    write(fleet.tenants_file, {"team-a": {"max_usd_per_day": 5}})
+    free = {"model": "openai:my-local", "budgets": {"max_cost_usd": 0}, "submitted_by": "t"}
+
+    with pytest.raises(UnpricedModel, match="max_usd_per_day \\(\\$5\\) of tenant 'team-a'"):
+        fleet.client.submit(TEST_KIND, {}, tenant="team-a", session_id="unpriced", **free)
+
+    assert fleet.count(id="unpriced") == 0
+    fleet.client.submit(TEST_KIND, {}, tenant="team-b", **free)  # no quota: its own choice
+    fleet.client.submit(TEST_KIND, {}, tenant="team-a", price=(1, 2), **free)  # priced
 
 
 def test_a_tree_s_spend_counts_once_though_its_root_carries_the_children_s(

@@ -122,15 +122,30 @@ def test_text_the_database_cannot_hold_is_named_not_blamed_on_the_database(stack
         assert fragment in answer.json()["message"], answer.text
 
 
-def test_a_submit_may_give_the_price_of_a_model_the_deployment_does_not_know(
+def test_a_submitted_price_never_lowers_what_the_budget_and_the_quota_count(
     stack: Stack,
 ) -> None:
-    body = {"kind": TEST_KIND, "model": "openai:my-local", "price": [0.5, 1.5]}
+    """The submitter would choose what its cost budget and its tenant's dollar quota count:
+    a price below the deployment's is refused, and so is any price for a model the
+    deployment has none for; a higher one stands."""
+    free = "may not price a model the deployment has no price for"
+    cases = [
+        ({"model": "openai:gpt-4o", "price": [0, 0]}, "below the configured price"),
+        ({"model": "openai:gpt-4o", "price": [2.5, 9]}, "in completion; a given price may"),
+        ({"model": "openai:my-local", "price": [0.5, 1.5]}, free),
+        ({"model": "openai:my-local", "price": [0, 0], "budgets": {"max_cost_usd": 0}}, free),
+    ]
+    for extra, fragment in cases:
+        answer = stack.http("sam").post("/api/v1/sessions", json={"kind": TEST_KIND, **extra})
+        assert answer.status_code == 422, (extra, answer.text)
+        assert answer.json()["code"] == "invalid_input"
+        assert fragment in answer.json()["message"], (fragment, answer.text)
+        assert "openai:" in answer.json()["message"]  # names the model whose price it refused
+    body = {"kind": TEST_KIND, "model": "openai:gpt-4o", "price": [3, 12]}
     answer = stack.http("sam").post("/api/v1/sessions", json=body)
     assert answer.status_code == 201, answer.text
     stored = stack.deployment.client.get(answer.json()["id"])
-    assert stored.config["price"] == {"prompt": 0.5, "completion": 1.5}
-    assert stored.budgets.max_cost_usd > 0
+    assert stored.config["price"] == {"prompt": 3, "completion": 12}
 
 
 def test_a_submit_may_give_the_models_context_window(stack: Stack) -> None:

@@ -24,6 +24,7 @@ from tickwork.fsm.values import ErrorCode, Session, Status
 from tickwork.store.migrate import upgrade
 from tickwork.worker.config.settings import Settings
 from tickwork.worker.jobs import Jobs
+from tickwork.worker.observers import metrics
 from tickwork.worker.tick.advance import advance
 from tickwork.worker.tick.runtime import Runtime
 
@@ -285,6 +286,55 @@ def test_the_operators_scrape_labels_every_tenant(world: World) -> None:
     text = httpx.get(f"{world.url}/metrics", timeout=30).text
     labelled = {line.split('tenant="')[1].split('"')[0] for line in _tenant_lines(text)}
     assert {"team-a", "team-b"} <= labelled
+
+
+def test_a_tenants_metrics_hold_the_workers_counters_of_that_tenant_only(world: World) -> None:
+    """/api/v1/metrics has the per-tenant counters /metrics has (ticks, their time, model
+    calls, tokens and cost, approvals asked, completions), each only under the caller's
+    tenant; the series of tenants past the label cap (`other`) are nobody's but an admin's."""
+    for tenant in ("team-a", "team-b", "other"):
+        metrics.TICKS.labels("think", "saved", tenant).inc()
+        metrics.TICK_SECONDS.labels("think", "saved", tenant).observe(0.1)
+        metrics.MODEL_CALLS.labels("scripted", "ok", tenant).inc()
+        metrics.MODEL_TOKENS.labels("scripted", "prompt", tenant).inc(10)
+        metrics.MODEL_COST.labels("scripted", tenant).inc(0.5)
+        metrics.APPROVALS_REQUESTED.labels(tenant).inc()
+        metrics.SESSIONS_COMPLETED.labels("none", tenant).inc()
+    counters = {
+        "tickwork_ticks_total",
+        "tickwork_tick_duration_seconds_count",
+        "tickwork_model_calls_total",
+        "tickwork_model_tokens_total",
+        "tickwork_model_cost_usd_total",
+        "tickwork_approvals_requested_total",
+        "tickwork_sessions_completed_total",
+        "tickwork_tenant_sessions",  # the store's gauge, as before
+    }
+
+    def series(who: str, **params: str) -> set[tuple[str, str]]:
+        answer = world.http(who).get("/api/v1/metrics", params=params)
+        assert answer.status_code == 200, (who, params, answer.text)
+        if who != "root" or params:
+            assert "tickwork_relay_passes" not in answer.text  # no tenant: operators' only
+        return {
+            (line.split("{")[0], line.split('tenant="')[1].split('"')[0])
+            for line in _tenant_lines(answer.text)
+        }
+
+    for who, tenant in (("ann", "team-a"), ("amy", "team-a"), ("bob", "team-b")):
+        found = series(who)
+        assert {t for _, t in found} == {tenant}, (who, found)
+        assert {n for n, _ in found} >= counters, who
+        assert series(who, tenant=tenant) == found
+    every = series("root")
+    assert every >= {(n, t) for n in counters for t in ("team-a", "team-b")}
+    assert every >= {(n, "other") for n in counters - {"tickwork_tenant_sessions"}}
+    assert series("root", tenant="team-b") == {(n, t) for n, t in every if t == "team-b"}
+    foreign = world.http("bob").get("/api/v1/metrics", params={"tenant": "team-a"})
+    nobody = world.http("bob").get("/api/v1/metrics", params={"tenant": "zz-nobody"})
+    assert foreign.status_code == nobody.status_code == 404
+    assert foreign.json()["message"].replace("team-a", "zz-nobody") == nobody.json()["message"]
+    assert "tickwork_" not in foreign.text
 
 
 def test_a_submit_goes_into_the_tokens_tenant(world: World, tmp_path: Path) -> None:

@@ -14,10 +14,12 @@ from pathlib import Path
 import pytest
 from sqlalchemy import inspect, select
 from tickwork.store import make_engine
+from tickwork.store.liveness import new_key, signed
 from tickwork.store.schema import outbox
 
 from tests.e2e.conftest import ROOT, TEST_KIND, Cli, Deployment, at_once, call, until
 from tests.services import postgres_database
+from tickwork.testing.store_ticks import claim
 
 PASSWORD = "hunter2-db-secret"
 KEY = "sk-proj-AbCdEf0123456789xyz"
@@ -118,7 +120,35 @@ def test_relay_once_publishes_a_lost_tick(
     sid = client.submit(TEST_KIND, {}, model=script).id
 
     counts = cli("relay", "--once", "--json", TICKWORK_RELAY_AFTER_S="0").json()
-    assert counts == {"republished": 1, "lease_expiries": 0, "delayed": 0}
+    assert counts == {
+        "republished": 1,
+        "lease_expiries": 0,
+        "delayed": 0,
+        "taken_over": 0,
+        "admitted": 0,
+    }
+    with deployment.worker(relay=False):
+        done = client.wait(sid, timeout=30)
+    assert done.status.value == "completed" and done.final_answer == "bye"
+
+
+def test_relay_once_takes_over_a_session_whose_worker_is_gone(
+    deployment: Deployment, cli: Cli
+) -> None:
+    """As the relay every worker runs does: the lease has long to run, but the sign of
+    life it names is held by nobody; a sign seen gone is looked at again after its grace."""
+    client = deployment.client
+    sid = client.submit(TEST_KIND, {}, model=deployment.script([{"content": "bye"}])).id
+    claim(client.store, sid, now=datetime.now(UTC), owner=signed("gone-worker", new_key()))
+    held = client.store.lease(sid)
+    assert held is not None
+
+    done = cli("relay", "--once", "--json", ok=False, TICKWORK_LIVENESS_GRACE_S="0.2")
+
+    assert done.code == 0, done
+    assert done.json()["taken_over"] == 1 and done.json()["lease_expiries"] == 0
+    assert f"took over 1 sessions whose worker is gone: {sid}" in done.stderr  # the relay's log
+    assert client.store.lease(sid) is None
     with deployment.worker(relay=False):
         done = client.wait(sid, timeout=30)
     assert done.status.value == "completed" and done.final_answer == "bye"
@@ -208,5 +238,11 @@ def test_relay_once_publishes_a_delayed_tick_when_due(deployment: Deployment, cl
     with deployment.worker(relay=False):
         again = until(lambda: (h := client.get(sid)).model_attempts == 2 and h, what="2nd call")
 
-    assert counts == {"republished": 0, "lease_expiries": 0, "delayed": 1}
+    assert counts == {
+        "republished": 0,
+        "lease_expiries": 0,
+        "delayed": 1,
+        "taken_over": 0,
+        "admitted": 0,
+    }
     assert again.status.value == "ready"

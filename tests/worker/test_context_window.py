@@ -254,11 +254,11 @@ def test_a_context_window_out_of_bounds_is_refused_at_submit(long: Long, window:
 def test_the_policy_is_stored_in_the_config_from_the_model_table_or_the_submit(
     long: Long,
 ) -> None:
-    table = long.client.submit(KIND, {}, model="openai:gpt-4o-2024-08-06", price=PRICE)
+    table = long.client.submit(KIND, {}, model="openai:gpt-4o-2024-08-06")
     assert table.config["context"] == {"window": 128_000, "target": 0.75, "keep": 3, "span": 50}
     unknown = long.client.submit(KIND, {}, model="openai:my-local-llm", price=PRICE)
     assert unknown.config["context"]["window"] == 16_384
-    given = long.client.submit(KIND, {}, model="openai:gpt-4o", price=PRICE, context_window=50_000)
+    given = long.client.submit(KIND, {}, model="openai:gpt-4o", context_window=50_000)
     assert given.config["context"]["window"] == 50_000
     forked = long.client.fork(given.id, from_step=0, by="tests")
     assert forked.config["context"] == given.config["context"]

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tickwork.fsm.errors import InvalidInput
 from tickwork.fsm.values import Status
 from tickwork.worker.jobs.repair import team
 from tickwork.worker.sandbox.runner import DEMO_UNCONFINED
@@ -98,3 +99,55 @@ def test_an_explorer_starts_on_the_planners_files_in_its_role(ticks: Ticks) -> N
     assert "write_file" in child.config["tools"] and "spawn_agents" not in child.config["tools"]
     assert child.budgets.max_steps == 30  # the explorer role's
     assert "fix X" in child.config["user_prompt"] and "try 2" in child.config["user_prompt"]
+
+
+def test_a_root_in_a_role_takes_it_as_configured_as_a_child_would(
+    sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """TICKWORK_ROLES_FILE's roles hold for a root too: its prompt, tools, model and
+    budget defaults (what the submit names itself first); an unknown role is refused."""
+    roles = tmp_path / "roles.json"
+    roles.write_text(
+        json.dumps(
+            {
+                "repair": {
+                    "planner": {
+                        "system_prompt": "Plan from the file.",
+                        "model": "openai:gpt-4o-mini",
+                        "budgets": {"max_steps": 7, "max_cost_usd": 0.5},
+                    },
+                    "lead": {"system_prompt": "Lead.", "tools": ["list_files", "spawn_agents"]},
+                }
+            }
+        )
+    )
+    monkeypatch.setenv("TICKWORK_ROLES_FILE", str(roles))
+    ticks = Ticks(sqlite_url, tmp_path)
+    try:
+        project = tmp_path / "project"
+        project.mkdir()
+        data = {"workspace": str(project), "test_command": "true"}
+        client = ticks.client
+
+        planned = client.submit("repair", {**data, "role": "planner"})
+        assert planned.config["system_prompt"] == "Plan from the file."
+        assert planned.config["role"] == "planner" and "spawn_agents" in planned.config["tools"]
+        assert planned.model == "openai:gpt-4o-mini"
+        assert (planned.budgets.max_steps, planned.budgets.max_cost_usd) == (7, 0.5)
+
+        named = client.submit(
+            "repair", {**data, "role": "planner"}, model="openai:gpt-4o", budgets={"max_steps": 3}
+        )
+        assert named.model == "openai:gpt-4o" and named.budgets.max_steps == 3
+        assert named.budgets.max_cost_usd == 0.5  # the role's, where the submit named none
+
+        led = client.submit("repair", {**data, "role": "lead"}, model="openai:gpt-4o")
+        assert led.config["tools"] == ["list_files", "spawn_agents"]
+        assert led.config["system_prompt"] == "Lead."
+
+        with pytest.raises(InvalidInput) as caught:
+            client.submit("repair", {**data, "role": "boss"}, model="openai:gpt-4o")
+        said = str(caught.value)
+        assert "unknown role 'boss'" in said and "explorer, lead, planner, reviewer" in said
+    finally:
+        ticks.close()

@@ -99,9 +99,12 @@ class SubmitOptions(Body):
     ) = Field(
         default=None,
         examples=[[0.5, 1.5]],
-        description="The model's price in USD per million tokens, [prompt, completion], for "
-        "a model TICKWORK_PRICES does not know; a model with no price is refused while the "
-        "session has a cost budget (or set budgets.max_cost_usd to 0).",
+        description="The model's price in USD per million tokens, [prompt, completion]: at "
+        "least the deployment's price for the model (TICKWORK_PRICES or the built-in table), "
+        "which it may raise, never lower. A model the deployment has no price for is not "
+        "priced here: an operator prices it in TICKWORK_PRICES; until then it is refused "
+        "while the session has a cost budget (budgets.max_cost_usd 0 turns it off) or the "
+        "tenant a dollar quota.",
     )
     context_window: int | None = Field(
         default=None,

@@ -3,17 +3,18 @@
 /metrics serves this process's metrics (with PROMETHEUS_MULTIPROC_DIR, every process's
 that writes there, workers on the same host included) and the store's gauges, read at
 each scrape: sessions by status, approvals waiting and their age, dead letters by code,
-the outbox backlog.
+the outbox backlog. /api/v1/metrics serves a token the same series of its own tenant only:
+the store's per-tenant gauges and the workers' per-tenant counters.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Annotated, Any
 
 import anyio
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Query, Request, Response
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -24,9 +25,11 @@ from prometheus_client import (
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from tickwork.fsm.tenants import TENANT_PATTERN
 from tickwork.worker.observers.metrics import StoreCollector, registry
 
 from .auth import Reader
+from .errors import ApiError
 
 REQUESTS = Counter(
     "tickwork_api_requests", "API requests by route and status", ["method", "route", "status"]
@@ -91,22 +94,42 @@ class _OneTenant(Collector):
                 yield family
 
 
-def tenant_exposition(store_collector: StoreCollector, tenant: str) -> bytes:
+def tenant_exposition(
+    store_collector: StoreCollector, multiproc_dir: str | None, tenant: str
+) -> bytes:
+    """`tenant`'s series of the whole scrape: the store's gauges and the workers' counters
+    labelled with it. A tenant past the label cap is counted under `other`, a name no
+    tenant may take, so its series are never shown as another's."""
     scoped = CollectorRegistry(auto_describe=False)
-    scoped.register(_OneTenant(store_collector, tenant))
+    scoped.register(_OneTenant(_Both(registry(multiproc_dir), store_collector), tenant))
     return generate_latest(scoped)
 
 
 @router.get("/api/v1/metrics", include_in_schema=False)
-async def tenant_metrics(request: Request, who: Reader) -> Response:
-    """The caller's tenant's gauges (an admin: the whole scrape, as /metrics)."""
+async def tenant_metrics(
+    request: Request,
+    who: Reader,
+    tenant: Annotated[str | None, Query(max_length=64, pattern=TENANT_PATTERN)] = None,
+) -> Response:
+    """The caller's tenant's series, as `/metrics` has them (an admin: the whole scrape, or
+    `tenant`'s); another tenant's is 404, as one nobody made."""
     state = request.app.state
-    if who.admin:
+    if tenant is not None and not who.admin and tenant != who.tenant:
+        raise ApiError(
+            404,
+            "tenant_not_found",
+            f"no metrics of tenant {tenant!r} for this token: it sees its own tenant's "
+            "(leave out `tenant`)",
+        )
+    scope = tenant or who.scope
+    if scope is None:
         body = await anyio.to_thread.run_sync(
             exposition, state.store_collector, state.multiproc_dir
         )
     else:
-        body = await anyio.to_thread.run_sync(tenant_exposition, state.store_collector, who.tenant)
+        body = await anyio.to_thread.run_sync(
+            tenant_exposition, state.store_collector, state.multiproc_dir, scope
+        )
     return Response(body, media_type=CONTENT_TYPE_LATEST)
 
 

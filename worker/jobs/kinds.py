@@ -36,6 +36,9 @@ class Submission:
     workspace_roots: tuple[Path, ...] = ()
     #: the artifact store (e.g. for the repair job's source); None where there is none
     artifacts: Artifacts | None = None
+    #: the roles a session of the kind may take, as configured (the kind's own with
+    #: TICKWORK_ROLES_FILE's over them: `Jobs.roles`); None: the kind's own
+    roles: Mapping[str, Role] | None = None
 
 
 class SessionFiles(Protocol):

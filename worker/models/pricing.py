@@ -161,6 +161,33 @@ class SpecPrices(Protocol):
         """The price of the model `spec` names (the overrides first), or None if unknown."""
 
 
+#: a price's rates by field: what a given price is compared on with the configured one
+RATES = {
+    "prompt": "prompt",
+    "completion": "completion",
+    "cached": "cached_rate",
+    "cache_write": "cache_write_rate",
+}
+
+
+def below(given: Price, configured: Price) -> list[str]:
+    """The rates (`RATES`) of `given` that are lower than `configured`'s."""
+    return [f for f, rate in RATES.items() if getattr(given, rate) < getattr(configured, rate)]
+
+
+def floored(given: Price, configured: Price | None) -> Price:
+    """`given` with each rate below `configured`'s raised to it: a price given at submit may
+    make a session's bill higher than the operator's price, never lower."""
+    if configured is None:
+        return given
+    # a cached rate `configured` leaves unset is its prompt rate: unset, it follows the prompt's
+    raised = {f: getattr(configured, f) for f in below(given, configured)}
+    if given.max_completion is None:
+        # the price was given, not the model: the cap sent must still be one it accepts
+        raised["max_completion"] = configured.max_completion
+    return given._replace(**raised)
+
+
 def session_price(
     spec: str,
     config: Mapping[str, Any],
@@ -168,18 +195,34 @@ def session_price(
     *,
     providers: SpecPrices,
 ) -> Price | None:
-    """The price of a session's model: the one given at submit (`config["price"]`), else
-    its provider's for its spec (the overrides first); a scripted model is free."""
+    """The price of a session's model: its provider's for its spec (the overrides first;
+    a scripted model is free), or the one given at submit (`config["price"]`) where that
+    is higher or the model has no configured price."""
+    configured = providers.price(spec, overrides)
     given = config.get("price")
     if given is None:
-        return providers.price(spec, overrides)
-    price = as_price(spec, given)
-    if price.max_completion is None:
-        # the price was given, not the model: the cap sent must still be one it accepts
-        known = providers.price(spec, overrides)
-        if known is not None:
-            price = price._replace(max_completion=known.max_completion)
-    return price
+        return configured
+    return floored(as_price(spec, given), configured)
+
+
+def passes_on(
+    given: PriceLike,
+    *,
+    parent: str,
+    child: str,
+    overrides: Mapping[str, PriceLike] | None = None,
+    providers: SpecPrices,
+) -> bool:
+    """Whether a child session of model `child` takes the price `given` at its parent's
+    submit, by the submit's rule: the parent's price stands for its provider's models (a
+    scripted child's too) where it is not below the child model's configured price, or
+    where neither model has one (only a trusted caller prices a model that has none)."""
+    if child.split(":", 1)[0] != parent.split(":", 1)[0]:
+        return False
+    configured = providers.price(child, overrides)
+    if configured is None:
+        return providers.price(parent, overrides) is None
+    return not below(as_price(parent, given), configured)
 
 
 def charge(price: Price, usage: Usage) -> float:
@@ -205,10 +248,12 @@ def call_cost(
     *,
     providers: SpecPrices,
 ) -> float:
-    """USD for one model call of a session: at the price given at submit, else at the
-    table's price of the model the server named, else of the session's spec."""
-    if config.get("price") is not None:
-        return charge(as_price(spec, config["price"]), usage)
+    """USD for one model call of a session: at the price given at submit (never below its
+    spec's configured price), else at the table's price of the model the server named, else
+    of the session's spec."""
+    given = config.get("price")
+    if given is not None:
+        return charge(floored(as_price(spec, given), providers.price(spec, overrides)), usage)
     if reply_model and price_for(reply_model, overrides) is not None:
         return cost_usd(reply_model, usage, overrides)
     price = session_price(spec, config, overrides, providers=providers)

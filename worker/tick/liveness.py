@@ -140,6 +140,11 @@ class Takeover:
         #: the last look failed: the database was away
         self._away = False
 
+    @property
+    def watching(self) -> bool:
+        """Whether the last look saw signs gone that are not yet past their grace."""
+        return bool(self._gone)
+
     def __call__(self) -> list[Due]:
         try:
             gone = self._store.absent_signs()

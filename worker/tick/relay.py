@@ -4,17 +4,20 @@ revives sessions whose worker died, and admits queued sessions (`admission.py`).
 It also repairs trees (docs/DESIGN.md section 16): it wakes a parent whose join is complete
 but that still waits, and cancels the children still going in a cancelled tree.
 
-It runs in a thread inside every worker (no beat needed) and as `tickwork relay --once`.
+It runs in a thread inside every worker (no beat needed), and every pass of it once as
+`tickwork relay --once` (`relay_all_once`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import logging
+import time
 
 from tickwork.fsm.errors import SessionFinished
-from tickwork.store.relay import RelayPass, named
+from tickwork.store.relay import Due, RelayPass, named
 from tickwork.worker.config.process import Loop
 from tickwork.worker.observers import metrics  # issue 8: relay metrics
 from tickwork.worker.tick.admission import admit_queued
@@ -66,6 +69,23 @@ def relay_once(rt: Runtime) -> RelayPass:
         delayed=len(delayed),
         admitted=len(admitted),
     )
+
+
+def relay_all_once(rt: Runtime) -> RelayPass:
+    """Every pass `RelayThread` runs, once (`tickwork relay --once`): the look for sessions
+    whose worker is gone (unless TICKWORK_LIVENESS=false), then `relay_once`. A sign seen
+    gone is looked at again after its grace, as the thread's looks do, so a worker whose
+    connection dropped for a moment is not taken for dead."""
+    taken: list[Due] = []
+    if rt.settings.liveness:
+        takeover = Takeover(
+            rt.store, rt.publish, grace_s=rt.settings.liveness_grace_s, clock=rt.clock
+        )
+        taken = takeover()
+        if not taken and takeover.watching:
+            time.sleep(rt.settings.liveness_grace_s)
+            taken = takeover()
+    return dataclasses.replace(relay_once(rt), taken_over=len(taken))
 
 
 class RelayThread(Loop):

@@ -122,10 +122,6 @@ def allowed_child_model(
     return f"{prefix}{found}"
 
 
-def _provider(spec: str) -> str:
-    return spec.split(":", 1)[0]
-
-
 def child_head(
     tick: Tick, call: ToolCall, spec: trees.ChildSpec, *, share: float, child_id: str
 ) -> Head:
@@ -150,6 +146,7 @@ def child_head(
                 trusted=False,
                 workspace_roots=tuple(rt.settings.workspace_roots),
                 artifacts=None,
+                roles=roles,
             )
             config = job.configure(dict(spec.input), submission)
     except ArtifactsUnavailable:
@@ -173,9 +170,15 @@ def child_head(
             settings=rt.settings.section(RoleSettings),
             child=spec.role,
         )
-    if "price" in parent.config and _provider(model) == _provider(parent.model):
-        # the parent's price stands for its provider's models (a scripted child's too)
-        config["price"] = parent.config["price"]
+    given = parent.config.get("price")
+    if given is not None and pricing.passes_on(
+        given,
+        parent=parent.model,
+        child=model,
+        overrides=rt.settings.prices,
+        providers=rt.providers,
+    ):
+        config["price"] = given
     config.pop("default_model", None)
     try:
         window = check_window(pricing.context_window(model))

@@ -11,6 +11,7 @@ from tickwork.worker.models.pricing import (
     DEFAULT_MAX_COMPLETION,
     call_cost,
     next_call,
+    passes_on,
     session_price,
 )
 
@@ -167,10 +168,24 @@ def test_unknown_model_costs_nothing_and_warns_once(caplog):
         pytest.param("openai:local", {}, {"local": [1, 2]}, Price(1, 2), id="override"),
         pytest.param(
             "openai:gpt-4o",
-            {"price": {"prompt": 3, "completion": 4}},
+            {"price": {"prompt": 3, "completion": 12}},
             {},
-            Price(3, 4, max_completion=16_384),
+            Price(3, 12, max_completion=16_384),
             id="given_keeps_the_models_limit",
+        ),
+        pytest.param(
+            "openai:gpt-4o",
+            {"price": {"prompt": 0, "completion": 12}},
+            {},
+            Price(2.5, 12, cached=1.25, max_completion=16_384),
+            id="given_never_below_the_table",
+        ),
+        pytest.param(
+            "openai:local",
+            {"price": {"prompt": 0, "completion": 0}},
+            {"local": [1, 2]},
+            Price(1, 2),
+            id="given_never_below_the_override",
         ),
         pytest.param("scripted:/a/b.json", {}, {}, Price(0, 0), id="scripted"),
         pytest.param("react:scripted:/a/b.json", {}, {}, Price(0, 0), id="react_scripted"),
@@ -181,12 +196,16 @@ def test_session_price(spec, config, overrides, price):
     assert session_price(spec, config, overrides, providers=Providers()) == price
 
 
-def test_a_call_is_charged_at_the_price_given_at_submit_first():
-    given = {"price": {"prompt": 1.0, "completion": 0.0}}
+def test_a_call_is_charged_at_the_price_given_at_submit_first_but_never_below_the_table():
+    given = {"price": {"prompt": 3.0, "completion": 0.0}}
     usage = Usage(prompt_tokens=1_000_000, completion_tokens=0)
     assert (
-        call_cost("openai:gpt-4o", given, "gpt-4o-2024-08-06", usage, providers=Providers()) == 1.0
+        call_cost("openai:gpt-4o", given, "gpt-4o-2024-08-06", usage, providers=Providers()) == 3.0
     )
+    # a price of 0 stored before the submit refused it (or a child's) bills the table's
+    free = {"price": {"prompt": 0.0, "completion": 0.0}}
+    assert call_cost("openai:gpt-4o", free, "gpt-4o", usage, providers=Providers()) == 2.5
+    assert call_cost("openai:local", free, "local", usage, providers=Providers()) == 0.0
     assert call_cost("openai:gpt-4o", {}, "gpt-4o-2024-08-06", usage, providers=Providers()) == 2.5
     assert (
         call_cost("openai:gpt-4o", {}, "served-under-another-name", usage, providers=Providers())
@@ -229,3 +248,21 @@ def test_next_call_knows_the_most_the_model_may_write(price, asked, limit):
     ahead = next_call([], last=None, price=price, max_completion_tokens=asked)
     assert ahead.max_completion_tokens == limit
     assert ahead.usd_per_completion_token == (price.completion / 1e6 if price else 0.0)
+
+
+@pytest.mark.parametrize(
+    ("given", "parent", "child", "passed"),
+    [
+        pytest.param([3, 15], "scripted:/p.json", "scripted:/c.json", True, id="raises_a_script"),
+        pytest.param([0, 0], "openai:local", "openai:other-local", True, id="both_unpriced"),
+        pytest.param([0, 0], "openai:local", "openai:gpt-4o", False, id="below_the_childs"),
+        pytest.param([3, 12], "openai:gpt-4o", "openai:gpt-4o-mini", True, id="above_the_childs"),
+        pytest.param([3, 12], "openai:gpt-4o", "openai:local", False, id="priced_for_another"),
+        pytest.param([3, 12], "openai:gpt-4o", "anthropic:claude-haiku-4-5", False, id="provider"),
+    ],
+)
+def test_a_child_takes_its_parents_given_price_by_the_submits_rule(given, parent, child, passed):
+    """The price given for the parent's model is a submitted price for the child's: it
+    never lowers the child model's configured price, and stands in for a model without one
+    only where the parent's model had none either (then a trusted caller gave it)."""
+    assert passes_on(given, parent=parent, child=child, providers=Providers()) is passed

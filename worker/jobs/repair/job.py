@@ -445,8 +445,8 @@ class RepairKind:
     """The repair job kind (`tickwork.worker.jobs.Kind`): `prepare` with the submission's
     context, `finish` on the session's files; another toolkit makes a kind of its own. Its
     `roles` (planner, explorer, reviewer: `team.py`) are those its children take, and a
-    root may take one too (`role` in the input); `child` starts a child on its parent's
-    files (`tickwork.worker.jobs.Parent`)."""
+    root may take one too (`role` in the input, as the submission's roles configure it);
+    `child` starts a child on its parent's files (`tickwork.worker.jobs.Parent`)."""
 
     name: str = "repair"
     system_prompt: str = SYSTEM_PROMPT
@@ -468,8 +468,9 @@ class RepairKind:
             # included), no children
             config["tools"] = [n for n in self.tools().names() if n not in TEAM_TOOLS]
             return config
+        roles = self.roles if submission.roles is None else submission.roles
         try:
-            chosen = role_for(self.roles, role, kind=self.name)
+            chosen = role_for(roles, role, kind=self.name)
         except InvalidInput as exc:
             raise _fail(f"`role`: {exc}") from None
         return {**config, **chosen.config()}
