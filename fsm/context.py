@@ -47,6 +47,8 @@ SUMMARISE = (
     "you changed, what failed and what you plan next. Be specific and brief; the steps "
     "after step {through} stay in the conversation as they are. Do not call tools."
 )
+#: what the summary of a compaction starts with in the prompts after it
+SUMMARY_HEADING = "Summary of steps 1-{through} (compacted):\n"
 
 
 @dataclass(frozen=True)
@@ -171,7 +173,7 @@ def build(
         out.append(
             {
                 "role": "user",
-                "content": f"Summary of steps 1-{view.through} (compacted):\n{view.summary}",
+                "content": SUMMARY_HEADING.format(through=view.through) + view.summary,
             }
         )
     out.extend({"role": "user", "content": t} for t in instructions.get(0, []))

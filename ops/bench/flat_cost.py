@@ -2,9 +2,10 @@
 
 Ticks run in this process one after another (the tick without Celery), timed per store
 call: writes (start_call + save) and the claim (which for THINK also reads the history the
-transcript is built from). Figures: the last 100 ticks against the first 100, and against
-the first 100 ticks of a fresh session interleaved tick by tick with them (same time, same
-machine load); rows and parameter bytes written per tick; table sizes at the end.
+transcript is built from). The session is compacted as the context policy says (about every
+50 steps), each compaction a tick of its own. Figures: the last 100 ticks against the first
+100, and against the ticks of a fresh session interleaved tick by tick with them (same time,
+same machine load); rows and parameter bytes written per tick; table sizes at the end.
 
 Each tick updates the session's head row, and a head row updated 2,000 times without a
 vacuum leaves its dead versions for every lookup by id to step over, and young tables
@@ -122,18 +123,19 @@ def main() -> None:
         model = kinds.write_script(folder, "long", kinds.replies(args.steps, text_chars=args.text))
         empty = sum(common.table_sizes(rt.store.engine).values())
         long = Session(rt, published, common.submit(tw, model), Recorder("long", timer, writes))
-        total = 2 * args.steps + 1
+        # a THINK and an EXECUTE a step, the final answer, and a tick per compaction
+        least = 2 * args.steps + 1
         emulate = autovacuum_off(url)
         if emulate:
             print(f"autovacuum is off on this server: VACUUM ANALYZE every {VACUUM_EVERY} ticks")
         started = time.monotonic()
-        while long.ticks < total - WINDOW:
+        while long.ticks < least - WINDOW:
             long.step()
             if emulate and long.ticks % VACUUM_EVERY == 0:
                 vacuum(url)
             if long.ticks % 500 == 0:
                 print(
-                    f"  tick {long.ticks}/{total} after {time.monotonic() - started:.0f}s",
+                    f"  tick {long.ticks}/{least}+ after {time.monotonic() - started:.0f}s",
                     flush=True,
                 )
         fresh = Session(rt, published, common.submit(tw, model), Recorder("fresh", timer, writes))
@@ -142,14 +144,22 @@ def main() -> None:
             fresh.step()
             if emulate and long.ticks % VACUUM_EVERY == 0:
                 vacuum(url)
-        if long.ticks != total or rt.store.get(long.id).status.value != "completed":
-            raise RuntimeError(f"the session ended after {long.ticks} ticks, not {total}")
+        total, ended = long.ticks, rt.store.load(long.id)
+        replies = sum(1 for s in ended.steps if s.kind.value == "reply")
+        compactions = len(ended.steps) - replies
+        if ended.head.status.value != "completed" or replies != args.steps + 1:
+            raise RuntimeError(
+                f"the session ended {ended.head.status.value} after {replies} replies and "
+                f"{compactions} compactions ({total} ticks), not {args.steps + 1} replies"
+            )
         sizes = common.table_sizes(rt.store.engine)
         tw.close()
         rt.store.engine.dispose()
     first = long.rec.window(range(WINDOW))
     last = long.rec.window(range(total - WINDOW, total))
-    control = fresh.rec.window(range(WINDOW))
+    # the fresh session's ticks that ran alongside the last 100 (it started a tick per
+    # compaction earlier)
+    control = fresh.rec.window(range(fresh.ticks - WINDOW, fresh.ticks))
     pairs = [
         (
             long.rec.window(range(i, i + 20)),
@@ -158,7 +168,8 @@ def main() -> None:
         for i in range(0, WINDOW, 20)
     ]
     print(
-        f"{total} ticks, {args.steps} steps of {args.text} chars, {time.monotonic() - started:.0f}s"
+        f"{total} ticks ({compactions} compactions), {args.steps} steps of {args.text} chars, "
+        f"{time.monotonic() - started:.0f}s"
     )
     print(
         f"{'per tick (mean)':<18}{'first 100':>12}{'last 100':>12}{'last/first':>12}"
@@ -192,6 +203,7 @@ def main() -> None:
             "first": first,
             "last": last,
             "fresh": control,
+            "compactions": compactions,
             "write_ratio": last["write_ms"] / first["write_ms"],
             "write_ratio_vs_fresh": last["write_ms"] / control["write_ms"],
             "claim_ratio": last["claim_ms"] / first["claim_ms"],

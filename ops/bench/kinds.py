@@ -73,7 +73,8 @@ def prose(chars: int, seed: int) -> str:
 
 def replies(steps: int, *, tool_name: str = "noop", text_chars: int = 0) -> list[dict[str, Any]]:
     """`steps` replies with one call each (arguments differ, so no loop is seen), then a final
-    answer: a session of `2 * steps + 1` ticks."""
+    answer: a session of `2 * steps + 1` ticks, and one more per compaction (the context
+    policy compacts about every 50 steps)."""
     out: list[dict[str, Any]] = [
         {
             "content": prose(text_chars, seed=i) if text_chars else f"step {i}",

@@ -3,12 +3,13 @@ against a server with a context window, ticked in this process (the tick without
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from tickwork.fsm import context
-from tickwork.fsm.values import ErrorCode, Head, Status, StepKind
+from tickwork.fsm.values import ErrorCode, Head, Session, Status, StepKind
 from tickwork.store import open_store
 from tickwork.worker.config.settings import Settings
 from tickwork.worker.jobs import Jobs
@@ -199,6 +200,70 @@ def test_a_fork_after_a_compaction_sends_what_the_parent_sent_at_that_step(
             head = long.run(fork.id)
             assert head.status is Status.COMPLETED, (head.error_code, head.error_message)
             assert chat.answered[asked].messages == sent[at], f"fork from step {at}"
+
+
+def _scripted(long: Long, tmp: Path, steps: int, *, window: int | None = None) -> str:
+    """A session whose scripted model reads chunks 1..`steps`, then answers."""
+    replies: list[dict[str, object]] = [
+        {
+            "content": f"reading chunk {n}",
+            "tool_calls": [{"name": "read_chunk", "arguments": {"n": n}}],
+        }
+        for n in range(1, steps + 1)
+    ]
+    replies.append({"content": f"done: read {steps} chunks"})
+    path = tmp / f"read-{steps}.json"
+    path.write_text(json.dumps(replies))
+    return long.client.submit(
+        KIND,
+        {"task": "read every chunk"},
+        model=f"scripted:{path}",
+        budgets={"max_steps": 5000, "max_tokens": 10**9},
+        context_window=window,
+    ).id
+
+
+def _played(session: Session) -> list[str]:
+    return [s.thought for s in session.steps if s.kind is StepKind.REPLY]
+
+
+@pytest.mark.parametrize(
+    ("steps", "window"),
+    [
+        pytest.param(120, None, id="past_the_span"),
+        pytest.param(40, 8_000, id="past_the_window"),
+    ],
+)
+def test_a_scripted_session_plays_its_script_in_order_across_compactions(
+    long: Long, tmp_path: Path, steps: int, window: int | None
+) -> None:
+    """The scripted model answers a compaction itself, without using a reply of its
+    script, and counts the replies a summary stands for: every reply is played once."""
+    session_id = _scripted(long, tmp_path, steps, window=window)
+    done = long.run(session_id)
+    assert done.status is Status.COMPLETED, done.error_message
+    assert done.final_answer == f"done: read {steps} chunks"
+    session = long.store.load(session_id)
+    assert _played(session) == [f"reading chunk {n}" for n in range(1, steps + 1)] + [
+        f"done: read {steps} chunks"
+    ]
+    compactions = [s for s in session.steps if s.kind is StepKind.COMPACTION]
+    assert len(compactions) >= 2
+    assert all(s.thought.startswith("[scripted summary] replies 1-") for s in compactions)
+
+
+def test_a_fork_of_a_scripted_session_after_a_compaction_plays_on_from_its_step(
+    long: Long, tmp_path: Path
+) -> None:
+    parent_id = _scripted(long, tmp_path, 120)
+    assert long.run(parent_id).status is Status.COMPLETED
+    parent = long.store.load(parent_id)
+    first, second = [s.step for s in parent.steps if s.kind is StepKind.COMPACTION][:2]
+    for at in (first, first + 1, second + 3):
+        fork = long.client.fork(parent_id, from_step=at, by="tests")
+        head = long.run(fork.id)
+        assert head.status is Status.COMPLETED, (at, head.error_message)
+        assert _played(long.store.load(fork.id)) == _played(parent), f"fork from step {at}"
 
 
 def test_a_graph_nodes_model_calls_land_on_its_step_under_the_policy(

@@ -1,9 +1,14 @@
 """A model that plays replies from a JSON script, for tests and the offline demo.
 
 It keeps no state between calls: workers are separate processes and a tick may run again,
-so the reply is chosen by the number of assistant messages already in the transcript (none
-yet: the first reply). The file is either a list of replies or
-`{"replies": [...], "repeat_last": false}`, and a reply is::
+so the reply is chosen by the session's position, read from the prompt: the number of
+replies a compaction summary stands for, plus the assistant messages after it (none yet:
+the first reply). A compaction request (`tickwork.fsm.context.SUMMARISE`) it answers
+itself, without using a reply of the script, with a summary that says how many replies it
+stands for and which steps after its cut are compactions (they have no assistant message),
+so every later prompt, a fork's or a replay's included, tells its position again. A
+summary it did not write (edited by hand) is refused. The file is either a list of
+replies or `{"replies": [...], "repeat_last": false}`, and a reply is::
 
     {"content": "text",
      "tool_calls": [{"name": "read_file", "arguments": {"path": "a.py"}}],
@@ -13,20 +18,23 @@ yet: the first reply). The file is either a list of replies or
 
 All keys are optional. `arguments` given as an object are sent as JSON text; given as a
 string they are sent exactly as written, so a script can express malformed arguments.
-Without `usage`, tokens are estimated at four characters each. `delay_s` sleeps before
-answering (or failing), which leaves time to kill a worker mid-call. `error` raises that
-error instead of answering. Because the script is indexed by the transcript, an error
-entry fails every attempt at that point of the session.
+Without `usage` (and for a summary), tokens are estimated at four characters each.
+`delay_s` sleeps before answering (or failing), which leaves time to kill a worker
+mid-call. `error` raises that error instead of answering. Because the script is indexed by
+the session's position, an error entry fails every attempt at that point of the session.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, ValidationError
+from tickwork.fsm import context
 from tickwork.fsm.errors import ConfigurationError, PermanentModelError, TransientModelError
 from tickwork.fsm.values import ModelReply, ProposedCall, Usage
 from tickwork.worker.models.base import (
@@ -40,6 +48,25 @@ from tickwork.worker.models.pricing import SCRIPTED
 
 #: how deep lists and objects may nest in a script (its tool arguments included)
 MAX_NESTING = 64
+#: the scripted model's answer to a compaction request (see the module's docstring)
+SUMMARY = "[scripted summary] replies 1-{replies}; compactions after the cut: steps {compactions}"
+
+
+def _pattern(template: str, **groups: str) -> str:
+    """A regex for `template` with each `{name}` matched by `groups[name]`."""
+    found = re.escape(template)
+    for name, group in groups.items():
+        found = found.replace(re.escape(f"{{{name}}}"), group)
+    return found
+
+
+#: the end of a compaction request (a ReAct prompt has it after other user text)
+_ASKED = re.compile(_pattern(context.SUMMARISE, through=r"(\d+)") + r"\Z")
+#: the start of a summary in a prompt (a ReAct prompt has it after the task)
+_HEADING = re.compile(r"(?:\A|\n\n)" + _pattern(context.SUMMARY_HEADING, through=r"(\d+)"))
+_WRITTEN = re.compile(
+    _pattern(SUMMARY, replies=r"(\d+)", compactions=r"(\d+(?:, \d+)*)") + r"(?:\n|\Z)"
+)
 
 
 class _ScriptPart(BaseModel):
@@ -87,7 +114,18 @@ class ScriptedModel:
         self, messages: list[Message], tools: list[ToolSchema], settings: ModelSettings
     ) -> ModelReply:
         started = time.perf_counter()
-        index = sum(1 for m in messages if m.get("role") == "assistant")
+        position = self._position(messages)
+        last = messages[-1] if messages and messages[-1].get("role") == "user" else {}
+        asked = _ASKED.search(str(last.get("content") or ""))
+        if asked is not None:
+            summary = position.summary(through=int(asked.group(1)))
+            return ModelReply(
+                content=summary,
+                usage=_estimated(messages, summary),
+                model=SCRIPTED,
+                latency_ms=(time.perf_counter() - started) * 1000,
+            )
+        index = position.replies + len(position.shown)
         if index >= len(self.replies):
             if not self.repeat_last:
                 raise PermanentModelError(
@@ -104,20 +142,85 @@ class ScriptedModel:
                 raise TransientModelError(text, retry_after_s=reply.error.retry_after_s)
             raise PermanentModelError(text)
         calls = tuple(call.proposed() for call in reply.tool_calls)
-        usage = reply.usage
-        if usage is None:
-            written = reply.content + "".join(c.name + str(c.arguments) for c in calls)
-            usage = Usage(
-                prompt_tokens=estimate_tokens(transcript_text(messages)),
-                completion_tokens=estimate_tokens(written),
-            )
+        written = reply.content + "".join(c.name + str(c.arguments) for c in calls)
         return ModelReply(
             content=reply.content,
             calls=calls,
-            usage=usage,
+            usage=reply.usage if reply.usage is not None else _estimated(messages, written),
             model=SCRIPTED,
             latency_ms=(time.perf_counter() - started) * 1000,
         )
+
+    def _position(self, messages: list[Message]) -> _Position:
+        """Where the prompt stands in the session, from its summary (if any) and the
+        assistant messages, which all come after the summary."""
+        shown = sum(1 for m in messages if m.get("role") == "assistant")
+        summaries = [
+            found
+            for m in messages
+            if m.get("role") == "user"
+            for found in _HEADING.finditer(str(m.get("content") or ""))
+        ]
+        if not summaries:
+            return _Position.of(through=0, replies=0, compactions=(), shown=shown)
+        heading = summaries[-1]
+        through = int(heading.group(1))
+        written = _WRITTEN.match(heading.string, heading.end())
+        if written is None:
+            begins = heading.string[heading.end() :][:80]
+            raise PermanentModelError(
+                f"script {self.path}: the summary of steps 1-{through} in the prompt was not "
+                f"written by the scripted model (it begins {begins!r}), so which reply of the "
+                "script comes next is unknown; fork the session from a step before that "
+                "compaction, or leave the summary as the scripted model wrote it"
+            )
+        return _Position.of(
+            through=through,
+            replies=int(written.group(1)),
+            compactions=tuple(int(s) for s in written.group(2).split(", ")),
+            shown=shown,
+        )
+
+
+@dataclass(frozen=True)
+class _Position:
+    """Where a prompt stands: the steps up to `through` are summarised and hold `replies`
+    replies; the steps after it are compactions (`compactions`) or replies, each shown as
+    an assistant message (`shown`: their steps)."""
+
+    through: int
+    replies: int
+    compactions: tuple[int, ...]
+    shown: tuple[int, ...]
+
+    @classmethod
+    def of(
+        cls, *, through: int, replies: int, compactions: tuple[int, ...], shown: int
+    ) -> _Position:
+        # the steps after the cut, in order, skipping the compactions
+        steps: list[int] = []
+        step = through
+        while len(steps) < shown:
+            step += 1
+            if step not in compactions:
+                steps.append(step)
+        return cls(through, replies, compactions, tuple(steps))
+
+    def summary(self, *, through: int) -> str:
+        """The summary of the steps up to `through`, written as the next step."""
+        this = max(self.through, *self.compactions, *self.shown) + 1
+        return SUMMARY.format(
+            replies=self.replies + sum(1 for s in self.shown if s <= through),
+            compactions=", ".join(str(s) for s in (*self.compactions, this) if s > through),
+        )
+
+
+def _estimated(messages: list[Message], written: str) -> Usage:
+    """Tokens at four characters each, for a reply the script gives no `usage` for."""
+    return Usage(
+        prompt_tokens=estimate_tokens(transcript_text(messages)),
+        completion_tokens=estimate_tokens(written),
+    )
 
 
 def script_of(spec: str) -> tuple[str, str] | None:

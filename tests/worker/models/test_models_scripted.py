@@ -3,9 +3,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from tickwork.fsm import context
 from tickwork.fsm.errors import ConfigurationError, PermanentModelError, TransientModelError
 from tickwork.fsm.values import ProposedCall, Usage
 from tickwork.worker.models import Model, ModelSettings, ScriptedModel
+from tickwork.worker.models.base import estimate_tokens, transcript_text
 
 SETTINGS = ModelSettings()
 REPAIR = [
@@ -61,6 +63,62 @@ def test_reply_is_chosen_by_the_number_of_assistant_messages(write_script):
     assert first.model == "scripted"
     assert third.content == "Fixed the off-by-one." and third.calls == ()
     assert first_again == first.model_copy(update={"latency_ms": first_again.latency_ms})
+
+
+def _summarised(through: int, summary: str, *replies: list[dict]) -> list[dict]:
+    """A prompt after a compaction: the summary, then the replies after its cut."""
+    heading = {"role": "user", "content": context.SUMMARY_HEADING.format(through=through)}
+    heading["content"] += summary
+    return [*transcript(0), heading, *(m for reply in replies for m in reply)]
+
+
+def _asking(messages: list[dict], through: int) -> list[dict]:
+    return [*messages, {"role": "user", "content": context.SUMMARISE.format(through=through)}]
+
+
+def test_a_compaction_is_answered_without_using_a_reply_of_the_script(write_script):
+    model = ScriptedModel(write_script(REPAIR))
+    asked = _asking(transcript(2), through=1)
+    second = transcript(2)[4:]  # the second reply and its observation
+
+    summary = model.generate(asked, [], SETTINGS)
+    after = model.generate(_summarised(1, summary.content, second), [], SETTINGS)
+
+    assert summary.content == "[scripted summary] replies 1-1; compactions after the cut: steps 3"
+    assert summary.calls == ()
+    assert summary.usage == Usage(
+        prompt_tokens=estimate_tokens(transcript_text(asked)),
+        completion_tokens=estimate_tokens(summary.content),
+    )
+    assert after.content == "Fixed the off-by-one.", "the third reply: step 2 after 1 summarised"
+
+
+def test_a_summary_counts_the_compactions_after_its_cut_as_no_replies(write_script):
+    model = ScriptedModel(write_script({"replies": REPAIR, "repeat_last": True}))
+    reply = transcript(1)[2:]
+    # steps 2 and 4 are replies, 3 the compaction that cut at 1
+    first = "[scripted summary] replies 1-1; compactions after the cut: steps 3"
+
+    again = model.generate(_asking(_summarised(1, first, reply, reply), through=2), [], SETTINGS)
+    later = _summarised(2, again.content, reply, reply)
+
+    assert again.content == "[scripted summary] replies 1-2; compactions after the cut: steps 3, 5"
+    assert model.generate(_asking(later, through=4), [], SETTINGS).content == (
+        "[scripted summary] replies 1-3; compactions after the cut: steps 5, 7"
+    )
+
+
+def test_a_summary_the_scripted_model_did_not_write_is_refused(write_script):
+    path = write_script(REPAIR)
+    edited = _summarised(4, "The agent read a.py and ran the tests.", transcript(1)[2:])
+
+    with pytest.raises(PermanentModelError) as caught:
+        ScriptedModel(path).generate(edited, [], SETTINGS)
+
+    assert str(caught.value).startswith(
+        f"script {path}: the summary of steps 1-4 in the prompt was not written by the "
+        "scripted model (it begins 'The agent read a.py"
+    )
 
 
 def test_string_arguments_pass_through_raw(write_script):
