@@ -17,6 +17,7 @@ it touches (a mask round) or from the summary (a compaction).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -49,6 +50,27 @@ SUMMARISE = (
 )
 #: what the summary of a compaction starts with in the prompts after it
 SUMMARY_HEADING = "Summary of steps 1-{through} (compacted):\n"
+
+
+def template_pattern(template: str, **groups: str) -> str:
+    """A regex for `template` with each `{name}` matched by `groups[name]`."""
+    found = re.escape(template)
+    for name, group in groups.items():
+        found = found.replace(re.escape(f"{{{name}}}"), group)
+    return found
+
+
+#: the end of a compaction request (a ReAct prompt has it after other user text)
+_ASKED = re.compile(template_pattern(SUMMARISE, through=r"(\d+)") + r"\Z")
+
+
+def summary_asked(messages: Sequence[Message]) -> int | None:
+    """The step a compaction asks to be summarised through, if `messages` ends with its
+    request; None for an ordinary prompt. Models that are not chat models (a script, a
+    ReAct text model) answer the request differently from a THINK."""
+    last = messages[-1] if messages and messages[-1].get("role") == "user" else {}
+    asked = _ASKED.search(str(last.get("content") or ""))
+    return int(asked.group(1)) if asked else None
 
 
 @dataclass(frozen=True)

@@ -266,6 +266,32 @@ def test_a_fork_of_a_scripted_session_after_a_compaction_plays_on_from_its_step(
         assert _played(long.store.load(fork.id)) == _played(parent), f"fork from step {at}"
 
 
+def test_a_react_session_compacts_with_its_text_summary(long: Long, tmp_path: Path) -> None:
+    """A text model (ReAct) answers a compaction in plain text: it is the summary, not a
+    nameless call (which left the summary empty and the compaction retried forever)."""
+    steps = 60  # past the span: at least one compaction
+    replies = [
+        {"content": f'Thought: chunk {n}\nAction: read_chunk\nAction Input: {{"n": {n}}}'}
+        for n in range(1, steps + 1)
+    ]
+    replies.append({"content": f"Final Answer: read {steps} chunks"})
+    path = tmp_path / "react.json"
+    path.write_text(json.dumps(replies))
+    head = long.client.submit(
+        KIND,
+        {"task": "read every chunk"},
+        model=f"react:scripted:{path}",
+        budgets={"max_steps": 500, "max_tokens": 10**9},
+    )
+    done = long.run(head.id)
+    assert done.status is Status.COMPLETED, done.error_message
+    assert done.final_answer == f"read {steps} chunks"
+    session = long.store.load(head.id)
+    compactions = [s for s in session.steps if s.kind is StepKind.COMPACTION]
+    assert compactions and all(s.thought.startswith("[scripted summary]") for s in compactions)
+    assert _played(session)[:2] == ["chunk 1", "chunk 2"] and len(_played(session)) == steps + 1
+
+
 def test_a_graph_nodes_model_calls_land_on_its_step_under_the_policy(
     long: Long, monkeypatch: pytest.MonkeyPatch
 ) -> None:

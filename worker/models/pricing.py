@@ -399,7 +399,8 @@ CONTEXT_WINDOWS: Mapping[str, int] = MappingProxyType(
         "claude-haiku-4-5": 200_000,
         "claude-3-5-haiku": 200_000,
         "claude-3-haiku": 200_000,
-        # a scripted model plays its replies by their number: never compact its transcript
+        # a scripted model has no window of its own (it answers compactions itself, which
+        # its span still asks for): a test gives a smaller one with --context-window
         "scripted": 10_000_000,
     }
 )

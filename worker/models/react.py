@@ -23,6 +23,7 @@ import json
 import re
 from typing import Any
 
+from tickwork.fsm import context
 from tickwork.fsm.values import ModelReply, ProposedCall
 from tickwork.worker.models.base import Message, Model, ModelSettings, ToolSchema
 
@@ -79,7 +80,10 @@ class ReActModel:
                 update={"extra": {**settings.extra, "stop": list(self.stop)}}
             )
         reply = self.inner.generate(render(messages, tools), [], settings)
-        content, call = parse(reply.content, tools_offered=bool(tools))
+        # a compaction's summary is plain text, whatever tools the prompt lists (it lists
+        # them for the provider's prefix cache): not a call to parse out of it
+        summarising = context.summary_asked(messages) is not None
+        content, call = parse(reply.content, tools_offered=bool(tools) and not summarising)
         return reply.model_copy(update={"content": content, "calls": (call,) if call else ()})
 
 

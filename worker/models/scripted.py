@@ -52,20 +52,13 @@ MAX_NESTING = 64
 SUMMARY = "[scripted summary] replies 1-{replies}; compactions after the cut: steps {compactions}"
 
 
-def _pattern(template: str, **groups: str) -> str:
-    """A regex for `template` with each `{name}` matched by `groups[name]`."""
-    found = re.escape(template)
-    for name, group in groups.items():
-        found = found.replace(re.escape(f"{{{name}}}"), group)
-    return found
-
-
-#: the end of a compaction request (a ReAct prompt has it after other user text)
-_ASKED = re.compile(_pattern(context.SUMMARISE, through=r"(\d+)") + r"\Z")
 #: the start of a summary in a prompt (a ReAct prompt has it after the task)
-_HEADING = re.compile(r"(?:\A|\n\n)" + _pattern(context.SUMMARY_HEADING, through=r"(\d+)"))
+_HEADING = re.compile(
+    r"(?:\A|\n\n)" + context.template_pattern(context.SUMMARY_HEADING, through=r"(\d+)")
+)
 _WRITTEN = re.compile(
-    _pattern(SUMMARY, replies=r"(\d+)", compactions=r"(\d+(?:, \d+)*)") + r"(?:\n|\Z)"
+    context.template_pattern(SUMMARY, replies=r"(\d+)", compactions=r"(\d+(?:, \d+)*)")
+    + r"(?:\n|\Z)"
 )
 
 
@@ -115,10 +108,9 @@ class ScriptedModel:
     ) -> ModelReply:
         started = time.perf_counter()
         position = self._position(messages)
-        last = messages[-1] if messages and messages[-1].get("role") == "user" else {}
-        asked = _ASKED.search(str(last.get("content") or ""))
-        if asked is not None:
-            summary = position.summary(through=int(asked.group(1)))
+        through = context.summary_asked(messages)
+        if through is not None:
+            summary = position.summary(through=through)
             return ModelReply(
                 content=summary,
                 usage=_estimated(messages, summary),
