@@ -56,6 +56,7 @@ from tickwork.store.services import Services
 from tickwork.store.ticks import (
     NO_STEPS,
     Claimed,
+    Idempotent,
     Lease,
     Taken,
     not_started,
@@ -242,6 +243,7 @@ class CoreStore(Services):
         now: datetime,
         lease_s: float,
         level: int = RUNTIME_LEVEL,
+        idempotent: Idempotent | None = None,
     ) -> Claimed | None:
         """Take the session for one micro-phase, or None if the tick is stale or not ours to run.
 
@@ -250,7 +252,10 @@ class CoreStore(Services):
         outbox row in the same transaction. A session refused for its level is left exactly
         as it was, its outbox row too, so the relay offers the tick again (to a worker of
         its level, in a rolling upgrade). A THINK claim reads the steps
-        after those this process read last time (`transcripts.py`).
+        after those this process read last time (`transcripts.py`). An EXECUTE claim marks
+        the step's next call started in the same transaction when `ticks.startable` says it
+        may (its tool in `idempotent`, the worker's idempotent tools per session kind):
+        `Claimed.started` names it.
         """
         known = self._transcripts.get(session_id)
         # a miss claims without reading steps (an EXECUTE tick needs none), then a THINK
@@ -259,7 +264,11 @@ class CoreStore(Services):
         after = known.step if known is not None else NO_STEPS
         expires = now + timedelta(seconds=lease_s)
         taken = self._take(
-            Lease(session_id, version, owner, now), expires=expires, after=after, level=level
+            Lease(session_id, version, owner, now),
+            expires=expires,
+            after=after,
+            level=level,
+            idempotent=idempotent or {},
         )
         if taken is None:
             return None
@@ -324,20 +333,22 @@ class CoreStore(Services):
         transaction. Raises ClaimLost otherwise."""
         return self._save(Lease(change.head.id, version, owner, now), change, files)
 
-    def _take(self, lease: Lease, *, expires: datetime, after: int, level: int) -> Taken | None:
+    def _take(
+        self, lease: Lease, *, expires: datetime, after: int, level: int, idempotent: Idempotent
+    ) -> Taken | None:
         """The claim's write: take the lease until `expires` of a session needing at most
         runtime level `level`, drop the version's outbox row, read what the tick needs (a
-        THINK: the steps after step `after`)."""
+        THINK: the steps after step `after`; an EXECUTE: the step's calls, the one
+        `ticks.startable` picks out of `idempotent` marked started)."""
         with self.engine.begin() as conn:
-            return writes.take_lease(conn, lease, expires=expires, after=after, level=level)
+            return writes.take_lease(
+                conn, lease, expires=expires, after=after, level=level, idempotent=idempotent
+            )
 
     def _start(self, lease: Lease, call: ToolCall, event: dict[str, Any]) -> bool:
         """Mark `call` started and record `event`, if the lease is still ours."""
         with self.engine.begin() as conn:
-            started = writes.mark_started(conn, lease, call)
-            if started:
-                conn.execute(insert(events), [event])
-        return started
+            return writes.mark_started(conn, lease, call, event)
 
     def _save(self, lease: Lease, change: Change, files: FileChange | None) -> Head:
         """The save's write: the compare-and-swap, the calls closed, the rows appended."""

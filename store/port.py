@@ -34,7 +34,7 @@ from tickwork.store.gauges import Gauges
 from tickwork.store.lifecycle import Retention
 from tickwork.store.liveness import Sign
 from tickwork.store.relay import Due
-from tickwork.store.ticks import Claimed
+from tickwork.store.ticks import Claimed, Idempotent
 
 
 class Sessions(Protocol):
@@ -147,9 +147,13 @@ class Ticks(Protocol):
         now: datetime,
         lease_s: float,
         level: int = RUNTIME_LEVEL,
+        idempotent: Idempotent | None = None,
     ) -> Claimed | None:
         """Take the session for one micro-phase, or None if the tick is stale or not ours
-        (a session that needs a runtime level above `level` is never taken)."""
+        (a session that needs a runtime level above `level` is never taken). An EXECUTE
+        claim marks the call `ticks.startable` picks (its tool in `idempotent`, per session
+        kind) started in the same transaction, with its `tool_started` event, and names it
+        in `Claimed.started`; such a call is not started again with `start_call`."""
         ...
 
     def renew(

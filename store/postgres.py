@@ -27,7 +27,7 @@ from sqlalchemy import JSON, Engine, Table
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.exc import DBAPIError
 from tickwork.fsm.machine import Change
-from tickwork.fsm.values import Head, Status, ToolCall
+from tickwork.fsm.values import EventKind, Head, Status, ToolCall
 from tickwork.store import rows, trees
 from tickwork.store.core import CoreStore
 from tickwork.store.files import FileChange
@@ -47,6 +47,7 @@ from tickwork.store.ticks import (
     APPENDED,
     OPEN,
     Claimed,
+    Idempotent,
     Lease,
     Taken,
     appended,
@@ -70,7 +71,9 @@ class PostgresStore(CoreStore):
         #: one statement each, atomic without BEGIN/COMMIT
         self._single = engine.execution_options(isolation_level="AUTOCOMMIT")
 
-    def _take(self, lease: Lease, *, expires: datetime, after: int, level: int) -> Taken | None:
+    def _take(
+        self, lease: Lease, *, expires: datetime, after: int, level: int, idempotent: Idempotent
+    ) -> Taken | None:
         params = {
             "id": lease.session_id,
             "version": lease.version,
@@ -79,6 +82,8 @@ class PostgresStore(CoreStore):
             "expires": _aware(expires),
             "after": after,
             "level": level,
+            "open": OPEN,
+            "idempotent": _dumps({kind: sorted(names) for kind, names in idempotent.items()}),
         }
         row = _one(self._single, CLAIM, params)
         return None if row is None else _taken(utc(sessions, row), lease)
@@ -206,12 +211,44 @@ WITH claimed AS (
 ), claimed_tick AS (
     DELETE FROM {outbox.name} AS o USING claimed
     WHERE o.session_id = claimed.id AND o.version <= %(version)s
+), next_call AS (
+    SELECT c.call_id, c.step, c.name, c.state, c.arguments FROM {calls.name} AS c, claimed
+    WHERE claimed.status = 'executing' AND c.session_id = claimed.id
+      AND c.step = claimed.step AND c.state = ANY(%(open)s)
+    ORDER BY c.index LIMIT 1
+), started AS (
+    -- `ticks.startable`: an agent session's next call, pending with arguments, its tool
+    -- idempotent for the session's kind and offered to its role, no cancel asked
+    UPDATE {calls.name} AS c SET state = 'started', started_at = %(now)s
+    FROM claimed, next_call AS n
+    WHERE c.session_id = claimed.id AND c.step = n.step AND c.call_id = n.call_id
+      AND n.state = 'pending' AND jsonb_typeof(n.arguments) = 'object'
+      AND NOT claimed.cancel_requested
+      AND jsonb_typeof(claimed.config -> 'graph') IS DISTINCT FROM 'object'
+      AND (jsonb_typeof(claimed.config -> 'tools') IS DISTINCT FROM 'array'
+        OR claimed.config -> 'tools' ? n.name)
+      AND %(idempotent)s::jsonb -> claimed.kind ? n.name
+    RETURNING c.call_id, c.name
+), started_event AS (
+    INSERT INTO {events.name} (session_id, version, kind, at, data)
+    SELECT %(id)s, %(version)s, '{EventKind.TOOL_STARTED.value}', %(now)s,
+        jsonb_build_object('call_id', call_id, 'name', name, 'rerun', false)
+    FROM started
 )
-SELECT {", ".join(f"claimed.{_q(c.name)}" for c in sessions.columns)},
+-- the head's columns as RETURNING names them (fixed: a migration that adds one does not
+-- change what a prepared claim returns)
+SELECT claimed.*,
     -- commit without waiting for the WAL flush: a claim lost in a crash of Postgres only
     -- lets the tick run again (the lease and the outbox row come back; the start and the
-    -- save check the lease and wait for the flush, which makes the claim durable first)
-    set_config('synchronous_commit', 'off', true) AS unflushed,
+    -- save check the lease and wait for the flush, which makes the claim durable first).
+    -- A claim that started a call waits for it, as `START` does: the tool runs next
+    set_config(
+        'synchronous_commit',
+        CASE WHEN EXISTS (SELECT 1 FROM started) THEN current_setting('synchronous_commit')
+        ELSE 'off' END,
+        true
+    ) AS unflushed,
+    (SELECT call_id FROM started) AS started_call,
     CASE WHEN claimed.status = 'executing' THEN {
     _agg(calls, "c", "c.session_id = claimed.id AND c.step = claimed.step", "c.index")
 } END AS current_calls,
@@ -412,7 +449,9 @@ def _taken(row: Mapping[str, Any], lease: Lease) -> Taken:
         decided = {
             r["call_id"]: rows.decision_from_row(r) for r in found("current_decisions", decisions)
         }
-        return Claimed(head=head, owner=owner, calls=current, decisions=decided), None
+        started = row["started_call"]
+        claimed = Claimed(head=head, owner=owner, calls=current, decisions=decided, started=started)
+        return claimed, None
     history = steps_from_rows(found("new_steps", steps), found("new_calls", calls))
     seen = {
         r["call_id"]: rows.observation_from_row(r) for r in found("new_observations", observations)

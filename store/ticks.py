@@ -10,15 +10,16 @@ travel; `tests/store/test_differential.py` checks that they leave the same rows.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Table
 from tickwork.fsm.errors import ClaimLost
+from tickwork.fsm.kinds import SessionKind, kind_of
 from tickwork.fsm.loops import HISTORY
-from tickwork.fsm.machine import Change
+from tickwork.fsm.machine import Change, next_call
 from tickwork.fsm.values import (
     CallState,
     Decision,
@@ -26,6 +27,7 @@ from tickwork.fsm.values import (
     EventKind,
     Head,
     Observation,
+    Status,
     Step,
     StepKind,
     ToolCall,
@@ -50,6 +52,10 @@ NO_STEPS = 2**31 - 1
 #: the states a call can be started from
 OPEN = [s.value for s in CallState if s.open]
 
+#: per session kind, the tools whose calls may run twice: an EXECUTE claim marks such a
+#: call started in its own transaction (`startable`)
+Idempotent = Mapping[str, Collection[str]]
+
 #: the tables a save appends to, in the order of the foreign keys
 APPENDED: tuple[Table, ...] = (steps, calls, observations, decisions, events, outbox, file_changes)
 
@@ -60,9 +66,12 @@ class Claimed:
 
     head: Head
     owner: str
-    #: EXECUTING: the current step's calls and their decisions
+    #: EXECUTING: the current step's calls and their decisions, as the claim found them
     calls: tuple[ToolCall, ...] = ()
     decisions: dict[str, Decision] = field(default_factory=dict)
+    #: EXECUTING: the call the claim marked started (`startable`), its `tool_started`
+    #: event written: the tick runs it without `start_call`
+    started: str | None = None
     #: READY: the whole history, for the transcript (from `claim`; only the steps after the
     #: cached ones from a store's `_take`)
     steps: tuple[Step, ...] = ()
@@ -115,6 +124,27 @@ def started_event(
         data={"call_id": call.call_id, "name": call.name, "rerun": rerun},
     )
     return rows.event_to_row(session_id, version, event)
+
+
+def startable(head: Head, calls: Sequence[ToolCall], idempotent: Idempotent) -> ToolCall | None:
+    """The call an EXECUTE claim marks started in its own transaction, saving the tick the
+    commit of `start_call`: the step's next call, if it is pending with arguments and its
+    tool is idempotent for the session's kind (and offered to its role), in an agent
+    session with no cancel asked. A call so marked but then not run (refused, its files not
+    opened, its worker gone) is found started by the next tick and runs again, as any
+    started idempotent call does (`machine.start_execute`: `rerun`); a tool that may not run
+    twice keeps its own flushed start. `postgres.CLAIM` says the same in SQL."""
+    if head.status is not Status.EXECUTING or head.cancel_requested:
+        return None
+    if kind_of(head) is not SessionKind.AGENT:
+        return None  # a graph's calls are its nodes, not its tools
+    call = next_call(calls)
+    if call is None or call.state is not CallState.PENDING or call.arguments is None:
+        return None
+    offered = head.config.get("tools")
+    if isinstance(offered, list) and call.name not in offered:
+        return None
+    return call if call.name in idempotent.get(head.kind, ()) else None
 
 
 def appended(

@@ -24,12 +24,15 @@ from tickwork.store.schema import (
 from tickwork.store.ticks import (
     OPEN,
     Claimed,
+    Idempotent,
     Lease,
     Taken,
     appended,
     changed_states,
     lost,
     saved_head,
+    startable,
+    started_event,
 )
 
 
@@ -151,7 +154,13 @@ def insert_many(conn: Connection, table: Any, values: list[dict[str, Any]]) -> N
 
 
 def take_lease(
-    conn: Connection, lease: Lease, *, expires: datetime, after: int, level: int
+    conn: Connection,
+    lease: Lease,
+    *,
+    expires: datetime,
+    after: int,
+    level: int,
+    idempotent: Idempotent,
 ) -> Taken | None:
     session_id, version, owner = lease.session_id, lease.version, lease.owner
     assert owner is not None, "a claim takes a lease"
@@ -177,7 +186,12 @@ def take_lease(
     if head.status is Status.EXECUTING:
         current = reads.read_calls(conn, session_id, step=head.step)
         decided = reads.read_decisions(conn, session_id, current)
-        return Claimed(head=head, owner=owner, calls=current, decisions=decided), None
+        call, started = startable(head, current, idempotent), None
+        if call is not None:
+            event = started_event(session_id, version, call, now=lease.now, rerun=False)
+            started = call.call_id if mark_started(conn, lease, call, event) else None
+        claimed = Claimed(head=head, owner=owner, calls=current, decisions=decided, started=started)
+        return claimed, None
     history, seen = reads.read_history(conn, session_id, after=after)
     known = conn.execute(
         select(steps.c.trace_id, steps.c.fingerprint).where(
@@ -188,7 +202,8 @@ def take_lease(
     return Claimed(head=head, owner=owner, steps=history, observations=seen), mark
 
 
-def mark_started(conn: Connection, lease: Lease, call: ToolCall) -> bool:
+def mark_started(conn: Connection, lease: Lease, call: ToolCall, event: dict[str, Any]) -> bool:
+    """Mark `call` started and record its `event`, if the lease is still ours."""
     ours = (
         select(sessions.c.id)
         .where(
@@ -209,4 +224,7 @@ def mark_started(conn: Connection, lease: Lease, call: ToolCall) -> bool:
         )
         .values(state="started", started_at=lease.now)
     )
-    return bool(conn.execute(stmt).rowcount == 1)
+    started = conn.execute(stmt).rowcount == 1
+    if started:
+        conn.execute(insert(events), [event])
+    return started

@@ -23,6 +23,7 @@ from tickwork.store.schema import metadata, sessions
 
 from tests.conftest import Clock
 from tickwork.testing.store_ticks import (
+    IDEMPOTENT,
     LEASE_S,
     RULES,
     awaiting_calls,
@@ -39,6 +40,7 @@ from tickwork.testing.store_ticks import (
 
 #: the kit's helpers (`tickwork.testing.store_contract`), for the suite's own modules
 __all__ = [
+    "IDEMPOTENT",
     "LEASE_S",
     "RULES",
     "awaiting_calls",

@@ -2,9 +2,10 @@
 
 `PostgresStore` writes the tick (claim, start a call, save) in one statement each where
 `CoreStore` runs a transaction of several; both build what they write in `store/ticks.py`.
-Here one script of ticks (think, execute, an approval, a model retry, a cancel, a failure
-with its dead letter, claims lost in every way) runs through each on an emptied database,
-and every row of every table, and every value or error the calls gave back, must match.
+Here one script of ticks (think, execute, a claim that starts its call, an approval, a
+model retry, a cancel, a failure with its dead letter, claims lost in every way) runs
+through each on an emptied database, and every row of every table, and every value or
+error the calls gave back, must match.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from tickwork.store.schema import metadata
 
 from tests.conftest import Clock
 from tests.store.conftest import (
+    IDEMPOTENT,
     LEASE_S,
     awaiting_calls,
     claim,
@@ -73,8 +75,9 @@ def script(store: Store, clock: Clock) -> list[Any]:
     # a step whose call changes a file, then an approval, then the answer
     store.create(new_session("a", now=clock()), now=clock())
     seen.append(think(store, "a", reply(("read_file", {"path": "x"})), now=clock()))
-    claimed = claim(store, "a", now=clock.advance(1))
-    change = execute_change(store, claimed, now=clock())
+    claimed = claim(store, "a", now=clock.advance(1), idempotent=IDEMPOTENT)
+    seen.append(claimed)
+    change = execute_change(store, claimed, now=clock(), idempotent=True)
     files = FileChange(step=1, call_id="s1c0", changes={"x": "h1"}, state="st1")
     seen.append(
         store.save(change, version=claimed.head.version, owner="worker-1", now=clock(), files=files)
@@ -137,7 +140,16 @@ def script(store: Store, clock: Clock) -> list[Any]:
     seen.append(
         _outcome(lambda: store.save(late, version=theirs.head.version, owner="w2", now=clock()))
     )
-    seen.append([store.load(s) for s in "abcde"])
+
+    # an idempotent call the claim started, its worker gone before it ran: it runs again
+    store.create(new_session("f", now=clock()), now=clock())
+    think(store, "f", reply(("read_file", {"path": "g"})), now=clock.advance(1))
+    seen.append(claim(store, "f", now=clock.advance(1), owner="w1", idempotent=IDEMPOTENT))
+    later = claim(store, "f", now=clock.advance(LEASE_S + 1), owner="w2", idempotent=IDEMPOTENT)
+    seen.append(later)
+    again = execute_change(store, later, now=clock(), idempotent=True)
+    seen.append(store.save(again, version=later.head.version, owner="w2", now=clock()))
+    seen.append([store.load(s) for s in "abcdef"])
     return seen
 
 
@@ -165,6 +177,7 @@ def test_the_core_and_the_postgres_writes_leave_the_same_rows(postgres_engine: E
         "c": Status.FAILED,
         "d": Status.FAILED,
         "e": Status.READY,
+        "f": Status.READY,
     }
     assert sum(1 for s in core_said if isinstance(s, tuple) and s[0] == "ClaimLost") == 3
 

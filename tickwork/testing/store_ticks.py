@@ -25,7 +25,7 @@ from tickwork.fsm.values import (
     Usage,
 )
 from tickwork.store.port import Store
-from tickwork.store.ticks import Claimed
+from tickwork.store.ticks import Claimed, Idempotent
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 
@@ -46,6 +46,9 @@ class Clock:
 
 #: `danger` always asks a person first; every other tool runs as proposed
 RULES = {"danger": ApprovalRule(always=True)}
+
+#: the idempotent tools of `new_session`'s kind, as a worker passes them to `Store.claim`
+IDEMPOTENT: Idempotent = {"repair": {"read_file"}}
 
 LEASE_S = 30.0
 
@@ -95,10 +98,14 @@ def claim(
     now: datetime,
     owner: str = "worker-1",
     version: int | None = None,
+    idempotent: Idempotent | None = None,
 ) -> Claimed:
+    """A claim that must succeed; with `idempotent` (e.g. `IDEMPOTENT`) as a worker claims."""
     if version is None:
         version = store.get(session_id).version
-    claimed = store.claim(session_id, version, owner=owner, now=now, lease_s=LEASE_S)
+    claimed = store.claim(
+        session_id, version, owner=owner, now=now, lease_s=LEASE_S, idempotent=idempotent
+    )
     assert claimed is not None, f"claim of {session_id} at v{version} failed"
     return claimed
 
@@ -132,19 +139,21 @@ def think(
 def execute_change(
     store: Store, claimed: Claimed, *, now: datetime, output: str = "ok", idempotent: bool = False
 ) -> Change:
-    """What an EXECUTE tick saves after claiming, marking the call started if one runs."""
+    """What an EXECUTE tick saves after claiming, marking the call started if one runs
+    (unless the claim did)."""
     todo = machine.start_execute(
         claimed.head, claimed.calls, claimed.decisions, idempotent=idempotent, now=now
     )
     if isinstance(todo, RunTool):
-        store.start_call(
-            claimed.head.id,
-            claimed.head.version,
-            todo.call,
-            owner=claimed.owner,
-            now=now,
-            rerun=todo.rerun,
-        )
+        if claimed.started != todo.call.call_id:
+            store.start_call(
+                claimed.head.id,
+                claimed.head.version,
+                todo.call,
+                owner=claimed.owner,
+                now=now,
+                rerun=todo.rerun,
+            )
         return machine.tool_finished(
             claimed.head,
             claimed.calls,

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from tickwork.fsm.errors import ConfigurationError, InvalidInput
+from tickwork.fsm.trees import SPAWN_AGENTS
 from tickwork.worker.config.imports import load_object
 from tickwork.worker.jobs.graphs import GraphKind
 from tickwork.worker.jobs.kinds import Ending, JobKind, Kind, SessionFiles, Submission
@@ -55,6 +56,7 @@ class Jobs:
         self._kinds: dict[str, Kind] = {}
         self._tools: dict[str, ToolRegistry] = {}
         self._roles: dict[str, Mapping[str, Role]] = {}
+        self._idempotent: dict[str, frozenset[str]] = {}
 
     def get(self, name: str) -> Kind:
         if name in self._kinds:
@@ -75,8 +77,20 @@ class Jobs:
 
     def tools(self, name: str) -> ToolRegistry:
         if name not in self._tools:
-            self._tools[name] = self.get(name).tools()
+            kind = self.get(name)
+            registry = kind.tools()
+            self._tools[name] = registry
+            if not isinstance(kind, GraphKind):
+                # replaced, not changed in place: a claim in another thread may be reading it
+                self._idempotent = {**self._idempotent, name: idempotent_tools(registry)}
         return self._tools[name]
+
+    @property
+    def idempotent(self) -> Mapping[str, frozenset[str]]:
+        """The idempotent tools of each agent kind whose tools this process has built: an
+        EXECUTE claim marks such a call started in its own transaction (`Store.claim`), and
+        a kind not built yet keeps the separate start until its first THINK builds it."""
+        return self._idempotent
 
     def roles(self, name: str) -> Mapping[str, Role]:
         """The roles children of kind `name` may take: the kind's own (`Staffed`) with those
@@ -107,6 +121,12 @@ class Jobs:
             f"unknown job kind {name!r}; known: {known}; or give module:attr "
             "(workers must be able to import it: set TICKWORK_IMPORTS)"
         )
+
+
+def idempotent_tools(registry: ToolRegistry) -> frozenset[str]:
+    """The names of the tools of `registry` that may run twice, but `spawn_agents`: the
+    tick spawns its children itself, with no start of a call (`worker/tick/trees.py`)."""
+    return frozenset(t.name for t in registry if t.idempotent and t.name != SPAWN_AGENTS)
 
 
 def as_kind(obj: Any, spec: str) -> Kind:

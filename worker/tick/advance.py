@@ -78,6 +78,8 @@ def _tick(rt: Runtime, report: TickReport) -> Outcome:
         now=rt.clock(),
         lease_s=rt.leases.lease_s,
         level=rt.level,
+        # an idempotent call is marked started by the claim, in its transaction
+        idempotent=rt.jobs.idempotent,
     )
     report.claim_s = time.perf_counter() - started
     if claimed is None:

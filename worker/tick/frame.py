@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
+from tickwork.fsm.errors import ClaimLost
 from tickwork.fsm.transitions import Change
 from tickwork.fsm.values import Head, ToolCall
 from tickwork.store import Claimed
@@ -80,16 +81,21 @@ def run_call(
     is_error: Callable[[T], bool] = lambda _: False,
 ) -> tuple[T, float]:
     """Run `call` as `run(stop)` and its milliseconds: the call is marked started (and
-    committed) first, its lease and the session's head are watched while it runs (`stop`
-    says why it must stop), and the tick's report gets it (`is_error` of what it returned;
-    an error if it raised)."""
+    committed) first, by the claim or here, its lease and the session's head are watched
+    while it runs (`stop` says why it must stop), and the tick's report gets it
+    (`is_error` of what it returned; an error if it raised)."""
     rt, head = tick.rt, tick.head
-    rt.store.start_call(
-        head.id, head.version, call, owner=tick.claimed.owner, now=rt.clock(), rerun=rerun
-    )
+    lease = functools.partial(rt.leases.lost, head.id, head.version)
+    if tick.claimed.started != call.call_id:
+        rt.store.start_call(
+            head.id, head.version, call, owner=tick.claimed.owner, now=rt.clock(), rerun=rerun
+        )
+    elif (why := lease()) is not None:
+        # started by the claim: the lease is checked here, as `start_call` checks it; the
+        # call, left started, runs again at the session's next tick
+        raise ClaimLost(f"{why}; call {call.call_id} was not run")
     began = time.time_ns()
     failed = True
-    lease = functools.partial(rt.leases.lost, head.id, head.version)
     try:
         with rt.watches.watch(head.id, lease=lease) as stop:
             value = run(stop)

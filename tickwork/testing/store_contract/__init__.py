@@ -16,7 +16,8 @@ check on it:
             store.close()
 
 The checks use nothing but the `Store` port (`tickwork.store.port`): create, load and list;
-claim (the compare-and-swap that runs a tick once), leases, renew, start a call, save
+claim (the compare-and-swap that runs a tick once, and the start of an idempotent call
+in it), leases, renew, start a call, save
 (compare-and-swap plus append); decide and cancel; the outbox as the relay reads it; dead
 letters; session trees and their join. Each group is a class of its own, one module per
 sub-port (`SessionContract`, `TickContract`, `DecisionContract`, `OutboxContract`,
@@ -34,6 +35,7 @@ from tickwork.testing.store_contract.dead_letters import DeadLetterContract
 from tickwork.testing.store_contract.decisions import DecisionContract
 from tickwork.testing.store_contract.relay import OutboxContract
 from tickwork.testing.store_contract.sessions import SessionContract
+from tickwork.testing.store_contract.starts import StartContract
 from tickwork.testing.store_contract.ticks import TickContract
 from tickwork.testing.store_contract.trees import TreeContract
 
@@ -43,6 +45,7 @@ __all__ = [
     "DecisionContract",
     "OutboxContract",
     "SessionContract",
+    "StartContract",
     "StoreContract",
     "TickContract",
     "TreeContract",

@@ -17,7 +17,7 @@ from tickwork.fsm.values import (
     Status,
 )
 from tickwork.store.port import Store
-from tickwork.testing.store_contract.base import Contract
+from tickwork.testing.store_contract.starts import StartContract
 from tickwork.testing.store_ticks import (
     LEASE_S,
     Clock,
@@ -32,9 +32,9 @@ from tickwork.testing.store_ticks import (
 )
 
 
-class TickContract(Contract):
+class TickContract(StartContract):
     """claim, save, renew and start_call: the compare-and-swap that makes a tick run once (the
-    `Ticks` sub-port)."""
+    `Ticks` sub-port; the claim that starts an idempotent call is `StartContract`'s)."""
 
     def test_claim_an_unknown_session_gets_nothing(self, store: Store, clock: Clock) -> None:
         assert store.claim("nope", 0, owner="w", now=clock(), lease_s=LEASE_S) is None
