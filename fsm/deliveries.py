@@ -19,7 +19,7 @@ from tickwork.fsm import transitions
 from tickwork.fsm.errors import InvalidToolArguments
 from tickwork.fsm.joins import Join, JoinMark, JoinMode
 from tickwork.fsm.transitions import Change
-from tickwork.fsm.trees import SPAWN_AGENTS, ChildEnd, observed_ends
+from tickwork.fsm.trees import SPAWN_AGENTS, ChildEnd, child_ends, observed_ends
 from tickwork.fsm.values import Head, Status, ToolCall
 
 #: the tool that waits for the next child of an `each` join
@@ -60,6 +60,25 @@ def waited_join(joins: Sequence[Join], arguments: Mapping[str, Any]) -> Join:
 
 def _fail(message: str) -> InvalidToolArguments:
     return InvalidToolArguments(f"{WAIT_CHILDREN}: {message}")
+
+
+def take(
+    head: Head,
+    calls: Sequence[ToolCall],
+    call: ToolCall,
+    join: Join,
+    children: Sequence[Head],
+    *,
+    now: datetime,
+    max_chars: int,
+) -> Change:
+    """`call` on the `each` `join` (`children`: the join's, as stored after it was read)
+    takes the results not delivered yet, in the order they ended, or waits for the next."""
+    if not join.pending:
+        return waiting(head, call, join, now=now)
+    ended = {c.id: c for c in children}
+    ends = child_ends([ended[i] for i in join.pending])
+    return delivered(head, calls, call, join, ends, now=now, max_chars=max_chars)
 
 
 def delivered(

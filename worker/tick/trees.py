@@ -49,7 +49,7 @@ def spawn_or_join(tick: Tick, call: ToolCall, arguments: Mapping[str, Any]) -> C
     now = rt.clock()
     join = rt.store.join(head.id, call.call_id)
     if join is not None and join.mode is JoinMode.EACH:
-        return take_or_wait(tick, call, join)
+        return _take_or_wait(tick, call, join)
     if join is not None:
         if not join.complete:  # woken by hand, or by a repair that raced: wait again
             return Change(head=trees.waiting_again(head, now=now))
@@ -91,25 +91,20 @@ def wait_children(tick: Tick, call: ToolCall, arguments: Mapping[str, Any]) -> C
         return machine.tool_finished(
             head, tick.claimed.calls, call, output=str(exc), is_error=True, now=tick.rt.clock()
         )
-    return take_or_wait(tick, call, join)
+    return _take_or_wait(tick, call, join)
 
 
-def take_or_wait(tick: Tick, call: ToolCall, join: Join) -> Change:
-    """`call` takes the ends of the `each` `join` it has not had, in the order they
-    ended, or suspends the parent on the join until the next."""
+def _take_or_wait(tick: Tick, call: ToolCall, join: Join) -> Change:
+    """`call` takes the results of the `each` `join` it has not had, or waits."""
     rt, head = tick.rt, tick.head
-    now = rt.clock()
-    if not join.pending:
-        return deliveries.waiting(head, call, join, now=now)
-    ended = {c.id: c for c in rt.store.children(head.id, join.call_id)}
-    ends = trees.child_ends([ended[i] for i in join.pending])
-    return deliveries.delivered(
+    children = rt.store.children(head.id, join.call_id) if join.pending else []
+    return deliveries.take(
         head,
         tick.claimed.calls,
         call,
         join,
-        ends,
-        now=now,
+        children,
+        now=rt.clock(),
         max_chars=rt.settings.max_output_chars,
     )
 

@@ -8,6 +8,8 @@ parent that ended is charged the ends it never had."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 from tickwork.fsm import deliveries, machine, trees
@@ -27,9 +29,10 @@ def the_join(store: Store, parent_id: str) -> Join:
     return join
 
 
-def take_change(store: Store, claimed: Claimed, *, now: Any) -> Change:
+def take_change(store: Store, claimed: Claimed, *, now: datetime) -> Change:
     """What the parent's EXECUTE tick of its `spawn_agents` or `wait_children` call saves,
-    as the worker makes it: the results of its `each` join not delivered yet, or a wait."""
+    as the worker makes it (`deliveries.take`): the results of its `each` join not
+    delivered yet, or a wait."""
     head = claimed.head
     call = machine.next_call(claimed.calls)
     assert call is not None, f"{head.id} has no call to run"
@@ -39,13 +42,8 @@ def take_change(store: Store, claimed: Claimed, *, now: Any) -> Change:
         found = store.join(head.id, call.call_id)
         assert found is not None
         join = found
-    if not join.pending:
-        return deliveries.waiting(head, call, join, now=now)
-    ended = {c.id: c for c in store.children(head.id, join.call_id)}
-    ends = trees.child_ends([ended[i] for i in join.pending])
-    return deliveries.delivered(
-        head, claimed.calls, call, join, ends, now=now, max_chars=20_000
-    )
+    children = store.children(head.id, join.call_id)
+    return deliveries.take(head, claimed.calls, call, join, children, now=now, max_chars=20_000)
 
 
 def take(store: Store, clock: Clock, parent_id: str) -> Head:
@@ -180,16 +178,13 @@ class EachJoinContract(Contract):
             child = claim(store, ids[1], now=clock(), owner="child")
             ending = think_change(child, reply(content="done"), now=clock())
 
-            results = at_once(
-                [
-                    lambda: store.save(
-                        suspend, version=parent.head.version, owner=parent.owner, now=clock()
-                    ),
-                    lambda: store.save(
-                        ending, version=child.head.version, owner=child.owner, now=clock()
-                    ),
-                ]
-            )
+            saves: list[Callable[[], Any]] = [
+                lambda change=change, claimed=claimed: store.save(
+                    change, version=claimed.head.version, owner=claimed.owner, now=clock()
+                )
+                for change, claimed in ((suspend, parent), (ending, child))
+            ]
+            results = at_once(saves)
 
             assert not any(isinstance(r, BaseException) for r in results), results
             join = the_join(store, parent_id)
