@@ -17,8 +17,8 @@ from tickwork.fsm import transitions
 from tickwork.fsm.approvals import ApprovalRule, approval_reason, check_decision
 from tickwork.fsm.budgets import Exhausted, NextCall, exhausted_budget, model_retry_delay
 from tickwork.fsm.context import Plan
-from tickwork.fsm.errors import CallNotFound, SessionFinished
 from tickwork.fsm.deliveries import WAIT_CHILDREN
+from tickwork.fsm.errors import CallNotFound, SessionFinished
 from tickwork.fsm.fingerprints import call_fingerprint, step_fingerprint
 from tickwork.fsm.loops import detect_loop, intervention_text
 from tickwork.fsm.outcomes import Outcome

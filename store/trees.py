@@ -76,7 +76,9 @@ def _key(parent_id: str, call_id: str) -> ColumnElement[bool]:
     return and_(joins.c.parent_id == parent_id, joins.c.call_id == call_id)
 
 
-def _locked(conn: Connection, parent_id: str, call_id: str, *, unwoken: bool = False) -> Join | None:
+def _locked(
+    conn: Connection, parent_id: str, call_id: str, *, unwoken: bool = False
+) -> Join | None:
     """The join's row (with `unwoken`: if it has not woken its parent for good), locked to
     the transaction's end (SQLite's transactions take the database's write lock at BEGIN)."""
     query = select(joins).where(_key(parent_id, call_id))
@@ -221,9 +223,7 @@ def settle(conn: Connection, join: Join, *, now: datetime) -> None:
     if not taken:
         return
     ended = (
-        conn.execute(
-            select(sessions.c.cost_usd, sessions.c.tokens).where(sessions.c.id.in_(taken))
-        )
+        conn.execute(select(sessions.c.cost_usd, sessions.c.tokens).where(sessions.c.id.in_(taken)))
         .mappings()
         .all()
     )

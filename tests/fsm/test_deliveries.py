@@ -138,9 +138,10 @@ def test_an_each_spawn_waits_on_its_own_call() -> None:
 
 
 def test_waiting_again_and_again_is_not_a_loop() -> None:
-    parent = head(status=Status.READY, budgets=head().budgets.model_copy(
-        update={"max_consecutive_repeats": 2}
-    ))
+    parent = head(
+        status=Status.READY,
+        budgets=head().budgets.model_copy(update={"max_consecutive_repeats": 2}),
+    )
     wait = ModelReply(
         content="next",
         calls=(ProposedCall(name=deliveries.WAIT_CHILDREN, arguments="{}"),),

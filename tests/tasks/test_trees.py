@@ -229,7 +229,11 @@ def test_an_each_spawn_delivers_results_one_at_a_time_and_stops_the_child_left(
     root = client.get(root_id)
     assert root.status is Status.COMPLETED, (root.status, root.error_message)
     children_now = client.store.children(root_id)
-    assert [c.status for c in children_now] == [Status.COMPLETED, Status.COMPLETED, Status.CANCELLED]
+    assert [c.status for c in children_now] == [
+        Status.COMPLETED,
+        Status.COMPLETED,
+        Status.CANCELLED,
+    ]
     waited = client.load(root_id).observation("s2c0")
     assert waited is not None and not waited.is_error
     second = json.loads(waited.content)

@@ -15,9 +15,9 @@ from typing import Any
 
 from tickwork.fsm import budgets, context, machine
 from tickwork.fsm.approvals import ApprovalRule
+from tickwork.fsm.deliveries import WAIT_CHILDREN
 from tickwork.fsm.errors import ContextTooLong, InvalidToolArguments, ModelError
 from tickwork.fsm.machine import Change, Compact, RunTool
-from tickwork.fsm.deliveries import WAIT_CHILDREN
 from tickwork.fsm.trees import SPAWN_AGENTS
 from tickwork.fsm.values import (
     ErrorCode,

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from tickwork.fsm import deliveries, machine, trees
+from tickwork.fsm import deliveries, machine
 from tickwork.fsm.errors import InvalidToolArguments
 from tickwork.fsm.joins import Join, JoinMode
 from tickwork.fsm.transitions import Change
