@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 import pytest
-from tickwork.fsm.values import EventKind, Status
+from tickwork.fsm.values import EventKind, Head, Status
 
 from tests.tasks.conftest import Deployment, kill, stop
 from tickwork.testing import until, write_script
@@ -178,6 +178,10 @@ def test_a_bad_spawn_is_an_error_observation_and_starts_nothing(deployment: Depl
         assert deployment.client.store.children(session_id) == []
 
 
+def _state(head: Head) -> tuple[Status, int]:
+    return head.status, head.step
+
+
 def _asks(value: str, then: str) -> list[dict[str, Any]]:
     """A child that asks a person to approve a `danger` call (waiting, holding no worker),
     then answers `then`."""
@@ -220,6 +224,12 @@ def test_an_each_spawn_delivers_results_one_at_a_time_and_stops_the_child_left(
             lambda: client.get(ids[1]).status is Status.WAITING_APPROVAL,
             timeout=60,
             what="the second child to ask",
+        )
+        # the parent's wait_children suspends it first: the second child's end wakes it
+        until(
+            lambda: _state(client.get(root_id)) == (Status.WAITING_CHILDREN, 2),
+            timeout=60,
+            what="the parent to wait for the next child",
         )
         client.approve(ids[1], "s1c0", approver="alice")
         _ended(deployment, root_id, 90)
