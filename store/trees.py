@@ -27,18 +27,23 @@ takes a child's.
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import (
     ColumnElement,
     Connection,
     Engine,
+    String,
     and_,
+    cast,
     func,
     insert,
+    literal_column,
     or_,
     select,
     update,
 )
+from sqlalchemy.dialects.postgresql import JSONB
 from tickwork.fsm.errors import ClaimLost
 from tickwork.fsm.joins import Join, JoinMark, JoinMode
 from tickwork.fsm.values import Event, EventKind, Head, Status
@@ -110,34 +115,40 @@ def child_ended(conn: Connection, head: Head, *, now: datetime) -> bool:
     an `each` child whose parent has ended is charged to it instead (`settle`). True if
     the parent was woken."""
     assert head.parent_id is not None and head.spawn_call is not None
-    join = _locked(conn, head.parent_id, head.spawn_call)
-    if join is None:
-        return False  # its parent is gone (pruned with its whole tree): nobody to wake
-    join = join.model_copy(
-        update={
-            "ended": join.ended + 1,
-            "cost_usd": join.cost_usd + head.cost_usd,
-            "tokens": join.tokens + head.tokens,
-            # the first child to count itself is the join's first
-            "first": join.first or head.id,
-            "ends": (*join.ends, head.id),
-        }
-    )
-    conn.execute(
-        update(joins)
-        .where(_key(join.parent_id, join.call_id))
-        .values(
-            ended=join.ended,
-            cost_usd=join.cost_usd,
-            tokens=join.tokens,
-            first=join.first,
-            ends=list(join.ends),
+    counted = (
+        conn.execute(
+            update(joins)
+            .where(_key(head.parent_id, head.spawn_call))
+            .values(
+                ended=joins.c.ended + 1,
+                cost_usd=joins.c.cost_usd + head.cost_usd,
+                tokens=joins.c.tokens + head.tokens,
+                # the first child to count itself is the join's first
+                first=func.coalesce(joins.c.first, head.id),
+                ends=_appended(conn, head.id),
+            )
+            .returning(*joins.c)
         )
+        .mappings()
+        .first()
     )
+    if counted is None:
+        return False  # its parent is gone (pruned with its whole tree): nobody to wake
+    join = _join_from_row(counted)
     if join.mode is JoinMode.EACH and _ended(conn, join.parent_id):
         settle(conn, join, now=now)
         return False
     return join.wakes and wake(conn, join, now=now)
+
+
+def _appended(conn: Connection, child_id: str) -> ColumnElement[Any]:
+    """The join's `ends` with `child_id` appended, in the database's own JSON: the count
+    and the order are one guarded UPDATE, whose row lock orders two ends at once."""
+    none: ColumnElement[Any] = literal_column("'[]'")  # a row from before 0022_each
+    if conn.dialect.name == "postgresql":
+        ends = func.coalesce(joins.c.ends, cast(none, JSONB))
+        return ends.op("||")(func.jsonb_build_array(cast(child_id, String)))
+    return func.json_insert(func.coalesce(joins.c.ends, none), "$[#]", child_id)
 
 
 def _ended(conn: Connection, session_id: str) -> bool:

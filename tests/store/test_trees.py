@@ -5,6 +5,7 @@ two children ending at once, cancelling down the tree) is the conformance kit's
 
 from __future__ import annotations
 
+from sqlalchemy import null
 from tickwork.fsm.joins import JoinMode
 from tickwork.fsm.values import Status
 from tickwork.store import Store
@@ -106,3 +107,17 @@ def test_the_relay_never_wakes_a_parent_waiting_on_an_each_join_with_nothing_end
 
     assert missed_wakes(store.engine, now=clock()) == []
     assert store.get("p").status is Status.WAITING_CHILDREN
+
+
+def test_a_join_stored_before_the_order_of_ends_records_them_from_then_on(
+    store: Store, clock: Clock
+) -> None:
+    ids = spawn(store, clock, "p", 2)
+    with store.engine.begin() as conn:  # as 0022_each leaves a row from before it
+        conn.execute(joins.update().values(ends=null()))
+
+    finish(store, clock, ids[1])
+    finish(store, clock, ids[0])
+
+    [row] = table_rows(store.engine, joins)
+    assert (row["ends"], row["ended"], row["first"]) == ([ids[1], ids[0]], 2, ids[1])
