@@ -31,6 +31,9 @@ def waited_join(joins: Sequence[Join], arguments: Mapping[str, Any]) -> Join:
     `spawn_call` names, else the latest `each` join with results still to come.
     InvalidToolArguments says why there is none (the model is told, as an error
     observation)."""
+    unknown = sorted(set(arguments) - {"spawn_call"})
+    if unknown:
+        raise _fail(f"unknown arguments {', '.join(unknown)}; it takes only spawn_call")
     named = arguments.get("spawn_call")
     if named is not None:
         if not isinstance(named, str) or not named.strip():
@@ -46,9 +49,6 @@ def waited_join(joins: Sequence[Join], arguments: Mapping[str, Any]) -> Join:
         if not found.open:
             raise _fail(f"every child of {SPAWN_AGENTS} call {found.call_id} was delivered")
         return found
-    unknown = sorted(set(arguments) - {"spawn_call"})
-    if unknown:
-        raise _fail(f"unknown arguments {', '.join(unknown)}; it takes only spawn_call")
     found = next((j for j in reversed(joins) if j.open), None)
     if found is None:
         raise _fail(
