@@ -17,6 +17,7 @@ from tickwork.fsm import transitions
 from tickwork.fsm.approvals import ApprovalRule, approval_reason, check_decision
 from tickwork.fsm.budgets import Exhausted, NextCall, exhausted_budget, model_retry_delay
 from tickwork.fsm.context import Plan
+from tickwork.fsm.deliveries import WAIT_CHILDREN
 from tickwork.fsm.errors import CallNotFound, SessionFinished
 from tickwork.fsm.fingerprints import call_fingerprint, step_fingerprint
 from tickwork.fsm.loops import detect_loop, intervention_text
@@ -261,6 +262,9 @@ def think(
             )
         )
     fingerprint = step_fingerprint(c.fingerprint for c in calls)
+    if calls and all(c.name == WAIT_CHILDREN for c in calls):
+        # not a repeat however often the model asks: each wait takes other children's results
+        fingerprint = step_fingerprint((fingerprint, str(number)))
     step = Step(
         step=number,
         thought=reply.content,

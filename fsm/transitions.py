@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from tickwork.fsm.errors import IllegalTransition, SessionFinished
-from tickwork.fsm.joins import Join
+from tickwork.fsm.joins import Join, JoinMark
 from tickwork.fsm.values import (
     CallState,
     Decision,
@@ -58,6 +58,8 @@ class Change(Value):
     children: tuple[Head, ...] = ()
     #: the join of those children, inserted with them (`tickwork.fsm.trees.spawned`)
     join: Join | None = None
+    #: the parent's write on its `each` join: results delivered, or a call suspending
+    mark: JoinMark | None = None
 
     @property
     def enqueue(self) -> bool:

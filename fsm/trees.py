@@ -7,7 +7,8 @@ its parent, its root and the call that spawned it. The parent waits in `waiting_
 join's row in the transaction of each child's last save, and the end that completes the
 join moves the parent back to `executing` (`tickwork.store.trees`). The parent's next
 EXECUTE tick then records the spawn call's observation: every child's outcome (`joined`).
-Nothing here does I/O.
+A join `each` delivers the outcomes one observation at a time instead
+(`tickwork.fsm.deliveries`). Nothing here does I/O.
 """
 
 from __future__ import annotations
@@ -205,8 +206,11 @@ def spawned(
 ) -> Change:
     """The parent's change that starts `children` for `call`: it waits for them in
     `waiting_children`, and the store inserts the children (each with its first tick) and
-    the join's row with it, in one transaction."""
+    the join's row with it, in one transaction. An `each` join is inserted waited on by
+    `call` itself: the first end wakes it."""
     transitions.require(head, Status.EXECUTING)
+    if join.mode is JoinMode.EACH:
+        join = join.model_copy(update={"waiting": call.call_id})
     event = Event(
         kind=EventKind.CHILDREN_SPAWNED,
         at=now,
@@ -240,18 +244,52 @@ def joined(
     now: datetime,
     max_chars: int,
 ) -> Change:
-    """The woken parent records the spawn call's observation: each child's outcome (a
-    failed or cancelled child is reported to the model, not a failure of the parent; the
-    observation is an error only when no child completed), and the children's cost and
-    tokens are added to its own (the tree's spending, charged up at the join). The
-    observation is capped at `max_chars` as any tool's output is (`cap_output`)."""
-    transitions.require(head, Status.EXECUTING)
+    """The woken parent records the spawn call's observation: each child's outcome, and
+    the children's cost and tokens are added to its own (the tree's spending, charged up
+    at the join)."""
     body: dict[str, Any] = {"join": join.mode.value}
     if join.mode is JoinMode.FIRST and join.first is not None:
         body["first"] = join.first
-    body["children"] = [_reported(e) for e in ends]
+    return observed_ends(
+        head,
+        calls,
+        call,
+        body,
+        ends,
+        cost_usd=join.cost_usd,
+        tokens=join.tokens,
+        now=now,
+        max_chars=max_chars,
+    )
+
+
+def observed_ends(
+    head: Head,
+    calls: Sequence[ToolCall],
+    call: ToolCall,
+    body: dict[str, Any],
+    ends: Sequence[ChildEnd],
+    *,
+    cost_usd: float,
+    tokens: int,
+    now: datetime,
+    max_chars: int,
+    **data: Any,
+) -> Change:
+    """The parent records `body` with each of `ends` (`reported`) as `call`'s observation
+    and is charged `cost_usd` and `tokens`, with a `children_joined` event (`data` added
+    to it). A failed or cancelled child is reported to the model, not a failure of the
+    parent; the observation is an error only when none of `ends` completed. It is capped
+    at `max_chars` as any tool's output is (`cap_output`)."""
+    transitions.require(head, Status.EXECUTING)
     output = transitions.cap_output(
-        json.dumps(body, ensure_ascii=False, indent=1, default=str), max_chars
+        json.dumps(
+            {**body, "children": [reported(e) for e in ends]},
+            ensure_ascii=False,
+            indent=1,
+            default=str,
+        ),
+        max_chars,
     )
     completed = [e for e in ends if e.status is Status.COMPLETED]
     event = Event(
@@ -259,10 +297,11 @@ def joined(
         at=now,
         data={
             "call_id": call.call_id,
+            **data,
             "ended": len(ends),
             "completed": len(completed),
-            "cost_usd": join.cost_usd,
-            "tokens": join.tokens,
+            "cost_usd": cost_usd,
+            "tokens": tokens,
         },
     )
     rest = [c for c in calls if c.call_id != call.call_id and c.state.open]
@@ -270,8 +309,8 @@ def joined(
         head,
         now,
         status=Status.EXECUTING if rest else Status.READY,
-        tokens=head.tokens + max(0, join.tokens),
-        cost_usd=head.cost_usd + max(0.0, join.cost_usd),
+        tokens=head.tokens + max(0, tokens),
+        cost_usd=head.cost_usd + max(0.0, cost_usd),
     )
     is_error = not completed
     return Change(
@@ -281,7 +320,7 @@ def joined(
     )
 
 
-def _reported(end: ChildEnd) -> dict[str, Any]:
+def reported(end: ChildEnd) -> dict[str, Any]:
     """One child's entry in the observation: never its whole `result` (a repair's patch
     can be megabytes; `adopt_patch` reads it through `ToolContext.children`), only a
     patch's size and the files it changes."""

@@ -409,6 +409,11 @@ class CoreStore(Services):
         with self.engine.connect() as conn:
             return trees.read_join(conn, parent_id, call_id)
 
+    def joins(self, parent_id: str) -> list[Join]:
+        """The session's joins, one a spawning call, in spawn order."""
+        with self.engine.connect() as conn:
+            return trees.read_joins(conn, parent_id)
+
     def tree(self, root_id: str) -> list[Head]:
         """Every session under the root `root_id`, oldest first (the root left out)."""
         with self.engine.connect() as conn:

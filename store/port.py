@@ -112,6 +112,10 @@ class Sessions(Protocol):
         """The join of the parent's spawning call `call_id`, or None if it spawned nothing."""
         ...
 
+    def joins(self, parent_id: str) -> list[Join]:
+        """The session's joins, one a spawning call, in spawn order."""
+        ...
+
     def tree(self, root_id: str) -> list[Head]:
         """Every session under the root `root_id`, oldest first (the root left out)."""
         ...
@@ -254,6 +258,11 @@ class Relay(Protocol):
     def missed_wakes(self, *, now: datetime, limit: int = 500) -> list[tuple[str, int]]:
         """Wake the parents still waiting on a complete join (a repair); their ids and
         versions, to publish."""
+        ...
+
+    def settle_ended(self, *, now: datetime, limit: int = 500) -> list[str]:
+        """Charge each ended parent the cost of the ends of its `each` joins whose results
+        it never had (a repair); their ids."""
         ...
 
     def to_cancel(self, *, limit: int = 500) -> list[str]:

@@ -106,9 +106,9 @@ class PostgresStore(CoreStore):
 
     def _save(self, lease: Lease, change: Change, files: FileChange | None) -> Head:
         head = change.head
-        if change.children:
-            # a spawn: the children, their ticks and the join's row, in one transaction,
-            # once per spawn (the Core store's save, `trees.py`)
+        if change.children or change.mark is not None:
+            # a spawn (the children, their ticks and the join's row) or a write on an
+            # `each` join, in one transaction (the Core store's save, `trees.py`)
             return super()._save(lease, change, files)
         ends_child = head.status.terminal and head.spawn_call is not None
         params: dict[str, Any] = {

@@ -288,8 +288,16 @@ joins = Table(
     #: the child that ended first
     Column("first", String(64)),
     Column("created_at", UTCDateTime, nullable=False),
-    #: when the join woke the parent; NULL: not yet
+    #: when the join woke the parent (`each`: when its last result was delivered, or
+    #: charged to the ended parent); NULL: not yet
     Column("woken_at", UTCDateTime),
+    #: the ended children's ids in the order their ends counted (0022_each); NULL on rows
+    #: from before, read as none
+    Column("ends", Json),
+    #: (`each`) how many of `ends` the parent has taken: delivered, or charged once it ended
+    Column("delivered", Integer, nullable=False, server_default=text("0")),
+    #: (`each`) the parent's call suspended on the join, which the next end wakes
+    Column("waiting_call", String(64)),
     # the relay's scan for a join complete whose parent was not woken
     Index(
         "ix_tickwork_joins_unwoken",

@@ -83,6 +83,10 @@ class Services:
         """Wake the parents still waiting on a complete join (`trees.missed_wakes`)."""
         return trees.missed_wakes(self.engine, now=now, limit=limit)
 
+    def settle_ended(self, *, now: datetime, limit: int = 500) -> list[str]:
+        """Charge ended parents their `each` children's ends (`trees.settle_ended`)."""
+        return trees.settle_ended(self.engine, now=now, limit=limit)
+
     def to_cancel(self, *, limit: int = 500) -> list[str]:
         """Children still going whose tree is cancelled or whose join needs no more
         (`trees.to_cancel`)."""

@@ -10,6 +10,15 @@ is no moment at which a child has ended and nobody will wake the parent: the cou
 the wake commit with the child's end or not at all. `missed_wakes` (the relay) wakes a
 parent whose join is complete but that still waits, whatever the cause.
 
+An `each` join wakes its parent once per delivery, and both sides decide under the join
+row's lock: a child's end appends itself to `ends` and wakes the parent if a call of it
+waits on the join (`waiting_call`); the parent's save that suspends on the join marks it
+waited on and, in the same transaction, wakes itself at once if an end is there it has not
+had (`mark`). Whichever commits second sees the other, so an end never waits for a parent
+that waits for it. The save that delivers results moves `delivered` on with the
+observation. A parent that ended is charged the cost of the ends it never had
+(`settle`): by the child's end, or by the relay (`settle_ended`) for the ends before it.
+
 Locks are taken child first, then the join, then the parent (a tree's ends move up);
 cancelling moves down in transactions of its own, never holding a parent's row while it
 takes a child's.
@@ -18,9 +27,25 @@ takes a child's.
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import Connection, Engine, and_, func, insert, select, update
-from tickwork.fsm.joins import Join, JoinMode
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Engine,
+    String,
+    and_,
+    cast,
+    func,
+    insert,
+    literal_column,
+    or_,
+    select,
+    update,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from tickwork.fsm.errors import ClaimLost
+from tickwork.fsm.joins import Join, JoinMark, JoinMode
 from tickwork.fsm.values import Event, EventKind, Head, Status
 from tickwork.store import rows
 from tickwork.store.schema import events, joins, outbox, sessions
@@ -44,9 +69,28 @@ def insert_join(conn: Connection, join: Join, *, now: datetime) -> None:
                 "first": None,
                 "created_at": now,
                 "woken_at": None,
+                "ends": [],
+                "delivered": 0,
+                "waiting_call": join.waiting,
             }
         ],
     )
+
+
+def _key(parent_id: str, call_id: str) -> ColumnElement[bool]:
+    return and_(joins.c.parent_id == parent_id, joins.c.call_id == call_id)
+
+
+def _locked(
+    conn: Connection, parent_id: str, call_id: str, *, unwoken: bool = False
+) -> Join | None:
+    """The join's row (with `unwoken`: if it has not woken its parent for good), locked to
+    the transaction's end (SQLite's transactions take the database's write lock at BEGIN)."""
+    query = select(joins).where(_key(parent_id, call_id))
+    if unwoken:
+        query = query.where(joins.c.woken_at.is_(None))
+    row = conn.execute(query.with_for_update()).mappings().first()
+    return None if row is None else _join_from_row(row)
 
 
 def _join_from_row(row: rows.Row) -> Join:
@@ -59,25 +103,29 @@ def _join_from_row(row: rows.Row) -> Join:
         cost_usd=row["cost_usd"],
         tokens=row["tokens"],
         first=row["first"],
+        ends=tuple(row["ends"] or ()),
+        delivered=row["delivered"],
+        waiting=row["waiting_call"],
     )
 
 
 def child_ended(conn: Connection, head: Head, *, now: datetime) -> bool:
     """Count the child `head` (just saved as ended, in `conn`'s transaction) on its join,
-    charge its cost and tokens there, and wake its parent if it completes the join.
-    True if the parent was woken."""
+    charge its cost and tokens there, and wake its parent if the join wakes it (`wakes`);
+    an `each` child whose parent has ended is charged to it instead (`settle`). True if
+    the parent was woken."""
     assert head.parent_id is not None and head.spawn_call is not None
-    key = and_(joins.c.parent_id == head.parent_id, joins.c.call_id == head.spawn_call)
     counted = (
         conn.execute(
             update(joins)
-            .where(key)
+            .where(_key(head.parent_id, head.spawn_call))
             .values(
                 ended=joins.c.ended + 1,
                 cost_usd=joins.c.cost_usd + head.cost_usd,
                 tokens=joins.c.tokens + head.tokens,
                 # the first child to count itself is the join's first
                 first=func.coalesce(joins.c.first, head.id),
+                ends=_appended(conn, head.id),
             )
             .returning(*joins.c)
         )
@@ -87,14 +135,34 @@ def child_ended(conn: Connection, head: Head, *, now: datetime) -> bool:
     if counted is None:
         return False  # its parent is gone (pruned with its whole tree): nobody to wake
     join = _join_from_row(counted)
-    if not join.complete:
+    if join.mode is JoinMode.EACH and _ended(conn, join.parent_id):
+        settle(conn, join, now=now)
         return False
-    return wake(conn, join, now=now)
+    return join.wakes and wake(conn, join, now=now)
+
+
+def _appended(conn: Connection, child_id: str) -> ColumnElement[Any]:
+    """The join's `ends` with `child_id` appended, in the database's own JSON: the count
+    and the order are one guarded UPDATE, whose row lock orders two ends at once."""
+    none: ColumnElement[Any] = literal_column("'[]'")  # a row from before 0022_each
+    if conn.dialect.name == "postgresql":
+        ends = func.coalesce(joins.c.ends, cast(none, JSONB))
+        return ends.op("||")(func.jsonb_build_array(cast(child_id, String)))
+    return func.json_insert(func.coalesce(joins.c.ends, none), "$[#]", child_id)
+
+
+def _ended(conn: Connection, session_id: str) -> bool:
+    status = conn.execute(
+        select(sessions.c.status).where(sessions.c.id == session_id)
+    ).scalar_one_or_none()
+    return status is not None and Status(status).terminal
 
 
 def wake(conn: Connection, join: Join, *, now: datetime) -> bool:
-    """Move the parent of the complete `join` from `waiting_children` to `executing` at its
-    next version, with its tick; nothing if it is not waiting (woken already, cancelled)."""
+    """Move the parent of `join` (complete, or for `each` with a result for the call that
+    waits) from `waiting_children` to `executing` at its next version, with its tick;
+    nothing if it is not waiting (woken already, cancelled). An `each` join is no longer
+    waited on once woken: the woken call takes the results, or waits again."""
     moved = conn.execute(
         update(sessions)
         .where(sessions.c.id == join.parent_id, sessions.c.status == Status.WAITING_CHILDREN.value)
@@ -107,15 +175,16 @@ def wake(conn: Connection, join: Join, *, now: datetime) -> bool:
         )
         .returning(sessions.c.version)
     ).first()
-    conn.execute(
-        update(joins)
-        .where(
-            joins.c.parent_id == join.parent_id,
-            joins.c.call_id == join.call_id,
-            joins.c.woken_at.is_(None),
+    if join.mode is JoinMode.EACH:
+        conn.execute(
+            update(joins).where(_key(join.parent_id, join.call_id)).values(waiting_call=None)
         )
-        .values(woken_at=now)
-    )
+    else:
+        conn.execute(
+            update(joins)
+            .where(_key(join.parent_id, join.call_id), joins.c.woken_at.is_(None))
+            .values(woken_at=now)
+        )
     if moved is None:
         return False
     version = moved.version
@@ -132,6 +201,71 @@ def wake(conn: Connection, join: Join, *, now: datetime) -> bool:
     return True
 
 
+def mark(conn: Connection, marked: JoinMark, *, now: datetime) -> bool:
+    """Write the parent's `marked` on its `each` join, in the transaction of its save (the
+    parent's row is written already): `delivered` moves on, and the call suspending, if
+    any, waits on the join; if a result is there for it (a child ended meanwhile), the
+    parent is woken at once: True then. ClaimLost if `delivered` is no longer what the
+    parent read (the save must not commit)."""
+    join = _locked(conn, marked.parent_id, marked.call_id)
+    if join is None or join.delivered != marked.seen:
+        raise ClaimLost(
+            f"session {marked.parent_id}: the join of call {marked.call_id} moved on while "
+            "this tick ran; its work is dropped and the newer state stands"
+        )
+    join = join.model_copy(update={"delivered": marked.delivered, "waiting": marked.waiting})
+    conn.execute(
+        update(joins)
+        .where(_key(join.parent_id, join.call_id))
+        .values(
+            delivered=join.delivered,
+            waiting_call=join.waiting,
+            woken_at=now if join.delivered >= join.expected else None,
+        )
+    )
+    return join.wakes and wake(conn, join, now=now)
+
+
+def settle(conn: Connection, join: Join, *, now: datetime) -> None:
+    """Charge the ended parent of the `each` `join` the cost and tokens of the ends it
+    never had, with a `children_joined` event saying so (a tenant's spending counts each
+    session once by it), and count them as taken: its cost stays the sum of its tree."""
+    taken = join.pending
+    if not taken:
+        return
+    ended = (
+        conn.execute(select(sessions.c.cost_usd, sessions.c.tokens).where(sessions.c.id.in_(taken)))
+        .mappings()
+        .all()
+    )
+    cost = sum(float(r["cost_usd"]) for r in ended)
+    tokens = sum(int(r["tokens"]) for r in ended)
+    version = conn.execute(
+        update(sessions)
+        .where(sessions.c.id == join.parent_id)
+        .values(cost_usd=sessions.c.cost_usd + cost, tokens=sessions.c.tokens + tokens)
+        .returning(sessions.c.version)
+    ).scalar_one()
+    done = join.ended >= join.expected
+    conn.execute(
+        update(joins)
+        .where(_key(join.parent_id, join.call_id))
+        .values(delivered=join.ended, woken_at=now if done else None)
+    )
+    event = Event(
+        kind=EventKind.CHILDREN_JOINED,
+        at=now,
+        data={
+            "call_id": join.call_id,
+            "ended": len(taken),
+            "charged_after_end": True,
+            "cost_usd": cost,
+            "tokens": tokens,
+        },
+    )
+    conn.execute(insert(events), [rows.event_to_row(join.parent_id, version, event)])
+
+
 def read_join(conn: Connection, parent_id: str, call_id: str) -> Join | None:
     row = (
         conn.execute(
@@ -141,6 +275,17 @@ def read_join(conn: Connection, parent_id: str, call_id: str) -> Join | None:
         .first()
     )
     return None if row is None else _join_from_row(row)
+
+
+def read_joins(conn: Connection, parent_id: str) -> list[Join]:
+    """The session's joins, one a spawning call, in spawn order (a call's id names its
+    step, `s9c0` before `s10c0`: by length first, for spawns at one instant)."""
+    query = (
+        select(joins)
+        .where(joins.c.parent_id == parent_id)
+        .order_by(joins.c.created_at, func.length(joins.c.call_id), joins.c.call_id)
+    )
+    return [_join_from_row(r) for r in conn.execute(query).mappings()]
 
 
 def read_children(conn: Connection, parent_id: str, call_id: str | None = None) -> list[Head]:
@@ -165,14 +310,22 @@ def read_tree(conn: Connection, root_id: str) -> list[Head]:
 
 
 def missed_wakes(engine: Engine, *, now: datetime, limit: int = 500) -> list[tuple[str, int]]:
-    """Wake every parent still waiting on a complete join (a repair: the children's saves
-    wake it themselves); the woken parents' ids and versions, to publish."""
+    """Wake every parent still waiting on a join that wakes it (complete; `each`: waited
+    on, with a result not delivered); a repair, the children's saves wake it themselves.
+    The woken parents' ids and versions, to publish."""
     waiting = (
         select(joins)
         .join(sessions, sessions.c.id == joins.c.parent_id)
         .where(
             joins.c.woken_at.is_(None),
-            joins.c.ended >= joins.c.expected,
+            or_(
+                and_(joins.c.mode != JoinMode.EACH.value, joins.c.ended >= joins.c.expected),
+                and_(
+                    joins.c.mode == JoinMode.EACH.value,
+                    joins.c.waiting_call.is_not(None),
+                    joins.c.ended > joins.c.delivered,
+                ),
+            ),
             sessions.c.status == Status.WAITING_CHILDREN.value,
         )
         .limit(limit)
@@ -182,26 +335,40 @@ def missed_wakes(engine: Engine, *, now: datetime, limit: int = 500) -> list[tup
         found = [_join_from_row(r) for r in conn.execute(waiting).mappings()]
     for join in found:
         with engine.begin() as conn:
-            # counted again under the row's lock: the children's saves may be committing
-            fresh = (
-                conn.execute(
-                    update(joins)
-                    .where(
-                        joins.c.parent_id == join.parent_id,
-                        joins.c.call_id == join.call_id,
-                        joins.c.woken_at.is_(None),
-                    )
-                    .values(ended=joins.c.ended)
-                    .returning(*joins.c)
-                )
-                .mappings()
-                .first()
-            )
-            if fresh is None or not _join_from_row(fresh).complete:
+            # read again under the row's lock: the children's saves may be committing
+            fresh = _locked(conn, join.parent_id, join.call_id, unwoken=True)
+            if fresh is None or not fresh.wakes:
                 continue
-            if wake(conn, _join_from_row(fresh), now=now):
+            if wake(conn, fresh, now=now):
                 woken.append((join.parent_id, _version(conn, join.parent_id)))
     return woken
+
+
+def settle_ended(engine: Engine, *, now: datetime, limit: int = 500) -> list[str]:
+    """Charge every ended parent the cost of the `each` ends it never had that its
+    children's saves did not charge (those that ended before it, or with it); the
+    parents' ids. A repair that the relay runs."""
+    unsettled = (
+        select(joins.c.parent_id, joins.c.call_id)
+        .join(sessions, sessions.c.id == joins.c.parent_id)
+        .where(
+            joins.c.woken_at.is_(None),
+            joins.c.mode == JoinMode.EACH.value,
+            joins.c.ended > joins.c.delivered,
+            sessions.c.status.in_(TERMINAL),
+        )
+        .limit(limit)
+    )
+    with engine.connect() as conn:
+        found = [(r.parent_id, r.call_id) for r in conn.execute(unsettled)]
+    charged = []
+    for parent_id, call_id in found:
+        with engine.begin() as conn:
+            join = _locked(conn, parent_id, call_id)
+            if join is not None and join.pending and _ended(conn, parent_id):
+                settle(conn, join, now=now)
+                charged.append(parent_id)
+    return charged
 
 
 def _version(conn: Connection, session_id: str) -> int:

@@ -135,12 +135,17 @@ def apply_change(
         insert_session(conn, Session(head=child), now=now)
     if change.join is not None:
         trees.insert_join(conn, change.join, now=now)
+    # a parent's delivery or wait on its `each` join; a child's end meanwhile wakes it now
+    woken = change.mark is not None and trees.mark(conn, change.mark, now=now)
     if change.head.status.terminal and change.head.spawn_call is not None:
         # a child's end is counted on its join, and may wake its parent, with its save
         trees.child_ended(conn, change.head, now=now)
     if change.dead_letter:
         record_dead_letter(conn, session_id, now=now)
-    return saved_head(change.head, version=version + 1, cancel_requested=row.cancel_requested)
+    saved = saved_head(change.head, version=version + 1, cancel_requested=row.cancel_requested)
+    if woken:
+        return saved.model_copy(update={"status": Status.EXECUTING, "version": version + 2})
+    return saved
 
 
 def record_dead_letter(conn: Connection, session_id: str, *, now: datetime) -> None:

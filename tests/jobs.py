@@ -12,7 +12,7 @@ from tickwork.worker.jobs import JobKind, repair
 from tickwork.worker.jobs.repair import default_registry
 from tickwork.worker.tools.confinement import resolve, workspace_root
 from tickwork.worker.tools.registry import ToolContext, ToolRegistry, tool
-from tickwork.worker.tools.spawn import SPAWN_TOOL
+from tickwork.worker.tools.spawn import SPAWN_TOOL, WAIT_TOOL
 
 
 def _record(ctx: ToolContext, log: str, value: str) -> None:
@@ -69,10 +69,11 @@ TEST = JobKind(name="test", system_prompt="You are a test agent.", tools=_tools,
 def _tree_tools() -> ToolRegistry:
     registry = _tools()
     registry.register(SPAWN_TOOL)
+    registry.register(WAIT_TOOL)
     return registry
 
 
-#: the test kind whose sessions may start children (`spawn_agents`)
+#: the test kind whose sessions may start children (`spawn_agents`, `wait_children`)
 TREE = JobKind(
     name="tree", system_prompt="You are a test agent.", tools=_tree_tools, prepare=_prepare
 )

@@ -322,12 +322,15 @@ def test_hostile_ids_through_a_tree_and_its_join(env: Env) -> None:
         join = store.join(parent, store.children(parent)[0].spawn_call or "")
         assert join is not None and join.expected == 2 and not join.complete
         assert store.join(parent + "'--", "x' OR '1'='1") is None
+        assert [j.call_id for j in store.joins(parent)] == [join.call_id]
+        assert store.joins(parent + "' OR '1'='1") == []
         for child in children:
             finish(store, clock, child)
         assert store.get(parent).status is Status.EXECUTING  # woken once, by the last child
         assert {h.id for h in store.tree(parent)} == set(children)
         assert store.tree(parent + "' OR '1'='1") == []
     assert store.missed_wakes(now=T0 + timedelta(days=1)) == []
+    assert store.settle_ended(now=T0 + timedelta(days=1)) == []
     assert store.to_cancel() == []
 
 

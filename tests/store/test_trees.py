@@ -5,6 +5,8 @@ two children ending at once, cancelling down the tree) is the conformance kit's
 
 from __future__ import annotations
 
+from sqlalchemy import null
+from tickwork.fsm.joins import JoinMode
 from tickwork.fsm.values import Status
 from tickwork.store import Store
 from tickwork.store.schema import joins, outbox, sessions
@@ -71,3 +73,51 @@ def test_the_relay_cancels_children_left_going_in_a_cancelled_tree(
         )
 
     assert sorted(store.to_cancel()) == ids
+
+
+def test_the_relay_wakes_a_parent_left_waiting_on_an_each_join_with_an_end(
+    store: Store, clock: Clock
+) -> None:
+    ids = spawn(store, clock, "p", 2, mode=JoinMode.EACH)
+    finish(store, clock, ids[0])
+    [row] = table_rows(store.engine, joins)
+    assert (row["ends"], row["delivered"], row["waiting_call"]) == ([ids[0]], 0, None)
+    # as if the wake-up had been lost: the parent waits on the join, its end not delivered
+    with store.engine.begin() as conn:
+        conn.execute(
+            sessions.update()
+            .where(sessions.c.id == "p")
+            .values(status=Status.WAITING_CHILDREN.value)
+        )
+        conn.execute(joins.update().values(waiting_call=row["call_id"]))
+        conn.execute(outbox.delete())
+    version = store.get("p").version
+
+    assert missed_wakes(store.engine, now=clock()) == [("p", version + 1)]
+    assert missed_wakes(store.engine, now=clock()) == []
+    assert store.get("p").status is Status.EXECUTING
+    [row] = table_rows(store.engine, joins)
+    assert row["waiting_call"] is None and row["woken_at"] is None
+
+
+def test_the_relay_never_wakes_a_parent_waiting_on_an_each_join_with_nothing_ended(
+    store: Store, clock: Clock
+) -> None:
+    spawn(store, clock, "p", 2, mode=JoinMode.EACH)
+
+    assert missed_wakes(store.engine, now=clock()) == []
+    assert store.get("p").status is Status.WAITING_CHILDREN
+
+
+def test_a_join_stored_before_the_order_of_ends_records_them_from_then_on(
+    store: Store, clock: Clock
+) -> None:
+    ids = spawn(store, clock, "p", 2)
+    with store.engine.begin() as conn:  # as 0022_each leaves a row from before it
+        conn.execute(joins.update().values(ends=null()))
+
+    finish(store, clock, ids[1])
+    finish(store, clock, ids[0])
+
+    [row] = table_rows(store.engine, joins)
+    assert (row["ends"], row["ended"], row["first"]) == ([ids[1], ids[0]], 2, ids[1])

@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 import pytest
-from tickwork.fsm.values import EventKind, Status
+from tickwork.fsm.values import EventKind, Head, Status
 
 from tests.tasks.conftest import Deployment, kill, stop
 from tickwork.testing import until, write_script
@@ -176,3 +176,81 @@ def test_a_bad_spawn_is_an_error_observation_and_starts_nothing(deployment: Depl
         assert observed is not None and observed.is_error
         assert error in observed.content
         assert deployment.client.store.children(session_id) == []
+
+
+def _state(head: Head) -> tuple[Status, int]:
+    return head.status, head.step
+
+
+def _asks(value: str, then: str) -> list[dict[str, Any]]:
+    """A child that asks a person to approve a `danger` call (waiting, holding no worker),
+    then answers `then`."""
+    ask = {"content": "ask", "tool_calls": [{"name": "danger", "arguments": {"value": value}}]}
+    return [ask, {"content": then}]
+
+
+def test_an_each_spawn_delivers_results_one_at_a_time_and_stops_the_child_left(
+    deployment: Deployment,
+) -> None:
+    client = deployment.client
+    children = [
+        _child(deployment, "answers", [{"content": "found it"}]),
+        _child(deployment, "approved", _asks("b", "second")),
+        _child(deployment, "left", _asks("c", "never")),
+    ]
+    spawn = {"children": children, "join": "each"}
+    replies = [
+        {"content": "split", "tool_calls": [{"name": "spawn_agents", "arguments": spawn}]},
+        {"content": "next", "tool_calls": [{"name": "wait_children", "arguments": {}}]},
+        {"content": "two are enough"},
+    ]
+    root_id = client.submit(
+        TREE_KIND,
+        {"sink": str(deployment.sink)},
+        model=deployment.script([{**r, "usage": USAGE} for r in replies], name="parent"),
+        price=PRICE,
+    ).id
+    with deployment.worker(concurrency=2):
+        until(
+            lambda: client.load(root_id).observation("s1c0") is not None,
+            timeout=90,
+            what="the first child's result",
+        )
+        first = json.loads(client.load(root_id).observation("s1c0").content)  # type: ignore[union-attr]
+        assert [c["answer"] for c in first["children"]] == ["found it"]
+        assert (first["join"], first["remaining"]) == ("each", 2)
+        ids = [c.id for c in client.store.children(root_id)]
+        until(
+            lambda: client.get(ids[1]).status is Status.WAITING_APPROVAL,
+            timeout=60,
+            what="the second child to ask",
+        )
+        # the parent's wait_children suspends it first: the second child's end wakes it
+        until(
+            lambda: _state(client.get(root_id)) == (Status.WAITING_CHILDREN, 2),
+            timeout=60,
+            what="the parent to wait for the next child",
+        )
+        client.approve(ids[1], "s1c0", approver="alice")
+        _ended(deployment, root_id, 90)
+        # the parent ended with the third still waiting: the relay stops it
+        _ended(deployment, ids[2], 60)
+
+    root = client.get(root_id)
+    assert root.status is Status.COMPLETED, (root.status, root.error_message)
+    children_now = client.store.children(root_id)
+    assert [c.status for c in children_now] == [
+        Status.COMPLETED,
+        Status.COMPLETED,
+        Status.CANCELLED,
+    ]
+    waited = client.load(root_id).observation("s2c0")
+    assert waited is not None and not waited.is_error
+    second = json.loads(waited.content)
+    assert [(c["id"], c["answer"]) for c in second["children"]] == [(ids[1], "second")]
+    assert second["remaining"] == 1
+    assert _woken(deployment, root_id) == 2  # the first end, then the wait's
+    # every session's model calls counted once in the root: its three, the children's four
+    spent = sum(c.cost_usd for c in children_now)
+    assert spent == pytest.approx(4 * REPLY_COST)
+    assert root.cost_usd == pytest.approx(3 * REPLY_COST + spent)

@@ -35,6 +35,7 @@ def test_the_repair_kind_ships_planner_explorer_and_reviewer() -> None:
     roles = Jobs().roles("repair")
     assert set(roles) == {"planner", "explorer", "reviewer"}
     assert "spawn_agents" in (roles["planner"].tools or ())
+    assert "wait_children" in (roles["planner"].tools or ())
     assert "adopt_patch" in (roles["planner"].tools or ())
     assert "write_file" in (roles["explorer"].tools or ())
     assert not {"write_file", "apply_patch", "run_command"} & set(roles["reviewer"].tools or ())

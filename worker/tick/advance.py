@@ -187,13 +187,14 @@ def ended_child(rt: Runtime, head: Head) -> None:
     outbox row is there already: the relay publishes it anyway, later), and in a join
     that wanted the first child only, cancel the others. Best effort: the relay repeats
     both (`missed_wakes`, `to_cancel`). A join still incomplete (every child's end but
-    the last) costs one read."""
+    the last, unless it is `each`) costs one read."""
     assert head.parent_id is not None and head.spawn_call is not None
     try:
         join = rt.store.join(head.parent_id, head.spawn_call)
         if join is None:
             return  # its parent is gone with its tree
-        if join.complete:
+        if join.complete or join.mode is JoinMode.EACH:
+            # an `each` end may have woken its parent (a claim drops a tick published twice)
             parent = rt.store.get(head.parent_id)
             rate = rt.settings.drop_publish_rate
             if parent.status is Status.EXECUTING and not (rate and rt.jitter() < rate):

@@ -15,6 +15,7 @@ from typing import Any
 
 from tickwork.fsm import budgets, context, machine
 from tickwork.fsm.approvals import ApprovalRule
+from tickwork.fsm.deliveries import WAIT_CHILDREN
 from tickwork.fsm.errors import ContextTooLong, InvalidToolArguments, ModelError
 from tickwork.fsm.machine import Change, Compact, RunTool
 from tickwork.fsm.trees import SPAWN_AGENTS
@@ -36,7 +37,7 @@ from tickwork.worker.observers.report import ModelCall, Phase, TickReport
 from tickwork.worker.sandbox.runner import sandbox_of
 from tickwork.worker.tick.frame import Stop, Tick, run_call, tool_run
 from tickwork.worker.tick.runtime import Runtime
-from tickwork.worker.tick.trees import spawn_or_join
+from tickwork.worker.tick.trees import spawn_or_join, wait_children
 from tickwork.worker.tools.registry import (
     ToolContext,
     ToolRegistry,
@@ -388,10 +389,12 @@ def execute(tick: Tick) -> Change:
         # a role's session may call only its role's tools, whatever the kind has
         names = offered if isinstance(offered, list) else tools.names()
         return refused(f"unknown tool {call.name!r}; the tools are: {', '.join(names)}")
-    if call.name == SPAWN_AGENTS:
+    if call.name in (SPAWN_AGENTS, WAIT_CHILDREN):
         # children start in this tick's save, and the join's outcome is recorded when it
         # wakes the session (docs/DESIGN.md section 16): nothing runs in between
         tick.report.tool = tool_run(call, began, is_error=False, arguments=plan.arguments)
+        if call.name == WAIT_CHILDREN:
+            return wait_children(tick, call, plan.arguments)
         return spawn_or_join(tick, call, plan.arguments)
     try:
         arguments = tool.validate(plan.arguments)

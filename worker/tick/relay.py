@@ -36,11 +36,15 @@ def relay_once(rt: Runtime) -> RelayPass:
     lost = [t for t in found if not t.delayed]
     for tick in (*revived, *found):
         rt.publish(tick.session_id, tick.version)
-    # the trees' repairs: a parent left waiting on a complete join, children left going in
-    # a tree that was cancelled (the saves and the cancels do both themselves)
+    # the trees' repairs: a parent left waiting on a join that wakes it, an ended parent
+    # not charged its `each` children's ends, children left going in a tree that was
+    # cancelled (the saves and the cancels do all three themselves, but for ends before a
+    # parent's own end, charged here)
     for parent_id, version in rt.store.missed_wakes(now=now):
         log.warning("relay: woke %s v%d, whose children had all ended", parent_id, version)
         rt.publish(parent_id, version)
+    for parent_id in rt.store.settle_ended(now=now):
+        log.info("relay: charged %s the cost of children whose results it never took", parent_id)
     for child_id in rt.store.to_cancel():
         with contextlib.suppress(SessionFinished):
             rt.store.request_cancel(child_id, now=now, by="relay: its tree is cancelled")

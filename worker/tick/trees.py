@@ -8,6 +8,10 @@ in the parent's save. When the join wakes the parent, the call runs again: the j
 found, and the children's outcomes become the call's observation (`fsm.trees.joined`).
 Bad arguments, an unknown role or model, an input the kind refuses: an error observation
 the model can act on.
+
+A spawn with join `each` delivers its children's results one observation at a time
+(`fsm.deliveries`): the spawn call's takes the first end, each `wait_children` call's the
+ends since; a call with nothing to take yet suspends the parent on the join again.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from tickwork.fsm import machine, trees
+from tickwork.fsm import deliveries, machine, trees
 from tickwork.fsm.context import Policy, check_window
 from tickwork.fsm.errors import (
     ArtifactsUnavailable,
@@ -26,7 +30,7 @@ from tickwork.fsm.errors import (
     InvalidToolArguments,
     TickworkError,
 )
-from tickwork.fsm.joins import Join
+from tickwork.fsm.joins import Join, JoinMode
 from tickwork.fsm.transitions import Change
 from tickwork.fsm.values import Budgets, Head, ToolCall
 from tickwork.worker.config.settings import RoleSettings
@@ -36,7 +40,7 @@ from tickwork.worker.models import check_spec, pricing
 from tickwork.worker.models.scripted import script_of
 from tickwork.worker.tick.frame import Tick
 
-__all__ = ["allowed_child_model", "child_head", "spawn_or_join"]
+__all__ = ["allowed_child_model", "child_head", "spawn_or_join", "wait_children"]
 
 
 def spawn_or_join(tick: Tick, call: ToolCall, arguments: Mapping[str, Any]) -> Change:
@@ -44,6 +48,8 @@ def spawn_or_join(tick: Tick, call: ToolCall, arguments: Mapping[str, Any]) -> C
     rt, head = tick.rt, tick.head
     now = rt.clock()
     join = rt.store.join(head.id, call.call_id)
+    if join is not None and join.mode is JoinMode.EACH:
+        return _take_or_wait(tick, call, join)
     if join is not None:
         if not join.complete:  # woken by hand, or by a repair that raced: wait again
             return Change(head=trees.waiting_again(head, now=now))
@@ -72,6 +78,35 @@ def spawn_or_join(tick: Tick, call: ToolCall, arguments: Mapping[str, Any]) -> C
         )
     join = Join(parent_id=head.id, call_id=call.call_id, mode=spawn.join, expected=len(children))
     return trees.spawned(head, call, join, children, now=now)
+
+
+def wait_children(tick: Tick, call: ToolCall, arguments: Mapping[str, Any]) -> Change:
+    """The `wait_children` call's change: the results of its `each` join not yet
+    delivered, or the parent suspended until the next; with no such join, an error
+    observation that says so."""
+    head = tick.head
+    try:
+        join = deliveries.waited_join(tick.rt.store.joins(head.id), arguments)
+    except InvalidToolArguments as exc:
+        return machine.tool_finished(
+            head, tick.claimed.calls, call, output=str(exc), is_error=True, now=tick.rt.clock()
+        )
+    return _take_or_wait(tick, call, join)
+
+
+def _take_or_wait(tick: Tick, call: ToolCall, join: Join) -> Change:
+    """`call` takes the results of the `each` `join` it has not had, or waits."""
+    rt, head = tick.rt, tick.head
+    children = rt.store.children(head.id, join.call_id) if join.pending else []
+    return deliveries.take(
+        head,
+        tick.claimed.calls,
+        call,
+        join,
+        children,
+        now=rt.clock(),
+        max_chars=rt.settings.max_output_chars,
+    )
 
 
 def allowed_child_model(

@@ -7,7 +7,7 @@ join of each spawn is a row of `tickwork_joins`, counted by the children's last 
 Nothing to backfill: no session stored before is a child.
 
 Revision ID: 0021_trees
-Revises: 0016_cards
+Revises: 0018_admission
 """
 
 from __future__ import annotations

@@ -33,10 +33,11 @@ def test_the_toolkit_and_its_flags() -> None:
     registry = default_registry()
     assert registry.names() == (
         "list_files", "read_file", "search", "write_file", "apply_patch", "run_command",
-        "run_tests", "spawn_agents", "adopt_patch",
+        "run_tests", "spawn_agents", "wait_children", "adopt_patch",
     )  # fmt: skip
     assert registry.get("adopt_patch").requires_approval  # as write_file
     assert registry.get("spawn_agents").idempotent
+    assert registry.get("wait_children").idempotent
     flags = {t.name: (t.requires_approval, t.idempotent) for t in repair_tools()}
     assert flags == {
         "list_files": (False, True),

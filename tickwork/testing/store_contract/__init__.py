@@ -21,7 +21,7 @@ in it), leases, renew, start a call, save
 (compare-and-swap plus append); decide and cancel; the outbox as the relay reads it; dead
 letters; session trees and their join. Each group is a class of its own, one module per
 sub-port (`SessionContract`, `TickContract`, `DecisionContract`, `OutboxContract`,
-`AdmissionContract`, `DeadLetterContract`, `TreeContract`), for a store
+`AdmissionContract`, `DeadLetterContract`, `TreeContract`, `EachJoinContract`), for a store
 that implements only some. tickwork's own stores run this same kit
 (tests/store/test_contract.py), on SQLite and Postgres. The helpers in
 `tickwork.testing.store_ticks` (`think`, `execute`, `run_step`, ...) drive ticks as a worker
@@ -33,6 +33,7 @@ from __future__ import annotations
 from tickwork.testing.store_contract.admission import AdmissionContract
 from tickwork.testing.store_contract.dead_letters import DeadLetterContract
 from tickwork.testing.store_contract.decisions import DecisionContract
+from tickwork.testing.store_contract.deliveries import EachJoinContract
 from tickwork.testing.store_contract.relay import OutboxContract
 from tickwork.testing.store_contract.sessions import SessionContract
 from tickwork.testing.store_contract.starts import StartContract
@@ -43,6 +44,7 @@ __all__ = [
     "AdmissionContract",
     "DeadLetterContract",
     "DecisionContract",
+    "EachJoinContract",
     "OutboxContract",
     "SessionContract",
     "StartContract",
@@ -60,5 +62,6 @@ class StoreContract(
     AdmissionContract,
     DeadLetterContract,
     TreeContract,
+    EachJoinContract,
 ):
     """Every check of the kit: subclass it (as `Test...`) with a `store` fixture."""

@@ -44,7 +44,8 @@ start explorers to try them in parallel, and take the best one.
 
 Tools: list_files, read_file, search and run_tests look at the project; spawn_agents starts \
 children (each with a role and an input such as {{"goal": "...", "notes": "..."}}) and waits \
-until they have ended; its result lists each child's outcome, answer and patch \
+until they have ended (with "join": "each", only until the first has: wait_children then \
+gives the next ones' results); its result lists each child's outcome, answer and patch \
 (`result.patch`, `result.outcome`: repaired when its tests passed); adopt_patch takes one \
 child's patch (by its id or its index in the spawn) into your own files, after a person \
 approves it.
@@ -100,6 +101,7 @@ ROLES: dict[str, Role] = declare(
                 "search",
                 "run_tests",
                 "spawn_agents",
+                "wait_children",
                 "adopt_patch",
             ],
             "description": "splits the repair into attempts, spawns explorers, adopts a patch",

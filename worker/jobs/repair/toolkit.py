@@ -33,7 +33,7 @@ from tickwork.worker.tools.confinement import (
     write_text,
 )
 from tickwork.worker.tools.registry import Tool, ToolContext, ToolRegistry, tool
-from tickwork.worker.tools.spawn import SPAWN_TOOL
+from tickwork.worker.tools.spawn import SPAWN_TOOL, WAIT_TOOL
 
 #: most paths `list_files` shows
 MAX_LISTED = 500
@@ -362,13 +362,13 @@ def repair_tools() -> list[Tool]:
 #: what a repair that works alone (no role) is offered: the toolkit, no team tools
 SOLO_TOOLS = tuple(t.name for t in repair_tools())
 #: the team's tools, offered only to a role that lists them (a kind's own tools stay offered)
-TEAM_TOOLS = (SPAWN_TOOL.name, "adopt_patch")
+TEAM_TOOLS = (SPAWN_TOOL.name, WAIT_TOOL.name, "adopt_patch")
 
 
 def default_registry() -> ToolRegistry:
     """A new registry holding the repair toolkit and the team's tools (`spawn_agents`,
-    `adopt_patch`); which a session is offered its config says (`tools`: its role's, or
-    its kind's tools but the team's, `TEAM_TOOLS`)."""
+    `wait_children`, `adopt_patch`); which a session is offered its config says (`tools`:
+    its role's, or its kind's tools but the team's, `TEAM_TOOLS`)."""
     from tickwork.worker.jobs.repair.adoption import adopt_patch
 
-    return ToolRegistry([*repair_tools(), SPAWN_TOOL, adopt_patch])
+    return ToolRegistry([*repair_tools(), SPAWN_TOOL, WAIT_TOOL, adopt_patch])

@@ -5,8 +5,8 @@ parent once archived. The index now keeps `spawn_call` (what makes a session a c
 `role`, as `tickwork_sessions` does (0021_trees). Nothing to backfill: session trees came
 with 0021_trees, in the same release.
 
-Revision ID: 0022_archived_lineage
-Revises: 0021_trees
+Revision ID: 0023_archived_lineage
+Revises: 0022_each
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0022_archived_lineage"
-down_revision = "0021_trees"
+revision = "0023_archived_lineage"
+down_revision = "0022_each"
 branch_labels = None
 depends_on = None
 
