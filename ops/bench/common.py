@@ -288,6 +288,25 @@ def machine() -> dict[str, str]:
     }
 
 
+def autovacuum_off(url: str) -> bool:
+    """Whether the server runs no autovacuum (this machine's does not): a benchmark that
+    writes a lot then vacuums itself, as autovacuum would, or each run is slower than the
+    one before it for the dead rows it left."""
+    import psycopg
+
+    with psycopg.connect(plain_url(url), autocommit=True) as conn:
+        return conn.execute("SHOW autovacuum").fetchone() == ("off",)  # type: ignore[comparison-overlap]
+
+
+def vacuum(url: str) -> None:
+    """VACUUM ANALYZE every tickwork table: what autovacuum would have done."""
+    import psycopg
+
+    with psycopg.connect(plain_url(url), autocommit=True) as conn:
+        for table in TICKWORK_TABLES:
+            conn.execute(f"VACUUM ANALYZE {table}")
+
+
 def table_sizes(engine: Engine, tables: tuple[str, ...] = TICKWORK_TABLES) -> dict[str, int]:
     """pg_total_relation_size of each table (heap, TOAST and indexes)."""
     with engine.connect() as conn:

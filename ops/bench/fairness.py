@@ -10,7 +10,10 @@ worker's concurrency) they wait behind a handful. Prints:
 - A's throughput (sessions/s) with B and without (ratio, target: at least 0.9).
 
 Sessions are scripted (the fast fake model of the other benchmarks: no I/O) of 2 steps, 5
-ticks each; one `celery worker` (prefork) on Redis and Postgres.
+ticks each; one `celery worker` (prefork) on Redis and Postgres. Each round runs B idle,
+then A alone and A with B, in alternating order from round to round, with a VACUUM
+ANALYZE before each A run where the server's autovacuum is off (each run writes 10,000
+ticks: without it the second run of a round is the slower for the first's dead rows).
 
     python ops/bench/fairness.py [--a 2000] [--b 10] [--concurrency 2] [--quick]
 """
@@ -108,9 +111,13 @@ def queued(tw: Any, ids: list[str]) -> int:
         )
 
 
-def one_round(tw: Any, model: str, args: argparse.Namespace, w: Any) -> dict[str, float]:
-    """B on an idle fleet, A alone, then A with B behind it: one of each, in that order."""
+def one_round(
+    tw: Any, model: str, args: argparse.Namespace, w: Any, *, url: str, b_first: bool
+) -> dict[str, float]:
+    """B on an idle fleet, then A alone and A with B behind it, in the order `b_first`
+    says (rounds alternate it: whichever runs second finds more rows in the tables)."""
     wait = 3600 if not args.quick else 300
+    tidy = common.autovacuum_off(url)
 
     def done(ids: dict[str, float], what: str, poll: float) -> None:
         # a poll of 2,000 ids every 20 ms would itself slow the fleet down: A's waits poll
@@ -121,32 +128,31 @@ def one_round(tw: Any, model: str, args: argparse.Namespace, w: Any) -> dict[str
 
     idle = submit_many(tw, model, "b", args.b)
     done(idle, "B idle", 0.02)
-    idle_lat = latencies(tw, idle)
+    figures: dict[str, float] = {"b_p95_idle": common.percentile(latencies(tw, idle), 95)}
 
-    start = time.time()
-    alone = submit_many(tw, model, "a", args.a)
-    done(alone, "A alone", 0.5)
-    alone_rate = args.a / (last_update(tw, list(alone)) - start)
+    def alone() -> None:
+        start = time.time()
+        ids = submit_many(tw, model, "a", args.a)
+        done(ids, "A alone", 0.5)
+        figures["a_rate_alone"] = args.a / (last_update(tw, list(ids)) - start)
 
-    start = time.time()
-    shared = submit_many(tw, model, "a", args.a)
-    busy = submit_many(tw, model, "b", args.b)
-    done(busy, "B busy", 0.05)
-    busy_lat = latencies(tw, busy)
-    queued_a = queued(tw, list(shared))  # after B's first ticks: not in their way
-    done(shared, "A with B", 0.5)
-    shared_rate = args.a / (last_update(tw, list(shared)) - start)
-    idle_p95 = common.percentile(idle_lat, 95)
-    busy_p95 = common.percentile(busy_lat, 95)
-    return {
-        "b_p95_idle": idle_p95,
-        "b_p95_busy": busy_p95,
-        "b_ratio": busy_p95 / idle_p95,
-        "a_rate_alone": alone_rate,
-        "a_rate_with_b": shared_rate,
-        "a_ratio": shared_rate / alone_rate,
-        "a_queued_after_b": queued_a,
-    }
+    def with_b() -> None:
+        start = time.time()
+        ids = submit_many(tw, model, "a", args.a)
+        busy = submit_many(tw, model, "b", args.b)
+        done(busy, "B busy", 0.05)
+        figures["b_p95_busy"] = common.percentile(latencies(tw, busy), 95)
+        figures["a_queued_after_b"] = queued(tw, list(ids))  # after B's first ticks
+        done(ids, "A with B", 0.5)
+        figures["a_rate_with_b"] = args.a / (last_update(tw, list(ids)) - start)
+
+    for part in (with_b, alone) if b_first else (alone, with_b):
+        if tidy:  # as autovacuum would between the runs, outside their timing
+            common.vacuum(url)
+        part()
+    figures["b_ratio"] = figures["b_p95_busy"] / figures["b_p95_idle"]
+    figures["a_ratio"] = figures["a_rate_with_b"] / figures["a_rate_alone"]
+    return figures
 
 
 def run(args: argparse.Namespace, url: str, folder: Path) -> dict[str, Any]:
@@ -168,7 +174,7 @@ def run(args: argparse.Namespace, url: str, folder: Path) -> dict[str, Any]:
                 lambda: finished(tw, list(warm)), timeout=120, what="warm-up", check=w.check
             )
             for r in range(args.repeats):
-                rounds.append(one_round(tw, model, args, w))
+                rounds.append(one_round(tw, model, args, w, url=url, b_first=r % 2 == 1))
                 print(
                     f"round {r + 1}: " + ", ".join(f"{k} {v:.3f}" for k, v in rounds[-1].items()),
                     flush=True,

@@ -35,21 +35,6 @@ WINDOW = 100
 VACUUM_EVERY = 50
 
 
-def autovacuum_off(url: str) -> bool:
-    import psycopg
-
-    with psycopg.connect(common.plain_url(url), autocommit=True) as conn:
-        return conn.execute("SHOW autovacuum").fetchone() == ("off",)  # type: ignore[comparison-overlap]
-
-
-def vacuum(url: str) -> None:
-    import psycopg
-
-    with psycopg.connect(common.plain_url(url), autocommit=True) as conn:
-        for table in common.TICKWORK_TABLES:
-            conn.execute(f"VACUUM ANALYZE {table}")
-
-
 class Recorder:
     """Per-tick time, store-call times, rows, bytes and statements of one session."""
 
@@ -125,14 +110,14 @@ def main() -> None:
         long = Session(rt, published, common.submit(tw, model), Recorder("long", timer, writes))
         # a THINK and an EXECUTE a step, the final answer, and a tick per compaction
         least = 2 * args.steps + 1
-        emulate = autovacuum_off(url)
+        emulate = common.autovacuum_off(url)
         if emulate:
             print(f"autovacuum is off on this server: VACUUM ANALYZE every {VACUUM_EVERY} ticks")
         started = time.monotonic()
         while long.ticks < least - WINDOW:
             long.step()
             if emulate and long.ticks % VACUUM_EVERY == 0:
-                vacuum(url)
+                common.vacuum(url)
             if long.ticks % 500 == 0:
                 print(
                     f"  tick {long.ticks}/{least}+ after {time.monotonic() - started:.0f}s",
@@ -143,7 +128,7 @@ def main() -> None:
             long.step()
             fresh.step()
             if emulate and long.ticks % VACUUM_EVERY == 0:
-                vacuum(url)
+                common.vacuum(url)
         total, ended = long.ticks, rt.store.load(long.id)
         replies = sum(1 for s in ended.steps if s.kind.value == "reply")
         compactions = len(ended.steps) - replies
