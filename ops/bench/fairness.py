@@ -2,8 +2,8 @@
 
 Tenant A submits many sessions (2,000), then tenant B submits a few (10). Without
 admission B's first ticks would wait behind all of A's in the broker's queue; with A's
-in-flight limit sized to the fleet (TICKWORK_TENANTS_FILE: A `max_in_flight` = 2 x the
-worker's concurrency) they wait behind a handful. Prints:
+in-flight limit sized to the fleet (TICKWORK_TENANTS_FILE: A `max_in_flight` = the
+worker's concurrency, `--a-limit` to change it) they wait behind a handful. Prints:
 
 - the p95 time from submit to first tick of B's sessions, busy (behind A) and on an idle
   fleet, and their ratio (target: at most 2);
@@ -157,7 +157,7 @@ def one_round(
 
 def run(args: argparse.Namespace, url: str, folder: Path) -> dict[str, Any]:
     tenants = folder / "tenants.json"
-    limit = 2 * args.concurrency
+    limit = args.a_limit or args.concurrency
     tenants.write_text(json.dumps({"a": {"max_in_flight": limit}, "b": {"max_in_flight": 100}}))
     os.environ["TICKWORK_TENANTS_FILE"] = str(tenants)
     s = common.settings(url, "fair", relay_period_s=0.5)
@@ -198,6 +198,9 @@ def main() -> None:
     parser.add_argument("--a", type=int, default=2000, help="tenant A's sessions")
     parser.add_argument("--b", type=int, default=10, help="tenant B's sessions")
     parser.add_argument("--concurrency", type=int, default=2)
+    parser.add_argument(
+        "--a-limit", type=int, default=0, help="A's max_in_flight [the concurrency]"
+    )
     parser.add_argument("--repeats", type=int, default=2, help="rounds, each B idle, A, A + B")
     parser.add_argument("--quick", action="store_true", help="60 of A's, 5 of B's: a smoke run")
     args = parser.parse_args()
