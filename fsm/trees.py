@@ -25,6 +25,7 @@ from tickwork.fsm.joins import Join, JoinMode
 from tickwork.fsm.outcomes import outcome_of
 from tickwork.fsm.transitions import Change
 from tickwork.fsm.values import (
+    RUNTIME_LEVEL,
     Budgets,
     Event,
     EventKind,
@@ -188,8 +189,10 @@ def child_budgets(parent: Head, share: float, *, now: datetime, base: Budgets) -
 def lineage(parent: Head, call: ToolCall, role: str) -> dict[str, Any]:
     """The fields that make a head a child of `parent`, spawned by `call` as `role`: where
     it sits in the tree, who submitted it, the tenant it belongs to (a child is never seen
-    outside its parent's tenant) and the runtime level. Every kind of child (an agent's
-    spawn, a graph's branch) takes them from here, so they cannot drift apart."""
+    outside its parent's tenant) and the runtime level (at least the level trees came
+    with, for a parent from before them: no older worker may end a child, whose end must
+    count on its join). Every kind of child (an agent's spawn, a graph's branch) takes
+    them from here, so they cannot drift apart."""
     return {
         "parent_id": parent.id,
         "root_id": parent.root_id or parent.id,
@@ -197,7 +200,7 @@ def lineage(parent: Head, call: ToolCall, role: str) -> dict[str, Any]:
         "role": role,
         "submitted_by": parent.submitted_by,
         "tenant": parent.tenant,
-        "runtime_level": parent.runtime_level,
+        "runtime_level": max(parent.runtime_level, RUNTIME_LEVEL),
     }
 
 

@@ -26,7 +26,11 @@ SNAPSHOT_SCHEMA_VERSION = 4
 #:    its ticks); also the sessions of 0.1.0, which recorded no level. A session from
 #:    before stored files (`config.workspace` and `config.baseline`) runs on level 1 too,
 #:    in its own folder (`tickwork.worker.jobs.repair.legacy`).
-RUNTIME_LEVEL = 1
+#: 2: session trees (children, their joins, `waiting_children`, `each` deliveries),
+#:    tenants and admission (`queued`): a level-1 worker would fail a woken parent and
+#:    could not count a child's end on its join. A child needs at least this level
+#:    whatever its parent's (`tickwork.fsm.trees.lineage`).
+RUNTIME_LEVEL = 2
 
 
 class Value(BaseModel):

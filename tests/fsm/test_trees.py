@@ -10,7 +10,7 @@ import pytest
 from tickwork.fsm import machine, trees
 from tickwork.fsm.errors import InvalidToolArguments
 from tickwork.fsm.joins import Join, JoinMode
-from tickwork.fsm.values import Budgets, CallState, Head, Status, ToolCall
+from tickwork.fsm.values import RUNTIME_LEVEL, Budgets, CallState, Head, Status, ToolCall
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -162,6 +162,14 @@ def test_a_child_s_lineage_puts_it_in_its_parent_s_tree_and_tenant() -> None:
     )
     assert (child.tenant, child.submitted_by, child.runtime_level) == ("team-b", "bob", 3)
     assert trees.lineage(head(id="p"), _spawn_call(), "x")["root_id"] == "p"
+
+
+def test_a_child_of_a_session_from_before_trees_needs_the_level_trees_came_with() -> None:
+    # a session stored by a level-1 release spawns after the upgrade: a level-1 worker
+    # must not end its child, whose end it would not count on the join
+    parent = head(id="p", runtime_level=1, step=1)
+    assert trees.lineage(parent, _spawn_call(), "explorer")["runtime_level"] == RUNTIME_LEVEL
+    assert RUNTIME_LEVEL >= 2
 
 
 def test_a_waiting_parent_is_cancelled_at_once() -> None:
