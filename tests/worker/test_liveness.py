@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 from tickwork.store import Store
-from tickwork.store.liveness import absent, new_key, signed, signs_for
+from tickwork.store.liveness import Sign, absent, new_key, signed, signs_for
 from tickwork.worker.tick.liveness import Liveness, Takeover
 from tickwork.worker.tick.runtime import Leases
 
@@ -193,3 +194,44 @@ def test_a_sign_not_taken_at_the_start_is_taken_later_and_then_signs(store: Stor
         assert liveness.owner("w") == signed("w", liveness.key)
     finally:
         liveness.stop()
+
+
+class _SlowSigns:
+    """The store's signs, but taking one waits until `go` is set (a database slow to answer
+    a tick's first lease), and remembers what it took."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self.asked, self.go = threading.Event(), threading.Event()
+        self.taken: list[Sign] = []
+
+    def hold_sign(self, key: int) -> Sign | None:
+        self.asked.set()
+        assert self.go.wait(30)
+        sign = self._store.hold_sign(key)
+        if sign is not None:
+            self.taken.append(sign)
+        return sign
+
+
+@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
+def test_a_sign_taken_while_the_worker_stops_is_given_up_not_left_open(store: Store) -> None:
+    # a tick's first lease takes the sign (`owner`) while the worker shuts down: the sign's
+    # connection must not outlive the worker's stop, holding its lock
+    signs = _SlowSigns(store)
+    liveness = Liveness(signs, every_s=3600, lose_all=lambda _: None, enabled=True)  # type: ignore[arg-type]
+    owners: list[str] = []
+    tick = threading.Thread(target=lambda: owners.append(liveness.owner("w")))
+    tick.start()
+    assert signs.asked.wait(30)
+    stopping = threading.Thread(target=liveness.stop)
+    stopping.start()
+    until(lambda: liveness._loop.stopped.is_set(), timeout=30, what="the stop to begin")
+    signs.go.set()
+    tick.join(30)
+    stopping.join(30)
+    assert not tick.is_alive() and not stopping.is_alive()
+    [sign] = signs.taken
+    # its backend ends (and lets the lock go) a moment after the connection is closed
+    until(lambda: _backend(store, liveness.key) is None, timeout=30, what="the sign given up")
+    assert sign._conn is None  # type: ignore[attr-defined]

@@ -53,6 +53,9 @@ class Liveness:
         self._begin = threading.Lock()
         self.key = new_key()
         self._sign: Sign | None = None
+        #: orders taking the sign against `stop`: a sign taken once stopped is never kept
+        #: (its connection would be left open, never released)
+        self._holding = threading.Lock()
         #: the last check found the sign lost
         self._lost = False
         self._loop = Loop(
@@ -75,16 +78,18 @@ class Liveness:
         self._loop.start()
 
     def _take(self) -> None:
-        if self._sign is None:
-            self._sign = self._store.hold_sign(self.key)
-            if self._sign is None:
-                self._loop.stop()  # the database keeps no signs: leases end by expiry
+        with self._holding:
+            if self._sign is None and not self._loop.stopped.is_set():
+                self._sign = self._store.hold_sign(self.key)
+                if self._sign is None:
+                    self._loop.stop()  # the database keeps no signs: leases end by expiry
 
     def stop(self) -> None:
         """Give the sign up; the leases taken under it are taken over by the next relay."""
         self._loop.stop()
         self._loop.join(2.0)
-        sign, self._sign = self._sign, None
+        with self._holding:  # a tick's first lease may be taking it right now
+            sign, self._sign = self._sign, None
         if sign is not None:
             sign.release()
 
