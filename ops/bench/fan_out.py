@@ -6,6 +6,9 @@ answer) whose model takes 1 s, and is woken once when all have ended.
    once the ideal is the critical path: 2 root replies + 5 child replies = 7 s. The root is
    stored first, then published; the figure is the wall time until it completes, against
    the ideal (target <= 1.15). Workers: `celery worker --pool threads` on Postgres + Redis.
+   Beside it, the CPU seconds the workers and Postgres spent per tick meanwhile (from
+   /proc): the children's ticks come in bursts (all 50 models answer at once), so on a
+   machine of few cores the wall time over the ideal is mostly their CPU.
 2. The join's own cost per child, in-process (no Celery, no model delay): the spawn tick's
    time and the woken root's join tick's time, each divided by the number of children, and
    what a child's last tick costs more than the same session's last tick outside a tree
@@ -34,6 +37,7 @@ from tickwork.worker.tools.registry import ToolRegistry
 from tickwork.worker.tools.spawn import SPAWN_TOOL
 
 from ops.bench import common, kinds
+from ops.bench.in_flight import cpu_seconds
 
 #: workers import the kind by this name (the repository root is on their PYTHONPATH)
 KIND = "ops.bench.fan_out:FAN_OUT"
@@ -102,6 +106,15 @@ def wall_run(
             root = str(tw.submit(KIND, {}, model=root_model, budgets=kinds.BUDGETS).id)
         finally:
             tw.publish = publish
+        pgids = {w.proc.pid for w in pools}
+
+        def cpu() -> tuple[float, float]:
+            return (
+                cpu_seconds(lambda pgid, name: pgid in pgids),
+                cpu_seconds(lambda pgid, name: name.startswith("postgres")),
+            )
+
+        cpu_before = cpu()
         started = time.time()
         tw.publish(root, 0)
         common.until(
@@ -112,6 +125,7 @@ def wall_run(
             check=check,
         )
         finished = time.time()
+        cpu_after = cpu()
         head = tw.store.get(root)
         if head.status.value != "completed":
             raise RuntimeError(f"the root ended {head.status.value}: {head.error_message}")
@@ -126,7 +140,16 @@ def wall_run(
         tw.close()
     ideal = (2 + steps) * latency
     wall = finished - started
-    return {"wall_s": wall, "ideal_s": ideal, "ratio": wall / ideal, "ticks": float(ticks)}
+    workers_cpu = cpu_after[0] - cpu_before[0]
+    postgres_cpu = cpu_after[1] - cpu_before[1]
+    return {
+        "wall_s": wall,
+        "ideal_s": ideal,
+        "ratio": wall / ideal,
+        "ticks": float(ticks),
+        "worker_cpu_ms_per_tick": 1000 * workers_cpu / ticks,
+        "postgres_cpu_ms_per_tick": 1000 * postgres_cpu / ticks,
+    }
 
 
 def _tick(rt: Any, session_id: str) -> float:
@@ -229,6 +252,8 @@ def main() -> None:
     ratios = [w["ratio"] for w in walls]
     print(common.show("wall / ideal", ratios), flush=True)
     print(common.show("join ms per child", [j["join_ms_per_child"] for j in joins]), flush=True)
+    for key in ("worker_cpu_ms_per_tick", "postgres_cpu_ms_per_tick"):
+        print(common.show(key.replace("_", " "), [w[key] for w in walls]), flush=True)
     common.emit(
         "fan_out",
         {
@@ -242,6 +267,10 @@ def main() -> None:
             "wall_s": common.stats([w["wall_s"] for w in walls]),
             "ratio": common.stats(ratios),
             "target_ratio": 1.15,
+            "cpu_ms_per_tick": {
+                k: common.stats([w[f"{k}_cpu_ms_per_tick"] for w in walls])
+                for k in ("worker", "postgres")
+            },
             "join": {k: common.stats([j[k] for j in joins]) for k in joins[0]},
             "load": common.machine()["load"],
         },
