@@ -387,7 +387,7 @@ def test_a_child_ending_while_its_woken_parent_runs_is_delivered_once_after_a_ki
         client.approve(ids[1], "s1c0", approver="alice")
         second = deployment.spawn()
         _ended(deployment, ids[1], THINK_S)
-        # the second child ended while the parent's woken tick was running, unsaved
+        # the second child ended during the parent's model call after its wake-up, unsaved
         assert _saved(client.get(root_id)) == _saved(thinking), "the parent's tick ended"
         assert owner_pid(deployment, root_id) == first.pid
         kill(first)
