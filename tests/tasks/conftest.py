@@ -116,6 +116,13 @@ def kill(proc: subprocess.Popen[bytes]) -> None:
     proc.wait(10)
 
 
+def owner_pid(deployment: Deployment, session_id: str) -> int | None:
+    """The pid of the worker process whose lease the session is under (`host:pid:thread@K`),
+    or None if nobody holds it."""
+    lease = deployment.client.store.lease(session_id)
+    return None if lease is None else int(lease[0].split(":")[1])
+
+
 def stop(proc: subprocess.Popen[bytes]) -> None:
     if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGTERM)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from tickwork.fsm.values import CallState, Status
 
-from tests.tasks.conftest import Deployment, kill, stop
+from tests.tasks.conftest import Deployment, kill, owner_pid, stop
 from tickwork.testing import until
 
 pytestmark = pytest.mark.slow
@@ -31,11 +31,6 @@ def _one_call_then_done(name: str, sleep_s: float) -> list[dict[str, object]]:
         },
         {"content": "done"},
     ]
-
-
-def _owner_pid(deployment: Deployment, session_id: str) -> int | None:
-    lease = deployment.client.store.lease(session_id)
-    return None if lease is None else int(lease[0].split(":")[1])
 
 
 def _expires(deployment: Deployment, session_id: str) -> datetime:
@@ -64,7 +59,7 @@ def test_a_killed_workers_session_is_taken_over_long_before_its_lease_runs_out(
     second = None
     try:
         until(lambda: deployment.sink_lines(log), timeout=60, what="the tool to start")
-        assert _owner_pid(deployment, session_id) == first.pid
+        assert owner_pid(deployment, session_id) == first.pid
         second = deployment.spawn()
         kill(first)
         # a dead worker renews nothing: its lease would run out at this time at the latest
@@ -109,7 +104,7 @@ def test_a_stopped_worker_keeps_its_session_until_its_lease_runs_out_and_its_sav
     second = None
     try:
         until(lambda: deployment.sink_lines("idem.log"), timeout=60, what="the tool to start")
-        assert _owner_pid(deployment, session_id) == first.pid
+        assert owner_pid(deployment, session_id) == first.pid
         second, second_log = _spawn(deployment)
         until(lambda: "ready" in second_log.read_text(), timeout=60, what="the second worker")
         os.kill(first.pid, signal.SIGSTOP)
@@ -120,7 +115,7 @@ def test_a_stopped_worker_keeps_its_session_until_its_lease_runs_out_and_its_sav
         # until just before the lease runs out) the session stays the stopped worker's
         watched = 0.0
         while time.monotonic() - stopped < 4.0:
-            owner = _owner_pid(deployment, session_id)
+            owner = owner_pid(deployment, session_id)
             if datetime.now(UTC) >= expires - timedelta(seconds=0.5):
                 break  # read too late to tell a takeover from an expiry
             assert owner == first.pid, "taken over while its worker was alive"

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from tickwork.fsm.values import EventKind, Head, Status
 
-from tests.tasks.conftest import Deployment, kill, stop
+from tests.tasks.conftest import Deployment, kill, owner_pid, stop
 from tickwork.testing import until, write_script
 
 TREE_KIND = "tests.jobs:TREE"
@@ -20,6 +20,13 @@ TREE_KIND = "tests.jobs:TREE"
 PRICE = (1.0, 10.0)
 USAGE = {"prompt_tokens": 1000, "completion_tokens": 100}
 REPLY_COST = 0.002
+#: a child's last model call, long enough to queue another session's tick during it
+LAST_S = 4.0
+#: a session that holds a solo worker while the test kills it
+BLOCK_S = 60.0
+#: a parent's model call after its wake-up, long enough for a second worker to start and
+#: a child to end on it meanwhile
+THINK_S = 20.0
 
 
 def _child(deployment: Deployment, name: str, replies: list[dict[str, Any]]) -> dict[str, Any]:
@@ -66,7 +73,11 @@ def _woken(deployment: Deployment, session_id: str) -> int:
     )
 
 
-def _three_children(deployment: Deployment, sleep_s: float = 0.0) -> list[dict[str, Any]]:
+def _three_children(
+    deployment: Deployment, sleep_s: float = 0.0, last_s: float = 0.0
+) -> list[dict[str, Any]]:
+    """Three children: one answers, one (`works`) runs `idem_effect` for `sleep_s` and
+    answers after `last_s` of its model's time, one fails."""
     return [
         _child(deployment, "answers", [{"content": "found it"}]),
         _child(
@@ -79,7 +90,7 @@ def _three_children(deployment: Deployment, sleep_s: float = 0.0) -> list[dict[s
                         {"name": "idem_effect", "arguments": {"value": "w", "sleep_s": sleep_s}}
                     ],
                 },
-                {"content": "fixed"},
+                {"content": "fixed", "delay_s": last_s},
             ],
         ),
         _child(deployment, "fails", [{"error": {"transient": False, "message": "no luck"}}]),
@@ -151,6 +162,65 @@ def test_a_worker_killed_in_a_child_leaves_one_wake_up_and_every_result_once(
     assert len(deployment.sink_lines("idem.log")) == 2  # the killed run, and the one after
 
 
+@pytest.mark.slow
+def test_a_worker_killed_after_the_last_childs_end_leaves_one_wake_up(
+    deployment: Deployment,
+) -> None:
+    """A worker dies after the last child's end is saved, before the parent's woken tick.
+
+    The wake-up itself cannot be missed: the child's terminal save counts it on the join
+    and moves the parent to `executing` with its outbox row in one transaction, so no
+    state has the end saved and the parent not woken. What a death can lose is after the
+    commit: the publish of the parent's tick (`ended_child`), or the tick's message once
+    published. A death between the commit and the publish needs a hook in the worker to
+    land deterministically; the lost publish is what it leaves, and the drop_publish test
+    above loses every publish after a commit. This test kills the worker after both: the
+    last child's end is visible in the database and the parent's tick is queued behind a
+    blocking session that the same (solo) worker runs, so the parent's woken tick has not
+    started, and it runs on a fresh worker: one wake-up, every result once."""
+    client = deployment.client
+    root_id = _parent(deployment, _three_children(deployment, sleep_s=0.5, last_s=LAST_S))
+    first = deployment.spawn()
+    second = None
+    try:
+        until(lambda: len(client.store.children(root_id)) == 3, timeout=90, what="the spawn")
+        works = client.store.children(root_id)[1].id
+        # the last child to end (three ticks to the others' one) is in its last model call
+        until(
+            lambda: (
+                deployment.sink_lines("idem.log")
+                and client.get(works).status is Status.READY
+                and owner_pid(deployment, works) == first.pid
+            ),
+            timeout=90,
+            what="the last child's last model call",
+        )
+        # queued now, before the child's end publishes its parent's tick: the solo worker
+        # takes it next, and holds it while it is killed
+        blocker = deployment.submit([{"content": "blocks", "delay_s": BLOCK_S}])
+        assert not client.get(works).status.terminal, f"the child ended within {LAST_S}s"
+        _ended(deployment, works, LAST_S + 60)
+        until(
+            lambda: owner_pid(deployment, blocker) == first.pid,
+            timeout=30,
+            what="the worker to take the blocking session after the child's end",
+        )
+        woken = client.get(root_id)
+        assert woken.status is Status.EXECUTING and _woken(deployment, root_id) == 1
+        kill(first)
+        # the parent's woken tick never ran: the worker ran the blocking session's
+        assert _saved(client.get(root_id)) == _saved(woken)
+        client.cancel(blocker, by="the test")
+        second = deployment.spawn()
+        _ended(deployment, root_id, 150)
+    finally:
+        stop(first)
+        if second is not None:
+            stop(second)
+    _check_tree(deployment, root_id)
+    assert len(deployment.sink_lines("idem.log")) == 1
+
+
 def test_a_bad_spawn_is_an_error_observation_and_starts_nothing(deployment: Deployment) -> None:
     bad = {"children": [{"role": "explorer", "share": 0.8}, {"role": "critic", "share": 0.8}]}
     # the model names a script outside its parent's directory: the host must not read it
@@ -180,6 +250,11 @@ def test_a_bad_spawn_is_an_error_observation_and_starts_nothing(deployment: Depl
 
 def _state(head: Head) -> tuple[Status, int]:
     return head.status, head.step
+
+
+def _saved(head: Head) -> tuple[Status, int]:
+    """What changes with every save of the session."""
+    return head.status, head.version
 
 
 def _asks(value: str, then: str) -> list[dict[str, Any]]:
@@ -253,4 +328,93 @@ def test_an_each_spawn_delivers_results_one_at_a_time_and_stops_the_child_left(
     # every session's model calls counted once in the root: its three, the children's four
     spent = sum(c.cost_usd for c in children_now)
     assert spent == pytest.approx(4 * REPLY_COST)
+    assert root.cost_usd == pytest.approx(3 * REPLY_COST + spent)
+
+
+@pytest.mark.slow
+def test_a_child_ending_while_its_woken_parent_runs_is_delivered_once_after_a_kill(
+    deployment: Deployment,
+) -> None:
+    """An `each` join: the first child's end wakes the parent, whose woken tick takes its
+    result; in the parent's next tick (a long model call, on the first worker) the second
+    child ends on a second worker, and finds no call waiting on the join (the wake-up
+    cleared it): its end is only appended. The first worker is killed in that tick; taken
+    over, the parent's `wait_children` finds the second end there and takes it without
+    waiting: each result delivered once, one wake-up, the tree's cost the sum of it."""
+    client = deployment.client
+    children = [
+        _child(deployment, "answers", [{"content": "found it"}]),
+        _child(deployment, "approved", _asks("b", "second")),
+    ]
+    spawn = {"children": children, "join": "each"}
+    wait = {"name": "wait_children", "arguments": {}}
+    replies = [
+        {"content": "split", "tool_calls": [{"name": "spawn_agents", "arguments": spawn}]},
+        {"content": "next", "tool_calls": [wait], "delay_s": THINK_S},
+        {"content": "both had"},
+    ]
+    root_id = client.submit(
+        TREE_KIND,
+        {"sink": str(deployment.sink)},
+        model=deployment.script([{**r, "usage": USAGE} for r in replies], name="parent"),
+        price=PRICE,
+    ).id
+    first = deployment.spawn()
+    second = None
+    try:
+        until(
+            lambda: client.load(root_id).observation("s1c0") is not None,
+            timeout=90,
+            what="the first child's result",
+        )
+        ids = [c.id for c in client.store.children(root_id)]
+        until(
+            lambda: client.get(ids[1]).status is Status.WAITING_APPROVAL,
+            timeout=60,
+            what="the second child to ask",
+        )
+        thinking = until(
+            lambda: (
+                (h := client.get(root_id)).status is Status.READY
+                and owner_pid(deployment, root_id) == first.pid
+                and h
+            ),
+            timeout=30,
+            what="the parent's model call after its wake-up",
+        )
+        # the first worker is in the parent's model call (solo: it takes nothing else),
+        # so the second child's next ticks wait for the second worker
+        client.approve(ids[1], "s1c0", approver="alice")
+        second = deployment.spawn()
+        _ended(deployment, ids[1], THINK_S)
+        # the second child ended during the parent's model call after its wake-up, unsaved
+        assert _saved(client.get(root_id)) == _saved(thinking), "the parent's tick ended"
+        assert owner_pid(deployment, root_id) == first.pid
+        kill(first)
+        _ended(deployment, root_id, 150)
+    finally:
+        stop(first)
+        if second is not None:
+            stop(second)
+
+    root = client.get(root_id)
+    assert root.status is Status.COMPLETED, (root.status, root.error_message)
+    assert [c.status for c in client.store.children(root_id)] == [Status.COMPLETED] * 2
+    delivered = {}
+    for observed in client.load(root_id).observations:
+        report = json.loads(observed.content)
+        delivered[observed.call_id] = [c["id"] for c in report.get("children", [])]
+    # each child's result once: the first with the spawn call, the second with the wait
+    assert delivered == {"s1c0": [ids[0]], "s2c0": [ids[1]]}
+    joined = [
+        e.data for _, e in client.store.events_after(root_id) if e.kind is EventKind.CHILDREN_JOINED
+    ]
+    # one wake-up, the first end's: the second end found no call waiting, and the wait
+    # found it there (a wake-up per delivery that suspended, none for the one that did not)
+    assert _woken(deployment, root_id) == 1
+    assert [d["call_id"] for d in joined if not d.get("woken")] == ["s1c0", "s2c0"]
+    join = client.store.join(root_id, "s1c0")
+    assert join is not None and (join.ended, join.delivered) == (2, 2)
+    spent = sum(c.cost_usd for c in client.store.children(root_id))
+    assert spent == pytest.approx(3 * REPLY_COST)
     assert root.cost_usd == pytest.approx(3 * REPLY_COST + spent)
