@@ -15,7 +15,20 @@ from tickwork.fsm.errors import AlreadyDecided, StoreConflict, StoreError, Tickw
 from tickwork.fsm.values import CallState, Session, Status, idempotency_key
 
 from .fleet import Fleet
-from .plan import BUGGY, FILES_KIND, KIND, SINKS, Plan, files_script, script
+from .plan import (
+    BUGGY,
+    FILES_KIND,
+    KIND,
+    SINKS,
+    TREE_JOINS,
+    TREE_KIND,
+    TREE_PRICE,
+    Plan,
+    child_script,
+    files_script,
+    script,
+    tree_script,
+)
 
 APPROVER = "chaos-approver"
 
@@ -81,6 +94,9 @@ class Driver:
             spread = max(1, self.plan.sessions // max(1, self.plan.file_sessions))
             if n % spread == 0 and n // spread < self.plan.file_sessions:
                 self._submit_files(n // spread)  # spread over the run: before and after rot
+            spread = max(1, self.plan.sessions // max(1, self.plan.trees))
+            if n % spread == spread // 2 and n // spread < self.plan.trees:
+                self._submit_tree(n // spread)  # spread over the run: across both restarts
 
     def _submit_files(self, n: int) -> None:
         """One file session on the shared project (its blobs are put once, then reused)."""
@@ -105,12 +121,38 @@ class Driver:
                 time.sleep(0.5)
         self.submitted.append(session_id)
 
-    def _submit(self, session_id: str, model: str) -> None:
+    def _submit_tree(self, n: int) -> None:
+        """One tree root: it spawns `plan.tree_children` children whose scripts are one
+        file (in the root's folder, where a scripted child's must be), joined in turn `all`
+        and `each`."""
+        session_id = f"chaos-tree-{n:04d}"
+        folder = self.scripts.resolve()
+        child = folder / f"{session_id}-child.json"
+        child.write_text(json.dumps(child_script(self.plan)))
+        entry = {
+            "role": "worker",
+            "input": {"task": "do the work", "sink": str(self.sink)},
+            "model": f"scripted:{child}",
+        }
+        join = TREE_JOINS[n % len(TREE_JOINS)]
+        path = folder / f"{session_id}.json"
+        path.write_text(json.dumps(tree_script(self.plan, join=join, child=entry)))
+        self._submit(session_id, f"scripted:{path}", kind=TREE_KIND, price=TREE_PRICE)
+        self.submitted.append(session_id)
+
+    def _submit(
+        self,
+        session_id: str,
+        model: str,
+        *,
+        kind: str = KIND,
+        price: tuple[float, float] | None = None,
+    ) -> None:
         """Submit until the store has it; a database that is down is retried."""
         while True:
             try:
                 self.client.submit(
-                    KIND, {"sink": str(self.sink)}, model=model, session_id=session_id
+                    kind, {"sink": str(self.sink)}, model=model, session_id=session_id, price=price
                 )
                 return
             except StoreConflict:

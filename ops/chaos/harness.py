@@ -36,6 +36,7 @@ from .invariants import check, dump, worker_log_figures  # noqa: E402
 from .plan import CI_PLAN, Plan  # noqa: E402
 from .report import Report  # noqa: E402
 from .services import PrivatePostgres, PrivateRedis, stop_quietly  # noqa: E402
+from .trees import Aim, aimed_figures, check_trees, root_ids, tree_ids  # noqa: E402
 
 __all__ = ["CI_PLAN", "Plan", "Report", "run"]
 
@@ -120,7 +121,8 @@ def run(
             driver = Driver(client, plan, sink, scripts)
             driver.start()
             chaos_start = time.monotonic()
-            survivor_marks = _chaos(plan, fleet, survivor, redis, postgres, mark, disk)
+            aim = Aim(client.store.engine, plan, fleet, survivor)
+            survivor_marks = _chaos(plan, fleet, survivor, redis, postgres, mark, disk, aim)
             mark(
                 f"chaos over: {fleet.killed} workers killed, {fleet.started} started; "
                 f"{len(driver.submitted)} sessions submitted"
@@ -128,7 +130,8 @@ def run(
             settled = settle(
                 client,
                 [f"chaos-{n:04d}" for n in range(plan.sessions)]
-                + [f"chaos-files-{n:04d}" for n in range(plan.file_sessions)],
+                + [f"chaos-files-{n:04d}" for n in range(plan.file_sessions)]
+                + root_ids(plan),
                 timeout=plan.drain_timeout_s,
                 driver=driver,
                 fleet=fleet,
@@ -152,7 +155,11 @@ def run(
             mark("workers stopped; checking")
             report.add("run", f"{time.monotonic() - chaos_start:.0f}s from the first submit")
             _run_figures(report, fleet, redis, postgres, driver, publish_failures)
+            aimed_figures(report, aim)
+            # the trees' children are checked as every session is, and their joins apart
+            ids += [i for i in tree_ids(client, plan) if i not in ids]
             check(report, client, ids, sink)
+            check_trees(report, client, plan)
             check_files(report, client, ids, disk)
             report.add(
                 "ticks put back for want of space (worker logs)",
@@ -209,6 +216,7 @@ def _chaos(
     postgres: PrivatePostgres,
     mark: Callable[[str], None],
     disk: Disk,
+    aim: Aim,
 ) -> dict[str, int]:
     """Kill workers and restart the servers for `plan.chaos_s`; for each restart, where
     the survivor's log stood when the server was back."""
@@ -251,11 +259,18 @@ def _chaos(
             mark(f"{what} is back")
             continue
         fleet.replace_exited()
-        if now >= next_kill:
+        aimed = aim.victim(now)
+        if aimed is not None:
+            fleet.kill(aimed[0])
+            fleet.spawn()
+            aim.last_kill = now
+            next_kill = now + random.uniform(0.5, 1.5) * plan.kill_every_s
+        elif now >= next_kill:
             victims = [p for p in fleet.procs if p is not survivor]
             if victims:
                 fleet.kill(random.choice(victims))
                 fleet.spawn()
+                aim.last_kill = now
             next_kill = now + random.uniform(0.5, 1.5) * plan.kill_every_s
         time.sleep(0.05)
     return survivor_marks

@@ -9,6 +9,15 @@ from typing import Any
 KIND = "tests.jobs:TEST"
 #: the repair kind with the test suite's tools: the file sessions'
 FILES_KIND = "tests.jobs:FILES"
+#: the test kind whose sessions may spawn children: the tree sessions' roots and children
+TREE_KIND = "tests.jobs:TREE"
+#: the tree sessions' price, USD per million prompt and completion tokens, and each of
+#: their replies' usage: every reply costs 1000 * 1 + 100 * 10 = 2000 millionths
+TREE_PRICE = (1.0, 10.0)
+TREE_USAGE = {"prompt_tokens": 1000, "completion_tokens": 100}
+TREE_REPLY_COST = 0.002
+#: each tree's join, by the root's number, cycling
+TREE_JOINS = ("all", "each")
 #: the tools of each step, cycling: one call, or two in one step
 STEP_TOOLS = (
     ("idem_effect",),
@@ -66,6 +75,15 @@ class Plan:
     #: when (fraction of `chaos_s`) that filesystem is filled to the last byte, for
     #: `down_s`; None: never
     disk_full_at: float | None = None
+    #: tree sessions: roots that spawn `tree_children` children each, joined `all` and
+    #: `each` in turn; the children's scripts are one file, so they end at one instant
+    trees: int = 20
+    tree_children: int = 4
+    #: how long a child's last reply takes: the window a kill aimed at its end lands in
+    child_answer_delay_s: float = 0.5
+    #: aim some kills at the trees: at a child's end, at the worker that just saved it, at
+    #: a parent woken by its join (`ops/chaos/trees.py`, `Aim`)
+    aim_at_trees: bool = True
 
 
 #: the run of the CI suite: small, and sure to finish on a loaded two-core machine
@@ -90,6 +108,8 @@ CI_PLAN = Plan(
     corrupt_cache_at=0.45,
     workspaces_mb=32,
     disk_full_at=0.55,
+    trees=4,
+    tree_children=3,
 )
 
 
@@ -103,6 +123,7 @@ CI_RABBITMQ_PLAN = replace(
     redis_restart_at=None,
     postgres_restart_at=0.6,
     drain_timeout_s=60.0,
+    trees=2,
 )
 
 
@@ -151,3 +172,32 @@ def files_script(plan: Plan) -> list[dict[str, Any]]:
         call("read_file", path="calc.py"),
         {"content": "fixed", "usage": {"prompt_tokens": 10, "completion_tokens": 5}},
     ]
+
+
+def child_script(plan: Plan) -> list[dict[str, Any]]:
+    """A tree child's replies, the same for every child of a root: an idempotent effect,
+    then the answer (which takes `child_answer_delay_s`)."""
+    work = {"name": "idem_effect", "arguments": {"value": "child", "sleep_s": plan.tool_sleep_s}}
+    return [
+        {
+            "content": "work",
+            "tool_calls": [work],
+            "delay_s": plan.model_delay_s,
+            "usage": TREE_USAGE,
+        },
+        {"content": "child done", "delay_s": plan.child_answer_delay_s, "usage": TREE_USAGE},
+    ]
+
+
+def tree_script(plan: Plan, *, join: str, child: dict[str, Any]) -> list[dict[str, Any]]:
+    """A tree root's replies: spawn `plan.tree_children` copies of `child` (a spawn entry)
+    with `join`; with `each`, call `wait_children` once for each child after the first
+    (one that finds every result delivered already is an error observation, harmless);
+    then the answer."""
+    spawn = {"children": [child] * plan.tree_children, "join": join}
+    replies = [{"content": "split", "tool_calls": [{"name": "spawn_agents", "arguments": spawn}]}]
+    if join == "each":
+        wait = {"content": "next", "tool_calls": [{"name": "wait_children", "arguments": {}}]}
+        replies += [wait] * (plan.tree_children - 1)
+    replies.append({"content": "joined"})
+    return [{**r, "delay_s": plan.model_delay_s, "usage": TREE_USAGE} for r in replies]
