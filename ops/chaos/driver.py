@@ -189,6 +189,8 @@ class Driver:
                     self.approvals += 1
                 except AlreadyDecided:
                     self.already_decided += 1  # our retry after a commit whose reply was lost
+                except StoreError:
+                    raise  # the database is away: the loop counts it and tries again
                 except TickworkError as exc:
                     self.errors.append(f"approve {head.id} {call_id}: {exc}")
 
