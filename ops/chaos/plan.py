@@ -82,7 +82,8 @@ class Plan:
     #: how long a child's last reply takes: the window a kill aimed at its end lands in
     child_answer_delay_s: float = 0.5
     #: aim some kills at the trees: at a child's end, at the worker that just saved it, at
-    #: a parent woken by its join (`ops/chaos/trees.py`, `Aim`)
+    #: a parent woken by its join (`ops/chaos/trees.py`, `Aim`); each takes the place of
+    #: the next planned kill, up to half a period before it
     aim_at_trees: bool = True
 
 

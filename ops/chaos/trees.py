@@ -57,8 +57,8 @@ def _pid(owner: str) -> int | None:
 
 class Aim:
     """Chooses kills aimed at the trees' joins; `victim` is asked every pass of the chaos
-    loop. At most one aimed kill per half `plan.kill_every_s`, so the run's kill rate
-    stays near the plan's."""
+    loop, and kills only when the next planned kill is near (`ready`): an aimed kill
+    takes that one's place, so the run's kill rate stays the plan's."""
 
     def __init__(self, engine: Any, plan: Plan, fleet: Fleet, survivor: Any) -> None:
         self.engine, self.plan, self.fleet, self.survivor = engine, plan, fleet, survivor
@@ -68,11 +68,10 @@ class Aim:
         self._owner: dict[str, str] = {}
         self._ended: set[str] = set()
         self._parents: set[tuple[str, int]] = set()
-        self.last_kill = 0.0
         self.hits: Counter[str] = Counter()
 
-    def victim(self, now: float) -> tuple[subprocess.Popen[bytes], str] | None:
-        """A worker to kill now and why, or None."""
+    def victim(self, now: float, *, ready: bool) -> tuple[subprocess.Popen[bytes], str] | None:
+        """A worker to kill now and why, or None; with `ready` false, only watch."""
         if not self.plan.aim_at_trees or not self.plan.trees:
             return None
         try:
@@ -108,7 +107,7 @@ class Aim:
             ):
                 self._parents.add((r.id, r.version))
                 aims.append((r.lease_owner, PARENT_WOKEN))
-        if now - self.last_kill < self.plan.kill_every_s / 2:
+        if not ready:
             return None
         for owner, why in aims:
             proc = self._process(owner)
