@@ -23,6 +23,9 @@ from .plan import BUGGY, FIXED
 from .report import Report
 
 ROT = b"rot: this is not the content its hash names\n"
+#: what a file tool's observation says when its write met the full disk: the kernel's
+#: ENOSPC, or the tool's own check of the filesystem's reserve (worker/sandbox/quota.py)
+FULL = ("No space left on device", "nothing was written")
 
 
 class Disk:
@@ -89,10 +92,17 @@ def check_files(report: Report, client: Any, ids: list[str], disk: Disk) -> None
     report.add("file sessions", len(files))
     report.add("workspaces filesystem filled (times)", disk.fills)
     report.add("cached blobs overwritten with rot", disk.rotted)
-    wrong, rotten = [], []
+    wrong, rotten, told = [], [], []
     for session_id in files:
         session = client.load(session_id)
         head = session.head
+        # its write landed while the disk was full: the model was told so (an error
+        # observation), and the scripted one does not try again; nothing half written stays
+        full = disk.fills > 0 and any(
+            o.is_error and any(m in o.content for m in FULL) for o in session.observations
+        )
+        if full:
+            told.append(session_id)
         if any("rot:" in o.content for o in session.observations):
             rotten.append(session_id)
         if head.status is not Status.COMPLETED:
@@ -108,10 +118,15 @@ def check_files(report: Report, client: Any, ids: list[str], disk: Disk) -> None
         except Exception as exc:
             wrong.append(f"{session_id}: its patch does not apply: {exc}")
             continue
-        if (project / "calc.py").read_text() != FIXED:
+        if full and (project / "calc.py").read_text() != BUGGY:
+            wrong.append(f"{session_id}: its write was refused, yet its patch changes the file")
+        elif not full and (project / "calc.py").read_text() != FIXED:
             wrong.append(f"{session_id}: its patch does not give the fix")
+    report.add("file sessions whose write met the full disk (told so, no patch)", len(told))
     report.add(
-        "file sessions completed with the fix as their patch", len(files) - len(wrong), not wrong
+        "file sessions completed with the fix as their patch (or none, told the disk was full)",
+        len(files) - len(wrong),
+        not wrong,
     )
     for line in wrong[:5]:
         report.add("  file session", line)

@@ -16,6 +16,7 @@ replies plus its children's, once.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import random
 import subprocess
@@ -39,6 +40,8 @@ ROOT_PREFIX = "chaos-tree-"
 CHILD_ENDING = "a child's last reply, around its end"
 CHILD_SAVED = "the worker that had just saved a child's end"
 PARENT_WOKEN = "a parent's tick just after its join woke it"
+#: two children's ends this close met at the join's row (the figure of ends at one instant)
+MET_S = 0.1
 
 
 def root_ids(plan: Plan) -> list[str]:
@@ -190,7 +193,7 @@ def check_trees(report: Report, client: Any, plan: Plan, say: Any = print) -> No
         f"{sum(join_of(plan, r) == 'each' for r in roots)})",
         len(completed) == plan.trees,
     )
-    children_done = children_all = 0
+    children_done = children_all = met = 0
     wakes_all: Counter[int] = Counter()
     delivered_per_child: Counter[int] = Counter()
     each_wakes = each_deliveries = each_at_once = 0
@@ -201,6 +204,8 @@ def check_trees(report: Report, client: Any, plan: Plan, say: Any = print) -> No
         children = client.store.children(root_id)
         children_all += len(children)
         children_done += sum(c.status is Status.COMPLETED for c in children)
+        ends = sorted(c.updated_at for c in children if c.status.terminal)
+        met += any((b - a).total_seconds() <= MET_S for a, b in itertools.pairwise(ends))
         ids = [c.id for c in children]
         if len(ids) != plan.tree_children:
             results_bad.append(f"{root_id}: {len(ids)} children")
@@ -251,6 +256,7 @@ def check_trees(report: Report, client: Any, plan: Plan, say: Any = print) -> No
         f"{children_done}/{children_all}",
         children_done == children_all == plan.trees * plan.tree_children,
     )
+    report.add(f"trees: joins where two children ended within {MET_S:g}s of each other", met)
     report.add(
         "trees: join all: wake-ups per join {wake-ups: joins}",
         dict(sorted(wakes_all.items())),
