@@ -1,4 +1,5 @@
-"""The CI-sized chaos run: 20 sessions, 30 seconds of SIGKILLs, Redis and Postgres restarted.
+"""The CI-sized chaos run: 20 sessions and 4 session trees, 30 seconds of SIGKILLs, Redis and
+Postgres restarted.
 
 The full run (200 sessions, 2 minutes) is `python -m ops.chaos.run`; its figures are in
 ops/chaos/RESULTS.md. Both restart private servers of their own, never the shared ones.
@@ -33,6 +34,7 @@ def test_nothing_is_lost_under_kills_and_restarts(
     )
     figures = {f.name: f.value for f in report.figures}
     assert figures["workers killed with SIGKILL"] >= 5
+    assert figures["trees: children completed"] == "12/12"  # 4 roots of 3, all and each
     assert figures["Redis restarts (seconds down)"].startswith("1 ")
     assert figures["Postgres restarts (seconds down)"].startswith("1 ")
 
@@ -56,5 +58,6 @@ def test_nothing_is_lost_under_kills_on_rabbitmq(
     )
     figures = {f.name: f.value for f in report.figures}
     assert figures["workers killed with SIGKILL"] >= 3
+    assert figures["trees: children completed"] == "6/6"  # 2 roots of 3, all and each
     assert figures["broker (shared, never restarted)"].startswith("amqp://")
     assert figures["Postgres restarts (seconds down)"].startswith("1 ")
