@@ -70,7 +70,8 @@ class Aim:
         #: a child's last lease owner seen while it ran
         self._owner: dict[str, str] = {}
         self._ended: set[str] = set()
-        self._parents: set[tuple[str, int]] = set()
+        #: a root's status at the last pass: waiting, then executing, is a wake-up
+        self._was: dict[str, str] = {}
         self.hits: Counter[str] = Counter()
 
     def victim(self, now: float, *, ready: bool) -> tuple[subprocess.Popen[bytes], str] | None:
@@ -102,14 +103,13 @@ class Aim:
                     )
                     if now >= at:
                         aims.append((r.lease_owner, CHILD_ENDING))
-            elif (
-                r.lease_owner is not None
-                and r.status == Status.EXECUTING.value
-                and r.step >= 1
-                and (r.id, r.version) not in self._parents
-            ):
-                self._parents.add((r.id, r.version))
-                aims.append((r.lease_owner, PARENT_WOKEN))
+            else:
+                was, self._was[r.id] = self._was.get(r.id), r.status
+                woken = was == Status.WAITING_CHILDREN.value and r.status == Status.EXECUTING.value
+                if woken and r.lease_owner is None:
+                    self._was[r.id] = was  # woken, its tick not claimed yet: look again
+                elif woken:
+                    aims.append((r.lease_owner, PARENT_WOKEN))
         if not ready:
             return None
         for owner, why in aims:
