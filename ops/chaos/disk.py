@@ -98,8 +98,14 @@ def check_files(report: Report, client: Any, ids: list[str], disk: Disk) -> None
         head = session.head
         # its write landed while the disk was full: the model was told so (an error
         # observation), and the scripted one does not try again; nothing half written stays
+        writes = [
+            session.observation(c.call_id)
+            for st in session.steps
+            for c in st.calls
+            if c.name == "write_file"
+        ]
         full = disk.fills > 0 and any(
-            o.is_error and any(m in o.content for m in FULL) for o in session.observations
+            o is not None and o.is_error and any(m in o.content for m in FULL) for o in writes
         )
         if full:
             told.append(session_id)
@@ -110,11 +116,14 @@ def check_files(report: Report, client: Any, ids: list[str], disk: Disk) -> None
                 f"{session_id}: {head.status.value} {head.error_code} {head.error_message}"
             )
             continue
+        patch = str((head.result or {}).get("patch", ""))
+        if full and not patch.strip():
+            continue  # refused, and nothing half written was kept
         project = Path(report.workdir) / f"check-{session_id}"
         project.mkdir(parents=True, exist_ok=True)
         (project / "calc.py").write_text(BUGGY)
         try:
-            apply_patch(project, str((head.result or {}).get("patch", "")))
+            apply_patch(project, patch)
         except Exception as exc:
             wrong.append(f"{session_id}: its patch does not apply: {exc}")
             continue
@@ -122,7 +131,10 @@ def check_files(report: Report, client: Any, ids: list[str], disk: Disk) -> None
             wrong.append(f"{session_id}: its write was refused, yet its patch changes the file")
         elif not full and (project / "calc.py").read_text() != FIXED:
             wrong.append(f"{session_id}: its patch does not give the fix")
-    report.add("file sessions whose write met the full disk (told so, no patch)", len(told))
+    report.add(
+        "file sessions whose write met the full disk (told so, no patch)",
+        f"{len(told)} {' '.join(told)}".strip(),
+    )
     report.add(
         "file sessions completed with the fix as their patch (or none, told the disk was full)",
         len(files) - len(wrong),
