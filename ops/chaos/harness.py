@@ -42,6 +42,9 @@ from .trees import Aim, aimed_figures, check_trees, root_ids, tree_ids  # noqa: 
 
 __all__ = ["CI_PLAN", "Plan", "Report", "run"]
 
+#: the least time between a kill and a kill aimed at a tree
+AIM_GAP_S = 1.0
+
 
 @contextmanager
 def _workdir(path: Path | None) -> Iterator[Path]:
@@ -236,6 +239,7 @@ def _chaos(
         restarts.append((plan.disk_full_at * plan.chaos_s, "disk"))
     restarts.sort()
     next_kill = chaos_start + random.uniform(0.5, 1.5) * plan.kill_every_s
+    last_kill = chaos_start
     mark(f"chaos for {plan.chaos_s:g}s: a SIGKILL every ~{plan.kill_every_s:g}s")
     while (now := time.monotonic()) < chaos_start + plan.chaos_s:
         if restarts and now - chaos_start >= restarts[0][0]:
@@ -261,17 +265,21 @@ def _chaos(
             mark(f"{what} is back")
             continue
         fleet.replace_exited()
-        # an aimed kill may come up to half a period before the planned one, in its place
-        aimed = aim.victim(now, ready=now >= next_kill - plan.kill_every_s / 2)
+        # an aimed kill comes up to a period before the planned one, in its place, and a
+        # second after the last kill at the soonest
+        ready = now >= next_kill - plan.kill_every_s and now >= last_kill + AIM_GAP_S
+        aimed = aim.victim(now, ready=ready)
         if aimed is not None:
             fleet.kill(aimed[0])
             fleet.spawn()
+            last_kill = now
             next_kill = now + random.uniform(0.5, 1.5) * plan.kill_every_s
         elif now >= next_kill:
             victims = [p for p in fleet.procs if p is not survivor]
             if victims:
                 fleet.kill(random.choice(victims))
                 fleet.spawn()
+                last_kill = now
             next_kill = now + random.uniform(0.5, 1.5) * plan.kill_every_s
         time.sleep(0.05)
     return survivor_marks

@@ -83,7 +83,7 @@ class Plan:
     child_answer_delay_s: float = 0.5
     #: aim some kills at the trees: at a child's end, at the worker that just saved it, at
     #: a parent woken by its join (`ops/chaos/trees.py`, `Aim`); each takes the place of
-    #: the next planned kill, up to half a period before it
+    #: the next planned kill, up to a period before it (a second after the last at least)
     aim_at_trees: bool = True
 
 

@@ -60,8 +60,8 @@ def _pid(owner: str) -> int | None:
 
 class Aim:
     """Chooses kills aimed at the trees' joins; `victim` is asked every pass of the chaos
-    loop, and kills only when the next planned kill is near (`ready`): an aimed kill
-    takes that one's place, so the run's kill rate stays the plan's."""
+    loop, and kills only when the harness says it may (`ready`): an aimed kill takes the
+    next planned kill's place, so the run's kill rate stays near the plan's."""
 
     def __init__(self, engine: Any, plan: Plan, fleet: Fleet, survivor: Any) -> None:
         self.engine, self.plan, self.fleet, self.survivor = engine, plan, fleet, survivor
