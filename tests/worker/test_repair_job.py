@@ -3,6 +3,7 @@ stored files and the final test run; the demo's example and script."""
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import shutil
@@ -17,6 +18,7 @@ from tickwork.fsm.values import Head
 from tickwork.store.artifacts import DirectoryArtifacts
 from tickwork.worker.files import sources
 from tickwork.worker.jobs import Jobs, Kind
+from tickwork.worker.jobs.kinds import Ending
 from tickwork.worker.jobs.repair import job as repair
 from tickwork.worker.jobs.repair import toolkit
 from tickwork.worker.jobs.repair.job import REPAIR, diff_manifests, prepare, run_final_tests
@@ -485,3 +487,28 @@ def test_file_names_in_the_patch_are_quoted_as_git_quotes_them(
     assert applied.returncode == 0, applied.stderr
     for name in names:
         assert (original / name).read_text() == "new\n"
+
+
+class _FullDisk:
+    """Session files whose working copies sit on a full filesystem: every read of the
+    session's files needs a write first (a checkout, a cached blob) and meets ENOSPC."""
+
+    @property
+    def workspaces(self) -> _FullDisk:
+        return self
+
+    def base(self, files: Any) -> Any:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def open(self, *, changes: bool) -> Path:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_a_full_disk_at_the_end_puts_the_tick_back_instead_of_losing_the_patch() -> None:
+    # the tick's ENOSPC handler (worker/tick/advance.py) puts the tick back; an answer
+    # recorded with `patch: None` would end a repaired session as `no_changes` (the chaos
+    # run's file sessions, when the last tick met the full workspaces disk)
+    head = head_for({"files": {"base": "0" * 64}, "test_command": PASS})
+    with pytest.raises(OSError) as raised:
+        repair.finish(head, Ending(files=_FullDisk()))  # type: ignore[arg-type]
+    assert raised.value.errno == errno.ENOSPC

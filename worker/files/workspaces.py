@@ -18,6 +18,7 @@ copy, and until its change is saved) and `sessions/<key>.lock`.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import json
@@ -36,6 +37,12 @@ from tickwork.store.port import SessionFiles
 from tickwork.worker.files.working_copy import WorkingCopy, _atomic_write, _Seen, session_files
 
 log = logging.getLogger("tickwork.workspaces")
+
+
+def disk_full(exc: BaseException) -> bool:
+    """Whether `exc` says a filesystem is full (or a disk quota reached)."""
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+
 
 #: how often a process looks whether its cache has grown past its size
 PRUNE_EVERY_S = 60.0

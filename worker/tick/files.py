@@ -6,24 +6,18 @@ It is the `tickwork.worker.jobs.SessionFiles` a job kind is given when its sessi
 
 from __future__ import annotations
 
-import errno
 import logging
 from pathlib import Path
 
 from tickwork.fsm.values import Head
 from tickwork.store.files import FileChange
 from tickwork.worker.files import environments
-from tickwork.worker.files.workspaces import WorkingCopy, Workspaces, session_files
+from tickwork.worker.files.workspaces import WorkingCopy, Workspaces, disk_full, session_files
 from tickwork.worker.tick.runtime import Runtime
 
 __all__ = ["TickFiles", "disk_full"]
 
 log = logging.getLogger("tickwork.tick")
-
-
-def disk_full(exc: BaseException) -> bool:
-    """Whether `exc` says a filesystem is full (or a disk quota reached)."""
-    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
 class TickFiles:

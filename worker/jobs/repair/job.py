@@ -29,6 +29,7 @@ from tickwork.worker.config.allowlist import AllowList
 from tickwork.worker.config.settings import load_settings
 from tickwork.worker.files import sources
 from tickwork.worker.files.environment_plans import NONE, check_setup
+from tickwork.worker.files.workspaces import disk_full
 from tickwork.worker.jobs.kinds import Ending, Spawning, Submission
 from tickwork.worker.jobs.repair import legacy, team
 from tickwork.worker.jobs.repair.toolkit import (
@@ -405,6 +406,8 @@ def finish(head: Head, ending: Ending) -> dict[str, Any]:
     except ArtifactsUnavailable:
         raise  # the store is away for now: the tick runs again
     except Exception as exc:  # the session's answer must not be lost for want of a patch
+        if disk_full(exc):
+            raise  # the workspaces disk is full, not the session's doing: the tick runs again
         why = str(exc) if isinstance(exc, ConfigurationError) else f"{type(exc).__name__}: {exc}"
         result.update(patch=None, files_changed=[], patch_error=why)
     else:
@@ -420,6 +423,8 @@ def finish(head: Head, ending: Ending) -> dict[str, Any]:
     except ArtifactsUnavailable:
         raise
     except Exception as exc:  # e.g. a blob of the session's files is gone
+        if disk_full(exc):
+            raise
         result["tests"] = {
             "command": head.config.get("test_command"),
             "exit_code": None,
