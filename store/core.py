@@ -278,6 +278,8 @@ class CoreStore(Services):
         if known is not None and known.continued_by(claimed.head, mark):
             history = known.steps + claimed.steps
             seen = {**known.observations, **claimed.observations}
+        elif claimed.head.step == 0:  # a session's first THINK: it has no step to read
+            history, seen = (), {}
         else:  # a miss, or what we knew was of another session under this id
             # read under our lease after the claim's commit: no step is appended meanwhile
             with self.engine.connect() as conn:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import Engine
+from sqlalchemy import Engine, event
 from tickwork.fsm import machine, snapshots
 from tickwork.fsm.errors import ClaimLost
 from tickwork.fsm.machine import RunTool
@@ -63,6 +63,32 @@ class TestClaim:
 
         assert [s.thought for s in claimed.steps] == ["step 0007", "step 0008", "step 0009"]
         assert claimed.steps == store.load(session_id).steps
+
+    def test_a_new_sessions_first_claim_reads_no_steps_after_it(
+        self, store: Store, clock: Clock
+    ) -> None:
+        """A session at step 0 has no history: its first THINK, a miss of every worker's
+        transcripts, reads none (one that has taken a step, missed, does)."""
+        for session_id in ("new", "old"):
+            store.create(new_session(session_id, now=clock()), now=clock())
+        run_step(store, "old", 1, now=clock())
+        statements: list[str] = []
+
+        def count(*args: object) -> None:
+            statements.append(str(args[2]))
+
+        fresh = [open_store(store.engine, core=not isinstance(store, PostgresStore)) for _ in "ab"]
+        event.listen(store.engine, "before_cursor_execute", count)
+        try:
+            first = claim(fresh[0], "new", now=clock())
+            firsts, statements[:] = len(statements), []
+            missed = claim(fresh[1], "old", now=clock())
+        finally:
+            event.remove(store.engine, "before_cursor_execute", count)
+
+        assert first.steps == () and first.observations == {}
+        assert [s.step for s in missed.steps] == [1]
+        assert firsts < len(statements)
 
 
 class TestSave:
