@@ -17,7 +17,7 @@ from tickwork.worker.observers.tracing import available
 from tickwork.worker.tick.advance import advance
 
 from tests.test_layers import ROOT, imports
-from tests.worker.ticking import DANGER, Ticks
+from tests.worker.ticking import DANGER, KIND, Ticks
 
 
 @pytest.fixture
@@ -237,3 +237,43 @@ def test_a_tick_dropped_before_its_claim_counts_under_tenant_none() -> None:
     before = REGISTRY.get_sample_value("tickwork_ticks_total", labels) or 0.0
     TickMetrics(Providers())(TickReport(session_id="gone", version=3).close(Outcome.DROPPED))
     assert REGISTRY.get_sample_value("tickwork_ticks_total", labels) == before + 1
+
+
+def test_an_end_admits_at_once_only_what_it_freed_room_for(
+    database_url: str, tmp_path: Path
+) -> None:
+    """A keyless end of a tenant without a limit frees no room a queued session waits for:
+    the Admitter asks the store nothing; an end of a key admits the key's next at once."""
+    from sqlalchemy import event
+    from tickwork.worker.tick.admission import Admitter
+
+    ticks = Ticks(database_url, tmp_path)
+    try:
+        admitter = ticks.rt.observers.add(Admitter(ticks.rt))
+        script = tmp_path / "done.json"
+        script.write_text(json.dumps([{"content": "done"}]))
+
+        def submit(key: str | None) -> str:
+            return ticks.client.submit(KIND, {}, model=f"scripted:{script}", concurrency_key=key).id
+
+        plain, first, second = submit(None), submit("repo"), submit("repo")
+        assert ticks.store.get(second).status is Status.QUEUED
+        asked: list[str] = []
+
+        def count(*args: object) -> None:
+            asked.append(str(args[2]))
+
+        ticks.run(plain)
+        ended = ticks.reports[-1]
+        event.listen(ticks.store.engine, "before_cursor_execute", count)
+        try:
+            admitter(ended)
+        finally:
+            event.remove(ticks.store.engine, "before_cursor_execute", count)
+        assert ended.status is Status.COMPLETED and asked == []
+        assert ticks.store.get(second).status is Status.QUEUED
+
+        ticks.run(first)
+        assert ticks.store.get(second).status is Status.READY
+    finally:
+        ticks.close()

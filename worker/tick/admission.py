@@ -42,13 +42,19 @@ def admit_queued(rt: Runtime, *, tenants: list[str] | None = None) -> list[Due]:
 
 
 class Admitter:
-    """An observer of the tick: when a tick ends a session, its tenant's next queued
-    session is admitted at once instead of at the relay's next pass."""
+    """An observer of the tick: when a tick ends a session that held room a queued session
+    may wait for (its tenant has an in-flight limit, or it had a concurrency key), its
+    tenant's next queued session is admitted at once instead of at the relay's next pass.
+    Another end frees no such room, and costs no query (sessions queued under a limit
+    since taken out of the tenants file wait for the relay's pass)."""
 
     def __init__(self, rt: Runtime) -> None:
         self.rt = rt
 
     def __call__(self, report: TickReport) -> None:
         head = report.head
-        if report.outcome is Outcome.SAVED and head is not None and head.status.terminal:
+        if report.outcome is not Outcome.SAVED or head is None or not head.status.terminal:
+            return
+        limited = policy(self.rt.tenants.table()).of(head.tenant).max_in_flight is not None
+        if limited or head.concurrency_key is not None:
             admit_queued(self.rt, tenants=[head.tenant])
