@@ -43,6 +43,7 @@ def test_quick_run_prints_the_wall_time_against_the_ideal_and_the_join_cost() ->
     assert figures["ideal_s"] == pytest.approx(0.8)
     ratio, wall = figures["ratio"]["median"], figures["wall_s"]["median"]
     assert ratio == pytest.approx(wall / 0.8) and wall >= 0.8
+    assert figures["cpu_ms_per_tick"]["worker"]["median"] > 0
     join = {name: stats["median"] for name, stats in figures["join"].items()}
     assert join["join_ms_per_child"] == pytest.approx(
         join["spawn_ms_per_child"] + join["join_tick_ms_per_child"] + join["end_extra_ms_per_child"]
