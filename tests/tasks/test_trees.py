@@ -38,23 +38,26 @@ def _child(deployment: Deployment, name: str, replies: list[dict[str, Any]]) -> 
     }
 
 
+def _submit_parent(deployment: Deployment, replies: list[dict[str, Any]], **kw: Any) -> str:
+    """A parent session whose scripted `replies` each cost REPLY_COST; its id."""
+    return deployment.client.submit(
+        TREE_KIND,
+        {"sink": str(deployment.sink)},
+        model=deployment.script([{**r, "usage": USAGE} for r in replies], name="parent"),
+        price=PRICE,
+        **kw,
+    ).id
+
+
 def _parent(deployment: Deployment, children: list[dict[str, Any]], **kw: Any) -> str:
     replies = [
         {
             "content": "split",
             "tool_calls": [{"name": "spawn_agents", "arguments": {"children": children}}],
         },
-        {"content": "all joined", "usage": USAGE},
+        {"content": "all joined"},
     ]
-    replies[0]["usage"] = USAGE
-    head = deployment.client.submit(
-        TREE_KIND,
-        {"sink": str(deployment.sink)},
-        model=deployment.script(replies, name="parent"),
-        price=PRICE,
-        **kw,
-    )
-    return head.id
+    return _submit_parent(deployment, replies, **kw)
 
 
 def _ended(deployment: Deployment, session_id: str, timeout: float) -> None:
@@ -279,12 +282,7 @@ def test_an_each_spawn_delivers_results_one_at_a_time_and_stops_the_child_left(
         {"content": "next", "tool_calls": [{"name": "wait_children", "arguments": {}}]},
         {"content": "two are enough"},
     ]
-    root_id = client.submit(
-        TREE_KIND,
-        {"sink": str(deployment.sink)},
-        model=deployment.script([{**r, "usage": USAGE} for r in replies], name="parent"),
-        price=PRICE,
-    ).id
+    root_id = _submit_parent(deployment, replies)
     with deployment.worker(concurrency=2):
         until(
             lambda: client.load(root_id).observation("s1c0") is not None,
@@ -353,12 +351,7 @@ def test_a_child_ending_while_its_woken_parent_runs_is_delivered_once_after_a_ki
         {"content": "next", "tool_calls": [wait], "delay_s": THINK_S},
         {"content": "both had"},
     ]
-    root_id = client.submit(
-        TREE_KIND,
-        {"sink": str(deployment.sink)},
-        model=deployment.script([{**r, "usage": USAGE} for r in replies], name="parent"),
-        price=PRICE,
-    ).id
+    root_id = _submit_parent(deployment, replies)
     first = deployment.spawn()
     second = None
     try:
