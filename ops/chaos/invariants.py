@@ -117,21 +117,9 @@ def check(report: Report, client: Any, ids: list[str], sink: Path) -> None:
                     danger_events[decided.get(c.call_id, 0)] += 1
     report.add("steps recorded", sum(len(s.steps) for s in sessions))
     report.add("steps numbered 1..n, no gap, no repeat", "yes" if steps_ok else "no", steps_ok)
-    report.add(
-        "model_called events per step {events: steps}",
-        dict(sorted(model_called.items())),
-        set(model_called) <= {1},
-    )
-    report.add(
-        "observations per finished call {observations: calls}",
-        dict(sorted(observations.items())),
-        set(observations) <= {1},
-    )
-    report.add(
-        "tool_finished events per call run by a tool {events: calls}",
-        dict(sorted(tool_finished.items())),
-        set(tool_finished) <= {1},
-    )
+    report.once("model_called events per step {events: steps}", model_called)
+    report.once("observations per finished call {observations: calls}", observations)
+    report.once("tool_finished events per call run by a tool {events: calls}", tool_finished)
     report.add("calls started more than once (idempotent re-runs)", started_twice)
 
     lines = {name: sink_lines(sink, log_name) for name, log_name in SINKS.items()}
@@ -173,16 +161,10 @@ def check(report: Report, client: Any, ids: list[str], sink: Path) -> None:
             twice = [key for key, n in runs.items() if n > 1]
             report.add(f"{name}: calls executed more than once", len(twice), not twice)
     danger_calls = len(calls_by_tool.get("danger", []))
-    report.add(
-        "danger: approvals per call {decisions: calls}",
-        dict(sorted(danger_decisions.items())),
-        set(danger_decisions) <= {1} and danger_calls > 0,
+    report.once(
+        "danger: approvals per call {decisions: calls}", danger_decisions, also=danger_calls > 0
     )
-    report.add(
-        "danger: approval_decided events per call {events: calls}",
-        dict(sorted(danger_events.items())),
-        set(danger_events) <= {1},
-    )
+    report.once("danger: approval_decided events per call {events: calls}", danger_events)
 
 
 def worker_log_figures(

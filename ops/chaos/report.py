@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -25,6 +26,11 @@ class Report:
 
     def add(self, name: str, value: Any, holds: bool | None = None) -> None:
         self.figures.append(Figure(name, value, holds))
+
+    def once(self, name: str, counts: Mapping[int, int], *, also: bool = True) -> None:
+        """The invariant that each thing counted in `counts` ({times: how many things})
+        happened exactly once (and `also`, for what else it needs); shown as the counts."""
+        self.add(name, dict(sorted(counts.items())), set(counts) <= {1} and also)
 
     @property
     def broken(self) -> list[Figure]:

@@ -257,16 +257,8 @@ def check_trees(report: Report, client: Any, plan: Plan, say: Any = print) -> No
         children_done == children_all == plan.trees * plan.tree_children,
     )
     report.add(f"trees: joins where two children ended within {MET_S:g}s of each other", met)
-    report.add(
-        "trees: join all: wake-ups per join {wake-ups: joins}",
-        dict(sorted(wakes_all.items())),
-        set(wakes_all) <= {1},
-    )
-    report.add(
-        "trees: results delivered per child {deliveries: children}",
-        dict(sorted(delivered_per_child.items())),
-        set(delivered_per_child) <= {1},
-    )
+    report.once("trees: join all: wake-ups per join {wake-ups: joins}", wakes_all)
+    report.once("trees: results delivered per child {deliveries: children}", delivered_per_child)
     report.add(
         "trees: join each: wake-ups = deliveries that waited (deliveries, taken at once)",
         f"{each_wakes} = {each_deliveries - each_at_once} ({each_deliveries}, {each_at_once})",
