@@ -120,8 +120,10 @@ class PostgresStore(CoreStore):
             version=lease.version,
             owner=lease.owner,
             cancel_requested=head.cancel_requested,
-            call_states=_dumps(changed_states(change)),
-            charged=_dumps(charged_rows(change)),
+            call_states=_dumps(closing := changed_states(change)),
+            charged=_dumps(charging := charged_rows(change)),  # one row or none
+            **_steps("closed", closing),
+            charged_step=charging[0]["step"] if charging else None,
             updated_at=_aware(head.updated_at),
         )
         added = appended(change, version=lease.version + 1, now=lease.now, files=files)
@@ -221,7 +223,11 @@ WITH claimed AS (
     -- idempotent for the session's kind and offered to its role, no cancel asked
     UPDATE {calls.name} AS c SET state = 'started', started_at = %(now)s
     FROM claimed, next_call AS n
-    WHERE c.session_id = claimed.id AND c.step = n.step AND c.call_id = n.call_id
+    -- the row by its key, looked up once (the subqueries run before the update): joined
+    -- to `n`, a planner without statistics may scan all the session's calls per claim
+    -- (either index then finds it)
+    WHERE c.session_id = %(id)s AND c.call_id = (SELECT call_id FROM next_call)
+      AND c.step = (SELECT step FROM next_call) AND c.step = n.step AND c.call_id = n.call_id
       AND n.state = 'pending' AND jsonb_typeof(n.arguments) = 'object'
       AND NOT claimed.cancel_requested
       AND jsonb_typeof(claimed.config -> 'graph') IS DISTINCT FROM 'object'
@@ -299,7 +305,10 @@ def _head_value(name: str) -> str:
     return f"%({name})s::jsonb" if name in _JSON_HEAD else f"%({name})s"
 
 
-_APPENDED = ",\n".join(f"appended_{t.name} AS ({_appended(t)})" for t in APPENDED)
+#: named short (`add_steps`): the statement must stay under 4 KB (`_compact`)
+_APPENDED = ",\n".join(
+    f"add_{t.name.removeprefix('tickwork_')} AS ({_appended(t)})" for t in APPENDED
+)
 
 SAVE = _compact(f"""
 WITH moved AS (
@@ -315,9 +324,10 @@ WITH moved AS (
     UPDATE {calls.name} AS c SET state = r.state
     FROM moved,
         jsonb_to_recordset(%(call_states)s::jsonb) AS r(call_id text, step integer, state text)
-    -- by the (session, step) index too, where a lookup by id alone may scan all the
-    -- session's calls on a young table
-    WHERE c.session_id = moved.id AND c.step = r.step AND c.call_id = r.call_id
+    -- in the range of steps the caller names, by the (session, step) index: joined to `r`
+    -- alone, a planner without statistics may hash all the session's calls
+    WHERE c.session_id = %(id)s AND c.step BETWEEN %(closed_from)s AND %(closed_to)s
+      AND c.step = r.step AND c.call_id = r.call_id
 ), charged AS (
     -- a graph node's model use, added to the node's own step (`Change.charged`)
     UPDATE {steps.name} AS s
@@ -326,11 +336,18 @@ WITH moved AS (
         cost_usd = s.cost_usd + r.cost_usd
     FROM moved, jsonb_to_recordset(%(charged)s::jsonb)
         AS r(step integer, prompt_tokens integer, completion_tokens integer, cost_usd float8)
-    WHERE s.session_id = moved.id AND s.step = r.step
+    WHERE s.session_id = %(id)s AND s.step = %(charged_step)s AND s.step = r.step
 ),
 {_APPENDED}
 SELECT cancel_requested FROM moved
 """)
+
+
+def _steps(name: str, rows: list[dict[str, Any]]) -> dict[str, int | None]:
+    """The least and greatest `step` of `rows` as SAVE's `<name>_from` and `<name>_to`
+    (None without rows: the range is then empty)."""
+    steps = [row["step"] for row in rows]
+    return {f"{name}_from": min(steps, default=None), f"{name}_to": max(steps, default=None)}
 
 
 def _one(engine: Engine, sql: str, params: dict[str, Any]) -> dict[str, Any] | None:
