@@ -21,7 +21,7 @@ def run(connection: Connection) -> None:
 def main() -> None:
     url = context.config.get_main_option("sqlalchemy.url")
     assert url, "tickwork.store.migrate sets sqlalchemy.url"
-    engine = make_engine(url)
+    engine = make_engine(url, keep_prepared=False)  # DDL: the driver's own rollback
     try:
         with engine.connect() as connection:
             run(connection)

@@ -10,7 +10,14 @@ from tickwork.store import open_store
 from tickwork.store.engine import make_engine, normalize_url
 
 from tests.conftest import Clock
-from tests.store.conftest import LEASE_S, execute_change, new_session, reply, think_change
+from tests.store.conftest import (
+    LEASE_S,
+    execute_change,
+    new_session,
+    reply,
+    run_step,
+    think_change,
+)
 
 
 def test_a_connection_the_server_dropped_is_store_unavailable_then_reconnects(
@@ -87,3 +94,29 @@ def test_the_tick_statements_stay_short_enough_for_psycopgs_parse_cache() -> Non
     limit = getattr(_queries, "MAX_CACHED_STATEMENT_LENGTH", 4096)
     for name in ("CLAIM", "START", "SAVE"):
         assert len(getattr(postgres, name).encode()) <= limit, name
+
+
+def test_the_tick_statements_stay_prepared_across_reads(postgres_url: str, clock: Clock) -> None:
+    """psycopg forgets every statement it prepared on a connection at each rollback, and
+    SQLAlchemy ends every read with one: the tick's statements were parsed and planned again
+    at nearly every tick, a third of their time on the server (store/engine.py)."""
+    engine = make_engine(postgres_url, pool_size=1, max_overflow=0)
+    store = open_store(engine)
+    try:
+        store.create(new_session("prepared-1", now=clock()), now=clock())
+        for n in range(20):  # 40 claims and 40 saves
+            run_step(store, "prepared-1", n, now=clock())
+            assert store.get("prepared-1").step == n + 1  # a read: ends with a rollback
+        with engine.connect() as conn:
+            runs = dict(
+                conn.exec_driver_sql(
+                    "SELECT split_part(statement, ' ', 2), sum(generic_plans + custom_plans)"
+                    " FROM pg_prepared_statements GROUP BY 1"
+                ).all()
+            )
+    finally:
+        engine.dispose()
+    # CLAIM's first name is `claimed`, SAVE's `moved`; psycopg prepares each variant of
+    # their parameters' types from its fifth run on (none without keeping them)
+    assert runs.get("claimed", 0) >= 25, runs
+    assert runs.get("moved", 0) >= 20, runs
