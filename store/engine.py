@@ -27,6 +27,8 @@ def make_engine(url: str, *, keep_prepared: bool = True, **kwargs: Any) -> Engin
         "pool_size", 10
     )  # a worker keeps more: tickwork.worker.tick.runtime.WORKER_POOL
     kwargs.setdefault("max_overflow", 40)
+    # the connection used last first: fewer of them busy, each with its statements prepared
+    kwargs.setdefault("pool_use_lifo", True)
     engine = create_engine(url, **kwargs)
     if keep_prepared:
         engine.dialect.do_rollback = _rollback_keeping_prepared  # type: ignore[method-assign]

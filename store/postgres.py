@@ -371,7 +371,9 @@ def _one(engine: Engine, sql: str, params: dict[str, Any]) -> dict[str, Any] | N
         driver.autocommit = True
         try:
             with driver.cursor(row_factory=dict_row) as cursor:
-                cursor.execute(sql, params)
+                # prepared at its first run on this connection, not its fifth: a worker's
+                # pool has tens of connections, each with its own statements
+                cursor.execute(sql, params, prepare=True)
                 return cursor.fetchone()
         finally:
             if driver.info.transaction_status is TransactionStatus.IDLE:
