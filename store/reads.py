@@ -5,8 +5,11 @@ writes (`writes.py`) call these in their own transactions."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
-from sqlalchemy import Connection, LargeBinary, Select, cast, func, literal, select
+from sqlalchemy import Connection, Integer, Select, func, literal, select
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.functions import GenericFunction
 from tickwork.fsm.context import needed_from
 from tickwork.fsm.errors import CallNotFound, NotWaiting, SessionNotFound
 from tickwork.fsm.loops import HISTORY
@@ -14,6 +17,24 @@ from tickwork.fsm.values import Decision, Head, Observation, Session, Step, Step
 from tickwork.store import rows
 from tickwork.store.schema import calls, decisions, events, observations, sessions, steps
 from tickwork.store.ticks import steps_from_rows
+
+
+class byte_length(GenericFunction[int]):
+    """The length of a text in bytes (its UTF-8 encoding's). Not a cast to bytea on
+    Postgres, which reads backslashes as escapes and refuses most texts holding one."""
+
+    type = Integer()
+    inherit_cache = True
+
+
+@compiles(byte_length)
+def _byte_length(element: byte_length, compiler: Any, **kw: Any) -> str:
+    return f"length(CAST({compiler.process(element.clauses, **kw)} AS BLOB))"
+
+
+@compiles(byte_length, "postgresql")
+def _byte_length_postgres(element: byte_length, compiler: Any, **kw: Any) -> str:
+    return f"octet_length({compiler.process(element.clauses, **kw)})"
 
 
 def read_head(conn: Connection, session_id: str, *, lock: bool = False) -> Head:
@@ -138,7 +159,7 @@ def read_history(
     seen: dict[str, Observation] = {}
     if masked > after:
         # the observations the prompt shows as stubs: their size, not their content
-        size = func.length(cast(observations.c.content, LargeBinary))
+        size = byte_length(observations.c.content)
         stubs = select(
             observations.c.call_id,
             literal("").label("content"),

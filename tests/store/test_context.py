@@ -13,10 +13,12 @@ from tests.store.conftest import claim, execute, reply, think
 OWNER = "worker-1"
 
 
-def _steps(store: Store, session_id: str, clock: Clock, count: int) -> None:
+def _steps(
+    store: Store, session_id: str, clock: Clock, count: int, output: str = "output {n}"
+) -> None:
     for n in range(count):
         think(store, session_id, reply(("read_file", {"path": f"f{n}"})), now=clock())
-        execute(store, session_id, now=clock(), output=f"output {n}")
+        execute(store, session_id, now=clock(), output=output.format(n=n))
 
 
 def _compact(store: Store, session_id: str, clock: Clock, through: int) -> None:
@@ -94,6 +96,39 @@ def test_a_charge_adds_model_use_to_a_stored_step(
     first = store.load(session_id).steps[0]
     assert (first.usage.prompt_tokens, first.usage.completion_tokens) == (1100, 70)
     assert first.cost_usd == 0.01 + 0.25
+
+
+def _mask(store: Store, session_id: str, clock: Clock, through: int) -> None:
+    """A THINK whose prompt masked the observations of steps 1 to `through`."""
+    claimed = claim(store, session_id, now=clock())
+    change = machine.think(
+        claimed.head,
+        reply(("read_file", {"path": "g"})),
+        now=clock(),
+        cost_usd=0.0,
+        trace_id="t-mask",
+        recent=claimed.recent,
+        rules={},
+        masked_through=through,
+    )
+    store.save(change, version=claimed.head.version, owner=OWNER, now=clock())
+
+
+def test_a_masked_observation_is_sized_in_bytes_whatever_it_holds(
+    store: Store, clock: Clock, session_id: str
+) -> None:
+    """Source code and Windows paths are full of backslashes, which Postgres reads as
+    escapes when text is cast to bytea: a cold THINK's read of such a masked observation
+    failed ("invalid input syntax for type bytea") and the session could not go on."""
+    output = "C:\\new\\table {n}: re.compile(r'\\d+\\x') \\ é"
+    _steps(store, session_id, clock, 2, output=output)
+    _mask(store, session_id, clock, through=2)
+    execute(store, session_id, now=clock())
+    cold = open_store(store.engine, core=type(store).__name__ == "CoreStore")
+    seen = claim(cold, session_id, now=clock()).observations
+    assert [(seen[f"s{n}c0"].content, seen[f"s{n}c0"].elided) for n in (1, 2)] == [
+        ("", len(output.format(n=n).encode())) for n in (0, 1)
+    ]
 
 
 def test_a_cold_claim_reads_masked_observations_by_their_size_only(
