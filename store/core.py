@@ -38,6 +38,7 @@ from tickwork.fsm.values import (
     Observation,
     Session,
     Status,
+    Step,
     ToolCall,
 )
 from tickwork.store import admission, dead_letters, reads, rows, trees, writes
@@ -282,9 +283,7 @@ class CoreStore(Services):
             history, seen = (), {}
         else:  # a miss, or what we knew was of another session under this id
             # read under our lease after the claim's commit: no step is appended meanwhile
-            with self.engine.connect() as conn:
-                start, masked = reads.context_start(conn, session_id)
-                history, seen = reads.read_history(conn, session_id, after=start, masked=masked)
+            history, seen = self._history(session_id)
         history, seen = reads.needed(history, seen)
         head = claimed.head
         self._transcripts.put(session_id, Transcript(head.created_at, head.step, history, seen))
@@ -346,6 +345,14 @@ class CoreStore(Services):
             return writes.take_lease(
                 conn, lease, expires=expires, after=after, level=level, idempotent=idempotent
             )
+
+    def _history(self, session_id: str) -> tuple[tuple[Step, ...], dict[str, Observation]]:
+        """What a THINK reads of a session its process has not read before: the steps from
+        the context's start on (`reads.context_start`: bounded by the context policy, not
+        by the session's length) with their calls and observations."""
+        with self.engine.connect() as conn:
+            start, masked = reads.context_start(conn, session_id)
+            return reads.read_history(conn, session_id, after=start, masked=masked)
 
     def _start(self, lease: Lease, call: ToolCall, event: dict[str, Any]) -> bool:
         """Mark `call` started and record `event`, if the lease is still ours."""

@@ -26,8 +26,9 @@ from psycopg.rows import dict_row
 from sqlalchemy import JSON, Engine, Table
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.exc import DBAPIError
+from tickwork.fsm.loops import HISTORY
 from tickwork.fsm.machine import Change
-from tickwork.fsm.values import EventKind, Head, Status, ToolCall
+from tickwork.fsm.values import EventKind, Head, Observation, Status, Step, StepKind, ToolCall
 from tickwork.store import rows, trees
 from tickwork.store.core import CoreStore
 from tickwork.store.files import FileChange
@@ -87,6 +88,21 @@ class PostgresStore(CoreStore):
         }
         row = _one(self._single, CLAIM, params)
         return None if row is None else _taken(utc(sessions, row), lease)
+
+    def _history(self, session_id: str) -> tuple[tuple[Step, ...], dict[str, Observation]]:
+        row = _one(self._single, HISTORY_READ, {"id": session_id, "history": HISTORY})
+        assert row is not None, "HISTORY_READ returns one row"
+
+        def found(key: str, table: Table) -> list[dict[str, Any]]:
+            return [utc(table, r) for r in row[key] or ()]
+
+        history = steps_from_rows(found("steps", steps), found("calls", calls))
+        seen = {
+            r["call_id"]: rows.observation_from_row(r)
+            for key in ("stubs", "observations")
+            for r in found(key, observations)
+        }
+        return history, seen
 
     def _start(self, lease: Lease, call: ToolCall, event: dict[str, Any]) -> bool:
         params = {
@@ -296,6 +312,43 @@ WITH started AS (
 INSERT INTO {events.name} (session_id, version, kind, at, data)
 SELECT %(id)s, %(version)s, %(kind)s, %(now)s, %(data)s::jsonb FROM started
 RETURNING id
+""")
+
+# `reads.context_start` and `reads.read_history` in one statement, for a THINK whose
+# worker has not read the session before: the steps, calls and observations after the
+# context's start (the latest compaction's cut, or the last `HISTORY` replies before it),
+# the observations of the steps the prompt masks by their size only
+HISTORY_READ = _compact(f"""
+WITH latest AS (
+    SELECT s.step, s.compacted_through FROM {steps.name} AS s
+    WHERE s.session_id = %(id)s AND s.kind = '{StepKind.COMPACTION.value}'
+    ORDER BY s.step DESC LIMIT 1
+), bounds AS (
+    SELECT
+        COALESCE((
+            SELECT GREATEST(0, LEAST(compacted_through, step - 1 - %(history)s)) FROM latest
+        ), 0) AS start,
+        GREATEST(
+            (SELECT compacted_through FROM latest),
+            (SELECT max(m.masked_through) FROM {steps.name} AS m
+             WHERE m.session_id = %(id)s AND m.step > COALESCE((SELECT step FROM latest), 0)),
+            0
+        ) AS masked
+)
+SELECT
+    {_agg(steps, "s", "s.session_id = %(id)s AND s.step > b.start", "s.step")} AS steps,
+    {_agg(calls, "c", "c.session_id = %(id)s AND c.step > b.start", "c.step, c.index")}
+        AS calls,
+    (SELECT jsonb_agg(x.o) FROM {calls.name} AS c, {_of_call(observations, "o")}
+     WHERE c.session_id = %(id)s AND c.step > GREATEST(b.start, b.masked)) AS observations,
+    (SELECT jsonb_agg(jsonb_build_object(
+        'call_id', o.call_id, 'content', '', 'is_error', o.is_error, 'at', o.at,
+        'duration_ms', o.duration_ms, 'elided', octet_length(o.content)))
+     FROM {calls.name} AS c, LATERAL (
+        SELECT * FROM {observations.name} AS o
+        WHERE o.session_id = c.session_id AND o.call_id = c.call_id OFFSET 0) AS o
+     WHERE c.session_id = %(id)s AND c.step > b.start AND c.step <= b.masked) AS stubs
+FROM bounds AS b
 """)
 
 _JSON_HEAD = {c.name for c in sessions.columns if isinstance(c.type, JSON)}

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import psycopg
 import pytest
+from sqlalchemy import event
 from tickwork.fsm.errors import StoreUnavailable
 from tickwork.fsm.values import Head
 from tickwork.store import open_store
 from tickwork.store.engine import make_engine, normalize_url
+from tickwork.store.reads import read_history
 
 from tests.conftest import Clock
 from tests.store.conftest import (
@@ -120,3 +122,34 @@ def test_the_tick_statements_stay_prepared_across_reads(postgres_url: str, clock
     # their parameters' types from its fifth run on (none without keeping them)
     assert runs.get("claimed", 0) >= 25, runs
     assert runs.get("moved", 0) >= 20, runs
+
+
+def test_a_think_that_missed_the_transcripts_reads_in_one_statement(
+    postgres_url: str, clock: Clock
+) -> None:
+    """With several workers most THINKs find no transcript of their session in their
+    process: the context's start and the steps, calls and observations after it come in
+    one statement after the claim (five through Core), the same as Core reads them."""
+    engine = make_engine(postgres_url, pool_size=2, max_overflow=0)
+    try:
+        store = open_store(engine)
+        store.create(new_session("missed-1", now=clock()), now=clock())
+        for n in range(3):
+            run_step(store, "missed-1", n, now=clock())
+        statements: list[str] = []
+
+        def count(*args: object) -> None:
+            statements.append(str(args[2]))
+
+        event.listen(engine, "before_cursor_execute", count)
+        try:
+            cold = open_store(engine)
+            missed = cold.claim("missed-1", 6, owner="w2", now=clock(), lease_s=LEASE_S)
+        finally:
+            event.remove(engine, "before_cursor_execute", count)
+        assert missed is not None
+        assert len(statements) == 2, statements
+        with engine.connect() as conn:
+            assert (missed.steps, missed.observations) == read_history(conn, "missed-1")
+    finally:
+        engine.dispose()
