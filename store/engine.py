@@ -29,23 +29,34 @@ def make_engine(url: str, *, keep_prepared: bool = True, **kwargs: Any) -> Engin
     kwargs.setdefault("max_overflow", 40)
     # the connection used last first: fewer of them busy, each with its statements prepared
     kwargs.setdefault("pool_use_lifo", True)
+    if keep_prepared:
+        # psycopg prepares any statement run five times on a connection; only the tick's
+        # statements are prepared (`postgres._one`: `prepare=True`), the rest planned per
+        # run as before (their plans may depend on their parameters)
+        given = kwargs.get("connect_args", {})
+        kwargs["connect_args"] = {"prepare_threshold": ONLY_ASKED, **given}
     engine = create_engine(url, **kwargs)
     if keep_prepared:
         engine.dialect.do_rollback = _rollback_keeping_prepared  # type: ignore[method-assign]
     return engine
 
 
+#: a prepare threshold no statement reaches: psycopg prepares only those run with `prepare`
+ONLY_ASKED = 2**62
+
+
 def _rollback_keeping_prepared(dbapi_connection: Any) -> None:
     """Roll back as the driver would, without it forgetting its prepared statements.
 
-    psycopg prepares a statement run five times on a connection, and forgets every one of
-    them (DEALLOCATE ALL) at each rollback, for fear of DDL undone by it. SQLAlchemy ends
-    every read (`engine.connect()`) with a rollback, so the tick's statements were planned
-    again nearly every time: about a third of their time on the server. tickwork runs no
+    psycopg forgets every statement it prepared on a connection (DEALLOCATE ALL) at each
+    rollback, for fear of DDL undone by it. SQLAlchemy ends every read (`engine.connect()`)
+    with a rollback, so the tick's statements were planned again nearly every time: about
+    a third of their time on the server. tickwork runs no
     DDL on these connections (the migrations' engine keeps the driver's rollback), and a
     prepared statement outlives a rollback on the server, so the ROLLBACK goes to libpq
     directly; anything but a clean one (a broken connection) goes to the driver, which
     reports it."""
+    import psycopg
     from psycopg import pq
 
     pgconn = getattr(dbapi_connection, "driver_connection", dbapi_connection).pgconn
@@ -53,10 +64,19 @@ def _rollback_keeping_prepared(dbapi_connection: Any) -> None:
         pq.TransactionStatus.INTRANS,
         pq.TransactionStatus.INERROR,
     )
-    plain = opened and pgconn.pipeline_status == pq.PipelineStatus.OFF
-    if plain and pgconn.exec_(b"ROLLBACK").status == pq.ExecStatus.COMMAND_OK:
+    if not opened or pgconn.pipeline_status != pq.PipelineStatus.OFF:
+        dbapi_connection.rollback()
         return
-    dbapi_connection.rollback()
+    result = pgconn.exec_(b"ROLLBACK")
+    if result.status == pq.ExecStatus.COMMAND_OK:
+        return
+    try:
+        dbapi_connection.rollback()
+    except psycopg.Error as exc:  # the driver's "connection lost": add the server's why
+        reason = (result.error_message or pgconn.error_message).decode(errors="replace")
+        if reason.strip():
+            raise type(exc)(f"{exc} ({reason.strip()})") from exc
+        raise
 
 
 def _sqlite_engine(url: str, **kwargs: Any) -> Engine:
