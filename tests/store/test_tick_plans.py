@@ -1,9 +1,13 @@
 """The tick's statements on Postgres read as many rows at a session's step 150 as at its
 step 20, on a database never analyzed (a young deployment, or autovacuum off): their
-lookups must not depend on the planner's statistics to stay flat (store/postgres.py)."""
+lookups must not depend on the planner's statistics to stay flat (store/postgres.py).
+Both plans count: the one made for a run's parameters, and the generic plan a prepared
+statement settles on (a worker's connections run the tick's statements prepared)."""
 
 from __future__ import annotations
 
+import re
+from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -11,6 +15,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 from sqlalchemy import Engine, event
 from tickwork.fsm.values import Budgets, Status
 from tickwork.store import make_engine, open_store
@@ -53,11 +58,24 @@ def rows_read(plan: dict[str, Any]) -> int:
     return own + sum(rows_read(p) for p in plan.get("Plans", ()))
 
 
+def positional(statement: str, params: dict[str, Any]) -> tuple[str, list[Any]]:
+    """`statement` with `$1, $2, ...` for its `%(name)s` parameters, and their values in
+    that order (for a PREPARE)."""
+    order: list[str] = []
+
+    def number(match: re.Match[str]) -> str:
+        if match[1] not in order:
+            order.append(match[1])
+        return f"${order.index(match[1]) + 1}"
+
+    return re.sub(r"%\((\w+)\)s", number, statement), [params[n] for n in order]
+
+
 @contextmanager
 def explaining(engine: Engine, url: str) -> Iterator[dict[str, list[int]]]:
     """Every CLAIM and SAVE run on `engine` meanwhile is first run under EXPLAIN ANALYZE on
     a connection of its own and rolled back; yields the rows each read, by statement."""
-    read: dict[str, list[int]] = {"claim": [], "save": []}
+    read: dict[str, list[int]] = defaultdict(list)
     names = {CLAIM: "claim", SAVE: "save"}
 
     def explain(conn: Any, cursor: Any, statement: str, params: Any, *_: Any) -> None:
@@ -65,10 +83,22 @@ def explaining(engine: Engine, url: str) -> Iterator[dict[str, list[int]]]:
         if name is None:
             return
         with psycopg.connect(url) as other:
-            explained = other.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + statement, params)
-            (plan,) = explained.fetchone() or ((),)
+            # planned for these parameters (a statement's first runs), then the generic
+            # plan a prepared statement settles on (the worker's, from its sixth run)
+            custom = other.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + statement, params)
+            (plan,) = custom.fetchone() or ((),)
+            other.rollback()
+            numbered, values = positional(statement, params)
+            other.execute(f"PREPARE explained AS {numbered}")
+            other.execute("SET plan_cache_mode = force_generic_plan")
+            arguments = sql.SQL(", ").join(sql.Literal(v) for v in values)
+            generic = other.execute(
+                sql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE explained ({})").format(arguments)
+            )
+            (generic_plan,) = generic.fetchone() or ((),)
             other.rollback()
         read[name].append(rows_read(plan[0]["Plan"]))
+        read[f"{name} (generic)"].append(rows_read(generic_plan[0]["Plan"]))
 
     event.listen(engine, "before_cursor_execute", explain)
     try:
@@ -112,5 +142,5 @@ def test_the_tick_reads_as_many_rows_late_in_a_session_as_early(
     with explaining(engine, url) as read:
         one_step(store, "long", 150, now=clock())
 
-    assert [len(c) for c in early.values()] == [2, 2], early  # THINK and EXECUTE each
+    assert [len(c) for c in early.values()] == [2, 2, 2, 2], early  # THINK and EXECUTE each
     assert read == early, f"rows read at step 150 {read} against step 20 {early}"
