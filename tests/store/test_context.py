@@ -135,18 +135,7 @@ def test_a_cold_claim_reads_masked_observations_by_their_size_only(
     store: Store, clock: Clock, session_id: str
 ) -> None:
     _steps(store, session_id, clock, 4)
-    claimed = claim(store, session_id, now=clock())
-    change = machine.think(
-        claimed.head,
-        reply(("read_file", {"path": "g"})),
-        now=clock(),
-        cost_usd=0.0,
-        trace_id="t-5",
-        recent=claimed.recent,
-        rules={},
-        masked_through=3,
-    )
-    store.save(change, version=claimed.head.version, owner=OWNER, now=clock())
+    _mask(store, session_id, clock, through=3)
     execute(store, session_id, now=clock(), output="é" * 10)
     cold = open_store(store.engine, core=type(store).__name__ == "CoreStore")
     seen = claim(cold, session_id, now=clock()).observations
