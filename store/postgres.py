@@ -131,13 +131,15 @@ class PostgresStore(CoreStore):
             name: _dumps(value) if name in _JSON_HEAD else value
             for name, value in rows.head_changes(head).items()
         }
+        charging = charged_rows(change)
+        assert len(charging) <= 1, "SAVE charges one step: `charged_step`"
         params.update(
             id=head.id,
             version=lease.version,
             owner=lease.owner,
             cancel_requested=head.cancel_requested,
             call_states=_dumps(closing := changed_states(change)),
-            charged=_dumps(charging := charged_rows(change)),  # one row or none
+            charged=_dumps(charging),
             **_steps("closed", closing),
             charged_step=charging[0]["step"] if charging else None,
             updated_at=_aware(head.updated_at),
