@@ -8,6 +8,7 @@ No worker runs: the submitted sessions wait to start (never ticked), which is wh
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -32,6 +33,7 @@ from tickwork.store.schema import events, outbox, sessions
 from tickwork.worker.config.settings import Settings
 
 from tests.api.conftest import TEST_KIND, Server
+from tests.services import postgres_database
 from tickwork.api import ApiSettings, make_api
 from tickwork.client import Tickwork
 from tickwork.testing.store_contract.trees import finish, spawn
@@ -90,23 +92,22 @@ def fleet(
         queue=f"tickwork.ticks.{uuid.uuid4().hex[:8]}",
         imports=[TEST_KIND],
     )
-    if backend == "postgres":
-        from tests.conftest import _truncate
-
-        url = str(request.getfixturevalue("postgres_url"))
-        _truncate(url)
-        settings = Settings(database_url=url, **common)
-    else:
-        settings = Settings(**common)
-        settings.state_dir.mkdir(parents=True)
-        upgrade(settings.db_url)
-    script = tmp_path / "script.json"
-    script.write_text(json.dumps([{"content": "done"}]))
-    client = Tickwork(settings)
-    try:
+    with contextlib.ExitStack() as stack:
+        if backend == "postgres":
+            # a database of its own: this process's shared one is the package's running
+            # `stack`'s (tests/api/conftest.py), whose relay would republish these
+            # sessions' ticks to its worker, and which a truncation would empty under it
+            url = stack.enter_context(postgres_database())
+            upgrade(url)
+            settings = Settings(database_url=url, **common)
+        else:
+            settings = Settings(**common)
+            settings.state_dir.mkdir(parents=True)
+            upgrade(settings.db_url)
+        script = tmp_path / "script.json"
+        script.write_text(json.dumps([{"content": "done"}]))
+        client = stack.enter_context(contextlib.closing(Tickwork(settings)))
         yield Fleet(client, tenants_file, f"scripted:{script}")
-    finally:
-        client.close()
 
 
 def test_max_queued_refuses_the_submit_past_it_and_stores_nothing(fleet: Fleet) -> None:
@@ -288,4 +289,4 @@ def test_fifty_submits_race_for_the_last_slots(fleet: Fleet) -> None:
             select(func.count()).select_from(events).where(events.c.session_id.like("race-%"))
         ).scalar_one()
     assert len(raced) == 3 and ticks == 3 and created == 3  # nothing half-created
-    assert all(fleet.client.get(i).status is Status.READY for i in raced)
+    assert [fleet.client.get(i).status for i in raced] == [Status.READY] * 3

@@ -149,4 +149,6 @@ def test_the_claim_and_the_renewals_take_the_same_lease(
     with rt.leases.hold(head.id, 0, "someone"):
         rt.leases.renew_all()
     assert advance(rt, head.id, 0).outcome is Outcome.SAVED
-    assert sorted(recording.leases) == [("claim", 4.0), ("renew", 4.0)]
+    # the background renewal may run as well, under load: each renewal asks for 4 s too
+    assert {kind for kind, _ in recording.leases} == {"claim", "renew"}
+    assert {lease for _, lease in recording.leases} == {4.0}
