@@ -51,11 +51,10 @@ def _rollback_keeping_prepared(dbapi_connection: Any) -> None:
     psycopg forgets every statement it prepared on a connection (DEALLOCATE ALL) at each
     rollback, for fear of DDL undone by it. SQLAlchemy ends every read (`engine.connect()`)
     with a rollback, so the tick's statements were planned again nearly every time: about
-    a third of their time on the server. tickwork runs no
-    DDL on these connections (the migrations' engine keeps the driver's rollback), and a
-    prepared statement outlives a rollback on the server, so the ROLLBACK goes to libpq
-    directly; anything but a clean one (a broken connection) goes to the driver, which
-    reports it."""
+    a third of their time on the server. tickwork runs no DDL on these connections (the
+    migrations' engine keeps the driver's rollback), and a prepared statement outlives a
+    rollback on the server, so the ROLLBACK goes to libpq directly; anything but a clean
+    one (a broken connection) goes to the driver, which reports it."""
     import psycopg
     from psycopg import pq
 

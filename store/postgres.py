@@ -92,15 +92,11 @@ class PostgresStore(CoreStore):
     def _history(self, session_id: str) -> tuple[tuple[Step, ...], dict[str, Observation]]:
         row = _one(self._single, HISTORY_READ, {"id": session_id, "history": HISTORY})
         assert row is not None, "HISTORY_READ returns one row"
-
-        def found(key: str, table: Table) -> list[dict[str, Any]]:
-            return [utc(table, r) for r in row[key] or ()]
-
-        history = steps_from_rows(found("steps", steps), found("calls", calls))
+        history = steps_from_rows(_found(row, "steps", steps), _found(row, "calls", calls))
         seen = {
             r["call_id"]: rows.observation_from_row(r)
             for key in ("stubs", "observations")
-            for r in found(key, observations)
+            for r in _found(row, key, observations)
         }
         return history, seen
 
@@ -140,7 +136,9 @@ class PostgresStore(CoreStore):
             cancel_requested=head.cancel_requested,
             call_states=_dumps(closing := changed_states(change)),
             charged=_dumps(charging),
-            **_steps("closed", closing),
+            # the range of steps whose calls close (empty without any)
+            closed_from=min((r["step"] for r in closing), default=None),
+            closed_to=max((r["step"] for r in closing), default=None),
             charged_step=charging[0]["step"] if charging else None,
             updated_at=_aware(head.updated_at),
         )
@@ -211,12 +209,13 @@ def _agg(table: Table, alias: str, where: str, order: str) -> str:
     )
 
 
-def _of_call(table: Table, alias: str) -> str:
-    """The rows of `table` of call `c`, looked up by its primary key call by call: joined
-    plainly, the planner may scan all the session's rows once per call (O(n^2) over a
-    session's life); OFFSET 0 keeps it from flattening the lookup into such a join."""
+def _of_call(table: Table, alias: str, what: str = "") -> str:
+    """The rows of `table` of call `c` as `x` (`x.<alias>`: the whole row, or `what` of
+    it), looked up by its primary key call by call: joined plainly, the planner may scan
+    all the session's rows once per call (O(n^2) over a session's life); OFFSET 0 keeps it
+    from flattening the lookup into such a join."""
     return (
-        f"LATERAL (SELECT {alias} FROM {table.name} AS {alias} WHERE "
+        f"LATERAL (SELECT {what or alias} FROM {table.name} AS {alias} WHERE "
         f"{alias}.session_id = c.session_id AND {alias}.call_id = c.call_id OFFSET 0) AS x"
     )
 
@@ -344,11 +343,9 @@ SELECT
     (SELECT jsonb_agg(x.o) FROM {calls.name} AS c, {_of_call(observations, "o")}
      WHERE c.session_id = %(id)s AND c.step > GREATEST(b.start, b.masked)) AS observations,
     (SELECT jsonb_agg(jsonb_build_object(
-        'call_id', o.call_id, 'content', '', 'is_error', o.is_error, 'at', o.at,
-        'duration_ms', o.duration_ms, 'elided', octet_length(o.content)))
-     FROM {calls.name} AS c, LATERAL (
-        SELECT * FROM {observations.name} AS o
-        WHERE o.session_id = c.session_id AND o.call_id = c.call_id OFFSET 0) AS o
+        'call_id', x.call_id, 'content', '', 'is_error', x.is_error, 'at', x.at,
+        'duration_ms', x.duration_ms, 'elided', octet_length(x.content)))
+     FROM {calls.name} AS c, {_of_call(observations, "o", "o.*")}
      WHERE c.session_id = %(id)s AND c.step > b.start AND c.step <= b.masked) AS stubs
 FROM bounds AS b
 """)
@@ -396,13 +393,6 @@ WITH moved AS (
 {_APPENDED}
 SELECT cancel_requested FROM moved
 """)
-
-
-def _steps(name: str, rows: list[dict[str, Any]]) -> dict[str, int | None]:
-    """The least and greatest `step` of `rows` as SAVE's `<name>_from` and `<name>_to`
-    (None without rows: the range is then empty)."""
-    steps = [row["step"] for row in rows]
-    return {f"{name}_from": min(steps, default=None), f"{name}_to": max(steps, default=None)}
 
 
 def _one(engine: Engine, sql: str, params: dict[str, Any]) -> dict[str, Any] | None:
@@ -509,26 +499,29 @@ _TIMES = {
 }
 
 
+def _found(row: Mapping[str, Any], key: str, table: Table) -> list[dict[str, Any]]:
+    """The rows of `table` a statement returned as the JSON array `key`, with their times."""
+    return [utc(table, r) for r in row[key] or ()]
+
+
 def _taken(row: Mapping[str, Any], lease: Lease) -> Taken:
     """What CLAIM read, as values."""
     owner = lease.owner
     assert owner is not None, "a claim takes a lease"
-
-    def found(key: str, table: Table) -> list[dict[str, Any]]:
-        return [utc(table, r) for r in row[key] or ()]
-
     head = rows.head_from_row(row)
     if head.status is Status.EXECUTING:
-        current = tuple(rows.call_from_row(r) for r in found("current_calls", calls))
+        current = tuple(rows.call_from_row(r) for r in _found(row, "current_calls", calls))
         decided = {
-            r["call_id"]: rows.decision_from_row(r) for r in found("current_decisions", decisions)
+            r["call_id"]: rows.decision_from_row(r)
+            for r in _found(row, "current_decisions", decisions)
         }
         started = row["started_call"]
         claimed = Claimed(head=head, owner=owner, calls=current, decisions=decided, started=started)
         return claimed, None
-    history = steps_from_rows(found("new_steps", steps), found("new_calls", calls))
+    history = steps_from_rows(_found(row, "new_steps", steps), _found(row, "new_calls", calls))
     seen = {
-        r["call_id"]: rows.observation_from_row(r) for r in found("new_observations", observations)
+        r["call_id"]: rows.observation_from_row(r)
+        for r in _found(row, "new_observations", observations)
     }
     known = row["known_step"]
     mark = None if known is None else (known[0], known[1])
