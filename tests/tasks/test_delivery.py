@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 
 import pytest
@@ -10,6 +11,7 @@ from tickwork.worker.tick.app import runtime
 
 from tests.fakes import FakeModel, fake_model_server
 from tests.tasks.conftest import Deployment, on_every_broker
+from tickwork.testing import call, until
 
 
 def script(steps: int) -> list[dict[str, object]]:
@@ -96,3 +98,42 @@ def test_a_broker_that_is_down_at_submit_loses_nothing(deployment: Deployment) -
     with deployment.worker():  # the client's settings still name the live broker
         head = deployment.client.wait(session_id, timeout=60)
     assert head.status is Status.COMPLETED
+
+
+def _copies_in_redis(deployment: Deployment) -> int:
+    """How many of this deployment's tick messages Redis keeps as delivered and not yet
+    acknowledged (kombu's `unacked` hash; other tests' entries are told apart by queue)."""
+    import redis
+
+    client = redis.Redis.from_url(deployment.settings.broker_url)
+    try:
+        held = [json.loads(v) for v in client.hvals("unacked")]
+    finally:
+        client.close()
+    return sum(1 for _, _, routing_key in held if routing_key == deployment.settings.queue)
+
+
+@pytest.mark.parametrize("deployment", ["production"], indirect=True)
+@pytest.mark.parametrize("emulated", [False, True], ids=["default", "ack-emulation"])
+def test_redis_keeps_a_copy_of_a_running_tick_only_with_ack_emulation(
+    deployment: Deployment, emulated: bool
+) -> None:
+    """By default Redis keeps no copy of the tick a worker runs: the outbox and the relay
+    bring back what a killed worker held. TICKWORK_REDIS_ACK_EMULATION=true keeps one until
+    the tick's ack, as kombu does by default."""
+    if not deployment.settings.broker_url.startswith("redis"):
+        pytest.skip("the production deployment runs on RabbitMQ (TICKWORK_BROKER_URL)")
+    if emulated:
+        deployment.settings = deployment.settings.model_copy(update={"redis_ack_emulation": True})
+    sleeps = [
+        {"content": "act", "tool_calls": [call("idem_effect", value="x", sleep_s=3.0)]},
+        {"content": "done"},
+    ]
+    session_id = deployment.submit(sleeps)
+    with deployment.worker():
+        until(lambda: deployment.sink_lines("idem.log"), timeout=60, what="the tool to start")
+        held = _copies_in_redis(deployment)  # the tool's tick is running
+        done = deployment.client.wait(session_id, timeout=60)
+    assert done.status is Status.COMPLETED
+    assert held == (1 if emulated else 0)
+    assert _copies_in_redis(deployment) == 0

@@ -25,6 +25,14 @@ def test_a_model_timeout_past_the_delivery_timeout_is_refused() -> None:
 
 
 def test_a_redis_visibility_timeout_below_the_delivery_timeout_is_refused() -> None:
+    redis = "redis://127.0.0.1:6379/0"
     with pytest.raises(ValidationError, match="visibility_timeout_s"):
-        Settings(broker_url="redis://127.0.0.1:6379/0", visibility_timeout_s=600)
+        Settings(broker_url=redis, redis_ack_emulation=True, visibility_timeout_s=600)
     assert Settings(broker_url="amqp://127.0.0.1//", visibility_timeout_s=600)
+    # without ack emulation (the default) Redis redelivers nothing: the timeout is unused
+    assert Settings(broker_url=redis, visibility_timeout_s=600).broker() == (
+        redis,
+        {"ack_emulation": False},
+    )
+    emulated = Settings(broker_url=redis, redis_ack_emulation=True)
+    assert emulated.broker() == (redis, {"visibility_timeout": 7200.0})

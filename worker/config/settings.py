@@ -174,7 +174,14 @@ class Settings(BaseSettings):
     #: the type of tickwork's queues on RabbitMQ: `quorum` (replicated, with a delivery
     #: limit) or `classic`; a queue's type is fixed when it is first declared
     rabbitmq_queue_type: str = "quorum"
-    #: Redis redelivers an unacknowledged message after this; longer than the longest tick
+    #: kombu's acknowledgement emulation on Redis: each delivered tick copied to Redis's
+    #: `unacked` hash and removed at its ack (two MULTI/EXEC round trips a tick), so that
+    #: Redis gives back what a killed worker held after `visibility_timeout_s`. Off: the
+    #: outbox and the relay bring such a tick back long before (docs/DESIGN.md section 3),
+    #: and a worker stopping cleanly still puts back what it had not started
+    redis_ack_emulation: bool = False
+    #: with `redis_ack_emulation`, Redis redelivers an unacknowledged message after this;
+    #: longer than the longest tick
     visibility_timeout_s: float = Field(default=2 * 3600.0, gt=0)
     #: the longest a model retry waits (a Retry-After above it is cut to it); the wait is
     #: an outbox row with a due time, published by the relay when due
@@ -326,7 +333,8 @@ class Settings(BaseSettings):
     @classmethod
     def _redelivered_after_the_longest_tick(cls, value: float, info: ValidationInfo) -> float:
         delivery = info.data.get("delivery_timeout_s", value)
-        if str(info.data.get("broker_url", "")).startswith("redis") and value < delivery:
+        redis = str(info.data.get("broker_url", "")).startswith("redis")
+        if redis and info.data.get("redis_ack_emulation") and value < delivery:
             raise ValueError(
                 f"{value:g} is shorter than delivery_timeout_s={delivery:g}: Redis would "
                 "deliver a tick again while a worker still runs it; raise it"
@@ -401,7 +409,9 @@ class Settings(BaseSettings):
             # queue, a majority of its nodes), and a worker cut off from RabbitMQ waits in
             # publish instead of handing its relay's ticks to a dead socket
             return self.broker_url, {"confirm_publish": True}
-        return self.broker_url, {"visibility_timeout": self.visibility_timeout_s}
+        if self.redis_ack_emulation:
+            return self.broker_url, {"visibility_timeout": self.visibility_timeout_s}
+        return self.broker_url, {"ack_emulation": False}
 
     def masked(self, *others: BaseSettings) -> dict[str, Any]:
         """The settings in force, its sections' (`SECTIONS`), then those of `others` (e.g.
