@@ -4,7 +4,6 @@ happen, and the approvals asked at the terminal."""
 
 from __future__ import annotations
 
-import difflib
 import os
 import shlex
 import shutil
@@ -24,7 +23,6 @@ from tickwork.fsm.errors import ConfigurationError, InvalidInput, TickworkError
 from tickwork.fsm.kinds import SessionKind, kind_of
 from tickwork.fsm.values import Session, ToolCall
 from tickwork.worker.files.filetree import SKIP_DIRS
-from tickwork.worker.jobs.repair.adoption import proposed
 
 from . import render
 from .context import Context
@@ -222,29 +220,12 @@ def decide(ctx: Context, whole: Session, call: ToolCall, *, yes: bool) -> None:
 
 
 def _preview(ctx: Context, whole: Session, call: ToolCall) -> None:
-    """What the call would do: a diff for a file write, the text of a patch or command."""
-    arguments = call.arguments or {}
-    if call.name == "write_file" and isinstance(arguments.get("content"), str):
-        stored = ctx.client.read_file(whole.head.id, str(arguments.get("path")))
-        before = (stored or b"").decode("utf-8", errors="replace")
-        diff = "".join(
-            difflib.unified_diff(
-                before.splitlines(keepends=True),
-                arguments["content"].splitlines(keepends=True),
-                f"a/{arguments.get('path')}",
-                f"b/{arguments.get('path')}",
-            )
-        )
-        render.show(Syntax(diff or "(no change)", "diff"))
-    elif call.name == "apply_patch":
-        render.show(Syntax(str(arguments.get("patch", "")), "diff"))
-    elif call.name == "adopt_patch":
-        render.show(Syntax(_child_patch(ctx, whole, arguments.get("child")), "diff"))
-    else:
+    """What the call would do, as the API's approval card shows it (a diff for a file
+    write, the patch, the named child's patch), else the call itself."""
+    from .api.previews import preview  # the page's diff, shown alike; loads the API only here
+
+    shown = preview(call, ctx.reads.file_reader(whole.head), lambda: ctx.reads.children(whole.head))
+    if shown is None:
         render.show(Text(f"  {call.name} {call.raw_arguments}"))
-
-
-def _child_patch(ctx: Context, whole: Session, child: Any) -> str:
-    """The patch `adopt_patch {"child": child}` would take, for the person who decides."""
-    note, patch = proposed(ctx.reads.children(whole.head), child)
-    return f"# {note}\n{patch}" if patch else note
+    else:
+        render.show(Syntax(f"# {shown['note']}\n{shown['diff'] or '(no change)'}", "diff"))
