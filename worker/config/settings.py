@@ -333,7 +333,7 @@ class Settings(BaseSettings):
     @classmethod
     def _redelivered_after_the_longest_tick(cls, value: float, info: ValidationInfo) -> float:
         delivery = info.data.get("delivery_timeout_s", value)
-        redis = str(info.data.get("broker_url", "")).startswith("redis")
+        redis = str(info.data.get("broker_url", "")).startswith(("redis", "sentinel"))
         if redis and info.data.get("redis_ack_emulation") and value < delivery:
             raise ValueError(
                 f"{value:g} is shorter than delivery_timeout_s={delivery:g}: Redis would "
