@@ -140,9 +140,17 @@ def one_round(
         start = time.time()
         ids = submit_many(tw, model, "a", args.a)
         busy = submit_many(tw, model, "b", args.b)
+        # A's sessions still queued once every B session has had its first tick (counted
+        # after B's end instead, a fast fleet may have drained A by then)
+        common.until(
+            lambda: len(first_ticks(tw, list(busy))) == len(busy),
+            timeout=wait,
+            what="B's first ticks",
+            check=w.check,
+        )
+        figures["a_queued_after_b"] = queued(tw, list(ids))
         done(busy, "B busy", 0.05)
         figures["b_p95_busy"] = common.percentile(latencies(tw, busy), 95)
-        figures["a_queued_after_b"] = queued(tw, list(ids))  # after B's first ticks
         done(ids, "A with B", 0.5)
         figures["a_rate_with_b"] = args.a / (last_update(tw, list(ids)) - start)
 
