@@ -120,6 +120,9 @@ def fork(
         )
     if graph is not None and patch.graph_version is not None:
         config.update(graph_config(graph.name, patch.graph_version))
+    # the kept steps' cost counts against the fork's budget, but was spent by the parent:
+    # a tenant's daily spend takes it off again (`store.quotas.spent_today`)
+    inherited = sum(s.cost_usd for s in steps)
     head = Head(
         id=new_id,
         kind=parent.head.kind,
@@ -133,7 +136,7 @@ def fork(
         config=config,
         step=from_step,
         tokens=sum(s.usage.total for s in steps),
-        cost_usd=sum(s.cost_usd for s in steps),
+        cost_usd=inherited,
         parent_id=parent.head.id,
         fork_step=from_step,
         awaiting=awaiting,
@@ -151,6 +154,7 @@ def fork(
             "from_step": from_step,
             "by": by,
             "patch": patch.model_dump(exclude_defaults=True),
+            "inherited_cost_usd": inherited,
         },
     )
     return Session(

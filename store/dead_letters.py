@@ -108,13 +108,16 @@ def record_fork(
             'to fork it once more on purpose, add --again (API: "again": true)'
         )
     forks = [*resolution.get("forks", ()), {"fork": fork, "by": by, "at": now.isoformat()}]
-    if not resolution or resolution.get("state") == Closing.FORKED:
+    closing = not resolution
+    if closing:
         resolution.update(state=Closing.FORKED.value, by=by, at=now.isoformat())
+    # `fork`, `by` and `at` stay the first close's (a fork, or a resolve or dismiss before
+    # it); `forks` lists every fork with its own
     resolution.update(fork=forks[0]["fork"], forks=forks)
     conn.execute(
         update(dead_letters)
         .where(dead_letters.c.id == row.id)
-        .values(resolved_at=now, resolution=resolution)
+        .values(resolution=resolution, **({"resolved_at": now} if closing else {}))
     )
 
 

@@ -8,7 +8,8 @@ What each quota counts (docs/OPERATIONS.md, "Tenants and quotas"):
 - `max_usd_per_day`: what the tenant's sessions created since the last UTC midnight spent
   themselves, each counted once: their recorded cost (`cost_usd`) less the children's cost
   charged to them at their joins (a `children_joined` event with `cost_usd`; the children
-  are counted as sessions themselves); refused once it reached the quota, until the next
+  are counted as sessions themselves) and less a fork's inherited cost (the steps it kept
+  from its parent, spent by the parent); refused once it reached the quota, until the next
   midnight.
 - `max_stored_bytes`: the characters of the tenant's live transcripts (the model's thoughts
   and the tools' observations; ~bytes), summed at most once a minute per process (a join
@@ -86,15 +87,31 @@ def spent_today(conn: Connection, tenant: str, *, now: datetime) -> float:
     """What `tenant`'s sessions created since the last UTC midnight spent, each session's
     own spending once: a join adds its children's cost to their parent's `cost_usd` (the
     root's is the tree's), so the cost charged at each join (its `children_joined` event)
-    is taken off the parent's, the children being counted themselves."""
+    is taken off the parent's, the children being counted themselves; a fork's `cost_usd`
+    starts at its kept steps' cost, spent by its parent, which its `forked` event records
+    (`inherited_cost_usd`) and which is taken off too."""
     today = (sessions.c.tenant == tenant) & (sessions.c.created_at >= midnight_before(now))
     recorded = select(func.coalesce(func.sum(sessions.c.cost_usd), 0.0)).where(today)
     mine = select(sessions.c.id).where(today).scalar_subquery()
     charged = select(func.coalesce(func.sum(events.c.data["cost_usd"].as_float()), 0.0)).where(
         events.c.session_id.in_(mine), events.c.kind == EventKind.CHILDREN_JOINED.value
     )
-    total = float(conn.execute(recorded).scalar_one()) - float(conn.execute(charged).scalar_one())
-    return max(0.0, total)
+    inherited = select(
+        func.coalesce(func.sum(events.c.data["inherited_cost_usd"].as_float()), 0.0)
+    ).where(events.c.session_id.in_(mine), events.c.kind == EventKind.FORKED.value)
+    total = float(conn.execute(recorded).scalar_one())
+    total -= float(conn.execute(charged).scalar_one()) + float(conn.execute(inherited).scalar_one())
+    # to the nano-dollar: a sum of float costs less others is off by some 1e-18
+    return max(0.0, round(total, 9))
+
+
+def dollars(amount: float) -> str:
+    """`amount` in dollars, with cents, and below a dollar with as many digits as tell two
+    amounts a cent apart or less from each other ($0.0132 against $0.015, not $0.01 and
+    $0.01)."""
+    if amount >= 1:
+        return f"${amount:,.2f}"
+    return f"${amount:.6f}".rstrip("0").rstrip(".") if amount else "$0"
 
 
 def lock(conn: Connection, tenant: str) -> None:
@@ -131,8 +148,9 @@ def check(
         if spent >= quotas.max_usd_per_day:
             until = midnight_before(now) + timedelta(days=1)
             raise QuotaExceeded(
-                f"tenant {tenant} spent ${spent:.2f} today (UTC), its quota max_usd_per_day "
-                f"is ${quotas.max_usd_per_day:.2f}: submit again after {until.isoformat()}",
+                f"tenant {tenant} spent {dollars(spent)} today (UTC), its quota "
+                f"max_usd_per_day is {dollars(quotas.max_usd_per_day)}: submit again after "
+                f"{until.isoformat()}",
                 tenant=tenant,
                 quota="max_usd_per_day",
                 limit=quotas.max_usd_per_day,

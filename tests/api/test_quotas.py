@@ -37,7 +37,7 @@ from tests.services import postgres_database
 from tickwork.api import ApiSettings, make_api
 from tickwork.client import Tickwork
 from tickwork.testing.store_contract.trees import finish, spawn
-from tickwork.testing.store_ticks import Clock, claim, reply, think
+from tickwork.testing.store_ticks import Clock, claim, reply, run_step, think
 
 TOKENS = {
     "ann-team-a-token-00000001": {"name": "ann", "roles": ["submitter"], "tenant": "team-a"},
@@ -199,6 +199,36 @@ def test_a_tree_s_spend_counts_once_though_its_root_carries_the_children_s(
     with pytest.raises(QuotaExceeded) as refused:
         fleet.submit("default")
     assert refused.value.used == pytest.approx(0.03)
+
+
+def test_a_fork_counts_only_what_it_spent_itself(fleet: Fleet) -> None:
+    """A fork's `cost_usd` starts at the cost of the steps it kept, which its parent spent
+    and which counts already: the day's spend takes it once."""
+    store = fleet.client.store
+    clock = Clock(datetime.now(UTC))
+    parent = fleet.submit("team-a", "spender")
+    for number in (1, 2, 3):
+        run_step(store, parent, number, now=clock())  # 0.01 a step
+    fork = fleet.client.fork(parent, from_step=2, by="ann", new_id="spender-fork")
+    assert fork.cost_usd == pytest.approx(0.02)  # its budget counts the kept steps
+    think(store, fork.id, reply(("read_file", {"path": "other.py"})), now=clock())  # its own
+
+    engine = store.engine  # type: ignore[attr-defined]
+    used = quotas.usage(engine, "team-a", now=clock(), stored=quotas.StoredBytes())
+    assert used["max_usd_per_day"] == pytest.approx(0.04)  # 0.03 + 0.01, not 0.06
+    write(fleet.tenants_file, {"team-a": {"max_usd_per_day": 0.045}})
+    fleet.submit("team-a")
+    write(fleet.tenants_file, {"team-a": {"max_usd_per_day": 0.04}})
+    with pytest.raises(QuotaExceeded) as refused:
+        fleet.submit("team-a")
+    assert "spent $0.04 today" in str(refused.value) and "is $0.04:" in str(refused.value)
+
+
+def test_the_refusal_shows_amounts_below_a_dollar_to_tell_them_apart() -> None:
+    assert quotas.dollars(0.01976) == "$0.01976"
+    assert quotas.dollars(0.015) == "$0.015"
+    assert quotas.dollars(0) == "$0"
+    assert quotas.dollars(1234.5) == "$1,234.50"
 
 
 def test_stored_bytes_count_the_transcripts(fleet: Fleet) -> None:

@@ -143,7 +143,10 @@ def test_a_dead_letter_is_forked_once_unless_again_and_keeps_every_fork(
         (first["id"], "erin"),
         (again["id"], "frank"),
     ]
-    assert shown["resolution"]["fork"] == first["id"]  # the first fork stays referenced
+    # the first fork stays referenced, with who made it and when
+    assert shown["resolution"]["fork"] == first["id"]
+    assert shown["resolution"]["by"] == "erin"
+    assert shown["resolution"]["at"] == shown["resolution"]["forks"][0]["at"]
     session = cli.inline("show", failed, "--json").json()
     assert [f["id"] for f in session["forks"]] == [first["id"], again["id"]]
     table = cli.inline("dlq", "show", failed).stdout

@@ -172,7 +172,10 @@ def test_fork_records_its_lineage(build: Any, parent: Session) -> None:
         "from_step": 2,
         "by": "alice",
         "patch": {"append_instruction": "try again", "tool_outputs": {"s1c0": "patched"}},
+        # what the kept steps cost the parent: the fork's cost starts there
+        "inherited_cost_usd": child.head.cost_usd,
     }
+    assert child.head.cost_usd == sum(s.cost_usd for s in parent.steps[:2])
 
 
 def test_unfinished_calls_of_the_kept_steps_run_again(build: Any) -> None:
