@@ -156,6 +156,21 @@ def _positive(name: str, value: float) -> float:
     return value
 
 
+#: the largest value of each budget: a count what the database's INTEGER holds (a step's
+#: number), tokens what a JSON number holds exactly (any client reads it back), dollars and
+#: seconds far past any session's (a deadline of a century)
+BUDGET_MAXIMA: dict[str, float] = {
+    "max_steps": 2**31 - 1,
+    "max_tokens": 2**53 - 1,
+    "max_cost_usd": 1e9,
+    "deadline_s": 100 * 365.25 * 86400,
+    "max_consecutive_repeats": 2**31 - 1,
+    "max_loop_interventions": 2**31 - 1,
+    "max_model_retries": 2**31 - 1,
+    "max_calls_per_step": 2**31 - 1,
+}
+
+
 class Budgets(Value):
     """Per-session limits; defaults come from settings."""
 
@@ -181,7 +196,11 @@ class Budgets(Value):
     def _check(cls, value: float, info: Any) -> float:
         if info.field_name == "max_cost_usd" and value == 0:
             return value  # 0: no cost budget, said on purpose (a model with no price)
-        return _positive(info.field_name, value)
+        _positive(info.field_name, value)
+        most = BUDGET_MAXIMA[info.field_name]
+        if value > most:
+            raise ValueError(f"{info.field_name} must be at most {most:,.0f}, got {value!r}")
+        return value
 
     @property
     def limits_cost(self) -> bool:

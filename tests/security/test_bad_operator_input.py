@@ -243,8 +243,13 @@ def test_a_fork_with_an_invalid_new_id_is_refused(env: Env, new_id: str) -> None
         {"max_steps": 2.5},
         {"max_steps": True},
         {"max_stepz": 3},
+        {"max_tokens": 2**70},
+        {"deadline_s": 1e308},
     ],
-    ids=["negative", "zero", "nan", "inf", "negative-float", "text", "fraction", "bool", "unknown"],
+    ids=[
+        *("negative", "zero", "nan", "inf", "negative-float", "text", "fraction", "bool"),
+        *("unknown", "too-many-tokens", "too-long"),
+    ],
 )
 def test_invalid_budgets_are_refused_before_anything_is_written(
     env: Env, budgets: dict[str, Any]
