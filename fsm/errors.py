@@ -62,6 +62,14 @@ class QuotaExceeded(TickworkError):
 class SessionNotFound(TickworkError, LookupError):
     """No session has that id: list sessions with `tickwork ls`."""
 
+    @classmethod
+    def of(cls, session_id: str) -> SessionNotFound:
+        """The error of a session id nobody made, with where to list them."""
+        return cls(
+            f"no session {session_id!r}; list sessions with `tickwork ls` "
+            "(API: GET /api/v1/sessions)"
+        )
+
 
 class CallNotFound(TickworkError, LookupError):
     """The session has no tool call with that id: see `tickwork show SESSION`."""

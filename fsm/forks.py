@@ -54,7 +54,7 @@ def fork(
     if not 0 <= from_step <= last:
         raise ForkOutOfRange(
             f"session {parent.head.id} has steps 1..{last}; "
-            f"choose --from-step between 0 and {last}, not {from_step}"
+            f"choose --from-step (API: from_step) between 0 and {last}, not {from_step}"
         )
     steps = parent.steps[:from_step]
     kept = {c.call_id: c for s in steps for c in s.calls}

@@ -142,7 +142,7 @@ class CoreStore(Services):
                 )
             ).first()
         if row is None:
-            raise SessionNotFound(f"no session {session_id!r}; list sessions with `tickwork ls`")
+            raise SessionNotFound.of(session_id)
         if row.lease_owner is None or row.lease_expires_at is None:
             return None
         return row.lease_owner, row.lease_expires_at

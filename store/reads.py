@@ -39,11 +39,11 @@ def _byte_length_postgres(element: byte_length, compiler: Any, **kw: Any) -> str
 
 def read_head(conn: Connection, session_id: str, *, lock: bool = False) -> Head:
     if "\x00" in session_id:  # no id holds one, and Postgres refuses it as a parameter
-        raise SessionNotFound(f"no session {session_id!r}; list sessions with `tickwork ls`")
+        raise SessionNotFound.of(session_id)
     query = select(sessions).where(sessions.c.id == session_id)
     row = conn.execute(query.with_for_update() if lock else query).mappings().first()
     if row is None:
-        raise SessionNotFound(f"no session {session_id!r}; list sessions with `tickwork ls`")
+        raise SessionNotFound.of(session_id)
     return rows.head_from_row(row)
 
 

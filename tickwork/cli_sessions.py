@@ -343,7 +343,7 @@ def show(
 def _in_tenant(head: Head, tenant: str | None) -> None:
     """SessionNotFound, as for no session at all, if --tenant names another tenant."""
     if tenant is not None and head.tenant != options.local_tenant(tenant):
-        raise SessionNotFound(f"no session {head.id!r}; list sessions with `tickwork ls`")
+        raise SessionNotFound.of(head.id)
 
 
 def pending_previews(whole: Session, reads: Reads) -> dict[str, dict[str, Any] | None]:

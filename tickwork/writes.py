@@ -145,7 +145,8 @@ class Writes(Deployment):
         spec = model or role.model or self.settings.model or str(config.pop("default_model", ""))
         if not spec:
             raise InvalidInput(
-                "no model given: pass --model (scripted:PATH or openai:MODEL) or set TICKWORK_MODEL"
+                "no model given: pass --model (API and Python: model) as scripted:PATH or "
+                "openai:MODEL, or set the deployment's default in TICKWORK_MODEL"
             )
         check_spec(spec, self.providers)
         if session_id is not None and not SESSION_ID.match(session_id):
@@ -502,7 +503,7 @@ def _check_priced(
         raise UnpricedModel(
             f"model {spec!r} has no price, so max_cost_usd (${budgets.max_cost_usd:g}) cannot "
             f"limit its cost; {how}; or turn the cost budget off with --max-cost-usd 0 "
-            "(max_cost_usd=0)"
+            "(API and Python: budgets max_cost_usd 0)"
         )
     if quota is not None:
         raise UnpricedModel(

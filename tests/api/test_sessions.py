@@ -183,6 +183,8 @@ def test_unknown_things_are_404_json(stack: Stack) -> None:
         assert answer.status_code == 404, path
         assert answer.json()["code"] in ("session_not_found", "not_found")
         assert answer.json()["message"]
+    unknown = stack.http("alice").get("/api/v1/sessions/nope").json()["message"]
+    assert "GET /api/v1/sessions" in unknown  # the API's way to list them, beside the CLI's
 
 
 def test_list_filters_by_status_and_kind(stack: Stack) -> None:
@@ -308,6 +310,7 @@ def test_fork_records_who_forked_and_runs(stack: Stack) -> None:
     out_of_range = stack.http("olga").post(f"/api/v1/sessions/{parent}/fork", json={"from_step": 5})
     assert out_of_range.status_code == 422
     assert out_of_range.json()["code"] == "fork_out_of_range"
+    assert "(API: from_step) between 0 and" in out_of_range.json()["message"]
     negative = stack.http("olga").post(f"/api/v1/sessions/{parent}/fork", json={"from_step": -1})
     assert negative.status_code == 422 and "from_step" in negative.json()["message"]
 

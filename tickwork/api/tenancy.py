@@ -20,7 +20,7 @@ from .errors import ApiError
 
 def not_found(session_id: str) -> SessionNotFound:
     """What the store says of a session nobody made."""
-    return SessionNotFound(f"no session {session_id!r}; list sessions with `tickwork ls`")
+    return SessionNotFound.of(session_id)
 
 
 def seen_head(client: Tickwork, who: Principal, session_id: str, *, archived: bool = True) -> Head:

@@ -54,8 +54,8 @@ def bearer(token: str | None) -> str:
     found = (token or os.environ.get("TICKWORK_TOKEN") or "").strip()
     if not found:
         raise ConfigurationError(
-            "no API token given: pass token=... or set TICKWORK_TOKEN (a token of the "
-            "server's TICKWORK_API_TOKENS)"
+            "no API token given: set TICKWORK_TOKEN (in Python: Client(token=...)) to a "
+            "token of the server's TICKWORK_API_TOKENS"
         )
     return found
 
