@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import uuid
 from pathlib import Path
 from typing import Any
@@ -138,7 +139,7 @@ def start_worker(
             p for p in (str(pythonpath), environ.get("PYTHONPATH")) if p
         )
     with open(log, "ab") as out:
-        return subprocess.Popen(
+        worker = subprocess.Popen(
             command,
             env=environ,
             stdout=out,
@@ -146,18 +147,41 @@ def start_worker(
             stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
+    _ENDINGS[worker.pid] = _end_as_interrupt()
+    return worker
 
 
 def stop_worker(worker: subprocess.Popen[bytes]) -> None:
     """Stop a worker from `start_worker`: SIGTERM to its group, SIGKILL after 30 s."""
-    if worker.poll() is not None:
-        return
-    os.killpg(worker.pid, signal.SIGTERM)
     try:
-        worker.wait(30)
-    except subprocess.TimeoutExpired:
-        os.killpg(worker.pid, signal.SIGKILL)
-        worker.wait(10)
+        if worker.poll() is not None:
+            return
+        os.killpg(worker.pid, signal.SIGTERM)
+        try:
+            worker.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(worker.pid, signal.SIGKILL)
+            worker.wait(10)
+    finally:
+        for ending, handler in _ENDINGS.pop(worker.pid, {}).items():
+            signal.signal(ending, handler)
+
+
+#: per worker of `start_worker`, the handlers of SIGTERM and SIGHUP it replaced
+_ENDINGS: dict[int, dict[signal.Signals, Any]] = {}
+
+
+def _interrupt(signum: int, _frame: Any) -> None:
+    raise KeyboardInterrupt(f"ended by {signal.Signals(signum).name}")
+
+
+def _end_as_interrupt() -> dict[signal.Signals, Any]:
+    """While a worker of `start_worker` runs, SIGTERM and SIGHUP (the terminal closed) end
+    this command as Ctrl-C does, so that it stops the worker (its own process group, which
+    neither signal reaches) instead of leaving it running; the handlers they replaced."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}  # only the main thread may set handlers (a command run in a test's thread)
+    return {ending: signal.signal(ending, _interrupt) for ending in (signal.SIGTERM, signal.SIGHUP)}
 
 
 def show_event(whole: Session, kind: str, data: dict[str, Any]) -> None:

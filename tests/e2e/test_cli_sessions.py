@@ -118,7 +118,10 @@ def test_errors_are_one_line_with_an_exit_code(deployment: Deployment, cli: Cli)
         ("approve", sid, "s1c0", "--fingerprint", "0000ffff"): (1, "fingerprint"),
         ("edit", sid, "s1c0", "--args", "[1, 2]"): (2, "--args must be a JSON object"),
         ("edit", sid, "s1c0", "--args", '{"value": 7}'): (2, "value"),
-        ("fork", sid, "--from-step", "7"): (2, "choose --from-step (API: from_step) between 0 and 1, not 7"),
+        ("fork", sid, "--from-step", "7"): (
+            2,
+            "choose --from-step (API: from_step) between 0 and 1, not 7",
+        ),
         ("fork", sid, "--from-step", "1", "--tool-output", "s1c0"): (2, "CALL_ID=TEXT"),
         ("fork", sid, "--from-step", "1", "--deadline", "-5"): (2, "deadline_s", "positive"),
         ("submit", TEST_KIND, "--model", script, "--max-steps", "-1"): (2, "max_steps"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -103,3 +104,36 @@ def test_ctrl_c_leaves_the_session_resumable_and_the_next_demo_resumes_it(tmp_pa
     again.close()
     assert again.exitstatus == 0
     assert len(list((tmp_path / "state" / "demo").glob("buggy_calc-*"))) == 1
+
+
+@pytest.mark.parametrize("ending", [signal.SIGTERM, signal.SIGHUP], ids=["term", "hangup"])
+def test_a_demo_ended_by_a_signal_stops_its_worker(tmp_path: Path, ending: signal.Signals) -> None:
+    """SIGTERM, or SIGHUP when its terminal closes, ends the demo as Ctrl-C does: its worker,
+    in a process group of its own that neither signal reaches, is stopped with it."""
+    child = spawn(tmp_path)
+    child.expect(r"\[a\]pprove, \[e\]dit or \[r\]eject")
+    workers = _children(child.pid)
+    assert workers, "the demo runs a worker of its own"
+
+    os.kill(child.pid, ending)
+    child.expect(pexpect.EOF)
+    child.close()
+
+    assert child.exitstatus == 130
+    alive = [pid for pid in workers if _alive(pid)]
+    for pid in alive:
+        os.killpg(pid, signal.SIGKILL)  # not left behind by a failing run
+    assert not alive, f"the demo's worker {alive} outlived it"
+
+
+def _children(pid: int) -> list[int]:
+    found = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True)
+    return [int(p) for p in found.stdout.split()]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
