@@ -104,6 +104,8 @@ def demo(
 
         run(yes=yes, new=new, timeout=timeout)
         return
+    if model is not None:
+        _callable_here(model)
     if graph:
         _graph_demo(yes=yes, model=model, new=new, timeout=timeout)
         return
@@ -162,6 +164,14 @@ def demo(
 
 #: the note the example graph's scripted model writes
 GRAPH_NOTE = "Dear customer, we are sorry your order arrived broken; your refund is on its way."
+
+
+def _callable_here(spec: str) -> None:
+    """ConfigurationError if the demo's worker, which runs here, could not call `spec` (its
+    API key unset, say): said before a session is made, not as the session's failure."""
+    from tickwork.worker.models import make_model
+
+    make_model(spec)
 
 
 def _graph_demo(*, yes: bool, model: str | None, new: bool, timeout: float) -> None:

@@ -137,3 +137,21 @@ def _alive(pid: int) -> bool:
     except FileNotFoundError:
         return False
     return state != "Z"
+
+
+def test_a_demo_with_a_model_it_has_no_key_for_stops_before_making_a_session(
+    tmp_path: Path,
+) -> None:
+    environ = {k: v for k, v in env(tmp_path / "state").items() if not k.startswith("OPENAI_")}
+    done = subprocess.run(
+        [sys.executable, "-m", "tickwork", "demo", "--model", "openai:gpt-4o-mini", "--yes"],
+        cwd=tmp_path,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "needs an API key" in done.stderr and "OPENAI_API_KEY" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "state" / "demo" / "session").exists()

@@ -16,7 +16,12 @@ from typing import Any
 from tickwork.fsm import budgets, context, machine
 from tickwork.fsm.approvals import ApprovalRule
 from tickwork.fsm.deliveries import WAIT_CHILDREN
-from tickwork.fsm.errors import ContextTooLong, InvalidToolArguments, ModelError
+from tickwork.fsm.errors import (
+    ConfigurationError,
+    ContextTooLong,
+    InvalidToolArguments,
+    ModelError,
+)
 from tickwork.fsm.machine import Change, Compact, RunTool
 from tickwork.fsm.trees import SPAWN_AGENTS
 from tickwork.fsm.values import (
@@ -79,7 +84,17 @@ def think(tick: Tick) -> Change:
         head = found
     # the budget is a bound, not an estimate: the call may write no more than what is left
     cap = budgets.completion_cap(head, ahead)
-    model = rt.model(head.model)
+    try:
+        model = rt.model(head.model)
+    except ConfigurationError as exc:
+        # this worker cannot call the model (no API key, say): retried as a failed call is,
+        # where another worker of the fleet may have what this one lacks; past the retries
+        # the session fails MODEL_ERROR with this message
+        log.error("session %s: this worker cannot call its model: %s", head.id, exc)
+        why = f"this worker cannot call the model: {exc}"
+        return machine.model_failed(
+            head, error=why, transient=True, now=rt.clock(), jitter=rt.jitter()
+        )
     tools = rt.jobs.tools(head.kind)
     schemas = schemas_for(tools, head)
     if isinstance(before, Compact):

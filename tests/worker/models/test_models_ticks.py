@@ -217,3 +217,23 @@ def test_show_says_a_session_has_no_cost_budget(ticks: Ticks) -> None:
     console = Console(width=200, file=io.StringIO(), record=True)
     console.print(render.timeline(views.session(ticks.store.load(head.id))))
     assert "cost $0.0000/no cost budget" in console.export_text()
+
+
+def test_a_worker_without_the_model_s_key_retries_then_fails_model_error(
+    ticks: Ticks, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Not INTERNAL with a traceback: the call is retried as a failed one (another worker may
+    hold the key), then the session fails MODEL_ERROR saying what to set."""
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    head = ticks.client.submit(KIND, {}, model="openai:gpt-4o-mini")
+
+    done = ticks.run(head.id)
+
+    assert done.status is Status.FAILED
+    assert done.error_code is ErrorCode.MODEL_ERROR
+    assert "cannot call the model" in (done.error_message or "")
+    assert "set OPENAI_API_KEY" in (done.error_message or "")
+    retries = [e for e in ticks.store.load(head.id).events if e.kind == "model_retry"]
+    assert len(retries) == done.budgets.max_model_retries
+    assert not [r for r in caplog.records if r.exc_info], "no traceback for a missing key"
