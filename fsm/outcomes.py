@@ -7,7 +7,8 @@ repaired anything, so a list of sessions never shows a failed repair like a succ
 - `tests_failing`: the final tests ran and failed (or ran past their time limit, or were
   killed for their output: they ran, and did not pass);
 - `tests_not_run`: the final tests could not run: the environment's setup failed, the
-  command was not found (exit 126 or 127 from the shell), or the sandbox could not start;
+  command was not found (exit 126 or 127 from the shell), a `python -m RUNNER` command's
+  runner is not installed (`missing_runner`), or the sandbox could not start;
 - `no_changes`: the patch is empty (or could not be made: there is none to apply).
 
 When several apply, the first of this order wins:
@@ -22,11 +23,22 @@ Sessions stored before outcomes existed have none: `outcome_of` gives None (show
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+import shlex
+from collections.abc import Iterable, Mapping
 from enum import StrEnum
+from pathlib import PurePosixPath
 from typing import Any
 
-__all__ = ["NONE_LABEL", "NOT_FOUND_EXIT_CODES", "Outcome", "outcome_of", "repair_outcome"]
+__all__ = [
+    "NONE_LABEL",
+    "NOT_FOUND_EXIT_CODES",
+    "Outcome",
+    "changed_tests",
+    "missing_runner",
+    "outcome_of",
+    "repair_outcome",
+]
 
 
 class Outcome(StrEnum):
@@ -77,3 +89,41 @@ def outcome_of(result: Mapping[str, Any] | None) -> Outcome | None:
         return Outcome(value) if isinstance(value, str) else None
     except ValueError:
         return None
+
+
+#: folders that hold tests, by the common conventions of Python, JavaScript, Go, Rust, Java
+TEST_FOLDERS = frozenset({"test", "tests", "testing", "__tests__", "spec", "specs"})
+_TEST_FILE = re.compile(
+    r"(test_.*\.py|.*_test\.py|conftest\.py|.*_test\.go|.*\.(test|spec)\.[cm]?[jt]sx?)"
+)
+
+
+def changed_tests(paths: Iterable[str]) -> list[str]:
+    """Those of `paths` (a patch's changed files) that look like tests: in a folder named
+    as tests are (`tests/`, `__tests__/`, ...) or named as test files are (`test_*.py`,
+    `*_test.go`, `*.spec.ts`, ...). A repair whose tests pass after changing them may have
+    made the tests pass rather than the code: its result lists them (`tests_changed`)."""
+    found = []
+    for path in paths:
+        parts = PurePosixPath(path).parts
+        if any(p in TEST_FOLDERS for p in parts[:-1]) or (
+            parts and _TEST_FILE.fullmatch(parts[-1])
+        ):
+            found.append(path)
+    return found
+
+
+def missing_runner(command: str, output: str) -> str | None:
+    """The module of a `python -m MODULE ...` test command if its output says Python has no
+    such module (the test runner is not installed: the tests never ran), else None."""
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return None
+    for i, word in enumerate(words[:-1]):
+        if word == "-m" and PurePosixPath(words[max(i - 1, 0)]).name.startswith("python"):
+            module = words[i + 1]
+            top = module.split(".")[0]
+            said = re.search(rf"No module named '?({re.escape(top)}|{re.escape(module)})'?", output)
+            return module if said else None
+    return None

@@ -113,6 +113,13 @@ def clip(text: str | None, limit: int) -> str:
     return f"{text[:limit]}… ({len(text) - limit} more chars; --json shows all)"
 
 
+def tail(text: str, limit: int) -> str:
+    """The end of `text` (a log: where it says what went wrong), saying how much came before."""
+    if len(text) <= limit:
+        return text
+    return f"({len(text) - limit} chars before; --json shows all) …{text[-limit:]}"
+
+
 def when(iso: str | None) -> str:
     if not iso:
         return ""
@@ -515,9 +522,65 @@ def outcome(h: Mapping[str, Any], steps: list[Mapping[str, Any]]) -> list[Render
     if isinstance(patch, str) and patch:
         parts.append(Text("patch:", style="bold"))
         parts.append(Syntax(patch, "diff", word_wrap=True))
+    touched = result.get("tests_changed")
+    if isinstance(touched, list) and touched:
+        shown = ", ".join(str(t) for t in touched[:5]) + (", ..." if len(touched) > 5 else "")
+        parts.append(
+            Text(
+                f"the patch changes tests ({shown}): check that it repaired the code, not "
+                "the tests",
+                style="yellow",
+            )
+        )
+    parts.extend(_environment(result.pop("environment", None)))
+    parts.extend(_tests(result.pop("tests", None)))
     if result:
         parts.append(Text("result:", style="bold"))
         parts.append(Text(json.dumps(result, indent=2, ensure_ascii=False)))
+    return parts
+
+
+def _environment(env: Any) -> list[RenderableType]:
+    """A repair's environment (`worker/files/environments.py`'s record) in a few lines, its
+    setup log as text: `tickwork env show KEY` has the rest."""
+    if not isinstance(env, Mapping):
+        return []
+    line = Text("environment: ", style="bold")
+    line.append(str(env.get("status", "?")), style="red" if env.get("status") == "failed" else "")
+    key = env.get("key")
+    if isinstance(key, str) and key:
+        line.append(f", key {key[:12]} (`tickwork env show {key[:12]}`)")
+    missing = env.get("missing")
+    if isinstance(missing, list) and missing:
+        line.append(f"; not installed: {', '.join(str(m) for m in missing)}", style="yellow")
+    for name in ("note", "error"):
+        if env.get(name):
+            line.append(f"; {env[name]}")
+    parts: list[RenderableType] = [line]
+    if isinstance(env.get("log"), str) and env["log"].strip():
+        parts.append(Text(tail(env["log"].strip(), 4000), style="dim"))
+    return parts
+
+
+def _tests(tests: Any) -> list[RenderableType]:
+    """A repair's final test run: its command and exit, why it did not run, its output."""
+    if not isinstance(tests, Mapping):
+        return []
+    line = Text("final tests: ", style="bold")
+    line.append(f"`{tests.get('command') or ''}`")
+    if tests.get("not_run"):
+        line.append(f" did not run: {tests['not_run']}", style="red")
+    elif tests.get("timed_out"):
+        line.append(" timed out", style="red")
+    else:
+        passed = tests.get("passed") is True
+        line.append(
+            f" exit {tests.get('exit_code')}, {'passed' if passed else 'failed'}",
+            style="green" if passed else "red",
+        )
+    parts: list[RenderableType] = [line]
+    if isinstance(tests.get("output"), str) and tests["output"].strip():
+        parts.append(Text(tail(tests["output"].strip(), 4000), style="dim"))
     return parts
 
 

@@ -121,6 +121,51 @@ def test_each_outcome_is_recorded_and_seen_in_the_api_ls_show_and_events(
     assert all(o in line for o in OUTCOMES), line
 
 
+def test_a_patch_that_changes_tests_is_flagged_and_a_missing_runner_did_not_run(
+    stack: Stack, tmp_path: Path
+) -> None:
+    """Passing tests the patch rewrote may say more of the tests than of the code: the
+    result lists them and `show` says so; a `python -m RUNNER` whose runner is not
+    installed never ran the tests (not `tests_failing`)."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "README").write_text("a project\n")
+    tag = uuid.uuid4().hex[:8]
+    cheat = {
+        "name": "run_command",
+        "arguments": {"command": "mkdir -p tests && echo 'def test_a(): pass' >> tests/test_a.py"},
+    }
+    sessions = {
+        "cheat": ([{"content": "fix", "tool_calls": [cheat]}, {"content": "done"}], "true"),
+        "no-runner": (
+            [{"content": "fix", "tool_calls": [WRITE]}, {"content": "done"}],
+            "python3 -m no_such_runner_xyz -q",
+        ),
+    }
+    for name, (replies, test_command) in sessions.items():
+        stack.deployment.client.submit(
+            "repair",
+            {"workspace": str(project), "test_command": test_command},
+            model=stack.deployment.script(replies, name=f"{name}-{tag}"),
+            session_id=f"{name}-{tag}",
+        )
+    cli = _cli(stack)
+
+    cheated = stack.wait(f"cheat-{tag}", Status.COMPLETED, Status.FAILED)
+    assert cheated["result"]["outcome"] == "repaired", cheated
+    assert cheated["result"]["tests_changed"] == ["tests/test_a.py"]
+    shown = cli.inline("show", f"cheat-{tag}").stdout
+    assert "the patch changes tests (tests/test_a.py)" in shown, shown
+    assert "final tests: `true` exit 0, passed" in shown, shown
+
+    unrun = stack.wait(f"no-runner-{tag}", Status.COMPLETED, Status.FAILED)
+    assert unrun["result"]["outcome"] == "tests_not_run", unrun["result"]
+    assert "no_such_runner_xyz is not installed" in unrun["result"]["tests"]["not_run"]
+    assert "tests_changed" not in unrun["result"]
+    shown = cli.inline("show", f"no-runner-{tag}").stdout
+    assert "did not run: the test runner no_such_runner_xyz is not installed" in shown, shown
+
+
 def test_a_session_with_no_patch_says_so_in_the_cli_and_the_api(
     stack: Stack, finished: dict[str, str]
 ) -> None:

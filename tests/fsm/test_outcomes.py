@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from tickwork.fsm.outcomes import Outcome, outcome_of, repair_outcome
+from tickwork.fsm.outcomes import Outcome, changed_tests, missing_runner, outcome_of, repair_outcome
 
 PATCH = "diff --git a/calc.py b/calc.py\n--- a/calc.py\n+++ b/calc.py\n"
 PASSED = {"command": "pytest -q", "exit_code": 0, "passed": True, "timed_out": False}
@@ -74,3 +74,40 @@ def test_the_outcome_a_result_records(
     result: dict[str, Any] | None, expected: Outcome | None
 ) -> None:
     assert outcome_of(result) is expected
+
+
+def test_test_files_are_those_in_test_folders_or_named_as_tests() -> None:
+    changed = [
+        "src/rect.py",
+        "tests/test_rect.py",
+        "pkg/conftest.py",
+        "cmd/serve_test.go",
+        "web/src/__tests__/app.js",
+        "web/src/app.spec.ts",
+        "src/testing_utils.py",  # a module named so is not a test
+        "docs/latest.md",
+    ]
+    assert changed_tests(changed) == [
+        "tests/test_rect.py",
+        "pkg/conftest.py",
+        "cmd/serve_test.go",
+        "web/src/__tests__/app.js",
+        "web/src/app.spec.ts",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("command", "output", "missing"),
+    [
+        ("python3 -m pytest -q", "/env/bin/python3: No module named pytest", "pytest"),
+        ("/env/bin/python -m unittest discover", "No module named unittest", "unittest"),
+        # the tests ran and one of them imports what is missing: they failed, they ran
+        ("python3 -m pytest -q", "E   ModuleNotFoundError: No module named 'attrs'", None),
+        ("pytest -q", "No module named pytest", None),  # not `python -m`: the shell says 127
+        ("python3 -m 'unclosed", "No module named x", None),
+    ],
+)
+def test_a_missing_runner_is_told_from_a_test_that_imports_what_is_missing(
+    command: str, output: str, missing: str | None
+) -> None:
+    assert missing_runner(command, output) == missing

@@ -21,7 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from tickwork.fsm.errors import ArtifactsUnavailable, ConfigurationError, InvalidInput
-from tickwork.fsm.outcomes import NOT_FOUND_EXIT_CODES, repair_outcome
+from tickwork.fsm.outcomes import (
+    NOT_FOUND_EXIT_CODES,
+    changed_tests,
+    missing_runner,
+    repair_outcome,
+)
 from tickwork.fsm.values import Head
 from tickwork.store.artifacts import Artifacts
 from tickwork.store.files import Manifest, parse_entry
@@ -379,6 +384,12 @@ def run_final_tests(head: Head, workspace: Path, environment: Path | None = None
             f"the shell could not find or execute the test command (exit {result.exit_code}): "
             "is it installed in the session's environment?"
         )
+    elif result.exit_code != 0 and (runner := missing_runner(command, output)) is not None:
+        record["not_run"] = (
+            f"the test runner {runner} is not installed in the session's environment (Python "
+            f"says: No module named {runner}): declare it in the project's test "
+            "dependencies, or install it in the repair's setup"
+        )
     return record
 
 
@@ -412,6 +423,9 @@ def finish(head: Head, ending: Ending) -> dict[str, Any]:
         result.update(patch=None, files_changed=[], patch_error=why)
     else:
         result.update(patch=patch[:MAX_PATCH_CHARS], files_changed=changed)
+        if touched := changed_tests(changed):
+            # passing tests the patch changed may say more of the tests than of the code
+            result["tests_changed"] = touched
         if len(patch) > MAX_PATCH_CHARS:
             result["patch_truncated"] = True
     try:
