@@ -3,9 +3,14 @@ packaging files, with and without egress, what the key depends on, and bad input
 
 from __future__ import annotations
 
+import os
+import subprocess
+from pathlib import Path
+
 import pytest
 from tickwork.fsm.errors import InvalidInput
 from tickwork.worker.files.environment_plans import AUTO, OFFLINE, check_setup, plan
+from tickwork.worker.files.environments import PROBE
 from tickwork.worker.jobs.repair.job import prepare
 
 PYPROJECT = b"""
@@ -113,3 +118,24 @@ def test_bad_setup_input_is_refused_by_name(value: object, said: str, tmp_path) 
             trusted=False,
             workspace_roots=[tmp_path],
         )
+
+
+def test_the_toolchain_probe_tells_the_interpreter_s_distributions_apart(tmp_path: Path) -> None:
+    """`auto`'s venv sees the interpreter's own packages: a host that lacks one of them has
+    another toolchain, so it builds its own environment instead of reusing one that relied
+    on it."""
+
+    def probed(*paths: Path) -> str:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, paths))}
+        done = subprocess.run(["sh", "-c", PROBE], capture_output=True, text=True, env=env)
+        return done.stdout
+
+    extra = tmp_path / "site"
+    (extra / "attrs_like-22.2.0.dist-info").mkdir(parents=True)
+    (extra / "attrs_like-22.2.0.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: attrs-like\nVersion: 22.2.0\n"
+    )
+    without, held = probed(), probed(extra)
+    assert "distributions: " in without
+    assert without != held
+    assert held == probed(extra)

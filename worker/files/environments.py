@@ -5,7 +5,8 @@ per key in the sandbox, packed into the artifact store, mounted read-only at /en
   the source's packaging files; none: an empty environment, nothing built.
 - **Key**: SHA-256 of the commands, the dependency files' contents, the package index and
   whether setup has egress, and the base toolchain as the sandbox sees it (its python3's
-  version, the machine, the root filesystem's os-release and TICKWORK_SANDBOX_ROOTFS).
+  version, the machine, a digest of the distributions python3 holds, the root
+  filesystem's os-release and TICKWORK_SANDBOX_ROOTFS).
 - **Build**: one per key across the fleet (`tickwork.store.environments`: a claim with a lease the
   builder renews); the setup runs in the sandbox on a throw-away copy of the session's
   source at /workspace, with this build's directory read-write at /env; the result is a
@@ -103,8 +104,15 @@ STALE_SCRATCH_S = 6 * 3600.0
 
 _toolchains: dict[tuple[Sandbox, str], str] = {}
 _toolchains_lock = threading.Lock()
+#: what the key takes of the base toolchain: python3's version and machine, a digest of the
+#: distributions it holds (a venv of `auto` sees them: `--system-site-packages`, so a host
+#: without one of them must not reuse an environment that relied on it) and os-release
 PROBE = (
-    "python3 -c 'import sys, platform; print(sys.version); print(platform.machine())' 2>&1; "
+    "python3 -c 'import sys, platform, hashlib, importlib.metadata as m; "
+    "print(sys.version); print(platform.machine()); "
+    'held = sorted((d.metadata.get(\"Name\") or \"\") + \"==\" + d.version '
+    "for d in m.distributions()); "
+    "print(\"distributions:\", hashlib.sha256(repr(held).encode()).hexdigest())' 2>&1; "
     "cat /usr/lib/os-release /etc/os-release 2>/dev/null | head -5"
 )
 
