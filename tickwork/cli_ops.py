@@ -125,7 +125,7 @@ def worker_sections() -> tuple[type[BaseSettings], ...]:
 
 def check_what_ticks_load(settings: Settings) -> None:
     """The database's schema, the job kinds of TICKWORK_IMPORTS and the built-in ones with
-    their roles (TICKWORK_ROLES_FILE's too) and the artifact store, checked once before the
+    their roles (TICKWORK_ROLES_FILE's too), the tenants file and the artifact store, checked once before the
     worker starts: one it could not load would fail every session it ticks (or, without a
     schema, every relay pass)."""
     from tickwork.fsm.errors import ConfigurationError
@@ -155,6 +155,10 @@ def check_what_ticks_load(settings: Settings) -> None:
     from tickwork.worker.tick.retention import RetentionSettings
 
     read_settings(RetentionSettings).archive(settings)  # an archive it cannot open, too
+    from tickwork.worker.config.tenants import Tenants, TenantSettings
+
+    # a tenants file it cannot take would stop every relay pass (no admission, no republish)
+    Tenants.of(settings.section(TenantSettings))
     if settings.artifacts_url:
         store = build_store(settings)
         try:

@@ -168,6 +168,18 @@ def test_a_worker_that_could_not_load_what_its_ticks_need_does_not_start(
     cli("worker", ok=False, **{name: value}).error(2, says)
 
 
+def test_a_worker_on_a_tenants_file_it_cannot_take_does_not_start(tmp_path: Path) -> None:
+    # before, it started and failed every relay pass: no admission, no republished tick
+    bad = tmp_path / "tenants.json"
+    bad.write_text('{"team-a": {"max_in_flight": -2}}')
+    cli = Cli(_bare_env(TICKWORK_STATE_DIR=str(tmp_path / "state")), tmp_path)
+    cli("worker", ok=False, TICKWORK_TENANTS_FILE=str(bad)).error(
+        2, "team-a.max_in_flight", str(bad)
+    )
+    missing = tmp_path / "no-such-tenants.json"
+    cli("worker", ok=False, TICKWORK_TENANTS_FILE=str(missing)).error(2, "cannot read", str(missing))
+
+
 def test_a_worker_on_a_database_without_the_schema_does_not_start(tmp_path: Path) -> None:
     # before, it started and logged a failed relay pass every period, ticking nothing
     with postgres_database() as url:
