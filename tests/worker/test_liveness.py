@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from prometheus_client import REGISTRY
 from sqlalchemy import text
 from tickwork.store import Store
 from tickwork.store.liveness import Sign, absent, new_key, signed, signs_for
@@ -74,9 +75,12 @@ def test_a_gone_sign_is_taken_over_after_its_grace_only(store: Store) -> None:
     liveness.stop()
     assert look() == [] and published == [], "gone, but not yet for its grace"
     # (on Postgres the lock goes with its backend, a moment after the connection closes)
+    counted = REGISTRY.get_sample_value("tickwork_relay_taken_over_total") or 0.0
     taken = until(at_once, timeout=30, what="the session taken over")
     assert [(t.session_id, t.version) for t in taken] == [("s1", 0)] == published
     assert store.lease("s1") is None
+    # counted, as revived leases are: the alert on dying workers sees it
+    assert REGISTRY.get_sample_value("tickwork_relay_taken_over_total") == counted + 1
 
 
 def test_leases_given_up_with_a_lost_sign_are_still_renewed_while_they_are_ours(

@@ -90,6 +90,11 @@ RELAY_ADMITTED = Counter(
 RELAY_LEASE_EXPIRIES = Counter(
     "tickwork_relay_lease_expiries", "Sessions revived because their worker's lease expired"
 )
+RELAY_TAKEN_OVER = Counter(
+    "tickwork_relay_taken_over",
+    "Sessions taken over because their worker's sign of life was gone (a dead worker's, "
+    "without waiting for its leases to expire)",
+)
 DEAD_LETTERS_RECEIVED = Counter(
     "tickwork_dead_letters_received",
     "Dead-letter messages a worker consumed from the dead-letter queue, by error code",
@@ -199,6 +204,11 @@ def count_dead_letter(code: str) -> None:
     """One dead-letter message consumed; codes outside ErrorCode count as `other`."""
     known = {c.value for c in ErrorCode}
     DEAD_LETTERS_RECEIVED.labels(code if code in known else "other").inc()
+
+
+def count_taken_over(sessions: int) -> None:
+    """Sessions a relay's look took over from a worker whose sign of life was gone."""
+    RELAY_TAKEN_OVER.inc(sessions)
 
 
 def counted_relay(relay_once: F) -> F:
