@@ -267,3 +267,22 @@ def test_submit_records_who_submitted_and_show_ls_print_it(
         TEST_KIND, {"sink": str(deployment.sink)}, model=script, submitted_by="erin"
     )
     assert deployment.client.get(head.id).submitted_by == "erin"
+
+
+@pytest.mark.parametrize("deployment", ["embedded"], indirect=True)
+def test_show_offers_an_in_doubt_call_s_own_choices(deployment: Deployment, cli: Cli) -> None:
+    """An in-doubt call needs no approval reason: it may have run. `show` says so and
+    names provide-output beside approve and reject."""
+    from tickwork.testing.store_ticks import Clock, in_doubt_call, new_session
+
+    store = deployment.client.store
+    clock = Clock()
+    store.create(new_session("doubt", now=clock()), now=clock())
+    call = in_doubt_call(store, "doubt", clock)
+
+    shown = " ".join(cli.inline("show", "doubt").stdout.split())
+
+    assert f"waiting for a decision on {call.call_id} (write_file" in shown
+    assert "in doubt, its worker was lost while it ran, so it may have run" in shown
+    assert f"tickwork provide-output doubt {call.call_id} --output TEXT" in shown
+    assert f"tickwork approve doubt {call.call_id}" in shown
