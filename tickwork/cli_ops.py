@@ -125,9 +125,9 @@ def worker_sections() -> tuple[type[BaseSettings], ...]:
 
 def check_what_ticks_load(settings: Settings) -> None:
     """The database's schema, the job kinds of TICKWORK_IMPORTS and the built-in ones with
-    their roles (TICKWORK_ROLES_FILE's too), the tenants file and the artifact store, checked once before the
-    worker starts: one it could not load would fail every session it ticks (or, without a
-    schema, every relay pass)."""
+    their roles (TICKWORK_ROLES_FILE's too), the tenants file and the artifact store,
+    checked once before the worker starts: one it could not load would fail every session
+    it ticks (or, without a schema or with a bad tenants file, every relay pass)."""
     from tickwork.fsm.errors import ConfigurationError
     from tickwork.store.migrate import current
     from tickwork.worker.config.imports import load_object

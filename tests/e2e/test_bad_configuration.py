@@ -177,7 +177,8 @@ def test_a_worker_on_a_tenants_file_it_cannot_take_does_not_start(tmp_path: Path
         2, "team-a.max_in_flight", str(bad)
     )
     missing = tmp_path / "no-such-tenants.json"
-    cli("worker", ok=False, TICKWORK_TENANTS_FILE=str(missing)).error(2, "cannot read", str(missing))
+    refused = cli("worker", ok=False, TICKWORK_TENANTS_FILE=str(missing))
+    refused.error(2, "cannot read", str(missing))
 
 
 def test_a_worker_on_a_database_without_the_schema_does_not_start(tmp_path: Path) -> None:
