@@ -250,14 +250,26 @@ def list_sessions(
             )
     else:
         with Context() as ctx:
-            heads = ctx.store.list_sessions(
+            wanted: dict[str, Any] = dict(
                 status=[s.value for s in status or ()],
                 kind=kind,
                 error_code=error_code.value if error_code else None,
                 outcome=outcome.value if outcome else None,
-                tenant=options.local_tenant(tenant, many=True),
                 limit=limit,
             )
+            heads = ctx.store.list_sessions(
+                **wanted, tenant=options.local_tenant(tenant, many=True)
+            )
+            if tenant is None and not json_output:
+                # the default tenant's only, unasked: say what the others hold too
+                everyone = ctx.store.list_sessions(**wanted, tenant=None)
+                elsewhere = sum(1 for h in everyone if h.tenant != DEFAULT_TENANT)
+                if elsewhere:
+                    more = "or more " if len(everyone) >= limit else ""
+                    render.note(
+                        f"the default tenant's sessions; {elsewhere} {more}more of other "
+                        "tenants match: --tenant '*' lists them too"
+                    )
     if tree:
         if remote is not None:
             cli_remote.local_only("`tickwork ls --tree`", " (the trees are read here)")

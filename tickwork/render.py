@@ -67,6 +67,12 @@ def show(*renderables: RenderableType) -> None:
             out.print(renderable)
 
 
+def note(text: str) -> None:
+    """A line beside the output, not of it (standard error: a pipe gets the rows only)."""
+    sys.stderr.write(f"note: {text}\n")
+    sys.stderr.flush()
+
+
 def wider(out: Console, width: int) -> Console:
     """A console like `out`, writing where it writes, `width` columns wide."""
     return Console(

@@ -23,6 +23,11 @@ def test_submit_ls_and_show_per_tenant(cli: Cli, deployment: Deployment) -> None
         return {h["id"] for h in cli.inline("ls", "--json", *args).json()}
 
     assert listed() == {"in-default"}
+    plain = cli.inline("ls", ok=False)
+    assert plain.code == 0 and "in-default" in plain.stdout and "in-a" not in plain.stdout
+    # unasked, the default tenant's only: the other tenants' are counted, on stderr
+    assert "1 more of other tenants match: --tenant '*' lists them too" in plain.stderr
+    assert "more of other tenants" not in cli.inline("ls", "--tenant", "team-a").stderr
     assert listed("--tenant", "team-a") == {"in-a"}
     assert listed("--tenant", "*") == {"in-a", "in-default"}
     assert listed("--tenant", "team-b") == set()

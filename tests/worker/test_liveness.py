@@ -18,6 +18,7 @@ from sqlalchemy import text
 from tickwork.store import Store
 from tickwork.store.liveness import Sign, absent, new_key, signed, signs_for
 from tickwork.worker.tick.liveness import Liveness, Takeover
+from tickwork.worker.tick.relay import counted
 from tickwork.worker.tick.runtime import Leases
 
 from tickwork.testing import until
@@ -70,17 +71,19 @@ def test_a_gone_sign_is_taken_over_after_its_grace_only(store: Store) -> None:
     store.create(new_session("s1", now=_now()), now=_now())
     claim(store, "s1", now=_now(), owner=liveness.owner("w"))
     look = Takeover(store, lambda s, v: published.append((s, v)), grace_s=3600, clock=_now)
-    at_once = Takeover(store, lambda s, v: published.append((s, v)), grace_s=0, clock=_now)
+    at_once = counted(
+        Takeover(store, lambda s, v: published.append((s, v)), grace_s=0, clock=_now)
+    )
     assert look() == [] and at_once() == []  # alive
     liveness.stop()
     assert look() == [] and published == [], "gone, but not yet for its grace"
     # (on Postgres the lock goes with its backend, a moment after the connection closes)
-    counted = REGISTRY.get_sample_value("tickwork_relay_taken_over_total") or 0.0
+    before = REGISTRY.get_sample_value("tickwork_relay_taken_over_total") or 0.0
     taken = until(at_once, timeout=30, what="the session taken over")
     assert [(t.session_id, t.version) for t in taken] == [("s1", 0)] == published
     assert store.lease("s1") is None
     # counted, as revived leases are: the alert on dying workers sees it
-    assert REGISTRY.get_sample_value("tickwork_relay_taken_over_total") == counted + 1
+    assert REGISTRY.get_sample_value("tickwork_relay_taken_over_total") == before + 1
 
 
 def test_leases_given_up_with_a_lost_sign_are_still_renewed_while_they_are_ours(

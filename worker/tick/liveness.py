@@ -22,7 +22,6 @@ from tickwork.store.liveness import Sign, new_key, signed
 from tickwork.store.port import Relay
 from tickwork.store.relay import Due
 from tickwork.worker.config.process import Loop
-from tickwork.worker.observers import metrics
 
 log = logging.getLogger("tickwork.liveness")
 
@@ -168,7 +167,6 @@ class Takeover:
         if not ripe:
             return []
         taken = self._store.take_over(ripe, now=self._clock())
-        metrics.count_taken_over(len(taken))
         for tick in taken:
             self._publish(tick.session_id, tick.version)
         if taken:

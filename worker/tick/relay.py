@@ -15,6 +15,7 @@ import dataclasses
 import functools
 import logging
 import time
+from collections.abc import Callable
 
 from tickwork.fsm.errors import SessionFinished
 from tickwork.store.relay import Due, RelayPass, named
@@ -85,11 +86,23 @@ def relay_all_once(rt: Runtime) -> RelayPass:
         takeover = Takeover(
             rt.store, rt.publish, grace_s=rt.settings.liveness_grace_s, clock=rt.clock
         )
-        taken = takeover()
+        look = counted(takeover)
+        taken = look()
         if not taken and takeover.watching:
             time.sleep(rt.settings.liveness_grace_s)
-            taken = takeover()
+            taken = look()
     return dataclasses.replace(relay_once(rt), taken_over=len(taken))
+
+
+def counted(takeover: Takeover) -> Callable[[], list[Due]]:
+    """`takeover`'s look, the sessions it takes over counted (`tickwork_relay_taken_over`)."""
+
+    def look() -> list[Due]:
+        taken = takeover()
+        metrics.count_taken_over(len(taken))
+        return taken
+
+    return look
 
 
 class RelayThread(Loop):
@@ -111,7 +124,7 @@ class RelayThread(Loop):
         )
         self.takeover = Loop(
             "takeover",
-            takeover,
+            counted(takeover),
             every_s=rt.settings.liveness_period_s,
             log=log,
             what="look for sessions whose worker is gone",
