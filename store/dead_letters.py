@@ -48,12 +48,21 @@ class DeadLetter(BaseModel):
         return snapshots.load(self.snapshot)
 
 
+#: a count's noun in the singular, as messages say "1 step" beside "2 steps"
+_COUNTED = re.compile(
+    r"\bN (step|token|call|attempt|intervention|second|byte|char|character|line|"
+    r"session|tick|file|minute|hour|repeat)\b"
+)
+
+
 def error_signature(code: str, message: str) -> str:
     """The message with its particulars (numbers, ids, quoted values) taken out, for grouping."""
     text = re.sub(r"'[^']*'|\"[^\"]*\"", "'…'", message)
     text = re.sub(r"\b[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}\b", "<id>", text, flags=re.I)
     text = re.sub(r"\b(?=[0-9a-f]*[a-f])[0-9a-f]{8,}\b", "<id>", text, flags=re.I)
     text = re.sub(r"\$?\d+(\.\d+)?", "N", text)
+    # one cause, one signature: "1 step made" and "2 steps made" are both "N steps made"
+    text = _COUNTED.sub(r"N \1s", text)
     return f"{code}: {text}"[:300]
 
 

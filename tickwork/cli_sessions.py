@@ -97,7 +97,7 @@ def submit(
         str | None,
         typer.Option(
             metavar="SPEC",
-            help="openai:MODEL, react:openai:MODEL or scripted:PATH.",
+            help="openai:MODEL, anthropic:MODEL, react:openai:MODEL or scripted:PATH.",
             show_default="$TICKWORK_MODEL",
         ),
     ] = None,

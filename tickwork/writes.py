@@ -145,8 +145,9 @@ class Writes(Deployment):
         spec = model or role.model or self.settings.model or str(config.pop("default_model", ""))
         if not spec:
             raise InvalidInput(
-                "no model given: pass --model (API and Python: model) as scripted:PATH or "
-                "openai:MODEL, or set the deployment's default in TICKWORK_MODEL"
+                "no model given: pass --model (API and Python: model) as openai:MODEL, "
+                "anthropic:MODEL or scripted:PATH, or set the deployment's default in "
+                "TICKWORK_MODEL"
             )
         check_spec(spec, self.providers)
         if session_id is not None and not SESSION_ID.match(session_id):

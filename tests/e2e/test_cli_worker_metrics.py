@@ -83,3 +83,22 @@ def test_the_command_line_loads_no_metrics_before_the_worker_chooses_their_folde
         "assert 'prometheus_client' not in sys.modules, 'loaded'"
     )
     subprocess.run([sys.executable, "-P", "-c", code], check=True, cwd=ROOT)
+
+
+def test_a_worker_that_cannot_listen_on_its_metrics_port_names_it(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """It runs on without metrics (its ticks matter more), saying which port and setting."""
+    from tickwork.worker.observers import metrics
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        monkeypatch.setenv("TICKWORK_METRICS_PORT", str(port))
+        monkeypatch.setenv("TICKWORK_METRICS_ADDR", "127.0.0.1")
+        with caplog.at_level("ERROR", logger="tickwork"):
+            metrics._serve_with_worker()
+    said = caplog.text
+    assert f"cannot listen on 127.0.0.1:{port}" in said and "TICKWORK_METRICS_PORT" in said
+    metrics.stop_serving()

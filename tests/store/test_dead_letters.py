@@ -223,6 +223,7 @@ class TestErrorSignature:
         ("one", "other"),
         [
             ("12 steps made, max_steps is 12", "50 steps made, max_steps is 50"),
+            ("1 step made, max_steps is 1", "2 steps made, max_steps is 2"),
             ("$10.0012 spent, max_cost_usd is $10.0", "$3.5 spent, max_cost_usd is $3"),
             ("21600s since creation, deadline_s is 21600", "61s since creation, deadline_s is 60"),
             (

@@ -401,8 +401,12 @@ def stop_serving() -> None:
 def _serve_with_worker(sender: Any = None, **_: Any) -> None:
     try:
         settings = MetricsSettings()
-        if settings.metrics_port is None:
-            return
+    except Exception as exc:
+        log.error("this worker serves no metrics: %s", exc)
+        return
+    if settings.metrics_port is None:
+        return
+    try:
         pool = getattr(getattr(sender, "controller", None), "pool", None)
         if type(pool).__module__ == "celery.concurrency.prefork" and not os.environ.get(
             "PROMETHEUS_MULTIPROC_DIR"
@@ -414,7 +418,14 @@ def _serve_with_worker(sender: Any = None, **_: Any) -> None:
             )
         serve(settings.metrics_port, settings.metrics_addr)
     except Exception as exc:  # a worker runs without its metrics rather than not at all
-        log.warning("could not serve metrics: %s", exc)
+        log.error(
+            "this worker serves no metrics: cannot listen on %s:%s (TICKWORK_METRICS_ADDR, "
+            "TICKWORK_METRICS_PORT): %s; another process may hold the port: give each worker "
+            "on a host a port of its own",
+            settings.metrics_addr,
+            settings.metrics_port,
+            exc,
+        )
 
 
 def _stop_with_worker(sender: Any = None, **_: Any) -> None:
