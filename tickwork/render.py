@@ -183,9 +183,15 @@ def _listing_table(title: str) -> Table:
 
 
 def sessions_table(heads: Iterable[Mapping[str, Any]]) -> Table:
+    heads = list(heads)
     table = _listing_table("sessions, newest first")
+    # a listing of several tenants (--tenant '*') says whose each session is
+    tenants = len({h.get("tenant") for h in heads}) > 1
+    columns = ("ID", "STATUS", "OUTCOME", "STEP", "TOKENS", "COST", "CREATED", "KIND", "NOTE")
+    if tenants:
+        columns = (*columns[:-1], "TENANT", "NOTE")
     # ids stay whole so they can be copied; kind and note fold to fit
-    for name in ("ID", "STATUS", "OUTCOME", "STEP", "TOKENS", "COST", "CREATED", "KIND", "NOTE"):
+    for name in columns:
         table.add_column(
             name,
             no_wrap=name not in ("KIND", "NOTE"),
@@ -198,10 +204,12 @@ def sessions_table(heads: Iterable[Mapping[str, Any]]) -> Table:
             if h["error_code"]
             else f"waiting on {', '.join(h['awaiting'])}"
             if h["awaiting"]
+            else "waits for its tenant's or its key's turn"
+            if h["status"] == "queued"
             else ""
         )
         created = datetime.fromisoformat(h["created_at"]).strftime("%m-%d %H:%M")
-        table.add_row(
+        cells: list[RenderableType] = [
             Text(h["id"]),
             status(h["status"]),
             outcome_text(h.get("outcome")),
@@ -210,8 +218,10 @@ def sessions_table(heads: Iterable[Mapping[str, Any]]) -> Table:
             f"${h['cost_usd']:.4f}",
             created,
             Text(h["kind"]),
-            Text(clip(note, 80)),
-        )
+        ]
+        if tenants:
+            cells.append(Text(str(h.get("tenant") or "")))
+        table.add_row(*cells, Text(clip(note, 80)))
     return whole(table)
 
 
@@ -296,6 +306,18 @@ def _compaction(step: Mapping[str, Any]) -> str:
     return f" · compaction of steps 1-{step.get('compacted_through')}"
 
 
+def _admission(h: Mapping[str, Any]) -> str:
+    """The tenant, and what orders and bounds its admission: priority, concurrency key."""
+    line = str(h.get("tenant") or "default")
+    if h.get("priority"):
+        line += f" · priority {h['priority']}"
+    if h.get("concurrency_key"):
+        line += f" · concurrency key {h['concurrency_key']} (at most {h.get('max_per_key') or 1})"
+    if h.get("status") == "queued":
+        line += " · queued: waits for its tenant's max_in_flight or its key's room"
+    return line
+
+
 def _header(
     h: Mapping[str, Any], lease: Mapping[str, Any] | None, forks: Sequence[Mapping[str, Any]]
 ) -> Table:
@@ -311,6 +333,7 @@ def _header(
         ("kind", Text(h["kind"])),
         ("model", Text(h["model"])),
         ("submitted by", Text(h.get("submitted_by") or "(not recorded)")),
+        ("tenant", Text(_admission(h))),
         ("created", when(h["created_at"])),
         ("updated", f"{when(h['updated_at'])}  (version {h['version']})"),
         (

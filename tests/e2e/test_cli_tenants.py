@@ -28,6 +28,15 @@ def test_submit_ls_and_show_per_tenant(cli: Cli, deployment: Deployment) -> None
     # unasked, the default tenant's only: the other tenants' are counted, on stderr
     assert "1 more of other tenants match: --tenant '*' lists them too" in plain.stderr
     assert "more of other tenants" not in cli.inline("ls", "--tenant", "team-a").stderr
+    everyone = cli.inline("ls", "--tenant", "*").stdout
+    assert "TENANT" in everyone  # a listing of several tenants says whose each one is
+    rows = [line.split() for line in everyone.splitlines() if line.strip().startswith("in-")]
+    assert [row[-1] for row in rows] == [
+        "default",
+        "team-a",
+    ]
+    assert "TENANT" not in plain.stdout
+    assert "tenant        team-a" in cli.inline("show", "in-a").stdout
     assert listed("--tenant", "team-a") == {"in-a"}
     assert listed("--tenant", "*") == {"in-a", "in-default"}
     assert listed("--tenant", "team-b") == set()

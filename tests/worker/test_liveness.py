@@ -71,9 +71,7 @@ def test_a_gone_sign_is_taken_over_after_its_grace_only(store: Store) -> None:
     store.create(new_session("s1", now=_now()), now=_now())
     claim(store, "s1", now=_now(), owner=liveness.owner("w"))
     look = Takeover(store, lambda s, v: published.append((s, v)), grace_s=3600, clock=_now)
-    at_once = counted(
-        Takeover(store, lambda s, v: published.append((s, v)), grace_s=0, clock=_now)
-    )
+    at_once = counted(Takeover(store, lambda s, v: published.append((s, v)), grace_s=0, clock=_now))
     assert look() == [] and at_once() == []  # alive
     liveness.stop()
     assert look() == [] and published == [], "gone, but not yet for its grace"

@@ -110,9 +110,9 @@ _toolchains_lock = threading.Lock()
 PROBE = (
     "python3 -c 'import sys, platform, hashlib, importlib.metadata as m; "
     "print(sys.version); print(platform.machine()); "
-    'held = sorted((d.metadata.get(\"Name\") or \"\") + \"==\" + d.version '
+    'held = sorted((d.metadata.get("Name") or "") + "==" + d.version '
     "for d in m.distributions()); "
-    "print(\"distributions:\", hashlib.sha256(repr(held).encode()).hexdigest())' 2>&1; "
+    'print("distributions:", hashlib.sha256(repr(held).encode()).hexdigest())\' 2>&1; '
     "cat /usr/lib/os-release /etc/os-release 2>/dev/null | head -5"
 )
 
