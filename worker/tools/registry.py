@@ -437,7 +437,17 @@ def run_tool(
         )
     if "error" in outcome:
         error = outcome["error"]
-        log.info("tool %s (%s) raised", tool.name, ctx.idempotency_key, exc_info=error)
+        # a ToolError is the tool's answer (a path outside the workspace, a bad pattern):
+        # its message says it all; anything else is a bug worth its traceback
+        expected = isinstance(error, ToolError)
+        log.info(
+            "tool %s (%s) raised %s: %s",
+            tool.name,
+            ctx.idempotency_key,
+            type(error).__name__,
+            error,
+            exc_info=None if expected else error,
+        )
         kind, message = type(error).__name__, str(error)
         return result(f"{kind}: {message}" if message else kind, True)
     return result(render_output(outcome.get("value")), False)

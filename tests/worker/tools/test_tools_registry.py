@@ -202,7 +202,9 @@ def test_timeout_of_a_hung_tool(make_ctx: Callable[..., ToolContext]) -> None:
     assert "timed out after 0.2s" in result.output
 
 
-def test_an_exception_becomes_an_error_observation(make_ctx: Callable[..., ToolContext]) -> None:
+def test_an_exception_becomes_an_error_observation(
+    make_ctx: Callable[..., ToolContext], caplog: pytest.LogCaptureFixture
+) -> None:
     @tool
     def boom(n: int) -> str:
         """Fails."""
@@ -213,10 +215,14 @@ def test_an_exception_becomes_an_error_observation(make_ctx: Callable[..., ToolC
         """Fails the tickwork way."""
         raise ToolError("no such thing")
 
+    caplog.set_level("INFO", logger="tickwork")
     result = run_tool(boom, {"n": 3}, make_ctx())
     assert (result.output, result.is_error) == ("ValueError: bad n 3", True)
     result = run_tool(tool_error, {}, make_ctx())
     assert (result.output, result.is_error) == ("ToolError: no such thing", True)
+    # the log keeps a bug's traceback, and gives a tool's own error as its one line
+    traced = {r.getMessage().split(" raised ")[-1]: r.exc_info is not None for r in caplog.records}
+    assert traced == {"ValueError: bad n 3": True, "ToolError: no such thing": False}
 
 
 def test_non_string_results_are_json(make_ctx: Callable[..., ToolContext]) -> None:
