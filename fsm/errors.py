@@ -59,6 +59,10 @@ class QuotaExceeded(TickworkError):
         self.retry_after_s = retry_after_s
 
 
+#: how an API caller lists sessions, named in SessionNotFound's message
+API_LISTING = "API: GET /api/v1/sessions"
+
+
 class SessionNotFound(TickworkError, LookupError):
     """No session has that id: list sessions with `tickwork ls`."""
 
@@ -66,8 +70,7 @@ class SessionNotFound(TickworkError, LookupError):
     def of(cls, session_id: str) -> SessionNotFound:
         """The error of a session id nobody made, with where to list them."""
         return cls(
-            f"no session {session_id!r}; list sessions with `tickwork ls` "
-            "(API: GET /api/v1/sessions)"
+            f"no session {session_id!r}; list sessions with `tickwork ls` ({API_LISTING})"
         )
 
 

@@ -17,7 +17,13 @@ from collections.abc import Sequence
 import typer
 from pydantic import ValidationError
 
-from tickwork.fsm.errors import ConfigurationError, InvalidInput, TickworkError
+from tickwork.fsm.errors import (
+    API_LISTING,
+    ConfigurationError,
+    InvalidInput,
+    SessionNotFound,
+    TickworkError,
+)
 
 try:  # Typer 0.2x vendors its own Click
     from typer._click import exceptions as clicks
@@ -146,6 +152,27 @@ def fail(message: str, code: int) -> int:
     return code
 
 
+def _where_looked() -> str:
+    """Where a local command looked for sessions, on the embedded default: a command run
+    from another folder reads another (empty) state folder."""
+    if "tickwork.remote.errors" in sys.modules:
+        return ""  # a --server command: the server said it
+    try:
+        from tickwork.store.urls import sqlite_file
+
+        from .context import load_settings
+
+        path = sqlite_file(load_settings().db_url)
+    except Exception:
+        return ""
+    if path is None:
+        return ""
+    return (
+        f" (looked in {path}: run commands from the folder you submitted from, or set "
+        "TICKWORK_STATE_DIR)"
+    )
+
+
 def explain(exc: Exception) -> tuple[str | None, int]:
     """The one-line message and exit code for an error a user can act on; None for a bug."""
     if isinstance(exc, (InvalidInput, ConfigurationError)):
@@ -153,6 +180,9 @@ def explain(exc: Exception) -> tuple[str | None, int]:
     remote = sys.modules.get("tickwork.remote.errors")  # loaded only if a server was named
     if remote is not None and isinstance(exc, remote.RemoteError):
         return exc.message, USAGE if exc.status in (400, 413, 422) else REFUSED
+    if isinstance(exc, SessionNotFound):
+        # the API's way to list sessions is for API callers; here, where this CLI looked
+        return exc.message.replace(f" ({API_LISTING})", "") + _where_looked(), REFUSED
     if isinstance(exc, TickworkError):
         return exc.message, REFUSED
     if isinstance(exc, ValidationError):

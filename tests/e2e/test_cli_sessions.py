@@ -179,7 +179,10 @@ def test_errors_are_one_line_with_an_exit_code(deployment: Deployment, cli: Cli)
             cli.inline(*argv, ok=False).error(code, *fragments)
         unknown, bad_json, not_in_doubt, bad_status = processes()
     assert unknown.stdout == "" and bad_json.stdout == ""
-    unknown.error(1, "no session 'no-such-session'", "tickwork ls")
+    said = unknown.error(1, "no session 'no-such-session'", "tickwork ls")
+    assert "/api/v1" not in said  # the API's listing is for API callers
+    # where it looked, on the embedded default: another folder is another store
+    assert "looked in" in said and "TICKWORK_STATE_DIR" in said
     bad_json.error(2, "--args is not valid JSON")
     not_in_doubt.error(2, "not in doubt")
     bad_status.error(2, "--status", "waiting_approval", "tickwork ls --help")
