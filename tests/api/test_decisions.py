@@ -3,6 +3,7 @@ the fingerprint the approver saw, and each call is decided once."""
 
 from __future__ import annotations
 
+import json
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 
@@ -57,6 +58,21 @@ def test_the_approver_comes_from_the_token_never_from_the_body(stack: Stack) -> 
         {"kind": "approve", "fingerprint": stack.fingerprint(session_id), "approver": "mallory"},
     )
     assert status == 422 and "body.approver" in str(error["message"])
+    assert stack.deployment.client.load(session_id).decisions == ()
+
+
+def test_a_body_sent_without_its_json_content_type_is_told_so(stack: Stack) -> None:
+    session_id = stack.waiting()
+    body = json.dumps({"kind": "approve", "fingerprint": stack.fingerprint(session_id)})
+    url = f"/api/v1/sessions/{session_id}/calls/s1c0/decision"
+    for headers, says in (
+        ({}, "the request has no Content-Type"),
+        ({"Content-Type": "text/plain"}, "Content-Type is 'text/plain'"),
+    ):
+        answer = stack.http("alice").post(url, content=body, headers=headers)
+        assert answer.status_code == 422, answer.text
+        message = answer.json()["message"]
+        assert says in message and "Content-Type: application/json" in message, message
     assert stack.deployment.client.load(session_id).decisions == ()
 
 

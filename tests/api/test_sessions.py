@@ -114,6 +114,13 @@ def test_bad_submissions_are_422_and_say_what_was_wrong(stack: Stack) -> None:
         error = answer.json()
         assert set(error) >= {"code", "message"}, error
         assert fragment in error["message"], (fragment, error)
+    # JSON from JavaScript or Python may hold NaN: not a price, whatever its bounds say
+    nan = f'{{"kind": "{TEST_KIND}", "model": "openai:my-local", "price": [NaN, 2]}}'
+    answer = stack.http("sam").post(
+        "/api/v1/sessions", content=nan, headers={"Content-Type": "application/json"}
+    )
+    assert answer.status_code == 422, answer.text
+    assert "body.price.0: Input should be a finite number" in answer.json()["message"]
     answer = stack.http("sam").post(
         "/api/v1/sessions", content=b"{not json", headers={"Content-Type": "application/json"}
     )

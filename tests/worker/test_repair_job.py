@@ -262,6 +262,15 @@ def test_an_untrusted_submission_names_local_paths_under_the_roots_only(
             artifacts=artifacts,
             trusted=False,
         )
+    # git's scp-like address is no local path under the roots: the message says what to write
+    with pytest.raises(InvalidInput, match="https:// URLs only; write it as https://HOST/PATH"):
+        prepare(
+            {"repo": "git@github.com:a/b.git", "test_command": PASS},
+            state_dir=state,
+            artifacts=artifacts,
+            trusted=False,
+            workspace_roots=[project.parent],
+        )
     config = prepare(
         data, state_dir=state, artifacts=artifacts, trusted=False, workspace_roots=[project.parent]
     )

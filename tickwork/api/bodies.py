@@ -95,7 +95,11 @@ class SubmitOptions(Body):
         description="The new session's id [default: a random one].",
     )
     price: (
-        tuple[Annotated[float, Field(ge=0, le=1e6)], Annotated[float, Field(ge=0, le=1e6)]] | None
+        tuple[
+            Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)],
+            Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)],
+        ]
+        | None
     ) = Field(
         default=None,
         examples=[[0.5, 1.5]],

@@ -136,7 +136,7 @@ def _quota_exceeded(_: Request, exc: Exception) -> JSONResponse:
     return response
 
 
-def _invalid_request(_: Request, exc: Exception) -> JSONResponse:
+def _invalid_request(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     errors = [
         {
@@ -147,6 +147,16 @@ def _invalid_request(_: Request, exc: Exception) -> JSONResponse:
         for e in exc.errors()
     ]
     said = "; ".join(f"{'.'.join(e['loc'])}: {e['msg']}" for e in errors[:5])
+    kind = request.headers.get("content-type", "")
+    if any(e["loc"] == ["body"] for e in errors) and "json" not in kind.lower():
+        # FastAPI reads a body it is not told is JSON as text, which is then no object
+        said += (
+            f"; the request's Content-Type is {kind!r}, not application/json: send the body "
+            "as JSON with Content-Type: application/json"
+            if kind
+            else "; the request has no Content-Type: send the body as JSON with "
+            "Content-Type: application/json"
+        )
     return answer(422, "invalid_input", f"invalid request: {said}", errors=errors)
 
 

@@ -200,10 +200,21 @@ def _clone_args(url: str, location: str, *, trusted: bool) -> list[str]:
     ]  # fmt: skip
 
 
+#: git's scp-like address, `user@host:path` (no scheme, a colon before the first slash)
+_SCP_LIKE = re.compile(r"^[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:(?!//)")
+
+
 def _repo_location(url: str, *, trusted: bool, roots: Sequence[Path]) -> str:
     if not url or url.startswith("-") or "\x00" in url:
         raise _fail(f"`repo` {url!r} is not a git URL or path")
     parsed = urlparse(url)
+    if _SCP_LIKE.match(url):  # git's user@host:path, which urlparse takes for a path
+        if not trusted:
+            raise _fail(
+                f"the repository {url!r}: this server clones https:// URLs only; write it "
+                "as https://HOST/PATH"
+            )
+        return url
     if parsed.scheme in ("", "file"):
         path = Path(unquote(parsed.path) if parsed.scheme else url).expanduser()
         check_local(path, what="repository", trusted=trusted, roots=roots)
