@@ -22,6 +22,10 @@ class InvalidInput(TickworkError, ValueError):
     """The input was not valid: fix it and try again."""
 
 
+class UnknownKind(InvalidInput):
+    """No job kind of that name: neither a built-in one nor one of TICKWORK_IMPORTS."""
+
+
 class InvalidBudget(InvalidInput):
     """A budget was not a positive, finite number."""
 

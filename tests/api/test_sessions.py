@@ -114,6 +114,8 @@ def test_bad_submissions_are_422_and_say_what_was_wrong(stack: Stack) -> None:
         error = answer.json()
         assert set(error) >= {"code", "message"}, error
         assert fragment in error["message"], (fragment, error)
+        if "job kind" in fragment:  # one mistake, one code: an unknown kind, named or imported
+            assert error["code"] == "unknown_kind", error
     # JSON from JavaScript or Python may hold NaN: not a price, whatever its bounds say
     nan = f'{{"kind": "{TEST_KIND}", "model": "openai:my-local", "price": [NaN, 2]}}'
     answer = stack.http("sam").post(

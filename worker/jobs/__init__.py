@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from tickwork.fsm.errors import ConfigurationError, InvalidInput
+from tickwork.fsm.errors import ConfigurationError, InvalidInput, UnknownKind
 from tickwork.fsm.trees import SPAWN_AGENTS
 from tickwork.worker.config.imports import load_object
 from tickwork.worker.jobs.graphs import GraphKind
@@ -117,7 +117,7 @@ class Jobs:
         if ":" in name:
             return as_kind(load_object(name), name)
         known = ", ".join(sorted(self._specs))
-        raise InvalidInput(
+        raise UnknownKind(
             f"unknown job kind {name!r}; known: {known}; or give module:attr "
             "(workers must be able to import it: set TICKWORK_IMPORTS)"
         )
