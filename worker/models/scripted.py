@@ -27,6 +27,7 @@ the session's position, an error entry fails every attempt at that point of the 
 from __future__ import annotations
 
 import json
+import logging
 import re
 import time
 from dataclasses import dataclass
@@ -45,6 +46,8 @@ from tickwork.worker.models.base import (
     transcript_text,
 )
 from tickwork.worker.models.pricing import SCRIPTED
+
+log = logging.getLogger("tickwork.models")
 
 #: how deep lists and objects may nest in a script (its tool arguments included)
 MAX_NESTING = 64
@@ -94,11 +97,33 @@ class ScriptedReply(_ScriptPart):
 
 
 class ScriptedModel:
-    """Answers from the script at `path`, loaded and checked once when it is built."""
+    """Answers from the script at `path`, loaded and checked when it is built, and again
+    when the file changes (a worker keeps its models: an edited script is played as it is
+    now, as a session submitted after the edit was checked against)."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
+        self._seen = self._signature()
         self.replies, self.repeat_last = load_script(self.path)
+
+    def _signature(self) -> tuple[int, int] | None:
+        try:
+            info = self.path.stat()
+        except OSError:
+            return None  # gone: the loaded script plays on (a fork may still need it)
+        return info.st_mtime_ns, info.st_size
+
+    def _reloaded(self) -> None:
+        seen = self._signature()
+        if seen is None or seen == self._seen:
+            return
+        self._seen = seen
+        try:
+            self.replies, self.repeat_last = load_script(self.path)
+        except Exception as exc:  # half written, or broken: the last good script plays on
+            log.warning(
+                "script %s changed and cannot be read (%s); playing it as it was", self.path, exc
+            )
 
     def __repr__(self) -> str:
         return f"ScriptedModel({str(self.path)!r})"
@@ -107,6 +132,7 @@ class ScriptedModel:
         self, messages: list[Message], tools: list[ToolSchema], settings: ModelSettings
     ) -> ModelReply:
         started = time.perf_counter()
+        self._reloaded()
         position = self._position(messages)
         through = context.summary_asked(messages)
         if through is not None:

@@ -212,9 +212,17 @@ def test_a_missing_file_is_refused(tmp_path):
         ScriptedModel(tmp_path / "nope.json")
 
 
-def test_the_script_is_read_once(write_script):
-    path = write_script(REPAIR)
+def test_an_edited_script_is_played_as_it_is_now(write_script):
+    """A worker keeps its models by spec: a script edited since plays its new replies (the
+    submit checked the new file), and one left unreadable plays on as it was."""
+    path = write_script([{"content": "old"}])
     model = ScriptedModel(path)
-    path.write_text(json.dumps([{"content": "changed"}]), encoding="utf-8")
+    assert model.generate(transcript(0), [], SETTINGS).content == "old"
 
-    assert model.generate(transcript(2), [], SETTINGS).content == "Fixed the off-by-one."
+    with open(path, "w") as out:
+        json.dump([{"content": "new, and longer"}], out)
+    assert model.generate(transcript(0), [], SETTINGS).content == "new, and longer"
+
+    with open(path, "w") as out:
+        out.write("[{")  # half written
+    assert model.generate(transcript(0), [], SETTINGS).content == "new, and longer"
