@@ -73,9 +73,7 @@ class SessionNotFound(TickworkError, LookupError):
     @classmethod
     def of(cls, session_id: str) -> SessionNotFound:
         """The error of a session id nobody made, with where to list them."""
-        return cls(
-            f"no session {session_id!r}; list sessions with `tickwork ls` ({API_LISTING})"
-        )
+        return cls(f"no session {session_id!r}; list sessions with `tickwork ls` ({API_LISTING})")
 
 
 class CallNotFound(TickworkError, LookupError):

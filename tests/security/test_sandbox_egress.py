@@ -144,6 +144,11 @@ def test_the_hosts_services_and_inner_addresses_are_refused(
     logged = [r.getMessage() for r in caplog.records if r.name == "tickwork.egress"]
     assert not [line for line in logged if "connecting to" in line], logged
     assert any("refused 10.0.0.1:80 before connecting" in line for line in logged)
+    # the command's own output says what was refused and why, whatever its tool printed
+    # (pip says only "Tunnel connection failed: 403"): the setup log and the card show it
+    told = result.describe().split("--- refused by the sandbox ---\n", 1)[1].splitlines()
+    assert "egress refused pypi.org:443: not on the allow-list (TICKWORK_EGRESS_ALLOW)" in told
+    assert any(line.startswith("egress refused 10.0.0.1:80 before connecting: ") for line in told)
     plain = run(
         workspace,
         'python3 -c \'import urllib.request as u\ntry: u.urlopen("http://10.0.0.1/", timeout=5)\n'

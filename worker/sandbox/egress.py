@@ -121,6 +121,10 @@ def proxy_env() -> dict[str, str]:
     }
 
 
+#: the refusals a command's output is told of (each once)
+MAX_REFUSALS = 10
+
+
 class Refused(Exception):
     """A request the proxy answers with `status` and a one-line reason."""
 
@@ -132,9 +136,11 @@ class Refused(Exception):
 class Proxy:
     """One command's egress proxy on a unix socket; `close` stops it and its connections."""
 
-    def __init__(self, policy: EgressPolicy, path: Path) -> None:
+    def __init__(self, policy: EgressPolicy, path: Path, refused: list[str] | None = None) -> None:
         self.policy = policy
         self.path = path
+        #: what it refused, and why (the first MAX_REFUSALS), for the command's own output
+        self.refused = refused if refused is not None else []
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._listener.bind(str(path))
         self._listener.listen(128)
@@ -211,6 +217,7 @@ class Proxy:
         target = f"{host}:{port}"
         if not self.policy.allow.permits(host, port):
             log.info("egress refused %s: not on the allow-list", target)
+            self._note(f"{target}: not on the allow-list (TICKWORK_EGRESS_ALLOW)")
             raise Refused(403, f"egress refused: {target} is not on this job's allow-list")
         try:
             addresses = [ipaddress.ip_address(a.split("%")[0]) for a in self._resolve(host, port)]
@@ -222,6 +229,7 @@ class Proxy:
             why = refusal(address, port, self.policy.allow)
             if why is not None:
                 log.info("egress refused %s before connecting: %s", target, why)
+                self._note(f"{target} before connecting: {why}")
                 raise Refused(403, f"egress refused: {host} -> {why}")
         failed = ""
         for address in addresses:
@@ -238,6 +246,11 @@ class Proxy:
             sock.settimeout(self.policy.idle_timeout_s)
             return sock
         raise Refused(502, f"egress: cannot connect to {target}: {failed}")
+
+    def _note(self, refusal: str) -> None:
+        with self._lock:
+            if refusal not in self.refused and len(self.refused) < MAX_REFUSALS:
+                self.refused.append(refusal)
 
     def _resolve(self, host: str, port: int) -> Sequence[str]:
         try:
@@ -337,15 +350,20 @@ def _relay(a: socket.socket, b: socket.socket, idle_s: float) -> None:
 
 
 @contextlib.contextmanager
-def serving(policy: EgressPolicy, *, owner: tuple[int, int] | None = None) -> Iterator[Path]:
+def serving(
+    policy: EgressPolicy,
+    *,
+    owner: tuple[int, int] | None = None,
+    refused: list[str] | None = None,
+) -> Iterator[Path]:
     """A proxy for one command; yields its directory (holding the socket and the
     forwarder), to bind into the sandbox at `INSIDE`. `owner`: the sandbox's user, when it
-    is not the worker's."""
+    is not the worker's; `refused` gets each connection it refused, and why."""
     place = Path(tempfile.mkdtemp(prefix="tickwork-egress-"))
     proxy = None
     try:
         shutil.copyfile(FORWARDER, place / FORWARDER.name)
-        proxy = Proxy(policy, place / SOCKET)
+        proxy = Proxy(policy, place / SOCKET, refused)
         if owner is not None:
             for path in (place, place / SOCKET, place / FORWARDER.name):
                 os.chown(path, *owner)

@@ -361,9 +361,10 @@ def _run(
             if mount is not None and mount[1]:
                 stack.enter_context(handed_over(mount[0], uid, gid))
         proxy = None
+        refused: list[str] = []
         if egress is not None:
             owner = (uid, gid) if privileged else None
-            proxy = stack.enter_context(egress_proxy.serving(egress, owner=owner))
+            proxy = stack.enter_context(egress_proxy.serving(egress, owner=owner, refused=refused))
         data = {
             "passwd": f"root:x:0:0:root:/root:/usr/sbin/nologin\n"
             f"sandbox:x:{uid}:{gid}:tickwork sandbox:/tmp:/bin/sh\n",
@@ -399,7 +400,7 @@ def _run(
         if own is not None:
             args, stop = own.wrap(args), _first(stop, own.breach)
         try:
-            return run_process(
+            result = run_process(
                 args,
                 env={"PATH": os.defpath},
                 timeout_s=timeout_s,
@@ -407,6 +408,9 @@ def _run(
                 stop=stop,
                 pass_fds=tuple(fds.values()),
             )
+            # a refusal reaches the command as a 403 its tool may word as it likes (pip:
+            # "Tunnel connection failed"): its output says what was refused and why
+            return dataclasses.replace(result, refused=tuple(refused)) if refused else result
         except OSError as exc:  # e.g. bwrap was removed since it last worked
             _working.discard(sandbox)
             raise SandboxUnavailable(f"the command was not run: {exc}; {HOW_TO}") from exc

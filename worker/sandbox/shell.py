@@ -68,6 +68,8 @@ class ShellResult:
     duration_s: float
     #: why the command was killed before it ended ("" if it ended by itself or timed out)
     killed: str = ""
+    #: what the sandbox refused the command (its egress proxy's refusals), each with why
+    refused: tuple[str, ...] = ()
 
     def describe(self) -> str:
         """Exit code, stdout and stderr as one text for the model."""
@@ -81,6 +83,9 @@ class ShellResult:
             parts.append(f"--- stderr ---\n{self.stderr.rstrip()}")
         if not (self.stdout or self.stderr):
             parts.append("(no output)")
+        if self.refused:
+            said = "\n".join(f"egress refused {r}" for r in self.refused)
+            parts.append(f"--- refused by the sandbox ---\n{said}")
         return "\n".join(parts)
 
 

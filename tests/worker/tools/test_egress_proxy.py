@@ -98,6 +98,18 @@ def test_a_bad_or_unlisted_request_gets_one_line_saying_why(
     assert body.count(b"\n") == 1
 
 
+def test_each_refusal_is_told_once_with_why_for_the_command_s_output() -> None:
+    refused: list[str] = []
+    with serving(policy("pypi.org,[::ffff:127.0.0.1]"), refused=refused) as place:
+        for _ in range(2):
+            ask(place, b"CONNECT evil.test:443 HTTP/1.1\r\n\r\n")
+        ask(place, b"CONNECT [::ffff:127.0.0.1]:5432 HTTP/1.1\r\n\r\n")
+    assert refused[0] == "evil.test:443: not on the allow-list (TICKWORK_EGRESS_ALLOW)"
+    assert refused[1].startswith("::ffff:127.0.0.1:5432 before connecting: ")
+    assert "is a loopback address" in refused[1] and "TICKWORK_EGRESS_ALLOW" in refused[1]
+    assert len(refused) == 2
+
+
 def test_connections_past_the_bound_are_refused_and_an_idle_one_is_closed(
     upstream: tuple[int, list[bytes]],
 ) -> None:
