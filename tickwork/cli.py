@@ -124,7 +124,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         code = 0
     except clicks.UsageError as exc:
         where = exc.ctx.command_path if exc.ctx else "tickwork"
-        said = exc.format_message()
+        # pydantic's prefix on a value's own message says nothing to a user
+        said = exc.format_message().replace("Value error, ", "")
         if "--server" in said and where != "tickwork":
             said += "; --server goes before the command: tickwork --server URL COMMAND ..."
         code = fail(f"{said} (see `{where} --help`)", USAGE)

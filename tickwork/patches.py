@@ -62,6 +62,17 @@ def apply_patch(directory: Path, patch: str) -> str:
             check=False,
         )
         if done.returncode != 0:
+            reverse = subprocess.run(
+                ["git", "apply", "--reverse", "--check", "-"],
+                cwd=directory,
+                input=patch.encode(),
+                capture_output=True,
+                check=False,
+            )
+            if reverse.returncode == 0:  # it applies backwards: it is in the files already
+                raise InvalidInput(
+                    f"the patch is applied to {directory} already: nothing was changed"
+                )
             raise InvalidInput(
                 f"the patch does not apply to {directory}: "
                 + " ".join(done.stderr.decode(errors="replace").split())[:500]
