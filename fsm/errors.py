@@ -129,6 +129,11 @@ class ConfigurationError(TickworkError):
     """tickwork is not configured correctly."""
 
 
+class MissingCredentials(ConfigurationError):
+    """This process lacks what a model needs to be called (its API key): another process
+    of the fleet may hold it."""
+
+
 class ModelError(TickworkError):
     """The model call failed."""
 

@@ -92,7 +92,7 @@ def outcome_of(result: Mapping[str, Any] | None) -> Outcome | None:
 
 
 #: folders that hold tests, by the common conventions of Python, JavaScript, Go, Rust, Java
-TEST_FOLDERS = frozenset({"test", "tests", "testing", "__tests__", "spec", "specs"})
+TEST_FOLDERS = frozenset({"test", "tests", "__tests__", "spec", "specs"})
 _TEST_FILE = re.compile(
     r"(test_.*\.py|.*_test\.py|conftest\.py|.*_test\.go|.*\.(test|spec)\.[cm]?[jt]sx?)"
 )
@@ -124,6 +124,9 @@ def missing_runner(command: str, output: str) -> str | None:
         if word == "-m" and PurePosixPath(words[max(i - 1, 0)]).name.startswith("python"):
             module = words[i + 1]
             top = module.split(".")[0]
-            said = re.search(rf"No module named '?({re.escape(top)}|{re.escape(module)})'?", output)
-            return module if said else None
+            # Python says it of the -m module unquoted ("python3: No module named pytest"),
+            # and whole: a test's own failed import is quoted, or another name
+            names = "|".join(re.escape(n) for n in {module, top})
+            if re.search(rf"No module named (?:{names})(?![\w.'])", output):
+                return module
     return None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -156,9 +157,11 @@ def _positive(name: str, value: float) -> float:
     return value
 
 
-#: the largest value of each budget: a count what the database's INTEGER holds (a step's
-#: number), tokens what a JSON number holds exactly (any client reads it back), dollars and
-#: seconds far past any session's (a deadline of a century)
+#: the largest value of each budget a submission, a fork or a setting may give: a count
+#: what the database's INTEGER holds (a step's number), tokens what a JSON number holds
+#: exactly (any client reads it back), dollars and seconds far past any session's (a
+#: deadline of a century). Checked where budgets come in (`over_bound`), not when a stored
+#: session is read: one stored before the bounds still loads.
 BUDGET_MAXIMA: dict[str, float] = {
     "max_steps": 2**31 - 1,
     "max_tokens": 2**53 - 1,
@@ -169,6 +172,16 @@ BUDGET_MAXIMA: dict[str, float] = {
     "max_model_retries": 2**31 - 1,
     "max_calls_per_step": 2**31 - 1,
 }
+
+
+def over_bound(budgets: Mapping[str, Any]) -> str | None:
+    """What is wrong with the first of `budgets` (name -> value, as given) past its bound in
+    BUDGET_MAXIMA, or None."""
+    for name, value in budgets.items():
+        most = BUDGET_MAXIMA.get(name, math.inf)
+        if isinstance(value, int | float) and not isinstance(value, bool) and value > most:
+            return f"{name} must be at most {most:,.0f}, got {value!r}"
+    return None
 
 
 class Budgets(Value):
@@ -196,11 +209,7 @@ class Budgets(Value):
     def _check(cls, value: float, info: Any) -> float:
         if info.field_name == "max_cost_usd" and value == 0:
             return value  # 0: no cost budget, said on purpose (a model with no price)
-        _positive(info.field_name, value)
-        most = BUDGET_MAXIMA[info.field_name]
-        if value > most:
-            raise ValueError(f"{info.field_name} must be at most {most:,.0f}, got {value!r}")
-        return value
+        return _positive(info.field_name, value)
 
     @property
     def limits_cost(self) -> bool:

@@ -163,11 +163,14 @@ def _where_looked() -> str:
 
         from .context import load_settings
 
-        path = sqlite_file(load_settings().db_url)
+        settings = load_settings()
+        path = sqlite_file(settings.db_url)
     except Exception:
         return ""
     if path is None:
         return ""
+    if settings.database_url:
+        return f" (looked in {path}, TICKWORK_DATABASE_URL)"
     return (
         f" (looked in {path}: run commands from the folder you submitted from, or set "
         "TICKWORK_STATE_DIR)"

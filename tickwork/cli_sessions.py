@@ -261,14 +261,15 @@ def list_sessions(
                 **wanted, tenant=options.local_tenant(tenant, many=True)
             )
             if tenant is None and not json_output:
-                # the default tenant's only, unasked: say what the others hold too
+                # the default tenant's only, unasked: say that others' match too (counted
+                # among the newest `limit` of every tenant: a hint, not a census)
                 everyone = ctx.store.list_sessions(**wanted, tenant=None)
                 elsewhere = sum(1 for h in everyone if h.tenant != DEFAULT_TENANT)
                 if elsewhere:
-                    more = "or more " if len(everyone) >= limit else ""
+                    many = f"at least {elsewhere}" if len(everyone) >= limit else str(elsewhere)
                     render.note(
-                        f"the default tenant's sessions; {elsewhere} {more}more of other "
-                        "tenants match: --tenant '*' lists them too"
+                        f"the default tenant's sessions; {many} more of other tenants "
+                        "match: --tenant '*' lists them too"
                     )
     if tree:
         if remote is not None:

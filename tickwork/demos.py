@@ -4,6 +4,7 @@ happen, and the approvals asked at the terminal."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import shutil
@@ -147,41 +148,59 @@ def start_worker(
             stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
-    _ENDINGS[worker.pid] = _end_as_interrupt()
+    _endings.worker_started()
     return worker
 
 
 def stop_worker(worker: subprocess.Popen[bytes]) -> None:
-    """Stop a worker from `start_worker`: SIGTERM to its group, SIGKILL after 30 s."""
+    """Stop a worker from `start_worker`: SIGTERM to its group, SIGKILL after 30 s (or at
+    once if this command is interrupted meanwhile)."""
     try:
         if worker.poll() is not None:
             return
         os.killpg(worker.pid, signal.SIGTERM)
         try:
             worker.wait(30)
-        except subprocess.TimeoutExpired:
+        except (subprocess.TimeoutExpired, KeyboardInterrupt):
             os.killpg(worker.pid, signal.SIGKILL)
             worker.wait(10)
     finally:
-        for ending, handler in _ENDINGS.pop(worker.pid, {}).items():
-            signal.signal(ending, handler)
+        _endings.worker_stopped()
 
 
-#: per worker of `start_worker`, the handlers of SIGTERM and SIGHUP it replaced
-_ENDINGS: dict[int, dict[signal.Signals, Any]] = {}
+class _Endings:
+    """While workers of `start_worker` run, SIGTERM and SIGHUP (the terminal closed) end
+    this command as Ctrl-C does, so that it stops them (each in a process group of its own,
+    which neither signal reaches) instead of leaving them running. The handlers they
+    replace are put back when the last of them stops."""
+
+    def __init__(self) -> None:
+        self.running = 0
+        self.replaced: dict[signal.Signals, Any] = {}
+
+    def worker_started(self) -> None:
+        self.running += 1
+        if self.running == 1 and threading.current_thread() is threading.main_thread():
+            # (only the main thread may set handlers: not a command run in a test's thread)
+            self.replaced = {
+                ending: signal.signal(ending, _interrupt)
+                for ending in (signal.SIGTERM, signal.SIGHUP)
+            }
+
+    def worker_stopped(self) -> None:
+        self.running = max(0, self.running - 1)
+        if self.running == 0:
+            for ending, handler in self.replaced.items():
+                with contextlib.suppress(ValueError):  # not the main thread: cannot
+                    signal.signal(ending, handler)
+            self.replaced = {}
+
+
+_endings = _Endings()
 
 
 def _interrupt(signum: int, _frame: Any) -> None:
     raise KeyboardInterrupt(f"ended by {signal.Signals(signum).name}")
-
-
-def _end_as_interrupt() -> dict[signal.Signals, Any]:
-    """While a worker of `start_worker` runs, SIGTERM and SIGHUP (the terminal closed) end
-    this command as Ctrl-C does, so that it stops the worker (its own process group, which
-    neither signal reaches) instead of leaving it running; the handlers they replaced."""
-    if threading.current_thread() is not threading.main_thread():
-        return {}  # only the main thread may set handlers (a command run in a test's thread)
-    return {ending: signal.signal(ending, _interrupt) for ending in (signal.SIGTERM, signal.SIGHUP)}
 
 
 def show_event(whole: Session, kind: str, data: dict[str, Any]) -> None:

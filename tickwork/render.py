@@ -39,6 +39,8 @@ STATUS_STYLE = {
     "cancelled": "dim",
 }
 THOUGHT_CHARS, ARGUMENT_CHARS, OUTPUT_CHARS = 600, 160, 300
+#: why a `queued` session waits (fsm/admission.py)
+QUEUED = "waits for room under its tenant's max_in_flight or its concurrency key's limit"
 
 
 #: how wide output to a pipe or file is, unless $COLUMNS says otherwise; rows stay whole
@@ -204,7 +206,7 @@ def sessions_table(heads: Iterable[Mapping[str, Any]]) -> Table:
             if h["error_code"]
             else f"waiting on {', '.join(h['awaiting'])}"
             if h["awaiting"]
-            else "waits for its tenant's or its key's turn"
+            else QUEUED
             if h["status"] == "queued"
             else ""
         )
@@ -314,7 +316,7 @@ def _admission(h: Mapping[str, Any]) -> str:
     if h.get("concurrency_key"):
         line += f" · concurrency key {h['concurrency_key']} (at most {h.get('max_per_key') or 1})"
     if h.get("status") == "queued":
-        line += " · queued: waits for its tenant's max_in_flight or its key's room"
+        line += f" · queued: {QUEUED}"
     return line
 
 
@@ -599,10 +601,7 @@ def _environment(env: Any) -> list[RenderableType]:
     for name in ("note", "error"):
         if env.get(name):
             line.append(f"; {env[name]}")
-    parts: list[RenderableType] = [line]
-    if isinstance(env.get("log"), str) and env["log"].strip():
-        parts.append(Text(tail(env["log"].strip(), 4000), style="dim"))
-    return parts
+    return [line, *_log_end(env.get("log"))]
 
 
 def _tests(tests: Any) -> list[RenderableType]:
@@ -621,10 +620,14 @@ def _tests(tests: Any) -> list[RenderableType]:
             f" exit {tests.get('exit_code')}, {'passed' if passed else 'failed'}",
             style="green" if passed else "red",
         )
-    parts: list[RenderableType] = [line]
-    if isinstance(tests.get("output"), str) and tests["output"].strip():
-        parts.append(Text(tail(tests["output"].strip(), 4000), style="dim"))
-    return parts
+    return [line, *_log_end(tests.get("output"))]
+
+
+def _log_end(log: Any) -> list[RenderableType]:
+    """The end of a log (a setup's, a test run's output) as dim text, if there is one."""
+    if not isinstance(log, str) or not log.strip():
+        return []
+    return [Text(tail(log.strip(), 4000), style="dim")]
 
 
 def event_line(e: Mapping[str, Any]) -> Text:

@@ -27,7 +27,7 @@ from tickwork.fsm.errors import (
 from tickwork.fsm.forks import ForkPatch
 from tickwork.fsm.kinds import SessionKind, kind_of
 from tickwork.fsm.tenants import DEFAULT_TENANT, check_tenant
-from tickwork.fsm.values import Budgets, Decision, DecisionKind, Head, Session
+from tickwork.fsm.values import Budgets, Decision, DecisionKind, Head, Session, over_bound
 from tickwork.store import Store
 from tickwork.store import dead_letters as dl
 from tickwork.store.archived import saved_of
@@ -204,6 +204,8 @@ class Writes(Deployment):
                     f"unknown budget {', '.join(unknown)}; known: {', '.join(merged)}"
                 )
             merged.update({k: v for k, v in layer.items() if v is not None})
+            if (why := over_bound(layer)) is not None:
+                raise InvalidBudget(f"invalid budget: {why}")
         try:
             return Budgets(**merged)
         except ValueError as exc:

@@ -68,3 +68,36 @@ def test_a_wrong_method_is_405_naming_every_method_the_path_takes(stack: Stack) 
         assert answer.status_code == 405, (method, path)
         assert answer.headers["allow"] == allowed, (method, path)
         assert answer.json()["code"] == "method_not_allowed"
+
+
+def test_the_decision_schema_says_which_fields_go_with_which_kind() -> None:
+    """A client generated from the schema knows what the server checks: `arguments` with an
+    edit only, `output` with provide_output only, `feedback` with reject only."""
+    import jsonschema
+    from pydantic import ValidationError
+
+    from tickwork.api.bodies import Decide
+
+    schema = Decide.model_json_schema()
+    fingerprint = "0" * 64
+    bodies = [
+        {"kind": "approve"},
+        {"kind": "approve", "arguments": {"a": 1}},
+        {"kind": "edit"},
+        {"kind": "edit", "arguments": {"a": 1}},
+        {"kind": "edit", "arguments": None},
+        {"kind": "reject", "feedback": "no"},
+        {"kind": "approve", "feedback": "no"},
+        {"kind": "provide_output"},
+        {"kind": "provide_output", "output": "it ran"},
+        {"kind": "reject", "output": "x"},
+    ]
+    for body in bodies:
+        body = {**body, "fingerprint": fingerprint}
+        try:
+            Decide.model_validate(body)
+            server = True
+        except ValidationError:
+            server = False
+        documented = jsonschema.Draft202012Validator(schema).is_valid(body)
+        assert documented == server, (body, documented, server)

@@ -218,3 +218,12 @@ def test_the_demo_refuses_a_timeout_that_is_not_positive(tmp_path: Path) -> None
     said = cli("demo", "--yes", "--timeout", "-1", ok=False).error(2, "--timeout")
     assert "Traceback" not in said
     assert not (tmp_path / "state" / "demo").exists()  # refused before anything was made
+
+
+def test_a_session_not_found_on_the_embedded_default_says_where_it_looked(
+    tmp_path: Path,
+) -> None:
+    state = tmp_path / "state"
+    cli = Cli(_bare_env(TICKWORK_STATE_DIR=str(state)), tmp_path)
+    said = cli("show", "nope", ok=False).error(1, "no session 'nope'", "tickwork ls")
+    assert f"looked in {state / 'tickwork.db'}" in said and "TICKWORK_STATE_DIR" in said

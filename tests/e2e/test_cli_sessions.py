@@ -181,8 +181,8 @@ def test_errors_are_one_line_with_an_exit_code(deployment: Deployment, cli: Cli)
     assert unknown.stdout == "" and bad_json.stdout == ""
     said = unknown.error(1, "no session 'no-such-session'", "tickwork ls")
     assert "/api/v1" not in said  # the API's listing is for API callers
-    # where it looked, on the embedded default: another folder is another store
-    assert "looked in" in said and "TICKWORK_STATE_DIR" in said
+    # where it looked, on SQLite: another folder, or another URL, is another store
+    assert "looked in" in said and "tickwork.db" in said
     bad_json.error(2, "--args is not valid JSON")
     not_in_doubt.error(2, "not in doubt")
     said = bad_status.error(2, "--status", "waiting_approval", "tickwork ls --help")

@@ -97,8 +97,10 @@ def test_a_worker_that_cannot_listen_on_its_metrics_port_names_it(
         port = held.getsockname()[1]
         monkeypatch.setenv("TICKWORK_METRICS_PORT", str(port))
         monkeypatch.setenv("TICKWORK_METRICS_ADDR", "127.0.0.1")
-        with caplog.at_level("ERROR", logger="tickwork"):
-            metrics._serve_with_worker()
+        try:
+            with caplog.at_level("ERROR", logger="tickwork"):
+                metrics._serve_with_worker()
+        finally:
+            metrics.stop_serving()  # had it listened after all, not left to later tests
     said = caplog.text
     assert f"cannot listen on 127.0.0.1:{port}" in said and "TICKWORK_METRICS_PORT" in said
-    metrics.stop_serving()

@@ -155,3 +155,16 @@ def test_a_demo_with_a_model_it_has_no_key_for_stops_before_making_a_session(
     assert "needs an API key" in done.stderr and "OPENAI_API_KEY" in done.stderr
     assert "Traceback" not in done.stderr
     assert not (tmp_path / "state" / "demo" / "session").exists()
+
+
+def test_two_workers_put_the_signal_handlers_back_once_both_stopped() -> None:
+    from tickwork.demos import _Endings, _interrupt
+
+    before = signal.getsignal(signal.SIGTERM)
+    endings = _Endings()
+    endings.worker_started()
+    endings.worker_started()
+    endings.worker_stopped()
+    assert signal.getsignal(signal.SIGTERM) is _interrupt  # the other still runs
+    endings.worker_stopped()
+    assert signal.getsignal(signal.SIGTERM) == before

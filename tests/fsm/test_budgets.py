@@ -313,3 +313,15 @@ def test_an_answer_not_cut_is_not_failed_by_the_cap(build: Any) -> None:
     head = build.head(budgets=LIMITS)
     change = build.think(head, build.reply(), cut=cut_at(Cap(tokens=40, code=COST), NextCall()))
     assert change.head.status is Status.COMPLETED
+
+
+def test_every_budget_has_a_bound_and_the_bounds_hold_input_only() -> None:
+    from tickwork.fsm.values import BUDGET_MAXIMA, over_bound
+
+    assert set(BUDGET_MAXIMA) == set(Budgets.model_fields)
+    assert over_bound({"max_tokens": 2**70}) == (
+        "max_tokens must be at most 9,007,199,254,740,991, got 1180591620717411303424"
+    )
+    assert over_bound({"deadline_s": 3600, "max_steps": 5}) is None
+    # a session stored before the bounds (a "no deadline" of 1e10 s) still loads
+    assert Budgets.model_validate({"deadline_s": 1e10, "max_tokens": 2**60}).deadline_s == 1e10

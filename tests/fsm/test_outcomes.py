@@ -85,6 +85,7 @@ def test_test_files_are_those_in_test_folders_or_named_as_tests() -> None:
         "web/src/__tests__/app.js",
         "web/src/app.spec.ts",
         "src/testing_utils.py",  # a module named so is not a test
+        "tickwork/testing/store_ticks.py",  # nor a library's testing helpers
         "docs/latest.md",
     ]
     assert changed_tests(changed) == [
@@ -105,6 +106,12 @@ def test_test_files_are_those_in_test_folders_or_named_as_tests() -> None:
         ("python3 -m pytest -q", "E   ModuleNotFoundError: No module named 'attrs'", None),
         ("pytest -q", "No module named pytest", None),  # not `python -m`: the shell says 127
         ("python3 -m 'unclosed", "No module named x", None),
+        # another module whose name begins with the runner's: the tests ran
+        ("python3 -m pytest -q", "E   ModuleNotFoundError: No module named 'pytest_asyncio'", None),
+        ("python3 -m pytest -q", "No module named pytest_asyncio", None),
+        ("python -m tests.run", "No module named 'tests.helpers'", None),
+        # the runner of a later -m in the command
+        ("python -m pip install -e . && python -m pytest", "No module named pytest", "pytest"),
     ],
 )
 def test_a_missing_runner_is_told_from_a_test_that_imports_what_is_missing(

@@ -52,6 +52,10 @@ def _session_id(value: str | None) -> str | None:
     return value
 
 
+#: a price in USD per million tokens, finite (JSON may hold NaN)
+Price = Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)]
+
+
 class Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -94,13 +98,7 @@ class SubmitOptions(Body):
         json_schema_extra={"pattern": SESSION_ID_PATTERN},
         description="The new session's id [default: a random one].",
     )
-    price: (
-        tuple[
-            Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)],
-            Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)],
-        ]
-        | None
-    ) = Field(
+    price: tuple[Price, Price] | None = Field(
         default=None,
         examples=[[0.5, 1.5]],
         description="The model's price in USD per million tokens, [prompt, completion]: at "
@@ -213,8 +211,31 @@ def submit_schema(handler: GetJsonSchemaHandler) -> JsonSchemaValue:
     }
 
 
+def _with_kind(kind: DecisionKind, field: str, given: JsonSchemaValue) -> JsonSchemaValue:
+    """`field` must be given (as `given`) with a decision of `kind`, and only with it."""
+    return {
+        "if": {"properties": {"kind": {"const": kind.value}}},
+        "then": {"required": [field], "properties": {field: given}},
+        "else": {"properties": {field: {"type": "null"}}},
+    }
+
+
 class Decide(Body):
     """One person's decision on one waiting call."""
+
+    # the checks of `_fits_kind`, in the schema: a client generated from it knows them
+    model_config = ConfigDict(
+        json_schema_extra={
+            "allOf": [
+                _with_kind(DecisionKind.EDIT, "arguments", {"type": "object"}),
+                _with_kind(DecisionKind.PROVIDE_OUTPUT, "output", {"type": "string"}),
+                {
+                    "if": {"not": {"properties": {"kind": {"const": "reject"}}}},
+                    "then": {"properties": {"feedback": {"const": ""}}},
+                },
+            ]
+        }
+    )
 
     kind: DecisionKind
     fingerprint: str = Field(

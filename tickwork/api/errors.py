@@ -148,7 +148,9 @@ def _invalid_request(request: Request, exc: Exception) -> JSONResponse:
     ]
     said = "; ".join(f"{'.'.join(e['loc'])}: {e['msg']}" for e in errors[:5])
     kind = request.headers.get("content-type", "")
-    if any(e["loc"] == ["body"] for e in errors) and "json" not in kind.lower():
+    media = kind.split(";")[0].strip().lower()
+    json_body = media == "application/json" or media.endswith("+json")
+    if any(e["loc"] == ["body"] for e in errors) and not json_body:
         # FastAPI reads a body it is not told is JSON as text, which is then no object
         said += (
             f"; the request's Content-Type is {kind!r}, not application/json: send the body "

@@ -18,11 +18,6 @@ from .auth import Principal
 from .errors import ApiError
 
 
-def not_found(session_id: str) -> SessionNotFound:
-    """What the store says of a session nobody made."""
-    return SessionNotFound.of(session_id)
-
-
 def seen_head(client: Tickwork, who: Principal, session_id: str, *, archived: bool = True) -> Head:
     """The session's head (live, or archived unless `archived` is False) if `who` may see
     it; else SessionNotFound."""
@@ -34,7 +29,7 @@ def seen_head(client: Tickwork, who: Principal, session_id: str, *, archived: bo
             raise
         head = found.session.head
     if not who.sees(head.tenant, head.submitted_by):
-        raise not_found(session_id)
+        raise SessionNotFound.of(session_id)
     return head
 
 

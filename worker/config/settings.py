@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import re
 import typing
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import Field, PrivateAttr, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 from tickwork.fsm.errors import ConfigurationError
-from tickwork.fsm.values import Budgets
+from tickwork.fsm.values import Budgets, over_bound
 from tickwork.worker.config.allowlist import parse
 from tickwork.worker.config.secrets import SECRET_NAMES, mask
 from tickwork.worker.config.tenants import TenantSettings
@@ -197,6 +199,16 @@ class Settings(BaseSettings):
     #: regexes whose matches are masked in stored events, logs and `tickwork config`
     secret_patterns: list[str] = [r"sk-[A-Za-z0-9_\-]{8,}"]
     budgets: Budgets = Field(default_factory=Budgets)
+
+    @field_validator("budgets", mode="before")
+    @classmethod
+    def _bounded(cls, value: Any) -> Any:
+        # the defaults of every session: within the bounds a submission is held to
+        given = json.loads(value) if isinstance(value, str | bytes) else value
+        if isinstance(given, Mapping) and (why := over_bound(given)) is not None:
+            raise ValueError(why)
+        return value
+
     #: transcripts each worker process keeps, so a THINK tick reads only the new steps
     #: (each holds a session's whole history; 0 reads every transcript whole every time)
     transcript_cache: int = Field(default=64, ge=0)

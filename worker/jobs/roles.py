@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from tickwork.fsm.errors import ConfigurationError, InvalidInput
-from tickwork.fsm.values import Budgets
+from tickwork.fsm.values import Budgets, over_bound
 
 __all__ = ["Role", "Staffed", "check_roles", "configured_roles", "role_for"]
 
@@ -116,6 +116,8 @@ def _role(name: Any, data: Any, *, where: str, known: Role | None) -> Role:
             Budgets(**budgets)
         except ValueError as exc:
             raise _fail(at, f"invalid budgets: {exc}") from None
+        if (why := over_bound(budgets)) is not None:
+            raise _fail(at, f"invalid budgets: {why}")
         changes["budgets"] = dict(budgets)
     if "description" in data:
         if not isinstance(data["description"], str):

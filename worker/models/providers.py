@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from tickwork.fsm.errors import ConfigurationError, InvalidModelSpec
+from tickwork.fsm.errors import ConfigurationError, InvalidModelSpec, MissingCredentials
 from tickwork.worker.config.imports import load_object
 from tickwork.worker.models import anthropic
 from tickwork.worker.models.base import Model
@@ -273,7 +273,7 @@ def _endpoint(
     url = base_url or env.get(f"{vendor}_BASE_URL") or default_url
     key = api_key or env.get(f"{vendor}_API_KEY") or None
     if key is None and host in url:
-        raise ConfigurationError(
+        raise MissingCredentials(
             f"model {spec!r} needs an API key for {url}: set {vendor}_API_KEY, or set "
             f"{vendor}_BASE_URL to a server that needs none"
         )

@@ -20,6 +20,7 @@ from tickwork.fsm.errors import (
     ConfigurationError,
     ContextTooLong,
     InvalidToolArguments,
+    MissingCredentials,
     ModelError,
 )
 from tickwork.fsm.machine import Change, Compact, RunTool
@@ -87,13 +88,17 @@ def think(tick: Tick) -> Change:
     try:
         model = rt.model(head.model)
     except ConfigurationError as exc:
-        # this worker cannot call the model (no API key, say): retried as a failed call is,
-        # where another worker of the fleet may have what this one lacks; past the retries
-        # the session fails MODEL_ERROR with this message
+        # this worker cannot make the model: a missing API key is retried as a failed call
+        # is (another worker of the fleet may hold it; past the retries the session fails
+        # MODEL_ERROR with this message), anything else (no model named, its script gone)
+        # fails it MODEL_ERROR at once; one log line either way, no traceback
         log.error("session %s: this worker cannot call its model: %s", head.id, exc)
-        why = f"this worker cannot call the model: {exc}"
         return machine.model_failed(
-            head, error=why, transient=True, now=rt.clock(), jitter=rt.jitter()
+            head,
+            error=f"this worker cannot call the model: {exc}",
+            transient=isinstance(exc, MissingCredentials),
+            now=rt.clock(),
+            jitter=rt.jitter(),
         )
     tools = rt.jobs.tools(head.kind)
     schemas = schemas_for(tools, head)
