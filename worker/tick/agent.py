@@ -17,7 +17,6 @@ from tickwork.fsm import budgets, context, machine
 from tickwork.fsm.approvals import ApprovalRule
 from tickwork.fsm.deliveries import WAIT_CHILDREN
 from tickwork.fsm.errors import (
-    ConfigurationError,
     ContextTooLong,
     InvalidToolArguments,
     MissingCredentials,
@@ -87,16 +86,16 @@ def think(tick: Tick) -> Change:
     cap = budgets.completion_cap(head, ahead)
     try:
         model = rt.model(head.model)
-    except ConfigurationError as exc:
-        # this worker cannot make the model: a missing API key is retried as a failed call
-        # is (another worker of the fleet may hold it; past the retries the session fails
-        # MODEL_ERROR with this message), anything else (no model named, its script gone)
-        # fails it MODEL_ERROR at once; one log line either way, no traceback
+    except MissingCredentials as exc:
+        # this worker lacks the model's API key: retried as a failed call is, where another
+        # worker of the fleet may hold it; past the retries the session fails MODEL_ERROR
+        # with this message. (Another model it cannot make, say its script gone, is a
+        # broken configuration: INTERNAL, as `advance` fails it.)
         log.error("session %s: this worker cannot call its model: %s", head.id, exc)
         return machine.model_failed(
             head,
             error=f"this worker cannot call the model: {exc}",
-            transient=isinstance(exc, MissingCredentials),
+            transient=True,
             now=rt.clock(),
             jitter=rt.jitter(),
         )

@@ -238,19 +238,3 @@ def test_a_worker_without_the_model_s_key_retries_then_fails_model_error(
     assert len(retries) == done.budgets.max_model_retries
     assert not [r for r in caplog.records if r.exc_info], "no traceback for a missing key"
 
-
-def test_a_model_the_worker_cannot_make_fails_model_error_at_once(
-    ticks: Ticks, tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    """Not a missing key another worker may hold: no retries, one log line."""
-    script = tmp_path / "gone.json"
-    script.write_text('[{"content": "done"}]')
-    head = ticks.client.submit(KIND, {}, model=f"scripted:{script}")
-    script.unlink()
-
-    done = ticks.run(head.id)
-
-    assert (done.status, done.error_code) == (Status.FAILED, ErrorCode.MODEL_ERROR)
-    assert "cannot call the model" in (done.error_message or "")
-    assert not [e for e in ticks.store.load(head.id).events if e.kind == "model_retry"]
-    assert not [r for r in caplog.records if r.exc_info]
