@@ -21,6 +21,7 @@ from tickwork.fsm.errors import (
     ConfigurationError,
     InvalidBudget,
     InvalidInput,
+    PathOutsideWorkspace,
     SessionNotFound,
     UnpricedModel,
 )
@@ -253,7 +254,13 @@ class Writes(Deployment):
                     head, dict(arguments), by=f"the edit of node {call.name!r}"
                 )
             elif call.name in tools:
-                arguments = tools.get(call.name).validate(dict(arguments))
+                edited = tools.get(call.name)
+                arguments = edited.validate(dict(arguments))
+                try:
+                    edited.check_paths(arguments)
+                except PathOutsideWorkspace as exc:
+                    # refused now, while the approver can correct it, not when it runs
+                    raise InvalidInput(f"the edit of call {call_id}: {exc.message}") from None
         if kind is DecisionKind.PROVIDE_OUTPUT and graph is not None:
             graph.validate_output(head, call.name, output)  # a node's update (issue 15)
         decision = Decision(

@@ -290,3 +290,27 @@ def test_show_offers_an_in_doubt_call_s_own_choices(deployment: Deployment, cli:
     assert "in doubt, its worker was lost while it ran, so it may have run" in shown
     assert f"tickwork provide-output doubt {call.call_id} --output TEXT" in shown
     assert f"tickwork approve doubt {call.call_id}" in shown
+
+
+@pytest.mark.parametrize("deployment", ["embedded"], indirect=True)
+def test_an_edit_whose_path_leaves_the_workspace_is_refused_at_once(
+    deployment: Deployment, cli: Cli
+) -> None:
+    """Refused while the approver can correct it (the tool would refuse it when it ran,
+    spending the call on an error); the call still waits, nothing is recorded."""
+    from tests.tasks.test_repair import WRITE, submit_demo
+
+    with deployment.worker():
+        session_id, _ = submit_demo(deployment)
+        for path, says in (
+            ("../../etc/passwd", "climbs out of the workspace"),
+            ("/etc/passwd", "is absolute"),
+        ):
+            refused = cli.inline(
+                "edit", session_id, WRITE, "--args", json.dumps({"path": path, "content": "x"}),
+                ok=False,
+            )  # fmt: skip
+            refused.error(2, f"the edit of call {WRITE}", says)
+        whole = deployment.client.load(session_id)
+        assert whole.head.awaiting == (WRITE,) and whole.decisions == ()
+        cli.inline("edit", session_id, WRITE, "--args", '{"path": "calc.py", "content": "x"}')

@@ -36,6 +36,24 @@ def workspace_root(workspace: Path | str | None) -> Path:
 
 def resolve(workspace: Path, path: str) -> Path:
     """The real path of `path` (relative to `workspace`), or `PathOutsideWorkspace`."""
+    lexical(path)
+    root = workspace_root(workspace)
+    try:
+        real = (root / path).resolve(strict=False)
+    except (OSError, RuntimeError) as exc:  # RuntimeError: a symlink loop before 3.13
+        raise PathOutsideWorkspace(f"the path {path!r} cannot be resolved: {exc}") from exc
+    if not is_inside(root, real):
+        raise PathOutsideWorkspace(
+            f"the path {path!r} leads outside the workspace through a symlink; "
+            "tools only touch files inside it"
+        )
+    return real
+
+
+def lexical(path: str) -> None:
+    """`PathOutsideWorkspace` if `path`'s text alone leaves a workspace: empty, a NUL,
+    absolute or home-relative, or climbing out with `..` (symlinks need the workspace:
+    `resolve`)."""
     if not isinstance(path, str) or not path.strip():
         raise PathOutsideWorkspace(
             f"empty path {path!r}: give a path relative to the workspace, or '.' for its root"
@@ -54,17 +72,6 @@ def resolve(workspace: Path, path: str) -> Path:
             raise PathOutsideWorkspace(
                 f"the path {path!r} climbs out of the workspace with '..'; use a path inside it"
             )
-    root = workspace_root(workspace)
-    try:
-        real = (root / path).resolve(strict=False)
-    except (OSError, RuntimeError) as exc:  # RuntimeError: a symlink loop before 3.13
-        raise PathOutsideWorkspace(f"the path {path!r} cannot be resolved: {exc}") from exc
-    if not is_inside(root, real):
-        raise PathOutsideWorkspace(
-            f"the path {path!r} leads outside the workspace through a symlink; "
-            "tools only touch files inside it"
-        )
-    return real
 
 
 def is_inside(root: Path, real: Path) -> bool:

@@ -29,6 +29,7 @@ from tickwork.fsm.transitions import cap_output
 from tickwork.fsm.values import Head
 from tickwork.fsm.values import idempotency_key as _idempotency_key
 from tickwork.worker.sandbox.runner import Sandbox
+from tickwork.worker.tools.confinement import lexical
 from tickwork.worker.tools.schemas import (
     explain_error,
     parse_docstring,
@@ -151,6 +152,16 @@ class Tool:
     context_param: str | None = None
     #: parameter name -> field name in `args_model`
     param_fields: Mapping[str, str] = field(default_factory=dict)
+    #: the parameters that name a path in the workspace: a person's edit of a call is
+    #: refused at once if one of them leaves it (the tool checks them again when it runs)
+    paths: tuple[str, ...] = ()
+
+    def check_paths(self, arguments: Mapping[str, Any]) -> None:
+        """`PathOutsideWorkspace` if an argument of `paths` leaves the workspace by its text
+        alone (absolute, `~`, climbing out with `..`, a NUL): no workspace is needed."""
+        for name in self.paths:
+            if isinstance(arguments.get(name), str):
+                lexical(arguments[name])
 
     @property
     def rule(self) -> ApprovalRule:
@@ -207,6 +218,7 @@ def make_tool(
     approval_policy: Policy | None = None,
     idempotent: bool = False,
     timeout_s: float = 60.0,
+    paths: Sequence[str] = (),
 ) -> Tool:
     """Build a `Tool` from `fn`; `tool` is the decorator form of this."""
     tool_name = name or fn.__name__
@@ -261,7 +273,15 @@ def make_tool(
         timeout_s=float(timeout_s),
         context_param=context_param,
         param_fields=MappingProxyType(param_fields),
+        paths=_known(tool_name, paths, param_fields),
     )
+
+
+def _known(tool_name: str, paths: Sequence[str], params: Mapping[str, str]) -> tuple[str, ...]:
+    unknown = sorted(set(paths) - set(params))
+    if unknown:
+        raise ConfigurationError(f"tool {tool_name}: paths names no parameter {unknown}")
+    return tuple(paths)
 
 
 @overload
@@ -277,6 +297,7 @@ def tool(
     approval_policy: Policy | None = None,
     idempotent: bool = False,
     timeout_s: float = 60.0,
+    paths: Sequence[str] = (),
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -290,6 +311,7 @@ def tool(
     approval_policy: Policy | None = None,
     idempotent: bool = False,
     timeout_s: float = 60.0,
+    paths: Sequence[str] = (),
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a `Tool` of a function: `@tool` or `@tool(requires_approval=True, ...)`."""
 
@@ -302,6 +324,7 @@ def tool(
             approval_policy=approval_policy,
             idempotent=idempotent,
             timeout_s=timeout_s,
+            paths=paths,
         )
 
     return build if fn is None else build(fn)

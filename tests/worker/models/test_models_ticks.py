@@ -237,4 +237,3 @@ def test_a_worker_without_the_model_s_key_retries_then_fails_model_error(
     retries = [e for e in ticks.store.load(head.id).events if e.kind == "model_retry"]
     assert len(retries) == done.budgets.max_model_retries
     assert not [r for r in caplog.records if r.exc_info], "no traceback for a missing key"
-

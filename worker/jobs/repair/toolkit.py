@@ -102,7 +102,7 @@ def _existing(root: Path, path: str) -> Path:
     return found
 
 
-@tool(idempotent=True, timeout_s=60.0)
+@tool(idempotent=True, timeout_s=60.0, paths=("path",))
 def list_files(ctx: ToolContext, path: str = ".", pattern: str = "*") -> str:
     """List the files under a directory of the workspace, recursively, sorted (skips .git).
 
@@ -127,7 +127,7 @@ def list_files(ctx: ToolContext, path: str = ".", pattern: str = "*") -> str:
     return listing + (f"\n... and {more} more; narrow the path or pattern" if more > 0 else "")
 
 
-@tool(idempotent=True, timeout_s=60.0)
+@tool(idempotent=True, timeout_s=60.0, paths=("path",))
 def read_file(
     ctx: ToolContext,
     path: str,
@@ -163,7 +163,7 @@ def read_file(
     return f"{shown} (lines {start_line}-{last} of {len(lines)})\n{numbered}{more}"
 
 
-@tool(idempotent=True, timeout_s=120.0)
+@tool(idempotent=True, timeout_s=120.0, paths=("path",))
 def search(
     ctx: ToolContext,
     pattern: str,
@@ -207,7 +207,7 @@ def search(
     return "\n".join(found) if found else f"no matches for {pattern!r} under {path!r}"
 
 
-@tool(requires_approval=True, idempotent=True, timeout_s=60.0)
+@tool(requires_approval=True, idempotent=True, timeout_s=60.0, paths=("path",))
 def write_file(ctx: ToolContext, path: str, content: str) -> str:
     """Create or replace a file of the workspace with the given content.
 
