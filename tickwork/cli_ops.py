@@ -6,10 +6,11 @@ import os
 import re
 import shutil
 import socket
+import sys
 import time
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.text import Text
@@ -108,9 +109,30 @@ def worker(
     if settings.embedded_broker:
         # the filesystem transport has no fanout exchange for these
         argv += ["--without-gossip", "--without-mingle", "--without-heartbeat"]
-    code = make_app(settings).start(argv)
+    app = make_app(settings)
+    if not settings.embedded_broker:
+        _say_if_the_broker_is_away(app, settings)
+    code = app.start(argv)
     if code:
         raise typer.Exit(code)
+
+
+def _say_if_the_broker_is_away(app: Any, settings: Settings) -> None:
+    """One line on stderr, naming the setting, if the broker does not answer now: the worker
+    starts anyway and Celery keeps trying to connect (a broker may start after it), but its
+    own retry lines do not say which setting points there."""
+    from tickwork.worker.config.settings import mask
+
+    try:
+        with app.connection_for_write() as conn:
+            conn.ensure_connection(max_retries=1, interval_start=0, interval_step=0, timeout=3)
+    except Exception as exc:
+        sys.stderr.write(
+            f"warning: the broker at {mask(settings.broker_url, [])} (TICKWORK_BROKER_URL) "
+            f"does not answer ({type(exc).__name__}: {' '.join(str(exc).split())[:200]}); "
+            "the worker starts and keeps trying to connect\n"
+        )
+        sys.stderr.flush()
 
 
 def worker_sections() -> tuple[type[BaseSettings], ...]:

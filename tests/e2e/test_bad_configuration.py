@@ -227,3 +227,36 @@ def test_a_session_not_found_on_the_embedded_default_says_where_it_looked(
     cli = Cli(_bare_env(TICKWORK_STATE_DIR=str(state)), tmp_path)
     said = cli("show", "nope", ok=False).error(1, "no session 'nope'", "tickwork ls")
     assert f"looked in {state / 'tickwork.db'}" in said and "TICKWORK_STATE_DIR" in said
+
+
+def test_a_worker_whose_broker_does_not_answer_says_which_setting_points_there(
+    tmp_path: Path,
+) -> None:
+    """It starts anyway (a broker may come up after it) and Celery keeps trying; the line
+    names TICKWORK_BROKER_URL, which Celery's own retry lines do not."""
+    import subprocess
+    import sys
+
+    env = _bare_env(
+        TICKWORK_STATE_DIR=str(tmp_path / "state"),
+        TICKWORK_BROKER_URL="redis://:secret@127.0.0.1:1/0",
+    )
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "tickwork", "worker", "--pool", "solo"],
+        cwd=tmp_path,
+        env=env,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert worker.stderr is not None
+        line = worker.stderr.readline()  # the warning comes before Celery starts
+    finally:
+        os.killpg(worker.pid, 9)
+        worker.wait(30)
+        if worker.stderr is not None:
+            worker.stderr.close()
+    assert line.startswith("warning: the broker at redis://:****@127.0.0.1:1/0"), line
+    assert "(TICKWORK_BROKER_URL) does not answer" in line and "secret" not in line
