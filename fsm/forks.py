@@ -118,6 +118,13 @@ def fork(
         raise InvalidInput(
             f"session {parent.head.id} is not a graph session; only a graph's state is patched"
         )
+    if graph is not None and (agents := _agent_patches(patch)):
+        # a graph has no prompt, and a node run's output is its state update: what these
+        # would change, nothing reads (or, a hand-written output, it breaks the state)
+        raise InvalidInput(
+            f"session {parent.head.id} is a graph session: a fork patches its state "
+            f"(--state, API: state), not {' or '.join(agents)}"
+        )
     if graph is not None and patch.graph_version is not None:
         config.update(graph_config(graph.name, patch.graph_version))
     # the kept steps' cost counts against the fork's budget, but was spent by the parent:
@@ -164,6 +171,16 @@ def fork(
         decisions=decisions,
         events=(event,),
     )
+
+
+def _agent_patches(patch: ForkPatch) -> list[str]:
+    """The parts of `patch` only an agent session has a use for, by their CLI names."""
+    given = {
+        "--system-prompt": patch.system_prompt is not None,
+        "--append-instruction": bool(patch.append_instruction),
+        "--tool-output": bool(patch.tool_outputs),
+    }
+    return [name for name, set_ in given.items() if set_]
 
 
 def _graph_result(

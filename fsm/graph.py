@@ -218,7 +218,9 @@ class Graph:
                 problems.append(f"a conditional edge after {a!r} may go to a missing node {b!r}")
         for node in self.nodes.values():
             if node.on_reject not in known - {START}:
-                problems.append(f"node {node.name!r} goes on reject to a missing node")
+                problems.append(
+                    f"node {node.name!r} goes on reject to a missing node {node.on_reject!r}"
+                )
             extra = sorted((node.writes or frozenset()) - fields)
             if extra:
                 problems.append(

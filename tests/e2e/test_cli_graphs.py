@@ -47,3 +47,12 @@ def test_the_refund_graph_is_approved_and_shown_from_the_cli(
     assert "over the $500 limit" in done.result["state"]["report"]
     refused = cli.inline("fork", session_id, "--from-step", "1", "--state", '{"x": 1}', ok=False)
     refused.error(2, "gives x, which the state Refund does not have")
+    # what only an agent session reads is refused, not recorded and ignored (or, a node
+    # run's hand-written output, left to break the state)
+    for patch, named in (
+        (("--tool-output", "s1c0=x"), "--tool-output"),
+        (("--system-prompt", "hi"), "--system-prompt"),
+        (("--append-instruction", "be brief"), "--append-instruction"),
+    ):
+        agent = cli.inline("fork", session_id, "--from-step", "2", *patch, ok=False)
+        agent.error(2, "is a graph session: a fork patches its state (--state", named)

@@ -60,6 +60,12 @@ def to_missing() -> Graph:
     return graph
 
 
+def rejects_to_missing() -> Graph:
+    graph = Graph("g", version="1", state=S)
+    graph.add_node("a", inc, interrupt_before=True, on_reject="nowhere")
+    return graph.add_edge(START, "a").add_edge("a", END)
+
+
 def unreachable() -> Graph:
     return line("a").add_node("island", inc).add_edge("island", END)
 
@@ -76,10 +82,16 @@ def dead_end() -> Graph:
     ("build", "message"),
     [
         (to_missing, "the edge 'a' -> 'nowhere' names a missing node 'nowhere'"),
+        (rejects_to_missing, "node 'a' goes on reject to a missing node 'nowhere'"),
         (unreachable, "no path from START reaches island"),
         (dead_end, "no path from c to END"),
     ],
-    ids=["edge to a missing node", "unreachable node", "no path to END"],
+    ids=[
+        "edge to a missing node",
+        "reject to a missing node",
+        "unreachable node",
+        "no path to END",
+    ],
 )
 def test_invalid_graphs_are_refused_at_compile(build: Any, message: str) -> None:
     with pytest.raises(InvalidGraph, match=message):
