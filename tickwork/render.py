@@ -270,7 +270,7 @@ def timeline(
                     f"step {step['step']}{_compaction(step)} · {when(step['at'])} · "
                     f"{step['model']} · "
                     f"{step['prompt_tokens']:,}+{step['completion_tokens']:,} tokens"
-                    f"{_cached(step)} · ${step['cost_usd']:.4f} · {step['latency_ms']:.0f} ms"
+                    f"{_cached(step)} · ${step['cost_usd']:.4f} · {_took(step, h)}"
                 ),
                 align="left",
             )
@@ -300,6 +300,14 @@ def _cached(usage: Mapping[str, Any], lead: str = " · ") -> str:
     parts = [f"{read:,} cached"] if read else []
     parts += [f"{written:,} written to the cache"] if written else []
     return lead + ", ".join(parts) if parts else ""
+
+
+def _took(step: Mapping[str, Any], h: Mapping[str, Any]) -> str:
+    """How long a step took: the model's reply, or in a graph (no model reply) its node's run."""
+    if _graph(h) is None:
+        return f"{step['latency_ms']:.0f} ms"
+    ran = sum((c.get("observation") or {}).get("duration_ms", 0.0) for c in step["calls"])
+    return f"{ran:.0f} ms node run"
 
 
 def _compaction(step: Mapping[str, Any]) -> str:
