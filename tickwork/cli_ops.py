@@ -122,15 +122,13 @@ def _say_if_the_broker_is_away(app: Any, settings: Settings) -> None:
     starts anyway and Celery keeps trying to connect (a broker may start after it), but its
     own retry lines do not say which setting points there."""
     from tickwork.worker.config.settings import mask
+    from tickwork.worker.tick.app import broker_away
 
-    try:
-        with app.connection_for_write() as conn:
-            conn.ensure_connection(max_retries=1, interval_start=0, interval_step=0, timeout=3)
-    except Exception as exc:
+    why = broker_away(app)
+    if why is not None:
         sys.stderr.write(
             f"warning: the broker at {mask(settings.broker_url, [])} (TICKWORK_BROKER_URL) "
-            f"does not answer ({type(exc).__name__}: {' '.join(str(exc).split())[:200]}); "
-            "the worker starts and keeps trying to connect\n"
+            f"does not answer ({why}); the worker starts and keeps trying to connect\n"
         )
         sys.stderr.flush()
 

@@ -43,14 +43,10 @@ def check_database(client: Tickwork) -> str | None:
 
 def check_broker(client: Tickwork) -> str | None:
     """What is wrong with the broker, or None."""
-    try:
-        with client.app.connection_for_write() as conn:
-            conn.ensure_connection(
-                max_retries=1, interval_start=0, interval_step=0, timeout=BROKER_TIMEOUT_S
-            )
-    except Exception as exc:
-        return f"broker: cannot connect ({type(exc).__name__}: {str(exc)[:200]})"
-    return None
+    from tickwork.worker.tick.app import broker_away
+
+    why = broker_away(client.app, timeout_s=BROKER_TIMEOUT_S)
+    return None if why is None else f"broker: cannot connect ({why})"
 
 
 @router.get("/healthz", summary="Liveness: 200 while the server answers (checks nothing else)")

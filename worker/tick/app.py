@@ -198,6 +198,19 @@ def _note_consumer_timeout(sender: Any = None, **_: Any) -> None:
         log.warning(note)
 
 
+def broker_away(app: Celery, *, timeout_s: float = 3.0) -> str | None:
+    """Why `app`'s broker cannot be reached now (one try, `timeout_s` at most), or None: for
+    /readyz and for `tickwork worker`'s warning at start."""
+    try:
+        with app.connection_for_write() as conn:
+            conn.ensure_connection(
+                max_retries=1, interval_start=0, interval_step=0, timeout=timeout_s
+            )
+    except Exception as exc:
+        return f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+    return None
+
+
 def _wake_the_loop(sender: Any = None, **_: Any) -> None:
     """A timer in the worker's event loop, so it sees a warm shutdown (SIGTERM) within a
     second: with nothing else scheduled it polls RabbitMQ's socket for up to 10 s."""
