@@ -248,16 +248,18 @@ def call_cost(
     *,
     providers: SpecPrices,
 ) -> float:
-    """USD for one model call of a session: at the price given at submit (never below its
-    spec's configured price), else at the table's price of the model the server named, else
-    of the session's spec."""
+    """USD for one model call of a session, at the operator's price of its spec (the
+    overrides, the tables, its provider's), raised to the price given at submit where that is
+    higher. Only a spec nobody prices is billed by the model the server named (a router's or
+    an alias's answer), else at the price given at submit: the name in the reply is the
+    server's to choose, so it never lowers (or raises) what the operator configured."""
+    configured = providers.price(spec, overrides)
     given = config.get("price")
     if given is not None:
-        return charge(floored(as_price(spec, given), providers.price(spec, overrides)), usage)
-    if reply_model and price_for(reply_model, overrides) is not None:
-        return cost_usd(reply_model, usage, overrides)
-    price = session_price(spec, config, overrides, providers=providers)
-    return charge(price, usage) if price is not None else cost_usd(reply_model or spec, usage)
+        return charge(floored(as_price(spec, given), configured), usage)
+    if configured is not None:
+        return charge(configured, usage)
+    return cost_usd(reply_model or spec, usage, overrides)
 
 
 def next_call(

@@ -14,6 +14,7 @@ from tickwork.worker.models.pricing import (
     passes_on,
     session_price,
 )
+from tickwork.worker.models.providers import Provider
 
 MILLION = Usage(prompt_tokens=1_000_000, completion_tokens=1_000_000)
 
@@ -266,3 +267,26 @@ def test_a_child_takes_its_parents_given_price_by_the_submits_rule(given, parent
     never lowers the child model's configured price, and stands in for a model without one
     only where the parent's model had none either (then a trusted caller gave it)."""
     assert passes_on(given, parent=parent, child=child, providers=Providers()) is passed
+
+
+def test_the_operators_price_of_the_spec_wins_over_the_model_name_the_server_answers_with():
+    # a gateway or vLLM's --served-model-name answers with a name of its choosing, here one
+    # the built-in table prices lower: the session is billed at what the operator configured
+    usage = Usage(prompt_tokens=10_000, completion_tokens=1_000)
+    house = {"house-model": [100, 400]}
+    billed = call_cost("openai:house-model", {}, "gpt-4o-mini", usage, house, providers=Providers())
+    assert billed == pytest.approx(1.4)
+    # ... and at what a registered provider prices its models, whatever its replies say
+    custom = Provider(
+        prefix="house",
+        help="house:NAME",
+        make=lambda rest: None,
+        price=lambda rest: Price(1.0, 2.0),
+    )
+    providers = Providers(shipped=[custom], entry_points=False)
+    assert call_cost("house:x", {}, "scripted", usage, providers=providers) == pytest.approx(0.012)
+    # a spec nobody prices is billed by the model that answered (a router's, an alias's)
+    assert call_cost("openai:my-alias", {}, "gpt-4o", usage, providers=Providers()) == (
+        pytest.approx(0.035)
+    )
+    assert call_cost("openai:my-alias", {}, "unknown-too", usage, providers=Providers()) == 0.0
