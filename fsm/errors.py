@@ -70,10 +70,24 @@ API_LISTING = "API: GET /api/v1/sessions"
 class SessionNotFound(TickworkError, LookupError):
     """No session has that id: list sessions with `tickwork ls`."""
 
+    #: how to list sessions from the command line
+    listing = "list sessions with `tickwork ls`"
+
+    def __init__(self, message: str | None = None, *, session_id: str | None = None) -> None:
+        super().__init__(message)
+        #: the id asked for, when known: each surface says it with its own way to list
+        self.session_id = session_id
+
     @classmethod
     def of(cls, session_id: str) -> SessionNotFound:
-        """The error of a session id nobody made, with where to list them."""
-        return cls(f"no session {session_id!r}; list sessions with `tickwork ls` ({API_LISTING})")
+        """The error of a session id nobody made, with where to list them (the CLI's way,
+        then the API's)."""
+        return cls(f"{cls.said(session_id)} ({API_LISTING})", session_id=session_id)
+
+    @classmethod
+    def said(cls, session_id: str) -> str:
+        """The message without the API's listing, for a surface that names its own."""
+        return f"no session {session_id!r}; {cls.listing}"
 
 
 class CallNotFound(TickworkError, LookupError):

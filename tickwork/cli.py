@@ -18,7 +18,6 @@ import typer
 from pydantic import ValidationError
 
 from tickwork.fsm.errors import (
-    API_LISTING,
     ConfigurationError,
     InvalidInput,
     SessionNotFound,
@@ -184,9 +183,9 @@ def explain(exc: Exception) -> tuple[str | None, int]:
     remote = sys.modules.get("tickwork.remote.errors")  # loaded only if a server was named
     if remote is not None and isinstance(exc, remote.RemoteError):
         return exc.message, USAGE if exc.status in (400, 413, 422) else REFUSED
-    if isinstance(exc, SessionNotFound):
+    if isinstance(exc, SessionNotFound) and exc.session_id is not None:
         # the API's way to list sessions is for API callers; here, where this CLI looked
-        return exc.message.replace(f" ({API_LISTING})", "") + _where_looked(), REFUSED
+        return SessionNotFound.said(exc.session_id) + _where_looked(), REFUSED
     if isinstance(exc, TickworkError):
         return exc.message, REFUSED
     if isinstance(exc, ValidationError):
