@@ -260,7 +260,9 @@ def timeline(
     from `tickwork.api.previews`) for calls that have not run, else its content or patch
     as proposed."""
     h, totals = view["head"], view["totals"]
-    parts: list[RenderableType] = [_header(h, view.get("lease"), view.get("forks") or ())]
+    parts: list[RenderableType] = [
+        _header(h, view.get("lease"), view.get("forks") or (), view.get("forked_from"))
+    ]
     if view.get("tree"):
         parts.append(tree(view["tree"], mark=h["id"]))
     for step in view["steps"]:
@@ -329,7 +331,10 @@ def _admission(h: Mapping[str, Any]) -> str:
 
 
 def _header(
-    h: Mapping[str, Any], lease: Mapping[str, Any] | None, forks: Sequence[Mapping[str, Any]]
+    h: Mapping[str, Any],
+    lease: Mapping[str, Any] | None,
+    forks: Sequence[Mapping[str, Any]],
+    origin: Mapping[str, Any] | None = None,
 ) -> Table:
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold")
@@ -357,7 +362,10 @@ def _header(
         spawned = f"{h['parent_id']} ({h['spawn_call']}) as {h.get('role') or 'a child'}"
         rows.append(("spawned by", Text(f"{spawned}; root {h.get('root_id')}")))
     elif h["parent_id"]:
-        rows.append(("forked from", Text(f"{h['parent_id']} at step {h['fork_step']}")))
+        made = f" by {origin['by']}" if origin and origin.get("by") else ""
+        rows.append(("forked from", Text(f"{h['parent_id']} at step {h['fork_step']}{made}")))
+        if origin is not None:
+            rows.append(("patch", Text("\n".join(patch_lines(origin.get("patch") or {})))))
     if (graph := _graph(h)) is not None:
         rows.append(("graph", Text(f"{graph.name} version {graph.version}")))
     config = h.get("config") or {}
@@ -387,6 +395,38 @@ def _header(
     for name, value in rows:
         grid.add_row(name, value)
     return grid
+
+
+#: how much of a patched prompt, instruction or tool output the header shows
+PATCH_CHARS = 120
+
+
+def patch_lines(patch: Mapping[str, Any]) -> list[str]:
+    """A fork's patch (`ForkPatch`), one line a change, long texts clipped; "none" if it
+    changed nothing but the step it starts from."""
+
+    def quoted(text: str) -> str:
+        left = len(text) - PATCH_CHARS
+        return repr(text[:PATCH_CHARS]) + (
+            f"… ({left} more chars; --json shows all)" if left > 0 else ""
+        )
+
+    lines = []
+    if patch.get("system_prompt") is not None:
+        lines.append(f"system prompt: {quoted(patch['system_prompt'])}")
+    if patch.get("append_instruction"):
+        lines.append(f"appended instruction: {quoted(patch['append_instruction'])}")
+    for call_id, output in (patch.get("tool_outputs") or {}).items():
+        lines.append(f"tool output of {call_id}: {quoted(output)}")
+    if patch.get("budgets"):
+        lines.append(
+            "budgets: " + ", ".join(f"{k} {compact(v)}" for k, v in patch["budgets"].items())
+        )
+    if patch.get("state"):
+        lines.append(f"state: {clip(compact(patch['state']), PATCH_CHARS)}")
+    if patch.get("graph_version"):
+        lines.append(f"graph version: {patch['graph_version']}")
+    return lines or ["none (the same session from that step)"]
 
 
 def tree(node: Mapping[str, Any], *, mark: str | None = None) -> Tree:

@@ -79,7 +79,25 @@ def session(value: Session) -> dict[str, Any]:
             "latency_ms": sum(s.latency_ms for s in value.steps),
         },
         "events": [event(None, e) for e in value.events],
+        "forked_from": forked_from(value),
     }
+
+
+def forked_from(value: Session) -> dict[str, Any] | None:
+    """What a fork was made from (session and step), by whom, when, and the patch it
+    applied, from its `forked` event; None for a session that is not a fork."""
+    from tickwork.fsm.values import EventKind
+
+    for e in value.events:
+        if e.kind is EventKind.FORKED:
+            return {
+                "session_id": e.data.get("parent_id"),
+                "step": e.data.get("from_step"),
+                "by": e.data.get("by"),
+                "at": e.at.isoformat(),
+                "patch": e.data.get("patch") or {},
+            }
+    return None
 
 
 def _call(whole: Session, call: ToolCall) -> dict[str, Any]:

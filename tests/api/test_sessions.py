@@ -310,6 +310,20 @@ def test_fork_records_who_forked_and_runs(stack: Stack) -> None:
     assert child["budgets"]["max_steps"] == 9
     forked = stack.deployment.client.load(child["id"]).events
     assert any(e.kind == "forked" and e.data["by"] == "olga" for e in forked)
+    # the fork's view says what it was forked from and the patch it applied
+    origin = stack.http("alice").get(f"/api/v1/sessions/{child['id']}").json()["forked_from"]
+    assert {k: origin[k] for k in ("session_id", "step", "by")} == (
+        {"session_id": parent, "step": 0, "by": "olga"}
+    )
+    assert origin["patch"] == {"append_instruction": "be careful", "budgets": {"max_steps": 9}}
+    assert stack.http("alice").get(f"/api/v1/sessions/{parent}").json()["forked_from"] is None
+    schema = stack.http().get("/api/v1/openapi.json").json()
+    shown = schema["paths"]["/api/v1/sessions/{session_id}"]["get"]["responses"]["200"]
+    view = shown["content"]["application/json"]["schema"]["$ref"].rsplit("/", 1)[-1]
+    fields = schema["components"]["schemas"][view]["properties"]
+    assert {"head", "steps", "events", "forked_from", "lease", "forks", "tree"} <= set(fields)
+    patch = schema["components"]["schemas"]["ForkPatch"]["properties"]
+    assert {"system_prompt", "append_instruction", "tool_outputs", "budgets"} <= set(patch)
     assert stack.wait(child["id"])["status"] == "waiting_approval"  # the same script again
     forks = stack.http("alice").get("/api/v1/sessions", params={"parent_id": parent}).json()
     assert [(f["id"], f["parent_id"]) for f in forks] == [(child["id"], parent)]

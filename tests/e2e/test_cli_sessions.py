@@ -95,6 +95,19 @@ def test_submit_decide_watch_show_ls_fork(deployment: Deployment, cli: Cli) -> N
     fork_view = cli.inline("show", forked["id"], "--json").json()
     patched = fork_view["steps"][0]["calls"][2]["observation"]["content"]
     assert patched == "patched by hand"
+    assert fork_view["forked_from"]["patch"] == {
+        "append_instruction": "be careful",
+        "tool_outputs": {"s1c2": "patched by hand"},
+        "budgets": {"max_steps": 9},
+    }
+    lines = [line.strip() for line in cli.inline("show", forked["id"]).stdout.splitlines()]
+    at = lines.index(f"forked from   {sid} at step 1 by frank")
+    assert lines[at + 1 : at + 4] == [
+        "patch         appended instruction: 'be careful'",
+        "tool output of s1c2: 'patched by hand'",
+        "budgets: max_steps 9",
+    ], lines
+    assert "forked_from" in view and view["forked_from"] is None  # not a fork
     only_done = cli.inline(
         "ls", "--status", "completed", "--kind", TEST_KIND, "--limit", "1", "--json"
     ).json()

@@ -3,8 +3,12 @@ for the remote client, which reads the answers with them."""
 
 from __future__ import annotations
 
-from pydantic import Field
+from datetime import datetime
+from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field
+
+from tickwork.fsm.forks import ForkPatch
 from tickwork.fsm.outcomes import Outcome
 from tickwork.fsm.values import Head
 
@@ -16,4 +20,40 @@ class Listed(Head):
         default=None,
         description="A completed repair's outcome; null for other kinds, unfinished sessions "
         "and sessions stored before outcomes were recorded.",
+    )
+
+
+class ForkedFrom(BaseModel):
+    """What a fork was made from, and the patch it applied (its `forked` event)."""
+
+    session_id: str = Field(description="The session it was forked from.")
+    step: int = Field(description="It kept that session's steps 1..step (0: none).")
+    by: str | None = Field(description="Who forked it.")
+    at: datetime = Field(description="When it was forked.")
+    patch: ForkPatch = Field(
+        description="What the fork changed; only the fields it set (an empty object: "
+        "nothing but the step it starts from)."
+    )
+
+
+class SessionView(BaseModel):
+    """A session as a timeline: the JSON of `tickwork show --json`."""
+
+    model_config = ConfigDict(extra="allow")
+
+    head: Listed
+    steps: list[dict[str, Any]] = Field(
+        description="Each step with its calls, their observations and decisions."
+    )
+    totals: dict[str, Any] = Field(description="Steps, calls, tokens, cost and latency.")
+    events: list[dict[str, Any]] = Field(description="What happened, in order.")
+    forked_from: ForkedFrom | None = Field(
+        description="A fork's parent, step and patch; null for a session that is not a fork."
+    )
+    lease: dict[str, Any] | None = Field(
+        default=None, description="Who holds its lease, until when, and whether it expired."
+    )
+    forks: list[dict[str, Any]] = Field(default=[], description="The forks made of it.")
+    tree: dict[str, Any] | None = Field(
+        default=None, description="The session tree it belongs to, from its root."
     )

@@ -18,7 +18,7 @@ from tickwork.fsm.values import ErrorCode, EventKind, Head, Session, Status
 from tickwork.writes import SESSION_ID
 
 from . import bodies, previews
-from .answers import Listed
+from .answers import Listed, SessionView
 from .auth import Approver, Caller, Canceller, Operator, Reader, Submitter
 from .errors import ApiError, documented
 from .limits import MAX_INT
@@ -154,8 +154,10 @@ def list_sessions(
     "/sessions/{session_id}",
     tags=["sessions"],
     summary="A session as a timeline (the JSON of `tickwork show --json`), with who holds "
-    "its lease, its forks and the tree of child sessions it belongs to",
-    responses=FOUND,
+    "its lease, its forks, what it was forked from with its patch, and the tree of child "
+    "sessions it belongs to",
+    response_model=None,
+    responses={200: {"model": SessionView, "description": "The session"}, **FOUND},
 )
 def show(session_id: SessionId, client: Client, who: Reader) -> dict[str, Any]:
     seen_head(client, who, session_id)
