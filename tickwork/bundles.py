@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from tickwork.fsm.errors import InvalidInput
+from tickwork.fsm.errors import NoPatch, TickworkError
 from tickwork.fsm.values import Head
 from tickwork.worker.files.workspaces import Workspaces
 
@@ -19,8 +19,8 @@ def write_bundle(head: Head, files: Workspaces, dest: Path) -> str:
     commit plus one commit with the session's files. Returns the branch name."""
     source = head.config.get("source")
     if not isinstance(source, dict) or source.get("kind") != "repo":
-        raise InvalidInput(
-            f"session {head.id} did not start from a git repository; use "
+        raise NoPatch(
+            f"session {head.id} has no bundle: it did not start from a git repository; use "
             f"`tickwork patch {head.id}` for its patch"
         )
     from tickwork.worker.files.sources import clone_at
@@ -44,5 +44,8 @@ def write_bundle(head: Head, files: Workspaces, dest: Path) -> str:
             ["commit", "--quiet", "--allow-empty", "-m", f"tickwork session {head.id}"],
             ["bundle", "create", "--quiet", str(dest.absolute()), branch],
         ):
-            subprocess.run([*GIT, *args], cwd=clone, check=True, capture_output=True)
+            done = subprocess.run([*GIT, *args], cwd=clone, capture_output=True, check=False)
+            if done.returncode != 0:
+                said = " ".join(done.stderr.decode(errors="replace").split())[:500]
+                raise TickworkError(f"cannot write the bundle {dest}: git {args[0]}: {said}")
     return branch

@@ -2,8 +2,10 @@
 
 Commands live in modules beside this one, each with a `register(app)`; a new command
 group (the `demo`, say) is one more module listed in `COMMANDS`. Every error ends here,
-in `main`, as one `error: ...` line on stderr: exit code 2 for bad input or usage, 1 for
-what does not exist or may not happen now.
+in `main`, as one `error: ...` line on stderr: exit code 2 for a wrong command line (usage,
+a malformed or unknown value, a file it names that cannot be read or written), 1 for what
+does not exist or may not happen now (README.md, "Errors and exit codes";
+tests/e2e/test_cli_exit_codes.py holds every command to it).
 """
 
 from __future__ import annotations

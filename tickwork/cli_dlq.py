@@ -245,6 +245,8 @@ def export(
         exports.check(form)  # a server exports Parquet with its own pyarrow
     if form.binary and output is None and sys.stdout.isatty():
         raise InvalidInput("Parquet is binary: give --output FILE, or redirect stdout to a file")
+    if output is not None:
+        output = options.output_file(output, option="--output")
     start = parsing.since(since, now=datetime.now(UTC))
     if remote is not None:
         with remote:

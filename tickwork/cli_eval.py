@@ -304,9 +304,7 @@ def _check_parquet(path: Path) -> None:
     from .exports import check as check_format
 
     check_format(Format.PARQUET, asked="--parquet")
-    folder = path.expanduser().absolute().parent
-    if not folder.is_dir():
-        raise InvalidInput(f"--parquet {path}: the folder {folder} does not exist")
+    options.output_file(path, option="--parquet")
 
 
 def _print_run(done: Run, *, json_output: bool, parquet: Path | None) -> None:
@@ -438,11 +436,9 @@ def chart(
 
     if len(run_keys) > MAX_RUNS:
         raise InvalidInput(f"a chart shows at most {MAX_RUNS} runs, got {len(run_keys)}")
-    folder = png.expanduser().absolute().parent
-    if not folder.is_dir():
-        raise InvalidInput(f"--png {png}: the folder {folder} does not exist")
+    png = options.output_file(png, option="--png")
     with Context() as ctx:
         runs = _runs(ctx)
         found = [runs.load(key) for key in run_keys]
-    png.expanduser().write_bytes(draw(found))
+    png.write_bytes(draw(found))
     sys.stdout.write(f"wrote {png} ({len(found)} runs)\n")

@@ -502,7 +502,8 @@ def _local_patch(session_id: str, bundle: Path | None) -> str | None:
     """The patch from the store; None once a --bundle is written instead."""
     with Context() as ctx:
         if bundle is not None:
-            branch = ctx.reads.bundle(session_id, bundle.expanduser())
+            bundle = options.output_file(bundle, option="--bundle")
+            branch = ctx.reads.bundle(session_id, bundle)
             typer.echo(f"wrote {bundle}: git fetch {bundle} {branch}")
             return None
         return ctx.reads.patch(session_id, required=True)

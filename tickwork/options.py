@@ -256,6 +256,18 @@ def json_object(text: str, *, option: str) -> dict[str, Any]:
     return value
 
 
+def output_file(path: Path, *, option: str) -> Path:
+    """A file the command is to write (`path`, `~` expanded), refused before anything runs
+    if its folder does not exist or it is a folder itself."""
+    path = path.expanduser()
+    folder = path.absolute().parent
+    if not folder.is_dir():
+        raise InvalidInput(f"{option} {path}: the folder {folder} does not exist")
+    if path.is_dir():
+        raise InvalidInput(f"{option} {path} is a folder; give a file's path")
+    return path
+
+
 def pairs(items: list[str] | None, *, option: str) -> dict[str, str]:
     """`KEY=TEXT` items as a mapping; the text may hold `=` and be empty."""
     found: dict[str, str] = {}

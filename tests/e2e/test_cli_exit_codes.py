@@ -1,0 +1,95 @@
+"""Every command's exit code follows one rule (README, "Errors and exit codes"): 2 when the
+command line is wrong (usage, a malformed or unknown value, a file it names that cannot be
+read or written), 1 when it is right but what it names is not there or may not be done
+now. A not-found is 1 whatever the command; the same mistake is the same code everywhere."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from .conftest import TEST_KIND, Cli, Deployment
+
+SID = "{sid}"  #: stands for a session that exists, has no calls, no patch and no bundle
+NOWHERE = "/no/such/folder"
+
+NOT_FOUND = [
+    (("show", "nope"), "no session 'nope'"),
+    (("watch", "nope"), "no session 'nope'"),
+    (("fork", "nope", "--from-step", "0"), "no session 'nope'"),
+    (("patch", "nope"), "no session 'nope'"),
+    (("patch", "nope", "--bundle", "{tmp}/x.bundle"), "no session 'nope'"),
+    (("approve", "nope", "s1c0"), "no session 'nope'"),
+    (("edit", "nope", "s1c0", "--args", "{}"), "no session 'nope'"),
+    (("reject", "nope", "s1c0"), "no session 'nope'"),
+    (("provide-output", "nope", "s1c0", "--output", "x"), "no session 'nope'"),
+    (("cancel", "nope"), "no session 'nope'"),
+    (("show", SID, "--tenant", "team-b"), "no session"),  # another tenant's is no session
+    (("approve", SID, "s9c9"), "no call 's9c9'"),
+    (("edit", SID, "s9c9", "--args", "{}"), "no call 's9c9'"),
+    (("reject", SID, "s9c9"), "no call 's9c9'"),
+    (("provide-output", SID, "s9c9", "--output", "x"), "no call 's9c9'"),
+    (("patch", SID), "has no patch"),
+    (("patch", SID, "--bundle", "{tmp}/x.bundle"), "has no bundle"),
+    (("dlq", "show", "98765"), "no dead letter"),
+    (("dlq", "fork", "98765", "--from-step", "0"), "no dead letter"),
+    (("dlq", "resolve", "98765", "--reason", "x"), "no dead letter"),
+    (("dlq", "dismiss", "98765", "--reason", "x"), "no dead letter"),
+    (("eval", "show", "nosuchrun"), "no run 'nosuchrun'"),
+    (("eval", "show", "last"), "no runs are stored"),
+    (("eval", "compare", "nosuchrun", "last"), "no run"),
+    (("eval", "chart", "nosuchrun", "--png", "{tmp}/x.png"), "no run 'nosuchrun'"),
+    (("env", "show", "abcd"), "no environment"),
+    (("env", "rm", "abcd"), "no environment"),
+]
+
+BAD_INPUT = [
+    (("show",), "Missing argument"),
+    (("frobnicate",), "frobnicate"),
+    (("dlq", "frobnicate"), "frobnicate"),
+    (("ls", "--status", "sleeping"), "--status"),
+    (("show", SID, "--tenant", "Not A Tenant"), "is not a tenant name"),
+    (("fork", SID, "--from-step", "9"), "between 0 and 0"),
+    (("fork", SID, "--from-step", "0", "--tool-output", "s1c0=x"), "not a call"),
+    (("submit", "nosuchkind"), "unknown job kind"),
+    (("submit", "no_such_module_xyz:KIND"), "PYTHONPATH"),
+    (("submit", TEST_KIND, "--input", f"@{NOWHERE}/input.json"), "cannot read"),
+    (("env", "show", "zz"), "not an environment key"),
+    (("eval", "show", "bad id"), "not a run id"),
+    (("eval", "run", f"{NOWHERE}/tasks.jsonl", "--model", "scripted:x"), "cannot read"),
+    (("eval", "chart", "last", "--png", f"{NOWHERE}/x.png"), "does not exist"),
+    (("dlq", "export", "--output", f"{NOWHERE}/x.csv"), "does not exist"),
+    (("dlq", "export", "--output", "{tmp}"), "is a folder"),
+    (("patch", SID, "--bundle", f"{NOWHERE}/x.bundle"), "does not exist"),
+    (("db", "downgrade", "nosuchrev", "--yes"), "nosuchrev"),
+]
+
+
+def _ids(cases: list[tuple[tuple[str, ...], str]]) -> list[str]:
+    return [" ".join(argv).replace("{sid}", "SID") for argv, _ in cases]
+
+
+@pytest.fixture
+def session(deployment: Deployment) -> str:
+    return deployment.client.submit(TEST_KIND, {}, model=deployment.script([])).id
+
+
+def _argv(argv: tuple[str, ...], sid: str, tmp: Path) -> list[str]:
+    return [a.replace("{sid}", sid).replace("{tmp}", str(tmp)) for a in argv]
+
+
+@pytest.mark.parametrize("deployment", ["embedded"], indirect=True)
+@pytest.mark.parametrize(("argv", "says"), NOT_FOUND, ids=_ids(NOT_FOUND))
+def test_what_is_not_there_exits_1(
+    cli: Cli, session: str, tmp_path: Path, argv: tuple[str, ...], says: str
+) -> None:
+    cli.inline(*_argv(argv, session, tmp_path), ok=False).error(1, says)
+
+
+@pytest.mark.parametrize("deployment", ["embedded"], indirect=True)
+@pytest.mark.parametrize(("argv", "says"), BAD_INPUT, ids=_ids(BAD_INPUT))
+def test_a_wrong_command_line_exits_2(
+    cli: Cli, session: str, tmp_path: Path, argv: tuple[str, ...], says: str
+) -> None:
+    cli.inline(*_argv(argv, session, tmp_path), ok=False).error(2, says)
