@@ -94,6 +94,12 @@ class CallNotFound(TickworkError, LookupError):
     """The session has no tool call with that id: see `tickwork show SESSION`."""
 
 
+class NoDatabase(TickworkError, LookupError):
+    """There is no tickwork database where the command looked; a command that only reads
+    does not make one: submit a session first (`tickwork submit`, `tickwork demo`), or point
+    TICKWORK_STATE_DIR or TICKWORK_DATABASE_URL at the database."""
+
+
 class NoPatch(TickworkError, LookupError):
     """The session has no patch: it changed no files, or its job kind has none."""
 

@@ -109,7 +109,7 @@ def demo(
     if graph:
         _graph_demo(yes=yes, model=model, new=new, timeout=timeout)
         return
-    with Context() as ctx:
+    with Context(creates=True) as ctx:
         settings = ctx.settings
         folder = settings.state_dir.absolute() / "demo"
         folder.mkdir(parents=True, exist_ok=True)
@@ -182,7 +182,7 @@ def _graph_demo(*, yes: bool, model: str | None, new: bool, timeout: float) -> N
     # the example is a module of examples/ (tickwork/examples in a wheel); workers import it too
     sys.path.insert(0, str(EXAMPLES))
     kind = "refund_graph:KIND"
-    with Context() as ctx:
+    with Context(creates=True) as ctx:
         folder = ctx.settings.state_dir.absolute() / "demo"
         folder.mkdir(parents=True, exist_ok=True)
         marker = folder / "graph-session"

@@ -155,7 +155,7 @@ def run(
         tasks = EXAMPLES / "eval" / "tasks.jsonl"
     assert tasks is not None
     task_set = read_tasks(tasks.expanduser().absolute())
-    with Context() as ctx:
+    with Context(creates=True) as ctx:
         client = ctx.client
         spec = model or ("scripted" if demo else ctx.settings.model)
         if not spec:

@@ -161,7 +161,7 @@ def submit(
         print_head(head, json_output, head.id)
         return
     by = options.approver(submitter, doing="submitting")
-    with Context() as ctx:
+    with Context(creates=True) as ctx:
         head = ctx.client.submit(
             kind,
             data,

@@ -3,7 +3,9 @@ client, each built on first use.
 
 Reading commands use the store and `reads` (tickwork/reads.py), so they start without
 importing Celery; commands that change sessions go through the client, which publishes
-ticks.
+ticks. Only a command that makes sessions (`Context(creates=True)`: submit, the demo, an
+eval run) makes the embedded default's database; every other one refuses, naming where it
+looked, when there is none, and leaves no file behind.
 """
 
 from __future__ import annotations
@@ -55,11 +57,35 @@ def ensure_schema(settings: Settings) -> bool:
     return True
 
 
-class Context:
-    """One command's handle on the deployment; closes what it opened."""
+def require_database(settings: Settings) -> None:
+    """NoDatabase naming the embedded SQLite file if it does not exist (opening it would
+    make it), and how to point at one."""
+    from tickwork.fsm.errors import NoDatabase
+    from tickwork.store.urls import sqlite_file
 
-    def __init__(self, settings: Settings | None = None) -> None:
+    path = sqlite_file(settings.db_url)
+    if path is None or path.exists():
+        return
+    if settings.database_url:
+        how = "TICKWORK_DATABASE_URL names it: fix the path"
+    else:
+        how = (
+            "run the command from the folder you submitted from, or set TICKWORK_STATE_DIR "
+            "(or TICKWORK_DATABASE_URL) to where the database is"
+        )
+    raise NoDatabase(
+        f"no tickwork database at {path.absolute()}: {how}; `tickwork submit` or "
+        "`tickwork demo` makes one"
+    )
+
+
+class Context:
+    """One command's handle on the deployment; closes what it opened. `creates`: the
+    command makes sessions, so it makes the embedded default's database if there is none."""
+
+    def __init__(self, settings: Settings | None = None, *, creates: bool = False) -> None:
         self._settings = settings
+        self._creates = creates
         self._store: Store | None = None
         self._reads: Reads | None = None
         self._client: Tickwork | None = None
@@ -84,7 +110,10 @@ class Context:
             from tickwork.store import open_store
 
             settings = self.settings
-            ensure_schema(settings)
+            if self._creates:
+                ensure_schema(settings)
+            else:
+                require_database(settings)
             self._store = open_store(settings.db_url)
         return self._store
 

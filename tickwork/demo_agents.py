@@ -59,7 +59,7 @@ def run(*, yes: bool, new: bool, timeout: float) -> None:
     """The agents demo on the embedded default (`tickwork demo --agents`)."""
     from tickwork.worker.sandbox.runner import DEMO_UNCONFINED
 
-    with Context() as ctx:
+    with Context(creates=True) as ctx:
         settings = ctx.settings
         folder = settings.state_dir.absolute() / "demo"
         folder.mkdir(parents=True, exist_ok=True)

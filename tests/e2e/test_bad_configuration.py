@@ -85,20 +85,24 @@ def test_a_sqlite_file_in_a_missing_folder_is_refused(tmp_path: Path) -> None:
     for result in (refused, upgrade):
         result.error(2, "TICKWORK_DATABASE_URL", str(missing), "does not exist")
     assert not (tmp_path / "no").exists()
-    # the embedded default still makes its own state folder, and a file in an existing one works
-    made = cli("ls", "--json", TICKWORK_STATE_DIR=str(tmp_path / "new" / "state"))
-    assert made.json() == [] and (tmp_path / "new" / "state" / "tickwork.db").exists()
-    there = cli("ls", "--json", TICKWORK_DATABASE_URL=f"sqlite:///{tmp_path}/here.db")
-    assert there.json() == [] and (tmp_path / "here.db").exists()
-    # a file named in the state folder is made with it, as the default is
+    # the embedded default still makes its own state folder, and a file in an existing one
+    # works; a command that makes sessions, or `db upgrade`, makes the database (`ls` reads)
     state = tmp_path / "named" / "state"
-    named = cli(
-        "ls",
-        "--json",
-        TICKWORK_STATE_DIR=str(state),
-        TICKWORK_DATABASE_URL=f"sqlite:///{state}/tw.db",
-    )
-    assert named.json() == [] and (state / "tw.db").exists()
+    places = [
+        (
+            {"TICKWORK_STATE_DIR": str(tmp_path / "new" / "state")},
+            tmp_path / "new" / "state" / "tickwork.db",
+        ),
+        ({"TICKWORK_DATABASE_URL": f"sqlite:///{tmp_path}/here.db"}, tmp_path / "here.db"),
+        # a file named in the state folder is made with it, as the default is
+        (
+            {"TICKWORK_STATE_DIR": str(state), "TICKWORK_DATABASE_URL": f"sqlite:///{state}/tw.db"},
+            state / "tw.db",
+        ),
+    ]
+    for env, made in places:
+        cli("db", "upgrade", **env)
+        assert made.exists() and cli.inline("ls", "--json", **env).json() == [], env
 
 
 @pytest.mark.parametrize(
@@ -220,11 +224,43 @@ def test_the_demo_refuses_a_timeout_that_is_not_positive(tmp_path: Path) -> None
     assert not (tmp_path / "state" / "demo").exists()  # refused before anything was made
 
 
+def test_a_reading_command_makes_no_database_and_says_there_is_none(tmp_path: Path) -> None:
+    """Run where there is no database, `ls` (and every command that only reads or changes
+    what exists) says so, naming the file and the settings, and leaves nothing behind; a
+    command that makes sessions, or `db upgrade`, still makes it."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "tickwork", "ls"],
+        cwd=tmp_path,
+        env=_bare_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 1 and done.stdout == "", done
+    said = done.stderr
+    assert said.startswith("error: no tickwork database at ") and "Traceback" not in said
+    assert str(tmp_path / ".tickwork" / "tickwork.db") in said
+    assert "TICKWORK_STATE_DIR" in said and "tickwork submit" in said
+    state = tmp_path / "state"
+    cli = Cli(_bare_env(TICKWORK_STATE_DIR=str(state)), tmp_path)
+    for argv in (["show", "s"], ["dlq", "ls"], ["dlq", "stats"], ["watch", "s"], ["env", "ls"]):
+        cli.inline(*argv, ok=False).error(1, f"no tickwork database at {state / 'tickwork.db'}")
+    cli.inline("reject", "s", "s1c0", "--as", "ann", ok=False).error(1, "no tickwork database")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+    cli.inline("db", "upgrade")
+    assert (state / "tickwork.db").is_file()
+
+
 def test_a_session_not_found_on_the_embedded_default_says_where_it_looked(
     tmp_path: Path,
 ) -> None:
     state = tmp_path / "state"
     cli = Cli(_bare_env(TICKWORK_STATE_DIR=str(state)), tmp_path)
+    cli("db", "upgrade")
     said = cli("show", "nope", ok=False).error(1, "no session 'nope'", "tickwork ls")
     assert f"looked in {state / 'tickwork.db'}" in said and "TICKWORK_STATE_DIR" in said
 

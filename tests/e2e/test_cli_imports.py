@@ -31,7 +31,7 @@ def test_the_read_facade_imports_no_celery(tmp_path: Path) -> None:
         "import json, sys\n"
         "from tickwork.context import Context\n"
         "from tickwork.worker.config.settings import Settings\n"
-        f"with Context(Settings(state_dir={str(tmp_path)!r})) as ctx:\n"
+        f"with Context(Settings(state_dir={str(tmp_path)!r}), creates=True) as ctx:\n"
         "    assert ctx.reads.sessions() == [] and ctx.reads.archived('s1') is None\n"
         "print(json.dumps([m for m in ('celery', 'tickwork.worker.tick.app')"
         " if m in sys.modules]))\n"

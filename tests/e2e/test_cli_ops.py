@@ -85,8 +85,8 @@ def test_zero_configuration_and_db_upgrade(tmp_path: Path) -> None:
     other = Cli(_bare_env(TICKWORK_STATE_DIR=str(tmp_path / "other")), tmp_path)
     unreachable = "postgresql://nobody@127.0.0.1:1/x"
     with postgres_database() as url:
-        listed, upgraded, on_postgres = at_once(
-            lambda: fresh("ls", "--json"),
+        again, upgraded, on_postgres = at_once(
+            lambda: fresh("db", "upgrade", "--json"),
             lambda: fresh("db", "upgrade", "--json"),
             lambda: other("db", "upgrade", "--json", TICKWORK_DATABASE_URL=url),
         )
@@ -96,9 +96,9 @@ def test_zero_configuration_and_db_upgrade(tmp_path: Path) -> None:
         finally:
             engine.dispose()
     # the SQLite file did not exist: the schema was made first, whole, once
-    assert listed.json() == []
+    assert fresh.inline("ls", "--json").json() == []
     assert (state / "tickwork.db").exists()
-    assert upgraded.json()["revision"]
+    assert upgraded.json()["revision"] == again.json()["revision"]
     assert sorted(p.name for p in state.iterdir() if p.name.startswith(".")) == []
     done = on_postgres.json()
     assert {"tickwork_sessions", "tickwork_outbox", "tickwork_dead_letters"} <= tables
