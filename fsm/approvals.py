@@ -50,6 +50,17 @@ def approval_reason(rule: ApprovalRule | None, arguments: Mapping[str, Any] | No
     return "the tool's approval policy asks for a person" if verdict else None
 
 
+def rejection(call: ToolCall, decision: Decision) -> str:
+    """The observation of a rejected call: the approver's feedback, or, when they gave none,
+    a text that still says the call did not run and not to make it again as it was."""
+    if decision.feedback:
+        return f"rejected by {decision.approver}: {decision.feedback}"
+    return (
+        f"rejected by {decision.approver}, who gave no reason: {call.name or 'the call'} did "
+        "not run; do not make the same call again: try another way, or say why you need it"
+    )
+
+
 def already_decided(first: Decision, *, session_id: str) -> AlreadyDecided:
     """The error for a second decision on a call, naming the first."""
     return AlreadyDecided(

@@ -22,7 +22,7 @@ from datetime import datetime
 from typing import Any
 
 from tickwork.fsm import transitions
-from tickwork.fsm.approvals import ApprovalRule, approval_reason
+from tickwork.fsm.approvals import ApprovalRule, approval_reason, rejection
 from tickwork.fsm.budgets import exhausted_budget
 from tickwork.fsm.fingerprints import call_fingerprint, step_fingerprint
 from tickwork.fsm.graph import END, PROPOSAL, START, CompiledGraph, delta_text, state_fingerprint
@@ -444,7 +444,7 @@ def node_rejected(
     trace_id: str = "",
 ) -> Change:
     """A person rejected the node: it does not run; the graph goes to its `on_reject`."""
-    text = f"rejected by {decision.approver}: {decision.feedback or 'no reason given'}"
+    text = rejection(call, decision)
     closing = {
         "call_states": ((call.call_id, CallState.DONE),),
         "observations": (Observation(call_id=call.call_id, content=text, is_error=True, at=now),),

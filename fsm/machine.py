@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from tickwork.fsm import transitions
-from tickwork.fsm.approvals import ApprovalRule, approval_reason, check_decision
+from tickwork.fsm.approvals import ApprovalRule, approval_reason, check_decision, rejection
 from tickwork.fsm.budgets import Exhausted, NextCall, exhausted_budget, model_retry_delay
 from tickwork.fsm.context import Plan
 from tickwork.fsm.deliveries import WAIT_CHILDREN
@@ -442,7 +442,7 @@ def start_execute(
         return in_doubt(head, call, now=now)
     if call.state is CallState.REJECTED:
         assert decision is not None, f"rejected call {call.call_id} has no decision"
-        text = f"rejected by {decision.approver}: {decision.feedback or 'no reason given'}"
+        text = rejection(call, decision)
         return tool_finished(head, calls, call, output=text, is_error=True, now=now)
     edited = decision is not None and decision.kind is DecisionKind.EDIT
     if call.arguments is None and not edited:

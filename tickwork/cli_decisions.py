@@ -84,7 +84,13 @@ def edit(
 def reject(
     session_id: SessionId,
     call_id: CallId,
-    feedback: Annotated[str, typer.Option(help="What the model is told instead.")] = "",
+    feedback: Annotated[
+        str,
+        typer.Option(
+            help="What the model is told instead (without it: that the call did not run "
+            "and is not to be made again)."
+        ),
+    ] = "",
     approver: options.Approver = None,
     comment: Comment = "",
     fingerprint: Fingerprint = None,

@@ -192,6 +192,22 @@ def test_reject_tells_the_model_who_rejected_and_why(stack: Stack) -> None:
     )
 
 
+def test_a_reject_without_feedback_tells_the_model_not_to_make_the_call_again(
+    stack: Stack,
+) -> None:
+    """Feedback is optional, as it was: the model gets a text that says the call did not run
+    and what to do, not an empty reason."""
+    session_id = stack.waiting()
+    fingerprint = stack.fingerprint(session_id)
+    status, _ = decide(stack, "alice", session_id, {"kind": "reject", "fingerprint": fingerprint})
+    assert status == 200
+    stack.wait(session_id, Status.COMPLETED)
+    seen = stack.deployment.client.load(session_id).observation("s1c0")
+    assert seen is not None and seen.is_error
+    assert seen.content.startswith("rejected by alice, who gave no reason: danger did not run")
+    assert "do not make the same call again" in seen.content
+
+
 def test_decisions_that_do_not_fit_the_call_are_refused(stack: Stack) -> None:
     session_id = stack.waiting()
     fingerprint = stack.fingerprint(session_id)

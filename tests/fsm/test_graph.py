@@ -266,6 +266,10 @@ def test_an_edit_is_a_state_patch_and_a_rejection_goes_to_on_reject() -> None:
     assert (
         change.observations[0].is_error and "rejected by ann: no" in change.observations[0].content
     )
+    silent = decision(DecisionKind.REJECT)
+    change = graph_machine.node_rejected(executing, compiled, rejected, silent, now=NOW)
+    said = change.observations[0].content
+    assert said.startswith(f"rejected by ann, who gave no reason: {call.name} did not run")
 
 
 def test_a_node_found_started_runs_again_only_if_idempotent() -> None:

@@ -493,7 +493,12 @@ def test_edit_replaces_unparsable_arguments(build: Any) -> None:
     ("feedback", "text"),
     [
         pytest.param("too risky", "rejected by bob: too risky", id="with_feedback"),
-        pytest.param("", "rejected by bob: no reason given", id="without_feedback"),
+        pytest.param(
+            "",
+            "rejected by bob, who gave no reason: write_file did not run; do not make the "
+            "same call again: try another way, or say why you need it",
+            id="without_feedback",
+        ),
     ],
 )
 def test_rejected_call_gets_an_error_observation_and_never_runs(

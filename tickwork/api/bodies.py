@@ -250,7 +250,10 @@ class Decide(Body):
         default=None, description="edit: the new arguments, checked against the tool's schema."
     )
     feedback: str = Field(
-        default="", max_length=100_000, description="reject: what the model is told instead."
+        default="",
+        max_length=100_000,
+        description="reject: what the model is told instead [default: that the call "
+        "did not run and is not to be made again, without a reason].",
     )
     output: str | None = Field(
         default=None,
