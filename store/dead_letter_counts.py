@@ -183,11 +183,9 @@ def totals(
     else:
         query = query.where(counts.c.day > first)
         column, at = dead_letters.c[by], dead_letters.c.at
-        part = (
-            select(column, func.count())
-            .where(at >= since, at < midnight + timedelta(days=1))
-            .group_by(column)
-        )
+        part = select(column, func.count()).where(at >= since).group_by(column)
+        if first < date.max:  # the last day has no next one to stop at
+            part = part.where(at < midnight + timedelta(days=1))
         if tenant is not None:
             part = part.where(dead_letters.c.tenant == tenant)
         for value, n in conn.execute(part):

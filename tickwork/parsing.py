@@ -11,32 +11,52 @@ from datetime import UTC, datetime, timedelta
 
 from tickwork.fsm.errors import InvalidInput
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
+#: a duration back from now, each unit with as many digits as stay after year 1
+_DURATION = "|".join(
+    rf"[0-9]{{1,{digits}}}(?:\.[0-9]+)?{unit}"
+    for unit, digits in (("s", 10), ("m", 9), ("h", 7), ("d", 5), ("w", 5))
+)
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_YEAR = "(?:000[1-9]|00[1-9][0-9]|0[1-9][0-9]{2}|[1-9][0-9]{3})"
+_LEAP_YEAR = "(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:0[48]|[2468][048]|[13579][26])00)"
+#: a day of the calendar: months of their length, February 29 of leap years only
+_DATE = (
+    f"(?:{_YEAR}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])"
+    "|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)|02-(?:0[1-9]|1[0-9]|2[0-8]))"
+    f"|{_LEAP_YEAR}-02-29)"
+)
+_TIME = "[Tt ](?:[01][0-9]|2[0-3]):[0-5][0-9](?::[0-5][0-9](?:\\.[0-9]+)?)?"
+_OFFSET = "(?:[Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"
+#: what `since` takes, exactly (the API's schema states it): empty (no limit), a duration
+#: (90s, 30m, 2h, 3d, 1w; a fraction too), or an RFC 3339 date-time whose offset may be left
+#: out (naive: UTC) and whose time may be (a date: its midnight). In ECMA-262 and Python alike.
+SINCE_PATTERN = f"^(?:{_DURATION}|{_DATE}(?:{_TIME}{_OFFSET}?)?)?$"
+_SINCE = re.compile(SINCE_PATTERN)
+_FIRST, _LAST = datetime.min.replace(tzinfo=UTC), datetime.max.replace(tzinfo=UTC)
 
 
 def since(text: str | None, *, now: datetime, name: str = "--since") -> datetime | None:
-    """An ISO time (naive means UTC) or a duration back from `now`: 90s, 30m, 2h, 3d, 1w.
+    """An ISO time (naive means UTC) or a duration back from `now`: 90s, 30m, 2h, 3d, 1w;
+    exactly what SINCE_PATTERN matches. None for no text.
 
     `name` is how the value was given (an option, a query parameter), for the error."""
-    if text is None or not text.strip():
+    if not text:
         return None
-    match = _DURATION.match(text)
-    if match:
-        try:
-            return now - timedelta(seconds=float(match[1]) * _UNITS[match[2]])
-        except (OverflowError, ValueError):
-            raise InvalidInput(
-                f"{name} {text!r} reaches back before year 1; give a shorter duration"
-            ) from None
-    try:
-        at = datetime.fromisoformat(text.strip())
-    except ValueError:
+    if not _SINCE.fullmatch(text):
         raise InvalidInput(
-            f"{name} {text!r} is neither an ISO time (2026-01-31T12:00) nor "
-            "a duration (90s, 30m, 2h, 3d, 1w)"
-        ) from None
-    return at.replace(tzinfo=UTC) if at.tzinfo is None else at
+            f"{name} {text!r} is neither an ISO time (2026-01-31, 2026-01-31T12:00, "
+            "2026-01-31T12:00:00Z, naive: UTC) nor a duration (90s, 30m, 2h, 3d, 1w; at most "
+            "10 digits of seconds, 9 of minutes, 7 of hours, 5 of days or weeks)"
+        )
+    if text[-1] in _UNITS:
+        return now - timedelta(seconds=float(text[:-1]) * _UNITS[text[-1]])
+    at = datetime.fromisoformat(text[:-1] + "Z" if text[-1] == "z" else text)
+    if at.tzinfo is None:
+        return at.replace(tzinfo=UTC)
+    try:
+        return at.astimezone(UTC)
+    except OverflowError:  # an offset past the first or the last day: as far as time goes
+        return _FIRST if at.year == 1 else _LAST
 
 
 def bad_text(value: str) -> str | None:

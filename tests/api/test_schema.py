@@ -4,9 +4,16 @@ the docs page serves Swagger UI from tickwork itself under a CSP that allows onl
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 from typing import Any
 
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from tickwork.fsm.errors import InvalidInput
+
 from tests.api.conftest import Stack
+from tickwork.parsing import SINCE_PATTERN, since
 
 ERROR = "#/components/schemas/ErrorBody"
 
@@ -101,3 +108,89 @@ def test_the_decision_schema_says_which_fields_go_with_which_kind() -> None:
             server = False
         documented = jsonschema.Draft202012Validator(schema).is_valid(body)
         assert documented == server, (body, documented, server)
+
+
+#: `since` texts the server takes, then texts it refuses; the schema must say the same
+SINCE_TAKEN = [
+    "",
+    "90s",
+    "1.5h",
+    "3d",
+    "99999d",
+    "9999999999s",
+    "2026-01-31",
+    "2024-02-29",
+    "2000-02-29",
+    "2026-01-31T12:00",
+    "2026-01-31 12:00:00.123456789+01:00",
+    "2026-01-31t12:00:05z",
+    "0001-01-01T00:00+01:00",
+    "9999-12-31T23:00-01:00",
+]
+SINCE_REFUSED = [
+    "2026-02-29",
+    "1900-02-29",
+    "2026-04-31",
+    "0000-01-01",
+    "2026-01-31T24:00",
+    "2026-01-31T12:00:60",
+    "2026-01-31T12:00+24:00",
+    "2026-01-31T12",
+    "2026-01-31+01:00",
+    "20260131",
+    "2026-W05",
+    "2026-01-31x12:00",
+    " 2h",
+    "2 h",
+    "100000d",
+    "99999999999s",
+    "\u0663d",  # an Arabic-Indic 3: Python's \d and float() take it, the schema does not
+    "-2h",
+    "yesterday",
+]
+
+
+def test_since_takes_exactly_what_its_schema_says(stack: Stack) -> None:
+    """Each route's `since` is stated by a pattern: a text it matches is taken, any other
+    is a 422 naming `since` (it was any string up to 100 characters, and the server took
+    less and more: `20260131`, `2026-W05`, ` 2h`, refused `2026-02-29`)."""
+    import jsonschema
+
+    http = stack.http("olga")
+    schema = http.get("/api/v1/openapi.json").json()
+    found = {
+        path: parameter["schema"]
+        for path, item in schema["paths"].items()
+        for parameter in item.get("get", {}).get("parameters", [])
+        if parameter["name"] == "since"
+    }
+    assert set(found) >= {"/api/v1/dead-letters", "/api/v1/dead-letters/stats"}, found
+    for path, stated_schema in found.items():
+        stated = jsonschema.Draft202012Validator(stated_schema)
+        assert "pattern" in str(stated_schema), (path, stated_schema)
+        for text in SINCE_TAKEN + SINCE_REFUSED:
+            documented = stated.is_valid(text)
+            assert documented == (text in SINCE_TAKEN), (path, text)
+            if path.endswith("/timeline"):
+                continue  # a schema-valid since may still be too far back for its buckets
+            answer = http.get(path, params={"since": text})
+            if documented:
+                assert answer.status_code == 200, (path, text, answer.text)
+            else:
+                assert answer.status_code == 422, (path, text, answer.text)
+                assert "since" in answer.json()["message"], answer.text
+
+
+@given(
+    st.from_regex(SINCE_PATTERN, fullmatch=True)
+    | st.text(alphabet="0123456789-:.+TtZz smhdw", max_size=40)
+)
+def test_since_parses_every_text_its_pattern_matches_and_no_other(text: str) -> None:
+    now = datetime(2026, 12, 5, tzinfo=UTC)
+    if re.fullmatch(SINCE_PATTERN, text):
+        at = since(text, now=now)
+        assert at is None or at.tzinfo is UTC
+    else:
+        with pytest.raises(InvalidInput, match="since"):
+            since(text, now=now)
+

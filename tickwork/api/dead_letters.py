@@ -42,7 +42,13 @@ Since = Annotated[
     Query(
         alias="since",
         max_length=100,
-        description="Only since an ISO time (naive: UTC) or a duration ago: 90s, 30m, 2h, 3d, 1w.",
+        # stated, and checked by parsing.since, whose refusal says what to write
+        json_schema_extra={"pattern": parsing.SINCE_PATTERN},
+        description="Only since a time or a duration ago. A time is RFC 3339 "
+        "(2026-01-31T12:00:00Z) whose offset may be left out (naive: UTC) and whose time may "
+        "be (2026-01-31: its midnight UTC); a duration is a number and a unit: 90s, 30m, 2h, "
+        "3d, 1w, 1.5h (at most 10 digits of seconds, 9 of minutes, 7 of hours, 5 of days or "
+        "weeks). Empty: no limit.",
     ),
 ]
 
