@@ -4,6 +4,7 @@ the docs page serves Swagger UI from tickwork itself under a CSP that allows onl
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -194,3 +195,101 @@ def test_since_parses_every_text_its_pattern_matches_and_no_other(text: str) -> 
         with pytest.raises(InvalidInput, match="since"):
             since(text, now=now)
 
+
+def _texts(node: Any, components: dict[str, Any], seen: set[str]) -> Iterator[dict[str, Any]]:
+    """Every string schema a client fills in under `node`, following references."""
+    if isinstance(node, list):
+        for item in node:
+            yield from _texts(item, components, seen)
+        return
+    if not isinstance(node, dict):
+        return
+    ref = node.get("$ref", "")
+    if ref.startswith("#/components/schemas/") and ref not in seen:
+        seen.add(ref)
+        yield from _texts(components[ref.rsplit("/", 1)[1]], components, seen)
+    if node.get("type") == "string" and not {"enum", "const", "format"} & set(node):
+        yield node
+    if "propertyNames" in node:
+        yield {"type": "string", **node["propertyNames"]}
+    for key in ("properties", "$defs"):
+        yield from _texts(list(node.get(key, {}).values()), components, seen)
+    for key in ("items", "additionalProperties", "anyOf", "oneOf", "allOf", "prefixItems"):
+        yield from _texts(node.get(key), components, seen)
+
+
+def test_every_text_a_client_sends_is_stated_to_hold_no_nul(stack: Stack) -> None:
+    """The server refuses NUL and lone surrogates in every query, path and body text; the
+    schema says so for each (a pattern for NUL, the body's description for surrogates)."""
+    import jsonschema
+
+    schema = stack.http().get("/api/v1/openapi.json").json()
+    components = schema["components"]["schemas"]
+    checked, bodies = 0, set()
+    for _, _, op in operations(schema):
+        given = [p["schema"] for p in op.get("parameters", [])]
+        body = op.get("requestBody", {}).get("content", {}).get("application/json")
+        if body:
+            given.append(body["schema"])
+            bodies |= {r.rsplit("/", 1)[1] for r in re.findall(r"'\$ref': '([^']+)'", str(body))}
+        for text in _texts(given, components, set()):
+            assert not jsonschema.Draft202012Validator(text).is_valid("a\x00b"), text
+            checked += 1
+    assert checked >= 40 and {"Decide", "Fork", "Closing"} <= bodies
+    for name in bodies:
+        assert "lone UTF-16 surrogate" in components[name]["description"], name
+
+
+#: (who, route, body, the field the 422 names, what is wrong)
+UNSTORABLE = [
+    (
+        "sam",
+        "/api/v1/sessions",
+        {"kind": "repair", "input": {"test_command": "pytest", "goal": "a\x00b"}},
+        "goal",
+        "NUL",
+    ),
+    ("sam", "/api/v1/sessions", {"kind": "mine", "input": {"a\x00": 1}}, "key", "NUL"),
+    (
+        "alice",
+        "/api/v1/sessions/{session_id}/calls/{call_id}/decision",
+        {"kind": "reject", "fingerprint": "0" * 64, "feedback": "no\x00"},
+        "feedback",
+        "NUL",
+    ),
+    ("olga", "/api/v1/sessions/{session_id}/fork", {"from_step": 0, "id": "a\x00"}, "id", "NUL"),
+    (
+        "olga",
+        "/api/v1/sessions/{session_id}/fork",
+        {"from_step": 0, "append_instruction": "go \ud800 on"},
+        "append_instruction",
+        "surrogate",
+    ),
+    ("olga", "/api/v1/dead-letters/{key}/resolve", {"reason": "\x00"}, "reason", "NUL"),
+]
+
+
+@pytest.mark.parametrize(("who", "route", "body", "field", "wrong"), UNSTORABLE)
+def test_a_text_the_schema_refuses_is_a_422_naming_its_field(
+    stack: Stack, who: str, route: str, body: dict[str, Any], field: str, wrong: str
+) -> None:
+    import json
+
+    import jsonschema
+
+    schema = stack.http().get("/api/v1/openapi.json").json()
+    given = schema["paths"][route]["post"]["requestBody"]["content"]["application/json"]
+    stated = jsonschema.Draft202012Validator(
+        {**given["schema"], "components": schema["components"]}
+    )
+    if wrong == "NUL":  # a lone surrogate is said in words: no pattern every validator reads
+        assert not stated.is_valid(body), body
+    path = route.format(session_id="s-none", call_id="s1c0", key="1")
+    answer = stack.http(who).post(
+        path,
+        content=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    assert answer.status_code == 422, answer.text
+    message = answer.json()["message"]
+    assert field in message and wrong in message and "Value error" not in message, message

@@ -9,6 +9,7 @@ import os
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 from fastapi import Depends, FastAPI
 from fastapi.responses import FileResponse
@@ -25,7 +26,7 @@ from tickwork.worker.observers.metrics import StoreCollector, tenant_labels
 from . import dead_letters, errors, health, metrics, sessions, stream
 from .auth import TokenGate, Tokens
 from .connections import BodyTimeout
-from .limits import BodyLimit, clean_parameters
+from .limits import BodyLimit, clean_parameters, state_clean_text
 from .settings import ApiSettings
 
 STATIC = Path(__file__).parent / "static"
@@ -145,6 +146,15 @@ def make_api(
     app.include_router(dead_letters.router)
     app.include_router(metrics.router)
     app.include_router(health.router)
+
+    generated = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = state_clean_text(generated())
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
     @app.get("/", include_in_schema=False)
     async def page() -> FileResponse:

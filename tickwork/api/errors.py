@@ -136,12 +136,17 @@ def _quota_exceeded(_: Request, exc: Exception) -> JSONResponse:
     return response
 
 
+def _said(message: str) -> str:
+    """A validator's own message, without pydantic's prefix, which says nothing to a client."""
+    return message.removeprefix("Value error, ")
+
+
 def _invalid_request(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     errors = [
         {
             "loc": [str(p) for p in e.get("loc", ())],
-            "msg": str(e.get("msg", "")),
+            "msg": _said(str(e.get("msg", ""))),
             "type": str(e.get("type", "")),
         }
         for e in exc.errors()
@@ -165,7 +170,7 @@ def _invalid_request(request: Request, exc: Exception) -> JSONResponse:
 def _invalid_value(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, ValidationError)
     errors = [
-        {"loc": [str(p) for p in e["loc"]], "msg": e["msg"], "type": e["type"]}
+        {"loc": [str(p) for p in e["loc"]], "msg": _said(e["msg"]), "type": e["type"]}
         for e in exc.errors()
     ]
     said = "; ".join(f"{'.'.join(e['loc']) or exc.title}: {e['msg']}" for e in errors[:5])

@@ -4,7 +4,7 @@ A body larger than TICKWORK_API_MAX_BODY_BYTES is answered 413: at once when its
 Content-Length says so, else (chunked) as soon as what arrived passes the limit; the
 server holds at most the limit in memory. Text in a query, a path or a body may hold
 neither NUL nor a lone surrogate: no database stores them, so they are a 422 here rather
-than a database error later.
+than a database error later; the OpenAPI schema says so (`state_clean_text`).
 """
 
 from __future__ import annotations
@@ -19,6 +19,15 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ..parsing import bad_text
 from .errors import ApiError, answer
 
+#: what every text a client sends matches, in the schema: no NUL. A lone surrogate cannot be
+#: said in a pattern that every validator reads (ECMA-262 without the u flag, Python's re and
+#: Rust's regex differ on it), so `CLEAN_TEXT` says it in words
+NO_NUL = "^[^\\u0000]*$"
+CLEAN_TEXT = (
+    "No text in it, keys included, may hold a NUL character (\\u0000) or a lone UTF-16 "
+    "surrogate (a \\ud800-\\udfff escape not in a pair): no database stores them, and such "
+    "a request is a 422 naming the field."
+)
 #: the largest integer a query, a path or an id may hold: what a database's BIGINT holds
 MAX_INT = 2**63 - 1
 #: the deepest nesting of JSON objects and lists a body field may hold
@@ -145,3 +154,51 @@ def clean_parameters(request: Request) -> None:
             raise ApiError(
                 422, "invalid_input", f"{where} parameter {name[:40]!r} {wrong}; remove it"
             )
+
+
+def state_clean_text(schema: dict[str, Any]) -> dict[str, Any]:
+    """The OpenAPI `schema` with what `check_tree` and `clean_parameters` refuse stated, in
+    one place for every route: each free text of a parameter or a request body (a string
+    schema without a pattern or a set of values, an object's keys) matches NO_NUL, and each
+    body's schema says CLEAN_TEXT."""
+    components = schema.get("components", {}).get("schemas", {})
+    reached: set[str] = set()
+    for item in schema.get("paths", {}).values():
+        for operation in item.values():
+            for parameter in operation.get("parameters", []):
+                _no_nul(parameter.get("schema", {}), components, reached)
+            for content in operation.get("requestBody", {}).get("content", {}).values():
+                _no_nul(content.get("schema", {}), components, reached)
+    for name in reached:
+        body = components[name]
+        if "enum" not in body:
+            said = body.get("description", "")
+            body["description"] = f"{said}\n\n{CLEAN_TEXT}" if said else CLEAN_TEXT
+    return schema
+
+
+def _no_nul(node: Any, components: dict[str, Any], seen: set[str]) -> None:
+    if isinstance(node, list):
+        for item in node:
+            _no_nul(item, components, seen)
+        return
+    if not isinstance(node, dict):
+        return
+    ref = node.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/components/schemas/"):
+        name = ref.rsplit("/", 1)[1]
+        if name not in seen and name in components:
+            seen.add(name)
+            _no_nul(components[name], components, seen)
+    if node.get("type") == "string" and not {"pattern", "enum", "const", "format"} & set(node):
+        node["pattern"] = NO_NUL
+    if node.get("type") == "object" and node.get("additionalProperties", True) is not False:
+        node.setdefault("propertyNames", {"pattern": NO_NUL})
+    for key in ("properties", "$defs"):
+        for child in node.get(key, {}).values():
+            _no_nul(child, components, seen)
+    # not `not`, `if` or `contains`: a pattern there would change what they let through
+    for key in ("items", "additionalProperties", "then", "else"):
+        _no_nul(node.get(key), components, seen)
+    for key in ("anyOf", "oneOf", "allOf", "prefixItems"):
+        _no_nul(node.get(key), components, seen)
