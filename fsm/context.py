@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tickwork.fsm.errors import InvalidInput
-from tickwork.fsm.values import Head, Observation, Step, StepKind
+from tickwork.fsm.values import Head, Observation, Step, StepKind, ToolCall
 
 Message = dict[str, Any]
 #: what estimates a prompt's tokens (the worker's estimator: four characters a token)
@@ -40,6 +40,12 @@ DEFAULT_KEEP = 3
 DEFAULT_SPAN = 50
 #: the bounds of a context window a submitter may give, in tokens
 MIN_WINDOW, MAX_WINDOW = 1_024, 10_000_000
+#: an observation of at most this many bytes is read whole even where it is masked (a
+#: store's THINK claim reads the others' sizes only): its stub may be no shorter, and an
+#: observation shorter than its stub stays whole (a stub is at most about 400 bytes)
+READ_WHOLE_BYTES = 512
+#: the most characters of a tool's name a stub shows
+STUB_NAME = 64
 
 SUMMARISE = (
     "The conversation is too long for your context window and is being compacted. "
@@ -167,7 +173,7 @@ def needed_from(steps: Sequence[Step], *, history: int = 0) -> int:
 def elided(call_id: str, tool: str, size: int) -> str:
     """The stub an observation becomes once it is masked."""
     return (
-        f"[observation of call {call_id} ({tool}) elided: {size} bytes; "
+        f"[observation of call {call_id} ({tool[:STUB_NAME]}) elided: {size} bytes; "
         f'recall("{call_id}") to see it]'
     )
 
@@ -218,10 +224,7 @@ def build(
             seen = observations.get(call.call_id)
             if seen is None:
                 continue
-            if step.step <= view.masked:
-                content = elided(call.call_id, call.name, seen.size)
-            else:
-                content = f"ERROR: {seen.content}" if seen.is_error else seen.content
+            content = _shown(call, seen, masked=step.step <= view.masked)
             out.append(
                 {
                     "role": "tool",
@@ -244,6 +247,18 @@ def build(
     return out
 
 
+def _shown(call: ToolCall, seen: Observation, *, masked: bool) -> str:
+    """What the prompt shows of a call's observation: whole, or its stub where masked and
+    the stub is shorter (a stub longer than the observation would make the prompt longer,
+    and move the cached prefix, for nothing)."""
+    error = "ERROR: " if seen.is_error else ""
+    if masked:
+        stub = elided(call.call_id, call.name, seen.size)
+        if len(stub.encode()) < seen.size + len(error):
+            return stub
+    return error + seen.content
+
+
 def _keep_boundary(
     steps: Sequence[Step], observations: Mapping[str, Observation], view: View, keep: int
 ) -> int:
@@ -255,10 +270,38 @@ def _keep_boundary(
             break
         if step.kind is not StepKind.REPLY:
             continue
+        if keep <= 0:
+            return max(view.masked, step.step)
         seen += sum(1 for c in step.calls if c.call_id in observations)
         if seen >= keep:
             return max(view.masked, step.step - 1)
     return view.masked
+
+
+def _fewer_whole(
+    head: Head,
+    steps: Sequence[Step],
+    observations: Mapping[str, Observation],
+    view: View,
+    *,
+    keep: int,
+    window: int,
+    estimate: Estimate,
+    then: Sequence[Message] = (),
+) -> tuple[View, list[Message], int]:
+    """Before a prompt fails for its length, the newest `keep` observations give way: the
+    view that masks all but the most of the newest (fewer than `keep`) whose prompt (and
+    `then` after it) fits `window`; if none does, the view that masks them all."""
+    found = (view, [*build(head, steps, observations, view), *then])
+    for whole in range(keep - 1, -1, -1):
+        boundary = _keep_boundary(steps, observations, view, whole)
+        if boundary <= found[0].masked:
+            continue
+        fewer = View(through=view.through, summary=view.summary, masked=boundary)
+        found = (fewer, [*build(head, steps, observations, fewer), *then])
+        if estimate(found[1]) <= window:
+            break
+    return found[0], found[1], estimate(found[1])
 
 
 def _compaction(
@@ -268,13 +311,31 @@ def _compaction(
     view: View,
     cut: int,
     estimate: Estimate,
+    policy: Policy,
 ) -> Plan:
     """The plan to summarise the steps up to `cut`, asked with the prompt as it stands
-    (masked up to the cut at least), so the provider's cache holds most of it."""
+    (masked up to the cut at least), so the provider's cache holds most of it; a request
+    past the window masks the observations after the cut too, the newest last."""
     masked = View(through=view.through, summary=view.summary, masked=max(view.masked, cut))
-    ask = build(head, steps, observations, masked)
-    ask.append({"role": "user", "content": SUMMARISE.format(through=cut)})
-    return Plan(ask, masked, estimate(ask), compact_through=cut)
+    ask = [
+        *build(head, steps, observations, masked),
+        {"role": "user", "content": SUMMARISE.format(through=cut)},
+    ]
+    tokens = estimate(ask)
+    if tokens > policy.window:
+        request, ask, tokens = _fewer_whole(
+            head,
+            steps,
+            observations,
+            masked,
+            keep=policy.keep,
+            window=policy.window,
+            estimate=estimate,
+            then=ask[-1:],
+        )
+        # the compaction step records the cut; the request's own masks are its alone
+        return Plan(ask, request, tokens, compact_through=cut)
+    return Plan(ask, masked, tokens, compact_through=cut)
 
 
 def plan(
@@ -299,7 +360,7 @@ def plan(
         return Plan(sent, view, tokens)
     boundary = _keep_boundary(steps, observations, view, policy.keep)
     if long and not force and boundary > view.through:
-        return _compaction(head, steps, observations, view, boundary, estimate)
+        return _compaction(head, steps, observations, view, boundary, estimate, policy)
     if not force and boundary > view.masked:
         view = View(through=view.through, summary=view.summary, masked=boundary)
         sent = build(head, steps, observations, view)
@@ -310,20 +371,43 @@ def plan(
     # forced: keep fewer whole steps each time the model refuses, down to none
     cut = boundary if boundary > view.through else (last if force else view.through)
     if cut > view.through:
-        return _compaction(head, steps, observations, view, cut, estimate)
+        return _compaction(head, steps, observations, view, cut, estimate, policy)
     if not force and tokens <= policy.window:
         return Plan(sent, view, tokens)  # past the target, within the window: go on
-    return Plan(
-        sent,
-        view,
-        tokens,
-        too_long=(
-            f"the prompt of step {head.step + 1} is about {tokens:,} tokens with every "
-            f"earlier step compacted, and the model's context window is {policy.window:,}"
-            + (" (the model refused it)" if force else "")
-            + "; submit it again on a model with a larger window (--context-window) or with "
-            "tools that return less"
-        ),
+    if not force:
+        view, sent, tokens = _fewer_whole(
+            head,
+            steps,
+            observations,
+            view,
+            keep=policy.keep,
+            window=policy.window,
+            estimate=estimate,
+        )
+        if tokens <= policy.window:
+            return Plan(sent, view, tokens)
+    return Plan(sent, view, tokens, too_long=_too_long(head, steps, view, tokens, policy, force))
+
+
+def _too_long(
+    head: Head, steps: Sequence[Step], view: View, tokens: int, policy: Policy, force: bool
+) -> str:
+    """Why the session fails CONTEXT: the prompt as it was last tried, and what was tried
+    to shorten it."""
+    tried = []
+    if view.through:
+        tried.append(f"steps 1-{view.through} compacted")
+    if any(s.calls for s in steps if s.kind is StepKind.REPLY and view.through < s.step):
+        tried.append(
+            "every observation since masked" if view.through else "every observation masked"
+        )
+    return (
+        f"the prompt of step {head.step + 1} is about {tokens:,} tokens with "
+        + (" and ".join(tried) or "nothing earlier to compact or mask")
+        + f", and the model's context window is {policy.window:,}"
+        + (" (the model refused it)" if force else "")
+        + "; fork it with a larger window (--context-window) or submit it again with tools "
+        "that return less"
     )
 
 
@@ -336,9 +420,9 @@ def fit(messages: list[Message], policy: Policy | None, *, estimate: Estimate) -
         return messages
     tools = [i for i, m in enumerate(messages) if m.get("role") == "tool"]
     old = set(tools[: len(tools) - policy.keep] if policy.keep else tools)
-    return [
-        {**m, "content": f"[tool output elided: {len(str(m.get('content') or '').encode())} bytes]"}
-        if i in old
-        else m
-        for i, m in enumerate(messages)
-    ]
+    out = []
+    for i, m in enumerate(messages):
+        content = str(m.get("content") or "")
+        stub = f"[tool output elided: {len(content.encode())} bytes]"
+        out.append({**m, "content": stub} if i in old and len(stub) < len(content) else m)
+    return out

@@ -26,6 +26,7 @@ from psycopg.rows import dict_row
 from sqlalchemy import JSON, Engine, Table
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.exc import DBAPIError
+from tickwork.fsm.context import READ_WHOLE_BYTES
 from tickwork.fsm.loops import HISTORY
 from tickwork.fsm.machine import Change
 from tickwork.fsm.values import EventKind, Head, Observation, Status, Step, StepKind, ToolCall
@@ -318,7 +319,7 @@ RETURNING id
 # `reads.context_start` and `reads.read_history` in one statement, for a THINK whose
 # worker has not read the session before: the steps, calls and observations after the
 # context's start (the latest compaction's cut, or the last `HISTORY` replies before it),
-# the observations of the steps the prompt masks by their size only
+# the observations of the steps the prompt masks by their size only (a short one whole)
 HISTORY_READ = _compact(f"""
 WITH latest AS (
     SELECT s.step, s.compacted_through FROM {steps.name} AS s
@@ -343,8 +344,12 @@ SELECT
     (SELECT jsonb_agg(x.o) FROM {calls.name} AS c, {_of_call(observations, "o")}
      WHERE c.session_id = %(id)s AND c.step > GREATEST(b.start, b.masked)) AS observations,
     (SELECT jsonb_agg(jsonb_build_object(
-        'call_id', x.call_id, 'content', '', 'is_error', x.is_error, 'at', x.at,
-        'duration_ms', x.duration_ms, 'elided', octet_length(x.content)))
+        'call_id', x.call_id,
+        'content', CASE WHEN octet_length(x.content) <= {READ_WHOLE_BYTES} THEN x.content
+                   ELSE '' END,
+        'is_error', x.is_error, 'at', x.at, 'duration_ms', x.duration_ms,
+        'elided', CASE WHEN octet_length(x.content) <= {READ_WHOLE_BYTES} THEN NULL
+                  ELSE octet_length(x.content) END))
      FROM {calls.name} AS c, {_of_call(observations, "o", "o.*")}
      WHERE c.session_id = %(id)s AND c.step > b.start AND c.step <= b.masked) AS stubs
 FROM bounds AS b

@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Integer, Select, func, literal, select
+from sqlalchemy import Connection, Integer, Select, case, func, literal, null, select
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.functions import GenericFunction
-from tickwork.fsm.context import needed_from
+from tickwork.fsm.context import READ_WHOLE_BYTES, needed_from
 from tickwork.fsm.errors import CallNotFound, NotWaiting, SessionNotFound
 from tickwork.fsm.loops import HISTORY
 from tickwork.fsm.values import Decision, Head, Observation, Session, Step, StepKind, ToolCall
@@ -158,15 +158,17 @@ def read_history(
     history = steps_from_rows(step_rows, call_rows)
     seen: dict[str, Observation] = {}
     if masked > after:
-        # the observations the prompt shows as stubs: their size, not their content
+        # the observations the prompt shows as stubs: their size, not their content (but
+        # a short one's, which may stay whole: `tickwork.fsm.context.READ_WHOLE_BYTES`)
         size = byte_length(observations.c.content)
+        short = size <= READ_WHOLE_BYTES
         stubs = select(
             observations.c.call_id,
-            literal("").label("content"),
+            case((short, observations.c.content), else_=literal("")).label("content"),
             observations.c.is_error,
             observations.c.at,
             observations.c.duration_ms,
-            size.label("elided"),
+            case((short, null()), else_=size).label("elided"),
         ).where(
             observations.c.session_id == session_id,
             observations.c.call_id.in_(call_ids(session_id, after, masked)),

@@ -233,3 +233,82 @@ def test_past_its_span_of_replies_a_prompt_is_compacted_however_small(build: Bui
     for number, made in run.plans:
         shown = [m for m in made.messages if m["role"] == "assistant"]
         assert len(shown) <= context.DEFAULT_SPAN + 1, f"step {number}"
+
+
+def test_an_observation_shorter_than_its_stub_stays_whole_where_masked(build: Build) -> None:
+    """Masking a 29-byte output made an 83-character stub: the prompt grew (found by an
+    outside run)."""
+    run = simulate(build, [29, 12_000, 29, 12_000, 12_000, 12_000], window=10_000, keep=2)
+    last = run.plans[-1][1]
+    assert last.compact_through is None and last.view.masked == 3
+    tools = [m["content"] for m in last.messages if m["role"] == "tool"]
+    assert tools[0] == tools[2] == "x" * 29, "shorter than its stub: whole"
+    assert tools[1].startswith("[observation of call s2c0 (read) elided: 12000 bytes")
+
+
+def test_a_graph_nodes_short_tool_output_stays_whole_where_masked() -> None:
+    policy = Policy(window=1_024, keep=1)
+    messages = [
+        {"role": "user", "content": "task"},
+        {"role": "tool", "content": "ok"},
+        {"role": "tool", "content": "y" * 4_000},
+        {"role": "tool", "content": "z" * 4_000},
+    ]
+    fitted = context.fit(messages, policy, estimate=estimate)
+    assert [m["content"] for m in fitted][1:] == [
+        "ok",
+        "[tool output elided: 4000 bytes]",
+        "z" * 4_000,
+    ]
+
+
+def test_the_newest_three_observations_give_way_before_the_session_fails(build: Build) -> None:
+    """Three observations of about 2,066 tokens in a window of 5,000: masking the oldest of
+    them fits, where keeping three whole failed CONTEXT (found by an outside run)."""
+    run = simulate(build, [8_264] * 4, window=5_000)
+    assert [s.masked_through for s in run.steps][:4] == [0, 0, 0, 1]
+    fourth = dict(run.plans)[4]
+    assert fourth.compact_through is None and fourth.too_long is None
+    assert fourth.tokens <= 5_000
+    tools = [m["content"] for m in fourth.messages if m["role"] == "tool"]
+    assert tools[0].startswith("[observation of call s1c0") and tools[1:] == ["x" * 8_264] * 2
+
+
+def test_the_newest_observations_are_all_masked_before_the_session_fails(build: Build) -> None:
+    run = simulate(build, [8_000] * 2, window=1_500)
+    second = dict(run.plans)[2]
+    assert second.too_long is None and second.compact_through is None
+    assert second.view.masked == 1 and second.tokens <= 1_500
+    assert [m["content"][:21] for m in second.messages if m["role"] == "tool"] == [
+        "[observation of call "
+    ]
+
+
+def test_a_context_failure_says_what_was_tried(build: Build) -> None:
+    huge = build.head(
+        config={"user_prompt": "t" * 30_000, "context": Policy(window=5_000).to_config()}
+    )
+    first = plan(huge, [], {}, estimate=estimate)
+    assert first.too_long is not None
+    assert first.too_long.startswith(
+        "the prompt of step 1 is about 7,500 tokens with nothing earlier to compact or mask, "
+        "and the model's context window is 5,000; fork it with a larger window"
+    )
+    run = simulate(build, [400] * 3, window=5_000)
+    head = run.head.model_copy(
+        update={"step": 3, "config": {**run.head.config, "user_prompt": "t" * 20_000}}
+    )
+    failed = plan(head, run.steps, run.observations, estimate=estimate)
+    assert failed.too_long is not None
+    assert "tokens with every observation masked, and the model's" in failed.too_long
+    assert failed.view.masked == 3, "the message speaks of the prompt last tried"
+
+
+def test_a_compaction_request_past_the_window_masks_the_steps_after_its_cut(
+    build: Build,
+) -> None:
+    run = simulate(build, [8_264] * 5, window=5_000)
+    fifth = dict(run.plans)[5]
+    assert fifth.compact_through == 1
+    assert fifth.view.masked == 2 and fifth.tokens <= 5_000
+    assert fifth.messages[-1]["content"] == context.SUMMARISE.format(through=1)

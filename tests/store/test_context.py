@@ -4,6 +4,7 @@ claim that misses the transcript cache reads from the latest compaction, not eve
 from __future__ import annotations
 
 from tickwork.fsm import machine
+from tickwork.fsm.context import READ_WHOLE_BYTES
 from tickwork.fsm.values import ModelReply, StepKind, Usage
 from tickwork.store import Store, open_store
 
@@ -120,7 +121,7 @@ def test_a_masked_observation_is_sized_in_bytes_whatever_it_holds(
     """Source code and Windows paths are full of backslashes, which Postgres reads as
     escapes when text is cast to bytea: a cold THINK's read of such a masked observation
     failed ("invalid input syntax for type bytea") and the session could not go on."""
-    output = "C:\\new\\table {n}: re.compile(r'\\d+\\x') \\ é"
+    output = "C:\\new\\table {n}: re.compile(r'\\d+\\x') \\ é" * 20
     _steps(store, session_id, clock, 2, output=output)
     _mask(store, session_id, clock, through=2)
     execute(store, session_id, now=clock())
@@ -134,13 +135,32 @@ def test_a_masked_observation_is_sized_in_bytes_whatever_it_holds(
 def test_a_cold_claim_reads_masked_observations_by_their_size_only(
     store: Store, clock: Clock, session_id: str
 ) -> None:
-    _steps(store, session_id, clock, 4)
+    long = "output {n} " + "x" * READ_WHOLE_BYTES
+    _steps(store, session_id, clock, 4, output=long)
     _mask(store, session_id, clock, through=3)
     execute(store, session_id, now=clock(), output="é" * 10)
     cold = open_store(store.engine, core=type(store).__name__ == "CoreStore")
     seen = claim(cold, session_id, now=clock()).observations
     assert [(seen[f"s{n}c0"].content, seen[f"s{n}c0"].elided) for n in (1, 2, 3)] == [
-        ("", len(f"output {n}")) for n in (0, 1, 2)
+        ("", len(long.format(n=n))) for n in (0, 1, 2)
     ]
-    assert (seen["s4c0"].content, seen["s4c0"].elided) == ("output 3", None)
+    assert (seen["s4c0"].content, seen["s4c0"].elided) == (long.format(n=3), None)
     assert (seen["s5c0"].content, seen["s5c0"].size) == ("é" * 10, 20)
+
+
+def test_a_cold_claim_reads_short_masked_observations_whole(
+    store: Store, clock: Clock, session_id: str
+) -> None:
+    """A masked observation shorter than its stub stays whole in the prompt
+    (`tickwork.fsm.context`), so a claim that reads masked ones by their size reads the
+    short ones' text: up to READ_WHOLE_BYTES, longer than any stub."""
+    short = "é" * (READ_WHOLE_BYTES // 2)
+    _steps(store, session_id, clock, 2, output=short)
+    _mask(store, session_id, clock, through=2)
+    execute(store, session_id, now=clock())
+    cold = open_store(store.engine, core=type(store).__name__ == "CoreStore")
+    seen = claim(cold, session_id, now=clock()).observations
+    assert [(seen[f"s{n}c0"].content, seen[f"s{n}c0"].elided) for n in (1, 2)] == [
+        (short, None),
+        (short, None),
+    ]
