@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from tickwork.fsm.errors import InvalidInput
@@ -111,6 +111,34 @@ def policy_of(config: Mapping[str, Any]) -> Policy | None:
         keep=int(given.get("keep", DEFAULT_KEEP)),
         span=int(given.get("span", DEFAULT_SPAN)),
     )
+
+
+#: the key of a session's result (its card) holding the context window its model stated
+#: when it refused a prompt as too long, below the configured one: the policy's from then on
+STATED_WINDOW = "context_window"
+#: how a provider states its window when it refuses a prompt: OpenAI's and vLLM's "maximum
+#: context length is 8192 tokens", Anthropic's "... tokens > 200000 maximum"
+_STATED = re.compile(
+    r"maximum context length is (\d[\d,]*) tokens|> (\d[\d,]*) maximum", re.IGNORECASE
+)
+
+
+def stated_window(message: str) -> int | None:
+    """The context window a provider's refusal of a prompt as too long states, if it does."""
+    found = _STATED.search(message)
+    if found is None:
+        return None
+    return int((found.group(1) or found.group(2)).replace(",", "")) or None
+
+
+def policy_for(head: Head) -> Policy | None:
+    """The session's policy (`policy_of` its config) under the window its model stated when
+    it refused a prompt (`STATED_WINDOW` in its result), where that is smaller."""
+    policy = policy_of(head.config)
+    stated = head.result.get(STATED_WINDOW)
+    if policy is None or isinstance(stated, bool) or not isinstance(stated, int):
+        return policy
+    return replace(policy, window=stated) if 0 < stated < policy.window else policy
 
 
 def check_window(value: Any, *, what: str = "context_window") -> int:
@@ -350,7 +378,7 @@ def plan(
     last prompt as too long, so compact now whatever the estimate says."""
     view = stored_view(steps)
     sent = build(head, steps, observations, view)
-    policy = policy_of(head.config)
+    policy = policy_for(head)
     if policy is None:
         return Plan(sent, view, estimate(sent))
     tokens = estimate(sent)

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from tickwork.fsm import transitions
+from tickwork.fsm import context, transitions
 from tickwork.fsm.approvals import ApprovalRule, approval_reason, check_decision, rejection
 from tickwork.fsm.budgets import Exhausted, NextCall, exhausted_budget, model_retry_delay
 from tickwork.fsm.context import Plan
@@ -50,6 +50,7 @@ __all__ = [
     "RunTool",
     "StepCharge",
     "compacted",
+    "context_overflow",
     "decide",
     "environment_failed",
     "environment_ready",
@@ -177,6 +178,35 @@ def compacted(
             Event(kind=EventKind.COMPACTED, at=now, data=data),
         ),
     )
+
+
+def context_overflow(
+    head: Head, *, error: str, estimate: int, window: int | None, now: datetime
+) -> tuple[Change | None, Event]:
+    """The model refused a prompt of about `estimate` tokens as longer than its context
+    window (`window`: the policy's, None without one): the `context_overflow` event, and
+    where the refusal states a window below the policy's, the change that records it on the
+    session's card (`tickwork.fsm.context.STATED_WINDOW`), after which every prompt is
+    planned under it (the next tick masks or compacts to its target). None: the refusal
+    states no smaller window; the caller compacts at once."""
+    transitions.require(head, Status.READY)
+    stated = context.stated_window(error)
+    smaller = window is not None and stated is not None and stated < window
+    event = Event(
+        kind=EventKind.CONTEXT_OVERFLOW,
+        at=now,
+        data={
+            "step": head.step + 1,
+            "prompt_tokens_estimate": estimate,
+            "window": window,
+            "stated_window": stated,
+            "error": error[:2_000],
+        },
+    )
+    if not smaller:
+        return None, event
+    result = {**head.result, context.STATED_WINDOW: stated}
+    return Change(head=transitions.moved(head, now, result=result), events=(event,)), event
 
 
 def _not_json(constant: str) -> Any:

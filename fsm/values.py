@@ -147,6 +147,8 @@ class EventKind(StrEnum):
     ENVIRONMENT_WAITING = "environment_waiting"  #: another worker builds the environment
     ENVIRONMENT_READY = "environment_ready"  #: the environment is built or found, recorded
     COMPACTED = "compacted"
+    #: the model refused a prompt as longer than its context window
+    CONTEXT_OVERFLOW = "context_overflow"
     CHILDREN_SPAWNED = "children_spawned"  #: the session started children and waits for them
     CHILDREN_JOINED = "children_joined"  #: its children ended: the join woke it
 

@@ -710,6 +710,14 @@ def summary(kind: str, d: Mapping[str, Any]) -> str:
             f"{d.get('prompt_tokens', 0) + d.get('completion_tokens', 0):,} tokens · "
             f"${d.get('cost_usd', 0):.4f}"
         )
+    if kind == "context_overflow":
+        window, stated = d.get("window"), d.get("stated_window")
+        return (
+            f"step {d.get('step')}: the model refused a prompt of about "
+            f"{d.get('prompt_tokens_estimate', 0):,} tokens as too long · window "
+            + (f"{window:,}" if isinstance(window, int) else "none")
+            + (f", the model states {stated:,}" if isinstance(stated, int) else "")
+        )
     if kind == "step_recorded":
         return f"step {d.get('step')}: calls {', '.join(d.get('calls', [])) or 'none'}"
     if kind == "approval_requested":

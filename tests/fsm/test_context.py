@@ -312,3 +312,29 @@ def test_a_compaction_request_past_the_window_masks_the_steps_after_its_cut(
     assert fifth.compact_through == 1
     assert fifth.view.masked == 2 and fifth.tokens <= 5_000
     assert fifth.messages[-1]["content"] == context.SUMMARISE.format(through=1)
+
+
+@pytest.mark.parametrize(
+    ("message", "stated"),
+    [
+        (
+            "returned 400 Bad Request: This model's maximum context length is 8192 tokens. "
+            "However, your messages resulted in 9000 tokens.",
+            8_192,
+        ),
+        ("prompt is too long: 210000 tokens > 200000 maximum", 200_000),
+        ("returned 413: request too large", None),
+    ],
+)
+def test_the_window_a_refusal_states_is_read_from_its_message(
+    message: str, stated: int | None
+) -> None:
+    assert context.stated_window(message) == stated
+
+
+def test_a_stated_window_below_the_configured_one_is_the_policys(build: Build) -> None:
+    config = {"context": Policy(window=32_768).to_config()}
+    head = build.head(config=config, result={context.STATED_WINDOW: 9_000})
+    assert context.policy_for(head) == Policy(window=9_000)
+    larger = build.head(config=config, result={context.STATED_WINDOW: 64_000})
+    assert context.policy_for(larger) == Policy(window=32_768)

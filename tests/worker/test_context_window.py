@@ -430,3 +430,35 @@ def test_a_compaction_is_a_tick_of_its_own_in_the_traces(
     ]
     assert [c["tickwork.context.compacted_through"] for c in chats] == cuts
     assert all(c["gen_ai.usage.input_tokens"] > 0 for c in chats)
+
+
+def test_a_window_the_refusal_states_is_recorded_logged_and_then_planned_under(
+    long: Long, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A server whose window is below the configured one was refused every few calls, each
+    time compacting a step or two, and nothing said so (found by an outside run): its
+    stated window is recorded with an event and a warning, and the session goes on under
+    it, refused once."""
+    with windowed_chat(WindowedChat(window=9_000, steps=40)) as chat:
+        monkeypatch.setenv("OPENAI_BASE_URL", chat.url)
+        session_id = long.submit(context_window=32_768)
+        with caplog.at_level("WARNING", logger="tickwork.tick"):
+            head = long.run(session_id)
+    assert head.status is Status.COMPLETED, head.error_message
+    assert len([r for r in chat.log if r.refused]) == 1
+    assert head.result[context.STATED_WINDOW] == 9_000
+    session = long.store.load(session_id)
+    overflows = [e.data for e in session.events if e.kind == "context_overflow"]
+    assert len(overflows) == 1
+    assert overflows[0]["window"] == 32_768 and overflows[0]["stated_window"] == 9_000
+    assert overflows[0]["prompt_tokens_estimate"] > 9_000
+    assert "maximum context length is 9000 tokens" in overflows[0]["error"]
+    from tickwork.render import summary
+
+    assert summary("context_overflow", overflows[0]).endswith(
+        "as too long · window 32,768, the model states 9,000"
+    )
+    warned = [r.getMessage() for r in caplog.records if "refused the prompt" in r.getMessage()]
+    assert len(warned) == 1 and session_id in warned[0]
+    assert "window is 32,768 tokens, the model states 9,000" in warned[0]
+    assert max(r.tokens for r in chat.answered) <= 9_000

@@ -112,19 +112,7 @@ def think(tick: Tick) -> Change:
             ModelSettings(timeout_s=rt.settings.model_timeout_s, max_tokens=cap.tokens),
         )
     except ContextTooLong as exc:
-        # the model's window is smaller than the estimate thought: compact at once, and the
-        # next tick tries again with the shorter transcript
-        log.info("session %s: %s; compacting", head.id, exc)
-        forced = context.plan(
-            head, claimed.steps, claimed.observations, estimate=estimate, force=True
-        )
-        if forced.too_long is not None or forced.compact_through is None:
-            # nothing to compact (or no policy: a session stored before 0.2.0) fits it
-            why = forced.too_long or "the session has no context policy to compact under"
-            failed = machine.fail(head, ErrorCode.CONTEXT, f"{why}: {exc}", now=rt.clock())
-            report.model = _model_failed(head.model, asked, messages, failed.head, str(exc))
-            return failed
-        return _compact(rt, head, forced, schemas, report, cap.tokens)
+        return _overflow(tick, prompt, exc, schemas, asked, cap.tokens)
     except ModelError as exc:
         return _model_error(rt, head, exc, asked, messages, report)
     except Exception as exc:
@@ -181,6 +169,58 @@ def think(tick: Tick) -> Change:
             }
         )
     return change
+
+
+def _overflow(
+    tick: Tick,
+    prompt: context.Plan,
+    exc: ContextTooLong,
+    schemas: list[dict[str, Any]],
+    asked: int,
+    max_tokens: int | None,
+) -> Change:
+    """The model refused the prompt as longer than its window: a `context_overflow` event
+    and a warning naming the windows. Where the refusal states a window below the
+    session's, the session goes on under it (the next tick masks or compacts to its
+    target, instead of compacting a step or two at each refusal); else it compacts at
+    once, and the next tick tries again with the shorter transcript."""
+    rt, claimed, report = tick.rt, tick.claimed, tick.report
+    head = claimed.head
+    policy = context.policy_for(head)
+    window = policy.window if policy is not None else None
+    learned, event = machine.context_overflow(
+        head, error=str(exc), estimate=prompt.tokens, window=window, now=rt.clock()
+    )
+    stated = event.data["stated_window"]
+    log.warning(
+        "session %s: the model refused the prompt of step %d (about %s tokens) as longer "
+        "than its context window; the session's window is %s tokens, the model states %s%s; "
+        "give the model's real window (--context-window, or context_window in "
+        "TICKWORK_PRICES): %s",
+        head.id,
+        head.step + 1,
+        f"{prompt.tokens:,}",
+        "none" if window is None else f"{window:,}",
+        "none" if stated is None else f"{stated:,}",
+        "" if learned is None else ", which the session goes on under",
+        exc,
+    )
+    if learned is not None:
+        report.model = _model_failed(head.model, asked, prompt.messages, learned.head, str(exc))
+        return learned
+    forced = context.plan(head, claimed.steps, claimed.observations, estimate=estimate, force=True)
+    if forced.too_long is not None or forced.compact_through is None:
+        # nothing to compact (or no policy: a session stored before 0.2.0) fits it
+        why = forced.too_long or "the session has no context policy to compact under"
+        failed = machine.fail(head, ErrorCode.CONTEXT, f"{why}: {exc}", now=rt.clock())
+        report.model = _model_failed(head.model, asked, prompt.messages, failed.head, str(exc))
+        return _with_event(failed, event)
+    return _with_event(_compact(rt, head, forced, schemas, report, max_tokens), event)
+
+
+def _with_event(change: Change, event: Event) -> Change:
+    """`change` with `event` before its own."""
+    return change.model_copy(update={"events": (event, *change.events)})
 
 
 def _with_outcome(events: tuple[Event, ...], result: dict[str, Any]) -> tuple[Event, ...]:
