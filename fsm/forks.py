@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
+from tickwork.fsm.context import STATED_WINDOW, Policy, policy_of
 from tickwork.fsm.errors import ForkOutOfRange, InvalidInput
 from tickwork.fsm.graph import PROPOSAL, START
 from tickwork.fsm.graph_machine import PROPOSED, fork_state
@@ -39,6 +41,9 @@ class ForkPatch(Value):
     state: dict[str, Any] = {}
     #: a graph session: the graph version the fork runs on (None: the parent's)
     graph_version: str | None = None
+    #: the model's context window in tokens for the fork's context policy (None: the
+    #: parent's, or the smaller one its model stated when it refused a prompt)
+    context_window: int | None = None
 
 
 def fork(
@@ -113,6 +118,12 @@ def fork(
             *config.get("instructions", []),
             {"after_step": from_step, "text": patch.append_instruction},
         ]
+    window = patch.context_window or parent.head.result.get(STATED_WINDOW)
+    if isinstance(window, int) and not isinstance(window, bool):
+        policy = policy_of(config)
+        config["context"] = (
+            Policy(window=window) if policy is None else replace(policy, window=window)
+        ).to_config()
     graph = graph_of(config)
     if (patch.state or patch.graph_version) and graph is None:
         raise InvalidInput(

@@ -48,6 +48,8 @@ def test_a_command_with_fork_options_is_given_them_as_one_value() -> None:
             "s1-fork",
             "--state",
             '{"n": 1}',
+            "--context-window",
+            "20000",
             "--json",
             "--again",
         ],
@@ -64,6 +66,7 @@ def test_a_command_with_fork_options_is_given_them_as_one_value() -> None:
         "budgets": {"max_steps": 9, "deadline_s": 60.0},
         "new_id": "s1-fork",
         "state": {"n": 1},
+        "context_window": 20_000,
     }
 
 

@@ -66,7 +66,7 @@ ContextWindow = Annotated[
         metavar="TOKENS",
         help="The model's context window; old observations are masked, then the "
         "transcript compacted, to keep each prompt under it.",
-        show_default="the model table's",
+        show_default="the operator's (TICKWORK_PRICES) or the model table's",
         rich_help_panel="Budgets",
     ),
 ]
@@ -124,6 +124,16 @@ StatePatch = Annotated[
         rich_help_panel="Patch",
     ),
 ]
+ForkContextWindow = Annotated[
+    int | None,
+    typer.Option(
+        "--context-window",
+        metavar="TOKENS",
+        help="The model's context window for the fork (a CONTEXT dead letter: a larger one).",
+        show_default="the original's",
+        rich_help_panel="Patch",
+    ),
+]
 NewId = Annotated[
     str | None, typer.Option("--id", help="The fork's id.", show_default="a random one")
 ]
@@ -143,6 +153,7 @@ class Fork:
     max_tokens: int | None = None
     max_cost_usd: float | None = None
     deadline: float | None = None
+    context_window: int | None = None
     by: str | None = None
     new_id: str | None = None
     json_output: bool = False
@@ -163,6 +174,7 @@ class Fork:
             ),
             "new_id": self.new_id,
             "state": None if self.state is None else json_object(self.state, option="--state"),
+            "context_window": self.context_window,
         }
 
 
@@ -177,6 +189,7 @@ FORK_OPTIONS: dict[str, Any] = {
     "max_tokens": MaxTokens,
     "max_cost_usd": MaxCostUsd,
     "deadline": Deadline,
+    "context_window": ForkContextWindow,
     "by": Approver,
     "new_id": NewId,
     "json_output": Json,

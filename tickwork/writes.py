@@ -167,7 +167,11 @@ class Writes(Deployment):
         _check_priced(
             spec, limits, config, self.settings.prices, self.providers, trusted=trusted, quota=quota
         )
-        window = pricing.context_window(spec) if context_window is None else context_window
+        window = (
+            pricing.context_window(spec, self.settings.prices, providers=self.providers)
+            if context_window is None
+            else context_window
+        )
         config["context"] = Policy(window=check_window(window)).to_config()
         now = self.clock()
         head = Head(
@@ -339,16 +343,20 @@ class Writes(Deployment):
         new_id: str | None = None,
         again: bool = False,
         state: Mapping[str, Any] | None = None,
+        context_window: int | None = None,
     ) -> Head:
         """A new session from `session_id`'s step `from_step` with a declared patch; with
         `resolve_dead_letter`, a dead letter forked (or closed) before is refused unless
-        `again`."""
+        `again`. `context_window` (tokens) replaces the model's window the original had,
+        as at submit (a `CONTEXT` dead letter is forked onto a larger one)."""
         if new_id is not None and not SESSION_ID.match(new_id):
             raise InvalidInput(
                 f"session id {new_id!r} may only hold letters, digits, "
                 "'_', '-' and '.', up to 64 characters"
             )
         self._check_unused(new_id)
+        if context_window is not None:
+            check_window(context_window)
         parent, archived = self._fork_source(session_id)
         if budgets:
             self.budgets(budgets)  # names and values checked before anything is written
@@ -373,6 +381,7 @@ class Writes(Deployment):
             budgets=dict(budgets or {}),
             state=dict(state or {}),
             graph_version=graph_version,
+            context_window=context_window,
         )
         forking = functools.partial(
             self.store.fork,
@@ -461,6 +470,11 @@ def _given_price(spec: str, price: PriceLike, configured: Price | None, *, trust
         given = as_price(spec, price)
     except ConfigurationError as exc:
         raise InvalidInput(exc.message.replace("price override", "the price", 1)) from None
+    if given.context_window is not None:
+        raise InvalidInput(
+            f"the price given for model {spec!r} holds a context window: give it as "
+            "context_window (--context-window), not in the price"
+        )
     if configured is None:
         if not trusted:
             raise InvalidInput(

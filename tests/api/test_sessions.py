@@ -338,6 +338,17 @@ def test_fork_records_who_forked_and_runs(stack: Stack) -> None:
     assert negative.status_code == 422 and "from_step" in negative.json()["message"]
 
 
+def test_a_fork_takes_a_context_window_in_the_submits_bounds(stack: Stack) -> None:
+    parent = stack.waiting()
+    stack.http("alice").post(f"/api/v1/sessions/{parent}/cancel")
+    path = f"/api/v1/sessions/{parent}/fork"
+    answer = stack.http("olga").post(path, json={"from_step": 0, "context_window": 20_000})
+    assert answer.status_code == 201, answer.text
+    assert answer.json()["config"]["context"]["window"] == 20_000
+    small = stack.http("olga").post(path, json={"from_step": 0, "context_window": 100})
+    assert small.status_code == 422 and "context_window" in small.json()["message"]
+
+
 def test_the_openapi_document_and_the_health_check(stack: Stack) -> None:
     document = stack.http().get("/api/v1/openapi.json").json()
     assert {

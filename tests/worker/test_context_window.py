@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from tickwork.fsm import context
+from tickwork.fsm.errors import InvalidInput
 from tickwork.fsm.values import ErrorCode, Head, Session, Status, StepKind
 from tickwork.store import open_store
 from tickwork.worker.config.settings import Settings
@@ -462,3 +463,65 @@ def test_a_window_the_refusal_states_is_recorded_logged_and_then_planned_under(
     assert len(warned) == 1 and session_id in warned[0]
     assert "window is 32,768 tokens, the model states 9,000" in warned[0]
     assert max(r.tokens for r in chat.answered) <= 9_000
+
+
+def test_a_context_dead_letter_is_forked_onto_a_larger_window(
+    long: Long, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A CONTEXT dead letter could only be submitted again, every step lost (found by an
+    outside run): a fork takes a context window, recorded in its patch."""
+    with windowed_chat(WindowedChat(window=10, steps=5)) as chat:
+        monkeypatch.setenv("OPENAI_BASE_URL", chat.url)
+        session_id = long.submit(context_window=32_768)
+        failed = long.run(session_id)
+        assert failed.error_code is ErrorCode.CONTEXT, failed.error_message
+        chat.window = 9_000
+        again = long.client.fork(session_id, from_step=0, by="tests")
+        assert again.config["context"]["window"] == 10, "the window the model stated"
+        with pytest.raises(InvalidInput, match="context_window must be between 1,024"):
+            long.client.fork(session_id, from_step=0, by="tests", context_window=10)
+        fork = long.client.fork(
+            session_id, from_step=0, by="tests", context_window=9_000, resolve_dead_letter=True
+        )
+        assert fork.config["context"] == {**failed.config["context"], "window": 9_000}
+        head = long.run(fork.id)
+    assert head.status is Status.COMPLETED, head.error_message
+    forked = [e for e in long.store.load(fork.id).events if e.kind == "forked"]
+    assert forked[0].data["patch"] == {"context_window": 9_000}
+
+
+def test_an_operator_sets_a_models_context_window_next_to_its_price(tmp_path: Path) -> None:
+    """Every model the built-in table does not know (vLLM, Ollama) ran at 16,384 unless
+    each submitter gave its window (found by an outside run)."""
+    settings = Settings(
+        state_dir=tmp_path / "state",
+        prices={
+            "my-vllm": {"prompt": 0, "completion": 0, "context_window": 131_072},
+            "my-ollama": [0, 0, None, None, None, 8_192],
+        },
+    )
+    settings.state_dir.mkdir(parents=True)
+    from tickwork.store.migrate import upgrade
+
+    upgrade(settings.db_url)
+    client = Tickwork(settings)
+    client.publish = lambda *_: None  # type: ignore[method-assign]
+    try:
+        windows = [
+            client.submit(KIND, {}, model=model, **given).config["context"]["window"]
+            for model, given in [
+                ("openai:my-vllm", {}),
+                ("openai:my-ollama", {}),
+                ("openai:my-vllm", {"context_window": 50_000}),
+            ]
+        ]
+        with pytest.raises(InvalidInput, match="give it as context_window"):
+            client.submit(
+                KIND,
+                {},
+                model="openai:gpt-4o",
+                price={"prompt": 9, "completion": 99, "context_window": 50_000},
+            )
+    finally:
+        client.close()
+    assert windows == [131_072, 8_192, 50_000]

@@ -301,6 +301,14 @@ class Fork(Body):
         max_length=MAX_ENTRIES,
         description="A graph session: state fields to set in the fork.",
     )
+    context_window: int | None = Field(
+        default=None,
+        ge=MIN_WINDOW,
+        le=MAX_WINDOW,
+        examples=[128000],
+        description="The model's context window in tokens [default: the original's]; a "
+        "CONTEXT dead letter is forked onto a larger one.",
+    )
     id: str | None = Field(
         default=None,
         max_length=64,

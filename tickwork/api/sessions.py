@@ -316,6 +316,7 @@ def run_fork(
             new_id=body.id,
             again=again,
             state=body.state,
+            context_window=body.context_window,
         )
     except (StoreConflict, InvalidInput):
         _taken(client, body.id)

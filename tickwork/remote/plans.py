@@ -321,6 +321,7 @@ def fork(
     budgets: Mapping[str, Any] | None = None,
     state: Mapping[str, Any] | None = None,
     new_id: str | None = None,
+    context_window: int | None = None,
 ) -> Plan[Head]:
     """A new session from step `from_step` of this one, with a declared patch."""
     body = _fork_body(
@@ -332,6 +333,7 @@ def fork(
         budgets=budgets,
         state=state,
         id=new_id,
+        context_window=context_window,
     )
     return (yield Call("POST", _path("sessions", session_id, "fork"), _head, json=body))
 
@@ -411,6 +413,7 @@ def fork_dead_letter(
     state: Mapping[str, Any] | None = None,
     new_id: str | None = None,
     again: bool = False,
+    context_window: int | None = None,
 ) -> Plan[Head]:
     """Fork a dead letter's session; the dead letter is resolved. `again` forks one that
     was forked or closed already."""
@@ -424,6 +427,7 @@ def fork_dead_letter(
         state=state,
         id=new_id,
         again=again or None,
+        context_window=context_window,
     )
     return (yield Call("POST", _path("dead-letters", str(key), "fork"), _head, json=body))
 

@@ -193,9 +193,9 @@ class Settings(BaseSettings):
     max_output_chars: int = Field(default=20_000, ge=1)
     model_timeout_s: float = Field(default=120.0, gt=0)
     #: model -> [prompt, completion] USD per million tokens, added to the built-in table; or
-    #: {"prompt", "completion", "cached", "cache_write", "max_completion"}
+    #: {"prompt", "completion", "cached", "cache_write", "max_completion", "context_window"}
     #: (tickwork.worker.models.pricing)
-    prices: dict[str, list[float] | dict[str, float]] = {}
+    prices: dict[str, list[float | None] | dict[str, float | None]] = {}
     #: regexes whose matches are masked in stored events, logs and `tickwork config`
     secret_patterns: list[str] = [r"sk-[A-Za-z0-9_\-]{8,}"]
     budgets: Budgets = Field(default_factory=Budgets)

@@ -14,6 +14,7 @@ from types import MappingProxyType
 from typing import Any, NamedTuple, Protocol
 
 from tickwork.fsm.budgets import NextCall
+from tickwork.fsm.context import MAX_WINDOW, MIN_WINDOW
 from tickwork.fsm.errors import ConfigurationError
 from tickwork.fsm.values import Usage
 from tickwork.worker.models.base import Message, estimate_tokens, transcript_text
@@ -35,6 +36,9 @@ class Price(NamedTuple):
     cache_write: float | None = None
     #: the most completion tokens the model writes in one call; None: DEFAULT_MAX_COMPLETION
     max_completion: int | None = None
+    #: the model's context window in tokens, for sessions submitted without one; None: the
+    #: built-in CONTEXT_WINDOWS, else DEFAULT_CONTEXT_WINDOW (`context_window`)
+    context_window: int | None = None
 
     @property
     def cached_rate(self) -> float:
@@ -127,7 +131,8 @@ MAX_COMPLETION: Mapping[str, int] = MappingProxyType(
 DEFAULT_MAX_COMPLETION = 8_192
 
 #: what an override may be: a Price, `[prompt, completion]` (or up to `cached`,
-#: `cache_write`, `max_completion` after them) or `{"prompt": .., "completion": .., ...}`
+#: `cache_write`, `max_completion`, `context_window` after them) or `{"prompt": ..,
+#: "completion": .., ...}`
 PriceLike = Price | Sequence[float] | Mapping[str, float]
 
 _DATED = re.compile(r"-(\d{4}-\d{2}-\d{2}|\d{8}|\d{4})$")
@@ -330,18 +335,17 @@ def as_price(name: str, value: PriceLike) -> Price:
             price = _numbers(**numbers)
         else:
             if not 2 <= len(value) <= len(Price._fields):
-                raise ValueError("two to five numbers")
+                raise ValueError("two to six numbers")
             price = _numbers(*value)
     except (KeyError, TypeError, ValueError, OverflowError) as exc:
         raise ConfigurationError(
             f"price override for {name!r} must be [prompt, completion] or "
             f'{{"prompt": .., "completion": ..}} in USD per million tokens (and optionally '
-            f'"cached", "cache_write" and the model\'s "max_completion" tokens), got {value!r}'
+            f'"cached", "cache_write", the model\'s "max_completion" tokens and its '
+            f'"context_window" in tokens, {MIN_WINDOW:,} to {MAX_WINDOW:,}), got {value!r}'
         ) from exc
     rates = [price.prompt, price.completion, price.cached_rate, price.cache_write_rate]
-    if not all(math.isfinite(p) and p >= 0 for p in rates) or (
-        price.max_completion is not None and price.max_completion < 1
-    ):
+    if not all(math.isfinite(p) and p >= 0 for p in rates):
         raise ConfigurationError(
             f"price override for {name!r} must be finite and not negative, got {value!r}"
         )
@@ -354,19 +358,27 @@ def _numbers(
     cached: Any = None,
     cache_write: Any = None,
     max_completion: Any = None,
+    context_window: Any = None,
 ) -> Price:
-    limit = None
-    if max_completion is not None:
-        if isinstance(max_completion, bool) or float(max_completion) != int(max_completion):
-            raise ValueError("max_completion is a whole number of tokens")
-        limit = int(max_completion)
     return Price(
         _rate(prompt),
         _rate(completion),
         None if cached is None else _rate(cached),
         None if cache_write is None else _rate(cache_write),
-        limit,
+        _tokens(max_completion, "max_completion"),
+        _tokens(context_window, "context_window", least=MIN_WINDOW, most=MAX_WINDOW),
     )
+
+
+def _tokens(value: Any, name: str, *, least: int = 1, most: int | None = None) -> int | None:
+    """A whole number of tokens in bounds, or None."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or float(value) != int(value):
+        raise ValueError(f"{name} is a whole number of tokens")
+    if int(value) < least or (most is not None and int(value) > most):
+        raise ValueError(f"{name} is out of bounds")
+    return int(value)
 
 
 def _rate(value: Any) -> float:
@@ -409,12 +421,21 @@ CONTEXT_WINDOWS: Mapping[str, int] = MappingProxyType(
 
 #: the window of a model the table does not know (a local vLLM or Ollama model): small on
 #: purpose, so its transcript is masked early rather than refused; give the real one with
-#: --context-window
+#: --context-window, or its context_window in TICKWORK_PRICES
 DEFAULT_CONTEXT_WINDOW = 16_384
 
 
-def context_window(spec: str) -> int:
-    """The context window of the model `spec` names, from the table, else the default."""
+def context_window(
+    spec: str,
+    overrides: Mapping[str, PriceLike] | None = None,
+    *,
+    providers: SpecPrices | None = None,
+) -> int:
+    """The context window of the model `spec` names: its price's (`context_window` in
+    TICKWORK_PRICES, or its provider's price), else the table's, else the default."""
+    price = providers.price(spec, overrides) if providers is not None else None
+    if price is not None and price.context_window is not None:
+        return price.context_window
     if spec.startswith("scripted:"):
         return CONTEXT_WINDOWS["scripted"]
     for name in _candidates(spec):

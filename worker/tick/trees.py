@@ -216,7 +216,9 @@ def child_head(
         config["price"] = given
     config.pop("default_model", None)
     try:
-        window = check_window(pricing.context_window(model))
+        window = check_window(
+            pricing.context_window(model, rt.settings.prices, providers=rt.providers)
+        )
     except (TickworkError, ValueError):
         window = None
     if window is not None:

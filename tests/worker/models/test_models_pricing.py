@@ -110,6 +110,23 @@ def test_overrides_may_give_cache_prices_and_the_models_limit(override, price):
     assert price_for("gpt-4o", {"gpt-4o": override}) == price
 
 
+@pytest.mark.parametrize(
+    ("override", "window"),
+    [
+        pytest.param({"prompt": 0, "completion": 0, "context_window": 131_072}, 131_072, id="dict"),
+        pytest.param([0, 0, None, None, None, 8_192], 8_192, id="sixth"),
+        pytest.param([0, 0], 16_384, id="none"),
+    ],
+)
+def test_an_operator_gives_a_models_context_window_next_to_its_price(override, window):
+    from tickwork.worker.models.pricing import context_window
+
+    overrides = {"my-vllm": override}
+    assert context_window("openai:my-vllm", overrides, providers=Providers()) == window
+    assert context_window("react:openai:my-vllm", overrides, providers=Providers()) == window
+    assert context_window("openai:gpt-4o", overrides, providers=Providers()) == 128_000
+
+
 def test_scripted_is_free():
     assert cost_usd("scripted", MILLION) == 0
 
@@ -136,8 +153,11 @@ def test_an_exact_override_beats_the_base_name():
         (-1, 2),
         (float("nan"), 1),
         (1, 2, -0.5),
-        (1, 2, 3, 4, 5, 6),
+        (1, 2, 3, 4, 5, 131_072, 7),
+        (1, 2, None, None, None, 100),
         {"prompt": 1, "completion": 2, "context": 3},
+        {"prompt": 1, "completion": 2, "context_window": 10**8},
+        {"prompt": 1, "completion": 2, "context_window": 1.5e4 + 0.5},
         {"prompt": 1, "completion": 2, "max_completion": 0.5},
         {"prompt": 1, "completion": 2, "max_completion": float("inf")},
         (True, 2),
