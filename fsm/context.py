@@ -9,7 +9,9 @@ are a function of the steps up to k, and a fork or replay sees them again.
 
 The view only ever moves forward, and only when the next prompt would pass the policy's
 target: first the mask boundary (all but the last `keep` observations become stubs), and
-if that is not enough a compaction. Between two such moves the prompt only grows at its
+if that is not enough a compaction; a prompt still past the window masks some of the last
+`keep` too (as many of the newest stay whole as fit) before the session fails. An
+observation shorter than its stub stays whole. Between two such moves the prompt only grows at its
 end, so a provider's prefix cache holds; a move changes the prompt from the first message
 it touches (a mask round) or from the summary (a compaction).
 """
