@@ -422,6 +422,8 @@ def patch_lines(patch: Mapping[str, Any]) -> list[str]:
         lines.append(
             "budgets: " + ", ".join(f"{k} {compact(v)}" for k, v in patch["budgets"].items())
         )
+    if patch.get("context_window"):
+        lines.append(f"context window: {patch['context_window']:,} tokens")
     if patch.get("state"):
         lines.append(f"state: {clip(compact(patch['state']), PATCH_CHARS)}")
     if patch.get("graph_version"):

@@ -59,7 +59,7 @@ def test_submit_decide_watch_show_ls_fork(deployment: Deployment, cli: Cli) -> N
             assert kinds.count("approval_decided") == 3 and kinds[-1] == "completed"
 
         patch = ["--tool-output", "s1c2=patched by hand", "--append-instruction", "be careful"]
-        more = ["--max-steps", "9", "--as", "frank", "--json"]
+        more = ["--max-steps", "9", "--context-window", "20000", "--as", "frank", "--json"]
         forked = cli("fork", sid, "--from-step", "1", *patch, *more).json()
         assert forked["parent_id"] == sid and forked["fork_step"] == 1
         assert forked["budgets"]["max_steps"] == 9 and forked["status"] == "ready"
@@ -99,13 +99,15 @@ def test_submit_decide_watch_show_ls_fork(deployment: Deployment, cli: Cli) -> N
         "append_instruction": "be careful",
         "tool_outputs": {"s1c2": "patched by hand"},
         "budgets": {"max_steps": 9},
+        "context_window": 20000,
     }
     lines = [line.strip() for line in cli.inline("show", forked["id"]).stdout.splitlines()]
     at = lines.index(f"forked from   {sid} at step 1 by frank")
-    assert lines[at + 1 : at + 4] == [
+    assert lines[at + 1 : at + 5] == [
         "patch         appended instruction: 'be careful'",
         "tool output of s1c2: 'patched by hand'",
         "budgets: max_steps 9",
+        "context window: 20,000 tokens",
     ], lines
     assert "forked_from" in view and view["forked_from"] is None  # not a fork
     only_done = cli.inline(
