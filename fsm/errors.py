@@ -149,6 +149,12 @@ class ConfigurationError(TickworkError):
     """tickwork is not configured correctly."""
 
 
+class NotImportable(ConfigurationError):
+    """An object named `module:attr` (a job kind, a model provider) cannot be had in this
+    process: its module is not on its path, fails to import one of its own, or holds no such
+    attribute. Another process (another worker, after a deploy) may have it."""
+
+
 class MissingCredentials(ConfigurationError):
     """This process lacks what a model needs to be called (its API key): another process
     of the fleet may hold it."""

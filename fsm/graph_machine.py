@@ -217,10 +217,7 @@ def start_node(
     rejection, an update given by hand, a run in doubt that a person must decide on)."""
     transitions.require(head, Status.EXECUTING)
     if head.cancel_requested:
-        change = transitions.ended(head, Status.CANCELLED, now)
-        return change.model_copy(
-            update=transitions.close_calls(calls, "not run: session cancelled", now)
-        )
+        return transitions.cancelled(head, calls, now)
     call = next((c for c in calls if c.index == 0), None)
     if call is None:
         return Change(head=transitions.moved(head, now, status=Status.READY))

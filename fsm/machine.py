@@ -458,10 +458,7 @@ def start_execute(
     """
     transitions.require(head, Status.EXECUTING)
     if head.cancel_requested:
-        change = transitions.ended(head, Status.CANCELLED, now)
-        return change.model_copy(
-            update=transitions.close_calls(calls, "not run: session cancelled", now)
-        )
+        return transitions.cancelled(head, calls, now)
     call = next_call(calls)
     if call is None:
         return Change(head=transitions.moved(head, now, status=Status.READY))

@@ -102,6 +102,13 @@ def ended(
     return Change(head=new, events=(*events, *closing))
 
 
+def cancelled(head: Head, calls: Sequence[ToolCall], now: datetime) -> Change:
+    """A runnable session whose cancel was requested, ended at its tick: its open calls are
+    closed as not run."""
+    change = ended(head, Status.CANCELLED, now)
+    return change.model_copy(update=close_calls(calls, "not run: session cancelled", now))
+
+
 def close_calls(calls: Sequence[ToolCall], why: str, now: datetime) -> dict[str, Any]:
     """The call states and observations (`Change` fields) that close the open calls of
     `calls` with `why` as their error observation."""

@@ -6,26 +6,25 @@ import importlib
 import sys
 from typing import Any
 
-from tickwork.fsm.errors import ConfigurationError
+from tickwork.fsm.errors import ConfigurationError, NotImportable
 
 
 def load_object(spec: str) -> Any:
-    """The object `spec` (`module:attr`) names; ConfigurationError says why it cannot be had."""
+    """The object `spec` (`module:attr`) names; NotImportable says why this process cannot
+    have it (ConfigurationError: `spec` is not written module:attr)."""
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise ConfigurationError(f"{spec!r} is not an importable object; write it as module:attr")
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise ConfigurationError(
+        raise NotImportable(
             f"cannot import {module_name!r} for {spec!r}: {exc}{_hint(module_name, exc)}"
         ) from exc
     try:
         return getattr(module, attr)
     except AttributeError:
-        raise ConfigurationError(
-            f"module {module_name!r} has no {attr!r} (from {spec!r})"
-        ) from None
+        raise NotImportable(f"module {module_name!r} has no {attr!r} (from {spec!r})") from None
 
 
 def _hint(module_name: str, exc: ImportError) -> str:

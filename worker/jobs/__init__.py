@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from tickwork.fsm.errors import ConfigurationError, InvalidInput, UnknownKind
+from tickwork.fsm.errors import ConfigurationError, InvalidInput, NotImportable, UnknownKind
 from tickwork.fsm.trees import SPAWN_AGENTS
 from tickwork.worker.config.imports import load_object
 from tickwork.worker.jobs.graphs import GraphKind
@@ -64,6 +64,17 @@ class Jobs:
         kind = self._resolve(name)
         self._kinds[name] = kind
         return kind
+
+    def missing(self, name: str) -> str | None:
+        """Why this process cannot have the job kind `name`, or None if it can: the name is
+        not among its kinds (its TICKWORK_IMPORTS lack it: a worker started before the
+        deploy that added it) or a module is not importable here. A tick then refuses the
+        session for a worker that has the kind. A kind found but broken raises."""
+        try:
+            self.get(name)
+        except (UnknownKind, NotImportable) as exc:
+            return exc.message
+        return None
 
     def graph(self, name: str) -> GraphKind:
         """The graph kind `name`; InvalidInput if the kind runs no graph."""

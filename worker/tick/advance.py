@@ -15,7 +15,7 @@ import contextlib
 import logging
 import time
 
-from tickwork.fsm import machine
+from tickwork.fsm import machine, transitions
 from tickwork.fsm.errors import (
     ArtifactsUnavailable,
     BlobCorrupt,
@@ -124,7 +124,24 @@ def _advance(tick: Tick, runner: Runner, owner: str) -> Outcome:
     started = time.perf_counter()
     try:
         with rt.leases.hold(session_id, version, owner):
-            change = runner.advance(tick)
+            missing = rt.jobs.missing(claimed.head.kind)  # a kind found but broken raises
+            if missing is None:
+                change = runner.advance(tick)
+            elif claimed.head.cancel_requested:  # a cancel needs no kind
+                change = transitions.cancelled(claimed.head, claimed.calls, rt.clock())
+            else:
+                # refused, not failed, as a graph version this worker lacks: nothing is saved,
+                # the lease runs out and the relay offers the tick again, to a worker that has
+                # the kind
+                log.warning(
+                    "session %s of job kind %r: this worker cannot run it: %s. The tick is "
+                    "refused and the session left as it is for a worker that has the kind "
+                    "(check TICKWORK_IMPORTS and PYTHONPATH here)",
+                    session_id,
+                    claimed.head.kind,
+                    missing,
+                )
+                return Outcome.DROPPED
     except ClaimLost:
         return Outcome.LOST
     except GraphVersionMismatch as exc:

@@ -1,0 +1,94 @@
+"""A session whose job kind a worker cannot have (docs/DESIGN.md section 12): a worker
+started before the deploy that added the kind, or one whose path lacks the kind's module,
+refuses the tick without touching the session, says so in one line, and a worker that has
+the kind runs it whole."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+from tickwork.fsm.values import EventKind, Status
+
+from tests.tasks.conftest import Deployment, stop, until
+from tickwork import Tickwork
+
+#: the log line of a refusal, after the session's id
+REFUSED = "this worker cannot run it"
+LEFT = "The tick is refused and the session left as it is for a worker that has the kind"
+
+
+def untouched(deployment: Deployment, session_id: str) -> None:
+    head = deployment.client.get(session_id)
+    assert (head.status, head.version, head.step) == (Status.READY, 0, 0), head
+    assert [e.kind for e in deployment.client.load(session_id).events] == [EventKind.CREATED]
+
+
+def test_a_worker_started_before_a_graph_kind_was_deployed_leaves_its_sessions(
+    deployment: Deployment, caplog: pytest.LogCaptureFixture
+) -> None:
+    deployed = deployment.settings.model_copy(update={"imports": ["tests.graphs:REFUND"]})
+    deployment.client.close()
+    deployment.client = Tickwork(deployed)  # the submitting side has the new kind
+    ledger = deployment.tmp / "ledger.jsonl"
+    first = {"order_id": "A-1", "amount": 42.5, "reason": "broken", "ledger": str(ledger)}
+    note = [{"content": "Dear customer, your refund is on its way."}]
+    session_id = deployment.client.submit("refund", first, model=deployment.script(note)).id
+    refusal = f"session {session_id} of job kind 'refund': {REFUSED}: unknown job kind 'refund'"
+
+    # deployment.settings names no kind: the worker started before the deploy
+    with caplog.at_level("WARNING", logger="tickwork.tick"), deployment.worker():
+        until(
+            lambda: caplog.text.count(refusal) >= 2,
+            timeout=60,
+            what="the refusal, and the relay offering the refused tick again",
+        )
+        untouched(deployment, session_id)
+    assert LEFT in caplog.text
+    assert "INTERNAL" not in caplog.text and "Traceback" not in caplog.text
+
+    deployment.settings = deployed  # a worker started after the deploy
+    with deployment.worker():
+        head = deployment.client.wait(session_id, timeout=60)
+    assert head.status is Status.WAITING_APPROVAL and head.awaiting == ("s3c0",), head
+
+
+def test_a_kind_whose_module_a_worker_cannot_import_is_run_by_one_that_can(
+    deployment: Deployment, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    module = f"deployed_{uuid.uuid4().hex[:8]}"
+    folder = tmp_path / "deployed"
+    folder.mkdir()
+    (folder / f"{module}.py").write_text("from tests.jobs import TEST as KIND\n")
+    monkeypatch.syspath_prepend(str(folder))  # on this process's path, not the spawned one's
+    replies = [
+        {"content": "pay", "tool_calls": [{"name": "effect", "arguments": {"value": "v0"}}]},
+        {"content": "all done"},
+    ]
+    kind = f"{module}:KIND"
+    session_id = deployment.client.submit(
+        kind, {"sink": str(deployment.sink)}, model=deployment.script(replies)
+    ).id
+    refusal = (
+        f"session {session_id} of job kind {kind!r}: {REFUSED}: cannot import {module!r} for "
+        f"{kind!r}: No module named {module!r}. {LEFT}"
+    )
+
+    elsewhere = deployment.spawn()  # its PYTHONPATH lacks the folder
+
+    def logged() -> str:
+        return "".join(p.read_text() for p in deployment.tmp.glob("worker-*.log"))
+
+    try:
+        until(lambda: logged().count(refusal) >= 2, timeout=60, what="the refusal, twice")
+        untouched(deployment, session_id)
+    finally:
+        stop(elsewhere)
+    assert "INTERNAL" not in logged() and "Traceback" not in logged()
+    assert deployment.sink_lines("effect.log") == []
+
+    with deployment.worker():  # this process has the module
+        head = deployment.client.wait(session_id, timeout=60)
+    assert head.status is Status.COMPLETED and head.final_answer == "all done", head
+    assert [line.split()[1] for line in deployment.sink_lines("effect.log")] == ["v0"]

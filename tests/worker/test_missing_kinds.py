@@ -1,0 +1,72 @@
+"""A tick of a session whose job kind this worker cannot have is refused without touching
+it, but a cancel needs no kind: such a session can still be cancelled. A kind this worker
+imports but that is no job kind is a broken configuration, and fails the session."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import update
+from tickwork.fsm.values import ErrorCode, EventKind, Status
+from tickwork.store.schema import sessions
+from tickwork.worker.observers.report import Outcome
+from tickwork.worker.tick.advance import advance
+
+from tests.conftest import Clock
+from tests.worker.ticking import DANGER, Ticks
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def ticks(database_url: str, tmp_path: Path, clock: Clock) -> Iterator[Ticks]:
+    found = Ticks(database_url, tmp_path, clock)
+    yield found
+    found.close()
+
+
+def _of_kind(ticks: Ticks, kind: str) -> str:
+    """A session submitted as a kind this process has, then stored as `kind`."""
+    session_id = ticks.submit(DANGER)
+    with ticks.store.engine.begin() as conn:
+        conn.execute(update(sessions).where(sessions.c.id == session_id).values(kind=kind))
+    return session_id
+
+
+def test_a_session_of_a_kind_this_worker_lacks_is_refused_and_can_still_be_cancelled(
+    ticks: Ticks, clock: Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    session_id = _of_kind(ticks, "gone_from_this_host:KIND")
+
+    with caplog.at_level("WARNING", logger="tickwork.tick"):
+        report = advance(ticks.rt, session_id, 0)
+
+    assert report.outcome is Outcome.DROPPED
+    head = ticks.store.get(session_id)
+    assert (head.status, head.version, head.step) == (Status.READY, 0, 0)
+    [line] = [r.getMessage() for r in caplog.records if r.name == "tickwork.tick"]
+    assert line.startswith(
+        f"session {session_id} of job kind 'gone_from_this_host:KIND': this worker cannot run "
+        "it: cannot import 'gone_from_this_host'"
+    )
+
+    ticks.store.request_cancel(session_id, now=clock(), by="ops")  # runnable: flagged
+    clock.advance(ticks.settings.lease_s + 1)  # the refused tick's lease runs out
+    head = ticks.run(session_id)
+
+    assert head.status is Status.CANCELLED, (head.status, head.error_message)
+    assert ticks.store.load(session_id).events[-1].kind is EventKind.CANCELLED
+
+
+def test_a_kind_that_imports_but_is_no_job_kind_fails_the_session(ticks: Ticks) -> None:
+    session_id = _of_kind(ticks, "tests.worker.ticking:KIND")  # a str
+
+    head = ticks.run(session_id)
+
+    assert head.status is Status.FAILED and head.error_code is ErrorCode.INTERNAL
+    assert "tests.worker.ticking:KIND is a str, not a job kind" in head.error_message
