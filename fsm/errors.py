@@ -132,6 +132,12 @@ class ClaimLost(TickworkError):
     """The session moved on or its lease passed to another worker; this tick's work is dropped."""
 
 
+class CancelledMeanwhile(TickworkError):
+    """A save that would end the session completed found its cancel requested while the
+    tick ran: nothing was saved and the lease is still the tick's, which saves its work
+    again ending the session cancelled (`tickwork.fsm.transitions.cancelled_meanwhile`)."""
+
+
 class DeadLetterClosed(IllegalTransition):
     """The dead letter was already forked, resolved or dismissed; the message says by whom
     and when. Fork it once more on purpose with `--again`."""

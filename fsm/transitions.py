@@ -109,6 +109,27 @@ def cancelled(head: Head, calls: Sequence[ToolCall], now: datetime) -> Change:
     return change.model_copy(update=close_calls(calls, "not run: session cancelled", now))
 
 
+def cancelled_meanwhile(change: Change, now: datetime) -> Change:
+    """`change`, which ends the session completed, ending it cancelled instead: the cancel
+    was requested while its tick ran (docs/DESIGN.md section 16). What the tick did, once,
+    is kept (its step, observations, calls' states, charge, the answer it reached); the
+    session ends cancelled, as it would have at its next tick."""
+    if change.head.status is not Status.COMPLETED:
+        raise IllegalTransition(
+            f"session {change.head.id}: only a change that completes it ends cancelled instead"
+        )
+    head = moved(change.head, now, status=Status.CANCELLED, cancel_requested=True)
+    events = tuple(
+        e.model_copy(
+            update={"kind": EventKind.CANCELLED, "data": {**e.data, "would_have": "completed"}}
+        )
+        if e.kind is EventKind.COMPLETED
+        else e
+        for e in change.events
+    )
+    return change.model_copy(update={"head": head, "events": events})
+
+
 def close_calls(calls: Sequence[ToolCall], why: str, now: datetime) -> dict[str, Any]:
     """The call states and observations (`Change` fields) that close the open calls of
     `calls` with `why` as their error observation."""

@@ -119,9 +119,11 @@ class PostgresStore(CoreStore):
 
     def _save(self, lease: Lease, change: Change, files: FileChange | None) -> Head:
         head = change.head
-        if change.children or change.mark is not None:
-            # a spawn (the children, their ticks and the join's row) or a write on an
-            # `each` join, in one transaction (the Core store's save, `trees.py`)
+        if change.children or change.mark is not None or head.status is Status.COMPLETED:
+            # a spawn (the children, their ticks and the join's row), a write on an `each`
+            # join, or a completion (once a session, refused if the session or its tree was
+            # cancelled meanwhile: `writes.refused`), in one transaction (the Core store's
+            # save, `trees.py`)
             return super()._save(lease, change, files)
         ends_child = head.status.terminal and head.spawn_call is not None
         params: dict[str, Any] = {

@@ -7,7 +7,19 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, and_, bindparam, delete, insert, literal, or_, select, update
+from sqlalchemy import (
+    Connection,
+    Select,
+    and_,
+    bindparam,
+    delete,
+    insert,
+    literal,
+    or_,
+    select,
+    update,
+)
+from tickwork.fsm.errors import CancelledMeanwhile, ClaimLost
 from tickwork.fsm.machine import Change
 from tickwork.fsm.values import RUNNABLE, Event, EventKind, Head, Session, Status, ToolCall
 from tickwork.store import dead_letters, reads, rows, trees
@@ -74,13 +86,18 @@ def apply_change(
     files: FileChange | None = None,
 ) -> Head:
     session_id = change.head.id
+    completes = change.head.status is Status.COMPLETED
+    guard = [
+        sessions.c.id == session_id,
+        sessions.c.version == version,
+        sessions.c.lease_owner.is_(None) if owner is None else sessions.c.lease_owner == owner,
+    ]
+    if completes:  # a cancel requested while the tick ran ends it cancelled instead
+        guard.append(sessions.c.cancel_requested.is_(False))
+        guard.append(~cancelled_above(change.head).exists())
     moved = (
         update(sessions)
-        .where(
-            sessions.c.id == session_id,
-            sessions.c.version == version,
-            sessions.c.lease_owner.is_(None) if owner is None else sessions.c.lease_owner == owner,
-        )
+        .where(*guard)
         .values(
             version=version + 1,
             lease_owner=None,
@@ -95,7 +112,11 @@ def apply_change(
     )
     row = conn.execute(moved).first()
     if row is None:
-        raise lost(session_id, version, owner)
+        raise (
+            refused(conn, change.head, version, owner)
+            if completes
+            else lost(session_id, version, owner)
+        )
     if change.charged is not None:
         c = change.charged
         conn.execute(
@@ -146,6 +167,44 @@ def apply_change(
     if woken:
         return saved.model_copy(update={"status": Status.EXECUTING, "version": version + 2})
     return saved
+
+
+def cancelled_above(head: Head) -> Select[Any]:
+    """The ids of a child's parent and root that are cancelled or asked to be: the tree
+    shares its root's cancellation (a child's own flag may not be set yet, the cancel
+    moving down the tree in transactions of their own). Nothing for a session that is no
+    child (a fork's `parent_id` is not its tree's)."""
+    above = sessions.alias("above")
+    ancestors = [i for i in (head.parent_id, head.root_id) if i is not None]
+    if head.spawn_call is None or not ancestors:
+        return select(above.c.id).where(literal(False))
+    return select(above.c.id).where(
+        above.c.id.in_(ancestors),
+        or_(above.c.cancel_requested, above.c.status == Status.CANCELLED.value),
+    )
+
+
+def refused(
+    conn: Connection, head: Head, version: int, owner: str | None
+) -> CancelledMeanwhile | ClaimLost:
+    """Why the save of a change completing the session (`head`, as the change left it)
+    moved no row: its cancel, or its tree's, was requested while the tick ran (the lease
+    still the tick's), or the claim was lost."""
+    row = conn.execute(
+        select(sessions.c.version, sessions.c.lease_owner, sessions.c.cancel_requested).where(
+            sessions.c.id == head.id
+        )
+    ).first()
+    if row is None or (row.version, row.lease_owner) != (version, owner):
+        return lost(head.id, version, owner)
+    above = conn.execute(cancelled_above(head)).scalar()
+    if row.cancel_requested or above is not None:
+        whose = "its" if row.cancel_requested else f"its tree's (session {above})"
+        return CancelledMeanwhile(
+            f"session {head.id} v{version}: {whose} cancel was requested while the tick ran; "
+            "nothing was saved: save the tick's work ending the session cancelled"
+        )
+    return lost(head.id, version, owner)
 
 
 def record_dead_letter(conn: Connection, session_id: str, *, now: datetime) -> None:

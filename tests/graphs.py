@@ -3,11 +3,13 @@ in, loops that never reach END, and a second version of the refund graph."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from typing import Literal
 
 from pydantic import BaseModel
+from tickwork.fsm.errors import SessionFinished
 from tickwork.fsm.graph import END, START, Graph, add, append, fan_out
 from tickwork.worker.tick.graphs import NodeContext, graph_kind
 
@@ -159,18 +161,29 @@ def square(state: MapSum, ctx: NodeContext) -> dict[str, object]:
     return {"squares": [state.item * state.item], "total": state.item * state.item}
 
 
+def square_after_a_cancel(state: MapSum, ctx: NodeContext) -> dict[str, object]:
+    """Cancels its tree's root (as `tickwork cancel ROOT` would), then squares: the cancel
+    lands while the branch's tick runs."""
+    assert ctx.head.root_id is not None
+    with contextlib.suppress(SessionFinished):  # cancelled by an earlier branch
+        ctx.rt.store.request_cancel(ctx.head.root_id, now=ctx.rt.clock(), by="a test")
+    return square(state, ctx)
+
+
 def finish(state: MapSum) -> dict[str, object]:
     return {"finished": True}
 
 
-def _map_sum() -> Graph:
-    graph = Graph("mapsum", "1", MapSum, reducers={"squares": append, "total": add})
+def _map_sum(name: str = "mapsum", square: object = square) -> Graph:
+    graph = Graph(name, "1", MapSum, reducers={"squares": append, "total": add})
     # idempotent: a node a kill lands in runs again (else it would wait for a person)
     graph.add_node("split", split, idempotent=True)
-    graph.add_node("square", square, branch=True, idempotent=True)
+    graph.add_node("square", square, branch=True, idempotent=True)  # type: ignore[arg-type]
     graph.add_node("finish", finish, idempotent=True)
     graph.add_edge(START, "split").add_edge("split", "finish").add_edge("finish", END)
     return graph
 
 
 MAP_SUM = graph_kind(_map_sum().compile())
+#: the map-reduce whose branches cancel the tree's root while they run
+MAP_SUM_CANCELLED = graph_kind(_map_sum("mapsum_cancelled", square_after_a_cancel).compile())

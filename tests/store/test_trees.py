@@ -5,7 +5,10 @@ two children ending at once, cancelling down the tree) is the conformance kit's
 
 from __future__ import annotations
 
+import pytest
 from sqlalchemy import null
+from tickwork.fsm import transitions
+from tickwork.fsm.errors import CancelledMeanwhile
 from tickwork.fsm.joins import JoinMode
 from tickwork.fsm.values import Status
 from tickwork.store import Store
@@ -15,6 +18,7 @@ from tickwork.store.trees import missed_wakes
 from tests.conftest import Clock
 from tests.store.conftest import table_rows
 from tickwork.testing.store_contract.trees import finish, spawn, wakes
+from tickwork.testing.store_ticks import claim, new_session, reply, think_change
 
 
 def test_the_join_s_row_counts_the_ends_and_records_the_wake_up(store: Store, clock: Clock) -> None:
@@ -73,6 +77,34 @@ def test_the_relay_cancels_children_left_going_in_a_cancelled_tree(
         )
 
     assert sorted(store.to_cancel()) == ids
+
+
+def test_a_child_s_completion_after_its_tree_was_cancelled_is_refused_before_its_own_cancel(
+    store: Store, clock: Clock
+) -> None:
+    ids = spawn(store, clock, "p", 2)
+    claimed = claim(store, ids[0], now=clock())
+    change = think_change(claimed, reply(content="done"), now=clock())
+    # the parent cancelled, the cancel not down to this child yet (its own transaction)
+    with store.engine.begin() as conn:
+        conn.execute(
+            sessions.update().where(sessions.c.id == "p").values(status=Status.CANCELLED.value)
+        )
+    assert not store.get(ids[0]).cancel_requested
+
+    with pytest.raises(CancelledMeanwhile, match="its tree's \\(session p\\) cancel"):
+        store.save(change, version=claimed.head.version, owner=claimed.owner, now=clock())
+
+    cancelled = transitions.cancelled_meanwhile(change, clock())
+    head = store.save(cancelled, version=claimed.head.version, owner=claimed.owner, now=clock())
+    assert head.status is Status.CANCELLED and head.final_answer == "done"
+    # a session that is no child completes whatever its fork parent's status
+    store.create(new_session("lone", now=clock()), now=clock())
+    lone = claim(store, "lone", now=clock())
+    done = think_change(lone, reply(content="done"), now=clock())
+    done = done.model_copy(update={"head": done.head.model_copy(update={"parent_id": "p"})})
+    saved = store.save(done, version=lone.head.version, owner=lone.owner, now=clock())
+    assert saved.status is Status.COMPLETED
 
 
 def test_the_relay_wakes_a_parent_left_waiting_on_an_each_join_with_an_end(

@@ -1,7 +1,7 @@
 """A graph node fans out to 20 parallel branches, each a child session, and their updates
 merge through the graph's reducers at the join (docs/DESIGN.md section 16): the same final
 state with every tick delivered once, with ticks delivered again, and with a worker
-killed while the branches run."""
+killed while the branches run. Branches running when the root is cancelled end cancelled."""
 
 from __future__ import annotations
 
@@ -55,6 +55,33 @@ def test_twenty_branches_merge_through_the_reducers(deployment: Deployment) -> N
     with deployment.worker(concurrency=4, relay=False):
         _run_to_the_end(deployment, head.id, 120)
     _check(deployment, head.id)
+
+
+def test_branches_running_when_the_root_is_cancelled_end_cancelled(
+    deployment: Deployment,
+) -> None:
+    head = deployment.client.submit(
+        "tests.graphs:MAP_SUM_CANCELLED",
+        {"items": [1, 2, 3, 4]},
+        model=deployment.script([{"content": "-"}]),
+    )
+    # each branch's node cancels the root while its tick runs (a later one finds it done)
+    with deployment.worker(concurrency=4):
+        until(
+            lambda: (
+                all(b.status.terminal for b in deployment.client.store.children(head.id))
+                and len(deployment.client.store.children(head.id)) == 4
+            ),
+            timeout=60,
+            what="every branch to end",
+        )
+    assert deployment.client.get(head.id).status is Status.CANCELLED
+    branches = deployment.client.store.children(head.id)
+    assert {b.status for b in branches} == {Status.CANCELLED}, [b.status for b in branches]
+    # a branch whose node ran (one did: it cancelled the root) keeps its square, once
+    squares = [b.result["state"]["squares"] for b in branches]
+    assert any(squares), squares
+    assert all(s in ([], [i * i]) for i, s in zip([1, 2, 3, 4], squares, strict=True)), squares
 
 
 def test_redelivered_ticks_leave_the_same_state(deployment: Deployment) -> None:

@@ -1,5 +1,6 @@
 """A graph session woken while its branches run (by hand, or by a repair that raced) waits
-for them again; its branches' updates merge only once the join is complete."""
+for them again; its branches' updates merge only once the join is complete. A branch
+running when its tree is cancelled keeps what its node did and ends cancelled."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import update
-from tickwork.fsm.values import Status
+from tickwork.fsm.values import EventKind, Status
 from tickwork.store.schema import sessions
 from tickwork.worker.tick.advance import advance
 
@@ -51,3 +52,28 @@ def test_a_fanning_session_woken_before_its_join_is_complete_waits_again(
     done = ticks.run(root)
     assert done.status is Status.COMPLETED, done.error_message
     assert done.result["state"]["total"] == 1 + 4 + 9
+
+
+def test_a_branch_running_when_its_tree_is_cancelled_ends_cancelled(
+    ticks: Ticks, tmp_path: Path
+) -> None:
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([{"content": "-"}]))
+    root = ticks.client.submit(
+        "tests.graphs:MAP_SUM_CANCELLED", {"items": [1, 2, 3]}, model=f"scripted:{script}"
+    ).id
+    assert ticks.run(root).status is Status.WAITING_CHILDREN
+    first, *others = ticks.store.children(root)
+
+    # its node cancels the root while its tick runs, then returns its square
+    branch = ticks.run(first.id)
+
+    assert ticks.store.get(root).status is Status.CANCELLED
+    assert branch.status is Status.CANCELLED, branch.status
+    # the node ran once and what it did is saved; the branch did not complete
+    assert branch.result["state"]["squares"] == [1]
+    kinds = [e.kind for e in ticks.store.load(first.id).events]
+    assert kinds[-1] is EventKind.CANCELLED and EventKind.COMPLETED not in kinds, kinds
+    for other in others:  # flagged before their node ran: it never runs
+        head = ticks.run(other.id)
+        assert head.status is Status.CANCELLED and head.result["state"]["squares"] == []

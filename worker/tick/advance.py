@@ -19,6 +19,7 @@ from tickwork.fsm import machine, transitions
 from tickwork.fsm.errors import (
     ArtifactsUnavailable,
     BlobCorrupt,
+    CancelledMeanwhile,
     ClaimLost,
     GraphVersionMismatch,
     SessionFinished,
@@ -186,17 +187,39 @@ def _advance(tick: Tick, runner: Runner, owner: str) -> Outcome:
     report.change = change
     started = time.perf_counter()
     try:
-        head = rt.store.save(
-            change, version=version, owner=owner, now=rt.clock(), files=files.recorded
-        )
+        head, change = _save(tick, change, owner)
     except ClaimLost:
         return Outcome.LOST
     finally:
         report.save_s = time.perf_counter() - started
-    report.head = head
+    report.change, report.head = change, head
     files.saved(head)
     after_commit(rt, change, head)
     return Outcome.SAVED
+
+
+def _save(tick: Tick, change: Change, owner: str) -> tuple[Head, Change]:
+    """Save the tick's change; the head saved and the change it saved. A cancel requested
+    while the tick ran that would complete the session (the tree's root cancelled while a
+    branch ran its node): what the tick did is saved, once, and the session ends cancelled."""
+    rt, files, session_id, version = tick.rt, tick.files, tick.head.id, tick.report.version
+    try:
+        head = rt.store.save(
+            change, version=version, owner=owner, now=rt.clock(), files=files.recorded
+        )
+        return head, change
+    except CancelledMeanwhile:
+        log.info(
+            "session %s v%d was cancelled while its tick ran: the tick's work is saved and "
+            "the session ends cancelled, not completed",
+            session_id,
+            version,
+        )
+        change = transitions.cancelled_meanwhile(change, rt.clock())
+        head = rt.store.save(
+            change, version=version, owner=owner, now=rt.clock(), files=files.recorded
+        )
+        return head, change
 
 
 def ended_child(rt: Runtime, head: Head) -> None:

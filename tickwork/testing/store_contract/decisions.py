@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from tickwork.fsm import machine
+from tickwork.fsm import machine, transitions
 from tickwork.fsm.errors import (
     AlreadyDecided,
     CallNotFound,
+    CancelledMeanwhile,
+    ClaimLost,
     SessionFinished,
     SessionNotFound,
 )
@@ -263,6 +265,30 @@ class DecisionContract(Contract):
         assert head.status is Status.CANCELLED
         observation = store.load(session_id).observation("s1c0")
         assert observation is not None and observation.content == "not run: session cancelled"
+
+    def test_a_save_that_completes_a_session_cancelled_during_its_tick_ends_it_cancelled(
+        self, store: Store, clock: Clock, session_id: str
+    ) -> None:
+        claimed = claim(store, session_id, now=clock())
+        change = think_change(claimed, reply(content="all done"), now=clock())
+        assert change.head.status is Status.COMPLETED
+
+        store.request_cancel(session_id, now=clock(), by="carol")  # runnable: only flagged
+        with pytest.raises(ClaimLost):  # not the tick's lease: lost, as ever
+            store.save(change, version=0, owner="worker-2", now=clock())
+        with pytest.raises(CancelledMeanwhile):
+            store.save(change, version=0, owner="worker-1", now=clock())
+
+        head = store.get(session_id)  # nothing saved, the lease still the tick's
+        assert (head.status, head.version, head.step) == (Status.READY, 0, 0)
+        cancelled = transitions.cancelled_meanwhile(change, clock())
+        head = store.save(cancelled, version=0, owner="worker-1", now=clock())
+        assert head.status is Status.CANCELLED and head == store.get(session_id)
+        session = store.load(session_id)
+        assert len(session.steps) == 1 and session.head.final_answer == "all done"
+        kinds = [e.kind for e in session.events]
+        assert kinds[-3:] == [EventKind.MODEL_CALLED, EventKind.STEP_RECORDED, EventKind.CANCELLED]
+        assert EventKind.COMPLETED not in kinds
 
     def test_request_cancel_an_unknown_session_is_not_found(
         self, store: Store, clock: Clock
