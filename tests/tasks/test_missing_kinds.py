@@ -72,7 +72,9 @@ def test_a_kind_whose_module_a_worker_cannot_import_is_run_by_one_that_can(
     ).id
     refusal = (
         f"session {session_id} of job kind {kind!r}: {REFUSED}: cannot import {module!r} for "
-        f"{kind!r}: No module named {module!r}. {LEFT}"
+        f"{kind!r}: No module named {module!r}; Python looks for {module!r} in the installed "
+        "packages and PYTHONPATH, not in the working directory: install it, or set PYTHONPATH "
+        f"to the folder that holds it, for this command and for the workers. {LEFT}"
     )
 
     elsewhere = deployment.spawn()  # its PYTHONPATH lacks the folder
