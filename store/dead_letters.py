@@ -270,7 +270,7 @@ EXPORT_COLUMNS: tuple[tuple[str, str], ...] = (
     ("kind", "str"),
     ("model", "str"),
     ("last_tool", "str"),
-    ("steps", "int"),
+    ("steps", "int"),  # with a fork's inherited steps, as its budgets count them
     ("tokens", "int"),
     ("cost_usd", "float"),
     ("parent_id", "str"),
@@ -281,6 +281,14 @@ EXPORT_COLUMNS: tuple[tuple[str, str], ...] = (
     ("reason", "str"),
     ("failed_at", "time"),  # when it was dead-lettered
     ("resolved_at", "time"),
+    # a fork's kept steps, spent by its parent (0 for a session not forked), and what the
+    # session spent itself: sum own_cost_usd, not cost_usd, over a chain of forks
+    ("inherited_steps", "int"),
+    ("inherited_tokens", "int"),
+    ("inherited_cost_usd", "float"),
+    ("own_steps", "int"),
+    ("own_tokens", "int"),
+    ("own_cost_usd", "float"),
 )
 #: dead letters read per round trip in an export
 EXPORT_BATCH = 200
@@ -326,7 +334,13 @@ def export_rows(
 def export_row(row: Any, *, with_snapshot: bool = False) -> dict[str, Any]:
     """A dead-letter row as an export row: the failed session's totals and lineage from its
     snapshot, how it was closed from its resolution."""
-    head = snapshots.load(row["snapshot"]).head
+    session = snapshots.load(row["snapshot"])
+    head = session.head
+    # a fork starts with its parent's steps 1..fork_step and their usage (`fsm.forks`)
+    forked_at = head.fork_step or 0  # None: not a fork (a child has a parent, not a fork step)
+    kept = [s for s in session.steps if s.step <= forked_at]
+    inherited_tokens = sum(s.usage.total for s in kept)
+    inherited_cost = sum(s.cost_usd for s in kept)
     resolution = dict(row["resolution"] or {})
     forks = resolution.get("forks") or (
         [{"fork": resolution["fork"]}] if "fork" in resolution else []
@@ -352,6 +366,13 @@ def export_row(row: Any, *, with_snapshot: bool = False) -> dict[str, Any]:
         "reason": resolution.get("reason"),
         "failed_at": row["at"],
         "resolved_at": row["resolved_at"],
+        "inherited_steps": forked_at,
+        "inherited_tokens": inherited_tokens,
+        "inherited_cost_usd": inherited_cost,
+        "own_steps": head.step - forked_at,
+        "own_tokens": head.tokens - inherited_tokens,
+        # to the nano-dollar, as the daily spend: a difference of float sums is off by 1e-18
+        "own_cost_usd": max(0.0, round(head.cost_usd - inherited_cost, 9)),
     }
     if with_snapshot:
         out["snapshot"] = row["snapshot"]

@@ -3,17 +3,20 @@ backends."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 from sqlalchemy import update
+from tickwork.fsm import machine
 from tickwork.fsm.errors import InvalidInput
+from tickwork.fsm.forks import ForkPatch
 from tickwork.fsm.values import ErrorCode
 from tickwork.store import Store
 from tickwork.store import dead_letters as dl
 from tickwork.store.schema import dead_letters
 
 from tests.conftest import T0, Clock
+from tests.store.conftest import claim, new_session, run_step
 from tests.store.test_dead_letters import _fail, failed
 
 __all__ = ["failed"]  # the fixture: five dead letters a minute apart from T0 + 1 min
@@ -59,6 +62,53 @@ def test_export_rows_are_flat_oldest_first_and_read_in_batches(
     ]
     later = T0 + timedelta(minutes=4)
     assert [r["session_id"] for r in dl.export_rows(engine, since=later)] == ["d4", "d5"]
+
+
+def _fail_after(store: Store, session_id: str, steps: range, *, now: datetime) -> None:
+    for number in steps:
+        run_step(store, session_id, number, now=now)  # 120 tokens and $0.01 each
+    claimed = claim(store, session_id, now=now)
+    store.save(
+        machine.fail(claimed.head, ErrorCode.BUDGET_COST, "cost $N of $N", now=now),
+        version=claimed.head.version,
+        owner="worker-1",
+        now=now,
+    )
+
+
+def test_a_fork_chain_is_counted_once_in_the_own_columns(store: Store, clock: Clock) -> None:
+    """A fork starts with its parent's kept steps: its `steps`, `tokens` and `cost_usd`
+    include them (as its budgets count them), its `own_*` columns do not, so summing
+    `own_cost_usd` over the export is what was spent (found by an outside run)."""
+    now = clock()
+    store.create(new_session("root", now=now), now=now)
+    _fail_after(store, "root", range(1, 4), now=now)
+    store.fork(
+        "root",
+        new_id="fix",
+        from_step=2,
+        patch=ForkPatch(),
+        by="bob",
+        now=now,
+        resolve_dead_letter=True,
+    )
+    _fail_after(store, "fix", range(3, 5), now=now)  # two steps of its own, after 1..2 kept
+
+    rows = {r["session_id"]: r for r in dl.export_rows(store.engine)}
+    root, fix = rows["root"], rows["fix"]
+    assert (root["steps"], root["tokens"], root["cost_usd"]) == (3, 360, pytest.approx(0.03))
+    assert (root["inherited_steps"], root["inherited_tokens"], root["inherited_cost_usd"]) == (
+        0,
+        0,
+        0,
+    )
+    assert (root["own_steps"], root["own_tokens"], root["own_cost_usd"]) == (3, 360, 0.03)
+    assert (fix["steps"], fix["tokens"], fix["cost_usd"]) == (4, 480, pytest.approx(0.04))
+    assert (fix["inherited_steps"], fix["inherited_tokens"]) == (2, 240)
+    assert fix["inherited_cost_usd"] == pytest.approx(0.02)
+    assert (fix["own_steps"], fix["own_tokens"], fix["own_cost_usd"]) == (2, 240, 0.02)
+    assert sum(r["own_cost_usd"] for r in rows.values()) == pytest.approx(0.05)
+    assert sum(r["own_tokens"] for r in rows.values()) == 600
 
 
 def test_timeline_counts_every_bucket_by_code(
