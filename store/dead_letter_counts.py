@@ -111,10 +111,10 @@ def forget(conn: Connection, session_ids: Sequence[str]) -> None:
     )
 
 
-def rebuild(conn: Connection) -> int:
-    """Count every dead letter afresh (one INSERT ... SELECT ... GROUP BY); the rows written.
-    On Postgres the counts are locked against writers until `conn`'s transaction ends: a
-    dead letter recorded meanwhile waits, and is counted on top of the new counts."""
+def lock(conn: Connection) -> None:
+    """Lock the counts against writers until `conn`'s transaction ends (Postgres; SQLite's
+    writers wait anyway): taken before anything else a recount changes, as `forget` takes
+    the counts before the dead letters it deletes."""
     if conn.dialect.name == "postgresql":
         conn.execute(
             text(
@@ -122,6 +122,13 @@ def rebuild(conn: Connection) -> int:
                 "IN EXCLUSIVE MODE"
             )
         )
+
+
+def rebuild(conn: Connection) -> int:
+    """Count every dead letter afresh (one INSERT ... SELECT ... GROUP BY); the rows written.
+    On Postgres the counts are locked against writers until `conn`'s transaction ends: a
+    dead letter recorded meanwhile waits, and is counted on top of the new counts."""
+    lock(conn)
     at = dead_letters.c.at
     if conn.dialect.name == "postgresql":
         day: Any = cast(func.timezone("UTC", at), Date)

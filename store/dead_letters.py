@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
@@ -16,6 +15,7 @@ from tickwork.fsm.tenants import DEFAULT_TENANT
 from tickwork.fsm.values import SNAPSHOT_SCHEMA_VERSION, Session
 from tickwork.store import dead_letter_counts
 from tickwork.store.dead_letter_counts import GROUPS as GROUPS  # the groupings `stats` takes
+from tickwork.store.error_signatures import error_signature as error_signature
 from tickwork.store.schema import dead_letters
 
 
@@ -46,24 +46,6 @@ class DeadLetter(BaseModel):
     def session(self) -> Session:
         """The snapshot as a session, upcast from older schema versions."""
         return snapshots.load(self.snapshot)
-
-
-#: a count's noun in the singular, as messages say "1 step" beside "2 steps"
-_COUNTED = re.compile(
-    r"\bN (step|token|call|attempt|intervention|second|byte|char|character|line|"
-    r"session|tick|file|minute|hour|repeat)\b"
-)
-
-
-def error_signature(code: str, message: str) -> str:
-    """The message with its particulars (numbers, ids, quoted values) taken out, for grouping."""
-    text = re.sub(r"'[^']*'|\"[^\"]*\"", "'…'", message)
-    text = re.sub(r"\b[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}\b", "<id>", text, flags=re.I)
-    text = re.sub(r"\b(?=[0-9a-f]*[a-f])[0-9a-f]{8,}\b", "<id>", text, flags=re.I)
-    text = re.sub(r"\$?\d+(\.\d+)?", "N", text)
-    # one cause, one signature: "1 step made" and "2 steps made" are both "N steps made"
-    text = _COUNTED.sub(r"N \1s", text)
-    return f"{code}: {text}"[:300]
 
 
 def record(conn: Connection, session: Session, *, now: datetime) -> None:

@@ -312,7 +312,8 @@ class DeadLetterQueue(Protocol):
         ...
 
     def recount_dead_letters(self) -> int:
-        """Count the dead letters afresh for their stats (after dead letters were written by
+        """Derive every dead letter's error signature again and count them afresh for their
+        stats (after an upgrade that changed the signature, or dead letters written by
         workers older than migration 0009); the count rows written."""
         ...
 

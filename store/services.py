@@ -17,6 +17,7 @@ from tickwork.store import (
     admission,
     dead_letter_counts,
     dead_letters,
+    error_signatures,
     gauges,
     liveness,
     relay,
@@ -142,9 +143,12 @@ class Services:
         )
 
     def recount_dead_letters(self) -> int:
-        """Count the dead letters afresh for their stats (after dead letters were written by
+        """Derive every dead letter's error signature again and count them afresh for their
+        stats (after an upgrade that changed the signature, or dead letters written by
         workers older than migration 0009); the count rows written."""
         with self.engine.begin() as conn:
+            dead_letter_counts.lock(conn)
+            error_signatures.rederive(conn)
             return dead_letter_counts.rebuild(conn)
 
     def dead_letter_rows(

@@ -174,8 +174,9 @@ def stats(
         bool,
         typer.Option(
             "--recount",
-            help="Count every dead letter afresh first: after an upgrade to migration 0009 "
-            "while older workers still ran (ops/RUNBOOK.md, Upgrades).",
+            help="Derive every dead letter's error signature again and count them afresh "
+            "first: after an upgrade that changed the signatures, or to migration 0009 while "
+            "older workers still ran (ops/RUNBOOK.md, Upgrades).",
         ),
     ] = False,
     tenant: options.Tenant = None,

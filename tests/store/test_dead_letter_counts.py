@@ -159,6 +159,39 @@ def test_a_recount_counts_what_older_workers_wrote(store: Store, clock: Clock) -
     assert_counted(store.engine)  # counted on top of the recount
 
 
+def test_a_recount_derives_the_stored_signatures_again(store: Store, clock: Clock) -> None:
+    """Signatures are stored per dead letter and in the counts: those an older tickwork
+    derived (digits as N, request ids kept) group with today's after `dlq stats --recount`."""
+    fill(store, clock)
+    message = "permanent error: 503 Service Unavailable (request id: req_3f2ab1c9e0d4)"
+    fail(store, clock, "new", ErrorCode.MODEL_ERROR, message, "m1", None)
+    older = "MODEL_ERROR: permanent error: N Service Unavailable (request id: req_NfNabNcNeNdN)"
+    with store.engine.begin() as conn:
+        row = dict(conn.execute(select(dead_letters)).mappings().first() or {})
+        row.pop("id")
+        conn.execute(
+            dead_letters.insert(),
+            [
+                {
+                    **row,
+                    "session_id": "old",
+                    "code": "MODEL_ERROR",
+                    "message": message.replace("3f2ab1c9e0d4", "b7e2d9f4a1"),
+                    "error_signature": older,
+                }
+            ],
+        )
+
+    store.recount_dead_letters()
+
+    grouped = {g["value"]: g["count"] for g in stats(store.engine, by="error_signature")}
+    assert older not in grouped
+    assert (
+        grouped["MODEL_ERROR: permanent error: 503 Service Unavailable (request id: req_<id>)"] == 2
+    )
+    assert_counted(store.engine)
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 def fresh_url(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
     if request.param == "sqlite":

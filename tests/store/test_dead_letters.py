@@ -173,8 +173,10 @@ STATS: dict[str, list[tuple[str | None, int]]] = {
     "last_tool": [("run_tests", 3), (None, 1), ("read_file", 1)],
     "error_signature": [
         ("LOOP: stagnation loop at step N after N interventions", 2),
-        ("MODEL_ERROR: permanent error: HTTP N for key <id>", 2),
         ("LOOP: ping_pong loop at step N after N interventions", 1),
+        # an HTTP status is a cause, not a particular: 401 and 404 are two
+        ("MODEL_ERROR: permanent error: HTTP 401 for key <id>", 1),
+        ("MODEL_ERROR: permanent error: HTTP 404 for key <id>", 1),
     ],
 }
 
@@ -242,6 +244,65 @@ class TestErrorSignature:
         one = "job 4f1c2a9e-8b3d-4c7f-a1e2-93b0c4d5e6f7 failed"
         other = "job 0d9e8f7a-6b5c-4d3e-8f21-0a1b2c3d4e5f failed"
         assert error_signature("X", one) == error_signature("X", other) == "X: job <id> failed"
+
+    @pytest.mark.parametrize(
+        ("one", "other"),
+        [
+            (  # an OpenAI-compatible 400 with a request id, a dated model, a time, a path
+                "permanent error: 400 Bad Request: Invalid schema for function 'read_file' "
+                "(request id: req_3f2ab1c9e0d4) model=gpt-4o-2024-08-06 at "
+                "2026-12-05T11:54:09Z (scripted error: /work/qa4/scripts/err_req_1.json)",
+                "permanent error: 400 Bad Request: Invalid schema for function 'read_file' "
+                "(request id: req_b7e2d9f4a1) model=gpt-4o-2024-08-06 at "
+                "2026-12-05T12:01:44.123+00:00 (scripted error: /tmp/err_req_2.json)",
+            ),
+            (
+                "anthropic: 529 overloaded_error (request_id "
+                "req_011CVabcDEFghi2345JKLmno) at 11:54:09",
+                "anthropic: 529 overloaded_error (request_id "
+                "req_011CWxyzPQRstu6789UVWabc) at 08:01:02",
+            ),
+            (
+                "transient error: HTTP 429 Too Many Requests (Retry-After: 30) from "
+                "https://api.example.com/v1/chat/completions?trace=4f1c",
+                "transient error: HTTP 429 Too Many Requests (Retry-After: 7) from "
+                "http://10.0.0.3:8000/v1/chat/completions",
+            ),
+            (
+                "tool raised: <Sandbox object at 0x7f3a2b1c9d80> lost /var/lib/x/9f86d081",
+                "tool raised: <Sandbox object at 0x55d0c2e1a4b0> lost ~/work/y",
+            ),
+            (
+                "the prompt of step 4 is about 6,778 tokens, the window is 5,000",
+                "the prompt of step 12 is about 12,001 tokens, the window is 8,192",
+            ),
+        ],
+    )
+    def test_takes_out_ids_paths_urls_and_times(self, one: str, other: str) -> None:
+        assert error_signature("MODEL_ERROR", one) == error_signature("MODEL_ERROR", other)
+
+    def test_keeps_status_codes_model_names_and_error_types(self) -> None:
+        overloaded = error_signature("MODEL_ERROR", "permanent error: 503 upstream overloaded")
+        invalid = error_signature("MODEL_ERROR", "permanent error: 400 invalid request")
+        assert (overloaded, invalid) == (
+            "MODEL_ERROR: permanent error: 503 upstream overloaded",
+            "MODEL_ERROR: permanent error: 400 invalid request",
+        )
+        assert error_signature(
+            "MODEL_ERROR",
+            'Error code: 400 - {"error": {"message": "This model\'s maximum context length '
+            'is 8192 tokens", "type": "invalid_request_error", "code": '
+            '"context_length_exceeded"}} from claude-3-5-sonnet-20241022 via gpt-4o-mini',
+        ) == (
+            'MODEL_ERROR: Error code: 400 - {"error": {"message": \'…\', "type": '
+            '"invalid_request_error", "code": "context_length_exceeded"}} from '
+            "claude-3-5-sonnet-20241022 via gpt-4o-mini"
+        )
+        assert error_signature("X", "HTTP/1.1 404 Not Found; status: 502") == (
+            "X: HTTP/N 404 Not Found; status: 502"
+        )
+        # a number of that size elsewhere is still a count
+        assert error_signature("X", "after 400 steps and 12.5s") == "X: after N steps and Ns"
 
     def test_long_numbers_are_numbers(self) -> None:
         assert error_signature(
