@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, computed_field
 from sqlalchemy import Connection, Engine, func, insert, select, update
 from tickwork.fsm import snapshots
 from tickwork.fsm.errors import DeadLetterClosed, InvalidInput, TickworkError
@@ -43,6 +43,12 @@ class DeadLetter(BaseModel):
     resolution: dict[str, Any] | None = None
     snapshot: dict[str, Any] = {}
 
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def status(self) -> str:
+        """open, or how it was closed: forked, resolved or dismissed."""
+        return status_of(self.resolution)
+
     def session(self) -> Session:
         """The snapshot as a session, upcast from older schema versions."""
         return snapshots.load(self.snapshot)
@@ -77,6 +83,12 @@ class Closing(StrEnum):
     FORKED = "forked"  #: a fork of its session runs in its place
     RESOLVED = "resolved"  #: a person fixed the cause another way
     DISMISSED = "dismissed"  #: a person decided nothing is to be done
+
+
+def status_of(resolution: dict[str, Any] | None) -> str:
+    """A dead letter's status: open, or its close's state (a resolution from before closes
+    had a state was a fork's)."""
+    return str(resolution.get("state", Closing.FORKED.value)) if resolution else "open"
 
 
 def record_fork(
@@ -211,22 +223,24 @@ def stats(
     since: datetime | None = None,
     tenant: str | None = None,
     submitted_by: str | None = None,
+    unresolved: bool = False,
 ) -> list[dict[str, Any]]:
     """Counts of dead letters grouped by one of GROUPS, largest first (then by value, None
     last), each with the time of the value's newest dead letter; only `tenant`'s if given.
     Summed from the daily counts (`dead_letter_counts`), so it costs days and values, not
     dead letters; one submitter's (`submitted_by`, an own-only token's) are counted from
-    the table, by the (tenant, at) index."""
+    the table, by the (tenant, at) index, and so are the `unresolved` ones (the counts do
+    not know closing), by the partial index on open dead letters."""
     if by not in GROUPS:
         raise ValueError(f"cannot group dead letters by {by!r}; choose one of {', '.join(GROUPS)}")
-    if submitted_by is not None:
+    if submitted_by is not None or unresolved:
         column = dead_letters.c[by]
         query = _filtered(
             select(column, func.count(), func.max(dead_letters.c.at)).group_by(column),
             code=None,
             kind=None,
             since=since,
-            unresolved=False,
+            unresolved=unresolved,
             tenant=tenant,
             submitted_by=submitted_by,
         )
@@ -343,7 +357,7 @@ def export_row(row: Any, *, with_snapshot: bool = False) -> dict[str, Any]:
         "parent_id": head.parent_id,
         "fork_step": head.fork_step,
         "forks": [str(f["fork"]) for f in forks],
-        "status": resolution.get("state", Closing.FORKED.value) if resolution else "open",
+        "status": status_of(resolution),
         "closed_by": resolution.get("by") or None,
         "reason": resolution.get("reason"),
         "failed_at": row["at"],

@@ -135,11 +135,18 @@ class Services:
         since: datetime | None = None,
         tenant: str | None = None,
         submitted_by: str | None = None,
+        unresolved: bool = False,
     ) -> list[dict[str, Any]]:
         """Counts of dead letters grouped by one of `dead_letters.GROUPS`, largest first;
-        only `tenant`'s if given."""
+        only `tenant`'s if given, only those not forked, resolved or dismissed if
+        `unresolved`."""
         return dead_letters.stats(
-            self.engine, by=by, since=since, tenant=tenant, submitted_by=submitted_by
+            self.engine,
+            by=by,
+            since=since,
+            tenant=tenant,
+            submitted_by=submitted_by,
+            unresolved=unresolved,
         )
 
     def recount_dead_letters(self) -> int:

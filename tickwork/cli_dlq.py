@@ -179,6 +179,7 @@ def stats(
             "older workers still ran (ops/RUNBOOK.md, Upgrades).",
         ),
     ] = False,
+    unresolved: Unresolved = False,
     tenant: options.Tenant = None,
     json_output: options.Json = False,
 ) -> None:
@@ -192,6 +193,7 @@ def stats(
             counted = remote.dead_letter_stats(
                 by=by.value if by else None,
                 since=since,
+                unresolved=unresolved,
                 tenant=options.remote_tenant(tenant, many=True),
             )
         grouped = counted["by"]
@@ -204,7 +206,10 @@ def stats(
                 g.value: [
                     _jsonable(r)
                     for r in ctx.store.dead_letter_stats(
-                        by=g.value, since=start, tenant=options.local_tenant(tenant, many=True)
+                        by=g.value,
+                        since=start,
+                        unresolved=unresolved,
+                        tenant=options.local_tenant(tenant, many=True),
                     )
                 ]
                 for g in ([by] if by else Grouping)
@@ -214,7 +219,10 @@ def stats(
         views.emit({"since": start.isoformat() if start else None, "total": total, "by": grouped})
         return
     render.show(
-        Text(f"{total} dead letters" + (f" since {start:%Y-%m-%d %H:%M:%S}" if start else "")),
+        Text(
+            f"{total} {'open ' if unresolved else ''}dead letters"
+            + (f" since {start:%Y-%m-%d %H:%M:%S}" if start else "")
+        ),
         *render.stats_tables(grouped),
     )
 

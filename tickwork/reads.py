@@ -139,7 +139,8 @@ class Reads(Deployment):
         since: datetime | None = None,
         tenant: str | None = None,
         submitted_by: str | None = None,
+        unresolved: bool = False,
     ) -> list[dict[str, Any]]:
         return self.store.dead_letter_stats(
-            by=by, since=since, tenant=tenant, submitted_by=submitted_by
+            by=by, since=since, tenant=tenant, submitted_by=submitted_by, unresolved=unresolved
         )

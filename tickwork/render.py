@@ -742,25 +742,29 @@ def summary(kind: str, d: Mapping[str, Any]) -> str:
 
 
 def dead_letters_table(letters: Iterable[Mapping[str, Any]]) -> Table:
+    from tickwork.store.dead_letters import status_of
+
     table = _listing_table("dead letters, newest first")
     # ids stay whole so they can be copied: the dead letter's, its session's, and the fork
     # that resolved it (under the session); the rest folds to fit
     table.add_column("ID", no_wrap=True, justify="right")
     table.add_column("SESSION", no_wrap=True)
     table.add_column("CODE", no_wrap=True)
+    table.add_column("STATUS", no_wrap=True)
     table.add_column("AT", no_wrap=True)
     for name in ("KIND", "LAST TOOL", "MESSAGE"):
         table.add_column(name, overflow="fold")
     for d in letters:
         session = Text(d["session_id"])
-        if d["resolved_at"]:
-            resolution = d["resolution"] or {}
-            fork, state = resolution.get("fork"), resolution.get("state") or "resolved"
-            session.append(f"\n→ fork {fork}" if fork else f"\n({state})", style="dim")
+        resolution = d.get("resolution") or {}
+        if resolution.get("fork"):
+            session.append(f"\n→ fork {resolution['fork']}", style="dim")
+        status = d.get("status") or status_of(d.get("resolution"))
         table.add_row(
             str(d["id"]),
             session,
             Text(d["code"], style="red"),
+            Text(status, style="bold" if status == "open" else "dim"),
             datetime.fromisoformat(d["at"]).strftime("%m-%d %H:%M"),
             Text(d["kind"]),
             Text(d["last_tool"] or ""),

@@ -56,6 +56,36 @@ def test_list_show_and_stats(stack: Stack) -> None:
     assert list(one["by"]) == ["last_tool"] and one["since"]
 
 
+def test_stats_of_open_dead_letters_and_filters_as_the_cli_takes_them(stack: Stack) -> None:
+    """`unresolved=true` counts only open dead letters (it was ignored), `code` takes any
+    case as the CLI's --code, and a parameter no route takes is a 422 naming the ones it
+    takes, not an unfiltered answer (found by an outside run of dead-letter analysis)."""
+    kept = failed(stack, BROKEN)
+    closed = failed(stack, BROKEN)
+    api = stack.http("olga")
+    api.post(f"/api/v1/dead-letters/{closed}/dismiss", json={"reason": "a test run"})
+
+    every = api.get("/api/v1/dead-letters/stats").json()
+    open_ = api.get("/api/v1/dead-letters/stats", params={"unresolved": "true"}).json()
+    listed = api.get("/api/v1/dead-letters", params={"unresolved": True, "limit": 1000}).json()
+    assert kept in {d["session_id"] for d in listed}
+    assert open_["total"] == len(listed) < every["total"]
+    assert {d["session_id"]: d["status"] for d in listed}[kept] == "open"
+    assert api.get(f"/api/v1/dead-letters/{closed}").json()["status"] == "dismissed"
+
+    lower = api.get("/api/v1/dead-letters", params={"code": "model_error"})
+    assert lower.status_code == 200, lower.text
+    assert {kept, closed} <= {d["session_id"] for d in lower.json()}
+    wrong = api.get("/api/v1/dead-letters", params={"code": "nosuch"})
+    assert wrong.status_code == 422 and "MODEL_ERROR" in wrong.text
+
+    for path in ("/api/v1/dead-letters/stats", "/api/v1/dead-letters"):
+        misspelt = api.get(path, params={"unresolve": "true"})
+        assert misspelt.status_code == 422, misspelt.text
+        message = misspelt.json()["message"]
+        assert "'unresolve'" in message and "unresolved" in message and "since" in message
+
+
 def test_fork_a_dead_letter_resolves_it(stack: Stack) -> None:
     over = failed(stack, ECHO, budgets={"max_steps": 1})
     answer = stack.http("olga").post(

@@ -13,6 +13,7 @@ from typing import IO, Annotated, Any, Literal
 
 from fastapi import APIRouter, Path, Query
 from fastapi.responses import StreamingResponse
+from pydantic import BeforeValidator
 
 from tickwork import exports, parsing, views
 from tickwork.fsm.errors import ConfigurationError
@@ -52,6 +53,13 @@ Since = Annotated[
     ),
 ]
 
+#: an error code in any case, as the CLI's --code takes it: loop is LOOP
+Code = Annotated[
+    ErrorCode | None,
+    BeforeValidator(lambda v: v.upper() if isinstance(v, str) else v),
+    Query(description="Only dead letters with this error code (any case)."),
+]
+
 Tenant = Annotated[
     str | None,
     Query(
@@ -86,7 +94,7 @@ def find(client: Client, who: Principal, key: str) -> dl.DeadLetter:
 def list_dead_letters(
     client: Client,
     who: Reader,
-    code: ErrorCode | None = None,
+    code: Code = None,
     kind: Annotated[str | None, Query(max_length=200)] = None,
     since_: Since = None,
     unresolved: bool = False,
@@ -116,12 +124,18 @@ def stats(
         ),
     ] = None,
     since_: Since = None,
+    unresolved: Annotated[
+        bool, Query(description="Only dead letters not yet forked, resolved or dismissed.")
+    ] = False,
     tenant: Tenant = None,
 ) -> dict[str, Any]:
     start = since(since_)
     scope = letter_filters(who, tenant)
     grouped = {
-        g: [_jsonable(r) for r in client.dead_letter_stats(by=g, since=start, **scope)]
+        g: [
+            _jsonable(r)
+            for r in client.dead_letter_stats(by=g, since=start, unresolved=unresolved, **scope)
+        ]
         for g in ([by] if by else dl.GROUPS)
     }
     total = sum(r["count"] for r in next(iter(grouped.values())))
@@ -179,7 +193,7 @@ def export(
         exports.Format,
         Query(alias="format", description="jsonl, csv or parquet (parquet needs pyarrow)."),
     ] = exports.Format.JSONL,
-    code: ErrorCode | None = None,
+    code: Code = None,
     kind: Annotated[str | None, Query(max_length=200)] = None,
     since_: Since = None,
     unresolved: bool = False,

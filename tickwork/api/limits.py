@@ -4,7 +4,9 @@ A body larger than TICKWORK_API_MAX_BODY_BYTES is answered 413: at once when its
 Content-Length says so, else (chunked) as soon as what arrived passes the limit; the
 server holds at most the limit in memory. Text in a query, a path or a body may hold
 neither NUL nor a lone surrogate: no database stores them, so they are a 422 here rather
-than a database error later; the OpenAPI schema says so (`state_clean_text`).
+than a database error later; the OpenAPI schema says so (`state_clean_text`). A query
+parameter the route does not take is a 422 naming the ones it takes: a misspelt or
+unsupported filter was ignored, and the answer looked filtered when it was not.
 """
 
 from __future__ import annotations
@@ -145,7 +147,20 @@ def check_tree(value: Any, *, where: str, depth: int = 0) -> None:
 
 
 def clean_parameters(request: Request) -> None:
-    """A dependency of every route: 422 for a query or path text no database can store."""
+    """A dependency of every route: 422 for a query parameter the route does not take, or
+    a query or path text no database can store."""
+    route = request.scope.get("route")
+    taken = query_names(route) if route is not None else None
+    if taken is not None:
+        unknown = sorted(set(request.query_params) - taken)
+        if unknown:
+            raise ApiError(
+                422,
+                "invalid_input",
+                f"{request.method} {getattr(route, 'path', request.url.path)} takes no query "
+                f"parameter {unknown[0][:40]!r}; "
+                + (f"it takes {', '.join(sorted(taken))}" if taken else "it takes none"),
+            )
     given = [*(("query", k, v) for k, v in request.query_params.multi_items())]
     given += [("path", k, v) for k, v in request.path_params.items() if isinstance(v, str)]
     for where, name, value in given:
@@ -202,3 +217,22 @@ def _no_nul(node: Any, components: dict[str, Any], seen: set[str]) -> None:
         _no_nul(node.get(key), components, seen)
     for key in ("anyOf", "oneOf", "allOf", "prefixItems"):
         _no_nul(node.get(key), components, seen)
+
+
+def query_names(route: Any) -> frozenset[str] | None:
+    """The query parameters `route` and its dependencies declare, kept on the route (None: a
+    route FastAPI does not build, which is not checked)."""
+    dependant = getattr(route, "dependant", None)
+    if dependant is None:
+        return None
+    known: frozenset[str] | None = getattr(route, "_tickwork_query_names", None)
+    if known is None:
+        names: set[str] = set()
+        todo = [dependant]
+        while todo:
+            found = todo.pop()
+            names.update(field.alias for field in found.query_params)
+            todo.extend(found.dependencies)
+        known = frozenset(names)
+        route._tickwork_query_names = known
+    return known

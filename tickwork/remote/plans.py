@@ -376,12 +376,19 @@ def dead_letter(key: str | int) -> Plan[dict[str, Any]]:
 
 
 def dead_letter_stats(
-    *, by: str | None = None, since: str | None = None, tenant: str | None = None
+    *,
+    by: str | None = None,
+    since: str | None = None,
+    tenant: str | None = None,
+    unresolved: bool = False,
 ) -> Plan[dict[str, Any]]:
     """Counts by code, kind, model, last tool and error signature: {since, total, by};
-    `tenant` one tenant's (an admin token's filter)."""
+    `tenant` one tenant's (an admin token's filter); `unresolved` only those not forked,
+    resolved or dismissed."""
     given = (("by", by), ("since", since), ("tenant", tenant))
-    params = {k: v for k, v in given if v is not None}
+    params: dict[str, Any] = {k: v for k, v in given if v is not None}
+    if unresolved:
+        params["unresolved"] = True
     return (yield Call("GET", _path("dead-letters", "stats"), _json, params=params))
 
 
