@@ -4,7 +4,8 @@
 that writes there, workers on the same host included) and the store's gauges, read at
 each scrape: sessions by status, approvals waiting and their age, dead letters by code,
 the outbox backlog. /api/v1/metrics serves a token the same series of its own tenant only:
-the store's per-tenant gauges and the workers' per-tenant counters.
+the store's per-tenant gauges, and the workers' per-tenant counters only where this process
+shares PROMETHEUS_MULTIPROC_DIR with the workers (else they are on each worker's port).
 """
 
 from __future__ import annotations
