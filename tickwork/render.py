@@ -501,13 +501,15 @@ def _calls_table(calls: list[Mapping[str, Any]], *, graph: bool = False) -> Tabl
             output = Text(
                 clip(seen["content"], OUTPUT_CHARS), style="red" if seen["is_error"] else ""
             )
+        # a call loop detection closed has its observation (done) but never ran
+        state = "blocked" if c.get("blocked") else c["state"]
         table.add_row(
             Text(c["call_id"]),
             Text(c["name"]),
             Text(clip(compact(arguments), ARGUMENT_CHARS)),
             Text(
-                c["state"],
-                style="yellow" if c["state"] in ("awaiting_approval", "in_doubt") else "",
+                state,
+                style="yellow" if state in ("awaiting_approval", "in_doubt", "blocked") else "",
             ),
             output,
             Text(decision_text(c["decision"])),

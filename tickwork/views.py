@@ -52,6 +52,10 @@ def event(event_id: int | None, value: Event) -> dict[str, Any]:
 
 def session(value: Session) -> dict[str, Any]:
     """The session as a timeline: each step with its calls, their outputs and decisions."""
+    from tickwork.fsm.values import EventKind
+
+    # the steps whose calls loop detection closed unrun (`fsm.machine.think`)
+    looped = {e.data.get("step") for e in value.events if e.kind is EventKind.LOOP_INTERVENTION}
     steps = []
     for step in value.steps:
         data = step.model_dump(mode="json", exclude={"calls", "usage"})
@@ -61,7 +65,7 @@ def session(value: Session) -> dict[str, Any]:
             cached_prompt_tokens=step.usage.cached_prompt_tokens,
             cache_creation_tokens=step.usage.cache_creation_tokens,
             tokens=step.usage.total,
-            calls=[_call(value, c) for c in step.calls],
+            calls=[_call(value, c, looped=step.step in looped) for c in step.calls],
         )
         steps.append(data)
     return {
@@ -100,9 +104,12 @@ def forked_from(value: Session) -> dict[str, Any] | None:
     return None
 
 
-def _call(whole: Session, call: ToolCall) -> dict[str, Any]:
+def _call(whole: Session, call: ToolCall, *, looped: bool = False) -> dict[str, Any]:
+    """The call with its observation and decision; `blocked` if loop detection closed it
+    without running it (its state is done: it has its observation, the intervention)."""
     data = call.model_dump(mode="json")
     seen = whole.observation(call.call_id)
+    data["blocked"] = bool(looped and seen is not None and seen.is_error)
     decided = whole.decision(call.call_id)
     data["observation"] = (
         None if seen is None else seen.model_dump(mode="json", exclude={"call_id"})

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 import pytest
+from rich.console import Console
 from sqlalchemy import update
 from tickwork.fsm import machine
 from tickwork.fsm.errors import DeadLetterClosed, InvalidInput, UnknownSchemaVersion
@@ -26,7 +27,8 @@ from tickwork.store.dead_letters import (
 from tickwork.store.schema import dead_letters
 
 from tests.conftest import T0, Clock
-from tests.store.conftest import claim, new_session, run_step
+from tests.store.conftest import claim, execute, new_session, reply, run_step, think
+from tickwork import render, views
 
 
 def _fail(
@@ -348,3 +350,27 @@ def test_a_resolution_recorded_before_forks_were_listed_is_still_described() -> 
     legacy = {"fork": "try-1", "by": "dave"}
 
     assert describe(legacy) == "was already forked as try-1 by dave at ?"
+
+
+def test_calls_a_loop_blocked_show_as_blocked_not_done(store: Store, clock: Clock) -> None:
+    """A call loop detection closed has its observation, the intervention, so its state is
+    done; the timeline says blocked, as it never ran (found by an outside run)."""
+    now = clock()
+    store.create(new_session("lp", now=now), now=now)
+    same = reply(("read_file", {"path": "src/a.py"}))
+    for _ in range(2):
+        think(store, "lp", same, now=now)
+        execute(store, "lp", now=now, output="contents of a")
+    think(store, "lp", same, now=now)  # the third time: a loop, its call not run
+
+    view = views.session(store.load("lp"))
+    calls = [c for s in view["steps"] for c in s["calls"]]
+    assert [(c["state"], c["blocked"]) for c in calls] == [
+        ("done", False),
+        ("done", False),
+        ("done", True),
+    ]
+    console = Console(width=200, record=True)
+    console.print(render.timeline(view))
+    shown = console.export_text()
+    assert "blocked" in shown and "Loop detected" in shown

@@ -95,7 +95,7 @@ function stepSection(step) {
       (step.calls.length ? ` · tools ${ms(toolMs(step))}` : "")),
     step.thought ? el("blockquote", { class: "thought" }, step.thought) : null,
     step.calls.map((call) => el("div", { class: "tcall", dataset: { call: call.call_id } },
-      el("p", {}, el("code", {}, call.name), ` ${call.call_id} `, badge(call.state),
+      el("p", {}, el("code", {}, call.name), ` ${call.call_id} `, badge(call.blocked ? "blocked" : call.state),
         call.observation ? el("span", { class: "took muted" }, ` took ${ms(call.observation.duration_ms)}`) : null),
       call.approval_reason ? el("p", { class: "reason muted" },
         `Needs approval: ${call.approval_reason}`) : null,
