@@ -151,3 +151,20 @@ def test_a_root_in_a_role_takes_it_as_configured_as_a_child_would(
         assert "unknown role 'boss'" in said and "explorer, lead, planner, reviewer" in said
     finally:
         ticks.close()
+
+
+def test_an_unknown_tool_is_told_with_recall_among_the_tools(ticks: Ticks) -> None:
+    """Under a context policy every session is offered `recall` and it answers; the list
+    an unknown tool is told left it out (found by an outside run)."""
+    project = ticks.tmp / "project"
+    project.mkdir()
+    script = ticks.tmp / "script.json"
+    script.write_text(json.dumps([call("nosuch"), {"content": "done"}]))
+    data = {"workspace": str(project), "test_command": "true"}
+    session = ticks.client.submit(
+        "repair", data, model=f"scripted:{script}", own_config={DEMO_UNCONFINED: True}
+    ).id
+    assert ticks.run(session).status is Status.COMPLETED
+    (seen,) = ticks.store.load(session).observations
+    assert seen.is_error and "unknown tool 'nosuch'; the tools are: list_files" in seen.content
+    assert seen.content.endswith(", recall"), seen.content

@@ -446,7 +446,9 @@ def execute(tick: Tick) -> Change:
     offered = head.config.get("tools")
     if tool is None or (isinstance(offered, list) and call.name not in offered):
         # a role's session may call only its role's tools, whatever the kind has
-        names = offered if isinstance(offered, list) else tools.names()
+        names = list(offered if isinstance(offered, list) else tools.names())
+        if context.policy_of(head.config) is not None and context.RECALL not in names:
+            names.append(context.RECALL)  # offered beside them (`schemas_for`), and answered
         return refused(f"unknown tool {call.name!r}; the tools are: {', '.join(names)}")
     if call.name in (SPAWN_AGENTS, WAIT_CHILDREN):
         # children start in this tick's save, and the join's outcome is recorded when it
