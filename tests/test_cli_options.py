@@ -100,3 +100,14 @@ def test_fork_options_need_a_place_to_go() -> None:
 
 def test_the_fork_options_match_the_fork_value() -> None:
     assert list(options.FORK_OPTIONS) == [f for f in options.Fork.__dataclass_fields__]
+
+
+def test_a_forks_as_says_it_names_the_forks_author() -> None:
+    """`--as` of a fork is who forks, not who decides a call (found by an outside run)."""
+    command = typer.main.get_command(make_cli())
+    for path in (("fork",), ("dlq", "fork")):
+        found = command
+        for part in path:
+            found = found.commands[part]  # type: ignore[attr-defined]
+        (by,) = [p for p in found.params if p.name == "by"]
+        assert "fork's author" in (by.help or "") and "decides" not in (by.help or ""), path

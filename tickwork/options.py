@@ -34,6 +34,15 @@ Approver = Annotated[
         show_default="$USER",
     ),
 ]
+Forker = Annotated[
+    str | None,
+    typer.Option(
+        "--as",
+        metavar="NAME",
+        help="Who forks, recorded as the fork's author (`show`: submitted by).",
+        show_default="$USER",
+    ),
+]
 MaxSteps = Annotated[
     int | None, typer.Option(help="Budget: model calls.", rich_help_panel="Budgets")
 ]
@@ -190,7 +199,7 @@ FORK_OPTIONS: dict[str, Any] = {
     "max_cost_usd": MaxCostUsd,
     "deadline": Deadline,
     "context_window": ForkContextWindow,
-    "by": Approver,
+    "by": Forker,
     "new_id": NewId,
     "json_output": Json,
 }
