@@ -157,6 +157,7 @@ class Writes(Deployment):
                 "'_', '-' and '.', up to 64 characters"
             )
         self._check_unused(session_id)
+        _numbers(budgets or {})
         limits = self.budgets(job.budgets, role.budgets, budgets or {})
         if price is not None:
             configured = self.providers.price(spec, self.settings.prices)
@@ -359,6 +360,7 @@ class Writes(Deployment):
             check_window(context_window)
         parent, archived = self._fork_source(session_id)
         if budgets:
+            _numbers(budgets)
             self.budgets(budgets)  # names and values checked before anything is written
             raised = Budgets(**{**parent.budgets.model_dump(), **budgets})
             _check_priced(parent.model, raised, parent.config, self.settings.prices, self.providers)
@@ -460,6 +462,14 @@ class Writes(Deployment):
                     f"session id {session_id!r} belonged to a session archived at "
                     f"{taken.archived_at}; choose another id"
                 )
+
+
+def _numbers(budgets: Mapping[str, Any]) -> None:
+    """InvalidBudget unless each budget given is a number as JSON has it: `"3"` or `true`
+    (a client's mistake) is not taken for 3 or 1, as no integer of a request body is."""
+    for name, value in budgets.items():
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+            raise InvalidBudget(f"invalid budget: {name} must be a number, got {value!r}")
 
 
 def _given_price(spec: str, price: PriceLike, configured: Price | None, *, trusted: bool) -> Price:

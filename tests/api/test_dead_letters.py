@@ -14,7 +14,7 @@ import pytest
 from tickwork.fsm.values import Status
 from tickwork.store import dead_letters as dl
 
-from tests.api.conftest import Stack
+from tests.api.conftest import TEST_KIND, Stack
 from tests.api.test_sessions import ECHO
 from tickwork import views
 
@@ -103,6 +103,32 @@ def test_fork_a_dead_letter_resolves_it(stack: Stack) -> None:
         stack.http("olga").get("/api/v1/dead-letters", params={"unresolved": "true"}).json()
     )
     assert over not in [d["session_id"] for d in unresolved]
+
+
+def test_a_step_that_is_not_an_integer_is_refused_and_forks_nothing(stack: Stack) -> None:
+    """QA4 #2: `from_step: false` forked from step 0 and closed the dead letter; every
+    integer of a request body is strict, and the 422 names the field and the type."""
+    over = failed(stack, ECHO, budgets={"max_steps": 1})
+    api = stack.http("olga")
+    for wrong in (True, False, "1", 1.0):
+        for path in (f"/api/v1/dead-letters/{over}/fork", f"/api/v1/sessions/{over}/fork"):
+            answer = api.post(path, json={"from_step": wrong})
+            assert answer.status_code == 422, (path, wrong, answer.text)
+            said = answer.json()["message"]
+            assert "body.from_step" in said and "valid integer" in said, said
+    not_a_number = api.post(
+        f"/api/v1/dead-letters/{over}/fork", json={"from_step": 1, "budgets": {"max_steps": "5"}}
+    )
+    assert not_a_number.status_code == 422
+    assert "max_steps must be a number, got '5'" in not_a_number.json()["message"]
+    for field, wrong in (("priority", "1"), ("context_window", True), ("max_per_key", "2")):
+        body = {"kind": TEST_KIND, "input": {}, "model": "scripted:x", field: wrong}
+        answer = stack.http("sam").post("/api/v1/sessions", json=body)
+        assert answer.status_code == 422 and f"body.{field}" in answer.json()["message"], field
+    assert api.get(f"/api/v1/dead-letters/{over}").json()["resolved_at"] is None
+    assert api.get("/api/v1/sessions", params={"parent_id": over}).json() == []
+    schema = api.get("/api/v1/openapi.json").json()["components"]["schemas"]
+    assert schema["Fork"]["properties"]["from_step"]["type"] == "integer"
 
 
 def test_dead_letter_errors(stack: Stack) -> None:

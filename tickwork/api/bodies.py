@@ -52,8 +52,11 @@ def _session_id(value: str | None) -> str | None:
     return value
 
 
-#: a price in USD per million tokens, finite (JSON may hold NaN)
-Price = Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)]
+#: a whole number of a body: strict, so `true` or `"2"` is a 422 naming the field and the
+#: type, not 1 or 2 (a fork's `from_step: false` started over and closed the dead letter)
+Integer = Annotated[int, Field(strict=True)]
+#: a price in USD per million tokens, finite (JSON may hold NaN); strict as `Integer`
+Price = Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False, strict=True)]
 
 
 class Body(BaseModel):
@@ -108,7 +111,7 @@ class SubmitOptions(Body):
         "while the session has a cost budget (budgets.max_cost_usd 0 turns it off) or the "
         "tenant a dollar quota.",
     )
-    context_window: int | None = Field(
+    context_window: Integer | None = Field(
         default=None,
         ge=MIN_WINDOW,
         le=MAX_WINDOW,
@@ -117,7 +120,7 @@ class SubmitOptions(Body):
         "observations are masked, then the transcript compacted, to keep each prompt under it.",
     )
 
-    priority: int = Field(
+    priority: Integer = Field(
         default=0,
         ge=MIN_PRIORITY,
         le=MAX_PRIORITY,
@@ -131,7 +134,7 @@ class SubmitOptions(Body):
         description="At most `max_per_key` sessions of the tenant with this key run at once "
         "(e.g. one repair per repository); the others wait as `queued`.",
     )
-    max_per_key: int | None = Field(
+    max_per_key: Integer | None = Field(
         default=None,
         ge=1,
         le=MAX_PER_KEY,
@@ -279,7 +282,7 @@ class Decide(Body):
 class Fork(Body):
     """A new session from step `from_step` of another, with a declared patch."""
 
-    from_step: int = Field(
+    from_step: Integer = Field(
         ge=0, le=1_000_000, description="Keep steps 1..K of the original (0: start over)."
     )
     system_prompt: str | None = Field(
