@@ -27,7 +27,8 @@ class UnknownKind(InvalidInput):
 
 
 class InvalidBudget(InvalidInput):
-    """A budget was not a positive, finite number."""
+    """A budget was not a positive, finite number, or is one a fork's kept steps have used
+    up already."""
 
 
 class InvalidModelSpec(InvalidInput):

@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from tickwork.fsm.context import STATED_WINDOW, Policy, policy_of
-from tickwork.fsm.errors import ForkOutOfRange, InvalidInput
+from tickwork.fsm.errors import ForkOutOfRange, InvalidBudget, InvalidInput
 from tickwork.fsm.graph import PROPOSAL, START
 from tickwork.fsm.graph_machine import PROPOSED, fork_state
 from tickwork.fsm.kinds import SessionKind, graph_config, graph_of, kind_of
@@ -52,8 +52,9 @@ def fork(
     """A new session holding the parent's steps 1..`from_step`, with `patch` applied.
 
     Calls of the kept steps that never got an observation run again (asking a person
-    first where the call needed approval). Counters are recomputed from the kept steps;
-    the deadline counts from the fork.
+    first where the call needed approval). Counters are recomputed from the kept steps
+    and count against the fork's budgets (InvalidBudget if they use one up); the deadline
+    counts from the fork.
     """
     last = parent.head.step
     if not 0 <= from_step <= last:
@@ -73,6 +74,8 @@ def fork(
         budgets = Budgets(**{**parent.head.budgets.model_dump(), **patch.budgets})
     except ValueError as exc:
         raise InvalidInput(f"invalid budget in the fork patch: {exc}") from exc
+    if (used_up := _used_up(budgets, steps)) is not None:
+        raise InvalidBudget(f"session {parent.head.id}: {used_up}")
 
     observations: list[Observation] = []
     for call_id in kept:
@@ -182,6 +185,34 @@ def fork(
         decisions=decisions,
         events=(event,),
     )
+
+
+def _used_up(budgets: Budgets, steps: tuple[Step, ...]) -> str | None:
+    """What budget of a fork the kept `steps` have used up, or None: a fork counts their
+    steps, tokens and cost against its budgets, so one at or below them fails at once."""
+    if not steps:
+        return None
+    kept = f"steps 1..{len(steps)} are kept"
+    tokens = sum(s.usage.total for s in steps)
+    cost = sum(s.cost_usd for s in steps)
+    if budgets.max_steps <= len(steps):
+        return (
+            f"{kept} and count against max_steps, which is {budgets.max_steps}; "
+            f"give --max-steps (API: budgets.max_steps) above {len(steps)}"
+        )
+    if budgets.max_tokens <= tokens:
+        return (
+            f"{kept} and used {tokens:,} tokens, which count against max_tokens "
+            f"({budgets.max_tokens:,}); give --max-tokens (API: budgets.max_tokens) "
+            f"above {tokens:,}"
+        )
+    if budgets.limits_cost and budgets.max_cost_usd <= cost:
+        return (
+            f"{kept} and spent ${cost:.4f}, which counts against max_cost_usd "
+            f"(${budgets.max_cost_usd:g}); give --max-cost-usd (API: budgets.max_cost_usd) "
+            f"above {cost:.4f}"
+        )
+    return None
 
 
 def _agent_patches(patch: ForkPatch) -> list[str]:

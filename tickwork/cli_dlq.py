@@ -125,7 +125,9 @@ def fork(
         ),
     ] = False,
 ) -> None:
-    """Fork a dead letter's session from step K with a patch; the dead letter is resolved."""
+    """Fork a dead letter's session from step K with a patch; the dead letter is resolved.
+    Steps 1..K are kept: their model calls, tokens and cost count against the fork's
+    budgets, so give each above what they used; the deadline runs from the fork."""
     fork_session(key, fork, dead_letter=True, again=again)
 
 

@@ -425,7 +425,9 @@ def watch(
 
 @options.fork_options
 def fork(session_id: SessionId, fork: options.Fork) -> None:
-    """Fork a session from step K with a patch; prints the new session's id."""
+    """Fork a session from step K with a patch; prints the new session's id. Steps 1..K are
+    kept: their model calls, tokens and cost count against the fork's budgets, so give each
+    above what they used; the deadline runs from the fork."""
     fork_session(session_id, fork, dead_letter=False)
 
 

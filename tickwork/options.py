@@ -57,9 +57,7 @@ MaxCostUsd = Annotated[
 ]
 Deadline = Annotated[
     float | None,
-    typer.Option(
-        help="Budget: seconds from creation (or from the fork).", rich_help_panel="Budgets"
-    ),
+    typer.Option(help="Budget: seconds from creation.", rich_help_panel="Budgets"),
 ]
 Price = Annotated[
     str | None,
@@ -143,6 +141,31 @@ ForkContextWindow = Annotated[
         rich_help_panel="Patch",
     ),
 ]
+#: a fork's budgets: its kept steps count against them (`tickwork.fsm.forks`)
+ForkMaxSteps = Annotated[
+    int | None,
+    typer.Option(
+        help="Budget: model calls, the K kept steps included (so above K).",
+        rich_help_panel="Budgets",
+    ),
+]
+ForkMaxTokens = Annotated[
+    int | None,
+    typer.Option(
+        help="Budget: prompt + completion tokens, the kept steps' included.",
+        rich_help_panel="Budgets",
+    ),
+]
+ForkMaxCostUsd = Annotated[
+    float | None,
+    typer.Option(
+        help="Budget: USD spent on the model, the kept steps' included (0: no cost budget).",
+        rich_help_panel="Budgets",
+    ),
+]
+ForkDeadline = Annotated[
+    float | None, typer.Option(help="Budget: seconds from the fork.", rich_help_panel="Budgets")
+]
 NewId = Annotated[
     str | None, typer.Option("--id", help="The fork's id.", show_default="a random one")
 ]
@@ -194,10 +217,10 @@ FORK_OPTIONS: dict[str, Any] = {
     "append_instruction": AppendInstruction,
     "tool_output": ToolOutput,
     "state": StatePatch,
-    "max_steps": MaxSteps,
-    "max_tokens": MaxTokens,
-    "max_cost_usd": MaxCostUsd,
-    "deadline": Deadline,
+    "max_steps": ForkMaxSteps,
+    "max_tokens": ForkMaxTokens,
+    "max_cost_usd": ForkMaxCostUsd,
+    "deadline": ForkDeadline,
     "context_window": ForkContextWindow,
     "by": Forker,
     "new_id": NewId,

@@ -131,6 +131,23 @@ def test_a_step_that_is_not_an_integer_is_refused_and_forks_nothing(stack: Stack
     assert schema["Fork"]["properties"]["from_step"]["type"] == "integer"
 
 
+def test_a_fork_with_a_budget_its_kept_steps_used_up_is_refused(stack: Stack) -> None:
+    """QA4 #3: the fork failed at once and the dead letter was marked forked."""
+    over = failed(stack, ECHO, budgets={"max_steps": 1})
+    api = stack.http("olga")
+    for body in ({"from_step": 1}, {"from_step": 1, "budgets": {"max_steps": 1}}):
+        answer = api.post(f"/api/v1/dead-letters/{over}/fork", json=body)
+        assert answer.status_code == 422, answer.text
+        assert answer.json()["code"] == "invalid_budget"
+        assert (
+            "steps 1..1 are kept and count against max_steps, which is 1; give "
+            in (answer.json()["message"])
+        )
+        assert "budgets.max_steps) above 1" in answer.json()["message"]
+    assert api.get(f"/api/v1/dead-letters/{over}").json()["resolved_at"] is None
+    assert api.get("/api/v1/sessions", params={"parent_id": over}).json() == []
+
+
 def test_dead_letter_errors(stack: Stack) -> None:
     api = stack.http("olga")
     missing = api.get("/api/v1/dead-letters/999999")
@@ -148,10 +165,11 @@ def test_a_second_fork_needs_again_and_a_dead_letter_closes_without_one(stack: S
     over = failed(stack, ECHO, budgets={"max_steps": 1})
     other = failed(stack, ECHO, budgets={"max_steps": 1})
     api = stack.http("olga")
-    first = api.post(f"/api/v1/dead-letters/{over}/fork", json={"from_step": 1}).json()
+    step_1 = {"from_step": 1, "budgets": {"max_steps": 5}}
+    first = api.post(f"/api/v1/dead-letters/{over}/fork", json=step_1).json()
 
-    refused = api.post(f"/api/v1/dead-letters/{over}/fork", json={"from_step": 1})
-    again = api.post(f"/api/v1/dead-letters/{over}/fork", json={"from_step": 1, "again": True})
+    refused = api.post(f"/api/v1/dead-letters/{over}/fork", json=step_1)
+    again = api.post(f"/api/v1/dead-letters/{over}/fork", json={**step_1, "again": True})
     dismissed = api.post(f"/api/v1/dead-letters/{other}/dismiss", json={"reason": "noise"})
     twice = api.post(f"/api/v1/dead-letters/{other}/resolve", json={"reason": "fixed"})
     no_reason = api.post(f"/api/v1/dead-letters/{other}/resolve", json={})

@@ -177,7 +177,7 @@ def test_a_dead_letter_is_resolved_or_dismissed_without_a_fork(
     cli.inline("dlq", "dismiss", fixed, "--reason", "x", ok=False).error(
         1, "already resolved by erin", "fixed upstream"
     )
-    cli.inline("dlq", "fork", fixed, "--from-step", "1", ok=False).error(
+    cli.inline("dlq", "fork", fixed, "--from-step", "1", "--max-steps", "5", ok=False).error(
         1, "already resolved by erin", "--again"
     )
     cli.inline("dlq", "resolve", noise, "--reason", "  ", ok=False).error(2, "--reason")

@@ -43,21 +43,27 @@ def _inside(folder: Path) -> Iterator[None]:
 def _dead_letters(deployment: Deployment, cli: Cli) -> dict[str, str]:
     """Four dead letters: two over their step budget (one then forked, the other dismissed),
     one looping, and the fork, which fails on its step budget too. Their ids by role."""
-    two_steps = deployment.script(
-        [{"content": "look", "tool_calls": [call("echo", text="1")]}, {"content": "fixed"}]
+    three_steps = deployment.script(
+        [
+            {"content": "look", "tool_calls": [call("echo", text="1")]},
+            {"content": "look again", "tool_calls": [call("echo", text="2")]},
+            {"content": "fixed"},
+        ]
     )
     loop_path = deployment.tmp / "loop.json"
     loop_path.write_text(json.dumps(LOOPING))
     client = deployment.client
     ids = {
-        "forked": client.submit(TEST_KIND, {}, model=two_steps, budgets={"max_steps": 1}).id,
-        "dismissed": client.submit(TEST_KIND, {}, model=two_steps, budgets={"max_steps": 1}).id,
+        "forked": client.submit(TEST_KIND, {}, model=three_steps, budgets={"max_steps": 1}).id,
+        "dismissed": client.submit(TEST_KIND, {}, model=three_steps, budgets={"max_steps": 1}).id,
         "loop": client.submit(TEST_KIND, {}, model=f"scripted:{loop_path}").id,
     }
     with deployment.worker():
         for sid in ids.values():
             assert client.wait(sid, timeout=60).status.value == "failed"
-        fork = cli.inline("dlq", "fork", ids["forked"], "--from-step", "1", "--json").json()
+        # a budget above the kept step's, and not enough: the fork fails on it too
+        options = ("--from-step", "1", "--max-steps", "2", "--json")
+        fork = cli.inline("dlq", "fork", ids["forked"], *options).json()
         ids["fork"] = fork["id"]
         assert client.wait(fork["id"], timeout=60).status.value == "failed"
     cli.inline("dlq", "dismiss", ids["dismissed"], "--reason", "a test run", "--as", "erin")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from tickwork.fsm.errors import ForkOutOfRange, InvalidInput
+from tickwork.fsm.errors import ForkOutOfRange, InvalidBudget, InvalidInput
 from tickwork.fsm.forks import ForkPatch, fork
 from tickwork.fsm.machine import CallModel, start_think
 from tickwork.fsm.transcript import messages
@@ -40,7 +40,7 @@ def test_the_parent_is_what_the_tests_expect(parent: Session) -> None:
 
 @pytest.mark.parametrize("k", [0, 1, 2, 3])
 def test_fork_keeps_steps_one_to_k(build: Any, parent: Session, k: int) -> None:
-    child = forked(build, parent, k)
+    child = forked(build, parent, k, budgets={"max_steps": 10})
     assert child.steps == parent.steps[:k]
     assert child.head.step == k
     kept = {c.call_id for s in child.steps for c in s.calls}
@@ -126,6 +126,50 @@ def test_invalid_budget_patch_is_refused(
 ) -> None:
     with pytest.raises(InvalidInput, match=next(iter(budgets))):
         forked(build, parent, 3, budgets=budgets)
+
+
+@pytest.mark.parametrize(
+    ("budgets", "said"),
+    [
+        (
+            {"max_steps": 2},
+            "count against max_steps, which is 2; give --max-steps (API: "
+            "budgets.max_steps) above 2",
+        ),
+        (
+            {"max_tokens": 330},
+            "used 330 tokens, which count against max_tokens (330); give "
+            "--max-tokens (API: budgets.max_tokens) above 330",
+        ),
+        (
+            {"max_cost_usd": 0.01},
+            "spent $0.0200, which counts against max_cost_usd ($0.01); "
+            "give --max-cost-usd (API: budgets.max_cost_usd) above 0.0200",
+        ),
+        ({}, "count against max_steps, which is 3"),  # the parent's, used up by step 3
+    ],
+)
+def test_a_budget_the_kept_steps_used_up_is_refused(
+    build: Any, parent: Session, budgets: dict[str, Any], said: str
+) -> None:
+    """QA4 #3: a fork counts its kept steps against its budgets, so one they used up made
+    a fork that failed at once (and closed the dead letter): it is refused, naming both."""
+    k = 3 if not budgets else 2
+    with pytest.raises(InvalidBudget) as raised:
+        forked(build, parent, k, budgets=budgets)
+    assert f"session {parent.head.id}: steps 1..{k} are kept and " in str(raised.value)
+    assert said in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    "budgets", [{"max_steps": 3}, {"max_tokens": 331}, {"max_cost_usd": 0.021}, {"max_cost_usd": 0}]
+)
+def test_a_budget_above_what_the_kept_steps_used_is_taken(
+    build: Any, parent: Session, budgets: dict[str, Any]
+) -> None:
+    assert forked(build, parent, 2, budgets=budgets).head.budgets.model_dump().items() >= (
+        budgets.items()
+    )
 
 
 def test_counters_are_recomputed(build: Any, parent: Session) -> None:

@@ -190,9 +190,9 @@ def test_dead_letters_list_show_stats_export_fork_resolve_dismiss(
     fork = olga.fork_dead_letter(over[0], from_step=1, budgets={"max_steps": 5})
     assert fork.parent_id == over[0]
     with pytest.raises(RemoteError, match="already forked") as twice:
-        olga.fork_dead_letter(over[0], from_step=1)
+        olga.fork_dead_letter(over[0], from_step=1, budgets={"max_steps": 5})
     assert twice.value.status == 409
-    again = olga.fork_dead_letter(over[0], from_step=1, again=True)
+    again = olga.fork_dead_letter(over[0], from_step=1, budgets={"max_steps": 5}, again=True)
     assert again.parent_id == over[0]
     resolved = olga.resolve_dead_letter(over[1], "fixed upstream")
     assert resolved.resolution is not None and resolved.resolution["state"] == "resolved"
