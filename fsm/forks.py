@@ -23,6 +23,7 @@ from tickwork.fsm.values import (
     Session,
     Status,
     Step,
+    StepKind,
     ToolCall,
     Value,
 )
@@ -70,6 +71,8 @@ def fork(
             f"cannot patch the output of {', '.join(unknown)}: not a call of "
             f"steps 1..{from_step} of session {parent.head.id}"
         )
+    if (unread := _summarised(patch, steps)) is not None:
+        raise InvalidInput(f"session {parent.head.id}: {unread}")
     try:
         budgets = Budgets(**{**parent.head.budgets.model_dump(), **patch.budgets})
     except ValueError as exc:
@@ -184,6 +187,38 @@ def fork(
         observations=tuple(observations),
         decisions=decisions,
         events=(event,),
+    )
+
+
+def _summarised(patch: ForkPatch, steps: tuple[Step, ...]) -> str | None:
+    """Why outputs of `patch` would never reach the model, or None: a kept compaction's
+    summary stands in the prompt for the steps it covers, their outputs with them (a masked
+    output is still read back whole by `recall`, the patched one)."""
+    compactions = [s for s in steps if s.kind is StepKind.COMPACTION]
+    if not compactions or not patch.tool_outputs:
+        return None
+    step_of = {c.call_id: s.step for s in steps for c in s.calls}
+    through = compactions[-1].compacted_through
+    hidden = sorted(
+        (c for c in patch.tool_outputs if step_of[c] <= through), key=step_of.__getitem__
+    )
+    if not hidden:
+        return None
+    # the first summary to take the earliest of them in: forking before it, the new output
+    # is what the model reads, and what any later compaction summarises
+    first = next(s for s in compactions if s.compacted_through >= step_of[hidden[0]])
+    latest = compactions[-1]
+    later = (
+        f" (and in the summary of steps 1-{latest.compacted_through} made at step {latest.step})"
+        if latest is not first
+        else ""
+    )
+    return (
+        f"cannot patch the output of {', '.join(hidden)}: the model reads it only through the "
+        f"summary of steps 1-{first.compacted_through} made at step {first.step}{later}, "
+        f"which the fork keeps, so it would never see the new output. Fork from before step "
+        f"{first.step} (--from-step {first.step - 1} or less), or say what it should know "
+        "with --append-instruction (API: append_instruction)"
     )
 
 

@@ -9,7 +9,7 @@ from tickwork.fsm.errors import ForkOutOfRange, InvalidBudget, InvalidInput
 from tickwork.fsm.forks import ForkPatch, fork
 from tickwork.fsm.machine import CallModel, start_think
 from tickwork.fsm.transcript import messages
-from tickwork.fsm.values import CallState, EventKind, Session, Status
+from tickwork.fsm.values import CallState, EventKind, Session, Status, Step, StepKind
 
 
 def forked(build: Any, parent: Session, from_step: int, **patch: Any) -> Session:
@@ -241,3 +241,54 @@ def test_unfinished_calls_of_the_kept_steps_run_again(build: Any) -> None:
     patched = forked(build, store.session(), 2, tool_outputs={"s2c0": "skipped by hand"})
     assert patched.head.status is Status.EXECUTING
     assert patched.head.awaiting == ()
+
+
+def compacted(parent: Session, build: Any) -> Session:
+    """The parent's steps 1 and 2, then a compaction of step 1 (at step 3), then one of
+    steps 1-2 (at step 4)."""
+    summaries = tuple(
+        Step(
+            step=at,
+            thought=f"summary of 1-{through}",
+            kind=StepKind.COMPACTION,
+            compacted_through=through,
+            masked_through=through,
+            at=build.at(at),
+        )
+        for at, through in ((3, 1), (4, 2))
+    )
+    head = parent.head.model_copy(update={"step": 4})
+    kept = {"s1c0", "s2c0"}
+    return parent.model_copy(
+        update={
+            "head": head,
+            "steps": (*parent.steps[:2], *summaries),
+            "observations": tuple(o for o in parent.observations if o.call_id in kept),
+        }
+    )
+
+
+def test_an_output_a_kept_compaction_summarises_is_refused(build: Any, parent: Session) -> None:
+    """QA4 #8: the summary stands in the prompt for the steps it covers, so a patched
+    output there never reached the model; the refusal names the summary and the way out."""
+    session = compacted(parent, build)
+    raised = {"max_steps": 10}
+    with pytest.raises(InvalidInput) as at_3:
+        forked(build, session, 3, tool_outputs={"s1c0": "new", "s2c0": "x"}, budgets=raised)
+    assert str(at_3.value) == (
+        f"session {parent.head.id}: cannot patch the output of s1c0: the model reads it only "
+        "through the summary of steps 1-1 made at step 3, which the fork keeps, so it would "
+        "never see the new output. Fork from before step 3 (--from-step 2 or less), or say "
+        "what it should know with --append-instruction (API: append_instruction)"
+    )
+    with pytest.raises(InvalidInput) as at_4:
+        forked(build, session, 4, tool_outputs={"s2c0": "x", "s1c0": "new"}, budgets=raised)
+    said = str(at_4.value)
+    assert "cannot patch the output of s1c0, s2c0: " in said
+    assert "of steps 1-1 made at step 3 (and in the summary of steps 1-2 made at step 4)" in said
+    assert "(--from-step 2 or less)" in said
+
+    after_the_cut = forked(build, session, 3, tool_outputs={"s2c0": "x"}, budgets=raised)
+    assert after_the_cut.observation("s2c0").content == "x"  # type: ignore[union-attr]
+    before = forked(build, session, 2, tool_outputs={"s1c0": "new"})
+    assert before.observation("s1c0").content == "new"  # type: ignore[union-attr]
