@@ -63,6 +63,11 @@ def fork(
             f"session {parent.head.id} has steps 1..{last}; "
             f"choose --from-step (API: from_step) between 0 and {last}, not {from_step}"
         )
+    if patch.append_instruction is not None and not patch.append_instruction.strip():
+        raise InvalidInput(
+            "--append-instruction (API: append_instruction) is empty: give the instruction's "
+            "text, or leave it out"
+        )
     steps = parent.steps[:from_step]
     kept = {c.call_id: c for s in steps for c in s.calls}
     unknown = sorted(set(patch.tool_outputs) - set(kept))

@@ -91,6 +91,17 @@ def test_a_bad_fork_option_names_the_option() -> None:
         options.Fork(from_step=1, by="ana", state="{nope").client_args()
 
 
+def test_a_call_given_two_outputs_is_refused_naming_both() -> None:
+    """QA4 #15: the last one was kept, with no word."""
+    given = ["s1c0=a=b", "s2c0=other", "s1c0=" + "second " * 20]
+    with pytest.raises(InvalidInput) as raised:
+        options.Fork(from_step=1, by="ana", tool_output=given).client_args()
+    assert str(raised.value) == (
+        "--tool-output gives s1c0 twice ('a=b' and 'second second second second second "
+        "secon...'); give each call once"
+    )
+
+
 def test_fork_options_need_a_place_to_go() -> None:
     def bare(key: str) -> None: ...
 

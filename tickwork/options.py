@@ -314,14 +314,25 @@ def output_file(path: Path, *, option: str) -> Path:
 
 
 def pairs(items: list[str] | None, *, option: str) -> dict[str, str]:
-    """`KEY=TEXT` items as a mapping; the text may hold `=` and be empty."""
+    """`KEY=TEXT` items as a mapping; the text may hold `=` and be empty. A key given twice
+    is refused: which of the two was meant, only the person knows."""
     found: dict[str, str] = {}
     for item in items or ():
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise InvalidInput(f"{option} takes CALL_ID=TEXT, got {item!r}")
+        if key.strip() in found:
+            raise InvalidInput(
+                f"{option} gives {key.strip()} twice ({_start(found[key.strip()])} and "
+                f"{_start(value)}); give each call once"
+            )
         found[key.strip()] = value
     return found
+
+
+def _start(text: str, length: int = 40) -> str:
+    """The start of `text`, quoted, to tell it from another."""
+    return repr(text if len(text) <= length else text[:length] + "...")
 
 
 def approver(name: str | None, *, doing: str = "deciding") -> str:

@@ -358,6 +358,13 @@ class Writes(Deployment):
         self._check_unused(new_id)
         if context_window is not None:
             check_window(context_window)
+        cap = self.settings.max_output_chars
+        for call_id, output in (tool_outputs or {}).items():
+            if len(output) > cap:
+                raise InvalidInput(
+                    f"the output given for {call_id} is {len(output):,} characters; a tool's "
+                    f"output is at most {cap:,} (TICKWORK_MAX_OUTPUT_CHARS): give a shorter one"
+                )
         parent, archived = self._fork_source(session_id)
         if budgets:
             _numbers(budgets)

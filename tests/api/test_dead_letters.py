@@ -148,6 +148,33 @@ def test_a_fork_with_a_budget_its_kept_steps_used_up_is_refused(stack: Stack) ->
     assert api.get("/api/v1/sessions", params={"parent_id": over}).json() == []
 
 
+def test_an_output_past_the_tool_output_cap_or_an_empty_instruction_is_refused(
+    stack: Stack,
+) -> None:
+    """QA4 #15: an output longer than any tool's could be, and an instruction of nothing
+    (recorded, and nothing added), were taken."""
+    over = failed(stack, ECHO, budgets={"max_steps": 1})
+    api = stack.http("olga")
+    cap = stack.deployment.settings.max_output_chars
+    fork = {"from_step": 1, "budgets": {"max_steps": 5}}
+    long = api.post(
+        f"/api/v1/dead-letters/{over}/fork",
+        json={**fork, "tool_outputs": {"s1c0": "x" * (cap + 1)}},
+    )
+    assert long.status_code == 422, long.text
+    assert long.json()["message"] == (
+        f"the output given for s1c0 is {cap + 1:,} characters; a tool's output is at most "
+        f"{cap:,} (TICKWORK_MAX_OUTPUT_CHARS): give a shorter one"
+    )
+    empty = api.post(f"/api/v1/sessions/{over}/fork", json={**fork, "append_instruction": " "})
+    assert empty.status_code == 422 and "append_instruction) is empty" in empty.json()["message"]
+    assert api.get(f"/api/v1/dead-letters/{over}").json()["resolved_at"] is None
+    at_the_cap = api.post(
+        f"/api/v1/dead-letters/{over}/fork", json={**fork, "tool_outputs": {"s1c0": "x" * cap}}
+    )
+    assert at_the_cap.status_code == 201, at_the_cap.text
+
+
 def test_dead_letter_errors(stack: Stack) -> None:
     api = stack.http("olga")
     missing = api.get("/api/v1/dead-letters/999999")

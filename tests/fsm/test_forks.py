@@ -292,3 +292,10 @@ def test_an_output_a_kept_compaction_summarises_is_refused(build: Any, parent: S
     assert after_the_cut.observation("s2c0").content == "x"  # type: ignore[union-attr]
     before = forked(build, session, 2, tool_outputs={"s1c0": "new"})
     assert before.observation("s1c0").content == "new"  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("text", ["", "  \n"])
+def test_an_empty_instruction_is_refused(build: Any, parent: Session, text: str) -> None:
+    """QA4 #15: it was recorded in the patch, and nothing was added."""
+    with pytest.raises(InvalidInput, match=r"^--append-instruction \(API: append_instruction\) is"):
+        forked(build, parent, 2, append_instruction=text)
