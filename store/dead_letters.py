@@ -16,7 +16,7 @@ from tickwork.fsm.values import SNAPSHOT_SCHEMA_VERSION, Session
 from tickwork.store import dead_letter_counts
 from tickwork.store.dead_letter_counts import GROUPS as GROUPS  # the groupings `stats` takes
 from tickwork.store.error_signatures import error_signature as error_signature
-from tickwork.store.schema import dead_letters
+from tickwork.store.schema import archived, dead_letters, sessions
 
 
 class DeadLetterNotFound(TickworkError, LookupError):
@@ -320,16 +320,38 @@ def export_rows(
             batch = list(
                 conn.execute(query.order_by(dead_letters.c.id).limit(EXPORT_BATCH)).mappings()
             )
+            forks = _forks_of(conn, [row["session_id"] for row in batch])
         for row in batch:
-            yield export_row(row, with_snapshot=with_snapshot)
+            yield export_row(
+                row, forks=forks.get(row["session_id"], {}), with_snapshot=with_snapshot
+            )
         if len(batch) < EXPORT_BATCH:
             return
         after = batch[-1]["id"]
 
 
-def export_row(row: Any, *, with_snapshot: bool = False) -> dict[str, Any]:
+def _forks_of(conn: Connection, session_ids: list[str]) -> dict[str, dict[str, datetime]]:
+    """Every fork of each of `session_ids`, live or archived, as `tickwork show` lists
+    them: session id -> {fork id: when it was made} (a child names its parent too, but is
+    not a fork)."""
+    found: dict[str, dict[str, datetime]] = {}
+    if not session_ids:
+        return found
+    for table, fork in ((sessions, sessions.c.id), (archived, archived.c.session_id)):
+        query = select(table.c.parent_id, fork, table.c.created_at).where(
+            table.c.parent_id.in_(session_ids), table.c.spawn_call.is_(None)
+        )
+        for parent, fork_id, at in conn.execute(query):
+            found.setdefault(parent, {})[fork_id] = at
+    return found
+
+
+def export_row(
+    row: Any, *, forks: dict[str, datetime] | None = None, with_snapshot: bool = False
+) -> dict[str, Any]:
     """A dead-letter row as an export row: the failed session's totals and lineage from its
-    snapshot, how it was closed from its resolution."""
+    snapshot, how it was closed from its resolution; its forks are `forks` (every fork of
+    the session, by when it was made) and those its resolution records, oldest first."""
     session = snapshots.load(row["snapshot"])
     head = session.head
     # a fork starts with its parent's steps 1..fork_step and their usage (`fsm.forks`)
@@ -338,9 +360,12 @@ def export_row(row: Any, *, with_snapshot: bool = False) -> dict[str, Any]:
     inherited_tokens = sum(s.usage.total for s in kept)
     inherited_cost = sum(s.cost_usd for s in kept)
     resolution = dict(row["resolution"] or {})
-    forks = resolution.get("forks") or (
+    recorded = resolution.get("forks") or (
         [{"fork": resolution["fork"]}] if "fork" in resolution else []
     )
+    made = dict(forks or {})
+    for f in recorded:  # one pruned from the archive's index is still the dead letter's
+        made.setdefault(str(f["fork"]), _when(f.get("at")) or row["resolved_at"] or row["at"])
     out = {
         "id": row["id"],
         "session_id": row["session_id"],
@@ -356,7 +381,7 @@ def export_row(row: Any, *, with_snapshot: bool = False) -> dict[str, Any]:
         "cost_usd": head.cost_usd,
         "parent_id": head.parent_id,
         "fork_step": head.fork_step,
-        "forks": [str(f["fork"]) for f in forks],
+        "forks": sorted(made, key=lambda fork: (made[fork], fork)),
         "status": status_of(resolution),
         "closed_by": resolution.get("by") or None,
         "reason": resolution.get("reason"),
@@ -373,6 +398,17 @@ def export_row(row: Any, *, with_snapshot: bool = False) -> dict[str, Any]:
     if with_snapshot:
         out["snapshot"] = row["snapshot"]
     return out
+
+
+def _when(text: Any) -> datetime | None:
+    """A time a resolution recorded (ISO 8601, UTC), or None."""
+    if not isinstance(text, str):
+        return None
+    try:
+        at = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
 
 
 BUCKETS = {"day": timedelta(days=1), "hour": timedelta(hours=1)}

@@ -107,7 +107,7 @@ def show(key: Key, json_output: options.Json = False) -> None:
         with Context() as ctx:
             letter = ctx.dead_letter(key)
             view = views.dead_letter(letter, snapshot=True)
-            view["forks"] = views.forks(ctx.store.forks(letter.session_id))
+            view["forks"] = views.forks(ctx.reads.forks(letter.session_id))
     if json_output:
         views.emit(view)
     else:
@@ -115,20 +115,11 @@ def show(key: Key, json_output: options.Json = False) -> None:
 
 
 @options.fork_options
-def fork(
-    key: DeadLetterKey,
-    fork: options.Fork,
-    again: Annotated[
-        bool,
-        typer.Option(
-            "--again", help="Fork a dead letter that was already forked, resolved or dismissed."
-        ),
-    ] = False,
-) -> None:
+def fork(key: DeadLetterKey, fork: options.Fork) -> None:
     """Fork a dead letter's session from step K with a patch; the dead letter is resolved.
     Steps 1..K are kept: their model calls, tokens and cost count against the fork's
     budgets, so give each above what they used; the deadline runs from the fork."""
-    fork_session(key, fork, dead_letter=True, again=again)
+    fork_session(key, fork, dead_letter=True)
 
 
 def resolve(

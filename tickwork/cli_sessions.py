@@ -425,15 +425,16 @@ def watch(
 
 @options.fork_options
 def fork(session_id: SessionId, fork: options.Fork) -> None:
-    """Fork a session from step K with a patch; prints the new session's id. Steps 1..K are
-    kept: their model calls, tokens and cost count against the fork's budgets, so give each
-    above what they used; the deadline runs from the fork."""
+    """Fork a session from step K with a patch; prints the new session's id. A dead letter
+    of the session is resolved, as by `dlq fork`. Steps 1..K are kept: their model calls,
+    tokens and cost count against the fork's budgets, so give each above what they used;
+    the deadline runs from the fork."""
     fork_session(session_id, fork, dead_letter=False)
 
 
-def fork_session(key: str, fork: options.Fork, *, dead_letter: bool, again: bool = False) -> None:
+def fork_session(key: str, fork: options.Fork, *, dead_letter: bool) -> None:
     """What `fork` and `dlq fork` do: `key` is a session id, or with `dead_letter` a
-    dead letter's key (the dead letter is then marked resolved)."""
+    dead letter's key. Either way the session's dead letter, if it has one, is resolved."""
     remote = cli_remote.client()
     if remote is not None:
         cli_remote.no_name(fork.by)
@@ -441,16 +442,14 @@ def fork_session(key: str, fork: options.Fork, *, dead_letter: bool, again: bool
         del given["by"]  # the server takes the person from the token
         with remote:
             head = (
-                remote.fork_dead_letter(key, again=again, **given)
-                if dead_letter
-                else remote.fork(key, **given)
+                remote.fork_dead_letter(key, **given) if dead_letter else remote.fork(key, **given)
             )
         print_head(head, fork.json_output, head.id)
         return
     given = fork.client_args()
     with Context() as ctx:
         session_id = ctx.dead_letter(key).session_id if dead_letter else key
-        head = ctx.client.fork(session_id, resolve_dead_letter=dead_letter, again=again, **given)
+        head = ctx.client.fork(session_id, **given)
     print_head(head, fork.json_output, head.id)
 
 

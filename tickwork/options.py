@@ -166,6 +166,13 @@ ForkMaxCostUsd = Annotated[
 ForkDeadline = Annotated[
     float | None, typer.Option(help="Budget: seconds from the fork.", rich_help_panel="Budgets")
 ]
+Again = Annotated[
+    bool,
+    typer.Option(
+        "--again",
+        help="Fork a session whose dead letter was already forked, resolved or dismissed.",
+    ),
+]
 NewId = Annotated[
     str | None, typer.Option("--id", help="The fork's id.", show_default="a random one")
 ]
@@ -188,6 +195,7 @@ class Fork:
     context_window: int | None = None
     by: str | None = None
     new_id: str | None = None
+    again: bool = False
     json_output: bool = False
 
     def client_args(self) -> dict[str, Any]:
@@ -205,6 +213,7 @@ class Fork:
                 deadline=self.deadline,
             ),
             "new_id": self.new_id,
+            "again": self.again,
             "state": None if self.state is None else json_object(self.state, option="--state"),
             "context_window": self.context_window,
         }
@@ -224,6 +233,7 @@ FORK_OPTIONS: dict[str, Any] = {
     "context_window": ForkContextWindow,
     "by": Forker,
     "new_id": NewId,
+    "again": Again,
     "json_output": Json,
 }
 

@@ -340,16 +340,16 @@ class Writes(Deployment):
         append_instruction: str | None = None,
         tool_outputs: Mapping[str, str] | None = None,
         budgets: Mapping[str, Any] | None = None,
-        resolve_dead_letter: bool = False,
         new_id: str | None = None,
         again: bool = False,
         state: Mapping[str, Any] | None = None,
         context_window: int | None = None,
     ) -> Head:
-        """A new session from `session_id`'s step `from_step` with a declared patch; with
-        `resolve_dead_letter`, a dead letter forked (or closed) before is refused unless
-        `again`. `context_window` (tokens) replaces the model's window the original had,
-        as at submit (a `CONTEXT` dead letter is forked onto a larger one)."""
+        """A new session from `session_id`'s step `from_step` with a declared patch. If the
+        session has a dead letter, the fork is recorded on it and resolves it, as `dlq fork`
+        does: one forked, resolved or dismissed before is refused unless `again`.
+        `context_window` (tokens) replaces the model's window the original had, as at
+        submit (a `CONTEXT` dead letter is forked onto a larger one)."""
         if new_id is not None and not SESSION_ID.match(new_id):
             raise InvalidInput(
                 f"session id {new_id!r} may only hold letters, digits, "
@@ -400,7 +400,9 @@ class Writes(Deployment):
             patch=patch,
             by=by,
             now=self.clock(),
-            resolve_dead_letter=resolve_dead_letter,
+            # however the fork is asked for: a dead letter open beside its fork would be
+            # listed unresolved while `dlq show` names the fork
+            resolve_dead_letter=True,
             again=again,
         )
         if archived is not None:

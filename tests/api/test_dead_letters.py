@@ -175,6 +175,33 @@ def test_an_output_past_the_tool_output_cap_or_an_empty_instruction_is_refused(
     assert at_the_cap.status_code == 201, at_the_cap.text
 
 
+def test_a_session_fork_resolves_the_sessions_dead_letter(stack: Stack) -> None:
+    """QA4 #10: POST /sessions/{id}/fork left the dead letter open while its show listed
+    the fork; it resolves it as the dead letter's fork does, `again` for a second."""
+    over = failed(stack, ECHO, budgets={"max_steps": 1})
+    api = stack.http("olga")
+    body = {"from_step": 1, "budgets": {"max_steps": 5}}
+    first = api.post(f"/api/v1/sessions/{over}/fork", json=body)
+    assert first.status_code == 201, first.text
+    letter = api.get(f"/api/v1/dead-letters/{over}").json()
+    assert letter["resolution"]["state"] == "forked" and letter["resolution"]["by"] == "olga"
+    assert [f["id"] for f in letter["forks"]] == [first.json()["id"]]
+    unresolved = api.get("/api/v1/dead-letters", params={"unresolved": "true"}).json()
+    assert over not in [d["session_id"] for d in unresolved]
+
+    refused = api.post(f"/api/v1/sessions/{over}/fork", json=body)
+    assert refused.status_code == 409 and '"again": true' in refused.json()["message"]
+    again = api.post(f"/api/v1/sessions/{over}/fork", json={**body, "again": True})
+    assert again.status_code == 201, again.text
+    rows = [
+        json.loads(line)
+        for line in api.get("/api/v1/dead-letters/export").text.splitlines()
+        if json.loads(line)["session_id"] == over
+    ]
+    assert [r["forks"] for r in rows] == [[first.json()["id"], again.json()["id"]]]
+    assert api.post(f"/api/v1/sessions/{over}/fork", json={**body, "again": 1}).status_code == 422
+
+
 def test_dead_letter_errors(stack: Stack) -> None:
     api = stack.http("olga")
     missing = api.get("/api/v1/dead-letters/999999")

@@ -151,8 +151,37 @@ def test_a_dead_letter_is_forked_once_unless_again_and_keeps_every_fork(
     assert [f["id"] for f in session["forks"]] == [first["id"], again["id"]]
     table = cli.inline("dlq", "show", failed).stdout
     assert first["id"] in table and again["id"] in table
-    # a plain fork resolves nothing, so it has no --again
-    assert "--again" not in cli.inline("fork", "--help").stdout
+
+
+def test_forking_a_dead_lettered_session_resolves_its_dead_letter(
+    deployment: Deployment, cli: Cli
+) -> None:
+    """QA4 #10: `tickwork fork` left the dead letter open while `dlq show` listed the fork,
+    and the export's `forks` left it out; it resolves it as `dlq fork` does."""
+    (failed,) = _failed(deployment, 1)
+    options = ("--from-step", "1", "--max-steps", "5", "--json")
+    first = cli.inline("fork", failed, *options, "--as", "erin").json()
+
+    open_ones, shown, exported = cli.many(
+        ("dlq", "ls", "--unresolved", "--json"),
+        ("dlq", "show", failed, "--json"),
+        (
+            "dlq",
+            "export",
+        ),
+    )
+    assert open_ones.json() == []
+    assert [f["id"] for f in shown.json()["forks"]] == [first["id"]]
+    assert shown.json()["resolution"]["state"] == "forked"
+    assert shown.json()["resolution"]["by"] == "erin"
+    [row] = [json.loads(line) for line in exported.stdout.splitlines()]
+    assert (row["status"], row["forks"], row["closed_by"]) == ("forked", [first["id"]], "erin")
+
+    refused = cli("fork", failed, *options, "--as", "frank", ok=False)
+    refused.error(1, "already forked", first["id"], "by erin", "--again")
+    again = cli.inline("fork", failed, *options, "--as", "frank", "--again").json()
+    exported = cli.inline("dlq", "export").stdout
+    assert json.loads(exported)["forks"] == [first["id"], again["id"]]
 
 
 def test_a_dead_letter_is_resolved_or_dismissed_without_a_fork(

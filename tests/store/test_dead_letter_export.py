@@ -141,3 +141,25 @@ def test_timeline_counts_every_bucket_by_code(
         dl.timeline(engine, bucket="day", since=T0 + timedelta(days=2), now=T0)
     with pytest.raises(InvalidInput, match="week"):
         dl.timeline(engine, bucket="week", since=T0, now=T0)
+
+
+def test_the_export_lists_every_fork_of_the_session(
+    store: Store, clock: Clock, failed: list[str]
+) -> None:
+    """QA4 #10: `forks` held only the forks the dead letter recorded, so a fork the dead
+    letter did not (made before this release by `tickwork fork`) was left out, while `dlq
+    show` listed it."""
+    for new_id, resolve in (("d4-plain", False), ("d4-fix", True)):
+        store.fork(
+            "d4",
+            new_id=new_id,
+            from_step=0,
+            patch=ForkPatch(),
+            by="olga",
+            now=clock.advance(1),
+            resolve_dead_letter=resolve,
+        )
+
+    rows = {r["session_id"]: r for r in dl.export_rows(store.engine)}
+    assert (rows["d4"]["status"], rows["d4"]["forks"]) == ("forked", ["d4-plain", "d4-fix"])
+    assert rows["d5"]["forks"] == []

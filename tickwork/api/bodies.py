@@ -280,7 +280,8 @@ class Decide(Body):
 
 
 class Fork(Body):
-    """A new session from step `from_step` of another, with a declared patch."""
+    """A new session from step `from_step` of another, with a declared patch; the session's
+    dead letter, if it has one, is resolved by it (`again` for one closed already)."""
 
     from_step: Integer = Field(
         ge=0, le=1_000_000, description="Keep steps 1..K of the original (0: start over)."
@@ -319,16 +320,15 @@ class Fork(Body):
         description="The fork's id [default: a random one].",
     )
 
-    _id = field_validator("id")(_session_id)
-
-
-class DeadLetterFork(Fork):
-    """A fork of a dead letter's session; `again` forks one already forked or closed."""
-
     again: bool = Field(
         default=False,
-        description="Fork a dead letter that was already forked, resolved or dismissed.",
+        strict=True,
+        description="The session's dead letter was forked, resolved or dismissed already: "
+        "fork it once more on purpose. (A fork of a session whose dead letter is open "
+        "resolves it, however the fork is asked for.)",
     )
+
+    _id = field_validator("id")(_session_id)
 
 
 class Closing(Body):

@@ -23,7 +23,7 @@ from tickwork.store import dead_letters as dl
 
 from . import bodies
 from .auth import Operator, Principal, Reader
-from .bodies import Closing, DeadLetterFork
+from .bodies import Closing
 from .errors import ApiError, ErrorBody, documented
 from .limits import MAX_INT
 from .sessions import CHANGES, FOUND, Client, run_fork
@@ -246,7 +246,8 @@ def _read(file: IO[bytes]) -> Iterator[bytes]:
 def show(key: Key, client: Client, who: Reader) -> dict[str, Any]:
     letter = find(client, who, key)
     view = views.dead_letter(letter, snapshot=True)
-    view["forks"] = views.forks(seen_forks(client, who, client.store.forks(letter.session_id)))
+    # every fork of the session, live or archived, as `show` and the export list them
+    view["forks"] = views.forks(seen_forks(client, who, client.forks(letter.session_id)))
     return view
 
 
@@ -257,12 +258,9 @@ def show(key: Key, client: Client, who: Reader) -> dict[str, Any]:
     summary="Fork the dead letter's session with a patch; the dead letter is resolved",
     responses=CHANGES,
 )
-def fork(key: Key, body: DeadLetterFork, client: Client, who: Operator) -> Head:
+def fork(key: Key, body: bodies.Fork, client: Client, who: Operator) -> Head:
     letter = find(client, who, key)
-    patch = bodies.Fork.model_validate(body.model_dump(exclude={"again"}))
-    return run_fork(
-        client, letter.session_id, patch, by=who.name, resolve_dead_letter=True, again=body.again
-    )
+    return run_fork(client, letter.session_id, body, by=who.name)
 
 
 @router.post(

@@ -163,10 +163,7 @@ def show(session_id: SessionId, client: Client, who: Reader) -> dict[str, Any]:
     seen_head(client, who, session_id)
     view = views.session(client.load(session_id))
     view["lease"] = views.lease(client.store.lease(session_id), now=datetime.now(UTC))
-    found = {f["id"]: f for f in client.store.retention.forks(session_id)}
-    found.update((f["id"], f) for f in client.store.forks(session_id))
-    forks = sorted(found.values(), key=lambda f: (f["created_at"], f["id"]))
-    view["forks"] = views.forks(seen_forks(client, who, forks))
+    view["forks"] = views.forks(seen_forks(client, who, client.forks(session_id)))
     # the tree it belongs to (docs/DESIGN.md section 16): its root, and every child's status
     # (only what the caller may see: children inherit the tenant and submitter anyway)
     view["tree"] = client.tree(session_id, sees=lambda h: who.sees(h.tenant, h.submitted_by))
@@ -284,18 +281,10 @@ def cancel(session_id: SessionId, client: Client, who: Canceller) -> Head:
 )
 def fork(session_id: SessionId, body: bodies.Fork, client: Client, who: Operator) -> Head:
     seen_head(client, who, session_id)
-    return run_fork(client, session_id, body, by=who.name, resolve_dead_letter=False)
+    return run_fork(client, session_id, body, by=who.name)
 
 
-def run_fork(
-    client: Tickwork,
-    session_id: str,
-    body: bodies.Fork,
-    *,
-    by: str,
-    resolve_dead_letter: bool,
-    again: bool = False,
-) -> Head:
+def run_fork(client: Tickwork, session_id: str, body: bodies.Fork, *, by: str) -> Head:
     if body.id is not None and not SESSION_ID.match(body.id):
         raise ApiError(
             422,
@@ -312,9 +301,8 @@ def run_fork(
             append_instruction=body.append_instruction,
             tool_outputs=body.tool_outputs,
             budgets=body.budgets,
-            resolve_dead_letter=resolve_dead_letter,
             new_id=body.id,
-            again=again,
+            again=body.again,
             state=body.state,
             context_window=body.context_window,
         )

@@ -20,7 +20,7 @@ from pydantic import BaseModel
 
 from tickwork.api import bodies
 from tickwork.api.answers import Listed
-from tickwork.api.bodies import Closing, DeadLetterFork
+from tickwork.api.bodies import Closing
 from tickwork.api.inputs import RepairInput
 from tickwork.fsm.values import DecisionKind, ErrorCode, Event, Head, Status
 from tickwork.store.dead_letters import DeadLetter
@@ -322,8 +322,11 @@ def fork(
     state: Mapping[str, Any] | None = None,
     new_id: str | None = None,
     context_window: int | None = None,
+    again: bool = False,
 ) -> Plan[Head]:
-    """A new session from step `from_step` of this one, with a declared patch."""
+    """A new session from step `from_step` of this one, with a declared patch; the
+    session's dead letter, if it has one, is resolved. `again` forks one whose dead letter
+    was forked or closed already."""
     body = _fork_body(
         bodies.Fork,
         from_step=from_step,
@@ -334,6 +337,7 @@ def fork(
         state=state,
         id=new_id,
         context_window=context_window,
+        again=again or None,
     )
     return (yield Call("POST", _path("sessions", session_id, "fork"), _head, json=body))
 
@@ -425,7 +429,7 @@ def fork_dead_letter(
     """Fork a dead letter's session; the dead letter is resolved. `again` forks one that
     was forked or closed already."""
     body = _fork_body(
-        DeadLetterFork,
+        bodies.Fork,
         from_step=from_step,
         system_prompt=system_prompt,
         append_instruction=append_instruction,
