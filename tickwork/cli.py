@@ -156,9 +156,8 @@ def fail(message: str, code: int) -> int:
 
 def _where_looked() -> str:
     """Where a local command looked for sessions, on the embedded default: a command run
-    from another folder reads another (empty) state folder."""
-    if "tickwork.remote.errors" in sys.modules:
-        return ""  # a --server command: the server said it
+    from another folder reads another (empty) state folder. (A --server command's "no
+    session" is the server's RemoteError, never a SessionNotFound.)"""
     try:
         from tickwork.store.urls import sqlite_file
 

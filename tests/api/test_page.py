@@ -263,8 +263,12 @@ def test_dead_letters_are_charted_by_cause_and_signature_and_exported(
     signatures = page.locator("#dl-signatures")
     expect(signatures.locator("figcaption")).to_contain_text("error signatures")
     top = stats["by"]["error_signature"][:10]
-    expect(signatures.locator("svg g[data-signature]")).to_have_count(len(top))
-    first = signatures.locator("svg g[data-signature]").first
+    drawn = signatures.locator("svg g[data-signature]")
+    expect(drawn.first).to_be_visible()
+    # a session of an earlier test on this stack may dead-letter after `stats` was read
+    values = {drawn.nth(i).get_attribute("data-signature") for i in range(drawn.count())}
+    assert {t["value"] for t in top} <= values and len(values) <= 10, (top, values)
+    first = drawn.first
     assert first.get_attribute("data-signature") == top[0]["value"]
     assert int(first.get_attribute("data-count")) >= top[0]["count"]
     expect(signatures).to_contain_text("MODEL_ERROR: permanent error: model says N bad request")

@@ -481,7 +481,7 @@ def test_a_context_dead_letter_is_forked_onto_a_larger_window(
         with pytest.raises(InvalidInput, match="context_window must be between 1,024"):
             long.client.fork(session_id, from_step=0, by="tests", context_window=10)
         fork = long.client.fork(
-            session_id, from_step=0, by="tests", context_window=9_000, resolve_dead_letter=True
+            session_id, from_step=0, by="tests", context_window=9_000, again=True
         )
         assert fork.config["context"] == {**failed.config["context"], "window": 9_000}
         head = long.run(fork.id)
