@@ -121,7 +121,7 @@ STATED_WINDOW = "context_window"
 #: how a provider states its window when it refuses a prompt: OpenAI's and vLLM's "maximum
 #: context length is 8192 tokens", Anthropic's "... tokens > 200000 maximum"
 _STATED = re.compile(
-    r"maximum context length is (\d[\d,]*) tokens|> (\d[\d,]*) maximum", re.IGNORECASE
+    r"maximum context length is (\d[\d,]{0,12}) tokens|> (\d[\d,]{0,12}) maximum", re.IGNORECASE
 )
 
 
@@ -130,7 +130,9 @@ def stated_window(message: str) -> int | None:
     found = _STATED.search(message)
     if found is None:
         return None
-    return int((found.group(1) or found.group(2)).replace(",", "")) or None
+    window = int((found.group(1) or found.group(2)).replace(",", ""))
+    # the server's text: a number past any window is no window (it is not believed)
+    return window if 1 <= window <= MAX_WINDOW else None
 
 
 def policy_for(head: Head) -> Policy | None:

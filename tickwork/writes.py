@@ -350,6 +350,8 @@ class Writes(Deployment):
         does: one forked, resolved or dismissed before is refused unless `again`.
         `context_window` (tokens) replaces the model's window the original had, as at
         submit (a `CONTEXT` dead letter is forked onto a larger one)."""
+        if isinstance(from_step, bool) or not isinstance(from_step, int):
+            raise InvalidInput(f"from_step must be a whole number (a step), got {from_step!r}")
         if new_id is not None and not SESSION_ID.match(new_id):
             raise InvalidInput(
                 f"session id {new_id!r} may only hold letters, digits, "

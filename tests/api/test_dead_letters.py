@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from tickwork.fsm.errors import InvalidInput
 from tickwork.fsm.values import Status
 from tickwork.store import dead_letters as dl
 
@@ -116,6 +117,14 @@ def test_a_step_that_is_not_an_integer_is_refused_and_forks_nothing(stack: Stack
             assert answer.status_code == 422, (path, wrong, answer.text)
             said = answer.json()["message"]
             assert "body.from_step" in said and "valid integer" in said, said
+    for wrong in ("200000", 200000.0):  # the fork's window as strict as the submit's
+        answer = api.post(
+            f"/api/v1/sessions/{over}/fork", json={"from_step": 1, "context_window": wrong}
+        )
+        assert answer.status_code == 422 and "body.context_window" in answer.json()["message"]
+    for wrong in (True, False, "1"):  # the local client's fork as strict as the API's
+        with pytest.raises(InvalidInput, match="from_step must be a whole number"):
+            stack.deployment.client.fork(over, from_step=wrong, by="olga")
     not_a_number = api.post(
         f"/api/v1/dead-letters/{over}/fork", json={"from_step": 1, "budgets": {"max_steps": "5"}}
     )

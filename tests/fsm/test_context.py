@@ -324,6 +324,9 @@ def test_a_compaction_request_past_the_window_masks_the_steps_after_its_cut(
         ),
         ("prompt is too long: 210000 tokens > 200000 maximum", 200_000),
         ("returned 413: request too large", None),
+        # the server's text: a number past any window, however long, is no window
+        (f"maximum context length is {'9' * 5000} tokens", None),
+        ("prompt is too long: 1 tokens > 99999999999 maximum", None),
     ],
 )
 def test_the_window_a_refusal_states_is_read_from_its_message(

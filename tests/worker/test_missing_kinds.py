@@ -63,6 +63,24 @@ def test_a_session_of_a_kind_this_worker_lacks_is_refused_and_can_still_be_cance
     assert ticks.store.load(session_id).events[-1].kind is EventKind.CANCELLED
 
 
+def test_a_session_of_a_kind_no_worker_has_fails_at_its_deadline(
+    ticks: Ticks, clock: Clock
+) -> None:
+    """Refused at every offer, it would wait forever: its deadline needs no kind either."""
+    session_id = _of_kind(ticks, "gone_from_this_host:KIND")
+    assert advance(ticks.rt, session_id, 0).outcome is Outcome.DROPPED
+
+    head = ticks.store.get(session_id)
+    clock.advance((head.created_at - clock()).total_seconds() + head.budgets.deadline_s + 1)
+    head = ticks.run(session_id)
+
+    assert (head.status, head.error_code) == (Status.FAILED, ErrorCode.DEADLINE)
+    assert "no worker that took its tick had its job kind 'gone_from_this_host:KIND'" in (
+        head.error_message or ""
+    )
+    assert ticks.store.dead_letter(session_id).code == "DEADLINE"
+
+
 def test_a_kind_that_imports_but_is_no_job_kind_fails_the_session(ticks: Ticks) -> None:
     session_id = _of_kind(ticks, "tests.worker.ticking:KIND")  # a str
 

@@ -305,7 +305,7 @@ class Fork(Body):
         max_length=MAX_ENTRIES,
         description="A graph session: state fields to set in the fork.",
     )
-    context_window: int | None = Field(
+    context_window: Integer | None = Field(
         default=None,
         ge=MIN_WINDOW,
         le=MAX_WINDOW,

@@ -14,8 +14,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from datetime import datetime
 
 from tickwork.fsm import machine, transitions
+from tickwork.fsm.budgets import exhausted_budget
 from tickwork.fsm.errors import (
     ArtifactsUnavailable,
     BlobCorrupt,
@@ -119,6 +121,12 @@ def _say_if_refused(rt: Runtime, session_id: str, version: int) -> None:
         )
 
 
+def _past_deadline(head: Head, now: datetime) -> str | None:
+    """Why the session's deadline has passed (`exhausted_budget`'s message), or None."""
+    spent = exhausted_budget(head, now=now)
+    return spent.message if spent is not None and spent.code is ErrorCode.DEADLINE else None
+
+
 def _advance(tick: Tick, runner: Runner, owner: str) -> Outcome:
     rt, claimed, files, report = tick.rt, tick.claimed, tick.files, tick.report
     session_id, version = claimed.head.id, report.version
@@ -130,6 +138,19 @@ def _advance(tick: Tick, runner: Runner, owner: str) -> Outcome:
                 change = runner.advance(tick)
             elif claimed.head.cancel_requested:  # a cancel needs no kind
                 change = transitions.cancelled(claimed.head, claimed.calls, rt.clock())
+            elif (late := _past_deadline(claimed.head, rt.clock())) is not None:
+                # nor does the deadline: a kind no worker will have again ends there
+                message = (
+                    f"{late}; no worker that took its tick had its job kind "
+                    f"{claimed.head.kind!r} ({missing})"
+                )
+                change = machine.fail(
+                    claimed.head,
+                    ErrorCode.DEADLINE,
+                    message,
+                    now=rt.clock(),
+                    open_calls=claimed.calls,
+                )
             else:
                 # refused, not failed, as a graph version this worker lacks: nothing is saved,
                 # the lease runs out and the relay offers the tick again, to a worker that has
