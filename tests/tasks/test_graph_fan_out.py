@@ -67,13 +67,15 @@ def test_branches_running_when_the_root_is_cancelled_end_cancelled(
     )
     # each branch's node cancels the root while its tick runs (a later one finds it done)
     with deployment.worker(concurrency=4):
+        # the root ends at its own tick after its last branch ended: wait for both
         until(
             lambda: (
                 all(b.status.terminal for b in deployment.client.store.children(head.id))
                 and len(deployment.client.store.children(head.id)) == 4
+                and deployment.client.get(head.id).status.terminal
             ),
             timeout=60,
-            what="every branch to end",
+            what="every branch and the root to end",
         )
     assert deployment.client.get(head.id).status is Status.CANCELLED
     branches = deployment.client.store.children(head.id)
