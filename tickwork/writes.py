@@ -81,7 +81,12 @@ class Writes(Deployment):
     def publish(self, session_id: str, version: int) -> None:
         """Wake a worker; if the broker is down the outbox row stays and the relay publishes."""
         try:
-            self.app.send_task(TICK, args=(session_id, version), queue=self.settings.queue)
+            self.app.send_task(
+                TICK,
+                args=(session_id, version),
+                queue=self.settings.queue,
+                **self.settings.publish_options,
+            )
         except Exception as exc:
             log.warning(
                 "could not publish the tick of %s (%s); the session is saved and a worker's "

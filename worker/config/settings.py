@@ -425,6 +425,14 @@ class Settings(BaseSettings):
             return self.broker_url, {"visibility_timeout": self.visibility_timeout_s}
         return self.broker_url, {"ack_emulation": False}
 
+    @property
+    def publish_options(self) -> dict[str, Any]:
+        """What each publish passes to Celery: on RabbitMQ, how long to wait for the
+        publisher confirm (without it a publish into a partition waits forever)."""
+        if self.broker_url.startswith(("amqp", "pyamqp")):
+            return {"confirm_timeout": CONFIRM_TIMEOUT_S}
+        return {}
+
     def masked(self, *others: BaseSettings) -> dict[str, Any]:
         """The settings in force, its sections' (`SECTIONS`), then those of `others` (e.g.
         `tickwork serve`'s) not already shown, with secrets masked."""
@@ -436,6 +444,10 @@ class Settings(BaseSettings):
                 shown.setdefault(name, value)
         return {name: _hidden(name, value, self.secret_patterns) for name, value in shown.items()}
 
+
+#: how long a publish on RabbitMQ waits for its confirm before Celery's retries (a new
+#: connection, up to three times) and then the publish fail; the relay covers the tick
+CONFIRM_TIMEOUT_S = 10.0
 
 #: the sections `tickwork config` shows and a worker checks at start, after the flat settings
 SECTIONS: tuple[type[BaseSettings], ...] = (

@@ -234,13 +234,24 @@ def runtime(app: Celery) -> Runtime:
 
     def publish_tick(session_id: str, version: int, countdown: float) -> None:
         app.send_task(
-            TICK, args=(session_id, version), queue=settings.queue, countdown=countdown or None
+            TICK,
+            args=(session_id, version),
+            queue=settings.queue,
+            countdown=countdown or None,
+            **settings.publish_options,
         )
 
     def publish_dead_letter(session_id: str, code: str, message: str) -> None:
         app.send_task(
-            DEAD_LETTER, args=(session_id, code, message), queue=settings.dead_letter_queue
+            DEAD_LETTER,
+            args=(session_id, code, message),
+            queue=settings.dead_letter_queue,
+            **settings.publish_options,
         )
+
+    def check_broker() -> None:
+        with app.connection_for_write() as connection:
+            connection.ensure_connection(max_retries=1)
 
     rt = Runtime(
         settings=settings,
@@ -248,6 +259,7 @@ def runtime(app: Celery) -> Runtime:
         jobs=Jobs(settings.imports, roles_file=settings.section(RoleSettings).roles_file),
         publish_tick=publish_tick,
         publish_dead_letter=publish_dead_letter,
+        check_broker=check_broker,
     )
     observers.install(rt)  # metrics, webhooks, tracing: hooks on the tick's report
     rt.liveness.enabled = settings.liveness  # a sign of life from its first claim on

@@ -16,6 +16,7 @@ import functools
 import logging
 import time
 from collections.abc import Callable
+from datetime import datetime, timedelta
 
 from tickwork.fsm.errors import SessionFinished
 from tickwork.store.relay import Due, RelayPass, named
@@ -30,13 +31,26 @@ log = logging.getLogger("tickwork.relay")
 
 @metrics.counted_relay  # issue 8: relay republishes and lease expiries
 def relay_once(rt: Runtime) -> RelayPass:
+    """One pass of the relay. A process that cannot publish takes no ticks: it passes
+    until the broker answers its `check_broker` again, and the ticks a pass took but could
+    not publish it gives back, due at once for the relays of workers that can."""
     now = rt.clock()
+    if rt.cannot_publish and not _broker_answers(rt):
+        return RelayPass(republished=0, lease_expiries=0)
     revived = rt.store.expired_leases(now=now)
+    if revived:
+        log.warning(
+            "relay: revived %d sessions whose lease expired: %s",
+            len(revived),
+            named(revived, lambda t: f"{t.session_id} v{t.version} (lease of {t.owner})"),
+        )
     found = rt.store.due_ticks(now=now, older_than_s=rt.settings.relay_after_s)
+    unsent = _publish(rt, [*revived, *found])
+    if unsent:
+        _give_back(rt, unsent, now=now)
+        return RelayPass(republished=0, lease_expiries=len(revived))
     delayed = [t for t in found if t.delayed]
     lost = [t for t in found if not t.delayed]
-    for tick in (*revived, *found):
-        rt.publish(tick.session_id, tick.version)
     # the trees' repairs: a parent left waiting on a join that wakes it, an ended parent
     # not charged its `each` children's ends, children left going in a tree that was
     # cancelled (the saves and the cancels do all three themselves, but for ends before a
@@ -49,12 +63,6 @@ def relay_once(rt: Runtime) -> RelayPass:
     for child_id in rt.store.to_cancel():
         with contextlib.suppress(SessionFinished):
             rt.store.request_cancel(child_id, now=now, by="relay: its tree is cancelled")
-    if revived:
-        log.warning(
-            "relay: revived %d sessions whose lease expired: %s",
-            len(revived),
-            named(revived, lambda t: f"{t.session_id} v{t.version} (lease of {t.owner})"),
-        )
     if lost:
         log.info(
             "relay: republished %d ticks whose message may be lost: %s",
@@ -74,6 +82,43 @@ def relay_once(rt: Runtime) -> RelayPass:
         delayed=len(delayed),
         admitted=len(admitted),
     )
+
+
+def _publish(rt: Runtime, ticks: list[Due]) -> list[Due]:
+    """Publish `ticks` in order until the broker fails one: that one and those after it
+    (each failure can take the broker's timeouts, so the rest are not tried)."""
+    for i, tick in enumerate(ticks):
+        if not rt.publish(tick.session_id, tick.version):
+            return ticks[i:]
+    return []
+
+
+def _give_back(rt: Runtime, unsent: list[Due], *, now: datetime) -> None:
+    """The ticks this pass took but could not publish, due at once for any relay: as if
+    published one threshold ago, their count of republications reset (a relay cut off
+    from the broker must not push a row's next turn further out each time it wins it)."""
+    due = now - timedelta(seconds=rt.settings.relay_after_s)
+    for tick in unsent:
+        rt.store.offer_again(tick.session_id, tick.version, now=due)
+    log.warning(
+        "relay: the broker did not take a tick; gave back %d ticks to the relays of workers "
+        "that can publish (%s); this relay takes none until the broker answers again",
+        len(unsent),
+        named(unsent, lambda t: f"{t.session_id} v{t.version}"),
+    )
+
+
+def _broker_answers(rt: Runtime) -> bool:
+    """Whether the broker answers a new connection now; the relay takes ticks again once
+    it does."""
+    try:
+        rt.check_broker()
+    except Exception as exc:
+        log.debug("relay: the broker still does not answer (%s); this pass takes no ticks", exc)
+        return False
+    rt.cannot_publish = False
+    log.warning("relay: the broker answers again; this relay takes ticks again")
+    return True
 
 
 def relay_all_once(rt: Runtime) -> RelayPass:

@@ -281,6 +281,9 @@ class Runtime:
     jobs: Jobs
     publish_tick: Publish
     publish_dead_letter: Callable[[str, str, str], None] = lambda *_: None
+    #: raises if the broker does not answer now (a new connection to it); the relay asks
+    #: it before taking ticks while this process's publishes fail (`cannot_publish`)
+    check_broker: Callable[[], None] = lambda: None
     clock: Callable[[], datetime] = utc_now
     jitter: Callable[[], float] = random.random
     #: told of every tick's report after its save (metrics, webhooks, tracing), registered
@@ -303,6 +306,10 @@ class Runtime:
     #: one pool of model-server connections for this process's models, made on first use
     _http: Poster | None = field(default=None, init=False)
     _models_lock: threading.Lock = field(default_factory=threading.Lock, init=False)
+    #: the last publish of this process failed: its relay takes no ticks until the broker
+    #: answers again (a relay that cannot publish would only move the outbox's rows out of
+    #: the reach of the relays that can)
+    cannot_publish: bool = field(default=False, init=False)
 
     def __post_init__(self) -> None:
         self.leases = Leases(self.store, lease_s=self.settings.lease_s, clock=self.clock)
@@ -369,11 +376,13 @@ class Runtime:
             self._http = None
             self._models.clear()
 
-    def publish(self, session_id: str, version: int) -> None:
-        """Publish a tick to run now; a failure is logged, the relay covers it."""
+    def publish(self, session_id: str, version: int) -> bool:
+        """Publish a tick to run now; a failure is logged, the relay covers it. Whether
+        the broker took it."""
         try:
             self.publish_tick(session_id, version, 0.0)
         except Exception as exc:
+            self.cannot_publish = True
             log.warning(
                 "could not publish the tick of %s v%d (%s); the session is saved and the relay "
                 "will publish it once the broker is back (within TICKWORK_RELAY_AFTER_S=%gs)",
@@ -382,6 +391,9 @@ class Runtime:
                 exc,
                 self.settings.relay_after_s,
             )
+            return False
+        self.cannot_publish = False
+        return True
 
 
 #: a worker process's Postgres pool: a threads worker's 250 ticks want ~30 connections at
