@@ -228,6 +228,53 @@ def test_per_session_counters_carry_each_tenants_label_and_stay_bounded() -> Non
     assert ticks(first) == 2
 
 
+def test_model_counters_are_labelled_by_the_priced_spec_and_stay_bounded() -> None:
+    """A model server chooses the name in its reply: one answering with a new name each
+    time must not make a new series each time, nor move the cost off the spec it is billed
+    as. Past the cap, new models count as `other`."""
+    from prometheus_client import REGISTRY
+    from tickwork.fsm.values import Usage
+    from tickwork.worker.models import Providers
+    from tickwork.worker.observers.metrics import ModelLabels, TickMetrics
+    from tickwork.worker.observers.report import ModelCall
+
+    def calls(model: str) -> float:
+        labels = {"model": model, "outcome": "ok", "tenant": "obs-models"}
+        return REGISTRY.get_sample_value("tickwork_model_calls_total", labels) or 0.0
+
+    def models_seen() -> set[str]:
+        family = next(f for f in REGISTRY.collect() if f.name == "tickwork_model_calls")
+        return {s.labels["model"] for s in family.samples if s.labels["tenant"] == "obs-models"}
+
+    observe = TickMetrics(Providers())
+    observe.models = ModelLabels(Providers(), cap=2)
+
+    def tick(spec: str, answered: str) -> None:
+        report = _report("obs-models")
+        report.model = ModelCall(
+            spec=spec,
+            started_ns=0,
+            ended_ns=1,
+            outcome="ok",
+            usage=Usage(prompt_tokens=1, completion_tokens=1),
+            response_model=answered,
+        )
+        observe(report)
+
+    for i in range(20):
+        tick("openai:obs-priced", f"obs-served-{i}")
+    assert calls("openai:obs-priced") == 20
+    assert models_seen() == {"openai:obs-priced"}
+
+    tick("openai:obs-second", "x")
+    for i in range(5):
+        tick(f"openai:obs-flood-{i}", "x")
+    tick("openai:obs-priced", "x")
+    assert models_seen() == {"openai:obs-priced", "openai:obs-second", "other"}
+    assert calls("other") == 5
+    assert calls("openai:obs-priced") == 21
+
+
 def test_a_tick_dropped_before_its_claim_counts_under_tenant_none() -> None:
     from prometheus_client import REGISTRY
     from tickwork.worker.models import Providers

@@ -124,9 +124,28 @@ def registry(multiproc_dir: str | None = None) -> CollectorRegistry:
     return combined
 
 
-def model_label(spec: str, providers: Providers) -> str:
-    """A bounded label for a model, its provider's (scripted models carry a file path)."""
-    return providers.label(spec)
+#: distinct model labels a worker process gives; the models past them count as `other`
+MODEL_LABEL_CAP = 50
+
+
+class ModelLabels:
+    """This process's label for each session's model spec: its provider's bounded label
+    (`Providers.label`: a scripted model's file path is not one) for the first
+    MODEL_LABEL_CAP distinct labels, the rest `other`. By the spec the bill prices, never
+    by the model name a server puts in its reply: a server chooses that, and one answering
+    with a new name each time would make a new series of every reply."""
+
+    def __init__(self, providers: Providers, *, cap: int = MODEL_LABEL_CAP) -> None:
+        self.providers, self.cap = providers, cap
+        self._given: set[str] = set()
+        self._lock = threading.Lock()
+
+    def __call__(self, spec: str) -> str:
+        label = self.providers.label(spec)
+        with self._lock:
+            if label not in self._given and len(self._given) < self.cap:
+                self._given.add(label)
+            return label if label in self._given else OTHER
 
 
 class TenantLabels:
@@ -153,7 +172,7 @@ class TickMetrics:
     approvals."""
 
     def __init__(self, providers: Providers, tenants: TenantLabels | None = None) -> None:
-        self.providers = providers
+        self.models = ModelLabels(providers)
         self.tenants = tenants or TenantLabels()
 
     def __call__(self, report: TickReport) -> None:
@@ -163,7 +182,7 @@ class TickMetrics:
         TICKS.labels(*labels).inc()
         TICK_SECONDS.labels(*labels).observe(report.seconds)
         if report.model is not None:
-            count_model(report.model, self.providers, tenant=tenant)
+            count_model(report.model, self.models(report.model.spec), tenant=tenant)
         if report.change is not None:
             count_change(report.change, tenant=tenant)
             if report.outcome is TickOutcome.SAVED:
@@ -177,11 +196,10 @@ def count_completed(head: Head, *, tenant: str) -> None:
         SESSIONS_COMPLETED.labels(found.value if found else NONE_LABEL, tenant).inc()
 
 
-def count_model(call: ModelCall, providers: Providers, *, tenant: str) -> None:
+def count_model(call: ModelCall, model: str, *, tenant: str) -> None:
     """A tick's model calls (an agent's one, a graph node's several), their tokens and cost:
-    spent even if the save loses. Labelled by the model that answered, else the spec, and
-    by the session's tenant label."""
-    model = model_label(call.response_model or call.spec, providers)
+    spent even if the save loses. Labelled `model` (`ModelLabels`) and by the session's
+    tenant label."""
     MODEL_CALLS.labels(model, call.outcome, tenant).inc(call.calls)
     if call.outcome != "ok":
         return

@@ -87,7 +87,7 @@ def test_cached_prompt_tokens_are_stored_priced_and_shown(
 
 def test_cached_tokens_are_counted_in_the_metrics() -> None:
     from tickwork.worker.models import Providers
-    from tickwork.worker.observers.metrics import MODEL_TOKENS, count_model
+    from tickwork.worker.observers.metrics import MODEL_TOKENS, ModelLabels, count_model
     from tickwork.worker.observers.report import ModelCall
 
     model = "openai:metrics-cached-test"
@@ -100,7 +100,7 @@ def test_cached_tokens_are_counted_in_the_metrics() -> None:
         return MODEL_TOKENS.labels(model, kind, "default")._value.get()
 
     before = {k: counted(k) for k in ("prompt", "cached_prompt", "cache_write")}
-    count_model(call, Providers(), tenant="default")
+    count_model(call, ModelLabels(Providers())(model), tenant="default")
     after = {k: counted(k) - before[k] for k in before}
 
     assert after == {"prompt": 900, "cached_prompt": 700, "cache_write": 50}
