@@ -75,6 +75,13 @@ def test_a_gone_sign_is_taken_over_after_its_grace_only(store: Store) -> None:
     assert look() == [] and at_once() == []  # alive
     liveness.stop()
     assert look() == [] and published == [], "gone, but not yet for its grace"
+    # a relay whose process cannot publish takes nothing over: the others' relays do
+    cut = Takeover(
+        store, lambda s, v: published.append((s, v)), grace_s=0, clock=_now, paused=lambda: True
+    )
+    until(store.absent_signs, timeout=30, what="the sign seen gone")
+    assert cut() == [] and published == []
+    assert store.lease("s1") is not None
     # (on Postgres the lock goes with its backend, a moment after the connection closes)
     before = REGISTRY.get_sample_value("tickwork_relay_taken_over_total") or 0.0
     taken = until(at_once, timeout=30, what="the session taken over")

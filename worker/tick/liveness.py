@@ -128,18 +128,21 @@ class Takeover:
     """One look of the relay at the signs of the leases: those gone for `grace_s` (measured
     from this relay's first sight of them gone) have their sessions taken over, and the
     ticks published. The grace lets a worker whose connection dropped for a moment take
-    its sign again (and, first, kill its running commands) before it is taken for dead."""
+    its sign again (and, first, kill its running commands) before it is taken for dead.
+    While `paused` (this process cannot publish: `Runtime.cannot_publish`) it takes over
+    nothing, and leaves the sessions to the relays of workers that can publish them."""
 
     def __init__(
         self,
         store: Relay,
-        publish: Callable[[str, int], None],
+        publish: Callable[[str, int], object],
         *,
         grace_s: float,
         clock: Callable[[], datetime],
+        paused: Callable[[], bool] = lambda: False,
     ) -> None:
         self._store, self._publish, self._grace_s = store, publish, grace_s
-        self._clock = clock
+        self._clock, self._paused = clock, paused
         #: each sign seen gone, and when it was first (monotonic)
         self._gone: dict[int, float] = {}
         #: the last look failed: the database was away
@@ -164,7 +167,7 @@ class Takeover:
         seen = time.monotonic()
         self._gone = {key: self._gone.get(key, seen) for key in gone}
         ripe = [key for key, first in self._gone.items() if seen - first >= self._grace_s]
-        if not ripe:
+        if not ripe or self._paused():
             return []
         taken = self._store.take_over(ripe, now=self._clock())
         for tick in taken:

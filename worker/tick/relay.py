@@ -165,7 +165,11 @@ class RelayThread(Loop):
             what="relay pass",
         )
         takeover = Takeover(
-            rt.store, rt.publish, grace_s=rt.settings.liveness_grace_s, clock=rt.clock
+            rt.store,
+            rt.publish,
+            grace_s=rt.settings.liveness_grace_s,
+            clock=rt.clock,
+            paused=lambda: rt.cannot_publish,
         )
         self.takeover = Loop(
             "takeover",
