@@ -247,6 +247,19 @@ def test_a_git_source_is_resolved_to_a_commit_at_submit(
         )
 
 
+def test_a_project_directory_given_as_a_repository_is_told_to_use_workspace(
+    tmp_path: Path, state: Path, artifacts: DirectoryArtifacts
+) -> None:
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "calc.py").write_text("X = 1\n")
+    data = {"repo": str(plain), "test_command": PASS}
+    with pytest.raises(
+        InvalidInput, match="no git repository: give a project directory as `workspace`"
+    ):
+        prepare(data, state_dir=state, artifacts=artifacts)
+
+
 def test_an_untrusted_submission_names_local_paths_under_the_roots_only(
     project: Path, state: Path, artifacts: DirectoryArtifacts
 ) -> None:

@@ -226,6 +226,16 @@ def _repo_location(url: str, *, trusted: bool, roots: Sequence[Path]) -> str:
     return url
 
 
+def _plain_directory(location: str) -> bool:
+    """Whether `location` (`_repo_location`'s) is a local directory with neither a `.git`
+    nor a bare repository's layout: a project given as a repository."""
+    path = Path(location)
+    if not path.is_absolute() or not path.is_dir():
+        return False
+    bare = (path / "HEAD").is_file() and (path / "objects").is_dir()
+    return not (path / ".git").exists() and not bare
+
+
 @contextlib.contextmanager
 def clone_at(url: str, commit: str) -> Iterator[Path]:
     """A temporary clone of `url` checked out at `commit`."""
@@ -263,6 +273,11 @@ def repository(
             detail = (getattr(exc, "stderr", "") or str(exc)).strip()[:500]
             if not trusted:  # git cannot tell a pack cut at the limit from a broken one
                 detail += f" (this server's clones are capped at {MAX_CLONE_BYTES:,} bytes)"
+            if _plain_directory(location):
+                detail += (
+                    "; it is a directory but no git repository: give a project directory as "
+                    "`workspace` (`--workspace`)"
+                )
             raise _fail(f"cannot clone {url!r}: {detail}") from None
         commit = ""
         for candidate in (ref, f"origin/{ref}"):
