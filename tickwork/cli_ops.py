@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.text import Text
 
+from tickwork.fsm.errors import TickworkError
+
 from . import options, render, views
 from .context import ensure_schema, load_settings
 
@@ -246,6 +248,12 @@ def relay(
                         f"{done.delayed} delayed ticks now due, admitted {done.admitted} "
                         "queued sessions"
                     )
+                )
+            if rt.cannot_publish:
+                raise TickworkError(
+                    "the broker did not take the ticks this pass took: they are back in the "
+                    "outbox, due for the next relay that can publish (nothing is lost); check "
+                    "TICKWORK_BROKER_URL and that the broker answers from this host"
                 )
             return
         thread = RelayThread(rt)

@@ -6,6 +6,7 @@ import contextlib
 import functools
 import json
 import os
+import socket
 import subprocess
 import sys
 from datetime import UTC, datetime
@@ -130,6 +131,37 @@ def test_relay_once_publishes_a_lost_tick(
     with deployment.worker(relay=False):
         done = client.wait(sid, timeout=30)
     assert done.status.value == "completed" and done.final_answer == "bye"
+
+
+def test_relay_once_whose_broker_refuses_gives_its_ticks_back_and_exits_1(
+    deployment: Deployment, cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client = deployment.client
+    monkeypatch.setattr(client, "publish", lambda session_id, version: None)
+    script = deployment.script([{"content": "bye"}])
+    sid = client.submit(TEST_KIND, {}, model=script).id
+    with socket.create_server(("127.0.0.1", 0)) as closed:  # a port nothing listens on
+        port = closed.getsockname()[1]
+
+    refused = cli(
+        "relay",
+        "--once",
+        ok=False,
+        TICKWORK_RELAY_AFTER_S="0",
+        TICKWORK_BROKER_URL=f"redis://127.0.0.1:{port}/0",
+    )
+    assert refused.code == 1 and "Traceback" not in refused.stderr
+    last = refused.stderr.splitlines()[-1]  # after the relay's own log lines
+    assert last.startswith("error: the broker did not take the ticks"), last
+    assert "nothing is lost" in last and "TICKWORK_BROKER_URL" in last
+    assert "gave back 1 ticks" in refused.stderr and sid in refused.stderr
+
+    # given back due at once: the next relay that can publish takes it, no wait counted
+    counts = cli("relay", "--once", "--json", TICKWORK_RELAY_AFTER_S="0").json()
+    assert counts["republished"] == 1
+    with deployment.worker(relay=False):
+        done = client.wait(sid, timeout=30)
+    assert done.status.value == "completed"
 
 
 def test_relay_once_takes_over_a_session_whose_worker_is_gone(
