@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -47,6 +48,25 @@ class ForkPatch(Value):
     context_window: int | None = None
 
 
+@dataclass(frozen=True)
+class KeptUsage:
+    """What a fork's kept steps used: they count against its budgets and counters, but
+    were spent by its parent."""
+
+    steps: int
+    tokens: int
+    cost_usd: float
+
+
+def kept_usage(steps: Sequence[Step]) -> KeptUsage:
+    """The steps, tokens and cost of `steps`, the steps a fork keeps of its parent."""
+    return KeptUsage(
+        steps=len(steps),
+        tokens=sum(s.usage.total for s in steps),
+        cost_usd=sum(s.cost_usd for s in steps),
+    )
+
+
 def fork(
     parent: Session, *, new_id: str, from_step: int, patch: ForkPatch, by: str, now: datetime
 ) -> Session:
@@ -82,7 +102,8 @@ def fork(
         budgets = Budgets(**{**parent.head.budgets.model_dump(), **patch.budgets})
     except ValueError as exc:
         raise InvalidInput(f"invalid budget in the fork patch: {exc}") from exc
-    if (used_up := _used_up(budgets, steps)) is not None:
+    usage = kept_usage(steps)
+    if (used_up := _used_up(budgets, usage)) is not None:
         raise InvalidBudget(f"session {parent.head.id}: {used_up}")
 
     observations: list[Observation] = []
@@ -151,7 +172,6 @@ def fork(
         config.update(graph_config(graph.name, patch.graph_version))
     # the kept steps' cost counts against the fork's budget, but was spent by the parent:
     # a tenant's daily spend takes it off again (`store.quotas.spent_today`)
-    inherited = sum(s.cost_usd for s in steps)
     head = Head(
         id=new_id,
         kind=parent.head.kind,
@@ -164,8 +184,8 @@ def fork(
         input=parent.head.input,
         config=config,
         step=from_step,
-        tokens=sum(s.usage.total for s in steps),
-        cost_usd=inherited,
+        tokens=usage.tokens,
+        cost_usd=usage.cost_usd,
         parent_id=parent.head.id,
         fork_step=from_step,
         awaiting=awaiting,
@@ -183,7 +203,7 @@ def fork(
             "from_step": from_step,
             "by": by,
             "patch": patch.model_dump(exclude_defaults=True),
-            "inherited_cost_usd": inherited,
+            "inherited_cost_usd": usage.cost_usd,
         },
     )
     return Session(
@@ -227,18 +247,18 @@ def _summarised(patch: ForkPatch, steps: tuple[Step, ...]) -> str | None:
     )
 
 
-def _used_up(budgets: Budgets, steps: tuple[Step, ...]) -> str | None:
-    """What budget of a fork the kept `steps` have used up, or None: a fork counts their
-    steps, tokens and cost against its budgets, so one at or below them fails at once."""
-    if not steps:
+def _used_up(budgets: Budgets, usage: KeptUsage) -> str | None:
+    """What budget of a fork its kept steps (`usage`) have used up, or None: a fork counts
+    their steps, tokens and cost against its budgets, so one at or below them fails at once."""
+    if not usage.steps:
         return None
-    kept = f"steps 1..{len(steps)} are kept"
-    tokens = sum(s.usage.total for s in steps)
-    cost = sum(s.cost_usd for s in steps)
-    if budgets.max_steps <= len(steps):
+    kept = f"steps 1..{usage.steps} are kept"
+    tokens = usage.tokens
+    cost = usage.cost_usd
+    if budgets.max_steps <= usage.steps:
         return (
             f"{kept} and count against max_steps, which is {budgets.max_steps}; "
-            f"give --max-steps (API: budgets.max_steps) above {len(steps)}"
+            f"give --max-steps (API: budgets.max_steps) above {usage.steps}"
         )
     if budgets.max_tokens <= tokens:
         return (

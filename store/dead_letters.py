@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, computed_field
 from sqlalchemy import Connection, Engine, func, insert, select, update
 from tickwork.fsm import snapshots
 from tickwork.fsm.errors import DeadLetterClosed, InvalidInput, TickworkError
+from tickwork.fsm.forks import kept_usage
 from tickwork.fsm.tenants import DEFAULT_TENANT
 from tickwork.fsm.values import SNAPSHOT_SCHEMA_VERSION, Session
 from tickwork.store import dead_letter_counts
@@ -356,9 +357,7 @@ def export_row(
     head = session.head
     # a fork starts with its parent's steps 1..fork_step and their usage (`fsm.forks`)
     forked_at = head.fork_step or 0  # None: not a fork (a child has a parent, not a fork step)
-    kept = [s for s in session.steps if s.step <= forked_at]
-    inherited_tokens = sum(s.usage.total for s in kept)
-    inherited_cost = sum(s.cost_usd for s in kept)
+    inherited = kept_usage([s for s in session.steps if s.step <= forked_at])
     resolution = dict(row["resolution"] or {})
     recorded = resolution.get("forks") or (
         [{"fork": resolution["fork"]}] if "fork" in resolution else []
@@ -387,13 +386,13 @@ def export_row(
         "reason": resolution.get("reason"),
         "failed_at": row["at"],
         "resolved_at": row["resolved_at"],
-        "inherited_steps": forked_at,
-        "inherited_tokens": inherited_tokens,
-        "inherited_cost_usd": inherited_cost,
-        "own_steps": head.step - forked_at,
-        "own_tokens": head.tokens - inherited_tokens,
+        "inherited_steps": inherited.steps,
+        "inherited_tokens": inherited.tokens,
+        "inherited_cost_usd": inherited.cost_usd,
+        "own_steps": head.step - inherited.steps,
+        "own_tokens": head.tokens - inherited.tokens,
         # to the nano-dollar, as the daily spend: a difference of float sums is off by 1e-18
-        "own_cost_usd": max(0.0, round(head.cost_usd - inherited_cost, 9)),
+        "own_cost_usd": max(0.0, round(head.cost_usd - inherited.cost_usd, 9)),
     }
     if with_snapshot:
         out["snapshot"] = row["snapshot"]

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 from tickwork.fsm.errors import ForkOutOfRange, InvalidBudget, InvalidInput
-from tickwork.fsm.forks import ForkPatch, fork
+from tickwork.fsm.forks import ForkPatch, KeptUsage, fork, kept_usage
 from tickwork.fsm.machine import CallModel, start_think
 from tickwork.fsm.transcript import messages
 from tickwork.fsm.values import CallState, EventKind, Session, Status, Step, StepKind
@@ -220,6 +220,22 @@ def test_fork_records_its_lineage(build: Any, parent: Session) -> None:
         "inherited_cost_usd": child.head.cost_usd,
     }
     assert child.head.cost_usd == sum(s.cost_usd for s in parent.steps[:2])
+
+
+def test_kept_usage_is_what_the_fork_counts(build: Any, parent: Session) -> None:
+    child = forked(build, parent, 2, budgets={"max_steps": 10})
+    usage = kept_usage(parent.steps[:2])
+    assert usage == KeptUsage(
+        steps=2,
+        tokens=sum(s.usage.total for s in parent.steps[:2]),
+        cost_usd=sum(s.cost_usd for s in parent.steps[:2]),
+    )
+    assert (child.head.step, child.head.tokens, child.head.cost_usd) == (
+        usage.steps,
+        usage.tokens,
+        usage.cost_usd,
+    )
+    assert kept_usage(()) == KeptUsage(steps=0, tokens=0, cost_usd=0.0)
 
 
 def test_unfinished_calls_of_the_kept_steps_run_again(build: Any) -> None:
