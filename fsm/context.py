@@ -315,6 +315,8 @@ def _fewer_whole(
     steps: Sequence[Step],
     observations: Mapping[str, Observation],
     view: View,
+    sent: list[Message],
+    tokens: int,
     *,
     keep: int,
     window: int,
@@ -323,17 +325,18 @@ def _fewer_whole(
 ) -> tuple[View, list[Message], int]:
     """Before a prompt fails for its length, the newest `keep` observations give way: the
     view that masks all but the most of the newest (fewer than `keep`) whose prompt (and
-    `then` after it) fits `window`; if none does, the view that masks them all."""
-    found = (view, [*build(head, steps, observations, view), *then])
+    `then` after it) fits `window`; if none does, the view that masks them all. `sent` is
+    `view`'s prompt (with `then`) and `tokens` its estimate: each prompt is estimated once."""
     for whole in range(keep - 1, -1, -1):
         boundary = _keep_boundary(steps, observations, view, whole)
-        if boundary <= found[0].masked:
+        if boundary <= view.masked:
             continue
-        fewer = View(through=view.through, summary=view.summary, masked=boundary)
-        found = (fewer, [*build(head, steps, observations, fewer), *then])
-        if estimate(found[1]) <= window:
+        view = View(through=view.through, summary=view.summary, masked=boundary)
+        sent = [*build(head, steps, observations, view), *then]
+        tokens = estimate(sent)
+        if tokens <= window:
             break
-    return found[0], found[1], estimate(found[1])
+    return view, sent, tokens
 
 
 def _compaction(
@@ -360,6 +363,8 @@ def _compaction(
             steps,
             observations,
             masked,
+            ask,
+            tokens,
             keep=policy.keep,
             window=policy.window,
             estimate=estimate,
@@ -412,6 +417,8 @@ def plan(
             steps,
             observations,
             view,
+            sent,
+            tokens,
             keep=policy.keep,
             window=policy.window,
             estimate=estimate,

@@ -314,6 +314,31 @@ def test_a_compaction_request_past_the_window_masks_the_steps_after_its_cut(
     assert fifth.messages[-1]["content"] == context.SUMMARISE.format(through=1)
 
 
+@pytest.mark.parametrize(("number", "compacts"), [(4, False), (5, True)])
+def test_each_prompt_a_plan_tries_is_estimated_once(
+    build: Build, number: int, compacts: bool
+) -> None:
+    """The prompts tried while the newest observations give way (a step's, and a
+    compaction request's) are each estimated once, not again for the one chosen."""
+    run = simulate(build, [8_264] * number, window=5_000)
+    tried: list[str] = []
+
+    def counting(messages: Sequence[dict[str, Any]]) -> int:
+        tried.append(json.dumps(messages, sort_keys=True))
+        return estimate(messages)
+
+    before = run.steps[: number - 1]
+    ids = {c.call_id for s in before for c in s.calls}
+    head = run.head.model_copy(update={"step": number - 1})
+    made = plan(
+        head, before, {k: v for k, v in run.observations.items() if k in ids}, estimate=counting
+    )
+    assert made == dict(run.plans)[number]
+    assert (made.compact_through is not None) is compacts
+    assert len(tried) >= 2, "the newest observations gave way"
+    assert len(tried) == len(set(tried))
+
+
 @pytest.mark.parametrize(
     ("message", "stated"),
     [
