@@ -5,8 +5,6 @@ next tick runs it again (`rerun`)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,18 +14,6 @@ from tickwork.worker.tick.advance import advance
 
 from tests.conftest import Clock
 from tests.worker.ticking import Ticks
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def ticks(database_url: str, tmp_path: Path, clock: Clock) -> Iterator[Ticks]:
-    found = Ticks(database_url, tmp_path, clock)
-    yield found
-    found.close()
 
 
 def _one_call(name: str, arguments: dict[str, Any]) -> list[dict[str, Any]]:

@@ -9,7 +9,6 @@ import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -63,13 +62,6 @@ class Receiver:
 @pytest.fixture
 def clock() -> Clock:
     return Clock(datetime.now(UTC))
-
-
-@pytest.fixture
-def ticks(database_url: str, tmp_path: Path, clock: Clock) -> Iterator[Ticks]:
-    found = Ticks(database_url, tmp_path, clock)
-    yield found
-    found.close()
 
 
 @pytest.fixture

@@ -49,13 +49,6 @@ def clock() -> Clock:
 
 
 @pytest.fixture
-def ticks(database_url: str, tmp_path: Path, clock: Clock) -> Iterator[Ticks]:
-    found = Ticks(database_url, tmp_path, clock)
-    yield found
-    found.close()
-
-
-@pytest.fixture
 def receiver() -> Iterator[Receiver]:
     found = Receiver()
     yield found

@@ -4,9 +4,6 @@ imports but that is no job kind is a broken configuration, and fails the session
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 from sqlalchemy import update
 from tickwork.fsm.values import ErrorCode, EventKind, Status
@@ -16,18 +13,6 @@ from tickwork.worker.tick.advance import advance
 
 from tests.conftest import Clock
 from tests.worker.ticking import DANGER, Ticks
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def ticks(database_url: str, tmp_path: Path, clock: Clock) -> Iterator[Ticks]:
-    found = Ticks(database_url, tmp_path, clock)
-    yield found
-    found.close()
 
 
 def _of_kind(ticks: Ticks, kind: str) -> str:
