@@ -29,6 +29,26 @@ from tickwork.fsm.values import (
     Value,
 )
 
+#: the longest instruction a fork may append (CLI --append-instruction, API append_instruction)
+MAX_INSTRUCTION_CHARS = 20_000
+
+
+def check_instruction(text: str | None) -> None:
+    """Refuse an instruction to append that is empty or longer than MAX_INSTRUCTION_CHARS
+    (InvalidInput); None is no instruction."""
+    if text is None:
+        return
+    if not text.strip():
+        raise InvalidInput(
+            "--append-instruction (API: append_instruction) is empty: give the instruction's "
+            "text, or leave it out"
+        )
+    if len(text) > MAX_INSTRUCTION_CHARS:
+        raise InvalidInput(
+            f"--append-instruction (API: append_instruction) is {len(text):,} characters "
+            f"long; at most {MAX_INSTRUCTION_CHARS:,} are taken: give a shorter one"
+        )
+
 
 class ForkPatch(Value):
     """What a fork changes; the parent is never touched."""
@@ -83,11 +103,7 @@ def fork(
             f"session {parent.head.id} has steps 1..{last}; "
             f"choose --from-step (API: from_step) between 0 and {last}, not {from_step}"
         )
-    if patch.append_instruction is not None and not patch.append_instruction.strip():
-        raise InvalidInput(
-            "--append-instruction (API: append_instruction) is empty: give the instruction's "
-            "text, or leave it out"
-        )
+    check_instruction(patch.append_instruction)
     steps = parent.steps[:from_step]
     kept = {c.call_id: c for s in steps for c in s.calls}
     unknown = sorted(set(patch.tool_outputs) - set(kept))

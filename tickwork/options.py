@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from tickwork.fsm.errors import InvalidInput
+from tickwork.fsm.forks import MAX_INSTRUCTION_CHARS, check_instruction
 from tickwork.fsm.tenants import DEFAULT_TENANT, check_tenant
 
 if TYPE_CHECKING:
@@ -112,7 +113,11 @@ SystemPrompt = Annotated[
     str | None, typer.Option(help="Replace the system prompt.", rich_help_panel="Patch")
 ]
 AppendInstruction = Annotated[
-    str | None, typer.Option(help="Add an instruction after step K.", rich_help_panel="Patch")
+    str | None,
+    typer.Option(
+        help=f"Add an instruction after step K (at most {MAX_INSTRUCTION_CHARS:,} characters).",
+        rich_help_panel="Patch",
+    ),
 ]
 ToolOutput = Annotated[
     list[str] | None,
@@ -200,6 +205,7 @@ class Fork:
 
     def client_args(self) -> dict[str, Any]:
         """What `Tickwork.fork` takes of them (all but the session), each value parsed."""
+        check_instruction(self.append_instruction)  # before a server is asked, too
         return {
             "from_step": self.from_step,
             "by": approver(self.by),

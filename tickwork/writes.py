@@ -25,7 +25,7 @@ from tickwork.fsm.errors import (
     SessionNotFound,
     UnpricedModel,
 )
-from tickwork.fsm.forks import ForkPatch
+from tickwork.fsm.forks import ForkPatch, check_instruction
 from tickwork.fsm.kinds import SessionKind, kind_of
 from tickwork.fsm.tenants import DEFAULT_TENANT, check_tenant
 from tickwork.fsm.values import Budgets, Decision, DecisionKind, Head, Session, over_bound
@@ -273,6 +273,8 @@ class Writes(Deployment):
                     raise InvalidInput(f"the edit of call {call_id}: {exc.message}") from None
         if kind is DecisionKind.PROVIDE_OUTPUT and graph is not None:
             graph.validate_output(head, call.name, output)  # a node's update (issue 15)
+        elif kind is DecisionKind.PROVIDE_OUTPUT:
+            self._check_output(call_id, output)
         decision = Decision(
             call_id=call_id,
             kind=kind,
@@ -365,13 +367,9 @@ class Writes(Deployment):
         self._check_unused(new_id)
         if context_window is not None:
             check_window(context_window)
-        cap = self.settings.max_output_chars
+        check_instruction(append_instruction)
         for call_id, output in (tool_outputs or {}).items():
-            if len(output) > cap:
-                raise InvalidInput(
-                    f"the output given for {call_id} is {len(output):,} characters; a tool's "
-                    f"output is at most {cap:,} (TICKWORK_MAX_OUTPUT_CHARS): give a shorter one"
-                )
+            self._check_output(call_id, output)
         parent, archived = self._fork_source(session_id)
         if budgets:
             _numbers(budgets)
@@ -468,6 +466,17 @@ class Writes(Deployment):
             if found is None:
                 raise
             return found.session.head, (found.session, saved_of(found.record))
+
+    def _check_output(self, call_id: str, output: str) -> None:
+        """Refuse an output given by hand for a tool call (a fork's, a person's) longer than
+        a tool's own output may be: no tool could have made it, and the prompt's bounds
+        assume none is."""
+        cap = self.settings.max_output_chars
+        if len(output) > cap:
+            raise InvalidInput(
+                f"the output given for {call_id} is {len(output):,} characters; a tool's "
+                f"output is at most {cap:,} (TICKWORK_MAX_OUTPUT_CHARS): give a shorter one"
+            )
 
     def _check_unused(self, session_id: str | None) -> None:
         """An id an archived session had is not given to a new one."""

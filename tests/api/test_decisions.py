@@ -4,6 +4,7 @@ the fingerprint the approver saw, and each call is decided once."""
 from __future__ import annotations
 
 import json
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 
@@ -236,6 +237,26 @@ def test_decisions_that_do_not_fit_the_call_are_refused(stack: Stack) -> None:
     )
     assert status == 422 and "body.kind" in str(error["message"])
     assert stack.deployment.client.load(session_id).decisions == ()
+
+
+def test_an_output_given_past_the_tool_output_cap_is_refused(stack: Stack) -> None:
+    """The body took up to 1,000,000 characters, past what any tool's output may be."""
+    from tickwork.testing.store_ticks import Clock, in_doubt_call, new_session
+
+    store = stack.deployment.client.store
+    clock = Clock()
+    session_id = f"doubt-{uuid.uuid4().hex[:8]}"
+    store.create(new_session(session_id, now=clock()), now=clock())
+    call = in_doubt_call(store, session_id, clock)
+    cap = stack.deployment.settings.max_output_chars
+    body = {"kind": "provide_output", "fingerprint": call.fingerprint, "output": "o" * (cap + 1)}
+    status, error = decide(stack, "alice", session_id, body, call_id=call.call_id)
+    assert status == 422 and error["code"] == "invalid_input", error
+    assert error["message"] == (
+        f"the output given for {call.call_id} is {cap + 1:,} characters; a tool's output is "
+        f"at most {cap:,} (TICKWORK_MAX_OUTPUT_CHARS): give a shorter one"
+    )
+    assert store.load(session_id).decisions == ()
 
 
 def test_a_secret_in_a_comment_is_stored_and_shown_masked(stack: Stack) -> None:

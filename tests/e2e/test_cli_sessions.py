@@ -308,6 +308,49 @@ def test_show_offers_an_in_doubt_call_s_own_choices(deployment: Deployment, cli:
 
 
 @pytest.mark.parametrize("deployment", ["embedded"], indirect=True)
+def test_an_instruction_or_an_output_past_what_the_api_takes_is_refused(
+    deployment: Deployment, cli: Cli
+) -> None:
+    """The CLI (and the Python client) took an appended instruction of any length, which
+    the API refuses past MAX_INSTRUCTION_CHARS, and an output given by hand past what any
+    tool's output may be (TICKWORK_MAX_OUTPUT_CHARS), as a fork's --tool-output is refused."""
+    from tickwork.fsm.errors import InvalidInput
+    from tickwork.fsm.forks import MAX_INSTRUCTION_CHARS
+
+    from tickwork.testing.store_ticks import Clock, in_doubt_call, new_session
+
+    store = deployment.client.store
+    clock = Clock()
+    store.create(new_session("capped", now=clock()), now=clock())
+    call = in_doubt_call(store, "capped", clock)
+
+    longest, long = "i" * MAX_INSTRUCTION_CHARS, "i" * (MAX_INSTRUCTION_CHARS + 1)
+    says = (
+        f"--append-instruction (API: append_instruction) is {MAX_INSTRUCTION_CHARS + 1:,} "
+        f"characters long; at most {MAX_INSTRUCTION_CHARS:,} are taken: give a shorter one"
+    )
+    fork = ("fork", "capped", "--from-step", "1")
+    cli.inline(*fork, "--append-instruction", long, ok=False).error(2, says)
+    with pytest.raises(InvalidInput, match="at most 20,000 are taken"):
+        deployment.client.fork("capped", from_step=1, by="erin", append_instruction=long)
+    assert store.load("capped").head.status.value == "waiting_approval"
+    made = cli.inline(*fork, "--append-instruction", longest, "--json").json()
+    assert made["config"]["instructions"][-1]["text"] == longest
+
+    cap = deployment.settings.max_output_chars
+    given = ("provide-output", "capped", call.call_id, "--output")
+    cli.inline(*given, "o" * (cap + 1), ok=False).error(
+        2,
+        f"the output given for {call.call_id} is {cap + 1:,} characters; a tool's output "
+        f"is at most {cap:,} (TICKWORK_MAX_OUTPUT_CHARS): give a shorter one",
+    )
+    assert store.load("capped").decisions == ()
+    cli.inline(*given, "o" * cap, "--as", "erin")
+    decision = store.load("capped").decision(call.call_id)
+    assert decision is not None and decision.output == "o" * cap
+
+
+@pytest.mark.parametrize("deployment", ["embedded"], indirect=True)
 def test_an_edit_whose_path_leaves_the_workspace_is_refused_at_once(
     deployment: Deployment, cli: Cli
 ) -> None:

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 from tickwork.fsm.errors import ForkOutOfRange, InvalidBudget, InvalidInput
-from tickwork.fsm.forks import ForkPatch, KeptUsage, fork, kept_usage
+from tickwork.fsm.forks import MAX_INSTRUCTION_CHARS, ForkPatch, KeptUsage, fork, kept_usage
 from tickwork.fsm.machine import CallModel, start_think
 from tickwork.fsm.transcript import messages
 from tickwork.fsm.values import CallState, EventKind, Session, Status, Step, StepKind
@@ -315,3 +315,12 @@ def test_an_empty_instruction_is_refused(build: Any, parent: Session, text: str)
     """QA4 #15: it was recorded in the patch, and nothing was added."""
     with pytest.raises(InvalidInput, match=r"^--append-instruction \(API: append_instruction\) is"):
         forked(build, parent, 2, append_instruction=text)
+
+
+def test_an_instruction_past_what_the_api_takes_is_refused(build: Any, parent: Session) -> None:
+    """The API refused it (MAX_INSTRUCTION_CHARS); a fork made by the CLI or the Python
+    client took any length."""
+    with pytest.raises(InvalidInput, match=r"is 20,001 characters long; at most 20,000 are"):
+        forked(build, parent, 2, append_instruction="i" * (MAX_INSTRUCTION_CHARS + 1))
+    whole = forked(build, parent, 2, append_instruction="i" * MAX_INSTRUCTION_CHARS)
+    assert len(whole.head.config["instructions"][-1]["text"]) == MAX_INSTRUCTION_CHARS

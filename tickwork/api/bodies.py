@@ -25,13 +25,14 @@ from pydantic_core import core_schema as schemas
 
 from tickwork.fsm.admission import CONCURRENCY_KEY, MAX_PER_KEY, MAX_PRIORITY, MIN_PRIORITY
 from tickwork.fsm.context import MAX_WINDOW, MIN_WINDOW
+from tickwork.fsm.forks import MAX_INSTRUCTION_CHARS
 from tickwork.fsm.tenants import TENANT_PATTERN
 from tickwork.fsm.values import DecisionKind
 
 from .inputs import RepairInput
 from .limits import check_tree
 
-#: the longest text of a job's input (a goal, a test command) and of an instruction
+#: the longest text of a job's input (a goal, a test command)
 MAX_TEXT = 20_000
 #: the largest job input, as JSON
 MAX_INPUT_BYTES = 65_536
@@ -290,7 +291,9 @@ class Fork(Body):
         default=None, max_length=MAX_PROMPT, description="Replace the system prompt."
     )
     append_instruction: str | None = Field(
-        default=None, max_length=MAX_TEXT, description="Add an instruction after step K."
+        default=None,
+        max_length=MAX_INSTRUCTION_CHARS,
+        description="Add an instruction after step K.",
     )
     tool_outputs: dict[str, str] = Field(
         default_factory=dict,
