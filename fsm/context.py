@@ -119,9 +119,13 @@ def policy_of(config: Mapping[str, Any]) -> Policy | None:
 #: when it refused a prompt as too long, below the configured one: the policy's from then on
 STATED_WINDOW = "context_window"
 #: how a provider states its window when it refuses a prompt: OpenAI's and vLLM's "maximum
-#: context length is 8192 tokens", Anthropic's "... tokens > 200000 maximum"
+#: context length is 8192 tokens", Anthropic's "... tokens > 200000 maximum", and that
+#: without "maximum" ("prompt is too long: 210000 tokens > 200000"), whose number must end
+#: there (no digit, or comma and digit, after it: never the start of a longer one)
 _STATED = re.compile(
-    r"maximum context length is (\d[\d,]{0,12}) tokens|> (\d[\d,]{0,12}) maximum", re.IGNORECASE
+    r"maximum context length is (\d[\d,]{0,12}) tokens|> (\d[\d,]{0,12}) maximum"
+    r"|prompt is too long: \d[\d,]{0,12} tokens > (\d[\d,]{0,12})(?!\d|,\d)",
+    re.IGNORECASE,
 )
 
 
@@ -130,7 +134,7 @@ def stated_window(message: str) -> int | None:
     found = _STATED.search(message)
     if found is None:
         return None
-    window = int((found.group(1) or found.group(2)).replace(",", ""))
+    window = int(next(g for g in found.groups() if g is not None).replace(",", ""))
     # the server's text: a number past any window is no window (it is not believed)
     return window if 1 <= window <= MAX_WINDOW else None
 

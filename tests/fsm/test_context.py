@@ -352,6 +352,14 @@ def test_each_prompt_a_plan_tries_is_estimated_once(
         # the server's text: a number past any window, however long, is no window
         (f"maximum context length is {'9' * 5000} tokens", None),
         ("prompt is too long: 1 tokens > 99999999999 maximum", None),
+        # without "maximum" (a proxy's wording of Anthropic's refusal)
+        ("prompt is too long: 210000 tokens > 200000", 200_000),
+        ("Error: prompt is too long: 210,000 tokens > 200,000, shorten it", 200_000),
+        ("prompt is too long: 210000 tokens > 200000.", 200_000),
+        # the same bounds: a number past them is no window, never its first digits
+        (f"prompt is too long: 1 tokens > {'9' * 5000}", None),
+        ("prompt is too long: 1 tokens > 99999999999", None),
+        (f"prompt is too long: {'9' * 5000} tokens > 200000", None),
     ],
 )
 def test_the_window_a_refusal_states_is_read_from_its_message(
