@@ -371,11 +371,20 @@ def test_an_operator_resolves_one_dead_letter_and_dismisses_another(
         "dismissed"
     )
     looked_at(page, "dead-letters", tmp_path)
+    api = stack.http("olga")
+    open_before = api.get("/api/v1/dead-letters/stats?unresolved=true").json()["total"]
     page.check("#dl-unresolved")
     page.wait_for_url(lambda url: url.endswith("#/dead-letters?unresolved=1"))
     expect(page.locator("#dl-unresolved")).to_be_checked()
     for letter in (one, other):
         expect(page.locator(f'#dead-letters tr[data-id="{letter.id}"]')).to_have_count(0)
+    # the totals follow the checkbox, as the list does (they counted the closed ones too)
+    expect(page.locator("#dl-total")).to_have_text(re.compile(r"^\(\d+ open\)$"))
+    shown = int(page.locator("#dl-total").inner_text().strip("( open)"))
+    open_after = api.get("/api/v1/dead-letters/stats?unresolved=true").json()["total"]
+    assert open_before <= shown <= open_after  # other tests' dead letters may arrive meanwhile
+    by_code = page.locator('#dl-stats table[data-by="code"] td.num').all_inner_texts()
+    assert sum(int(n) for n in by_code) == shown
 
 
 def test_an_approver_is_not_offered_resolve_or_dismiss(page: Any, stack: Stack) -> None:  # noqa: F811

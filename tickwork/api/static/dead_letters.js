@@ -53,8 +53,9 @@ function svg(tag, attrs, ...children) {
   return node;
 }
 
-// dead letters per day, one stacked bar a day, a colour per code (the cause)
-function timelineChart(data) {
+// dead letters per day, one stacked bar a day, a colour per code (the cause); every one
+// that arrived, `open` or not (the timeline counts arrivals, not what is still open)
+function timelineChart(data, open) {
   const width = 640, height = 180, left = 28, bottom = 22, top = 8;
   const days = data.buckets.length;
   const totals = data.buckets.map((_, i) => data.codes.reduce((sum, c) => sum + c.counts[i], 0));
@@ -85,7 +86,7 @@ function timelineChart(data) {
     days > 1 ? svg("text", { x: width, y: height - 6, "text-anchor": "end" }, day(days - 1)) : null,
   ];
   return el("figure", { class: "chart", id: "dl-timeline", dataset: { total: data.total } },
-    el("figcaption", {}, `Dead letters per day by cause, last ${days} days (UTC)`),
+    el("figcaption", {}, `Dead letters per day by cause, last ${days} days (UTC)${open ? ", open or not" : ""}`),
     svg("svg", { viewBox: `0 0 ${width} ${height}`, role: "img",
       "aria-label": `dead letters per day by cause: ${data.total} in ${days} days` }, axis, bars),
     el("ul", { class: "legend" }, data.codes.map((c, k) => el("li", { dataset: { code: c.code } },
@@ -120,17 +121,20 @@ export async function deadLettersView(view) {
     return;
   }
   const open = new URLSearchParams(location.hash.split("?")[1] || "").get("unresolved") === "1";
+  // the totals, the tables and the signatures follow the checkbox, as the list does
+  const only = open ? "unresolved=true" : "";
   const [stats, letters, timeline] = await Promise.all([
-    api("/dead-letters/stats"), api(`/dead-letters?limit=100${open ? "&unresolved=true" : ""}`),
+    api(`/dead-letters/stats?${only}`), api(`/dead-letters?limit=100&${only}`),
     api("/dead-letters/timeline?bucket=day")]);
   const onlyOpen = el("label", { class: "check" }, el("input", { type: "checkbox", id: "dl-unresolved",
     checked: open, onchange: (event) => {
       location.hash = event.target.checked ? "#/dead-letters?unresolved=1" : "#/dead-letters";
     } }), " only those not yet forked, resolved or dismissed");
   view.draw(
-    el("h2", {}, "Dead letters ", el("span", { class: "count", id: "dl-total" }, `(${stats.total})`)),
+    el("h2", {}, "Dead letters ", el("span", { class: "count", id: "dl-total" },
+      `(${stats.total}${open ? " open" : ""})`)),
     el("div", { class: "charts" },
-      timelineChart(timeline), signatureChart((stats.by.error_signature || []).slice(0, TOP_SIGNATURES))),
+      timelineChart(timeline, open), signatureChart((stats.by.error_signature || []).slice(0, TOP_SIGNATURES))),
     exportButtons(),
     el("div", { class: "stats-row", id: "dl-stats" },
       ["code", "last_tool", "model", "error_signature"].map((by) => statsTable(by, stats.by[by] || []))),
