@@ -278,14 +278,18 @@ EXPORT_COLUMNS: tuple[tuple[str, str], ...] = (
     ("reason", "str"),
     ("failed_at", "time"),  # when it was dead-lettered
     ("resolved_at", "time"),
-    # a fork's kept steps, spent by its parent (0 for a session not forked), and what the
-    # session spent itself: sum own_cost_usd, not cost_usd, over a chain of forks
+    # a fork's kept steps, spent by its parent (0 for a session not forked); what the
+    # session's own model calls spent; what its children's trees cost, charged to it at
+    # their joins (DESIGN 16). cost_usd = inherited + own + children: sum own_cost_usd, not
+    # cost_usd, over a chain of forks or a tree whose parent and children are dead letters
     ("inherited_steps", "int"),
     ("inherited_tokens", "int"),
     ("inherited_cost_usd", "float"),
     ("own_steps", "int"),
     ("own_tokens", "int"),
     ("own_cost_usd", "float"),
+    ("children_tokens", "int"),
+    ("children_cost_usd", "float"),
 )
 #: dead letters read per round trip in an export
 EXPORT_BATCH = 200
@@ -358,6 +362,9 @@ def export_row(
     # a fork starts with its parent's steps 1..fork_step and their usage (`fsm.forks`)
     forked_at = head.fork_step or 0  # None: not a fork (a child has a parent, not a fork step)
     inherited = kept_usage([s for s in session.steps if s.step <= forked_at])
+    # the head counts its model calls and its children's trees (charged at their joins):
+    # what its steps do not hold is its children's
+    whole = kept_usage(session.steps)
     resolution = dict(row["resolution"] or {})
     recorded = resolution.get("forks") or (
         [{"fork": resolution["fork"]}] if "fork" in resolution else []
@@ -390,9 +397,11 @@ def export_row(
         "inherited_tokens": inherited.tokens,
         "inherited_cost_usd": inherited.cost_usd,
         "own_steps": head.step - inherited.steps,
-        "own_tokens": head.tokens - inherited.tokens,
+        "own_tokens": whole.tokens - inherited.tokens,
         # to the nano-dollar, as the daily spend: a difference of float sums is off by 1e-18
-        "own_cost_usd": max(0.0, round(head.cost_usd - inherited.cost_usd, 9)),
+        "own_cost_usd": max(0.0, round(whole.cost_usd - inherited.cost_usd, 9)),
+        "children_tokens": max(0, head.tokens - whole.tokens),
+        "children_cost_usd": max(0.0, round(head.cost_usd - whole.cost_usd, 9)),
     }
     if with_snapshot:
         out["snapshot"] = row["snapshot"]

@@ -10,6 +10,7 @@ from sqlalchemy import update
 from tickwork.fsm import machine
 from tickwork.fsm.errors import InvalidInput
 from tickwork.fsm.forks import ForkPatch
+from tickwork.fsm.joins import JoinMode
 from tickwork.fsm.values import ErrorCode
 from tickwork.store import Store
 from tickwork.store import dead_letters as dl
@@ -18,6 +19,8 @@ from tickwork.store.schema import dead_letters
 from tests.conftest import T0, Clock
 from tests.store.conftest import claim, new_session, run_step
 from tests.store.test_dead_letters import _fail, failed
+from tickwork.testing.store_contract.deliveries import take, wait
+from tickwork.testing.store_contract.trees import finish, spawn
 
 __all__ = ["failed"]  # the fixture: five dead letters a minute apart from T0 + 1 min
 
@@ -109,6 +112,36 @@ def test_a_fork_chain_is_counted_once_in_the_own_columns(store: Store, clock: Cl
     assert (fix["own_steps"], fix["own_tokens"], fix["own_cost_usd"]) == (2, 240, 0.02)
     assert sum(r["own_cost_usd"] for r in rows.values()) == pytest.approx(0.05)
     assert sum(r["own_tokens"] for r in rows.values()) == 600
+
+
+def test_a_tree_is_counted_once_in_the_own_columns(store: Store, clock: Clock) -> None:
+    """A parent's `cost_usd` and `tokens` hold its children's trees, charged at their joins
+    (docs/DESIGN.md section 16): with a parent and its child both dead letters, the child's
+    cost was in both rows' `own_cost_usd`. It is in the child's own, and in the parent's
+    `children_*` columns, with the cost of a child that completed (which has no row)."""
+    ids = spawn(store, clock, "p", 2, mode=JoinMode.EACH)  # the parent's step 1
+    finish(store, clock, ids[1])  # one step, and it completes
+    take(store, clock, "p")  # its end charged to the parent
+    _fail_after(store, ids[0], range(1, 3), now=clock())  # two steps, and it fails
+    wait(store, clock, "p")  # the parent's step 2, and the failed child's end charged
+    _fail_after(store, "p", range(0), now=clock())
+
+    rows = {r["session_id"]: r for r in dl.export_rows(store.engine)}
+    parent, child = rows["p"], rows[ids[0]]
+    assert (parent["steps"], parent["tokens"], parent["cost_usd"]) == (
+        2,
+        600,
+        pytest.approx(0.05),
+    )
+    assert (parent["own_steps"], parent["own_tokens"], parent["own_cost_usd"]) == (2, 240, 0.02)
+    assert (parent["children_tokens"], parent["children_cost_usd"]) == (360, 0.03)
+    assert (child["own_steps"], child["own_tokens"], child["own_cost_usd"]) == (2, 240, 0.02)
+    assert (child["children_tokens"], child["children_cost_usd"]) == (0, 0.0)
+    assert sum(r["own_cost_usd"] for r in rows.values()) == pytest.approx(0.04)
+    for row in rows.values():
+        parts = row["inherited_cost_usd"] + row["own_cost_usd"] + row["children_cost_usd"]
+        assert parts == pytest.approx(row["cost_usd"])
+        assert row["inherited_tokens"] + row["own_tokens"] + row["children_tokens"] == row["tokens"]
 
 
 def test_timeline_counts_every_bucket_by_code(
