@@ -242,9 +242,12 @@ def test_decisions_that_do_not_fit_the_call_are_refused(stack: Stack) -> None:
 def test_an_output_given_past_the_tool_output_cap_is_refused(stack: Stack) -> None:
     """The body took up to 1,000,000 characters, past what any tool's output may be."""
     from tickwork.testing.store_ticks import Clock, in_doubt_call, new_session
+    from tickwork.worker.tick.runtime import utc_now
 
     store = stack.deployment.client.store
-    clock = Clock()
+    # at the wall clock's now: a tick stored at the test clock's T0 is long overdue, and the
+    # stack's relay would hand it to its worker in the middle of the steps below
+    clock = Clock(utc_now())
     session_id = f"doubt-{uuid.uuid4().hex[:8]}"
     store.create(new_session(session_id, now=clock()), now=clock())
     call = in_doubt_call(store, session_id, clock)
