@@ -50,6 +50,20 @@ def check_instruction(text: str | None) -> None:
         )
 
 
+#: the longest system prompt a fork may set (CLI --system-prompt, API system_prompt)
+MAX_SYSTEM_PROMPT_CHARS = 100_000
+
+
+def check_system_prompt(text: str | None) -> None:
+    """Refuse a system prompt longer than MAX_SYSTEM_PROMPT_CHARS (InvalidInput); None is
+    the parent's."""
+    if text is not None and len(text) > MAX_SYSTEM_PROMPT_CHARS:
+        raise InvalidInput(
+            f"--system-prompt (API: system_prompt) is {len(text):,} characters long; at most "
+            f"{MAX_SYSTEM_PROMPT_CHARS:,} are taken: give a shorter one"
+        )
+
+
 class ForkPatch(Value):
     """What a fork changes; the parent is never touched."""
 
@@ -104,6 +118,7 @@ def fork(
             f"choose --from-step (API: from_step) between 0 and {last}, not {from_step}"
         )
     check_instruction(patch.append_instruction)
+    check_system_prompt(patch.system_prompt)
     steps = parent.steps[:from_step]
     kept = {c.call_id: c for s in steps for c in s.calls}
     unknown = sorted(set(patch.tool_outputs) - set(kept))

@@ -19,7 +19,12 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from tickwork.fsm.errors import InvalidInput
-from tickwork.fsm.forks import MAX_INSTRUCTION_CHARS, check_instruction
+from tickwork.fsm.forks import (
+    MAX_INSTRUCTION_CHARS,
+    MAX_SYSTEM_PROMPT_CHARS,
+    check_instruction,
+    check_system_prompt,
+)
 from tickwork.fsm.tenants import DEFAULT_TENANT, check_tenant
 
 if TYPE_CHECKING:
@@ -110,7 +115,11 @@ MaxPerKey = Annotated[
 
 FromStep = Annotated[int, typer.Option(help="Keep steps 1..K of the original (0: start over).")]
 SystemPrompt = Annotated[
-    str | None, typer.Option(help="Replace the system prompt.", rich_help_panel="Patch")
+    str | None,
+    typer.Option(
+        help=f"Replace the system prompt (at most {MAX_SYSTEM_PROMPT_CHARS:,} characters).",
+        rich_help_panel="Patch",
+    ),
 ]
 AppendInstruction = Annotated[
     str | None,
@@ -206,6 +215,7 @@ class Fork:
     def client_args(self) -> dict[str, Any]:
         """What `Tickwork.fork` takes of them (all but the session), each value parsed."""
         check_instruction(self.append_instruction)  # before a server is asked, too
+        check_system_prompt(self.system_prompt)
         return {
             "from_step": self.from_step,
             "by": approver(self.by),

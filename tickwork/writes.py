@@ -25,7 +25,7 @@ from tickwork.fsm.errors import (
     SessionNotFound,
     UnpricedModel,
 )
-from tickwork.fsm.forks import ForkPatch, check_instruction
+from tickwork.fsm.forks import ForkPatch, check_instruction, check_system_prompt
 from tickwork.fsm.kinds import SessionKind, kind_of
 from tickwork.fsm.tenants import DEFAULT_TENANT, check_tenant
 from tickwork.fsm.values import Budgets, Decision, DecisionKind, Head, Session, over_bound
@@ -368,6 +368,7 @@ class Writes(Deployment):
         if context_window is not None:
             check_window(context_window)
         check_instruction(append_instruction)
+        check_system_prompt(system_prompt)
         for call_id, output in (tool_outputs or {}).items():
             self._check_output(call_id, output)
         parent, archived = self._fork_source(session_id)

@@ -241,8 +241,9 @@ def test_decisions_that_do_not_fit_the_call_are_refused(stack: Stack) -> None:
 
 def test_an_output_given_past_the_tool_output_cap_is_refused(stack: Stack) -> None:
     """The body took up to 1,000,000 characters, past what any tool's output may be."""
-    from tickwork.testing.store_ticks import Clock, in_doubt_call, new_session
     from tickwork.worker.tick.runtime import utc_now
+
+    from tickwork.testing.store_ticks import Clock, in_doubt_call, new_session
 
     store = stack.deployment.client.store
     # at the wall clock's now: a tick stored at the test clock's T0 is long overdue, and the

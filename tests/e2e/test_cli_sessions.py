@@ -315,7 +315,7 @@ def test_an_instruction_or_an_output_past_what_the_api_takes_is_refused(
     the API refuses past MAX_INSTRUCTION_CHARS, and an output given by hand past what any
     tool's output may be (TICKWORK_MAX_OUTPUT_CHARS), as a fork's --tool-output is refused."""
     from tickwork.fsm.errors import InvalidInput
-    from tickwork.fsm.forks import MAX_INSTRUCTION_CHARS
+    from tickwork.fsm.forks import MAX_INSTRUCTION_CHARS, MAX_SYSTEM_PROMPT_CHARS
 
     from tickwork.testing.store_ticks import Clock, in_doubt_call, new_session
 
@@ -334,6 +334,12 @@ def test_an_instruction_or_an_output_past_what_the_api_takes_is_refused(
     with pytest.raises(InvalidInput, match="at most 20,000 are taken"):
         deployment.client.fork("capped", from_step=1, by="erin", append_instruction=long)
     assert store.load("capped").head.status.value == "waiting_approval"
+    prompt = "p" * (MAX_SYSTEM_PROMPT_CHARS + 1)
+    cli.inline(*fork, "--system-prompt", prompt, ok=False).error(
+        2, f"--system-prompt (API: system_prompt) is {MAX_SYSTEM_PROMPT_CHARS + 1:,} characters"
+    )
+    with pytest.raises(InvalidInput, match="at most 100,000 are taken"):
+        deployment.client.fork("capped", from_step=1, by="erin", system_prompt=prompt)
     made = cli.inline(*fork, "--append-instruction", longest, "--json").json()
     assert made["config"]["instructions"][-1]["text"] == longest
 

@@ -25,7 +25,7 @@ from pydantic_core import core_schema as schemas
 
 from tickwork.fsm.admission import CONCURRENCY_KEY, MAX_PER_KEY, MAX_PRIORITY, MIN_PRIORITY
 from tickwork.fsm.context import MAX_WINDOW, MIN_WINDOW
-from tickwork.fsm.forks import MAX_INSTRUCTION_CHARS
+from tickwork.fsm.forks import MAX_INSTRUCTION_CHARS, MAX_SYSTEM_PROMPT_CHARS
 from tickwork.fsm.tenants import TENANT_PATTERN
 from tickwork.fsm.values import DecisionKind
 
@@ -36,8 +36,6 @@ from .limits import check_tree
 MAX_TEXT = 20_000
 #: the largest job input, as JSON
 MAX_INPUT_BYTES = 65_536
-#: the longest system prompt a fork may set
-MAX_PROMPT = 100_000
 #: the most budget overrides, tool outputs
 MAX_ENTRIES = 50
 #: what a session id may be (the client's SESSION_ID), for the schema
@@ -288,7 +286,7 @@ class Fork(Body):
         ge=0, le=1_000_000, description="Keep steps 1..K of the original (0: start over)."
     )
     system_prompt: str | None = Field(
-        default=None, max_length=MAX_PROMPT, description="Replace the system prompt."
+        default=None, max_length=MAX_SYSTEM_PROMPT_CHARS, description="Replace the system prompt."
     )
     append_instruction: str | None = Field(
         default=None,
