@@ -261,8 +261,9 @@ class Relay(Protocol):
         ...
 
     def settle_ended(self, *, now: datetime, limit: int = 500) -> list[str]:
-        """Charge each ended parent the cost of the ends of its `each` joins whose results
-        it never had (a repair); their ids."""
+        """Charge each ended parent the cost of the children's ends it never had (an
+        `each` join's results not taken, or any join it ended before it woke it: a
+        cancelled parent's); a repair; their ids."""
         ...
 
     def to_cancel(self, *, limit: int = 500) -> list[str]:

@@ -85,7 +85,7 @@ class Services:
         return trees.missed_wakes(self.engine, now=now, limit=limit)
 
     def settle_ended(self, *, now: datetime, limit: int = 500) -> list[str]:
-        """Charge ended parents their `each` children's ends (`trees.settle_ended`)."""
+        """Charge ended parents the children's ends they never had (`trees.settle_ended`)."""
         return trees.settle_ended(self.engine, now=now, limit=limit)
 
     def to_cancel(self, *, limit: int = 500) -> list[str]:

@@ -16,8 +16,10 @@ waits on the join (`waiting_call`); the parent's save that suspends on the join 
 waited on and, in the same transaction, wakes itself at once if an end is there it has not
 had (`mark`). Whichever commits second sees the other, so an end never waits for a parent
 that waits for it. The save that delivers results moves `delivered` on with the
-observation. A parent that ended is charged the cost of the ends it never had
-(`settle`): by the child's end, or by the relay (`settle_ended`) for the ends before it.
+observation. A parent that ended is charged the cost of the ends it never had (an
+`each` parent's results not taken; any parent's children when it ended before its join
+woke it, as a cancelled parent does) (`settle`): by the child's end, or by the relay
+(`settle_ended`) for the ends before it.
 
 Locks are taken child first, then the join, then the parent (a tree's ends move up);
 cancelling moves down in transactions of its own, never holding a parent's row while it
@@ -112,8 +114,8 @@ def _join_from_row(row: rows.Row) -> Join:
 def child_ended(conn: Connection, head: Head, *, now: datetime) -> bool:
     """Count the child `head` (just saved as ended, in `conn`'s transaction) on its join,
     charge its cost and tokens there, and wake its parent if the join wakes it (`wakes`);
-    an `each` child whose parent has ended is charged to it instead (`settle`). True if
-    the parent was woken."""
+    a child whose parent has ended is charged to it instead (`settle`). True if the parent
+    was woken."""
     assert head.parent_id is not None and head.spawn_call is not None
     counted = (
         conn.execute(
@@ -135,7 +137,9 @@ def child_ended(conn: Connection, head: Head, *, now: datetime) -> bool:
     if counted is None:
         return False  # its parent is gone (pruned with its whole tree): nobody to wake
     join = _join_from_row(counted)
-    if join.mode is JoinMode.EACH and _ended(conn, join.parent_id):
+    # a parent that ended before its join woke it (cancelled while its children ran, an
+    # `each` parent done before its last result) never records their cost: charge it now
+    if _ended(conn, join.parent_id):
         settle(conn, join, now=now)
         return False
     return join.wakes and wake(conn, join, now=now)
@@ -227,9 +231,10 @@ def mark(conn: Connection, marked: JoinMark, *, now: datetime) -> bool:
 
 
 def settle(conn: Connection, join: Join, *, now: datetime) -> None:
-    """Charge the ended parent of the `each` `join` the cost and tokens of the ends it
-    never had, with a `children_joined` event saying so (a tenant's spending counts each
-    session once by it), and count them as taken: its cost stays the sum of its tree."""
+    """Charge the ended parent of `join` the cost and tokens of the ends it never had (of
+    any mode: a parent that ended before its join woke it never records the join), with
+    a `children_joined` event saying so (a tenant's spending counts each session once by
+    it), and count them as taken: its cost stays the sum of its tree."""
     taken = join.pending
     if not taken:
         return
@@ -345,15 +350,16 @@ def missed_wakes(engine: Engine, *, now: datetime, limit: int = 500) -> list[tup
 
 
 def settle_ended(engine: Engine, *, now: datetime, limit: int = 500) -> list[str]:
-    """Charge every ended parent the cost of the `each` ends it never had that its
-    children's saves did not charge (those that ended before it, or with it); the
-    parents' ids. A repair that the relay runs."""
+    """Charge every ended parent the cost of the ends it never had that its children's
+    saves did not charge (those that ended before it, or with it): an `each` parent's
+    results it did not take, any parent's children when it ended before its join woke
+    it (a join that woke its parent is charged by the parent's own save). The parents'
+    ids. A repair that the relay runs."""
     unsettled = (
         select(joins.c.parent_id, joins.c.call_id)
         .join(sessions, sessions.c.id == joins.c.parent_id)
         .where(
             joins.c.woken_at.is_(None),
-            joins.c.mode == JoinMode.EACH.value,
             joins.c.ended > joins.c.delivered,
             sessions.c.status.in_(TERMINAL),
         )

@@ -20,7 +20,7 @@ from tickwork.fsm.values import Head, Status
 from tickwork.store.port import Store
 from tickwork.store.ticks import Claimed
 from tickwork.testing.store_contract.base import Contract
-from tickwork.testing.store_contract.trees import at_once, finish, spawn, wakes
+from tickwork.testing.store_contract.trees import at_once, finish, spawn, tree_cost, wakes
 from tickwork.testing.store_ticks import Clock, claim, execute, reply, think, think_change
 
 
@@ -68,12 +68,6 @@ def delivered_ids(store: Store, parent_id: str, call_id: str) -> list[str]:
 
 def last_call(store: Store, parent_id: str) -> str:
     return store.load(parent_id).steps[-1].calls[0].call_id
-
-
-def tree_cost(store: Store, parent_id: str) -> float:
-    """The parent's own model calls and every child's cost."""
-    own = sum(s.cost_usd for s in store.load(parent_id).steps)
-    return own + sum(c.cost_usd for c in store.children(parent_id))
 
 
 class EachJoinContract(Contract):

@@ -60,6 +60,12 @@ def finish(store: Store, clock: Clock, child_id: str, owner: str = "worker-1") -
     return think(store, child_id, reply(content=f"{child_id} done"), now=clock(), owner=owner)
 
 
+def tree_cost(store: Store, parent_id: str) -> float:
+    """The parent's own model calls and every child's cost."""
+    own = sum(s.cost_usd for s in store.load(parent_id).steps)
+    return own + sum(c.cost_usd for c in store.children(parent_id))
+
+
 def wakes(store: Store, session_id: str) -> int:
     """How many times a join woke the session."""
     return sum(
@@ -197,6 +203,45 @@ class TreeContract(Contract):
             assert finish(store, clock, child_id).status is Status.CANCELLED
         assert store.get("p").status is Status.CANCELLED
         assert wakes(store, "p") == 0
+
+    def test_a_parent_cancelled_while_its_children_run_is_charged_their_cost(
+        self, store: Store, clock: Clock
+    ) -> None:
+        ids = spawn(store, clock, "p", 3)
+        finish(store, clock, ids[0])  # ended before the cancel: the relay charges it
+        own_tokens = store.get("p").tokens
+
+        store.request_cancel("p", now=clock(), by="alice")
+        assert store.settle_ended(now=clock()) == ["p"]
+        assert store.settle_ended(now=clock()) == []
+        for child_id in ids[1:]:  # each ends after its parent: its own save charges it
+            assert finish(store, clock, child_id).status is Status.CANCELLED
+
+        head = store.get("p")
+        assert head.status is Status.CANCELLED
+        assert abs(head.cost_usd - tree_cost(store, "p")) < 1e-9
+        assert head.tokens == own_tokens + sum(c.tokens for c in store.children("p"))
+        assert store.settle_ended(now=clock()) == []
+
+    def test_a_parent_that_took_its_join_is_never_charged_again(
+        self, store: Store, clock: Clock
+    ) -> None:
+        ids = spawn(store, clock, "p", 2)
+        for child_id in ids:
+            finish(store, clock, child_id)
+        parent = claim(store, "p", now=clock())
+        [call] = parent.calls
+        join = store.join("p", call.call_id)
+        assert join is not None
+        ends = trees.child_ends(store.children("p", call.call_id))
+        change = trees.joined(
+            parent.head, parent.calls, call, join, ends, now=clock(), max_chars=20_000
+        )
+        store.save(change, version=parent.head.version, owner=parent.owner, now=clock())
+        assert think(store, "p", reply(content="done"), now=clock()).status is Status.COMPLETED
+
+        assert store.settle_ended(now=clock()) == []
+        assert abs(store.get("p").cost_usd - tree_cost(store, "p")) < 1e-9
 
     def test_a_first_join_asks_the_others_to_stop_and_waits_for_them(
         self, store: Store, clock: Clock
