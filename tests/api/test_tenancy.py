@@ -348,7 +348,14 @@ def test_a_submit_goes_into_the_tokens_tenant(world: World, tmp_path: Path) -> N
     listed = world.http("root").get("/api/v1/sessions", params={"tenant": "team-b"}).json()
     assert {s["id"] for s in listed} == set(world.ids["bob"])
     assert {s["tenant"] for s in listed} == {"team-b"}
-    assert world.http("bob").get("/api/v1/sessions", params={"tenant": "team-a"}).json() == []
+    # another tenant's listing is refused as its dead letters are, not answered empty (an
+    # empty page read as "team-a has no sessions")
+    foreign = world.http("bob").get("/api/v1/sessions", params={"tenant": "team-a"})
+    assert foreign.status_code == 403, foreign.text
+    assert foreign.json()["code"] == "forbidden"
+    assert "bob reads tenant team-b's sessions only" in foreign.json()["message"]
+    own = world.http("bob").get("/api/v1/sessions", params={"tenant": "team-b"}).json()
+    assert {s["id"] for s in own} == set(world.ids["bob"])
     me = world.http("amy").get("/api/v1/me").json()
     assert me == {"name": "amy", "roles": sorted(EVERY), "tenant": "team-a", "own_only": True}
 

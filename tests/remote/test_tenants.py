@@ -63,3 +63,20 @@ def test_the_cli_with_server_sends_tenant_to_the_dead_letter_calls(
     assert not any(i in exported for i in _failed(world, "ann", "amy"))
     refused = cli.inline("dlq", "ls", "--tenant", "team-a", ok=False, TICKWORK_TOKEN=TOKEN["bob"])
     refused.error(1, "admin")
+
+
+def test_ls_of_another_tenant_is_refused_not_answered_empty(
+    world: World,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    with Client(world.url, token=TOKEN["bob"]) as bob:
+        assert {s.id for s in bob.sessions(tenant="team-b")} == set(world.ids["bob"])
+        with pytest.raises(RemoteError) as refused:
+            bob.sessions(tenant="team-a")
+        assert refused.value.status == 403 and "admin" in refused.value.message
+    env = {"TICKWORK_SERVER": world.url, "TICKWORK_TOKEN": TOKEN["bob"], "HOME": str(tmp_path)}
+    cli = Cli(env, tmp_path)
+    # "no sessions match" read as "team-a has none"
+    cli.inline("ls", "--tenant", "team-a", ok=False).error(1, "bob reads tenant team-b's")
+    every = cli.inline("ls", "--tenant", "*", "--json").json()
+    assert {s["id"] for s in every} == set(world.ids["bob"])

@@ -24,7 +24,7 @@ from .errors import ApiError, documented
 from .limits import MAX_INT
 from .metrics import DECISION_WAIT, DECISIONS
 from .models import allowed_model
-from .tenancy import seen_forks, seen_head, session_filters, submit_tenant
+from .tenancy import check_named_tenant, seen_forks, seen_head, session_filters, submit_tenant
 
 router = APIRouter(prefix="/api/v1", responses=documented(401, 403, 422, 503))
 #: what a route that takes a body or a session id may answer besides
@@ -125,15 +125,16 @@ def list_sessions(
         Query(
             max_length=64,
             pattern=TENANT_PATTERN,
-            description="Only this tenant's sessions (an admin's filter; other tokens see "
-            "their own tenant's whatever they name).",
+            description="Only this tenant's sessions (an admin's filter; another token may "
+            "name only its own tenant: 403 for another).",
         ),
     ] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     offset: Annotated[int, Query(ge=0, le=MAX_INT)] = 0,
 ) -> list[Listed]:
+    check_named_tenant(who, tenant, "sessions")
     scope = session_filters(who, submitted_by)
-    if scope is None or (tenant and not who.admin and tenant != who.tenant):
+    if scope is None:
         return []
     if who.admin and tenant:
         scope["tenant"] = tenant

@@ -50,17 +50,23 @@ def session_filters(who: Principal, submitted_by: str | None = None) -> dict[str
     return {"tenant": who.scope, "submitted_by": submitted_by}
 
 
-def letter_filters(who: Principal, tenant: str | None = None) -> dict[str, Any]:
-    """The dead-letter filters for `who`: its tenant's, only its own for an own-only token;
-    `tenant` narrows an admin's to one tenant (another token may name only its own: naming
-    another is refused, as a submit into it is, whether that tenant exists or not)."""
+def check_named_tenant(who: Principal, tenant: str | None, what: str) -> None:
+    """A listing's `tenant` filter: an admin's to name any; another token may name only its
+    own (naming another is refused, as a submit into it is, whether that tenant exists or
+    not: an empty answer would read as "that tenant has none")."""
     if tenant and not who.admin and tenant != who.tenant:
         raise ApiError(
             403,
             "forbidden",
-            f"{who.name} reads tenant {who.tenant}'s dead letters only; leave `tenant` out "
+            f"{who.name} reads tenant {who.tenant}'s {what} only; leave `tenant` out "
             "(naming another tenant takes the admin role)",
         )
+
+
+def letter_filters(who: Principal, tenant: str | None = None) -> dict[str, Any]:
+    """The dead-letter filters for `who`: its tenant's, only its own for an own-only token;
+    `tenant` narrows an admin's to one tenant (`check_named_tenant`)."""
+    check_named_tenant(who, tenant, "dead letters")
     own = who.own_only and not who.admin
     scope = tenant if who.admin and tenant else who.scope
     return {"tenant": scope, "submitted_by": who.name if own else None}

@@ -183,8 +183,8 @@ def sessions(
     offset: int = 0,
 ) -> Plan[list[Listed]]:
     """Sessions, newest first; `submitted_by` a token's name, `parent_id` for the forks of
-    a session, `tenant` one tenant's (an admin token's filter: other tokens see only their
-    own tenant's)."""
+    a session, `tenant` one tenant's (an admin token's filter; another token may name only
+    its own: RemoteError 403 for another)."""
     params: dict[str, Any] = {"limit": limit, "offset": offset}
     params["status"] = [Status(s).value for s in status]
     given = {
