@@ -62,8 +62,14 @@ def check_priority(priority: object) -> int:
 
 def check_concurrency(key: object, max_per_key: object) -> tuple[str | None, int | None]:
     """The concurrency key and its limit as stored: a key alone allows one session in flight
-    at a time; a limit without a key is refused."""
-    if key is None or key == "":
+    at a time; a limit without a key is refused, and so is an empty key (an unset shell
+    variable's: the session would run unkeyed, beside the ones it must wait for)."""
+    if key == "":
+        raise InvalidInput(
+            "the concurrency key is empty: give one (e.g. --concurrency-key "
+            "github.com/org/repo; API: concurrency_key), or leave it out for no key"
+        )
+    if key is None:
         if max_per_key is not None:
             raise InvalidInput(
                 "max_per_key needs a concurrency key: give --concurrency-key KEY with it"

@@ -103,6 +103,8 @@ def test_bad_submissions_are_422_and_say_what_was_wrong(stack: Stack) -> None:
         ({"kind": TEST_KIND, "model": script, "priority": 1001}, "body.priority"),
         ({"kind": TEST_KIND, "model": script, "max_per_key": 2}, "needs a concurrency key"),
         ({"kind": TEST_KIND, "model": script, "concurrency_key": "a b"}, "concurrency key 'a b'"),
+        # an empty key (an unset shell variable) ran unkeyed; the schema's pattern refuses it
+        ({"kind": TEST_KIND, "model": script, "concurrency_key": ""}, "concurrency key is empty"),
         (
             {"kind": TEST_KIND, "model": script, "concurrency_key": "k", "max_per_key": 0},
             "body.max_per_key",

@@ -42,13 +42,14 @@ def test_concurrency_key_alone_means_one_at_a_time() -> None:
     assert check_concurrency("github.com/org/repo", None) == ("github.com/org/repo", 1)
     assert check_concurrency("repo-1", 3) == ("repo-1", 3)
     assert check_concurrency(None, None) == (None, None)
-    assert check_concurrency("", None) == (None, None)
 
 
 @pytest.mark.parametrize(
     ("key", "limit", "said"),
     [
         (None, 2, "needs a concurrency key"),
+        ("", None, "concurrency key is empty"),
+        ("", 2, "concurrency key is empty"),
         ("has space", None, "not valid"),
         ("-starts-with-dash", None, "not valid"),
         ("x" * 201, None, "not valid"),
