@@ -234,6 +234,14 @@ def test_the_api_errors_arrive_as_one_exception_with_code_status_and_message(
     nowhere = Client(f"http://127.0.0.1:{_free_port()}", token="x" * 20)
     with nowhere, pytest.raises(ServerUnreachable, match="cannot reach the tickwork server"):
         nowhere.me()
+    # the server answers, but the address has a wrong path: say so, naming the URL asked
+    astray = Client(remote.url + "/tickwork", token=TOKEN["alice"])
+    with astray, pytest.raises(RemoteError) as no_route:
+        astray.me()
+    assert no_route.value.status == 404 and no_route.value.code == "not_found"
+    said = no_route.value.message
+    assert f"GET {remote.url}/tickwork/api/v1/me is no route" in said, said
+    assert "TICKWORK_SERVER (--server)" in said, said
 
 
 def test_server_and_token_come_from_the_constructor_or_the_environment(

@@ -26,6 +26,10 @@ class ServerUnreachable(RemoteError):
     """The server did not answer at all (refused, reset, timed out)."""
 
 
+#: the API's code of a 404 for a path it has no route for (a found-nothing 404 names what)
+NO_ROUTE = "not_found"
+
+
 def error_of(response: httpx.Response) -> RemoteError:
     """The error a non-2xx response carries: its JSON `code` and `message` when it has them
     (every error of the API does), else what a proxy in between said."""
@@ -37,6 +41,13 @@ def error_of(response: httpx.Response) -> RemoteError:
     if isinstance(body, dict) and isinstance(body.get("code"), str):
         details = {k: v for k, v in body.items() if k not in ("code", "message")}
         message = str(body.get("message") or body["code"])
+        if status == 404 and body["code"] == NO_ROUTE:
+            # every route the client asks for exists: the server's address has a wrong path
+            message = (
+                f"{response.request.method} {response.request.url} is no route of the "
+                "tickwork API (404); is TICKWORK_SERVER (--server) right? Give the address "
+                "`tickwork serve` listens on, http://HOST:PORT (or that with /api/v1)"
+            )
         return RemoteError(message, code=body["code"], status=status, details=details)
     said = " ".join(response.text.split())[:200] or response.reason_phrase
     return RemoteError(
