@@ -238,6 +238,7 @@ def list_sessions(
         )
         return
     remote = cli_remote.client()
+    drawn: list[dict[str, Any]] = []
     if remote is not None:
         with remote:
             heads = remote.sessions(
@@ -248,6 +249,14 @@ def list_sessions(
                 tenant=options.remote_tenant(tenant, many=True),
                 limit=limit,
             )
+            if tree:
+                # the API draws a session's tree in its answer (only what the token sees);
+                # a root without children has none there, and is drawn alone, as here
+                drawn = [
+                    remote.timeline(h.id).get("tree") or views.tree(h, [])
+                    for h in heads
+                    if h.root_id is None
+                ]
     else:
         with Context() as ctx:
             wanted: dict[str, Any] = dict(
@@ -272,16 +281,15 @@ def list_sessions(
                         "match: --tenant '*' lists them too"
                     )
     if tree:
-        if remote is not None:
-            cli_remote.local_only("`tickwork ls --tree`", " (the trees are read here)")
-        with Context() as ctx:
-            # a tree holds its root's tenant only (children inherit it; a stray row of
-            # another tenant under it is not drawn)
-            drawn = [
-                views.tree(h, [c for c in ctx.store.tree(h.id) if c.tenant == h.tenant])
-                for h in heads
-                if h.root_id is None
-            ]
+        if remote is None:
+            with Context() as ctx:
+                # a tree holds its root's tenant only (children inherit it; a stray row of
+                # another tenant under it is not drawn)
+                drawn = [
+                    views.tree(h, [c for c in ctx.store.tree(h.id) if c.tenant == h.tenant])
+                    for h in heads
+                    if h.root_id is None
+                ]
         if json_output:
             views.emit(drawn)
         elif not drawn:

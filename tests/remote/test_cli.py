@@ -148,6 +148,10 @@ def test_show_previews_an_adoption_as_the_childs_patch(
     note = f"the patch of child 0 ({child.id}, explorer), outcome {child.result['outcome']}"
     assert f"s2c0 adopt_patch: {note}" in shown, shown
     assert "-    return a - b" in shown and "+    return a + b" in shown
+    # `ls --tree` draws the tree through the server as it does here (it was refused)
+    [drawn] = [t for t in cli.inline("ls", "--tree", "--json").json() if t["id"] == session_id]
+    assert [(c["id"], c["role"]) for c in drawn["children"]] == [(child.id, "explorer")]
+    assert child.id in cli.inline("ls", "--tree").stdout
 
 
 def _failed(remote: Remote, n: int) -> list[str]:
