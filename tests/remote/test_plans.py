@@ -136,3 +136,18 @@ def test_a_body_the_apis_model_refuses_is_not_sent() -> None:
         "input": {"repo": "r", "test_cmd": "true"},
         "budgets": {"max_steps": 3},
     }
+
+
+def test_help_shows_each_methods_own_parameters() -> None:
+    """help() and IDEs read `inspect.signature`: `submit` showed no `kind` (taken for
+    `self`), and a method of keywords only (`sessions`) had no signature at all."""
+    import inspect
+
+    for client in (Client("http://x:1", token="t" * 20), AsyncClient("http://x:1", token="t" * 20)):
+        submit = inspect.signature(client.submit)
+        assert list(submit.parameters)[:2] == ["kind", "input"], submit
+        assert submit.return_annotation == "Head"
+        sessions = inspect.signature(client.sessions)
+        assert "tenant" in sessions.parameters and "status" in sessions.parameters
+        assert list(inspect.signature(client.me).parameters) == []
+        assert list(inspect.signature(type(client).get).parameters) == ["self", "session_id"]

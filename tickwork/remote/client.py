@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 import os
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
@@ -66,6 +67,19 @@ def read(call: Call[T], response: httpx.Response) -> T:
     return call.read(response)
 
 
+def _as_method(method: Callable[..., Any], plan: Callable[..., Any]) -> None:
+    """Give `method` the plan's signature with `self` first: `functools.wraps` alone makes
+    `inspect.signature` (help(), IDEs) drop the plan's own first parameter as if it were
+    `self` (`submit` showed no `kind`), or fail for a plan of keywords only."""
+    own = inspect.signature(plan)
+    self_ = inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY)
+    gives = str(own.return_annotation)  # "Plan[Head]": the method gives the Head
+    method.__signature__ = own.replace(  # type: ignore[attr-defined]
+        parameters=[self_, *own.parameters.values()],
+        return_annotation=gives[5:-1] if gives.startswith("Plan[") else own.return_annotation,
+    )
+
+
 def blocking(plan: Callable[P, Plan[T]]) -> Callable[Concatenate[Client, P], T]:
     """The plan as a method of `Client`."""
 
@@ -73,6 +87,7 @@ def blocking(plan: Callable[P, Plan[T]]) -> Callable[Concatenate[Client, P], T]:
     def method(self: Client, /, *args: P.args, **kwargs: P.kwargs) -> T:
         return self.run(plan(*args, **kwargs))
 
+    _as_method(method, plan)
     return method
 
 
@@ -85,6 +100,7 @@ def awaited(
     async def method(self: AsyncClient, /, *args: P.args, **kwargs: P.kwargs) -> T:
         return await self.run(plan(*args, **kwargs))
 
+    _as_method(method, plan)
     return method
 
 
