@@ -152,6 +152,19 @@ def test_a_bad_tokens_file_is_a_configuration_error(tmp_path: Path) -> None:
     path.write_text('{"a-long-random-token-xyz": {"name": "x", "tenant": "Team A"}}')
     with pytest.raises(ConfigurationError, match="tenant: String should match"):
         ApiSettings(api_tokens_file=path).tokens()
+    # which entry is wrong, by its holder's name (else its place), never by the token; and a
+    # tenant name metrics keep for others ('other': past the label cap) is refused, as a
+    # submit into it is
+    ok = {"name": "ann", "roles": ["approver"]}
+    for entry, said in (
+        ({"name": "olga", "tenant": "other"}, "the token of 'olga': tenant: .*reserved"),
+        ({"name": "nils", "tenant": "none"}, "the token of 'nils': tenant: .*reserved"),
+        ({"name": 7, "roles": ["approver"]}, "entry 2: name"),
+    ):
+        path.write_text(json.dumps({"a-long-random-token-ann": ok, "a-long-secret-token": entry}))
+        with pytest.raises(ConfigurationError, match=said) as refused:
+            ApiSettings(api_tokens_file=path).tokens()
+        assert "a-long-secret-token" not in str(refused.value)
     path.write_text('{"a-long-random-token-xyz": {"name": "x", "own_only": "maybe"}}')
     with pytest.raises(ConfigurationError, match="own_only"):
         ApiSettings(api_tokens_file=path).tokens()

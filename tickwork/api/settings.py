@@ -21,8 +21,8 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from tickwork.fsm.errors import ConfigurationError
-from tickwork.fsm.tenants import DEFAULT_TENANT, TENANT_PATTERN
+from tickwork.fsm.errors import ConfigurationError, InvalidInput
+from tickwork.fsm.tenants import DEFAULT_TENANT, TENANT_PATTERN, check_tenant
 
 
 class Role(StrEnum):
@@ -51,6 +51,15 @@ class TokenSpec(BaseModel):
         if not value.strip():
             raise ValueError("a token needs the name of the person who holds it")
         return value.strip()
+
+    @field_validator("tenant")
+    @classmethod
+    def _tenant(cls, value: str) -> str:
+        # the names metrics keep for many tenants or none, refused as a submit's are
+        try:
+            return check_tenant(value)
+        except InvalidInput as exc:
+            raise ValueError(str(exc)) from None
 
 
 class ApiSettings(BaseSettings):
@@ -101,10 +110,16 @@ def read_tokens_file(path: Path) -> dict[str, TokenSpec]:
         raise ConfigurationError(f"{where} is not JSON: {exc}") from None
     if not isinstance(data, dict):
         raise ConfigurationError(f"{where} must hold an object: token -> {{name, roles}}")
-    try:
-        return {str(k): TokenSpec.model_validate(v) for k, v in data.items()}
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        raise ConfigurationError(
-            f"{where}: {'.'.join(str(p) for p in first['loc'])}: {first['msg']}"
-        ) from None
+    found = {}
+    for place, (key, value) in enumerate(data.items(), start=1):
+        try:
+            found[str(key)] = TokenSpec.model_validate(value)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            # the entry by its holder's name, else its place: never the token itself
+            name = value.get("name") if isinstance(value, dict) else None
+            which = f"the token of {name!r}" if isinstance(name, str) else f"entry {place}"
+            raise ConfigurationError(
+                f"{where}: {which}: {'.'.join(str(p) for p in first['loc'])}: {first['msg']}"
+            ) from None
+    return found
