@@ -93,6 +93,10 @@ def test_an_unknown_role_names_the_known_ones() -> None:
         role_for(Jobs().roles("repair"), "wizard", kind="repair")
     assert "unknown role 'wizard'" in str(caught.value)
     assert "explorer, planner, reviewer" in str(caught.value)
+    for bad in (5, None, ["planner"]):  # a string's look-alike was "unknown role '5'"
+        with pytest.raises(InvalidInput, match="a role is named by a string, not") as typed:
+            role_for(Jobs().roles("repair"), bad, kind="repair")
+        assert "explorer, planner, reviewer" in str(typed.value)
 
 
 def submit(tmp_path: Path, **extra: Any) -> dict[str, Any]:

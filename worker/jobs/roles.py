@@ -175,7 +175,12 @@ def role_for(roles: Mapping[str, Role], name: Any, *, kind: str) -> Role:
     found = roles.get(name) if isinstance(name, str) else None
     if found is None:
         known = ", ".join(sorted(roles)) or "none (spawn children without a role)"
+        if not isinstance(name, str):  # 5 read as the role '5'
+            raise InvalidInput(
+                f"a role is named by a string, not {type(name).__name__} {str(name)[:40]}; "
+                f"the roles of job kind {kind!r} are: {known}"
+            )
         raise InvalidInput(
-            f"unknown role {str(name)[:40]!r} for job kind {kind!r}; the roles are: {known}"
+            f"unknown role {name[:40]!r} for job kind {kind!r}; the roles are: {known}"
         )
     return found
