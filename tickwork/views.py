@@ -159,7 +159,8 @@ def tree(root: Head, descendants: list[Head]) -> dict[str, Any]:
         found = outcome_of(h.result)
         return {
             "id": h.id,
-            "role": h.role,
+            # a child's role is its head's; a root's, taken from its input, its config's
+            "role": h.role or str(h.config.get("role") or ""),
             "status": h.status.value,
             "outcome": found.value if found else None,
             "error_code": h.error_code.value if h.error_code else None,

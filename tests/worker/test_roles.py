@@ -129,6 +129,16 @@ def test_a_root_takes_a_role_from_its_input_or_works_alone(tmp_path: Path) -> No
     planner = submit(tmp_path, role="planner")
     assert planner["role"] == "planner" and planner["system_prompt"] == team.PLANNER_PROMPT
     assert "spawn_agents" in planner["tools"]
+    # the tree (`ls --tree`, `show`, the API's `tree`) names the root's role as a child's
+    from tickwork import views
+
+    root = parent_head(planner)
+    child = parent_head(submit(tmp_path, role="explorer")).model_copy(
+        update={"id": "c-1", "parent_id": root.id, "root_id": root.id, "role": "explorer"}
+    )
+    drawn = views.tree(root, [child])
+    assert (drawn["role"], drawn["children"][0]["role"]) == ("planner", "explorer")
+    assert views.tree(parent_head(alone), [])["role"] == ""
     with pytest.raises(InvalidInput, match="unknown role 'boss'"):
         submit(tmp_path, role="boss")
 
