@@ -29,9 +29,10 @@ from sqlalchemy import (
     select,
     update,
 )
+from tickwork.fsm import machine
 from tickwork.fsm.admission import Admission, Room, TenantLimit, fair_shares, may_start
-from tickwork.fsm.values import IN_FLIGHT, Event, EventKind, Head, Status
-from tickwork.store import quotas, rows
+from tickwork.fsm.values import IN_FLIGHT, ErrorCode, Event, EventKind, Head, Status
+from tickwork.store import quotas, reads, rows, writes
 from tickwork.store.relay import Due
 from tickwork.store.schema import events, outbox, sessions
 
@@ -39,6 +40,8 @@ from tickwork.store.schema import events, outbox, sessions
 PASS_BUDGET = 200
 #: the most pages of candidates one tenant's admission reads in a pass
 MAX_PAGES = 8
+#: the most queued sessions (the oldest) a full pass reads for a deadline that passed
+EXPIRY_SCAN = 500
 _IN_FLIGHT = [s.value for s in IN_FLIGHT]
 _QUEUED = Status.QUEUED.value
 
@@ -91,8 +94,11 @@ def admit(
     """One pass of admission: queued sessions let in while their tenant is under its
     in-flight limit and their key under its own, at most `budget`, shared across tenants
     by `fair_shares` (the least busy for its weight first) and within a tenant by priority,
-    then age. `tenants`: only these (a session of theirs just finished). Returns the ticks
-    to publish, in the fair order."""
+    then age. `tenants`: only these (a session of theirs just finished). A full pass
+    (`tenants` None) first fails the queued sessions whose deadline passed (`expire`).
+    Returns the ticks to publish, in the fair order."""
+    if tenants is None:
+        expire(engine, now=now)
     with engine.connect() as conn:
         rooms = _rooms(conn, admission, tenants)
     order = fair_shares(rooms, budget=budget)
@@ -104,6 +110,45 @@ def admit(
                 conn, tenant, admission.of(tenant), wanted[tenant], now=now
             )
     return list(_interleaved(order, admitted))
+
+
+def expire(engine: Engine, *, now: datetime, limit: int = EXPIRY_SCAN) -> list[str]:
+    """Fail `DEADLINE`, dead-lettered as at a tick, the queued sessions (of the `limit`
+    oldest) whose deadline passed while they waited: a deadline runs from the submit, the
+    wait included, so each would fail at its first tick anyway; failed now, it frees its
+    place in `max_queued` and says why, instead of waiting, maybe for ever, for a slot.
+    Their ids."""
+    with engine.connect() as conn:
+        waiting = conn.execute(
+            select(sessions.c.id, sessions.c.created_at, sessions.c.budgets)
+            .where(sessions.c.status == _QUEUED)
+            .order_by(sessions.c.created_at)
+            .limit(limit)
+        ).all()
+    late = [r.id for r in waiting if _past_deadline(r.created_at, r.budgets, now)]
+    failed = []
+    for session_id in late:
+        with engine.begin() as conn:
+            head = reads.read_head(conn, session_id, lock=True)
+            if head.status is not Status.QUEUED:
+                continue  # admitted or cancelled meanwhile
+            waited = (now - head.created_at).total_seconds()
+            change = machine.fail(
+                head,
+                ErrorCode.DEADLINE,
+                f"{waited:.0f}s since creation, deadline_s is {head.budgets.deadline_s:g}; it "
+                "waited queued and was never admitted (its tenant's max_in_flight or its "
+                "concurrency key's limit stayed full): give a deadline that covers the wait",
+                now=now,
+            )
+            writes.apply_change(conn, change, version=head.version, owner=None, now=now)
+            failed.append(session_id)
+    return failed
+
+
+def _past_deadline(created_at: datetime, budgets: Any, now: datetime) -> bool:
+    deadline = (budgets or {}).get("deadline_s") if isinstance(budgets, dict) else None
+    return deadline is not None and (now - created_at).total_seconds() >= float(deadline)
 
 
 def _rooms(conn: Connection, admission: Admission, tenants: Sequence[str] | None) -> list[Room]:

@@ -237,7 +237,9 @@ class Relay(Protocol):
         """One pass of admission (DESIGN section 15): queued sessions let in (queued ->
         ready, their first tick written) while their tenant and key are under their
         limits, at most `budget`, in weighted fair order across tenants and by priority
-        then age within one; only `tenants`' if given. The ticks to publish, in order."""
+        then age within one; only `tenants`' if given. A full pass (no `tenants`) first
+        fails `DEADLINE` the queued sessions whose deadline passed while they waited. The
+        ticks to publish, in order."""
         ...
 
     def hold_sign(self, key: int) -> Sign | None:

@@ -1,10 +1,11 @@
 """Admission (the `create` limit and `Relay.admit`): a session past its tenant's in-flight
-limit waits queued with no tick, and is admitted once a slot frees."""
+limit waits queued with no tick, and is admitted once a slot frees; one whose deadline
+passes while it waits fails `DEADLINE` at the pass."""
 
 from __future__ import annotations
 
 from tickwork.fsm.admission import Admission, TenantLimit
-from tickwork.fsm.values import Head, Session, Status
+from tickwork.fsm.values import Budgets, ErrorCode, Head, Session, Status
 from tickwork.store.port import Store
 from tickwork.store.relay import Due
 from tickwork.testing.store_contract.base import Contract
@@ -56,3 +57,24 @@ class AdmissionContract(Contract):
 
         assert store.request_cancel("waiting", now=clock()).status is Status.CANCELLED
         assert store.admit(Admission(default=TenantLimit(max_in_flight=5)), now=clock()) == []
+
+    def test_a_queued_session_past_its_deadline_fails_without_being_admitted(
+        self, store: Store, clock: Clock
+    ) -> None:
+        _submit(store, clock, "running")  # holds the one slot (waits for a person, say)
+        short = Budgets(deadline_s=60.0)
+        _submit(store, clock, "late", budgets=short)
+        _submit(store, clock, "patient")  # the default deadline: hours
+
+        assert store.admit(Admission(default=ONE), now=clock.advance(30)) == []
+        assert store.get("late").status is Status.QUEUED
+        # its deadline passed while it waited: it fails DEADLINE and is dead-lettered at
+        # the relay's pass, freeing its place in max_queued, instead of waiting for a slot
+        # to fail at its first tick
+        assert store.admit(Admission(default=ONE), now=clock.advance(60)) == []
+        late = store.get("late")
+        assert (late.status, late.error_code) == (Status.FAILED, ErrorCode.DEADLINE)
+        assert "queued" in late.error_message and "deadline_s is 60" in late.error_message
+        assert store.dead_letter("late").code == ErrorCode.DEADLINE
+        assert store.get("patient").status is Status.QUEUED
+        assert store.due_ticks(now=clock.advance(120), older_than_s=60) == [Due("running", 0)]
