@@ -9,6 +9,7 @@ from typing import Any
 
 import httpx
 import pytest
+from tickwork.fsm.errors import InvalidInput
 from tickwork.fsm.values import Status
 
 from tickwork.remote import AsyncClient, Client, RemoteError
@@ -151,3 +152,24 @@ def test_help_shows_each_methods_own_parameters() -> None:
         assert "tenant" in sessions.parameters and "status" in sessions.parameters
         assert list(inspect.signature(client.me).parameters) == []
         assert list(inspect.signature(type(client).get).parameters) == ["self", "session_id"]
+
+
+def test_a_status_filter_takes_one_status_or_several_and_names_them_when_wrong() -> None:
+    sent: list[list[str]] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/api/v1/sessions":
+            sent.append(request.url.params.get_list("status"))
+            return httpx.Response(200, json=[])
+        return httpx.Response(200, json={"head": {**HEAD, "status": "queued"}, "steps": []})
+
+    sync, _ = _mock(answer)
+    with Client("http://tw.test/", token="token-token-token-1", transport=sync) as c:
+        c.sessions(status="queued")  # was read letter by letter: "'q' is not a valid Status"
+        c.sessions(status=[Status.FAILED, "completed"])
+        assert sent == [["queued"], ["failed", "completed"]]
+        assert c.wait("s-1", until="queued", timeout=5).status is Status.QUEUED
+        for call in (lambda: c.sessions(status=["nope"]), lambda: c.wait("s-1", until="nope")):
+            with pytest.raises(InvalidInput, match="'nope' is not a session status") as bad:
+                call()
+            assert "waiting_approval" in str(bad.value)

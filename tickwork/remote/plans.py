@@ -22,6 +22,7 @@ from tickwork.api import bodies
 from tickwork.api.answers import Listed
 from tickwork.api.bodies import Closing
 from tickwork.api.inputs import RepairInput
+from tickwork.fsm.errors import InvalidInput
 from tickwork.fsm.values import DecisionKind, ErrorCode, Event, Head, Status
 from tickwork.store.dead_letters import DeadLetter
 
@@ -172,7 +173,7 @@ def timeline(session_id: str) -> Plan[dict[str, Any]]:
 
 def sessions(
     *,
-    status: Iterable[Status | str] = (),
+    status: Iterable[Status | str] | str = (),
     kind: str | None = None,
     error_code: ErrorCode | str | None = None,
     outcome: str | None = None,
@@ -186,7 +187,7 @@ def sessions(
     a session, `tenant` one tenant's (an admin token's filter; another token may name only
     its own: RemoteError 403 for another)."""
     params: dict[str, Any] = {"limit": limit, "offset": offset}
-    params["status"] = [Status(s).value for s in status]
+    params["status"] = [s.value for s in statuses(status, what="status")]
     given = {
         "kind": kind,
         "error_code": error_code,
@@ -219,16 +220,32 @@ def patch(session_id: str) -> Plan[str]:
     return (yield Call("GET", _path("sessions", session_id, "patch"), lambda r: r.text))
 
 
+def statuses(given: Iterable[Status | str] | str, *, what: str) -> list[Status]:
+    """The statuses `given`: one (a string) or several; InvalidInput naming the statuses
+    for one that is none (`status="queued"` was read letter by letter: "'q' is not a valid
+    Status")."""
+    found = []
+    for name in [given] if isinstance(given, str) else given:
+        try:
+            found.append(Status(name))
+        except ValueError:
+            raise InvalidInput(
+                f"{what}: {name!r} is not a session status; give one or several of "
+                f"{', '.join(s.value for s in Status)}"
+            ) from None
+    return found
+
+
 def wait(
     session_id: str,
     *,
-    until: Iterable[Status | str] = (),
+    until: Iterable[Status | str] | str = (),
     timeout: float | None = None,
     poll: float = 0.5,
 ) -> Plan[Listed]:
     """Poll the session until its status is one of `until` [default: any terminal one];
     TimeoutError after `timeout` seconds."""
-    wanted = {Status(s) for s in until}
+    wanted = set(statuses(until, what="until"))
     started = time.monotonic()
     while True:
         head = yield from get(session_id)
