@@ -201,6 +201,27 @@ def test_a_tree_s_spend_counts_once_though_its_root_carries_the_children_s(
     assert refused.value.used == pytest.approx(0.03)
 
 
+def test_a_cancelled_tree_s_spend_counts_once_though_its_root_is_charged_late(
+    fleet: Fleet,
+) -> None:
+    """A root cancelled while its children ran is charged their cost as they end (and by
+    the relay's `settle_ended` for those before): the day's spend takes each once."""
+    store = fleet.client.store
+    clock = Clock(datetime.now(UTC))
+    ids = spawn(store, clock, "cancelled-tree", 2)  # the root's spawn step costs 0.01
+    finish(store, clock, ids[0])  # 0.01, before the cancel
+    store.request_cancel("cancelled-tree", now=clock(), by="ann")
+    store.settle_ended(now=clock())
+    finish(store, clock, ids[1])  # asked to cancel: it ends at its tick, no model call
+    cost = 0.01 + sum(c.cost_usd for c in store.children("cancelled-tree"))
+    assert cost == pytest.approx(0.02)
+    assert store.get("cancelled-tree").cost_usd == pytest.approx(cost)
+
+    engine = store.engine  # type: ignore[attr-defined]
+    used = quotas.usage(engine, "default", now=clock(), stored=quotas.StoredBytes())
+    assert used["max_usd_per_day"] == pytest.approx(cost)  # not 0.03: the charge is taken off
+
+
 def test_a_fork_counts_only_what_it_spent_itself(fleet: Fleet) -> None:
     """A fork's `cost_usd` starts at the cost of the steps it kept, which its parent spent
     and which counts already: the day's spend takes it once."""
