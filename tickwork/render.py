@@ -1,7 +1,8 @@
 """Rich rendering of the views in `tickwork.views`: tables, timelines and event lines.
 
 Everything a session holds is text a model or a person wrote, so it goes in as `Text`,
-never as markup. Long values are cut here; `--json` prints them whole. What a call would
+never as markup, and comes out without the control characters a terminal would obey
+(`Terminal`). Long values are cut here; `--json` prints them whole. What a call would
 write to files is never cut: a person approves it from this view.
 """
 
@@ -19,6 +20,7 @@ from rich import box
 from rich.cells import cell_len
 from rich.console import Console, Group, RenderableType
 from rich.rule import Rule
+from rich.segment import Segment
 from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
@@ -47,12 +49,41 @@ QUEUED = "waits for room under its tenant's max_in_flight or its concurrency key
 PIPE_WIDTH = 200
 
 
+#: what a terminal would obey in a session's text (a command's output, a model's reply, a
+#: file a call writes): C0 and C1 controls but tab and newline, DEL, and the bidirectional
+#: overrides; an escape sequence there could erase or rewrite the lines a person approves
+CONTROLS = dict.fromkeys(
+    [
+        *range(0x00, 0x09),
+        *range(0x0B, 0x20),
+        *range(0x7F, 0xA0),
+        *range(0x202A, 0x202F),
+        *range(0x2066, 0x206A),
+    ]
+)
+
+
+class Terminal(Console):
+    """A console that prints what it is given and obeys no control character in it: they
+    are dropped (an escape sequence's printable rest stays visible), so the text a session
+    holds cannot move the cursor, erase lines, retitle the window or set the clipboard.
+    The styles rich adds itself are not text, and stay."""
+
+    def render(self, renderable: Any, options: Any = None) -> Iterable[Segment]:
+        for segment in super().render(renderable, options):
+            if segment.control is None and not segment.text.isprintable():
+                cleaned = segment.text.translate(CONTROLS)
+                if cleaned != segment.text:
+                    segment = Segment(cleaned, segment.style)
+            yield segment
+
+
 @functools.cache
 def console() -> Console:
     width = None
     if not sys.stdout.isatty() and not os.environ.get("COLUMNS"):
         width = PIPE_WIDTH
-    return Console(highlight=False, soft_wrap=False, width=width)
+    return Terminal(highlight=False, soft_wrap=False, width=width)
 
 
 def show(*renderables: RenderableType) -> None:
@@ -77,7 +108,7 @@ def note(text: str) -> None:
 
 def wider(out: Console, width: int) -> Console:
     """A console like `out`, writing where it writes, `width` columns wide."""
-    return Console(
+    return Terminal(
         file=out.file,
         width=width,
         highlight=False,
