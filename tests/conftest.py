@@ -125,7 +125,8 @@ WHEELS = Path(os.environ.get("TICKWORK_TEST_WHEELS", Path.home() / ".cache/tickw
 @pytest.fixture(scope="session")
 def index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Index]:
     """A package index on loopback: pytest's wheels (fetched once per machine) and a
-    hand-made `tinydep`; its `url` for pip, its `address` for TICKWORK_EGRESS_ALLOW."""
+    hand-made `tinydep` and `editdep`; its `url` for pip, its `address` for
+    TICKWORK_EGRESS_ALLOW."""
     try:
         # xdist workers fetch at once: one at a time, so none reads a wheel half written
         WHEELS.mkdir(parents=True, exist_ok=True)
@@ -141,5 +142,6 @@ def index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Index]:
     make_wheel(
         folder, "tinydep", modules={"tinydep/__init__.py": "def triple(x):\n    return 3 * x\n"}
     )
+    make_wheel(folder, "editdep")  # what a build backend asks for beside its requires
     with serving(folder) as served:
         yield served

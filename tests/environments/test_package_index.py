@@ -111,3 +111,60 @@ def test_without_egress_a_backend_it_lacks_leaves_the_project_missing(
     assert head.status is Status.COMPLETED, head.error_message
     assert env["status"] == "ready" and "calcpkg" in env["missing"], env
     assert "could not be installed without the network" in row.log  # `tickwork env show`
+
+
+#: a build backend that, as hatchling does for `editables`, needs for an editable build a
+#: package it names only through PEP 660's `get_requires_for_build_editable`
+EDIT_BACKEND = """\
+from setuptools import build_meta as _setuptools
+from setuptools.build_meta import *  # noqa: F403
+
+
+def get_requires_for_build_editable(config_settings=None):
+    return [*_setuptools.get_requires_for_build_editable(config_settings), "editdep"]
+
+
+def prepare_metadata_for_build_editable(metadata_directory, config_settings=None):
+    import editdep  # noqa: F401
+    return _setuptools.prepare_metadata_for_build_editable(metadata_directory, config_settings)
+
+
+def build_editable(wheel_directory, config_settings=None, metadata_directory=None):
+    import editdep  # noqa: F401
+    return _setuptools.build_editable(wheel_directory, config_settings, metadata_directory)
+"""
+
+
+def test_auto_installs_what_the_build_backend_asks_for_an_editable_build(
+    index, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without build isolation pip installs only `[build-system] requires`; a backend's own
+    extra needs (hatchling's `editables`) failed every such project's setup as ENV_SETUP."""
+    monkeypatch.setenv("TICKWORK_PIP_INDEX_URL", index.url)
+    monkeypatch.setenv("TICKWORK_EGRESS_ALLOW", index.address)
+    source = project(tmp_path / "src")
+    pyproject = (source / "pyproject.toml").read_text()
+    (source / "pyproject.toml").write_text(
+        pyproject.replace(
+            'build-backend = "setuptools.build_meta"',
+            'build-backend = "editbackend"\nbackend-path = ["_build"]',
+        )
+    )
+    (source / "_build").mkdir()
+    (source / "_build" / "editbackend.py").write_text(EDIT_BACKEND)
+    settings = embedded_settings(tmp_path / "deploy")
+    with running_worker(settings), SessionDriver(settings) as driver:
+        sid = driver.submit(
+            "repair",
+            {"workspace": str(source), "test_command": "python3 -m unittest -q"},
+            replies=[
+                reply("look", call("run_command", command="python -c 'import editdep'")),
+                reply("done"),
+            ],
+        )
+        session = driver.run(sid, timeout=180)
+    head = session.head
+    env = head.result["environment"]
+    assert head.status is Status.COMPLETED, head.error_message
+    assert env["status"] == "ready" and env.get("missing") == [], env
+    assert "exit code: 0" in session.observations[0].content

@@ -176,6 +176,9 @@ def plan(
             requires = [str(r) for r in meta.get("build-system", {}).get("requires", [])]
             if requires:
                 commands.append(f"{PIP} {' '.join(shlex.quote(r) for r in requires)}")
+            # without build isolation pip installs none of what the backend asks for besides
+            # (hatchling's `editables`, a setup.py's setup_requires): ask it, install those
+            commands.append(_backend_requires_command())
             more = " pytest" if uses_pytest else ""
             commands.append(f"{PIP} --no-build-isolation -e {shlex.quote(target)}{more}")
         else:
@@ -204,6 +207,44 @@ def plan(
     if wanted:
         commands.append(_check_command(wanted))
     return Plan(AUTO, tuple(commands), hashes, online, index_url, tuple(wanted), tuple(detected))
+
+
+#: asks the project's build backend what an editable build needs beside `requires`
+#: (PEP 660's hook, else PEP 517's for a wheel) and installs it; a backend it cannot load
+#: or ask is left to the install that follows, which says why in pip's words
+_BACKEND_REQUIRES = """\
+import importlib, os, subprocess, sys
+try:
+    import tomllib
+except ImportError:
+    from pip._vendor import tomli as tomllib
+system = {}
+if os.path.exists("pyproject.toml"):
+    with open("pyproject.toml", "rb") as f:
+        system = tomllib.load(f).get("build-system", {})
+sys.path[:0] = [os.path.abspath(p) for p in system.get("backend-path", [])]
+module, _, attrs = system.get("build-backend", "setuptools.build_meta:__legacy__").partition(":")
+try:
+    backend = importlib.import_module(module)
+    for attr in filter(None, attrs.split(".")):
+        backend = getattr(backend, attr)
+    hook = getattr(backend, "get_requires_for_build_editable", None) or getattr(
+        backend, "get_requires_for_build_wheel", None
+    )
+    wanted = list(hook()) if hook else []
+except Exception as exc:
+    print(f"tickwork: the build backend {module} could not be asked what it needs: {exc!r}")
+    sys.exit(0)
+if wanted:
+    print("tickwork: the build backend also needs " + " ".join(wanted), flush=True)
+    sys.exit(subprocess.call([sys.executable, "-m", "pip", "install", "--no-input",
+                              "--disable-pip-version-check", *wanted]))
+"""
+
+
+def _backend_requires_command() -> str:
+    """A setup command installing what the build backend asks for beside its `requires`."""
+    return f"/env/bin/python -c {shlex.quote(_BACKEND_REQUIRES)}"
 
 
 def _check_command(names: list[str]) -> str:
