@@ -104,3 +104,59 @@ def test_an_untrusted_clone_is_capped_in_size(
         assert accepted.status_code == 201, accepted.text
     finally:
         settings.workspace_roots = []
+
+
+def _commit(repo: Path, name: str, text: str) -> None:
+    repo.mkdir(parents=True, exist_ok=True)
+    (repo / name).write_text(text)
+    for args in (["init", "-q"], ["add", name], ["commit", "-qm", name]):
+        subprocess.run(
+            ["git", "-c", "user.email=t@t", "-c", "user.name=t", *args], cwd=repo, check=True
+        )
+
+
+@pytest.mark.parametrize("how", ["gitfile", "linked .git", "linked objects", "alternates"])
+def test_a_repository_under_the_roots_whose_git_data_lies_outside_is_422(
+    stack: Stack, tmp_path: Path, how: str
+) -> None:
+    """git reads a `.git` file's `gitdir:`, a linked `.git` or `objects` and alternates: a
+    folder under the roots pointing at a repository elsewhere would have cloned that one,
+    a repository the server reads but the roots do not hold."""
+    secret = tmp_path / "secret"
+    _commit(secret, "secret.txt", "TOP SECRET\n")
+    roots = tmp_path / "roots"
+    inside = roots / "evil"
+    if how == "gitfile":
+        inside.mkdir(parents=True)
+        (inside / ".git").write_text(f"gitdir: {secret / '.git'}\n")
+    elif how == "linked .git":
+        inside.mkdir(parents=True)
+        (inside / ".git").symlink_to(secret / ".git")
+    else:
+        _commit(inside, "a.py", "A = 1\n")
+        head = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=secret, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        objects = inside / ".git" / "objects"
+        if how == "linked objects":
+            subprocess.run(["rm", "-rf", str(objects)], check=True)
+            objects.symlink_to(secret / ".git" / "objects")
+        else:
+            (objects / "info" / "alternates").write_text(f"{secret / '.git' / 'objects'}\n")
+        (inside / ".git" / "refs" / "heads" / "stolen").write_text(head + "\n")
+    settings = stack.deployment.settings
+    settings.workspace_roots = [roots]
+    try:
+        http = stack.http("sam")
+        before = len(stack.deployment.client.sessions())
+        ref = "HEAD" if how in ("gitfile", "linked .git") else "stolen"
+        refused = http.post(
+            "/api/v1/sessions", json=_repair(stack, repo=f"file://{inside}", ref=ref)
+        )
+        assert refused.status_code == 422, refused.text
+        message = refused.json()["message"]
+        assert "outside the directories this server accepts" in message, message
+        assert str(secret) in message
+        assert len(stack.deployment.client.sessions()) == before  # nothing was made
+    finally:
+        settings.workspace_roots = []

@@ -220,6 +220,8 @@ def _repo_location(url: str, *, trusted: bool, roots: Sequence[Path]) -> str:
         check_local(path, what="repository", trusted=trusted, roots=roots)
         if not path.exists():
             raise _fail(f"the repository {url!r} does not exist; give a git URL or a local clone")
+        if not trusted:
+            _git_data_inside(path.resolve(), url, roots)
         return str(path.resolve())
     if not trusted and parsed.scheme != "https":
         raise _fail(f"the repository {url!r}: this server clones https:// URLs only")
@@ -234,6 +236,55 @@ def _plain_directory(location: str) -> bool:
         return False
     bare = (path / "HEAD").is_file() and (path / "objects").is_dir()
     return not (path / ".git").exists() and not bare
+
+
+#: how deep git follows alternates of alternates
+_ALTERNATES_DEPTH = 5
+
+
+def _git_data_inside(path: Path, url: str, roots: Sequence[Path]) -> None:
+    """Refuse a local repository (of an untrusted submission) whose git data lies outside
+    `roots`: its `.git` a file (`gitdir: ...`) or a link pointing out, a worktree's
+    `commondir`, an `objects` folder or `objects/info/alternates` elsewhere. git reads
+    all of these, so the clone would copy a repository the roots do not hold."""
+    dot = path / ".git"
+    if dot.is_file():
+        text = dot.read_text(encoding="utf-8", errors="replace").strip()
+        if not text.startswith("gitdir:"):
+            raise _fail(f"the repository {url!r}: its .git file is not `gitdir: PATH`")
+        git_dir = (path / text.removeprefix("gitdir:").strip()).resolve()
+    elif dot.exists():
+        git_dir = dot.resolve()
+    elif (path / "HEAD").is_file() and (path / "objects").exists():
+        git_dir = path  # a bare repository
+    else:
+        raise _fail(f"the repository {url!r} is not a git repository (no .git in it)")
+    places = [git_dir]
+    common = git_dir / "commondir"
+    if common.is_file():
+        places.append((git_dir / common.read_text(errors="replace").strip()).resolve())
+    stores = [(place / "objects").resolve() for place in places]
+    seen: set[Path] = set()
+    for _ in range(_ALTERNATES_DEPTH + 1):
+        found = []
+        for store in stores:
+            if store in seen:
+                continue
+            seen.add(store)
+            alternates = store / "info" / "alternates"
+            if alternates.is_file():
+                for line in alternates.read_text(errors="replace").splitlines():
+                    if line.strip() and not line.startswith("#"):
+                        found.append((store / line.strip()).resolve())
+        places += stores
+        stores = found
+    for place in places:
+        if not allowed(place, roots):
+            raise _fail(
+                f"the repository {url!r} keeps its git data at {str(place)!r}, outside the "
+                f"directories this server accepts ({', '.join(str(r) for r in roots)}; "
+                "TICKWORK_WORKSPACE_ROOTS); give the repository itself, not a link to one"
+            )
 
 
 @contextlib.contextmanager
