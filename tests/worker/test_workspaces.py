@@ -103,6 +103,29 @@ def test_a_packed_directory_skips_caches_and_ignored_files_and_is_stored_once(
     assert artifacts.put({base: artifacts.get([base])[base]}) == 0
 
 
+def test_a_workspace_says_what_its_gitignore_left_out_and_keeps_what_it_re_includes(
+    store: Store, project: Path, tmp_path: Path
+) -> None:
+    """A project's tests may need files its .gitignore names (hatch-vcs's `_version.py`,
+    compiled `.mo` translations): the session never sees them, and its tests failed with
+    nothing saying why. The source names them; `!` re-includes, as git does."""
+    (project / "pkg" / "_version.py").write_text("VERSION = '1.0'\n")
+    (project / "pkg" / "keep.log").write_text("kept\n")
+    (project / ".gitignore").write_text(
+        "# comments\nbuild/\n*.log\n!pkg/keep.log\npkg/_version.py\n"
+    )
+    artifacts = DatabaseArtifacts(store.engine)
+    found = sources.directory(project, artifacts, trusted=True, roots=[], state_dir=tmp_path)
+    manifest = sources.read_manifest(artifacts, found["base"])
+    assert "pkg/keep.log" in manifest and "notes.log" not in manifest
+    assert found["gitignored"] == {"count": 3, "first": ["build/", "notes.log", "pkg/_version.py"]}
+    line = sources.describe(found)
+    assert line.endswith("its .gitignore left out 3: build/, notes.log, pkg/_version.py)"), line
+    (project / ".gitignore").unlink()
+    whole = sources.directory(project, artifacts, trusted=True, roots=[], state_dir=tmp_path)
+    assert "gitignored" not in whole and "left out" not in sources.describe(whole)
+
+
 def test_a_host_without_a_copy_makes_one_from_the_store(
     store: Store, clock: Clock, project: Path, tmp_path: Path
 ) -> None:

@@ -4,13 +4,13 @@ by recording what a tick changed.
 Skipped: symlinks, the directories in SKIP_DIRS (VCS data, caches, environments) and what
 the tree's top-level `.gitignore` names (a simple reading of it: `#` comments, a trailing
 `/` for directories, patterns with a `/` anchored at the root, others matching a name at
-any depth; `!` negations are ignored). Paths a caller already tracks are never skipped.
+any depth; the last pattern that matches decides, so `!` re-includes what an earlier one
+left out, except inside a folder left out). Paths a caller already tracks are never skipped.
 """
 
 from __future__ import annotations
 
 import fnmatch
-import glob
 import os
 import stat
 from collections.abc import Iterator
@@ -40,39 +40,45 @@ SKIP_DIRS = frozenset(
 class Ignore:
     """The skip rules of one tree."""
 
-    #: (pattern, anchored, directories only)
-    patterns: tuple[tuple[str, bool, bool], ...] = ()
+    #: (pattern, anchored, directories only, negated: `!`, re-included)
+    patterns: tuple[tuple[str, bool, bool, bool], ...] = ()
+    #: a directory skipped whatever the patterns say (tickwork's state dir)
+    exclude: str | None = None
 
     @classmethod
     def of(cls, root: Path, *, gitignore: bool = True, exclude: Path | None = None) -> Ignore:
         """The rules of the tree at `root`; `exclude`, a directory inside it, is skipped too."""
         found = []
+        skipped = None
         if exclude is not None and root.resolve() in exclude.resolve().parents:
-            rel = exclude.resolve().relative_to(root.resolve()).as_posix()
-            found.append((glob.escape(rel), True, True))
+            skipped = exclude.resolve().relative_to(root.resolve()).as_posix()
         file = root / ".gitignore"
         if not gitignore or file.is_symlink() or not file.is_file():
-            return cls(tuple(found))
+            return cls((), skipped)
         for raw in file.read_text(encoding="utf-8", errors="replace").splitlines():
             line = raw.strip()
-            if not line or line.startswith(("#", "!")):
+            if not line or line.startswith("#"):
                 continue
+            negated = line.startswith("!")
+            line = line.removeprefix("!")
             directory = line.endswith("/")
+            anchored = "/" in line.rstrip("/")
             line = line.strip("/")
             if line:
-                found.append((line.removeprefix("**/"), "/" in raw.strip().rstrip("/"), directory))
-        return cls(tuple(found))
+                found.append((line.removeprefix("**/"), anchored, directory, negated))
+        return cls(tuple(found), skipped)
 
     def skips(self, rel: str, *, is_dir: bool) -> bool:
         name = rel.rsplit("/", 1)[-1]
-        if is_dir and name in SKIP_DIRS:
+        if is_dir and (name in SKIP_DIRS or rel == self.exclude):
             return True
-        for pattern, anchored, directory in self.patterns:
+        skipped = False
+        for pattern, anchored, directory, negated in self.patterns:
             if directory and not is_dir:
                 continue
             if fnmatch.fnmatchcase(rel if anchored else name, pattern):
-                return True
-        return False
+                skipped = not negated
+        return skipped
 
     def skips_path(self, rel: str) -> bool:
         """Whether a file at `rel` (or a folder above it) is skipped."""
@@ -82,22 +88,30 @@ class Ignore:
 
 
 def walk(
-    root: Path, ignore: Ignore, *, tracked: frozenset[str] | set[str] = frozenset()
+    root: Path,
+    ignore: Ignore,
+    *,
+    tracked: frozenset[str] | set[str] = frozenset(),
+    left_out: list[str] | None = None,
 ) -> Iterator[tuple[str, os.stat_result]]:
     """(relative posix path, lstat) of the tree's regular files, sorted; `tracked` paths
-    (and the directories holding them) are kept whatever the rules say."""
+    (and the directories holding them) are kept whatever the rules say. `left_out` gets
+    the files and folders (`name/`) the `.gitignore` rules skipped, not SKIP_DIRS."""
     holding = {p.rsplit("/", 1)[0] for p in tracked if "/" in p}
     parents = {"/".join(p.split("/")[:i]) for p in holding for i in range(1, p.count("/") + 2)}
     for directory, subdirs, names in os.walk(root):
         here = Path(directory)
         prefix = here.relative_to(root).as_posix()
         prefix = "" if prefix == "." else prefix + "/"
-        subdirs[:] = sorted(
-            d
-            for d in subdirs
-            if not (here / d).is_symlink()
-            and (prefix + d in parents or not ignore.skips(prefix + d, is_dir=True))
-        )
+        kept = []
+        for d in sorted(subdirs):
+            if (here / d).is_symlink():
+                continue
+            if prefix + d in parents or not ignore.skips(prefix + d, is_dir=True):
+                kept.append(d)
+            elif left_out is not None and d not in SKIP_DIRS and prefix + d != ignore.exclude:
+                left_out.append(f"{prefix}{d}/")
+        subdirs[:] = kept
         for name in sorted(names):
             rel = prefix + name
             try:
@@ -108,3 +122,5 @@ def walk(
                 continue
             if rel in tracked or not ignore.skips(rel, is_dir=False):
                 yield rel, info
+            elif left_out is not None:
+                left_out.append(rel)

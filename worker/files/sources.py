@@ -37,6 +37,8 @@ MAX_SOURCE_FILES = 20_000
 MAX_SOURCE_BYTES = 200_000_000
 #: blobs are put in batches of about this many bytes
 BATCH_BYTES = 8_000_000
+#: how many of the paths a workspace's .gitignore left out its source names
+GITIGNORED_SHOWN = 5
 #: how long a clone may take
 GIT_TIMEOUT_S = 300.0
 #: the largest file (in practice: the pack) an untrusted clone may write
@@ -75,14 +77,21 @@ def check_local(path: Path, *, what: str, trusted: bool, roots: Sequence[Path]) 
 
 
 def pack(
-    root: Path, artifacts: Artifacts, *, gitignore: bool = True, exclude: Path | None = None
+    root: Path,
+    artifacts: Artifacts,
+    *,
+    gitignore: bool = True,
+    exclude: Path | None = None,
+    left_out: list[str] | None = None,
 ) -> tuple[str, int]:
     """Store the tree's files and its manifest; (the manifest's blob hash, file count).
-    `exclude` (tickwork's state dir) is skipped if it is inside the tree."""
+    `exclude` (tickwork's state dir) is skipped if it is inside the tree; `left_out` gets
+    what the tree's `.gitignore` made it skip."""
     manifest: Manifest = {}
     batch: dict[str, bytes] = {}
     size = total = 0
-    for rel, info in walk(root, Ignore.of(root, gitignore=gitignore, exclude=exclude)):
+    ignore = Ignore.of(root, gitignore=gitignore, exclude=exclude)
+    for rel, info in walk(root, ignore, left_out=left_out):
         total += info.st_size
         if len(manifest) >= MAX_SOURCE_FILES or total > MAX_SOURCE_BYTES:
             raise _fail(
@@ -130,8 +139,12 @@ def directory(
         raise _fail(
             f"the workspace {str(value)!r} is not an existing directory; give the project's folder"
         )
-    base, count = pack(path.resolve(), artifacts, exclude=state_dir)
-    return {"kind": "workspace", "path": str(path.resolve()), "files": count, "base": base}
+    left_out: list[str] = []
+    base, count = pack(path.resolve(), artifacts, exclude=state_dir, left_out=left_out)
+    found = {"kind": "workspace", "path": str(path.resolve()), "files": count, "base": base}
+    if left_out:  # the session will not see them: say so, where its source is named
+        found["gitignored"] = {"count": len(left_out), "first": left_out[:GITIGNORED_SHOWN]}
+    return found
 
 
 def _git(*args: str, cwd: Path | None = None, limit: int | None = None) -> str:
@@ -355,4 +368,14 @@ def describe(source: Any) -> str:
     if source.get("kind") == "repo":
         url = re.sub(r"(://[^:/@\s]*:)[^@\s]+@", r"\1****@", str(source.get("url")))
         return f"{url} at {source.get('ref')} ({str(source.get('commit'))[:12]})"
-    return f"directory {source.get('path')} (packed at submit; never changed)"
+    return f"directory {source.get('path')} (packed at submit; never changed{_gitignored(source)})"
+
+
+def _gitignored(source: dict[str, Any]) -> str:
+    """What a workspace's .gitignore left out, for its one line ("" for nothing)."""
+    left = source.get("gitignored")
+    if not isinstance(left, dict) or not left.get("count"):
+        return ""
+    first = [str(p) for p in left.get("first") or ()]
+    more = ", …" if int(left["count"]) > len(first) else ""
+    return f"; its .gitignore left out {left['count']}: {', '.join(first)}{more}"
