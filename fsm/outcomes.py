@@ -8,7 +8,8 @@ repaired anything, so a list of sessions never shows a failed repair like a succ
   killed for their output: they ran, and did not pass);
 - `tests_not_run`: the final tests could not run: the environment's setup failed, the
   command was not found (exit 126 or 127 from the shell), a `python -m RUNNER` command's
-  runner is not installed (`missing_runner`), or the sandbox could not start;
+  runner is not installed (`missing_runner`), the sandbox could not start, or the runner
+  found no test to run (`no_tests_ran`: unittest's "Ran 0 tests", pytest's exit 5);
 - `no_changes`: the patch is empty (or could not be made: there is none to apply).
 
 When several apply, the first of this order wins:
@@ -36,6 +37,7 @@ __all__ = [
     "Outcome",
     "changed_tests",
     "missing_runner",
+    "no_tests_ran",
     "outcome_of",
     "repair_outcome",
 ]
@@ -129,4 +131,28 @@ def missing_runner(command: str, output: str) -> str | None:
             names = "|".join(re.escape(n) for n in {module, top})
             if re.search(rf"No module named (?:{names})(?![\w.'])", output):
                 return module
+    return None
+
+
+#: unittest's count line, and pytest's exit code for "no tests collected"
+_RAN = re.compile(r"^Ran (\d+) tests? in ", re.MULTILINE)
+PYTEST_NO_TESTS = 5
+
+
+def no_tests_ran(command: str, exit_code: int | None, output: str) -> str | None:
+    """Why a test run proved nothing, if its runner says it found no test: unittest ran 0
+    (which exits 0 before Python 3.12: it looked like a pass), or pytest exited 5 ("no tests
+    ran"); else None."""
+    counts = [int(n) for n in _RAN.findall(output)]
+    if counts and not any(counts) and exit_code in (0, PYTEST_NO_TESTS):
+        return (
+            "the test runner found no test to run (unittest: Ran 0 tests): check the test "
+            "command and that the tests are where it looks (a tests/ folder needs an "
+            "__init__.py for unittest's discovery)"
+        )
+    if exit_code == PYTEST_NO_TESTS and ("pytest" in command or "no tests ran" in output):
+        return (
+            "the test runner found no test to run (pytest exit 5: no tests ran): check the "
+            "test command and the paths it is given"
+        )
     return None

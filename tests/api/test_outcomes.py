@@ -166,6 +166,38 @@ def test_a_patch_that_changes_tests_is_flagged_and_a_missing_runner_did_not_run(
     assert "did not run: the test runner no_such_runner_xyz is not installed" in shown, shown
 
 
+def test_a_test_run_that_found_no_test_is_not_a_pass(stack: Stack, tmp_path: Path) -> None:
+    """Before Python 3.12 unittest exits 0 when it finds no test (a tests/ folder without
+    `__init__.py`): the repair read `repaired` with nothing tested. A run of no test, by
+    unittest or pytest (exit 5), is `tests_not_run`, saying why."""
+    project = tmp_path / "project"
+    (project / "tests").mkdir(parents=True)
+    (project / "tests" / "test_mod.py").write_text("def test_f():\n    assert False\n")
+    tag = uuid.uuid4().hex[:8]
+    commands = {
+        "unittest": "python3 -m unittest -q",
+        "pytest": "printf 'no tests ran in 0.01s\\n'; exit 5",
+    }
+    for name, command in commands.items():
+        stack.deployment.client.submit(
+            "repair",
+            {"workspace": str(project), "test_command": command},
+            model=stack.deployment.script(
+                [{"content": "fix", "tool_calls": [WRITE]}, {"content": "done"}],
+                name=f"{name}-{tag}",
+            ),
+            session_id=f"{name}-{tag}",
+        )
+    cli = _cli(stack)
+    for name in commands:
+        done = stack.wait(f"{name}-{tag}", Status.COMPLETED, Status.FAILED)
+        tests = done["result"]["tests"]
+        assert done["result"]["outcome"] == "tests_not_run", tests
+        assert tests["passed"] is False and "found no test to run" in tests["not_run"], tests
+        shown = cli.inline("show", f"{name}-{tag}").stdout
+        assert "did not run: the test runner found no test to run" in shown, shown
+
+
 def test_a_session_with_no_patch_says_so_in_the_cli_and_the_api(
     stack: Stack, finished: dict[str, str]
 ) -> None:

@@ -6,7 +6,14 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from tickwork.fsm.outcomes import Outcome, changed_tests, missing_runner, outcome_of, repair_outcome
+from tickwork.fsm.outcomes import (
+    Outcome,
+    changed_tests,
+    missing_runner,
+    no_tests_ran,
+    outcome_of,
+    repair_outcome,
+)
 
 PATCH = "diff --git a/calc.py b/calc.py\n--- a/calc.py\n+++ b/calc.py\n"
 PASSED = {"command": "pytest -q", "exit_code": 0, "passed": True, "timed_out": False}
@@ -118,3 +125,27 @@ def test_a_missing_runner_is_told_from_a_test_that_imports_what_is_missing(
     command: str, output: str, missing: str | None
 ) -> None:
     assert missing_runner(command, output) == missing
+
+
+UNITTEST_NONE = "\n" + "-" * 70 + "\nRan 0 tests in 0.000s\n\nOK\n"
+
+
+@pytest.mark.parametrize(
+    ("command", "exit_code", "output", "empty"),
+    [
+        ("python3 -m unittest -q", 0, UNITTEST_NONE, True),  # Python 3.11: exit 0
+        ("python3 -m unittest -q", 5, UNITTEST_NONE.replace("OK", "NO TESTS RAN"), True),
+        ("python3 -m pytest -q", 5, "\nno tests ran in 0.01s\n", True),
+        ("make test", 5, "no tests ran in 0.01s", True),
+        ("python3 -m unittest -q", 0, "Ran 6 tests in 0.001s\n\nOK", False),
+        # two runs, one of which found tests: they ran
+        ("sh run.sh", 0, "Ran 0 tests in 0.000s\nOK\nRan 3 tests in 0.001s\nOK", False),
+        ("python3 -m unittest -q", 1, "Ran 0 tests in 0.000s\nFAILED (errors=1)", False),
+        ("make test", 5, "make: *** [test] Error 5", False),  # not pytest's 5
+        ("python3 -m pytest -q", 1, "1 failed in 0.1s", False),
+    ],
+)
+def test_a_run_that_found_no_test_is_told_from_one_that_ran(
+    command: str, exit_code: int, output: str, empty: bool
+) -> None:
+    assert (no_tests_ran(command, exit_code, output) is not None) is empty

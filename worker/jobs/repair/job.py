@@ -25,6 +25,7 @@ from tickwork.fsm.outcomes import (
     NOT_FOUND_EXIT_CODES,
     changed_tests,
     missing_runner,
+    no_tests_ran,
     repair_outcome,
 )
 from tickwork.fsm.values import Head
@@ -390,6 +391,9 @@ def run_final_tests(head: Head, workspace: Path, environment: Path | None = None
             f"says: No module named {runner}): declare it in the project's test "
             "dependencies, or install it in the repair's setup"
         )
+    elif not result.timed_out and (empty := no_tests_ran(command, result.exit_code, output)):
+        record["not_run"] = empty
+        record["passed"] = False  # no test passed: a run of none must not read as a pass
     return record
 
 
