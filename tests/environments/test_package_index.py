@@ -87,11 +87,19 @@ def test_without_egress_auto_says_what_it_could_not_install(
     assert "No module named 'tinydep'" in session.observations[0].content
 
 
+@pytest.mark.parametrize("metadata", [False, True], ids=["bare", "with-egg-info"])
 def test_without_egress_a_backend_it_lacks_leaves_the_project_missing(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, metadata: bool
 ) -> None:
+    """`with-egg-info`: an sdist ships its metadata at its root (`calcpkg.egg-info`), which
+    the check, run from /workspace, took for the installed project."""
     monkeypatch.delenv("TICKWORK_EGRESS_ALLOW", raising=False)
     source = project(tmp_path / "src")
+    if metadata:
+        (source / "calcpkg.egg-info").mkdir()
+        (source / "calcpkg.egg-info" / "PKG-INFO").write_text(
+            "Metadata-Version: 2.1\nName: calcpkg\nVersion: 0.1.0\n"
+        )
     pyproject = (source / "pyproject.toml").read_text()
     (source / "pyproject.toml").write_text(
         pyproject.replace('"setuptools>=61"', '"nobackend"').replace(

@@ -256,7 +256,8 @@ def _check_command(names: list[str]) -> str:
         "    try: m.version(n)\n"
         f"    except m.PackageNotFoundError: print({MISSING!r} + n)\n"
     )
-    return f"/env/bin/python -c {shlex.quote(script)} " + " ".join(map(shlex.quote, names))
+    # -I: not from /workspace, whose own metadata (an sdist's `*.egg-info`) is not installed
+    return f"/env/bin/python -I -c {shlex.quote(script)} " + " ".join(map(shlex.quote, names))
 
 
 _PYTEST_HINTS = (b"import pytest", b"from pytest", b"[tool.pytest", b"[tool:pytest]")
