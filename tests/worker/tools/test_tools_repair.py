@@ -298,6 +298,19 @@ def test_run_tests_reports_pass_and_fail(
     assert "exit code: 1" in failing.output
 
 
+def test_run_tests_says_when_the_runner_found_no_test(
+    workspace: Path, call: Call, make_ctx: Callable[..., ToolContext]
+) -> None:
+    """unittest finds no test in a tests/ folder without __init__.py and, before Python 3.12,
+    exits 0: the model was told "tests passed" with nothing tested."""
+    (workspace / "tests").mkdir()
+    (workspace / "tests" / "test_a.py").write_text("def test_a():\n    assert False\n")
+    ctx = make_ctx(config={"test_command": f"{PYTHON} -m unittest -q"})
+    found = call("run_tests", ctx=ctx)
+    assert found.output.startswith("tests did NOT run: the test runner found no test"), found
+    assert "Ran 0 tests" in found.output
+
+
 def test_run_tests_without_a_test_command(workspace: Path, call: Call) -> None:
     result = call("run_tests")
     assert result.is_error

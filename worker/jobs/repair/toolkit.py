@@ -16,6 +16,7 @@ from typing import Annotated, Any
 
 from pydantic import Field
 from tickwork.fsm.errors import ToolError
+from tickwork.fsm.outcomes import no_tests_ran
 from tickwork.worker.config.settings import load_settings
 from tickwork.worker.sandbox import quota
 from tickwork.worker.sandbox.egress import policy_for
@@ -351,7 +352,10 @@ def run_tests(ctx: ToolContext) -> str:
     wanted = float(ctx.config.get("test_timeout_s") or MAX_COMMAND_S)
     result = _shell(ctx, command, _command_timeout(ctx, wanted))
     verdict = "tests passed" if result.exit_code == 0 else "tests FAILED"
-    return f"{verdict} ({command})\n{result.describe()}"
+    output = result.describe()
+    if not result.timed_out and (empty := no_tests_ran(command, result.exit_code, output)):
+        return f"tests did NOT run: {empty} ({command})\n{output}"
+    return f"{verdict} ({command})\n{output}"
 
 
 def repair_tools() -> list[Tool]:
