@@ -282,11 +282,25 @@ def _follow(
         time.sleep(0.1)
 
 
+#: what the demo's last line says of a repair that did not pass, by outcome
+UNREPAIRED = {
+    "tests_failing": "its tests still fail",
+    "tests_not_run": "its tests could not run",
+    "no_changes": "it changed nothing",
+}
+
+
 def _finish(ctx: Context, session_id: str, state_dir: Path) -> None:
     whole = ctx.store.load(session_id)
     head = whole.head
-    style = "bold green" if head.status is Status.COMPLETED else "bold red"
-    render.show(Text(f"\nsession {session_id}: {head.status.value}", style=style))
+    outcome = head.result.get("outcome")
+    # a repair that completed without passing tests is no success: its line says so
+    good = head.status is Status.COMPLETED and outcome in (None, "repaired")
+    said = (
+        f", but {UNREPAIRED.get(str(outcome), outcome)} ({outcome})" if not good and outcome else ""
+    )
+    style = "bold green" if good else "bold red"
+    render.show(Text(f"\nsession {session_id}: {head.status.value}{said}", style=style))
     if head.final_answer:
         render.show(Text(head.final_answer))
     result = dict(head.result)
@@ -312,7 +326,9 @@ def _finish(ctx: Context, session_id: str, state_dir: Path) -> None:
         from .patches import apply_patch
 
         apply_patch(copy, str(patch))
-        render.show(Text(f"\napplied the patch to the demo's copy {copy}", style="green"))
+        render.show(
+            Text(f"\napplied the patch to the demo's copy {copy}", style="green" if good else "")
+        )
     render.show(
         Text(
             f"\nstate kept in {state_dir.absolute()} (SQLite + broker folder).\nSee it again "

@@ -168,3 +168,24 @@ def test_two_workers_put_the_signal_handlers_back_once_both_stopped() -> None:
     assert signal.getsignal(signal.SIGTERM) is _interrupt  # the other still runs
     endings.worker_stopped()
     assert signal.getsignal(signal.SIGTERM) == before
+
+
+def test_a_demo_whose_tests_still_fail_does_not_say_it_completed_alone(tmp_path: Path) -> None:
+    """A model that wrote something else: the session completed, its tests fail; the
+    demo's closing line said `completed` in green, as for a repair."""
+    script = tmp_path / "bad.json"
+    script.write_text(
+        '{"replies": [{"content": "w", "tool_calls": [{"name": "write_file", "arguments": '
+        '{"path": "NOTES.txt", "content": "hm\\n"}}]}, {"content": "all fixed!"}]}'
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "tickwork", "demo", "--yes", "--model", f"scripted:{script}"],
+        cwd=tmp_path,
+        env=env(tmp_path / "state"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert ": completed, but its tests still fail (tests_failing)" in done.stdout, done.stdout
+    assert "outcome: tests_failing" in done.stdout
