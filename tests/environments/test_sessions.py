@@ -82,6 +82,33 @@ def test_a_failed_setup_fails_the_session_early_with_env_setup(tmp_path: Path) -
     assert [(d.session_id, d.code) for d in letters] == [(sid, "ENV_SETUP")]
 
 
+def test_a_setup_killed_says_why_at_the_end_of_its_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A setup past its time limit said only `exit code: killed`; one that printed much kept
+    only its output's end, without the command or why it failed."""
+    monkeypatch.setenv("TICKWORK_ENVIRONMENT_SETUP_TIMEOUT_S", "3")
+    source = project(tmp_path / "src")
+    settings = embedded_settings(tmp_path / "deploy")
+    setups = {"slow": ["sleep 30"], "loud": ["yes hello | head -c 300000; exit 4"]}
+    with running_worker(settings), SessionDriver(settings) as driver:
+        heads = {}
+        for name, setup in setups.items():
+            sid = driver.submit(
+                "repair",
+                {"workspace": str(source), "test_command": "true", "setup": setup},
+                replies=[reply("never asked")],
+            )
+            heads[name] = driver.run_until(sid, Status.FAILED, timeout=60)
+    slow, loud = heads["slow"].error_message, heads["loud"].error_message
+    assert slow.endswith(
+        "setup stopped at `sleep 30`: it ran past the setup's time limit (3s: "
+        "TICKWORK_ENVIRONMENT_SETUP_TIMEOUT_S, at most a tick's longest call) and was killed"
+    ), slow
+    assert loud.endswith("setup stopped at `yes hello | head -c 300000; exit 4`: it exited 4"), loud
+    assert heads["loud"].result["environment"]["log"].endswith("it exited 4")
+
+
 def test_setup_none_mounts_nothing_and_explicit_commands_build_env(tmp_path: Path) -> None:
     source = project(tmp_path / "src")
     probe = call("run_command", command="ls /env; cat /env/marker; echo PATH=$PATH")

@@ -58,7 +58,7 @@ from tickwork.worker.files.environment_plans import (
 )
 from tickwork.worker.sandbox.egress import policy_for
 from tickwork.worker.sandbox.runner import ENV_DIR, Sandbox, run_sandboxed, sandbox_of
-from tickwork.worker.sandbox.shell import Stop
+from tickwork.worker.sandbox.shell import ShellResult, Stop
 
 if TYPE_CHECKING:
     from tickwork.store import Store
@@ -307,8 +307,27 @@ def _run_setup(
         )
         out.append(f"$ {command}\n{result.describe()}")
         if result.exit_code != 0:
+            # last, so that the log's end, all a card keeps of a long one, says it
+            out.append(f"setup stopped at `{_short(command)}`: {_why(result, limit_s)}")
             return False, "\n".join(out)
     return True, "\n".join(out)
+
+
+def _short(command: str, limit: int = 120) -> str:
+    line = " ".join(command.split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def _why(result: ShellResult, limit_s: float) -> str:
+    """Why a setup command failed, in a line."""
+    if result.timed_out:
+        return (
+            f"it ran past the setup's time limit ({limit_s:g}s: "
+            "TICKWORK_ENVIRONMENT_SETUP_TIMEOUT_S, at most a tick's longest call) and was killed"
+        )
+    if result.killed:
+        return f"it was killed: {result.killed}"
+    return f"it exited {result.exit_code}"
 
 
 def _record(plan_: Plan, key: str | None, status: str, **more: Any) -> dict[str, Any]:
