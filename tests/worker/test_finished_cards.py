@@ -311,3 +311,27 @@ def test_many_dispatchers_at_once_post_each_finished_card_once(
     assert sum(d.delivered for d in done) == 3 and len(receiver.got) == 3
     assert sorted(c["session"]["id"] for _, c, _ in receiver.got) == sorted(ended)
     assert {c["session"]["outcome"] for _, c, _ in receiver.got} == {None}  # not repairs
+
+
+def test_a_repair_whose_setup_failed_posts_the_outcome_the_api_shows(
+    ticks: Ticks, receiver: Receiver
+) -> None:
+    """An ENV_SETUP failure records `tests_not_run` (the API, `ls`, `show`); its card said
+    null, as for any failed session."""
+    project = ticks.tmp / f"project-{uuid.uuid4().hex[:6]}"
+    project.mkdir()
+    (project / "README").write_text("a project\n")
+    script = ticks.tmp / "never.json"
+    script.write_text(json.dumps([{"content": "never asked"}]))
+    head = ticks.client.submit(
+        "repair",
+        {"workspace": str(project), "test_command": "true", "setup": ["exit 3"]},
+        model=f"scripted:{script}",
+    )
+    ended = ticks.run(head.id)
+    assert ended.status is Status.FAILED and ended.result["outcome"] == "tests_not_run"
+    assert dispatch_once(ticks.rt, hooks(receiver, webhook_events=FINISHED)).delivered == 1
+    [(_, card, _)] = receiver.got
+    assert card["session"]["status"] == "failed"
+    assert card["session"]["outcome"] == "tests_not_run"
+    assert card["error"]["code"] == "ENV_SETUP"

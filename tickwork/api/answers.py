@@ -18,8 +18,9 @@ class Listed(Head):
 
     outcome: Outcome | None = Field(
         default=None,
-        description="A completed repair's outcome; null for other kinds, unfinished sessions "
-        "and sessions stored before outcomes were recorded.",
+        description="A completed repair's outcome (`tests_not_run` also for a repair that "
+        "failed ENV_SETUP); null for other kinds, unfinished sessions and sessions stored "
+        "before outcomes were recorded.",
     )
 
 

@@ -107,13 +107,14 @@ def finished_card(
 ) -> dict[str, Any]:
     """The JSON card for a session that ended: `status` and `data` are its closing event's
     (`completed`, `failed` or `cancelled`; error_code, message, outcome), `head` gives what
-    it spent. `outcome` is a repair's (repaired, tests_failing, tests_not_run, no_changes),
-    None for other kinds; `error` is None unless the end had an error code."""
+    it spent. `outcome` is a repair's (repaired, tests_failing, tests_not_run, no_changes;
+    `tests_not_run` for one whose environment's setup failed), None for other kinds;
+    `error` is None unless the end had an error code."""
     base = public_url.rstrip("/")
     sid = quote(head.id, safe="")
     api = f"{base}/api/v1/sessions/{sid}"
     outcome = data.get("outcome") if isinstance(data.get("outcome"), str) else None
-    if outcome is None and status == "completed":
+    if outcome is None and status in ("completed", "failed"):  # failed: a setup that failed
         found = outcome_of(head.result)
         outcome = found.value if found is not None else None
     code = data.get("error_code") or (head.error_code.value if head.error_code else None)
