@@ -271,7 +271,10 @@ def _git_data_inside(path: Path, url: str, roots: Sequence[Path]) -> None:
     elif (path / "HEAD").is_file() and (path / "objects").exists():
         git_dir = path  # a bare repository
     else:
-        raise _fail(f"the repository {url!r} is not a git repository (no .git in it)")
+        raise _fail(
+            f"the repository {url!r} is not a git repository (no .git in it); give a "
+            "project directory as `workspace`"
+        )
     places = [git_dir]
     common = git_dir / "commondir"
     if common.is_file():
