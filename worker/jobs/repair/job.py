@@ -174,8 +174,9 @@ def _egress_allow(value: Any, operator: str) -> list[str] | None:
     except ValueError as exc:
         raise _fail(f"`egress_allow`: {exc}") from None
     if wider:
+        shown = str(allowed) if allowed.patterns else "empty: TICKWORK_EGRESS_ALLOW is not set"
         raise _fail(
-            f"`egress_allow` may only narrow this server's allow-list ({allowed}), and "
+            f"`egress_allow` may only narrow this server's allow-list ({shown}), and "
             f"{', '.join(wider)} is not within it; ask the operator to add it to "
             "TICKWORK_EGRESS_ALLOW, or leave it out"
         )
