@@ -135,8 +135,13 @@ def check(
         queued = int(conn.execute(count).scalar_one())
         if queued + 1 > quotas.max_queued:
             raise QuotaExceeded(
-                f"tenant {tenant} has {queued} sessions waiting to start, its quota "
-                f"max_queued is {quotas.max_queued}: wait for some to start, or cancel some",
+                f"tenant {tenant} has {queued} sessions waiting to start, and this one would "
+                f"be one more than its quota max_queued of {quotas.max_queued}: "
+                + (
+                    "wait for some to start, or cancel some"
+                    if queued
+                    else "this tenant may not queue sessions at all; ask the operator"
+                ),
                 tenant=tenant,
                 quota="max_queued",
                 limit=quotas.max_queued,

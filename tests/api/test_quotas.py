@@ -116,7 +116,7 @@ def test_max_queued_refuses_the_submit_past_it_and_stores_nothing(fleet: Fleet) 
     fleet.submit("team-a")
     before = (fleet.count(), fleet.count(outbox), fleet.count(events))
 
-    with pytest.raises(QuotaExceeded, match="max_queued is 2") as refused:
+    with pytest.raises(QuotaExceeded, match="max_queued of 2: wait for some to start") as refused:
         fleet.submit("team-a", session_id="refused-one")
 
     assert refused.value.quota == "max_queued" and refused.value.used == 2
@@ -133,9 +133,9 @@ def test_the_tenants_file_is_read_again_without_a_restart(fleet: Fleet) -> None:
     write(fleet.tenants_file, {"*": {"max_queued": 1}, "team-a": {"max_queued": 3}})
     fleet.submit("team-a")
     fleet.submit("team-a")
-    with pytest.raises(QuotaExceeded, match="max_queued is 3"):
+    with pytest.raises(QuotaExceeded, match="max_queued of 3"):
         fleet.submit("team-a")
-    with pytest.raises(QuotaExceeded, match="max_queued is 1"):
+    with pytest.raises(QuotaExceeded, match="max_queued of 1"):
         fleet.submit("team-c", session_id="c1") and fleet.submit("team-c")
 
 
@@ -306,6 +306,8 @@ def test_the_cli_says_which_quota_and_exits_non_zero(fleet: Fleet) -> None:
     )
     assert run.returncode != 0
     assert "max_queued" in run.stderr + run.stdout and "team-a" in run.stderr + run.stdout
+    # a quota of 0 is no queue that is full: it says the tenant may not queue at all
+    assert "may not queue sessions at all; ask the operator" in run.stderr
     assert fleet.count(id="cli-over") == 0
 
 
