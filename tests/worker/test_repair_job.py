@@ -123,8 +123,8 @@ WS = "<project>"
         ({"workspace": WS, "test_command": PASS, "egress_allow": ["a b"]}, "not a host name"),
         (
             {"workspace": WS, "test_command": PASS, "egress_allow": ["evil.test"]},
-            r"may only narrow this server's allow-list \(empty: TICKWORK_EGRESS_ALLOW is not set\), "
-            r"and evil.test is not",
+            r"may only narrow this server's allow-list \(empty: TICKWORK_EGRESS_ALLOW is not "
+            r"set\), and evil.test is not",
         ),
     ],
 )
