@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.text import Text
 
+from tickwork.fsm.admission import check_concurrency, check_priority
 from tickwork.fsm.errors import InvalidInput, SessionNotFound
 from tickwork.fsm.outcomes import Outcome
 from tickwork.fsm.tenants import DEFAULT_TENANT
@@ -141,6 +142,8 @@ def submit(
         max_steps=max_steps, max_tokens=max_tokens, max_cost_usd=max_cost_usd, deadline=deadline
     )
     price_pair = options.price(price)
+    check_priority(priority)  # before a server is asked too: its 422 speaks pydantic
+    check_concurrency(concurrency_key, max_per_key)
     remote = cli_remote.client()
     if remote is not None:
         cli_remote.no_name(submitter)

@@ -285,6 +285,21 @@ def test_remote_prints_what_local_prints(remote: Remote) -> None:
     served.inline("patch", waiting, ok=False).error(1, "patch")
 
 
+def test_a_bad_priority_or_key_is_refused_in_the_same_words_with_a_server(
+    cli: ModeCli,
+) -> None:
+    """Through a server the API's 422 spoke pydantic ('Input should be less than or equal
+    to 1000'); the CLI checks them as locally before any server is asked."""
+    submit = ("submit", TEST_KIND, "--model", "scripted:x.json")
+    cli.inline(*submit, "--priority", "5000", ok=False).error(
+        2, "priority 5000 is out of bounds: give a whole number from -1000 to 1000"
+    )
+    cli.inline(*submit, "--concurrency-key", "", ok=False).error(2, "the concurrency key is empty")
+    cli.inline(*submit, "--max-per-key", "2", ok=False).error(
+        2, "max_per_key needs a concurrency key"
+    )
+
+
 def test_with_a_server_other_commands_refuse_and_names_come_from_the_token(
     remote: Remote,
 ) -> None:
