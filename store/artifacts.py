@@ -297,13 +297,49 @@ def open_artifacts(url: str, engine: Engine) -> Artifacts:
         return DatabaseArtifacts(engine)
     place = parse_location(url, what="artifact store")
     if place is None:
-        raise ConfigurationError(
-            f"unknown artifact store {url!r} (TICKWORK_ARTIFACTS_URL): leave it empty for the "
-            "database, or give file:///path or s3://bucket/prefix"
-        )
+        raise _unknown(url)
     if isinstance(place, Path):
         return DirectoryArtifacts(place)
     return S3Artifacts(*place)
+
+
+def _unknown(url: str) -> ConfigurationError:
+    return ConfigurationError(
+        f"unknown artifact store {url!r} (TICKWORK_ARTIFACTS_URL): leave it empty for the "
+        "database, or give file:///path or s3://bucket/prefix"
+    )
+
+
+def check_reachable(url: str) -> None:
+    """Raise ConfigurationError, naming TICKWORK_ARTIFACTS_URL, when the store `url` names
+    is not there from this host: a `file://` folder that does not exist (the shared volume
+    not mounted here) or an `s3://` bucket that does not answer. A worker checks it before
+    it starts: on such a host every session it ticked failed, its files not found."""
+    if not url or url in ("db", "database"):
+        return
+    place = parse_location(url, what="artifact store (TICKWORK_ARTIFACTS_URL)")
+    if isinstance(place, Path):
+        if not place.is_dir():
+            raise ConfigurationError(
+                f"the artifact store's folder {place} (TICKWORK_ARTIFACTS_URL={url}) does not "
+                "exist on this host: mount the folder every worker shares there (or create "
+                "it, for the first host), or correct TICKWORK_ARTIFACTS_URL"
+            )
+        return
+    if place is None:
+        raise _unknown(url)
+    bucket = Bucket(place[0], place[1], place[2], what="artifact store")
+    try:
+        with bucket.unavailable("reach the bucket"):
+            bucket.client.head_bucket(Bucket=place[0])
+    except ArtifactsUnavailable as exc:
+        raise ConfigurationError(
+            f"{exc.message} (TICKWORK_ARTIFACTS_URL): check that the bucket exists, that "
+            "the endpoint (?endpoint= or AWS_ENDPOINT_URL) and the credentials are right "
+            "on this host"
+        ) from None
+    finally:
+        bucket.close()
 
 
 def parse_location(url: str, *, what: str) -> Path | tuple[str, str, str | None] | None:

@@ -151,6 +151,7 @@ def check_what_ticks_load(settings: Settings) -> None:
     checked once before the worker starts: one it could not load would fail every session
     it ticks (or, without a schema or with a bad tenants file, every relay pass)."""
     from tickwork.fsm.errors import ConfigurationError
+    from tickwork.store.artifacts import check_reachable
     from tickwork.store.migrate import current
     from tickwork.worker.config.imports import load_object
     from tickwork.worker.config.settings import mask
@@ -176,6 +177,8 @@ def check_what_ticks_load(settings: Settings) -> None:
     from tickwork.worker.config.settings import read_settings
     from tickwork.worker.tick.retention import RetentionSettings
 
+    # first the artifact store, which the archive's default derives from: its error names it
+    check_reachable(settings.artifacts_url)
     read_settings(RetentionSettings).archive(settings)  # an archive it cannot open, too
     from tickwork.worker.config.tenants import Tenants, TenantSettings
 

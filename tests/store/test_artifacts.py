@@ -195,3 +195,35 @@ def test_the_archive_goes_beside_the_artifact_store_and_reads_back(
     ]:
         with pytest.raises(ConfigurationError, match=words):
             open_archive(bad, artifacts_url="", default=tmp_path)
+
+
+def test_a_store_this_host_cannot_reach_is_named_before_a_worker_starts(
+    s3_endpoint: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # before, a worker on a host without the shared folder mounted (or with another
+    # bucket) started, and failed INTERNAL every session it ticked: its blobs "missing"
+    from tickwork.store.artifacts import check_reachable
+
+    for name, value in (
+        ("AWS_ACCESS_KEY_ID", "testing"),
+        ("AWS_SECRET_ACCESS_KEY", "testing"),
+        ("AWS_DEFAULT_REGION", "us-east-1"),
+    ):
+        monkeypatch.setenv(name, value)
+    import boto3
+
+    admin = boto3.client("s3", endpoint_url=s3_endpoint)
+    admin.create_bucket(Bucket="tw-reachable")
+    admin.close()
+    (tmp_path / "mounted").mkdir()
+    check_reachable("")
+    check_reachable(f"file://{tmp_path / 'mounted'}")
+    check_reachable(f"s3://tw-reachable/blobs?endpoint={s3_endpoint}")
+    for url, words in [
+        (f"file://{tmp_path / 'not-mounted'}", "does not exist on this host"),
+        (f"s3://tw-no-such-bucket/blobs?endpoint={s3_endpoint}", "check that the bucket exists"),
+        ("s3:/bucket", "TICKWORK_ARTIFACTS_URL"),
+        ("ftp://host/x", "TICKWORK_ARTIFACTS_URL"),
+    ]:
+        with pytest.raises(ConfigurationError, match=words):
+            check_reachable(url)
