@@ -21,6 +21,7 @@ from tickwork.fsm.budgets import exhausted_budget
 from tickwork.fsm.errors import (
     ArtifactsUnavailable,
     BlobCorrupt,
+    BlobMissing,
     CancelledMeanwhile,
     ClaimLost,
     GraphVersionMismatch,
@@ -33,7 +34,7 @@ from tickwork.fsm.transitions import Change
 from tickwork.fsm.values import ErrorCode, Head, Status
 from tickwork.store import Claimed
 from tickwork.worker.config import release
-from tickwork.worker.config.secrets import mask_change
+from tickwork.worker.config.secrets import mask, mask_change
 from tickwork.worker.observers.report import Outcome, TickReport
 from tickwork.worker.tick.agent import AgentRunner
 from tickwork.worker.tick.files import TickFiles, disk_full
@@ -121,6 +122,25 @@ def _say_if_refused(rt: Runtime, session_id: str, version: int) -> None:
         )
 
 
+def _refuse_unseen_files(rt: Runtime, head: Head, version: int, exc: BlobMissing) -> None:
+    """Say why a tick is refused whose session's files this worker's artifact store lacks.
+
+    A blob is put before the save that names it and retention moves it to the archive, where
+    the tick looks too: one that neither holds means this host's TICKWORK_ARTIFACTS_URL is
+    not the store the session was stored in (another folder mounted, another prefix). So
+    the session is left as it is, as for a job kind this worker lacks, for a worker that
+    sees its files; past its deadline it fails DEADLINE naming the blob."""
+    log.error(
+        "session %s v%d: %s. The tick is refused and the session left as it is for a worker "
+        "that sees its files: check that TICKWORK_ARTIFACTS_URL (here %s) names the same "
+        "store on every host",
+        head.id,
+        version,
+        exc.message,
+        mask(rt.settings.artifacts_url, []) or "empty: the database's blobs table",
+    )
+
+
 def _past_deadline(head: Head, now: datetime) -> str | None:
     """Why the session's deadline has passed (`exhausted_budget`'s message), or None."""
     spent = exhausted_budget(head, now=now)
@@ -175,6 +195,19 @@ def _advance(tick: Tick, runner: Runner, owner: str) -> Outcome:
         # the database or the artifact store is away: the lease expires and the relay runs
         # this tick again (on files the store holds: nothing of this attempt was saved)
         raise
+    except BlobMissing as exc:
+        files.discard()
+        late = _past_deadline(claimed.head, rt.clock())
+        if late is None:
+            _refuse_unseen_files(rt, claimed.head, version, exc)
+            return Outcome.DROPPED
+        change = machine.fail(
+            claimed.head,
+            ErrorCode.DEADLINE,
+            f"{late}; no worker that took its tick found its files ({exc.message})",
+            now=rt.clock(),
+            open_calls=claimed.calls,
+        )
     except BlobCorrupt as exc:
         # no tier holds a good copy: running on bad files would be worse than stopping
         log.error("session %s v%d: %s", session_id, version, exc)
