@@ -57,7 +57,8 @@ def translate(exc: BaseException, *, database: str) -> BaseException:
         )
     if isinstance(orig or exc, _UNDEFINED) or any(sign in detail for sign in _NO_SCHEMA):
         return SchemaMissing(
-            f"the database {database} has no tickwork schema ({detail}); run `tickwork db upgrade`"
+            f"the database {database} has no tickwork schema, or an older one ({detail}); run "
+            "`tickwork db upgrade`"
         )
     if isinstance(exc, _AWAY) or isinstance(orig or exc, _DRIVER_AWAY):
         return StoreUnavailable(

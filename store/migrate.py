@@ -80,6 +80,14 @@ def history(url: str) -> list[Revision]:
     return found
 
 
+def behind(url: str, at: str) -> bool:
+    """Whether revision `at` (the database's) is one this code knows, below its newest: the
+    database needs `upgrade`. A revision the code does not know is a newer release's."""
+    scripts = ScriptDirectory.from_config(alembic_config(url))
+    known = {script.revision for script in scripts.walk_revisions()}
+    return set(at.split(",")) <= known and at != head(url)
+
+
 def head(url: str) -> str:
     """The newest revision the code knows: what `upgrade` brings a database to."""
     return ",".join(ScriptDirectory.from_config(alembic_config(url)).get_heads())

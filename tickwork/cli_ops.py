@@ -152,17 +152,26 @@ def check_what_ticks_load(settings: Settings) -> None:
     it ticks (or, without a schema or with a bad tenants file, every relay pass)."""
     from tickwork.fsm.errors import ConfigurationError
     from tickwork.store.artifacts import check_reachable
-    from tickwork.store.migrate import current
+    from tickwork.store.migrate import behind, current, head
     from tickwork.worker.config.imports import load_object
     from tickwork.worker.config.settings import mask
     from tickwork.worker.jobs import Jobs
     from tickwork.worker.models.providers import Provider, Providers
     from tickwork.worker.tick.runtime import build_store
 
-    if current(settings.db_url) is None:
+    at = current(settings.db_url)
+    if at is None:
         raise ConfigurationError(
             f"the database {mask(settings.db_url, [])} has no tickwork schema; run "
             "`tickwork db upgrade` before starting workers"
+        )
+    if behind(settings.db_url, at):
+        # its relay would fail every pass and its ticks every save, on tables it lacks; a
+        # database newer than the code is fine (old workers run on beside a migration)
+        raise ConfigurationError(
+            f"the database {mask(settings.db_url, [])} is at schema revision {at}, older than "
+            f"this tickwork's ({head(settings.db_url)}); run `tickwork db upgrade` before "
+            "starting workers (ops/RUNBOOK.md, Upgrades)"
         )
     from tickwork.worker.config.settings import RoleSettings
     from tickwork.worker.jobs import BUILTIN

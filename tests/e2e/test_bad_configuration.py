@@ -196,6 +196,21 @@ def test_a_worker_on_a_database_without_the_schema_does_not_start(tmp_path: Path
         )
 
 
+def test_a_worker_on_a_database_behind_its_migrations_does_not_start(tmp_path: Path) -> None:
+    # before, it started on the older schema and its relay failed every pass (no
+    # republication, no admission), its ticks every save; a newer database stays allowed
+    from tickwork.store.migrate import behind, head, upgrade
+
+    with postgres_database() as url:
+        upgrade(url, "0018_admission")
+        cli = Cli(_bare_env(TICKWORK_STATE_DIR=str(tmp_path / "state")), tmp_path)
+        cli("worker", ok=False, TICKWORK_DATABASE_URL=url).error(
+            2, "is at schema revision 0018_admission, older than", "tickwork db upgrade"
+        )
+        assert behind(url, "0018_admission") and not behind(url, head(url))
+        assert not behind(url, "0099_from_a_later_release")
+
+
 def test_a_worker_loads_the_model_providers_of_its_imports_before_it_starts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
