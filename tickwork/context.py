@@ -27,9 +27,17 @@ if TYPE_CHECKING:
 
 def load_settings() -> Settings:
     """The settings from `TICKWORK_*`; a bad value is one error naming its variable."""
+    from tickwork.fsm.errors import ConfigurationError
     from tickwork.worker.config.settings import load_settings as load
+    from tickwork.worker.models.pricing import as_price
 
-    return load()
+    settings = load()
+    for name, price in settings.prices.items():  # named at start, not at each submit
+        try:
+            as_price(name, price)
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"invalid setting TICKWORK_PRICES: {exc.message}") from None
+    return settings
 
 
 def ensure_schema(settings: Settings) -> bool:

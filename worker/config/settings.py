@@ -195,7 +195,8 @@ class Settings(BaseSettings):
     #: model -> [prompt, completion] USD per million tokens, added to the built-in table; or
     #: {"prompt", "completion", "cached", "cache_write", "max_completion", "context_window"}
     #: (tickwork.worker.models.pricing)
-    prices: dict[str, list[float | None] | dict[str, float | None]] = {}
+    #: (each read as a price by `tickwork.context.load_settings`, which names a bad one)
+    prices: dict[str, Any] = {}
     #: regexes whose matches are masked in stored events, logs and `tickwork config`
     secret_patterns: list[str] = [r"sk-[A-Za-z0-9_\-]{8,}"]
     budgets: Budgets = Field(default_factory=Budgets)
