@@ -7,6 +7,7 @@ import re
 import shutil
 import socket
 import sys
+import tempfile
 import time
 from enum import StrEnum
 from pathlib import Path
@@ -88,6 +89,7 @@ def worker(
     """Run a Celery worker for the tick queue and the dead-letter queue; the relay runs
     inside it."""
     settings = load_settings()
+    writable_folder(settings.state_dir, "TICKWORK_STATE_DIR", settings.state_dir)
     chosen = pool or (Pool.THREADS if settings.embedded_broker else Pool.PREFORK)
     if chosen is Pool.PREFORK:
         _metrics_folder(settings.state_dir, hostname)
@@ -186,6 +188,9 @@ def check_what_ticks_load(settings: Settings) -> None:
     from tickwork.worker.config.settings import read_settings
     from tickwork.worker.tick.retention import RetentionSettings
 
+    variable = "TICKWORK_WORKSPACES_DIR" if settings.workspaces_dir else "TICKWORK_STATE_DIR"
+    given = settings.workspaces_dir or settings.state_dir
+    writable_folder(settings.workspaces_path, variable, given)  # every repair tick's files
     # first the artifact store, which the archive's default derives from: its error names it
     check_reachable(settings.artifacts_url)
     read_settings(RetentionSettings).archive(settings)  # an archive it cannot open, too
@@ -212,8 +217,26 @@ def _metrics_folder(state_dir: Path, hostname: str | None) -> None:
     node = re.sub(r"[^A-Za-z0-9_.@-]", "_", hostname or f"celery@{socket.gethostname()}")
     folder = (state_dir / "metrics" / node).absolute()
     shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir(parents=True)
+    writable_folder(folder, "TICKWORK_STATE_DIR", state_dir)
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(folder)
+
+
+def writable_folder(folder: Path, variable: str, given: Path) -> None:
+    """Make `folder` (under `given`, the value of `variable`) and check this process can
+    write in it; a ConfigurationError naming the variable if not. A worker checks its own
+    folders before it starts: one it could not write failed every session it ticked."""
+    from tickwork.fsm.errors import ConfigurationError
+
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".probe-"):
+            pass
+    except OSError as exc:
+        raise ConfigurationError(
+            f"{variable}={given}: cannot make or write the folder {folder} "
+            f"({exc.strerror or exc}); point {variable} at a folder this worker's user can "
+            "write"
+        ) from None
 
 
 def relay(

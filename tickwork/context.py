@@ -53,7 +53,16 @@ def ensure_schema(settings: Settings) -> bool:
         return False
     from tickwork.store.migrate import upgrade
 
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        from tickwork.fsm.errors import ConfigurationError
+
+        variable = "TICKWORK_DATABASE_URL" if settings.database_url else "TICKWORK_STATE_DIR"
+        raise ConfigurationError(
+            f"cannot make the folder {path.parent} of the SQLite database ({exc.strerror or exc}); "
+            f"point {variable} at a folder this user can write"
+        ) from None
     scratch = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}")
     try:
         upgrade(with_sqlite_file(settings.db_url, scratch))

@@ -166,6 +166,8 @@ def test_a_broker_that_does_not_answer_is_one_whole_warning(tmp_path: Path) -> N
         ("TICKWORK_ARTIFACTS_URL", "ftp://blobs.internal/x", "unknown artifact store"),
         ("TICKWORK_ARTIFACTS_URL", "file:///no-such-mount/blobs", "does not exist on this host"),
         ("TICKWORK_ARTIFACTS_URL", "s3:/bucket", "TICKWORK_ARTIFACTS_URL"),
+        ("TICKWORK_WORKSPACES_DIR", "/proc/no-such-cache", "cannot make or write the folder"),
+        ("TICKWORK_STATE_DIR", "/proc/no-such-state", "TICKWORK_STATE_DIR=/proc/no-such-state"),
         ("TICKWORK_IMPORTS", '["no_such_jobs_module:KIND"]', "cannot import 'no_such_jobs_module'"),
     ],
 )
