@@ -257,6 +257,11 @@ class UnstorableValue(StoreError, ValueError):
     committed. Input is checked before it reaches the store, so this is a bug to report."""
 
 
+class BrokerUnavailable(TickworkError):
+    """The broker did not take a tick; the tick stays in the outbox and a relay publishes it
+    once the broker answers."""
+
+
 class ArtifactsUnavailable(TickworkError):
     """The artifact store could not be read or written; the tick is run again later."""
 

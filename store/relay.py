@@ -31,6 +31,8 @@ class RelayPass:
     admitted: int = 0
     #: sessions taken over because their worker's sign of life is gone (`Takeover`)
     taken_over: int = 0
+    #: ticks the broker did not take: given back to the outbox, due at once for any relay
+    unsent: int = 0
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.text import Text
 
-from tickwork.fsm.errors import TickworkError
+from tickwork.fsm.errors import BrokerUnavailable
 
 from . import options, render, views
 from .context import ensure_schema, load_settings
@@ -272,6 +272,7 @@ def relay(
                         "delayed": done.delayed,
                         "taken_over": done.taken_over,
                         "admitted": done.admitted,
+                        "unsent": done.unsent,
                     }
                 )
             else:
@@ -284,11 +285,15 @@ def relay(
                         "queued sessions"
                     )
                 )
-            if rt.cannot_publish:
-                raise TickworkError(
-                    "the broker did not take the ticks this pass took: they are back in the "
-                    "outbox, due for the next relay that can publish (nothing is lost); check "
-                    "TICKWORK_BROKER_URL and that the broker answers from this host"
+            if done.unsent or rt.cannot_publish:  # a takeover's ticks count no unsent
+                from tickwork.worker.config.settings import mask
+
+                raise BrokerUnavailable(
+                    f"the broker at {mask(settings.broker_url, [])} (TICKWORK_BROKER_URL) did "
+                    f"not take {done.unsent or 'a'} tick{'' if done.unsent == 1 else 's'}; "
+                    "they stay in the outbox, due at once: start "
+                    "the broker or correct TICKWORK_BROKER_URL, then run `tickwork relay "
+                    "--once` again (the workers' relays publish them once it answers)"
                 )
             return
         thread = RelayThread(rt)

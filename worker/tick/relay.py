@@ -48,7 +48,7 @@ def relay_once(rt: Runtime) -> RelayPass:
     unsent = _publish(rt, [*revived, *found])
     if unsent:
         _give_back(rt, unsent, now=now)
-        return RelayPass(republished=0, lease_expiries=len(revived))
+        return RelayPass(republished=0, lease_expiries=len(revived), unsent=len(unsent))
     delayed = [t for t in found if t.delayed]
     lost = [t for t in found if not t.delayed]
     # the trees' repairs: a parent left waiting on a join that wakes it, an ended parent
