@@ -89,7 +89,6 @@ def worker(
     """Run a Celery worker for the tick queue and the dead-letter queue; the relay runs
     inside it."""
     settings = load_settings()
-    writable_folder(settings.state_dir, "TICKWORK_STATE_DIR", settings.state_dir)
     chosen = pool or (Pool.THREADS if settings.embedded_broker else Pool.PREFORK)
     if chosen is Pool.PREFORK:
         _metrics_folder(settings.state_dir, hostname)
@@ -99,6 +98,8 @@ def worker(
 
     for kind in worker_sections():
         read_settings(kind)  # a bad value stops the worker now, not as a warning later
+    # after every setting is checked: a refused one makes nothing
+    writable_folder(settings.state_dir, "TICKWORK_STATE_DIR", settings.state_dir)
     ensure_schema(settings)
     check_what_ticks_load(settings)
     queues = [settings.queue] + ([settings.dead_letter_queue] if dead_letters else [])
