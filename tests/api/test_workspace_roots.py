@@ -115,7 +115,10 @@ def _commit(repo: Path, name: str, text: str) -> None:
         )
 
 
-@pytest.mark.parametrize("how", ["gitfile", "linked .git", "linked objects", "alternates"])
+@pytest.mark.parametrize(
+    "how",
+    ["gitfile", "linked .git", "linked objects", "alternates", "quoted", "octal-quoted"],
+)
 def test_a_repository_under_the_roots_whose_git_data_lies_outside_is_422(
     stack: Stack, tmp_path: Path, how: str
 ) -> None:
@@ -142,7 +145,12 @@ def test_a_repository_under_the_roots_whose_git_data_lies_outside_is_422(
             subprocess.run(["rm", "-rf", str(objects)], check=True)
             objects.symlink_to(secret / ".git" / "objects")
         else:
-            (objects / "info" / "alternates").write_text(f"{secret / '.git' / 'objects'}\n")
+            elsewhere = str(secret / ".git" / "objects")
+            if how == "quoted":  # git C-unquotes a line in double quotes
+                elsewhere = f'"{elsewhere}"'
+            elif how == "octal-quoted":  # its slashes as \057: no `/` for a check to see
+                elsewhere = '"' + elsewhere.replace("/", "\\057") + '"'
+            (objects / "info" / "alternates").write_text(elsewhere + "\n")
         (inside / ".git" / "refs" / "heads" / "stolen").write_text(head + "\n")
     settings = stack.deployment.settings
     settings.workspace_roots = [roots]

@@ -289,9 +289,9 @@ def _git_data_inside(path: Path, url: str, roots: Sequence[Path]) -> None:
             seen.add(store)
             alternates = store / "info" / "alternates"
             if alternates.is_file():
-                for line in alternates.read_text(errors="replace").splitlines():
-                    if line.strip() and not line.startswith("#"):
-                        found.append((store / line.strip()).resolve())
+                for line in alternates.read_bytes().splitlines():
+                    if line.strip() and not line.startswith(b"#"):
+                        found.append((store / _alternate(line.strip())).resolve())
         places += stores
         stores = found
     for place in places:
@@ -301,6 +301,40 @@ def _git_data_inside(path: Path, url: str, roots: Sequence[Path]) -> None:
                 f"directories this server accepts ({', '.join(str(r) for r in roots)}; "
                 "TICKWORK_WORKSPACE_ROOTS); give the repository itself, not a link to one"
             )
+
+
+#: the escapes of git's C-style quoting (`unquote_c_style`) besides octal `\\ooo`
+_C_ESCAPES = {
+    ord(k): v for k, v in {"a": 7, "b": 8, "f": 12, "n": 10, "r": 13, "t": 9, "v": 11}.items()
+} | {ord("\\"): ord("\\"), ord('"'): ord('"')}
+
+
+def _alternate(line: bytes) -> str:
+    """The path an `objects/info/alternates` line names, as git reads it: a line in double
+    quotes is C-unquoted (`"\\057elsewhere"` is `/elsewhere`); one git cannot unquote is
+    a path as written."""
+    if not line.startswith(b'"'):
+        return os.fsdecode(line)
+    out, i = bytearray(), 1
+    while i < len(line):
+        c = line[i]
+        if c == ord('"'):
+            return os.fsdecode(bytes(out))
+        if c == ord("\\") and i + 1 < len(line):
+            nxt = line[i + 1]
+            if nxt in _C_ESCAPES:
+                out.append(_C_ESCAPES[nxt])
+                i += 2
+                continue
+            digits = line[i + 1 : i + 4]
+            if re.fullmatch(rb"[0-3][0-7]{2}", digits):
+                out.append(int(digits, 8))
+                i += 4
+                continue
+            return os.fsdecode(line)  # git refuses the quoting: the line is a plain path
+        out.append(c)
+        i += 1
+    return os.fsdecode(line)
 
 
 @contextlib.contextmanager
