@@ -17,11 +17,14 @@ from sqlalchemy import select
 from tickwork.fsm.values import Status
 from tickwork.store.schema import outbox
 from tickwork.worker.jobs import Jobs
-from tickwork.worker.tick.relay import relay_once
+from tickwork.worker.tick.liveness import Liveness
+from tickwork.worker.tick.relay import relay_once, takeover_of
 from tickwork.worker.tick.runtime import Runtime, utc_now
 
 from tests.conftest import Clock
 from tests.worker.ticking import DANGER, Ticks
+from tickwork.testing import until
+from tickwork.testing.store_ticks import claim
 
 
 class Broker:
@@ -159,3 +162,28 @@ def test_a_given_back_tick_counts_no_republication(ticks: Ticks, clock: Clock) -
 
     relay_once(relay_of(ticks, healthy, clock))
     assert healthy.published == [(session_id, 0)]
+
+
+def test_a_takeover_that_cannot_publish_gives_the_sessions_back_at_once(
+    ticks: Ticks, clock: Clock
+) -> None:
+    """The first publish of a look that fails is its last (each can take the broker's
+    timeouts), and the sessions it took over are due at once for the relays that can
+    publish, not after TICKWORK_RELAY_AFTER_S."""
+    liveness = Liveness(ticks.store, every_s=60, lose_all=lambda _: None)
+    liveness.start()
+    ids = [ticks.submit(DANGER) for _ in range(2)]
+    for session_id in ids:
+        claim(ticks.store, session_id, now=clock(), owner=liveness.owner("w"))
+    liveness.stop()  # the worker holding them is gone
+    until(ticks.store.absent_signs, timeout=30, what="the sign seen gone")
+    cut, healthy = Broker(up=False), Broker(up=True)
+    ticks.settings.liveness_grace_s = 0
+
+    taken = takeover_of(relay_of(ticks, cut, clock))()
+
+    assert sorted(t.session_id for t in taken) == sorted(ids)
+    assert cut.tries == 1
+    clock.advance(1)  # well inside the threshold
+    relay_once(relay_of(ticks, healthy, clock))
+    assert sorted(healthy.published) == sorted((i, 0) for i in ids)

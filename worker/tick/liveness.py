@@ -130,19 +130,22 @@ class Takeover:
     ticks published. The grace lets a worker whose connection dropped for a moment take
     its sign again (and, first, kill its running commands) before it is taken for dead.
     While `paused` (this process cannot publish: `Runtime.cannot_publish`) it takes over
-    nothing, and leaves the sessions to the relays of workers that can publish them."""
+    nothing, and leaves the sessions to the relays of workers that can publish them. A
+    publish that fails (`publish` gives False) stops the look's publishes: that tick and
+    those after it go to `give_back`, as a relay pass's do."""
 
     def __init__(
         self,
         store: Relay,
-        publish: Callable[[str, int], object],
+        publish: Callable[[str, int], bool | None],
         *,
         grace_s: float,
         clock: Callable[[], datetime],
         paused: Callable[[], bool] = lambda: False,
+        give_back: Callable[[list[Due]], None] = lambda _: None,
     ) -> None:
         self._store, self._publish, self._grace_s = store, publish, grace_s
-        self._clock, self._paused = clock, paused
+        self._clock, self._paused, self._give_back = clock, paused, give_back
         #: each sign seen gone, and when it was first (monotonic)
         self._gone: dict[int, float] = {}
         #: the last look failed: the database was away
@@ -170,8 +173,10 @@ class Takeover:
         if not ripe or self._paused():
             return []
         taken = self._store.take_over(ripe, now=self._clock())
-        for tick in taken:
-            self._publish(tick.session_id, tick.version)
+        for i, tick in enumerate(taken):
+            if self._publish(tick.session_id, tick.version) is False:
+                self._give_back(taken[i:])  # each failure can take the broker's timeouts
+                break
         if taken:
             log.warning(
                 "relay: took over %d sessions whose worker is gone: %s",

@@ -128,15 +128,26 @@ def relay_all_once(rt: Runtime) -> RelayPass:
     connection dropped for a moment is not taken for dead."""
     taken: list[Due] = []
     if rt.settings.liveness:
-        takeover = Takeover(
-            rt.store, rt.publish, grace_s=rt.settings.liveness_grace_s, clock=rt.clock
-        )
+        takeover = takeover_of(rt)
         look = counted(takeover)
         taken = look()
         if not taken and takeover.watching:
             time.sleep(rt.settings.liveness_grace_s)
             taken = look()
     return dataclasses.replace(relay_once(rt), taken_over=len(taken))
+
+
+def takeover_of(rt: Runtime) -> Takeover:
+    """The relay's look for sessions whose worker is gone: paused while this process cannot
+    publish, and the ticks it took but could not publish given back as a pass's are."""
+    return Takeover(
+        rt.store,
+        rt.publish,
+        grace_s=rt.settings.liveness_grace_s,
+        clock=rt.clock,
+        paused=lambda: rt.cannot_publish,
+        give_back=lambda unsent: _give_back(rt, unsent, now=rt.clock()),
+    )
 
 
 def counted(takeover: Takeover) -> Callable[[], list[Due]]:
@@ -164,16 +175,9 @@ class RelayThread(Loop):
             log=log,
             what="relay pass",
         )
-        takeover = Takeover(
-            rt.store,
-            rt.publish,
-            grace_s=rt.settings.liveness_grace_s,
-            clock=rt.clock,
-            paused=lambda: rt.cannot_publish,
-        )
         self.takeover = Loop(
             "takeover",
-            counted(takeover),
+            counted(takeover_of(rt)),
             every_s=rt.settings.liveness_period_s,
             log=log,
             what="look for sessions whose worker is gone",
