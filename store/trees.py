@@ -183,7 +183,9 @@ def wake(conn: Connection, join: Join, *, now: datetime) -> bool:
         conn.execute(
             update(joins).where(_key(join.parent_id, join.call_id)).values(waiting_call=None)
         )
-    else:
+    elif moved is not None:
+        # a parent no longer waiting ended meanwhile (a cancel that committed after this
+        # end read it waiting): the join stays unwoken, and `settle_ended` charges it
         conn.execute(
             update(joins)
             .where(_key(join.parent_id, join.call_id), joins.c.woken_at.is_(None))

@@ -11,13 +11,13 @@ from tickwork.fsm import transitions
 from tickwork.fsm.errors import CancelledMeanwhile
 from tickwork.fsm.joins import JoinMode
 from tickwork.fsm.values import Status
-from tickwork.store import Store
+from tickwork.store import Store, trees
 from tickwork.store.schema import joins, outbox, sessions
 from tickwork.store.trees import missed_wakes
 
 from tests.conftest import Clock
 from tests.store.conftest import table_rows
-from tickwork.testing.store_contract.trees import finish, spawn, wakes
+from tickwork.testing.store_contract.trees import finish, spawn, tree_cost, wakes
 from tickwork.testing.store_ticks import claim, new_session, reply, think_change
 
 
@@ -153,3 +153,24 @@ def test_a_join_stored_before_the_order_of_ends_records_them_from_then_on(
 
     [row] = table_rows(store.engine, joins)
     assert (row["ends"], row["ended"], row["first"]) == ([ids[1], ids[0]], 2, ids[1])
+
+
+def test_a_last_end_racing_its_parent_s_cancel_is_still_charged_to_it(
+    store: Store, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The last child's save read its parent still waiting, and the parent's cancel
+    committed before that save's wake: the wake moves nothing, and must leave the join
+    unwoken for the relay's `settle_ended` (a join marked woken is charged by the parent's
+    own save, which a cancelled parent never makes)."""
+    ids = spawn(store, clock, "p", 2)
+    finish(store, clock, ids[0])
+    store.request_cancel("p", now=clock(), by="alice")
+    with monkeypatch.context() as race:
+        race.setattr(trees, "_ended", lambda conn, session_id: False)  # read before the cancel
+        finish(store, clock, ids[1])
+
+    assert store.settle_ended(now=clock()) == ["p"]
+    head = store.get("p")
+    assert head.status is Status.CANCELLED
+    assert abs(head.cost_usd - tree_cost(store, "p")) < 1e-9
+    assert store.settle_ended(now=clock()) == []
