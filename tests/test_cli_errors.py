@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from tickwork.fsm.errors import API_LISTING, SessionNotFound
 
-from tickwork.cli import REFUSED, explain
+from tickwork import render
+from tickwork.cli import REFUSED, explain, fail
 
 
 def test_session_not_found_carries_its_id_and_each_surface_says_its_own_listing(
@@ -33,3 +34,18 @@ def test_a_session_not_found_without_an_id_is_said_as_it_was_raised() -> None:
     assert (message, code) == ("no session in the archive's index", REFUSED)
     copied = pickle.loads(pickle.dumps(SessionNotFound.of("s9")))
     assert (copied.message, copied.session_id) == (SessionNotFound.of("s9").message, "s9")
+
+
+def test_the_lines_on_stderr_obey_no_control_character(capsys: pytest.CaptureFixture[str]) -> None:
+    """An error or a note can quote what others wrote (a file's name in a shared workspace,
+    a server's message): an escape sequence there must not reach the terminal, as none
+    does from `show` (render.Terminal)."""
+    named = "pkg/\x1b]52;c;ZXZpbA==\x07x.py \x1b[1A\x1b[2K\u202egnp.py"
+    fail(f"cannot read {named}", 1)
+    render.note(f"left out: {named}")
+    said = capsys.readouterr().err
+    assert "\x1b" not in said and "\x07" not in said and "\u202e" not in said
+    assert said == (
+        "error: cannot read pkg/]52;c;ZXZpbA==x.py [1A[2Kgnp.py\n"
+        "note: left out: pkg/]52;c;ZXZpbA==x.py [1A[2Kgnp.py\n"
+    )

@@ -147,9 +147,12 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 def fail(message: str, code: int) -> int:
-    """Write one `error:` line on stderr; return the exit code."""
+    """Write one `error:` line on stderr, without the control characters `show` drops
+    (it may quote what others wrote); return the exit code."""
+    from .render import CONTROLS
+
     sys.stdout.flush()
-    sys.stderr.write(f"error: {' '.join(str(message).split())}\n")
+    sys.stderr.write(f"error: {' '.join(str(message).split()).translate(CONTROLS)}\n")
     sys.stderr.flush()
     return code
 

@@ -101,8 +101,9 @@ def show(*renderables: RenderableType) -> None:
 
 
 def note(text: str) -> None:
-    """A line beside the output, not of it (standard error: a pipe gets the rows only)."""
-    sys.stderr.write(f"note: {text}\n")
+    """A line beside the output, not of it (standard error: a pipe gets the rows only),
+    without the control characters `Terminal` drops (it may name others' files)."""
+    sys.stderr.write(f"note: {text.translate(CONTROLS)}\n")
     sys.stderr.flush()
 
 
