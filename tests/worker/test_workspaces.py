@@ -18,6 +18,7 @@ from tickwork.store.artifacts import DatabaseArtifacts, DirectoryArtifacts, open
 from tickwork.store.files import FileChange
 from tickwork.store.migrate import upgrade
 from tickwork.worker.files import sources
+from tickwork.worker.files.filetree import Ignore
 from tickwork.worker.files.workspaces import Workspaces
 
 from tests.conftest import Clock
@@ -124,6 +125,19 @@ def test_a_workspace_says_what_its_gitignore_left_out_and_keeps_what_it_re_inclu
     (project / ".gitignore").unlink()
     whole = sources.directory(project, artifacts, trusted=True, roots=[], state_dir=tmp_path)
     assert "gitignored" not in whole and "left out" not in sources.describe(whole)
+
+
+def test_a_leading_double_star_in_the_gitignore_matches_at_any_depth(tmp_path: Path) -> None:
+    """`**/NAME` is NAME in every folder, as in git (it was read as anchored at the root:
+    `**/generated.py` left out only the top one); `**/A/B` is A/B in every folder."""
+    (tmp_path / ".gitignore").write_text("**/generated.py\n**/out/\n**/docs/_build\n")
+    ignore = Ignore.of(tmp_path)
+    assert ignore.skips("generated.py", is_dir=False)
+    assert ignore.skips("pkg/sub/generated.py", is_dir=False)
+    assert ignore.skips("pkg/out", is_dir=True) and not ignore.skips("pkg/out", is_dir=False)
+    assert ignore.skips("docs/_build", is_dir=True) and ignore.skips("a/docs/_build", is_dir=True)
+    assert not ignore.skips("pkg/generated.pyc", is_dir=False)
+    assert not ignore.skips("docs", is_dir=True)
 
 
 def test_a_host_without_a_copy_makes_one_from_the_store(

@@ -3,9 +3,10 @@ by recording what a tick changed.
 
 Skipped: symlinks, the directories in SKIP_DIRS (VCS data, caches, environments) and what
 the tree's top-level `.gitignore` names (a simple reading of it: `#` comments, a trailing
-`/` for directories, patterns with a `/` anchored at the root, others matching a name at
-any depth; the last pattern that matches decides, so `!` re-includes what an earlier one
-left out, except inside a folder left out). Paths a caller already tracks are never skipped.
+`/` for directories, patterns with a `/` anchored at the root unless they start with
+`**/`, others matching a name at any depth; the last pattern that matches decides, so `!`
+re-includes what an earlier one left out, except inside a folder left out). Paths a caller
+already tracks are never skipped.
 """
 
 from __future__ import annotations
@@ -62,10 +63,14 @@ class Ignore:
             negated = line.startswith("!")
             line = line.removeprefix("!")
             directory = line.endswith("/")
+            anywhere = line.startswith("**/")  # in every folder: the root's and below
+            line = line.removeprefix("**/")
             anchored = "/" in line.rstrip("/")
             line = line.strip("/")
             if line:
-                found.append((line.removeprefix("**/"), anchored, directory, negated))
+                found.append((line, anchored, directory, negated))
+                if anywhere and anchored:  # `**/A/B`: A/B below the root too
+                    found.append((f"*/{line}", True, directory, negated))
         return cls(tuple(found), skipped)
 
     def skips(self, rel: str, *, is_dir: bool) -> bool:
