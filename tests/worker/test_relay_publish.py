@@ -9,9 +9,6 @@ once for another relay, and the cut relay takes none until its broker answers ag
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 from sqlalchemy import select
 from tickwork.fsm.values import Status
@@ -48,14 +45,9 @@ class Broker:
 
 @pytest.fixture
 def clock() -> Clock:
-    return Clock(utc_now())  # the client stores a submission's tick at the wall clock's now
-
-
-@pytest.fixture
-def ticks(database_url: str, tmp_path: Path, clock: Clock) -> Iterator[Ticks]:
-    found = Ticks(database_url, tmp_path, clock)
-    yield found
-    found.close()
+    """The clock tests/worker/conftest.py's `ticks` ticks on: the wall clock's now, at
+    which the client stores a submission's tick."""
+    return Clock(utc_now())
 
 
 def relay_of(ticks: Ticks, broker: Broker, clock: Clock) -> Runtime:
