@@ -117,7 +117,15 @@ def _commit(repo: Path, name: str, text: str) -> None:
 
 @pytest.mark.parametrize(
     "how",
-    ["gitfile", "linked .git", "linked objects", "alternates", "quoted", "octal-quoted"],
+    [
+        "gitfile",
+        "linked .git",
+        "linked objects",
+        "linked loose objects",
+        "alternates",
+        "quoted",
+        "octal-quoted",
+    ],
 )
 def test_a_repository_under_the_roots_whose_git_data_lies_outside_is_422(
     stack: Stack, tmp_path: Path, how: str
@@ -144,6 +152,12 @@ def test_a_repository_under_the_roots_whose_git_data_lies_outside_is_422(
         if how == "linked objects":
             subprocess.run(["rm", "-rf", str(objects)], check=True)
             objects.symlink_to(secret / ".git" / "objects")
+        elif how == "linked loose objects":  # the objects folder is its own; its files not
+            for found in (secret / ".git" / "objects").glob("??/*"):
+                link = objects / found.parent.name / found.name
+                link.parent.mkdir(exist_ok=True)
+                if not link.exists():
+                    link.symlink_to(found)
         else:
             elsewhere = str(secret / ".git" / "objects")
             if how == "quoted":  # git C-unquotes a line in double quotes

@@ -258,8 +258,9 @@ _ALTERNATES_DEPTH = 5
 def _git_data_inside(path: Path, url: str, roots: Sequence[Path]) -> None:
     """Refuse a local repository (of an untrusted submission) whose git data lies outside
     `roots`: its `.git` a file (`gitdir: ...`) or a link pointing out, a worktree's
-    `commondir`, an `objects` folder or `objects/info/alternates` elsewhere. git reads
-    all of these, so the clone would copy a repository the roots do not hold."""
+    `commondir`, an `objects` folder or `objects/info/alternates` elsewhere, or a link
+    inside `objects` (a loose object's folder, a pack) pointing out. git reads all of
+    these, so the clone would copy a repository the roots do not hold."""
     dot = path / ".git"
     if dot.is_file():
         text = dot.read_text(encoding="utf-8", errors="replace").strip()
@@ -294,6 +295,22 @@ def _git_data_inside(path: Path, url: str, roots: Sequence[Path]) -> None:
                         found.append((store / _alternate(line.strip())).resolve())
         places += stores
         stores = found
+    _refuse_outside(places, url, roots)
+    # every store is inside now: a link in one (a loose object's folder, a pack) is read
+    # through as well
+    _refuse_outside([link for store in sorted(seen) for link in _links(store)], url, roots)
+
+
+def _links(folder: Path) -> Iterator[Path]:
+    """Where the symbolic links under `folder` point (git writes none in a repository's
+    objects)."""
+    for top, dirs, files in os.walk(folder):
+        for name in (*dirs, *files):
+            if (Path(top) / name).is_symlink():
+                yield (Path(top) / name).resolve()
+
+
+def _refuse_outside(places: Sequence[Path], url: str, roots: Sequence[Path]) -> None:
     for place in places:
         if not allowed(place, roots):
             raise _fail(
