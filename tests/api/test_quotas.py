@@ -24,7 +24,6 @@ from typing import Any
 import httpx
 import pytest
 from sqlalchemy import func, select, update
-from tickwork.fsm import trees
 from tickwork.fsm.errors import QuotaExceeded, UnpricedModel
 from tickwork.fsm.values import Status
 from tickwork.store import quotas
@@ -36,8 +35,8 @@ from tests.api.conftest import TEST_KIND, Server
 from tests.services import postgres_database
 from tickwork.api import ApiSettings, make_api
 from tickwork.client import Tickwork
-from tickwork.testing.store_contract.trees import finish, spawn
-from tickwork.testing.store_ticks import Clock, claim, reply, run_step, think
+from tickwork.testing.store_contract.trees import finish, spawn, take_join
+from tickwork.testing.store_ticks import Clock, reply, run_step, think
 
 TOKENS = {
     "ann-team-a-token-00000001": {"name": "ann", "roles": ["submitter"], "tenant": "team-a"},
@@ -179,15 +178,7 @@ def test_a_tree_s_spend_counts_once_though_its_root_carries_the_children_s(
     ids = spawn(store, clock, "tree", 2)  # the root's spawn step costs 0.01
     for child in ids:
         finish(store, clock, child)  # 0.01 each
-    parent = claim(store, "tree", now=clock())
-    [call] = parent.calls
-    join = store.join("tree", call.call_id)
-    assert join is not None and join.complete
-    ends = trees.child_ends(store.children("tree", call.call_id))
-    change = trees.joined(
-        parent.head, parent.calls, call, join, ends, now=clock(), max_chars=20_000
-    )
-    root = store.save(change, version=parent.head.version, owner=parent.owner, now=clock())
+    _, root = take_join(store, clock, "tree")
     assert root.cost_usd == pytest.approx(0.03)  # the root's cost is the tree's
 
     engine = store.engine  # type: ignore[attr-defined]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import func, select
-from tickwork.fsm import machine, snapshots, trees
+from tickwork.fsm import machine, snapshots
 from tickwork.fsm.forks import ForkPatch
 from tickwork.fsm.values import ErrorCode, Session, Status
 from tickwork.store import Store
@@ -36,7 +36,7 @@ from tests.store.conftest import (
     think,
     together,
 )
-from tickwork.testing.store_contract.trees import finish, spawn
+from tickwork.testing.store_contract.trees import finish, spawn, take_join
 
 #: every finished session may go one minute after it finished
 MINUTE = Policy(completed_s=60, cancelled_s=60, failed_s=60)
@@ -261,15 +261,8 @@ def test_an_archived_child_stays_a_child_not_a_fork(
     children = spawn(store, clock, "root", 2)
     for child in children:
         finish(store, clock, child)
-    parent = claim(store, "root", now=clock())
-    [call] = parent.calls
-    join = store.join("root", call.call_id)
-    assert join is not None and join.complete
-    ends = trees.child_ends(store.children("root", call.call_id))
-    change = trees.joined(
-        parent.head, parent.calls, call, join, ends, now=clock(), max_chars=20_000
-    )
-    store.save(change, version=parent.head.version, owner=parent.owner, now=clock())
+    spawn_call = store.get(children[0]).spawn_call
+    take_join(store, clock, "root")
     assert think(store, "root", reply(content="done"), now=clock()).status is Status.COMPLETED
     store.fork("root", new_id="root-fork", from_step=0, patch=ForkPatch(), by="dave", now=clock())
     assert think(store, "root-fork", reply(content="again"), now=clock()).status.terminal
@@ -280,7 +273,7 @@ def test_an_archived_child_stays_a_child_not_a_fork(
     assert [f["id"] for f in archived_forks(store.engine, "root")] == ["root-fork"]
     found = entry(store.engine, children[0])
     assert found is not None and found.parent_id == "root"
-    assert (found.spawn_call, found.role) == (call.call_id, "explorer")
+    assert (found.spawn_call, found.role) == (spawn_call, "explorer")
     fork = entry(store.engine, "root-fork")
     assert fork is not None and (fork.spawn_call, fork.role) == (None, "")
 

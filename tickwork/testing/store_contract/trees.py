@@ -60,6 +60,21 @@ def finish(store: Store, clock: Clock, child_id: str, owner: str = "worker-1") -
     return think(store, child_id, reply(content=f"{child_id} done"), now=clock(), owner=owner)
 
 
+def take_join(store: Store, clock: Clock, parent_id: str) -> tuple[float, Head]:
+    """The woken parent claims its tick and saves the observation of its complete join
+    (the children's results, their cost charged to it); (its cost before, its head after)."""
+    parent = claim(store, parent_id, now=clock())
+    [call] = parent.calls
+    join = store.join(parent_id, call.call_id)
+    assert join is not None and join.complete
+    ends = trees.child_ends(store.children(parent_id, call.call_id))
+    change = trees.joined(
+        parent.head, parent.calls, call, join, ends, now=clock(), max_chars=20_000
+    )
+    saved = store.save(change, version=parent.head.version, owner=parent.owner, now=clock())
+    return parent.head.cost_usd, saved
+
+
 def tree_cost(store: Store, parent_id: str) -> float:
     """The parent's own model calls and every child's cost."""
     own = sum(s.cost_usd for s in store.load(parent_id).steps)
@@ -145,20 +160,12 @@ class TreeContract(Contract):
         claimed = claim(store, ids[1], now=clock())
         failed = machine.fail(claimed.head, ErrorCode.INTERNAL, "boom", now=clock())
         store.save(failed, version=claimed.head.version, owner=claimed.owner, now=clock())
-        parent = claim(store, "p", now=clock())
-        before = parent.head.cost_usd
-        [call] = parent.calls
-        join = store.join("p", call.call_id)
-        assert join is not None and join.complete
-        ends = trees.child_ends(store.children("p", call.call_id))
-        change = trees.joined(
-            parent.head, parent.calls, call, join, ends, now=clock(), max_chars=20_000
-        )
-        head = store.save(change, version=parent.head.version, owner=parent.owner, now=clock())
+        before, head = take_join(store, clock, "p")
 
         assert head.status is Status.READY
         assert abs(head.cost_usd - (before + 0.01)) < 1e-9
-        seen = store.observation("p", call.call_id)
+        call_id = store.load("p").steps[-1].calls[0].call_id
+        seen = store.observation("p", call_id)
         assert seen is not None and not seen.is_error
         assert f"{ids[0]} done" in seen.content and "INTERNAL: boom" in seen.content
 
@@ -229,15 +236,7 @@ class TreeContract(Contract):
         ids = spawn(store, clock, "p", 2)
         for child_id in ids:
             finish(store, clock, child_id)
-        parent = claim(store, "p", now=clock())
-        [call] = parent.calls
-        join = store.join("p", call.call_id)
-        assert join is not None
-        ends = trees.child_ends(store.children("p", call.call_id))
-        change = trees.joined(
-            parent.head, parent.calls, call, join, ends, now=clock(), max_chars=20_000
-        )
-        store.save(change, version=parent.head.version, owner=parent.owner, now=clock())
+        take_join(store, clock, "p")
         assert think(store, "p", reply(content="done"), now=clock()).status is Status.COMPLETED
 
         assert store.settle_ended(now=clock()) == []
