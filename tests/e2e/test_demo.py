@@ -26,15 +26,22 @@ def env(state: Path) -> dict[str, str]:
     }
 
 
-def test_demo_yes_repairs_the_example_on_a_fresh_state_folder(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "tickwork", "demo", "--yes"],
+def run_demo(
+    tmp_path: Path, *args: str, environ: dict[str, str] | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    """`tickwork demo ARGS` run to its end from `tmp_path`, its state in `tmp_path/state`."""
+    return subprocess.run(
+        [sys.executable, "-m", "tickwork", "demo", *args],
         cwd=tmp_path,
-        env=env(tmp_path / "state"),
+        env=environ or env(tmp_path / "state"),
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=timeout,
     )
+
+
+def test_demo_yes_repairs_the_example_on_a_fresh_state_folder(tmp_path: Path) -> None:
+    done = run_demo(tmp_path, "--yes")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "completed" in done.stdout
     assert "+    return sum(numbers) / len(numbers)" in done.stdout
@@ -143,14 +150,7 @@ def test_a_demo_with_a_model_it_has_no_key_for_stops_before_making_a_session(
     tmp_path: Path,
 ) -> None:
     environ = {k: v for k, v in env(tmp_path / "state").items() if not k.startswith("OPENAI_")}
-    done = subprocess.run(
-        [sys.executable, "-m", "tickwork", "demo", "--model", "openai:gpt-4o-mini", "--yes"],
-        cwd=tmp_path,
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = run_demo(tmp_path, "--model", "openai:gpt-4o-mini", "--yes", environ=environ)
     assert done.returncode == 2, done.stdout + done.stderr
     assert "needs an API key" in done.stderr and "OPENAI_API_KEY" in done.stderr
     assert "Traceback" not in done.stderr
@@ -178,14 +178,7 @@ def test_a_demo_whose_tests_still_fail_does_not_say_it_completed_alone(tmp_path:
         '{"replies": [{"content": "w", "tool_calls": [{"name": "write_file", "arguments": '
         '{"path": "NOTES.txt", "content": "hm\\n"}}]}, {"content": "all fixed!"}]}'
     )
-    done = subprocess.run(
-        [sys.executable, "-m", "tickwork", "demo", "--yes", "--model", f"scripted:{script}"],
-        cwd=tmp_path,
-        env=env(tmp_path / "state"),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = run_demo(tmp_path, "--yes", "--model", f"scripted:{script}")
     assert done.returncode == 0, done.stdout + done.stderr
     assert ": completed, but its tests still fail (tests_failing)" in done.stdout, done.stdout
     assert "outcome: tests_failing" in done.stdout

@@ -3,22 +3,13 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-from tests.e2e.test_demo import env
+from tests.e2e.test_demo import run_demo
 
 
 def test_demo_graph_yes_runs_the_refund_graph_and_pays_once(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "tickwork", "demo", "--graph", "--yes"],
-        cwd=tmp_path,
-        env=env(tmp_path / "state"),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = run_demo(tmp_path, "--graph", "--yes")
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
     assert "node draft" in out and "node check" in out and "node report" in out
