@@ -182,3 +182,32 @@ def test_a_repository_under_the_roots_whose_git_data_lies_outside_is_422(
         assert len(stack.deployment.client.sessions()) == before  # nothing was made
     finally:
         settings.workspace_roots = []
+
+
+@pytest.mark.parametrize("where", ["objects", "inside objects"])
+def test_a_repository_with_a_looping_link_in_its_git_data_is_422_not_500(
+    stack: Stack, tmp_path: Path, where: str
+) -> None:
+    """A link that points at itself cannot be resolved (Python raises RuntimeError): the
+    submit is refused naming the repository, not answered 500."""
+    roots = tmp_path / "roots"
+    inside = roots / "loops"
+    _commit(inside, "a.py", "A = 1\n")
+    objects = inside / ".git" / "objects"
+    if where == "objects":
+        subprocess.run(["rm", "-rf", str(objects)], check=True)
+        objects.symlink_to(objects)
+    else:
+        (objects / "aa").symlink_to(objects / "bb")
+        (objects / "bb").symlink_to(objects / "aa")
+    settings = stack.deployment.settings
+    settings.workspace_roots = [roots]
+    try:
+        refused = stack.http("sam").post(
+            "/api/v1/sessions", json=_repair(stack, repo=f"file://{inside}")
+        )
+        assert refused.status_code == 422, refused.text
+        message = refused.json()["message"]
+        assert "its git data cannot be read" in message and "loops" in message, message
+    finally:
+        settings.workspace_roots = []

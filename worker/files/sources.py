@@ -234,7 +234,13 @@ def _repo_location(url: str, *, trusted: bool, roots: Sequence[Path]) -> str:
         if not path.exists():
             raise _fail(f"the repository {url!r} does not exist; give a git URL or a local clone")
         if not trusted:
-            _git_data_inside(path.resolve(), url, roots)
+            try:
+                _git_data_inside(path.resolve(), url, roots)
+            except (RuntimeError, OSError) as exc:  # RuntimeError: a link that loops
+                raise _fail(
+                    f"the repository {url!r}: its git data cannot be read ({exc}); give a "
+                    "repository whose .git holds no link that loops or cannot be followed"
+                ) from None
         return str(path.resolve())
     if not trusted and parsed.scheme != "https":
         raise _fail(f"the repository {url!r}: this server clones https:// URLs only")
