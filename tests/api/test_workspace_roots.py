@@ -211,3 +211,22 @@ def test_a_repository_with_a_looping_link_in_its_git_data_is_422_not_500(
         assert "its git data cannot be read" in message and "loops" in message, message
     finally:
         settings.workspace_roots = []
+
+
+@pytest.mark.parametrize("field", ["workspace", "repo"])
+def test_a_submitted_path_whose_link_loops_is_422_not_500(
+    stack: Stack, tmp_path: Path, field: str
+) -> None:
+    roots = tmp_path / "roots"
+    roots.mkdir()
+    (roots / "loop").symlink_to(roots / "loop")
+    settings = stack.deployment.settings
+    settings.workspace_roots = [roots]
+    try:
+        refused = stack.http("sam").post(
+            "/api/v1/sessions", json=_repair(stack, **{field: str(roots / "loop" / "x")})
+        )
+        assert refused.status_code == 422, refused.text
+        assert "a link in it loops" in refused.json()["message"]
+    finally:
+        settings.workspace_roots = []

@@ -69,7 +69,14 @@ def check_local(path: Path, *, what: str, trusted: bool, roots: Sequence[Path]) 
             f"this server does not accept local paths as a {what}; submit a repository URL "
             "(https://...), or ask the operator to set TICKWORK_WORKSPACE_ROOTS"
         )
-    if not allowed(path, roots):
+    try:
+        inside = allowed(path, roots)
+    except (RuntimeError, OSError):  # a link that loops: Python's resolve() cannot follow it
+        raise _fail(
+            f"the {what} {str(path)!r} cannot be resolved: a link in it loops; give a path "
+            "without one"
+        ) from None
+    if not inside:
         raise _fail(
             f"the {what} {str(path)!r} is outside the directories this server accepts "
             f"({', '.join(str(r) for r in roots)}; TICKWORK_WORKSPACE_ROOTS)"
