@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -521,7 +522,10 @@ def patch(
         if text is None:
             return
     if apply is None:
-        typer.echo(text, nl=False)
+        # a model wrote it: a terminal gets it without what it would obey (a line erased
+        # from what a person reads before --apply); a pipe gets it whole, for git apply
+        # (not through typer.echo, which takes ANSI sequences out of what it pipes)
+        sys.stdout.write(text.translate(render.CONTROLS) if sys.stdout.isatty() else text)
         return
     from .patches import apply_patch
 
