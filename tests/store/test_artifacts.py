@@ -163,17 +163,7 @@ def test_the_archive_goes_beside_the_artifact_store_and_reads_back(
     bucket when unset, its own when given; a malformed one names the setting."""
     from tickwork.store.archive import ArchiveMissing, DirectoryArchive, S3Archive, open_archive
 
-    for name, value in (
-        ("AWS_ACCESS_KEY_ID", "testing"),
-        ("AWS_SECRET_ACCESS_KEY", "testing"),
-        ("AWS_DEFAULT_REGION", "us-east-1"),
-    ):
-        monkeypatch.setenv(name, value)
-    import boto3
-
-    admin = boto3.client("s3", endpoint_url=s3_endpoint)
-    admin.create_bucket(Bucket="tw-archive")
-    admin.close()
+    _bucket(s3_endpoint, "tw-archive", monkeypatch)
     beside = open_archive(
         "", artifacts_url=f"s3://tw-archive/blobs?endpoint={s3_endpoint}", default=tmp_path
     )
@@ -204,17 +194,7 @@ def test_a_store_this_host_cannot_reach_is_named_before_a_worker_starts(
     # bucket) started, and failed INTERNAL every session it ticked: its blobs "missing"
     from tickwork.store.artifacts import check_reachable
 
-    for name, value in (
-        ("AWS_ACCESS_KEY_ID", "testing"),
-        ("AWS_SECRET_ACCESS_KEY", "testing"),
-        ("AWS_DEFAULT_REGION", "us-east-1"),
-    ):
-        monkeypatch.setenv(name, value)
-    import boto3
-
-    admin = boto3.client("s3", endpoint_url=s3_endpoint)
-    admin.create_bucket(Bucket="tw-reachable")
-    admin.close()
+    _bucket(s3_endpoint, "tw-reachable", monkeypatch)
     (tmp_path / "mounted").mkdir()
     check_reachable("")
     check_reachable(f"file://{tmp_path / 'mounted'}")
@@ -227,3 +207,18 @@ def test_a_store_this_host_cannot_reach_is_named_before_a_worker_starts(
     ]:
         with pytest.raises(ConfigurationError, match=words):
             check_reachable(url)
+
+
+def _bucket(s3_endpoint: str, name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new bucket `name` on the test's S3 server, and its credentials in the environment."""
+    for variable, value in (
+        ("AWS_ACCESS_KEY_ID", "testing"),
+        ("AWS_SECRET_ACCESS_KEY", "testing"),
+        ("AWS_DEFAULT_REGION", "us-east-1"),
+    ):
+        monkeypatch.setenv(variable, value)
+    import boto3
+
+    admin = boto3.client("s3", endpoint_url=s3_endpoint)
+    admin.create_bucket(Bucket=name)
+    admin.close()
