@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import pickle
 from pathlib import Path
 
@@ -49,3 +50,19 @@ def test_the_lines_on_stderr_obey_no_control_character(capsys: pytest.CaptureFix
         "error: cannot read pkg/]52;c;ZXZpbA==x.py [1A[2Kgnp.py\n"
         "note: left out: pkg/]52;c;ZXZpbA==x.py [1A[2Kgnp.py\n"
     )
+
+
+def test_json_output_escapes_what_a_terminal_would_obey(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`--json` writes non-ASCII text as it is; JSON escapes C0 controls itself, but not the
+    C1 CSI (U+009B, a terminal's ESC [) or the bidirectional overrides a model may write:
+    escaped too, and the document reads back the same."""
+    from tickwork import views
+
+    thought = "fine\u009b2J\u009b1A \u202egnp.exe café"
+    views.emit({"thought": thought})
+    printed = capsys.readouterr().out
+    assert "\u009b" not in printed and "\u202e" not in printed and "café" in printed
+    assert "\\u009b2J" in printed and "\\u202e" in printed
+    assert json.loads(printed) == {"thought": thought}

@@ -4,6 +4,7 @@ what the Rich renderer draws, so both always show the same facts."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -14,9 +15,17 @@ if TYPE_CHECKING:
     from tickwork.store.dead_letters import DeadLetter
 
 
+#: what `--json` writes escaped though JSON would not: the C1 controls (U+009B is a
+#: terminal's CSI, as ESC [ is) and the bidirectional overrides, which a terminal or an
+#: editor obeys in text a model or a submitter wrote (C0 controls are escaped by json)
+OBEYED = re.compile("[\u0080-\u009f\u202a-\u202e\u2066-\u2069]")
+
+
 def emit(document: Any) -> None:
-    """Write one JSON document on stdout."""
-    sys.stdout.write(json.dumps(document, indent=2, ensure_ascii=False, default=str) + "\n")
+    """Write one JSON document on stdout: non-ASCII text as it is, but the characters a
+    terminal would obey escaped (`OBEYED`); the document reads back the same."""
+    text = json.dumps(document, indent=2, ensure_ascii=False, default=str)
+    sys.stdout.write(OBEYED.sub(lambda m: f"\\u{ord(m.group()):04x}", text) + "\n")
     sys.stdout.flush()
 
 
