@@ -140,6 +140,18 @@ def test_a_leading_double_star_in_the_gitignore_matches_at_any_depth(tmp_path: P
     assert not ignore.skips("docs", is_dir=True)
 
 
+def test_a_double_star_between_folders_matches_no_folder_too(tmp_path: Path) -> None:
+    """`a/**/b` is b in a or in any folder below it, as in git: `a/b` too (it needed one
+    folder between them)."""
+    (tmp_path / ".gitignore").write_text("src/**/gen.py\nx/**/y/**/z\n")
+    ignore = Ignore.of(tmp_path)
+    assert ignore.skips("src/gen.py", is_dir=False)
+    assert ignore.skips("src/pkg/sub/gen.py", is_dir=False)
+    assert not ignore.skips("gen.py", is_dir=False) and not ignore.skips("lib/gen.py", is_dir=False)
+    for path in ("x/y/z", "x/1/y/z", "x/y/2/z", "x/1/y/2/z"):
+        assert ignore.skips(path, is_dir=False), path
+
+
 def test_a_host_without_a_copy_makes_one_from_the_store(
     store: Store, clock: Clock, project: Path, tmp_path: Path
 ) -> None:

@@ -67,10 +67,10 @@ class Ignore:
             line = line.removeprefix("**/")
             anchored = "/" in line.rstrip("/")
             line = line.strip("/")
-            if line:
-                found.append((line, anchored, directory, negated))
+            for form in _zero_folders(line) if line else ():
+                found.append((form, anchored, directory, negated))
                 if anywhere and anchored:  # `**/A/B`: A/B below the root too
-                    found.append((f"*/{line}", True, directory, negated))
+                    found.append((f"*/{form}", True, directory, negated))
         return cls(tuple(found), skipped)
 
     def skips(self, rel: str, *, is_dir: bool) -> bool:
@@ -90,6 +90,18 @@ class Ignore:
         parts = rel.split("/")
         folders = ("/".join(parts[:i]) for i in range(1, len(parts)))
         return any(self.skips(f, is_dir=True) for f in folders) or self.skips(rel, is_dir=False)
+
+
+def _zero_folders(pattern: str) -> list[str]:
+    """`pattern` and, for each `/**/` in it, the form where it stands for no folder, as in
+    git (`a/**/b` matches `a/b`); fnmatch's `*` already spans any number of folders."""
+    parts = pattern.split("/**/")
+    if len(parts) > 5:  # at most 16 forms; git's own reading is no slower to give up
+        return [pattern]
+    forms = [parts[0]]
+    for part in parts[1:]:
+        forms = [f"{f}{glue}{part}" for f in forms for glue in ("/**/", "/")]
+    return forms
 
 
 def walk(
