@@ -335,8 +335,9 @@ def check_reachable(url: str) -> None:
     except ArtifactsUnavailable as exc:
         raise ConfigurationError(
             f"{exc.message} (TICKWORK_ARTIFACTS_URL): check that the bucket exists, that "
-            "the endpoint (?endpoint= or AWS_ENDPOINT_URL) and the credentials are right "
-            "on this host"
+            "the endpoint (?endpoint= or AWS_ENDPOINT_URL) and the credentials "
+            "(AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE) are right on this "
+            "host"
         ) from None
     finally:
         bucket.close()
