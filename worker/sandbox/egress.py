@@ -214,7 +214,7 @@ class Proxy:
 
     def _connect(self, host: str, port: int, method: bytes) -> socket.socket:
         """A connection to `host:port` if the policy allows it; `Refused` says why not."""
-        target = f"{host}:{port}"
+        target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"  # IPv6 in brackets
         if not self.policy.allow.permits(host, port):
             log.info("egress refused %s: not on the allow-list", target)
             self._note(f"{target}: not on the allow-list (TICKWORK_EGRESS_ALLOW)")

@@ -105,7 +105,7 @@ def test_each_refusal_is_told_once_with_why_for_the_command_s_output() -> None:
             ask(place, b"CONNECT evil.test:443 HTTP/1.1\r\n\r\n")
         ask(place, b"CONNECT [::ffff:127.0.0.1]:5432 HTTP/1.1\r\n\r\n")
     assert refused[0] == "evil.test:443: not on the allow-list (TICKWORK_EGRESS_ALLOW)"
-    assert refused[1].startswith("::ffff:127.0.0.1:5432 before connecting: ")
+    assert refused[1].startswith("[::ffff:127.0.0.1]:5432 before connecting: ")
     assert "is a loopback address" in refused[1] and "TICKWORK_EGRESS_ALLOW" in refused[1]
     assert len(refused) == 2
 
