@@ -264,8 +264,10 @@ class Relay(Protocol):
 
     def settle_ended(self, *, now: datetime, limit: int = 500) -> list[str]:
         """Charge each ended parent the cost of the children's ends it never had (an
-        `each` join's results not taken, or any join it ended before it woke it: a
-        cancelled parent's); a repair; their ids."""
+        `each` join's results not taken, any join it ended before it woke it: a
+        cancelled parent's, or an `all`/`first` join that woke it but that it ended
+        without taking: its `children_joined` event with `cost_usd` says it took it); a
+        repair; their ids."""
         ...
 
     def to_cancel(self, *, limit: int = 500) -> list[str]:

@@ -18,7 +18,8 @@ had (`mark`). Whichever commits second sees the other, so an end never waits for
 that waits for it. The save that delivers results moves `delivered` on with the
 observation. A parent that ended is charged the cost of the ends it never had (an
 `each` parent's results not taken; any parent's children when it ended before its join
-woke it, as a cancelled parent does) (`settle`): by the child's end, or by the relay
+woke it, as a cancelled parent does, or after the join woke it but before it took it)
+(`settle`): by the child's end, or by the relay
 (`settle_ended`) for the ends before it.
 
 Locks are taken child first, then the join, then the parent (a tree's ends move up);
@@ -355,8 +356,9 @@ def settle_ended(engine: Engine, *, now: datetime, limit: int = 500) -> list[str
     """Charge every ended parent the cost of the ends it never had that its children's
     saves did not charge (those that ended before it, or with it): an `each` parent's
     results it did not take, any parent's children when it ended before its join woke
-    it (a join that woke its parent is charged by the parent's own save). The parents'
-    ids. A repair that the relay runs."""
+    it, or after the join woke it but before it took it (cancelled in between: its own
+    save, which charges a join it takes, never came). The parents' ids. A repair that the
+    relay runs."""
     unsettled = (
         select(joins.c.parent_id, joins.c.call_id)
         .join(sessions, sessions.c.id == joins.c.parent_id)
@@ -376,7 +378,57 @@ def settle_ended(engine: Engine, *, now: datetime, limit: int = 500) -> list[str
             if join is not None and join.pending and _ended(conn, parent_id):
                 settle(conn, join, now=now)
                 charged.append(parent_id)
+    return charged + _settle_untaken(engine, now=now, limit=limit)
+
+
+def _settle_untaken(engine: Engine, *, now: datetime, limit: int) -> list[str]:
+    """The woken `all` and `first` joins of ended parents not yet accounted for (their
+    `delivered` still short of `ended`): a join the parent took (its `children_joined`
+    event with the charge) is marked accounted; one it never took is charged (`settle`).
+    The ids of the parents charged."""
+    unaccounted = (
+        select(joins.c.parent_id, joins.c.call_id)
+        .join(sessions, sessions.c.id == joins.c.parent_id)
+        .where(
+            joins.c.woken_at.is_not(None),
+            joins.c.mode != JoinMode.EACH.value,
+            joins.c.ended > joins.c.delivered,
+            sessions.c.status.in_(TERMINAL),
+        )
+        .limit(limit)
+    )
+    with engine.connect() as conn:
+        found = [(r.parent_id, r.call_id) for r in conn.execute(unaccounted)]
+    charged = []
+    for parent_id, call_id in found:
+        with engine.begin() as conn:
+            join = _locked(conn, parent_id, call_id)
+            if join is None or not join.pending or not _ended(conn, parent_id):
+                continue
+            if _took(conn, parent_id, call_id):
+                conn.execute(
+                    update(joins).where(_key(parent_id, call_id)).values(delivered=join.ended)
+                )
+            else:
+                settle(conn, join, now=now)
+                charged.append(parent_id)
     return charged
+
+
+def _took(conn: Connection, parent_id: str, call_id: str) -> bool:
+    """Whether the parent's save took the join of `call_id`: its `children_joined` event
+    with the charge (the wake-up's has none)."""
+    took = (
+        select(events.c.id)
+        .where(
+            events.c.session_id == parent_id,
+            events.c.kind == EventKind.CHILDREN_JOINED.value,
+            events.c.data["call_id"].as_string() == call_id,
+            events.c.data["cost_usd"].as_float().is_not(None),
+        )
+        .limit(1)
+    )
+    return conn.execute(took).first() is not None
 
 
 def _version(conn: Connection, session_id: str) -> int:

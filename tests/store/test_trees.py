@@ -17,7 +17,7 @@ from tickwork.store.trees import missed_wakes
 
 from tests.conftest import Clock
 from tests.store.conftest import table_rows
-from tickwork.testing.store_contract.trees import finish, spawn, tree_cost, wakes
+from tickwork.testing.store_contract.trees import finish, spawn, take_join, tree_cost, wakes
 from tickwork.testing.store_ticks import claim, new_session, reply, think_change
 
 
@@ -153,6 +153,44 @@ def test_a_join_stored_before_the_order_of_ends_records_them_from_then_on(
 
     [row] = table_rows(store.engine, joins)
     assert (row["ends"], row["ended"], row["first"]) == ([ids[1], ids[0]], 2, ids[1])
+
+
+def test_a_parent_cancelled_after_its_join_woke_it_is_still_charged_its_children(
+    store: Store, clock: Clock
+) -> None:
+    """The join woke the parent, and its cancel came before the tick that would take the
+    join: that tick ends it cancelled (machine.start_execute), never recording the
+    children, so the relay's `settle_ended` charges them; a join the parent took is not
+    charged again."""
+    from tickwork.fsm import machine
+
+    ids = spawn(store, clock, "p", 2)
+    for child_id in ids:
+        finish(store, clock, child_id)
+    assert store.get("p").status is Status.EXECUTING  # woken
+    store.request_cancel("p", now=clock(), by="alice")
+    claimed = claim(store, "p", now=clock())
+    change = machine.start_execute(
+        claimed.head, claimed.calls, claimed.decisions, idempotent=False, now=clock()
+    )
+    store.save(change, version=claimed.head.version, owner=claimed.owner, now=clock())
+    assert store.get("p").status is Status.CANCELLED
+
+    assert store.settle_ended(now=clock()) == ["p"]
+    assert abs(store.get("p").cost_usd - tree_cost(store, "p")) < 1e-9
+    assert store.settle_ended(now=clock()) == []
+
+    # a parent that took its join and then ended: marked accounted, never charged twice
+    ids = spawn(store, clock, "q", 2)
+    for child_id in ids:
+        finish(store, clock, child_id)
+    take_join(store, clock, "q")
+    finish(store, clock, "q")
+    assert store.get("q").status is Status.COMPLETED
+    assert store.settle_ended(now=clock()) == []
+    assert abs(store.get("q").cost_usd - tree_cost(store, "q")) < 1e-9
+    [row] = table_rows(store.engine, joins, joins.c.parent_id == "q")
+    assert row["delivered"] == row["ended"] == 2
 
 
 def test_a_last_end_racing_its_parent_s_cancel_is_still_charged_to_it(
