@@ -109,12 +109,16 @@ def exhausted_budget(
             message=f"${head.cost_usd:.4f} spent{_more(ahead.cost_usd, f'${ahead.cost_usd:.4f}')}"
             f", max_cost_usd is ${b.max_cost_usd}",
         )
+    late = deadline_passed(head, now=now)
+    return None if late is None else Exhausted(code=ErrorCode.DEADLINE, message=late)
+
+
+def deadline_passed(head: Head, *, now: datetime) -> str | None:
+    """Why the session's deadline has passed (the wait of a queued session included), or
+    None."""
     elapsed = (now - head.created_at).total_seconds()
-    if elapsed >= b.deadline_s:
-        return Exhausted(
-            code=ErrorCode.DEADLINE,
-            message=f"{elapsed:.0f}s since creation, deadline_s is {b.deadline_s:g}",
-        )
+    if elapsed >= head.budgets.deadline_s:
+        return f"{elapsed:.0f}s since creation, deadline_s is {head.budgets.deadline_s:g}"
     return None
 
 

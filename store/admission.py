@@ -31,6 +31,7 @@ from sqlalchemy import (
 )
 from tickwork.fsm import machine
 from tickwork.fsm.admission import Admission, Room, TenantLimit, fair_shares, may_start
+from tickwork.fsm.budgets import deadline_passed
 from tickwork.fsm.values import IN_FLIGHT, ErrorCode, Event, EventKind, Head, Status
 from tickwork.store import quotas, reads, rows, writes
 from tickwork.store.relay import Due
@@ -130,15 +131,15 @@ def expire(engine: Engine, *, now: datetime, limit: int = EXPIRY_SCAN) -> list[s
     for session_id in late:
         with engine.begin() as conn:
             head = reads.read_head(conn, session_id, lock=True)
-            if head.status is not Status.QUEUED:
+            why = deadline_passed(head, now=now)
+            if head.status is not Status.QUEUED or why is None:
                 continue  # admitted or cancelled meanwhile
-            waited = (now - head.created_at).total_seconds()
             change = machine.fail(
                 head,
                 ErrorCode.DEADLINE,
-                f"{waited:.0f}s since creation, deadline_s is {head.budgets.deadline_s:g}; it "
-                "waited queued and was never admitted (its tenant's max_in_flight or its "
-                "concurrency key's limit stayed full): give a deadline that covers the wait",
+                f"{why}; it waited queued and was never admitted (its tenant's max_in_flight "
+                "or its concurrency key's limit stayed full): give a deadline that covers the "
+                "wait",
                 now=now,
             )
             writes.apply_change(conn, change, version=head.version, owner=None, now=now)
@@ -147,6 +148,7 @@ def expire(engine: Engine, *, now: datetime, limit: int = EXPIRY_SCAN) -> list[s
 
 
 def _past_deadline(created_at: datetime, budgets: Any, now: datetime) -> bool:
+    """`deadline_passed` read from a row's columns, to pick the heads worth reading."""
     deadline = (budgets or {}).get("deadline_s") if isinstance(budgets, dict) else None
     return deadline is not None and (now - created_at).total_seconds() >= float(deadline)
 

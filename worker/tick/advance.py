@@ -14,10 +14,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from datetime import datetime
 
 from tickwork.fsm import machine, transitions
-from tickwork.fsm.budgets import exhausted_budget
+from tickwork.fsm.budgets import deadline_passed
 from tickwork.fsm.errors import (
     ArtifactsUnavailable,
     BlobCorrupt,
@@ -141,12 +140,6 @@ def _refuse_unseen_files(rt: Runtime, head: Head, version: int, exc: BlobMissing
     )
 
 
-def _past_deadline(head: Head, now: datetime) -> str | None:
-    """Why the session's deadline has passed (`exhausted_budget`'s message), or None."""
-    spent = exhausted_budget(head, now=now)
-    return spent.message if spent is not None and spent.code is ErrorCode.DEADLINE else None
-
-
 def _advance(tick: Tick, runner: Runner, owner: str) -> Outcome:
     rt, claimed, files, report = tick.rt, tick.claimed, tick.files, tick.report
     session_id, version = claimed.head.id, report.version
@@ -158,7 +151,7 @@ def _advance(tick: Tick, runner: Runner, owner: str) -> Outcome:
                 change = runner.advance(tick)
             elif claimed.head.cancel_requested:  # a cancel needs no kind
                 change = transitions.cancelled(claimed.head, claimed.calls, rt.clock())
-            elif (late := _past_deadline(claimed.head, rt.clock())) is not None:
+            elif (late := deadline_passed(claimed.head, now=rt.clock())) is not None:
                 # nor does the deadline: a kind no worker will have again ends there
                 message = (
                     f"{late}; no worker that took its tick had its job kind "
@@ -197,7 +190,7 @@ def _advance(tick: Tick, runner: Runner, owner: str) -> Outcome:
         raise
     except BlobMissing as exc:
         files.discard()
-        late = _past_deadline(claimed.head, rt.clock())
+        late = deadline_passed(claimed.head, now=rt.clock())
         if late is None:
             _refuse_unseen_files(rt, claimed.head, version, exc)
             return Outcome.DROPPED
