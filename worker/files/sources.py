@@ -260,8 +260,13 @@ def _plain_directory(location: str) -> bool:
     path = Path(location)
     if not path.is_absolute() or not path.is_dir():
         return False
-    bare = (path / "HEAD").is_file() and (path / "objects").is_dir()
-    return not (path / ".git").exists() and not bare
+    return not (path / ".git").exists() and not _bare(path)
+
+
+def _bare(path: Path) -> bool:
+    """Whether `path` has a bare repository's layout (git's own test: a HEAD file and an
+    objects folder)."""
+    return (path / "HEAD").is_file() and (path / "objects").is_dir()
 
 
 #: how deep git follows alternates of alternates
@@ -282,8 +287,8 @@ def _git_data_inside(path: Path, url: str, roots: Sequence[Path]) -> None:
         git_dir = (path / text.removeprefix("gitdir:").strip()).resolve()
     elif dot.exists():
         git_dir = dot.resolve()
-    elif (path / "HEAD").is_file() and (path / "objects").exists():
-        git_dir = path  # a bare repository
+    elif _bare(path):
+        git_dir = path
     else:
         raise _fail(
             f"the repository {url!r} is not a git repository (no .git in it); give a "
