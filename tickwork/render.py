@@ -49,18 +49,10 @@ QUEUED = "waits for room under its tenant's max_in_flight or its concurrency key
 PIPE_WIDTH = 200
 
 
-#: what a terminal would obey in a session's text (a command's output, a model's reply, a
-#: file a call writes): C0 and C1 controls but tab and newline, DEL, and the bidirectional
-#: overrides; an escape sequence there could erase or rewrite the lines a person approves
-CONTROLS = dict.fromkeys(
-    [
-        *range(0x00, 0x09),
-        *range(0x0B, 0x20),
-        *range(0x7F, 0xA0),
-        *range(0x202A, 0x202F),
-        *range(0x2066, 0x206A),
-    ]
-)
+#: the controls a terminal would obey in a session's text (`views.CONTROL_RANGES`), which
+#: printed text drops: an escape sequence there could erase or rewrite the lines a person
+#: approves
+CONTROLS = dict.fromkeys(c for a, b in views.CONTROL_RANGES for c in range(a, b + 1))
 
 
 class Terminal(Console):

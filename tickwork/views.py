@@ -15,10 +15,17 @@ if TYPE_CHECKING:
     from tickwork.store.dead_letters import DeadLetter
 
 
-#: what `--json` writes escaped though JSON would not: the C1 controls (U+009B is a
-#: terminal's CSI, as ESC [ is) and the bidirectional overrides, which a terminal or an
-#: editor obeys in text a model or a submitter wrote (C0 controls are escaped by json)
-OBEYED = re.compile("[\u0080-\u009f\u202a-\u202e\u2066-\u2069]")
+#: what a terminal or an editor would obey in a session's text (a command's output, a
+#: model's reply, a file a call writes): C0 and C1 controls but tab and newline, DEL, and
+#: the bidirectional overrides (U+009B is a terminal's CSI, as ESC [ is). Printed text
+#: drops them (`render.CONTROLS`), `--json` escapes them (`OBEYED`)
+CONTROL_RANGES = ((0x00, 0x08), (0x0B, 0x1F), (0x7F, 0x9F), (0x202A, 0x202E), (0x2066, 0x2069))
+
+#: what `--json` writes escaped though JSON would not: those controls above DEL (json
+#: escapes C0 itself; terminals ignore DEL)
+OBEYED = re.compile(
+    "[" + "".join(f"{chr(max(a, 0x80))}-{chr(b)}" for a, b in CONTROL_RANGES if b >= 0x80) + "]"
+)
 
 
 def emit(document: Any) -> None:
