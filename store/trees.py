@@ -357,55 +357,28 @@ def settle_ended(engine: Engine, *, now: datetime, limit: int = 500) -> list[str
     saves did not charge (those that ended before it, or with it): an `each` parent's
     results it did not take, any parent's children when it ended before its join woke
     it, or after the join woke it but before it took it (cancelled in between: its own
-    save, which charges a join it takes, never came). The parents' ids. A repair that the
-    relay runs."""
+    save, which charges a join it takes, never came). A woken `all` or `first` join the
+    parent did take (its `children_joined` event carries the charge) is only marked
+    accounted. The ids of the parents charged. A repair that the relay runs."""
     unsettled = (
-        select(joins.c.parent_id, joins.c.call_id)
+        select(joins.c.parent_id, joins.c.call_id, joins.c.woken_at.is_not(None).label("woken"))
         .join(sessions, sessions.c.id == joins.c.parent_id)
         .where(
-            joins.c.woken_at.is_(None),
+            or_(joins.c.woken_at.is_(None), joins.c.mode != JoinMode.EACH.value),
             joins.c.ended > joins.c.delivered,
             sessions.c.status.in_(TERMINAL),
         )
         .limit(limit)
     )
     with engine.connect() as conn:
-        found = [(r.parent_id, r.call_id) for r in conn.execute(unsettled)]
+        found = [(r.parent_id, r.call_id, r.woken) for r in conn.execute(unsettled)]
     charged = []
-    for parent_id, call_id in found:
-        with engine.begin() as conn:
-            join = _locked(conn, parent_id, call_id)
-            if join is not None and join.pending and _ended(conn, parent_id):
-                settle(conn, join, now=now)
-                charged.append(parent_id)
-    return charged + _settle_untaken(engine, now=now, limit=limit)
-
-
-def _settle_untaken(engine: Engine, *, now: datetime, limit: int) -> list[str]:
-    """The woken `all` and `first` joins of ended parents not yet accounted for (their
-    `delivered` still short of `ended`): a join the parent took (its `children_joined`
-    event with the charge) is marked accounted; one it never took is charged (`settle`).
-    The ids of the parents charged."""
-    unaccounted = (
-        select(joins.c.parent_id, joins.c.call_id)
-        .join(sessions, sessions.c.id == joins.c.parent_id)
-        .where(
-            joins.c.woken_at.is_not(None),
-            joins.c.mode != JoinMode.EACH.value,
-            joins.c.ended > joins.c.delivered,
-            sessions.c.status.in_(TERMINAL),
-        )
-        .limit(limit)
-    )
-    with engine.connect() as conn:
-        found = [(r.parent_id, r.call_id) for r in conn.execute(unaccounted)]
-    charged = []
-    for parent_id, call_id in found:
+    for parent_id, call_id, woken in found:
         with engine.begin() as conn:
             join = _locked(conn, parent_id, call_id)
             if join is None or not join.pending or not _ended(conn, parent_id):
                 continue
-            if _took(conn, parent_id, call_id):
+            if woken and _took(conn, parent_id, call_id):
                 conn.execute(
                     update(joins).where(_key(parent_id, call_id)).values(delivered=join.ended)
                 )
