@@ -379,6 +379,23 @@ def _compaction(
     return Plan(ask, masked, tokens, compact_through=cut)
 
 
+def _under_target(
+    head: Head,
+    steps: Sequence[Step],
+    observations: Mapping[str, Observation],
+    view: View,
+    cut: int,
+    estimate: Estimate,
+    policy: Policy,
+) -> bool:
+    """Whether a compaction through `cut` could bring the prompt under the target: the
+    prompt after it, with an empty summary, does. When the observations kept whole pass
+    the target alone, one would leave the prompt past it all the same, and one at every
+    step would double the model calls for nothing."""
+    after = View(through=cut, summary="", masked=max(view.masked, cut))
+    return estimate(build(head, steps, observations, after)) <= policy.limit
+
+
 def plan(
     head: Head,
     steps: Sequence[Step],
@@ -411,7 +428,11 @@ def plan(
     last = max((s.step for s in steps if s.kind is StepKind.REPLY), default=0)
     # forced: keep fewer whole steps each time the model refuses, down to none
     cut = boundary if boundary > view.through else (last if force else view.through)
-    if cut > view.through:
+    if cut > view.through and (
+        force
+        or tokens > policy.window
+        or _under_target(head, steps, observations, view, cut, estimate, policy)
+    ):
         return _compaction(head, steps, observations, view, cut, estimate, policy)
     if not force and tokens <= policy.window:
         return Plan(sent, view, tokens)  # past the target, within the window: go on

@@ -374,3 +374,16 @@ def test_a_stated_window_below_the_configured_one_is_the_policys(build: Build) -
     assert context.policy_for(head) == Policy(window=9_000)
     larger = build.head(config=config, result={context.STATED_WINDOW: 64_000})
     assert context.policy_for(larger) == Policy(window=32_768)
+
+
+def test_no_compaction_is_made_that_cannot_bring_the_prompt_under_its_target(
+    build: Build,
+) -> None:
+    # the newest three observations alone pass the target (7,500 tokens) but fit the
+    # window: a compaction would leave the prompt past the target all the same, so one at
+    # every step would double the model calls for nothing; the session goes on, masked
+    run = simulate(build, [11_000] * 12, window=10_000)
+    assert len(run.steps) == 12
+    assert not [s for s in run.steps if s.kind is StepKind.COMPACTION]
+    last = run.plans[-1][1]
+    assert last.view.masked == 8 and last.tokens <= 10_000

@@ -188,7 +188,7 @@ def test_a_fork_after_a_compaction_sends_what_the_parent_sent_at_that_step(
 ) -> None:
     with windowed_chat(WindowedChat(window=32_768, steps=30, record=True)) as chat:
         monkeypatch.setenv("OPENAI_BASE_URL", chat.url)
-        parent_id = long.submit(context_window=8_000)
+        parent_id = long.submit(context_window=8_400)
         assert long.run(parent_id).status is Status.COMPLETED
         parent = long.store.load(parent_id)
         sent = [r.messages for r in chat.answered]
@@ -232,7 +232,7 @@ def _played(session: Session) -> list[str]:
     ("steps", "window"),
     [
         pytest.param(120, None, id="past_the_span"),
-        pytest.param(40, 8_000, id="past_the_window"),
+        pytest.param(40, 8_400, id="past_the_window"),
     ],
 )
 def test_a_scripted_session_plays_its_script_in_order_across_compactions(
@@ -380,7 +380,7 @@ def test_show_and_watch_name_a_compaction(long: Long, monkeypatch: pytest.Monkey
 
     with windowed_chat(WindowedChat(window=32_768, steps=12)) as chat:
         monkeypatch.setenv("OPENAI_BASE_URL", chat.url)
-        session_id = long.submit(context_window=8_000)
+        session_id = long.submit(context_window=8_400)
         long.run(session_id)
     session = long.store.load(session_id)
     compaction = next(s for s in session.steps if s.kind is StepKind.COMPACTION)
@@ -417,7 +417,7 @@ def test_a_compaction_is_a_tick_of_its_own_in_the_traces(
     long.rt.observers.add(tracer)
     with windowed_chat(WindowedChat(window=32_768, steps=12)) as chat:
         monkeypatch.setenv("OPENAI_BASE_URL", chat.url)
-        session_id = long.submit(context_window=8_000)
+        session_id = long.submit(context_window=8_400)
         long.run(session_id)
     session = long.store.load(session_id)
     cuts = [s.compacted_through for s in session.steps if s.kind is StepKind.COMPACTION]
