@@ -38,6 +38,7 @@ from tickwork.fsm.values import (
     Step,
     StepKind,
     ToolCall,
+    Usage,
     Value,
     call_id_for,
     provider_call_id,
@@ -410,21 +411,29 @@ def model_failed(
     now: datetime,
     jitter: float = 0.0,
     retry_after_s: float | None = None,
+    usage: Usage | None = None,
+    cost_usd: float = 0.0,
 ) -> Change:
-    """A model call failed: retry with backoff while transient and within budget, else fail."""
+    """A model call failed: retry with backoff while transient and within budget, else fail.
+
+    `usage` and `cost_usd`: what a call that answered, but with nothing the session can use
+    (an empty reply or summary), was billed; it counts towards the budgets as every call's
+    does (no step records it: the `model_retry` event names it)."""
     transitions.require(head, Status.READY)
     attempts = head.model_attempts + 1
+    billed: dict[str, Any] = {}
+    if usage is not None:
+        billed = {"tokens": head.tokens + usage.total, "cost_usd": head.cost_usd + cost_usd}
     if transient and attempts <= head.budgets.max_model_retries:
         delay = model_retry_delay(attempts, jitter=jitter)
         if retry_after_s is not None:
             delay = max(delay, retry_after_s)
-        event = Event(
-            kind=EventKind.MODEL_RETRY,
-            at=now,
-            data={"attempt": attempts, "delay_s": delay, "error": error},
-        )
+        data: dict[str, Any] = {"attempt": attempts, "delay_s": delay, "error": error}
+        if usage is not None:
+            data |= {"tokens": usage.total, "cost_usd": cost_usd}
+        event = Event(kind=EventKind.MODEL_RETRY, at=now, data=data)
         return Change(
-            head=transitions.moved(head, now, model_attempts=attempts),
+            head=transitions.moved(head, now, model_attempts=attempts, **billed),
             events=(event,),
             delay_s=delay,
         )
@@ -436,6 +445,7 @@ def model_failed(
         error_code=ErrorCode.MODEL_ERROR,
         error_message=why + error,
         model_attempts=attempts,
+        **billed,
     )
 
 

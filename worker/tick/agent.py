@@ -132,7 +132,13 @@ def think(tick: Tick) -> Change:
         # then it is billed, recorded and ends the session)
         why = "the model returned an empty reply (no content and no tool calls)"
         failed = machine.model_failed(
-            head, error=why, transient=True, now=rt.clock(), jitter=rt.jitter()
+            head,
+            error=why,
+            transient=True,
+            now=rt.clock(),
+            jitter=rt.jitter(),
+            usage=reply.usage,
+            cost_usd=_cost(rt, head, reply),
         )
         report.model = _model_failed(head.model, asked, messages, failed.head, why)
         return failed
@@ -321,7 +327,13 @@ def _compact(
     if not reply.content.strip():
         why = "the model returned an empty summary for a compaction"
         failed = machine.model_failed(
-            head, error=why, transient=True, now=rt.clock(), jitter=rt.jitter()
+            head,
+            error=why,
+            transient=True,
+            now=rt.clock(),
+            jitter=rt.jitter(),
+            usage=reply.usage,
+            cost_usd=_cost(rt, head, reply),
         )
         report.model = _model_failed(head.model, asked, messages, failed.head, why)
         return failed

@@ -145,3 +145,48 @@ def test_a_server_that_ignores_the_cap_is_counted_and_stopped_at_the_next_check(
     before_last = billed - _usd(*server.billed[-1])
     assert before_last < BUDGET
     assert len(session.steps) == len(server.billed)
+
+
+class EmptyServer(ChatServer):
+    """Answers every request with no content and no tool calls, and bills its prompt."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.billed: list[tuple[int, int]] = []
+
+    def refusal(self, body: Any) -> Canned | None:
+        prompt = len(json.dumps(body["messages"])) // 4
+        self.billed.append((prompt, 7))
+        message = {"role": "assistant", "content": ""}
+        return Canned(
+            body={
+                "id": "chatcmpl-1",
+                "object": "chat.completion",
+                "model": "local",
+                "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": prompt, "completion_tokens": 7},
+            }
+        )
+
+
+def test_an_empty_reply_retried_is_billed_as_the_server_billed_it(
+    ticks: Ticks, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An empty reply (or summary) is retried, but the server billed it: its tokens and
+    cost count towards the budgets, the dead letter's and `ls`'s (they were dropped)."""
+    server = EmptyServer()
+    monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+    head = ticks.client.submit(
+        KIND, {}, model="openai:local", price=PRICE, budgets={"max_model_retries": 2}
+    )
+    try:
+        done = ticks.run(head.id)
+    finally:
+        server.close()
+
+    assert done.error_code is ErrorCode.MODEL_ERROR and len(server.billed) == 3
+    assert done.tokens == sum(p + c for p, c in server.billed)
+    assert done.cost_usd == pytest.approx(sum(_usd(p, c) for p, c in server.billed))
+    session = ticks.store.load(head.id)
+    retries = [e.data for e in session.events if e.kind == "model_retry"]
+    assert [r["tokens"] for r in retries] == [p + c for p, c in server.billed[:2]]
