@@ -52,6 +52,8 @@ class WindowedChat:
     cache_size: int = 4
     #: seconds the first compaction request waits before it is answered (a kill lands in it)
     slow_compaction: float = 0.0
+    #: a compaction request is answered with a tool call and no summary (tools are offered)
+    calls_for_summary: bool = False
     log: list[Request] = field(default_factory=list)
     url: str = ""
 
@@ -89,7 +91,7 @@ class WindowedChat:
             time.sleep(self.slow_compaction)
         last = _last_chunk(messages)
         message: dict[str, Any]
-        if compaction:
+        if compaction and not self.calls_for_summary:
             message = {"role": "assistant", "content": f"Summary: read chunks up to n={last}."}
         elif last >= self.steps:
             message = {"role": "assistant", "content": f"done: read {last} chunks"}
@@ -97,7 +99,7 @@ class WindowedChat:
             n = last + 1
             message = {
                 "role": "assistant",
-                "content": f"reading chunk {n}",
+                "content": "" if compaction else f"reading chunk {n}",
                 "tool_calls": [
                     {
                         "id": f"call_{n}",

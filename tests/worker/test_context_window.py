@@ -17,7 +17,7 @@ from tickwork.worker.jobs import Jobs
 from tickwork.worker.tick.advance import advance
 from tickwork.worker.tick.runtime import Runtime
 
-from tests.context_server import WindowedChat, windowed_chat, without_policy
+from tests.context_server import COMPLETION_TOKENS, WindowedChat, windowed_chat, without_policy
 from tickwork.client import Tickwork
 
 KIND = "tests.jobs:LONG"
@@ -41,8 +41,8 @@ class Long:
             settings=self.settings, store=self.store, jobs=Jobs(), publish_tick=lambda *_: None
         )
 
-    def submit(self, **kw: object) -> str:
-        budgets = {"max_steps": 5000, "max_tokens": 10**9, "max_cost_usd": 0}
+    def submit(self, *, budgets: dict[str, float] | None = None, **kw: object) -> str:
+        budgets = {"max_steps": 5000, "max_tokens": 10**9, "max_cost_usd": 0, **(budgets or {})}
         return self.client.submit(
             KIND, {"task": "read every chunk"}, model="openai:long", budgets=budgets, **kw
         ).id
@@ -525,3 +525,22 @@ def test_an_operator_sets_a_models_context_window_next_to_its_price(tmp_path: Pa
     finally:
         client.close()
     assert windows == [131_072, 8_192, 50_000]
+
+
+def test_a_compaction_answered_with_a_tool_call_says_so_and_is_billed(
+    long: Long, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The request offers the tools (the cached prefix): a model that calls one instead of
+    writing the summary is retried, each attempt billed, and the dead letter names the
+    call, not an empty summary."""
+    with windowed_chat(WindowedChat(window=32_768, steps=30, calls_for_summary=True)) as chat:
+        monkeypatch.setenv("OPENAI_BASE_URL", chat.url)
+        session_id = long.submit(context_window=8_400, budgets={"max_model_retries": 2})
+        done = long.run(session_id)
+    assert done.error_code is ErrorCode.MODEL_ERROR
+    assert done.error_message == (
+        "after 3 attempts: the model called read_chunk instead of writing the summary a "
+        "compaction asks for"
+    )
+    assert sum(r.compaction for r in chat.log) == 3
+    assert done.tokens == sum(r.tokens + COMPLETION_TOKENS for r in chat.log)

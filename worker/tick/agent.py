@@ -325,7 +325,13 @@ def _compact(
     except ModelError as exc:
         return _model_error(rt, head, exc, asked, messages, report)
     if not reply.content.strip():
-        why = "the model returned an empty summary for a compaction"
+        # it is offered the tools (they are part of the cached prefix) and may call one
+        called = ", ".join(dict.fromkeys(c.name[:80] for c in reply.calls))
+        why = (
+            f"the model called {called} instead of writing the summary a compaction asks for"
+            if called
+            else "the model returned an empty summary for a compaction"
+        )
         failed = machine.model_failed(
             head,
             error=why,
