@@ -384,7 +384,8 @@ def export_row(
         "last_tool": row["last_tool"],
         "steps": head.step,
         "tokens": head.tokens,
-        "cost_usd": head.cost_usd,
+        # to the nano-dollar, as the daily spend: a float sum over calls shows 0.07564700000000002
+        "cost_usd": round(head.cost_usd, 9),
         "parent_id": head.parent_id,
         "fork_step": head.fork_step,
         "forks": sorted(made, key=lambda fork: (made[fork], fork)),
@@ -395,10 +396,9 @@ def export_row(
         "resolved_at": row["resolved_at"],
         "inherited_steps": inherited.steps,
         "inherited_tokens": inherited.tokens,
-        "inherited_cost_usd": inherited.cost_usd,
+        "inherited_cost_usd": round(inherited.cost_usd, 9),
         "own_steps": head.step - inherited.steps,
         "own_tokens": whole.tokens - inherited.tokens,
-        # to the nano-dollar, as the daily spend: a difference of float sums is off by 1e-18
         "own_cost_usd": max(0.0, round(whole.cost_usd - inherited.cost_usd, 9)),
         "children_tokens": max(0, head.tokens - whole.tokens),
         "children_cost_usd": max(0.0, round(head.cost_usd - whole.cost_usd, 9)),

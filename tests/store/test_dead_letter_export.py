@@ -114,6 +114,23 @@ def test_a_fork_chain_is_counted_once_in_the_own_columns(store: Store, clock: Cl
     assert sum(r["own_tokens"] for r in rows.values()) == 600
 
 
+def test_the_cost_columns_are_to_the_nano_dollar(store: Store, clock: Clock) -> None:
+    """A session's cost is a float sum over its calls (six of $0.01 are
+    0.060000000000000005): the export writes every cost column to the nano-dollar, as the
+    own and children columns were (found by an outside run: CSV rows read
+    `cost_usd=0.07564700000000002`)."""
+    now = clock()
+    store.create(new_session("six", now=now), now=now)
+    _fail_after(store, "six", range(1, 7), now=now)
+    store.fork("six", new_id="six-fix", from_step=6, patch=ForkPatch(), by="bob", now=now)
+    _fail_after(store, "six-fix", range(7, 8), now=now)
+
+    rows = {r["session_id"]: r for r in dl.export_rows(store.engine)}
+    assert repr(rows["six"]["cost_usd"]) == "0.06"
+    assert repr(rows["six-fix"]["inherited_cost_usd"]) == "0.06"
+    assert repr(rows["six-fix"]["cost_usd"]) == "0.07"
+
+
 def test_a_tree_is_counted_once_in_the_own_columns(store: Store, clock: Clock) -> None:
     """A parent's `cost_usd` and `tokens` hold its children's trees, charged at their joins
     (docs/DESIGN.md section 16): with a parent and its child both dead letters, the child's
