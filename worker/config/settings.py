@@ -496,6 +496,10 @@ def read_settings(kind: type[S], **overrides: Any) -> S:
         if SECRET_NAMES.search(name):
             shown = ""
         reason = mask(str(first["msg"]).removeprefix("Value error, "), patterns)
+        example = JSON_EXAMPLES.get(str(first["loc"][0])) if len(first["loc"]) == 1 else None
+        if example is not None and first["type"] in ("dict_type", "list_type"):
+            # JSON of the wrong shape (a list for a mapping): say which shape it takes
+            reason += f"; write it as JSON of this shape, e.g. {name}='{example}'"
         raise ConfigurationError(f"invalid setting {name}{shown}: {reason}") from None
     except SettingsError as exc:
         raise ConfigurationError(_not_json(kind, exc)) from None
