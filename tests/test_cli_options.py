@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Annotated
 
 import pytest
@@ -125,3 +127,41 @@ def test_a_forks_as_says_it_names_the_forks_author() -> None:
             found = found.commands[part]  # type: ignore[attr-defined]
         (by,) = [p for p in found.params if p.name == "by"]
         assert "fork's author" in (by.help or "") and "decides" not in (by.help or ""), path
+
+
+def test_a_call_output_can_come_from_a_file(tmp_path: Path) -> None:
+    """Found by an outside run: an output longer than a command line takes (about 128 KB
+    an argument) could not be given at all."""
+    long = "line of a hand-fixed output\n" * 10_000  # 280 KB
+    (tmp_path / "out.txt").write_text(long, encoding="utf-8")
+    fork = options.Fork(
+        from_step=1,
+        by="ana",
+        tool_output=["c1=short"],
+        tool_output_file=[f"c2={tmp_path / 'out.txt'}"],
+    )
+    assert fork.client_args()["tool_outputs"] == {"c1": "short", "c2": long}
+
+
+@pytest.mark.parametrize(
+    ("text", "files", "says"),
+    [
+        (["c1=a"], ["c1=out.txt"], "--tool-output and --tool-output-file both give c1"),
+        (None, ["c1=missing.txt"], "--tool-output-file c1: cannot read missing.txt"),
+        (None, ["c1=binary.bin"], "binary.bin is not UTF-8 text"),
+        (None, ["c1="], "--tool-output-file c1 needs a file's path"),
+    ],
+)
+def test_a_bad_output_file_is_refused_naming_the_call(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    text: list[str] | None,
+    files: list[str],
+    says: str,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "out.txt").write_text("ok")
+    (tmp_path / "binary.bin").write_bytes(b"\xff\xfe\x00")
+    fork = options.Fork(from_step=1, by="ana", tool_output=text, tool_output_file=files)
+    with pytest.raises(InvalidInput, match=re.escape(says)):
+        fork.client_args()

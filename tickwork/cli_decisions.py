@@ -6,6 +6,8 @@ from typing import Annotated, Any
 
 import typer
 
+from tickwork.fsm.errors import InvalidInput
+
 from . import cli_remote, options
 from .cli_sessions import SessionId, print_head
 from .context import Context
@@ -112,13 +114,27 @@ def reject(
 def provide_output(
     session_id: SessionId,
     call_id: CallId,
-    output: Annotated[str, typer.Option(help="The call's output, as if it had run.")],
+    output: Annotated[
+        str | None, typer.Option(help="The call's output, as if it had run.", show_default=False)
+    ] = None,
+    output_file: Annotated[
+        str | None,
+        typer.Option(
+            metavar="PATH",
+            help="Read the call's output from this UTF-8 file instead (for an output longer "
+            "than a command line takes).",
+        ),
+    ] = None,
     approver: options.Approver = None,
     comment: Comment = "",
     fingerprint: Fingerprint = None,
     json_output: options.Json = False,
 ) -> None:
     """Give an in-doubt call's output by hand instead of running it again."""
+    if (output is None) == (output_file is None):
+        raise InvalidInput("give the call's output with --output TEXT or --output-file PATH")
+    if output_file is not None:
+        output = options.text_file(output_file, option="--output-file")
     _decide(
         session_id,
         call_id,

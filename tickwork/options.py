@@ -136,6 +136,15 @@ ToolOutput = Annotated[
         rich_help_panel="Patch",
     ),
 ]
+ToolOutputFile = Annotated[
+    list[str] | None,
+    typer.Option(
+        metavar="CALL_ID=PATH",
+        help="Use the UTF-8 text of the file PATH as that call's output (repeatable; for an "
+        "output longer than a command line takes).",
+        rich_help_panel="Patch",
+    ),
+]
 StatePatch = Annotated[
     str | None,
     typer.Option(
@@ -201,6 +210,7 @@ class Fork:
     system_prompt: str | None = None
     append_instruction: str | None = None
     tool_output: list[str] | None = None
+    tool_output_file: list[str] | None = None
     state: str | None = None
     max_steps: int | None = None
     max_tokens: int | None = None
@@ -221,7 +231,7 @@ class Fork:
             "by": approver(self.by),
             "system_prompt": self.system_prompt,
             "append_instruction": self.append_instruction,
-            "tool_outputs": pairs(self.tool_output, option="--tool-output"),
+            "tool_outputs": self.tool_outputs(),
             "budgets": budgets(
                 max_steps=self.max_steps,
                 max_tokens=self.max_tokens,
@@ -234,6 +244,18 @@ class Fork:
             "context_window": self.context_window,
         }
 
+    def tool_outputs(self) -> dict[str, str]:
+        """The outputs of --tool-output and of --tool-output-file (read here), by call."""
+        given = pairs(self.tool_output, option="--tool-output")
+        files = pairs(self.tool_output_file, option="--tool-output-file")
+        for call_id, path in files.items():
+            if call_id in given:
+                raise InvalidInput(
+                    f"--tool-output and --tool-output-file both give {call_id}; give each call once"
+                )
+            given[call_id] = text_file(path, option=f"--tool-output-file {call_id}")
+        return given
+
 
 #: the command-line options of `Fork`, in the order `--help` lists them
 FORK_OPTIONS: dict[str, Any] = {
@@ -241,6 +263,7 @@ FORK_OPTIONS: dict[str, Any] = {
     "system_prompt": SystemPrompt,
     "append_instruction": AppendInstruction,
     "tool_output": ToolOutput,
+    "tool_output_file": ToolOutputFile,
     "state": StatePatch,
     "max_steps": ForkMaxSteps,
     "max_tokens": ForkMaxTokens,
@@ -325,6 +348,21 @@ def json_object(text: str, *, option: str) -> dict[str, Any]:
             f"{option} must be a JSON object, got {type(value).__name__}: {source.strip()[:80]}"
         )
     return value
+
+
+def text_file(path: str, *, option: str) -> str:
+    """The UTF-8 text of the file at `path` (`~` expanded), for an option that takes one."""
+    if not path.strip():
+        raise InvalidInput(f"{option} needs a file's path")
+    try:
+        return Path(path).expanduser().read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidInput(
+            f"{option}: {path} is not UTF-8 text ({exc.reason} at byte {exc.start}); give "
+            "the output as UTF-8 text"
+        ) from None
+    except OSError as exc:
+        raise InvalidInput(f"{option}: cannot read {path}: {exc.strerror or exc}") from None
 
 
 def output_file(path: Path, *, option: str) -> Path:

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -357,6 +358,35 @@ def test_an_instruction_or_an_output_past_what_the_api_takes_is_refused(
     cli.inline(*given, "o" * cap, "--as", "erin")
     decision = store.load("capped").decision(call.call_id)
     assert decision is not None and decision.output == "o" * cap
+
+
+@pytest.mark.parametrize("deployment", ["embedded"], indirect=True)
+def test_an_output_given_by_hand_can_come_from_a_file(
+    deployment: Deployment, cli: Cli, tmp_path: Path
+) -> None:
+    """An output longer than a command line takes (about 128 KB an argument) could not be
+    given (found by an outside run); `--output-file` reads it, and exactly one of the two
+    options is taken."""
+    from tickwork.testing.store_ticks import Clock, in_doubt_call, new_session
+
+    store = deployment.client.store
+    clock = Clock()
+    store.create(new_session("by-file", now=clock()), now=clock())
+    call = in_doubt_call(store, "by-file", clock)
+    given = ("provide-output", "by-file", call.call_id)
+    says = "give the call's output with --output TEXT or --output-file PATH"
+    cli.inline(*given, ok=False).error(2, says)
+    cli.inline(*given, "--output", "a", "--output-file", "b", ok=False).error(2, says)
+    cli.inline(*given, "--output-file", str(tmp_path / "none.txt"), ok=False).error(
+        2, f"--output-file: cannot read {tmp_path / 'none.txt'}"
+    )
+    assert store.load("by-file").decisions == ()
+    cap = deployment.settings.max_output_chars  # an operator raises it for longer ones
+    long = ("fixed by hand\n" * cap)[:cap]
+    (tmp_path / "out.txt").write_text(long, encoding="utf-8")
+    cli.inline(*given, "--output-file", str(tmp_path / "out.txt"), "--as", "erin")
+    decision = store.load("by-file").decision(call.call_id)
+    assert decision is not None and decision.output == long
 
 
 @pytest.mark.parametrize("deployment", ["embedded"], indirect=True)
