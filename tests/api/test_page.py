@@ -34,6 +34,8 @@ FLAGS = [
 SCREENSHOT = os.environ.get("TICKWORK_TEST_SCREENSHOT")
 #: how long the page may take to show what a worker did
 SHOWN_MS = 30_000
+#: how often the approvals queue reloads itself (core.js REFRESH_MS)
+REFRESH_MS = 5_000
 
 # the page is tested against the production shape only: Postgres + Redis
 pytestmark = pytest.mark.parametrize("stack", ["production"], indirect=True)
@@ -148,6 +150,29 @@ def test_reject_with_feedback_from_the_live_view(page: Any, stack: Stack) -> Non
     assert page.evaluate("window.pwned") is None
     seen = stack.deployment.client.load(session_id).observation("s1c0")
     assert seen is not None and seen.content == "rejected by bob: use the staging database"
+
+
+def test_a_comment_being_typed_outlives_the_queues_refresh(page: Any, stack: Stack) -> None:
+    from playwright.sync_api import expect
+
+    session_id = stack.waiting()
+    page.clock.install()  # the queue's refresh timer, run on demand below
+    log_in(page, stack, "alice")
+    card = page.locator(f'section.waiting[data-session="{session_id}"] article[data-call="s1c0"]')
+    expect(card).to_be_visible()
+    with page.expect_response("**/api/v1/approvals"):  # idle, the queue reloads itself
+        page.clock.run_for(REFRESH_MS + 1000)
+    card.locator("input.comment").fill("checked with the DBA: prod-db is a copy")
+    reloads: list[str] = []
+    page.on("request", lambda r: reloads.append(r.url) if r.url.endswith("/approvals") else None)
+    page.clock.run_for(REFRESH_MS + 1000)
+    page.evaluate("1")  # a round trip: the request events of the timer's fetch have come
+    assert reloads == [], "the queue was redrawn over a comment being typed"
+    expect(card.locator("input.comment")).to_have_value("checked with the DBA: prod-db is a copy")
+    card.locator("button.approve").click()
+    expect(card).to_contain_text("Approved s1c0 (danger) as alice")
+    decision = stack.deployment.client.load(session_id).decision("s1c0")
+    assert decision is not None and decision.comment == "checked with the DBA: prod-db is a copy"
 
 
 def test_a_file_write_is_reviewed_as_a_diff(page: Any, stack: Stack, tmp_path: Path) -> None:

@@ -133,6 +133,9 @@ export async function approvalsView(view) {
       : [el("p", { class: "muted", id: "none-waiting" }, "Nothing is waiting for a person.")]));
   }
   await load();
-  // refresh unless someone is in the middle of a decision
-  every(view, () => (list.querySelector(".open") ? null : load()));
+  // refresh unless someone is in the middle of a decision: a form open or a comment typed
+  // (a reload draws every card anew, and would drop what is typed)
+  const deciding = () => list.querySelector(".open")
+    || [...list.querySelectorAll("input.comment")].some((comment) => comment.value);
+  every(view, () => (deciding() ? null : load()));
 }
