@@ -414,6 +414,34 @@ def test_an_edit_whose_path_leaves_the_workspace_is_refused_at_once(
 
 
 @pytest.mark.parametrize("deployment", ["embedded"], indirect=True)
+def test_an_edit_to_a_command_no_shell_can_start_is_refused_at_once(
+    deployment: Deployment, cli: Cli, tmp_path: Path
+) -> None:
+    """A command line longer than the kernel passes to /bin/sh (128 KiB) can never run: an
+    edit to one is refused while the approver can shorten it, and the call still waits
+    (it used to be taken, then fail as "install bubblewrap")."""
+    from tickwork.worker.jobs.repair.toolkit import MAX_COMMAND_CHARS
+
+    from tickwork.demos import demo_input, prepare_demo_workspace
+
+    script = deployment.script(
+        [{"content": "clean", "tool_calls": [call("run_command", command="rm -f out.txt")]}]
+    )
+    workspace = prepare_demo_workspace(deployment.settings.state_dir)
+    head = deployment.client.submit("repair", demo_input(workspace), model=script)
+    with deployment.worker():
+        waiting = deployment.client.wait(head.id, timeout=60)
+        assert waiting.status.value == "waiting_approval", waiting.error_message
+        (call_id,) = waiting.awaiting
+        huge = tmp_path / "huge.json"
+        huge.write_text(json.dumps({"command": "echo " + "a" * 200_000}))
+        refused = cli.inline("edit", head.id, call_id, "--args", f"@{huge}", ok=False)
+        refused.error(2, "argument 'command'", f"at most {MAX_COMMAND_CHARS} characters")
+        whole = deployment.client.load(head.id)
+        assert whole.head.awaiting == (call_id,) and whole.decisions == ()
+
+
+@pytest.mark.parametrize("deployment", ["embedded"], indirect=True)
 def test_show_and_watch_print_no_control_character_a_session_holds(
     deployment: Deployment, cli: Cli
 ) -> None:

@@ -46,6 +46,10 @@ MAX_FILE_BYTES = 5_000_000
 #: the longest a command may run, whatever the model asks: below RabbitMQ's default
 #: delivery timeout (30 minutes) by the tick's margin, see Settings.delivery_timeout_s
 MAX_COMMAND_S = 1_500.0
+#: the longest command line: Linux passes at most 128 KiB to /bin/sh as one argument
+#: (MAX_ARG_STRLEN), and this many characters stay below it in any UTF-8; a longer one could
+#: never start, so it is refused with the other invalid arguments (an edit at once)
+MAX_COMMAND_CHARS = 32_000
 
 
 def _root(ctx: ToolContext) -> Path:
@@ -321,7 +325,7 @@ def _shell(ctx: ToolContext, command: str, timeout_s: float) -> ShellResult:
 @tool(approval_policy=command_needs_approval, timeout_s=MAX_COMMAND_S)
 def run_command(
     ctx: ToolContext,
-    command: str,
+    command: Annotated[str, Field(max_length=MAX_COMMAND_CHARS)],
     timeout_s: Annotated[float, Field(gt=0, le=MAX_COMMAND_S)] = 60.0,
 ) -> str:
     """Run a shell command (/bin/sh) in the workspace root; shows exit code, stdout, stderr.
