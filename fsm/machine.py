@@ -15,7 +15,13 @@ from typing import Any
 
 from tickwork.fsm import context, transitions
 from tickwork.fsm.approvals import ApprovalRule, approval_reason, check_decision, rejection
-from tickwork.fsm.budgets import Exhausted, NextCall, exhausted_budget, model_retry_delay
+from tickwork.fsm.budgets import (
+    Exhausted,
+    NextCall,
+    deadline_passed,
+    exhausted_budget,
+    model_retry_delay,
+)
 from tickwork.fsm.context import Plan
 from tickwork.fsm.deliveries import WAIT_CHILDREN
 from tickwork.fsm.errors import CallNotFound, SessionFinished
@@ -465,10 +471,15 @@ def start_execute(
     """Pick the step's next call and say whether to run it, or what happens instead.
 
     `idempotent` tells whether that call's tool may run twice (for a call found `started`).
+    Past the deadline no call starts (the watch would stop it at once, a quick one only
+    after it ran: an approval given late must not run a destructive command); the session
+    fails `DEADLINE`, its open calls closed.
     """
     transitions.require(head, Status.EXECUTING)
     if head.cancel_requested:
         return transitions.cancelled(head, calls, now)
+    if (late := deadline_passed(head, now=now)) is not None:
+        return fail(head, ErrorCode.DEADLINE, late, now=now, open_calls=calls)
     call = next_call(calls)
     if call is None:
         return Change(head=transitions.moved(head, now, status=Status.READY))

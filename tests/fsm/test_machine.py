@@ -638,6 +638,26 @@ def test_cancel_requested_cancels_and_closes_open_calls(build: Any) -> None:
     assert not change.enqueue and not change.dead_letter
 
 
+def test_no_call_starts_once_the_deadline_has_passed(build: Any) -> None:
+    """An approval given after the deadline does not run the call (a destructive command
+    was started, then the session failed DEADLINE at its next THINK); the session fails
+    DEADLINE now, its open calls closed, not run."""
+    call = build.call("run_command", {"cmd": "rm -rf build"}, state=CallState.APPROVED)
+    late = executing(build, budgets={"deadline_s": 10})
+    decisions = {call.call_id: build.decision(call)}
+    assert isinstance(
+        start_execute(late, [call], decisions, idempotent=False, now=build.at(9)), RunTool
+    )
+    change = start_execute(late, [call], decisions, idempotent=False, now=build.at(11))
+    assert isinstance(change, Change)
+    assert change.head.status is Status.FAILED
+    assert change.head.error_code is ErrorCode.DEADLINE
+    assert "deadline_s is 10" in change.head.error_message
+    assert change.call_states == ((call.call_id, DONE),)
+    assert change.observations[0].is_error and "not run" in change.observations[0].content
+    assert change.dead_letter
+
+
 # fail()
 
 
