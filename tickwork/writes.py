@@ -21,8 +21,8 @@ from tickwork.fsm.errors import (
     ConfigurationError,
     InvalidBudget,
     InvalidInput,
-    PathOutsideWorkspace,
     SessionNotFound,
+    ToolError,
     UnpricedModel,
 )
 from tickwork.fsm.forks import ForkPatch, check_instruction, check_system_prompt
@@ -268,7 +268,7 @@ class Writes(Deployment):
                 arguments = edited.validate(dict(arguments))
                 try:
                     edited.check_paths(arguments)
-                except PathOutsideWorkspace as exc:
+                except ToolError as exc:  # a path that leaves the workspace, a bad patch
                     # refused now, while the approver can correct it, not when it runs
                     raise InvalidInput(f"the edit of call {call_id}: {exc.message}") from None
         if kind is DecisionKind.PROVIDE_OUTPUT and graph is not None:

@@ -442,6 +442,39 @@ def test_an_edit_to_a_command_no_shell_can_start_is_refused_at_once(
 
 
 @pytest.mark.parametrize("deployment", ["embedded"], indirect=True)
+def test_an_edit_to_a_patch_that_leaves_the_workspace_is_refused_at_once(
+    deployment: Deployment, cli: Cli, tmp_path: Path
+) -> None:
+    """The paths a patch names are checked as a path argument is: refused while the
+    approver can correct them (apply_patch refused them only when it ran, spending the
+    call); a malformed patch too. The call still waits, nothing is recorded."""
+    from tickwork.demos import demo_input, prepare_demo_workspace
+
+    fine = "--- a/calc.py\n+++ b/calc.py\n@@ -1 +1 @@\n-x\n+y\n"
+    script = deployment.script(
+        [{"content": "patch", "tool_calls": [call("apply_patch", patch=fine)]}]
+    )
+    workspace = prepare_demo_workspace(deployment.settings.state_dir)
+    head = deployment.client.submit("repair", demo_input(workspace), model=script)
+    with deployment.worker():
+        waiting = deployment.client.wait(head.id, timeout=60)
+        assert waiting.status.value == "waiting_approval", waiting.error_message
+        (call_id,) = waiting.awaiting
+        for patch, says in (
+            ("--- a/../../x\n+++ b/../../x\n@@ -1 +1 @@\n-x\n+y\n", "climbs out of the workspace"),
+            ("--- /dev/null\n+++ b//etc/cron.d/x\n@@ -0,0 +1 @@\n+y\n", "is absolute"),
+            ("--- a/.git/config\n+++ b/.git/config\n@@ -1 +1 @@\n-x\n+y\n", "inside a .git part"),
+            ("not a diff", "no file diffs found"),
+        ):
+            given = tmp_path / "patch.json"
+            given.write_text(json.dumps({"patch": patch}))
+            refused = cli.inline("edit", head.id, call_id, "--args", f"@{given}", ok=False)
+            refused.error(2, f"the edit of call {call_id}", says)
+        whole = deployment.client.load(head.id)
+        assert whole.head.awaiting == (call_id,) and whole.decisions == ()
+
+
+@pytest.mark.parametrize("deployment", ["embedded"], indirect=True)
 def test_show_and_watch_print_no_control_character_a_session_holds(
     deployment: Deployment, cli: Cli
 ) -> None:

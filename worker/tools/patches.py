@@ -16,6 +16,7 @@ from pathlib import Path, PurePosixPath
 
 from tickwork.fsm.errors import ToolError
 from tickwork.worker.tools.confinement import (
+    lexical,
     read_regular,
     relative,
     resolve,
@@ -310,17 +311,32 @@ def apply_patch(workspace: Path, text: str) -> str:
     return "\n".join(summary)
 
 
-def _check_path(workspace: Path, given: str) -> None:
-    """Refuse what `git apply` refuses beyond `resolve`'s checks: a `.git` part (any case,
-    with the trailing dots and spaces some file systems drop: a `.git` file or folder would
-    make a later git command run what the patch chose), a path through a symbolic link, and
-    writing to a symbolic link."""
-    parts = PurePosixPath(given).parts
-    if any(part.rstrip(". ").casefold() == ".git" for part in parts):
+def check_patch(text: str) -> None:
+    """A `ToolError` for what a patch's text alone makes `apply_patch` refuse, no workspace
+    needed: a malformed diff, a path that leaves the workspace or has a `.git` part (a
+    person's edit is refused at once, while it can be corrected)."""
+    for patch in parse_patch(text):
+        for given in (patch.old_path, patch.new_path):
+            if given is not None:
+                lexical(given)
+                _refuse_git(given)
+
+
+def _refuse_git(given: str) -> None:
+    """A `.git` part (any case, with the trailing dots and spaces some file systems drop: a
+    `.git` file or folder would make a later git command run what the patch chose)."""
+    if any(part.rstrip(". ").casefold() == ".git" for part in PurePosixPath(given).parts):
         raise ToolError(
             f"the diff touches {given!r}, inside a .git part; patches may not change git's "
             "own files. Nothing was changed."
         )
+
+
+def _check_path(workspace: Path, given: str) -> None:
+    """Refuse what `git apply` refuses beyond `resolve`'s checks: a `.git` part, a path
+    through a symbolic link, and writing to a symbolic link."""
+    _refuse_git(given)
+    parts = PurePosixPath(given).parts
     here = workspace_root(workspace)
     for number, part in enumerate(parts, 1):
         here = here / part

@@ -155,13 +155,19 @@ class Tool:
     #: the parameters that name a path in the workspace: a person's edit of a call is
     #: refused at once if one of them leaves it (the tool checks them again when it runs)
     paths: tuple[str, ...] = ()
+    #: checks more of an edit's arguments by their text alone (the paths a patch names):
+    #: raises a `ToolError` saying what is wrong, refused at once as a path of `paths` is
+    check: Callable[[Mapping[str, Any]], None] | None = None
 
     def check_paths(self, arguments: Mapping[str, Any]) -> None:
         """`PathOutsideWorkspace` if an argument of `paths` leaves the workspace by its text
-        alone (absolute, `~`, climbing out with `..`, a NUL): no workspace is needed."""
+        alone (absolute, `~`, climbing out with `..`, a NUL): no workspace is needed; then
+        the tool's own `check`."""
         for name in self.paths:
             if isinstance(arguments.get(name), str):
                 lexical(arguments[name])
+        if self.check is not None:
+            self.check(arguments)
 
     @property
     def rule(self) -> ApprovalRule:
@@ -219,6 +225,7 @@ def make_tool(
     idempotent: bool = False,
     timeout_s: float = 60.0,
     paths: Sequence[str] = (),
+    check: Callable[[Mapping[str, Any]], None] | None = None,
 ) -> Tool:
     """Build a `Tool` from `fn`; `tool` is the decorator form of this."""
     tool_name = name or fn.__name__
@@ -274,6 +281,7 @@ def make_tool(
         context_param=context_param,
         param_fields=MappingProxyType(param_fields),
         paths=_known(tool_name, paths, param_fields),
+        check=check,
     )
 
 
@@ -298,6 +306,7 @@ def tool(
     idempotent: bool = False,
     timeout_s: float = 60.0,
     paths: Sequence[str] = (),
+    check: Callable[[Mapping[str, Any]], None] | None = None,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -312,6 +321,7 @@ def tool(
     idempotent: bool = False,
     timeout_s: float = 60.0,
     paths: Sequence[str] = (),
+    check: Callable[[Mapping[str, Any]], None] | None = None,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a `Tool` of a function: `@tool` or `@tool(requires_approval=True, ...)`."""
 
@@ -325,6 +335,7 @@ def tool(
             idempotent=idempotent,
             timeout_s=timeout_s,
             paths=paths,
+            check=check,
         )
 
     return build if fn is None else build(fn)

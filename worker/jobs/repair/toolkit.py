@@ -235,7 +235,12 @@ def write_file(ctx: ToolContext, path: str, content: str) -> str:
     )
 
 
-@tool(requires_approval=True, timeout_s=60.0)
+def _check_patch(arguments: Mapping[str, Any]) -> None:
+    if isinstance(arguments.get("patch"), str):
+        patches.check_patch(arguments["patch"])
+
+
+@tool(requires_approval=True, timeout_s=60.0, check=_check_patch)
 def apply_patch(ctx: ToolContext, patch: str) -> str:
     """Apply a unified diff to the workspace; all files change or none does.
 
