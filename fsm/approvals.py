@@ -14,6 +14,8 @@ Policy = Callable[[Mapping[str, Any]], bool | str | None]
 
 #: a decision carries the call's whole fingerprint (SHA-256 hex), never a prefix
 FINGERPRINT_LENGTH = 64
+#: what a fingerprint is written in (a mistyped or upper-case one is not a mismatch)
+HEX_DIGITS = frozenset("0123456789abcdef")
 #: the longest approver name (the width of its column)
 MAX_APPROVER = 200
 
@@ -83,7 +85,8 @@ def check_decision(
             f"{where} is {call.state.value}, not waiting for a decision; "
             "see `tickwork show` for what the session waits on"
         )
-    if len(decision.fingerprint) != FINGERPRINT_LENGTH:
+    given = decision.fingerprint
+    if len(given) != FINGERPRINT_LENGTH or not set(given) <= HEX_DIGITS:
         raise StaleDecision(
             f"a decision on {where} must carry the whole fingerprint of the call the approver "
             f"saw ({FINGERPRINT_LENGTH} hex digits, as `tickwork show` prints it); look at the "
