@@ -23,7 +23,7 @@ from typing import Any
 
 from tickwork.fsm import transitions
 from tickwork.fsm.approvals import ApprovalRule, approval_reason, rejection
-from tickwork.fsm.budgets import exhausted_budget
+from tickwork.fsm.budgets import deadline_passed, exhausted_budget
 from tickwork.fsm.fingerprints import call_fingerprint, step_fingerprint
 from tickwork.fsm.graph import END, PROPOSAL, START, CompiledGraph, delta_text, state_fingerprint
 from tickwork.fsm.loops import HISTORY, detect_loop
@@ -214,10 +214,17 @@ def start_node(
     now: datetime,
 ) -> Change | RunNode | Decided:
     """What the `executing` tick does with the step's node: run it, or not (a cancel, a
-    rejection, an update given by hand, a run in doubt that a person must decide on)."""
+    rejection, an update given by hand, a run in doubt that a person must decide on). Past
+    the deadline no node runs: the session fails `DEADLINE` (`machine.start_execute`)."""
     transitions.require(head, Status.EXECUTING)
     if head.cancel_requested:
         return transitions.cancelled(head, calls, now)
+    if (late := deadline_passed(head, now=now)) is not None:
+        closed = transitions.close_calls(calls, "not run: the session failed", now)
+        failed = transitions.ended(
+            head, Status.FAILED, now, error_code=ErrorCode.DEADLINE, error_message=late
+        )
+        return failed.model_copy(update=closed)
     call = next((c for c in calls if c.index == 0), None)
     if call is None:
         return Change(head=transitions.moved(head, now, status=Status.READY))

@@ -272,6 +272,29 @@ def test_an_edit_is_a_state_patch_and_a_rejection_goes_to_on_reject() -> None:
     assert said.startswith(f"rejected by ann, who gave no reason: {call.name} did not run")
 
 
+def test_no_node_runs_once_the_deadline_has_passed() -> None:
+    """A node approved after the deadline does not run: the session fails DEADLINE, as an
+    agent's call does (it ran, and the session failed at the tick after)."""
+    compiled = line("a", "b", interrupt_before=True).compile()
+    waiting = graph_machine.start(head(), compiled, now=NOW)
+    assert waiting.step is not None
+    call = waiting.step.calls[0].model_copy(update={"state": CallState.APPROVED})
+    executing = waiting.head.model_copy(update={"status": Status.EXECUTING})
+    approved = {"s1c0": decision(DecisionKind.APPROVE)}
+    deadline = timedelta(seconds=executing.budgets.deadline_s)
+    before = graph_machine.start_node(
+        executing, (call,), approved, idempotent=False, now=NOW + deadline / 2
+    )
+    assert isinstance(before, RunNode)
+    late = graph_machine.start_node(
+        executing, (call,), approved, idempotent=False, now=NOW + deadline
+    )
+    assert not isinstance(late, (RunNode, Decided))
+    assert late.head.status is Status.FAILED and late.head.error_code is ErrorCode.DEADLINE
+    assert late.call_states == (("s1c0", CallState.DONE),)
+    assert "not run" in late.observations[0].content
+
+
 def test_a_node_found_started_runs_again_only_if_idempotent() -> None:
     compiled = line("a").compile()
     first = graph_machine.start(head(), compiled, now=NOW)
