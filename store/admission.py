@@ -32,7 +32,7 @@ from sqlalchemy import (
 from tickwork.fsm import machine
 from tickwork.fsm.admission import Admission, Room, TenantLimit, fair_shares, may_start
 from tickwork.fsm.budgets import deadline_passed
-from tickwork.fsm.values import IN_FLIGHT, ErrorCode, Event, EventKind, Head, Status
+from tickwork.fsm.values import IN_FLIGHT, ErrorCode, Event, EventKind, Head, Status, ToolCall
 from tickwork.store import quotas, reads, rows, writes
 from tickwork.store.relay import Due
 from tickwork.store.schema import events, outbox, sessions
@@ -114,37 +114,55 @@ def admit(
 
 
 def expire(engine: Engine, *, now: datetime, limit: int = EXPIRY_SCAN) -> list[str]:
-    """Fail `DEADLINE`, dead-lettered as at a tick, the queued sessions (of the `limit`
-    oldest) whose deadline passed while they waited: a deadline runs from the submit, the
-    wait included, so each would fail at its first tick anyway; failed now, it frees its
-    place in `max_queued` and says why, instead of waiting, maybe for ever, for a slot.
-    Their ids."""
-    with engine.connect() as conn:
-        waiting = conn.execute(
-            select(sessions.c.id, sessions.c.created_at, sessions.c.budgets)
-            .where(sessions.c.status == _QUEUED)
-            .order_by(sessions.c.created_at)
-            .limit(limit)
-        ).all()
-    late = [r.id for r in waiting if _past_deadline(r.created_at, r.budgets, now)]
+    """Fail `DEADLINE`, dead-lettered as at a tick, the sessions waiting (of the `limit`
+    oldest queued, and as many waiting for a decision) whose deadline passed while they
+    waited: a deadline runs from the submit, the wait included, so each would fail at its
+    next tick anyway. A queued one frees its place in `max_queued` and says why, instead
+    of waiting, maybe for ever, for a slot; one waiting for a decision leaves the approvals
+    queue for the dead letters (forked with a later deadline, it asks again), instead of
+    being listed there until an approval that could only end it. Their ids."""
     failed = []
-    for session_id in late:
-        with engine.begin() as conn:
-            head = reads.read_head(conn, session_id, lock=True)
-            why = deadline_passed(head, now=now)
-            if head.status is not Status.QUEUED or why is None:
-                continue  # admitted or cancelled meanwhile
-            change = machine.fail(
-                head,
-                ErrorCode.DEADLINE,
-                f"{why}; it waited queued and was never admitted (its tenant's max_in_flight "
-                "or its concurrency key's limit stayed full): give a deadline that covers the "
-                "wait",
-                now=now,
-            )
-            writes.apply_change(conn, change, version=head.version, owner=None, now=now)
-            failed.append(session_id)
+    for status in (Status.QUEUED, Status.WAITING_APPROVAL):
+        with engine.connect() as conn:
+            waiting = conn.execute(
+                select(sessions.c.id, sessions.c.created_at, sessions.c.budgets)
+                .where(sessions.c.status == status.value)
+                .order_by(sessions.c.created_at)
+                .limit(limit)
+            ).all()
+        late = [r.id for r in waiting if _past_deadline(r.created_at, r.budgets, now)]
+        failed += [i for i in late if _expire_one(engine, i, status, now=now)]
     return failed
+
+
+def _expire_one(engine: Engine, session_id: str, status: Status, *, now: datetime) -> bool:
+    """Fail the session DEADLINE if it still waits as `status` past its deadline."""
+    with engine.begin() as conn:
+        head = reads.read_head(conn, session_id, lock=True)
+        why = deadline_passed(head, now=now)
+        if head.status is not status or why is None:
+            return False  # admitted, decided or cancelled meanwhile
+        calls: list[ToolCall] = []
+        if status is Status.QUEUED:
+            wait = (
+                "it waited queued and was never admitted (its tenant's max_in_flight or its "
+                "concurrency key's limit stayed full)"
+            )
+        else:
+            calls = reads.read_calls(conn, session_id, step=head.step)
+            wait = (
+                f"it waited for a decision on {', '.join(head.awaiting)} that did not come in "
+                "time (fork it with a later --deadline to ask again)"
+            )
+        change = machine.fail(
+            head,
+            ErrorCode.DEADLINE,
+            f"{why}; {wait}: give a deadline that covers the wait",
+            now=now,
+            open_calls=calls,
+        )
+        writes.apply_change(conn, change, version=head.version, owner=None, now=now)
+        return True
 
 
 def _past_deadline(created_at: datetime, budgets: Any, now: datetime) -> bool:

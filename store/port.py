@@ -238,7 +238,8 @@ class Relay(Protocol):
         ready, their first tick written) while their tenant and key are under their
         limits, at most `budget`, in weighted fair order across tenants and by priority
         then age within one; only `tenants`' if given. A full pass (no `tenants`) first
-        fails `DEADLINE` the queued sessions whose deadline passed while they waited. The
+        fails `DEADLINE` the queued sessions, and those waiting for a decision (their
+        waiting calls closed as not run), whose deadline passed while they waited. The
         ticks to publish, in order."""
         ...
 

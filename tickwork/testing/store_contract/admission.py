@@ -1,6 +1,6 @@
 """Admission (the `create` limit and `Relay.admit`): a session past its tenant's in-flight
 limit waits queued with no tick, and is admitted once a slot frees; one whose deadline
-passes while it waits fails `DEADLINE` at the pass."""
+passes while it waits (queued, or for a decision) fails `DEADLINE` at the pass."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from tickwork.fsm.values import Budgets, ErrorCode, Head, Session, Status
 from tickwork.store.port import Store
 from tickwork.store.relay import Due
 from tickwork.testing.store_contract.base import Contract
-from tickwork.testing.store_ticks import Clock, new_session
+from tickwork.testing.store_ticks import Clock, new_session, wait_for_approval
 
 ONE = TenantLimit(max_in_flight=1)
 
@@ -78,3 +78,27 @@ class AdmissionContract(Contract):
         assert store.dead_letter("late").code == ErrorCode.DEADLINE
         assert store.get("patient").status is Status.QUEUED
         assert store.due_ticks(now=clock.advance(120), older_than_s=60) == [Due("running", 0)]
+
+    def test_a_session_waiting_for_a_decision_past_its_deadline_fails_at_the_pass(
+        self, store: Store, clock: Clock
+    ) -> None:
+        """It left the approvals queue only when approved, and then failed DEADLINE (found
+        by an outside run): now the full pass fails it, its calls closed as not run."""
+        for name in ("late", "patient"):
+            budgets = Budgets(deadline_s=60.0) if name == "late" else Budgets()
+            store.create(new_session(name, now=clock(), budgets=budgets), now=clock())
+            wait_for_approval(store, name, clock, "danger")
+        assert store.admit(Admission(default=ONE), now=clock.advance(30)) == []
+        assert store.get("late").status is Status.WAITING_APPROVAL
+
+        assert store.admit(Admission(default=ONE), now=clock.advance(60)) == []
+        late = store.load("late")
+        assert (late.head.status, late.head.error_code) == (Status.FAILED, ErrorCode.DEADLINE)
+        assert "waited for a decision on s1c0" in late.head.error_message
+        assert "deadline_s is 60" in late.head.error_message
+        assert late.head.awaiting == ()
+        call, seen = late.call("s1c0"), late.observation("s1c0")
+        assert call is not None and call.state.value == "done"
+        assert seen is not None and seen.content == "not run: the session failed"
+        assert store.dead_letter("late").code == ErrorCode.DEADLINE
+        assert store.get("patient").status is Status.WAITING_APPROVAL
