@@ -142,7 +142,7 @@ def _expire_one(engine: Engine, session_id: str, status: Status, *, now: datetim
         why = deadline_passed(head, now=now)
         if head.status is not status or why is None:
             return False  # admitted, decided or cancelled meanwhile
-        calls: list[ToolCall] = []
+        calls: tuple[ToolCall, ...] = ()
         if status is Status.QUEUED:
             wait = (
                 "it waited queued and was never admitted (its tenant's max_in_flight or its "
