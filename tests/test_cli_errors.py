@@ -66,3 +66,19 @@ def test_json_output_escapes_what_a_terminal_would_obey(
     assert "\u009b" not in printed and "\u202e" not in printed and "café" in printed
     assert "\\u009b2J" in printed and "\\u202e" in printed
     assert json.loads(printed) == {"thought": thought}
+
+
+def test_an_approval_request_line_agrees_with_its_number_of_calls() -> None:
+    """`watch` printed "s1c0 need a decision" for one call (found by an outside run)."""
+    from tickwork import render
+
+    def line(calls: list[str]) -> str:
+        event = {
+            "at": "2026-12-05T18:00:00Z",
+            "kind": "approval_requested",
+            "data": {"step": 1, "calls": calls},
+        }
+        return render.event_line(event).plain
+
+    assert "step 1: s1c0 needs a decision" in line(["s1c0"])
+    assert "step 1: s1c0, s1c1 need a decision" in line(["s1c0", "s1c1"])

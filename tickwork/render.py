@@ -750,7 +750,9 @@ def summary(kind: str, d: Mapping[str, Any]) -> str:
         return f"step {d.get('step')}: calls {', '.join(d.get('calls', [])) or 'none'}"
     if kind == "approval_requested":
         doubt = " (in doubt: it was running when its worker died)" if d.get("in_doubt") else ""
-        return f"step {d.get('step')}: {', '.join(d.get('calls', []))} need a decision{doubt}"
+        calls = d.get("calls", [])
+        verb = "needs" if len(calls) == 1 else "need"
+        return f"step {d.get('step')}: {', '.join(calls)} {verb} a decision{doubt}"
     if kind == "approval_decided":
         text = f"{d.get('call_id')}: {d.get('decision')} by {d.get('approver')}"
         return text + (f" ({d['comment']})" if d.get("comment") else "")
