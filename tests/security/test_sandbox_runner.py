@@ -326,6 +326,25 @@ def test_without_bubblewrap_commands_are_refused_with_what_to_do(
     assert not (workspace / "ran.txt").exists()
 
 
+def test_a_command_too_long_to_start_says_so_and_the_sandbox_stays_in_use(
+    places: tuple[Path, Path],
+) -> None:
+    """Linux starts no program with an argument past 128 KiB: that was reported as a
+    sandbox that cannot run ("install bubblewrap"), and the sandbox was taken for broken
+    (found by an outside run)."""
+    workspace, _ = places
+    sandbox = Sandbox()
+    with pytest.raises(ToolError) as raised:
+        run(workspace, "echo " + "x" * 200_000 + " > ran.txt", sandbox=sandbox)
+    message = str(raised.value)
+    assert not isinstance(raised.value, SandboxUnavailable)
+    assert "Argument list too long" in message and "shorten the command" in message
+    assert "install bubblewrap" not in message
+    assert not (workspace / "ran.txt").exists()
+    assert check(sandbox) is None
+    assert run(workspace, "echo ok", sandbox=sandbox).stdout == "ok\n"
+
+
 def test_none_runs_on_the_host_and_the_worker_warns_at_start(
     places: tuple[Path, Path], caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -33,6 +33,7 @@ the session `tickwork demo` makes from its own shipped example (`sandbox_for`).
 from __future__ import annotations
 
 import dataclasses
+import errno
 import functools
 import logging
 import os
@@ -411,9 +412,32 @@ def _run(
             # a refusal reaches the command as a 403 its tool may word as it likes (pip:
             # "Tunnel connection failed"): its output says what was refused and why
             return dataclasses.replace(result, refused=tuple(refused)) if refused else result
-        except OSError as exc:  # e.g. bwrap was removed since it last worked
-            _working.discard(sandbox)
-            raise SandboxUnavailable(f"the command was not run: {exc}; {HOW_TO}") from exc
+        except OSError as exc:
+            raise _not_started(exc, sandbox) from exc
+
+
+#: why a process could not be started that says nothing of the sandbox: the command's
+#: size, or this machine's resources at the moment
+_NOT_THE_SANDBOX = {
+    errno.E2BIG: "the command and its environment pass what Linux takes to start a program "
+    "(128 KiB an argument); shorten the command, or write a script file and run it",
+    errno.EAGAIN: "this worker cannot start another process now (its process limit is "
+    "reached); try again later",
+    errno.ENOMEM: "this worker has no memory to start another process now; try again later",
+    errno.EMFILE: "this worker has too many files open to start a process now; try again later",
+    errno.ENFILE: "this machine has too many files open to start a process now; try again later",
+}
+
+
+def _not_started(exc: OSError, sandbox: Sandbox) -> ToolError:
+    """The error of a command whose process did not start: its own reason where the
+    sandbox is not at fault (the sandbox stays known to work), else `SandboxUnavailable`
+    (e.g. bwrap removed since it last worked)."""
+    why = _NOT_THE_SANDBOX.get(exc.errno or 0)
+    if why is not None:
+        return ToolError(f"the command was not run: {exc.strerror}: {why}")
+    _working.discard(sandbox)
+    return SandboxUnavailable(f"the command was not run: {exc}; {HOW_TO}")
 
 
 def limits_args(lim: Limits, privileged: bool, counted: bool = False) -> list[str]:
