@@ -164,7 +164,7 @@ def run(
                 "or set TICKWORK_MODEL"
             )
         if spec != SCRIPTED:
-            spec = options.model_spec(spec, client.providers) or spec
+            spec = client.providers.check(options.model_spec(spec, client.providers) or spec)
         given_price = options.price(price)
         if given_price is None and demo and spec == SCRIPTED:
             given_price = DEMO_PRICE

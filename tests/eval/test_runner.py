@@ -154,6 +154,17 @@ def test_scripted_needs_every_tasks_script_before_anything_runs(
     assert client.sessions() == []
 
 
+def test_an_unknown_model_refuses_the_run_before_anything_runs(
+    client: Tickwork, tmp_path: Path
+) -> None:
+    (tmp_path / "proj").mkdir()
+    line = {"id": "one", "source": "proj", "test_command": "true"}
+    tasks = parse_tasks(json.dumps(line), where="t.jsonl", base=tmp_path)
+    with pytest.raises(InvalidInput, match=r"unknown model spec 'gpt-4o'.*write openai:gpt-4o"):
+        _run(client, tasks, RunConfig(model="gpt-4o"), tmp_path)
+    assert client.sessions() == []
+
+
 def test_expected_tests_run_on_the_result_and_decide_success(
     client: Tickwork, tmp_path: Path
 ) -> None:

@@ -76,6 +76,8 @@ def run_tasks(
     returns the run so far, marked interrupted."""
     for task in tasks.tasks:
         model_for(task, config)  # a task without its script is refused before anything runs
+    if config.model != SCRIPTED:
+        client.providers.check(config.model)  # an unknown model refuses the run, not each task
     clock = now or client.clock
     run = Run(
         id=run_id,
