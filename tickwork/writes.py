@@ -35,7 +35,7 @@ from tickwork.store.archived import saved_of
 from tickwork.store.files import Saved
 from tickwork.worker.config.secrets import mask_decision, masker_for
 from tickwork.worker.config.settings import Settings
-from tickwork.worker.jobs import Role, Submission
+from tickwork.worker.jobs import Role, Submission, session_config
 from tickwork.worker.jobs.graphs import GraphKind
 from tickwork.worker.models import Providers, check_spec, pricing
 from tickwork.worker.models.pricing import Price, PriceLike, as_price, below, session_price
@@ -145,7 +145,7 @@ class Writes(Deployment):
         job = self.jobs.get(kind)
         if own_config and not trusted:
             raise InvalidInput("a submission from outside cannot set the session's config")
-        config = job.configure(dict(input or {}), self._submission(kind, trusted=trusted))
+        config = session_config(job, dict(input or {}), self._submission(kind, trusted=trusted))
         config.update(own_config or {})
         role = self._role(kind, config)
         spec = model or role.model or self.settings.model or str(config.pop("default_model", ""))

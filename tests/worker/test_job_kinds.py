@@ -96,3 +96,53 @@ def test_a_graph_kind_is_found_as_one_and_another_kind_is_not() -> None:
     assert jobs.graph("tests.graphs:REFUND") is REFUND
     with pytest.raises(InvalidInput, match="runs no graph"):
         jobs.graph("tests.jobs:TEST")
+
+
+def _reads_message(data: Mapping[str, Any]) -> dict[str, Any]:
+    return {"user_prompt": f"message: {data['message']}"}  # no check: a KeyError without it
+
+
+def _spawning_tools() -> ToolRegistry:
+    from tickwork.worker.tools.spawn import SPAWN_TOOL
+
+    return ToolRegistry([SPAWN_TOOL])
+
+
+#: a kind whose prepare raises KeyError on input without `message`, not InvalidInput
+CARELESS = JobKind(name="careless", system_prompt="", tools=_spawning_tools, prepare=_reads_message)
+
+
+def test_a_kind_that_raises_on_input_is_a_refusal_naming_it_not_a_traceback(
+    tmp_path: Path,
+) -> None:
+    from tickwork.client import Tickwork
+    from tickwork.testing import embedded_settings, reply, write_script
+
+    settings = embedded_settings(tmp_path)
+    client = Tickwork(settings)
+    client.publish = lambda *_: None  # type: ignore[method-assign]
+    try:
+        with pytest.raises(InvalidInput) as refused:
+            client.submit(f"{__name__}:CARELESS", {}, model=write_script([reply("x")], tmp_path))
+    finally:
+        client.close()
+    assert "job kind 'careless' cannot take this input" in str(refused.value)
+    assert "KeyError: 'message'" in str(refused.value)
+
+
+def test_a_child_input_the_kind_raises_on_is_an_error_observation(tmp_path: Path) -> None:
+    from tickwork.fsm.values import Status
+
+    from tickwork.testing import SessionDriver, call, embedded_settings, reply, running_worker
+
+    settings = embedded_settings(tmp_path)
+    spawn = call("spawn_agents", children=[{"role": "helper", "input": {}}], join="all")
+    replies = [reply("", spawn), reply("gave up")]
+    with running_worker(settings), SessionDriver(settings) as driver:
+        session_id = driver.submit(f"{__name__}:CARELESS", {"message": "hi"}, replies=replies)
+        session = driver.run(session_id)
+    assert session.head.status is Status.COMPLETED, session.head
+    observed = session.observation("s1c0")
+    assert observed is not None and observed.is_error
+    assert "child 'helper': its input was refused" in observed.content
+    assert "KeyError: 'message'" in observed.content

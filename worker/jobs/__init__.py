@@ -16,7 +16,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from tickwork.fsm.errors import ConfigurationError, InvalidInput, NotImportable, UnknownKind
+from tickwork.fsm.errors import (
+    ConfigurationError,
+    InvalidInput,
+    NotImportable,
+    TickworkError,
+    UnknownKind,
+)
 from tickwork.fsm.trees import SPAWN_AGENTS
 from tickwork.worker.config.imports import load_object
 from tickwork.worker.jobs.graphs import GraphKind
@@ -38,6 +44,7 @@ __all__ = [
     "Submission",
     "as_kind",
     "role_for",
+    "session_config",
 ]
 
 #: built-in kinds by name
@@ -132,6 +139,23 @@ class Jobs:
             f"unknown job kind {name!r}; known: {known}; or give module:attr "
             "(workers must be able to import it: set TICKWORK_IMPORTS)"
         )
+
+
+def session_config(kind: Kind, data: Mapping[str, Any], submission: Submission) -> dict[str, Any]:
+    """`kind.configure(data, submission)`, where an error the kind raised that is not
+    tickwork's (a KeyError on a missing field) becomes InvalidInput naming the kind and the
+    error: the input is untrusted, so its refusal goes back to whoever wrote it (the
+    submitter, or the model that spawned a child), never a traceback or a failed parent."""
+    try:
+        return kind.configure(data, submission)
+    except TickworkError:
+        raise
+    except Exception as exc:
+        raise InvalidInput(
+            f"job kind {kind.name!r} cannot take this input: its configure raised "
+            f"{type(exc).__name__}: {exc}; check the input against what the kind takes "
+            "(a kind refuses input with InvalidInput naming what is wrong)"
+        ) from exc
 
 
 def idempotent_tools(registry: ToolRegistry) -> frozenset[str]:

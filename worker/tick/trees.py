@@ -34,6 +34,7 @@ from tickwork.fsm.joins import Join, JoinMode
 from tickwork.fsm.transitions import Change
 from tickwork.fsm.values import Budgets, Head, ToolCall
 from tickwork.worker.config.settings import RoleSettings
+from tickwork.worker.jobs import session_config
 from tickwork.worker.jobs.kinds import Parent, Spawning, Submission
 from tickwork.worker.jobs.roles import role_for
 from tickwork.worker.models import check_spec, pricing
@@ -183,7 +184,7 @@ def child_head(
                 artifacts=None,
                 roles=roles,
             )
-            config = job.configure(dict(spec.input), submission)
+            config = session_config(job, dict(spec.input), submission)
     except ArtifactsUnavailable:
         raise  # the store is away for now: the tick runs again
     except TickworkError as exc:
