@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -27,22 +28,36 @@ from tickwork.fsm.values import (
 Row = Mapping[Any, Any]
 
 
+#: a lone surrogate: how Python holds bytes that are not UTF-8 (a tool's output decoded with
+#: `surrogateescape`, a JSON `\\udcff`); no database stores it
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def storable(value: Any) -> Any:
     """`value` as every backend can store it: Postgres refuses NUL in text and jsonb, and
-    NaN or Infinity in jsonb (SQLite takes both; both backends are kept alike)."""
+    NaN or Infinity in jsonb (SQLite takes both; both backends are kept alike); neither
+    encodes a lone surrogate. Each such character becomes U+FFFD."""
     kind = type(value)
     if kind is str:  # the common case first, without a copy
-        return value.replace("\x00", "\ufffd") if "\x00" in value else value
+        return _text(value)
     if kind is int or kind is bool or value is None:
         return value
     if isinstance(value, str):
-        return value.replace("\x00", "\ufffd")
+        return _text(str.__str__(value))  # a plain str, as a subclass (an enum) holds it
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     if isinstance(value, dict):
         return {storable(k): storable(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [storable(v) for v in value]
+    return value
+
+
+def _text(value: str) -> str:
+    if "\x00" in value:
+        value = value.replace("\x00", "\ufffd")
+    if not value.isascii() and _SURROGATE.search(value):
+        value = _SURROGATE.sub("\ufffd", value)
     return value
 
 

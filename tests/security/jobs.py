@@ -82,6 +82,12 @@ def binary() -> str:
 
 
 @tool(idempotent=True)
+def not_utf8() -> str:
+    """Returns bytes that are not UTF-8 as Python decodes them (`surrogateescape`)."""
+    return b"name: caf\xe9 \xff".decode("utf-8", errors="surrogateescape")
+
+
+@tool(idempotent=True)
 def leak() -> str:
     """Returns a line with an API key in it, as `env` or `cat .env` would."""
     return f"OPENAI_API_KEY={LEAKED_KEY}\nPATH=/usr/bin"
@@ -93,7 +99,7 @@ def fail_leak() -> str:
     raise RuntimeError(f"auth failed for key {LEAKED_KEY}")
 
 
-TOOLS = (echo, effect, danger, hang, spew, shout, boom, leave, binary, leak, fail_leak)
+TOOLS = (echo, effect, danger, hang, spew, shout, boom, leave, binary, not_utf8, leak, fail_leak)
 
 
 def _tools() -> ToolRegistry:

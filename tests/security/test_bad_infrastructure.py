@@ -229,6 +229,21 @@ def test_a_tool_output_with_nul_characters_on_postgres(postgres_env: Env) -> Non
     _binary_output(postgres_env)
 
 
+def _not_utf8_output(env: Env) -> None:
+    session_id = env.submit(one_call("not_utf8", {}))
+    assert env.run(session_id).status is Status.COMPLETED
+    output, _ = observations(env.load(session_id))["s1c0"]
+    assert output == "name: caf\ufffd \ufffd"
+
+
+def test_a_tool_output_not_utf8_on_sqlite(sqlite_env: Env) -> None:
+    _not_utf8_output(sqlite_env)
+
+
+def test_a_tool_output_not_utf8_on_postgres(postgres_env: Env) -> None:
+    _not_utf8_output(postgres_env)
+
+
 def test_a_database_error_while_a_call_is_marked_started_does_not_fail_the_session(
     sqlite_env: Env,
 ) -> None:
