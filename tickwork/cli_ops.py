@@ -180,9 +180,18 @@ def check_what_ticks_load(settings: Settings) -> None:
     from tickwork.worker.jobs import BUILTIN
 
     jobs = Jobs(settings.imports, roles_file=settings.section(RoleSettings).roles_file)
+    named = dict(BUILTIN)  # a kind's name -> its spec: a session is found by the name
     for spec in settings.imports:
         if not isinstance(load_object(spec), Provider):
-            jobs.roles(jobs.get(spec).name)  # a bad roles file stops the worker here
+            name = jobs.get(spec).name
+            if named.setdefault(name, spec) != spec:
+                first = named[name] + (" (built in)" if name in BUILTIN else "")
+                raise ConfigurationError(
+                    f"TICKWORK_IMPORTS: {spec} is a job kind named {name!r}, as {first} "
+                    "is; sessions find their kind by its name, so only one of them would ever "
+                    "run: give each kind its own name"
+                )
+            jobs.roles(name)  # a bad roles file stops the worker here
     for name in BUILTIN:
         jobs.roles(name)
     _ = Providers(settings.imports).known  # a provider that cannot register stops it too

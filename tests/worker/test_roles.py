@@ -14,13 +14,13 @@ from tickwork.fsm.errors import ConfigurationError, InvalidInput, ToolError
 from tickwork.fsm.values import Head
 from tickwork.store.artifacts import DirectoryArtifacts
 from tickwork.worker.files import sources
-from tickwork.worker.jobs import Jobs, Submission
+from tickwork.worker.jobs import JobKind, Jobs, Submission
 from tickwork.worker.jobs.repair import team
 from tickwork.worker.jobs.repair.adoption import adopt_patch, chosen, proposed
 from tickwork.worker.jobs.repair.job import REPAIR, diff_manifests
 from tickwork.worker.jobs.repair.toolkit import SOLO_TOOLS
 from tickwork.worker.jobs.roles import role_for
-from tickwork.worker.tools.registry import ChildResult, ToolContext, run_tool
+from tickwork.worker.tools.registry import ChildResult, ToolContext, ToolRegistry, run_tool
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -293,3 +293,36 @@ def test_a_worker_does_not_start_on_a_bad_roles_file(
     settings = Settings(database_url=sqlite_url, state_dir=tmp_path / "state")
     with pytest.raises(ConfigurationError, match="unknown key\\(s\\) colour"):
         check_what_ticks_load(settings)
+
+
+#: a second kind named as the test kind of tests/jobs.py, and one named as the built-in
+TWIN = JobKind(name="test", system_prompt="", tools=ToolRegistry, prepare=lambda _: {})
+FAKE_REPAIR = JobKind(name="repair", system_prompt="", tools=ToolRegistry, prepare=lambda _: {})
+
+
+@pytest.mark.parametrize(
+    ("imports", "said"),
+    [
+        (
+            ["tests.jobs:TEST", f"{__name__}:TWIN"],
+            f"{__name__}:TWIN is a job kind named 'test', as tests.jobs:TEST is",
+        ),
+        (
+            [f"{__name__}:FAKE_REPAIR"],
+            f"{__name__}:FAKE_REPAIR is a job kind named 'repair', as "
+            "tickwork.worker.jobs.repair:REPAIR (built in) is",
+        ),
+    ],
+    ids=["two-imports", "the-built-in"],
+)
+def test_a_worker_does_not_start_on_two_kinds_of_one_name(
+    sqlite_url: str, tmp_path: Path, imports: list[str], said: str
+) -> None:
+    from tickwork.worker.config.settings import Settings
+
+    from tickwork.cli_ops import check_what_ticks_load
+
+    settings = Settings(database_url=sqlite_url, state_dir=tmp_path / "state", imports=imports)
+    with pytest.raises(ConfigurationError, match="give each kind its own name") as refused:
+        check_what_ticks_load(settings)
+    assert said in str(refused.value)
