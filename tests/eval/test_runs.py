@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import struct
 import sys
 import zlib
 from pathlib import Path
 
 import pytest
-from tickwork.fsm.errors import ConfigurationError, InvalidInput
+from tickwork.fsm.errors import ConfigurationError, InvalidInput, TickworkError
 
 from tickwork.canvas import Canvas
 from tickwork.eval import chart as charts
@@ -63,6 +64,36 @@ def test_a_run_is_stored_and_found_by_id_prefix_or_last(tmp_path: Path) -> None:
     (tmp_path / "evals" / "20261201-220000-cccc.json").write_text("{broken")
     with pytest.raises(Exception, match="is damaged"):
         runs.load("20261201-22")
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        ({"steps": "x"}, "task 'calc': field `steps` is str 'x', not int"),
+        ({"cost_usd": None}, "task 'calc': field `cost_usd` is NoneType 'None', not float or int"),
+        ({"tokens": True}, "task 'calc': field `tokens` is bool 'True', not int"),
+        ({"outcome": None}, "None is not a valid Outcome"),
+    ],
+)
+def test_a_run_file_with_a_field_of_the_wrong_type_is_damaged_naming_it(
+    tmp_path: Path, change: dict[str, object], said: str
+) -> None:
+    runs = Runs(tmp_path / "evals")
+    path = runs.save(A)
+    stored = json.loads(path.read_text())
+    stored["results"][0].update(change)
+    path.write_text(json.dumps(stored))
+    with pytest.raises(TickworkError, match="is damaged") as refused:
+        runs.load(A.id)
+    assert said in str(refused.value)
+
+
+def test_a_run_file_without_a_field_is_damaged_naming_it(tmp_path: Path) -> None:
+    runs = Runs(tmp_path / "evals")
+    (tmp_path / "evals").mkdir()
+    (tmp_path / "evals" / f"{A.id}.json").write_text('{"schema": 1}')
+    with pytest.raises(TickworkError, match="is damaged \\(no field 'id'\\)"):
+        runs.load(A.id)
 
 
 def test_compare_gives_each_task_its_verdict_and_deltas() -> None:

@@ -109,10 +109,42 @@ class TaskResult:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> TaskResult:
+        """A stored task's figures; ValueError naming a field of the wrong type (a run file
+        copied from elsewhere, or edited, is read as untrusted)."""
+        if not isinstance(data, Mapping):
+            raise ValueError(f"a task's result is a JSON object, got {type(data).__name__}")
         known = {f.name for f in fields(cls)}
         kept = {k: v for k, v in data.items() if k in known}
+        for name, types in _RESULT_TYPES.items():
+            value = kept.get(name)
+            if name in kept and not (
+                isinstance(value, types) and not (isinstance(value, bool) and bool not in types)
+            ):
+                raise ValueError(
+                    f"task {str(kept.get('task'))[:64]!r}: field `{name}` is "
+                    f"{type(value).__name__} {str(value)[:40]!r}, not "
+                    + " or ".join("null" if t is type(None) else t.__name__ for t in types)
+                )
         kept["outcome"] = Outcome(kept["outcome"])
         return cls(**kept)
+
+
+#: the JSON types of a stored task's fields (a float field takes a whole number)
+_RESULT_TYPES: dict[str, tuple[type, ...]] = {
+    "task": (str,),
+    "session_id": (str, type(None)),
+    "status": (str,),
+    "steps": (int,),
+    "tokens": (int,),
+    "cached_tokens": (int,),
+    "cost_usd": (float, int),
+    "wall_s": (float, int),
+    "cause": (str,),
+    "message": (str,),
+    "patch_matches": (bool, type(None)),
+    "expected_tests": (str,),
+    "expected_tests_output": (str,),
+}
 
 
 @dataclass(frozen=True)

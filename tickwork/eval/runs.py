@@ -78,7 +78,11 @@ class Runs:
         path = self.folder / f"{found[0]}.json"
         try:
             return Run.from_json(json.loads(path.read_text(encoding="utf-8")))
-        except (ValueError, KeyError, TypeError) as exc:
+        except KeyError as exc:
+            raise TickworkError(
+                f"the run file {path} is damaged (no field {exc}); remove it"
+            ) from None
+        except (ValueError, TypeError) as exc:
             raise TickworkError(f"the run file {path} is damaged ({exc}); remove it") from None
 
     def all(self) -> list[Run]:
