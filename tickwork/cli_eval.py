@@ -325,11 +325,19 @@ def _print_run(done: Run, *, json_output: bool, parquet: Path | None) -> None:
 
 def list_runs(json_output: options.Json = False) -> None:
     """List the stored runs, oldest first."""
+    from tickwork.fsm.errors import TickworkError
+
     from . import views
     from .eval.model import totals
 
     with Context() as ctx:
-        found = _runs(ctx).all()
+        runs = _runs(ctx)
+        found = []
+        for run_id in runs.ids():
+            try:
+                found.append(runs.load(run_id))
+            except TickworkError as exc:  # one damaged file hides none of the others
+                render.note(f"{exc.message} (not listed)")
     if json_output:
         views.emit(
             [

@@ -141,3 +141,17 @@ def test_eval_without_arguments_shows_its_commands(tmp_path: Path) -> None:
     assert code == 0
     for command in ("run", "ls", "show", "compare", "chart"):
         assert command in out
+
+
+def test_ls_lists_the_good_runs_and_names_a_damaged_file(tmp_path: Path) -> None:
+    from tests.eval.runs import result, run
+    from tickwork.eval.model import Outcome
+    from tickwork.eval.runs import Runs
+
+    state = tmp_path / "state"
+    Runs(state / "evals").save(run("20261201-200000-aaaa", result("calc", Outcome.REPAIRED)))
+    (state / "evals" / "20261201-210000-bbbb.json").write_text("{broken")
+    code, out, err = _inline(state, "eval", "ls", "--json")
+    assert code == 0
+    assert [r["id"] for r in json.loads(out)] == ["20261201-200000-aaaa"]
+    assert "20261201-210000-bbbb.json is damaged" in err and "(not listed)" in err
