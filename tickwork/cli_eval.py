@@ -138,7 +138,7 @@ def run(
 ) -> None:
     """Run a task set: one repair session a task, N at a time; a table of the results."""
     from .eval.model import SCRIPTED, RunConfig
-    from .eval.runner import run_tasks
+    from .eval.runner import model_for, run_tasks
     from .eval.runs import new_id
     from .eval.tasks import read_tasks
 
@@ -184,6 +184,8 @@ def run(
             label=(label or "").strip(),
         )
         client.budgets(config.budgets)  # names and values checked before anything runs
+        for task in task_set.tasks:  # a task without its script, before the run's header
+            model_for(task, config, task_set=task_set.path)
         runs = _runs(ctx)
         run_id = new_id(client.clock())
         own: dict[str, Any] = {}

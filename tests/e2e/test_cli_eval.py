@@ -125,6 +125,13 @@ def test_bad_input_is_one_error_line(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert "or --demo" in _refused(state, 2, "eval", "run")
     assert "'--approve'" in _refused(state, 2, "eval", "--demo", "--approve", "x")
     assert "max_steps" in _refused(state, 2, "eval", "--demo", "--max-steps", "0")
+    good = tmp_path / "good.jsonl"
+    good.write_text(json.dumps({"id": "a", "source": ".", "test_command": "t"}) + "\n")
+    assert f"{good}:1: field `script`: task 'a' has none" in _refused(
+        state, 2, "eval", str(good), "--model", "scripted"
+    )
+    code, out, _ = _inline(state, "eval", str(good), "--model", "scripted")
+    assert code == 2 and "tickwork eval: run" not in out  # refused before the run's header
     assert "no run 'nope'" in _refused(state, 1, "eval", "show", "nope")
     assert "no runs are stored" in _refused(state, 1, "eval", "compare", "last", "last")
     missing = tmp_path / "no" / "chart.png"

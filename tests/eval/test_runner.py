@@ -149,7 +149,7 @@ def test_scripted_needs_every_tasks_script_before_anything_runs(
     (tmp_path / "proj").mkdir()
     line = {"id": "bare", "source": "proj", "test_command": "true"}
     tasks = parse_tasks(json.dumps(line), where="t.jsonl", base=tmp_path)
-    with pytest.raises(InvalidInput, match="line 1: field `script`: task 'bare' has none"):
+    with pytest.raises(InvalidInput, match=r"t\.jsonl:1: field `script`: task 'bare' has none"):
         _run(client, tasks, RunConfig(model="scripted"), tmp_path)
     assert client.sessions() == []
 

@@ -46,14 +46,15 @@ class _InFlight:
     started: float
 
 
-def model_for(task: Task, config: RunConfig) -> str:
+def model_for(task: Task, config: RunConfig, *, task_set: str | None = None) -> str:
     """The model spec of the task's session: the run's, or with `scripted` the task's own
-    script."""
+    script (InvalidInput naming the line of `task_set` of a task without one)."""
     if config.model != SCRIPTED:
         return config.model
     if task.script is None:
+        at = f"{task_set}:{task.line}" if task_set is not None else f"line {task.line}"
         raise InvalidInput(
-            f"line {task.line}: field `script`: task {task.id!r} has none, and --model "
+            f"{at}: field `script`: task {task.id!r} has none, and --model "
             "scripted plays each task's own script; give the task a `script` or name a model"
         )
     return f"scripted:{task.script}"
@@ -75,7 +76,7 @@ def run_tasks(
     to stop the run (a worker that died). Ctrl-C cancels the sessions in flight and
     returns the run so far, marked interrupted."""
     for task in tasks.tasks:
-        model_for(task, config)  # a task without its script is refused before anything runs
+        model_for(task, config, task_set=tasks.path)  # a task without its script: refused
     if config.model != SCRIPTED:
         client.providers.check(config.model)  # an unknown model refuses the run, not each task
     clock = now or client.clock
