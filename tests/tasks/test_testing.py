@@ -103,6 +103,30 @@ def test_the_driver_says_when_a_session_ends_otherwise(tmp_path: Path) -> None:
     assert not (tmp_path / "danger.log").exists()
 
 
+def test_the_driver_runs_a_parent_through_its_children_deciding_their_calls(
+    tmp_path: Path,
+) -> None:
+    settings = embedded_settings(tmp_path)
+    with running_worker(settings), SessionDriver(settings, timeout=60) as driver:
+        child = write_script(
+            [reply("", call("danger", value="child")), reply("child done")],
+            driver.scripts,
+            name="child",
+        )
+        spawn = call(
+            "spawn_agents",
+            children=[{"role": "helper", "input": {"sink": str(tmp_path)}, "model": child}],
+        )
+        parent = driver.submit(
+            "tests.jobs:TREE", {"sink": str(tmp_path)}, replies=[reply("", spawn), reply("joined")]
+        )
+        session = driver.run(parent)
+    assert session.head.status is Status.COMPLETED, session.head
+    assert session.head.final_answer == "joined"
+    ran = (tmp_path / "danger.log").read_text().splitlines()
+    assert [line.split()[-1] for line in ran] == ["child"]  # approved, run once
+
+
 def test_tickwork_testing_imports_without_pytest() -> None:
     code = (
         "import sys\n"

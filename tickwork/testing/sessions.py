@@ -305,7 +305,8 @@ class SessionDriver:
         timeout: float | None = None,
     ) -> Session:
         """Run the session until it finishes (or reaches `until`), deciding each call that
-        waits for a person with `decide` (default: approve it); its snapshot then."""
+        waits for a person with `decide` (default: approve it), its children's too while it
+        waits for them; its snapshot then."""
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
         wanted = Status(until) if until is not None else None
         while True:
@@ -313,6 +314,11 @@ class SessionDriver:
             head = self.run_until(session_id, timeout=left)
             if wanted is not None and head.status is wanted:
                 break
+            if head.status is Status.WAITING_CHILDREN:
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"timed out: {_unexpected(head, wanted)}")
+                self._decide_below(head, decide)
+                continue
             if head.status is not Status.WAITING_APPROVAL:
                 if wanted is not None:
                     raise AssertionError(_unexpected(head, {wanted}))
@@ -329,6 +335,25 @@ class SessionDriver:
                     "the decide function must decide every waiting call"
                 )
         return self.snapshot(session_id)
+
+    def _decide_below(self, head: Head, decide: Decide) -> None:
+        """Decide the waiting calls of the sessions under `head` (its children and theirs),
+        or wait a moment while they run."""
+        below: set[str] = {head.id}
+        waiting = []
+        for each in self.client.store.tree(head.root_id or head.id):  # oldest first
+            if each.parent_id in below:
+                below.add(each.id)
+                if each.status is Status.WAITING_APPROVAL:
+                    waiting.append(each)
+        for child in waiting:
+            session = self.client.load(child.id)
+            for call_id in child.awaiting:
+                found = session.call(call_id)
+                if found is not None:
+                    decide(self, session, found)
+        if not waiting:
+            time.sleep(0.05)
 
     def snapshot(self, session_id: str) -> Session:
         """The session as stored: head, steps, calls, observations, decisions."""
