@@ -146,3 +146,34 @@ def test_a_child_input_the_kind_raises_on_is_an_error_observation(tmp_path: Path
     assert observed is not None and observed.is_error
     assert "child 'helper': its input was refused" in observed.content
     assert "KeyError: 'message'" in observed.content
+
+
+#: kinds whose configure returns what no session can store
+LISTED = JobKind(name="listed", system_prompt="", tools=ToolRegistry, prepare=lambda _: ["x"])
+SETS = JobKind(
+    name="sets", system_prompt="", tools=ToolRegistry, prepare=lambda _: {"user_prompt": {1}}
+)
+
+
+@pytest.mark.parametrize(
+    ("kind", "said"),
+    [
+        ("LISTED", "job kind 'listed': its configure returned a list, not a dict"),
+        ("SETS", "job kind 'sets': its configure returned a dict that is not JSON"),
+    ],
+)
+def test_a_config_that_cannot_be_stored_names_the_kind(
+    tmp_path: Path, kind: str, said: str
+) -> None:
+    from tickwork.client import Tickwork
+    from tickwork.testing import embedded_settings, reply, write_script
+
+    client = Tickwork(embedded_settings(tmp_path))
+    client.publish = lambda *_: None  # type: ignore[method-assign]
+    try:
+        with pytest.raises(ConfigurationError) as refused:
+            client.submit(f"{__name__}:{kind}", {}, model=write_script([reply("x")], tmp_path))
+        assert client.sessions() == []
+    finally:
+        client.close()
+    assert said in str(refused.value)

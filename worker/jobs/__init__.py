@@ -12,6 +12,7 @@ providers). The built-in `repair` kind and its toolkit are the package
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -147,7 +148,7 @@ def session_config(kind: Kind, data: Mapping[str, Any], submission: Submission) 
     error: the input is untrusted, so its refusal goes back to whoever wrote it (the
     submitter, or the model that spawned a child), never a traceback or a failed parent."""
     try:
-        return kind.configure(data, submission)
+        config = kind.configure(data, submission)
     except TickworkError:
         raise
     except Exception as exc:
@@ -156,6 +157,20 @@ def session_config(kind: Kind, data: Mapping[str, Any], submission: Submission) 
             f"{type(exc).__name__}: {exc}; check the input against what the kind takes "
             "(a kind refuses input with InvalidInput naming what is wrong)"
         ) from exc
+    wrong = None
+    if not isinstance(config, dict):
+        wrong = f"a {type(config).__name__}, not a dict"
+    else:
+        try:
+            json.dumps(config)
+        except (TypeError, ValueError) as exc:
+            wrong = f"a dict that is not JSON ({exc})"
+    if wrong is not None:
+        raise ConfigurationError(
+            f"job kind {kind.name!r}: its configure returned {wrong}; it returns the "
+            "session's config, a dict of JSON values (`user_prompt`, ...), stored with it"
+        )
+    return config
 
 
 def idempotent_tools(registry: ToolRegistry) -> frozenset[str]:
