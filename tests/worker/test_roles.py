@@ -326,3 +326,26 @@ def test_a_worker_does_not_start_on_two_kinds_of_one_name(
     with pytest.raises(ConfigurationError, match="give each kind its own name") as refused:
         check_what_ticks_load(settings)
     assert said in str(refused.value)
+
+
+def _no_tools() -> ToolRegistry:
+    raise RuntimeError("the tools cannot be built here")
+
+
+TOOLLESS = JobKind(name="toolless", system_prompt="", tools=_no_tools, prepare=lambda _: {})
+
+
+def test_a_worker_does_not_start_on_a_kind_whose_tools_raise_naming_it(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    from tickwork.worker.config.settings import Settings
+
+    from tickwork.cli_ops import check_what_ticks_load
+
+    imports = [f"{__name__}:TOOLLESS"]
+    settings = Settings(database_url=sqlite_url, state_dir=tmp_path / "state", imports=imports)
+    with pytest.raises(ConfigurationError) as refused:
+        check_what_ticks_load(settings)
+    assert "job kind 'toolless': its tools() raised RuntimeError: the tools cannot be built" in (
+        str(refused.value)
+    )

@@ -97,7 +97,14 @@ class Jobs:
     def tools(self, name: str) -> ToolRegistry:
         if name not in self._tools:
             kind = self.get(name)
-            registry = kind.tools()
+            try:
+                registry = kind.tools()
+            except TickworkError:
+                raise
+            except Exception as exc:  # the kind's bug: named, where a worker starts too
+                raise ConfigurationError(
+                    f"job kind {name!r}: its tools() raised {type(exc).__name__}: {exc}"
+                ) from exc
             self._tools[name] = registry
             if not isinstance(kind, GraphKind):
                 # replaced, not changed in place: a claim in another thread may be reading it
