@@ -45,6 +45,34 @@ def test_without_egress_only_the_project_itself_is_installed() -> None:
     assert "requests" in made.commands[-1]  # checked afterwards, reported as missing
 
 
+GROUPS = b"""
+[project]
+name = "app"
+[dependency-groups]
+dev = ["pytest-xdist>=3", {include-group = "lint"}, {include-group = "dev"}]
+lint = ["ruff"]
+docs = ["sphinx"]
+"""
+
+
+def test_test_dependency_groups_are_installed_each_alone_if_need_be_and_checked() -> None:
+    """PEP 735 groups (uv's and pdm's place for test tools, which pip 23 cannot install by
+    name): a test group's requirements, an included group's too, installed together or
+    else one by one; what could not be is listed missing."""
+    made = plan(AUTO, {"pyproject.toml": GROUPS}, uses_pytest=True, online=True)
+    (install,) = [c for c in made.commands if "pytest-xdist" in c and "pip install" in c]
+    assert install.startswith(
+        "/env/bin/python -m pip install --no-input --disable-pip-version-check "
+        "'pytest-xdist>=3' ruff || for r in 'pytest-xdist>=3' ruff; do"
+    )
+    assert "sphinx" not in "\n".join(made.commands)
+    assert set(made.wanted) == {"pytest-xdist", "ruff", "app", "pytest"}
+    assert "dependency groups: dev" in made.detected
+    offline = plan(AUTO, {"pyproject.toml": GROUPS}, uses_pytest=True, online=False)
+    assert not any("pytest-xdist" in c for c in offline.commands[:-1])
+    assert "pytest-xdist" in offline.wanted
+
+
 def test_requirements_files_and_nothing() -> None:
     made = plan(
         AUTO,

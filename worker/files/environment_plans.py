@@ -5,7 +5,8 @@ input, the `auto` rule over the source's packaging files, and the key
 `auto`, from the files at the source's root: `pyproject.toml`, `setup.py` or `setup.cfg`
 give a venv at /env (the interpreter's own packages visible) with the project installed
 editable from /workspace with its `test`/`tests`/`dev`/`testing` extras and pytest when its
-tests use it; `requirements*.txt` are installed; none of these, an empty environment.
+tests use it, and what its dependency groups of those names hold (what fails to install is
+listed missing); `requirements*.txt` are installed; none of these, an empty environment.
 Without egress only what needs no network: the venv and the project (`--no-index
 --no-deps`); a last command lists what the environment does not hold (MISSING lines).
 """
@@ -135,6 +136,30 @@ def _setup_cfg_extras(content: bytes) -> dict[str, list[str]]:
     }
 
 
+def _dependency_groups(meta: Mapping[str, Any]) -> dict[str, list[str]]:
+    """The requirements of those of TEST_EXTRAS the project declares as dependency groups
+    (PEP 735 `[dependency-groups]`, where uv and pdm keep test tools), an
+    `{include-group = NAME}` entry expanded; pip before 25.1 has no `--group`, so `auto`
+    installs them by name."""
+    groups = meta.get("dependency-groups")
+    if not isinstance(groups, Mapping):
+        return {}
+
+    def expand(name: str, seen: tuple[str, ...]) -> list[str]:
+        found: list[str] = []
+        entries = groups.get(name)
+        for entry in entries if isinstance(entries, list) else []:
+            if isinstance(entry, str):
+                found.append(entry)
+            elif isinstance(entry, Mapping) and isinstance(entry.get("include-group"), str):
+                included = entry["include-group"]
+                # a group including itself, or a cycle, adds nothing more
+                found += expand(included, (*seen, included)) if included not in seen else []
+        return found
+
+    return {g: expand(g, (g,)) for g in TEST_EXTRAS if g in groups}
+
+
 def plan(
     setup: str | list[str] | tuple[str, ...],
     files: Mapping[str, bytes],
@@ -168,9 +193,12 @@ def plan(
         declared = dict(meta.get("project", {}).get("optional-dependencies", {}))
         declared.update(_setup_cfg_extras(files.get("setup.cfg", b"")))
         extras = [e for e in TEST_EXTRAS if e in declared]
+        groups = _dependency_groups(meta)
+        grouped = list(dict.fromkeys(r for g in groups.values() for r in g))
         name = meta.get("project", {}).get("name")
         wanted += [n for r in meta.get("project", {}).get("dependencies", []) if (n := _name(r))]
         wanted += [n for e in extras for r in declared[e] if (n := _name(r))]
+        wanted += [n for r in grouped if (n := _name(r))]
         target = "." + (f"[{','.join(extras)}]" if extras else "")
         if online:
             requires = [str(r) for r in meta.get("build-system", {}).get("requires", [])]
@@ -181,6 +209,8 @@ def plan(
             commands.append(_backend_requires_command())
             more = " pytest" if uses_pytest else ""
             commands.append(f"{PIP} --no-build-isolation -e {shlex.quote(target)}{more}")
+            if grouped:
+                commands.append(_groups_command(grouped))
         else:
             # a build backend the interpreter lacks (hatchling, poetry-core) needs the
             # network: then the project is listed as missing, the session goes on
@@ -191,6 +221,8 @@ def plan(
             wanted.append(name)
         if extras:
             detected.append(f"extras: {','.join(extras)}")
+        if groups:
+            detected.append(f"dependency groups: {','.join(groups)}")
     for path in requirements:
         wanted += [
             n
@@ -245,6 +277,17 @@ if wanted:
 def _backend_requires_command() -> str:
     """A setup command installing what the build backend asks for beside its `requires`."""
     return f"/env/bin/python -c {shlex.quote(_BACKEND_REQUIRES)}"
+
+
+def _groups_command(requirements: list[str]) -> str:
+    """A setup command installing a dependency group's `requirements`, else each one it can
+    (a dev group's docs or lint tool the index lacks must not cost the tests theirs): what
+    it could not install the last command lists as missing, and the session goes on."""
+    quoted = " ".join(map(shlex.quote, requirements))
+    return (
+        f'{PIP} {quoted} || for r in {quoted}; do {PIP} "$r" || '
+        'echo "tickwork: dependency group requirement $r could not be installed"; done'
+    )
 
 
 def _check_command(names: list[str]) -> str:
