@@ -9,7 +9,8 @@ repaired anything, so a list of sessions never shows a failed repair like a succ
 - `tests_not_run`: the final tests could not run: the environment's setup failed, the
   command was not found (exit 126 or 127 from the shell), a `python -m RUNNER` command's
   runner is not installed (`missing_runner`), the sandbox could not start, or the runner
-  found no test to run (`no_tests_ran`: unittest's "Ran 0 tests", pytest's exit 5);
+  found no test to run (`no_tests_ran`: unittest's "Ran 0 tests", pytest's exit 5, or its
+  exit 4, a usage error: an option of `addopts` no plugin takes, a conftest that fails);
 - `no_changes`: the patch is empty (or could not be made: there is none to apply).
 
 When several apply, the first of this order wins:
@@ -134,15 +135,18 @@ def missing_runner(command: str, output: str) -> str | None:
     return None
 
 
-#: unittest's count line, and pytest's exit code for "no tests collected"
+#: unittest's count line, and pytest's exit codes for "no tests collected" and for a usage
+#: error (an option or path it refuses, a conftest that fails to import: it ran no test)
 _RAN = re.compile(r"^Ran (\d+) tests? in ", re.MULTILINE)
-PYTEST_NO_TESTS = 5
+PYTEST_NO_TESTS, PYTEST_USAGE_ERROR = 5, 4
+_PYTEST_REFUSAL = re.compile(r"error: (?!usage:)|while loading conftest", re.IGNORECASE)
 
 
 def no_tests_ran(command: str, exit_code: int | None, output: str) -> str | None:
     """Why a test run proved nothing, if its runner says it found no test: unittest ran 0
-    (which exits 0 before Python 3.12: it looked like a pass), or pytest exited 5 ("no tests
-    ran"); else None."""
+    (which exits 0 before Python 3.12: it looked like a pass), pytest exited 5 ("no tests
+    ran") or 4 (a usage error: it refused its options or paths, or a conftest failed to
+    import, before any test); else None."""
     counts = [int(n) for n in _RAN.findall(output)]
     if counts and not any(counts) and exit_code in (0, PYTEST_NO_TESTS):
         return (
@@ -154,5 +158,15 @@ def no_tests_ran(command: str, exit_code: int | None, output: str) -> str | None
         return (
             "the test runner found no test to run (pytest exit 5: no tests ran): check the "
             "test command and the paths it is given"
+        )
+    if exit_code == PYTEST_USAGE_ERROR and "pytest" in command:
+        said = next(
+            (line.strip() for line in output.splitlines() if _PYTEST_REFUSAL.search(line)), ""
+        )
+        return (
+            "pytest stopped before running any test (exit 4: a usage error"
+            + (f": {said[:300]}" if said else "")
+            + "): check the test command, the project's pytest configuration (`addopts`) "
+            "and that the plugins and imports it needs are in the environment"
         )
     return None

@@ -127,6 +127,10 @@ def test_a_missing_runner_is_told_from_a_test_that_imports_what_is_missing(
     assert missing_runner(command, output) == missing
 
 
+PYTEST_USAGE = (
+    "--- stderr ---\nERROR: usage: python -m pytest [options] [file_or_dir] [...]\n"
+    "python -m pytest: error: unrecognized arguments: -n\n  inifile: /workspace/pyproject.toml\n"
+)
 UNITTEST_NONE = "\n" + "-" * 70 + "\nRan 0 tests in 0.000s\n\nOK\n"
 
 
@@ -143,9 +147,18 @@ UNITTEST_NONE = "\n" + "-" * 70 + "\nRan 0 tests in 0.000s\n\nOK\n"
         ("python3 -m unittest -q", 1, "Ran 0 tests in 0.000s\nFAILED (errors=1)", False),
         ("make test", 5, "make: *** [test] Error 5", False),  # not pytest's 5
         ("python3 -m pytest -q", 1, "1 failed in 0.1s", False),
+        # pytest's usage error: an addopts option whose plugin is missing, a missing path
+        ("python3 -m pytest -q", 4, PYTEST_USAGE, True),
+        ("pytest tests/", 4, "ERROR: file or directory not found: tests/\n", True),
+        ("make test", 4, "make: *** [test] Error 4", False),  # not pytest's 4
     ],
 )
 def test_a_run_that_found_no_test_is_told_from_one_that_ran(
     command: str, exit_code: int, output: str, empty: bool
 ) -> None:
     assert (no_tests_ran(command, exit_code, output) is not None) is empty
+
+
+def test_a_pytest_usage_error_says_what_pytest_refused() -> None:
+    said = no_tests_ran("python3 -m pytest -q", 4, PYTEST_USAGE)
+    assert said is not None and "unrecognized arguments: -n" in said and "addopts" in said
