@@ -9,7 +9,13 @@ from pathlib import Path
 
 import pytest
 from tickwork.fsm.errors import InvalidInput
-from tickwork.worker.files.environment_plans import AUTO, OFFLINE, check_setup, plan
+from tickwork.worker.files.environment_plans import (
+    AUTO,
+    OFFLINE,
+    SETUP_PY_SHIM,
+    check_setup,
+    plan,
+)
 from tickwork.worker.files.environments import PROBE
 from tickwork.worker.jobs.repair.job import prepare
 
@@ -71,6 +77,23 @@ def test_test_dependency_groups_are_installed_each_alone_if_need_be_and_checked(
     offline = plan(AUTO, {"pyproject.toml": GROUPS}, uses_pytest=True, online=False)
     assert not any("pytest-xdist" in c for c in offline.commands[:-1])
     assert "pytest-xdist" in offline.wanted
+
+
+@pytest.mark.parametrize("online", [True, False])
+def test_a_setup_cfg_alone_gets_setuptools_own_setup_py_to_be_installed(
+    online: bool, tmp_path: Path
+) -> None:
+    """pip refuses a project without setup.py or pyproject.toml ("does not appear to be a
+    Python project"): setup writes setuptools' two-line one first, in its throw-away copy."""
+    cfg = b"[metadata]\nname = shout\n[options.extras_require]\ntesting = pytest\n"
+    made = plan(AUTO, {"setup.cfg": cfg}, uses_pytest=True, online=online)
+    (install,) = [c for c in made.commands if " -e " in c]
+    assert made.commands.index(SETUP_PY_SHIM) < made.commands.index(install)
+    subprocess.run(SETUP_PY_SHIM, shell=True, cwd=tmp_path, check=True)
+    assert (tmp_path / "setup.py").read_text() == "from setuptools import setup\n\nsetup()\n"
+    for present in ("setup.py", "pyproject.toml"):  # the project's own is never replaced
+        files = {"setup.cfg": cfg, present: b"from setuptools import setup\nsetup()\n"}
+        assert SETUP_PY_SHIM not in plan(AUTO, files, uses_pytest=True, online=online).commands
 
 
 def test_requirements_files_and_nothing() -> None:

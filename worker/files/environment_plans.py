@@ -38,6 +38,8 @@ MISSING = "tickwork-missing: "
 #: what the log says when `auto` could not install the project itself without egress
 OFFLINE = "tickwork: the project could not be installed without the network (see above)"
 PIP = "/env/bin/python -m pip install --no-input --disable-pip-version-check"
+#: what lets pip install a project whose only packaging file is setup.cfg
+SETUP_PY_SHIM = "printf 'from setuptools import setup\\n\\nsetup()\\n' > setup.py"
 
 
 def check_setup(value: Any) -> str | list[str]:
@@ -200,6 +202,11 @@ def plan(
         wanted += [n for e in extras for r in declared[e] if (n := _name(r))]
         wanted += [n for r in grouped if (n := _name(r))]
         target = "." + (f"[{','.join(extras)}]" if extras else "")
+        if "setup.cfg" in files and not {"setup.py", "pyproject.toml"} & files.keys():
+            # pip installs no project without setup.py or pyproject.toml ("does not appear
+            # to be a Python project"): setuptools' own two-line setup.py, written into
+            # setup's throw-away copy of the source, lets it read the setup.cfg
+            commands.append(SETUP_PY_SHIM)
         if online:
             requires = [str(r) for r in meta.get("build-system", {}).get("requires", [])]
             if requires:
