@@ -41,6 +41,7 @@ __all__ = [
     "no_tests_ran",
     "outcome_of",
     "repair_outcome",
+    "why_tests_did_not_run",
 ]
 
 
@@ -170,3 +171,24 @@ def no_tests_ran(command: str, exit_code: int | None, output: str) -> str | None
             "and that the plugins and imports it needs are in the environment"
         )
     return None
+
+
+def why_tests_did_not_run(
+    command: str, exit_code: int | None, output: str, *, timed_out: bool = False
+) -> str | None:
+    """Why a run of the test command proved nothing about the code, or None if its tests
+    ran: the shell could not find or execute it (exit 126, 127), its `python -m` runner is
+    not installed (`missing_runner`), or the runner found no test (`no_tests_ran`). The
+    final test run records it as `not_run`; `run_tests` tells the model the same."""
+    if exit_code in NOT_FOUND_EXIT_CODES:
+        return (
+            f"the shell could not find or execute the test command (exit {exit_code}): "
+            "is it installed in the session's environment?"
+        )
+    if exit_code != 0 and (runner := missing_runner(command, output)) is not None:
+        return (
+            f"the test runner {runner} is not installed in the session's environment (Python "
+            f"says: No module named {runner}): declare it in the project's test "
+            "dependencies, or install it in the repair's setup"
+        )
+    return None if timed_out else no_tests_ran(command, exit_code, output)

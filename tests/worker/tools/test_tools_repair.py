@@ -311,6 +311,22 @@ def test_run_tests_says_when_the_runner_found_no_test(
     assert "Ran 0 tests" in found.output
 
 
+def test_run_tests_says_when_the_runner_or_the_command_is_missing(
+    workspace: Path, call: Call, make_ctx: Callable[..., ToolContext]
+) -> None:
+    """An environment without pytest (`No module named pytest`) or without the command
+    (exit 127) ran no test: the model was told "tests FAILED", as if the code were wrong,
+    while the final run recorded the same as tests_not_run."""
+    missing = call(
+        "run_tests", ctx=make_ctx(config={"test_command": f"{PYTHON} -m no_such_runner_x -q"})
+    )
+    assert missing.output.startswith(
+        "tests did NOT run: the test runner no_such_runner_x is not installed"
+    ), missing.output
+    absent = call("run_tests", ctx=make_ctx(config={"test_command": "no-such-command-x -q"}))
+    assert absent.output.startswith("tests did NOT run: the shell could not find"), absent.output
+
+
 def test_run_tests_without_a_test_command(workspace: Path, call: Call) -> None:
     result = call("run_tests")
     assert result.is_error

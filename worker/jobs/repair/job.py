@@ -21,13 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from tickwork.fsm.errors import ArtifactsUnavailable, ConfigurationError, InvalidInput
-from tickwork.fsm.outcomes import (
-    NOT_FOUND_EXIT_CODES,
-    changed_tests,
-    missing_runner,
-    no_tests_ran,
-    repair_outcome,
-)
+from tickwork.fsm.outcomes import changed_tests, repair_outcome, why_tests_did_not_run
 from tickwork.fsm.values import Head
 from tickwork.store.artifacts import Artifacts
 from tickwork.store.files import Manifest, parse_entry
@@ -381,19 +375,9 @@ def run_final_tests(head: Head, workspace: Path, environment: Path | None = None
     }
     if result.killed:
         record["killed"] = result.killed
-    if result.exit_code in NOT_FOUND_EXIT_CODES:
-        record["not_run"] = (
-            f"the shell could not find or execute the test command (exit {result.exit_code}): "
-            "is it installed in the session's environment?"
-        )
-    elif result.exit_code != 0 and (runner := missing_runner(command, output)) is not None:
-        record["not_run"] = (
-            f"the test runner {runner} is not installed in the session's environment (Python "
-            f"says: No module named {runner}): declare it in the project's test "
-            "dependencies, or install it in the repair's setup"
-        )
-    elif not result.timed_out and (empty := no_tests_ran(command, result.exit_code, output)):
-        record["not_run"] = empty
+    why = why_tests_did_not_run(command, result.exit_code, output, timed_out=result.timed_out)
+    if why:
+        record["not_run"] = why
         record["passed"] = False  # no test passed: a run of none must not read as a pass
     return record
 

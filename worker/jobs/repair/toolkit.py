@@ -16,7 +16,7 @@ from typing import Annotated, Any
 
 from pydantic import Field
 from tickwork.fsm.errors import ToolError
-from tickwork.fsm.outcomes import no_tests_ran
+from tickwork.fsm.outcomes import why_tests_did_not_run
 from tickwork.worker.config.settings import load_settings
 from tickwork.worker.sandbox import quota
 from tickwork.worker.sandbox.egress import policy_for
@@ -362,8 +362,9 @@ def run_tests(ctx: ToolContext) -> str:
     result = _shell(ctx, command, _command_timeout(ctx, wanted))
     verdict = "tests passed" if result.exit_code == 0 else "tests FAILED"
     output = result.describe()
-    if not result.timed_out and (empty := no_tests_ran(command, result.exit_code, output)):
-        return f"tests did NOT run: {empty} ({command})\n{output}"
+    why = why_tests_did_not_run(command, result.exit_code, output, timed_out=result.timed_out)
+    if why:
+        return f"tests did NOT run: {why} ({command})\n{output}"
     return f"{verdict} ({command})\n{output}"
 
 
