@@ -79,6 +79,20 @@ def test_test_dependency_groups_are_installed_each_alone_if_need_be_and_checked(
     assert "pytest-xdist" in offline.wanted
 
 
+def test_pdm_s_older_dev_dependencies_count_as_dependency_groups() -> None:
+    pdm = b"""
+[project]
+name = "app"
+[tool.pdm.dev-dependencies]
+test = ["pytest-mock>=3", "-e file:///${PROJECT_ROOT}/plugins/local"]
+lint = ["ruff"]
+"""
+    made = plan(AUTO, {"pyproject.toml": pdm}, uses_pytest=True, online=True)
+    (install,) = [c for c in made.commands if "pytest-mock" in c and "pip install" in c]
+    assert "PROJECT_ROOT" not in install and "ruff" not in install
+    assert "pytest-mock" in made.wanted and "dependency groups: test" in made.detected
+
+
 @pytest.mark.parametrize("online", [True, False])
 def test_a_setup_cfg_alone_gets_setuptools_own_setup_py_to_be_installed(
     online: bool, tmp_path: Path

@@ -141,11 +141,15 @@ def _setup_cfg_extras(content: bytes) -> dict[str, list[str]]:
 def _dependency_groups(meta: Mapping[str, Any]) -> dict[str, list[str]]:
     """The requirements of those of TEST_EXTRAS the project declares as dependency groups
     (PEP 735 `[dependency-groups]`, where uv and pdm keep test tools), an
-    `{include-group = NAME}` entry expanded; pip before 25.1 has no `--group`, so `auto`
+    `{include-group = NAME}` entry expanded, and pdm's older `[tool.pdm.dev-dependencies]`
+    (its editable `-e` entries left out); pip before 25.1 has no `--group`, so `auto`
     installs them by name."""
     groups = meta.get("dependency-groups")
-    if not isinstance(groups, Mapping):
-        return {}
+    groups = groups if isinstance(groups, Mapping) else {}
+    tool = meta.get("tool")
+    pdm = tool.get("pdm") if isinstance(tool, Mapping) else None
+    legacy = pdm.get("dev-dependencies") if isinstance(pdm, Mapping) else None
+    legacy = legacy if isinstance(legacy, Mapping) else {}
 
     def expand(name: str, seen: tuple[str, ...]) -> list[str]:
         found: list[str] = []
@@ -159,7 +163,14 @@ def _dependency_groups(meta: Mapping[str, Any]) -> dict[str, list[str]]:
                 found += expand(included, (*seen, included)) if included not in seen else []
         return found
 
-    return {g: expand(g, (g,)) for g in TEST_EXTRAS if g in groups}
+    found = {g: expand(g, (g,)) for g in TEST_EXTRAS if g in groups}
+    for group in TEST_EXTRAS:
+        entries = legacy.get(group)
+        if isinstance(entries, list):
+            found.setdefault(group, []).extend(
+                e for e in entries if isinstance(e, str) and not e.lstrip().startswith("-")
+            )
+    return found
 
 
 def plan(
