@@ -9,12 +9,14 @@ from pathlib import Path
 
 import pytest
 from tickwork.fsm.errors import InvalidInput
+from tickwork.store.files import blob_hash, entry
 from tickwork.worker.files.environment_plans import (
     AUTO,
     OFFLINE,
     SETUP_PY_SHIM,
     check_setup,
     plan,
+    uses_pytest,
 )
 from tickwork.worker.files.environments import PROBE
 from tickwork.worker.jobs.repair.job import prepare
@@ -204,3 +206,23 @@ def test_the_toolchain_probe_tells_the_interpreter_s_distributions_apart(tmp_pat
     assert "distributions: " in without
     assert without != held
     assert held == probed(extra)
+
+
+def test_tox_ini_s_pytest_section_says_the_tests_use_pytest() -> None:
+    """Plain-assert tests configured in tox.ini's `[pytest]` (testpaths, markers) and run
+    by a command that does not name pytest (`tox`, `make test`) still get pytest."""
+    files = {
+        "tox.ini": b"[pytest]\ntestpaths = tests\n\n[tox]\nenvlist = py3\n",
+        "tests/test_a.py": b"def test_a():\n    assert True\n",
+    }
+    manifest = {p: entry("100644", blob_hash(c)) for p, c in files.items()}
+    contents = {blob_hash(c): c for c in files.values()}
+
+    def blobs(keys):
+        return {k: contents[k] for k in keys}
+
+    assert uses_pytest(manifest, blobs, "make test")
+    files["tox.ini"] = b"[tox]\nenvlist = py3\n\n[testenv]\ncommands = make test\n"
+    manifest = {p: entry("100644", blob_hash(c)) for p, c in files.items()}
+    contents = {blob_hash(c): c for c in files.values()}
+    assert not uses_pytest(manifest, blobs, "make test")

@@ -322,6 +322,8 @@ def _check_command(names: list[str]) -> str:
 
 
 _PYTEST_HINTS = (b"import pytest", b"from pytest", b"[tool.pytest", b"[tool:pytest]")
+#: tox.ini's section of pytest's configuration
+_PYTEST_SECTION = re.compile(rb"^\[pytest\][ \t]*\r?$", re.MULTILINE)
 
 
 def uses_pytest(manifest: Manifest, blobs: Any, test_command: str) -> bool:
@@ -341,9 +343,7 @@ def uses_pytest(manifest: Manifest, blobs: Any, test_command: str) -> bool:
     keys = {parse_entry(manifest[p])[1] for p in tests}
     contents = blobs(keys) if keys else {}
     return any(
-        hint in contents[key]
-        or b"[tool.pytest" in contents[key]
-        or b"[tool:pytest]" in contents[key]
+        hint in contents[key] or _PYTEST_SECTION.search(contents[key])
         for key in keys
         for hint in _PYTEST_HINTS
     )
