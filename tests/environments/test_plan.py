@@ -95,6 +95,30 @@ lint = ["ruff"]
     assert "pytest-mock" in made.wanted and "dependency groups: test" in made.detected
 
 
+def test_poetry_s_test_groups_count_with_their_constraints_made_pep_508() -> None:
+    poetry = b"""
+[tool.poetry]
+name = "app"
+[tool.poetry.dependencies]
+python = "^3.9"
+[tool.poetry.group.test.dependencies]
+pytest = "^7.2"
+pytest-mock = {version = "~3.10", extras = ["x"]}
+local = {path = "../local"}
+[tool.poetry.dev-dependencies]
+freezegun = "*"
+[tool.poetry.group.docs.dependencies]
+sphinx = "^5"
+"""
+    made = plan(AUTO, {"pyproject.toml": poetry}, uses_pytest=True, online=True)
+    (install,) = [c for c in made.commands if "pytest-mock" in c and "pip install" in c]
+    assert install.startswith(
+        "/env/bin/python -m pip install --no-input --disable-pip-version-check "
+        "'pytest>=7.2,<8' 'pytest-mock>=3.10,<3.11' freezegun ||"
+    ), install
+    assert "sphinx" not in install and "local" not in install and "python" not in made.wanted
+
+
 @pytest.mark.parametrize("online", [True, False])
 def test_a_setup_cfg_alone_gets_setuptools_own_setup_py_to_be_installed(
     online: bool, tmp_path: Path

@@ -141,8 +141,9 @@ def _setup_cfg_extras(content: bytes) -> dict[str, list[str]]:
 def _dependency_groups(meta: Mapping[str, Any]) -> dict[str, list[str]]:
     """The requirements of those of TEST_EXTRAS the project declares as dependency groups
     (PEP 735 `[dependency-groups]`, where uv and pdm keep test tools), an
-    `{include-group = NAME}` entry expanded, and pdm's older `[tool.pdm.dev-dependencies]`
-    (its editable `-e` entries left out); pip before 25.1 has no `--group`, so `auto`
+    `{include-group = NAME}` entry expanded, pdm's older `[tool.pdm.dev-dependencies]`
+    (its editable `-e` entries left out) and Poetry's `[tool.poetry.group.NAME.dependencies]`
+    (`[tool.poetry.dev-dependencies]` for `dev`); pip before 25.1 has no `--group`, so `auto`
     installs them by name."""
     groups = meta.get("dependency-groups")
     groups = groups if isinstance(groups, Mapping) else {}
@@ -170,7 +171,57 @@ def _dependency_groups(meta: Mapping[str, Any]) -> dict[str, list[str]]:
             found.setdefault(group, []).extend(
                 e for e in entries if isinstance(e, str) and not e.lstrip().startswith("-")
             )
+    poetry = tool.get("poetry") if isinstance(tool, Mapping) else None
+    poetry = poetry if isinstance(poetry, Mapping) else {}
+    tables = (
+        {
+            g: t.get("dependencies")
+            for g, t in (poetry.get("group") or {}).items()
+            if isinstance(t, Mapping)
+        }
+        if isinstance(poetry.get("group"), Mapping)
+        else {}
+    )
+    if "dev" not in tables and isinstance(poetry.get("dev-dependencies"), Mapping):
+        tables["dev"] = poetry["dev-dependencies"]
+    for group in TEST_EXTRAS:
+        if isinstance(table := tables.get(group), Mapping):
+            found.setdefault(group, []).extend(
+                r for n, c in table.items() if (r := _poetry_requirement(n, c))
+            )
     return found
+
+
+def _poetry_requirement(name: str, constraint: Any) -> str | None:
+    """A PEP 508 requirement for a Poetry dependency (`pytest = "^7.2"`, a table with
+    `version`); None for `python`, a path, git or URL dependency. Poetry's `^` and `~`
+    become their ranges; what is not understood installs the name alone."""
+    if name == "python" or not _name(name) or _name(name) != name:
+        return None
+    if isinstance(constraint, Mapping):
+        if any(k in constraint for k in ("path", "git", "url")):
+            return None
+        constraint = constraint.get("version", "*")
+    spec = str(constraint).strip() if isinstance(constraint, str) else "*"
+    if spec.startswith(("^", "~")) and not spec.startswith("~="):
+        op, version = spec[0], spec.lstrip("^~").strip()
+        parts = version.split(".")
+        if not all(p.isdigit() for p in parts):
+            return name
+        numbers = [int(p) for p in parts]
+        if op == "^":  # the leftmost non-zero part may not change
+            at = next((i for i, n in enumerate(numbers) if n), len(numbers) - 1)
+        else:  # ~1.2.3 and ~1.2: the minor may not change; ~1: the major
+            at = min(1, len(numbers) - 1)
+        upper = [*numbers[:at], numbers[at] + 1]
+        return f"{name}>={version},<{'.'.join(map(str, upper))}"
+    if spec in ("", "*"):
+        return name
+    if re.fullmatch(r"[0-9][0-9A-Za-z.+!*-]*", spec):
+        return f"{name}=={spec}"
+    if re.fullmatch(r"(?:[<>=!~]=?\s*[0-9][0-9A-Za-z.+!*-]*\s*,?\s*)+", spec):
+        return f"{name}{spec.replace(' ', '')}"
+    return name
 
 
 def plan(
