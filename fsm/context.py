@@ -389,10 +389,11 @@ def _under_target(
     policy: Policy,
 ) -> bool:
     """Whether a compaction through `cut` could bring the prompt under the target: the
-    prompt after it, with an empty summary, does. When the observations kept whole pass
-    the target alone, one would leave the prompt past it all the same, and one at every
-    step would double the model calls for nothing."""
-    after = View(through=cut, summary="", masked=max(view.masked, cut))
+    prompt after it does, with a summary as long as the last one (empty before the
+    first: the new one summarises it and more). When the observations kept whole pass
+    the target alone, or with the summary beside them, one would leave the prompt past it
+    all the same, and one at every step would double the model calls for nothing."""
+    after = View(through=cut, summary=view.summary or "", masked=max(view.masked, cut))
     return estimate(build(head, steps, observations, after)) <= policy.limit
 
 

@@ -32,9 +32,12 @@ class Run:
     plans: list[tuple[int, Plan]]
 
 
-def simulate(build: Build, sizes: Sequence[int], *, window: int, keep: int = 3) -> Run:
+def simulate(
+    build: Build, sizes: Sequence[int], *, window: int, keep: int = 3, summary: int = 0
+) -> Run:
     """A session whose model reads one observation of each size in turn, planned as a
-    worker would; it stops where no prompt fits."""
+    worker would (each summary `summary` characters longer than its heading); it stops
+    where no prompt fits."""
     policy = Policy(window=window, keep=keep).to_config()
     head = build.head(config={"system_prompt": "sys", "user_prompt": "task", "context": policy})
     steps: list[Step] = []
@@ -52,7 +55,7 @@ def simulate(build: Build, sizes: Sequence[int], *, window: int, keep: int = 3) 
             steps.append(
                 Step(
                     step=number,
-                    thought=f"summary of 1-{made.compact_through}",
+                    thought=f"summary of 1-{made.compact_through}" + "s" * summary,
                     kind=StepKind.COMPACTION,
                     compacted_through=made.compact_through,
                     masked_through=made.compact_through,
@@ -387,3 +390,15 @@ def test_no_compaction_is_made_that_cannot_bring_the_prompt_under_its_target(
     assert not [s for s in run.steps if s.kind is StepKind.COMPACTION]
     last = run.plans[-1][1]
     assert last.view.masked == 8 and last.tokens <= 10_000
+
+
+def test_a_compaction_whose_summary_would_leave_the_prompt_past_its_target_is_not_made_again(
+    build: Build,
+) -> None:
+    # the newest three observations (7,350 tokens) fit the target (7,500) alone, but not
+    # with a summary of 1,000 tokens beside them: after the first compaction, one more
+    # would leave the prompt past the target as that one did, at every other step
+    run = simulate(build, [9_800] * 20, window=10_000, summary=4_000)
+    compactions = [s for s in run.steps if s.kind is StepKind.COMPACTION]
+    assert len(compactions) == 1
+    assert len([s for s in run.steps if s.kind is StepKind.REPLY]) == 20
