@@ -150,9 +150,12 @@ def _expire_one(engine: Engine, session_id: str, status: Status, *, now: datetim
             )
         else:
             calls = reads.read_calls(conn, session_id, step=head.step)
+            # a fork from this step keeps the calls closed as not run: one from the step
+            # before makes the step again, its calls waiting for a decision again
             wait = (
                 f"it waited for a decision on {', '.join(head.awaiting)} that did not come in "
-                "time (fork it with a later --deadline to ask again)"
+                f"time (fork it from step {head.step - 1} with a later --deadline to be asked "
+                "again)"
             )
         change = machine.fail(
             head,

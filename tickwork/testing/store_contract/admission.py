@@ -95,6 +95,8 @@ class AdmissionContract(Contract):
         late = store.load("late")
         assert (late.head.status, late.head.error_code) == (Status.FAILED, ErrorCode.DEADLINE)
         assert "waited for a decision on s1c0" in late.head.error_message
+        # a fork from step 1 would keep the call closed as not run, and ask nobody
+        assert "fork it from step 0 with a later --deadline" in late.head.error_message
         assert "deadline_s is 60" in late.head.error_message
         assert late.head.awaiting == ()
         call, seen = late.call("s1c0"), late.observation("s1c0")
