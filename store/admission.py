@@ -32,7 +32,16 @@ from sqlalchemy import (
 from tickwork.fsm import machine
 from tickwork.fsm.admission import Admission, Room, TenantLimit, fair_shares, may_start
 from tickwork.fsm.budgets import deadline_passed
-from tickwork.fsm.values import IN_FLIGHT, ErrorCode, Event, EventKind, Head, Status, ToolCall
+from tickwork.fsm.values import (
+    IN_FLIGHT,
+    CallState,
+    ErrorCode,
+    Event,
+    EventKind,
+    Head,
+    Status,
+    ToolCall,
+)
 from tickwork.store import quotas, reads, rows, writes
 from tickwork.store.relay import Due
 from tickwork.store.schema import events, outbox, sessions
@@ -150,12 +159,9 @@ def _expire_one(engine: Engine, session_id: str, status: Status, *, now: datetim
             )
         else:
             calls = reads.read_calls(conn, session_id, step=head.step)
-            # a fork from this step keeps the calls closed as not run: one from the step
-            # before makes the step again, its calls waiting for a decision again
             wait = (
                 f"it waited for a decision on {', '.join(head.awaiting)} that did not come in "
-                f"time (fork it from step {head.step - 1} with a later --deadline to be asked "
-                "again)"
+                f"time ({_fork_hint(head.step, calls)})"
             )
         change = machine.fail(
             head,
@@ -166,6 +172,20 @@ def _expire_one(engine: Engine, session_id: str, status: Status, *, now: datetim
         )
         writes.apply_change(conn, change, version=head.version, owner=None, now=now)
         return True
+
+
+def _fork_hint(step: int, calls: Sequence[ToolCall]) -> str:
+    """How to go on from a session failed while its step `step` waited for a decision: a
+    fork from that step keeps its calls closed as not run, and asks nobody; one from the
+    step before makes the step again, its calls waiting for a decision again. Not where a
+    call is in doubt: made again, it could run twice without anyone asked."""
+    doubt = [c.call_id for c in calls if c.state is CallState.IN_DOUBT]
+    if doubt:
+        return (
+            f"fork it from step {step} with a later --deadline: the model reads that "
+            f"{', '.join(doubt)} may or may not have run (--tool-output-file gives its output)"
+        )
+    return f"fork it from step {step - 1} with a later --deadline to be asked again"
 
 
 def _past_deadline(created_at: datetime, budgets: Any, now: datetime) -> bool:

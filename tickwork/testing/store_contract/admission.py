@@ -9,7 +9,7 @@ from tickwork.fsm.values import Budgets, ErrorCode, Head, Session, Status
 from tickwork.store.port import Store
 from tickwork.store.relay import Due
 from tickwork.testing.store_contract.base import Contract
-from tickwork.testing.store_ticks import Clock, new_session, wait_for_approval
+from tickwork.testing.store_ticks import Clock, in_doubt_call, new_session, wait_for_approval
 
 ONE = TenantLimit(max_in_flight=1)
 
@@ -104,3 +104,19 @@ class AdmissionContract(Contract):
         assert seen is not None and seen.content == "not run: the session failed"
         assert store.dead_letter("late").code == ErrorCode.DEADLINE
         assert store.get("patient").status is Status.WAITING_APPROVAL
+
+    def test_a_call_in_doubt_past_the_deadline_is_closed_as_interrupted(
+        self, store: Store, clock: Clock
+    ) -> None:
+        """Its error names a fork that keeps the call's doubt: one from the step before
+        would make the call again, and could run it twice without anyone asked."""
+        store.create(
+            new_session("doubt", now=clock(), budgets=Budgets(deadline_s=60.0)), now=clock()
+        )
+        in_doubt_call(store, "doubt", clock)
+        assert store.admit(Admission(default=ONE), now=clock.advance(60)) == []
+        doubt = store.load("doubt")
+        assert (doubt.head.status, doubt.head.error_code) == (Status.FAILED, ErrorCode.DEADLINE)
+        assert "fork it from step 1 with a later --deadline" in doubt.head.error_message
+        seen = doubt.observation("s1c0")
+        assert seen is not None and seen.content.startswith("interrupted; it may or may not")
