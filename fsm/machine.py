@@ -424,7 +424,8 @@ def model_failed(
 
     `usage` and `cost_usd`: what a call that answered, but with nothing the session can use
     (an empty reply or summary), was billed; it counts towards the budgets as every call's
-    does (no step records it: the `model_retry` event names it)."""
+    does (no step records it: the `model_retry` event names it, or the `failed` event of
+    the last attempt)."""
     transitions.require(head, Status.READY)
     attempts = head.model_attempts + 1
     billed: dict[str, Any] = {}
@@ -444,7 +445,7 @@ def model_failed(
             delay_s=delay,
         )
     why = f"after {attempts} attempts: " if transient else "permanent error: "
-    return transitions.ended(
+    ended = transitions.ended(
         head,
         Status.FAILED,
         now,
@@ -453,6 +454,15 @@ def model_failed(
         model_attempts=attempts,
         **billed,
     )
+    if usage is None:
+        return ended
+    # the last attempt's bill, named by the `failed` event as a retry's by its own
+    named = {"tokens": usage.total, "cost_usd": cost_usd}
+    events = tuple(
+        e.model_copy(update={"data": {**e.data, **named}}) if e.kind is EventKind.FAILED else e
+        for e in ended.events
+    )
+    return ended.model_copy(update={"events": events})
 
 
 def next_call(calls: Sequence[ToolCall]) -> ToolCall | None:

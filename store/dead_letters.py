@@ -11,9 +11,9 @@ from pydantic import BaseModel, ConfigDict, computed_field
 from sqlalchemy import Connection, Engine, func, insert, select, update
 from tickwork.fsm import snapshots
 from tickwork.fsm.errors import DeadLetterClosed, InvalidInput, TickworkError
-from tickwork.fsm.forks import kept_usage
+from tickwork.fsm.forks import KeptUsage, kept_usage
 from tickwork.fsm.tenants import DEFAULT_TENANT
-from tickwork.fsm.values import SNAPSHOT_SCHEMA_VERSION, Session
+from tickwork.fsm.values import SNAPSHOT_SCHEMA_VERSION, EventKind, Session
 from tickwork.store import dead_letter_counts
 from tickwork.store.dead_letter_counts import GROUPS as GROUPS  # the groupings `stats` takes
 from tickwork.store.error_signatures import error_signature as error_signature
@@ -351,6 +351,23 @@ def _forks_of(conn: Connection, session_ids: list[str]) -> dict[str, dict[str, d
     return found
 
 
+def _own_usage(session: Session) -> KeptUsage:
+    """What the session's own model calls used: its steps, and the replies retried that no
+    step records but were billed (an empty reply or summary: their `model_retry` events,
+    and the `failed` event of the last, counted on the head by `machine.model_failed`)."""
+    steps = kept_usage(session.steps)
+    billed = [
+        e.data
+        for e in session.events
+        if e.kind in (EventKind.MODEL_RETRY, EventKind.FAILED) and "tokens" in e.data
+    ]
+    return KeptUsage(
+        steps=steps.steps,
+        tokens=steps.tokens + sum(int(d["tokens"]) for d in billed),
+        cost_usd=steps.cost_usd + sum(float(d.get("cost_usd") or 0.0) for d in billed),
+    )
+
+
 def export_row(
     row: Any, *, forks: dict[str, datetime] | None = None, with_snapshot: bool = False
 ) -> dict[str, Any]:
@@ -363,8 +380,8 @@ def export_row(
     forked_at = head.fork_step or 0  # None: not a fork (a child has a parent, not a fork step)
     inherited = kept_usage([s for s in session.steps if s.step <= forked_at])
     # the head counts its model calls and its children's trees (charged at their joins):
-    # what its steps do not hold is its children's
-    whole = kept_usage(session.steps)
+    # what its steps and its billed retries do not hold is its children's
+    whole = _own_usage(session)
     resolution = dict(row["resolution"] or {})
     recorded = resolution.get("forks") or (
         [{"fork": resolution["fork"]}] if "fork" in resolution else []

@@ -11,7 +11,7 @@ from tickwork.fsm import machine
 from tickwork.fsm.errors import InvalidInput
 from tickwork.fsm.forks import ForkPatch
 from tickwork.fsm.joins import JoinMode
-from tickwork.fsm.values import ErrorCode
+from tickwork.fsm.values import ErrorCode, Usage
 from tickwork.store import Store
 from tickwork.store import dead_letters as dl
 from tickwork.store.schema import dead_letters
@@ -129,6 +129,32 @@ def test_the_cost_columns_are_to_the_nano_dollar(store: Store, clock: Clock) -> 
     assert repr(rows["six"]["cost_usd"]) == "0.06"
     assert repr(rows["six-fix"]["inherited_cost_usd"]) == "0.06"
     assert repr(rows["six-fix"]["cost_usd"]) == "0.07"
+
+
+def test_a_retried_reply_billed_is_the_sessions_own_cost_not_its_childrens(
+    store: Store, clock: Clock
+) -> None:
+    """An empty reply retried is billed (`machine.model_failed` with its usage): no step
+    records it, but it is the session's own model call, not a child's."""
+    now = clock()
+    store.create(new_session("empty", now=now), now=now)
+    run_step(store, "empty", 1, now=now)  # 120 tokens and $0.01
+    for attempt in range(2):
+        claimed = claim(store, "empty", now=now)
+        retry = machine.model_failed(
+            claimed.head,
+            error="the model returned an empty reply",
+            transient=attempt == 0,
+            now=now,
+            usage=Usage(prompt_tokens=900, completion_tokens=100),
+            cost_usd=0.005,
+        )
+        store.save(retry, version=claimed.head.version, owner="worker-1", now=now)
+
+    [row] = [r for r in dl.export_rows(store.engine) if r["session_id"] == "empty"]
+    assert (row["tokens"], row["cost_usd"]) == (2_120, 0.02)
+    assert (row["own_tokens"], row["own_cost_usd"]) == (2_120, 0.02)
+    assert (row["children_tokens"], row["children_cost_usd"]) == (0, 0.0)
 
 
 def test_a_tree_is_counted_once_in_the_own_columns(store: Store, clock: Clock) -> None:
