@@ -7,6 +7,7 @@ import struct
 import sys
 import zlib
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tickwork.fsm.errors import ConfigurationError, InvalidInput, TickworkError
@@ -82,6 +83,35 @@ def test_a_run_file_with_a_field_of_the_wrong_type_is_damaged_naming_it(
     path = runs.save(A)
     stored = json.loads(path.read_text())
     stored["results"][0].update(change)
+    path.write_text(json.dumps(stored))
+    with pytest.raises(TickworkError, match="is damaged") as refused:
+        runs.load(A.id)
+    assert said in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        ({"config": []}, "the run's config is a JSON object, got list"),
+        (None, "a run is a JSON object, got list"),
+        (
+            {"config": {"budgets": 3}},
+            "the run's config: field `budgets` is int 3, not a JSON object",
+        ),
+    ],
+)
+def test_a_run_file_whose_config_has_the_wrong_shape_is_damaged_naming_it(
+    tmp_path: Path, change: dict[str, Any] | None, said: str
+) -> None:
+    runs = Runs(tmp_path / "evals")
+    path = runs.save(A)
+    stored: Any = json.loads(path.read_text())
+    if change is None:
+        stored = [stored]
+    elif "budgets" in str(change["config"]):
+        stored.update(config={**stored["config"], **change["config"]})
+    else:
+        stored.update(change)
     path.write_text(json.dumps(stored))
     with pytest.raises(TickworkError, match="is damaged") as refused:
         runs.load(A.id)

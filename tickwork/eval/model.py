@@ -64,8 +64,18 @@ class RunConfig:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> RunConfig:
+        """A stored run's config; ValueError naming what has the wrong shape (a run file is
+        read as untrusted, as its tasks' figures are)."""
+        if not isinstance(data, Mapping):
+            raise ValueError(f"the run's config is a JSON object, got {type(data).__name__}")
         known = {f.name for f in fields(cls)}
         kept = {k: v for k, v in data.items() if k in known}
+        if not isinstance(kept.get("budgets", {}), Mapping):
+            value = kept["budgets"]
+            raise ValueError(
+                f"the run's config: field `budgets` is {type(value).__name__} "
+                f"{str(value)[:40]}, not a JSON object"
+            )
         if kept.get("price"):
             kept["price"] = tuple(kept["price"])
         kept["approve"] = Approve(kept.get("approve", Approve.ALL))
@@ -214,6 +224,8 @@ class Run:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Run:
+        if not isinstance(data, Mapping):
+            raise ValueError(f"a run is a JSON object, got {type(data).__name__}")
         return cls(
             id=str(data["id"]),
             started_at=datetime.fromisoformat(data["started_at"]),
