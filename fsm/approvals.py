@@ -89,8 +89,8 @@ def check_decision(
     if len(given) != FINGERPRINT_LENGTH or not set(given) <= HEX_DIGITS:
         raise StaleDecision(
             f"a decision on {where} must carry the whole fingerprint of the call the approver "
-            f"saw ({FINGERPRINT_LENGTH} hex digits, as `tickwork show` prints it); look at the "
-            "call again and decide"
+            f"saw ({FINGERPRINT_LENGTH} hex digits, lower-case, as `tickwork show` prints it); "
+            "look at the call again and decide"
         )
     # neither fingerprint is echoed, and the comparison takes the same time wherever it differs
     if not hmac.compare_digest(call.fingerprint.encode(), decision.fingerprint.encode()):
