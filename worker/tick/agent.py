@@ -131,17 +131,7 @@ def think(tick: Tick) -> Change:
         # (unless the budget's cap cut it, e.g. while a reasoning model was still thinking:
         # then it is billed, recorded and ends the session)
         why = "the model returned an empty reply (no content and no tool calls)"
-        failed = machine.model_failed(
-            head,
-            error=why,
-            transient=True,
-            now=rt.clock(),
-            jitter=rt.jitter(),
-            usage=reply.usage,
-            cost_usd=_cost(rt, head, reply),
-        )
-        report.model = _model_failed(head.model, asked, messages, failed.head, why)
-        return failed
+        return _billed_retry(rt, head, reply, why, asked, messages, report)
     answered = time.time_ns()
     cost = _cost(rt, head, reply)
     change = machine.think(
@@ -332,17 +322,7 @@ def _compact(
             if called
             else "the model returned an empty summary for a compaction"
         )
-        failed = machine.model_failed(
-            head,
-            error=why,
-            transient=True,
-            now=rt.clock(),
-            jitter=rt.jitter(),
-            usage=reply.usage,
-            cost_usd=_cost(rt, head, reply),
-        )
-        report.model = _model_failed(head.model, asked, messages, failed.head, why)
-        return failed
+        return _billed_retry(rt, head, reply, why, asked, messages, report)
     cost = _cost(rt, head, reply)
     report.model = ModelCall(
         spec=head.model,
@@ -362,6 +342,30 @@ def _compact(
         cost_usd=cost,
         trace_id=uuid.uuid4().hex,
     )
+
+
+def _billed_retry(
+    rt: Runtime,
+    head: Head,
+    reply: ModelReply,
+    why: str,
+    asked: int,
+    messages: list[Any],
+    report: TickReport,
+) -> Change:
+    """A reply that is no answer (empty, or no summary), retried as a glitch of the server
+    and billed as the server billed it."""
+    failed = machine.model_failed(
+        head,
+        error=why,
+        transient=True,
+        now=rt.clock(),
+        jitter=rt.jitter(),
+        usage=reply.usage,
+        cost_usd=_cost(rt, head, reply),
+    )
+    report.model = _model_failed(head.model, asked, messages, failed.head, why)
+    return failed
 
 
 def _model_failed(spec: str, asked: int, messages: list[Any], after: Head, error: str) -> ModelCall:
