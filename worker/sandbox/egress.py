@@ -207,10 +207,12 @@ class Proxy:
                 self._open.discard(client)
                 if upstream is not None:
                     self._open.discard(upstream)
+            # the slot is free before the client sees its connection end: one that connects
+            # again at once is served, not refused as one too many
+            self._slots.release()
             for sock in (client, upstream):
                 if sock is not None:
                     sock.close()
-            self._slots.release()
 
     def _connect(self, host: str, port: int, method: bytes) -> socket.socket:
         """A connection to `host:port` if the policy allows it; `Refused` says why not."""
