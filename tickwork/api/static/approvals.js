@@ -125,8 +125,9 @@ export async function approvalsView(view) {
     el("div", { class: "bar" }, el("h2", {}, "Waiting for approval ", count),
       el("button", { type: "button", id: "refresh", onclick: () => load() }, "Refresh")),
     list);
-  async function load() {
+  async function load({ unlessDeciding = false } = {}) {
     const waiting = await api("/approvals");
+    if (unlessDeciding && deciding()) return; // typed while the reload was on its way
     count.textContent = `(${waiting.length})`;
     list.replaceChildren(...(waiting.length
       ? waiting.map((w) => waitingCard(w))
@@ -137,5 +138,5 @@ export async function approvalsView(view) {
   // (a reload draws every card anew, and would drop what is typed)
   const deciding = () => list.querySelector(".open")
     || [...list.querySelectorAll("input.comment")].some((comment) => comment.value);
-  every(view, () => (deciding() ? null : load()));
+  every(view, () => (deciding() ? null : load({ unlessDeciding: true })));
 }
