@@ -27,6 +27,7 @@ from tickwork.fsm.budgets import deadline_passed, exhausted_budget
 from tickwork.fsm.fingerprints import call_fingerprint, step_fingerprint
 from tickwork.fsm.graph import END, PROPOSAL, START, CompiledGraph, delta_text, state_fingerprint
 from tickwork.fsm.loops import HISTORY, detect_loop
+from tickwork.fsm.machine import fail
 from tickwork.fsm.transitions import Change, StepCharge, in_doubt
 from tickwork.fsm.values import (
     CallState,
@@ -220,11 +221,7 @@ def start_node(
     if head.cancel_requested:
         return transitions.cancelled(head, calls, now)
     if (late := deadline_passed(head, now=now)) is not None:
-        closed = transitions.close_calls(calls, "not run: the session failed", now)
-        failed = transitions.ended(
-            head, Status.FAILED, now, error_code=ErrorCode.DEADLINE, error_message=late
-        )
-        return failed.model_copy(update=closed)
+        return fail(head, ErrorCode.DEADLINE, late, now=now, open_calls=calls)
     call = next((c for c in calls if c.index == 0), None)
     if call is None:
         return Change(head=transitions.moved(head, now, status=Status.READY))
