@@ -394,7 +394,6 @@ def uses_pytest(manifest: Manifest, blobs: Any, test_command: str) -> bool:
     keys = {parse_entry(manifest[p])[1] for p in tests}
     contents = blobs(keys) if keys else {}
     return any(
-        hint in contents[key] or _PYTEST_SECTION.search(contents[key])
-        for key in keys
-        for hint in _PYTEST_HINTS
+        any(hint in text for hint in _PYTEST_HINTS) or _PYTEST_SECTION.search(text)
+        for text in map(contents.__getitem__, keys)
     )
