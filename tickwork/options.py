@@ -330,12 +330,7 @@ def budgets(
 
 def json_object(text: str, *, option: str) -> dict[str, Any]:
     """A JSON object given inline or as `@PATH`."""
-    source = text
-    if text.startswith("@"):
-        try:
-            source = Path(text[1:]).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise InvalidInput(f"{option}: cannot read {text[1:]}: {exc.strerror or exc}") from None
+    source = text_file(text[1:], option=option) if text.startswith("@") else text
     try:
         value = json.loads(source)
     except ValueError as exc:
