@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -60,6 +61,21 @@ def test_list_files_recursive_sorted_without_git(project: Path, call: Call) -> N
     assert call("list_files", path="src", pattern="src/u*").output == "src/util.py"
     assert call("list_files", pattern="**/*.md").output == "README.md"
     assert "no files match" in call("list_files", pattern="*.rs").output
+
+
+def test_a_path_with_a_newline_is_one_quoted_line_the_model_can_pass_back(
+    project: Path, call: Call
+) -> None:
+    """A file named `a<newline>b.py` was listed as two paths, `a` and `b.py`, neither of
+    which exists: it is shown as a JSON string, and that string's value opens it."""
+    (project / "src" / "a\nb.py").write_text("# TODO: odd name\n")
+    (project / "src" / "tab\there.txt").write_text("")
+    listed = call("list_files", path="src").output.splitlines()
+    assert listed == ['"src/a\\nb.py"', "src/app.py", '"src/tab\\there.txt"', "src/util.py"]
+    found = call("search", pattern="odd name").output
+    assert found == '"src/a\\nb.py":1: # TODO: odd name'
+    path = json.loads(listed[0])
+    assert call("read_file", path=path).output.endswith("1\t# TODO: odd name")
 
 
 def test_list_files_caps_its_count(workspace: Path, call: Call) -> None:

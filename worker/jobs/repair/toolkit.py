@@ -6,6 +6,7 @@ Every tool works inside `ctx.workspace` only; paths go through `sandbox.resolve`
 from __future__ import annotations
 
 import fnmatch
+import json
 import os
 import re
 import shlex
@@ -100,6 +101,18 @@ def _files(ctx: ToolContext, root: Path, base: Path) -> Iterator[Path]:
                 yield path
 
 
+#: a character that would break a listing's one-path-a-line (a newline, a tab) or that a
+#: terminal obeys: a path holding one is shown as a JSON string (`_shown`)
+_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def _shown(rel: str) -> str:
+    """`rel` as a listing shows it: as it is, or quoted as JSON when it holds a newline or
+    another control, so that one path stays one line and the model can pass the quoted
+    text back as the `path` argument of a call."""
+    return json.dumps(rel, ensure_ascii=False) if _UNPRINTABLE.search(rel) else rel
+
+
 def _existing(root: Path, path: str) -> Path:
     found = resolve(root, path)
     if not found.exists():
@@ -124,7 +137,7 @@ def list_files(ctx: ToolContext, path: str = ".", pattern: str = "*") -> str:
         rel = relative(root, file)
         target = rel if "/" in pattern else file.name
         if any(fnmatch.fnmatchcase(target, p) for p in patterns):
-            shown.append(rel)
+            shown.append(_shown(rel))
     if not shown:
         return f"no files match {pattern!r} under {path!r}"
     more = len(shown) - MAX_LISTED
@@ -204,7 +217,7 @@ def search(
             if number % 1000 == 0:
                 ctx.check()
             if regex.search(line):
-                found.append(f"{rel}:{number}: {line.strip()[:300]}")
+                found.append(f"{_shown(rel)}:{number}: {line.strip()[:300]}")
                 if len(found) >= max_results:
                     return "\n".join(found) + (
                         f"\n(stopped after {max_results} results; narrow the pattern or path)"
