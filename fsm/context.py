@@ -10,7 +10,8 @@ are a function of the steps up to k, and a fork or replay sees them again.
 The view only ever moves forward, and only when the next prompt would pass the policy's
 target: first the mask boundary (all but the last `keep` observations become stubs), and
 if that is not enough a compaction; a prompt still past the window masks some of the last
-`keep` too (as many of the newest stay whole as fit) before the session fails. An
+`keep` too (as many of the newest stay whole as fit), before any compaction (which keeps
+them whole) and before the session fails. An
 observation shorter than its stub stays whole. Between two such moves the prompt only grows at its
 end, so a provider's prefix cache holds; a move changes the prompt from the first message
 it touches (a mask round) or from the summary (a compaction).
@@ -430,28 +431,40 @@ def plan(
     # forced: keep fewer whole steps each time the model refuses, down to none
     cut = boundary if boundary > view.through else (last if force else view.through)
     if cut > view.through and (
-        force
-        or tokens > policy.window
-        or _under_target(head, steps, observations, view, cut, estimate, policy)
+        force or _under_target(head, steps, observations, view, cut, estimate, policy)
     ):
         return _compaction(head, steps, observations, view, cut, estimate, policy)
-    if not force and tokens <= policy.window:
+    if force:
+        return Plan(sent, view, tokens, too_long=_too_long(head, steps, view, tokens, policy, True))
+    if tokens <= policy.window:
         return Plan(sent, view, tokens)  # past the target, within the window: go on
-    if not force:
-        view, sent, tokens = _fewer_whole(
-            head,
-            steps,
-            observations,
-            view,
-            sent,
-            tokens,
-            keep=policy.keep,
-            window=policy.window,
-            estimate=estimate,
+    # the observations kept whole pass the window: a compaction would leave them whole, so
+    # the oldest of them give way first, and a compaction is made only where the prompt
+    # left is still past the target and the compaction brings it under (or past the window)
+    masked, sent, tokens = _fewer_whole(
+        head,
+        steps,
+        observations,
+        view,
+        sent,
+        tokens,
+        keep=policy.keep,
+        window=policy.window,
+        estimate=estimate,
+    )
+    if cut > view.through and (
+        tokens > policy.window
+        or (
+            tokens > policy.limit
+            and _under_target(head, steps, observations, masked, cut, estimate, policy)
         )
-        if tokens <= policy.window:
-            return Plan(sent, view, tokens)
-    return Plan(sent, view, tokens, too_long=_too_long(head, steps, view, tokens, policy, force))
+    ):
+        return _compaction(head, steps, observations, view, cut, estimate, policy)
+    if tokens <= policy.window:
+        return Plan(sent, masked, tokens)
+    return Plan(
+        sent, masked, tokens, too_long=_too_long(head, steps, masked, tokens, policy, False)
+    )
 
 
 def _too_long(

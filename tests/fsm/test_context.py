@@ -33,12 +33,18 @@ class Run:
 
 
 def simulate(
-    build: Build, sizes: Sequence[int], *, window: int, keep: int = 3, summary: int = 0
+    build: Build,
+    sizes: Sequence[int],
+    *,
+    window: int,
+    keep: int = 3,
+    summary: int = 0,
+    span: int = context.DEFAULT_SPAN,
 ) -> Run:
     """A session whose model reads one observation of each size in turn, planned as a
     worker would (each summary `summary` characters longer than its heading); it stops
     where no prompt fits."""
-    policy = Policy(window=window, keep=keep).to_config()
+    policy = Policy(window=window, keep=keep, span=span).to_config()
     head = build.head(config={"system_prompt": "sys", "user_prompt": "task", "context": policy})
     steps: list[Step] = []
     seen: dict[str, Observation] = {}
@@ -310,8 +316,10 @@ def test_a_context_failure_says_what_was_tried(build: Build) -> None:
 def test_a_compaction_request_past_the_window_masks_the_steps_after_its_cut(
     build: Build,
 ) -> None:
-    run = simulate(build, [8_264] * 5, window=5_000)
-    fifth = dict(run.plans)[5]
+    # the model refused the prompt of step 5: compacted at once, the request masks more
+    run = simulate(build, [8_264] * 4, window=5_000)
+    head = run.head.model_copy(update={"step": 4})
+    fifth = plan(head, run.steps, run.observations, estimate=estimate, force=True)
     assert fifth.compact_through == 1
     assert fifth.view.masked == 2 and fifth.tokens <= 5_000
     assert fifth.messages[-1]["content"] == context.SUMMARISE.format(through=1)
@@ -322,7 +330,8 @@ def test_each_prompt_a_plan_tries_is_estimated_once(
     build: Build, number: int, compacts: bool
 ) -> None:
     """The prompts tried while the newest observations give way (a step's, and a
-    compaction request's) are each estimated once, not again for the one chosen."""
+    compaction request's, forced by the model's refusal) are each estimated once, not
+    again for the one chosen."""
     run = simulate(build, [8_264] * number, window=5_000)
     tried: list[str] = []
 
@@ -333,10 +342,9 @@ def test_each_prompt_a_plan_tries_is_estimated_once(
     before = run.steps[: number - 1]
     ids = {c.call_id for s in before for c in s.calls}
     head = run.head.model_copy(update={"step": number - 1})
-    made = plan(
-        head, before, {k: v for k, v in run.observations.items() if k in ids}, estimate=counting
-    )
-    assert made == dict(run.plans)[number]
+    seen = {k: v for k, v in run.observations.items() if k in ids}
+    made = plan(head, before, seen, estimate=counting, force=compacts)
+    assert made == plan(head, before, seen, estimate=estimate, force=compacts)
     assert (made.compact_through is not None) is compacts
     assert len(tried) >= 2, "the newest observations gave way"
     assert len(tried) == len(set(tried))
@@ -402,3 +410,30 @@ def test_a_compaction_whose_summary_would_leave_the_prompt_past_its_target_is_no
     compactions = [s for s in run.steps if s.kind is StepKind.COMPACTION]
     assert len(compactions) == 1
     assert len([s for s in run.steps if s.kind is StepKind.REPLY]) == 20
+
+
+def test_observations_kept_whole_that_pass_the_window_give_way_not_a_compaction_each_step(
+    build: Build,
+) -> None:
+    # the newest three observations alone (10,500 tokens) pass the window: a compaction
+    # leaves them whole, so one at every other step was a model call for nothing; the
+    # oldest of them are masked instead, and the session goes on
+    run = simulate(build, [14_000] * 12, window=10_000)
+    assert [s.kind for s in run.steps] == [StepKind.REPLY] * 12
+    for _, made in run.plans:
+        assert made.tokens <= 10_000
+    tools = [m["content"] for m in run.plans[-1][1].messages if m["role"] == "tool"]
+    assert tools[-2:] == ["x" * 14_000] * 2, "as many of the newest whole as fit"
+
+
+def test_a_compaction_is_made_where_the_newest_observations_giving_way_is_not_enough(
+    build: Build,
+) -> None:
+    # every observation passes the window alone, so each is masked at once; the stubs of
+    # the steps before pass it too after a while: then a compaction drops them, now and then
+    run = simulate(build, [9_000] * 300, window=2_000, span=1_000)
+    assert len([s for s in run.steps if s.kind is StepKind.REPLY]) == 300
+    compactions = [s for s in run.steps if s.kind is StepKind.COMPACTION]
+    assert 1 <= len(compactions) <= 10
+    for _, made in run.plans:
+        assert made.tokens <= 2_000
