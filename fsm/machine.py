@@ -63,6 +63,7 @@ __all__ = [
     "environment_ready",
     "environment_wait",
     "fail",
+    "ignored_calls",
     "in_doubt",
     "model_failed",
     "needs_environment",
@@ -141,6 +142,16 @@ def start_think(
     return CallModel()
 
 
+#: the most names of a compaction's ignored calls its event keeps
+IGNORED_NAMES = 20
+
+
+def ignored_calls(reply: ModelReply) -> list[str]:
+    """The names of the tools a compaction's reply called (each once, in order; a name
+    clipped to 80 characters): a compaction runs nothing, so they are not run."""
+    return list(dict.fromkeys(c.name[:80] for c in reply.calls))[:IGNORED_NAMES]
+
+
 def compacted(
     head: Head,
     reply: ModelReply,
@@ -152,7 +163,9 @@ def compacted(
 ) -> Change:
     """Record a compaction: a step of its own whose thought is the summary of the steps up
     to `through`. It counts as a step (it is a model call) and its tokens and cost count
-    towards the budgets; the session thinks again at its next tick."""
+    towards the budgets; the session thinks again at its next tick. Tool calls the model
+    made beside its summary do not run: its `compacted` event names them
+    (`ignored_calls`)."""
     transitions.require(head, Status.READY)
     number = head.step + 1
     step = Step(
@@ -177,12 +190,17 @@ def compacted(
         "completion_tokens": reply.usage.completion_tokens,
         "cost_usd": cost_usd,
     }
+    ignored = ignored_calls(reply)
     return Change(
         head=_stepped(head, now, number, reply, cost_usd),
         step=step,
         events=(
             Event(kind=EventKind.MODEL_CALLED, at=now, data={**data, "compaction": True}),
-            Event(kind=EventKind.COMPACTED, at=now, data=data),
+            Event(
+                kind=EventKind.COMPACTED,
+                at=now,
+                data={**data, "ignored_calls": ignored} if ignored else data,
+            ),
         ),
     )
 

@@ -54,6 +54,8 @@ class WindowedChat:
     slow_compaction: float = 0.0
     #: a compaction request is answered with a tool call and no summary (tools are offered)
     calls_for_summary: bool = False
+    #: a compaction request is answered with its summary and a tool call beside it
+    calls_beside_summary: bool = False
     log: list[Request] = field(default_factory=list)
     url: str = ""
 
@@ -93,6 +95,8 @@ class WindowedChat:
         message: dict[str, Any]
         if compaction and not self.calls_for_summary:
             message = {"role": "assistant", "content": f"Summary: read chunks up to n={last}."}
+            if self.calls_beside_summary:
+                message["tool_calls"] = [_read_call(last + 1)]
         elif last >= self.steps:
             message = {"role": "assistant", "content": f"done: read {last} chunks"}
         else:
@@ -100,13 +104,7 @@ class WindowedChat:
             message = {
                 "role": "assistant",
                 "content": "" if compaction else f"reading chunk {n}",
-                "tool_calls": [
-                    {
-                        "id": f"call_{n}",
-                        "type": "function",
-                        "function": {"name": "read_chunk", "arguments": json.dumps({"n": n})},
-                    }
-                ],
+                "tool_calls": [_read_call(n)],
             }
         usage = {
             "prompt_tokens": tokens,
@@ -128,6 +126,14 @@ class WindowedChat:
     @property
     def answered(self) -> list[Request]:
         return [r for r in self.log if not r.refused]
+
+
+def _read_call(n: int) -> dict[str, Any]:
+    return {
+        "id": f"call_{n}",
+        "type": "function",
+        "function": {"name": "read_chunk", "arguments": json.dumps({"n": n})},
+    }
 
 
 def _common(a: list[str], b: list[str]) -> int:

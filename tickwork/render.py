@@ -339,7 +339,16 @@ def _took(step: Mapping[str, Any], h: Mapping[str, Any]) -> str:
 def _compaction(step: Mapping[str, Any]) -> str:
     if step.get("kind") != "compaction":
         return ""
-    return f" · compaction of steps 1-{step.get('compacted_through')}"
+    return f" · compaction of steps 1-{step.get('compacted_through')}" + _ignored(
+        step.get("ignored_calls")
+    )
+
+
+def _ignored(names: Any) -> str:
+    """The tools a compaction's model called beside its summary: none of them ran."""
+    if not names:
+        return ""
+    return f" (the model also called {', '.join(map(str, names))}: not run, a compaction runs none)"
 
 
 def _admission(h: Mapping[str, Any]) -> str:
@@ -736,7 +745,7 @@ def summary(kind: str, d: Mapping[str, Any]) -> str:
         return (
             f"step {d.get('step')}: steps 1-{d.get('through')} summarised · "
             f"{d.get('prompt_tokens', 0) + d.get('completion_tokens', 0):,} tokens · "
-            f"${d.get('cost_usd', 0):.4f}"
+            f"${d.get('cost_usd', 0):.4f}" + _ignored(d.get("ignored_calls"))
         )
     if kind == "context_overflow":
         window, stated = d.get("window"), d.get("stated_window")

@@ -72,6 +72,12 @@ def session(value: Session) -> dict[str, Any]:
 
     # the steps whose calls loop detection closed unrun (`fsm.machine.think`)
     looped = {e.data.get("step") for e in value.events if e.kind is EventKind.LOOP_INTERVENTION}
+    # the tools compactions' models called beside their summaries, which did not run
+    ignored = {
+        e.data.get("step"): e.data["ignored_calls"]
+        for e in value.events
+        if e.kind is EventKind.COMPACTED and e.data.get("ignored_calls")
+    }
     steps = []
     for step in value.steps:
         data = step.model_dump(mode="json", exclude={"calls", "usage"})
@@ -83,6 +89,8 @@ def session(value: Session) -> dict[str, Any]:
             tokens=step.usage.total,
             calls=[_call(value, c, looped=step.step in looped) for c in step.calls],
         )
+        if step.step in ignored:
+            data["ignored_calls"] = ignored[step.step]
         steps.append(data)
     return {
         "head": head(value.head),

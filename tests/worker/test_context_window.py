@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from tickwork.fsm import context
 from tickwork.fsm.errors import InvalidInput
-from tickwork.fsm.values import ErrorCode, Head, Session, Status, StepKind
+from tickwork.fsm.values import ErrorCode, EventKind, Head, Session, Status, StepKind
 from tickwork.store import open_store
 from tickwork.worker.config.settings import Settings
 from tickwork.worker.jobs import Jobs
@@ -544,3 +544,37 @@ def test_a_compaction_answered_with_a_tool_call_says_so_and_is_billed(
     )
     assert sum(r.compaction for r in chat.log) == 3
     assert done.tokens == sum(r.tokens + COMPLETION_TOKENS for r in chat.log)
+
+
+def test_a_summary_with_a_tool_call_beside_it_is_kept_and_the_call_named_not_run(
+    long: Long, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A compaction answered with its summary and a tool call: the summary is the
+    compaction's, and the call, which does not run, is named on its event and in `show`
+    (it was dropped without a word)."""
+    from rich.console import Console
+
+    from tickwork import render, views
+
+    chat = WindowedChat(window=32_768, steps=12, calls_beside_summary=True)
+    with windowed_chat(chat) as served:
+        monkeypatch.setenv("OPENAI_BASE_URL", served.url)
+        session_id = long.submit(context_window=8_400)
+        done = long.run(session_id)
+    assert done.status is Status.COMPLETED, done.error_message
+    session = long.store.load(session_id)
+    compaction = next(s for s in session.steps if s.kind is StepKind.COMPACTION)
+    assert compaction.thought.startswith("Summary: read chunks up to n=")
+    assert not compaction.calls
+    event = next(e for e in session.events if e.kind is EventKind.COMPACTED)
+    assert event.data["ignored_calls"] == ["read_chunk"]
+    view = views.session(session)
+    out = Console(width=300, record=True)
+    out.print(render.timeline(view))
+    note = "(the model also called read_chunk: not run, a compaction runs none)"
+    assert (
+        f"step {compaction.step} · compaction of steps 1-{compaction.compacted_through} {note}"
+        in out.export_text()
+    )
+    shown = next(e for e in view["events"] if e["kind"] == "compacted")
+    assert render.event_line(shown).plain.endswith(note)

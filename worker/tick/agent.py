@@ -314,15 +314,24 @@ def _compact(
         return failed
     except ModelError as exc:
         return _model_error(rt, head, exc, asked, messages, report)
+    # it is offered the tools (they are part of the cached prefix) and may call one
+    called = ", ".join(machine.ignored_calls(reply))
     if not reply.content.strip():
-        # it is offered the tools (they are part of the cached prefix) and may call one
-        called = ", ".join(dict.fromkeys(c.name[:80] for c in reply.calls))
         why = (
             f"the model called {called} instead of writing the summary a compaction asks for"
             if called
             else "the model returned an empty summary for a compaction"
         )
         return _billed_retry(rt, head, reply, why, asked, messages, report)
+    if called:
+        # its text is the summary asked for; the calls run nothing (its event names them)
+        log.warning(
+            "session %s: the model called %s beside the summary of steps 1-%d; the summary "
+            "is kept and the calls are not run",
+            head.id,
+            called,
+            prompt.compact_through,
+        )
     cost = _cost(rt, head, reply)
     report.model = ModelCall(
         spec=head.model,

@@ -89,7 +89,9 @@ function tokensLine(step) {
 function stepSection(step) {
   return el("section", { class: "step", dataset: { step: step.step } },
     el("h4", {}, step.kind === "compaction"
-      ? `Step ${step.step} · compaction of steps 1-${step.compacted_through}` : `Step ${step.step}`),
+      ? `Step ${step.step} · compaction of steps 1-${step.compacted_through}` +
+        (step.ignored_calls ? ` (the model also called ${step.ignored_calls.join(", ")}: not run, a compaction runs none)` : "")
+      : `Step ${step.step}`),
     el("p", { class: "meta usage" },
       `${step.model} · ${tokensLine(step)} · ${usd(step.cost_usd)} · model ${ms(step.latency_ms)}` +
       (step.calls.length ? ` · tools ${ms(toolMs(step))}` : "")),
