@@ -219,9 +219,9 @@ def start_node(
     the deadline no node runs: the session fails `DEADLINE` (`machine.start_execute`)."""
     transitions.require(head, Status.EXECUTING)
     if head.cancel_requested:
-        return transitions.cancelled(head, calls, now)
+        return transitions.cancelled(head, calls, now, decisions)
     if (late := deadline_passed(head, now=now)) is not None:
-        return fail(head, ErrorCode.DEADLINE, late, now=now, open_calls=calls)
+        return fail(head, ErrorCode.DEADLINE, late, now=now, open_calls=calls, decisions=decisions)
     call = next((c for c in calls if c.index == 0), None)
     if call is None:
         return Change(head=transitions.moved(head, now, status=Status.READY))

@@ -110,12 +110,19 @@ def _stepped(head: Head, now: datetime, number: int, reply: ModelReply, cost_usd
 
 
 def fail(
-    head: Head, code: ErrorCode, message: str, *, now: datetime, open_calls: Sequence[ToolCall] = ()
+    head: Head,
+    code: ErrorCode,
+    message: str,
+    *,
+    now: datetime,
+    open_calls: Sequence[ToolCall] = (),
+    decisions: Mapping[str, Decision] | None = None,
 ) -> Change:
-    """End the session as `failed` with `code`; it will be dead-lettered."""
+    """End the session as `failed` with `code`; it will be dead-lettered. Its open calls
+    are closed as not run, a rejected one with its rejection (`decisions`)."""
     if head.status.terminal:
         raise SessionFinished(f"session {head.id} is already {head.status.value}")
-    closed = transitions.close_calls(open_calls, "not run: the session failed", now)
+    closed = transitions.close_calls(open_calls, "not run: the session failed", now, decisions)
     change = transitions.ended(head, Status.FAILED, now, error_code=code, error_message=message)
     return change.model_copy(update=closed)
 
@@ -505,9 +512,9 @@ def start_execute(
     """
     transitions.require(head, Status.EXECUTING)
     if head.cancel_requested:
-        return transitions.cancelled(head, calls, now)
+        return transitions.cancelled(head, calls, now, decisions)
     if (late := deadline_passed(head, now=now)) is not None:
-        return fail(head, ErrorCode.DEADLINE, late, now=now, open_calls=calls)
+        return fail(head, ErrorCode.DEADLINE, late, now=now, open_calls=calls, decisions=decisions)
     call = next_call(calls)
     if call is None:
         return Change(head=transitions.moved(head, now, status=Status.READY))
@@ -576,7 +583,11 @@ def decide(
     *,
     now: datetime,
 ) -> Change:
-    """Record a person's decision; the last awaited one makes the session executable."""
+    """Record a person's decision; the last awaited one makes the session executable. On
+    a session that has ended (its deadline passed while it waited, say) nothing is
+    recorded: SessionFinished says how it ended and that the decision was not taken."""
+    if head.status.terminal:
+        raise SessionFinished(_ended_before(head, decision))
     transitions.require(head, Status.WAITING_APPROVAL)
     call = next((c for c in calls if c.call_id == decision.call_id), None)
     if call is None:
@@ -609,9 +620,40 @@ def decide(
     )
 
 
-def request_cancel(head: Head, calls: Sequence[ToolCall], *, now: datetime, by: str = "") -> Change:
+#: what a decision carries besides the verdict, which a refused one leaves unrecorded
+_CARRIED = {
+    DecisionKind.REJECT: ("rejection", " and its feedback were"),
+    DecisionKind.EDIT: ("edit", " and its arguments were"),
+    DecisionKind.PROVIDE_OUTPUT: ("output given", " was"),
+    DecisionKind.APPROVE: ("approval", " was"),
+}
+
+
+def _ended_before(head: Head, decision: Decision) -> str:
+    """Why a decision on an ended session is refused: how the session ended (its error,
+    which says how to go on) and that nothing of the decision was recorded."""
+    how = head.status.value
+    if head.error_code is not None:
+        how += f" {head.error_code.value} ({head.error_message})"
+    what, were = _CARRIED[decision.kind]
+    return (
+        f"session {head.id} {how} before this decision: the {what} of call "
+        f"{decision.call_id}{were} not recorded; fork it to decide again"
+    )
+
+
+def request_cancel(
+    head: Head,
+    calls: Sequence[ToolCall],
+    *,
+    now: datetime,
+    by: str = "",
+    decisions: Mapping[str, Decision] | None = None,
+) -> Change:
     """Cancel a suspended (waiting for a person or for its children) or queued session at
-    once; a runnable one at its next tick. A session's children are cancelled by the store."""
+    once, its open calls closed as not run (a rejected one with its rejection, `decisions`
+    holding it); a runnable one at its next tick. A session's children are cancelled by
+    the store."""
     if head.status.terminal:
         raise SessionFinished(f"session {head.id} is already {head.status.value}")
     requested = Event(kind=EventKind.CANCEL_REQUESTED, at=now, data={"by": by})
@@ -620,7 +662,7 @@ def request_cancel(head: Head, calls: Sequence[ToolCall], *, now: datetime, by: 
     if head.status in (Status.WAITING_APPROVAL, Status.WAITING_CHILDREN):
         change = transitions.ended(head, Status.CANCELLED, now, (requested,), cancel_requested=True)
         return change.model_copy(
-            update=transitions.close_calls(calls, "not run: session cancelled", now)
+            update=transitions.close_calls(calls, "not run: session cancelled", now, decisions)
         )
     return Change(head=transitions.moved(head, now, cancel_requested=True), events=(requested,))
 

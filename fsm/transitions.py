@@ -8,10 +8,11 @@ are written here once, under public names, and used by both.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from tickwork.fsm.approvals import rejection
 from tickwork.fsm.errors import IllegalTransition, SessionFinished
 from tickwork.fsm.joins import Join, JoinMark
 from tickwork.fsm.values import (
@@ -102,11 +103,17 @@ def ended(
     return Change(head=new, events=(*events, *closing))
 
 
-def cancelled(head: Head, calls: Sequence[ToolCall], now: datetime) -> Change:
+def cancelled(
+    head: Head,
+    calls: Sequence[ToolCall],
+    now: datetime,
+    decisions: Mapping[str, Decision] | None = None,
+) -> Change:
     """A runnable session whose cancel was requested, ended at its tick: its open calls are
-    closed as not run."""
+    closed as not run (a rejected one with its rejection, `decisions` holding it)."""
     change = ended(head, Status.CANCELLED, now)
-    return change.model_copy(update=close_calls(calls, "not run: session cancelled", now))
+    closed = close_calls(calls, "not run: session cancelled", now, decisions)
+    return change.model_copy(update=closed)
 
 
 def cancelled_meanwhile(change: Change, now: datetime) -> Change:
@@ -130,14 +137,24 @@ def cancelled_meanwhile(change: Change, now: datetime) -> Change:
     return change.model_copy(update={"head": head, "events": events})
 
 
-def close_calls(calls: Sequence[ToolCall], why: str, now: datetime) -> dict[str, Any]:
+def close_calls(
+    calls: Sequence[ToolCall],
+    why: str,
+    now: datetime,
+    decisions: Mapping[str, Decision] | None = None,
+) -> dict[str, Any]:
     """The call states and observations (`Change` fields) that close the open calls of
-    `calls` with `why` as their error observation."""
+    `calls` with `why` as their error observation; a rejected call whose decision
+    `decisions` holds, with its rejection (the approver's feedback is never lost: it is
+    why the call did not run, and what a fork's model reads)."""
     todo = [c for c in calls if c.state.open or c.state.awaits_person]
 
     def text(call: ToolCall) -> str:
         if call.state in (CallState.STARTED, CallState.IN_DOUBT):
             return why.replace("not run", "interrupted; it may or may not have run")
+        decided = (decisions or {}).get(call.call_id)
+        if call.state is CallState.REJECTED and decided is not None:
+            return rejection(call, decided)
         return why
 
     return {

@@ -35,6 +35,7 @@ from tickwork.fsm.budgets import deadline_passed
 from tickwork.fsm.values import (
     IN_FLIGHT,
     CallState,
+    Decision,
     ErrorCode,
     Event,
     EventKind,
@@ -152,6 +153,7 @@ def _expire_one(engine: Engine, session_id: str, status: Status, *, now: datetim
         if head.status is not status or why is None:
             return False  # admitted, decided or cancelled meanwhile
         calls: tuple[ToolCall, ...] = ()
+        decided: dict[str, Decision] = {}
         if status is Status.QUEUED:
             wait = (
                 "it waited queued and was never admitted (its tenant's max_in_flight or its "
@@ -159,6 +161,9 @@ def _expire_one(engine: Engine, session_id: str, status: Status, *, now: datetim
             )
         else:
             calls = reads.read_calls(conn, session_id, step=head.step)
+            # a call of the step rejected already keeps its feedback as its observation
+            rejected = [c for c in calls if c.state is CallState.REJECTED]
+            decided = reads.read_decisions(conn, session_id, rejected) if rejected else {}
             wait = (
                 f"it waited for a decision on {', '.join(head.awaiting)} that did not come in "
                 f"time ({_fork_hint(head.step, calls)})"
@@ -169,6 +174,7 @@ def _expire_one(engine: Engine, session_id: str, status: Status, *, now: datetim
             f"{why}; {wait}: give a deadline that covers the wait",
             now=now,
             open_calls=calls,
+            decisions=decided,
         )
         writes.apply_change(conn, change, version=head.version, owner=None, now=now)
         return True

@@ -432,7 +432,9 @@ class CoreStore(Services):
         with self.engine.begin() as conn:
             head = reads.read_head(conn, session_id, lock=True)
             current = reads.read_calls(conn, session_id, step=head.step)
-            change = machine.request_cancel(head, current, now=now, by=by)
+            rejected = [c for c in current if c.state is CallState.REJECTED]
+            decided = reads.read_decisions(conn, session_id, rejected) if rejected else {}
+            change = machine.request_cancel(head, current, now=now, by=by, decisions=decided)
             if not change.head.status.runnable:
                 return writes.apply_change(conn, change, version=head.version, owner=None, now=now)
             # no version bump: the tick in flight stays valid and sees the flag next time

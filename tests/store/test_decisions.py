@@ -10,7 +10,7 @@ from tickwork.fsm.errors import (
     SessionFinished,
     StaleDecision,
 )
-from tickwork.fsm.values import CallState, DecisionKind, EventKind, Status
+from tickwork.fsm.values import CallState, DecisionKind, ErrorCode, EventKind, Status
 from tickwork.store import Store
 from tickwork.store.schema import outbox, sessions
 
@@ -75,6 +75,26 @@ class TestDecide:
         )
         assert (head.status, head.awaiting) == (Status.EXECUTING, ())
         assert [r["version"] for r in table_rows(store.engine, outbox)] == [head.version]
+
+    def test_a_rejection_given_as_the_deadline_passes_keeps_its_feedback_on_the_call(
+        self, store: Store, clock: Clock, session_id: str
+    ) -> None:
+        """The session's EXECUTE tick comes after its deadline: it fails DEADLINE without
+        running anything, and the rejected call reads the rejection (it read "not run: the
+        session failed", the approver's text in no observation or event)."""
+        [call] = wait_for_approval(store, session_id, clock, "danger")
+        deadline_s = store.get(session_id).budgets.deadline_s
+        rejected = decision(
+            call, DecisionKind.REJECT, now=clock.advance(deadline_s - 1), feedback="too risky"
+        )
+        assert store.decide(session_id, rejected, now=clock()).status is Status.EXECUTING
+
+        head = execute(store, session_id, now=clock.advance(2))
+
+        assert (head.status, head.error_code) == (Status.FAILED, ErrorCode.DEADLINE)
+        seen = store.load(session_id).observation(call.call_id)
+        assert seen is not None and seen.is_error
+        assert seen.content == "rejected by alice: too risky"
 
     def test_a_call_that_is_not_waiting_is_refused(
         self, store: Store, clock: Clock, session_id: str
@@ -155,6 +175,21 @@ class TestRequestCancel:
         assert session.events[-2].data == {"by": "carol"}
         assert table_rows(store.engine, outbox) == []
         assert len(calls) == 2
+
+    def test_a_call_rejected_before_the_cancel_keeps_its_rejection(
+        self, store: Store, clock: Clock, session_id: str
+    ) -> None:
+        first, _ = wait_for_approval(store, session_id, clock, "danger", "danger")
+        rejected = decision(first, DecisionKind.REJECT, now=clock(), feedback="too risky")
+        store.decide(session_id, rejected, now=clock())
+
+        store.request_cancel(session_id, now=clock.advance(1), by="carol")
+
+        session = store.load(session_id)
+        assert {o.call_id: o.content for o in session.observations} == {
+            "s1c0": "rejected by alice: too risky",
+            "s1c1": "not run: session cancelled",
+        }
 
     def test_a_runnable_session_only_gets_the_flag(
         self, store: Store, clock: Clock, session_id: str

@@ -150,7 +150,9 @@ def _advance(tick: Tick, runner: Runner, owner: str) -> Outcome:
             if missing is None:
                 change = runner.advance(tick)
             elif claimed.head.cancel_requested:  # a cancel needs no kind
-                change = transitions.cancelled(claimed.head, claimed.calls, rt.clock())
+                change = transitions.cancelled(
+                    claimed.head, claimed.calls, rt.clock(), claimed.decisions
+                )
             elif (late := deadline_passed(claimed.head, now=rt.clock())) is not None:
                 # nor does the deadline: a kind no worker will have again ends there
                 message = (
@@ -163,6 +165,7 @@ def _advance(tick: Tick, runner: Runner, owner: str) -> Outcome:
                     message,
                     now=rt.clock(),
                     open_calls=claimed.calls,
+                    decisions=claimed.decisions,
                 )
             else:
                 # refused, not failed, as a graph version this worker lacks: nothing is saved,
@@ -200,6 +203,7 @@ def _advance(tick: Tick, runner: Runner, owner: str) -> Outcome:
             f"{late}; no worker that took its tick found its files ({exc.message})",
             now=rt.clock(),
             open_calls=claimed.calls,
+            decisions=claimed.decisions,
         )
     except BlobCorrupt as exc:
         # no tier holds a good copy: running on bad files would be worse than stopping
@@ -211,6 +215,7 @@ def _advance(tick: Tick, runner: Runner, owner: str) -> Outcome:
             exc.message,
             now=rt.clock(),
             open_calls=claimed.calls,
+            decisions=claimed.decisions,
         )
     except Exception as exc:
         if disk_full(exc):
@@ -307,6 +312,7 @@ def _internal(rt: Runtime, claimed: Claimed, files: TickFiles, exc: Exception) -
         f"{type(exc).__name__}: {exc}",
         now=rt.clock(),
         open_calls=claimed.calls,
+        decisions=claimed.decisions,
     )
 
 

@@ -4,12 +4,21 @@ passes while it waits (queued, or for a decision) fails `DEADLINE` at the pass."
 
 from __future__ import annotations
 
+import pytest
+
 from tickwork.fsm.admission import Admission, TenantLimit
-from tickwork.fsm.values import Budgets, ErrorCode, Head, Session, Status
+from tickwork.fsm.errors import SessionFinished
+from tickwork.fsm.values import Budgets, DecisionKind, ErrorCode, Head, Session, Status
 from tickwork.store.port import Store
 from tickwork.store.relay import Due
 from tickwork.testing.store_contract.base import Contract
-from tickwork.testing.store_ticks import Clock, in_doubt_call, new_session, wait_for_approval
+from tickwork.testing.store_ticks import (
+    Clock,
+    decision,
+    in_doubt_call,
+    new_session,
+    wait_for_approval,
+)
 
 ONE = TenantLimit(max_in_flight=1)
 
@@ -120,3 +129,38 @@ class AdmissionContract(Contract):
         assert "fork it from step 1 with a later --deadline" in doubt.head.error_message
         seen = doubt.observation("s1c0")
         assert seen is not None and seen.content.startswith("interrupted; it may or may not")
+
+    def test_a_rejection_made_before_the_deadline_keeps_its_feedback_on_the_call(
+        self, store: Store, clock: Clock
+    ) -> None:
+        """A step of two calls, one rejected with feedback, the other still waiting when the
+        deadline passes: the rejected call reads its rejection, not "not run" (the
+        approver's text was in no observation or event); a decision after the pass is
+        refused, saying how the session ended and that it was not recorded."""
+        store.create(
+            new_session("late", now=clock(), budgets=Budgets(deadline_s=60.0)), now=clock()
+        )
+        first, second = wait_for_approval(store, "late", clock, "danger", "danger")
+        rejected = decision(
+            first, DecisionKind.REJECT, now=clock.advance(10), feedback="use a dry run first"
+        )
+        store.decide("late", rejected, now=clock())
+        assert store.admit(Admission(default=ONE), now=clock.advance(60)) == []
+        late = store.load("late")
+        assert (late.head.status, late.head.error_code) == (Status.FAILED, ErrorCode.DEADLINE)
+        seen = late.observation(first.call_id)
+        assert seen is not None and seen.is_error
+        assert seen.content == "rejected by alice: use a dry run first"
+        other = late.observation(second.call_id)
+        assert other is not None and other.content == "not run: the session failed"
+
+        refused = decision(second, DecisionKind.REJECT, now=clock(), feedback="not this either")
+        with pytest.raises(SessionFinished) as caught:
+            store.decide("late", refused, now=clock())
+        message = str(caught.value)
+        assert message.startswith(f"session late failed DEADLINE ({late.head.error_message})")
+        assert message.endswith(
+            f"before this decision: the rejection of call {second.call_id} and its feedback "
+            "were not recorded; fork it to decide again"
+        )
+        assert store.load("late").decision(second.call_id) is None
