@@ -512,9 +512,10 @@ def start_execute(
     """
     transitions.require(head, Status.EXECUTING)
     if head.cancel_requested:
-        return transitions.cancelled(head, calls, now, decisions)
+        return transitions.cancelled(head, _unrun(calls, idempotent), now, decisions)
     if (late := deadline_passed(head, now=now)) is not None:
-        return fail(head, ErrorCode.DEADLINE, late, now=now, open_calls=calls, decisions=decisions)
+        unrun = _unrun(calls, idempotent)
+        return fail(head, ErrorCode.DEADLINE, late, now=now, open_calls=unrun, decisions=decisions)
     call = next_call(calls)
     if call is None:
         return Change(head=transitions.moved(head, now, status=Status.READY))
@@ -538,6 +539,19 @@ def start_execute(
         )
         return tool_finished(head, calls, call, output=text, is_error=True, now=now)
     return RunTool(call=call, arguments=_arguments(call, decision))
+
+
+def _unrun(calls: Sequence[ToolCall], idempotent: bool) -> Sequence[ToolCall]:
+    """`calls`, the next one as pending if it was found started and `idempotent` says its
+    tool may run twice: such a call runs again from the start (an EXECUTE claim marks one
+    started before it runs, and what an attempt cut short changed in the files was never
+    saved), so a session that ends here did not run it, as it did not run the calls after
+    it; it was not interrupted."""
+    call = next_call(calls)
+    if call is None or call.state is not CallState.STARTED or not idempotent:
+        return calls
+    again = call.model_copy(update={"state": CallState.PENDING})
+    return [again if c.call_id == call.call_id else c for c in calls]
 
 
 def _arguments(call: ToolCall, decision: Decision | None) -> dict[str, Any]:

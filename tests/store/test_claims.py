@@ -16,6 +16,7 @@ from tickwork.store.schema import calls, dead_letters, outbox, sessions
 
 from tests.conftest import Clock
 from tests.store.conftest import (
+    IDEMPOTENT,
     LEASE_S,
     claim,
     count_rows,
@@ -264,6 +265,34 @@ class TestStartCall:
             {"call_id": "s1c0", "name": "read_file", "rerun": False},
         )
         assert store.get(session_id).version == claimed.head.version
+
+    def test_a_call_the_claim_started_and_the_deadline_closed_reads_not_run(
+        self, store: Store, clock: Clock
+    ) -> None:
+        """Its tick was lost before it ran (a worker gone, a tick refused), and the next
+        one came past the deadline: the call read "interrupted; it may or may not have
+        run", though an idempotent call runs again from the start and its earlier attempt
+        counted for nothing, like the calls after it, which read "not run"."""
+        store.create(new_session("s", now=clock(), budgets=Budgets(deadline_s=60)), now=clock())
+        answer = reply(("read_file", {"path": "a"}), ("read_file", {"path": "b"}))
+        think(store, "s", answer, now=clock())
+        lost = claim(store, "s", now=clock(), owner="gone", idempotent=IDEMPOTENT)
+        assert lost.started == "s1c0"
+
+        later = claim(store, "s", now=clock.advance(61), owner="w2", idempotent=IDEMPOTENT)
+        assert [c.state for c in later.calls] == [CallState.STARTED, CallState.PENDING]
+        change = machine.start_execute(
+            later.head, later.calls, later.decisions, idempotent=True, now=clock()
+        )
+        assert not isinstance(change, RunTool)
+        head = store.save(change, version=later.head.version, owner="w2", now=clock())
+
+        assert (head.status, head.error_code) == (Status.FAILED, ErrorCode.DEADLINE)
+        session = store.load("s")
+        assert {o.call_id: o.content for o in session.observations} == {
+            "s1c0": "not run: the session failed",
+            "s1c1": "not run: the session failed",
+        }
 
     @pytest.mark.parametrize("wrong", ["owner", "version", "taken over"])
     def test_with_a_lost_lease_raises_and_writes_nothing(
