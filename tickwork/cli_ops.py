@@ -342,7 +342,10 @@ def upgrade(json_output: options.Json = False) -> None:
 
 
 def current(json_output: options.Json = False) -> None:
-    """Show the schema revision the database is at, and the newest this code knows."""
+    """Show the schema revision the database is at, and the newest this code knows.
+
+    Exits 1 if the database has no tickwork schema at all."""
+    from tickwork.fsm.errors import NoDatabase
     from tickwork.store.migrate import current as revision_of
     from tickwork.store.migrate import head
     from tickwork.worker.config.secrets import mask
@@ -356,11 +359,12 @@ def current(json_output: options.Json = False) -> None:
         views.emit(
             {"database_url": shown, "revision": at, "head": newest, "up_to_date": at == newest}
         )
-    elif at is None:
-        render.show(
-            Text(f"database {shown} has no tickwork schema; run `tickwork db upgrade`", "yellow")
-        )
-    elif at == newest:
+    if at is None:
+        # a script reads exit 0 as "migrated": no schema at all is a fault it must see
+        raise NoDatabase(f"database {shown} has no tickwork schema; run `tickwork db upgrade`")
+    if json_output:
+        return
+    if at == newest:
         render.show(Text(f"database {shown} is at schema revision {at}, the newest"))
     else:
         render.show(

@@ -188,15 +188,21 @@ def test_db_current_history_and_downgrade(tmp_path: Path, backend: str) -> None:
         cli = Cli(_bare_env(TICKWORK_STATE_DIR=str(tmp_path / "state")), tmp_path)
         db = functools.partial(cli, "db", TICKWORK_DATABASE_URL=url)
 
-        before, listed = at_once(lambda: db("current", "--json"), lambda: db("history", "--json"))
+        before, listed = at_once(
+            lambda: db("current", "--json", ok=False), lambda: db("history", "--json")
+        )
         revisions = listed.json()
         newest = next(r["revision"] for r in revisions if r["head"])
-        assert before.json() == {
+        # no schema at all is not "migrated": exit 1, saying what to run; --json still
+        # gives the object
+        before.error(1, f"database {url} has no tickwork schema", "tickwork db upgrade")
+        assert json.loads(before.stdout) == {
             "database_url": url,
             "revision": None,
             "head": newest,
             "up_to_date": False,
         }
+        db("current", ok=False).error(1, "has no tickwork schema", "tickwork db upgrade")
         assert revisions[-1]["follows"] == [] and not any(r["current"] for r in revisions)
         assert not (tmp_path / "tw.db").exists()  # looking made no database
 
@@ -217,7 +223,9 @@ def test_db_current_history_and_downgrade(tmp_path: Path, backend: str) -> None:
 
         assert db("downgrade", "base", "--yes", "--json").json()["revision"] is None
         assert not _tables(url) & {"tickwork_sessions", "tickwork_outbox", "tickwork_events"}
-        assert db("current", "--json").json()["revision"] is None
+        gone = db("current", "--json", ok=False)
+        gone.error(1, "has no tickwork schema")
+        assert json.loads(gone.stdout)["revision"] is None
         db("downgrade", "base", "--yes", ok=False).error(2, "no tickwork schema")
         assert db("upgrade", "--json").json()["revision"] == newest
 
