@@ -55,9 +55,17 @@ MAX_SYSTEM_PROMPT_CHARS = 100_000
 
 
 def check_system_prompt(text: str | None) -> None:
-    """Refuse a system prompt longer than MAX_SYSTEM_PROMPT_CHARS (InvalidInput); None is
-    the parent's."""
-    if text is not None and len(text) > MAX_SYSTEM_PROMPT_CHARS:
+    """Refuse a system prompt that is empty (or only whitespace) or longer than
+    MAX_SYSTEM_PROMPT_CHARS (InvalidInput); None is the parent's."""
+    if text is None:
+        return
+    if not text.strip():
+        # a model told nothing of its role, tools or rules: never what a fork meant
+        raise InvalidInput(
+            "--system-prompt (API: system_prompt) is empty: give the new prompt's text, or "
+            "leave it out to keep the parent's"
+        )
+    if len(text) > MAX_SYSTEM_PROMPT_CHARS:
         raise InvalidInput(
             f"--system-prompt (API: system_prompt) is {len(text):,} characters long; at most "
             f"{MAX_SYSTEM_PROMPT_CHARS:,} are taken: give a shorter one"

@@ -117,7 +117,8 @@ FromStep = Annotated[int, typer.Option(help="Keep steps 1..K of the original (0:
 SystemPrompt = Annotated[
     str | None,
     typer.Option(
-        help=f"Replace the system prompt (at most {MAX_SYSTEM_PROMPT_CHARS:,} characters).",
+        help=f"Replace the system prompt (not empty; at most {MAX_SYSTEM_PROMPT_CHARS:,} "
+        "characters).",
         rich_help_panel="Patch",
     ),
 ]

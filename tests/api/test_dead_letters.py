@@ -177,6 +177,12 @@ def test_an_output_past_the_tool_output_cap_or_an_empty_instruction_is_refused(
     )
     empty = api.post(f"/api/v1/sessions/{over}/fork", json={**fork, "append_instruction": " "})
     assert empty.status_code == 422 and "append_instruction) is empty" in empty.json()["message"]
+    for prompt in ("", " \n"):
+        blank = api.post(
+            f"/api/v1/dead-letters/{over}/fork", json={**fork, "system_prompt": prompt}
+        )
+        assert blank.status_code == 422, blank.text
+        assert "system_prompt) is empty" in blank.json()["message"]
     assert api.get(f"/api/v1/dead-letters/{over}").json()["resolved_at"] is None
     at_the_cap = api.post(
         f"/api/v1/dead-letters/{over}/fork", json={**fork, "tool_outputs": {"s1c0": "x" * cap}}

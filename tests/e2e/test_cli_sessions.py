@@ -344,6 +344,14 @@ def test_an_instruction_or_an_output_past_what_the_api_takes_is_refused(
     )
     with pytest.raises(InvalidInput, match="at most 100,000 are taken"):
         deployment.client.fork("capped", from_step=1, by="erin", system_prompt=prompt)
+    # an empty prompt forked a session whose model was told nothing of its role
+    for empty in ("", "  \n"):
+        cli.inline(*fork, "--system-prompt", empty, ok=False).error(
+            2, "--system-prompt (API: system_prompt) is empty", "leave it out"
+        )
+        with pytest.raises(InvalidInput, match="system_prompt\\) is empty"):
+            deployment.client.fork("capped", from_step=1, by="erin", system_prompt=empty)
+    assert [h.id for h in store.list_sessions()] == ["capped"]  # no fork was made
     made = cli.inline(*fork, "--append-instruction", longest, "--json").json()
     assert made["config"]["instructions"][-1]["text"] == longest
 

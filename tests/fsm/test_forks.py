@@ -317,6 +317,13 @@ def test_an_empty_instruction_is_refused(build: Any, parent: Session, text: str)
         forked(build, parent, 2, append_instruction=text)
 
 
+@pytest.mark.parametrize("text", ["", " \t\n"])
+def test_an_empty_system_prompt_is_refused(build: Any, parent: Session, text: str) -> None:
+    """The fork ran with no system prompt at all (the model told nothing of its role)."""
+    with pytest.raises(InvalidInput, match=r"^--system-prompt \(API: system_prompt\) is empty"):
+        forked(build, parent, 2, system_prompt=text)
+
+
 def test_an_instruction_past_what_the_api_takes_is_refused(build: Any, parent: Session) -> None:
     """The API refused it (MAX_INSTRUCTION_CHARS); a fork made by the CLI or the Python
     client took any length."""
