@@ -45,7 +45,16 @@ def effect(value: str, ctx: ToolContext, sleep_s: float = 0.0) -> str:
     return f"did {value}"
 
 
-@tool(requires_approval=True)
+#: an edit of `danger` to this value trips a bug in its check (not a ToolError)
+BUGGY_CHECK_VALUE = "trip-the-check"
+
+
+def _check_danger(arguments: Mapping[str, Any]) -> None:
+    if arguments.get("value") == BUGGY_CHECK_VALUE:
+        _ = {}["target"]  # a check with a bug: KeyError, not the ToolError it should raise
+
+
+@tool(requires_approval=True, check=_check_danger)
 def danger(value: str, ctx: ToolContext) -> str:
     """A destructive effect: a person approves it first."""
     _record(ctx, "danger.log", value)

@@ -171,6 +171,27 @@ def test_edit_is_checked_against_the_tool_schema_then_runs(stack: Stack) -> None
     assert f"{session_id}:1:s1c0 staging-db" in stack.deployment.sink_lines("danger.log")
 
 
+def test_an_edit_a_tools_check_raises_on_with_a_bug_is_refused_naming_it(stack: Stack) -> None:
+    """A tool's `check` that raises something other than ToolError (a KeyError from a bug)
+    made the edit a 500; it is refused as any bad edit is, naming the tool and the error,
+    and the call still waits for a decision."""
+    from tests.jobs import BUGGY_CHECK_VALUE
+
+    session_id = stack.waiting()
+    body = {
+        "kind": "edit",
+        "fingerprint": stack.fingerprint(session_id),
+        "arguments": {"value": BUGGY_CHECK_VALUE},
+    }
+    status, error = decide(stack, "bob", session_id, body)
+    assert status == 422 and error["code"] == "invalid_input", error
+    message = str(error["message"])
+    assert message.startswith("the edit of call s1c0: the check of tool danger raised KeyError")
+    assert "'target'" in message
+    whole = stack.deployment.client.load(session_id)
+    assert whole.head.awaiting == ("s1c0",) and whole.decisions == ()
+
+
 def test_reject_tells_the_model_who_rejected_and_why(stack: Stack) -> None:
     session_id = stack.waiting()
     status, _ = decide(

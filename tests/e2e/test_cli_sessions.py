@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.conftest import ROOT, TEST_KIND, Cli, Deployment, call
+from tests.jobs import BUGGY_CHECK_VALUE
 
 DANGERS = [call("danger", value="a"), call("danger", value="b"), call("danger", value="c")]
 
@@ -137,6 +138,11 @@ def test_errors_are_one_line_with_an_exit_code(deployment: Deployment, cli: Cli)
         ("approve", sid, "s1c0", "--fingerprint", "0000ffff"): (1, "fingerprint"),
         ("edit", sid, "s1c0", "--args", "[1, 2]"): (2, "--args must be a JSON object"),
         ("edit", sid, "s1c0", "--args", '{"value": 7}'): (2, "value"),
+        # a tool's check with a bug (a KeyError): a traceback before
+        ("edit", sid, "s1c0", "--args", json.dumps({"value": BUGGY_CHECK_VALUE})): (
+            2,
+            "the edit of call s1c0: the check of tool danger raised KeyError: 'target'",
+        ),
         ("fork", sid, "--from-step", "7"): (
             2,
             "choose --from-step (API: from_step) between 0 and 1, not 7",

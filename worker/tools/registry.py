@@ -24,7 +24,13 @@ from typing import Annotated, Any, get_type_hints, overload
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from tickwork.fsm.approvals import ApprovalRule, Policy
-from tickwork.fsm.errors import ConfigurationError, InvalidToolArguments, ToolError, UnknownTool
+from tickwork.fsm.errors import (
+    ConfigurationError,
+    InvalidToolArguments,
+    TickworkError,
+    ToolError,
+    UnknownTool,
+)
 from tickwork.fsm.transitions import cap_output
 from tickwork.fsm.values import Head
 from tickwork.fsm.values import idempotency_key as _idempotency_key
@@ -162,12 +168,26 @@ class Tool:
     def check_paths(self, arguments: Mapping[str, Any]) -> None:
         """`PathOutsideWorkspace` if an argument of `paths` leaves the workspace by its text
         alone (absolute, `~`, climbing out with `..`, a NUL): no workspace is needed; then
-        the tool's own `check`."""
+        the tool's own `check`, where an error that is not tickwork's (a KeyError from a
+        bug in it) becomes a ToolError naming the tool and the error."""
         for name in self.paths:
             if isinstance(arguments.get(name), str):
                 lexical(arguments[name])
-        if self.check is not None:
+        if self.check is None:
+            return
+        try:
             self.check(arguments)
+        except TickworkError:
+            raise
+        except Exception as exc:
+            # refused like any bad edit, never a 500: the approver can try other arguments,
+            # and the tool's author finds the traceback in the log
+            log.warning("the check of tool %s raised", self.name, exc_info=True)
+            raise ToolError(
+                f"the check of tool {self.name} raised {type(exc).__name__}: {exc}; correct "
+                "the arguments, or, if they are right, the check itself has a bug (a check "
+                "refuses arguments with ToolError naming what is wrong)"
+            ) from exc
 
     @property
     def rule(self) -> ApprovalRule:
