@@ -39,6 +39,7 @@ COMMANDS = (
     "tickwork.cli_dlq",
     "tickwork.cli_eval",
     "tickwork.cli_ops",
+    "tickwork.cli_runbook",
     "tickwork.cli_gc",
     "tickwork.cli_env",
     "tickwork.cli_artifacts",

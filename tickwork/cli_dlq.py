@@ -169,7 +169,7 @@ def stats(
             "--recount",
             help="Derive every dead letter's error signature again and count them afresh "
             "first: after an upgrade that changed the signatures, or to migration 0009 while "
-            "older workers still ran (ops/RUNBOOK.md, Upgrades).",
+            "older workers still ran (`tickwork runbook upgrades`).",
         ),
     ] = False,
     unresolved: Unresolved = False,

@@ -174,7 +174,7 @@ def check_what_ticks_load(settings: Settings) -> None:
         raise ConfigurationError(
             f"the database {mask(settings.db_url, [])} is at schema revision {at}, older than "
             f"this tickwork's ({head(settings.db_url)}); run `tickwork db upgrade` before "
-            "starting workers (ops/RUNBOOK.md, Upgrades)"
+            "starting workers (`tickwork runbook upgrades`)"
         )
     from tickwork.worker.config.settings import RoleSettings
     from tickwork.worker.jobs import BUILTIN
@@ -424,7 +424,7 @@ def downgrade(
 ) -> None:
     """Migrate the schema back to REV: what later revisions added is dropped, with its data.
 
-    Stop the workers first, and take a backup (ops/RUNBOOK.md)."""
+    Stop the workers first, and take a backup (`tickwork runbook backups`)."""
     import sys
 
     from rich.prompt import Confirm

@@ -81,6 +81,7 @@ def test_the_wheel_installs_one_namespace(wheel: Path) -> None:
     assert "tickwork/worker/sandbox/forward.py" in names
     assert "tickwork/store/migrations/script.py.mako" in names
     assert "tickwork/examples/agents_demo/planner.json" in names
+    assert "tickwork/ops/RUNBOOK.md" in names  # `tickwork runbook`, which messages name
     top_level = next(n for n in names if n.endswith(".dist-info/top_level.txt"))
     with zipfile.ZipFile(wheel) as built:
         assert built.read(top_level).decode().split() == ["tickwork"]
@@ -137,6 +138,18 @@ def test_the_agents_demo_runs_from_the_wheel_in_any_directory(
     # the scripts shipped in the wheel, copied into the state folder for the workers
     (planner,) = (state / "demo").glob("agents-*/planner.json")
     assert "explorer_divisor.json" in planner.read_text() and "{SCRIPTS}" not in planner.read_text()
+
+
+def test_the_runbook_messages_point_to_is_read_from_the_wheel(
+    venv: Path, shadowed: Path, tmp_path: Path
+) -> None:
+    """Messages sent operators to ops/RUNBOOK.md, which a wheel did not hold; they name
+    `tickwork runbook TOPIC`, which prints the section from the installed copy."""
+    env = _plain_env(venv, TICKWORK_STATE_DIR=str(tmp_path / "state"))
+    done = _run([str(venv / "bin" / "tickwork"), "runbook", "upgrades"], cwd=shadowed, env=env)
+    assert done.stdout.startswith("## Upgrades\n") and "tickwork db upgrade" in done.stdout
+    listed = _run([str(venv / "bin" / "tickwork"), "runbook"], cwd=shadowed, env=env)
+    assert "Rolling out a new graph version" in listed.stdout
 
 
 def test_the_eval_demo_runs_from_the_wheel_without_extras(

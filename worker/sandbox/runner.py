@@ -81,7 +81,8 @@ SYSTEM_ONLY = (*SYSTEM, "/etc", "/boot", "/dev", "/proc", "/sys", "/run")
 CODE = str(Path(__file__).resolve().parents[2])
 HOW_TO = (
     "install bubblewrap (`apt-get install bubblewrap`) and let it create namespaces (see "
-    "ops/RUNBOOK.md, Sandbox), or set TICKWORK_SANDBOX=none to run commands unconfined on purpose"
+    "`tickwork runbook sandbox`), or set TICKWORK_SANDBOX=none to run commands unconfined on "
+    "purpose"
 )
 
 
@@ -252,7 +253,7 @@ DEMO_UNCONFINED = "demo_unconfined"
 #: how to install bubblewrap, for messages that end "... until you install bubblewrap: "
 BWRAP_INSTALL = (
     "`apt-get install bubblewrap` (Debian, Ubuntu), `dnf install bubblewrap` (Fedora), "
-    "`pacman -S bubblewrap` (Arch); see ops/RUNBOOK.md, Sandbox"
+    "`pacman -S bubblewrap` (Arch); see `tickwork runbook sandbox`"
 )
 
 

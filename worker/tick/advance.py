@@ -113,7 +113,7 @@ def _say_if_refused(rt: Runtime, session_id: str, version: int) -> None:
         log.error(
             "session %s needs runtime level %d; this worker (tickwork %s) runs level %d. The "
             "tick is refused and the session left for a worker of a later release (see "
-            "ops/RUNBOOK.md, Upgrades)",
+            "`tickwork runbook upgrades`)",
             session_id,
             head.runtime_level,
             release.version(),

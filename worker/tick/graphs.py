@@ -205,8 +205,8 @@ def check_version(kind: GraphKind, head: Head) -> CompiledGraph:
         raise GraphVersionMismatch(
             f"session {head.id} runs graph {name!r} version {version!r}; this worker has "
             f"{kind.graph.name!r} version {kind.graph.version!r}. The tick is refused and the "
-            "session kept for a worker that has its version (see ops/RUNBOOK.md, rolling out "
-            "a new graph version)"
+            "session kept for a worker that has its version (see `tickwork runbook graph "
+            "version`)"
         )
     return kind.graph
 
