@@ -136,7 +136,11 @@ def run(
     parquet: Parquet = None,
     json_output: options.Json = False,
 ) -> None:
-    """Run a task set: one repair session a task, N at a time; a table of the results."""
+    """Run a task set: one repair session a task, N at a time; a table of the results.
+
+    Exits 1 when a task says nothing of the model (not submitted, timed out, cancelled,
+    failed MODEL_ERROR, INTERNAL, ENV_SETUP or ARTIFACT_CORRUPT, or its expected tests could
+    not run); tasks the model did not repair are the run's answer (exit 0)."""
     from .eval.model import SCRIPTED, RunConfig
     from .eval.runner import model_for, run_tasks
     from .eval.runs import new_id
@@ -264,6 +268,27 @@ def run(
             )
         )
         raise typer.Exit(130)
+    _fault_if_unmeasured(done)
+
+
+def _fault_if_unmeasured(done: Run) -> None:
+    """Exit 1 (README, "Errors and exit codes": a service refused, a check found a fault)
+    when a task's figures say nothing of the model; a task the model did not repair is the
+    run's answer, not a fault, so the demo's run exits 0."""
+    unmeasured = [r for r in done.results if not r.measured]
+    if not unmeasured:
+        return
+    named = ", ".join(
+        f"{r.task} ({r.outcome.value}{f' {r.cause}' if r.cause else ''}"
+        f"{', expected tests not run' if r.expected_tests == 'not_run' else ''})"
+        for r in unmeasured[:5]
+    )
+    more = f" and {len(unmeasured) - 5} more" if len(unmeasured) > 5 else ""
+    raise TickworkError(
+        f"run {done.id}: {len(unmeasured)} of {len(done.results)} tasks say nothing of the "
+        f"model: {named}{more}; see their CAUSE (`tickwork eval show {done.id}`), fix what "
+        "stopped them and run the task set again"
+    )
 
 
 def _sandbox_note(ctx: Context, say: Any, *, unconfined: bool) -> None:

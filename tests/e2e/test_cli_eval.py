@@ -143,6 +143,26 @@ def test_bad_input_is_one_error_line(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert not (state / "evals").exists()  # nothing ran
 
 
+def test_a_run_whose_tasks_say_nothing_of_the_model_exits_1(tmp_path: Path) -> None:
+    """A run whose tasks were not submitted (or failed MODEL_ERROR for want of a key) exited
+    0 like a run of the model's own failures: a script took it for a result. It prints its
+    table or JSON, then one error line naming them, and exits 1."""
+    state = tmp_path / "state"
+    script = tmp_path / "done.json"
+    script.write_text(json.dumps([{"content": "nothing to do"}]))
+    tasks = tmp_path / "tasks.jsonl"
+    gone = {"source": "no-such-repo", "ref": "main", "test_command": "true", "script": "done.json"}
+    tasks.write_text(json.dumps({"id": "gone", **gone}) + "\n")
+    args = ("eval", str(tasks), "--model", "scripted", "--no-worker")
+    code, out, err = _inline(state, *args, "--json")
+    assert code == 1 and json.loads(out)["results"][0]["outcome"] == "not_submitted"
+    (line,) = err.splitlines()
+    assert line.startswith("error: run ") and "1 of 1 tasks say nothing of the model" in line
+    assert "gone (not_submitted InvalidInput)" in line and "tickwork eval show" in line
+    code, out, err = _inline(state, *args)
+    assert code == 1 and "0/1 repaired" in out and err.startswith("error: run ")
+
+
 def test_eval_without_arguments_shows_its_commands(tmp_path: Path) -> None:
     code, out, _ = _inline(tmp_path / "state", "eval")
     assert code == 0

@@ -126,6 +126,30 @@ def test_a_run_file_without_a_field_is_damaged_naming_it(tmp_path: Path) -> None
         runs.load(A.id)
 
 
+def test_a_task_says_how_the_model_did_unless_something_else_stopped_it() -> None:
+    """`tickwork eval` exits 1 for the tasks that are not measured (README: a service
+    refused, a check found a fault); the model's own failures are the run's answer."""
+    answers = [
+        result("a", Outcome.REPAIRED),
+        result("b", Outcome.TESTS_FAILING),
+        result("c", Outcome.NO_CHANGES),
+        result("d", Outcome.FAILED, cause="LOOP"),
+        result("e", Outcome.FAILED, cause="BUDGET_STEPS"),
+        result("f", Outcome.REPAIRED, expected_tests="fail"),
+    ]
+    faults = [
+        result("g", Outcome.NOT_SUBMITTED, cause="InvalidInput"),
+        result("h", Outcome.TIMED_OUT, cause="timeout"),
+        result("i", Outcome.CANCELLED),
+        result("j", Outcome.FAILED, cause="MODEL_ERROR"),
+        result("k", Outcome.FAILED, cause="INTERNAL"),
+        result("l", Outcome.FAILED, cause="ENV_SETUP"),
+        result("m", Outcome.REPAIRED, expected_tests="not_run"),
+    ]
+    assert [r.task for r in answers if not r.measured] == []
+    assert [r.task for r in faults if r.measured] == []
+
+
 def test_compare_gives_each_task_its_verdict_and_deltas() -> None:
     comparison = compare(A, B)
     by_task = {c.task: c for c in comparison.changes}

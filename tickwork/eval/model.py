@@ -82,6 +82,12 @@ class RunConfig:
         return cls(**kept)
 
 
+#: a dead-lettered session's causes that say nothing of the model's work: the model's
+#: service refused or did not answer, tickwork or the job broke, the environment could not
+#: be built, a blob was corrupt
+NOT_THE_MODELS = frozenset({"MODEL_ERROR", "INTERNAL", "ENV_SETUP", "ARTIFACT_CORRUPT"})
+
+
 @dataclass(frozen=True)
 class TaskResult:
     """One task's figures in a run."""
@@ -111,6 +117,17 @@ class TaskResult:
     def success(self) -> bool:
         """Repaired, and its expected tests (if the task has any) pass."""
         return self.outcome.success and self.expected_tests in ("", "pass")
+
+    @property
+    def measured(self) -> bool:
+        """Whether its figures say how the model did: not when the task was not submitted,
+        timed out or was cancelled, failed for a cause of NOT_THE_MODELS, or its expected
+        tests could not run."""
+        if self.outcome in (Outcome.NOT_SUBMITTED, Outcome.TIMED_OUT, Outcome.CANCELLED):
+            return False
+        if self.outcome is Outcome.FAILED and self.cause in NOT_THE_MODELS:
+            return False
+        return self.expected_tests != "not_run"
 
     def to_json(self) -> dict[str, Any]:
         made = asdict(self)
