@@ -123,15 +123,17 @@ def admit(
     return list(_interleaved(order, admitted))
 
 
-def expire(engine: Engine, *, now: datetime, limit: int = EXPIRY_SCAN) -> list[str]:
+def expire(engine: Engine, *, now: datetime, limit: int = EXPIRY_SCAN) -> list[Head]:
     """Fail `DEADLINE`, dead-lettered as at a tick, the sessions waiting (of the `limit`
     oldest queued, and as many waiting for a decision) whose deadline passed while they
     waited: a deadline runs from the submit, the wait included, so each would fail at its
     next tick anyway. A queued one frees its place in `max_queued` and says why, instead
     of waiting, maybe for ever, for a slot; one waiting for a decision leaves the approvals
     queue for the dead letters (forked with a later deadline, it asks again), instead of
-    being listed there until an approval that could only end it. Their ids."""
-    failed = []
+    being listed there until an approval that could only end it. Their heads as failed,
+    each returned by the one call that failed it (relays racing each fail it once: the
+    caller announces its dead letter)."""
+    failed: list[Head] = []
     for status in (Status.QUEUED, Status.WAITING_APPROVAL):
         with engine.connect() as conn:
             waiting = conn.execute(
@@ -141,17 +143,18 @@ def expire(engine: Engine, *, now: datetime, limit: int = EXPIRY_SCAN) -> list[s
                 .limit(limit)
             ).all()
         late = [r.id for r in waiting if _past_deadline(r.created_at, r.budgets, now)]
-        failed += [i for i in late if _expire_one(engine, i, status, now=now)]
+        failed += [h for i in late if (h := _expire_one(engine, i, status, now=now)) is not None]
     return failed
 
 
-def _expire_one(engine: Engine, session_id: str, status: Status, *, now: datetime) -> bool:
-    """Fail the session DEADLINE if it still waits as `status` past its deadline."""
+def _expire_one(engine: Engine, session_id: str, status: Status, *, now: datetime) -> Head | None:
+    """Fail the session DEADLINE if it still waits as `status` past its deadline: its head
+    as failed, or None if it was not (under the row's lock, so by one caller only)."""
     with engine.begin() as conn:
         head = reads.read_head(conn, session_id, lock=True)
         why = deadline_passed(head, now=now)
         if head.status is not status or why is None:
-            return False  # admitted, decided or cancelled meanwhile
+            return None  # admitted, decided, cancelled or failed by another relay meanwhile
         calls: tuple[ToolCall, ...] = ()
         decided: dict[str, Decision] = {}
         if status is Status.QUEUED:
@@ -176,8 +179,7 @@ def _expire_one(engine: Engine, session_id: str, status: Status, *, now: datetim
             open_calls=calls,
             decisions=decided,
         )
-        writes.apply_change(conn, change, version=head.version, owner=None, now=now)
-        return True
+        return writes.apply_change(conn, change, version=head.version, owner=None, now=now)
 
 
 def _fork_hint(step: int, calls: Sequence[ToolCall]) -> str:

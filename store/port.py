@@ -243,6 +243,14 @@ class Relay(Protocol):
         ticks to publish, in order."""
         ...
 
+    def expire(self, *, now: datetime, limit: int = 500) -> list[Head]:
+        """What a full pass of `admit` does first: fail `DEADLINE` (dead-lettered, as at a
+        tick) the `limit` oldest queued sessions, and as many waiting for a decision (their
+        waiting calls closed as not run), whose deadline passed while they waited. Their
+        heads as failed; each session is returned by the one call that failed it, however
+        many run at once, so the relay that gets it announces its dead letter once."""
+        ...
+
     def hold_sign(self, key: int) -> Sign | None:
         """Take the sign of life `key` for this worker process (`store/liveness.py`), to
         lease as `liveness.signed(owner, key)`; None where the database has none (leases

@@ -12,7 +12,7 @@ from typing import Any
 
 from sqlalchemy import Engine, text
 from tickwork.fsm.admission import Admission
-from tickwork.fsm.values import Session
+from tickwork.fsm.values import Head, Session
 from tickwork.store import (
     admission,
     dead_letter_counts,
@@ -61,6 +61,10 @@ class Services:
     ) -> list[Due]:
         """One pass of admission (`admission.admit`)."""
         return admission.admit(self.engine, policy, now=now, tenants=tenants, budget=budget)
+
+    def expire(self, *, now: datetime, limit: int = admission.EXPIRY_SCAN) -> list[Head]:
+        """The full pass's deadline expiry (`admission.expire`)."""
+        return admission.expire(self.engine, now=now, limit=limit)
 
     @functools.cached_property
     def _signs(self) -> liveness.Signs | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 
 from tickwork.fsm.admission import Admission, TenantLimit
-from tickwork.store.relay import Due, named
+from tickwork.store.relay import LOGGED_IDS, Due, named
 from tickwork.worker.config.tenants import TenantTable
 from tickwork.worker.observers.report import Outcome, TickReport
 from tickwork.worker.tick.runtime import Runtime
@@ -32,8 +32,22 @@ def policy(table: TenantTable) -> Admission:
 
 def admit_queued(rt: Runtime, *, tenants: list[str] | None = None) -> list[Due]:
     """Admit what may be admitted now (of `tenants` only, if given) and publish the ticks,
-    in the fair order; a tick not published (the broker away) is the relay's as any other."""
-    admitted = rt.store.admit(policy(rt.tenants.table()), now=rt.clock(), tenants=tenants)
+    in the fair order; a tick not published (the broker away) is the relay's as any other.
+    A full pass (no `tenants`) first fails `DEADLINE` the sessions whose deadline passed
+    while they waited, and announces their dead letters as a tick that failed one does."""
+    now = rt.clock()
+    if tenants is None:
+        expired = rt.store.expire(now=now)
+        for head in expired:
+            rt.announce_dead_letter(head)
+        if expired:
+            log.warning(
+                "relay: failed DEADLINE %d sessions whose deadline passed while they waited: %s",
+                len(expired),
+                ", ".join(h.id for h in expired[:LOGGED_IDS])
+                + (f" and {len(expired) - LOGGED_IDS} more" if len(expired) > LOGGED_IDS else ""),
+            )
+    admitted = rt.store.admit(policy(rt.tenants.table()), now=now, tenants=tenants)
     for tick in admitted:
         rt.publish(tick.session_id, tick.version)
     if admitted:

@@ -342,7 +342,4 @@ def after_commit(rt: Runtime, change: Change, head: Head) -> None:
             return
         rt.publish(head.id, head.version)
     elif head.status is Status.FAILED:
-        try:
-            rt.publish_dead_letter(head.id, head.error_code or "", head.error_message)
-        except Exception as exc:
-            log.warning("could not announce dead letter %s: %s", head.id, exc)
+        rt.announce_dead_letter(head)

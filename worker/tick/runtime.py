@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from tickwork.fsm.budgets import stop_reason
 from tickwork.fsm.errors import ConfigurationError
-from tickwork.fsm.values import RUNTIME_LEVEL
+from tickwork.fsm.values import RUNTIME_LEVEL, Head
 from tickwork.store import Store, open_store
 from tickwork.store.port import Sessions, Ticks
 from tickwork.worker.config.process import Loop
@@ -394,6 +394,15 @@ class Runtime:
             return False
         self.cannot_publish = False
         return True
+
+    def announce_dead_letter(self, head: Head) -> None:
+        """The notice of a session failed (and so dead-lettered) that this process saved,
+        by a tick or by the relay's expiry: best effort, after the commit; the dead letter
+        itself is in the database either way."""
+        try:
+            self.publish_dead_letter(head.id, head.error_code or "", head.error_message)
+        except Exception as exc:
+            log.warning("could not announce dead letter %s: %s", head.id, exc)
 
 
 #: a worker process's Postgres pool: a threads worker's 250 ticks want ~30 connections at

@@ -1,6 +1,7 @@
 """Admission (the `create` limit and `Relay.admit`): a session past its tenant's in-flight
 limit waits queued with no tick, and is admitted once a slot frees; one whose deadline
-passes while it waits (queued, or for a decision) fails `DEADLINE` at the pass."""
+passes while it waits (queued, or for a decision) fails `DEADLINE` at the pass (`expire`,
+which gives each such session to one caller)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from tickwork.fsm.values import Budgets, DecisionKind, ErrorCode, Head, Session,
 from tickwork.store.port import Store
 from tickwork.store.relay import Due
 from tickwork.testing.store_contract.base import Contract
+from tickwork.testing.store_contract.trees import at_once
 from tickwork.testing.store_ticks import (
     Clock,
     decision,
@@ -113,6 +115,31 @@ class AdmissionContract(Contract):
         assert seen is not None and seen.content == "not run: the session failed"
         assert store.dead_letter("late").code == ErrorCode.DEADLINE
         assert store.get("patient").status is Status.WAITING_APPROVAL
+
+    def test_expire_returns_each_session_it_failed_once_however_many_race(
+        self, store: Store, clock: Clock
+    ) -> None:
+        """The relay announces the dead letter of each session the expiry failed, as a
+        tick that fails one does: `expire` gives each one to the single call that failed
+        it, so two relays' passes at once announce it once."""
+        _submit(store, clock, "running")  # holds the one slot
+        _submit(store, clock, "queued-late", budgets=Budgets(deadline_s=60.0))
+        store.create(
+            new_session("waiting-late", now=clock(), budgets=Budgets(deadline_s=60.0)),
+            now=clock(),
+        )
+        wait_for_approval(store, "waiting-late", clock, "danger")
+        assert store.expire(now=clock.advance(30)) == []
+
+        later = clock.advance(60)
+        results = at_once([lambda: store.expire(now=later) for _ in range(3)])
+        failed = [h for r in results for h in r]  # an exception in `results` fails this
+        assert sorted(h.id for h in failed) == ["queued-late", "waiting-late"], results
+        for head in failed:
+            assert (head.status, head.error_code) == (Status.FAILED, ErrorCode.DEADLINE)
+            assert head.error_message == store.get(head.id).error_message
+        assert store.expire(now=clock.advance(60)) == []
+        assert store.admit(Admission(default=ONE), now=clock()) == []  # nothing more to fail
 
     def test_a_call_in_doubt_past_the_deadline_is_closed_as_interrupted(
         self, store: Store, clock: Clock
