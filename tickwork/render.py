@@ -500,10 +500,24 @@ def environment_line(env: Mapping[str, Any]) -> Text:
         parts.append("built by this session" if env.get("built") else "reused")
     if env.get("missing"):
         parts.append("not installed: " + ", ".join(map(str, env["missing"])))
+    if said := version_said(env):
+        parts.append(said)
     if env.get("note"):
         parts.append(str(env["note"]))
     style = "red" if status == "failed" else ("yellow" if env.get("missing") else "")
     return Text(" · ".join(parts), style)
+
+
+def version_said(env: Mapping[str, Any]) -> str:
+    """What an environment's record says of the version its VCS version plugin was given
+    (`worker/files/versions.py`), "" if none."""
+    version = env.get("version")
+    if not isinstance(version, Mapping) or not version.get("value"):
+        return ""
+    return (
+        f"version {version['value']} ({version.get('from') or '?'}; given to the build as "
+        f"{version.get('via')})"
+    )
 
 
 def _graph(h: Mapping[str, Any]) -> GraphRef | None:
@@ -683,6 +697,8 @@ def _environment(env: Any) -> list[RenderableType]:
     missing = env.get("missing")
     if isinstance(missing, list) and missing:
         line.append(f"; not installed: {', '.join(str(m) for m in missing)}", style="yellow")
+    if said := version_said(env):
+        line.append(f"; {said}")
     for name in ("note", "error"):
         if env.get(name):
             line.append(f"; {env[name]}")

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tickwork.store.files import Manifest, parse_entry
+from tickwork.worker.files import versions
 
 #: what `--setup` takes besides commands
 AUTO, NONE = "auto", "none"
@@ -87,13 +88,18 @@ class Plan:
     wanted: tuple[str, ...] = ()
     #: what `auto` found, for the card
     detected: tuple[str, ...] = ()
+    #: the variables setup runs with besides tickwork's own (a VCS version plugin's)
+    variables: tuple[tuple[str, str], ...] = ()
+    #: the version given to a VCS version plugin, and where it came from, for the card
+    version: Mapping[str, str] | None = None
 
     def key(self, toolchain: str, *, source: str = "", egress: str = "") -> str:
         """The environment's key. `source`: the identity of the whole source tree, since
         setup runs in it (`pip install -e .` runs the project's own build code, a custom
         command may run any script of it), so two sources that only share their packaging
-        files never share an environment; `egress`: the allow-list setup ran with."""
-        material = {
+        files never share an environment; `egress`: the allow-list setup ran with. The
+        variables only when there are some, so that other projects' keys stay as they were."""
+        material: dict[str, Any] = {
             "commands": list(self.commands),
             "files": dict(sorted(self.files.items())),
             "online": self.online,
@@ -102,6 +108,8 @@ class Plan:
             "source": source,
             "egress": egress,
         }
+        if self.variables:
+            material["variables"] = dict(self.variables)
         return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
 
 
@@ -231,12 +239,23 @@ def plan(
     uses_pytest: bool,
     online: bool,
     index_url: str = "",
+    version: Any = None,
 ) -> Plan:
-    """The setup for `setup` over the source's dependency `files` (path -> content)."""
+    """The setup for `setup` over the source's dependency `files` (path -> content);
+    `version`: what the source recorded of its checkout's version (`versions.of_checkout`)."""
     hashes = {p: hashlib.sha256(c).hexdigest() for p, c in files.items()}
+    scm = versions.scm(files)
+    variables: dict[str, str] = {}
+    said: dict[str, str] | None = None
+    keep = None
+    if scm is not None:
+        variables, said = versions.pretend(scm, version)
+        keep = versions.keep_command(scm)
+    pretended = tuple(sorted(variables.items()))
     if setup != AUTO:
-        commands = tuple(setup) if not isinstance(setup, str) else ()
-        return Plan(tuple(commands), commands, hashes, online, index_url)
+        given = tuple(setup) if not isinstance(setup, str) else ()
+        commands = (*given, keep) if given and keep else given
+        return Plan(given, commands, hashes, online, index_url, variables=pretended, version=said)
     project = any(p in files for p in PACKAGING)
     requirements = sorted(p for p in files if p.startswith("requirements"))
     if not (project or requirements):
@@ -286,6 +305,8 @@ def plan(
             commands.append(
                 f"{PIP} --no-index --no-deps --no-build-isolation -e . || echo '{OFFLINE}'"
             )
+        if keep:
+            commands.append(keep)
         if isinstance(name, str) and _name(name):
             wanted.append(name)
         if extras:
@@ -307,7 +328,17 @@ def plan(
     wanted = list(dict.fromkeys(wanted))
     if wanted:
         commands.append(_check_command(wanted))
-    return Plan(AUTO, tuple(commands), hashes, online, index_url, tuple(wanted), tuple(detected))
+    return Plan(
+        AUTO,
+        tuple(commands),
+        hashes,
+        online,
+        index_url,
+        tuple(wanted),
+        tuple(detected),
+        variables=pretended,
+        version=said,
+    )
 
 
 #: asks the project's build backend what an editable build needs beside `requires`

@@ -265,9 +265,14 @@ def _source_copy(rt: Runtime, manifest: Manifest, folder: Path) -> None:
         path.chmod(0o755 if mode == "100755" else 0o644)
 
 
-def _setup_env(settings: EnvironmentSettings, head: Head) -> dict[str, str]:
+def _setup_env(settings: EnvironmentSettings, head: Head, plan_: Plan) -> dict[str, str]:
     # the sandbox gives PATH, HOME and the proxy's variables itself: nothing of the worker's
-    extra = {"TICKWORK_SESSION_ID": head.id, "PIP_NO_CACHE_DIR": "1", "VIRTUAL_ENV": ENV_DIR}
+    extra = {
+        **dict(plan_.variables),
+        "TICKWORK_SESSION_ID": head.id,
+        "PIP_NO_CACHE_DIR": "1",
+        "VIRTUAL_ENV": ENV_DIR,
+    }
     if settings.pip_index_url:
         extra["PIP_INDEX_URL"] = extra["UV_INDEX_URL"] = settings.pip_index_url
     return extra
@@ -298,7 +303,7 @@ def _run_setup(
             command,
             workdir=source,
             timeout_s=left,
-            env=_setup_env(settings, head),
+            env=_setup_env(settings, head, plan_),
             egress=policy_for(head.config, rt.settings, setup=True),
             sandbox=sandbox_of(rt.settings),
             environment=env_dir,
@@ -335,6 +340,8 @@ def _record(plan_: Plan, key: str | None, status: str, **more: Any) -> dict[str,
     record: dict[str, Any] = {"setup": setup, "key": key, "status": status}
     if plan_.detected:
         record["detected"] = list(plan_.detected)
+    if plan_.version:
+        record["version"] = dict(plan_.version)
     record.update(more)
     return record
 
@@ -366,12 +373,14 @@ def prepare(rt: Runtime, head: Head) -> Change | Head:
     pytest = setup == AUTO and uses_pytest(
         manifest, rt.workspaces.blobs, str(head.config.get("test_command") or "")
     )
+    source = head.config.get("source")
     plan_ = plan(
         setup,
         files,
         uses_pytest=pytest,
         online=policy_for(head.config, rt.settings, setup=True) is not None,
         index_url=settings.pip_index_url,
+        version=source.get("version") if isinstance(source, Mapping) else None,
     )
     if not plan_.commands:
         note = "no packaging or requirements files: an empty environment"

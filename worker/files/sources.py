@@ -30,6 +30,7 @@ from tickwork.fsm.errors import InvalidInput
 from tickwork.store.artifacts import Artifacts
 from tickwork.store.files import EXECUTABLE, PLAIN, Manifest, blob_hash, canonical, entry
 from tickwork.worker.config.allowlist import public
+from tickwork.worker.files import versions
 from tickwork.worker.files.filetree import Ignore, walk
 
 #: a source with more files or bytes than this is refused at submit
@@ -149,9 +150,39 @@ def directory(
     left_out: list[str] = []
     base, count = pack(path.resolve(), artifacts, exclude=state_dir, left_out=left_out)
     found = {"kind": "workspace", "path": str(path.resolve()), "files": count, "base": base}
+    version = versions.of_checkout(
+        path.resolve(),
+        _packaging(path.resolve()),
+        git=trusted or _own_git_data(path.resolve(), roots),
+        parents=trusted,
+    )
+    if version is not None:
+        found["version"] = version
     if left_out:  # the session will not see them: say so, where its source is named
         found["gitignored"] = {"count": len(left_out), "first": left_out[:GITIGNORED_SHOWN]}
     return found
+
+
+def _packaging(root: Path) -> dict[str, bytes]:
+    """The packaging files at the tree's root (regular files, not links)."""
+    found = {}
+    for name in versions.PACKAGING:
+        path = root / name
+        if path.is_file() and not path.is_symlink():
+            found[name] = path.read_bytes()
+    return found
+
+
+def _own_git_data(root: Path, roots: Sequence[Path]) -> bool:
+    """Whether an untrusted workspace's version may be read from git: it has a `.git` of
+    its own whose data lies under `roots` (nothing outside them is read)."""
+    if not (root / ".git").exists():
+        return False
+    try:
+        _git_data_inside(root, str(root), roots)
+    except (InvalidInput, RuntimeError, OSError):
+        return False
+    return True
 
 
 def _git(*args: str, cwd: Path | None = None, limit: int | None = None) -> str:
@@ -430,7 +461,11 @@ def repository(
             "-c", "advice.detachedHead=false", "checkout", "--quiet", "--detach", commit, cwd=clone
         )
         base, count = pack(clone, artifacts, gitignore=False)
-    return {"kind": "repo", "url": url, "ref": ref, "commit": commit, "files": count, "base": base}
+        version = versions.of_checkout(clone, _packaging(clone), git=True, parents=False)
+    found = {"kind": "repo", "url": url, "ref": ref, "commit": commit, "files": count, "base": base}
+    if version is not None:
+        found["version"] = version
+    return found
 
 
 def describe(source: Any) -> str:

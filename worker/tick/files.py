@@ -11,7 +11,7 @@ from pathlib import Path
 
 from tickwork.fsm.values import Head
 from tickwork.store.files import FileChange
-from tickwork.worker.files import environments
+from tickwork.worker.files import environments, versions
 from tickwork.worker.files.workspaces import WorkingCopy, Workspaces, disk_full, session_files
 from tickwork.worker.tick.runtime import Runtime
 
@@ -49,8 +49,12 @@ class TickFiles:
         return self.copy.path
 
     def environment(self, head: Head | None = None) -> Path | None:
-        """This host's copy of the session's environment (for /env), if it has one."""
-        return environments.mounted(self.rt, head or self.head)
+        """This host's copy of the session's environment (for /env), if it has one; the
+        version files its build wrote are put into the working copy where it has none."""
+        found = environments.mounted(self.rt, head or self.head)
+        if found is not None and self.copy is not None:
+            versions.restore(found, self.copy.path)
+        return found
 
     def record(self, *, step: int, call_id: str, paths: list[str] | None = None) -> None:
         if self.copy is not None and self._changes:

@@ -1,0 +1,201 @@
+"""A project whose version comes from git (setuptools-scm, hatch-vcs, pdm-backend): the
+version its checkout has, read at submit and recorded with the source; what setup is given
+for it; the key; the version file put into a working copy. No sandbox needed."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from tickwork.store.artifacts import DirectoryArtifacts
+from tickwork.worker.files import versions
+from tickwork.worker.files.environment_plans import AUTO, plan
+from tickwork.worker.jobs.repair.job import prepare
+
+from tests.environments.projects import PYPROJECT, VCS_BUILDS, git, project, vcs_project
+
+
+def _submitted(folder: Path, tmp_path: Path, **more: object) -> dict[str, object]:
+    config = prepare(
+        {"workspace": str(folder), "test_command": "true", **more},
+        state_dir=tmp_path / "state",
+        artifacts=DirectoryArtifacts(tmp_path / "artifacts"),
+    )
+    return dict(config["source"])
+
+
+@pytest.mark.parametrize("plugin", sorted(VCS_BUILDS))
+def test_a_tagged_checkout_is_submitted_with_its_tag_s_version(tmp_path: Path, plugin: str) -> None:
+    source = _submitted(vcs_project(tmp_path / "p", plugin, tag="v1.2.3"), tmp_path)
+    assert source["version"]["value"] == "1.2.3"  # type: ignore[index]
+    assert "git describe: v1.2.3-0-g" in source["version"]["from"]  # type: ignore[index]
+
+
+def test_a_repository_source_s_version_is_read_from_its_clone_at_the_ref(
+    tmp_path: Path,
+) -> None:
+    folder = vcs_project(tmp_path / "p", "hatch-vcs", tag="v1.2.3", after=1)
+    config = prepare(
+        {"repo": str(folder), "ref": "v1.2.3", "test_command": "true"},
+        state_dir=tmp_path / "state",
+        artifacts=DirectoryArtifacts(tmp_path / "artifacts"),
+    )
+    assert config["source"]["version"]["value"] == "1.2.3"
+
+
+def test_commits_after_the_tag_give_setuptools_scm_s_next_development_version(
+    tmp_path: Path,
+) -> None:
+    folder = vcs_project(tmp_path / "p", "setuptools-scm", tag="2.0.9", after=2)
+    node = git(folder, "rev-parse", "--short=7", "HEAD")
+    version = _submitted(folder, tmp_path)["version"]
+    assert version["value"] == f"2.0.10.dev2+g{node}"  # type: ignore[index]
+
+
+def test_an_untagged_checkout_gets_the_untagged_development_version(tmp_path: Path) -> None:
+    folder = vcs_project(tmp_path / "p", "hatch-vcs", after=1)
+    node = git(folder, "rev-parse", "--short=7", "HEAD")
+    version = _submitted(folder, tmp_path)["version"]
+    assert version["value"] == f"0.1.dev2+g{node}"  # type: ignore[index]
+
+
+def test_without_git_the_version_file_the_gitignore_left_out_is_read(tmp_path: Path) -> None:
+    folder = vcs_project(tmp_path / "p", "setuptools-scm", tag="v1.0")
+    (folder / ".git").rename(tmp_path / "elsewhere")
+    (folder / "scmpkg" / "_version.py").write_text(
+        "__version__ = version = '3.4.5'\n__version_tuple__ = version_tuple = (3, 4, 5)\n"
+    )
+    source = _submitted(folder, tmp_path)
+    assert source["version"] == {
+        "value": "3.4.5",
+        "from": "scmpkg/_version.py (left out by the .gitignore)",
+    }
+
+
+def test_an_untrusted_workspace_s_version_file_that_is_a_link_is_not_read(
+    tmp_path: Path,
+) -> None:
+    """Nothing outside the configured roots is read: a version file linking out of the
+    workspace (or a .git elsewhere) gives no version."""
+    folder = vcs_project(tmp_path / "root" / "p", "setuptools-scm", tag="v1.0")
+    (folder / ".git").rename(tmp_path / "outside-git")
+    (folder / ".git").write_text(f"gitdir: {tmp_path / 'outside-git'}\n")
+    secret = tmp_path / "secret.py"
+    secret.write_text("version = '9.9.9'\n")
+    (folder / "scmpkg" / "_version.py").symlink_to(secret)
+    config = prepare(
+        {"workspace": str(folder), "test_command": "true"},
+        state_dir=tmp_path / "state",
+        artifacts=DirectoryArtifacts(tmp_path / "artifacts"),
+        trusted=False,
+        workspace_roots=[tmp_path / "root"],
+    )
+    assert config["source"]["version"] == {"value": "", "from": "no git data and no version file"}
+
+
+def test_a_project_without_a_vcs_version_plugin_records_no_version(tmp_path: Path) -> None:
+    folder = project(tmp_path / "p")
+    git(folder, "init", "-q")
+    git(folder, "add", "-A")
+    git(folder, "commit", "-qm", "first")
+    git(folder, "tag", "v5.0")
+    assert "version" not in _submitted(folder, tmp_path)
+
+
+def test_setup_is_given_the_recorded_version_and_the_key_follows_it() -> None:
+    files = {"pyproject.toml": VCS_BUILDS["setuptools-scm"].format(name="scmpkg").encode()}
+    tagged = {"value": "1.2.3", "from": "git describe: v1.2.3-0-gabcdef0"}
+    made = plan(AUTO, files, uses_pytest=False, online=True, version=tagged)
+    # for this distribution only: a package setup builds from source is not stamped with it
+    assert dict(made.variables) == {"SETUPTOOLS_SCM_PRETEND_VERSION_FOR_SCMPKG": "1.2.3"}
+    assert made.version == {**tagged, "via": "SETUPTOOLS_SCM_PRETEND_VERSION_FOR_SCMPKG"}
+    # the version file the build writes is kept in the environment
+    assert any(versions.GENERATED in c and "scmpkg/_version.py" in c for c in made.commands)
+    again = plan(AUTO, files, uses_pytest=False, online=True, version=dict(tagged))
+    other = plan(AUTO, files, uses_pytest=False, online=True, version={"value": "1.2.4"})
+    assert made.key("tc") == again.key("tc") != other.key("tc")
+
+
+def test_an_unknown_version_falls_back_to_the_project_s_own_then_to_0_unknown() -> None:
+    pyproject = VCS_BUILDS["hatch-vcs"].format(name="p")
+    made = plan(AUTO, {"pyproject.toml": pyproject.encode()}, uses_pytest=False, online=False)
+    assert dict(made.variables) == {"SETUPTOOLS_SCM_PRETEND_VERSION": versions.UNKNOWN}
+    assert made.version and made.version["from"].startswith("not known")
+    declared = pyproject.replace('source = "vcs"', 'source = "vcs"\nfallback-version = "0.9"')
+    made = plan(AUTO, {"pyproject.toml": declared.encode()}, uses_pytest=False, online=False)
+    assert dict(made.variables) == {"SETUPTOOLS_SCM_PRETEND_VERSION": "0.9"}
+
+
+def test_pdm_backend_s_scm_source_gets_its_own_variable_and_given_commands_get_it_too() -> None:
+    pyproject = b"""
+[build-system]
+requires = ["pdm-backend"]
+build-backend = "pdm.backend"
+[project]
+name = "p"
+dynamic = ["version"]
+[tool.pdm.version]
+source = "scm"
+"""
+    made = plan(
+        ["pip install -e ."],
+        {"pyproject.toml": pyproject},
+        uses_pytest=False,
+        online=True,
+        version={"value": "2.1", "from": "git describe: 2.1-0-g1234567"},
+    )
+    assert dict(made.variables) == {"PDM_BUILD_SCM_VERSION": "2.1"}
+    assert made.setup == ("pip install -e .",)
+
+
+def test_a_project_without_a_plugin_keeps_the_key_it_had() -> None:
+    """The variables enter the key only when there are some: other projects' environments
+    are not built again after an upgrade (the key below is the one tickwork gave before)."""
+    pyproject = PYPROJECT.format(name="a", deps='"tinydep"', package="a")
+    pyproject = pyproject.replace('[project.optional-dependencies]\ntest = ["pytest"]\n', "")
+    made = plan(AUTO, {"pyproject.toml": pyproject.encode()}, uses_pytest=True, online=True)
+    assert made.variables == () and made.version is None
+    assert made.key("tc") == "98af898833a3a74bab43267e5772c8ea13f146d90a2aa2641eecbf9d07e29dfa"
+
+
+def test_the_version_file_the_build_wrote_is_put_into_a_working_copy_that_ignores_it(
+    tmp_path: Path,
+) -> None:
+    env, copy = tmp_path / "env", tmp_path / "copy"
+    kept = env / versions.GENERATED
+    (kept / "pkg").mkdir(parents=True)
+    (kept / "pkg" / "_version.py").write_text("version = '1.0'\n")
+    (kept / "pkg" / "other.py").write_text("x = 1\n")  # not ignored: would enter the patch
+    (kept / "pkg" / "linked.py").symlink_to(tmp_path / "secret")
+    (tmp_path / "secret").write_text("secret\n")
+    (copy / "pkg").mkdir(parents=True)
+    (copy / ".gitignore").write_text("pkg/_version.py\npkg/linked.py\n")
+    assert versions.restore(env, copy) == ["pkg/_version.py"]
+    assert (copy / "pkg" / "_version.py").read_text() == "version = '1.0'\n"
+    assert not (copy / "pkg" / "other.py").exists() and not (copy / "pkg" / "linked.py").exists()
+    # one the session has is never overwritten; a folder that is a link is not written in
+    (copy / "pkg" / "_version.py").write_text("mine\n")
+    assert versions.restore(env, copy) == []
+    assert (copy / "pkg" / "_version.py").read_text() == "mine\n"
+    (copy / "pkg" / "_version.py").unlink()
+    os.rename(copy / "pkg", tmp_path / "real-pkg")
+    (copy / "pkg").symlink_to(tmp_path / "real-pkg")
+    assert versions.restore(env, copy) == []
+    assert not (tmp_path / "real-pkg" / "_version.py").exists()
+
+
+@pytest.mark.parametrize(
+    ("tag", "distance", "expected"),
+    [
+        ("v1.2.3", 0, "1.2.3"),
+        ("release-4.0", 0, "4.0"),
+        ("1.0rc1", 3, "1.0rc2.dev3+gabc1234"),
+        ("1.0.post1", 2, "1.1.dev2+gabc1234"),
+    ],
+)
+def test_tags_read_as_setuptools_scm_reads_them(tag: str, distance: int, expected: str) -> None:
+    version = versions.from_tag(tag)
+    assert version is not None
+    assert versions.after_tag(version, distance, "gabc1234") == expected
+    assert versions.from_tag("nightly") is None
