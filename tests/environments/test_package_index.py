@@ -176,3 +176,33 @@ def test_auto_installs_what_the_build_backend_asks_for_an_editable_build(
     assert head.status is Status.COMPLETED, head.error_message
     assert env["status"] == "ready" and env.get("missing") == [], env
     assert "exit code: 0" in session.observations[0].content
+
+
+def test_a_test_extra_requirement_the_index_lacks_is_listed_missing_not_fatal(
+    index, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """humanize's `tests` extra names pytest-codspeed and four more: one of them missing
+    from the index failed the whole setup as ENV_SETUP (dependency groups already went on
+    without theirs)."""
+    monkeypatch.setenv("TICKWORK_PIP_INDEX_URL", index.url)
+    monkeypatch.setenv("TICKWORK_EGRESS_ALLOW", index.address)
+    source = project(tmp_path / "src", deps=("tinydep",), body=BODY, test=TEST)
+    pyproject = (source / "pyproject.toml").read_text()
+    (source / "pyproject.toml").write_text(
+        pyproject.replace('test = ["pytest"]', 'test = ["pytest", "nosuchplugin>=1"]')
+    )
+    settings = embedded_settings(tmp_path / "deploy")
+    with running_worker(settings), SessionDriver(settings) as driver:
+        sid = driver.submit(
+            "repair",
+            {"workspace": str(source), "test_command": "pytest -q"},
+            replies=[reply("reproduce", call("run_tests")), reply("done")],
+        )
+        session = driver.run(sid, timeout=180)
+    head = session.head
+    env = head.result["environment"]
+    assert head.status is Status.COMPLETED, head.error_message
+    assert env["status"] == "ready" and env["missing"] == ["nosuchplugin"], env
+    assert "test extra requirement nosuchplugin>=1 could not be installed" in env["log"]
+    # the project, its dependency and pytest are there: the tests run (and fail: not fixed)
+    assert "1 failed, 1 passed" in session.observations[0].content
