@@ -125,6 +125,8 @@ def _commit(repo: Path, name: str, text: str) -> None:
         "alternates",
         "quoted",
         "octal-quoted",
+        "config include",
+        "config includeIf",
     ],
 )
 def test_a_repository_under_the_roots_whose_git_data_lies_outside_is_422(
@@ -132,7 +134,8 @@ def test_a_repository_under_the_roots_whose_git_data_lies_outside_is_422(
 ) -> None:
     """git reads a `.git` file's `gitdir:`, a linked `.git` or `objects` and alternates: a
     folder under the roots pointing at a repository elsewhere would have cloned that one,
-    a repository the server reads but the roots do not hold."""
+    a repository the server reads but the roots do not hold; and it reads the files its
+    config includes, which would have read a file outside the roots as configuration."""
     secret = tmp_path / "secret"
     _commit(secret, "secret.txt", "TOP SECRET\n")
     roots = tmp_path / "roots"
@@ -143,6 +146,11 @@ def test_a_repository_under_the_roots_whose_git_data_lies_outside_is_422(
     elif how == "linked .git":
         inside.mkdir(parents=True)
         (inside / ".git").symlink_to(secret / ".git")
+    elif how.startswith("config"):  # git reads an included file as its configuration
+        _commit(inside, "a.py", "A = 1\n")
+        section = "[include]" if how == "config include" else '[includeIf "gitdir:/"]'
+        with (inside / ".git" / "config").open("a") as config:
+            config.write(f"{section}\n\tpath = {secret / 'secret.txt'}\n")
     else:
         _commit(inside, "a.py", "A = 1\n")
         head = subprocess.run(
@@ -171,7 +179,7 @@ def test_a_repository_under_the_roots_whose_git_data_lies_outside_is_422(
     try:
         http = stack.http("sam")
         before = len(stack.deployment.client.sessions())
-        ref = "HEAD" if how in ("gitfile", "linked .git") else "stolen"
+        ref = "stolen" if "objects" in how or "quoted" in how or how == "alternates" else "HEAD"
         refused = http.post(
             "/api/v1/sessions", json=_repair(stack, repo=f"file://{inside}", ref=ref)
         )

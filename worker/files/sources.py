@@ -329,6 +329,11 @@ def _git_data_inside(path: Path, url: str, roots: Sequence[Path]) -> None:
     common = git_dir / "commondir"
     if common.is_file():
         places.append((git_dir / common.read_text(errors="replace").strip()).resolve())
+    # git reads the files its configuration includes (`include.path`, `includeIf.*.path`)
+    # as configuration: they must lie under the roots too
+    _refuse_outside(
+        [i for place in places for name in _CONFIGS for i in _includes(place / name)], url, roots
+    )
     stores = [(place / "objects").resolve() for place in places]
     seen: set[Path] = set()
     for _ in range(_ALTERNATES_DEPTH + 1):
@@ -348,6 +353,32 @@ def _git_data_inside(path: Path, url: str, roots: Sequence[Path]) -> None:
     # every store is inside now: a link in one (a loose object's folder, a pack) is read
     # through as well
     _refuse_outside([link for store in sorted(seen) for link in _links(store)], url, roots)
+
+
+#: a repository's configuration files, read by every git command run in it
+_CONFIGS = ("config", "config.worktree")
+
+
+def _includes(config: Path) -> list[Path]:
+    """The files `config` includes, as git resolves them (a relative path from the config's
+    own folder, `~/` from the home folder); no includes if it is not a regular file."""
+    if not config.is_file():
+        return []
+    try:
+        listed = _git("config", "--file", str(config), "--no-includes", "--null", "--list")
+    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
+        detail = (getattr(exc, "stderr", "") or str(exc)).strip()[:300]
+        raise _fail(f"the repository's {config.name} cannot be read by git: {detail}") from None
+    found = []
+    for line in listed.split("\0"):
+        key, _, value = line.partition("\n")
+        if key.startswith(("include.", "includeif.")) and key.endswith(".path") and value:
+            if value.startswith("%(prefix)/"):  # git's own installation folder
+                path = Path("/", value.removeprefix("%(prefix)/"))
+            else:
+                path = Path(value).expanduser() if value.startswith("~") else Path(value)
+            found.append((config.parent / path).resolve())
+    return found
 
 
 def _links(folder: Path) -> Iterator[Path]:
