@@ -216,12 +216,22 @@ def start_node(
 ) -> Change | RunNode | Decided:
     """What the `executing` tick does with the step's node: run it, or not (a cancel, a
     rejection, an update given by hand, a run in doubt that a person must decide on). Past
-    the deadline no node runs: the session fails `DEADLINE` (`machine.start_execute`)."""
+    the deadline no node runs: the session fails `DEADLINE` (`machine.start_execute`). A
+    cancel or the deadline closes a node found started as not run if it may run twice
+    (`idempotent`), as interrupted otherwise (`transitions.close_calls`)."""
     transitions.require(head, Status.EXECUTING)
     if head.cancel_requested:
-        return transitions.cancelled(head, calls, now, decisions)
+        return transitions.cancelled(head, calls, now, decisions, idempotent=idempotent)
     if (late := deadline_passed(head, now=now)) is not None:
-        return fail(head, ErrorCode.DEADLINE, late, now=now, open_calls=calls, decisions=decisions)
+        return fail(
+            head,
+            ErrorCode.DEADLINE,
+            late,
+            now=now,
+            open_calls=calls,
+            decisions=decisions,
+            idempotent=idempotent,
+        )
     call = next((c for c in calls if c.index == 0), None)
     if call is None:
         return Change(head=transitions.moved(head, now, status=Status.READY))

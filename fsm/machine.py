@@ -117,12 +117,16 @@ def fail(
     now: datetime,
     open_calls: Sequence[ToolCall] = (),
     decisions: Mapping[str, Decision] | None = None,
+    idempotent: bool = False,
 ) -> Change:
     """End the session as `failed` with `code`; it will be dead-lettered. Its open calls
-    are closed as not run, a rejected one with its rejection (`decisions`)."""
+    are closed as not run, a rejected one with its rejection (`decisions`), one found
+    started as `transitions.close_calls` says (`idempotent`: whether it may run twice)."""
     if head.status.terminal:
         raise SessionFinished(f"session {head.id} is already {head.status.value}")
-    closed = transitions.close_calls(open_calls, "not run: the session failed", now, decisions)
+    closed = transitions.close_calls(
+        open_calls, "not run: the session failed", now, decisions, idempotent=idempotent
+    )
     change = transitions.ended(head, Status.FAILED, now, error_code=code, error_message=message)
     return change.model_copy(update=closed)
 
@@ -508,14 +512,22 @@ def start_execute(
     `idempotent` tells whether that call's tool may run twice (for a call found `started`).
     Past the deadline no call starts (the watch would stop it at once, a quick one only
     after it ran: an approval given late must not run a destructive command); the session
-    fails `DEADLINE`, its open calls closed.
+    fails `DEADLINE`, its open calls closed (`transitions.close_calls`: one found started
+    reads as not run if `idempotent`).
     """
     transitions.require(head, Status.EXECUTING)
     if head.cancel_requested:
-        return transitions.cancelled(head, _unrun(calls, idempotent), now, decisions)
+        return transitions.cancelled(head, calls, now, decisions, idempotent=idempotent)
     if (late := deadline_passed(head, now=now)) is not None:
-        unrun = _unrun(calls, idempotent)
-        return fail(head, ErrorCode.DEADLINE, late, now=now, open_calls=unrun, decisions=decisions)
+        return fail(
+            head,
+            ErrorCode.DEADLINE,
+            late,
+            now=now,
+            open_calls=calls,
+            decisions=decisions,
+            idempotent=idempotent,
+        )
     call = next_call(calls)
     if call is None:
         return Change(head=transitions.moved(head, now, status=Status.READY))
@@ -539,19 +551,6 @@ def start_execute(
         )
         return tool_finished(head, calls, call, output=text, is_error=True, now=now)
     return RunTool(call=call, arguments=_arguments(call, decision))
-
-
-def _unrun(calls: Sequence[ToolCall], idempotent: bool) -> Sequence[ToolCall]:
-    """`calls`, the next one as pending if it was found started and `idempotent` says its
-    tool may run twice: such a call runs again from the start (an EXECUTE claim marks one
-    started before it runs, and what an attempt cut short changed in the files was never
-    saved), so a session that ends here did not run it, as it did not run the calls after
-    it; it was not interrupted."""
-    call = next_call(calls)
-    if call is None or call.state is not CallState.STARTED or not idempotent:
-        return calls
-    again = call.model_copy(update={"state": CallState.PENDING})
-    return [again if c.call_id == call.call_id else c for c in calls]
 
 
 def _arguments(call: ToolCall, decision: Decision | None) -> dict[str, Any]:

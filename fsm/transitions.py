@@ -108,11 +108,14 @@ def cancelled(
     calls: Sequence[ToolCall],
     now: datetime,
     decisions: Mapping[str, Decision] | None = None,
+    *,
+    idempotent: bool = False,
 ) -> Change:
     """A runnable session whose cancel was requested, ended at its tick: its open calls are
-    closed as not run (a rejected one with its rejection, `decisions` holding it)."""
+    closed as not run (a rejected one with its rejection, `decisions` holding it; a started
+    one as `close_calls` says, `idempotent` telling whether it may run twice)."""
     change = ended(head, Status.CANCELLED, now)
-    closed = close_calls(calls, "not run: session cancelled", now, decisions)
+    closed = close_calls(calls, "not run: session cancelled", now, decisions, idempotent=idempotent)
     return change.model_copy(update=closed)
 
 
@@ -142,15 +145,24 @@ def close_calls(
     why: str,
     now: datetime,
     decisions: Mapping[str, Decision] | None = None,
+    *,
+    idempotent: bool = False,
 ) -> dict[str, Any]:
     """The call states and observations (`Change` fields) that close the open calls of
     `calls` with `why` as their error observation; a rejected call whose decision
     `decisions` holds, with its rejection (the approver's feedback is never lost: it is
-    why the call did not run, and what a fork's model reads)."""
+    why the call did not run, and what a fork's model reads).
+
+    A call found started (a step runs one call at a time, so at most one) reads as
+    interrupted, as it may or may not have run, unless `idempotent` says its tool (or
+    node) may run twice: such a call runs again from the start (an EXECUTE claim marks one
+    started before it runs, and what an attempt cut short changed in the files was never
+    saved), so a session that ends here did not run it, as it did not run the calls after
+    it. A call in doubt always reads as interrupted."""
     todo = [c for c in calls if c.state.open or c.state.awaits_person]
 
     def text(call: ToolCall) -> str:
-        if call.state in (CallState.STARTED, CallState.IN_DOUBT):
+        if call.state is CallState.IN_DOUBT or (call.state is CallState.STARTED and not idempotent):
             return why.replace("not run", "interrupted; it may or may not have run")
         decided = (decisions or {}).get(call.call_id)
         if call.state is CallState.REJECTED and decided is not None:

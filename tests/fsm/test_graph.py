@@ -308,6 +308,36 @@ def test_a_node_found_started_runs_again_only_if_idempotent() -> None:
     assert doubt.call_states == (("s1c0", CallState.IN_DOUBT),)
 
 
+@pytest.mark.parametrize("ending", ["deadline", "cancel"])
+def test_a_node_found_started_that_a_deadline_or_cancel_closes_reads_not_run_if_idempotent(
+    ending: str,
+) -> None:
+    """Its tick was lost after the node's start (a worker gone); the next tick ends the
+    session. An idempotent node would have run again from the start, its update never
+    saved: it did not run, as an agent's idempotent call found started reads; only a node
+    that may not run twice may or may not have run."""
+    compiled = line("a").compile()
+    first = graph_machine.start(head(), compiled, now=NOW)
+    assert first.step is not None
+    started = first.step.calls[0].model_copy(update={"state": CallState.STARTED})
+    executing = first.head
+    now = NOW
+    if ending == "cancel":
+        executing = executing.model_copy(update={"cancel_requested": True})
+    else:
+        now = NOW + timedelta(seconds=executing.budgets.deadline_s)
+    why = "not run: session cancelled" if ending == "cancel" else "not run: the session failed"
+    for idempotent, said in [
+        (True, why),
+        (False, why.replace("not run", "interrupted; it may or may not have run")),
+    ]:
+        change = graph_machine.start_node(executing, (started,), {}, idempotent=idempotent, now=now)
+        assert not isinstance(change, (RunNode, Decided))
+        assert change.head.status.terminal
+        assert change.call_states == (("s1c0", CallState.DONE),)
+        assert [o.content for o in change.observations] == [said]
+
+
 def test_the_same_node_on_the_same_state_is_a_loop() -> None:
     graph = Graph("g", version="1", state=S)
     graph.add_node("a", lambda s: {}).add_edge(START, "a")
