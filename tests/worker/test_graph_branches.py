@@ -1,6 +1,7 @@
 """A graph session woken while its branches run (by hand, or by a repair that raced) waits
 for them again; its branches' updates merge only once the join is complete. A branch
-running when its tree is cancelled keeps what its node did and ends cancelled."""
+running when its tree is cancelled keeps what its node did and ends cancelled. A node
+that fanned out ran, so a failure at its join closes it as interrupted, not as not run."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import update
-from tickwork.fsm.values import EventKind, Status
+from tickwork.fsm import graph_machine
+from tickwork.fsm.values import ErrorCode, EventKind, Status
 from tickwork.store.schema import sessions
 from tickwork.worker.tick.advance import advance
 
@@ -77,3 +79,31 @@ def test_a_branch_running_when_its_tree_is_cancelled_ends_cancelled(
     for other in others:  # flagged before their node ran: it never runs
         head = ticks.run(other.id)
         assert head.status is Status.CANCELLED and head.result["state"]["squares"] == []
+
+
+def test_a_node_that_fanned_out_reads_interrupted_when_its_join_fails_the_session(
+    ticks: Ticks, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A node found started after its fan-out ran (its branches did): an error at its join
+    (INTERNAL) does not close it as not run, as a node started by a lost tick would be."""
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([{"content": "-"}]))
+    root = ticks.client.submit(
+        "tests.graphs:MAP_SUM", {"items": [1]}, model=f"scripted:{script}"
+    ).id
+    assert ticks.run(root).status is Status.WAITING_CHILDREN
+    (branch,) = ticks.store.children(root)
+    assert ticks.run(branch.id).status is Status.COMPLETED
+
+    def broken(*_: object, **__: object) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(graph_machine, "branches_joined", broken)
+    head = ticks.run(root)
+
+    assert (head.status, head.error_code) == (Status.FAILED, ErrorCode.INTERNAL)
+    session = ticks.store.load(root)
+    [split] = [c for s in session.steps for c in s.calls if c.name == "split"]
+    observed = session.observation(split.call_id)
+    assert observed is not None
+    assert observed.content == "interrupted; it may or may not have run: the session failed"

@@ -31,7 +31,6 @@ from tickwork.fsm.joins import JoinMode
 from tickwork.fsm.kinds import SessionKind, kind_of
 from tickwork.fsm.transitions import Change
 from tickwork.fsm.values import ErrorCode, Head, Status
-from tickwork.store import Claimed
 from tickwork.worker.config import release
 from tickwork.worker.config.secrets import mask, mask_change
 from tickwork.worker.observers.report import Outcome, TickReport
@@ -150,6 +149,8 @@ def _advance(tick: Tick, runner: Runner, owner: str) -> Outcome:
             if missing is None:
                 change = runner.advance(tick)
             elif claimed.head.cancel_requested:  # a cancel needs no kind
+                # nor its tools: but without them nothing says that a call found started
+                # may run twice, so it reads as interrupted (at the deadline too)
                 change = transitions.cancelled(
                     claimed.head, claimed.calls, rt.clock(), claimed.decisions
                 )
@@ -204,6 +205,7 @@ def _advance(tick: Tick, runner: Runner, owner: str) -> Outcome:
             now=rt.clock(),
             open_calls=claimed.calls,
             decisions=claimed.decisions,
+            idempotent=_idempotent(tick, runner),
         )
     except BlobCorrupt as exc:
         # no tier holds a good copy: running on bad files would be worse than stopping
@@ -216,6 +218,7 @@ def _advance(tick: Tick, runner: Runner, owner: str) -> Outcome:
             now=rt.clock(),
             open_calls=claimed.calls,
             decisions=claimed.decisions,
+            idempotent=_idempotent(tick, runner),
         )
     except Exception as exc:
         if disk_full(exc):
@@ -232,7 +235,7 @@ def _advance(tick: Tick, runner: Runner, owner: str) -> Outcome:
             )
             files.discard()
             return Outcome.DROPPED
-        change = _internal(rt, claimed, files, exc)
+        change = _internal(tick, runner, exc)
     finally:
         report.io_s = time.perf_counter() - started
     change = mask_change(change, rt.masker)
@@ -302,10 +305,11 @@ def ended_child(rt: Runtime, head: Head) -> None:
         log.warning("after child %s ended: %s (the relay finishes it)", head.id, exc)
 
 
-def _internal(rt: Runtime, claimed: Claimed, files: TickFiles, exc: Exception) -> Change:
+def _internal(tick: Tick, runner: Runner, exc: Exception) -> Change:
     """A broken job kind, tool registry or model factory: fail loudly, keep everything."""
+    rt, claimed = tick.rt, tick.claimed
     log.exception("tick of session %s v%d failed", claimed.head.id, claimed.head.version)
-    files.discard()  # what the tool may have half done is not saved with a failure
+    tick.files.discard()  # what the tool may have half done is not saved with a failure
     return machine.fail(
         claimed.head,
         ErrorCode.INTERNAL,
@@ -313,7 +317,18 @@ def _internal(rt: Runtime, claimed: Claimed, files: TickFiles, exc: Exception) -
         now=rt.clock(),
         open_calls=claimed.calls,
         decisions=claimed.decisions,
+        idempotent=_idempotent(tick, runner),
     )
+
+
+def _idempotent(tick: Tick, runner: Runner) -> bool:
+    """Whether the step's next call, found started, may run twice (`Runner.idempotent`),
+    for a tick that fails the session outside its runner; False where the kind's tools or
+    graph cannot say (they may be what broke): such a call reads as interrupted."""
+    try:
+        return runner.idempotent(tick)
+    except Exception:
+        return False
 
 
 def after_commit(rt: Runtime, change: Change, head: Head) -> None:

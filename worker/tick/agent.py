@@ -44,6 +44,7 @@ from tickwork.worker.tick.frame import Stop, Tick, run_call, tool_run
 from tickwork.worker.tick.runtime import Runtime
 from tickwork.worker.tick.trees import spawn_or_join, wait_children
 from tickwork.worker.tools.registry import (
+    Tool,
     ToolContext,
     ToolRegistry,
     ToolResult,
@@ -440,14 +441,9 @@ def execute(tick: Tick) -> Change:
     rt, claimed, files = tick.rt, tick.claimed, tick.files
     head = claimed.head
     tools = rt.jobs.tools(head.kind)
-    upcoming = machine.next_call(claimed.calls)
-    tool = tools.get(upcoming.name) if upcoming and upcoming.name in tools else None
+    tool = next_tool(tick)
     plan = machine.start_execute(
-        head,
-        claimed.calls,
-        claimed.decisions,
-        idempotent=tool.idempotent if tool else True,
-        now=rt.clock(),
+        head, claimed.calls, claimed.decisions, idempotent=may_run_twice(tool), now=rt.clock()
     )
     if not isinstance(plan, RunTool):
         return plan
@@ -526,6 +522,20 @@ def execute(tick: Tick) -> Change:
     return finished(result.output, is_error=result.is_error, duration_ms=result.duration_ms)
 
 
+def next_tool(tick: Tick) -> Tool | None:
+    """The tool of the step's next call; None with no call left, or one the kind lacks."""
+    tools = tick.rt.jobs.tools(tick.head.kind)
+    upcoming = machine.next_call(tick.claimed.calls)
+    return tools.get(upcoming.name) if upcoming and upcoming.name in tools else None
+
+
+def may_run_twice(tool: Tool | None) -> bool:
+    """Whether the step's next call, found started, runs again (`machine.start_execute`),
+    so that a tick ending the session closes it as not run: its tool's `idempotent`; a
+    call of a tool the kind lacks is refused, never run."""
+    return tool.idempotent if tool is not None else True
+
+
 class AgentRunner:
     """The agent loop's tick (`tickwork.worker.tick.frame.Runner`): THINK when the session
     is ready, EXECUTE when it has calls to run."""
@@ -535,3 +545,6 @@ class AgentRunner:
 
     def advance(self, tick: Tick) -> Change:
         return think(tick) if tick.head.status is Status.READY else execute(tick)
+
+    def idempotent(self, tick: Tick) -> bool:
+        return may_run_twice(next_tool(tick))

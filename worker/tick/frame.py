@@ -58,6 +58,13 @@ class Runner(Protocol):
         but for those `advance` leaves to run again (the database or artifacts away)."""
         ...
 
+    def idempotent(self, tick: Tick) -> bool:
+        """Whether the step's next call (a tool call, a node run), if found started, may
+        run again from the start (its tool's or node's `idempotent`): a tick that fails
+        the session without running it closes it as not run (`machine.fail`), as the
+        runner's own deadline and cancel do. It may raise, as `advance` may."""
+        ...
+
 
 def tool_run(call: ToolCall, began_ns: int, *, is_error: bool, arguments: Any) -> ToolRun:
     """The report of `call`, run (or refused) from `began_ns` until now."""

@@ -218,6 +218,17 @@ class GraphRunner:
     def phase(self, head: Head) -> Phase:
         return Phase.NODE
 
+    def idempotent(self, tick: Tick) -> bool:
+        head, calls = tick.head, tick.claimed.calls
+        upcoming = calls[0] if calls else None
+        if upcoming is not None and upcoming.state is CallState.STARTED:
+            fanned_out = tick.rt.store.join(head.id, upcoming.call_id) is not None
+            if fanned_out:
+                return False  # so it ran: its branches did, or still do
+        kind = tick.rt.jobs.graph(head.kind)
+        graph = kind.graph if head.cancel_requested else check_version(kind, head)
+        return _may_run_twice(graph, upcoming)
+
     def advance(self, tick: Tick) -> Change:
         rt, claimed = tick.rt, tick.claimed
         head = claimed.head
@@ -244,12 +255,11 @@ class GraphRunner:
                     now=rt.clock(),
                     trace_id=trace,
                 )
-        node = graph.nodes.get(upcoming.name) if upcoming else None
         plan = graph_machine.start_node(
             head,
             claimed.calls,
             claimed.decisions,
-            idempotent=node.idempotent if node else True,
+            idempotent=_may_run_twice(graph, upcoming),
             now=rt.clock(),
         )
         if isinstance(plan, Change):
@@ -274,6 +284,14 @@ class GraphRunner:
                 trace_id=trace,
             )
         return _run(tick, graph, plan, state, trace)
+
+
+def _may_run_twice(graph: CompiledGraph, call: ToolCall | None) -> bool:
+    """Whether the step's node, found started, runs again (`graph_machine.start_node`), so
+    that a tick ending the session closes it as not run: the node's `idempotent`; a node
+    the graph lacks is refused, never run."""
+    node = graph.nodes.get(call.name) if call is not None else None
+    return node.idempotent if node is not None else True
 
 
 def _run(
