@@ -622,6 +622,8 @@ def decide(
             "decision": decision.kind.value,
             "approver": decision.approver,
             "comment": decision.comment,
+            # a rejection's reason, which the model reads: "" for other decisions
+            "feedback": decision.feedback,
         },
     )
     return Change(

@@ -82,3 +82,25 @@ def test_an_approval_request_line_agrees_with_its_number_of_calls() -> None:
 
     assert "step 1: s1c0 needs a decision" in line(["s1c0"])
     assert "step 1: s1c0, s1c1 need a decision" in line(["s1c0", "s1c1"])
+
+
+def test_a_rejection_line_shows_its_feedback_obeying_no_control_character(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`watch` showed a rejection's comment but not its feedback, the reason the model
+    reads; both come out without what a terminal would obey."""
+    event = {
+        "at": "2026-12-05T18:00:00Z",
+        "kind": "approval_decided",
+        "data": {
+            "call_id": "s1c2",
+            "decision": "reject",
+            "approver": "carol",
+            "comment": "see\x1b[2K ticket",
+            "feedback": "not c\x1b[1A\u202e",
+        },
+    }
+    render.show(render.event_line(event))
+    printed = capsys.readouterr().out
+    assert "\x1b" not in printed and "\u202e" not in printed
+    assert "s1c2: reject by carol: not c[1A (see[2K ticket)" in printed

@@ -779,7 +779,9 @@ def summary(kind: str, d: Mapping[str, Any]) -> str:
         verb = "needs" if len(calls) == 1 else "need"
         return f"step {d.get('step')}: {', '.join(calls)} {verb} a decision{doubt}"
     if kind == "approval_decided":
+        # a rejection's feedback as `decision_text` has it (events before it have none)
         text = f"{d.get('call_id')}: {d.get('decision')} by {d.get('approver')}"
+        text += f": {clip(d['feedback'], ARGUMENT_CHARS)}" if d.get("feedback") else ""
         return text + (f" ({d['comment']})" if d.get("comment") else "")
     if kind in ("tool_started", "tool_finished"):
         text = f"{d.get('call_id')} {d.get('name')}"

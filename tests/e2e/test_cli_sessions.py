@@ -56,12 +56,19 @@ def test_submit_decide_watch_show_ls_fork(deployment: Deployment, cli: Cli) -> N
             followed = cli("watch", sid, "--timeout", "60").stdout
             assert f"session {sid} is completed" in followed and "all done" in followed
             assert "approval_decided   s1c0: approve by alice (fine)" in followed
+            assert "approval_decided   s1c2: reject by carol: not c" in followed
         else:
             watched = cli("watch", sid, "--timeout", "60", "--json").json()
             assert watched["timed_out"] is False and watched["head"]["status"] == "completed"
             kinds = [e["kind"] for e in watched["events"]]
             assert kinds[:4] == ["created", "model_called", "step_recorded", "approval_requested"]
             assert kinds.count("approval_decided") == 3 and kinds[-1] == "completed"
+            decided = {
+                e["data"]["call_id"]: e["data"]["feedback"]
+                for e in watched["events"]
+                if e["kind"] == "approval_decided"
+            }
+            assert decided == {"s1c0": "", "s1c1": "", "s1c2": "not c"}
 
         patch = ["--tool-output", "s1c2=patched by hand", "--append-instruction", "be careful"]
         more = ["--max-steps", "9", "--context-window", "20000", "--as", "frank", "--json"]

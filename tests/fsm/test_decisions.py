@@ -79,6 +79,8 @@ def test_decide_moves_the_call(
         "decision": kind.value,
         "approver": "alice",
         "comment": "looks fine",
+        # a rejection's reason reaches watch, the event stream and webhooks
+        "feedback": "no" if kind is REJECT else "",
     }
     if kind is PROVIDE:
         (observation,) = change.observations

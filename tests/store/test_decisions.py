@@ -54,7 +54,13 @@ class TestDecide:
         assert session.decision(call.call_id) == decision(call, now=clock(), comment="ok")
         assert (session.events[-1].kind, session.events[-1].data) == (
             EventKind.APPROVAL_DECIDED,
-            {"call_id": call.call_id, "decision": "approve", "approver": "alice", "comment": "ok"},
+            {
+                "call_id": call.call_id,
+                "decision": "approve",
+                "approver": "alice",
+                "comment": "ok",
+                "feedback": "",
+            },
         )
         head = execute(store, session_id, now=clock(), output="ran")
         assert head.status is Status.READY

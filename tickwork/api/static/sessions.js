@@ -70,7 +70,7 @@ export async function sessionsView(view) {
 function eventSummary(event) {
   const d = event.data || {};
   const parts = [];
-  for (const key of ["step", "through", "call_id", "name", "decision", "approver", "status", "outcome", "error_code", "message", "by", "parent_id"]) {
+  for (const key of ["step", "through", "call_id", "name", "decision", "approver", "feedback", "comment", "status", "outcome", "error_code", "message", "by", "parent_id"]) {
     if (d[key] !== undefined && d[key] !== null && d[key] !== "") parts.push(`${key}=${d[key]}`);
   }
   if (Array.isArray(d.calls)) parts.push(`calls=${d.calls.join(",")}`);
