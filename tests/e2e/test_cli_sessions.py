@@ -229,7 +229,7 @@ def test_errors_are_one_line_with_an_exit_code(deployment: Deployment, cli: Cli)
 
     cancelled = cli("cancel", sid, "--as", "dave", "--json").json()
     assert cancelled["status"] == "cancelled"
-    cli.inline("approve", sid, "s1c0", ok=False).error(1, sid, "is cancelled")
+    cli.inline("approve", sid, "s1c0", ok=False).error(1, sid, "cancelled before this decision")
     cli.inline("cancel", sid, ok=False).error(1, "already cancelled")
     assert not deployment.sink_lines("danger.log")
 
