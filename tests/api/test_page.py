@@ -140,9 +140,17 @@ def test_reject_with_feedback_from_the_live_view(page: Any, stack: Stack) -> Non
     expect(page.locator("#timeline blockquote.thought")).to_have_text(hostile)
     card.locator("button.reject").click()
     card.locator("textarea.feedback").fill("use the staging database")
+    card.locator("input.comment").fill("ticket OPS-7")
     card.locator("button.confirm-reject").click()
 
     expect(page.locator("#status")).to_have_attribute("data-status", "completed")
+    # the feedback (what the model reads) and the comment (for people) are both shown
+    expect(page.locator('#timeline [data-call="s1c0"] p.decided')).to_contain_text(
+        "rejected by bob"
+    )
+    expect(page.locator('#timeline [data-call="s1c0"] p.decided')).to_contain_text(
+        ": use the staging database (ticket OPS-7)"
+    )
     expect(page.locator('#timeline [data-call="s1c0"] pre.output.error')).to_have_text(
         "rejected by bob: use the staging database"
     )

@@ -167,7 +167,9 @@ export function diffLines(text) {
 export function decisionLine(decision) {
   const what = { approve: "approved", edit: "edited", reject: "rejected",
                  provide_output: "output given" }[decision.kind] || decision.kind;
-  const why = decision.feedback || decision.comment;
+  // a rejection's feedback (what the model reads) and the approver's comment (for people)
+  // are both shown: the one did not stand for the other
+  const said = [decision.feedback, decision.comment && `(${decision.comment})`].filter(Boolean);
   return el("p", { class: "decided" }, `${what} by ${decision.approver} ${ago(decision.at)}`,
-    why ? `: ${why}` : "");
+    said.length ? `: ${said.join(" ")}` : "");
 }
