@@ -178,6 +178,57 @@ def test_auto_installs_what_the_build_backend_asks_for_an_editable_build(
     assert "exit code: 0" in session.observations[0].content
 
 
+TOX_INI = """\
+[tox]
+envlist = py311,lint
+
+[testenv]
+deps =
+    pytest
+    tinydep  # the project names it here and nowhere else
+    py311: nosuchdep-for-one-factor
+    {env:EXTRA_DEP:}
+commands = pytest {posargs}
+
+[testenv:lint]
+deps = nosuchlinter
+"""
+
+
+@pytest.mark.parametrize("where", ["tox.ini", "requirements/test.txt"])
+def test_auto_installs_test_tools_named_only_in_tox_ini_or_a_requirements_folder(
+    index, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """Many projects name their pytest plugins only in tox.ini's `deps` or in
+    `requirements/test.txt`: `auto` read neither, so every test run failed on a missing
+    import or fixture, and the card listed nothing missing."""
+    monkeypatch.setenv("TICKWORK_PIP_INDEX_URL", index.url)
+    monkeypatch.setenv("TICKWORK_EGRESS_ALLOW", index.address)
+    source = project(tmp_path / "src", body=BODY, test=TEST)
+    if where == "tox.ini":
+        (source / "tox.ini").write_text(TOX_INI)
+    else:
+        (source / "requirements").mkdir()
+        (source / "requirements" / "test.txt").write_text("-r base.txt\ntinydep\n")
+        (source / "requirements" / "base.txt").write_text("pytest\n")
+        (source / "requirements" / "docs.txt").write_text("nosuchdocstool\n")
+    settings = embedded_settings(tmp_path / "deploy")
+    with running_worker(settings), SessionDriver(settings) as driver:
+        sid = driver.submit(
+            "repair",
+            {"workspace": str(source), "test_command": "pytest -q"},
+            replies=[reply("look", call("run_tests")), reply("done")],
+        )
+        session = driver.run(sid, timeout=180)
+    head = session.head
+    env = head.result["environment"]
+    assert head.status is Status.COMPLETED, head.error_message
+    assert env["status"] == "ready" and env.get("missing") == [], env
+    assert any(where.split("/")[0] in d for d in env["detected"]), env
+    ran = session.observations[0].content
+    assert "1 failed, 1 passed" in ran and "No module named" not in ran, ran
+
+
 def test_a_test_extra_requirement_the_index_lacks_is_listed_missing_not_fatal(
     index, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

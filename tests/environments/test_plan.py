@@ -15,6 +15,7 @@ from tickwork.worker.files.environment_plans import (
     OFFLINE,
     SETUP_PY_SHIM,
     check_setup,
+    dependency_files,
     plan,
     uses_pytest,
 )
@@ -250,3 +251,43 @@ def test_tox_ini_s_pytest_section_says_the_tests_use_pytest() -> None:
     manifest = {p: entry("100644", blob_hash(c)) for p, c in files.items()}
     contents = {blob_hash(c): c for c in files.values()}
     assert not uses_pytest(manifest, blobs, "make test")
+
+
+def test_auto_reads_tox_ini_deps_common_to_every_environment() -> None:
+    tox = (
+        b"[testenv]\ndeps =\n    pytest-mock>=3\n    -r{toxinidir}/requirements/test.txt\n"
+        b"    py312: ipython\n    {env:EXTRA:}\n    -cconstraints.txt\n"
+        b"commands = pytest\n[testenv:docs]\ndeps = sphinx\n"
+    )
+    made = plan(AUTO, {"setup.py": b"", "tox.ini": tox}, uses_pytest=True, online=True)
+    joined = "\n".join(made.commands)
+    assert "'pytest-mock>=3' -rrequirements/test.txt ||" in joined
+    assert "ipython" not in joined and "sphinx" not in joined and "EXTRA" not in joined
+    assert "pytest-mock" in made.wanted
+    assert "tox.ini deps: pytest-mock>=3,-rrequirements/test.txt" in made.detected
+    offline = plan(AUTO, {"tox.ini": tox}, uses_pytest=False, online=False)
+    assert "pytest-mock" in offline.commands[-1]  # listed missing, not installed
+
+
+def test_auto_reads_the_test_requirements_of_a_requirements_folder() -> None:
+    names = [
+        "requirements/test.txt",
+        "requirements/requirements-tests.txt",
+        "requirements/dev.txt",
+        "requirements/docs.txt",
+        "requirements/base.txt",
+        "requirements-dev.txt",
+        "tox.ini",
+        "src/requirements/test.txt",
+    ]
+    manifest = {n: entry("100644", blob_hash(b"x")) for n in names}
+    assert dependency_files(manifest) == [
+        "requirements-dev.txt",
+        "requirements/dev.txt",
+        "requirements/requirements-tests.txt",
+        "requirements/test.txt",
+        "tox.ini",
+    ]
+    made = plan(AUTO, {"requirements/test.txt": b"pytest-asyncio\n"}, uses_pytest=True, online=True)
+    assert any(c.endswith("-r requirements/test.txt") for c in made.commands)
+    assert "pytest-asyncio" in made.wanted

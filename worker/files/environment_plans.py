@@ -6,7 +6,9 @@ input, the `auto` rule over the source's packaging files, and the key
 give a venv at /env (the interpreter's own packages visible) with the project installed
 editable from /workspace with its `test`/`tests`/`dev`/`testing` extras and pytest when its
 tests use it, and what its dependency groups of those names hold (what fails to install is
-listed missing); `requirements*.txt` are installed; none of these, an empty environment.
+listed missing); `requirements*.txt` and the test ones of a `requirements/` folder are
+installed, and the plain requirements of tox.ini's `[testenv]` `deps`; none of these, an
+empty environment.
 Without egress only what needs no network: the venv and the project (`--no-index
 --no-deps`); a last command lists what the environment does not hold (MISSING lines).
 """
@@ -28,8 +30,15 @@ from tickwork.worker.files import versions
 
 #: what `--setup` takes besides commands
 AUTO, NONE = "auto", "none"
-#: packaging files `auto` reads, at the source's root; also `requirements*.txt`
+#: packaging files `auto` reads, at the source's root; also `requirements*.txt`, the test
+#: requirements of a `requirements/` folder (REQUIREMENTS_FOLDER) and tox.ini
 PACKAGING = ("pyproject.toml", "setup.py", "setup.cfg")
+#: `requirements/test.txt`, `requirements/dev.txt`, `requirements/requirements-tests.txt`:
+#: where a project keeps its test tools when its packaging does not name them
+REQUIREMENTS_FOLDER = re.compile(
+    r"requirements/(?:requirements[-_.]?)?(?:test|tests|testing|dev)(?:[-_.][^/]*)?\.txt"
+)
+TOX = "tox.ini"
 #: optional-dependency groups `auto` installs when the project declares them
 TEST_EXTRAS = ("test", "tests", "dev", "testing")
 #: setup commands a job may give, and the longest one
@@ -119,9 +128,15 @@ class Plan:
 
 
 def dependency_files(manifest: Manifest) -> list[str]:
-    """The packaging and requirements files at the source's root."""
+    """The packaging and requirements files at the source's root, the test requirements of
+    its `requirements/` folder, and tox.ini."""
     return sorted(
-        p for p in manifest if p in PACKAGING or re.fullmatch(r"requirements[^/]*\.txt", p)
+        p
+        for p in manifest
+        if p in PACKAGING
+        or p == TOX
+        or re.fullmatch(r"requirements[^/]*\.txt", p)
+        or REQUIREMENTS_FOLDER.fullmatch(p)
     )
 
 
@@ -149,6 +164,29 @@ def _setup_cfg_extras(content: bytes) -> dict[str, list[str]]:
         name: [line for line in value.splitlines() if line.strip()]
         for name, value in parser.items("options.extras_require")
     }
+
+
+def _tox_deps(content: bytes) -> list[str]:
+    """The `deps` of tox.ini's `[testenv]` that hold for every environment, where many
+    projects name their test plugins (pytest-mock, pytest-cov) and nowhere else: plain
+    requirements and `-r FILE` lines (`{toxinidir}/` dropped); a line for some factors only
+    (`py312: ipython`) or with another substitution is left out."""
+    parser = configparser.ConfigParser(interpolation=None)
+    try:
+        parser.read_string(content.decode("utf-8", "replace"))
+        value = parser.get("testenv", "deps", fallback="")
+    except configparser.Error:
+        return []
+    deps = []
+    for line in value.splitlines():
+        line = line.split(" #", 1)[0].strip().replace("{toxinidir}/", "")
+        if not line or line.startswith("#") or "{" in line or re.match(r"[\w,!.-]+:\s", line):
+            continue
+        if found := re.fullmatch(r"-r\s*(\S+)", line):
+            deps.append(f"-r{found.group(1)}")
+        elif not line.startswith("-"):
+            deps.append(line)
+    return deps
 
 
 def _dependency_groups(meta: Mapping[str, Any]) -> dict[str, list[str]]:
@@ -263,7 +301,8 @@ def plan(
         return Plan(given, commands, hashes, online, index_url, variables=pretended, version=said)
     project = any(p in files for p in PACKAGING)
     requirements = sorted(p for p in files if p.startswith("requirements"))
-    if not (project or requirements):
+    tox = _tox_deps(files.get(TOX, b""))
+    if not (project or requirements or tox):
         return Plan(AUTO, (), hashes, online, index_url)
     venv = "python3 -m venv --system-site-packages --without-pip /env"
     commands = [
@@ -337,6 +376,12 @@ def plan(
         ]
         if online:
             commands.append(f"{PIP} -r {shlex.quote(path)}")
+    if tox:
+        # tox installs them itself; what the index lacks is listed missing, as a group's
+        wanted += [n for r in tox if not r.startswith("-") and (n := _name(r))]
+        detected.append(f"tox.ini deps: {','.join(tox)}")
+        if online:
+            commands.append(_groups_command(tox, "tox.ini deps"))
     if uses_pytest:
         wanted.append("pytest")
         if online and not project:
@@ -395,12 +440,12 @@ def _backend_requires_command() -> str:
     return f"/env/bin/python -c {shlex.quote(_BACKEND_REQUIRES)}"
 
 
-def _groups_command(requirements: list[str]) -> str:
+def _groups_command(requirements: list[str], what: str = "dependency group") -> str:
     """A setup command installing a dependency group's `requirements`, else each one it can
     (a dev group's docs or lint tool the index lacks must not cost the tests theirs): what
     it could not install the last command lists as missing, and the session goes on."""
     quoted = " ".join(map(shlex.quote, requirements))
-    return f"{PIP} {quoted} || {_each(requirements, 'dependency group')}"
+    return f"{PIP} {quoted} || {_each(requirements, what)}"
 
 
 def _each(requirements: list[str], what: str) -> str:
