@@ -7,7 +7,9 @@ repaired anything, so a list of sessions never shows a failed repair like a succ
 - `tests_failing`: the final tests ran and failed (or ran past their time limit, or were
   killed for their output: they ran, and did not pass);
 - `tests_not_run`: the final tests could not run: the environment's setup failed, the
-  command was not found (exit 126 or 127 from the shell), a `python -m RUNNER` command's
+  command was not found (exit 126 or 127 from the shell), the shell or make refused it
+  (`refused_command`: a syntax error, a leading `cd` that failed, a make goal no rule
+  makes), a `python -m RUNNER` command's
   runner is not installed (`missing_runner`), the sandbox could not start, or the runner
   found no test to run (`no_tests_ran`: unittest's "Ran 0 tests", pytest's exit 5, or its
   exit 4, a usage error: an option of `addopts` no plugin takes, a conftest that fails);
@@ -40,6 +42,7 @@ __all__ = [
     "missing_runner",
     "no_tests_ran",
     "outcome_of",
+    "refused_command",
     "repair_outcome",
     "why_tests_did_not_run",
 ]
@@ -173,12 +176,57 @@ def no_tests_ran(command: str, exit_code: int | None, output: str) -> str | None
     return None
 
 
+#: the shell refused the command before running it: a syntax error (dash's words, and
+#: bash's as /bin/sh)
+_SHELL_SYNTAX = re.compile(
+    r"^(?:/bin/)?sh: (?:\d+: Syntax error: .*|-c: line \d+: (?:syntax error|unexpected EOF).*)$",
+    re.MULTILINE,
+)
+#: a leading `cd DIR` that failed (dash's words, and bash's)
+_SHELL_CD = re.compile(
+    r"^(?:/bin/)?sh: (?:\d+: cd: can't cd to .*|line \d+: cd: .*)$", re.MULTILINE
+)
+#: make has no rule for a goal it was given ("..., needed by 'x'" is a missing file of a
+#: rule that exists, not a goal)
+_MAKE_NO_GOAL = re.compile(r"make(?:\[\d+\])?: \*\*\* No rule to make target '([^']+)'\.  Stop\.")
+
+
+def refused_command(command: str, exit_code: int | None, output: str) -> str | None:
+    """Why the shell or make ran no test of `command`: a shell syntax error, a leading
+    `cd` to a folder that is not there, or a make goal no rule makes (`make tset`); else
+    None. Each exits 2, which read as tests that ran and failed."""
+    if exit_code == 0:
+        return None
+    if found := _SHELL_SYNTAX.search(output):
+        return (
+            f"the shell could not parse the test command ({found.group(0).strip()}): check "
+            "its quotes and operators"
+        )
+    if command.lstrip().startswith("cd ") and (found := _SHELL_CD.search(output)):
+        return (
+            f"the test command's `cd` failed ({found.group(0).strip()}): paths are relative "
+            "to the project's root, /workspace"
+        )
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        words = []
+    found = _MAKE_NO_GOAL.search(output)
+    if found and "make" in {PurePosixPath(w).name for w in words} and found.group(1) in words:
+        return (
+            f"make has no rule for the target {found.group(1)!r} the test command names: "
+            "check the target's name in the project's Makefile"
+        )
+    return None
+
+
 def why_tests_did_not_run(
     command: str, exit_code: int | None, output: str, *, timed_out: bool = False
 ) -> str | None:
     """Why a run of the test command proved nothing about the code, or None if its tests
     ran: the shell could not find or execute it (exit 126, 127), its `python -m` runner is
-    not installed (`missing_runner`), or the runner found no test (`no_tests_ran`). The
+    not installed (`missing_runner`), the shell or make refused it (`refused_command`), or
+    the runner found no test (`no_tests_ran`). The
     final test run records it as `not_run`; `run_tests` tells the model the same."""
     if exit_code in NOT_FOUND_EXIT_CODES:
         return (
@@ -191,4 +239,6 @@ def why_tests_did_not_run(
             f"says: No module named {runner}): declare it in the project's test "
             "dependencies, or install it in the repair's setup"
         )
-    return None if timed_out else no_tests_ran(command, exit_code, output)
+    if timed_out:
+        return None
+    return refused_command(command, exit_code, output) or no_tests_ran(command, exit_code, output)

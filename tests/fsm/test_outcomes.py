@@ -13,6 +13,7 @@ from tickwork.fsm.outcomes import (
     no_tests_ran,
     outcome_of,
     repair_outcome,
+    why_tests_did_not_run,
 )
 
 PATCH = "diff --git a/calc.py b/calc.py\n--- a/calc.py\n+++ b/calc.py\n"
@@ -162,3 +163,34 @@ def test_a_run_that_found_no_test_is_told_from_one_that_ran(
 def test_a_pytest_usage_error_says_what_pytest_refused() -> None:
     said = no_tests_ran("python3 -m pytest -q", 4, PYTEST_USAGE)
     assert said is not None and "unrecognized arguments: -n" in said and "addopts" in said
+
+
+@pytest.mark.parametrize(
+    ("command", "output", "said"),
+    [
+        # dash, the sandbox's /bin/sh on Debian, and bash as sh
+        ("pytest 'tests", "/bin/sh: 1: Syntax error: Unterminated quoted string", "parse"),
+        ("pytest &&", "sh: -c: line 1: syntax error: unexpected end of file", "parse"),
+        ("cd nowhere && pytest", "/bin/sh: 1: cd: can't cd to nowhere", "`cd` failed"),
+        ("cd src && pytest", "sh: line 1: cd: src: No such file or directory", "`cd` failed"),
+        ("make tset", "make: *** No rule to make target 'tset'.  Stop.", "'tset'"),
+        ("make -C sub tset", "make[1]: *** No rule to make target 'tset'.  Stop.", "'tset'"),
+        # tests that ran and failed
+        ("make test", "make: *** [Makefile:18: test] Error 1", None),
+        # a file a rule needs is missing: the goal exists, its recipe's trouble is the code's
+        ("make test", "make: *** No rule to make target 'gen.py', needed by 'test'.  Stop.", None),
+        # a cd after the tests ran is not the command's start
+        ("pytest; cd docs", "1 failed\n/bin/sh: 1: cd: can't cd to docs", None),
+        ("pytest -q", "E   assert 'Syntax error: x' == ''\n1 failed", None),
+    ],
+)
+def test_a_command_the_shell_or_make_refused_ran_no_test(
+    command: str, output: str, said: str | None
+) -> None:
+    """`--test-cmd "make tset"` or an unclosed quote exits 2 having run nothing: it read
+    as tests that ran and failed (`tests_failing`, or `no_changes`), not `tests_not_run`."""
+    why = why_tests_did_not_run(command, 2, output)
+    assert (why is None) if said is None else (why is not None and said in why), why
+    tests = {"exit_code": 2, "passed": False, "not_run": why}
+    expected = Outcome.TESTS_FAILING if said is None else Outcome.TESTS_NOT_RUN
+    assert repair_outcome(patch="diff", tests=tests) is expected
