@@ -3,6 +3,7 @@ is empty, and applied to a folder."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from collections.abc import Sequence
@@ -46,13 +47,44 @@ def unchanged(head: Head) -> str:
     return f"it has changed no files yet ({head.status.value}, step {head.step})"
 
 
+#: how a patch names a binary file whose content it does not carry (`diff_manifests`)
+_BINARY = re.compile(r"^Binary files (.+) and (.+) differ$")
+
+
+def _without_binaries(patch: str) -> tuple[str, list[str]]:
+    """`patch` without the diffs of binary files (a test run's `.coverage`, an image),
+    which carry no content and which neither `git apply` nor the built-in applier takes,
+    and their paths."""
+    kept, binaries = [], []
+    for block in re.split(r"(?m)^(?=diff --git )", patch):
+        # a hunk's lines start with " ", "+" or "-": only a header line can match
+        found = next(filter(None, map(_BINARY.match, block.splitlines()[1:])), None)
+        if found is None:
+            kept.append(block)
+            continue
+        old, new = found.groups()
+        name = new if new != "/dev/null" else old
+        binaries.append(name[2:] if name[:2] in ("a/", "b/") else name)
+    return "".join(kept), binaries
+
+
 def apply_patch(directory: Path, patch: str) -> str:
     """Apply a session's patch to `directory` (with `git apply` if git is installed);
-    all of it or nothing. Returns what was done."""
+    all of it or nothing, but for binary files, whose content a patch does not carry: they
+    are left out and named. Returns what was done."""
     if not directory.is_dir():
         raise InvalidInput(f"{directory} is not a directory; give the project's folder")
     if not patch:
         return "the patch is empty: nothing to apply"
+    patch, binaries = _without_binaries(patch)
+    left_out = (
+        "left out, as a patch does not carry a binary file's content: "
+        f"{', '.join(binaries)} (a --repo job's `tickwork patch ID --bundle FILE` has them)"
+        if binaries
+        else ""
+    )
+    if not patch.strip():
+        raise InvalidInput(f"the patch changes only binary files, nothing was applied: {left_out}")
     if shutil.which("git"):
         done = subprocess.run(
             ["git", "apply", "--whitespace=nowarn", "-"],
@@ -77,7 +109,7 @@ def apply_patch(directory: Path, patch: str) -> str:
                 f"the patch does not apply to {directory}: "
                 + " ".join(done.stderr.decode(errors="replace").split())[:500]
             )
-        return f"applied the patch to {directory}"
+        return f"applied the patch to {directory}" + (f"; {left_out}" if left_out else "")
     from tickwork.worker.tools import patches
 
-    return patches.apply_patch(directory, patch)
+    return patches.apply_patch(directory, patch) + (f"\n{left_out}" if left_out else "")

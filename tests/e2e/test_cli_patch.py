@@ -96,3 +96,41 @@ def test_a_repository_sessions_files_come_as_a_branch_in_a_bundle(
     assert git(repo, "rev-parse", "result~1") == commit
     assert git(repo, "show", "result:new.py") == "NEW = 1"
     assert git(repo, "show", "result:calc.py") == BUGGY.rstrip("\n")
+
+
+def test_a_patch_whose_test_run_left_a_binary_file_applies_without_it(
+    deployment: Deployment, cli: Cli
+) -> None:
+    """The session's test run writes `.coverage` (SQLite) into its files: the patch names it
+    `Binary files ... differ`, which `git apply` refuses, so `--apply` applied nothing of a
+    repaired session ("cannot apply binary patch to '.coverage' without full index line")."""
+    project = deployment.tmp / "project"
+    project.mkdir()
+    (project / "calc.py").write_text(BUGGY)
+    script = deployment.script(
+        [
+            {
+                "content": "fix",
+                "tool_calls": [{"name": "apply_patch", "arguments": {"patch": _fix_patch()}}],
+            },
+            {"content": "check", "tool_calls": [{"name": "run_tests", "arguments": {}}]},
+            {"content": "fixed the sign"},
+        ]
+    )
+    coverage = 'open(".coverage", "wb").write(bytes(range(256)))'
+    test_cmd = f"python3 -c 'from calc import add; assert add(2, 3) == 5; {coverage}'"
+    sid = cli(
+        "submit", "repair", "--workspace", str(project), "--test-cmd", test_cmd,
+        "--model", script, "--json",
+    ).json()["id"]  # fmt: skip
+    with deployment.worker():
+        deployment.client.wait(sid, timeout=60)
+        deployment.client.approve(sid, "s1c0", approver="alice")
+        done = deployment.client.wait(sid, timeout=60)
+    assert done.result["outcome"] == "repaired", done.result["tests"]["output"]
+    assert "Binary files /dev/null and b/.coverage differ" in done.result["patch"]
+
+    applied = cli("patch", sid, "--apply", str(project))
+    assert "applied the patch" in applied.stdout and ".coverage" in applied.stdout
+    assert (project / "calc.py").read_text() == FIXED
+    assert not (project / ".coverage").exists()

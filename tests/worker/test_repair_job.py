@@ -28,6 +28,7 @@ from tickwork.worker.tools.patches import apply_patch
 
 from tickwork import testing
 from tickwork.cli_demo import DEMO_EXAMPLE, DEMO_SCRIPT, demo_input, prepare_demo_workspace
+from tickwork.patches import apply_patch as apply_session_patch
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 PASS = "python3 -c 'import sys; sys.exit(0)'"
@@ -406,6 +407,36 @@ def test_binary_large_and_empty_files_get_headers_only(
     assert "Binary files a/logo.png and b/logo.png differ\n" in patch
     assert "Binary files a/pkg/mod.py and b/pkg/mod.py differ\n" in patch
     assert "diff --git a/empty.txt b/empty.txt\nnew file mode 100644\n" in patch
+
+
+@pytest.mark.parametrize("with_git", [True, False], ids=["git-apply", "built-in"])
+def test_a_patch_applies_but_for_its_binary_files_which_it_names(
+    project: Path,
+    artifacts: DirectoryArtifacts,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    with_git: bool,
+) -> None:
+    """`tickwork patch --apply`: git apply refuses a `Binary files ... differ` diff, and the
+    built-in applier too, so a test run's `.coverage` kept all of a patch from applying."""
+    pristine = tmp_path / "pristine"
+    shutil.copytree(project, pristine)
+    before = manifest(artifacts, project)
+    (project / "pkg" / "mod.py").write_text("def f():\n    return 2\n")
+    (project / ".coverage").write_bytes(b"SQLite format 3\x00")
+    (project / "logo.png").write_bytes(b"\x89PNG\x00changed")
+    patch, _ = diff_manifests(before, manifest(artifacts, project), artifacts.get)
+    if not with_git:
+        monkeypatch.setattr(shutil, "which", lambda name: None)
+    done = apply_session_patch(pristine, patch)
+    assert "left out" in done and ".coverage, logo.png" in done, done
+    assert (pristine / "pkg" / "mod.py").read_text() == "def f():\n    return 2\n"
+    assert not (pristine / ".coverage").exists()
+    assert (pristine / "logo.png").read_bytes() == b"\x89PNG\x00\x01\x02"
+    only = "diff --git a/.coverage b/.coverage\nnew file mode 100644\n"
+    only += "Binary files /dev/null and b/.coverage differ\n"
+    with pytest.raises(InvalidInput, match="only binary files, nothing was applied"):
+        apply_session_patch(pristine, only)
 
 
 def test_the_final_test_run_is_recorded(project: Path) -> None:
