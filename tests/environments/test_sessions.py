@@ -281,3 +281,29 @@ def test_a_fork_of_an_env_setup_dead_letter_builds_it_again(tmp_path: Path) -> N
     assert done.head.result["environment"]["built"] is True
     assert done.head.result["tests"]["passed"] is True
     assert (row.status.value, row.key) == ("ready", failed.result["environment"]["key"])
+
+
+def test_a_failed_setup_says_first_which_command_stopped_it_and_what_was_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The message was the log's last 4,000 characters: `dlq ls` and a card's first line
+    showed the middle of a command (`sh\\nexec /env/bin/python -m pip ...`), and why pip
+    failed (the proxy refused the index's address) only at its very end."""
+    monkeypatch.setenv("TICKWORK_EGRESS_ALLOW", "localhost")
+    source = project(tmp_path / "src")
+    fetch = "python3 -c \"import urllib.request as u; u.urlopen('http://localhost:9/')\""
+    settings = embedded_settings(tmp_path / "deploy")
+    with running_worker(settings), SessionDriver(settings) as driver:
+        sid = driver.submit(
+            "repair",
+            {"workspace": str(source), "test_command": "true", "setup": ["seq 3000", fetch]},
+            replies=[reply("never asked")],
+        )
+        head = driver.run_until(sid, Status.FAILED, timeout=60)
+        letter = driver.client.dead_letters()[0]
+    first = head.error_message.splitlines()[0]
+    assert first.startswith("the environment's setup failed (environment "), first
+    assert "setup stopped at `python3 -c" in first and "it exited 1" in first, first
+    assert "; egress refused localhost:9" in first and "loopback" in first, first
+    assert head.error_message.splitlines()[1] == "…"  # the log's end, from a line's start
+    assert letter.message.splitlines()[0] == first

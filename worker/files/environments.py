@@ -426,7 +426,17 @@ def prepare(rt: Runtime, head: Head) -> Change | Head:
 
 
 def _failure(key: str, output: str) -> str:
-    return f"the environment's setup failed (environment {key[:12]}):\n{output[-MAX_CARD_LOG:]}"
+    """The failed setup's message: first which command stopped it and why, with the first
+    connection the sandbox refused (what `dlq ls` and a card's first line show), then the
+    log's end from a line's start."""
+    lines = output.splitlines()
+    stopped = next((ln for ln in reversed(lines) if ln.startswith("setup stopped at ")), "")
+    refused = next((ln for ln in lines if ln.startswith("egress refused ")), "")
+    head = "; ".join(filter(None, (stopped, refused))) or "see its log"
+    tail = output[-MAX_CARD_LOG:]
+    if len(output) > MAX_CARD_LOG and "\n" in tail:
+        tail = "…" + tail[tail.index("\n") :]
+    return f"the environment's setup failed (environment {key[:12]}): {head}\n{tail}"
 
 
 def _with(head: Head, record: dict[str, Any]) -> Head:
