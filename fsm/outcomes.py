@@ -7,9 +7,9 @@ repaired anything, so a list of sessions never shows a failed repair like a succ
 - `tests_failing`: the final tests ran and failed (or ran past their time limit, or were
   killed for their output: they ran, and did not pass);
 - `tests_not_run`: the final tests could not run: the environment's setup failed, the
-  command was not found (exit 126 or 127 from the shell), the shell or make refused it
-  (`refused_command`: a syntax error, a leading `cd` that failed, a make goal no rule
-  makes), a `python -m RUNNER` command's
+  command was not found (exit 126 or 127 from the shell), the shell, make or tox refused
+  it (`refused_command`: a syntax error, a leading `cd` that failed, a make goal no rule
+  makes, tox that could not install its environment), a `python -m RUNNER` command's
   runner is not installed (`missing_runner`), the sandbox could not start, or the runner
   found no test to run (`no_tests_ran`: unittest's "Ran 0 tests", pytest's exit 5, or its
   exit 4, a usage error: an option of `addopts` no plugin takes, a conftest that fails);
@@ -191,12 +191,25 @@ _SHELL_CD = re.compile(
 _MAKE_NO_GOAL = re.compile(r"make(?:\[\d+\])?: \*\*\* No rule to make target '([^']+)'\.  Stop\.")
 
 
+#: tox 4's line for a failed command of an environment's, here its pip install of the deps
+#: or of the package (`py311: exit 1 (8.9 seconds) /workspace> python -I -m pip install ...`)
+_TOX_INSTALL = re.compile(r"^\s*\S+: exit -?\d+ \([^)]*\) .*?> .*\bpip install\b.*$", re.MULTILINE)
+
+
 def refused_command(command: str, exit_code: int | None, output: str) -> str | None:
-    """Why the shell or make ran no test of `command`: a shell syntax error, a leading
-    `cd` to a folder that is not there, or a make goal no rule makes (`make tset`); else
-    None. Each exits 2, which read as tests that ran and failed."""
+    """Why the shell, make or tox ran no test of `command`: a shell syntax error, a leading
+    `cd` to a folder that is not there, a make goal no rule makes (`make tset`), or tox
+    could not install its environment (with no network); else None. Each exits non-zero,
+    which read as tests that ran and failed."""
     if exit_code == 0:
         return None
+    if "tox" in command and _TOX_INSTALL.search(output):
+        return (
+            "tox could not install its test environment (the test command and run_tests have "
+            'no network unless the job\'s `network` is "all"): run the tests with their '
+            "runner in the job's environment, e.g. `python3 -m pytest`, where `--setup auto` "
+            "installs tox.ini's deps"
+        )
     if found := _SHELL_SYNTAX.search(output):
         return (
             f"the shell could not parse the test command ({found.group(0).strip()}): check "
@@ -225,7 +238,7 @@ def why_tests_did_not_run(
 ) -> str | None:
     """Why a run of the test command proved nothing about the code, or None if its tests
     ran: the shell could not find or execute it (exit 126, 127), its `python -m` runner is
-    not installed (`missing_runner`), the shell or make refused it (`refused_command`), or
+    not installed (`missing_runner`), the shell, make or tox refused it (`refused_command`), or
     the runner found no test (`no_tests_ran`). The
     final test run records it as `not_run`; `run_tests` tells the model the same."""
     if exit_code in NOT_FOUND_EXIT_CODES:

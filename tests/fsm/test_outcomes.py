@@ -165,6 +165,21 @@ def test_a_pytest_usage_error_says_what_pytest_refused() -> None:
     assert said is not None and "unrecognized arguments: -n" in said and "addopts" in said
 
 
+TOX_NO_NETWORK = """\
+py311: install_deps> python -I -m pip install click ipython pytest pytest-cov
+ERROR: No matching distribution found for click
+py311: exit 1 (8.88 seconds) /workspace> python -I -m pip install click ipython pid=14
+  py311: FAIL code 1 (9.69 seconds)
+  evaluation failed :( (9.83 seconds)
+"""
+TOX_FAILED = """\
+FAILED tests/test_parser.py::test_parse_stream[a=b c -expected21]
+2 failed, 258 passed in 3.16s
+py311: exit 1 (4.10 seconds) /workspace> pytest --cov pid=31
+  py311: FAIL code 1 (12.01 seconds)
+"""
+
+
 @pytest.mark.parametrize(
     ("command", "output", "said"),
     [
@@ -175,7 +190,10 @@ def test_a_pytest_usage_error_says_what_pytest_refused() -> None:
         ("cd src && pytest", "sh: line 1: cd: src: No such file or directory", "`cd` failed"),
         ("make tset", "make: *** No rule to make target 'tset'.  Stop.", "'tset'"),
         ("make -C sub tset", "make[1]: *** No rule to make target 'tset'.  Stop.", "'tset'"),
+        # tox 4 with no network: its environment's pip install failed, no test ran
+        ("tox -e py311", TOX_NO_NETWORK, "tox could not install"),
         # tests that ran and failed
+        ("tox -e py311", TOX_FAILED, None),
         ("make test", "make: *** [Makefile:18: test] Error 1", None),
         # a file a rule needs is missing: the goal exists, its recipe's trouble is the code's
         ("make test", "make: *** No rule to make target 'gen.py', needed by 'test'.  Stop.", None),
@@ -187,8 +205,9 @@ def test_a_pytest_usage_error_says_what_pytest_refused() -> None:
 def test_a_command_the_shell_or_make_refused_ran_no_test(
     command: str, output: str, said: str | None
 ) -> None:
-    """`--test-cmd "make tset"` or an unclosed quote exits 2 having run nothing: it read
-    as tests that ran and failed (`tests_failing`, or `no_changes`), not `tests_not_run`."""
+    """`--test-cmd "make tset"`, an unclosed quote or tox with no network to install its
+    environment exits non-zero having run nothing: it read as tests that ran and failed
+    (`tests_failing`, or `no_changes`), not `tests_not_run`."""
     why = why_tests_did_not_run(command, 2, output)
     assert (why is None) if said is None else (why is not None and said in why), why
     tests = {"exit_code": 2, "passed": False, "not_run": why}
