@@ -84,6 +84,9 @@ def test_without_egress_auto_says_what_it_could_not_install(
     assert env["status"] == "ready", env
     assert "tinydep" in env["missing"] and "pytest" in env["missing"]
     assert "calcpkg" not in env["missing"]  # the project itself needed no network
+    # and the card says why, and what to set: "not installed: pytest" alone looked like a
+    # project that forgot to declare it
+    assert "no network" in env["note"] and "TICKWORK_EGRESS_ALLOW=" in env["note"], env
     assert "No module named 'tinydep'" in session.observations[0].content
 
 

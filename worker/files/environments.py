@@ -96,6 +96,12 @@ class Runtime(Protocol):
 
 #: the build log kept on the session's card (its end; the table keeps more)
 MAX_CARD_LOG = 4_000
+#: why `auto` installed nothing of what the project declares, on the card beside `missing`
+NO_NETWORK = (
+    "setup had no network (TICKWORK_EGRESS_ALLOW is empty, or the job's `network` is "
+    '"none"), so it installed only the project itself: let setup reach the package index, '
+    "e.g. TICKWORK_EGRESS_ALLOW=pypi.org,files.pythonhosted.org on the workers"
+)
 #: a packed environment is stored in pieces of this size (a blob each)
 CHUNK_BYTES = 8 << 20
 #: a build's or unpack's scratch folder this old was left by a killed worker
@@ -481,7 +487,10 @@ def _build(
         chunks = [data[i : i + CHUNK_BYTES] for i in range(0, len(data), CHUNK_BYTES)] or [b""]
         hashes = tuple(hashlib.sha256(c).hexdigest() for c in chunks)
         rt.workspaces.artifacts.put(dict(zip(hashes, chunks, strict=True)))
-        detail = _record(plan_, key, "ready", missing=missing)
+        more: dict[str, Any] = {"missing": missing}
+        if missing and not plan_.online:
+            more["note"] = NO_NETWORK
+        detail = _record(plan_, key, "ready", **more)
         if not (
             renewal.lost
             or envs.finish(
