@@ -9,10 +9,11 @@ repaired anything, so a list of sessions never shows a failed repair like a succ
 - `tests_not_run`: the final tests could not run: the environment's setup failed, the
   command was not found (exit 126 or 127 from the shell), the shell, make or tox refused
   it (`refused_command`: a syntax error, a leading `cd` that failed, a make goal no rule
-  makes, tox that could not install its environment), a `python -m RUNNER` command's
-  runner is not installed (`missing_runner`), the sandbox could not start, or the runner
-  found no test to run (`no_tests_ran`: unittest's "Ran 0 tests", pytest's exit 5, or its
-  exit 4, a usage error: an option of `addopts` no plugin takes, a conftest that fails);
+  makes or a recipe command not installed, tox that could not install its environment),
+  a `python -m RUNNER` command's runner is not installed (`missing_runner`), the sandbox
+  could not start, or the runner found no test to run (`no_tests_ran`: unittest's "Ran 0
+  tests", pytest's exit 5, or its exit 4, a usage error: an option of `addopts` no plugin
+  takes, a conftest that fails);
 - `no_changes`: the patch is empty (or could not be made: there is none to apply).
 
 When several apply, the first of this order wins:
@@ -191,6 +192,14 @@ _SHELL_CD = re.compile(
 _MAKE_NO_GOAL = re.compile(r"make(?:\[\d+\])?: \*\*\* No rule to make target '([^']+)'\.  Stop\.")
 
 
+#: make's line for a recipe command the shell could not find (127) or execute (126)
+_MAKE_NOT_FOUND = re.compile(r"^make(?:\[\d+\])?: \*\*\* \[[^\]\n]*\] Error 12[67]$", re.MULTILINE)
+#: what said so just before it: make's own exec ("make: uv: No such file or directory") or
+#: the shell's ("/bin/sh: 1: uv: not found")
+_NOT_FOUND_SAID = re.compile(
+    r"^(?:make: .*: No such file or directory|(?:/bin/)?sh: .*: (?:not found|Permission denied))$",
+    re.MULTILINE,
+)
 #: tox 4's line for a failed command of an environment's, here its pip install of the deps
 #: or of the package (`py311: exit 1 (8.9 seconds) /workspace> python -I -m pip install ...`)
 _TOX_INSTALL = re.compile(r"^\s*\S+: exit -?\d+ \([^)]*\) .*?> .*\bpip install\b.*$", re.MULTILINE)
@@ -198,8 +207,9 @@ _TOX_INSTALL = re.compile(r"^\s*\S+: exit -?\d+ \([^)]*\) .*?> .*\bpip install\b
 
 def refused_command(command: str, exit_code: int | None, output: str) -> str | None:
     """Why the shell, make or tox ran no test of `command`: a shell syntax error, a leading
-    `cd` to a folder that is not there, a make goal no rule makes (`make tset`), or tox
-    could not install its environment (with no network); else None. Each exits non-zero,
+    `cd` to a folder that is not there, a make goal no rule makes (`make tset`) or a
+    command of its recipe that is not installed (make's `Error 127`), or tox could not
+    install its environment (with no network); else None. Each exits non-zero,
     which read as tests that ran and failed."""
     if exit_code == 0:
         return None
@@ -224,11 +234,19 @@ def refused_command(command: str, exit_code: int | None, output: str) -> str | N
         words = shlex.split(command)
     except ValueError:
         words = []
+    makes = "make" in {PurePosixPath(w).name for w in words}
     found = _MAKE_NO_GOAL.search(output)
-    if found and "make" in {PurePosixPath(w).name for w in words} and found.group(1) in words:
+    if found and makes and found.group(1) in words:
         return (
             f"make has no rule for the target {found.group(1)!r} the test command names: "
             "check the target's name in the project's Makefile"
+        )
+    if makes and (found := _MAKE_NOT_FOUND.search(output)):
+        said = _NOT_FOUND_SAID.findall(output[: found.start()])
+        return (
+            "a command of the make target was not found or could not run ("
+            + (f"{said[-1].strip()}; " if said else "")
+            + f"{found.group(0).strip()}): is it installed in the session's environment?"
         )
     return None
 

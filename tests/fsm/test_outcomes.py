@@ -165,6 +165,9 @@ def test_a_pytest_usage_error_says_what_pytest_refused() -> None:
     assert said is not None and "unrecognized arguments: -n" in said and "addopts" in said
 
 
+MAKE_NO_UV = "uv pip install -e .\nmake: uv: No such file or directory\n" + (
+    "make: *** [Makefile:25: test] Error 127"
+)
 TOX_NO_NETWORK = """\
 py311: install_deps> python -I -m pip install click ipython pytest pytest-cov
 ERROR: No matching distribution found for click
@@ -190,6 +193,9 @@ py311: exit 1 (4.10 seconds) /workspace> pytest --cov pid=31
         ("cd src && pytest", "sh: line 1: cd: src: No such file or directory", "`cd` failed"),
         ("make tset", "make: *** No rule to make target 'tset'.  Stop.", "'tset'"),
         ("make -C sub tset", "make[1]: *** No rule to make target 'tset'.  Stop.", "'tset'"),
+        # a recipe's command is not installed (python-dotenv's `make test` runs `uv` first)
+        ("make test", MAKE_NO_UV, "make: uv: No such file or directory"),
+        ("make test", "/bin/sh: 1: uv: not found\nmake: *** [Makefile:2: test] Error 127", "uv"),
         # tox 4 with no network: its environment's pip install failed, no test ran
         ("tox -e py311", TOX_NO_NETWORK, "tox could not install"),
         # tests that ran and failed
