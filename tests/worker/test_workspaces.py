@@ -453,3 +453,45 @@ def test_a_full_workspaces_disk_puts_the_tick_back_and_fails_nothing(
     finally:
         env.close()
         subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def _test_run_leftovers(root: Path) -> None:
+    """What a pytest run with Hypothesis and pytest-cov's HTML report leaves behind, each
+    tool marking its folder with a `.gitignore` of `*`."""
+    (root / "pkg" / "calc.py").write_text("fixed\n")
+    examples = root / ".hypothesis" / "examples" / "04e6b3400353b141"
+    examples.mkdir(parents=True)
+    (examples / "1a11219524732f06").write_bytes(b"\x00\x81binary example")
+    (root / ".hypothesis" / ".gitignore").write_text("# made by Hypothesis\n\n*\n")
+    (root / "htmlcov").mkdir()
+    (root / "htmlcov" / "index.html").write_text("<html>coverage</html>\n")
+    (root / "htmlcov" / ".gitignore").write_text("# Created by coverage.py\n*\n")
+    (root / "data").mkdir()  # a .gitignore that leaves out only some of its folder
+    (root / "data" / ".gitignore").write_text("*.tmp\n")
+    (root / "data" / "cases.csv").write_text("a,b\n")
+
+
+def test_a_folder_whose_own_gitignore_is_a_star_is_left_out_of_the_session_files(
+    store: Store, clock: Clock, project: Path, tmp_path: Path
+) -> None:
+    """A test run with Hypothesis wrote `.hypothesis/examples/...` (binary) and one with
+    pytest-cov's HTML report `htmlcov/` into the session's files, so a repair's patch held
+    them (a 1 MB patch for a one-line fix) and `--apply` met binary files; git leaves such
+    folders out by their own `.gitignore`, and so does the session, and a packed source."""
+    base, _ = sources.pack(project, DatabaseArtifacts(store.engine))
+    head = _session(store, clock, base)
+    change = _tick(store, clock, _host(tmp_path, store, "host-a"), head, _test_run_leftovers)
+    assert sorted(change.changes) == [
+        "data/.gitignore",
+        "data/cases.csv",
+        "pkg/calc.py",
+    ], change.changes
+
+    source = tmp_path / "with-leftovers"
+    shutil.copytree(project, source)
+    _test_run_leftovers(source)
+    artifacts = DatabaseArtifacts(store.engine)
+    found = sources.directory(source, artifacts, trusted=True, roots=[], state_dir=tmp_path)
+    manifest = sources.read_manifest(artifacts, found["base"])
+    assert not any(p.startswith((".hypothesis/", "htmlcov/")) for p in manifest), manifest
+    assert "data/cases.csv" in manifest

@@ -1,8 +1,10 @@
 """Which files of a directory tree are a project's: the walk shared by packing a source and
 by recording what a tick changed.
 
-Skipped: symlinks, the directories in SKIP_DIRS (VCS data, caches, environments) and what
-the tree's top-level `.gitignore` names (a simple reading of it: `#` comments, a trailing
+Skipped: symlinks, the directories in SKIP_DIRS (VCS data, caches, environments), a
+directory whose own `.gitignore` is `*` (what caches and tools' outputs write into the
+folders they make: `.hypothesis`, coverage's `htmlcov`) and what the tree's top-level
+`.gitignore` names (a simple reading of it: `#` comments, a trailing
 `/` for directories, patterns with a `/` anchored at the root unless they start with
 `**/`, others matching a name at any depth; the last pattern that matches decides, so `!`
 re-includes what an earlier one left out, except inside a folder left out). Paths a caller
@@ -92,6 +94,21 @@ class Ignore:
         return any(self.skips(f, is_dir=True) for f in folders) or self.skips(rel, is_dir=False)
 
 
+def ignores_itself(folder: Path) -> bool:
+    """Whether `folder` holds a `.gitignore` of `*` alone (comments aside): the mark a cache
+    or a tool's output puts in the folder it makes (Hypothesis' `.hypothesis`, coverage's
+    `htmlcov`, pytest's and mypy's caches), so that git leaves it out; so does tickwork."""
+    file = folder / ".gitignore"
+    try:
+        if file.is_symlink() or not file.is_file() or file.stat().st_size > 4096:
+            return False
+        text = file.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    lines = [line.strip() for line in text.splitlines()]
+    return [line for line in lines if line and not line.startswith("#")] == ["*"]
+
+
 def _zero_folders(pattern: str) -> list[str]:
     """`pattern` and, for each `/**/` in it, the form where it stands for no folder, as in
     git (`a/**/b` matches `a/b`); fnmatch's `*` already spans any number of folders."""
@@ -124,7 +141,9 @@ def walk(
         for d in sorted(subdirs):
             if (here / d).is_symlink():
                 continue
-            if prefix + d in parents or not ignore.skips(prefix + d, is_dir=True):
+            if prefix + d in parents or not (
+                ignore.skips(prefix + d, is_dir=True) or ignores_itself(here / d)
+            ):
                 kept.append(d)
             elif left_out is not None and d not in SKIP_DIRS and prefix + d != ignore.exclude:
                 left_out.append(f"{prefix}{d}/")
