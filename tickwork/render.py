@@ -421,6 +421,16 @@ def _header(
     env = (h.get("result") or {}).get("environment")
     if isinstance(env, Mapping):
         rows.append(("environment", environment_line(env)))
+    elif isinstance(config.get("environment"), Mapping) and h.get("status") in ("queued", "ready"):
+        # built (or found) by the session's first tick, before its first model call
+        setup = config["environment"].get("setup")
+        shown = setup if isinstance(setup, str) else f"{len(setup or ())} commands"
+        doing = (
+            "its tick builds or finds it now (`tickwork env ls`)"
+            if lease is not None
+            else "the next tick builds or finds it, before the first model call"
+        )
+        rows.append(("environment", Text(f"not ready yet (setup {shown}): {doing}", "dim")))
     if lease is not None:
         expiry = "expired" if lease["expired"] else "expires"
         rows.append(("lease", Text(f"{lease['owner']} ({expiry} {when(lease['expires_at'])})")))

@@ -60,3 +60,29 @@ def test_setup_commands_show_and_env_ls_show_rm(deployment: Deployment, cli: Cli
         assert removed == {"removed": key} and cli("env", "ls", "--json").json() == []
     finally:
         stop(worker)
+
+
+def test_show_says_the_environment_is_not_ready_yet_before_the_first_tick(
+    deployment: Deployment, cli: Cli
+) -> None:
+    """`show` of a session whose environment was being built (40 s for a real project)
+    had no environment line at all: nothing said what the session waited for."""
+    source = project(deployment.tmp / "src")
+    script = deployment.script([{"content": "done"}])
+    sid = cli(
+        "submit", "repair", "--workspace", str(source), "--test-cmd", "true",
+        "--model", script,
+    ).stdout.strip()  # fmt: skip
+    shown = cli("show", sid).stdout
+    assert re.search(r"environment +not ready yet \(setup auto\): the next tick builds", shown)
+    given = ("--setup", "true", "--setup", "true")
+    listed = cli(
+        "submit", "repair", "--workspace", str(source), "--test-cmd", "true", *given,
+        "--model", script,
+    ).stdout.strip()  # fmt: skip
+    assert "not ready yet (setup 2 commands)" in cli("show", listed).stdout
+    none = cli(
+        "submit", "repair", "--workspace", str(source), "--test-cmd", "true",
+        "--setup", "none", "--model", script,
+    ).stdout.strip()  # fmt: skip
+    assert "not ready yet" not in cli("show", none).stdout
