@@ -256,13 +256,16 @@ def test_tox_ini_s_pytest_section_says_the_tests_use_pytest() -> None:
 def test_auto_reads_tox_ini_deps_common_to_every_environment() -> None:
     tox = (
         b"[testenv]\ndeps =\n    pytest-mock>=3\n    -r{toxinidir}/requirements/test.txt\n"
-        b"    py312: ipython\n    {env:EXTRA:}\n    -cconstraints.txt\n"
+        b"    py312: ipython\n    {env:EXTRA:}\n    -cconstraints.txt\n    .[test]\n"
+        b"    -e .\n    libs/helper\n"
         b"commands = pytest\n[testenv:docs]\ndeps = sphinx\n"
     )
     made = plan(AUTO, {"setup.py": b"", "tox.ini": tox}, uses_pytest=True, online=True)
     joined = "\n".join(made.commands)
     assert "'pytest-mock>=3' -rrequirements/test.txt ||" in joined
     assert "ipython" not in joined and "sphinx" not in joined and "EXTRA" not in joined
+    # a path would install a copy of the project over the editable one
+    assert ".[test]" not in joined and "libs/helper" not in joined
     assert "pytest-mock" in made.wanted
     assert "tox.ini deps: pytest-mock>=3,-rrequirements/test.txt" in made.detected
     offline = plan(AUTO, {"tox.ini": tox}, uses_pytest=False, online=False)

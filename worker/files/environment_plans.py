@@ -170,7 +170,7 @@ def _tox_deps(content: bytes) -> list[str]:
     """The `deps` of tox.ini's `[testenv]` that hold for every environment, where many
     projects name their test plugins (pytest-mock, pytest-cov) and nowhere else: plain
     requirements and `-r FILE` lines (`{toxinidir}/` dropped); a line for some factors only
-    (`py312: ipython`) or with another substitution is left out."""
+    (`py312: ipython`), with another substitution, an option or a path is left out."""
     parser = configparser.ConfigParser(interpolation=None)
     try:
         parser.read_string(content.decode("utf-8", "replace"))
@@ -184,7 +184,9 @@ def _tox_deps(content: bytes) -> list[str]:
             continue
         if found := re.fullmatch(r"-r\s*(\S+)", line):
             deps.append(f"-r{found.group(1)}")
-        elif not line.startswith("-"):
+        elif _name(line) and not re.match(r"[\w.-]+/", line):
+            # not a path (`.`, `.[test]`, `src/x`): a copy of the project installed over
+            # the editable one would hide the session's edits from its tests
             deps.append(line)
     return deps
 
