@@ -294,3 +294,17 @@ def test_auto_reads_the_test_requirements_of_a_requirements_folder() -> None:
     made = plan(AUTO, {"requirements/test.txt": b"pytest-asyncio\n"}, uses_pytest=True, online=True)
     assert any(c.endswith("-r requirements/test.txt") for c in made.commands)
     assert "pytest-asyncio" in made.wanted
+
+
+def test_a_requirements_line_installing_the_project_is_followed_by_the_editable_install() -> None:
+    """`requirements-dev.txt` holding `.[test]` (or `.`) installed a copy of the project over
+    its editable install: the tests imported that copy, and no edit of the session ever
+    reached them."""
+    files = {"pyproject.toml": PYPROJECT, "requirements-dev.txt": b"pytest-mock\n.[test]\n"}
+    made = plan(AUTO, files, uses_pytest=True, online=True)
+    installs = [c for c in made.commands if "pip install" in c]
+    assert installs[-2].endswith("-r requirements-dev.txt")
+    assert installs[-1].endswith("--no-deps --no-build-isolation -e .")
+    plain = {"pyproject.toml": PYPROJECT, "requirements-dev.txt": b"pytest-mock\n-e .\n"}
+    made = plan(AUTO, plain, uses_pytest=True, online=True)
+    assert not any(c.endswith("--no-deps --no-build-isolation -e .") for c in made.commands)

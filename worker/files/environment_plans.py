@@ -378,12 +378,21 @@ def plan(
         ]
         if online:
             commands.append(f"{PIP} -r {shlex.quote(path)}")
+    copies = [
+        path
+        for path in requirements
+        if re.search(r"^\s*(?:\.|file:)", files[path].decode("utf-8", "replace"), re.M)
+    ]
     if tox:
         # tox installs them itself; what the index lacks is listed missing, as a group's
         wanted += [n for r in tox if not r.startswith("-") and (n := _name(r))]
         detected.append(f"tox.ini deps: {','.join(tox)}")
         if online:
             commands.append(_groups_command(tox, "tox.ini deps"))
+    if copies and project and online:
+        # a requirements line `.` or `.[test]` installed a copy of the project over the
+        # editable one: the tests would import that copy, never the session's edits
+        commands.append(f"{PIP} --no-deps --no-build-isolation -e .")
     if uses_pytest:
         wanted.append("pytest")
         if online and not project:
