@@ -220,15 +220,19 @@ def refused_command(command: str, exit_code: int | None, output: str) -> str | N
             "runner in the job's environment, e.g. `python3 -m pytest`, where `--setup auto` "
             "installs tox.ini's deps"
         )
+    # a failed `cd` exits 2 in dash (Debian's /bin/sh), 1 in bash
+    cd = command.lstrip().startswith("cd ") and exit_code in (1, 2)
+    if cd and (found := _SHELL_CD.search(output)):
+        return (
+            f"the test command's `cd` failed ({found.group(0).strip()}): paths are relative "
+            "to the project's root, /workspace"
+        )
+    if exit_code != 2:  # the shell's and make's exit for what they refused
+        return None
     if found := _SHELL_SYNTAX.search(output):
         return (
             f"the shell could not parse the test command ({found.group(0).strip()}): check "
             "its quotes and operators"
-        )
-    if command.lstrip().startswith("cd ") and (found := _SHELL_CD.search(output)):
-        return (
-            f"the test command's `cd` failed ({found.group(0).strip()}): paths are relative "
-            "to the project's root, /workspace"
         )
     try:
         words = shlex.split(command)

@@ -219,3 +219,12 @@ def test_a_command_the_shell_or_make_refused_ran_no_test(
     tests = {"exit_code": 2, "passed": False, "not_run": why}
     expected = Outcome.TESTS_FAILING if said is None else Outcome.TESTS_NOT_RUN
     assert repair_outcome(patch="diff", tests=tests) is expected
+
+
+def test_a_failed_test_that_prints_what_a_refusal_looks_like_ran() -> None:
+    """pytest exits 1 for failed tests: a test of a shell script may print the shell's
+    syntax error; only bash's `cd` exits 1 when it refuses (dash's exits 2)."""
+    syntax = "/bin/sh: 1: Syntax error: Unterminated quoted string\n1 failed in 0.1s"
+    assert why_tests_did_not_run("python3 -m pytest", 1, syntax) is None
+    bash_cd = "sh: line 1: cd: src: No such file or directory"
+    assert "`cd` failed" in (why_tests_did_not_run("cd src && pytest", 1, bash_cd) or "")
