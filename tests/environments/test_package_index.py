@@ -260,3 +260,32 @@ def test_a_test_extra_requirement_the_index_lacks_is_listed_missing_not_fatal(
     assert "test extra requirement nosuchplugin>=1 could not be installed" in env["log"]
     # the project, its dependency and pytest are there: the tests run (and fail: not fixed)
     assert "1 failed, 1 passed" in session.observations[0].content
+
+
+def test_a_requirements_file_whose_tool_the_index_lacks_is_listed_missing_not_fatal(
+    index, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """humanize keeps mypy's pins in `requirements-mypy.txt`: an index without that mypy
+    failed the whole setup as ENV_SETUP, though the tests need none of it. The file is
+    installed whole, else each requirement it can; the rest are listed missing."""
+    monkeypatch.setenv("TICKWORK_PIP_INDEX_URL", index.url)
+    monkeypatch.setenv("TICKWORK_EGRESS_ALLOW", index.address)
+    source = project(tmp_path / "src", body=BODY, test=TEST)
+    (source / "requirements.txt").write_text("tinydep\n")
+    (source / "requirements-mypy.txt").write_text("# typing\nnosuchlinter==9.1\ntinydep\n")
+    settings = embedded_settings(tmp_path / "deploy")
+    with running_worker(settings), SessionDriver(settings) as driver:
+        sid = driver.submit(
+            "repair",
+            {"workspace": str(source), "test_command": "pytest -q"},
+            replies=[reply("reproduce", call("run_tests")), reply("done")],
+        )
+        session = driver.run(sid, timeout=180)
+    head = session.head
+    env = head.result["environment"]
+    assert head.status is Status.COMPLETED, head.error_message
+    assert env["status"] == "ready" and env["missing"] == ["nosuchlinter"], env
+    log = env["log"]
+    assert "requirements-mypy.txt requirement nosuchlinter==9.1 could not be installed" in log
+    # the project, tinydep and pytest are there: the tests run (and fail: not fixed)
+    assert "1 failed, 1 passed" in session.observations[0].content

@@ -377,7 +377,7 @@ def plan(
             if not line.strip().startswith(("#", "-")) and (n := _name(line))
         ]
         if online:
-            commands.append(f"{PIP} -r {shlex.quote(path)}")
+            commands.append(_requirements_command(path, files[path]))
     copies = [
         path
         for path in requirements
@@ -457,6 +457,25 @@ def _groups_command(requirements: list[str], what: str = "dependency group") -> 
     it could not install the last command lists as missing, and the session goes on."""
     quoted = " ".join(map(shlex.quote, requirements))
     return f"{PIP} {quoted} || {_each(requirements, what)}"
+
+
+def _requirements_command(path: str, content: bytes) -> str:
+    """A setup command installing the requirements file `path`, else each of its plain
+    requirements it can: a lint or docs file's tool the index lacks (humanize's
+    `requirements-mypy.txt`) must not cost the tests their environment; what could not be
+    installed the last command lists as missing, and the session goes on."""
+    whole = f"{PIP} -r {shlex.quote(path)}"
+    text = content.decode("utf-8", "replace").replace("\\\n", " ")
+    plain = [
+        # a line's options (`--hash=...`) are pip's, not the requirement's
+        line.split(" #", 1)[0].split(" -", 1)[0].strip()
+        for line in text.splitlines()
+        if line.strip() and not line.strip().startswith(("#", "-", "."))
+    ]
+    if not plain:
+        return whole
+    said = f"tickwork: {path} could not be installed whole; now each of its requirements"
+    return f"{whole} || {{ echo {shlex.quote(said)}; {_each(plain, path)}; }}"
 
 
 def _each(requirements: list[str], what: str) -> str:
