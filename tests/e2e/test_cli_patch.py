@@ -101,9 +101,10 @@ def test_a_repository_sessions_files_come_as_a_branch_in_a_bundle(
 def test_a_patch_whose_test_run_left_a_binary_file_applies_without_it(
     deployment: Deployment, cli: Cli
 ) -> None:
-    """The session's test run writes `.coverage` (SQLite) into its files: the patch names it
-    `Binary files ... differ`, which `git apply` refuses, so `--apply` applied nothing of a
-    repaired session ("cannot apply binary patch to '.coverage' without full index line")."""
+    """The session's test run writes a binary file into its files (a snapshot, a report):
+    the patch names it `Binary files ... differ`, which `git apply` refuses, so `--apply`
+    applied nothing of a repaired session ("cannot apply binary patch to 'shot.bin' without
+    full index line"). coverage.py's `.coverage` is no longer among the session's files."""
     project = deployment.tmp / "project"
     project.mkdir()
     (project / "calc.py").write_text(BUGGY)
@@ -117,8 +118,9 @@ def test_a_patch_whose_test_run_left_a_binary_file_applies_without_it(
             {"content": "fixed the sign"},
         ]
     )
-    coverage = 'open(".coverage", "wb").write(bytes(range(256)))'
-    test_cmd = f"python3 -c 'from calc import add; assert add(2, 3) == 5; {coverage}'"
+    written = 'open(".coverage", "wb").write(bytes(range(256))); '
+    written += 'open("shot.bin", "wb").write(bytes(range(256)))'
+    test_cmd = f"python3 -c 'from calc import add; assert add(2, 3) == 5; {written}'"
     sid = cli(
         "submit", "repair", "--workspace", str(project), "--test-cmd", test_cmd,
         "--model", script, "--json",
@@ -128,9 +130,10 @@ def test_a_patch_whose_test_run_left_a_binary_file_applies_without_it(
         deployment.client.approve(sid, "s1c0", approver="alice")
         done = deployment.client.wait(sid, timeout=60)
     assert done.result["outcome"] == "repaired", done.result["tests"]["output"]
-    assert "Binary files /dev/null and b/.coverage differ" in done.result["patch"]
+    assert "Binary files /dev/null and b/shot.bin differ" in done.result["patch"]
+    assert ".coverage" not in done.result["patch"]
 
     applied = cli("patch", sid, "--apply", str(project))
-    assert "applied the patch" in applied.stdout and ".coverage" in applied.stdout
+    assert "applied the patch" in applied.stdout and "shot.bin" in applied.stdout
     assert (project / "calc.py").read_text() == FIXED
-    assert not (project / ".coverage").exists()
+    assert not (project / "shot.bin").exists()

@@ -466,6 +466,9 @@ def _test_run_leftovers(root: Path) -> None:
     (root / "htmlcov").mkdir()
     (root / "htmlcov" / "index.html").write_text("<html>coverage</html>\n")
     (root / "htmlcov" / ".gitignore").write_text("# Created by coverage.py\n*\n")
+    (root / ".coverage").write_bytes(b"SQLite format 3\x00 coverage data")  # coverage.py's
+    (root / ".coverage.host.1234.XyZ").write_bytes(b"SQLite format 3\x00 parallel")
+    (root / ".coveragerc").write_text("[run]\nbranch = true\n")  # the project's own
     (root / "data").mkdir()  # a .gitignore that leaves out only some of its folder
     (root / "data" / ".gitignore").write_text("*.tmp\n")
     (root / "data" / "cases.csv").write_text("a,b\n")
@@ -477,11 +480,13 @@ def test_a_folder_whose_own_gitignore_is_a_star_is_left_out_of_the_session_files
     """A test run with Hypothesis wrote `.hypothesis/examples/...` (binary) and one with
     pytest-cov's HTML report `htmlcov/` into the session's files, so a repair's patch held
     them (a 1 MB patch for a one-line fix) and `--apply` met binary files; git leaves such
-    folders out by their own `.gitignore`, and so does the session, and a packed source."""
+    folders out by their own `.gitignore`, and so does the session, and a packed source.
+    So is coverage.py's data file, which a project without a .gitignore (an sdist) held."""
     base, _ = sources.pack(project, DatabaseArtifacts(store.engine))
     head = _session(store, clock, base)
     change = _tick(store, clock, _host(tmp_path, store, "host-a"), head, _test_run_leftovers)
     assert sorted(change.changes) == [
+        ".coveragerc",
         "data/.gitignore",
         "data/cases.csv",
         "pkg/calc.py",
@@ -493,5 +498,6 @@ def test_a_folder_whose_own_gitignore_is_a_star_is_left_out_of_the_session_files
     artifacts = DatabaseArtifacts(store.engine)
     found = sources.directory(source, artifacts, trusted=True, roots=[], state_dir=tmp_path)
     manifest = sources.read_manifest(artifacts, found["base"])
-    assert not any(p.startswith((".hypothesis/", "htmlcov/")) for p in manifest), manifest
+    assert not any(p.startswith((".hypothesis/", "htmlcov/", ".coverage.")) for p in manifest)
+    assert ".coverage" not in manifest and ".coveragerc" in manifest
     assert "data/cases.csv" in manifest

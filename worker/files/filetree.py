@@ -1,14 +1,14 @@
 """Which files of a directory tree are a project's: the walk shared by packing a source and
 by recording what a tick changed.
 
-Skipped: symlinks, the directories in SKIP_DIRS (VCS data, caches, environments), a
-directory whose own `.gitignore` is `*` (what caches and tools' outputs write into the
-folders they make: `.hypothesis`, coverage's `htmlcov`) and what the tree's top-level
-`.gitignore` names (a simple reading of it: `#` comments, a trailing
-`/` for directories, patterns with a `/` anchored at the root unless they start with
-`**/`, others matching a name at any depth; the last pattern that matches decides, so `!`
-re-includes what an earlier one left out, except inside a folder left out). Paths a caller
-already tracks are never skipped.
+Skipped: symlinks, the directories in SKIP_DIRS (VCS data, caches, environments),
+coverage.py's data files (`data_file`), a directory whose own `.gitignore` is `*` (what
+caches and tools' outputs write into the folders they make: `.hypothesis`, coverage's
+`htmlcov`) and what the tree's top-level `.gitignore` names (a simple reading of it: `#`
+comments, a trailing `/` for directories, patterns with a `/` anchored at the root unless
+they start with `**/`, others matching a name at any depth; the last pattern that matches
+decides, so `!` re-includes what an earlier one left out, except inside a folder left
+out). Paths a caller already tracks are never skipped.
 """
 
 from __future__ import annotations
@@ -37,6 +37,13 @@ SKIP_DIRS = frozenset(
         ".tickwork",
     ]
 )
+
+
+def data_file(name: str) -> bool:
+    """Whether a file named `name` is coverage.py's data (`.coverage`, and `.coverage.*`
+    in parallel mode): a binary database every test run with coverage rewrites, at the
+    project's root, which a project without a `.gitignore` (an sdist) does not name."""
+    return name == ".coverage" or name.startswith(".coverage.")
 
 
 @dataclass(frozen=True)
@@ -78,6 +85,8 @@ class Ignore:
     def skips(self, rel: str, *, is_dir: bool) -> bool:
         name = rel.rsplit("/", 1)[-1]
         if is_dir and (name in SKIP_DIRS or rel == self.exclude):
+            return True
+        if not is_dir and data_file(name):
             return True
         skipped = False
         for pattern, anchored, directory, negated in self.patterns:
