@@ -209,9 +209,16 @@ class Budgets(Value):
     @field_validator("*")
     @classmethod
     def _check(cls, value: float, info: Any) -> float:
-        if info.field_name == "max_cost_usd" and value == 0:
+        if info.field_name != "max_cost_usd":
+            return _positive(info.field_name, value)
+        if value == 0:
             return value  # 0: no cost budget, said on purpose (a model with no price)
-        return _positive(info.field_name, value)
+        if not math.isfinite(value) or value < 0:
+            raise ValueError(
+                f"max_cost_usd must be 0 (no cost budget) or a positive finite number, "
+                f"got {value!r}"
+            )
+        return value
 
     @property
     def limits_cost(self) -> bool:

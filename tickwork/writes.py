@@ -583,5 +583,8 @@ def _first_error(exc: ValueError) -> str:
     errors = getattr(exc, "errors", None)
     if callable(errors):
         first = errors()[0]
-        return f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}"
+        where = ".".join(str(p) for p in first["loc"])
+        # a validator's own message names its field already; pydantic's prefix says nothing
+        said = str(first["msg"]).removeprefix("Value error, ")
+        return said if said.startswith(f"{where} ") else f"{where}: {said}"
     return str(exc)

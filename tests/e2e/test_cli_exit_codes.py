@@ -93,3 +93,23 @@ def test_a_wrong_command_line_exits_2(
     cli: Cli, session: str, tmp_path: Path, argv: tuple[str, ...], says: str
 ) -> None:
     cli.inline(*_argv(argv, session, tmp_path), ok=False).error(2, says)
+
+
+@pytest.mark.parametrize("deployment", ["embedded"], indirect=True)
+@pytest.mark.parametrize(
+    ("option", "value", "says"),
+    [
+        ("--max-steps", "0", "invalid budget: max_steps must be a positive finite number, got 0"),
+        (
+            "--max-cost-usd",
+            "-1",
+            "invalid budget: max_cost_usd must be 0 (no cost budget) or a positive finite "
+            "number, got -1.0",
+        ),
+    ],
+)
+def test_a_budget_out_of_range_is_named_once_in_plain_words(
+    cli: Cli, session: str, option: str, value: str, says: str
+) -> None:
+    line = cli.inline("fork", session, "--from-step", "0", option, value, ok=False).error(2, says)
+    assert "Value error" not in line
