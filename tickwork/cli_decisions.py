@@ -150,6 +150,7 @@ def provide_output(
 def _decide(
     session_id: str, call_id: str, kind: str, approver: str | None, json_output: bool, **kw: Any
 ) -> None:
+    kw["fingerprint"] = options.fingerprint(kw.get("fingerprint"))
     remote = cli_remote.client()
     if remote is not None:
         cli_remote.no_name(approver)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from tickwork.fsm.approvals import FINGERPRINT_LENGTH, HEX_DIGITS
 from tickwork.fsm.errors import InvalidInput
 from tickwork.fsm.forks import (
     MAX_INSTRUCTION_CHARS,
@@ -388,6 +389,16 @@ def pairs(items: list[str] | None, *, option: str) -> dict[str, str]:
             )
         found[key.strip()] = value
     return found
+
+
+def fingerprint(text: str | None) -> str | None:
+    """A call's fingerprint as `tickwork show` prints it (the API's body takes no other)."""
+    if text is not None and (len(text) != FINGERPRINT_LENGTH or not set(text) <= HEX_DIGITS):
+        raise InvalidInput(
+            f"--fingerprint {_start(text)} is not a call's whole fingerprint: give its "
+            f"{FINGERPRINT_LENGTH} hex digits, lower-case, as `tickwork show` prints them"
+        )
+    return text
 
 
 def _start(text: str, length: int = 40) -> str:

@@ -63,6 +63,9 @@ BAD_INPUT = [
     (("dlq", "export", "--output", "{tmp}"), "is a folder"),
     (("patch", SID, "--bundle", f"{NOWHERE}/x.bundle"), "does not exist"),
     (("db", "downgrade", "nosuchrev", "--yes"), "nosuchrev"),
+    # malformed, as with --server (the API's 422): not "no call" nor a stale decision
+    (("approve", SID, "s1c0", "--fingerprint", "ABC"), "not a call's whole fingerprint"),
+    (("reject", SID, "s1c0", "--fingerprint", "A" * 64), "64 hex digits, lower-case"),
 ]
 
 

@@ -142,7 +142,11 @@ def test_errors_are_one_line_with_an_exit_code(deployment: Deployment, cli: Cli)
     expected = {
         ("approve", sid, "s9c9"): (1, "no call 's9c9'", "s1c0"),
         ("approve", sid, "s1c1"): (1, "s1c1", "not waiting for a decision"),
-        ("approve", sid, "s1c0", "--fingerprint", "0000ffff"): (1, "fingerprint"),
+        ("approve", sid, "s1c0", "--fingerprint", "0000ffff"): (2, "whole fingerprint"),
+        ("approve", sid, "s1c0", "--fingerprint", "f" * 64): (
+            1,
+            "the call the decision was made for",
+        ),
         ("edit", sid, "s1c0", "--args", "[1, 2]"): (2, "--args must be a JSON object"),
         ("edit", sid, "s1c0", "--args", '{"value": 7}'): (2, "value"),
         # a tool's check with a bug (a KeyError): a traceback before
