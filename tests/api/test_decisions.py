@@ -78,6 +78,22 @@ def test_a_body_sent_without_its_json_content_type_is_told_so(stack: Stack) -> N
     assert stack.deployment.client.load(session_id).decisions == ()
 
 
+def test_a_body_that_is_not_json_is_told_so_and_where(stack: Stack) -> None:
+    session_id = stack.waiting()
+    answer = stack.http("alice").post(
+        f"/api/v1/sessions/{session_id}/calls/s1c0/decision",
+        content='{"kind": "approve"',
+        headers={"Content-Type": "application/json"},
+    )
+    assert answer.status_code == 422, answer.text
+    error = answer.json()
+    assert error["code"] == "invalid_input"
+    assert error["message"].startswith("invalid request: the body is not valid JSON ("), error
+    assert "at character 18" in error["message"] and "body.18" not in error["message"]
+    assert error["errors"][0]["type"] == "json_invalid"
+    assert stack.deployment.client.load(session_id).decisions == ()
+
+
 def test_a_decision_for_other_arguments_is_409(stack: Stack) -> None:
     session_id = stack.waiting()
     status, error = decide(stack, "alice", session_id, {"kind": "approve", "fingerprint": "0" * 64})

@@ -152,6 +152,13 @@ def _invalid_request(request: Request, exc: Exception) -> JSONResponse:
         for e in exc.errors()
     ]
     said = "; ".join(f"{'.'.join(e['loc'])}: {e['msg']}" for e in errors[:5])
+    broken = next((e for e in exc.errors() if e.get("type") == "json_invalid"), None)
+    if broken is not None:
+        # its loc is ("body", offset): say what and where, not "body.18"
+        why = (broken.get("ctx") or {}).get("error") or "not JSON"
+        at = broken.get("loc", ())[1:2]
+        said = f"the body is not valid JSON ({why}{f' at character {at[0]}' if at else ''})"
+        said += "; send one JSON object, as the route's schema in /api/v1/docs says"
     kind = request.headers.get("content-type", "")
     media = kind.split(";")[0].strip().lower()
     json_body = media == "application/json" or media.endswith("+json")
