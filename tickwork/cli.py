@@ -67,6 +67,7 @@ def make_cli() -> typer.Typer:
     refuse_unserved(app)
     for info in app.registered_commands:
         _one_line_summary(info)
+    _whole_paragraphs(app)
     return app
 
 
@@ -108,6 +109,21 @@ def _one_line_summary(info: typer.models.CommandInfo) -> None:
     doc = info.help or (info.callback.__doc__ if info.callback else None)
     if info.short_help is None and doc:
         info.short_help = " ".join(inspect.cleandoc(doc).split("\n\n")[0].split())
+
+
+def _whole_paragraphs(app: typer.Typer) -> None:
+    """Rich markup keeps the line breaks of a docstring's later paragraphs too, so `--help`
+    broke them where the source wraps ("with --once (every⏎pass"): each becomes one line."""
+    for info in app.registered_commands:
+        doc = info.help or (info.callback.__doc__ if info.callback else None)
+        if doc:
+            paragraphs = inspect.cleandoc(doc).split("\n\n")
+            info.help = "\n\n".join(
+                p if p.startswith("\b") else " ".join(p.split()) for p in paragraphs
+            )
+    for group in app.registered_groups:
+        if group.typer_instance is not None:
+            _whole_paragraphs(group.typer_instance)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -95,3 +95,23 @@ def test_the_command_list_gives_each_command_its_summary_on_one_line() -> None:
     assert "the relay runs inside it." in lines["worker"], lines["worker"]
     assert "and revive sessions whose worker died." in lines["relay"], lines["relay"]
     assert "TICKWORK_API_TOKENS_FILE." in lines["serve"], lines["serve"]
+
+
+@pytest.mark.parametrize(
+    ("path", "command"),
+    [(p, c) for p, c in COMMANDS if c.help and "\n\n" in c.help],
+    ids=[" ".join(p) for p, c in COMMANDS if c.help and "\n\n" in c.help],
+)
+def test_a_later_paragraph_of_a_command_s_help_is_not_broken_where_its_source_wraps(
+    path: tuple[str, ...], command: Command
+) -> None:
+    out = io.StringIO()
+    with (
+        mock.patch.dict(os.environ, {"COLUMNS": "250"}),
+        contextlib.redirect_stdout(out),
+        pytest.raises(SystemExit),
+    ):
+        main([*path, "--help"])
+    lines = [line.strip() for line in out.getvalue().splitlines()]
+    for paragraph in command.help.split("\n\n")[1:]:
+        assert _flat(paragraph) in lines, (paragraph, lines)
