@@ -91,6 +91,11 @@ class SessionNotFound(TickworkError, LookupError):
         return f"no session {session_id!r}; {cls.listing}"
 
 
+class SessionExists(TickworkError):
+    """A session has that id already (one space for every tenant): choose another id, or
+    leave it out for a random one. Not bad input but an id in use: the API's 409."""
+
+
 class CallNotFound(TickworkError, LookupError):
     """The session has no tool call with that id: see `tickwork show SESSION`."""
 

@@ -24,7 +24,7 @@ from sqlalchemy.exc import IntegrityError
 from tickwork.fsm import machine
 from tickwork.fsm.admission import TenantLimit
 from tickwork.fsm.approvals import already_decided
-from tickwork.fsm.errors import InvalidInput, SessionFinished, SessionNotFound
+from tickwork.fsm.errors import SessionExists, SessionFinished, SessionNotFound
 from tickwork.fsm.forks import ForkPatch, fork
 from tickwork.fsm.joins import Join
 from tickwork.fsm.machine import Change
@@ -128,7 +128,7 @@ class CoreStore(Services):
                 query = select(sessions.c.id).where(sessions.c.id == session.head.id)
                 taken = conn.execute(query).first() is not None
             if taken:
-                raise InvalidInput(
+                raise SessionExists(
                     f"a session with id {session.head.id!r} exists already; choose another id"
                 ) from None
             raise

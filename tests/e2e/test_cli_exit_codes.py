@@ -42,6 +42,8 @@ NOT_FOUND = [
     (("eval", "chart", "nosuchrun", "--png", "{tmp}/x.png"), "no run 'nosuchrun'"),
     (("env", "show", "abcd"), "no environment"),
     (("env", "rm", "abcd"), "no environment"),
+    # an id in use may not be taken now (with --server: the API's 409), not a malformed one
+    (("fork", SID, "--from-step", "0", "--id", SID), "exists already"),
 ]
 
 BAD_INPUT = [

@@ -11,7 +11,7 @@ from fastapi.responses import PlainTextResponse
 
 from tickwork import views
 from tickwork.client import Tickwork
-from tickwork.fsm.errors import AlreadyDecided, InvalidInput, StoreConflict
+from tickwork.fsm.errors import AlreadyDecided, InvalidInput, SessionExists, StoreConflict
 from tickwork.fsm.outcomes import Outcome, outcome_of
 from tickwork.fsm.tenants import TENANT_PATTERN
 from tickwork.fsm.values import ErrorCode, EventKind, Head, Session, Status
@@ -89,7 +89,7 @@ def submit(body: bodies.Submit, client: Client, request: Request, who: Submitter
             submitted_by=who.name,
             tenant=submit_tenant(who, body.tenant),
         )
-    except (StoreConflict, InvalidInput):
+    except (StoreConflict, SessionExists, InvalidInput):
         _taken(client, body.id)
         raise
 
@@ -307,7 +307,7 @@ def run_fork(client: Tickwork, session_id: str, body: bodies.Fork, *, by: str) -
             state=body.state,
             context_window=body.context_window,
         )
-    except (StoreConflict, InvalidInput):
+    except (StoreConflict, SessionExists, InvalidInput):
         _taken(client, body.id)
         raise
 
