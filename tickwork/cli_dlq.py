@@ -68,7 +68,9 @@ def list_dead_letters(
     kind: Kind = None,
     since: Since = None,
     unresolved: Unresolved = False,
-    limit: Annotated[int, typer.Option(min=1, help="At most this many.")] = 100,
+    limit: Annotated[
+        int, typer.Option(min=1, max=options.MAX_LIMIT, help="At most this many.")
+    ] = 100,
     tenant: options.Tenant = None,
     json_output: options.Json = False,
 ) -> None:

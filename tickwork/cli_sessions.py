@@ -219,7 +219,9 @@ def list_sessions(
             case_sensitive=False,
         ),
     ] = None,
-    limit: Annotated[int, typer.Option(min=1, help="At most this many.")] = 50,
+    limit: Annotated[
+        int, typer.Option(min=1, max=options.MAX_LIMIT, help="At most this many.")
+    ] = 50,
     archived: Annotated[
         bool,
         typer.Option(

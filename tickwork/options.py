@@ -31,6 +31,10 @@ from tickwork.fsm.tenants import DEFAULT_TENANT, check_tenant
 if TYPE_CHECKING:
     from tickwork.worker.models import Providers
 
+#: the most rows a listing's --limit asks for: past what the databases' integers hold, SQLite
+#: raised OverflowError and Postgres refused the query
+MAX_LIMIT = 2**31 - 1
+
 Json = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
 Approver = Annotated[
     str | None,

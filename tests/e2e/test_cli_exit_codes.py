@@ -51,6 +51,9 @@ BAD_INPUT = [
     (("frobnicate",), "frobnicate"),
     (("dlq", "frobnicate"), "frobnicate"),
     (("ls", "--status", "sleeping"), "--status"),
+    # past what SQLite's integers hold: an OverflowError traceback before
+    (("ls", "--limit", "99999999999999999999"), "--limit"),
+    (("dlq", "ls", "--limit", "99999999999999999999"), "--limit"),
     (("show", SID, "--tenant", "Not A Tenant"), "is not a tenant name"),
     (("fork", SID, "--from-step", "9"), "between 0 and 0"),
     (("fork", SID, "--from-step", "0", "--tool-output", "s1c0=x"), "not a call"),
