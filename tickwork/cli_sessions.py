@@ -35,7 +35,9 @@ REPAIR_INPUT = {
 #: how often `watch` looks for new events
 POLL_S = 0.1
 
-SessionId = Annotated[str, typer.Argument(metavar="ID", help="The session id.")]
+SessionId = Annotated[
+    str, typer.Argument(metavar="ID", help="The session id.", callback=options.session_id)
+]
 
 
 def register(app: typer.Typer) -> None:

@@ -405,6 +405,20 @@ def fingerprint(text: str | None) -> str | None:
     return text
 
 
+#: the longest session id (`tickwork.writes.SESSION_ID`); the API refuses a longer one too
+MAX_SESSION_ID = 64
+
+
+def session_id(value: str) -> str:
+    """A session id as given: one longer than any id is a mistake, not an id nobody made."""
+    if len(value) > MAX_SESSION_ID:
+        raise InvalidInput(
+            f"{_start(value)} is {len(value):,} characters long, not a session id (at most "
+            f"{MAX_SESSION_ID}); list sessions with `tickwork ls`"
+        )
+    return value
+
+
 def _start(text: str, length: int = 40) -> str:
     """The start of `text`, quoted, to tell it from another."""
     return repr(text if len(text) <= length else text[:length] + "...")
