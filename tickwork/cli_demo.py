@@ -8,6 +8,7 @@ where it is; running the demo again offers to resume it.
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 import sys
 import time
@@ -237,9 +238,9 @@ def _graph_demo(*, yes: bool, model: str | None, new: bool, timeout: float) -> N
         render.show(
             Text(
                 f"See every node's run with `tickwork show {session_id}`; fork it from a step "
-                f"with a state patch: `tickwork fork {session_id} --from-step 2 --state "
-                """'{"amount": 20}'` (its workers need the example on PYTHONPATH: """
-                f"{EXAMPLES}).",
+                "with a state patch (the fork, and the workers that run it, import the example "
+                f"from its folder): `PYTHONPATH={shlex.quote(str(EXAMPLES))} tickwork fork "
+                f"""{session_id} --from-step 2 --state '{{"amount": 20}}'`.""",
                 style="dim",
             )
         )
