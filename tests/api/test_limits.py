@@ -225,9 +225,13 @@ def test_malformed_input_is_a_4xx_that_says_what_was_wrong(
 
 def test_last_event_id_that_is_not_an_ascii_number_is_422(stack: Stack) -> None:
     session_id = stack.submit([{"content": "done"}])
-    for given in ("²", "9" * 30):
+    for given in ("²", "9" * 30, "garbage", "-5"):
         answer = stack.http("alice").get(
             f"/api/v1/sessions/{session_id}/stream",
             headers={"Last-Event-ID": given.encode()},
         )
         assert answer.status_code == 422, answer.text
+        # what to send, not the schema's regular expression
+        message = answer.json()["message"]
+        assert message.startswith("Last-Event-ID must be an event id (a number)"), message
+        assert "the id of the last event the stream gave you" in message, message

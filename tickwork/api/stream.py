@@ -71,7 +71,8 @@ async def stream(
         str | None,
         Header(
             alias="Last-Event-ID",
-            pattern=r"^\s*[0-9]{0,18}\s*$",
+            # in the schema, checked below: the validator's answer quoted the pattern
+            json_schema_extra={"pattern": r"^\s*[0-9]{0,18}\s*$"},
             description="The last event id you have (a browser's EventSource sends it).",
         ),
     ] = None,
@@ -83,7 +84,8 @@ async def stream(
             raise ApiError(
                 422,
                 "invalid_input",
-                f"Last-Event-ID must be an event id (a number), got {last_event_id!r}",
+                f"Last-Event-ID must be an event id (a number), got {last_event_id!r}: send "
+                "the id of the last event the stream gave you, or no header to start over",
             )
         start = int(given)
     store = client.store
