@@ -88,7 +88,14 @@ def load_archived(
     found = entry(engine, session_id)
     if found is None:
         return None
-    batch = archives.read_batch(archive, found.location)
+    try:
+        batch = archives.read_batch(archive, found.location)
+    except archives.ArchiveMissing:
+        raise archives.ArchiveMissing(
+            f"session {session_id} was archived to {found.location}, which is not in the "
+            f"archive {archive.url}: set TICKWORK_RETENTION_ARCHIVE_URL to the archive it was "
+            "written to, or put that archive back"
+        ) from None
     if session_id not in batch:
         raise archives.ArchiveMissing(
             f"session {session_id} is not in its archive batch {found.location} "

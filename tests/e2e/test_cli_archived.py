@@ -71,3 +71,15 @@ def test_an_archived_session_is_listed_patched_and_forked(
     assert head.status is Status.COMPLETED, head.error_message
     assert head.result["patch"] == patch
     assert head.result["tests"]["passed"] is True
+
+
+def test_an_archived_session_looked_for_in_another_archive_names_the_setting(
+    deployment: Deployment, cli: Cli, tmp_path: Path
+) -> None:
+    session_id, _ = archived_demo(deployment, cli, tmp_path / "elsewhere")
+    # without the URL it was archived under, the state dir's archive is read: it said only
+    # "archive object day=.../X.jsonl.gz is not under .../archive"
+    for command in (("show", session_id), ("patch", session_id)):
+        cli.inline(*command, ok=False).error(
+            1, f"session {session_id} was archived to day=", "TICKWORK_RETENTION_ARCHIVE_URL"
+        )
