@@ -359,8 +359,8 @@ def text_file(path: str, *, option: str) -> str:
         return Path(path).expanduser().read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
         raise InvalidInput(
-            f"{option}: {path} is not UTF-8 text ({exc.reason} at byte {exc.start}); give "
-            "the output as UTF-8 text"
+            f"{option}: {path} is not UTF-8 text ({exc.reason} at byte {exc.start}); save "
+            "it as UTF-8 and give it again"
         ) from None
     except OSError as exc:
         raise InvalidInput(f"{option}: cannot read {path}: {exc.strerror or exc}") from None

@@ -124,3 +124,15 @@ def test_a_budget_out_of_range_is_named_once_in_plain_words(
 ) -> None:
     line = cli.inline("fork", session, "--from-step", "0", option, value, ok=False).error(2, says)
     assert "Value error" not in line
+
+
+@pytest.mark.parametrize("deployment", ["embedded"], indirect=True)
+def test_a_file_that_is_not_utf8_is_named_as_what_it_was_given_for(
+    cli: Cli, tmp_path: Path
+) -> None:
+    binary = tmp_path / "input.json"
+    binary.write_bytes(b"\xff\xfe{}")
+    line = cli.inline("submit", TEST_KIND, "--input", f"@{binary}", ok=False).error(
+        2, f"--input: {binary} is not UTF-8 text", "save it as UTF-8"
+    )
+    assert "output" not in line  # it said "give the output as UTF-8 text" of an input
