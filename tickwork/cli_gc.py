@@ -54,6 +54,8 @@ def gc(
             "failed (dead letter closed)": policy.failed_s,
         }
         if dry_run:
+            if policy.enabled:
+                retention.shared_archive(ctx.settings)  # refused as `gc` itself would be
             due = kept.eligible(policy, now=now)
             if json_output:
                 views.emit({"dry_run": True, "due": due, "rows": before, "archive": archive.url})

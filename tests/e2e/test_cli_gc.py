@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from unittest import mock
 
+import pytest
 from tickwork.fsm.errors import SessionNotFound
 from tickwork.store.archived import entry
 
@@ -160,3 +161,12 @@ def test_workers_archive_in_the_background(deployment: Deployment) -> None:
         stop(worker)
     assert found.state == "archived" and not live(deployment, sid)
     assert deployment.client.archived(sid) is not None
+
+
+@pytest.mark.parametrize("deployment", ["production"], indirect=True)
+def test_a_dry_run_refuses_a_host_s_own_archive_as_gc_does(cli: Cli) -> None:
+    # it showed what was due and `archive: file:///<state dir>/archive`, which gc refuses
+    for argv in (("gc",), ("gc", "--dry-run")):
+        cli.inline(*argv, ok=False, TICKWORK_RETENTION_COMPLETED_S="0").error(
+            2, "while the database is shared", "TICKWORK_RETENTION_ARCHIVE_URL"
+        )
