@@ -37,6 +37,9 @@ class Pool(StrEnum):
 #: model-bound worker waits on model calls, so one process keeps hundreds in flight
 #: (ops/bench/in_flight.py; docs/OPERATIONS.md, "Sizing a fleet")
 MODEL_BOUND_THREADS = 250
+#: the most ticks a worker runs at once: well past what one host's threads (or processes)
+#: can hold; more is a typo, which Celery would try to start
+MAX_CONCURRENCY = 10_000
 
 
 def register(app: typer.Typer) -> None:
@@ -59,6 +62,7 @@ def worker(
             "--concurrency",
             "-c",
             min=1,
+            max=MAX_CONCURRENCY,
             help="Ticks run at once.",
             show_default=f"{MODEL_BOUND_THREADS} for --pool threads on a server broker, else CPUs",
         ),

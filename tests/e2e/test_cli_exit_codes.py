@@ -74,6 +74,8 @@ BAD_INPUT = [
     # malformed, as with --server (the API's 422): not "no call" nor a stale decision
     (("approve", SID, "s1c0", "--fingerprint", "ABC"), "not a call's whole fingerprint"),
     (("reject", SID, "s1c0", "--fingerprint", "A" * 64), "64 hex digits, lower-case"),
+    # a typo, not a pool: refused before Celery tries to start it
+    (("worker", "-c", "99999999999999999999"), "less than or equal to 10000"),
 ]
 
 
