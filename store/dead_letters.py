@@ -92,6 +92,14 @@ def status_of(resolution: dict[str, Any] | None) -> str:
     return str(resolution.get("state", Closing.FORKED.value)) if resolution else "open"
 
 
+def closed(letter_id: int, session_id: str, resolution: dict[str, Any]) -> DeadLetterClosed:
+    """The refusal of a fork of a dead letter already forked, resolved or dismissed."""
+    return DeadLetterClosed(
+        f"dead letter {letter_id} (session {session_id}) {describe(resolution)}; "
+        'to fork it once more on purpose, add --again (API: "again": true)'
+    )
+
+
 def record_fork(
     conn: Connection, session_id: str, *, fork: str, by: str, now: datetime, again: bool = False
 ) -> None:
@@ -107,10 +115,7 @@ def record_fork(
         return
     resolution = dict(row.resolution or {})
     if resolution and not again:
-        raise DeadLetterClosed(
-            f"dead letter {row.id} (session {session_id}) {describe(resolution)}; "
-            'to fork it once more on purpose, add --again (API: "again": true)'
-        )
+        raise closed(row.id, session_id, resolution)
     forks = [*resolution.get("forks", ()), {"fork": fork, "by": by, "at": now.isoformat()}]
     closing = not resolution
     if closing:

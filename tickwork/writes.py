@@ -372,6 +372,8 @@ class Writes(Deployment):
         for call_id, output in (tool_outputs or {}).items():
             self._check_output(call_id, output)
         parent, archived = self._fork_source(session_id)
+        if not again:
+            self._refuse_closed(session_id)
         if budgets:
             _numbers(budgets)
             self.budgets(budgets)  # names and values checked before anything is written
@@ -457,6 +459,18 @@ class Writes(Deployment):
     def _graph(self, head: Head) -> GraphKind | None:
         """The graph kind a graph session runs on (issue 15), else None."""
         return self.jobs.graph(head.kind) if kind_of(head) is SessionKind.GRAPH else None
+
+    def _refuse_closed(self, session_id: str) -> None:
+        """Refuse, before the patch's own checks, a fork of a session whose dead letter was
+        already forked, resolved or dismissed: else a user who raised a budget the fork
+        needed was told only then to add --again (the store refuses it again, in the
+        fork's transaction, against a close meanwhile)."""
+        try:
+            letter = self.store.dead_letter(session_id)
+        except dl.DeadLetterNotFound:
+            return
+        if letter.resolution:
+            raise dl.closed(letter.id, session_id, dict(letter.resolution))
 
     def _fork_source(self, session_id: str) -> tuple[Head, tuple[Session, list[Saved]] | None]:
         """The head of the session to fork, and the session whole if it is archived."""
