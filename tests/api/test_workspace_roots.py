@@ -127,6 +127,7 @@ def _commit(repo: Path, name: str, text: str) -> None:
         "octal-quoted",
         "config include",
         "config includeIf",
+        "config nested include",
     ],
 )
 def test_a_repository_under_the_roots_whose_git_data_lies_outside_is_422(
@@ -148,9 +149,13 @@ def test_a_repository_under_the_roots_whose_git_data_lies_outside_is_422(
         (inside / ".git").symlink_to(secret / ".git")
     elif how.startswith("config"):  # git reads an included file as its configuration
         _commit(inside, "a.py", "A = 1\n")
-        section = "[include]" if how == "config include" else '[includeIf "gitdir:/"]'
+        section = '[includeIf "gitdir:/"]' if how == "config includeIf" else "[include]"
+        target = secret / "secret.txt"
+        if how == "config nested include":  # a file under the roots that includes it
+            (inside / ".git" / "more.cfg").write_text(f"[include]\n\tpath = {target}\n")
+            target = inside / ".git" / "more.cfg"
         with (inside / ".git" / "config").open("a") as config:
-            config.write(f"{section}\n\tpath = {secret / 'secret.txt'}\n")
+            config.write(f"{section}\n\tpath = {target}\n")
     else:
         _commit(inside, "a.py", "A = 1\n")
         head = subprocess.run(

@@ -329,11 +329,15 @@ def _git_data_inside(path: Path, url: str, roots: Sequence[Path]) -> None:
     common = git_dir / "commondir"
     if common.is_file():
         places.append((git_dir / common.read_text(errors="replace").strip()).resolve())
-    # git reads the files its configuration includes (`include.path`, `includeIf.*.path`)
-    # as configuration: they must lie under the roots too
-    _refuse_outside(
-        [i for place in places for name in _CONFIGS for i in _includes(place / name)], url, roots
-    )
+    # git reads the files its configuration includes (`include.path`, `includeIf.*.path`),
+    # and the files those include, as configuration: they must lie under the roots too
+    configs = [place / name for place in places for name in _CONFIGS]
+    checked: set[Path] = set()
+    for _ in range(_INCLUDE_DEPTH):  # each file once: a file including itself loops
+        found = dict.fromkeys(i for config in configs for i in _includes(config))
+        configs = [i for i in found if i not in checked]
+        _refuse_outside(configs, url, roots)
+        checked.update(configs)
     stores = [(place / "objects").resolve() for place in places]
     seen: set[Path] = set()
     for _ in range(_ALTERNATES_DEPTH + 1):
@@ -357,6 +361,8 @@ def _git_data_inside(path: Path, url: str, roots: Sequence[Path]) -> None:
 
 #: a repository's configuration files, read by every git command run in it
 _CONFIGS = ("config", "config.worktree")
+#: how deep git follows includes of included files (config.c's MAX_INCLUDE_DEPTH)
+_INCLUDE_DEPTH = 10
 
 
 def _includes(config: Path) -> list[Path]:
