@@ -185,6 +185,21 @@ def test_the_version_file_the_build_wrote_is_put_into_a_working_copy_that_ignore
     assert not (tmp_path / "real-pkg" / "_version.py").exists()
 
 
+def test_a_linked_folder_of_the_environment_is_not_followed_out_of_it(tmp_path: Path) -> None:
+    """Setup runs the project's own build code with /env writable: a `.tickwork` it made a
+    link to a folder of the host holding `generated/` must not have the worker copy that
+    folder's files into the working copy, where the session's commands read them."""
+    env, copy, host = tmp_path / "env", tmp_path / "copy", tmp_path / "host"
+    (host / "generated" / "pkg").mkdir(parents=True)
+    (host / "generated" / "pkg" / "_version.py").write_text("TOKEN = 'host secret'\n")
+    env.mkdir()
+    (env / ".tickwork").symlink_to(host)
+    (copy / "pkg").mkdir(parents=True)
+    (copy / ".gitignore").write_text("*.py\n")
+    assert versions.restore(env, copy) == []
+    assert not (copy / "pkg" / "_version.py").exists()
+
+
 @pytest.mark.parametrize(
     ("tag", "distance", "expected"),
     [

@@ -325,7 +325,8 @@ def restore(env: Path, workspace: Path) -> list[str]:
     where it has none and its `.gitignore` leaves them out (so they are never part of the
     session's files or patch); the paths written."""
     kept = env / GENERATED
-    if kept.is_symlink() or not kept.is_dir():
+    # setup (the project's own code) wrote /env: no folder on the way may be a link out
+    if not _real_folders(env, f"{GENERATED}/-") or not kept.is_dir():
         return []
     ignore = Ignore.of(workspace)
     written: list[str] = []
