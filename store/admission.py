@@ -105,11 +105,10 @@ def admit(
     """One pass of admission: queued sessions let in while their tenant is under its
     in-flight limit and their key under its own, at most `budget`, shared across tenants
     by `fair_shares` (the least busy for its weight first) and within a tenant by priority,
-    then age. `tenants`: only these (a session of theirs just finished). A full pass
-    (`tenants` None) first fails the queued sessions whose deadline passed (`expire`).
-    Returns the ticks to publish, in the fair order."""
-    if tenants is None:
-        expire(engine, now=now)
+    then age. `tenants`: only these (a session of theirs just finished). The relay's full
+    pass calls `expire` first, which gives it the sessions to announce: failing them here
+    too would fail those its scan left out with no notice. Returns the ticks to publish,
+    in the fair order."""
     with engine.connect() as conn:
         rooms = _rooms(conn, admission, tenants)
     order = fair_shares(rooms, budget=budget)

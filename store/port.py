@@ -237,16 +237,16 @@ class Relay(Protocol):
         """One pass of admission (DESIGN section 15): queued sessions let in (queued ->
         ready, their first tick written) while their tenant and key are under their
         limits, at most `budget`, in weighted fair order across tenants and by priority
-        then age within one; only `tenants`' if given. A full pass (no `tenants`) first
-        fails `DEADLINE` the queued sessions, and those waiting for a decision (their
-        waiting calls closed as not run), whose deadline passed while they waited. The
+        then age within one; only `tenants`' if given. It fails nothing: the relay calls
+        `expire` before a full pass (no `tenants`), and announces what that failed. The
         ticks to publish, in order."""
         ...
 
     def expire(self, *, now: datetime, limit: int = 500) -> list[Head]:
-        """What a full pass of `admit` does first: fail `DEADLINE` (dead-lettered, as at a
-        tick) the `limit` oldest queued sessions, and as many waiting for a decision (their
-        waiting calls closed as not run), whose deadline passed while they waited. Their
+        """What the relay does before a full pass of `admit`: fail `DEADLINE`
+        (dead-lettered, as at a tick) those of the `limit` oldest queued sessions, and as
+        many waiting for a decision (their waiting calls closed as not run), whose deadline
+        passed while they waited. Their
         heads as failed; each session is returned by the one call that failed it, however
         many run at once, so the relay that gets it announces its dead letter once."""
         ...

@@ -97,3 +97,26 @@ def test_the_relay_announces_each_expired_session_once(ticks: Ticks, clock: Cloc
 
     relay_once(relays[1])
     assert len(notices.sent) == 2  # a later pass announces nothing again
+
+
+def test_a_pass_that_expires_more_than_its_scan_announces_every_one(
+    ticks: Ticks, clock: Clock, monkeypatch
+) -> None:
+    """The expiry reads the oldest waiting sessions only (EXPIRY_SCAN): the admission of
+    the same pass failed those after them again, with no notice. Each failed session is
+    announced, in this pass or the next."""
+    store = ticks.store
+    for name in ("late-1", "late-2"):
+        store.create(new_session(name, now=clock(), budgets=SHORT), now=clock())
+        wait_for_approval(store, name, clock, "danger")
+        clock.advance(1)
+    scan = store.expire
+    monkeypatch.setattr(store, "expire", lambda *, now: scan(now=now, limit=1))
+    notices = Notices()
+    rt = relay(ticks, notices, clock)
+    clock.advance(61)
+    relay_once(rt)
+    relay_once(rt)
+    failed = [n for n in ("late-1", "late-2") if store.get(n).status is Status.FAILED]
+    assert failed == ["late-1", "late-2"]
+    assert sorted(s for s, _, _ in notices.sent) == failed

@@ -81,8 +81,11 @@ class AdmissionContract(Contract):
         assert store.get("late").status is Status.QUEUED
         # its deadline passed while it waited: it fails DEADLINE and is dead-lettered at
         # the relay's pass, freeing its place in max_queued, instead of waiting for a slot
-        # to fail at its first tick
+        # to fail at its first tick; by `expire`, which the relay calls first to announce
+        # what it failed: `admit` fails nothing (what it failed would go unannounced)
         assert store.admit(Admission(default=ONE), now=clock.advance(60)) == []
+        assert store.get("late").status is Status.QUEUED
+        assert [h.id for h in store.expire(now=clock())] == ["late"]
         late = store.get("late")
         assert (late.status, late.error_code) == (Status.FAILED, ErrorCode.DEADLINE)
         assert "queued" in late.error_message and "deadline_s is 60" in late.error_message
@@ -102,7 +105,8 @@ class AdmissionContract(Contract):
         assert store.admit(Admission(default=ONE), now=clock.advance(30)) == []
         assert store.get("late").status is Status.WAITING_APPROVAL
 
-        assert store.admit(Admission(default=ONE), now=clock.advance(60)) == []
+        assert store.expire(now=clock.advance(60)) != []
+        assert store.admit(Admission(default=ONE), now=clock()) == []
         late = store.load("late")
         assert (late.head.status, late.head.error_code) == (Status.FAILED, ErrorCode.DEADLINE)
         assert "waited for a decision on s1c0" in late.head.error_message
@@ -139,7 +143,7 @@ class AdmissionContract(Contract):
             assert (head.status, head.error_code) == (Status.FAILED, ErrorCode.DEADLINE)
             assert head.error_message == store.get(head.id).error_message
         assert store.expire(now=clock.advance(60)) == []
-        assert store.admit(Admission(default=ONE), now=clock()) == []  # nothing more to fail
+        assert store.admit(Admission(default=ONE), now=clock()) == []  # nor admits any
 
     def test_a_call_in_doubt_past_the_deadline_is_closed_as_interrupted(
         self, store: Store, clock: Clock
@@ -150,7 +154,8 @@ class AdmissionContract(Contract):
             new_session("doubt", now=clock(), budgets=Budgets(deadline_s=60.0)), now=clock()
         )
         in_doubt_call(store, "doubt", clock)
-        assert store.admit(Admission(default=ONE), now=clock.advance(60)) == []
+        assert store.expire(now=clock.advance(60)) != []
+        assert store.admit(Admission(default=ONE), now=clock()) == []
         doubt = store.load("doubt")
         assert (doubt.head.status, doubt.head.error_code) == (Status.FAILED, ErrorCode.DEADLINE)
         assert "fork it from step 1 with a later --deadline" in doubt.head.error_message
@@ -172,7 +177,8 @@ class AdmissionContract(Contract):
             first, DecisionKind.REJECT, now=clock.advance(10), feedback="use a dry run first"
         )
         store.decide("late", rejected, now=clock())
-        assert store.admit(Admission(default=ONE), now=clock.advance(60)) == []
+        assert store.expire(now=clock.advance(60)) != []
+        assert store.admit(Admission(default=ONE), now=clock()) == []
         late = store.load("late")
         assert (late.head.status, late.head.error_code) == (Status.FAILED, ErrorCode.DEADLINE)
         seen = late.observation(first.call_id)
