@@ -23,11 +23,11 @@ from typing import Any
 
 from tickwork.fsm import transitions
 from tickwork.fsm.approvals import ApprovalRule, approval_reason, rejection
-from tickwork.fsm.budgets import deadline_passed, exhausted_budget
+from tickwork.fsm.budgets import exhausted_budget
 from tickwork.fsm.fingerprints import call_fingerprint, step_fingerprint
 from tickwork.fsm.graph import END, PROPOSAL, START, CompiledGraph, delta_text, state_fingerprint
 from tickwork.fsm.loops import HISTORY, detect_loop
-from tickwork.fsm.machine import fail
+from tickwork.fsm.machine import stopped
 from tickwork.fsm.transitions import Change, StepCharge, in_doubt
 from tickwork.fsm.values import (
     CallState,
@@ -220,18 +220,8 @@ def start_node(
     cancel or the deadline closes a node found started as not run if it may run twice
     (`idempotent`), as interrupted otherwise (`transitions.close_calls`)."""
     transitions.require(head, Status.EXECUTING)
-    if head.cancel_requested:
-        return transitions.cancelled(head, calls, now, decisions, idempotent=idempotent)
-    if (late := deadline_passed(head, now=now)) is not None:
-        return fail(
-            head,
-            ErrorCode.DEADLINE,
-            late,
-            now=now,
-            open_calls=calls,
-            decisions=decisions,
-            idempotent=idempotent,
-        )
+    if (ended := stopped(head, calls, decisions, idempotent=idempotent, now=now)) is not None:
+        return ended
     call = next((c for c in calls if c.index == 0), None)
     if call is None:
         return Change(head=transitions.moved(head, now, status=Status.READY))

@@ -72,6 +72,7 @@ __all__ = [
     "request_cancel",
     "start_execute",
     "start_think",
+    "stopped",
     "think",
     "tool_finished",
 ]
@@ -499,6 +500,33 @@ def next_call(calls: Sequence[ToolCall]) -> ToolCall | None:
     return next((c for c in sorted(calls, key=lambda c: c.index) if c.state.open), None)
 
 
+def stopped(
+    head: Head,
+    calls: Sequence[ToolCall],
+    decisions: Mapping[str, Decision],
+    *,
+    idempotent: bool,
+    now: datetime,
+) -> Change | None:
+    """What an `executing` tick does before it runs the step's next call (or node): end
+    the session cancelled if a cancel was asked for, failed `DEADLINE` if its deadline
+    passed, its open calls closed (`transitions.close_calls`: a rejected one with its
+    rejection, one found started as not run if `idempotent`); None to go on."""
+    if head.cancel_requested:
+        return transitions.cancelled(head, calls, now, decisions, idempotent=idempotent)
+    if (late := deadline_passed(head, now=now)) is not None:
+        return fail(
+            head,
+            ErrorCode.DEADLINE,
+            late,
+            now=now,
+            open_calls=calls,
+            decisions=decisions,
+            idempotent=idempotent,
+        )
+    return None
+
+
 def start_execute(
     head: Head,
     calls: Sequence[ToolCall],
@@ -516,18 +544,8 @@ def start_execute(
     reads as not run if `idempotent`).
     """
     transitions.require(head, Status.EXECUTING)
-    if head.cancel_requested:
-        return transitions.cancelled(head, calls, now, decisions, idempotent=idempotent)
-    if (late := deadline_passed(head, now=now)) is not None:
-        return fail(
-            head,
-            ErrorCode.DEADLINE,
-            late,
-            now=now,
-            open_calls=calls,
-            decisions=decisions,
-            idempotent=idempotent,
-        )
+    if (ended := stopped(head, calls, decisions, idempotent=idempotent, now=now)) is not None:
+        return ended
     call = next_call(calls)
     if call is None:
         return Change(head=transitions.moved(head, now, status=Status.READY))
