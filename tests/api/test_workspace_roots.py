@@ -128,6 +128,7 @@ def _commit(repo: Path, name: str, text: str) -> None:
         "config include",
         "config includeIf",
         "config nested include",
+        "bare beside .git",
     ],
 )
 def test_a_repository_under_the_roots_whose_git_data_lies_outside_is_422(
@@ -156,6 +157,15 @@ def test_a_repository_under_the_roots_whose_git_data_lies_outside_is_422(
             target = inside / ".git" / "more.cfg"
         with (inside / ".git" / "config").open("a") as config:
             config.write(f"{section}\n\tpath = {target}\n")
+    elif how == "bare beside .git":  # git skips a .git that is no repository
+        inside.mkdir(parents=True)
+        subprocess.run(["git", "init", "-q", "--bare", str(inside)], check=True)
+        (inside / ".git").mkdir()
+        (inside / "objects" / "info" / "alternates").write_text(f"{secret / '.git' / 'objects'}\n")
+        head = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=secret, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        (inside / "refs" / "heads" / "stolen").write_text(head + "\n")
     else:
         _commit(inside, "a.py", "A = 1\n")
         head = subprocess.run(
@@ -184,7 +194,11 @@ def test_a_repository_under_the_roots_whose_git_data_lies_outside_is_422(
     try:
         http = stack.http("sam")
         before = len(stack.deployment.client.sessions())
-        ref = "stolen" if "objects" in how or "quoted" in how or how == "alternates" else "HEAD"
+        ref = (
+            "stolen"
+            if "objects" in how or "quoted" in how or how in ("alternates", "bare beside .git")
+            else "HEAD"
+        )
         refused = http.post(
             "/api/v1/sessions", json=_repair(stack, repo=f"file://{inside}", ref=ref)
         )

@@ -94,6 +94,31 @@ def test_an_untrusted_workspace_s_version_file_that_is_a_link_is_not_read(
     assert config["source"]["version"] == {"value": "", "from": "no git data and no version file"}
 
 
+def test_an_untrusted_workspace_laid_out_as_a_bare_repository_is_not_read_by_git(
+    tmp_path: Path,
+) -> None:
+    """A `.git` folder that is no repository, beside a bare repository's layout at the top
+    (HEAD, objects, refs): git skips the `.git` and reads the top folder as the repository,
+    whose alternates (or included config) lie outside the roots; only the `.git` was checked."""
+    outside = vcs_project(tmp_path / "outside", "setuptools-scm", tag="v9.9.9")
+    folder = vcs_project(tmp_path / "root" / "p", "setuptools-scm")
+    os.rename(folder / ".git", tmp_path / "p-git")
+    git(folder, "init", "-q", "--bare", ".")
+    (folder / "objects" / "info" / "alternates").write_text(f"{outside / '.git' / 'objects'}\n")
+    commit = git(outside, "rev-parse", "HEAD")
+    git(folder, "--git-dir=.", "update-ref", "refs/heads/main", commit)
+    git(folder, "--git-dir=.", "symbolic-ref", "HEAD", "refs/heads/main")
+    (folder / ".git").mkdir()
+    config = prepare(
+        {"workspace": str(folder), "test_command": "true"},
+        state_dir=tmp_path / "state",
+        artifacts=DirectoryArtifacts(tmp_path / "artifacts"),
+        trusted=False,
+        workspace_roots=[tmp_path / "root"],
+    )
+    assert config["source"]["version"] == {"value": "", "from": "no git data and no version file"}
+
+
 def test_a_project_without_a_vcs_version_plugin_records_no_version(tmp_path: Path) -> None:
     folder = project(tmp_path / "p")
     git(folder, "init", "-q")

@@ -325,10 +325,15 @@ def _git_data_inside(path: Path, url: str, roots: Sequence[Path]) -> None:
             f"the repository {url!r} is not a git repository (no .git in it); give a "
             "project directory as `workspace`"
         )
-    places = [git_dir]
-    common = git_dir / "commondir"
-    if common.is_file():
-        places.append((git_dir / common.read_text(errors="replace").strip()).resolve())
+    # a `.git` that is no repository is skipped, and a folder with a bare repository's
+    # layout beside it read instead (by a clone and by discovery): both are checked
+    candidates = [git_dir, path] if git_dir != path and _bare(path) else [git_dir]
+    places = []
+    for candidate in candidates:
+        places.append(candidate)
+        common = candidate / "commondir"
+        if common.is_file():
+            places.append((candidate / common.read_text(errors="replace").strip()).resolve())
     # git reads the files its configuration includes (`include.path`, `includeIf.*.path`),
     # and the files those include, as configuration: they must lie under the roots too
     configs = [place / name for place in places for name in _CONFIGS]
