@@ -119,6 +119,16 @@ def test_an_untrusted_workspace_laid_out_as_a_bare_repository_is_not_read_by_git
     assert config["source"]["version"] == {"value": "", "from": "no git data and no version file"}
 
 
+def test_a_packaging_file_the_gitignore_leaves_out_is_not_read(tmp_path: Path) -> None:
+    """Setup never sees it, and the pack's limits never counted it: a sparse file of any
+    size there would have been read whole at submit."""
+    folder = vcs_project(tmp_path / "p", "setuptools-scm", tag="v1.0")
+    (folder / ".gitignore").write_text("pyproject.toml\n")
+    source = _submitted(folder, tmp_path)
+    assert "version" not in source
+    assert "pyproject.toml" in source["gitignored"]["first"]  # type: ignore[index]
+
+
 def test_a_project_without_a_vcs_version_plugin_records_no_version(tmp_path: Path) -> None:
     folder = project(tmp_path / "p")
     git(folder, "init", "-q")

@@ -152,7 +152,7 @@ def directory(
     found = {"kind": "workspace", "path": str(path.resolve()), "files": count, "base": base}
     version = versions.of_checkout(
         path.resolve(),
-        _packaging(path.resolve()),
+        _packaging(path.resolve(), left_out),
         git=trusted or _own_git_data(path.resolve(), roots),
         parents=trusted,
     )
@@ -163,12 +163,14 @@ def directory(
     return found
 
 
-def _packaging(root: Path) -> dict[str, bytes]:
-    """The packaging files at the tree's root (regular files, not links)."""
+def _packaging(root: Path, left_out: Sequence[str] = ()) -> dict[str, bytes]:
+    """The packaging files at the tree's root (regular files, not links) that were packed:
+    not those its `.gitignore` left out (`left_out`), which setup never sees, and which
+    no limit of the pack's bounded (a sparse file of any size would be read whole)."""
     found = {}
     for name in versions.PACKAGING:
         path = root / name
-        if path.is_file() and not path.is_symlink():
+        if name not in left_out and path.is_file() and not path.is_symlink():
             found[name] = path.read_bytes()
     return found
 
