@@ -129,6 +129,7 @@ def _commit(repo: Path, name: str, text: str) -> None:
         "config includeIf",
         "config nested include",
         "bare beside .git",
+        "linked config",
     ],
 )
 def test_a_repository_under_the_roots_whose_git_data_lies_outside_is_422(
@@ -157,6 +158,12 @@ def test_a_repository_under_the_roots_whose_git_data_lies_outside_is_422(
             target = inside / ".git" / "more.cfg"
         with (inside / ".git" / "config").open("a") as config:
             config.write(f"{section}\n\tpath = {target}\n")
+    elif how == "linked config":  # git reads the file a link points to as configuration
+        _commit(inside, "a.py", "A = 1\n")
+        config = inside / ".git" / "config"
+        (secret / "config").write_text(config.read_text())
+        config.unlink()
+        config.symlink_to(secret / "config")
     elif how == "bare beside .git":  # git skips a .git that is no repository
         inside.mkdir(parents=True)
         subprocess.run(["git", "init", "-q", "--bare", str(inside)], check=True)

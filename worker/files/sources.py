@@ -339,6 +339,8 @@ def _git_data_inside(path: Path, url: str, roots: Sequence[Path]) -> None:
     # git reads the files its configuration includes (`include.path`, `includeIf.*.path`),
     # and the files those include, as configuration: they must lie under the roots too
     configs = [place / name for place in places for name in _CONFIGS]
+    # a configuration file that is a link is read where it points
+    _refuse_outside([c.resolve() for c in configs if c.is_symlink()], url, roots)
     checked: set[Path] = set()
     for _ in range(_INCLUDE_DEPTH):  # each file once: a file including itself loops
         found = dict.fromkeys(i for config in configs for i in _includes(config))
