@@ -70,8 +70,10 @@ def test_a_path_with_a_newline_is_one_quoted_line_the_model_can_pass_back(
     which exists: it is shown as a JSON string, and that string's value opens it."""
     (project / "src" / "a\nb.py").write_text("# TODO: odd name\n")
     (project / "src" / "tab\there.txt").write_text("")
+    (project / '"quoted".txt').write_text("")  # its own quotes: quoted too, not read as such
     listed = call("list_files", path="src").output.splitlines()
     assert listed == ['"src/a\\nb.py"', "src/app.py", '"src/tab\\there.txt"', "src/util.py"]
+    assert '"\\"quoted\\".txt"' in call("list_files").output.splitlines()
     found = call("search", pattern="odd name").output
     assert found == '"src/a\\nb.py":1: # TODO: odd name'
     path = json.loads(listed[0])

@@ -108,9 +108,10 @@ _UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 def _shown(rel: str) -> str:
     """`rel` as a listing shows it: as it is, or quoted as JSON when it holds a newline or
-    another control, so that one path stays one line and the model can pass the quoted
-    text back as the `path` argument of a call."""
-    return json.dumps(rel, ensure_ascii=False) if _UNPRINTABLE.search(rel) else rel
+    another control (or starts with a quote, which would read as quoted), so that one path
+    stays one line and the model can pass the quoted text back as the `path` of a call."""
+    quote = _UNPRINTABLE.search(rel) or rel.startswith('"')  # else `"a"` reads as quoted
+    return json.dumps(rel, ensure_ascii=False) if quote else rel
 
 
 def _existing(root: Path, path: str) -> Path:
