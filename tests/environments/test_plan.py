@@ -44,6 +44,27 @@ def test_a_pyproject_online_installs_the_project_editable_with_its_test_extras()
     assert set(made.wanted) == {"requests", "tinydep", "pytest", "hypothesis", "app"}
 
 
+@pytest.mark.parametrize(
+    "pyproject",
+    [
+        b'[project]\nname = "app"\ndependencies = "requests"\n'
+        b'[project.optional-dependencies]\ntest = "pytest"\n',
+        b'project = "app"\nbuild-system = 3\n',
+        b'[project]\nname = "app"\ndependencies = [1, "tinydep"]\n'
+        b'[project.optional-dependencies]\ntest = 7\n[build-system]\nrequires = "setuptools"\n',
+    ],
+    ids=["strings for arrays", "values for tables", "numbers"],
+)
+def test_a_pyproject_of_the_wrong_shape_is_planned_not_a_crash(pyproject: bytes) -> None:
+    """The submitter's pyproject.toml with a string where an array belongs (`test =
+    "pytest"`) was read a character at a time, and a number raised TypeError: setup failed
+    INTERNAL. What is not of its shape is left out; pip's build then says what is wrong."""
+    made = plan(AUTO, {"pyproject.toml": pyproject}, uses_pytest=True, online=True)
+    assert not any(len(w) == 1 for w in made.wanted), made.wanted
+    assert "tinydep" in made.wanted or "requests" not in made.wanted
+    assert any("-e ." in c for c in made.commands)
+
+
 def test_without_egress_only_the_project_itself_is_installed() -> None:
     made = plan(AUTO, {"pyproject.toml": PYPROJECT}, uses_pytest=True, online=False)
     installs = [c for c in made.commands if "pip install" in c]

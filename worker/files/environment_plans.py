@@ -145,6 +145,18 @@ def _name(requirement: str) -> str | None:
     return found.group(1) if found else None
 
 
+def _table(value: Any) -> dict[str, Any]:
+    """A TOML table the project wrote, or an empty one where it wrote something else (the
+    submitter's file: a string where a table belongs fails pip's build, not our plan)."""
+    return value if isinstance(value, dict) else {}
+
+
+def _strings(value: Any) -> list[str]:
+    """The requirement strings of a TOML array; none from anything else (`test = "pytest"`
+    would otherwise be read a character at a time)."""
+    return [r for r in value if isinstance(r, str)] if isinstance(value, list) else []
+
+
 def _pyproject(content: bytes) -> dict[str, Any]:
     try:
         return tomllib.loads(content.decode("utf-8", "replace"))
@@ -319,13 +331,14 @@ def plan(
     detected = [*sorted(p for p in files if p in PACKAGING), *requirements]
     if project:
         meta = _pyproject(files.get("pyproject.toml", b""))
-        declared = dict(meta.get("project", {}).get("optional-dependencies", {}))
+        table = _table(meta.get("project"))
+        declared = {k: _strings(v) for k, v in _table(table.get("optional-dependencies")).items()}
         declared.update(_setup_cfg_extras(files.get("setup.cfg", b"")))
         extras = [e for e in TEST_EXTRAS if e in declared]
         groups = _dependency_groups(meta)
         grouped = list(dict.fromkeys(r for g in groups.values() for r in g))
-        name = meta.get("project", {}).get("name")
-        wanted += [n for r in meta.get("project", {}).get("dependencies", []) if (n := _name(r))]
+        name = table.get("name")
+        wanted += [n for r in _strings(table.get("dependencies")) if (n := _name(r))]
         wanted += [n for e in extras for r in declared[e] if (n := _name(r))]
         wanted += [n for r in grouped if (n := _name(r))]
         target = "." + (f"[{','.join(extras)}]" if extras else "")
@@ -335,7 +348,7 @@ def plan(
             # setup's throw-away copy of the source, lets it read the setup.cfg
             commands.append(SETUP_PY_SHIM)
         if online:
-            requires = [str(r) for r in meta.get("build-system", {}).get("requires", [])]
+            requires = _strings(_table(meta.get("build-system")).get("requires"))
             if requires:
                 commands.append(f"{PIP} {' '.join(shlex.quote(r) for r in requires)}")
             # without build isolation pip installs none of what the backend asks for besides
