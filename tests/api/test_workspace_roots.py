@@ -130,6 +130,8 @@ def _commit(repo: Path, name: str, text: str) -> None:
         "config nested include",
         "bare beside .git",
         "linked config",
+        "linked ref",
+        "linked packed-refs",
     ],
 )
 def test_a_repository_under_the_roots_whose_git_data_lies_outside_is_422(
@@ -164,6 +166,15 @@ def test_a_repository_under_the_roots_whose_git_data_lies_outside_is_422(
         (secret / "config").write_text(config.read_text())
         config.unlink()
         config.symlink_to(secret / "config")
+    elif how.startswith("linked ") and "ref" in how:  # git reads a ref where it points
+        _commit(inside, "a.py", "A = 1\n")
+        secret_git = secret / ".git"
+        if how == "linked ref":
+            branch = next(p for p in (secret_git / "refs" / "heads").iterdir())
+            (inside / ".git" / "refs" / "heads" / "elsewhere").symlink_to(branch)
+        else:
+            (secret_git / "packed-refs").write_text("# pack-refs with: peeled\n")
+            (inside / ".git" / "packed-refs").symlink_to(secret_git / "packed-refs")
     elif how == "bare beside .git":  # git skips a .git that is no repository
         inside.mkdir(parents=True)
         subprocess.run(["git", "init", "-q", "--bare", str(inside)], check=True)

@@ -310,8 +310,9 @@ def _git_data_inside(path: Path, url: str, roots: Sequence[Path]) -> None:
     """Refuse a local repository (of an untrusted submission) whose git data lies outside
     `roots`: its `.git` a file (`gitdir: ...`) or a link pointing out, a worktree's
     `commondir`, an `objects` folder or `objects/info/alternates` elsewhere, or a link
-    inside `objects` (a loose object's folder, a pack) pointing out. git reads all of
-    these, so the clone would copy a repository the roots do not hold."""
+    inside `objects` (a loose object's folder, a pack) or among the refs (`refs/`,
+    `packed-refs`, `HEAD`, ...) pointing out. git reads all of these, so the clone would
+    copy a repository the roots do not hold."""
     dot = path / ".git"
     if dot.is_file():
         text = dot.read_text(encoding="utf-8", errors="replace").strip()
@@ -364,8 +365,9 @@ def _git_data_inside(path: Path, url: str, roots: Sequence[Path]) -> None:
         stores = found
     _refuse_outside(places, url, roots)
     # every store is inside now: a link in one (a loose object's folder, a pack) is read
-    # through as well
+    # through as well, and so is one among the refs and the files beside them
     _refuse_outside([link for store in sorted(seen) for link in _links(store)], url, roots)
+    _refuse_outside([link for place in candidates for link in _ref_links(place)], url, roots)
 
 
 #: a repository's configuration files, read by every git command run in it
@@ -394,6 +396,26 @@ def _includes(config: Path) -> list[Path]:
                 path = Path(value).expanduser() if value.startswith("~") else Path(value)
             found.append((config.parent / path).resolve())
     return found
+
+
+#: what git reads of a repository besides its objects and its config: the refs and
+#: the files that name commits
+_REF_FILES = ("HEAD", "packed-refs", "shallow", "ORIG_HEAD", "FETCH_HEAD", "commondir")
+_REF_FOLDERS = ("refs", "info", "worktrees", "logs")
+
+
+def _ref_links(git_dir: Path) -> Iterator[Path]:
+    """Where the symbolic links among `git_dir`'s refs and the files beside them point
+    (git writes none there; one pointing out of the roots is read there)."""
+    for name in _REF_FILES:
+        if (git_dir / name).is_symlink():
+            yield (git_dir / name).resolve()
+    for name in _REF_FOLDERS:
+        folder = git_dir / name
+        if folder.is_symlink():
+            yield folder.resolve()
+        elif folder.is_dir():
+            yield from _links(folder)
 
 
 def _links(folder: Path) -> Iterator[Path]:
