@@ -48,6 +48,10 @@ CASES = [
     ("worker", "TICKWORK_WEBHOOK_MAX_AGE_S", "0", "greater than 0"),
     ("worker", "TICKWORK_METRICS_PORT", "70000", "less than or equal to 65535"),
     ("config", "TICKWORK_API_PORT", "-1", "greater than or equal to 0"),
+    # an entry of a JSON value: the variable is TICKWORK_API_TOKENS, not one named after the
+    # token (which it printed, the token being the entry's key)
+    ("config", "TICKWORK_API_TOKENS", f'{{"{KEY}": 1}}', "one of its entries: Input should"),
+    ("config", "TICKWORK_API_MODELS", '["openai:", 3]', "its entry [1]: Input should"),
 ]
 
 

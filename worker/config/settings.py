@@ -488,21 +488,44 @@ def read_settings(kind: type[S], **overrides: Any) -> S:
         return kind(**overrides)
     except ValidationError as exc:
         first = exc.errors()[0]
-        name = "TICKWORK_" + "__".join(str(p) for p in first["loc"]).upper()
+        loc = first["loc"]
+        name = "TICKWORK_" + "__".join(str(p) for p in loc).upper()
+        entry = _json_entry(kind, loc)
+        if entry is not None:  # inside a JSON value: its keys are the user's, not variables
+            name = f"TICKWORK_{str(loc[0]).upper()}"
         # the settings did not load, so only the default secret patterns are known here
         patterns = Settings.model_fields["secret_patterns"].default
         given = first.get("input")
         shown = f"={mask(str(given), patterns)!r}" if isinstance(given, str | int | float) else ""
-        if SECRET_NAMES.search(name):
+        if SECRET_NAMES.search(name) or entry is not None:  # an entry's is not the variable's
             shown = ""
         reason = mask(str(first["msg"]).removeprefix("Value error, "), patterns)
-        example = JSON_EXAMPLES.get(str(first["loc"][0])) if len(first["loc"]) == 1 else None
-        if example is not None and first["type"] in ("dict_type", "list_type"):
+        example = JSON_EXAMPLES.get(str(loc[0])) if len(loc) == 1 or entry else None
+        if entry is not None:
+            # a token's entry is keyed by the token itself: never print it
+            where = "one of its entries" if SECRET_NAMES.search(name) else f"its entry {entry}"
+            reason = f"{where}: {reason}"
+        if example is not None and (entry is not None or first["type"] in _WRONG_SHAPE):
             # JSON of the wrong shape (a list for a mapping): say which shape it takes
             reason += f"; write it as JSON of this shape, e.g. {name}='{example}'"
         raise ConfigurationError(f"invalid setting {name}{shown}: {reason}") from None
     except SettingsError as exc:
         raise ConfigurationError(_not_json(kind, exc)) from None
+
+
+_WRONG_SHAPE = ("dict_type", "list_type")
+
+
+def _json_entry(kind: type[BaseSettings], loc: tuple[Any, ...]) -> str | None:
+    """Where in a setting whose value is JSON (a mapping or a list, as TICKWORK_API_TOKENS)
+    the error `loc` lies, as the user wrote it (`["alice"]["roles"]`); None for a setting
+    read whole or a section's field (TICKWORK_BUDGETS__MAX_STEPS is a variable)."""
+    field = kind.model_fields.get(str(loc[0])) if loc else None
+    if field is None or len(loc) < 2:
+        return None
+    if typing.get_origin(field.annotation) not in (dict, list):
+        return None
+    return "".join(f"[{part!r}]" if isinstance(part, str) else f"[{part}]" for part in loc[1:])
 
 
 def _not_json(kind: type[BaseSettings], exc: SettingsError) -> str:
