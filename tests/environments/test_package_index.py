@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tickwork.fsm.values import Status
@@ -232,6 +233,22 @@ def test_auto_installs_test_tools_named_only_in_tox_ini_or_a_requirements_folder
     assert "1 failed, 1 passed" in ran and "No module named" not in ran, ran
 
 
+def _tests_run_once(source: Path, tmp_path: Path) -> tuple[Any, dict[str, Any]]:
+    """A repair of `source` whose model runs the tests once: the session, and its
+    environment's record (the session completed)."""
+    settings = embedded_settings(tmp_path / "deploy")
+    with running_worker(settings), SessionDriver(settings) as driver:
+        sid = driver.submit(
+            "repair",
+            {"workspace": str(source), "test_command": "pytest -q"},
+            replies=[reply("reproduce", call("run_tests")), reply("done")],
+        )
+        session = driver.run(sid, timeout=180)
+    head = session.head
+    assert head.status is Status.COMPLETED, head.error_message
+    return session, head.result["environment"]
+
+
 def test_a_test_extra_requirement_the_index_lacks_is_listed_missing_not_fatal(
     index, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -245,17 +262,7 @@ def test_a_test_extra_requirement_the_index_lacks_is_listed_missing_not_fatal(
     (source / "pyproject.toml").write_text(
         pyproject.replace('test = ["pytest"]', 'test = ["pytest", "nosuchplugin>=1"]')
     )
-    settings = embedded_settings(tmp_path / "deploy")
-    with running_worker(settings), SessionDriver(settings) as driver:
-        sid = driver.submit(
-            "repair",
-            {"workspace": str(source), "test_command": "pytest -q"},
-            replies=[reply("reproduce", call("run_tests")), reply("done")],
-        )
-        session = driver.run(sid, timeout=180)
-    head = session.head
-    env = head.result["environment"]
-    assert head.status is Status.COMPLETED, head.error_message
+    session, env = _tests_run_once(source, tmp_path)
     assert env["status"] == "ready" and env["missing"] == ["nosuchplugin"], env
     assert "test extra requirement nosuchplugin>=1 could not be installed" in env["log"]
     # the project, its dependency and pytest are there: the tests run (and fail: not fixed)
@@ -273,17 +280,7 @@ def test_a_requirements_file_whose_tool_the_index_lacks_is_listed_missing_not_fa
     source = project(tmp_path / "src", body=BODY, test=TEST)
     (source / "requirements.txt").write_text("tinydep\n")
     (source / "requirements-mypy.txt").write_text("# typing\nnosuchlinter==9.1\ntinydep\n")
-    settings = embedded_settings(tmp_path / "deploy")
-    with running_worker(settings), SessionDriver(settings) as driver:
-        sid = driver.submit(
-            "repair",
-            {"workspace": str(source), "test_command": "pytest -q"},
-            replies=[reply("reproduce", call("run_tests")), reply("done")],
-        )
-        session = driver.run(sid, timeout=180)
-    head = session.head
-    env = head.result["environment"]
-    assert head.status is Status.COMPLETED, head.error_message
+    session, env = _tests_run_once(source, tmp_path)
     assert env["status"] == "ready" and env["missing"] == ["nosuchlinter"], env
     log = env["log"]
     assert "requirements-mypy.txt requirement nosuchlinter==9.1 could not be installed" in log
