@@ -136,7 +136,8 @@ def test_submit_decide_watch_show_ls_fork(remote: Remote, cli: ModeCli) -> None:
     ]
     cancelled = cli.inline("cancel", held["id"], "--as", "dave", "--json").json()
     assert cancelled["status"] == "cancelled"
-    cli.inline("approve", held["id"], "s1c0", ok=False).error(1, held["id"], "is cancelled")
+    refused = cli.inline("approve", held["id"], "s1c0", ok=False)
+    refused.error(1, held["id"], "cancelled before this decision", "was not recorded")
     cli.inline("cancel", held["id"], ok=False).error(1, "already cancelled")
 
 

@@ -418,20 +418,20 @@ def test_a_patch_applies_but_for_its_binary_files_which_it_names(
     with_git: bool,
 ) -> None:
     """`tickwork patch --apply`: git apply refuses a `Binary files ... differ` diff, and the
-    built-in applier too, so a test run's `.coverage` kept all of a patch from applying."""
+    built-in applier too, so a binary file a test run wrote kept all of a patch from applying."""
     pristine = tmp_path / "pristine"
     shutil.copytree(project, pristine)
     before = manifest(artifacts, project)
     (project / "pkg" / "mod.py").write_text("def f():\n    return 2\n")
-    (project / ".coverage").write_bytes(b"SQLite format 3\x00")
+    (project / "dump.bin").write_bytes(b"SQLite format 3\x00")
     (project / "logo.png").write_bytes(b"\x89PNG\x00changed")
     patch, _ = diff_manifests(before, manifest(artifacts, project), artifacts.get)
     if not with_git:
         monkeypatch.setattr(shutil, "which", lambda name: None)
     done = apply_session_patch(pristine, patch)
-    assert "left out" in done and ".coverage, logo.png" in done, done
+    assert "left out" in done and "dump.bin, logo.png" in done, done
     assert (pristine / "pkg" / "mod.py").read_text() == "def f():\n    return 2\n"
-    assert not (pristine / ".coverage").exists()
+    assert not (pristine / "dump.bin").exists()
     assert (pristine / "logo.png").read_bytes() == b"\x89PNG\x00\x01\x02"
     only = "diff --git a/.coverage b/.coverage\nnew file mode 100644\n"
     only += "Binary files /dev/null and b/.coverage differ\n"
