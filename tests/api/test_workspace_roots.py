@@ -132,6 +132,7 @@ def _commit(repo: Path, name: str, text: str) -> None:
         "linked config",
         "linked ref",
         "linked packed-refs",
+        "linked ref of a worktree's repository",
     ],
 )
 def test_a_repository_under_the_roots_whose_git_data_lies_outside_is_422(
@@ -166,6 +167,15 @@ def test_a_repository_under_the_roots_whose_git_data_lies_outside_is_422(
         (secret / "config").write_text(config.read_text())
         config.unlink()
         config.symlink_to(secret / "config")
+    elif how == "linked ref of a worktree's repository":  # its refs are the common dir's
+        _commit(roots / "main", "a.py", "A = 1\n")
+        subprocess.run(
+            ["git", "worktree", "add", "-q", "--detach", str(inside)],
+            cwd=roots / "main",
+            check=True,
+        )
+        branch = next(p for p in (secret / ".git" / "refs" / "heads").iterdir())
+        (roots / "main" / ".git" / "refs" / "heads" / "elsewhere").symlink_to(branch)
     elif how.startswith("linked ") and "ref" in how:  # git reads a ref where it points
         _commit(inside, "a.py", "A = 1\n")
         secret_git = secret / ".git"

@@ -348,6 +348,7 @@ def _git_data_inside(path: Path, url: str, roots: Sequence[Path]) -> None:
         configs = [i for i in found if i not in checked]
         _refuse_outside(configs, url, roots)
         checked.update(configs)
+    repositories = list(places)  # the git dirs, a worktree's common one too: refs are read
     stores = [(place / "objects").resolve() for place in places]
     seen: set[Path] = set()
     for _ in range(_ALTERNATES_DEPTH + 1):
@@ -367,7 +368,7 @@ def _git_data_inside(path: Path, url: str, roots: Sequence[Path]) -> None:
     # every store is inside now: a link in one (a loose object's folder, a pack) is read
     # through as well, and so is one among the refs and the files beside them
     _refuse_outside([link for store in sorted(seen) for link in _links(store)], url, roots)
-    _refuse_outside([link for place in candidates for link in _ref_links(place)], url, roots)
+    _refuse_outside([link for place in repositories for link in _ref_links(place)], url, roots)
 
 
 #: a repository's configuration files, read by every git command run in it
