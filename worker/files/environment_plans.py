@@ -360,7 +360,7 @@ def plan(
                 # a requirement of an extra the index lacks (a benchmark plugin in `tests`)
                 # must not cost the project and the others: the project alone, then each
                 # requirement it can; the last command lists the others missing
-                needed = [r for e in extras for r in declared[e] if isinstance(r, str)]
+                needed = [r for e in extras for r in declared[e]]
                 install = (
                     f"{install} || {{ echo '{EXTRAS_APART}'; "
                     f"{PIP} --no-build-isolation -e .{more} && "
