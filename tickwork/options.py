@@ -27,6 +27,7 @@ from tickwork.fsm.forks import (
     check_system_prompt,
 )
 from tickwork.fsm.tenants import DEFAULT_TENANT, check_tenant
+from tickwork.parsing import MAX_SESSION_ID
 
 if TYPE_CHECKING:
     from tickwork.worker.models import Providers
@@ -403,10 +404,6 @@ def fingerprint(text: str | None) -> str | None:
             f"{FINGERPRINT_LENGTH} hex digits, lower-case, as `tickwork show` prints them"
         )
     return text
-
-
-#: the longest session id (`tickwork.writes.SESSION_ID`); the API refuses a longer one too
-MAX_SESSION_ID = 64
 
 
 def session_id(value: str) -> str:

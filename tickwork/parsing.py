@@ -12,6 +12,9 @@ from datetime import UTC, datetime, timedelta
 from tickwork.fsm.errors import InvalidInput
 
 #: a duration back from now, each unit with as many digits as stay after year 1
+#: the longest session id (a submitted `--id` as well: `tickwork.writes.SESSION_ID`)
+MAX_SESSION_ID = 64
+
 _DURATION = "|".join(
     rf"[0-9]{{1,{digits}}}(?:\.[0-9]+)?{unit}"
     for unit, digits in (("s", 10), ("m", 9), ("h", 7), ("d", 5), ("w", 5))
