@@ -106,6 +106,11 @@ class NoDatabase(TickworkError, LookupError):
     TICKWORK_STATE_DIR or TICKWORK_DATABASE_URL at the database."""
 
 
+class NotInstalled(TickworkError, LookupError):
+    """A file tickwork ships beside its code (its docs, the operators' runbook) is missing
+    from this install: reinstall tickwork from its wheel."""
+
+
 class NoPatch(TickworkError, LookupError):
     """The session has no patch: it changed no files, or its job kind has none."""
 

@@ -40,6 +40,7 @@ COMMANDS = (
     "tickwork.cli_eval",
     "tickwork.cli_ops",
     "tickwork.cli_runbook",
+    "tickwork.cli_docs",
     "tickwork.cli_gc",
     "tickwork.cli_env",
     "tickwork.cli_artifacts",

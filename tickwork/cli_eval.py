@@ -77,7 +77,8 @@ def run(
         Path | None,
         typer.Argument(
             metavar="TASKS.jsonl",
-            help="The task set: one JSON object a line (docs/EVAL.md).",
+            help="The task set, one JSON object a line; see docs/EVAL.md "
+            "(`tickwork docs eval task set`).",
             show_default=False,
         ),
     ] = None,

@@ -35,7 +35,7 @@ SERVED = frozenset(
     }
 )
 #: commands that never touch sessions, run whether a server is named or not
-ANYWHERE = frozenset({"serve", "config", "runbook"})
+ANYWHERE = frozenset({"serve", "config", "runbook", "docs"})
 #: how often `watch` asks the server for new events
 POLL_S = 0.2
 

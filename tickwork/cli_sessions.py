@@ -237,8 +237,9 @@ def list_sessions(
         bool,
         typer.Option(
             "--tree",
-            help="Draw each listed session's tree of child sessions under it (docs/DESIGN.md "
-            "section 16); children are not listed on their own.",
+            help="Draw each listed session's tree of child sessions under it; children are "
+            "not listed on their own. See docs/DESIGN.md section 16 "
+            "(`tickwork docs design 16`).",
         ),
     ] = False,
     json_output: options.Json = False,

@@ -117,7 +117,8 @@ class Writes(Deployment):
         """Store a new session of job kind `kind` in `tenant` and enqueue its first tick, or
         store it `queued` when its tenant is at its in-flight limit or its concurrency key at
         `max_per_key` (a key alone: one at a time); the relay admits it later, by
-        `priority` (higher first, -1000 to 1000) then age (docs/DESIGN.md section 15).
+        `priority` (higher first, -1000 to 1000) then age: docs/DESIGN.md section 15
+        (`tickwork docs design 15`).
 
         `price` is the model's price in USD per million tokens, `(prompt, completion)`: for
         a model the price table (`TICKWORK_PRICES`, the built-in list prices) does not know,

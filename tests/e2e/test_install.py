@@ -82,6 +82,8 @@ def test_the_wheel_installs_one_namespace(wheel: Path) -> None:
     assert "tickwork/store/migrations/script.py.mako" in names
     assert "tickwork/examples/agents_demo/planner.json" in names
     assert "tickwork/ops/RUNBOOK.md" in names  # `tickwork runbook`, which messages name
+    for page in sorted((ROOT / "docs").glob("*.md")):  # `tickwork docs`, which messages name
+        assert f"tickwork/docs/{page.name}" in names
     top_level = next(n for n in names if n.endswith(".dist-info/top_level.txt"))
     with zipfile.ZipFile(wheel) as built:
         assert built.read(top_level).decode().split() == ["tickwork"]
@@ -150,6 +152,29 @@ def test_the_runbook_messages_point_to_is_read_from_the_wheel(
     assert done.stdout.startswith("## Upgrades\n") and "tickwork db upgrade" in done.stdout
     listed = _run([str(venv / "bin" / "tickwork"), "runbook"], cwd=shadowed, env=env)
     assert "Rolling out a new graph version" in listed.stdout
+
+
+def test_the_docs_messages_point_to_are_read_from_the_wheel(
+    venv: Path, shadowed: Path, tmp_path: Path
+) -> None:
+    """Messages sent users to docs/*.md, which a wheel did not hold; they name `tickwork docs
+    TOPIC` too, which prints the page (or a section of it) from the installed copy."""
+    env = _plain_env(venv, TICKWORK_STATE_DIR=str(tmp_path / "state"))
+    tickwork = str(venv / "bin" / "tickwork")
+    where = _run(
+        [str(venv / "bin" / "python"), "-c", "import tickwork.cli_docs as d; print(d.DOCS)"],
+        cwd=tmp_path,
+    )
+    assert where.stdout.startswith(str(venv / "lib")), where.stdout  # the installed copy
+    listed = _run([tickwork, "docs"], cwd=shadowed, env=env).stdout
+    for page in (ROOT / "docs").glob("*.md"):
+        topic = page.stem.lower().replace("_", "-")
+        assert f"\n  {topic} " in listed, listed
+    assert "Environments: what a repair job's commands run with" in listed
+    page = _run([tickwork, "docs", "environments"], cwd=shadowed, env=env).stdout
+    assert page == (ROOT / "docs" / "ENVIRONMENTS.md").read_text()
+    section = _run([tickwork, "docs", "design", "16"], cwd=shadowed, env=env).stdout
+    assert section.startswith("## 16. Session trees\n") and "## 17." not in section
 
 
 def test_the_eval_demo_runs_from_the_wheel_without_extras(

@@ -1,5 +1,6 @@
 """Evaluations: run a task set of repair jobs with one model configuration, store the run,
-compare two runs and chart cost against success (`tickwork eval`, docs/EVAL.md).
+compare two runs and chart cost against success (`tickwork eval`): docs/EVAL.md
+(`tickwork docs eval`).
 
 - `tasks`: the task set (JSON Lines, checked as untrusted input);
 - `model`: a run's configuration, each task's figures, a run and a comparison;

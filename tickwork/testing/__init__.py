@@ -11,7 +11,8 @@
   snapshot.
 - `git(folder, *args)`: git as a test author, e.g. to make a repository a repair job takes.
 - `tickwork.testing.store_contract`: the store contract as a conformance kit a store of your
-  own runs (pytest; docs/CONFORMANCE.md), with its helpers in `tickwork.testing.store_ticks`.
+  own runs with pytest, with its helpers in `tickwork.testing.store_ticks`: docs/CONFORMANCE.md
+  (`tickwork docs conformance`).
 - `check_job_kind(spec, good=..., bad=..., replies=..., folder=...)`: the conformance checks
   of a job kind of your own (`job_kinds.py`): its interface, its tools' schemas, that it
   refuses bad input clearly, and a session of it run to its end through a real worker.

@@ -161,8 +161,8 @@ class JobKind:
                 f"job kind {self.name!r}: its prepare takes {', '.join(asked)}, but a "
                 "JobKind's prepare is given the submitted input only. Implement "
                 "configure(data, submission) instead (tickwork.worker.jobs.Kind; "
-                "submission.trusted, .workspace_roots, .state_dir, .artifacts), see "
-                "docs/JOB_KINDS.md"
+                "submission.trusted, .workspace_roots, .state_dir, .artifacts); see "
+                "docs/JOB_KINDS.md (`tickwork docs job-kinds`)"
             )
 
     def configure(self, data: Mapping[str, Any], submission: Submission) -> dict[str, Any]:

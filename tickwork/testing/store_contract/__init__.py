@@ -1,5 +1,6 @@
 """The store contract as a conformance kit: the behaviour every `Store` must have, as
-pytest tests a third-party store runs against itself (docs/CONFORMANCE.md).
+pytest tests a third-party store runs against itself: docs/CONFORMANCE.md
+(`tickwork docs conformance`).
 
 Subclass `StoreContract` in a test module of yours, named `Test...`, and give it a `store`
 fixture that yields a fresh, empty store of your implementation; pytest then runs every

@@ -17,7 +17,8 @@ class Contract:
     def store(self) -> Iterator[Store]:
         pytest.fail(
             "give the contract your store: define a `store` fixture in your subclass of "
-            "StoreContract that yields a fresh, empty store (docs/CONFORMANCE.md)"
+            "StoreContract that yields a fresh, empty store; see docs/CONFORMANCE.md "
+            "(`tickwork docs conformance`)"
         )
         yield  # pragma: no cover
 
