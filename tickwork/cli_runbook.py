@@ -4,17 +4,14 @@ wheel, so the messages that point to a section of it can be followed from any in
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
-_HERE = Path(__file__).resolve().parent
+from .manuals import read, shipped
+
 #: package data in an installed wheel (`tickwork/ops`), `ops/` in a checkout
-RUNBOOK = next(
-    (p for p in (_HERE / "ops" / "RUNBOOK.md", _HERE.parent / "ops" / "RUNBOOK.md") if p.is_file()),
-    _HERE / "ops" / "RUNBOOK.md",
-)
+RUNBOOK = shipped("ops") / "RUNBOOK.md"
 
 
 def register(app: typer.Typer) -> None:
@@ -39,7 +36,7 @@ def runbook(
     topic: Annotated[
         list[str] | None,
         typer.Argument(
-            metavar="[TOPIC]...",
+            metavar="TOPIC",
             help="Words of a section's title (`upgrades`, `sandbox`, `graph version`); "
             "without them, the list of sections.",
             show_default=False,
@@ -51,7 +48,7 @@ def runbook(
     """
     from tickwork.fsm.errors import InvalidInput
 
-    found = sections(RUNBOOK.read_text(encoding="utf-8"))
+    found = sections(read(RUNBOOK, "the runbook"))
     asked = " ".join(topic or ())
     if not asked.strip():
         typer.echo("The runbook's sections (`tickwork runbook TOPIC` prints one):")

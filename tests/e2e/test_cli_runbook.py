@@ -6,10 +6,12 @@ from __future__ import annotations
 import contextlib
 import io
 import re
+from pathlib import Path
 
 import pytest
 
 from tests.e2e.conftest import ROOT
+from tickwork import cli_runbook
 from tickwork.cli import main
 from tickwork.cli_runbook import RUNBOOK, about, sections
 
@@ -61,3 +63,16 @@ def test_runbook_prints_a_section_or_lists_them() -> None:
     assert code == 0 and out.startswith("## Upgrades\n")  # reads no server
     code, _, err = _run("no", "such")
     assert code == 2 and err.startswith("error: no runbook section's title holds 'no such'")
+
+
+def test_an_install_without_the_runbook_says_so(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """It said "No such file or directory" and a path, as if the user had named a file:
+    the install lacks its package data (a repackaging that left it out)."""
+    monkeypatch.setattr(cli_runbook, "RUNBOOK", tmp_path / "RUNBOOK.md")
+    for args in (("upgrades",), ()):
+        code, out, err = _run(*args)
+        assert (code, out) == (1, "")
+        assert err.startswith(f"error: this install lacks the runbook: {tmp_path}/RUNBOOK.md ")
+        assert "Reinstall tickwork from its wheel" in err
