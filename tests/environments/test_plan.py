@@ -4,7 +4,9 @@ packaging files, with and without egress, what the key depends on, and bad input
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,7 @@ from tickwork.fsm.errors import InvalidInput
 from tickwork.store.files import blob_hash, entry
 from tickwork.worker.files.environment_plans import (
     AUTO,
+    MISSING,
     OFFLINE,
     SETUP_PY_SHIM,
     check_setup,
@@ -332,3 +335,31 @@ def test_a_requirements_line_installing_the_project_is_followed_by_the_editable_
     plain = {"pyproject.toml": PYPROJECT, "requirements-dev.txt": b"pytest-mock\n-e .\n"}
     made = plan(AUTO, plain, uses_pytest=True, online=True)
     assert not any(c.endswith("--no-deps --no-build-isolation -e .") for c in made.commands)
+
+
+def test_a_requirement_for_other_interpreters_is_not_listed_missing(tmp_path: Path) -> None:
+    """markupsafe's `tests` group holds `pytest-run-parallel; python_full_version >=
+    '3.13'`: pip rightly skipped it on 3.11, and the card still listed it as missing. The
+    last command evaluates a requirement's marker with the environment's interpreter."""
+    pyproject = (
+        b'[project]\nname = "app"\n[dependency-groups]\ntests = [\n'
+        b'  "pytest",\n  "far-future-tool; python_version >= \'99\'",\n'
+        b"  \"absent-tool; python_version >= '3'\",\n]\n"
+    )
+    made = plan(AUTO, {"pyproject.toml": pyproject}, uses_pytest=True, online=True)
+    check = made.commands[-1].replace("/env/bin/python", shlex.quote(sys.executable), 1)
+    # the project under repair may be `packaging` itself, broken: pip's own copy is read
+    broken = tmp_path / "packaging"
+    broken.mkdir()
+    (broken / "__init__.py").write_text("raise SyntaxError('the bug being repaired')\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    done = subprocess.run(
+        ["sh", "-c", check.replace(" -I ", " ", 1)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+    )
+    missing = [line for line in done.stdout.splitlines() if line.startswith(MISSING)]
+    assert f"{MISSING}absent-tool" in missing
+    assert not any("far-future-tool" in line for line in missing), missing

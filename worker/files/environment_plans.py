@@ -145,6 +145,18 @@ def _name(requirement: str) -> str | None:
     return found.group(1) if found else None
 
 
+def _wanted(requirement: str) -> str | None:
+    """What the last setup command checks for `requirement`: its name, and its environment
+    marker after a `;` when it has one (`pytest-run-parallel; python_full_version >=
+    '3.13'`), which that command evaluates with the environment's interpreter: a
+    requirement for other interpreters is not missing."""
+    name = _name(requirement)
+    if name is None:
+        return None
+    marker = requirement.split(" #", 1)[0].partition(";")[2].strip()
+    return f"{name}; {marker}" if marker else name
+
+
 def _table(value: Any) -> dict[str, Any]:
     """A TOML table the project wrote, or an empty one where it wrote something else (the
     submitter's file: a string where a table belongs fails pip's build, not our plan)."""
@@ -338,9 +350,9 @@ def plan(
         groups = _dependency_groups(meta)
         grouped = list(dict.fromkeys(r for g in groups.values() for r in g))
         name = table.get("name")
-        wanted += [n for r in _strings(table.get("dependencies")) if (n := _name(r))]
-        wanted += [n for e in extras for r in declared[e] if (n := _name(r))]
-        wanted += [n for r in grouped if (n := _name(r))]
+        wanted += [n for r in _strings(table.get("dependencies")) if (n := _wanted(r))]
+        wanted += [n for e in extras for r in declared[e] if (n := _wanted(r))]
+        wanted += [n for r in grouped if (n := _wanted(r))]
         target = "." + (f"[{','.join(extras)}]" if extras else "")
         if "setup.cfg" in files and not {"setup.py", "pyproject.toml"} & files.keys():
             # pip installs no project without setup.py or pyproject.toml ("does not appear
@@ -387,7 +399,7 @@ def plan(
         wanted += [
             n
             for line in files[path].decode("utf-8", "replace").splitlines()
-            if not line.strip().startswith(("#", "-")) and (n := _name(line))
+            if not line.strip().startswith(("#", "-")) and (n := _wanted(line))
         ]
         if online:
             commands.append(_requirements_command(path, files[path]))
@@ -398,7 +410,7 @@ def plan(
     ]
     if tox:
         # tox installs them itself; what the index lacks is listed missing, as a group's
-        wanted += [n for r in tox if not r.startswith("-") and (n := _name(r))]
+        wanted += [n for r in tox if not r.startswith("-") and (n := _wanted(r))]
         detected.append(f"tox.ini deps: {','.join(tox)}")
         if online:
             commands.append(_groups_command(tox, "tox.ini deps"))
@@ -501,14 +513,38 @@ def _each(requirements: list[str], what: str) -> str:
 
 
 def _check_command(names: list[str]) -> str:
-    """A last setup command printing MISSING and the name of each of `names` the
-    environment does not hold (without failing: the card says what it could not install)."""
+    """A last setup command printing MISSING and the name of each of `names` (`_wanted`'s:
+    a name, or a name and its marker) the environment does not hold, leaving out those
+    whose marker does not hold for its interpreter (without failing: the card says what it
+    could not install)."""
     script = (
         "import importlib.metadata as m, sys\n"
         "for n in sys.argv[1:]:\n"
         "    try: m.version(n)\n"
         f"    except m.PackageNotFoundError: print({MISSING!r} + n)\n"
     )
+    if any(";" in n for n in names):
+        # only then: the plain script, and so the key, of other projects stays as it was
+        script = (
+            "import importlib.metadata as m, sys\n"
+            # pip's own copy first: `packaging` may be the project itself, broken
+            "try:\n"
+            "    from pip._vendor.packaging.markers import Marker\n"
+            "except Exception:\n"
+            "    try: from packaging.markers import Marker\n"
+            "    except Exception: Marker = None\n"
+            "said = set()\n"
+            "for w in sys.argv[1:]:\n"
+            "    n, _, marker = w.partition(';')\n"
+            "    n = n.strip()\n"
+            "    if marker and Marker is not None:\n"
+            "        try:\n"
+            "            if not Marker(marker).evaluate({'extra': ''}): continue\n"
+            "        except Exception: pass\n"
+            "    try: m.version(n)\n"
+            "    except m.PackageNotFoundError:\n"
+            f"        if n not in said: said.add(n); print({MISSING!r} + n)\n"
+        )
     # -I: not from /workspace, whose own metadata (an sdist's `*.egg-info`) is not installed
     return f"/env/bin/python -I -c {shlex.quote(script)} " + " ".join(map(shlex.quote, names))
 
