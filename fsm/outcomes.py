@@ -5,7 +5,9 @@ repaired anything, so a list of sessions never shows a failed repair like a succ
 
 - `repaired`: the final test run passed and the patch is not empty;
 - `tests_failing`: the final tests ran and failed (or ran past their time limit, or were
-  killed for their output: they ran, and did not pass);
+  killed for their output: they ran, and did not pass), also when the command exited 0
+  but the runner's own summary says tests failed (`hidden_failure`: a pipe such as
+  `pytest | tail` exits as its last command);
 - `tests_not_run`: the final tests could not run: the environment's setup failed, the
   command was not found (exit 126 or 127 from the shell), the shell, make or tox refused
   it (`refused_command`: a syntax error, a leading `cd` that failed, a make goal no rule
@@ -40,6 +42,7 @@ __all__ = [
     "NOT_FOUND_EXIT_CODES",
     "Outcome",
     "changed_tests",
+    "hidden_failure",
     "missing_runner",
     "no_tests_ran",
     "outcome_of",
@@ -253,6 +256,46 @@ def refused_command(command: str, exit_code: int | None, output: str) -> str | N
             + f"{found.group(0).strip()}): is it installed in the session's environment?"
         )
     return None
+
+
+#: pytest's summary line (`2 failed, 474 passed in 1.54s`, between `=` without -q), and
+#: the counts in it that are failures; unittest's verdict for a run with failures
+_PYTEST_SUMMARY = re.compile(
+    r"^=*\s*(\d+ [a-z]+(?: [a-z]+)?(?:, \d+ [a-z]+(?: [a-z]+)?)*) in \d+(?:\.\d+)?s\b.*$",
+    re.MULTILINE,
+)
+_PYTEST_FAILED = re.compile(r"\b\d+ (?:failed|errors?)\b")
+#: unittest's verdict: `OK`, `OK (skipped=1)`, `FAILED (failures=1, errors=2)`
+_UNITTEST_VERDICT = re.compile(
+    r"^(?:OK|FAILED)(?: \([a-z_]+=\d+(?:, [a-z_]+=\d+)*\))?$", re.MULTILINE
+)
+
+
+def hidden_failure(exit_code: int | None, output: str) -> str | None:
+    """What the test runner's own last summary says failed when the test command exited 0
+    anyway (`pytest -q | tail -3` exits as `tail`, `pytest; true` as `true`), else None: a
+    run whose runner counted failures did not pass, whatever the shell's exit code. Only
+    the last summary counts: a passing test's output may hold an inner run's (pytester)."""
+    if exit_code != 0:
+        return None
+    verdicts = [
+        (m.start(), m.group(0).strip("= "), bool(_PYTEST_FAILED.search(m.group(1))))
+        for m in _PYTEST_SUMMARY.finditer(output)
+    ]
+    verdicts += [
+        (m.start(), m.group(0), m.group(0).startswith("FAILED"))
+        for m in _UNITTEST_VERDICT.finditer(output)
+    ]
+    if not verdicts:
+        return None
+    _, said, failed = max(verdicts)
+    if not failed:
+        return None
+    return (
+        f"the test command exited 0, but its runner reported `{said.strip()}`: a pipe "
+        "(`| tail`, `| tee`) or a `;` exits as its last command, which hides the runner's "
+        "exit code; give the runner's own command"
+    )
 
 
 def why_tests_did_not_run(

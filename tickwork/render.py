@@ -725,6 +725,8 @@ def _tests(tests: Any) -> list[RenderableType]:
         line.append(f" did not run: {tests['not_run']}", style="red")
     elif tests.get("timed_out"):
         line.append(" timed out", style="red")
+    elif tests.get("failed"):
+        line.append(f" failed: {tests['failed']}", style="red")
     else:
         passed = tests.get("passed") is True
         line.append(

@@ -9,6 +9,7 @@ import pytest
 from tickwork.fsm.outcomes import (
     Outcome,
     changed_tests,
+    hidden_failure,
     missing_runner,
     no_tests_ran,
     outcome_of,
@@ -228,3 +229,30 @@ def test_a_failed_test_that_prints_what_a_refusal_looks_like_ran() -> None:
     assert why_tests_did_not_run("python3 -m pytest", 1, syntax) is None
     bash_cd = "sh: line 1: cd: src: No such file or directory"
     assert "`cd` failed" in (why_tests_did_not_run("cd src && pytest", 1, bash_cd) or "")
+
+
+@pytest.mark.parametrize(
+    ("exit_code", "output", "said"),
+    [
+        # `pytest -q | tail -3`, `pytest; true`: the shell exits 0, pytest said it failed
+        (0, "FAILED tests/test_lru.py::test_lru\n2 failed, 474 passed in 1.54s", "2 failed"),
+        (0, "===== 1 failed, 518 passed, 2 warnings in 2.75s =====", "1 failed"),
+        (0, "1 passed, 1 error in 0.20s", "1 error"),
+        (0, "Ran 4 tests in 0.001s\n\nFAILED (failures=1)", "FAILED (failures=1)"),
+        # passed, or failed with the runner's own exit code: nothing is hidden
+        (0, "474 passed, 24 subtests passed in 1.54s", None),
+        (0, "3 passed, 1 xfailed in 0.10s", None),
+        (0, "Ran 4 tests in 0.001s\n\nOK", None),
+        (1, "2 failed, 474 passed in 1.54s", None),
+        # a passing test printed an inner run's summary (pytester, `-rP`): the last counts
+        (0, "PASSED test_plugin.py::test_reports\n1 failed in 0.02s\n3 passed in 0.40s", None),
+        (0, "Ran 2 tests in 0.1s\n\nFAILED (failures=1)\nRan 2 tests in 0.1s\n\nOK", None),
+    ],
+)
+def test_failures_the_runner_counted_are_not_hidden_by_the_exit_code(
+    exit_code: int, output: str, said: str | None
+) -> None:
+    """A test command whose pipe or `;` exits 0 after pytest or unittest counted failures
+    (`pytest -q | tail -3`) read as a pass: the session ended `repaired`."""
+    why = hidden_failure(exit_code, output)
+    assert (why is None) if said is None else (why is not None and said in why), why

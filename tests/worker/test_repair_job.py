@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from tickwork.fsm.errors import InvalidInput
+from tickwork.fsm.outcomes import Outcome, repair_outcome
 from tickwork.fsm.values import Head
 from tickwork.store.artifacts import DirectoryArtifacts
 from tickwork.worker.files import sources
@@ -446,6 +447,18 @@ def test_the_final_test_run_is_recorded(project: Path) -> None:
     failing = run_final_tests(head_for({"test_command": FAIL}), project)
     assert (failing["exit_code"], failing["passed"]) == (3, False)
     assert "2 failed" in failing["output"]
+
+
+def test_failing_tests_behind_a_pipe_are_not_a_pass(project: Path) -> None:
+    """`pytest -q | tail -3` exits as `tail`, 0: a repair whose tests still failed ended
+    `repaired`. The runner's own summary says they failed; the run did not pass."""
+    piped = (
+        "printf 'F.\\nFAILED tests/test_a.py::test_a\\n1 failed, 1 passed in 0.05s\\n' | tail -2"
+    )
+    tests = run_final_tests(head_for({"test_command": piped}), project)
+    assert tests["exit_code"] == 0 and tests["passed"] is False
+    assert "`1 failed, 1 passed in 0.05s`" in tests["failed"] and "pipe" in tests["failed"]
+    assert repair_outcome(patch="a patch", tests=tests) is Outcome.TESTS_FAILING
 
 
 def test_the_final_test_run_has_a_timeout(project: Path) -> None:

@@ -21,7 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from tickwork.fsm.errors import ArtifactsUnavailable, ConfigurationError, InvalidInput
-from tickwork.fsm.outcomes import changed_tests, repair_outcome, why_tests_did_not_run
+from tickwork.fsm.outcomes import (
+    changed_tests,
+    hidden_failure,
+    repair_outcome,
+    why_tests_did_not_run,
+)
 from tickwork.fsm.values import Head
 from tickwork.store.artifacts import Artifacts
 from tickwork.store.files import Manifest, parse_entry
@@ -379,6 +384,9 @@ def run_final_tests(head: Head, workspace: Path, environment: Path | None = None
     if why:
         record["not_run"] = why
         record["passed"] = False  # no test passed: a run of none must not read as a pass
+    elif hidden := hidden_failure(result.exit_code, output):
+        record["failed"] = hidden
+        record["passed"] = False
     return record
 
 

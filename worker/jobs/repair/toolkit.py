@@ -17,7 +17,7 @@ from typing import Annotated, Any
 
 from pydantic import Field
 from tickwork.fsm.errors import ToolError
-from tickwork.fsm.outcomes import why_tests_did_not_run
+from tickwork.fsm.outcomes import hidden_failure, why_tests_did_not_run
 from tickwork.worker.config.settings import load_settings
 from tickwork.worker.sandbox import quota
 from tickwork.worker.sandbox.egress import policy_for
@@ -379,6 +379,8 @@ def run_tests(ctx: ToolContext) -> str:
     why = why_tests_did_not_run(command, result.exit_code, output, timed_out=result.timed_out)
     if why:
         return f"tests did NOT run: {why} ({command})\n{output}"
+    if hidden := hidden_failure(result.exit_code, output):
+        return f"tests FAILED: {hidden} ({command})\n{output}"
     return f"{verdict} ({command})\n{output}"
 
 
