@@ -15,6 +15,8 @@ from tickwork.worker.jobs.repair.job import prepare
 
 from tests.environments.projects import PYPROJECT, VCS_BUILDS, git, project, vcs_project
 
+NO_VERSION = "no git data, no version file and no PKG-INFO"
+
 
 def _submitted(folder: Path, tmp_path: Path, **more: object) -> dict[str, object]:
     config = prepare(
@@ -73,6 +75,23 @@ def test_without_git_the_version_file_the_gitignore_left_out_is_read(tmp_path: P
     }
 
 
+def test_an_unpacked_sdist_s_version_is_its_pkg_info_s(tmp_path: Path) -> None:
+    """`pip download --no-binary :all: tabulate` unpacked: no git data, no version file,
+    a PKG-INFO saying `Version: 0.10.0`, which setuptools-scm reads itself. Setup was given
+    `0+unknown` over it, and the session's tabulate said it was version 0+unknown."""
+    folder = vcs_project(tmp_path / "p", "setuptools-scm", tag="v1.0")
+    (folder / ".git").rename(tmp_path / "elsewhere")
+    (folder / "PKG-INFO").write_text(
+        "Metadata-Version: 2.4\nName: scmpkg\nVersion: 0.10.0\nSummary: x\n\n"
+        "Version: 9.9.9 in the long description is not the version\n"
+    )
+    source = _submitted(folder, tmp_path)
+    assert source["version"] == {"value": "0.10.0", "from": "PKG-INFO (an sdist's metadata)"}
+    files = {"pyproject.toml": (folder / "pyproject.toml").read_bytes()}
+    made = plan(AUTO, files, uses_pytest=True, online=True, version=source["version"])
+    assert ("SETUPTOOLS_SCM_PRETEND_VERSION_FOR_SCMPKG", "0.10.0") in made.variables
+
+
 def test_an_untrusted_workspace_s_version_file_that_is_a_link_is_not_read(
     tmp_path: Path,
 ) -> None:
@@ -91,7 +110,10 @@ def test_an_untrusted_workspace_s_version_file_that_is_a_link_is_not_read(
         trusted=False,
         workspace_roots=[tmp_path / "root"],
     )
-    assert config["source"]["version"] == {"value": "", "from": "no git data and no version file"}
+    assert config["source"]["version"] == {
+        "value": "",
+        "from": "no git data, no version file and no PKG-INFO",
+    }
 
 
 def test_an_untrusted_workspace_laid_out_as_a_bare_repository_is_not_read_by_git(
@@ -116,7 +138,10 @@ def test_an_untrusted_workspace_laid_out_as_a_bare_repository_is_not_read_by_git
         trusted=False,
         workspace_roots=[tmp_path / "root"],
     )
-    assert config["source"]["version"] == {"value": "", "from": "no git data and no version file"}
+    assert config["source"]["version"] == {
+        "value": "",
+        "from": "no git data, no version file and no PKG-INFO",
+    }
 
 
 def test_a_packaging_file_the_gitignore_leaves_out_is_not_read(tmp_path: Path) -> None:

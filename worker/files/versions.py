@@ -6,7 +6,7 @@ plugin writes (`src/pkg/_version.py`), so the plugin cannot find a version in se
 
 - at submit, `of_checkout` reads the version the user's checkout has: its commit's
   `git describe`, as setuptools-scm reads it, else the version file the `.gitignore`
-  left out; it is recorded with the source;
+  left out, else an unpacked sdist's `PKG-INFO`; it is recorded with the source;
 - setup gets it through the plugins' own override (`pretend`: SETUPTOOLS_SCM_PRETEND_VERSION,
   PDM_BUILD_SCM_VERSION, ...), the project's `fallback_version` or `0+unknown` without one;
 - the version file the build then wrote in setup's copy is kept in the environment
@@ -273,12 +273,33 @@ def from_file(root: Path, scm_: Scm) -> dict[str, str] | None:
     return None
 
 
+def from_pkg_info(root: Path) -> dict[str, str] | None:
+    """The `Version:` of the `PKG-INFO` at `root` (an unpacked sdist's; a regular file, not
+    a link), which setuptools-scm itself reads when it finds no git data; None if none."""
+    try:
+        fd = os.open(root / "PKG-INFO", os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        # the headers come first; the long description after them may be large
+        head = os.read(fd, MAX_VERSION_FILE_BYTES).decode("utf-8", "replace")
+    finally:
+        os.close(fd)
+    found = re.search(r"^Version:[ \t]*(\S+)[ \t]*\r?$", head.split("\n\n", 1)[0], re.MULTILINE)
+    if found and valid(found.group(1)):
+        return {"value": found.group(1), "from": "PKG-INFO (an sdist's metadata)"}
+    return None
+
+
 def of_checkout(
     root: Path, files: Mapping[str, bytes], *, git: bool, parents: bool = True
 ) -> dict[str, str] | None:
     """The version the checkout at `root` has, for a project whose build takes it from git
     (None for another): its commit's (`git`: its git data may be read; `parents`: a
-    repository it lies in counts), else its version file's, else {"value": "", "from": why
+    repository it lies in counts), else its version file's, else an unpacked sdist's
+    `PKG-INFO`'s (as setuptools-scm falls back to it), else {"value": "", "from": why
     not}."""
     found = scm(files)
     if found is None:
@@ -286,7 +307,8 @@ def of_checkout(
     return (
         (of_git(root, parents=parents) if git else None)
         or from_file(root, found)
-        or {"value": "", "from": "no git data and no version file"}
+        or from_pkg_info(root)
+        or {"value": "", "from": "no git data, no version file and no PKG-INFO"}
     )
 
 
