@@ -474,6 +474,33 @@ def _test_run_leftovers(root: Path) -> None:
     (root / "data" / "cases.csv").write_text("a,b\n")
 
 
+def test_a_c_extension_built_in_place_is_left_out_of_the_session_files(
+    store: Store, clock: Clock, project: Path, tmp_path: Path
+) -> None:
+    """markupsafe from its sdist (no .gitignore), tested with `python3 setup.py build_ext
+    --inplace && python3 -m pytest`: the extension module and the object files the build
+    wrote were saved with the session's files, and its patch for a one-line fix held four
+    binary files. What a build compiles is left out, as caches are; a compiled file the
+    source holds stays one of its files."""
+    (project / ".gitignore").unlink()
+    (project / "pkg" / "vendored.so").write_bytes(b"\x7fELF shipped")
+    base, _ = sources.pack(project, DatabaseArtifacts(store.engine))
+    head = _session(store, clock, base)
+    so = "_speedups.cpython-311-x86_64-linux-gnu.so"
+
+    def build_and_fix(root: Path) -> None:
+        (root / "pkg" / "calc.py").write_text("def add(a, b):\n    return a + b\n")
+        (root / "pkg" / so).write_bytes(b"\x7fELF built")
+        (root / "build" / "lib.linux-x86_64-cpython-311" / "pkg").mkdir(parents=True)
+        (root / "build" / "lib.linux-x86_64-cpython-311" / "pkg" / so).write_bytes(b"\x7fELF")
+        (root / "build" / "temp" / "pkg").mkdir(parents=True)
+        (root / "build" / "temp" / "pkg" / "_speedups.o").write_bytes(b"\x7fELF object")
+        (root / "pkg" / "vendored.so").write_bytes(b"\x7fELF rebuilt")
+
+    change = _tick(store, clock, _host(tmp_path, store, "host-a"), head, build_and_fix)
+    assert sorted(change.changes) == ["pkg/calc.py", "pkg/vendored.so"], change.changes
+
+
 def test_a_folder_whose_own_gitignore_is_a_star_is_left_out_of_the_session_files(
     store: Store, clock: Clock, project: Path, tmp_path: Path
 ) -> None:

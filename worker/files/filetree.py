@@ -2,13 +2,14 @@
 by recording what a tick changed.
 
 Skipped: symlinks, the directories in SKIP_DIRS (VCS data, caches, environments),
-coverage.py's data files (`data_file`), a directory whose own `.gitignore` is `*` (what
-caches and tools' outputs write into the folders they make: `.hypothesis`, coverage's
-`htmlcov`) and what the tree's top-level `.gitignore` names (a simple reading of it: `#`
-comments, a trailing `/` for directories, patterns with a `/` anchored at the root unless
-they start with `**/`, others matching a name at any depth; the last pattern that matches
-decides, so `!` re-includes what an earlier one left out, except inside a folder left
-out). Paths a caller already tracks are never skipped.
+coverage.py's data files (`data_file`), from a session's files the compiled objects a
+command built (`built_object`: a C extension built in place), a directory whose own
+`.gitignore` is `*` (what caches and tools' outputs write into the folders they make:
+`.hypothesis`, coverage's `htmlcov`) and what the tree's top-level `.gitignore` names (a
+simple reading of it: `#` comments, a trailing `/` for directories, patterns with a `/`
+anchored at the root unless they start with `**/`, others matching a name at any depth;
+the last pattern that matches decides, so `!` re-includes what an earlier one left out,
+except inside a folder left out). Paths a caller already tracks are never skipped.
 """
 
 from __future__ import annotations
@@ -39,6 +40,17 @@ SKIP_DIRS = frozenset(
 )
 
 
+#: what a C extension's build leaves (`build_ext --inplace`, its objects under `build/`)
+BUILT_SUFFIXES = (".so", ".pyd", ".o")
+
+
+def built_object(name: str) -> bool:
+    """Whether a file named `name` is a compiled object a build wrote (an extension module
+    `_speedups.cpython-311-x86_64-linux-gnu.so`, an object file): binary, rebuilt by the
+    command that made it, never part of a repair's patch unless the source held it."""
+    return name.endswith(BUILT_SUFFIXES)
+
+
 def data_file(name: str) -> bool:
     """Whether a file named `name` is coverage.py's data (`.coverage`, and `.coverage.*`
     in parallel mode): a binary database every test run with coverage rewrites, at the
@@ -54,17 +66,27 @@ class Ignore:
     patterns: tuple[tuple[str, bool, bool, bool], ...] = ()
     #: a directory skipped whatever the patterns say (tickwork's state dir)
     exclude: str | None = None
+    #: compiled objects (`built_object`) are skipped too: a session's files, not a source
+    built: bool = False
 
     @classmethod
-    def of(cls, root: Path, *, gitignore: bool = True, exclude: Path | None = None) -> Ignore:
-        """The rules of the tree at `root`; `exclude`, a directory inside it, is skipped too."""
+    def of(
+        cls,
+        root: Path,
+        *,
+        gitignore: bool = True,
+        exclude: Path | None = None,
+        built: bool = False,
+    ) -> Ignore:
+        """The rules of the tree at `root`; `exclude`, a directory inside it, is skipped too;
+        `built`: compiled objects a command wrote are skipped (the working copy's rules)."""
         found = []
         skipped = None
         if exclude is not None and root.resolve() in exclude.resolve().parents:
             skipped = exclude.resolve().relative_to(root.resolve()).as_posix()
         file = root / ".gitignore"
         if not gitignore or file.is_symlink() or not file.is_file():
-            return cls((), skipped)
+            return cls((), skipped, built)
         for raw in file.read_text(encoding="utf-8", errors="replace").splitlines():
             line = raw.strip()
             if not line or line.startswith("#"):
@@ -80,13 +102,13 @@ class Ignore:
                 found.append((form, anchored, directory, negated))
                 if anywhere and anchored:  # `**/A/B`: A/B below the root too
                     found.append((f"*/{form}", True, directory, negated))
-        return cls(tuple(found), skipped)
+        return cls(tuple(found), skipped, built)
 
     def skips(self, rel: str, *, is_dir: bool) -> bool:
         name = rel.rsplit("/", 1)[-1]
         if is_dir and (name in SKIP_DIRS or rel == self.exclude):
             return True
-        if not is_dir and data_file(name):
+        if not is_dir and (data_file(name) or (self.built and built_object(name))):
             return True
         skipped = False
         for pattern, anchored, directory, negated in self.patterns:

@@ -230,7 +230,7 @@ class WorkingCopy:
         now = time.time_ns()
         found: dict[str, _Seen] = {}
         blobs: dict[str, bytes] = {}
-        ignore = Ignore.of(self.path)
+        ignore = Ignore.of(self.path, built=True)
         if only is None:
             listing: Iterable[tuple[str, os.stat_result | None]] = walk(
                 self.path, ignore, tracked=set(seen)
