@@ -5,12 +5,14 @@ for it; the key; the version file put into a working copy. No sandbox needed."""
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
 from tickwork.store.artifacts import DirectoryArtifacts
 from tickwork.worker.files import versions
 from tickwork.worker.files.environment_plans import AUTO, plan
+from tickwork.worker.files.filetree import Ignore
 from tickwork.worker.jobs.repair.job import prepare
 
 from tests.environments.projects import PYPROJECT, VCS_BUILDS, git, project, vcs_project
@@ -243,6 +245,42 @@ def test_the_version_file_the_build_wrote_is_put_into_a_working_copy_that_ignore
     (copy / "pkg").symlink_to(tmp_path / "real-pkg")
     assert versions.restore(env, copy) == []
     assert not (tmp_path / "real-pkg" / "_version.py").exists()
+
+
+def test_an_extension_module_setup_built_in_place_is_put_into_the_working_copy(
+    tmp_path: Path,
+) -> None:
+    """markupsafe's setup.py builds `_speedups` in place, in setup's copy of the source,
+    which is thrown away: the session's tests ran without it (41 skipped, `speedups
+    unavailable`), and a package whose extension is not optional could not be imported.
+    The environment keeps it; each working copy gets it, never as one of its files."""
+    setup_copy, env, copy = tmp_path / "setup-copy", tmp_path / "env", tmp_path / "copy"
+    so = "_speedups.cpython-311-x86_64-linux-gnu.so"
+    (setup_copy / "src" / "pkg").mkdir(parents=True)
+    (setup_copy / "src" / "pkg" / so).write_bytes(b"\x7fELF" + bytes(range(256)) * 400)
+    (setup_copy / "build" / "lib" / "pkg").mkdir(parents=True)
+    (setup_copy / "build" / "lib" / "pkg" / so).write_bytes(b"\x7fELF copy")
+    made = plan(
+        AUTO,
+        {"setup.py": b"from setuptools import setup\nsetup()\n"},
+        uses_pytest=True,
+        online=True,
+    )
+    (keep,) = [c for c in made.commands if "*.so" in c]
+    env.mkdir()
+    run = keep.replace("/env/", f"{env}/")
+    subprocess.run(["sh", "-c", run], cwd=setup_copy, check=True)
+
+    (copy / "src" / "pkg").mkdir(parents=True)
+    assert versions.restore(env, copy) == [f"src/pkg/{so}"]
+    assert (copy / "src" / "pkg" / so).read_bytes() == (
+        setup_copy / "src" / "pkg" / so
+    ).read_bytes()
+    assert not (copy / "build").exists()
+    (copy / "src" / "pkg" / so).write_bytes(b"rebuilt by the session")
+    assert versions.restore(env, copy) == []  # one the session has is never overwritten
+    assert (copy / "src" / "pkg" / so).read_bytes() == b"rebuilt by the session"
+    assert Ignore.of(copy, built=True).skips_path(f"src/pkg/{so}")  # never a session's file
 
 
 def test_a_linked_folder_of_the_environment_is_not_followed_out_of_it(tmp_path: Path) -> None:

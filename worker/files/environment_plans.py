@@ -389,6 +389,10 @@ def plan(
             )
         if keep:
             commands.append(keep)
+        if "setup.py" in files:
+            # setuptools builds a setup.py's extension modules in place, in setup's copy of
+            # the source: kept in the environment, put into each session's working copy
+            commands.append(versions.keep_built_command())
         if isinstance(name, str) and _name(name):
             wanted.append(name)
         if extras:

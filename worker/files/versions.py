@@ -11,7 +11,9 @@ plugin writes (`src/pkg/_version.py`), so the plugin cannot find a version in se
   PDM_BUILD_SCM_VERSION, ...), the project's `fallback_version` or `0+unknown` without one;
 - the version file the build then wrote in setup's copy is kept in the environment
   (`keep_command`) and put into each session's working copy, where its `.gitignore` leaves
-  it out of the session's files and the patch (`restore`).
+  it out of the session's files and the patch (`restore`); so is an extension module an
+  editable install built in place (`keep_built_command`), which the working copy leaves
+  out as it leaves out every compiled object.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tickwork.worker.files.filetree import Ignore, walk
+from tickwork.worker.files.filetree import Ignore, built_object, walk
 
 #: the packaging files a plugin is found in, at the project's root
 PACKAGING = ("pyproject.toml", "setup.py", "setup.cfg")
@@ -37,6 +39,8 @@ GENERATED = ".tickwork/generated"
 UNKNOWN = "0+unknown"
 #: a version file larger than this is no version file; at most this many are kept
 MAX_VERSION_FILE_BYTES, MAX_VERSION_FILES = 65_536, 8
+#: an extension module setup built in place: at most this large, at most this many kept
+MAX_BUILT_FILE_BYTES, MAX_BUILT_FILES = 50_000_000, 64
 GIT_TIMEOUT_S = 30.0
 #: the variable each plugin takes its version from instead of git
 PRETEND = {
@@ -342,36 +346,57 @@ def keep_command(scm_: Scm) -> str | None:
     )
 
 
+def keep_built_command() -> str:
+    """A setup command that copies the extension modules the editable install built in
+    place (setuptools' `build_ext`: `src/pkg/_ext.cpython-311-x86_64-linux-gnu.so`) into the
+    environment (GENERATED), from setup's copy of the source, which is thrown away."""
+    keep = f"/env/{GENERATED}"
+    return (
+        "find . \\( -path ./build -o -path ./.git -o -path ./.tox -o -path ./.venv \\) -prune"
+        " -o \\( -name '*.so' -o -name '*.pyd' \\) -type f -print"
+        f" | head -n {MAX_BUILT_FILES} | while IFS= read -r f; do"
+        f' mkdir -p "{keep}/$(dirname "$f")" && cp "$f" "{keep}/$f"; done; true'
+    )
+
+
 def restore(env: Path, workspace: Path) -> list[str]:
-    """Put the version files the environment kept into the working copy at `workspace`
-    where it has none and its `.gitignore` leaves them out (so they are never part of the
-    session's files or patch); the paths written."""
+    """Put the version files and the extension modules the environment kept into the
+    working copy at `workspace` where it has none and they are left out of its files (a
+    version file its `.gitignore` names; an extension module, as every compiled object a
+    command builds), so they are never part of the session's files or patch; the paths
+    written."""
     kept = env / GENERATED
     # setup (the project's own code) wrote /env: no folder on the way may be a link out
     if not _real_folders(env, f"{GENERATED}/-") or not kept.is_dir():
         return []
-    ignore = Ignore.of(workspace)
+    ignore = Ignore.of(workspace, built=True)
     written: list[str] = []
-    for rel, info in list(walk(kept, Ignore()))[:MAX_VERSION_FILES]:
+    found = list(walk(kept, Ignore()))
+    built = [(r, i) for r, i in found if built_object(r)][:MAX_BUILT_FILES]
+    versions = [(r, i) for r, i in found if not built_object(r)][:MAX_VERSION_FILES]
+    for rel, info in [*versions, *built]:
         target = workspace / rel
-        if info.st_size > MAX_VERSION_FILE_BYTES or not ignore.skips_path(rel):
+        limit = MAX_BUILT_FILE_BYTES if built_object(rel) else MAX_VERSION_FILE_BYTES
+        if info.st_size > limit or not ignore.skips_path(rel):
             continue
         if os.path.lexists(target) or not _real_folders(workspace, rel):
             continue
         target.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(kept / rel, os.O_RDONLY | os.O_NOFOLLOW)
         try:
-            data = os.read(fd, MAX_VERSION_FILE_BYTES)
+            try:
+                out = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+            except FileExistsError:
+                continue
+            try:
+                left = limit
+                while left > 0 and (data := os.read(fd, min(left, 1 << 20))):
+                    os.write(out, data)
+                    left -= len(data)
+            finally:
+                os.close(out)
         finally:
             os.close(fd)
-        try:
-            out = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-        except FileExistsError:
-            continue
-        try:
-            os.write(out, data)
-        finally:
-            os.close(out)
         written.append(rel)
     return written
 
