@@ -308,7 +308,7 @@ def _list(
     tenant: str | None,
 ) -> list[DeadLetter]:
     start = parsing.since(since, now=datetime.now(UTC))
-    return ctx.store.dead_letters(
+    found = ctx.store.dead_letters(
         code=code.value if code else None,
         kind=kind,
         since=start,
@@ -316,6 +316,9 @@ def _list(
         limit=limit,
         tenant=options.local_tenant(tenant, many=True),
     )
+    if kind is not None and not found:
+        options.check_kind(ctx, kind)
+    return found
 
 
 def _jsonable(row: dict[str, Any]) -> dict[str, Any]:

@@ -259,6 +259,8 @@ def list_sessions(
                 limit=limit,
                 tenant=options.local_tenant(tenant, many=True),
             )
+            if kind is not None and not entries:
+                options.check_kind(ctx, kind)
         rows = [views.archived_entry(e) for e in entries]
         render.listing(
             rows, render.archived_table, json_output=json_output, none="no archived sessions match"
@@ -296,6 +298,8 @@ def list_sessions(
             heads = ctx.store.list_sessions(
                 **wanted, tenant=options.local_tenant(tenant, many=True)
             )
+            if kind is not None and not heads:
+                options.check_kind(ctx, kind)
             if tenant is None and not json_output:
                 # the default tenant's only, unasked: say that others' match too (counted
                 # among the newest `limit` of every tenant: a hint, not a census)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from tickwork.fsm.approvals import FINGERPRINT_LENGTH, HEX_DIGITS
-from tickwork.fsm.errors import InvalidInput
+from tickwork.fsm.errors import InvalidInput, TickworkError
 from tickwork.fsm.forks import (
     MAX_INSTRUCTION_CHARS,
     MAX_SYSTEM_PROMPT_CHARS,
@@ -31,6 +31,8 @@ from tickwork.parsing import MAX_SESSION_ID
 
 if TYPE_CHECKING:
     from tickwork.worker.models import Providers
+
+    from .context import Context
 
 #: the most rows a listing's --limit asks for: past what the databases' integers hold, SQLite
 #: raised OverflowError and Postgres refused the query
@@ -485,3 +487,27 @@ def remote_tenant(given: str | None, *, many: bool = False) -> str | None:
     if given is None or (given == ALL_TENANTS and many):
         return None
     return check_tenant(given, what="--tenant")
+
+
+def check_kind(ctx: Context, kind: str) -> None:
+    """For a listing filtered by `kind` that found nothing: InvalidInput if no job kind has
+    that name, neither one this process has (built in, or in TICKWORK_IMPORTS) nor the
+    kind of a session stored (live or archived: a kind other hosts run, or ran once). A
+    typo then says so, as a wrong --status does, instead of "no sessions match"."""
+    from tickwork.worker.jobs import Jobs
+
+    try:
+        known = Jobs(ctx.settings.imports).names()
+    except TickworkError:
+        return  # a kind of TICKWORK_IMPORTS does not import here: it may be that one
+    if kind in known:
+        return
+    stored = ctx.store
+    if stored.list_sessions(kind=kind, tenant=None, limit=1) or stored.retention.listing(
+        kind=kind, tenant=None, limit=1
+    ):
+        return
+    raise InvalidInput(
+        f"unknown job kind {kind!r}: no session has it, and this process has no kind of that "
+        f"name; known: {', '.join(known)} (TICKWORK_IMPORTS adds kinds of your own)"
+    )

@@ -54,6 +54,10 @@ BAD_INPUT = [
     (("frobnicate",), "frobnicate"),
     (("dlq", "frobnicate"), "frobnicate"),
     (("ls", "--status", "sleeping"), "--status"),
+    # a kind no session has and none here is named: a typo, as a wrong --status is
+    (("ls", "--kind", "nosuchkind"), "unknown job kind 'nosuchkind'"),
+    (("ls", "--archived", "--kind", "nosuchkind"), "unknown job kind 'nosuchkind'"),
+    (("dlq", "ls", "--kind", "nosuchkind"), "unknown job kind 'nosuchkind'"),
     # past what SQLite's integers hold: an OverflowError traceback before
     (("ls", "--limit", "99999999999999999999"), "--limit"),
     (("dlq", "ls", "--limit", "99999999999999999999"), "--limit"),
@@ -138,3 +142,16 @@ def test_a_file_that_is_not_utf8_is_named_as_what_it_was_given_for(
         2, f"--input: {binary} is not UTF-8 text", "save it as UTF-8"
     )
     assert "output" not in line  # it said "give the output as UTF-8 text" of an input
+
+
+@pytest.mark.parametrize("deployment", ["embedded"], indirect=True)
+def test_a_kind_filter_is_refused_only_for_a_kind_that_nothing_has(cli: Cli, session: str) -> None:
+    """`ls --kind nosuch` said "no sessions match" and exited 0, where `--status nosuch`
+    exits 2: a kind no session has and none here is named is a typo. A kind this process
+    has, or one a stored session has (a kind other hosts run), lists nothing as it did."""
+    line = cli.inline("ls", "--kind", "repiar", ok=False).error(2, "unknown job kind 'repiar'")
+    assert "known: repair" in line
+    assert "no sessions match" in cli.inline("ls", "--kind", "repair").stdout
+    stored = cli.inline("ls", "--kind", TEST_KIND, "--status", "failed")
+    assert "no sessions match" in stored.stdout
+    assert "no dead letters match" in cli.inline("dlq", "ls", "--kind", TEST_KIND).stdout

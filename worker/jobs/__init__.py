@@ -84,6 +84,15 @@ class Jobs:
             return exc.message
         return None
 
+    def names(self) -> tuple[str, ...]:
+        """The names of the kinds this process has, sorted: the built-in ones and those
+        TICKWORK_IMPORTS names (each imported; one that does not import raises)."""
+        for spec in self._imports:
+            found = load_object(spec)
+            if not isinstance(found, Provider):
+                self._specs.setdefault(as_kind(found, spec).name, spec)
+        return tuple(sorted(self._specs))
+
     def graph(self, name: str) -> GraphKind:
         """The graph kind `name`; InvalidInput if the kind runs no graph."""
         kind = self.get(name)
