@@ -115,6 +115,12 @@ class NoPatch(TickworkError, LookupError):
     """The session has no patch: it changed no files, or its job kind has none."""
 
 
+class PatchDoesNotApply(TickworkError):
+    """A session's patch cannot be applied to the folder given (`tickwork patch --apply`):
+    its files differ from the session's source, or hold the patch already; nothing was
+    changed. The command was right: what it asks cannot be done to that folder."""
+
+
 class IllegalTransition(TickworkError):
     """The session is not in a state where that can happen."""
 

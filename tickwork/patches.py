@@ -9,7 +9,7 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
-from tickwork.fsm.errors import InvalidInput, NoPatch
+from tickwork.fsm.errors import InvalidInput, NoPatch, PatchDoesNotApply, ToolError
 from tickwork.fsm.values import Head
 from tickwork.store.files import Saved, applied
 from tickwork.worker.files.workspaces import Workspaces, session_files
@@ -71,7 +71,8 @@ def _without_binaries(patch: str) -> tuple[str, list[str]]:
 def apply_patch(directory: Path, patch: str) -> str:
     """Apply a session's patch to `directory` (with `git apply` if git is installed);
     all of it or nothing, but for binary files, whose content a patch does not carry: they
-    are left out and named. Returns what was done."""
+    are left out and named. Returns what was done; `PatchDoesNotApply` if nothing could be
+    (exit 1: the command was right), InvalidInput if `directory` is no folder."""
     if not directory.is_dir():
         raise InvalidInput(f"{directory} is not a directory; give the project's folder")
     if not patch:
@@ -84,7 +85,9 @@ def apply_patch(directory: Path, patch: str) -> str:
         else ""
     )
     if not patch.strip():
-        raise InvalidInput(f"the patch changes only binary files, nothing was applied: {left_out}")
+        raise PatchDoesNotApply(
+            f"the patch changes only binary files, nothing was applied: {left_out}"
+        )
     if shutil.which("git"):
         done = subprocess.run(
             ["git", "apply", "--whitespace=nowarn", "-"],
@@ -102,14 +105,18 @@ def apply_patch(directory: Path, patch: str) -> str:
                 check=False,
             )
             if reverse.returncode == 0:  # it applies backwards: it is in the files already
-                raise InvalidInput(
+                raise PatchDoesNotApply(
                     f"the patch is applied to {directory} already: nothing was changed"
                 )
-            raise InvalidInput(
+            raise PatchDoesNotApply(
                 f"the patch does not apply to {directory}: "
                 + " ".join(done.stderr.decode(errors="replace").split())[:500]
             )
         return f"applied the patch to {directory}" + (f"; {left_out}" if left_out else "")
     from tickwork.worker.tools import patches
 
-    return patches.apply_patch(directory, patch) + (f"\n{left_out}" if left_out else "")
+    try:
+        done_by_hand = patches.apply_patch(directory, patch)
+    except ToolError as exc:  # worded for the model; the user is told as git's refusal is
+        raise PatchDoesNotApply(f"the patch does not apply to {directory}: {exc.message}") from None
+    return done_by_hand + (f"\n{left_out}" if left_out else "")

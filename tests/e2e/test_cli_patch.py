@@ -65,10 +65,10 @@ def test_a_repair_from_a_repository_gives_a_patch_to_apply(
     assert "applied" in applied.stdout
     assert (repo / "calc.py").read_text() == FIXED
     again = cli("patch", sid, "--apply", str(repo), ok=False)
-    again.error(2, "applied to", "already")
+    again.error(1, "applied to", "already")  # the command is right: a refusal, not usage
     (repo / "calc.py").write_text("def add(a, b):\n    return a * b\n")  # changed since
     other = cli("patch", sid, "--apply", str(repo), ok=False)
-    other.error(2, "does not apply")
+    other.error(1, "does not apply")
 
 
 def _fix_patch() -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tickwork.fsm.errors import InvalidInput
+from tickwork.fsm.errors import InvalidInput, PatchDoesNotApply
 from tickwork.fsm.outcomes import Outcome, repair_outcome
 from tickwork.fsm.values import Head
 from tickwork.store.artifacts import DirectoryArtifacts
@@ -436,8 +436,33 @@ def test_a_patch_applies_but_for_its_binary_files_which_it_names(
     assert (pristine / "logo.png").read_bytes() == b"\x89PNG\x00\x01\x02"
     only = "diff --git a/.coverage b/.coverage\nnew file mode 100644\n"
     only += "Binary files /dev/null and b/.coverage differ\n"
-    with pytest.raises(InvalidInput, match="only binary files, nothing was applied"):
+    with pytest.raises(PatchDoesNotApply, match="only binary files, nothing was applied"):
         apply_session_patch(pristine, only)
+
+
+@pytest.mark.parametrize("with_git", [True, False], ids=["git-apply", "built-in"])
+def test_a_patch_that_does_not_apply_is_refused_not_a_usage_error(
+    project: Path,
+    artifacts: DirectoryArtifacts,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    with_git: bool,
+) -> None:
+    """`tickwork patch ID --apply DIR` on a folder changed since (or holding the patch
+    already) exited 2, the code of a wrong command line, with git (1 with the built-in
+    applier): the command is right, what it asks cannot be done to that folder (exit 1)."""
+    pristine = tmp_path / "pristine"
+    shutil.copytree(project, pristine)
+    before = manifest(artifacts, project)
+    (project / "pkg" / "mod.py").write_text("def f():\n    return 2\n")
+    patch, _ = diff_manifests(before, manifest(artifacts, project), artifacts.get)
+    if not with_git:
+        monkeypatch.setattr(shutil, "which", lambda name: None)
+    (pristine / "pkg" / "mod.py").write_text("def f():\n    return 3\n")  # changed since
+    with pytest.raises(PatchDoesNotApply, match=f"the patch does not apply to {pristine}: ") as e:
+        apply_session_patch(pristine, patch)
+    assert not isinstance(e.value, InvalidInput)
+    assert (pristine / "pkg" / "mod.py").read_text() == "def f():\n    return 3\n"
 
 
 def test_the_final_test_run_is_recorded(project: Path) -> None:
