@@ -63,7 +63,9 @@ def check_priority(priority: object) -> int:
 def check_concurrency(key: object, max_per_key: object) -> tuple[str | None, int | None]:
     """The concurrency key and its limit as stored: a key alone allows one session in flight
     at a time; a limit without a key is refused, and so is an empty key (an unset shell
-    variable's: the session would run unkeyed, beside the ones it must wait for)."""
+    variable's: the session would run unkeyed, beside the ones it must wait for). A limit
+    out of bounds is refused first, with or without a key (0 does not mean "no limit")."""
+    per_key = None if max_per_key is None else _per_key(max_per_key)
     if key == "":
         raise InvalidInput(
             "the concurrency key is empty: give one (e.g. --concurrency-key "
@@ -80,16 +82,19 @@ def check_concurrency(key: object, max_per_key: object) -> tuple[str | None, int
             f"concurrency key {key!r} is not valid: up to 200 characters, letters, digits "
             "and _ - . : / @ + =, starting with a letter or digit (e.g. github.com/org/repo)"
         )
-    if max_per_key is None:
-        return key, 1
+    return key, per_key or 1
+
+
+def _per_key(max_per_key: object) -> int:
     if isinstance(max_per_key, bool) or not isinstance(max_per_key, int):
         raise InvalidInput(f"max_per_key must be a whole number, got {max_per_key!r}")
     if not 1 <= max_per_key <= MAX_PER_KEY:
         raise InvalidInput(
-            f"max_per_key {max_per_key} is out of bounds: give 1 to {MAX_PER_KEY} "
-            f"(how many sessions of key {key!r} may be in flight at once)"
+            f"max_per_key {max_per_key} is out of bounds: give a whole number from 1 to "
+            f"{MAX_PER_KEY}, how many sessions of the concurrency key may be in flight at "
+            "once (for no limit per key, leave out the key and max_per_key)"
         )
-    return key, max_per_key
+    return max_per_key
 
 
 def may_start(

@@ -56,12 +56,27 @@ def test_concurrency_key_alone_means_one_at_a_time() -> None:
         ("ok\n", None, "not valid"),
         ("ok", 0, "out of bounds"),
         ("ok", 10_001, "out of bounds"),
+        # the limit first: a user told to add a key was then told that 0 is out of bounds
+        (None, 0, "out of bounds"),
         ("ok", True, "whole number"),
     ],
 )
 def test_bad_concurrency_is_refused_saying_what(key: object, limit: object, said: str) -> None:
     with pytest.raises(InvalidInput, match=said):
         check_concurrency(key, limit)
+
+
+def test_a_limit_per_key_of_0_is_refused_in_plain_words() -> None:
+    """`--max-per-key 0` said "give 1 to 10000 (how many sessions of key ... )": read as
+    giving 1 to something named 10000, and silent on what 0 was taken for (elsewhere 0 is
+    "no budget"): here it is not "no limit", and the message says how to have none."""
+    with pytest.raises(InvalidInput) as refused:
+        check_concurrency("ci", 0)
+    assert refused.value.message == (
+        "max_per_key 0 is out of bounds: give a whole number from 1 to 10000, how many "
+        "sessions of the concurrency key may be in flight at once (for no limit per key, "
+        "leave out the key and max_per_key)"
+    )
 
 
 def test_may_start_under_every_limit_and_never_past_a_queue() -> None:
