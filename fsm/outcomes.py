@@ -299,13 +299,21 @@ def hidden_failure(exit_code: int | None, output: str) -> str | None:
 
 
 def why_tests_did_not_run(
-    command: str, exit_code: int | None, output: str, *, timed_out: bool = False
+    command: str,
+    exit_code: int | None,
+    output: str,
+    *,
+    timed_out: bool = False,
+    environment: Mapping[str, Any] | None = None,
 ) -> str | None:
     """Why a run of the test command proved nothing about the code, or None if its tests
     ran: the shell could not find or execute it (exit 126, 127), its `python -m` runner is
     not installed (`missing_runner`), the shell, make or tox refused it (`refused_command`), or
     the runner found no test (`no_tests_ran`). The
-    final test run records it as `not_run`; `run_tests` tells the model the same."""
+    final test run records it as `not_run`; `run_tests` tells the model the same.
+    `environment`, the session's environment record (`missing`: what the project declares
+    that setup did not install; `note`: why, as setup without network), says what to do
+    of a missing runner."""
     if exit_code in NOT_FOUND_EXIT_CODES:
         return (
             f"the shell could not find or execute the test command (exit {exit_code}): "
@@ -314,9 +322,34 @@ def why_tests_did_not_run(
     if exit_code != 0 and (runner := missing_runner(command, output)) is not None:
         return (
             f"the test runner {runner} is not installed in the session's environment (Python "
-            f"says: No module named {runner}): declare it in the project's test "
-            "dependencies, or install it in the repair's setup"
+            f"says: No module named {runner}): {_runner_hint(runner, environment or {})}"
         )
     if timed_out:
         return None
     return refused_command(command, exit_code, output) or no_tests_ran(command, exit_code, output)
+
+
+def _runner_hint(runner: str, environment: Mapping[str, Any]) -> str:
+    """What to do of a missing test runner: a project that declares it has nothing to fix
+    when setup could not install it (no network: the note says which setting gives it)."""
+    note = environment.get("note")
+    note = note if isinstance(note, str) and note else None
+    missing = environment.get("missing")
+    declared = isinstance(missing, list | tuple) and _distribution(runner) in {
+        _distribution(str(m)) for m in missing
+    }
+    if declared:
+        if note:
+            return f"the project declares it, but {note}"
+        key = str(environment.get("key") or "KEY")[:12]
+        return (
+            "the project declares it, but setup did not install it: its log says why "
+            f"(`tickwork env show {key}`)"
+        )
+    hint = "declare it in the project's test dependencies, or install it in the repair's setup"
+    return f"{hint}; but {note}" if note else hint
+
+
+def _distribution(name: str) -> str:
+    """A module's or requirement's name as a distribution's (`pytest_cov`: `pytest-cov`)."""
+    return re.sub(r"[-_.]+", "-", name.split(".")[0]).lower()

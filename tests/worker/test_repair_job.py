@@ -18,6 +18,7 @@ from tickwork.fsm.outcomes import Outcome, repair_outcome
 from tickwork.fsm.values import Head
 from tickwork.store.artifacts import DirectoryArtifacts
 from tickwork.worker.files import sources
+from tickwork.worker.files.environments import NO_NETWORK
 from tickwork.worker.jobs import Jobs, Kind
 from tickwork.worker.jobs.kinds import Ending
 from tickwork.worker.jobs.repair import job as repair
@@ -484,6 +485,35 @@ def test_failing_tests_behind_a_pipe_are_not_a_pass(project: Path) -> None:
     assert tests["exit_code"] == 0 and tests["passed"] is False
     assert "`1 failed, 1 passed in 0.05s`" in tests["failed"] and "pipe" in tests["failed"]
     assert repair_outcome(patch="a patch", tests=tests) is Outcome.TESTS_FAILING
+
+
+def test_a_runner_that_setup_without_network_could_not_install_is_not_the_projects_fault(
+    project: Path,
+) -> None:
+    """Setup without egress installs only the project: its card said `pytest` was not
+    installed and why, but the final tests said "declare it in the project's test
+    dependencies", which it does. They now say setup had no network, and what to set."""
+    command = "python3 -m tickwork_no_such_runner -q"
+    head = head_for({"test_command": command})
+    key = "7f631e2d1a04" + "0" * 52
+    offline = {"key": key, "status": "ready", "missing": ["tickwork-no-such-runner"]}
+
+    def not_run(environment: dict[str, Any]) -> str:
+        setup = head.model_copy(update={"result": {"environment": environment}})
+        return str(run_final_tests(setup, project)["not_run"])
+
+    said = not_run({**offline, "note": NO_NETWORK})
+    assert said.startswith("the test runner tickwork_no_such_runner is not installed"), said
+    assert "the project declares it, but setup had no network" in said
+    assert "TICKWORK_EGRESS_ALLOW=pypi.org,files.pythonhosted.org on the workers" in said
+    assert "declare it in the project's test dependencies" not in said
+    # online, setup failed to install it: its log says why
+    said = not_run(offline)
+    assert "the project declares it, but setup did not install it" in said
+    assert "`tickwork env show 7f631e2d1a04`" in said
+    # a runner the project does not declare: declare it (it still needs the network)
+    said = not_run({**offline, "missing": ["other"], "note": NO_NETWORK})
+    assert "declare it in the project's test dependencies" in said and "no network" in said
 
 
 def test_the_final_test_run_has_a_timeout(project: Path) -> None:

@@ -380,7 +380,14 @@ def run_final_tests(head: Head, workspace: Path, environment: Path | None = None
     }
     if result.killed:
         record["killed"] = result.killed
-    why = why_tests_did_not_run(command, result.exit_code, output, timed_out=result.timed_out)
+    setup = head.result.get("environment")
+    why = why_tests_did_not_run(
+        command,
+        result.exit_code,
+        output,
+        timed_out=result.timed_out,
+        environment=setup if isinstance(setup, Mapping) else None,
+    )
     if why:
         record["not_run"] = why
         record["passed"] = False  # no test passed: a run of none must not read as a pass
