@@ -312,3 +312,33 @@ def test_tags_read_as_setuptools_scm_reads_them(tag: str, distance: int, expecte
     assert version is not None
     assert versions.after_tag(version, distance, "gabc1234") == expected
     assert versions.from_tag("nightly") is None
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="gives the checkout to another user (chown)")
+def test_a_checkout_another_user_owns_says_git_refused_it_not_that_it_has_no_git_data(
+    tmp_path: Path,
+) -> None:
+    """git reads no repository another user owns ("detected dubious ownership"): the version
+    read "no git data and no version file" of a tagged checkout. It now says git refused
+    it for its owner, and what to do; the version file, if any, is read as before."""
+    folder = vcs_project(tmp_path / "p", "setuptools-scm", tag="v1.0")
+    for path in [folder, *folder.rglob("*")]:
+        os.lchown(path, 65534, 65534)
+    source = _submitted(folder, tmp_path)
+    assert source["version"] == {
+        "value": "",
+        "from": f"no version file, no PKG-INFO, and git refused the git data at {folder}: "
+        "another user "
+        'owns it (git\'s "dubious ownership"); submit a clone of it that you own (git '
+        "clone), or submit as its owner",
+    }
+    (folder / "scmpkg" / "_version.py").write_text("version = '1.0'\n")
+    assert _submitted(folder, tmp_path)["version"]["value"] == "1.0"  # type: ignore[index]
+
+
+def test_git_s_refusal_of_another_user_s_repository_is_told_from_other_failures() -> None:
+    said = "fatal: detected dubious ownership in repository at '/src/app'\nTo add an ..."
+    assert "git refused the git data at /src/app: another user owns it" in (
+        versions.refused(said) or ""
+    )
+    assert versions.refused("fatal: not a git repository (or any parent)") is None

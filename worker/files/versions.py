@@ -224,11 +224,15 @@ def _git(root: Path, *args: str, parents: bool = True) -> str:
 def of_git(root: Path, *, parents: bool = True) -> dict[str, str] | None:
     """The version of the commit checked out at `root` as setuptools-scm reads it (its last
     tag that names a version, how far behind, the commit), None if `root` is no git work
-    tree with a commit (`parents`: or lies in one). Uncommitted changes do not change it
+    tree with a commit (`parents`: or lies in one), {"value": "", "from": why} if git
+    refused to read it (another user's repository). Uncommitted changes do not change it
     (setuptools-scm would add the day's date: the environment's key would change daily)."""
     try:
         node = "g" + _git(root, "rev-parse", "--short=7", "HEAD", parents=parents)
-    except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError):
+    except subprocess.CalledProcessError as exc:
+        why = refused(str(exc.stderr or ""))
+        return {"value": "", "from": why} if why else None
+    except (subprocess.TimeoutExpired, OSError):
         return None
     try:
         described = _git(
@@ -251,6 +255,20 @@ def of_git(root: Path, *, parents: bool = True) -> dict[str, str] | None:
         "value": f"0.1.dev{count}+{node}",
         "from": f"git: no tag names a version; commit {node[1:]}, {count} in its history",
     }
+
+
+def refused(stderr: str) -> str | None:
+    """Why git refused a repository, from what it printed, if for its owner: git reads no
+    repository another user owns ("dubious ownership"), lest its configuration run
+    commands; tickwork gives git no configuration, so `safe.directory` does not let it in."""
+    found = re.search(r"dubious ownership in repository at '([^'\n]*)'", stderr)
+    if found is None:
+        return None
+    return (
+        f"git refused the git data at {found.group(1)}: another user owns it (git's "
+        '"dubious ownership"); submit a clone of it that you own (git clone), or submit '
+        "as its owner"
+    )
 
 
 def from_file(root: Path, scm_: Scm) -> dict[str, str] | None:
@@ -308,12 +326,15 @@ def of_checkout(
     found = scm(files)
     if found is None:
         return None
-    return (
-        (of_git(root, parents=parents) if git else None)
-        or from_file(root, found)
-        or from_pkg_info(root)
-        or {"value": "", "from": "no git data, no version file and no PKG-INFO"}
+    read = of_git(root, parents=parents) if git else None
+    if read is not None and read["value"]:
+        return read
+    why = (
+        f"no version file, no PKG-INFO, and {read['from']}"
+        if read
+        else "no git data, no version file and no PKG-INFO"
     )
+    return from_file(root, found) or from_pkg_info(root) or {"value": "", "from": why}
 
 
 def pretend(scm_: Scm, recorded: Any) -> tuple[dict[str, str], dict[str, str]]:
