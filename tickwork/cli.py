@@ -13,8 +13,9 @@ from __future__ import annotations
 import importlib
 import inspect
 import os
+import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import typer
 from pydantic import ValidationError
@@ -28,7 +29,9 @@ from tickwork.fsm.errors import (
 
 try:  # Typer 0.2x vendors its own Click
     from typer._click import exceptions as clicks
+    from typer._click.core import Context, Parameter
 except ImportError:  # pragma: no cover
+    from click import Context, Parameter  # type: ignore[assignment]
     from click import exceptions as clicks  # type: ignore[no-redef]
 
 #: modules whose `register(app)` adds their commands, in the order of `tickwork --help`
@@ -53,6 +56,7 @@ USAGE, REFUSED, INTERRUPTED = 2, 1, 130
 def make_cli() -> typer.Typer:
     app = typer.Typer(
         name="tickwork",
+        cls=PlainGroup,
         no_args_is_help=True,
         add_completion=False,
         pretty_exceptions_enable=False,
@@ -69,6 +73,7 @@ def make_cli() -> typer.Typer:
     for info in app.registered_commands:
         _one_line_summary(info)
     _whole_paragraphs(app)
+    _plain_placeholders(app)
     return app
 
 
@@ -125,6 +130,61 @@ def _whole_paragraphs(app: typer.Typer) -> None:
     for group in app.registered_groups:
         if group.typer_instance is not None:
             _whole_paragraphs(group.typer_instance)
+
+
+def _plain_placeholders(app: typer.Typer) -> None:
+    """Every command of `app` and of its groups shows plain placeholders (`PlainCommand`)."""
+    for info in app.registered_commands:
+        if _unset(info.cls, typer.core.TyperCommand):
+            info.cls = PlainCommand
+    for group in app.registered_groups:
+        if group.typer_instance is not None:
+            if _unset(group.typer_instance.info.cls, typer.core.TyperGroup):
+                group.typer_instance.info.cls = PlainGroup
+            _plain_placeholders(group.typer_instance)
+
+
+def _unset(cls: object, default: type) -> bool:
+    """Whether a command's class is Typer's own (`Default(None)` or the class itself)."""
+    return not isinstance(cls, type) or cls is default
+
+
+class _Plain:
+    """Typer 0.2x's help shows each value's Python type as its placeholder, a flag's too:
+    `--json <bool>`, `--help <bool>` (a flag takes no value), `--status <list[queued|...]>`
+    and `[TOPIC] <list[str]>` (one value each time, not a list). Here a flag shows none,
+    and a repeatable option or argument the placeholder of one value (`<queued|...>`)."""
+
+    def get_params(self, ctx: Context) -> list[Parameter]:
+        params: list[Parameter] = super().get_params(ctx)  # type: ignore[misc]
+        for param in params:
+            shown = getattr(param, "display_type_rich", None)
+            if getattr(param, "is_flag", False):
+                param.metavar = ""  # Typer shows an option's metavar as its placeholder
+            elif shown is not None and not getattr(shown, "plain", False):
+                # an argument's metavar is its name: the placeholder's own method, then
+                param.display_type_rich = _one_value(shown)  # type: ignore[attr-defined]
+        return params
+
+
+def _one_value(shown: Callable[[Context], str | None]) -> Callable[[Context], str | None]:
+    """A parameter's placeholder, `<X>` for Typer's `<list[X]>`."""
+
+    def display(ctx: Context) -> str | None:
+        text = shown(ctx)
+        found = re.fullmatch(r"<list\[(.*)\]>", text or "")
+        return f"<{found.group(1)}>" if found else text
+
+    display.plain = True  # type: ignore[attr-defined]
+    return display
+
+
+class PlainCommand(_Plain, typer.core.TyperCommand):
+    """A command whose `--help` shows plain placeholders (`_Plain`)."""
+
+
+class PlainGroup(_Plain, typer.core.TyperGroup):
+    """A command group whose `--help` shows plain placeholders (`_Plain`)."""
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.text import Text
-from typer.core import TyperGroup
 
 from tickwork.fsm.errors import InvalidInput, TickworkError
 
 from . import options, render
+from .cli import PlainGroup
 from .context import Context
 from .eval.model import Approve
 
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 DEMO_PRICE = (3.0, 15.0)
 
 
-class _RunByDefault(TyperGroup):
+class _RunByDefault(PlainGroup):
     """`tickwork eval ARGS` runs `tickwork eval run ARGS` unless ARGS start with a command."""
 
     def parse_args(self, ctx: ClickContext, args: list[str]) -> list[str]:
@@ -460,7 +460,7 @@ def compare(
 
 def chart(
     run_keys: Annotated[
-        list[str], typer.Argument(metavar="RUN...", help="The runs to chart (ids or `last`).")
+        list[str], typer.Argument(metavar="RUN", help="The runs to chart (ids or `last`).")
     ],
     png: Annotated[
         Path, typer.Option("--png", metavar="FILE", help="Where to write the chart (PNG).")

@@ -87,7 +87,7 @@ ContextWindow = Annotated[
         metavar="TOKENS",
         help="The model's context window; old observations are masked, then the "
         "transcript compacted, to keep each prompt under it.",
-        show_default="the operator's (TICKWORK_PRICES) or the model table's",
+        show_default="$TICKWORK_PRICES's, else the model table's",
         rich_help_panel="Budgets",
     ),
 ]
@@ -467,7 +467,7 @@ Tenant = Annotated[
         metavar="NAME",
         help="The tenant (with --server: an admin token's filter or target; other tokens "
         "have their own tenant). Listings take '*' for every tenant.",
-        show_default="default (--server: the token's)",
+        show_default="the tenant 'default'; with --server, the token's",
     ),
 ]
 

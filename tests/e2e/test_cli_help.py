@@ -74,6 +74,27 @@ def test_help_shows_each_option_whole_with_its_default(
         assert _flat(command.help.split("\n\n")[0]) in shown
 
 
+@pytest.mark.parametrize(
+    ("path", "command"), COMMANDS, ids=[" ".join(p) or "tickwork" for p, _ in COMMANDS]
+)
+def test_help_shows_no_placeholder_for_a_flag_nor_a_list_for_a_repeated_value(
+    path: tuple[str, ...], command: Command
+) -> None:
+    """Typer 0.2x showed `--json <bool>`, `--help <bool>` (a flag takes no value),
+    `--status <list[queued|...]>` and `[TOPIC]... <list[str]>` (one value each time), and
+    `[[TOPIC]...]...` for a metavar written for older Typers; and a default of `(default
+    (--server: the token's))`."""
+    shown = _help(path)
+    assert "<bool>" not in shown and "<list[" not in shown, shown
+    assert "]...]" not in shown and "...}" not in shown, shown
+    assert "((" not in shown and "))" not in shown, shown
+    for param in command.params:
+        if getattr(param, "is_flag", False):
+            opts = "  ".join([*param.opts, *param.secondary_opts])
+            flag = " ".join(opts.split())  # the row, as _help flattens it
+            assert f"{flag} {_flat(param.help or '')}" in shown, (flag, shown)
+
+
 def test_the_options_that_used_to_lose_their_defaults_show_them() -> None:
     worker = _help(("worker",))
     threads = "250 for --pool threads on a server broker, else CPUs"
