@@ -35,7 +35,10 @@ def test_a_worker_started_before_a_graph_kind_was_deployed_leaves_its_sessions(
     first = {"order_id": "A-1", "amount": 42.5, "reason": "broken", "ledger": str(ledger)}
     note = [{"content": "Dear customer, your refund is on its way."}]
     session_id = deployment.client.submit("refund", first, model=deployment.script(note)).id
-    refusal = f"session {session_id} of job kind 'refund': {REFUSED}: unknown job kind 'refund'"
+    refusal = (
+        f"session {session_id} of job kind 'refund': {REFUSED}: TICKWORK_IMPORTS here names "
+        "no kind 'refund'; this worker's kinds: repair."
+    )
 
     # deployment.settings names no kind: the worker started before the deploy
     with caplog.at_level("WARNING", logger="tickwork.tick"), deployment.worker():
@@ -45,7 +48,8 @@ def test_a_worker_started_before_a_graph_kind_was_deployed_leaves_its_sessions(
             what="the refusal, and the relay offering the refused tick again",
         )
         untouched(deployment, session_id)
-    assert LEFT in caplog.text
+    assert LEFT in caplog.text and "start one whose TICKWORK_IMPORTS names the kind" in caplog.text
+    assert "give module:attr" not in caplog.text  # the submitter's hint, not the worker's
     assert "INTERNAL" not in caplog.text and "Traceback" not in caplog.text
 
     deployment.settings = deployed  # a worker started after the deploy

@@ -48,6 +48,26 @@ def test_a_session_of_a_kind_this_worker_lacks_is_refused_and_can_still_be_cance
     assert ticks.store.load(session_id).events[-1].kind is EventKind.CANCELLED
 
 
+def test_a_kind_this_worker_s_imports_do_not_name_is_said_as_a_worker_s_not_a_submitter_s(
+    ticks: Ticks, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The refusal quoted submit's error ("unknown job kind 'refund'; known: repair; or give
+    module:attr (...)"): what to do was a submitter's. It says what this worker lacks, and
+    to start a worker that has the kind; the session is left for one."""
+    session_id = _of_kind(ticks, "refund")
+
+    with caplog.at_level("WARNING", logger="tickwork.tick"):
+        assert advance(ticks.rt, session_id, 0).outcome is Outcome.DROPPED
+
+    [line] = [r.getMessage() for r in caplog.records if r.name == "tickwork.tick"]
+    assert f"session {session_id} of job kind 'refund': this worker cannot run it: " in line
+    assert "TICKWORK_IMPORTS here names no kind 'refund'; this worker's kinds: " in line
+    assert "start one whose TICKWORK_IMPORTS names the kind, with its package installed" in line
+    assert "module:attr" not in line
+    head = ticks.store.get(session_id)
+    assert (head.status, head.version, head.step) == (Status.READY, 0, 0)
+
+
 def test_a_session_of_a_kind_no_worker_has_fails_at_its_deadline(
     ticks: Ticks, clock: Clock
 ) -> None:

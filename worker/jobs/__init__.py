@@ -80,7 +80,13 @@ class Jobs:
         session for a worker that has the kind. A kind found but broken raises."""
         try:
             self.get(name)
-        except (UnknownKind, NotImportable) as exc:
+        except UnknownKind:
+            # not the submitter's message (its "or give module:attr" is no worker's to do)
+            return (
+                f"TICKWORK_IMPORTS here names no kind {name!r}; this worker's kinds: "
+                f"{', '.join(sorted(self._specs))}"
+            )
+        except NotImportable as exc:
             return exc.message
         return None
 

@@ -174,8 +174,9 @@ def _advance(tick: Tick, runner: Runner, owner: str) -> Outcome:
                 # the kind
                 log.warning(
                     "session %s of job kind %r: this worker cannot run it: %s. The tick is "
-                    "refused and the session left as it is for a worker that has the kind "
-                    "(check TICKWORK_IMPORTS and PYTHONPATH here)",
+                    "refused and the session left as it is for a worker that has the kind: "
+                    "start one whose TICKWORK_IMPORTS names the kind, with its package "
+                    "installed (or fix TICKWORK_IMPORTS and PYTHONPATH here, and restart)",
                     session_id,
                     claimed.head.kind,
                     missing,
