@@ -315,10 +315,12 @@ def why_tests_did_not_run(
     that setup did not install; `note`: why, as setup without network), says what to do
     of a missing runner."""
     if exit_code in NOT_FOUND_EXIT_CODES:
-        return (
-            f"the shell could not find or execute the test command (exit {exit_code}): "
-            "is it installed in the session's environment?"
-        )
+        said = f"the shell could not find or execute the test command (exit {exit_code})"
+        program = _program(command)
+        if program and _declared(program, environment or {}):
+            hint = _runner_hint(program, environment or {})
+            return f"{said}: {program} is not installed in the session's environment: {hint}"
+        return f"{said}: is it installed in the session's environment?"
     if exit_code != 0 and (runner := missing_runner(command, output)) is not None:
         return (
             f"the test runner {runner} is not installed in the session's environment (Python "
@@ -334,11 +336,7 @@ def _runner_hint(runner: str, environment: Mapping[str, Any]) -> str:
     when setup could not install it (no network: the note says which setting gives it)."""
     note = environment.get("note")
     note = note if isinstance(note, str) and note else None
-    missing = environment.get("missing")
-    declared = isinstance(missing, list | tuple) and _distribution(runner) in {
-        _distribution(str(m)) for m in missing
-    }
-    if declared:
+    if _declared(runner, environment):
         if note:
             return f"the project declares it, but {note}"
         key = str(environment.get("key") or "KEY")[:12]
@@ -348,6 +346,24 @@ def _runner_hint(runner: str, environment: Mapping[str, Any]) -> str:
         )
     hint = "declare it in the project's test dependencies, or install it in the repair's setup"
     return f"{hint}; but {note}" if note else hint
+
+
+def _declared(name: str, environment: Mapping[str, Any]) -> bool:
+    """Whether the environment record lists `name` (a module or a program) as declared by
+    the project but not installed by setup."""
+    missing = environment.get("missing")
+    return isinstance(missing, list | tuple) and _distribution(name) in {
+        _distribution(str(m)) for m in missing
+    }
+
+
+def _program(command: str) -> str | None:
+    """The program a test command starts with (`pytest -q`: pytest), None if unclear."""
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return None
+    return PurePosixPath(words[0]).name if words and "=" not in words[0] else None
 
 
 def _distribution(name: str) -> str:

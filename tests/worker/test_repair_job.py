@@ -511,6 +511,18 @@ def test_a_runner_that_setup_without_network_could_not_install_is_not_the_projec
     said = not_run(offline)
     assert "the project declares it, but setup did not install it" in said
     assert "`tickwork env show 7f631e2d1a04`" in said
+    # the runner's own command (`pytest -q`): the shell does not find it (exit 127)
+    said = str(
+        run_final_tests(
+            head_for({"test_command": "tickwork-no-such-runner -q"}).model_copy(
+                update={"result": {"environment": {**offline, "note": NO_NETWORK}}}
+            ),
+            project,
+        )["not_run"]
+    )
+    assert said.startswith("the shell could not find or execute the test command (exit 127)")
+    assert "tickwork-no-such-runner is not installed in the session's environment: the " in said
+    assert "project declares it, but setup had no network" in said, said
     # a runner the project does not declare: declare it (it still needs the network)
     said = not_run({**offline, "missing": ["other"], "note": NO_NETWORK})
     assert "declare it in the project's test dependencies" in said and "no network" in said
