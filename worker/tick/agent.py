@@ -504,6 +504,7 @@ def execute(tick: Tick) -> Change:
             stop=stop,
             sandbox=sandbox_of(rt.settings),
             environment=environment,
+            setup=head.result.get("environment") or {},
             children=lambda: child_results(rt.store.children(head.id)),
         )
         return run_tool(

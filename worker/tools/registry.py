@@ -112,6 +112,9 @@ class ToolContext:
     #: the session's children in the order they were spawned, read from the store when
     #: called (for tools that take what a child made: `adopt_patch`); None: outside a tick
     children: Callable[[], Sequence[ChildResult]] | None = None
+    #: the session's environment record as its card shows it (`missing`: what the project
+    #: declares that setup did not install; `note`: why); empty: the session has none
+    setup: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
 
     def check(self) -> None:
         """Raise `ToolError` if the call must stop now (its time is up, the session was

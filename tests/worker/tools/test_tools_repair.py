@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from tickwork.worker.files.environments import NO_NETWORK
 from tickwork.worker.jobs.repair import default_registry, repair_tools
 from tickwork.worker.sandbox.runner import Limits, Sandbox
 from tickwork.worker.tools import ToolContext, ToolResult
@@ -343,6 +344,20 @@ def test_run_tests_says_when_the_runner_or_the_command_is_missing(
     ), missing.output
     absent = call("run_tests", ctx=make_ctx(config={"test_command": "no-such-command-x -q"}))
     assert absent.output.startswith("tests did NOT run: the shell could not find"), absent.output
+
+
+def test_run_tests_tells_the_model_that_setup_had_no_network_not_to_declare_the_runner(
+    workspace: Path, call: Call, make_ctx: Callable[..., ToolContext]
+) -> None:
+    """Setup without egress left out the runner the project declares: the model was told
+    to "declare it in the project's test dependencies" (an edit of the project's packaging
+    for what no edit fixes). It is told that setup had no network."""
+    setup = {"missing": ["no-such-runner-x"], "note": NO_NETWORK}
+    ctx = make_ctx(config={"test_command": f"{PYTHON} -m no_such_runner_x -q"}, setup=setup)
+    said = call("run_tests", ctx=ctx).output
+    assert said.startswith("tests did NOT run: the test runner no_such_runner_x is not"), said
+    assert "the project declares it, but setup had no network" in said
+    assert "declare it in the project's test dependencies" not in said
 
 
 def test_run_tests_without_a_test_command(workspace: Path, call: Call) -> None:

@@ -376,7 +376,13 @@ def run_tests(ctx: ToolContext) -> str:
     result = _shell(ctx, command, _command_timeout(ctx, wanted))
     verdict = "tests passed" if result.exit_code == 0 else "tests FAILED"
     output = result.describe()
-    why = why_tests_did_not_run(command, result.exit_code, output, timed_out=result.timed_out)
+    why = why_tests_did_not_run(
+        command,
+        result.exit_code,
+        output,
+        timed_out=result.timed_out,
+        environment=ctx.setup,
+    )
     if why:
         return f"tests did NOT run: {why} ({command})\n{output}"
     if hidden := hidden_failure(result.exit_code, output):
