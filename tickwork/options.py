@@ -30,6 +30,7 @@ from tickwork.fsm.tenants import DEFAULT_TENANT, check_tenant
 from tickwork.parsing import MAX_SESSION_ID
 
 if TYPE_CHECKING:
+    from tickwork.worker.jobs import Jobs
     from tickwork.worker.models import Providers
 
     from .context import Context
@@ -496,11 +497,12 @@ def check_kind(ctx: Context, kind: str) -> None:
     typo then says so, as a wrong --status does, instead of "no sessions match"."""
     from tickwork.worker.jobs import Jobs
 
+    jobs = Jobs(ctx.settings.imports)
     try:
-        known = Jobs(ctx.settings.imports).names()
+        known = jobs.names()
     except TickworkError:
         return  # a kind of TICKWORK_IMPORTS does not import here: it may be that one
-    if kind in known:
+    if kind in known or (":" in kind and _imports_as_kind(jobs, kind)):
         return
     stored = ctx.store
     if stored.list_sessions(kind=kind, tenant=None, limit=1) or stored.retention.listing(
@@ -511,3 +513,11 @@ def check_kind(ctx: Context, kind: str) -> None:
         f"unknown job kind {kind!r}: no session has it, and this process has no kind of that "
         f"name; known: {', '.join(known)} (TICKWORK_IMPORTS adds kinds of your own)"
     )
+
+
+def _imports_as_kind(jobs: Jobs, spec: str) -> bool:
+    """Whether `module:attr` imports here as a job kind."""
+    try:
+        return jobs.missing(spec) is None
+    except TickworkError:  # it imports, but is no job kind
+        return False

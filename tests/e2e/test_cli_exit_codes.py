@@ -155,3 +155,6 @@ def test_a_kind_filter_is_refused_only_for_a_kind_that_nothing_has(cli: Cli, ses
     stored = cli.inline("ls", "--kind", TEST_KIND, "--status", "failed")
     assert "no sessions match" in stored.stdout
     assert "no dead letters match" in cli.inline("dlq", "ls", "--kind", TEST_KIND).stdout
+    # a module:attr kind that imports as one, of which no session is stored
+    assert "no sessions match" in cli.inline("ls", "--kind", "tests.jobs:TREE").stdout
+    cli.inline("ls", "--kind", "tests.jobs:CHUNK_BYTES", ok=False).error(2, "unknown job kind")
