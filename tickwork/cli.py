@@ -162,7 +162,7 @@ class _Plain:
             if getattr(param, "is_flag", False):
                 param.metavar = ""  # Typer shows an option's metavar as its placeholder
             elif shown is not None and not getattr(shown, "plain", False):
-                # an argument's metavar is its name: the placeholder's own method, then
+                # not through the metavar: an argument's metavar is its name
                 param.display_type_rich = _one_value(shown)  # type: ignore[attr-defined]
         return params
 
