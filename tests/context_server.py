@@ -41,6 +41,8 @@ class Request:
     compaction: bool
     #: the messages as received (kept when the server records them)
     messages: list[dict[str, Any]] | None = None
+    #: the completion cap the request carried (`max_tokens`)
+    max_tokens: int | None = None
 
 
 @dataclass
@@ -56,6 +58,12 @@ class WindowedChat:
     calls_for_summary: bool = False
     #: a compaction request is answered with its summary and a tool call beside it
     calls_beside_summary: bool = False
+    #: the completion cap counts within the window, as vLLM, OpenAI and Anthropic count it: a
+    #: prompt whose tokens and `max_tokens` together pass the window is refused
+    counts_completion: bool = False
+    #: the server's tokenizer counts this share more tokens than the worker's estimate
+    #: (four characters a token) does, as a real one does for code or JSON
+    undercount: float = 0.0
     log: list[Request] = field(default_factory=list)
     url: str = ""
 
@@ -67,17 +75,25 @@ class WindowedChat:
 
     def answer(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         messages = body["messages"]
-        tokens = estimate_tokens(transcript_text(messages))
+        tokens = int(estimate_tokens(transcript_text(messages)) * (1 + self.undercount))
         compaction = messages[-1]["role"] == "user" and "being compacted" in str(
             messages[-1].get("content")
         )
-        if tokens > self.window:
+        cap = int(body.get("max_tokens") or 0) if self.counts_completion else 0
+        if tokens + cap > self.window:
             with self._lock:
-                self.log.append(Request(tokens, 0, True, compaction, self._kept(messages)))
+                self.log.append(Request(tokens, 0, True, compaction, self._kept(messages), cap))
+            asked = f"your messages resulted in {tokens} tokens"
+            if cap:
+                # vLLM's words
+                asked = (
+                    f"you requested {tokens + cap} tokens ({tokens} in the messages, "
+                    f"{cap} in the completion)"
+                )
             return 400, {
                 "error": {
                     "message": f"This model's maximum context length is {self.window} tokens. "
-                    f"However, your messages resulted in {tokens} tokens.",
+                    f"However, {asked}.",
                     "type": "invalid_request_error",
                     "code": "context_length_exceeded",
                 }
@@ -87,7 +103,11 @@ class WindowedChat:
             shared = max((_common(keys, seen) for seen in self._cache), default=0)
             cached = estimate_tokens(transcript_text(messages[:shared])) if shared else 0
             self._cache.append(keys)
-            self.log.append(Request(tokens, cached, False, compaction, self._kept(messages)))
+            self.log.append(
+                Request(
+                    tokens, cached, False, compaction, self._kept(messages), body.get("max_tokens")
+                )
+            )
         if compaction and not self.compacting.is_set():
             self.compacting.set()
             time.sleep(self.slow_compaction)

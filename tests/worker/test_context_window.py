@@ -114,6 +114,28 @@ def test_a_window_smaller_than_the_policy_says_compacts_on_the_refusal_and_goes_
     assert head.final_answer == "done: read 40 chunks"
 
 
+def test_the_completion_cap_leaves_the_prompt_room_in_a_window_that_counts_both(
+    long: Long, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """vLLM, OpenAI and Anthropic refuse a call whose prompt and completion cap together pass
+    the model's window: a cap of the model's 8,192 tokens in a 16k window would be refused
+    from the first prompt past half the window, and a session with its window set right would
+    compact at every refusal instead of going on, masked, to the 0.75 target. The server's
+    tokenizer counts more than the worker's estimate, as a real one does."""
+    chat = WindowedChat(window=16_384, steps=30, counts_completion=True, undercount=0.08)
+    with windowed_chat(chat):
+        monkeypatch.setenv("OPENAI_BASE_URL", chat.url)
+        session_id = long.submit(context_window=16_384)
+        head = long.run(session_id)
+    assert head.status is Status.COMPLETED, head.error_message
+    assert head.final_answer == "done: read 30 chunks"
+    assert not [r for r in chat.log if r.refused], "no call passed the window"
+    assert all(r.tokens + (r.max_tokens or 0) <= 16_384 for r in chat.log)
+    assert max(r.tokens for r in chat.log) > 16_384 - 8_192, "the prompts grew past half"
+    session = long.store.load(session_id)
+    assert not [s for s in session.steps if s.kind is StepKind.COMPACTION]
+
+
 def test_a_prompt_no_compaction_fits_fails_with_code_context(
     long: Long, monkeypatch: pytest.MonkeyPatch
 ) -> None:

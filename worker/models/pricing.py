@@ -6,6 +6,7 @@ prompt tokens); check them against the provider's page and override what differs
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import re
@@ -129,6 +130,9 @@ MAX_COMPLETION: Mapping[str, int] = MappingProxyType(
 #: the cap of a model whose own limit no table knows: enough for a step's thought and
 #: calls; raise it with `max_completion` in TICKWORK_PRICES
 DEFAULT_MAX_COMPLETION = 8_192
+#: the completion cap leaves the prompt's estimate and 1/WINDOW_MARGIN of it more in the
+#: context window, for what a tokenizer counts beyond four characters a token
+WINDOW_MARGIN = 8
 
 #: what an override may be: a Price, `[prompt, completion]` (or up to `cached`,
 #: `cache_write`, `max_completion`, `context_window` after them) or `{"prompt": ..,
@@ -273,19 +277,31 @@ def next_call(
     last: Usage | None,
     price: Price | None,
     max_completion_tokens: int | None = None,
+    window: int | None = None,
+    tools: Sequence[Mapping[str, Any]] = (),
 ) -> NextCall:
     """What the next model call is expected to read, for the budget check and the completion
     cap before it: the transcript's tokens (at least what the last call read and wrote, which
     the transcript now holds) at the prompt price, what each completion token costs, and the
-    most it may write (the model's own limit, `max_completion_tokens` if tighter)."""
+    most it may write (the model's own limit, `max_completion_tokens` if tighter, and the
+    room the model's context `window` leaves after the prompt and its `tools`' schemas)."""
     prompt = estimate_tokens(transcript_text(messages))
+    read = prompt + estimate_tokens(json.dumps(list(tools)))
     if last is not None:
         prompt = max(prompt, last.total)
+        read = max(read, last.total)
     limit = DEFAULT_MAX_COMPLETION
     if price is not None and price.max_completion is not None:
         limit = price.max_completion
     if max_completion_tokens is not None:
         limit = min(limit, max_completion_tokens)
+    # vLLM, OpenAI and Anthropic refuse a call whose prompt and cap together pass the window;
+    # a tokenizer counts code and JSON at fewer characters a token than the estimate, so an
+    # eighth more is left for it. A prompt that leaves no room is the server's to refuse (a
+    # compaction follows)
+    room = None if window is None else window - (read + read // WINDOW_MARGIN)
+    if room is not None and room >= 1:
+        limit = min(limit, room)
     return NextCall(
         tokens=prompt,
         # uncached: a cache hit only makes the call cheaper than its cap allows for

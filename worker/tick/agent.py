@@ -65,6 +65,9 @@ def think(tick: Tick) -> Change:
     messages = prompt.messages
     stored = context.stored_view(claimed.steps)
     last = claimed.steps[-1] if claimed.steps else None
+    tools = rt.jobs.tools(head.kind)
+    schemas = schemas_for(tools, head)
+    policy = context.policy_for(head)
     ahead = pricing.next_call(
         messages,
         # what the last call read is a floor only while the prompt is the one it grew from
@@ -72,6 +75,8 @@ def think(tick: Tick) -> Change:
         price=pricing.session_price(
             head.model, head.config, rt.settings.prices, providers=rt.providers
         ),
+        window=None if policy is None else policy.window,
+        tools=schemas,
     )
     before = machine.start_think(head, now=rt.clock(), next_call=ahead, plan=prompt)
     if isinstance(before, Change):
@@ -100,8 +105,6 @@ def think(tick: Tick) -> Change:
             now=rt.clock(),
             jitter=rt.jitter(),
         )
-    tools = rt.jobs.tools(head.kind)
-    schemas = schemas_for(tools, head)
     if isinstance(before, Compact):
         return _compact(rt, head, prompt, schemas, report, cap.tokens)
     job = rt.jobs.get(head.kind)
