@@ -136,6 +136,29 @@ def test_the_completion_cap_leaves_the_prompt_room_in_a_window_that_counts_both(
     assert not [s for s in session.steps if s.kind is StepKind.COMPACTION]
 
 
+def test_a_cap_refused_for_a_prompt_that_fits_is_asked_again_not_compacted(
+    long: Long, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tokenizer that counts a third more than the estimate: the server refuses caps the
+    worker thought fit, saying how long the prompt is; the call is asked again within the
+    room left, and the session goes on without compacting at each refusal."""
+    chat = WindowedChat(window=16_384, steps=30, counts_completion=True, undercount=0.33)
+    with windowed_chat(chat):
+        monkeypatch.setenv("OPENAI_BASE_URL", chat.url)
+        session_id = long.submit(context_window=16_384)
+        head = long.run(session_id)
+    assert head.status is Status.COMPLETED, head.error_message
+    assert head.final_answer == "done: read 30 chunks"
+    refused = [i for i, r in enumerate(chat.log) if r.refused]
+    assert refused, "the server refused some caps"
+    for i in refused:
+        again = chat.log[i + 1]
+        assert not again.refused and again.tokens == chat.log[i].tokens
+        assert again.max_tokens == 16_384 - again.tokens
+    session = long.store.load(session_id)
+    assert not [s for s in session.steps if s.kind is StepKind.COMPACTION]
+
+
 def test_a_prompt_no_compaction_fits_fails_with_code_context(
     long: Long, monkeypatch: pytest.MonkeyPatch
 ) -> None:

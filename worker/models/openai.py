@@ -19,6 +19,7 @@ from tickwork.worker.models.base import Message, ModelSettings, ToolSchema
 from tickwork.worker.models.transport import (
     Poster,
     call_timeout,
+    cap_that_fits,
     estimated_usage,
     is_transient,
     json_of,
@@ -77,7 +78,15 @@ class OpenAIChatModel:
         body = self.request_body(messages, tools, settings)
         timeout = call_timeout(settings.timeout_s, self.timeout_s)
         started = time.perf_counter()
-        response = self._post(body, timeout)
+        try:
+            response = self._post(body, timeout)
+        except ContextTooLong as exc:
+            # the prompt fits and only the cap passed the window: ask once more within it
+            smaller = cap_that_fits(str(exc), body.get(self.max_tokens_field))
+            if smaller is None:
+                raise
+            body[self.max_tokens_field] = smaller
+            response = self._post(body, timeout)
         latency_ms = (time.perf_counter() - started) * 1000
         return self._reply(response, messages, latency_ms)
 

@@ -7,6 +7,7 @@ request and reply shapes, headers and error bodies.
 from __future__ import annotations
 
 import functools
+import re
 import ssl
 import threading
 from collections.abc import Mapping
@@ -85,6 +86,35 @@ def json_of(response: httpx.Response, where: str) -> Any:
             f"({len(response.content)} bytes: {response.text[:200]!r}); it was probably cut "
             "off; a retry may succeed"
         ) from exc
+
+
+#: how a server that refused a call for its prompt and completion cap together says what
+#: the prompt alone takes: OpenAI's and vLLM's "maximum context length is W tokens. However,
+#: you requested T tokens (P in the messages, C in the completion)", newer vLLM's "... is W
+#: tokens and your request has P input tokens", Anthropic's "input length and `max_tokens`
+#: exceed context limit: P + C > W"
+_CAP_REFUSED = re.compile(
+    r"maximum context length is (?P<w1>\d+) tokens\. However, you requested \d+ tokens "
+    r"\((?P<p1>\d+) in the messages"
+    r"|maximum context length is (?P<w2>\d+) tokens and your request has (?P<p2>\d+) input"
+    r"|exceed context limit: (?P<p3>\d+) \+ \d+ > (?P<w3>\d+)",
+    re.IGNORECASE,
+)
+
+
+def cap_that_fits(refusal: str, asked: Any) -> int | None:
+    """The completion cap to ask again with, where a server refused a call as too long for
+    its window and says the prompt alone fits: the room the prompt leaves, if below the cap
+    `asked`. None where the prompt itself is too long (or the server does not say)."""
+    found = _CAP_REFUSED.search(refusal)
+    if found is None or isinstance(asked, bool) or not isinstance(asked, int):
+        return None
+    groups = found.groupdict()
+    window, prompt = next(
+        (int(groups[f"w{i}"]), int(groups[f"p{i}"])) for i in (1, 2, 3) if groups[f"w{i}"]
+    )
+    room = window - prompt
+    return room if 1 <= room < asked else None
 
 
 def estimated_usage(

@@ -197,6 +197,33 @@ def test_a_prompt_too_long_is_the_context_error() -> None:
     assert not raised.value.transient
 
 
+def test_a_cap_that_passes_the_window_with_a_prompt_that_fits_is_asked_again_within_it(
+    chat_server: Any,
+) -> None:
+    refusal = "input length and `max_tokens` exceed context limit: 190000 + 16000 > 200000"
+    chat_server.respond(
+        400, {"type": "error", "error": {"type": "invalid_request_error", "message": refusal}}
+    )
+    chat_server.respond(
+        200,
+        {
+            "id": "msg_1",
+            "type": "message",
+            "role": "assistant",
+            "model": "claude-sonnet-4-5",
+            "content": [{"type": "text", "text": "Done."}],
+            "stop_reason": "end_turn",
+            "usage": {"input_tokens": 190000, "output_tokens": 3},
+        },
+    )
+    model = AnthropicMessagesModel("claude-sonnet-4-5", base_url=chat_server.base_url)
+
+    reply = model.generate(TRANSCRIPT, TOOLS, ModelSettings(max_tokens=16000))
+
+    assert reply.content == "Done."
+    assert [r.body["max_tokens"] for r in chat_server.requests] == [16000, 10000]
+
+
 def test_a_refused_key_is_permanent_and_says_which_variable(server: FakeAnthropic) -> None:
     model = AnthropicMessagesModel("claude-sonnet-4-5", base_url=server.url, api_key="wrong")
     with pytest.raises(PermanentModelError, match="invalid_request_error: x-api-key"):
@@ -286,9 +313,10 @@ def test_a_repair_session_completes_through_the_messages_api(
 def test_which_invalid_requests_are_a_prompt_too_long(
     chat_server: Any, message: str, error: type[Exception]
 ) -> None:
-    chat_server.respond(
-        400, {"type": "error", "error": {"type": "invalid_request_error", "message": message}}
-    )
+    refusal = {"type": "error", "error": {"type": "invalid_request_error", "message": message}}
+    # twice: a cap refused for a prompt that fits is asked once more within the window
+    chat_server.respond(400, refusal)
+    chat_server.respond(400, refusal)
     model = AnthropicMessagesModel("claude-sonnet-4-5", base_url=chat_server.base_url)
 
     with pytest.raises(error) as raised:

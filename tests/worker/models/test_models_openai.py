@@ -458,3 +458,46 @@ def test_retry_after(headers, expected):
     now = datetime(2015, 10, 21, 7, 28, 0, tzinfo=UTC)
 
     assert retry_after_s(httpx.Headers(headers), now=now) == expected
+
+
+#: a server's refusal of a call whose prompt fits its window but whose cap does not: vLLM's
+#: and OpenAI's words, and newer vLLM's
+CAP_REFUSALS = [
+    "This model's maximum context length is 16384 tokens. However, you requested 18432 tokens"
+    " (10240 in the messages, 8192 in the completion). Please reduce the length of the messages"
+    " or completion.",
+    "'max_tokens' or 'max_completion_tokens' is too large: 8192. This model's maximum context"
+    " length is 16384 tokens and your request has 10240 input tokens (8192 > 16384 - 10240).",
+]
+
+
+@pytest.mark.parametrize("refusal", CAP_REFUSALS)
+def test_a_cap_that_passes_the_window_with_a_prompt_that_fits_is_asked_again_within_it(
+    chat_server, model, refusal
+):
+    chat_server.respond(400, {"object": "error", "message": refusal, "code": 400})
+    chat_server.answer("Let me look.", calls=[("read_file", '{"path": "a.py"}')])
+
+    reply = model.generate(MESSAGES, TOOLS, ModelSettings(max_tokens=8192))
+
+    assert reply.content == "Let me look."
+    assert [r.body["max_tokens"] for r in chat_server.requests] == [8192, 16384 - 10240]
+
+
+def test_a_prompt_past_the_window_is_not_asked_again(chat_server, model):
+    from tickwork.fsm.errors import ContextTooLong
+
+    chat_server.respond(
+        400,
+        {
+            "error": {
+                "message": "This model's maximum context length is 16384 tokens. However, you "
+                "requested 25000 tokens (16808 in the messages, 8192 in the completion).",
+                "code": "context_length_exceeded",
+            }
+        },
+    )
+
+    with pytest.raises(ContextTooLong):
+        model.generate(MESSAGES, TOOLS, ModelSettings(max_tokens=8192))
+    assert len(chat_server.requests) == 1
