@@ -136,6 +136,25 @@ def test_the_completion_cap_leaves_the_prompt_room_in_a_window_that_counts_both(
     assert not [s for s in session.steps if s.kind is StepKind.COMPACTION]
 
 
+def test_the_call_after_a_compaction_has_the_room_of_its_own_prompt(
+    long: Long, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the compaction read (the whole transcript before it) is no floor for the shorter
+    prompt after it: the next call's cap is the room its own prompt leaves."""
+    chat = WindowedChat(window=16_384, steps=60, counts_completion=True, record=True)
+    with windowed_chat(chat):
+        monkeypatch.setenv("OPENAI_BASE_URL", chat.url)
+        session_id = long.submit(context_window=16_384)
+        head = long.run(session_id)
+    assert head.status is Status.COMPLETED, head.error_message
+    after = [i + 1 for i, r in enumerate(chat.log) if r.compaction and not r.refused]
+    assert after, "60 replies pass the span of 50: a compaction"
+    for i in after:
+        r = chat.log[i]
+        room = 16_384 - (r.tokens + r.tokens // 8) - 200  # the tools' schemas: 200 at most
+        assert r.max_tokens is not None and r.max_tokens >= min(8_192, room)
+
+
 def test_a_cap_refused_for_a_prompt_that_fits_is_asked_again_not_compacted(
     long: Long, monkeypatch: pytest.MonkeyPatch
 ) -> None:

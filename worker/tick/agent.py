@@ -31,6 +31,7 @@ from tickwork.fsm.values import (
     Head,
     ModelReply,
     Status,
+    StepKind,
     idempotency_key,
 )
 from tickwork.worker.files import environments
@@ -71,7 +72,10 @@ def think(tick: Tick) -> Change:
     ahead = pricing.next_call(
         messages,
         # what the last call read is a floor only while the prompt is the one it grew from
-        last=last.usage if last is not None and prompt.view == stored else None,
+        # (a compaction read the whole transcript its summary now stands for)
+        last=last.usage
+        if last is not None and last.kind is StepKind.REPLY and prompt.view == stored
+        else None,
         price=pricing.session_price(
             head.model, head.config, rt.settings.prices, providers=rt.providers
         ),
