@@ -28,7 +28,12 @@ CASES = [
     ("ls", "TICKWORK_IMPORTS", '["nope"]', "module:attr"),
     ("ls", "TICKWORK_IMPORTS", f'["jobs:{KEY}"]', "module:attr"),
     ("ls", "TICKWORK_PRICES", "cheap", "JSON"),
-    ("ls", "TICKWORK_PRICES", '{"gpt-4o": 1}', "price override for 'gpt-4o' must be [prompt"),
+    (
+        "ls",
+        "TICKWORK_PRICES",
+        '{"gpt-4o": 1}',
+        "'gpt-4o': it is neither a list nor an object; write [prompt",
+    ),
     ("ls", "TICKWORK_PRICES", '{"my-vllm": [-1, 2]}', "'my-vllm' must be finite and not negative"),
     ("ls", "TICKWORK_PRICES", "[2.5, 10]", "valid dictionary; write it as JSON of this shape"),
     ("ls", "TICKWORK_IMPORTS", '{"jobs": "KIND"}', """e.g. TICKWORK_IMPORTS='["mypackage"""),

@@ -342,20 +342,26 @@ def as_price(name: str, value: PriceLike) -> Price:
     """`value` as the price of model `name`; ConfigurationError says what is wrong."""
     try:
         if isinstance(value, str | bytes):
-            raise TypeError("a price is numbers, not text")
+            raise TypeError("it is text, not numbers")
         if isinstance(value, Mapping):
-            unknown = set(value) - set(Price._fields)
+            unknown = sorted(str(k) for k in set(value) - set(Price._fields))
             if unknown:
-                raise KeyError(sorted(unknown))
+                raise KeyError(f"unknown key(s) {', '.join(map(repr, unknown))}")
+            missing = [k for k in ("prompt", "completion") if value.get(k) is None]
+            if missing:
+                raise KeyError(f"no {' and no '.join(map(repr, missing))}")
             numbers = {k: value[k] for k in Price._fields if value.get(k) is not None}
             price = _numbers(**numbers)
         else:
+            if not isinstance(value, Sequence):
+                raise TypeError("it is neither a list nor an object")
             if not 2 <= len(value) <= len(Price._fields):
-                raise ValueError("two to six numbers")
+                raise ValueError(f"it has {len(value)} number(s), not two to six")
             price = _numbers(*value)
     except (KeyError, TypeError, ValueError, OverflowError) as exc:
+        why = exc.args[0] if exc.args and isinstance(exc.args[0], str) else str(exc)
         raise ConfigurationError(
-            f"price override for {name!r} must be [prompt, completion] or "
+            f"price override for {name!r}: {why}; write [prompt, completion] or "
             f'{{"prompt": .., "completion": ..}} in USD per million tokens (and optionally '
             f'"cached", "cache_write", the model\'s "max_completion" tokens and its '
             f'"context_window" in tokens, {MIN_WINDOW:,} to {MAX_WINDOW:,}), got {value!r}'
@@ -377,10 +383,10 @@ def _numbers(
     context_window: Any = None,
 ) -> Price:
     return Price(
-        _rate(prompt),
-        _rate(completion),
-        None if cached is None else _rate(cached),
-        None if cache_write is None else _rate(cache_write),
+        _rate(prompt, "prompt"),
+        _rate(completion, "completion"),
+        None if cached is None else _rate(cached, "cached"),
+        None if cache_write is None else _rate(cache_write, "cache_write"),
         _tokens(max_completion, "max_completion"),
         _tokens(context_window, "context_window", least=MIN_WINDOW, most=MAX_WINDOW),
     )
@@ -390,17 +396,25 @@ def _tokens(value: Any, name: str, *, least: int = 1, most: int | None = None) -
     """A whole number of tokens in bounds, or None."""
     if value is None:
         return None
-    if isinstance(value, bool) or float(value) != int(value):
-        raise ValueError(f"{name} is a whole number of tokens")
+    try:
+        whole = not isinstance(value, bool) and float(value) == int(value)
+    except (TypeError, ValueError, OverflowError):
+        whole = False
+    if not whole:
+        raise ValueError(f"{name} {value!r} is not a whole number of tokens")
     if int(value) < least or (most is not None and int(value) > most):
-        raise ValueError(f"{name} is out of bounds")
+        bounds = f"{least:,} to {most:,}" if most is not None else f"at least {least:,}"
+        raise ValueError(f"{name} {int(value):,} is out of bounds ({bounds})")
     return int(value)
 
 
-def _rate(value: Any) -> float:
-    if isinstance(value, bool):
-        raise TypeError("a price is a number")
-    return float(value)
+def _rate(value: Any, name: str) -> float:
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        return float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} {value!r} is not a number") from None
 
 
 #: the context windows of the models the price table knows, in tokens (input and output

@@ -168,6 +168,28 @@ def test_bad_overrides_are_refused(override):
         cost_usd("m", MILLION, {"m": override})
 
 
+@pytest.mark.parametrize(
+    ("override", "why"),
+    [
+        (
+            {"prompt": 1, "completion": 2, "contxt_window": 100_000},
+            "unknown key(s) 'contxt_window'",
+        ),
+        ({"prompt": 1}, "no 'completion'"),
+        ({"prompt": 1, "completion": 2, "context_window": 100}, "context_window 100 is out of"),
+        ((1, 2, None, None, 0), "max_completion 0 is out of bounds (at least 1)"),
+        ((1,), "it has 1 number(s), not two to six"),
+        (("a", 2), "prompt 'a' is not a number"),
+        ({"prompt": 1, "completion": 2, "max_completion": 0.5}, "max_completion 0.5 is not a"),
+    ],
+)
+def test_a_bad_override_names_what_is_wrong(override, why):
+    with pytest.raises(ConfigurationError) as refused:
+        cost_usd("m", MILLION, {"m": override})
+    assert f"price override for 'm': {why}" in str(refused.value)
+    assert "write [prompt, completion]" in str(refused.value)
+
+
 def test_unknown_model_costs_nothing_and_warns_once(caplog):
     name = f"mystery-{uuid.uuid4().hex}"
     caplog.set_level(logging.WARNING, logger="tickwork.worker.models.pricing")
