@@ -182,7 +182,8 @@ def _too_long(code: str, detail: str) -> bool:
 
 
 def _error_detail(response: httpx.Response) -> tuple[str, str]:
-    """(error code, message) from an error body, OpenAI's shape or a bare string."""
+    """(error code, message) from an error body, OpenAI's shape, vLLM's older flat one
+    (`{"object": "error", "message": ..., "type": ..., "code": 400}`) or a bare string."""
     try:
         data = response.json()
     except ValueError:
@@ -193,6 +194,8 @@ def _error_detail(response: httpx.Response) -> tuple[str, str]:
         return str(code), str(error.get("message") or "")[:300]
     if isinstance(error, str):
         return "", error[:300]
+    if isinstance(data, dict) and isinstance(data.get("message"), str) and data["message"]:
+        return str(data.get("type") or ""), data["message"][:300]
     return "", response.text.strip()[:300]
 
 

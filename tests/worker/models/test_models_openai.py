@@ -501,3 +501,25 @@ def test_a_prompt_past_the_window_is_not_asked_again(chat_server, model):
     with pytest.raises(ContextTooLong):
         model.generate(MESSAGES, TOOLS, ModelSettings(max_tokens=8192))
     assert len(chat_server.requests) == 1
+
+
+def test_vllms_flat_error_body_is_read_for_its_message(chat_server, model):
+    """Older vLLM answers `{"object": "error", "message": ...}`: the error (and so the dead
+    letter and its signature) says the server's message, not its JSON."""
+    chat_server.respond(
+        400,
+        {
+            "object": "error",
+            "message": "tools.0.function.parameters is not a valid JSON schema",
+            "type": "BadRequestError",
+            "param": None,
+            "code": 400,
+        },
+    )
+
+    with pytest.raises(PermanentModelError) as raised:
+        model.generate(MESSAGES, TOOLS, SETTINGS)
+    assert "400 Bad Request: tools.0.function.parameters is not a valid JSON schema;" in str(
+        raised.value
+    )
+    assert '"object"' not in str(raised.value)
