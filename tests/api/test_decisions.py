@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from tickwork.fsm.errors import StaleDecision
@@ -283,9 +283,11 @@ def test_an_output_given_past_the_tool_output_cap_is_refused(stack: Stack) -> No
     from tickwork.testing.store_ticks import Clock, in_doubt_call, new_session
 
     store = stack.deployment.client.store
-    # at the wall clock's now: a tick stored at the test clock's T0 is long overdue, and the
-    # stack's relay would hand it to its worker in the middle of the steps below
-    clock = Clock(utc_now())
+    # an hour past the wall clock's now: the stack's relay (on the wall clock) finds this
+    # session's ticks due only long after the test, so it hands none to its worker in the
+    # middle of the steps below (at T0 they are long overdue; at the wall clock's now they
+    # fall due TICKWORK_RELAY_AFTER_S later, which a loaded machine passes within the steps)
+    clock = Clock(utc_now() + timedelta(hours=1))
     session_id = f"doubt-{uuid.uuid4().hex[:8]}"
     store.create(new_session(session_id, now=clock()), now=clock())
     call = in_doubt_call(store, session_id, clock)
