@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import socket
@@ -18,13 +19,17 @@ import pytest
 @dataclass
 class Canned:
     """One response: `body` is sent as JSON unless it is bytes; `length` overrides
-    Content-Length (to cut a body short); `delay_s` waits before answering."""
+    Content-Length (to cut a body short); `delay_s` waits before answering; `together`
+    holds the answer until as many requests as the barrier's parties have come (each
+    response that shares it waits for the others' requests: the calls are in flight at
+    once however late a loaded machine starts one)."""
 
     status: int = 200
     body: Any = None
     headers: dict[str, str] = field(default_factory=dict)
     delay_s: float = 0.0
     length: int | None = None
+    together: threading.Barrier | None = None
 
 
 @dataclass
@@ -163,6 +168,10 @@ def _handler(server: ChatServer) -> type[BaseHTTPRequestHandler]:
             canned = server.refusal(body) or server._next()
             if canned.delay_s and server.stopping.wait(canned.delay_s):
                 return
+            if canned.together is not None:
+                # broken (a request that never came): answer, and let the test say so
+                with contextlib.suppress(threading.BrokenBarrierError):
+                    canned.together.wait(30)
             data = canned.body if isinstance(canned.body, bytes) else json.dumps(canned.body)
             data = data.encode() if isinstance(data, str) else data
             self.send_response(canned.status)

@@ -259,8 +259,12 @@ def test_calls_at_once_each_have_a_connection_kept_for_the_next(
     calls, from any thread, reuse them; closing the runtime closes them."""
     server = keep_alive_chat_server
     at_once = 4
+    # each of the first calls answered only once all of them are in flight: they overlap
+    # (a delay of the answers left a call started late on a loaded machine to reuse the
+    # connection of one already answered)
+    together = threading.Barrier(at_once)
     for _ in range(at_once):
-        server.answer("ok", delay_s=0.3)  # so that the calls overlap
+        server.answer("ok", together=together)
     for _ in range(2 * at_once + 1):
         server.answer("ok")
     monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
