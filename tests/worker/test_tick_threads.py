@@ -5,8 +5,10 @@ running tool's session (`Watches`), instead of two thread starts per tick."""
 from __future__ import annotations
 
 import threading
+import time
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tickwork.store import Store, open_store
@@ -47,6 +49,23 @@ def test_a_tool_thread_is_reused_and_a_hung_one_is_not_waited_for() -> None:
         timeout=10,
         what="no busy tool thread",
     )
+
+
+def test_a_call_made_as_soon_as_one_ends_takes_its_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The thread is back among the idle ones before its caller hears of the end: one slow
+    to get there (paused, on a loaded machine) is not passed over for a new thread."""
+    threads = Threads(kept=2)
+    offer = threads.offer
+
+    def slow_offer(worker: Any) -> bool:
+        time.sleep(0.1)
+        return offer(worker)
+
+    monkeypatch.setattr(threads, "offer", slow_offer)
+    ran: list[int] = []
+    for name in ("tool-a", "tool-b"):
+        assert threads.start(lambda: ran.append(threading.get_ident()), name=name).wait(10)
+    assert ran[0] == ran[1], "the second call started a thread of its own"
 
 
 @pytest.fixture

@@ -44,13 +44,18 @@ class _Thread:
             job, name, done = self._job
             self._job = None
             self.thread.name = name
+            returned = False
             try:
                 job()
+                returned = True
             finally:
-                # idle again before the caller hears of the end: nothing looks busy after it
+                # idle again, and back among the idle threads, before the caller hears of
+                # the end: nothing looks busy after it, and its next call takes this thread
+                # (a job that raised ends its thread, which is not offered)
                 self.thread.name = IDLE
+                kept = returned and self._pool.offer(self)
                 done.set()
-            if not self._pool.offer(self):
+            if not kept:
                 return
 
 
