@@ -26,6 +26,9 @@ ENTRY = (
     "import typer; from tickwork import cli_serve; app = typer.Typer(); "
     "app.callback()(lambda: None); cli_serve.register(app); app()"
 )
+#: how long `tickwork serve` may take to answer once started: over 60 s on a machine
+#: loaded ~20 deep (a CI run with every xdist worker busy)
+SERVE_START_S = 120.0
 
 
 def test_serve_is_a_command_with_host_and_port() -> None:
@@ -63,7 +66,7 @@ def test_serve_runs_until_sigterm(tmp_path: Path) -> None:
             except httpx.HTTPError:
                 return False
 
-        until(healthy, timeout=60, what="tickwork serve")
+        until(healthy, timeout=SERVE_START_S, what="tickwork serve")
         me = httpx.get(f"{url}/api/v1/me", headers={"Authorization": f"Bearer {TOKEN['alice']}"})
         assert me.json() == {
             "name": "alice",

@@ -22,7 +22,7 @@ import httpx
 import pytest
 
 from tests.api.conftest import TOKEN, until
-from tests.api.test_cli_serve import ENTRY, _env
+from tests.api.test_cli_serve import ENTRY, SERVE_START_S, _env
 from tests.api.test_metrics import _free_port
 from tests.tasks.conftest import ROOT
 
@@ -57,7 +57,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int]
             except httpx.HTTPError:
                 return False
 
-        until(healthy, timeout=120, what="tickwork serve")  # a busy machine starts it slowly
+        until(healthy, timeout=SERVE_START_S, what="tickwork serve")
         yield "127.0.0.1", port
     finally:
         proc.send_signal(signal.SIGTERM)

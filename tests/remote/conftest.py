@@ -24,6 +24,7 @@ import pytest
 from tickwork.fsm.values import Status
 
 from tests.api.conftest import DANGER, TOKEN, TOKENS, _settings
+from tests.api.test_cli_serve import SERVE_START_S
 from tests.api.test_metrics import _free_port
 from tests.tasks.conftest import ROOT, TEST_KIND, Deployment
 from tickwork.remote import AsyncClient, Client
@@ -75,7 +76,7 @@ class Served:
             except httpx.HTTPError:
                 return False
 
-        until(healthy, timeout=60, what="tickwork serve")
+        until(healthy, timeout=SERVE_START_S, what="tickwork serve")
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
