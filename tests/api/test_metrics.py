@@ -133,7 +133,17 @@ def test_a_worker_serves_its_metrics_and_the_api_adds_up_every_process(
         until(serving, timeout=60, what="the worker's /metrics")
         session_id = deployment.submit(ECHO)
         assert deployment.client.wait(session_id, timeout=60).status is Status.COMPLETED
-        from_worker = samples(httpx.get(url, timeout=5).text)
+        # a tick is counted once its save is committed: the session's end may be read
+        # before its last tick is counted
+        from_worker = until(
+            lambda: (
+                (got := samples(httpx.get(url, timeout=5).text))
+                and value(got, "tickwork_ticks_total", phase="think", outcome="saved") >= 2
+                and got
+            ),
+            timeout=30,
+            what="the last tick counted",
+        )
         assert value(from_worker, "tickwork_ticks_total", phase="think", outcome="saved") == 2
         assert value(from_worker, "tickwork_ticks_total", phase="execute", outcome="saved") == 1
         # the relay runs every 0.25 s from the worker's start; the session may finish sooner

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from tickwork.fsm.values import Status
 
-from tests.api.conftest import Stack
+from tests.api.conftest import Stack, until
 from tests.api.test_metrics import samples, value
 from tests.api.test_page import browser, log_in, page  # noqa: F401 (fixtures)
 from tests.api.test_sessions import ECHO
@@ -234,11 +234,21 @@ def test_completed_sessions_are_counted_by_outcome(
     before = counted
     other = stack.submit(ECHO, prefix="echo")
     stack.wait(other, Status.COMPLETED)
-    after = samples(stack.http().get("/metrics").text)
     name = "tickwork_sessions_completed_total"
-    for outcome in finished:
-        assert value(after, name, outcome=outcome) - value(before, name, outcome=outcome) >= 1
-    assert value(after, name, outcome="none") - value(before, name, outcome="none") >= 1
+
+    def grown(found: dict[tuple[str, tuple[tuple[str, str], ...]], float], outcome: str) -> float:
+        return value(found, name, outcome=outcome) - value(before, name, outcome=outcome)
+
+    # a session is counted once its end is committed: the end may be read before the count
+    after = until(
+        lambda: (
+            (got := samples(stack.http().get("/metrics").text))
+            and all(grown(got, outcome) >= 1 for outcome in [*finished, "none"])
+            and got
+        ),
+        timeout=30,
+        what=f"each of {[*finished, 'none']} counted once more",
+    )
     labels = {dict(k[1]).get("outcome") for k in after if k[0] == name}
     assert labels <= {*OUTCOMES, "none"}
 
