@@ -145,10 +145,12 @@ def test_dollars_per_day_count_todays_sessions(fleet: Fleet) -> None:
     with fleet.client.store.engine.begin() as conn:  # type: ignore[attr-defined]
         conn.execute(update(sessions).where(sessions.c.id == spent).values(cost_usd=1.5))
 
+    # read before the refusal: the wait it names (to midnight from when it was made) is
+    # at most this one, however long a loaded machine takes from the refusal to here
+    now = datetime.now(UTC)
     with pytest.raises(QuotaExceeded, match="max_usd_per_day") as refused:
         fleet.submit("team-a")
 
-    now = datetime.now(UTC)
     to_midnight = 86400 - (now.hour * 3600 + now.minute * 60 + now.second)
     assert 0 < refused.value.retry_after_s <= to_midnight + 2
     assert refused.value.used == 1.5 and refused.value.limit == 1.5
