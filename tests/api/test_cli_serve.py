@@ -17,7 +17,7 @@ from tickwork.fsm.errors import ConfigurationError
 from typer.testing import CliRunner
 
 from tests.api.conftest import TOKEN, until
-from tests.api.test_metrics import _free_port
+from tests.ports import free_port
 from tests.tasks.conftest import ROOT
 from tickwork import cli_serve
 
@@ -48,7 +48,7 @@ def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 
 def test_serve_runs_until_sigterm(tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     tokens = json.dumps({TOKEN["alice"]: {"name": "alice", "roles": ["approver"]}})
     proc = subprocess.Popen(
         [sys.executable, "-c", ENTRY, "serve", "--port", str(port)],

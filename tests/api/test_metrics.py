@@ -3,7 +3,6 @@ worker's own /metrics server, in multiprocess mode."""
 
 from __future__ import annotations
 
-import socket
 import uuid
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from tickwork.worker.observers.metrics import StoreCollector
 from tests.api.conftest import TOKENS, Server, Stack, until
 from tests.api.test_dead_letters import BROKEN
 from tests.api.test_sessions import ECHO
+from tests.ports import free_port
 from tests.tasks.conftest import TEST_KIND, Deployment, stop
 from tickwork.api import ApiSettings, make_api
 
@@ -92,12 +92,6 @@ def test_a_store_that_does_not_answer_is_reported_not_raised() -> None:
     engine.dispose()
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @pytest.mark.slow
 def test_a_worker_serves_its_metrics_and_the_api_adds_up_every_process(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -115,7 +109,7 @@ def test_a_worker_serves_its_metrics_and_the_api_adds_up_every_process(
     upgrade(settings.db_url)
     folder = tmp_path / "prometheus"
     folder.mkdir()
-    port = _free_port()
+    port = free_port()
     monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(folder))
     monkeypatch.setenv("TICKWORK_METRICS_PORT", str(port))
     monkeypatch.setenv("TICKWORK_METRICS_ADDR", "127.0.0.1")

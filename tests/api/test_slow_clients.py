@@ -23,7 +23,7 @@ import pytest
 
 from tests.api.conftest import TOKEN, until
 from tests.api.test_cli_serve import ENTRY, SERVE_START_S, _env
-from tests.api.test_metrics import _free_port
+from tests.ports import free_port
 from tests.tasks.conftest import ROOT
 
 #: the longest a case trickles before it gives up on being cut (it is cut after ~1-2 s)
@@ -33,7 +33,7 @@ PER_IP = 3
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int]]:
-    port = _free_port()
+    port = free_port()
     tokens = json.dumps({TOKEN["sam"]: {"name": "sam", "roles": ["submitter"]}})
     env = _env(
         tmp_path_factory.mktemp("serve"),

@@ -12,13 +12,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e.conftest import ROOT, TEST_KIND, Cli, Deployment, call, stop, until
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
+from tests.ports import free_port
 
 
 def samples(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -25,7 +25,7 @@ from tickwork.fsm.values import Status
 
 from tests.api.conftest import DANGER, TOKEN, TOKENS, _settings
 from tests.api.test_cli_serve import SERVE_START_S
-from tests.api.test_metrics import _free_port
+from tests.ports import free_port
 from tests.tasks.conftest import ROOT, TEST_KIND, Deployment
 from tickwork.remote import AsyncClient, Client
 from tickwork.testing import until
@@ -52,7 +52,7 @@ class Served:
 
     def __init__(self, env: dict[str, str], logs: Path) -> None:
         self.env, self.logs = env, logs
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
 

@@ -17,7 +17,7 @@ import pytest
 from tickwork.fsm.errors import ConfigurationError
 from tickwork.fsm.values import Status
 
-from tests.api.test_metrics import _free_port
+from tests.ports import free_port
 from tests.remote.conftest import TEST_KIND, TOKEN, Remote, until
 from tickwork.remote import Client, RemoteError, RepairInput, ServerUnreachable, Streamed
 
@@ -231,7 +231,7 @@ def test_the_api_errors_arrive_as_one_exception_with_code_status_and_message(
 
             asyncio.run(run())
     assert unknown_token.value.status == 401
-    nowhere = Client(f"http://127.0.0.1:{_free_port()}", token="x" * 20)
+    nowhere = Client(f"http://127.0.0.1:{free_port()}", token="x" * 20)
     with nowhere, pytest.raises(ServerUnreachable, match="cannot reach the tickwork server"):
         nowhere.me()
     # the server answers, but the address has a wrong path: say so, naming the URL asked
@@ -323,7 +323,7 @@ def test_a_watch_survives_a_server_restart_without_losing_or_doubling_events(
 
 
 def test_a_watch_gives_up_with_a_clear_error_when_the_server_stays_away() -> None:
-    nowhere = Client(f"http://127.0.0.1:{_free_port()}", token="x" * 20)
+    nowhere = Client(f"http://127.0.0.1:{free_port()}", token="x" * 20)
     with nowhere, pytest.raises(ServerUnreachable, match="cannot reach"):
         next(iter(nowhere.watch("any", give_up_after=0.5)))
 

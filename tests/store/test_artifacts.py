@@ -19,17 +19,13 @@ from tickwork.store.files import blob_hash
 from tickwork.store.migrate import upgrade
 from tickwork.store.scrub import BAD, DELETED, REPLACED, Finding, scrub
 
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from tests.ports import free_port
 
 
 @pytest.fixture(scope="module")
 def s3_endpoint() -> Iterator[str]:
     pytest.importorskip("boto3")
-    port = _free_port()
+    port = free_port()
     server = subprocess.Popen(
         [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
         stdout=subprocess.DEVNULL,

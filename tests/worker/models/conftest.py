@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-import socket
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -14,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.ports import free_port
 
 
 @dataclass
@@ -216,10 +217,7 @@ def mistral_server() -> Iterator[ChatServer]:
 @pytest.fixture
 def closed_port() -> int:
     """A loopback port with nothing listening on it."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
+    return free_port()
 
 
 @pytest.fixture
