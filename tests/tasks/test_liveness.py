@@ -54,13 +54,17 @@ def test_a_killed_workers_session_is_taken_over_long_before_its_lease_runs_out(
 ) -> None:
     deployment.settings = deployment.settings.model_copy(update={"lease_s": LONG_LEASE_S})
     log = "idem.log" if tool == "idem_effect" else "effect.log"
-    session_id = deployment.submit(_one_call_then_done(tool, sleep_s=30))
+    # runs until its 60 s timeout: the second worker has that long to start before the kill
+    session_id = deployment.submit(_one_call_then_done(tool, sleep_s=150))
     first = deployment.spawn()
     second = None
     try:
         until(lambda: deployment.sink_lines(log), timeout=60, what="the tool to start")
         assert owner_pid(deployment, session_id) == first.pid
-        second = deployment.spawn()
+        # ready before the kill: its start (slow on a loaded machine) does not count
+        # against the killed worker's lease, before whose end the takeover must come
+        second, second_log = _spawn(deployment)
+        until(lambda: "ready" in second_log.read_text(), timeout=50, what="the second worker")
         kill(first)
         # a dead worker renews nothing: its lease would run out at this time at the latest
         expires = _expires(deployment, session_id)
