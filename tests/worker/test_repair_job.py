@@ -153,6 +153,23 @@ def test_a_workspace_that_is_the_state_dir_is_refused(
         start(project, project, artifacts)
 
 
+@pytest.mark.parametrize("inside", ["workspaces", "workspaces/objects", "broker"])
+def test_a_workspace_inside_the_state_dir_is_refused(
+    tmp_path: Path, artifacts: DirectoryArtifacts, inside: str
+) -> None:
+    # the roots hold the state dir: its working copies of every session, its blobs and its
+    # broker's messages are still never a submitter's source
+    state = tmp_path / "state"
+    folder = state / inside
+    folder.mkdir(parents=True)
+    (folder / "other_tenant.py").write_text("secret = 1\n")
+    data = {"workspace": str(folder), "test_command": PASS}
+    with pytest.raises(InvalidInput, match="is inside tickwork's state dir"):
+        prepare(
+            data, state_dir=state, artifacts=artifacts, trusted=False, workspace_roots=(tmp_path,)
+        )
+
+
 @pytest.mark.parametrize(("limit", "value"), [("MAX_SOURCE_BYTES", 20), ("MAX_SOURCE_FILES", 1)])
 def test_a_workspace_too_large_is_refused(
     project: Path,

@@ -141,8 +141,15 @@ def directory(
     """Pack a local directory; the source's description with its manifest (`base`)."""
     path = Path(str(value)).expanduser()
     check_local(path, what="workspace", trusted=trusted, roots=roots)
-    if state_dir is not None and path.resolve() == Path(state_dir).expanduser().resolve():
-        raise _fail(f"the workspace {path} is tickwork's state dir; give the project's folder")
+    if state_dir is not None:
+        state = Path(state_dir).expanduser().resolve()
+        if path.resolve() == state:
+            raise _fail(f"the workspace {path} is tickwork's state dir; give the project's folder")
+        if not trusted and state in path.resolve().parents:  # every session's files, blobs
+            raise _fail(
+                f"the workspace {path} is inside tickwork's state dir ({state}); give the "
+                "project's folder"
+            )
     if not path.is_dir():
         raise _fail(
             f"the workspace {str(value)!r} is not an existing directory; give the project's folder"
