@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -257,21 +258,58 @@ def _finite(number: str) -> float:
     return value
 
 
+#: a lone surrogate: what a JSON `\\ud800` decodes to, which no UTF-8 text holds
+_SURROGATE = re.compile("[\ud800-\udfff]")
+#: a JSON escape that may decode to one
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _encodable(value: Any) -> Any:
+    """`value` with each lone surrogate in its texts made U+FFFD, as the store keeps them:
+    lists and objects are changed in place, without recursion (arguments nest as deep as
+    the parser takes)."""
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value)
+    todo = [value]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, dict):
+            pairs = [(_SURROGATE.sub("\ufffd", k), v) for k, v in node.items()]
+            node.clear()
+            node.update(pairs)
+            slots: Any = list(node.items())
+        elif isinstance(node, list):
+            slots = list(enumerate(node))
+        else:
+            continue
+        for slot, item in slots:
+            if isinstance(item, str):
+                node[slot] = _SURROGATE.sub("\ufffd", item)
+            elif isinstance(item, dict | list):
+                todo.append(item)
+    return value
+
+
 def parse_arguments(raw: str | dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
     """(parsed object or None, text as the model wrote it).
 
     Strict JSON: NaN, Infinity and numbers out of a float's range do not parse, nor does
-    nesting too deep for the parser (RecursionError).
+    nesting too deep for the parser (RecursionError). A lone surrogate (`"\\ud800"`)
+    becomes U+FFFD, in the text and in what it parses to.
     """
     if isinstance(raw, dict):
-        return raw, json.dumps(raw, ensure_ascii=False)
+        parsed, _ = parse_arguments(json.dumps(raw))
+        return parsed, json.dumps(parsed, ensure_ascii=False)
+    text = _SURROGATE.sub("\ufffd", raw)
     try:
         parsed = (
-            json.loads(raw, parse_constant=_not_json, parse_float=_finite) if raw.strip() else {}
+            json.loads(text, parse_constant=_not_json, parse_float=_finite) if text.strip() else {}
         )
     except (ValueError, RecursionError):
-        return None, raw
-    return (parsed if isinstance(parsed, dict) else None), raw
+        return None, text
+    if not isinstance(parsed, dict):
+        return None, text
+    return (_encodable(parsed) if _SURROGATE_ESCAPE.search(text) else parsed), text
 
 
 def _provider_ids(calls: Sequence[ProposedCall]) -> list[str | None]:
@@ -312,17 +350,18 @@ def think(
     provider_ids = _provider_ids(reply.calls[:limit])
     for index, proposed in enumerate(reply.calls[:limit]):
         arguments, raw = parse_arguments(proposed.arguments)
+        name = _encodable(proposed.name)
         shown = arguments if arguments is not None else raw
-        reason = approval_reason(rules.get(proposed.name), arguments)
+        reason = approval_reason(rules.get(name), arguments)
         calls.append(
             ToolCall(
                 call_id=call_id_for(number, index),
                 step=number,
                 index=index,
-                name=proposed.name,
+                name=name,
                 arguments=arguments,
                 raw_arguments=raw,
-                fingerprint=call_fingerprint(proposed.name, shown),
+                fingerprint=call_fingerprint(name, shown),
                 needs_approval=reason is not None,
                 approval_reason=reason,
                 provider_call_id=provider_ids[index],

@@ -5,6 +5,7 @@ Decisions, cancel and approval rules are in test_decisions.py, budgets in test_b
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -256,6 +257,27 @@ def test_think_records_malformed_arguments_as_none(
     (call,) = change.step.calls
     assert call.arguments == arguments
     assert call.raw_arguments == raw
+    assert change.head.status is Status.EXECUTING
+
+
+@pytest.mark.parametrize(
+    ("name", "raw"),
+    [
+        pytest.param("read_file", '{"path": "\\ud800.py"}', id="in_a_value"),
+        pytest.param("read_file", '{"\\udcff": 1}', id="in_a_key"),
+        pytest.param("read_file", '{"path": "a.py", "x": "\ud800"}', id="in_the_text"),
+        pytest.param("read\udcfffile", "{}", id="in_the_name"),
+    ],
+)
+def test_a_lone_surrogate_in_a_call_is_recorded_as_u_fffd(build: Any, name: str, raw: str) -> None:
+    # a JSON \ud800 decodes to a character no UTF-8 holds: the fingerprint could not be
+    # taken (the tick failed INTERNAL), and no database stores it; it is kept as the store
+    # keeps any such text
+    change = build.think(build.head(), build.reply((name, raw)))
+    (call,) = change.step.calls
+    shown = json.dumps([call.name, call.arguments, call.raw_arguments], ensure_ascii=False)
+    assert "\ufffd" in shown
+    assert shown.encode()
     assert change.head.status is Status.EXECUTING
 
 
