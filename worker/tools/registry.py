@@ -497,14 +497,27 @@ def run_tool(
         # a ToolError is the tool's answer (a path outside the workspace, a bad pattern):
         # its message says it all; anything else is a bug worth its traceback
         expected = isinstance(error, ToolError)
+        kind, message = type(error).__name__, str(error)
         log.info(
             "tool %s (%s) raised %s: %s",
             tool.name,
             ctx.idempotency_key,
-            type(error).__name__,
-            error,
+            kind,
+            _first_line(message) if expected else message,
             exc_info=None if expected else error,
         )
-        kind, message = type(error).__name__, str(error)
         return result(f"{kind}: {message}" if message else kind, True)
     return result(render_output(outcome.get("value")), False)
+
+
+#: the longest first line of a tool's error the log keeps
+LOGGED_ERROR_CHARS = 300
+
+
+def _first_line(message: str) -> str:
+    """A tool's error as the log keeps it: its first line, cut at LOGGED_ERROR_CHARS (what
+    follows, a killed command's output say, is the model's to read, not the log's)."""
+    line = message.split("\n", 1)[0]
+    if len(line) > LOGGED_ERROR_CHARS:
+        return f"{line[:LOGGED_ERROR_CHARS]}... ({len(line) - LOGGED_ERROR_CHARS} more characters)"
+    return line

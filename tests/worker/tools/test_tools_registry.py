@@ -227,6 +227,27 @@ def test_an_exception_becomes_an_error_observation(
     assert traced == {"ValueError: bad n 3": True, "ToolError: no such thing": False}
 
 
+def test_a_tool_error_s_long_output_is_not_logged(
+    make_ctx: Callable[..., ToolContext], caplog: pytest.LogCaptureFixture
+) -> None:
+    # a command killed at its output cap says so with the output it made: up to 10 MB the
+    # model wrote for, which went whole into the worker's log at every such call
+    flood = "y\n" * 1_000_000
+
+    @tool
+    def killed() -> str:
+        """Killed at its output cap."""
+        raise ToolError(f"the command was killed: its output passed 10 bytes\n{flood}")
+
+    caplog.set_level("INFO", logger="tickwork")
+    result = run_tool(killed, {}, make_ctx(), max_output_chars=1_000)
+    assert result.output.startswith("ToolError: the command was killed") and result.is_error
+    (record,) = caplog.records
+    logged = record.getMessage()
+    assert logged.endswith("raised ToolError: the command was killed: its output passed 10 bytes")
+    assert len(logged) < 500
+
+
 def test_non_string_results_are_json(make_ctx: Callable[..., ToolContext]) -> None:
     @dataclass
     class Point:
