@@ -32,12 +32,12 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, ValidationError
 from tickwork.fsm import context
 from tickwork.fsm.errors import ConfigurationError, PermanentModelError, TransientModelError
-from tickwork.fsm.values import ModelReply, ProposedCall, Usage
+from tickwork.fsm.values import BUDGET_MAXIMA, ModelReply, ProposedCall, Usage
 from tickwork.worker.models.base import (
     Message,
     ModelSettings,
@@ -88,10 +88,22 @@ class ScriptedError(_ScriptPart):
     retry_after_s: float | None = Field(default=None, ge=0)
 
 
+#: a token count of a script's `usage`: not below 0 (it would take tokens and cost off the
+#: session's bill), not past what a token budget can be
+_Count = Annotated[int, Field(ge=0, le=int(BUDGET_MAXIMA["max_tokens"]))]
+
+
+class ScriptedUsage(_ScriptPart):
+    prompt_tokens: _Count = 0
+    completion_tokens: _Count = 0
+    cached_prompt_tokens: _Count = 0
+    cache_creation_tokens: _Count = 0
+
+
 class ScriptedReply(_ScriptPart):
     content: StrictStr = ""
     tool_calls: tuple[ScriptedCall, ...] = ()
-    usage: Usage | None = None
+    usage: ScriptedUsage | None = None
     delay_s: float = Field(default=0.0, ge=0, allow_inf_nan=False)
     error: ScriptedError | None = None
 
@@ -164,7 +176,11 @@ class ScriptedModel:
         return ModelReply(
             content=reply.content,
             calls=calls,
-            usage=reply.usage if reply.usage is not None else _estimated(messages, written),
+            usage=(
+                Usage(**reply.usage.model_dump())
+                if reply.usage is not None
+                else _estimated(messages, written)
+            ),
             model=SCRIPTED,
             latency_ms=(time.perf_counter() - started) * 1000,
         )

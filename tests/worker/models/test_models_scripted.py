@@ -194,6 +194,16 @@ def test_error_entries_raise(write_script):
         ([{"tool_calls": [{"name": "x", "arguments": [1]}]}], "tool_calls.0.arguments"),
         ([{"contents": "typo"}], "replies[0] is not valid: contents"),
         ([{"delay_s": -1}], "replies[0] is not valid: delay_s"),
+        # a negative count took tokens and cost off the session's bill, past its budgets
+        (
+            [{"usage": {"prompt_tokens": -1000000, "completion_tokens": 5}}],
+            "replies[0] is not valid: usage.prompt_tokens: Input should be greater than or "
+            "equal to 0",
+        ),
+        (
+            [{"usage": {"completion_tokens": 2**53}}],
+            "replies[0] is not valid: usage.completion_tokens: Input should be less than or equal",
+        ),
         ([{"error": {"message": "m"}}], "replies[0] is not valid: error.transient"),
     ],
 )
