@@ -28,7 +28,8 @@ def write_bundle(head: Head, files: Workspaces, dest: Path) -> str:
     before = files.base(head.config["files"])
     after, _ = files.manifest(head)
     branch = f"tickwork/{head.id}"
-    with clone_at(str(source["url"]), str(source["commit"])) as clone:
+    untrusted = source.get("untrusted") is True
+    with clone_at(str(source["url"]), str(source["commit"]), untrusted=untrusted) as clone:
         for rel in before:
             if rel not in after:
                 (clone / rel).unlink(missing_ok=True)

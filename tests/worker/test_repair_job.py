@@ -268,6 +268,35 @@ def test_a_git_source_is_resolved_to_a_commit_at_submit(
         )
 
 
+def test_an_untrusted_repository_is_cloned_again_by_the_same_rules(
+    project: Path, state: Path, artifacts: DirectoryArtifacts
+) -> None:
+    # `tickwork patch --bundle` clones the source again: an https URL an API client gave
+    # was cloned with the host's git defaults, to wherever its name resolved by then (a
+    # name checked public at submit may point at the metadata service now) and following
+    # redirects; it is checked and pinned again, as at submit
+    git = functools.partial(testing.git, project)
+    shutil.rmtree(project / ".git")
+    git("init", "-q", "-b", "main")
+    git("add", "pkg", "README.md")
+    git("commit", "-qm", "one")
+    data = {"repo": str(project), "test_command": PASS}
+    untrusted = prepare(
+        data,
+        state_dir=state,
+        artifacts=artifacts,
+        trusted=False,
+        workspace_roots=(project.parent,),
+    )
+    assert untrusted["source"]["untrusted"] is True
+    assert "untrusted" not in prepare(data, state_dir=state, artifacts=artifacts)["source"]
+    with sources.clone_at(str(project), untrusted["source"]["commit"], untrusted=True) as clone:
+        assert (clone / "README.md").is_file()
+    refused = pytest.raises(InvalidInput, match=r"resolves to 127\.0\.0\.1, which is not a public")
+    with refused, sources.clone_at("https://127.0.0.1/x.git", "0" * 40, untrusted=True):
+        pass
+
+
 def test_a_project_directory_given_as_a_repository_is_told_to_use_workspace(
     tmp_path: Path, state: Path, artifacts: DirectoryArtifacts
 ) -> None:

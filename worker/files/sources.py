@@ -480,12 +480,15 @@ def _alternate(line: bytes) -> str:
 
 
 @contextlib.contextmanager
-def clone_at(url: str, commit: str) -> Iterator[Path]:
-    """A temporary clone of `url` checked out at `commit`."""
+def clone_at(url: str, commit: str, *, untrusted: bool = False) -> Iterator[Path]:
+    """A temporary clone of `url` checked out at `commit`. `untrusted`: the URL came from an
+    untrusted submission, and its https host is checked and pinned again as at submit (it
+    may resolve elsewhere now, or redirect)."""
     with tempfile.TemporaryDirectory(prefix="tickwork-clone-") as tmp:
         clone = Path(tmp) / "repo"
+        args = _clone_args(url, _local(url), trusted=not untrusted)
         try:
-            _git("clone", "--quiet", "--no-checkout", "--", _local(url), str(clone))
+            _git(*args, str(clone), limit=MAX_CLONE_BYTES if untrusted else None)
             _git("-c", "advice.detachedHead=false", "checkout", "-q", "--detach", commit, cwd=clone)
         except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
             detail = getattr(exc, "stderr", "") or str(exc)
@@ -541,6 +544,8 @@ def repository(
     found = {"kind": "repo", "url": url, "ref": ref, "commit": commit, "files": count, "base": base}
     if version is not None:
         found["version"] = version
+    if not trusted:  # cloned again for a bundle: by the same rules
+        found["untrusted"] = True
     return found
 
 
