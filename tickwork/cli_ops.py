@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 
     from tickwork.worker.config.settings import Settings
 
+    from .api.settings import ApiSettings
+
 
 class Pool(StrEnum):
     PREFORK = "prefork"  #: processes; a crash takes one child, not the worker
@@ -468,6 +470,25 @@ def _no_sqlite_file(url: str) -> bool:
     return path is not None and not path.exists()
 
 
+def _check_named_files(settings: Settings, api: ApiSettings) -> None:
+    """Read the files the settings name as the processes that use them do: a tenants, roles
+    or tokens file they would refuse is refused here too (ConfigurationError naming it), so
+    an edit can be checked before the workers and the API read it (they keep the old one)."""
+    from tickwork.worker.config.settings import RoleSettings
+    from tickwork.worker.config.tenants import Tenants, TenantSettings
+    from tickwork.worker.jobs import BUILTIN, Jobs
+
+    from .api.auth import index
+
+    Tenants.of(settings.section(TenantSettings))
+    roles_file = settings.section(RoleSettings).roles_file
+    if roles_file is not None:
+        jobs = Jobs((), roles_file=roles_file)
+        for name in BUILTIN:
+            jobs.roles(name)
+    index(api.tokens())
+
+
 def config(json_output: options.Json = False) -> None:
     """Show every setting in force, secrets masked: the deployment's, a worker's /metrics and
     webhooks, and `tickwork serve`'s."""
@@ -480,6 +501,7 @@ def config(json_output: options.Json = False) -> None:
 
     settings = load_settings()
     others = [read_settings(kind) for kind in (*worker_sections(), ApiSettings)]
+    _check_named_files(settings, next(o for o in others if isinstance(o, ApiSettings)))
     shown = settings.masked(*others)
     if shown.get("webhook_url"):  # receivers keep their secret in the path, as logs know
         shown["webhook_url"] = masked_url(shown["webhook_url"])

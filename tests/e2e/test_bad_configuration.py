@@ -328,3 +328,35 @@ def test_a_worker_whose_broker_does_not_answer_says_which_setting_points_there(
             worker.stderr.close()
     assert line.startswith("warning: the broker at redis://:****@127.0.0.1:1/0"), line
     assert "(TICKWORK_BROKER_URL) does not answer" in line and "secret" not in line
+
+
+def test_config_refuses_the_files_a_worker_or_the_api_would_refuse(tmp_path: Path) -> None:
+    # before, `tickwork config` printed the files' names and exited 0 while a worker or
+    # `tickwork serve` refused them at start (and, running, kept the old one): an operator
+    # checking an edit with it was told nothing was wrong
+    cli = Cli(_bare_env(TICKWORK_STATE_DIR=str(tmp_path / "state")), tmp_path)
+    tenants = tmp_path / "tenants.json"
+    tenants.write_text('{"team-a": {"max_inflight": 3}}')
+    roles = tmp_path / "roles.json"
+    roles.write_text('{"repair": {"explorer": {"tools": ["no_such_tool"]}}}')
+    tokens = tmp_path / "tokens.json"
+    tokens.write_text('{"short": {"name": "alice", "roles": ["approver"]}}')
+    tenants_refused, roles_refused, tokens_refused = at_once(
+        lambda: cli("config", ok=False, TICKWORK_TENANTS_FILE=str(tenants)),
+        lambda: cli("config", ok=False, TICKWORK_ROLES_FILE=str(roles)),
+        lambda: cli("config", ok=False, TICKWORK_API_TOKENS_FILE=str(tokens)),
+    )
+    tenants_refused.error(2, str(tenants), "team-a.max_inflight")
+    roles_refused.error(2, str(roles), "no_such_tool")
+    tokens_refused.error(2, "alice", "shorter than 16 characters")
+    tenants.write_text('{"team-a": {"max_in_flight": 3}}')
+    roles.write_text('{"repair": {"explorer": {"tools": ["read_file"]}}}')
+    tokens.write_text('{"a-long-enough-token-0123": {"name": "alice", "roles": ["approver"]}}')
+    shown = cli.inline(
+        "config",
+        "--json",
+        TICKWORK_TENANTS_FILE=str(tenants),
+        TICKWORK_ROLES_FILE=str(roles),
+        TICKWORK_API_TOKENS_FILE=str(tokens),
+    ).json()
+    assert shown["tenants_file"] == str(tenants)
