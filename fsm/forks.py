@@ -121,6 +121,11 @@ def fork(
     """
     last = parent.head.step
     if not 0 <= from_step <= last:
+        if last == 0:  # "steps 1..0" and "between 0 and 0" read as a fault of their own
+            raise ForkOutOfRange(
+                f"session {parent.head.id} has no steps; fork it from step 0 (--from-step 0, "
+                f"API: from_step 0), not {from_step}"
+            )
         raise ForkOutOfRange(
             f"session {parent.head.id} has steps 1..{last}; "
             f"choose --from-step (API: from_step) between 0 and {last}, not {from_step}"
@@ -131,9 +136,10 @@ def fork(
     kept = {c.call_id: c for s in steps for c in s.calls}
     unknown = sorted(set(patch.tool_outputs) - set(kept))
     if unknown:
+        kept_steps = f"steps 1..{from_step}" if from_step else "no step (a fork from step 0)"
         raise InvalidInput(
             f"cannot patch the output of {', '.join(unknown)}: not a call of "
-            f"steps 1..{from_step} of session {parent.head.id}"
+            f"{kept_steps} of session {parent.head.id}"
         )
     if (unread := _summarised(patch, steps)) is not None:
         raise InvalidInput(f"session {parent.head.id}: {unread}")

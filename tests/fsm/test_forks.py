@@ -331,3 +331,18 @@ def test_an_instruction_past_what_the_api_takes_is_refused(build: Any, parent: S
         forked(build, parent, 2, append_instruction="i" * (MAX_INSTRUCTION_CHARS + 1))
     whole = forked(build, parent, 2, append_instruction="i" * MAX_INSTRUCTION_CHARS)
     assert len(whole.head.config["instructions"][-1]["text"]) == MAX_INSTRUCTION_CHARS
+
+
+def test_a_session_without_steps_is_forked_from_step_zero_and_told_so(build: Any) -> None:
+    # before: "has steps 1..0; choose --from-step between 0 and 0", and "not a call of
+    # steps 1..0", for a session that failed before its first step (a model error at once)
+    empty = Session(head=build.head(Status.FAILED))
+    with pytest.raises(ForkOutOfRange) as raised:
+        forked(build, empty, 2)
+    message = str(raised.value)
+    assert "has no steps" in message and "--from-step 0" in message and "not 2" in message
+    assert "1..0" not in message and "between 0 and 0" not in message
+    with pytest.raises(InvalidInput) as unknown:
+        forked(build, empty, 0, tool_outputs={"s1c0": "x"})
+    assert "s1c0" in str(unknown.value) and "1..0" not in str(unknown.value)
+    assert forked(build, empty, 0).head.step == 0
