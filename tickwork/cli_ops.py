@@ -123,9 +123,36 @@ def worker(
     app = make_app(settings)
     if not settings.embedded_broker:
         _say_if_the_broker_is_away(app, settings)
-    code = app.start(argv)
+    code, stopped_by = _run_celery(app, argv)
+    if stopped_by == "SIGINT":  # Ctrl-C: Celery says 1, as for a failure
+        raise typer.Exit(130)
     if code:
         raise typer.Exit(code)
+
+
+def _run_celery(app: Any, argv: list[str]) -> tuple[int, str | None]:
+    """Celery's command line on `argv`: its exit code, and the signal that stopped the
+    worker (None if none did). `app.start` drops the code, so a worker that stopped on an
+    unrecoverable error (a queue declared with another type) exited 0."""
+    import click
+    from celery.bin.celery import celery as command
+    from celery.signals import worker_shutting_down
+
+    signals: list[str] = []
+
+    def note(sig: str = "", **_: Any) -> None:
+        signals.append(sig)
+
+    worker_shutting_down.connect(note, weak=False)
+    command.params[0].default = app
+    try:
+        code = command.main(args=argv, standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        code = exc.exit_code
+    finally:
+        command.params[0].default = None
+        worker_shutting_down.disconnect(note)
+    return (code if isinstance(code, int) else 0), (signals[0] if signals else None)
 
 
 def _say_if_the_broker_is_away(app: Any, settings: Settings) -> None:
