@@ -266,7 +266,11 @@ class Writes(Deployment):
                 )
             elif call.name in tools:
                 edited = tools.get(call.name)
-                arguments = edited.validate(dict(arguments))
+                arguments = edited.validate(
+                    dict(arguments),
+                    again=f"edit call {call_id} again with corrected arguments (or approve or "
+                    "reject it as proposed)",
+                )
                 try:
                     edited.check_paths(arguments)
                 except ToolError as exc:  # a path that leaves the workspace, a bad patch

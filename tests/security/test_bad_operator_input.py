@@ -169,8 +169,13 @@ def test_decisions_that_may_not_be_taken_are_refused_and_write_nothing(env: Env)
         ),
     ]
     for error, fragment, attempt in refusals:
-        with pytest.raises(error, match=fragment):
+        with pytest.raises(error, match=fragment) as refused:
             attempt()
+        # said to the person who edited, not to the model: before, "call it again with
+        # corrected arguments", as a model's own bad call is told
+        assert "call it again" not in str(refused.value)
+        if error is InvalidToolArguments:
+            assert "edit call s1c0 again with corrected arguments" in str(refused.value)
     assert count(env, decisions) == 0 or all(
         d.call_id != "s1c0" for d in env.load(session_id).decisions
     )

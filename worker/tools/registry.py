@@ -210,8 +210,11 @@ class Tool:
         """The arguments in one line, e.g. `read_file(path: string, start_line: integer = 1)`."""
         return signature_line(self.name, self.schema)
 
-    def validate(self, arguments: Any) -> dict[str, Any]:
-        """The arguments as the function's keyword arguments, or `InvalidToolArguments`."""
+    def validate(
+        self, arguments: Any, *, again: str = "call it again with corrected arguments"
+    ) -> dict[str, Any]:
+        """The arguments as the function's keyword arguments, or `InvalidToolArguments`
+        ending with `again`: what whoever gave them (the model, a person's edit) does next."""
         if not isinstance(arguments, Mapping):
             raise InvalidToolArguments(
                 f"the arguments of {self.name} must be a JSON object, got "
@@ -223,7 +226,7 @@ class Tool:
             problems = "; ".join(explain_error(error) for error in exc.errors(include_url=False))
             raise InvalidToolArguments(
                 f"invalid arguments for {self.name}: {problems}. Expected {self.signature()}; "
-                "call it again with corrected arguments"
+                f"{again}"
             ) from None
         return {param: getattr(model, name) for param, name in self.param_fields.items()}
 
