@@ -65,6 +65,22 @@ def test_the_masker_masks_patterns_secret_variables_and_url_passwords() -> None:
     assert json.dumps(nested).count(MASK) == 3 and nested["n"] == 3
 
 
+def test_a_variable_naming_a_secrets_file_is_not_masked_as_a_secret() -> None:
+    # before, the path of TICKWORK_API_TOKENS_FILE was masked wherever it appeared: the
+    # server's log of a tokens file it did not take said `TICKWORK_API_TOKENS_FILE **** is
+    # not JSON`, hiding which file (`tickwork config` showed it, settings named *_file being
+    # no secret there)
+    path = "/etc/tickwork/tokens.json"
+    masker = Masker.from_settings(
+        Settings(), {"TICKWORK_API_TOKENS_FILE": path, "DB_PASSWORD_FILE": "/run/secrets/db-pw"}
+    )
+    said = f"TICKWORK_API_TOKENS_FILE {path} is not JSON; see /run/secrets/db-pw"
+    assert masker.text(said) == said
+    assert masker.text(ENV_KEY) == ENV_KEY  # nothing else was taken for a secret either
+    secret = Masker.from_settings(Settings(), {"TICKWORK_WEBHOOK_SECRET": ENV_KEY})
+    assert secret.text(f"signed with {ENV_KEY}") == f"signed with {MASK}"
+
+
 def test_mask_hides_url_passwords_and_secret_query_parameters() -> None:
     text = "see https://u:pass-word1@h/p?api_key=k-123&x=1&Token=t-9#f and ?page=2"
     assert mask(text) == "see https://u:****@h/p?api_key=****&x=1&Token=****#f and ?page=2"

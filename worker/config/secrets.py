@@ -7,7 +7,8 @@ the dead-letter export) or into the worker's log. `Masker` replaces, with `****`
 
 - every match of the configured `secret_patterns` (`TICKWORK_SECRET_PATTERNS`),
 - the values of this process's secret environment variables (names containing key,
-  secret, token or password, e.g. `OPENAI_API_KEY`), wherever they appear,
+  secret, token or password, e.g. `OPENAI_API_KEY`, but not those ending in `_FILE`, which
+  name a file), wherever they appear,
 - passwords in URLs (`scheme://user:PASSWORD@host`) and the values of query parameters
   whose name says secret (`?access_token=VALUE`).
 
@@ -112,7 +113,13 @@ def mask(text: str, patterns: Iterable[str] = ()) -> str:
 def secret_values(settings: MaskSettings, environ: Mapping[str, str] | None = None) -> list[str]:
     """Values to mask wherever they appear: secret environment variables, URL passwords."""
     environ = os.environ if environ is None else environ
-    values = [v for name, v in environ.items() if SECRET_NAMES.search(name) and v]
+    # a `*_FILE` variable names where a secret is kept (TICKWORK_API_TOKENS_FILE, Docker's
+    # FOO_PASSWORD_FILE): its path is no secret, and masking it hid which file a log meant
+    values = [
+        v
+        for name, v in environ.items()
+        if SECRET_NAMES.search(name) and not name.upper().endswith("_FILE") and v
+    ]
     for url in (settings.database_url, settings.broker_url):
         found = _URL_PASSWORD.search(url or "")
         if found:
