@@ -253,8 +253,14 @@ def sessions_table(heads: Iterable[Mapping[str, Any]]) -> Table:
 
 def archived_table(entries: Iterable[Mapping[str, Any]]) -> Table:
     """Archived sessions as `tickwork ls --archived` shows them."""
+    entries = list(entries)
     table = _listing_table("archived sessions, the latest archived first")
-    for name in ("ID", "STATUS", "CREATED", "FINISHED", "ARCHIVED", "KIND", "FORK OF"):
+    # a listing of several tenants (--tenant '*') says whose each session is, as `ls` does
+    tenants = len({e.get("tenant") for e in entries}) > 1
+    columns = ("ID", "STATUS", "CREATED", "FINISHED", "ARCHIVED", "KIND", "FORK OF")
+    if tenants:
+        columns = (*columns[:-1], "TENANT", "FORK OF")
+    for name in columns:
         table.add_column(name, no_wrap=name not in ("KIND", "FORK OF"), overflow="fold")
 
     def at(value: str | None) -> str:
@@ -262,15 +268,17 @@ def archived_table(entries: Iterable[Mapping[str, Any]]) -> Table:
 
     for e in entries:
         parent = f"{e['parent_id']} @{e['fork_step']}" if e["parent_id"] else ""
-        table.add_row(
+        cells: list[RenderableType] = [
             Text(e["id"]),
             status(e["status"]),
             at(e["created_at"]),
             at(e["finished_at"]),
             at(e["archived_at"]),
             Text(e["kind"]),
-            Text(parent),
-        )
+        ]
+        if tenants:
+            cells.append(Text(str(e.get("tenant") or "")))
+        table.add_row(*cells, Text(parent))
     return whole(table)
 
 

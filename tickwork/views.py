@@ -53,6 +53,7 @@ def archived_entry(entry: Entry) -> dict[str, Any]:
         "id": entry.session_id,
         "status": entry.status,
         "kind": entry.kind,
+        "tenant": entry.tenant,
         "parent_id": entry.parent_id,
         "fork_step": entry.fork_step,
         "created_at": entry.created_at.isoformat(),

@@ -47,8 +47,8 @@ def test_an_archived_session_is_listed_patched_and_forked(
     env = {"TICKWORK_RETENTION_ARCHIVE_URL": archive.as_uri()}
 
     listed = cli.inline("ls", "--archived", "--json", **env).json()
-    assert [(e["id"], e["status"], e["kind"]) for e in listed] == [
-        (session_id, "completed", "repair")
+    assert [(e["id"], e["status"], e["kind"], e["tenant"]) for e in listed] == [
+        (session_id, "completed", "repair", "default")
     ]
     assert session_id in cli.inline("ls", "--archived", **env).stdout
     assert cli.inline("ls", "--archived", "--status", "failed", **env).stdout.startswith(
@@ -83,3 +83,39 @@ def test_an_archived_session_looked_for_in_another_archive_names_the_setting(
         cli.inline(*command, ok=False).error(
             1, f"session {session_id} was archived to day=", "TICKWORK_RETENTION_ARCHIVE_URL"
         )
+
+
+def test_an_archived_listing_of_several_tenants_says_whose_each_session_is() -> None:
+    # before, `ls --archived --tenant '*'` listed every tenant's sessions without saying
+    # whose (`ls --tenant '*'` has a TENANT column), and --json had no tenant
+    from rich.console import Console
+
+    from tickwork.render import archived_table
+
+    def entry(session_id: str, tenant: str) -> dict[str, object]:
+        at = "2026-12-06T00:30:00+00:00"
+        return {
+            "id": session_id,
+            "status": "completed",
+            "kind": "repair",
+            "tenant": tenant,
+            "parent_id": None,
+            "fork_step": None,
+            "created_at": at,
+            "finished_at": at,
+            "archived_at": at,
+            "location": "day=2026-12-06/x",
+        }
+
+    def shown(*entries: dict[str, object]) -> str:
+        console = Console(width=200, record=True)
+        console.print(archived_table(entries))
+        return console.export_text()
+
+    several = shown(entry("s-a", "team-a"), entry("s-b", "team-b"))
+    assert "TENANT" in several
+    assert [line.split()[-1] for line in several.splitlines() if line.strip().startswith("s-")] == [
+        "team-a",
+        "team-b",
+    ]
+    assert "TENANT" not in shown(entry("s-a", "team-a"))
