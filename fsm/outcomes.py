@@ -12,10 +12,11 @@ repaired anything, so a list of sessions never shows a failed repair like a succ
   command was not found (exit 126 or 127 from the shell), the shell, make or tox refused
   it (`refused_command`: a syntax error, a leading `cd` that failed, a make goal no rule
   makes or a recipe command not installed, tox that could not install its environment),
-  a `python -m RUNNER` command's runner is not installed (`missing_runner`), the sandbox
-  could not start, or the runner found no test to run (`no_tests_ran`: unittest's "Ran 0
-  tests", pytest's exit 5, or its exit 4, a usage error: an option of `addopts` no plugin
-  takes, a conftest that fails);
+  a `python -m RUNNER` command's runner is not installed (`missing_runner`), pytest stopped
+  at collection on a module the environment lacks that is not the project's own
+  (`missing_module`), the sandbox could not start, or the runner found no test to run
+  (`no_tests_ran`: unittest's "Ran 0 tests", pytest's exit 5, or its exit 4, a usage
+  error: an option of `addopts` no plugin takes, a conftest that fails);
 - `no_changes`: the patch is empty (or could not be made: there is none to apply).
 
 When several apply, the first of this order wins:
@@ -32,7 +33,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from enum import StrEnum
 from pathlib import PurePosixPath
 from typing import Any
@@ -43,6 +44,7 @@ __all__ = [
     "Outcome",
     "changed_tests",
     "hidden_failure",
+    "missing_module",
     "missing_runner",
     "no_tests_ran",
     "outcome_of",
@@ -141,6 +143,25 @@ def missing_runner(command: str, output: str) -> str | None:
             if re.search(rf"No module named (?:{names})(?![\w.'])", output):
                 return module
     return None
+
+
+#: Python's word for a module it could not import; pytest's for a run it stopped at collection
+_NO_MODULE = re.compile(r"\bNo module named '?([\w.]+)'?")
+_COLLECTION_STOPPED = re.compile(r"Interrupted: \d+ errors? during collection")
+
+
+def missing_module(exit_code: int | None, output: str, own: Collection[str]) -> str | None:
+    """The module a pytest run stopped at collection for want of (exit 2, `Interrupted: N
+    errors during collection`, `No module named 'X'`) when none it could not import is one
+    of the project's own top-level modules or packages (`own`): the environment lacks it and
+    no test ran. A module of the project's own that is missing is the code under repair's
+    fault: its tests ran as far as they could, and failed. Else None."""
+    if exit_code != 2 or not _COLLECTION_STOPPED.search(output):
+        return None
+    names = list(dict.fromkeys(_NO_MODULE.findall(output)))
+    if not names or any(name.split(".")[0] in own for name in names):
+        return None
+    return str(names[0])
 
 
 #: unittest's count line, and pytest's exit codes for "no tests collected" and for a usage
@@ -305,11 +326,16 @@ def why_tests_did_not_run(
     *,
     timed_out: bool = False,
     environment: Mapping[str, Any] | None = None,
+    own: Collection[str] | None = None,
+    setup_online: bool = True,
 ) -> str | None:
     """Why a run of the test command proved nothing about the code, or None if its tests
     ran: the shell could not find or execute it (exit 126, 127), its `python -m` runner is
-    not installed (`missing_runner`), the shell, make or tox refused it (`refused_command`), or
-    the runner found no test (`no_tests_ran`). The
+    not installed (`missing_runner`), pytest stopped at collection on a module the
+    environment lacks that is none of `own`, the project's top-level modules
+    (`missing_module`; not asked when `own` is None; `setup_online`: whether the
+    environment's setup could reach the network), the shell, make or tox refused it
+    (`refused_command`), or the runner found no test (`no_tests_ran`). The
     final test run records it as `not_run`; `run_tests` tells the model the same.
     `environment`, the session's environment record (`missing`: what the project declares
     that setup did not install; `note`: why, as setup without network), says what to do
@@ -328,6 +354,19 @@ def why_tests_did_not_run(
         )
     if timed_out:
         return None
+    if own is not None and (module := missing_module(exit_code, output, own)) is not None:
+        return (
+            f"pytest stopped at collection: the session's environment has no module {module!r}"
+            " (No module named), which is not one of the project's own, so no test ran: add "
+            "it to the project's test requirements, or give setup commands that install it "
+            "(`--setup`)"
+            + (
+                ""
+                if setup_online
+                else "; setup had no network (TICKWORK_EGRESS_ALLOW is empty, or the job's "
+                '`network` is "none"), so it could install nothing from the package index'
+            )
+        )
     return refused_command(command, exit_code, output) or no_tests_ran(command, exit_code, output)
 
 

@@ -10,6 +10,7 @@ from tickwork.fsm.outcomes import (
     Outcome,
     changed_tests,
     hidden_failure,
+    missing_module,
     missing_runner,
     no_tests_ran,
     outcome_of,
@@ -256,3 +257,47 @@ def test_failures_the_runner_counted_are_not_hidden_by_the_exit_code(
     (`pytest -q | tail -3`) read as a pass: the session ended `repaired`."""
     why = hidden_failure(exit_code, output)
     assert (why is None) if said is None else (why is not None and said in why), why
+
+
+_STOPPED = (
+    "E   ModuleNotFoundError: No module named '{}'\n"
+    "!!!!!!!!!! Interrupted: 1 error during collection !!!!!!!!!!\n1 error in 0.49s"
+)
+
+
+@pytest.mark.parametrize(
+    ("exit_code", "output", "missing"),
+    [
+        # a test requirement the environment lacks (boltons, tabulate): no test ran
+        (2, _STOPPED.format("pytz"), "pytz"),
+        (2, _STOPPED.format("hypothesis.strategies"), "hypothesis.strategies"),
+        # the project's own module is gone: the code under repair is broken
+        (2, _STOPPED.format("mypkg.sub"), None),
+        (2, _STOPPED.format("mypkg") + "\n" + _STOPPED.format("pytz"), None),
+        # not a collection stop: a test that imports in its body ran, and failed
+        (1, "E   ModuleNotFoundError: No module named 'pytz'\n1 failed in 0.1s", None),
+        (
+            2,
+            "E   ImportError: cannot import name 'x' from 'mypkg'\nInterrupted: 1 error "
+            "during collection",
+            None,
+        ),
+    ],
+)
+def test_a_module_the_environment_lacks_stopped_the_tests(
+    exit_code: int, output: str, missing: str | None
+) -> None:
+    """pytest stopped at collection for want of a module the environment lacks read as
+    failing tests (`tests_failing`), though none ran."""
+    assert missing_module(exit_code, output, {"mypkg", "tests"}) == missing
+    why = why_tests_did_not_run("python3 -m pytest", exit_code, output, own={"mypkg"})
+    assert (why is None) if missing is None else (f"{missing!r}" in (why or ""))
+
+
+def test_a_missing_module_says_when_setup_had_no_network() -> None:
+    output = _STOPPED.format("pytz")
+    online = why_tests_did_not_run("pytest", 2, output, own=set()) or ""
+    offline = why_tests_did_not_run("pytest", 2, output, own=set(), setup_online=False) or ""
+    assert "test requirements" in online and "no network" not in online
+    assert "setup had no network" in offline
+    assert why_tests_did_not_run("pytest", 2, output) is None  # the project's modules unknown

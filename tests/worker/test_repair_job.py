@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import functools
 import json
+import shlex
 import shutil
 import subprocess
 from datetime import UTC, datetime
@@ -692,3 +693,33 @@ def test_a_full_disk_at_the_end_puts_the_tick_back_instead_of_losing_the_patch()
     with pytest.raises(OSError) as raised:
         repair.finish(head, Ending(files=_FullDisk()))  # type: ignore[arg-type]
     assert raised.value.errno == errno.ENOSPC
+
+
+def _collection_stopped(module: str) -> str:
+    """pytest's words (8.x, `-q`) for a test module whose import failed, as a command."""
+    said = (
+        "ImportError while importing test module '/workspace/tests/test_dep.py'.\n"
+        f"tests/test_dep.py:1: in <module>\n    import {module}\n"
+        f"E   ModuleNotFoundError: No module named '{module}'\n"
+        "ERROR tests/test_dep.py\n"
+        "!!!!!!!!!! Interrupted: 1 error during collection !!!!!!!!!!\n1 error in 0.49s\n"
+    )
+    return f"printf %s {shlex.quote(said)}; exit 2"
+
+
+def test_a_test_module_the_environment_lacks_is_not_a_failing_test(project: Path) -> None:
+    """boltons' and tabulate's tests import what the environment did not have: pytest
+    stopped at collection (exit 2, `No module named 'X'`), no test ran, and the session
+    ended `tests_failing` as if the code were broken. A module of the project's own that is
+    missing is the code's fault: that still fails."""
+    command = _collection_stopped("not_installed_dep")
+    tests = run_final_tests(head_for({"test_command": command}), project)
+    assert tests["exit_code"] == 2 and tests["passed"] is False, tests["output"]
+    assert "'not_installed_dep'" in tests["not_run"] and "test requirements" in tests["not_run"]
+    assert repair_outcome(patch="a patch", tests=tests) is Outcome.TESTS_NOT_RUN
+    offline = run_final_tests(head_for({"test_command": command, "network": "none"}), project)
+    assert "setup had no network" in offline["not_run"]
+
+    own = run_final_tests(head_for({"test_command": _collection_stopped("pkg.renamed")}), project)
+    assert own["exit_code"] == 2 and "not_run" not in own, own["output"]
+    assert repair_outcome(patch="a patch", tests=own) is Outcome.TESTS_FAILING

@@ -25,7 +25,6 @@ from tickwork.fsm.outcomes import (
     changed_tests,
     hidden_failure,
     repair_outcome,
-    why_tests_did_not_run,
 )
 from tickwork.fsm.values import Head
 from tickwork.store.artifacts import Artifacts
@@ -43,6 +42,7 @@ from tickwork.worker.jobs.repair.toolkit import (
     TEAM_TOOLS,
     default_registry,
     run_in_workspace,
+    why_not_run,
 )
 from tickwork.worker.jobs.roles import Role, role_for
 from tickwork.worker.sandbox import egress
@@ -381,11 +381,12 @@ def run_final_tests(head: Head, workspace: Path, environment: Path | None = None
     if result.killed:
         record["killed"] = result.killed
     setup = head.result.get("environment")
-    why = why_tests_did_not_run(
+    why = why_not_run(
         command,
-        result.exit_code,
+        result,
         output,
-        timed_out=result.timed_out,
+        config=config,
+        root=workspace,
         environment=setup if isinstance(setup, Mapping) else None,
     )
     if why:

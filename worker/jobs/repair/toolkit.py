@@ -318,6 +318,46 @@ def run_in_workspace(
     )
 
 
+def own_modules(root: Path) -> frozenset[str]:
+    """The project's top-level modules and packages, as its code and tests import them: the
+    folders, `.py` files and extension modules at its root and in `src/`."""
+    names: set[str] = set()
+    for folder in (root, root / "src"):
+        try:
+            entries = list(folder.iterdir())
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.is_dir():
+                names.add(entry.name)
+            elif entry.suffix in (".py", ".so", ".pyd"):
+                names.add(entry.name.split(".")[0])
+    return frozenset(names)
+
+
+def why_not_run(
+    command: str,
+    result: ShellResult,
+    output: str,
+    *,
+    config: Mapping[str, Any],
+    root: Path,
+    environment: Mapping[str, Any] | None,
+) -> str | None:
+    """`why_tests_did_not_run` of a session's test command run in its working copy `root`,
+    `environment` its environment record."""
+    online = policy_for(config, load_settings(), setup=True) is not None
+    return why_tests_did_not_run(
+        command,
+        result.exit_code,
+        output,
+        timed_out=result.timed_out,
+        environment=environment,
+        own=own_modules(root),
+        setup_online=online,
+    )
+
+
 def _shell(ctx: ToolContext, command: str, timeout_s: float) -> ShellResult:
     result = run_in_workspace(
         command,
@@ -376,12 +416,8 @@ def run_tests(ctx: ToolContext) -> str:
     result = _shell(ctx, command, _command_timeout(ctx, wanted))
     verdict = "tests passed" if result.exit_code == 0 else "tests FAILED"
     output = result.describe()
-    why = why_tests_did_not_run(
-        command,
-        result.exit_code,
-        output,
-        timed_out=result.timed_out,
-        environment=ctx.setup,
+    why = why_not_run(
+        command, result, output, config=ctx.config, root=_root(ctx), environment=ctx.setup
     )
     if why:
         return f"tests did NOT run: {why} ({command})\n{output}"
