@@ -188,6 +188,28 @@ def test_expected_tests_run_on_the_result_and_decide_success(
     assert "not found" in absent.expected_tests_output
 
 
+def test_expected_tests_that_failed_behind_a_pipe_are_not_a_pass(
+    client: Tickwork, tmp_path: Path
+) -> None:
+    """`pytest -q | tail -3` exits as `tail`, 0: the expected tests counted failures and
+    the task was a success. The runner's own summary decides, as for the repair's outcome."""
+    (calc,) = _subset(read_tasks(DEMO), "calc-average").tasks
+    piped = "printf 'FAILED tests/test_calc.py::test_x\\n1 failed, 3 passed in 0.05s\\n' | tail -1"
+    passed = "printf '4 passed in 0.05s\\n' | tail -1"
+    tasks = TaskSet(
+        path="t.jsonl",
+        tasks=(
+            replace(calc, id="piped", expected_tests=piped),
+            replace(calc, id="passed", expected_tests=passed),
+        ),
+    )
+    done, _, _ = _run(client, tasks, SCRIPTED, tmp_path)
+    piped_result, passed_result = done.results
+    assert (piped_result.expected_tests, piped_result.success) == ("fail", False)
+    assert "`1 failed, 3 passed in 0.05s`" in piped_result.expected_tests_output
+    assert (passed_result.expected_tests, passed_result.success) == ("pass", True)
+
+
 def test_expected_tests_open_no_folder_a_link_in_the_source_points_at(
     client: Tickwork, tmp_path: Path
 ) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tickwork.fsm.errors import TickworkError
-from tickwork.fsm.outcomes import NOT_FOUND_EXIT_CODES
+from tickwork.fsm.outcomes import NOT_FOUND_EXIT_CODES, hidden_failure
 from tickwork.fsm.values import Head
 
 if TYPE_CHECKING:
@@ -32,7 +32,8 @@ MAX_OUTPUT_CHARS = 2_000
 
 @dataclass(frozen=True)
 class Checked:
-    #: "pass", "fail" (it ran and failed, or ran out of time) or "not_run"
+    #: "pass", "fail" (it ran and failed, or ran out of time, or exited 0 though its
+    #: runner's summary counted failures: `hidden_failure`) or "not_run"
     verdict: str
     #: the end of its output, or why it could not run
     detail: str
@@ -87,9 +88,13 @@ def run_expected_tests(client: Tickwork, head: Head, command: str, *, timeout_s:
         return Checked("not_run", f"the expected tests could not run: {why}")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    output = result.describe()[-MAX_OUTPUT_CHARS:]
+    said = result.describe()
+    output = said[-MAX_OUTPUT_CHARS:]
     if result.exit_code in NOT_FOUND_EXIT_CODES:
         return Checked("not_run", f"the expected tests' command was not found: {output}")
+    if hidden := hidden_failure(result.exit_code, said):
+        # `pytest -q | tail -3` exits as `tail`: the runner's own summary decides
+        return Checked("fail", f"{hidden}\n{output}")
     return Checked("pass" if result.exit_code == 0 and not result.timed_out else "fail", output)
 
 
