@@ -165,6 +165,47 @@ def test_a_project_without_a_vcs_version_plugin_records_no_version(tmp_path: Pat
     assert "version" not in _submitted(folder, tmp_path)
 
 
+_CACHETOOLS = """\
+[build-system]
+requires = ["setuptools >= 80", "setuptools-scm >= 8.2"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "cachetools"
+dynamic = ["version"]
+
+[tool.setuptools.dynamic]
+version = {attr = "cachetools.__version__"}
+"""
+
+
+def test_setuptools_scm_as_a_build_requirement_alone_gives_no_version_setuptools_reads(
+    tmp_path: Path,
+) -> None:
+    """cachetools requires setuptools-scm to build but takes its version from an `attr`
+    of its own: its card said a version was given to the build, and its key carried it."""
+    assert versions.scm({"pyproject.toml": _CACHETOOLS.encode()}) is None
+    static = _CACHETOOLS.replace('dynamic = ["version"]', 'version = "5.5.2"').split("[tool.")[0]
+    assert versions.scm({"pyproject.toml": static.encode()}) is None
+    made = plan(AUTO, {"pyproject.toml": _CACHETOOLS.encode()}, uses_pytest=False, online=True)
+    assert made.variables == () and made.version is None
+    folder = tmp_path / "cachetools"
+    (folder / "src" / "cachetools").mkdir(parents=True)
+    (folder / "pyproject.toml").write_text(_CACHETOOLS)
+    (folder / "src" / "cachetools" / "__init__.py").write_text('__version__ = "6.2.1"\n')
+    git(folder, "init", "-q")
+    git(folder, "add", "-A")
+    git(folder, "commit", "-qm", "first")
+    git(folder, "tag", "v6.2.1")
+    assert "version" not in _submitted(folder, tmp_path)
+    # setuptools-scm acts where asked (its table), or on a dynamic version nothing else gives
+    asked = _CACHETOOLS + "\n[tool.setuptools_scm]\n"
+    unsaid = _CACHETOOLS.split("[tool.")[0]
+    for pyproject in (asked, unsaid):
+        found = versions.scm({"pyproject.toml": pyproject.encode()})
+        assert found is not None and found.plugins == ("setuptools-scm",)
+
+
 def test_setup_is_given_the_recorded_version_and_the_key_follows_it() -> None:
     files = {"pyproject.toml": VCS_BUILDS["setuptools-scm"].format(name="scmpkg").encode()}
     tagged = {"value": "1.2.3", "from": "git describe: v1.2.3-0-gabcdef0"}

@@ -129,13 +129,12 @@ def scm(files: Mapping[str, bytes]) -> Scm | None:
     pdm_version = _table(meta, "tool", "pdm", "version")
     plugins = []
     legacy = files.get("setup.py", b"") + files.get("setup.cfg", b"")
-    # setup.py's `use_scm_version=True`, setup.cfg's `setup_requires = setuptools_scm`
-    if (
-        "setuptools-scm" in requires
-        or "setuptools_scm" in _table(meta, "tool")
-        or b"use_scm_version" in legacy
-        or b"setuptools_scm" in legacy
-    ):
+    # a `[tool.setuptools_scm]` table or setup.py's `use_scm_version=True` ask for it; a
+    # build requirement (or setup.cfg's `setup_requires = setuptools_scm`) alone acts only
+    # on a version the pyproject gives no other way (cachetools: an `attr` of its own)
+    asked = "setuptools_scm" in _table(meta, "tool") or b"use_scm_version" in legacy
+    required = "setuptools-scm" in requires or b"setuptools_scm" in legacy
+    if asked or (required and not _version_given(meta)):
         plugins.append("setuptools-scm")
     if "hatch-vcs" in requires:
         plugins.append("hatch-vcs")
@@ -163,6 +162,15 @@ def scm(files: Mapping[str, bytes]) -> Scm | None:
         tuple(dict.fromkeys(p for p in written if isinstance(p, str) and _relative(p))),
         next((f for f in fallbacks if isinstance(f, str) and valid(f)), None),
         name if isinstance(name, str) and re.fullmatch(r"[A-Za-z0-9._-]+", name) else None,
+    )
+
+
+def _version_given(meta: Mapping[str, Any]) -> bool:
+    """Whether the pyproject gives its version other than through a plugin: a static
+    `[project] version`, or setuptools' own `[tool.setuptools.dynamic] version` (`attr`,
+    `file`)."""
+    return "version" in _table(meta, "project") or bool(
+        _table(meta, "tool", "setuptools", "dynamic", "version")
     )
 
 
