@@ -670,7 +670,11 @@ def outcome(h: Mapping[str, Any], steps: list[Mapping[str, Any]]) -> list[Render
                 )
             )
     if h["error_code"]:
-        parts.append(Text(f"error: {h['error_code']}: {h['error_message']}", style="bold red"))
+        message = str(h["error_message"])
+        env = (h["result"] or {}).get("environment")
+        if h["error_code"] == "ENV_SETUP" and isinstance(env, Mapping) and _log_end(env.get("log")):
+            message = message.split("\n", 1)[0]  # its log's end is shown under `environment:`
+        parts.append(Text(f"error: {h['error_code']}: {message}", style="bold red"))
     if _graph(h) is not None:  # the final answer of a graph is its state
         state = (h["result"] or {}).get("state")
         parts.append(Text("final state:" if h["final_answer"] else "state:", style="bold"))

@@ -335,3 +335,35 @@ def test_a_repair_whose_setup_failed_posts_the_outcome_the_api_shows(
     assert card["session"]["status"] == "failed"
     assert card["session"]["outcome"] == "tests_not_run"
     assert card["error"]["code"] == "ENV_SETUP"
+
+
+def test_show_prints_a_failed_setup_s_log_once(ticks: Ticks) -> None:
+    """`tickwork show` of an ENV_SETUP failure printed the setup's log twice: at the end of
+    the error's message and again under `environment:`."""
+    import io
+
+    from rich.console import Console
+
+    from tickwork import render, views
+
+    project = ticks.tmp / f"project-{uuid.uuid4().hex[:6]}"
+    project.mkdir()
+    (project / "README").write_text("a project\n")
+    script = ticks.tmp / "never.json"
+    script.write_text(json.dumps([{"content": "never asked"}]))
+    head = ticks.client.submit(
+        "repair",
+        {
+            "workspace": str(project),
+            "test_command": "true",
+            "setup": ["echo printed-$((40 + 2)); exit 3"],
+        },
+        model=f"scripted:{script}",
+    )
+    assert ticks.run(head.id).status is Status.FAILED
+    console = Console(width=200, file=io.StringIO(), record=True)
+    console.print(render.timeline(views.session(ticks.store.load(head.id))))
+    shown = console.export_text()
+    assert "error: ENV_SETUP: the environment's setup failed" in shown
+    assert "setup stopped at" in shown and "environment: failed" in shown
+    assert shown.count("printed-42") == 1, shown
