@@ -176,8 +176,9 @@ class View:
 
 @dataclass(frozen=True)
 class Plan:
-    """What the next THINK sends: `messages` (estimated at `tokens`) under `view`, or first
-    a compaction of the steps up to `compact_through`, or nothing: `too_long` says why."""
+    """What the next THINK sends: `messages` (estimated at `tokens` with the tools' schemas
+    sent beside them) under `view`, or first a compaction of the steps up to
+    `compact_through`, or nothing: `too_long` says why."""
 
     messages: list[Message]
     view: View
@@ -404,10 +405,14 @@ def plan(
     observations: Mapping[str, Observation],
     *,
     estimate: Estimate,
+    tools: int = 0,
     force: bool = False,
 ) -> Plan:
-    """The next THINK's prompt under the session's policy; `force`: the model refused the
-    last prompt as too long, so compact now whatever the estimate says."""
+    """The next THINK's prompt under the session's policy; `tools`: the tokens of the tools'
+    schemas every call sends beside the messages, which fill the window as they do (the
+    plan's estimates count them); `force`: the model refused the last prompt as too long,
+    so compact now whatever the estimate says."""
+    estimate = _with_schemas(estimate, tools)
     view = stored_view(steps)
     sent = build(head, steps, observations, view)
     policy = policy_for(head)
@@ -467,6 +472,13 @@ def plan(
     )
 
 
+def _with_schemas(estimate: Estimate, tools: int) -> Estimate:
+    """`estimate` with the tools' schemas' `tokens` added to each prompt's."""
+    if not tools:
+        return estimate
+    return lambda messages: estimate(messages) + tools
+
+
 def _too_long(
     head: Head, steps: Sequence[Step], view: View, tokens: int, policy: Policy, force: bool
 ) -> str:
@@ -489,15 +501,17 @@ def _too_long(
     )
 
 
-def fit(messages: list[Message], policy: Policy | None, *, estimate: Estimate) -> list[Message]:
+def fit(
+    messages: list[Message], policy: Policy | None, *, estimate: Estimate, tools: int = 0
+) -> list[Message]:
     """A graph node's own messages (`ctx.generate`) under the session's policy: past the
-    target, the content of every tool message but the newest `keep` becomes a stub. The
-    node built them, so there is nothing stored to recall; the same messages always fit
-    the same way."""
-    if policy is None or estimate(messages) <= policy.limit:
+    target (with the `tools` tokens of the schemas sent beside them), the content of every
+    tool message but the newest `keep` becomes a stub. The node built them, so there is
+    nothing stored to recall; the same messages always fit the same way."""
+    if policy is None or estimate(messages) + tools <= policy.limit:
         return messages
-    tools = [i for i, m in enumerate(messages) if m.get("role") == "tool"]
-    old = set(tools[: len(tools) - policy.keep] if policy.keep else tools)
+    outputs = [i for i, m in enumerate(messages) if m.get("role") == "tool"]
+    old = set(outputs[: len(outputs) - policy.keep] if policy.keep else outputs)
     out = []
     for i, m in enumerate(messages):
         content = str(m.get("content") or "")

@@ -27,7 +27,12 @@ from typing import Any
 
 from tickwork.fsm import context
 from tickwork.fsm.values import Session, StepKind
-from tickwork.worker.models.base import estimate_prompt, estimate_tokens, transcript_text
+from tickwork.worker.models.base import (
+    estimate_prompt,
+    estimate_schemas,
+    estimate_tokens,
+    transcript_text,
+)
 
 _SUMMARISED = re.compile(r"read chunks up to n=(\d+)")
 COMPLETION_TOKENS = 12
@@ -43,6 +48,8 @@ class Request:
     messages: list[dict[str, Any]] | None = None
     #: the completion cap the request carried (`max_tokens`)
     max_tokens: int | None = None
+    #: the tools' schemas as received (kept when the server records them)
+    tools: list[dict[str, Any]] | None = None
 
 
 @dataclass
@@ -64,6 +71,8 @@ class WindowedChat:
     #: the server's tokenizer counts this share more tokens than the worker's estimate
     #: (four characters a token) does, as a real one does for code or JSON
     undercount: float = 0.0
+    #: the tools' schemas count within the window, estimated as the worker estimates them
+    counts_tools: bool = False
     log: list[Request] = field(default_factory=list)
     url: str = ""
 
@@ -76,6 +85,8 @@ class WindowedChat:
     def answer(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         messages = body["messages"]
         tokens = int(estimate_tokens(transcript_text(messages)) * (1 + self.undercount))
+        if self.counts_tools:
+            tokens += estimate_schemas(body.get("tools") or [])
         compaction = messages[-1]["role"] == "user" and "being compacted" in str(
             messages[-1].get("content")
         )
@@ -105,7 +116,13 @@ class WindowedChat:
             self._cache.append(keys)
             self.log.append(
                 Request(
-                    tokens, cached, False, compaction, self._kept(messages), body.get("max_tokens")
+                    tokens,
+                    cached,
+                    False,
+                    compaction,
+                    self._kept(messages),
+                    body.get("max_tokens"),
+                    body.get("tools") if self.record else None,
                 )
             )
         if compaction and not self.compacting.is_set():

@@ -140,3 +140,16 @@ def _long_tools() -> ToolRegistry:
 LONG = JobKind(
     name="long", system_prompt="You read a long document.", tools=_long_tools, prepare=_prepare
 )
+
+
+def _wide_tools() -> ToolRegistry:
+    registry = default_registry()
+    registry.register(read_chunk)
+    return registry
+
+
+#: the long session offered the repair tools beside `read_chunk`: schemas of about 1,900
+#: tokens that every call sends
+WIDE = JobKind(
+    name="wide", system_prompt="You read a long document.", tools=_wide_tools, prepare=_prepare
+)

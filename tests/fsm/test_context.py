@@ -271,6 +271,30 @@ def test_a_graph_nodes_short_tool_output_stays_whole_where_masked() -> None:
     ]
 
 
+def test_the_tools_schemas_count_with_the_transcript_against_the_target(build: Build) -> None:
+    """Every call sends the tools' schemas beside the messages (the repair tools' are about
+    1,100 tokens): a transcript under the target alone, past it with them, is masked."""
+    run = simulate(build, [9_200] * 3, window=10_000, keep=2)
+    head = run.head.model_copy(update={"step": len(run.steps)})
+    alone = plan(head, run.steps, run.observations, estimate=estimate)
+    assert alone.view.masked == 0 and alone.tokens <= 7_500 < alone.tokens + 1_100
+    made = plan(head, run.steps, run.observations, estimate=estimate, tools=1_100)
+    assert made.view.masked == 1 and made.compact_through is None
+    assert made.tokens == estimate(made.messages) + 1_100 <= 7_500
+
+
+def test_a_graph_nodes_tool_output_is_elided_where_the_schemas_pass_the_target() -> None:
+    policy = Policy(window=4_000, keep=1)
+    messages = [
+        {"role": "user", "content": "task"},
+        {"role": "tool", "content": "y" * 5_000},
+        {"role": "tool", "content": "z" * 5_000},
+    ]
+    assert context.fit(messages, policy, estimate=estimate) == messages
+    fitted = context.fit(messages, policy, estimate=estimate, tools=1_100)
+    assert [m["content"] for m in fitted][1:] == ["[tool output elided: 5000 bytes]", "z" * 5_000]
+
+
 def test_the_newest_three_observations_give_way_before_the_session_fails(build: Build) -> None:
     """Three observations of about 2,066 tokens in a window of 5,000: masking the oldest of
     them fits, where keeping three whole failed CONTEXT (found by an outside run)."""

@@ -25,7 +25,7 @@ def test_killed_during_a_compaction_one_compaction_is_stored(
             {"task": "read every chunk"},
             model="openai:long",
             budgets={"max_cost_usd": 0},
-            context_window=8_400,
+            context_window=8_800,
         )
         first = deployment.spawn()
         try:

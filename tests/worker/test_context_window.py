@@ -14,6 +14,7 @@ from tickwork.fsm.values import ErrorCode, EventKind, Head, Session, Status, Ste
 from tickwork.store import open_store
 from tickwork.worker.config.settings import Settings
 from tickwork.worker.jobs import Jobs
+from tickwork.worker.models.base import estimate_schemas
 from tickwork.worker.tick.advance import advance
 from tickwork.worker.tick.runtime import Runtime
 
@@ -41,10 +42,12 @@ class Long:
             settings=self.settings, store=self.store, jobs=Jobs(), publish_tick=lambda *_: None
         )
 
-    def submit(self, *, budgets: dict[str, float] | None = None, **kw: object) -> str:
+    def submit(
+        self, *, budgets: dict[str, float] | None = None, kind: str = KIND, **kw: object
+    ) -> str:
         budgets = {"max_steps": 5000, "max_tokens": 10**9, "max_cost_usd": 0, **(budgets or {})}
         return self.client.submit(
-            KIND, {"task": "read every chunk"}, model="openai:long", budgets=budgets, **kw
+            kind, {"task": "read every chunk"}, model="openai:long", budgets=budgets, **kw
         ).id
 
     def run(self, session_id: str, *, ticks: int = 10_000) -> Head:
@@ -62,7 +65,9 @@ class Long:
 
 @pytest.fixture
 def long(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Long]:
-    monkeypatch.setenv("TICKWORK_IMPORTS", '["tests.jobs:LONG", "tests.graphs:ASK"]')
+    monkeypatch.setenv(
+        "TICKWORK_IMPORTS", '["tests.jobs:LONG", "tests.jobs:WIDE", "tests.graphs:ASK"]'
+    )
     deployment = Long(tmp_path)
     yield deployment
     deployment.close()
@@ -134,6 +139,26 @@ def test_the_completion_cap_leaves_the_prompt_room_in_a_window_that_counts_both(
     assert max(r.tokens for r in chat.log) > 16_384 - 8_192, "the prompts grew past half"
     session = long.store.load(session_id)
     assert not [s for s in session.steps if s.kind is StepKind.COMPACTION]
+
+
+def test_the_tools_schemas_count_against_the_target_with_the_transcript(
+    long: Long, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every call sends the tools' schemas beside the messages (here all the repair tools',
+    about 1,900 tokens), and the server counts them in its window: a prompt whose transcript alone
+    is under the 0.75 target but is past it with them is masked, so no prompt the model reads
+    passes the target while masking can bring it under."""
+    chat = WindowedChat(window=16_384, steps=30, counts_tools=True, record=True)
+    with windowed_chat(chat):
+        monkeypatch.setenv("OPENAI_BASE_URL", chat.url)
+        session_id = long.submit(kind="tests.jobs:WIDE", context_window=16_384)
+        head = long.run(session_id)
+    assert head.status is Status.COMPLETED, head.error_message
+    assert head.final_answer == "done: read 30 chunks"
+    schemas = estimate_schemas(chat.log[0].tools or [])
+    assert schemas > 1_800, "the repair tools' schemas are sent"
+    assert max(r.tokens for r in chat.log) <= int(16_384 * context.DEFAULT_TARGET)
+    assert max(r.tokens for r in chat.log) > int(16_384 * context.DEFAULT_TARGET) - 2_048
 
 
 def test_the_call_after_a_compaction_has_the_room_of_its_own_prompt(
@@ -252,7 +277,7 @@ def test_a_fork_after_a_compaction_sends_what_the_parent_sent_at_that_step(
 ) -> None:
     with windowed_chat(WindowedChat(window=32_768, steps=30, record=True)) as chat:
         monkeypatch.setenv("OPENAI_BASE_URL", chat.url)
-        parent_id = long.submit(context_window=8_400)
+        parent_id = long.submit(context_window=8_800)
         assert long.run(parent_id).status is Status.COMPLETED
         parent = long.store.load(parent_id)
         sent = [r.messages for r in chat.answered]
@@ -296,7 +321,7 @@ def _played(session: Session) -> list[str]:
     ("steps", "window"),
     [
         pytest.param(120, None, id="past_the_span"),
-        pytest.param(40, 8_400, id="past_the_window"),
+        pytest.param(40, 8_800, id="past_the_window"),
     ],
 )
 def test_a_scripted_session_plays_its_script_in_order_across_compactions(
@@ -444,7 +469,7 @@ def test_show_and_watch_name_a_compaction(long: Long, monkeypatch: pytest.Monkey
 
     with windowed_chat(WindowedChat(window=32_768, steps=12)) as chat:
         monkeypatch.setenv("OPENAI_BASE_URL", chat.url)
-        session_id = long.submit(context_window=8_400)
+        session_id = long.submit(context_window=8_800)
         long.run(session_id)
     session = long.store.load(session_id)
     compaction = next(s for s in session.steps if s.kind is StepKind.COMPACTION)
@@ -481,7 +506,7 @@ def test_a_compaction_is_a_tick_of_its_own_in_the_traces(
     long.rt.observers.add(tracer)
     with windowed_chat(WindowedChat(window=32_768, steps=12)) as chat:
         monkeypatch.setenv("OPENAI_BASE_URL", chat.url)
-        session_id = long.submit(context_window=8_400)
+        session_id = long.submit(context_window=8_800)
         long.run(session_id)
     session = long.store.load(session_id)
     cuts = [s.compacted_through for s in session.steps if s.kind is StepKind.COMPACTION]
@@ -599,7 +624,7 @@ def test_a_compaction_answered_with_a_tool_call_says_so_and_is_billed(
     call, not an empty summary."""
     with windowed_chat(WindowedChat(window=32_768, steps=30, calls_for_summary=True)) as chat:
         monkeypatch.setenv("OPENAI_BASE_URL", chat.url)
-        session_id = long.submit(context_window=8_400, budgets={"max_model_retries": 2})
+        session_id = long.submit(context_window=8_800, budgets={"max_model_retries": 2})
         done = long.run(session_id)
     assert done.error_code is ErrorCode.MODEL_ERROR
     assert done.error_message == (
@@ -623,7 +648,7 @@ def test_a_summary_with_a_tool_call_beside_it_is_kept_and_the_call_named_not_run
     chat = WindowedChat(window=32_768, steps=12, calls_beside_summary=True)
     with windowed_chat(chat) as served:
         monkeypatch.setenv("OPENAI_BASE_URL", served.url)
-        session_id = long.submit(context_window=8_400)
+        session_id = long.submit(context_window=8_800)
         done = long.run(session_id)
     assert done.status is Status.COMPLETED, done.error_message
     session = long.store.load(session_id)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -65,3 +66,9 @@ def transcript_text(messages: list[Message]) -> str:
 def estimate_prompt(messages: Sequence[Message]) -> int:
     """A prompt's tokens as the context policy counts them (`tickwork.fsm.context`)."""
     return estimate_tokens(transcript_text(list(messages)))
+
+
+def estimate_schemas(tools: Sequence[Mapping[str, Any]]) -> int:
+    """The tokens of the tools' schemas a call sends beside its messages, estimated as a
+    prompt is: they count in the model's context window as the messages do."""
+    return estimate_tokens(json.dumps(list(tools)))

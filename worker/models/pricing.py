@@ -6,7 +6,6 @@ prompt tokens); check them against the provider's page and override what differs
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import re
@@ -18,7 +17,12 @@ from tickwork.fsm.budgets import NextCall
 from tickwork.fsm.context import MAX_WINDOW, MIN_WINDOW
 from tickwork.fsm.errors import ConfigurationError
 from tickwork.fsm.values import Usage
-from tickwork.worker.models.base import Message, estimate_tokens, transcript_text
+from tickwork.worker.models.base import (
+    Message,
+    estimate_schemas,
+    estimate_tokens,
+    transcript_text,
+)
 
 #: the model name the scripted model reports, priced at zero
 SCRIPTED = "scripted"
@@ -286,7 +290,7 @@ def next_call(
     most it may write (the model's own limit, `max_completion_tokens` if tighter, and the
     room the model's context `window` leaves after the prompt and its `tools`' schemas)."""
     prompt = estimate_tokens(transcript_text(messages))
-    read = prompt + estimate_tokens(json.dumps(list(tools)))
+    read = prompt + estimate_schemas(tools)
     if last is not None:
         prompt = max(prompt, last.total)
         read = max(read, last.total)

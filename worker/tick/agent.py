@@ -39,6 +39,7 @@ from tickwork.worker.files.workspaces import READ_ONLY_TOOLS, written_paths
 from tickwork.worker.jobs.kinds import Ending
 from tickwork.worker.models import ModelSettings, pricing
 from tickwork.worker.models.base import estimate_prompt as estimate
+from tickwork.worker.models.base import estimate_schemas
 from tickwork.worker.observers.report import ModelCall, Phase, TickReport
 from tickwork.worker.sandbox.runner import sandbox_of
 from tickwork.worker.tick.frame import Stop, Tick, run_call, tool_run
@@ -62,12 +63,18 @@ def think(tick: Tick) -> Change:
     """THINK: call the model with the transcript (or compact it first) and record its step."""
     rt, claimed, report = tick.rt, tick.claimed, tick.report
     head = claimed.head
-    prompt = context.plan(head, claimed.steps, claimed.observations, estimate=estimate)
+    tools = rt.jobs.tools(head.kind)
+    schemas = schemas_for(tools, head)
+    prompt = context.plan(
+        head,
+        claimed.steps,
+        claimed.observations,
+        estimate=estimate,
+        tools=estimate_schemas(schemas),
+    )
     messages = prompt.messages
     stored = context.stored_view(claimed.steps)
     last = claimed.steps[-1] if claimed.steps else None
-    tools = rt.jobs.tools(head.kind)
-    schemas = schemas_for(tools, head)
     policy = context.policy_for(head)
     ahead = pricing.next_call(
         messages,
@@ -212,7 +219,14 @@ def _overflow(
     if learned is not None:
         report.model = _model_failed(head.model, asked, prompt.messages, learned.head, str(exc))
         return learned
-    forced = context.plan(head, claimed.steps, claimed.observations, estimate=estimate, force=True)
+    forced = context.plan(
+        head,
+        claimed.steps,
+        claimed.observations,
+        estimate=estimate,
+        tools=estimate_schemas(schemas),
+        force=True,
+    )
     if forced.too_long is not None or forced.compact_through is None:
         # nothing to compact (or no policy: a session stored before 0.2.0) fits it
         why = forced.too_long or "the session has no context policy to compact under"

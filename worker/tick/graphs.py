@@ -48,7 +48,7 @@ from tickwork.fsm.values import (
 )
 from tickwork.worker.jobs.graphs import GraphKind, given_update, graph_kind
 from tickwork.worker.models import ModelSettings, pricing
-from tickwork.worker.models.base import Message, estimate_prompt
+from tickwork.worker.models.base import Message, estimate_prompt, estimate_schemas
 from tickwork.worker.observers.report import ModelCall, Phase
 from tickwork.worker.sandbox.runner import sandbox_of
 from tickwork.worker.tick.frame import Stop, Tick, run_call
@@ -99,7 +99,12 @@ class NodeContext:
         model = self.rt.model(self.head.model)
         registry = self.rt.jobs.tools(self.head.kind)
         schemas = registry.schemas(list(tools)) if tools is not None else []
-        sent = context.fit(messages, context.policy_of(self.head.config), estimate=estimate_prompt)
+        sent = context.fit(
+            messages,
+            context.policy_of(self.head.config),
+            estimate=estimate_prompt,
+            tools=estimate_schemas(schemas),
+        )
         cap = self._cap(sent)
         asked = time.time_ns()
         try:
