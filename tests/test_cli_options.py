@@ -165,3 +165,30 @@ def test_a_bad_output_file_is_refused_naming_the_call(
     fork = options.Fork(from_step=1, by="ana", tool_output=text, tool_output_file=files)
     with pytest.raises(InvalidInput, match=re.escape(says)):
         fork.client_args()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [("submit", "repair"), ("fork", "s1", "--from-step", "1"), ("dlq", "fork", "k")],
+    ids=["submit", "fork", "dlq fork"],
+)
+def test_a_context_window_not_a_whole_number_says_what_to_give(
+    argv: tuple[str, ...],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`--context-window 1e5` was refused with pydantic's "Input should be a valid integer,
+    unable to parse string as an integer"."""
+    from tickwork.cli import main
+
+    monkeypatch.setenv("TICKWORK_STATE_DIR", str(tmp_path / "state"))
+    with pytest.raises(SystemExit) as exited:
+        main([*argv, "--context-window", "1e5"])
+    assert exited.value.code == 2
+    said = capsys.readouterr().err
+    assert said.startswith("error: Invalid value for '--context-window': '1e5' is not a whole ")
+    assert "number of tokens: give one from 1,024 to 10,000,000, e.g. --context-window 128000" in (
+        said
+    )
+    assert "valid integer" not in said

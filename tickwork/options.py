@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from tickwork.fsm.approvals import FINGERPRINT_LENGTH, HEX_DIGITS
+from tickwork.fsm.context import MAX_WINDOW, MIN_WINDOW
 from tickwork.fsm.errors import InvalidInput, TickworkError
 from tickwork.fsm.forks import (
     MAX_INSTRUCTION_CHARS,
@@ -82,10 +83,26 @@ Price = Annotated[
         rich_help_panel="Budgets",
     ),
 ]
+
+
+def window_tokens(text: str) -> int:
+    """`--context-window TOKENS`: a whole number (its bounds are checked where a window is
+    taken, for the API too)."""
+    try:
+        return int(text)
+    except ValueError:
+        # click says which option before it: "Invalid value for '--context-window': ..."
+        raise InvalidInput(
+            f"{text!r} is not a whole number of tokens: give one from {MIN_WINDOW:,} to "
+            f"{MAX_WINDOW:,}, e.g. --context-window 128000"
+        ) from None
+
+
 ContextWindow = Annotated[
     int | None,
     typer.Option(
         metavar="TOKENS",
+        parser=window_tokens,
         help="The model's context window; old observations are masked, then the "
         "transcript compacted, to keep each prompt under it.",
         show_default="$TICKWORK_PRICES's, else the model table's",
@@ -169,6 +186,7 @@ ForkContextWindow = Annotated[
     typer.Option(
         "--context-window",
         metavar="TOKENS",
+        parser=window_tokens,
         help="The model's context window for the fork (a CONTEXT dead letter: a larger one).",
         show_default="the original's",
         rich_help_panel="Patch",
