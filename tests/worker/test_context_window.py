@@ -410,6 +410,30 @@ def test_a_graph_nodes_model_calls_land_on_its_step_under_the_policy(
     assert done.cost_usd == pytest.approx(sum(s.cost_usd for s in session.steps))
 
 
+def test_a_graph_nodes_completion_cap_leaves_its_prompt_room_in_the_window(
+    long: Long, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A node's call asks for what its prompt leaves of the window, as an agent's does: with
+    the model's whole cap beside a prompt masked to the target, a server that counts both
+    refused it (the model then asked again with the room the server stated: a call lost)."""
+    chat = WindowedChat(window=16_384, steps=5, counts_completion=True, record=True)
+    with windowed_chat(chat):
+        monkeypatch.setenv("OPENAI_BASE_URL", chat.url)
+        head = long.client.submit(
+            "tests.graphs:ASK",
+            {"size": 12_000},
+            model="openai:long",
+            price=PRICE,
+            context_window=16_384,
+        )
+        done = long.run(head.id)
+    assert done.status is Status.COMPLETED, done.error_message
+    (sent,) = chat.answered
+    assert not [r for r in chat.log if r.refused], "no call passed the window"
+    assert sent.max_tokens is not None and sent.tokens + sent.max_tokens <= 16_384
+    assert sent.tokens > 16_384 - 8_192, "the prompt leaves less than the model's own cap"
+
+
 def test_a_graph_node_whose_prompt_is_refused_as_too_long_fails_with_context(
     long: Long, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -105,7 +105,7 @@ class NodeContext:
             estimate=estimate_prompt,
             tools=estimate_schemas(schemas),
         )
-        cap = self._cap(sent)
+        cap = self._cap(sent, schemas)
         asked = time.time_ns()
         try:
             reply = model.generate(
@@ -162,10 +162,11 @@ class NodeContext:
             calls=(before.calls + 1) if before is not None else 1,
         )
 
-    def _cap(self, messages: list[Message]) -> int:
+    def _cap(self, messages: list[Message], schemas: Sequence[Mapping[str, Any]]) -> int:
         """The completion cap of a node's call: what the budgets leave after this node's
-        earlier calls and the prompt (at least 1: the check before the next node ends a
-        session whose budget is spent)."""
+        earlier calls and the prompt, and what the prompt and the tools' `schemas` leave of
+        the model's window (at least 1: the check before the next node ends a session whose
+        budget is spent)."""
         price = pricing.session_price(
             self.head.model, self.head.config, self.rt.settings.prices, providers=self.rt.providers
         )
@@ -175,7 +176,14 @@ class NodeContext:
                 "cost_usd": self.head.cost_usd + self.cost_usd,
             }
         )
-        ahead = pricing.next_call(messages, last=None, price=price)
+        policy = context.policy_for(self.head)
+        ahead = pricing.next_call(
+            messages,
+            last=None,
+            price=price,
+            window=None if policy is None else policy.window,
+            tools=schemas,
+        )
         return max(1, completion_cap(spent, ahead).tokens)
 
     def run_tool(self, name: str, **arguments: Any) -> ToolResult:
