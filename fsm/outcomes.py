@@ -355,11 +355,15 @@ def why_tests_did_not_run(
     if timed_out:
         return None
     if own is not None and (module := missing_module(exit_code, output, own)) is not None:
-        return (
+        said = (
             f"pytest stopped at collection: the session's environment has no module {module!r}"
-            " (No module named), which is not one of the project's own, so no test ran: add "
-            "it to the project's test requirements, or give setup commands that install it "
-            "(`--setup`)"
+            " (No module named), which is not one of the project's own, so no test ran"
+        )
+        if _declared(module, environment or {}):  # the project has nothing to add
+            return f"{said}: {_runner_hint(module, environment or {})}"
+        return (
+            f"{said}: add it to the project's test requirements, or give setup commands that "
+            "install it (`--setup`)"
             + (
                 ""
                 if setup_online

@@ -301,3 +301,17 @@ def test_a_missing_module_says_when_setup_had_no_network() -> None:
     assert "test requirements" in online and "no network" not in online
     assert "setup had no network" in offline
     assert why_tests_did_not_run("pytest", 2, output) is None  # the project's modules unknown
+
+
+def test_a_missing_module_the_project_declares_is_not_to_be_declared_again() -> None:
+    """A module the project declares, that setup could not install (no network), was met
+    with "add it to the project's test requirements", where it is already."""
+    output = _STOPPED.format("pytz")
+    note = "setup had no network (TICKWORK_EGRESS_ALLOW is empty), so it installed only ..."
+    environment = {"key": "0123456789abcdef", "missing": ["pytz"], "note": note}
+    why = why_tests_did_not_run("pytest", 2, output, own=set(), environment=environment) or ""
+    assert "'pytz'" in why and f"the project declares it, but {note}" in why
+    assert "test requirements" not in why
+    environment = {"key": "0123456789abcdef", "missing": ["pytz"]}
+    why = why_tests_did_not_run("pytest", 2, output, own=set(), environment=environment) or ""
+    assert "setup did not install it" in why and "tickwork env show 0123456789ab" in why
