@@ -285,7 +285,8 @@ _PYTEST_SUMMARY = re.compile(
     r"^=*\s*(\d+ [a-z]+(?: [a-z]+)?(?:, \d+ [a-z]+(?: [a-z]+)?)*) in \d+(?:\.\d+)?s\b.*$",
     re.MULTILINE,
 )
-_PYTEST_FAILED = re.compile(r"\b\d+ (?:failed|errors?)\b")
+#: (a count of none is no failure: a project's own runner may print `12 passed, 0 failed`)
+_PYTEST_FAILED = re.compile(r"\b[1-9]\d* (?:failed|errors?)\b")
 #: unittest's verdict: `OK`, `OK (skipped=1)`, `FAILED (failures=1, errors=2)`
 _UNITTEST_VERDICT = re.compile(
     r"^(?:OK|FAILED)(?: \([a-z_]+=\d+(?:, [a-z_]+=\d+)*\))?$", re.MULTILINE

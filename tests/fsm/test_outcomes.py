@@ -244,6 +244,10 @@ def test_a_failed_test_that_prints_what_a_refusal_looks_like_ran() -> None:
         (0, "474 passed, 24 subtests passed in 1.54s", None),
         (0, "3 passed, 1 xfailed in 0.10s", None),
         (0, "Ran 4 tests in 0.001s\n\nOK", None),
+        # a project's own runner that counts none failed, in pytest's words: it passed
+        (0, "test_a ... ok\n12 passed, 0 failed in 0.52s", None),
+        (0, "3 passed, 0 errors in 0.05s", None),
+        (0, "12 passed, 10 failed in 0.52s", "10 failed"),
         (1, "2 failed, 474 passed in 1.54s", None),
         # a passing test printed an inner run's summary (pytester, `-rP`): the last counts
         (0, "PASSED test_plugin.py::test_reports\n1 failed in 0.02s\n3 passed in 0.40s", None),
