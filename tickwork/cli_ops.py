@@ -149,6 +149,13 @@ def _run_celery(app: Any, argv: list[str]) -> tuple[int, str | None]:
         code = command.main(args=argv, standalone_mode=False)
     except click.exceptions.Exit as exc:
         code = exc.exit_code
+    except click.exceptions.ClickException as exc:  # Celery's Click, not Typer's: no handler
+        from tickwork.fsm.errors import InvalidInput
+
+        raise InvalidInput(
+            f"Celery refused the worker's options: {exc.format_message()} (see `tickwork "
+            "worker --help`)"
+        ) from None
     finally:
         command.params[0].default = None
         worker_shutting_down.disconnect(note)

@@ -70,3 +70,18 @@ def test_a_worker_stopped_with_ctrl_c_exits_130(tmp_path: Path) -> None:
         finally:
             if worker.poll() is None:
                 worker.kill()
+
+
+def test_a_log_level_celery_refuses_is_a_usage_error(tmp_path: Path) -> None:
+    # before, a traceback ending in Click's BadParameter, and exit 1
+    done = subprocess.run(
+        [sys.executable, "-m", "tickwork", "worker", "--pool", "solo", "--loglevel", "LOUD"],
+        cwd=ROOT,
+        env=_bare_env(TICKWORK_STATE_DIR=str(tmp_path / "state")),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert "'LOUD' is not one of 'DEBUG'" in done.stderr, done.stderr[-2000:]
