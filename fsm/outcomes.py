@@ -287,9 +287,10 @@ _PYTEST_SUMMARY = re.compile(
 )
 #: (a count of none is no failure: a project's own runner may print `12 passed, 0 failed`)
 _PYTEST_FAILED = re.compile(r"\b[1-9]\d* (?:failed|errors?)\b")
-#: unittest's verdict: `OK`, `OK (skipped=1)`, `FAILED (failures=1, errors=2)`
+#: unittest's verdict: `OK`, `OK (skipped=1)`, `FAILED (failures=1, errors=2)`,
+#: `FAILED (failures=1, expected failures=1)` (a count's name may have a space)
 _UNITTEST_VERDICT = re.compile(
-    r"^(?:OK|FAILED)(?: \([a-z_]+=\d+(?:, [a-z_]+=\d+)*\))?$", re.MULTILINE
+    r"^(?:OK|FAILED)(?: \([a-z_ ]+=\d+(?:, [a-z_ ]+=\d+)*\))?$", re.MULTILINE
 )
 
 

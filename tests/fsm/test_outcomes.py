@@ -240,6 +240,11 @@ def test_a_failed_test_that_prints_what_a_refusal_looks_like_ran() -> None:
         (0, "===== 1 failed, 518 passed, 2 warnings in 2.75s =====", "1 failed"),
         (0, "1 passed, 1 error in 0.20s", "1 error"),
         (0, "Ran 4 tests in 0.001s\n\nFAILED (failures=1)", "FAILED (failures=1)"),
+        (
+            0,
+            "Ran 2 tests in 0.001s\n\nFAILED (failures=1, expected failures=1)",
+            "FAILED (failures=1, expected failures=1)",
+        ),
         # passed, or failed with the runner's own exit code: nothing is hidden
         (0, "474 passed, 24 subtests passed in 1.54s", None),
         (0, "3 passed, 1 xfailed in 0.10s", None),
@@ -252,6 +257,12 @@ def test_a_failed_test_that_prints_what_a_refusal_looks_like_ran() -> None:
         # a passing test printed an inner run's summary (pytester, `-rP`): the last counts
         (0, "PASSED test_plugin.py::test_reports\n1 failed in 0.02s\n3 passed in 0.40s", None),
         (0, "Ran 2 tests in 0.1s\n\nFAILED (failures=1)\nRan 2 tests in 0.1s\n\nOK", None),
+        (
+            0,
+            "Ran 2 tests in 0.1s\n\nFAILED (failures=1)\nRan 3 tests in 0.1s\n\n"
+            "OK (skipped=1, expected failures=1)",
+            None,
+        ),
     ],
 )
 def test_failures_the_runner_counted_are_not_hidden_by_the_exit_code(
