@@ -70,10 +70,11 @@ def _caps(head: Head, next_call: NextCall) -> list[Cap]:
     return caps
 
 
-def cut_at(cap: Cap, next_call: NextCall) -> Exhausted | None:
+def cut_at(cap: Cap, next_call: NextCall, *, lowered: bool = False) -> Exhausted | None:
     """What a reply cut off at `cap` ends the session with, if a budget set the cap (a cut
-    at the model's own limit is the model's business)."""
-    if cap.code is None:
+    at the model's own limit is the model's business, and so is one at a cap the model
+    `lowered` below `cap` to the room the server said its window left)."""
+    if cap.code is None or lowered:
         return None
     left = "tokens" if cap.code is ErrorCode.BUDGET_TOKENS else "cost"
     return Exhausted(

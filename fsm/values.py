@@ -273,6 +273,9 @@ class ModelReply(Value):
     latency_ms: float = 0.0
     #: the server stopped writing at the completion cap it was sent (finish_reason `length`)
     truncated: bool = False
+    #: the cap was lowered below the one asked for, to the room the server said the prompt
+    #: left in its window: a cut then is the window's, not a budget's
+    cap_lowered: bool = False
 
 
 class ToolCall(Value):

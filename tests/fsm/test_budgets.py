@@ -309,6 +309,20 @@ def test_an_answer_cut_at_a_budgets_cap_fails_the_session_with_its_step(
     assert change.dead_letter
 
 
+def test_an_answer_cut_at_a_cap_the_window_lowered_is_not_the_budgets(build: Any) -> None:
+    """A server refused the budget's cap for its window and the model asked again with the
+    room it stated: a cut there is the window's, taken as it is, as at the model's limit."""
+    head = build.head(budgets=LIMITS)
+    reply = build.reply(("read_file", {"path": "a"})).model_copy(
+        update={"truncated": True, "cap_lowered": True}
+    )
+    cap = Cap(tokens=40, code=TOKENS)
+
+    assert cut_at(cap, NextCall(tokens=500), lowered=True) is None
+    change = build.think(head, reply, cut=cut_at(cap, NextCall(tokens=500), lowered=True))
+    assert change.head.status is Status.EXECUTING
+
+
 def test_an_answer_not_cut_is_not_failed_by_the_cap(build: Any) -> None:
     head = build.head(budgets=LIMITS)
     change = build.think(head, build.reply(), cut=cut_at(Cap(tokens=40, code=COST), NextCall()))

@@ -87,6 +87,7 @@ class AnthropicMessagesModel:
         body = self.request_body(messages, tools, settings)
         timeout = call_timeout(settings.timeout_s, self.timeout_s)
         started = time.perf_counter()
+        lowered = False
         try:
             response = self._post(body, timeout)
         except ContextTooLong as exc:
@@ -96,8 +97,10 @@ class AnthropicMessagesModel:
                 raise
             body["max_tokens"] = smaller
             response = self._post(body, timeout)
+            lowered = True
         latency_ms = (time.perf_counter() - started) * 1000
-        return self._reply(response, messages, latency_ms)
+        reply = self._reply(response, messages, latency_ms)
+        return reply.model_copy(update={"cap_lowered": True}) if lowered else reply
 
     def request_body(
         self, messages: list[Message], tools: list[ToolSchema], settings: ModelSettings

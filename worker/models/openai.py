@@ -78,6 +78,7 @@ class OpenAIChatModel:
         body = self.request_body(messages, tools, settings)
         timeout = call_timeout(settings.timeout_s, self.timeout_s)
         started = time.perf_counter()
+        lowered = False
         try:
             response = self._post(body, timeout)
         except ContextTooLong as exc:
@@ -87,8 +88,10 @@ class OpenAIChatModel:
                 raise
             body[self.max_tokens_field] = smaller
             response = self._post(body, timeout)
+            lowered = True
         latency_ms = (time.perf_counter() - started) * 1000
-        return self._reply(response, messages, latency_ms)
+        reply = self._reply(response, messages, latency_ms)
+        return reply.model_copy(update={"cap_lowered": True}) if lowered else reply
 
     def request_body(
         self, messages: list[Message], tools: list[ToolSchema], settings: ModelSettings

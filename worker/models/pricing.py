@@ -23,6 +23,7 @@ from tickwork.worker.models.base import (
     estimate_tokens,
     transcript_text,
 )
+from tickwork.worker.models.transport import MIN_ANSWER_ROOM
 
 #: the model name the scripted model reports, priced at zero
 SCRIPTED = "scripted"
@@ -301,10 +302,11 @@ def next_call(
         limit = min(limit, max_completion_tokens)
     # vLLM, OpenAI and Anthropic refuse a call whose prompt and cap together pass the window;
     # a tokenizer counts code and JSON at fewer characters a token than the estimate, so an
-    # eighth more is left for it. A prompt that leaves no room is the server's to refuse (a
-    # compaction follows)
+    # eighth more is left for it. A prompt that leaves less room than an answer needs
+    # (MIN_ANSWER_ROOM) is the server's to refuse: a compaction follows, where a cap of a few
+    # tokens would cut the answer
     room = None if window is None else window - (read + read // WINDOW_MARGIN)
-    if room is not None and room >= 1:
+    if room is not None and room >= min(limit, MIN_ANSWER_ROOM):
         limit = min(limit, room)
     return NextCall(
         tokens=prompt,

@@ -102,10 +102,17 @@ _CAP_REFUSED = re.compile(
 )
 
 
+#: the least room for an answer a prompt must leave in the window (or the cap asked for, if
+#: smaller): a prompt that leaves less is too long, and is compacted rather than answered
+#: in a few tokens (a reply cut there with no tool call would end the session)
+MIN_ANSWER_ROOM = 1024
+
+
 def cap_that_fits(refusal: str, asked: Any) -> int | None:
     """The completion cap to ask again with, where a server refused a call as too long for
     its window and says the prompt alone fits: the room the prompt leaves, if below the cap
-    `asked`. None where the prompt itself is too long (or the server does not say)."""
+    `asked` and at least MIN_ANSWER_ROOM (or `asked`). None where the prompt itself is too
+    long, or leaves less room than that (or the server does not say)."""
     found = _CAP_REFUSED.search(refusal)
     if found is None or isinstance(asked, bool) or not isinstance(asked, int):
         return None
@@ -114,7 +121,7 @@ def cap_that_fits(refusal: str, asked: Any) -> int | None:
         (int(groups[f"w{i}"]), int(groups[f"p{i}"])) for i in (1, 2, 3) if groups[f"w{i}"]
     )
     room = window - prompt
-    return room if 1 <= room < asked else None
+    return room if min(asked, MIN_ANSWER_ROOM) <= room < asked else None
 
 
 def estimated_usage(

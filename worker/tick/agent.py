@@ -140,7 +140,7 @@ def think(tick: Tick) -> Change:
             messages=tuple(messages),
         )
         raise
-    cut = budgets.cut_at(cap, ahead) if reply.truncated else None
+    cut = budgets.cut_at(cap, ahead, lowered=reply.cap_lowered) if reply.truncated else None
     if not reply.calls and not reply.content.strip() and cut is None:
         # no answer and nothing to do: a glitch of the server, not the session's answer
         # (unless the budget's cap cut it, e.g. while a reasoning model was still thinking:

@@ -489,6 +489,23 @@ def test_a_cap_that_passes_the_window_with_a_prompt_that_fits_is_asked_again_wit
 
     assert reply.content == "Let me look."
     assert [r.body["max_tokens"] for r in chat_server.requests] == [8192, 16384 - 10240]
+    assert reply.cap_lowered, "a cut at the lowered cap is the window's, not a budget's"
+
+
+def test_a_prompt_that_leaves_too_little_room_for_an_answer_is_not_asked_again(chat_server, model):
+    """A cap of the few tokens a prompt leaves would cut the answer (and a cut answer with no
+    tool call ends the session): the prompt is too long, and the session compacts."""
+    from tickwork.fsm.errors import ContextTooLong
+
+    refusal = (
+        "This model's maximum context length is 16384 tokens. However, you requested 24476"
+        " tokens (16284 in the messages, 8192 in the completion)."
+    )
+    chat_server.respond(400, {"object": "error", "message": refusal, "code": 400})
+
+    with pytest.raises(ContextTooLong):
+        model.generate(MESSAGES, TOOLS, ModelSettings(max_tokens=8192))
+    assert len(chat_server.requests) == 1
 
 
 def test_a_prompt_past_the_window_is_not_asked_again(chat_server, model):

@@ -294,6 +294,23 @@ def test_next_call_knows_the_most_the_model_may_write(price, asked, limit):
 
 
 @pytest.mark.parametrize(
+    ("prompt_chars", "limit"),
+    [
+        pytest.param(4 * 8_000, 16_384 - 9_000, id="room_left"),
+        # 14,000 tokens and an eighth more leave 634: too little for an answer, so the cap is
+        # left at the model's own and the server refuses the prompt (a compaction follows)
+        pytest.param(4 * 14_000, DEFAULT_MAX_COMPLETION, id="too_little_room"),
+    ],
+)
+def test_next_call_leaves_the_prompt_room_in_the_window_only_where_an_answer_fits(
+    prompt_chars, limit
+):
+    messages = [{"role": "user", "content": "x" * prompt_chars}]
+    ahead = next_call(messages, last=None, price=None, window=16_384)
+    assert ahead.max_completion_tokens == limit
+
+
+@pytest.mark.parametrize(
     ("given", "parent", "child", "passed"),
     [
         pytest.param([3, 15], "scripted:/p.json", "scripted:/c.json", True, id="raises_a_script"),
