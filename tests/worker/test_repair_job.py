@@ -723,3 +723,23 @@ def test_a_test_module_the_environment_lacks_is_not_a_failing_test(project: Path
     own = run_final_tests(head_for({"test_command": _collection_stopped("pkg.renamed")}), project)
     assert own["exit_code"] == 2 and "not_run" not in own, own["output"]
     assert repair_outcome(patch="a patch", tests=own) is Outcome.TESTS_FAILING
+
+
+@pytest.mark.parametrize(
+    ("layout", "module"),
+    [
+        pytest.param("lib/mylib/__init__.py", "mylib.core", id="lib_layout"),
+        pytest.param("tests/helpers.py", "helpers", id="test_helper_by_its_bare_name"),
+        pytest.param("services/api/apipkg/__init__.py", "apipkg", id="a_subprojects_package"),
+    ],
+)
+def test_a_missing_module_of_the_projects_own_anywhere_in_its_tree_is_a_failing_test(
+    project: Path, layout: str, module: str
+) -> None:
+    """Not only the root and `src/` hold the project's code: a module it cannot import from
+    a `lib/` layout, a test helper or a subproject is the code under repair's fault."""
+    (project / layout).parent.mkdir(parents=True, exist_ok=True)
+    (project / layout).write_text("")
+    tests = run_final_tests(head_for({"test_command": _collection_stopped(module)}), project)
+    assert tests["exit_code"] == 2 and "not_run" not in tests, tests.get("not_run")
+    assert repair_outcome(patch="a patch", tests=tests) is Outcome.TESTS_FAILING

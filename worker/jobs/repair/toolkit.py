@@ -318,20 +318,28 @@ def run_in_workspace(
     )
 
 
+#: folders `own_modules` does not look into: tools' caches and environments, not the
+#: project's code
+_NOT_CODE = frozenset({"node_modules", "__pycache__", "venv", "site-packages"})
+#: the most entries `own_modules` reads: past them, what it found so far
+_OWN_MODULES_SCAN = 20_000
+
+
 def own_modules(root: Path) -> frozenset[str]:
-    """The project's top-level modules and packages, as its code and tests import them: the
-    folders, `.py` files and extension modules at its root and in `src/`."""
+    """The names the project's code and tests may import as their own: every folder, `.py`
+    file and extension module in its tree (hidden folders and tools' caches left out), not
+    only those at its root and in `src/`: a `lib/pkg` layout, a subproject's tests run with
+    `cd sub && pytest`, or a test helper imported by its bare name (`import helpers`) are
+    the project's as well. At most _OWN_MODULES_SCAN entries are read."""
     names: set[str] = set()
-    for folder in (root, root / "src"):
-        try:
-            entries = list(folder.iterdir())
-        except OSError:
-            continue
-        for entry in entries:
-            if entry.is_dir():
-                names.add(entry.name)
-            elif entry.suffix in (".py", ".so", ".pyd"):
-                names.add(entry.name.split(".")[0])
+    seen = 0
+    for _folder, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if not d.startswith(".") and d not in _NOT_CODE]
+        names.update(dirs)
+        names.update(f.split(".")[0] for f in files if f.endswith((".py", ".so", ".pyd")))
+        seen += len(dirs) + len(files)
+        if seen >= _OWN_MODULES_SCAN:
+            break
     return frozenset(names)
 
 
