@@ -3,13 +3,14 @@ each change stored, then its tick published."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import getpass
 import logging
 import re
 import uuid
 from collections.abc import Callable, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from celery import Celery
@@ -79,7 +80,9 @@ class Writes(Deployment):
         return self._app
 
     def publish(self, session_id: str, version: int) -> None:
-        """Wake a worker; if the broker is down the outbox row stays and the relay publishes."""
+        """Wake a worker; if the broker is down the outbox row stays, offered at once to the
+        relays (as a relay gives back a tick it could not publish), so the first relay pass
+        once the broker answers publishes it, not one a threshold later."""
         try:
             self.app.send_task(
                 TICK,
@@ -88,6 +91,9 @@ class Writes(Deployment):
                 **self.settings.publish_options,
             )
         except Exception as exc:
+            due = self.clock() - timedelta(seconds=self.settings.relay_after_s)
+            with contextlib.suppress(Exception):  # a store away too: the threshold holds
+                self.store.offer_again(session_id, version, now=due)
             log.warning(
                 "could not publish the tick of %s (%s); the session is saved and a worker's "
                 "relay will publish it once the broker is back (within TICKWORK_RELAY_AFTER_S=%gs)",

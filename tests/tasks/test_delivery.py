@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from datetime import UTC, timedelta
 
 import pytest
+from sqlalchemy import select
 from tickwork.fsm.values import Status
+from tickwork.store.schema import outbox
 from tickwork.worker.tick.app import runtime
+from tickwork.worker.tick.runtime import utc_now
 
 from tests.fakes import FakeModel, fake_model_server
 from tests.tasks.conftest import Deployment, on_every_broker
@@ -95,6 +99,15 @@ def test_a_broker_that_is_down_at_submit_loses_nothing(deployment: Deployment) -
     finally:
         offline.close()
     assert deployment.client.get(session_id).status is Status.READY
+    # offered at once to the relays, not a threshold after the submit: the first relay pass
+    # once the broker answers (`tickwork relay --once`) publishes it
+    with deployment.client.store.engine.connect() as conn:
+        (due_at,) = conn.execute(
+            select(outbox.c.due_at).where(outbox.c.session_id == session_id)
+        ).one()
+    lag = timedelta(seconds=deployment.settings.relay_after_s)
+    due_at = due_at if due_at.tzinfo else due_at.replace(tzinfo=UTC)  # SQLite's are naive
+    assert due_at < utc_now() - lag
     with deployment.worker():  # the client's settings still name the live broker
         head = deployment.client.wait(session_id, timeout=60)
     assert head.status is Status.COMPLETED
