@@ -8,12 +8,13 @@ with a scheme (https:, mailto:) are left to the reader."""
 from __future__ import annotations
 
 import re
-import unicodedata
 from collections import Counter
 from pathlib import Path
 from urllib.parse import unquote
 
 import pytest
+
+from tickwork.manuals import slug
 
 ROOT = Path(__file__).resolve().parent.parent
 #: an inline link or image `[text](target)` or `[text](target "title")`
@@ -51,20 +52,6 @@ def prose(text: str) -> list[tuple[int, str]]:
 def without_code(line: str) -> str:
     """The line with its inline code spans blanked out."""
     return re.sub(r"(`+)(?:(?!\1).)+?\1", lambda m: " " * len(m[0]), line)
-
-
-def slug(heading: str) -> str:
-    """GitHub's anchor for a heading's text: the rendered text lowercased, every character
-    but letters, marks, digits, connector punctuation (`_`), spaces and `-` dropped, and
-    spaces made `-`."""
-    text = re.sub(r"!?\[([^\]]*)\]\([^)]*\)", r"\1", heading)  # a link shows its text
-    text = re.sub(r"<[^>]+>", "", text).replace("`", "").replace("*", "")
-    kept = (
-        c
-        for c in text.lower()
-        if c in " -" or unicodedata.category(c)[0] in "LMN" or unicodedata.category(c) == "Pc"
-    )
-    return "".join(kept).replace(" ", "-")
 
 
 def anchors(page: Path) -> set[str]:

@@ -58,7 +58,8 @@ class Section:
 
 def slug(heading: str) -> str:
     """GitHub's anchor for a heading's text: lowercased, every character but letters, marks,
-    digits, `_`, spaces and `-` dropped, spaces made `-` (as tests/test_docs_links.py)."""
+    digits, `_`, spaces and `-` dropped, spaces made `-` (tests/test_docs_links.py checks
+    the docs' links with it)."""
     text = re.sub(r"!?\[([^\]]*)\]\([^)]*\)", r"\1", heading)  # a link shows its text
     text = re.sub(r"<[^>]+>", "", text).replace("`", "").replace("*", "")
     kept = (
