@@ -171,11 +171,24 @@ def test_a_comment_being_typed_outlives_the_queues_refresh(page: Any, stack: Sta
     with page.expect_response("**/api/v1/approvals"):  # idle, the queue reloads itself
         page.clock.run_for(REFRESH_MS + 1000)
     card.locator("input.comment").fill("checked with the DBA: prod-db is a copy")
-    reloads: list[str] = []
-    page.on("request", lambda r: reloads.append(r.url) if r.url.endswith("/approvals") else None)
+    # Count the page's own fetches from here on. The installed clock still flows in real
+    # time, so on a slow machine the timer may have fired (and fetched) before the comment
+    # was typed; the browser's request events of such a fetch can reach the test after it
+    # starts listening. A fetch starts synchronously in the timer's callback, so this count
+    # is exact once run_for returns.
+    page.evaluate(
+        """() => {
+        window.reloads = [];
+        const fetched = window.fetch;
+        window.fetch = (url, ...rest) => {
+            window.reloads.push(String(url));
+            return fetched(url, ...rest);
+        };
+    }"""
+    )
     page.clock.run_for(REFRESH_MS + 1000)
-    page.evaluate("1")  # a round trip: the request events of the timer's fetch have come
-    assert reloads == [], "the queue was redrawn over a comment being typed"
+    reloads = page.evaluate("window.reloads")
+    assert reloads == [], "the queue was reloaded (and redrawn) over a comment being typed"
     expect(card.locator("input.comment")).to_have_value("checked with the DBA: prod-db is a copy")
     card.locator("button.approve").click()
     expect(card).to_contain_text("Approved s1c0 (danger) as alice")
