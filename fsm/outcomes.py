@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from enum import StrEnum
 from pathlib import PurePosixPath
 from typing import Any
@@ -156,12 +156,18 @@ def missing_module(exit_code: int | None, output: str, own: Collection[str]) -> 
     of the project's own top-level modules or packages (`own`): the environment lacks it and
     no test ran. A module of the project's own that is missing is the code under repair's
     fault: its tests ran as far as they could, and failed. Else None."""
-    if exit_code != 2 or not _COLLECTION_STOPPED.search(output):
-        return None
-    names = list(dict.fromkeys(_NO_MODULE.findall(output)))
+    names = _wanted_at_collection(exit_code, output)
     if not names or any(name.split(".")[0] in own for name in names):
         return None
-    return str(names[0])
+    return names[0]
+
+
+def _wanted_at_collection(exit_code: int | None, output: str) -> tuple[str, ...]:
+    """The modules a pytest run stopped at collection for want of, in the order it named
+    them; none if it did not stop there."""
+    if exit_code != 2 or not _COLLECTION_STOPPED.search(output):
+        return ()
+    return tuple(dict.fromkeys(str(name) for name in _NO_MODULE.findall(output)))
 
 
 #: unittest's count line, and pytest's exit codes for "no tests collected" and for a usage
@@ -328,15 +334,16 @@ def why_tests_did_not_run(
     *,
     timed_out: bool = False,
     environment: Mapping[str, Any] | None = None,
-    own: Collection[str] | None = None,
-    setup_online: bool = True,
+    own: Callable[[], Collection[str]] | None = None,
+    setup_online: bool | Callable[[], bool] = True,
 ) -> str | None:
     """Why a run of the test command proved nothing about the code, or None if its tests
     ran: the shell could not find or execute it (exit 126, 127), its `python -m` runner is
     not installed (`missing_runner`), pytest stopped at collection on a module the
-    environment lacks that is none of `own`, the project's top-level modules
+    environment lacks that is none of `own()`, the project's top-level modules
     (`missing_module`; not asked when `own` is None; `setup_online`: whether the
-    environment's setup could reach the network), the shell, make or tox refused it
+    environment's setup could reach the network; both asked only of such a run: a walk of
+    the project's tree is not for every test run), the shell, make or tox refused it
     (`refused_command`), or the runner found no test (`no_tests_ran`). The
     final test run records it as `not_run`; `run_tests` tells the model the same.
     `environment`, the session's environment record (`missing`: what the project declares
@@ -356,7 +363,11 @@ def why_tests_did_not_run(
         )
     if timed_out:
         return None
-    if own is not None and (module := missing_module(exit_code, output, own)) is not None:
+    if (
+        own is not None
+        and _wanted_at_collection(exit_code, output)
+        and (module := missing_module(exit_code, output, own())) is not None
+    ):
         said = (
             f"pytest stopped at collection: the session's environment has no module {module!r}"
             " (No module named), which is not one of the project's own, so no test ran"
@@ -368,7 +379,7 @@ def why_tests_did_not_run(
             "install it (`--setup`)"
             + (
                 ""
-                if setup_online
+                if (setup_online() if callable(setup_online) else setup_online)
                 else "; setup had no network (TICKWORK_EGRESS_ALLOW is empty, or the job's "
                 '`network` is "none"), so it could install nothing from the package index'
             )

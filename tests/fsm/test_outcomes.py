@@ -305,17 +305,37 @@ def test_a_module_the_environment_lacks_stopped_the_tests(
     """pytest stopped at collection for want of a module the environment lacks read as
     failing tests (`tests_failing`), though none ran."""
     assert missing_module(exit_code, output, {"mypkg", "tests"}) == missing
-    why = why_tests_did_not_run("python3 -m pytest", exit_code, output, own={"mypkg"})
+    why = why_tests_did_not_run("python3 -m pytest", exit_code, output, own=lambda: {"mypkg"})
     assert (why is None) if missing is None else (f"{missing!r}" in (why or ""))
 
 
 def test_a_missing_module_says_when_setup_had_no_network() -> None:
     output = _STOPPED.format("pytz")
-    online = why_tests_did_not_run("pytest", 2, output, own=set()) or ""
-    offline = why_tests_did_not_run("pytest", 2, output, own=set(), setup_online=False) or ""
+    online = why_tests_did_not_run("pytest", 2, output, own=frozenset) or ""
+    offline = why_tests_did_not_run("pytest", 2, output, own=frozenset, setup_online=False) or ""
     assert "test requirements" in online and "no network" not in online
     assert "setup had no network" in offline
     assert why_tests_did_not_run("pytest", 2, output) is None  # the project's modules unknown
+
+
+def test_the_projects_modules_are_asked_only_of_a_run_stopped_at_collection() -> None:
+    """`own` walks the working copy: a run that passed, failed or refused its command has
+    no use for it."""
+    asked: list[str] = []
+
+    def own() -> frozenset[str]:
+        asked.append("own")
+        return frozenset({"mypkg"})
+
+    def online() -> bool:
+        asked.append("online")
+        return True
+
+    for code, output in ((0, "3 passed in 0.1s"), (1, "1 failed in 0.1s"), (4, "error: x")):
+        why_tests_did_not_run("pytest", code, output, own=own, setup_online=online)
+    assert asked == []
+    why = why_tests_did_not_run("pytest", 2, _STOPPED.format("pytz"), own=own, setup_online=online)
+    assert "'pytz'" in (why or "") and asked == ["own", "online"]
 
 
 def test_a_missing_module_the_project_declares_is_not_to_be_declared_again() -> None:
@@ -324,9 +344,9 @@ def test_a_missing_module_the_project_declares_is_not_to_be_declared_again() -> 
     output = _STOPPED.format("pytz")
     note = "setup had no network (TICKWORK_EGRESS_ALLOW is empty), so it installed only ..."
     environment = {"key": "0123456789abcdef", "missing": ["pytz"], "note": note}
-    why = why_tests_did_not_run("pytest", 2, output, own=set(), environment=environment) or ""
+    why = why_tests_did_not_run("pytest", 2, output, own=frozenset, environment=environment) or ""
     assert "'pytz'" in why and f"the project declares it, but {note}" in why
     assert "test requirements" not in why
     environment = {"key": "0123456789abcdef", "missing": ["pytz"]}
-    why = why_tests_did_not_run("pytest", 2, output, own=set(), environment=environment) or ""
+    why = why_tests_did_not_run("pytest", 2, output, own=frozenset, environment=environment) or ""
     assert "setup did not install it" in why and "tickwork env show 0123456789ab" in why

@@ -6,10 +6,11 @@ import json
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tickwork.worker.files.environments import NO_NETWORK
-from tickwork.worker.jobs.repair import default_registry, repair_tools
+from tickwork.worker.jobs.repair import default_registry, repair_tools, toolkit
 from tickwork.worker.sandbox.runner import Limits, Sandbox
 from tickwork.worker.tools import ToolContext, ToolResult
 
@@ -358,6 +359,46 @@ def test_run_tests_tells_the_model_that_setup_had_no_network_not_to_declare_the_
     assert said.startswith("tests did NOT run: the test runner no_such_runner_x is not"), said
     assert "the project declares it, but setup had no network" in said
     assert "declare it in the project's test dependencies" not in said
+
+
+def test_run_tests_walks_the_workspace_only_for_a_collection_stop(
+    workspace: Path,
+    call: Call,
+    make_ctx: Callable[..., ToolContext],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every run of the tests walked the whole working copy for the project's own modules
+    (and read the settings for the setup's network), which only a pytest run stopped at
+    collection for want of a module needs: a passing or failing run does neither."""
+    walks: list[Path] = []
+    asked_online: list[bool] = []
+    real_walk, real_policy = toolkit.own_modules, toolkit.policy_for
+
+    def own_modules(root: Path) -> frozenset[str]:
+        walks.append(root)
+        return real_walk(root)
+
+    def policy_for(*args: Any, setup: bool = False) -> Any:
+        asked_online.extend([True] if setup else [])
+        return real_policy(*args, setup=setup)
+
+    monkeypatch.setattr(toolkit, "own_modules", own_modules)
+    monkeypatch.setattr(toolkit, "policy_for", policy_for)
+    (workspace / "check.py").write_text("import sys\nprint('ran')\nsys.exit(int(sys.argv[1]))\n")
+    for code in (0, 1):
+        said = call("run_tests", ctx=make_ctx(config={"test_command": f"{PYTHON} check.py {code}"}))
+        assert said.output.startswith(("tests passed", "tests FAILED")), said.output
+    assert walks == [] and asked_online == []
+
+    stopped = (
+        "E   ModuleNotFoundError: No module named 'not_installed_dep'\n"
+        "!!!!!!!!!! Interrupted: 1 error during collection !!!!!!!!!!\n1 error in 0.49s\n"
+    )
+    (workspace / "stopped.txt").write_text(stopped)
+    said = call("run_tests", ctx=make_ctx(config={"test_command": "cat stopped.txt; exit 2"}))
+    assert said.output.startswith("tests did NOT run: pytest stopped at collection"), said.output
+    assert "'not_installed_dep'" in said.output and "test requirements" in said.output
+    assert walks == [workspace] and asked_online == [True]
 
 
 def test_run_tests_without_a_test_command(workspace: Path, call: Call) -> None:

@@ -353,16 +353,16 @@ def why_not_run(
     environment: Mapping[str, Any] | None,
 ) -> str | None:
     """`why_tests_did_not_run` of a session's test command run in its working copy `root`,
-    `environment` its environment record."""
-    online = policy_for(config, load_settings(), setup=True) is not None
+    `environment` its environment record. The tree is walked, and the settings read, only
+    for a run that stopped at collection for want of a module."""
     return why_tests_did_not_run(
         command,
         result.exit_code,
         output,
         timed_out=result.timed_out,
         environment=environment,
-        own=own_modules(root),
-        setup_online=online,
+        own=lambda: own_modules(root),
+        setup_online=lambda: policy_for(config, load_settings(), setup=True) is not None,
     )
 
 
