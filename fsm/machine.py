@@ -398,6 +398,8 @@ def think(
                 "cached_prompt_tokens": reply.usage.cached_prompt_tokens,
                 "cache_creation_tokens": reply.usage.cache_creation_tokens,
                 "cost_usd": cost_usd,
+                # the server refused the cap asked for its window: the call was made again
+                **({"cap_lowered_to": reply.cap_lowered_to} if reply.cap_lowered_to else {}),
             },
         ),
         Event(

@@ -276,6 +276,8 @@ class ModelReply(Value):
     #: the cap was lowered below the one asked for, to the room the server said the prompt
     #: left in its window: a cut then is the window's, not a budget's
     cap_lowered: bool = False
+    #: the cap it was lowered to (None: not lowered, or the model did not say)
+    cap_lowered_to: int | None = None
 
 
 class ToolCall(Value):

@@ -780,6 +780,11 @@ def summary(kind: str, d: Mapping[str, Any]) -> str:
             f"step {d.get('step')} · {d.get('model')} · "
             f"{d.get('prompt_tokens', 0) + d.get('completion_tokens', 0):,} tokens · "
             f"${d.get('cost_usd', 0):.4f} · {d.get('latency_ms', 0):.0f} ms"
+            + (
+                f" · cap lowered to {d['cap_lowered_to']:,} (the server's window)"
+                if isinstance(d.get("cap_lowered_to"), int)
+                else ""
+            )
         )
     if kind == "compacted":
         return (

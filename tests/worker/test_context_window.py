@@ -203,6 +203,32 @@ def test_a_cap_refused_for_a_prompt_that_fits_is_asked_again_not_compacted(
     assert not [s for s in session.steps if s.kind is StepKind.COMPACTION]
 
 
+def test_a_cap_asked_again_within_the_window_is_in_the_sessions_events(
+    long: Long, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The model asked again with a lower cap where the server refused one for the window,
+    and nothing in the session said so: its `model_called` event names the cap it was
+    lowered to, and the timeline shows it."""
+    from tickwork import render, views
+
+    chat = WindowedChat(window=4_096, steps=2, counts_completion=True, undercount=0.33)
+    with windowed_chat(chat):
+        monkeypatch.setenv("OPENAI_BASE_URL", chat.url)
+        session_id = long.submit(context_window=4_096)
+        head = long.run(session_id)
+    assert head.status is Status.COMPLETED, head.error_message
+    refused = [i for i, r in enumerate(chat.log) if r.refused]
+    assert refused, "the server refused a cap"
+    lowered_to = [chat.log[i + 1].max_tokens for i in refused]
+    events = views.session(long.store.load(session_id))["events"]
+    called = [e for e in events if e["kind"] == EventKind.MODEL_CALLED]
+    assert [e["data"]["cap_lowered_to"] for e in called if "cap_lowered_to" in e["data"]] == (
+        lowered_to
+    )
+    shown = render.event_line(next(e for e in called if "cap_lowered_to" in e["data"])).plain
+    assert f"cap lowered to {lowered_to[0]:,}" in shown
+
+
 def test_a_prompt_no_compaction_fits_fails_with_code_context(
     long: Long, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -432,6 +458,32 @@ def test_a_graph_nodes_completion_cap_leaves_its_prompt_room_in_the_window(
     assert not [r for r in chat.log if r.refused], "no call passed the window"
     assert sent.max_tokens is not None and sent.tokens + sent.max_tokens <= 16_384
     assert sent.tokens > 16_384 - 8_192, "the prompt leaves less than the model's own cap"
+
+
+def test_a_graph_nodes_cap_asked_again_within_the_window_is_logged(
+    long: Long, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A graph's node records no `model_called` event: the worker's log says that its call
+    was asked again with a lower cap, and which."""
+    chat = WindowedChat(window=16_384, steps=5, counts_completion=True, undercount=0.33)
+    with windowed_chat(chat), caplog.at_level("WARNING", logger="tickwork.graph"):
+        monkeypatch.setenv("OPENAI_BASE_URL", chat.url)
+        head = long.client.submit(
+            "tests.graphs:ASK",
+            {"size": 12_000},
+            model="openai:long",
+            price=PRICE,
+            context_window=16_384,
+        )
+        done = long.run(head.id)
+    assert done.status is Status.COMPLETED, done.error_message
+    (refused,) = [i for i, r in enumerate(chat.log) if r.refused]
+    lowered = chat.log[refused + 1].max_tokens
+    said = [r.getMessage() for r in caplog.records if "asked again" in r.getMessage()]
+    assert said == [
+        f"session {head.id}: node 'ask': the server refused a completion cap of "
+        f"{chat.log[refused].max_tokens:,} tokens for its window; asked again with {lowered:,}"
+    ]
 
 
 def test_a_graph_node_whose_prompt_is_refused_as_too_long_fails_with_context(

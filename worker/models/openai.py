@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,13 +18,13 @@ from tickwork.worker.models.base import Message, ModelSettings, ToolSchema
 from tickwork.worker.models.transport import (
     Poster,
     call_timeout,
-    cap_that_fits,
     estimated_usage,
     is_transient,
     json_of,
     post,
     retry_error,
     text_of,
+    within_window,
 )
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -77,21 +76,12 @@ class OpenAIChatModel:
     ) -> ModelReply:
         body = self.request_body(messages, tools, settings)
         timeout = call_timeout(settings.timeout_s, self.timeout_s)
-        started = time.perf_counter()
-        lowered = False
-        try:
-            response = self._post(body, timeout)
-        except ContextTooLong as exc:
-            # the prompt fits and only the cap passed the window: ask once more within it
-            smaller = cap_that_fits(str(exc), body.get(self.max_tokens_field))
-            if smaller is None:
-                raise
-            body[self.max_tokens_field] = smaller
-            response = self._post(body, timeout)
-            lowered = True
-        latency_ms = (time.perf_counter() - started) * 1000
-        reply = self._reply(response, messages, latency_ms)
-        return reply.model_copy(update={"cap_lowered": True}) if lowered else reply
+        return within_window(
+            lambda sent: self._post(sent, timeout),
+            body,
+            self.max_tokens_field,
+            lambda response, latency_ms: self._reply(response, messages, latency_ms),
+        )
 
     def request_body(
         self, messages: list[Message], tools: list[ToolSchema], settings: ModelSettings

@@ -1,5 +1,6 @@
 """What the HTTP model clients share: the POST and how its failures map to the model
-errors, the server's Retry-After, the reply's JSON, the estimate when a server reports no
+errors, the server's Retry-After, the call asked again with a cap that fits the window,
+the reply's JSON, the estimate when a server reports no
 usage, and the pooled connections. Each wire format (`openai`, `anthropic`) keeps its own
 request and reply shapes, headers and error bodies.
 """
@@ -10,15 +11,16 @@ import functools
 import re
 import ssl
 import threading
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any, Protocol
 
 import certifi
 import httpx
-from tickwork.fsm.errors import PermanentModelError, TransientModelError
-from tickwork.fsm.values import ProposedCall, Usage
+from tickwork.fsm.errors import ContextTooLong, PermanentModelError, TransientModelError
+from tickwork.fsm.values import ModelReply, ProposedCall, Usage
 from tickwork.worker.models.base import Message, estimate_tokens, transcript_text
 
 #: statuses besides 5xx that the same request may get past later (as the OpenAI SDK retries)
@@ -122,6 +124,33 @@ def cap_that_fits(refusal: str, asked: Any) -> int | None:
     )
     room = window - prompt
     return room if min(asked, MIN_ANSWER_ROOM) <= room < asked else None
+
+
+def within_window(
+    send: Callable[[dict[str, Any]], httpx.Response],
+    body: dict[str, Any],
+    cap_field: str,
+    reply_of: Callable[[httpx.Response, float], ModelReply],
+) -> ModelReply:
+    """The reply to `body` sent through `send`, read by `reply_of` (the response and the
+    milliseconds it took). Where the server refused the call as too long for its window but
+    said the prompt alone fits, it is sent once more at once with its cap (`cap_field`)
+    lowered to the room that prompt leaves (`cap_that_fits`), and the reply says so
+    (`cap_lowered`, `cap_lowered_to`): a cut there is the window's, not a budget's."""
+    started = time.perf_counter()
+    lowered = None
+    try:
+        response = send(body)
+    except ContextTooLong as exc:
+        lowered = cap_that_fits(str(exc), body.get(cap_field))
+        if lowered is None:
+            raise
+        body[cap_field] = lowered
+        response = send(body)
+    reply = reply_of(response, (time.perf_counter() - started) * 1000)
+    if lowered is None:
+        return reply
+    return reply.model_copy(update={"cap_lowered": True, "cap_lowered_to": lowered})
 
 
 def estimated_usage(

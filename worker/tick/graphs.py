@@ -116,6 +116,15 @@ class NodeContext:
         except Exception as exc:
             self._noted(asked, sent, cap, error=f"{type(exc).__name__}: {exc}")
             raise
+        if reply.cap_lowered_to is not None:  # an agent's `model_called` event says it
+            log.warning(
+                "session %s: node %r: the server refused a completion cap of %s tokens for its "
+                "window; asked again with %s",
+                self.session_id,
+                self.node,
+                f"{cap:,}",
+                f"{reply.cap_lowered_to:,}",
+            )
         self.tokens += reply.usage.total
         self.usage = Usage(
             prompt_tokens=self.usage.prompt_tokens + reply.usage.prompt_tokens,

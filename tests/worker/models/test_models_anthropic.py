@@ -222,7 +222,7 @@ def test_a_cap_that_passes_the_window_with_a_prompt_that_fits_is_asked_again_wit
 
     assert reply.content == "Done."
     assert [r.body["max_tokens"] for r in chat_server.requests] == [16000, 10000]
-    assert reply.cap_lowered
+    assert reply.cap_lowered and reply.cap_lowered_to == 10000
 
 
 def test_a_refused_key_is_permanent_and_says_which_variable(server: FakeAnthropic) -> None:

@@ -490,6 +490,7 @@ def test_a_cap_that_passes_the_window_with_a_prompt_that_fits_is_asked_again_wit
     assert reply.content == "Let me look."
     assert [r.body["max_tokens"] for r in chat_server.requests] == [8192, 16384 - 10240]
     assert reply.cap_lowered, "a cut at the lowered cap is the window's, not a budget's"
+    assert reply.cap_lowered_to == 16384 - 10240
 
 
 def test_a_prompt_that_leaves_too_little_room_for_an_answer_is_not_asked_again(chat_server, model):
