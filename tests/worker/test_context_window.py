@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tickwork.fsm import context
@@ -434,6 +435,49 @@ def test_a_graph_nodes_model_calls_land_on_its_step_under_the_policy(
     assert node.cost_usd == pytest.approx((sent.tokens * PRICE[0] + 12 * PRICE[1]) / 1e6)
     assert done.tokens == sum(s.usage.total for s in session.steps) == sent.tokens + 12
     assert done.cost_usd == pytest.approx(sum(s.cost_usd for s in session.steps))
+
+
+def test_a_graph_node_fits_its_prompt_under_the_window_its_model_stated(
+    long: Long, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A session's policy is its config's under the window its model stated, where smaller
+    (`context.policy_for`): a node's completion cap was planned under that window, but its
+    prompt was fitted to the config's, so it went out whole, as if the window were larger."""
+    from tickwork.worker.tick.graphs import NodeContext, node_key
+
+    with windowed_chat(WindowedChat(window=32_768, steps=5, record=True)) as chat:
+        monkeypatch.setenv("OPENAI_BASE_URL", chat.url)
+        submitted = long.client.submit(
+            "tests.graphs:ASK",
+            {"size": 8_000},
+            model="openai:long",
+            price=PRICE,
+            context_window=32_768,
+        )
+        stated = {**submitted.result, context.STATED_WINDOW: 8_000}
+        head = long.store.get(submitted.id).model_copy(update={"result": stated})
+        policy = context.policy_for(head)
+        assert policy is not None and policy.window == 8_000
+        ctx = NodeContext(
+            session_id=head.id,
+            step=1,
+            node="ask",
+            idempotency_key=node_key(head.id, 1, "ask"),
+            config=head.config,
+            rt=long.rt,
+            head=head,
+        )
+        messages: list[dict[str, Any]] = [{"role": "user", "content": "what do these say?"}]
+        messages += [
+            {"role": "tool", "tool_call_id": f"t{i}", "content": f"{i}" * 8_000} for i in range(6)
+        ]
+        ctx.generate(messages)
+    (sent,) = chat.answered
+    assert sent.messages is not None
+    tools = [m["content"] for m in sent.messages if m["role"] == "tool"]
+    assert tools[:3] == ["[tool output elided: 8000 bytes]"] * 3, "past the stated target"
+    assert tools[3:] == [f"{i}" * 8_000 for i in (3, 4, 5)]
+    assert sent.max_tokens is not None and sent.tokens + sent.max_tokens <= 8_000
 
 
 def test_a_graph_nodes_completion_cap_leaves_its_prompt_room_in_the_window(

@@ -92,20 +92,21 @@ class NodeContext:
     def generate(self, messages: list[Message], tools: Iterable[str] | None = None) -> ModelReply:
         """Call the session's model (`messages` as the agent sends them; `tools` names the
         kind's tools to offer). Its tokens and cost count in the session's budgets and on
-        the node's step. Under the session's context policy, old tool outputs in `messages`
-        are elided when they pass its target (`tickwork.fsm.context.fit`); a prompt the model still
-        refuses as too long raises `ContextTooLong`, which fails the session with `CONTEXT`
-        unless the node handles it."""
+        the node's step. Under the session's context policy (`tickwork.fsm.context.policy_for`:
+        the config's, under the window its model stated if smaller), old tool outputs in
+        `messages` are elided when they pass its target (`tickwork.fsm.context.fit`), and the
+        completion cap leaves the prompt room in its window; a prompt the model still refuses
+        as too long raises `ContextTooLong`, which fails the session with `CONTEXT` unless
+        the node handles it."""
         model = self.rt.model(self.head.model)
         registry = self.rt.jobs.tools(self.head.kind)
         schemas = registry.schemas(list(tools)) if tools is not None else []
+        # one policy for the fit and the cap: the config's under the window the model stated
+        policy = context.policy_for(self.head)
         sent = context.fit(
-            messages,
-            context.policy_of(self.head.config),
-            estimate=estimate_prompt,
-            tools=estimate_schemas(schemas),
+            messages, policy, estimate=estimate_prompt, tools=estimate_schemas(schemas)
         )
-        cap = self._cap(sent, schemas)
+        cap = self._cap(sent, schemas, policy)
         asked = time.time_ns()
         try:
             reply = model.generate(
@@ -171,11 +172,16 @@ class NodeContext:
             calls=(before.calls + 1) if before is not None else 1,
         )
 
-    def _cap(self, messages: list[Message], schemas: Sequence[Mapping[str, Any]]) -> int:
+    def _cap(
+        self,
+        messages: list[Message],
+        schemas: Sequence[Mapping[str, Any]],
+        policy: context.Policy | None,
+    ) -> int:
         """The completion cap of a node's call: what the budgets leave after this node's
         earlier calls and the prompt, and what the prompt and the tools' `schemas` leave of
-        the model's window (at least 1: the check before the next node ends a session whose
-        budget is spent)."""
+        the window of `policy`, the session's (at least 1: the check before the next node
+        ends a session whose budget is spent)."""
         price = pricing.session_price(
             self.head.model, self.head.config, self.rt.settings.prices, providers=self.rt.providers
         )
@@ -185,7 +191,6 @@ class NodeContext:
                 "cost_usd": self.head.cost_usd + self.cost_usd,
             }
         )
-        policy = context.policy_for(self.head)
         ahead = pricing.next_call(
             messages,
             last=None,
