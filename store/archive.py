@@ -39,6 +39,11 @@ JSONL, PARQUET = ".jsonl.gz", ".parquet"
 class ArchiveMissing(TickworkError, LookupError):
     """An archived session's batch is not where the index says: was the archive moved?"""
 
+    def __init__(self, message: str | None = None, *, session_id: str | None = None) -> None:
+        super().__init__(message)
+        #: the archived session that could not be read back, when one was asked for
+        self.session_id = session_id
+
 
 class Archive(Protocol):
     """Where archive objects live, by name (`day=2026-12-01/<hash>.jsonl.gz`)."""

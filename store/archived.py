@@ -94,12 +94,14 @@ def load_archived(
         raise archives.ArchiveMissing(
             f"session {session_id} was archived to {found.location}, which is not in the "
             f"archive {archive.url}: set TICKWORK_RETENTION_ARCHIVE_URL to the archive it was "
-            "written to, or put that archive back"
+            "written to, or put that archive back",
+            session_id=session_id,
         ) from None
     if session_id not in batch:
         raise archives.ArchiveMissing(
             f"session {session_id} is not in its archive batch {found.location} "
-            f"({archive.url}); was the archive changed?"
+            f"({archive.url}); was the archive changed?",
+            session_id=session_id,
         )
     item = batch[session_id]
     return ArchivedSession(found, archives.session_of(item), item)

@@ -3,7 +3,8 @@
 401 no or bad token, 403 wrong role, 404 no such thing (or not the caller's tenant's), 409
 not now (the call was decided, its arguments changed, the session finished), 413 a body
 over the limit, 422 bad input (with what was wrong), 429 over a tenant's quota (naming it),
-503 the database is not answering, 500 a bug (logged). Bad input is never blamed on the
+503 the database is not answering or an archived session's archive cannot be read, 500 a
+bug (logged). Bad input is never blamed on the
 database: what the database cannot store is refused before.
 """
 
@@ -30,6 +31,7 @@ from tickwork.fsm.errors import (
     TickworkError,
     UnstorableValue,
 )
+from tickwork.store.archive import ArchiveMissing
 
 log = logging.getLogger("tickwork.api")
 
@@ -62,7 +64,8 @@ MEANINGS = {
     422: "Bad input; the message says what was wrong",
     429: "Over one of the tenant's quotas (`quota` names it, `Retry-After` says when to "
     "try again); nothing was stored",
-    503: "Not ready: the database (or, for /readyz, its schema or the broker) is not answering",
+    503: "Not ready: the database (or, for /readyz, its schema or the broker) is not "
+    "answering, or (`archive_missing`) an archived session's archive cannot be read",
 }
 
 
@@ -231,6 +234,23 @@ def _store_error(_: Request, exc: Exception) -> JSONResponse:
     )
 
 
+def _archive_missing(_: Request, exc: Exception) -> JSONResponse:
+    """The session is archived but its archive cannot be read: the server's fault, which an
+    operator mends (`tickwork runbook retention`); where it looked goes to the log, not
+    the client."""
+    assert isinstance(exc, ArchiveMissing)
+    log.warning("archive unreadable: %s", exc.message)
+    session = f"session {exc.session_id}" if exc.session_id else "the session"
+    return answer(
+        503,
+        "archive_missing",
+        f"{session} is archived, but the server cannot read it back from its archive: an "
+        "operator must point TICKWORK_RETENTION_ARCHIVE_URL at the archive it was written to, "
+        "or put that archive back (the server log says where it looked; `tickwork runbook "
+        "retention`)",
+    )
+
+
 def _bug(_: Request, exc: Exception) -> JSONResponse:
     log.exception("unexpected error", exc_info=exc)
     return answer(500, "internal", f"unexpected {type(exc).__name__}; the server log has it")
@@ -241,6 +261,7 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(TickworkError, _tickwork_error)
     app.add_exception_handler(QuotaExceeded, _quota_exceeded)
     app.add_exception_handler(StoreError, _store_error)
+    app.add_exception_handler(ArchiveMissing, _archive_missing)
     app.add_exception_handler(RequestValidationError, _invalid_request)
     app.add_exception_handler(ValidationError, _invalid_value)
     app.add_exception_handler(HTTPException, _http_error)

@@ -161,7 +161,7 @@ def list_sessions(
     responses={200: {"model": SessionView, "description": "The session"}, **FOUND},
 )
 def show(session_id: SessionId, client: Client, who: Reader) -> dict[str, Any]:
-    seen_head(client, who, session_id)
+    seen_head(client, who, session_id, archived=False)  # live only: docs/REMOTE.md
     view = views.session(client.load(session_id))
     view["lease"] = views.lease(client.store.lease(session_id), now=datetime.now(UTC))
     view["forks"] = views.forks(seen_forks(client, who, client.forks(session_id)))
@@ -219,7 +219,7 @@ def events(
 def decide(
     session_id: SessionId, call_id: CallId, body: bodies.Decide, client: Client, who: Approver
 ) -> Head:
-    seen_head(client, who, session_id)
+    seen_head(client, who, session_id, archived=False)
     try:
         head = client.decide(
             session_id,
@@ -268,7 +268,7 @@ def _observe_wait(session: Session, call_id: str) -> None:
     responses=documented(404, 409, 413),
 )
 def cancel(session_id: SessionId, client: Client, who: Canceller) -> Head:
-    seen_head(client, who, session_id)
+    seen_head(client, who, session_id, archived=False)
     return client.cancel(session_id, by=who.name)
 
 
@@ -355,7 +355,7 @@ def approvals(
     responses=FOUND,
 )
 def approval(session_id: SessionId, client: Client, who: Reader) -> dict[str, Any]:
-    seen_head(client, who, session_id)
+    seen_head(client, who, session_id, archived=False)
     return waiting_view(client.load(session_id), client)
 
 

@@ -1,0 +1,63 @@
+"""Archived sessions through the API: one whose archive cannot be read is the server's
+fault (503 `archive_missing`), not a session nobody made (404).
+
+The session is written and archived through the store (no worker runs)."""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from pathlib import Path
+
+import httpx
+from tickwork.fsm.values import Status
+from tickwork.store.migrate import upgrade
+from tickwork.store.retention import Policy, archive_pass
+from tickwork.worker.config.settings import Settings
+
+from tests.api.conftest import TOKEN, TOKENS, Server
+from tickwork.api import ApiSettings, make_api
+from tickwork.client import Tickwork
+from tickwork.testing.store_ticks import Clock, new_session, reply, think
+
+
+def test_an_archived_session_whose_archive_is_gone_is_a_503_not_a_404(tmp_path: Path) -> None:
+    settings = Settings(
+        state_dir=tmp_path / "state", queue=f"tickwork.ticks.{uuid.uuid4().hex[:8]}"
+    )
+    settings.state_dir.mkdir(parents=True)
+    upgrade(settings.db_url)
+    client = Tickwork(settings)
+    clock = Clock()
+    store = client.store
+    store.create(new_session("gone-1", now=clock()), now=clock())
+    assert think(store, "gone-1", reply(content="done"), now=clock()).status is Status.COMPLETED
+    report = archive_pass(
+        store.engine, store.load, client.archive, Policy(completed_s=60), now=clock.advance(61)
+    )
+    assert report.archived == 1
+    app = make_api(settings, ApiSettings(api_tokens=TOKENS), client=client)  # type: ignore[arg-type]
+    with (
+        Server(app) as server,
+        httpx.Client(
+            base_url=server.url, headers={"Authorization": f"Bearer {TOKEN['olga']}"}
+        ) as http,
+    ):
+        # `show` serves live sessions only (docs/REMOTE.md); a patch reads the archive
+        assert http.get("/api/v1/sessions/gone-1/patch").status_code == 404  # none: no files
+        assert http.get("/api/v1/sessions/gone-1").json()["code"] == "session_not_found"
+        shutil.rmtree(settings.state_dir / "archive")  # moved, or the setting changed
+
+        answer = http.get("/api/v1/sessions/gone-1/patch")
+        assert answer.status_code == 503, answer.text
+        body = answer.json()
+        assert body["code"] == "archive_missing", body
+        assert "gone-1" in body["message"] and "TICKWORK_RETENTION_ARCHIVE_URL" in body["message"]
+        assert str(settings.state_dir) not in body["message"]  # where it looked: the log's
+        # a route that serves live sessions only answers as before the archive went
+        assert http.get("/api/v1/sessions/gone-1").json()["code"] == "session_not_found"
+        forked = http.post("/api/v1/sessions/gone-1/fork", json={"from_step": 0})
+        assert (forked.status_code, forked.json()["code"]) == (503, "archive_missing")
+        # one nobody made is still 404
+        assert http.get("/api/v1/sessions/nobody-made-it").status_code == 404
+    client.close()
