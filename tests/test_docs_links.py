@@ -141,7 +141,7 @@ def test_every_design_section_named_in_the_repository_exists() -> None:
 
 #: the pages that describe the code as it is now (the CHANGELOG and the benchmark results
 #: are history: they name paths as they were)
-CURRENT = ("README.md", "CONTRIBUTING.md", "docs", "ops/RUNBOOK.md", "ops/CAPACITY.md")
+CURRENT = ("README.md", "CONTRIBUTING.md", "docs", "ops/RUNBOOK.md")
 #: a path into the repository, in backticks: `worker/tick/advance.py`, `tests/store/`
 NAMED_PATH = re.compile(r"`((?:fsm|store|worker|tasks|tickwork|ops|tests|docs|examples)/[\w./-]*)`")
 

@@ -1,4 +1,4 @@
-"""Per-tick costs for the capacity model (ops/CAPACITY.md), and two points to check it.
+"""Per-tick costs for the capacity model (docs/CAPACITY.md), and two points to check it.
 
 1. In this process, without Celery: ticks of do-nothing sessions driven one after another
    (as profile_tick.py); per tick: Postgres round trips, WAL bytes (pg_current_wal_lsn

@@ -190,3 +190,23 @@ def test_the_pages_of_an_install_are_its_own_never_a_docs_folder_beside_it(
     assert manuals.shipped("docs") == tmp_path / "docs"
     (package / "docs").mkdir()
     assert manuals.shipped("docs") == package / "docs"  # the wheel's first
+
+
+#: an operators' page at the top of ops/, named anywhere: `ops/RUNBOOK.md`, not `ops/bench/...`
+OPS_PAGE = re.compile(r"(?<![\w/])ops/([A-Z_]+)\.md")
+
+
+def test_every_operators_page_a_shipped_page_names_ships_too() -> None:
+    """docs/OPERATIONS.md sent operators sizing a fleet to ops/CAPACITY.md, which no wheel
+    held (only the runbook, `tickwork runbook`, ships from ops/); the capacity model is a
+    page of the docs now, `tickwork docs capacity`."""
+    shipped = [*sorted((ROOT / "docs").glob("*.md")), ROOT / "ops" / "RUNBOOK.md"]
+    named = {
+        f"{page.relative_to(ROOT)}: ops/{found}.md"
+        for page in shipped
+        for found in OPS_PAGE.findall(page.read_text(encoding="utf-8"))
+        if found != "RUNBOOK"
+    }
+    assert not named, "pages a wheel does not hold:\n" + "\n".join(sorted(named))
+    code, out, _ = _run("capacity", "1M sessions")
+    assert code == 0 and out.startswith("## At 1M sessions a day"), out
