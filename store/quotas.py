@@ -31,6 +31,7 @@ from sqlalchemy import ColumnElement, Connection, Engine, func, or_, select, tex
 from tickwork.fsm.errors import QuotaExceeded
 from tickwork.fsm.tenants import Quotas
 from tickwork.fsm.values import RUNNABLE, EventKind, Head
+from tickwork.fsm.wording import counted
 from tickwork.store.schema import events, observations, sessions, steps
 
 #: the status a session waits in for admission (docs/DESIGN.md section 15)
@@ -135,8 +136,8 @@ def check(
         queued = int(conn.execute(count).scalar_one())
         if queued + 1 > quotas.max_queued:
             raise QuotaExceeded(
-                f"tenant {tenant} has {queued} sessions waiting to start, and this one would "
-                f"be one more than its quota max_queued of {quotas.max_queued}: "
+                f"tenant {tenant} has {counted(queued, 'session')} waiting to start, and this one "
+                f"would be one more than its quota max_queued of {quotas.max_queued}: "
                 + (
                     "wait for some to start, or cancel some"
                     if queued

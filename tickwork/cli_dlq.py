@@ -13,6 +13,7 @@ from rich.text import Text
 
 from tickwork.fsm.errors import InvalidInput
 from tickwork.fsm.values import ErrorCode
+from tickwork.fsm.wording import counted
 
 from . import cli_remote, exports, options, parsing, render, views
 from .cli_sessions import fork_session
@@ -295,7 +296,7 @@ def export(
         else:
             with output.open("w", encoding="utf-8", newline="") as file:
                 n = exports.write(form, rows, file, with_snapshot=snapshot)
-    render.show(Text(f"wrote {n} dead letters to {output} ({form.value})"))
+    render.show(Text(f"wrote {counted(n, 'dead letter')} to {output} ({form.value})"))
 
 
 def _list(

@@ -15,6 +15,7 @@ import typer
 from rich.text import Text
 
 from tickwork.fsm.errors import InvalidInput, TickworkError
+from tickwork.fsm.wording import counted
 
 from . import options, render
 from .cli import PlainGroup
@@ -202,7 +203,7 @@ def run(
         say(
             Text.assemble(
                 ("tickwork eval", "bold"),
-                f": run {run_id}, {len(task_set.tasks)} tasks of {task_set.path} with "
+                f": run {run_id}, {counted(len(task_set.tasks), 'task')} of {task_set.path} with "
                 f"{config.model}, {concurrency} at a time, approvals: {mode.value}",
             )
         )

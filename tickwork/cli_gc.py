@@ -8,6 +8,8 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
+from tickwork.fsm.wording import counted
+
 from . import options, render, views
 from .context import Context
 
@@ -99,9 +101,10 @@ def gc(
     if json_output:
         views.emit(summary)
         return
-    line = f"archived {report.archived} sessions in {report.batches} batches to {archive.url}"
+    archived = counted(report.archived, "session")
+    line = f"archived {archived} in {counted(report.batches, 'batch', 'batches')} to {archive.url}"
     if report.blobs_moved:
-        line += f", and {report.blobs_moved} blobs only they used"
+        line += f", and {counted(report.blobs_moved, 'blob')} only they used"
     if report.resumed:
         line += f" ({report.resumed} left pending by a pass that stopped)"
     render.show(Text(line), _rows_table(before, after))
@@ -114,7 +117,8 @@ def gc(
             )
         )
     if report.retried:
-        render.show(Text(f"{report.retried} batches changed while written; the next pass retries"))
+        changed = counted(report.retried, "batch", "batches")
+        render.show(Text(f"{changed} changed while written; the next pass retries"))
     if not policy.enabled and not report.batches:
         render.show(Text(_OFF))
 

@@ -17,6 +17,7 @@ import typer
 from rich.text import Text
 
 from tickwork.fsm.errors import BrokerUnavailable
+from tickwork.fsm.wording import counted
 
 from . import options, render, views
 from .context import ensure_schema, load_settings
@@ -328,11 +329,11 @@ def relay(
             else:
                 render.show(
                     Text(
-                        f"republished {done.republished} ticks, revived "
-                        f"{done.lease_expiries} sessions with expired leases, took over "
-                        f"{done.taken_over} sessions whose worker is gone, published "
-                        f"{done.delayed} delayed ticks now due, admitted {done.admitted} "
-                        "queued sessions"
+                        f"republished {counted(done.republished, 'tick')}, revived "
+                        f"{counted(done.lease_expiries, 'session')} with expired leases, took "
+                        f"over {counted(done.taken_over, 'session')} whose worker is gone, "
+                        f"published {counted(done.delayed, 'delayed tick')} now due, admitted "
+                        f"{counted(done.admitted, 'queued session')}"
                     )
                 )
             if done.unsent or rt.cannot_publish:  # a takeover's ticks count no unsent
@@ -340,7 +341,7 @@ def relay(
 
                 raise BrokerUnavailable(
                     f"the broker at {mask(settings.broker_url, [])} (TICKWORK_BROKER_URL) did "
-                    f"not take {done.unsent or 'a'} tick{'' if done.unsent == 1 else 's'}; "
+                    f"not take {counted(done.unsent, 'tick') if done.unsent else 'a tick'}; "
                     "they stay in the outbox, due at once: start "
                     "the broker or correct TICKWORK_BROKER_URL, then run `tickwork relay "
                     "--once` again (the workers' relays publish them once it answers)"

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 from rich.text import Text
 
+from tickwork.fsm import wording
 from tickwork.fsm.errors import InvalidInput
 
 from . import render, views
@@ -166,4 +167,4 @@ def counted(form: Format, data: bytes) -> str:
         except ImportError:
             return f"{len(data)} bytes of dead letters"
         n = pq.ParquetFile(io.BytesIO(data)).metadata.num_rows
-    return f"{n} dead letters"
+    return wording.counted(n, "dead letter")

@@ -24,6 +24,7 @@ from rich.text import Text
 
 from tickwork.fsm.errors import ConfigurationError, InvalidInput, TickworkError
 from tickwork.fsm.values import Head, Status
+from tickwork.fsm.wording import counted
 
 from . import demos, render
 from .context import Context
@@ -184,7 +185,7 @@ def finish(ctx: Context, root_id: str) -> None:
             Text.assemble(
                 f"  {child.role or 'child'} {child.id}: {child.status.value}, outcome ",
                 render.outcome_text(str(outcome)),
-                f", {child.step} steps, ${child.cost_usd:.6f}",
+                f", {counted(child.step, 'step')}, ${child.cost_usd:.6f}",
             )
         )
     own = sum(s.cost_usd for s in ctx.store.load(root_id).steps)

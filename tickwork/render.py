@@ -27,6 +27,7 @@ from rich.text import Text
 from rich.tree import Tree
 
 from tickwork.fsm.kinds import GraphRef, graph_of
+from tickwork.fsm.wording import counted
 
 from . import views
 
@@ -318,7 +319,7 @@ def timeline(
     parts.append(Rule(align="left"))
     parts.append(
         Text(
-            f"total: {totals['steps']} steps · {totals['calls']} calls · "
+            f"total: {counted(totals['steps'], 'step')} · {counted(totals['calls'], 'call')} · "
             f"{totals['tokens']:,} tokens ({totals['prompt_tokens']:,} prompt"
             f"{_cached(totals, ', ')}, {totals['completion_tokens']:,} completion) · "
             f"${totals['cost_usd']:.4f}"

@@ -92,7 +92,7 @@ def test_dead_letters_from_a_worker_process(deployment: Deployment, cli: Cli) ->
         assert "BUDGET_STEPS" in by_session and "step 1" in by_session
         out = deployment.tmp / "export.jsonl"
         written = cli.inline("dlq", "export", "--code", "BUDGET_STEPS", "--out", str(out))
-        assert "wrote 1 dead letters" in written.stdout
+        assert "wrote 1 dead letter to" in written.stdout  # before: "1 dead letters"
         assert [json.loads(line)["session_id"] for line in out.read_text().splitlines()] == [
             budget_id
         ]

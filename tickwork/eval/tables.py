@@ -11,6 +11,8 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
+from tickwork.fsm.wording import counted
+
 from .model import Change, Comparison, Outcome, Run, TaskResult, Totals, totals
 
 OUTCOME_STYLE = {
@@ -161,7 +163,7 @@ def run_table(run: Run) -> Table:
     pass, where the task set gives them) and the totals."""
     expected = any(r.patch_matches is not None for r in run.results)
     hidden = any(r.expected_tests for r in run.results)
-    table = _table(f"eval run {run.id} · {run.label} · {len(run.results)} tasks")
+    table = _table(f"eval run {run.id} · {run.label} · {counted(len(run.results), 'task')}")
     right = ("STEPS", "TOKENS", "CACHED", "COST", "WALL")
     names = [
         *("TASK", "OUTCOME", *right, "CAUSE", "SESSION"),

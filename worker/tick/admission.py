@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 
 from tickwork.fsm.admission import Admission, TenantLimit
+from tickwork.fsm.wording import counted
 from tickwork.store.relay import LOGGED_IDS, Due, named
 from tickwork.worker.config.tenants import TenantTable
 from tickwork.worker.observers.report import Outcome, TickReport
@@ -42,8 +43,8 @@ def admit_queued(rt: Runtime, *, tenants: list[str] | None = None) -> list[Due]:
             rt.announce_dead_letter(head)
         if expired:
             log.warning(
-                "relay: failed DEADLINE %d sessions whose deadline passed while they waited: %s",
-                len(expired),
+                "relay: failed DEADLINE %s whose deadline passed while they waited: %s",
+                counted(len(expired), "session"),
                 ", ".join(h.id for h in expired[:LOGGED_IDS])
                 + (f" and {len(expired) - LOGGED_IDS} more" if len(expired) > LOGGED_IDS else ""),
             )
@@ -51,7 +52,9 @@ def admit_queued(rt: Runtime, *, tenants: list[str] | None = None) -> list[Due]:
     for tick in admitted:
         rt.publish(tick.session_id, tick.version)
     if admitted:
-        log.info("admission: let in %d queued sessions: %s", len(admitted), named(admitted))
+        log.info(
+            "admission: let in %s: %s", counted(len(admitted), "queued session"), named(admitted)
+        )
     return admitted
 
 

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from datetime import datetime
 
 from tickwork.fsm.errors import StoreError
+from tickwork.fsm.wording import counted
 from tickwork.store.liveness import Sign, new_key, signed
 from tickwork.store.port import Relay
 from tickwork.store.relay import Due
@@ -179,8 +180,8 @@ class Takeover:
                 break
         if taken:
             log.warning(
-                "relay: took over %d sessions whose worker is gone: %s",
-                len(taken),
+                "relay: took over %s whose worker is gone: %s",
+                counted(len(taken), "session"),
                 ", ".join(f"{t.session_id} v{t.version} (lease of {t.owner})" for t in taken[:20])
                 + (f" and {len(taken) - 20} more" if len(taken) > 20 else ""),
             )

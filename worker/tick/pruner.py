@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 
+from tickwork.fsm.wording import counted
 from tickwork.store.retention import Report
 from tickwork.worker.config.process import Loop
 from tickwork.worker.files.environments import drop_unused
@@ -47,12 +48,11 @@ class RetentionThread(Loop):
         )
         if done.batches:
             log.info(
-                "retention: archived %d sessions in %d batches to %s (and %d blobs only they "
-                "used)%s",
-                done.archived,
-                done.batches,
+                "retention: archived %s in %s to %s (and %s only they used)%s",
+                counted(done.archived, "session"),
+                counted(done.batches, "batch", "batches"),
                 self.archive.url,
-                done.blobs_moved,
+                counted(done.blobs_moved, "blob"),
                 "" if done.parquet else " (JSON Lines only: pip install 'tickwork[parquet]')",
             )
         dropped = drop_archived_copies(

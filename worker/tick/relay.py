@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
+from tickwork.fsm import wording
 from tickwork.fsm.errors import SessionFinished
 from tickwork.store.relay import Due, RelayPass, named
 from tickwork.worker.config.process import Loop
@@ -40,8 +41,8 @@ def relay_once(rt: Runtime) -> RelayPass:
     revived = rt.store.expired_leases(now=now)
     if revived:
         log.warning(
-            "relay: revived %d sessions whose lease expired: %s",
-            len(revived),
+            "relay: revived %s whose lease expired: %s",
+            wording.counted(len(revived), "session"),
             named(revived, lambda t: f"{t.session_id} v{t.version} (lease of {t.owner})"),
         )
     found = rt.store.due_ticks(now=now, older_than_s=rt.settings.relay_after_s)
@@ -65,14 +66,14 @@ def relay_once(rt: Runtime) -> RelayPass:
             rt.store.request_cancel(child_id, now=now, by="relay: its tree is cancelled")
     if lost:
         log.info(
-            "relay: republished %d ticks whose message may be lost: %s",
-            len(lost),
+            "relay: republished %s whose message may be lost: %s",
+            wording.counted(len(lost), "tick"),
             named(lost, lambda t: f"{t.session_id} v{t.version}"),
         )
     if delayed:
         log.info(
-            "relay: published %d delayed ticks now due: %s",
-            len(delayed),
+            "relay: published %s now due: %s",
+            wording.counted(len(delayed), "delayed tick"),
             named(delayed, lambda t: f"{t.session_id} v{t.version}"),
         )
     admitted = admit_queued(rt)
@@ -101,9 +102,9 @@ def _give_back(rt: Runtime, unsent: list[Due], *, now: datetime) -> None:
     for tick in unsent:
         rt.store.offer_again(tick.session_id, tick.version, now=due)
     log.warning(
-        "relay: the broker did not take a tick; gave back %d ticks to the relays of workers "
+        "relay: the broker did not take a tick; gave back %s to the relays of workers "
         "that can publish (%s); this relay takes none until the broker answers again",
-        len(unsent),
+        wording.counted(len(unsent), "tick"),
         named(unsent, lambda t: f"{t.session_id} v{t.version}"),
     )
 
