@@ -42,8 +42,9 @@ class UnpricedModel(InvalidInput):
 
 
 class QuotaExceeded(TickworkError):
-    """A submit would take the tenant past one of its quotas; nothing was stored. The HTTP
-    API answers 429 with Retry-After; wait, or ask an operator to raise the quota."""
+    """A submit (or a fork) would take the tenant past one of its quotas; nothing was
+    stored. The HTTP API answers 429 with Retry-After; wait, or ask an operator to raise
+    the quota."""
 
     def __init__(
         self,

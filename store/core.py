@@ -476,11 +476,16 @@ class CoreStore(Services):
         resolve_dead_letter: bool = False,
         again: bool = False,
         archived: tuple[Session, Sequence[Saved]] | None = None,
+        quotas: Quotas | None = None,
+        limit: TenantLimit | None = None,
     ) -> Head:
         """A new session from the parent's step `from_step` with `patch`; the parent stays.
         With `resolve_dead_letter` the parent's dead letter records the fork; one already
         forked or closed is refused (DeadLetterClosed) unless `again`. `archived`: the
-        parent and its saved file changes, read back from the archive (`retention.py`)."""
+        parent and its saved file changes, read back from the archive (`retention.py`).
+        `quotas` and `limit` (its tenant's) as for `create`: QuotaExceeded past a quota,
+        with nothing stored (nor the dead letter resolved); `queued` past the in-flight
+        limit."""
         parent = self.load(parent_id) if archived is None else archived[0]
         child = fork(parent, new_id=new_id, from_step=from_step, patch=patch, by=by, now=now)
         start = None
@@ -493,15 +498,16 @@ class CoreStore(Services):
                 from_step=from_step,
                 kept_calls={o.call_id for o in child.observations},
             )
-        self._insert(
+        return self._insert(
             child,
             now=now,
             resolves=parent_id if resolve_dead_letter else None,
             by=by,
             again=again,
             files=start,
+            quotas=quotas,
+            limit=limit,
         )
-        return child.head
 
     def file_changes(self, session_id: str, *, upto: int | None = None) -> list[Saved]:
         """The changes the session's ticks saved to its files, in order."""

@@ -132,9 +132,12 @@ class Sessions(Protocol):
         resolve_dead_letter: bool = False,
         again: bool = False,
         archived: tuple[Session, Sequence[Saved]] | None = None,
+        quotas: Quotas | None = None,
+        limit: TenantLimit | None = None,
     ) -> Head:
         """A new session from the parent's step `from_step` with `patch`; `archived`: the
-        parent whole and its file changes, read back from the archive."""
+        parent whole and its file changes, read back from the archive. `quotas` and
+        `limit` (its tenant's) as for `create`: a fork is held to them as a submit is."""
         ...
 
 

@@ -1,4 +1,5 @@
-"""A tenant's quotas checked at submit, in the transaction that inserts the session.
+"""A tenant's quotas checked at submit (and at a fork: a new session of the tenant too), in
+the transaction that inserts the session.
 
 What each quota counts (docs/OPERATIONS.md, "Tenants and quotas"):
 
@@ -155,7 +156,7 @@ def check(
             until = midnight_before(now) + timedelta(days=1)
             raise QuotaExceeded(
                 f"tenant {tenant} spent {dollars(spent)} today (UTC), its quota "
-                f"max_usd_per_day is {dollars(quotas.max_usd_per_day)}: submit again after "
+                f"max_usd_per_day is {dollars(quotas.max_usd_per_day)}: try again after "
                 f"{until.isoformat()}",
                 tenant=tenant,
                 quota="max_usd_per_day",

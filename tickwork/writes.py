@@ -367,7 +367,9 @@ class Writes(Deployment):
         session has a dead letter, the fork is recorded on it and resolves it, as `dlq fork`
         does: one forked, resolved or dismissed before is refused unless `again`.
         `context_window` (tokens) replaces the model's window the original had, as at
-        submit (a `CONTEXT` dead letter is forked onto a larger one)."""
+        submit (a `CONTEXT` dead letter is forked onto a larger one). The fork is a new
+        session of the parent's tenant, held to its quotas (QuotaExceeded, nothing stored)
+        and admission (`queued` past its in-flight limit) as a submit is."""
         if isinstance(from_step, bool) or not isinstance(from_step, int):
             raise InvalidInput(f"from_step must be a whole number (a step), got {from_step!r}")
         if new_id is not None and not SESSION_ID.match(new_id):
@@ -411,6 +413,10 @@ class Writes(Deployment):
             graph_version=graph_version,
             context_window=context_window,
         )
+        # a fork is a new session of the tenant, held to its quotas and admission as a
+        # submit is: else one past its day's dollars or its queue forks from step 0
+        quotas = self.tenants.quotas(parent.tenant)
+        limited = quotas.model_dump(exclude={"weight", "max_in_flight"}, exclude_none=True)
         forking = functools.partial(
             self.store.fork,
             session_id,
@@ -423,6 +429,8 @@ class Writes(Deployment):
             # listed unresolved while `dlq show` names the fork
             resolve_dead_letter=True,
             again=again,
+            quotas=quotas if limited else None,
+            limit=self.admission.of(parent.tenant),
         )
         if archived is not None:
             bring_back(*archived, artifacts=self.artifacts, files=self.files)

@@ -41,6 +41,7 @@ from tickwork.testing.store_ticks import Clock, reply, run_step, think
 TOKENS = {
     "ann-team-a-token-00000001": {"name": "ann", "roles": ["submitter"], "tenant": "team-a"},
     "bob-team-b-token-00000001": {"name": "bob", "roles": ["submitter"], "tenant": "team-b"},
+    "olga-team-a-operator-0001": {"name": "olga", "roles": ["operator"], "tenant": "team-a"},
 }
 TOKEN = {spec["name"]: token for token, spec in TOKENS.items()}
 
@@ -236,6 +237,66 @@ def test_a_fork_counts_only_what_it_spent_itself(fleet: Fleet) -> None:
     with pytest.raises(QuotaExceeded) as refused:
         fleet.submit("team-a")
     assert "spent $0.04 today" in str(refused.value) and "is $0.04:" in str(refused.value)
+
+
+def test_a_fork_is_held_to_the_tenant_s_quotas_as_a_submit_is(fleet: Fleet) -> None:
+    """A fork is a new session of the tenant: a tenant past its day's dollars, or its
+    queue, could fork from step 0 what it could not submit. Over a quota it is refused as a
+    submit is and stores nothing; past the in-flight limit it waits `queued`."""
+    store = fleet.client.store
+    spender = fleet.submit("team-a", "fork-spender")
+    run_step(store, spender, 1, now=datetime.now(UTC))  # 0.01
+    write(fleet.tenants_file, {"team-a": {"max_usd_per_day": 0.01}})
+    before = (fleet.count(), fleet.count(outbox), fleet.count(events))
+
+    with pytest.raises(QuotaExceeded, match="max_usd_per_day") as refused:
+        fleet.client.fork(spender, from_step=0, by="olga", new_id="over-fork")
+
+    assert refused.value.tenant == "team-a" and refused.value.used == pytest.approx(0.01)
+    assert (fleet.count(), fleet.count(outbox), fleet.count(events)) == before
+    write(fleet.tenants_file, {"team-a": {"max_queued": 1}})
+    fleet.submit("team-a")  # waits to start: the tenant's queue of one is full
+    with pytest.raises(QuotaExceeded, match="max_queued of 1"):
+        fleet.client.fork(spender, from_step=0, by="olga", new_id="over-fork")
+    write(fleet.tenants_file, {"team-a": {"max_in_flight": 1}})
+    held = fleet.client.fork(spender, from_step=0, by="olga", new_id="held-fork")
+    assert held.status is Status.QUEUED and fleet.count(outbox, session_id="held-fork") == 0
+
+
+def test_the_api_answers_a_fork_over_a_quota_429_as_a_submit(fleet: Fleet, tmp_path: Path) -> None:
+    parent = fleet.submit("team-a", "fork-parent")
+    _dead_letter(fleet, parent)
+    fleet.submit("team-a")  # waits to start: the tenant's queue is full
+    write(fleet.tenants_file, {"team-a": {"max_queued": 1}})
+    app = make_api(
+        fleet.client.settings,
+        ApiSettings(api_tokens=TOKENS, api_scripted_roots=[tmp_path]),  # type: ignore[arg-type]
+        client=fleet.client,
+    )
+    olga = {"Authorization": f"Bearer {TOKEN['olga']}"}
+    with Server(app) as server, httpx.Client(base_url=server.url, timeout=30) as http:
+        for path in (f"/api/v1/sessions/{parent}/fork", f"/api/v1/dead-letters/{parent}/fork"):
+            over = http.post(path, json={"from_step": 0, "id": "fork-over"}, headers=olga)
+            assert over.status_code == 429, (path, over.text)
+            assert int(over.headers["Retry-After"]) > 0
+            said = over.json()
+            assert said["code"] == "quota_exceeded" and said["quota"] == "max_queued", said
+            assert said["tenant"] == "team-a" and said["limit"] == 1, said
+            assert fleet.count(id="fork-over") == 0
+        assert fleet.client.dead_letter(parent).resolution is None  # nothing resolved it
+
+
+def _dead_letter(fleet: Fleet, session_id: str) -> None:
+    """Fail the session and dead-letter it, as a tick does."""
+    from tickwork.fsm import machine
+    from tickwork.fsm.values import ErrorCode
+
+    from tickwork.testing.store_ticks import claim
+
+    store, now = fleet.client.store, datetime.now(UTC)
+    claimed = claim(store, session_id, now=now)
+    change = machine.fail(claimed.head, ErrorCode.LOOP, "looped", now=now)
+    store.save(change, version=claimed.head.version, owner="worker-1", now=now)
 
 
 def test_the_refusal_shows_amounts_below_a_dollar_to_tell_them_apart() -> None:

@@ -26,7 +26,7 @@ from .auth import Operator, Principal, Reader
 from .bodies import Closing
 from .errors import ApiError, ErrorBody, documented
 from .limits import MAX_INT
-from .sessions import CHANGES, FOUND, Client, run_fork
+from .sessions import CHANGES, FORKS, FOUND, Client, run_fork
 from .tenancy import letter_filters, seen_forks, seen_letter
 
 router = APIRouter(
@@ -256,7 +256,7 @@ def show(key: Key, client: Client, who: Reader) -> dict[str, Any]:
     status_code=201,
     response_model=Head,
     summary="Fork the dead letter's session with a patch; the dead letter is resolved",
-    responses=CHANGES,
+    responses=FORKS,
 )
 def fork(key: Key, body: bodies.Fork, client: Client, who: Operator) -> Head:
     letter = find(client, who, key)

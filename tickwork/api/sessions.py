@@ -29,6 +29,8 @@ from .tenancy import check_named_tenant, seen_forks, seen_head, session_filters,
 router = APIRouter(prefix="/api/v1", responses=documented(401, 403, 422, 503))
 #: what a route that takes a body or a session id may answer besides
 CHANGES = documented(404, 409, 413)
+#: a fork is a new session of the tenant: over one of its quotas, 429 as a submit
+FORKS = documented(404, 409, 413, 429)
 FOUND = documented(404)
 
 SessionId = Annotated[str, Path(description="The session id.", max_length=64)]
@@ -278,7 +280,7 @@ def cancel(session_id: SessionId, client: Client, who: Canceller) -> Head:
     response_model=Head,
     tags=["sessions"],
     summary="Fork a session from step K with a patch",
-    responses=CHANGES,
+    responses=FORKS,
 )
 def fork(session_id: SessionId, body: bodies.Fork, client: Client, who: Operator) -> Head:
     seen_head(client, who, session_id)
