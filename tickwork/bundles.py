@@ -32,11 +32,10 @@ def write_bundle(head: Head, files: Workspaces, dest: Path) -> str:
     with clone_at(str(source["url"]), str(source["commit"]), untrusted=untrusted) as clone:
         for rel in before:
             if rel not in after:
-                (clone / rel).unlink(missing_ok=True)
+                _place(clone, rel).unlink(missing_ok=True)
         blobs = files.blobs(value.split(" ", 1)[1] for value in after.values())
         for rel, value in after.items():
-            target = clone / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
+            target = _place(clone, rel)
             target.write_bytes(blobs[value.split(" ", 1)[1]])
             target.chmod(0o755 if value.startswith("100755") else 0o644)
         for args in (
@@ -50,3 +49,24 @@ def write_bundle(head: Head, files: Workspaces, dest: Path) -> str:
                 said = " ".join(done.stderr.decode(errors="replace").split())[:500]
                 raise TickworkError(f"cannot write the bundle {dest}: git {args[0]}: {said}")
     return branch
+
+
+def _place(clone: Path, rel: str) -> Path:
+    """Where the session's file `rel` goes in `clone`, made a place of the clone's own: a
+    session's files are never links, so a link of the source's commit on the way (a folder
+    `out` pointing at the machine's home) or in its place is removed, as is a file where
+    the session has a folder; nothing is written or deleted through one."""
+    parts = Path(rel).parts
+    if not parts or Path(rel).is_absolute() or any(p in ("..", ".", ".git") for p in parts):
+        raise TickworkError(f"cannot write the bundle: the session's file {rel!r} is no path in it")
+    place = clone
+    for part in parts[:-1]:
+        place = place / part
+        if place.is_symlink() or (place.exists() and not place.is_dir()):
+            place.unlink()
+        if not place.exists():
+            place.mkdir()
+    target = place / parts[-1]
+    if target.is_symlink():
+        target.unlink()
+    return target

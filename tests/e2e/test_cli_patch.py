@@ -137,3 +137,42 @@ def test_a_patch_whose_test_run_left_a_binary_file_applies_without_it(
     assert "applied the patch" in applied.stdout and "shot.bin" in applied.stdout
     assert (project / "calc.py").read_text() == FIXED
     assert not (project / "shot.bin").exists()
+
+
+def test_a_bundle_never_writes_through_a_link_of_the_source(
+    deployment: Deployment, cli: Cli
+) -> None:
+    """The source's commit holds links pointing out of it (`out` to a folder, `victim.txt`
+    to a file of the machine); a session's files are never links, so the session made a
+    folder `out` and a file `victim.txt` of its own. `tickwork patch --bundle` checks that
+    commit out and wrote the session's files over it, through the links: onto whatever
+    file of the machine making the bundle they named (its ~/.bashrc). The bundle's branch
+    holds the session's folder and file instead, and nothing outside is touched."""
+    outside = deployment.tmp / "outside"
+    outside.mkdir()
+    (outside / "victim.txt").write_text("keep me\n")
+    repo = deployment.tmp / "repo"
+    repo.mkdir()
+    (repo / "calc.py").write_text(BUGGY)
+    (repo / "out").symlink_to(outside)
+    (repo / "victim.txt").symlink_to(outside / "victim.txt")
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "links out")
+    command = "mkdir out && printf 'PWNED\\n' >> out/planted && printf 'PWNED\\n' >> victim.txt"
+    write = {"name": "run_command", "arguments": {"command": command}}
+    script = deployment.script([{"content": "add", "tool_calls": [write]}, {"content": "done"}])
+    sid = cli(
+        "submit", "repair", "--repo", str(repo), "--test-cmd", "true", "--model", script, "--json"
+    ).json()["id"]
+    with deployment.worker():
+        done = deployment.client.wait(sid, timeout=60)
+    assert done.status.value == "completed", done.error_message
+    out = deployment.tmp / "result.bundle"
+    cli("patch", sid, "--bundle", str(out))
+    assert sorted(p.name for p in outside.iterdir()) == ["victim.txt"]
+    assert (outside / "victim.txt").read_text() == "keep me\n"
+    git(repo, "fetch", "-q", str(out), f"tickwork/{sid}:result")
+    assert git(repo, "show", "result:out/planted") == "PWNED"
+    assert git(repo, "show", "result:victim.txt") == "PWNED"
+    assert git(repo, "cat-file", "-t", "result:out") == "tree"
