@@ -205,3 +205,33 @@ def test_an_approved_destructive_command_runs_once_and_a_safe_one_needs_no_appro
     assert (workspace / "victim.txt").exists()  # the submitted directory is never changed
     text, is_error = observations(env.load(session_id))["s2c0"]
     assert not is_error and text.startswith("exit code: 0"), json.dumps(text)
+
+
+def test_a_refused_write_through_a_link_does_not_take_the_file_it_names(
+    sqlite_env: Env, places: tuple[Path, Path]
+) -> None:
+    """The session's command makes `linkdir` a link to a folder outside; a write (and a
+    patch) of `linkdir/secret.txt`, approved by someone careless, is refused. The tick then
+    looked at the paths the call named for what it changed, through the link: the outside
+    file became one of the session's files, in its patch and in its copy for the next
+    command to read. The files of the session are those of its copy alone."""
+    workspace, outside = places
+    patch = "--- a/linkdir/secret.txt\n+++ b/linkdir/secret.txt\n@@ -1 +1 @@\n-x\n+y\n"
+    calls = [
+        links(outside),
+        {"name": "write_file", "arguments": {"path": "linkdir/secret.txt", "content": "x"}},
+        {"name": "apply_patch", "arguments": {"patch": patch}},
+    ]
+    session_id = repair(sqlite_env, workspace, calls)
+    for step in (2, 3):
+        head = sqlite_env.run(session_id)
+        assert head.status is Status.WAITING_APPROVAL and head.awaiting == (f"s{step}c0",)
+        sqlite_env.client.approve(session_id, f"s{step}c0", approver="careless")
+    head = sqlite_env.run(session_id)
+    assert head.status is Status.COMPLETED, head.error_message
+    seen = observations(sqlite_env.load(session_id))
+    assert seen["s2c0"][1] and seen["s3c0"][1], seen
+    files, _ = sqlite_env.client.files.manifest(head)
+    assert not any(p.startswith("linkdir") for p in files), files
+    assert SECRET not in json.dumps(head.result)
+    assert (outside / "secret.txt").read_text() == SECRET

@@ -330,10 +330,16 @@ def _row(seen: _Seen) -> list[Any]:
 
 
 def _lstat(root: Path, rel: str) -> os.stat_result | None:
-    """The file's lstat if it is a regular file."""
+    """The file's lstat if it is a regular file of the copy: not one reached through a
+    symlink among its folders (a command's `linkdir -> /etc`), which lies elsewhere."""
+    path = root / rel
     try:
-        info = os.lstat(root / rel)
-    except OSError:
+        if os.path.realpath(path.parent) != os.path.join(
+            os.path.realpath(root), *Path(rel).parts[:-1]
+        ):
+            return None
+        info = os.lstat(path)
+    except (OSError, ValueError):
         return None
     return info if stat.S_ISREG(info.st_mode) else None
 
