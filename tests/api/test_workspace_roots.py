@@ -106,6 +106,48 @@ def test_an_untrusted_clone_is_capped_in_size(
         settings.workspace_roots = []
 
 
+def test_an_untrusted_repository_whose_files_would_fill_the_disk_is_422_before_checkout(
+    stack: Stack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A commit whose tree names one blob of zeros at many paths is a pack of a few KB (the
+    clone's cap holds) and a checkout of any size: the server checked it out whole before
+    its files were counted, onto its own disk. It is refused from the tree's sizes, with
+    nothing checked out, naming the cap; one under the cap is taken."""
+    project = tmp_path / "bomb"
+    project.mkdir()
+    (project / "zeros").write_bytes(bytes(1_000_000))
+    for i in range(20):
+        os.link(project / "zeros", project / f"copy{i}")
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "zeros"]):
+        subprocess.run(
+            ["git", "-c", "user.email=t@t", "-c", "user.name=t", *args], cwd=project, check=True
+        )
+    checkouts: list[tuple[str, ...]] = []
+    real_git = sources._git
+
+    def spy(*args: str, **kw: object) -> str:
+        if "checkout" in args:
+            checkouts.append(args)
+        return real_git(*args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(sources, "_git", spy)
+    settings = stack.deployment.settings
+    settings.workspace_roots = [tmp_path]
+    monkeypatch.setattr(sources, "MAX_CHECKOUT_BYTES", 5_000_000)
+    try:
+        http = stack.http("sam")
+        refused = http.post("/api/v1/sessions", json=_repair(stack, repo=str(project)))
+        assert refused.status_code == 422, refused.text
+        message = refused.json()["message"]
+        assert "21,000,000 bytes" in message and "5,000,000" in message, message
+        assert checkouts == []
+        monkeypatch.setattr(sources, "MAX_CHECKOUT_BYTES", 50_000_000)
+        accepted = http.post("/api/v1/sessions", json=_repair(stack, repo=str(project)))
+        assert accepted.status_code == 201, accepted.text
+    finally:
+        settings.workspace_roots = []
+
+
 def _commit(repo: Path, name: str, text: str) -> None:
     repo.mkdir(parents=True, exist_ok=True)
     (repo / name).write_text(text)

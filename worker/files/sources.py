@@ -44,6 +44,10 @@ GITIGNORED_SHOWN = 5
 GIT_TIMEOUT_S = 300.0
 #: the largest file (in practice: the pack) an untrusted clone may write
 MAX_CLONE_BYTES = 1_000_000_000
+#: the most an untrusted source's checkout may write: its commit's files, summed (a pack
+#: of a few KB may name one blob of zeros at a thousand paths), and how many there may be
+MAX_CHECKOUT_BYTES = 2_000_000_000
+MAX_CHECKOUT_FILES = 200_000
 _REF = re.compile(r"^[A-Za-z0-9._/@{}^~-]{1,200}$")
 
 
@@ -489,6 +493,8 @@ def clone_at(url: str, commit: str, *, untrusted: bool = False) -> Iterator[Path
         args = _clone_args(url, _local(url), trusted=not untrusted)
         try:
             _git(*args, str(clone), limit=MAX_CLONE_BYTES if untrusted else None)
+            if untrusted:
+                _check_checkout(clone, commit, url)
             _git("-c", "advice.detachedHead=false", "checkout", "-q", "--detach", commit, cwd=clone)
         except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
             detail = getattr(exc, "stderr", "") or str(exc)
@@ -536,6 +542,8 @@ def repository(
                 continue
         if not commit:
             raise _fail(f"the repository {url!r} has no branch, tag or commit {ref!r}")
+        if not trusted:
+            _check_checkout(clone, commit, url)
         _git(
             "-c", "advice.detachedHead=false", "checkout", "--quiet", "--detach", commit, cwd=clone
         )
@@ -547,6 +555,28 @@ def repository(
     if not trusted:  # cloned again for a bundle: by the same rules
         found["untrusted"] = True
     return found
+
+
+def _check_checkout(clone: Path, commit: str, url: str) -> None:
+    """Refuse an untrusted commit whose files would pass `MAX_CHECKOUT_BYTES` or
+    `MAX_CHECKOUT_FILES` once checked out, from its tree's sizes: before a byte is written."""
+    try:
+        listing = _git("ls-tree", "-r", "-l", "-z", "--full-tree", commit, cwd=clone)
+    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
+        detail = (getattr(exc, "stderr", "") or str(exc)).strip()[:300]
+        raise _fail(f"cannot list the files of {url!r} at {commit[:12]}: {detail}") from None
+    count = total = 0
+    for item in listing.split("\0"):
+        fields = item.split("\t", 1)[0].split()
+        if len(fields) == 4 and fields[3].isdigit():
+            count += 1
+            total += int(fields[3])
+    if count > MAX_CHECKOUT_FILES or total > MAX_CHECKOUT_BYTES:
+        raise _fail(
+            f"the repository {url!r} at {commit[:12]} holds {count:,} files of {total:,} bytes "
+            f"once checked out; this server checks out at most {MAX_CHECKOUT_FILES:,} files "
+            f"and {MAX_CHECKOUT_BYTES:,} bytes; point it at a smaller project"
+        )
 
 
 def describe(source: Any) -> str:
