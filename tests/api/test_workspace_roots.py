@@ -148,6 +148,43 @@ def test_an_untrusted_repository_whose_files_would_fill_the_disk_is_422_before_c
         settings.workspace_roots = []
 
 
+def test_an_untrusted_repository_picks_none_of_the_servers_git_filters(
+    stack: Stack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server's git configuration defines a filter (`git lfs install` writes
+    `filter.lfs.*`, whose smudge fetches from any `lfs.url` the repository's `.lfsconfig`
+    names, the server's loopback too); a repository's `.gitattributes` chose it for its
+    files, and the server's checkout ran it. An untrusted checkout runs no filter: its files
+    are the commit's as committed."""
+    marker = tmp_path / "smudged"
+    config = tmp_path / "gitconfig"
+    smudge = tmp_path / "smudge.sh"
+    smudge.write_text(f"#!/bin/sh\necho ran >> {marker}\nexec cat\n")
+    smudge.chmod(0o755)
+    config.write_text(f'[filter "lfs"]\n\tsmudge = {smudge}\n')
+    project = tmp_path / "filtered"
+    project.mkdir()
+    (project / ".gitattributes").write_text("* filter=lfs\n")
+    (project / "a.py").write_text("A = 1\n")
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "lfs"]):
+        subprocess.run(
+            ["git", "-c", "user.email=t@t", "-c", "user.name=t", *args], cwd=project, check=True
+        )
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(config))
+    settings = stack.deployment.settings
+    settings.workspace_roots = [tmp_path]
+    try:
+        accepted = stack.http("sam").post(
+            "/api/v1/sessions", json=_repair(stack, repo=str(project))
+        )
+        assert accepted.status_code == 201, accepted.text
+    finally:
+        settings.workspace_roots = []
+    assert not marker.exists()
+    head = stack.deployment.client.get(accepted.json()["id"])
+    assert stack.deployment.client.files.read(head, "a.py") == b"A = 1\n"
+
+
 def _commit(repo: Path, name: str, text: str) -> None:
     repo.mkdir(parents=True, exist_ok=True)
     (repo / name).write_text(text)

@@ -495,6 +495,7 @@ def clone_at(url: str, commit: str, *, untrusted: bool = False) -> Iterator[Path
             _git(*args, str(clone), limit=MAX_CLONE_BYTES if untrusted else None)
             if untrusted:
                 _check_checkout(clone, commit, url)
+                _no_filters(clone)
             _git("-c", "advice.detachedHead=false", "checkout", "-q", "--detach", commit, cwd=clone)
         except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
             detail = getattr(exc, "stderr", "") or str(exc)
@@ -544,6 +545,7 @@ def repository(
             raise _fail(f"the repository {url!r} has no branch, tag or commit {ref!r}")
         if not trusted:
             _check_checkout(clone, commit, url)
+            _no_filters(clone)
         _git(
             "-c", "advice.detachedHead=false", "checkout", "--quiet", "--detach", commit, cwd=clone
         )
@@ -577,6 +579,16 @@ def _check_checkout(clone: Path, commit: str, url: str) -> None:
             f"once checked out; this server checks out at most {MAX_CHECKOUT_FILES:,} files "
             f"and {MAX_CHECKOUT_BYTES:,} bytes; point it at a smaller project"
         )
+
+
+def _no_filters(clone: Path) -> None:
+    """No filter of the machine's git configuration runs on an untrusted clone's files: its
+    `.gitattributes` would choose one (`filter=lfs`: git-lfs fetches from whatever
+    `lfs.url` the repository's `.lfsconfig` names, the machine's loopback too). The
+    repository's own `info/attributes` comes before every `.gitattributes` of its tree."""
+    info = clone / ".git" / "info"
+    info.mkdir(parents=True, exist_ok=True)
+    (info / "attributes").write_text("* -filter\n")
 
 
 def describe(source: Any) -> str:
