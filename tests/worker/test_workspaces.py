@@ -528,3 +528,33 @@ def test_a_folder_whose_own_gitignore_is_a_star_is_left_out_of_the_session_files
     assert not any(p.startswith((".hypothesis/", "htmlcov/", ".coverage.")) for p in manifest)
     assert ".coverage" not in manifest and ".coveragerc" in manifest
     assert "data/cases.csv" in manifest
+
+
+def test_a_gitignore_too_large_to_match_against_is_not_read(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Each file of a tree is matched against every rule of its `.gitignore`: one of a
+    million rules (a session's command writes it into its copy in a second) held the
+    worker's walk after that command for hours, and one of a GiB (a sparse file) was read
+    whole into memory. Past `MAX_GITIGNORE_RULES` rules or `MAX_GITIGNORE_BYTES` bytes, as
+    git does past its own size, the file is not read, and the log says so."""
+    from tickwork.worker.files import filetree
+
+    many = tmp_path / "many"
+    many.mkdir()
+    rules = [f"rule{i}" for i in range(filetree.MAX_GITIGNORE_RULES)]
+    (many / ".gitignore").write_text("\n".join(["secret.txt", *rules]) + "\n")
+    assert not Ignore.of(many).skips("secret.txt", is_dir=False)
+    assert "not read" in caplog.text and str(filetree.MAX_GITIGNORE_RULES) in caplog.text
+
+    big = tmp_path / "big"
+    big.mkdir()
+    with (big / ".gitignore").open("w") as handle:
+        handle.write("secret.txt\n")
+        handle.truncate(filetree.MAX_GITIGNORE_BYTES + 1)  # sparse: nothing more to write
+    assert not Ignore.of(big).skips("secret.txt", is_dir=False)
+
+    fine = tmp_path / "fine"
+    fine.mkdir()
+    (fine / ".gitignore").write_text("\n".join(["secret.txt", *rules[:-1]]) + "\n")
+    assert Ignore.of(fine).skips("secret.txt", is_dir=False)

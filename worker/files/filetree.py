@@ -9,17 +9,21 @@ command built (`built_object`: a C extension built in place), a directory whose 
 simple reading of it: `#` comments, a trailing `/` for directories, patterns with a `/`
 anchored at the root unless they start with `**/`, others matching a name at any depth;
 the last pattern that matches decides, so `!` re-includes what an earlier one left out,
-except inside a folder left out). Paths a caller already tracks are never skipped.
+except inside a folder left out; one over `MAX_GITIGNORE_BYTES` or `MAX_GITIGNORE_RULES` is
+not read). Paths a caller already tracks are never skipped.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import logging
 import os
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+log = logging.getLogger("tickwork.workspaces")
 
 #: directories neither packed nor tracked: VCS data, caches, environments
 SKIP_DIRS = frozenset(
@@ -39,6 +43,11 @@ SKIP_DIRS = frozenset(
     ]
 )
 
+
+#: a `.gitignore` larger, or with more rules (each file is matched against every one),
+#: is not read: its rules leave nothing out (git does not read one over 100 MiB)
+MAX_GITIGNORE_BYTES = 256 * 1024
+MAX_GITIGNORE_RULES = 1_000
 
 #: what a C extension's build leaves (`build_ext --inplace`, its objects under `build/`)
 BUILT_SUFFIXES = (".so", ".pyd", ".o")
@@ -87,7 +96,19 @@ class Ignore:
         file = root / ".gitignore"
         if not gitignore or file.is_symlink() or not file.is_file():
             return cls((), skipped, built)
-        for raw in file.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            with file.open("rb") as handle:
+                data = handle.read(MAX_GITIGNORE_BYTES + 1)
+        except OSError:
+            return cls((), skipped, built)
+        if len(data) > MAX_GITIGNORE_BYTES:
+            log.warning(
+                "%s is over %d bytes: not read (its rules leave nothing out)",
+                file,
+                MAX_GITIGNORE_BYTES,
+            )
+            return cls((), skipped, built)
+        for raw in data.decode("utf-8", errors="replace").splitlines():
             line = raw.strip()
             if not line or line.startswith("#"):
                 continue
@@ -102,6 +123,13 @@ class Ignore:
                 found.append((form, anchored, directory, negated))
                 if anywhere and anchored:  # `**/A/B`: A/B below the root too
                     found.append((f"*/{form}", True, directory, negated))
+            if len(found) > MAX_GITIGNORE_RULES:  # every file is matched against each
+                log.warning(
+                    "%s has over %d rules: not read (its rules leave nothing out)",
+                    file,
+                    MAX_GITIGNORE_RULES,
+                )
+                return cls((), skipped, built)
         return cls(tuple(found), skipped, built)
 
     def skips(self, rel: str, *, is_dir: bool) -> bool:
