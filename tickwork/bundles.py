@@ -23,13 +23,14 @@ def write_bundle(head: Head, files: Workspaces, dest: Path) -> str:
             f"session {head.id} has no bundle: it did not start from a git repository; use "
             f"`tickwork patch {head.id}` for its patch"
         )
-    from tickwork.worker.files.sources import clone_at
+    from tickwork.worker.files.sources import clone_at, no_filters
 
     before = files.base(head.config["files"])
     after, _ = files.manifest(head)
     branch = f"tickwork/{head.id}"
     untrusted = source.get("untrusted") is True
     with clone_at(str(source["url"]), str(source["commit"]), untrusted=untrusted) as clone:
+        no_filters(clone)  # the session's files are the model's: its .gitattributes too
         for rel in before:
             if rel not in after:
                 _place(clone, rel).unlink(missing_ok=True)

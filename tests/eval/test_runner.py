@@ -261,3 +261,43 @@ def test_expected_tests_run_on_a_git_sources_result(client: Tickwork, tmp_path: 
     (result,) = done.results
     assert result.outcome is Outcome.REPAIRED, result
     assert result.expected_tests == "pass", result.expected_tests_output
+
+
+def test_a_sessions_gitattributes_pick_none_of_the_machines_git_filters(
+    client: Tickwork, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The session (the model) writes a `.gitattributes` choosing a filter the machine's git
+    configuration defines (`git lfs install` writes `filter.lfs.*`; git-lfs fetches from
+    whatever `lfs.url` a `.lfsconfig` names, the machine's loopback too). The bundle of its
+    files (`git add`) and the expected tests' checkout of it ran that filter on the
+    operator's machine, outside any sandbox. Neither runs a filter now."""
+    marker = tmp_path / "filtered"
+    script = tmp_path / "filter.sh"
+    script.write_text(f"#!/bin/sh\necho ran >> {marker}\nexec cat\n")
+    script.chmod(0o755)
+    config = tmp_path / "gitconfig"
+    config.write_text(f'[filter "lfs"]\n\tsmudge = {script}\n\tclean = {script}\n')
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(config))
+    repo = tmp_path / "calc-repo"
+    shutil.copytree(ROOT / "examples" / "buggy_calc", repo)
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", ".")
+    git(repo, "commit", "-qm", "calc, with a bug")
+    command = "printf '* filter=lfs\\n' >> .gitattributes"
+    replies = [
+        {
+            "content": "x",
+            "tool_calls": [{"name": "run_command", "arguments": {"command": command}}],
+        },
+        {"content": "done"},
+    ]
+    (tmp_path / "script.json").write_text(json.dumps(replies))
+    (calc,) = _subset(read_tasks(DEMO), "calc-average").tasks
+    task = replace(
+        calc, source=str(repo), ref="main", expected_tests="true",
+        script=str(tmp_path / "script.json"),
+    )  # fmt: skip
+    done, _, _ = _run(client, TaskSet(path="t.jsonl", tasks=(task,)), SCRIPTED, tmp_path)
+    (result,) = done.results
+    assert result.expected_tests == "pass", result.expected_tests_output
+    assert not marker.exists()

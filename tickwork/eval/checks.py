@@ -43,6 +43,7 @@ def run_expected_tests(client: Tickwork, head: Head, command: str, *, timeout_s:
     """Run `command` on the session's files as it left them."""
     from tickwork.worker.config.settings import load_settings
     from tickwork.worker.files.filetree import SKIP_DIRS
+    from tickwork.worker.files.sources import no_filters
     from tickwork.worker.jobs.repair.toolkit import run_in_workspace
     from tickwork.worker.sandbox.runner import sandbox_of
 
@@ -54,10 +55,15 @@ def run_expected_tests(client: Tickwork, head: Head, command: str, *, timeout_s:
         if source.get("kind") == "repo":
             bundle = scratch / "session.bundle"
             branch = client.bundle(head.id, bundle)
+            cloned = ["clone", "--quiet", "--no-checkout", "--branch", branch, str(bundle)]
             subprocess.run(
-                ["git", "clone", "--quiet", "--branch", branch, str(bundle), str(copy)],
+                ["git", *cloned, str(copy)],
                 check=True,
                 capture_output=True,
+            )
+            no_filters(copy)  # the session's .gitattributes pick none of this machine's
+            subprocess.run(
+                ["git", "reset", "--quiet", "--hard"], cwd=copy, check=True, capture_output=True
             )
         elif source.get("kind") == "workspace" and Path(str(source.get("path"))).is_dir():
             shutil.copytree(

@@ -495,7 +495,7 @@ def clone_at(url: str, commit: str, *, untrusted: bool = False) -> Iterator[Path
             _git(*args, str(clone), limit=MAX_CLONE_BYTES if untrusted else None)
             if untrusted:
                 _check_checkout(clone, commit, url)
-                _no_filters(clone)
+                no_filters(clone)
             _git("-c", "advice.detachedHead=false", "checkout", "-q", "--detach", commit, cwd=clone)
         except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
             detail = getattr(exc, "stderr", "") or str(exc)
@@ -545,7 +545,7 @@ def repository(
             raise _fail(f"the repository {url!r} has no branch, tag or commit {ref!r}")
         if not trusted:
             _check_checkout(clone, commit, url)
-            _no_filters(clone)
+            no_filters(clone)
         _git(
             "-c", "advice.detachedHead=false", "checkout", "--quiet", "--detach", commit, cwd=clone
         )
@@ -581,7 +581,7 @@ def _check_checkout(clone: Path, commit: str, url: str) -> None:
         )
 
 
-def _no_filters(clone: Path) -> None:
+def no_filters(clone: Path) -> None:
     """No filter of the machine's git configuration runs on an untrusted clone's files: its
     `.gitattributes` would choose one (`filter=lfs`: git-lfs fetches from whatever
     `lfs.url` the repository's `.lfsconfig` names, the machine's loopback too). The
