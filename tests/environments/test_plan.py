@@ -363,3 +363,39 @@ def test_a_requirement_for_other_interpreters_is_not_listed_missing(tmp_path: Pa
     missing = [line for line in done.stdout.splitlines() if line.startswith(MISSING)]
     assert f"{MISSING}absent-tool" in missing
     assert not any("far-future-tool" in line for line in missing), missing
+
+
+DEEP = "[".join([""] * 20_001) + "]" * 20_000
+NESTED = [
+    f'[project]\nname = "app"\nversion = {DEEP}\n'.encode(),
+    ("[tool.setuptools_scm]\nx = " + "{a = " * 20_000 + "1" + "}" * 20_000 + "\n").encode(),
+]
+
+
+@pytest.mark.parametrize("pyproject", NESTED, ids=["arrays", "inline tables"])
+def test_a_pyproject_nested_too_deeply_to_read_is_planned_not_a_crash(
+    pyproject: bytes, tmp_path: Path
+) -> None:
+    """A pyproject.toml of arrays (or inline tables) nested 20,000 deep: Python's TOML
+    reader recurses, and its RecursionError went up through the submit ("its configure
+    raised RecursionError", naming no file) and the worker's plan. It reads as a
+    pyproject.toml that does not parse: its packaging metadata is left out, pip's build
+    says what is wrong."""
+    made = plan(AUTO, {"pyproject.toml": pyproject}, uses_pytest=True, online=True)
+    assert any("-e ." in c for c in made.commands)
+    from tickwork.worker.files import versions
+
+    assert versions.scm({"pyproject.toml": pyproject}) is None
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "pyproject.toml").write_bytes(pyproject)
+    from tickwork.store.artifacts import DirectoryArtifacts
+
+    config = prepare(
+        {"workspace": str(project), "test_command": "true"},
+        state_dir=tmp_path / "state",
+        artifacts=DirectoryArtifacts(tmp_path / "blobs"),
+        trusted=False,
+        workspace_roots=[tmp_path],
+    )
+    assert config["source"]["path"] == str(project)

@@ -172,7 +172,7 @@ def _strings(value: Any) -> list[str]:
 def _pyproject(content: bytes) -> dict[str, Any]:
     try:
         return tomllib.loads(content.decode("utf-8", "replace"))
-    except tomllib.TOMLDecodeError:
+    except (tomllib.TOMLDecodeError, RecursionError):  # nested too deeply to read: the same
         return {}
 
 

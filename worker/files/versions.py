@@ -121,7 +121,7 @@ def scm(files: Mapping[str, bytes]) -> Scm | None:
     use, None if none."""
     try:
         meta = tomllib.loads(files.get("pyproject.toml", b"").decode("utf-8", "replace"))
-    except tomllib.TOMLDecodeError:
+    except (tomllib.TOMLDecodeError, RecursionError):  # nested too deeply to read: the same
         meta = {}
     requires = _names(_table(meta, "build-system").get("requires"))
     scm_table = _table(meta, "tool", "setuptools_scm")
