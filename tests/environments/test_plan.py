@@ -399,3 +399,17 @@ def test_a_pyproject_nested_too_deeply_to_read_is_planned_not_a_crash(
         workspace_roots=[tmp_path],
     )
     assert config["source"]["path"] == str(project)
+
+
+def test_a_setup_cfg_s_interpolations_are_not_expanded() -> None:
+    """setup.cfg's extras were read with configparser's `%(name)s` interpolation: ten
+    values each naming the next eight times expand to 8^9 characters (a "billion laughs"),
+    which held the worker's plan of the environment, and its memory, for as long as it
+    took. Its values are read as written, as tox.ini's already are."""
+    lines = ["[metadata]", "name = app", "[options.extras_require]"]
+    lines.append("test = " + "%(v1)s" * 4)
+    lines += [f"v{i} = " + f"%(v{i + 1})s" * 4 for i in range(1, 9)]
+    lines.append("v9 = pytest")
+    made = plan(AUTO, {"setup.cfg": "\n".join(lines).encode()}, uses_pytest=True, online=True)
+    assert max(len(c) for c in made.commands) < 10_000
+    assert max(len(w) for w in made.wanted) < 10_000
