@@ -3,6 +3,7 @@ packaging files, with and without egress, what the key depends on, and bad input
 
 from __future__ import annotations
 
+import itertools
 import os
 import shlex
 import subprocess
@@ -413,3 +414,34 @@ def test_a_setup_cfg_s_interpolations_are_not_expanded() -> None:
     made = plan(AUTO, {"setup.cfg": "\n".join(lines).encode()}, uses_pytest=True, online=True)
     assert max(len(c) for c in made.commands) < 10_000
     assert max(len(w) for w in made.wanted) < 10_000
+
+
+def _groups(names: list[str], fan: int) -> bytes:
+    """A pyproject.toml whose `test` dependency group includes each of `names` in turn,
+    each group `fan` times the next, the last requiring pytest."""
+    chain = ["test", *names]
+    lines = ['[project]\nname = "app"\n[dependency-groups]']
+    for here, after in itertools.pairwise(chain):
+        lines.append(f"{here} = [" + ", ".join([f'{{include-group = "{after}"}}'] * fan) + "]")
+    lines.append(f'{chain[-1]} = ["pytest"]')
+    return "\n".join(lines).encode()
+
+
+@pytest.mark.parametrize(
+    ("names", "fan"),
+    [([f"g{i}" for i in range(20)], 2), ([f"g{i}" for i in range(3000)], 1)],
+    ids=["diamonds", "a long chain"],
+)
+def test_included_dependency_groups_are_expanded_once_each(names: list[str], fan: int) -> None:
+    """PEP 735's `{include-group = NAME}` was expanded anew at each mention: twenty groups
+    each including the next twice are 2^20 copies of one requirement (forty: a worker that
+    never ends its plan), and a chain of 3,000 groups raised RecursionError. Each group's
+    requirements are taken once."""
+    import tomllib
+
+    from tickwork.worker.files.environment_plans import _dependency_groups
+
+    pyproject = _groups(names, fan)
+    assert _dependency_groups(tomllib.loads(pyproject.decode())) == {"test": ["pytest"]}
+    made = plan(AUTO, {"pyproject.toml": pyproject}, uses_pytest=True, online=True)
+    assert "pytest" in made.wanted

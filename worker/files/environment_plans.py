@@ -21,7 +21,7 @@ import json
 import re
 import shlex
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -217,6 +217,9 @@ def _tox_deps(content: bytes) -> list[str]:
     return deps
 
 
+_END = object()
+
+
 def _dependency_groups(meta: Mapping[str, Any]) -> dict[str, list[str]]:
     """The requirements of those of TEST_EXTRAS the project declares as dependency groups
     (PEP 735 `[dependency-groups]`, where uv and pdm keep test tools), an
@@ -231,19 +234,30 @@ def _dependency_groups(meta: Mapping[str, Any]) -> dict[str, list[str]]:
     legacy = pdm.get("dev-dependencies") if isinstance(pdm, Mapping) else None
     legacy = legacy if isinstance(legacy, Mapping) else {}
 
-    def expand(name: str, seen: tuple[str, ...]) -> list[str]:
-        found: list[str] = []
+    def entries_of(name: str) -> Iterator[Any]:
         entries = groups.get(name)
-        for entry in entries if isinstance(entries, list) else []:
-            if isinstance(entry, str):
+        return iter(entries if isinstance(entries, list) else [])
+
+    def expand(name: str) -> list[str]:
+        """The group's requirements, an included group's in its place, each group taken
+        at its first mention only (a cycle adds nothing more; twenty groups each including
+        the next twice are not 2^20 copies), without recursing (a chain of thousands)."""
+        found: list[str] = []
+        seen, stack = {name}, [entries_of(name)]
+        while stack:
+            entry = next(stack[-1], _END)
+            if entry is _END:
+                stack.pop()
+            elif isinstance(entry, str):
                 found.append(entry)
             elif isinstance(entry, Mapping) and isinstance(entry.get("include-group"), str):
                 included = entry["include-group"]
-                # a group including itself, or a cycle, adds nothing more
-                found += expand(included, (*seen, included)) if included not in seen else []
+                if included not in seen:
+                    seen.add(included)
+                    stack.append(entries_of(included))
         return found
 
-    found = {g: expand(g, (g,)) for g in TEST_EXTRAS if g in groups}
+    found = {g: expand(g) for g in TEST_EXTRAS if g in groups}
     for group in TEST_EXTRAS:
         entries = legacy.get(group)
         if isinstance(entries, list):
