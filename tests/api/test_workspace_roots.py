@@ -185,6 +185,29 @@ def test_an_untrusted_repository_picks_none_of_the_servers_git_filters(
     assert stack.deployment.client.files.read(head, "a.py") == b"A = 1\n"
 
 
+def test_a_relative_local_path_is_422_naming_the_absolute_one_to_give(
+    stack: Stack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`"workspace": "project"` over the API was read against the server process's own
+    folder, which its client cannot know: taken where that folder happened to lie under the
+    roots, and refused as outside them elsewhere. A local path over the API is absolute."""
+    (tmp_path / "project").mkdir()
+    (tmp_path / "project" / "a.py").write_text("A = 1\n")
+    monkeypatch.chdir(tmp_path)
+    settings = stack.deployment.settings
+    settings.workspace_roots = [tmp_path]
+    try:
+        http = stack.http("sam")
+        for source in ({"workspace": "project"}, {"repo": "project"}):
+            refused = http.post("/api/v1/sessions", json=_repair(stack, **source))
+            assert refused.status_code == 422, refused.text
+            message = refused.json()["message"]
+            assert "'project'" in message and "absolute path" in message, message
+            assert str(tmp_path) in message, message
+    finally:
+        settings.workspace_roots = []
+
+
 def _commit(repo: Path, name: str, text: str) -> None:
     repo.mkdir(parents=True, exist_ok=True)
     (repo / name).write_text(text)

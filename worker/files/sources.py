@@ -74,6 +74,12 @@ def check_local(path: Path, *, what: str, trusted: bool, roots: Sequence[Path]) 
             f"this server does not accept local paths as a {what}; submit a repository URL "
             "(https://...), or ask the operator to set TICKWORK_WORKSPACE_ROOTS"
         )
+    if not path.is_absolute():  # the server's own folder is nothing its client knows
+        raise _fail(
+            f"the {what} {str(path)!r} is relative; give its absolute path under the "
+            f"directories this server accepts ({', '.join(str(r) for r in roots)}; "
+            "TICKWORK_WORKSPACE_ROOTS)"
+        )
     try:
         inside = allowed(path, roots)
     except (RuntimeError, OSError):  # a link that loops: Python's resolve() cannot follow it
