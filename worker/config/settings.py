@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import typing
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pydantic import Field, PrivateAttr, ValidationError, ValidationInfo, field_validator
+from pydantic import BaseModel, Field, PrivateAttr, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 from tickwork.fsm.errors import ConfigurationError
 from tickwork.fsm.values import Budgets, over_bound
@@ -493,6 +494,10 @@ def read_settings(kind: type[S], **overrides: Any) -> S:
         entry = _json_entry(kind, loc)
         if entry is not None:  # inside a JSON value: its keys are the user's, not variables
             name = f"TICKWORK_{str(loc[0]).upper()}"
+        keys = _section_keys(kind, loc)
+        if keys is not None and name.lower() not in {k.lower() for k in os.environ}:
+            # a key of the section's JSON (TICKWORK_BUDGETS), not a variable of its own
+            name, entry = f"TICKWORK_{str(loc[0]).upper()}", repr(loc[1])
         # the settings did not load, so only the default secret patterns are known here
         patterns = Settings.model_fields["secret_patterns"].default
         given = first.get("input")
@@ -500,10 +505,13 @@ def read_settings(kind: type[S], **overrides: Any) -> S:
         if SECRET_NAMES.search(name) or entry is not None:  # an entry's is not the variable's
             shown = ""
         reason = mask(str(first["msg"]).removeprefix("Value error, "), patterns)
+        if keys is not None and first["type"] == "extra_forbidden":
+            reason = f"no such key; TICKWORK_{str(loc[0]).upper()} takes {', '.join(keys)}"
         example = JSON_EXAMPLES.get(str(loc[0])) if len(loc) == 1 or entry else None
         if entry is not None:
             # a token's entry is keyed by the token itself: never print it
             where = "one of its entries" if SECRET_NAMES.search(name) else f"its entry {entry}"
+            where = f"its key {entry}" if keys is not None else where
             reason = f"{where}: {reason}"
         if example is not None and (entry is not None or first["type"] in _WRONG_SHAPE):
             # JSON of the wrong shape (a list for a mapping): say which shape it takes
@@ -513,7 +521,17 @@ def read_settings(kind: type[S], **overrides: Any) -> S:
         raise ConfigurationError(_not_json(kind, exc)) from None
 
 
-_WRONG_SHAPE = ("dict_type", "list_type")
+_WRONG_SHAPE = ("dict_type", "list_type", "model_type")
+
+
+def _section_keys(kind: type[BaseSettings], loc: tuple[Any, ...]) -> tuple[str, ...] | None:
+    """The keys a section read as JSON or as one variable per key takes (TICKWORK_BUDGETS,
+    or TICKWORK_BUDGETS__MAX_STEPS), where the error `loc` lies inside one; else None."""
+    field = kind.model_fields.get(str(loc[0])) if len(loc) >= 2 else None
+    section = field.annotation if field is not None else None
+    if not (isinstance(section, type) and issubclass(section, BaseModel)):
+        return None
+    return tuple(section.model_fields)
 
 
 def _json_entry(kind: type[BaseSettings], loc: tuple[Any, ...]) -> str | None:
