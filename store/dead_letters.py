@@ -130,14 +130,19 @@ def record_fork(
     )
 
 
+def check_reason(state: Closing, reason: str) -> None:
+    """Refuse a blank reason for closing a dead letter, saying what to give."""
+    if not reason.strip():
+        raise InvalidInput(f"say why the dead letter is {state.value}: give --reason TEXT")
+
+
 def close(
     engine: Engine, key: int | str, *, state: Closing, by: str, reason: str, now: datetime
 ) -> DeadLetter:
     """Resolve or dismiss a dead letter without forking it; refused if already closed."""
     if state is Closing.FORKED:
         raise ValueError("a dead letter is closed as forked only by forking it")
-    if not reason.strip():
-        raise InvalidInput(f"say why the dead letter is {state.value}: give --reason TEXT")
+    check_reason(state, reason)
     column = dead_letters.c.id if isinstance(key, int) else dead_letters.c.session_id
     with engine.begin() as conn:
         row = conn.execute(

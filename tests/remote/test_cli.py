@@ -201,6 +201,10 @@ def test_dead_letters_listed_shown_counted_exported_forked_and_closed(
     # the forks run meanwhile (a worker serves them), so only their status may differ
     assert _without_fork_status(by_id) == _without_fork_status(shown)
 
+    for blank in ("", "  "):  # refused with what to give, before anything is sent
+        cli.inline("dlq", "resolve", fixed, "--reason", blank, ok=False).error(
+            2, "say why the dead letter is resolved: give --reason TEXT"
+        )
     resolved = cli.inline(
         "dlq", "resolve", fixed, "--reason", "fixed upstream", "--as", "erin", "--json"
     ).json()
