@@ -120,6 +120,31 @@ def test_log_in_approve_a_call_and_see_the_session_move_on(page: Any, stack: Sta
     assert decision is not None and decision.approver == "alice"
 
 
+def test_a_call_decided_by_someone_else_meanwhile_says_who_once_and_closes(
+    page: Any, stack: Stack
+) -> None:
+    from playwright.sync_api import expect
+
+    session_id = stack.waiting()
+    log_in(page, stack, "bob")
+    card = page.locator(f'section.waiting[data-session="{session_id}"] article[data-call="s1c0"]')
+    expect(card.locator("button.approve")).to_be_visible()
+
+    def alice_first(route: Any) -> None:
+        # alice decides between bob's click and his request reaching the server
+        stack.deployment.client.approve(session_id, "s1c0", approver="alice")
+        route.continue_()
+
+    page.route("**/calls/s1c0/decision", alice_first)
+    card.locator("button.approve").click()
+    error = card.locator("p.error")
+    expect(error).to_contain_text("was already decided (approve) by alice")
+    assert error.inner_text().count("alice") == 1, error.inner_text()
+    # nothing left to decide on it: the card says the decision, not buttons for another
+    expect(card.locator("button.approve")).to_have_count(0)
+    expect(card.locator("p.decided")).to_contain_text("alice")
+
+
 def test_reject_with_feedback_from_the_live_view(page: Any, stack: Stack) -> None:
     from playwright.sync_api import expect
 

@@ -34,8 +34,14 @@ export function callCard(sessionId, call, onDecided) {
       toast(`${verb} ${call.call_id} of ${sessionId}`, "ok");
       if (onDecided) onDecided(head);
     } catch (e) {
-      const who = e.body && e.body.decided_by ? ` (${e.body.decision} by ${e.body.decided_by})` : "";
-      error.textContent = `${e.message}${who}`;
+      // the server's message names who decided first; the call takes no other decision
+      error.textContent = e.message;
+      if (e.body && e.body.decided_by) {
+        card.classList.remove("open");
+        for (const box of [actions, editForm, rejectForm, outputForm]) box.remove();
+        error.before(decisionLine({ kind: e.body.decision, approver: e.body.decided_by,
+                                    at: e.body.decided_at }));
+      }
     }
   }
 
