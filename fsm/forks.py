@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -136,11 +136,7 @@ def fork(
     kept = {c.call_id: c for s in steps for c in s.calls}
     unknown = sorted(set(patch.tool_outputs) - set(kept))
     if unknown:
-        kept_steps = f"steps 1..{from_step}" if from_step else "no step (a fork from step 0)"
-        raise InvalidInput(
-            f"cannot patch the output of {', '.join(unknown)}: not a call of "
-            f"{kept_steps} of session {parent.head.id}"
-        )
+        raise InvalidInput(_unpatchable(parent, from_step, unknown, kept))
     if (unread := _summarised(patch, steps)) is not None:
         raise InvalidInput(f"session {parent.head.id}: {unread}")
     try:
@@ -348,3 +344,20 @@ def _graph_result(
         "node": done[-1].name.removesuffix(PROPOSAL) if done else START,
         "recent": [s.fingerprint for s in steps][-HISTORY:],
     }
+
+
+def _unpatchable(
+    parent: Session, from_step: int, unknown: list[str], kept: Mapping[str, Any]
+) -> str:
+    """Why a fork from `from_step` cannot patch the outputs of `unknown`, and what can be."""
+    later = {c.call_id: s.step for s in parent.steps for c in s.calls}
+    why = [
+        f"{call} is a call of step {later[call]}: fork from step {later[call]} or later "
+        f"(--from-step {later[call]}, API: from_step {later[call]})"
+        if call in later
+        else f"{call} is no call of session {parent.head.id}"
+        for call in unknown
+    ]
+    steps = "step 1" if from_step == 1 else f"steps 1..{from_step}"
+    calls = f"kept: {steps} ({', '.join(kept) or 'no calls'})" if from_step else "kept: no step"
+    return f"cannot patch the output of {', '.join(unknown)}: {'; '.join(why)}; {calls}"

@@ -68,6 +68,24 @@ def test_patching_a_call_outside_the_kept_steps_is_refused(
         forked(build, parent, 2, tool_outputs={call_id: "x"})
 
 
+def test_a_refused_output_patch_says_which_calls_may_be_patched(
+    build: Any, parent: Session
+) -> None:
+    with pytest.raises(InvalidInput) as later:
+        forked(build, parent, 1, tool_outputs={"s2c0": "x"})
+    message = str(later.value)
+    # the call is a later step's: the step to fork from to patch it
+    assert (
+        "s2c0 is a call of step 2: fork from step 2 or later (--from-step 2, API: from_step 2)"
+        in message
+    )
+    assert "steps 1..1" not in message and "kept: step 1 (s1c0)" in message
+    with pytest.raises(InvalidInput) as unknown:
+        forked(build, parent, 2, tool_outputs={"nope": "x"})
+    assert "nope is no call of session" in str(unknown.value)
+    assert "kept: steps 1..2 (s1c0, s2c0)" in str(unknown.value)
+
+
 @pytest.mark.parametrize("k", [-1, 4, 100])
 def test_fork_step_out_of_range_names_the_valid_range(build: Any, parent: Session, k: int) -> None:
     with pytest.raises(ForkOutOfRange) as raised:
