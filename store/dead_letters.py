@@ -23,6 +23,15 @@ from tickwork.store.schema import archived, dead_letters, sessions
 class DeadLetterNotFound(TickworkError, LookupError):
     """No dead letter has that id: list them with `tickwork dlq ls`."""
 
+    @classmethod
+    def of(cls, key: str) -> DeadLetterNotFound:
+        """The API's error for a key no dead letter the caller sees has, with where to list
+        them (the CLI's way, then the API's), the same for another tenant's as for none."""
+        return cls(
+            f"no dead letter has id or session id {key!r}; list them with `tickwork dlq ls` "
+            "(API: GET /api/v1/dead-letters)"
+        )
+
 
 class DeadLetter(BaseModel):
     model_config = ConfigDict(frozen=True)

@@ -86,7 +86,7 @@ def find(client: Client, who: Principal, key: str) -> dl.DeadLetter:
     try:
         letter = client.dead_letter(key)
     except dl.DeadLetterNotFound:
-        raise dl.DeadLetterNotFound(f"no dead letter has id or session id {key!r}") from None
+        raise dl.DeadLetterNotFound.of(key) from None
     return seen_letter(who, letter, key)
 
 

@@ -36,7 +36,7 @@ def seen_head(client: Tickwork, who: Principal, session_id: str, *, archived: bo
 def seen_letter(who: Principal, letter: dl.DeadLetter, key: str) -> dl.DeadLetter:
     """The dead letter if `who` may see its session; else DeadLetterNotFound."""
     if not who.sees(letter.tenant, letter.submitted_by):
-        raise dl.DeadLetterNotFound(f"no dead letter has id or session id {key!r}")
+        raise dl.DeadLetterNotFound.of(key)
     return letter
 
 
