@@ -198,10 +198,13 @@ def require(*roles: Role) -> Callable[[Principal], Principal]:
     def allowed(who: Annotated[Principal, Depends(principal)]) -> Principal:
         if not who.admin and not who.roles.intersection(roles):
             held = ", ".join(sorted(who.roles)) or "no role"
-            needed = " or ".join(roles)
-            raise ApiError(
-                403, "forbidden", f"{who.name} holds {held}; this needs the {needed} role"
-            )
+            needed = f"this needs the {' or '.join(roles)} role"
+            if set(roles) == READING:  # only a token of no role lacks one of them
+                needed = (
+                    "reading needs a role (submitter, approver or operator): ask an operator "
+                    "for the one you need"
+                )
+            raise ApiError(403, "forbidden", f"{who.name} holds {held}; {needed}")
         return who
 
     return allowed
@@ -209,7 +212,9 @@ def require(*roles: Role) -> Callable[[Principal], Principal]:
 
 Caller = Annotated[Principal, Depends(principal)]
 #: reading (sessions, events, approvals, dead letters) takes any role; a roleless token none
-Reader = Annotated[Principal, Depends(require(Role.SUBMITTER, Role.APPROVER, Role.OPERATOR))]
+#: the roles any of which reads
+READING = frozenset({Role.SUBMITTER, Role.APPROVER, Role.OPERATOR})
+Reader = Annotated[Principal, Depends(require(*sorted(READING)))]
 Submitter = Annotated[Principal, Depends(require(Role.SUBMITTER))]
 Approver = Annotated[Principal, Depends(require(Role.APPROVER))]
 Canceller = Annotated[Principal, Depends(require(Role.APPROVER, Role.OPERATOR))]
