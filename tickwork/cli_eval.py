@@ -136,6 +136,14 @@ def run(
         typer.Option(help="A name for the run in tables and charts.", show_default="the model"),
     ] = None,
     parquet: Parquet = None,
+    any_path: Annotated[
+        bool,
+        typer.Option(
+            "--any-path",
+            help="Take the task set's local sources and scripts wherever they are (your own "
+            "task set); by default they must lie in its git work tree or folder.",
+        ),
+    ] = False,
     json_output: options.Json = False,
 ) -> None:
     """Run a task set: one repair session a task, N at a time; a table of the results.
@@ -160,7 +168,8 @@ def run(
 
         tasks = EXAMPLES / "eval" / "tasks.jsonl"
     assert tasks is not None
-    task_set = read_tasks(tasks.expanduser().absolute())
+    # the shipped demo set names the shipped example beside it, outside its folder
+    task_set = read_tasks(tasks.expanduser().absolute(), any_path=any_path or demo)
     with Context(creates=True) as ctx:
         client = ctx.client
         spec = model or ("scripted" if demo else ctx.settings.model)

@@ -119,6 +119,51 @@ def test_an_empty_or_unreadable_task_set_is_refused(tmp_path: Path) -> None:
         read_tasks(tmp_path / "absent.jsonl")
 
 
+def _set_of(folder: Path, **task: object) -> Path:
+    path = folder / "tasks.jsonl"
+    path.write_text(json.dumps({"id": "t", "test_command": "true", **task}) + "\n")
+    return path
+
+
+def test_a_task_sets_local_paths_stay_in_its_folder_unless_told(tmp_path: Path) -> None:
+    """A task set is somebody's text: a source of ~/.ssh would be packed into a session and
+    shown to its model. Local sources and scripts must lie beside it."""
+    secrets = tmp_path / "home" / ".ssh"
+    secrets.mkdir(parents=True)
+    (secrets / "id_ed25519").write_text("PRIVATE KEY")
+    evals = tmp_path / "downloads"
+    (evals / "proj").mkdir(parents=True)
+    (evals / "linked").symlink_to(secrets)
+    outside_script = tmp_path / "home" / "notes.json"
+    outside_script.write_text("[]")
+    refused = [
+        ({"source": str(secrets)}, "source"),
+        ({"source": "../home/.ssh"}, "source"),
+        ({"source": "linked"}, "source"),  # a link beside it, to a folder elsewhere
+        ({"source": "../home", "ref": "main"}, "source"),  # a local repository
+        ({"source": f"file://{secrets}"}, "source"),
+        ({"source": "proj", "script": str(outside_script)}, "script"),
+    ]
+    for task, field in refused:
+        path = _set_of(evals, **task)
+        with pytest.raises(TaskSetError) as error:
+            read_tasks(path)
+        message = error.value.message
+        assert f"tasks.jsonl:1: field `{field}`" in message, message
+        assert "--any-path" in message, message
+        mine = read_tasks(path, any_path=True)  # the operator's own task set
+        assert mine.tasks[0].id == "t"
+    assert read_tasks(_set_of(evals, source="proj")).tasks[0].source == str(evals / "proj")
+
+
+def test_a_task_set_in_a_git_work_tree_may_name_its_projects_across_it(tmp_path: Path) -> None:
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "projects" / "calc").mkdir(parents=True)
+    (tmp_path / "evals").mkdir()
+    path = _set_of(tmp_path / "evals", source="../projects/calc")
+    assert read_tasks(path).tasks[0].source == str(tmp_path / "projects" / "calc")
+
+
 def test_a_patch_matches_the_expected_one_by_the_lines_it_changes() -> None:
     expected = (
         "--- a/slug.py\n+++ b/slug.py\n@@ -8,2 +8,2 @@\n     words = 1\n"

@@ -104,8 +104,10 @@ TASK_KEYS = {
 }
 
 
-def read_tasks(path: Path) -> TaskSet:
-    """The task set in the JSON Lines file at `path`."""
+def read_tasks(path: Path, *, any_path: bool = False) -> TaskSet:
+    """The task set in the JSON Lines file at `path`. Its local paths (`source`, `script`)
+    must lie in the folder it confines them to (`confinement`), unless `any_path` (the
+    operator's own task set, `--any-path`)."""
     try:
         raw = path.read_bytes()
     except OSError as exc:
@@ -115,18 +117,31 @@ def read_tasks(path: Path) -> TaskSet:
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
         raise TaskSetError(f"{path}:{line}: not UTF-8 text; save the task set as UTF-8") from None
-    return parse_tasks(text, where=str(path), base=path.parent)
+    within = None if any_path else confinement(path)
+    return parse_tasks(text, where=str(path), base=path.parent, within=within)
 
 
-def parse_tasks(text: str, *, where: str, base: Path) -> TaskSet:
+def confinement(path: Path) -> Path:
+    """The folder a task set's local paths must lie in: the git work tree that holds the
+    task file, else the task file's own folder. A task set is somebody's text: a `source`
+    of `~/.ssh` would be packed into a session and shown to its model."""
+    folder = path.parent.resolve()
+    for candidate in (folder, *folder.parents):
+        if (candidate / ".git").exists():
+            return candidate
+    return folder
+
+
+def parse_tasks(text: str, *, where: str, base: Path, within: Path | None = None) -> TaskSet:
     """The tasks of a JSON Lines text (blank lines and lines starting with `#` skipped);
-    relative paths resolve against `base`."""
+    relative paths resolve against `base`, and each local one must lie in `within` (where
+    given)."""
     tasks: list[Task] = []
     seen: dict[str, int] = {}
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip() or line.lstrip().startswith("#"):
             continue
-        task = _task(line, number, where=where, base=base)
+        task = _task(line, number, where=where, base=base, within=within)
         if task.id in seen:
             raise TaskSetError(
                 f"{where}:{number}: field `id`: {task.id!r} is already the id of line "
@@ -141,11 +156,22 @@ def parse_tasks(text: str, *, where: str, base: Path) -> TaskSet:
     return TaskSet(path=where, tasks=tuple(tasks))
 
 
-def _task(line: str, number: int, *, where: str, base: Path) -> Task:
+def _task(line: str, number: int, *, where: str, base: Path, within: Path | None) -> Task:
     at = f"{where}:{number}"
 
     def wrong(key: str, message: str) -> TaskSetError:
         return TaskSetError(f"{at}: field `{key}`: {message}")
+
+    def inside(key: str, given: str, found: Path) -> str:
+        real = found.resolve()
+        if within is not None and not real.is_relative_to(within):
+            raise wrong(
+                key,
+                f"{given[:200]!r} is {real}, outside {within} (the task set's git work tree "
+                "or folder); keep a task set's projects and scripts beside it, or pass "
+                "--any-path if the task set is your own",
+            )
+        return str(real)
 
     if len(line) > MAX_LINE_CHARS:
         raise TaskSetError(f"{at}: the line is longer than {MAX_LINE_CHARS:,} characters")
@@ -193,9 +219,17 @@ def _task(line: str, number: int, *, where: str, base: Path) -> Task:
         folder = (base / source).expanduser()
         if not folder.is_dir():
             raise wrong("source", f"{source!r} is not a directory ({folder.absolute()})")
-        source = str(folder.resolve())
+        source = inside("source", source, folder)
     elif not GIT_URL.match(source):
-        source = str((base / source).expanduser().absolute())  # a local repository
+        local = (base / source).expanduser()  # a local repository
+        inside("source", source, local)
+        source = str(local.absolute())
+    elif within is not None and source.lower().startswith("file:"):
+        raise wrong(
+            "source",
+            f"{source[:200]!r} names a repository on this machine by URL; give its path "
+            "(relative to the task set), or pass --any-path if the task set is your own",
+        )
     test_command = str(text("test_command")).strip()
     setup = _setup(data.get("setup"), wrong)
     expected = text("expected_patch", limit=MAX_LINE_CHARS, empty=True)
@@ -207,7 +241,7 @@ def _task(line: str, number: int, *, where: str, base: Path) -> Task:
         found = (base / script.strip()).expanduser()
         if not found.is_file():
             raise wrong("script", f"{script!r} is not a file ({found.absolute()})")
-        script = str(found.resolve())
+        script = inside("script", script, found)
     return Task(
         id=task_id,
         line=number,
