@@ -370,7 +370,8 @@ def why_tests_did_not_run(
     ):
         said = (
             f"pytest stopped at collection: the session's environment has no module {module!r}"
-            " (No module named), which is not one of the project's own, so no test ran"
+            f" (Python says: No module named {module!r}), which is not one of the project's"
+            " own, so no test ran"
         )
         if _declared(module, environment or {}):  # the project has nothing to add
             return f"{said}: {_runner_hint(module, environment or {})}"

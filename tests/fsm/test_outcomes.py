@@ -309,6 +309,14 @@ def test_a_module_the_environment_lacks_stopped_the_tests(
     assert (why is None) if missing is None else (f"{missing!r}" in (why or ""))
 
 
+def test_a_missing_module_is_named_as_python_named_it() -> None:
+    """The reason read "the session's environment has no module 'hypothesis' (No module
+    named), which ...": a fragment of Python's message, cut where the name was."""
+    why = why_tests_did_not_run("pytest", 2, _STOPPED.format("hypothesis"), own=set()) or ""
+    assert "(Python says: No module named 'hypothesis')" in why
+    assert "(No module named)" not in why
+
+
 def test_a_missing_module_says_when_setup_had_no_network() -> None:
     output = _STOPPED.format("pytz")
     online = why_tests_did_not_run("pytest", 2, output, own=frozenset) or ""
