@@ -355,6 +355,14 @@ def why_tests_did_not_run(
         if program and _declared(program, environment or {}):
             hint = _runner_hint(program, environment or {})
             return f"{said}: {program} is not installed in the session's environment: {hint}"
+        if program in _ENVIRONMENT_BUILDERS:
+            return (
+                f"{said}: {program} is not installed in the session's environment, and "
+                f"`--setup auto` does not install it ({program} builds environments of its "
+                "own, which needs the network the test runs do not have): run the tests with "
+                "their runner, e.g. `python3 -m pytest`, for which `auto` installs the "
+                "project and its test dependencies (tox.ini's deps too)"
+            )
         return f"{said}: is it installed in the session's environment?"
     if exit_code != 0 and (runner := missing_runner(command, output)) is not None:
         return (
@@ -386,6 +394,10 @@ def why_tests_did_not_run(
             )
         )
     return refused_command(command, exit_code, output) or no_tests_ran(command, exit_code, output)
+
+
+#: test commands that build environments of their own rather than run the tests here
+_ENVIRONMENT_BUILDERS = frozenset({"tox", "nox"})
 
 
 def _runner_hint(runner: str, environment: Mapping[str, Any]) -> str:

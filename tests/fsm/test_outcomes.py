@@ -223,6 +223,17 @@ def test_a_command_the_shell_or_make_refused_ran_no_test(
     assert repair_outcome(patch="diff", tests=tests) is expected
 
 
+@pytest.mark.parametrize("command", ["tox -e py311", "tox", "nox -s tests"])
+def test_tox_that_is_not_installed_is_told_to_give_the_runner(command: str) -> None:
+    """`--test-cmd "tox -e py311"` on pluggy ended `tests_not_run` with "is it installed in
+    the session's environment?": `--setup auto` never installs tox or nox (they build
+    environments of their own, with a network the test runs do not have)."""
+    output = f"--- stderr ---\n/bin/sh: 1: {command.split()[0]}: not found"
+    why = why_tests_did_not_run(command, 127, output) or ""
+    assert "exit 127" in why and "python3 -m pytest" in why
+    assert "is it installed" not in why
+
+
 def test_a_failed_test_that_prints_what_a_refusal_looks_like_ran() -> None:
     """pytest exits 1 for failed tests: a test of a shell script may print the shell's
     syntax error; only bash's `cd` exits 1 when it refuses (dash's exits 2)."""
