@@ -88,6 +88,7 @@ def test_without_egress_auto_says_what_it_could_not_install(
     # and the card says why, and what to set: "not installed: pytest" alone looked like a
     # project that forgot to declare it
     assert "no network" in env["note"] and "TICKWORK_EGRESS_ALLOW=" in env["note"], env
+    assert "installed only the project itself" in env["note"], env
     assert "No module named 'tinydep'" in session.observations[0].content
 
 
@@ -122,7 +123,12 @@ def test_without_egress_a_backend_it_lacks_leaves_the_project_missing(
     env = head.result["environment"]
     assert head.status is Status.COMPLETED, head.error_message
     assert env["status"] == "ready" and "calcpkg" in env["missing"], env
-    assert "could not be installed without the network" in row.log  # `tickwork env show`
+    # `tickwork env show`: the line the failed install echoed, not the logged command
+    assert "\ntickwork: the project could not be installed without the network" in row.log
+    # the card's note said "so it installed only the project itself" beside the project
+    # listed missing (humanize, whose hatchling the system lacks)
+    assert "only the project itself" not in env["note"], env
+    assert "not even the project" in env["note"] and "build backend" in env["note"], env
 
 
 #: a build backend that, as hatchling does for `editables`, needs for an editable build a

@@ -51,6 +51,7 @@ from tickwork.worker.config.settings import EnvironmentSettings
 from tickwork.worker.files.environment_plans import (
     AUTO,
     MISSING,
+    OFFLINE,
     Plan,
     dependency_files,
     plan,
@@ -101,6 +102,13 @@ NO_NETWORK = (
     "setup had no network (TICKWORK_EGRESS_ALLOW is empty, or the job's `network` is "
     '"none"), so it installed only the project itself: let setup reach the package index, '
     "e.g. TICKWORK_EGRESS_ALLOW=pypi.org,files.pythonhosted.org on the workers"
+)
+#: the same, when not even the project could be installed (hatchling, poetry-core: a build
+#: backend the system's Python lacks needs the network too)
+NO_NETWORK_NO_PROJECT = NO_NETWORK.replace(
+    "so it installed only the project itself",
+    "so it installed nothing, not even the project (its build backend is not installed on "
+    "the system: the build log says which)",
 )
 #: a packed environment is stored in pieces of this size (a blob each)
 CHUNK_BYTES = 8 << 20
@@ -489,7 +497,9 @@ def _build(
         rt.workspaces.artifacts.put(dict(zip(hashes, chunks, strict=True)))
         more: dict[str, Any] = {"missing": missing}
         if missing and not plan_.online:
-            more["note"] = NO_NETWORK
+            # the line the failed install echoes, not the logged command that holds it
+            unbuilt = re.search(rf"^{re.escape(OFFLINE)}$", output, re.MULTILINE)
+            more["note"] = NO_NETWORK_NO_PROJECT if unbuilt else NO_NETWORK
         detail = _record(plan_, key, "ready", **more)
         if not (
             renewal.lost
