@@ -233,7 +233,7 @@ def sessions_table(heads: Iterable[Mapping[str, Any]]) -> Table:
             if h["awaiting"]
             else QUEUED
             if h["status"] == "queued"
-            else ""
+            else _not_run(h)
         )
         created = datetime.fromisoformat(h["created_at"]).strftime("%m-%d %H:%M")
         cells: list[RenderableType] = [
@@ -250,6 +250,13 @@ def sessions_table(heads: Iterable[Mapping[str, Any]]) -> Table:
             cells.append(Text(str(h.get("tenant") or "")))
         table.add_row(*cells, Text(clip(note, 80)))
     return whole(table)
+
+
+def _not_run(h: Mapping[str, Any]) -> str:
+    """Why a finished repair's final tests did not run (its `tests_not_run`), else ''."""
+    tests = (h.get("result") or {}).get("tests")
+    why = tests.get("not_run") if isinstance(tests, Mapping) else None
+    return f"tests did not run: {why}" if why and isinstance(why, str) else ""
 
 
 def archived_table(entries: Iterable[Mapping[str, Any]]) -> Table:

@@ -1,0 +1,57 @@
+"""`tickwork ls`: what its NOTE column says of a session, rendered from the heads the
+store and the API list."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+
+from tickwork import render
+
+NOT_RUN = (
+    "the shell could not find or execute the test command (exit 127): is it installed in "
+    "the session's environment?"
+)
+
+
+def head(**fields: Any) -> dict[str, Any]:
+    return {
+        "id": "s1",
+        "status": "completed",
+        "outcome": "tests_not_run",
+        "step": 2,
+        "tokens": 10,
+        "cost_usd": 0.0,
+        "created_at": "2026-12-06T03:50:00+00:00",
+        "kind": "repair",
+        "tenant": "default",
+        "error_code": None,
+        "error_message": None,
+        "awaiting": [],
+        "result": {"tests": {"exit_code": 127, "passed": False, "not_run": NOT_RUN}},
+        **fields,
+    }
+
+
+def listed(*heads: dict[str, Any]) -> str:
+    console = Console(width=400, record=True)
+    console.print(render.sessions_table(heads))
+    return console.export_text()
+
+
+def test_a_repair_whose_tests_did_not_run_says_why_in_ls() -> None:
+    """`tickwork ls` showed a completed `tests_not_run` repair with an empty NOTE: a user
+    who scanned the list for why (a runner not installed, no test collected) had to open
+    each with `show`."""
+    (row,) = [line for line in listed(head()).splitlines() if line.startswith(" s1 ")]
+    assert "tests did not run: the shell could not find or execute" in row, row
+
+
+def test_other_outcomes_and_a_head_without_a_result_have_no_such_note() -> None:
+    failing = head(
+        id="s2", outcome="tests_failing", result={"tests": {"exit_code": 1, "passed": False}}
+    )
+    bare = head(id="s3", outcome=None, kind="echo", result=None)
+    text = listed(failing, bare)
+    assert "did not run" not in text
