@@ -13,6 +13,7 @@ model chose. `runner.run_sandboxed` runs commands in the OS sandbox through `run
 from __future__ import annotations
 
 import os
+import re
 import selectors
 import signal
 import subprocess
@@ -72,21 +73,34 @@ class ShellResult:
     refused: tuple[str, ...] = ()
 
     def describe(self) -> str:
-        """Exit code, stdout and stderr as one text for the model."""
+        """Exit code, stdout and stderr as one text for the model, without the terminal's
+        escape codes (`pytest --color=yes`): they hid a summary's counts from the outcome
+        checks, and are noise to the model and on the card."""
         status = "killed" if self.exit_code is None else str(self.exit_code)
         parts = [f"exit code: {status}"]
         if self.killed:
             parts.append(f"(killed: {self.killed})")
-        if self.stdout:
-            parts.append(f"--- stdout ---\n{self.stdout.rstrip()}")
-        if self.stderr:
-            parts.append(f"--- stderr ---\n{self.stderr.rstrip()}")
+        stdout, stderr = _plain(self.stdout), _plain(self.stderr)
+        if stdout:
+            parts.append(f"--- stdout ---\n{stdout.rstrip()}")
+        if stderr:
+            parts.append(f"--- stderr ---\n{stderr.rstrip()}")
         if not (self.stdout or self.stderr):
             parts.append("(no output)")
         if self.refused:
             said = "\n".join(f"egress refused {r}" for r in self.refused)
             parts.append(f"--- refused by the sandbox ---\n{said}")
         return "\n".join(parts)
+
+
+#: a terminal's escape sequences: CSI (colours, `\x1b[31m`), OSC (titles, links) and the
+#: two-character ones
+_ESCAPES = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[ -/]*[0-Z\\^-~])")
+
+
+def _plain(text: str) -> str:
+    """`text` without a terminal's escape sequences."""
+    return _ESCAPES.sub("", text) if "\x1b" in text else text
 
 
 def command_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:

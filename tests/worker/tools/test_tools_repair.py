@@ -318,6 +318,27 @@ def test_run_tests_reports_pass_and_fail(
     assert "exit code: 1" in failing.output
 
 
+#: pytest's summary with `--color=yes` (wcwidth's tox.ini `addopts`), as the terminal gets it
+COLOURED = (
+    "\\033[31mFAILED\\033[0m tests/test_core.py::\\033[1mtest_wide\\033[0m\\n"
+    "\\033[31m\\033[1m42 failed\\033[0m, \\033[32m1992 passed\\033[0m\\033[31m in 37.09s\\033[0m\\n"
+)
+
+
+def test_run_tests_reads_a_coloured_summary_and_shows_it_without_escapes(
+    workspace: Path, call: Call, make_ctx: Callable[..., ToolContext]
+) -> None:
+    """wcwidth's pytest configuration says `--color=yes`: the summary's escape codes hid
+    its "42 failed" from the check of a pipe's exit code (`pytest | tail -5` exits 0 as
+    `tail`: "tests passed", `repaired`), and reached the model and `tickwork show` as
+    `[31m` noise."""
+    (workspace / "run.sh").write_text(f"printf '{COLOURED}'\n")
+    said = call("run_tests", ctx=make_ctx(config={"test_command": "sh run.sh | tail -5"})).output
+    assert said.startswith("tests FAILED: the test command exited 0"), said
+    assert "42 failed, 1992 passed in 37.09s" in said
+    assert "\x1b" not in said and "[31m" not in said
+
+
 def test_run_tests_says_when_the_runner_found_no_test(
     workspace: Path, call: Call, make_ctx: Callable[..., ToolContext]
 ) -> None:
