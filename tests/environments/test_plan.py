@@ -300,6 +300,39 @@ def test_auto_reads_tox_ini_deps_common_to_every_environment() -> None:
     assert "pytest-mock" in offline.commands[-1]  # listed missing, not installed
 
 
+def test_root_requirements_for_other_purposes_than_the_tests_are_left_out() -> None:
+    """wcwidth keeps release tools' pins at its root (`requirements-update.txt`,
+    `requirements-wheels.txt`): installing them cost two minutes and downgraded what the
+    tests use. Files named for docs, releases, wheels, updates, linting or benchmarks are
+    left out, and the plan says so; the others are installed as before."""
+    files = {
+        "pyproject.toml": PYPROJECT,
+        "requirements.txt": b"attrs\n",
+        "requirements-dev.txt": b"pytest-mock\n",
+        "requirements-tests-py3.txt": b"hypothesis\n",
+        "requirements-mypy.txt": b"mypy==1.0\n",
+        "requirements-update.txt": b"packaging==21.0\n",
+        "requirements-wheels.txt": b"cibuildwheel\n",
+        "requirements_docs.txt": b"sphinx\n",
+        "requirements-release.txt": b"twine\n",
+        "requirements-pre-commit.txt": b"pre-commit\n",
+    }
+    made = plan(AUTO, files, uses_pytest=True, online=True)
+    installed = {c.split(" || ")[0].rsplit("-r ", 1)[-1] for c in made.commands if "-r " in c}
+    assert installed == {
+        "requirements.txt",
+        "requirements-dev.txt",
+        "requirements-tests-py3.txt",
+        "requirements-mypy.txt",
+    }
+    assert not {"packaging", "cibuildwheel", "sphinx", "twine"} & set(made.wanted)
+    (said,) = [d for d in made.detected if d.startswith("left out")]
+    assert said == (
+        "left out, not for the tests: requirements-pre-commit.txt,requirements-release.txt,"
+        "requirements-update.txt,requirements-wheels.txt,requirements_docs.txt"
+    )
+
+
 def test_auto_reads_the_test_requirements_of_a_requirements_folder() -> None:
     names = [
         "requirements/test.txt",

@@ -38,6 +38,14 @@ PACKAGING = ("pyproject.toml", "setup.py", "setup.cfg")
 REQUIREMENTS_FOLDER = re.compile(
     r"requirements/(?:requirements[-_.]?)?(?:test|tests|testing|dev)(?:[-_.][^/]*)?\.txt"
 )
+#: a root `requirements-*.txt` named for another purpose than the tests, left out by `auto`:
+#: wcwidth's `requirements-update.txt` and `requirements-wheels.txt` pin release tools (and
+#: older versions of what the tests use); `requirements-docs.txt`, `requirements-lint.txt`
+NOT_FOR_TESTS = re.compile(
+    r"requirements[-_.](?:[^/]*[-_.])?(?:docs?|release|publish|deploy|wheels?|update|upgrade"
+    r"|lint|linters?|style|format|pre-?commit|bench|benchmarks?)"
+    r"(?:[-_.][^/]*)?\.txt"
+)
 TOX = "tox.ini"
 #: optional-dependency groups `auto` installs when the project declares them
 TEST_EXTRAS = ("test", "tests", "dev", "testing")
@@ -342,7 +350,10 @@ def plan(
         commands = (*given, keep) if given and keep else given
         return Plan(given, commands, hashes, online, index_url, variables=pretended, version=said)
     project = any(p in files for p in PACKAGING)
-    requirements = sorted(p for p in files if p.startswith("requirements"))
+    requirements = sorted(
+        p for p in files if p.startswith("requirements") and not NOT_FOR_TESTS.fullmatch(p)
+    )
+    other_purposes = sorted(p for p in files if NOT_FOR_TESTS.fullmatch(p))
     tox = _tox_deps(files.get(TOX, b""))
     if not (project or requirements or tox):
         return Plan(AUTO, (), hashes, online, index_url)
@@ -357,6 +368,8 @@ def plan(
     ]
     wanted: list[str] = []
     detected = [*sorted(p for p in files if p in PACKAGING), *requirements]
+    if other_purposes:
+        detected.append(f"left out, not for the tests: {','.join(other_purposes)}")
     if project:
         meta = _pyproject(files.get("pyproject.toml", b""))
         table = _table(meta.get("project"))
