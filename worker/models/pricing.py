@@ -194,12 +194,25 @@ def floored(given: Price, configured: Price | None) -> Price:
     make a session's bill higher than the operator's price, never lower."""
     if configured is None:
         return given
+    given = _discounted(given, configured)
     # a cached rate `configured` leaves unset is its prompt rate: unset, it follows the prompt's
     raised = {f: getattr(configured, f) for f in below(given, configured)}
     if given.max_completion is None:
         # the price was given, not the model: the cap sent must still be one it accepts
         raised["max_completion"] = configured.max_completion
     return given._replace(**raised)
+
+
+def _discounted(given: Price, configured: Price) -> Price:
+    """`given` with the cache rates it leaves unset at `configured`'s discount on its prompt
+    rate: `--price 3,15` for a Claude model bills cache reads at $0.30, as its list price
+    does, not at $3 (a given price has no cache rates unless TICKWORK_PRICES-style)."""
+    unset = {
+        f: getattr(configured, f) * (given.prompt / configured.prompt if configured.prompt else 1)
+        for f in ("cached", "cache_write")
+        if getattr(given, f) is None and getattr(configured, f) is not None
+    }
+    return given._replace(**unset)
 
 
 def session_price(

@@ -213,7 +213,7 @@ def test_unknown_model_costs_nothing_and_warns_once(caplog):
             "openai:gpt-4o",
             {"price": {"prompt": 3, "completion": 12}},
             {},
-            Price(3, 12, max_completion=16_384),
+            Price(3, 12, cached=1.5, max_completion=16_384),
             id="given_keeps_the_models_limit",
         ),
         pytest.param(
@@ -349,3 +349,28 @@ def test_the_operators_price_of_the_spec_wins_over_the_model_name_the_server_ans
         pytest.approx(0.035)
     )
     assert call_cost("openai:my-alias", {}, "unknown-too", usage, providers=Providers()) == 0.0
+
+
+@pytest.mark.parametrize(
+    ("spec", "given", "cached", "written"),
+    [
+        # the list price given again: the cache's discount stands (0.1 reads, 1.25 writes)
+        pytest.param("anthropic:claude-sonnet-4-5", [3, 15], 0.30, 3.75, id="anthropic_list"),
+        # a higher price given keeps the model's discount on it
+        pytest.param("anthropic:claude-sonnet-4-5", [6, 30], 0.60, 7.50, id="anthropic_raised"),
+        pytest.param("openai:gpt-4o", [3, 12], 1.50, 3.0, id="openai_half"),
+        # a cached rate given stands where it is not below the configured one
+        pytest.param("openai:gpt-4o", [3, 12, 2], 2.0, 3.0, id="given_cached"),
+        # a model with no cached price pays the prompt price given for them
+        pytest.param("openai:local", [1, 2], 1.0, 1.0, id="unconfigured"),
+        pytest.param("openai:gpt-4-turbo", [11, 30], 11.0, 11.0, id="no_discount"),
+    ],
+)
+def test_a_price_given_at_submit_keeps_the_models_cache_discount(spec, given, cached, written):
+    config = {"price": given}
+    reads = Usage(prompt_tokens=1_000_000, completion_tokens=0, cached_prompt_tokens=1_000_000)
+    writes = Usage(prompt_tokens=1_000_000, completion_tokens=0, cache_creation_tokens=1_000_000)
+    assert call_cost(spec, config, spec, reads, providers=Providers()) == pytest.approx(cached)
+    assert call_cost(spec, config, spec, writes, providers=Providers()) == pytest.approx(written)
+    price = session_price(spec, config, providers=Providers())
+    assert (price.cached_rate, price.cache_write_rate) == pytest.approx((cached, written))
