@@ -39,7 +39,14 @@ from tickwork.worker.config.settings import Settings
 from tickwork.worker.jobs import Role, Submission, session_config
 from tickwork.worker.jobs.graphs import GraphKind
 from tickwork.worker.models import Providers, check_spec, pricing
-from tickwork.worker.models.pricing import Price, PriceLike, as_price, below, session_price
+from tickwork.worker.models.pricing import (
+    Price,
+    PriceLike,
+    as_price,
+    below,
+    discounted,
+    session_price,
+)
 from tickwork.worker.tick.admission import policy
 from tickwork.worker.tick.app import TICK, make_app
 from tickwork.worker.tick.runtime import utc_now
@@ -553,7 +560,7 @@ def _given_price(spec: str, price: PriceLike, configured: Price | None, *, trust
                 "operator to price it in TICKWORK_PRICES, then submit without `price`"
             )
         return given
-    low = below(given, configured)
+    low = below(discounted(given, configured), configured)
     if low:
         raise InvalidInput(
             f"the price given for model {spec!r} (${given.prompt:g} prompt, "

@@ -173,6 +173,10 @@ def test_a_submitted_price_never_lowers_what_the_budget_and_the_quota_count(
     assert answer.status_code == 201, answer.text
     stored = stack.deployment.client.get(answer.json()["id"])
     assert stored.config["price"] == {"prompt": 3, "completion": 12}
+    # a Claude model's list price stands: its cache rates are the model's discount on it
+    body = {"kind": TEST_KIND, "model": "anthropic:claude-sonnet-4-5", "price": [3, 15]}
+    answer = stack.http("sam").post("/api/v1/sessions", json=body)
+    assert answer.status_code == 201, answer.text
 
 
 def test_a_submit_may_give_the_models_context_window(stack: Stack) -> None:

@@ -194,7 +194,7 @@ def floored(given: Price, configured: Price | None) -> Price:
     make a session's bill higher than the operator's price, never lower."""
     if configured is None:
         return given
-    given = _discounted(given, configured)
+    given = discounted(given, configured)
     # a cached rate `configured` leaves unset is its prompt rate: unset, it follows the prompt's
     raised = {f: getattr(configured, f) for f in below(given, configured)}
     if given.max_completion is None:
@@ -203,7 +203,7 @@ def floored(given: Price, configured: Price | None) -> Price:
     return given._replace(**raised)
 
 
-def _discounted(given: Price, configured: Price) -> Price:
+def discounted(given: Price, configured: Price) -> Price:
     """`given` with the cache rates it leaves unset at `configured`'s discount on its prompt
     rate: `--price 3,15` for a Claude model bills cache reads at $0.30, as its list price
     does, not at $3 (a given price has no cache rates unless TICKWORK_PRICES-style)."""
@@ -249,7 +249,7 @@ def passes_on(
     configured = providers.price(child, overrides)
     if configured is None:
         return providers.price(parent, overrides) is None
-    return not below(as_price(parent, given), configured)
+    return not below(discounted(as_price(parent, given), configured), configured)
 
 
 def charge(price: Price, usage: Usage) -> float:

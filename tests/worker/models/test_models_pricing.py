@@ -319,6 +319,9 @@ def test_next_call_leaves_the_prompt_room_in_the_window_only_where_an_answer_fit
         pytest.param([3, 12], "openai:gpt-4o", "openai:gpt-4o-mini", True, id="above_the_childs"),
         pytest.param([3, 12], "openai:gpt-4o", "openai:local", False, id="priced_for_another"),
         pytest.param([3, 12], "openai:gpt-4o", "anthropic:claude-haiku-4-5", False, id="provider"),
+        pytest.param(
+            [3, 15], "anthropic:claude-sonnet-4", "anthropic:claude-sonnet-4-5", True, id="cached"
+        ),
     ],
 )
 def test_a_child_takes_its_parents_given_price_by_the_submits_rule(given, parent, child, passed):
