@@ -20,6 +20,7 @@ it touches (a mask round) or from the summary (a compaction).
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -470,6 +471,44 @@ def plan(
     return Plan(
         sent, masked, tokens, too_long=_too_long(head, steps, masked, tokens, policy, False)
     )
+
+
+#: the most a server's count of a prompt may scale the estimate by (`scale`): a usage far
+#: past it is no tokenizer's (a script's made-up numbers, a server that bills other input)
+MAX_SCALE = 2.0
+
+
+def scale(
+    head: Head,
+    steps: Sequence[Step],
+    observations: Mapping[str, Observation],
+    *,
+    estimate: Estimate,
+    tools: int = 0,
+) -> float:
+    """How many times the estimate the server counted the prompt of the last reply since
+    the latest compaction (its `usage.prompt_tokens`), at least 1 and at most MAX_SCALE: a
+    tokenizer counts code and JSON at fewer characters a token than the estimate, and a
+    policy that trusted the estimate would let the prompt the server reads pass the window
+    while its estimate was still under the target. 1 where no such reply is stored."""
+    since = max((s.step for s in steps if s.kind is StepKind.COMPACTION), default=0)
+    last = next((s for s in reversed(steps) if s.kind is StepKind.REPLY and s.step > since), None)
+    if last is None or last.usage.prompt_tokens <= 0:
+        return 1.0
+    before = [s for s in steps if s.step < last.step]
+    seen = stored_view(before)
+    view = View(through=seen.through, summary=seen.summary, masked=last.masked_through)
+    estimated = estimate(build(head, before, observations, view)) + tools
+    if estimated <= 0:
+        return 1.0
+    return min(MAX_SCALE, max(1.0, last.usage.prompt_tokens / estimated))
+
+
+def scaled(estimate: Estimate, by: float) -> Estimate:
+    """`estimate` times `by` (`scale`), rounded up."""
+    if by <= 1.0:
+        return estimate
+    return lambda messages: math.ceil(estimate(messages) * by)
 
 
 def _with_schemas(estimate: Estimate, tools: int) -> Estimate:

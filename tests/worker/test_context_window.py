@@ -184,13 +184,18 @@ def test_the_call_after_a_compaction_has_the_room_of_its_own_prompt(
 def test_a_cap_refused_for_a_prompt_that_fits_is_asked_again_not_compacted(
     long: Long, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A tokenizer that counts a third more than the estimate: the server refuses caps the
-    worker thought fit, saying how long the prompt is; the call is asked again within the
-    room left, and the session goes on without compacting at each refusal."""
-    chat = WindowedChat(window=16_384, steps=30, counts_completion=True, undercount=0.33)
+    """A tokenizer that counts a third more than the estimate from the middle of a session
+    on (the worker scales its estimate by the server's count of the last prompt, so only
+    a change of it surprises the worker): the server refuses caps the worker thought fit,
+    saying how long the prompt is; the call is asked again within the room left, and the
+    session goes on without compacting at each refusal."""
+    chat = WindowedChat(window=16_384, steps=30, counts_completion=True)
     with windowed_chat(chat):
         monkeypatch.setenv("OPENAI_BASE_URL", chat.url)
         session_id = long.submit(context_window=16_384)
+        while len(chat.log) < 4:
+            advance(long.rt, session_id, long.store.get(session_id).version)
+        chat.undercount = 0.33
         head = long.run(session_id)
     assert head.status is Status.COMPLETED, head.error_message
     assert head.final_answer == "done: read 30 chunks"
@@ -787,3 +792,22 @@ def test_a_summary_with_a_tool_call_beside_it_is_kept_and_the_call_named_not_run
     )
     shown = next(e for e in view["events"] if e["kind"] == "compacted")
     assert render.event_line(shown).plain.endswith(note)
+
+
+def test_a_tokenizer_that_counts_a_third_more_does_not_end_a_long_session(
+    long: Long, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server whose tokenizer counts a third more than the estimate (code and JSON do):
+    past the window's end the prompt's estimate was still under the target, so the session
+    neither masked nor compacted until the server refused a prompt with too little room for
+    an answer, and then refused the compaction's request too: the session failed CONTEXT.
+    The estimate is scaled to what the server counted for the last prompt, so the session
+    masks and compacts in time, and no prompt the server reads passes the window."""
+    chat = WindowedChat(window=11_000, steps=70, counts_completion=True, undercount=0.33)
+    with windowed_chat(chat):
+        monkeypatch.setenv("OPENAI_BASE_URL", chat.url)
+        session_id = long.submit(context_window=11_000)
+        head = long.run(session_id)
+    assert head.status is Status.COMPLETED, head.error_message
+    assert head.final_answer == "done: read 70 chunks"
+    assert all(r.tokens <= 11_000 for r in chat.log), "no prompt passed the window"

@@ -297,14 +297,17 @@ def next_call(
     max_completion_tokens: int | None = None,
     window: int | None = None,
     tools: Sequence[Mapping[str, Any]] = (),
+    scale: float = 1.0,
 ) -> NextCall:
     """What the next model call is expected to read, for the budget check and the completion
     cap before it: the transcript's tokens (at least what the last call read and wrote, which
     the transcript now holds) at the prompt price, what each completion token costs, and the
     most it may write (the model's own limit, `max_completion_tokens` if tighter, and the
-    room the model's context `window` leaves after the prompt and its `tools`' schemas)."""
-    prompt = estimate_tokens(transcript_text(messages))
-    read = prompt + estimate_schemas(tools)
+    room the model's context `window` leaves after the prompt and its `tools`' schemas);
+    `scale`: how many times the estimate the server counted the last prompt
+    (`tickwork.fsm.context.scale`)."""
+    prompt = math.ceil(estimate_tokens(transcript_text(messages)) * scale)
+    read = math.ceil((estimate_tokens(transcript_text(messages)) + estimate_schemas(tools)) * scale)
     if last is not None:
         prompt = max(prompt, last.total)
         read = max(read, last.total)

@@ -9,6 +9,7 @@ one tool call.
 from __future__ import annotations
 
 import logging
+import math
 import time
 import uuid
 from typing import Any
@@ -65,12 +66,20 @@ def think(tick: Tick) -> Change:
     head = claimed.head
     tools = rt.jobs.tools(head.kind)
     schemas = schemas_for(tools, head)
-    prompt = context.plan(
+    # the server's tokenizer, as its count of the last prompt shows, not four characters a token
+    by = context.scale(
         head,
         claimed.steps,
         claimed.observations,
         estimate=estimate,
         tools=estimate_schemas(schemas),
+    )
+    prompt = context.plan(
+        head,
+        claimed.steps,
+        claimed.observations,
+        estimate=context.scaled(estimate, by),
+        tools=math.ceil(estimate_schemas(schemas) * by),
     )
     messages = prompt.messages
     stored = context.stored_view(claimed.steps)
@@ -88,6 +97,7 @@ def think(tick: Tick) -> Change:
         ),
         window=None if policy is None else policy.window,
         tools=schemas,
+        scale=by,
     )
     before = machine.start_think(head, now=rt.clock(), next_call=ahead, plan=prompt)
     if isinstance(before, Change):
@@ -127,7 +137,7 @@ def think(tick: Tick) -> Change:
             ModelSettings(timeout_s=rt.settings.model_timeout_s, max_tokens=cap.tokens),
         )
     except ContextTooLong as exc:
-        return _overflow(tick, prompt, exc, schemas, asked, cap.tokens)
+        return _overflow(tick, prompt, exc, schemas, asked, cap.tokens, by)
     except ModelError as exc:
         return _model_error(rt, head, exc, asked, messages, report)
     except Exception as exc:
@@ -189,6 +199,7 @@ def _overflow(
     schemas: list[dict[str, Any]],
     asked: int,
     max_tokens: int | None,
+    by: float,
 ) -> Change:
     """The model refused the prompt as longer than its window: a `context_overflow` event
     and a warning naming the windows. Where the refusal states a window below the
@@ -223,8 +234,8 @@ def _overflow(
         head,
         claimed.steps,
         claimed.observations,
-        estimate=estimate,
-        tools=estimate_schemas(schemas),
+        estimate=context.scaled(estimate, by),
+        tools=math.ceil(estimate_schemas(schemas) * by),
         force=True,
     )
     if forced.too_long is not None or forced.compact_through is None:
