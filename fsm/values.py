@@ -278,6 +278,8 @@ class ModelReply(Value):
     cap_lowered: bool = False
     #: the cap it was lowered to (None: not lowered, or the model did not say)
     cap_lowered_to: int | None = None
+    #: the context window the server stated when it refused the cap first asked for
+    stated_window: int | None = None
 
 
 class ToolCall(Value):

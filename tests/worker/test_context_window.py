@@ -811,3 +811,21 @@ def test_a_tokenizer_that_counts_a_third_more_does_not_end_a_long_session(
     assert head.status is Status.COMPLETED, head.error_message
     assert head.final_answer == "done: read 70 chunks"
     assert all(r.tokens <= 11_000 for r in chat.log), "no prompt passed the window"
+
+
+def test_a_window_stated_in_a_refused_cap_is_the_sessions_from_then_on(
+    long: Long, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server whose window is below the session's refuses a cap that passes it, saying
+    its window ("maximum context length is 12000 tokens ... (P in the messages, C in the
+    completion)"): the call is asked again within the room, and the stated window was
+    learned only once a prompt alone passed it, so every call until then was refused
+    once. The window a refused cap states is the session's from then on."""
+    chat = WindowedChat(window=12_000, steps=20, counts_completion=True)
+    with windowed_chat(chat):
+        monkeypatch.setenv("OPENAI_BASE_URL", chat.url)
+        session_id = long.submit(context_window=32_768)
+        head = long.run(session_id)
+    assert head.status is Status.COMPLETED, head.error_message
+    assert head.result["context_window"] == 12_000
+    assert len([r for r in chat.log if r.refused]) == 1, "one refused cap taught the window"

@@ -115,13 +115,10 @@ def cap_that_fits(refusal: str, asked: Any) -> int | None:
     its window and says the prompt alone fits: the room the prompt leaves, if below the cap
     `asked` and at least MIN_ANSWER_ROOM (or `asked`). None where the prompt itself is too
     long, or leaves less room than that (or the server does not say)."""
-    found = _CAP_REFUSED.search(refusal)
+    found = _refused(refusal)
     if found is None or isinstance(asked, bool) or not isinstance(asked, int):
         return None
-    groups = found.groupdict()
-    window, prompt = next(
-        (int(groups[f"w{i}"]), int(groups[f"p{i}"])) for i in (1, 2, 3) if groups[f"w{i}"]
-    )
+    window, prompt = found
     room = window - prompt
     return room if min(asked, MIN_ANSWER_ROOM) <= room < asked else None
 
@@ -136,21 +133,39 @@ def within_window(
     milliseconds it took). Where the server refused the call as too long for its window but
     said the prompt alone fits, it is sent once more at once with its cap (`cap_field`)
     lowered to the room that prompt leaves (`cap_that_fits`), and the reply says so
-    (`cap_lowered`, `cap_lowered_to`): a cut there is the window's, not a budget's."""
+    (`cap_lowered`, `cap_lowered_to`, and the window the refusal stated, `stated_window`):
+    a cut there is the window's, not a budget's."""
     started = time.perf_counter()
-    lowered = None
+    lowered = window = None
     try:
         response = send(body)
     except ContextTooLong as exc:
         lowered = cap_that_fits(str(exc), body.get(cap_field))
         if lowered is None:
             raise
+        window = cap_refused_window(str(exc))
         body[cap_field] = lowered
         response = send(body)
     reply = reply_of(response, (time.perf_counter() - started) * 1000)
     if lowered is None:
         return reply
-    return reply.model_copy(update={"cap_lowered": True, "cap_lowered_to": lowered})
+    said = {"cap_lowered": True, "cap_lowered_to": lowered, "stated_window": window}
+    return reply.model_copy(update=said)
+
+
+def cap_refused_window(refusal: str) -> int | None:
+    """The context window a server's refusal of a call's prompt and cap together states."""
+    found = _refused(refusal)
+    return None if found is None else found[0]
+
+
+def _refused(refusal: str) -> tuple[int, int] | None:
+    """The window and the prompt's tokens a refusal of a cap states (`_CAP_REFUSED`)."""
+    found = _CAP_REFUSED.search(refusal)
+    if found is None:
+        return None
+    groups = found.groupdict()
+    return next((int(groups[f"w{i}"]), int(groups[f"p{i}"])) for i in (1, 2, 3) if groups[f"w{i}"])
 
 
 def estimated_usage(

@@ -170,6 +170,8 @@ def think(tick: Tick) -> Change:
         cut=cut,
         masked_through=prompt.view.masked,
     )
+    if reply.stated_window is not None and policy is not None:
+        change = _learned(change, reply.stated_window, policy.window)
     report.model = ModelCall(
         spec=head.model,
         started_ns=asked,
@@ -245,6 +247,25 @@ def _overflow(
         report.model = _model_failed(head.model, asked, prompt.messages, failed.head, str(exc))
         return _with_event(failed, event)
     return _with_event(_compact(rt, head, forced, schemas, report, max_tokens), event)
+
+
+def _learned(change: Change, stated: int, window: int) -> Change:
+    """`change` with the window a server stated in refusing a cap (the call was asked again
+    within it) recorded on the card where it is below the session's, as a refused prompt's
+    is (`_overflow`): every prompt after it is planned, and capped, under it."""
+    if not 0 < stated < window:
+        return change
+    head = change.head
+    log.warning(
+        "session %s: the model refused a completion cap as past its context window of %s "
+        "tokens; the session's window is %s tokens, and it goes on under the model's; give "
+        "the model's real window (--context-window, or context_window in TICKWORK_PRICES)",
+        head.id,
+        f"{stated:,}",
+        f"{window:,}",
+    )
+    result = {**head.result, context.STATED_WINDOW: stated}
+    return change.model_copy(update={"head": head.model_copy(update={"result": result})})
 
 
 def _with_event(change: Change, event: Event) -> Change:
