@@ -50,6 +50,10 @@ MIN_WINDOW, MAX_WINDOW = 1_024, 10_000_000
 READ_WHOLE_BYTES = 512
 #: the most characters of a tool's name a stub shows
 STUB_NAME = 64
+#: the room a compaction's request leaves its summary in the window (a server refuses a
+#: request whose prompt leaves less than the cap asked for, and a cap of a few tokens would
+#: cut the summary): where it would leave less, it masks the newest observations too
+SUMMARY_ROOM = 1_024
 
 SUMMARISE = (
     "The conversation is too long for your context window and is being compacted. "
@@ -364,7 +368,8 @@ def _compaction(
         {"role": "user", "content": SUMMARISE.format(through=cut)},
     ]
     tokens = estimate(ask)
-    if tokens > policy.window:
+    room = max(policy.window - SUMMARY_ROOM, policy.window // 2)
+    if tokens > room:
         request, ask, tokens = _fewer_whole(
             head,
             steps,
@@ -373,7 +378,7 @@ def _compaction(
             ask,
             tokens,
             keep=policy.keep,
-            window=policy.window,
+            window=room,
             estimate=estimate,
             then=ask[-1:],
         )

@@ -829,3 +829,21 @@ def test_a_window_stated_in_a_refused_cap_is_the_sessions_from_then_on(
     assert head.status is Status.COMPLETED, head.error_message
     assert head.result["context_window"] == 12_000
     assert len([r for r in chat.log if r.refused]) == 1, "one refused cap taught the window"
+
+
+def test_a_compactions_request_leaves_room_for_its_summary(
+    long: Long, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A window the newest observations kept whole nearly fill (here three 8 KB chunks,
+    counted a third over the estimate, in 10,000 tokens): a compaction's request was masked
+    only where it passed the window itself, so one that left the summary less than 1,024
+    tokens of room was refused, and the session failed CONTEXT ("compacting steps 1-19 was
+    refused as too long too"). Its request now leaves that room, masking the newest too."""
+    chat = WindowedChat(window=10_000, steps=40, counts_completion=True, undercount=0.33)
+    with windowed_chat(chat):
+        monkeypatch.setenv("OPENAI_BASE_URL", chat.url)
+        session_id = long.submit(context_window=10_000)
+        head = long.run(session_id)
+    assert head.status is Status.COMPLETED, head.error_message
+    assert head.final_answer == "done: read 40 chunks"
+    assert [r for r in chat.log if r.compaction and not r.refused], "it compacted"
