@@ -79,7 +79,9 @@ Price = Annotated[
     str | None,
     typer.Option(
         metavar="PROMPT,COMPLETION",
-        help="The model's price in USD per million tokens, if $TICKWORK_PRICES has none.",
+        help="The model's price in USD per million prompt and completion tokens (cached "
+        "tokens keep the model's discount). Where the operator prices the model "
+        "($TICKWORK_PRICES or the built-in list) it may only raise that price.",
         rich_help_panel="Budgets",
     ),
 ]
