@@ -3,6 +3,7 @@ written as a git bundle (`tickwork patch --bundle`)."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -56,7 +57,8 @@ def _place(clone: Path, rel: str) -> Path:
     """Where the session's file `rel` goes in `clone`, made a place of the clone's own: a
     session's files are never links, so a link of the source's commit on the way (a folder
     `out` pointing at the machine's home) or in its place is removed, as is a file where
-    the session has a folder; nothing is written or deleted through one."""
+    the session has a folder and a folder where it has a file; nothing is written or
+    deleted through a link."""
     parts = Path(rel).parts
     if not parts or Path(rel).is_absolute() or any(p in ("..", ".", ".git") for p in parts):
         raise TickworkError(f"cannot write the bundle: the session's file {rel!r} is no path in it")
@@ -70,4 +72,6 @@ def _place(clone: Path, rel: str) -> Path:
     target = place / parts[-1]
     if target.is_symlink():
         target.unlink()
+    elif target.is_dir():
+        shutil.rmtree(target)  # the session's file replaced the folder; rmtree follows no link
     return target

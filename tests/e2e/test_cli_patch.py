@@ -176,3 +176,37 @@ def test_a_bundle_never_writes_through_a_link_of_the_source(
     assert git(repo, "show", "result:out/planted") == "PWNED"
     assert git(repo, "show", "result:victim.txt") == "PWNED"
     assert git(repo, "cat-file", "-t", "result:out") == "tree"
+
+
+def test_a_bundle_holds_a_file_where_the_source_had_a_folder_and_the_reverse(
+    deployment: Deployment, cli: Cli
+) -> None:
+    """The source's commit has a folder `x/` and a file `y`; the session removed the folder
+    and wrote a file `x`, removed the file and made a folder `y`. `tickwork patch --bundle`
+    stopped with IsADirectoryError writing `x`; the bundle's branch holds the session's file
+    and folder."""
+    repo = deployment.tmp / "repo"
+    repo.mkdir()
+    (repo / "x").mkdir()
+    (repo / "x" / "a.txt").write_text("in x\n")
+    (repo / "y").write_text("a file\n")
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "a folder and a file")
+    command = "rm -r x y && printf 'FILE\\n' > x && mkdir y && printf 'IN\\n' > y/inner"
+    write = {"name": "run_command", "arguments": {"command": command}}
+    script = deployment.script([{"content": "swap", "tool_calls": [write]}, {"content": "done"}])
+    sid = cli(
+        "submit", "repair", "--repo", str(repo), "--test-cmd", "true", "--model", script, "--json"
+    ).json()["id"]
+    with deployment.worker():
+        assert deployment.client.wait(sid, timeout=60).status.value == "waiting_approval"
+        deployment.client.approve(sid, "s1c0", approver="alice")  # rm needs an approval
+        done = deployment.client.wait(sid, timeout=60)
+    assert done.status.value == "completed", done.error_message
+    out = deployment.tmp / "result.bundle"
+    assert f"tickwork/{sid}" in cli("patch", sid, "--bundle", str(out)).stdout
+    git(repo, "fetch", "-q", str(out), f"tickwork/{sid}:result")
+    assert git(repo, "show", "result:x") == "FILE"
+    assert git(repo, "show", "result:y/inner") == "IN"
+    assert git(repo, "ls-tree", "--name-only", "-r", "result") == "x\ny/inner"
