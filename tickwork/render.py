@@ -585,9 +585,18 @@ def _calls_table(calls: list[Mapping[str, Any]], *, graph: bool = False) -> Tabl
                 style="yellow" if state in ("awaiting_approval", "in_doubt", "blocked") else "",
             ),
             output,
-            Text(decision_text(c["decision"])),
+            Text(_current_decision(c)),
         )
     return table
+
+
+def _current_decision(c: Mapping[str, Any]) -> str:
+    """A call's decision as it stands: an in-doubt call waits for one again (its worker died
+    while it ran), whatever a person decided before it ran, kept as what came earlier."""
+    if c["state"] != "in_doubt":
+        return decision_text(c["decision"])
+    earlier = f"; earlier: {decision_text(c['decision'])}" if c["decision"] else ""
+    return f"in doubt: run it again (approve), provide-output or reject{earlier}"
 
 
 def _reasons(calls: list[Mapping[str, Any]]) -> list[RenderableType]:

@@ -329,6 +329,51 @@ def test_show_offers_an_in_doubt_call_s_own_choices(deployment: Deployment, cli:
 
 
 @pytest.mark.parametrize("deployment", ["embedded"], indirect=True)
+def test_show_says_an_approved_call_in_doubt_waits_for_a_decision_again(
+    deployment: Deployment, cli: Cli
+) -> None:
+    """alice approved the call, it started, its worker died: the call is in doubt. `show`'s
+    DECISION column still read "approve by alice ... (looks safe)", as if decided now; it
+    says the call is in doubt and what to do, and keeps alice's approval as what came before."""
+    from tickwork.fsm import machine
+    from tickwork.fsm.machine import Change, RunTool
+
+    from tickwork.testing.store_ticks import (
+        LEASE_S,
+        Clock,
+        claim,
+        new_session,
+        wait_for_approval,
+    )
+
+    store = deployment.client.store
+    clock = Clock()
+    store.create(new_session("doubt", now=clock()), now=clock())
+    [call] = wait_for_approval(store, "doubt", clock, "danger")
+    deployment.client.approve("doubt", call.call_id, approver="alice", comment="looks safe")
+    claimed = claim(store, "doubt", now=clock(), owner="dead")
+    todo = machine.start_execute(
+        claimed.head, claimed.calls, claimed.decisions, idempotent=False, now=clock()
+    )
+    assert isinstance(todo, RunTool)
+    store.start_call("doubt", claimed.head.version, todo.call, owner="dead", now=clock())
+    later = claim(store, "doubt", now=clock.advance(LEASE_S + 1), owner="w2")
+    change = machine.start_execute(
+        later.head, later.calls, later.decisions, idempotent=False, now=clock()
+    )
+    assert isinstance(change, Change)
+    store.save(change, version=later.head.version, owner="w2", now=clock())
+
+    shown = " ".join(cli.inline("show", "doubt", COLUMNS="400").stdout.split())
+
+    assert (
+        "in doubt: run it again (approve), provide-output or reject; earlier: approve by alice"
+    ) in shown
+    assert "(looks safe)" in shown
+    assert f"tickwork provide-output doubt {call.call_id} --output TEXT" in shown
+
+
+@pytest.mark.parametrize("deployment", ["embedded"], indirect=True)
 def test_an_instruction_or_an_output_past_what_the_api_takes_is_refused(
     deployment: Deployment, cli: Cli
 ) -> None:
