@@ -407,3 +407,37 @@ def test_the_api_docs_load_nothing_from_elsewhere(page: Any, stack: Stack) -> No
     expect(page.locator(".opblock-summary-path").first).to_be_visible()
     assert asked and all(url.startswith(stack.url) for url in asked), asked
     assert refused == []
+
+
+def test_the_page_and_the_docs_ask_for_nothing_they_are_refused(page: Any, stack: Stack) -> None:
+    """A browser asks a page for its icon, /favicon.ico unless the page names one; the page
+    named none and the server had none, so each visit left a 404 in the browser's console.
+    Both pages name an icon the Content-Security-Policy allows, and /favicon.ico is there
+    for whatever asks for it anyway."""
+    from playwright.sync_api import expect
+
+    asked: list[str] = []
+    refused: list[str] = []
+    page.on("request", lambda r: asked.append(r.url))
+    page.on(
+        "response", lambda r: refused.append(f"{r.status} {r.url}") if r.status >= 400 else None
+    )
+    page.on("console", lambda m: refused.append(m.text) if m.type == "error" else None)
+    for where, shown in (("/", "#login"), ("/api/v1/docs", ".swagger-ui .info .title")):
+        page.goto(f"{stack.url}{where}")
+        expect(page.locator(shown)).to_be_visible()
+        assert page.locator("link[rel=icon]").count() == 1, where
+        icon = page.locator("link[rel=icon]").get_attribute("href")
+        assert icon, where
+        got = page.request.get(f"{stack.url}{icon}")
+        assert got.ok and got.headers["content-type"].startswith("image/"), (where, icon)
+        # the browser loads the icon as an image: its own URL, within img-src
+        assert page.evaluate(
+            "src => new Promise(done => { const i = new Image(); i.onload = () => done(true);"
+            " i.onerror = () => done(false); i.src = src; })",
+            icon,
+        ), (where, icon)
+    got = page.request.get(f"{stack.url}/favicon.ico")
+    assert got.ok and got.headers["content-type"].startswith("image/")
+    assert all(url.startswith(stack.url) for url in asked), asked
+    assert refused == []

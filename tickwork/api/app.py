@@ -69,7 +69,7 @@ class PageHeaders:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "") if scope["type"] == "http" else ""
-        if path not in ("/", "/api/v1/docs") and not path.startswith("/static/"):
+        if path not in ("/", "/api/v1/docs", "/favicon.ico") and not path.startswith("/static/"):
             await self.app(scope, receive, send)
             return
 
@@ -163,6 +163,11 @@ def make_api(
     @app.get("/api/v1/docs", include_in_schema=False)
     async def docs() -> FileResponse:
         return FileResponse(STATIC / "docs.html", headers={"Cache-Control": "no-cache"})
+
+    @app.get("/favicon.ico", include_in_schema=False)
+    async def favicon() -> FileResponse:
+        # the pages name their icon; this is for whatever asks for the usual place anyway
+        return FileResponse(STATIC / "favicon.svg", media_type="image/svg+xml")
 
     app.mount("/static/swagger", StaticFiles(directory=swagger_ui_path), name="swagger")
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
