@@ -90,15 +90,23 @@ def worker(
     loglevel: Annotated[str, typer.Option("--loglevel", "-l", help="Celery's log level.")] = "INFO",
     hostname: Annotated[
         str | None,
-        typer.Option("--hostname", "-n", help="The node name.", show_default="celery@HOST"),
+        typer.Option(
+            "--hostname",
+            "-n",
+            help="The node name, as `celery inspect` shows it; unique per worker by default.",
+            show_default="tickwork-PID@HOST",
+        ),
     ] = None,
 ) -> None:
     """Run a Celery worker for the tick queue and the dead-letter queue; the relay runs
     inside it."""
     settings = load_settings()
     chosen = pool or (Pool.THREADS if settings.embedded_broker else Pool.PREFORK)
+    # Celery's default, celery@HOST, is every worker of a host: `celery inspect` could not
+    # tell them apart
+    node = hostname or f"tickwork-{os.getpid()}@{socket.gethostname()}"
     if chosen is Pool.PREFORK:
-        _metrics_folder(settings.state_dir, hostname)
+        _metrics_folder(settings.state_dir, node)
     # imported after the metrics folder is chosen: prometheus_client reads it at import
     from tickwork.worker.config.settings import read_settings
     from tickwork.worker.tick.app import make_app
@@ -116,8 +124,7 @@ def worker(
         concurrency = MODEL_BOUND_THREADS
     if concurrency:
         argv += ["--concurrency", str(concurrency)]
-    if hostname:
-        argv += ["--hostname", hostname]
+    argv += ["--hostname", node]
     if settings.embedded_broker:
         # the filesystem transport has no fanout exchange for these
         argv += ["--without-gossip", "--without-mingle", "--without-heartbeat"]
@@ -258,18 +265,38 @@ def check_what_ticks_load(settings: Settings) -> None:
             store.close()
 
 
-def _metrics_folder(state_dir: Path, hostname: str | None) -> None:
+def _metrics_folder(state_dir: Path, node: str) -> None:
     """Prefork children count their ticks in their own processes; prometheus_client adds
     them up from files in PROMETHEUS_MULTIPROC_DIR, which must be set before it is first
     imported. Unless the operator set one, it is `<state dir>/metrics/<node>`, emptied
-    here so counts of a previous run do not add up with this one's."""
+    here so counts of a previous run do not add up with this one's; the folders of this
+    host's default-named workers that are gone are removed."""
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         return
-    node = re.sub(r"[^A-Za-z0-9_.@-]", "_", hostname or f"celery@{socket.gethostname()}")
-    folder = (state_dir / "metrics" / node).absolute()
+    metrics = (state_dir / "metrics").absolute()
+    folder = metrics / _file_name(node)
     shutil.rmtree(folder, ignore_errors=True)
     writable_folder(folder, "TICKWORK_STATE_DIR", state_dir)
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(folder)
+    mine = re.compile(rf"tickwork-(\d+)@{re.escape(_file_name(socket.gethostname()))}")
+    for other in metrics.iterdir():
+        found = mine.fullmatch(other.name)
+        if found and other != folder and not _alive(int(found[1])):
+            shutil.rmtree(other, ignore_errors=True)
+
+
+def _file_name(node: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.@-]", "_", node)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def writable_folder(folder: Path, variable: str, given: Path) -> None:

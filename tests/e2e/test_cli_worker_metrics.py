@@ -65,7 +65,7 @@ def test_a_prefork_worker_shows_its_childrens_ticks_and_dead_letters(
     executed = (("outcome", "saved"), ("phase", "execute"), ("tenant", "default"))
     assert found[("tickwork_ticks_total", executed)] >= 1
     folder = deployment.settings.state_dir / "metrics"
-    assert [p.name for p in folder.iterdir()] == [f"celery@{socket.gethostname()}"]
+    assert [p.name for p in folder.iterdir()] == [f"tickwork-{worker.pid}@{socket.gethostname()}"]
     assert worker.returncode == 0, log.read_text()[-2000:]
 
 
