@@ -104,7 +104,11 @@ def worker(
     chosen = pool or (Pool.THREADS if settings.embedded_broker else Pool.PREFORK)
     # Celery's default, celery@HOST, is every worker of a host: `celery inspect` could not
     # tell them apart
-    node = hostname or f"tickwork-{os.getpid()}@{socket.gethostname()}"
+    from celery.utils.nodenames import host_format
+
+    # `%h` (the host's name) and Celery's other node name escapes, expanded here so the
+    # metrics folder is named as `celery inspect` shows the worker
+    node = host_format(hostname) if hostname else f"tickwork-{os.getpid()}@{socket.gethostname()}"
     if chosen is Pool.PREFORK:
         _metrics_folder(settings.state_dir, node)
     # imported after the metrics folder is chosen: prometheus_client reads it at import

@@ -100,7 +100,7 @@ def test_the_options_that_used_to_lose_their_defaults_show_them() -> None:
     threads = "250 for --pool threads on a server broker, else CPUs"
     assert f"Ticks run at once. [default: ({threads})]" in worker
     assert "[default: (threads for the embedded broker, else prefork)]" in worker
-    assert "The node name. [default: (celery@HOST)]" in _help(("worker",))
+    assert "unique per worker by default. [default: (tickwork-PID@HOST)]" in worker
     assert "[default: ($TICKWORK_MODEL)]" in _help(("submit",))
 
 

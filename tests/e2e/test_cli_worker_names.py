@@ -16,20 +16,22 @@ def test_two_workers_on_one_host_have_their_own_node_names(
     deployment: Deployment, cli: Cli
 ) -> None:
     """Both answered `celery -A tickwork inspect` (the runbook's way to see who consumes the
-    queue) as celery@HOST; each is `tickwork-<its pid>@HOST` unless given `--hostname`."""
+    queue) as celery@HOST; each is `tickwork-<its pid>@HOST` unless given `--hostname`,
+    whose `%h` is the host's name (docker-compose.yml's worker and its health check)."""
     args = ("worker", "--pool", "solo", "--no-dead-letters")
     workers = [cli.start(*args)[0], cli.start(*args)[0]]
+    named = cli.start(*args, "--hostname", "named@%h")[0]
     app = make_app(deployment.settings, relay=False)
     try:
         answered = until(
             lambda: (
-                len(nodes := {n for r in app.control.ping(timeout=1) for n in r}) == 2 and nodes
+                len(nodes := {n for r in app.control.ping(timeout=1) for n in r}) == 3 and nodes
             ),
             timeout=60,
-            what="both workers to answer a ping",
+            what="the three workers to answer a ping",
         )
     finally:
-        for worker in workers:
+        for worker in (*workers, named):
             stop(worker)
     host = socket.gethostname()
-    assert answered == {f"tickwork-{w.pid}@{host}" for w in workers}
+    assert answered == {f"tickwork-{w.pid}@{host}" for w in workers} | {f"named@{host}"}
