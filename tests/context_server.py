@@ -73,6 +73,10 @@ class WindowedChat:
     undercount: float = 0.0
     #: the tools' schemas count within the window, estimated as the worker estimates them
     counts_tools: bool = False
+    #: a compaction's request, its cap counted, is refused past this window (below
+    #: `window`), as a server whose window is smaller than the session's refuses the first
+    #: call whose prompt and cap pass it: here the compaction's, not an ordinary call's
+    compaction_window: int | None = None
     log: list[Request] = field(default_factory=list)
     url: str = ""
 
@@ -91,7 +95,10 @@ class WindowedChat:
             messages[-1].get("content")
         )
         cap = int(body.get("max_tokens") or 0) if self.counts_completion else 0
-        if tokens + cap > self.window:
+        window = self.window
+        if compaction and self.compaction_window is not None:
+            cap, window = int(body.get("max_tokens") or 0), self.compaction_window
+        if tokens + cap > window:
             with self._lock:
                 self.log.append(Request(tokens, 0, True, compaction, self._kept(messages), cap))
             asked = f"your messages resulted in {tokens} tokens"
@@ -103,7 +110,7 @@ class WindowedChat:
                 )
             return 400, {
                 "error": {
-                    "message": f"This model's maximum context length is {self.window} tokens. "
+                    "message": f"This model's maximum context length is {window} tokens. "
                     f"However, {asked}.",
                     "type": "invalid_request_error",
                     "code": "context_length_exceeded",

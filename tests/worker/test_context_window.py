@@ -847,3 +847,26 @@ def test_a_compactions_request_leaves_room_for_its_summary(
     assert head.status is Status.COMPLETED, head.error_message
     assert head.final_answer == "done: read 40 chunks"
     assert [r for r in chat.log if r.compaction and not r.refused], "it compacted"
+
+
+def test_a_window_stated_in_refusing_a_compactions_cap_is_the_sessions_from_then_on(
+    long: Long, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server whose window is below the session's refused the cap of a compaction's
+    request, stating its window: the compaction was asked again within the room, but only
+    an ordinary call learned a stated window, so the calls after it were planned, and
+    capped, under the session's larger one. The compaction's refusal teaches it too."""
+    chat = WindowedChat(window=32_768, steps=60, compaction_window=14_000)
+    with windowed_chat(chat):
+        monkeypatch.setenv("OPENAI_BASE_URL", chat.url)
+        session_id = long.submit(context_window=16_384)
+        head = long.run(session_id)
+    assert head.status is Status.COMPLETED, head.error_message
+    refused = [i for i, r in enumerate(chat.log) if r.refused]
+    assert refused and chat.log[refused[0]].compaction, "the compaction's cap was refused"
+    assert head.result[context.STATED_WINDOW] == 14_000
+    session = long.store.load(session_id)
+    assert any(s.kind is StepKind.COMPACTION for s in session.steps)
+    after = [r for r in chat.log[refused[0] + 2 :] if not r.compaction]
+    assert after, "the session called the model after the compaction"
+    assert all(r.max_tokens is not None and r.tokens + r.max_tokens <= 14_000 for r in after)

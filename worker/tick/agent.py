@@ -397,7 +397,7 @@ def _compact(
         cost_usd=cost,
         messages=tuple(messages),
     )
-    return machine.compacted(
+    change = machine.compacted(
         head,
         reply,
         through=prompt.compact_through,
@@ -405,6 +405,11 @@ def _compact(
         cost_usd=cost,
         trace_id=uuid.uuid4().hex,
     )
+    # a window stated in refusing the compaction's cap is learned as an ordinary call's is
+    policy = context.policy_for(head)
+    if reply.stated_window is not None and policy is not None:
+        change = _learned(change, reply.stated_window, policy.window)
+    return change
 
 
 def _billed_retry(
