@@ -547,6 +547,36 @@ def test_a_graph_node_whose_prompt_is_refused_as_too_long_fails_with_context(
     assert chat.log[-1].refused
     assert (done.status, done.error_code) == (Status.FAILED, ErrorCode.CONTEXT)
     assert "node 'ask'" in done.error_message
+    # the window the model stated is on the card, and the message says what to do
+    assert done.result[context.STATED_WINDOW] == 1_000
+    assert "the model states a context window of 1,000 tokens" in done.error_message
+    assert "--context-window" in done.error_message
+
+
+def test_a_graph_node_refused_as_too_long_is_fitted_under_the_stated_window_once(
+    long: Long, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A node's prompt refused as too long by a server whose window is below the session's
+    failed the session with CONTEXT at once, the window the refusal stated forgotten, where
+    an agent's session learns it and goes on: the node's call is fitted under the stated
+    window and asked once more, and the window is recorded on the card."""
+    with windowed_chat(WindowedChat(window=9_000, steps=5, record=True)) as chat:
+        monkeypatch.setenv("OPENAI_BASE_URL", chat.url)
+        head = long.client.submit(
+            "tests.graphs:ASK",
+            {"size": 8_000},
+            model="openai:long",
+            price=PRICE,
+            context_window=32_768,
+        )
+        done = long.run(head.id)
+    assert done.status is Status.COMPLETED, done.error_message
+    assert [r.refused for r in chat.log] == [True, False]
+    assert done.result[context.STATED_WINDOW] == 9_000
+    (sent,) = chat.answered
+    assert sent.messages is not None
+    tools = [m["content"] for m in sent.messages if m["role"] == "tool"]
+    assert tools[:3] == ["[tool output elided: 8000 bytes]"] * 3, "fitted under 9,000"
 
 
 @pytest.mark.parametrize("window", [0, 100, 10**8, True])

@@ -24,7 +24,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tickwork.fsm import context, graph_machine, machine, trees
@@ -88,6 +88,9 @@ class NodeContext:
     usage: Usage = field(default_factory=Usage)
     #: this node's model calls, as one, for the tick's report (None: it called none)
     model_call: ModelCall | None = None
+    #: the context window the model stated in refusing a call of this node, below the
+    #: session's: the node's later calls are fitted under it, and it is recorded on the card
+    stated_window: int | None = None
 
     def generate(self, messages: list[Message], tools: Iterable[str] | None = None) -> ModelReply:
         """Call the session's model (`messages` as the agent sends them; `tools` names the
@@ -96,13 +99,15 @@ class NodeContext:
         the config's, under the window its model stated if smaller), old tool outputs in
         `messages` are elided when they pass its target (`tickwork.fsm.context.fit`), and the
         completion cap leaves the prompt room in its window; a prompt the model still refuses
-        as too long raises `ContextTooLong`, which fails the session with `CONTEXT` unless
-        the node handles it."""
+        as too long is fitted once more under the window the refusal states, where that is
+        below the session's (`stated_window`, recorded on the card); refused again, or with
+        no such window stated, it raises `ContextTooLong`, which fails the session with
+        `CONTEXT` unless the node handles it."""
         model = self.rt.model(self.head.model)
         registry = self.rt.jobs.tools(self.head.kind)
         schemas = registry.schemas(list(tools)) if tools is not None else []
         # one policy for the fit and the cap: the config's under the window the model stated
-        policy = context.policy_for(self.head)
+        policy = self._policy()
         sent = context.fit(
             messages, policy, estimate=estimate_prompt, tools=estimate_schemas(schemas)
         )
@@ -114,9 +119,21 @@ class NodeContext:
                 schemas,
                 ModelSettings(timeout_s=self.rt.settings.model_timeout_s, max_tokens=cap),
             )
+        except ContextTooLong as exc:
+            self._noted(asked, sent, cap, error=f"{type(exc).__name__}: {exc}")
+            stated = context.stated_window(str(exc))
+            once = self.stated_window is None
+            if not once or policy is None or stated is None or not 0 < stated < policy.window:
+                raise
+            # as an agent's session goes on under it (`think`'s `_overflow`), once a node
+            self._learn(stated, policy.window, "prompt")
+            return self.generate(messages, tools)
         except Exception as exc:
             self._noted(asked, sent, cap, error=f"{type(exc).__name__}: {exc}")
             raise
+        stated = reply.stated_window  # in refusing the cap first asked for
+        if stated is not None and policy is not None and 0 < stated < policy.window:
+            self._learn(stated, policy.window, "completion cap")
         if reply.cap_lowered_to is not None:  # an agent's `model_called` event says it
             log.warning(
                 "session %s: node %r: the server refused a completion cap of %s tokens for its "
@@ -146,6 +163,30 @@ class NodeContext:
         self.cost_usd += cost
         self._noted(asked, sent, cap, reply=reply)
         return reply
+
+    def _policy(self) -> context.Policy | None:
+        """The session's policy (`context.policy_for`) under the window the model stated in
+        refusing one of this node's calls, where that is smaller."""
+        policy = context.policy_for(self.head)
+        if policy is None or self.stated_window is None or self.stated_window >= policy.window:
+            return policy
+        return replace(policy, window=self.stated_window)
+
+    def _learn(self, stated: int, window: int, what: str) -> None:
+        """The window the model stated in refusing a `what` of this node's, below the
+        session's `window`: this node's calls are fitted under it from now on."""
+        self.stated_window = stated
+        log.warning(
+            "session %s: node %r: the model refused a %s as past its context window of %s "
+            "tokens; the session's window is %s tokens, and it goes on under the model's; "
+            "give the model's real window (--context-window, or context_window in "
+            "TICKWORK_PRICES)",
+            self.session_id,
+            self.node,
+            what,
+            f"{stated:,}",
+            f"{window:,}",
+        )
 
     def _noted(
         self,
@@ -373,12 +414,17 @@ def _run(
     try:
         returned, duration = run_call(tick, call, run, rerun=plan.rerun, arguments=state)
     except ContextTooLong as exc:
-        why = f"node {node.name!r}: the model refused its prompt as too long: {exc}"
-        return machine.fail(head, ErrorCode.CONTEXT, why, now=rt.clock(), open_calls=claimed.calls)
+        return _too_long(tick, node.name, exc, contexts[0] if contexts else None)
     finally:
         if contexts:
             tick.report.model = contexts[0].model_call
     ctx = contexts[0]
+    if ctx.stated_window is not None:
+        # recorded on the card as an agent's is: the session's later nodes, and a fork or a
+        # retry of it, are planned under it (`context.policy_for`)
+        head = head.model_copy(
+            update={"result": {**head.result, context.STATED_WINDOW: ctx.stated_window}}
+        )
     if isinstance(returned, Branches):
         return _fan_out(tick, graph, call, state, returned)
     new_state = graph.update(state, returned, by=f"node {node.name!r}")
@@ -410,6 +456,32 @@ def _run(
         trace_id=trace,
         usage=ctx.usage,
     )
+
+
+def _too_long(tick: Tick, node: str, exc: ContextTooLong, ctx: NodeContext | None) -> Change:
+    """A node's prompt the model refused as too long (fitted under the window it stated, if
+    it stated one below the session's): the session fails `CONTEXT`, the window the model
+    stated recorded on the card and named in the message with what to do."""
+    rt, claimed = tick.rt, tick.claimed
+    head = claimed.head
+    policy = context.policy_for(head)
+    stated = context.stated_window(str(exc))
+    if stated is None and ctx is not None:
+        stated = ctx.stated_window
+    why = f"node {node!r}: the model refused its prompt as too long: {exc}"
+    if stated is not None:
+        if policy is None or stated < policy.window:
+            learned = {**head.result, context.STATED_WINDOW: stated}
+            head = head.model_copy(update={"result": learned})
+        why += (
+            f"; the model states a context window of {stated:,} tokens"
+            + ("" if policy is None else f" (the session's is {policy.window:,})")
+            + "; fork it with the model's real window (--context-window) or have the node "
+            "send less"
+        )
+    else:
+        why += "; fork it with a larger window (--context-window) or have the node send less"
+    return machine.fail(head, ErrorCode.CONTEXT, why, now=rt.clock(), open_calls=claimed.calls)
 
 
 def _fan_out(
