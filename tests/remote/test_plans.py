@@ -173,3 +173,79 @@ def test_a_status_filter_takes_one_status_or_several_and_names_them_when_wrong()
             with pytest.raises(InvalidInput, match="'nope' is not a session status") as bad:
                 call()
             assert "waiting_approval" in str(bad.value)
+
+
+def _fingerprint(call_id: str) -> str:
+    return call_id[-1] * 64
+
+
+def _served_decisions(sent: list[str], *, roles: tuple[str, ...] = ("approver",)) -> Any:
+    """A server with session s-1 waiting on s1c1 (s1c0 ran already), for a token of `roles`."""
+    call = {"call_id": "s1c1", "name": "danger", "fingerprint": _fingerprint("s1c1")}
+    ran = {"call_id": "s1c0", "name": "echo", "fingerprint": _fingerprint("s1c0")}
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        sent.append(f"{request.method} {request.url.path}")
+        path = request.url.path
+        if path == "/api/v1/me":
+            return httpx.Response(200, json={"name": "nora", "roles": list(roles)})
+        if not roles:
+            message = "nora holds no role; reading needs a role (submitter, approver or operator)"
+            return httpx.Response(403, json={"code": "forbidden", "message": message})
+        if path == "/api/v1/approvals/s-1":
+            return httpx.Response(200, json={"session": HEAD, "calls": [call]})
+        if path == "/api/v1/sessions/s-1":
+            head = {**HEAD, "awaiting": ["s1c1"]}
+            return httpx.Response(200, json={"head": head, "steps": [{"calls": [ran, call]}]})
+        if path.endswith("/decision"):
+            decided = json.loads(request.content)
+            if decided["fingerprint"] != _fingerprint(path.split("/")[-2]):
+                raise AssertionError(decided)
+            if "s1c0" in path:
+                message = "call s1c0 of session s-1 is not waiting for a decision"
+                return httpx.Response(409, json={"code": "not_waiting", "message": message})
+            return httpx.Response(200, json={**HEAD, "status": "ready"})
+        raise AssertionError(path)
+
+    return _mock(answer)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_decision_reads_only_the_waiting_calls_for_the_fingerprint(mode: str) -> None:
+    """Without a fingerprint the client read the whole timeline (every step, call and
+    event of a long session) for one call's fingerprint; the session's waiting calls do."""
+    sent: list[str] = []
+    sync, asynchronous = _served_decisions(sent)
+
+    def approve(call_id: str) -> Any:
+        if mode == "sync":
+            with Client("http://tw.test", token="token-token-token-1", transport=sync) as c:
+                return c.approve("s-1", call_id)
+
+        async def go() -> Any:
+            async with AsyncClient(
+                "http://tw.test", token="token-token-token-1", transport=asynchronous
+            ) as c:
+                return await c.approve("s-1", call_id)
+
+        return asyncio.run(go())
+
+    assert approve("s1c1").status is Status.READY
+    assert sent == ["GET /api/v1/approvals/s-1", "POST /api/v1/sessions/s-1/calls/s1c1/decision"]
+    # a call not waiting: the server's own word, as locally
+    with pytest.raises(RemoteError, match="s1c0 of session s-1 is not waiting"):
+        approve("s1c0")
+    # a call the session has not: named with the calls that wait, as locally
+    with pytest.raises(LookupError, match=r"session s-1 has no call 's9c9'; waiting: s1c1"):
+        approve("s9c9")
+
+
+def test_a_token_of_no_role_is_told_a_decision_needs_the_approver_role() -> None:
+    sent: list[str] = []
+    sync, _ = _served_decisions(sent, roles=())
+    client = Client("http://tw.test", token="token-token-token-1", transport=sync)
+    with client, pytest.raises(RemoteError) as refused:
+        client.approve("s-1", "s1c1")
+    assert (refused.value.status, refused.value.code) == (403, "forbidden")
+    assert refused.value.message == "nora holds no role; this needs the approver role"
+    assert not any(s.startswith("POST") for s in sent)

@@ -22,7 +22,7 @@ import httpx
 from tickwork.fsm.errors import ConfigurationError
 
 from . import plans
-from .errors import error_of, unreachable
+from .errors import RemoteError, error_of, unreachable
 from .plans import Call, Plan, Sleep, Streamed
 from .stream import Follow
 
@@ -163,7 +163,8 @@ class Client(_Base):
         return read(call, response)
 
     def run(self, plan: Plan[T]) -> T:
-        """Carry out a plan: send each call it yields, sleep each pause."""
+        """Carry out a plan: send each call it yields (a refusal raised in the plan, where
+        it is caught or goes on), sleep each pause."""
         try:
             step = next(plan)
             while True:
@@ -171,7 +172,12 @@ class Client(_Base):
                     time.sleep(step.seconds)
                     step = plan.send(None)
                 else:
-                    step = plan.send(self.send(step))
+                    try:
+                        answer = self.send(step)
+                    except RemoteError as exc:  # the plan may read a refusal
+                        step = plan.throw(exc)
+                    else:
+                        step = plan.send(answer)
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
 
@@ -270,7 +276,8 @@ class AsyncClient(_Base):
         return read(call, response)
 
     async def run(self, plan: Plan[T]) -> T:
-        """Carry out a plan: send each call it yields, sleep each pause."""
+        """Carry out a plan: send each call it yields (a refusal raised in the plan, where
+        it is caught or goes on), sleep each pause."""
         try:
             step = next(plan)
             while True:
@@ -278,7 +285,12 @@ class AsyncClient(_Base):
                     await asyncio.sleep(step.seconds)
                     step = plan.send(None)
                 else:
-                    step = plan.send(await self.send(step))
+                    try:
+                        answer = await self.send(step)
+                    except RemoteError as exc:  # the plan may read a refusal
+                        step = plan.throw(exc)
+                    else:
+                        step = plan.send(answer)
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
 

@@ -24,6 +24,7 @@ from tickwork.api.bodies import Closing
 from tickwork.api.inputs import RepairInput
 from tickwork.fsm.errors import InvalidInput
 from tickwork.fsm.values import DecisionKind, ErrorCode, Event, Head, Status
+from tickwork.remote.errors import RemoteError
 from tickwork.store.dead_letters import DeadLetter
 
 T = TypeVar("T")
@@ -260,13 +261,41 @@ def wait(
         yield Sleep(poll)
 
 
-def _fingerprint(view: Mapping[str, Any], session_id: str, call_id: str) -> str:
-    for step in view["steps"]:
-        for call in step["calls"]:
-            if call["call_id"] == call_id:
-                return str(call["fingerprint"])
+def _fingerprint(calls: Iterable[Mapping[str, Any]], call_id: str) -> str | None:
+    for call in calls:
+        if call["call_id"] == call_id:
+            return str(call["fingerprint"])
+    return None
+
+
+def _seen_fingerprint(session_id: str, call_id: str) -> Plan[str]:
+    """The call's fingerprint as the server has it now: read from the session's waiting
+    calls, not its whole timeline (every step, call and event of a long session). A call
+    not waiting is looked up in the timeline, so that the decision is refused in the
+    server's words (decided already, cancelled, not waiting) as locally."""
     from tickwork.fsm.errors import CallNotFound
 
+    try:
+        card = yield Call("GET", _path("approvals", session_id), _json)
+    except RemoteError as exc:
+        if exc.status != 403:
+            raise
+        # only a token of no role may not read: say what a decision needs, not reading
+        who = yield from me()
+        held = ", ".join(sorted(who.roles)) or "no role"
+        raise RemoteError(
+            f"{who.name} holds {held}; this needs the approver role",
+            code=exc.code,
+            status=exc.status,
+            details=exc.details,
+        ) from None
+    found = _fingerprint(card["calls"], call_id)
+    if found is not None:
+        return found
+    view = yield from timeline(session_id)
+    found = _fingerprint((c for step in view["steps"] for c in step["calls"]), call_id)
+    if found is not None:
+        return found
     awaiting = ", ".join(view["head"].get("awaiting") or ()) or "none"
     raise CallNotFound(f"session {session_id} has no call {call_id!r}; waiting: {awaiting}")
 
@@ -285,8 +314,7 @@ def decide(
     """Decide one waiting call as the token's person. `fingerprint` binds the decision to
     the call you saw; None reads the call's fingerprint as the server has it now."""
     if fingerprint is None:
-        view = yield from timeline(session_id)
-        fingerprint = _fingerprint(view, session_id, call_id)
+        fingerprint = yield from _seen_fingerprint(session_id, call_id)
     body = _body(
         bodies.Decide,
         kind=DecisionKind(kind),
