@@ -271,8 +271,12 @@ def explain(exc: Exception) -> tuple[str | None, int]:
     if isinstance(exc, TickworkError):
         return exc.message, REFUSED
     if isinstance(exc, ValidationError):
+        from .cli_remote import option_of
+
         first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or exc.title
+        # a value the API's body refuses (checked before a --server request) names the option
+        where = option_of(exc.title, tuple(first["loc"]))
+        where = where or ".".join(str(p) for p in first["loc"]) or exc.title
         return f"invalid {where}: {first['msg']}", USAGE
     if isinstance(exc, TimeoutError):
         return str(exc), REFUSED

@@ -41,6 +41,29 @@ ANYWHERE = frozenset({"serve", "config", "runbook", "docs"})
 POLL_S = 0.2
 
 
+#: the API's bodies the remote client checks before sending, by their model's name
+BODIES = frozenset({"Submit", "Decide", "Fork", "Closing"})
+#: the command-line option of each field of those bodies whose name is not the option's
+OPTION_OF = {
+    "arguments": "--args",
+    "tool_outputs": "--tool-output",
+    "kind": "KIND",
+}
+
+
+def option_of(model: str, loc: tuple[int | str, ...]) -> str | None:
+    """The command-line option that gave the field at `loc` of the API body `model`, for a
+    refusal that names the option, not the body's field; None for another model."""
+    if model not in BODIES or not loc:
+        return None
+    if loc[0] == "budgets" and len(loc) > 1:  # each budget is an option of its own
+        loc = (str(loc[1]).removesuffix("_s"), *loc[2:])
+    field = str(loc[0])
+    option = OPTION_OF.get(field, "--" + field.replace("_", "-"))
+    rest = " ".join(str(p) for p in loc[1:])
+    return f"{option} {rest}" if rest else option
+
+
 def server() -> str | None:
     """The server this command is sent to (`--server` or TICKWORK_SERVER), if any."""
     try:  # Typer 0.2x vendors its own Click, with its own context stack

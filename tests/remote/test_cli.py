@@ -305,6 +305,21 @@ def test_a_bad_priority_or_key_is_refused_in_the_same_words_with_a_server(
     )
 
 
+def test_a_value_over_an_api_limit_names_the_option_and_the_limit(remote: Remote) -> None:
+    """The API's body model refused it in its own words, naming the body's field: "invalid
+    comment: String should have at most 10000 characters"; the option is named."""
+    served = ModeCli(remote, "remote").cli
+    decided = ("s-none", "s1c0", "--fingerprint", "a" * 64)
+    for argv, option, limit in (
+        (("approve", *decided, "--comment", "c" * 10_001), "--comment", "10000 characters"),
+        (("reject", *decided, "--feedback", "f" * 100_001), "--feedback", "100000 characters"),
+        (("dlq", "resolve", "1", "--reason", "r" * 2001), "--reason", "2000 characters"),
+        (("fork", "s-none", "--from-step", "0", "--id", "i" * 65), "--id", "64 characters"),
+    ):
+        said = served.inline(*argv, ok=False).error(2, f"invalid {option}: ", limit)
+        assert "invalid comment" not in said and "invalid feedback" not in said, said
+
+
 def test_with_a_server_other_commands_refuse_and_names_come_from_the_token(
     remote: Remote,
 ) -> None:
