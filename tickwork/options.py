@@ -20,7 +20,7 @@ import typer
 
 from tickwork.fsm.approvals import FINGERPRINT_LENGTH, HEX_DIGITS
 from tickwork.fsm.context import MAX_WINDOW, MIN_WINDOW
-from tickwork.fsm.errors import InvalidInput, TickworkError
+from tickwork.fsm.errors import InvalidInput
 from tickwork.fsm.forks import (
     MAX_INSTRUCTION_CHARS,
     MAX_SYSTEM_PROMPT_CHARS,
@@ -31,7 +31,6 @@ from tickwork.fsm.tenants import DEFAULT_TENANT, check_tenant
 from tickwork.parsing import MAX_SESSION_ID
 
 if TYPE_CHECKING:
-    from tickwork.worker.jobs import Jobs
     from tickwork.worker.models import Providers
 
     from .context import Context
@@ -515,29 +514,16 @@ def check_kind(ctx: Context, kind: str) -> None:
     that name, neither one this process has (built in, or in TICKWORK_IMPORTS) nor the
     kind of a session stored (live or archived: a kind other hosts run, or ran once). A
     typo then says so, as a wrong --status does, instead of "no sessions match"."""
-    from tickwork.worker.jobs import Jobs
+    from tickwork.worker.jobs import unknown_kind
 
-    jobs = Jobs(ctx.settings.imports)
-    try:
-        known = jobs.names()
-    except TickworkError:
-        return  # a kind of TICKWORK_IMPORTS does not import here: it may be that one
-    if kind in known or (":" in kind and _imports_as_kind(jobs, kind)):
-        return
     stored = ctx.store
-    if stored.list_sessions(kind=kind, tenant=None, limit=1) or stored.retention.listing(
-        kind=kind, tenant=None, limit=1
-    ):
-        return
-    raise InvalidInput(
-        f"unknown job kind {kind!r}: no session has it, and this process has no kind of that "
-        f"name; known: {', '.join(known)} (TICKWORK_IMPORTS adds kinds of your own)"
+    why = unknown_kind(
+        ctx.settings.imports,
+        kind,
+        lambda: bool(
+            stored.list_sessions(kind=kind, tenant=None, limit=1)
+            or stored.retention.listing(kind=kind, tenant=None, limit=1)
+        ),
     )
-
-
-def _imports_as_kind(jobs: Jobs, spec: str) -> bool:
-    """Whether `module:attr` imports here as a job kind."""
-    try:
-        return jobs.missing(spec) is None
-    except TickworkError:  # it imports, but is no job kind
-        return False
+    if why is not None:
+        raise InvalidInput(why)

@@ -320,6 +320,15 @@ def test_a_value_over_an_api_limit_names_the_option_and_the_limit(remote: Remote
         assert "invalid comment" not in said and "invalid feedback" not in said, said
 
 
+def test_a_misspelt_kind_is_refused_in_the_same_words_with_a_server(cli: ModeCli) -> None:
+    """With a server `ls --kind NOSUCH` printed "no sessions match" (exit 0) where the local
+    CLI refuses a kind no session has and this deployment has not."""
+    cli.inline("ls", "--kind", "nosuch", ok=False).error(
+        2, "unknown job kind 'nosuch': no session has it", "known: ", "repair"
+    )
+    cli.inline("ls", "--kind", "repair", "--status", "cancelled", "--limit", "1")
+
+
 def test_with_a_server_other_commands_refuse_and_names_come_from_the_token(
     remote: Remote,
 ) -> None:

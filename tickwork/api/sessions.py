@@ -106,7 +106,14 @@ def list_sessions(
     client: Client,
     who: Reader,
     status: Annotated[list[Status] | None, Query(description="Repeatable.")] = None,
-    kind: Annotated[str | None, Query(max_length=200)] = None,
+    kind: Annotated[
+        str | None,
+        Query(
+            max_length=200,
+            description="Only sessions of this job kind; 422 `unknown_kind` (naming the "
+            "kinds the server knows) for one no session has and the server knows not.",
+        ),
+    ] = None,
     error_code: ErrorCode | None = None,
     outcome: Annotated[
         Outcome | None, Query(description="Only completed repairs with this outcome.")
@@ -150,7 +157,28 @@ def list_sessions(
         offset=offset,
         **scope,
     )
+    if kind and not heads and offset == 0:
+        _known_kind(client, kind)
     return [Listed.model_construct(**dict(h), outcome=outcome_of(h.result)) for h in heads]
+
+
+def _known_kind(client: Tickwork, kind: str) -> None:
+    """422 `unknown_kind` for a misspelt kind filter, naming the kinds the server knows, as
+    the CLI's `ls --kind` (a kind of no session the caller sees, but the server's or of a
+    session stored, lists nothing)."""
+    from tickwork.worker.jobs import unknown_kind
+
+    store = client.store
+    why = unknown_kind(
+        client.settings.imports,
+        kind,
+        lambda: bool(
+            store.list_sessions(kind=kind, tenant=None, limit=1)
+            or store.retention.listing(kind=kind, tenant=None, limit=1)
+        ),
+    )
+    if why is not None:
+        raise ApiError(422, "unknown_kind", why)
 
 
 @router.get(

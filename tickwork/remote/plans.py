@@ -186,7 +186,8 @@ def sessions(
 ) -> Plan[list[Listed]]:
     """Sessions, newest first; `submitted_by` a token's name, `parent_id` for the forks of
     a session, `tenant` one tenant's (an admin token's filter; another token may name only
-    its own: RemoteError 403 for another)."""
+    its own: RemoteError 403 for another). A `kind` the server knows not and no session
+    has: RemoteError 422 `unknown_kind`, naming the kinds it knows."""
     params: dict[str, Any] = {"limit": limit, "offset": offset}
     params["status"] = [s.value for s in statuses(status, what="status")]
     given = {

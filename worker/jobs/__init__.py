@@ -13,7 +13,7 @@ providers). The built-in `repair` kind and its toolkit are the package
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -162,6 +162,34 @@ class Jobs:
             f"unknown job kind {name!r}; known: {known}; or give module:attr "
             "(workers must be able to import it: set TICKWORK_IMPORTS)"
         )
+
+
+def unknown_kind(
+    imports: tuple[str, ...] | list[str], kind: str, stored: Callable[[], bool]
+) -> str | None:
+    """Why `kind` is no job kind, or None if it may be one: one this process has (built in,
+    or in `imports`), a `module:attr` that imports here as a job kind, or the kind of a
+    session stored (`stored()`: a kind other hosts run, or ran once). For a listing
+    filtered by a kind that found nothing: a typo then says so, not "no sessions match"."""
+    jobs = Jobs(imports)
+    try:
+        known = jobs.names()
+    except TickworkError:
+        return None  # a kind of TICKWORK_IMPORTS does not import here: it may be that one
+    if kind in known or (":" in kind and _imports_as_kind(jobs, kind)) or stored():
+        return None
+    return (
+        f"unknown job kind {kind!r}: no session has it, and this process has no kind of that "
+        f"name; known: {', '.join(known)} (TICKWORK_IMPORTS adds kinds of your own)"
+    )
+
+
+def _imports_as_kind(jobs: Jobs, spec: str) -> bool:
+    """Whether `module:attr` imports here as a job kind."""
+    try:
+        return jobs.missing(spec) is None
+    except TickworkError:  # it imports, but is no job kind
+        return False
 
 
 def session_config(kind: Kind, data: Mapping[str, Any], submission: Submission) -> dict[str, Any]:
