@@ -4,6 +4,7 @@ and the errors of each as JSON with a code and a message."""
 from __future__ import annotations
 
 import json
+import sys
 import uuid
 
 from tickwork.fsm.values import Status
@@ -225,6 +226,12 @@ def test_list_filters_by_status_and_kind(stack: Stack) -> None:
     assert typo.status_code == 422 and typo.json()["code"] == "unknown_kind", typo.text
     assert "unknown job kind 'other'" in typo.json()["message"]
     assert "known: " in typo.json()["message"] and "repair" in typo.json()["message"]
+    # a module:attr kind is a name to the listing, never a module the server imports (an
+    # HTTP client's name is untrusted: importing a module runs its code)
+    probe = "tests.api.never_imported_by_a_listing"
+    asked = stack.http("alice").get("/api/v1/sessions", params={"kind": f"{probe}:KIND"})
+    assert asked.status_code == 422 and asked.json()["code"] == "unknown_kind", asked.text
+    assert probe not in sys.modules
     assert len(stack.http("alice").get("/api/v1/sessions", params={"limit": 1}).json()) == 1
     bad = stack.http("alice").get("/api/v1/sessions", params={"status": "sleeping"})
     assert bad.status_code == 422 and "query.status" in bad.json()["message"]

@@ -158,14 +158,15 @@ def list_sessions(
         **scope,
     )
     if kind and not heads and offset == 0:
-        _known_kind(client, kind)
+        _known_kind(client, kind, scope.get("tenant"))
     return [Listed.model_construct(**dict(h), outcome=outcome_of(h.result)) for h in heads]
 
 
-def _known_kind(client: Tickwork, kind: str) -> None:
+def _known_kind(client: Tickwork, kind: str, tenant: str | None) -> None:
     """422 `unknown_kind` for a misspelt kind filter, naming the kinds the server knows, as
     the CLI's `ls --kind` (a kind of no session the caller sees, but the server's or of a
-    session stored, lists nothing)."""
+    session of the caller's tenant stored, lists nothing). The name is never imported, and
+    another tenant's sessions say nothing of it."""
     from tickwork.worker.jobs import unknown_kind
 
     store = client.store
@@ -173,9 +174,10 @@ def _known_kind(client: Tickwork, kind: str) -> None:
         client.settings.imports,
         kind,
         lambda: bool(
-            store.list_sessions(kind=kind, tenant=None, limit=1)
-            or store.retention.listing(kind=kind, tenant=None, limit=1)
+            store.list_sessions(kind=kind, tenant=tenant, limit=1)
+            or store.retention.listing(kind=kind, tenant=tenant, limit=1)
         ),
+        trusted=False,
     )
     if why is not None:
         raise ApiError(422, "unknown_kind", why)

@@ -165,18 +165,23 @@ class Jobs:
 
 
 def unknown_kind(
-    imports: tuple[str, ...] | list[str], kind: str, stored: Callable[[], bool]
+    imports: tuple[str, ...] | list[str],
+    kind: str,
+    stored: Callable[[], bool],
+    *,
+    trusted: bool = True,
 ) -> str | None:
     """Why `kind` is no job kind, or None if it may be one: one this process has (built in,
-    or in `imports`), a `module:attr` that imports here as a job kind, or the kind of a
-    session stored (`stored()`: a kind other hosts run, or ran once). For a listing
-    filtered by a kind that found nothing: a typo then says so, not "no sessions match"."""
+    or in `imports`), a `module:attr` that imports here as a job kind (asked by a `trusted`
+    caller only: an HTTP client's name is never imported), or the kind of a session stored
+    (`stored()`: a kind other hosts run, or ran once). For a listing filtered by a kind
+    that found nothing: a typo then says so, not "no sessions match"."""
     jobs = Jobs(imports)
     try:
         known = jobs.names()
     except TickworkError:
         return None  # a kind of TICKWORK_IMPORTS does not import here: it may be that one
-    if kind in known or (":" in kind and _imports_as_kind(jobs, kind)) or stored():
+    if kind in known or (trusted and ":" in kind and _imports_as_kind(jobs, kind)) or stored():
         return None
     return (
         f"unknown job kind {kind!r}: no session has it, and this process has no kind of that "
