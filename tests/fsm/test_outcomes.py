@@ -323,7 +323,7 @@ def test_a_module_the_environment_lacks_stopped_the_tests(
 def test_a_missing_module_is_named_as_python_named_it() -> None:
     """The reason read "the session's environment has no module 'hypothesis' (No module
     named), which ...": a fragment of Python's message, cut where the name was."""
-    why = why_tests_did_not_run("pytest", 2, _STOPPED.format("hypothesis"), own=set()) or ""
+    why = why_tests_did_not_run("pytest", 2, _STOPPED.format("hypothesis"), own=frozenset) or ""
     assert "(Python says: No module named 'hypothesis')" in why
     assert "(No module named)" not in why
 
