@@ -516,14 +516,6 @@ def check_kind(ctx: Context, kind: str) -> None:
     typo then says so, as a wrong --status does, instead of "no sessions match"."""
     from tickwork.worker.jobs import unknown_kind
 
-    stored = ctx.store
-    why = unknown_kind(
-        ctx.settings.imports,
-        kind,
-        lambda: bool(
-            stored.list_sessions(kind=kind, tenant=None, limit=1)
-            or stored.retention.listing(kind=kind, tenant=None, limit=1)
-        ),
-    )
+    why = unknown_kind(ctx.settings.imports, kind, ctx.store, tenant=None)
     if why is not None:
         raise InvalidInput(why)

@@ -169,16 +169,7 @@ def _known_kind(client: Tickwork, kind: str, tenant: str | None) -> None:
     another tenant's sessions say nothing of it."""
     from tickwork.worker.jobs import unknown_kind
 
-    store = client.store
-    why = unknown_kind(
-        client.settings.imports,
-        kind,
-        lambda: bool(
-            store.list_sessions(kind=kind, tenant=tenant, limit=1)
-            or store.retention.listing(kind=kind, tenant=tenant, limit=1)
-        ),
-        trusted=False,
-    )
+    why = unknown_kind(client.settings.imports, kind, client.store, tenant=tenant, trusted=False)
     if why is not None:
         raise ApiError(422, "unknown_kind", why)
 

@@ -13,9 +13,9 @@ providers). The built-in `repair` kind and its toolkit are the package
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tickwork.fsm.errors import (
     ConfigurationError,
@@ -31,6 +31,9 @@ from tickwork.worker.jobs.kinds import Ending, JobKind, Kind, SessionFiles, Subm
 from tickwork.worker.jobs.roles import Role, Staffed, check_roles, configured_roles, role_for
 from tickwork.worker.models.providers import Provider
 from tickwork.worker.tools.registry import ToolRegistry
+
+if TYPE_CHECKING:
+    from tickwork.store.port import Store
 
 __all__ = [
     "BUILTIN",
@@ -167,21 +170,27 @@ class Jobs:
 def unknown_kind(
     imports: tuple[str, ...] | list[str],
     kind: str,
-    stored: Callable[[], bool],
+    store: Store,
     *,
+    tenant: str | None,
     trusted: bool = True,
 ) -> str | None:
     """Why `kind` is no job kind, or None if it may be one: one this process has (built in,
     or in `imports`), a `module:attr` that imports here as a job kind (asked by a `trusted`
-    caller only: an HTTP client's name is never imported), or the kind of a session stored
-    (`stored()`: a kind other hosts run, or ran once). For a listing filtered by a kind
-    that found nothing: a typo then says so, not "no sessions match"."""
+    caller only: an HTTP client's name is never imported), or the kind of a session of
+    `tenant` (None: of any) stored live or archived in `store` (a kind other hosts run, or
+    ran once). For a listing filtered by a kind that found nothing: a typo then says so,
+    not "no sessions match"."""
     jobs = Jobs(imports)
     try:
         known = jobs.names()
     except TickworkError:
         return None  # a kind of TICKWORK_IMPORTS does not import here: it may be that one
-    if kind in known or (trusted and ":" in kind and _imports_as_kind(jobs, kind)) or stored():
+    if kind in known or (trusted and ":" in kind and _imports_as_kind(jobs, kind)):
+        return None
+    if store.list_sessions(kind=kind, tenant=tenant, limit=1) or store.retention.listing(
+        kind=kind, tenant=tenant, limit=1
+    ):
         return None
     return (
         f"unknown job kind {kind!r}: no session has it, and this process has no kind of that "
