@@ -495,15 +495,21 @@ def scale(
     the latest compaction (its `usage.prompt_tokens`), at least 1 and at most MAX_SCALE: a
     tokenizer counts code and JSON at fewer characters a token than the estimate, and a
     policy that trusted the estimate would let the prompt the server reads pass the window
-    while its estimate was still under the target. 1 where no such reply is stored."""
+    while its estimate was still under the target. 1 where no such reply is stored.
+
+    The reply's step holds the estimate its prompt was sent with (`Step.prompt_estimate`);
+    only a step stored before it was kept has its prompt built again from the steps before
+    it and estimated with `estimate`, and `tools` (the schemas' tokens) added."""
     since = max((s.step for s in steps if s.kind is StepKind.COMPACTION), default=0)
     last = next((s for s in reversed(steps) if s.kind is StepKind.REPLY and s.step > since), None)
     if last is None or last.usage.prompt_tokens <= 0:
         return 1.0
-    before = [s for s in steps if s.step < last.step]
-    seen = stored_view(before)
-    view = View(through=seen.through, summary=seen.summary, masked=last.masked_through)
-    estimated = estimate(build(head, before, observations, view)) + tools
+    estimated = last.prompt_estimate
+    if estimated is None:
+        before = [s for s in steps if s.step < last.step]
+        seen = stored_view(before)
+        view = View(through=seen.through, summary=seen.summary, masked=last.masked_through)
+        estimated = estimate(build(head, before, observations, view)) + tools
     if estimated <= 0:
         return 1.0
     return min(MAX_SCALE, max(1.0, last.usage.prompt_tokens / estimated))

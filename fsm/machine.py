@@ -333,6 +333,7 @@ def think(
     rules: Mapping[str, ApprovalRule],
     cut: Exhausted | None = None,
     masked_through: int = 0,
+    prompt_estimate: int | None = None,
 ) -> Change:
     """Record the model's reply as the next step and decide what happens to its calls.
 
@@ -341,7 +342,8 @@ def think(
     at, if it was; the step is recorded and the session fails with that budget's code (a
     cut-off answer is not a final answer, and its calls may be cut off too).
     `masked_through` is the mask the prompt was built with (`tickwork.fsm.context.View.masked`),
-    stored on the step so later prompts keep it.
+    stored on the step so later prompts keep it; `prompt_estimate` is that prompt's estimate,
+    stored for `tickwork.fsm.context.scale` (`Step.prompt_estimate`).
     """
     transitions.require(head, Status.READY)
     number = head.step + 1
@@ -383,6 +385,7 @@ def think(
         trace_id=trace_id,
         at=now,
         masked_through=masked_through,
+        prompt_estimate=prompt_estimate,
     )
     head = _stepped(head, now, number, reply, cost_usd)
     events = [

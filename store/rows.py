@@ -192,6 +192,7 @@ def step_to_row(session_id: str, step: Step) -> dict[str, Any]:
             "kind": step.kind.value,
             "masked_through": step.masked_through,
             "compacted_through": step.compacted_through,
+            "prompt_estimate": step.prompt_estimate,
         }
     )
 
@@ -216,6 +217,7 @@ def step_from_row(row: Row, calls: tuple[ToolCall, ...]) -> Step:
         kind=StepKind(row.get("kind") or StepKind.REPLY),
         masked_through=row.get("masked_through") or 0,
         compacted_through=row.get("compacted_through") or 0,
+        prompt_estimate=row.get("prompt_estimate"),
     )
 
 

@@ -190,6 +190,9 @@ steps = Table(
     Column("kind", String(16)),
     Column("masked_through", Integer),
     Column("compacted_through", Integer),
+    # the estimate a reply's prompt was sent with (`Step.prompt_estimate`, 0024_prompt_estimate);
+    # NULL: a step written before, or by a worker of the release before: its prompt is rebuilt
+    Column("prompt_estimate", Integer),
     # a THINK on a cache miss finds the latest compaction without reading every step
     Index(
         "ix_tickwork_steps_compactions",

@@ -462,3 +462,84 @@ def test_a_compaction_is_made_where_the_newest_observations_giving_way_is_not_en
     assert 1 <= len(compactions) <= 10
     for _, made in run.plans:
         assert made.tokens <= 2_000
+
+
+#: the tokens of the tools' schemas sent beside each prompt, in the tests of `scale`
+SCHEMAS = 150
+
+
+def _counted(run: Run, *, by: float, stored: bool) -> list[Step]:
+    """The run's steps with each reply's usage a server counting `by` times the estimate
+    would report, and (where `stored`) the estimate its prompt was sent with."""
+    made = dict(run.plans)
+    steps = []
+    for s in run.steps:
+        if s.kind is StepKind.REPLY:
+            sent = made[s.step].tokens + SCHEMAS
+            usage = s.usage.model_copy(update={"prompt_tokens": int(sent * by)})
+            s = s.model_copy(update={"usage": usage, "prompt_estimate": sent if stored else None})
+        steps.append(s)
+    return steps
+
+
+def _scales(run: Run, steps: list[Step]) -> list[float]:
+    """`scale` at each THINK of the run, as the worker finds it."""
+    return [
+        context.scale(run.head, steps[:n], run.observations, estimate=estimate, tools=SCHEMAS)
+        for n in range(len(steps) + 1)
+    ]
+
+
+def test_scale_from_the_stored_estimates_is_what_rebuilding_the_prompts_gave(
+    build: Build,
+) -> None:
+    # masked and compacted on the way: every kind of view the rebuild had to find again
+    run = simulate(build, [3_000] * 40, window=6_000, span=8)
+    assert {s.kind for s in run.steps} == {StepKind.REPLY, StepKind.COMPACTION}
+    assert any(s.masked_through for s in run.steps)
+
+    stored = _scales(run, _counted(run, by=1.3, stored=True))
+
+    assert stored == _scales(run, _counted(run, by=1.3, stored=False))
+    # 1 before the first reply and after each compaction, else the server's count over it
+    assert {round(x, 2) for x in stored} == {1.0, 1.3}
+
+
+def test_scale_reads_the_stored_estimate_and_builds_no_prompt(
+    build: Build, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = simulate(build, [3_000] * 12, window=6_000)
+    steps = _counted(run, by=1.5, stored=True)
+
+    def no_build(*_: object, **__: object) -> list[dict[str, Any]]:
+        raise AssertionError("scale built a prompt again")
+
+    def no_estimate(messages: Sequence[dict[str, Any]]) -> int:
+        raise AssertionError("scale estimated a prompt again")
+
+    monkeypatch.setattr(context, "build", no_build)
+    last = steps[-1]
+    assert last.prompt_estimate is not None
+    found = context.scale(run.head, steps, run.observations, estimate=no_estimate, tools=SCHEMAS)
+    assert found == last.usage.prompt_tokens / last.prompt_estimate == pytest.approx(1.5, 0.01)
+
+
+def test_a_reply_stored_without_its_estimate_has_its_prompt_built_again(
+    build: Build, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a step a tickwork before 0024_prompt_estimate stored: the session's scale stays as it was
+    run = simulate(build, [3_000] * 12, window=6_000)
+    steps = _counted(run, by=1.5, stored=False)
+    built: list[int] = []
+    rebuild = context.build
+
+    def counting(*args: Any, **kw: Any) -> list[dict[str, Any]]:
+        built.append(1)
+        return rebuild(*args, **kw)
+
+    monkeypatch.setattr(context, "build", counting)
+    found = context.scale(run.head, steps, run.observations, estimate=estimate, tools=SCHEMAS)
+
+    sent = dict(run.plans)[steps[-1].step].tokens + SCHEMAS
+    assert built == [1]
+    assert found == steps[-1].usage.prompt_tokens / sent == pytest.approx(1.5, 0.01)

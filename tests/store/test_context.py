@@ -164,3 +164,18 @@ def test_a_cold_claim_reads_short_masked_observations_whole(
         (short, None),
         (short, None),
     ]
+
+
+def test_a_cold_think_claim_reads_each_replys_prompt_estimate(
+    store: Store, clock: Clock, session_id: str
+) -> None:
+    """The next THINK's scale reads the estimate the last reply's prompt was sent with
+    (`Step.prompt_estimate`) from the steps its claim read; a worker that never read the
+    session reads them from the database, on every backend's claim."""
+    for n, sent in enumerate((900, None, 1_100)):
+        asked = reply(("read_file", {"path": f"f{n}"}))
+        think(store, session_id, asked, now=clock(), prompt_estimate=sent)
+        execute(store, session_id, now=clock())
+    cold = open_store(store.engine, core=type(store).__name__ == "CoreStore")
+    claimed = claim(cold, session_id, now=clock())
+    assert [s.prompt_estimate for s in claimed.steps] == [900, None, 1_100]

@@ -87,3 +87,41 @@ def test_the_comparison_sees_a_schema_the_migrations_do_not_build(empty_url: str
     assert [(d[0], d[2], d[3].name) for d in found] == [
         ("add_column", "tickwork_outbox", "attempts")
     ]
+
+
+def test_0024_keeps_the_steps_there_and_reads_them_without_an_estimate(empty_url: str) -> None:
+    """A database with steps, upgraded to 0024_prompt_estimate: the steps stay, each with
+    no estimate (their prompts are built again for the context policy's scale, as before),
+    and the steps stored after it keep theirs."""
+    from tickwork.store import open_store
+
+    from tickwork.testing.store_ticks import Clock, execute, new_session, reply, think
+
+    upgrade(empty_url, "0024_prompt_estimate")
+    engine = make_engine(empty_url)
+    try:
+        store = open_store(engine)
+        clock = Clock()
+        store.create(new_session("s", now=clock()), now=clock())
+        think(store, "s", reply(("read_file", {"path": "a"})), now=clock(), prompt_estimate=900)
+        execute(store, "s", now=clock())
+        before = store.load("s")
+        engine.dispose()
+        downgrade(empty_url, "0023_archived_lineage")
+        assert "prompt_estimate" not in {
+            c["name"] for c in inspect(engine).get_columns("tickwork_steps")
+        }
+        engine.dispose()
+
+        upgrade(empty_url)
+
+        store = open_store(engine)
+        after = store.load("s")
+        assert [s.prompt_estimate for s in after.steps] == [None]
+        assert after.steps == tuple(
+            s.model_copy(update={"prompt_estimate": None}) for s in before.steps
+        )
+        think(store, "s", reply(("read_file", {"path": "b"})), now=clock(), prompt_estimate=1_000)
+        assert [s.prompt_estimate for s in store.load("s").steps] == [None, 1_000]
+    finally:
+        engine.dispose()

@@ -17,7 +17,7 @@ from tickwork.fsm.forks import ForkPatch
 from tickwork.fsm.values import ErrorCode, Session, Status
 from tickwork.store import Store
 from tickwork.store.archive import JSONL, PARQUET, DirectoryArchive
-from tickwork.store.archived import ARCHIVED, archived_forks, entry, load_archived
+from tickwork.store.archived import ARCHIVED, archived_forks, entry, load_archived, saved_of
 from tickwork.store.artifacts import DatabaseArtifacts
 from tickwork.store.dead_letters import Closing, close
 from tickwork.store.files import FileChange
@@ -117,6 +117,31 @@ def test_a_finished_session_is_archived_whole_and_read_back(
     row = table.to_pylist()[0]
     assert (row["session_id"], row["status"], row["steps"]) == ("done-1", "completed", 3)
     assert json.loads(row["record"])["snapshot"] == snapshots.dump(before)
+
+
+def test_an_archived_replys_prompt_estimate_is_read_back_and_forked(
+    store: Store, clock: Clock, archive: DirectoryArchive
+) -> None:
+    store.create(new_session("done-1", now=clock()), now=clock())
+    think(store, "done-1", reply(("read_file", {"path": "a"})), now=clock(), prompt_estimate=950)
+    execute(store, "done-1", now=clock())
+    think(store, "done-1", reply(content="done"), now=clock(), prompt_estimate=1_020)
+    clock.advance(61)
+    assert run(store, archive, clock).archived == 1
+
+    back = load_archived(store.engine, archive, "done-1")
+    assert back is not None
+    assert [s.prompt_estimate for s in back.session.steps] == [950, 1_020]
+    store.fork(
+        "done-1",
+        new_id="child",
+        from_step=1,
+        patch=ForkPatch(),
+        by="dave",
+        now=clock(),
+        archived=(back.session, saved_of(back.record)),
+    )
+    assert [s.prompt_estimate for s in store.load("child").steps] == [950]
 
 
 def test_a_young_session_stays(store: Store, clock: Clock, archive: DirectoryArchive) -> None:

@@ -900,3 +900,68 @@ def test_a_window_stated_in_refusing_a_compactions_cap_is_the_sessions_from_then
     after = [r for r in chat.log[refused[0] + 2 :] if not r.compaction]
     assert after, "the session called the model after the compaction"
     assert all(r.max_tokens is not None and r.tokens + r.max_tokens <= 14_000 for r in after)
+
+
+def test_each_reply_keeps_the_estimate_its_prompt_was_sent_with(
+    long: Long, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The context policy's scale divides the server's count of the last reply's prompt
+    by that prompt's estimate, which each THINK found by building the prompt again: each
+    reply's step now keeps the estimate of the prompt and tools' schemas it was sent with,
+    and the scale it gives is the one the rebuilt prompt gave, masked and compacted."""
+    from tickwork.worker.models.base import estimate_prompt
+
+    chat = WindowedChat(window=11_000, steps=30, record=True, undercount=0.33)
+    with windowed_chat(chat):
+        monkeypatch.setenv("OPENAI_BASE_URL", chat.url)
+        session_id = long.submit(context_window=11_000)
+        head = long.run(session_id)
+    assert head.status is Status.COMPLETED, head.error_message
+    session = long.store.load(session_id)
+    assert {s.kind for s in session.steps} == {StepKind.REPLY, StepKind.COMPACTION}
+    assert any(s.masked_through for s in session.steps if s.kind is StepKind.REPLY), "masked"
+    assert len(chat.answered) == len(session.steps), "one request per step"
+    for request, step in zip(chat.answered, session.steps, strict=True):
+        assert request.messages is not None and request.tools is not None
+        sent = estimate_prompt(request.messages) + estimate_schemas(request.tools)
+        assert step.prompt_estimate == (sent if step.kind is StepKind.REPLY else None)
+
+    schemas = estimate_schemas(_tools(long, session_id))
+    stripped = [s.model_copy(update={"prompt_estimate": None}) for s in session.steps]
+    seen = {o.call_id: o for o in session.observations}
+
+    def scales(steps: list[Any]) -> list[float]:
+        return [
+            context.scale(
+                session.head,
+                steps[:n],
+                seen,
+                estimate=estimate_prompt,
+                tools=schemas,
+            )
+            for n in range(len(steps) + 1)
+        ]
+
+    stored = scales(list(session.steps))
+    assert stored == scales(stripped)
+    assert max(stored) > 1.2, "the server counted about a third more than the estimate"
+
+
+def test_a_think_builds_its_prompt_once(long: Long, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each THINK built the last reply's prompt again, only to estimate it for the scale:
+    two prompts a tick, each as long as the transcript. It builds the one it sends."""
+    built: list[int] = []
+    build = context.build
+
+    def counting(*args: Any, **kw: Any) -> list[dict[str, Any]]:
+        built.append(1)
+        return build(*args, **kw)
+
+    monkeypatch.setattr(context, "build", counting)
+    with windowed_chat(WindowedChat(window=131_072, steps=6, undercount=0.33)) as chat:
+        monkeypatch.setenv("OPENAI_BASE_URL", chat.url)
+        session_id = long.submit(context_window=131_072)
+        head = long.run(session_id)
+    assert head.status is Status.COMPLETED, head.error_message
+    assert len(chat.log) == 7
+    assert len(built) == len(chat.log)

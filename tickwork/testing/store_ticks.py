@@ -110,8 +110,11 @@ def claim(
     return claimed
 
 
-def think_change(claimed: Claimed, answer: ModelReply, *, now: datetime) -> Change:
-    """What a THINK tick saves after claiming: a cancel or spent budget, else the step."""
+def think_change(
+    claimed: Claimed, answer: ModelReply, *, now: datetime, prompt_estimate: int | None = None
+) -> Change:
+    """What a THINK tick saves after claiming: a cancel or spent budget, else the step
+    (with the estimate of the prompt it answered, `prompt_estimate`, if given)."""
     started = machine.start_think(claimed.head, now=now)
     if isinstance(started, Change):
         return started
@@ -123,17 +126,23 @@ def think_change(claimed: Claimed, answer: ModelReply, *, now: datetime) -> Chan
         trace_id=f"trace-{claimed.head.step + 1:04d}",
         recent=claimed.recent,
         rules=RULES,
+        prompt_estimate=prompt_estimate,
     )
 
 
 def think(
-    store: Store, session_id: str, answer: ModelReply, *, now: datetime, owner: str = "worker-1"
+    store: Store,
+    session_id: str,
+    answer: ModelReply,
+    *,
+    now: datetime,
+    owner: str = "worker-1",
+    prompt_estimate: int | None = None,
 ) -> Head:
     """One THINK tick: claim, start_think + think, save."""
     claimed = claim(store, session_id, now=now, owner=owner)
-    return store.save(
-        think_change(claimed, answer, now=now), version=claimed.head.version, owner=owner, now=now
-    )
+    change = think_change(claimed, answer, now=now, prompt_estimate=prompt_estimate)
+    return store.save(change, version=claimed.head.version, owner=owner, now=now)
 
 
 def execute_change(

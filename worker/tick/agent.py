@@ -66,20 +66,14 @@ def think(tick: Tick) -> Change:
     head = claimed.head
     tools = rt.jobs.tools(head.kind)
     schemas = schemas_for(tools, head)
+    schema_tokens = estimate_schemas(schemas)
     # the server's tokenizer, as its count of the last prompt shows, not four characters a token
     by = context.scale(
-        head,
-        claimed.steps,
-        claimed.observations,
-        estimate=estimate,
-        tools=estimate_schemas(schemas),
+        head, claimed.steps, claimed.observations, estimate=estimate, tools=schema_tokens
     )
+    scaled, scaled_tools = context.scaled(estimate, by), math.ceil(schema_tokens * by)
     prompt = context.plan(
-        head,
-        claimed.steps,
-        claimed.observations,
-        estimate=context.scaled(estimate, by),
-        tools=math.ceil(estimate_schemas(schemas) * by),
+        head, claimed.steps, claimed.observations, estimate=scaled, tools=scaled_tools
     )
     messages = prompt.messages
     stored = context.stored_view(claimed.steps)
@@ -169,6 +163,8 @@ def think(tick: Tick) -> Change:
         rules=rules_for(tools, head),
         cut=cut,
         masked_through=prompt.view.masked,
+        # unscaled, as sent: what the next THINK's `context.scale` divides the usage by
+        prompt_estimate=estimate(messages) + schema_tokens,
     )
     if reply.stated_window is not None and policy is not None:
         change = _learned(change, reply.stated_window, policy.window)

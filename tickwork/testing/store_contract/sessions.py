@@ -243,6 +243,24 @@ class SessionContract(Contract):
         ]
         assert min(i for i, _ in more) > ids[-1]
 
+    def test_a_replys_prompt_estimate_is_kept_and_forked(
+        self, store: Store, clock: Clock, session_id: str
+    ) -> None:
+        """The context policy's scale divides the server's count of a reply's prompt by
+        the estimate it was sent with (`Step.prompt_estimate`); None: a step stored
+        without one (by a tickwork before it), whose prompt is built again."""
+        asked = reply(("read_file", {"path": "a"}), prompt_tokens=1_300)
+        think(store, session_id, asked, now=clock.advance(1), prompt_estimate=1_000)
+        execute(store, session_id, now=clock.advance(1))
+        think(store, session_id, reply(("read_file", {"path": "b"})), now=clock.advance(1))
+
+        steps = store.load(session_id).steps
+        assert [s.prompt_estimate for s in steps] == [1_000, None]
+        store.fork(
+            session_id, new_id="fork-1", from_step=2, patch=ForkPatch(), by="olga", now=clock()
+        )
+        assert [s.prompt_estimate for s in store.load("fork-1").steps] == [1_000, None]
+
     def test_a_steps_cached_prompt_tokens_are_kept(
         self, store: Store, clock: Clock, session_id: str
     ) -> None:
