@@ -65,7 +65,7 @@ def check_concurrency(key: object, max_per_key: object) -> tuple[str | None, int
     at a time; a limit without a key is refused, and so is an empty key (an unset shell
     variable's: the session would run unkeyed, beside the ones it must wait for). A limit
     out of bounds is refused first, with or without a key (0 does not mean "no limit")."""
-    per_key = None if max_per_key is None else _per_key(max_per_key)
+    per_key = None if max_per_key is None else check_max_per_key(max_per_key)
     if key == "":
         raise InvalidInput(
             "the concurrency key is empty: give one (e.g. --concurrency-key "
@@ -85,7 +85,8 @@ def check_concurrency(key: object, max_per_key: object) -> tuple[str | None, int
     return key, per_key or 1
 
 
-def _per_key(max_per_key: object) -> int:
+def check_max_per_key(max_per_key: object) -> int:
+    """The per-key limit as given, or InvalidInput naming the bounds."""
     if isinstance(max_per_key, bool) or not isinstance(max_per_key, int):
         raise InvalidInput(f"max_per_key must be a whole number, got {max_per_key!r}")
     if not 1 <= max_per_key <= MAX_PER_KEY:

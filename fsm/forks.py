@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
+from tickwork.fsm.admission import check_concurrency, check_priority
 from tickwork.fsm.context import STATED_WINDOW, Policy, policy_of
 from tickwork.fsm.errors import ForkOutOfRange, InvalidBudget, InvalidInput
 from tickwork.fsm.graph import PROPOSAL, START
@@ -88,6 +89,30 @@ class ForkPatch(Value):
     #: the model's context window in tokens for the fork's context policy (None: the
     #: parent's, or the smaller one its model stated when it refused a prompt)
     context_window: int | None = None
+    #: admission (docs/DESIGN.md section 15): the fork's priority, concurrency key and
+    #: its limit (None: the parent's; a new key without a limit allows one at a time)
+    priority: int | None = None
+    concurrency_key: str | None = None
+    max_per_key: int | None = None
+
+
+def fork_admission(parent: Head, patch: ForkPatch) -> tuple[int, str | None, int | None]:
+    """The fork's priority, concurrency key and per-key limit: the parent's, but for what
+    `patch` gives (InvalidInput for a value a submit would refuse, or a limit with no key
+    to limit). A fork is more of the parent's work: else it jumped or escaped the queue
+    its parent waited in, its key's one-at-a-time with it."""
+    priority = parent.priority if patch.priority is None else check_priority(patch.priority)
+    key = parent.concurrency_key if patch.concurrency_key is None else patch.concurrency_key
+    per_key = patch.max_per_key
+    if per_key is None and key == parent.concurrency_key:
+        per_key = parent.max_per_key
+    if key is None and per_key is not None:
+        raise InvalidInput(
+            f"max_per_key needs a concurrency key and session {parent.id} has none: give "
+            "--concurrency-key KEY with it (API: concurrency_key)"
+        )
+    key, per_key = check_concurrency(key, per_key)
+    return priority, key, per_key
 
 
 @dataclass(frozen=True)
@@ -143,6 +168,7 @@ def fork(
         budgets = Budgets(**{**parent.head.budgets.model_dump(), **patch.budgets})
     except ValueError as exc:
         raise InvalidInput(f"invalid budget in the fork patch: {exc}") from exc
+    priority, concurrency_key, max_per_key = fork_admission(parent.head, patch)
     usage = kept_usage(steps)
     if (used_up := _used_up(budgets, usage)) is not None:
         raise InvalidBudget(f"session {parent.head.id}: {used_up}")
@@ -232,6 +258,9 @@ def fork(
         awaiting=awaiting,
         submitted_by=by,
         tenant=parent.head.tenant,
+        priority=priority,
+        concurrency_key=concurrency_key,
+        max_per_key=max_per_key,
         # the fork is made by this code, so it needs at least this code's level
         runtime_level=max(parent.head.runtime_level, RUNTIME_LEVEL),
         result=_graph_result(config, new_steps, observations, patch) if graph is not None else {},

@@ -52,6 +52,8 @@ def test_a_command_with_fork_options_is_given_them_as_one_value() -> None:
             '{"n": 1}',
             "--context-window",
             "20000",
+            "--priority",
+            "3",
             "--json",
             "--again",
             "--quiet",
@@ -71,6 +73,9 @@ def test_a_command_with_fork_options_is_given_them_as_one_value() -> None:
         "again": True,
         "state": {"n": 1},
         "context_window": 20_000,
+        "priority": 3,
+        "concurrency_key": None,
+        "max_per_key": None,
     }
 
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from tickwork.fsm.admission import check_concurrency, check_max_per_key, check_priority
 from tickwork.fsm.approvals import FINGERPRINT_LENGTH, HEX_DIGITS
 from tickwork.fsm.context import MAX_WINDOW, MIN_WINDOW
 from tickwork.fsm.errors import InvalidInput
@@ -218,6 +219,37 @@ ForkMaxCostUsd = Annotated[
 ForkDeadline = Annotated[
     float | None, typer.Option(help="Budget: seconds from the fork.", rich_help_panel="Budgets")
 ]
+ForkPriority = Annotated[
+    int | None,
+    typer.Option(
+        "--priority",
+        metavar="N",
+        help="Admission order within the tenant, -1000 to 1000.",
+        show_default="the original's",
+        rich_help_panel="Admission",
+    ),
+]
+ForkConcurrencyKey = Annotated[
+    str | None,
+    typer.Option(
+        "--concurrency-key",
+        metavar="KEY",
+        help="The fork's concurrency key (with --max-per-key: how many of it run at once; "
+        "alone: one).",
+        show_default="the original's",
+        rich_help_panel="Admission",
+    ),
+]
+ForkMaxPerKey = Annotated[
+    int | None,
+    typer.Option(
+        "--max-per-key",
+        metavar="N",
+        help="How many sessions of the fork's concurrency key may be in flight at once.",
+        show_default="the original's for its key, else 1",
+        rich_help_panel="Admission",
+    ),
+]
 Again = Annotated[
     bool,
     typer.Option(
@@ -246,6 +278,9 @@ class Fork:
     max_cost_usd: float | None = None
     deadline: float | None = None
     context_window: int | None = None
+    priority: int | None = None
+    concurrency_key: str | None = None
+    max_per_key: int | None = None
     by: str | None = None
     new_id: str | None = None
     again: bool = False
@@ -255,6 +290,12 @@ class Fork:
         """What `Tickwork.fork` takes of them (all but the session), each value parsed."""
         check_instruction(self.append_instruction)  # before a server is asked, too
         check_system_prompt(self.system_prompt)
+        if self.priority is not None:
+            check_priority(self.priority)
+        if self.concurrency_key is not None:
+            check_concurrency(self.concurrency_key, self.max_per_key)
+        elif self.max_per_key is not None:  # for the original's key (the server knows it)
+            check_max_per_key(self.max_per_key)
         return {
             "from_step": self.from_step,
             "by": approver(self.by),
@@ -271,6 +312,9 @@ class Fork:
             "again": self.again,
             "state": None if self.state is None else json_object(self.state, option="--state"),
             "context_window": self.context_window,
+            "priority": self.priority,
+            "concurrency_key": self.concurrency_key,
+            "max_per_key": self.max_per_key,
         }
 
     def tool_outputs(self) -> dict[str, str]:
@@ -299,6 +343,9 @@ FORK_OPTIONS: dict[str, Any] = {
     "max_cost_usd": ForkMaxCostUsd,
     "deadline": ForkDeadline,
     "context_window": ForkContextWindow,
+    "priority": ForkPriority,
+    "concurrency_key": ForkConcurrencyKey,
+    "max_per_key": ForkMaxPerKey,
     "by": Forker,
     "new_id": NewId,
     "again": Again,

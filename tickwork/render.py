@@ -487,6 +487,12 @@ def patch_lines(patch: Mapping[str, Any]) -> list[str]:
         lines.append(f"state: {clip(compact(patch['state']), PATCH_CHARS)}")
     if patch.get("graph_version"):
         lines.append(f"graph version: {patch['graph_version']}")
+    if patch.get("priority") is not None:
+        lines.append(f"priority: {patch['priority']}")
+    if patch.get("concurrency_key") is not None or patch.get("max_per_key") is not None:
+        key = patch.get("concurrency_key") or "the original's"
+        limit = f" (at most {patch['max_per_key']} at once)" if patch.get("max_per_key") else ""
+        lines.append(f"concurrency key: {key}{limit}")
     return lines or ["none (the same session from that step)"]
 
 

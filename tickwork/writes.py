@@ -26,7 +26,7 @@ from tickwork.fsm.errors import (
     ToolError,
     UnpricedModel,
 )
-from tickwork.fsm.forks import ForkPatch, check_instruction, check_system_prompt
+from tickwork.fsm.forks import ForkPatch, check_instruction, check_system_prompt, fork_admission
 from tickwork.fsm.kinds import SessionKind, kind_of
 from tickwork.fsm.tenants import DEFAULT_TENANT, check_tenant
 from tickwork.fsm.values import Budgets, Decision, DecisionKind, Head, Session, over_bound
@@ -369,6 +369,9 @@ class Writes(Deployment):
         again: bool = False,
         state: Mapping[str, Any] | None = None,
         context_window: int | None = None,
+        priority: int | None = None,
+        concurrency_key: str | None = None,
+        max_per_key: int | None = None,
     ) -> Head:
         """A new session from `session_id`'s step `from_step` with a declared patch. If the
         session has a dead letter, the fork is recorded on it and resolves it, as `dlq fork`
@@ -376,7 +379,9 @@ class Writes(Deployment):
         `context_window` (tokens) replaces the model's window the original had, as at
         submit (a `CONTEXT` dead letter is forked onto a larger one). The fork is a new
         session of the parent's tenant, held to its quotas (QuotaExceeded, nothing stored)
-        and admission (`queued` past its in-flight limit) as a submit is."""
+        and admission (`queued` past its in-flight limit) as a submit is, with the parent's
+        `priority`, `concurrency_key` and `max_per_key` unless given (a new key alone: one
+        at a time)."""
         if isinstance(from_step, bool) or not isinstance(from_step, int):
             raise InvalidInput(f"from_step must be a whole number (a step), got {from_step!r}")
         if new_id is not None and not SESSION_ID.match(new_id):
@@ -419,7 +424,11 @@ class Writes(Deployment):
             state=dict(state or {}),
             graph_version=graph_version,
             context_window=context_window,
+            priority=priority,
+            concurrency_key=concurrency_key,
+            max_per_key=max_per_key,
         )
+        fork_admission(parent, patch)  # refused before an archived parent's files come back
         # a fork is a new session of the tenant, held to its quotas and admission as a
         # submit is: else one past its day's dollars or its queue forks from step 0
         quotas = self.tenants.quotas(parent.tenant)

@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 import pytest
 from sqlalchemy import func, select, update
-from tickwork.fsm.errors import QuotaExceeded, UnpricedModel
+from tickwork.fsm.errors import InvalidInput, QuotaExceeded, UnpricedModel
 from tickwork.fsm.values import Status
 from tickwork.store import quotas
 from tickwork.store.migrate import upgrade
@@ -284,6 +284,79 @@ def test_the_api_answers_a_fork_over_a_quota_429_as_a_submit(fleet: Fleet, tmp_p
             assert said["tenant"] == "team-a" and said["limit"] == 1, said
             assert fleet.count(id="fork-over") == 0
         assert fleet.client.dead_letter(parent).resolution is None  # nothing resolved it
+
+
+REPO = "github.com/org/repo"
+
+
+def test_a_fork_keeps_its_parent_s_priority_and_concurrency_key(fleet: Fleet) -> None:
+    """A fork got priority 0 and no key: a fork of a repair keyed to its repository ran
+    beside the ones it had to wait for, and an urgent session's fork lost its place. It
+    takes its parent's unless given others (a new key alone: one at a time)."""
+    keyed = {"tenant": "team-a", "submitted_by": "t", "priority": 5, "concurrency_key": REPO}
+    for name in ("keyed", "beside"):  # the key's two slots, both taken
+        fleet.client.submit(
+            TEST_KIND, {}, model=fleet.script, session_id=name, max_per_key=2, **keyed
+        )
+
+    fork = fleet.client.fork("keyed", from_step=0, by="olga", new_id="keyed-fork")
+
+    assert (fork.priority, fork.concurrency_key, fork.max_per_key) == (5, REPO, 2)
+    assert fork.status is Status.QUEUED  # it waits for its key, as a submit of it would
+    other = fleet.client.fork(
+        "keyed", from_step=0, by="olga", new_id="other-fork", priority=-3, concurrency_key="o"
+    )
+    assert (other.priority, other.concurrency_key, other.max_per_key) == (-3, "o", 1)
+    assert other.status is Status.READY
+    wider = fleet.client.fork("keyed", from_step=0, by="olga", new_id="wide", max_per_key=3)
+    assert (wider.concurrency_key, wider.max_per_key, wider.status) == (REPO, 3, Status.READY)
+    unkeyed = fleet.submit("team-a", "unkeyed")
+    with pytest.raises(InvalidInput, match="session unkeyed has none: give --concurrency-key"):
+        fleet.client.fork(unkeyed, from_step=0, by="olga", new_id="x", max_per_key=2)
+    with pytest.raises(InvalidInput, match="priority 5000 is out of bounds"):
+        fleet.client.fork(unkeyed, from_step=0, by="olga", new_id="x", priority=5000)
+    assert fleet.count(id="x") == 0
+
+
+def test_the_api_forks_with_the_parent_s_priority_and_key_or_the_body_s(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    fleet.client.submit(
+        TEST_KIND, {}, model=fleet.script, session_id="api-parent", tenant="team-a",
+        submitted_by="t", priority=7, concurrency_key=REPO,
+    )  # fmt: skip
+    _dead_letter(fleet, "api-parent")
+    app = make_api(
+        fleet.client.settings,
+        ApiSettings(api_tokens=TOKENS, api_scripted_roots=[tmp_path]),  # type: ignore[arg-type]
+        client=fleet.client,
+    )
+    olga = {"Authorization": f"Bearer {TOKEN['olga']}"}
+    with Server(app) as server, httpx.Client(base_url=server.url, timeout=30) as http:
+        kept = http.post(
+            "/api/v1/dead-letters/api-parent/fork", json={"from_step": 0}, headers=olga
+        )
+        assert kept.status_code == 201, kept.text
+        head = kept.json()
+        assert (head["priority"], head["concurrency_key"], head["max_per_key"]) == (7, REPO, 1)
+        given = {"from_step": 0, "again": True, "priority": -2, "concurrency_key": "k2"}
+        given["max_per_key"] = 4
+        changed = http.post("/api/v1/sessions/api-parent/fork", json=given, headers=olga)
+        assert changed.status_code == 201, changed.text
+        head = changed.json()
+        assert (head["priority"], head["concurrency_key"], head["max_per_key"]) == (-2, "k2", 4)
+        view = http.get(f"/api/v1/sessions/{head['id']}", headers=olga).json()
+        assert view["forked_from"]["patch"] == {
+            "priority": -2,
+            "concurrency_key": "k2",
+            "max_per_key": 4,
+        }
+        bad = http.post(
+            "/api/v1/sessions/api-parent/fork",
+            json={"from_step": 0, "priority": 1001},
+            headers=olga,
+        )
+        assert bad.status_code == 422 and "priority" in bad.text
 
 
 def _dead_letter(fleet: Fleet, session_id: str) -> None:

@@ -305,6 +305,39 @@ def test_a_bad_priority_or_key_is_refused_in_the_same_words_with_a_server(
     )
 
 
+def test_a_fork_keeps_the_original_s_priority_and_concurrency_key_unless_given(
+    remote: Remote, cli: ModeCli
+) -> None:
+    """`fork` and `dlq fork` made forks of priority 0 and no concurrency key, whatever the
+    original's; they keep them, or take --priority, --concurrency-key, --max-per-key."""
+    key = f"github.com/org/repo-{cli.mode}"
+    admission = ("--priority", "4", "--concurrency-key", key, "--max-per-key", "3")
+    script = remote.script([{"content": "done"}])
+    submit = ("submit", TEST_KIND, "--model", script, *admission, "--json")
+    sid = cli.inline(*submit).json()["id"]
+    remote.wait(sid, Status.COMPLETED)
+
+    kept = cli.inline("fork", sid, "--from-step", "0", "--json").json()
+
+    assert (kept["priority"], kept["concurrency_key"], kept["max_per_key"]) == (4, key, 3)
+    given = ("--priority", "-1", "--concurrency-key", "other", "--json")
+    changed = cli.inline("fork", sid, "--from-step", "0", *given).json()
+    assert (changed["priority"], changed["concurrency_key"], changed["max_per_key"]) == (
+        -1,
+        "other",
+        1,
+    )
+    shown = cli.inline("show", changed["id"]).stdout
+    assert "priority: -1" in shown and "concurrency key: other" in shown
+    for bad, said in (
+        (("--priority", "5000"), "priority 5000 is out of bounds"),
+        (("--concurrency-key", ""), "the concurrency key is empty"),
+        (("--max-per-key", "0"), "max_per_key 0 is out of bounds"),
+    ):
+        cli.inline("fork", sid, "--from-step", "0", *bad, ok=False).error(2, said)
+        cli.inline("dlq", "fork", sid, "--from-step", "0", *bad, ok=False).error(2, said)
+
+
 def test_a_value_over_an_api_limit_names_the_option_and_the_limit(remote: Remote) -> None:
     """The API's body model refused it in its own words, naming the body's field: "invalid
     comment: String should have at most 10000 characters"; the option is named."""

@@ -320,6 +320,26 @@ class Fork(Body):
         json_schema_extra={"pattern": SESSION_ID_PATTERN},
         description="The fork's id [default: a random one].",
     )
+    priority: Integer | None = Field(
+        default=None,
+        ge=MIN_PRIORITY,
+        le=MAX_PRIORITY,
+        description="Admission order within the tenant [default: the original's].",
+    )
+    concurrency_key: str | None = Field(
+        default=None,
+        max_length=200,
+        json_schema_extra={"pattern": CONCURRENCY_KEY.pattern},
+        description="The fork's concurrency key [default: the original's, with its "
+        "`max_per_key`]; a new key without `max_per_key` allows one session at a time.",
+    )
+    max_per_key: Integer | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_PER_KEY,
+        description="How many sessions of the fork's concurrency key may be in flight at "
+        "once [default: the original's for its key, else 1].",
+    )
 
     again: bool = Field(
         default=False,

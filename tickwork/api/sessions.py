@@ -329,6 +329,9 @@ def run_fork(client: Tickwork, session_id: str, body: bodies.Fork, *, by: str) -
             again=body.again,
             state=body.state,
             context_window=body.context_window,
+            priority=body.priority,
+            concurrency_key=body.concurrency_key,
+            max_per_key=body.max_per_key,
         )
     except (StoreConflict, SessionExists, InvalidInput):
         _taken(client, body.id)

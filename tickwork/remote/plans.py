@@ -369,10 +369,14 @@ def fork(
     new_id: str | None = None,
     context_window: int | None = None,
     again: bool = False,
+    priority: int | None = None,
+    concurrency_key: str | None = None,
+    max_per_key: int | None = None,
 ) -> Plan[Head]:
     """A new session from step `from_step` of this one, with a declared patch; the
     session's dead letter, if it has one, is resolved. `again` forks one whose dead letter
-    was forked or closed already."""
+    was forked or closed already. `priority`, `concurrency_key` and `max_per_key` are the
+    original's unless given."""
     body = _fork_body(
         bodies.Fork,
         from_step=from_step,
@@ -384,6 +388,9 @@ def fork(
         id=new_id,
         context_window=context_window,
         again=again or None,
+        priority=priority,
+        concurrency_key=concurrency_key,
+        max_per_key=max_per_key,
     )
     return (yield Call("POST", _path("sessions", session_id, "fork"), _head, json=body))
 
@@ -471,9 +478,13 @@ def fork_dead_letter(
     new_id: str | None = None,
     again: bool = False,
     context_window: int | None = None,
+    priority: int | None = None,
+    concurrency_key: str | None = None,
+    max_per_key: int | None = None,
 ) -> Plan[Head]:
     """Fork a dead letter's session; the dead letter is resolved. `again` forks one that
-    was forked or closed already."""
+    was forked or closed already. `priority`, `concurrency_key` and `max_per_key` are the
+    session's unless given."""
     body = _fork_body(
         bodies.Fork,
         from_step=from_step,
@@ -485,6 +496,9 @@ def fork_dead_letter(
         id=new_id,
         again=again or None,
         context_window=context_window,
+        priority=priority,
+        concurrency_key=concurrency_key,
+        max_per_key=max_per_key,
     )
     return (yield Call("POST", _path("dead-letters", str(key), "fork"), _head, json=body))
 
