@@ -131,14 +131,16 @@ def list_archived(
 
 
 def archived_forks(engine: Engine, parent_id: str) -> list[dict[str, Any]]:
-    """The archived sessions forked from `parent_id`: id, step, status, when (a child
-    names its parent too, but is not a fork)."""
+    """The archived sessions forked from `parent_id`: id, step, status, when, and who made
+    it (`submitted_by`, None if archived before the index kept it); a child names its
+    parent too, but is not a fork."""
     query = (
         select(
             archived.c.session_id.label("id"),
             archived.c.fork_step,
             archived.c.status,
             archived.c.created_at,
+            archived.c.submitted_by,
         )
         .where(
             archived.c.parent_id == parent_id,

@@ -148,13 +148,15 @@ class CoreStore(Services):
         return row.lease_owner, row.lease_expires_at
 
     def forks(self, session_id: str) -> list[dict[str, Any]]:
-        """The sessions forked from this one, oldest first: id, step, status, when."""
+        """The sessions forked from this one, oldest first: id, step, status, when, and who
+        made it (`submitted_by`)."""
         query = (
             select(
                 sessions.c.id,
                 sessions.c.fork_step,
                 sessions.c.status,
                 sessions.c.created_at,
+                sessions.c.submitted_by,
             )
             # a child names its parent too, but is not a fork (`children`)
             .where(sessions.c.parent_id == session_id, sessions.c.spawn_call.is_(None))

@@ -65,7 +65,8 @@ class Sessions(Protocol):
         ...
 
     def forks(self, session_id: str) -> list[dict[str, Any]]:
-        """The sessions forked from this one, oldest first: id, step, status, when."""
+        """The sessions forked from this one, oldest first: id, step, status, when, and who
+        made it (`submitted_by`)."""
         ...
 
     def find_call(self, session_id: str, call_id: str) -> tuple[Head, ToolCall | None]:

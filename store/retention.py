@@ -145,6 +145,7 @@ def finished_queries(policy: Policy, now: datetime) -> list[Select[Any]]:
         sessions.c.created_at,
         sessions.c.updated_at,
         sessions.c.tenant,
+        sessions.c.submitted_by,
     )
     found: list[Select[Any]] = []
     for status, age in (
@@ -246,6 +247,7 @@ def claim(
                         "created_at": r.created_at,
                         "finished_at": r.updated_at,
                         "tenant": r.tenant,
+                        "submitted_by": r.submitted_by,
                     }
                     for r in group
                 ],

@@ -476,6 +476,9 @@ archived = Table(
     Column("finished_at", UTCDateTime, nullable=False),
     #: its tenant, so an archived session is shown only to its own (0017_tenants)
     Column("tenant", String(64), nullable=False, server_default=text("'default'")),
+    #: who submitted (or forked) it, for the own-only tokens' fork listings; NULL for a
+    #: session archived before 0024_archived_submitter (unknown: read back from the archive)
+    Column("submitted_by", String(200)),
     Index(None, "location"),
     Index(None, "parent_id"),
     # workers drop their working copies of the sessions archived since they last looked

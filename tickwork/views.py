@@ -168,7 +168,10 @@ def lease(held: tuple[str, datetime] | None, *, now: datetime) -> dict[str, Any]
 
 
 def forks(found: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [{**f, "created_at": f["created_at"].isoformat()} for f in found]
+    """The forks of a session as `show` lists them: id, step, status, when (who made each
+    is for the API's own-only check, `tenancy.seen_forks`)."""
+    shown = [{k: v for k, v in f.items() if k != "submitted_by"} for f in found]
+    return [{**f, "created_at": f["created_at"].isoformat()} for f in shown]
 
 
 def tree(root: Head, descendants: list[Head]) -> dict[str, Any]:

@@ -10,6 +10,7 @@ import uuid
 from pathlib import Path
 
 import httpx
+from tickwork.fsm.forks import ForkPatch
 from tickwork.fsm.values import Status
 from tickwork.store.migrate import upgrade
 from tickwork.store.retention import Policy, archive_pass
@@ -19,6 +20,9 @@ from tests.api.conftest import TOKEN, TOKENS, Server
 from tickwork.api import ApiSettings, make_api
 from tickwork.client import Tickwork
 from tickwork.testing.store_ticks import Clock, new_session, reply, think
+
+#: an own-only operator's token: it sees the sessions it submitted and the forks it made
+OWEN = "owen-own-only-token-00001"
 
 
 def test_an_archived_session_whose_archive_is_gone_is_a_503_not_a_404(tmp_path: Path) -> None:
@@ -60,4 +64,43 @@ def test_an_archived_session_whose_archive_is_gone_is_a_503_not_a_404(tmp_path: 
         assert (forked.status_code, forked.json()["code"]) == (503, "archive_missing")
         # one nobody made is still 404
         assert http.get("/api/v1/sessions/nobody-made-it").status_code == 404
+    client.close()
+
+
+def test_an_own_only_token_lists_its_archived_forks_without_the_archive(tmp_path: Path) -> None:
+    """An own-only token's view of a session read each archived fork back from the archive
+    to learn who made it: a whole batch read a fork, and 503 once the archive was gone. The
+    archive's index keeps the submitter: the forks are listed from it alone."""
+    settings = Settings(
+        state_dir=tmp_path / "state", queue=f"tickwork.ticks.{uuid.uuid4().hex[:8]}"
+    )
+    settings.state_dir.mkdir(parents=True)
+    upgrade(settings.db_url)
+    client = Tickwork(settings)
+    clock = Clock()
+    store = client.store
+    made = new_session("parent-1", now=clock())
+    owens = made.head.model_copy(update={"submitted_by": "owen"})
+    store.create(made.model_copy(update={"head": owens}), now=clock())
+    for fork_id, by in (("fork-owen", "owen"), ("fork-olga", "olga"), ("live-owen", "owen")):
+        store.fork("parent-1", new_id=fork_id, from_step=0, patch=ForkPatch(), by=by, now=clock())
+    for fork_id in ("fork-owen", "fork-olga"):
+        assert think(store, fork_id, reply(content="done"), now=clock()).status.terminal
+    report = archive_pass(
+        store.engine, store.load, client.archive, Policy(completed_s=60), now=clock.advance(61)
+    )
+    assert report.archived == 2
+    shutil.rmtree(settings.state_dir / "archive")  # moved, or the setting changed
+    tokens = {**TOKENS, OWEN: {"name": "owen", "roles": ["operator"], "own_only": True}}
+    app = make_api(settings, ApiSettings(api_tokens=tokens), client=client)  # type: ignore[arg-type]
+    with Server(app) as server, httpx.Client(base_url=server.url) as http:
+        for name, token, seen in (
+            ("owen", OWEN, ["fork-owen", "live-owen"]),
+            ("olga", TOKEN["olga"], ["fork-olga", "fork-owen", "live-owen"]),
+        ):
+            answer = http.get(
+                "/api/v1/sessions/parent-1", headers={"Authorization": f"Bearer {token}"}
+            )
+            assert answer.status_code == 200, (name, answer.text)
+            assert [f["id"] for f in answer.json()["forks"]] == seen, name
     client.close()

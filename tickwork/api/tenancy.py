@@ -13,6 +13,7 @@ from tickwork.client import Tickwork
 from tickwork.fsm.errors import SessionNotFound
 from tickwork.fsm.values import Head
 from tickwork.store import dead_letters as dl
+from tickwork.store.archive import ArchiveMissing
 
 from .auth import Principal
 from .errors import ApiError
@@ -88,14 +89,27 @@ def submit_tenant(who: Principal, asked: str | None) -> str:
 
 def seen_forks(client: Tickwork, who: Principal, forks: list[dict[str, Any]]) -> list[Any]:
     """The forks `who` may see: a fork is in its parent's tenant, so an own-only token's
-    are those it made; the others' are left out."""
-    if who.admin or not who.own_only:
-        return forks
+    are those it made, known from the fork's row or the archive's index. Only a fork
+    archived before the index kept its submitter is read back from the archive, and left
+    out if it cannot be."""
     kept = []
     for fork in forks:
-        try:
-            seen_head(client, who, str(fork["id"]))
-        except SessionNotFound:
-            continue
-        kept.append(fork)
+        by = fork.get("submitted_by")
+        if (
+            who.admin
+            or not who.own_only
+            or by == who.name
+            or (by is None and _made_by(client, who, str(fork["id"])))
+        ):
+            kept.append(fork)
     return kept
+
+
+def _made_by(client: Tickwork, who: Principal, fork_id: str) -> bool:
+    """Whether `who` may see the fork, read back from the archive; False if it cannot be
+    read (the listing is not refused for an archive it does not need to show)."""
+    try:
+        seen_head(client, who, fork_id)
+    except (SessionNotFound, ArchiveMissing):
+        return False
+    return True
