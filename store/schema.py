@@ -477,7 +477,7 @@ archived = Table(
     #: its tenant, so an archived session is shown only to its own (0017_tenants)
     Column("tenant", String(64), nullable=False, server_default=text("'default'")),
     #: who submitted (or forked) it, for the own-only tokens' fork listings; NULL for a
-    #: session archived before 0024_archived_submitter (unknown: read back from the archive)
+    #: session archived before 0025_archived_submitter (unknown: read back from the archive)
     Column("submitted_by", String(200)),
     Index(None, "location"),
     Index(None, "parent_id"),

@@ -6,8 +6,8 @@ the fork back from its archive batch to learn who made it (a whole batch read a 
 `tickwork_sessions` does. Rows archived before are NULL (unknown): they are read back as
 before.
 
-Revision ID: 0024_archived_submitter
-Revises: 0023_archived_lineage
+Revision ID: 0025_archived_submitter
+Revises: 0024_prompt_estimate
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0024_archived_submitter"
-down_revision = "0023_archived_lineage"
+revision = "0025_archived_submitter"
+down_revision = "0024_prompt_estimate"
 branch_labels = None
 depends_on = None
 
