@@ -197,3 +197,29 @@ def test_a_context_window_not_a_whole_number_says_what_to_give(
         said
     )
     assert "valid integer" not in said
+
+
+def test_a_price_may_give_the_cached_rate_as_a_third_number() -> None:
+    assert options.price("0.5,1.5") == (0.5, 1.5)
+    assert options.price("0.5,1.5,0.05") == (0.5, 1.5, 0.05)
+    assert options.price(" 3, 15 ,0.3") == (3.0, 15.0, 0.3)
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        ("cheap", "PROMPT 'cheap' is not a number"),
+        ("0.5", "one number"),
+        ("0.5,1.5,0.05,1", "4 numbers"),
+        ("0.5,1.5,free", "CACHED 'free' is not a number"),
+        ("0.5,nan", "COMPLETION 'nan' is not a finite number"),
+        ("0.5,1.5,-1", "CACHED '-1' is below 0"),
+    ],
+)
+def test_a_bad_price_names_the_part_and_what_to_give(given: str, said: str) -> None:
+    with pytest.raises(InvalidInput) as refused:
+        options.price(given)
+    message = str(refused.value)
+    assert said in message, message
+    assert "--price takes PROMPT,COMPLETION[,CACHED] in USD per million tokens" in message
+    assert "e.g. --price 0.5,1.5 or --price 0.5,1.5,0.05" in message

@@ -12,9 +12,10 @@ import functools
 import getpass
 import inspect
 import json
+import math
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
@@ -78,9 +79,10 @@ Deadline = Annotated[
 Price = Annotated[
     str | None,
     typer.Option(
-        metavar="PROMPT,COMPLETION",
-        help="The model's price in USD per million prompt and completion tokens (cached "
-        "tokens keep the model's discount). Where the operator prices the model "
+        metavar="PROMPT,COMPLETION[,CACHED]",
+        help="The model's price in USD per million prompt, completion and (optionally) "
+        "cached prompt tokens; without CACHED, cached tokens keep the model's discount, or "
+        "cost PROMPT for a model without one. Where the operator prices the model "
         "($TICKWORK_PRICES or the built-in list) it may only raise that price.",
         rich_help_panel="Budgets",
     ),
@@ -504,19 +506,38 @@ def approver(name: str | None, *, doing: str = "deciding") -> str:
         raise InvalidInput(f"who is {doing}? $USER is not set: pass --as NAME") from None
 
 
-def price(text: str | None) -> tuple[float, float] | None:
-    """`--price PROMPT,COMPLETION` in USD per million tokens."""
+#: the parts of `--price`, in order: USD per million prompt, completion and cached tokens
+PRICE_PARTS = ("PROMPT", "COMPLETION", "CACHED")
+
+
+def price(text: str | None) -> tuple[float, ...] | None:
+    """`--price PROMPT,COMPLETION[,CACHED]` in USD per million tokens (CACHED: prompt tokens
+    read from the provider's prompt cache)."""
     if text is None:
         return None
-    parts = text.split(",")
-    try:
-        prompt, completion = (float(p) for p in parts)
-    except ValueError:
-        raise InvalidInput(
-            f"--price takes PROMPT,COMPLETION in USD per million tokens, e.g. --price 0.5,1.5; "
-            f"got {text!r}"
-        ) from None
-    return prompt, completion
+    parts = [p.strip() for p in text.split(",")]
+    rates = []
+    for name, part in zip(PRICE_PARTS, parts, strict=False):
+        try:
+            rate = float(part)
+        except ValueError:
+            _bad_price(text, f"{name} {part!r} is not a number")
+        if not math.isfinite(rate):
+            _bad_price(text, f"{name} {part!r} is not a finite number")
+        if rate < 0:
+            _bad_price(text, f"{name} {part!r} is below 0")
+        rates.append(rate)
+    if not 2 <= len(parts) <= len(PRICE_PARTS):
+        _bad_price(text, f"it has {'one number' if len(parts) == 1 else f'{len(parts)} numbers'}")
+    return tuple(rates)
+
+
+def _bad_price(text: str, why: str) -> NoReturn:
+    raise InvalidInput(
+        f"--price takes PROMPT,COMPLETION[,CACHED] in USD per million tokens, e.g. --price "
+        f"0.5,1.5 or --price 0.5,1.5,0.05 (CACHED: prompt tokens read from the provider's "
+        f"cache; without it they keep the model's discount, or cost PROMPT); {why}: got {text!r}"
+    )
 
 
 def model_spec(spec: str | None, providers: Providers) -> str | None:

@@ -180,6 +180,30 @@ def test_a_submitted_price_never_lowers_what_the_budget_and_the_quota_count(
     assert answer.status_code == 201, answer.text
 
 
+def test_a_submitted_price_may_give_the_cached_rate_checked_as_the_others(
+    stack: Stack,
+) -> None:
+    """The body's `price` took [prompt, completion] only: cache reads were billed at the
+    model's discount on the given prompt rate, with no way to say the provider's own. A
+    third number is the cached rate, never below the deployment's either."""
+    cases = [
+        ([3, 12, 1], "in cached; a given price may"),
+        ([3, 12, 1.5, 2], "body.price: List should have at most 3 items"),
+        ([3], "body.price: List should have at least 2 items"),
+        ([3, 12, -1], "body.price.2"),
+    ]
+    for price, fragment in cases:
+        body = {"kind": TEST_KIND, "model": "openai:gpt-4o", "price": price}
+        answer = stack.http("sam").post("/api/v1/sessions", json=body)
+        assert answer.status_code == 422, (price, answer.text)
+        assert fragment in answer.json()["message"], (fragment, answer.text)
+    body = {"kind": TEST_KIND, "model": "openai:gpt-4o", "price": [3, 12, 1.5]}
+    answer = stack.http("sam").post("/api/v1/sessions", json=body)
+    assert answer.status_code == 201, answer.text
+    stored = stack.deployment.client.get(answer.json()["id"])
+    assert stored.config["price"] == {"prompt": 3, "completion": 12, "cached": 1.5}
+
+
 def test_a_submit_may_give_the_models_context_window(stack: Stack) -> None:
     body = {"kind": TEST_KIND, "model": "openai:gpt-4o", "context_window": 64_000}
     answer = stack.http("sam").post("/api/v1/sessions", json=body)

@@ -100,11 +100,15 @@ class SubmitOptions(Body):
         json_schema_extra={"pattern": SESSION_ID_PATTERN},
         description="The new session's id [default: a random one].",
     )
-    price: tuple[Price, Price] | None = Field(
+    price: list[Price] | None = Field(
         default=None,
-        examples=[[0.5, 1.5]],
-        description="The model's price in USD per million tokens, [prompt, completion]: at "
-        "least the deployment's price for the model (TICKWORK_PRICES or the built-in table), "
+        min_length=2,
+        max_length=3,
+        examples=[[0.5, 1.5], [3, 12, 1.5]],
+        description="The model's price in USD per million tokens, [prompt, completion] or "
+        "[prompt, completion, cached] (cached: prompt tokens read from the provider's prompt "
+        "cache; left out, they keep the model's discount on the given prompt rate). Each rate "
+        "at least the deployment's for the model (TICKWORK_PRICES or the built-in table), "
         "which it may raise, never lower. A model the deployment has no price for is not "
         "priced here: an operator prices it in TICKWORK_PRICES; until then it is refused "
         "while the session has a cost budget (budgets.max_cost_usd 0 turns it off) or the "

@@ -47,7 +47,7 @@ class RunConfig:
 
     model: str
     budgets: Mapping[str, Any] = field(default_factory=dict)
-    price: tuple[float, float] | None = None
+    price: tuple[float, ...] | None = None
     context_window: int | None = None
     concurrency: int = 2
     approve: Approve = Approve.ALL

@@ -11,7 +11,7 @@ server would give, before anything is sent.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Generator, Iterable, Mapping
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -129,7 +129,7 @@ def submit(
     model: str | None = None,
     budgets: Mapping[str, Any] | None = None,
     session_id: str | None = None,
-    price: tuple[float, float] | None = None,
+    price: Sequence[float] | None = None,
     context_window: int | None = None,
     tenant: str | None = None,
     priority: int = 0,
@@ -150,7 +150,7 @@ def submit(
         model=model,
         budgets=dict(budgets) if budgets else None,
         id=session_id,
-        price=price,
+        price=list(price) if price is not None else None,
         context_window=context_window,
         tenant=tenant,
         priority=priority or None,  # a server from before admission knows no priority

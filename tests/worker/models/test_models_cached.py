@@ -104,3 +104,35 @@ def test_cached_tokens_are_counted_in_the_metrics() -> None:
     after = {k: counted(k) - before[k] for k in before}
 
     assert after == {"prompt": 900, "cached_prompt": 700, "cache_write": 50}
+
+
+def test_a_submitted_price_may_give_the_cached_rate_and_the_bill_uses_it(
+    ticks: Ticks, chat_server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--price PROMPT,COMPLETION` took two numbers only: a model nobody else prices (a
+    local vLLM with prefix caching) then paid its whole prompt rate for every cache read.
+    A third number is the cached rate, and the bill reads the cache at it."""
+    from tickwork import options
+
+    monkeypatch.setenv("OPENAI_BASE_URL", chat_server.base_url)
+    usage = {
+        "prompt_tokens": 2000,
+        "completion_tokens": 20,
+        "prompt_tokens_details": {"cached_tokens": 1500},
+    }
+    for _ in range(2):
+        chat_server.respond(200, _completion("done", usage, calls=False))
+    two = ticks.client.submit(KIND, {}, model="openai:local", price=options.price("0.5,1.5"))
+    three = ticks.client.submit(KIND, {}, model="openai:local", price=options.price("0.5,1.5,0.05"))
+
+    whole, cached = ticks.run(two.id), ticks.run(three.id)
+
+    assert (whole.status, cached.status) == (Status.COMPLETED, Status.COMPLETED)
+    # without a cached rate, a cache read is a prompt token
+    assert whole.cost_usd == pytest.approx((2000 * 0.5 + 20 * 1.5) / 1e6)
+    assert cached.cost_usd == pytest.approx((500 * 0.5 + 1500 * 0.05 + 20 * 1.5) / 1e6)
+    assert ticks.store.get(three.id).config["price"] == {
+        "prompt": 0.5,
+        "completion": 1.5,
+        "cached": 0.05,
+    }
