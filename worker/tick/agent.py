@@ -358,10 +358,7 @@ def _compact(
             ModelSettings(timeout_s=rt.settings.model_timeout_s, max_tokens=max_tokens),
         )
     except ContextTooLong as exc:
-        why = f"compacting steps 1-{prompt.compact_through} was refused as too long too: {exc}"
-        failed = machine.fail(head, ErrorCode.CONTEXT, why, now=rt.clock())
-        report.model = _model_failed(head.model, asked, messages, failed.head, str(exc))
-        return failed
+        return _compaction_refused(rt, head, prompt, exc, asked, report)
     except ModelError as exc:
         return _model_error(rt, head, exc, asked, messages, report)
     # it is offered the tools (they are part of the cached prefix) and may call one
@@ -406,6 +403,50 @@ def _compact(
     if reply.stated_window is not None and policy is not None:
         change = _learned(change, reply.stated_window, policy.window)
     return change
+
+
+def _compaction_refused(
+    rt: Runtime,
+    head: Head,
+    prompt: context.Plan,
+    exc: ContextTooLong,
+    asked: int,
+    report: TickReport,
+) -> Change:
+    """The model refused a compaction's own prompt as longer than its window: a
+    `context_overflow` event, and where the refusal states a window below the session's,
+    the session goes on under it as after a refused THINK (the next tick compacts to its
+    target); else it fails `CONTEXT`, naming the window the model states."""
+    policy = context.policy_for(head)
+    window = policy.window if policy is not None else None
+    learned, event = machine.context_overflow(
+        head, error=str(exc), estimate=prompt.tokens, window=window, now=rt.clock()
+    )
+    stated = event.data["stated_window"]
+    if learned is not None:
+        log.warning(
+            "session %s: the model refused the compaction of steps 1-%d (about %s tokens) as "
+            "longer than its context window of %s tokens; the session's window is %s "
+            "tokens, and it goes on under the model's; give the model's real window "
+            "(--context-window, or context_window in TICKWORK_PRICES)",
+            head.id,
+            prompt.compact_through,
+            f"{prompt.tokens:,}",
+            f"{stated:,}",
+            f"{window:,}",
+        )
+        report.model = _model_failed(head.model, asked, prompt.messages, learned.head, str(exc))
+        return learned
+    why = f"compacting steps 1-{prompt.compact_through} was refused as too long too: {exc}"
+    if stated is not None:
+        why += (
+            f"; the model states a context window of {stated:,} tokens"
+            + ("" if window is None else f" (the session's is {window:,})")
+            + "; fork it with the model's real window (--context-window)"
+        )
+    failed = machine.fail(head, ErrorCode.CONTEXT, why, now=rt.clock())
+    report.model = _model_failed(head.model, asked, prompt.messages, failed.head, str(exc))
+    return _with_event(failed, event)
 
 
 def _billed_retry(
