@@ -140,6 +140,34 @@ def _asking() -> Graph:
 ASK = graph_kind(_asking().compile())
 
 
+class AskAround(BaseModel):
+    size: int = 0
+    part: int = 0
+    answers: list[str] = []
+
+
+def ask_then_split(state: AskAround, ctx: NodeContext) -> object:
+    """Asks the model as `ask` does, then fans out to two branches that ask it too."""
+    ask(Ask(size=state.size), ctx)
+    return fan_out("ask_part", [{"part": i} for i in range(2)])
+
+
+def ask_part(state: AskAround, ctx: NodeContext) -> dict[str, object]:
+    return {"answers": [str(ask(Ask(size=state.size), ctx)["answer"])]}
+
+
+def _asking_around() -> Graph:
+    graph = Graph("asking_around", "1", AskAround, reducers={"answers": append})
+    graph.add_node("split", ask_then_split, idempotent=True)
+    graph.add_node("ask_part", ask_part, branch=True, idempotent=True)
+    graph.add_edge(START, "split").add_edge("split", END)
+    return graph
+
+
+#: a node that calls the model and fans out to branches that call it too
+ASK_AROUND = graph_kind(_asking_around().compile())
+
+
 class MapSum(BaseModel):
     """A map-reduce over `items`: each branch squares its `item`."""
 

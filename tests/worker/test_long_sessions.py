@@ -12,12 +12,14 @@ from tickwork.fsm.values import EventKind, Status, StepKind
 
 from tests.context_server import WindowedChat, windowed_chat
 
-from .test_context_window import Long
+from .test_context_window import PRICE, Long
 
 
 @pytest.fixture
 def long(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Long]:
-    monkeypatch.setenv("TICKWORK_IMPORTS", '["tests.jobs:LONG", "tests.graphs:ASK"]')
+    monkeypatch.setenv(
+        "TICKWORK_IMPORTS", '["tests.jobs:LONG", "tests.graphs:ASK", "tests.graphs:ASK_AROUND"]'
+    )
     deployment = Long(tmp_path)
     yield deployment
     deployment.close()
@@ -51,3 +53,31 @@ def test_a_compaction_refused_as_too_long_learns_the_stated_window_and_goes_on(
     (overflow,) = [e for e in events if e["kind"] == EventKind.CONTEXT_OVERFLOW]
     assert (overflow["data"]["window"], overflow["data"]["stated_window"]) == (16_384, 6_000)
     assert "the model states 6,000" in render.event_line(overflow).plain
+
+
+def test_a_window_a_graph_node_learns_stays_with_it_and_its_branches_when_it_fans_out(
+    long: Long, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A node refused as too long learns the window the server states, and its later calls
+    fit it; but a node that then fanned out saved the session's head as it was before the
+    node ran: the window was lost from the card, and each branch, planned under the
+    session's larger window, was refused once more to learn it again."""
+    with windowed_chat(WindowedChat(window=9_000, steps=5)) as chat:
+        monkeypatch.setenv("OPENAI_BASE_URL", chat.url)
+        head = long.client.submit(
+            "tests.graphs:ASK_AROUND",
+            {"size": 8_000},
+            model="openai:long",
+            price=PRICE,
+            context_window=32_768,
+        )
+        done = long.run(head.id)
+        for branch in long.store.children(head.id):
+            long.run(branch.id)
+        done = long.run(head.id)
+    assert done.status is Status.COMPLETED, done.error_message
+    assert [r.refused for r in chat.log] == [True, False, False, False], "one refusal taught all"
+    assert done.result[context.STATED_WINDOW] == 9_000
+    branches = long.store.children(head.id)
+    assert len(branches) == 2
+    assert all(b.result[context.STATED_WINDOW] == 9_000 for b in branches)

@@ -426,7 +426,7 @@ def _run(
             update={"result": {**head.result, context.STATED_WINDOW: ctx.stated_window}}
         )
     if isinstance(returned, Branches):
-        return _fan_out(tick, graph, call, state, returned)
+        return _fan_out(tick, head, graph, call, state, returned)
     new_state = graph.update(state, returned, by=f"node {node.name!r}")
     delta = {**plan.patch, **dict(returned or {})}
     reason = approval_reason(ApprovalRule(policy=node.approve_update), dict(returned or {}))
@@ -485,12 +485,19 @@ def _too_long(tick: Tick, node: str, exc: ContextTooLong, ctx: NodeContext | Non
 
 
 def _fan_out(
-    tick: Tick, graph: CompiledGraph, call: ToolCall, state: dict[str, Any], branches: Branches
+    tick: Tick,
+    head: Head,
+    graph: CompiledGraph,
+    call: ToolCall,
+    state: dict[str, Any],
+    branches: Branches,
 ) -> Change:
     """The node returned branches: one child session per input runs `branches.node` on the
     state with that input, each with an equal share of what the session has left; the
-    session waits for them all (docs/DESIGN.md section 16)."""
-    rt, head = tick.rt, tick.head
+    session (`head`, as the node left it: with a window its model stated) waits for them
+    all (docs/DESIGN.md section 16). The branches run the session's model: they start
+    under the window it stated, as the session goes on under it."""
+    rt = tick.rt
     now = rt.clock()
     where = f"the branches of node {call.name!r}"
     target = graph.nodes.get(branches.node)
@@ -503,6 +510,8 @@ def _fan_out(
         raise NodeFailed(f"{where}: give 1 to {MAX_BRANCHES} inputs, not {len(branches.inputs)}")
     prefix = uuid.uuid4().hex[:29]
     share = 1 / len(branches.inputs)
+    stated = head.result.get(context.STATED_WINDOW)
+    learned = {context.STATED_WINDOW: stated} if stated is not None else {}
     children = []
     for n, given in enumerate(branches.inputs):
         first = graph.update(state, given, by=f"input {n} of {where}")
@@ -517,6 +526,7 @@ def _fan_out(
                 budgets=trees.child_budgets(head, share, now=now, base=head.budgets),
                 input=dict(given),
                 config=config,
+                result=dict(learned),
                 **trees.lineage(head, call, branches.node),
             )
         )
