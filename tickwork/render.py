@@ -26,6 +26,7 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
+from tickwork.fsm.failures import failed_before_line
 from tickwork.fsm.kinds import GraphRef, graph_of
 from tickwork.fsm.wording import counted
 
@@ -723,6 +724,9 @@ def outcome(h: Mapping[str, Any], steps: list[Mapping[str, Any]]) -> list[Render
         )
     parts.extend(_environment(result.pop("environment", None)))
     parts.extend(_tests(result.pop("tests", None)))
+    result.pop("tests_before", None)  # its failing tests: `failed_before` says what matters
+    if said := failed_before_line(result.pop("failed_before", None)):
+        parts.append(Text(said, style="yellow"))
     if result:
         parts.append(Text("result:", style="bold"))
         parts.append(Text(json.dumps(result, indent=2, ensure_ascii=False)))

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from tickwork.fsm.errors import ConfigurationError
-from tickwork.fsm.values import Head
+from tickwork.fsm.values import Head, Session
 from tickwork.store.artifacts import Artifacts
 from tickwork.worker.tools.registry import ToolRegistry
 
@@ -70,6 +70,10 @@ class Ending:
 
     #: the session's files in this tick
     files: SessionFiles
+    #: the session as stored before this tick (its steps and their observations), read
+    #: when called: a kind that looks back at what its tools gave (the repair's first test
+    #: run); None where there is no store to read
+    history: Callable[[], Session] | None = None
 
     @property
     def workspaces(self) -> Workspaces:

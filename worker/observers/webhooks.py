@@ -29,6 +29,7 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 import httpx
+from tickwork.fsm.failures import failed_before_line
 from tickwork.fsm.outcomes import outcome_of
 from tickwork.fsm.values import Head
 from tickwork.worker.config.secrets import Masker
@@ -131,6 +132,9 @@ def finished_card(
             "model": head.model,
             "status": status,
             "outcome": outcome,
+            #: a repair's failing tests that failed before any change too (`count` of
+            #: `of`, the first `tests`): None when none did, or nothing ran before a change
+            "failed_before": _failed_before(head.result, masker),
             "steps": head.step,
             "tokens": head.tokens,
             "cost_usd": head.cost_usd,
@@ -144,6 +148,16 @@ def finished_card(
             "patch": f"{api}/patch" if "patch" in head.result else None,
         },
     }
+
+
+def _failed_before(result: dict[str, Any], masker: Masker) -> dict[str, Any] | None:
+    """The result's `failed_before` (`tickwork.fsm.failures`) when some failing test failed
+    before any change, else None; the test ids (read from the test output) masked."""
+    found = result.get("failed_before")
+    if not failed_before_line(found):
+        return None
+    tests = [masker.text(str(t)) for t in found.get("tests") or ()]
+    return {"count": found["count"], "of": found["of"], "tests": tests}
 
 
 def masked_url(url: str) -> str:

@@ -180,7 +180,9 @@ def think(tick: Tick) -> Change:
         max_tokens=cap.tokens,
     )
     if change.head.status is Status.COMPLETED:
-        result = job.completed(change.head, Ending(files=tick.files))
+        result = job.completed(
+            change.head, Ending(files=tick.files, history=lambda: rt.store.load(head.id))
+        )
         change = change.model_copy(
             update={
                 "head": change.head.model_copy(update={"result": {**change.head.result, **result}}),

@@ -6,7 +6,8 @@ files are never changed and every worker can reach them. The session works on it
 (`worker/files/workspaces.py`) with the toolkit of `toolkit.py`. `finish` diffs the session's
 final files against the source, both read from the store (git-style unified diff: new and
 deleted files too; binary files and files over 5 MB show as `Binary files ... differ`),
-then runs the test command once more and records whether it passes, and the session's
+then runs the test command once more and records whether it passes, which tests fail
+(and which of them failed before any change too: `baseline.py`), and the session's
 `outcome` (`fsm/outcomes.py`: repaired, tests_failing, tests_not_run, no_changes).
 """
 
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from tickwork.fsm.errors import ArtifactsUnavailable, ConfigurationError, InvalidInput
+from tickwork.fsm.failures import failed_before, failing_tests
 from tickwork.fsm.outcomes import (
     changed_tests,
     hidden_failure,
@@ -33,9 +35,10 @@ from tickwork.worker.config.allowlist import AllowList
 from tickwork.worker.config.settings import load_settings
 from tickwork.worker.files import sources
 from tickwork.worker.files.environment_plans import NONE, check_setup
+from tickwork.worker.files.working_copy import session_files
 from tickwork.worker.files.workspaces import disk_full
 from tickwork.worker.jobs.kinds import Ending, Spawning, Submission
-from tickwork.worker.jobs.repair import legacy, team
+from tickwork.worker.jobs.repair import baseline, legacy, team
 from tickwork.worker.jobs.repair.toolkit import (
     MAX_COMMAND_S,
     MAX_FILE_BYTES,
@@ -395,6 +398,8 @@ def run_final_tests(head: Head, workspace: Path, environment: Path | None = None
     elif hidden := hidden_failure(result.exit_code, output):
         record["failed"] = hidden
         record["passed"] = False
+    if not why and (failing := failing_tests(output)):
+        record["failing"] = failing
     return record
 
 
@@ -451,10 +456,27 @@ def finish(head: Head, ending: Ending) -> dict[str, Any]:
             "error": f"{type(exc).__name__}: {exc}",
             "not_run": str(exc),
         }
+    result.update(_before_any_change(head, ending, result["tests"]))
     result["outcome"] = repair_outcome(
         patch=result.get("patch"), tests=result.get("tests"), setup_failed=_setup_failed(result)
     ).value
     return result
+
+
+def _before_any_change(head: Head, ending: Ending, tests: Mapping[str, Any]) -> dict[str, Any]:
+    """The session's test run before any change (`baseline.py`: `tests_before`) and which
+    of the final run's failing tests failed there too (`failed_before`); {} when there was
+    no such run. The outcome stays what the final run says."""
+    if ending.history is None or legacy.is_legacy(head) or session_files(head) is None:
+        return {}
+    first = baseline.first_run(ending.history(), ending.workspaces.store.file_changes(head.id))
+    if first is None:
+        return {}
+    found: dict[str, Any] = {"tests_before": first}
+    both = failed_before(first["failing"], tests.get("failing") or [])
+    if both is not None:
+        found["failed_before"] = both
+    return found
 
 
 def _setup_failed(result: Mapping[str, Any]) -> bool:

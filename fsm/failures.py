@@ -1,0 +1,79 @@
+"""Which tests a run's output says failed, and which of a repair's failing tests already
+failed before the session changed anything.
+
+A test that fails whatever the model does (python-dateutil's tz tests on a machine whose
+tz data differs) ends a repair `tests_failing` as surely as one the session broke. The
+outcome stays what the final run says; the result says which of its failing tests failed
+in a run before any change too (`failed_before`), so the user sees it.
+
+The output is the test command's, so untrusted: what is read of it is bounded
+(`MAX_SCANNED_CHARS`), and so is what is kept (`MAX_FAILING`, `MAX_ID_CHARS`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = ["MAX_FAILING", "MAX_ID_CHARS", "failed_before", "failed_before_line", "failing_tests"]
+
+#: the most failing test ids a run's record keeps, and the longest id kept
+MAX_FAILING = 200
+MAX_ID_CHARS = 300
+#: the most of an output read, its head and its tail (a summary is at the end)
+MAX_SCANNED_CHARS = 400_000
+#: how many of the tests that failed before a summary names
+SHOWN = 10
+
+#: pytest's short test summary (`FAILED tests/test_x.py::test_y - AssertionError`,
+#: `ERROR tests/test_z.py`), not unittest's verdict (`FAILED (failures=1)`)
+_PYTEST = re.compile(r"^(?:FAILED|ERROR) (?!\()(\S[^\n]*?)(?: - [^\n]*)?$", re.MULTILINE)
+#: unittest's header of a failure: `FAIL: test_y (pkg.test_x.T.test_y)` (Python 3.11 on),
+#: `ERROR: test_y (pkg.test_x.T)` (before), with a subtest's `[...]` or `(...)` after it
+_UNITTEST = re.compile(r"^(?:FAIL|ERROR): (\w+) \(([\w.]+)\)", re.MULTILINE)
+
+
+def failing_tests(output: str) -> list[str]:
+    """The ids of the tests a run's output says failed or errored, in its order, each
+    once: pytest's short test summary (its default `-rfE`: `FAILED path::test`) and
+    unittest's `FAIL: name (module.Class.name)` headers (as `module.Class.name`). At most
+    MAX_FAILING ids, each at most MAX_ID_CHARS characters; none if the output names none."""
+    if len(output) > MAX_SCANNED_CHARS:
+        half = MAX_SCANNED_CHARS // 2
+        output = output[:half] + "\n" + output[-half:]
+    found: dict[str, None] = {}
+    for match in _PYTEST.finditer(output):
+        found[match.group(1).strip()[:MAX_ID_CHARS]] = None
+    for match in _UNITTEST.finditer(output):
+        name, where = match.group(1), match.group(2)
+        test = where if where.endswith(f".{name}") else f"{where}.{name}"
+        found[test[:MAX_ID_CHARS]] = None
+    return list(found)[:MAX_FAILING]
+
+
+def failed_before(before: Sequence[str], final: Sequence[str]) -> dict[str, Any] | None:
+    """Which of the final run's failing tests (`final`) failed in the run before any change
+    (`before`) too: `count` of `of`, the first SHOWN of them (`tests`); None when the final
+    run names no failing test (there is nothing to compare)."""
+    if not final:
+        return None
+    earlier = set(before)
+    both = [test for test in final if test in earlier]
+    return {"count": len(both), "of": len(final), "tests": both[:SHOWN]}
+
+
+def failed_before_line(found: Mapping[str, Any] | None) -> str | None:
+    """One line for a person of `failed_before` (a repair's result), None when no failing
+    test failed before any change."""
+    if not isinstance(found, Mapping):
+        return None
+    count, of = found.get("count"), found.get("of")
+    if not isinstance(count, int) or not isinstance(of, int) or count < 1:
+        return None
+    tests = [str(t) for t in found.get("tests") or ()]
+    more = ", …" if count > len(tests) else ""
+    return (
+        f"{count} of the {of} failing tests failed before any change too (in the session's "
+        f"first test run): {', '.join(tests)}{more}"
+    )

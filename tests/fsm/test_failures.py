@@ -1,0 +1,75 @@
+"""Which tests a run's output says failed (`tickwork.fsm.failures`): pytest's short summary
+and unittest's headers, bounded, and which of a final run's failing tests failed before."""
+
+from __future__ import annotations
+
+from tickwork.fsm.failures import (
+    MAX_FAILING,
+    MAX_ID_CHARS,
+    failed_before,
+    failed_before_line,
+    failing_tests,
+)
+
+PYTEST = """\
+..F.E
+=========================== short test summary info ============================
+FAILED dateutil/test/test_tz.py::TzLocalTest::testEquality - AssertionError: x
+FAILED dateutil/test/test_tz.py::test_gettz[a - b]
+ERROR dateutil/test/test_imports.py - ImportError: nope
+2 failed, 1 error, 470 passed in 3.10s
+"""
+
+UNITTEST = """\
+test_add (test_calc.T.test_add) ... FAIL
+======================================================================
+FAIL: test_add (test_calc.T.test_add)
+----------------------------------------------------------------------
+ERROR: test_old (tests.test_old.OldCase)
+----------------------------------------------------------------------
+FAIL: test_sub (test_calc.T.test_sub) (i=2)
+Ran 3 tests in 0.001s
+
+FAILED (failures=2, errors=1)
+"""
+
+
+def test_pytest_short_summary_gives_the_failing_ids() -> None:
+    assert failing_tests(PYTEST) == [
+        "dateutil/test/test_tz.py::TzLocalTest::testEquality",
+        "dateutil/test/test_tz.py::test_gettz[a",
+        "dateutil/test/test_imports.py",
+    ]
+
+
+def test_unittest_headers_give_module_class_and_test_and_its_verdict_is_none() -> None:
+    assert failing_tests(UNITTEST) == [
+        "test_calc.T.test_add",
+        "tests.test_old.OldCase.test_old",
+        "test_calc.T.test_sub",
+    ]
+
+
+def test_a_passing_run_names_none() -> None:
+    assert failing_tests("....\n4 passed in 0.1s\n") == []
+    assert failing_tests("Ran 4 tests in 0.1s\n\nOK\n") == []
+
+
+def test_what_is_kept_of_untrusted_output_is_bounded() -> None:
+    many = "".join(f"FAILED t.py::test_{i}\n" for i in range(MAX_FAILING * 3))
+    assert len(failing_tests(many)) == MAX_FAILING
+    long = failing_tests("FAILED " + "x" * 10_000 + "\n")
+    assert long == ["x" * MAX_ID_CHARS]
+    huge = "FAILED t.py::first\n" + "." * 5_000_000 + "\nFAILED t.py::last\n"
+    assert failing_tests(huge) == ["t.py::first", "t.py::last"]
+
+
+def test_failed_before_counts_the_final_failures_that_failed_first_too() -> None:
+    found = failed_before(["a", "tz1", "tz2"], ["tz1", "new", "tz2"])
+    assert found == {"count": 2, "of": 3, "tests": ["tz1", "tz2"]}
+    line = failed_before_line(found)
+    assert line is not None and line.startswith("2 of the 3 failing tests failed before any")
+    assert line.endswith(": tz1, tz2")
+    assert failed_before(["a"], []) is None  # nothing failing at the end: nothing to say
+    none = failed_before(["a"], ["b"])
+    assert none == {"count": 0, "of": 1, "tests": []} and failed_before_line(none) is None

@@ -1,0 +1,127 @@
+"""A repair's tests that fail whatever the session does (python-dateutil's tz tests on a
+machine whose tz data differs) are pointed out: its first `run_tests`, before any change to
+its files, is kept, and `show`, the API's result and the finished card say which of the
+final run's failing tests failed there too. The outcome stays `tests_failing`."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+from rich.console import Console
+from tickwork.fsm.values import Head, Status
+from tickwork.worker.config.secrets import Masker
+from tickwork.worker.observers.webhooks import finished_card
+
+from tests.worker.ticking import Ticks
+from tickwork import render
+
+CALC = "def add(a, b):\n    return a - b\n"
+TESTS = """\
+import unittest
+
+from calc import add
+
+
+class T(unittest.TestCase):
+    def test_add(self):
+        self.assertEqual(add(2, 3), 5)
+
+    def test_tz(self):
+        self.fail("this machine's tz data")
+"""
+#: appended to calc.py: the later definition wins
+FIX = {
+    "name": "run_command",
+    "arguments": {"command": "printf 'def add(a, b):\\n    return a + b\\n' >> calc.py"},
+}
+RUN_TESTS = {"name": "run_tests", "arguments": {}}
+
+
+def _repair(ticks: Ticks, replies: list[dict[str, Any]], tests: str = TESTS) -> Head:
+    project = ticks.tmp / f"project-{uuid.uuid4().hex[:6]}"
+    project.mkdir()
+    (project / "calc.py").write_text(CALC)
+    (project / "test_calc.py").write_text(tests)
+    script = ticks.tmp / f"script-{uuid.uuid4().hex[:6]}.json"
+    script.write_text(json.dumps(replies))
+    head = ticks.client.submit(
+        "repair",
+        {"workspace": str(project), "test_command": "python3 -m unittest -v", "setup": "none"},
+        model=f"scripted:{script}",
+    )
+    ended = ticks.run(head.id)
+    assert ended.status is Status.COMPLETED, ended.error_message
+    return ended
+
+
+def _shown(head: Head) -> str:
+    console = Console(width=400, record=True)
+    for part in render.outcome(head.model_dump(mode="json"), []):
+        console.print(part)
+    return console.export_text()
+
+
+def test_failing_tests_that_failed_before_any_change_are_pointed_out(ticks: Ticks) -> None:
+    replies = [
+        {"content": "reproduce", "tool_calls": [RUN_TESTS]},
+        {"content": "fix", "tool_calls": [FIX]},
+        {"content": "check", "tool_calls": [RUN_TESTS]},
+        {"content": "test_tz fails whatever I do"},
+    ]
+    done = _repair(ticks, replies)
+    result = done.result
+    assert result["outcome"] == "tests_failing", result["tests"]["output"]
+    assert result["tests"]["failing"] == ["test_calc.T.test_tz"]
+    assert result["tests_before"]["failing"] == ["test_calc.T.test_add", "test_calc.T.test_tz"]
+    assert result["tests_before"]["step"] == 1
+    assert result["failed_before"] == {"count": 1, "of": 1, "tests": ["test_calc.T.test_tz"]}
+
+    shown = _shown(done)
+    assert (
+        "1 of the 1 failing tests failed before any change too (in the session's first test "
+        "run): test_calc.T.test_tz"
+    ) in shown
+    assert "tests_before" not in shown  # its ids are not dumped as raw JSON
+
+    card = finished_card(
+        done, status="completed", data={}, public_url="", at=datetime.now(UTC), masker=Masker()
+    )
+    assert card["session"]["outcome"] == "tests_failing"
+    assert card["session"]["failed_before"] == {
+        "count": 1,
+        "of": 1,
+        "tests": ["test_calc.T.test_tz"],
+    }
+
+
+def test_a_test_run_after_a_change_is_not_taken_for_one_before(ticks: Ticks) -> None:
+    replies = [
+        {"content": "fix first", "tool_calls": [FIX]},
+        {"content": "check", "tool_calls": [RUN_TESTS]},
+        {"content": "test_tz fails"},
+    ]
+    done = _repair(ticks, replies)
+    assert done.result["outcome"] == "tests_failing"
+    assert done.result["tests"]["failing"] == ["test_calc.T.test_tz"]
+    assert "tests_before" not in done.result and "failed_before" not in done.result
+    assert "failed before any change" not in _shown(done)
+    card = finished_card(
+        done, status="completed", data={}, public_url="", at=datetime.now(UTC), masker=Masker()
+    )
+    assert card["session"]["failed_before"] is None
+
+
+def test_a_repair_whose_tests_pass_at_the_end_says_nothing_of_before(ticks: Ticks) -> None:
+    passing = TESTS.replace('self.fail("this machine\'s tz data")', "pass")
+    replies = [
+        {"content": "reproduce", "tool_calls": [RUN_TESTS]},
+        {"content": "fix", "tool_calls": [FIX]},
+        {"content": "done"},
+    ]
+    done = _repair(ticks, replies, passing)
+    assert done.result["outcome"] == "repaired", done.result["tests"]["output"]
+    assert done.result["tests_before"]["failing"] == ["test_calc.T.test_add"]
+    assert "failed_before" not in done.result and "failing" not in done.result["tests"]
