@@ -558,3 +558,25 @@ def test_a_gitignore_too_large_to_match_against_is_not_read(
     fine.mkdir()
     (fine / ".gitignore").write_text("\n".join(["secret.txt", *rules[:-1]]) + "\n")
     assert Ignore.of(fine).skips("secret.txt", is_dir=False)
+
+
+def test_a_shipped_egg_info_is_not_named_among_what_the_gitignore_left_out(
+    store: Store, project: Path, tmp_path: Path
+) -> None:
+    """An sdist ships its `*.egg-info` folder, which its .gitignore names: it is left out of
+    the session's files as before, but naming it in the submit note and the source's line
+    was noise before what matters (python-dateutil's `_version.py`)."""
+    info = project / "src" / "python_dateutil.egg-info"
+    info.mkdir(parents=True)
+    (info / "PKG-INFO").write_text("Name: python-dateutil\n")
+    (project / "pkg" / "_version.py").write_text("VERSION = '1.0'\n")
+    (project / ".gitignore").write_text("*.egg-info/\npkg/_version.py\n")
+    artifacts = DatabaseArtifacts(store.engine)
+    found = sources.directory(project, artifacts, trusted=True, roots=[], state_dir=tmp_path)
+    manifest = sources.read_manifest(artifacts, found["base"])
+    assert not any("egg-info" in path for path in manifest)  # still left out of the copy
+    assert found["gitignored"] == {"count": 1, "first": ["pkg/_version.py"]}
+    assert "egg-info" not in sources.describe(found)
+    (project / "pkg" / "_version.py").unlink()
+    only = sources.directory(project, artifacts, trusted=True, roots=[], state_dir=tmp_path)
+    assert "gitignored" not in only and "left out" not in sources.describe(only)

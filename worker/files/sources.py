@@ -175,9 +175,18 @@ def directory(
     )
     if version is not None:
         found["version"] = version
-    if left_out:  # the session will not see them: say so, where its source is named
-        found["gitignored"] = {"count": len(left_out), "first": left_out[:GITIGNORED_SHOWN]}
+    named = [path for path in left_out if not _build_metadata(path)]
+    if named:  # the session will not see them: say so, where its source is named
+        found["gitignored"] = {"count": len(named), "first": named[:GITIGNORED_SHOWN]}
     return found
+
+
+def _build_metadata(path: str) -> bool:
+    """Whether a path the `.gitignore` left out is (in) a `*.egg-info` folder: metadata a
+    build wrote, which an sdist ships and its `.gitignore` names, and which building or
+    installing the project writes anew: naming it among what the session does not see is
+    noise before what matters (it is still left out)."""
+    return any(part.endswith(".egg-info") for part in path.rstrip("/").split("/"))
 
 
 def _packaging(root: Path, left_out: Sequence[str] = ()) -> dict[str, bytes]:
