@@ -23,7 +23,7 @@ from tickwork.fsm.errors import InvalidInput, TickworkError
 from tickwork.fsm.values import Status
 
 from . import render
-from .context import Context
+from .context import Context, state_folder
 from .demos import (
     DEMO_EXAMPLE,
     DEMO_GOAL,
@@ -112,8 +112,7 @@ def demo(
         return
     with Context(creates=True) as ctx:
         settings = ctx.settings
-        folder = settings.state_dir.absolute() / "demo"
-        folder.mkdir(parents=True, exist_ok=True)
+        folder = state_folder(settings, "demo")
         marker = folder / "session"
         if not yes and not sys.stdin.isatty():
             raise InvalidInput(
@@ -184,8 +183,7 @@ def _graph_demo(*, yes: bool, model: str | None, new: bool, timeout: float) -> N
     sys.path.insert(0, str(EXAMPLES))
     kind = "refund_graph:KIND"
     with Context(creates=True) as ctx:
-        folder = ctx.settings.state_dir.absolute() / "demo"
-        folder.mkdir(parents=True, exist_ok=True)
+        folder = state_folder(ctx.settings, "demo")
         marker = folder / "graph-session"
         if not yes and not sys.stdin.isatty():
             raise InvalidInput(

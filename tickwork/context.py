@@ -17,6 +17,8 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from tickwork.store import Store
     from tickwork.store.dead_letters import DeadLetter
     from tickwork.worker.config.settings import Settings
@@ -72,6 +74,22 @@ def ensure_schema(settings: Settings) -> bool:
         for leftover in (scratch, *(scratch.with_name(scratch.name + s) for s in ("-wal", "-shm"))):
             leftover.unlink(missing_ok=True)
     return True
+
+
+def state_folder(settings: Settings, name: str) -> Path:
+    """The folder `name` under TICKWORK_STATE_DIR, made if missing; a ConfigurationError
+    naming the setting if it cannot be (the state folder under a file, say)."""
+    folder = settings.state_dir.absolute() / name
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        from tickwork.fsm.errors import ConfigurationError
+
+        raise ConfigurationError(
+            f"cannot make the folder {folder} ({exc.strerror or exc}); "
+            "point TICKWORK_STATE_DIR at a folder this user can write"
+        ) from None
+    return folder
 
 
 def require_database(settings: Settings) -> None:

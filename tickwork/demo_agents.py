@@ -27,7 +27,7 @@ from tickwork.fsm.values import Head, Status
 from tickwork.fsm.wording import counted
 
 from . import demos, render
-from .context import Context
+from .context import Context, state_folder
 
 #: the scripts of the planner and the explorers (package data in a wheel)
 AGENTS_SCRIPTS = demos.EXAMPLES / "agents_demo"
@@ -62,8 +62,7 @@ def run(*, yes: bool, new: bool, timeout: float) -> None:
 
     with Context(creates=True) as ctx:
         settings = ctx.settings
-        folder = settings.state_dir.absolute() / "demo"
-        folder.mkdir(parents=True, exist_ok=True)
+        folder = state_folder(settings, "demo")
         marker = folder / "agents-session"
         if not yes and not sys.stdin.isatty():
             raise InvalidInput(

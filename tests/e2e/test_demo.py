@@ -182,3 +182,20 @@ def test_a_demo_whose_tests_still_fail_does_not_say_it_completed_alone(tmp_path:
     assert done.returncode == 0, done.stdout + done.stderr
     assert ": completed, but its tests still fail (tests_failing)" in done.stdout, done.stdout
     assert "outcome: tests_failing" in done.stdout
+
+
+@pytest.mark.parametrize(
+    "kind", [(), ("--graph",), ("--agents",)], ids=["repair", "graph", "agents"]
+)
+def test_a_demo_whose_state_folder_cannot_be_made_says_which_setting_to_change(
+    tmp_path: Path, kind: tuple[str, ...]
+) -> None:
+    """TICKWORK_STATE_DIR under a file: `tickwork submit` said so, naming the setting (exit
+    2); the demo said only `No such file or directory` (or `Not a directory`), exit 1."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    done = run_demo(tmp_path, *kind, "--yes", environ=env(blocker / "state"))
+    assert done.returncode == 2, done.stdout + done.stderr
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("error: cannot make the folder "), line
+    assert str(blocker / "state") in line and "TICKWORK_STATE_DIR" in line, line
