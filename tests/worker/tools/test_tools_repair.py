@@ -175,6 +175,49 @@ def test_search_invalid_regex_is_a_clear_error(project: Path, call: Call) -> Non
     assert "invalid regular expression 'total('" in result.output
 
 
+#: the search of a pattern that backtracks exponentially, run in a process of its own: the
+#: standard library's `re` holds the GIL while it matches, so a hang would hold this one
+_BACKTRACKING = """
+import sys, threading, time
+from pathlib import Path
+from tickwork.worker.jobs.repair import default_registry, toolkit
+from tickwork.worker.tools import ToolContext, run_tool
+
+toolkit.SEARCH_MATCH_S = 1.0
+root = Path(sys.argv[1])
+(root / "long.txt").write_text("x" * 60 + "\\n")
+beats = []
+threading.Thread(
+    target=lambda: [beats.append(time.sleep(0.05)) for _ in range(40)], daemon=True
+).start()
+ctx = ToolContext(session_id="s", call_id="s1c0", step=1, workspace=root)
+result = run_tool(default_registry().get("search"), {"pattern": "(x|x)+(?=y)"}, ctx)
+print(result.is_error, len(beats), result.output)
+"""
+
+
+def test_search_with_a_pattern_that_backtracks_forever_ends_and_says_why(
+    workspace: Path,
+) -> None:
+    """The pattern is the model's: one that backtracks exponentially on a line is stopped
+    after SEARCH_MATCH_S with an error observation naming it, and the worker's other
+    threads (leases, heartbeats) run meanwhile."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _BACKTRACKING, str(workspace)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    is_error, beats, output = done.stdout.split(" ", 2)
+    assert is_error == "True", output
+    assert int(beats) >= 10, "other threads were held while the pattern was matched"
+    assert "'(x|x)+(?=y)'" in output and "long.txt" in output and "simpler" in output, output
+
+
 def test_search_does_not_follow_symlinks_out(project: Path, tmp_path: Path, call: Call) -> None:
     (tmp_path / "secret").write_text("TODO password")
     (project / "peek").symlink_to(tmp_path / "secret")

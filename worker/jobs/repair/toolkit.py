@@ -11,10 +11,12 @@ import os
 import re
 import shlex
 import stat
+import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
+import regex
 from pydantic import Field
 from tickwork.fsm.errors import ToolError
 from tickwork.fsm.outcomes import hidden_failure, why_tests_did_not_run
@@ -51,6 +53,12 @@ MAX_COMMAND_S = 1_500.0
 #: (MAX_ARG_STRLEN), and this many characters stay below it in any UTF-8; a longer one could
 #: never start, so it is refused with the other invalid arguments (an edit at once)
 MAX_COMMAND_CHARS = 32_000
+#: the longest `search` pattern: the model's, compiled on the worker
+MAX_PATTERN_CHARS = 2_000
+#: the seconds one `search` call may spend matching: the pattern is the model's, and one
+#: that backtracks exponentially would match a line for ever (the `regex` module, unlike
+#: the standard library's `re`, stops at a timeout and lets the worker's other threads run)
+SEARCH_MATCH_S = 20.0
 
 
 def _root(ctx: ToolContext) -> Path:
@@ -198,9 +206,14 @@ def search(
         path: file or directory relative to the workspace root.
         max_results: stop after this many matching lines.
     """
+    if len(pattern) > MAX_PATTERN_CHARS:
+        raise ToolError(
+            f"the pattern has {len(pattern):,} characters; search takes at most "
+            f"{MAX_PATTERN_CHARS:,}: search for a shorter, distinctive part"
+        )
     try:
-        regex = re.compile(pattern)
-    except re.error as exc:
+        compiled = regex.compile(pattern)
+    except (regex.error, ValueError, OverflowError, RecursionError) as exc:
         raise ToolError(
             f"invalid regular expression {pattern!r}: {exc}; escape special "
             "characters such as ( [ . * + ? with a backslash"
@@ -208,6 +221,7 @@ def search(
     root = _root(ctx)
     base = _existing(root, path)
     found: list[str] = []
+    spent = [0.0]  # seconds spent matching, of SEARCH_MATCH_S
     for file in _files(ctx, root, base):
         rel = relative(root, file)
         try:
@@ -217,13 +231,32 @@ def search(
         for number, line in enumerate(_lines(text), 1):
             if number % 1000 == 0:
                 ctx.check()
-            if regex.search(line):
+            if _matches(compiled, line, spent, pattern=pattern, where=f"{rel}:{number}"):
                 found.append(f"{_shown(rel)}:{number}: {line.strip()[:300]}")
                 if len(found) >= max_results:
                     return "\n".join(found) + (
                         f"\n(stopped after {max_results} results; narrow the pattern or path)"
                     )
     return "\n".join(found) if found else f"no matches for {pattern!r} under {path!r}"
+
+
+def _matches(compiled: Any, line: str, spent: list[float], *, pattern: str, where: str) -> bool:
+    """Whether `compiled` matches `line`, adding the time it took to `spent`; a `ToolError`
+    naming the pattern once the call has spent `SEARCH_MATCH_S` matching."""
+    started = time.monotonic()
+    try:
+        left = SEARCH_MATCH_S - spent[0]
+        if left <= 0:
+            raise TimeoutError
+        return compiled.search(line, timeout=left, concurrent=True) is not None
+    except TimeoutError:
+        raise ToolError(
+            f"the pattern {pattern!r} took more than {SEARCH_MATCH_S:g}s to match (stopped at "
+            f"{where}): it backtracks too much; use a simpler pattern, e.g. a literal part "
+            "of the text, without nested or overlapping repeats such as (x+)+ or (a|a)*"
+        ) from None
+    finally:
+        spent[0] += time.monotonic() - started
 
 
 @tool(requires_approval=True, idempotent=True, timeout_s=60.0, paths=("path",))
