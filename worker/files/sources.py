@@ -597,10 +597,12 @@ def _check_checkout(clone: Path, commit: str, url: str) -> None:
 
 
 def no_filters(clone: Path) -> None:
-    """No filter of the machine's git configuration runs on an untrusted clone's files: its
-    `.gitattributes` would choose one (`filter=lfs`: git-lfs fetches from whatever
-    `lfs.url` the repository's `.lfsconfig` names, the machine's loopback too). The
-    repository's own `info/attributes` comes before every `.gitattributes` of its tree."""
+    """No filter of the machine's git configuration runs on the files of `clone`: a clone
+    of an untrusted repository, or one that is given a session's files (the model's,
+    `.gitattributes` included: a bundle, an eval's check), whose `.gitattributes` would
+    choose one (`filter=lfs`: git-lfs fetches from whatever `lfs.url` the `.lfsconfig`
+    names, the machine's loopback too). The repository's own `info/attributes` comes
+    before every `.gitattributes` of its tree."""
     info = clone / ".git" / "info"
     info.mkdir(parents=True, exist_ok=True)
     (info / "attributes").write_text("* -filter\n")
