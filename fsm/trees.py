@@ -41,6 +41,12 @@ SPAWN_AGENTS = "spawn_agents"
 MAX_CHILDREN = 64
 #: the longest role name
 MAX_ROLE = 64
+#: the deepest level that may spawn: a root is at depth 0, its children at 1; a tree's
+#: children start at once, past the tenant's quotas, so depth and size bound what a model
+#: can start, with the budgets
+MAX_DEPTH = 5
+#: the most sessions one tree may hold, its root included
+MAX_TREE_SESSIONS = 1_000
 #: the most characters of a child's answer shown in the parent's observation
 ANSWER_CHARS = 4000
 
@@ -151,6 +157,35 @@ def parse_spawn(arguments: Mapping[str, Any]) -> Spawn:
     if mode not in {m.value for m in JoinMode}:
         raise _fail(f"join must be one of {', '.join(m.value for m in JoinMode)}, not {mode!r}")
     return Spawn(children=tuple(specs), join=JoinMode(mode))
+
+
+def depth(head: Head, tree: Sequence[Head]) -> int:
+    """How many spawns below its root `head` is, given `tree`: every session under the
+    root (`Store.tree`, the root left out)."""
+    parents = {h.id: h.parent_id for h in tree}
+    found, at = 0, head.id
+    while at in parents and found <= len(parents):  # the bound: rows written around us
+        at, found = parents[at] or "", found + 1
+    return found
+
+
+def check_room(head: Head, tree: Sequence[Head], adding: int) -> None:
+    """InvalidToolArguments if `head` may not start `adding` children: it is at `MAX_DEPTH`
+    of its tree, or they would take the tree (`tree`: every session under its root) past
+    `MAX_TREE_SESSIONS`."""
+    level = depth(head, tree)
+    if level >= MAX_DEPTH:
+        raise _fail(
+            f"this session is at depth {level} of its tree (its root at 0), and sessions "
+            f"spawn at most {MAX_DEPTH} levels deep: do the work yourself"
+        )
+    held = len(tree) + 1
+    if held + adding > MAX_TREE_SESSIONS:
+        room = max(0, MAX_TREE_SESSIONS - held)
+        raise _fail(
+            f"the tree holds {held} sessions, and {adding} more would pass its limit of at "
+            f"most {MAX_TREE_SESSIONS}: spawn at most {room}, or do the work yourself"
+        )
 
 
 def shares(specs: Sequence[ChildSpec]) -> list[float]:

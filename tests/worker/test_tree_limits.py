@@ -1,0 +1,73 @@
+"""A hostile model in a session tree (docs/DESIGN.md section 16, "Limits"): its children
+start at once, past the tenant's `max_in_flight` and `max_queued`, so a tree is bounded by
+a depth and a number of sessions; a spawn past either is an error observation saying so,
+and nothing is started."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from tickwork.fsm import trees
+from tickwork.fsm.values import Head, Status
+
+from tests.worker.ticking import Ticks
+
+
+def _spawning(ticks: Ticks, children: int) -> str:
+    """A scripted model, shared by a root and every child of it: each session spawns
+    `children` children (as the same model), then answers."""
+    child = {"role": "helper", "input": {"task": "split again"}}
+    spawn = {"name": "spawn_agents", "arguments": {"children": [child] * children}}
+    path = ticks.tmp / "spawner.json"
+    path.write_text(json.dumps([{"content": "split", "tool_calls": [spawn]}, {"content": "ok"}]))
+    return f"scripted:{path}"
+
+
+def _spawn_output(ticks: Ticks, head: Head) -> tuple[bool, str]:
+    session = ticks.client.load(head.id)
+    call = next(c for step in session.steps for c in step.calls if c.name == "spawn_agents")
+    seen = session.observation(call.call_id)
+    assert seen is not None
+    return seen.is_error, seen.content
+
+
+def test_a_spawn_below_the_deepest_level_is_refused(
+    ticks: Ticks, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(trees, "MAX_DEPTH", 3)
+    head = ticks.client.submit("tests.jobs:TREE", {}, model=_spawning(ticks, 1))
+    chain = [head]
+    for _ in range(trees.MAX_DEPTH):
+        assert ticks.run(chain[-1].id).status is Status.WAITING_CHILDREN
+        (child,) = ticks.store.children(chain[-1].id)
+        chain.append(child)
+    deepest = ticks.run(chain[-1].id)  # at depth MAX_DEPTH: its spawn is refused
+    assert deepest.status is Status.COMPLETED
+    assert ticks.store.children(deepest.id) == []
+    is_error, output = _spawn_output(ticks, deepest)
+    assert is_error
+    assert "depth 3" in output and "at most 3" in output and "yourself" in output, output
+
+
+def test_a_spawn_that_would_pass_the_trees_size_is_refused(
+    ticks: Ticks, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(trees, "MAX_TREE_SESSIONS", 5)
+    root = ticks.client.submit("tests.jobs:TREE", {}, model=_spawning(ticks, 3))
+    assert ticks.run(root.id).status is Status.WAITING_CHILDREN  # 4 sessions
+    first = ticks.store.children(root.id)[0]
+    done = ticks.run(first.id)  # 3 more would make 7
+    assert done.status is Status.COMPLETED
+    assert ticks.store.children(first.id) == []
+    is_error, output = _spawn_output(ticks, done)
+    assert is_error
+    assert "4 sessions" in output and "at most 5" in output, output
+    assert len(ticks.store.tree(root.id)) == 3
+
+
+def test_a_tree_within_the_limits_spawns(ticks: Ticks, tmp_path: Path) -> None:
+    root = ticks.client.submit("tests.jobs:TREE", {}, model=_spawning(ticks, trees.MAX_CHILDREN))
+    assert ticks.run(root.id).status is Status.WAITING_CHILDREN
+    assert len(ticks.store.children(root.id)) == trees.MAX_CHILDREN
