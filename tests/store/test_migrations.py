@@ -9,11 +9,13 @@ import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import Column, Integer, MetaData, inspect
+from tickwork.store import open_store
 from tickwork.store.engine import make_engine
 from tickwork.store.migrate import downgrade, upgrade
 from tickwork.store.schema import metadata
 
 from tests.services import postgres_database
+from tickwork.testing.store_ticks import Clock, execute, new_session, reply, think
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -93,9 +95,6 @@ def test_0024_keeps_the_steps_there_and_reads_them_without_an_estimate(empty_url
     """A database with steps, upgraded to 0024_prompt_estimate: the steps stay, each with
     no estimate (their prompts are built again for the context policy's scale, as before),
     and the steps stored after it keep theirs."""
-    from tickwork.store import open_store
-
-    from tickwork.testing.store_ticks import Clock, execute, new_session, reply, think
 
     upgrade(empty_url, "0024_prompt_estimate")
     engine = make_engine(empty_url)
