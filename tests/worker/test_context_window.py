@@ -965,3 +965,39 @@ def test_a_think_builds_its_prompt_once(long: Long, monkeypatch: pytest.MonkeyPa
     assert head.status is Status.COMPLETED, head.error_message
     assert len(chat.log) == 7
     assert len(built) == len(chat.log)
+
+
+def test_a_refused_prompts_compaction_is_planned_with_the_thinks_estimator(
+    long: Long, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A prompt the model refuses as too long is compacted at once, planned with the
+    estimator (scaled to the server's count) and the schemas' tokens the THINK planned it
+    with, not worked out again: the tools' schemas are estimated once a THINK."""
+    from tickwork.worker.tick import agent
+
+    thinks: list[int] = []
+    estimated: list[int] = []
+    think, estimate = agent.think, agent.estimate_schemas
+
+    def counting_think(tick: Any) -> Any:
+        thinks.append(1)
+        return think(tick)
+
+    def counting_estimate(schemas: Any) -> int:
+        estimated.append(1)
+        return estimate(schemas)
+
+    monkeypatch.setattr(agent, "think", counting_think)
+    monkeypatch.setattr(agent, "estimate_schemas", counting_estimate)
+    chat = WindowedChat(window=9_000, steps=12)
+    with windowed_chat(chat):
+        monkeypatch.setenv("OPENAI_BASE_URL", chat.url)
+        session_id = long.submit(context_window=9_000)
+        while len(chat.log) < 2:
+            advance(long.rt, session_id, long.store.get(session_id).version)
+        chat.undercount = 2.0  # a tokenizer that counts thrice the estimate from here on
+        head = long.run(session_id)
+    assert head.status is Status.COMPLETED, head.error_message
+    refused = [i for i, r in enumerate(chat.log) if r.refused and not r.compaction]
+    assert refused and all(chat.log[i + 1].compaction for i in refused), "compacted at once"
+    assert len(estimated) == len(thinks)

@@ -131,7 +131,9 @@ def think(tick: Tick) -> Change:
             ModelSettings(timeout_s=rt.settings.model_timeout_s, max_tokens=cap.tokens),
         )
     except ContextTooLong as exc:
-        return _overflow(tick, prompt, exc, schemas, asked, cap.tokens, by)
+        return _overflow(
+            tick, prompt, exc, schemas, asked, cap.tokens, scaled=scaled, scaled_tools=scaled_tools
+        )
     except ModelError as exc:
         return _model_error(rt, head, exc, asked, messages, report)
     except Exception as exc:
@@ -199,13 +201,16 @@ def _overflow(
     schemas: list[dict[str, Any]],
     asked: int,
     max_tokens: int | None,
-    by: float,
+    *,
+    scaled: context.Estimate,
+    scaled_tools: int,
 ) -> Change:
     """The model refused the prompt as longer than its window: a `context_overflow` event
     and a warning naming the windows. Where the refusal states a window below the
     session's, the session goes on under it (the next tick masks or compacts to its
     target, instead of compacting a step or two at each refusal); else it compacts at
-    once, and the next tick tries again with the shorter transcript."""
+    once, and the next tick tries again with the shorter transcript. `scaled` and
+    `scaled_tools`: the estimator and the schemas' tokens `think` planned the prompt with."""
     rt, claimed, report = tick.rt, tick.claimed, tick.report
     head = claimed.head
     policy = context.policy_for(head)
@@ -234,8 +239,8 @@ def _overflow(
         head,
         claimed.steps,
         claimed.observations,
-        estimate=context.scaled(estimate, by),
-        tools=math.ceil(estimate_schemas(schemas) * by),
+        estimate=scaled,
+        tools=scaled_tools,
         force=True,
     )
     if forced.too_long is not None or forced.compact_through is None:
