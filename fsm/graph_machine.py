@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from tickwork.fsm import transitions
+from tickwork.fsm import context, transitions
 from tickwork.fsm.approvals import ApprovalRule, approval_reason, rejection
 from tickwork.fsm.budgets import exhausted_budget
 from tickwork.fsm.fingerprints import call_fingerprint, step_fingerprint
@@ -37,6 +37,7 @@ from tickwork.fsm.values import (
     Event,
     EventKind,
     Head,
+    ModelReply,
     Observation,
     Status,
     Step,
@@ -349,6 +350,50 @@ def branches_joined(
         trace_id=trace_id,
     )
     return change.model_copy(update={"events": (event, *change.events)})
+
+
+def node_model_called(
+    head: Head, *, step: int, node: str, reply: ModelReply, cost_usd: float, now: datetime
+) -> Event:
+    """A node's model call (`ctx.generate`) of step `step`: the `model_called` event an
+    agent's THINK records, naming the node (and the cap the call was asked again with, where
+    the server refused the first for its window)."""
+    return Event(
+        kind=EventKind.MODEL_CALLED,
+        at=now,
+        data={
+            "step": step,
+            "node": node,
+            "model": reply.model or head.model,
+            "latency_ms": reply.latency_ms,
+            "prompt_tokens": reply.usage.prompt_tokens,
+            "completion_tokens": reply.usage.completion_tokens,
+            "cached_prompt_tokens": reply.usage.cached_prompt_tokens,
+            "cache_creation_tokens": reply.usage.cache_creation_tokens,
+            "cost_usd": cost_usd,
+            **({"cap_lowered_to": reply.cap_lowered_to} if reply.cap_lowered_to else {}),
+        },
+    )
+
+
+def node_context_overflow(
+    *, step: int, node: str, error: str, estimate: int, window: int | None, now: datetime
+) -> Event:
+    """The model refused a node's prompt of about `estimate` tokens as longer than its
+    window (`window`: the node's policy's, None without one): the `context_overflow` event
+    an agent's refused THINK records, naming the node and the window the refusal states."""
+    return Event(
+        kind=EventKind.CONTEXT_OVERFLOW,
+        at=now,
+        data={
+            "step": step,
+            "node": node,
+            "prompt_tokens_estimate": estimate,
+            "window": window,
+            "stated_window": context.stated_window(error),
+            "error": error[:2_000],
+        },
+    )
 
 
 def _charged(change: Change, call: ToolCall, usage: Usage | None, cost_usd: float) -> Change:

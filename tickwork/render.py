@@ -801,10 +801,16 @@ def _event_style(kind: str) -> str:
     }.get(kind, "cyan")
 
 
+def _node(d: Mapping[str, Any]) -> str:
+    """The graph node an event of a model call names (`node ask · `), or nothing."""
+    node = d.get("node")
+    return f"node {node} · " if isinstance(node, str) and node else ""
+
+
 def summary(kind: str, d: Mapping[str, Any]) -> str:
     if kind == "model_called":
         return (
-            f"step {d.get('step')} · {d.get('model')} · "
+            f"step {d.get('step')} · {_node(d)}{d.get('model')} · "
             f"{d.get('prompt_tokens', 0) + d.get('completion_tokens', 0):,} tokens · "
             f"${d.get('cost_usd', 0):.4f} · {d.get('latency_ms', 0):.0f} ms"
             + (
@@ -822,7 +828,7 @@ def summary(kind: str, d: Mapping[str, Any]) -> str:
     if kind == "context_overflow":
         window, stated = d.get("window"), d.get("stated_window")
         return (
-            f"step {d.get('step')}: the model refused a prompt of about "
+            f"step {d.get('step')}: {_node(d)}the model refused a prompt of about "
             f"{d.get('prompt_tokens_estimate', 0):,} tokens as too long · window "
             + (f"{window:,}" if isinstance(window, int) else "none")
             + (f", the model states {stated:,}" if isinstance(stated, int) else "")

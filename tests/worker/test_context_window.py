@@ -512,8 +512,8 @@ def test_a_graph_nodes_completion_cap_leaves_its_prompt_room_in_the_window(
 def test_a_graph_nodes_cap_asked_again_within_the_window_is_logged(
     long: Long, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A graph's node records no `model_called` event: the worker's log says that its call
-    was asked again with a lower cap, and which."""
+    """The worker's log says that a node's call was asked again with a lower cap, and
+    which (its `model_called` event says it too: tests/worker/test_long_sessions.py)."""
     chat = WindowedChat(window=16_384, steps=5, counts_completion=True, undercount=0.33)
     with windowed_chat(chat), caplog.at_level("WARNING", logger="tickwork.graph"):
         monkeypatch.setenv("OPENAI_BASE_URL", chat.url)

@@ -81,3 +81,71 @@ def test_a_window_a_graph_node_learns_stays_with_it_and_its_branches_when_it_fan
     branches = long.store.children(head.id)
     assert len(branches) == 2
     assert all(b.result[context.STATED_WINDOW] == 9_000 for b in branches)
+
+
+def test_a_graph_nodes_cap_asked_again_is_in_its_events_as_an_agents_is(
+    long: Long, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An agent's call asked again with a lower cap says so in its `model_called` event
+    (`tickwork show`: "cap lowered to N"); a graph node's said it in the worker's log only.
+    A node's model calls are `model_called` events too, naming the node."""
+    from tickwork import render, views
+
+    chat = WindowedChat(window=16_384, steps=5, counts_completion=True, undercount=0.33)
+    with windowed_chat(chat):
+        monkeypatch.setenv("OPENAI_BASE_URL", chat.url)
+        head = long.client.submit(
+            "tests.graphs:ASK",
+            {"size": 12_000},
+            model="openai:long",
+            price=PRICE,
+            context_window=16_384,
+        )
+        done = long.run(head.id)
+    assert done.status is Status.COMPLETED, done.error_message
+    (refused,) = [i for i, r in enumerate(chat.log) if r.refused]
+    lowered = chat.log[refused + 1].max_tokens
+    assert lowered is not None
+    session = long.store.load(head.id)
+    events = views.session(session)["events"]
+    (called,) = [e for e in events if e["kind"] == EventKind.MODEL_CALLED]
+    (node,) = [s for s in session.steps if s.usage.total]
+    assert called["data"]["node"] == "ask"
+    assert called["data"]["step"] == node.step
+    assert called["data"]["cap_lowered_to"] == lowered
+    assert called["data"]["prompt_tokens"] == node.usage.prompt_tokens
+    assert called["data"]["cost_usd"] == pytest.approx(node.cost_usd)
+    shown = render.event_line(called).plain
+    assert "node ask" in shown and f"cap lowered to {lowered:,}" in shown
+
+
+def test_a_graph_nodes_prompt_refused_as_too_long_is_a_context_overflow_event(
+    long: Long, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An agent's refused prompt is a `context_overflow` event (`show` and `watch`: "the
+    model refused a prompt of about N tokens as too long · window W, the model states S");
+    a graph node's was only a log line, or the session's failure."""
+    from tickwork import render, views
+
+    with windowed_chat(WindowedChat(window=9_000, steps=5)) as chat:
+        monkeypatch.setenv("OPENAI_BASE_URL", chat.url)
+        head = long.client.submit(
+            "tests.graphs:ASK",
+            {"size": 8_000},
+            model="openai:long",
+            price=PRICE,
+            context_window=32_768,
+        )
+        done = long.run(head.id)
+    assert done.status is Status.COMPLETED, done.error_message
+    assert [r.refused for r in chat.log] == [True, False]
+    events = views.session(long.store.load(head.id))["events"]
+    kinds = [e["kind"] for e in events]
+    assert kinds.index(EventKind.CONTEXT_OVERFLOW) < kinds.index(EventKind.MODEL_CALLED)
+    (overflow,) = [e for e in events if e["kind"] == EventKind.CONTEXT_OVERFLOW]
+    data = overflow["data"]
+    assert (data["node"], data["window"], data["stated_window"]) == ("ask", 32_768, 9_000)
+    assert data["prompt_tokens_estimate"] == chat.log[0].tokens
+    assert "maximum context length is 9000 tokens" in data["error"]
+    shown = render.event_line(overflow).plain
+    assert "node ask" in shown and "window 32,768, the model states 9,000" in shown

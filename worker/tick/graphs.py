@@ -40,6 +40,7 @@ from tickwork.fsm.values import (
     CallState,
     DecisionKind,
     ErrorCode,
+    Event,
     Head,
     ModelReply,
     Status,
@@ -91,6 +92,9 @@ class NodeContext:
     #: the context window the model stated in refusing a call of this node, below the
     #: session's: the node's later calls are fitted under it, and it is recorded on the card
     stated_window: int | None = None
+    #: the events of this node's model calls (`model_called`, `context_overflow`), saved
+    #: with the node's run as an agent's THINK saves its own
+    events: list[Event] = field(default_factory=list)
 
     def generate(self, messages: list[Message], tools: Iterable[str] | None = None) -> ModelReply:
         """Call the session's model (`messages` as the agent sends them; `tools` names the
@@ -121,6 +125,16 @@ class NodeContext:
             )
         except ContextTooLong as exc:
             self._noted(asked, sent, cap, error=f"{type(exc).__name__}: {exc}")
+            self.events.append(
+                graph_machine.node_context_overflow(
+                    step=self.step,
+                    node=self.node,
+                    error=str(exc),
+                    estimate=estimate_prompt(sent) + estimate_schemas(schemas),
+                    window=None if policy is None else policy.window,
+                    now=self.rt.clock(),
+                )
+            )
             stated = context.stated_window(str(exc))
             once = self.stated_window is None
             if not once or policy is None or stated is None or not 0 < stated < policy.window:
@@ -134,7 +148,7 @@ class NodeContext:
         stated = reply.stated_window  # in refusing the cap first asked for
         if stated is not None and policy is not None and 0 < stated < policy.window:
             self._learn(stated, policy.window, "completion cap")
-        if reply.cap_lowered_to is not None:  # an agent's `model_called` event says it
+        if reply.cap_lowered_to is not None:  # its `model_called` event says it too
             log.warning(
                 "session %s: node %r: the server refused a completion cap of %s tokens for its "
                 "window; asked again with %s",
@@ -161,6 +175,16 @@ class NodeContext:
             providers=self.rt.providers,
         )
         self.cost_usd += cost
+        self.events.append(
+            graph_machine.node_model_called(
+                self.head,
+                step=self.step,
+                node=self.node,
+                reply=reply,
+                cost_usd=cost,
+                now=self.rt.clock(),
+            )
+        )
         self._noted(asked, sent, cap, reply=reply)
         return reply
 
@@ -414,11 +438,36 @@ def _run(
     try:
         returned, duration = run_call(tick, call, run, rerun=plan.rerun, arguments=state)
     except ContextTooLong as exc:
-        return _too_long(tick, node.name, exc, contexts[0] if contexts else None)
+        ctx = contexts[0] if contexts else None
+        return _with_calls(_too_long(tick, node.name, exc, ctx), ctx)
     finally:
         if contexts:
             tick.report.model = contexts[0].model_call
     ctx = contexts[0]
+    return _with_calls(_ran(tick, graph, plan, state, trace, ctx, returned, duration), ctx)
+
+
+def _with_calls(change: Change, ctx: NodeContext | None) -> Change:
+    """`change` with the events of the node's model calls before its own (they came first)."""
+    if ctx is None or not ctx.events:
+        return change
+    return change.model_copy(update={"events": (*ctx.events, *change.events)})
+
+
+def _ran(
+    tick: Tick,
+    graph: CompiledGraph,
+    plan: RunNode,
+    state: dict[str, Any],
+    trace: str,
+    ctx: NodeContext,
+    returned: Any,
+    duration: float,
+) -> Change:
+    """The change of a node that ran (with `ctx`) and returned `returned` in `duration`
+    milliseconds."""
+    rt, head, call = tick.rt, tick.claimed.head, plan.call
+    node = graph.node(call.name)
     if ctx.stated_window is not None:
         # recorded on the card as an agent's is: the session's later nodes, and a fork or a
         # retry of it, are planned under it (`context.policy_for`)
