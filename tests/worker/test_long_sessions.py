@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 from tickwork.fsm import context
 from tickwork.fsm.values import EventKind, Status, StepKind
+from tickwork.worker.observers.report import TickReport
+from tickwork.worker.tick.advance import advance
 
 from tests.context_server import WindowedChat, windowed_chat
 
@@ -149,3 +151,59 @@ def test_a_graph_nodes_prompt_refused_as_too_long_is_a_context_overflow_event(
     assert "maximum context length is 9000 tokens" in data["error"]
     shown = render.event_line(overflow).plain
     assert "node ask" in shown and "window 32,768, the model states 9,000" in shown
+
+
+def _reports(long: Long, session_id: str) -> list[TickReport]:
+    """The session ticked until it rests, and the report of each tick."""
+    reports = []
+    for _ in range(1_000):
+        head = long.store.get(session_id)
+        if not head.status.runnable:
+            return reports
+        reports.append(advance(long.rt, session_id, head.version))
+    raise AssertionError(f"session {session_id} did not rest")
+
+
+@pytest.mark.parametrize(
+    ("chat", "window"),
+    [
+        (WindowedChat(window=4_096, steps=4, counts_completion=True, undercount=0.33), 4_096),
+        (WindowedChat(window=32_768, steps=60, compaction_window=14_000), 16_384),
+    ],
+    ids=["think", "compaction"],
+)
+def test_a_traces_max_tokens_is_the_cap_the_call_was_sent_with(
+    long: Long, monkeypatch: pytest.MonkeyPatch, chat: WindowedChat, window: int
+) -> None:
+    """A call asked again with a lower cap (the server refused the first for its window)
+    was traced with the cap first asked (`gen_ai.request.max_tokens`), and a compaction's
+    call with none: the report of each model call holds the cap of the request answered."""
+    with windowed_chat(chat):
+        monkeypatch.setenv("OPENAI_BASE_URL", chat.url)
+        session_id = long.submit(context_window=window)
+        reports = _reports(long, session_id)
+    assert long.store.get(session_id).status is Status.COMPLETED
+    assert [r for r in chat.log if r.refused], "a cap was refused and asked again"
+    called = [r.model for r in reports if r.model is not None and r.model.outcome == "ok"]
+    assert [c.max_tokens for c in called] == [r.max_tokens for r in chat.answered]
+
+
+def test_a_graph_nodes_traced_max_tokens_is_the_cap_it_was_sent_with(
+    long: Long, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    chat = WindowedChat(window=16_384, steps=5, counts_completion=True, undercount=0.33)
+    with windowed_chat(chat):
+        monkeypatch.setenv("OPENAI_BASE_URL", chat.url)
+        head = long.client.submit(
+            "tests.graphs:ASK",
+            {"size": 12_000},
+            model="openai:long",
+            price=PRICE,
+            context_window=16_384,
+        )
+        reports = _reports(long, head.id)
+    (refused,) = [r for r in chat.log if r.refused]
+    (sent,) = chat.answered
+    assert sent.max_tokens is not None and sent.max_tokens < refused.max_tokens
+    (called,) = [r.model for r in reports if r.model is not None]
+    assert called.max_tokens == sent.max_tokens

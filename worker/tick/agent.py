@@ -179,7 +179,8 @@ def think(tick: Tick) -> Change:
         usage=reply.usage,
         cost_usd=cost,
         messages=tuple(messages),
-        max_tokens=cap.tokens,
+        # the cap sent: lowered to the room the server said the prompt left, if it refused
+        max_tokens=reply.cap_lowered_to or cap.tokens,
     )
     if change.head.status is Status.COMPLETED:
         result = job.completed(
@@ -396,6 +397,7 @@ def _compact(
         usage=reply.usage,
         cost_usd=cost,
         messages=tuple(messages),
+        max_tokens=reply.cap_lowered_to or max_tokens,
     )
     change = machine.compacted(
         head,

@@ -185,7 +185,8 @@ class NodeContext:
                 now=self.rt.clock(),
             )
         )
-        self._noted(asked, sent, cap, reply=reply)
+        # the cap sent: lowered to the room the server said the prompt left, if it refused
+        self._noted(asked, sent, reply.cap_lowered_to or cap, reply=reply)
         return reply
 
     def _policy(self) -> context.Policy | None:
