@@ -21,11 +21,12 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from tickwork.fsm import context, transitions
+from tickwork.fsm import context, transitions, trees
 from tickwork.fsm.approvals import ApprovalRule, approval_reason, rejection
 from tickwork.fsm.budgets import exhausted_budget
 from tickwork.fsm.fingerprints import call_fingerprint, step_fingerprint
 from tickwork.fsm.graph import END, PROPOSAL, START, CompiledGraph, delta_text, state_fingerprint
+from tickwork.fsm.joins import Join
 from tickwork.fsm.loops import HISTORY, detect_loop
 from tickwork.fsm.machine import stopped
 from tickwork.fsm.transitions import Change, StepCharge, in_doubt
@@ -394,6 +395,29 @@ def node_context_overflow(
             "error": error[:2_000],
         },
     )
+
+
+def spent(head: Head, *, tokens: int, cost_usd: float) -> Head:
+    """`head` with a node's model use counted in the session's budgets."""
+    return head.model_copy(
+        update={"tokens": head.tokens + tokens, "cost_usd": head.cost_usd + cost_usd}
+    )
+
+
+def fanned_out(
+    head: Head,
+    call: ToolCall,
+    join: Join,
+    branches: Sequence[Head],
+    *,
+    now: datetime,
+    cost_usd: float = 0.0,
+    usage: Usage | None = None,
+) -> Change:
+    """The node of `call` returned branches: the session (`head`, its model use already
+    `spent`) waits for them (`trees.spawned`), and the node's model use (`usage`,
+    `cost_usd`) is on the node's step, as a node's that returned an update is."""
+    return _charged(trees.spawned(head, call, join, branches, now=now), call, usage, cost_usd)
 
 
 def _charged(change: Change, call: ToolCall, usage: Usage | None, cost_usd: float) -> Change:

@@ -12,7 +12,7 @@ from tickwork.fsm.values import EventKind, Status, StepKind
 from tickwork.worker.observers.report import TickReport
 from tickwork.worker.tick.advance import advance
 
-from tests.context_server import WindowedChat, windowed_chat
+from tests.context_server import COMPLETION_TOKENS, WindowedChat, windowed_chat
 
 from .test_context_window import PRICE, Long
 
@@ -207,3 +207,31 @@ def test_a_graph_nodes_traced_max_tokens_is_the_cap_it_was_sent_with(
     assert sent.max_tokens is not None and sent.max_tokens < refused.max_tokens
     (called,) = [r.model for r in reports if r.model is not None]
     assert called.max_tokens == sent.max_tokens
+
+
+def test_the_model_calls_of_a_node_that_fans_out_are_billed(
+    long: Long, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A node that called the model and then returned `fan_out(...)` was charged nothing:
+    its calls' tokens and cost were on no step and in no budget, so the session's bill
+    was its branches' alone. They are charged to the node's step, as any node's are."""
+    with windowed_chat(WindowedChat(window=32_768, steps=5)) as chat:
+        monkeypatch.setenv("OPENAI_BASE_URL", chat.url)
+        head = long.client.submit(
+            "tests.graphs:ASK_AROUND", {"size": 1_000}, model="openai:long", price=PRICE
+        )
+        long.run(head.id)
+        for branch in long.store.children(head.id):
+            long.run(branch.id)
+        done = long.run(head.id)
+    assert done.status is Status.COMPLETED, done.error_message
+    assert len(chat.answered) == 3
+    billed = sum(r.tokens * PRICE[0] + COMPLETION_TOKENS * PRICE[1] for r in chat.answered)
+    assert done.cost_usd == pytest.approx(billed / 1e6)
+    assert done.tokens == sum(r.tokens + COMPLETION_TOKENS for r in chat.answered)
+    session = long.store.load(head.id)
+    (split,) = [s for s in session.steps if any(c.name == "split" for c in s.calls)]
+    assert split.usage.prompt_tokens == chat.answered[0].tokens
+    assert split.cost_usd == pytest.approx(
+        (chat.answered[0].tokens * PRICE[0] + COMPLETION_TOKENS * PRICE[1]) / 1e6
+    )

@@ -476,7 +476,7 @@ def _ran(
             update={"result": {**head.result, context.STATED_WINDOW: ctx.stated_window}}
         )
     if isinstance(returned, Branches):
-        return _fan_out(tick, head, graph, call, state, returned)
+        return _fan_out(tick, head, graph, call, state, returned, ctx)
     new_state = graph.update(state, returned, by=f"node {node.name!r}")
     delta = {**plan.patch, **dict(returned or {})}
     reason = approval_reason(ApprovalRule(policy=node.approve_update), dict(returned or {}))
@@ -541,13 +541,16 @@ def _fan_out(
     call: ToolCall,
     state: dict[str, Any],
     branches: Branches,
+    ctx: NodeContext,
 ) -> Change:
     """The node returned branches: one child session per input runs `branches.node` on the
-    state with that input, each with an equal share of what the session has left; the
-    session (`head`, as the node left it: with a window its model stated) waits for them
-    all (docs/DESIGN.md section 16). The branches run the session's model: they start
-    under the window it stated, as the session goes on under it."""
+    state with that input, each with an equal share of what the session has left after the
+    node's own model calls (`ctx`, charged to the node's step); the session (`head`, as the
+    node left it: with a window its model stated) waits for them all (docs/DESIGN.md
+    section 16). The branches run the session's model: they start under the window it
+    stated, as the session goes on under it."""
     rt = tick.rt
+    head = graph_machine.spent(head, tokens=ctx.tokens, cost_usd=ctx.cost_usd)
     now = rt.clock()
     where = f"the branches of node {call.name!r}"
     target = graph.nodes.get(branches.node)
@@ -581,7 +584,9 @@ def _fan_out(
             )
         )
     join = Join(parent_id=head.id, call_id=call.call_id, expected=len(children))
-    return trees.spawned(head, call, join, children, now=now)
+    return graph_machine.fanned_out(
+        head, call, join, children, now=now, cost_usd=ctx.cost_usd, usage=ctx.usage
+    )
 
 
 #: the most branches one node may fan out to
