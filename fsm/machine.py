@@ -203,12 +203,20 @@ def compacted(
         "completion_tokens": reply.usage.completion_tokens,
         "cost_usd": cost_usd,
     }
+    # as a THINK's `model_called` has them: the cache's tokens, and the cap asked again with
+    called = {
+        **data,
+        "compaction": True,
+        "cached_prompt_tokens": reply.usage.cached_prompt_tokens,
+        "cache_creation_tokens": reply.usage.cache_creation_tokens,
+        **({"cap_lowered_to": reply.cap_lowered_to} if reply.cap_lowered_to else {}),
+    }
     ignored = ignored_calls(reply)
     return Change(
         head=_stepped(head, now, number, reply, cost_usd),
         step=step,
         events=(
-            Event(kind=EventKind.MODEL_CALLED, at=now, data={**data, "compaction": True}),
+            Event(kind=EventKind.MODEL_CALLED, at=now, data=called),
             Event(
                 kind=EventKind.COMPACTED,
                 at=now,

@@ -235,3 +235,29 @@ def test_the_model_calls_of_a_node_that_fans_out_are_billed(
     assert split.cost_usd == pytest.approx(
         (chat.answered[0].tokens * PRICE[0] + COMPLETION_TOKENS * PRICE[1]) / 1e6
     )
+
+
+def test_a_compactions_cap_asked_again_is_in_its_model_called_event(
+    long: Long, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A THINK's call asked again with a lower cap says so in its `model_called` event; a
+    compaction's said it nowhere (not even in the log), and its event left out the cached
+    tokens a THINK's has."""
+    from tickwork import render, views
+
+    chat = WindowedChat(window=32_768, steps=60, compaction_window=14_000)
+    with windowed_chat(chat):
+        monkeypatch.setenv("OPENAI_BASE_URL", chat.url)
+        session_id = long.submit(context_window=16_384)
+        head = long.run(session_id)
+    assert head.status is Status.COMPLETED, head.error_message
+    first = next(i for i, r in enumerate(chat.log) if r.refused)
+    assert chat.log[first].compaction and chat.log[first + 1].compaction
+    lowered = chat.log[first + 1].max_tokens
+    events = views.session(long.store.load(session_id))["events"]
+    compactions = [
+        e for e in events if e["kind"] == EventKind.MODEL_CALLED and e["data"].get("compaction")
+    ]
+    assert compactions[0]["data"]["cap_lowered_to"] == lowered
+    assert compactions[0]["data"]["cached_prompt_tokens"] == chat.log[first + 1].cached
+    assert f"cap lowered to {lowered:,}" in render.event_line(compactions[0]).plain
