@@ -31,6 +31,8 @@ def register(app: typer.Typer) -> None:
 def _view(env: Any, *, log: bool = False) -> dict[str, Any]:
     shown = {
         "key": env.key,
+        #: the project it was built for ("" for one built before it was recorded)
+        "project": _project(env),
         "status": env.status.value,
         "size": env.size,
         "attempts": env.attempts,
@@ -47,6 +49,12 @@ def _view(env: Any, *, log: bool = False) -> dict[str, Any]:
     return shown
 
 
+def _project(env: Any) -> str:
+    """The project the environment was built for, as its record names it; "" if unknown."""
+    found = env.detail.get("project")
+    return found if isinstance(found, str) else ""
+
+
 def _find(ctx: Context, key: str) -> Any:
     if len(key) < 4 or not all(c in "0123456789abcdef" for c in key):
         raise InvalidInput(f"{key!r} is not an environment key (hex, at least 4 characters)")
@@ -59,19 +67,21 @@ def _find(ctx: Context, key: str) -> Any:
 
 
 def list_environments(json_output: options.Json = False) -> None:
-    """List environments: key, status, size, last used, sessions using them (live)."""
+    """List environments: key, the project each was built for, status, size, last used,
+    sessions using them (live)."""
     with Context() as ctx:
         found = ctx.store.environments.find()
     if json_output:
         views.emit([_view(e) for e in found])
         return
     table = Table(show_edge=False, pad_edge=False)
-    for name in ("KEY", "STATUS", "SIZE", "LAST USED", "SESSIONS (LIVE)", "SETUP"):
+    for name in ("KEY", "PROJECT", "STATUS", "SIZE", "LAST USED", "SESSIONS (LIVE)", "SETUP"):
         table.add_column(name)
     for e in found:
         setup = e.detail.get("setup")
         table.add_row(
             e.key[:12],
+            Text(_project(e) or "-"),
             Text(e.status.value, "red" if e.status.value == "failed" else ""),
             f"{e.size:,}",
             render.when(e.used_at.isoformat()),

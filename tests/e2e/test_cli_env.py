@@ -50,6 +50,10 @@ def test_setup_commands_show_and_env_ls_show_rm(deployment: Deployment, cli: Cli
         assert [(r["key"], r["status"], r["sessions"], r["live_sessions"]) for r in rows] == [
             (key, "ready", 1, 1)
         ]
+        # which project each environment was built for: the key alone did not say
+        assert rows[0]["project"] == "calcpkg"
+        table = cli("env", "ls").stdout
+        assert re.search(rf"{key[:12]} \W+ calcpkg \W+ ready", table), table
         assert "building" in one.json()["log"] and one.json()["detail"]["setup"] == [
             "echo building",
             "touch /env/made",

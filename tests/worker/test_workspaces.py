@@ -580,3 +580,22 @@ def test_a_shipped_egg_info_is_not_named_among_what_the_gitignore_left_out(
     (project / "pkg" / "_version.py").unlink()
     only = sources.directory(project, artifacts, trusted=True, roots=[], state_dir=tmp_path)
     assert "gitignored" not in only and "left out" not in sources.describe(only)
+
+
+def test_a_sources_project_is_named_by_its_packaging_else_by_the_source() -> None:
+    """What `tickwork env ls` says an environment was built for."""
+    pyproject = {"pyproject.toml": b'[project]\nname = "humanize"\n'}
+    cfg = {"setup.cfg": b"[metadata]\nname = python-dateutil\n"}
+    where = {"kind": "workspace", "path": "/tmp/sd/python-dateutil-2.9.0"}
+    assert sources.project_name(where, pyproject) == "humanize"
+    assert sources.project_name(where, cfg) == "python-dateutil"
+    assert sources.project_name(where, {}) == "python-dateutil-2.9.0"
+    repo = {"kind": "repo", "url": "https://u:secret@example.com/org/calc.git?token=x"}
+    assert sources.project_name(repo, {}) == "calc"
+    assert sources.project_name({"url": "git@example.com:org/tool.git"}, {}) == "tool"
+    # untrusted: a name that is no distribution's is not taken, nor a broken file's
+    bad = {"pyproject.toml": b'[project]\nname = "x\\u001b[31m y"\n', "setup.cfg": b"[[["}
+    assert sources.project_name(where, bad) == "python-dateutil-2.9.0"
+    odd = {"kind": "workspace", "path": "/tmp/a\x1b[31m" + "b" * 300}
+    name = sources.project_name(odd, {})
+    assert name.isprintable() and len(name) == sources.MAX_NAME_CHARS

@@ -48,6 +48,7 @@ from tickwork.store.environments import EnvStatus, Verdict
 from tickwork.store.files import Manifest, parse_entry
 from tickwork.worker.config.process import Loop, owner_name
 from tickwork.worker.config.settings import EnvironmentSettings
+from tickwork.worker.files import sources
 from tickwork.worker.files.environment_plans import (
     AUTO,
     MISSING,
@@ -417,13 +418,15 @@ def prepare(rt: Runtime, head: Head) -> Change | Head:
     except SandboxUnavailable as exc:
         return machine.environment_failed(head, _record(plan_, None, "failed"), str(exc), now=now)
     owner = owner_name()
+    # which project it was built for, as `tickwork env ls` shows it (the key does not say)
+    project = sources.project_name(source, files)
     verdict, row = rt.store.environments.claim(
         key,
         owner=owner,
         now=now,
         lease_s=settings.environment_lease_s,
         asked_at=head.created_at,
-        detail=_record(plan_, key, "building"),
+        detail=_record(plan_, key, "building", project=project),
     )
     if verdict is Verdict.WAIT:
         return machine.environment_wait(head, key=key, delay_s=settings.environment_wait_s, now=now)
@@ -436,7 +439,7 @@ def prepare(rt: Runtime, head: Head) -> Change | Head:
         record = {**row.detail, "status": "ready", "key": key, "size": row.size, "built": False}
         record["log"] = row.log[-MAX_CARD_LOG:]
         return _with(head, record)
-    return _build(rt, head, plan_, key, owner, settings, manifest)
+    return _build(rt, head, plan_, key, owner, settings, manifest, project)
 
 
 def _failure(key: str, output: str) -> str:
@@ -465,6 +468,7 @@ def _build(
     owner: str,
     settings: EnvironmentSettings,
     manifest: Manifest,
+    project: str,
 ) -> Change:
     """Build `key` (this worker holds its claim), store it, record it on the session."""
     envs = rt.store.environments
@@ -495,7 +499,7 @@ def _build(
         chunks = [data[i : i + CHUNK_BYTES] for i in range(0, len(data), CHUNK_BYTES)] or [b""]
         hashes = tuple(hashlib.sha256(c).hexdigest() for c in chunks)
         rt.workspaces.artifacts.put(dict(zip(hashes, chunks, strict=True)))
-        more: dict[str, Any] = {"missing": missing}
+        more: dict[str, Any] = {"project": project, "missing": missing}
         if missing and not plan_.online:
             # the line the failed install echoes, not the logged command that holds it
             unbuilt = re.search(rf"^{re.escape(OFFLINE)}$", output, re.MULTILINE)

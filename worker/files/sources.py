@@ -12,6 +12,7 @@ and the clone's files are capped in size (`MAX_CLONE_BYTES`).
 
 from __future__ import annotations
 
+import configparser
 import contextlib
 import ipaddress
 import json
@@ -21,7 +22,8 @@ import resource
 import socket
 import subprocess
 import tempfile
-from collections.abc import Iterator, Sequence
+import tomllib
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -616,6 +618,43 @@ def describe(source: Any) -> str:
         url = re.sub(r"(://[^:/@\s]*:)[^@\s]+@", r"\1****@", str(source.get("url")))
         return f"{url} at {source.get('ref')} ({str(source.get('commit'))[:12]})"
     return f"directory {source.get('path')} (packed at submit; never changed{_gitignored(source)})"
+
+
+#: a distribution's name as packaging metadata may give it (PEP 508)
+_PROJECT = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,98}[A-Za-z0-9])?")
+#: the longest source name `project_name` gives
+MAX_NAME_CHARS = 100
+
+
+def project_name(source: Any, files: Mapping[str, bytes]) -> str:
+    """The name of the project a source holds, for a listing of what was built for it:
+    its packaging's (`[project] name` of pyproject.toml, else `[metadata] name` of
+    setup.cfg; `files`: path -> content at its root), else the source's own (a workspace's
+    folder, a repository's last path part), else "". Both come from the submitter: a name
+    that is not a distribution's is not taken, and the source's is cut and made printable."""
+    try:
+        meta = tomllib.loads(files.get("pyproject.toml", b"").decode("utf-8", "replace"))
+    except (tomllib.TOMLDecodeError, RecursionError):
+        meta = {}
+    table = meta.get("project")
+    names = [table.get("name") if isinstance(table, dict) else None]
+    config = configparser.ConfigParser(interpolation=None, strict=False)
+    try:
+        config.read_string(files.get("setup.cfg", b"").decode("utf-8", "replace"))
+        names.append(config.get("metadata", "name", fallback=None))
+    except configparser.Error:
+        pass
+    for name in names:
+        if isinstance(name, str) and _PROJECT.fullmatch(name.strip()):
+            return name.strip()
+    if not isinstance(source, Mapping):
+        return ""
+    where = str(source.get("path") or "")
+    if not where:  # a URL's path alone: neither its credentials nor its query
+        url = str(source.get("url") or "")
+        where = urlparse(url).path if "://" in url else url
+    last = re.split(r"[/:]", where.rstrip("/"))[-1].removesuffix(".git")
+    return "".join(c if c.isprintable() else "?" for c in last)[:MAX_NAME_CHARS]
 
 
 def _gitignored(source: dict[str, Any]) -> str:
