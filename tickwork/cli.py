@@ -271,13 +271,13 @@ def explain(exc: Exception) -> tuple[str | None, int]:
     if isinstance(exc, TickworkError):
         return exc.message, REFUSED
     if isinstance(exc, ValidationError):
-        from .cli_remote import option_of
+        from .cli_remote import refusal
 
         first = exc.errors()[0]
         # a value the API's body refuses (checked before a --server request) names the option
-        where = option_of(exc.title, tuple(first["loc"]))
-        where = where or ".".join(str(p) for p in first["loc"]) or exc.title
-        return f"invalid {where}: {first['msg']}", USAGE
+        said = refusal(exc.title, first)
+        where = ".".join(str(p) for p in first["loc"]) or exc.title
+        return said or f"invalid {where}: {first['msg']}", USAGE
     if isinstance(exc, TimeoutError):
         return str(exc), REFUSED
     if isinstance(exc, OSError):

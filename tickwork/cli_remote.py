@@ -9,8 +9,9 @@ database the user did not mean.
 from __future__ import annotations
 
 import functools
+import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import typer
@@ -41,27 +42,111 @@ ANYWHERE = frozenset({"serve", "config", "runbook", "docs"})
 POLL_S = 0.2
 
 
-#: the API's bodies the remote client checks before sending, by their model's name
-BODIES = frozenset({"Submit", "Decide", "Fork", "Closing"})
+#: the API's bodies the remote client checks before sending, by their model's name, and
+#: what each is in a refusal of the whole of it
+BODIES = {"Submit": "submission", "Decide": "decision", "Fork": "fork", "Closing": "reason"}
 #: the command-line option of each field of those bodies whose name is not the option's
 OPTION_OF = {
     "arguments": "--args",
     "tool_outputs": "--tool-output",
     "kind": "KIND",
 }
+#: the repair options that fill a field of the input (`submit --goal` ...)
+INPUT_OPTIONS = {
+    "workspace": "--workspace",
+    "repo": "--repo",
+    "ref": "--ref",
+    "test_command": "--test-cmd",
+    "goal": "--goal",
+    "setup": "--setup",
+}
+#: what to give instead, by option, where the refusal itself does not say
+HINTS = {
+    "KIND": "give the name of a job kind the server runs (e.g. repair)",
+    "--model": "give a model spec such as openai:MODEL or scripted:PATH",
+    "--id": "give a shorter id, or leave --id out for a random one",
+    "--price": "give PROMPT,COMPLETION in USD per million tokens, e.g. --price 0.5,1.5",
+}
+#: the two numbers of --price, by their place in the body's pair
+PRICE_PARTS = ("the prompt price (the first)", "the completion price (the second)")
+#: a path in a refusal of the whole body (`api.limits.check_tree`): body.FIELD.KEY...
+WHOLE = re.compile(
+    r"^(?P<key>a key in )?body\.(?P<field>\w+)(?:\.(?P<sub>[^.\[\s]+)\S*)? (?P<rest>.*)$"
+)
+#: a refusal of one field of a job's input (`api.bodies`): input.KEY ...
+INPUT_FIELD = re.compile(r"^input\.(?P<sub>[^.\[\s]+)\S* (?P<rest>.*)$")
 
 
-def option_of(model: str, loc: tuple[int | str, ...]) -> str | None:
-    """The command-line option that gave the field at `loc` of the API body `model`, for a
-    refusal that names the option, not the body's field; None for another model."""
-    if model not in BODIES or not loc:
+def option_of(field: str, sub: str | None = None) -> str:
+    """The command-line option that gave the body's `field` (and its input's key `sub`)."""
+    if field == "input" and sub is not None:
+        return INPUT_OPTIONS.get(sub, f"--input's {sub}")
+    return OPTION_OF.get(field, "--" + field.replace("_", "-"))
+
+
+def refusal(model: str, error: Mapping[str, Any]) -> str | None:
+    """A refusal by the API's body `model` of a value checked before a --server request
+    (one of pydantic's errors), as a user of the command line reads it: the option that
+    gave the value, what was wrong and what to give; None for another model."""
+    if model not in BODIES:
         return None
+    loc = tuple(error.get("loc") or ())
+    ctx = error.get("ctx") or {}
+    said = str(ctx["error"]) if error.get("type") == "value_error" and "error" in ctx else None
+    if not loc:  # the whole body's check, naming where in it
+        found = WHOLE.match(said or "")
+        if found is None:
+            return f"invalid {BODIES[model]}: {said or error.get('msg')}"
+        option = option_of(found["field"], found["sub"])
+        what = ("a key " if found["key"] else "it ") + found["rest"]
+        nested = "nested" in what
+        fix = "a flatter JSON object" if nested else "UTF-8 text without NUL bytes"
+        return f"invalid {option}: {what}; give {fix}"
     if loc[0] == "budgets" and len(loc) > 1:  # each budget is an option of its own
         loc = (str(loc[1]).removesuffix("_s"), *loc[2:])
-    field = str(loc[0])
-    option = OPTION_OF.get(field, "--" + field.replace("_", "-"))
-    rest = " ".join(str(p) for p in loc[1:])
-    return f"{option} {rest}" if rest else option
+    option, part = option_of(str(loc[0])), ""
+    if loc[0] == "price" and len(loc) > 1 and loc[1] in (0, 1):
+        part = PRICE_PARTS[int(loc[1])] + " "
+    elif len(loc) > 1:
+        option = f"{option} {' '.join(str(p) for p in loc[1:])}"
+    if said is not None:  # the body's own words, which say what is taken
+        if loc == ("input",) and (found := INPUT_FIELD.match(said)):
+            sub = option_of("input", found["sub"])
+            return f"invalid {sub}: it {found['rest']}; give a shorter one"
+        less = "; give a smaller input" if loc == ("input",) else ""
+        return f"invalid {option}: {said}{less}"
+    what = _what(error, part)
+    hint = HINTS.get(option.split()[0], "give a shorter one" if "long" in what else "")
+    return f"invalid {option}: {what}" + (f"; {hint}" if hint else "")
+
+
+def _what(error: Mapping[str, Any], part: str) -> str:
+    """What pydantic found wrong with the value, in words of the command line's."""
+    kind, ctx, given = error.get("type"), error.get("ctx") or {}, error.get("input")
+    subject = part or "it "
+    if kind == "string_too_long" and isinstance(given, str):
+        return (
+            f"it is {len(given):,} characters long; at most {ctx['max_length']} characters "
+            "are taken"
+        )
+    if kind == "string_too_short" and not given:
+        return "it is empty"
+    if kind in ("greater_than_equal", "greater_than"):
+        bound = _number(ctx.get("ge", ctx.get("gt")))
+        return f"{subject}must be at least {bound}, not {_number(given)}"
+    if kind in ("less_than_equal", "less_than"):
+        bound = _number(ctx.get("le", ctx.get("lt")))
+        return f"{subject}must be at most {bound}, not {_number(given)}"
+    if kind == "finite_number":
+        return f"{subject}must be a finite number, not {_number(given)}"
+    return f"{part}{error.get('msg')}"
+
+
+def _number(value: object) -> str:
+    """A bound as a person writes it: 1,000,000, not 1000000.0."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return f"{value:,}" if isinstance(value, (int, float)) else str(value)
 
 
 def server() -> str | None:

@@ -13,6 +13,7 @@ import typer
 from rich.text import Text
 
 from tickwork.fsm.admission import check_concurrency, check_priority
+from tickwork.fsm.context import check_window
 from tickwork.fsm.errors import InvalidInput, SessionNotFound
 from tickwork.fsm.outcomes import Outcome
 from tickwork.fsm.tenants import DEFAULT_TENANT
@@ -147,6 +148,8 @@ def submit(
     price_pair = options.price(price)
     check_priority(priority)  # before a server is asked too: its 422 speaks pydantic
     check_concurrency(concurrency_key, max_per_key)
+    if context_window is not None:
+        check_window(context_window, what="--context-window")
     remote = cli_remote.client()
     if remote is not None:
         cli_remote.no_name(submitter)

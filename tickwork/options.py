@@ -21,7 +21,7 @@ import typer
 
 from tickwork.fsm.admission import check_concurrency, check_max_per_key, check_priority
 from tickwork.fsm.approvals import FINGERPRINT_LENGTH, HEX_DIGITS
-from tickwork.fsm.context import MAX_WINDOW, MIN_WINDOW
+from tickwork.fsm.context import MAX_WINDOW, MIN_WINDOW, check_window
 from tickwork.fsm.errors import InvalidInput
 from tickwork.fsm.forks import (
     MAX_INSTRUCTION_CHARS,
@@ -292,6 +292,8 @@ class Fork:
         """What `Tickwork.fork` takes of them (all but the session), each value parsed."""
         check_instruction(self.append_instruction)  # before a server is asked, too
         check_system_prompt(self.system_prompt)
+        if self.context_window is not None:
+            check_window(self.context_window, what="--context-window")
         if self.priority is not None:
             check_priority(self.priority)
         if self.concurrency_key is not None:

@@ -182,7 +182,7 @@ def test_errors_are_one_line_with_an_exit_code(deployment: Deployment, cli: Cli)
         ("submit", TEST_KIND, "--model", "openai:x", "--price", "cheap"): (2, "--price takes"),
         ("submit", TEST_KIND, "--model", script, "--context-window", "100"): (
             2,
-            "context_window must be between 1,024 and 10,000,000 tokens, got 100",
+            "--context-window must be between 1,024 and 10,000,000 tokens, got 100",
         ),
         ("submit", TEST_KIND, "--model", script, "--context-window", "big"): (
             2,

@@ -338,6 +338,44 @@ def test_a_fork_keeps_the_original_s_priority_and_concurrency_key_unless_given(
         cli.inline("dlq", "fork", sid, "--from-step", "0", *bad, ok=False).error(2, said)
 
 
+def test_every_submit_value_the_api_refuses_names_its_option_and_what_to_do(
+    remote: Remote,
+) -> None:
+    """Through a server, a submit's value the API's body refuses was named by a guess at
+    its option (`--price 0` for the prompt price), in pydantic's words ("Value error, ..."),
+    and a text the whole body refused read "invalid Submit: body.input.goal ...". Each
+    names the option given and what to give instead; none is sent."""
+    served = ModeCli(remote, "remote").cli
+    deep: object = 1
+    for _ in range(40):
+        deep = [deep]
+    submit = ("submit", TEST_KIND, "--model", "scripted:x.json")
+    for argv, fragments in (
+        (("submit", "k" * 201), ("invalid KIND: it is 201 characters long; at most 200 ", "kind")),
+        (("submit", ""), ("invalid KIND: it is empty", "give the name of a job kind")),
+        (("submit", TEST_KIND, "--model", "m" * 501), ("invalid --model: it is 501 characters",)),
+        ((*submit, "--id", "-bad"), ("invalid --id: session id '-bad' may only hold",)),
+        ((*submit, "--id", "i" * 65), ("invalid --id: it is 65 characters", "leave --id out")),
+        (
+            (*submit, "--price", "-1,2"),
+            ("--price: the prompt price (the first) must be at least 0",),
+        ),
+        ((*submit, "--price", "1,inf"), ("the completion price (the second) must be a finite",)),
+        ((*submit, "--price", "1,2e6"), ("must be at most 1,000,000, not 2,000,000",)),
+        ((*submit, "--context-window", "5"), ("--context-window must be between 1,024 and",)),
+        ((*submit, "--tenant", "Bad Tenant"), ("--tenant 'Bad Tenant' is not a tenant name",)),
+        ((*submit, "--priority", "5000"), ("priority 5000 is out of bounds",)),
+        ((*submit, "--max-per-key", "0"), ("max_per_key 0 is out of bounds",)),
+        (("submit", "repair", "--goal", "g" * 20_001), ("invalid --goal: it is 20001 characters",)),
+        (("submit", "repair", "--goal", "a\udcffb"), ("invalid --goal: it is not valid UTF-8",)),
+        ((*submit, "--input", '{"note": "a\\udcffb"}'), ("invalid --input's note: it is not",)),
+        ((*submit, "--input", json.dumps({"a": deep})), ("--input's a: it is nested deeper",)),
+        ((*submit, "--input", json.dumps({"a": "x" * 70_000})), ("at most 65536", "smaller")),
+    ):
+        said = served.inline(*argv, ok=False).error(2, *fragments)
+        assert "Submit" not in said and "Value error" not in said and "body." not in said, said
+
+
 def test_a_value_over_an_api_limit_names_the_option_and_the_limit(remote: Remote) -> None:
     """The API's body model refused it in its own words, naming the body's field: "invalid
     comment: String should have at most 10000 characters"; the option is named."""
