@@ -6,8 +6,10 @@ Chromium and Playwright; failed in CI."""
 from __future__ import annotations
 
 import os
+import re
+import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -441,3 +443,58 @@ def test_the_page_and_the_docs_ask_for_nothing_they_are_refused(page: Any, stack
     assert got.ok and got.headers["content-type"].startswith("image/")
     assert all(url.startswith(stack.url) for url in asked), asked
     assert refused == []
+
+
+def test_an_in_doubt_call_shows_its_earlier_approval_as_history(page: Any, stack: Stack) -> None:
+    """alice approved the call, it started, its worker died: the call is in doubt and waits
+    for a decision again. The session's timeline showed "approved by alice" under it as if
+    that stood; it says the call is in doubt and what to do, alice's approval as earlier,
+    as `tickwork show` does."""
+    from playwright.sync_api import expect
+    from tickwork.fsm import machine
+    from tickwork.fsm.machine import Change, RunTool
+    from tickwork.fsm.values import Decision, DecisionKind
+    from tickwork.worker.tick.runtime import utc_now
+
+    from tickwork.testing.store_ticks import LEASE_S, Clock, claim, new_session, wait_for_approval
+
+    store = stack.deployment.client.store
+    # an hour ahead of the wall clock: the stack's relay hands none of these ticks to its
+    # worker in the middle of the steps below (tests/api/test_decisions.py says why)
+    clock = Clock(utc_now() + timedelta(hours=1))
+    session_id = f"doubt-{uuid.uuid4().hex[:8]}"
+    store.create(new_session(session_id, now=clock()), now=clock())
+    [call] = wait_for_approval(store, session_id, clock, "danger")
+    approval = Decision(
+        call_id=call.call_id,
+        kind=DecisionKind.APPROVE,
+        approver="alice",
+        at=clock(),
+        fingerprint=call.fingerprint,
+        comment="looks safe",
+    )
+    store.decide(session_id, approval, now=clock())  # stored, not published: no worker runs it
+    claimed = claim(store, session_id, now=clock(), owner="dead")
+    todo = machine.start_execute(
+        claimed.head, claimed.calls, claimed.decisions, idempotent=False, now=clock()
+    )
+    assert isinstance(todo, RunTool)
+    store.start_call(session_id, claimed.head.version, todo.call, owner="dead", now=clock())
+    later = claim(store, session_id, now=clock.advance(LEASE_S + 1), owner="w2")
+    change = machine.start_execute(
+        later.head, later.calls, later.decisions, idempotent=False, now=clock()
+    )
+    assert isinstance(change, Change)
+    store.save(change, version=later.head.version, owner="w2", now=clock())
+
+    log_in(page, stack, "alice", f"#/sessions/{session_id}")
+
+    shown = page.locator(f'#timeline [data-call="{call.call_id}"]')
+    expect(shown.locator("p.doubt")).to_contain_text(
+        "In doubt: its worker was lost while it ran, so it may have run"
+    )
+    expect(shown.locator("p.doubt")).to_contain_text("run it again (approve), provide its output")
+    earlier = shown.locator("p.decided")
+    expect(earlier).to_have_class(re.compile(r"\bearlier\b"))
+    expect(earlier).to_contain_text("Earlier: approved by alice")
+    expect(earlier).to_contain_text("looks safe")

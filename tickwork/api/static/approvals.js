@@ -103,6 +103,7 @@ export function callCard(sessionId, call, onDecided) {
       `Needs approval: ${call.approval_reason}`) : null,
     el("pre", { class: "args" }, pretty(call.arguments === null ? call.raw_arguments : call.arguments)),
     diffView(call.preview),
+    inDoubt && call.decision ? decisionLine(call.decision, { earlier: true }) : null,
     call.decision && !inDoubt ? decisionLine(call.decision) : actions,
     editForm, rejectForm, inDoubt ? outputForm : null, error].filter(Boolean));
   return card;

@@ -164,12 +164,15 @@ export function diffLines(text) {
   });
 }
 
-export function decisionLine(decision) {
+// `earlier`: a decision that no longer stands (its call went in doubt and waits for another),
+// shown as history, as `tickwork show` does
+export function decisionLine(decision, { earlier = false } = {}) {
   const what = { approve: "approved", edit: "edited", reject: "rejected",
                  provide_output: "output given" }[decision.kind] || decision.kind;
   // a rejection's feedback (what the model reads) and the approver's comment (for people)
   // are both shown: the one did not stand for the other
   const said = [decision.feedback, decision.comment && `(${decision.comment})`].filter(Boolean);
-  return el("p", { class: "decided" }, `${what} by ${decision.approver} ${ago(decision.at)}`,
+  return el("p", { class: earlier ? "decided earlier" : "decided" },
+    `${earlier ? "Earlier: " : ""}${what} by ${decision.approver} ${ago(decision.at)}`,
     said.length ? `: ${said.join(" ")}` : "");
 }

@@ -102,7 +102,10 @@ function stepSection(step) {
       call.approval_reason ? el("p", { class: "reason muted" },
         `Needs approval: ${call.approval_reason}`) : null,
       el("pre", { class: "args" }, pretty(call.arguments === null ? call.raw_arguments : call.arguments)),
-      call.decision ? decisionLine(call.decision) : null,
+      call.state === "in_doubt" ? el("p", { class: "doubt warn" },
+        "In doubt: its worker was lost while it ran, so it may have run; it waits for a " +
+        "decision again: run it again (approve), provide its output or reject it.") : null,
+      call.decision ? decisionLine(call.decision, { earlier: call.state === "in_doubt" }) : null,
       call.observation ? el("pre", { class: call.observation.is_error ? "output error" : "output" },
         call.observation.content) : null)));
 }
