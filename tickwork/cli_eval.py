@@ -38,8 +38,24 @@ class _RunByDefault(PlainGroup):
 
     def parse_args(self, ctx: ClickContext, args: list[str]) -> list[str]:
         if args and args[0] not in self.commands and args[0] not in ("--help", "-h"):
+            _not_a_typo(ctx, args[0], sorted(self.commands))
             args = ["run", *args]
         return super().parse_args(ctx, args)
+
+
+def _not_a_typo(ctx: ClickContext, first: str, commands: list[str]) -> None:
+    """A UsageError for a bare word that is neither a command nor a file here (`eval shwo`),
+    which would otherwise be read as a task set and refused in words that name neither."""
+    from .cli import clicks
+
+    if first.startswith("-") or "/" in first or "." in first or Path(first).expanduser().exists():
+        return
+    raise clicks.UsageError(
+        f"no command '{first}' of `tickwork eval`, and no task set file of that name here; "
+        f"the commands are {', '.join(commands)}, and `tickwork eval TASKS.jsonl --model SPEC` "
+        "runs a task set",
+        ctx,
+    )
 
 
 def register(app: typer.Typer) -> None:

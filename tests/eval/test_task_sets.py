@@ -179,3 +179,39 @@ def test_a_patch_matches_the_expected_one_by_the_lines_it_changes() -> None:
     assert not patch_matches(made.replace(".lower()", ".upper()"), expected)
     assert not patch_matches(made.replace("slug.py", "other.py"), expected)
     assert not patch_matches("", expected) and not patch_matches(None, expected)
+
+
+@pytest.mark.parametrize("argv", [["shwo", "last"], ["export"], ["lst", "--json"]])
+def test_a_mistyped_eval_command_is_named_with_the_commands_there_are(
+    argv: list[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`tickwork eval ARGS` runs a task set unless ARGS start with a command: a mistyped
+    command was taken for a task set, and said `Got unexpected extra argument(s) (last)` or
+    `cannot read the task set .../export`, naming neither the typo nor the commands."""
+    from tickwork.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exited:
+        main(["eval", *argv])
+    assert exited.value.code == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"error: no command '{argv[0]}' of `tickwork eval`"), line
+    for name in ("run", "ls", "show", "compare", "chart", "TASKS.jsonl"):
+        assert name in line, line
+
+
+def test_a_task_set_file_of_any_name_still_runs_without_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A task set named like a word (no suffix) is still read when the file is there."""
+    from tickwork.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mytasks").write_text("{bad\n")
+    with pytest.raises(SystemExit) as exited:
+        main(["eval", "mytasks", "--model", "scripted"])
+    assert exited.value.code == 2
+    assert "mytasks:1: not valid JSON" in capsys.readouterr().err
