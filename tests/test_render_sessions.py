@@ -3,6 +3,7 @@ store and the API list."""
 
 from __future__ import annotations
 
+import io
 from typing import Any
 
 from rich.console import Console
@@ -55,3 +56,29 @@ def test_other_outcomes_and_a_head_without_a_result_have_no_such_note() -> None:
     bare = head(id="s3", outcome=None, kind="echo", result=None)
     text = listed(failing, bare)
     assert "did not run" not in text
+
+
+PATCH = (
+    "diff --git a/calc.py b/calc.py\n--- a/calc.py\n+++ b/calc.py\n@@ -1,2 +1,2 @@\n"
+    " def average(numbers):\n-    return sum(numbers) / (len(numbers) + 1)\n"
+    "+    return sum(numbers) / len(numbers)\n"
+)
+
+
+def printed(*renderables: Any) -> str:
+    console = render.Terminal(width=200, record=True, file=io.StringIO())
+    for renderable in renderables:
+        console.print(renderable)
+    return console.export_text()
+
+
+def test_a_patch_is_printed_as_it_is_without_padding() -> None:
+    """`tickwork show`, `watch` and the demo printed a patch with every line padded with
+    spaces to the console's width (200 columns in a pipe) and a blank line after it, so a
+    patch copied from the output (`tickwork show ID > review.txt`) no longer applied."""
+    done = head(outcome="repaired", result={"outcome": "repaired", "patch": PATCH})
+    text = printed(*render.outcome({**done, "final_answer": None}, []))
+    assert f"patch:\n{PATCH}" in text, text
+    assert not [line for line in text.splitlines() if line.endswith(" ")], text
+    shown = printed(render.diff(PATCH))
+    assert shown == PATCH, shown

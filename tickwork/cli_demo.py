@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.syntax import Syntax
 from rich.text import Text
 
 from tickwork.fsm.errors import InvalidInput, TickworkError
@@ -305,7 +304,7 @@ def _finish(ctx: Context, session_id: str, state_dir: Path) -> None:
     result = dict(head.result)
     patch = result.get("patch")
     if patch:
-        render.show(Text("\nthe patch:", style="bold"), Syntax(str(patch), "diff"))
+        render.show(Text("\nthe patch:", style="bold"), render.diff(str(patch)))
     tests = result.get("tests") or {}
     if tests:
         verdict = "pass" if tests.get("passed") else "still fail"

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.syntax import Syntax
 from rich.text import Text
 
 from tickwork.fsm.errors import ConfigurationError, InvalidInput, TickworkError
@@ -195,7 +194,7 @@ def finish(ctx: Context, root_id: str) -> None:
         render.show(Text(root.final_answer))
     patch = root.result.get("patch")
     if patch:
-        render.show(Text("\nthe adopted patch:", style="bold"), Syntax(str(patch), "diff"))
+        render.show(Text("\nthe adopted patch:", style="bold"), render.diff(str(patch)))
     outcome = root.result.get("outcome")
     if outcome:
         render.show(Text.assemble("outcome: ", render.outcome_text(str(outcome))))

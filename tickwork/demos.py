@@ -18,7 +18,6 @@ from typing import Any
 
 from rich.panel import Panel
 from rich.prompt import Confirm, Prompt
-from rich.syntax import Syntax
 from rich.text import Text
 
 from tickwork.fsm.errors import ConfigurationError, InvalidInput, TickworkError
@@ -271,4 +270,4 @@ def _preview(ctx: Context, whole: Session, call: ToolCall) -> None:
     if shown is None:
         render.show(Text(f"  {call.name} {call.raw_arguments}"))
     else:
-        render.show(Syntax(f"# {shown['note']}\n{shown['diff'] or '(no change)'}", "diff"))
+        render.show(render.diff(f"# {shown['note']}\n{shown['diff'] or '(no change)'}"))

@@ -94,6 +94,13 @@ def show(*renderables: RenderableType) -> None:
             out.print(renderable)
 
 
+def diff(text: str) -> Syntax:
+    """A patch or diff, coloured, printed as it is: on the terminal's own background, so
+    no line is padded with spaces to the console's width (a patch copied from the output
+    still applies), and without the blank line a final newline would add."""
+    return Syntax(text.removesuffix("\n"), "diff", word_wrap=True, background_color="default")
+
+
 def note(text: str) -> None:
     """A line beside the output, not of it (standard error: a pipe gets the rows only),
     without the control characters `Terminal` drops (it may name others' files)."""
@@ -640,11 +647,11 @@ def _file_changes(
             parts.append(
                 Text(f"{c['call_id']} {c['name']}{where}: {preview['note']}", style="bold")
             )
-            parts.append(Syntax(preview["diff"], "diff", word_wrap=True))
+            parts.append(diff(preview["diff"]))
         elif change is not None:
             what, text = change
             parts.append(Text(f"{c['call_id']} {c['name']}: the {what}, whole", style="bold"))
-            parts.append(Syntax(text, "diff", word_wrap=True) if what == "patch" else Text(text))
+            parts.append(diff(text) if what == "patch" else Text(text))
     return parts
 
 
@@ -711,7 +718,7 @@ def outcome(h: Mapping[str, Any], steps: list[Mapping[str, Any]]) -> list[Render
     patch = result.pop("patch", None)
     if isinstance(patch, str) and patch:
         parts.append(Text("patch:", style="bold"))
-        parts.append(Syntax(patch, "diff", word_wrap=True))
+        parts.append(diff(patch))
     touched = result.get("tests_changed")
     if isinstance(touched, list) and touched:
         shown = ", ".join(str(t) for t in touched[:5]) + (", ..." if len(touched) > 5 else "")
