@@ -327,11 +327,20 @@ def _finish(ctx: Context, session_id: str, state_dir: Path) -> None:
         render.show(
             Text(f"\napplied the patch to the demo's copy {copy}", style="green" if good else "")
         )
+    hints = f"See it again with `tickwork show {session_id}`"
+    if patch:
+        hints += (
+            f"; print the patch with `tickwork patch {session_id}` or apply it with "
+            f"`tickwork patch {session_id} --apply DIR`"
+        )
+    if head.status is Status.FAILED:
+        hints += (
+            f"; its dead letter: `tickwork dlq show {session_id}`, and a new try from one of "
+            f"its steps: `tickwork fork {session_id} --from-step K`"
+        )
     render.show(
         Text(
-            f"\nstate kept in {state_dir.absolute()} (SQLite + broker folder).\nSee it again "
-            f"with `tickwork show {session_id}`; print the patch with `tickwork patch "
-            f"{session_id}` or apply it with `tickwork patch {session_id} --apply DIR`.",
+            f"\nstate kept in {state_dir.absolute()} (SQLite + broker folder).\n{hints}.",
             style="dim",
         )
     )

@@ -199,3 +199,19 @@ def test_a_demo_whose_state_folder_cannot_be_made_says_which_setting_to_change(
     (line,) = done.stderr.splitlines()
     assert line.startswith("error: cannot make the folder "), line
     assert str(blocker / "state") in line and "TICKWORK_STATE_DIR" in line, line
+
+
+def test_a_failed_demo_does_not_offer_a_patch_it_does_not_have(tmp_path: Path) -> None:
+    """A demo session that failed before changing a file closed with "print the patch with
+    `tickwork patch ID` or apply it with ...", a command that then says it has none."""
+    script = tmp_path / "short.json"
+    script.write_text(
+        '{"replies": [{"content": "r", "tool_calls": [{"name": "read_file", "arguments": '
+        '{"path": "calc.py"}}]}]}'
+    )
+    done = run_demo(tmp_path, "--yes", "--model", f"scripted:{script}")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert ": failed" in done.stdout and "MODEL_ERROR" in done.stdout, done.stdout
+    assert "tickwork patch" not in done.stdout, done.stdout
+    (session,) = [w for w in done.stdout.split() if len(w) == 32 and w.isalnum()][:1]
+    assert f"`tickwork dlq show {session}`" in " ".join(done.stdout.split()), done.stdout
