@@ -206,3 +206,56 @@ def test_a_token_revoked_in_the_tokens_file_stops_working_without_a_restart(
         assert me(keep) == 200 and me(revoke) == 401
         path.write_text(json.dumps(both))
         assert me(revoke) == 200
+
+
+def test_an_open_stream_ends_when_its_token_is_revoked_or_moved(
+    stack: Stack, tmp_path: Path
+) -> None:
+    """A session may wait for a person for days: a stream opened with a token that is then
+    removed from the tokens file, or moved to another tenant, stops within a poll or two
+    instead of handing that session's events to whoever held it."""
+    import threading
+    import time
+
+    rex, tess, kim = (
+        "rex-will-be-revoked-00001",
+        "tess-will-be-moved-00001",
+        "kim-keeps-her-token-0001",
+    )
+    path = tmp_path / "tokens.json"
+    specs = {
+        rex: {"name": "rex", "roles": ["approver"]},
+        tess: {"name": "tess", "roles": ["approver"]},
+        kim: {"name": "kim", "roles": ["approver"]},
+    }
+    path.write_text(json.dumps(specs))
+    session_id = stack.waiting()
+    with Server(make_api(stack.deployment.settings, ApiSettings(api_tokens_file=path))) as server:
+        ended: dict[str, float] = {}
+
+        def follow(token: str) -> None:
+            headers = {"Authorization": f"Bearer {token}"}
+            url = f"{server.url}/api/v1/sessions/{session_id}/stream"
+            with httpx.stream("GET", url, headers=headers, timeout=30) as answer:
+                assert answer.status_code == 200
+                for _ in answer.iter_lines():
+                    pass
+            ended[token] = time.monotonic()
+
+        readers = [threading.Thread(target=follow, args=(t,), daemon=True) for t in specs]
+        for reader in readers:
+            reader.start()
+        time.sleep(1.5)
+        assert not ended, "a stream of a waiting session ended by itself"
+        moved = {**specs, tess: {**specs[tess], "tenant": "team-z"}}
+        del moved[rex]
+        path.write_text(json.dumps(moved))
+        for reader in readers[:2]:
+            reader.join(10)
+        assert set(ended) == {rex, tess}, "a stream outlived its token's revocation"
+        assert kim not in ended
+        stack.http("alice").post(
+            f"/api/v1/sessions/{session_id}/cancel"
+        ).raise_for_status()  # kim's ends with the session
+        readers[2].join(30)
+        assert kim in ended

@@ -144,7 +144,8 @@ class Tokens:
         return self._by_digest.get(digest(token))
 
 
-def _bearer_token(scope: Scope) -> str | None:
+def bearer_token(scope: Scope) -> str | None:
+    """The request's bearer token, or None."""
     for name, value in scope.get("headers", ()):
         if name == b"authorization":
             scheme, _, token = value.decode("latin-1").partition(" ")
@@ -164,7 +165,7 @@ class TokenGate:
         if not (path == "/api/v1" or path.startswith("/api/v1/")) or path in PUBLIC:
             await self.app(scope, receive, send)
             return
-        token = _bearer_token(scope)
+        token = bearer_token(scope)
         if token is None:
             refusal = answer(
                 401, "unauthenticated", "send your token as `Authorization: Bearer <token>`"

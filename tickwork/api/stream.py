@@ -20,8 +20,9 @@ from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import StreamingResponse
 
 from tickwork import views
+from tickwork.fsm.values import Head
 
-from .auth import Reader
+from .auth import READING, Reader, Tokens, bearer_token
 from .errors import ApiError, documented
 from .limits import MAX_INT
 from .sessions import Client, SessionId
@@ -95,6 +96,15 @@ async def stream(
     )
     settings = request.app.state.api_settings
     poll, heartbeat = settings.api_stream_poll_s, settings.api_stream_heartbeat_s
+    tokens: Tokens = request.app.state.tokens
+    token = bearer_token(request.scope) or ""
+
+    def still_sees(head: Head) -> bool:
+        """Whether the token still reads this session: a stream may last days, and the
+        tokens file may have revoked the token or moved it meanwhile."""
+        now = tokens.find(token)
+        reads = now is not None and (now.admin or bool(now.roles & READING))
+        return reads and now is not None and now.sees(head.tenant, head.submitted_by)
 
     async def frames() -> AsyncIterator[str]:
         last, quiet_since = start, time.monotonic()
@@ -102,6 +112,8 @@ async def stream(
         while not await request.is_disconnected():
             # the head first: the events read after it include all of its changes
             head = await anyio.to_thread.run_sync(store.get, session_id)
+            if not await anyio.to_thread.run_sync(still_sees, head):
+                return  # a reconnect is answered 401 or 404, as any request of it
             batch = await anyio.to_thread.run_sync(store.events_after, session_id, last, BATCH)
             for event_id, event in batch:
                 last = event_id
