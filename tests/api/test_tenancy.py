@@ -530,3 +530,40 @@ def test_a_number_that_is_another_tenants_letter_id_finds_the_callers_session(
             assert mine.status_code == 200 and mine.json()["session_id"] == "ann-failed"
     finally:
         client.close()
+
+
+def test_a_kind_filter_says_nothing_of_others_sessions_to_an_own_only_token(
+    tmp_path: Path,
+) -> None:
+    """`?kind=` of a kind the server does not know lists nothing (200) when a session the
+    caller's scope holds has it, else 422 `unknown_kind`: an own-only token's scope is its
+    own sessions, so another submitter's kind is answered as one nobody has."""
+    settings = Settings(
+        state_dir=tmp_path / "state", queue=f"tickwork.ticks.{uuid.uuid4().hex[:8]}"
+    )
+    settings.state_dir.mkdir(parents=True)
+    upgrade(settings.db_url)
+    client = Tickwork(settings)
+    now = datetime.now(UTC)
+    for session_id, by, kind in (("anns", "ann", "lab:Secret"), ("amys", "amy", "lab:Mine")):
+        head = new_session(session_id, now=now, kind=kind).head.model_copy(
+            update={"tenant": "team-a", "submitted_by": by}
+        )
+        client.store.create(Session(head=head), now=now)
+    app = make_api(settings, ApiSettings(api_tokens=TOKENS), client=client)  # type: ignore[arg-type]
+    try:
+        with Server(app) as server:
+
+            def listing(who: str, kind: str) -> httpx.Response:
+                headers = {"Authorization": f"Bearer {TOKEN[who]}"}
+                url = f"{server.url}/api/v1/sessions"
+                return httpx.get(url, params={"kind": kind}, headers=headers, timeout=30)
+
+            assert listing("ann", "lab:Secret").status_code == 200  # her tenant's: known
+            assert listing("amy", "lab:Mine").status_code == 200
+            secret, nobody = listing("amy", "lab:Secret"), listing("amy", "lab:Nobody")
+            assert secret.status_code == nobody.status_code == 422, secret.text
+            assert secret.json()["message"].replace("Secret", "Nobody") == nobody.json()["message"]
+            assert listing("bob", "lab:Secret").status_code == 422
+    finally:
+        client.close()

@@ -158,18 +158,23 @@ def list_sessions(
         **scope,
     )
     if kind and not heads and offset == 0:
-        _known_kind(client, kind, scope.get("tenant"))
+        own = scope["submitted_by"] if who.own_only and not who.admin else None
+        _known_kind(client, kind, scope.get("tenant"), own)
     return [Listed.model_construct(**dict(h), outcome=outcome_of(h.result)) for h in heads]
 
 
-def _known_kind(client: Tickwork, kind: str, tenant: str | None) -> None:
+def _known_kind(client: Tickwork, kind: str, tenant: str | None, own: str | None) -> None:
     """422 `unknown_kind` for a misspelt kind filter, naming the kinds the server knows, as
     the CLI's `ls --kind` (a kind of no session the caller sees, but the server's or of a
     session of the caller's tenant stored, lists nothing). The name is never imported, and
-    another tenant's sessions say nothing of it."""
+    another tenant's sessions say nothing of it; for an own-only token (`own`: its name)
+    neither do the others' of its tenant (nor archived ones: their index names no
+    submitter)."""
     from tickwork.worker.jobs import unknown_kind
 
-    why = unknown_kind(client.settings.imports, kind, client.store, tenant=tenant, trusted=False)
+    why = unknown_kind(
+        client.settings.imports, kind, client.store, tenant=tenant, submitted_by=own, trusted=False
+    )
     if why is not None:
         raise ApiError(422, "unknown_kind", why)
 

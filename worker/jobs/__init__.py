@@ -173,14 +173,16 @@ def unknown_kind(
     store: Store,
     *,
     tenant: str | None,
+    submitted_by: str | None = None,
     trusted: bool = True,
 ) -> str | None:
     """Why `kind` is no job kind, or None if it may be one: one this process has (built in,
     or in `imports`), a `module:attr` that imports here as a job kind (asked by a `trusted`
     caller only: an HTTP client's name is never imported), or the kind of a session of
     `tenant` (None: of any) stored live or archived in `store` (a kind other hosts run, or
-    ran once). For a listing filtered by a kind that found nothing: a typo then says so,
-    not "no sessions match"."""
+    ran once); with `submitted_by` (an own-only token's name), of its own live sessions
+    only. For a listing filtered by a kind that found nothing: a typo then says so, not "no
+    sessions match"."""
     jobs = Jobs(imports)
     try:
         known = jobs.names()
@@ -188,8 +190,8 @@ def unknown_kind(
         return None  # a kind of TICKWORK_IMPORTS does not import here: it may be that one
     if kind in known or (trusted and ":" in kind and _imports_as_kind(jobs, kind)):
         return None
-    if store.list_sessions(kind=kind, tenant=tenant, limit=1) or store.retention.listing(
-        kind=kind, tenant=tenant, limit=1
+    if store.list_sessions(kind=kind, tenant=tenant, submitted_by=submitted_by, limit=1) or (
+        submitted_by is None and store.retention.listing(kind=kind, tenant=tenant, limit=1)
     ):
         return None
     return (
