@@ -197,18 +197,52 @@ def shares(specs: Sequence[ChildSpec]) -> list[float]:
     return [s.share if s.share is not None else rest for s in specs]
 
 
-def child_budgets(parent: Head, share: float, *, now: datetime, base: Budgets) -> Budgets:
+class Held(Value):
+    """What a parent's children not yet charged to it may still spend, or have spent:
+    the parent cannot give it again (`held_back`)."""
+
+    tokens: int = 0
+    cost_usd: float = 0.0
+
+
+def held_back(joins: Sequence[Join], children: Sequence[Head]) -> Held:
+    """What the parent's children of its open `each` joins hold: a running child its
+    budgets, an ended one not yet delivered what it spent. (A join `all` or `first` has
+    charged every child before its parent can spawn again.)"""
+    tokens, cost = 0, 0.0
+    for join in joins:
+        if not join.open:
+            continue
+        taken = set(join.ends[: join.delivered])
+        for child in children:
+            if child.spawn_call != join.call_id or child.id in taken:
+                continue
+            if child.status.terminal:
+                tokens, cost = tokens + child.tokens, cost + child.cost_usd
+            else:
+                b = child.budgets
+                tokens += b.max_tokens
+                cost += b.max_cost_usd if b.limits_cost else 0.0
+    return Held(tokens=tokens, cost_usd=cost)
+
+
+def child_budgets(
+    parent: Head, share: float, *, now: datetime, base: Budgets, held: Held | None = None
+) -> Budgets:
     """A child's budgets: its share of the cost and tokens its parent has left, the
     parent's deadline, and its own steps and loop limits from `base` (its role's or
     kind's). The tree never spends more than the root's budgets: each child draws from
-    what its parent has left, and its spending is charged to the parent at the join.
-    A parent without a cost budget gives its children none either."""
+    what its parent has left, less what its children still running hold (`held`, with
+    join `each` the parent spawns again while they run), and its spending is charged to
+    the parent at the join. A parent without a cost budget gives its children none
+    either."""
     b = parent.budgets
-    tokens = max(1, math.floor(max(0, b.max_tokens - parent.tokens) * share))
+    held = held or Held()
+    tokens = max(1, math.floor(max(0, b.max_tokens - parent.tokens - held.tokens) * share))
     cost = base.max_cost_usd
     if b.limits_cost:
         # no cost left still gives a positive budget: the child's first check stops it
-        cost = max(1e-9, (b.max_cost_usd - parent.cost_usd) * share)
+        cost = max(1e-9, (b.max_cost_usd - parent.cost_usd - held.cost_usd) * share)
         if base.limits_cost:
             cost = min(base.max_cost_usd, cost)
     deadline = parent.created_at.timestamp() + b.deadline_s - now.timestamp()

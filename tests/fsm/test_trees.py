@@ -78,6 +78,33 @@ def test_a_child_of_a_spent_parent_gets_a_budget_its_first_check_stops() -> None
     assert 0 < child.max_cost_usd < 1e-6
 
 
+def test_what_an_each_joins_children_hold_is_not_given_again() -> None:
+    """Running children hold their budgets, ended ones not yet delivered what they spent;
+    delivered ones are in the parent's own spending, and closed joins hold nothing."""
+    budgets = Budgets(max_cost_usd=0.2, max_tokens=2_000)
+
+    def kid(name: str, call: str, **fields: object) -> Head:
+        return head(id=name, parent_id="root", spawn_call=call, budgets=budgets, **fields)
+
+    kids = [
+        kid("taken", "s1c0", status=Status.COMPLETED, tokens=500, cost_usd=0.05),
+        kid("ended", "s1c0", status=Status.COMPLETED, tokens=300, cost_usd=0.03),
+        kid("running", "s1c0"),
+        kid("of-all", "s2c0"),
+    ]
+    joins = [
+        Join(parent_id="root", call_id="s1c0", mode=JoinMode.EACH, expected=3, ended=2,
+             ends=("taken", "ended"), delivered=1),
+        Join(parent_id="root", call_id="s2c0", mode=JoinMode.ALL, expected=1),
+    ]  # fmt: skip
+    held = trees.held_back(joins, kids)
+    assert held.tokens == 2_300 and held.cost_usd == pytest.approx(0.23)
+    root = head(cost_usd=0.1, tokens=1_000)
+    child = trees.child_budgets(root, 1.0, now=NOW, base=root.budgets, held=held)
+    assert child.max_tokens == 10_000 - 1_000 - 2_300
+    assert child.max_cost_usd == pytest.approx(1.0 - 0.1 - 0.23)
+
+
 def test_a_parent_without_a_cost_budget_gives_none() -> None:
     root = head(budgets=Budgets(max_cost_usd=0))
     assert not trees.child_budgets(root, 0.5, now=NOW, base=root.budgets).limits_cost

@@ -71,3 +71,42 @@ def test_a_tree_within_the_limits_spawns(ticks: Ticks, tmp_path: Path) -> None:
     root = ticks.client.submit("tests.jobs:TREE", {}, model=_spawning(ticks, trees.MAX_CHILDREN))
     assert ticks.run(root.id).status is Status.WAITING_CHILDREN
     assert len(ticks.store.children(root.id)) == trees.MAX_CHILDREN
+
+
+def test_a_spawn_while_children_run_shares_only_what_they_do_not_hold(ticks: Ticks) -> None:
+    """With join `each` the parent goes on while its other children run, and may spawn
+    again: the new children share what is left once the running ones' budgets are held
+    back, so the tree still spends at most the root's budgets."""
+    quick = ticks.tmp / "quick.json"
+    quick.write_text(json.dumps([{"content": "done"}]))
+    child = {"role": "helper", "input": {"task": "look"}, "model": f"scripted:{quick}"}
+    first = {"children": [child, child], "join": "each"}
+    again = {"children": [child]}
+    parent = ticks.tmp / "parent.json"
+    parent.write_text(
+        json.dumps(
+            [
+                {"content": "two", "tool_calls": [{"name": "spawn_agents", "arguments": first}]},
+                {
+                    "content": "one more",
+                    "tool_calls": [{"name": "spawn_agents", "arguments": again}],
+                },
+                {"content": "ok"},
+            ]
+        )
+    )
+    root = ticks.client.submit(
+        "tests.jobs:TREE",
+        {},
+        model=f"scripted:{parent}",
+        budgets={"max_tokens": 100_000, "max_cost_usd": 10.0},
+    )
+    assert ticks.run(root.id).status is Status.WAITING_CHILDREN
+    a, b = ticks.store.children(root.id)
+    assert b.budgets.max_tokens > 45_000 and b.budgets.max_cost_usd == 5.0
+    assert ticks.run(a.id).status is Status.COMPLETED  # b stays ready: still running
+    assert ticks.run(root.id).status is Status.WAITING_CHILDREN  # its second spawn
+    (c,) = [k for k in ticks.store.children(root.id) if k.id not in (a.id, b.id)]
+    woken = ticks.store.get(root.id)
+    assert c.budgets.max_tokens <= 100_000 - woken.tokens - b.budgets.max_tokens
+    assert c.budgets.max_cost_usd <= 10.0 - woken.cost_usd - b.budgets.max_cost_usd + 1e-9

@@ -70,8 +70,9 @@ def spawn_or_join(tick: Tick, call: ToolCall, arguments: Mapping[str, Any]) -> C
         trees.check_room(head, rt.store.tree(head.root_id or head.id), len(spawn.children))
         prefix = uuid.uuid4().hex[:29]
         shares = trees.shares(spawn.children)
+        held = _held(tick)
         children = [
-            child_head(tick, call, spec, share=share, child_id=f"{prefix}-{n:02d}")
+            child_head(tick, call, spec, share=share, child_id=f"{prefix}-{n:02d}", held=held)
             for n, (spec, share) in enumerate(zip(spawn.children, shares, strict=True))
         ]
     except (InvalidToolArguments, InvalidInput) as exc:
@@ -80,6 +81,14 @@ def spawn_or_join(tick: Tick, call: ToolCall, arguments: Mapping[str, Any]) -> C
         )
     join = Join(parent_id=head.id, call_id=call.call_id, mode=spawn.join, expected=len(children))
     return trees.spawned(head, call, join, children, now=now)
+
+
+def _held(tick: Tick) -> trees.Held:
+    """What the parent's children of its open `each` joins hold (`trees.held_back`)."""
+    joins = [j for j in tick.rt.store.joins(tick.head.id) if j.open]
+    if not joins:
+        return trees.Held()
+    return trees.held_back(joins, tick.rt.store.children(tick.head.id))
 
 
 def wait_children(tick: Tick, call: ToolCall, arguments: Mapping[str, Any]) -> Change:
@@ -160,7 +169,13 @@ def allowed_child_model(
 
 
 def child_head(
-    tick: Tick, call: ToolCall, spec: trees.ChildSpec, *, share: float, child_id: str
+    tick: Tick,
+    call: ToolCall,
+    spec: trees.ChildSpec,
+    *,
+    share: float,
+    child_id: str,
+    held: trees.Held | None = None,
 ) -> Head:
     """The head of one child: its role's prompt, tools, model and budgets (the kind's
     roles, with the roles file's over them: `Jobs.roles`), its config from the kind (a
@@ -235,7 +250,7 @@ def child_head(
         created_at=now,
         updated_at=now,
         model=model,
-        budgets=trees.child_budgets(parent, share, now=now, base=base),
+        budgets=trees.child_budgets(parent, share, now=now, base=base, held=held),
         input=dict(spec.input),
         config=config,
         **trees.lineage(parent, call, spec.role),
