@@ -263,7 +263,7 @@ def _input(arguments: Any) -> dict[str, Any]:
         return arguments
     try:
         parsed = json.loads(arguments) if isinstance(arguments, str) and arguments else {}
-    except ValueError:
+    except (ValueError, RecursionError):  # nested deeper than the parser goes
         parsed = None
     return parsed if isinstance(parsed, dict) else {"arguments": str(arguments)}
 

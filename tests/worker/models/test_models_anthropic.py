@@ -131,6 +131,33 @@ def test_the_transcript_is_sent_in_the_messages_shape(server: FakeAnthropic) -> 
     ]
 
 
+def test_arguments_nested_too_deep_to_parse_go_back_as_text(server: FakeAnthropic) -> None:
+    """The model's arguments are stored as written when they do not parse (nested deeper
+    than the parser goes: the call got an error); the next request still goes out, with
+    them as text, instead of the tick failing on them every time."""
+    deep = "[" * 100_000 + "]" * 100_000
+    transcript = [
+        {"role": "user", "content": "Fix it."},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {
+                    "id": "s1c0",
+                    "type": "function",
+                    "function": {"name": "run_tests", "arguments": deep},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "s1c0", "content": "ERROR: arguments are not JSON"},
+    ]
+    reply = _model(server).generate(transcript, TOOLS, ModelSettings(max_tokens=500))
+    assert reply.content == "Done."
+    ((_, body),) = server.requests
+    use = body["messages"][1]["content"][-1]
+    assert use["type"] == "tool_use" and use["input"] == {"arguments": deep}
+
+
 def test_a_tool_use_answer_and_its_usage_with_cache_reads_and_writes(
     server: FakeAnthropic,
 ) -> None:
