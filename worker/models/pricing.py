@@ -306,8 +306,9 @@ def next_call(
     room the model's context `window` leaves after the prompt and its `tools`' schemas);
     `scale`: how many times the estimate the server counted the last prompt
     (`tickwork.fsm.context.scale`)."""
-    prompt = math.ceil(estimate_tokens(transcript_text(messages)) * scale)
-    read = math.ceil((estimate_tokens(transcript_text(messages)) + estimate_schemas(tools)) * scale)
+    text = estimate_tokens(transcript_text(messages))
+    prompt = math.ceil(text * scale)
+    read = math.ceil((text + estimate_schemas(tools)) * scale)
     if last is not None:
         prompt = max(prompt, last.total)
         read = max(read, last.total)

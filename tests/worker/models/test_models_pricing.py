@@ -1,12 +1,14 @@
 from __future__ import annotations
 
 import logging
+import math
 import uuid
 
 import pytest
 from tickwork.fsm.errors import ConfigurationError
 from tickwork.fsm.values import Usage
 from tickwork.worker.models import Price, Providers, cost_usd, price_for
+from tickwork.worker.models.base import estimate_schemas, estimate_tokens, transcript_text
 from tickwork.worker.models.pricing import (
     DEFAULT_MAX_COMPLETION,
     call_cost,
@@ -308,6 +310,28 @@ def test_next_call_leaves_the_prompt_room_in_the_window_only_where_an_answer_fit
     messages = [{"role": "user", "content": "x" * prompt_chars}]
     ahead = next_call(messages, last=None, price=None, window=16_384)
     assert ahead.max_completion_tokens == limit
+
+
+def test_next_call_reads_the_transcript_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The prompt's tokens and what the call reads (with the schemas) come from one pass
+    over the transcript: a long transcript was turned into text and estimated twice."""
+    from tickwork.worker.models import pricing
+
+    passes: list[int] = []
+
+    def counted(messages: list[dict[str, object]]) -> str:
+        passes.append(len(messages))
+        return transcript_text(messages)
+
+    monkeypatch.setattr(pricing, "transcript_text", counted)
+    messages = [{"role": "user", "content": "x" * 4_000}, {"role": "assistant", "content": "y"}]
+    schemas = [{"type": "function", "function": {"name": "f", "parameters": {}}}]
+    ahead = next_call(messages, last=None, price=None, window=16_384, tools=schemas, scale=1.5)
+    assert passes == [2]
+    text = estimate_tokens(transcript_text(messages))
+    assert ahead.tokens == math.ceil(text * 1.5)
+    read = math.ceil((text + estimate_schemas(schemas)) * 1.5)
+    assert ahead.max_completion_tokens == min(DEFAULT_MAX_COMPLETION, 16_384 - read - read // 8)
 
 
 @pytest.mark.parametrize(
