@@ -182,14 +182,16 @@ class View:
 @dataclass(frozen=True)
 class Plan:
     """What the next THINK sends: `messages` (estimated at `tokens` with the tools' schemas
-    sent beside them) under `view`, or first a compaction of the steps up to
-    `compact_through`, or nothing: `too_long` says why."""
+    sent beside them, scaled as the server counts) under `view`, or first a compaction of
+    the steps up to `compact_through`, or nothing: `too_long` says why. `unscaled`: the
+    same estimate unscaled, which a reply's step keeps (`Step.prompt_estimate`)."""
 
     messages: list[Message]
     view: View
     tokens: int
     compact_through: int | None = None
     too_long: str | None = None
+    unscaled: int = 0
 
 
 def stored_view(steps: Sequence[Step]) -> View:
@@ -412,13 +414,52 @@ def plan(
     *,
     estimate: Estimate,
     tools: int = 0,
+    by: float = 1.0,
     force: bool = False,
 ) -> Plan:
     """The next THINK's prompt under the session's policy; `tools`: the tokens of the tools'
     schemas every call sends beside the messages, which fill the window as they do (the
-    plan's estimates count them); `force`: the model refused the last prompt as too long,
-    so compact now whatever the estimate says."""
-    estimate = _with_schemas(estimate, tools)
+    plan's estimates count them); `by`: how many times `estimate` the server counts
+    (`scale`), which the plan's estimates are multiplied by; `force`: the model refused the
+    last prompt as too long, so compact now whatever the estimate says."""
+    estimates = _Estimates(estimate, tools=tools, by=by)
+    made = _plan(head, steps, observations, estimate=estimates, force=force)
+    return replace(made, unscaled=estimates.unscaled(made.messages))
+
+
+class _Estimates:
+    """The plan's estimator: a prompt's tokens with the schemas', both times `by` rounded
+    up, keeping each prompt's unscaled estimate, so the one chosen is not estimated again
+    for the estimate its step keeps."""
+
+    def __init__(self, estimate: Estimate, *, tools: int, by: float) -> None:
+        self._estimate, self._tools, self._by = estimate, tools, by
+        self._scaled_tools = math.ceil(tools * by)
+        #: each prompt estimated, by identity (kept, so no other list takes its id)
+        self._seen: dict[int, tuple[Sequence[Message], int]] = {}
+
+    def __call__(self, messages: Sequence[Message]) -> int:
+        tokens = self._estimate(messages)
+        self._seen[id(messages)] = (messages, tokens)
+        scaled = tokens if self._by <= 1.0 else math.ceil(tokens * self._by)
+        return scaled + self._scaled_tools
+
+    def unscaled(self, messages: Sequence[Message]) -> int:
+        """The estimate of `messages` and the schemas, unscaled."""
+        seen = self._seen.get(id(messages))
+        tokens = seen[1] if seen is not None and seen[0] is messages else self._estimate(messages)
+        return tokens + self._tools
+
+
+def _plan(
+    head: Head,
+    steps: Sequence[Step],
+    observations: Mapping[str, Observation],
+    *,
+    estimate: Estimate,
+    force: bool,
+) -> Plan:
+    """`plan` with `estimate` counting the schemas and the scale."""
     view = stored_view(steps)
     sent = build(head, steps, observations, view)
     policy = policy_for(head)
@@ -513,20 +554,6 @@ def scale(
     if estimated <= 0:
         return 1.0
     return min(MAX_SCALE, max(1.0, last.usage.prompt_tokens / estimated))
-
-
-def scaled(estimate: Estimate, by: float) -> Estimate:
-    """`estimate` times `by` (`scale`), rounded up."""
-    if by <= 1.0:
-        return estimate
-    return lambda messages: math.ceil(estimate(messages) * by)
-
-
-def _with_schemas(estimate: Estimate, tools: int) -> Estimate:
-    """`estimate` with the tools' schemas' `tokens` added to each prompt's."""
-    if not tools:
-        return estimate
-    return lambda messages: estimate(messages) + tools
 
 
 def _too_long(

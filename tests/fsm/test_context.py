@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -281,6 +282,27 @@ def test_the_tools_schemas_count_with_the_transcript_against_the_target(build: B
     made = plan(head, run.steps, run.observations, estimate=estimate, tools=1_100)
     assert made.view.masked == 1 and made.compact_through is None
     assert made.tokens == estimate(made.messages) + 1_100 <= 7_500
+
+
+@pytest.mark.parametrize("force", [False, True])
+def test_a_plan_hands_back_its_prompts_unscaled_estimate(build: Build, force: bool) -> None:
+    """Planned at a scale (the server counts more than the estimate), a plan says what its
+    prompt and the schemas come to unscaled, which a reply's step keeps, from the estimate
+    it made of that prompt: the THINK does not estimate its prompt again."""
+    run = simulate(build, [9_200] * 3, window=10_000, keep=2)
+    head = run.head.model_copy(update={"step": len(run.steps)})
+    calls: list[int] = []
+
+    def counting(messages: Sequence[dict[str, Any]]) -> int:
+        calls.append(id(messages))
+        return estimate(messages)
+
+    made = plan(
+        head, run.steps, run.observations, estimate=counting, tools=1_100, by=1.5, force=force
+    )
+    assert made.unscaled == estimate(made.messages) + 1_100
+    assert made.tokens == math.ceil(estimate(made.messages) * 1.5) + 1_650
+    assert calls.count(id(made.messages)) == 1
 
 
 def test_a_graph_nodes_tool_output_is_elided_where_the_schemas_pass_the_target() -> None:

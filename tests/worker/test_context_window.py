@@ -967,6 +967,43 @@ def test_a_think_builds_its_prompt_once(long: Long, monkeypatch: pytest.MonkeyPa
     assert len(built) == len(chat.log)
 
 
+def test_a_think_estimates_each_prompt_once(long: Long, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The plan estimated the prompt a THINK sends, and the THINK estimated it again,
+    unscaled, for the estimate its step keeps: the plan hands its unscaled estimate back.
+    Each prompt a tick tries is estimated once, and each reply keeps the estimate of the
+    request the server received."""
+    from tickwork.worker.models.base import estimate_prompt
+    from tickwork.worker.tick import agent
+
+    tried: list[str] = []
+    estimate = agent.estimate
+
+    def counting(messages: Any) -> int:
+        tried.append(json.dumps(list(messages), sort_keys=True))
+        return estimate(messages)
+
+    monkeypatch.setattr(agent, "estimate", counting)
+    chat = WindowedChat(window=11_000, steps=30, record=True, undercount=0.33)
+    with windowed_chat(chat):
+        monkeypatch.setenv("OPENAI_BASE_URL", chat.url)
+        session_id = long.submit(context_window=11_000)
+        for _ in range(1_000):
+            head = long.store.get(session_id)
+            if not head.status.runnable:
+                break
+            tried.clear()
+            advance(long.rt, session_id, head.version)
+            assert tried or head.status is not Status.READY, "a THINK plans its prompt"
+            assert len(tried) == len(set(tried)), "a prompt was estimated twice in one tick"
+    assert head.status is Status.COMPLETED, head.error_message
+    session = long.store.load(session_id)
+    assert {s.kind for s in session.steps} == {StepKind.REPLY, StepKind.COMPACTION}
+    for request, step in zip(chat.answered, session.steps, strict=True):
+        assert request.messages is not None and request.tools is not None
+        sent = estimate_prompt(request.messages) + estimate_schemas(request.tools)
+        assert step.prompt_estimate == (sent if step.kind is StepKind.REPLY else None)
+
+
 def test_a_refused_prompts_compaction_is_planned_with_the_thinks_estimator(
     long: Long, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -9,7 +9,6 @@ one tool call.
 from __future__ import annotations
 
 import logging
-import math
 import time
 import uuid
 from typing import Any
@@ -71,9 +70,8 @@ def think(tick: Tick) -> Change:
     by = context.scale(
         head, claimed.steps, claimed.observations, estimate=estimate, tools=schema_tokens
     )
-    scaled, scaled_tools = context.scaled(estimate, by), math.ceil(schema_tokens * by)
     prompt = context.plan(
-        head, claimed.steps, claimed.observations, estimate=scaled, tools=scaled_tools
+        head, claimed.steps, claimed.observations, estimate=estimate, tools=schema_tokens, by=by
     )
     messages = prompt.messages
     stored = context.stored_view(claimed.steps)
@@ -131,9 +129,7 @@ def think(tick: Tick) -> Change:
             ModelSettings(timeout_s=rt.settings.model_timeout_s, max_tokens=cap.tokens),
         )
     except ContextTooLong as exc:
-        return _overflow(
-            tick, prompt, exc, schemas, asked, cap.tokens, scaled=scaled, scaled_tools=scaled_tools
-        )
+        return _overflow(tick, prompt, exc, schemas, asked, cap.tokens, tools=schema_tokens, by=by)
     except ModelError as exc:
         return _model_error(rt, head, exc, asked, messages, report)
     except Exception as exc:
@@ -166,7 +162,7 @@ def think(tick: Tick) -> Change:
         cut=cut,
         masked_through=prompt.view.masked,
         # unscaled, as sent: what the next THINK's `context.scale` divides the usage by
-        prompt_estimate=estimate(messages) + schema_tokens,
+        prompt_estimate=prompt.unscaled,
     )
     if reply.stated_window is not None and policy is not None:
         change = _learned(change, reply.stated_window, policy.window)
@@ -203,15 +199,15 @@ def _overflow(
     asked: int,
     max_tokens: int | None,
     *,
-    scaled: context.Estimate,
-    scaled_tools: int,
+    tools: int,
+    by: float,
 ) -> Change:
     """The model refused the prompt as longer than its window: a `context_overflow` event
     and a warning naming the windows. Where the refusal states a window below the
     session's, the session goes on under it (the next tick masks or compacts to its
     target, instead of compacting a step or two at each refusal); else it compacts at
-    once, and the next tick tries again with the shorter transcript. `scaled` and
-    `scaled_tools`: the estimator and the schemas' tokens `think` planned the prompt with."""
+    once, and the next tick tries again with the shorter transcript. `tools` and `by`: the
+    schemas' tokens and the scale `think` planned the prompt with."""
     rt, claimed, report = tick.rt, tick.claimed, tick.report
     head = claimed.head
     policy = context.policy_for(head)
@@ -240,8 +236,9 @@ def _overflow(
         head,
         claimed.steps,
         claimed.observations,
-        estimate=scaled,
-        tools=scaled_tools,
+        estimate=estimate,
+        tools=tools,
+        by=by,
         force=True,
     )
     if forced.too_long is not None or forced.compact_through is None:
