@@ -249,3 +249,21 @@ def test_a_token_of_no_role_is_told_a_decision_needs_the_approver_role() -> None
     assert (refused.value.status, refused.value.code) == (403, "forbidden")
     assert refused.value.message == "nora holds no role; this needs the approver role"
     assert not any(s.startswith("POST") for s in sent)
+
+
+def test_a_submit_sends_a_price_of_two_or_three_rates_and_refuses_more() -> None:
+    sent: list[Any] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        sent.append(json.loads(request.content)["price"])
+        return httpx.Response(201, json={**HEAD, "status": "ready"})
+
+    sync, _ = _mock(answer)
+    with Client("http://tw.test/", token="token-token-token-1", transport=sync) as c:
+        c.submit("repair", {}, price=(0.5, 1.5))
+        c.submit("repair", {}, price=(0.5, 1.5, 0.05))
+        # checked before it is sent, by the API's own model of the body
+        with pytest.raises(ValueError, match="price") as refused:
+            c.submit("repair", {}, price=(0.5, 1.5, 0.05, 1))
+    assert sent == [[0.5, 1.5], [0.5, 1.5, 0.05]]
+    assert "at most 3 items" in str(refused.value)
