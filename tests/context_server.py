@@ -77,6 +77,9 @@ class WindowedChat:
     #: `window`), as a server whose window is smaller than the session's refuses the first
     #: call whose prompt and cap pass it: here the compaction's, not an ordinary call's
     compaction_window: int | None = None
+    #: a refusal states the window and the prompt's tokens (OpenAI's and vLLM's words); else
+    #: it only says the prompt is too long, as some gateways do
+    states_window: bool = True
     log: list[Request] = field(default_factory=list)
     url: str = ""
 
@@ -108,10 +111,10 @@ class WindowedChat:
                     f"you requested {tokens + cap} tokens ({tokens} in the messages, "
                     f"{cap} in the completion)"
                 )
+            said = f"This model's maximum context length is {window} tokens. However, {asked}."
             return 400, {
                 "error": {
-                    "message": f"This model's maximum context length is {window} tokens. "
-                    f"However, {asked}.",
+                    "message": said if self.states_window else "The prompt is too long.",
                     "type": "invalid_request_error",
                     "code": "context_length_exceeded",
                 }

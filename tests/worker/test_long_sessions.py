@@ -57,6 +57,27 @@ def test_a_compaction_refused_as_too_long_learns_the_stated_window_and_goes_on(
     assert "the model states 6,000" in render.event_line(overflow).plain
 
 
+def test_a_compaction_refused_with_no_window_stated_fails_context_with_its_event(
+    long: Long, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A compaction's prompt refused as too long by a server that states no window: there
+    is nothing to learn, so the session fails `CONTEXT` as before, and the refusal is in
+    its events (`context_overflow`) as a refused THINK's is."""
+    chat = WindowedChat(window=32_768, steps=60, compaction_window=6_000, states_window=False)
+    with windowed_chat(chat):
+        monkeypatch.setenv("OPENAI_BASE_URL", chat.url)
+        session_id = long.submit(context_window=16_384)
+        head = long.run(session_id)
+    assert chat.log[-1].refused and chat.log[-1].compaction
+    assert (head.status, head.error_code) == (Status.FAILED, "CONTEXT")
+    assert "was refused as too long too" in head.error_message
+    assert context.STATED_WINDOW not in head.result
+    session = long.store.load(session_id)
+    (overflow,) = [e for e in session.events if e.kind is EventKind.CONTEXT_OVERFLOW]
+    assert (overflow.data["window"], overflow.data["stated_window"]) == (16_384, None)
+    assert "The prompt is too long." in overflow.data["error"]
+
+
 def test_a_window_a_graph_node_learns_stays_with_it_and_its_branches_when_it_fans_out(
     long: Long, monkeypatch: pytest.MonkeyPatch
 ) -> None:
