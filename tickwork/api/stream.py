@@ -106,13 +106,17 @@ async def stream(
         reads = now is not None and (now.admin or bool(now.roles & READING))
         return reads and now is not None and now.sees(head.tenant, head.submitted_by)
 
+    def look() -> tuple[Head, bool]:
+        head = store.get(session_id)
+        return head, still_sees(head)
+
     async def frames() -> AsyncIterator[str]:
         last, quiet_since = start, time.monotonic()
         yield f"retry: {RETRY_MS}\n\n"
         while not await request.is_disconnected():
             # the head first: the events read after it include all of its changes
-            head = await anyio.to_thread.run_sync(store.get, session_id)
-            if not await anyio.to_thread.run_sync(still_sees, head):
+            head, sees = await anyio.to_thread.run_sync(look)
+            if not sees:
                 return  # a reconnect is answered 401 or 404, as any request of it
             batch = await anyio.to_thread.run_sync(store.events_after, session_id, last, BATCH)
             for event_id, event in batch:
