@@ -47,6 +47,10 @@ def test_edits_and_hand_given_updates_are_checked() -> None:
     REFUND.validate_output(h, "refund", '{"payment_id": "p-1"}')
     with pytest.raises(InvalidInput, match="is not a JSON object"):
         REFUND.validate_output(h, "refund", "[1]")
+    # nested deeper than the parser goes: refused as JSON that does not parse (the API's
+    # 422), not a RecursionError (its 500)
+    with pytest.raises(InvalidInput, match="is not JSON"):
+        REFUND.validate_output(h, "refund", "[" * 100_000 + "]" * 100_000)
 
 
 def test_a_session_of_another_version_is_refused_naming_both() -> None:

@@ -58,7 +58,7 @@ def given_update(text: str, node: str) -> dict[str, Any]:
     """The state update a person typed for `node` (JSON); InvalidStateUpdate if it is none."""
     try:
         delta = json.loads(text) if text.strip() else {}
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than it parses
         raise InvalidStateUpdate(
             f"the output given for node {node!r} is not JSON; give the node's state update "
             "as a JSON object"
