@@ -113,8 +113,18 @@ async def tenant_metrics(
     tenant: Annotated[str | None, Query(max_length=64, pattern=TENANT_PATTERN)] = None,
 ) -> Response:
     """The caller's tenant's series, as `/metrics` has them (an admin: the whole scrape, or
-    `tenant`'s); another tenant's is 404, as one nobody made."""
+    `tenant`'s); another tenant's is 404, as one nobody made. An own-only token gets none:
+    the series count every session of its tenant, not only its own."""
     state = request.app.state
+    if who.own_only and not who.admin:
+        raise ApiError(
+            403,
+            "forbidden",
+            f"{who.name}'s token is own_only: it sees the sessions it submitted, and its "
+            f"tenant's metrics count every session of tenant {who.tenant}; read your "
+            "sessions' cost and tokens in GET /api/v1/sessions, or ask an operator for a "
+            "token of the whole tenant",
+        )
     if tenant is not None and not who.admin and tenant != who.tenant:
         raise ApiError(
             404,
