@@ -131,11 +131,11 @@ def _what(error: Mapping[str, Any], part: str) -> str:
         )
     if kind == "string_too_short" and not given:
         return "it is empty"
-    if kind in ("greater_than_equal", "greater_than"):
-        bound = _number(ctx.get("ge", ctx.get("gt")))
+    if kind == "greater_than_equal":
+        bound = _number(ctx.get("ge"))
         return f"{subject}must be at least {bound}, not {_number(given)}"
-    if kind in ("less_than_equal", "less_than"):
-        bound = _number(ctx.get("le", ctx.get("lt")))
+    if kind == "less_than_equal":
+        bound = _number(ctx.get("le"))
         return f"{subject}must be at most {bound}, not {_number(given)}"
     if kind == "finite_number":
         return f"{subject}must be a finite number, not {_number(given)}"

@@ -443,6 +443,7 @@ def test_a_fork_is_shown_beside_its_parent_with_both_patches(
             "from_step": 1,
             "append_instruction": "also write extra.txt",
             "budgets": {"max_steps": 5},
+            "priority": 7,
         },
     )
     assert answer.status_code == 201, answer.text
@@ -464,9 +465,10 @@ def test_a_fork_is_shown_beside_its_parent_with_both_patches(
     patch = page.locator("#fork-patch")
     expect(patch).to_contain_text("from step 1")
     expect(patch).to_contain_text("by olga")
-    expect(patch.locator("dt")).to_have_text(["instruction after step 1", "budgets"])
+    expect(patch.locator("dt")).to_have_text(["instruction after step 1", "budgets", "admission"])
     expect(patch.locator("dd").first).to_have_text("also write extra.txt")
     expect(patch.locator("dd").nth(1)).to_contain_text('"max_steps": 5')
+    expect(patch.locator("dd").nth(2)).to_have_text("priority 7")
 
     heads = page.locator("#compare .pair.heads")
     expect(heads.locator(f'.side.parent[data-session="{parent}"]')).to_contain_text("1 step ·")

@@ -276,6 +276,13 @@ function forkPatch(fork) {
   for (const [callId, output] of Object.entries(patch.tool_outputs || {})) items.push([`output of ${callId}`, output]);
   if (patch.budgets && Object.keys(patch.budgets).length) items.push(["budgets", pretty(patch.budgets)]);
   if (patch.state && Object.keys(patch.state).length) items.push(["state", pretty(patch.state)]);
+  // admission the fork was given instead of its parent's (docs/DESIGN.md section 15)
+  const admission = [
+    patch.priority != null ? `priority ${patch.priority}` : null,
+    patch.concurrency_key ? `concurrency key ${patch.concurrency_key}` : null,
+    patch.max_per_key ? `at most ${patch.max_per_key} of its key at once` : null,
+  ].filter(Boolean);
+  if (admission.length) items.push(["admission", admission.join(", ")]);
   return el("section", { class: "summary", id: "fork-patch" },
     el("h3", {}, "What the fork changed"),
     el("p", { class: "meta" }, `from step ${k} of ${fork.head.parent_id}`,
