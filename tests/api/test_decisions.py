@@ -7,6 +7,7 @@ import json
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from tickwork.fsm.errors import StaleDecision
@@ -322,3 +323,35 @@ def test_a_secret_in_a_comment_is_stored_and_shown_masked(stack: Stack) -> None:
     shown = stack.http("alice").get(f"/api/v1/sessions/{session_id}")
     assert shown.status_code == 200
     assert key not in shown.text and "use **** for it" in shown.text
+
+
+def test_the_waiting_calls_come_without_previews_when_asked(stack: Stack, tmp_path: Path) -> None:
+    """A client deciding without a fingerprint reads the waiting calls for it; the server
+    read each waiting file write's file and diffed it for a preview nobody looked at.
+    `?preview=false` answers the same calls, fingerprints and all, without previews."""
+    from tests.api.test_page import _submit_fix
+
+    workspace = tmp_path / "project"
+    workspace.mkdir()
+    (workspace / "calc.py").write_text("def add(a, b):\n    return a - b\n")
+    stack.deployment.settings.workspace_roots = [tmp_path]  # the API takes paths under these
+    try:
+        answer = _submit_fix(stack, workspace, "def add(a, b):\n    return a + b\n")
+    finally:
+        stack.deployment.settings.workspace_roots = []
+    assert answer.status_code == 201, answer.text
+    session_id = answer.json()["id"]
+    assert stack.wait(session_id)["status"] == "waiting_approval"
+    http = stack.http("alice")
+
+    full = http.get(f"/api/v1/approvals/{session_id}").json()
+    bare = http.get(f"/api/v1/approvals/{session_id}", params={"preview": "false"})
+
+    assert bare.status_code == 200, bare.text
+    [previewed], [plain] = full["calls"], bare.json()["calls"]
+    assert "+    return a + b" in previewed["preview"]["diff"]
+    assert plain["preview"] is None
+    assert {**plain, "preview": previewed["preview"]} == previewed
+    assert plain["fingerprint"] == stack.fingerprint(session_id)
+    refused = http.get(f"/api/v1/approvals/{session_id}", params={"preview": "maybe"})
+    assert refused.status_code == 422, refused.text

@@ -185,7 +185,8 @@ def _served_decisions(sent: list[str], *, roles: tuple[str, ...] = ("approver",)
     ran = {"call_id": "s1c0", "name": "echo", "fingerprint": _fingerprint("s1c0")}
 
     def answer(request: httpx.Request) -> httpx.Response:
-        sent.append(f"{request.method} {request.url.path}")
+        query = f"?{request.url.query.decode()}" if request.url.query else ""
+        sent.append(f"{request.method} {request.url.path}{query}")
         path = request.url.path
         if path == "/api/v1/me":
             return httpx.Response(200, json={"name": "nora", "roles": list(roles)})
@@ -231,13 +232,38 @@ def test_a_decision_reads_only_the_waiting_calls_for_the_fingerprint(mode: str) 
         return asyncio.run(go())
 
     assert approve("s1c1").status is Status.READY
-    assert sent == ["GET /api/v1/approvals/s-1", "POST /api/v1/sessions/s-1/calls/s1c1/decision"]
+    assert sent == [
+        "GET /api/v1/approvals/s-1?preview=false",  # its fingerprints, not its previews
+        "POST /api/v1/sessions/s-1/calls/s1c1/decision",
+    ]
     # a call not waiting: the server's own word, as locally
     with pytest.raises(RemoteError, match="s1c0 of session s-1 is not waiting"):
         approve("s1c0")
     # a call the session has not: named with the calls that wait, as locally
     with pytest.raises(LookupError, match=r"session s-1 has no call 's9c9'; waiting: s1c1"):
         approve("s9c9")
+
+
+def test_a_server_that_takes_no_preview_parameter_is_asked_again_without_it() -> None:
+    """A server from before `?preview=false` refuses a query parameter it does not take
+    (422): the client asks again without it, and the decision is made."""
+    sent: list[str] = []
+    call = {"call_id": "s1c1", "name": "danger", "fingerprint": _fingerprint("s1c1")}
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        sent.append(f"{request.method} {request.url}")
+        if request.url.path == "/api/v1/approvals/s-1" and request.url.query:
+            message = "GET /api/v1/approvals/{session_id} takes no query parameter 'preview'"
+            return httpx.Response(422, json={"code": "invalid_input", "message": message})
+        if request.url.path == "/api/v1/approvals/s-1":
+            return httpx.Response(200, json={"session": HEAD, "calls": [call]})
+        assert json.loads(request.content)["fingerprint"] == _fingerprint("s1c1")
+        return httpx.Response(200, json={**HEAD, "status": "ready"})
+
+    sync, _ = _mock(answer)
+    with Client("http://tw.test", token="token-token-token-1", transport=sync) as client:
+        assert client.approve("s-1", "s1c1").status is Status.READY
+    assert [s.split(" ")[0] for s in sent] == ["GET", "GET", "POST"]
 
 
 def test_a_token_of_no_role_is_told_a_decision_needs_the_approver_role() -> None:

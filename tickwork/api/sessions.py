@@ -385,14 +385,28 @@ def approvals(
     summary="One session's calls waiting for a person, with previews",
     responses=FOUND,
 )
-def approval(session_id: SessionId, client: Client, who: Reader) -> dict[str, Any]:
+def approval(
+    session_id: SessionId,
+    client: Client,
+    who: Reader,
+    preview: Annotated[
+        bool,
+        Query(
+            description="false: each call's `preview` is null, no file is read nor diffed "
+            "(a client that reads only the calls' fingerprints)."
+        ),
+    ] = True,
+) -> dict[str, Any]:
     seen_head(client, who, session_id, archived=False)
-    return waiting_view(client.load(session_id), client)
+    return waiting_view(client.load(session_id), client, previewed=preview)
 
 
-def waiting_view(session: Session, client: Tickwork | None = None) -> dict[str, Any]:
+def waiting_view(
+    session: Session, client: Tickwork | None = None, *, previewed: bool = True
+) -> dict[str, Any]:
     """A waiting session for the approvals page: its calls with previews (read from the
-    session's stored files, and its children's patches)."""
+    session's stored files, and its children's patches; None for each unless
+    `previewed`)."""
     head = session.head
     read = None if client is None else client.file_reader(head)
     children = None if client is None else functools.partial(client.children, head)
@@ -403,7 +417,8 @@ def waiting_view(session: Session, client: Tickwork | None = None) -> dict[str, 
         for call in step["calls"]:
             if call["call_id"] in head.awaiting:
                 found = session.call(call["call_id"])
-                call["preview"] = previews.preview(found, read, children) if found else None
+                shown = found is not None and previewed
+                call["preview"] = previews.preview(found, read, children) if shown else None
                 calls.append(call)
                 thought = step["thought"]
     return {

@@ -269,6 +269,18 @@ def _fingerprint(calls: Iterable[Mapping[str, Any]], call_id: str) -> str | None
     return None
 
 
+def _waiting_calls(session_id: str) -> Plan[dict[str, Any]]:
+    """The session's waiting calls without their previews (no file read nor diffed for
+    them); from a server that does not take `?preview` (422), with them."""
+    path = _path("approvals", session_id)
+    try:
+        return (yield Call("GET", path, _json, {"preview": False}))
+    except RemoteError as exc:
+        if exc.status != 422 or "preview" not in exc.message:
+            raise
+    return (yield Call("GET", path, _json))
+
+
 def _seen_fingerprint(session_id: str, call_id: str) -> Plan[str]:
     """The call's fingerprint as the server has it now: read from the session's waiting
     calls, not its whole timeline (every step, call and event of a long session). A call
@@ -277,7 +289,7 @@ def _seen_fingerprint(session_id: str, call_id: str) -> Plan[str]:
     from tickwork.fsm.errors import CallNotFound
 
     try:
-        card = yield Call("GET", _path("approvals", session_id), _json)
+        card = yield from _waiting_calls(session_id)
     except RemoteError as exc:
         if exc.status != 403:
             raise
