@@ -11,8 +11,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from rich.console import Console
-from tickwork.fsm.values import Head, Status
+from tickwork.fsm.values import Head, Observation, Session, Status, Step, ToolCall
+from tickwork.store.files import Saved
 from tickwork.worker.config.secrets import Masker
+from tickwork.worker.jobs.repair import baseline
 from tickwork.worker.observers.webhooks import finished_card
 
 from tests.worker.ticking import Ticks
@@ -125,3 +127,55 @@ def test_a_repair_whose_tests_pass_at_the_end_says_nothing_of_before(ticks: Tick
     assert done.result["outcome"] == "repaired", done.result["tests"]["output"]
     assert done.result["tests_before"]["failing"] == ["test_calc.T.test_add"]
     assert "failed_before" not in done.result and "failing" not in done.result["tests"]
+
+
+def _history(*calls: tuple[int, str, str]) -> Session:
+    """A session whose steps each make one call (step, tool, its observation)."""
+    now = datetime.now(UTC)
+    head = Head(id="s", kind="repair", created_at=now, updated_at=now, model="scripted:x")
+    steps = tuple(
+        Step(
+            step=step,
+            thought="",
+            at=now,
+            calls=(
+                ToolCall(
+                    call_id=f"s{step}c0",
+                    step=step,
+                    index=0,
+                    name=name,
+                    arguments={},
+                    raw_arguments="{}",
+                    fingerprint="f",
+                ),
+            ),
+        )
+        for step, name, _ in calls
+    )
+    seen = tuple(Observation(call_id=f"s{step}c0", content=out, at=now) for step, _, out in calls)
+    return Session(head=head, steps=steps, observations=seen)
+
+
+def _saved(step: int, call_id: str) -> Saved:
+    return Saved(version=1, step=step, call_id=call_id, changes={"a": None}, state="x")
+
+
+def test_only_a_run_before_every_saved_change_counts() -> None:
+    failed = "tests FAILED (pytest)\nFAILED t.py::test_tz\n1 failed in 0.1s"
+    history = _history((1, "list_files", "a"), (2, "run_tests", failed), (3, "run_tests", failed))
+    assert baseline.first_run(history, []) == {
+        "step": 2,
+        "call_id": "s2c0",
+        "failing": ["t.py::test_tz"],
+    }
+    # what the run itself wrote is no change before it; a later change is none either
+    assert baseline.first_run(history, [_saved(2, "s2c0"), _saved(3, "s3c0")]) is not None
+    assert baseline.first_run(history, [_saved(1, "s1c0")]) is None
+    assert baseline.first_run(history, [_saved(2, "s2c1")]) is None  # another call of step 2
+    # a fork's start collapses its parent's kept changes at the fork's step: they may have
+    # come before any of the steps it copied
+    assert baseline.first_run(history, [_saved(5, "")]) is None
+    # a first run whose tests did not run says nothing; the next one before a change counts
+    not_run = "tests did NOT run: the shell could not find it (nope)\nexit code: 127"
+    later = _history((1, "run_tests", not_run), (2, "run_tests", failed))
+    assert baseline.first_run(later, [])["step"] == 2  # type: ignore[index]

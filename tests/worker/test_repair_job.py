@@ -532,6 +532,15 @@ def test_failing_tests_behind_a_pipe_are_not_a_pass(project: Path) -> None:
     assert tests["exit_code"] == 0 and tests["passed"] is False
     assert "`1 failed, 1 passed in 0.05s`" in tests["failed"] and "pipe" in tests["failed"]
     assert repair_outcome(patch="a patch", tests=tests) is Outcome.TESTS_FAILING
+    assert tests["failing"] == ["tests/test_a.py::test_a"]
+
+
+def test_a_passing_run_names_no_failing_test_whatever_its_output_prints(project: Path) -> None:
+    """A passing test may print a summary line (an inner run's, pytester's): the final run
+    passed, so no test of it is failing, nor said to have failed before any change."""
+    printed = "printf 'FAILED tests/test_inner.py::test_x\\n1 passed in 0.01s\\n'"
+    tests = run_final_tests(head_for({"test_command": printed}), project)
+    assert tests["passed"] is True and "failing" not in tests
 
 
 def test_a_runner_that_setup_without_network_could_not_install_is_not_the_projects_fault(

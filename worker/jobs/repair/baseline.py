@@ -6,7 +6,8 @@ whose tests ran, if no change to the session's files was saved before it (a chan
 test run itself made counts as none), is the run before any change. The repair's result
 keeps its failing tests (`tests_before`) and says which of the final run's failing tests
 failed there too (`failed_before`, `tickwork.fsm.failures`). A session whose files changed
-before any such run has none: nothing is said.
+before any such run has none: nothing is said. A fork's start (its parent's kept changes,
+collapsed at its fork step) counts as a change before every step it copied.
 """
 
 from __future__ import annotations
@@ -53,5 +54,9 @@ def first_run(session: Session, changes: Sequence[Saved]) -> dict[str, Any] | No
 def _before(saved: Saved, step: int, call_id: str) -> bool:
     """Whether a saved change may have come before the call `call_id` of `step`: one of
     an earlier step, or of another call of the same step (the order of a step's calls is
-    not what its ticks ran in when a person decided them one by one)."""
+    not what its ticks ran in when a person decided them one by one), or a fork's start
+    (no call: what its parent's kept calls did, collapsed at the fork's step, whenever
+    they ran)."""
+    if not saved.call_id:
+        return True
     return saved.step < step or (saved.step == step and saved.call_id != call_id)

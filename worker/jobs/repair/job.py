@@ -398,7 +398,8 @@ def run_final_tests(head: Head, workspace: Path, environment: Path | None = None
     elif hidden := hidden_failure(result.exit_code, output):
         record["failed"] = hidden
         record["passed"] = False
-    if not why and (failing := failing_tests(output)):
+    # a passing run has none failing, whatever its output prints (an inner run's summary)
+    if not why and not record["passed"] and (failing := failing_tests(output)):
         record["failing"] = failing
     return record
 
