@@ -16,7 +16,8 @@ repaired anything, so a list of sessions never shows a failed repair like a succ
   at collection on a module the environment lacks that is not the project's own
   (`missing_module`), the sandbox could not start, or the runner found no test to run
   (`no_tests_ran`: unittest's "Ran 0 tests", pytest's exit 5, or its exit 4, a usage
-  error: an option of `addopts` no plugin takes, a conftest that fails);
+  error: an option of `addopts` no plugin takes, a conftest that fails, or its exit 3, an
+  internal error before any test: a conftest hook that raised);
 - `no_changes`: the patch is empty (or could not be made: there is none to apply).
 
 When several apply, the first of this order wins:
@@ -173,15 +174,19 @@ def _wanted_at_collection(exit_code: int | None, output: str) -> tuple[str, ...]
 #: unittest's count line, and pytest's exit codes for "no tests collected" and for a usage
 #: error (an option or path it refuses, a conftest that fails to import: it ran no test)
 _RAN = re.compile(r"^Ran (\d+) tests? in ", re.MULTILINE)
-PYTEST_NO_TESTS, PYTEST_USAGE_ERROR = 5, 4
+PYTEST_NO_TESTS, PYTEST_USAGE_ERROR, PYTEST_INTERNAL_ERROR = 5, 4, 3
 _PYTEST_REFUSAL = re.compile(r"error: (?!usage:)|while loading conftest", re.IGNORECASE)
+#: pytest's closing line when it ran no test, and the last line of its internal error's trace
+_PYTEST_NONE_RAN = re.compile(r"^=*\s*no tests ran\b", re.MULTILINE)
+_INTERNAL = re.compile(r"^INTERNALERROR> (\S.*)$", re.MULTILINE)
 
 
 def no_tests_ran(command: str, exit_code: int | None, output: str) -> str | None:
     """Why a test run proved nothing, if its runner says it found no test: unittest ran 0
     (which exits 0 before Python 3.12: it looked like a pass), pytest exited 5 ("no tests
-    ran") or 4 (a usage error: it refused its options or paths, or a conftest failed to
-    import, before any test); else None."""
+    ran"), 4 (a usage error: it refused its options or paths, or a conftest failed to
+    import, before any test) or 3 with "no tests ran" (an internal error before any test:
+    a conftest hook that raised); else None."""
     counts = [int(n) for n in _RAN.findall(output)]
     if counts and not any(counts) and exit_code in (0, PYTEST_NO_TESTS):
         return (
@@ -193,6 +198,19 @@ def no_tests_ran(command: str, exit_code: int | None, output: str) -> str | None
         return (
             "the test runner found no test to run (pytest exit 5: no tests ran): check the "
             "test command and the paths it is given"
+        )
+    if (
+        exit_code == PYTEST_INTERNAL_ERROR
+        and "pytest" in command
+        and _PYTEST_NONE_RAN.search(output)
+        and (raised := _INTERNAL.findall(output))
+    ):
+        return (
+            "pytest stopped on an internal error before running any test (exit 3: "
+            f"{raised[-1].strip()[:300]}): a conftest hook or a plugin raised; check that "
+            "the plugins the project's conftest and configuration use are in the environment "
+            "(an unknown mark, such as pytest-cov's `no_cover` without it, is an error under "
+            "`filterwarnings = error`)"
         )
     if exit_code == PYTEST_USAGE_ERROR and "pytest" in command:
         said = next(

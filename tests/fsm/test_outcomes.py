@@ -134,6 +134,14 @@ PYTEST_USAGE = (
     "--- stderr ---\nERROR: usage: python -m pytest [options] [file_or_dir] [...]\n"
     "python -m pytest: error: unrecognized arguments: -n\n  inifile: /workspace/pyproject.toml\n"
 )
+PYTEST_INTERNAL = """\
+INTERNALERROR> Traceback (most recent call last):
+INTERNALERROR>   File "/tmp/s/files/tests/conftest.py", line 20, in pytest_collection_modifyitems
+INTERNALERROR>     item.add_marker(pytest.mark.no_cover)
+INTERNALERROR> pytest.PytestUnknownMarkWarning: Unknown pytest.mark.no_cover - is this a typo?
+
+no tests ran in 0.18s
+"""
 UNITTEST_NONE = "\n" + "-" * 70 + "\nRan 0 tests in 0.000s\n\nOK\n"
 
 
@@ -154,12 +162,24 @@ UNITTEST_NONE = "\n" + "-" * 70 + "\nRan 0 tests in 0.000s\n\nOK\n"
         ("python3 -m pytest -q", 4, PYTEST_USAGE, True),
         ("pytest tests/", 4, "ERROR: file or directory not found: tests/\n", True),
         ("make test", 4, "make: *** [test] Error 4", False),  # not pytest's 4
+        # pytest's internal error before any test: a conftest hook that raised (python-
+        # dateutil's marks `no_cover`, pytest-cov's, under filterwarnings=error without it)
+        ("python3 -m pytest -q", 3, PYTEST_INTERNAL, True),
+        # one after tests ran: they ran
+        ("python3 -m pytest -q", 3, "INTERNALERROR> KeyError: 'x'\n1 passed in 0.1s", False),
+        ("make test", 3, "INTERNALERROR> x\nno tests ran in 0.01s", False),  # not pytest's
     ],
 )
 def test_a_run_that_found_no_test_is_told_from_one_that_ran(
     command: str, exit_code: int, output: str, empty: bool
 ) -> None:
     assert (no_tests_ran(command, exit_code, output) is not None) is empty
+
+
+def test_a_pytest_internal_error_says_what_raised() -> None:
+    said = no_tests_ran("python3 -m pytest -q", 3, PYTEST_INTERNAL)
+    assert said is not None and "exit 3" in said
+    assert "PytestUnknownMarkWarning: Unknown pytest.mark.no_cover" in said
 
 
 def test_a_pytest_usage_error_says_what_pytest_refused() -> None:
