@@ -51,6 +51,7 @@ def serve(
             header_timeout_s=api.api_header_timeout_s, max_per_ip=api.api_max_connections_per_ip
         ),
         proxy_headers=True,
+        timeout_keep_alive=api.api_keepalive_s,
         timeout_graceful_shutdown=5,
         ws="none",
         lifespan="on",

@@ -71,7 +71,14 @@ class Server:
         self.socket.bind(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self.socket.getsockname()[1]}"
         config = uvicorn.Config(
-            app, log_level="warning", ws="none", lifespan="on", timeout_graceful_shutdown=1
+            app,
+            log_level="warning",
+            ws="none",
+            lifespan="on",
+            timeout_graceful_shutdown=1,
+            # as `tickwork serve`: past the clients' pools' 5 s (a reused connection the
+            # server closed as it was sent a request reset the submit of a test now and then)
+            timeout_keep_alive=ApiSettings.model_fields["api_keepalive_s"].default,
         )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(

@@ -3,11 +3,13 @@ cleanly on SIGTERM; without tokens it refuses to start."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -78,6 +80,17 @@ def test_serve_runs_until_sigterm(tmp_path: Path) -> None:
         assert page.status_code == 200 and "<title>tickwork</title>" in page.text
         assert "default-src 'self'" in page.headers["content-security-policy"]
         assert "tickwork_store_up 1.0" in httpx.get(f"{url}/metrics").text
+        # a connection idle for longer than a client's pool keeps one (httpx: 5 s) is still
+        # open: the client, not the server, closes it, so no request meets a closing socket
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        try:
+            for pause in (0, 6.5):
+                time.sleep(pause)
+                conn.request("GET", "/healthz")
+                answer = conn.getresponse()  # RemoteDisconnected: the server closed it
+                assert (answer.status, answer.read()) == (200, b'{"ok":true}'), pause
+        finally:
+            conn.close()
     finally:
         proc.send_signal(signal.SIGTERM)
         output = proc.communicate(timeout=30)[0].decode()

@@ -86,6 +86,10 @@ class ApiSettings(BaseSettings):
     #: connections one client address may hold open at once (0: no bound); behind a
     #: proxy every client has the proxy's address, so bound them there instead
     api_max_connections_per_ip: int = Field(default=64, ge=0)
+    #: an idle keep-alive connection is closed after this many seconds: longer than a
+    #: client's own pool keeps one (httpx: 5 s), so no client sends a request on a
+    #: connection the server is closing at that moment (a reset, never answered)
+    api_keepalive_s: int = Field(default=30, ge=1)
     #: how often a live event stream looks for new events
     api_stream_poll_s: float = Field(default=0.25, gt=0)
     #: a live event stream sends a comment this often while nothing happens
