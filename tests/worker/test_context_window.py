@@ -1004,6 +1004,37 @@ def test_a_think_estimates_each_prompt_once(long: Long, monkeypatch: pytest.Monk
         assert step.prompt_estimate == (sent if step.kind is StepKind.REPLY else None)
 
 
+def test_a_thinks_budget_check_takes_the_plans_estimate(
+    long: Long, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The estimate of the next call (budgets, completion cap) turned the transcript the
+    plan had just estimated into text and estimated it again, and the schemas too: it
+    takes the plan's estimate and the THINK's schemas' tokens instead (the figures are the
+    same: tests/worker/models/test_models_pricing.py)."""
+    from tickwork.worker.models import pricing
+
+    passes: list[int] = []
+    text, schemas = pricing.transcript_text, pricing.estimate_schemas
+
+    def counted_text(messages: Any) -> str:
+        passes.append(1)
+        return text(messages)
+
+    def counted_schemas(tools: Any) -> int:
+        passes.append(2)
+        return schemas(tools)
+
+    monkeypatch.setattr(pricing, "transcript_text", counted_text)
+    monkeypatch.setattr(pricing, "estimate_schemas", counted_schemas)
+    chat = WindowedChat(window=11_000, steps=30, record=True, undercount=0.33)
+    with windowed_chat(chat):
+        monkeypatch.setenv("OPENAI_BASE_URL", chat.url)
+        session_id = long.submit(context_window=11_000)
+        head = long.run(session_id)
+    assert head.status is Status.COMPLETED, head.error_message
+    assert passes == []
+
+
 def test_a_refused_prompts_compaction_is_planned_with_the_thinks_estimator(
     long: Long, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -298,6 +298,8 @@ def next_call(
     window: int | None = None,
     tools: Sequence[Mapping[str, Any]] = (),
     scale: float = 1.0,
+    tokens: int | None = None,
+    schema_tokens: int | None = None,
 ) -> NextCall:
     """What the next model call is expected to read, for the budget check and the completion
     cap before it: the transcript's tokens (at least what the last call read and wrote, which
@@ -305,10 +307,12 @@ def next_call(
     most it may write (the model's own limit, `max_completion_tokens` if tighter, and the
     room the model's context `window` leaves after the prompt and its `tools`' schemas);
     `scale`: how many times the estimate the server counted the last prompt
-    (`tickwork.fsm.context.scale`)."""
-    text = estimate_tokens(transcript_text(messages))
+    (`tickwork.fsm.context.scale`). `tokens` and `schema_tokens`: the unscaled estimates of
+    `messages` and of the schemas, where the caller made them (a THINK's plan did)."""
+    text = estimate_tokens(transcript_text(messages)) if tokens is None else tokens
+    schemas = estimate_schemas(tools) if schema_tokens is None else schema_tokens
     prompt = math.ceil(text * scale)
-    read = math.ceil((text + estimate_schemas(tools)) * scale)
+    read = math.ceil((text + schemas) * scale)
     if last is not None:
         prompt = max(prompt, last.total)
         read = max(read, last.total)

@@ -90,6 +90,9 @@ def think(tick: Tick) -> Change:
         window=None if policy is None else policy.window,
         tools=schemas,
         scale=by,
+        # the plan's estimate of the prompt, not made again: the messages' and the schemas'
+        tokens=prompt.unscaled - schema_tokens,
+        schema_tokens=schema_tokens,
     )
     before = machine.start_think(head, now=rt.clock(), next_call=ahead, plan=prompt)
     if isinstance(before, Change):

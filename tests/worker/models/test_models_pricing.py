@@ -334,6 +334,24 @@ def test_next_call_reads_the_transcript_once(monkeypatch: pytest.MonkeyPatch) ->
     assert ahead.max_completion_tokens == min(DEFAULT_MAX_COMPLETION, 16_384 - read - read // 8)
 
 
+@pytest.mark.parametrize("last", [None, Usage(prompt_tokens=9_000, completion_tokens=10)])
+def test_next_call_takes_the_callers_estimates_as_its_own(last: Usage | None) -> None:
+    """A THINK's plan estimated the prompt and the THINK the schemas: given, they are the
+    figures the estimate would have made, and nothing is estimated again."""
+    messages = [{"role": "user", "content": "x" * 20_000}]
+    schemas = [{"type": "function", "function": {"name": "f", "parameters": {}}}]
+    asked = {"last": last, "price": Price(1, 2), "window": 16_384, "tools": schemas}
+    made = next_call(messages, **asked, scale=1.3)
+    given = next_call(
+        [],
+        **asked,
+        scale=1.3,
+        tokens=estimate_tokens(transcript_text(messages)),
+        schema_tokens=estimate_schemas(schemas),
+    )
+    assert given == made
+
+
 @pytest.mark.parametrize(
     ("given", "parent", "child", "passed"),
     [
