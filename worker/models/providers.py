@@ -15,6 +15,7 @@ their documented keywords they take (all of them if they take `**kwargs`).
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import inspect
 import os
@@ -229,10 +230,23 @@ def _as_provider(obj: Any, origin: str) -> Provider:
 
 def _call(fn: Callable[..., T], rest: str, **offered: Any) -> T:
     """`fn(rest, ...)` with those of the offered keywords it takes."""
-    params = inspect.signature(fn).parameters
-    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        offered = {k: v for k, v in offered.items() if k in params}
+    try:
+        taken = _keywords(fn)
+    except TypeError:  # an unhashable callable (or no signature: raised again, as it was)
+        taken = _keywords.__wrapped__(fn)
+    if taken is not None:
+        offered = {k: v for k, v in offered.items() if k in taken}
     return fn(rest, **offered)
+
+
+@functools.lru_cache(maxsize=256)
+def _keywords(fn: Callable[..., Any]) -> frozenset[str] | None:
+    """The names `fn` takes, None if it takes any keyword: read once a function (a THINK
+    prices its model twice)."""
+    params = inspect.signature(fn).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return None
+    return frozenset(params)
 
 
 def _make_openai(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+from typing import Any
 
 import pytest
 from tickwork.fsm.errors import ConfigurationError, InvalidModelSpec
@@ -23,6 +24,43 @@ def test_an_imported_provider_is_checked_made_priced_and_labelled() -> None:
     assert isinstance(model, CannedModel) and (model.word, model.timeout_s) == ("hello", 7)
     assert session_price("canned:hello", {}, {}, providers=providers) == Price(10.0, 100.0)
     assert providers.label("canned:hello") == "canned"
+
+
+def test_a_providers_signature_is_read_once_not_at_every_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A THINK prices its session twice (the budgets' check, the bill): each time the
+    registry read the provider's function's signature again to know which keywords it
+    takes. It reads it once a function."""
+    import inspect
+
+    read: list[object] = []
+    signature = inspect.signature
+
+    def counting(fn: Any, *args: Any, **kw: Any) -> inspect.Signature:
+        read.append(fn)
+        return signature(fn, *args, **kw)
+
+    providers = Providers([CANNED_IMPORT])
+    monkeypatch.setattr(inspect, "signature", counting)
+    for _ in range(5):
+        assert session_price("canned:hello", {}, {}, providers=providers) == Price(10.0, 100.0)
+        assert session_price("scripted:/s.json", {}, {}, providers=providers) == Price(0.0, 0.0)
+    assert len(read) == len(set(read)) <= 2
+
+
+def test_an_unhashable_callable_provider_is_still_called() -> None:
+    """A provider's function may be any callable, one that cannot be a cache's key too."""
+
+    class Pricer:
+        __hash__ = None  # type: ignore[assignment]
+
+        def __call__(self, rest: str, *, spec: str) -> Price:
+            return Price(1.0, 2.0) if spec == f"unhashable:{rest}" else Price(0.0, 0.0)
+
+    pricer = Provider(prefix="unhashable", help="unhashable:M", make=CannedModel, price=Pricer())
+    providers = Providers(shipped=[pricer], entry_points=False)
+    assert session_price("unhashable:m", {}, {}, providers=providers) == Price(1.0, 2.0)
 
 
 def test_the_provider_check_refuses_what_it_cannot_make() -> None:
