@@ -126,9 +126,9 @@ class PostgresStore(CoreStore):
             # save, `trees.py`)
             return super()._save(lease, change, files)
         ends_child = head.status.terminal and head.spawn_call is not None
+        stored = rows.head_changes(head)
         params: dict[str, Any] = {
-            name: _dumps(value) if name in _JSON_HEAD else value
-            for name, value in rows.head_changes(head).items()
+            name: _dumps(value) if name in _JSON_HEAD else value for name, value in stored.items()
         }
         charging = charged_rows(change)
         assert len(charging) <= 1, "SAVE charges one step: `charged_step`"
@@ -162,7 +162,9 @@ class PostgresStore(CoreStore):
             row = _one(self._single, SAVE, params)
         if row is None:
             raise lost(head.id, lease.version, lease.owner)
-        return saved_head(head, version=lease.version + 1, cancel_requested=row["cancel_requested"])
+        return saved_head(
+            head, stored, version=lease.version + 1, cancel_requested=row["cancel_requested"]
+        )
 
 
 _PREPARER = postgresql.dialect().identifier_preparer  # type: ignore[no-untyped-call]

@@ -183,12 +183,12 @@ def appended(
 _CLEANED = ("error_message", "final_answer", "result")
 
 
-def saved_head(head: Head, *, version: int, cancel_requested: bool) -> Head:
+def saved_head(head: Head, stored: dict[str, Any], *, version: int, cancel_requested: bool) -> Head:
     """`head` as a save stored it at `version`, built without reading the row back: the
     save returns only what the database decides (the cancel flag, which a request during
-    the tick may have set), and a text `rows.storable` cleaned is taken as stored."""
+    the tick may have set), and a text `rows.storable` cleaned is taken as stored (`stored`:
+    the row's values the save wrote, `rows.head_changes`)."""
     update: dict[str, Any] = {"version": version, "cancel_requested": cancel_requested}
-    stored = rows.head_changes(head)
     for name in _CLEANED:
         if stored[name] != getattr(head, name):
             update[name] = stored[name]

@@ -87,6 +87,7 @@ def apply_change(
 ) -> Head:
     session_id = change.head.id
     completes = change.head.status is Status.COMPLETED
+    stored = rows.head_changes(change.head)
     guard = [
         sessions.c.id == session_id,
         sessions.c.version == version,
@@ -106,7 +107,7 @@ def apply_change(
             cancel_requested=or_(
                 sessions.c.cancel_requested, literal(change.head.cancel_requested)
             ),
-            **rows.head_changes(change.head),
+            **stored,
         )
         .returning(sessions.c.cancel_requested)
     )
@@ -163,7 +164,9 @@ def apply_change(
         trees.child_ended(conn, change.head, now=now)
     if change.dead_letter:
         record_dead_letter(conn, session_id, now=now)
-    saved = saved_head(change.head, version=version + 1, cancel_requested=row.cancel_requested)
+    saved = saved_head(
+        change.head, stored, version=version + 1, cancel_requested=row.cancel_requested
+    )
     if woken:
         return saved.model_copy(update={"status": Status.EXECUTING, "version": version + 2})
     return saved

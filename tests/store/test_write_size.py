@@ -167,3 +167,31 @@ def test_a_tick_at_step_60_writes_what_a_tick_at_step_3_writes(store: Store, clo
     }
     assert thinking.total_bytes < 2_000
     assert executing.total_bytes < 2_000
+
+
+def test_a_save_turns_the_head_into_its_row_once(
+    store: Store, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A save built the head's row values (every text cleaned, the result walked) for its
+    UPDATE, and again to return the head as stored: each backend's save builds them once,
+    and returns the head the row holds."""
+    from tickwork.store import rows
+
+    built: list[str] = []
+    head_changes = rows.head_changes
+
+    def counting(head: Any) -> dict[str, Any]:
+        built.append(head.id)
+        return head_changes(head)
+
+    store.create(new_session("once-1", now=clock()), now=clock())
+    monkeypatch.setattr(rows, "head_changes", counting)
+    claimed = claim(store, "once-1", now=clock())
+    change = think_change(claimed, reply(("read_file", {"path": "a\x00b"})), now=clock())
+    change = change.model_copy(
+        update={"head": change.head.model_copy(update={"result": {"note": "nul \x00 here"}})}
+    )
+    saved = store.save(change, version=claimed.head.version, owner=claimed.owner, now=clock())
+    assert built == ["once-1"]
+    assert saved == store.get("once-1")
+    assert saved.result == {"note": "nul \ufffd here"}
