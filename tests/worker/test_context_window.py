@@ -1035,6 +1035,37 @@ def test_a_thinks_budget_check_takes_the_plans_estimate(
     assert passes == []
 
 
+def test_a_think_prices_its_session_once(long: Long, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A THINK found the session's price for the budgets' check, then again to bill the
+    reply: it bills at the price it found, and the bills are those of the price."""
+    from tickwork.worker.models import pricing
+    from tickwork.worker.tick import agent
+
+    thinks: list[int] = []
+    priced: list[str] = []
+    think, price = agent.think, long.rt.providers.price
+
+    def counting_think(tick: Any) -> Any:
+        thinks.append(1)
+        return think(tick)
+
+    def counting_price(spec: str, *args: Any, **kw: Any) -> Any:
+        priced.append(spec)
+        return price(spec, *args, **kw)
+
+    monkeypatch.setattr(agent, "think", counting_think)
+    monkeypatch.setattr(long.rt.providers, "price", counting_price)
+    with windowed_chat(WindowedChat(window=32_768, steps=5)) as chat:
+        monkeypatch.setenv("OPENAI_BASE_URL", chat.url)
+        session_id = long.submit(context_window=32_768, price=PRICE)
+        head = long.run(session_id)
+    assert head.status is Status.COMPLETED, head.error_message
+    assert len(priced) == len(thinks) == 6
+    given = pricing.as_price("openai:long", PRICE)
+    for step in long.store.load(session_id).steps:
+        assert step.cost_usd == pytest.approx(pricing.charge(given, step.usage))
+
+
 def test_a_refused_prompts_compaction_is_planned_with_the_thinks_estimator(
     long: Long, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -280,12 +280,22 @@ def call_cost(
     higher. Only a spec nobody prices is billed by the model the server named (a router's or
     an alias's answer), else at the price given at submit: the name in the reply is the
     server's to choose, so it never lowers (or raises) what the operator configured."""
-    configured = providers.price(spec, overrides)
-    given = config.get("price")
-    if given is not None:
-        return charge(floored(as_price(spec, given), configured), usage)
-    if configured is not None:
-        return charge(configured, usage)
+    price = session_price(spec, config, overrides, providers=providers)
+    return billed(price, spec, reply_model, usage, overrides)
+
+
+def billed(
+    price: Price | None,
+    spec: str,
+    reply_model: str,
+    usage: Usage,
+    overrides: Mapping[str, PriceLike] | None = None,
+) -> float:
+    """USD for one model call at the session's `price` (`session_price`, as `call_cost`
+    finds it, for a caller that has it already); with none, the spec nobody prices is
+    billed by the model the server named."""
+    if price is not None:
+        return charge(price, usage)
     return cost_usd(reply_model or spec, usage, overrides)
 
 

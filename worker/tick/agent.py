@@ -77,6 +77,10 @@ def think(tick: Tick) -> Change:
     stored = context.stored_view(claimed.steps)
     last = claimed.steps[-1] if claimed.steps else None
     policy = context.policy_for(head)
+    # found once a THINK: for the budgets' check before the call and the bill after it
+    price = pricing.session_price(
+        head.model, head.config, rt.settings.prices, providers=rt.providers
+    )
     ahead = pricing.next_call(
         messages,
         # what the last call read is a floor only while the prompt is the one it grew from
@@ -84,9 +88,7 @@ def think(tick: Tick) -> Change:
         last=last.usage
         if last is not None and last.kind is StepKind.REPLY and prompt.view == stored
         else None,
-        price=pricing.session_price(
-            head.model, head.config, rt.settings.prices, providers=rt.providers
-        ),
+        price=price,
         window=None if policy is None else policy.window,
         tools=schemas,
         scale=by,
@@ -153,7 +155,7 @@ def think(tick: Tick) -> Change:
         why = "the model returned an empty reply (no content and no tool calls)"
         return _billed_retry(rt, head, reply, why, asked, messages, report)
     answered = time.time_ns()
-    cost = _cost(rt, head, reply)
+    cost = pricing.billed(price, head.model, reply.model, reply.usage, rt.settings.prices)
     change = machine.think(
         head,
         reply,
