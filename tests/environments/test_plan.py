@@ -84,7 +84,7 @@ GROUPS = b"""
 name = "app"
 [dependency-groups]
 dev = ["pytest-xdist>=3", {include-group = "lint"}, {include-group = "dev"}]
-lint = ["ruff"]
+lint = ["freezegun"]
 docs = ["sphinx"]
 """
 
@@ -97,10 +97,10 @@ def test_test_dependency_groups_are_installed_each_alone_if_need_be_and_checked(
     (install,) = [c for c in made.commands if "pytest-xdist" in c and "pip install" in c]
     assert install.startswith(
         "/env/bin/python -m pip install --no-input --disable-pip-version-check "
-        "'pytest-xdist>=3' ruff || for r in 'pytest-xdist>=3' ruff; do"
+        "'pytest-xdist>=3' freezegun || for r in 'pytest-xdist>=3' freezegun; do"
     )
     assert "sphinx" not in "\n".join(made.commands)
-    assert set(made.wanted) == {"pytest-xdist", "ruff", "app", "pytest"}
+    assert set(made.wanted) == {"pytest-xdist", "freezegun", "app", "pytest"}
     assert "dependency groups: dev" in made.detected
     offline = plan(AUTO, {"pyproject.toml": GROUPS}, uses_pytest=True, online=False)
     assert not any("pytest-xdist" in c for c in offline.commands[:-1])
@@ -478,3 +478,45 @@ def test_included_dependency_groups_are_expanded_once_each(names: list[str], fan
     assert _dependency_groups(tomllib.loads(pyproject.decode())) == {"test": ["pytest"]}
     made = plan(AUTO, {"pyproject.toml": pyproject}, uses_pytest=True, online=True)
     assert "pytest" in made.wanted
+
+
+#: click's: a `tests` group for the tests, a `dev` group for the developer's tools
+CLICK = b"""
+[build-system]
+requires = ["flit_core>=3.11,<4"]
+build-backend = "flit_core.buildapi"
+[project]
+name = "click"
+[dependency-groups]
+dev = ["ruff", "tox", "tox-uv", "pytest-cov", "freezegun"]
+docs = ["sphinx"]
+tests = ["pytest"]
+"""
+
+
+@pytest.mark.parametrize("where", ["group", "extra", "tools alone"])
+def test_dev_s_tools_that_no_test_imports_are_left_out(where: str) -> None:
+    """click's `dev` group (ruff, tox, tox-uv) took 27 s and 40 MB of the environment's
+    build (tox-uv backtracked through ten versions for uv's 18 MB wheel) that no test
+    imports, and put tox in /env, which cannot build its environments without the network.
+    Linters, tox, nox, release and docs tools of `dev` are left out and `detected` says so;
+    what a test may import or an `addopts` name (freezegun, pytest-cov) is installed."""
+    pyproject = CLICK
+    if where == "extra":
+        pyproject = pyproject.split(b"[dependency-groups]")[0] + (
+            b'[project.optional-dependencies]\ntests = ["pytest"]\n'
+            b'dev = ["ruff", "tox", "tox-uv", "pytest-cov", "freezegun"]\n'
+        )
+    elif where == "tools alone":
+        pyproject = pyproject.replace(b', "pytest-cov", "freezegun"', b"")
+    made = plan(AUTO, {"pyproject.toml": pyproject}, uses_pytest=True, online=True)
+    joined = "\n".join(made.commands)
+    assert "ruff" not in joined and "tox" not in joined and "[dev" not in joined, joined
+    assert "-e '.[tests]' pytest" in joined or "-e . pytest" in joined, joined
+    assert not {"ruff", "tox", "tox-uv"} & set(made.wanted), made.wanted
+    assert "left out of dev, tools no test imports: ruff,tox,tox-uv" in made.detected
+    if where != "tools alone":
+        assert "pytest-cov" in joined and "freezegun" in joined
+        assert {"pytest-cov", "freezegun"} <= set(made.wanted)
+    else:
+        assert "dependency groups: tests" in made.detected, made.detected
