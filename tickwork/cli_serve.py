@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import errno
+import socket
 from typing import Annotated
 
 import typer
 from rich.text import Text
+
+from tickwork.fsm.errors import InvalidInput, TickworkError
 
 from . import render
 from .context import load_settings
@@ -40,12 +44,14 @@ def serve(
 
     api = read_settings(ApiSettings)
     app = make_api(load_settings(), api)
-    where = f"http://{host or api.api_host}:{port if port is not None else api.api_port}/"
-    render.show(Text(f"tickwork API and page on {where} (Ctrl-C stops it)"))
-    uvicorn.run(
+    host = host or api.api_host
+    listening = _listen(host, port if port is not None else api.api_port)
+    port = listening.getsockname()[1]  # the one the system chose for --port 0
+    render.show(Text(f"tickwork API and page on http://{host}:{port}/ (Ctrl-C stops it)"))
+    config = uvicorn.Config(
         app,
-        host=host or api.api_host,
-        port=port if port is not None else api.api_port,
+        host=host,
+        port=port,
         log_level=log_level,
         http=guarded_protocol(
             header_timeout_s=api.api_header_timeout_s, max_per_ip=api.api_max_connections_per_ip
@@ -56,3 +62,36 @@ def serve(
         ws="none",
         lifespan="on",
     )
+    server = uvicorn.Server(config)
+    server.run(sockets=[listening])
+    if not server.started:  # the app's startup failed: uvicorn has logged why
+        raise typer.Exit(1)
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A socket bound to host:port for uvicorn to serve on; an error naming the address and
+    what to change if it cannot be, said before the server says it serves there."""
+    where = f"cannot listen on {host}:{port}"
+    how = "give --host (or TICKWORK_API_HOST) an address of this machine, e.g. 127.0.0.1 or 0.0.0.0"
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except (socket.gaierror, UnicodeError) as exc:
+        raise InvalidInput(f"{where}: {getattr(exc, 'strerror', None) or exc}; {how}") from None
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+    try:
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise TickworkError(
+                f"{where}: the address is in use (another `tickwork serve`?); stop what "
+                "listens there, or give another --port (or TICKWORK_API_PORT)"
+            ) from None
+        if exc.errno == errno.EACCES:
+            how = "give --port (or TICKWORK_API_PORT) above 1023, which needs no privilege"
+        raise InvalidInput(f"{where}: {exc.strerror or exc}; {how}") from None
+    sock.set_inheritable(True)
+    return sock

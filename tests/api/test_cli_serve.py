@@ -7,6 +7,7 @@ import http.client
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -112,3 +113,37 @@ def test_serve_without_tokens_refuses_to_start(
     done = CliRunner().invoke(app, ["serve", "--port", "0"])
     assert isinstance(done.exception, ConfigurationError), done.output
     assert "no API tokens" in str(done.exception)
+
+
+def test_serve_on_an_address_it_cannot_listen_on_says_so_in_one_line(tmp_path: Path) -> None:
+    """A port in use, or a host that names no address of this machine: `tickwork serve`
+    said it served there, then uvicorn logged `ERROR: [Errno 98] ...` among its INFO lines
+    and exited 3, a code tickwork does not use."""
+    tokens = json.dumps({TOKEN["alice"]: {"name": "alice", "roles": ["approver"]}})
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        cases = {
+            ("--port", str(port)): (1, f"cannot listen on 127.0.0.1:{port}", "--port"),
+            ("--host", "no-such-host.invalid", "--port", "0"): (
+                2,
+                "cannot listen on no-such-host.invalid:0",
+                "--host",
+            ),
+        }
+        for args, (code, *fragments) in cases.items():
+            done = subprocess.run(
+                [sys.executable, "-m", "tickwork", "serve", *args],
+                cwd=tmp_path,
+                env=_env(tmp_path, TICKWORK_API_TOKENS=tokens),
+                capture_output=True,
+                text=True,
+                timeout=SERVE_START_S,
+            )
+            assert done.returncode == code, done
+            assert "API and page on" not in done.stdout, done.stdout
+            (line,) = done.stderr.splitlines()
+            assert line.startswith("error: "), line
+            for fragment in fragments:
+                assert fragment in line, line
