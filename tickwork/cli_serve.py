@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import socket
+from enum import StrEnum
 from typing import Annotated
 
 import typer
@@ -13,6 +14,17 @@ from tickwork.fsm.errors import InvalidInput, TickworkError
 
 from . import render
 from .context import load_settings
+
+
+class LogLevel(StrEnum):
+    """uvicorn's log levels."""
+
+    CRITICAL = "critical"
+    ERROR = "error"
+    WARNING = "warning"
+    INFO = "info"
+    DEBUG = "debug"
+    TRACE = "trace"
 
 
 def register(app: typer.Typer) -> None:
@@ -30,7 +42,9 @@ def serve(
         int | None,
         typer.Option(min=0, max=65535, help="The port.", show_default="$TICKWORK_API_PORT or 8000"),
     ] = None,
-    log_level: Annotated[str, typer.Option(help="uvicorn's log level.")] = "info",
+    log_level: Annotated[
+        LogLevel, typer.Option(case_sensitive=False, help="uvicorn's log level.")
+    ] = LogLevel.INFO,
 ) -> None:
     """Serve the HTTP API (/api/v1, docs at /api/v1/docs), the page for approvals and dead
     letters (/), and Prometheus metrics (/metrics). Tokens come from TICKWORK_API_TOKENS or
@@ -52,7 +66,7 @@ def serve(
         app,
         host=host,
         port=port,
-        log_level=log_level,
+        log_level=log_level.value,
         http=guarded_protocol(
             header_timeout_s=api.api_header_timeout_s, max_per_ip=api.api_max_connections_per_ip
         ),

@@ -147,3 +147,21 @@ def test_serve_on_an_address_it_cannot_listen_on_says_so_in_one_line(tmp_path: P
             assert line.startswith("error: "), line
             for fragment in fragments:
                 assert fragment in line, line
+
+
+def test_serve_names_the_log_levels_it_takes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--log-level bogus` ended in uvicorn's KeyError traceback."""
+    from tickwork.cli import main
+
+    monkeypatch.setenv("TICKWORK_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv(
+        "TICKWORK_API_TOKENS", json.dumps({TOKEN["alice"]: {"name": "alice", "roles": []}})
+    )
+    with pytest.raises(SystemExit) as exited:
+        main(["serve", "--port", "0", "--log-level", "bogus"])
+    assert exited.value.code == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert "--log-level" in line and "'bogus' is not one of" in line, line
+    assert "'warning'" in line and "'debug'" in line, line
