@@ -139,7 +139,10 @@ def submit(
         "test_cmd": test_cmd,
         "goal": goal,
     }
-    data.update({REPAIR_INPUT[k]: v for k, v in given.items() if v is not None})
+    for option, value in given.items():
+        if value is not None:  # an option overrides its field, under either name the input takes
+            data.pop(option, None)
+            data[REPAIR_INPUT[option]] = value
     if setup:
         data["setup"] = setup[0] if setup in (["auto"], ["none"]) else list(setup)
     budgets = options.budgets(

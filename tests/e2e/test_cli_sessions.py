@@ -658,3 +658,25 @@ def test_submit_says_what_the_workspace_s_gitignore_left_out(
     )
     shown = cli.inline("show", done.stdout.strip()).stdout
     assert "its .gitignore left out 1: pkg/_version.py" in shown
+
+
+@pytest.mark.parametrize("deployment", ["embedded"], indirect=True)
+def test_an_option_overrides_its_field_in_input_under_either_name(
+    deployment: Deployment, cli: Cli, tmp_path: Path
+) -> None:
+    """`--test-cmd` over an `--input` that says `test_cmd` (the name the docs give, as the
+    option's): refused as "give `test_command` or `test_cmd` (the same thing), not both",
+    though the user gave each name once, and the option overrides the input's other fields."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "a.py").write_text("A = 1\n")
+    script = deployment.script([{"content": "done"}])
+    for name in ("test_cmd", "test_command"):
+        given = json.dumps({name: "false", "goal": "from the input"})
+        head = cli.inline(
+            *("submit", "repair", "--workspace", str(project), "--model", script),
+            *("--input", given, "--test-cmd", "true", "--json"),
+        ).json()
+        config = deployment.client.get(head["id"]).config
+        assert config["test_command"] == "true", config
+        assert config["goal"] == "from the input", config
