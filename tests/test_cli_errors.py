@@ -104,3 +104,27 @@ def test_a_rejection_line_shows_its_feedback_obeying_no_control_character(
     printed = capsys.readouterr().out
     assert "\x1b" not in printed and "\u202e" not in printed
     assert "s1c2: reject by carol: not c[1A (see[2K ticket)" in printed
+
+
+@pytest.mark.parametrize(
+    ("argv", "where"),
+    [
+        (["ls", "--status"], "tickwork ls"),
+        (["dlq", "ls", "--code"], "tickwork dlq ls"),
+        (["fork", "s1", "--from-step"], "tickwork fork"),
+        (["--server", "http://127.0.0.1:9", "submit", "repair", "--model"], "tickwork submit"),
+    ],
+)
+def test_an_option_without_its_value_points_to_its_command_s_help(
+    argv: list[str], where: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`tickwork ls --status` said "Option '--status' requires an argument. (see `tickwork
+    --help`)": click raises that error without its command, and the top help does not
+    list the option."""
+    from tickwork.cli import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert f"requires an argument. (see `{where} --help`)" in line, line

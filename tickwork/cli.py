@@ -16,6 +16,7 @@ import os
 import re
 import sys
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import typer
 from pydantic import ValidationError
@@ -202,7 +203,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             typer.echo(exc.format_message())
         code = 0
     except clicks.UsageError as exc:
-        where = exc.ctx.command_path if exc.ctx else "tickwork"
+        # click raises a missing option value without its command: found from the words
+        where = exc.ctx.command_path if exc.ctx else _command_path(command, argv)
         # pydantic's prefix on a value's own message says nothing to a user
         said = exc.format_message().replace("Value error, ", "")
         if "--server" in said and where != "tickwork":
@@ -222,6 +224,20 @@ def main(argv: Sequence[str] | None = None) -> None:
             raise
         fail(message, code)
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def _command_path(command: Any, argv: Sequence[str] | None) -> str:
+    """`tickwork dlq ls` for `tickwork --server URL dlq ls --code`: the deepest command the
+    words name, each a subcommand of the one before."""
+    path = ["tickwork"]
+    for word in sys.argv[1:] if argv is None else argv:
+        sub = getattr(command, "commands", {}).get(word)
+        if sub is not None:
+            command = sub
+            path.append(word)
+        elif not getattr(command, "commands", None):
+            break
+    return " ".join(path)
 
 
 def fail(message: str, code: int) -> int:
