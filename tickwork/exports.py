@@ -52,13 +52,20 @@ def columns(*, with_snapshot: bool = False) -> list[tuple[str, str]]:
     return [*EXPORT_COLUMNS, *([("snapshot", "json")] if with_snapshot else [])]
 
 
-def check(fmt: Format, *, asked: str = "--format parquet") -> None:
-    """Refuse a format this installation cannot write, before anything is read or written."""
+def check(fmt: Format, *, asked: str = "--format parquet", served: bool = False) -> None:
+    """Refuse a format this installation cannot write, before anything is read or written;
+    `served`: said to an API client, whose own machine is not the one that lacks it."""
     if fmt is Format.PARQUET:
         try:
             import pyarrow
             import pyarrow.parquet  # noqa: F401
         except ImportError:
+            if served:
+                raise ConfigurationError(
+                    f"{asked} needs pyarrow, which is not installed on the tickwork server: "
+                    "ask its operator to pip install 'tickwork[parquet]' there, or ask for "
+                    "format=csv or format=jsonl"
+                ) from None
             raise ConfigurationError(PARQUET_MISSING.format(asked=asked)) from None
 
 

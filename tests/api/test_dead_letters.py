@@ -307,6 +307,11 @@ def test_export_in_every_format(stack: Stack, monkeypatch: pytest.MonkeyPatch) -
     assert missing.status_code == 501 and missing.json()["code"] == "parquet_unavailable"
     assert "pip install 'tickwork[parquet]'" in missing.json()["message"]
     assert "format=parquet" in missing.json()["message"]
+    # said to a client elsewhere (`tickwork --server URL dlq export`): "not installed here"
+    # read as the client's own machine
+    said = missing.json()["message"]
+    assert "not installed on the tickwork server" in said and " here" not in said, said
+    assert "format=csv" in said, said
 
 
 def test_timeline_by_cause(stack: Stack) -> None:

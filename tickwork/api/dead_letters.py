@@ -204,7 +204,7 @@ def export(
 ) -> StreamingResponse:
     scope = letter_filters(who, tenant)
     try:
-        exports.check(form, asked="format=parquet")
+        exports.check(form, asked="format=parquet", served=True)
     except ConfigurationError as exc:
         raise ApiError(501, "parquet_unavailable", exc.message) from None
     rows = client.store.dead_letter_rows(
