@@ -23,6 +23,8 @@ from . import options, render, views
 from .context import ensure_schema, load_settings
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from pydantic_settings import BaseSettings
 
     from tickwork.worker.config.settings import Settings
@@ -577,3 +579,33 @@ def config(json_output: options.Json = False) -> None:
     else:
         render.show(render.settings_table(shown))
         render.show(Text(f"tracing: {tracing}"))
+    for name, like in unknown_variables(os.environ, shown):
+        guess = f"; did you mean {like}?" if like else ";"
+        render.note(
+            f"{name} is no tickwork setting and is ignored{guess} (`tickwork config` lists "
+            "every setting)"
+        )
+
+
+#: TICKWORK_ variables that are no setting: the remote client's, and what a repair's
+#: commands are given
+NOT_SETTINGS = frozenset({"SERVER", "TOKEN", "SESSION_ID", "IDEMPOTENCY_KEY"})
+
+
+def unknown_variables(
+    environ: Mapping[str, str], settings: Mapping[str, Any]
+) -> list[tuple[str, str | None]]:
+    """Each TICKWORK_ variable that names no setting (a typo, ignored by every process),
+    with the setting's variable it is most like, if one is."""
+    import difflib
+
+    known = {f"TICKWORK_{name.upper()}" for name in (*settings, *NOT_SETTINGS)}
+    found = []
+    for name in sorted(environ):
+        if not name.startswith("TICKWORK_") or name.startswith("TICKWORK_TEST_"):
+            continue
+        if name in known or name.split("__", 1)[0] in known:  # a nested one: BUDGETS__MAX_STEPS
+            continue
+        like = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.8)
+        found.append((name, like[0] if like else None))
+    return found

@@ -280,3 +280,24 @@ def test_relay_once_publishes_a_delayed_tick_when_due(deployment: Deployment, cl
         "unsent": 0,
     }
     assert again.status.value == "ready"
+
+
+def test_config_names_a_variable_that_is_no_setting(tmp_path: Path) -> None:
+    """A mistyped variable (TICKWORK_RETENTION_COMPLETED for ..._S) was ignored without a
+    word, by `tickwork config` too, so retention silently stayed off."""
+    cli = Cli(_bare_env(TICKWORK_STATE_DIR=str(tmp_path / "state")), tmp_path)
+    done = cli.inline(
+        "config",
+        "--json",
+        ok=False,
+        TICKWORK_RETENTION_COMPLETED="30d",
+        TICKWORK_BUDGETS__MAX_STEPS="9",
+        TICKWORK_TOKEN="t" * 20,
+        TICKWORK_SERVER="",
+    )
+    assert done.code == 0, done
+    assert done.json()["budgets"]["max_steps"] == 9
+    assert done.stderr.splitlines() == [
+        "note: TICKWORK_RETENTION_COMPLETED is no tickwork setting and is ignored; did you "
+        "mean TICKWORK_RETENTION_COMPLETED_S? (`tickwork config` lists every setting)"
+    ], done.stderr
