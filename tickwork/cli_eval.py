@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.text import Text
 
-from tickwork.fsm.errors import InvalidInput, TickworkError
+from tickwork.fsm.errors import InvalidInput, InvalidModelSpec, TickworkError
 from tickwork.fsm.wording import counted
 
 from . import options, render
@@ -195,7 +195,12 @@ def run(
                 "or set TICKWORK_MODEL"
             )
         if spec != SCRIPTED:
-            spec = client.providers.check(options.model_spec(spec, client.providers) or spec)
+            try:
+                spec = client.providers.check(options.model_spec(spec, client.providers) or spec)
+            except InvalidModelSpec as exc:
+                if model:
+                    raise
+                raise InvalidModelSpec(f"invalid setting TICKWORK_MODEL: {exc.message}") from None
         given_price = options.price(price)
         if given_price is None and demo and spec == SCRIPTED:
             given_price = DEMO_PRICE

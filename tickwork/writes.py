@@ -22,6 +22,7 @@ from tickwork.fsm.errors import (
     ConfigurationError,
     InvalidBudget,
     InvalidInput,
+    InvalidModelSpec,
     SessionNotFound,
     ToolError,
     UnpricedModel,
@@ -171,7 +172,13 @@ class Writes(Deployment):
                 "anthropic:MODEL or scripted:PATH, or set the deployment's default in "
                 "TICKWORK_MODEL"
             )
-        check_spec(spec, self.providers)
+        try:
+            check_spec(spec, self.providers)
+        except InvalidModelSpec as exc:
+            if model or role.model or spec != self.settings.model:
+                raise
+            # the deployment's default: the submitter gave no spec to correct
+            raise InvalidModelSpec(f"invalid setting TICKWORK_MODEL: {exc.message}") from None
         if session_id is not None and not SESSION_ID.match(session_id):
             raise InvalidInput(
                 f"session id {session_id!r} may only hold letters, digits, "

@@ -680,3 +680,19 @@ def test_an_option_overrides_its_field_in_input_under_either_name(
         config = deployment.client.get(head["id"]).config
         assert config["test_command"] == "true", config
         assert config["goal"] == "from the input", config
+
+
+@pytest.mark.parametrize("deployment", ["embedded"], indirect=True)
+def test_a_bad_default_model_names_the_setting_it_came_from(
+    deployment: Deployment, cli: Cli, tmp_path: Path
+) -> None:
+    """No --model, and TICKWORK_MODEL=gpt-4o: "unknown model spec 'gpt-4o'" named no
+    variable, and the user had given no spec."""
+    project = tmp_path / "project"
+    project.mkdir()
+    base = ("submit", "repair", "--workspace", str(project), "--test-cmd", "true")
+    cli.inline(*base, ok=False, TICKWORK_MODEL="gpt-4o").error(
+        2, "invalid setting TICKWORK_MODEL: unknown model spec 'gpt-4o'", "openai:gpt-4o"
+    )
+    given = cli.inline(*base, "--model", "gpt-4o", ok=False, TICKWORK_MODEL="openai:gpt-4o")
+    assert "TICKWORK_MODEL" not in given.error(2, "unknown model spec 'gpt-4o'")
