@@ -238,7 +238,13 @@ def export(
     ] = exports.Format.JSONL,
     output: Annotated[
         Path | None,
-        typer.Option("--output", "-o", "--out", help="Write to this file.", show_default="stdout"),
+        typer.Option(
+            "--output",
+            "-o",
+            "--out",
+            help="Write to this file (`-`: stdout).",
+            show_default="stdout",
+        ),
     ] = None,
     snapshot: Annotated[
         bool, typer.Option("--snapshot", help="Add each dead letter's session snapshot (JSON).")
@@ -247,6 +253,8 @@ def export(
 ) -> None:
     """Export dead letters, oldest first, one row each: code (the cause), message, error
     signature, kind, model, last tool, steps, tokens, cost, lineage, status and times."""
+    if output is not None and str(output) == "-":
+        output = None
     remote = cli_remote.client()
     if remote is None:
         exports.check(form)  # a server exports Parquet with its own pyarrow

@@ -176,3 +176,15 @@ def test_the_pandas_recipe(deployment: Deployment, cli: Cli) -> None:
         exec(_recipes()[1], found)
     assert found["by_cause"].to_dict() == {"BUDGET_STEPS": 3, "LOOP": 1}
     assert int(found["per_day"].to_numpy().sum()) == len(ids)
+
+
+def test_output_dash_is_stdout(
+    deployment: Deployment, cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--output -` wrote a file named `-` in the working directory ("wrote 6 dead letters
+    to - (jsonl)") where a user asks for stdout, as `-` means to most tools."""
+    monkeypatch.chdir(tmp_path)
+    whole = cli.inline("dlq", "export").stdout
+    dashed = cli.inline("dlq", "export", "--output", "-")
+    assert dashed.stdout == whole and "wrote" not in dashed.stdout
+    assert not (tmp_path / "-").exists()
