@@ -183,16 +183,20 @@ def _compact(sql: str) -> str:
     return re.sub(r"\s+", " ", " ".join(kept)).strip()
 
 
+#: the columns the save's `moved` returns
+_MOVED = {"id", "cancel_requested"}
+
+
 def _appended(table: Table) -> str:
     """A CTE body that inserts the rows of the JSON array `%(<table>)s`, in its order, if
     the head moved."""
     # generated and defaulted columns are left to the database, as Core leaves them
     kept = [c for c in table.columns if c.autoincrement is not True and c.server_default is None]
+    # unqualified, to keep SAVE short: `moved`, the only other name in scope, has only these
+    assert not {c.name for c in kept} & _MOVED, f"{table.name}: rename a column or qualify it"
     # Core stores None in a JSON column as JSON null; the expansion would give SQL NULL
     picked = ", ".join(
-        f"COALESCE(r.{_q(c.name)}, 'null'::jsonb)"
-        if isinstance(c.type, JSON)
-        else f"r.{_q(c.name)}"
+        f"COALESCE({_q(c.name)}, 'null'::jsonb)" if isinstance(c.type, JSON) else _q(c.name)
         for c in kept
     )
     # in the array's order where the database numbers the rows (events: their order)
@@ -379,7 +383,8 @@ WITH moved AS (
         cancel_requested = cancel_requested OR %(cancel_requested)s,
         {", ".join(f"{_q(n)} = {_head_value(n)}" for n in MUTABLE_HEAD)}
     WHERE id = %(id)s AND version = %(version)s AND lease_owner IS NOT DISTINCT FROM %(owner)s
-    -- only what the database decides: the caller has the rest (`ticks.saved_head`)
+    -- only what the database decides: the caller has the rest (`ticks.saved_head`);
+    -- these are `_MOVED`
     RETURNING id, cancel_requested
 ), closed AS (
     UPDATE {calls.name} AS c SET state = r.state
@@ -394,10 +399,13 @@ WITH moved AS (
     UPDATE {steps.name} AS s
     SET prompt_tokens = s.prompt_tokens + r.prompt_tokens,
         completion_tokens = s.completion_tokens + r.completion_tokens,
+        -- NULL on a step a worker before 0013 wrote: none counted, as 0
+        cached_prompt_tokens = COALESCE(s.cached_prompt_tokens, 0) + r.cached_prompt_tokens,
+        cache_creation_tokens = COALESCE(s.cache_creation_tokens, 0) + r.cache_creation_tokens,
         cost_usd = s.cost_usd + r.cost_usd
-    FROM moved, jsonb_to_recordset(%(charged)s::jsonb)
-        AS r(step integer, prompt_tokens integer, completion_tokens integer, cost_usd float8)
-    WHERE s.session_id = %(id)s AND s.step = %(charged_step)s AND s.step = r.step
+    -- typed as the step's columns (`ticks.charged_rows`): one row, whose step is charged_step
+    FROM moved, jsonb_populate_recordset(NULL::{steps.name}, %(charged)s::jsonb) AS r
+    WHERE s.session_id = %(id)s AND s.step = %(charged_step)s
 ),
 {_APPENDED}
 SELECT cancel_requested FROM moved

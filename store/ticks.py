@@ -208,7 +208,8 @@ def changed_states(change: Change) -> list[dict[str, Any]]:
 
 
 def charged_rows(change: Change) -> list[dict[str, Any]]:
-    """The model use `change` adds to an existing step (a graph node's), as rows."""
+    """The model use `change` adds to an existing step (a graph node's), as rows: its
+    tokens, those of its prompts the provider's cache read and wrote, and its cost."""
     c = change.charged
     if c is None:
         return []
@@ -217,6 +218,8 @@ def charged_rows(change: Change) -> list[dict[str, Any]]:
             "step": c.step,
             "prompt_tokens": c.usage.prompt_tokens,
             "completion_tokens": c.usage.completion_tokens,
+            "cached_prompt_tokens": c.usage.cached_prompt_tokens,
+            "cache_creation_tokens": c.usage.cache_creation_tokens,
             "cost_usd": c.cost_usd,
         }
     ]

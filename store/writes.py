@@ -13,6 +13,7 @@ from sqlalchemy import (
     and_,
     bindparam,
     delete,
+    func,
     insert,
     literal,
     or_,
@@ -41,6 +42,7 @@ from tickwork.store.ticks import (
     Taken,
     appended,
     changed_states,
+    charged_rows,
     lost,
     saved_head,
     startable,
@@ -118,15 +120,19 @@ def apply_change(
             if completes
             else lost(session_id, version, owner)
         )
-    if change.charged is not None:
-        c = change.charged
+    for c in charged_rows(change):
         conn.execute(
             update(steps)
-            .where(steps.c.session_id == change.head.id, steps.c.step == c.step)
+            .where(steps.c.session_id == change.head.id, steps.c.step == c["step"])
             .values(
-                prompt_tokens=steps.c.prompt_tokens + c.usage.prompt_tokens,
-                completion_tokens=steps.c.completion_tokens + c.usage.completion_tokens,
-                cost_usd=steps.c.cost_usd + c.cost_usd,
+                prompt_tokens=steps.c.prompt_tokens + c["prompt_tokens"],
+                completion_tokens=steps.c.completion_tokens + c["completion_tokens"],
+                # NULL on a step a worker before 0013 wrote: none counted, as 0
+                cached_prompt_tokens=func.coalesce(steps.c.cached_prompt_tokens, 0)
+                + c["cached_prompt_tokens"],
+                cache_creation_tokens=func.coalesce(steps.c.cache_creation_tokens, 0)
+                + c["cache_creation_tokens"],
+                cost_usd=steps.c.cost_usd + c["cost_usd"],
             )
         )
     changed = changed_states(change)

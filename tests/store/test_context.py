@@ -99,6 +99,46 @@ def test_a_charge_adds_model_use_to_a_stored_step(
     assert first.cost_usd == 0.01 + 0.25
 
 
+def test_a_charge_keeps_the_cached_tokens_of_the_model_use_it_adds(
+    store: Store, clock: Clock, session_id: str
+) -> None:
+    """A graph node's model calls, charged to its step, added their prompt and completion
+    tokens and cost but not the prompt tokens read from or written to the provider's cache:
+    `tickwork show` and the session's totals said none of a node's prompt was cached. They
+    are added too, on a step whose columns a worker before 0013 left NULL as well."""
+    from sqlalchemy import update
+    from tickwork.fsm.transitions import StepCharge
+    from tickwork.store.schema import steps
+
+    _steps(store, session_id, clock, 2)
+    with store.engine.begin() as conn:  # a step written before the cache was counted
+        conn.execute(
+            update(steps)
+            .where(steps.c.session_id == session_id, steps.c.step == 2)
+            .values(cached_prompt_tokens=None, cache_creation_tokens=None)
+        )
+    for step in (1, 2, 1):
+        claimed = claim(store, session_id, now=clock())
+        usage = Usage(
+            prompt_tokens=1000,
+            completion_tokens=50,
+            cached_prompt_tokens=600,
+            cache_creation_tokens=300,
+        )
+        idle = machine.Change(head=claimed.head.model_copy(update={"updated_at": clock()}))
+        charged = StepCharge(step=step, usage=usage, cost_usd=0.25)
+        store.save(
+            idle.model_copy(update={"charged": charged}),
+            version=claimed.head.version,
+            owner=OWNER,
+            now=clock(),
+        )
+    first, second = store.load(session_id).steps[:2]
+    assert (first.usage.cached_prompt_tokens, first.usage.cache_creation_tokens) == (1200, 600)
+    assert (second.usage.cached_prompt_tokens, second.usage.cache_creation_tokens) == (600, 300)
+    assert first.usage.prompt_tokens == 2100 and second.usage.prompt_tokens == 1100
+
+
 def _mask(store: Store, session_id: str, clock: Clock, through: int) -> None:
     """A THINK whose prompt masked the observations of steps 1 to `through`."""
     claimed = claim(store, session_id, now=clock())

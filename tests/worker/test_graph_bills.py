@@ -1,0 +1,57 @@
+"""What a graph node's model calls put on the session's bill: every call the provider
+charged for, with the prompt tokens it read from and wrote to the provider's cache, on
+the node's step (`tickwork show`) and in the session's totals; on SQLite and on Postgres
+(the one-statement save; tests/store has the Core store's)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tickwork.fsm.values import Status
+
+from tests.worker.test_graph_reports import REFUND
+from tests.worker.ticking import Ticks
+
+#: the draft node's one model call, a third of its prompt read from the provider's cache
+CACHED_NOTE = [
+    {
+        "content": "Sorry about that; your refund is on its way.",
+        "usage": {
+            "prompt_tokens": 300,
+            "completion_tokens": 12,
+            "cached_prompt_tokens": 100,
+            "cache_creation_tokens": 40,
+        },
+    }
+]
+
+
+def test_a_nodes_model_calls_keep_their_cached_tokens_on_its_step_and_the_bill(
+    ticks: Ticks, tmp_path: Path
+) -> None:
+    """A node's calls were charged to its step with their prompt and completion tokens and
+    their cost, but not the prompt tokens the provider's cache read or wrote: `tickwork
+    show` said none of a graph's prompts were cached, though its `model_called` events and
+    the price did."""
+    from tickwork import render, views
+
+    script = tmp_path / "note.json"
+    script.write_text(json.dumps(CACHED_NOTE))
+    head = ticks.client.submit(
+        REFUND,
+        {"order_id": "A-1", "amount": 900, "ledger": str(tmp_path / "ledger.jsonl")},
+        model=f"scripted:{script}",
+    )
+    assert ticks.run(head.id).status is Status.COMPLETED
+    session = ticks.client.load(head.id)
+    (draft,) = [s for s in session.steps if any(c.name == "draft" for c in s.calls)]
+    assert (draft.usage.cached_prompt_tokens, draft.usage.cache_creation_tokens) == (100, 40)
+    view = views.session(session)
+    totals = view["totals"]
+    assert (totals["cached_prompt_tokens"], totals["cache_creation_tokens"]) == (100, 40)
+    assert totals["prompt_tokens"] == 300
+    shown = render.console()
+    with shown.capture() as captured:
+        shown.print(render.timeline(view))
+    assert "300+12 tokens · 100 cached, 40 written to the cache" in captured.get()
