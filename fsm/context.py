@@ -551,9 +551,16 @@ def scale(
         seen = stored_view(before)
         view = View(through=seen.through, summary=seen.summary, masked=last.masked_through)
         estimated = estimate(build(head, before, observations, view)) + tools
-    if estimated <= 0:
+    return measured(last.usage.prompt_tokens, estimated)
+
+
+def measured(counted: int, estimated: int) -> float:
+    """How many times `estimated` (a prompt's estimate, with the schemas sent beside it) the
+    server `counted` the prompt (its `usage.prompt_tokens`), at least 1 and at most
+    MAX_SCALE; 1 where either is not positive (`scale`)."""
+    if counted <= 0 or estimated <= 0:
         return 1.0
-    return min(MAX_SCALE, max(1.0, last.usage.prompt_tokens / estimated))
+    return min(MAX_SCALE, max(1.0, counted / estimated))
 
 
 def _too_long(
@@ -579,13 +586,19 @@ def _too_long(
 
 
 def fit(
-    messages: list[Message], policy: Policy | None, *, estimate: Estimate, tools: int = 0
+    messages: list[Message],
+    policy: Policy | None,
+    *,
+    estimate: Estimate,
+    tools: int = 0,
+    by: float = 1.0,
 ) -> list[Message]:
     """A graph node's own messages (`ctx.generate`) under the session's policy: past the
-    target (with the `tools` tokens of the schemas sent beside them), the content of every
-    tool message but the newest `keep` becomes a stub. The node built them, so there is
-    nothing stored to recall; the same messages always fit the same way."""
-    if policy is None or estimate(messages) + tools <= policy.limit:
+    target (with the `tools` tokens of the schemas sent beside them, both times `by`, as
+    the server counts: `measured`), the content of every tool message but the newest `keep`
+    becomes a stub. The node built them, so there is nothing stored to recall; the same
+    messages always fit the same way."""
+    if policy is None or _Estimates(estimate, tools=tools, by=by)(messages) <= policy.limit:
         return messages
     outputs = [i for i, m in enumerate(messages) if m.get("role") == "tool"]
     old = set(outputs[: len(outputs) - policy.keep] if policy.keep else outputs)

@@ -140,6 +140,25 @@ def _asking() -> Graph:
 ASK = graph_kind(_asking().compile())
 
 
+def ask_more(state: Ask, ctx: NodeContext) -> dict[str, object]:
+    """Asks the model about one tool output of `size` bytes, then, as `ask` does, about six."""
+    first: list[dict[str, object]] = [{"role": "user", "content": "what does this say?"}]
+    first.append({"role": "tool", "tool_call_id": "t0", "content": "0" * state.size})
+    said = ctx.generate(first).content
+    return {"answer": f"{said} / {ask(state, ctx)['answer']}"}
+
+
+def _asking_more() -> Graph:
+    graph = Graph("asking_more", version="1", state=Ask)
+    graph.add_node("ask", ask_more, idempotent=True)
+    graph.add_edge(START, "ask").add_edge("ask", END)
+    return graph
+
+
+#: one node that calls the model twice, the second prompt six times the first's size
+ASK_MORE = graph_kind(_asking_more().compile())
+
+
 class AskAround(BaseModel):
     size: int = 0
     part: int = 0

@@ -20,7 +20,9 @@ from .test_context_window import PRICE, Long
 @pytest.fixture
 def long(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Long]:
     monkeypatch.setenv(
-        "TICKWORK_IMPORTS", '["tests.jobs:LONG", "tests.graphs:ASK", "tests.graphs:ASK_AROUND"]'
+        "TICKWORK_IMPORTS",
+        '["tests.jobs:LONG", "tests.graphs:ASK", "tests.graphs:ASK_AROUND", '
+        '"tests.graphs:ASK_MORE"]',
     )
     deployment = Long(tmp_path)
     yield deployment
@@ -140,6 +142,35 @@ def test_a_graph_nodes_cap_asked_again_is_in_its_events_as_an_agents_is(
     assert called["data"]["cost_usd"] == pytest.approx(node.cost_usd)
     shown = render.event_line(called).plain
     assert "node ask" in shown and f"cap lowered to {lowered:,}" in shown
+
+
+def test_a_graph_nodes_prompts_are_fitted_as_the_server_counts_them(
+    long: Long, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A node's prompt was fitted to the policy's target, and its completion cap to the
+    window, on the estimate alone, where an agent's THINK scales the estimate by what the
+    server counted of its last prompt (`context.scale`): a tokenizer that counts a third
+    more than the estimate read a node's second prompt, estimated just under the target, as
+    nearly the whole window, refused it with its cap and left no room to ask again, and the
+    session failed CONTEXT. A node's later calls are fitted and capped as the server
+    counted its earlier ones."""
+    chat = WindowedChat(window=16_384, steps=5, counts_completion=True, undercount=0.33)
+    with windowed_chat(chat):
+        monkeypatch.setenv("OPENAI_BASE_URL", chat.url)
+        head = long.client.submit(
+            "tests.graphs:ASK_MORE",
+            {"size": 8_000},
+            model="openai:long",
+            price=PRICE,
+            context_window=16_384,
+        )
+        done = long.run(head.id)
+    assert done.status is Status.COMPLETED, done.error_message
+    assert not [r for r in chat.log if r.refused], "no call passed the window"
+    first, second = chat.log
+    assert first.tokens > 1.3 * 2_000, "the server counts a third more than the estimate"
+    assert second.tokens <= 0.75 * 16_384, "the second prompt, as counted, is under the target"
+    assert all(r.tokens + (r.max_tokens or 0) <= 16_384 for r in chat.log)
 
 
 def test_a_graph_nodes_prompt_refused_as_too_long_is_a_context_overflow_event(

@@ -21,6 +21,7 @@ the idempotency key `"{session_id}:{step}:{node}"`, the session's config and a s
 from __future__ import annotations
 
 import logging
+import math
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -95,6 +96,10 @@ class NodeContext:
     #: the events of this node's model calls (`model_called`, `context_overflow`), saved
     #: with the node's run as an agent's THINK saves its own
     events: list[Event] = field(default_factory=list)
+    #: how many times the estimate the server counted this node's last prompt
+    #: (`context.measured`; 1 before its first reply): its next prompt is fitted and
+    #: capped as the server will count it, as an agent's THINK is (`context.scale`)
+    scale: float = 1.0
 
     def generate(self, messages: list[Message], tools: Iterable[str] | None = None) -> ModelReply:
         """Call the session's model (`messages` as the agent sends them; `tools` names the
@@ -102,7 +107,8 @@ class NodeContext:
         the node's step. Under the session's context policy (`tickwork.fsm.context.policy_for`:
         the config's, under the window its model stated if smaller), old tool outputs in
         `messages` are elided when they pass its target (`tickwork.fsm.context.fit`), and the
-        completion cap leaves the prompt room in its window; a prompt the model still refuses
+        completion cap leaves the prompt room in its window, the prompt estimated as the
+        server counted this node's last one (`scale`); a prompt the model still refuses
         as too long is fitted once more under the window the refusal states, where that is
         below the session's (`stated_window`, recorded on the card); refused again, or with
         no such window stated, it raises `ContextTooLong`, which fails the session with
@@ -112,9 +118,11 @@ class NodeContext:
         schemas = registry.schemas(list(tools)) if tools is not None else []
         # one policy for the fit and the cap: the config's under the window the model stated
         policy = self._policy()
+        tool_tokens = estimate_schemas(schemas)
         sent = context.fit(
-            messages, policy, estimate=estimate_prompt, tools=estimate_schemas(schemas)
+            messages, policy, estimate=estimate_prompt, tools=tool_tokens, by=self.scale
         )
+        estimated = estimate_prompt(sent) + tool_tokens  # as sent, unscaled
         cap = self._cap(sent, schemas, policy)
         asked = time.time_ns()
         try:
@@ -130,7 +138,7 @@ class NodeContext:
                     step=self.step,
                     node=self.node,
                     error=str(exc),
-                    estimate=estimate_prompt(sent) + estimate_schemas(schemas),
+                    estimate=math.ceil(estimated * self.scale),
                     window=None if policy is None else policy.window,
                     now=self.rt.clock(),
                 )
@@ -157,6 +165,7 @@ class NodeContext:
                 f"{cap:,}",
                 f"{reply.cap_lowered_to:,}",
             )
+        self.scale = context.measured(reply.usage.prompt_tokens, estimated)
         self.tokens += reply.usage.total
         self.usage = Usage(
             prompt_tokens=self.usage.prompt_tokens + reply.usage.prompt_tokens,
@@ -246,8 +255,9 @@ class NodeContext:
     ) -> int:
         """The completion cap of a node's call: what the budgets leave after this node's
         earlier calls and the prompt, and what the prompt and the tools' `schemas` leave of
-        the window of `policy`, the session's (at least 1: the check before the next node
-        ends a session whose budget is spent)."""
+        the window of `policy`, the session's, both estimated as the server counted this
+        node's last prompt (`scale`) (at least 1: the check before the next node ends a
+        session whose budget is spent)."""
         price = pricing.session_price(
             self.head.model, self.head.config, self.rt.settings.prices, providers=self.rt.providers
         )
@@ -263,6 +273,7 @@ class NodeContext:
             price=price,
             window=None if policy is None else policy.window,
             tools=schemas,
+            scale=self.scale,
         )
         return max(1, completion_cap(spent, ahead).tokens)
 
