@@ -420,6 +420,20 @@ def fanned_out(
     return _charged(trees.spawned(head, call, join, branches, now=now), call, usage, cost_usd)
 
 
+def node_use(
+    change: Change, call: ToolCall, *, tokens: int, cost_usd: float, usage: Usage
+) -> Change:
+    """`change`, which ends the session on the node of `call` without counting the model
+    calls the node made (it raised, or the model refused a later prompt as too long), with
+    them counted: the provider billed them whatever became of the node, so their tokens and
+    cost are on the session's head and on the node's step, as a finished node's are."""
+    assert change.charged is None, "the change charges the node's step already"
+    if tokens == 0 and cost_usd == 0 and usage.total == 0:
+        return change
+    head = spent(change.head, tokens=tokens, cost_usd=cost_usd)
+    return _charged(change.model_copy(update={"head": head}), call, usage, cost_usd)
+
+
 def _charged(change: Change, call: ToolCall, usage: Usage | None, cost_usd: float) -> Change:
     """`change` with the node's model use on the node's own step (`ctx.generate`)."""
     if usage is None or (usage.total == 0 and cost_usd == 0):

@@ -141,11 +141,17 @@ ASK = graph_kind(_asking().compile())
 
 
 def ask_more(state: Ask, ctx: NodeContext) -> dict[str, object]:
-    """Asks the model about one tool output of `size` bytes, then, as `ask` does, about six."""
-    first: list[dict[str, object]] = [{"role": "user", "content": "what does this say?"}]
-    first.append({"role": "tool", "tool_call_id": "t0", "content": "0" * state.size})
-    said = ctx.generate(first).content
-    return {"answer": f"{said} / {ask(state, ctx)['answer']}"}
+    """Asks the model about one tool output of `size` bytes, then, after its answer, about
+    five more (a scripted model plays its first reply, then its second)."""
+    messages: list[dict[str, object]] = [{"role": "user", "content": "what does this say?"}]
+    messages.append({"role": "tool", "tool_call_id": "t0", "content": "0" * state.size})
+    said = ctx.generate(messages).content
+    messages += [{"role": "assistant", "content": said}, {"role": "user", "content": "and?"}]
+    messages += [
+        {"role": "tool", "tool_call_id": f"t{i}", "content": f"{i}" * state.size}
+        for i in range(1, 6)
+    ]
+    return {"answer": ctx.generate(messages).content}
 
 
 def _asking_more() -> Graph:

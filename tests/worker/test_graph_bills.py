@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from tickwork.fsm.values import Status
 
 from tests.worker.test_graph_reports import REFUND
@@ -55,3 +56,42 @@ def test_a_nodes_model_calls_keep_their_cached_tokens_on_its_step_and_the_bill(
     with shown.capture() as captured:
         shown.print(render.timeline(view))
     assert "300+12 tokens · 100 cached, 40 written to the cache" in captured.get()
+
+
+def test_a_node_that_raises_keeps_the_model_calls_it_made_on_the_bill(
+    ticks: Ticks, tmp_path: Path
+) -> None:
+    """A node whose second model call failed (and so the node raised, failing the session
+    INTERNAL) lost its first call, which the provider charged for: its tokens and cost were
+    on no step, in no budget and in no dead letter's totals, and its `model_called` event
+    was dropped. They are kept as a node's that finished are."""
+    from tickwork.fsm.values import EventKind
+    from tickwork.store.dead_letters import export_rows
+
+    script = tmp_path / "broken.json"
+    script.write_text(
+        json.dumps(
+            [
+                CACHED_NOTE[0],
+                {"error": {"transient": False, "message": "400 the content was filtered"}},
+            ]
+        )
+    )
+    head = ticks.client.submit(
+        "tests.graphs:ASK_MORE", {"size": 100}, model=f"scripted:{script}", price=(1.0, 2.0)
+    )
+    done = ticks.run(head.id)
+    assert (done.status, done.error_code) == (Status.FAILED, "INTERNAL")
+    assert "NodeFailed: node 'ask' raised" in (done.error_message or "")
+    session = ticks.client.load(head.id)
+    (called,) = [e for e in session.events if e.kind is EventKind.MODEL_CALLED]
+    assert (called.data["node"], called.data["prompt_tokens"]) == ("ask", 300)
+    cost = called.data["cost_usd"]
+    assert cost > 0
+    assert (done.tokens, done.cost_usd) == (312, pytest.approx(cost))
+    (ask,) = [s for s in session.steps if any(c.name == "ask" for c in s.calls)]
+    assert (ask.usage.prompt_tokens, ask.usage.completion_tokens) == (300, 12)
+    assert ask.usage.cached_prompt_tokens == 100
+    assert ask.cost_usd == pytest.approx(cost)
+    (letter,) = export_rows(ticks.store.engine)
+    assert (letter["own_tokens"], letter["own_cost_usd"]) == (312, pytest.approx(cost))

@@ -173,6 +173,33 @@ def test_a_graph_nodes_prompts_are_fitted_as_the_server_counts_them(
     assert all(r.tokens + (r.max_tokens or 0) <= 16_384 for r in chat.log)
 
 
+def test_a_graph_node_refused_as_too_long_keeps_its_earlier_calls_on_the_bill(
+    long: Long, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A node whose second prompt the server refused as too long, stating no window, fails
+    the session `CONTEXT`; its first call, answered and charged, was dropped from the bill
+    (the session's tokens and cost, the node's step) though its `model_called` event was
+    kept."""
+    chat = WindowedChat(window=9_000, steps=5, states_window=False)
+    with windowed_chat(chat):
+        monkeypatch.setenv("OPENAI_BASE_URL", chat.url)
+        head = long.client.submit(
+            "tests.graphs:ASK_MORE", {"size": 8_000}, model="openai:long", price=PRICE
+        )
+        done = long.run(head.id)
+    assert (done.status, done.error_code) == (Status.FAILED, "CONTEXT")
+    assert [r.refused for r in chat.log] == [False, True]
+    (answered,) = chat.answered
+    billed = (answered.tokens * PRICE[0] + COMPLETION_TOKENS * PRICE[1]) / 1e6
+    assert done.tokens == answered.tokens + COMPLETION_TOKENS
+    assert done.cost_usd == pytest.approx(billed)
+    session = long.store.load(head.id)
+    (node,) = [s for s in session.steps if any(c.name == "ask" for c in s.calls)]
+    assert node.usage.prompt_tokens == answered.tokens and node.cost_usd == pytest.approx(billed)
+    kinds = [e.kind for e in session.events]
+    assert kinds.index(EventKind.MODEL_CALLED) < kinds.index(EventKind.CONTEXT_OVERFLOW)
+
+
 def test_a_graph_nodes_prompt_refused_as_too_long_is_a_context_overflow_event(
     long: Long, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -451,12 +451,20 @@ def _run(
         returned, duration = run_call(tick, call, run, rerun=plan.rerun, arguments=state)
     except ContextTooLong as exc:
         ctx = contexts[0] if contexts else None
-        return _with_calls(_too_long(tick, node.name, exc, ctx), ctx)
+        return _with_use(_too_long(tick, node.name, exc, ctx), call, ctx)
+    except NodeFailed as exc:
+        return _failed(tick, graph, call, exc, contexts[0] if contexts else None)
     finally:
         if contexts:
             tick.report.model = contexts[0].model_call
     ctx = contexts[0]
-    return _with_calls(_ran(tick, graph, plan, state, trace, ctx, returned, duration), ctx)
+    try:
+        ran = _ran(tick, graph, plan, state, trace, ctx, returned, duration)
+    except Exception as exc:
+        # what the node returned is refused (an update of fields not in the state, branches
+        # of a node the graph lacks, its `approve_update` raising): failed as if it raised
+        return _failed(tick, graph, call, exc, ctx)
+    return _with_calls(ran, ctx)
 
 
 def _with_calls(change: Change, ctx: NodeContext | None) -> Change:
@@ -464,6 +472,45 @@ def _with_calls(change: Change, ctx: NodeContext | None) -> Change:
     if ctx is None or not ctx.events:
         return change
     return change.model_copy(update={"events": (*ctx.events, *change.events)})
+
+
+def _with_use(change: Change, call: ToolCall, ctx: NodeContext | None) -> Change:
+    """`change`, which ends the session on the run of `call`'s node, with the model calls the
+    node made (`ctx`): their events, and their tokens and cost on the bill
+    (`graph_machine.node_use`), as a node's that finished has them."""
+    if ctx is None:
+        return change
+    used = graph_machine.node_use(
+        change, call, tokens=ctx.tokens, cost_usd=ctx.cost_usd, usage=ctx.usage
+    )
+    return _with_calls(used, ctx)
+
+
+def _failed(
+    tick: Tick, graph: CompiledGraph, call: ToolCall, exc: Exception, ctx: NodeContext | None
+) -> Change:
+    """The node of `call` raised `exc` (`NodeFailed`), or what it returned was refused: the
+    session fails `INTERNAL`, as a tick that raises does (`advance`), keeping the model calls
+    the node made (`_with_use`) and the window a refusal of one of them stated."""
+    rt, claimed = tick.rt, tick.claimed
+    head = claimed.head
+    log.error("tick of session %s v%d failed", head.id, head.version, exc_info=exc)
+    tick.files.discard()  # what the node's tools may have half done is not saved with a failure
+    if ctx is not None and ctx.stated_window is not None:
+        head = head.model_copy(
+            update={"result": {**head.result, context.STATED_WINDOW: ctx.stated_window}}
+        )
+    upcoming = claimed.calls[0] if claimed.calls else None
+    change = machine.fail(
+        head,
+        ErrorCode.INTERNAL,
+        f"{type(exc).__name__}: {exc}",
+        now=rt.clock(),
+        open_calls=claimed.calls,
+        decisions=claimed.decisions,
+        idempotent=_may_run_twice(graph, upcoming),
+    )
+    return _with_use(change, call, ctx)
 
 
 def _ran(
