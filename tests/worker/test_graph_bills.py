@@ -59,7 +59,7 @@ def test_a_nodes_model_calls_keep_their_cached_tokens_on_its_step_and_the_bill(
 
 
 def test_a_node_that_raises_keeps_the_model_calls_it_made_on_the_bill(
-    ticks: Ticks, tmp_path: Path
+    ticks: Ticks, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A node whose second model call failed (and so the node raised, failing the session
     INTERNAL) lost its first call, which the provider charged for: its tokens and cost were
@@ -80,8 +80,13 @@ def test_a_node_that_raises_keeps_the_model_calls_it_made_on_the_bill(
     head = ticks.client.submit(
         "tests.graphs:ASK_MORE", {"size": 100}, model=f"scripted:{script}", price=(1.0, 2.0)
     )
-    done = ticks.run(head.id)
+    with caplog.at_level("ERROR", logger="tickwork.tick"):
+        done = ticks.run(head.id)
     assert (done.status, done.error_code) == (Status.FAILED, "INTERNAL")
+    # the log line a tick that fails the session writes, where operators look for it
+    assert f"tick of session {head.id} v1 failed" in [
+        r.getMessage() for r in caplog.records if r.name == "tickwork.tick"
+    ]
     assert "NodeFailed: node 'ask' raised" in (done.error_message or "")
     session = ticks.client.load(head.id)
     (called,) = [e for e in session.events if e.kind is EventKind.MODEL_CALLED]

@@ -68,6 +68,8 @@ __all__ = [
 ]
 
 log = logging.getLogger("tickwork.graph")
+#: the tick's own logger, where a tick that fails its session says so (`advance`)
+tick_log = logging.getLogger("tickwork.tick")
 
 
 @dataclass
@@ -494,7 +496,7 @@ def _failed(
     the node made (`_with_use`) and the window a refusal of one of them stated."""
     rt, claimed = tick.rt, tick.claimed
     head = claimed.head
-    log.error("tick of session %s v%d failed", head.id, head.version, exc_info=exc)
+    tick_log.error("tick of session %s v%d failed", head.id, head.version, exc_info=exc)
     tick.files.discard()  # what the node's tools may have half done is not saved with a failure
     if ctx is not None and ctx.stated_window is not None:
         head = head.model_copy(
