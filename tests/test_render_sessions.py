@@ -82,3 +82,17 @@ def test_a_patch_is_printed_as_it_is_without_padding() -> None:
     assert not [line for line in text.splitlines() if line.endswith(" ")], text
     shown = printed(render.diff(PATCH))
     assert shown == PATCH, shown
+
+
+def test_a_model_retry_reads_as_a_sentence() -> None:
+    """`watch` and the demo printed a retry as `attempt=1 delay_s=0.9352889818389376
+    error=...`: sixteen digits of a delay, and the keys of the event's JSON."""
+    said = render.summary(
+        "model_retry",
+        {"attempt": 2, "delay_s": 1.9976982963612175, "error": "POST ... failed: ConnectError"},
+    )
+    assert said == "attempt 2 failed, retry in 2.0 s: POST ... failed: ConnectError"
+    billed = {"attempt": 1, "delay_s": 0.5, "error": "empty reply", "tokens": 40, "cost_usd": 0.1}
+    assert render.summary("model_retry", billed) == (
+        "attempt 1 failed, retry in 0.5 s: empty reply · 40 tokens · $0.1000"
+    )

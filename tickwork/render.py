@@ -860,6 +860,12 @@ def summary(kind: str, d: Mapping[str, Any]) -> str:
         return text + (" (rerun)" if d.get("rerun") else "")
     if kind in ("failed", "dead_lettered"):
         return f"{d.get('error_code')}: {d.get('message')}"
+    if kind == "model_retry" and isinstance(d.get("delay_s"), int | float):
+        text = f"attempt {d.get('attempt')} failed, retry in {d['delay_s']:.1f} s"
+        text += f": {d.get('error')}"
+        if isinstance(d.get("tokens"), int):  # a billed reply the session could not use
+            text += f" · {d['tokens']:,} tokens · ${d.get('cost_usd', 0):.4f}"
+        return text
     if kind == "forked":
         return f"from {d.get('parent_id')} at step {d.get('from_step')} by {d.get('by')}"
     return " ".join(f"{k}={compact(v)}" for k, v in d.items())
