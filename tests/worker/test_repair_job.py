@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import functools
 import json
+import re
 import shlex
 import shutil
 import subprocess
@@ -752,3 +753,19 @@ def test_a_missing_module_of_the_projects_own_anywhere_in_its_tree_is_a_failing_
     tests = run_final_tests(head_for({"test_command": _collection_stopped(module)}), project)
     assert tests["exit_code"] == 2 and "not_run" not in tests, tests.get("not_run")
     assert repair_outcome(patch="a patch", tests=tests) is Outcome.TESTS_FAILING
+
+
+@pytest.mark.parametrize(
+    ("extra", "said"),
+    [
+        ({"test_command": "pytest " + "x" * 10_000}, "`test_command` is 10,007 characters long"),
+        ({"goal": "g" * 20_001}, "`goal` is 20,001 characters long; at most 20,000"),
+        ({"test_command": "pytest\x00-q"}, "`test_command` holds a NUL character"),
+    ],
+)
+def test_a_test_command_or_goal_too_long_for_every_prompt_is_refused_naming_it(
+    project: Path, state: Path, artifacts: DirectoryArtifacts, extra: dict[str, str], said: str
+) -> None:
+    data = {"workspace": str(project), "test_command": PASS, **extra}
+    with pytest.raises(InvalidInput, match=re.escape(said)):
+        prepare(data, state_dir=state, artifacts=artifacts)

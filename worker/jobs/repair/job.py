@@ -70,6 +70,9 @@ INPUT_KEYS = (
 )
 #: other names an input may use for a key: the CLI's (`--test-cmd`)
 ALIASES = {"test_cmd": "test_command"}
+#: the longest test command and goal taken: each goes into every prompt of the session
+MAX_TEST_COMMAND_CHARS = 10_000
+MAX_GOAL_CHARS = 20_000
 
 SYSTEM_PROMPT = """\
 You are a careful software engineer repairing a code base. You work inside one workspace \
@@ -124,7 +127,7 @@ def _test_command(value: Any) -> str:
             "`test_command` is required: the shell command that runs the tests in the "
             "project, e.g. 'python -m pytest -q' (`--test-cmd`)"
         )
-    return value.strip()
+    return _bounded("test_command", value.strip(), MAX_TEST_COMMAND_CHARS)
 
 
 def _optional_text(data: Mapping[str, Any], key: str) -> str:
@@ -133,7 +136,22 @@ def _optional_text(data: Mapping[str, Any], key: str) -> str:
         return ""
     if not isinstance(value, str):
         raise _fail(f"`{key}` must be text, got {type(value).__name__}")
-    return value.strip()
+    return _bounded(key, value.strip(), MAX_GOAL_CHARS)
+
+
+def _bounded(key: str, text: str, most: int) -> str:
+    """`text` if it is at most `most` characters and has no NUL, else InvalidInput naming
+    `key`: the input is untrusted, and a test command or goal goes into every prompt."""
+    if len(text) > most:
+        raise _fail(
+            f"`{key}` is {len(text):,} characters long; at most {most:,} are taken "
+            "(put a long test command in a script of the project and run that)"
+            if key == "test_command"
+            else f"`{key}` is {len(text):,} characters long; at most {most:,} are taken"
+        )
+    if "\x00" in text:
+        raise _fail(f"`{key}` holds a NUL character; give it as plain text")
+    return text
 
 
 def _timeout(value: Any) -> float | None:
