@@ -9,7 +9,7 @@ is only known after it is paid for.
 from __future__ import annotations
 
 import math
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from tickwork.fsm.values import ErrorCode, Head, Value
 
@@ -34,6 +34,25 @@ class NextCall(Value):
     max_completion_tokens: int | None = None
 
 
+class TenantDay(Value):
+    """What the session's tenant spent of its `max_usd_per_day` on the day the session
+    counts to (the UTC day it was created: docs/OPERATIONS.md, "Tenants and quotas"),
+    read before a model call: the call may spend no more than what is left."""
+
+    tenant: str
+    #: the tenant's max_usd_per_day
+    quota_usd: float
+    #: what the tenant's sessions created that day spent, this one's included
+    spent_usd: float
+    #: the UTC midnight the day starts at
+    day: datetime
+
+    @property
+    def resets_at(self) -> datetime:
+        """When the tenant's next day starts (new sessions, and forks, count to it)."""
+        return self.day + timedelta(days=1)
+
+
 class Cap(Value):
     """The completion cap of the next model call: the most tokens it may write."""
 
@@ -41,20 +60,23 @@ class Cap(Value):
     tokens: int
     #: the budget that set it, or None when the model's own limit did
     code: ErrorCode | None = None
+    #: the tenant's day quota set it (code BUDGET_COST), not the session's max_cost_usd
+    by_tenant: bool = False
 
 
-def completion_cap(head: Head, next_call: NextCall) -> Cap:
+def completion_cap(head: Head, next_call: NextCall, day: TenantDay | None = None) -> Cap:
     """The most completion tokens the next call may write so that, with its prompt, it stays
     within the tokens and the cost left, and within the model's own limit.
 
     A server that honours the cap can then take the session past `max_cost_usd` only by
     what the prompt's estimate fell short of; the call's cost is at most its prompt plus
-    the cap at the completion price (docs/DESIGN.md section 14)."""
-    return min(_caps(head, next_call), key=lambda cap: cap.tokens)
+    the cap at the completion price (docs/DESIGN.md section 14). With `day`, what is left
+    of the tenant's day quota caps it too."""
+    return min(_caps(head, next_call, day), key=lambda cap: cap.tokens)
 
 
-def _caps(head: Head, next_call: NextCall) -> list[Cap]:
-    """The cap each budget, and the model, sets on the next call."""
+def _caps(head: Head, next_call: NextCall, day: TenantDay | None = None) -> list[Cap]:
+    """The cap each budget, the tenant's day quota, and the model set on the next call."""
     b = head.budgets
     caps = [Cap(tokens=b.max_tokens - head.tokens - next_call.tokens, code=ErrorCode.BUDGET_TOKENS)]
     if b.limits_cost:
@@ -65,17 +87,35 @@ def _caps(head: Head, next_call: NextCall) -> list[Cap]:
             # a tiny price must not make a number too large to send
             tokens = min(left / next_call.usd_per_completion_token, float(2**31 - 1))
             caps.append(Cap(tokens=math.floor(tokens), code=ErrorCode.BUDGET_COST))
+    if day is not None:
+        left = day.quota_usd - (day.spent_usd + next_call.cost_usd)
+        if left < 0 or day.spent_usd >= day.quota_usd:
+            caps.append(Cap(tokens=0, code=ErrorCode.BUDGET_COST, by_tenant=True))
+        elif next_call.usd_per_completion_token > 0:
+            tokens = min(left / next_call.usd_per_completion_token, float(2**31 - 1))
+            caps.append(Cap(tokens=math.floor(tokens), code=ErrorCode.BUDGET_COST, by_tenant=True))
     if next_call.max_completion_tokens is not None:
         caps.append(Cap(tokens=next_call.max_completion_tokens))
     return caps
 
 
-def cut_at(cap: Cap, next_call: NextCall, *, lowered: bool = False) -> Exhausted | None:
+def cut_at(
+    cap: Cap, next_call: NextCall, *, lowered: bool = False, day: TenantDay | None = None
+) -> Exhausted | None:
     """What a reply cut off at `cap` ends the session with, if a budget set the cap (a cut
     at the model's own limit is the model's business, and so is one at a cap the model
-    `lowered` below `cap` to the room the server said its window left)."""
+    `lowered` below `cap` to the room the server said its window left); `day`: the
+    tenant's day quota the cap was computed with."""
     if cap.code is None or lowered:
         return None
+    if cap.by_tenant and day is not None:
+        return Exhausted(
+            code=cap.code,
+            message=f"the model's answer was cut at {cap.tokens} completion tokens, all "
+            f"that was left after its prompt of about {next_call.tokens} tokens of tenant "
+            f"{day.tenant}'s quota max_usd_per_day of ${day.quota_usd:g} for the sessions "
+            f"created on {day.day.date().isoformat()} (UTC): " + _day_advice(day),
+        )
     left = "tokens" if cap.code is ErrorCode.BUDGET_TOKENS else "cost"
     return Exhausted(
         code=cap.code,
@@ -85,10 +125,15 @@ def cut_at(cap: Cap, next_call: NextCall, *, lowered: bool = False) -> Exhausted
 
 
 def exhausted_budget(
-    head: Head, *, now: datetime, next_call: NextCall | None = None
+    head: Head,
+    *,
+    now: datetime,
+    next_call: NextCall | None = None,
+    day: TenantDay | None = None,
 ) -> Exhausted | None:
     """The first budget the session has used up, or that leaves the next call (its prompt
-    as `next_call` estimates it) no completion token, or None."""
+    as `next_call` estimates it) no completion token, or None; with `day`, its tenant's
+    `max_usd_per_day` is such a budget too (BUDGET_COST, the message naming the quota)."""
     b = head.budgets
     ahead = next_call or NextCall()
     if head.step >= b.max_steps:
@@ -97,7 +142,8 @@ def exhausted_budget(
             message=f"{head.step} step{'' if head.step == 1 else 's'} made, "
             f"max_steps is {b.max_steps}",
         )
-    spent = {cap.code for cap in _caps(head, ahead) if cap.tokens < 1}
+    caps = _caps(head, ahead, day)
+    spent = {cap.code for cap in caps if cap.tokens < 1 and not cap.by_tenant}
     if head.tokens >= b.max_tokens or ErrorCode.BUDGET_TOKENS in spent:
         return Exhausted(
             code=ErrorCode.BUDGET_TOKENS,
@@ -110,8 +156,29 @@ def exhausted_budget(
             message=f"${head.cost_usd:.4f} spent{_more(ahead.cost_usd, f'${ahead.cost_usd:.4f}')}"
             f", max_cost_usd is ${b.max_cost_usd}",
         )
+    if day is not None and any(cap.by_tenant and cap.tokens < 1 for cap in caps):
+        return Exhausted(code=ErrorCode.BUDGET_COST, message=day_spent(day, ahead.cost_usd))
     late = deadline_passed(head, now=now)
     return None if late is None else Exhausted(code=ErrorCode.DEADLINE, message=late)
+
+
+def day_spent(day: TenantDay, ahead_usd: float = 0.0) -> str:
+    """Why a session stops on its tenant's day quota: what was spent, the quota, when the
+    tenant's next day starts and what to do."""
+    spent = f"${day.spent_usd:.4f}"
+    return (
+        f"tenant {day.tenant}'s quota max_usd_per_day of ${day.quota_usd:g} is spent: its "
+        f"sessions created on {day.day.date().isoformat()} (UTC) spent {spent}"
+        f"{_more(ahead_usd, f'${ahead_usd:.4f}')}; " + _day_advice(day)
+    )
+
+
+def _day_advice(day: TenantDay) -> str:
+    return (
+        "this session's spending counts to that day; the quota resets at "
+        f"{day.resets_at.isoformat()}, fork this session after it to go on (or ask the "
+        "operator to raise the quota)"
+    )
 
 
 def deadline_passed(head: Head, *, now: datetime) -> str | None:

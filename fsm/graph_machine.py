@@ -23,7 +23,7 @@ from typing import Any
 
 from tickwork.fsm import context, transitions, trees
 from tickwork.fsm.approvals import ApprovalRule, approval_reason, rejection
-from tickwork.fsm.budgets import exhausted_budget
+from tickwork.fsm.budgets import TenantDay, exhausted_budget
 from tickwork.fsm.fingerprints import call_fingerprint, step_fingerprint
 from tickwork.fsm.graph import END, PROPOSAL, START, CompiledGraph, delta_text, state_fingerprint
 from tickwork.fsm.joins import Join
@@ -102,9 +102,11 @@ def schedule(
     events: Sequence[Event] = (),
     closing: Mapping[str, Any] | None = None,
     trace_id: str = "",
+    day: TenantDay | None = None,
 ) -> Change:
     """Record the node that follows `after` (or `target`) as the next step, or end the
-    session: at END, on a cancel, a spent budget or a loop. `closing` holds what the tick
+    session: at END, on a cancel, a spent budget (its tenant's day quota too: `day`, what
+    the tenant spent with this tick's calls) or a loop. `closing` holds what the tick
     already changed (the finished node's call state and observation)."""
     update = dict(closing or {})
     # as many fingerprints as detection looks at (a stagnation's run, a ping-pong's four)
@@ -122,7 +124,7 @@ def schedule(
     if chosen == END:
         answer = json.dumps(dict(state), indent=2, sort_keys=True, ensure_ascii=False)
         return ended(Status.COMPLETED, final_answer=answer)
-    spent = exhausted_budget(head, now=now)
+    spent = exhausted_budget(head, now=now, day=day)
     if spent is not None:
         return ended(Status.FAILED, error_code=spent.code, error_message=spent.message)
     node = graph.node(chosen)
@@ -196,7 +198,14 @@ def schedule(
     return Change(head=moved, step=step, events=events, **update)
 
 
-def start(head: Head, graph: CompiledGraph, *, now: datetime, trace_id: str = "") -> Change:
+def start(
+    head: Head,
+    graph: CompiledGraph,
+    *,
+    now: datetime,
+    trace_id: str = "",
+    day: TenantDay | None = None,
+) -> Change:
     """A `ready` graph session: choose the node after the last one run (START at first)."""
     transitions.require(head, Status.READY)
     after = last_node(head)
@@ -204,7 +213,7 @@ def start(head: Head, graph: CompiledGraph, *, now: datetime, trace_id: str = ""
     branch = branch_of(head)
     target = None if branch is None else (branch if after == START else END)
     return schedule(
-        head, graph, state_of(head), after=after, target=target, now=now, trace_id=trace_id
+        head, graph, state_of(head), after=after, target=target, now=now, trace_id=trace_id, day=day
     )
 
 
@@ -258,6 +267,7 @@ def node_finished(
     observed: bool = False,
     trace_id: str = "",
     usage: Usage | None = None,
+    day: TenantDay | None = None,
 ) -> Change:
     """The node of `call` ran and changed the state by `delta` (its update, with a person's
     edit; or a proposal's call: the update a person approved): save the update, then record
@@ -286,6 +296,7 @@ def node_finished(
         events=(event,),
         closing=closing,
         trace_id=trace_id,
+        day=day,
     )
     return _charged(scheduled, call, usage, cost_usd)
 
@@ -300,6 +311,7 @@ def branches_joined(
     tokens: int,
     now: datetime,
     trace_id: str = "",
+    day: TenantDay | None = None,
 ) -> Change:
     """The branches of `call`'s fan-out have all ended (the join woke the session): their
     updates merge into the state through the graph's reducers, in the branches' order, and
@@ -349,6 +361,8 @@ def branches_joined(
         tokens=tokens,
         cost_usd=cost_usd,
         trace_id=trace_id,
+        # the branches' cost counts in the day as theirs already: `day` as read
+        day=day,
     )
     return change.model_copy(update={"events": (event, *change.events)})
 
@@ -526,6 +540,7 @@ def node_rejected(
     *,
     now: datetime,
     trace_id: str = "",
+    day: TenantDay | None = None,
 ) -> Change:
     """A person rejected the node: it does not run; the graph goes to its `on_reject`."""
     text = rejection(call, decision)
@@ -543,6 +558,7 @@ def node_rejected(
         now=now,
         closing=closing,
         trace_id=trace_id,
+        day=day,
     )
 
 

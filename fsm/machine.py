@@ -19,6 +19,7 @@ from tickwork.fsm.approvals import ApprovalRule, approval_reason, check_decision
 from tickwork.fsm.budgets import (
     Exhausted,
     NextCall,
+    TenantDay,
     deadline_passed,
     exhausted_budget,
     model_retry_delay,
@@ -134,16 +135,22 @@ def fail(
 
 
 def start_think(
-    head: Head, *, now: datetime, next_call: NextCall | None = None, plan: Plan | None = None
+    head: Head,
+    *,
+    now: datetime,
+    next_call: NextCall | None = None,
+    plan: Plan | None = None,
+    day: TenantDay | None = None,
 ) -> Change | CallModel | Compact:
     """Before the model is called: a requested cancel, or a budget spent or that the next
-    call (as the caller estimates it) would pass, ends the session; a prompt that no
+    call (as the caller estimates it) would pass, ends the session, and so does the tenant's
+    day quota (`day`: what it spent of its max_usd_per_day, None: no quota); a prompt that no
     compaction brings under the window fails it (`CONTEXT`); a `plan` that compacts first
     makes this tick a compaction (`tickwork.fsm.context.plan`)."""
     transitions.require(head, Status.READY)
     if head.cancel_requested:
         return transitions.ended(head, Status.CANCELLED, now)
-    spent = exhausted_budget(head, now=now, next_call=next_call)
+    spent = exhausted_budget(head, now=now, next_call=next_call, day=day)
     if spent is not None:
         return transitions.ended(
             head, Status.FAILED, now, error_code=spent.code, error_message=spent.message

@@ -52,7 +52,8 @@ class Quotas(BaseModel):
     max_in_flight: int | None = Field(default=None, ge=1)
     #: sessions waiting as `queued`; a submit past it is refused (429)
     max_queued: int | None = Field(default=None, ge=0)
-    #: dollars spent by the tenant's sessions in the current UTC day; a submit past it: 429
+    #: dollars spent by the tenant's sessions in the current UTC day; a submit past it: 429,
+    #: and a running session of a spent day stops BUDGET_COST before its next model call
     max_usd_per_day: float | None = Field(default=None, ge=0)
     #: bytes stored for the tenant's sessions (`docs/OPERATIONS.md`); a submit past it: 429
     max_stored_bytes: int | None = Field(default=None, ge=0)

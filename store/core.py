@@ -165,6 +165,10 @@ class CoreStore(Services):
         with self.engine.connect() as conn:
             return [dict(r) for r in conn.execute(query).mappings()]
 
+    def day_spent(self, tenant: str, *, day: datetime) -> float:
+        with self.engine.connect() as conn:
+            return tenant_quotas.spent_on(conn, tenant, day=day)
+
     def get(self, session_id: str) -> Head:
         with self.engine.connect() as conn:
             return reads.read_head(conn, session_id)

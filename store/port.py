@@ -58,6 +58,12 @@ class Sessions(Protocol):
 
     def get(self, session_id: str) -> Head: ...
 
+    def day_spent(self, tenant: str, *, day: datetime) -> float:
+        """What `tenant`'s sessions created on the UTC day starting at midnight `day` spent,
+        each session's own spending once (the count of `max_usd_per_day`,
+        docs/OPERATIONS.md); read before each model call of a tenant with that quota."""
+        ...
+
     def load(self, session_id: str) -> Session: ...
 
     def lease(self, session_id: str) -> tuple[str, datetime] | None:

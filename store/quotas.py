@@ -11,7 +11,9 @@ What each quota counts (docs/OPERATIONS.md, "Tenants and quotas"):
   charged to them at their joins (a `children_joined` event with `cost_usd`; the children
   are counted as sessions themselves) and less a fork's inherited cost (the steps it kept
   from its parent, spent by the parent); refused once it reached the quota, until the next
-  midnight.
+  midnight. The same count (`spent_on`, `Store.day_spent`) is read before each model call
+  of the tenant's sessions, capped at what is left of their day and stopped `BUDGET_COST`
+  once it is spent (`tickwork.fsm.budgets.TenantDay`).
 - `max_stored_bytes`: the characters of the tenant's live transcripts (the model's thoughts
   and the tools' observations; ~bytes), summed at most once a minute per process (a join
   over every step, too dear for every submit); refused once it reached the quota.
@@ -33,7 +35,7 @@ from tickwork.fsm.errors import QuotaExceeded
 from tickwork.fsm.tenants import Quotas
 from tickwork.fsm.values import RUNNABLE, EventKind, Head
 from tickwork.fsm.wording import counted
-from tickwork.store.schema import events, observations, sessions, steps
+from tickwork.store.schema import events, joins, observations, sessions, steps
 
 #: the status a session waits in for admission (docs/DESIGN.md section 15)
 QUEUED = "queued"
@@ -86,23 +88,42 @@ def midnight_before(now: datetime) -> datetime:
 
 
 def spent_today(conn: Connection, tenant: str, *, now: datetime) -> float:
-    """What `tenant`'s sessions created since the last UTC midnight spent, each session's
-    own spending once: a join adds its children's cost to their parent's `cost_usd` (the
-    root's is the tree's), so the cost charged at each join (its `children_joined` event)
-    is taken off the parent's, the children being counted themselves; a fork's `cost_usd`
-    starts at its kept steps' cost, spent by its parent, which its `forked` event records
-    (`inherited_cost_usd`) and which is taken off too."""
-    today = (sessions.c.tenant == tenant) & (sessions.c.created_at >= midnight_before(now))
-    recorded = select(func.coalesce(func.sum(sessions.c.cost_usd), 0.0)).where(today)
-    mine = select(sessions.c.id).where(today).scalar_subquery()
-    charged = select(func.coalesce(func.sum(events.c.data["cost_usd"].as_float()), 0.0)).where(
-        events.c.session_id.in_(mine), events.c.kind == EventKind.CHILDREN_JOINED.value
+    """What `tenant`'s sessions created since the last UTC midnight spent (`spent_on`)."""
+    return spent_on(conn, tenant, day=midnight_before(now))
+
+
+def spent_on(conn: Connection, tenant: str, *, day: datetime) -> float:
+    """What `tenant`'s sessions created on the UTC day starting at `day` spent, each
+    session's own spending once: a join adds its children's cost to their parent's
+    `cost_usd` (the root's is the tree's), so the cost charged at each join (its
+    `children_joined` event) is taken off the parent's, the children being counted
+    themselves; a fork's `cost_usd` starts at its kept steps' cost, spent by its parent,
+    which its `forked` event records (`inherited_cost_usd`) and which is taken off too.
+
+    One statement, read before each model call of a tenant with a day quota: the sessions
+    by their (tenant, created_at) index; the events only of the day's sessions that spawned
+    (a row in the joins) or are forks, not every event of the day."""
+    today = (
+        (sessions.c.tenant == tenant)
+        & (sessions.c.created_at >= day)
+        & (sessions.c.created_at < day + timedelta(days=1))
     )
+    recorded = select(func.coalesce(func.sum(sessions.c.cost_usd), 0.0)).where(today)
+    parents = select(sessions.c.id).where(today, sessions.c.id.in_(select(joins.c.parent_id)))
+    charged = select(func.coalesce(func.sum(events.c.data["cost_usd"].as_float()), 0.0)).where(
+        events.c.session_id.in_(parents.scalar_subquery()),
+        events.c.kind == EventKind.CHILDREN_JOINED.value,
+    )
+    forks = select(sessions.c.id).where(today, sessions.c.fork_step.is_not(None))
     inherited = select(
         func.coalesce(func.sum(events.c.data["inherited_cost_usd"].as_float()), 0.0)
-    ).where(events.c.session_id.in_(mine), events.c.kind == EventKind.FORKED.value)
-    total = float(conn.execute(recorded).scalar_one())
-    total -= float(conn.execute(charged).scalar_one()) + float(conn.execute(inherited).scalar_one())
+    ).where(
+        events.c.session_id.in_(forks.scalar_subquery()), events.c.kind == EventKind.FORKED.value
+    )
+    row = conn.execute(
+        select(recorded.scalar_subquery(), charged.scalar_subquery(), inherited.scalar_subquery())
+    ).one()
+    total = float(row[0]) - float(row[1]) - float(row[2])
     # to the nano-dollar: a sum of float costs less others is off by some 1e-18
     return max(0.0, round(total, 9))
 

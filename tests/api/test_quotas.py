@@ -173,6 +173,7 @@ def test_a_model_without_a_price_is_refused_where_the_tenant_has_a_dollar_quota(
     fleet.client.submit(TEST_KIND, {}, tenant="team-a", price=(1, 2), **free)  # priced
 
 
+@pytest.mark.parametrize("fleet", ["sqlite", "postgres"], indirect=True)
 def test_a_tree_s_spend_counts_once_though_its_root_carries_the_children_s(
     fleet: Fleet,
 ) -> None:
@@ -195,6 +196,7 @@ def test_a_tree_s_spend_counts_once_though_its_root_carries_the_children_s(
     assert refused.value.used == pytest.approx(0.03)
 
 
+@pytest.mark.parametrize("fleet", ["sqlite", "postgres"], indirect=True)
 def test_a_cancelled_tree_s_spend_counts_once_though_its_root_is_charged_late(
     fleet: Fleet,
 ) -> None:
@@ -216,6 +218,7 @@ def test_a_cancelled_tree_s_spend_counts_once_though_its_root_is_charged_late(
     assert used["max_usd_per_day"] == pytest.approx(cost)  # not 0.03: the charge is taken off
 
 
+@pytest.mark.parametrize("fleet", ["sqlite", "postgres"], indirect=True)
 def test_a_fork_counts_only_what_it_spent_itself(fleet: Fleet) -> None:
     """A fork's `cost_usd` starts at the cost of the steps it kept, which its parent spent
     and which counts already: the day's spend takes it once."""

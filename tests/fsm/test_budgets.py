@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -12,6 +13,7 @@ from pydantic import ValidationError
 from tickwork.fsm.budgets import (
     Cap,
     NextCall,
+    TenantDay,
     completion_cap,
     cut_at,
     exhausted_budget,
@@ -231,6 +233,49 @@ def test_a_capped_call_stays_within_the_cost_budget(
     assert allowed == (spent < 2.0 and cap.tokens >= 1)
     if allowed:
         assert spent + prompt + cap.tokens * per_token <= 2.0 * (1 + 1e-9)
+
+
+def _day(spent: float, quota: float = 2.0) -> TenantDay:
+    return TenantDay(
+        tenant="team-a", quota_usd=quota, spent_usd=spent, day=datetime(2026, 3, 1, tzinfo=UTC)
+    )
+
+
+@given(
+    spent=st.floats(min_value=0, max_value=10, allow_nan=False),
+    prompt=st.floats(min_value=0, max_value=10, allow_nan=False),
+    per_token=st.floats(min_value=1e-9, max_value=1, allow_nan=False),
+)
+def test_a_capped_call_stays_within_the_tenant_s_day_without_a_cost_budget(
+    build: Any, spent: float, prompt: float, per_token: float
+) -> None:
+    """A session without a cost budget (0: none) is held by its tenant's max_usd_per_day:
+    a call happens only while the day has room, and its cap keeps it within."""
+    head = build.head(budgets={**LIMITS, "max_tokens": 10**12, "max_cost_usd": 0})
+    ahead = NextCall(cost_usd=prompt, usd_per_completion_token=per_token)
+    day = _day(spent)
+    cap = completion_cap(head, ahead, day)
+    spent_out = exhausted_budget(head, now=build.at(0), next_call=ahead, day=day)
+    assert (spent_out is None) == (spent < 2.0 and cap.tokens >= 1)
+    if spent_out is None:
+        assert spent + prompt + cap.tokens * per_token <= 2.0 * (1 + 1e-9)
+    else:
+        assert spent_out.code is COST and "max_usd_per_day of $2" in spent_out.message
+
+
+def test_the_day_s_stop_names_the_tenant_the_quota_and_when_it_resets(build: Any) -> None:
+    head = build.head(budgets={**LIMITS, "max_cost_usd": 1e9})
+    spent = exhausted_budget(head, now=build.at(0), day=_day(2.5))
+    assert spent is not None and spent.code is COST
+    assert spent.message.startswith("tenant team-a's quota max_usd_per_day of $2 is spent:")
+    assert "created on 2026-03-01 (UTC) spent $2.5000" in spent.message
+    assert "resets at 2026-03-02T00:00:00+00:00, fork this session after it" in spent.message
+    # the session's own budget, spent first, is named as before
+    own = build.head(budgets={**LIMITS, "max_cost_usd": 1.0}, cost_usd=1.0)
+    first = exhausted_budget(own, now=build.at(0), day=_day(2.5))
+    assert first is not None and "max_cost_usd is $1.0" in first.message
+    cut = cut_at(Cap(tokens=7, code=COST, by_tenant=True), NextCall(tokens=50), day=_day(1.9))
+    assert cut is not None and cut.code is COST and "max_usd_per_day of $2" in cut.message
 
 
 @pytest.mark.parametrize(

@@ -8,8 +8,9 @@ from datetime import UTC, datetime
 
 import pytest
 from tickwork.fsm import graph_machine
+from tickwork.fsm.budgets import TenantDay
 from tickwork.fsm.errors import GraphVersionMismatch, InvalidInput
-from tickwork.fsm.values import Head, Status
+from tickwork.fsm.values import ErrorCode, Head, Status
 from tickwork.worker.tick.graphs import check_version, node_key
 
 from tests.graphs import REFUND, REFUND_V2
@@ -83,3 +84,20 @@ def test_a_cancel_ends_a_graph_session_at_its_next_tick() -> None:
 
 def test_the_idempotency_key_names_the_session_step_and_node() -> None:
     assert node_key("s", 3, "refund") == "s:3:refund"
+
+
+def test_a_graph_session_stops_before_its_next_node_once_its_tenant_s_day_is_spent() -> None:
+    """The tenant's max_usd_per_day is checked with the budgets before each next node, as
+    before each THINK of an agent (the session's own cost budget is none)."""
+    h = head(budgets={"max_cost_usd": 0})
+    day = TenantDay(tenant="default", quota_usd=1.0, spent_usd=1.0, day=NOW)
+
+    stopped = graph_machine.start(h, REFUND.graph, now=NOW, day=day)
+
+    assert stopped.head.status is Status.FAILED
+    assert stopped.head.error_code is ErrorCode.BUDGET_COST
+    assert "tenant default's quota max_usd_per_day of $1 is spent" in (
+        stopped.head.error_message or ""
+    )
+    room = day.model_copy(update={"spent_usd": 0.5})
+    assert graph_machine.start(h, REFUND.graph, now=NOW, day=room).head.status is not Status.FAILED

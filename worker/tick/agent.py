@@ -96,7 +96,9 @@ def think(tick: Tick) -> Change:
         tokens=prompt.unscaled - schema_tokens,
         schema_tokens=schema_tokens,
     )
-    before = machine.start_think(head, now=rt.clock(), next_call=ahead, plan=prompt)
+    # the tenant's day quota bounds every session's spending, whatever its own budget
+    day = rt.tenant_day(head)
+    before = machine.start_think(head, now=rt.clock(), next_call=ahead, plan=prompt, day=day)
     if isinstance(before, Change):
         return before
     if machine.needs_environment(head):
@@ -107,7 +109,7 @@ def think(tick: Tick) -> Change:
             return found
         head = found
     # the budget is a bound, not an estimate: the call may write no more than what is left
-    cap = budgets.completion_cap(head, ahead)
+    cap = budgets.completion_cap(head, ahead, day)
     try:
         model = rt.model(head.model)
     except MissingCredentials as exc:
@@ -147,7 +149,9 @@ def think(tick: Tick) -> Change:
             messages=tuple(messages),
         )
         raise
-    cut = budgets.cut_at(cap, ahead, lowered=reply.cap_lowered) if reply.truncated else None
+    cut = (
+        budgets.cut_at(cap, ahead, lowered=reply.cap_lowered, day=day) if reply.truncated else None
+    )
     if not reply.calls and not reply.content.strip() and cut is None:
         # no answer and nothing to do: a glitch of the server, not the session's answer
         # (unless the budget's cap cut it, e.g. while a reasoning model was still thinking:

@@ -30,7 +30,7 @@ from typing import Any
 
 from tickwork.fsm import context, graph_machine, machine, trees
 from tickwork.fsm.approvals import ApprovalRule, approval_reason
-from tickwork.fsm.budgets import completion_cap
+from tickwork.fsm.budgets import TenantDay, completion_cap
 from tickwork.fsm.errors import ContextTooLong, GraphVersionMismatch
 from tickwork.fsm.graph import Branches, CompiledGraph
 from tickwork.fsm.graph_machine import Decided, RunNode
@@ -277,7 +277,11 @@ class NodeContext:
             tools=schemas,
             scale=self.scale,
         )
-        return max(1, completion_cap(spent, ahead).tokens)
+        # the tenant's day quota caps it too, this node's earlier calls (not saved yet) counted
+        day = self.rt.tenant_day(self.head)
+        if day is not None:
+            day = day.model_copy(update={"spent_usd": day.spent_usd + self.cost_usd})
+        return max(1, completion_cap(spent, ahead, day).tokens)
 
     def run_tool(self, name: str, **arguments: Any) -> ToolResult:
         """Run one of the kind's tools with this node's idempotency key; its errors come
@@ -341,8 +345,10 @@ class GraphRunner:
         kind = rt.jobs.graph(head.kind)
         graph = kind.graph if head.cancel_requested else check_version(kind, head)
         trace = uuid.uuid4().hex
+        # the tenant's day quota, checked with the budgets before each next node
+        day = rt.tenant_day(head)
         if head.status is Status.READY:
-            return graph_machine.start(head, graph, now=rt.clock(), trace_id=trace)
+            return graph_machine.start(head, graph, now=rt.clock(), trace_id=trace, day=day)
         upcoming = claimed.calls[0] if claimed.calls else None
         if upcoming is not None and upcoming.state is CallState.STARTED:
             # a node that fanned out stays started while its branches run: the join that
@@ -360,6 +366,7 @@ class GraphRunner:
                     tokens=join.tokens,
                     now=rt.clock(),
                     trace_id=trace,
+                    day=day,
                 )
         plan = graph_machine.start_node(
             head,
@@ -374,7 +381,7 @@ class GraphRunner:
         if isinstance(plan, Decided):
             if plan.decision.kind is DecisionKind.REJECT:
                 return graph_machine.node_rejected(
-                    head, graph, plan.call, plan.decision, now=rt.clock(), trace_id=trace
+                    head, graph, plan.call, plan.decision, now=rt.clock(), trace_id=trace, day=day
                 )
             # an update given by hand for a node run in doubt: its output is the update
             delta = given_update(plan.decision.output, plan.call.name)
@@ -388,8 +395,9 @@ class GraphRunner:
                 now=rt.clock(),
                 observed=True,
                 trace_id=trace,
+                day=day,
             )
-        return _run(tick, graph, plan, state, trace)
+        return _run(tick, graph, plan, state, trace, day)
 
 
 def _may_run_twice(graph: CompiledGraph, call: ToolCall | None) -> bool:
@@ -406,6 +414,7 @@ def _run(
     plan: RunNode,
     state: dict[str, Any],
     trace: str,
+    day: TenantDay | None = None,
 ) -> Change:
     rt, claimed = tick.rt, tick.claimed
     head, call = claimed.head, plan.call
@@ -421,6 +430,7 @@ def _run(
             delta=delta,
             now=rt.clock(),
             trace_id=trace,
+            day=day,
         )
     if plan.patch:
         state = graph.update(state, plan.patch, by=f"the edit before node {node.name!r}")
@@ -460,8 +470,10 @@ def _run(
         if contexts:
             tick.report.model = contexts[0].model_call
     ctx = contexts[0]
+    if day is not None:  # what this node's calls spent, not saved yet
+        day = day.model_copy(update={"spent_usd": day.spent_usd + ctx.cost_usd})
     try:
-        ran = _ran(tick, graph, plan, state, trace, ctx, returned, duration)
+        ran = _ran(tick, graph, plan, state, trace, ctx, returned, duration, day)
     except Exception as exc:
         # what the node returned is refused (an update of fields not in the state, branches
         # of a node the graph lacks, its `approve_update` raising): failed as if it raised
@@ -524,9 +536,10 @@ def _ran(
     ctx: NodeContext,
     returned: Any,
     duration: float,
+    day: TenantDay | None = None,
 ) -> Change:
     """The change of a node that ran (with `ctx`) and returned `returned` in `duration`
-    milliseconds."""
+    milliseconds; `day`: its tenant's day quota, this node's calls counted."""
     rt, head, call = tick.rt, tick.claimed.head, plan.call
     node = graph.node(call.name)
     if ctx.stated_window is not None:
@@ -565,6 +578,7 @@ def _ran(
         cost_usd=ctx.cost_usd,
         trace_id=trace,
         usage=ctx.usage,
+        day=day,
     )
 
 

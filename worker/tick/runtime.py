@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from tickwork.fsm.budgets import stop_reason
+from tickwork.fsm.budgets import TenantDay, stop_reason
 from tickwork.fsm.errors import ConfigurationError
 from tickwork.fsm.values import RUNTIME_LEVEL, Head
 from tickwork.store import Store, open_store
@@ -332,6 +332,17 @@ class Runtime:
     def tenants(self) -> Tenants:
         """The tenants' quotas (TICKWORK_TENANTS_FILE), read again when the file changes."""
         return Tenants.of(self.settings.section(TenantSettings))
+
+    def tenant_day(self, head: Head) -> TenantDay | None:
+        """What the session's tenant spent of its `max_usd_per_day` on the UTC day the
+        session was created (its spending counts to that day), read before each of its
+        model calls; None when the tenant has no such quota (nothing is read)."""
+        quota = self.tenants.quotas(head.tenant).max_usd_per_day
+        if quota is None:
+            return None
+        day = head.created_at.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+        spent = self.store.day_spent(head.tenant, day=day)
+        return TenantDay(tenant=head.tenant, quota_usd=quota, spent_usd=spent, day=day)
 
     @functools.cached_property
     def masker(self) -> Masker:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, timedelta
+
 import pytest
 
 from tickwork.fsm.errors import SessionNotFound
@@ -204,6 +206,25 @@ class SessionContract(Contract):
             "b", new_id="b2", from_step=0, patch=ForkPatch(), by="olga", now=clock.advance(1)
         )
         assert forked.tenant == store.get("b2").tenant == "team-ab"
+
+    def test_day_spent_counts_the_tenant_s_sessions_of_that_utc_day(
+        self, store: Store, clock: Clock
+    ) -> None:
+        """What the tenant's `max_usd_per_day` counts, read before each model call: its
+        sessions created that UTC day, a fork's kept steps once (its parent spent them)."""
+        day = clock().astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+        for session_id, tenant in (("a", "team-a"), ("b", "team-b")):
+            found = new_session(session_id, now=clock.advance(1))
+            head = found.head.model_copy(update={"tenant": tenant})
+            store.create(found.model_copy(update={"head": head}), now=clock())
+            run_step(store, session_id, 1, now=clock.advance(1))  # $0.01
+        assert store.day_spent("team-a", day=day) == pytest.approx(0.01)
+        assert store.day_spent("team-a", day=day + timedelta(days=1)) == 0
+        assert store.day_spent("team-a", day=day - timedelta(days=1)) == 0
+        assert store.day_spent("team-c", day=day) == 0
+        store.fork("a", new_id="a2", from_step=1, patch=ForkPatch(), by="olga", now=clock())
+        assert store.get("a2").cost_usd == pytest.approx(0.01)
+        assert store.day_spent("team-a", day=day) == pytest.approx(0.01)
 
     def test_list_sessions_filters_by_parent(self, store: Store, clock: Clock) -> None:
         store.create(new_session("p", now=clock.advance(1)), now=clock())
