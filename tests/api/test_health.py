@@ -3,27 +3,34 @@ the broker, and names the one that is not ready."""
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
+import pytest
 from tickwork.store.migrate import upgrade
 from tickwork.worker.config.settings import Settings
 
-from tests.api.conftest import TOKENS, Server, Stack
+from tests.api.conftest import TOKEN, TOKENS, Server, Stack
 from tickwork.api import ApiSettings, make_api
+
+#: the deployment's operators: /readyz tells them why it is not ready
+ADMIN = "root-admin-token-00000001"
+WITH_ADMIN = {**TOKENS, ADMIN: {"name": "root", "roles": ["admin"]}}
 
 
 @contextmanager
 def serving(settings: Settings) -> Iterator[str]:
-    with Server(make_api(settings, ApiSettings(api_tokens=TOKENS))) as server:  # type: ignore[arg-type]
+    with Server(make_api(settings, ApiSettings(api_tokens=WITH_ADMIN))) as server:  # type: ignore[arg-type]
         yield server.url
 
 
-def probe(url: str, path: str) -> tuple[int, dict[str, object]]:
-    answer = httpx.get(f"{url}{path}", timeout=30)
+def probe(url: str, path: str, token: str | None = None) -> tuple[int, dict[str, object]]:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    answer = httpx.get(f"{url}{path}", headers=headers, timeout=30)
     return answer.status_code, answer.json()
 
 
@@ -38,7 +45,7 @@ def test_a_database_without_the_schema_is_live_but_not_ready(tmp_path: Path) -> 
     sqlite3.connect(tmp_path / "tickwork.db").close()  # a database nobody migrated
     with serving(settings) as url:
         assert probe(url, "/healthz") == (200, {"ok": True})
-        status, body = probe(url, "/readyz")
+        status, body = probe(url, "/readyz", ADMIN)
         assert status == 503 and body["code"] == "not_ready" and body["check"] == "schema"
         assert "no schema" in str(body["message"]) and "tickwork db upgrade" in str(body["message"])
 
@@ -47,7 +54,7 @@ def test_a_database_behind_the_migrations_is_not_ready(tmp_path: Path) -> None:
     settings = Settings(state_dir=tmp_path)
     upgrade(settings.db_url, "0001")
     with serving(settings) as url:
-        status, body = probe(url, "/readyz")
+        status, body = probe(url, "/readyz", ADMIN)
         assert status == 503 and body["check"] == "schema"
         assert "revision 0001" in str(body["message"])
 
@@ -60,6 +67,36 @@ def test_a_database_that_does_not_answer_is_named(tmp_path: Path) -> None:
         assert probe(url, "/healthz")[0] == 200
         status, body = probe(url, "/readyz")
         assert status == 503 and body["check"] == "database", body
+
+
+def test_readyz_tells_only_an_admin_why_the_database_does_not_answer(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """/readyz needs no token (probes send none): such a caller, or a tenant's token, gets
+    the status and which check failed, never the database's error text (its host, user,
+    driver's words); the server's log has it, and so does an admin's /readyz."""
+    settings = Settings(
+        state_dir=tmp_path, database_url="postgresql+psycopg://tick:db-secret-pw@127.0.0.1:1/none"
+    )
+    with serving(settings) as url, caplog.at_level(logging.WARNING, logger="tickwork.api"):
+        for token in (None, TOKEN["olga"], "not-a-token-at-all-00001"):
+            answer = httpx.get(
+                f"{url}/readyz",
+                headers={"Authorization": f"Bearer {token}"} if token else {},
+                timeout=30,
+            )
+            assert answer.status_code == 503, answer.text
+            body = answer.json()
+            assert body["code"] == "not_ready" and body["check"] == "database"
+            assert str(body["message"]).startswith("database: does not answer")
+            assert "server's log" in str(body["message"])
+            for secret in ("127.0.0.1", "tick:", "5432", ":1", "onnection", "psycopg"):
+                assert secret not in str(body["message"]), body
+        status, told = probe(url, "/readyz", ADMIN)
+    assert status == 503 and told["check"] == "database"
+    assert "127.0.0.1" in str(told["message"]) or "onnect" in str(told["message"]), told
+    logged = [r.getMessage() for r in caplog.records if "/readyz" in r.getMessage()]
+    assert logged and "database: does not answer (" in logged[0], logged
 
 
 def test_a_broker_that_does_not_answer_is_named(tmp_path: Path) -> None:

@@ -2,11 +2,15 @@
 
 /readyz checks the database (it answers), its schema (at the migrations' head, so a
 database nobody upgraded is not ready) and the broker (a connection opens), and names the
-first that is not ready in a 503.
+first that is not ready in a 503. It needs no token (probes send none), so the answer says
+only which check failed and what to do in general; the reason itself (the database's or
+the broker's error text: hosts, users, the driver's words) goes to the server's log, and
+to a caller with an admin token.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import anyio
@@ -16,9 +20,22 @@ from tickwork.client import Tickwork
 from tickwork.fsm.errors import StoreError
 from tickwork.store.migrate import head
 
+from .auth import bearer_token
 from .errors import ApiError, documented
+from .settings import Role
+
+log = logging.getLogger("tickwork.api")
 
 router = APIRouter(tags=["ops"])
+
+#: what /readyz tells a caller without an admin token, by check
+GENERIC = {
+    "database": "database: does not answer",
+    "schema": "schema: not at this version's migrations; run `tickwork db upgrade`",
+    "broker": "broker: cannot connect",
+}
+#: where the reason is
+WHERE = "; the reason is in the server's log (and in /readyz's answer to an admin token)"
 
 #: seconds a readiness check waits for the broker
 BROKER_TIMEOUT_S = 3.0
@@ -64,5 +81,23 @@ async def readyz(request: Request) -> dict[str, Any]:
     for check in (check_database, check_broker):
         wrong = await anyio.to_thread.run_sync(check, client)
         if wrong is not None:
-            raise ApiError(503, "not_ready", wrong, check=wrong.partition(":")[0])
+            name = wrong.partition(":")[0]
+            _log_once(request, wrong)
+            said = wrong if _admin(request) else GENERIC[name] + WHERE
+            raise ApiError(503, "not_ready", said, check=name)
+    request.app.state.readyz_said = None
     return {"ok": True, "checks": {"database": "ok", "schema": "ok", "broker": "ok"}}
+
+
+def _admin(request: Request) -> bool:
+    """Whether the caller sent an admin's token (the deployment's operators)."""
+    token = bearer_token(request.scope)
+    found = None if token is None else request.app.state.tokens.find(token)
+    return found is not None and Role.ADMIN in found.roles
+
+
+def _log_once(request: Request, wrong: str) -> None:
+    """Log why the server is not ready, once a reason (probes ask every few seconds)."""
+    if getattr(request.app.state, "readyz_said", None) != wrong:
+        request.app.state.readyz_said = wrong
+        log.warning("/readyz: not ready: %s", wrong)
