@@ -12,13 +12,17 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from sqlalchemy import update
 from tickwork.fsm.errors import QuotaExceeded
 from tickwork.fsm.values import ErrorCode, Status
+from tickwork.store.schema import sessions
 
 from .test_models_caps import PRICE, GreedyServer, _usd
 from .test_models_ticks import KIND, Ticks
 
 QUOTA = 1.0
+#: a graph of one node that calls the model
+ASK = "tests.graphs:ASK"
 LOOPS_ALLOWED = {"max_consecutive_repeats": 100}
 
 
@@ -29,6 +33,7 @@ def team_ticks(
     tenants = tmp_path / "tenants.json"
     tenants.write_text(json.dumps({"team-a": {"max_usd_per_day": QUOTA}}), encoding="utf-8")
     monkeypatch.setenv("TICKWORK_TENANTS_FILE", str(tenants))
+    monkeypatch.setenv("TICKWORK_IMPORTS", json.dumps([KIND, ASK]))
     found = Ticks(database_url, tmp_path)
     yield found
     found.close()
@@ -102,5 +107,36 @@ def test_a_session_stops_when_its_tenant_s_day_is_spent(
         assert own.error_code is ErrorCode.BUDGET_COST  # its own budget's
         assert "max_usd_per_day" not in (own.error_message or "")
         assert own.cost_usd > 0.4 and len(server.billed) > calls
+    finally:
+        server.close()
+
+
+def test_a_graph_session_stops_before_its_node_once_its_tenant_s_day_is_spent(
+    team_ticks: Ticks, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = GreedyServer(honest=True)
+    monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+    try:
+        graph = team_ticks.client.submit(
+            ASK,
+            {"size": 1},
+            model="openai:local",
+            price=PRICE,
+            tenant="team-a",
+            budgets={"max_cost_usd": 0},
+        )
+        # another session of the tenant's day spends it all after this one was submitted
+        other = team_ticks.client.submit(
+            KIND, {}, model="openai:local", price=PRICE, tenant="team-a"
+        )
+        with team_ticks.store.engine.begin() as conn:  # type: ignore[attr-defined]
+            conn.execute(update(sessions).where(sessions.c.id == other.id).values(cost_usd=QUOTA))
+
+        done = team_ticks.run(graph.id)
+
+        assert done.status is Status.FAILED and done.error_code is ErrorCode.BUDGET_COST
+        assert "tenant team-a's quota max_usd_per_day of $1 is spent" in (done.error_message or "")
+        assert server.billed == []  # its node never called the model
+        assert team_ticks.store.dead_letter(graph.id).code == ErrorCode.BUDGET_COST.value
     finally:
         server.close()
