@@ -340,3 +340,46 @@ def test_a_compactions_cap_asked_again_is_in_its_model_called_event(
     assert compactions[0]["data"]["cap_lowered_to"] == lowered
     assert compactions[0]["data"]["cached_prompt_tokens"] == chat.log[first + 1].cached
     assert f"cap lowered to {lowered:,}" in render.event_line(compactions[0]).plain
+
+
+def test_a_graph_nodes_model_call_waits_out_a_429_and_a_503_as_an_agents_does(
+    long: Long, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rate limit or a server error of the model failed a graph session `INTERNAL` at
+    once, where an agent's waits and asks again: the node's call now waits within its run
+    (a `model_retry` event naming the node each time) and the session completes."""
+    from tests.fakes import FakeModel, fake_model_server
+
+    with fake_model_server(FakeModel([{"content": "fine"}], fail={0: [429, 503]})) as fake:
+        monkeypatch.setenv("OPENAI_BASE_URL", fake.url)
+        head = long.client.submit(
+            "tests.graphs:ASK", {"size": 10}, model="openai:long", price=PRICE
+        )
+        done = long.run(head.id)
+    assert done.status is Status.COMPLETED, done.error_message
+    assert fake.requests[0] == 3
+    retries = [e for e in long.store.load(head.id).events if e.kind is EventKind.MODEL_RETRY]
+    assert [(e.data["node"], e.data["attempt"]) for e in retries] == [("ask", 1), ("ask", 2)]
+    assert "fake 429" in retries[0].data["error"] and "fake 503" in retries[1].data["error"]
+
+
+def test_a_graph_nodes_model_call_failing_past_its_retries_fails_model_error(
+    long: Long, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past the session's `max_model_retries` the error goes to the node: the session fails
+    `MODEL_ERROR` (a model's failure, as an agent's), not `INTERNAL` (a bug)."""
+    from tests.fakes import FakeModel, fake_model_server
+
+    with fake_model_server(FakeModel([{"content": "fine"}], fail={0: [503] * 5})) as fake:
+        monkeypatch.setenv("OPENAI_BASE_URL", fake.url)
+        head = long.client.submit(
+            "tests.graphs:ASK",
+            {"size": 10},
+            model="openai:long",
+            price=PRICE,
+            budgets={"max_model_retries": 1},
+        )
+        done = long.run(head.id)
+    assert (done.status, done.error_code) == (Status.FAILED, "MODEL_ERROR")
+    assert "fake 503" in (done.error_message or "")
+    assert fake.requests[0] == 2

@@ -30,8 +30,8 @@ from typing import Any
 
 from tickwork.fsm import context, graph_machine, machine, trees
 from tickwork.fsm.approvals import ApprovalRule, approval_reason
-from tickwork.fsm.budgets import TenantDay, completion_cap
-from tickwork.fsm.errors import ContextTooLong, GraphVersionMismatch
+from tickwork.fsm.budgets import TenantDay, completion_cap, model_retry_delay
+from tickwork.fsm.errors import ContextTooLong, GraphVersionMismatch, ModelError
 from tickwork.fsm.graph import Branches, CompiledGraph
 from tickwork.fsm.graph_machine import Decided, RunNode
 from tickwork.fsm.joins import Join
@@ -42,6 +42,7 @@ from tickwork.fsm.values import (
     DecisionKind,
     ErrorCode,
     Event,
+    EventKind,
     Head,
     ModelReply,
     Status,
@@ -68,6 +69,9 @@ __all__ = [
 ]
 
 log = logging.getLogger("tickwork.graph")
+#: the longest a node's run waits out transient model errors in all, holding its worker
+#: thread: past it the error goes to the node (and fails the session `MODEL_ERROR`)
+MAX_NODE_RETRY_WAIT_S = 60.0
 #: the tick's own logger, where a tick that fails its session says so (`advance`)
 tick_log = logging.getLogger("tickwork.tick")
 
@@ -102,6 +106,9 @@ class NodeContext:
     #: (`context.measured`; 1 before its first reply): its next prompt is fitted and
     #: capped as the server will count it, as an agent's THINK is (`context.scale`)
     scale: float = 1.0
+    #: the transient model errors this node's calls met and waited out, and for how long
+    retries: int = 0
+    waited_s: float = 0.0
 
     def generate(self, messages: list[Message], tools: Iterable[str] | None = None) -> ModelReply:
         """Call the session's model (`messages` as the agent sends them; `tools` names the
@@ -151,6 +158,11 @@ class NodeContext:
                 raise
             # as an agent's session goes on under it (`think`'s `_overflow`), once a node
             self._learn(stated, policy.window, "prompt")
+            return self.generate(messages, tools)
+        except ModelError as exc:
+            self._noted(asked, sent, cap, error=f"{type(exc).__name__}: {exc}")
+            if not exc.transient or not self._waited_out(exc):
+                raise
             return self.generate(messages, tools)
         except Exception as exc:
             self._noted(asked, sent, cap, error=f"{type(exc).__name__}: {exc}")
@@ -207,6 +219,35 @@ class NodeContext:
         if policy is None or self.stated_window is None or self.stated_window >= policy.window:
             return policy
         return replace(policy, window=self.stated_window)
+
+    def _waited_out(self, exc: ModelError) -> bool:
+        """After a transient model error (a timeout, 429, 5xx): wait as an agent's session
+        waits before its next attempt (`model_retry_delay`, a server's Retry-After up to
+        TICKWORK_MAX_RETRY_DELAY_S) and say True to call again, within the node's run (its
+        code never sees the error, so a node that may not run twice runs once). False, and
+        the error goes to the node, past the session's `max_model_retries`, past
+        MAX_NODE_RETRY_WAIT_S of waiting in this run, or when the node must stop."""
+        self.retries += 1
+        if self.retries > self.head.budgets.max_model_retries:
+            return False
+        delay = model_retry_delay(self.retries, jitter=self.rt.jitter())
+        if exc.retry_after_s is not None:
+            delay = max(delay, min(exc.retry_after_s, self.rt.settings.max_retry_delay_s))
+        if self.waited_s + delay > MAX_NODE_RETRY_WAIT_S:
+            return False
+        data = {"node": self.node, "attempt": self.retries, "delay_s": delay, "error": str(exc)}
+        self.events.append(Event(kind=EventKind.MODEL_RETRY, at=self.rt.clock(), data=data))
+        log.warning(
+            "session %s: node %r: the model call failed (%s); again in %.1fs",
+            *(self.session_id, self.node, exc, delay),
+        )
+        until = time.monotonic() + delay
+        while (left := until - time.monotonic()) > 0:
+            if self.stop() is not None:
+                return False
+            time.sleep(min(left, 0.25))
+        self.waited_s += delay
+        return True
 
     def _learn(self, stated: int, window: int, what: str) -> None:
         """The window the model stated in refusing a `what` of this node's, below the
@@ -504,8 +545,10 @@ def _failed(
     tick: Tick, graph: CompiledGraph, call: ToolCall, exc: Exception, ctx: NodeContext | None
 ) -> Change:
     """The node of `call` raised `exc` (`NodeFailed`), or what it returned was refused: the
-    session fails `INTERNAL`, as a tick that raises does (`advance`), keeping the model calls
-    the node made (`_with_use`) and the window a refusal of one of them stated."""
+    session fails `INTERNAL`, as a tick that raises does (`advance`), or `MODEL_ERROR` when
+    the node raised a model's error (permanent, or transient past its retries), keeping
+    the model calls the node made (`_with_use`) and the window a refusal of one of them
+    stated."""
     rt, claimed = tick.rt, tick.claimed
     head = claimed.head
     tick_log.error("tick of session %s v%d failed", head.id, head.version, exc_info=exc)
@@ -517,7 +560,7 @@ def _failed(
     upcoming = claimed.calls[0] if claimed.calls else None
     change = machine.fail(
         head,
-        ErrorCode.INTERNAL,
+        ErrorCode.MODEL_ERROR if isinstance(exc.__cause__, ModelError) else ErrorCode.INTERNAL,
         f"{type(exc).__name__}: {exc}",
         now=rt.clock(),
         open_calls=claimed.calls,
