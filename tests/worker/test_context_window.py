@@ -1100,3 +1100,37 @@ def test_a_refused_prompts_compaction_is_planned_with_the_thinks_estimator(
     refused = [i for i, r in enumerate(chat.log) if r.refused and not r.compaction]
     assert refused and all(chat.log[i + 1].compaction for i in refused), "compacted at once"
     assert len(estimated) == len(thinks)
+
+
+def test_a_think_builds_no_tool_schema_a_kind_built_before(
+    long: Long, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each THINK built every tool's schema again (a JSON copy of each), though they never
+    change for a kind: the registry builds them once, and every call sends the same."""
+    from tickwork.worker.tick import agent
+    from tickwork.worker.tools.registry import Tool
+
+    thinks: list[int] = []
+    built: list[str] = []
+    think, schema = agent.think, Tool.openai_schema
+
+    def counting_think(tick: Any) -> Any:
+        thinks.append(1)
+        return think(tick)
+
+    def counting_schema(self: Tool) -> dict[str, Any]:
+        built.append(self.name)
+        return schema(self)
+
+    monkeypatch.setattr(agent, "think", counting_think)
+    monkeypatch.setattr(Tool, "openai_schema", counting_schema)
+    chat = WindowedChat(window=11_000, steps=12, record=True)
+    with windowed_chat(chat):
+        monkeypatch.setenv("OPENAI_BASE_URL", chat.url)
+        session_id = long.submit(context_window=11_000)
+        head = long.run(session_id)
+    assert head.status is Status.COMPLETED, head.error_message
+    assert len(thinks) > 10
+    assert built and len(built) == len(set(built)), "a tool's schema was built twice"
+    sent = [request.tools for request in chat.answered]
+    assert sent[0] and all(tools == sent[0] for tools in sent)

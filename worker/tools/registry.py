@@ -46,6 +46,8 @@ from tickwork.worker.tools.threads import run_in_thread
 
 log = logging.getLogger(__name__)
 
+#: how many lists of names `ToolRegistry.schemas` keeps built (the roles' of one kind)
+_SCHEMA_LISTS = 64
 #: what OpenAI-compatible APIs accept as a function name
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
@@ -372,6 +374,8 @@ class ToolRegistry:
 
     def __init__(self, tools: Iterable[Tool] = ()) -> None:
         self._tools: dict[str, Tool] = {}
+        #: `schemas` built, by the names asked (None: all): a THINK asks each tick
+        self._schemas: dict[tuple[str, ...] | None, tuple[dict[str, Any], ...]] = {}
         for each in tools:
             self.register(each)
 
@@ -384,6 +388,7 @@ class ToolRegistry:
         if known is not None and known is not tool:
             raise ConfigurationError(f"a different tool named {tool.name!r} is already registered")
         self._tools[tool.name] = tool
+        self._schemas = {}
         return tool
 
     def get(self, name: str) -> Tool:
@@ -412,9 +417,19 @@ class ToolRegistry:
         return ToolRegistry(self.get(name) for name in names)
 
     def schemas(self, names: Iterable[str] | None = None) -> list[dict[str, Any]]:
-        """OpenAI-style function schemas of all tools, or of `names` in that order."""
-        chosen = self._tools.values() if names is None else [self.get(n) for n in names]
-        return [each.openai_schema() for each in chosen]
+        """OpenAI-style function schemas of all tools, or of `names` in that order.
+
+        Built once per list of names: the list is the caller's, the schemas in it are
+        shared by every call, so read them, never change them."""
+        key = None if names is None else tuple(names)
+        built = self._schemas.get(key)
+        if built is None:
+            chosen = self._tools.values() if key is None else [self.get(n) for n in key]
+            built = tuple(each.openai_schema() for each in chosen)
+            if len(self._schemas) >= _SCHEMA_LISTS:
+                self._schemas = {}  # replaced, not cleared: another thread may be reading it
+            self._schemas = {**self._schemas, key: built}
+        return list(built)
 
     def rules(self) -> dict[str, ApprovalRule]:
         return {name: each.rule for name, each in self._tools.items()}

@@ -334,3 +334,17 @@ def test_an_unresolvable_parameter_annotation_is_a_configuration_error() -> None
 
     with pytest.raises(ConfigurationError, match="cannot read its annotations"):
         tool(broken)
+
+
+def test_registry_schemas_are_built_once_and_the_list_is_the_callers() -> None:
+    """A registry builds its schemas once per list of names; the list it gives is the
+    caller's to extend (a THINK adds `recall`), and a tool registered later is in it."""
+    registry = ToolRegistry([greet])
+    first = registry.schemas()
+    first.append({"type": "function", "function": {"name": "recall"}})
+    again = registry.schemas()
+    assert [s["function"]["name"] for s in again] == ["greet"]
+    assert again[0] is first[0] and again == [greet.openai_schema()]
+    assert registry.schemas(["greet"])[0] is registry.schemas(("greet",))[0]
+    registry.register(dangerous)
+    assert [s["function"]["name"] for s in registry.schemas()] == ["greet", "dangerous"]
