@@ -87,6 +87,24 @@ def test_mask_hides_url_passwords_and_secret_query_parameters() -> None:
     assert mask('{"u": "http://h/?secret=s1"}', [r"h/"]) == '{"u": "http://****?secret=****"}'
 
 
+def test_mask_change_copies_nothing_it_does_not_mask() -> None:
+    """Every tick's change was copied whole (its head, observations and events) to mask
+    it, even with nothing to mask: a change with no secret in it is given back as it is,
+    and one with a secret in one observation has that one masked, the rest as they were."""
+    head = Head(id="s", kind="k", created_at=NOW, updated_at=NOW, model="m", error_message="x")
+    clean = Observation(call_id="s1c0", content="ran the tests: 3 passed", at=NOW)
+    event = Event(kind=EventKind.MODEL_RETRY, at=NOW, data={"error": "busy", "n": [1, "two"]})
+    change = Change(head=head, observations=(clean,), events=(event,))
+    for masker in (Masker(), Masker([r"sk-[A-Za-z0-9_\-]{8,}"], [ENV_KEY])):
+        assert mask_change(change, masker) is change
+    leaked = Observation(call_id="s1c1", content=f"KEY={LEAKED_KEY}", at=NOW)
+    change = Change(head=head, observations=(clean, leaked), events=(event,))
+    masked = mask_change(change, Masker([r"sk-[A-Za-z0-9_\-]{8,}"]))
+    assert masked is not change and masked.observations[1].content == f"KEY={MASK}"
+    assert masked.observations[0] is clean and masked.events[0] is event
+    assert masked.head is head
+
+
 def test_mask_change_masks_observations_events_and_the_error_but_not_the_call() -> None:
     head = Head(
         id="s",

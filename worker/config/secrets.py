@@ -30,6 +30,7 @@ Call sites (one line each):
 from __future__ import annotations
 
 import logging
+import operator
 import os
 import re
 import threading
@@ -139,27 +140,39 @@ def _masker(patterns: tuple[str, ...], values: tuple[str, ...]) -> Masker:
 
 
 def mask_event(event: Event, masker: Masker) -> Event:
-    return event.model_copy(update={"data": masker.value(event.data)})
+    """The event with its data masked; the same event when there is nothing to mask."""
+    data = masker.value(event.data)
+    return event if data == event.data else event.model_copy(update={"data": data})
 
 
 def mask_observation(observation: Observation, masker: Masker) -> Observation:
-    return observation.model_copy(update={"content": masker.text(observation.content)})
+    """The observation with its content masked; the same one when there is nothing to mask."""
+    content = masker.text(observation.content)
+    if content == observation.content:
+        return observation
+    return observation.model_copy(update={"content": content})
 
 
 def mask_change(change: Change, masker: Masker) -> Change:
-    """The change with its observations, events and the head's error message masked.
+    """The change with its observations, events and the head's error message masked; what
+    has nothing to mask is kept as it is (the same objects: a tick copies nothing for it).
 
     Tool calls and their arguments are left alone: masking them would change what runs
     and the fingerprints approvers decide on.
     """
     head = change.head
-    return change.model_copy(
-        update={
-            "head": head.model_copy(update={"error_message": masker.text(head.error_message)}),
-            "observations": tuple(mask_observation(o, masker) for o in change.observations),
-            "events": tuple(mask_event(e, masker) for e in change.events),
-        }
-    )
+    error = masker.text(head.error_message)
+    if error != head.error_message:
+        head = head.model_copy(update={"error_message": error})
+    observations = tuple(mask_observation(o, masker) for o in change.observations)
+    events = tuple(mask_event(e, masker) for e in change.events)
+    if (
+        head is change.head
+        and all(map(operator.is_, observations, change.observations))
+        and all(map(operator.is_, events, change.events))
+    ):
+        return change
+    return change.model_copy(update={"head": head, "observations": observations, "events": events})
 
 
 def mask_decision(decision: Decision, masker: Masker) -> Decision:
