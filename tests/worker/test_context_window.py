@@ -1134,3 +1134,36 @@ def test_a_think_builds_no_tool_schema_a_kind_built_before(
     assert built and len(built) == len(set(built)), "a tool's schema was built twice"
     sent = [request.tools for request in chat.answered]
     assert sent[0] and all(tools == sent[0] for tools in sent)
+
+
+def test_a_compaction_prices_its_session_once(long: Long, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A THINK that compacts found the session's price for the budgets' check, then again
+    to bill the summary: it bills at the price it found, and the bills are the price's."""
+    from tickwork.worker.models import pricing
+    from tickwork.worker.tick import agent
+
+    thinks: list[int] = []
+    priced: list[str] = []
+    think, price = agent.think, long.rt.providers.price
+
+    def counting_think(tick: Any) -> Any:
+        thinks.append(1)
+        return think(tick)
+
+    def counting_price(spec: str, *args: Any, **kw: Any) -> Any:
+        priced.append(spec)
+        return price(spec, *args, **kw)
+
+    monkeypatch.setattr(agent, "think", counting_think)
+    monkeypatch.setattr(long.rt.providers, "price", counting_price)
+    with windowed_chat(WindowedChat(window=11_000, steps=30, undercount=0.33)) as chat:
+        monkeypatch.setenv("OPENAI_BASE_URL", chat.url)
+        session_id = long.submit(context_window=11_000, price=PRICE)
+        head = long.run(session_id)
+    assert head.status is Status.COMPLETED, head.error_message
+    steps = long.store.load(session_id).steps
+    assert any(step.kind is StepKind.COMPACTION for step in steps)
+    assert len(priced) == len(thinks)
+    given = pricing.as_price("openai:long", PRICE)
+    for step in steps:
+        assert step.cost_usd == pytest.approx(pricing.charge(given, step.usage))

@@ -40,6 +40,7 @@ from tickwork.worker.jobs.kinds import Ending
 from tickwork.worker.models import ModelSettings, pricing
 from tickwork.worker.models.base import estimate_prompt as estimate
 from tickwork.worker.models.base import estimate_schemas
+from tickwork.worker.models.pricing import Price
 from tickwork.worker.observers.report import ModelCall, Phase, TickReport
 from tickwork.worker.sandbox.runner import sandbox_of
 from tickwork.worker.tick.frame import Stop, Tick, run_call, tool_run
@@ -126,7 +127,7 @@ def think(tick: Tick) -> Change:
             jitter=rt.jitter(),
         )
     if isinstance(before, Compact):
-        return _compact(rt, head, prompt, schemas, report, cap.tokens)
+        return _compact(rt, head, prompt, schemas, report, cap.tokens, price)
     job = rt.jobs.get(head.kind)
     asked = time.time_ns()
     try:
@@ -136,7 +137,9 @@ def think(tick: Tick) -> Change:
             ModelSettings(timeout_s=rt.settings.model_timeout_s, max_tokens=cap.tokens),
         )
     except ContextTooLong as exc:
-        return _overflow(tick, prompt, exc, schemas, asked, cap.tokens, tools=schema_tokens, by=by)
+        return _overflow(
+            tick, prompt, exc, schemas, asked, cap.tokens, tools=schema_tokens, by=by, price=price
+        )
     except ModelError as exc:
         return _model_error(rt, head, exc, asked, messages, report)
     except Exception as exc:
@@ -157,7 +160,7 @@ def think(tick: Tick) -> Change:
         # (unless the budget's cap cut it, e.g. while a reasoning model was still thinking:
         # then it is billed, recorded and ends the session)
         why = "the model returned an empty reply (no content and no tool calls)"
-        return _billed_retry(rt, head, reply, why, asked, messages, report)
+        return _billed_retry(rt, head, reply, why, asked, messages, report, price)
     answered = time.time_ns()
     cost = pricing.billed(price, head.model, reply.model, reply.usage, rt.settings.prices)
     change = machine.think(
@@ -210,13 +213,15 @@ def _overflow(
     *,
     tools: int,
     by: float,
+    price: Price | None,
 ) -> Change:
     """The model refused the prompt as longer than its window: a `context_overflow` event
     and a warning naming the windows. Where the refusal states a window below the
     session's, the session goes on under it (the next tick masks or compacts to its
     target, instead of compacting a step or two at each refusal); else it compacts at
     once, and the next tick tries again with the shorter transcript. `tools` and `by`: the
-    schemas' tokens and the scale `think` planned the prompt with."""
+    schemas' tokens and the scale `think` planned the prompt with; `price`: the session's,
+    as `think` found it, to bill the compaction with."""
     rt, claimed, report = tick.rt, tick.claimed, tick.report
     head = claimed.head
     policy = context.policy_for(head)
@@ -256,7 +261,7 @@ def _overflow(
         failed = machine.fail(head, ErrorCode.CONTEXT, f"{why}: {exc}", now=rt.clock())
         report.model = _model_failed(head.model, asked, prompt.messages, failed.head, str(exc))
         return _with_event(failed, event)
-    return _with_event(_compact(rt, head, forced, schemas, report, max_tokens), event)
+    return _with_event(_compact(rt, head, forced, schemas, report, max_tokens, price), event)
 
 
 def _learned(change: Change, stated: int, window: int) -> Change:
@@ -337,15 +342,10 @@ RECALL_SCHEMA: dict[str, Any] = {
 }
 
 
-def _cost(rt: Runtime, head: Head, reply: ModelReply) -> float:
-    return pricing.call_cost(
-        head.model,
-        head.config,
-        reply.model,
-        reply.usage,
-        rt.settings.prices,
-        providers=rt.providers,
-    )
+def _cost(rt: Runtime, head: Head, reply: ModelReply, price: Price | None) -> float:
+    """What `reply` costs at the session's `price` (`pricing.session_price`, found once a
+    THINK)."""
+    return pricing.billed(price, head.model, reply.model, reply.usage, rt.settings.prices)
 
 
 def _compact(
@@ -355,10 +355,12 @@ def _compact(
     schemas: list[dict[str, Any]],
     report: TickReport,
     max_tokens: int | None,
+    price: Price | None,
 ) -> Change:
     """The compaction micro-phase: one model call that summarises the steps up to the
     plan's cut; saved as a step of its own by the usual compare-and-swap, so a tick that
-    runs again after a kill cannot store a second one. `max_tokens`: the budgets' cap."""
+    runs again after a kill cannot store a second one. `max_tokens`: the budgets' cap;
+    `price`: the session's, as the THINK found it."""
     assert prompt.compact_through is not None
     model = rt.model(head.model)
     asked = time.time_ns()
@@ -383,7 +385,7 @@ def _compact(
             if called
             else "the model returned an empty summary for a compaction"
         )
-        return _billed_retry(rt, head, reply, why, asked, messages, report)
+        return _billed_retry(rt, head, reply, why, asked, messages, report, price)
     if called:
         # its text is the summary asked for; the calls run nothing (its event names them)
         log.warning(
@@ -393,7 +395,7 @@ def _compact(
             called,
             prompt.compact_through,
         )
-    cost = _cost(rt, head, reply)
+    cost = _cost(rt, head, reply, price)
     report.model = ModelCall(
         spec=head.model,
         started_ns=asked,
@@ -472,9 +474,10 @@ def _billed_retry(
     asked: int,
     messages: list[Any],
     report: TickReport,
+    price: Price | None,
 ) -> Change:
     """A reply that is no answer (empty, or no summary), retried as a glitch of the server
-    and billed as the server billed it."""
+    and billed as the server billed it (at the session's `price`, as the THINK found it)."""
     failed = machine.model_failed(
         head,
         error=why,
@@ -482,7 +485,7 @@ def _billed_retry(
         now=rt.clock(),
         jitter=rt.jitter(),
         usage=reply.usage,
-        cost_usd=_cost(rt, head, reply),
+        cost_usd=_cost(rt, head, reply, price),
     )
     report.model = _model_failed(head.model, asked, messages, failed.head, why)
     return failed
