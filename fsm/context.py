@@ -416,14 +416,16 @@ def plan(
     tools: int = 0,
     by: float = 1.0,
     force: bool = False,
+    stored: View | None = None,
 ) -> Plan:
     """The next THINK's prompt under the session's policy; `tools`: the tokens of the tools'
     schemas every call sends beside the messages, which fill the window as they do (the
     plan's estimates count them); `by`: how many times `estimate` the server counts
     (`scale`), which the plan's estimates are multiplied by; `force`: the model refused the
-    last prompt as too long, so compact now whatever the estimate says."""
+    last prompt as too long, so compact now whatever the estimate says; `stored`: the
+    steps' `stored_view`, where the caller has found it already."""
     estimates = _Estimates(estimate, tools=tools, by=by)
-    made = _plan(head, steps, observations, estimate=estimates, force=force)
+    made = _plan(head, steps, observations, estimate=estimates, force=force, stored=stored)
     return replace(made, unscaled=estimates.unscaled(made.messages))
 
 
@@ -458,9 +460,10 @@ def _plan(
     *,
     estimate: Estimate,
     force: bool,
+    stored: View | None,
 ) -> Plan:
     """`plan` with `estimate` counting the schemas and the scale."""
-    view = stored_view(steps)
+    view = stored_view(steps) if stored is None else stored
     sent = build(head, steps, observations, view)
     policy = policy_for(head)
     if policy is None:

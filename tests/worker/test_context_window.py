@@ -1167,3 +1167,31 @@ def test_a_compaction_prices_its_session_once(long: Long, monkeypatch: pytest.Mo
     given = pricing.as_price("openai:long", PRICE)
     for step in steps:
         assert step.cost_usd == pytest.approx(pricing.charge(given, step.usage))
+
+
+def test_a_think_finds_its_stored_view_once(long: Long, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A THINK found the view its stored steps were made under, and the plan found it
+    again from the same steps: the THINK hands it to the plan."""
+    from tickwork.worker.tick import agent
+
+    thinks: list[int] = []
+    found: list[int] = []
+    think, stored_view = agent.think, context.stored_view
+
+    def counting_think(tick: Any) -> Any:
+        thinks.append(1)
+        return think(tick)
+
+    def counting(steps: Any) -> context.View:
+        found.append(1)
+        return stored_view(steps)
+
+    monkeypatch.setattr(agent, "think", counting_think)
+    monkeypatch.setattr(context, "stored_view", counting)
+    with windowed_chat(WindowedChat(window=11_000, steps=30, undercount=0.33)) as chat:
+        monkeypatch.setenv("OPENAI_BASE_URL", chat.url)
+        session_id = long.submit(context_window=11_000)
+        head = long.run(session_id)
+    assert head.status is Status.COMPLETED, head.error_message
+    assert any(s.kind is StepKind.COMPACTION for s in long.store.load(session_id).steps)
+    assert len(found) == len(thinks)

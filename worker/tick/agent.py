@@ -71,11 +71,19 @@ def think(tick: Tick) -> Change:
     by = context.scale(
         head, claimed.steps, claimed.observations, estimate=estimate, tools=schema_tokens
     )
+    # the view the stored steps were made under: the plan starts from it, and the last
+    # reply's usage bounds the next call's only while the prompt is still under it
+    stored = context.stored_view(claimed.steps)
     prompt = context.plan(
-        head, claimed.steps, claimed.observations, estimate=estimate, tools=schema_tokens, by=by
+        head,
+        claimed.steps,
+        claimed.observations,
+        estimate=estimate,
+        tools=schema_tokens,
+        by=by,
+        stored=stored,
     )
     messages = prompt.messages
-    stored = context.stored_view(claimed.steps)
     last = claimed.steps[-1] if claimed.steps else None
     policy = context.policy_for(head)
     # found once a THINK: for the budgets' check before the call and the bill after it
