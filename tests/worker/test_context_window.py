@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from tickwork.fsm import context
 from tickwork.fsm.errors import InvalidInput
-from tickwork.fsm.values import ErrorCode, EventKind, Head, Session, Status, StepKind
+from tickwork.fsm.values import ErrorCode, EventKind, Head, Session, Status, StepKind, Usage
 from tickwork.store import open_store
 from tickwork.worker.config.settings import Settings
 from tickwork.worker.jobs import Jobs
@@ -1195,3 +1195,49 @@ def test_a_think_finds_its_stored_view_once(long: Long, monkeypatch: pytest.Monk
     assert head.status is Status.COMPLETED, head.error_message
     assert any(s.kind is StepKind.COMPACTION for s in long.store.load(session_id).steps)
     assert len(found) == len(thinks)
+
+
+def test_a_summary_retried_is_billed_at_the_price_its_think_found(
+    long: Long, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A compaction answered with no summary is retried and billed: at the price its THINK
+    found for the budgets' check, not looked up again, and the bill is that price's."""
+    from tickwork.worker.models import pricing
+    from tickwork.worker.tick import agent
+
+    thinks: list[int] = []
+    priced: list[str] = []
+    think, price = agent.think, long.rt.providers.price
+
+    def counting_think(tick: Any) -> Any:
+        thinks.append(1)
+        return think(tick)
+
+    def counting_price(spec: str, *args: Any, **kw: Any) -> Any:
+        priced.append(spec)
+        return price(spec, *args, **kw)
+
+    monkeypatch.setattr(agent, "think", counting_think)
+    monkeypatch.setattr(long.rt.providers, "price", counting_price)
+    with windowed_chat(WindowedChat(window=32_768, steps=30, calls_for_summary=True)) as chat:
+        monkeypatch.setenv("OPENAI_BASE_URL", chat.url)
+        session_id = long.submit(
+            context_window=8_800, budgets={"max_model_retries": 2}, price=PRICE
+        )
+        done = long.run(session_id)
+    assert done.error_code is ErrorCode.MODEL_ERROR
+    assert sum(r.compaction for r in chat.log) == 3
+    assert len(priced) == len(thinks)
+    given = pricing.as_price("openai:long", PRICE)
+    billed = sum(
+        pricing.charge(
+            given,
+            Usage(
+                prompt_tokens=r.tokens,
+                completion_tokens=COMPLETION_TOKENS,
+                cached_prompt_tokens=r.cached,
+            ),
+        )
+        for r in chat.log
+    )
+    assert done.cost_usd == pytest.approx(billed)
