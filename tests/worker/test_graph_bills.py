@@ -62,7 +62,7 @@ def test_a_node_that_raises_keeps_the_model_calls_it_made_on_the_bill(
     ticks: Ticks, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A node whose second model call failed (and so the node raised, failing the session
-    INTERNAL) lost its first call, which the provider charged for: its tokens and cost were
+    MODEL_ERROR) lost its first call, which the provider charged for: its tokens and cost were
     on no step, in no budget and in no dead letter's totals, and its `model_called` event
     was dropped. They are kept as a node's that finished are."""
     from tickwork.fsm.values import EventKind
@@ -82,7 +82,7 @@ def test_a_node_that_raises_keeps_the_model_calls_it_made_on_the_bill(
     )
     with caplog.at_level("ERROR", logger="tickwork.tick"):
         done = ticks.run(head.id)
-    assert (done.status, done.error_code) == (Status.FAILED, "INTERNAL")
+    assert (done.status, done.error_code) == (Status.FAILED, "MODEL_ERROR")
     # the log line a tick that fails the session writes, where operators look for it
     assert f"tick of session {head.id} v1 failed" in [
         r.getMessage() for r in caplog.records if r.name == "tickwork.tick"
