@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from tickwork.fsm.errors import ConfigurationError
@@ -106,3 +108,18 @@ def test_the_public_url_is_the_webhooks_and_tickwork_config_shows_it(
     monkeypatch.setenv("TICKWORK_PUBLIC_URL", "https://tickwork.example")
     assert Settings().webhooks.public_url == "https://tickwork.example"
     assert Settings().masked(ApiSettings())["public_url"] == "https://tickwork.example"
+
+
+def test_the_embedded_broker_names_its_host_so_kombu_warns_of_none(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`tickwork worker` on the embedded default logged kombu's "No hostname was supplied.
+    Reverting to default 'localhost'" twice as a WARNING at every start: a new user's first
+    worker looked misconfigured."""
+    from kombu import Connection
+
+    url, options = Settings(state_dir=tmp_path).broker()
+    with caplog.at_level("WARNING", logger="kombu.connection"):
+        Connection(url, transport_options=options).info()
+    assert url.startswith("filesystem://")
+    assert not [r for r in caplog.records if "hostname" in r.getMessage()]

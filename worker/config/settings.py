@@ -411,7 +411,7 @@ class Settings(BaseSettings):
         if self.embedded_broker:
             folder = self.broker_folder
             folder.mkdir(parents=True, exist_ok=True)
-            return "filesystem://", {
+            return "filesystem://localhost/", {
                 "data_folder_in": str(folder),
                 "data_folder_out": str(folder),
                 "control_folder": str(folder / "control"),
