@@ -386,11 +386,13 @@ def plan(
         declared.update(_setup_cfg_extras(files.get("setup.cfg", b"")))
         extras = [e for e in TEST_EXTRAS if e in declared]
         groups = _dependency_groups(meta)
-        tools = [
-            n
-            for r in [*(declared["dev"] if "dev" in extras else ()), *groups.get("dev", ())]
-            if (n := _name(r)) and DEV_TOOLS.fullmatch(n)
-        ]
+        tools = list(
+            dict.fromkeys(
+                n
+                for r in [*(declared["dev"] if "dev" in extras else ()), *groups.get("dev", ())]
+                if (n := _name(r)) and DEV_TOOLS.fullmatch(n)
+            )
+        )
         if tools:
             if "dev" in extras:  # pip installs an extra whole: its other requirements apart
                 extras.remove("dev")
