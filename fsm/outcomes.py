@@ -401,6 +401,15 @@ def why_tests_did_not_run(
         )
         if _declared(module, environment or {}):  # the project has nothing to add
             return f"{said}: {_runner_hint(module, environment or {})}"
+        elsewhere = (environment or {}).get("elsewhere")
+        extra = elsewhere.get(_distribution(module)) if isinstance(elsewhere, Mapping) else None
+        if isinstance(extra, str):
+            return (
+                f"{said}: the project declares it in its `{extra}` extra, which `--setup auto` "
+                "does not install (it installs the test, tests, dev and testing ones): give "
+                'setup commands that install it, e.g. `--setup "python3 -m venv /env" '
+                f"--setup \"/env/bin/pip install -e '.[{extra}]'\"`"
+            )
         return (
             f"{said}: add it to the project's test requirements, or give setup commands that "
             "install it (`--setup`)"

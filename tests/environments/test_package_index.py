@@ -292,3 +292,29 @@ def test_a_requirements_file_whose_tool_the_index_lacks_is_listed_missing_not_fa
     assert "requirements-mypy.txt requirement nosuchlinter==9.1 could not be installed" in log
     # the project, tinydep and pytest are there: the tests run (and fail: not fixed)
     assert "1 failed, 1 passed" in session.observations[0].content
+
+
+def test_a_module_only_an_extra_auto_skips_declares_is_named_with_that_extra(
+    index, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """idna keeps its test tools in an `all` extra, which `auto` does not install: the final
+    tests said "add it to the project's test requirements", which hold it already."""
+    monkeypatch.setenv("TICKWORK_PIP_INDEX_URL", index.url)
+    monkeypatch.setenv("TICKWORK_EGRESS_ALLOW", index.address)
+    source = project(tmp_path / "src", body=BODY, test=TEST)
+    pyproject = (source / "pyproject.toml").read_text()
+    (source / "pyproject.toml").write_text(
+        pyproject.replace('test = ["pytest"]', 'all = ["tinydep"]')
+    )
+    settings = embedded_settings(tmp_path / "deploy")
+    with running_worker(settings), SessionDriver(settings) as driver:
+        sid = driver.submit(
+            "repair",
+            {"workspace": str(source), "test_command": "python3 -m pytest -q"},
+            replies=[reply("done")],
+        )
+        head = driver.run(sid, timeout=180).head
+    assert head.status is Status.COMPLETED, head.error_message
+    assert head.result["environment"]["elsewhere"] == {"tinydep": "all"}
+    why = head.result["tests"]["not_run"]
+    assert "its `all` extra" in why and "pip install -e '.[all]'" in why, why

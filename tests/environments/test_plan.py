@@ -520,3 +520,17 @@ def test_dev_s_tools_that_no_test_imports_are_left_out(where: str) -> None:
         assert {"pytest-cov", "freezegun"} <= set(made.wanted)
     else:
         assert "dependency groups: tests" in made.detected, made.detected
+
+
+def test_the_requirements_of_extras_auto_does_not_install_are_recorded_by_extra() -> None:
+    """idna's tests need hypothesis, which only its `all` extra names: the plan keeps where,
+    so a test run stopped on it says which extra to install."""
+    idna = b"""
+[project]
+name = "idna"
+[project.optional-dependencies]
+all = ["ruff >= 0.16.0", "pytest >= 8.3.2", "hypothesis >= 6.141.1"]
+test = ["pytest"]
+"""
+    made = plan(AUTO, {"pyproject.toml": idna}, uses_pytest=True, online=True)
+    assert dict(made.elsewhere) == {"ruff": "all", "hypothesis": "all"}

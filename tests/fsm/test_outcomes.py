@@ -389,3 +389,15 @@ def test_a_missing_module_the_project_declares_is_not_to_be_declared_again() -> 
     environment = {"key": "0123456789abcdef", "missing": ["pytz"]}
     why = why_tests_did_not_run("pytest", 2, output, own=frozenset, environment=environment) or ""
     assert "setup did not install it" in why and "tickwork env show 0123456789ab" in why
+
+
+def test_a_missing_module_the_project_declares_in_an_extra_auto_skips_names_it() -> None:
+    """idna keeps pytest and hypothesis in its `all` extra (beside ruff, mypy, ty), which
+    `auto` does not install: "add it to the project's test requirements" asked for what the
+    project has; the reason names the extra and the setup that installs it."""
+    output = _STOPPED.format("hypothesis")
+    environment = {"key": "0123456789abcdef", "missing": [], "elsewhere": {"hypothesis": "all"}}
+    why = why_tests_did_not_run("pytest", 2, output, own=frozenset, environment=environment) or ""
+    assert "'hypothesis'" in why and "its `all` extra" in why, why
+    assert "--setup \"/env/bin/pip install -e '.[all]'\"" in why, why
+    assert "add it to the project's test requirements" not in why

@@ -123,6 +123,9 @@ class Plan:
     variables: tuple[tuple[str, str], ...] = ()
     #: the version given to a VCS version plugin, and where it came from, for the card
     version: Mapping[str, str] | None = None
+    #: (distribution, extra) of what only extras `auto` does not install declare (idna's
+    #: `all` holds its hypothesis): a test run stopped on one says which extra to install
+    elsewhere: tuple[tuple[str, str], ...] = ()
 
     def key(self, toolchain: str, *, source: str = "", egress: str = "") -> str:
         """The environment's key. `source`: the identity of the whole source tree, since
@@ -376,6 +379,7 @@ def plan(
         " && chmod 755 /env/bin/pip",
     ]
     wanted: list[str] = []
+    elsewhere: dict[str, str] = {}
     detected = [*sorted(p for p in files if p in PACKAGING), *requirements]
     if other_purposes:
         detected.append(f"left out, not for the tests: {','.join(other_purposes)}")
@@ -405,6 +409,13 @@ def plan(
                 f"left out of dev, tools no test imports: {','.join(dict.fromkeys(tools))}"
             )
         grouped = list(dict.fromkeys(r for g in groups.values() for r in g))
+        installed = {_normal(n) for r in grouped if (n := _name(r))}
+        installed |= {_normal(n) for e in extras for r in declared[e] if (n := _name(r))}
+        installed |= {"pytest"} if uses_pytest else set()
+        for extra, listed in declared.items():
+            for n in (_name(r) for r in listed if extra not in extras):
+                if n and _normal(n) not in installed and _normal(n) not in elsewhere:
+                    elsewhere[_normal(n)] = extra
         name = table.get("name")
         wanted += [n for r in _strings(table.get("dependencies")) if (n := _wanted(r))]
         wanted += [n for e in extras for r in declared[e] if (n := _wanted(r))]
@@ -495,7 +506,13 @@ def plan(
         tuple(detected),
         variables=pretended,
         version=said,
+        elsewhere=tuple(elsewhere.items()),
     )
+
+
+def _normal(name: str) -> str:
+    """A distribution's name as compared (`Pytest_Cov`: `pytest-cov`)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 #: asks the project's build backend what an editable build needs beside `requires`

@@ -357,6 +357,8 @@ def _record(plan_: Plan, key: str | None, status: str, **more: Any) -> dict[str,
         record["detected"] = list(plan_.detected)
     if plan_.version:
         record["version"] = dict(plan_.version)
+    if plan_.elsewhere:
+        record["elsewhere"] = dict(plan_.elsewhere)
     record.update(more)
     return record
 
@@ -437,6 +439,8 @@ def prepare(rt: Runtime, head: Head) -> Change | Head:
         local(rt, key)
         rt.store.environments.use(key, head.id, now=now)
         record = {**row.detail, "status": "ready", "key": key, "size": row.size, "built": False}
+        if plan_.elsewhere:  # the plan's, also for an environment built before it was recorded
+            record["elsewhere"] = dict(plan_.elsewhere)
         record["log"] = row.log[-MAX_CARD_LOG:]
         return _with(head, record)
     return _build(rt, head, plan_, key, owner, settings, manifest, project)
