@@ -534,3 +534,22 @@ test = ["pytest"]
 """
     made = plan(AUTO, {"pyproject.toml": idna}, uses_pytest=True, online=True)
     assert dict(made.elsewhere) == {"ruff": "all", "hypothesis": "all"}
+
+
+def test_a_requirements_folder_s_dev_file_is_left_out_beside_its_tests_file() -> None:
+    """itsdangerous's requirements/dev.txt pins what every tox environment uses (sphinx,
+    mypy, pyright, pre-commit, tox: 51 MB of its environment) beside requirements/tests.txt,
+    which holds what the tests need; alone, a dev.txt is the test requirements."""
+    files = {
+        "pyproject.toml": PYPROJECT,
+        "requirements/dev.txt": b"sphinx==7.2.6\nmypy==1.9.0\nfreezegun==1.4.0\n",
+        "requirements/tests.txt": b"freezegun==1.4.0\npytest==8.1.1\n",
+    }
+    made = plan(AUTO, files, uses_pytest=True, online=True)
+    joined = "\n".join(made.commands)
+    assert "-r requirements/tests.txt" in joined and "requirements/dev.txt" not in joined
+    assert "sphinx" not in made.wanted and "mypy" not in made.wanted
+    assert "left out, not for the tests: requirements/dev.txt" in made.detected, made.detected
+    del files["requirements/tests.txt"]
+    alone = plan(AUTO, files, uses_pytest=True, online=True)
+    assert "-r requirements/dev.txt" in "\n".join(alone.commands)

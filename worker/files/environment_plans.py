@@ -46,6 +46,9 @@ NOT_FOR_TESTS = re.compile(
     r"|lint|linters?|style|format|pre-?commit|bench|benchmarks?)"
     r"(?:[-_.][^/]*)?\.txt"
 )
+#: a `requirements/` folder's dev file: beside a tests one, the developer's superset of
+#: every tox environment's pins (itsdangerous's sphinx, mypy, pyright, tox: 51 MB)
+FOLDER_DEV = re.compile(r"requirements/(?:requirements[-_.]?)?dev(?:[-_.][^/]*)?\.txt")
 TOX = "tox.ini"
 #: optional-dependency groups `auto` installs when the project declares them
 TEST_EXTRAS = ("test", "tests", "dev", "testing")
@@ -366,6 +369,9 @@ def plan(
         p for p in files if p.startswith("requirements") and not NOT_FOR_TESTS.fullmatch(p)
     )
     other_purposes = sorted(p for p in files if NOT_FOR_TESTS.fullmatch(p))
+    if any(REQUIREMENTS_FOLDER.fullmatch(p) and not FOLDER_DEV.fullmatch(p) for p in files):
+        other_purposes += [p for p in requirements if FOLDER_DEV.fullmatch(p)]
+        requirements = [p for p in requirements if not FOLDER_DEV.fullmatch(p)]
     tox = _tox_deps(files.get(TOX, b""))
     if not (project or requirements or tox):
         return Plan(AUTO, (), hashes, online, index_url)
