@@ -402,13 +402,17 @@ def why_tests_did_not_run(
         if _declared(module, environment or {}):  # the project has nothing to add
             return f"{said}: {_runner_hint(module, environment or {})}"
         elsewhere = (environment or {}).get("elsewhere")
-        extra = elsewhere.get(_distribution(module)) if isinstance(elsewhere, Mapping) else None
-        if isinstance(extra, str):
+        found = _provider(module, elsewhere) if isinstance(elsewhere, Mapping) else None
+        if found is not None:
+            dist, extra = found
+            named = "" if dist == _distribution(module) else f" ({dist})"
+            runner = " pytest" if "pytest" in command else ""  # pyparsing's extra has none
             return (
-                f"{said}: the project declares it in its `{extra}` extra, which `--setup auto` "
-                "does not install (it installs the test, tests, dev and testing ones): give "
+                f"{said}: the project declares it{named} in its `{extra}` extra, which "
+                "`--setup auto` does not install (it installs the test, tests, dev and testing "
+                "ones): give "
                 'setup commands that install it, e.g. `--setup "python3 -m venv /env" '
-                f"--setup \"/env/bin/pip install -e '.[{extra}]'\"`"
+                f"--setup \"/env/bin/pip install -e '.[{extra}]'{runner}\"`"
             )
         return (
             f"{said}: add it to the project's test requirements, or give setup commands that "
@@ -442,6 +446,20 @@ def _runner_hint(runner: str, environment: Mapping[str, Any]) -> str:
         )
     hint = "declare it in the project's test dependencies, or install it in the repair's setup"
     return f"{hint}; but {note}" if note else hint
+
+
+def _provider(module: str, elsewhere: Mapping[Any, Any]) -> tuple[str, str] | None:
+    """The distribution of `elsewhere` (distribution -> extra) that provides `module`, and
+    its extra: the one of its name, else the one named for it and more (`railroad`:
+    railroad-diagrams)."""
+    name = _distribution(module)
+    extras = {str(d): e for d, e in elsewhere.items() if isinstance(e, str)}
+    if name in extras:
+        return name, extras[name]
+    for dist, extra in extras.items():
+        if dist.startswith(f"{name}-"):
+            return dist, extra
+    return None
 
 
 def _declared(name: str, environment: Mapping[str, Any]) -> bool:

@@ -399,5 +399,16 @@ def test_a_missing_module_the_project_declares_in_an_extra_auto_skips_names_it()
     environment = {"key": "0123456789abcdef", "missing": [], "elsewhere": {"hypothesis": "all"}}
     why = why_tests_did_not_run("pytest", 2, output, own=frozenset, environment=environment) or ""
     assert "'hypothesis'" in why and "its `all` extra" in why, why
-    assert "--setup \"/env/bin/pip install -e '.[all]'\"" in why, why
+    assert "--setup \"/env/bin/pip install -e '.[all]' pytest\"" in why, why
     assert "add it to the project's test requirements" not in why
+
+
+def test_a_missing_module_is_found_in_an_extra_by_the_distribution_that_provides_it() -> None:
+    """pyparsing's tests import `railroad`, which its `diagrams` extra declares as the
+    distribution railroad-diagrams."""
+    output = _STOPPED.format("railroad")
+    elsewhere = {"railroad-diagrams": "diagrams", "jinja2": "diagrams"}
+    environment = {"key": "0123456789abcdef", "missing": [], "elsewhere": elsewhere}
+    why = why_tests_did_not_run("pytest", 2, output, own=frozenset, environment=environment) or ""
+    assert "declares it (railroad-diagrams) in its `diagrams` extra" in why, why
+    assert "pip install -e '.[diagrams]'" in why, why
