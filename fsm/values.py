@@ -176,6 +176,10 @@ BUDGET_MAXIMA: dict[str, float] = {
 }
 
 
+#: the highest rate, in USD per million tokens, a submission's price may give
+MAX_PRICE = 1_000_000.0
+
+
 def over_bound(budgets: Mapping[str, Any]) -> str | None:
     """What is wrong with the first of `budgets` (name -> value, as given) past its bound in
     BUDGET_MAXIMA, or None."""

@@ -214,6 +214,7 @@ def test_a_price_may_give_the_cached_rate_as_a_third_number() -> None:
         ("0.5,1.5,free", "CACHED 'free' is not a number"),
         ("0.5,nan", "COMPLETION 'nan' is not a finite number"),
         ("0.5,1.5,-1", "CACHED '-1' is below 0"),
+        ("2e6,1.5", "PROMPT '2e6' is above 1,000,000"),
     ],
 )
 def test_a_bad_price_names_the_part_and_what_to_give(given: str, said: str) -> None:

@@ -30,6 +30,7 @@ from tickwork.fsm.forks import (
     check_system_prompt,
 )
 from tickwork.fsm.tenants import DEFAULT_TENANT, check_tenant
+from tickwork.fsm.values import MAX_PRICE
 from tickwork.parsing import MAX_SESSION_ID
 
 if TYPE_CHECKING:
@@ -528,6 +529,8 @@ def price(text: str | None) -> tuple[float, ...] | None:
             _bad_price(text, f"{name} {part!r} is not a finite number")
         if rate < 0:
             _bad_price(text, f"{name} {part!r} is below 0")
+        if rate > MAX_PRICE:
+            _bad_price(text, f"{name} {part!r} is above {MAX_PRICE:,.0f}")
         rates.append(rate)
     if not 2 <= len(parts) <= len(PRICE_PARTS):
         _bad_price(text, f"it has {'one number' if len(parts) == 1 else f'{len(parts)} numbers'}")

@@ -358,10 +358,10 @@ def test_every_submit_value_the_api_refuses_names_its_option_and_what_to_do(
         ((*submit, "--id", "i" * 65), ("invalid --id: it is 65 characters", "leave --id out")),
         (
             (*submit, "--price", "-1,2"),
-            ("--price: the prompt price (the first) must be at least 0",),
+            ("--price takes PROMPT,COMPLETION", "PROMPT '-1' is below 0"),
         ),
-        ((*submit, "--price", "1,inf"), ("the completion price (the second) must be a finite",)),
-        ((*submit, "--price", "1,2e6"), ("must be at most 1,000,000, not 2,000,000",)),
+        ((*submit, "--price", "1,inf"), ("COMPLETION 'inf' is not a finite number",)),
+        ((*submit, "--price", "1,2e6"), ("COMPLETION '2e6' is above 1,000,000",)),
         ((*submit, "--context-window", "5"), ("--context-window must be between 1,024 and",)),
         ((*submit, "--tenant", "Bad Tenant"), ("--tenant 'Bad Tenant' is not a tenant name",)),
         ((*submit, "--priority", "5000"), ("priority 5000 is out of bounds",)),

@@ -27,7 +27,7 @@ from tickwork.fsm.admission import CONCURRENCY_KEY, MAX_PER_KEY, MAX_PRIORITY, M
 from tickwork.fsm.context import MAX_WINDOW, MIN_WINDOW
 from tickwork.fsm.forks import MAX_INSTRUCTION_CHARS, MAX_SYSTEM_PROMPT_CHARS
 from tickwork.fsm.tenants import TENANT_PATTERN
-from tickwork.fsm.values import DecisionKind
+from tickwork.fsm.values import MAX_PRICE, DecisionKind
 
 from .inputs import RepairInput
 from .limits import check_tree
@@ -55,7 +55,7 @@ def _session_id(value: str | None) -> str | None:
 #: type, not 1 or 2 (a fork's `from_step: false` started over and closed the dead letter)
 Integer = Annotated[int, Field(strict=True)]
 #: a price in USD per million tokens, finite (JSON may hold NaN); strict as `Integer`
-Price = Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False, strict=True)]
+Price = Annotated[float, Field(ge=0, le=MAX_PRICE, allow_inf_nan=False, strict=True)]
 
 
 class Body(BaseModel):
