@@ -7,10 +7,11 @@ from collections import Counter
 from datetime import UTC, timedelta
 
 import pytest
+from celery.utils.saferepr import saferepr
 from sqlalchemy import select
 from tickwork.fsm.values import Status
 from tickwork.store.schema import outbox
-from tickwork.worker.tick.app import runtime
+from tickwork.worker.tick.app import TICK, make_app, runtime
 from tickwork.worker.tick.runtime import utc_now
 
 from tests.fakes import FakeModel, fake_model_server
@@ -151,3 +152,19 @@ def test_redis_keeps_a_copy_of_a_running_tick_only_with_ack_emulation(
     assert done.status is Status.COMPLETED
     assert held == (1 if emulated else 0)
     assert _copies_in_redis(deployment) == 0
+
+
+def test_a_published_tick_carries_its_arguments_as_celery_writes_them(
+    deployment: Deployment,
+) -> None:
+    """`celery inspect` and Flower show a tick's arguments from its message's `argsrepr`:
+    the publish gives it (Celery's own repr of them cost a fifth of a publish's CPU)."""
+    app = make_app(deployment.settings, relay=False)
+    runtime(app).publish_tick("s-1", 7, 0)
+    with app.connection_for_read() as conn:
+        message = conn.SimpleQueue(deployment.settings.queue).get(timeout=10)
+        message.ack()
+    assert message.headers["task"] == TICK
+    assert message.headers["argsrepr"] == saferepr(("s-1", 7)) == "('s-1', 7)"
+    assert message.headers["kwargsrepr"] == saferepr({})
+    assert message.decode()[0] == ["s-1", 7]

@@ -232,10 +232,15 @@ def runtime(app: Celery) -> Runtime:
 
     settings: Settings = app.tickwork_settings  # type: ignore[attr-defined]
 
+    # the arguments' repr given, as Celery would write it: its `saferepr` of them took a fifth
+    # of a publish's CPU (ops/bench/RESULTS.md, the run of 2026-12-06, after)
     def publish_tick(session_id: str, version: int, countdown: float) -> None:
+        args = (session_id, version)
         app.send_task(
             TICK,
-            args=(session_id, version),
+            args=args,
+            argsrepr=repr(args),
+            kwargsrepr="{}",
             queue=settings.queue,
             countdown=countdown or None,
             **settings.publish_options,
