@@ -170,7 +170,7 @@ def think(tick: Tick) -> Change:
         why = "the model returned an empty reply (no content and no tool calls)"
         return _billed_retry(rt, head, reply, why, asked, messages, report, price)
     answered = time.time_ns()
-    cost = pricing.billed(price, head.model, reply.model, reply.usage, rt.settings.prices)
+    cost = _cost(rt, head, reply, price)
     change = machine.think(
         head,
         reply,
