@@ -20,6 +20,7 @@ the idempotency key `"{session_id}:{step}:{node}"`, the session's config and a s
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import time
@@ -52,6 +53,7 @@ from tickwork.fsm.values import (
 from tickwork.worker.jobs.graphs import GraphKind, given_update, graph_kind
 from tickwork.worker.models import ModelSettings, pricing
 from tickwork.worker.models.base import Message, estimate_prompt, estimate_schemas
+from tickwork.worker.models.pricing import Price
 from tickwork.worker.observers.report import ModelCall, Phase
 from tickwork.worker.sandbox.runner import sandbox_of
 from tickwork.worker.tick.frame import Stop, Tick, run_call
@@ -189,13 +191,8 @@ class NodeContext:
                 self.usage.cache_creation_tokens + reply.usage.cache_creation_tokens
             ),
         )
-        cost = pricing.call_cost(
-            self.head.model,
-            self.head.config,
-            reply.model,
-            reply.usage,
-            self.rt.settings.prices,
-            providers=self.rt.providers,
+        cost = pricing.billed(
+            self._price, self.head.model, reply.model, reply.usage, self.rt.settings.prices
         )
         self.cost_usd += cost
         self.events.append(
@@ -211,6 +208,15 @@ class NodeContext:
         # the cap sent: lowered to the room the server said the prompt left, if it refused
         self._noted(asked, sent, reply.cap_lowered_to or cap, reply=reply)
         return reply
+
+    @functools.cached_property
+    def _price(self) -> Price | None:
+        """The session's price (`pricing.session_price`), found once a node run: the session's
+        model and config and the worker's prices do not change within it. Its calls are
+        capped (`_cap`) and billed (`pricing.billed`) at it, as an agent's THINK is."""
+        return pricing.session_price(
+            self.head.model, self.head.config, self.rt.settings.prices, providers=self.rt.providers
+        )
 
     def _policy(self) -> context.Policy | None:
         """The session's policy (`context.policy_for`) under the window the model stated in
@@ -301,9 +307,6 @@ class NodeContext:
         the window of `policy`, the session's, both estimated as the server counted this
         node's last prompt (`scale`) (at least 1: the check before the next node ends a
         session whose budget is spent)."""
-        price = pricing.session_price(
-            self.head.model, self.head.config, self.rt.settings.prices, providers=self.rt.providers
-        )
         spent = self.head.model_copy(
             update={
                 "tokens": self.head.tokens + self.tokens,
@@ -313,7 +316,7 @@ class NodeContext:
         ahead = pricing.next_call(
             messages,
             last=None,
-            price=price,
+            price=self._price,
             window=None if policy is None else policy.window,
             tools=schemas,
             scale=self.scale,
