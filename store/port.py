@@ -61,7 +61,8 @@ class Sessions(Protocol):
     def day_spent(self, tenant: str, *, day: datetime) -> float:
         """What `tenant`'s sessions created on the UTC day starting at midnight `day` spent,
         each session's own spending once (the count of `max_usd_per_day`,
-        docs/OPERATIONS.md); read before each model call of a tenant with that quota."""
+        docs/OPERATIONS.md); read once a tick of a session of a tenant with that quota,
+        before its model calls."""
         ...
 
     def load(self, session_id: str) -> Session: ...

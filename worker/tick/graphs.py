@@ -92,6 +92,10 @@ class NodeContext:
     head: Head = field(repr=False)
     #: why the node must stop now (a cancel, the deadline), or None
     stop: Callable[[], str | None] = lambda: None
+    #: the tenant's day quota, read once for the node's run (`Runtime.tenant_day`; None:
+    #: it has none): each of the node's calls is capped by what it leaves, the node's
+    #: earlier calls counted
+    day: TenantDay | None = None
     tokens: int = 0
     cost_usd: float = 0.0
     #: the model use of this node's `generate` calls, charged to the node's step
@@ -322,7 +326,7 @@ class NodeContext:
             scale=self.scale,
         )
         # the tenant's day quota caps it too, this node's earlier calls (not saved yet) counted
-        day = self.rt.tenant_day(self.head)
+        day = self.day
         if day is not None:
             day = day.model_copy(update={"spent_usd": day.spent_usd + self.cost_usd})
         return max(1, completion_cap(spent, ahead, day).tokens)
@@ -389,7 +393,8 @@ class GraphRunner:
         kind = rt.jobs.graph(head.kind)
         graph = kind.graph if head.cancel_requested else check_version(kind, head)
         trace = uuid.uuid4().hex
-        # the tenant's day quota, checked with the budgets before each next node
+        # the tenant's day quota, read once a tick: checked with the budgets before each next
+        # node, and capping the node's model calls (`NodeContext.day`)
         day = rt.tenant_day(head)
         if head.status is Status.READY:
             return graph_machine.start(head, graph, now=rt.clock(), trace_id=trace, day=day)
@@ -491,6 +496,7 @@ def _run(
             rt=rt,
             head=head,
             stop=stop,
+            day=day,
         )
         contexts.append(ctx)
         # only the node's own code fails the session: the frame's store calls around it

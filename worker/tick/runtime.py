@@ -335,7 +335,7 @@ class Runtime:
 
     def tenant_day(self, head: Head) -> TenantDay | None:
         """What the session's tenant spent of its `max_usd_per_day` on the UTC day the
-        session was created (its spending counts to that day), read before each of its
+        session was created (its spending counts to that day), read once a tick, before its
         model calls; None when the tenant has no such quota (nothing is read)."""
         quota = self.tenants.quotas(head.tenant).max_usd_per_day
         if quota is None:

@@ -13,16 +13,19 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import update
+from tickwork.fsm.budgets import TenantDay
 from tickwork.fsm.errors import QuotaExceeded
-from tickwork.fsm.values import ErrorCode, Status
+from tickwork.fsm.values import ErrorCode, Head, Status
 from tickwork.store.schema import sessions
 
-from .test_models_caps import PRICE, GreedyServer, _usd
+from .test_models_caps import PRICE, WANTS, GreedyServer, _usd
 from .test_models_ticks import KIND, Ticks
 
 QUOTA = 1.0
 #: a graph of one node that calls the model
 ASK = "tests.graphs:ASK"
+#: a graph of one node that calls the model twice
+ASK_MORE = "tests.graphs:ASK_MORE"
 LOOPS_ALLOWED = {"max_consecutive_repeats": 100}
 
 
@@ -33,7 +36,7 @@ def team_ticks(
     tenants = tmp_path / "tenants.json"
     tenants.write_text(json.dumps({"team-a": {"max_usd_per_day": QUOTA}}), encoding="utf-8")
     monkeypatch.setenv("TICKWORK_TENANTS_FILE", str(tenants))
-    monkeypatch.setenv("TICKWORK_IMPORTS", json.dumps([KIND, ASK]))
+    monkeypatch.setenv("TICKWORK_IMPORTS", json.dumps([KIND, ASK, ASK_MORE]))
     found = Ticks(database_url, tmp_path)
     yield found
     found.close()
@@ -138,5 +141,53 @@ def test_a_graph_session_stops_before_its_node_once_its_tenant_s_day_is_spent(
         assert "tenant team-a's quota max_usd_per_day of $1 is spent" in (done.error_message or "")
         assert server.billed == []  # its node never called the model
         assert team_ticks.store.dead_letter(graph.id).code == ErrorCode.BUDGET_COST.value
+    finally:
+        server.close()
+
+
+def test_a_graph_node_reads_its_tenant_s_day_once_and_caps_each_call_by_what_it_left(
+    team_ticks: Ticks, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A node's model calls are capped by what its tenant's day has left, the node's earlier
+    calls counted; the day (a database read) was read before each of them and once more for
+    the node's run: it is read once a tick, however many calls its node makes."""
+    server = GreedyServer(honest=True)
+    monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+    read: list[int] = []  # the version of the session each read was for: one a tick
+    tenant_day = team_ticks.rt.tenant_day
+
+    def counted(head: Head) -> TenantDay | None:
+        read.append(head.version)
+        return tenant_day(head)
+
+    monkeypatch.setattr(team_ticks.rt, "tenant_day", counted)
+    try:
+        graph = team_ticks.client.submit(
+            ASK_MORE,
+            {"size": 1},
+            model="openai:local",
+            price=PRICE,
+            tenant="team-a",
+            budgets={"max_cost_usd": 0},
+        )
+        # another session of the tenant spent half its day
+        other = team_ticks.client.submit(
+            KIND, {}, model="openai:local", price=PRICE, tenant="team-a"
+        )
+        with team_ticks.store.engine.begin() as conn:  # type: ignore[attr-defined]
+            conn.execute(
+                update(sessions).where(sessions.c.id == other.id).values(cost_usd=QUOTA / 2)
+            )
+
+        done = team_ticks.run(graph.id)
+
+        first, second = server.billed
+        assert done.cost_usd == pytest.approx(_usd(*first) + _usd(*second))
+        # the first call had half the day, and wrote all it wanted; the second what the
+        # first left of it
+        assert server.caps[0] is not None and _usd(*first) < QUOTA / 2
+        assert second[1] == server.caps[1] < WANTS
+        assert 0 < _usd(0, second[1]) <= QUOTA / 2 - _usd(*first)
+        assert len(read) == len(set(read)) >= 2, read
     finally:
         server.close()
