@@ -57,6 +57,20 @@ Integer = Annotated[int, Field(strict=True)]
 #: a price in USD per million tokens, finite (JSON may hold NaN); strict as `Integer`
 Price = Annotated[float, Field(ge=0, le=MAX_PRICE, allow_inf_nan=False, strict=True)]
 
+# the fields a submit and a fork share, bounded once: each body gives its own default and
+# description
+#: a model's context window in tokens
+ContextWindow = Annotated[Integer | None, Field(ge=MIN_WINDOW, le=MAX_WINDOW, examples=[128000])]
+#: the admission order within the tenant (`tickwork.fsm.admission`)
+Priority = Annotated[Integer, Field(ge=MIN_PRIORITY, le=MAX_PRIORITY)]
+#: sessions of the tenant with the same key run `max_per_key` at a time (the pattern is
+#: the schema's; the admission checks it, `tickwork.fsm.admission`)
+ConcurrencyKey = Annotated[
+    str | None, Field(max_length=200, json_schema_extra={"pattern": CONCURRENCY_KEY.pattern})
+]
+#: how many sessions of a concurrency key may be in flight at once
+PerKey = Annotated[Integer | None, Field(ge=1, le=MAX_PER_KEY)]
+
 
 class Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -114,33 +128,23 @@ class SubmitOptions(Body):
         "while the session has a cost budget (budgets.max_cost_usd 0 turns it off) or the "
         "tenant a dollar quota.",
     )
-    context_window: Integer | None = Field(
+    context_window: ContextWindow = Field(
         default=None,
-        ge=MIN_WINDOW,
-        le=MAX_WINDOW,
-        examples=[128000],
         description="The model's context window in tokens [default: the model table's]; old "
         "observations are masked, then the transcript compacted, to keep each prompt under it.",
     )
 
-    priority: Integer = Field(
-        default=0,
-        ge=MIN_PRIORITY,
-        le=MAX_PRIORITY,
-        description="Admission order within the tenant: higher first, then older first.",
+    priority: Priority = Field(
+        default=0, description="Admission order within the tenant: higher first, then older first."
     )
-    concurrency_key: str | None = Field(
+    concurrency_key: ConcurrencyKey = Field(
         default=None,
-        max_length=200,
-        json_schema_extra={"pattern": CONCURRENCY_KEY.pattern},
         examples=["github.com/org/repo"],
         description="At most `max_per_key` sessions of the tenant with this key run at once "
         "(e.g. one repair per repository); the others wait as `queued`.",
     )
-    max_per_key: Integer | None = Field(
+    max_per_key: PerKey = Field(
         default=None,
-        ge=1,
-        le=MAX_PER_KEY,
         description="How many sessions of `concurrency_key` may be in flight at once "
         "[default: 1]; needs a `concurrency_key`.",
     )
@@ -310,11 +314,8 @@ class Fork(Body):
         max_length=MAX_ENTRIES,
         description="A graph session: state fields to set in the fork.",
     )
-    context_window: Integer | None = Field(
+    context_window: ContextWindow = Field(
         default=None,
-        ge=MIN_WINDOW,
-        le=MAX_WINDOW,
-        examples=[128000],
         description="The model's context window in tokens [default: the original's]; a "
         "CONTEXT dead letter is forked onto a larger one.",
     )
@@ -324,23 +325,16 @@ class Fork(Body):
         json_schema_extra={"pattern": SESSION_ID_PATTERN},
         description="The fork's id [default: a random one].",
     )
-    priority: Integer | None = Field(
-        default=None,
-        ge=MIN_PRIORITY,
-        le=MAX_PRIORITY,
-        description="Admission order within the tenant [default: the original's].",
+    priority: Priority | None = Field(
+        default=None, description="Admission order within the tenant [default: the original's]."
     )
-    concurrency_key: str | None = Field(
+    concurrency_key: ConcurrencyKey = Field(
         default=None,
-        max_length=200,
-        json_schema_extra={"pattern": CONCURRENCY_KEY.pattern},
         description="The fork's concurrency key [default: the original's, with its "
         "`max_per_key`]; a new key without `max_per_key` allows one session at a time.",
     )
-    max_per_key: Integer | None = Field(
+    max_per_key: PerKey = Field(
         default=None,
-        ge=1,
-        le=MAX_PER_KEY,
         description="How many sessions of the fork's concurrency key may be in flight at "
         "once [default: the original's for its key, else 1].",
     )
