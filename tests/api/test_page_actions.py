@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tickwork.fsm.admission import MAX_PER_KEY, MAX_PRIORITY, MIN_PRIORITY
 from tickwork.fsm.values import Status
 
 from tests.api.conftest import TEST_KIND, TOKEN, Stack
@@ -168,6 +169,83 @@ def _submit_through_the_form(
     assert (head.budgets.max_cost_usd, head.budgets.deadline_s) == (1.5, 1800.0)
     page.click('nav a[data-nav="submit"]')  # submitted: the draft is gone
     expect(page.locator("#submit-test-command")).to_have_value("")
+
+
+def test_a_submitter_sets_admission_and_a_refusal_is_said_in_the_pages_words(
+    page: Any,  # noqa: F811
+    stack: Stack,
+    tmp_path: Path,
+) -> None:
+    from playwright.sync_api import expect
+
+    workspace = tmp_path / "project"
+    workspace.mkdir()
+    (workspace / "README").write_text("a project\n")
+    model = stack.deployment.script([{"content": "nothing to fix"}])
+    session_id = f"page-admit-{uuid.uuid4().hex[:8]}"
+    stack.deployment.settings.workspace_roots = [tmp_path]
+    try:
+        log_in(page, stack, "sam", "#/submit")
+        # the API's bounds, offered by the form
+        for field, low, high in [
+            ("#submit-priority", MIN_PRIORITY, MAX_PRIORITY),
+            ("#submit-max-per-key", 1, MAX_PER_KEY),
+        ]:
+            expect(page.locator(field)).to_have_attribute("min", str(low))
+            expect(page.locator(field)).to_have_attribute("max", str(high))
+        page.select_option("#submit-source-kind", "workspace")
+        page.fill("#submit-workspace", str(workspace))
+        page.select_option("#submit-setup-mode", "none")
+        page.fill("#submit-test-command", "true")
+        page.fill("#submit-model", model)
+        page.fill("#submit-id", session_id)
+
+        # out of the API's bounds: its 422, said beside the field in the form's words
+        page.fill("#submit-priority", str(MAX_PRIORITY + 1))
+        page.click("#submit-button")
+        said = page.locator("#submit-priority-error")
+        expect(said).to_have_text(
+            f"Priority must be a whole number from {MIN_PRIORITY:,} to {MAX_PRIORITY:,} "
+            "(higher is admitted first)."
+        )
+        expect(page.locator("#submit-priority")).to_have_attribute("aria-invalid", "true")
+        expect(page.locator("#submit-error")).to_have_text(
+            "Not submitted (invalid_input): see the marked field."
+        )
+
+        # a limit without a key: the API's refusal names its flag; the page, its fields
+        page.fill("#submit-priority", "7")
+        page.fill("#submit-max-per-key", "2")
+        page.click("#submit-button")
+        said = page.locator("#submit-max-per-key-error")
+        expect(said).to_have_text(
+            "Max per key needs a concurrency key: fill in Concurrency key, or empty Max per key."
+        )
+        expect(page.locator("#submit-priority-error")).to_have_text("")
+        page.fill("#submit-concurrency-key", "not a key")
+        page.click("#submit-button")
+        expect(page.locator("#submit-concurrency-key-error")).to_contain_text(
+            "A concurrency key is up to 200 letters, digits and _ - . : / @ + ="
+        )
+        expect(page.locator("#submit-max-per-key-error")).to_have_text("")
+        with pytest.raises(LookupError):
+            stack.deployment.client.get(session_id)
+
+        page.fill("#submit-concurrency-key", "github.com/org/repo")
+        page.reload()  # the draft keeps them
+        expect(page.locator("#submit-priority")).to_have_value("7")
+        expect(page.locator("#submit-concurrency-key")).to_have_value("github.com/org/repo")
+        expect(page.locator("#submit-max-per-key")).to_have_value("2")
+        page.click("#submit-button")
+        page.wait_for_url(lambda url: url.endswith(f"#/sessions/{session_id}"))
+    finally:
+        stack.deployment.settings.workspace_roots = []
+    head = stack.http("sam").get(f"/api/v1/sessions/{session_id}").json()["head"]
+    assert (head["priority"], head["concurrency_key"], head["max_per_key"]) == (
+        7,
+        "github.com/org/repo",
+        2,
+    )
 
 
 def test_a_draft_outlives_a_refused_token_but_not_a_log_out(page: Any, stack: Stack) -> None:  # noqa: F811
@@ -391,6 +469,66 @@ def test_an_operator_resolves_one_dead_letter_and_dismisses_another(
     assert open_before <= shown <= open_after  # other tests' dead letters may arrive meanwhile
     by_code = page.locator('#dl-stats table[data-by="code"] td.num').all_inner_texts()
     assert sum(int(n) for n in by_code) == shown
+
+
+def test_an_operator_forks_a_dead_letter_under_its_own_admission(
+    page: Any,  # noqa: F811
+    stack: Stack,
+    tmp_path: Path,
+) -> None:
+    from playwright.sync_api import expect
+
+    session_id = stack.submit(
+        BROKEN, prefix="dead", priority=3, concurrency_key="repo-a", max_per_key=2
+    )
+    assert stack.wait(session_id)["status"] == "failed"
+    letter = stack.deployment.client.dead_letter(session_id)
+    log_in(page, stack, "olga", f"#/dead-letters/{letter.id}")
+    form = page.locator("form#fork")
+    # the API's bounds; what an empty field keeps: the original's
+    for field, low, high in [
+        ("#fork-priority", MIN_PRIORITY, MAX_PRIORITY),
+        ("#fork-max-per-key", 1, MAX_PER_KEY),
+    ]:
+        expect(page.locator(field)).to_have_attribute("min", str(low))
+        expect(page.locator(field)).to_have_attribute("max", str(high))
+    expect(form.locator("legend")).to_have_text("Run it under (empty: the original's)")
+    for field, kept in [("priority", "3"), ("concurrency-key", "repo-a"), ("max-per-key", "2")]:
+        expect(page.locator(f"#fork-{field}")).to_have_attribute("placeholder", kept)
+    looked_at(page, "dead-letter-fork-form", tmp_path)
+
+    # refused by the API: said beside the field in the form's words, nothing forked
+    page.fill("#fork-step", "0")
+    page.fill("#fork-priority", str(MIN_PRIORITY - 1))
+    page.fill("#fork-concurrency-key", "not a key")
+    form.locator("button[type=submit]").click()
+    expect(page.locator("#fork-priority-error")).to_have_text(
+        f"Priority must be a whole number from {MIN_PRIORITY:,} to {MAX_PRIORITY:,} "
+        "(higher is admitted first)."
+    )
+    expect(page.locator("#fork-error")).to_have_text(
+        "Not forked (invalid_input): see the marked field."
+    )
+    page.fill("#fork-priority", "9")
+    form.locator("button[type=submit]").click()
+    expect(page.locator("#fork-concurrency-key-error")).to_contain_text(
+        "A concurrency key is up to 200 letters, digits and _ - . : / @ + ="
+    )
+    expect(page.locator("#fork-priority-error")).to_have_text("")
+    assert stack.deployment.client.dead_letter(letter.id).resolved_at is None
+
+    page.fill("#fork-concurrency-key", "repo-b")
+    page.fill("#fork-max-per-key", "3")
+    form.locator("button[type=submit]").click()
+    page.wait_for_url(lambda url: "#/sessions/" in url and session_id not in url)
+    fork = page.url.rsplit("/", 1)[-1]
+    head = stack.http("olga").get(f"/api/v1/sessions/{fork}").json()["head"]
+    assert head["parent_id"] == session_id
+    assert (head["priority"], head["concurrency_key"], head["max_per_key"]) == (9, "repo-b", 3)
+    page.goto(f"{stack.url}/#/sessions/{fork}/compare")
+    expect(page.locator("#fork-patch dd")).to_have_text(
+        ["priority 9, concurrency key repo-b, at most 3 of its key at once"]
+    )
 
 
 def test_an_approver_is_not_offered_resolve_or_dismiss(page: Any, stack: Stack) -> None:  # noqa: F811

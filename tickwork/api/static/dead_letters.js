@@ -1,5 +1,6 @@
 // Dead letters: charts by cause and signature, the list, exports, and one dead letter with
 // its session, forked, resolved or dismissed from here.
+import { admissionBody, admissionFields, refusedFields } from "./admission.js";
 import {
   API, ApiError, ago, api, badge, can, dataTable, el, enc, headSummary, label, state, toast,
 } from "./core.js";
@@ -155,23 +156,48 @@ function closedState(letter) {
   return badge(word, word === "dismissed" ? "cancelled" : "completed");
 }
 
+// fork from a step, with an instruction and the admission to run under (empty: the
+// original's), the API's refusals said beside their fields
 function forkForm(key, letter) {
-  const fromStep = el("input", { type: "number", id: "fork-step", min: 0, max: letter.session.head.step,
-                                 value: Math.max(0, letter.session.head.step - 1) });
+  const head = letter.session.head;
+  const fromStep = el("input", { type: "number", id: "fork-step", min: 0, max: head.step,
+                                 value: Math.max(0, head.step - 1) });
   const instruction = el("textarea", { id: "fork-instruction", rows: 3,
                                        placeholder: "an instruction added after that step (optional)" });
+  const fields = admissionFields("fork", head);
   const error = el("p", { class: "error", id: "fork-error", role: "alert" });
-  return el("form", { id: "fork", onsubmit: async (event) => {
+  const mark = (name, message) => {
+    fields[name].said.textContent = message;
+    fields[name].input.setAttribute("aria-invalid", "true");
+  };
+  return el("form", { id: "fork", novalidate: true, onsubmit: async (event) => {
     event.preventDefault();
     error.textContent = "";
+    for (const x of Object.values(fields)) {
+      x.said.textContent = "";
+      x.input.removeAttribute("aria-invalid");
+    }
+    const given = admissionBody(fields, mark);
+    if (!given) {
+      error.textContent = "Nothing was sent: put right what is marked.";
+      return;
+    }
     try {
-      const head = await api(`/dead-letters/${enc(key)}/fork`, { method: "POST", body: {
-        from_step: Number(fromStep.value), append_instruction: instruction.value || null } });
-      toast(`forked as ${head.id}`, "ok");
-      location.hash = `#/sessions/${enc(head.id)}`;
-    } catch (e) { error.textContent = e.message; }
+      const forked = await api(`/dead-letters/${enc(key)}/fork`, { method: "POST", body: {
+        from_step: Number(fromStep.value), append_instruction: instruction.value || null, ...given } });
+      toast(`forked as ${forked.id}`, "ok");
+      location.hash = `#/sessions/${enc(forked.id)}`;
+    } catch (e) {
+      const refused = refusedFields(e, Object.keys(fields));
+      for (const [name, words] of refused) mark(name, words);
+      error.textContent = refused.size
+        ? `Not forked (${e.body.code || `HTTP ${e.status}`}): see the marked field${refused.size > 1 ? "s" : ""}.`
+        : e.message;
+    }
   } }, el("h3", {}, "Fork and resolve"), el("label", { for: "fork-step" }, "From step"), fromStep,
   el("label", { for: "fork-instruction" }, "Instruction"), instruction,
+  el("fieldset", { class: "admission" }, el("legend", {}, "Run it under (empty: the original's)"),
+    el("div", { class: "budgets" }, Object.values(fields).map((x) => x.row))),
   el("button", { type: "submit", class: "primary" }, "Fork"), error);
 }
 

@@ -1,6 +1,7 @@
-// Submit a repair job: its source, setup, test command, goal, model and budgets, posted as
-// POST /sessions takes it. What is typed is kept (also across a reload or a new log-in)
+// Submit a repair job: its source, setup, test command, goal, model, budgets and admission,
+// posted as POST /sessions takes it. What is typed is kept (also across a reload or a new log-in)
 // until the job is submitted, and an error from the API is shown beside the field it names.
+import { admissionBody, admissionFields, formField, refusedFields } from "./admission.js";
 import { api, can, el, enc, toast } from "./core.js";
 
 export const DRAFT_KEY = "tickwork.submit-draft";
@@ -20,13 +21,7 @@ export function seconds(text) {
   return found ? Number(found[1]) * UNITS[found[2] || "s"] : null;
 }
 
-function field(name, label, input, hint) {
-  input.id = `submit-${name.replace(/_/g, "-")}`;
-  input.name = name;
-  const said = el("p", { class: "field-error error", id: `${input.id}-error`, role: "alert" });
-  return { input, said, row: el("div", { class: "field", dataset: { field: name } },
-    el("label", { for: input.id }, label), input, hint ? el("p", { class: "hint meta" }, hint) : null, said) };
-}
+const field = (name, label, input, hint) => formField("submit", name, label, input, hint);
 
 // the names an error speaks of: the fields of a 422's `errors`, the `name`s its message quotes
 function named(error) {
@@ -75,6 +70,8 @@ export function submitView(view) {
     deadline: field("deadline", "Deadline", text({ placeholder: "6h" }), "Seconds, or 30m, 2h, 1d."),
     id: field("id", "Session id", text({ placeholder: "a random one" })),
   };
+  const admission = admissionFields("submit");
+  Object.assign(f, admission);
   const error = el("p", { class: "error", id: "submit-error", role: "alert" });
   const button = el("button", { type: "submit", class: "primary", id: "submit-button" }, "Submit");
 
@@ -136,10 +133,11 @@ export function submitView(view) {
         budgets.deadline_s = s;
       }
     }
-    const sent = { kind: "repair", input, budgets };
+    const admitted = admissionBody(admission, mark);
+    const sent = { kind: "repair", input, budgets, ...admitted };
     if (given(f.model)) sent.model = given(f.model);
     if (given(f.id)) sent.id = given(f.id);
-    return ok ? sent : null;
+    return ok && admitted ? sent : null;
   }
 
   async function submit(event) {
@@ -161,6 +159,11 @@ export function submitView(view) {
       const marked = Object.entries(FIELDS).filter(
         ([name, keys]) => keys.some((k) => names.has(k)) && !f[name].row.hidden);
       for (const [name] of marked) mark(name, e.message);
+      // the admission fields in the form's words (the API's may name a CLI flag)
+      for (const [name, words] of refusedFields(e, Object.keys(admission))) {
+        mark(name, words);
+        marked.push([name]);
+      }
       // said once, beside its field; here only when no field is named
       error.textContent = marked.length
         ? `Not submitted (${e.body.code || `HTTP ${e.status}`}): see the marked field${marked.length > 1 ? "s" : ""}.`
@@ -179,6 +182,8 @@ export function submitView(view) {
       f.test_command.row, f.goal.row, f.model.row),
     group("Budgets (empty: the server's defaults)",
       el("div", { class: "budgets" }, f.max_steps.row, f.max_tokens.row, f.max_cost_usd.row, f.deadline.row)),
+    group("Admission (empty: the server's defaults)",
+      el("div", { class: "budgets" }, Object.values(admission).map((x) => x.row))),
     group("Session", f.id.row),
     el("div", { class: "actions" }, button,
       el("button", { type: "button", id: "submit-reset", onclick: () => {

@@ -1,0 +1,87 @@
+// What a submit and a fork may ask of admission (a priority, a concurrency key and how many
+// of its key at once): the fields with the API's bounds, and what the page says when the
+// API refuses one: the form's words, not the body's names or the CLI's flags the API's
+// message may give.
+import { count, el } from "./core.js";
+
+// the API's bounds (tickwork.fsm.admission); the browser tests check that the fields offer
+// the same
+export const BOUNDS = {
+  priority: [-1000, 1000],
+  max_per_key: [1, 10000],
+};
+
+const range = (name) => `from ${count(BOUNDS[name][0])} to ${count(BOUNDS[name][1])}`;
+const WORDS = {
+  priority: () => `Priority must be a whole number ${range("priority")} (higher is admitted first).`,
+  concurrency_key: () => "A concurrency key is up to 200 letters, digits and _ - . : / @ + =, " +
+    "starting with a letter or digit (e.g. github.com/org/repo).",
+  max_per_key: () => `Max per key must be a whole number ${range("max_per_key")}: how many ` +
+    "sessions with the concurrency key may run at once.",
+};
+const NEEDS_KEY = "Max per key needs a concurrency key: fill in Concurrency key, or empty Max per key.";
+
+// one labelled field of a form: its input (id `${form}-${name}`), a hint, and where an error
+// about it is said
+export function formField(form, name, label, input, hint) {
+  input.id = `${form}-${name.replace(/_/g, "-")}`;
+  input.name = name;
+  const said = el("p", { class: "field-error error", id: `${input.id}-error`, role: "alert" });
+  return { input, said, row: el("div", { class: "field", dataset: { field: name } },
+    el("label", { for: input.id }, label), input, hint ? el("p", { class: "hint meta" }, hint) : null, said) };
+}
+
+const whole = (name, attrs) => el("input", { type: "number", step: 1, inputmode: "numeric",
+  min: BOUNDS[name][0], max: BOUNDS[name][1], ...attrs });
+
+// the admission fields; a fork's (`kept`: the original's head) show what an empty one keeps
+export function admissionFields(form, kept) {
+  return {
+    priority: formField(form, "priority", "Priority",
+      whole("priority", { placeholder: kept ? kept.priority : "0" }),
+      "Higher is admitted first within the tenant."),
+    concurrency_key: formField(form, "concurrency_key", "Concurrency key",
+      el("input", { type: "text", spellcheck: "false",
+        placeholder: kept ? kept.concurrency_key || "none" : "github.com/org/repo" }),
+      "Sessions with the same key wait their turn as queued."),
+    max_per_key: formField(form, "max_per_key", "Max per key",
+      whole("max_per_key", { placeholder: (kept && kept.max_per_key) || "1" }),
+      "How many with the key may run at once."),
+  };
+}
+
+// the body's part for the fields given (numbers as numbers), or null after `mark`ing a field
+// whose text is not a number at all (the API would never see it)
+export function admissionBody(fields, mark) {
+  const sent = {};
+  let ok = true;
+  for (const [name, x] of Object.entries(fields)) {
+    if (x.input.validity && x.input.validity.badInput) {
+      mark(name, WORDS[name]());
+      ok = false;
+      continue;
+    }
+    const text = x.input.value.trim();
+    if (!text) continue;
+    sent[name] = x.input.type === "number" ? Number(text) : text;
+  }
+  return ok ? sent : null;
+}
+
+// the fields among `names` an API error refuses, each with what the page says of it
+export function refusedFields(error, names) {
+  const body = error.body || {};
+  const message = body.message || "";
+  const said = new Map();
+  for (const e of body.errors || []) {
+    const name = (e.loc || []).map(String).find((part) => names.includes(part));
+    if (name) said.set(name, WORDS[name]());
+  }
+  if (body.code !== "invalid_input") return said;
+  const about = (name, words) => { if (names.includes(name) && !said.has(name)) said.set(name, words); };
+  if (/max_per_key needs a concurrency key/.test(message)) about("max_per_key", NEEDS_KEY);
+  else if (/concurrency key/.test(message)) about("concurrency_key", WORDS.concurrency_key());
+  if (/\bmax_per_key \d/.test(message)) about("max_per_key", WORDS.max_per_key());
+  if (/\bpriority\b/.test(message)) about("priority", WORDS.priority());
+  return said;
+}
