@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from tickwork.fsm.admission import MAX_PER_KEY, MAX_PRIORITY, MIN_PRIORITY
+from tickwork.fsm.context import MAX_WINDOW, MIN_WINDOW
 from tickwork.fsm.values import Status
 
 from tests.api.conftest import TEST_KIND, TOKEN, Stack
@@ -529,6 +530,65 @@ def test_an_operator_forks_a_dead_letter_under_its_own_admission(
     expect(page.locator("#fork-patch dd")).to_have_text(
         ["priority 9, concurrency key repo-b, at most 3 of its key at once"]
     )
+
+
+def test_an_operator_forks_a_dead_letter_onto_a_larger_context_window(
+    page: Any,  # noqa: F811
+    stack: Stack,
+) -> None:
+    from playwright.sync_api import expect
+
+    session_id = stack.submit(BROKEN, prefix="dead", context_window=4096)
+    assert stack.wait(session_id)["status"] == "failed"
+    letter = stack.deployment.client.dead_letter(session_id)
+    log_in(page, stack, "olga", f"#/dead-letters/{letter.id}")
+    window = page.locator("#fork-context-window")
+    expect(window).to_have_value("4096")  # the window the session ran under, to be raised
+    expect(window).to_have_attribute("min", str(MIN_WINDOW))
+    expect(window).to_have_attribute("max", str(MAX_WINDOW))
+
+    page.fill("#fork-step", "0")
+    page.fill("#fork-context-window", str(MAX_WINDOW + 1))
+    page.click("form#fork button[type=submit]")
+    expect(page.locator("#fork-context-window-error")).to_have_text(
+        f"The context window must be a whole number of tokens from {MIN_WINDOW:,} "
+        f"to {MAX_WINDOW:,}."
+    )
+    assert stack.deployment.client.dead_letter(letter.id).resolved_at is None
+
+    page.fill("#fork-context-window", "16000")
+    page.click("form#fork button[type=submit]")
+    page.wait_for_url(lambda url: "#/sessions/" in url and session_id not in url)
+    fork = page.url.rsplit("/", 1)[-1]
+    view = stack.http("olga").get(f"/api/v1/sessions/{fork}").json()
+    assert view["head"]["config"]["context"]["window"] == 16000
+    assert view["forked_from"]["patch"] == {"context_window": 16000}
+    page.goto(f"{stack.url}/#/sessions/{fork}/compare")
+    patch = page.locator("#fork-patch")
+    expect(patch.locator("dt")).to_have_text(["context window"])
+    expect(patch.locator("dd")).to_have_text(["16,000 tokens (the parent's: 4,096)"])
+
+
+def test_a_fork_left_at_the_sessions_window_asks_for_none(
+    page: Any,  # noqa: F811
+    stack: Stack,
+) -> None:
+    from playwright.sync_api import expect
+
+    session_id = stack.submit(BROKEN, prefix="dead", context_window=4096, priority=3)
+    assert stack.wait(session_id)["status"] == "failed"
+    letter = stack.deployment.client.dead_letter(session_id)
+    log_in(page, stack, "olga", f"#/dead-letters/{letter.id}")
+    expect(page.locator("#fork-context-window")).to_have_value("4096")
+    page.fill("#fork-step", "0")
+    page.click("form#fork button[type=submit]")
+    page.wait_for_url(lambda url: "#/sessions/" in url and session_id not in url)
+    fork = page.url.rsplit("/", 1)[-1]
+    view = stack.http("olga").get(f"/api/v1/sessions/{fork}").json()
+    # nothing changed, nothing in the patch: the fork has the original's window and admission
+    assert view["forked_from"]["patch"] == {}
+    assert view["head"]["config"]["context"]["window"] == 4096
+    assert view["head"]["priority"] == 3
 
 
 def test_an_approver_is_not_offered_resolve_or_dismiss(page: Any, stack: Stack) -> None:  # noqa: F811

@@ -1,14 +1,15 @@
 // What a submit and a fork may ask of admission (a priority, a concurrency key and how many
-// of its key at once): the fields with the API's bounds, and what the page says when the
-// API refuses one: the form's words, not the body's names or the CLI's flags the API's
-// message may give.
+// of its key at once) and, a fork, of its context window: the fields with the API's bounds,
+// and what the page says when the API refuses one: the form's words, not the body's names
+// or the CLI's flags the API's message may give.
 import { count, el } from "./core.js";
 
-// the API's bounds (tickwork.fsm.admission); the browser tests check that the fields offer
-// the same
+// the API's bounds (tickwork.fsm.admission, tickwork.fsm.context); the browser tests check
+// that the fields offer the same
 export const BOUNDS = {
   priority: [-1000, 1000],
   max_per_key: [1, 10000],
+  context_window: [1024, 10000000],
 };
 
 const range = (name) => `from ${count(BOUNDS[name][0])} to ${count(BOUNDS[name][1])}`;
@@ -18,6 +19,7 @@ const WORDS = {
     "starting with a letter or digit (e.g. github.com/org/repo).",
   max_per_key: () => `Max per key must be a whole number ${range("max_per_key")}: how many ` +
     "sessions with the concurrency key may run at once.",
+  context_window: () => `The context window must be a whole number of tokens ${range("context_window")}.`,
 };
 const NEEDS_KEY = "Max per key needs a concurrency key: fill in Concurrency key, or empty Max per key.";
 
@@ -50,6 +52,25 @@ export function admissionFields(form, kept) {
   };
 }
 
+// the context window a session runs under, in tokens: the one its model stated when it
+// refused a prompt as too long, else its policy's; null for a session sent whole
+export function windowOf(head) {
+  const policy = (head.config || {}).context;
+  const stated = (head.result || {}).context_window;
+  return Number.isInteger(stated) ? stated : policy ? policy.window : null;
+}
+
+// a fork's context window: prefilled with the session's, sent only when changed
+export function windowField(form, head) {
+  const current = windowOf(head);
+  const input = whole("context_window", { placeholder: "the original's" });
+  if (current !== null) input.value = String(current);
+  const x = formField(form, "context_window", "Context window (tokens)", input,
+    "Raise it to fork a session whose prompts outgrew its model's window.");
+  x.changed = () => input.value.trim() !== "" && input.value.trim() !== String(current ?? "");
+  return x;
+}
+
 // the body's part for the fields given (numbers as numbers), or null after `mark`ing a field
 // whose text is not a number at all (the API would never see it)
 export function admissionBody(fields, mark) {
@@ -62,7 +83,7 @@ export function admissionBody(fields, mark) {
       continue;
     }
     const text = x.input.value.trim();
-    if (!text) continue;
+    if (!text || (x.changed && !x.changed())) continue;
     sent[name] = x.input.type === "number" ? Number(text) : text;
   }
   return ok ? sent : null;
@@ -83,5 +104,6 @@ export function refusedFields(error, names) {
   else if (/concurrency key/.test(message)) about("concurrency_key", WORDS.concurrency_key());
   if (/\bmax_per_key \d/.test(message)) about("max_per_key", WORDS.max_per_key());
   if (/\bpriority\b/.test(message)) about("priority", WORDS.priority());
+  if (/\bcontext_window\b/.test(message)) about("context_window", WORDS.context_window());
   return said;
 }

@@ -1,6 +1,6 @@
 // Dead letters: charts by cause and signature, the list, exports, and one dead letter with
 // its session, forked, resolved or dismissed from here.
-import { admissionBody, admissionFields, refusedFields } from "./admission.js";
+import { admissionBody, admissionFields, refusedFields, windowField } from "./admission.js";
 import {
   API, ApiError, ago, api, badge, can, dataTable, el, enc, headSummary, label, state, toast,
 } from "./core.js";
@@ -156,15 +156,15 @@ function closedState(letter) {
   return badge(word, word === "dismissed" ? "cancelled" : "completed");
 }
 
-// fork from a step, with an instruction and the admission to run under (empty: the
-// original's), the API's refusals said beside their fields
+// fork from a step, with an instruction, the admission and context window to run under
+// (empty: the original's), the API's refusals said beside their fields
 function forkForm(key, letter) {
   const head = letter.session.head;
   const fromStep = el("input", { type: "number", id: "fork-step", min: 0, max: head.step,
                                  value: Math.max(0, head.step - 1) });
   const instruction = el("textarea", { id: "fork-instruction", rows: 3,
                                        placeholder: "an instruction added after that step (optional)" });
-  const fields = admissionFields("fork", head);
+  const fields = { ...admissionFields("fork", head), context_window: windowField("fork", head) };
   const error = el("p", { class: "error", id: "fork-error", role: "alert" });
   const mark = (name, message) => {
     fields[name].said.textContent = message;

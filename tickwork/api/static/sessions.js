@@ -1,5 +1,6 @@
 // Sessions: the list and its filters, one session live (its events, its steps with what
 // each cost and took), and a fork beside its parent.
+import { windowOf } from "./admission.js";
 import { callCard } from "./approvals.js";
 import {
   API, OUTCOMES, ago, api, apiText, badge, can, count, dataTable, decisionLine, diffLines, el,
@@ -265,7 +266,8 @@ function stepPairs(parent, fork, from, to) {
   return rows;
 }
 
-function forkPatch(fork) {
+// what the fork changed; `parent` (when it could be read) gives what it had instead
+function forkPatch(fork, parent) {
   const forked = fork.events.find((e) => e.kind === "forked");
   const data = forked ? forked.data : {};
   const patch = data.patch || {};
@@ -283,6 +285,11 @@ function forkPatch(fork) {
     patch.max_per_key ? `at most ${patch.max_per_key} of its key at once` : null,
   ].filter(Boolean);
   if (admission.length) items.push(["admission", admission.join(", ")]);
+  if (patch.context_window) {
+    const had = parent ? windowOf(parent.head) : null;
+    items.push(["context window", `${count(patch.context_window)} tokens` +
+      (had ? ` (the parent's: ${count(had)})` : "")]);
+  }
   return el("section", { class: "summary", id: "fork-patch" },
     el("h3", {}, "What the fork changed"),
     el("p", { class: "meta" }, `from step ${k} of ${fork.head.parent_id}`,
@@ -329,7 +336,7 @@ export async function compareView(view, id) {
     stepPairs(parent, fork, 1, k)) : null;
   const after = last > k ? stepPairs(parent, fork, k + 1, last)
     : [el("p", { class: "muted" }, `Neither has a step after step ${k} yet.`)];
-  view.draw(title, forkPatch(fork),
+  view.draw(title, forkPatch(fork, parent),
     el("div", { class: "compare", id: "compare" },
       el("div", { class: "pair heads" }, sideHead("parent", parent), sideHead("fork", fork)),
       kept,
