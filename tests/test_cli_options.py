@@ -205,16 +205,25 @@ def test_a_price_may_give_the_cached_rate_as_a_third_number() -> None:
     assert options.price(" 3, 15 ,0.3") == (3.0, 15.0, 0.3)
 
 
+def test_a_price_may_give_the_cache_write_rate_as_a_fourth_number() -> None:
+    """Anthropic bills prompt tokens written to its cache at their own rate, which a
+    submitter could not give: a fourth number is it."""
+    assert options.price("3,15,0.3,3.75") == (3.0, 15.0, 0.3, 3.75)
+
+
 @pytest.mark.parametrize(
     ("given", "said"),
     [
         ("cheap", "PROMPT 'cheap' is not a number"),
         ("0.5", "one number"),
-        ("0.5,1.5,0.05,1", "4 numbers"),
+        ("0.5,1.5,0.05,1,2", "5 numbers"),
         ("0.5,1.5,free", "CACHED 'free' is not a number"),
         ("0.5,nan", "COMPLETION 'nan' is not a finite number"),
         ("0.5,1.5,-1", "CACHED '-1' is below 0"),
         ("2e6,1.5", "PROMPT '2e6' is above 1,000,000"),
+        ("3,15,0.3,-1", "CACHE_WRITE '-1' is below 0"),
+        ("3,15,0.3,write", "CACHE_WRITE 'write' is not a number"),
+        ("3,15,0.3,2e6", "CACHE_WRITE '2e6' is above 1,000,000"),
     ],
 )
 def test_a_bad_price_names_the_part_and_what_to_give(given: str, said: str) -> None:
@@ -222,5 +231,5 @@ def test_a_bad_price_names_the_part_and_what_to_give(given: str, said: str) -> N
         options.price(given)
     message = str(refused.value)
     assert said in message, message
-    assert "--price takes PROMPT,COMPLETION[,CACHED] in USD per million tokens" in message
-    assert "e.g. --price 0.5,1.5 or --price 0.5,1.5,0.05" in message
+    assert "--price takes PROMPT,COMPLETION[,CACHED[,CACHE_WRITE]] in USD per million" in message
+    assert "e.g. --price 0.5,1.5 or --price 3,15,0.3,3.75" in message

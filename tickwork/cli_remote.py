@@ -65,10 +65,16 @@ HINTS = {
     "KIND": "give the name of a job kind the server runs (e.g. repair)",
     "--model": "give a model spec such as openai:MODEL or scripted:PATH",
     "--id": "give a shorter id, or leave --id out for a random one",
-    "--price": "give PROMPT,COMPLETION in USD per million tokens, e.g. --price 0.5,1.5",
+    "--price": "give PROMPT,COMPLETION[,CACHED[,CACHE_WRITE]] in USD per million tokens, "
+    "e.g. --price 0.5,1.5",
 }
-#: the two numbers of --price, by their place in the body's pair
-PRICE_PARTS = ("the prompt price (the first)", "the completion price (the second)")
+#: the numbers of --price, by their place in the body's list
+PRICE_PARTS = (
+    "the prompt price (the first)",
+    "the completion price (the second)",
+    "the cached price (the third)",
+    "the cache-write price (the fourth)",
+)
 #: a path in a refusal of the whole body (`api.limits.check_tree`): body.FIELD.KEY...
 WHOLE = re.compile(
     r"^(?P<key>a key in )?body\.(?P<field>\w+)(?:\.(?P<sub>[^.\[\s]+)\S*)? (?P<rest>.*)$"
@@ -105,7 +111,7 @@ def refusal(model: str, error: Mapping[str, Any]) -> str | None:
     if loc[0] == "budgets" and len(loc) > 1:  # each budget is an option of its own
         loc = (str(loc[1]).removesuffix("_s"), *loc[2:])
     option, part = option_of(str(loc[0])), ""
-    if loc[0] == "price" and len(loc) > 1 and loc[1] in (0, 1):
+    if loc[0] == "price" and len(loc) > 1 and loc[1] in range(len(PRICE_PARTS)):
         part = PRICE_PARTS[int(loc[1])] + " "
     elif len(loc) > 1:
         option = f"{option} {' '.join(str(p) for p in loc[1:])}"

@@ -80,9 +80,10 @@ Deadline = Annotated[
 Price = Annotated[
     str | None,
     typer.Option(
-        metavar="PROMPT,COMPLETION[,CACHED]",
+        metavar="PROMPT,COMPLETION[,CACHED[,CACHE_WRITE]]",
         help="The model's price in USD per million prompt, completion and (optionally) "
-        "cached prompt tokens; without CACHED, cached tokens keep the model's discount, or "
+        "cached prompt tokens and prompt tokens written to the cache (Anthropic's cache "
+        "writes); without CACHED or CACHE_WRITE, those tokens keep the model's discount, or "
         "cost PROMPT for a model without one. Where the operator prices the model "
         "($TICKWORK_PRICES or the built-in list) it may only raise that price.",
         rich_help_panel="Budgets",
@@ -509,13 +510,14 @@ def approver(name: str | None, *, doing: str = "deciding") -> str:
         raise InvalidInput(f"who is {doing}? $USER is not set: pass --as NAME") from None
 
 
-#: the parts of `--price`, in order: USD per million prompt, completion and cached tokens
-PRICE_PARTS = ("PROMPT", "COMPLETION", "CACHED")
+#: the parts of `--price`, in order: USD per million prompt, completion, cached tokens and
+#: tokens written to the cache (the order of `Price`'s rates and of the API's `price`)
+PRICE_PARTS = ("PROMPT", "COMPLETION", "CACHED", "CACHE_WRITE")
 
 
 def price(text: str | None) -> tuple[float, ...] | None:
-    """`--price PROMPT,COMPLETION[,CACHED]` in USD per million tokens (CACHED: prompt tokens
-    read from the provider's prompt cache)."""
+    """`--price PROMPT,COMPLETION[,CACHED[,CACHE_WRITE]]` in USD per million tokens (CACHED:
+    prompt tokens read from the provider's prompt cache; CACHE_WRITE: those written to it)."""
     if text is None:
         return None
     parts = [p.strip() for p in text.split(",")]
@@ -539,9 +541,10 @@ def price(text: str | None) -> tuple[float, ...] | None:
 
 def _bad_price(text: str, why: str) -> NoReturn:
     raise InvalidInput(
-        f"--price takes PROMPT,COMPLETION[,CACHED] in USD per million tokens, e.g. --price "
-        f"0.5,1.5 or --price 0.5,1.5,0.05 (CACHED: prompt tokens read from the provider's "
-        f"cache; without it they keep the model's discount, or cost PROMPT); {why}: got {text!r}"
+        f"--price takes PROMPT,COMPLETION[,CACHED[,CACHE_WRITE]] in USD per million tokens, "
+        f"e.g. --price 0.5,1.5 or --price 3,15,0.3,3.75 (CACHED: prompt tokens read from the "
+        f"provider's cache, CACHE_WRITE: those written to it; left out, they keep the model's "
+        f"discount, or cost PROMPT); {why}: got {text!r}"
     )
 
 

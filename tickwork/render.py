@@ -387,6 +387,25 @@ def _admission(h: Mapping[str, Any]) -> str:
     return line
 
 
+#: the rates of a price given at submit, in `--price`'s order, as `show` names them
+PRICE_RATES = (
+    ("prompt", "prompt"),
+    ("completion", "completion"),
+    ("cached", "cached"),
+    ("cache_write", "cache write"),
+)
+
+
+def price_line(price: Mapping[str, Any]) -> str:
+    """The price a session was given at submit (its config's `price`), as `show` prints it."""
+    rates = " · ".join(
+        f"${price[key]:g} {name}"
+        for key, name in PRICE_RATES
+        if isinstance(price.get(key), int | float)
+    )
+    return f"{rates} per million tokens (given at submit; it may only raise the configured one)"
+
+
 def _header(
     h: Mapping[str, Any],
     lease: Mapping[str, Any] | None,
@@ -415,6 +434,9 @@ def _header(
             f"deadline {b['deadline_s']:g}s",
         ),
     ]
+    given = (h.get("config") or {}).get("price")
+    if isinstance(given, Mapping):
+        rows.append(("price", Text(price_line(given))))
     if h.get("spawn_call"):
         spawned = f"{h['parent_id']} ({h['spawn_call']}) as {h.get('role') or 'a child'}"
         rows.append(("spawned by", Text(f"{spawned}; root {h.get('root_id')}")))

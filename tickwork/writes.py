@@ -134,9 +134,10 @@ class Writes(Deployment):
         `priority` (higher first, -1000 to 1000) then age: docs/DESIGN.md section 15
         (`tickwork docs design 15`).
 
-        `price` is the model's price in USD per million tokens, `(prompt, completion)` or
-        `(prompt, completion, cached)` (cached: prompt tokens read from the provider's cache;
-        left out, at the model's discount on the given prompt rate, or the prompt rate): for
+        `price` is the model's price in USD per million tokens, `(prompt, completion)`,
+        `(prompt, completion, cached)` or `(prompt, completion, cached, cache_write)`
+        (cached: prompt tokens read from the provider's cache; cache_write: those written to
+        it; left out, at the model's discount on the given prompt rate, or the prompt rate): for
         a model the price table (`TICKWORK_PRICES`, the built-in list prices) does not know,
         from a trusted caller only; for one it knows, at least the table's (it may raise the
         bill, never lower it). A session whose model has no price is refused while it has a
@@ -584,6 +585,7 @@ def _given_price(spec: str, price: PriceLike, configured: Price | None, *, trust
             f"the price given for model {spec!r} (${given.prompt:g} prompt, "
             f"${given.completion:g} completion"
             + ("" if given.cached is None else f", ${given.cached:g} cached")
+            + ("" if given.cache_write is None else f", ${given.cache_write:g} cache write")
             + " per million tokens) is refused: it is below "
             f"the configured price (${configured.prompt:g} prompt, ${configured.completion:g} "
             f"completion, ${configured.cached_rate:g} cached, ${configured.cache_write_rate:g} "

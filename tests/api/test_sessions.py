@@ -188,7 +188,7 @@ def test_a_submitted_price_may_give_the_cached_rate_checked_as_the_others(
     third number is the cached rate, never below the deployment's either."""
     cases = [
         ([3, 12, 1], "in cached; a given price may"),
-        ([3, 12, 1.5, 2], "body.price: List should have at most 3 items"),
+        ([3, 12, 1.5, 2.5, 1], "body.price: List should have at most 4 items"),
         ([3], "body.price: List should have at least 2 items"),
         ([3, 12, -1], "body.price.2"),
     ]
@@ -202,6 +202,37 @@ def test_a_submitted_price_may_give_the_cached_rate_checked_as_the_others(
     assert answer.status_code == 201, answer.text
     stored = stack.deployment.client.get(answer.json()["id"])
     assert stored.config["price"] == {"prompt": 3, "completion": 12, "cached": 1.5}
+
+
+def test_a_submitted_price_may_give_the_cache_write_rate_checked_as_the_others(
+    stack: Stack,
+) -> None:
+    """Anthropic bills prompt tokens written to its cache at their own rate (1.25 times the
+    prompt's), which the body's `price` could not give: a fourth number is it, never below
+    the deployment's, stored with the session and shown with it."""
+    cases = [
+        ([3, 15, 0.3, 3], "in cache_write; a given price may"),
+        ([3, 15, 0.3, -1], "body.price.3"),
+        ([3, 15, 0.3, 2e6], "body.price.3"),
+    ]
+    for price, fragment in cases:
+        body = {"kind": TEST_KIND, "model": "anthropic:claude-sonnet-4-5", "price": price}
+        answer = stack.http("sam").post("/api/v1/sessions", json=body)
+        assert answer.status_code == 422, (price, answer.text)
+        assert fragment in answer.json()["message"], (fragment, answer.text)
+    refused = stack.http("sam").post(
+        "/api/v1/sessions",
+        json={"kind": TEST_KIND, "model": "anthropic:claude-sonnet-4-5", "price": [3, 15, 0.3, 3]},
+    )
+    # the refusal says the cache-write rate it was given beside the configured one
+    assert "$3 cache write per million tokens) is refused" in refused.json()["message"]
+    body = {"kind": TEST_KIND, "model": "anthropic:claude-sonnet-4-5", "price": [3, 15, 0.3, 4]}
+    answer = stack.http("sam").post("/api/v1/sessions", json=body)
+    assert answer.status_code == 201, answer.text
+    given = {"prompt": 3, "completion": 15, "cached": 0.3, "cache_write": 4}
+    assert answer.json()["config"]["price"] == given
+    shown = stack.http("sam").get(f"/api/v1/sessions/{answer.json()['id']}")
+    assert shown.json()["head"]["config"]["price"] == given
 
 
 def test_a_submit_may_give_the_models_context_window(stack: Stack) -> None:

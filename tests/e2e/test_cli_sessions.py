@@ -310,6 +310,26 @@ def test_submit_records_who_submitted_and_show_ls_print_it(
 
 
 @pytest.mark.parametrize("deployment", ["embedded"], indirect=True)
+def test_a_price_given_with_its_cache_write_rate_is_stored_and_shown(
+    deployment: Deployment, cli: Cli
+) -> None:
+    """`--price` took the prompt, completion and cached rates only, so a submitter could not
+    give Anthropic's rate of prompt tokens written to its cache; it takes it as a fourth
+    number, stored with the session, and `show` prints the price given."""
+    script = deployment.script([{"content": "done"}])
+    given = ["--model", script, "--price", "3,15,0.3,3.75", "--json"]
+    head = cli.inline("submit", TEST_KIND, "--input", "{}", *given).json()
+    rates = {"prompt": 3, "completion": 15, "cached": 0.3, "cache_write": 3.75}
+    assert head["config"]["price"] == rates
+    assert cli.inline("show", head["id"], "--json").json()["head"]["config"]["price"] == rates
+    shown = " ".join(cli.inline("show", head["id"]).stdout.split("│"))
+    assert "$3 prompt · $15 completion · $0.3 cached · $3.75 cache write per million" in shown
+    cli.inline("submit", TEST_KIND, "--model", script, "--price", "3,15,0.3,-1", ok=False).error(
+        2, "--price takes PROMPT,COMPLETION[,CACHED[,CACHE_WRITE]]", "CACHE_WRITE '-1' is below 0"
+    )
+
+
+@pytest.mark.parametrize("deployment", ["embedded"], indirect=True)
 def test_show_offers_an_in_doubt_call_s_own_choices(deployment: Deployment, cli: Cli) -> None:
     """An in-doubt call needs no approval reason: it may have run. `show` says so and
     names provide-output beside approve and reject."""

@@ -362,6 +362,8 @@ def test_every_submit_value_the_api_refuses_names_its_option_and_what_to_do(
         ),
         ((*submit, "--price", "1,inf"), ("COMPLETION 'inf' is not a finite number",)),
         ((*submit, "--price", "1,2e6"), ("COMPLETION '2e6' is above 1,000,000",)),
+        ((*submit, "--price", "1,2,0.1,-1"), ("CACHE_WRITE '-1' is below 0",)),
+        ((*submit, "--price", "1,2,0.1,1.25,9"), ("it has 5 numbers",)),
         ((*submit, "--context-window", "5"), ("--context-window must be between 1,024 and",)),
         ((*submit, "--tenant", "Bad Tenant"), ("--tenant 'Bad Tenant' is not a tenant name",)),
         ((*submit, "--priority", "5000"), ("priority 5000 is out of bounds",)),

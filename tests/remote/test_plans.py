@@ -277,7 +277,7 @@ def test_a_token_of_no_role_is_told_a_decision_needs_the_approver_role() -> None
     assert not any(s.startswith("POST") for s in sent)
 
 
-def test_a_submit_sends_a_price_of_two_or_three_rates_and_refuses_more() -> None:
+def test_a_submit_sends_a_price_of_two_to_four_rates_and_refuses_more() -> None:
     sent: list[Any] = []
 
     def answer(request: httpx.Request) -> httpx.Response:
@@ -288,8 +288,9 @@ def test_a_submit_sends_a_price_of_two_or_three_rates_and_refuses_more() -> None
     with Client("http://tw.test/", token="token-token-token-1", transport=sync) as c:
         c.submit("repair", {}, price=(0.5, 1.5))
         c.submit("repair", {}, price=(0.5, 1.5, 0.05))
+        c.submit("repair", {}, price=(0.5, 1.5, 0.05, 0.625))
         # checked before it is sent, by the API's own model of the body
         with pytest.raises(ValueError, match="price") as refused:
-            c.submit("repair", {}, price=(0.5, 1.5, 0.05, 1))
-    assert sent == [[0.5, 1.5], [0.5, 1.5, 0.05]]
-    assert "at most 3 items" in str(refused.value)
+            c.submit("repair", {}, price=(0.5, 1.5, 0.05, 0.625, 1))
+    assert sent == [[0.5, 1.5], [0.5, 1.5, 0.05], [0.5, 1.5, 0.05, 0.625]]
+    assert "at most 4 items" in str(refused.value)

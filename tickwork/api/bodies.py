@@ -117,11 +117,13 @@ class SubmitOptions(Body):
     price: list[Price] | None = Field(
         default=None,
         min_length=2,
-        max_length=3,
-        examples=[[0.5, 1.5], [3, 12, 1.5]],
-        description="The model's price in USD per million tokens, [prompt, completion] or "
-        "[prompt, completion, cached] (cached: prompt tokens read from the provider's prompt "
-        "cache; left out, they keep the model's discount on the given prompt rate). Each rate "
+        max_length=4,
+        examples=[[0.5, 1.5], [3, 12, 1.5], [3, 15, 0.3, 3.75]],
+        description="The model's price in USD per million tokens, [prompt, completion], "
+        "[prompt, completion, cached] or [prompt, completion, cached, cache_write] (cached: "
+        "prompt tokens read from the provider's prompt cache; cache_write: those written to "
+        "it, which Anthropic bills at a premium; left out, they keep the model's discount on "
+        "the given prompt rate, or cost the prompt rate for a model without one). Each rate "
         "at least the deployment's for the model (TICKWORK_PRICES or the built-in table), "
         "which it may raise, never lower. A model the deployment has no price for is not "
         "priced here: an operator prices it in TICKWORK_PRICES; until then it is refused "

@@ -17,7 +17,7 @@ from tickwork.fsm.errors import (
 from tickwork.fsm.values import Status, Usage
 from tickwork.worker.models import ModelSettings, Providers, price_for
 from tickwork.worker.models.anthropic import AnthropicMessagesModel
-from tickwork.worker.models.pricing import charge
+from tickwork.worker.models.pricing import Price, charge
 
 from tests.anthropic_fake import KEY, FakeAnthropic, fake_anthropic_server
 from tickwork.cli_demo import DEMO_SCRIPT, demo_input, prepare_demo_workspace
@@ -351,3 +351,49 @@ def test_which_invalid_requests_are_a_prompt_too_long(
         model.generate(TRANSCRIPT, TOOLS, ModelSettings())
     assert type(raised.value) is error
     assert chat_server.requests[0].path == "/v1/messages"
+
+
+def test_a_submitted_price_may_give_the_cache_write_rate_and_the_bill_uses_it(
+    ticks: Ticks, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Anthropic bills prompt tokens written to its cache at their own rate, which a price
+    given at submit could not name: they were billed at the model's discount on the given
+    prompt rate (1.25 times it). A fourth number is the cache-write rate, stored with the
+    session and billed for the usage's `cache_creation_tokens`."""
+    from tickwork import options
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
+    costs, usages = [], []
+    fake = FakeAnthropic([{"content": "Done."}])
+    with fake_anthropic_server(fake):
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.url)
+        for given in ("6,30", "6,30,0.6,9"):
+            fake.cached.clear()  # each session's first call writes its prompt to the cache
+            head = ticks.client.submit(
+                "tests.jobs:TEST",
+                {},
+                model="anthropic:claude-sonnet-4-5",
+                price=options.price(given),
+            )
+            done = ticks.run(head.id)
+            assert done.status is Status.COMPLETED, done.error_message
+            costs.append(done.cost_usd)
+    for total, completion, read, written in fake.billed:
+        assert written > 0, "the first call writes the prompt to the cache"
+        usages.append(
+            Usage(
+                prompt_tokens=total,
+                completion_tokens=completion,
+                cached_prompt_tokens=read,
+                cache_creation_tokens=written,
+            )
+        )
+    listed, given = usages
+    assert costs[0] == pytest.approx(charge(Price(6, 30, 0.6, 7.5), listed))
+    assert costs[1] == pytest.approx(charge(Price(6, 30, 0.6, 9), given))
+    assert ticks.store.get(head.id).config["price"] == {
+        "prompt": 6,
+        "completion": 30,
+        "cached": 0.6,
+        "cache_write": 9,
+    }
