@@ -40,6 +40,8 @@ FIX = {
     "arguments": {"command": "printf 'def add(a, b):\\n    return a + b\\n' >> calc.py"},
 }
 RUN_TESTS = {"name": "run_tests", "arguments": {}}
+#: the session's test command (`_repair`), run with `run_command` rather than `run_tests`
+COMMAND = "python3 -m unittest -v"
 
 
 def _repair(ticks: Ticks, replies: list[dict[str, Any]], tests: str = TESTS) -> Head:
@@ -51,7 +53,7 @@ def _repair(ticks: Ticks, replies: list[dict[str, Any]], tests: str = TESTS) -> 
     script.write_text(json.dumps(replies))
     head = ticks.client.submit(
         "repair",
-        {"workspace": str(project), "test_command": "python3 -m unittest -v", "setup": "none"},
+        {"workspace": str(project), "test_command": COMMAND, "setup": "none"},
         model=f"scripted:{script}",
     )
     ended = ticks.run(head.id)
@@ -129,10 +131,60 @@ def test_a_repair_whose_tests_pass_at_the_end_says_nothing_of_before(ticks: Tick
     assert "failed_before" not in done.result and "failing" not in done.result["tests"]
 
 
-def _history(*calls: tuple[int, str, str]) -> Session:
-    """A session whose steps each make one call (step, tool, its observation)."""
+def test_the_test_command_run_with_run_command_first_is_the_run_before(ticks: Ticks) -> None:
+    # a model that reproduces with `run_command` and the session's own test command (a
+    # space more or less is the same command) ran the tests as they came just the same
+    replies = [
+        {
+            "content": "reproduce",
+            "tool_calls": [
+                {"name": "run_command", "arguments": {"command": "python3  -m unittest -v "}}
+            ],
+        },
+        {"content": "fix", "tool_calls": [FIX]},
+        {"content": "test_tz fails whatever I do"},
+    ]
+    done = _repair(ticks, replies)
+    result = done.result
+    assert result["outcome"] == "tests_failing", result["tests"]["output"]
+    assert result["tests_before"] == {
+        "step": 1,
+        "call_id": "s1c0",
+        "failing": ["test_calc.T.test_add", "test_calc.T.test_tz"],
+    }
+    assert result["failed_before"] == {"count": 1, "of": 1, "tests": ["test_calc.T.test_tz"]}
+    assert "1 of the 1 failing tests failed before any change too" in _shown(done)
+
+
+def test_another_command_run_first_is_not_taken_for_the_test_run(ticks: Ticks) -> None:
+    # `-k test_tz` runs some of the tests: what it says of the others proves nothing
+    replies = [
+        {
+            "content": "one test",
+            "tool_calls": [
+                {"name": "run_command", "arguments": {"command": f"{COMMAND} -k test_tz"}}
+            ],
+        },
+        {"content": "fix", "tool_calls": [FIX]},
+        {"content": "test_tz fails"},
+    ]
+    done = _repair(ticks, replies)
+    assert done.result["outcome"] == "tests_failing"
+    assert "tests_before" not in done.result and "failed_before" not in done.result
+
+
+def _history(*calls: tuple[int, str, str], command: str = "") -> Session:
+    """A session whose test command is `pytest -q` and whose steps each make one call
+    (step, tool, its observation); a `run_command` call runs `command`."""
     now = datetime.now(UTC)
-    head = Head(id="s", kind="repair", created_at=now, updated_at=now, model="scripted:x")
+    head = Head(
+        id="s",
+        kind="repair",
+        created_at=now,
+        updated_at=now,
+        model="scripted:x",
+        config={"test_command": "pytest -q"},
+    )
     steps = tuple(
         Step(
             step=step,
@@ -144,7 +196,7 @@ def _history(*calls: tuple[int, str, str]) -> Session:
                     step=step,
                     index=0,
                     name=name,
-                    arguments={},
+                    arguments={"command": command} if name == "run_command" else {},
                     raw_arguments="{}",
                     fingerprint="f",
                 ),
@@ -179,3 +231,35 @@ def test_only_a_run_before_every_saved_change_counts() -> None:
     not_run = "tests did NOT run: the shell could not find it (nope)\nexit code: 127"
     later = _history((1, "run_tests", not_run), (2, "run_tests", failed))
     assert baseline.first_run(later, [])["step"] == 2  # type: ignore[index]
+
+
+def test_a_run_command_of_the_test_command_counts_as_a_test_run() -> None:
+    failed = "exit code: 1\n--- stdout ---\nFAILED t.py::test_tz\n1 failed in 0.1s"
+    ran = _history(
+        (1, "run_command", failed),
+        (2, "run_tests", "tests passed (pytest -q)"),
+        command="pytest -q",
+    )
+    assert baseline.first_run(ran, []) == {
+        "step": 1,
+        "call_id": "s1c0",
+        "failing": ["t.py::test_tz"],
+    }
+    assert baseline.first_run(ran, [_saved(1, "s1c0")]) is not None  # what it wrote itself
+    # another command is not the test run; nor is the test command once a change was saved
+    other = _history((1, "run_command", failed), command="pytest -q t.py")
+    assert baseline.first_run(other, []) is None
+    changed = _history((1, "list_files", "a"), (2, "run_command", failed), command="pytest -q")
+    assert baseline.first_run(changed, [_saved(1, "s1c0")]) is None
+    # a run whose tests did not run (pytest not found) says nothing; the next run counts
+    missing = "exit code: 127\n--- stderr ---\n/bin/sh: 1: pytest: not found"
+    later = _history(
+        (1, "run_command", missing),
+        (2, "run_tests", "tests FAILED (pytest -q)"),
+        command="pytest -q",
+    )
+    assert baseline.first_run(later, [])["step"] == 2  # type: ignore[index]
+    nothing = "exit code: 5\n--- stdout ---\nno tests ran in 0.01s"
+    assert (
+        baseline.first_run(_history((1, "run_command", nothing), command="pytest -q"), []) is None
+    )

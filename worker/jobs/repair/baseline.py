@@ -1,9 +1,12 @@
 """A repair's test run before any change: which tests failed in the files as they came.
 
 The job runs no test of its own before the model's first call; the model is told to run
-the tests first (`run_tests`, the same command as the final run). Its first `run_tests`
-whose tests ran, if no change to the session's files was saved before it (a change the
-test run itself made counts as none), is the run before any change. The repair's result
+the tests first (`run_tests`, the same command as the final run). Its first test run whose
+tests ran, if no change to the session's files was saved before it (a change the test run
+itself made counts as none), is the run before any change: a `run_tests`, or a
+`run_command` of the session's test command itself (a model that reproduces the failure
+the way it would by hand; another command, `pytest -k one_test`, says nothing of the
+others). The repair's result
 keeps its failing tests (`tests_before`) and says which of the final run's failing tests
 failed there too (`failed_before`, `tickwork.fsm.failures`). A session whose files changed
 before any such run has none: nothing is said. A fork's start (its parent's kept changes,
@@ -12,36 +15,45 @@ collapsed at its fork step) counts as a change before every step it copied.
 
 from __future__ import annotations
 
+import re
+import shlex
 from collections.abc import Sequence
 from typing import Any
 
 from tickwork.fsm.failures import failing_tests
-from tickwork.fsm.values import Session
+from tickwork.fsm.outcomes import why_tests_did_not_run
+from tickwork.fsm.values import Session, ToolCall
 from tickwork.store.files import Saved
 
-__all__ = ["RUN_TESTS", "first_run"]
+__all__ = ["RUN_COMMAND", "RUN_TESTS", "first_run"]
 
 #: the tool that runs the session's test command
 RUN_TESTS = "run_tests"
+#: the tool that runs any command: the test command too, when the model types it
+RUN_COMMAND = "run_command"
 #: how `run_tests` begins an observation of tests that ran (`toolkit.run_tests`)
 _RAN = ("tests FAILED", "tests passed")
+#: how `run_command` begins its observation (`ShellResult.describe`)
+_EXIT = re.compile(r"exit code: (-?\d+)\n")
 
 
 def first_run(session: Session, changes: Sequence[Saved]) -> dict[str, Any] | None:
-    """The session's first `run_tests` whose tests ran before any change to its files was
-    saved (`changes`, in any order): its step, call and failing tests; None if there was
-    none (no such call, or the files had changed before every one)."""
+    """The session's first test run (`run_tests`, or `run_command` of its test command)
+    whose tests ran before any change to its files was saved (`changes`, in any order): its
+    step, call and failing tests; None if there was none (no such call, or the files had
+    changed before every one)."""
     seen = {o.call_id: o for o in session.observations}
+    command = _test_command(session.head.config.get("test_command"))
     for step in sorted(session.steps, key=lambda s: s.step):
         for call in sorted(step.calls, key=lambda c: c.index):
-            if call.name != RUN_TESTS:
+            if not (call.name == RUN_TESTS or _runs(call, command)):
                 continue
             if any(_before(saved, call.step, call.call_id) for saved in changes):
                 return None
             observation = seen.get(call.call_id)
             if observation is None or observation.is_error:
                 continue
-            if not observation.content.startswith(_RAN):
+            if not _ran(call, command, observation.content):
                 continue  # the tests did not run: it says nothing of them
             return {
                 "step": call.step,
@@ -49,6 +61,44 @@ def first_run(session: Session, changes: Sequence[Saved]) -> dict[str, Any] | No
                 "failing": failing_tests(observation.content),
             }
     return None
+
+
+def _test_command(value: Any) -> list[str] | None:
+    """The session's test command as the shell splits it (`config.test_command`, a string
+    or a list of words); None without one, or one the shell cannot split."""
+    if isinstance(value, list | tuple) and all(isinstance(word, str) for word in value):
+        return list(value) or None
+    if not isinstance(value, str):
+        return None
+    try:
+        return shlex.split(value) or None
+    except ValueError:  # unbalanced quotes: no command typed can be taken for it
+        return None
+
+
+def _runs(call: ToolCall, command: list[str] | None) -> bool:
+    """Whether `call` is a `run_command` of the session's test command `command`, word for
+    word (spaces and quoting aside)."""
+    typed = call.arguments.get("command")
+    if command is None or call.name != RUN_COMMAND or not isinstance(typed, str):
+        return False
+    try:
+        return shlex.split(typed) == command
+    except ValueError:
+        return False
+
+
+def _ran(call: ToolCall, command: list[str] | None, content: str) -> bool:
+    """Whether the observation `content` of a test run says its tests ran: `run_tests`
+    says so itself; of a `run_command`, the checks the final run makes of its exit code
+    and output (the shell found no runner, none was collected)."""
+    if call.name == RUN_TESTS:
+        return content.startswith(_RAN)
+    exit_code = _EXIT.match(content)
+    if exit_code is None or command is None:
+        return False  # killed: no verdict
+    why = why_tests_did_not_run(shlex.join(command), int(exit_code.group(1)), content)
+    return why is None
 
 
 def _before(saved: Saved, step: int, call_id: str) -> bool:
