@@ -75,21 +75,27 @@ class SessionNotFound(TickworkError, LookupError):
     #: how to list sessions from the command line
     listing = "list sessions with `tickwork ls`"
 
-    def __init__(self, message: str | None = None, *, session_id: str | None = None) -> None:
+    def __init__(
+        self, message: str | None = None, *, session_id: str | None = None, hint: str = ""
+    ) -> None:
         super().__init__(message)
         #: the id asked for, when known: each surface says it with its own way to list
         self.session_id = session_id
+        #: what follows the id in the message (how a start of an id was looked for)
+        self.hint = hint
 
     @classmethod
-    def of(cls, session_id: str) -> SessionNotFound:
+    def of(cls, session_id: str, *, hint: str = "") -> SessionNotFound:
         """The error of a session id nobody made, with where to list them (the CLI's way,
         then the API's)."""
-        return cls(f"{cls.said(session_id)} ({API_LISTING})", session_id=session_id)
+        return cls(
+            f"{cls.said(session_id, hint)} ({API_LISTING})", session_id=session_id, hint=hint
+        )
 
     @classmethod
-    def said(cls, session_id: str) -> str:
+    def said(cls, session_id: str, hint: str = "") -> str:
         """The message without the API's listing, for a surface that names its own."""
-        return f"no session {session_id!r}; {cls.listing}"
+        return f"no session {session_id!r}{hint}; {cls.listing}"
 
 
 class SessionExists(TickworkError):

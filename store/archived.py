@@ -15,6 +15,7 @@ from sqlalchemy import Engine, select
 from tickwork.fsm.values import Session
 from tickwork.store import archive as archives
 from tickwork.store.files import Saved
+from tickwork.store.reads import ids_starting
 from tickwork.store.schema import archived
 
 PENDING, ARCHIVED = "pending", "archived"
@@ -79,6 +80,15 @@ def entry(engine: Engine, session_id: str) -> Entry | None:
             )
         ).first()
     return None if row is None else _entry(row)
+
+
+def archived_ids_starting(engine: Engine, prefix: str, *, limit: int) -> list[str]:
+    """The ids of the archived sessions that start with `prefix`, in id order, at most
+    `limit` (pending ones are still live)."""
+    with engine.connect() as conn:
+        return ids_starting(
+            conn, archived.c.session_id, prefix, limit=limit, where=[archived.c.state == ARCHIVED]
+        )
 
 
 def load_archived(

@@ -173,6 +173,10 @@ class CoreStore(Services):
         with self.engine.connect() as conn:
             return reads.read_head(conn, session_id)
 
+    def ids_starting(self, prefix: str, *, limit: int) -> list[str]:
+        with self.engine.connect() as conn:
+            return reads.ids_starting(conn, sessions.c.id, prefix, limit=limit)
+
     def load(self, session_id: str) -> Session:
         with self.engine.connect() as conn:
             return reads.read_session(conn, session_id)

@@ -58,6 +58,11 @@ class Sessions(Protocol):
 
     def get(self, session_id: str) -> Head: ...
 
+    def ids_starting(self, prefix: str, *, limit: int) -> list[str]:
+        """The ids of the live sessions that start with `prefix` (case-sensitive), in id
+        order, at most `limit`: how the CLI finds the one session a short id names."""
+        ...
+
     def day_spent(self, tenant: str, *, day: datetime) -> float:
         """What `tenant`'s sessions created on the UTC day starting at midnight `day` spent,
         each session's own spending once (the count of `max_usd_per_day`,

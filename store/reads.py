@@ -7,7 +7,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Integer, Select, case, func, literal, null, select
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Integer,
+    Select,
+    case,
+    func,
+    literal,
+    null,
+    select,
+)
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.functions import GenericFunction
 from tickwork.fsm.context import READ_WHOLE_BYTES, needed_from
@@ -45,6 +55,27 @@ def read_head(conn: Connection, session_id: str, *, lock: bool = False) -> Head:
     if row is None:
         raise SessionNotFound.of(session_id)
     return rows.head_from_row(row)
+
+
+def ids_starting(
+    conn: Connection,
+    column: ColumnElement[str],
+    prefix: str,
+    *,
+    limit: int,
+    where: Sequence[ColumnElement[bool]] = (),
+) -> list[str]:
+    """The values of the id `column` that start with `prefix`, in order, at most `limit`."""
+    if not prefix or "\x00" in prefix:
+        return []
+    # a comparison, not LIKE: SQLite's LIKE ignores case (ids do not) and `_` is a wildcard
+    query = (
+        select(column)
+        .where(func.substr(column, 1, len(prefix)) == prefix, *where)
+        .order_by(column)
+        .limit(limit)
+    )
+    return list(conn.execute(query).scalars())
 
 
 def read_calls(

@@ -283,7 +283,7 @@ def explain(exc: Exception) -> tuple[str | None, int]:
         return exc.message, USAGE if exc.status in (400, 413, 422) else REFUSED
     if isinstance(exc, SessionNotFound) and exc.session_id is not None:
         # the API's way to list sessions is for API callers; here, where this CLI looked
-        return SessionNotFound.said(exc.session_id) + _where_looked(), REFUSED
+        return SessionNotFound.said(exc.session_id, exc.hint) + _where_looked(), REFUSED
     if isinstance(exc, TickworkError):
         return exc.message, REFUSED
     if isinstance(exc, ValidationError):

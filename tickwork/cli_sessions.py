@@ -36,8 +36,25 @@ REPAIR_INPUT = {
 #: how often `watch` looks for new events
 POLL_S = 0.1
 
+
+def named_session(value: str) -> str:
+    """The session id a command is given; locally, the whole id of the session that a
+    unique start of one names (`Reads.session_id`). The API takes whole ids only."""
+    value = options.session_id(value)
+    if cli_remote.server() is not None:
+        return value
+    with Context() as ctx:
+        return ctx.reads.session_id(value)
+
+
 SessionId = Annotated[
-    str, typer.Argument(metavar="ID", help="The session id.", callback=options.session_id)
+    str,
+    typer.Argument(
+        metavar="ID",
+        help="The session id, or (locally) its first 6 characters or more if no other id "
+        "starts with them.",
+        callback=named_session,
+    ),
 ]
 
 

@@ -170,7 +170,9 @@ class Context:
         return self._reads
 
     def dead_letter(self, key: str) -> DeadLetter:
-        """A dead letter by its id, else by its session's id."""
+        """A dead letter by its id, else by its session's id (or a unique start of one,
+        `Reads.session_id`)."""
+        from tickwork.fsm.errors import SessionNotFound
         from tickwork.store.dead_letters import DeadLetterNotFound
 
         if key.isascii() and key.isdigit() and int(key) < 2**63:
@@ -181,6 +183,10 @@ class Context:
         try:
             return self.store.dead_letter(key)
         except DeadLetterNotFound:
+            pass
+        try:
+            return self.store.dead_letter(self.reads.session_id(key))
+        except (DeadLetterNotFound, SessionNotFound):
             raise DeadLetterNotFound(
                 f"no dead letter has id or session id {key!r}; list them with `tickwork dlq ls`"
             ) from None

@@ -11,7 +11,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from tickwork.fsm.errors import NoPatch, SessionNotFound
+from tickwork.fsm.errors import InvalidInput, NoPatch, SessionNotFound
 from tickwork.fsm.values import Head, Session
 from tickwork.store import dead_letters as dl
 from tickwork.store.archived import saved_of
@@ -23,12 +23,52 @@ from .bundles import write_bundle
 from .deployment import Deployment
 from .patches import patch_text, unchanged
 
+#: the fewest characters of an id that name its session by their start, as git's short ids
+MIN_ID_PREFIX = 6
+#: how many of the ids an ambiguous start matches its refusal lists
+SHOWN_CANDIDATES = 5
+
 
 class Reads(Deployment):
     """What a deployment tells about its sessions; nothing here changes one."""
 
     def get(self, session_id: str) -> Head:
         return self.store.get(session_id)
+
+    def session_id(self, given: str) -> str:
+        """The id of the session `given` names: its own id (a live or an archived
+        session's), else the start of exactly one id, of MIN_ID_PREFIX characters or more.
+        SessionNotFound if none does; InvalidInput, listing a few, if more than one does."""
+        try:
+            return self.store.get(given).id
+        except SessionNotFound:
+            if self.store.retention.entry(given) is not None:
+                return given
+        if len(given) < MIN_ID_PREFIX:
+            raise SessionNotFound.of(
+                given,
+                hint=f" (give at least {MIN_ID_PREFIX} characters to name one by its id's start)",
+            )
+        more = SHOWN_CANDIDATES + 1
+        found = sorted(
+            {
+                *self.store.ids_starting(given, limit=more),
+                *self.store.retention.ids_starting(given, limit=more),
+            }
+        )
+        if not found:
+            raise SessionNotFound.of(given, hint=", and no session id starts with it")
+        if len(found) > 1:
+            shown = ", ".join(found[:SHOWN_CANDIDATES])
+            if len(found) > SHOWN_CANDIDATES:
+                count, shown = f"more than {SHOWN_CANDIDATES}", f"{shown}, ..."
+            else:
+                count = str(len(found))
+            raise InvalidInput(
+                f"{given!r} is the start of {count} session ids ({shown}); give more "
+                "characters of the one you mean"
+            )
+        return found[0]
 
     def load(self, session_id: str) -> Session:
         return self.store.load(session_id)

@@ -49,6 +49,9 @@ def test_dead_letters_from_a_worker_process(deployment: Deployment, cli: Cli) ->
         }
         assert all("snapshot" not in d for d in letters)
         first = by_id.json()
+        # the start of a session id names its dead letter as the whole id does
+        by_start = cli.inline("dlq", "show", loop_id[:8], "--json").json()
+        assert by_start["session_id"] == loop_id
         assert first["id"] == 1 and first["session"]["head"]["status"] == "failed"
         assert first["session"]["steps"][0]["calls"][0]["name"] == "echo"
         counts = stats.json()

@@ -716,3 +716,31 @@ def test_a_bad_default_model_names_the_setting_it_came_from(
     )
     given = cli.inline(*base, "--model", "gpt-4o", ok=False, TICKWORK_MODEL="openai:gpt-4o")
     assert "TICKWORK_MODEL" not in given.error(2, "unknown model spec 'gpt-4o'")
+
+
+@pytest.mark.parametrize("deployment", ["embedded"], indirect=True)
+def test_a_unique_start_of_an_id_names_its_session(deployment: Deployment, cli: Cli) -> None:
+    """As with git and docker: six characters or more of an id name the one session whose
+    id starts with them; more than one, or none, is refused, saying which or that none."""
+    done = [{"content": "done"}]
+    ids = ["c0ffee1a" + "0" * 24, "c0ffee1b" + "1" * 24, "c0ffee2c" + "2" * 24, "c0ffee"]
+    for session_id in ids:
+        deployment.submit(done, session_id=session_id)
+    shown = cli.inline("show", "c0ffee2", "--json").json()
+    assert shown["head"]["id"] == ids[2]
+    # an id that is also the start of others names its own session
+    assert cli.inline("show", "c0ffee", "--json").json()["head"]["id"] == "c0ffee"
+    said = cli.inline("show", "c0ffee1", ok=False).error(
+        2, "'c0ffee1' is the start of 2 session ids", ids[0], ids[1], "give more characters"
+    )
+    assert ids[2] not in said
+    cli.inline("show", "c0ffee9", ok=False).error(
+        1, "no session 'c0ffee9', and no session id starts with it", "tickwork ls"
+    )
+    cli.inline("show", "c0ff", ok=False).error(
+        1, "no session 'c0ff'", "at least 6 characters", "tickwork ls"
+    )
+    # every command that takes a session id takes its start: the output names the whole id
+    cancelled = cli.inline("cancel", "c0ffee1a").stdout
+    assert cancelled == f"cancel requested for {ids[0]}; it stops at its next tick\n"
+    cli.inline("approve", "c0ffee1b", "s1c0", ok=False).error(1, ids[1], "s1c0")

@@ -137,6 +137,22 @@ class SessionContract(Contract):
         assert ids(limit=2) == ["d", "c"]
         assert ids(limit=2, offset=2) == ["b", "a"]
 
+    def test_ids_starting_finds_the_ids_with_a_prefix_in_order_case_and_wildcards_exact(
+        self, store: Store, clock: Clock
+    ) -> None:
+        """What the CLI's short ids rest on: a prefix matches from the start, with its case,
+        and `_`, `%` or `.` in it match only themselves."""
+        for session_id in ("cafe01b", "cafe01a", "Cafe01c", "cafe0_x", "cafe011", "xcafe01"):
+            store.create(new_session(session_id, now=clock.advance(1)), now=clock())
+        assert store.ids_starting("cafe01", limit=10) == ["cafe011", "cafe01a", "cafe01b"]
+        assert store.ids_starting("cafe01", limit=2) == ["cafe011", "cafe01a"]
+        assert store.ids_starting("cafe01a", limit=10) == ["cafe01a"]
+        assert store.ids_starting("Cafe", limit=10) == ["Cafe01c"]
+        assert store.ids_starting("cafe0_", limit=10) == ["cafe0_x"]
+        assert store.ids_starting("cafe%", limit=10) == []
+        assert store.ids_starting("nothing", limit=10) == []
+        assert store.ids_starting("caf\x00", limit=10) == []
+
     def test_list_sessions_filters_by_the_outcome_a_completing_save_records(
         self, store: Store, clock: Clock
     ) -> None:
