@@ -566,6 +566,21 @@ def measured(counted: int, estimated: int) -> float:
     return min(MAX_SCALE, max(1.0, counted / estimated))
 
 
+#: the key of a graph session's result (its card) holding the scale (`measured`) of the
+#: last prompt its nodes sent: a graph's steps keep no prompt estimate for `scale` to read,
+#: and a node's first call is fitted and capped by it as an agent's THINK is by `scale`
+LEARNED_SCALE = "prompt_scale"
+
+
+def learned_scale(head: Head) -> float:
+    """The scale a graph session's nodes learned (`LEARNED_SCALE` on its card), bounded as
+    `measured` bounds it; 1 before any node's call was counted."""
+    found = head.result.get(LEARNED_SCALE)
+    if isinstance(found, bool) or not isinstance(found, int | float) or not math.isfinite(found):
+        return 1.0
+    return min(MAX_SCALE, max(1.0, float(found)))
+
+
 def _too_long(
     head: Head, steps: Sequence[Step], view: View, tokens: int, policy: Policy, force: bool
 ) -> str:

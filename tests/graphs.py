@@ -165,6 +165,25 @@ def _asking_more() -> Graph:
 ASK_MORE = graph_kind(_asking_more().compile())
 
 
+def peek(state: Ask, ctx: NodeContext) -> dict[str, object]:
+    """Asks the model about one tool output of `size` bytes."""
+    messages: list[dict[str, object]] = [{"role": "user", "content": "what does this say?"}]
+    messages.append({"role": "tool", "tool_call_id": "t0", "content": "0" * state.size})
+    return {"answer": ctx.generate(messages).content}
+
+
+def _peeking_then_asking() -> Graph:
+    graph = Graph("peeking_then_asking", version="1", state=Ask)
+    graph.add_node("peek", peek, idempotent=True)
+    graph.add_node("ask", ask, idempotent=True)
+    graph.add_edge(START, "peek").add_edge("peek", "ask").add_edge("ask", END)
+    return graph
+
+
+#: two nodes that call the model once each, the second's prompt six times the first's size
+PEEK_THEN_ASK = graph_kind(_peeking_then_asking().compile())
+
+
 class AskAround(BaseModel):
     size: int = 0
     part: int = 0

@@ -22,7 +22,7 @@ def long(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Long]:
     monkeypatch.setenv(
         "TICKWORK_IMPORTS",
         '["tests.jobs:LONG", "tests.graphs:ASK", "tests.graphs:ASK_AROUND", '
-        '"tests.graphs:ASK_MORE"]',
+        '"tests.graphs:ASK_MORE", "tests.graphs:PEEK_THEN_ASK"]',
     )
     deployment = Long(tmp_path)
     yield deployment
@@ -171,6 +171,62 @@ def test_a_graph_nodes_prompts_are_fitted_as_the_server_counts_them(
     assert first.tokens > 1.3 * 2_000, "the server counts a third more than the estimate"
     assert second.tokens <= 0.75 * 16_384, "the second prompt, as counted, is under the target"
     assert all(r.tokens + (r.max_tokens or 0) <= 16_384 for r in chat.log)
+
+
+def test_a_graph_nodes_first_prompt_is_fitted_as_the_server_counted_the_nodes_before(
+    long: Long, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A node's scale (`ctx.scale`) began at 1 on every node's run: what the server counted
+    of the session's earlier nodes' prompts was forgotten, so a node's first prompt was
+    fitted to the target, and its cap to the window, on the bare estimate, and against a
+    tokenizer counting a third more a second node's prompt estimated just under the target
+    was refused with its cap and the session failed CONTEXT. The scale a node learned is
+    kept on the card for the next node's first call."""
+    chat = WindowedChat(window=16_384, steps=5, counts_completion=True, undercount=0.33)
+    with windowed_chat(chat):
+        monkeypatch.setenv("OPENAI_BASE_URL", chat.url)
+        head = long.client.submit(
+            "tests.graphs:PEEK_THEN_ASK",
+            {"size": 8_000},
+            model="openai:long",
+            price=PRICE,
+            context_window=16_384,
+        )
+        done = long.run(head.id)
+    assert done.status is Status.COMPLETED, done.error_message
+    assert not [r for r in chat.log if r.refused], "no call passed the window"
+    peeked, asked = chat.log
+    assert peeked.tokens > 1.3 * 2_000, "the server counts a third more than the estimate"
+    assert asked.tokens <= 0.75 * 16_384, "the second node's prompt, as counted, is fitted"
+    assert all(r.tokens + (r.max_tokens or 0) <= 16_384 for r in chat.log)
+
+
+def test_a_branchs_first_prompt_is_fitted_as_the_server_counted_its_parents(
+    long: Long, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A branch (a child session running one node) starts with what its parent's nodes
+    learned of the server's count, as it starts under the window they learned: its first
+    prompt, estimated just under the target, is fitted as the server will count it."""
+    chat = WindowedChat(window=16_384, steps=5, undercount=0.33)
+    with windowed_chat(chat):
+        monkeypatch.setenv("OPENAI_BASE_URL", chat.url)
+        head = long.client.submit(
+            "tests.graphs:ASK_AROUND",
+            {"size": 8_000},
+            model="openai:long",
+            price=PRICE,
+            context_window=16_384,
+        )
+        done = long.run(head.id)
+        for branch in long.store.children(head.id):
+            long.run(branch.id)
+        done = long.run(head.id)
+    assert done.status is Status.COMPLETED, done.error_message
+    split, *parts = chat.log
+    assert len(parts) == 2
+    # the session's first call: nothing learned yet, counted past the target
+    assert split.tokens > 0.75 * 16_384
+    assert all(r.tokens <= 0.75 * 16_384 for r in parts), [r.tokens for r in parts]
 
 
 def test_a_graph_node_refused_as_too_long_keeps_its_earlier_calls_on_the_bill(

@@ -109,8 +109,9 @@ class NodeContext:
     #: with the node's run as an agent's THINK saves its own
     events: list[Event] = field(default_factory=list)
     #: how many times the estimate the server counted this node's last prompt
-    #: (`context.measured`; 1 before its first reply): its next prompt is fitted and
-    #: capped as the server will count it, as an agent's THINK is (`context.scale`)
+    #: (`context.measured`; before its first reply, the session's earlier nodes' last,
+    #: `context.learned_scale`): its next prompt is fitted and capped as the server will
+    #: count it, as an agent's THINK is (`context.scale`)
     scale: float = 1.0
     #: the transient model errors this node's calls met and waited out, and for how long
     retries: int = 0
@@ -497,6 +498,8 @@ def _run(
             head=head,
             stop=stop,
             day=day,
+            # what the server counted of the earlier nodes' prompts: the first call's too
+            scale=context.learned_scale(head),
         )
         contexts.append(ctx)
         # only the node's own code fails the session: the frame's store calls around it
@@ -594,12 +597,16 @@ def _ran(
     milliseconds; `day`: its tenant's day quota, this node's calls counted."""
     rt, head, call = tick.rt, tick.claimed.head, plan.call
     node = graph.node(call.name)
+    learned: dict[str, Any] = {}
     if ctx.stated_window is not None:
         # recorded on the card as an agent's is: the session's later nodes, and a fork or a
         # retry of it, are planned under it (`context.policy_for`)
-        head = head.model_copy(
-            update={"result": {**head.result, context.STATED_WINDOW: ctx.stated_window}}
-        )
+        learned[context.STATED_WINDOW] = ctx.stated_window
+    if ctx.usage.prompt_tokens > 0:
+        # the next node's first call is fitted as the server counted this node's last one
+        learned[context.LEARNED_SCALE] = ctx.scale
+    if learned:
+        head = head.model_copy(update={"result": {**head.result, **learned}})
     if isinstance(returned, Branches):
         return _fan_out(tick, head, graph, call, state, returned, ctx)
     new_state = graph.update(state, returned, by=f"node {node.name!r}")
@@ -674,7 +681,7 @@ def _fan_out(
     node's own model calls (`ctx`, charged to the node's step); the session (`head`, as the
     node left it: with a window its model stated) waits for them all (docs/DESIGN.md
     section 16). The branches run the session's model: they start under the window it
-    stated, as the session goes on under it."""
+    stated and with the scale its nodes learned, as the session goes on with them."""
     rt = tick.rt
     head = graph_machine.spent(head, tokens=ctx.tokens, cost_usd=ctx.cost_usd)
     now = rt.clock()
@@ -689,8 +696,8 @@ def _fan_out(
         raise NodeFailed(f"{where}: give 1 to {MAX_BRANCHES} inputs, not {len(branches.inputs)}")
     prefix = uuid.uuid4().hex[:29]
     share = 1 / len(branches.inputs)
-    stated = head.result.get(context.STATED_WINDOW)
-    learned = {context.STATED_WINDOW: stated} if stated is not None else {}
+    keys = (context.STATED_WINDOW, context.LEARNED_SCALE)
+    learned = {k: head.result[k] for k in keys if head.result.get(k) is not None}
     children = []
     for n, given in enumerate(branches.inputs):
         first = graph.update(state, given, by=f"input {n} of {where}")
