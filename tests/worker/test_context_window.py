@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from tickwork.worker.config.settings import Settings
 from tickwork.worker.jobs import Jobs
 from tickwork.worker.models.base import estimate_schemas
 from tickwork.worker.tick.advance import advance
-from tickwork.worker.tick.runtime import Runtime
+from tickwork.worker.tick.runtime import Runtime, utc_now
 
 from tests.context_server import COMPLETION_TOKENS, WindowedChat, windowed_chat, without_policy
 from tickwork.client import Tickwork
@@ -551,6 +552,35 @@ def test_a_graph_node_whose_prompt_is_refused_as_too_long_fails_with_context(
     assert done.result[context.STATED_WINDOW] == 1_000
     assert "the model states a context window of 1,000 tokens" in done.error_message
     assert "--context-window" in done.error_message
+
+
+def test_a_graph_node_found_started_and_run_again_reads_not_run_when_refused_as_too_long(
+    long: Long, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A node that may run twice, found started (its worker died in it), runs again; refused
+    as too long, it failed the session CONTEXT closing the node's call as interrupted ("it
+    may or may not have run"), where a node that raised anything else, a cancel and the
+    deadline close it as not run: the session that ends here did not run it."""
+    with windowed_chat(WindowedChat(window=1_000, steps=5)) as chat:
+        monkeypatch.setenv("OPENAI_BASE_URL", chat.url)
+        session_id = long.client.submit(
+            "tests.graphs:ASK", {"size": 8_000}, model="openai:long", price=PRICE
+        ).id
+        advance(long.rt, session_id, long.store.get(session_id).version)  # the node chosen
+        head = long.store.get(session_id)
+        assert head.status is Status.EXECUTING
+        # a worker took the node's tick, started the node and died: its lease ran out
+        then = utc_now() - timedelta(hours=1)
+        dead = long.store.claim(session_id, head.version, owner="dead", now=then, lease_s=1)
+        assert dead is not None
+        (call,) = dead.calls
+        long.store.start_call(session_id, head.version, call, owner="dead", now=then)
+
+        done = long.run(session_id)
+    assert chat.log[-1].refused
+    assert (done.status, done.error_code) == (Status.FAILED, ErrorCode.CONTEXT)
+    observed = long.store.load(session_id).observation(call.call_id)
+    assert observed is not None and observed.content == "not run: the session failed"
 
 
 def test_a_graph_node_refused_as_too_long_is_fitted_under_the_stated_window_once(

@@ -516,7 +516,7 @@ def _run(
         returned, duration = run_call(tick, call, run, rerun=plan.rerun, arguments=state)
     except ContextTooLong as exc:
         ctx = contexts[0] if contexts else None
-        return _with_use(_too_long(tick, node.name, exc, ctx), call, ctx)
+        return _with_use(_too_long(tick, graph, node.name, exc, ctx), call, ctx)
     except NodeFailed as exc:
         return _failed(tick, graph, call, exc, contexts[0] if contexts else None)
     finally:
@@ -641,10 +641,13 @@ def _ran(
     )
 
 
-def _too_long(tick: Tick, node: str, exc: ContextTooLong, ctx: NodeContext | None) -> Change:
+def _too_long(
+    tick: Tick, graph: CompiledGraph, node: str, exc: ContextTooLong, ctx: NodeContext | None
+) -> Change:
     """A node's prompt the model refused as too long (fitted under the window it stated, if
     it stated one below the session's): the session fails `CONTEXT`, the window the model
-    stated recorded on the card and named in the message with what to do."""
+    stated recorded on the card and named in the message with what to do; the node's call
+    closed as a node's that raised is (`_failed`)."""
     rt, claimed = tick.rt, tick.claimed
     head = claimed.head
     policy = context.policy_for(head)
@@ -664,7 +667,16 @@ def _too_long(tick: Tick, node: str, exc: ContextTooLong, ctx: NodeContext | Non
         )
     else:
         why += "; fork it with a larger window (--context-window) or have the node send less"
-    return machine.fail(head, ErrorCode.CONTEXT, why, now=rt.clock(), open_calls=claimed.calls)
+    upcoming = claimed.calls[0] if claimed.calls else None
+    return machine.fail(
+        head,
+        ErrorCode.CONTEXT,
+        why,
+        now=rt.clock(),
+        open_calls=claimed.calls,
+        decisions=claimed.decisions,
+        idempotent=_may_run_twice(graph, upcoming),
+    )
 
 
 def _fan_out(
