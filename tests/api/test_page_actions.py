@@ -373,9 +373,15 @@ def test_each_step_shows_its_tokens_cost_and_durations(
     stack.wait(session_id, Status.COMPLETED)
     view = stack.http("alice").get(f"/api/v1/sessions/{session_id}").json()
     log_in(page, stack, "alice", f"#/sessions/{session_id}")
+    # the stream replays the session's events and then ends; the view says "finished" once
+    # it has drawn what it last read, and redraws nothing after: the table read below is
+    # the final one, the one `view` holds (#status says "completed" from the first draw,
+    # which the replayed events then redrew under the reads)
+    expect(page.locator("#live")).to_have_text("finished: completed")
     expect(page.locator("#status")).to_have_attribute("data-status", "completed")
 
     table = page.locator("#steps-table")
+    final = table.element_handle()
     expect(table.locator("thead th")).to_have_text(
         ["step", "prompt", "cached", "completion", "cost", "model", "tools", "time"]
     )
@@ -392,8 +398,7 @@ def test_each_step_shows_its_tokens_cost_and_durations(
     # the bar as drawn: the step's model time over the longest step's time (model and
     # tools), of its track; which step is longest is the machine's (a loaded one may take
     # longer over the second model call than over the first's delay)
-    # both boxes measured in one evaluation: a late event re-renders the table, and two
-    # separate look-ups could straddle the swap (the second then finds a detached bar)
+    # both boxes measured in one evaluation, of one bar
     track, drawn = first.nth(7).evaluate(
         "cell => ['.spark', '.spark .model'].map("
         "(css) => cell.querySelector(css).getBoundingClientRect().width)"
@@ -418,6 +423,7 @@ def test_each_step_shows_its_tokens_cost_and_durations(
         "tools"
     )  # no calls: no tool time
     looked_at(page, "session-steps", tmp_path)
+    assert final.evaluate("table => table.isConnected"), "the finished view was redrawn"
 
 
 def test_an_operator_resolves_one_dead_letter_and_dismisses_another(

@@ -211,9 +211,12 @@ export async function sessionView(view, id) {
       el("time", {}, new Date(event.at).toLocaleTimeString()), " ", el("strong", {}, kind), " ",
       eventSummary(event)));
     soon();
-  }, (end) => {
+  }, async (end) => {
+    // the last refresh, drawn before the view says so: once it reads "finished", what it
+    // shows is final and nothing redraws it (no refresh is left pending)
+    clearTimeout(pending);
+    await refresh().catch(() => {});
     live.textContent = `finished: ${end.status}`;
-    soon();
   }, (text) => { live.textContent = text; });
 }
 
