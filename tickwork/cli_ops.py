@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.text import Text
 
-from tickwork.fsm.errors import BrokerUnavailable
+from tickwork.fsm.errors import BrokerUnavailable, ConfigurationError
 from tickwork.fsm.wording import counted
 
 from . import options, render, views
@@ -179,11 +179,16 @@ def _run_celery(app: Any, argv: list[str]) -> tuple[int, str | None]:
 def _say_if_the_broker_is_away(app: Any, settings: Settings) -> None:
     """One line on stderr, naming the setting, if the broker does not answer now: the worker
     starts anyway and Celery keeps trying to connect (a broker may start after it), but its
-    own retry lines do not say which setting points there."""
+    own retry lines do not say which setting points there. A URL no retry mends (a Redis
+    database the server has not) is a ConfigurationError: the worker does not start."""
+    from tickwork.worker.config.brokers import refused_database
     from tickwork.worker.config.settings import mask
     from tickwork.worker.tick.app import broker_away
 
     why = broker_away(app)
+    wrong = None if why is None else refused_database(settings.broker_url, why)
+    if wrong is not None:
+        raise ConfigurationError(wrong)
     if why is not None:
         sys.stderr.write(
             f"warning: the broker at {mask(settings.broker_url, [])} (TICKWORK_BROKER_URL) "

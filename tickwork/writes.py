@@ -102,6 +102,17 @@ class Writes(Deployment):
             due = self.clock() - timedelta(seconds=self.settings.relay_after_s)
             with contextlib.suppress(Exception):  # a store away too: the threshold holds
                 self.store.offer_again(session_id, version, now=due)
+            from tickwork.worker.config.brokers import refused_database
+
+            wrong = refused_database(self.settings.broker_url, str(exc))
+            if wrong is not None:  # no wait for the broker mends this: say what does
+                log.warning(
+                    "could not publish the tick of %s: %s; the session is saved, and a "
+                    "worker's relay publishes it once the URL names a database the server has",
+                    session_id,
+                    wrong,
+                )
+                return
             log.warning(
                 "could not publish the tick of %s (%s); the session is saved and a worker's "
                 "relay will publish it once the broker is back (within TICKWORK_RELAY_AFTER_S=%gs)",

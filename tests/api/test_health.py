@@ -108,6 +108,20 @@ def test_a_broker_that_does_not_answer_is_named(tmp_path: Path) -> None:
         assert "cannot connect" in str(body["message"])
 
 
+def test_a_redis_database_the_server_has_not_is_named_as_such(tmp_path: Path) -> None:
+    """Not "cannot connect": the server answers, and refuses the database the URL names."""
+    from tests.services import redis_url
+
+    redis_url()
+    settings = Settings(state_dir=tmp_path, broker_url="redis://127.0.0.1:6379/99")
+    upgrade(settings.db_url)
+    with serving(settings) as url:
+        status, body = probe(url, "/readyz", ADMIN)
+        assert status == 503 and body["check"] == "broker", body
+        assert "names Redis database 99" in str(body["message"])
+        assert "has 16 (0 to 15)" in str(body["message"])
+
+
 def test_a_request_while_the_database_is_away_is_a_503_that_says_so(tmp_path: Path) -> None:
     """The store raises StoreUnavailable (not SQLAlchemy's error); the API answers it as a
     503 with its JSON error, the database's words and password kept out of the body."""

@@ -330,6 +330,74 @@ def test_a_worker_whose_broker_does_not_answer_says_which_setting_points_there(
     assert "(TICKWORK_BROKER_URL) does not answer" in line and "secret" not in line
 
 
+#: a database number past the 16 a default Redis server has
+NO_SUCH_DATABASE = "redis://:secret@127.0.0.1:6379/99"
+
+
+def test_a_redis_database_the_server_has_not_is_named_with_the_ones_it_has(
+    tmp_path: Path,
+) -> None:
+    """`redis://HOST:6379/99` on a server with 16 databases: submit said "DB index is out
+    of range" and that a relay publishes the tick "once the broker is back", and a worker
+    warned the broker "does not answer" and retried for ever; no retry mends the URL."""
+    import subprocess
+    import sys
+
+    from tests.services import redis_url
+
+    redis_url()  # skipped (failed under CI) without the Redis on 127.0.0.1:6379
+    env = _bare_env(
+        TICKWORK_STATE_DIR=str(tmp_path / "state"), TICKWORK_BROKER_URL=NO_SUCH_DATABASE
+    )
+    cli = Cli(env, tmp_path)
+    script = tmp_path / "script.json"
+    script.write_text('[{"content": "done"}]')
+    submitted = cli("submit", TEST_KIND, "--input", "{}", "--model", f"scripted:{script}", ok=False)
+    assert submitted.code == 0, submitted  # the session is saved
+    session_id = submitted.stdout.strip()
+    (warning,) = submitted.stderr.splitlines()
+    assert warning.startswith(f"could not publish the tick of {session_id}: "), warning
+    for said in (
+        "TICKWORK_BROKER_URL redis://:****@127.0.0.1:6379/99 names Redis database 99",
+        "the Redis server there has 16 (0 to 15)",
+        "a number from 0 to 15",
+    ):
+        assert said in warning, (said, warning)
+    assert "secret" not in warning and "once the broker is back" not in warning
+
+    worker = subprocess.run(
+        [sys.executable, "-m", "tickwork", "worker", "--pool", "solo"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert worker.returncode == 2, worker
+    (line,) = worker.stderr.splitlines()
+    assert line.startswith("error: TICKWORK_BROKER_URL redis://:****@127.0.0.1:6379/99 names")
+    assert "has 16 (0 to 15)" in line and "secret" not in line
+
+
+def test_a_redis_server_that_will_not_say_how_many_databases_it_has_is_quoted() -> None:
+    """CONFIG is often renamed or refused (managed Redis): the server's own words then."""
+    from tickwork.worker.config.brokers import refused_database
+
+    said = refused_database(
+        "redis://cache:6379/20",
+        "OperationalError: DB index is out of range",
+        databases=lambda url: None,
+    )
+    assert said == (
+        "TICKWORK_BROKER_URL redis://cache:6379/20 names Redis database 20, which the Redis "
+        "server there refuses (DB index is out of range): put a database number it has at "
+        "the end of the URL (a Redis server has 16 unless its redis.conf says otherwise: "
+        "0 to 15)"
+    )
+    assert refused_database("redis://cache:6379/2", "Error 111 connecting: refused") is None
+    assert refused_database("amqp://guest@rabbit//", "DB index is out of range") is None
+
+
 def test_config_refuses_the_files_a_worker_or_the_api_would_refuse(tmp_path: Path) -> None:
     # before, `tickwork config` printed the files' names and exited 0 while a worker or
     # `tickwork serve` refused them at start (and, running, kept the old one): an operator

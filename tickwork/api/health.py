@@ -60,10 +60,14 @@ def check_database(client: Tickwork) -> str | None:
 
 def check_broker(client: Tickwork) -> str | None:
     """What is wrong with the broker, or None."""
+    from tickwork.worker.config.brokers import refused_database
     from tickwork.worker.tick.app import broker_away
 
     why = broker_away(client.app, timeout_s=BROKER_TIMEOUT_S)
-    return None if why is None else f"broker: cannot connect ({why})"
+    if why is None:
+        return None
+    wrong = refused_database(client.settings.broker_url, why)
+    return f"broker: {wrong}" if wrong is not None else f"broker: cannot connect ({why})"
 
 
 @router.get("/healthz", summary="Liveness: 200 while the server answers (checks nothing else)")

@@ -1,0 +1,75 @@
+"""What a broker's refusal says about TICKWORK_BROKER_URL: an error no retry mends (a Redis
+database number the server does not have), in words that name the setting and the fix."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from urllib.parse import urlsplit, urlunsplit
+
+from tickwork.worker.config.secrets import mask
+
+#: Redis's answer to a SELECT of a database it does not have (Valkey's too)
+OUT_OF_RANGE = "DB index is out of range"
+#: how many databases a Redis server has unless its redis.conf says otherwise
+REDIS_DEFAULT_DATABASES = 16
+#: how long asking the server how many databases it has may take
+ASK_TIMEOUT_S = 2.0
+
+
+def redis_database(url: str) -> int | None:
+    """The database number a redis:// or rediss:// URL names (its path; none: 0), or None
+    for another kind of URL or a path that is no number."""
+    parts = urlsplit(url)
+    if parts.scheme.lower() not in ("redis", "rediss"):
+        return None
+    path = parts.path.strip("/")
+    return int(path) if path.isascii() and path.isdigit() else 0 if not path else None
+
+
+def database_count(url: str) -> int | None:
+    """How many databases the Redis server at `url` has (`CONFIG GET databases`, asked on
+    its database 0); None if it does not answer or will not say (CONFIG is often renamed
+    or refused on a managed Redis)."""
+    import redis
+
+    parts = urlsplit(url)
+    client = redis.Redis.from_url(
+        urlunsplit(parts._replace(path="/0")),
+        socket_timeout=ASK_TIMEOUT_S,
+        socket_connect_timeout=ASK_TIMEOUT_S,
+    )
+    try:
+        found = client.config_get("databases").get("databases")
+        return int(found) if found is not None else None
+    except (redis.RedisError, ValueError, OSError):
+        return None
+    finally:
+        client.close()
+
+
+def refused_database(
+    url: str, said: str, *, databases: Callable[[str], int | None] = database_count
+) -> str | None:
+    """What to tell an operator when the broker at `url` refused with `said` because the
+    URL names a Redis database the server does not have; None for any other refusal (a
+    broker that is down: retrying mends that). `databases` asks the server how many it has."""
+    if OUT_OF_RANGE not in said:
+        return None
+    first = next((u.strip() for u in url.split(";") if u.strip()), "")
+    number = redis_database(first)
+    if number is None:
+        return None
+    start = f"TICKWORK_BROKER_URL {mask(first)} names Redis database {number}"
+    count = databases(first)
+    if count is not None and count > 0:
+        return (
+            f"{start}, and the Redis server there has {count} (0 to {count - 1}): put a "
+            f"number from 0 to {count - 1} at the end of the URL (redis://HOST:6379/0), or "
+            "raise `databases` in the server's redis.conf"
+        )
+    last = REDIS_DEFAULT_DATABASES - 1
+    return (
+        f"{start}, which the Redis server there refuses ({OUT_OF_RANGE}): put a database "
+        "number it has at the end of the URL (a Redis server has "
+        f"{REDIS_DEFAULT_DATABASES} unless its redis.conf says otherwise: 0 to {last})"
+    )
