@@ -9,7 +9,7 @@ is only known after it is paid for.
 from __future__ import annotations
 
 import math
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from tickwork.fsm.values import ErrorCode, Head, Value
 
@@ -49,8 +49,14 @@ class TenantDay(Value):
 
     @property
     def resets_at(self) -> datetime:
-        """When the tenant's next day starts (new sessions, and forks, count to it)."""
+        """When the day ends and the tenant's next one starts (new sessions, and forks,
+        count to it); in the past once the day has ended (`next_reset`)."""
         return self.day + timedelta(days=1)
+
+    def next_reset(self, now: datetime) -> datetime:
+        """The first UTC midnight after `now` and after the day: never a time past."""
+        today = now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+        return max(self.resets_at, today + timedelta(days=1))
 
 
 class Cap(Value):
@@ -100,12 +106,18 @@ def _caps(head: Head, next_call: NextCall, day: TenantDay | None = None) -> list
 
 
 def cut_at(
-    cap: Cap, next_call: NextCall, *, lowered: bool = False, day: TenantDay | None = None
+    cap: Cap,
+    next_call: NextCall,
+    *,
+    lowered: bool = False,
+    day: TenantDay | None = None,
+    now: datetime | None = None,
 ) -> Exhausted | None:
     """What a reply cut off at `cap` ends the session with, if a budget set the cap (a cut
     at the model's own limit is the model's business, and so is one at a cap the model
     `lowered` below `cap` to the room the server said its window left); `day`: the
-    tenant's day quota the cap was computed with."""
+    tenant's day quota the cap was computed with, `now` when the reply came (the reset
+    the message names is the next one after it)."""
     if cap.code is None or lowered:
         return None
     if cap.by_tenant and day is not None:
@@ -114,7 +126,7 @@ def cut_at(
             message=f"the model's answer was cut at {cap.tokens} completion tokens, all "
             f"that was left after its prompt of about {next_call.tokens} tokens of tenant "
             f"{day.tenant}'s quota max_usd_per_day of ${day.quota_usd:g} for the sessions "
-            f"created on {day.day.date().isoformat()} (UTC): " + _day_advice(day),
+            f"created on {day.day.date().isoformat()} (UTC): " + _day_advice(day, now),
         )
     left = "tokens" if cap.code is ErrorCode.BUDGET_TOKENS else "cost"
     return Exhausted(
@@ -157,23 +169,33 @@ def exhausted_budget(
             f", max_cost_usd is ${b.max_cost_usd}",
         )
     if day is not None and any(cap.by_tenant and cap.tokens < 1 for cap in caps):
-        return Exhausted(code=ErrorCode.BUDGET_COST, message=day_spent(day, ahead.cost_usd))
+        return Exhausted(
+            code=ErrorCode.BUDGET_COST, message=day_spent(day, ahead.cost_usd, now=now)
+        )
     late = deadline_passed(head, now=now)
     return None if late is None else Exhausted(code=ErrorCode.DEADLINE, message=late)
 
 
-def day_spent(day: TenantDay, ahead_usd: float = 0.0) -> str:
-    """Why a session stops on its tenant's day quota: what was spent, the quota, when the
-    tenant's next day starts and what to do."""
+def day_spent(day: TenantDay, ahead_usd: float = 0.0, *, now: datetime | None = None) -> str:
+    """Why a session stops on its tenant's day quota at `now`: what was spent, the quota,
+    when the tenant's next day starts and what to do."""
     spent = f"${day.spent_usd:.4f}"
     return (
         f"tenant {day.tenant}'s quota max_usd_per_day of ${day.quota_usd:g} is spent: its "
         f"sessions created on {day.day.date().isoformat()} (UTC) spent {spent}"
-        f"{_more(ahead_usd, f'${ahead_usd:.4f}')}; " + _day_advice(day)
+        f"{_more(ahead_usd, f'${ahead_usd:.4f}')}; " + _day_advice(day, now)
     )
 
 
-def _day_advice(day: TenantDay) -> str:
+def _day_advice(day: TenantDay, now: datetime | None) -> str:
+    if now is not None and now >= day.resets_at:
+        # a session runs (or waits for a person) past its day's midnight: that reset is
+        # past, and a fork made now counts to today
+        return (
+            "this session's spending counts to that day, which has ended: fork this session "
+            "to go on, a fork counts to the day it is made (the quota next resets at "
+            f"{day.next_reset(now).isoformat()}), or ask the operator to raise the quota"
+        )
     return (
         "this session's spending counts to that day; the quota resets at "
         f"{day.resets_at.isoformat()}, fork this session after it to go on (or ask the "

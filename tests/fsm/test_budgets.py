@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -276,6 +276,35 @@ def test_the_day_s_stop_names_the_tenant_the_quota_and_when_it_resets(build: Any
     assert first is not None and "max_cost_usd is $1.0" in first.message
     cut = cut_at(Cap(tokens=7, code=COST, by_tenant=True), NextCall(tokens=50), day=_day(1.9))
     assert cut is not None and cut.code is COST and "max_usd_per_day of $2" in cut.message
+
+
+def test_a_day_that_has_ended_names_the_next_reset_not_a_past_one(build: Any) -> None:
+    """A session counts to the UTC day it was created: one created at 23:30 that runs past
+    midnight (or waited days for an approval) stops on that day's quota after the day has
+    ended. It said "the quota resets at" that midnight, a time in the past, and to fork
+    after it; a fork made now counts to today, so it may go on at once."""
+    head = build.head(budgets={**LIMITS, "max_cost_usd": 1e9})
+    day = _day(2.5)  # 2026-03-01
+    for now in (datetime(2026, 3, 2, 0, 40, tzinfo=UTC), datetime(2026, 3, 5, 9, tzinfo=UTC)):
+        spent = exhausted_budget(head, now=now, day=day)
+        assert spent is not None and spent.code is COST
+        assert "created on 2026-03-01 (UTC) spent $2.5000" in spent.message
+        nxt = (now + timedelta(days=1)).date().isoformat()
+        assert spent.message.endswith(
+            "this session's spending counts to that day, which has ended: fork this session "
+            "to go on, a fork counts to the day it is made (the quota next resets at "
+            f"{nxt}T00:00:00+00:00), or ask the operator to raise the quota"
+        ), spent.message
+        assert "resets at 2026-03-02T00:00:00" not in spent.message
+        cut = cut_at(
+            Cap(tokens=7, code=COST, by_tenant=True), NextCall(tokens=50), day=day, now=now
+        )
+        assert cut is not None and "which has ended" in cut.message
+        assert f"next resets at {nxt}T00:00:00+00:00" in cut.message
+    # on the day itself, as before: the reset is the day's end
+    before = exhausted_budget(head, now=datetime(2026, 3, 1, 23, 50, tzinfo=UTC), day=day)
+    assert before is not None
+    assert "resets at 2026-03-02T00:00:00+00:00, fork this session after it" in before.message
 
 
 @pytest.mark.parametrize(

@@ -161,7 +161,9 @@ def think(tick: Tick) -> Change:
         )
         raise
     cut = (
-        budgets.cut_at(cap, ahead, lowered=reply.cap_lowered, day=day) if reply.truncated else None
+        budgets.cut_at(cap, ahead, lowered=reply.cap_lowered, day=day, now=rt.clock())
+        if reply.truncated
+        else None
     )
     if not reply.calls and not reply.content.strip() and cut is None:
         # no answer and nothing to do: a glitch of the server, not the session's answer
