@@ -162,6 +162,14 @@ class CancelledMeanwhile(TickworkError):
     again ending the session cancelled (`tickwork.fsm.transitions.cancelled_meanwhile`)."""
 
 
+class TreeFull(TickworkError):
+    """A spawn's children would take their tree past its most sessions, counted as the
+    store inserts them (another spawn in the tree, a sibling's at the same moment, was
+    saved since the tick counted): nothing was saved and the lease is still the tick's,
+    which saves the message as the spawning call's error observation instead
+    (`tickwork.fsm.trees.MAX_TREE_SESSIONS`)."""
+
+
 class DeadLetterClosed(IllegalTransition):
     """The dead letter was already forked, resolved or dismissed; the message says by whom
     and when. Fork it once more on purpose with `--again`."""

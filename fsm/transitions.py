@@ -59,6 +59,10 @@ class Change(Value):
     children: tuple[Head, ...] = ()
     #: the join of those children, inserted with them (`tickwork.fsm.trees.spawned`)
     join: Join | None = None
+    #: the most sessions the children's tree may hold with them: the store counts the tree
+    #: under its lock as it inserts them, and raises TreeFull past it (a spawn elsewhere in
+    #: the tree saved since the tick counted); None: no limit
+    tree_limit: int | None = None
     #: the parent's write on its `each` join: results delivered, or a call suspending
     mark: JoinMark | None = None
 

@@ -172,20 +172,27 @@ def depth(head: Head, tree: Sequence[Head]) -> int:
 def check_room(head: Head, tree: Sequence[Head], adding: int) -> None:
     """InvalidToolArguments if `head` may not start `adding` children: it is at `MAX_DEPTH`
     of its tree, or they would take the tree (`tree`: every session under its root) past
-    `MAX_TREE_SESSIONS`."""
+    `MAX_TREE_SESSIONS`. The store counts the tree again as it inserts them
+    (`Change.tree_limit`): two spawns in one tree may pass here at the same moment."""
     level = depth(head, tree)
     if level >= MAX_DEPTH:
         raise _fail(
             f"this session is at depth {level} of its tree (its root at 0), and sessions "
             f"spawn at most {MAX_DEPTH} levels deep: do the work yourself"
         )
-    held = len(tree) + 1
-    if held + adding > MAX_TREE_SESSIONS:
-        room = max(0, MAX_TREE_SESSIONS - held)
-        raise _fail(
-            f"the tree holds {held} sessions, and {adding} more would pass its limit of at "
-            f"most {MAX_TREE_SESSIONS}: spawn at most {room}, or do the work yourself"
-        )
+    if why := too_many(len(tree) + 1, adding, limit=MAX_TREE_SESSIONS):
+        raise _fail(why)
+
+
+def too_many(held: int, adding: int, *, limit: int) -> str | None:
+    """Why `adding` more sessions may not join a tree that holds `held` (its root
+    included) and may hold at most `limit`, for the model; None if they fit."""
+    if held + adding <= limit:
+        return None
+    return (
+        f"the tree holds {held} sessions, and {adding} more would pass its limit of at "
+        f"most {limit}: spawn at most {max(0, limit - held)}, or do the work yourself"
+    )
 
 
 def shares(specs: Sequence[ChildSpec]) -> list[float]:
@@ -274,12 +281,19 @@ def lineage(parent: Head, call: ToolCall, role: str) -> dict[str, Any]:
 
 
 def spawned(
-    head: Head, call: ToolCall, join: Join, children: Sequence[Head], *, now: datetime
+    head: Head,
+    call: ToolCall,
+    join: Join,
+    children: Sequence[Head],
+    *,
+    now: datetime,
+    limit: int | None = None,
 ) -> Change:
     """The parent's change that starts `children` for `call`: it waits for them in
     `waiting_children`, and the store inserts the children (each with its first tick) and
     the join's row with it, in one transaction. An `each` join is inserted waited on by
-    `call` itself: the first end wakes it."""
+    `call` itself: the first end wakes it. With `limit`, the store inserts them only if
+    their tree then holds at most `limit` sessions (`Change.tree_limit`), else TreeFull."""
     transitions.require(head, Status.EXECUTING)
     if join.mode is JoinMode.EACH:
         join = join.model_copy(update={"waiting": call.call_id})
@@ -297,6 +311,7 @@ def spawned(
         events=(event,),
         children=tuple(children),
         join=join,
+        tree_limit=limit,
     )
 
 

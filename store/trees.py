@@ -25,6 +25,13 @@ woke it, as a cancelled parent does, or after the join woke it but before it too
 Locks are taken child first, then the join, then the parent (a tree's ends move up);
 cancelling moves down in transactions of its own, never holding a parent's row while it
 takes a child's.
+
+A tree holds at most a number of sessions (`fsm.trees.MAX_TREE_SESSIONS`): the tick counts
+it before it spawns, and the save counts it again as it inserts the children, under the
+tree's lock (`make_room`), so two spawns in one tree at the same moment (siblings') count
+one after the other: `pg_advisory_xact_lock` keyed by the root on Postgres (other trees
+are not held up; it is taken after the spawner's own row, and nothing that holds it waits
+for another session's row), SQLite's one writer at a time (`BEGIN IMMEDIATE`).
 """
 
 from __future__ import annotations
@@ -44,16 +51,40 @@ from sqlalchemy import (
     literal_column,
     or_,
     select,
+    text,
     update,
 )
 from sqlalchemy.dialects.postgresql import JSONB
-from tickwork.fsm.errors import ClaimLost
+from tickwork.fsm import trees
+from tickwork.fsm.errors import ClaimLost, TreeFull
 from tickwork.fsm.joins import Join, JoinMark, JoinMode
+from tickwork.fsm.transitions import Change
 from tickwork.fsm.values import Event, EventKind, Head, Status
 from tickwork.store import rows
 from tickwork.store.schema import events, joins, outbox, sessions
 
 TERMINAL = [s.value for s in Status if s.terminal]
+#: the advisory locks' first key: tickwork's trees ("tkwR"; the tenants' is "tkwT")
+LOCK_CLASS = 0x746B7752
+
+
+def make_room(conn: Connection, change: Change) -> None:
+    """TreeFull (nothing stored: the caller's transaction rolls back) unless the tree of
+    the change's children holds at most `change.tree_limit` sessions with them. Holds the
+    tree's lock until the transaction's end, so the count stays true until the children
+    are inserted; call it in the transaction that inserts them."""
+    if not change.children or change.tree_limit is None:
+        return
+    root = change.children[0].root_id or change.head.id
+    if conn.dialect.name == "postgresql":
+        conn.execute(
+            text("SELECT pg_advisory_xact_lock(:cls, hashtext(:root))"),
+            {"cls": LOCK_CLASS - (1 << 31), "root": root},
+        )
+    count = select(func.count()).select_from(sessions).where(sessions.c.root_id == root)
+    held = 1 + int(conn.execute(count).scalar_one())  # the root is no row of its own tree
+    if why := trees.too_many(held, len(change.children), limit=change.tree_limit):
+        raise TreeFull(why)
 
 
 def insert_join(conn: Connection, join: Join, *, now: datetime) -> None:

@@ -159,6 +159,7 @@ def apply_change(
         )
     for table, values in appended(change, version=version + 1, now=now, files=files).items():
         insert_many(conn, table, values)
+    trees.make_room(conn, change)  # counted again under the tree's lock: a sibling's spawn
     for child in change.children:
         insert_session(conn, Session(head=child), now=now)
     if change.join is not None:

@@ -6,11 +6,15 @@ and nothing is started."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tickwork.fsm import trees
 from tickwork.fsm.values import Head, Status
+from tickwork.worker.jobs import Jobs
+from tickwork.worker.tick.runtime import Runtime
 
 from tests.worker.ticking import Ticks
 
@@ -65,6 +69,53 @@ def test_a_spawn_that_would_pass_the_trees_size_is_refused(
     assert is_error
     assert "4 sessions" in output and "at most 5" in output, output
     assert len(ticks.store.tree(root.id)) == 3
+
+
+class _Meanwhile:
+    """The real store, but a read of a tree runs `meanwhile` once after it: a tick that
+    counted its tree, then another spawn in the tree saved before its own save."""
+
+    def __init__(self, store: Any, meanwhile: Callable[[], object]) -> None:
+        self._store, self._meanwhile = store, [meanwhile]
+
+    def tree(self, root_id: str) -> list[Head]:
+        found = self._store.tree(root_id)
+        while self._meanwhile:
+            self._meanwhile.pop()()
+        return list(found)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+
+def test_a_sibling_s_spawn_saved_meanwhile_is_counted_by_the_save(
+    ticks: Ticks, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(trees, "MAX_TREE_SESSIONS", 5)
+    root = ticks.client.submit("tests.jobs:TREE", {}, model=_spawning(ticks, 2))
+    assert ticks.run(root.id).status is Status.WAITING_CHILDREN  # 3 sessions
+    first, second = ticks.store.children(root.id)
+    # the first counts 3 (room for 2), then the second spawns its 2 before the first saves
+    racing = Runtime(
+        settings=ticks.settings,
+        store=_Meanwhile(ticks.store, lambda: ticks.run(second.id)),  # type: ignore[arg-type]
+        jobs=Jobs(),
+        publish_tick=lambda *_: None,
+        clock=ticks.rt.clock,
+    )
+    done = ticks.run(first.id, racing)
+
+    assert done.status is Status.COMPLETED, done.error_message  # told, it answered
+    assert ticks.store.get(second.id).status is Status.WAITING_CHILDREN
+    assert ticks.store.children(first.id) == []
+    assert len(ticks.store.tree(root.id)) == 4
+    is_error, output = _spawn_output(ticks, done)
+    assert is_error
+    assert output == (
+        "the tree holds 5 sessions, and 2 more would pass its limit of at most 5: spawn at "
+        "most 0, or do the work yourself"
+    ), output
+    racing.close()
 
 
 def test_a_tree_within_the_limits_spawns(ticks: Ticks, tmp_path: Path) -> None:

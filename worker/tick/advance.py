@@ -26,6 +26,7 @@ from tickwork.fsm.errors import (
     GraphVersionMismatch,
     SessionFinished,
     StoreError,
+    TreeFull,
 )
 from tickwork.fsm.joins import JoinMode
 from tickwork.fsm.kinds import SessionKind, kind_of
@@ -39,6 +40,7 @@ from tickwork.worker.tick.files import TickFiles, disk_full
 from tickwork.worker.tick.frame import Runner, Tick
 from tickwork.worker.tick.graphs import GraphRunner
 from tickwork.worker.tick.runtime import Runtime
+from tickwork.worker.tick.trees import tree_full
 
 __all__ = ["RUNNERS", "Outcome", "TickFiles", "TickReport", "advance", "runner_for"]
 
@@ -257,9 +259,18 @@ def _advance(tick: Tick, runner: Runner, owner: str) -> Outcome:
 def _save(tick: Tick, change: Change, owner: str) -> tuple[Head, Change]:
     """Save the tick's change; the head saved and the change it saved. A cancel requested
     while the tick ran that would complete the session (the tree's root cancelled while a
-    branch ran its node): what the tick did is saved, once, and the session ends cancelled."""
+    branch ran its node): what the tick did is saved, once, and the session ends cancelled.
+    A spawn the store found its tree too full for (a sibling's spawned meanwhile): the
+    spawn call's error observation is saved instead."""
     rt, files, session_id, version = tick.rt, tick.files, tick.head.id, tick.report.version
     try:
+        head = rt.store.save(
+            change, version=version, owner=owner, now=rt.clock(), files=files.recorded
+        )
+        return head, change
+    except TreeFull as exc:
+        log.info("session %s v%d: its spawn was refused as it saved: %s", session_id, version, exc)
+        change = tree_full(tick, change, exc)
         head = rt.store.save(
             change, version=version, owner=owner, now=rt.clock(), files=files.recorded
         )

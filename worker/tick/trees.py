@@ -9,6 +9,11 @@ found, and the children's outcomes become the call's observation (`fsm.trees.joi
 Bad arguments, an unknown role or model, an input the kind refuses: an error observation
 the model can act on.
 
+The tick counts the tree before it spawns, and the store counts it again as it saves the
+children (`Change.tree_limit`): when another spawn in the tree was saved meanwhile and
+left no room, the save raises TreeFull and the tick saves the same error observation
+instead (`tree_full`).
+
 A spawn with join `each` delivers its children's results one observation at a time
 (`fsm.deliveries`): the spawn call's takes the first end, each `wait_children` call's the
 ends since; a call with nothing to take yet suspends the parent on the join again.
@@ -29,6 +34,7 @@ from tickwork.fsm.errors import (
     InvalidInput,
     InvalidToolArguments,
     TickworkError,
+    TreeFull,
 )
 from tickwork.fsm.joins import Join, JoinMode
 from tickwork.fsm.transitions import Change
@@ -41,7 +47,7 @@ from tickwork.worker.models import check_spec, pricing
 from tickwork.worker.models.scripted import script_of
 from tickwork.worker.tick.frame import Tick
 
-__all__ = ["allowed_child_model", "child_head", "spawn_or_join", "wait_children"]
+__all__ = ["allowed_child_model", "child_head", "spawn_or_join", "tree_full", "wait_children"]
 
 
 def spawn_or_join(tick: Tick, call: ToolCall, arguments: Mapping[str, Any]) -> Change:
@@ -80,7 +86,18 @@ def spawn_or_join(tick: Tick, call: ToolCall, arguments: Mapping[str, Any]) -> C
             head, tick.claimed.calls, call, output=str(exc), is_error=True, now=now
         )
     join = Join(parent_id=head.id, call_id=call.call_id, mode=spawn.join, expected=len(children))
-    return trees.spawned(head, call, join, children, now=now)
+    return trees.spawned(head, call, join, children, now=now, limit=trees.MAX_TREE_SESSIONS)
+
+
+def tree_full(tick: Tick, change: Change, refused: TreeFull) -> Change:
+    """What the tick saves instead of its spawn (`change`) when the store found the tree
+    full (another spawn in it saved since the tick counted): the spawn call's error
+    observation, which the model can act on, as when the tick counted it full itself."""
+    assert change.join is not None, "TreeFull refuses a spawn: a change with its join"
+    [call] = [c for c in tick.claimed.calls if c.call_id == change.join.call_id]
+    return machine.tool_finished(
+        tick.head, tick.claimed.calls, call, output=str(refused), is_error=True, now=tick.rt.clock()
+    )
 
 
 def _held(tick: Tick) -> trees.Held:

@@ -9,10 +9,15 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from tickwork.fsm import machine, trees
+from tickwork.fsm.errors import TreeFull
 from tickwork.fsm.joins import Join, JoinMode
+from tickwork.fsm.transitions import Change
 from tickwork.fsm.values import Budgets, ErrorCode, EventKind, Head, Status
 from tickwork.store.port import Store
+from tickwork.store.ticks import Claimed
 from tickwork.testing.store_contract.base import Contract
 from tickwork.testing.store_ticks import (
     Clock,
@@ -32,15 +37,36 @@ def spawn(
     store.create(
         new_session(parent_id, now=clock(), budgets=Budgets(max_cost_usd=1.0)), now=clock()
     )
-    think(store, parent_id, reply((trees.SPAWN_AGENTS, {"children": []})), now=clock())
-    claimed = claim(store, parent_id, now=clock())
+    change, claimed = spawn_change(store, clock, parent_id, n, mode=mode)
+    saved = store.save(change, version=claimed.head.version, owner=claimed.owner, now=clock())
+    assert saved.status is Status.WAITING_CHILDREN
+    return [c.id for c in change.children]
+
+
+def spawn_change(
+    store: Store,
+    clock: Clock,
+    session_id: str,
+    n: int,
+    *,
+    mode: JoinMode = JoinMode.ALL,
+    limit: int | None = None,
+    owner: str = "worker-1",
+) -> tuple[Change, Claimed]:
+    """The session (stored, runnable) thinks a `spawn_agents` call, and its EXECUTE tick,
+    claimed by `owner`, makes the change that spawns `n` children in its tree (with
+    `limit`: the most sessions the tree may hold with them), not yet saved."""
+    think(
+        store, session_id, reply((trees.SPAWN_AGENTS, {"children": []})), now=clock(), owner=owner
+    )
+    claimed = claim(store, session_id, now=clock(), owner=owner)
     [call] = claimed.calls
     head = claimed.head
     children = [
-        new_session(f"{parent_id}-c{i}", now=clock()).head.model_copy(
+        new_session(f"{session_id}-c{i}", now=clock()).head.model_copy(
             update={
-                "parent_id": parent_id,
-                "root_id": parent_id,
+                "parent_id": session_id,
+                "root_id": head.root_id or session_id,
                 "spawn_call": call.call_id,
                 "role": "explorer",
                 "budgets": trees.child_budgets(head, 1 / n, now=clock(), base=head.budgets),
@@ -48,11 +74,8 @@ def spawn(
         )
         for i in range(n)
     ]
-    join = Join(parent_id=parent_id, call_id=call.call_id, mode=mode, expected=n)
-    change = trees.spawned(head, call, join, children, now=clock())
-    saved = store.save(change, version=head.version, owner=claimed.owner, now=clock())
-    assert saved.status is Status.WAITING_CHILDREN
-    return [c.id for c in children]
+    join = Join(parent_id=session_id, call_id=call.call_id, mode=mode, expected=n)
+    return trees.spawned(head, call, join, children, now=clock(), limit=limit), claimed
 
 
 def finish(store: Store, clock: Clock, child_id: str, owner: str = "worker-1") -> Head:
@@ -194,6 +217,49 @@ class TreeContract(Contract):
             assert wakes(store, parent_id) == 1, f"round {round_}"
             join = store.join(parent_id, claims[0].head.spawn_call or "")
             assert join is not None and join.ended == 2
+
+    def test_a_spawn_past_its_tree_s_limit_stores_nothing(self, store: Store, clock: Clock) -> None:
+        ids = spawn(store, clock, "root", 2)  # a tree of 3
+        first, claimed = spawn_change(store, clock, ids[0], 2, limit=5)
+        store.save(first, version=claimed.head.version, owner=claimed.owner, now=clock())
+        second, claimed = spawn_change(store, clock, ids[1], 1, limit=5)
+
+        with pytest.raises(TreeFull, match=r"holds 5 sessions.*at most 5: spawn at most 0"):
+            store.save(second, version=claimed.head.version, owner=claimed.owner, now=clock())
+
+        assert len(store.tree("root")) == 4 and store.children(ids[1]) == []
+        # the lease is still the tick's: it saves the spawn's refusal instead
+        [call] = claimed.calls
+        refusal = machine.tool_finished(
+            claimed.head, claimed.calls, call, output="full", is_error=True, now=clock()
+        )
+        saved = store.save(refusal, version=claimed.head.version, owner=claimed.owner, now=clock())
+        assert saved.status is Status.READY and store.children(ids[1]) == []
+
+    def test_two_siblings_spawning_at_once_never_pass_the_tree_s_limit(
+        self, store: Store, clock: Clock
+    ) -> None:
+        # each sibling's tick counted the tree before the other saved (3 of 5: room for 2)
+        for round_ in range(20):
+            ids = spawn(store, clock, f"r{round_}", 2)
+            made = [
+                spawn_change(store, clock, child_id, 2, limit=5, owner=f"w{i}")
+                for i, child_id in enumerate(ids)
+            ]
+            saves: list[Callable[[], Any]] = [
+                lambda c=change, k=claimed: store.save(
+                    c, version=k.head.version, owner=k.owner, now=clock()
+                )
+                for change, claimed in made
+            ]
+
+            results = at_once(saves)
+
+            refused = [r for r in results if isinstance(r, TreeFull)]
+            saved = [r for r in results if isinstance(r, Head)]
+            assert (len(saved), len(refused)) == (1, 1), f"round {round_}: {results}"
+            assert len(store.tree(f"r{round_}")) == 4, f"round {round_}"
+            assert "holds 5 sessions, and 2 more" in str(refused[0])
 
     def test_cancelling_the_waiting_parent_cancels_every_child(
         self, store: Store, clock: Clock
