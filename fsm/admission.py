@@ -48,34 +48,41 @@ class Admission(Value):
         return self.tenants.get(tenant, self.default)
 
 
-def check_priority(priority: object) -> int:
-    """The priority as given, or InvalidInput naming the bounds."""
+def check_priority(priority: object, *, what: str = "priority") -> int:
+    """The priority as given, or InvalidInput naming the bounds. `what`: the priority's
+    name where it was given (the API's and Python's field by default; the CLI's flag)."""
     if isinstance(priority, bool) or not isinstance(priority, int):
-        raise InvalidInput(f"priority must be a whole number, got {priority!r}")
+        raise InvalidInput(f"{what} must be a whole number, got {priority!r}")
     if not MIN_PRIORITY <= priority <= MAX_PRIORITY:
         raise InvalidInput(
-            f"priority {priority} is out of bounds: give a whole number from {MIN_PRIORITY} "
+            f"{what} {priority} is out of bounds: give a whole number from {MIN_PRIORITY} "
             f"to {MAX_PRIORITY} (higher is admitted first)"
         )
     return priority
 
 
-def check_concurrency(key: object, max_per_key: object) -> tuple[str | None, int | None]:
+def check_concurrency(
+    key: object,
+    max_per_key: object,
+    *,
+    key_is: str = "concurrency_key",
+    limit_is: str = "max_per_key",
+) -> tuple[str | None, int | None]:
     """The concurrency key and its limit as stored: a key alone allows one session in flight
     at a time; a limit without a key is refused, and so is an empty key (an unset shell
     variable's: the session would run unkeyed, beside the ones it must wait for). A limit
-    out of bounds is refused first, with or without a key (0 does not mean "no limit")."""
-    per_key = None if max_per_key is None else check_max_per_key(max_per_key)
+    out of bounds is refused first, with or without a key (0 does not mean "no limit").
+    `key_is` and `limit_is` name the two where they were given: the API's and Python's
+    fields by default, the CLI's flags (an API client was told to give --concurrency-key)."""
+    per_key = None if max_per_key is None else check_max_per_key(max_per_key, what=limit_is)
     if key == "":
         raise InvalidInput(
-            "the concurrency key is empty: give one (e.g. --concurrency-key "
-            "github.com/org/repo; API: concurrency_key), or leave it out for no key"
+            f"the concurrency key ({key_is}) is empty: give one, e.g. github.com/org/repo, "
+            "or leave it out for no key"
         )
     if key is None:
         if max_per_key is not None:
-            raise InvalidInput(
-                "max_per_key needs a concurrency key: give --concurrency-key KEY with it"
-            )
+            raise InvalidInput(f"{limit_is} needs a concurrency key: give {key_is} with it")
         return None, None
     if not isinstance(key, str) or not CONCURRENCY_KEY.fullmatch(key):
         raise InvalidInput(
@@ -85,15 +92,16 @@ def check_concurrency(key: object, max_per_key: object) -> tuple[str | None, int
     return key, per_key or 1
 
 
-def check_max_per_key(max_per_key: object) -> int:
-    """The per-key limit as given, or InvalidInput naming the bounds."""
+def check_max_per_key(max_per_key: object, *, what: str = "max_per_key") -> int:
+    """The per-key limit as given, or InvalidInput naming the bounds (`what`: its name where
+    it was given, as `check_priority`'s)."""
     if isinstance(max_per_key, bool) or not isinstance(max_per_key, int):
-        raise InvalidInput(f"max_per_key must be a whole number, got {max_per_key!r}")
+        raise InvalidInput(f"{what} must be a whole number, got {max_per_key!r}")
     if not 1 <= max_per_key <= MAX_PER_KEY:
         raise InvalidInput(
-            f"max_per_key {max_per_key} is out of bounds: give a whole number from 1 to "
+            f"{what} {max_per_key} is out of bounds: give a whole number from 1 to "
             f"{MAX_PER_KEY}, how many sessions of the concurrency key may be in flight at "
-            "once (for no limit per key, leave out the key and max_per_key)"
+            f"once (for no limit per key, leave out the key and {what})"
         )
     return max_per_key
 

@@ -166,8 +166,9 @@ def submit(
         max_steps=max_steps, max_tokens=max_tokens, max_cost_usd=max_cost_usd, deadline=deadline
     )
     price_pair = options.price(price)
-    check_priority(priority)  # before a server is asked too: its 422 speaks pydantic
-    check_concurrency(concurrency_key, max_per_key)
+    # before a server is asked too: its 422 speaks pydantic
+    check_priority(priority, what="--priority")
+    check_concurrency(concurrency_key, max_per_key, **options.ADMISSION_FLAGS)
     if context_window is not None:
         check_window(context_window, what="--context-window")
     remote = cli_remote.client()

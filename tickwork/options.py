@@ -41,6 +41,8 @@ if TYPE_CHECKING:
 #: the most rows a listing's --limit asks for: past what the databases' integers hold, SQLite
 #: raised OverflowError and Postgres refused the query
 MAX_LIMIT = 2**31 - 1
+#: how `check_concurrency`'s refusals name the key and its limit on the command line
+ADMISSION_FLAGS = {"key_is": "--concurrency-key", "limit_is": "--max-per-key"}
 
 Json = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
 Approver = Annotated[
@@ -297,11 +299,11 @@ class Fork:
         if self.context_window is not None:
             check_window(self.context_window, what="--context-window")
         if self.priority is not None:
-            check_priority(self.priority)
+            check_priority(self.priority, what="--priority")
         if self.concurrency_key is not None:
-            check_concurrency(self.concurrency_key, self.max_per_key)
+            check_concurrency(self.concurrency_key, self.max_per_key, **ADMISSION_FLAGS)
         elif self.max_per_key is not None:  # for the original's key (the server knows it)
-            check_max_per_key(self.max_per_key)
+            check_max_per_key(self.max_per_key, what="--max-per-key")
         return {
             "from_step": self.from_step,
             "by": approver(self.by),

@@ -102,10 +102,17 @@ def test_bad_submissions_are_422_and_say_what_was_wrong(stack: Stack) -> None:
         ({"kind": TEST_KIND, "model": script, "context_window": 10}, "body.context_window"),
         ({"kind": TEST_KIND, "model": script, "context_window": "big"}, "body.context_window"),
         ({"kind": TEST_KIND, "model": script, "priority": 1001}, "body.priority"),
-        ({"kind": TEST_KIND, "model": script, "max_per_key": 2}, "needs a concurrency key"),
+        # the body's fields, not the CLI's flags (it said "give --concurrency-key KEY with it")
+        (
+            {"kind": TEST_KIND, "model": script, "max_per_key": 2},
+            "max_per_key needs a concurrency key: give concurrency_key with it",
+        ),
         ({"kind": TEST_KIND, "model": script, "concurrency_key": "a b"}, "concurrency key 'a b'"),
         # an empty key (an unset shell variable) ran unkeyed; the schema's pattern refuses it
-        ({"kind": TEST_KIND, "model": script, "concurrency_key": ""}, "concurrency key is empty"),
+        (
+            {"kind": TEST_KIND, "model": script, "concurrency_key": ""},
+            "the concurrency key (concurrency_key) is empty",
+        ),
         (
             {"kind": TEST_KIND, "model": script, "concurrency_key": "k", "max_per_key": 0},
             "body.max_per_key",
@@ -117,6 +124,8 @@ def test_bad_submissions_are_422_and_say_what_was_wrong(stack: Stack) -> None:
         error = answer.json()
         assert set(error) >= {"code", "message"}, error
         assert fragment in error["message"], (fragment, error)
+        if "concurrency" in fragment:  # an API client sent fields: no CLI flag to give
+            assert "--" not in error["message"], error
         if "job kind" in fragment:  # one mistake, one code: an unknown kind, named or imported
             assert error["code"] == "unknown_kind", error
     # JSON from JavaScript or Python may hold NaN: not a price, whatever its bounds say

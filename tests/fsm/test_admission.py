@@ -48,8 +48,8 @@ def test_concurrency_key_alone_means_one_at_a_time() -> None:
     ("key", "limit", "said"),
     [
         (None, 2, "needs a concurrency key"),
-        ("", None, "concurrency key is empty"),
-        ("", 2, "concurrency key is empty"),
+        ("", None, r"concurrency key \(concurrency_key\) is empty"),
+        ("", 2, r"concurrency key \(concurrency_key\) is empty"),
         ("has space", None, "not valid"),
         ("-starts-with-dash", None, "not valid"),
         ("x" * 201, None, "not valid"),

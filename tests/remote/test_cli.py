@@ -297,11 +297,14 @@ def test_a_bad_priority_or_key_is_refused_in_the_same_words_with_a_server(
     to 1000'); the CLI checks them as locally before any server is asked."""
     submit = ("submit", TEST_KIND, "--model", "scripted:x.json")
     cli.inline(*submit, "--priority", "5000", ok=False).error(
-        2, "priority 5000 is out of bounds: give a whole number from -1000 to 1000"
+        2, "--priority 5000 is out of bounds: give a whole number from -1000 to 1000"
     )
-    cli.inline(*submit, "--concurrency-key", "", ok=False).error(2, "the concurrency key is empty")
+    cli.inline(*submit, "--concurrency-key", "", ok=False).error(
+        2, "the concurrency key (--concurrency-key) is empty"
+    )
+    # the CLI's flags, not the API's fields the shared check names by default
     cli.inline(*submit, "--max-per-key", "2", ok=False).error(
-        2, "max_per_key needs a concurrency key"
+        2, "--max-per-key needs a concurrency key: give --concurrency-key with it"
     )
 
 
@@ -330,9 +333,9 @@ def test_a_fork_keeps_the_original_s_priority_and_concurrency_key_unless_given(
     shown = cli.inline("show", changed["id"]).stdout
     assert "priority: -1" in shown and "concurrency key: other" in shown
     for bad, said in (
-        (("--priority", "5000"), "priority 5000 is out of bounds"),
-        (("--concurrency-key", ""), "the concurrency key is empty"),
-        (("--max-per-key", "0"), "max_per_key 0 is out of bounds"),
+        (("--priority", "5000"), "--priority 5000 is out of bounds"),
+        (("--concurrency-key", ""), "the concurrency key (--concurrency-key) is empty"),
+        (("--max-per-key", "0"), "--max-per-key 0 is out of bounds"),
     ):
         cli.inline("fork", sid, "--from-step", "0", *bad, ok=False).error(2, said)
         cli.inline("dlq", "fork", sid, "--from-step", "0", *bad, ok=False).error(2, said)
@@ -366,8 +369,8 @@ def test_every_submit_value_the_api_refuses_names_its_option_and_what_to_do(
         ((*submit, "--price", "1,2,0.1,1.25,9"), ("it has 5 numbers",)),
         ((*submit, "--context-window", "5"), ("--context-window must be between 1,024 and",)),
         ((*submit, "--tenant", "Bad Tenant"), ("--tenant 'Bad Tenant' is not a tenant name",)),
-        ((*submit, "--priority", "5000"), ("priority 5000 is out of bounds",)),
-        ((*submit, "--max-per-key", "0"), ("max_per_key 0 is out of bounds",)),
+        ((*submit, "--priority", "5000"), ("--priority 5000 is out of bounds",)),
+        ((*submit, "--max-per-key", "0"), ("--max-per-key 0 is out of bounds",)),
         (("submit", "repair", "--goal", "g" * 20_001), ("invalid --goal: it is 20001 characters",)),
         (("submit", "repair", "--goal", "a\udcffb"), ("invalid --goal: it is not valid UTF-8",)),
         ((*submit, "--input", '{"note": "a\\udcffb"}'), ("invalid --input's note: it is not",)),

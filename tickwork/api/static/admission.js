@@ -1,7 +1,7 @@
 // What a submit and a fork may ask of admission (a priority, a concurrency key and how many
 // of its key at once) and, a fork, of its context window: the fields with the API's bounds,
 // and what the page says when the API refuses one: the form's words, not the body's names
-// or the CLI's flags the API's message may give.
+// the API's message gives.
 import { count, el } from "./core.js";
 
 // the API's bounds (tickwork.fsm.admission, tickwork.fsm.context); the browser tests check
