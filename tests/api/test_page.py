@@ -498,3 +498,15 @@ def test_an_in_doubt_call_shows_its_earlier_approval_as_history(page: Any, stack
     expect(earlier).to_have_class(re.compile(r"\bearlier\b"))
     expect(earlier).to_contain_text("Earlier: approved by alice")
     expect(earlier).to_contain_text("looks safe")
+
+
+def test_a_duration_rounds_once_before_it_is_split(page: Any, stack: Stack) -> None:
+    """A step of 119.6 s read "1 min 60 s" (the minutes cut, then the seconds rounded), and
+    59.96 s read "60.0 s": the duration is rounded once, then split."""
+    page.goto(stack.url)
+    said = page.evaluate(
+        "async (values) => { const { ms } = await import('/static/core.js');"
+        " return values.map(ms); }",
+        [340, 999.6, 1_234, 59_960, 60_000, 119_600, 185_000],
+    )
+    assert said == ["340 ms", "1.0 s", "1.2 s", "1 min 0 s", "1 min 0 s", "2 min 0 s", "3 min 5 s"]

@@ -47,9 +47,12 @@ export function ago(iso) {
 // a duration in milliseconds as people read it: 340 ms, 1.2 s, 3 min 5 s
 export function ms(value) {
   const n = Number(value) || 0;
-  if (n < 1000) return `${Math.round(n)} ms`;
-  if (n < 60000) return `${(n / 1000).toFixed(1)} s`;
-  return `${Math.floor(n / 60000)} min ${Math.round((n % 60000) / 1000)} s`;
+  // rounded once, then split: 119,600 ms read "1 min 60 s", 59,960 ms "60.0 s"
+  if (Math.round(n) < 1000) return `${Math.round(n)} ms`;
+  const tenths = Math.round(n / 100);
+  if (tenths < 600) return `${(tenths / 10).toFixed(1)} s`;
+  const seconds = Math.round(n / 1000);
+  return `${Math.floor(seconds / 60)} min ${seconds % 60} s`;
 }
 
 export const count = (n) => Number(n || 0).toLocaleString("en-US");
