@@ -346,11 +346,12 @@ def _used_up(budgets: Budgets, usage: KeptUsage) -> str | None:
 
 
 def _agent_patches(patch: ForkPatch) -> list[str]:
-    """The parts of `patch` only an agent session has a use for, by their CLI names."""
+    """The parts of `patch` only an agent session has a use for, by their CLI and API names
+    (as the module's other refusals: the shared check knows not which surface asked)."""
     given = {
-        "--system-prompt": patch.system_prompt is not None,
-        "--append-instruction": bool(patch.append_instruction),
-        "--tool-output": bool(patch.tool_outputs),
+        "--system-prompt (API: system_prompt)": patch.system_prompt is not None,
+        "--append-instruction (API: append_instruction)": bool(patch.append_instruction),
+        "--tool-output (API: tool_outputs)": bool(patch.tool_outputs),
     }
     return [name for name, set_ in given.items() if set_]
 

@@ -139,10 +139,13 @@ def record_fork(
     )
 
 
-def check_reason(state: Closing, reason: str) -> None:
-    """Refuse a blank reason for closing a dead letter, saying what to give."""
+def check_reason(state: Closing, reason: str, *, what: str = "reason") -> None:
+    """Refuse a blank reason for closing a dead letter, saying what to give (`what`: how
+    the reason is given, the API's and Python's field by default, the CLI's flag)."""
     if not reason.strip():
-        raise InvalidInput(f"say why the dead letter is {state.value}: give --reason TEXT")
+        raise InvalidInput(
+            f"say why the dead letter is {state.value}: give a reason ({what}), not a blank one"
+        )
 
 
 def close(

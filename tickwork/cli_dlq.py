@@ -143,7 +143,7 @@ def _close(key: str, state: str, reason: str, by: str | None, json_output: bool)
     from tickwork.store.dead_letters import Closing, check_reason
 
     # before the server's body check, whose words name no option ("invalid reason: ...")
-    check_reason(Closing(state), reason)
+    check_reason(Closing(state), reason, what="--reason TEXT")
     remote = cli_remote.client()
     if remote is not None:
         cli_remote.no_name(by)

@@ -244,6 +244,8 @@ def test_a_second_fork_needs_again_and_a_dead_letter_closes_without_one(stack: S
 
     refused = api.post(f"/api/v1/dead-letters/{over}/fork", json=step_1)
     again = api.post(f"/api/v1/dead-letters/{over}/fork", json={**step_1, "again": True})
+    # a blank reason passes the body's length: the refusal named the CLI's --reason
+    blank = api.post(f"/api/v1/dead-letters/{other}/dismiss", json={"reason": "  "})
     dismissed = api.post(f"/api/v1/dead-letters/{other}/dismiss", json={"reason": "noise"})
     twice = api.post(f"/api/v1/dead-letters/{other}/resolve", json={"reason": "fixed"})
     no_reason = api.post(f"/api/v1/dead-letters/{other}/resolve", json={})
@@ -259,6 +261,10 @@ def test_a_second_fork_needs_again_and_a_dead_letter_closes_without_one(stack: S
     assert dismissed.json()["resolution"]["by"] == "olga"
     assert twice.status_code == 409 and "already dismissed by olga" in twice.json()["message"]
     assert no_reason.status_code == 422
+    assert blank.status_code == 422, blank.text
+    assert blank.json()["message"] == (
+        "say why the dead letter is dismissed: give a reason (reason), not a blank one"
+    )
 
 
 def test_export_in_every_format(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> None:

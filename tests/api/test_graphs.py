@@ -50,3 +50,14 @@ def test_a_graph_interrupt_is_approved_over_the_api(stack: Stack) -> None:
         f"/api/v1/sessions/{session_id}/fork", json={"from_step": 1, "state": {"x": 1}}
     )
     assert bad.status_code == 422 and "gives x, which the state Refund does not have" in bad.text
+    # what only an agent session reads is named as the body gives it (it named only flags)
+    for patch, named in (
+        ({"system_prompt": "hi"}, "system_prompt"),
+        ({"append_instruction": "be brief"}, "append_instruction"),
+        ({"tool_outputs": {"s1c0": "x"}}, "tool_outputs"),
+    ):
+        agent = stack.http("olga").post(
+            f"/api/v1/sessions/{session_id}/fork", json={"from_step": 2, **patch}
+        )
+        assert agent.status_code == 422, agent.text
+        assert f"(API: {named})" in agent.json()["message"], agent.text

@@ -203,7 +203,7 @@ def test_dead_letters_listed_shown_counted_exported_forked_and_closed(
 
     for blank in ("", "  "):  # refused with what to give, before anything is sent
         cli.inline("dlq", "resolve", fixed, "--reason", blank, ok=False).error(
-            2, "say why the dead letter is resolved: give --reason TEXT"
+            2, "say why the dead letter is resolved: give a reason (--reason TEXT)"
         )
     resolved = cli.inline(
         "dlq", "resolve", fixed, "--reason", "fixed upstream", "--as", "erin", "--json"
