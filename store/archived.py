@@ -82,13 +82,16 @@ def entry(engine: Engine, session_id: str) -> Entry | None:
     return None if row is None else _entry(row)
 
 
-def archived_ids_starting(engine: Engine, prefix: str, *, limit: int) -> list[str]:
-    """The ids of the archived sessions that start with `prefix`, in id order, at most
-    `limit` (pending ones are still live)."""
+def archived_ids_starting(
+    engine: Engine, prefix: str, *, limit: int, tenant: str | None = None
+) -> list[str]:
+    """The ids of the archived sessions (of `tenant`, if given) that start with `prefix`, in
+    id order, at most `limit` (pending ones are still live)."""
+    where = [archived.c.state == ARCHIVED]
+    if tenant is not None:
+        where.append(archived.c.tenant == tenant)
     with engine.connect() as conn:
-        return ids_starting(
-            conn, archived.c.session_id, prefix, limit=limit, where=[archived.c.state == ARCHIVED]
-        )
+        return ids_starting(conn, archived.c.session_id, prefix, limit=limit, where=where)
 
 
 def load_archived(

@@ -173,9 +173,10 @@ class CoreStore(Services):
         with self.engine.connect() as conn:
             return reads.read_head(conn, session_id)
 
-    def ids_starting(self, prefix: str, *, limit: int) -> list[str]:
+    def ids_starting(self, prefix: str, *, limit: int, tenant: str | None = None) -> list[str]:
+        only = [] if tenant is None else [sessions.c.tenant == tenant]
         with self.engine.connect() as conn:
-            return reads.ids_starting(conn, sessions.c.id, prefix, limit=limit)
+            return reads.ids_starting(conn, sessions.c.id, prefix, limit=limit, where=only)
 
     def load(self, session_id: str) -> Session:
         with self.engine.connect() as conn:

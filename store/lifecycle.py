@@ -60,9 +60,10 @@ class Retention:
         """Where an archived session is; None if it is not archived."""
         return archived.entry(self.engine, session_id)
 
-    def ids_starting(self, prefix: str, *, limit: int) -> list[str]:
-        """The ids of the archived sessions that start with `prefix`, in id order."""
-        return archived.archived_ids_starting(self.engine, prefix, limit=limit)
+    def ids_starting(self, prefix: str, *, limit: int, tenant: str | None = None) -> list[str]:
+        """The ids of the archived sessions (of `tenant`, if given) that start with
+        `prefix`, in id order."""
+        return archived.archived_ids_starting(self.engine, prefix, limit=limit, tenant=tenant)
 
     def load(self, archive: archives.Archive, session_id: str) -> archived.ArchivedSession | None:
         """An archived session read back from its batch; None if it is not archived."""

@@ -58,9 +58,10 @@ class Sessions(Protocol):
 
     def get(self, session_id: str) -> Head: ...
 
-    def ids_starting(self, prefix: str, *, limit: int) -> list[str]:
-        """The ids of the live sessions that start with `prefix` (case-sensitive), in id
-        order, at most `limit`: how the CLI finds the one session a short id names."""
+    def ids_starting(self, prefix: str, *, limit: int, tenant: str | None = None) -> list[str]:
+        """The ids of the live sessions (of `tenant`, if given) that start with `prefix`
+        (case-sensitive), in id order, at most `limit`: how the CLI finds the one session a
+        short id names."""
         ...
 
     def day_spent(self, tenant: str, *, day: datetime) -> float:

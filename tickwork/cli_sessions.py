@@ -47,15 +47,14 @@ def named_session(value: str) -> str:
         return ctx.reads.session_id(value)
 
 
-SessionId = Annotated[
-    str,
-    typer.Argument(
-        metavar="ID",
-        help="The session id, or (locally) its first 6 characters or more if no other id "
-        "starts with them.",
-        callback=named_session,
-    ),
-]
+#: what a session's ID argument takes
+ID_HELP = (
+    "The session id, or (locally) its first 6 characters or more if no other id starts with them."
+)
+SessionId = Annotated[str, typer.Argument(metavar="ID", help=ID_HELP, callback=named_session)]
+#: a session id, or a start of one, that the command resolves itself (`show` looks among
+#: its --tenant's sessions only)
+GivenId = Annotated[str, typer.Argument(metavar="ID", help=ID_HELP, callback=options.session_id)]
 
 
 def register(app: typer.Typer) -> None:
@@ -357,7 +356,7 @@ def list_sessions(
 
 
 def show(
-    session_id: SessionId, tenant: options.Tenant = None, json_output: options.Json = False
+    session_id: GivenId, tenant: options.Tenant = None, json_output: options.Json = False
 ) -> None:
     """Show a session as a timeline: steps, calls and outputs, decisions, costs, outcome.
     With --tenant, only a session of that tenant ('no session' for another's)."""
@@ -377,6 +376,9 @@ def show(
             render.show(render.timeline(view, previews))
         return
     with Context() as ctx:
+        # another tenant's session is no session: its id is not said, even by its start
+        only = None if tenant is None else options.local_tenant(tenant)
+        session_id = ctx.reads.session_id(session_id, tenant=only)
         try:
             whole = ctx.store.load(session_id)
         except SessionNotFound:

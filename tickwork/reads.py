@@ -35,15 +35,20 @@ class Reads(Deployment):
     def get(self, session_id: str) -> Head:
         return self.store.get(session_id)
 
-    def session_id(self, given: str) -> str:
+    def session_id(self, given: str, *, tenant: str | None = None) -> str:
         """The id of the session `given` names: its own id (a live or an archived
-        session's), else the start of exactly one id, of MIN_ID_PREFIX characters or more.
+        session's), else the start of exactly one id, of MIN_ID_PREFIX characters or more;
+        with `tenant`, among that tenant's sessions only (no other tenant's id is said).
         SessionNotFound if none does; InvalidInput, listing a few, if more than one does."""
         try:
-            return self.store.get(given).id
+            head = self.store.get(given)
         except SessionNotFound:
-            if self.store.retention.entry(given) is not None:
+            entry = self.store.retention.entry(given)
+            if entry is not None and tenant in (None, entry.tenant):
                 return given
+        else:
+            if tenant in (None, head.tenant):
+                return head.id
         if len(given) < MIN_ID_PREFIX:
             raise SessionNotFound.of(
                 given,
@@ -52,8 +57,8 @@ class Reads(Deployment):
         more = SHOWN_CANDIDATES + 1
         found = sorted(
             {
-                *self.store.ids_starting(given, limit=more),
-                *self.store.retention.ids_starting(given, limit=more),
+                *self.store.ids_starting(given, limit=more, tenant=tenant),
+                *self.store.retention.ids_starting(given, limit=more, tenant=tenant),
             }
         )
         if not found:

@@ -153,6 +153,18 @@ class SessionContract(Contract):
         assert store.ids_starting("nothing", limit=10) == []
         assert store.ids_starting("caf\x00", limit=10) == []
 
+    def test_ids_starting_of_a_tenant_finds_that_tenant_s_ids_only(
+        self, store: Store, clock: Clock
+    ) -> None:
+        """`show --tenant` looks for a start of an id among the tenant's sessions only."""
+        for session_id, tenant in (("cafe01a", "team-a"), ("cafe01b", "team-b")):
+            found = new_session(session_id, now=clock.advance(1))
+            head = found.head.model_copy(update={"tenant": tenant})
+            store.create(found.model_copy(update={"head": head}), now=clock())
+        assert store.ids_starting("cafe01", limit=10) == ["cafe01a", "cafe01b"]
+        assert store.ids_starting("cafe01", limit=10, tenant="team-b") == ["cafe01b"]
+        assert store.ids_starting("cafe01", limit=10, tenant="team-c") == []
+
     def test_list_sessions_filters_by_the_outcome_a_completing_save_records(
         self, store: Store, clock: Clock
     ) -> None:
