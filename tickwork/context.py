@@ -171,11 +171,13 @@ class Context:
 
     def dead_letter(self, key: str) -> DeadLetter:
         """A dead letter by its id, else by its session's id (or a unique start of one,
-        `Reads.session_id`)."""
+        `Reads.session_id`, unless `key` is digits only: a mistyped letter number must not
+        name the letter of a session whose id starts with those digits)."""
         from tickwork.fsm.errors import SessionNotFound
         from tickwork.store.dead_letters import DeadLetterNotFound
 
-        if key.isascii() and key.isdigit() and int(key) < 2**63:
+        number = key.isascii() and key.isdigit()
+        if number and int(key) < 2**63:
             try:
                 return self.store.dead_letter(int(key))
             except DeadLetterNotFound:
@@ -184,6 +186,12 @@ class Context:
             return self.store.dead_letter(key)
         except DeadLetterNotFound:
             pass
+        if number:
+            raise DeadLetterNotFound(
+                f"no dead letter has id or session id {key!r} (digits only name a dead letter "
+                "or a whole session id, never the start of one); list them with "
+                "`tickwork dlq ls`"
+            )
         try:
             return self.store.dead_letter(self.reads.session_id(key))
         except (DeadLetterNotFound, SessionNotFound):

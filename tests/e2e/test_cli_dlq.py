@@ -114,19 +114,23 @@ def test_dead_letters_from_a_worker_process(deployment: Deployment, cli: Cli) ->
     assert worker.returncode == 0, log.read_text()[-2000:]
 
 
-def _failed(deployment: Deployment, n: int) -> list[str]:
-    """`n` sessions failed on their step budget, each with its dead letter."""
+def _failed(deployment: Deployment, n: int, *, ids: tuple[str, ...] = ()) -> list[str]:
+    """`n` sessions failed on their step budget, each with its dead letter (the first ones
+    under `ids`, where given)."""
     script = deployment.script(
         [{"content": "look", "tool_calls": [call("echo", text="1")]}, {"content": "fixed"}]
     )
-    ids = [
-        deployment.client.submit(TEST_KIND, {}, model=script, budgets={"max_steps": 1}).id
-        for _ in range(n)
-    ]
+    named = [*ids, *[None] * (n - len(ids))]
+    ids = tuple(
+        deployment.client.submit(
+            TEST_KIND, {}, model=script, budgets={"max_steps": 1}, session_id=session_id
+        ).id
+        for session_id in named
+    )
     with deployment.worker():
         for sid in ids:
             assert deployment.client.wait(sid, timeout=60).status.value == "failed"
-    return ids
+    return list(ids)
 
 
 def test_a_dead_letter_is_forked_once_unless_again_and_keeps_every_fork(
@@ -223,3 +227,23 @@ def test_a_dead_letter_is_resolved_or_dismissed_without_a_fork(
         noise: "dismissed",
         fixed: "resolved",
     }, listed
+
+
+def test_a_number_no_dead_letter_has_is_not_taken_for_the_start_of_a_session_id(
+    deployment: Deployment, cli: Cli
+) -> None:
+    """`dlq dismiss 123456` with no dead letter 123456 must not close the letter of a
+    session whose id happens to start with those digits: a mistyped number would act on
+    another letter."""
+    (failed,) = _failed(deployment, 1, ids=("12345678-digits-first",))
+
+    cli.inline("dlq", "dismiss", "123456", "--reason", "noise", ok=False).error(
+        1, "no dead letter", "123456", "digits", "whole session id"
+    )
+
+    assert [d["session_id"] for d in cli.inline("dlq", "ls", "--unresolved", "--json").json()] == [
+        failed
+    ]
+    # the whole id, or a start with a letter in it, still names it
+    assert cli.inline("dlq", "show", failed, "--json").json()["session_id"] == failed
+    assert cli.inline("dlq", "show", "12345678-d", "--json").json()["session_id"] == failed
