@@ -16,7 +16,14 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["MAX_FAILING", "MAX_ID_CHARS", "failed_before", "failed_before_line", "failing_tests"]
+__all__ = [
+    "MAX_FAILING",
+    "MAX_ID_CHARS",
+    "failed_before",
+    "failed_before_line",
+    "failing_tests",
+    "passed_before_line",
+]
 
 #: the most failing test ids a run's record keeps, and the longest id kept
 MAX_FAILING = 200
@@ -77,3 +84,23 @@ def failed_before_line(found: Mapping[str, Any] | None) -> str | None:
         f"{count} of the {of} failing tests failed before any change too (in the session's "
         f"first test run): {', '.join(tests)}{more}"
     )
+
+
+def passed_before_line(before: Any, final: Any) -> str | None:
+    """One line for a person when a repair's tests passed in its run before any change
+    (`before`, the result's `tests_before`), None otherwise: with a final run (`final`, the
+    result's `tests`) that passed, the patch mended no failing test (a bug no test reaches,
+    or nothing to repair); with one that ran and failed, the session's changes broke them."""
+    if not isinstance(before, Mapping) or before.get("passed") is not True:
+        return None
+    if not isinstance(final, Mapping):
+        return None
+    where = f"in the session's first test run, step {before.get('step')}"
+    if final.get("passed") is True:
+        return (
+            f"the tests passed before any change too ({where}): the patch repaired no "
+            "failing test; check that it is wanted"
+        )
+    if final.get("not_run") or final.get("exit_code") is None:
+        return None  # they did not run at the end: the outcome says why
+    return f"the tests passed before any change ({where}): the session's changes made them fail"

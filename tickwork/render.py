@@ -26,7 +26,7 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
-from tickwork.fsm.failures import failed_before_line
+from tickwork.fsm.failures import failed_before_line, passed_before_line
 from tickwork.fsm.kinds import GraphRef, graph_of
 from tickwork.fsm.wording import counted
 
@@ -752,8 +752,11 @@ def outcome(h: Mapping[str, Any], steps: list[Mapping[str, Any]]) -> list[Render
             )
         )
     parts.extend(_environment(result.pop("environment", None)))
-    parts.extend(_tests(result.pop("tests", None)))
-    result.pop("tests_before", None)  # its failing tests: `failed_before` says what matters
+    final = result.pop("tests", None)
+    parts.extend(_tests(final))
+    # its failing tests: `failed_before` says what matters, and whether they passed
+    if said := passed_before_line(result.pop("tests_before", None), final):
+        parts.append(Text(said, style="yellow"))
     if said := failed_before_line(result.pop("failed_before", None)):
         parts.append(Text(said, style="yellow"))
     if result:

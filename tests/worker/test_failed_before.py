@@ -150,6 +150,7 @@ def test_the_test_command_run_with_run_command_first_is_the_run_before(ticks: Ti
     assert result["tests_before"] == {
         "step": 1,
         "call_id": "s1c0",
+        "passed": False,
         "failing": ["test_calc.T.test_add", "test_calc.T.test_tz"],
     }
     assert result["failed_before"] == {"count": 1, "of": 1, "tests": ["test_calc.T.test_tz"]}
@@ -218,6 +219,7 @@ def test_only_a_run_before_every_saved_change_counts() -> None:
     assert baseline.first_run(history, []) == {
         "step": 2,
         "call_id": "s2c0",
+        "passed": False,
         "failing": ["t.py::test_tz"],
     }
     # what the run itself wrote is no change before it; a later change is none either
@@ -243,6 +245,7 @@ def test_a_run_command_of_the_test_command_counts_as_a_test_run() -> None:
     assert baseline.first_run(ran, []) == {
         "step": 1,
         "call_id": "s1c0",
+        "passed": False,
         "failing": ["t.py::test_tz"],
     }
     assert baseline.first_run(ran, [_saved(1, "s1c0")]) is not None  # what it wrote itself
@@ -259,7 +262,77 @@ def test_a_run_command_of_the_test_command_counts_as_a_test_run() -> None:
         command="pytest -q",
     )
     assert baseline.first_run(later, [])["step"] == 2  # type: ignore[index]
+    # a run_command of the test command that exited 0 passed, as a run_tests that says so
+    passing = "exit code: 0\n--- stdout ---\n3 passed in 0.1s"
+    first = baseline.first_run(_history((1, "run_command", passing), command="pytest -q"), [])
+    assert first is not None and first["passed"] is True and first["failing"] == []
     nothing = "exit code: 5\n--- stdout ---\nno tests ran in 0.01s"
     assert (
         baseline.first_run(_history((1, "run_command", nothing), command="pytest -q"), []) is None
     )
+
+
+PASSING = TESTS.replace('self.fail("this machine\'s tz data")', "pass").replace(
+    "add(2, 3), 5", "add(2, 3), -1"
+)
+
+
+#: a change that leaves the tests as they were
+TIDY = {"name": "run_command", "arguments": {"command": "printf '# tidied\\n' >> calc.py"}}
+
+
+def test_a_repaired_session_whose_tests_passed_before_any_change_says_so(ticks: Ticks) -> None:
+    # pluggy with a bug no test reaches: the first run passes, the model changes code anyway,
+    # and `repaired` alone would read as if it had mended a failing test
+    replies = [
+        {"content": "reproduce", "tool_calls": [RUN_TESTS]},
+        {"content": "change it anyway", "tool_calls": [TIDY]},
+        {"content": "done"},
+    ]
+    done = _repair(ticks, replies, PASSING)
+    assert done.result["outcome"] == "repaired", done.result["tests"]["output"]
+    assert done.result["tests_before"] == {
+        "step": 1,
+        "call_id": "s1c0",
+        "passed": True,
+        "failing": [],
+    }
+    assert (
+        "the tests passed before any change too (in the session's first test run, step 1): "
+        "the patch repaired no failing test; check that it is wanted"
+    ) in _shown(done)
+    card = finished_card(
+        done, status="completed", data={}, public_url="", at=datetime.now(UTC), masker=Masker()
+    )
+    assert card["session"]["passed_before"] is True
+
+
+def test_a_session_whose_changes_broke_passing_tests_says_so(ticks: Ticks) -> None:
+    replies = [
+        {"content": "reproduce", "tool_calls": [RUN_TESTS]},
+        {"content": "a wrong fix", "tool_calls": [FIX]},
+        {"content": "done"},
+    ]
+    done = _repair(ticks, replies, PASSING)
+    assert done.result["outcome"] == "tests_failing", done.result["tests"]["output"]
+    assert done.result["tests_before"]["passed"] is True
+    assert done.result["failed_before"] == {"count": 0, "of": 1, "tests": []}
+    assert (
+        "the tests passed before any change (in the session's first test run, step 1): "
+        "the session's changes made them fail"
+    ) in _shown(done)
+
+
+def test_a_session_whose_tests_failed_before_says_nothing_of_passing(ticks: Ticks) -> None:
+    replies = [
+        {"content": "reproduce", "tool_calls": [RUN_TESTS]},
+        {"content": "fix", "tool_calls": [FIX]},
+        {"content": "done"},
+    ]
+    done = _repair(ticks, replies, TESTS.replace('self.fail("this machine\'s tz data")', "pass"))
+    assert done.result["tests_before"]["passed"] is False
+    assert "passed before any change" not in _shown(done)
+    card = finished_card(
+        done, status="completed", data={}, public_url="", at=datetime.now(UTC), masker=Masker()
+    )
+    assert card["session"]["passed_before"] is False

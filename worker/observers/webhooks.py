@@ -135,6 +135,9 @@ def finished_card(
             #: a repair's failing tests that failed before any change too (`count` of
             #: `of`, the first `tests`): None when none did, or nothing ran before a change
             "failed_before": _failed_before(head.result, masker),
+            #: whether a repair's tests passed in its run before any change: None when
+            #: nothing ran before a change (or another kind)
+            "passed_before": _passed_before(head.result),
             "steps": head.step,
             "tokens": head.tokens,
             "cost_usd": head.cost_usd,
@@ -158,6 +161,14 @@ def _failed_before(result: dict[str, Any], masker: Masker) -> dict[str, Any] | N
         return None
     tests = [masker.text(str(t)) for t in found.get("tests") or ()]
     return {"count": found["count"], "of": found["of"], "tests": tests}
+
+
+def _passed_before(result: dict[str, Any]) -> bool | None:
+    """Whether the result's run before any change (`tests_before`) passed; None without one
+    (or one recorded before it said so)."""
+    before = result.get("tests_before")
+    passed = before.get("passed") if isinstance(before, dict) else None
+    return passed if isinstance(passed, bool) else None
 
 
 def masked_url(url: str) -> str:

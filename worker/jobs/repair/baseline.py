@@ -6,11 +6,12 @@ tests ran, if no change to the session's files was saved before it (a change the
 itself made counts as none), is the run before any change: a `run_tests`, or a
 `run_command` of the session's test command itself (a model that reproduces the failure
 the way it would by hand; another command, `pytest -k one_test`, says nothing of the
-others). The repair's result
-keeps its failing tests (`tests_before`) and says which of the final run's failing tests
-failed there too (`failed_before`, `tickwork.fsm.failures`). A session whose files changed
-before any such run has none: nothing is said. A fork's start (its parent's kept changes,
-collapsed at its fork step) counts as a change before every step it copied.
+others). The repair's result keeps whether its tests passed and its failing tests
+(`tests_before`) and says which of the final run's failing tests failed there too
+(`failed_before`, `tickwork.fsm.failures`), or that the tests passed before the session
+changed anything (`passed_before_line`). A session whose files changed before any such run
+has none: nothing is said. A fork's start (its parent's kept changes, collapsed at its fork
+step) counts as a change before every step it copied.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ RUN_TESTS = "run_tests"
 RUN_COMMAND = "run_command"
 #: how `run_tests` begins an observation of tests that ran (`toolkit.run_tests`)
 _RAN = ("tests FAILED", "tests passed")
+#: how `run_tests` begins one whose tests passed
+_PASSED = "tests passed"
 #: how `run_command` begins its observation (`ShellResult.describe`)
 _EXIT = re.compile(r"exit code: (-?\d+)\n")
 
@@ -40,8 +43,8 @@ _EXIT = re.compile(r"exit code: (-?\d+)\n")
 def first_run(session: Session, changes: Sequence[Saved]) -> dict[str, Any] | None:
     """The session's first test run (`run_tests`, or `run_command` of its test command)
     whose tests ran before any change to its files was saved (`changes`, in any order): its
-    step, call and failing tests; None if there was none (no such call, or the files had
-    changed before every one)."""
+    step, call, whether its tests passed and its failing tests; None if there was none (no
+    such call, or the files had changed before every one)."""
     seen = {o.call_id: o for o in session.observations}
     command = _test_command(session.head.config.get("test_command"))
     for step in sorted(session.steps, key=lambda s: s.step):
@@ -58,6 +61,7 @@ def first_run(session: Session, changes: Sequence[Saved]) -> dict[str, Any] | No
             return {
                 "step": call.step,
                 "call_id": call.call_id,
+                "passed": _passed(call, observation.content),
                 "failing": failing_tests(observation.content),
             }
     return None
@@ -99,6 +103,15 @@ def _ran(call: ToolCall, command: list[str] | None, content: str) -> bool:
         return False  # killed: no verdict
     why = why_tests_did_not_run(shlex.join(command), int(exit_code.group(1)), content)
     return why is None
+
+
+def _passed(call: ToolCall, content: str) -> bool:
+    """Whether the tests of a run that ran (`_ran`) passed: `run_tests` says so; a
+    `run_command` of the test command exited 0."""
+    if call.name == RUN_TESTS:
+        return content.startswith(_PASSED)
+    exit_code = _EXIT.match(content)
+    return exit_code is not None and int(exit_code.group(1)) == 0
 
 
 def _before(saved: Saved, step: int, call_id: str) -> bool:
