@@ -354,6 +354,7 @@ def why_tests_did_not_run(
     environment: Mapping[str, Any] | None = None,
     own: Callable[[], Collection[str]] | None = None,
     setup_online: bool | Callable[[], bool] = True,
+    without_environment: bool = False,
 ) -> str | None:
     """Why a run of the test command proved nothing about the code, or None if its tests
     ran: the shell could not find or execute it (exit 126, 127), its `python -m` runner is
@@ -366,7 +367,8 @@ def why_tests_did_not_run(
     final test run records it as `not_run`; `run_tests` tells the model the same.
     `environment`, the session's environment record (`missing`: what the project declares
     that setup did not install; `note`: why, as setup without network), says what to do
-    of a missing runner."""
+    of a missing runner; `without_environment`: the session has none (`--setup none`), so
+    the project has nothing to declare, the submitter an environment to ask for."""
     if exit_code in NOT_FOUND_EXIT_CODES:
         said = f"the shell could not find or execute the test command (exit {exit_code})"
         program = _program(command)
@@ -385,7 +387,8 @@ def why_tests_did_not_run(
     if exit_code != 0 and (runner := missing_runner(command, output)) is not None:
         return (
             f"the test runner {runner} is not installed in the session's environment (Python "
-            f"says: No module named {runner}): {_runner_hint(runner, environment or {})}"
+            f"says: No module named {runner}): "
+            + (_NO_ENVIRONMENT if without_environment else _runner_hint(runner, environment or {}))
         )
     if timed_out:
         return None
@@ -414,6 +417,13 @@ def why_tests_did_not_run(
                 'setup commands that install it, e.g. `--setup "python3 -m venv /env" '
                 f"--setup \"/env/bin/pip install -e '.[{extra}]'{runner}\"`"
             )
+        if without_environment:
+            return (
+                f"{said}: the session has no environment (`--setup none`): submit it with "
+                "`--setup auto` (the default), which installs the project and its test "
+                "requirements (add it to them if they lack it), or give setup commands that "
+                "install it"
+            )
         return (
             f"{said}: add it to the project's test requirements, or give setup commands that "
             "install it (`--setup`)"
@@ -426,6 +436,13 @@ def why_tests_did_not_run(
         )
     return refused_command(command, exit_code, output) or no_tests_ran(command, exit_code, output)
 
+
+#: what to do of a test runner a session without an environment lacks
+_NO_ENVIRONMENT = (
+    "the session has no environment (`--setup none`): submit it with `--setup auto` (the "
+    "default), which installs the project and its test dependencies, or give setup commands "
+    "that install it"
+)
 
 #: test commands that build environments of their own rather than run the tests here
 _ENVIRONMENT_BUILDERS = frozenset({"tox", "nox"})

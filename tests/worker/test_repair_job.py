@@ -585,6 +585,29 @@ def test_a_runner_that_setup_without_network_could_not_install_is_not_the_projec
     assert "declare it in the project's test dependencies" in said and "no network" in said
 
 
+def test_a_runner_missing_from_a_session_without_environment_says_to_build_one(
+    project: Path,
+) -> None:
+    """cachetools submitted with `--setup none`: `python3 -m pytest` found no pytest, and the
+    reason asked to declare it in the project's test dependencies, which tox.ini does. A
+    session without an environment (`--setup none`) is told how to get one."""
+    head = head_for({"test_command": "python3 -m tickwork_no_such_runner -q"})
+    said = str(run_final_tests(head, project)["not_run"])
+    assert said.startswith("the test runner tickwork_no_such_runner is not installed"), said
+    assert (
+        "the session has no environment (`--setup none`): submit it with `--setup auto` (the "
+        "default), which installs the project and its test dependencies, or give setup "
+        "commands that install it"
+    ) in said
+    assert "declare it in the project's test dependencies" not in said
+    # with an environment that lacks it, the project is asked to declare it, as before
+    built = head.model_copy(
+        update={"config": {**head.config, "environment": {"setup": "auto"}}},
+    )
+    said = str(run_final_tests(built, project)["not_run"])
+    assert "declare it in the project's test dependencies" in said, said
+
+
 def test_the_final_test_run_has_a_timeout(project: Path) -> None:
     slow = "python3 -c 'import time; time.sleep(30)'"
     tests = run_final_tests(head_for({"test_command": slow, "test_timeout_s": 0.5}), project)
@@ -723,12 +746,17 @@ def test_a_test_module_the_environment_lacks_is_not_a_failing_test(project: Path
     ended `tests_failing` as if the code were broken. A module of the project's own that is
     missing is the code's fault: that still fails."""
     command = _collection_stopped("not_installed_dep")
-    tests = run_final_tests(head_for({"test_command": command}), project)
+    auto = {"setup": "auto"}  # a session with an environment (`--setup none`'s: below)
+    tests = run_final_tests(head_for({"test_command": command, "environment": auto}), project)
     assert tests["exit_code"] == 2 and tests["passed"] is False, tests["output"]
     assert "'not_installed_dep'" in tests["not_run"] and "test requirements" in tests["not_run"]
     assert repair_outcome(patch="a patch", tests=tests) is Outcome.TESTS_NOT_RUN
-    offline = run_final_tests(head_for({"test_command": command, "network": "none"}), project)
+    offline = run_final_tests(
+        head_for({"test_command": command, "network": "none", "environment": auto}), project
+    )
     assert "setup had no network" in offline["not_run"]
+    bare = run_final_tests(head_for({"test_command": command}), project)
+    assert "the session has no environment (`--setup none`)" in bare["not_run"]
 
     own = run_final_tests(head_for({"test_command": _collection_stopped("pkg.renamed")}), project)
     assert own["exit_code"] == 2 and "not_run" not in own, own["output"]

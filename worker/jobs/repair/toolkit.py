@@ -386,8 +386,9 @@ def why_not_run(
     environment: Mapping[str, Any] | None,
 ) -> str | None:
     """`why_tests_did_not_run` of a session's test command run in its working copy `root`,
-    `environment` its environment record. The tree is walked, and the settings read, only
-    for a run that stopped at collection for want of a module."""
+    `environment` its environment record (None for a session without one). The tree is
+    walked, and the settings read, only for a run that stopped at collection for want of a
+    module."""
     return why_tests_did_not_run(
         command,
         result.exit_code,
@@ -396,6 +397,8 @@ def why_not_run(
         environment=environment,
         own=lambda: own_modules(root),
         setup_online=lambda: policy_for(config, load_settings(), setup=True) is not None,
+        # `--setup none` leaves both empty: no record, and no environment in the config
+        without_environment=environment is None and not config.get("environment"),
     )
 
 
