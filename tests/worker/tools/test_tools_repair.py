@@ -425,6 +425,19 @@ def test_run_tests_tells_the_model_that_setup_had_no_network_not_to_declare_the_
     assert "declare it in the project's test dependencies" not in said
 
 
+def test_run_tests_tells_a_session_without_environment_to_ask_for_one(
+    workspace: Path, call: Call, make_ctx: Callable[..., ToolContext]
+) -> None:
+    """cachetools with `--setup none`: the model was told to declare pytest in the project's
+    test dependencies, which its tox.ini does; it is told the session has no environment."""
+    command = f"{PYTHON} -m no_such_runner_x -q"
+    said = call("run_tests", ctx=make_ctx(config={"test_command": command})).output
+    assert "the session has no environment (`--setup none`)" in said, said
+    assert "declare it in the project's test dependencies" not in said
+    built = make_ctx(config={"test_command": command, "environment": {"setup": "auto"}})
+    assert "declare it in the project's test dependencies" in call("run_tests", ctx=built).output
+
+
 def test_run_tests_walks_the_workspace_only_for_a_collection_stop(
     workspace: Path,
     call: Call,
@@ -459,7 +472,8 @@ def test_run_tests_walks_the_workspace_only_for_a_collection_stop(
         "!!!!!!!!!! Interrupted: 1 error during collection !!!!!!!!!!\n1 error in 0.49s\n"
     )
     (workspace / "stopped.txt").write_text(stopped)
-    said = call("run_tests", ctx=make_ctx(config={"test_command": "cat stopped.txt; exit 2"}))
+    auto = {"test_command": "cat stopped.txt; exit 2", "environment": {"setup": "auto"}}
+    said = call("run_tests", ctx=make_ctx(config=auto))
     assert said.output.startswith("tests did NOT run: pytest stopped at collection"), said.output
     assert "'not_installed_dep'" in said.output and "test requirements" in said.output
     assert walks == [workspace] and asked_online == [True]

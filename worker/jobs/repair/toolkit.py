@@ -386,7 +386,7 @@ def why_not_run(
     environment: Mapping[str, Any] | None,
 ) -> str | None:
     """`why_tests_did_not_run` of a session's test command run in its working copy `root`,
-    `environment` its environment record (None for a session without one). The tree is
+    `environment` its environment record (None or empty for a session without one). The tree is
     walked, and the settings read, only for a run that stopped at collection for want of a
     module."""
     return why_tests_did_not_run(
@@ -397,8 +397,9 @@ def why_not_run(
         environment=environment,
         own=lambda: own_modules(root),
         setup_online=lambda: policy_for(config, load_settings(), setup=True) is not None,
-        # `--setup none` leaves both empty: no record, and no environment in the config
-        without_environment=environment is None and not config.get("environment"),
+        # `--setup none` leaves both empty: no record (`run_tests` has {}), and no
+        # environment in the config
+        without_environment=not environment and not config.get("environment"),
     )
 
 
