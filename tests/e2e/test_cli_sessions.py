@@ -192,7 +192,7 @@ def test_errors_are_one_line_with_an_exit_code(deployment: Deployment, cli: Cli)
         ("submit", TEST_KIND, "--model", script, "--priority", "5000"): (2, "priority 5000"),
         ("submit", TEST_KIND, "--model", script, "--max-per-key", "2"): (
             2,
-            "--concurrency-key KEY",
+            "--max-per-key needs a concurrency key: give --concurrency-key with it",
         ),
         ("submit", TEST_KIND, "--model", script, "--concurrency-key", "a b"): (
             2,
