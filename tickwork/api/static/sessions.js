@@ -173,9 +173,12 @@ export async function sessionView(view, id) {
     summary, forks, tree, waiting, el("h3", {}, "Per step"), perStep,
     el("h3", {}, "Events ", live), events, el("h3", {}, "Timeline"), steps);
   let shownWaiting = "";
+  let asked = 0; // refreshes begun: one answered after a later one began draws nothing
 
   async function refresh() {
+    const mine = ++asked;
     const view = await api(`/sessions/${enc(id)}`);
+    if (mine !== asked) return;
     const head = view.head;
     status.replaceChildren(badge(head.status));
     status.dataset.status = head.status;
@@ -189,6 +192,7 @@ export async function sessionView(view, id) {
       shownWaiting = key;
       if (key) {
         const w = await api(`/approvals/${enc(id)}`);
+        if (mine !== asked) { shownWaiting = ""; return; }
         waiting.replaceChildren(el("h3", {}, "Waiting for you"),
           ...w.calls.map((call) => callCard(id, call, () => refresh())));
       } else {
