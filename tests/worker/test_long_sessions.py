@@ -4,11 +4,12 @@ compaction, a graph node and a trace learn and record of the window the server s
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from tickwork.fsm import context
-from tickwork.fsm.values import EventKind, Status, StepKind
+from tickwork.fsm.values import EventKind, Head, Status, StepKind
 from tickwork.worker.observers.report import TickReport
 from tickwork.worker.tick.advance import advance
 
@@ -116,16 +117,7 @@ def test_a_graph_nodes_cap_asked_again_is_in_its_events_as_an_agents_is(
     A node's model calls are `model_called` events too, naming the node."""
     from tickwork import render, views
 
-    chat = WindowedChat(window=16_384, steps=5, counts_completion=True, undercount=0.33)
-    with windowed_chat(chat):
-        monkeypatch.setenv("OPENAI_BASE_URL", chat.url)
-        head = long.client.submit(
-            "tests.graphs:ASK",
-            {"size": 12_000},
-            model="openai:long",
-            price=PRICE,
-            context_window=16_384,
-        )
+    with _undercounted(long, monkeypatch, "tests.graphs:ASK", 12_000) as (chat, head):
         done = long.run(head.id)
     assert done.status is Status.COMPLETED, done.error_message
     (refused,) = [i for i, r in enumerate(chat.log) if r.refused]
@@ -154,16 +146,7 @@ def test_a_graph_nodes_prompts_are_fitted_as_the_server_counts_them(
     nearly the whole window, refused it with its cap and left no room to ask again, and the
     session failed CONTEXT. A node's later calls are fitted and capped as the server
     counted its earlier ones."""
-    chat = WindowedChat(window=16_384, steps=5, counts_completion=True, undercount=0.33)
-    with windowed_chat(chat):
-        monkeypatch.setenv("OPENAI_BASE_URL", chat.url)
-        head = long.client.submit(
-            "tests.graphs:ASK_MORE",
-            {"size": 8_000},
-            model="openai:long",
-            price=PRICE,
-            context_window=16_384,
-        )
+    with _undercounted(long, monkeypatch, "tests.graphs:ASK_MORE", 8_000) as (chat, head):
         done = long.run(head.id)
     assert done.status is Status.COMPLETED, done.error_message
     assert not [r for r in chat.log if r.refused], "no call passed the window"
@@ -182,16 +165,7 @@ def test_a_graph_nodes_first_prompt_is_fitted_as_the_server_counted_the_nodes_be
     tokenizer counting a third more a second node's prompt estimated just under the target
     was refused with its cap and the session failed CONTEXT. The scale a node learned is
     kept on the card for the next node's first call."""
-    chat = WindowedChat(window=16_384, steps=5, counts_completion=True, undercount=0.33)
-    with windowed_chat(chat):
-        monkeypatch.setenv("OPENAI_BASE_URL", chat.url)
-        head = long.client.submit(
-            "tests.graphs:PEEK_THEN_ASK",
-            {"size": 8_000},
-            model="openai:long",
-            price=PRICE,
-            context_window=16_384,
-        )
+    with _undercounted(long, monkeypatch, "tests.graphs:PEEK_THEN_ASK", 8_000) as (chat, head):
         done = long.run(head.id)
     assert done.status is Status.COMPLETED, done.error_message
     assert not [r for r in chat.log if r.refused], "no call passed the window"
@@ -207,16 +181,9 @@ def test_a_branchs_first_prompt_is_fitted_as_the_server_counted_its_parents(
     """A branch (a child session running one node) starts with what its parent's nodes
     learned of the server's count, as it starts under the window they learned: its first
     prompt, estimated just under the target, is fitted as the server will count it."""
-    chat = WindowedChat(window=16_384, steps=5, undercount=0.33)
-    with windowed_chat(chat):
-        monkeypatch.setenv("OPENAI_BASE_URL", chat.url)
-        head = long.client.submit(
-            "tests.graphs:ASK_AROUND",
-            {"size": 8_000},
-            model="openai:long",
-            price=PRICE,
-            context_window=16_384,
-        )
+    with _undercounted(
+        long, monkeypatch, "tests.graphs:ASK_AROUND", 8_000, counts_completion=False
+    ) as (chat, head):
         done = long.run(head.id)
         for branch in long.store.children(head.id):
             long.run(branch.id)
@@ -326,16 +293,7 @@ def test_a_traces_max_tokens_is_the_cap_the_call_was_sent_with(
 def test_a_graph_nodes_traced_max_tokens_is_the_cap_it_was_sent_with(
     long: Long, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    chat = WindowedChat(window=16_384, steps=5, counts_completion=True, undercount=0.33)
-    with windowed_chat(chat):
-        monkeypatch.setenv("OPENAI_BASE_URL", chat.url)
-        head = long.client.submit(
-            "tests.graphs:ASK",
-            {"size": 12_000},
-            model="openai:long",
-            price=PRICE,
-            context_window=16_384,
-        )
+    with _undercounted(long, monkeypatch, "tests.graphs:ASK", 12_000) as (chat, head):
         reports = _reports(long, head.id)
     (refused,) = [r for r in chat.log if r.refused]
     (sent,) = chat.answered
@@ -439,3 +397,26 @@ def test_a_graph_nodes_model_call_failing_past_its_retries_fails_model_error(
     assert (done.status, done.error_code) == (Status.FAILED, "MODEL_ERROR")
     assert "fake 503" in (done.error_message or "")
     assert fake.requests[0] == 2
+
+
+@contextmanager
+def _undercounted(
+    long: Long,
+    monkeypatch: pytest.MonkeyPatch,
+    kind: str,
+    size: int,
+    *,
+    counts_completion: bool = True,
+) -> Iterator[tuple[WindowedChat, Head]]:
+    """A session of graph `kind` (its input `size`) submitted under a window of 16,384 to a
+    server whose tokenizer counts a third more than the estimate; yields the server and
+    the session's head while the server answers."""
+    chat = WindowedChat(
+        window=16_384, steps=5, counts_completion=counts_completion, undercount=0.33
+    )
+    with windowed_chat(chat):
+        monkeypatch.setenv("OPENAI_BASE_URL", chat.url)
+        head = long.client.submit(
+            kind, {"size": size}, model="openai:long", price=PRICE, context_window=16_384
+        )
+        yield chat, head
