@@ -340,7 +340,7 @@ def test_a_dead_letter_is_closed_once_with_who_when_and_why(
     ]
     with pytest.raises(DeadLetterClosed, match="already dismissed by x'"):
         close(store.engine, "d1", state=Closing.RESOLVED, by="erin", reason="x", now=clock())
-    with pytest.raises(InvalidInput, match="--reason"):
+    with pytest.raises(InvalidInput, match=r"give a reason \(reason\), not a blank one"):
         close(store.engine, "d2", state=Closing.RESOLVED, by="erin", reason=" ", now=clock())
     with pytest.raises(DeadLetterNotFound):
         close(store.engine, 999, state=Closing.RESOLVED, by="erin", reason="x", now=clock())
