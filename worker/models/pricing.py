@@ -266,24 +266,6 @@ def charge(price: Price, usage: Usage) -> float:
     ) / 1e6
 
 
-def call_cost(
-    spec: str,
-    config: Mapping[str, Any],
-    reply_model: str,
-    usage: Usage,
-    overrides: Mapping[str, PriceLike] | None = None,
-    *,
-    providers: SpecPrices,
-) -> float:
-    """USD for one model call of a session, at the operator's price of its spec (the
-    overrides, the tables, its provider's), raised to the price given at submit where that is
-    higher. Only a spec nobody prices is billed by the model the server named (a router's or
-    an alias's answer), else at the price given at submit: the name in the reply is the
-    server's to choose, so it never lowers (or raises) what the operator configured."""
-    price = session_price(spec, config, overrides, providers=providers)
-    return billed(price, spec, reply_model, usage, overrides)
-
-
 def billed(
     price: Price | None,
     spec: str,
@@ -291,9 +273,11 @@ def billed(
     usage: Usage,
     overrides: Mapping[str, PriceLike] | None = None,
 ) -> float:
-    """USD for one model call at the session's `price` (`session_price`, as `call_cost`
-    finds it, for a caller that has it already); with none, the spec nobody prices is
-    billed by the model the server named."""
+    """USD for one model call of a session at its `price` (`session_price`: the operator's
+    price of its spec, raised to the price given at submit where that is higher), found once
+    by the caller (an agent's THINK, a graph node's run). Only a spec nobody prices is billed
+    by the model the server named (a router's or an alias's answer): the name in the reply is
+    the server's to choose, so it never lowers (or raises) what the operator configured."""
     if price is not None:
         return charge(price, usage)
     return cost_usd(reply_model or spec, usage, overrides)

@@ -11,7 +11,7 @@ from tickwork.worker.models import Price, Providers, cost_usd, price_for
 from tickwork.worker.models.base import estimate_schemas, estimate_tokens, transcript_text
 from tickwork.worker.models.pricing import (
     DEFAULT_MAX_COMPLETION,
-    call_cost,
+    billed,
     next_call,
     passes_on,
     session_price,
@@ -19,6 +19,14 @@ from tickwork.worker.models.pricing import (
 from tickwork.worker.models.providers import Provider
 
 MILLION = Usage(prompt_tokens=1_000_000, completion_tokens=1_000_000)
+
+
+def bill(spec, config, reply_model, usage, overrides=None, *, providers=None):
+    """USD for one call of a session of model `spec` and `config`, as an agent's THINK and
+    a graph node bill it: at the session's price (`session_price`), then `billed`."""
+    providers = providers or Providers()
+    price = session_price(spec, config, overrides, providers=providers)
+    return billed(price, spec, reply_model, usage, overrides)
 
 
 def test_known_model():
@@ -244,19 +252,14 @@ def test_session_price(spec, config, overrides, price):
 def test_a_call_is_charged_at_the_price_given_at_submit_first_but_never_below_the_table():
     given = {"price": {"prompt": 3.0, "completion": 0.0}}
     usage = Usage(prompt_tokens=1_000_000, completion_tokens=0)
-    assert (
-        call_cost("openai:gpt-4o", given, "gpt-4o-2024-08-06", usage, providers=Providers()) == 3.0
-    )
+    assert bill("openai:gpt-4o", given, "gpt-4o-2024-08-06", usage) == 3.0
     # a price of 0 stored before the submit refused it (or a child's) bills the table's
     free = {"price": {"prompt": 0.0, "completion": 0.0}}
-    assert call_cost("openai:gpt-4o", free, "gpt-4o", usage, providers=Providers()) == 2.5
-    assert call_cost("openai:local", free, "local", usage, providers=Providers()) == 0.0
-    assert call_cost("openai:gpt-4o", {}, "gpt-4o-2024-08-06", usage, providers=Providers()) == 2.5
-    assert (
-        call_cost("openai:gpt-4o", {}, "served-under-another-name", usage, providers=Providers())
-        == 2.5
-    )
-    assert call_cost("openai:local", {}, "local", usage, providers=Providers()) == 0.0
+    assert bill("openai:gpt-4o", free, "gpt-4o", usage) == 2.5
+    assert bill("openai:local", free, "local", usage) == 0.0
+    assert bill("openai:gpt-4o", {}, "gpt-4o-2024-08-06", usage) == 2.5
+    assert bill("openai:gpt-4o", {}, "served-under-another-name", usage) == 2.5
+    assert bill("openai:local", {}, "local", usage) == 0.0
 
 
 @pytest.mark.parametrize(
@@ -378,8 +381,8 @@ def test_the_operators_price_of_the_spec_wins_over_the_model_name_the_server_ans
     # the built-in table prices lower: the session is billed at what the operator configured
     usage = Usage(prompt_tokens=10_000, completion_tokens=1_000)
     house = {"house-model": [100, 400]}
-    billed = call_cost("openai:house-model", {}, "gpt-4o-mini", usage, house, providers=Providers())
-    assert billed == pytest.approx(1.4)
+    cost = bill("openai:house-model", {}, "gpt-4o-mini", usage, house)
+    assert cost == pytest.approx(1.4)
     # ... and at what a registered provider prices its models, whatever its replies say
     custom = Provider(
         prefix="house",
@@ -388,12 +391,10 @@ def test_the_operators_price_of_the_spec_wins_over_the_model_name_the_server_ans
         price=lambda rest: Price(1.0, 2.0),
     )
     providers = Providers(shipped=[custom], entry_points=False)
-    assert call_cost("house:x", {}, "scripted", usage, providers=providers) == pytest.approx(0.012)
+    assert bill("house:x", {}, "scripted", usage, providers=providers) == pytest.approx(0.012)
     # a spec nobody prices is billed by the model that answered (a router's, an alias's)
-    assert call_cost("openai:my-alias", {}, "gpt-4o", usage, providers=Providers()) == (
-        pytest.approx(0.035)
-    )
-    assert call_cost("openai:my-alias", {}, "unknown-too", usage, providers=Providers()) == 0.0
+    assert bill("openai:my-alias", {}, "gpt-4o", usage) == pytest.approx(0.035)
+    assert bill("openai:my-alias", {}, "unknown-too", usage) == 0.0
 
 
 @pytest.mark.parametrize(
@@ -415,7 +416,7 @@ def test_a_price_given_at_submit_keeps_the_models_cache_discount(spec, given, ca
     config = {"price": given}
     reads = Usage(prompt_tokens=1_000_000, completion_tokens=0, cached_prompt_tokens=1_000_000)
     writes = Usage(prompt_tokens=1_000_000, completion_tokens=0, cache_creation_tokens=1_000_000)
-    assert call_cost(spec, config, spec, reads, providers=Providers()) == pytest.approx(cached)
-    assert call_cost(spec, config, spec, writes, providers=Providers()) == pytest.approx(written)
+    assert bill(spec, config, spec, reads) == pytest.approx(cached)
+    assert bill(spec, config, spec, writes) == pytest.approx(written)
     price = session_price(spec, config, providers=Providers())
     assert (price.cached_rate, price.cache_write_rate) == pytest.approx((cached, written))
