@@ -178,6 +178,10 @@ BUDGET_MAXIMA: dict[str, float] = {
 
 #: the highest rate, in USD per million tokens, a submission's price may give
 MAX_PRICE = 1_000_000.0
+#: the rates of a price, in the order a submission gives them (`--price`, the API's `price`
+#: list) and of the fields of `tickwork.worker.models.Price`: USD per million prompt,
+#: completion, cached tokens and tokens written to the cache
+PRICE_RATES = ("prompt", "completion", "cached", "cache_write")
 
 
 def over_bound(budgets: Mapping[str, Any]) -> str | None:

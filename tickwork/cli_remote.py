@@ -19,6 +19,7 @@ from rich.text import Text
 
 from tickwork.fsm import wording
 from tickwork.fsm.errors import InvalidInput
+from tickwork.fsm.values import PRICE_RATES
 
 from . import render, views
 
@@ -68,13 +69,8 @@ HINTS = {
     "--price": "give PROMPT,COMPLETION[,CACHED[,CACHE_WRITE]] in USD per million tokens, "
     "e.g. --price 0.5,1.5",
 }
-#: the numbers of --price, by their place in the body's list
-PRICE_PARTS = (
-    "the prompt price (the first)",
-    "the completion price (the second)",
-    "the cached price (the third)",
-    "the cache-write price (the fourth)",
-)
+#: the places of --price's numbers (`PRICE_RATES`) in the body's list, as a refusal says them
+PLACES = ("first", "second", "third", "fourth")
 #: a path in a refusal of the whole body (`api.limits.check_tree`): body.FIELD.KEY...
 WHOLE = re.compile(
     r"^(?P<key>a key in )?body\.(?P<field>\w+)(?:\.(?P<sub>[^.\[\s]+)\S*)? (?P<rest>.*)$"
@@ -111,8 +107,9 @@ def refusal(model: str, error: Mapping[str, Any]) -> str | None:
     if loc[0] == "budgets" and len(loc) > 1:  # each budget is an option of its own
         loc = (str(loc[1]).removesuffix("_s"), *loc[2:])
     option, part = option_of(str(loc[0])), ""
-    if loc[0] == "price" and len(loc) > 1 and loc[1] in range(len(PRICE_PARTS)):
-        part = PRICE_PARTS[int(loc[1])] + " "
+    if loc[0] == "price" and len(loc) > 1 and loc[1] in range(len(PRICE_RATES)):
+        at = int(loc[1])
+        part = f"the {PRICE_RATES[at].replace('_', '-')} price (the {PLACES[at]}) "
     elif len(loc) > 1:
         option = f"{option} {' '.join(str(p) for p in loc[1:])}"
     if said is not None:  # the body's own words, which say what is taken

@@ -30,7 +30,7 @@ from tickwork.fsm.forks import (
     check_system_prompt,
 )
 from tickwork.fsm.tenants import DEFAULT_TENANT, check_tenant
-from tickwork.fsm.values import MAX_PRICE
+from tickwork.fsm.values import MAX_PRICE, PRICE_RATES
 from tickwork.parsing import MAX_SESSION_ID
 
 if TYPE_CHECKING:
@@ -512,11 +512,6 @@ def approver(name: str | None, *, doing: str = "deciding") -> str:
         raise InvalidInput(f"who is {doing}? $USER is not set: pass --as NAME") from None
 
 
-#: the parts of `--price`, in order: USD per million prompt, completion, cached tokens and
-#: tokens written to the cache (the order of `Price`'s rates and of the API's `price`)
-PRICE_PARTS = ("PROMPT", "COMPLETION", "CACHED", "CACHE_WRITE")
-
-
 def price(text: str | None) -> tuple[float, ...] | None:
     """`--price PROMPT,COMPLETION[,CACHED[,CACHE_WRITE]]` in USD per million tokens (CACHED:
     prompt tokens read from the provider's prompt cache; CACHE_WRITE: those written to it)."""
@@ -524,7 +519,8 @@ def price(text: str | None) -> tuple[float, ...] | None:
         return None
     parts = [p.strip() for p in text.split(",")]
     rates = []
-    for name, part in zip(PRICE_PARTS, parts, strict=False):
+    for field, part in zip(PRICE_RATES, parts, strict=False):
+        name = field.upper()
         try:
             rate = float(part)
         except ValueError:
@@ -536,7 +532,7 @@ def price(text: str | None) -> tuple[float, ...] | None:
         if rate > MAX_PRICE:
             _bad_price(text, f"{name} {part!r} is above {MAX_PRICE:,.0f}")
         rates.append(rate)
-    if not 2 <= len(parts) <= len(PRICE_PARTS):
+    if not 2 <= len(parts) <= len(PRICE_RATES):
         _bad_price(text, f"it has {'one number' if len(parts) == 1 else f'{len(parts)} numbers'}")
     return tuple(rates)
 

@@ -28,6 +28,7 @@ from rich.tree import Tree
 
 from tickwork.fsm.failures import failed_before_line, passed_before_line
 from tickwork.fsm.kinds import GraphRef, graph_of
+from tickwork.fsm.values import PRICE_RATES
 from tickwork.fsm.wording import counted
 
 from . import views
@@ -387,21 +388,12 @@ def _admission(h: Mapping[str, Any]) -> str:
     return line
 
 
-#: the rates of a price given at submit, in `--price`'s order, as `show` names them
-PRICE_RATES = (
-    ("prompt", "prompt"),
-    ("completion", "completion"),
-    ("cached", "cached"),
-    ("cache_write", "cache write"),
-)
-
-
 def price_line(price: Mapping[str, Any]) -> str:
     """The price a session was given at submit (its config's `price`), as `show` prints it."""
     rates = " · ".join(
-        f"${price[key]:g} {name}"
-        for key, name in PRICE_RATES
-        if isinstance(price.get(key), int | float)
+        f"${price[rate]:g} {rate.replace('_', ' ')}"
+        for rate in PRICE_RATES
+        if isinstance(price.get(rate), int | float)
     )
     return f"{rates} per million tokens (given at submit; it may only raise the configured one)"
 

@@ -381,6 +381,21 @@ def test_every_submit_value_the_api_refuses_names_its_option_and_what_to_do(
         assert "Submit" not in said and "Value error" not in said and "body." not in said, said
 
 
+def test_a_rate_of_the_price_the_api_refuses_is_named_by_its_place() -> None:
+    """The API's body names a refused rate by its index (price.3); the refusal before a
+    --server request names the rate and its place in --price, from `PRICE_RATES`."""
+    from tickwork.cli_remote import refusal
+
+    for at, kind, bound, given, said in (
+        (0, "greater_than_equal", {"ge": 0}, -1, "the prompt price (the first) must be at least"),
+        (1, "less_than_equal", {"le": 1e6}, 2e6, "the completion price (the second) must be at"),
+        (2, "finite_number", {}, "nan", "the cached price (the third) must be a finite number"),
+        (3, "greater_than_equal", {"ge": 0}, -1, "the cache-write price (the fourth) must be"),
+    ):
+        error = {"loc": ("price", at), "type": kind, "ctx": bound, "input": given, "msg": "?"}
+        assert (refusal("Submit", error) or "").startswith(f"invalid --price: {said}")
+
+
 def test_a_value_over_an_api_limit_names_the_option_and_the_limit(remote: Remote) -> None:
     """The API's body model refused it in its own words, naming the body's field: "invalid
     comment: String should have at most 10000 characters"; the option is named."""

@@ -27,7 +27,7 @@ from tickwork.fsm.admission import CONCURRENCY_KEY, MAX_PER_KEY, MAX_PRIORITY, M
 from tickwork.fsm.context import MAX_WINDOW, MIN_WINDOW
 from tickwork.fsm.forks import MAX_INSTRUCTION_CHARS, MAX_SYSTEM_PROMPT_CHARS
 from tickwork.fsm.tenants import TENANT_PATTERN
-from tickwork.fsm.values import MAX_PRICE, DecisionKind
+from tickwork.fsm.values import MAX_PRICE, PRICE_RATES, DecisionKind
 
 from .inputs import RepairInput
 from .limits import check_tree
@@ -117,7 +117,7 @@ class SubmitOptions(Body):
     price: list[Price] | None = Field(
         default=None,
         min_length=2,
-        max_length=4,
+        max_length=len(PRICE_RATES),
         examples=[[0.5, 1.5], [3, 12, 1.5], [3, 15, 0.3, 3.75]],
         description="The model's price in USD per million tokens, [prompt, completion], "
         "[prompt, completion, cached] or [prompt, completion, cached, cache_write] (cached: "

@@ -6,11 +6,12 @@ import uuid
 
 import pytest
 from tickwork.fsm.errors import ConfigurationError
-from tickwork.fsm.values import Usage
+from tickwork.fsm.values import PRICE_RATES, Usage
 from tickwork.worker.models import Price, Providers, cost_usd, price_for
 from tickwork.worker.models.base import estimate_schemas, estimate_tokens, transcript_text
 from tickwork.worker.models.pricing import (
     DEFAULT_MAX_COMPLETION,
+    RATES,
     billed,
     next_call,
     passes_on,
@@ -247,6 +248,13 @@ def test_unknown_model_costs_nothing_and_warns_once(caplog):
 )
 def test_session_price(spec, config, overrides, price):
     assert session_price(spec, config, overrides, providers=Providers()) == price
+
+
+def test_the_rates_a_submission_gives_are_the_prices_first_fields_in_their_order():
+    """`PRICE_RATES` orders --price, the API's price list and `show`'s price line; a price
+    given at submit is stored as `Price`'s fields by name and compared on `RATES`."""
+    assert Price._fields[: len(PRICE_RATES)] == PRICE_RATES
+    assert tuple(RATES) == PRICE_RATES
 
 
 def test_a_call_is_charged_at_the_price_given_at_submit_first_but_never_below_the_table():
