@@ -12,6 +12,7 @@ import re
 from typing import Annotated, Any, Literal, Self
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -70,6 +71,14 @@ ConcurrencyKey = Annotated[
 ]
 #: how many sessions of a concurrency key may be in flight at once
 PerKey = Annotated[Integer | None, Field(ge=1, le=MAX_PER_KEY)]
+#: the new session's id (the pattern is the schema's; `_session_id` checks it in its words)
+SessionId = Annotated[
+    str | None,
+    Field(max_length=64, json_schema_extra={"pattern": SESSION_ID_PATTERN}),
+    AfterValidator(_session_id),
+]
+#: budget overrides by name (the client checks each when the session is made)
+BudgetOverrides = Annotated[dict[str, Any], Field(max_length=MAX_ENTRIES)]
 
 
 class Body(BaseModel):
@@ -102,18 +111,12 @@ class SubmitOptions(Body):
         max_length=500,
         description="scripted:PATH or openai:MODEL [default: the deployment's TICKWORK_MODEL].",
     )
-    budgets: dict[str, Any] = Field(
+    budgets: BudgetOverrides = Field(
         default_factory=dict,
-        max_length=MAX_ENTRIES,
         examples=[{"max_steps": 20, "max_cost_usd": 2.0}],
         description="Budget overrides: max_steps, max_tokens, max_cost_usd, deadline_s, ...",
     )
-    id: str | None = Field(
-        default=None,
-        max_length=64,
-        json_schema_extra={"pattern": SESSION_ID_PATTERN},
-        description="The new session's id [default: a random one].",
-    )
+    id: SessionId = Field(default=None, description="The new session's id [default: a random one].")
     price: list[Price] | None = Field(
         default=None,
         min_length=2,
@@ -157,8 +160,6 @@ class SubmitOptions(Body):
         description="The tenant to submit into [default: the token's]; only an admin token "
         "may name another tenant than its own.",
     )
-
-    _id = field_validator("id")(_session_id)
 
 
 class Submit(SubmitOptions):
@@ -308,9 +309,7 @@ class Fork(Body):
         max_length=MAX_ENTRIES,
         description="call id -> the output to use instead.",
     )
-    budgets: dict[str, Any] = Field(
-        default_factory=dict, max_length=MAX_ENTRIES, description="Budget overrides."
-    )
+    budgets: BudgetOverrides = Field(default_factory=dict, description="Budget overrides.")
     state: dict[str, Any] = Field(
         default_factory=dict,
         max_length=MAX_ENTRIES,
@@ -321,12 +320,7 @@ class Fork(Body):
         description="The model's context window in tokens [default: the original's]; a "
         "CONTEXT dead letter is forked onto a larger one.",
     )
-    id: str | None = Field(
-        default=None,
-        max_length=64,
-        json_schema_extra={"pattern": SESSION_ID_PATTERN},
-        description="The fork's id [default: a random one].",
-    )
+    id: SessionId = Field(default=None, description="The fork's id [default: a random one].")
     priority: Priority | None = Field(
         default=None, description="Admission order within the tenant [default: the original's]."
     )
@@ -348,8 +342,6 @@ class Fork(Body):
         "fork it once more on purpose. (A fork of a session whose dead letter is open "
         "resolves it, however the fork is asked for.)",
     )
-
-    _id = field_validator("id")(_session_id)
 
 
 class Closing(Body):
