@@ -114,26 +114,33 @@ def test_a_session_stops_when_its_tenant_s_day_is_spent(
         server.close()
 
 
+def _graph_of_team_a(ticks: Ticks, graph: str, *, others_spent: float) -> Head:
+    """A session of `graph` of team-a without a cost budget of its own, and after it
+    another session of the tenant that has spent `others_spent` of the day."""
+    head = ticks.client.submit(
+        graph,
+        {"size": 1},
+        model="openai:local",
+        price=PRICE,
+        tenant="team-a",
+        budgets={"max_cost_usd": 0},
+    )
+    other = ticks.client.submit(KIND, {}, model="openai:local", price=PRICE, tenant="team-a")
+    with ticks.store.engine.begin() as conn:  # type: ignore[attr-defined]
+        conn.execute(
+            update(sessions).where(sessions.c.id == other.id).values(cost_usd=others_spent)
+        )
+    return head
+
+
 def test_a_graph_session_stops_before_its_node_once_its_tenant_s_day_is_spent(
     team_ticks: Ticks, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     server = GreedyServer(honest=True)
     monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
     try:
-        graph = team_ticks.client.submit(
-            ASK,
-            {"size": 1},
-            model="openai:local",
-            price=PRICE,
-            tenant="team-a",
-            budgets={"max_cost_usd": 0},
-        )
         # another session of the tenant's day spends it all after this one was submitted
-        other = team_ticks.client.submit(
-            KIND, {}, model="openai:local", price=PRICE, tenant="team-a"
-        )
-        with team_ticks.store.engine.begin() as conn:  # type: ignore[attr-defined]
-            conn.execute(update(sessions).where(sessions.c.id == other.id).values(cost_usd=QUOTA))
+        graph = _graph_of_team_a(team_ticks, ASK, others_spent=QUOTA)
 
         done = team_ticks.run(graph.id)
 
@@ -162,22 +169,8 @@ def test_a_graph_node_reads_its_tenant_s_day_once_and_caps_each_call_by_what_it_
 
     monkeypatch.setattr(team_ticks.rt, "tenant_day", counted)
     try:
-        graph = team_ticks.client.submit(
-            ASK_MORE,
-            {"size": 1},
-            model="openai:local",
-            price=PRICE,
-            tenant="team-a",
-            budgets={"max_cost_usd": 0},
-        )
         # another session of the tenant spent half its day
-        other = team_ticks.client.submit(
-            KIND, {}, model="openai:local", price=PRICE, tenant="team-a"
-        )
-        with team_ticks.store.engine.begin() as conn:  # type: ignore[attr-defined]
-            conn.execute(
-                update(sessions).where(sessions.c.id == other.id).values(cost_usd=QUOTA / 2)
-            )
+        graph = _graph_of_team_a(team_ticks, ASK_MORE, others_spent=QUOTA / 2)
 
         done = team_ticks.run(graph.id)
 
