@@ -8,10 +8,12 @@ to the test's temporary folder, or to TICKWORK_TEST_SCREENSHOTS to look at them.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -84,16 +86,32 @@ def test_a_submitter_submits_a_repair_job_and_an_error_keeps_what_was_typed(
     stack: Stack,
     tmp_path: Path,
 ) -> None:
+    with _a_repair(stack, tmp_path, "page-submit") as (workspace, model, session_id):
+        _submit_through_the_form(page, stack, tmp_path, workspace, model, session_id)
+
+
+@contextlib.contextmanager
+def _a_repair(stack: Stack, tmp_path: Path, prefix: str) -> Iterator[tuple[Path, str, str]]:
+    """A project to repair under the API's workspace roots (while in the block), the script
+    of a model that finds nothing to fix, and a new session id starting with `prefix`."""
     workspace = tmp_path / "project"
     workspace.mkdir()
     (workspace / "README").write_text("a project\n")
     model = stack.deployment.script([{"content": "nothing to fix"}])
-    session_id = f"page-submit-{uuid.uuid4().hex[:8]}"
     stack.deployment.settings.workspace_roots = [tmp_path]  # the API takes paths under these
     try:
-        _submit_through_the_form(page, stack, tmp_path, workspace, model, session_id)
+        yield workspace, model, f"{prefix}-{uuid.uuid4().hex[:8]}"
     finally:
         stack.deployment.settings.workspace_roots = []
+
+
+def _fill_the_repair(page: Any, workspace: Path, model: str, session_id: str) -> None:  # noqa: F811
+    """The submit form's fields of a repair of `workspace` without setup, by `model`."""
+    page.select_option("#submit-source-kind", "workspace")
+    page.fill("#submit-workspace", str(workspace))
+    page.select_option("#submit-setup-mode", "none")
+    page.fill("#submit-model", model)
+    page.fill("#submit-id", session_id)
 
 
 def _submit_through_the_form(
@@ -108,17 +126,13 @@ def _submit_through_the_form(
 
     log_in(page, stack, "sam")
     page.click('nav a[data-nav="submit"]')
-    page.select_option("#submit-source-kind", "workspace")
+    _fill_the_repair(page, workspace, model, session_id)
     expect(page.locator("#submit-repo")).to_be_hidden()
-    page.fill("#submit-workspace", str(workspace))
-    page.select_option("#submit-setup-mode", "none")
     page.fill("#submit-goal", "make the README friendlier")
-    page.fill("#submit-model", model)
     page.fill("#submit-max-steps", "7")
     page.fill("#submit-max-tokens", "50000")
     page.fill("#submit-max-cost-usd", "1.5")
     page.fill("#submit-deadline", "soon")
-    page.fill("#submit-id", session_id)
 
     # a deadline that is not a duration: said beside it, nothing sent
     page.click("#submit-button")
@@ -191,13 +205,7 @@ def test_a_submitter_sets_admission_and_a_refusal_is_said_in_the_pages_words(
 ) -> None:
     from playwright.sync_api import expect
 
-    workspace = tmp_path / "project"
-    workspace.mkdir()
-    (workspace / "README").write_text("a project\n")
-    model = stack.deployment.script([{"content": "nothing to fix"}])
-    session_id = f"page-admit-{uuid.uuid4().hex[:8]}"
-    stack.deployment.settings.workspace_roots = [tmp_path]
-    try:
+    with _a_repair(stack, tmp_path, "page-admit") as (workspace, model, session_id):
         log_in(page, stack, "sam", "#/submit")
         # the API's bounds, offered by the form
         for field, low, high in [
@@ -206,12 +214,8 @@ def test_a_submitter_sets_admission_and_a_refusal_is_said_in_the_pages_words(
         ]:
             expect(page.locator(field)).to_have_attribute("min", str(low))
             expect(page.locator(field)).to_have_attribute("max", str(high))
-        page.select_option("#submit-source-kind", "workspace")
-        page.fill("#submit-workspace", str(workspace))
-        page.select_option("#submit-setup-mode", "none")
+        _fill_the_repair(page, workspace, model, session_id)
         page.fill("#submit-test-command", "true")
-        page.fill("#submit-model", model)
-        page.fill("#submit-id", session_id)
 
         # out of the API's bounds: its 422, said beside the field in the form's words
         page.fill("#submit-priority", str(MAX_PRIORITY + 1))
@@ -251,8 +255,6 @@ def test_a_submitter_sets_admission_and_a_refusal_is_said_in_the_pages_words(
         expect(page.locator("#submit-max-per-key")).to_have_value("2")
         page.click("#submit-button")
         page.wait_for_url(lambda url: url.endswith(f"#/sessions/{session_id}"))
-    finally:
-        stack.deployment.settings.workspace_roots = []
     head = stack.http("sam").get(f"/api/v1/sessions/{session_id}").json()["head"]
     assert (head["priority"], head["concurrency_key"], head["max_per_key"]) == (
         7,
