@@ -37,6 +37,15 @@ def _spawn_output(ticks: Ticks, head: Head) -> tuple[bool, str]:
     return seen.is_error, seen.content
 
 
+def _spawned(ticks: Ticks, monkeypatch: pytest.MonkeyPatch, *, children: int, most: int) -> Head:
+    """The root of a tree of at most `most` sessions, whose every session spawns `children`,
+    run until it waits on its own."""
+    monkeypatch.setattr(trees, "MAX_TREE_SESSIONS", most)
+    root = ticks.client.submit("tests.jobs:TREE", {}, model=_spawning(ticks, children))
+    assert ticks.run(root.id).status is Status.WAITING_CHILDREN
+    return root
+
+
 def test_a_spawn_below_the_deepest_level_is_refused(
     ticks: Ticks, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -58,9 +67,7 @@ def test_a_spawn_below_the_deepest_level_is_refused(
 def test_a_spawn_that_would_pass_the_trees_size_is_refused(
     ticks: Ticks, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(trees, "MAX_TREE_SESSIONS", 5)
-    root = ticks.client.submit("tests.jobs:TREE", {}, model=_spawning(ticks, 3))
-    assert ticks.run(root.id).status is Status.WAITING_CHILDREN  # 4 sessions
+    root = _spawned(ticks, monkeypatch, children=3, most=5)  # 4 sessions
     first = ticks.store.children(root.id)[0]
     done = ticks.run(first.id)  # 3 more would make 7
     assert done.status is Status.COMPLETED
@@ -91,9 +98,7 @@ class _Meanwhile:
 def test_a_sibling_s_spawn_saved_meanwhile_is_counted_by_the_save(
     ticks: Ticks, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(trees, "MAX_TREE_SESSIONS", 5)
-    root = ticks.client.submit("tests.jobs:TREE", {}, model=_spawning(ticks, 2))
-    assert ticks.run(root.id).status is Status.WAITING_CHILDREN  # 3 sessions
+    root = _spawned(ticks, monkeypatch, children=2, most=5)  # 3 sessions
     first, second = ticks.store.children(root.id)
     # the first counts 3 (room for 2), then the second spawns its 2 before the first saves
     racing = Runtime(
