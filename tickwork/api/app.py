@@ -5,6 +5,8 @@ uvicorn --factory tickwork.api:make_api      # or: tickwork serve
 
 from __future__ import annotations
 
+import html
+import json
 import os
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
@@ -12,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import Depends, FastAPI
-from fastapi.responses import FileResponse
+from fastapi.responses import FileResponse, HTMLResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from swagger_ui_bundle import swagger_ui_path
@@ -25,6 +27,7 @@ from tickwork.worker.observers.metrics import StoreCollector, tenant_labels
 
 from . import dead_letters, errors, health, metrics, sessions, stream
 from .auth import TokenGate, Tokens
+from .bodies import page_bounds
 from .connections import BodyTimeout
 from .limits import BodyLimit, clean_parameters, state_clean_text
 from .settings import ApiSettings
@@ -79,6 +82,13 @@ class PageHeaders:
             await send(message)
 
         await self.app(scope, receive, sending)
+
+
+def page_html() -> str:
+    """The page, with the bounds its forms offer read from the API's bodies (a meta tag:
+    the CSP runs no inline script), so no copy of them can drift."""
+    bounds = html.escape(json.dumps(page_bounds()), quote=True)
+    return (STATIC / "index.html").read_text().replace("__BOUNDS__", bounds)
 
 
 def labels_of(client: Tickwork) -> Callable[[Iterable[str]], dict[str, str]]:
@@ -156,9 +166,11 @@ def make_api(
 
     app.openapi = openapi  # type: ignore[method-assign]
 
+    shown = page_html()
+
     @app.get("/", include_in_schema=False)
-    async def page() -> FileResponse:
-        return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
+    async def page() -> HTMLResponse:
+        return HTMLResponse(shown, headers={"Cache-Control": "no-cache"})
 
     @app.get("/api/v1/docs", include_in_schema=False)
     async def docs() -> FileResponse:

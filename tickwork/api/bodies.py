@@ -41,6 +41,10 @@ MAX_INPUT_BYTES = 65_536
 MAX_ENTRIES = 50
 #: what a session id may be (the client's SESSION_ID), for the schema
 SESSION_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+#: the fewest sessions of a concurrency key a limit may allow in flight
+MIN_PER_KEY = 1
+#: how many rates a price gives, fewest and most: prompt and completion, then cached, then cache write
+PRICE_COUNTS = (2, len(PRICE_RATES))
 
 
 def _session_id(value: str | None) -> str | None:
@@ -70,7 +74,7 @@ ConcurrencyKey = Annotated[
     str | None, Field(max_length=200, json_schema_extra={"pattern": CONCURRENCY_KEY.pattern})
 ]
 #: how many sessions of a concurrency key may be in flight at once
-PerKey = Annotated[Integer | None, Field(ge=1, le=MAX_PER_KEY)]
+PerKey = Annotated[Integer | None, Field(ge=MIN_PER_KEY, le=MAX_PER_KEY)]
 #: the new session's id (the pattern is the schema's; `_session_id` checks it in its words)
 SessionId = Annotated[
     str | None,
@@ -79,6 +83,18 @@ SessionId = Annotated[
 ]
 #: budget overrides by name (the client checks each when the session is made)
 BudgetOverrides = Annotated[dict[str, Any], Field(max_length=MAX_ENTRIES)]
+
+
+def page_bounds() -> dict[str, list[float]]:
+    """The bounds the page's forms offer, as these bodies take them: served in the page
+    (`make_api`), so its fields cannot drift from the API's."""
+    return {
+        "priority": [MIN_PRIORITY, MAX_PRIORITY],
+        "max_per_key": [MIN_PER_KEY, MAX_PER_KEY],
+        "context_window": [MIN_WINDOW, MAX_WINDOW],
+        "price": [0, MAX_PRICE],
+        "price_rates": list(PRICE_COUNTS),
+    }
 
 
 class Body(BaseModel):
@@ -119,8 +135,8 @@ class SubmitOptions(Body):
     id: SessionId = Field(default=None, description="The new session's id [default: a random one].")
     price: list[Price] | None = Field(
         default=None,
-        min_length=2,
-        max_length=len(PRICE_RATES),
+        min_length=PRICE_COUNTS[0],
+        max_length=PRICE_COUNTS[1],
         examples=[[0.5, 1.5], [3, 12, 1.5], [3, 15, 0.3, 3.75]],
         description="The model's price in USD per million tokens, [prompt, completion], "
         "[prompt, completion, cached] or [prompt, completion, cached, cache_write] (cached: "

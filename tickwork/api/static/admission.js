@@ -4,13 +4,9 @@
 // the API's message gives.
 import { count, el } from "./core.js";
 
-// the API's bounds (tickwork.fsm.admission, tickwork.fsm.context); the browser tests check
-// that the fields offer the same
-export const BOUNDS = {
-  priority: [-1000, 1000],
-  max_per_key: [1, 10000],
-  context_window: [1024, 10000000],
-};
+// the API's bounds, served in the page by the server (tickwork.api.bodies.page_bounds),
+// never copied here: priority, max_per_key, context_window, price (a rate) and price_rates
+export const BOUNDS = JSON.parse(document.querySelector('meta[name="tickwork-bounds"]').content);
 
 const range = (name) => `from ${count(BOUNDS[name][0])} to ${count(BOUNDS[name][1])}`;
 const WORDS = {
@@ -58,6 +54,13 @@ export function windowOf(head) {
   const policy = (head.config || {}).context;
   const stated = (head.result || {}).context_window;
   return Number.isInteger(stated) ? stated : policy ? policy.window : null;
+}
+
+// a submit's context window: empty, the model table's
+export function contextField(form) {
+  return formField(form, "context_window", "Context window (tokens)",
+    whole("context_window", { placeholder: "the model's" }),
+    "Old observations are masked, then the transcript compacted, to keep each prompt under it.");
 }
 
 // a fork's context window: prefilled with the session's, sent only when changed

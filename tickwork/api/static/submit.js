@@ -1,8 +1,8 @@
 // Submit a repair job: its source, setup, test command, goal, model, budgets and admission,
 // posted as POST /sessions takes it. What is typed is kept (also across a reload or a new log-in)
 // until the job is submitted, and an error from the API is shown beside the field it names.
-import { admissionBody, admissionFields, formField, refusedFields } from "./admission.js";
-import { api, can, el, enc, toast } from "./core.js";
+import { admissionBody, admissionFields, contextField, formField, refusedFields } from "./admission.js";
+import { api, can, el, enc, state, toast } from "./core.js";
 
 export const DRAFT_KEY = "tickwork.submit-draft";
 // a duration as the CLI takes it: seconds, or a number with s, m, h or d
@@ -11,10 +11,13 @@ const UNITS = { s: 1, m: 60, h: 3600, d: 86400 };
 // each field: what the API's errors call it, so an error lands beside it
 const FIELDS = {
   repo: ["repo"], ref: ["ref"], workspace: ["workspace"], setup: ["setup"],
-  test_command: ["test_command", "test_cmd"], goal: ["goal"], model: ["model", "price"],
+  test_command: ["test_command", "test_cmd"], goal: ["goal"], model: ["model"], price: ["price"],
   max_steps: ["max_steps"], max_tokens: ["max_tokens"], max_cost_usd: ["max_cost_usd"],
-  deadline: ["deadline_s"], id: ["id"],
+  deadline: ["deadline_s"], id: ["id"], tenant: ["tenant"],
 };
+// a rate of a price as JSON writes a number; anything else is sent as typed, for the API to
+// refuse in its own words
+const RATE = /^[+-]?(\d+\.?\d*|\.\d+)(e[+-]?\d+)?$/i;
 
 export function seconds(text) {
   const found = /^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$/.exec(text);
@@ -34,6 +37,8 @@ function named(error) {
   }
   if (["model_not_allowed", "invalid_script", "unpriced_model"].includes(body.code)) names.add("model");
   if (body.code === "session_exists") names.add("id");
+  if (/\bthe price given\b/.test(body.message || "")) names.add("price");
+  if (/^tenant '/.test(body.message || "")) names.add("tenant"); // not a tenant name
   return names;
 }
 
@@ -64,14 +69,23 @@ export function submitView(view) {
       placeholder: "python -m pytest -q" })),
     goal: field("goal", "Goal", el("textarea", { rows: 3, placeholder: "make the failing tests pass" })),
     model: field("model", "Model", text({ placeholder: "the server's default (TICKWORK_MODEL)" })),
+    price: field("price", "Price (USD per million tokens)", text({ inputmode: "decimal",
+      placeholder: "prompt, completion[, cached[, cache write]]" }),
+      "2 to 4 numbers, e.g. 3, 15 or 3, 15, 0.3, 3.75: at least the server's price for the " +
+      "model, never below. Empty: the server's."),
     max_steps: field("max_steps", "Steps", number({ placeholder: "50" })),
     max_tokens: field("max_tokens", "Tokens", number({ placeholder: "2000000" })),
     max_cost_usd: field("max_cost_usd", "Cost (USD)", number({ step: "0.01", placeholder: "10" })),
     deadline: field("deadline", "Deadline", text({ placeholder: "6h" }), "Seconds, or 30m, 2h, 1d."),
     id: field("id", "Session id", text({ placeholder: "a random one" })),
+    tenant: field("tenant", "Tenant", text({ placeholder: state.me.tenant }),
+      `Empty: the token's, ${state.me.tenant}; an admin's token may name another.`),
   };
-  const admission = admissionFields("submit");
+  // what a submit asks of admission, and the window its model runs under (the same checks)
+  const admission = { ...admissionFields("submit"), context_window: contextField("submit") };
   Object.assign(f, admission);
+  // naming a tenant takes the admin role (the API refuses it otherwise): offered to an admin
+  const admin = can("admin");
   const error = el("p", { class: "error", id: "submit-error", role: "alert" });
   const button = el("button", { type: "submit", class: "primary", id: "submit-button" }, "Submit");
 
@@ -88,6 +102,7 @@ export function submitView(view) {
     f.ref.row.hidden = !repo;
     f.workspace.row.hidden = repo;
     f.setup.row.hidden = setupMode.value !== "commands";
+    f.tenant.row.hidden = !admin;
   };
   shown();
 
@@ -136,7 +151,12 @@ export function submitView(view) {
     const admitted = admissionBody(admission, mark);
     const sent = { kind: "repair", input, budgets, ...admitted };
     if (given(f.model)) sent.model = given(f.model);
+    if (given(f.price)) {
+      sent.price = given(f.price).split(/[\s,]+/).filter(Boolean)
+        .map((rate) => (RATE.test(rate) ? Number(rate) : rate));
+    }
     if (given(f.id)) sent.id = given(f.id);
+    if (admin && given(f.tenant)) sent.tenant = given(f.tenant);
     return ok && admitted ? sent : null;
   }
 
@@ -179,12 +199,12 @@ export function submitView(view) {
       f.repo.row, f.ref.row, f.workspace.row),
     group("Job",
       el("div", { class: "field" }, el("label", { for: setupMode.id }, "Setup"), setupMode), f.setup.row,
-      f.test_command.row, f.goal.row, f.model.row),
+      f.test_command.row, f.goal.row, f.model.row, f.price.row, admission.context_window.row),
     group("Budgets (empty: the server's defaults)",
       el("div", { class: "budgets" }, f.max_steps.row, f.max_tokens.row, f.max_cost_usd.row, f.deadline.row)),
     group("Admission (empty: the server's defaults)",
-      el("div", { class: "budgets" }, Object.values(admission).map((x) => x.row))),
-    group("Session", f.id.row),
+      el("div", { class: "budgets" }, f.priority.row, f.concurrency_key.row, f.max_per_key.row)),
+    group("Session", f.id.row, f.tenant.row),
     el("div", { class: "actions" }, button,
       el("button", { type: "button", id: "submit-reset", onclick: () => {
         sessionStorage.removeItem(DRAFT_KEY);
