@@ -1,6 +1,7 @@
-"""The submit form's price, context window and tenant in headless Chromium against a real
-server (Postgres + Redis): every refusal shown beside what it is about, nothing typed lost,
-and the bounds the fields offer read from the server."""
+"""The page's fork from any step of a session's view, and the submit form's price, context
+window and tenant, in headless Chromium against a real server (Postgres + Redis): every
+refusal shown in the API's words beside what it is about, nothing typed lost, and the bounds
+the fields offer read from the server."""
 
 from __future__ import annotations
 
@@ -10,14 +11,188 @@ from typing import Any
 
 import pytest
 from tickwork.fsm.context import MAX_WINDOW, MIN_WINDOW
+from tickwork.fsm.values import Status
 
 from tests.api.conftest import TOKENS, Server, Stack
 from tests.api.test_page import browser, log_in, page  # noqa: F401 (fixtures)
 from tests.api.test_page_actions import looked_at
+from tests.api.test_sessions import ECHO
 from tickwork.api import ApiSettings, make_api
 from tickwork.api.bodies import page_bounds
 
 pytestmark = pytest.mark.parametrize("stack", ["production"], indirect=True)
+
+#: a step whose tool call ran, then the model fails for good: a dead letter with a step
+DIES_AFTER_A_STEP = [
+    ECHO[0],
+    {"error": {"transient": False, "message": "model says 400 bad request"}},
+]
+
+
+def refused(stack: Stack, session_id: str, body: dict[str, Any], status: int) -> str:
+    """What the API answers `body` posted as a fork of `session_id`, which it refuses."""
+    answer = stack.http("olga").post(f"/api/v1/sessions/{session_id}/fork", json=body)
+    assert answer.status_code == status, answer.text
+    return str(answer.json()["message"])
+
+
+def test_an_operator_forks_a_finished_session_from_a_step_with_a_fixed_prompt_and_output(
+    page: Any,  # noqa: F811
+    stack: Stack,
+    tmp_path: Path,
+) -> None:
+    from playwright.sync_api import expect
+
+    parent = stack.submit(ECHO, prefix="fork-me")
+    assert stack.wait(parent, Status.COMPLETED)["status"] == "completed"
+    recorded = stack.deployment.client.load(parent).observation("s1c0")
+    assert recorded is not None
+    log_in(page, stack, "olga", f"#/sessions/{parent}")
+    expect(page.locator("#status")).to_have_attribute("data-status", "completed")
+    expect(page.locator("#timeline button.fork-here")).to_have_count(2)  # one a step
+    page.click("#fork-open")  # above the timeline: from its last step
+    expect(page.locator('section.step[data-step="2"] + form#fork')).to_be_visible()
+    expect(page.locator("#fork-step")).to_have_value("2")
+    page.click('#timeline section.step[data-step="1"] button.fork-here')
+    form = page.locator("form#fork")
+    expect(form).to_have_count(1)  # the same form, moved to the step chosen
+    # opened right after the step it forks from, with that step's output as recorded
+    expect(page.locator('section.step[data-step="1"] + form#fork')).to_be_visible()
+    expect(page.locator("#fork-step")).to_have_value("1")
+    output = page.locator("#fork-output-s1c0")
+    expect(output).to_have_value(recorded.content)
+    looked_at(page, "session-fork-form", tmp_path)
+
+    # a prompt of nothing but spaces: the API's refusal, in its words, beside the prompt
+    page.fill("#fork-instruction", "say it twice")
+    page.fill("#fork-system-prompt", "   ")
+    page.fill("#fork-output-s1c0", "fixed by hand")
+    form.locator("#fork-button").click()
+    said = refused(stack, parent, {"from_step": 1, "system_prompt": "   "}, 422)
+    expect(page.locator("#fork-system-prompt-error")).to_have_text(said)
+    expect(page.locator("#fork-system-prompt")).to_have_attribute("aria-invalid", "true")
+    expect(page.locator("#fork-error")).to_have_text(
+        "Not forked (invalid_input): see the marked field."
+    )
+
+    # a step the session does not have: the API's words, as it gives them
+    page.fill("#fork-system-prompt", "You fix things carefully.")
+    page.fill("#fork-step", "9")
+    expect(page.locator("#fork-outputs")).to_be_empty()  # step 9 has no calls to fix
+    form.locator("#fork-button").click()
+    said = refused(stack, parent, {"from_step": 9}, 422)
+    expect(page.locator("#fork-error")).to_have_text(said)
+    expect(page.locator("#fork-system-prompt-error")).to_have_text("")
+    assert stack.http("olga").get(f"/api/v1/sessions?parent_id={parent}").json() == []
+
+    # back at step 1: what was typed in its output is still there
+    page.fill("#fork-step", "1")
+    expect(output).to_have_value("fixed by hand")
+    expect(page.locator("#fork-instruction")).to_have_value("say it twice")
+    form.locator("#fork-button").click()
+    page.wait_for_url(lambda url: "#/sessions/" in url and parent not in url)
+    fork = page.url.rsplit("/", 1)[-1]
+    view = stack.http("olga").get(f"/api/v1/sessions/{fork}").json()
+    assert view["head"]["parent_id"] == parent and view["head"]["fork_step"] == 1
+    # only what was changed is sent: the window and admission stay the original's
+    assert view["forked_from"]["patch"] == {
+        "system_prompt": "You fix things carefully.",
+        "append_instruction": "say it twice",
+        "tool_outputs": {"s1c0": "fixed by hand"},
+    }
+    assert stack.wait(fork, Status.COMPLETED, Status.FAILED)["status"] == "completed"
+    seen = stack.deployment.client.load(fork).observation("s1c0")
+    assert seen is not None and seen.content == "fixed by hand"
+
+
+def test_a_fork_of_a_dead_lettered_session_resolves_it_and_once_more_asks_again(
+    page: Any,  # noqa: F811
+    stack: Stack,
+) -> None:
+    from playwright.sync_api import expect
+
+    parent = stack.submit(DIES_AFTER_A_STEP, prefix="dead", context_window=4096)
+    assert stack.wait(parent)["status"] == "failed"
+    letter = stack.deployment.client.dead_letter(parent)
+    # the dead letter's own form: a step of its timeline picks the step it forks from
+    log_in(page, stack, "olga", f"#/dead-letters/{letter.id}")
+    expect(page.locator("#fork-step")).to_have_value("0")
+    expect(page.locator("#fork-outputs")).to_be_empty()
+    page.click('#timeline section.step[data-step="1"] button.fork-here')
+    expect(page.locator("#fork-step")).to_have_value("1")
+    expect(page.locator("#fork-output-s1c0")).to_have_value("hi")
+
+    page.goto(f"{stack.url}/#/sessions/{parent}")
+    page.click('#timeline section.step[data-step="1"] button.fork-here')
+    expect(page.locator("#fork-context-window")).to_have_value("4096")
+    page.fill("#fork-context-window", "16000")
+    page.click("#fork-button")
+    page.wait_for_url(lambda url: "#/sessions/" in url and parent not in url)
+    first = page.url.rsplit("/", 1)[-1]
+    closed = stack.deployment.client.dead_letter(letter.id)
+    assert closed.resolution is not None and closed.resolution["state"] == "forked"
+    patch = stack.http("olga").get(f"/api/v1/sessions/{first}").json()["forked_from"]["patch"]
+    assert patch == {"context_window": 16000}
+
+    # once more from the same step: the API refuses (the dead letter is closed) and says
+    # how to go on; the page offers that, and keeps what was typed
+    page.goto(f"{stack.url}/#/sessions/{parent}")
+    page.click('#timeline section.step[data-step="1"] button.fork-here')
+    page.fill("#fork-instruction", "try the other way")
+    expect(page.locator("#fork-again")).to_be_hidden()
+    page.click("#fork-button")
+    said = refused(stack, parent, {"from_step": 1}, 409)
+    expect(page.locator("#fork-error")).to_have_text(said)
+    expect(page.locator("#fork-instruction")).to_have_value("try the other way")
+    page.check("#fork-again")
+    page.click("#fork-button")
+    page.wait_for_url(lambda url: "#/sessions/" in url and parent not in url and first not in url)
+    second = page.url.rsplit("/", 1)[-1]
+    forks = [f["id"] for f in stack.deployment.client.forks(parent)]
+    assert forks == [first, second]
+
+
+def test_a_fork_being_typed_outlives_the_live_views_redraws(
+    page: Any,  # noqa: F811
+    stack: Stack,
+) -> None:
+    from playwright.sync_api import expect
+
+    session_id = stack.waiting(prefix="live")  # a session not finished: the API forks it too
+    log_in(page, stack, "olga", f"#/sessions/{session_id}")
+    expect(page.locator("#status")).to_have_attribute("data-status", "waiting_approval")
+    page.click('#timeline section.step[data-step="1"] button.fork-here')
+    instruction = page.locator("#fork-instruction")
+    instruction.fill("half typed")
+    expect(instruction).to_be_focused()
+    form = page.locator("form#fork").element_handle()
+    # the session moves on: its events redraw the timeline around the open form
+    stack.deployment.client.approve(session_id, "s1c0", approver="alice")
+    expect(page.locator("#status")).to_have_attribute("data-status", "completed")
+    expect(page.locator("#live")).to_have_text("finished: completed")
+    expect(page.locator('#timeline [data-call="s1c0"] pre.output')).to_have_count(1)
+    assert form.evaluate("f => f.isConnected"), "the open fork form was replaced"
+    expect(instruction).to_have_value("half typed")
+    expect(instruction).to_be_focused()
+    expect(page.locator('section.step[data-step="1"] + form#fork')).to_be_visible()
+    # the step's output, recorded since the form opened, is offered once the step is chosen
+    page.fill("#fork-step", "2")
+    page.fill("#fork-step", "1")
+    expect(page.locator("#fork-output-s1c0")).to_have_value("destroyed prod-db")
+
+
+def test_only_an_operator_is_offered_a_fork_from_a_step(page: Any, stack: Stack) -> None:  # noqa: F811
+    from playwright.sync_api import expect
+
+    session_id = stack.submit(ECHO, prefix="no-fork")
+    stack.wait(session_id, Status.COMPLETED)
+    log_in(page, stack, "alice", f"#/sessions/{session_id}")
+    expect(page.locator("#status")).to_have_attribute("data-status", "completed")
+    expect(page.locator("#timeline section.step")).to_have_count(2)
+    expect(page.locator("button.fork-here")).to_have_count(0)
+    expect(page.locator("#fork-open")).to_be_hidden()
+    answer = stack.http("alice").post(f"/api/v1/sessions/{session_id}/fork", json={"from_step": 1})
+    assert answer.status_code == 403  # the role the page asks for is the API's
 
 
 def test_a_submitter_gives_a_price_and_a_context_window_refused_in_the_apis_words(

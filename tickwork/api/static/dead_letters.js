@@ -1,10 +1,10 @@
 // Dead letters: charts by cause and signature, the list, exports, and one dead letter with
 // its session, forked, resolved or dismissed from here.
-import { admissionBody, admissionFields, refusedFields, windowField } from "./admission.js";
 import {
   API, ApiError, ago, api, badge, can, dataTable, el, enc, headSummary, label, state, toast,
 } from "./core.js";
-import { timeline } from "./sessions.js";
+import { forkForm } from "./fork.js";
+import { forkHere, timeline } from "./sessions.js";
 
 function statsTable(title, rows) {
   return el("table", { class: "stats", dataset: { by: title } },
@@ -156,51 +156,6 @@ function closedState(letter) {
   return badge(word, word === "dismissed" ? "cancelled" : "completed");
 }
 
-// fork from a step, with an instruction, the admission and context window to run under
-// (empty: the original's), the API's refusals said beside their fields
-function forkForm(key, letter) {
-  const head = letter.session.head;
-  const fromStep = el("input", { type: "number", id: "fork-step", min: 0, max: head.step,
-                                 value: Math.max(0, head.step - 1) });
-  const instruction = el("textarea", { id: "fork-instruction", rows: 3,
-                                       placeholder: "an instruction added after that step (optional)" });
-  const fields = { ...admissionFields("fork", head), context_window: windowField("fork", head) };
-  const error = el("p", { class: "error", id: "fork-error", role: "alert" });
-  const mark = (name, message) => {
-    fields[name].said.textContent = message;
-    fields[name].input.setAttribute("aria-invalid", "true");
-  };
-  return el("form", { id: "fork", novalidate: true, onsubmit: async (event) => {
-    event.preventDefault();
-    error.textContent = "";
-    for (const x of Object.values(fields)) {
-      x.said.textContent = "";
-      x.input.removeAttribute("aria-invalid");
-    }
-    const given = admissionBody(fields, mark);
-    if (!given) {
-      error.textContent = "Nothing was sent: put right what is marked.";
-      return;
-    }
-    try {
-      const forked = await api(`/dead-letters/${enc(key)}/fork`, { method: "POST", body: {
-        from_step: Number(fromStep.value), append_instruction: instruction.value || null, ...given } });
-      toast(`forked as ${forked.id}`, "ok");
-      location.hash = `#/sessions/${enc(forked.id)}`;
-    } catch (e) {
-      const refused = refusedFields(e, Object.keys(fields));
-      for (const [name, words] of refused) mark(name, words);
-      error.textContent = refused.size
-        ? `Not forked (${e.body.code || `HTTP ${e.status}`}): see the marked field${refused.size > 1 ? "s" : ""}.`
-        : e.message;
-    }
-  } }, el("h3", {}, "Fork and resolve"), el("label", { for: "fork-step" }, "From step"), fromStep,
-  el("label", { for: "fork-instruction" }, "Instruction"), instruction,
-  el("fieldset", { class: "admission" }, el("legend", {}, "Run it under (empty: the original's)"),
-    el("div", { class: "budgets" }, Object.values(fields).map((x) => x.row))),
-  el("button", { type: "submit", class: "primary" }, "Fork"), error);
-}
-
 // resolve (it was dealt with elsewhere) or dismiss (nothing is to be done), saying why
 function closeForm(key, onClosed) {
   const reason = el("textarea", { id: "close-reason", rows: 3, required: true, maxlength: 2000,
@@ -236,7 +191,16 @@ export async function deadLetterView(view, key) {
   const actions = letter.resolved_at ? el("p", { class: "decided", id: "closed" },
     `Closed ${ago(letter.resolved_at)}: ${letter.closed}`, ...(forks.length ? [" · forks: ", ...forks] : []))
     : !can("operator") ? el("p", { class: "muted" }, "Forking, resolving and dismissing need the operator role.")
-    : el("div", { class: "closing" }, forkForm(key, letter), closeForm(key, () => deadLetterView(view, key)));
+    : el("div", { class: "closing" }, forkForm({ head: letter.session.head, steps: letter.session.steps,
+      step: Math.max(0, letter.session.head.step - 1), path: `/dead-letters/${enc(key)}/fork`,
+      title: "Fork and resolve" }), closeForm(key, () => deadLetterView(view, key)));
+  // each step of the timeline picks the step the form forks from
+  const pick = letter.resolved_at || !can("operator") ? null : (step) => forkHere(step.step, () => {
+    const input = document.getElementById("fork-step");
+    input.value = String(step.step);
+    input.dispatchEvent(new Event("input"));
+    input.closest("form").scrollIntoView({ behavior: "smooth" });
+  });
   view.draw(
     el("h2", { id: "dead-letter" }, `Dead letter #${letter.id} `, badge(letter.code, "failed")),
     el("p", { class: "error" }, letter.message),
@@ -244,5 +208,5 @@ export async function deadLetterView(view, key) {
       `session ${letter.session_id} · ${letter.kind} · ${letter.model} · last tool ${letter.last_tool || "–"} · ${ago(letter.at)}`),
     headSummary(letter.session.head),
     actions,
-    el("h3", {}, "Timeline"), el("div", { id: "timeline" }, timeline(letter.session)));
+    el("h3", {}, "Timeline"), el("div", { id: "timeline" }, timeline(letter.session, pick)));
 }

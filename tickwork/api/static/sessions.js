@@ -2,6 +2,7 @@
 // each cost and took), and a fork beside its parent.
 import { windowOf } from "./admission.js";
 import { callCard } from "./approvals.js";
+import { forkForm } from "./fork.js";
 import {
   API, OUTCOMES, ago, api, apiText, badge, can, count, dataTable, decisionLine, diffLines, el,
   enc, headSummary, label, ms, outcomeBadge, pretty, sleep, state, toast, usd,
@@ -87,12 +88,18 @@ function tokensLine(step) {
   return `${count(step.prompt_tokens)} prompt${cached} + ${count(step.completion_tokens)} completion tokens`;
 }
 
-function stepSection(step) {
+// a step's button that picks it as the step to fork from
+export function forkHere(step, onclick) {
+  return el("button", { type: "button", class: "fork-here", dataset: { step }, onclick }, "Fork from here");
+}
+
+// `actions(step)`: what to offer beside the step's heading (a fork from it), or none
+function stepSection(step, actions) {
   return el("section", { class: "step", dataset: { step: step.step } },
-    el("h4", {}, step.kind === "compaction"
+    el("div", { class: "step-head" }, el("h4", {}, step.kind === "compaction"
       ? `Step ${step.step} · compaction of steps 1-${step.compacted_through}` +
         (step.ignored_calls ? ` (the model also called ${step.ignored_calls.join(", ")}: not run, a compaction runs none)` : "")
-      : `Step ${step.step}`),
+      : `Step ${step.step}`), actions ? actions(step) : null),
     el("p", { class: "meta usage" },
       `${step.model} · ${tokensLine(step)} · ${usd(step.cost_usd)} · model ${ms(step.latency_ms)}` +
       (step.calls.length ? ` · tools ${ms(toolMs(step))}` : "")),
@@ -111,9 +118,9 @@ function stepSection(step) {
         call.observation.content) : null)));
 }
 
-export function timeline(view) {
+export function timeline(view, actions) {
   if (!view.steps.length) return el("p", { class: "muted" }, "No steps yet.");
-  return view.steps.map(stepSection);
+  return view.steps.map((step) => stepSection(step, actions));
 }
 
 // each step's tokens, cost and time in one table, with a bar of its model and tool time
@@ -167,11 +174,55 @@ export async function sessionView(view, id) {
     } }, "Cancel session");
   const forks = el("p", { id: "forks", class: "meta", hidden: true });
   const tree = el("div", { id: "tree", hidden: true });
+  // the fork form, opened after the step it forks from (or above the timeline): one at a
+  // time, never moved while the timeline redraws around it (what is typed, and where, stay)
+  const forking = { form: null, at: null, last: null };
+  const forkStart = el("div", { id: "fork-start" });
+  const placeFork = () => {
+    if (!forking.form) return;
+    const section = forking.at === null ? null
+      : steps.querySelector(`section.step[data-step="${forking.at}"]`);
+    if (section) section.after(forking.form);
+    else forkStart.append(forking.form);
+  };
+  const drawSteps = (fresh) => {
+    const form = forking.form && forking.form.parentNode === steps ? forking.form : null;
+    if (!form) {
+      steps.replaceChildren(...fresh);
+      return;
+    }
+    for (const child of [...steps.children]) if (child !== form) child.remove();
+    const kept = (node) => Number(node.dataset.step) <= forking.at;
+    form.before(...fresh.filter(kept));
+    form.after(...fresh.filter((node) => !kept(node)));
+  };
+  const openFork = (step) => {
+    if (!forking.last) return; // the session is not read yet
+    if (!forking.form) {
+      const close = el("button", { type: "button", id: "fork-close", onclick: () => {
+        forking.form.remove();
+        forking.form = null;
+      } }, "Close");
+      forking.form = forkForm({ head: forking.last.head, steps: () => forking.last.steps, step,
+        path: `/sessions/${enc(id)}/fork`, title: "Fork this session", extra: close });
+    } else {
+      const input = forking.form.querySelector("#fork-step");
+      input.value = String(step);
+      input.dispatchEvent(new Event("input"));
+    }
+    forking.at = step > 0 ? step : null;
+    placeFork();
+    forking.form.scrollIntoView({ behavior: "smooth", block: "nearest" });
+    forking.form.querySelector("#fork-instruction").focus({ preventScroll: true });
+  };
+  const forkable = can("operator");
+  const forkButton = el("button", { type: "button", id: "fork-open", hidden: !forkable,
+    onclick: () => openFork(forking.last ? forking.last.head.step : 0) }, "Fork…");
   view.draw(
     el("div", { class: "bar" }, el("h2", {}, "Session ", el("code", {}, id), " ", status),
-      el("span", { class: "actions" }, compare, cancel)),
+      el("span", { class: "actions" }, compare, forkButton, cancel)),
     summary, forks, tree, waiting, el("h3", {}, "Per step"), perStep,
-    el("h3", {}, "Events ", live), events, el("h3", {}, "Timeline"), steps);
+    el("h3", {}, "Events ", live), events, el("h3", {}, "Timeline"), forkStart, steps);
   let shownWaiting = "";
   let asked = 0; // refreshes begun: one answered after a later one began draws nothing
 
@@ -200,7 +251,9 @@ export async function sessionView(view, id) {
       }
     }
     perStep.replaceChildren(stepsTable(view));
-    steps.replaceChildren(...[timeline(view)].flat());
+    forking.last = view;
+    const here = forkable ? (step) => forkHere(step.step, () => openFork(step.step)) : null;
+    drawSteps([timeline(view, here)].flat());
   }
 
   let pending = null;

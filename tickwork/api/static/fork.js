@@ -1,0 +1,143 @@
+// Forking a session from a step with a declared patch, from a session's view (POST
+// /sessions/{id}/fork) or a dead letter's (POST /dead-letters/{id}/fork): an instruction, a
+// new system prompt, hand-fixed outputs of the step's tool calls, and the context window
+// and admission to run under. Only what was changed is sent; a refusal is said beside the
+// field it is about (the API's words; admission's in the form's), and nothing typed is lost.
+import { admissionBody, admissionFields, formField, refusedFields, windowField } from "./admission.js";
+import { api, el, enc, toast } from "./core.js";
+
+// the prompt the session ran under, where its config holds one (a role's); else the kind's
+const promptOf = (head) => {
+  const prompt = (head.config || {}).system_prompt;
+  return typeof prompt === "string" ? prompt : null;
+};
+
+// `head` and `steps`: the session's (its view; `steps` may be a function giving the latest);
+// `step`: the step to fork from; `path`: where
+// to post; `title`: the form's heading; `extra`: more to show beside its button
+export function forkForm({ head, steps, step, path, title, extra }) {
+  const fromStep = el("input", { type: "number", id: "fork-step", min: 0, max: head.step, step: 1,
+                                 inputmode: "numeric", value: step });
+  const instruction = el("textarea", { id: "fork-instruction", rows: 3,
+                                       placeholder: "an instruction added after that step (optional)" });
+  const prompt = promptOf(head);
+  const system = formField("fork", "system_prompt", "System prompt",
+    el("textarea", { rows: 4, spellcheck: "false",
+                     placeholder: prompt === null ? "the original's (its kind's)" : "" }),
+    "Replaces the prompt the model is given; left as it is, the original's.");
+  if (prompt !== null) system.input.value = prompt;
+  system.changed = () => system.input.value !== (prompt ?? "");
+  const fields = { ...admissionFields("fork", head), context_window: windowField("fork", head) };
+  const outputs = new Map(); // call id -> its field, kept while other steps are chosen
+  const outputBox = el("div", { class: "outputs", id: "fork-outputs" });
+  const again = el("input", { type: "checkbox", id: "fork-again" });
+  const againRow = el("p", { class: "check", hidden: true },
+    el("label", { class: "check" }, again, " fork it once more on purpose (its dead letter was closed)"));
+  const error = el("p", { class: "error", id: "fork-error", role: "alert" });
+  const button = el("button", { type: "submit", class: "primary", id: "fork-button" }, "Fork");
+
+  // the kept step's tool calls, each output as recorded, to be fixed by hand
+  const outputField = (call) => {
+    const had = call.observation ? call.observation.content : "";
+    const x = formField("fork", `output_${call.call_id}`, `Output of ${call.call_id} (${call.name})`,
+      el("textarea", { rows: 4, spellcheck: "false", dataset: { call: call.call_id },
+        placeholder: call.observation ? "" : "none recorded: it runs again in the fork, unless given here" }),
+      call.observation ? "As recorded; what you write here is what the model reads instead." : null);
+    x.input.value = had;
+    x.had = had;
+    x.changed = () => x.input.value !== had;
+    return x;
+  };
+  const showOutputs = () => {
+    const n = Number(fromStep.value);
+    const found = (typeof steps === "function" ? steps() : steps)[n - 1];
+    const shown = Number.isInteger(n) && n >= 1 && found ? found.calls : [];
+    for (const call of shown) {
+      const kept = outputs.get(call.call_id);
+      // one untouched is drawn again as recorded now (a live session's call may have run since)
+      const had = call.observation ? call.observation.content : "";
+      if (!kept || (!kept.changed() && kept.had !== had)) outputs.set(call.call_id, outputField(call));
+    }
+    outputBox.replaceChildren(...(shown.length
+      ? [el("p", { class: "meta" }, `The tool outputs of step ${n}:`), ...shown.map((c) => outputs.get(c.call_id).row)]
+      : []));
+  };
+  fromStep.addEventListener("input", showOutputs);
+  showOutputs();
+
+  const all = () => ({ system_prompt: system, ...fields,
+    ...Object.fromEntries([...outputs].map(([id, x]) => [`output_${id}`, x])) });
+  const mark = (name, message) => {
+    const x = all()[name];
+    x.said.textContent = message;
+    x.input.setAttribute("aria-invalid", "true");
+  };
+  // the fields an API refusal speaks of, each with what is said beside it
+  const refused = (e) => {
+    const said = refusedFields(e, Object.keys(fields)); // admission: in the form's words
+    const message = e.message;
+    const loc = new Set((e.body.errors || []).flatMap((x) => (x.loc || []).map(String)));
+    const about = (name, yes) => { if (yes && !said.has(name)) said.set(name, message); };
+    about("system_prompt", loc.has("system_prompt") || /\bsystem_prompt\b/.test(message));
+    for (const id of outputs.keys()) {
+      const shown = outputs.get(id).row.isConnected;
+      about(`output_${id}`, shown && (loc.has(id) || new RegExp(`\\b${id}\\b`).test(message)));
+    }
+    return said;
+  };
+  const clear = () => {
+    error.textContent = "";
+    fromStep.removeAttribute("aria-invalid");
+    for (const x of Object.values(all())) {
+      x.said.textContent = "";
+      x.input.removeAttribute("aria-invalid");
+    }
+  };
+
+  async function submit(event) {
+    event.preventDefault();
+    clear();
+    const given = admissionBody(fields, mark);
+    if (!given) {
+      error.textContent = "Nothing was sent: put right what is marked.";
+      return;
+    }
+    const body = { from_step: Number(fromStep.value), append_instruction: instruction.value || null, ...given };
+    if (system.changed()) body.system_prompt = system.input.value;
+    const fixed = [...outputs].filter(([, x]) => x.row.isConnected && x.changed());
+    if (fixed.length) body.tool_outputs = Object.fromEntries(fixed.map(([id, x]) => [id, x.input.value]));
+    if (again.checked) body.again = true;
+    button.disabled = true;
+    try {
+      const forked = await api(path, { method: "POST", body });
+      toast(`forked as ${forked.id}`, "ok");
+      location.hash = `#/sessions/${enc(forked.id)}`;
+    } catch (e) {
+      if (!e.body) {
+        error.textContent = e.message; // no answer at all: the network's words
+        return;
+      }
+      const said = refused(e);
+      for (const [name, words] of said) mark(name, words);
+      const step = (e.body.errors || []).some((x) => (x.loc || []).includes("from_step"))
+        || /\bfrom_step\b/.test(e.message);
+      if (step) fromStep.setAttribute("aria-invalid", "true");
+      // a dead letter closed already: the API says how, and forking it again is a choice
+      if (e.body.code === "dead_letter_closed") againRow.hidden = false;
+      error.textContent = said.size
+        ? `Not forked (${e.body.code || `HTTP ${e.status}`}): see the marked field${said.size > 1 ? "s" : ""}.`
+        : e.message;
+    } finally {
+      button.disabled = false;
+    }
+  }
+
+  return el("form", { id: "fork", class: "fork", novalidate: true, onsubmit: submit },
+    el("h3", {}, title),
+    el("label", { for: "fork-step" }, "From step (keep steps 1 to it; 0: start over)"), fromStep,
+    el("label", { for: "fork-instruction" }, "Instruction"), instruction,
+    system.row, outputBox,
+    el("fieldset", { class: "admission" }, el("legend", {}, "Run it under (empty: the original's)"),
+      el("div", { class: "budgets" }, Object.values(fields).map((x) => x.row))),
+    againRow, el("p", { class: "actions" }, button, extra), error);
+}
