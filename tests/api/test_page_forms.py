@@ -89,6 +89,16 @@ def test_an_operator_forks_a_finished_session_from_a_step_with_a_fixed_prompt_an
     page.fill("#fork-step", "1")
     expect(output).to_have_value("fixed by hand")
     expect(page.locator("#fork-instruction")).to_have_value("say it twice")
+
+    # an output longer than a tool's may be: the API's words beside that output
+    longest = stack.deployment.settings.max_output_chars
+    page.fill("#fork-output-s1c0", "x" * (longest + 1))
+    form.locator("#fork-button").click()
+    said = refused(
+        stack, parent, {"from_step": 1, "tool_outputs": {"s1c0": "x" * (longest + 1)}}, 422
+    )
+    expect(page.locator("#fork-output-s1c0-error")).to_have_text(said)
+    page.fill("#fork-output-s1c0", "fixed by hand")
     form.locator("#fork-button").click()
     page.wait_for_url(lambda url: "#/sessions/" in url and parent not in url)
     fork = page.url.rsplit("/", 1)[-1]

@@ -6,15 +6,18 @@
 import { admissionBody, admissionFields, formField, refusedFields, windowField } from "./admission.js";
 import { api, el, enc, toast } from "./core.js";
 
-// the prompt the session ran under, where its config holds one (a role's); else the kind's
+// the prompt the session runs under, where its config holds it (a repair's, a role's)
 const promptOf = (head) => {
   const prompt = (head.config || {}).system_prompt;
   return typeof prompt === "string" ? prompt : null;
 };
 
+// a text as a regular expression matching it, character for character
+const literally = (text) => text.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+
 // `head` and `steps`: the session's (its view; `steps` may be a function giving the latest);
-// `step`: the step to fork from; `path`: where
-// to post; `title`: the form's heading; `extra`: more to show beside its button
+// `step`: the step to fork from; `path`: where to post; `title`: the form's heading;
+// `extra`: more to show beside its button
 export function forkForm({ head, steps, step, path, title, extra }) {
   const fromStep = el("input", { type: "number", id: "fork-step", min: 0, max: head.step, step: 1,
                                  inputmode: "numeric", value: step });
@@ -81,7 +84,8 @@ export function forkForm({ head, steps, step, path, title, extra }) {
     about("system_prompt", loc.has("system_prompt") || /\bsystem_prompt\b/.test(message));
     for (const id of outputs.keys()) {
       const shown = outputs.get(id).row.isConnected;
-      about(`output_${id}`, shown && (loc.has(id) || new RegExp(`\\b${id}\\b`).test(message)));
+      const named = new RegExp(`\\b${literally(id)}\\b`);
+      about(`output_${id}`, shown && (loc.has(id) || named.test(message)));
     }
     return said;
   };
