@@ -43,7 +43,7 @@ MAX_ENTRIES = 50
 SESSION_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 #: the fewest sessions of a concurrency key a limit may allow in flight
 MIN_PER_KEY = 1
-#: how many rates a price gives, fewest and most: prompt and completion, then cached, then cache write
+#: how many rates a price gives, fewest and most (prompt and completion; cached; cache write)
 PRICE_COUNTS = (2, len(PRICE_RATES))
 
 
