@@ -100,10 +100,12 @@ class Sessions(Protocol):
         submitted_by: str | None = None,
         parent_id: str | None = None,
         tenant: str | None = None,
+        id_prefix: str | None = None,
         limit: int = 50,
         offset: int = 0,
     ) -> list[Head]:
-        """Newest first; only `tenant`'s if given."""
+        """Newest first; only `tenant`'s if given; with `id_prefix`, only those whose id
+        starts with it (case-sensitive, as `ids_starting`)."""
         ...
 
     def events_after(

@@ -164,6 +164,10 @@ sessions = Table(
         postgresql_where=text("concurrency_key IS NOT NULL"),
         sqlite_where=text("concurrency_key IS NOT NULL"),
     ),
+    # a session named by the start of its id (`ids_starting`, the API's `id_prefix`):
+    # Postgres's LIKE 'abc%' takes only a pattern index unless the database's collation
+    # is C (0026_id_prefix); on SQLite it is a plain one
+    Index("ix_tickwork_sessions_id_prefix", "id", postgresql_ops={"id": "varchar_pattern_ops"}),
 )
 
 steps = Table(
@@ -488,6 +492,12 @@ archived = Table(
         "claimed_at",
         postgresql_where=text("state = 'pending'"),
         sqlite_where=text("state = 'pending'"),
+    ),
+    # an archived session named by the start of its id, as a live one (0026_id_prefix)
+    Index(
+        "ix_tickwork_archived_id_prefix",
+        "session_id",
+        postgresql_ops={"session_id": "varchar_pattern_ops"},
     ),
 )
 

@@ -124,3 +124,55 @@ def test_0024_keeps_the_steps_there_and_reads_them_without_an_estimate(empty_url
         assert [s.prompt_estimate for s in store.load("s").steps] == [None, 1_000]
     finally:
         engine.dispose()
+
+
+def test_0026_gives_the_start_of_an_id_an_index_postgres_uses() -> None:
+    """On a table of thousands of sessions, the lookups of a start of an id (the CLI's
+    `ids_starting`, the API's `id_prefix`) read the index 0026_id_prefix creates, not every
+    row (unless the database's collation is plain C, its primary key cannot serve a LIKE).
+    The statements are the ones the store sends, explained with their own values."""
+    from sqlalchemy import event
+
+    with postgres_database() as url:
+        upgrade(url)
+        engine = make_engine(url)
+        try:
+            store = open_store(engine)
+            clock = Clock()
+            store.create(new_session("3f9a0c00", now=clock()), now=clock())
+            names = [c.name for c in metadata.tables["tickwork_sessions"].columns]
+            rest = ", ".join(f'"{n}"' for n in names[1:])
+            with engine.begin() as conn:
+                conn.exec_driver_sql(
+                    f'INSERT INTO tickwork_sessions ("id", {rest}) '
+                    f"SELECT md5(g::text), {rest} FROM tickwork_sessions, "
+                    "generate_series(1, 5000) AS g"
+                )
+                conn.exec_driver_sql("ANALYZE tickwork_sessions")
+            sent: list[tuple[str, object]] = []
+
+            def keep(_: object, __: object, statement: str, params: object, *___: object) -> None:
+                if "tickwork_sessions" in statement and "LIKE" in statement:
+                    sent.append((statement, params))
+
+            event.listen(engine, "before_cursor_execute", keep)
+            assert store.ids_starting("3f9a0c", limit=6) == ["3f9a0c00"]
+            assert [h.id for h in store.list_sessions(id_prefix="3f9a0c0", tenant="default")] == [
+                "3f9a0c00"
+            ]
+            event.remove(engine, "before_cursor_execute", keep)
+
+            assert len(sent) == 2
+            with engine.connect() as conn:
+                collation = conn.exec_driver_sql(
+                    "SELECT datcollate FROM pg_database WHERE datname = current_database()"
+                ).scalar()
+                for statement, params in sent:
+                    plan = "\n".join(
+                        r[0] for r in conn.exec_driver_sql("EXPLAIN " + statement, params)
+                    )
+                    assert "Seq Scan" not in plan, plan
+                    if collation not in ("C", "POSIX"):
+                        assert "ix_tickwork_sessions_id_prefix" in plan, plan
+        finally:
+            engine.dispose()

@@ -165,6 +165,34 @@ class SessionContract(Contract):
         assert store.ids_starting("cafe01", limit=10, tenant="team-b") == ["cafe01b"]
         assert store.ids_starting("cafe01", limit=10, tenant="team-c") == []
 
+    def test_list_sessions_by_id_prefix_matches_the_start_exactly_with_the_other_filters(
+        self, store: Store, clock: Clock
+    ) -> None:
+        """The API's `id_prefix`: the sessions whose ids start with it (its case, no
+        wildcard), newest first, within the tenant and every other filter."""
+        for session_id, tenant in (
+            ("cafe01a", "team-a"),
+            ("cafe01b", "team-b"),
+            ("Cafe01c", "team-a"),
+            ("cafe0_x", "team-a"),
+            ("cafe01d", "team-a"),
+        ):
+            found = new_session(session_id, now=clock.advance(1))
+            head = found.head.model_copy(update={"tenant": tenant})
+            store.create(found.model_copy(update={"head": head}), now=clock())
+
+        def ids(**filters: object) -> list[str]:
+            return [h.id for h in store.list_sessions(**filters)]  # type: ignore[arg-type]
+
+        assert ids(id_prefix="cafe01") == ["cafe01d", "cafe01b", "cafe01a"]
+        assert ids(id_prefix="cafe01", tenant="team-a") == ["cafe01d", "cafe01a"]
+        assert ids(id_prefix="cafe01", limit=1) == ["cafe01d"]
+        assert ids(id_prefix="Cafe") == ["Cafe01c"]
+        assert ids(id_prefix="cafe0_") == ["cafe0_x"]
+        assert ids(id_prefix="cafe%") == []
+        assert ids(id_prefix="cafe01", status=["failed"]) == []
+        assert ids(id_prefix="caf\x00") == []
+
     def test_list_sessions_filters_by_the_outcome_a_completing_save_records(
         self, store: Store, clock: Clock
     ) -> None:
