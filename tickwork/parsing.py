@@ -14,6 +14,18 @@ from tickwork.fsm.errors import InvalidInput
 #: a duration back from now, each unit with as many digits as stay after year 1
 #: the longest session id (a submitted `--id` as well: `tickwork.writes.SESSION_ID`)
 MAX_SESSION_ID = 64
+#: the fewest characters of an id that name its session by their start, as git's short ids
+MIN_ID_PREFIX = 6
+#: what the API's `id_prefix` takes: the start of a session id in a uuid's characters, hex
+#: digits and '-' (a start with another character is no start the API looks up)
+ID_PREFIX_PATTERN = rf"^[0-9A-Fa-f-]{{{MIN_ID_PREFIX},{MAX_SESSION_ID}}}$"
+_ID_PREFIX = re.compile(ID_PREFIX_PATTERN)
+#: how many of the ids an ambiguous start matches its refusal lists
+SHOWN_CANDIDATES = 5
+#: what follows the id in SessionNotFound's message for a start too short to look up
+TOO_SHORT = f" (give at least {MIN_ID_PREFIX} characters to name one by its id's start)"
+#: ... and for a start that no id has
+NO_START = ", and no session id starts with it"
 
 _DURATION = "|".join(
     rf"[0-9]{{1,{digits}}}(?:\.[0-9]+)?{unit}"
@@ -85,3 +97,32 @@ def storable(value: object, *, name: str) -> None:
             todo.extend((v, f"{where}[{i}]") for i, v in enumerate(item))
         elif isinstance(item, str) and (wrong := bad_text(item)):
             raise InvalidInput(f"{where} {wrong}; give it as UTF-8 text without NUL bytes")
+
+
+def id_prefix(value: str, *, what: str = "id_prefix") -> str:
+    """The start of a session id to look sessions up by (`what`: how it was given), checked:
+    MIN_ID_PREFIX to MAX_SESSION_ID hex digits or '-'."""
+    if _ID_PREFIX.fullmatch(value):
+        return value
+    shown = repr(value if len(value) <= 40 else value[:40] + "...")
+    if len(value) < MIN_ID_PREFIX:
+        wrong = f"is {len(value)} characters long; give at least {MIN_ID_PREFIX}"
+    elif len(value) > MAX_SESSION_ID:
+        wrong = f"is {len(value):,} characters long, more than any id ({MAX_SESSION_ID})"
+    else:
+        wrong = "holds a character that is neither a hex digit nor '-'; give the start of an id"
+    raise InvalidInput(f"{what} {shown} {wrong} (the start of a session id: hex digits and '-')")
+
+
+def ambiguous(given: str, found: list[str]) -> InvalidInput:
+    """The refusal of a start of an id that `found` (sorted, up to SHOWN_CANDIDATES + 1 of
+    them) all start with, naming a few."""
+    shown = ", ".join(found[:SHOWN_CANDIDATES])
+    if len(found) > SHOWN_CANDIDATES:
+        count, shown = f"more than {SHOWN_CANDIDATES}", f"{shown}, ..."
+    else:
+        count = str(len(found))
+    return InvalidInput(
+        f"{given!r} is the start of {count} session ids ({shown}); give more characters of the "
+        "one you mean"
+    )

@@ -11,7 +11,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from tickwork.fsm.errors import InvalidInput, NoPatch, SessionNotFound
+from tickwork.fsm.errors import NoPatch, SessionNotFound
 from tickwork.fsm.values import Head, Session
 from tickwork.store import dead_letters as dl
 from tickwork.store.archived import saved_of
@@ -21,12 +21,8 @@ from tickwork.worker.tools.registry import ChildResult, child_results
 from . import views
 from .bundles import write_bundle
 from .deployment import Deployment
+from .parsing import MIN_ID_PREFIX, NO_START, SHOWN_CANDIDATES, TOO_SHORT, ambiguous
 from .patches import patch_text, unchanged
-
-#: the fewest characters of an id that name its session by their start, as git's short ids
-MIN_ID_PREFIX = 6
-#: how many of the ids an ambiguous start matches its refusal lists
-SHOWN_CANDIDATES = 5
 
 
 class Reads(Deployment):
@@ -50,10 +46,7 @@ class Reads(Deployment):
             if tenant in (None, head.tenant):
                 return head.id
         if len(given) < MIN_ID_PREFIX:
-            raise SessionNotFound.of(
-                given,
-                hint=f" (give at least {MIN_ID_PREFIX} characters to name one by its id's start)",
-            )
+            raise SessionNotFound.of(given, hint=TOO_SHORT)
         more = SHOWN_CANDIDATES + 1
         found = sorted(
             {
@@ -62,17 +55,9 @@ class Reads(Deployment):
             }
         )
         if not found:
-            raise SessionNotFound.of(given, hint=", and no session id starts with it")
+            raise SessionNotFound.of(given, hint=NO_START)
         if len(found) > 1:
-            shown = ", ".join(found[:SHOWN_CANDIDATES])
-            if len(found) > SHOWN_CANDIDATES:
-                count, shown = f"more than {SHOWN_CANDIDATES}", f"{shown}, ..."
-            else:
-                count = str(len(found))
-            raise InvalidInput(
-                f"{given!r} is the start of {count} session ids ({shown}); give more "
-                "characters of the one you mean"
-            )
+            raise ambiguous(given, found)
         return found[0]
 
     def load(self, session_id: str) -> Session:

@@ -581,3 +581,58 @@ def test_a_kind_filter_says_nothing_of_others_sessions_to_an_own_only_token(
             assert listing("bob", "lab:Secret").status_code == 422
     finally:
         client.close()
+
+
+def test_id_prefix_lists_the_sessions_the_caller_sees_starting_with_it(world: World) -> None:
+    """`GET /api/v1/sessions?id_prefix=` (what a remote client resolves a start of an id
+    with) holds only the sessions the token sees, as every listing: another tenant's or
+    submitter's id is not said, even by its start."""
+    start = uuid.uuid4().hex[:8]
+    made = {}
+    for who, tenant in (("ann", "team-a"), ("amy", "team-a"), ("bob", "team-b")):
+        made[who] = f"{start}-{uuid.uuid4().hex[:6]}"
+        _make(world.client, made[who], tenant, who, "waiting")
+
+    def listed(who: str, **params: str) -> set[str]:
+        answer = world.http(who).get("/api/v1/sessions", params={"id_prefix": start, **params})
+        assert answer.status_code == 200, answer.text
+        return {h["id"] for h in answer.json()}
+
+    assert listed("ann") == {made["ann"], made["amy"]}
+    assert listed("amy") == {made["amy"]}
+    assert listed("bob") == {made["bob"]}
+    assert listed("root") == set(made.values())
+    assert listed("root", tenant="team-b") == {made["bob"]}
+    assert listed("ann", id_prefix=made["ann"]) == {made["ann"]}
+    assert listed("ann", id_prefix=start.upper()) == set()  # the case of an id is its own
+    assert listed("bob", id_prefix=made["ann"][:12]) == set()
+
+
+@pytest.mark.parametrize(
+    ("given", "wrong"),
+    [
+        ("3f9a0", "5 characters long; give at least 6"),
+        ("3f9a0g", "neither a hex digit nor '-'"),
+        ("3f9a0%", "neither a hex digit nor '-'"),
+        ("3f9a0_", "neither a hex digit nor '-'"),
+        ("3f9a0c\n", "neither a hex digit nor '-'"),
+    ],
+)
+def test_an_id_prefix_that_is_no_start_of_an_id_is_a_422_naming_it(
+    world: World, given: str, wrong: str
+) -> None:
+    answer = world.http("ann").get("/api/v1/sessions", params={"id_prefix": given})
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["code"] == "invalid_input"
+    message = answer.json()["message"]
+    assert message.startswith("id_prefix ") and wrong in message, message
+    long = world.http("ann").get("/api/v1/sessions", params={"id_prefix": "a" * 65})
+    assert long.status_code == 422 and "id_prefix" in long.json()["message"]
+    schema = world.http("ann").get("/api/v1/openapi.json").json()
+    listing = schema["paths"]["/api/v1/sessions"]["get"]["parameters"]
+    stated = next(p for p in listing if p["name"] == "id_prefix")["schema"]
+    import jsonschema
+
+    if not given.endswith("\n"):  # Python's `$` (jsonschema's) matches before a last newline
+        assert not jsonschema.Draft202012Validator(stated["anyOf"][0]).is_valid(given)
+    assert jsonschema.Draft202012Validator(stated["anyOf"][0]).is_valid("3f9a0c-1b")

@@ -8,13 +8,15 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import PlainTextResponse
+from pydantic import WithJsonSchema
 
-from tickwork import views
+from tickwork import parsing, views
 from tickwork.client import Tickwork
 from tickwork.fsm.errors import AlreadyDecided, InvalidInput, SessionExists, StoreConflict
 from tickwork.fsm.outcomes import Outcome, outcome_of
 from tickwork.fsm.tenants import TENANT_PATTERN
 from tickwork.fsm.values import ErrorCode, EventKind, Head, Session, Status
+from tickwork.parsing import ID_PREFIX_PATTERN, MAX_SESSION_ID, MIN_ID_PREFIX
 from tickwork.writes import SESSION_ID
 
 from . import bodies, previews
@@ -35,6 +37,19 @@ FOUND = documented(404)
 
 SessionId = Annotated[str, Path(description="The session id.", max_length=64)]
 CallId = Annotated[str, Path(description="The call id, e.g. s3c0.", max_length=64)]
+#: the start of a session id as the schema states it; checked by `parsing.id_prefix`, whose
+#: refusal says what was wrong in words (pydantic's would only quote the pattern)
+IdPrefix = Annotated[
+    str,
+    WithJsonSchema(
+        {
+            "type": "string",
+            "pattern": ID_PREFIX_PATTERN,
+            "minLength": MIN_ID_PREFIX,
+            "maxLength": MAX_SESSION_ID,
+        }
+    ),
+]
 
 
 def get_client(request: Request) -> Tickwork:
@@ -138,9 +153,21 @@ def list_sessions(
             "name only its own tenant: 403 for another).",
         ),
     ] = None,
+    id_prefix: Annotated[
+        IdPrefix | None,
+        Query(
+            description=f"Only sessions whose id starts with this ({MIN_ID_PREFIX} to "
+            f"{MAX_SESSION_ID} hex digits or '-', case-sensitive): how a client finds the "
+            "session a start of an id names (`tickwork --server URL show 3f9a0c`); 422 "
+            "`invalid_input` naming `id_prefix` for another. One session listed is the "
+            "one it names; more say it is ambiguous.",
+        ),
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     offset: Annotated[int, Query(ge=0, le=MAX_INT)] = 0,
 ) -> list[Listed]:
+    if id_prefix is not None:
+        id_prefix = parsing.id_prefix(id_prefix)
     check_named_tenant(who, tenant, "sessions")
     scope = session_filters(who, submitted_by)
     if scope is None:
@@ -153,6 +180,7 @@ def list_sessions(
         error_code=error_code.value if error_code else None,
         outcome=outcome.value if outcome else None,
         parent_id=parent_id,
+        id_prefix=id_prefix,
         limit=limit,
         offset=offset,
         **scope,
