@@ -38,19 +38,20 @@ POLL_S = 0.1
 
 
 def named_session(value: str) -> str:
-    """The session id a command is given; locally, the whole id of the session that a
-    unique start of one names (`Reads.session_id`). The API takes whole ids only."""
+    """The session id a command is given: the whole id of the session that a unique start
+    of one names (`Reads.session_id`; with --server, the server's sessions the token sees,
+    `Client.session_id`)."""
     value = options.session_id(value)
-    if cli_remote.server() is not None:
-        return value
+    remote = cli_remote.client()
+    if remote is not None:
+        with remote:
+            return remote.session_id(value)
     with Context() as ctx:
         return ctx.reads.session_id(value)
 
 
 #: what a session's ID argument takes
-ID_HELP = (
-    "The session id, or (locally) its first 6 characters or more if no other id starts with them."
-)
+ID_HELP = "The session id, or its first 6 characters or more if no other id starts with them."
 SessionId = Annotated[str, typer.Argument(metavar="ID", help=ID_HELP, callback=named_session)]
 #: a session id, or a start of one, that the command resolves itself (`show` looks among
 #: its --tenant's sessions only)
@@ -368,7 +369,7 @@ def show(
                 "decides what you see"
             )
         with remote:
-            view = remote.timeline(session_id)
+            view = remote.timeline(remote.session_id(session_id))
             previews = {} if json_output else cli_remote.previews(remote, view)
         if json_output:
             views.emit(view)

@@ -19,7 +19,7 @@ MIN_ID_PREFIX = 6
 #: what the API's `id_prefix` takes: the start of a session id in a uuid's characters, hex
 #: digits and '-' (a start with another character is no start the API looks up)
 ID_PREFIX_PATTERN = rf"^[0-9A-Fa-f-]{{{MIN_ID_PREFIX},{MAX_SESSION_ID}}}$"
-_ID_PREFIX = re.compile(ID_PREFIX_PATTERN)
+ID_PREFIX = re.compile(ID_PREFIX_PATTERN)
 #: how many of the ids an ambiguous start matches its refusal lists
 SHOWN_CANDIDATES = 5
 #: what follows the id in SessionNotFound's message for a start too short to look up
@@ -102,7 +102,7 @@ def storable(value: object, *, name: str) -> None:
 def id_prefix(value: str, *, what: str = "id_prefix") -> str:
     """The start of a session id to look sessions up by (`what`: how it was given), checked:
     MIN_ID_PREFIX to MAX_SESSION_ID hex digits or '-'."""
-    if _ID_PREFIX.fullmatch(value):
+    if ID_PREFIX.fullmatch(value):
         return value
     shown = repr(value if len(value) <= 40 else value[:40] + "...")
     if len(value) < MIN_ID_PREFIX:

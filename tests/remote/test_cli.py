@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -475,3 +476,55 @@ def _without_fork_status(shown: dict[str, Any]) -> dict[str, Any]:
     """A dead letter as `dlq show --json` prints it, its forks' statuses left out."""
     forks = [{k: v for k, v in fork.items() if k != "status"} for fork in shown["forks"]]
     return {**shown, "forks": forks}
+
+
+def test_a_start_of_an_id_names_one_session_with_a_server_as_locally(
+    remote: Remote, cli: ModeCli
+) -> None:
+    """Every command of one session takes a unique start of its id, 6 characters or more,
+    with a server as locally, and refuses one too short, one no id has, or one that starts
+    several ids (naming them) in the same words."""
+    start = uuid.uuid4().hex[:8]
+    client = remote.deployment.client
+    script = remote.script([{"content": "risky", "tool_calls": DANGERS}, {"content": "all done"}])
+    fails = remote.script(
+        [{"content": "look", "tool_calls": [call("echo", text="1")]}, {"content": "fixed"}]
+    )
+
+    def made(tail: str, **kw: Any) -> str:
+        given = f"{start}{tail}-{cli.mode}"
+        return client.submit(TEST_KIND, remote.input(), session_id=given, **kw).id
+
+    waiting = made("0", model=script)
+    twins = sorted(made(f"1{c}", model=script) for c in "ab")
+    failed = made("2", model=fails, budgets={"max_steps": 1})
+    for session_id in (waiting, *twins):
+        remote.wait(session_id, Status.WAITING_APPROVAL)
+    remote.wait(failed, Status.FAILED)
+
+    assert cli.inline("show", f"{start}0", "--json").json()["head"]["id"] == waiting
+    assert cli.inline("watch", f"{start}0", "--json").json()["head"]["id"] == waiting
+    cli.inline("show", f"{start}1", ok=False).error(
+        2, f"'{start}1' is the start of 2 session ids ({', '.join(twins)}); give more characters"
+    )
+    cli.inline("cancel", start[:5], ok=False).error(
+        1, f"no session '{start[:5]}' (give at least 6 characters to name one by its id's start)"
+    )
+    cli.inline("approve", f"{start}f", "s1c0", ok=False).error(
+        1, f"no session '{start}f', and no session id starts with it"
+    )
+
+    approved = cli.inline("approve", f"{start}0", "s1c0", "--as", "alice").stdout
+    assert f"approved s1c0 of {waiting} as alice" in approved
+    cli.inline("edit", f"{start}0", "s1c1", "--args", '{"value": "B"}', "--as", "bob")
+    cli.inline("reject", f"{start}0", "s1c2", "--feedback", "not c", "--as", "carol")
+    remote.wait(waiting, Status.COMPLETED)
+    forked = cli.inline("fork", f"{start}0", "--from-step", "1", "--as", "frank", "--json").json()
+    assert forked["parent_id"] == waiting
+    cancelled = cli.inline("cancel", twins[0][: len(start) + 2], "--as", "dave", "--json").json()
+    assert (cancelled["id"], cancelled["status"]) == (twins[0], "cancelled")
+
+    assert cli.inline("dlq", "show", f"{start}2", "--json").json()["session_id"] == failed
+    cli.inline("dlq", "show", f"{start}1", ok=False).error(2, f"'{start}1' is the start of 2")
+    closed = cli.inline("dlq", "resolve", f"{start}2", "--reason", "seen", "--json").json()
+    assert closed["session_id"] == failed and closed["resolution"]["state"] == "resolved"

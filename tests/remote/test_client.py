@@ -364,3 +364,25 @@ def test_a_repair_takes_test_cmd_as_well_as_test_command(remote: Remote, mode: s
             model=done,
         )
     assert both.value.status == 422
+
+
+def test_a_start_of_an_id_names_one_session(remote: Remote, mode: str) -> None:
+    """A method of one session (and `watch`) takes a unique start of its id, and refuses
+    one that starts several ids, naming them, or none."""
+    sam = api(remote, mode, "sam")
+    start = uuid.uuid4().hex[:8]
+    ids = sorted(
+        sam.submit(
+            TEST_KIND, remote.input(), model=remote.script(ECHO), session_id=f"{start}{tail}"
+        ).id
+        for tail in ("a1", "b1", "b2")
+    )
+    fuzz = api(remote, mode, "fuzz")
+    assert fuzz.session_id(f"{start}a") == ids[0]
+    assert fuzz.wait(f"{start}a", timeout=60, poll=0.1).id == ids[0]
+    assert [f.kind for f in fuzz.watch(f"{start}a")][-1] == "end"
+    with pytest.raises(RemoteError) as several:
+        fuzz.get(f"{start}b")
+    assert several.value.status == 422 and several.value.details["candidates"] == ids[1:]
+    with pytest.raises(RemoteError, match=f"no session '{start}c', and no session id starts"):
+        fuzz.timeline(f"{start}c")

@@ -294,3 +294,136 @@ def test_a_submit_sends_a_price_of_two_to_four_rates_and_refuses_more() -> None:
             c.submit("repair", {}, price=(0.5, 1.5, 0.05, 0.625, 1))
     assert sent == [[0.5, 1.5], [0.5, 1.5, 0.05], [0.5, 1.5, 0.05, 0.625]]
     assert "at most 4 items" in str(refused.value)
+
+
+def _served_ids(sent: list[str], ids: list[str], *, takes_prefix: bool = True) -> Any:
+    """A server with the live sessions `ids` (a server from before `id_prefix` if not
+    `takes_prefix`), answering a session's head, a dead letter of each, and the listing."""
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        query = f"?{request.url.query.decode()}" if request.url.query else ""
+        sent.append(f"{request.method} {request.url.path}{query}")
+        parts = request.url.path.split("/")[3:]
+        if parts == ["sessions"]:
+            prefix = request.url.params.get("id_prefix")
+            if not takes_prefix:
+                message = "GET /api/v1/sessions takes no query parameter 'id_prefix'"
+                return httpx.Response(422, json={"code": "invalid_input", "message": message})
+            found = [{**HEAD, "id": i} for i in ids if i.startswith(prefix or "")]
+            return httpx.Response(200, json=found[: int(request.url.params["limit"])])
+        if parts[0] == "sessions" and parts[1] in ids:
+            return httpx.Response(200, json={"head": {**HEAD, "id": parts[1]}, "steps": []})
+        if parts[0] == "dead-letters" and parts[1] in ids:
+            return httpx.Response(200, json={"id": 7, "session_id": parts[1]})
+        if parts[0] == "dead-letters":
+            message = f"no dead letter has id or session id {parts[1]!r}; list them"
+            return httpx.Response(404, json={"code": "dead_letter_not_found", "message": message})
+        message = f"no session {parts[1]!r}; list sessions with `tickwork ls`"
+        return httpx.Response(404, json={"code": "session_not_found", "message": message})
+
+    return answer
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_whole_id_costs_no_request_more_and_a_start_is_looked_up_after_its_404(
+    mode: str,
+) -> None:
+    ids = ["3f9a0c11", "3f9a0c22", "7d1e00aa", "123456ab"]
+    sent: list[str] = []
+    sync, asynchronous = _mock(_served_ids(sent, ids))
+
+    def run(name: str, *args: Any) -> Any:
+        sent.clear()
+        if mode == "sync":
+            with Client("http://tw.test", token="token-token-token-1", transport=sync) as c:
+                return getattr(c, name)(*args)
+
+        async def go() -> Any:
+            async with AsyncClient(
+                "http://tw.test", token="token-token-token-1", transport=asynchronous
+            ) as c:
+                return await getattr(c, name)(*args)
+
+        return asyncio.run(go())
+
+    assert run("get", "3f9a0c11").id == "3f9a0c11"
+    assert sent == ["GET /api/v1/sessions/3f9a0c11"]
+    assert run("get", "7d1e00").id == "7d1e00aa"
+    assert sent == [
+        "GET /api/v1/sessions/7d1e00",
+        "GET /api/v1/sessions?id_prefix=7d1e00&limit=6",
+        "GET /api/v1/sessions/7d1e00aa",
+    ]
+    assert run("session_id", "7d1e00") == "7d1e00aa"
+    assert run("session_id", "3f9a0c11") == "3f9a0c11"
+    assert run("session_id", "nothing-like-it") == "nothing-like-it" and sent == []
+    with pytest.raises(RemoteError) as several:
+        run("timeline", "3f9a0c")
+    assert (several.value.status, several.value.code) == (422, "invalid_input")
+    assert several.value.message == (
+        "'3f9a0c' is the start of 2 session ids (3f9a0c11, 3f9a0c22); give more characters "
+        "of the one you mean"
+    )
+    assert several.value.details["candidates"] == ["3f9a0c11", "3f9a0c22"]
+    with pytest.raises(RemoteError, match="'3f9a0c' is the start of 2 session ids"):
+        run("session_id", "3f9a0c")
+    with pytest.raises(RemoteError) as none:
+        run("cancel", "abcdef")
+    assert (none.value.status, none.value.code) == (404, "session_not_found")
+    assert none.value.message.startswith("no session 'abcdef', and no session id starts with it")
+    with pytest.raises(RemoteError) as short:
+        run("events", "7d1e0")
+    assert short.value.message.startswith(
+        "no session '7d1e0' (give at least 6 characters to name one by its id's start)"
+    )
+    assert sent == ["GET /api/v1/sessions/7d1e0/events?after=0&limit=1000"]
+    with pytest.raises(RemoteError, match=r"^no session 'not-hex-at-all'; list"):
+        run("get", "not-hex-at-all")  # no start the API looks up: the server's refusal
+
+    assert run("dead_letter", "7d1e00")["session_id"] == "7d1e00aa"
+    with pytest.raises(RemoteError, match="no dead letter has id or session id '123456'"):
+        run("dead_letter", "123456")  # digits: a letter's id or a whole session id only
+    assert "id_prefix" not in " ".join(sent)
+    with pytest.raises(RemoteError, match="no dead letter has id or session id 'abcdef'"):
+        run("dead_letter", "abcdef")
+    with pytest.raises(RemoteError, match="'3f9a0c' is the start of 2 session ids"):
+        run("resolve_dead_letter", "3f9a0c", "looked")
+
+
+def test_a_server_that_takes_no_id_prefix_keeps_its_refusal_of_a_start() -> None:
+    sent: list[str] = []
+    sync, _ = _mock(_served_ids(sent, ["7d1e00aa"], takes_prefix=False))
+    with Client("http://tw.test", token="token-token-token-1", transport=sync) as client:
+        with pytest.raises(RemoteError, match=r"^no session '7d1e00'; list sessions"):
+            client.get("7d1e00")
+        assert client.session_id("7d1e00") == "7d1e00"
+        assert client.get("7d1e00aa").id == "7d1e00aa"
+
+
+def test_a_watch_of_a_start_follows_the_one_session_it_names() -> None:
+    sent: list[str] = []
+    served = _served_ids(sent, ["7d1e00aa"])
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/api/v1/sessions/7d1e00aa/stream":
+            sent.append(request.url.path)
+            end = 'id: 3\nevent: end\ndata: {"status": "completed", "last_id": 3}\n\n'
+            return httpx.Response(200, text=end, headers={"content-type": "text/event-stream"})
+        if request.url.path.endswith("/stream"):
+            sent.append(request.url.path)
+            given = request.url.path.split("/")[4]
+            message = f"no session {given!r}; list sessions with `tickwork ls`"
+            return httpx.Response(404, json={"code": "session_not_found", "message": message})
+        return served(request)  # type: ignore[no-any-return]
+
+    sync, _ = _mock(answer)
+    with Client("http://tw.test", token="token-token-token-1", transport=sync) as client:
+        assert [f.kind for f in client.watch("7d1e00")] == ["end"]
+        assert sent == [
+            "/api/v1/sessions/7d1e00/stream",
+            "GET /api/v1/sessions?id_prefix=7d1e00&limit=6",
+            "/api/v1/sessions/7d1e00aa/stream",
+        ]
+        with pytest.raises(RemoteError, match="no session 'ffffff', and no session id starts"):
+            list(client.watch("ffffff"))
+    assert sent[-1] == "GET /api/v1/sessions?id_prefix=ffffff&limit=6"

@@ -21,7 +21,7 @@ import httpx
 
 from tickwork.fsm.errors import ConfigurationError
 
-from . import plans
+from . import ids, plans
 from .errors import RemoteError, error_of, unreachable
 from .plans import Call, Plan, Sleep, Streamed
 from .stream import Follow
@@ -104,6 +104,14 @@ def awaited(
     return method
 
 
+def _renamed(follow: Follow, given: str, refused: RemoteError) -> bool:
+    """Whether a watch refused 404 for the id `given` may look for the one id it starts
+    with (once, before any event)."""
+    return (
+        follow.session_id == given and refused.status == 404 and refused.code == "session_not_found"
+    )
+
+
 class _Base:
     def __init__(
         self, server: str | None, token: str | None, timeout: float, stream_read_s: float
@@ -122,7 +130,9 @@ class Client(_Base):
 
     `server` [default: TICKWORK_SERVER] is the address `tickwork serve` listens on;
     `token` [default: TICKWORK_TOKEN] one of its TICKWORK_API_TOKENS. A refused request
-    raises `RemoteError` (with the API's `code`, `message` and HTTP `status`).
+    raises `RemoteError` (with the API's `code`, `message` and HTTP `status`). A method of
+    one session takes its whole id or a unique start of it (6 characters or more, as the
+    CLI takes one); `session_id` says which session a start names (`remote/ids.py`).
     """
 
     def __init__(
@@ -185,9 +195,10 @@ class Client(_Base):
         self, session_id: str, *, after: int = 0, give_up_after: float = 60.0
     ) -> Iterator[Streamed]:
         """The session's events after event id `after` as they happen, then its `end`
-        frame. A dropped connection or a restarting server is resumed from the last
-        event given (Last-Event-ID), nothing lost or given twice; after `give_up_after`
-        seconds without a good read it raises ServerUnreachable."""
+        frame (`session_id` its whole id or a unique start of one). A dropped connection
+        or a restarting server is resumed from the last event given (Last-Event-ID),
+        nothing lost or given twice; after `give_up_after` seconds without a good read it
+        raises ServerUnreachable."""
         follow = Follow(session_id, after, give_up_after)
         while not follow.ended:
             try:
@@ -196,7 +207,13 @@ class Client(_Base):
                 try:
                     if not response.is_success:
                         response.read()
-                    follow.opened(response)
+                    try:
+                        follow.opened(response)
+                    except RemoteError as exc:
+                        if not _renamed(follow, session_id, exc):
+                            raise
+                        follow.session_id = self.run(ids.started(session_id, exc))
+                        continue
                     for line in response.iter_lines():
                         item = follow.feed(line)
                         if item is not None:
@@ -210,28 +227,29 @@ class Client(_Base):
                 time.sleep(follow.broke(exc, self.base_url))
 
     me = blocking(plans.me)
+    session_id = blocking(ids.session_id)
     submit = blocking(plans.submit)
-    get = blocking(plans.get)
-    timeline = blocking(plans.timeline)
+    get = blocking(ids.named(plans.get))
+    timeline = blocking(ids.named(plans.timeline))
     sessions = blocking(plans.sessions)
-    events = blocking(plans.events)
-    waiting = blocking(plans.waiting)
-    patch = blocking(plans.patch)
-    wait = blocking(plans.wait)
-    decide = blocking(plans.decide)
-    approve = blocking(plans.approve)
-    edit = blocking(plans.edit)
-    reject = blocking(plans.reject)
-    provide_output = blocking(plans.provide_output)
-    cancel = blocking(plans.cancel)
-    fork = blocking(plans.fork)
+    events = blocking(ids.named(plans.events))
+    waiting = blocking(ids.named(plans.waiting))
+    patch = blocking(ids.named(plans.patch))
+    wait = blocking(ids.named(plans.wait))
+    decide = blocking(ids.named(plans.decide))
+    approve = blocking(ids.named(plans.approve))
+    edit = blocking(ids.named(plans.edit))
+    reject = blocking(ids.named(plans.reject))
+    provide_output = blocking(ids.named(plans.provide_output))
+    cancel = blocking(ids.named(plans.cancel))
+    fork = blocking(ids.named(plans.fork))
     dead_letters = blocking(plans.dead_letters)
-    dead_letter = blocking(plans.dead_letter)
+    dead_letter = blocking(ids.lettered(plans.dead_letter))
     dead_letter_stats = blocking(plans.dead_letter_stats)
     export_dead_letters = blocking(plans.export_dead_letters)
-    fork_dead_letter = blocking(plans.fork_dead_letter)
-    resolve_dead_letter = blocking(plans.resolve_dead_letter)
-    dismiss_dead_letter = blocking(plans.dismiss_dead_letter)
+    fork_dead_letter = blocking(ids.lettered(plans.fork_dead_letter))
+    resolve_dead_letter = blocking(ids.lettered(plans.resolve_dead_letter))
+    dismiss_dead_letter = blocking(ids.lettered(plans.dismiss_dead_letter))
 
 
 class AsyncClient(_Base):
@@ -306,7 +324,13 @@ class AsyncClient(_Base):
                 try:
                     if not response.is_success:
                         await response.aread()
-                    follow.opened(response)
+                    try:
+                        follow.opened(response)
+                    except RemoteError as exc:
+                        if not _renamed(follow, session_id, exc):
+                            raise
+                        follow.session_id = await self.run(ids.started(session_id, exc))
+                        continue
                     async for line in response.aiter_lines():
                         item = follow.feed(line)
                         if item is not None:
@@ -320,25 +344,26 @@ class AsyncClient(_Base):
                 await asyncio.sleep(follow.broke(exc, self.base_url))
 
     me = awaited(plans.me)
+    session_id = awaited(ids.session_id)
     submit = awaited(plans.submit)
-    get = awaited(plans.get)
-    timeline = awaited(plans.timeline)
+    get = awaited(ids.named(plans.get))
+    timeline = awaited(ids.named(plans.timeline))
     sessions = awaited(plans.sessions)
-    events = awaited(plans.events)
-    waiting = awaited(plans.waiting)
-    patch = awaited(plans.patch)
-    wait = awaited(plans.wait)
-    decide = awaited(plans.decide)
-    approve = awaited(plans.approve)
-    edit = awaited(plans.edit)
-    reject = awaited(plans.reject)
-    provide_output = awaited(plans.provide_output)
-    cancel = awaited(plans.cancel)
-    fork = awaited(plans.fork)
+    events = awaited(ids.named(plans.events))
+    waiting = awaited(ids.named(plans.waiting))
+    patch = awaited(ids.named(plans.patch))
+    wait = awaited(ids.named(plans.wait))
+    decide = awaited(ids.named(plans.decide))
+    approve = awaited(ids.named(plans.approve))
+    edit = awaited(ids.named(plans.edit))
+    reject = awaited(ids.named(plans.reject))
+    provide_output = awaited(ids.named(plans.provide_output))
+    cancel = awaited(ids.named(plans.cancel))
+    fork = awaited(ids.named(plans.fork))
     dead_letters = awaited(plans.dead_letters)
-    dead_letter = awaited(plans.dead_letter)
+    dead_letter = awaited(ids.lettered(plans.dead_letter))
     dead_letter_stats = awaited(plans.dead_letter_stats)
     export_dead_letters = awaited(plans.export_dead_letters)
-    fork_dead_letter = awaited(plans.fork_dead_letter)
-    resolve_dead_letter = awaited(plans.resolve_dead_letter)
-    dismiss_dead_letter = awaited(plans.dismiss_dead_letter)
+    fork_dead_letter = awaited(ids.lettered(plans.fork_dead_letter))
+    resolve_dead_letter = awaited(ids.lettered(plans.resolve_dead_letter))
+    dismiss_dead_letter = awaited(ids.lettered(plans.dismiss_dead_letter))

@@ -1,0 +1,139 @@
+"""A session named by the start of its id, over the API, as the CLI names one locally
+(`Reads.session_id`): its whole id, else a unique start of one, 6 characters or more.
+
+The API looks a start up with `GET /api/v1/sessions?id_prefix=` (hex digits and '-', the
+characters of the ids tickwork makes), among the sessions the token sees. `session_id`
+resolves a start before anything is asked of the session; `named` and `lettered` make an
+operation take one: the id is tried whole first (a whole id costs no request more), and
+only a 404 for it looks for the one id it starts with. The refusals say what the local
+CLI says: too short, no id starts with it, or it starts several (naming a few).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from tickwork.fsm.errors import SessionNotFound
+from tickwork.parsing import (
+    ID_PREFIX,
+    MIN_ID_PREFIX,
+    NO_START,
+    SHOWN_CANDIDATES,
+    TOO_SHORT,
+    ambiguous,
+)
+
+from .errors import RemoteError
+from .plans import Call, Plan, _json, _path
+
+T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Plan[Any]])
+
+
+def session_id(given: str, *, tenant: str | None = None) -> Plan[str]:
+    """The whole id of the session `given` names, among those the token sees (of `tenant`
+    too, if given): `given` if a live session has that id, else the one live id that
+    starts with it; RemoteError 422 naming a few if several do. Otherwise `given` itself:
+    a whole id the listing does not hold (an archived session's, or none: the operation
+    it is given to answers 404)."""
+    if len(given) < MIN_ID_PREFIX or not ID_PREFIX.fullmatch(given):
+        return given  # a whole id or none: no start the API looks up
+    found = yield from _starting(given, tenant)
+    if found is None or not found or given in found:
+        return given
+    if len(found) > 1:
+        raise _ambiguous(given, found)
+    return found[0]
+
+
+def started(given: str, refused: RemoteError, *, said: bool = True) -> Plan[str]:
+    """The one id `given` starts with, after the server `refused` it as a whole id (404);
+    else the refusal the local CLI gives (with `said`; else `refused` itself): too short,
+    or no id starts with it; and RemoteError 422 naming a few if several do. A `given` no
+    start of an id can be (another character than a hex digit or '-') keeps the server's
+    refusal."""
+    if len(given) < MIN_ID_PREFIX:
+        raise _not_found(given, TOO_SHORT, refused) if said else refused
+    if not ID_PREFIX.fullmatch(given):
+        raise refused
+    found = yield from _starting(given, None)
+    if found is None:  # a server from before `id_prefix`: its refusal stands
+        raise refused
+    found = [f for f in found if f != given]  # the whole id, just refused, is gone since
+    if not found:
+        raise _not_found(given, NO_START, refused) if said else refused
+    if len(found) > 1:
+        raise _ambiguous(given, found)
+    return found[0]
+
+
+def named(op: F) -> F:
+    """The operation `op` of one session (its first parameter `session_id`), taking a
+    unique start of the id as well as the whole id."""
+    return _resolving(op, "session_id", letter=False)
+
+
+def lettered(op: F) -> F:
+    """The operation `op` of one dead letter (its first parameter `key`: the letter's id or
+    its session's), taking a unique start of the session's id as well. Digits only name a
+    letter or a whole session id, never the start of one (a mistyped letter number must
+    not name the letter of a session whose id starts with those digits). No letter found
+    is the server's refusal of `key`, as the local CLI's is of the key given."""
+    return _resolving(op, "key", letter=True)
+
+
+def _resolving(op: F, param: str, *, letter: bool) -> F:
+    signature = inspect.signature(op)
+    code = "dead_letter_not_found" if letter else "session_not_found"
+
+    @functools.wraps(op)
+    def plan(*args: Any, **kwargs: Any) -> Plan[Any]:
+        bound = signature.bind(*args, **kwargs)
+        given = str(bound.arguments[param])
+        try:
+            return (yield from op(*bound.args, **bound.kwargs))
+        except RemoteError as exc:
+            if exc.status != 404 or exc.code != code or (letter and given.isdigit()):
+                raise
+            refused = exc
+        bound.arguments[param] = yield from started(given, refused, said=not letter)
+        try:
+            return (yield from op(*bound.args, **bound.kwargs))
+        except RemoteError as exc:
+            if letter and exc.status == 404 and exc.code == code:
+                raise refused from None  # its session has no dead letter
+            raise
+
+    return plan  # type: ignore[return-value]
+
+
+def _starting(given: str, tenant: str | None) -> Plan[list[str] | None]:
+    """The ids of the live sessions the token sees that start with `given`, sorted, at most
+    SHOWN_CANDIDATES + 1; None from a server that takes no `id_prefix` (422 naming it)."""
+    params: dict[str, Any] = {"id_prefix": given, "limit": SHOWN_CANDIDATES + 1}
+    if tenant is not None:
+        params["tenant"] = tenant
+    try:
+        found = yield Call("GET", _path("sessions"), _json, params=params)
+    except RemoteError as exc:
+        if exc.status != 422 or "id_prefix" not in exc.message:
+            raise
+        return None
+    return sorted(str(h["id"]) for h in found)
+
+
+def _not_found(given: str, hint: str, refused: RemoteError) -> RemoteError:
+    said = SessionNotFound.of(given, hint=hint)
+    return RemoteError(said.message, code="session_not_found", status=404, details=refused.details)
+
+
+def _ambiguous(given: str, found: list[str]) -> RemoteError:
+    return RemoteError(
+        ambiguous(given, found).message,
+        code="invalid_input",
+        status=422,
+        details={"candidates": found[:SHOWN_CANDIDATES]},
+    )
