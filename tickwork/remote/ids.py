@@ -29,7 +29,6 @@ from tickwork.parsing import (
 from .errors import RemoteError
 from .plans import Call, Plan, _json, _path
 
-T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Plan[Any]])
 
 
