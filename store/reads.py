@@ -13,6 +13,7 @@ from sqlalchemy import (
     Integer,
     Select,
     and_,
+    bindparam,
     case,
     func,
     literal,
@@ -81,13 +82,23 @@ def starts_with(column: ColumnElement[str], prefix: str) -> ColumnElement[bool]:
     return and_(column.like(pattern, escape="!"), func.substr(column, 1, len(prefix)) == prefix)
 
 
+#: a session's calls (`_CALLS_AT`: of one step), in order; built once, as the statements a
+#: tick runs are (`writes.py`)
+_CALLS = (
+    select(calls)
+    .where(calls.c.session_id == bindparam("b_id"))
+    .order_by(calls.c.step, calls.c.index)
+)
+_CALLS_AT = _CALLS.where(calls.c.step == bindparam("b_step"))
+
+
 def read_calls(
     conn: Connection, session_id: str, *, step: int | None = None
 ) -> tuple[ToolCall, ...]:
-    query = select(calls).where(calls.c.session_id == session_id)
-    if step is not None:
-        query = query.where(calls.c.step == step)
-    found = conn.execute(query.order_by(calls.c.step, calls.c.index)).mappings()
+    if step is None:
+        found = conn.execute(_CALLS, {"b_id": session_id}).mappings()
+    else:
+        found = conn.execute(_CALLS_AT, {"b_id": session_id, "b_step": step}).mappings()
     return tuple(rows.call_from_row(r) for r in found)
 
 
@@ -103,12 +114,21 @@ def read_decisions(
     conn: Connection, session_id: str, of: Sequence[ToolCall | str] | None = None
 ) -> dict[str, Decision]:
     """The latest decision on each call."""
-    query = select(decisions).where(decisions.c.session_id == session_id)
-    if of is not None:
+    if of is None:
+        found = conn.execute(_DECISIONS, {"b_id": session_id})
+    else:
         ids = [c if isinstance(c, str) else c.call_id for c in of]
-        query = query.where(decisions.c.call_id.in_(ids))
-    query = query.order_by(decisions.c.call_id, decisions.c.attempt)
-    return {r["call_id"]: rows.decision_from_row(r) for r in conn.execute(query).mappings()}
+        found = conn.execute(_DECISIONS_OF, {"b_id": session_id, "b_calls": ids})
+    return {r["call_id"]: rows.decision_from_row(r) for r in found.mappings()}
+
+
+#: a session's decisions (`_DECISIONS_OF`: on the calls `b_calls`), the latest of each last
+_DECISIONS = (
+    select(decisions)
+    .where(decisions.c.session_id == bindparam("b_id"))
+    .order_by(decisions.c.call_id, decisions.c.attempt)
+)
+_DECISIONS_OF = _DECISIONS.where(decisions.c.call_id.in_(bindparam("b_calls", expanding=True)))
 
 
 def read_all_decisions(conn: Connection, session_id: str) -> tuple[Decision, ...]:
@@ -175,20 +195,9 @@ def read_history(
     conn: Connection, session_id: str, *, after: int = 0, masked: int = 0
 ) -> tuple[tuple[Step, ...], dict[str, Observation]]:
     """The steps after step `after`, with their calls and the observations of those calls."""
-    call_rows = (
-        conn.execute(
-            select(calls)
-            .where(calls.c.session_id == session_id, calls.c.step > after)
-            .order_by(calls.c.step, calls.c.index)
-        )
-        .mappings()
-        .all()
-    )
-    step_rows = conn.execute(
-        select(steps)
-        .where(steps.c.session_id == session_id, steps.c.step > after)
-        .order_by(steps.c.step)
-    ).mappings()
+    params = {"b_id": session_id, "b_after": after}
+    call_rows = conn.execute(_CALLS_AFTER, params).mappings().all()
+    step_rows = conn.execute(_STEPS_AFTER, params).mappings()
     history = steps_from_rows(step_rows, call_rows)
     seen: dict[str, Observation] = {}
     if masked > after:
@@ -210,14 +219,31 @@ def read_history(
         seen.update(
             (r["call_id"], rows.observation_from_row(r)) for r in conn.execute(stubs).mappings()
         )
-    found = select(observations).where(observations.c.session_id == session_id)
     if after or masked:
-        # by the calls' ids, looked up one by one: a join may scan every observation per call
-        found = found.where(observations.c.call_id.in_(call_ids(session_id, max(after, masked))))
-    seen.update(
-        (r["call_id"], rows.observation_from_row(r)) for r in conn.execute(found).mappings()
-    )
+        found = conn.execute(_OBSERVED_AFTER, {"b_id": session_id, "b_after": max(after, masked)})
+    else:
+        found = conn.execute(_OBSERVED, {"b_id": session_id})
+    seen.update((r["call_id"], rows.observation_from_row(r)) for r in found.mappings())
     return history, seen
+
+
+#: what `read_history` reads of the steps after `b_after`: their calls, the steps, and (all
+#: of the session's, or those of the calls after `b_after`) the observations
+_CALLS_AFTER = _CALLS.where(calls.c.step > bindparam("b_after"))
+_STEPS_AFTER = (
+    select(steps)
+    .where(steps.c.session_id == bindparam("b_id"), steps.c.step > bindparam("b_after"))
+    .order_by(steps.c.step)
+)
+_OBSERVED = select(observations).where(observations.c.session_id == bindparam("b_id"))
+# by the calls' ids, looked up one by one: a join may scan every observation per call
+_OBSERVED_AFTER = _OBSERVED.where(
+    observations.c.call_id.in_(
+        select(calls.c.call_id).where(
+            calls.c.session_id == bindparam("b_id"), calls.c.step > bindparam("b_after")
+        )
+    )
+)
 
 
 def call_ids(session_id: str, after: int, through: int | None = None) -> Select[tuple[str]]:
