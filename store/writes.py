@@ -121,20 +121,7 @@ def apply_change(
             else lost(session_id, version, owner)
         )
     for c in charged_rows(change):
-        conn.execute(
-            update(steps)
-            .where(steps.c.session_id == change.head.id, steps.c.step == c["step"])
-            .values(
-                prompt_tokens=steps.c.prompt_tokens + c["prompt_tokens"],
-                completion_tokens=steps.c.completion_tokens + c["completion_tokens"],
-                # NULL on a step a worker before 0013 wrote: none counted, as 0
-                cached_prompt_tokens=func.coalesce(steps.c.cached_prompt_tokens, 0)
-                + c["cached_prompt_tokens"],
-                cache_creation_tokens=func.coalesce(steps.c.cache_creation_tokens, 0)
-                + c["cache_creation_tokens"],
-                cost_usd=steps.c.cost_usd + c["cost_usd"],
-            )
-        )
+        conn.execute(_CHARGE, {"b_id": session_id, **{f"b_{k}": v for k, v in c.items()}})
     changed = changed_states(change)
     if changed:
         conn.execute(
@@ -201,6 +188,22 @@ def _moved(*, leased: bool, completes: bool, child: bool) -> Update:
         .returning(sessions.c.cancel_requested)
     )
 
+
+#: a graph node's model use added to its step (`ticks.charged_rows`)
+_CHARGE = (
+    update(steps)
+    .where(steps.c.session_id == bindparam("b_id"), steps.c.step == bindparam("b_step"))
+    .values(
+        prompt_tokens=steps.c.prompt_tokens + bindparam("b_prompt_tokens"),
+        completion_tokens=steps.c.completion_tokens + bindparam("b_completion_tokens"),
+        # NULL on a step a worker before 0013 wrote: none counted, as 0
+        cached_prompt_tokens=func.coalesce(steps.c.cached_prompt_tokens, 0)
+        + bindparam("b_cached_prompt_tokens"),
+        cache_creation_tokens=func.coalesce(steps.c.cache_creation_tokens, 0)
+        + bindparam("b_cache_creation_tokens"),
+        cost_usd=steps.c.cost_usd + bindparam("b_cost_usd"),
+    )
+)
 
 #: the save's new states of calls stored before it, one row each
 _CLOSE_CALLS = (
