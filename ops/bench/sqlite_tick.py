@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -72,6 +73,8 @@ def measure(tree: Path, sessions: int, steps: int, profile: str | None) -> dict[
         pstats.Stats(profiler).sort_stats("cumulative").print_stats(40)
     tw.close()
     rt.store.engine.dispose()
+    shutil.rmtree(folder)
+    shutil.rmtree(s.state_dir, ignore_errors=True)
     # the median of the sessions' figures: a burst of other work on the machine moves one
     return {
         "ticks": ticks,
