@@ -44,6 +44,7 @@ __all__ = [
     "NOT_FOUND_EXIT_CODES",
     "Outcome",
     "changed_tests",
+    "cut_short",
     "hidden_failure",
     "missing_module",
     "missing_runner",
@@ -343,6 +344,35 @@ def hidden_failure(exit_code: int | None, output: str) -> str | None:
         "(`| tail`, `| tee`) or a `;` exits as its last command, which hides the runner's "
         "exit code; give the runner's own command"
     )
+
+
+#: coreutils `timeout`'s exit code when its time ran out (137 when it sent KILL: `-s KILL`,
+#: `-k`), and the highest exit code of a shell whose command a signal killed (128 + N)
+_TIMEOUT_EXIT_CODES = frozenset({124, 137})
+_SIGNALS_EXIT = 128 + 64
+#: pytest-timeout's banner over the stacks it dumps when a test hangs; its `thread` method
+#: then exits the whole run at once (`os._exit(1)`), before any summary
+_PYTEST_TIMEOUT = re.compile(r"^\++ Timeout \++$", re.MULTILINE)
+
+
+def cut_short(command: str, exit_code: int | None, output: str) -> str | None:
+    """Why a run of the test command ended before its runner got to the end, so its output
+    names only the failing tests it reached, or None: a `timeout` in the command stopped it
+    (exit 124, or 137 when it sent KILL), a signal killed it (exit 129 to 192 from the shell,
+    or a negative code: the runner itself, e.g. by the memory limit), or pytest-timeout
+    stopped the whole run at a hanging test (its `Timeout` banner with no summary after it).
+    A run killed by tickwork (its time limit, its output cap: no exit code) has no verdict
+    at all, and is not asked."""
+    if exit_code is None:
+        return None
+    if exit_code in _TIMEOUT_EXIT_CODES and _program(command) == "timeout":
+        return f"the command's own `timeout` stopped it (exit {exit_code})"
+    if exit_code < 0 or 128 < exit_code <= _SIGNALS_EXIT:
+        return f"a signal killed it (exit {exit_code})"
+    banners = list(_PYTEST_TIMEOUT.finditer(output))
+    if banners and not _PYTEST_SUMMARY.search(output, banners[-1].end()):
+        return "pytest-timeout stopped the run at a test that hung, before its summary"
+    return None
 
 
 def why_tests_did_not_run(

@@ -9,6 +9,7 @@ import pytest
 from tickwork.fsm.outcomes import (
     Outcome,
     changed_tests,
+    cut_short,
     hidden_failure,
     missing_module,
     missing_runner,
@@ -302,6 +303,41 @@ def test_failures_the_runner_counted_are_not_hidden_by_the_exit_code(
     """A test command whose pipe or `;` exits 0 after pytest or unittest counted failures
     (`pytest -q | tail -3`) read as a pass: the session ended `repaired`."""
     why = hidden_failure(exit_code, output)
+    assert (why is None) if said is None else (why is not None and said in why), why
+
+
+_BANNER = "+++++++++++++++++ Timeout +++++++++++++++++\n~~~~ Stack of MainThread ~~~~\n"
+
+
+@pytest.mark.parametrize(
+    ("command", "exit_code", "output", "said"),
+    [
+        # a `timeout` in the test command stopped the runner before its summary
+        ("timeout 60 python3 -m pytest -q", 124, "t.py::test_a FAILED\n", "own `timeout`"),
+        ("timeout -s KILL 60 pytest", 137, "", "own `timeout`"),
+        ("/usr/bin/timeout 5 pytest", 124, "", "own `timeout`"),
+        # a signal killed the runner (the memory limit's KILL): the shell's 128 + N, or N
+        ("pytest -q", 137, "", "a signal killed it (exit 137)"),
+        ("pytest -q", -9, "", "a signal killed it (exit -9)"),
+        # pytest-timeout's thread method ends the run at the hanging test
+        ("pytest --timeout 5", 1, "t.py::test_a FAILED\n" + _BANNER, "pytest-timeout"),
+        # its signal method fails the test and goes on to the summary: the run ended
+        ("pytest --timeout 5", 1, _BANNER + "FAILED t.py::test_b\n2 failed in 5.1s\n", None),
+        # a run that ended by itself, a `timeout` of another exit, or 124 of another program
+        ("timeout 60 pytest -q", 1, "FAILED t.py::test_a\n1 failed in 0.1s\n", None),
+        ("pytest -q", 124, "", None),
+        ("pytest -q", 0, "3 passed in 0.1s", None),
+        ("pytest -q", 2, "", None),
+        # tickwork killed it itself: no exit code, no verdict to ask about
+        ("timeout 60 pytest -q", None, "", None),
+    ],
+)
+def test_a_run_cut_short_names_only_the_failures_it_reached(
+    command: str, exit_code: int | None, output: str, said: str | None
+) -> None:
+    """A test run that a timer or a signal stopped before its runner's summary was taken
+    for the repair's run before any change, and its `failed_before` counted too few."""
+    why = cut_short(command, exit_code, output)
     assert (why is None) if said is None else (why is not None and said in why), why
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import uuid
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -44,7 +45,14 @@ RUN_TESTS = {"name": "run_tests", "arguments": {}}
 COMMAND = "python3 -m unittest -v"
 
 
-def _repair(ticks: Ticks, replies: list[dict[str, Any]], tests: str = TESTS) -> Head:
+def _repair(
+    ticks: Ticks,
+    replies: list[dict[str, Any]],
+    tests: str = TESTS,
+    *,
+    command: str = COMMAND,
+    **extra: Any,
+) -> Head:
     project = ticks.tmp / f"project-{uuid.uuid4().hex[:6]}"
     project.mkdir()
     (project / "calc.py").write_text(CALC)
@@ -53,7 +61,7 @@ def _repair(ticks: Ticks, replies: list[dict[str, Any]], tests: str = TESTS) -> 
     script.write_text(json.dumps(replies))
     head = ticks.client.submit(
         "repair",
-        {"workspace": str(project), "test_command": COMMAND, "setup": "none"},
+        {"workspace": str(project), "test_command": command, "setup": "none", **extra},
         model=f"scripted:{script}",
     )
     ended = ticks.run(head.id)
@@ -174,9 +182,15 @@ def test_another_command_run_first_is_not_taken_for_the_test_run(ticks: Ticks) -
     assert "tests_before" not in done.result and "failed_before" not in done.result
 
 
-def _history(*calls: tuple[int, str, str], command: str = "") -> Session:
-    """A session whose test command is `pytest -q` and whose steps each make one call
-    (step, tool, its observation); a `run_command` call runs `command`."""
+def _history(
+    *calls: tuple[int, str, str],
+    command: str = "",
+    test_command: str = "pytest -q",
+    errors: frozenset[int] = frozenset(),
+) -> Session:
+    """A session whose test command is `test_command` and whose steps each make one call
+    (step, tool, its observation: an error observation for the steps of `errors`); a
+    `run_command` call runs `command`."""
     now = datetime.now(UTC)
     head = Head(
         id="s",
@@ -184,7 +198,7 @@ def _history(*calls: tuple[int, str, str], command: str = "") -> Session:
         created_at=now,
         updated_at=now,
         model="scripted:x",
-        config={"test_command": "pytest -q"},
+        config={"test_command": test_command},
     )
     steps = tuple(
         Step(
@@ -205,7 +219,10 @@ def _history(*calls: tuple[int, str, str], command: str = "") -> Session:
         )
         for step, name, _ in calls
     )
-    seen = tuple(Observation(call_id=f"s{step}c0", content=out, at=now) for step, _, out in calls)
+    seen = tuple(
+        Observation(call_id=f"s{step}c0", content=out, at=now, is_error=step in errors)
+        for step, _, out in calls
+    )
     return Session(head=head, steps=steps, observations=seen)
 
 
@@ -270,6 +287,86 @@ def test_a_run_command_of_the_test_command_counts_as_a_test_run() -> None:
     assert (
         baseline.first_run(_history((1, "run_command", nothing), command="pytest -q"), []) is None
     )
+
+
+def test_a_run_cut_short_is_not_the_run_before_any_change() -> None:
+    # a `timeout` in the test command stopped it at its second test: its output names none
+    # of the failures it had not reached, and `failed_before` would count too few
+    command = "timeout 60 pytest -q"
+    cut = f"tests FAILED ({command})\nexit code: 124\n--- stdout ---\nFAILED t.py::test_a\n"
+    ended = f"tests FAILED ({command})\nexit code: 1\n--- stdout ---\nFAILED t.py::test_a\n"
+    history = _history((1, "run_tests", cut), (2, "run_tests", ended), test_command=command)
+    assert baseline.first_run(history, [])["step"] == 2  # type: ignore[index]
+    assert baseline.first_run(history, [_saved(1, "s1c1")]) is None  # unknown: nothing said
+    typed = _history(
+        (1, "run_command", cut.partition("\n")[2]), command=command, test_command=command
+    )
+    assert baseline.first_run(typed, []) is None
+    # tickwork's own time limit (or output cap) stopped it: an error observation, none
+    limit = "ToolError: the command timed out after 5s and was killed\nexit code: killed\n"
+    history = _history((1, "run_tests", limit), (2, "run_tests", ended), errors=frozenset({1}))
+    assert baseline.first_run(history, [])["step"] == 2  # type: ignore[index]
+    # a signal killed the runner (the memory limit), or pytest-timeout ended the run
+    killed = "tests FAILED (pytest -q)\nexit code: 137\n--- stdout ---\nFAILED t.py::test_a\n"
+    assert baseline.first_run(_history((1, "run_tests", killed)), []) is None
+    banner = "+++++ Timeout +++++\n~~~~ Stack of MainThread ~~~~\n"
+    hung = f"tests FAILED (pytest -q)\nexit code: 1\n--- stdout ---\n{banner}"
+    assert baseline.first_run(_history((1, "run_tests", hung)), []) is None
+
+
+def test_a_run_tests_that_timed_out_is_not_the_run_before(ticks: Ticks) -> None:
+    # the session's first run_tests passed its time limit at the hanging test: what it
+    # printed of test_add is not the run of the files as they came
+    hangs = TESTS.replace('self.fail("this machine\'s tz data")', "__import__('time').sleep(60)")
+    replies = [
+        {"content": "reproduce", "tool_calls": [RUN_TESTS]},
+        {"content": "fix", "tool_calls": [FIX]},
+        {"content": "the tz test hangs"},
+    ]
+    done = _repair(ticks, replies, hangs, test_timeout_s=3)
+    assert done.result["tests"]["timed_out"] is True
+    assert done.result["outcome"] == "tests_failing"
+    assert "tests_before" not in done.result and "failed_before" not in done.result
+
+
+def test_a_run_its_own_timeout_stopped_is_not_the_run_before(ticks: Ticks) -> None:
+    # the same with the test command's own `timeout`: its run ended with exit 124, a
+    # verdict (`tests FAILED`) and the output it had printed
+    hangs = TESTS.replace('self.fail("this machine\'s tz data")', "__import__('time').sleep(60)")
+    replies = [
+        {"content": "reproduce", "tool_calls": [RUN_TESTS]},
+        {"content": "fix", "tool_calls": [FIX]},
+        {"content": "the tz test hangs"},
+    ]
+    done = _repair(ticks, replies, hangs, command=f"timeout 2 {COMMAND}")
+    assert done.result["tests"]["exit_code"] == 124, done.result["tests"]
+    assert done.result["outcome"] == "tests_failing"
+    assert "tests_before" not in done.result and "failed_before" not in done.result
+
+
+def test_a_run_command_stopped_at_collection_for_want_of_a_module_is_not_the_run_before(
+    tmp_path: Path,
+) -> None:
+    # what `run_tests` says of its own run ("tests did NOT run: ... no module 'hypothesis'")
+    # is asked of a run_command of the test command too: no test ran
+    (tmp_path / "mypkg").mkdir()
+    (tmp_path / "tests").mkdir()
+    stopped = (
+        "exit code: 2\n--- stdout ---\nERROR tests/test_x.py\n"
+        "E   ModuleNotFoundError: No module named '{}'\n"
+        "!!!!!!!!!! Interrupted: 1 error during collection !!!!!!!!!!\n1 error in 0.49s"
+    )
+    ended = "tests FAILED (pytest -q)\nexit code: 1\n--- stdout ---\nFAILED t.py::test_a\n"
+    lacks = _history(
+        (1, "run_command", stopped.format("hypothesis")),
+        (2, "run_tests", ended),
+        command="pytest -q",
+    )
+    assert baseline.first_run(lacks, [], root=tmp_path)["step"] == 2  # type: ignore[index]
+    # the project's own module that is gone is the code under repair's fault: its tests ran
+    broken = _history((1, "run_command", stopped.format("mypkg.core")), command="pytest -q")
+    first = baseline.first_run(broken, [], root=tmp_path)
+    assert first is not None and first["failing"] == ["tests/test_x.py"]
 
 
 PASSING = TESTS.replace('self.fail("this machine\'s tz data")', "pass").replace(

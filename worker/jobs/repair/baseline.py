@@ -18,13 +18,15 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from tickwork.fsm.failures import failing_tests
-from tickwork.fsm.outcomes import why_tests_did_not_run
+from tickwork.fsm.outcomes import cut_short
 from tickwork.fsm.values import Session, ToolCall
 from tickwork.store.files import Saved
+from tickwork.worker.jobs.repair.toolkit import why_not_run
 
 __all__ = ["RUN_COMMAND", "RUN_TESTS", "first_run"]
 
@@ -36,17 +38,27 @@ RUN_COMMAND = "run_command"
 _RAN = ("tests FAILED", "tests passed")
 #: how `run_tests` begins one whose tests passed
 _PASSED = "tests passed"
-#: how `run_command` begins its observation (`ShellResult.describe`)
+#: how a command's output begins (`ShellResult.describe`): `run_command`'s observation, and
+#: `run_tests`' after its verdict line
 _EXIT = re.compile(r"exit code: (-?\d+)\n")
 
 
-def first_run(session: Session, changes: Sequence[Saved]) -> dict[str, Any] | None:
+def first_run(
+    session: Session,
+    changes: Sequence[Saved],
+    *,
+    root: Path | None = None,
+    environment: Mapping[str, Any] | None = None,
+) -> dict[str, Any] | None:
     """The session's first test run (`run_tests`, or `run_command` of its test command)
-    whose tests ran before any change to its files was saved (`changes`, in any order): its
-    step, call, whether its tests passed and its failing tests; None if there was none (no
-    such call, or the files had changed before every one)."""
+    whose tests ran to their end before any change to its files was saved (`changes`, in
+    any order): its step, call, whether its tests passed and its failing tests; None if
+    there was none (no such call, or the files had changed before every one). `root` (the
+    session's working copy: the project's own modules) and `environment` (its environment
+    record) are what a `run_command` of the test command is asked with, as `run_tests` is."""
     seen = {o.call_id: o for o in session.observations}
     command = _test_command(session.head.config.get("test_command"))
+    asked = {"config": session.head.config, "root": root, "environment": environment}
     for step in sorted(session.steps, key=lambda s: s.step):
         for call in sorted(step.calls, key=lambda c: c.index):
             if not (call.name == RUN_TESTS or _runs(call, command)):
@@ -56,8 +68,8 @@ def first_run(session: Session, changes: Sequence[Saved]) -> dict[str, Any] | No
             observation = seen.get(call.call_id)
             if observation is None or observation.is_error:
                 continue
-            if not _ran(call, command, observation.content):
-                continue  # the tests did not run: it says nothing of them
+            if not _ran(call, command, observation.content, **asked):
+                continue  # the tests did not run, or not to their end: it says too little
             return {
                 "step": call.step,
                 "call_id": call.call_id,
@@ -92,17 +104,45 @@ def _runs(call: ToolCall, command: list[str] | None) -> bool:
         return False
 
 
-def _ran(call: ToolCall, command: list[str] | None, content: str) -> bool:
-    """Whether the observation `content` of a test run says its tests ran: `run_tests`
-    says so itself; of a `run_command`, the checks the final run makes of its exit code
-    and output (the shell found no runner, none was collected)."""
+def _ran(
+    call: ToolCall,
+    command: list[str] | None,
+    content: str,
+    *,
+    config: Mapping[str, Any],
+    root: Path | None,
+    environment: Mapping[str, Any] | None,
+) -> bool:
+    """Whether the observation `content` of a test run says its tests ran to their end:
+    `run_tests` says whether they ran itself; of a `run_command`, `why_not_run` as
+    `run_tests` asks it (the shell found no runner, pytest stopped at collection on a module
+    the environment lacks, none was collected); of either, that nothing cut it short."""
+    typed = shlex.join(command) if command else str(config.get("test_command") or "")
     if call.name == RUN_TESTS:
-        return content.startswith(_RAN)
-    exit_code = _EXIT.match(content)
-    if exit_code is None or command is None:
-        return False  # killed: no verdict
-    why = why_tests_did_not_run(shlex.join(command), int(exit_code.group(1)), content)
-    return why is None
+        if not content.startswith(_RAN):
+            return False
+        output = _after_verdict(content, config.get("test_command"))
+    else:
+        output = content
+    exit_code = _EXIT.match(output)
+    if exit_code is None:
+        return call.name == RUN_TESTS  # a run_command killed by tickwork: no verdict
+    code = int(exit_code.group(1))
+    if call.name == RUN_COMMAND and why_not_run(
+        typed, code, output, config=config, root=root, environment=environment
+    ):
+        return False
+    return cut_short(typed, code, output) is None
+
+
+def _after_verdict(content: str, test_command: Any) -> str:
+    """The command's output in a `run_tests` observation: what follows its verdict line,
+    `tests FAILED (COMMAND)` (the command may span lines)."""
+    if isinstance(test_command, list | tuple):
+        test_command = shlex.join(test_command)
+    said = f" ({test_command})\n"
+    at = content.find(said) if isinstance(test_command, str) else -1
+    return content[at + len(said) :] if at >= 0 else content.partition("\n")[2]
 
 
 def _passed(call: ToolCall, content: str) -> bool:

@@ -404,8 +404,9 @@ def run_final_tests(head: Head, workspace: Path, environment: Path | None = None
     setup = head.result.get("environment")
     why = why_not_run(
         command,
-        result,
+        result.exit_code,
         output,
+        timed_out=result.timed_out,
         config=config,
         root=workspace,
         environment=setup if isinstance(setup, Mapping) else None,
@@ -457,6 +458,7 @@ def finish(head: Head, ending: Ending) -> dict[str, Any]:
             result["tests_changed"] = touched
         if len(patch) > MAX_PATCH_CHARS:
             result["patch_truncated"] = True
+    workspace = None
     try:
         workspace = files.open(changes=True)
         if workspace is None:
@@ -475,20 +477,29 @@ def finish(head: Head, ending: Ending) -> dict[str, Any]:
             "error": f"{type(exc).__name__}: {exc}",
             "not_run": str(exc),
         }
-    result.update(_before_any_change(head, ending, result["tests"]))
+    result.update(_before_any_change(head, ending, result["tests"], workspace))
     result["outcome"] = repair_outcome(
         patch=result.get("patch"), tests=result.get("tests"), setup_failed=_setup_failed(result)
     ).value
     return result
 
 
-def _before_any_change(head: Head, ending: Ending, tests: Mapping[str, Any]) -> dict[str, Any]:
+def _before_any_change(
+    head: Head, ending: Ending, tests: Mapping[str, Any], workspace: Path | None
+) -> dict[str, Any]:
     """The session's test run before any change (`baseline.py`: `tests_before`) and which
     of the final run's failing tests failed there too (`failed_before`); {} when there was
-    no such run. The outcome stays what the final run says."""
+    no such run. The outcome stays what the final run says. `workspace`: the session's
+    working copy (its project's own modules), None if it could not be opened."""
     if ending.history is None or legacy.is_legacy(head) or session_files(head) is None:
         return {}
-    first = baseline.first_run(ending.history(), ending.workspaces.store.file_changes(head.id))
+    setup = head.result.get("environment")
+    first = baseline.first_run(
+        ending.history(),
+        ending.workspaces.store.file_changes(head.id),
+        root=workspace,
+        environment=setup if isinstance(setup, Mapping) else None,
+    )
     if first is None:
         return {}
     found: dict[str, Any] = {"tests_before": first}

@@ -378,24 +378,28 @@ def own_modules(root: Path) -> frozenset[str]:
 
 def why_not_run(
     command: str,
-    result: ShellResult,
+    exit_code: int | None,
     output: str,
     *,
+    timed_out: bool = False,
     config: Mapping[str, Any],
-    root: Path,
+    root: Path | None,
     environment: Mapping[str, Any] | None,
 ) -> str | None:
-    """`why_tests_did_not_run` of a session's test command run in its working copy `root`,
-    `environment` its environment record (None or empty for a session without one). The tree is
-    walked, and the settings read, only for a run that stopped at collection for want of a
-    module."""
+    """`why_tests_did_not_run` of a session's test command run in its working copy `root`
+    (None: the project's own modules are not known, so a module missing at collection is
+    not asked), `environment` its environment record (None or empty for a session without
+    one). The tree is walked, and the settings read, only for a run that stopped at
+    collection for want of a module. `run_tests` asks it of its run, the final test run of
+    its own, and the run before any change (`baseline.py`) of a `run_command` of the test
+    command."""
     return why_tests_did_not_run(
         command,
-        result.exit_code,
+        exit_code,
         output,
-        timed_out=result.timed_out,
+        timed_out=timed_out,
         environment=environment,
-        own=lambda: own_modules(root),
+        own=None if root is None else lambda: own_modules(root),
         setup_online=lambda: policy_for(config, load_settings(), setup=True) is not None,
         # `--setup none` leaves both empty: no record (`run_tests` has {}), and no
         # environment in the config
@@ -462,7 +466,13 @@ def run_tests(ctx: ToolContext) -> str:
     verdict = "tests passed" if result.exit_code == 0 else "tests FAILED"
     output = result.describe()
     why = why_not_run(
-        command, result, output, config=ctx.config, root=_root(ctx), environment=ctx.setup
+        command,
+        result.exit_code,
+        output,
+        timed_out=result.timed_out,
+        config=ctx.config,
+        root=_root(ctx),
+        environment=ctx.setup,
     )
     if why:
         return f"tests did NOT run: {why} ({command})\n{output}"
