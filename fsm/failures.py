@@ -36,6 +36,10 @@ SHOWN = 10
 #: pytest's short test summary (`FAILED tests/test_x.py::test_y - AssertionError`,
 #: `ERROR tests/test_z.py`), not unittest's verdict (`FAILED (failures=1)`)
 _PYTEST = re.compile(r"^(?:FAILED|ERROR) (?!\()(\S[^\n]*?)(?: - [^\n]*)?$", re.MULTILINE)
+#: pytest 9's line for a failed subtest (`self.subTest`, the `subtests` fixture): its
+#: description (`[msg]`, `(k=v)`, `(<subtest>)`, free text) before the test's id, the first
+#: word with `::` (`SUBFAILED(code='x') tests/test_e.py::T::test_codes - AssertionError`)
+_PYTEST_SUBTEST = re.compile(r"^SUBFAILED[^\n]*? (\S+::\S+)", re.MULTILINE)
 #: unittest's header of a failure: `FAIL: test_y (pkg.test_x.T.test_y)` (Python 3.11 on),
 #: `ERROR: test_y (pkg.test_x.T)` (before), with a subtest's `[...]` or `(...)` after it
 _UNITTEST = re.compile(r"^(?:FAIL|ERROR): (\w+) \(([\w.]+)\)", re.MULTILINE)
@@ -43,14 +47,17 @@ _UNITTEST = re.compile(r"^(?:FAIL|ERROR): (\w+) \(([\w.]+)\)", re.MULTILINE)
 
 def failing_tests(output: str) -> list[str]:
     """The ids of the tests a run's output says failed or errored, in its order, each
-    once: pytest's short test summary (its default `-rfE`: `FAILED path::test`) and
+    once: pytest's short test summary (its default `-rfE`: `FAILED path::test`, and
+    `SUBFAILED(...) path::test` for a failed subtest, as its test's id) and
     unittest's `FAIL: name (module.Class.name)` headers (as `module.Class.name`). At most
     MAX_FAILING ids, each at most MAX_ID_CHARS characters; none if the output names none."""
     if len(output) > MAX_SCANNED_CHARS:
         half = MAX_SCANNED_CHARS // 2
         output = output[:half] + "\n" + output[-half:]
     found: dict[str, None] = {}
-    for match in _PYTEST.finditer(output):
+    for match in sorted(
+        (*_PYTEST.finditer(output), *_PYTEST_SUBTEST.finditer(output)), key=lambda m: m.start()
+    ):
         found[match.group(1).strip()[:MAX_ID_CHARS]] = None
     for match in _UNITTEST.finditer(output):
         name, where = match.group(1), match.group(2)

@@ -42,6 +42,24 @@ def test_pytest_short_summary_gives_the_failing_ids() -> None:
     ]
 
 
+def test_a_failed_subtest_is_named_by_its_test() -> None:
+    # pytest 9 reports a failed `self.subTest` (idna's error-code test) on a line of its own,
+    # its description before the id; the test was missing from the failing ones
+    output = (
+        "FAILED tests/test_idna.py::IDNATests::test_encode - AssertionError: x\n"
+        "SUBFAILED(code='label_too_long') tests/test_idna_errors.py::E::test_codes - Asse...\n"
+        "SUBFAILED[a message: with words] (i=1) tests/t.py::test_sub\n"
+        "SUBFAILED(<subtest>) tests/t.py::test_sub - ValueError\n"
+        "SUBPASSED(i=2) tests/t.py::test_other\n"
+        "3 failed, 6432 passed, 55 subtests passed in 83.19s\n"
+    )
+    assert failing_tests(output) == [
+        "tests/test_idna.py::IDNATests::test_encode",
+        "tests/test_idna_errors.py::E::test_codes",
+        "tests/t.py::test_sub",
+    ]
+
+
 def test_unittest_headers_give_module_class_and_test_and_its_verdict_is_none() -> None:
     assert failing_tests(UNITTEST) == [
         "test_calc.T.test_add",
