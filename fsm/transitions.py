@@ -8,6 +8,7 @@ are written here once, under public names, and used by both.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -224,6 +225,16 @@ def cap_output(text: str, max_chars: int) -> str:
     cut = len(text) - max_chars
     note = f"\n[... {cut} characters cut from the middle of {len(text)} ...]\n"
     return text[:head] + note + text[len(text) - tail :]
+
+
+#: the note `cap_output` puts where it cut
+_CUT_NOTE = re.compile(r"\n\[\.\.\. \d+ characters cut from the middle of \d+ \.\.\.\]\n")
+
+
+def kept_end(text: str) -> str | None:
+    """What `cap_output` kept of the end of `text`, after its note; None if it cut nothing."""
+    cuts = list(_CUT_NOTE.finditer(text))
+    return text[cuts[-1].end() :] if cuts else None
 
 
 def observed(

@@ -369,6 +369,38 @@ def test_a_run_command_stopped_at_collection_for_want_of_a_module_is_not_the_run
     assert first is not None and first["failing"] == ["tests/test_x.py"]
 
 
+def test_a_run_before_whose_output_was_cut_says_not_which_tests_failed(ticks: Ticks) -> None:
+    # 60 failing unittest tests print far more than an observation keeps (its middle is
+    # cut): the `FAIL:` headers cut out were counted as tests that had not failed before
+    many = "import unittest\n\nfrom calc import add\n\n\nclass T(unittest.TestCase):\n" + "".join(
+        f"    def test_{i}(self):\n        self.assertEqual(add(2, 3), 5, 'x' * 400)\n"
+        for i in range(60)
+    )
+    replies = [
+        {"content": "reproduce", "tool_calls": [RUN_TESTS]},
+        {"content": "change it", "tool_calls": [TIDY]},
+        {"content": "still failing"},
+    ]
+    done = _repair(ticks, replies, many)
+    assert done.result["outcome"] == "tests_failing"
+    assert len(done.result["tests"]["failing"]) == 60
+    before = done.result["tests_before"]
+    assert before["passed"] is False and before["partial"] is True
+    assert len(before["failing"]) < 60  # what the observation kept
+    assert "failed_before" not in done.result
+    assert "failed before any change" not in _shown(done)
+
+
+def test_a_cut_pytest_run_whose_summary_was_kept_is_whole() -> None:
+    note = "\n[... 30000 characters cut from the middle of 50000 ...]\n"
+    summary = "=== short test summary info ===\nFAILED t.py::test_a\n1 failed in 0.1s\n"
+    whole = f"tests FAILED (pytest -q)\nexit code: 1\n--- stdout ---\nF{note}E  x\n{summary}"
+    first = baseline.first_run(_history((1, "run_tests", whole)), [])
+    assert first is not None and "partial" not in first and first["failing"] == ["t.py::test_a"]
+    cut = f"tests FAILED (pytest -q)\nexit code: 1\n--- stdout ---\n{summary[:40]}{note}d\n"
+    assert baseline.first_run(_history((1, "run_tests", cut)), [])["partial"] is True  # type: ignore[index]
+
+
 PASSING = TESTS.replace('self.fail("this machine\'s tz data")', "pass").replace(
     "add(2, 3), 5", "add(2, 3), -1"
 )

@@ -24,6 +24,7 @@ from typing import Any
 
 from tickwork.fsm.failures import failing_tests
 from tickwork.fsm.outcomes import cut_short
+from tickwork.fsm.transitions import kept_end
 from tickwork.fsm.values import Session, ToolCall
 from tickwork.store.files import Saved
 from tickwork.worker.jobs.repair.toolkit import why_not_run
@@ -70,12 +71,16 @@ def first_run(
                 continue
             if not _ran(call, command, observation.content, **asked):
                 continue  # the tests did not run, or not to their end: it says too little
-            return {
+            passed = _passed(call, observation.content)
+            found = {
                 "step": call.step,
                 "call_id": call.call_id,
-                "passed": _passed(call, observation.content),
+                "passed": passed,
                 "failing": failing_tests(observation.content),
             }
+            if not passed and _summary_cut(observation.content):
+                found["partial"] = True  # the ids of some failing tests were cut out
+            return found
     return None
 
 
@@ -143,6 +148,18 @@ def _after_verdict(content: str, test_command: Any) -> str:
     said = f" ({test_command})\n"
     at = content.find(said) if isinstance(test_command, str) else -1
     return content[at + len(said) :] if at >= 0 else content.partition("\n")[2]
+
+
+#: pytest's header over its short test summary, the ids `failing_tests` reads
+_SUMMARY = "short test summary info"
+
+
+def _summary_cut(content: str) -> bool:
+    """Whether the observation `content` was cut in the middle (its tool's output cap:
+    `cap_output`) where it may have held ids of failing tests: unittest's `FAIL:` headers
+    lie all along its output; pytest's short summary is whole when its header was kept."""
+    end = kept_end(content)
+    return end is not None and _SUMMARY not in end
 
 
 def _passed(call: ToolCall, content: str) -> bool:

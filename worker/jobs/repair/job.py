@@ -503,6 +503,8 @@ def _before_any_change(
     if first is None:
         return {}
     found: dict[str, Any] = {"tests_before": first}
+    if first.get("partial"):
+        return found  # its output was cut: which tests failed there is not known
     both = failed_before(first["failing"], tests.get("failing") or [])
     if both is not None:
         found["failed_before"] = both
