@@ -790,6 +790,8 @@ def _tests(tests: Any) -> list[RenderableType]:
         line.append(" timed out", style="red")
     elif tests.get("failed"):
         line.append(f" failed: {tests['failed']}", style="red")
+    elif tests.get("cut_short"):
+        line.append(f" exit {tests.get('exit_code')}, failed: {tests['cut_short']}", style="red")
     else:
         passed = tests.get("passed") is True
         line.append(

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rich.console import Console
 from tickwork.fsm.errors import InvalidInput, PatchDoesNotApply
 from tickwork.fsm.outcomes import Outcome, repair_outcome
 from tickwork.fsm.values import Head
@@ -30,7 +31,7 @@ from tickwork.worker.models.scripted import load_script
 from tickwork.worker.sandbox.shell import run_shell
 from tickwork.worker.tools.patches import apply_patch
 
-from tickwork import testing
+from tickwork import render, testing
 from tickwork.cli_demo import DEMO_EXAMPLE, DEMO_SCRIPT, demo_input, prepare_demo_workspace
 from tickwork.patches import apply_patch as apply_session_patch
 
@@ -612,6 +613,23 @@ def test_the_final_test_run_has_a_timeout(project: Path) -> None:
     slow = "python3 -c 'import time; time.sleep(30)'"
     tests = run_final_tests(head_for({"test_command": slow, "test_timeout_s": 0.5}), project)
     assert tests["timed_out"] is True and tests["passed"] is False and tests["exit_code"] is None
+
+
+def test_a_final_test_run_its_own_timeout_stopped_says_so(project: Path) -> None:
+    # `timeout 1 pytest` exits 124 with what the runner printed so far: a failure, and
+    # show said only "exit 124, failed"
+    slow = "timeout 1 python3 -c 'import time; time.sleep(30)'"
+    tests = run_final_tests(head_for({"test_command": slow}), project)
+    assert (tests["exit_code"], tests["passed"], tests["timed_out"]) == (124, False, False)
+    assert tests["cut_short"] == "the command's own `timeout` stopped it (exit 124)"
+    assert repair_outcome(patch="x", tests=tests) is Outcome.TESTS_FAILING
+    shown = Console(width=300, record=True)
+    done = head_for({"test_command": slow}).model_copy(update={"result": {"tests": tests}})
+    for part in render.outcome(done.model_dump(mode="json"), []):
+        shown.print(part)
+    assert (
+        f"final tests: `{slow}` exit 124, failed: the command's own `timeout` stopped it"
+    ) in shown.export_text()
 
 
 def test_the_final_test_run_ends_before_the_brokers_delivery_timeout(

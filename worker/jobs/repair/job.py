@@ -25,6 +25,7 @@ from tickwork.fsm.errors import ArtifactsUnavailable, ConfigurationError, Invali
 from tickwork.fsm.failures import failed_before, failing_tests
 from tickwork.fsm.outcomes import (
     changed_tests,
+    cut_short,
     hidden_failure,
     repair_outcome,
 )
@@ -417,6 +418,8 @@ def run_final_tests(head: Head, workspace: Path, environment: Path | None = None
     elif hidden := hidden_failure(result.exit_code, output):
         record["failed"] = hidden
         record["passed"] = False
+    elif cut := cut_short(command, result.exit_code, output):
+        record["cut_short"] = cut  # it failed, and its output names only what it reached
     # a passing run has none failing, whatever its output prints (an inner run's summary)
     if not why and not record["passed"] and (failing := failing_tests(output)):
         record["failing"] = failing

@@ -19,7 +19,7 @@ from typing import Annotated, Any
 import regex
 from pydantic import Field
 from tickwork.fsm.errors import ToolError
-from tickwork.fsm.outcomes import hidden_failure, why_tests_did_not_run
+from tickwork.fsm.outcomes import cut_short, hidden_failure, why_tests_did_not_run
 from tickwork.worker.config.settings import load_settings
 from tickwork.worker.sandbox import quota
 from tickwork.worker.sandbox.egress import policy_for
@@ -478,6 +478,8 @@ def run_tests(ctx: ToolContext) -> str:
         return f"tests did NOT run: {why} ({command})\n{output}"
     if hidden := hidden_failure(result.exit_code, output):
         return f"tests FAILED: {hidden} ({command})\n{output}"
+    if cut := cut_short(command, result.exit_code, output):
+        return f"tests FAILED: {cut}, before the runner's end ({command})\n{output}"
     return f"{verdict} ({command})\n{output}"
 
 
