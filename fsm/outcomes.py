@@ -353,25 +353,34 @@ _SIGNALS_EXIT = 128 + 64
 #: pytest-timeout's banner over the stacks it dumps when a test hangs; its `thread` method
 #: then exits the whole run at once (`os._exit(1)`), before any summary
 _PYTEST_TIMEOUT = re.compile(r"^\++ Timeout \++$", re.MULTILINE)
+#: pytest's line when `-x` or `--maxfail N` stopped the run at its Nth failure
+_PYTEST_MAXFAIL = re.compile(r"^!+ stopping after (\d+) failures !+$", re.MULTILINE)
 
 
 def cut_short(command: str, exit_code: int | None, output: str) -> str | None:
     """Why a run of the test command ended before its runner got to the end, so its output
     names only the failing tests it reached, or None: a `timeout` in the command stopped it
     (exit 124, or 137 when it sent KILL), a signal killed it (exit 129 to 192 from the shell,
-    or a negative code: the runner itself, e.g. by the memory limit), or pytest-timeout
-    stopped the whole run at a hanging test (its `Timeout` banner with no summary after it).
+    or a negative code: the runner itself, e.g. by the memory limit), pytest-timeout
+    stopped the whole run at a hanging test (its `Timeout` banner with no summary after it),
+    or pytest stopped at its Nth failure (`-x`, `--maxfail N`: the tests after it did not
+    run).
     A run killed by tickwork (its time limit, its output cap: no exit code) has no verdict
     at all, and is not asked."""
     if exit_code is None:
         return None
     if exit_code in _TIMEOUT_EXIT_CODES and _program(command) == "timeout":
-        return f"the command's own `timeout` stopped it (exit {exit_code})"
+        return f"the command's own `timeout` stopped it (exit {exit_code}) before the runner's end"
     if exit_code < 0 or 128 < exit_code <= _SIGNALS_EXIT:
-        return f"a signal killed it (exit {exit_code})"
+        return f"a signal killed it (exit {exit_code}) before the runner's end"
     banners = list(_PYTEST_TIMEOUT.finditer(output))
     if banners and not _PYTEST_SUMMARY.search(output, banners[-1].end()):
         return "pytest-timeout stopped the run at a test that hung, before its summary"
+    if exit_code != 0 and (stopped := _PYTEST_MAXFAIL.search(output)):
+        return (
+            f"pytest stopped after {stopped.group(1)} failures (`-x` or `--maxfail`): the tests "
+            "after them did not run"
+        )
     return None
 
 

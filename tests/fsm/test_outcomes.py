@@ -323,6 +323,14 @@ _BANNER = "+++++++++++++++++ Timeout +++++++++++++++++\n~~~~ Stack of MainThread
         ("pytest --timeout 5", 1, "t.py::test_a FAILED\n" + _BANNER, "pytest-timeout"),
         # its signal method fails the test and goes on to the summary: the run ended
         ("pytest --timeout 5", 1, _BANNER + "FAILED t.py::test_b\n2 failed in 5.1s\n", None),
+        # pytest's -x or --maxfail stopped it at a failure: the tests after it did not run
+        (
+            "pytest -x",
+            1,
+            "FAILED t.py::test_a\n!!!!! stopping after 1 failures !!!!!\n1 failed in 0.2s\n",
+            "pytest stopped after 1 failures (`-x` or `--maxfail`)",
+        ),
+        ("pytest -x", 0, "!!!!! stopping after 1 failures !!!!!\n", None),
         # a run that ended by itself, a `timeout` of another exit, or 124 of another program
         ("timeout 60 pytest -q", 1, "FAILED t.py::test_a\n1 failed in 0.1s\n", None),
         ("pytest -q", 124, "", None),

@@ -312,6 +312,13 @@ def test_a_run_cut_short_is_not_the_run_before_any_change() -> None:
     banner = "+++++ Timeout +++++\n~~~~ Stack of MainThread ~~~~\n"
     hung = f"tests FAILED (pytest -q)\nexit code: 1\n--- stdout ---\n{banner}"
     assert baseline.first_run(_history((1, "run_tests", hung)), []) is None
+    # pytest -x stopped at its first failure: the tests after it did not run (packaging's
+    # final run failed one of them, and it read as one that had not failed before)
+    stopped = "FAILED t.py::test_a\n!!!!! stopping after 1 failures !!!!!\n1 failed in 0.2s"
+    first = f"tests FAILED (pytest -x)\nexit code: 1\n--- stdout ---\n{stopped}\n"
+    assert (
+        baseline.first_run(_history((1, "run_tests", first), test_command="pytest -x"), []) is None
+    )
 
 
 def test_a_run_tests_that_timed_out_is_not_the_run_before(ticks: Ticks) -> None:

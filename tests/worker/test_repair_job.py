@@ -621,7 +621,9 @@ def test_a_final_test_run_its_own_timeout_stopped_says_so(project: Path) -> None
     slow = "timeout 1 python3 -c 'import time; time.sleep(30)'"
     tests = run_final_tests(head_for({"test_command": slow}), project)
     assert (tests["exit_code"], tests["passed"], tests["timed_out"]) == (124, False, False)
-    assert tests["cut_short"] == "the command's own `timeout` stopped it (exit 124)"
+    assert tests["cut_short"] == (
+        "the command's own `timeout` stopped it (exit 124) before the runner's end"
+    )
     assert repair_outcome(patch="x", tests=tests) is Outcome.TESTS_FAILING
     shown = Console(width=300, record=True)
     done = head_for({"test_command": slow}).model_copy(update={"result": {"tests": tests}})

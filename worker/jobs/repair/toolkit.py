@@ -479,7 +479,7 @@ def run_tests(ctx: ToolContext) -> str:
     if hidden := hidden_failure(result.exit_code, output):
         return f"tests FAILED: {hidden} ({command})\n{output}"
     if cut := cut_short(command, result.exit_code, output):
-        return f"tests FAILED: {cut}, before the runner's end ({command})\n{output}"
+        return f"tests FAILED: {cut} ({command})\n{output}"
     return f"{verdict} ({command})\n{output}"
 
 
