@@ -28,6 +28,7 @@ import os
 import re
 import secrets
 import threading
+import weakref
 from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
@@ -227,6 +228,10 @@ class _Lock:
         self._engine, self.key = engine, key
         self._mutex = threading.Lock()
         self._conn: Any = None
+        #: closes the connection held now if this sign is dropped without `release` (its
+        #: holder forgot it): the lock goes with it, and no open connection is left to the
+        #: garbage collector
+        self._closing: weakref.finalize[Any, _Lock] | None = None
         self._take()
 
     def _take(self) -> None:
@@ -253,6 +258,7 @@ class _Lock:
             driver.close()
             raise StoreUnavailable(f"the sign {self.key} is still held by an earlier connection")
         self._conn = driver
+        self._closing = weakref.finalize(self, _close_quietly, driver)
 
     def check(self) -> None:
         with self._mutex:
@@ -277,10 +283,14 @@ class _Lock:
             self._drop()
 
     def _drop(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            with contextlib.suppress(Exception):  # already gone: its lock with it
-                conn.close()
+        closing, self._conn, self._closing = self._closing, None, None
+        if closing is not None:
+            closing()
+
+
+def _close_quietly(conn: Any) -> None:
+    with contextlib.suppress(Exception):  # already gone: its lock with it
+        conn.close()
 
 
 class LockFiles:

@@ -53,7 +53,8 @@ def test_show_names_the_lease_owner_and_the_relay_logs_the_revived_session(
         with caplog.at_level(logging.INFO, logger="tickwork.relay"):
             done = relay_once(rt)
     finally:
-        rt.store.engine.dispose()
+        rt.close()
+        rt.store.close()
 
     assert done.lease_expiries == 1
     revived = [r.getMessage() for r in caplog.records if "expired" in r.getMessage()]

@@ -200,7 +200,8 @@ def test_a_secret_in_a_tool_exception_is_masked_in_the_worker_log(
                     break
                 advance(rt, session_id, head.version)
     finally:
-        rt.store.engine.dispose()
+        rt.close()
+        rt.store.close()
     assert "fail_leak" in caplog.text, "the tool's exception is logged"
     assert LEAKED_KEY not in caplog.text
     assert LEAKED_KEY not in sqlite_env.load(session_id).model_dump_json()

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import gc
 import os
 import threading
+import warnings
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -17,6 +19,9 @@ from prometheus_client import REGISTRY
 from sqlalchemy import text
 from tickwork.store import Store
 from tickwork.store.liveness import Sign, absent, new_key, signed, signs_for
+from tickwork.worker.config.process import owner_name
+from tickwork.worker.config.settings import Settings
+from tickwork.worker.tick.app import make_app, runtime
 from tickwork.worker.tick.liveness import Liveness, Takeover
 from tickwork.worker.tick.relay import counted
 from tickwork.worker.tick.runtime import Leases
@@ -247,3 +252,36 @@ def test_a_sign_taken_while_the_worker_stops_is_given_up_not_left_open(store: St
     # its backend ends (and lets the lock go) a moment after the connection is closed
     until(lambda: _backend(store, liveness.key) is None, timeout=30, what="the sign given up")
     assert sign._conn is None  # type: ignore[attr-defined]
+
+
+def test_a_closed_runtime_gives_its_sign_up(
+    database_url: str, store: Store, tmp_path: Path
+) -> None:
+    # a worker's runtime, as `runtime(app)` builds it, takes its sign at its first lease;
+    # before, only a worker's shutdown gave it up: a runtime a test or a script built and
+    # closed kept it, and its connection was left open to the garbage collector
+    rt = runtime(make_app(Settings(database_url=database_url, state_dir=tmp_path), relay=False))
+    try:
+        assert rt.owner() == signed(owner_name(), rt.liveness.key)
+        rt.close()
+        again = store.hold_sign(rt.liveness.key)  # another holder can take it: it was let go
+        assert again is not None
+        again.release()
+        assert rt.owner() == owner_name(), "a lease taken after the close names no sign"
+    finally:
+        rt.close()
+        rt.store.close()
+
+
+@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
+def test_a_sign_dropped_without_its_release_closes_its_connection(store: Store) -> None:
+    sign = store.hold_sign(new_key())
+    assert sign is not None
+    key = sign.key
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        del sign
+        gc.collect()
+    # before, the connection was left open to the garbage collector: psycopg warned
+    assert [str(w.message) for w in caught] == []
+    until(lambda: _backend(store, key) is None, timeout=30, what="the sign given up")

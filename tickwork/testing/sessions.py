@@ -112,7 +112,7 @@ def running_worker(
                     thread.stop()
                     thread.join(5)
     finally:
-        rt.liveness.stop()
+        rt.close()  # its sign of life and model-server connections
         rt.store.close()
 
 

@@ -297,8 +297,7 @@ def _start_relay_with_worker(app: Celery) -> None:
         if getattr(sender, "app", None) is app and held is not None and held[0] == os.getpid():
             for background in held[1].background:
                 background.stop()
-            held[1].liveness.stop()
-            held[1].close()
+            held[1].close()  # its sign of life given up too
 
     signals.worker_ready.connect(ready, weak=False)
     signals.worker_shutdown.connect(shutdown, weak=False)

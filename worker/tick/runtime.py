@@ -380,7 +380,11 @@ class Runtime:
             return self._models[spec]
 
     def close(self) -> None:
-        """Close the model-server connections; a model asked for later opens new ones."""
+        """Close what this runtime opened: its sign of life is given up (its connection
+        closed; leases taken after are unsigned, ended by expiry only) and the model-server
+        connections closed (a model asked for later opens new ones). The store is the
+        caller's to close."""
+        self.liveness.stop()
         with self._models_lock:
             if self._http is not None:
                 self._http.close()
