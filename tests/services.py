@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import os
+import shutil
+import socket
+import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -67,6 +71,60 @@ def redis_url() -> str:
     finally:
         client.close()
     return REDIS_URL
+
+
+@contextmanager
+def own_redis(*options: str) -> Iterator[str]:
+    """A redis-server of this test's own on a free loopback port, started with `options`
+    (what only its start can set: `--rename-command CONFIG ""`, `--databases 4`), stopped
+    afterwards; its database 0's URL. Skipped without redis-server (failed in CI)."""
+    import redis
+
+    found = shutil.which("redis-server")
+    if found is None:
+        missing("redis-server (to start a Redis of the test's own)", "not on PATH")
+        raise AssertionError("unreachable")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen(
+        [
+            found,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            *options,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"redis://127.0.0.1:{port}/0"
+    try:
+        client = redis.Redis.from_url(url, socket_connect_timeout=1)
+        try:
+            deadline = time.monotonic() + 10
+            while True:
+                try:
+                    client.ping()
+                    break
+                except redis.ConnectionError:
+                    if server.poll() is not None or time.monotonic() > deadline:
+                        raise AssertionError(
+                            f"redis-server {' '.join(options)} on port {port} did not start "
+                            f"(exit code {server.poll()})"
+                        ) from None
+                    time.sleep(0.05)
+        finally:
+            client.close()
+        yield url
+    finally:
+        server.terminate()
+        server.wait(10)
 
 
 def rabbitmq_url(url: str = RABBITMQ_URL) -> str:

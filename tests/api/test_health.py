@@ -108,18 +108,51 @@ def test_a_broker_that_does_not_answer_is_named(tmp_path: Path) -> None:
         assert "cannot connect" in str(body["message"])
 
 
-def test_a_redis_database_the_server_has_not_is_named_as_such(tmp_path: Path) -> None:
-    """Not "cannot connect": the server answers, and refuses the database the URL names."""
-    from tests.services import redis_url
+@pytest.mark.parametrize(
+    ("options", "told"),
+    [
+        # CONFIG allowed: the server says how many databases it has
+        (("--databases", "4"), ["the Redis server there has 4 (0 to 3)", "a number from 0 to 3"]),
+        # CONFIG refused (renamed away, as on many a managed Redis): the server's own words,
+        # and the count a Redis server has unless its redis.conf says otherwise
+        (
+            ("--rename-command", "CONFIG", ""),
+            [
+                "which the Redis server there refuses (DB index is out of range)",
+                "a Redis server has 16 unless its redis.conf says otherwise: 0 to 15",
+            ],
+        ),
+    ],
+    ids=["config-allowed", "config-refused"],
+)
+def test_a_redis_database_the_server_has_not_is_named_as_such(
+    tmp_path: Path, options: tuple[str, ...], told: list[str]
+) -> None:
+    """Not "cannot connect": the server answers, and refuses the database the URL names.
+    Each case on a redis-server of its own: whether CONFIG is allowed is set at its start."""
+    import redis
 
-    redis_url()
-    settings = Settings(state_dir=tmp_path, broker_url="redis://127.0.0.1:6379/99")
-    upgrade(settings.db_url)
-    with serving(settings) as url:
-        status, body = probe(url, "/readyz", ADMIN)
-        assert status == 503 and body["check"] == "broker", body
-        assert "names Redis database 99" in str(body["message"])
-        assert "has 16 (0 to 15)" in str(body["message"])
+    from tests.services import own_redis
+
+    with own_redis(*options) as server:
+        asked = redis.Redis.from_url(server)
+        try:  # the case is what it says: the server answers CONFIG, or refuses it
+            if "CONFIG" in options:
+                with pytest.raises(redis.ResponseError):
+                    asked.config_get("databases")
+            else:
+                assert asked.config_get("databases") == {"databases": "4"}
+        finally:
+            asked.close()
+        settings = Settings(state_dir=tmp_path, broker_url=server.replace("/0", "/99"))
+        upgrade(settings.db_url)
+        with serving(settings) as url:
+            status, body = probe(url, "/readyz", ADMIN)
+    assert status == 503 and body["check"] == "broker", body
+    message = str(body["message"])
+    assert "names Redis database 99" in message, message
+    for said in told:
+        assert said in message, (said, message)
 
 
 def test_a_request_while_the_database_is_away_is_a_503_that_says_so(tmp_path: Path) -> None:
