@@ -89,7 +89,7 @@ class Sign(Protocol):
         ...
 
     def release(self) -> None:
-        """Give the sign up (a worker that stops)."""
+        """Give the sign up (a worker that stops): a check after it never takes it again."""
         ...
 
 
@@ -232,6 +232,8 @@ class _Lock:
         #: holder forgot it): the lock goes with it, and no open connection is left to the
         #: garbage collector
         self._closing: weakref.finalize[Any, _Lock] | None = None
+        #: given up: a check that comes late (its thread stalled past the stop) takes it not
+        self._released = False
         self._take()
 
     def _take(self) -> None:
@@ -262,6 +264,8 @@ class _Lock:
 
     def check(self) -> None:
         with self._mutex:
+            if self._released:
+                return
             if self._conn is None:
                 self._take()
                 return
@@ -276,6 +280,7 @@ class _Lock:
 
     def release(self) -> None:
         with self._mutex:
+            self._released = True
             if self._conn is not None:
                 # now, not when the backend notices the closed connection a moment later
                 with contextlib.suppress(Exception), self._conn.cursor() as cursor:
@@ -335,6 +340,7 @@ class _File:
         self.folder, self.path = folder, folder / str(key)
         self._mutex = threading.Lock()
         self._fd: int | None = None
+        self._released = False  # as `_Lock`'s
         self._take()
 
     def _take(self) -> None:
@@ -354,6 +360,8 @@ class _File:
 
     def check(self) -> None:
         with self._mutex:
+            if self._released:
+                return
             if self._fd is None:
                 self._take()  # lost at the last check: held again from now
                 return
@@ -365,6 +373,7 @@ class _File:
 
     def release(self) -> None:
         with self._mutex:
+            self._released = True
             fd, self._fd = self._fd, None
             if fd is not None:
                 self.path.unlink(missing_ok=True)

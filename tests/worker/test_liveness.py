@@ -285,3 +285,15 @@ def test_a_sign_dropped_without_its_release_closes_its_connection(store: Store) 
     # before, the connection was left open to the garbage collector: psycopg warned
     assert [str(w.message) for w in caught] == []
     until(lambda: _backend(store, key) is None, timeout=30, what="the sign given up")
+
+
+def test_a_released_sign_is_not_taken_again_by_a_late_check(store: Store) -> None:
+    # the liveness thread's check, stalled past the worker's stop, came after the release:
+    # it took the sign again, on a connection nobody would close, and kept it
+    sign = store.hold_sign(new_key())
+    assert sign is not None
+    sign.release()
+    sign.check()
+    again = store.hold_sign(sign.key)  # another holder can take it
+    assert again is not None
+    again.release()
