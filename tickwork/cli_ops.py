@@ -180,13 +180,14 @@ def _say_if_the_broker_is_away(app: Any, settings: Settings) -> None:
     """One line on stderr, naming the setting, if the broker does not answer now: the worker
     starts anyway and Celery keeps trying to connect (a broker may start after it), but its
     own retry lines do not say which setting points there. A URL no retry mends (a Redis
-    database the server has not) is a ConfigurationError: the worker does not start."""
-    from tickwork.worker.config.brokers import refused_database
+    database the server has not, a login the broker refuses) is a ConfigurationError: the
+    worker does not start."""
+    from tickwork.worker.config.brokers import refused
     from tickwork.worker.config.settings import mask
     from tickwork.worker.tick.app import broker_away
 
     why = broker_away(app)
-    wrong = None if why is None else refused_database(settings.broker_url, why)
+    wrong = None if why is None else refused(settings.broker_url, why)
     if wrong is not None:
         raise ConfigurationError(wrong)
     if why is not None:

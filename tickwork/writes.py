@@ -102,8 +102,18 @@ class Writes(Deployment):
             due = self.clock() - timedelta(seconds=self.settings.relay_after_s)
             with contextlib.suppress(Exception):  # a store away too: the threshold holds
                 self.store.offer_again(session_id, version, now=due)
-            from tickwork.worker.config.brokers import refused_database
+            from tickwork.worker.config.brokers import refused_database, refused_login
 
+            login = refused_login(self.settings.broker_url, str(exc))
+            if login is not None:  # no wait for the broker mends a login either
+                log.warning(
+                    "could not publish the tick of %s: %s; the session is saved, and a "
+                    "worker's relay publishes it once TICKWORK_BROKER_URL holds a login the "
+                    "broker takes",
+                    session_id,
+                    login,
+                )
+                return
             wrong = refused_database(self.settings.broker_url, str(exc))
             if wrong is not None:  # no wait for the broker mends this: say what does
                 log.warning(

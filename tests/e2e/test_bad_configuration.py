@@ -379,6 +379,60 @@ def test_a_redis_database_the_server_has_not_is_named_with_the_ones_it_has(
     assert "has 16 (0 to 15)" in line and "secret" not in line
 
 
+@pytest.mark.parametrize("broker", ["redis", "rabbitmq"])
+def test_a_login_the_broker_refuses_is_named_and_the_worker_does_not_start(
+    tmp_path: Path, broker: str
+) -> None:
+    """A wrong user or password in TICKWORK_BROKER_URL: a worker on RabbitMQ died with
+    Celery's traceback (ACCESS_REFUSED), one on Redis warned the broker "does not answer"
+    and retried for ever, and submit said a relay publishes the tick "once the broker is
+    back"; no retry mends a login. The session submitted is kept."""
+    import subprocess
+    import sys
+    from urllib.parse import urlsplit
+
+    from tests.services import rabbitmq_url, redis_url
+
+    if broker == "redis":
+        # a user the server has not: Redis answers WRONGPASS, whatever its configuration
+        at = urlsplit(redis_url())
+        url = f"redis://nobody-fix7:secret-pw@{at.hostname}:{at.port}/0"
+        masked, words = f"redis://nobody-fix7:****@{at.hostname}:{at.port}/0", "username-password"
+    else:
+        at = urlsplit(rabbitmq_url())
+        url = f"amqp://{at.username}:secret-pw@{at.hostname}:{at.port}//"
+        masked, words = f"amqp://{at.username}:****@{at.hostname}:{at.port}//", "ACCESS_REFUSED"
+    env = _bare_env(TICKWORK_STATE_DIR=str(tmp_path / "state"), TICKWORK_BROKER_URL=url)
+    cli = Cli(env, tmp_path)
+    script = tmp_path / "script.json"
+    script.write_text('[{"content": "done"}]')
+    submitted = cli("submit", TEST_KIND, "--input", "{}", "--model", f"scripted:{script}", ok=False)
+    assert submitted.code == 0, submitted  # the session is saved
+    session_id = submitted.stdout.strip()
+    (warning,) = submitted.stderr.splitlines()
+    assert warning.startswith(
+        f"could not publish the tick of {session_id}: the broker at "
+        f"{masked} (TICKWORK_BROKER_URL) refused its login ("
+    ), warning
+    assert words in warning and "USER:PASSWORD@ before its host" in warning, warning
+    assert "secret-pw" not in warning and "once the broker is back" not in warning
+    assert cli("show", session_id, "--json").json()["head"]["status"] == "ready"
+
+    worker = subprocess.run(
+        [sys.executable, "-m", "tickwork", "worker", "--pool", "solo"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert worker.returncode == 2, worker
+    (line,) = worker.stderr.splitlines()
+    assert line.startswith(f"error: the broker at {masked} (TICKWORK_BROKER_URL) refused its")
+    assert words in line and "USER:PASSWORD@ before its host" in line, line
+    assert "secret-pw" not in line and "Traceback" not in worker.stdout
+
+
 def test_a_redis_server_that_will_not_say_how_many_databases_it_has_is_quoted() -> None:
     """CONFIG is often renamed or refused (managed Redis): the server's own words then."""
     from tickwork.worker.config.brokers import refused_database

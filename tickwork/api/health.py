@@ -60,13 +60,13 @@ def check_database(client: Tickwork) -> str | None:
 
 def check_broker(client: Tickwork) -> str | None:
     """What is wrong with the broker, or None."""
-    from tickwork.worker.config.brokers import refused_database
+    from tickwork.worker.config.brokers import refused
     from tickwork.worker.tick.app import broker_away
 
     why = broker_away(client.app, timeout_s=BROKER_TIMEOUT_S)
     if why is None:
         return None
-    wrong = refused_database(client.settings.broker_url, why)
+    wrong = refused(client.settings.broker_url, why)
     return f"broker: {wrong}" if wrong is not None else f"broker: cannot connect ({why})"
 
 

@@ -1,5 +1,6 @@
 """What a broker's refusal says about TICKWORK_BROKER_URL: an error no retry mends (a Redis
-database number the server does not have), in words that name the setting and the fix."""
+database number the server does not have, a login the broker does not take), in words that
+name the setting and the fix."""
 
 from __future__ import annotations
 
@@ -10,6 +11,16 @@ from tickwork.worker.config.secrets import mask
 
 #: Redis's answer to a SELECT of a database it does not have (Valkey's too)
 OUT_OF_RANGE = "DB index is out of range"
+#: what a broker answers a user or password it does not take: RabbitMQ's ACCESS_REFUSED,
+#: Redis's WRONGPASS (as redis-py words it) and NOAUTH (a server that needs a password)
+LOGIN_REFUSED = (
+    "ACCESS_REFUSED",
+    "invalid username-password pair",
+    "WRONGPASS",
+    "Authentication required",
+    "NOAUTH",
+    "invalid password",
+)
 #: how many databases a Redis server has unless its redis.conf says otherwise
 REDIS_DEFAULT_DATABASES = 16
 #: how long asking the server how many databases it has may take
@@ -73,3 +84,25 @@ def refused_database(
         "number it has at the end of the URL (a Redis server has "
         f"{REDIS_DEFAULT_DATABASES} unless its redis.conf says otherwise: 0 to {last})"
     )
+
+
+def refused_login(url: str, said: str) -> str | None:
+    """What to tell an operator when the broker at `url` refused with `said` because it does
+    not take the URL's user or password; None for any other refusal. Retrying never mends
+    it: a worker retried for ever (Redis) or died with a traceback (RabbitMQ)."""
+    if not any(words in said for words in LOGIN_REFUSED):
+        return None
+    first = next((u.strip() for u in url.split(";") if u.strip()), "")
+    return (
+        f"the broker at {mask(first)} (TICKWORK_BROKER_URL) refused its login "
+        f"({' '.join(said.split())[:200]}): put a user and password the broker takes in the "
+        "URL, as USER:PASSWORD@ before its host"
+    )
+
+
+def refused(
+    url: str, said: str, *, databases: Callable[[str], int | None] = database_count
+) -> str | None:
+    """What to tell an operator when no retry mends the broker's refusal `said` (a login it
+    does not take, a Redis database it has not), or None: a broker that is down."""
+    return refused_login(url, said) or refused_database(url, said, databases=databases)
