@@ -108,6 +108,10 @@ class Signs(Protocol):
         """The signs named by the leases of runnable sessions whose holder is gone."""
         ...
 
+    def any_held(self, conn: Connection) -> bool:
+        """Whether any sign may be held now: False only when no worker holds one."""
+        ...
+
 
 def signs_for(engine: Engine) -> Signs | None:
     """The signs `engine`'s database supports, or None (an in-memory or other database:
@@ -207,11 +211,22 @@ class AdvisoryLocks:
         " ORDER BY k.oldest LIMIT :limit"
     )
 
+    #: any advisory lock of the kind signs are, held in this database (another program's
+    #: counts too: this says only that no worker holds a sign when it finds none)
+    ANY = text(
+        "SELECT EXISTS (SELECT 1 FROM pg_locks AS l WHERE l.locktype = 'advisory' "
+        "AND l.objsubid = 1 AND l.granted "
+        "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()))"
+    )
+
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
 
     def hold(self, key: int) -> Sign:
         return _Lock(self.engine, key)
+
+    def any_held(self, conn: Connection) -> bool:
+        return bool(conn.execute(self.ANY).scalar())
 
     def absent(self, conn: Connection, *, limit: int) -> set[int]:
         return set(conn.execute(self.ABSENT, {"limit": limit}).scalars())
@@ -312,6 +327,31 @@ class LockFiles:
 
     def absent(self, conn: Connection, *, limit: int) -> set[int]:
         return self.gone(conn, _leased(conn, limit=limit))
+
+    def any_held(self, conn: Connection) -> bool:
+        # read from /proc/locks, not probed with a lock of our own: a probe taken while a
+        # worker creates its file would make it fail to take its sign
+        try:
+            files = [f for f in self.folder.iterdir() if f.name.isascii() and f.name.isdigit()]
+            inodes = {f.stat().st_ino for f in files}
+        except FileNotFoundError:
+            return False  # no worker has held a sign on this database, or its file went
+        except OSError:
+            return True  # not ours to look in: say nothing
+        if not inodes:
+            return False
+        try:
+            locks = Path("/proc/locks").read_text()
+        except OSError:
+            return True  # cannot tell without touching a sign: say nothing
+        held = {
+            int(field.rsplit(":", 1)[1])
+            for line in locks.splitlines()
+            if "FLOCK" in line
+            for field in line.split()
+            if field.count(":") == 2 and field.rsplit(":", 1)[1].isdigit()
+        }
+        return bool(inodes & held)
 
     def _held(self, key: int) -> bool:
         path = self.folder / str(key)

@@ -276,6 +276,12 @@ class Relay(Protocol):
         then end by expiry only). Raises StoreUnavailable if it cannot be taken."""
         ...
 
+    def workers_alive(self) -> bool | None:
+        """Whether any worker holds a sign of life on this database now (False: none runs,
+        or none that takes one: TICKWORK_LIVENESS=false); None where the database has no
+        signs. For a hint to a person only, never a decision."""
+        ...
+
     def absent_signs(self) -> set[int]:
         """The signs named by runnable sessions' leases whose holder is gone."""
         ...

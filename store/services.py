@@ -74,6 +74,14 @@ class Services:
         """This worker's sign of life (`liveness.signs_for`), or None."""
         return None if self._signs is None else self._signs.hold(key)
 
+    def workers_alive(self) -> bool | None:
+        """Whether a worker holds a sign of life on this database (`Signs.any_held`), or
+        None where the database has none."""
+        if self._signs is None:
+            return None
+        with self.engine.connect() as conn:
+            return self._signs.any_held(conn)
+
     def absent_signs(self) -> set[int]:
         """Signs named by leases whose holder is gone (`liveness.absent`)."""
         return set() if self._signs is None else liveness.absent(self.engine, self._signs)

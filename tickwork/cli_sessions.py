@@ -35,6 +35,9 @@ REPAIR_INPUT = {
 }
 #: how often `watch` looks for new events
 POLL_S = 0.1
+#: how long a session waiting for a worker stands still before `show` and `watch` ask, when
+#: no worker holds a sign of life on its database, whether one runs
+STILL_S = 5.0
 
 
 def named_session(value: str) -> str:
@@ -413,16 +416,46 @@ def show(
         view["forks"] = views.forks(ctx.reads.forks(session_id))
         view["tree"] = ctx.reads.tree(session_id)
         previews = {} if json_output else pending_previews(whole, ctx.reads)
+        note = None if json_output else no_worker_note(ctx, whole.head)
     if json_output:
         views.emit(view)
     else:
         render.show(render.timeline(view, previews))
+        if note is not None:
+            render.show(Text(note, style="yellow"))
 
 
 def _in_tenant(head: Head, tenant: str | None) -> None:
     """SessionNotFound, as for no session at all, if --tenant names another tenant."""
     if tenant is not None and head.tenant != options.local_tenant(tenant):
         raise SessionNotFound.of(head.id)
+
+
+def no_worker_note(ctx: Context, head: Head) -> str | None:
+    """What to ask a person whose session waits for a worker, has stood still for `STILL_S`
+    and finds no worker holding a sign of life on its database (none started, or one
+    started in another folder: the embedded default's state is the folder's); None where
+    it cannot be told (TICKWORK_LIVENESS=false, a database without signs)."""
+    if not head.status.moving or not ctx.settings.liveness:
+        return None
+    if (datetime.now(UTC) - head.updated_at).total_seconds() < STILL_S:
+        return None
+    if ctx.store.workers_alive() is not False:
+        return None
+    from tickwork.store.urls import sqlite_file
+
+    path = sqlite_file(ctx.settings.db_url)
+    if path is not None and not ctx.settings.database_url:
+        where = (
+            f"{path}; start one with `tickwork worker` from the folder you submitted from, "
+            "or with the same TICKWORK_STATE_DIR"
+        )
+    else:
+        where = "TICKWORK_DATABASE_URL; start one with `tickwork worker` on the same settings"
+    return (
+        f"session {head.id} is {head.status.value}, and no worker holds a sign of life on "
+        f"its database ({where}): is one running?"
+    )
 
 
 def pending_previews(whole: Session, reads: Reads) -> dict[str, dict[str, Any] | None]:
@@ -458,6 +491,8 @@ def watch(
         store = ctx.store
         seen: list[dict[str, Any]] = []
         last, started = 0, time.monotonic()
+        asked = json_output  # whether a worker runs: asked once, in words
+        looked = started - STILL_S  # when `watch` last looked for a worker's sign
         while True:
             head = store.get(session_id)  # before the events: they include all of its changes
             batch = store.events_after(session_id, last)
@@ -468,6 +503,11 @@ def watch(
                     render.show(render.event_line(seen[-1]))
             if batch and len(batch) >= 1000:
                 continue
+            if not asked and time.monotonic() - looked >= STILL_S:
+                looked = time.monotonic()
+                if (note := no_worker_note(ctx, head)) is not None:
+                    asked = True
+                    render.show(Text(note, style="yellow"))
             if not head.status.moving:
                 break
             if timeout is not None and time.monotonic() - started > timeout:

@@ -77,6 +77,7 @@ class OutboxContract(Contract):
         claim(store, "unsigned", now=clock(), owner="w0")
         try:
             # alive: neither taken over, nor a lease that names no sign
+            assert store.workers_alive() is True, "a sign is held: `show` must not ask"
             assert key not in store.absent_signs()
             assert store.take_over([key], now=clock()) == []
         finally:
