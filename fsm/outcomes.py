@@ -366,8 +366,9 @@ def cut_short(command: str, exit_code: int | None, output: str) -> str | None:
     or pytest stopped at its Nth failure (`-x`, `--maxfail N`: the tests after it did not
     run).
     A run killed by tickwork (its time limit, its output cap: no exit code) has no verdict
-    at all, and is not asked."""
-    if exit_code is None:
+    at all, and is not asked; nor is one that exited 0 (it passed, whatever it printed).
+    """
+    if exit_code is None or exit_code == 0:
         return None
     if exit_code in _TIMEOUT_EXIT_CODES and _program(command) == "timeout":
         return f"the command's own `timeout` stopped it (exit {exit_code}) before the runner's end"

@@ -331,6 +331,9 @@ _BANNER = "+++++++++++++++++ Timeout +++++++++++++++++\n~~~~ Stack of MainThread
             "pytest stopped after 1 failures (`-x` or `--maxfail`)",
         ),
         ("pytest -x", 0, "!!!!! stopping after 1 failures !!!!!\n", None),
+        # a run that exited 0 passed: a banner printed on the way (a script's earlier,
+        # ignored pytest run; a test's own output) and no pytest summary after it cut nothing
+        ("./run_tests.sh", 0, _BANNER + "Ran 3 tests in 0.1s\n\nOK\n", None),
         # a run that ended by itself, a `timeout` of another exit, or 124 of another program
         ("timeout 60 pytest -q", 1, "FAILED t.py::test_a\n1 failed in 0.1s\n", None),
         ("pytest -q", 124, "", None),
