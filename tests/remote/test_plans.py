@@ -390,6 +390,19 @@ def test_a_whole_id_costs_no_request_more_and_a_start_is_looked_up_after_its_404
         run("resolve_dead_letter", "3f9a0c", "looked")
 
 
+def test_a_whole_id_that_more_ids_start_with_than_the_listing_holds_names_itself() -> None:
+    """`session_id` of a whole id that seven ids start with (itself the oldest, so not among
+    the six the listing answers) said it was ambiguous, naming the six others."""
+    sent: list[str] = []
+    newer = [f"abcdef-{n}" for n in range(7, 1, -1)]
+    sync, _ = _mock(_served_ids(sent, [*newer, "abcdef"]))
+    with Client("http://tw.test", token="token-token-token-1", transport=sync) as client:
+        assert client.session_id("abcdef") == "abcdef"
+        assert sent[-1] == "GET /api/v1/sessions/abcdef"
+        with pytest.raises(RemoteError, match="'abcdef-' is the start of more than 5 session"):
+            client.session_id("abcdef-")
+
+
 def test_a_server_that_takes_no_id_prefix_keeps_its_refusal_of_a_start() -> None:
     sent: list[str] = []
     sync, _ = _mock(_served_ids(sent, ["7d1e00aa"], takes_prefix=False))

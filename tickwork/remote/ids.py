@@ -44,6 +44,9 @@ def session_id(given: str, *, tenant: str | None = None) -> Plan[str]:
     if found is None or not found or given in found:
         return given
     if len(found) > 1:
+        # more than the listing holds start with it: a whole id among them may be older
+        if len(found) > SHOWN_CANDIDATES and (yield from _live(given)):
+            return given
         raise _ambiguous(given, found)
     return found[0]
 
@@ -122,6 +125,17 @@ def _starting(given: str, tenant: str | None) -> Plan[list[str] | None]:
             raise
         return None
     return sorted(str(h["id"]) for h in found)
+
+
+def _live(session_id: str) -> Plan[bool]:
+    """Whether the token sees a live session of the whole id `session_id`."""
+    try:
+        yield Call("GET", _path("sessions", session_id), _json)
+    except RemoteError as exc:
+        if exc.status == 404 and exc.code == "session_not_found":
+            return False
+        raise
+    return True
 
 
 def _not_found(given: str, hint: str, refused: RemoteError) -> RemoteError:
