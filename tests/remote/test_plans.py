@@ -403,6 +403,27 @@ def test_a_whole_id_that_more_ids_start_with_than_the_listing_holds_names_itself
             client.session_id("abcdef-")
 
 
+def test_a_listing_that_ignored_the_start_names_no_other_session() -> None:
+    """A server (or a proxy) that answered the listing without its `id_prefix` filter: the
+    ids it names that do not start with what was given are not taken for it, so a cancel of
+    a start acts on no unrelated session."""
+    sent: list[str] = []
+    served = _served_ids(sent, ["aaaaaa11"])
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/api/v1/sessions":
+            sent.append(f"{request.method} {request.url.path}")
+            return httpx.Response(200, json=[{**HEAD, "id": "aaaaaa11"}])
+        return served(request)
+
+    sync, _ = _mock(answer)
+    client = Client("http://tw.test", token="token-token-token-1", transport=sync)
+    with client, pytest.raises(RemoteError) as none:
+        client.cancel("7d1e00")
+    assert (none.value.status, none.value.code) == (404, "session_not_found")
+    assert sent == ["POST /api/v1/sessions/7d1e00/cancel", "GET /api/v1/sessions"]
+
+
 def test_a_server_that_takes_no_id_prefix_keeps_its_refusal_of_a_start() -> None:
     sent: list[str] = []
     sync, _ = _mock(_served_ids(sent, ["7d1e00aa"], takes_prefix=False))

@@ -195,3 +195,13 @@ def test_a_save_turns_the_head_into_its_row_once(
     assert built == ["once-1"]
     assert saved == store.get("once-1")
     assert saved.result == {"note": "nul \ufffd here"}
+
+
+def test_a_save_writes_every_column_of_the_head_it_changes(store: Store, clock: Clock) -> None:
+    """Both backends' saves write the columns named by `rows.MUTABLE_HEAD` (the Core store's
+    update is built once from it, Postgres' statement too): a value `head_changes` gives
+    that the tuple does not name would be dropped without an error."""
+    from tickwork.store import rows
+
+    store.create(new_session("cols-1", now=clock()), now=clock())
+    assert set(rows.head_changes(store.get("cols-1"))) == set(rows.MUTABLE_HEAD)

@@ -124,7 +124,8 @@ def _starting(given: str, tenant: str | None) -> Plan[list[str] | None]:
         if exc.status != 422 or "id_prefix" not in exc.message:
             raise
         return None
-    return sorted(str(h["id"]) for h in found)
+    # only ids that do start with it: a server that ignored the filter names no other session
+    return sorted(i for h in found if (i := str(h["id"])).startswith(given))
 
 
 def _live(session_id: str) -> Plan[bool]:

@@ -1,7 +1,7 @@
 // Submit a repair job: its source, setup, test command, goal, model, budgets and admission,
 // posted as POST /sessions takes it. What is typed is kept (also across a reload or a new log-in)
 // until the job is submitted, and an error from the API is shown beside the field it names.
-import { admissionBody, admissionFields, contextField, formField, refusedFields } from "./admission.js";
+import { BOUNDS, admissionBody, admissionFields, contextField, formField, refusedFields } from "./admission.js";
 import { api, can, el, enc, state, toast } from "./core.js";
 
 export const DRAFT_KEY = "tickwork.submit-draft";
@@ -71,7 +71,8 @@ export function submitView(view) {
     model: field("model", "Model", text({ placeholder: "the server's default (TICKWORK_MODEL)" })),
     price: field("price", "Price (USD per million tokens)", text({ inputmode: "decimal",
       placeholder: "prompt, completion[, cached[, cache write]]" }),
-      "2 to 4 numbers, e.g. 3, 15 or 3, 15, 0.3, 3.75: at least the server's price for the " +
+      `${BOUNDS.price_rates[0]} to ${BOUNDS.price_rates[1]} numbers, e.g. 3, 15 or 3, 15, 0.3, 3.75: ` +
+      "at least the server's price for the " +
       "model, never below. Empty: the server's."),
     max_steps: field("max_steps", "Steps", number({ placeholder: "50" })),
     max_tokens: field("max_tokens", "Tokens", number({ placeholder: "2000000" })),
