@@ -64,6 +64,26 @@ def test_the_docs_page_and_its_assets_come_from_tickwork(stack: Stack) -> None:
         assert "default-src 'self'" in answer.headers["content-security-policy"]
 
 
+def test_the_page_at_its_file_path_holds_the_bounds_as_at_the_root(stack: Stack) -> None:
+    """/static/index.html was the raw file: `JSON.parse("__BOUNDS__")` threw and the page's
+    modules failed to load. It answers what / answers, the API's bounds in its meta tag."""
+    import html
+    import json
+
+    from tickwork.api.bodies import page_bounds
+
+    http = stack.http()
+    root = http.get("/")
+    assert root.status_code == 200, root.text
+    bounds = html.escape(json.dumps(page_bounds()), quote=True)
+    assert f'<meta name="tickwork-bounds" content="{bounds}">' in root.text
+    at_file = http.get("/static/index.html")
+    assert at_file.status_code == 200, at_file.text
+    assert "__BOUNDS__" not in at_file.text
+    assert at_file.text == root.text
+    assert "default-src 'self'" in at_file.headers["content-security-policy"]
+
+
 def test_a_wrong_method_is_405_naming_every_method_the_path_takes(stack: Stack) -> None:
     http = stack.http("olga")
     for method, path, allowed in [

@@ -49,6 +49,7 @@ TOKEN = {spec["name"]: token for token, spec in TOKENS.items()}
 #: routes that read no session, dead letter or tenant data at all
 NO_TENANT_DATA = {
     ("GET", "/"),
+    ("GET", "/static/index.html"),  # the page at its file's path: what / answers
     ("GET", "/api/v1/docs"),
     ("GET", "/favicon.ico"),
     ("GET", "/api/v1/openapi.json"),

@@ -168,7 +168,9 @@ def make_api(
 
     shown = page_html()
 
+    # the file's own path too: served raw, `JSON.parse("__BOUNDS__")` threw in admission.js
     @app.get("/", include_in_schema=False)
+    @app.get("/static/index.html", include_in_schema=False)
     async def page() -> HTMLResponse:
         return HTMLResponse(shown, headers={"Cache-Control": "no-cache"})
 
