@@ -37,9 +37,11 @@ SHOWN = 10
 #: `ERROR tests/test_z.py`), not unittest's verdict (`FAILED (failures=1)`)
 _PYTEST = re.compile(r"^(?:FAILED|ERROR) (?!\()(\S[^\n]*?)(?: - [^\n]*)?$", re.MULTILINE)
 #: pytest 9's line for a failed subtest (`self.subTest`, the `subtests` fixture): its
-#: description (`[msg]`, `(k=v)`, `(<subtest>)`, free text) before the test's id, the first
-#: word with `::` (`SUBFAILED(code='x') tests/test_e.py::T::test_codes - AssertionError`)
-_PYTEST_SUBTEST = re.compile(r"^SUBFAILED[^\n]*? (\S+::\S+)", re.MULTILINE)
+#: description (`[msg]`, `(k=v, ...)` or both, `(<subtest>)`) before the test's id
+#: (`SUBFAILED(code='x') tests/test_e.py::T::test_codes - AssertionError`)
+_PYTEST_SUBTEST = re.compile(r"^SUBFAILED([^\n]*)", re.MULTILINE)
+#: the test's id after a description that could not be read: the first word with `::`
+_FIRST_ID = re.compile(r" (\S+::\S+)")
 #: unittest's header of a failure: `FAIL: test_y (pkg.test_x.T.test_y)` (Python 3.11 on),
 #: `ERROR: test_y (pkg.test_x.T)` (before), with a subtest's `[...]` or `(...)` after it
 _UNITTEST = re.compile(r"^(?:FAIL|ERROR): (\w+) \(([\w.]+)\)", re.MULTILINE)
@@ -55,15 +57,61 @@ def failing_tests(output: str) -> list[str]:
         half = MAX_SCANNED_CHARS // 2
         output = output[:half] + "\n" + output[-half:]
     found: dict[str, None] = {}
-    for match in sorted(
-        (*_PYTEST.finditer(output), *_PYTEST_SUBTEST.finditer(output)), key=lambda m: m.start()
-    ):
-        found[match.group(1).strip()[:MAX_ID_CHARS]] = None
+    named = [(m.start(), m.group(1).strip()) for m in _PYTEST.finditer(output)]
+    for match in _PYTEST_SUBTEST.finditer(output):
+        test = _subtest_id(match.group(1))
+        if test is not None:
+            named.append((match.start(), test))
+    for _, test in sorted(named):
+        found[test[:MAX_ID_CHARS]] = None
     for match in _UNITTEST.finditer(output):
         name, where = match.group(1), match.group(2)
         test = where if where.endswith(f".{name}") else f"{where}.{name}"
         found[test[:MAX_ID_CHARS]] = None
     return list(found)[:MAX_FAILING]
+
+
+def _subtest_id(line: str) -> str | None:
+    """The test's id in a SUBFAILED line after `SUBFAILED`: past its description, `[msg]`
+    (balanced brackets), then ` (k=v, ...)` or `(<subtest>)` (balanced parentheses, the
+    values' quoted reprs skipped), so a description's `::` or space is not taken for the
+    id. A description that does not close: the first word with `::`, as before."""
+    at = 0
+    if line.startswith("["):
+        at = _closing(line, 0, "[", "]", quoted=False)
+        if at > 0 and line.startswith(" (", at):
+            at = _closing(line, at + 1, "(", ")", quoted=True)
+    elif line.startswith("("):
+        at = _closing(line, 0, "(", ")", quoted=True)
+    if at > 0 and line.startswith(" ", at):
+        test = line[at + 1 :].split(" ", 1)[0]
+        if "::" in test:
+            return test
+    found = _FIRST_ID.search(line)
+    return found.group(1) if found else None
+
+
+def _closing(text: str, start: int, opening: str, closing: str, *, quoted: bool) -> int:
+    """The index just past the `closing` that balances the `opening` at `start`; -1 when
+    none does. `quoted`: a `'...'` or `"..."` (a repr, its backslash escapes too) is skipped."""
+    depth, at, quote = 0, start, ""
+    while at < len(text):
+        char = text[at]
+        if quote:
+            if char == "\\":
+                at += 1
+            elif char == quote:
+                quote = ""
+        elif quoted and char in "'\"":
+            quote = char
+        elif char == opening:
+            depth += 1
+        elif char == closing:
+            depth -= 1
+            if depth == 0:
+                return at + 1
+        at += 1
+    return -1
 
 
 def failed_before(before: Sequence[str], final: Sequence[str]) -> dict[str, Any] | None:

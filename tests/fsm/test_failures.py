@@ -50,6 +50,10 @@ def test_a_failed_subtest_is_named_by_its_test() -> None:
         "SUBFAILED(code='label_too_long') tests/test_idna_errors.py::E::test_codes - Asse...\n"
         "SUBFAILED[a message: with words] (i=1) tests/t.py::test_sub\n"
         "SUBFAILED(<subtest>) tests/t.py::test_sub - ValueError\n"
+        # a description with a space then `::` in it: its parenthesised part ends at its `)`
+        "SUBFAILED(k='a b::c') tests/t.py::test_spaced - AssertionError\n"
+        "SUBFAILED[see a::b (here)] (k='x) y::z', n=(1, 2)) tests/t.py::test_both\n"
+        "SUBFAILED[a [message] that does not close tests/t.py::test_open - x\n"
         "SUBPASSED(i=2) tests/t.py::test_other\n"
         "3 failed, 6432 passed, 55 subtests passed in 83.19s\n"
     )
@@ -57,6 +61,9 @@ def test_a_failed_subtest_is_named_by_its_test() -> None:
         "tests/test_idna.py::IDNATests::test_encode",
         "tests/test_idna_errors.py::E::test_codes",
         "tests/t.py::test_sub",
+        "tests/t.py::test_spaced",
+        "tests/t.py::test_both",
+        "tests/t.py::test_open",  # as before: the first word with `::`
     ]
 
 
