@@ -69,6 +69,27 @@ def _mock(handler: Any) -> tuple[httpx.MockTransport, httpx.MockTransport]:
     return httpx.MockTransport(handler), httpx.MockTransport(ahandler)
 
 
+def _call(
+    mode: str,
+    transports: tuple[httpx.MockTransport, httpx.MockTransport],
+    name: str,
+    *args: Any,
+    url: str = "http://tw.test",
+) -> Any:
+    """`name(*args)` of a Client (`mode` "sync") or an AsyncClient ("async") at `url`,
+    over the mock `transports` (`_mock`'s pair)."""
+    sync, asynchronous = transports
+    if mode == "sync":
+        with Client(url, token="token-token-token-1", transport=sync) as c:
+            return getattr(c, name)(*args)
+
+    async def go() -> Any:
+        async with AsyncClient(url, token="token-token-token-1", transport=asynchronous) as c:
+            return await getattr(c, name)(*args)
+
+    return asyncio.run(go())
+
+
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_a_proxy_answer_and_a_newer_servers_fields_are_read_sensibly(mode: str) -> None:
     def answer(request: httpx.Request) -> httpx.Response:
@@ -78,25 +99,11 @@ def test_a_proxy_answer_and_a_newer_servers_fields_are_read_sensibly(mode: str) 
             return httpx.Response(200, json={"head": {**HEAD, "new_field": 1}, "steps": []})
         return httpx.Response(502, text="<html><body>Bad Gateway</body></html>")
 
-    sync, asynchronous = _mock(answer)
-
-    def run(name: str, *args: Any) -> Any:
-        if mode == "sync":
-            with Client("http://tw.test/", token="token-token-token-1", transport=sync) as c:
-                return getattr(c, name)(*args)
-
-        async def go() -> Any:
-            async with AsyncClient(
-                "http://tw.test", token="token-token-token-1", transport=asynchronous
-            ) as c:
-                return await getattr(c, name)(*args)
-
-        return asyncio.run(go())
-
-    head = run("get", "s-1")
+    transports = _mock(answer)
+    head = _call(mode, transports, "get", "s-1", url="http://tw.test/")
     assert head.status is Status.COMPLETED and head.id == "s-1"
     with pytest.raises(RemoteError) as proxy:
-        run("me")
+        _call(mode, transports, "me")
     assert proxy.value.status == 502 and proxy.value.code == "http_502"
     assert "http://tw.test/api/v1/me" in proxy.value.message
     assert "Bad Gateway" in proxy.value.message and "TICKWORK_SERVER" in proxy.value.message
@@ -216,20 +223,10 @@ def test_a_decision_reads_only_the_waiting_calls_for_the_fingerprint(mode: str) 
     """Without a fingerprint the client read the whole timeline (every step, call and
     event of a long session) for one call's fingerprint; the session's waiting calls do."""
     sent: list[str] = []
-    sync, asynchronous = _served_decisions(sent)
+    transports = _served_decisions(sent)
 
     def approve(call_id: str) -> Any:
-        if mode == "sync":
-            with Client("http://tw.test", token="token-token-token-1", transport=sync) as c:
-                return c.approve("s-1", call_id)
-
-        async def go() -> Any:
-            async with AsyncClient(
-                "http://tw.test", token="token-token-token-1", transport=asynchronous
-            ) as c:
-                return await c.approve("s-1", call_id)
-
-        return asyncio.run(go())
+        return _call(mode, transports, "approve", "s-1", call_id)
 
     assert approve("s1c1").status is Status.READY
     assert sent == [
@@ -330,21 +327,11 @@ def test_a_whole_id_costs_no_request_more_and_a_start_is_looked_up_after_its_404
 ) -> None:
     ids = ["3f9a0c11", "3f9a0c22", "7d1e00aa", "123456ab"]
     sent: list[str] = []
-    sync, asynchronous = _mock(_served_ids(sent, ids))
+    transports = _mock(_served_ids(sent, ids))
 
     def run(name: str, *args: Any) -> Any:
         sent.clear()
-        if mode == "sync":
-            with Client("http://tw.test", token="token-token-token-1", transport=sync) as c:
-                return getattr(c, name)(*args)
-
-        async def go() -> Any:
-            async with AsyncClient(
-                "http://tw.test", token="token-token-token-1", transport=asynchronous
-            ) as c:
-                return await getattr(c, name)(*args)
-
-        return asyncio.run(go())
+        return _call(mode, transports, name, *args)
 
     assert run("get", "3f9a0c11").id == "3f9a0c11"
     assert sent == ["GET /api/v1/sessions/3f9a0c11"]
