@@ -6,6 +6,8 @@ from __future__ import annotations
 import functools
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -63,6 +65,18 @@ CASES = [
 def _bare_env(**settings: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TICKWORK_")}
     return {**env, "PYTHONPATH": str(ROOT), **settings}
+
+
+def _worker(env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """`tickwork worker` run to its end (a worker that refuses to start), its output kept."""
+    return subprocess.run(
+        [sys.executable, "-m", "tickwork", "worker", "--pool", "solo"],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_each_bad_setting_is_one_line_naming_it(tmp_path: Path) -> None:
@@ -260,8 +274,6 @@ def test_a_reading_command_makes_no_database_and_says_there_is_none(tmp_path: Pa
     """Run where there is no database, `ls` (and every command that only reads or changes
     what exists) says so, naming the file and the settings, and leaves nothing behind; a
     command that makes sessions, or `db upgrade`, still makes it."""
-    import subprocess
-    import sys
 
     done = subprocess.run(
         [sys.executable, "-m", "tickwork", "ls"],
@@ -302,8 +314,6 @@ def test_a_worker_whose_broker_does_not_answer_says_which_setting_points_there(
 ) -> None:
     """It starts anyway (a broker may come up after it) and Celery keeps trying; the line
     names TICKWORK_BROKER_URL, which Celery's own retry lines do not."""
-    import subprocess
-    import sys
 
     env = _bare_env(
         TICKWORK_STATE_DIR=str(tmp_path / "state"),
@@ -338,8 +348,6 @@ def test_a_redis_database_the_server_has_not_is_named_with_the_ones_it_has(
     warned the broker "does not answer" and retried for ever; no retry mends the URL. The
     server is the test's own, started with `--databases 4`, so the count it is named with
     can only come from that server (not the shared Redis, whose CONFIG may be refused)."""
-    import subprocess
-    import sys
 
     from tests.services import own_redis
 
@@ -355,14 +363,7 @@ def test_a_redis_database_the_server_has_not_is_named_with_the_ones_it_has(
         submitted = cli(
             "submit", TEST_KIND, "--input", "{}", "--model", f"scripted:{script}", ok=False
         )
-        worker = subprocess.run(
-            [sys.executable, "-m", "tickwork", "worker", "--pool", "solo"],
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        worker = _worker(env, tmp_path)
     assert submitted.code == 0, submitted  # the session is saved
     session_id = submitted.stdout.strip()
     (warning,) = submitted.stderr.splitlines()
@@ -389,8 +390,6 @@ def test_a_login_the_broker_refuses_is_named_and_the_worker_does_not_start(
     Celery's traceback (ACCESS_REFUSED), one on Redis warned the broker "does not answer"
     and retried for ever, and submit said a relay publishes the tick "once the broker is
     back"; no retry mends a login. The session submitted is kept."""
-    import subprocess
-    import sys
     from urllib.parse import urlsplit
 
     from tests.services import rabbitmq_url, redis_url
@@ -420,14 +419,7 @@ def test_a_login_the_broker_refuses_is_named_and_the_worker_does_not_start(
     assert "secret-pw" not in warning and "once the broker is back" not in warning
     assert cli("show", session_id, "--json").json()["head"]["status"] == "ready"
 
-    worker = subprocess.run(
-        [sys.executable, "-m", "tickwork", "worker", "--pool", "solo"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    worker = _worker(env, tmp_path)
     assert worker.returncode == 2, worker
     (line,) = worker.stderr.splitlines()
     assert line.startswith(f"error: the broker at {masked} (TICKWORK_BROKER_URL) refused its")
