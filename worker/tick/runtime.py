@@ -35,6 +35,11 @@ from tickwork.worker.tick.retention import restoring
 
 log = logging.getLogger("tickwork.worker")
 
+#: how long `Runtime.close` waits for each of its threads to end: a step under way (a lease
+#: renewal, a look at a head) finishes first, and one stuck on an unanswering database is
+#: left to end on its own (the threads are daemons)
+CLOSE_WAIT_S = 2.0
+
 #: publishes a tick `(session_id, version)` after `countdown` seconds; tickwork itself
 #: always passes 0: a delayed tick waits in the outbox, not in the broker
 #: (docs/DESIGN.md section 11)
@@ -72,9 +77,21 @@ class Leases:
         #: the process groups of the commands each held lease's tick runs
         self._commands: dict[tuple[str, int], set[int]] = {}
         self._lock = threading.Lock()
-        self._loop = Loop(
-            "leases", self.renew_all, every_s=lease_s / 3, log=log, what="lease renewal"
+        self._loop = self._new_loop()
+
+    def _new_loop(self) -> Loop:
+        return Loop(
+            "leases", self.renew_all, every_s=self.lease_s / 3, log=log, what="lease renewal"
         )
+
+    def close(self, *, wait_s: float = CLOSE_WAIT_S) -> None:
+        """Stop the renewal thread, waiting up to `wait_s` for a renewal under way; the next
+        lease held starts a new one. A lease still held meanwhile is not renewed, and is
+        lost once `lease_s` passes (`lost`), as if this process had stalled."""
+        with self._lock:
+            loop, self._loop = self._loop, self._new_loop()
+            loop.stop()
+        loop.join(wait_s)
 
     def hold(self, session_id: str, version: int, owner: str) -> _Held:
         return _Held(self, (session_id, version), owner)
@@ -132,7 +149,7 @@ class Leases:
             self._lost.pop(key, None)
             self._given_up.discard(key)
             self._commands[key] = set()
-        self._loop.start()
+            self._loop.start()  # under the lock: never the loop `close` just stopped
 
     def _remove(self, key: tuple[str, int]) -> None:
         with self._lock:
@@ -216,9 +233,21 @@ class Watches:
         self._store, self._clock = store, clock
         self._watched: set[_Watch] = set()
         self._lock = threading.Lock()
-        self._loop = Loop(
-            "stops", self.look, every_s=every_s, log=log, what="a look at the running tools"
+        self._every_s = every_s
+        self._loop = self._new_loop()
+
+    def _new_loop(self) -> Loop:
+        return Loop(
+            "stops", self.look, every_s=self._every_s, log=log, what="a look at the running tools"
         )
+
+    def close(self, *, wait_s: float = CLOSE_WAIT_S) -> None:
+        """Stop the thread, waiting up to `wait_s` for a look under way; the next `watch`
+        starts a new one. A call still watched meanwhile sees no new cancel or deadline."""
+        with self._lock:
+            loop, self._loop = self._loop, self._new_loop()
+            loop.stop()
+        loop.join(wait_s)
 
     @contextmanager
     def watch(
@@ -229,7 +258,7 @@ class Watches:
         watch = _Watch(session_id, lease)
         with self._lock:
             self._watched.add(watch)
-        self._loop.start()
+            self._loop.start()  # under the lock: never the loop `close` just stopped
         try:
             yield watch
         finally:
@@ -380,11 +409,18 @@ class Runtime:
             return self._models[spec]
 
     def close(self) -> None:
-        """Close what this runtime opened: its sign of life is given up (its connection
-        closed; leases taken after are unsigned, ended by expiry only) and the model-server
-        connections closed (a model asked for later opens new ones). The store is the
-        caller's to close."""
+        """Close what this runtime opened, as `Engine.dispose` or Celery's `app.close` do:
+        what is used again is opened again, lazily. Its sign of life is given up (its
+        connection closed; leases taken after are unsigned, ended by expiry only); the
+        lease renewal and stop watch threads are stopped and joined (`CLOSE_WAIT_S` each at
+        most), and the next tick's lease or watched call starts new ones; the model-server
+        connections are closed (a model asked for later opens new ones). Close it once its
+        ticks have ended: a tick still running has its lease no longer renewed. The store
+        is the caller's to close, and so are the `background` threads (started by whoever
+        started the worker)."""
         self.liveness.stop()
+        self.leases.close()
+        self.watches.close()
         with self._models_lock:
             if self._http is not None:
                 self._http.close()
