@@ -350,7 +350,8 @@ def relay(
 
     settings = load_settings()
     ensure_schema(settings)
-    rt = runtime(make_app(settings, relay=False))
+    app = make_app(settings, relay=False)
+    rt = runtime(app)
     try:
         if once:
             done = relay_all_once(rt)
@@ -399,7 +400,7 @@ def relay(
             for background in rt.background:
                 background.stop()
     finally:
-        rt.store.close()
+        app.close()  # the runtime's sign of life and threads too, and its store
 
 
 def upgrade(json_output: options.Json = False) -> None:

@@ -75,6 +75,15 @@ class Writes(Deployment):
     ) -> None:
         super().__init__(settings, store=store, clock=clock)
         self._app = app
+        #: the app is made here (on first publish), so `close` closes it
+        self._owns_app = app is None
+
+    def close(self) -> None:
+        """Close the store, and the Celery app made here (one passed in is the caller's)."""
+        if self._owns_app and self._app is not None:
+            self._app.close()
+            self._app = None
+        super().close()
 
     @property
     def admission(self) -> Admission:

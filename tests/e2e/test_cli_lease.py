@@ -48,13 +48,11 @@ def test_show_names_the_lease_owner_and_the_relay_logs_the_revived_session(
     )
     assert expired["owner"] == held["owner"]
 
-    rt = runtime(make_app(deployment.settings, relay=False))
-    try:
-        with caplog.at_level(logging.INFO, logger="tickwork.relay"):
-            done = relay_once(rt)
-    finally:
-        rt.close()
-        rt.store.close()
+    with (
+        make_app(deployment.settings, relay=False) as app,
+        caplog.at_level(logging.INFO, logger="tickwork.relay"),
+    ):
+        done = relay_once(runtime(app))
 
     assert done.lease_expiries == 1
     revived = [r.getMessage() for r in caplog.records if "expired" in r.getMessage()]

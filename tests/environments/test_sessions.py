@@ -222,7 +222,8 @@ def test_retention_drops_an_environment_no_live_session_uses(tmp_path: Path) -> 
             replies=[reply("w", call("write_file", path="a", content="a")), reply("done")],
         )
         driver.run_until(waiting, Status.WAITING_APPROVAL)
-        rt = runtime(make_app(settings, relay=False))
+        app = make_app(settings, relay=False)
+        rt = runtime(app)
         left_by_a_kill = settings.workspaces_path / "environments" / ".build-0123-abcd"
         (left_by_a_kill / "env").mkdir(parents=True)
         os.utime(left_by_a_kill, (1, 1))
@@ -233,7 +234,7 @@ def test_retention_drops_an_environment_no_live_session_uses(tmp_path: Path) -> 
             assert drop_unused(rt, now=later) == 1  # the waiting session's stays
             left = rt.store.environments.find()
         finally:
-            rt.store.close()
+            app.close()
     gone = done.head.result["environment"]["key"]
     assert [e.key for e in left] != [gone] and len(left) == 1
     assert not (settings.workspaces_path / "environments" / gone).exists()

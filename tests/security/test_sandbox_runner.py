@@ -481,8 +481,11 @@ def test_a_worker_says_at_start_what_its_commands_run_in(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     settings = Settings(state_dir=tmp_path / "state", sandbox="none")
-    app, other = make_app(settings, relay=False), make_app(settings, relay=False)
-    with caplog.at_level(logging.INFO, logger="tickwork.worker"):
+    with (
+        make_app(settings, relay=False) as app,
+        make_app(settings, relay=False) as other,
+        caplog.at_level(logging.INFO, logger="tickwork.worker"),
+    ):
         signals.worker_ready.send(sender=Consumer(app))
     # the sandbox's line (the release's and the egress lines are said beside it)
     said = [r for r in caplog.records if r.name == "tickwork.worker" and "SANDBOX" in r.message]

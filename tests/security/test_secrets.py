@@ -191,17 +191,13 @@ def test_a_secret_in_a_tool_exception_is_masked_in_the_worker_log(
             {"content": "ok"},
         ]
     )
-    rt = runtime(make_app(sqlite_env.settings, relay=False))
-    try:
-        with caplog.at_level(logging.INFO):
-            for _ in range(5):
-                head = sqlite_env.store.get(session_id)
-                if not head.status.runnable:
-                    break
-                advance(rt, session_id, head.version)
-    finally:
-        rt.close()
-        rt.store.close()
+    with make_app(sqlite_env.settings, relay=False) as app, caplog.at_level(logging.INFO):
+        rt = runtime(app)
+        for _ in range(5):
+            head = sqlite_env.store.get(session_id)
+            if not head.status.runnable:
+                break
+            advance(rt, session_id, head.version)
     assert "fail_leak" in caplog.text, "the tool's exception is logged"
     assert LEAKED_KEY not in caplog.text
     assert LEAKED_KEY not in sqlite_env.load(session_id).model_dump_json()

@@ -159,11 +159,11 @@ def test_a_published_tick_carries_its_arguments_as_celery_writes_them(
 ) -> None:
     """`celery inspect` and Flower show a tick's arguments from its message's `argsrepr`:
     the publish gives it (Celery's own repr of them cost a fifth of a publish's CPU)."""
-    app = make_app(deployment.settings, relay=False)
-    runtime(app).publish_tick("s-1", 7, 0)
-    with app.connection_for_read() as conn:
-        message = conn.SimpleQueue(deployment.settings.queue).get(timeout=10)
-        message.ack()
+    with make_app(deployment.settings, relay=False) as app:
+        runtime(app).publish_tick("s-1", 7, 0)
+        with app.connection_for_read() as conn:
+            message = conn.SimpleQueue(deployment.settings.queue).get(timeout=10)
+            message.ack()
     assert message.headers["task"] == TICK
     assert message.headers["argsrepr"] == saferepr(("s-1", 7)) == "('s-1', 7)"
     assert message.headers["kwargsrepr"] == saferepr({})

@@ -4,18 +4,25 @@ used again opens what it needs again, as an engine disposed or a Celery app clos
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
+import weakref
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from celery import Celery, signals
+from sqlalchemy import text
 from tickwork.store import Store
 from tickwork.worker.config.settings import Settings
 from tickwork.worker.jobs import Jobs
+from tickwork.worker.tick.app import make_app, runtime
 from tickwork.worker.tick.runtime import Runtime
 
+from tickwork.client import Tickwork
 from tickwork.testing import until
 from tickwork.testing.store_ticks import claim, new_session
 
@@ -78,3 +85,67 @@ def test_a_closed_runtime_leaves_no_thread_and_starts_them_again_when_used(
     assert {"tickwork-leases", "tickwork-stops"} <= {t.name for t in again if t.is_alive()}
     rt.close()
     assert [t.name for t in again if t.is_alive()] == []
+
+
+@dataclass(eq=False)
+class Consumer:
+    """What Celery sends `worker_ready` from: it knows its app."""
+
+    app: Celery
+
+
+def _backends(store: Store, pids: set[int]) -> set[int]:
+    """Which of the Postgres backends `pids` are still connected."""
+    with store.engine.connect() as conn:
+        rows = conn.execute(
+            text("SELECT pid FROM pg_stat_activity WHERE pid = ANY(:p)"), {"p": list(pids)}
+        )
+        return {row[0] for row in rows}
+
+
+def test_a_closed_app_is_collected_with_its_threads_stopped_and_its_engine_disposed(
+    database_url: str, store: Store, tmp_path: Path
+) -> None:
+    before = set(threading.enumerate())
+    app = make_app(Settings(database_url=database_url, state_dir=tmp_path), relay=True)
+    signals.worker_ready.send(sender=Consumer(app))  # as a worker's start: its relay runs
+    rt = runtime(app)
+    rt.owner()  # its first lease's sign of life
+    engine = rt.store.engine
+    postgres = engine.dialect.name == "postgresql"
+    with engine.connect() as one, engine.connect() as two:  # two connections kept in the pool
+        pids = (
+            {c.execute(text("SELECT pg_backend_pid()")).scalar_one() for c in (one, two)}
+            if postgres
+            else set()
+        )
+    assert engine.pool.checkedin() == 2
+    started = _started_since(before)
+    assert "tickwork-relay" in {t.name for t in started}
+    collected = weakref.ref(app)
+
+    app.close()
+    del app, rt
+    gc.collect()
+    assert collected() is None, "the closed app is still reachable"
+    assert [t.name for t in started if t.is_alive()] == []
+    assert (engine.pool.checkedout(), engine.pool.checkedin()) == (0, 0)
+    if postgres:
+        until(lambda: not _backends(store, pids), timeout=30, what="the pool's connections closed")
+
+
+def test_an_app_dropped_unclosed_is_collected() -> None:
+    # Celery's signals hold its receivers weakly; before, they held them (and the app)
+    # until the process ended, one set per app a test or a service built
+    collected = weakref.ref(make_app(Settings(), relay=True))
+    gc.collect()
+    assert collected() is None
+
+
+def test_a_closed_client_closes_the_app_it_made(tmp_path: Path) -> None:
+    client = Tickwork(Settings(state_dir=tmp_path))
+    client.publish("s-1", 0)  # its app is made at the first publish
+    collected = weakref.ref(client.app)
+    client.close()
+    gc.collect()
+    assert collected() is None, "the client's app is still reachable once it is closed"

@@ -260,17 +260,14 @@ def test_a_closed_runtime_gives_its_sign_up(
     # a worker's runtime, as `runtime(app)` builds it, takes its sign at its first lease;
     # before, only a worker's shutdown gave it up: a runtime a test or a script built and
     # closed kept it, and its connection was left open to the garbage collector
-    rt = runtime(make_app(Settings(database_url=database_url, state_dir=tmp_path), relay=False))
-    try:
+    with make_app(Settings(database_url=database_url, state_dir=tmp_path), relay=False) as app:
+        rt = runtime(app)
         assert rt.owner() == signed(owner_name(), rt.liveness.key)
         rt.close()
         again = store.hold_sign(rt.liveness.key)  # another holder can take it: it was let go
         assert again is not None
         again.release()
         assert rt.owner() == owner_name(), "a lease taken after the close names no sign"
-    finally:
-        rt.close()
-        rt.store.close()
 
 
 @pytest.mark.parametrize("database_url", ["postgres"], indirect=True)

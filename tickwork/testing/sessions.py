@@ -112,8 +112,7 @@ def running_worker(
                     thread.stop()
                     thread.join(5)
     finally:
-        rt.close()  # its sign of life and model-server connections
-        rt.store.close()
+        app.close()  # its receivers, and its runtime: sign of life, threads, connections
 
 
 def call(name: str, /, **arguments: Any) -> dict[str, Any]:

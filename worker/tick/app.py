@@ -10,9 +10,11 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+from collections.abc import Callable
 from typing import Any
 
 from celery import Celery, signals
+from celery.utils.dispatch import Signal
 from celery.worker.consumer import Consumer as CeleryConsumer
 from kombu import Exchange, Queue
 from tickwork.fsm.errors import TickworkError
@@ -52,8 +54,49 @@ class Consumer(CeleryConsumer):
         ]
 
 
-def make_app(settings: Settings | None = None, *, relay: bool = True) -> Celery:
-    """A Celery app for tickwork with at-least-once delivery settings (docs/DESIGN.md section 3)."""
+class App(Celery):
+    """tickwork's Celery app, as `make_app` builds it. What tickwork hangs on it is let go
+    with it: its receivers of Celery's signals are held by the app (Celery keeps weak
+    references), so an app dropped unclosed is collected whole, and `close` (or the end of
+    `with make_app(...) as app:`) lets go of everything at once: the receivers
+    disconnected, the relay's threads stopped, this process's runtime closed and its
+    store's engine disposed. A closed app still publishes (Celery reopens its broker pool)
+    and `runtime(app)` builds a new runtime, but a worker started with it runs without
+    tickwork's receivers (no relay): build a new app for that."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._receivers: list[tuple[Signal, Callable[..., None]]] = []
+        self._closers: list[Callable[[], None]] = []
+
+    def receive(self, signal: Signal, receiver: Callable[..., None]) -> None:
+        """Connect `receiver` to `signal` until this app is closed or collected."""
+        signal.connect(receiver, weak=True)  # the app holds it: Celery's ref would keep the app
+        self._receivers.append((signal, receiver))
+
+    def on_close(self, closer: Callable[[], None]) -> None:
+        """Call `closer` when this app is closed (once)."""
+        self._closers.append(closer)
+
+    def close(self) -> None:
+        """Let go of what tickwork and Celery hold for this app (see the class); closing
+        twice does nothing more."""
+        for signal, receiver in self._receivers:
+            signal.disconnect(receiver)
+        self._receivers.clear()
+        closers, self._closers = self._closers, []
+        for closer in closers:
+            closer()
+        held = self.__dict__.pop("_tickwork_runtime", None)
+        if held is not None and held[0] == os.getpid():  # a forked child's copy is not ours
+            held[1].close()
+            held[1].store.close()
+        super().close()
+
+
+def make_app(settings: Settings | None = None, *, relay: bool = True) -> App:
+    """A Celery app for tickwork with at-least-once delivery settings (docs/DESIGN.md
+    section 3); close it (`App.close`) where it is dropped before the process ends."""
     settings = settings or load_settings()
     for name in TASK_MODULES:
         # now, from beside this package: Celery imports `include` with the working directory
@@ -61,7 +104,7 @@ def make_app(settings: Settings | None = None, *, relay: bool = True) -> Celery:
         importlib.import_module(name)
     install_log_masking(masker_for(settings))
     broker, transport_options = settings.broker()
-    app = Celery("tickwork", broker=broker, set_as_current=False, include=TASK_MODULES)
+    app = App("tickwork", broker=broker, set_as_current=False, include=TASK_MODULES)
     events = settings.task_events and not settings.embedded_broker  # no fanout on files
     app.conf.update(
         broker_transport=TRANSPORT if settings.embedded_broker else None,
@@ -100,7 +143,7 @@ def make_app(settings: Settings | None = None, *, relay: bool = True) -> Celery:
     return app
 
 
-def _say_release_with_worker(app: Celery) -> None:
+def _say_release_with_worker(app: App) -> None:
     """At worker start, say in the log which release it is and which sessions it claims."""
 
     def ready(sender: Any = None, **_: Any) -> None:
@@ -113,17 +156,17 @@ def _say_release_with_worker(app: Celery) -> None:
                 level,
             )
 
-    signals.worker_ready.connect(ready, weak=False)
+    app.receive(signals.worker_ready, ready)
 
 
-def _check_sandbox_with_worker(app: Celery, settings: Settings) -> None:
+def _check_sandbox_with_worker(app: App, settings: Settings) -> None:
     """At worker start, say in the log what commands run in, or why they will be refused."""
 
     def ready(sender: Any = None, **_: Any) -> None:
         if getattr(sender, "app", None) is app:
             log_sandbox(settings)
 
-    signals.worker_ready.connect(ready, weak=False)
+    app.receive(signals.worker_ready, ready)
 
 
 def log_sandbox(settings: Settings) -> None:
@@ -272,7 +315,7 @@ def runtime(app: Celery) -> Runtime:
     return rt
 
 
-def _start_relay_with_worker(app: Celery) -> None:
+def _start_relay_with_worker(app: App) -> None:
     threads: list[RelayThread | RetentionThread] = []
 
     def ready(sender: Any = None, **_: Any) -> None:
@@ -299,8 +342,19 @@ def _start_relay_with_worker(app: Celery) -> None:
                 background.stop()
             held[1].close()  # its sign of life given up too
 
-    signals.worker_ready.connect(ready, weak=False)
-    signals.worker_shutdown.connect(shutdown, weak=False)
+    def close() -> None:  # the app closed in the process that started its threads
+        for thread in threads:
+            thread.stop()
+            thread.join(5)
+        held = getattr(app, "_tickwork_runtime", None)
+        if threads and held is not None and held[0] == os.getpid():
+            for background in held[1].background:
+                background.stop()
+        threads.clear()
+
+    app.receive(signals.worker_ready, ready)
+    app.receive(signals.worker_shutdown, shutdown)
+    app.on_close(close)
 
 
 def __getattr__(name: str) -> Celery:
