@@ -53,14 +53,19 @@ def _tick(rt: Runtime, store: Store, session_id: str) -> tuple[str | None, str |
     store.create(new_session(session_id, now=_now()), now=_now())
     owner = rt.owner()
     version = claim(store, session_id, now=_now(), owner=owner).head.version
-    with rt.leases.hold(session_id, version, owner):
-        lease = lambda: rt.leases.lost(session_id, version)  # noqa: E731
-        with rt.watches.watch(session_id, lease=lease) as stop:
-            time.sleep(2 * LEASE_S)  # renewed meanwhile, or lost
-            lost = lease()
-            store.request_cancel(session_id, now=_now())
-            until(stop, timeout=10, what="the cancel seen by the watch")
-            return lost, stop()
+
+    def lease() -> str | None:
+        return rt.leases.lost(session_id, version)
+
+    with (
+        rt.leases.hold(session_id, version, owner),
+        rt.watches.watch(session_id, lease=lease) as stop,
+    ):
+        time.sleep(2 * LEASE_S)  # renewed meanwhile, or lost
+        lost = lease()
+        store.request_cancel(session_id, now=_now())
+        until(stop, timeout=10, what="the cancel seen by the watch")
+        return lost, stop()
 
 
 def _started_since(before: set[threading.Thread]) -> set[threading.Thread]:
