@@ -7,6 +7,7 @@ Parsers raise `InvalidInput` naming how the value was given and what to write in
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 from tickwork.fsm.errors import InvalidInput
@@ -126,3 +127,23 @@ def ambiguous(given: str, found: list[str]) -> InvalidInput:
         f"{given!r} is the start of {count} session ids ({shown}); give more characters of the "
         "one you mean"
     )
+
+
+def one_id(
+    given: str,
+    found: list[str],
+    *,
+    none: Exception | str,
+    several: Callable[[str, list[str]], Exception] = ambiguous,
+) -> str:
+    """The id that `given` names by its start, of `found` (the ids that start with it,
+    sorted, up to SHOWN_CANDIDATES + 1): the one found; `several(given, found)` raised if
+    more are (`ambiguous`: InvalidInput naming a few); `none` if none is, raised if it is
+    an error, else the id to take instead."""
+    if not found:
+        if isinstance(none, Exception):
+            raise none
+        return none
+    if len(found) > 1:
+        raise several(given, found)
+    return found[0]

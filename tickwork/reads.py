@@ -21,7 +21,7 @@ from tickwork.worker.tools.registry import ChildResult, child_results
 from . import views
 from .bundles import write_bundle
 from .deployment import Deployment
-from .parsing import MIN_ID_PREFIX, NO_START, SHOWN_CANDIDATES, TOO_SHORT, ambiguous
+from .parsing import MIN_ID_PREFIX, NO_START, SHOWN_CANDIDATES, TOO_SHORT, one_id
 from .patches import patch_text, unchanged
 
 
@@ -54,11 +54,7 @@ class Reads(Deployment):
                 *self.store.retention.ids_starting(given, limit=more, tenant=tenant),
             }
         )
-        if not found:
-            raise SessionNotFound.of(given, hint=NO_START)
-        if len(found) > 1:
-            raise ambiguous(given, found)
-        return found[0]
+        return one_id(given, found, none=SessionNotFound.of(given, hint=NO_START))
 
     def load(self, session_id: str) -> Session:
         return self.store.load(session_id)

@@ -24,6 +24,7 @@ from tickwork.parsing import (
     SHOWN_CANDIDATES,
     TOO_SHORT,
     ambiguous,
+    one_id,
 )
 
 from .errors import RemoteError
@@ -38,17 +39,13 @@ def session_id(given: str, *, tenant: str | None = None) -> Plan[str]:
     starts with it; RemoteError 422 naming a few if several do. Otherwise `given` itself:
     a whole id the listing does not hold (an archived session's, or none: the operation
     it is given to answers 404)."""
-    if len(given) < MIN_ID_PREFIX or not ID_PREFIX.fullmatch(given):
-        return given  # a whole id or none: no start the API looks up
     found = yield from _starting(given, tenant)
-    if found is None or not found or given in found:
-        return given
-    if len(found) > 1:
+    if found is None or given in found:
+        return given  # no start the API looks up, or a live session's whole id
+    if len(found) > SHOWN_CANDIDATES and (yield from _live(given)):
         # more than the listing holds start with it: a whole id among them may be older
-        if len(found) > SHOWN_CANDIDATES and (yield from _live(given)):
-            return given
-        raise _ambiguous(given, found)
-    return found[0]
+        return given
+    return one_id(given, found, none=given, several=_ambiguous)
 
 
 def started(given: str, refused: RemoteError, *, said: bool = True) -> Plan[str]:
@@ -57,19 +54,14 @@ def started(given: str, refused: RemoteError, *, said: bool = True) -> Plan[str]
     or no id starts with it; and RemoteError 422 naming a few if several do. A `given` no
     start of an id can be (another character than a hex digit or '-') keeps the server's
     refusal."""
-    if len(given) < MIN_ID_PREFIX:
-        raise _not_found(given, TOO_SHORT, refused) if said else refused
-    if not ID_PREFIX.fullmatch(given):
-        raise refused
+    if len(given) < MIN_ID_PREFIX and said:
+        raise _not_found(given, TOO_SHORT, refused)
     found = yield from _starting(given, None)
-    if found is None:  # a server from before `id_prefix`: its refusal stands
+    if found is None:  # no start, or a server from before `id_prefix`: its refusal stands
         raise refused
     found = [f for f in found if f != given]  # the whole id, just refused, is gone since
-    if not found:
-        raise _not_found(given, NO_START, refused) if said else refused
-    if len(found) > 1:
-        raise _ambiguous(given, found)
-    return found[0]
+    none = _not_found(given, NO_START, refused) if said else refused
+    return one_id(given, found, none=none, several=_ambiguous)
 
 
 def named(op: F) -> F:
@@ -114,7 +106,11 @@ def _resolving(op: F, param: str, *, letter: bool) -> F:
 
 def _starting(given: str, tenant: str | None) -> Plan[list[str] | None]:
     """The ids of the live sessions the token sees that start with `given`, sorted, at most
-    SHOWN_CANDIDATES + 1; None from a server that takes no `id_prefix` (422 naming it)."""
+    SHOWN_CANDIDATES + 1; None, asking nothing, for a `given` no start the API looks up
+    (too short, or a character an id's start has not), and from a server that takes no
+    `id_prefix` (422 naming it)."""
+    if len(given) < MIN_ID_PREFIX or not ID_PREFIX.fullmatch(given):
+        return None
     params: dict[str, Any] = {"id_prefix": given, "limit": SHOWN_CANDIDATES + 1}
     if tenant is not None:
         params["tenant"] = tenant

@@ -1,0 +1,31 @@
+"""tickwork.parsing: the choice of the one id a start names, made once for the local CLI
+(`Reads.session_id`) and the remote one (`remote/ids.py`)."""
+
+from __future__ import annotations
+
+import pytest
+from tickwork.fsm.errors import InvalidInput, SessionNotFound
+
+from tickwork.parsing import NO_START, ambiguous, one_id
+
+
+def test_a_start_names_its_one_id_refuses_none_as_told_and_names_several() -> None:
+    missing = SessionNotFound.of("3f9a0c", hint=NO_START)
+    assert one_id("3f9a0c", ["3f9a0c11"], none=missing) == "3f9a0c11"
+    with pytest.raises(SessionNotFound) as none:
+        one_id("3f9a0c", [], none=missing)
+    assert none.value is missing
+    assert one_id("3f9a0c", [], none="3f9a0c") == "3f9a0c"  # the id to take instead
+    with pytest.raises(InvalidInput) as several:
+        one_id("3f9a0c", ["3f9a0c11", "3f9a0c22"], none=missing)
+    assert several.value.message == (
+        "'3f9a0c' is the start of 2 session ids (3f9a0c11, 3f9a0c22); give more characters of "
+        "the one you mean"
+    )
+
+    def told(given: str, found: list[str]) -> ValueError:
+        return ValueError(ambiguous(given, found).message)
+
+    many = [f"3f9a0c{n}" for n in range(6)]
+    with pytest.raises(ValueError, match=r"start of more than 5 session ids \(.*3f9a0c4, \.\.\.\)"):
+        one_id("3f9a0c", many, none=missing, several=told)
