@@ -182,6 +182,8 @@ MAX_PRICE = 1_000_000.0
 #: list) and of the fields of `tickwork.worker.models.Price`: USD per million prompt,
 #: completion, cached tokens and tokens written to the cache
 PRICE_RATES = ("prompt", "completion", "cached", "cache_write")
+#: the fewest of PRICE_RATES a price gives, the first ones: prompt and completion
+MIN_PRICE_RATES = 2
 
 
 def over_bound(budgets: Mapping[str, Any]) -> str | None:

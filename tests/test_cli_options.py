@@ -8,10 +8,13 @@ from typing import Annotated
 
 import pytest
 import typer
+from pydantic import ValidationError
 from tickwork.fsm.errors import InvalidInput
+from tickwork.fsm.values import MIN_PRICE_RATES, PRICE_RATES
 from typer.testing import CliRunner
 
 from tickwork import options
+from tickwork.api.bodies import SubmitOptions
 from tickwork.cli import make_cli
 
 
@@ -209,6 +212,21 @@ def test_a_price_may_give_the_cache_write_rate_as_a_fourth_number() -> None:
     """Anthropic bills prompt tokens written to its cache at their own rate, which a
     submitter could not give: a fourth number is it."""
     assert options.price("3,15,0.3,3.75") == (3.0, 15.0, 0.3, 3.75)
+
+
+def test_price_and_the_apis_price_take_the_same_numbers_of_rates() -> None:
+    """--price and the API's `price` list take MIN_PRICE_RATES to all PRICE_RATES, alike."""
+    for count in range(1, len(PRICE_RATES) + 2):
+        taken = MIN_PRICE_RATES <= count <= len(PRICE_RATES)
+        rates = [0.5] * count
+        if taken:
+            assert options.price(",".join(map(str, rates))) == tuple(rates)
+            assert SubmitOptions(price=rates).price == rates
+        else:
+            with pytest.raises(InvalidInput, match=f"it has {count} numbers|it has one number"):
+                options.price(",".join(map(str, rates)))
+            with pytest.raises(ValidationError, match="price"):
+                SubmitOptions(price=rates)
 
 
 @pytest.mark.parametrize(

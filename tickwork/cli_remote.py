@@ -70,7 +70,7 @@ HINTS = {
     "e.g. --price 0.5,1.5",
 }
 #: the places of --price's numbers (`PRICE_RATES`) in the body's list, as a refusal says them
-PLACES = ("first", "second", "third", "fourth")
+PLACES = ("first", "second", "third", "fourth", "fifth", "sixth")[: len(PRICE_RATES)]
 #: a path in a refusal of the whole body (`api.limits.check_tree`): body.FIELD.KEY...
 WHOLE = re.compile(
     r"^(?P<key>a key in )?body\.(?P<field>\w+)(?:\.(?P<sub>[^.\[\s]+)\S*)? (?P<rest>.*)$"

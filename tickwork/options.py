@@ -30,7 +30,7 @@ from tickwork.fsm.forks import (
     check_system_prompt,
 )
 from tickwork.fsm.tenants import DEFAULT_TENANT, check_tenant
-from tickwork.fsm.values import MAX_PRICE, PRICE_RATES
+from tickwork.fsm.values import MAX_PRICE, MIN_PRICE_RATES, PRICE_RATES
 from tickwork.parsing import MAX_SESSION_ID
 
 if TYPE_CHECKING:
@@ -532,7 +532,7 @@ def price(text: str | None) -> tuple[float, ...] | None:
         if rate > MAX_PRICE:
             _bad_price(text, f"{name} {part!r} is above {MAX_PRICE:,.0f}")
         rates.append(rate)
-    if not 2 <= len(parts) <= len(PRICE_RATES):
+    if not MIN_PRICE_RATES <= len(parts) <= len(PRICE_RATES):
         _bad_price(text, f"it has {'one number' if len(parts) == 1 else f'{len(parts)} numbers'}")
     return tuple(rates)
 

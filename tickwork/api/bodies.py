@@ -28,7 +28,7 @@ from tickwork.fsm.admission import CONCURRENCY_KEY, MAX_PER_KEY, MAX_PRIORITY, M
 from tickwork.fsm.context import MAX_WINDOW, MIN_WINDOW
 from tickwork.fsm.forks import MAX_INSTRUCTION_CHARS, MAX_SYSTEM_PROMPT_CHARS
 from tickwork.fsm.tenants import TENANT_PATTERN
-from tickwork.fsm.values import MAX_PRICE, PRICE_RATES, DecisionKind
+from tickwork.fsm.values import MAX_PRICE, MIN_PRICE_RATES, PRICE_RATES, DecisionKind
 
 from .inputs import RepairInput
 from .limits import check_tree
@@ -44,7 +44,7 @@ SESSION_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 #: the fewest sessions of a concurrency key a limit may allow in flight
 MIN_PER_KEY = 1
 #: how many rates a price gives, fewest and most (prompt and completion; cached; cache write)
-PRICE_COUNTS = (2, len(PRICE_RATES))
+PRICE_COUNTS = (MIN_PRICE_RATES, len(PRICE_RATES))
 
 
 def _session_id(value: str | None) -> str | None:
