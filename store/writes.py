@@ -106,7 +106,7 @@ def apply_change(
         "b_version": version,
         "b_next": version + 1,
         "b_cancel": change.head.cancel_requested,
-        **{f"b_{name}": value for name, value in stored.items()},
+        **{_bound(name): value for name, value in stored.items()},
     }
     if owner is not None:
         params["b_owner"] = owner
@@ -121,7 +121,7 @@ def apply_change(
             else lost(session_id, version, owner)
         )
     for c in charged_rows(change):
-        conn.execute(_CHARGE, {"b_id": session_id, **{f"b_{k}": v for k, v in c.items()}})
+        conn.execute(_CHARGE, {"b_id": session_id, **{_bound(k): v for k, v in c.items()}})
     changed = changed_states(change)
     if changed:
         conn.execute(
@@ -158,6 +158,12 @@ def apply_change(
     return saved
 
 
+def _bound(name: str) -> str:
+    """The bound parameter of the column `name` in a statement's values: named apart from
+    the column, since SQLAlchemy keeps a column's own name for the value an UPDATE sets."""
+    return f"b_{name}"
+
+
 @cache
 def _moved(*, leased: bool, completes: bool, child: bool) -> Update:
     """The save's compare-and-swap, one statement per kind of save: under a lease (a
@@ -183,7 +189,7 @@ def _moved(*, leased: bool, completes: bool, child: bool) -> Update:
             cancel_requested=or_(
                 sessions.c.cancel_requested, bindparam("b_cancel", type_=Boolean())
             ),
-            **{name: bindparam(f"b_{name}") for name in rows.MUTABLE_HEAD},
+            **{name: bindparam(_bound(name)) for name in rows.MUTABLE_HEAD},
         )
         .returning(sessions.c.cancel_requested)
     )
