@@ -5,6 +5,7 @@ Chromium and Playwright; failed in CI."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import uuid
@@ -85,6 +86,41 @@ def log_in(page: Any, stack: Stack, who: str, where: str = "") -> None:
     page.fill("#token", TOKEN[who])
     page.click("form#login button[type=submit]")
     page.wait_for_selector(f"#who:has-text('{who}')")
+
+
+def a_project(tmp_path: Path) -> Path:
+    """A project to repair, with one file: `tmp_path`/project."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "README").write_text("a project\n")
+    return project
+
+
+@contextlib.contextmanager
+def a_repair(stack: Stack, tmp_path: Path, prefix: str) -> Iterator[tuple[Path, str, str]]:
+    """A project to repair under the API's workspace roots (while in the block), the script
+    of a model that finds nothing to fix, and a new session id starting with `prefix`."""
+    workspace = a_project(tmp_path)
+    model = stack.deployment.script([{"content": "nothing to fix"}])
+    stack.deployment.settings.workspace_roots = [tmp_path]  # the API takes paths under these
+    try:
+        yield workspace, model, f"{prefix}-{uuid.uuid4().hex[:8]}"
+    finally:
+        stack.deployment.settings.workspace_roots = []
+
+
+def fill_the_repair(
+    page: Any, workspace: Path, model: str, session_id: str, *, test_command: str | None = None
+) -> None:
+    """The submit form's fields of a repair of `workspace` without setup, by `model` (and
+    its test command, if given)."""
+    page.select_option("#submit-source-kind", "workspace")
+    page.fill("#submit-workspace", str(workspace))
+    page.select_option("#submit-setup-mode", "none")
+    if test_command is not None:
+        page.fill("#submit-test-command", test_command)
+    page.fill("#submit-model", model)
+    page.fill("#submit-id", session_id)
 
 
 def test_log_in_approve_a_call_and_see_the_session_move_on(page: Any, stack: Stack) -> None:

@@ -8,12 +8,10 @@ to the test's temporary folder, or to TICKWORK_TEST_SCREENSHOTS to look at them.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +22,14 @@ from tickwork.fsm.values import Status
 
 from tests.api.conftest import TEST_KIND, TOKEN, Stack
 from tests.api.test_dead_letters import BROKEN
-from tests.api.test_page import browser, log_in, page  # noqa: F401 (fixtures)
+from tests.api.test_page import (  # noqa: F401 (fixtures)
+    a_project,
+    a_repair,
+    browser,
+    fill_the_repair,
+    log_in,
+    page,
+)
 from tests.api.test_sessions import ECHO
 
 pytestmark = pytest.mark.parametrize("stack", ["production"], indirect=True)
@@ -86,32 +91,8 @@ def test_a_submitter_submits_a_repair_job_and_an_error_keeps_what_was_typed(
     stack: Stack,
     tmp_path: Path,
 ) -> None:
-    with _a_repair(stack, tmp_path, "page-submit") as (workspace, model, session_id):
+    with a_repair(stack, tmp_path, "page-submit") as (workspace, model, session_id):
         _submit_through_the_form(page, stack, tmp_path, workspace, model, session_id)
-
-
-@contextlib.contextmanager
-def _a_repair(stack: Stack, tmp_path: Path, prefix: str) -> Iterator[tuple[Path, str, str]]:
-    """A project to repair under the API's workspace roots (while in the block), the script
-    of a model that finds nothing to fix, and a new session id starting with `prefix`."""
-    workspace = tmp_path / "project"
-    workspace.mkdir()
-    (workspace / "README").write_text("a project\n")
-    model = stack.deployment.script([{"content": "nothing to fix"}])
-    stack.deployment.settings.workspace_roots = [tmp_path]  # the API takes paths under these
-    try:
-        yield workspace, model, f"{prefix}-{uuid.uuid4().hex[:8]}"
-    finally:
-        stack.deployment.settings.workspace_roots = []
-
-
-def _fill_the_repair(page: Any, workspace: Path, model: str, session_id: str) -> None:  # noqa: F811
-    """The submit form's fields of a repair of `workspace` without setup, by `model`."""
-    page.select_option("#submit-source-kind", "workspace")
-    page.fill("#submit-workspace", str(workspace))
-    page.select_option("#submit-setup-mode", "none")
-    page.fill("#submit-model", model)
-    page.fill("#submit-id", session_id)
 
 
 def _submit_through_the_form(
@@ -126,7 +107,7 @@ def _submit_through_the_form(
 
     log_in(page, stack, "sam")
     page.click('nav a[data-nav="submit"]')
-    _fill_the_repair(page, workspace, model, session_id)
+    fill_the_repair(page, workspace, model, session_id)
     expect(page.locator("#submit-repo")).to_be_hidden()
     page.fill("#submit-goal", "make the README friendlier")
     page.fill("#submit-max-steps", "7")
@@ -205,7 +186,7 @@ def test_a_submitter_sets_admission_and_a_refusal_is_said_in_the_pages_words(
 ) -> None:
     from playwright.sync_api import expect
 
-    with _a_repair(stack, tmp_path, "page-admit") as (workspace, model, session_id):
+    with a_repair(stack, tmp_path, "page-admit") as (workspace, model, session_id):
         log_in(page, stack, "sam", "#/submit")
         # the API's bounds, offered by the form
         for field, low, high in [
@@ -214,8 +195,7 @@ def test_a_submitter_sets_admission_and_a_refusal_is_said_in_the_pages_words(
         ]:
             expect(page.locator(field)).to_have_attribute("min", str(low))
             expect(page.locator(field)).to_have_attribute("max", str(high))
-        _fill_the_repair(page, workspace, model, session_id)
-        page.fill("#submit-test-command", "true")
+        fill_the_repair(page, workspace, model, session_id, test_command="true")
 
         # out of the API's bounds: its 422, said beside the field in the form's words
         page.fill("#submit-priority", str(MAX_PRIORITY + 1))
@@ -633,9 +613,7 @@ def test_a_fork_is_shown_beside_its_parent_with_both_patches(
 ) -> None:
     from playwright.sync_api import expect
 
-    project = tmp_path / "project"
-    project.mkdir()
-    (project / "README").write_text("a project\n")
+    project = a_project(tmp_path)
 
     def run(command: str) -> dict[str, Any]:
         return {"name": "run_command", "arguments": {"command": command}}

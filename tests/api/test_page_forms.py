@@ -5,7 +5,6 @@ the fields offer read from the server."""
 
 from __future__ import annotations
 
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +13,13 @@ from tickwork.fsm.context import MAX_WINDOW, MIN_WINDOW
 from tickwork.fsm.values import Status
 
 from tests.api.conftest import TOKENS, Server, Stack
-from tests.api.test_page import browser, log_in, page  # noqa: F401 (fixtures)
+from tests.api.test_page import (  # noqa: F401 (fixtures)
+    a_repair,
+    browser,
+    fill_the_repair,
+    log_in,
+    page,
+)
 from tests.api.test_page_actions import looked_at
 from tests.api.test_sessions import ECHO
 from tickwork.api import ApiSettings, make_api
@@ -212,13 +217,7 @@ def test_a_submitter_gives_a_price_and_a_context_window_refused_in_the_apis_word
 ) -> None:
     from playwright.sync_api import expect
 
-    workspace = tmp_path / "project"
-    workspace.mkdir()
-    (workspace / "README").write_text("a project\n")
-    model = stack.deployment.script([{"content": "nothing to fix"}])
-    session_id = f"page-price-{uuid.uuid4().hex[:8]}"
-    stack.deployment.settings.workspace_roots = [tmp_path]
-    try:
+    with a_repair(stack, tmp_path, "page-price") as (workspace, model, session_id):
         log_in(page, stack, "sam", "#/submit")
         # the bounds the fields offer are the server's, served with the page
         served = page.evaluate(
@@ -229,12 +228,7 @@ def test_a_submitter_gives_a_price_and_a_context_window_refused_in_the_apis_word
         expect(window).to_have_attribute("min", str(MIN_WINDOW))
         expect(window).to_have_attribute("max", str(MAX_WINDOW))
         expect(page.locator("#submit-tenant")).to_be_hidden()  # sam may name no other tenant
-        page.select_option("#submit-source-kind", "workspace")
-        page.fill("#submit-workspace", str(workspace))
-        page.select_option("#submit-setup-mode", "none")
-        page.fill("#submit-test-command", "true")
-        page.fill("#submit-model", model)
-        page.fill("#submit-id", session_id)
+        fill_the_repair(page, workspace, model, session_id, test_command="true")
 
         def refusal(price: str) -> str:
             """The price typed and submitted: the API's message."""
@@ -275,8 +269,6 @@ def test_a_submitter_gives_a_price_and_a_context_window_refused_in_the_apis_word
             page.click("#submit-button")
         assert sent.value.post_data_json["price"] == [3, 15, 0.3]
         page.wait_for_url(lambda url: url.endswith(f"#/sessions/{session_id}"))
-    finally:
-        stack.deployment.settings.workspace_roots = []
     head = stack.http("sam").get(f"/api/v1/sessions/{session_id}").json()["head"]
     assert head["config"]["context"]["window"] == 16000
     assert head["config"]["price"] == {"prompt": 3.0, "completion": 15.0, "cached": 0.3}
@@ -294,15 +286,12 @@ def test_an_admin_submits_into_a_tenant_it_names(
         api_tokens={**TOKENS, token: {"name": "ada", "roles": ["admin"]}},  # type: ignore[arg-type]
         api_scripted_roots=[stack.deployment.tmp],
     )
-    workspace = tmp_path / "project"
-    workspace.mkdir()
-    (workspace / "README").write_text("a project\n")
-    model = stack.deployment.script([{"content": "nothing to fix"}])
-    session_id = f"page-tenant-{uuid.uuid4().hex[:8]}"
-    stack.deployment.settings.workspace_roots = [tmp_path]
     context = browser.new_context()
     try:
-        with Server(make_api(stack.deployment.settings, api)) as server:
+        with (
+            a_repair(stack, tmp_path, "page-tenant") as (workspace, model, session_id),
+            Server(make_api(stack.deployment.settings, api)) as server,
+        ):
             shown = context.new_page()
             shown.goto(f"{server.url}/#/submit")
             shown.fill("#token", token)
@@ -313,12 +302,7 @@ def test_an_admin_submits_into_a_tenant_it_names(
             tenant = shown.locator("#submit-tenant")
             expect(tenant).to_be_visible()
             expect(tenant).to_have_attribute("placeholder", "default")
-            shown.select_option("#submit-source-kind", "workspace")
-            shown.fill("#submit-workspace", str(workspace))
-            shown.select_option("#submit-setup-mode", "none")
-            shown.fill("#submit-test-command", "true")
-            shown.fill("#submit-model", model)
-            shown.fill("#submit-id", session_id)
+            fill_the_repair(shown, workspace, model, session_id, test_command="true")
             shown.fill("#submit-tenant", "not a tenant")
             with shown.expect_response("**/api/v1/sessions") as answered:
                 shown.click("#submit-button")
@@ -332,5 +316,4 @@ def test_an_admin_submits_into_a_tenant_it_names(
             expect(shown.locator("#status")).to_have_attribute("data-status", "completed")
     finally:
         context.close()
-        stack.deployment.settings.workspace_roots = []
     assert stack.deployment.client.get(session_id).tenant == "acme"
