@@ -21,6 +21,11 @@ MIN_ID_PREFIX = 6
 #: digits and '-' (a start with another character is no start the API looks up)
 ID_PREFIX_PATTERN = rf"^[0-9A-Fa-f-]{{{MIN_ID_PREFIX},{MAX_SESSION_ID}}}$"
 ID_PREFIX = re.compile(ID_PREFIX_PATTERN)
+#: a whole uuid, as tickwork makes a session's id (32 hex digits) or as one is written with
+#: its dashes (8-4-4-4-12): taken as the id of a session, not looked up as the start of one
+WHOLE_UUID = re.compile(
+    r"^(?:[0-9A-Fa-f]{32}|[0-9A-Fa-f]{8}(?:-[0-9A-Fa-f]{4}){3}-[0-9A-Fa-f]{12})$"
+)
 #: how many of the ids an ambiguous start matches its refusal lists
 SHOWN_CANDIDATES = 5
 #: what follows the id in SessionNotFound's message for a start too short to look up

@@ -528,3 +528,23 @@ def test_a_start_of_an_id_names_one_session_with_a_server_as_locally(
     cli.inline("dlq", "show", f"{start}1", ok=False).error(2, f"'{start}1' is the start of 2")
     closed = cli.inline("dlq", "resolve", f"{start}2", "--reason", "seen", "--json").json()
     assert closed["session_id"] == failed and closed["resolution"]["state"] == "resolved"
+
+
+def test_with_a_server_a_whole_id_is_asked_for_without_a_listing(remote: Remote) -> None:
+    """A command given a session's whole id (a uuid, as tickwork makes them or written with
+    its dashes) asks the server for that session at once; only a start of one is looked up
+    in the listing first (`GET /api/v1/sessions?id_prefix=`, in the server's access log)."""
+    cli = ModeCli(remote, "remote")
+    client = remote.deployment.client
+    done = remote.script([{"content": "all done"}])
+    made = client.submit(TEST_KIND, remote.input(), model=done).id
+    dashed = client.submit(TEST_KIND, remote.input(), model=done, session_id=str(uuid.uuid4())).id
+    for whole in (made, dashed):
+        remote.wait(whole)
+        assert cli.inline("show", whole, "--json").json()["head"]["id"] == whole
+        assert cli.inline("watch", whole, "--json").json()["head"]["id"] == whole
+    start = made[:12]
+    assert cli.inline("show", start, "--json").json()["head"]["id"] == made
+    asked = remote.served.log.read_text()
+    assert f"GET /api/v1/sessions?id_prefix={start}&" in asked
+    assert f"id_prefix={made}" not in asked and f"id_prefix={dashed}" not in asked

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from typing import Any
 
 import httpx
@@ -388,6 +389,26 @@ def test_a_whole_id_that_more_ids_start_with_than_the_listing_holds_names_itself
         assert sent[-1] == "GET /api/v1/sessions/abcdef"
         with pytest.raises(RemoteError, match="'abcdef-' is the start of more than 5 session"):
             client.session_id("abcdef-")
+
+
+def test_a_whole_uuid_asks_for_no_listing_and_a_refused_one_is_looked_up_as_a_start() -> None:
+    """`session_id` of a whole uuid (as tickwork makes an id, or with its dashes) sends no
+    request: the operation given it asks for that session, and only a 404 for it looks for
+    an id it starts (a custom id may be a uuid with more after it)."""
+    made, dashed = uuid.uuid4().hex, str(uuid.uuid4())
+    sent: list[str] = []
+    sync, _ = _mock(_served_ids(sent, [made, f"{dashed}-b"]))
+    with Client("http://tw.test", token="token-token-token-1", transport=sync) as client:
+        assert (client.session_id(made), client.session_id(dashed)) == (made, dashed)
+        assert sent == []
+        assert client.get(made).id == made
+        assert sent == [f"GET /api/v1/sessions/{made}"]
+        assert client.get(dashed).id == f"{dashed}-b"
+        assert sent[1:] == [
+            f"GET /api/v1/sessions/{dashed}",
+            f"GET /api/v1/sessions?id_prefix={dashed}&limit=6",
+            f"GET /api/v1/sessions/{dashed}-b",
+        ]
 
 
 def test_a_listing_that_ignored_the_start_names_no_other_session() -> None:

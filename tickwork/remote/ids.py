@@ -3,7 +3,8 @@
 
 The API looks a start up with `GET /api/v1/sessions?id_prefix=` (hex digits and '-', the
 characters of the ids tickwork makes), among the sessions the token sees. `session_id`
-resolves a start before anything is asked of the session; `named` and `lettered` make an
+resolves a start before anything is asked of the session (a whole uuid asks nothing: the
+operation it is given to tries it whole first); `named` and `lettered` make an
 operation take one: the id is tried whole first (a whole id costs no request more), and
 only a 404 for it looks for the one id it starts with. The refusals say what the local
 CLI says: too short, no id starts with it, or it starts several (naming a few).
@@ -23,6 +24,7 @@ from tickwork.parsing import (
     NO_START,
     SHOWN_CANDIDATES,
     TOO_SHORT,
+    WHOLE_UUID,
     ambiguous,
     one_id,
 )
@@ -38,7 +40,10 @@ def session_id(given: str, *, tenant: str | None = None) -> Plan[str]:
     too, if given): `given` if a live session has that id, else the one live id that
     starts with it; RemoteError 422 naming a few if several do. Otherwise `given` itself:
     a whole id the listing does not hold (an archived session's, or none: the operation
-    it is given to answers 404)."""
+    it is given to answers 404), and a whole uuid, asking nothing (the operation it is
+    given to tries it whole, and only if refused looks for an id it starts)."""
+    if WHOLE_UUID.fullmatch(given):
+        return given
     found = yield from _starting(given, tenant)
     if found is None or given in found:
         return given  # no start the API looks up, or a live session's whole id
