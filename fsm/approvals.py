@@ -6,7 +6,14 @@ import hmac
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from tickwork.fsm.errors import AlreadyDecided, InvalidDecision, NotWaiting, StaleDecision
+from tickwork.fsm.errors import (
+    AlreadyDecided,
+    InvalidDecision,
+    InvalidInput,
+    NotWaiting,
+    StaleDecision,
+)
+from tickwork.fsm.people import check_name
 from tickwork.fsm.values import CallState, Decision, DecisionKind, ToolCall, Value
 
 #: a call's arguments in; a reason (text) or True when a person must decide, else None/False
@@ -16,8 +23,6 @@ Policy = Callable[[Mapping[str, Any]], bool | str | None]
 FINGERPRINT_LENGTH = 64
 #: what a fingerprint is written in (a mistyped or upper-case one is not a mismatch)
 HEX_DIGITS = frozenset("0123456789abcdef")
-#: the longest approver name (the width of its column)
-MAX_APPROVER = 200
 
 
 class ApprovalRule(Value):
@@ -98,12 +103,10 @@ def check_decision(
             f"{where} is not the call the decision was made for (its arguments differ); "
             "look at the call again and decide"
         )
-    if not decision.approver.strip():
-        raise InvalidDecision(f"a decision on {where} needs the approver's name")
-    if len(decision.approver) > MAX_APPROVER:
-        raise InvalidDecision(
-            f"the approver's name on a decision on {where} is longer than {MAX_APPROVER} characters"
-        )
+    try:
+        check_name(decision.approver, what=f"the approver's name on a decision on {where}")
+    except InvalidInput as exc:
+        raise InvalidDecision(exc.message) from None
     kind = decision.kind
     if kind is DecisionKind.EDIT and decision.arguments is None:
         raise InvalidDecision(f"an edit of {where} needs the new arguments as a JSON object")

@@ -9,6 +9,7 @@ from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+from tickwork.fsm.people import MAX_NAME
 from tickwork.fsm.tenants import DEFAULT_TENANT, TENANT_PATTERN
 
 #: Version of the snapshot format stored in dead letters; see `tickwork.fsm.snapshots`.
@@ -424,7 +425,7 @@ class Head(Value):
     awaiting: tuple[str, ...] = ()
     #: who submitted it (an API token's name, the CLI's --as or login name; a fork: who
     #: forked it); empty for sessions stored before it was recorded
-    submitted_by: str = Field(default="", max_length=200)
+    submitted_by: str = Field(default="", max_length=MAX_NAME)
     #: the runtime level a worker needs to run it (RUNTIME_LEVEL when it was created; a
     #: fork keeps its parent's if that is higher)
     runtime_level: int = Field(default=RUNTIME_LEVEL, ge=1)

@@ -29,6 +29,7 @@ from tickwork.fsm.forks import (
     check_instruction,
     check_system_prompt,
 )
+from tickwork.fsm.people import check_name
 from tickwork.fsm.tenants import DEFAULT_TENANT, check_tenant
 from tickwork.fsm.values import MAX_PRICE, MIN_PRICE_RATES, PRICE_RATES
 from tickwork.parsing import MAX_SESSION_ID
@@ -503,9 +504,7 @@ def approver(name: str | None, *, doing: str = "deciding") -> str:
     if name is not None:
         if not name.strip():
             raise InvalidInput(f"--as needs a name: who is {doing}")
-        if len(name.strip()) > 200:
-            raise InvalidInput("--as takes a name of at most 200 characters")
-        return name.strip()
+        return check_name(name, what="--as")
     try:
         return getpass.getuser()
     except (OSError, KeyError):

@@ -29,6 +29,7 @@ from tickwork.fsm.errors import (
 )
 from tickwork.fsm.forks import ForkPatch, check_instruction, check_system_prompt, fork_admission
 from tickwork.fsm.kinds import SessionKind, kind_of
+from tickwork.fsm.people import check_name
 from tickwork.fsm.tenants import DEFAULT_TENANT, check_tenant
 from tickwork.fsm.values import Budgets, Decision, DecisionKind, Head, Session, over_bound
 from tickwork.store import Store
@@ -180,7 +181,7 @@ class Writes(Deployment):
         (tokens) overrides the model's window from the model table (`tickwork.fsm.context`: old
         observations are masked, then the transcript compacted, to keep the prompt under it).
         """
-        by = _login() if submitted_by is None else submitted_by.strip()
+        by = _login() if submitted_by is None else check_name(submitted_by, what="submitted_by")
         check_tenant(tenant)
         check_priority(priority)
         key, per_key = check_concurrency(concurrency_key, max_per_key)
@@ -188,8 +189,6 @@ class Writes(Deployment):
         storable(dict(input or {}), name="")
         storable(model or "", name="the model")
         storable(session_id or "", name="the session id")
-        if len(by) > 200:
-            raise InvalidInput("submitted_by is longer than 200 characters")
         job = self.jobs.get(kind)
         if own_config and not trusted:
             raise InvalidInput("a submission from outside cannot set the session's config")
@@ -382,6 +381,8 @@ class Writes(Deployment):
         )
 
     def cancel(self, session_id: str, *, by: str = "") -> Head:
+        if by:  # nobody named: a cancel without a requester, as before names were kept
+            by = check_name(by, what="by")
         head = self.store.request_cancel(session_id, now=self.clock(), by=by)
         if head.status.terminal:  # cancelled at once: its slot may let a queued one in
             self.admit(tenants=[head.tenant])
@@ -430,6 +431,7 @@ class Writes(Deployment):
                 "'_', '-' and '.', up to 64 characters"
             )
         self._check_unused(new_id)
+        by = check_name(by, what="by")
         if context_window is not None:
             check_window(context_window)
         check_instruction(append_instruction)
@@ -509,7 +511,7 @@ class Writes(Deployment):
     ) -> dl.DeadLetter:
         """Resolve or dismiss a dead letter without forking it."""
         return self.store.close_dead_letter(
-            key, state=state, by=by, reason=reason, now=self.clock()
+            key, state=state, by=check_name(by, what="by"), reason=reason, now=self.clock()
         )
 
     def _submission(self, kind: str, *, trusted: bool) -> Submission:

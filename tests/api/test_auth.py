@@ -169,6 +169,7 @@ def test_a_bad_tokens_file_is_a_configuration_error(tmp_path: Path) -> None:
         ({"name": "olga", "tenant": "other"}, "the token of 'olga': tenant: .*reserved"),
         ({"name": "nils", "tenant": "none"}, "the token of 'nils': tenant: .*reserved"),
         ({"name": 7, "roles": ["approver"]}, "entry 2: name"),
+        ({"name": "eve\x1b[2J", "roles": []}, "name: .*control character U\\+001B"),
     ):
         path.write_text(json.dumps({"a-long-random-token-ann": ok, "a-long-secret-token": entry}))
         with pytest.raises(ConfigurationError, match=said) as refused:

@@ -335,6 +335,7 @@ def test_list_filters_by_submitter_and_names_a_bad_filter(stack: Stack) -> None:
     assert "query.outcome" in said and "'repaired'" in said  # names what it takes
     assert "query.status" in refused(status=["completed", "asleep"])
     assert "query.submitted_by" in refused(submitted_by="x" * 201)
+    assert "query.submitted_by" in refused(submitted_by="sam\nroot")  # no name holds one
     assert "query.kind" in refused(kind="k" * 201)
     assert "query.error_code" in refused(error_code="OOPS")
 

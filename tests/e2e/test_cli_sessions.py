@@ -302,6 +302,16 @@ def test_submit_records_who_submitted_and_show_ls_print_it(
     cli.inline("submit", TEST_KIND, "--model", script, "--as", " ", ok=False).error(
         2, "--as needs a name"
     )
+    # a name `show` would print on two lines (or whose escape would rewrite the screen)
+    before = len(deployment.client.sessions())
+    for name, char in (("mallory\nby carol", "U+000A"), ("eve\x1b[2J", "U+001B")):
+        refused = cli.inline("submit", TEST_KIND, "--model", script, "--as", name, ok=False)
+        refused.error(2, f"--as {name[:40]!r} holds the control character {char}")
+        assert "without control characters" in refused.stderr
+        cancel = cli.inline("cancel", named["id"], "--as", name, ok=False)
+        cancel.error(2, "--as")
+    assert len(deployment.client.sessions()) == before
+    assert not deployment.client.get(named["id"]).cancel_requested
     # the Python client records what it is given
     head = deployment.client.submit(
         TEST_KIND, {"sink": str(deployment.sink)}, model=script, submitted_by="erin"

@@ -26,7 +26,7 @@ from tickwork.fsm.errors import (
     UnknownSchemaVersion,
 )
 from tickwork.fsm.values import CallState, Status
-from tickwork.store.dead_letters import DeadLetterNotFound
+from tickwork.store.dead_letters import Closing, DeadLetterNotFound
 from tickwork.store.schema import dead_letters, decisions, sessions
 
 from tests.security.conftest import Env
@@ -206,6 +206,34 @@ def test_an_approver_name_of_500_characters_is_refused(env: Env) -> None:
     session_id = waiting(env)
     with pytest.raises(InvalidDecision):
         env.client.approve(session_id, "s1c0", approver="a" * 500)
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["ops\nroot", "ops\x1b[2J", "\u202eops", "ops\tb", "ops\u2028b"],
+    ids=["newline", "escape", "bidi-override", "tab", "line-separator"],
+)
+def test_a_name_with_a_control_character_is_refused_by_each_write_that_records_one(
+    env: Env, name: str
+) -> None:
+    session_id = waiting(env)
+    letter = _dead_letter(env)
+    before = count(env, sessions)
+    attempts: list[Callable[[], Any]] = [
+        lambda: env.submit(submitted_by=name),
+        lambda: env.client.approve(session_id, "s1c0", approver=name),
+        lambda: env.client.fork(session_id, from_step=1, by=name),
+        lambda: env.client.cancel(session_id, by=name),
+        lambda: env.client.close_dead_letter(letter, state=Closing.RESOLVED, by=name, reason="x"),
+    ]
+    for attempt in attempts:
+        with pytest.raises(InvalidInput, match="holds the control character U\\+") as refused:
+            attempt()
+        assert "without control characters" in str(refused.value)
+    assert count(env, sessions) == before
+    assert not env.load(session_id).decisions
+    assert env.load(session_id).head.status is Status.WAITING_APPROVAL
+    assert env.client.dead_letter(letter).status == "open"
 
 
 @pytest.mark.parametrize("from_step", [3, 99, -1])

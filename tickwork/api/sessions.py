@@ -14,6 +14,7 @@ from tickwork import parsing, views
 from tickwork.client import Tickwork
 from tickwork.fsm.errors import AlreadyDecided, InvalidInput, SessionExists, StoreConflict
 from tickwork.fsm.outcomes import Outcome, outcome_of
+from tickwork.fsm.people import MAX_NAME, NAME_PATTERN
 from tickwork.fsm.tenants import TENANT_PATTERN
 from tickwork.fsm.values import ErrorCode, EventKind, Head, Session, Status
 from tickwork.parsing import ID_PREFIX_PATTERN, MAX_SESSION_ID, MIN_ID_PREFIX
@@ -136,7 +137,8 @@ def list_sessions(
     submitted_by: Annotated[
         str | None,
         Query(
-            max_length=200,
+            max_length=MAX_NAME,
+            pattern=NAME_PATTERN,
             description="Only sessions this person submitted (the token's name, as the "
             "session's `submitted_by` shows it; exact).",
         ),

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from tickwork.fsm.errors import ConfigurationError, InvalidInput
+from tickwork.fsm.people import MAX_NAME, check_name
 from tickwork.fsm.tenants import DEFAULT_TENANT, TENANT_PATTERN, check_tenant
 
 
@@ -38,7 +39,7 @@ class TokenSpec(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    name: str = Field(min_length=1, max_length=200)
+    name: str = Field(min_length=1, max_length=MAX_NAME)
     roles: tuple[Role, ...] = ()
     #: the tenant whose sessions the token sees and submits into
     tenant: str = Field(default=DEFAULT_TENANT, pattern=TENANT_PATTERN)
@@ -50,7 +51,10 @@ class TokenSpec(BaseModel):
     def _named(cls, value: str) -> str:
         if not value.strip():
             raise ValueError("a token needs the name of the person who holds it")
-        return value.strip()
+        try:
+            return check_name(value, what="the token's name")
+        except InvalidInput as exc:
+            raise ValueError(exc.message) from None
 
     @field_validator("tenant")
     @classmethod
