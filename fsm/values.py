@@ -156,7 +156,7 @@ class EventKind(StrEnum):
 
 def _positive(name: str, value: float) -> float:
     if isinstance(value, bool) or not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+        raise ValueError(f"`{name}` must be a positive finite number, got {value!r}")
     return value
 
 
@@ -193,7 +193,7 @@ def over_bound(budgets: Mapping[str, Any]) -> str | None:
     for name, value in budgets.items():
         most = BUDGET_MAXIMA.get(name, math.inf)
         if isinstance(value, int | float) and not isinstance(value, bool) and value > most:
-            return f"{name} must be at most {most:,.0f}, got {value!r}"
+            return f"`{name}` must be at most {most:,.0f}, got {value!r}"
     return None
 
 
@@ -214,7 +214,7 @@ class Budgets(Value):
     @classmethod
     def _not_bool(cls, value: Any, info: Any) -> Any:
         if isinstance(value, bool):
-            raise ValueError(f"{info.field_name} must be a number, got {value!r}")
+            raise ValueError(f"`{info.field_name}` must be a number, got {value!r}")
         return value
 
     @field_validator("*")
@@ -226,7 +226,7 @@ class Budgets(Value):
             return value  # 0: no cost budget, said on purpose (a model with no price)
         if not math.isfinite(value) or value < 0:
             raise ValueError(
-                f"max_cost_usd must be 0 (no cost budget) or a positive finite number, "
+                f"`max_cost_usd` must be 0 (no cost budget) or a positive finite number, "
                 f"got {value!r}"
             )
         return value

@@ -276,11 +276,15 @@ def _where_looked() -> str:
 
 def explain(exc: Exception) -> tuple[str | None, int]:
     """The one-line message and exit code for an error a user can act on; None for a bug."""
-    if isinstance(exc, (InvalidInput, ConfigurationError)):
+    from .cli_remote import in_flags
+
+    if isinstance(exc, InvalidInput):  # the input came from the command line: its flags
+        return in_flags(exc.message), USAGE
+    if isinstance(exc, ConfigurationError):  # the settings' words are the settings' own
         return exc.message, USAGE
     remote = sys.modules.get("tickwork.remote.errors")  # loaded only if a server was named
     if remote is not None and isinstance(exc, remote.RemoteError):
-        return exc.message, USAGE if exc.status in (400, 413, 422) else REFUSED
+        return in_flags(exc.message), USAGE if exc.status in (400, 413, 422) else REFUSED
     if isinstance(exc, SessionNotFound) and exc.session_id is not None:
         # the API's way to list sessions is for API callers; here, where this CLI looked
         return SessionNotFound.said(exc.session_id, exc.hint) + _where_looked(), REFUSED

@@ -586,7 +586,7 @@ def _numbers(budgets: Mapping[str, Any]) -> None:
     (a client's mistake) is not taken for 3 or 1, as no integer of a request body is."""
     for name, value in budgets.items():
         if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
-            raise InvalidBudget(f"invalid budget: {name} must be a number, got {value!r}")
+            raise InvalidBudget(f"invalid budget: `{name}` must be a number, got {value!r}")
 
 
 def _given_price(spec: str, price: PriceLike, configured: Price | None, *, trusted: bool) -> Price:
@@ -680,5 +680,5 @@ def _first_error(exc: ValueError) -> str:
         where = ".".join(str(p) for p in first["loc"])
         # a validator's own message names its field already; pydantic's prefix says nothing
         said = str(first["msg"]).removeprefix("Value error, ")
-        return said if said.startswith(f"{where} ") else f"{where}: {said}"
+        return said if said.startswith(f"`{where}` ") else f"`{where}`: {said}"
     return str(exc)

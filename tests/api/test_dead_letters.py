@@ -129,7 +129,7 @@ def test_a_step_that_is_not_an_integer_is_refused_and_forks_nothing(stack: Stack
         f"/api/v1/dead-letters/{over}/fork", json={"from_step": 1, "budgets": {"max_steps": "5"}}
     )
     assert not_a_number.status_code == 422
-    assert "max_steps must be a number, got '5'" in not_a_number.json()["message"]
+    assert "`max_steps` must be a number, got '5'" in not_a_number.json()["message"]
     for field, wrong in (("priority", "1"), ("context_window", True), ("max_per_key", "2")):
         body = {"kind": TEST_KIND, "input": {}, "model": "scripted:x", field: wrong}
         answer = stack.http("sam").post("/api/v1/sessions", json=body)

@@ -78,19 +78,19 @@ def test_bad_submissions_are_422_and_say_what_was_wrong(stack: Stack) -> None:
         ({"kind": TEST_KIND, "model": script, "budgets": {"max_steps": -1}}, "max_steps"),
         (
             {"kind": TEST_KIND, "model": script, "budgets": {"max_tokens": 2**70}},
-            "max_tokens must be at most 9,007,199,254,740,991",
+            "`max_tokens` must be at most 9,007,199,254,740,991",
         ),
         (
             {"kind": TEST_KIND, "model": script, "budgets": {"max_steps": 2**62}},
-            "max_steps must be at most 2,147,483,647",
+            "`max_steps` must be at most 2,147,483,647",
         ),
         (
             {"kind": TEST_KIND, "model": script, "budgets": {"max_cost_usd": 1e308}},
-            "max_cost_usd must be at most 1,000,000,000",
+            "`max_cost_usd` must be at most 1,000,000,000",
         ),
         (
             {"kind": TEST_KIND, "model": script, "budgets": {"deadline_s": 1e308}},
-            "deadline_s must be at most",
+            "`deadline_s` must be at most",
         ),
         ({"kind": "nope"}, "unknown job kind 'nope'"),
         ({"kind": "os:path", "model": script}, "not one this deployment names"),

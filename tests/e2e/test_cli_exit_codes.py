@@ -116,11 +116,11 @@ def test_a_wrong_command_line_exits_2(
 @pytest.mark.parametrize(
     ("option", "value", "says"),
     [
-        ("--max-steps", "0", "invalid budget: max_steps must be a positive finite number, got 0"),
+        ("--max-steps", "0", "invalid budget: --max-steps must be a positive finite number, got 0"),
         (
             "--max-cost-usd",
             "-1",
-            "invalid budget: max_cost_usd must be 0 (no cost budget) or a positive finite "
+            "invalid budget: --max-cost-usd must be 0 (no cost budget) or a positive finite "
             "number, got -1.0",
         ),
     ],

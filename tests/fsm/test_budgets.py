@@ -408,7 +408,7 @@ def test_every_budget_has_a_bound_and_the_bounds_hold_input_only() -> None:
 
     assert set(BUDGET_MAXIMA) == set(Budgets.model_fields)
     assert over_bound({"max_tokens": 2**70}) == (
-        "max_tokens must be at most 9,007,199,254,740,991, got 1180591620717411303424"
+        "`max_tokens` must be at most 9,007,199,254,740,991, got 1180591620717411303424"
     )
     assert over_bound({"deadline_s": 3600, "max_steps": 5}) is None
     # a session stored before the bounds (a "no deadline" of 1e10 s) still loads

@@ -19,6 +19,7 @@ from tickwork.fsm.values import Status
 from tests.api.test_adoption_previews import adopting
 from tests.e2e.conftest import Cli, Result, call
 from tests.remote.conftest import TEST_KIND, TOKEN, Remote
+from tickwork.remote import RemoteError
 
 DANGERS = [call("danger", value="a"), call("danger", value="b"), call("danger", value="c")]
 
@@ -307,6 +308,33 @@ def test_a_bad_priority_or_key_is_refused_in_the_same_words_with_a_server(
     cli.inline(*submit, "--max-per-key", "2", ok=False).error(
         2, "--max-per-key needs a concurrency key: give --concurrency-key with it"
     )
+
+
+def test_a_budget_or_a_source_refused_is_named_by_its_flag_locally_and_with_a_server(
+    cli: ModeCli,
+) -> None:
+    """The client's checks name the API's fields (`max_steps`, `workspace`): the command
+    line said "max_steps must be ..." to a user who typed --max-steps, locally and in the
+    server's 422 alike. It names the flag, the API its field."""
+    script = cli.remote.deployment.script([{"content": "done"}])
+    folder = str(cli.remote.deployment.tmp)
+    submit = ("submit", "repair", "--test-cmd", "true", "--model", script, "--workspace", folder)
+    for given, said in (
+        (("--max-steps", "0"), "invalid budget: --max-steps must be a positive finite number"),
+        (("--deadline", "-1"), "invalid budget: --deadline must be a positive finite number"),
+        (("--max-tokens", str(2**60)), "invalid budget: --max-tokens must be at most"),
+        (("--repo", folder), "give either --repo (with --ref) or --workspace, not both"),
+    ):
+        line = cli.inline(*submit, *given, ok=False).error(2, said)
+        assert "max_" not in line and "deadline_s" not in line and "`" not in line, line
+    with cli.remote.client() as client, pytest.raises(RemoteError) as refused:
+        client.submit(
+            "repair",
+            {"workspace": folder, "test_command": "true"},
+            model=script,
+            budgets={"max_steps": 0},
+        )
+    assert refused.value.status == 422 and "`max_steps` must be" in refused.value.message
 
 
 def test_a_fork_keeps_the_original_s_priority_and_concurrency_key_unless_given(

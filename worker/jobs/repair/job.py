@@ -126,7 +126,7 @@ def _test_command(value: Any) -> str:
     if not isinstance(value, str) or not value.strip():
         raise _fail(
             "`test_command` is required: the shell command that runs the tests in the "
-            "project, e.g. 'python -m pytest -q' (`--test-cmd`)"
+            "project, e.g. 'python -m pytest -q'"
         )
     return _bounded("test_command", value.strip(), MAX_TEST_COMMAND_CHARS)
 
@@ -235,15 +235,14 @@ def _source(
         raise _fail("give either `repo` (with `ref`) or `workspace`, not both")
     if repo is not None:
         if not isinstance(repo, str) or not repo.strip():
-            raise _fail("`repo` must be a git URL or path (`--repo URL --ref REF`)")
+            raise _fail("`repo` must be a git URL or path (any URL git clones)")
         return sources.repository(repo, data.get("ref"), artifacts, trusted=trusted, roots=roots)
     if data.get("ref") is not None:
         raise _fail("`ref` goes with `repo`; a `workspace` is packed as it is")
     if not isinstance(workspace, str) or not workspace.strip():
         raise _fail(
             "a source is required: `repo` and `ref` (a git URL or path at a branch, tag or "
-            "commit: `--repo URL --ref REF`) or `workspace` (a directory packed at submit: "
-            "`--workspace DIR`)"
+            "commit) or `workspace` (a directory packed at submit)"
         )
     return sources.directory(
         workspace, artifacts, trusted=trusted, roots=roots, state_dir=state_dir
