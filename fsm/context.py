@@ -598,7 +598,7 @@ def _too_long(
         + (" and ".join(tried) or "nothing earlier to compact or mask")
         + f", and the model's context window is {policy.window:,}"
         + (" (the model refused it)" if force else "")
-        + "; fork it with a larger window (--context-window) or submit it again with tools "
+        + "; fork it with a larger window (`context_window`) or submit it again with tools "
         "that return less"
     )
 

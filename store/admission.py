@@ -189,10 +189,11 @@ def _fork_hint(step: int, calls: Sequence[ToolCall]) -> str:
     doubt = [c.call_id for c in calls if c.state is CallState.IN_DOUBT]
     if doubt:
         return (
-            f"fork it from step {step} with a later --deadline: the model reads that "
-            f"{', '.join(doubt)} may or may not have run (--tool-output-file gives its output)"
+            f"fork it from step {step} with a later deadline (`deadline_s`): the model reads "
+            f"that {', '.join(doubt)} may or may not have run (a fork's `tool_outputs` gives "
+            "its output)"
         )
-    return f"fork it from step {step - 1} with a later --deadline to be asked again"
+    return f"fork it from step {step - 1} with a later deadline (`deadline_s`) to be asked again"
 
 
 def _past_deadline(created_at: datetime, budgets: Any, now: datetime) -> bool:

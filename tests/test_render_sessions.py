@@ -96,3 +96,28 @@ def test_a_model_retry_reads_as_a_sentence() -> None:
     assert render.summary("model_retry", billed) == (
         "attempt 1 failed, retry in 0.5 s: empty reply · 40 tokens · $0.1000"
     )
+
+
+def test_a_stored_reason_names_the_flags_on_the_command_line_and_the_fields_in_it() -> None:
+    """A session's stored reason said "fork it ... with a later --deadline" to API callers
+    and the page too. It is stored naming the field (`deadline_s`); `ls`, `show`, `watch`
+    and `dlq` print it with the flag that gives it, and leave other backticked words."""
+    stored = (
+        "waited for a decision on s1c0 past its deadline, deadline_s is 60; fork it from "
+        "step 0 with a later deadline (`deadline_s`) to be asked again (`kind`)"
+    )
+    said = "fork it from step 0 with a later deadline (--deadline) to be asked again (`kind`)"
+    short = "fork it with a later deadline (`deadline_s`)"  # ls clips a long note
+    failed = head(status="failed", outcome=None, error_code="DEADLINE", error_message=short)
+    assert "DEADLINE: fork it with a later deadline (--deadline)" in listed(failed)
+    assert said in render.summary("failed", {"error_code": "DEADLINE", "message": stored})
+    letter = {"id": 1, "at": "2026-12-06T03:50:00+00:00", "code": "DEADLINE", "message": stored}
+    console = Console(width=400, record=True)
+    console.print(
+        render.dead_letter_header({**letter, "error_signature": "x", "resolved_at": None})
+    )
+    assert said in console.export_text()
+    context = "fork it with a larger window (`context_window`) or have the node send less"
+    assert render.summary("failed", {"error_code": "CONTEXT", "message": context}) == (
+        "CONTEXT: fork it with a larger window (--context-window) or have the node send less"
+    )

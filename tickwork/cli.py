@@ -276,7 +276,7 @@ def _where_looked() -> str:
 
 def explain(exc: Exception) -> tuple[str | None, int]:
     """The one-line message and exit code for an error a user can act on; None for a bug."""
-    from .cli_remote import in_flags
+    from .flags import in_flags
 
     if isinstance(exc, InvalidInput):  # the input came from the command line: its flags
         return in_flags(exc.message), USAGE

@@ -22,6 +22,7 @@ from tickwork.fsm.errors import InvalidInput
 from tickwork.fsm.values import PRICE_RATES
 
 from . import render, views
+from .flags import INPUT_OPTIONS
 
 if TYPE_CHECKING:
     from tickwork.remote import Client
@@ -52,25 +53,6 @@ OPTION_OF = {
     "tool_outputs": "--tool-output",
     "kind": "KIND",
 }
-#: the repair options that fill a field of the input (`submit --goal` ...)
-INPUT_OPTIONS = {
-    "workspace": "--workspace",
-    "repo": "--repo",
-    "ref": "--ref",
-    "test_command": "--test-cmd",
-    "goal": "--goal",
-    "setup": "--setup",
-}
-#: the fields a message of the core's names in backticks (`max_steps`: the API's words,
-#: `tickwork.fsm.values.Budgets`, the job's input) that a flag of the command line gives
-FLAG_OF = {
-    "max_steps": "--max-steps",
-    "max_tokens": "--max-tokens",
-    "max_cost_usd": "--max-cost-usd",
-    "deadline_s": "--deadline",
-    **INPUT_OPTIONS,
-}
-_FIELD = re.compile("`(" + "|".join(FLAG_OF) + ")`")
 #: what to give instead, by option, where the refusal itself does not say
 HINTS = {
     "KIND": "give the name of a job kind the server runs (e.g. repair)",
@@ -87,13 +69,6 @@ WHOLE = re.compile(
 )
 #: a refusal of one field of a job's input (`api.bodies`): input.KEY ...
 INPUT_FIELD = re.compile(r"^input\.(?P<sub>[^.\[\s]+)\S* (?P<rest>.*)$")
-
-
-def in_flags(message: str) -> str:
-    """A message of the core's (an error's, or one stored on a session) as a user of the
-    command line reads it: each field it names in backticks that a flag gives is the flag
-    (`max_steps` is --max-steps); the API keeps its fields' names."""
-    return _FIELD.sub(lambda found: FLAG_OF[found[1]], message)
 
 
 def option_of(field: str, sub: str | None = None) -> str:

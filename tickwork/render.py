@@ -32,6 +32,7 @@ from tickwork.fsm.values import PRICE_RATES
 from tickwork.fsm.wording import counted
 
 from . import views
+from .flags import in_flags
 
 STATUS_STYLE = {
     "queued": "magenta",
@@ -236,7 +237,7 @@ def sessions_table(heads: Iterable[Mapping[str, Any]]) -> Table:
         )
     for h in heads:
         note = (
-            f"{h['error_code']}: {h['error_message']}"
+            f"{h['error_code']}: {in_flags(str(h['error_message']))}"
             if h["error_code"]
             else f"waiting on {', '.join(h['awaiting'])}"
             if h["awaiting"]
@@ -715,7 +716,7 @@ def outcome(h: Mapping[str, Any], steps: list[Mapping[str, Any]]) -> list[Render
                 )
             )
     if h["error_code"]:
-        message = str(h["error_message"])
+        message = in_flags(str(h["error_message"]))
         env = (h["result"] or {}).get("environment")
         if h["error_code"] == "ENV_SETUP" and isinstance(env, Mapping) and _log_end(env.get("log")):
             message = message.split("\n", 1)[0]  # its log's end is shown under `environment:`
@@ -878,7 +879,7 @@ def summary(kind: str, d: Mapping[str, Any]) -> str:
             text += " · error" if d.get("is_error") else ""
         return text + (" (rerun)" if d.get("rerun") else "")
     if kind in ("failed", "dead_lettered"):
-        return f"{d.get('error_code')}: {d.get('message')}"
+        return f"{d.get('error_code')}: {in_flags(str(d.get('message')))}"
     if kind == "model_retry" and isinstance(d.get("delay_s"), int | float):
         text = f"attempt {d.get('attempt')} failed, retry in {d['delay_s']:.1f} s"
         text += f": {d.get('error')}"
@@ -917,7 +918,7 @@ def dead_letters_table(letters: Iterable[Mapping[str, Any]]) -> Table:
             datetime.fromisoformat(d["at"]).strftime("%m-%d %H:%M"),
             Text(d["kind"]),
             Text(d["last_tool"] or ""),
-            Text(clip(d["message"], 100)),
+            Text(clip(in_flags(d["message"]), 100)),
         )
     return whole(table)
 
@@ -927,7 +928,7 @@ def dead_letter_header(d: Mapping[str, Any]) -> Table:
     grid.add_column(style="bold")
     grid.add_column()
     grid.add_row("dead letter", f"{d['id']} ({when(d['at'])})")
-    grid.add_row("code", Text(f"{d['code']}: {d['message']}", style="red"))
+    grid.add_row("code", Text(f"{d['code']}: {in_flags(d['message'])}", style="red"))
     grid.add_row("signature", Text(d["error_signature"]))
     if d["resolved_at"]:
         grid.add_row("resolved", Text(f"{when(d['resolved_at'])} {d['closed']}"))

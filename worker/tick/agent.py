@@ -469,7 +469,7 @@ def _compaction_refused(
         why += (
             f"; the model states a context window of {stated:,} tokens"
             + ("" if window is None else f" (the session's is {window:,})")
-            + "; fork it with the model's real window (--context-window)"
+            + "; fork it with the model's real window (`context_window`)"
         )
     failed = machine.fail(head, ErrorCode.CONTEXT, why, now=rt.clock())
     report.model = _model_failed(head.model, asked, prompt.messages, failed.head, str(exc))

@@ -662,11 +662,11 @@ def _too_long(
         why += (
             f"; the model states a context window of {stated:,} tokens"
             + ("" if policy is None else f" (the session's is {policy.window:,})")
-            + "; fork it with the model's real window (--context-window) or have the node "
+            + "; fork it with the model's real window (`context_window`) or have the node "
             "send less"
         )
     else:
-        why += "; fork it with a larger window (--context-window) or have the node send less"
+        why += "; fork it with a larger window (`context_window`) or have the node send less"
     upcoming = claimed.calls[0] if claimed.calls else None
     return machine.fail(
         head,

@@ -111,7 +111,7 @@ class AdmissionContract(Contract):
         assert (late.head.status, late.head.error_code) == (Status.FAILED, ErrorCode.DEADLINE)
         assert "waited for a decision on s1c0" in late.head.error_message
         # a fork from step 1 would keep the call closed as not run, and ask nobody
-        assert "fork it from step 0 with a later --deadline" in late.head.error_message
+        assert "fork it from step 0 with a later deadline (`deadline_s`)" in late.head.error_message
         assert "deadline_s is 60" in late.head.error_message
         assert late.head.awaiting == ()
         call, seen = late.call("s1c0"), late.observation("s1c0")
@@ -158,7 +158,9 @@ class AdmissionContract(Contract):
         assert store.admit(Admission(default=ONE), now=clock()) == []
         doubt = store.load("doubt")
         assert (doubt.head.status, doubt.head.error_code) == (Status.FAILED, ErrorCode.DEADLINE)
-        assert "fork it from step 1 with a later --deadline" in doubt.head.error_message
+        assert (
+            "fork it from step 1 with a later deadline (`deadline_s`)" in doubt.head.error_message
+        )
         seen = doubt.observation("s1c0")
         assert seen is not None and seen.content.startswith("interrupted; it may or may not")
 
