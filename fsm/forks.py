@@ -86,8 +86,13 @@ class ForkPatch(Value):
     state: dict[str, Any] = {}
     #: a graph session: the graph version the fork runs on (None: the parent's)
     graph_version: str | None = None
+    #: the model spec the fork runs on (None: the parent's); the client checks it as a
+    #: submit's (`tickwork.worker.models.check_spec`): the fork keeps no price given for the
+    #: parent's model, and no window the parent's model stated
+    model: str | None = None
     #: the model's context window in tokens for the fork's context policy (None: the
-    #: parent's, or the smaller one its model stated when it refused a prompt)
+    #: parent's, or the smaller one its model stated when it refused a prompt; with another
+    #: `model` the client gives that model's, as a submit takes it)
     context_window: int | None = None
     #: admission (docs/DESIGN.md section 15): the fork's priority, concurrency key and
     #: its limit (None: the parent's; a new key without a limit allows one at a time)
@@ -217,7 +222,12 @@ def fork(
             *config.get("instructions", []),
             {"after_step": from_step, "text": patch.append_instruction},
         ]
-    window = patch.context_window or parent.head.result.get(STATED_WINDOW)
+    model = patch.model or parent.head.model
+    if model != parent.head.model:
+        # a price given at submit priced the parent's model, as a window it stated was its own
+        config.pop("price", None)
+    stated = parent.head.result.get(STATED_WINDOW) if model == parent.head.model else None
+    window = patch.context_window or stated
     if isinstance(window, int) and not isinstance(window, bool):
         policy = policy_of(config)
         config["context"] = (
@@ -246,7 +256,7 @@ def fork(
         version=0,
         created_at=now,
         updated_at=now,
-        model=parent.head.model,
+        model=model,
         budgets=budgets,
         input=parent.head.input,
         config=config,

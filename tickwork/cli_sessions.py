@@ -555,6 +555,7 @@ def fork_session(key: str, fork: options.Fork, *, dead_letter: bool) -> None:
     given = fork.client_args()
     with Context() as ctx:
         session_id = ctx.dead_letter(key).session_id if dead_letter else key
+        given["model"] = options.model_spec(given["model"], ctx.client.providers)
         head = ctx.client.fork(session_id, **given)
     print_head(head, fork.json_output, head.id)
 

@@ -190,6 +190,17 @@ StatePatch = Annotated[
         rich_help_panel="Patch",
     ),
 ]
+ForkModel = Annotated[
+    str | None,
+    typer.Option(
+        "--model",
+        metavar="SPEC",
+        help="The model the fork runs on from its next call: openai:MODEL, anthropic:MODEL, "
+        "react:openai:MODEL or scripted:PATH (its window and price, as at submit).",
+        show_default="the original's",
+        rich_help_panel="Patch",
+    ),
+]
 ForkContextWindow = Annotated[
     int | None,
     typer.Option(
@@ -280,6 +291,7 @@ class Fork:
     tool_output: list[str] | None = None
     tool_output_file: list[str] | None = None
     state: str | None = None
+    model: str | None = None
     max_steps: int | None = None
     max_tokens: int | None = None
     max_cost_usd: float | None = None
@@ -320,6 +332,7 @@ class Fork:
             "new_id": self.new_id,
             "again": self.again,
             "state": None if self.state is None else json_object(self.state, option="--state"),
+            "model": self.model,
             "context_window": self.context_window,
             "priority": self.priority,
             "concurrency_key": self.concurrency_key,
@@ -347,6 +360,7 @@ FORK_OPTIONS: dict[str, Any] = {
     "tool_output": ToolOutput,
     "tool_output_file": ToolOutputFile,
     "state": StatePatch,
+    "model": ForkModel,
     "max_steps": ForkMaxSteps,
     "max_tokens": ForkMaxTokens,
     "max_cost_usd": ForkMaxCostUsd,

@@ -504,6 +504,8 @@ def patch_lines(patch: Mapping[str, Any]) -> list[str]:
         lines.append(
             "budgets: " + ", ".join(f"{k} {compact(v)}" for k, v in patch["budgets"].items())
         )
+    if patch.get("model"):
+        lines.append(f"model: {patch['model']}")
     if patch.get("context_window"):
         lines.append(f"context window: {patch['context_window']:,} tokens")
     if patch.get("state"):

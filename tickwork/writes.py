@@ -409,6 +409,7 @@ class Writes(Deployment):
         new_id: str | None = None,
         again: bool = False,
         state: Mapping[str, Any] | None = None,
+        model: str | None = None,
         context_window: int | None = None,
         priority: int | None = None,
         concurrency_key: str | None = None,
@@ -417,6 +418,9 @@ class Writes(Deployment):
         """A new session from `session_id`'s step `from_step` with a declared patch. If the
         session has a dead letter, the fork is recorded on it and resolves it, as `dlq fork`
         does: one forked, resolved or dismissed before is refused unless `again`.
+        `model` (a spec, checked as a submit's) is the model the fork runs on from its next
+        call; another than the original's runs under that model's window and price, as a
+        submit of it would (a price given for the original's model is not kept).
         `context_window` (tokens) replaces the model's window the original had, as at
         submit (a `CONTEXT` dead letter is forked onto a larger one). The fork is a new
         session of the parent's tenant, held to its quotas (QuotaExceeded, nothing stored)
@@ -432,6 +436,8 @@ class Writes(Deployment):
             )
         self._check_unused(new_id)
         by = check_name(by, what="by")
+        if model is not None:
+            self._check_model(model)
         if context_window is not None:
             check_window(context_window)
         check_instruction(append_instruction)
@@ -441,11 +447,34 @@ class Writes(Deployment):
         parent, archived = self._fork_source(session_id)
         if not again:
             self._refuse_closed(session_id)
+        if model == parent.model:
+            model = None  # the same model: nothing changes, its stated window is kept
         if budgets:
             _numbers(budgets)
             self.budgets(budgets)  # names and values checked before anything is written
-            raised = Budgets(**{**parent.budgets.model_dump(), **budgets})
-            _check_priced(parent.model, raised, parent.config, self.settings.prices, self.providers)
+        if budgets or model is not None:
+            raised = Budgets(**{**parent.budgets.model_dump(), **(budgets or {})})
+            config = dict(parent.config)
+            quota = None
+            if model is not None:
+                config.pop("price", None)  # it priced the original's model (`fsm.forks`)
+                day = self.tenants.quotas(parent.tenant).max_usd_per_day
+                quota = None if day is None else (parent.tenant, day)
+                if context_window is None:  # the new model's, as a submit of it takes
+                    context_window = check_window(
+                        pricing.context_window(
+                            model, self.settings.prices, providers=self.providers
+                        )
+                    )
+            _check_priced(
+                model or parent.model,
+                raised,
+                config,
+                self.settings.prices,
+                self.providers,
+                quota=quota,
+                forking=True,
+            )
         graph_version = None
         origin = parent  # live, or read back from the archive
         if state or kind_of(origin) is SessionKind.GRAPH:
@@ -465,6 +494,7 @@ class Writes(Deployment):
             budgets=dict(budgets or {}),
             state=dict(state or {}),
             graph_version=graph_version,
+            model=model,
             context_window=context_window,
             priority=priority,
             concurrency_key=concurrency_key,
@@ -559,6 +589,15 @@ class Writes(Deployment):
                 raise
             return found.session.head, (found.session, saved_of(found.record))
 
+    def _check_model(self, spec: str) -> None:
+        """Refuse a fork's model spec as a submit's is refused (InvalidModelSpec), naming
+        the option: the spec is untrusted input (it goes into URLs, logs and the store)."""
+        storable(spec, name="the model")
+        try:
+            check_spec(spec, self.providers)
+        except InvalidModelSpec as exc:
+            raise InvalidModelSpec(f"--model (API: model): {exc.message}") from None
+
     def _check_output(self, call_id: str, output: str) -> None:
         """Refuse an output given by hand for a tool call (a fork's, a person's) longer than
         a tool's own output may be: no tool could have made it, and the prompt's bounds
@@ -637,15 +676,19 @@ def _check_priced(
     *,
     trusted: bool = True,
     quota: tuple[str, float] | None = None,
+    forking: bool = False,
 ) -> None:
     """Refuse a session whose cost nothing would limit: its model has no price while it has
-    a cost budget, or while its tenant has a dollar quota (`quota`: tenant, max_usd_per_day)."""
+    a cost budget, or while its tenant has a dollar quota (`quota`: tenant, max_usd_per_day).
+    `forking`: a fork's, which gives no price of its own."""
     if not budgets.limits_cost and quota is None:
         return
     if session_price(spec, config, prices, providers=providers) is not None:
         return
     name = spec.rsplit(":", 1)[-1]
-    if trusted:
+    if forking:
+        how = f"price it for every session with TICKWORK_PRICES='{{\"{name}\": [0.5, 1.5]}}'"
+    elif trusted:
         how = (
             "give its price in USD per million tokens, prompt and completion: with the "
             "submit (--price 0.5,1.5, or price=(0.5, 1.5) in Python), or for every session "

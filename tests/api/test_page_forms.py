@@ -160,11 +160,21 @@ def test_a_fork_of_a_dead_lettered_session_resolves_it_and_once_more_asks_again(
     expect(page.locator("#fork-error")).to_have_text(said)
     expect(page.locator("#fork-instruction")).to_have_value("try the other way")
     page.check("#fork-again")
+    # a model spec the server cannot run: its words beside the model, as a submit's
+    page.fill("#fork-model", "gemini:pro")
+    page.click("#fork-button")
+    said = refused(stack, parent, {"from_step": 1, "model": "gemini:pro", "again": True}, 422)
+    expect(page.locator("#fork-model-error")).to_have_text(said)
+    expect(page.locator("#fork-model")).to_have_attribute("aria-invalid", "true")
+    model = stack.deployment.script([ECHO[0], {"content": "the fork's own model answered"}])
+    page.fill("#fork-model", model)
     page.click("#fork-button")
     page.wait_for_url(lambda url: "#/sessions/" in url and parent not in url and first not in url)
     second = page.url.rsplit("/", 1)[-1]
     forks = [f["id"] for f in stack.deployment.client.forks(parent)]
     assert forks == [first, second]
+    done = stack.wait(second, Status.COMPLETED, Status.FAILED)
+    assert done["model"] == model and done["final_answer"] == "the fork's own model answered"
 
 
 def test_a_fork_being_typed_outlives_the_live_views_redraws(

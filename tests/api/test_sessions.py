@@ -432,6 +432,36 @@ def test_a_fork_takes_a_context_window_in_the_submits_bounds(stack: Stack) -> No
     assert small.status_code == 422 and "context_window" in small.json()["message"]
 
 
+def test_a_fork_runs_on_the_model_it_names_taken_as_a_submit_s(stack: Stack) -> None:
+    parent = stack.waiting()
+    stack.http("alice").post(f"/api/v1/sessions/{parent}/cancel")
+    path = f"/api/v1/sessions/{parent}/fork"
+    refusals = {
+        "gemini:pro": "invalid_model_spec",
+        "openai:a b": "invalid_model_spec",
+        # a script outside TICKWORK_API_SCRIPTED_ROOTS, as a submit's
+        "scripted:/etc/passwd": "model_not_allowed",
+    }
+    for spec, code in refusals.items():
+        refused = stack.http("olga").post(path, json={"from_step": 0, "model": spec})
+        assert refused.status_code == 422 and refused.json()["code"] == code, refused.text
+        assert "model" in refused.json()["message"]
+    long = stack.http("olga").post(path, json={"from_step": 0, "model": "openai:" + "m" * 500})
+    assert long.status_code == 422 and long.json()["errors"][0]["loc"] == ["body", "model"]
+    named = stack.http("olga").post(path, json={"from_step": 0, "model": "gemini:pro"}).json()
+    assert named["message"].startswith("--model (API: model): unknown model spec 'gemini:pro'")
+    assert stack.http("alice").get("/api/v1/sessions", params={"parent_id": parent}).json() == []
+
+    model = stack.deployment.script([{"content": "the fork's own model answered"}])
+    answer = stack.http("olga").post(path, json={"from_step": 0, "model": model})
+
+    assert answer.status_code == 201, answer.text
+    fork = answer.json()
+    assert fork["model"] == model
+    done = stack.wait(fork["id"])
+    assert done["status"] == "completed" and done["final_answer"] == "the fork's own model answered"
+
+
 def test_the_openapi_document_and_the_health_check(stack: Stack) -> None:
     document = stack.http().get("/api/v1/openapi.json").json()
     assert {

@@ -160,6 +160,16 @@ def test_errors_are_one_line_with_an_exit_code(deployment: Deployment, cli: Cli)
         ),
         ("fork", sid, "--from-step", "1", "--tool-output", "s1c0"): (2, "CALL_ID=TEXT"),
         ("fork", sid, "--from-step", "1", "--deadline", "-5"): (2, "deadline_s", "positive"),
+        # a fork's model is checked as a submit's, and the option named
+        ("fork", sid, "--from-step", "1", "--model", "gemini:pro"): (
+            2,
+            "--model (API: model): unknown model spec 'gemini:pro'",
+            "openai:",
+        ),
+        ("fork", sid, "--from-step", "1", "--model", "scripted:/no/such.json"): (
+            2,
+            "/no/such.json",
+        ),
         ("submit", TEST_KIND, "--model", script, "--max-steps", "-1"): (2, "max_steps"),
         ("submit", TEST_KIND, "--model", script, "--max-cost-usd", "nan"): (2, "max_cost_usd"),
         ("submit", TEST_KIND, "--model", script, "--max-steps", "1.5"): (2, "--max-steps"),
@@ -458,6 +468,25 @@ def test_an_instruction_or_an_output_past_what_the_api_takes_is_refused(
     cli.inline(*given, "o" * cap, "--as", "erin")
     decision = store.load("capped").decision(call.call_id)
     assert decision is not None and decision.output == "o" * cap
+
+
+@pytest.mark.parametrize("deployment", ["embedded"], indirect=True)
+def test_a_fork_given_a_model_runs_on_it(deployment: Deployment, cli: Cli) -> None:
+    sid = deployment.submit([{"content": "the first model's answer"}])
+    second = deployment.script([{"content": "the second model's answer"}], name="second")
+    with deployment.worker():
+        assert deployment.client.wait(sid, timeout=60).status.value == "completed"
+        fork = ("fork", sid, "--from-step", "0", "--as", "frank")
+        forked = cli.inline(*fork, "--model", second, "--json").json()
+        assert forked["model"] == second
+        done = deployment.client.wait(forked["id"], timeout=60)
+        assert done.status.value == "completed"
+        assert done.final_answer == "the second model's answer"
+
+    lines = [line.strip() for line in cli.inline("show", forked["id"]).stdout.splitlines()]
+    assert f"model         {second}" in lines
+    at = lines.index(f"forked from   {sid} at step 0 by frank")
+    assert lines[at + 1].startswith(f"patch         model: {second}"), lines
 
 
 @pytest.mark.parametrize("deployment", ["embedded"], indirect=True)

@@ -364,3 +364,34 @@ def test_a_session_without_steps_is_forked_from_step_zero_and_told_so(build: Any
         forked(build, empty, 0, tool_outputs={"s1c0": "x"})
     assert "s1c0" in str(unknown.value) and "1..0" not in str(unknown.value)
     assert forked(build, empty, 0).head.step == 0
+
+
+def test_a_fork_onto_another_model_keeps_nothing_the_original_s_model_was_given(
+    build: Any, parent: Session
+) -> None:
+    from tickwork.fsm.context import STATED_WINDOW, Policy, policy_of
+
+    priced = parent.model_copy(
+        update={
+            "head": parent.head.model_copy(
+                update={
+                    "config": {
+                        **parent.head.config,
+                        "price": {"prompt": 1.0, "completion": 2.0},
+                        "context": Policy(window=200_000).to_config(),
+                    },
+                    "result": {STATED_WINDOW: 50_000},
+                }
+            )
+        }
+    )
+    same = forked(build, priced, 1, budgets={"max_steps": 10})
+    assert same.head.model == parent.head.model and same.head.config["price"]["prompt"] == 1.0
+    assert (policy := policy_of(same.head.config)) is not None and policy.window == 50_000
+
+    other = forked(build, priced, 1, budgets={"max_steps": 10}, model="openai:other")
+    assert other.head.model == "openai:other" and "price" not in other.head.config
+    # the window the original's model stated is not the new one's: the policy's stands
+    assert (policy := policy_of(other.head.config)) is not None and policy.window == 200_000
+    assert other.events[0].data["patch"]["model"] == "openai:other"
+    assert priced.head.model == parent.head.model  # the original is never changed

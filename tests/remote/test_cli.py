@@ -105,11 +105,18 @@ def test_submit_decide_watch_show_ls_fork(remote: Remote, cli: ModeCli) -> None:
     assert kinds.count("approval_decided") == 3 and kinds[-1] == "completed"
 
     patch = ["--tool-output", "s1c2=patched by hand", "--append-instruction", "be careful"]
-    more = ["--max-steps", "9", "--as", "frank", "--json"]
+    # the server checks a fork's model as a submit's, and names the option
+    bad = cli.inline("fork", sid, "--from-step", "1", "--model", "gemini:pro", ok=False)
+    bad.error(2, "--model (API: model): unknown model spec 'gemini:pro'")
+    second = remote.script([{"content": "unused"}, {"content": "done by the second model"}])
+    more = ["--max-steps", "9", "--model", second, "--as", "frank", "--json"]
     forked = cli("fork", sid, "--from-step", "1", *patch, *more).json()
     assert forked["parent_id"] == sid and forked["fork_step"] == 1
     assert forked["budgets"]["max_steps"] == 9 and forked["submitted_by"] == "frank"
+    assert forked["model"] == second
     remote.wait(forked["id"], Status.COMPLETED)
+    done = remote.deployment.client.get(forked["id"])
+    assert done.final_answer == "done by the second model"
 
     view = cli.inline("show", sid, "--json").json()
     assert view["head"]["status"] == "completed" and view["head"]["final_answer"] == "all done"

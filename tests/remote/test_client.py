@@ -187,8 +187,14 @@ def test_dead_letters_list_show_stats_export_fork_resolve_dismiss(
     table = list(csv.DictReader(io.StringIO(olga.export_dead_letters(format="csv").decode())))
     assert set(over) <= {r["session_id"] for r in table}
 
-    fork = olga.fork_dead_letter(over[0], from_step=1, budgets={"max_steps": 5})
-    assert fork.parent_id == over[0]
+    with pytest.raises(RemoteError) as bad_model:
+        olga.fork_dead_letter(over[0], from_step=1, budgets={"max_steps": 5}, model="gemini:pro")
+    assert bad_model.value.status == 422 and bad_model.value.code == "invalid_model_spec"
+    assert "(API: model)" in bad_model.value.message
+    assert olga.dead_letter(over[0])["forks"] == []
+    model = remote.script(ECHO)
+    fork = olga.fork_dead_letter(over[0], from_step=1, budgets={"max_steps": 5}, model=model)
+    assert fork.parent_id == over[0] and fork.model == model
     with pytest.raises(RemoteError, match="already forked") as twice:
         olga.fork_dead_letter(over[0], from_step=1, budgets={"max_steps": 5})
     assert twice.value.status == 409

@@ -331,10 +331,18 @@ class Fork(Body):
         max_length=MAX_ENTRIES,
         description="A graph session: state fields to set in the fork.",
     )
+    model: str | None = Field(
+        default=None,
+        max_length=500,
+        description="The model the fork runs on from its next call, taken as a submit's "
+        "`model` is (TICKWORK_API_MODELS, scripts only from TICKWORK_API_SCRIPTED_ROOTS) "
+        "[default: the original's]. Another model runs under its own context window and "
+        "price, as a submit of it would: a price given for the original's model is not kept.",
+    )
     context_window: ContextWindow = Field(
         default=None,
-        description="The model's context window in tokens [default: the original's]; a "
-        "CONTEXT dead letter is forked onto a larger one.",
+        description="The model's context window in tokens [default: the original's, or with "
+        "another `model` its own]; a CONTEXT dead letter is forked onto a larger one.",
     )
     id: SessionId = Field(default=None, description="The fork's id [default: a random one].")
     priority: Priority | None = Field(

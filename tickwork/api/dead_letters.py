@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import IO, Annotated, Any, Literal
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import StreamingResponse
 from pydantic import BeforeValidator
 
@@ -258,9 +258,9 @@ def show(key: Key, client: Client, who: Reader) -> dict[str, Any]:
     summary="Fork the dead letter's session with a patch; the dead letter is resolved",
     responses=FORKS,
 )
-def fork(key: Key, body: bodies.Fork, client: Client, who: Operator) -> Head:
+def fork(key: Key, body: bodies.Fork, client: Client, request: Request, who: Operator) -> Head:
     letter = find(client, who, key)
-    return run_fork(client, letter.session_id, body, by=who.name)
+    return run_fork(client, letter.session_id, body, request, by=who.name)
 
 
 @router.post(

@@ -338,12 +338,16 @@ def cancel(session_id: SessionId, client: Client, who: Canceller) -> Head:
     summary="Fork a session from step K with a patch",
     responses=FORKS,
 )
-def fork(session_id: SessionId, body: bodies.Fork, client: Client, who: Operator) -> Head:
+def fork(
+    session_id: SessionId, body: bodies.Fork, client: Client, request: Request, who: Operator
+) -> Head:
     seen_head(client, who, session_id)
-    return run_fork(client, session_id, body, by=who.name)
+    return run_fork(client, session_id, body, request, by=who.name)
 
 
-def run_fork(client: Tickwork, session_id: str, body: bodies.Fork, *, by: str) -> Head:
+def run_fork(
+    client: Tickwork, session_id: str, body: bodies.Fork, request: Request, *, by: str
+) -> Head:
     if body.id is not None and not SESSION_ID.match(body.id):
         raise ApiError(
             422,
@@ -351,6 +355,8 @@ def run_fork(client: Tickwork, session_id: str, body: bodies.Fork, *, by: str) -
             f"session id {body.id!r} may only hold letters, "
             "digits, '_', '-' and '.', up to 64 characters",
         )
+    # the model a submit over the API may name, and no other (a script only from the roots)
+    model = allowed_model(body.model, request.app.state.api_settings)
     try:
         return client.fork(
             session_id,
@@ -363,6 +369,7 @@ def run_fork(client: Tickwork, session_id: str, body: bodies.Fork, *, by: str) -
             new_id=body.id,
             again=body.again,
             state=body.state,
+            model=model,
             context_window=body.context_window,
             priority=body.priority,
             concurrency_key=body.concurrency_key,

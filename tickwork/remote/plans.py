@@ -378,6 +378,7 @@ def fork(
     tool_outputs: Mapping[str, str] | None = None,
     budgets: Mapping[str, Any] | None = None,
     state: Mapping[str, Any] | None = None,
+    model: str | None = None,
     new_id: str | None = None,
     context_window: int | None = None,
     again: bool = False,
@@ -387,7 +388,8 @@ def fork(
 ) -> Plan[Head]:
     """A new session from step `from_step` of this one, with a declared patch; the
     session's dead letter, if it has one, is resolved. `again` forks one whose dead letter
-    was forked or closed already. `priority`, `concurrency_key` and `max_per_key` are the
+    was forked or closed already. `model` is the spec the fork runs on (a submit's, as the
+    server takes one). `priority`, `concurrency_key` and `max_per_key` are the
     original's unless given."""
     body = _fork_body(
         bodies.Fork,
@@ -397,6 +399,7 @@ def fork(
         tool_outputs=tool_outputs,
         budgets=budgets,
         state=state,
+        model=model,
         id=new_id,
         context_window=context_window,
         again=again or None,
@@ -487,6 +490,7 @@ def fork_dead_letter(
     tool_outputs: Mapping[str, str] | None = None,
     budgets: Mapping[str, Any] | None = None,
     state: Mapping[str, Any] | None = None,
+    model: str | None = None,
     new_id: str | None = None,
     again: bool = False,
     context_window: int | None = None,
@@ -495,7 +499,8 @@ def fork_dead_letter(
     max_per_key: int | None = None,
 ) -> Plan[Head]:
     """Fork a dead letter's session; the dead letter is resolved. `again` forks one that
-    was forked or closed already. `priority`, `concurrency_key` and `max_per_key` are the
+    was forked or closed already. `model` is the spec the fork runs on (a submit's, as the
+    server takes one). `priority`, `concurrency_key` and `max_per_key` are the
     session's unless given."""
     body = _fork_body(
         bodies.Fork,
@@ -505,6 +510,7 @@ def fork_dead_letter(
         tool_outputs=tool_outputs,
         budgets=budgets,
         state=state,
+        model=model,
         id=new_id,
         again=again or None,
         context_window=context_window,

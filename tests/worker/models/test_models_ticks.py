@@ -237,3 +237,80 @@ def test_a_worker_without_the_model_s_key_retries_then_fails_model_error(
     retries = [e for e in ticks.store.load(head.id).events if e.kind == "model_retry"]
     assert len(retries) == done.budgets.max_model_retries
     assert not [r for r in caplog.records if r.exc_info], "no traceback for a missing key"
+
+
+def _shown(ticks: Ticks, session_id: str) -> str:
+    """What `tickwork show` prints of the session."""
+    import io
+
+    from rich.console import Console
+
+    from tickwork import render, views
+
+    console = Console(width=300, file=io.StringIO(), record=True)
+    console.print(render.timeline(views.session(ticks.store.load(session_id))))
+    return console.export_text()
+
+
+def test_a_fork_runs_its_next_call_on_the_model_it_names(ticks: Ticks, tmp_path: Path) -> None:
+    from tickwork.fsm.context import policy_of
+    from tickwork.worker.models.pricing import CONTEXT_WINDOWS
+
+    from tickwork.testing import write_script
+
+    echo = {"tool_calls": [{"name": "echo", "arguments": {"text": "hi"}}]}
+    broken = {"error": {"transient": False, "message": "the first model is broken"}}
+    first = write_script([echo, broken], tmp_path, name="first")
+    second = write_script([echo, {"content": "the second model's answer"}], tmp_path, name="second")
+    parent = ticks.client.submit(KIND, {}, model=first, context_window=16_384)
+    assert ticks.run(parent.id).error_code is ErrorCode.MODEL_ERROR
+
+    fork = ticks.client.fork(parent.id, from_step=1, by="olga", model=second)
+    done = ticks.run(fork.id)
+
+    assert done.status is Status.COMPLETED
+    assert done.final_answer == "the second model's answer"
+    assert done.model == second and ticks.store.get(parent.id).model == first
+    # the new model's window, as a submit of it takes, not the one given for the first
+    policy = policy_of(done.config)
+    assert policy is not None and policy.window == CONTEXT_WINDOWS["scripted"]
+    forked = next(e for e in ticks.store.load(fork.id).events if e.kind == "forked")
+    assert forked.data["patch"]["model"] == second
+    assert f"model: {second}" in _shown(ticks, fork.id)
+    # a window given with the model is the one it runs under
+    given = ticks.client.fork(
+        parent.id, from_step=1, by="olga", model=second, context_window=9_000, again=True
+    )
+    assert (policy := policy_of(given.config)) is not None and policy.window == 9_000
+
+
+def test_a_fork_onto_another_model_keeps_no_price_given_for_the_original(ticks: Ticks) -> None:
+    from tickwork.fsm.errors import UnpricedModel
+
+    parent = ticks.client.submit(KIND, {}, model="openai:local", price=(1, 2))
+    assert parent.config["price"] == {"prompt": 1, "completion": 2}
+
+    other = ticks.client.fork(parent.id, from_step=0, by="olga", model="openai:gpt-4o-mini")
+    assert other.model == "openai:gpt-4o-mini" and "price" not in other.config
+    # the original's price priced the original's model: another without one is refused, as
+    # its submit would be while a cost budget applies, and nothing is stored
+    with pytest.raises(UnpricedModel, match="'openai:other' has no price") as refused:
+        ticks.client.fork(parent.id, from_step=0, by="olga", model="openai:other")
+    assert "TICKWORK_PRICES" in str(refused.value) and "--price" not in str(refused.value)
+    assert len(ticks.store.list_sessions()) == 2
+    same = ticks.client.fork(parent.id, from_step=0, by="olga", model="openai:local")
+    assert same.config["price"] == parent.config["price"]
+
+
+@pytest.mark.parametrize("spec", ["gemini:pro", "openai:", "openai:a b", "scripted:"])
+def test_a_fork_naming_a_model_spec_tickwork_cannot_run_is_refused(ticks: Ticks, spec: str) -> None:
+    from tickwork.fsm.errors import InvalidModelSpec
+
+    parent = ticks.client.submit(KIND, {}, model="openai:local", budgets={"max_cost_usd": 0})
+
+    with pytest.raises(InvalidModelSpec) as refused:
+        ticks.client.fork(parent.id, from_step=0, by="olga", model=spec)
+
+    assert str(refused.value).startswith("--model (API: model): ")
+    assert repr(spec) in str(refused.value)
+    assert [h.id for h in ticks.store.list_sessions()] == [parent.id]

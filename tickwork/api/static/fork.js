@@ -1,7 +1,7 @@
 // Forking a session from a step with a declared patch, from a session's view (POST
 // /sessions/{id}/fork) or a dead letter's (POST /dead-letters/{id}/fork): an instruction, a
-// new system prompt, hand-fixed outputs of the step's tool calls, and the context window
-// and admission to run under. Only what was changed is sent; a refusal is said beside the
+// new system prompt, hand-fixed outputs of the step's tool calls, and the model, context
+// window and admission to run under. Only what was changed is sent; a refusal is said beside the
 // field it is about (the API's words; admission's in the form's), and nothing typed is lost.
 import { admissionBody, admissionFields, formField, refusedFields, windowField } from "./admission.js";
 import { api, el, enc, toast } from "./core.js";
@@ -30,6 +30,9 @@ export function forkForm({ head, steps, step, path, title, extra }) {
     "Replaces the prompt the model is given; left as it is, the original's.");
   if (prompt !== null) system.input.value = prompt;
   system.changed = () => system.input.value !== (prompt ?? "");
+  const model = formField("fork", "model", "Model",
+    el("input", { type: "text", spellcheck: "false", placeholder: head.model }),
+    "The model the fork runs on, with its own window and price. Empty: the original's.");
   const fields = { ...admissionFields("fork", head), context_window: windowField("fork", head) };
   const outputs = new Map(); // call id -> its field, kept while other steps are chosen
   const outputBox = el("div", { class: "outputs", id: "fork-outputs" });
@@ -68,7 +71,7 @@ export function forkForm({ head, steps, step, path, title, extra }) {
   fromStep.addEventListener("input", showOutputs);
   showOutputs();
 
-  const all = () => ({ system_prompt: system, ...fields,
+  const all = () => ({ system_prompt: system, model, ...fields,
     ...Object.fromEntries([...outputs].map(([id, x]) => [`output_${id}`, x])) });
   const mark = (name, message) => {
     const x = all()[name];
@@ -82,6 +85,8 @@ export function forkForm({ head, steps, step, path, title, extra }) {
     const loc = new Set((e.body.errors || []).flatMap((x) => (x.loc || []).map(String)));
     const about = (name, yes) => { if (yes && !said.has(name)) said.set(name, message); };
     about("system_prompt", loc.has("system_prompt") || /\bsystem_prompt\b/.test(message));
+    about("model", loc.has("model") || /\(API: model\)/.test(message)
+      || ["model_not_allowed", "invalid_script", "unpriced_model"].includes(e.body.code));
     for (const id of outputs.keys()) {
       const shown = outputs.get(id).row.isConnected;
       const named = new RegExp(`\\b${literally(id)}\\b`);
@@ -108,6 +113,7 @@ export function forkForm({ head, steps, step, path, title, extra }) {
     }
     const body = { from_step: Number(fromStep.value), append_instruction: instruction.value || null, ...given };
     if (system.changed()) body.system_prompt = system.input.value;
+    if (model.input.value.trim()) body.model = model.input.value.trim();
     const fixed = [...outputs].filter(([, x]) => x.row.isConnected && x.changed());
     if (fixed.length) body.tool_outputs = Object.fromEntries(fixed.map(([id, x]) => [id, x.input.value]));
     if (again.checked) body.again = true;
@@ -142,6 +148,6 @@ export function forkForm({ head, steps, step, path, title, extra }) {
     el("label", { for: "fork-instruction" }, "Instruction"), instruction,
     system.row, outputBox,
     el("fieldset", { class: "admission" }, el("legend", {}, "Run it under (empty: the original's)"),
-      el("div", { class: "budgets" }, Object.values(fields).map((x) => x.row))),
+      model.row, el("div", { class: "budgets" }, Object.values(fields).map((x) => x.row))),
     againRow, el("p", { class: "actions" }, button, extra), error);
 }
