@@ -13,7 +13,7 @@ import json
 import os
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from rich import box
@@ -342,8 +342,36 @@ def timeline(
             f"${totals['cost_usd']:.4f}"
         )
     )
+    if (retry := retrying(h, view.get("events") or ())) is not None:
+        parts.append(retry)
     parts.extend(outcome(h, view["steps"]))
     return Group(*parts)
+
+
+#: how much of a failed model call's error the retry line shows
+RETRY_ERROR_CHARS = 200
+
+
+def retrying(h: Mapping[str, Any], events: Sequence[Mapping[str, Any]]) -> Text | None:
+    """The model call a session waits to make again after it failed transiently (its last
+    `model_retry` event, which `watch` prints): which attempt of how many, and when; None
+    while no retry is pending."""
+    attempts = h.get("model_attempts") or 0
+    if h.get("status") != "ready" or not attempts:
+        return None
+    last = next((e for e in reversed(events) if e.get("kind") == "model_retry"), None)
+    d = (last or {}).get("data") or {}
+    delay = d.get("delay_s")
+    if last is None or d.get("attempt") != attempts or not isinstance(delay, int | float):
+        return None
+    due = datetime.fromisoformat(last["at"]) + timedelta(seconds=delay)
+    # `max_model_retries` retries after the first call
+    most = h["budgets"]["max_model_retries"] + 1
+    return Text(
+        f"retrying the model: attempt {attempts + 1} of {most}, next at {when(due.isoformat())} "
+        f"(attempt {attempts} failed: {clip(str(d.get('error') or ''), RETRY_ERROR_CHARS)})",
+        style="yellow",
+    )
 
 
 def _cached(usage: Mapping[str, Any], lead: str = " · ") -> str:

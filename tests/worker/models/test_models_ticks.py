@@ -4,6 +4,7 @@ Postgres."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -314,3 +315,18 @@ def test_a_fork_naming_a_model_spec_tickwork_cannot_run_is_refused(ticks: Ticks,
     assert str(refused.value).startswith("--model (API: model): ")
     assert repr(spec) in str(refused.value)
     assert [h.id for h in ticks.store.list_sessions()] == [parent.id]
+
+
+def test_show_says_a_model_call_is_being_retried(ticks: Ticks, tmp_path: Path) -> None:
+    from tickwork.testing import write_script
+
+    flaky = {"error": {"transient": True, "message": "503 from the server", "retry_after_s": 30}}
+    head = ticks.client.submit(KIND, {}, model=write_script([flaky], tmp_path))
+
+    advance(ticks.rt, head.id, head.version)
+
+    retry = next(e for e in ticks.store.load(head.id).events if e.kind == "model_retry")
+    due = (retry.at + timedelta(seconds=retry.data["delay_s"])).strftime("%Y-%m-%d %H:%M:%S")
+    shown = _shown(ticks, head.id)
+    assert f"retrying the model: attempt 2 of 6, next at {due} (attempt 1 failed: 503" in shown
+    assert "retrying the model" not in _shown(ticks, ticks.run(head.id).id)
