@@ -519,7 +519,8 @@ def test_a_start_of_an_id_names_one_session_with_a_server_as_locally(
     """Every command of one session takes a unique start of its id, 6 characters or more,
     with a server as locally, and refuses one too short, one no id has, or one that starts
     several ids (naming them) in the same words."""
-    start = uuid.uuid4().hex[:8]
+    # a letter first: digits only name a dead letter's number, never an id's start (dlq)
+    start = "d" + uuid.uuid4().hex[:7]
     client = remote.deployment.client
     script = remote.script([{"content": "risky", "tool_calls": DANGERS}, {"content": "all done"}])
     fails = remote.script(
