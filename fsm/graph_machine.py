@@ -50,6 +50,9 @@ from tickwork.fsm.values import (
 
 #: how the observation of a node run whose update waits for a person begins
 PROPOSED = "proposed an update"
+#: the most characters of a failed node's error its call and its session keep (as a
+#: model's error event keeps): an exception's message may be any size
+ERROR_CHARS = 2_000
 #: the config key of a branch session (a child that runs one node of its parent's fan-out,
 #: docs/DESIGN.md section 16): the node it runs
 BRANCH = "branch"
@@ -316,8 +319,8 @@ def branches_joined(
     """The branches of `call`'s fan-out have all ended (the join woke the session): their
     updates merge into the state through the graph's reducers, in the branches' order, and
     the graph goes on from the node that fanned out; their cost and tokens are charged to
-    the session. A branch that did not complete fails the session (as a node that raises
-    does), naming it; it can be forked."""
+    the session. A branch that did not complete fails the session as a node that raises
+    does (`node_failed`), naming it; it can be forked."""
     failed = [b for b in branches if b.status is not Status.COMPLETED]
     # the charge's record, as an agent's join has it (the tenant's day spend subtracts it)
     event = Event(
@@ -342,10 +345,7 @@ def branches_joined(
         charged = transitions.moved(
             head, now, tokens=head.tokens + tokens, cost_usd=head.cost_usd + cost_usd
         )
-        change = transitions.ended(
-            charged, Status.FAILED, now, (event,), error_code=ErrorCode.INTERNAL, error_message=why
-        )
-        return change.model_copy(update=transitions.close_calls([call], "not run: " + why, now))
+        return node_failed(charged, call, ErrorCode.INTERNAL, why, now=now, events=(event,))
     updates = []
     for b in branches:
         update = b.result.get("update")
@@ -365,6 +365,33 @@ def branches_joined(
         day=day,
     )
     return change.model_copy(update={"events": (event, *change.events)})
+
+
+def node_failed(
+    head: Head,
+    call: ToolCall,
+    code: ErrorCode,
+    why: str,
+    *,
+    now: datetime,
+    duration_ms: float = 0.0,
+    events: Sequence[Event] = (),
+) -> Change:
+    """The node of `call` ran and failed: it raised, what it returned was refused, or a
+    branch it fanned out to did not complete. The session fails with `code` and `why` (cut
+    to ERROR_CHARS, its start and end kept); the node's call is closed as failed with the
+    same words (`tool_finished`, an error), not as not run: it ran. `events` come first."""
+    transitions.require(head, Status.EXECUTING)
+    why = transitions.cap_output(why, ERROR_CHARS)
+    text = f"failed: {why}"
+    finished = transitions.call_finished(
+        call, text, is_error=True, now=now, duration_ms=duration_ms
+    )
+    change = transitions.ended(
+        head, Status.FAILED, now, (*events, finished), error_code=code, error_message=why
+    )
+    closing = transitions.observed(call, text, is_error=True, now=now, duration_ms=duration_ms)
+    return change.model_copy(update=closing)
 
 
 def node_model_called(

@@ -259,3 +259,45 @@ def _map_sum(name: str = "mapsum", square: object = square) -> Graph:
 MAP_SUM = graph_kind(_map_sum().compile())
 #: the map-reduce whose branches cancel the tree's root while they run
 MAP_SUM_CANCELLED = graph_kind(_map_sum("mapsum_cancelled", square_after_a_cancel).compile())
+
+
+class Ledger(BaseModel):
+    """A node that raises `message` (`times` copies of it), and a map-reduce whose branch
+    raises it."""
+
+    message: str = "the ledger is closed"
+    times: int = 1
+    items: list[int] = []
+    item: int = 0
+    squares: list[int] = []
+
+
+def charge(state: Ledger) -> dict[str, object]:
+    raise LookupError(state.message * state.times)
+
+
+def split_ledger(state: Ledger) -> object:
+    return fan_out("charge", [{"item": i} for i in state.items])
+
+
+def _raising(name: str, *, idempotent: bool) -> Graph:
+    graph = Graph(name, "1", Ledger)
+    graph.add_node("charge", charge, idempotent=idempotent)
+    graph.add_edge(START, "charge").add_edge("charge", END)
+    return graph
+
+
+def _raising_branches() -> Graph:
+    graph = Graph("raising_branches", "1", Ledger, reducers={"squares": append})
+    graph.add_node("split", split_ledger, idempotent=True)
+    graph.add_node("charge", charge, branch=True, idempotent=True)
+    graph.add_edge(START, "split").add_edge("split", END)
+    return graph
+
+
+#: one node that raises, and may run twice
+RAISING = graph_kind(_raising("raising", idempotent=True).compile())
+#: one node that raises, and may not run twice
+RAISING_ONCE = graph_kind(_raising("raising_once", idempotent=False).compile())
+#: a node that fans out to branches that raise
+RAISING_BRANCHES = graph_kind(_raising_branches().compile())

@@ -338,6 +338,57 @@ def test_a_node_found_started_that_a_deadline_or_cancel_closes_reads_not_run_if_
         assert [o.content for o in change.observations] == [said]
 
 
+def test_a_node_that_ran_and_raised_reads_failed_with_its_error_cut_to_a_bound() -> None:
+    """A node that raised did run: its call is closed as failed with the error (a
+    `tool_finished` error before the session's `failed`), not as not run, and the session
+    fails with the same words; an error of any size is kept to ERROR_CHARS, its start (the
+    node and the exception's type) and its end kept."""
+    first = graph_machine.start(head(), line("a").compile(), now=NOW)
+    assert first.step is not None
+    call = first.step.calls[0].model_copy(update={"state": CallState.STARTED})
+    why = "node 'a' raised LookupError: " + "the ledger is closed; " * 1_000 + "for good"
+    change = graph_machine.node_failed(
+        first.head, call, ErrorCode.INTERNAL, why, now=NOW, duration_ms=12.5
+    )
+    assert (change.head.status, change.head.error_code) == (Status.FAILED, ErrorCode.INTERNAL)
+    message = change.head.error_message
+    assert len(message) <= graph_machine.ERROR_CHARS + 100 < len(why)
+    assert message.startswith("node 'a' raised LookupError: the ledger is closed")
+    assert message.endswith("for good") and "characters cut from the middle" in message
+    assert change.call_states == (("s1c0", CallState.DONE),)
+    (observed,) = change.observations
+    assert (observed.content, observed.is_error) == (f"failed: {message}", True)
+    assert observed.duration_ms == 12.5
+    kinds = [e.kind.value for e in change.events]
+    assert kinds == ["tool_finished", "failed", "dead_lettered"]
+    assert change.events[0].data["is_error"] is True
+
+
+def test_a_branch_that_failed_closes_the_node_that_fanned_out_as_failed_naming_it() -> None:
+    graph = Graph("g", "1", S, reducers={"n": add})
+    graph.add_node("split", lambda s: fan_out("part", [{}]))
+    graph.add_node("part", inc, branch=True)
+    compiled = graph.add_edge(START, "split").add_edge("split", END).compile()
+    first = graph_machine.start(head(), compiled, now=NOW)
+    assert first.step is not None
+    call = first.step.calls[0].model_copy(update={"state": CallState.STARTED})
+    branch = head(
+        id="g1-000",
+        status=Status.FAILED,
+        error_code=ErrorCode.INTERNAL,
+        error_message="NodeFailed: node 'part' raised KeyError: 'n'",
+    )
+    change = graph_machine.branches_joined(
+        first.head, compiled, call, [branch], cost_usd=0.0, tokens=0, now=NOW
+    )
+    why = (
+        "branch g1-000 of node 'split' failed: INTERNAL: NodeFailed: node 'part' raised "
+        "KeyError: 'n'"
+    )
+    assert (change.head.status, change.head.error_message) == (Status.FAILED, why)
+    assert [o.content for o in change.observations] == [f"failed: {why}"]
+
+
 def test_the_same_node_on_the_same_state_is_a_loop() -> None:
     graph = Graph("g", version="1", state=S)
     graph.add_node("a", lambda s: {}).add_edge(START, "a")

@@ -554,13 +554,14 @@ def test_a_graph_node_whose_prompt_is_refused_as_too_long_fails_with_context(
     assert "--context-window" in done.error_message
 
 
-def test_a_graph_node_found_started_and_run_again_reads_not_run_when_refused_as_too_long(
+def test_a_graph_node_found_started_and_run_again_reads_failed_when_refused_as_too_long(
     long: Long, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A node that may run twice, found started (its worker died in it), runs again; refused
     as too long, it failed the session CONTEXT closing the node's call as interrupted ("it
-    may or may not have run"), where a node that raised anything else, a cancel and the
-    deadline close it as not run: the session that ends here did not run it."""
+    may or may not have run"). It ran again, and raised: it reads as failed with the
+    refusal, as a node that raised anything else does (a cancel and the deadline, which stop
+    it before it runs again, close it as not run)."""
     with windowed_chat(WindowedChat(window=1_000, steps=5)) as chat:
         monkeypatch.setenv("OPENAI_BASE_URL", chat.url)
         session_id = long.client.submit(
@@ -580,7 +581,8 @@ def test_a_graph_node_found_started_and_run_again_reads_not_run_when_refused_as_
     assert chat.log[-1].refused
     assert (done.status, done.error_code) == (Status.FAILED, ErrorCode.CONTEXT)
     observed = long.store.load(session_id).observation(call.call_id)
-    assert observed is not None and observed.content == "not run: the session failed"
+    assert observed is not None and observed.content == f"failed: {done.error_message}"
+    assert "node 'ask': the model refused its prompt as too long" in observed.content
 
 
 def test_a_graph_node_refused_as_too_long_is_fitted_under_the_stated_window_once(

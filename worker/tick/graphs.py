@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from tickwork.fsm import context, graph_machine, machine, trees
+from tickwork.fsm import context, graph_machine, trees
 from tickwork.fsm.approvals import ApprovalRule, approval_reason
 from tickwork.fsm.budgets import TenantDay, completion_cap, model_retry_delay
 from tickwork.fsm.errors import ContextTooLong, GraphVersionMismatch, ModelError
@@ -516,9 +516,9 @@ def _run(
         returned, duration = run_call(tick, call, run, rerun=plan.rerun, arguments=state)
     except ContextTooLong as exc:
         ctx = contexts[0] if contexts else None
-        return _with_use(_too_long(tick, graph, node.name, exc, ctx), call, ctx)
+        return _with_use(_too_long(tick, call, exc, ctx, _ran_for(tick)), call, ctx)
     except NodeFailed as exc:
-        return _failed(tick, graph, call, exc, contexts[0] if contexts else None)
+        return _failed(tick, call, exc, contexts[0] if contexts else None, _ran_for(tick))
     finally:
         if contexts:
             tick.report.model = contexts[0].model_call
@@ -530,7 +530,7 @@ def _run(
     except Exception as exc:
         # what the node returned is refused (an update of fields not in the state, branches
         # of a node the graph lacks, its `approve_update` raising): failed as if it raised
-        return _failed(tick, graph, call, exc, ctx)
+        return _failed(tick, call, exc, ctx, duration)
     return _with_calls(ran, ctx)
 
 
@@ -553,14 +553,22 @@ def _with_use(change: Change, call: ToolCall, ctx: NodeContext | None) -> Change
     return _with_calls(used, ctx)
 
 
+def _ran_for(tick: Tick) -> float:
+    """How many milliseconds the node of the tick's call ran before it raised (`run_call`
+    reports it)."""
+    ran = tick.report.tool
+    return 0.0 if ran is None else (ran.ended_ns - ran.started_ns) / 1e6
+
+
 def _failed(
-    tick: Tick, graph: CompiledGraph, call: ToolCall, exc: Exception, ctx: NodeContext | None
+    tick: Tick, call: ToolCall, exc: Exception, ctx: NodeContext | None, duration: float
 ) -> Change:
-    """The node of `call` raised `exc` (`NodeFailed`), or what it returned was refused: the
-    session fails `INTERNAL`, as a tick that raises does (`advance`), or `MODEL_ERROR` when
-    the node raised a model's error (permanent, or transient past its retries), keeping
-    the model calls the node made (`_with_use`) and the window a refusal of one of them
-    stated."""
+    """The node of `call` raised `exc` (`NodeFailed`) after `duration` milliseconds, or what
+    it returned was refused: the session fails `INTERNAL`, as a tick that raises does
+    (`advance`), or `MODEL_ERROR` when the node raised a model's error (permanent, or
+    transient past its retries), and the call reads as failed with the error, not as not
+    run (`graph_machine.node_failed`), keeping the model calls the node made (`_with_use`)
+    and the window a refusal of one of them stated."""
     rt, claimed = tick.rt, tick.claimed
     head = claimed.head
     tick_log.error("tick of session %s v%d failed", head.id, head.version, exc_info=exc)
@@ -569,15 +577,13 @@ def _failed(
         head = head.model_copy(
             update={"result": {**head.result, context.STATED_WINDOW: ctx.stated_window}}
         )
-    upcoming = claimed.calls[0] if claimed.calls else None
-    change = machine.fail(
+    change = graph_machine.node_failed(
         head,
+        call,
         ErrorCode.MODEL_ERROR if isinstance(exc.__cause__, ModelError) else ErrorCode.INTERNAL,
         f"{type(exc).__name__}: {exc}",
         now=rt.clock(),
-        open_calls=claimed.calls,
-        decisions=claimed.decisions,
-        idempotent=_may_run_twice(graph, upcoming),
+        duration_ms=duration,
     )
     return _with_use(change, call, ctx)
 
@@ -642,14 +648,13 @@ def _ran(
 
 
 def _too_long(
-    tick: Tick, graph: CompiledGraph, node: str, exc: ContextTooLong, ctx: NodeContext | None
+    tick: Tick, call: ToolCall, exc: ContextTooLong, ctx: NodeContext | None, duration: float
 ) -> Change:
     """A node's prompt the model refused as too long (fitted under the window it stated, if
     it stated one below the session's): the session fails `CONTEXT`, the window the model
     stated recorded on the card and named in the message with what to do; the node's call
-    closed as a node's that raised is (`_failed`)."""
-    rt, claimed = tick.rt, tick.claimed
-    head = claimed.head
+    closed as failed, as a node's that raised is (`_failed`)."""
+    rt, head, node = tick.rt, tick.claimed.head, call.name
     policy = context.policy_for(head)
     stated = context.stated_window(str(exc))
     if stated is None and ctx is not None:
@@ -667,15 +672,8 @@ def _too_long(
         )
     else:
         why += "; fork it with a larger window (`context_window`) or have the node send less"
-    upcoming = claimed.calls[0] if claimed.calls else None
-    return machine.fail(
-        head,
-        ErrorCode.CONTEXT,
-        why,
-        now=rt.clock(),
-        open_calls=claimed.calls,
-        decisions=claimed.decisions,
-        idempotent=_may_run_twice(graph, upcoming),
+    return graph_machine.node_failed(
+        head, call, ErrorCode.CONTEXT, why, now=rt.clock(), duration_ms=duration
     )
 
 
