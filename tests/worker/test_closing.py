@@ -1,6 +1,7 @@
 """What an embedder's close lets go of: a runtime (or an app) built in a test or a
 long-running service and closed leaves no thread of its own running, and a closed runtime
-used again opens what it needs again, as an engine disposed or a Celery app closed does."""
+used again opens what it needs again, as an engine disposed or a Celery app closed does; a
+worker that stops stops its own app's relay, not another app's in the same process."""
 
 from __future__ import annotations
 
@@ -9,13 +10,17 @@ import threading
 import time
 import weakref
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from celery import Celery, signals
+from celery.contrib.testing.worker import TestWorkController, start_worker
 from sqlalchemy import text
+from tickwork.fsm.values import Status
 from tickwork.store import Store
 from tickwork.worker.config.settings import Settings
 from tickwork.worker.jobs import Jobs
@@ -23,7 +28,7 @@ from tickwork.worker.tick.app import make_app, runtime
 from tickwork.worker.tick.runtime import Runtime
 
 from tickwork.client import Tickwork
-from tickwork.testing import until
+from tickwork.testing import prepare_database, until, write_script
 from tickwork.testing.store_ticks import claim, new_session
 
 #: a short lease, renewed every 0.5 s: one not renewed is lost within seconds
@@ -154,3 +159,72 @@ def test_a_closed_client_closes_the_app_it_made(tmp_path: Path) -> None:
     client.close()
     gc.collect()
     assert collected() is None, "the client's app is still reachable once it is closed"
+
+
+class _Worker(TestWorkController):
+    """A worker in a thread of this process that says it is ready as `celery worker` does:
+    `worker_ready` from its consumer, which starts its app's relay."""
+
+    def on_consumer_ready(self, consumer: Any) -> None:
+        super().on_consumer_ready(consumer)
+        signals.worker_ready.send(sender=consumer)
+
+
+@contextmanager
+def _worker(settings: Settings) -> Iterator[tuple[TestWorkController, threading.Thread]]:
+    """An app with its relay (`make_app`) and a real worker of it on the filesystem broker,
+    in this process: the worker, and the app's relay thread (`tickwork-relay`)."""
+    prepare_database(settings)
+    app = make_app(settings, relay=True)
+    try:
+        before = set(threading.enumerate())
+        with start_worker(
+            app,
+            pool="threads",
+            concurrency=1,
+            perform_ping_check=False,
+            shutdown_timeout=30,
+            loglevel="WARNING",
+            WorkController=_Worker,
+        ) as controller:
+            relay = until(
+                lambda: [t for t in _started_since(before) if t.name == "tickwork-relay"],
+                timeout=10,
+                what="the app's relay started with its worker",
+            )
+            yield controller, relay[0]
+    finally:
+        app.close()
+
+
+def test_one_apps_worker_shutting_down_leaves_the_other_apps_relay_running(
+    tmp_path: Path,
+) -> None:
+    """Two apps, each with its worker, in one process: the first worker's shutdown stopped
+    the second app's relay too (its receiver stopped its threads before it looked at which
+    app's worker had sent it), so the second worker ran on with no relay."""
+
+    def settings(name: str) -> Settings:
+        return Settings(
+            state_dir=tmp_path / name, broker_url="", relay_period_s=0.1, relay_after_s=0
+        )
+
+    one, two = settings("one"), settings("two")
+    with _worker(one) as (first, first_relay), _worker(two) as (_, second_relay):
+        first.stop()  # a warm shutdown: `worker_shutdown` from the first worker
+
+        until(lambda: not first_relay.is_alive(), timeout=10, what="the first app's relay")
+        assert second_relay.is_alive()
+        # submitted without its first tick published: only a relay offers it
+        client = Tickwork(two)
+        client.publish = lambda *_: None  # type: ignore[method-assign]
+        try:
+            script = write_script([{"content": "done"}], tmp_path)
+            session_id = client.submit("tests.jobs:TEST", {"sink": str(tmp_path)}, model=script).id
+            until(
+                lambda: client.get(session_id).status is Status.COMPLETED,
+                timeout=30,
+                what="the session, relayed by the second app and run by its worker",
+            )
+        finally:
+            client.close()

@@ -334,10 +334,12 @@ def _start_relay_with_worker(app: App) -> None:
                 log.error("retention does not run in this worker: %s", exc)
 
     def shutdown(sender: Any = None, **_: Any) -> None:
+        if getattr(sender, "app", None) is not app:
+            return  # another app's worker in this process: its relay is not ours to stop
         for thread in threads:
             thread.stop()
         held = getattr(app, "_tickwork_runtime", None)
-        if getattr(sender, "app", None) is app and held is not None and held[0] == os.getpid():
+        if held is not None and held[0] == os.getpid():
             for background in held[1].background:
                 background.stop()
             held[1].close()  # its sign of life given up too
