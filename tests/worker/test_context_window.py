@@ -551,7 +551,7 @@ def test_a_graph_node_whose_prompt_is_refused_as_too_long_fails_with_context(
     # the window the model stated is on the card, and the message says what to do
     assert done.result[context.STATED_WINDOW] == 1_000
     assert "the model states a context window of 1,000 tokens" in done.error_message
-    assert "--context-window" in done.error_message
+    assert "(`context_window`)" in done.error_message
 
 
 def test_a_graph_node_found_started_and_run_again_reads_failed_when_refused_as_too_long(
