@@ -5,20 +5,15 @@ fail with "unable to detect version" (the packed source has no .git), and the pa
 
 from __future__ import annotations
 
-import fcntl
-import shutil
-import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from tickwork.fsm.values import Status
 from tickwork.worker.sandbox.runner import Sandbox, check
 
-from tests.conftest import WHEELS
 from tests.environments.projects import git, vcs_project
-from tests.services import IN_CI, missing
-from tickwork.package_index import Index, fetch_wheels, serving
+from tests.services import IN_CI
+from tickwork.package_index import Index
 from tickwork.testing import SessionDriver, call, embedded_settings, reply, running_worker
 
 pytestmark = pytest.mark.skipif(
@@ -33,29 +28,6 @@ SHOW = (
 )
 
 
-@pytest.fixture(scope="module")
-def vcs_index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Index]:
-    """An index of setuptools, setuptools-scm, hatchling (with the `editables` it asks for
-    an editable build) and hatch-vcs (fetched once per machine into the tests' wheel
-    cache)."""
-    try:
-        WHEELS.mkdir(parents=True, exist_ok=True)
-        with (WHEELS / "vcs.lock").open("w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            fetch_wheels(
-                WHEELS / "vcs",
-                *("setuptools>=64", "setuptools-scm>=8", "hatchling", "hatch-vcs", "editables"),
-            )
-    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
-        said = getattr(exc, "stderr", b"") or b""
-        missing("the package registry (pip download setuptools-scm)", said.decode()[-300:] or exc)
-    folder = tmp_path_factory.mktemp("vcs-wheels")
-    for wheel in (WHEELS / "vcs").glob("*.whl"):
-        shutil.copy(wheel, folder)
-    with serving(folder) as served:
-        yield served
-
-
 @pytest.mark.parametrize(
     ("plugin", "after", "expected", "via"),
     [
@@ -64,7 +36,7 @@ def vcs_index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Index]:
     ],
 )
 def test_a_project_versioned_by_git_installs_with_its_checkout_s_version(
-    vcs_index: Index,
+    build_index: Index,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     plugin: str,
@@ -72,8 +44,8 @@ def test_a_project_versioned_by_git_installs_with_its_checkout_s_version(
     expected: str,
     via: str,
 ) -> None:
-    monkeypatch.setenv("TICKWORK_PIP_INDEX_URL", vcs_index.url)
-    monkeypatch.setenv("TICKWORK_EGRESS_ALLOW", vcs_index.address)
+    monkeypatch.setenv("TICKWORK_PIP_INDEX_URL", build_index.url)
+    monkeypatch.setenv("TICKWORK_EGRESS_ALLOW", build_index.address)
     source = vcs_project(tmp_path / "src", plugin, tag="v1.2.3", after=after)
     settings = embedded_settings(tmp_path / "deploy")
     with running_worker(settings), SessionDriver(settings) as driver:

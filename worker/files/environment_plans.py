@@ -435,7 +435,11 @@ def plan(
         if online:
             requires = _strings(_table(meta.get("build-system")).get("requires"))
             if requires:
-                commands.append(f"{PIP} {' '.join(shlex.quote(r) for r in requires)}")
+                # the newest that satisfy them, as pip's build isolation takes: the system's
+                # older setuptools 66 satisfies wrapt's `setuptools>=62` but cannot read its
+                # `license = "BSD-2-Clause"` (77 can)
+                quoted = " ".join(shlex.quote(r) for r in requires)
+                commands.append(f"{PIP} --upgrade {quoted}")
             # without build isolation pip installs none of what the backend asks for besides
             # (hatchling's `editables`, a setup.py's setup_requires): ask it, install those
             commands.append(_backend_requires_command())
