@@ -17,6 +17,7 @@ from tickwork.worker.files.environment_plans import (
     AUTO,
     MISSING,
     OFFLINE,
+    PIP,
     SETUP_PY_SHIM,
     check_setup,
     dependency_files,
@@ -520,6 +521,29 @@ def test_dev_s_tools_that_no_test_imports_are_left_out(where: str) -> None:
         assert {"pytest-cov", "freezegun"} <= set(made.wanted)
     else:
         assert "dependency groups: tests" in made.detected, made.detected
+
+
+def test_dev_s_packaging_tools_are_left_out() -> None:
+    """sqlparse's `dev` group holds pytest and coverage beside `build` and `hatch>=1.18`
+    (which brings uv, virtualenv and httpx): its environment took 38 MB and 37 s for tools
+    that build and publish the project, which no test imports."""
+    sqlparse = b"""
+[build-system]
+requires = ["hatchling"]
+build-backend = "hatchling.build"
+[project]
+name = "sqlparse"
+[dependency-groups]
+dev = ["pytest", "coverage", "ruff", "build", "sphinx", "furo", "hatch>=1.18.0", "flit"]
+"""
+    made = plan(AUTO, {"pyproject.toml": sqlparse}, uses_pytest=True, online=True)
+    (install,) = [c for c in made.commands if "pip install" in c and "coverage" in c]
+    assert install.startswith(f"{PIP} pytest coverage ||"), install
+    assert "hatch" not in install and "build" not in install and "flit" not in install
+    assert set(made.wanted) == {"pytest", "coverage", "sqlparse"}, made.wanted
+    assert "left out of dev, tools no test imports: ruff,build,sphinx,furo,hatch,flit" in (
+        made.detected
+    ), made.detected
 
 
 def test_the_requirements_of_extras_auto_does_not_install_are_recorded_by_extra() -> None:
