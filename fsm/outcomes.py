@@ -364,7 +364,8 @@ def cut_short(command: str, exit_code: int | None, output: str) -> str | None:
     or a negative code: the runner itself, e.g. by the memory limit), pytest-timeout
     stopped the whole run at a hanging test (its `Timeout` banner with no summary after it),
     or pytest stopped at its Nth failure (`-x`, `--maxfail N`: the tests after it did not
-    run).
+    run), or unittest at its first (`-f`, `--failfast`, read from the command: it prints
+    nothing that says so).
     A run killed by tickwork (its time limit, its output cap: no exit code) has no verdict
     at all, and is not asked; nor is one that exited 0 (it passed, whatever it printed).
     """
@@ -382,7 +383,39 @@ def cut_short(command: str, exit_code: int | None, output: str) -> str | None:
             f"pytest stopped after {stopped.group(1)} failures (`-x` or `--maxfail`): the tests "
             "after them did not run"
         )
+    if _unittest_failfast(command):
+        return (
+            "unittest stopped at its first failure (`-f` or `--failfast`): the tests after it "
+            "did not run"
+        )
     return None
+
+
+#: unittest's options that take a value, the rest of their word or the next one (`-kf`:
+#: the pattern "f"); its others (`-v`, `-f`, `-b`) may be joined in one word (`-vf`)
+_UNITTEST_VALUED = frozenset("kspt")
+
+
+def _unittest_failfast(command: str) -> bool:
+    """Whether the command runs `python -m unittest` with `-f` or `--failfast`, which
+    stops at the first failure and prints nothing that says so."""
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return False
+    runs = [i + 2 for i in range(len(words) - 1) if words[i : i + 2] == ["-m", "unittest"]]
+    for word in words[runs[0] :] if runs else ():
+        if word in ("&&", "||", ";", "|"):
+            break
+        if word == "--failfast":
+            return True
+        if re.fullmatch(r"-[A-Za-z]+", word):
+            for letter in word[1:]:
+                if letter == "f":
+                    return True
+                if letter in _UNITTEST_VALUED:
+                    break
+    return False
 
 
 def why_tests_did_not_run(

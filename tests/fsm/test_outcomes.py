@@ -307,6 +307,7 @@ def test_failures_the_runner_counted_are_not_hidden_by_the_exit_code(
 
 
 _BANNER = "+++++++++++++++++ Timeout +++++++++++++++++\n~~~~ Stack of MainThread ~~~~\n"
+_UNITTEST_FAILED = "FAIL: test_a (t.T.test_a)\n---\nRan 1 test in 0.1s\n\nFAILED (failures=1)\n"
 
 
 @pytest.mark.parametrize(
@@ -331,6 +332,17 @@ _BANNER = "+++++++++++++++++ Timeout +++++++++++++++++\n~~~~ Stack of MainThread
             "pytest stopped after 1 failures (`-x` or `--maxfail`)",
         ),
         ("pytest -x", 0, "!!!!! stopping after 1 failures !!!!!\n", None),
+        # unittest's -f / --failfast stops at the first failure and says nothing of it
+        ("python3 -m unittest -f", 1, _UNITTEST_FAILED, "unittest stopped at its first"),
+        ("python -m unittest --failfast -v", 1, _UNITTEST_FAILED, "`-f` or `--failfast`"),
+        ("cd src && python3 -m unittest discover -vf", 1, _UNITTEST_FAILED, "unittest stopped"),
+        ("python3 -m unittest -b -f tests.test_x", 1, _UNITTEST_FAILED, "unittest stopped"),
+        # not failfast: `-k` takes the rest of its word (`-kf`: the pattern "f"), a module
+        # named f, or pytest's own -f (pytest-xdist's looponfail), or a run that passed
+        ("python3 -m unittest -kf", 1, _UNITTEST_FAILED, None),
+        ("python3 -m unittest -v tests/f.py", 1, _UNITTEST_FAILED, None),
+        ("python3 -m unittest -f", 0, "Ran 3 tests in 0.1s\n\nOK\n", None),
+        ("python3 -m unittest -v", 1, _UNITTEST_FAILED, None),
         # a run that exited 0 passed: a banner printed on the way (a script's earlier,
         # ignored pytest run; a test's own output) and no pytest summary after it cut nothing
         ("./run_tests.sh", 0, _BANNER + "Ran 3 tests in 0.1s\n\nOK\n", None),

@@ -319,6 +319,11 @@ def test_a_run_cut_short_is_not_the_run_before_any_change() -> None:
     assert (
         baseline.first_run(_history((1, "run_tests", first), test_command="pytest -x"), []) is None
     )
+    # unittest's --failfast stops the same way, and says nothing of it
+    command = "python3 -m unittest --failfast"
+    failed = "FAIL: test_a (t.T.test_a)\n---\nRan 1 test in 0.1s\n\nFAILED (failures=1)\n"
+    first = f"tests FAILED ({command})\nexit code: 1\n--- stderr ---\n{failed}"
+    assert baseline.first_run(_history((1, "run_tests", first), test_command=command), []) is None
 
 
 def test_a_run_tests_that_timed_out_is_not_the_run_before(ticks: Ticks) -> None:
