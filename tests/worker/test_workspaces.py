@@ -582,6 +582,15 @@ def test_a_shipped_egg_info_is_not_named_among_what_the_gitignore_left_out(
     assert "gitignored" not in only and "left out" not in sources.describe(only)
 
 
+SIMPLEJSON_PKG_INFO = b"""Metadata-Version: 2.1
+Name: simplejson
+Version: 4.3.0
+Summary: Simple, fast, extensible JSON encoder/decoder for Python
+
+Name: not-this-one (its description)
+"""
+
+
 def test_a_sources_project_is_named_by_its_packaging_else_by_the_source() -> None:
     """What `tickwork env ls` says an environment was built for."""
     pyproject = {"pyproject.toml": b'[project]\nname = "humanize"\n'}
@@ -590,6 +599,9 @@ def test_a_sources_project_is_named_by_its_packaging_else_by_the_source() -> Non
     assert sources.project_name(where, pyproject) == "humanize"
     assert sources.project_name(where, cfg) == "python-dateutil"
     assert sources.project_name(where, {}) == "python-dateutil-2.9.0"
+    # simplejson's sdist: setup.py holds its name, PKG-INFO says it
+    sdist = {"setup.cfg": b"[egg_info]\ntag_build = \n", "PKG-INFO": SIMPLEJSON_PKG_INFO}
+    assert sources.project_name(where, sdist) == "simplejson"
     repo = {"kind": "repo", "url": "https://u:secret@example.com/org/calc.git?token=x"}
     assert sources.project_name(repo, {}) == "calc"
     assert sources.project_name({"url": "git@example.com:org/tool.git"}, {}) == "tool"

@@ -374,6 +374,14 @@ def _identity(manifest: Manifest) -> str:
     return hashlib.sha256(json.dumps(dict(sorted(manifest.items()))).encode()).hexdigest()
 
 
+def _root_file(rt: Runtime, manifest: Manifest, path: str) -> dict[str, bytes]:
+    """`{path: content}` of a file of the source, or {} if it has none."""
+    if path not in manifest:
+        return {}
+    blob = parse_entry(manifest[path])[1]
+    return {path: rt.workspaces.blobs({blob})[blob]}
+
+
 def prepare(rt: Runtime, head: Head) -> Change | Head:
     """The session's environment before its first model call: the head with it recorded
     (found ready, or nothing to build: the tick goes on to THINK), or a change (built by
@@ -421,7 +429,8 @@ def prepare(rt: Runtime, head: Head) -> Change | Head:
         return machine.environment_failed(head, _record(plan_, None, "failed"), str(exc), now=now)
     owner = owner_name()
     # which project it was built for, as `tickwork env ls` shows it (the key does not say)
-    project = sources.project_name(source, files)
+    named = {**files, **_root_file(rt, manifest, "PKG-INFO")}
+    project = sources.project_name(source, named)
     verdict, row = rt.store.environments.claim(
         key,
         owner=owner,

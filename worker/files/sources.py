@@ -629,9 +629,11 @@ MAX_NAME_CHARS = 100
 def project_name(source: Any, files: Mapping[str, bytes]) -> str:
     """The name of the project a source holds, for a listing of what was built for it:
     its packaging's (`[project] name` of pyproject.toml, else `[metadata] name` of
-    setup.cfg; `files`: path -> content at its root), else the source's own (a workspace's
-    folder, a repository's last path part), else "". Both come from the submitter: a name
-    that is not a distribution's is not taken, and the source's is cut and made printable."""
+    setup.cfg, else an unpacked sdist's `Name:` in PKG-INFO, where a setup.py project's
+    name is written down; `files`: path -> content at its root), else the source's own (a
+    workspace's folder, a repository's last path part), else "". Both come from the
+    submitter: a name that is not a distribution's is not taken, and the source's is cut
+    and made printable."""
     try:
         meta = tomllib.loads(files.get("pyproject.toml", b"").decode("utf-8", "replace"))
     except (tomllib.TOMLDecodeError, RecursionError):
@@ -644,6 +646,9 @@ def project_name(source: Any, files: Mapping[str, bytes]) -> str:
         names.append(config.get("metadata", "name", fallback=None))
     except configparser.Error:
         pass
+    headers = files.get("PKG-INFO", b"").decode("utf-8", "replace").partition("\n\n")[0]
+    sdist = re.search(r"^Name: *(\S+) *$", headers, re.MULTILINE)
+    names.append(sdist.group(1) if sdist else None)
     for name in names:
         if isinstance(name, str) and _PROJECT.fullmatch(name.strip()):
             return name.strip()
