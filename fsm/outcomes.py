@@ -220,10 +220,40 @@ def no_tests_ran(command: str, exit_code: int | None, output: str) -> str | None
         return (
             "pytest stopped before running any test (exit 4: a usage error"
             + (f": {said[:300]}" if said else "")
-            + "): check the test command, the project's pytest configuration (`addopts`) "
+            + "): "
+            + _plugin_hint(said)
+            + "check the test command, the project's pytest configuration (`addopts`) "
             "and that the plugins and imports it needs are in the environment"
         )
     return None
+
+
+#: the options of well-known pytest plugins, as pytest refuses them without the plugin
+_PLUGIN_OPTIONS = (
+    (re.compile(r"--cov\b"), "pytest-cov"),
+    (re.compile(r"-n\b|--numprocesses\b|--dist\b"), "pytest-xdist"),
+    (re.compile(r"--timeout\b"), "pytest-timeout"),
+    (re.compile(r"--benchmark-"), "pytest-benchmark"),
+    (re.compile(r"--reruns\b"), "pytest-rerunfailures"),
+    (re.compile(r"--doctest-plus\b"), "pytest-doctestplus"),
+    (re.compile(r"--randomly-"), "pytest-randomly"),
+    (re.compile(r"--mypy\b"), "pytest-mypy"),
+    (re.compile(r"--asyncio-mode\b"), "pytest-asyncio"),
+)
+_UNRECOGNIZED = re.compile(r"unrecognized arguments: (.*)")
+
+
+def _plugin_hint(said: str) -> str:
+    """Which plugin an option pytest refused belongs to, as the start of a sentence, or ""."""
+    found = _UNRECOGNIZED.search(said)
+    for word in found.group(1).split() if found else ():
+        for option, plugin in _PLUGIN_OPTIONS:
+            if option.match(word):
+                return (
+                    f"`{word.split('=')[0]}` is an option of {plugin}, which the environment "
+                    "lacks: add it to the test requirements or `--setup`, or drop the option; "
+                )
+    return ""
 
 
 #: the shell refused the command before running it: a syntax error (dash's words, and

@@ -188,6 +188,38 @@ def test_a_pytest_usage_error_says_what_pytest_refused() -> None:
     assert said is not None and "unrecognized arguments: -n" in said and "addopts" in said
 
 
+@pytest.mark.parametrize(
+    ("refused", "plugin"),
+    [
+        ("--cov=sqlparse", "pytest-cov"),
+        ("--cov", "pytest-cov"),
+        ("-n 4", "pytest-xdist"),
+        ("-n auto --dist loadfile", "pytest-xdist"),
+        ("--timeout=30", "pytest-timeout"),
+        ("--benchmark-skip", "pytest-benchmark"),
+        ("--reruns 2", "pytest-rerunfailures"),
+        ("--doctest-plus", "pytest-doctestplus"),
+        ("--frobnicate", None),
+    ],
+)
+def test_a_pytest_usage_error_names_the_plugin_of_an_option_it_refused(
+    refused: str, plugin: str | None
+) -> None:
+    """sqlparse tested with `--cov=sqlparse` and no pytest-cov said to check "that the
+    plugins ... it needs are in the environment" without saying which: the option's plugin
+    is named where it is a well-known one."""
+    output = PYTEST_USAGE.replace(
+        "unrecognized arguments: -n", f"unrecognized arguments: {refused}"
+    )
+    said = no_tests_ran("python3 -m pytest -q", 4, output)
+    assert said is not None and f"unrecognized arguments: {refused}" in said
+    if plugin is None:
+        assert "is an option of" not in said, said
+    else:
+        assert f"is an option of {plugin}" in said, said
+        assert "add it to the test requirements" in said
+
+
 MAKE_NO_UV = "uv pip install -e .\nmake: uv: No such file or directory\n" + (
     "make: *** [Makefile:25: test] Error 127"
 )
