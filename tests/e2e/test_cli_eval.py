@@ -124,7 +124,7 @@ def test_bad_input_is_one_error_line(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert "--demo, not both" in _refused(state, 2, "eval", str(bad), "--demo")
     assert "or --demo" in _refused(state, 2, "eval", "run")
     assert "'--approve'" in _refused(state, 2, "eval", "--demo", "--approve", "x")
-    assert "max_steps" in _refused(state, 2, "eval", "--demo", "--max-steps", "0")
+    assert "--max-steps must be" in _refused(state, 2, "eval", "--demo", "--max-steps", "0")
     good = tmp_path / "good.jsonl"
     good.write_text(json.dumps({"id": "a", "source": ".", "test_command": "t"}) + "\n")
     assert f"{good}:1: field `script`: task 'a' has none" in _refused(
