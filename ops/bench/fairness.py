@@ -15,7 +15,7 @@ then A alone and A with B, in alternating order from round to round, with a VACU
 ANALYZE before each A run where the server's autovacuum is off (each run writes 10,000
 ticks: without it the second run of a round is the slower for the first's dead rows).
 
-    python ops/bench/fairness.py [--a 2000] [--b 10] [--concurrency 2] [--quick]
+    python ops/bench/fairness.py [--a 2000] [--b 10] [--steps 2] [--concurrency 2] [--quick]
 """
 
 from __future__ import annotations
@@ -170,7 +170,7 @@ def run(args: argparse.Namespace, url: str, folder: Path) -> dict[str, Any]:
     os.environ["TICKWORK_TENANTS_FILE"] = str(tenants)
     s = common.settings(url, "fair", relay_period_s=0.5)
     tw = common.client(s)
-    model = kinds.write_script(folder, "steps2", kinds.replies(2))
+    model = kinds.write_script(folder, f"steps{args.steps}", kinds.replies(args.steps))
     env = common.worker_env(s, TICKWORK_TENANTS_FILE=str(tenants), TICKWORK_RELAY_PERIOD_S="0.5")
     rounds = []
     try:
@@ -210,10 +210,15 @@ def main() -> None:
         "--a-limit", type=int, default=0, help="A's max_in_flight [the concurrency]"
     )
     parser.add_argument("--repeats", type=int, default=2, help="rounds, each B idle, A, A + B")
-    parser.add_argument("--quick", action="store_true", help="60 of A's, 5 of B's: a smoke run")
+    parser.add_argument("--steps", type=int, default=2, help="agent steps of every session")
+    parser.add_argument(
+        "--quick", action="store_true", help="60 of A's, 5 of B's, 8 steps each: a smoke run"
+    )
     args = parser.parse_args()
     if args.quick:
-        args.a, args.b, args.repeats = 60, 5, 1
+        # sessions of 8 steps: 60 sessions of 2 could all end while the next are submitted on
+        # a busy machine, and B would then find no A queued to overtake
+        args.a, args.b, args.repeats, args.steps = 60, 5, 1, 8
     folder = Path(tempfile.mkdtemp(prefix="tickwork-bench-fair-"))
     with common.database("fairness") as url:
         figures = run(args, url, folder)
