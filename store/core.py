@@ -65,6 +65,10 @@ from tickwork.store.ticks import (
 )
 from tickwork.store.transcripts import Transcript, Transcripts
 
+#: the most leases one statement of `renew_leases` renews (three parameters each: well
+#: inside SQLite's and Postgres's limits)
+RENEW_BATCH = 500
+
 
 @guarded
 class CoreStore(Services):
@@ -309,17 +313,23 @@ class CoreStore(Services):
         self, session_id: str, version: int, *, owner: str, now: datetime, lease_s: float
     ) -> bool:
         """Extend our lease while a long call runs; False if it is no longer ours."""
-        stmt = (
-            update(sessions)
-            .where(
-                sessions.c.id == session_id,
-                sessions.c.version == version,
-                sessions.c.lease_owner == owner,
-            )
-            .values(lease_expires_at=now + timedelta(seconds=lease_s))
-        )
+        leases = [(session_id, version, owner)]
+        return (session_id, version) in self.renew_leases(leases, now=now, lease_s=lease_s)
+
+    def renew_leases(
+        self, leases: Sequence[tuple[str, int, str]], *, now: datetime, lease_s: float
+    ) -> set[tuple[str, int]]:
+        """`renew` of many leases, each a (session, version, owner), in one transaction: the
+        (session, version) of those still ours."""
+        expires = now + timedelta(seconds=lease_s)
+        renewed: set[tuple[str, int]] = set()
+        if not leases:
+            return renewed
         with self.engine.begin() as conn:
-            return conn.execute(stmt).rowcount == 1
+            for at in range(0, len(leases), RENEW_BATCH):
+                batch = list(leases[at : at + RENEW_BATCH])
+                renewed |= writes.renew_leases(conn, batch, expires=expires)
+        return renewed
 
     def start_call(
         self,

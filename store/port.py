@@ -185,6 +185,13 @@ class Ticks(Protocol):
         """Extend our lease while a long call runs; False if it is no longer ours."""
         ...
 
+    def renew_leases(
+        self, leases: Sequence[tuple[str, int, str]], *, now: datetime, lease_s: float
+    ) -> set[tuple[str, int]]:
+        """`renew` of many leases, each a (session, version, owner), in one transaction: the
+        (session, version) of those still ours."""
+        ...
+
     def start_call(
         self,
         session_id: str,

@@ -28,6 +28,7 @@ from sqlalchemy import (
     literal,
     or_,
     select,
+    tuple_,
     update,
 )
 from tickwork.fsm.errors import CancelledMeanwhile, ClaimLost
@@ -193,6 +194,29 @@ def _moved(*, leased: bool, completes: bool, child: bool) -> Update:
         )
         .returning(sessions.c.cancel_requested)
     )
+
+
+#: the leases still ours at their version, each a (session, version, owner), moved on at
+#: once: one statement for every running tick of a worker, where one each cost a
+#: transaction per lease in flight every third of a lease (issue 27)
+_RENEW = (
+    update(sessions)
+    .where(
+        tuple_(sessions.c.id, sessions.c.version, sessions.c.lease_owner).in_(
+            bindparam("b_leases", expanding=True)
+        )
+    )
+    .values(lease_expires_at=bindparam("b_expires"))
+    .returning(sessions.c.id, sessions.c.version)
+)
+
+
+def renew_leases(
+    conn: Connection, leases: list[tuple[str, int, str]], *, expires: datetime
+) -> set[tuple[str, int]]:
+    """The (session, version) of those of `leases` still ours, now lasting to `expires`."""
+    found = conn.execute(_RENEW, {"b_leases": leases, "b_expires": expires})
+    return {(session_id, version) for session_id, version in found}
 
 
 #: a graph node's model use added to its step (`ticks.charged_rows`)

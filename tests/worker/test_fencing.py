@@ -125,9 +125,9 @@ class Recording:
         self.leases.append(("claim", lease_s))
         return self._store.claim(*args, lease_s=lease_s, **kw)  # type: ignore[arg-type]
 
-    def renew(self, *args: object, lease_s: float, **kw: object) -> object:
+    def renew_leases(self, *args: object, lease_s: float, **kw: object) -> object:
         self.leases.append(("renew", lease_s))
-        return self._store.renew(*args, lease_s=lease_s, **kw)  # type: ignore[arg-type]
+        return self._store.renew_leases(*args, lease_s=lease_s, **kw)  # type: ignore[arg-type]
 
     def __getattr__(self, name: str) -> object:
         return getattr(self._store, name)

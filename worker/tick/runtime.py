@@ -160,36 +160,41 @@ class Leases:
             self._commands.pop(key, None)
 
     def renew_all(self) -> None:
-        """Renew every held lease once (the thread does it every third of the lease)."""
+        """Renew every held lease once, in one statement (the thread does it every third of
+        the lease)."""
         with self._lock:
             held = [
-                (key, owner)
-                for key, owner in self._held.items()
-                if key not in self._lost or key in self._given_up
+                (session_id, version, owner)
+                for (session_id, version), owner in self._held.items()
+                if (session_id, version) not in self._lost
+                or (session_id, version) in self._given_up
             ]
-        for (session_id, version), owner in held:
-            asked = time.monotonic()
-            try:
-                ours = self._store.renew(
-                    session_id, version, owner=owner, now=self._clock(), lease_s=self.lease_s
-                )
-            except Exception:
-                log.exception("could not renew the lease of session %s", session_id)
-                continue
-            with self._lock:
-                if (session_id, version) not in self._held:
+        if not held:
+            return
+        asked = time.monotonic()
+        try:
+            ours = self._store.renew_leases(held, now=self._clock(), lease_s=self.lease_s)
+        except Exception:
+            log.exception("could not renew the leases of %d running ticks", len(held))
+            return
+        refused = []
+        with self._lock:
+            for session_id, version, _ in held:
+                key = (session_id, version)
+                if key not in self._held:
                     continue
-                if ours:
-                    self._renewed[(session_id, version)] = asked
-                    commands = list(self._commands.get((session_id, version), ()))
-                    for pid in commands:
+                if key in ours:
+                    self._renewed[key] = asked
+                    for pid in self._commands.get(key, ()):
                         WATCHDOG.tell(pid, asked + self.lease_s * self.FENCED)
                     continue
-                self._given_up.discard((session_id, version))
-                self._lost[(session_id, version)] = (
+                self._given_up.discard(key)
+                self._lost[key] = (
                     f"the lease of session {session_id} v{version} is no longer this worker's "
                     "(its renewal was refused: another worker took the session over)"
                 )
+                refused.append(key)
+        for session_id, version in refused:
             log.warning(
                 "session %s v%d: the lease renewal was refused, another worker has taken the "
                 "session over; its running command is killed",

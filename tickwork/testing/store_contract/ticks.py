@@ -1,5 +1,5 @@
-"""The `Ticks` sub-port: claim, save, renew and start_call, the compare-and-swap that
-makes a tick run once, and the leases that keep a second worker out."""
+"""The `Ticks` sub-port: claim, save, renew (one lease or many) and start_call, the
+compare-and-swap that makes a tick run once, and the leases that keep a second worker out."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from tickwork.testing.store_ticks import (
     claim,
     decision,
     execute,
+    new_session,
     reply,
     run_step,
     think,
@@ -316,6 +317,32 @@ class TickContract(StartContract):
 
         assert not store.renew(session_id, 0, owner="w1", now=clock(), lease_s=LEASE_S)
         assert store.lease(session_id) is None
+
+    def test_renew_leases_renews_those_still_ours_in_one_call(
+        self, store: Store, clock: Clock, session_id: str
+    ) -> None:
+        store.create(new_session("sess-2", now=clock()), now=clock())
+        store.create(new_session("sess-3", now=clock()), now=clock())
+        claim(store, session_id, now=clock(), owner="w1")
+        claim(store, "sess-2", now=clock(), owner="w1")
+        claim(store, "sess-3", now=clock(), owner="w2")
+        before = store.lease("sess-2"), store.lease("sess-3")
+
+        renewed = store.renew_leases(
+            [
+                (session_id, 0, "w1"),
+                ("sess-2", 1, "w1"),  # not its version
+                ("sess-3", 0, "w1"),  # another worker's
+                ("nope", 0, "w1"),
+            ],
+            now=clock.advance(20),
+            lease_s=LEASE_S,
+        )
+
+        assert renewed == {(session_id, 0)}
+        assert store.lease(session_id) == ("w1", clock() + timedelta(seconds=LEASE_S))
+        assert (store.lease("sess-2"), store.lease("sess-3")) == before
+        assert store.renew_leases([], now=clock(), lease_s=LEASE_S) == set()
 
     def test_start_call_without_the_lease_is_claim_lost(
         self, store: Store, clock: Clock, session_id: str
