@@ -28,6 +28,7 @@ FLAG_OF = {
     "deadline_s": "--deadline",
     "context_window": "--context-window",
     "tool_outputs": "--tool-output",
+    "model": "--model",
     **INPUT_OPTIONS,
 }
 _FIELD = re.compile("`(" + "|".join(FLAG_OF) + ")`")

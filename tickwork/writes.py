@@ -591,12 +591,13 @@ class Writes(Deployment):
 
     def _check_model(self, spec: str) -> None:
         """Refuse a fork's model spec as a submit's is refused (InvalidModelSpec), naming
-        the option: the spec is untrusted input (it goes into URLs, logs and the store)."""
+        the field (the command line says its flag): the spec is untrusted input (it goes
+        into URLs, logs and the store)."""
         storable(spec, name="the model")
         try:
             check_spec(spec, self.providers)
         except InvalidModelSpec as exc:
-            raise InvalidModelSpec(f"--model (API: model): {exc.message}") from None
+            raise InvalidModelSpec(f"`model`: {exc.message}") from None
 
     def _check_output(self, call_id: str, output: str) -> None:
         """Refuse an output given by hand for a tool call (a fork's, a person's) longer than

@@ -449,7 +449,7 @@ def test_a_fork_runs_on_the_model_it_names_taken_as_a_submit_s(stack: Stack) -> 
     long = stack.http("olga").post(path, json={"from_step": 0, "model": "openai:" + "m" * 500})
     assert long.status_code == 422 and long.json()["errors"][0]["loc"] == ["body", "model"]
     named = stack.http("olga").post(path, json={"from_step": 0, "model": "gemini:pro"}).json()
-    assert named["message"].startswith("--model (API: model): unknown model spec 'gemini:pro'")
+    assert named["message"].startswith("`model`: unknown model spec 'gemini:pro'")
     assert stack.http("alice").get("/api/v1/sessions", params={"parent_id": parent}).json() == []
 
     model = stack.deployment.script([{"content": "the fork's own model answered"}])

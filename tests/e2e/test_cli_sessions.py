@@ -163,7 +163,7 @@ def test_errors_are_one_line_with_an_exit_code(deployment: Deployment, cli: Cli)
         # a fork's model is checked as a submit's, and the option named
         ("fork", sid, "--from-step", "1", "--model", "gemini:pro"): (
             2,
-            "--model (API: model): unknown model spec 'gemini:pro'",
+            "--model: unknown model spec 'gemini:pro'",
             "openai:",
         ),
         ("fork", sid, "--from-step", "1", "--model", "scripted:/no/such.json"): (

@@ -107,7 +107,7 @@ def test_submit_decide_watch_show_ls_fork(remote: Remote, cli: ModeCli) -> None:
     patch = ["--tool-output", "s1c2=patched by hand", "--append-instruction", "be careful"]
     # the server checks a fork's model as a submit's, and names the option
     bad = cli.inline("fork", sid, "--from-step", "1", "--model", "gemini:pro", ok=False)
-    bad.error(2, "--model (API: model): unknown model spec 'gemini:pro'")
+    bad.error(2, "--model: unknown model spec 'gemini:pro'")
     second = remote.script([{"content": "unused"}, {"content": "done by the second model"}])
     more = ["--max-steps", "9", "--model", second, "--as", "frank", "--json"]
     forked = cli("fork", sid, "--from-step", "1", *patch, *more).json()

@@ -190,7 +190,7 @@ def test_dead_letters_list_show_stats_export_fork_resolve_dismiss(
     with pytest.raises(RemoteError) as bad_model:
         olga.fork_dead_letter(over[0], from_step=1, budgets={"max_steps": 5}, model="gemini:pro")
     assert bad_model.value.status == 422 and bad_model.value.code == "invalid_model_spec"
-    assert "(API: model)" in bad_model.value.message
+    assert bad_model.value.message.startswith("`model`: ")
     assert olga.dead_letter(over[0])["forks"] == []
     model = remote.script(ECHO)
     fork = olga.fork_dead_letter(over[0], from_step=1, budgets={"max_steps": 5}, model=model)

@@ -312,7 +312,7 @@ def test_a_fork_naming_a_model_spec_tickwork_cannot_run_is_refused(ticks: Ticks,
     with pytest.raises(InvalidModelSpec) as refused:
         ticks.client.fork(parent.id, from_step=0, by="olga", model=spec)
 
-    assert str(refused.value).startswith("--model (API: model): ")
+    assert str(refused.value).startswith("`model`: ")
     assert repr(spec) in str(refused.value)
     assert [h.id for h in ticks.store.list_sessions()] == [parent.id]
 

@@ -85,8 +85,9 @@ export function forkForm({ head, steps, step, path, title, extra }) {
     const loc = new Set((e.body.errors || []).flatMap((x) => (x.loc || []).map(String)));
     const about = (name, yes) => { if (yes && !said.has(name)) said.set(name, message); };
     about("system_prompt", loc.has("system_prompt") || /\bsystem_prompt\b/.test(message));
-    about("model", loc.has("model") || /\(API: model\)/.test(message)
-      || ["model_not_allowed", "invalid_script", "unpriced_model"].includes(e.body.code));
+    about("model", loc.has("model") || /`model`/.test(message)
+      || ["invalid_model_spec", "model_not_allowed", "invalid_script", "unpriced_model"]
+        .includes(e.body.code));
     for (const id of outputs.keys()) {
       const shown = outputs.get(id).row.isConnected;
       const named = new RegExp(`\\b${literally(id)}\\b`);
