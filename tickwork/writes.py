@@ -699,9 +699,8 @@ def _check_priced(
         how = f"ask an operator to price it in TICKWORK_PRICES ({name!r})"
     if budgets.limits_cost:
         raise UnpricedModel(
-            f"model {spec!r} has no price, so max_cost_usd (${budgets.max_cost_usd:g}) cannot "
-            f"limit its cost; {how}; or turn the cost budget off with --max-cost-usd 0 "
-            "(API and Python: budgets max_cost_usd 0)"
+            f"model {spec!r} has no price, so `max_cost_usd` (${budgets.max_cost_usd:g}) "
+            f"cannot limit its cost; {how}; or turn the cost budget off with `max_cost_usd` 0"
         )
     if quota is not None:
         raise UnpricedModel(

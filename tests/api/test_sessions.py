@@ -97,7 +97,11 @@ def test_bad_submissions_are_422_and_say_what_was_wrong(stack: Stack) -> None:
         ({"kind": TEST_KIND, "model": script, "id": "no spaces please"}, "may only hold"),
         ({"kind": TEST_KIND, "model": "scripted:/no/such/script.json"}, "script"),
         ({"kind": TEST_KIND, "model": "gpt-4o"}, "unknown model spec 'gpt-4o': use openai:MODEL"),
-        ({"kind": TEST_KIND, "model": "openai:my-local"}, "'openai:my-local' has no price"),
+        # the field, in the API's words: no CLI flag
+        (
+            {"kind": TEST_KIND, "model": "openai:my-local"},
+            "'openai:my-local' has no price, so `max_cost_usd` ($",
+        ),
         ({"kind": TEST_KIND, "model": "openai:my-local", "price": [-1, 2]}, "body.price.0"),
         ({"kind": TEST_KIND, "model": script, "context_window": 10}, "body.context_window"),
         ({"kind": TEST_KIND, "model": script, "context_window": "big"}, "body.context_window"),

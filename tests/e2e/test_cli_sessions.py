@@ -187,10 +187,10 @@ def test_errors_are_one_line_with_an_exit_code(deployment: Deployment, cli: Cli)
         ("submit", TEST_KIND, "--model", "gemini:pro"): (2, "'gemini:pro'", "openai:"),
         ("submit", TEST_KIND, "--model", "openai:my-local"): (
             2,
-            "'openai:my-local' has no price",
+            "'openai:my-local' has no price, so --max-cost-usd ($",
             "TICKWORK_PRICES",
             "--price",
-            "--max-cost-usd 0",
+            "turn the cost budget off with --max-cost-usd 0",
         ),
         ("submit", TEST_KIND, "--model", "openai:x", "--price", "cheap"): (2, "--price takes"),
         ("submit", TEST_KIND, "--model", script, "--context-window", "100"): (
