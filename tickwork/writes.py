@@ -198,7 +198,7 @@ class Writes(Deployment):
         spec = model or role.model or self.settings.model or str(config.pop("default_model", ""))
         if not spec:
             raise InvalidInput(
-                "no model given: pass --model (API and Python: model) as openai:MODEL, "
+                "no model given: give `model` as openai:MODEL, "
                 "anthropic:MODEL or scripted:PATH, or set the deployment's default in "
                 "TICKWORK_MODEL"
             )

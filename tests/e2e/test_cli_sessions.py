@@ -758,6 +758,10 @@ def test_a_bad_default_model_names_the_setting_it_came_from(
     )
     given = cli.inline(*base, "--model", "gpt-4o", ok=False, TICKWORK_MODEL="openai:gpt-4o")
     assert "TICKWORK_MODEL" not in given.error(2, "unknown model spec 'gpt-4o'")
+    # none at all: the flag to give, in the CLI's words (the API's are `model`)
+    cli.inline(*base, ok=False, TICKWORK_MODEL="").error(
+        2, "no model given: give --model as openai:MODEL", "TICKWORK_MODEL"
+    )
 
 
 @pytest.mark.parametrize("deployment", ["embedded"], indirect=True)
