@@ -254,3 +254,18 @@ def test_a_bad_price_names_the_part_and_what_to_give(given: str, said: str) -> N
     assert said in message, message
     assert "--price takes PROMPT,COMPLETION[,CACHED[,CACHE_WRITE]] in USD per million" in message
     assert "e.g. --price 0.5,1.5 or --price 3,15,0.3,3.75" in message
+
+
+def test_a_login_name_with_a_control_character_is_refused_naming_it_and_as(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No --as: the login name is recorded, and one from $LOGNAME or $USER holding a newline
+    was refused as `submitted_by` or `by`, words the user never typed."""
+    for name in ("LOGNAME", "USER", "LNAME", "USERNAME"):
+        monkeypatch.setenv(name, "ali\nce")
+    with pytest.raises(InvalidInput) as refused:
+        options.approver(None, doing="submitting")
+    said = refused.value.message
+    assert said.startswith("the login name ($LOGNAME or $USER) 'ali\\nce' holds"), said
+    assert said.endswith("; pass --as NAME")
+    assert options.approver(" alice ") == "alice"

@@ -520,9 +520,13 @@ def approver(name: str | None, *, doing: str = "deciding") -> str:
             raise InvalidInput(f"--as needs a name: who is {doing}")
         return check_name(name, what="--as")
     try:
-        return getpass.getuser()
+        login = getpass.getuser()
     except (OSError, KeyError):
         raise InvalidInput(f"who is {doing}? $USER is not set: pass --as NAME") from None
+    try:
+        return check_name(login, what="the login name ($LOGNAME or $USER)")
+    except InvalidInput as exc:  # the user typed no name: say where it came from, and --as
+        raise InvalidInput(f"{exc.message}; pass --as NAME") from None
 
 
 def price(text: str | None) -> tuple[float, ...] | None:

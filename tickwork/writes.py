@@ -710,10 +710,15 @@ def _check_priced(
 
 
 def _login() -> str:
+    """The login name a submit records when given no `submitted_by`, checked as one given."""
     try:
-        return getpass.getuser()
+        login = getpass.getuser()
     except (OSError, KeyError):
         return ""
+    try:
+        return check_name(login, what="the login name ($LOGNAME or $USER)")
+    except InvalidInput as exc:
+        raise InvalidInput(f"{exc.message}; give `submitted_by`") from None
 
 
 def _first_error(exc: ValueError) -> str:

@@ -236,6 +236,19 @@ def test_a_name_with_a_control_character_is_refused_by_each_write_that_records_o
     assert env.client.dead_letter(letter).status == "open"
 
 
+def test_a_login_name_with_a_control_character_is_not_recorded_as_the_submitter(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No `submitted_by`: the login name is recorded, checked as a name given."""
+    for name in ("LOGNAME", "USER", "LNAME", "USERNAME"):
+        monkeypatch.setenv(name, "ops\x1b[2J")
+    before = count(env, sessions)
+    with pytest.raises(InvalidInput, match=r"^the login name .* holds the control") as refused:
+        env.submit()
+    assert str(refused.value).endswith("give `submitted_by`")
+    assert count(env, sessions) == before
+
+
 @pytest.mark.parametrize("from_step", [3, 99, -1])
 def test_a_fork_outside_the_steps_is_refused(env: Env, from_step: int) -> None:
     session_id = waiting(env)
