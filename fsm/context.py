@@ -155,8 +155,9 @@ def policy_for(head: Head) -> Policy | None:
     return replace(policy, window=stated) if 0 < stated < policy.window else policy
 
 
-def check_window(value: Any, *, what: str = "context_window") -> int:
-    """A context window a submitter gave, checked: a whole number of tokens in bounds."""
+def check_window(value: Any, *, what: str = "`context_window`") -> int:
+    """A context window a submitter gave, checked: a whole number of tokens in bounds
+    (`what`: the field, in backticks as the command line turns it into its flag)."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidInput(
             f"{what} must be a whole number of tokens, got {value!r}; e.g. {what}=128000"

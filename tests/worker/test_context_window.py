@@ -615,7 +615,7 @@ def test_a_graph_node_refused_as_too_long_is_fitted_under_the_stated_window_once
 def test_a_context_window_out_of_bounds_is_refused_at_submit(long: Long, window: int) -> None:
     from tickwork.fsm.errors import InvalidInput
 
-    with pytest.raises(InvalidInput, match="context_window must be"):
+    with pytest.raises(InvalidInput, match=r"^`context_window` must be"):
         long.submit(context_window=window)
 
 
@@ -754,7 +754,7 @@ def test_a_context_dead_letter_is_forked_onto_a_larger_window(
         chat.window = 9_000
         again = long.client.fork(session_id, from_step=0, by="tests")
         assert again.config["context"]["window"] == 10, "the window the model stated"
-        with pytest.raises(InvalidInput, match="context_window must be between 1,024"):
+        with pytest.raises(InvalidInput, match=r"^`context_window` must be between 1,024"):
             long.client.fork(session_id, from_step=0, by="tests", context_window=10)
         fork = long.client.fork(
             session_id, from_step=0, by="tests", context_window=9_000, again=True
