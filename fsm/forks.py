@@ -30,7 +30,7 @@ from tickwork.fsm.values import (
     Value,
 )
 
-#: the longest instruction a fork may append (CLI --append-instruction, API append_instruction)
+#: the longest instruction a fork may append (`append_instruction`, the CLI's --append-instruction)
 MAX_INSTRUCTION_CHARS = 20_000
 
 
@@ -41,17 +41,16 @@ def check_instruction(text: str | None) -> None:
         return
     if not text.strip():
         raise InvalidInput(
-            "--append-instruction (API: append_instruction) is empty: give the instruction's "
-            "text, or leave it out"
+            "`append_instruction` is empty: give the instruction's text, or leave it out"
         )
     if len(text) > MAX_INSTRUCTION_CHARS:
         raise InvalidInput(
-            f"--append-instruction (API: append_instruction) is {len(text):,} characters "
+            f"`append_instruction` is {len(text):,} characters "
             f"long; at most {MAX_INSTRUCTION_CHARS:,} are taken: give a shorter one"
         )
 
 
-#: the longest system prompt a fork may set (CLI --system-prompt, API system_prompt)
+#: the longest system prompt a fork may set (`system_prompt`, the CLI's --system-prompt)
 MAX_SYSTEM_PROMPT_CHARS = 100_000
 
 
@@ -63,12 +62,12 @@ def check_system_prompt(text: str | None) -> None:
     if not text.strip():
         # a model told nothing of its role, tools or rules: never what a fork meant
         raise InvalidInput(
-            "--system-prompt (API: system_prompt) is empty: give the new prompt's text, or "
+            "`system_prompt` is empty: give the new prompt's text, or "
             "leave it out to keep the parent's"
         )
     if len(text) > MAX_SYSTEM_PROMPT_CHARS:
         raise InvalidInput(
-            f"--system-prompt (API: system_prompt) is {len(text):,} characters long; at most "
+            f"`system_prompt` is {len(text):,} characters long; at most "
             f"{MAX_SYSTEM_PROMPT_CHARS:,} are taken: give a shorter one"
         )
 
@@ -113,8 +112,8 @@ def fork_admission(parent: Head, patch: ForkPatch) -> tuple[int, str | None, int
         per_key = parent.max_per_key
     if key is None and per_key is not None:
         raise InvalidInput(
-            f"max_per_key needs a concurrency key and session {parent.id} has none: give "
-            "--concurrency-key KEY with it (API: concurrency_key)"
+            f"`max_per_key` needs a concurrency key and session {parent.id} has none: give "
+            "`concurrency_key` with it"
         )
     key, per_key = check_concurrency(key, per_key)
     return priority, key, per_key
@@ -153,12 +152,12 @@ def fork(
     if not 0 <= from_step <= last:
         if last == 0:  # "steps 1..0" and "between 0 and 0" read as a fault of their own
             raise ForkOutOfRange(
-                f"session {parent.head.id} has no steps; fork it from step 0 (--from-step 0, "
-                f"API: from_step 0), not {from_step}"
+                f"session {parent.head.id} has no steps; fork it from step 0 (`from_step` 0), "
+                f"not {from_step}"
             )
         raise ForkOutOfRange(
             f"session {parent.head.id} has steps 1..{last}; "
-            f"choose --from-step (API: from_step) between 0 and {last}, not {from_step}"
+            f"choose `from_step` between 0 and {last}, not {from_step}"
         )
     check_instruction(patch.append_instruction)
     check_system_prompt(patch.system_prompt)
@@ -243,7 +242,7 @@ def fork(
         # would change, nothing reads (or, a hand-written output, it breaks the state)
         raise InvalidInput(
             f"session {parent.head.id} is a graph session: a fork patches its state "
-            f"(--state, API: state), not {' or '.join(agents)}"
+            f"(`state`), not {' or '.join(agents)}"
         )
     if graph is not None and patch.graph_version is not None:
         config.update(graph_config(graph.name, patch.graph_version))
@@ -322,8 +321,8 @@ def _summarised(patch: ForkPatch, steps: tuple[Step, ...]) -> str | None:
         f"cannot patch the output of {', '.join(hidden)}: the model reads it only through the "
         f"summary of steps 1-{first.compacted_through} made at step {first.step}{later}, "
         f"which the fork keeps, so it would never see the new output. Fork from before step "
-        f"{first.step} (--from-step {first.step - 1} or less), or say what it should know "
-        "with --append-instruction (API: append_instruction)"
+        f"{first.step} (`from_step` {first.step - 1} or less), or say what it should know "
+        "with `append_instruction`"
     )
 
 
@@ -337,31 +336,29 @@ def _used_up(budgets: Budgets, usage: KeptUsage) -> str | None:
     cost = usage.cost_usd
     if budgets.max_steps <= usage.steps:
         return (
-            f"{kept} and count against max_steps, which is {budgets.max_steps}; "
-            f"give --max-steps (API: budgets.max_steps) above {usage.steps}"
+            f"{kept} and count against `max_steps`, which is {budgets.max_steps}; "
+            f"give `max_steps` above {usage.steps}"
         )
     if budgets.max_tokens <= tokens:
         return (
-            f"{kept} and used {tokens:,} tokens, which count against max_tokens "
-            f"({budgets.max_tokens:,}); give --max-tokens (API: budgets.max_tokens) "
-            f"above {tokens:,}"
+            f"{kept} and used {tokens:,} tokens, which count against `max_tokens` "
+            f"({budgets.max_tokens:,}); give `max_tokens` above {tokens:,}"
         )
     if budgets.limits_cost and budgets.max_cost_usd <= cost:
         return (
-            f"{kept} and spent ${cost:.4f}, which counts against max_cost_usd "
-            f"(${budgets.max_cost_usd:g}); give --max-cost-usd (API: budgets.max_cost_usd) "
-            f"above {cost:.4f}"
+            f"{kept} and spent ${cost:.4f}, which counts against `max_cost_usd` "
+            f"(${budgets.max_cost_usd:g}); give `max_cost_usd` above {cost:.4f}"
         )
     return None
 
 
 def _agent_patches(patch: ForkPatch) -> list[str]:
-    """The parts of `patch` only an agent session has a use for, by their CLI and API names
-    (as the module's other refusals: the shared check knows not which surface asked)."""
+    """The parts of `patch` only an agent session has a use for, by their fields in
+    backticks (the command line says its flags: `tickwork.flags.in_flags`)."""
     given = {
-        "--system-prompt (API: system_prompt)": patch.system_prompt is not None,
-        "--append-instruction (API: append_instruction)": bool(patch.append_instruction),
-        "--tool-output (API: tool_outputs)": bool(patch.tool_outputs),
+        "`system_prompt`": patch.system_prompt is not None,
+        "`append_instruction`": bool(patch.append_instruction),
+        "`tool_outputs`": bool(patch.tool_outputs),
     }
     return [name for name, set_ in given.items() if set_]
 
@@ -393,7 +390,7 @@ def _unpatchable(
     later = {c.call_id: s.step for s in parent.steps for c in s.calls}
     why = [
         f"{call} is a call of step {later[call]}: fork from step {later[call]} or later "
-        f"(--from-step {later[call]}, API: from_step {later[call]})"
+        f"(`from_step` {later[call]})"
         if call in later
         else f"{call} is no call of session {parent.head.id}"
         for call in unknown

@@ -29,6 +29,12 @@ FLAG_OF = {
     "context_window": "--context-window",
     "tool_outputs": "--tool-output",
     "model": "--model",
+    "from_step": "--from-step",
+    "system_prompt": "--system-prompt",
+    "append_instruction": "--append-instruction",
+    "state": "--state",
+    "concurrency_key": "--concurrency-key",
+    "max_per_key": "--max-per-key",
     **INPUT_OPTIONS,
 }
 _FIELD = re.compile("`(" + "|".join(FLAG_OF) + ")`")

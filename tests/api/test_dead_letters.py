@@ -149,10 +149,10 @@ def test_a_fork_with_a_budget_its_kept_steps_used_up_is_refused(stack: Stack) ->
         assert answer.status_code == 422, answer.text
         assert answer.json()["code"] == "invalid_budget"
         assert (
-            "steps 1..1 are kept and count against max_steps, which is 1; give "
+            "steps 1..1 are kept and count against `max_steps`, which is 1; give "
             in (answer.json()["message"])
         )
-        assert "budgets.max_steps) above 1" in answer.json()["message"]
+        assert "give `max_steps` above 1" in answer.json()["message"]
     assert api.get(f"/api/v1/dead-letters/{over}").json()["resolved_at"] is None
     assert api.get("/api/v1/sessions", params={"parent_id": over}).json() == []
 
@@ -176,13 +176,13 @@ def test_an_output_past_the_tool_output_cap_or_an_empty_instruction_is_refused(
         f"{cap:,} (TICKWORK_MAX_OUTPUT_CHARS): give a shorter one"
     )
     empty = api.post(f"/api/v1/sessions/{over}/fork", json={**fork, "append_instruction": " "})
-    assert empty.status_code == 422 and "append_instruction) is empty" in empty.json()["message"]
+    assert empty.status_code == 422 and "`append_instruction` is empty" in empty.json()["message"]
     for prompt in ("", " \n"):
         blank = api.post(
             f"/api/v1/dead-letters/{over}/fork", json={**fork, "system_prompt": prompt}
         )
         assert blank.status_code == 422, blank.text
-        assert "system_prompt) is empty" in blank.json()["message"]
+        assert "`system_prompt` is empty" in blank.json()["message"]
     assert api.get(f"/api/v1/dead-letters/{over}").json()["resolved_at"] is None
     at_the_cap = api.post(
         f"/api/v1/dead-letters/{over}/fork", json={**fork, "tool_outputs": {"s1c0": "x" * cap}}

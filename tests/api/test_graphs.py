@@ -50,7 +50,7 @@ def test_a_graph_interrupt_is_approved_over_the_api(stack: Stack) -> None:
         f"/api/v1/sessions/{session_id}/fork", json={"from_step": 1, "state": {"x": 1}}
     )
     assert bad.status_code == 422 and "gives x, which the state Refund does not have" in bad.text
-    # what only an agent session reads is named as the body gives it (it named only flags)
+    # what only an agent session reads is named as the body gives it, not as a flag
     for patch, named in (
         ({"system_prompt": "hi"}, "system_prompt"),
         ({"append_instruction": "be brief"}, "append_instruction"),
@@ -60,4 +60,5 @@ def test_a_graph_interrupt_is_approved_over_the_api(stack: Stack) -> None:
             f"/api/v1/sessions/{session_id}/fork", json={"from_step": 2, **patch}
         )
         assert agent.status_code == 422, agent.text
-        assert f"(API: {named})" in agent.json()["message"], agent.text
+        assert f"(`state`), not `{named}`" in agent.json()["message"], agent.text
+        assert "--" not in agent.json()["message"], agent.text

@@ -314,7 +314,7 @@ def test_a_fork_keeps_its_parent_s_priority_and_concurrency_key(fleet: Fleet) ->
     wider = fleet.client.fork("keyed", from_step=0, by="olga", new_id="wide", max_per_key=3)
     assert (wider.concurrency_key, wider.max_per_key, wider.status) == (REPO, 3, Status.READY)
     unkeyed = fleet.submit("team-a", "unkeyed")
-    with pytest.raises(InvalidInput, match="session unkeyed has none: give --concurrency-key"):
+    with pytest.raises(InvalidInput, match="unkeyed has none: give `concurrency_key` with"):
         fleet.client.fork(unkeyed, from_step=0, by="olga", new_id="x", max_per_key=2)
     with pytest.raises(InvalidInput, match="priority 5000 is out of bounds"):
         fleet.client.fork(unkeyed, from_step=0, by="olga", new_id="x", priority=5000)

@@ -420,7 +420,7 @@ def test_fork_records_who_forked_and_runs(stack: Stack) -> None:
     out_of_range = stack.http("olga").post(f"/api/v1/sessions/{parent}/fork", json={"from_step": 5})
     assert out_of_range.status_code == 422
     assert out_of_range.json()["code"] == "fork_out_of_range"
-    assert "(API: from_step) between 0 and" in out_of_range.json()["message"]
+    assert "choose `from_step` between 0 and 1, not 5" in out_of_range.json()["message"]
     negative = stack.http("olga").post(f"/api/v1/sessions/{parent}/fork", json={"from_step": -1})
     assert negative.status_code == 422 and "from_step" in negative.json()["message"]
 

@@ -156,7 +156,17 @@ def test_errors_are_one_line_with_an_exit_code(deployment: Deployment, cli: Cli)
         ),
         ("fork", sid, "--from-step", "7"): (
             2,
-            "choose --from-step (API: from_step) between 0 and 1, not 7",
+            "choose --from-step between 0 and 1, not 7",
+        ),
+        ("fork", sid, "--from-step", "1", "--max-steps", "1"): (
+            2,
+            "steps 1..1 are kept and count against --max-steps, which is 1; "
+            "give --max-steps above 1",
+        ),
+        ("fork", sid, "--from-step", "1", "--max-per-key", "2"): (
+            2,
+            f"--max-per-key needs a concurrency key and session {sid} has none: "
+            "give --concurrency-key with it",
         ),
         ("fork", sid, "--from-step", "1", "--tool-output", "s1c0"): (2, "CALL_ID=TEXT"),
         ("fork", sid, "--from-step", "1", "--deadline", "-5"): (2, "--deadline", "positive"),
@@ -435,7 +445,7 @@ def test_an_instruction_or_an_output_past_what_the_api_takes_is_refused(
 
     longest, long = "i" * MAX_INSTRUCTION_CHARS, "i" * (MAX_INSTRUCTION_CHARS + 1)
     says = (
-        f"--append-instruction (API: append_instruction) is {MAX_INSTRUCTION_CHARS + 1:,} "
+        f"--append-instruction is {MAX_INSTRUCTION_CHARS + 1:,} "
         f"characters long; at most {MAX_INSTRUCTION_CHARS:,} are taken: give a shorter one"
     )
     fork = ("fork", "capped", "--from-step", "1")
@@ -445,16 +455,16 @@ def test_an_instruction_or_an_output_past_what_the_api_takes_is_refused(
     assert store.load("capped").head.status.value == "waiting_approval"
     prompt = "p" * (MAX_SYSTEM_PROMPT_CHARS + 1)
     cli.inline(*fork, "--system-prompt", prompt, ok=False).error(
-        2, f"--system-prompt (API: system_prompt) is {MAX_SYSTEM_PROMPT_CHARS + 1:,} characters"
+        2, f"--system-prompt is {MAX_SYSTEM_PROMPT_CHARS + 1:,} characters"
     )
     with pytest.raises(InvalidInput, match="at most 100,000 are taken"):
         deployment.client.fork("capped", from_step=1, by="erin", system_prompt=prompt)
     # an empty prompt forked a session whose model was told nothing of its role
     for empty in ("", "  \n"):
         cli.inline(*fork, "--system-prompt", empty, ok=False).error(
-            2, "--system-prompt (API: system_prompt) is empty", "leave it out"
+            2, "--system-prompt is empty", "leave it out"
         )
-        with pytest.raises(InvalidInput, match="system_prompt\\) is empty"):
+        with pytest.raises(InvalidInput, match=r"^`system_prompt` is empty"):
             deployment.client.fork("capped", from_step=1, by="erin", system_prompt=empty)
     assert [h.id for h in store.list_sessions()] == ["capped"]  # no fork was made
     made = cli.inline(*fork, "--append-instruction", longest, "--json").json()

@@ -75,10 +75,7 @@ def test_a_refused_output_patch_says_which_calls_may_be_patched(
         forked(build, parent, 1, tool_outputs={"s2c0": "x"})
     message = str(later.value)
     # the call is a later step's: the step to fork from to patch it
-    assert (
-        "s2c0 is a call of step 2: fork from step 2 or later (--from-step 2, API: from_step 2)"
-        in message
-    )
+    assert "s2c0 is a call of step 2: fork from step 2 or later (`from_step` 2)" in message
     assert "steps 1..1" not in message and "kept: step 1 (s1c0)" in message
     with pytest.raises(InvalidInput) as unknown:
         forked(build, parent, 2, tool_outputs={"nope": "x"})
@@ -151,20 +148,18 @@ def test_invalid_budget_patch_is_refused(
     [
         (
             {"max_steps": 2},
-            "count against max_steps, which is 2; give --max-steps (API: "
-            "budgets.max_steps) above 2",
+            "count against `max_steps`, which is 2; give `max_steps` above 2",
         ),
         (
             {"max_tokens": 330},
-            "used 330 tokens, which count against max_tokens (330); give "
-            "--max-tokens (API: budgets.max_tokens) above 330",
+            "used 330 tokens, which count against `max_tokens` (330); give `max_tokens` above 330",
         ),
         (
             {"max_cost_usd": 0.01},
-            "spent $0.0200, which counts against max_cost_usd ($0.01); "
-            "give --max-cost-usd (API: budgets.max_cost_usd) above 0.0200",
+            "spent $0.0200, which counts against `max_cost_usd` ($0.01); "
+            "give `max_cost_usd` above 0.0200",
         ),
-        ({}, "count against max_steps, which is 3"),  # the parent's, used up by step 3
+        ({}, "count against `max_steps`, which is 3"),  # the parent's, used up by step 3
     ],
 )
 def test_a_budget_the_kept_steps_used_up_is_refused(
@@ -312,15 +307,15 @@ def test_an_output_a_kept_compaction_summarises_is_refused(build: Any, parent: S
     assert str(at_3.value) == (
         f"session {parent.head.id}: cannot patch the output of s1c0: the model reads it only "
         "through the summary of steps 1-1 made at step 3, which the fork keeps, so it would "
-        "never see the new output. Fork from before step 3 (--from-step 2 or less), or say "
-        "what it should know with --append-instruction (API: append_instruction)"
+        "never see the new output. Fork from before step 3 (`from_step` 2 or less), or say "
+        "what it should know with `append_instruction`"
     )
     with pytest.raises(InvalidInput) as at_4:
         forked(build, session, 4, tool_outputs={"s2c0": "x", "s1c0": "new"}, budgets=raised)
     said = str(at_4.value)
     assert "cannot patch the output of s1c0, s2c0: " in said
     assert "of steps 1-1 made at step 3 (and in the summary of steps 1-2 made at step 4)" in said
-    assert "(--from-step 2 or less)" in said
+    assert "(`from_step` 2 or less)" in said
 
     after_the_cut = forked(build, session, 3, tool_outputs={"s2c0": "x"}, budgets=raised)
     assert after_the_cut.observation("s2c0").content == "x"  # type: ignore[union-attr]
@@ -331,14 +326,14 @@ def test_an_output_a_kept_compaction_summarises_is_refused(build: Any, parent: S
 @pytest.mark.parametrize("text", ["", "  \n"])
 def test_an_empty_instruction_is_refused(build: Any, parent: Session, text: str) -> None:
     """QA4 #15: it was recorded in the patch, and nothing was added."""
-    with pytest.raises(InvalidInput, match=r"^--append-instruction \(API: append_instruction\) is"):
+    with pytest.raises(InvalidInput, match=r"^`append_instruction` is empty"):
         forked(build, parent, 2, append_instruction=text)
 
 
 @pytest.mark.parametrize("text", ["", " \t\n"])
 def test_an_empty_system_prompt_is_refused(build: Any, parent: Session, text: str) -> None:
     """The fork ran with no system prompt at all (the model told nothing of its role)."""
-    with pytest.raises(InvalidInput, match=r"^--system-prompt \(API: system_prompt\) is empty"):
+    with pytest.raises(InvalidInput, match=r"^`system_prompt` is empty"):
         forked(build, parent, 2, system_prompt=text)
 
 
@@ -358,7 +353,7 @@ def test_a_session_without_steps_is_forked_from_step_zero_and_told_so(build: Any
     with pytest.raises(ForkOutOfRange) as raised:
         forked(build, empty, 2)
     message = str(raised.value)
-    assert "has no steps" in message and "--from-step 0" in message and "not 2" in message
+    assert "has no steps" in message and "(`from_step` 0)" in message and "not 2" in message
     assert "1..0" not in message and "between 0 and 0" not in message
     with pytest.raises(InvalidInput) as unknown:
         forked(build, empty, 0, tool_outputs={"s1c0": "x"})

@@ -253,9 +253,7 @@ def test_a_login_name_with_a_control_character_is_not_recorded_as_the_submitter(
 def test_a_fork_outside_the_steps_is_refused(env: Env, from_step: int) -> None:
     session_id = waiting(env)
     before = count(env, sessions)
-    with pytest.raises(
-        ForkOutOfRange, match=r"choose --from-step \(API: from_step\) between 0 and 1"
-    ):
+    with pytest.raises(ForkOutOfRange, match=r"choose `from_step` between 0 and 1"):
         env.client.fork(session_id, from_step=from_step, by="ops")
     assert count(env, sessions) == before
 

@@ -103,7 +103,7 @@ export function refusedFields(error, names) {
   }
   if (body.code !== "invalid_input") return said;
   const about = (name, words) => { if (names.includes(name) && !said.has(name)) said.set(name, words); };
-  if (/max_per_key needs a concurrency key/.test(message)) about("max_per_key", NEEDS_KEY);
+  if (/`?max_per_key`? needs a concurrency key/.test(message)) about("max_per_key", NEEDS_KEY);
   else if (/concurrency key/.test(message)) about("concurrency_key", WORDS.concurrency_key());
   if (/\bmax_per_key \d/.test(message)) about("max_per_key", WORDS.max_per_key());
   if (/\bpriority\b/.test(message)) about("priority", WORDS.priority());
