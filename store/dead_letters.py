@@ -105,7 +105,7 @@ def closed(letter_id: int, session_id: str, resolution: dict[str, Any]) -> DeadL
     """The refusal of a fork of a dead letter already forked, resolved or dismissed."""
     return DeadLetterClosed(
         f"dead letter {letter_id} (session {session_id}) {describe(resolution)}; "
-        'to fork it once more on purpose, add --again (API: "again": true)'
+        "fork it once more on purpose with `again`"
     )
 
 

@@ -23,6 +23,7 @@ from pydantic import ValidationError
 
 from tickwork.fsm.errors import (
     ConfigurationError,
+    DeadLetterClosed,
     InvalidInput,
     SessionNotFound,
     TickworkError,
@@ -288,6 +289,8 @@ def explain(exc: Exception) -> tuple[str | None, int]:
     if isinstance(exc, SessionNotFound) and exc.session_id is not None:
         # the API's way to list sessions is for API callers; here, where this CLI looked
         return SessionNotFound.said(exc.session_id, exc.hint) + _where_looked(), REFUSED
+    if isinstance(exc, DeadLetterClosed):  # its way out is a flag: `again` is --again
+        return in_flags(exc.message), REFUSED
     if isinstance(exc, TickworkError):
         return exc.message, REFUSED
     if isinstance(exc, ValidationError):

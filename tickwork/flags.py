@@ -35,6 +35,7 @@ FLAG_OF = {
     "state": "--state",
     "concurrency_key": "--concurrency-key",
     "max_per_key": "--max-per-key",
+    "again": "--again",
     **INPUT_OPTIONS,
 }
 _FIELD = re.compile("`(" + "|".join(FLAG_OF) + ")`")

@@ -205,7 +205,9 @@ def test_a_session_fork_resolves_the_sessions_dead_letter(stack: Stack) -> None:
     assert over not in [d["session_id"] for d in unresolved]
 
     refused = api.post(f"/api/v1/sessions/{over}/fork", json=body)
-    assert refused.status_code == 409 and '"again": true' in refused.json()["message"]
+    assert refused.status_code == 409 and refused.json()["message"].endswith(
+        "; fork it once more on purpose with `again`"
+    )
     again = api.post(f"/api/v1/sessions/{over}/fork", json={**body, "again": True})
     assert again.status_code == 201, again.text
     rows = [

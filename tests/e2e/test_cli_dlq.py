@@ -144,7 +144,9 @@ def test_a_dead_letter_is_forked_once_unless_again_and_keeps_every_fork(
     refused.error(1, "already forked", first["id"], "by erin", "--again")
     # said first, before a budget the fork would need: raising it would only lead here
     short = ("--from-step", "1", "--max-steps", "1", "--as", "frank")
-    cli("dlq", "fork", failed, *short, ok=False).error(1, "already forked", "--again")
+    cli("dlq", "fork", failed, *short, ok=False).error(
+        1, "already forked", "; fork it once more on purpose with --again"
+    )
     again = cli.inline("dlq", "fork", failed, *options, "--as", "frank", "--again").json()
 
     shown = cli.inline("dlq", "show", failed, "--json").json()
