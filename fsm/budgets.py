@@ -208,7 +208,7 @@ def deadline_passed(head: Head, *, now: datetime) -> str | None:
     None."""
     elapsed = (now - head.created_at).total_seconds()
     if elapsed >= head.budgets.deadline_s:
-        return f"{elapsed:.0f}s since creation, deadline_s is {head.budgets.deadline_s:g}"
+        return f"{elapsed:.0f}s since creation, `deadline_s` is {head.budgets.deadline_s:g}"
     return None
 
 

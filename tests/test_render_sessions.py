@@ -103,10 +103,13 @@ def test_a_stored_reason_names_the_flags_on_the_command_line_and_the_fields_in_i
     and the page too. It is stored naming the field (`deadline_s`); `ls`, `show`, `watch`
     and `dlq` print it with the flag that gives it, and leave other backticked words."""
     stored = (
-        "waited for a decision on s1c0 past its deadline, deadline_s is 60; fork it from "
+        "waited for a decision on s1c0 past its deadline, `deadline_s` is 60; fork it from "
         "step 0 with a later deadline (`deadline_s`) to be asked again (`kind`)"
     )
-    said = "fork it from step 0 with a later deadline (--deadline) to be asked again (`kind`)"
+    said = (
+        "past its deadline, --deadline is 60; fork it from step 0 with a later deadline "
+        "(--deadline) to be asked again (`kind`)"
+    )
     short = "fork it with a later deadline (`deadline_s`)"  # ls clips a long note
     failed = head(status="failed", outcome=None, error_code="DEADLINE", error_message=short)
     assert "DEADLINE: fork it with a later deadline (--deadline)" in listed(failed)

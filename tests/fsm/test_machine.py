@@ -674,7 +674,7 @@ def test_no_call_starts_once_the_deadline_has_passed(build: Any) -> None:
     assert isinstance(change, Change)
     assert change.head.status is Status.FAILED
     assert change.head.error_code is ErrorCode.DEADLINE
-    assert "deadline_s is 10" in change.head.error_message
+    assert "`deadline_s` is 10" in change.head.error_message
     assert change.call_states == ((call.call_id, DONE),)
     assert change.observations[0].is_error and "not run" in change.observations[0].content
     assert change.dead_letter

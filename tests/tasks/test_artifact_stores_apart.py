@@ -107,6 +107,6 @@ def test_a_session_no_worker_found_the_files_of_fails_at_its_deadline(
         )
     head = deployment.client.get(session_id)
     assert head.status is Status.FAILED and head.error_code is ErrorCode.DEADLINE, head
-    assert "deadline_s is 10" in (head.error_message or "")
+    assert "`deadline_s` is 10" in (head.error_message or "")
     written = deployment.client.load(session_id).observation("s1c0")
     assert written is not None and written.is_error and "not run" in written.content

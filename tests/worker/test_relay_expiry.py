@@ -81,7 +81,7 @@ def test_the_relay_announces_each_expired_session_once(ticks: Ticks, clock: Cloc
     for session_id, code, message in notices.sent:
         head = ticks.store.get(session_id)
         assert (head.status, code) == (Status.FAILED, "DEADLINE")
-        assert message == head.error_message and "deadline_s is 60" in message
+        assert message == head.error_message and "`deadline_s` is 60" in message
         assert ticks.store.dead_letter(session_id).code == "DEADLINE"
     assert ticks.store.get("patient").status is Status.WAITING_APPROVAL
     # the finished webhook card (TICKWORK_WEBHOOK_EVENTS=finished) goes from the outbox,

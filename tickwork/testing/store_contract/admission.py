@@ -88,7 +88,7 @@ class AdmissionContract(Contract):
         assert [h.id for h in store.expire(now=clock())] == ["late"]
         late = store.get("late")
         assert (late.status, late.error_code) == (Status.FAILED, ErrorCode.DEADLINE)
-        assert "queued" in late.error_message and "deadline_s is 60" in late.error_message
+        assert "queued" in late.error_message and "`deadline_s` is 60" in late.error_message
         assert store.dead_letter("late").code == ErrorCode.DEADLINE
         assert store.get("patient").status is Status.QUEUED
         assert store.due_ticks(now=clock.advance(120), older_than_s=60) == [Due("running", 0)]
@@ -112,7 +112,7 @@ class AdmissionContract(Contract):
         assert "waited for a decision on s1c0" in late.head.error_message
         # a fork from step 1 would keep the call closed as not run, and ask nobody
         assert "fork it from step 0 with a later deadline (`deadline_s`)" in late.head.error_message
-        assert "deadline_s is 60" in late.head.error_message
+        assert "`deadline_s` is 60" in late.head.error_message
         assert late.head.awaiting == ()
         call, seen = late.call("s1c0"), late.observation("s1c0")
         assert call is not None and call.state.value == "done"
