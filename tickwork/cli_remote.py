@@ -22,7 +22,7 @@ from tickwork.fsm.errors import InvalidInput
 from tickwork.fsm.values import PRICE_RATES
 
 from . import render, views
-from .flags import INPUT_OPTIONS
+from .flags import FLAG_OF, INPUT_OPTIONS
 
 if TYPE_CHECKING:
     from tickwork.remote import Client
@@ -47,10 +47,10 @@ POLL_S = 0.2
 #: the API's bodies the remote client checks before sending, by their model's name, and
 #: what each is in a refusal of the whole of it
 BODIES = {"Submit": "submission", "Decide": "decision", "Fork": "fork", "Closing": "reason"}
-#: the command-line option of each field of those bodies whose name is not the option's
+#: the command-line option of each field of those bodies whose name is not the option's,
+#: besides the fields `tickwork.flags.FLAG_OF` names the flags of
 OPTION_OF = {
     "arguments": "--args",
-    "tool_outputs": "--tool-output",
     "kind": "KIND",
 }
 #: what to give instead, by option, where the refusal itself does not say
@@ -75,7 +75,7 @@ def option_of(field: str, sub: str | None = None) -> str:
     """The command-line option that gave the body's `field` (and its input's key `sub`)."""
     if field == "input" and sub is not None:
         return INPUT_OPTIONS.get(sub, f"--input's {sub}")
-    return OPTION_OF.get(field, "--" + field.replace("_", "-"))
+    return OPTION_OF.get(field) or FLAG_OF.get(field) or "--" + field.replace("_", "-")
 
 
 def refusal(model: str, error: Mapping[str, Any]) -> str | None:

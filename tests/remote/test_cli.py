@@ -432,6 +432,23 @@ def test_a_rate_of_the_price_the_api_refuses_is_named_by_its_place() -> None:
         assert (refusal("Submit", error) or "").startswith(f"invalid --price: {said}")
 
 
+def test_a_refused_field_is_named_by_the_option_that_gives_it() -> None:
+    """A field whose option is not its name: `tool_outputs` is --tool-output, as
+    `tickwork.flags.FLAG_OF` says it, and a tool's `arguments` is --args."""
+    from pydantic import ValidationError
+
+    from tickwork.api.bodies import MAX_ENTRIES, Fork
+    from tickwork.cli_remote import refusal
+
+    outputs = {f"s1c{n}": "x" for n in range(MAX_ENTRIES + 1)}
+    with pytest.raises(ValidationError) as refused:
+        Fork.model_validate({"from_step": 1, "tool_outputs": outputs})
+    said = refusal("Fork", refused.value.errors()[0]) or ""
+    assert said.startswith("invalid --tool-output: "), said
+    error = {"loc": ("arguments",), "type": "dict_type", "input": [], "msg": "not an object"}
+    assert refusal("Decide", error) == "invalid --args: not an object"
+
+
 def test_a_value_over_an_api_limit_names_the_option_and_the_limit(remote: Remote) -> None:
     """The API's body model refused it in its own words, naming the body's field: "invalid
     comment: String should have at most 10000 characters"; the option is named."""
