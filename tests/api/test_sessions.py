@@ -11,6 +11,7 @@ from tickwork.fsm.values import Status
 
 from tests.api.conftest import DANGER, TEST_KIND, Stack
 from tickwork import views
+from tickwork.api.bodies import MAX_MODEL_SPEC
 
 ECHO = [
     {"content": "say it", "tool_calls": [{"name": "echo", "arguments": {"text": "hi"}}]},
@@ -450,8 +451,16 @@ def test_a_fork_runs_on_the_model_it_names_taken_as_a_submit_s(stack: Stack) -> 
         refused = stack.http("olga").post(path, json={"from_step": 0, "model": spec})
         assert refused.status_code == 422 and refused.json()["code"] == code, refused.text
         assert "model" in refused.json()["message"]
-    long = stack.http("olga").post(path, json={"from_step": 0, "model": "openai:" + "m" * 500})
-    assert long.status_code == 422 and long.json()["errors"][0]["loc"] == ["body", "model"]
+    # a spec as long as a submit takes is checked as a spec; one longer, by neither body
+    longest = "openai:" + "m" * (MAX_MODEL_SPEC - len("openai:"))
+    for who, at, body in (
+        ("olga", path, {"from_step": 0}),
+        ("sam", "/api/v1/sessions", {"kind": TEST_KIND}),
+    ):
+        taken = stack.http(who).post(at, json={**body, "model": longest})
+        assert taken.status_code == 422 and "errors" not in taken.json(), taken.text
+        long = stack.http(who).post(at, json={**body, "model": longest + "m"})
+        assert long.status_code == 422 and long.json()["errors"][0]["loc"] == ["body", "model"]
     named = stack.http("olga").post(path, json={"from_step": 0, "model": "gemini:pro"}).json()
     assert named["message"].startswith("`model`: unknown model spec 'gemini:pro'")
     assert stack.http("alice").get("/api/v1/sessions", params={"parent_id": parent}).json() == []

@@ -39,6 +39,8 @@ MAX_TEXT = 20_000
 MAX_INPUT_BYTES = 65_536
 #: the most budget overrides, tool outputs
 MAX_ENTRIES = 50
+#: the longest model spec a submit or a fork gives (`model`)
+MAX_MODEL_SPEC = 500
 #: what a session id may be (the client's SESSION_ID), for the schema
 SESSION_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 #: the fewest sessions of a concurrency key a limit may allow in flight
@@ -124,7 +126,7 @@ class SubmitOptions(Body):
 
     model: str | None = Field(
         default=None,
-        max_length=500,
+        max_length=MAX_MODEL_SPEC,
         description="scripted:PATH or openai:MODEL [default: the deployment's TICKWORK_MODEL].",
     )
     budgets: BudgetOverrides = Field(
@@ -333,7 +335,7 @@ class Fork(Body):
     )
     model: str | None = Field(
         default=None,
-        max_length=500,
+        max_length=MAX_MODEL_SPEC,
         description="The model the fork runs on from its next call, taken as a submit's "
         "`model` is (TICKWORK_API_MODELS, scripts only from TICKWORK_API_SCRIPTED_ROOTS) "
         "[default: the original's]. Another model runs under its own context window and "
