@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import uuid
 
 from tests.e2e.conftest import TEST_KIND, Cli, Deployment, at_once, call, stop, until
 
@@ -22,7 +23,10 @@ def test_dead_letters_from_a_worker_process(deployment: Deployment, cli: Cli) ->
         budget_id = budget_id.strip()
         loop_path = deployment.tmp / "loop.json"
         loop_path.write_text(json.dumps(LOOPING))
-        loop_id = deployment.client.submit(TEST_KIND, {}, model=f"scripted:{loop_path}").id
+        # a letter first: digits only name a dead letter's number, never an id's start
+        loop_id = deployment.client.submit(
+            TEST_KIND, {}, model=f"scripted:{loop_path}", session_id=f"d{uuid.uuid4().hex}"
+        ).id
         for sid in (budget_id, loop_id):
             assert deployment.client.wait(sid, timeout=60).status.value == "failed"
         # --dead-letters: the worker also consumed the dead-letter queue
