@@ -355,8 +355,9 @@ def test_a_repository_with_a_looping_link_in_its_git_data_is_422_not_500(
         subprocess.run(["rm", "-rf", str(objects)], check=True)
         objects.symlink_to(objects)
     else:
-        (objects / "aa").symlink_to(objects / "bb")
-        (objects / "bb").symlink_to(objects / "aa")
+        # not two hex digits: git keeps its objects in such folders (a commit's may be "aa")
+        (objects / "loop-a").symlink_to(objects / "loop-b")
+        (objects / "loop-b").symlink_to(objects / "loop-a")
     settings = stack.deployment.settings
     settings.workspace_roots = [roots]
     try:
