@@ -301,6 +301,31 @@ def test_auto_reads_tox_ini_deps_common_to_every_environment() -> None:
     assert "pytest-mock" in offline.commands[-1]  # listed missing, not installed
 
 
+def test_auto_installs_the_extras_tox_ini_installs_the_project_with() -> None:
+    """A project whose tests need an extra of another name than `test` (`extras = full` in
+    tox.ini's `[testenv]`) gets it installed with the test ones; a factor's line, one the
+    project does not declare and a `[testenv:NAME]`'s are left out."""
+    pyproject = (
+        b'[project]\nname = "demo"\n[project.optional-dependencies]\n'
+        b'test = ["pytest"]\nFull = ["lxml"]\ncrypto = ["cryptography"]\ndocs = ["sphinx"]\n'
+    )
+    tox = (
+        b"[testenv]\nextras =\n    full, crypto  # both\n    py312: docs\n    nosuch\n"
+        b"commands = pytest\n[testenv:docs]\nextras = docs\n"
+    )
+    made = plan(AUTO, {"pyproject.toml": pyproject, "tox.ini": tox}, uses_pytest=True, online=True)
+    joined = "\n".join(made.commands)
+    assert "-e '.[test,Full,crypto]' pytest" in joined
+    assert "sphinx" not in joined and "nosuch" not in joined
+    assert "lxml" in made.wanted and "cryptography" in made.wanted
+    assert "tox.ini extras: Full,crypto" in made.detected
+    assert "extras: test,Full,crypto" in made.detected
+    # without tox.ini the extras are the test ones only, and the key differs
+    alone = plan(AUTO, {"pyproject.toml": pyproject}, uses_pytest=True, online=True)
+    assert "-e '.[test]' pytest" in "\n".join(alone.commands)
+    assert "lxml" not in alone.wanted
+
+
 def test_root_requirements_for_other_purposes_than_the_tests_are_left_out() -> None:
     """wcwidth keeps release tools' pins at its root (`requirements-update.txt`,
     `requirements-wheels.txt`): installing them cost two minutes and downgraded what the

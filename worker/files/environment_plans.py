@@ -4,11 +4,11 @@ input, the `auto` rule over the source's packaging files, and the key
 
 `auto`, from the files at the source's root: `pyproject.toml`, `setup.py` or `setup.cfg`
 give a venv at /env (the interpreter's own packages visible) with the project installed
-editable from /workspace with its `test`/`tests`/`dev`/`testing` extras and pytest when its
-tests use it, and what its dependency groups of those names hold (what fails to install is
-listed missing); `requirements*.txt` and the test ones of a `requirements/` folder are
-installed, and the plain requirements of tox.ini's `[testenv]` `deps`; none of these, an
-empty environment.
+editable from /workspace with its `test`/`tests`/`dev`/`testing` extras (and those tox.ini's
+`[testenv]` installs it with, `extras =`) and pytest when its tests use it, and what its
+dependency groups of those names hold (what fails to install is listed missing);
+`requirements*.txt` and the test ones of a `requirements/` folder are installed, and the
+plain requirements of tox.ini's `[testenv]` `deps`; none of these, an empty environment.
 Without egress only what needs no network: the venv and the project (`--no-index
 --no-deps`); a last command lists what the environment does not hold (MISSING lines).
 """
@@ -217,22 +217,40 @@ def _setup_cfg_extras(content: bytes) -> dict[str, list[str]]:
     }
 
 
+def _testenv(content: bytes, key: str) -> list[str]:
+    """The lines of tox.ini's `[testenv]` `key` that hold for every environment: a line for
+    some factors only (`py312: ipython`) or with a substitution is left out; comments and
+    blank lines dropped."""
+    parser = configparser.ConfigParser(interpolation=None)
+    try:
+        parser.read_string(content.decode("utf-8", "replace"))
+        value = parser.get("testenv", key, fallback="")
+    except configparser.Error:
+        return []
+    kept = []
+    for line in value.splitlines():
+        line = line.split(" #", 1)[0].strip().replace("{toxinidir}/", "")
+        if not line or line.startswith("#") or "{" in line or re.match(r"[\w,!.-]+:\s", line):
+            continue
+        kept.append(line)
+    return kept
+
+
+def _tox_extras(content: bytes) -> list[str]:
+    """The extras tox.ini's `[testenv]` installs the project with in every environment
+    (`extras = testing` or one per line, comma-separated too): where a project whose extra
+    has another name than TEST_EXTRAS' says what its tests need (`extras = full`)."""
+    names = (name.strip() for line in _testenv(content, "extras") for name in line.split(","))
+    return list(dict.fromkeys(name for name in names if re.fullmatch(r"[\w.-]+", name)))
+
+
 def _tox_deps(content: bytes) -> list[str]:
     """The `deps` of tox.ini's `[testenv]` that hold for every environment, where many
     projects name their test plugins (pytest-mock, pytest-cov) and nowhere else: plain
     requirements and `-r FILE` lines (`{toxinidir}/` dropped); a line for some factors only
     (`py312: ipython`), with another substitution, an option or a path is left out."""
-    parser = configparser.ConfigParser(interpolation=None)
-    try:
-        parser.read_string(content.decode("utf-8", "replace"))
-        value = parser.get("testenv", "deps", fallback="")
-    except configparser.Error:
-        return []
     deps = []
-    for line in value.splitlines():
-        line = line.split(" #", 1)[0].strip().replace("{toxinidir}/", "")
-        if not line or line.startswith("#") or "{" in line or re.match(r"[\w,!.-]+:\s", line):
-            continue
+    for line in _testenv(content, "deps"):
         if found := re.fullmatch(r"-r\s*(\S+)", line):
             deps.append(f"-r{found.group(1)}")
         elif _name(line) and not re.match(r"[\w.-]+/", line):
@@ -397,6 +415,12 @@ def plan(
         declared = {k: _strings(v) for k, v in _table(table.get("optional-dependencies")).items()}
         declared.update(_setup_cfg_extras(files.get("setup.cfg", b"")))
         extras = [e for e in TEST_EXTRAS if e in declared]
+        # those tox installs the project with, under the name the project declares them
+        by_normal = {_normal(e): e for e in declared}
+        from_tox = [
+            by_normal[n] for e in _tox_extras(files.get(TOX, b"")) if (n := _normal(e)) in by_normal
+        ]
+        extras += [e for e in from_tox if e not in extras]
         groups = _dependency_groups(meta)
         tools = list(
             dict.fromkeys(
@@ -476,6 +500,8 @@ def plan(
             wanted.append(name)
         if extras:
             detected.append(f"extras: {','.join(extras)}")
+        if from_tox:
+            detected.append(f"tox.ini extras: {','.join(from_tox)}")
         if groups:
             detected.append(f"dependency groups: {','.join(groups)}")
     for path in requirements:
