@@ -43,15 +43,19 @@ _PYTEST_SUBTEST = re.compile(r"^SUBFAILED([^\n]*)", re.MULTILINE)
 #: the test's id after a description that could not be read: the first word with `::`
 _FIRST_ID = re.compile(r" (\S+::\S+)")
 #: unittest's header of a failure: `FAIL: test_y (pkg.test_x.T.test_y)` (Python 3.11 on),
-#: `ERROR: test_y (pkg.test_x.T)` (before), with a subtest's `[...]` or `(...)` after it
-_UNITTEST = re.compile(r"^(?:FAIL|ERROR): (\w+) \(([\w.]+)\)", re.MULTILINE)
+#: `ERROR: test_y (pkg.test_x.T)` (before), with a subtest's `[...]` or `(...)` after it; a
+#: module it could not import: `ERROR: pkg.test_x (unittest.loader._FailedTest.pkg.test_x)`
+_UNITTEST = re.compile(r"^(?:FAIL|ERROR): ([\w.]+) \(([\w.]+)\)", re.MULTILINE)
+#: the test unittest puts in place of a module it could not import (or load tests from)
+_FAILED_IMPORT = ("unittest.loader._FailedTest", "unittest.loader.ModuleImportFailure")
 
 
 def failing_tests(output: str) -> list[str]:
     """The ids of the tests a run's output says failed or errored, in its order, each
     once: pytest's short test summary (its default `-rfE`: `FAILED path::test`, and
     `SUBFAILED(...) path::test` for a failed subtest, as its test's id) and
-    unittest's `FAIL: name (module.Class.name)` headers (as `module.Class.name`). At most
+    unittest's `FAIL: name (module.Class.name)` headers (as `module.Class.name`; a test
+    module it could not import as the module's name). At most
     MAX_FAILING ids, each at most MAX_ID_CHARS characters; none if the output names none."""
     if len(output) > MAX_SCANNED_CHARS:
         half = MAX_SCANNED_CHARS // 2
@@ -66,7 +70,10 @@ def failing_tests(output: str) -> list[str]:
         found[test[:MAX_ID_CHARS]] = None
     for match in _UNITTEST.finditer(output):
         name, where = match.group(1), match.group(2)
-        test = where if where.endswith(f".{name}") else f"{where}.{name}"
+        if where.startswith(_FAILED_IMPORT):
+            test = name  # the module, as pytest names a file it could not collect
+        else:
+            test = where if where.endswith(f".{name}") else f"{where}.{name}"
         found[test[:MAX_ID_CHARS]] = None
     return list(found)[:MAX_FAILING]
 

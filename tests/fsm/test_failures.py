@@ -75,6 +75,21 @@ def test_unittest_headers_give_module_class_and_test_and_its_verdict_is_none() -
     ]
 
 
+def test_a_test_module_unittest_could_not_import_is_named_by_the_module() -> None:
+    """Discovery's header of a module that failed to import names the module dotted
+    (`tests.test_x`), which was not read at all, and the test in its place
+    (`unittest.loader._FailedTest`), which is no test of the project's."""
+    output = (
+        "ERROR: tests.test_x (unittest.loader._FailedTest.tests.test_x)\n"
+        "ImportError: Failed to import test module: tests.test_x\n"
+        "FAIL: test_a (tests.test_y.T.test_a)\n"
+        "ERROR: test_z (unittest.loader._FailedTest.test_z)\n"  # `python -m unittest test_z`
+        "ERROR: test_old (unittest.loader.ModuleImportFailure)\n"  # before Python 3.5
+        "FAILED (failures=1, errors=3)\n"
+    )
+    assert failing_tests(output) == ["tests.test_x", "tests.test_y.T.test_a", "test_z", "test_old"]
+
+
 def test_a_passing_run_names_none() -> None:
     assert failing_tests("....\n4 passed in 0.1s\n") == []
     assert failing_tests("Ran 4 tests in 0.1s\n\nOK\n") == []
