@@ -50,6 +50,30 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
+class _Restartable:
+    """The background `Loop` of `Leases` or `Watches`: `start` (called under the owner's
+    `lock`) starts it, and `close` stops it and puts a fresh one from `new_loop` in its
+    place, so the next `start` starts a thread again (a stopped `Loop` starts no more)."""
+
+    def __init__(self, lock: threading.Lock, new_loop: Callable[[], Loop]) -> None:
+        self._lock, self._new_loop = lock, new_loop
+        self._loop = new_loop()
+
+    def start(self) -> None:
+        self._loop.start()
+
+    def period(self) -> float:
+        return self._loop.period()
+
+    def close(self, wait_s: float) -> None:
+        """Stop the thread, waiting up to `wait_s` (outside the lock) for a step under way."""
+        # swapped under the owner's lock: a `start` never starts the loop just stopped
+        with self._lock:
+            loop, self._loop = self._loop, self._new_loop()
+            loop.stop()
+        loop.join(wait_s)
+
+
 class Leases:
     """Renews the leases of this process's running calls from one background thread.
 
@@ -77,21 +101,18 @@ class Leases:
         #: the process groups of the commands each held lease's tick runs
         self._commands: dict[tuple[str, int], set[int]] = {}
         self._lock = threading.Lock()
-        self._loop = self._new_loop()
-
-    def _new_loop(self) -> Loop:
-        return Loop(
-            "leases", self.renew_all, every_s=self.lease_s / 3, log=log, what="lease renewal"
+        self._loop = _Restartable(
+            self._lock,
+            lambda: Loop(
+                "leases", self.renew_all, every_s=self.lease_s / 3, log=log, what="lease renewal"
+            ),
         )
 
     def close(self, *, wait_s: float = CLOSE_WAIT_S) -> None:
         """Stop the renewal thread, waiting up to `wait_s` for a renewal under way; the next
         lease held starts a new one. A lease still held meanwhile is not renewed, and is
         lost once `lease_s` passes (`lost`), as if this process had stalled."""
-        with self._lock:
-            loop, self._loop = self._loop, self._new_loop()
-            loop.stop()
-        loop.join(wait_s)
+        self._loop.close(wait_s)
 
     def hold(self, session_id: str, version: int, owner: str) -> _Held:
         return _Held(self, (session_id, version), owner)
@@ -238,21 +259,17 @@ class Watches:
         self._store, self._clock = store, clock
         self._watched: set[_Watch] = set()
         self._lock = threading.Lock()
-        self._every_s = every_s
-        self._loop = self._new_loop()
-
-    def _new_loop(self) -> Loop:
-        return Loop(
-            "stops", self.look, every_s=self._every_s, log=log, what="a look at the running tools"
+        self._loop = _Restartable(
+            self._lock,
+            lambda: Loop(
+                "stops", self.look, every_s=every_s, log=log, what="a look at the running tools"
+            ),
         )
 
     def close(self, *, wait_s: float = CLOSE_WAIT_S) -> None:
         """Stop the thread, waiting up to `wait_s` for a look under way; the next `watch`
         starts a new one. A call still watched meanwhile sees no new cancel or deadline."""
-        with self._lock:
-            loop, self._loop = self._loop, self._new_loop()
-            loop.stop()
-        loop.join(wait_s)
+        self._loop.close(wait_s)
 
     @contextmanager
     def watch(
