@@ -184,24 +184,26 @@ class Leases:
         """Renew every held lease once, in one statement (the thread does it every third of
         the lease)."""
         with self._lock:
-            held = [
-                (session_id, version, owner)
-                for (session_id, version), owner in self._held.items()
-                if (session_id, version) not in self._lost
-                or (session_id, version) in self._given_up
-            ]
+            held = {
+                key: owner
+                for key, owner in self._held.items()
+                if key not in self._lost or key in self._given_up
+            }
         if not held:
             return
         asked = time.monotonic()
         try:
-            ours = self._store.renew_leases(held, now=self._clock(), lease_s=self.lease_s)
+            ours = self._store.renew_leases(
+                [(*key, owner) for key, owner in held.items()],
+                now=self._clock(),
+                lease_s=self.lease_s,
+            )
         except Exception:
             log.exception("could not renew the leases of %d running ticks", len(held))
             return
         refused = []
         with self._lock:
-            for session_id, version, _ in held:
-                key = (session_id, version)
+            for key in held:
                 if key not in self._held:
                     continue
                 if key in ours:
@@ -209,6 +211,7 @@ class Leases:
                     for pid in self._commands.get(key, ()):
                         WATCHDOG.tell(pid, asked + self.lease_s * self.FENCED)
                     continue
+                session_id, version = key
                 self._given_up.discard(key)
                 self._lost[key] = (
                     f"the lease of session {session_id} v{version} is no longer this worker's "
