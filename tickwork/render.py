@@ -163,6 +163,13 @@ def tail(text: str, limit: int) -> str:
     return f"({len(text) - limit} chars before; --json shows all) …{text[-limit:]}"
 
 
+def reason_said(message: object) -> str:
+    """A stored reason (why a session failed, a dead letter's message) as the command line
+    prints it: each field it names in backticks that a flag gives is the flag
+    (`tickwork.flags.in_flags`)."""
+    return in_flags(str(message))
+
+
 def when(iso: str | None) -> str:
     if not iso:
         return ""
@@ -237,7 +244,7 @@ def sessions_table(heads: Iterable[Mapping[str, Any]]) -> Table:
         )
     for h in heads:
         note = (
-            f"{h['error_code']}: {in_flags(str(h['error_message']))}"
+            f"{h['error_code']}: {reason_said(h['error_message'])}"
             if h["error_code"]
             else f"waiting on {', '.join(h['awaiting'])}"
             if h["awaiting"]
@@ -746,7 +753,7 @@ def outcome(h: Mapping[str, Any], steps: list[Mapping[str, Any]]) -> list[Render
                 )
             )
     if h["error_code"]:
-        message = in_flags(str(h["error_message"]))
+        message = reason_said(h["error_message"])
         env = (h["result"] or {}).get("environment")
         if h["error_code"] == "ENV_SETUP" and isinstance(env, Mapping) and _log_end(env.get("log")):
             message = message.split("\n", 1)[0]  # its log's end is shown under `environment:`
@@ -909,7 +916,7 @@ def summary(kind: str, d: Mapping[str, Any]) -> str:
             text += " · error" if d.get("is_error") else ""
         return text + (" (rerun)" if d.get("rerun") else "")
     if kind in ("failed", "dead_lettered"):
-        return f"{d.get('error_code')}: {in_flags(str(d.get('message')))}"
+        return f"{d.get('error_code')}: {reason_said(d.get('message'))}"
     if kind == "model_retry" and isinstance(d.get("delay_s"), int | float):
         text = f"attempt {d.get('attempt')} failed, retry in {d['delay_s']:.1f} s"
         text += f": {d.get('error')}"
@@ -948,7 +955,7 @@ def dead_letters_table(letters: Iterable[Mapping[str, Any]]) -> Table:
             datetime.fromisoformat(d["at"]).strftime("%m-%d %H:%M"),
             Text(d["kind"]),
             Text(d["last_tool"] or ""),
-            Text(clip(in_flags(d["message"]), 100)),
+            Text(clip(reason_said(d["message"]), 100)),
         )
     return whole(table)
 
@@ -958,7 +965,7 @@ def dead_letter_header(d: Mapping[str, Any]) -> Table:
     grid.add_column(style="bold")
     grid.add_column()
     grid.add_row("dead letter", f"{d['id']} ({when(d['at'])})")
-    grid.add_row("code", Text(f"{d['code']}: {in_flags(d['message'])}", style="red"))
+    grid.add_row("code", Text(f"{d['code']}: {reason_said(d['message'])}", style="red"))
     grid.add_row("signature", Text(d["error_signature"]))
     if d["resolved_at"]:
         grid.add_row("resolved", Text(f"{when(d['resolved_at'])} {d['closed']}"))
