@@ -228,7 +228,12 @@ def _graph_demo(*, yes: bool, model: str | None, new: bool, timeout: float) -> N
         style = "bold green" if head.status is Status.COMPLETED else "bold red"
         render.show(Text(f"\nsession {session_id}: {head.status.value}", style=style))
         if head.error_code:
-            render.show(Text(f"{head.error_code.value}: {head.error_message}", style="red"))
+            render.show(
+                Text(
+                    f"{head.error_code.value}: {render.reason_said(head.error_message)}",
+                    style="red",
+                )
+            )
         report = (head.result.get("state") or {}).get("report")
         if report:
             render.show(Text(str(report)))
@@ -317,7 +322,9 @@ def _finish(ctx: Context, session_id: str, state_dir: Path) -> None:
     if result.get("outcome"):
         render.show(Text.assemble("outcome: ", render.outcome_text(str(result["outcome"]))))
     if head.error_code:
-        render.show(Text(f"{head.error_code.value}: {head.error_message}", style="red"))
+        render.show(
+            Text(f"{head.error_code.value}: {render.reason_said(head.error_message)}", style="red")
+        )
     copy = Path(str((head.config.get("source") or {}).get("path", "")))
     if patch and head.status is Status.COMPLETED and state_dir.resolve() / "demo" in copy.parents:
         # the session never touched the demo's copy: applying its result is the user's step

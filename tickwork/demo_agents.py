@@ -205,7 +205,9 @@ def finish(ctx: Context, root_id: str) -> None:
         )
     )
     if root.error_code:
-        render.show(Text(f"{root.error_code.value}: {root.error_message}", style="red"))
+        render.show(
+            Text(f"{root.error_code.value}: {render.reason_said(root.error_message)}", style="red")
+        )
     hint = f"; print the patch with `tickwork patch {root_id}`" if patch else ""
     render.show(Text(f"\nSee the tree with `tickwork show {root_id}`{hint}.", style="dim"))
     if root.status is not Status.COMPLETED:
