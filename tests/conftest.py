@@ -118,8 +118,28 @@ def store(database_url: str) -> Iterator[Store]:
     engine.dispose()
 
 
-#: pytest's wheels are fetched once per machine (network to the registry) and kept here
+#: the tests' wheels are fetched once per machine (network to the registry) and kept here
 WHEELS = Path(os.environ.get("TICKWORK_TEST_WHEELS", Path.home() / ".cache/tickwork-wheels"))
+
+
+def cached_wheels(name: str, *requirements: str, into: Path) -> Path:
+    """`into`, with the wheels of `requirements` and their dependencies copied in: fetched
+    once per machine into `WHEELS/name`, and copied so each index serves a folder of its
+    own (`serving` writes its pages there). Skipped (failed under CI) when the registry
+    cannot give them."""
+    try:
+        # xdist workers fetch at once: one at a time, so none reads a wheel half written
+        WHEELS.mkdir(parents=True, exist_ok=True)
+        with (WHEELS / f"{name}.lock").open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            fetch_wheels(WHEELS / name, *requirements)
+    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
+        said = getattr(exc, "stderr", b"") or b""
+        asked = " ".join(requirements)
+        missing(f"the package registry (pip download {asked})", said.decode()[-300:] or exc)
+    for wheel in (WHEELS / name).glob("*.whl"):
+        shutil.copy(wheel, into)
+    return into
 
 
 @pytest.fixture(scope="session")
@@ -127,18 +147,7 @@ def index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Index]:
     """A package index on loopback: pytest's wheels (fetched once per machine) and a
     hand-made `tinydep` and `editdep`; its `url` for pip, its `address` for
     TICKWORK_EGRESS_ALLOW."""
-    try:
-        # xdist workers fetch at once: one at a time, so none reads a wheel half written
-        WHEELS.mkdir(parents=True, exist_ok=True)
-        with (WHEELS / "pytest.lock").open("w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            fetch_wheels(WHEELS / "pytest", "pytest")
-    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
-        said = getattr(exc, "stderr", b"") or b""
-        missing("the package registry (pip download pytest)", said.decode()[-300:] or exc)
-    folder = tmp_path_factory.mktemp("wheels")
-    for wheel in (WHEELS / "pytest").glob("*.whl"):
-        shutil.copy(wheel, folder)
+    folder = cached_wheels("pytest", "pytest", into=tmp_path_factory.mktemp("wheels"))
     make_wheel(
         folder, "tinydep", modules={"tinydep/__init__.py": "def triple(x):\n    return 3 * x\n"}
     )
