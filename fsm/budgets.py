@@ -152,7 +152,7 @@ def exhausted_budget(
         return Exhausted(
             code=ErrorCode.BUDGET_STEPS,
             message=f"{head.step} step{'' if head.step == 1 else 's'} made, "
-            f"max_steps is {b.max_steps}",
+            f"`max_steps` is {b.max_steps}",
         )
     caps = _caps(head, ahead, day)
     spent = {cap.code for cap in caps if cap.tokens < 1 and not cap.by_tenant}
@@ -160,13 +160,13 @@ def exhausted_budget(
         return Exhausted(
             code=ErrorCode.BUDGET_TOKENS,
             message=f"{head.tokens} tokens used{_more(ahead.tokens, f'{ahead.tokens}')}, "
-            f"max_tokens is {b.max_tokens}",
+            f"`max_tokens` is {b.max_tokens}",
         )
     if b.limits_cost and (head.cost_usd >= b.max_cost_usd or ErrorCode.BUDGET_COST in spent):
         return Exhausted(
             code=ErrorCode.BUDGET_COST,
             message=f"${head.cost_usd:.4f} spent{_more(ahead.cost_usd, f'${ahead.cost_usd:.4f}')}"
-            f", max_cost_usd is ${b.max_cost_usd}",
+            f", `max_cost_usd` is ${b.max_cost_usd}",
         )
     if day is not None and any(cap.by_tenant and cap.tokens < 1 for cap in caps):
         return Exhausted(

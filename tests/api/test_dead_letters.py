@@ -47,6 +47,9 @@ def test_list_show_and_stats(stack: Stack) -> None:
     letter = stack.deployment.client.dead_letter(over)
     assert by_id == {**views.dead_letter(letter, snapshot=True), "forks": []}
     assert by_id["session"]["steps"][0]["calls"][0]["name"] == "echo"
+    # the API names the field the caller gave, as its refusals do
+    assert by_id["message"] == "1 step made, `max_steps` is 1"
+    assert by_id["session"]["head"]["error_message"] == by_id["message"]
 
     stats = api.get("/api/v1/dead-letters/stats").json()
     assert set(stats["by"]) == {"code", "kind", "model", "last_tool", "error_signature"}

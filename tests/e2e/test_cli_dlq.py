@@ -97,6 +97,12 @@ def test_dead_letters_from_a_worker_process(deployment: Deployment, cli: Cli) ->
             assert whole_id in narrow_dlq.stdout and whole_id in narrow_ls.stdout, whole_id
         by_session = cli.inline("dlq", "show", budget_id).stdout
         assert "BUDGET_STEPS" in by_session and "step 1" in by_session
+        # the reason is stored naming the field; the command line prints the flag for it
+        assert "1 step made, --max-steps is 1" in by_session, by_session
+        assert "`max_steps` is 1" not in by_session  # the signature, a key, stays as stored
+        assert {d["session_id"]: d["message"] for d in letters}[budget_id] == (
+            "1 step made, `max_steps` is 1"
+        )
         out = deployment.tmp / "export.jsonl"
         written = cli.inline("dlq", "export", "--code", "BUDGET_STEPS", "--out", str(out))
         assert "wrote 1 dead letter to" in written.stdout  # before: "1 dead letters"

@@ -273,7 +273,7 @@ def test_the_day_s_stop_names_the_tenant_the_quota_and_when_it_resets(build: Any
     # the session's own budget, spent first, is named as before
     own = build.head(budgets={**LIMITS, "max_cost_usd": 1.0}, cost_usd=1.0)
     first = exhausted_budget(own, now=build.at(0), day=_day(2.5))
-    assert first is not None and "max_cost_usd is $1.0" in first.message
+    assert first is not None and "`max_cost_usd` is $1.0" in first.message
     cut = cut_at(Cap(tokens=7, code=COST, by_tenant=True), NextCall(tokens=50), day=_day(1.9))
     assert cut is not None and cut.code is COST and "max_usd_per_day of $2" in cut.message
 
@@ -348,8 +348,8 @@ def test_model_retry_delay(attempt: int, jitter: float, delay: float) -> None:
 def test_the_steps_message_counts_in_words(build: Any) -> None:
     one = exhausted_budget(build.head(budgets={"max_steps": 1}, step=1), now=build.at(0))
     two = exhausted_budget(build.head(budgets={"max_steps": 2}, step=2), now=build.at(0))
-    assert one is not None and one.message == "1 step made, max_steps is 1"
-    assert two is not None and two.message == "2 steps made, max_steps is 2"
+    assert one is not None and one.message == "1 step made, `max_steps` is 1"
+    assert two is not None and two.message == "2 steps made, `max_steps` is 2"
 
 
 @pytest.mark.parametrize(

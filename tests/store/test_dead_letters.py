@@ -226,10 +226,13 @@ class TestErrorSignature:
     @pytest.mark.parametrize(
         ("one", "other"),
         [
-            ("12 steps made, max_steps is 12", "50 steps made, max_steps is 50"),
-            ("1 step made, max_steps is 1", "2 steps made, max_steps is 2"),
-            ("$10.0012 spent, max_cost_usd is $10.0", "$3.5 spent, max_cost_usd is $3"),
-            ("21600s since creation, deadline_s is 21600", "61s since creation, deadline_s is 60"),
+            ("12 steps made, `max_steps` is 12", "50 steps made, `max_steps` is 50"),
+            ("1 step made, `max_steps` is 1", "2 steps made, `max_steps` is 2"),
+            ("$10.0012 spent, `max_cost_usd` is $10.0", "$3.5 spent, `max_cost_usd` is $3"),
+            (
+                "21600s since creation, `deadline_s` is 21600",
+                "61s since creation, `deadline_s` is 60",
+            ),
             (
                 "session 9f86d081884c7d659a2feaa0c55ad015 timed out",
                 "session 0123456789abcdef0123456789abcdef timed out",
@@ -308,8 +311,8 @@ class TestErrorSignature:
 
     def test_long_numbers_are_numbers(self) -> None:
         assert error_signature(
-            "BUDGET_TOKENS", "20000123 tokens used, max_tokens is 20000000"
-        ) == error_signature("BUDGET_TOKENS", "2000123 tokens used, max_tokens is 2000000")
+            "BUDGET_TOKENS", "20000123 tokens used, `max_tokens` is 20000000"
+        ) == error_signature("BUDGET_TOKENS", "2000123 tokens used, `max_tokens` is 2000000")
 
     def test_is_at_most_300_characters(self) -> None:
         assert len(error_signature("INTERNAL", "word " * 200)) == 300
