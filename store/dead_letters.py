@@ -25,11 +25,12 @@ class DeadLetterNotFound(TickworkError, LookupError):
 
     @classmethod
     def of(cls, key: str) -> DeadLetterNotFound:
-        """The API's error for a key no dead letter the caller sees has, with where to list
-        them (the CLI's way, then the API's), the same for another tenant's as for none."""
+        """The API's error for a key no dead letter the caller sees has, the same for another
+        tenant's as for none. It says where to look in words that fit each surface it
+        reaches: an API caller, and the command line with --server, which prints it."""
         return cls(
-            f"no dead letter has id or session id {key!r}; list them with `tickwork dlq ls` "
-            "(API: GET /api/v1/dead-letters)"
+            f"no dead letter has id or session id {key!r}; list the dead letters for their "
+            "ids and session ids"
         )
 
 

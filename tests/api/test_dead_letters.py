@@ -226,10 +226,11 @@ def test_dead_letter_errors(stack: Stack) -> None:
     api = stack.http("olga")
     missing = api.get("/api/v1/dead-letters/999999")
     assert missing.status_code == 404 and missing.json()["code"] == "dead_letter_not_found"
-    # where to list them, as a session nobody made says (`tickwork --server dlq show` too)
+    # where to look, in words for the API caller and for `tickwork --server dlq show`, which
+    # prints it: neither a route nor a command
     assert missing.json()["message"] == (
-        "no dead letter has id or session id '999999'; list them with `tickwork dlq ls` "
-        "(API: GET /api/v1/dead-letters)"
+        "no dead letter has id or session id '999999'; list the dead letters for their ids "
+        "and session ids"
     )
     assert api.post("/api/v1/dead-letters/nope/fork", json={"from_step": 0}).status_code == 404
     bad_since = api.get("/api/v1/dead-letters", params={"since": "last tuesday"})

@@ -297,6 +297,10 @@ def test_remote_prints_what_local_prints(remote: Remote) -> None:
     served.inline("approve", waiting, "s9c9", ok=False).error(1, "no call 's9c9'", "s1c0")
     served.inline("show", "no-such-session", ok=False).error(1, "no session 'no-such-session'")
     served.inline("patch", waiting, ok=False).error(1, "patch")
+    # the server's refusal, printed as it came: no API route for a user of the command line
+    missing = served.inline("dlq", "show", "98765", ok=False)
+    missing.error(1, "no dead letter has id or session id '98765'", "list the dead letters")
+    assert "/api/" not in missing.stderr and "API" not in missing.stderr
 
 
 def test_a_bad_priority_or_key_is_refused_in_the_same_words_with_a_server(
