@@ -205,6 +205,40 @@ def test_a_context_window_not_a_whole_number_says_what_to_give(
     assert "valid integer" not in said
 
 
+@pytest.mark.parametrize("window", ["100", "20000000"])
+@pytest.mark.parametrize(
+    "argv",
+    # `fork` looks its session up as it reads the arguments: tests/remote/test_cli.py
+    [("submit", "repair"), ("dlq", "fork", "k", "--from-step", "1")],
+    ids=["submit", "dlq fork"],
+)
+def test_a_context_window_out_of_bounds_is_refused_by_its_flag_before_anything_is_made(
+    argv: tuple[str, ...],
+    window: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The command line checks --context-window before it opens the database. The client's
+    own check says the same words (`context_window`, printed as the flag), but a local
+    submit reaches it only after it made the state folder's database."""
+    from tickwork.cli import main
+
+    state = tmp_path / "state"
+    monkeypatch.setenv("TICKWORK_STATE_DIR", str(state))
+    for name in ("TICKWORK_DATABASE_URL", "TICKWORK_SERVER"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(SystemExit) as exited:
+        main([*argv, "--context-window", window])
+    assert exited.value.code == 2
+    said = capsys.readouterr().err
+    assert said == (
+        "error: --context-window must be between 1,024 and 10,000,000 tokens, "
+        f"got {int(window):,}\n"
+    )
+    assert not state.exists()
+
+
 def test_a_price_may_give_the_cached_rate_as_a_third_number() -> None:
     assert options.price("0.5,1.5") == (0.5, 1.5)
     assert options.price("0.5,1.5,0.05") == (0.5, 1.5, 0.05)

@@ -169,7 +169,8 @@ def submit(
         max_steps=max_steps, max_tokens=max_tokens, max_cost_usd=max_cost_usd, deadline=deadline
     )
     price_pair = options.price(price)
-    # before a server is asked too: its 422 speaks pydantic
+    # before a server is asked too (its body's refusal speaks pydantic), and before a local
+    # submit makes the state folder's database: the client's own checks come after that
     check_priority(priority, what="--priority")
     check_concurrency(concurrency_key, max_per_key, **options.ADMISSION_FLAGS)
     if context_window is not None:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tickwork.fsm.errors import SessionNotFound
 from tickwork.fsm.values import Status
 
 from tests.api.test_adoption_previews import adopting
@@ -319,6 +320,31 @@ def test_a_bad_priority_or_key_is_refused_in_the_same_words_with_a_server(
     cli.inline(*submit, "--max-per-key", "2", ok=False).error(
         2, "--max-per-key needs a concurrency key: give --concurrency-key with it"
     )
+
+
+def test_a_context_window_out_of_bounds_is_refused_by_its_flag_and_nothing_stored(
+    remote: Remote, cli: ModeCli
+) -> None:
+    """Locally the client's check names `context_window`, which the command line prints as
+    the flag; through a server the body's check said "invalid --context-window: it must be
+    at least 1,024, not 100", with no unit and no upper bound. The command line checks it
+    first, in the same words either way, and neither a submit nor a fork is stored."""
+    script = remote.script([{"content": "done"}])
+    sid = cli.inline("submit", TEST_KIND, "--model", script, "--json").json()["id"]
+    remote.wait(sid, Status.COMPLETED)
+    for window in ("100", "20000000"):
+        said = f"--context-window must be between 1,024 and 10,000,000 tokens, got {int(window):,}"
+        for argv in (
+            ("submit", TEST_KIND, "--model", script),
+            ("fork", sid, "--from-step", "0"),
+            ("dlq", "fork", sid, "--from-step", "0"),
+        ):
+            new = f"window-{cli.mode}-{argv[0]}-{argv[1][:4]}-{window}"
+            given = (*argv, "--context-window", window, "--id", new)
+            line = cli.inline(*given, ok=False).error(2, said)
+            assert "context_window" not in line and "`" not in line, line
+            with pytest.raises(SessionNotFound):
+                remote.deployment.client.get(new)
 
 
 def test_a_budget_or_a_source_refused_is_named_by_its_flag_locally_and_with_a_server(
