@@ -285,7 +285,10 @@ def explain(exc: Exception) -> tuple[str | None, int]:
         return exc.message, USAGE
     remote = sys.modules.get("tickwork.remote.errors")  # loaded only if a server was named
     if remote is not None and isinstance(exc, remote.RemoteError):
-        return in_flags(exc.message), USAGE if exc.status in (400, 413, 422) else REFUSED
+        # the server's settings speak their own words, as a ConfigurationError here does: a
+        # roles file's `system_prompt` is no --system-prompt
+        said = exc.message if exc.code in remote.SETTINGS_CODES else in_flags(exc.message)
+        return said, USAGE if exc.status in (400, 413, 422) else REFUSED
     if isinstance(exc, SessionNotFound) and exc.session_id is not None:
         # the API's way to list sessions is for API callers; here, where this CLI looked
         return SessionNotFound.said(exc.session_id, exc.hint) + _where_looked(), REFUSED

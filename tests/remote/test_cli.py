@@ -13,14 +13,17 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from tickwork.fsm.errors import SessionNotFound
 from tickwork.fsm.values import Status
+from tickwork.worker.jobs import Jobs
 
 from tests.api.test_adoption_previews import adopting
 from tests.e2e.conftest import Cli, Result, call
-from tests.remote.conftest import TEST_KIND, TOKEN, Remote
+from tests.remote.conftest import TEST_KIND, TOKEN, Remote, Served
 from tickwork.remote import RemoteError
+from tickwork.remote.errors import SETTINGS_CODES
 
 DANGERS = [call("danger", value="a"), call("danger", value="b"), call("danger", value="c")]
 
@@ -345,6 +348,52 @@ def test_a_context_window_out_of_bounds_is_refused_by_its_flag_and_nothing_store
             assert "context_window" not in line and "`" not in line, line
             with pytest.raises(SessionNotFound):
                 remote.deployment.client.get(new)
+
+
+def test_a_refusal_by_the_server_s_settings_keeps_their_words(remote: Remote) -> None:
+    """A roles file whose role has an empty `system_prompt` refuses a submit of its kind
+    with the file's key, a 422 the page and API callers read as it is. Through a server
+    the command line printed it as "--system-prompt must be non-empty text": a flag of
+    `fork`, which no submit takes and which cannot mend a file. It prints what the same
+    file says locally."""
+    kind = Jobs([TEST_KIND]).get(TEST_KIND).name  # the file names a kind by its name
+    roles = remote.deployment.tmp / f"roles-{uuid.uuid4().hex[:6]}.json"
+    roles.write_text(json.dumps({kind: {"tester": {"system_prompt": " "}}}))
+    env = {**remote.served.env, "TICKWORK_ROLES_FILE": str(roles)}
+    served = Served(env, remote.deployment.tmp)
+    served.start()
+    try:
+        script = remote.script([{"content": "done"}])
+        said = f"roles file {roles} (TICKWORK_ROLES_FILE), kind {kind!r}, role 'tester': "
+        said += "`system_prompt` must be non-empty text"
+        answer = httpx.post(
+            f"{served.url}/api/v1/sessions",
+            json={"kind": TEST_KIND, "input": remote.input(), "model": script},
+            headers={"Authorization": f"Bearer {TOKEN['fuzz']}"},
+        )
+        assert answer.status_code == 422, answer.text
+        assert answer.json() == {"code": "configuration_error", "message": said}
+        argv = ("submit", TEST_KIND, "--model", script)
+        there = Cli({**remote.env(), "TICKWORK_SERVER": served.url}, remote.deployment.tmp)
+        here = Cli(env, remote.deployment.tmp)
+        assert there.inline(*argv, ok=False).error(2) == here.inline(*argv, ok=False).error(2)
+        assert there.inline(*argv, ok=False).error(2) == f"error: {said}"
+    finally:
+        served.stop()
+
+
+def test_every_refusal_of_the_server_s_settings_is_said_in_their_words() -> None:
+    """`SETTINGS_CODES` holds the API's code of each kind of ConfigurationError."""
+    from tickwork.fsm import errors
+
+    from tickwork.api.errors import snake
+
+    kinds = [
+        found
+        for found in vars(errors).values()
+        if isinstance(found, type) and issubclass(found, errors.ConfigurationError)
+    ]
+    assert {snake(kind.__name__) for kind in kinds} == SETTINGS_CODES
 
 
 def test_a_budget_or_a_source_refused_is_named_by_its_flag_locally_and_with_a_server(

@@ -8,6 +8,19 @@ import httpx
 
 from tickwork.fsm.errors import TickworkError
 
+#: the API's codes of a refusal by the server's own settings, a `ConfigurationError` or a
+#: kind of it (a roles file, a job kind's declaration, TICKWORK_IMPORTS, credentials): its
+#: words name the settings' keys, never a request's fields
+SETTINGS_CODES = frozenset(
+    {
+        "configuration_error",
+        "not_importable",
+        "missing_credentials",
+        "invalid_graph",
+        "graph_version_mismatch",
+    }
+)
+
 
 class RemoteError(TickworkError):
     """The tickwork server refused the request; `code`, `status` and `message` say why."""
