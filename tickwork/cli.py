@@ -22,6 +22,7 @@ import typer
 from pydantic import ValidationError
 
 from tickwork.fsm.errors import (
+    API_LISTING,
     ConfigurationError,
     DeadLetterClosed,
     InvalidInput,
@@ -288,6 +289,8 @@ def explain(exc: Exception) -> tuple[str | None, int]:
         # the server's settings speak their own words, as a ConfigurationError here does: a
         # roles file's `system_prompt` is no --system-prompt
         said = exc.message if exc.code in remote.SETTINGS_CODES else in_flags(exc.message)
+        if exc.code == "session_not_found":  # the API's way to list is for API callers
+            said = said.replace(f" ({API_LISTING})", "")
         return said, USAGE if exc.status in (400, 413, 422) else REFUSED
     if isinstance(exc, SessionNotFound) and exc.session_id is not None:
         # the API's way to list sessions is for API callers; here, where this CLI looked

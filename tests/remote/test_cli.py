@@ -299,7 +299,9 @@ def test_remote_prints_what_local_prints(remote: Remote) -> None:
         assert there.code == here.code == 1, (argv, here, there)
         assert there.stdout == "" and there.stderr.startswith("error: ")
     served.inline("approve", waiting, "s9c9", ok=False).error(1, "no call 's9c9'", "s1c0")
-    served.inline("show", "no-such-session", ok=False).error(1, "no session 'no-such-session'")
+    unknown = served.inline("show", "no-such-session", ok=False)
+    unknown.error(1, "no session 'no-such-session'; list sessions with `tickwork ls`")
+    assert "API" not in unknown.stderr  # the API's way to list is for API callers
     served.inline("patch", waiting, ok=False).error(1, "patch")
     # the server's refusal, printed as it came: no API route for a user of the command line
     missing = served.inline("dlq", "show", "98765", ok=False)
