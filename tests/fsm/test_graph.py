@@ -376,15 +376,12 @@ def test_a_branch_that_failed_closes_the_node_that_fanned_out_as_failed_naming_i
         id="g1-000",
         status=Status.FAILED,
         error_code=ErrorCode.INTERNAL,
-        error_message="NodeFailed: node 'part' raised KeyError: 'n'",
+        error_message="node 'part' raised KeyError: 'n'",
     )
     change = graph_machine.branches_joined(
         first.head, compiled, call, [branch], cost_usd=0.0, tokens=0, now=NOW
     )
-    why = (
-        "branch g1-000 of node 'split' failed: INTERNAL: NodeFailed: node 'part' raised "
-        "KeyError: 'n'"
-    )
+    why = "branch g1-000 of node 'split' failed: INTERNAL: node 'part' raised KeyError: 'n'"
     assert (change.head.status, change.head.error_message) == (Status.FAILED, why)
     assert [o.content for o in change.observations] == [f"failed: {why}"]
 

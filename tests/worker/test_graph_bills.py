@@ -87,7 +87,9 @@ def test_a_node_that_raises_keeps_the_model_calls_it_made_on_the_bill(
     assert f"tick of session {head.id} v1 failed" in [
         r.getMessage() for r in caplog.records if r.name == "tickwork.tick"
     ]
-    assert "NodeFailed: node 'ask' raised" in (done.error_message or "")
+    assert "node 'ask' raised PermanentModelError: 400 the content was filtered" in (
+        done.error_message or ""
+    )
     session = ticks.client.load(head.id)
     (called,) = [e for e in session.events if e.kind is EventKind.MODEL_CALLED]
     assert (called.data["node"], called.data["prompt_tokens"]) == ("ask", 300)

@@ -33,7 +33,7 @@ def test_a_node_that_raised_reads_failed_with_the_exception_not_not_run(
     done = ticks.run(head.id)
 
     assert (done.status, done.error_code) == (Status.FAILED, ErrorCode.INTERNAL)
-    assert "node 'charge' raised LookupError: the ledger is closed" in done.error_message
+    assert done.error_message == "node 'charge' raised LookupError: the ledger is closed"
     session = ticks.client.load(head.id)
     call_id, content, is_error = _node_call(session, "charge")
     assert content == f"failed: {done.error_message}" and is_error
@@ -43,12 +43,13 @@ def test_a_node_that_raised_reads_failed_with_the_exception_not_not_run(
     # what the API answers and `tickwork show` draws
     view = views.session(session)
     [shown] = [c for s in view["steps"] for c in s["calls"] if c["call_id"] == call_id]
-    assert shown["observation"]["content"].startswith("failed: NodeFailed: node 'charge'")
+    assert shown["observation"]["content"].startswith("failed: node 'charge' raised")
     console = render.console()
     with console.capture() as captured:
         console.print(render.timeline(view))
     drawn = " ".join(captured.get().split())
-    assert "not run" not in drawn and "failed: NodeFailed:" in drawn
+    assert "not run" not in drawn and "failed: node 'charge' raised LookupError" in drawn
+    assert "NodeFailed" not in drawn
 
 
 def test_the_error_of_a_node_that_raised_is_kept_to_a_bound(ticks: Ticks, tmp_path: Path) -> None:
@@ -66,7 +67,7 @@ def test_the_error_of_a_node_that_raised_is_kept_to_a_bound(ticks: Ticks, tmp_pa
     assert done.status is Status.FAILED
     message = done.error_message
     assert len(message) < graph_machine.ERROR_CHARS + 100 < len(said) * 10_000
-    assert message.startswith("NodeFailed: node 'charge' raised LookupError: the ledger")
+    assert message.startswith("node 'charge' raised LookupError: the ledger")
     assert message.endswith(said) and "characters cut from the middle" in message
     session = ticks.client.load(head.id)
     assert _node_call(session, "charge")[1] == f"failed: {message}"
@@ -95,10 +96,29 @@ def test_a_branch_that_raised_fails_its_root_and_the_node_that_fanned_out_reads_
 
     assert (done.status, done.error_code) == (Status.FAILED, ErrorCode.INTERNAL)
     assert done.error_message == (
-        f"branch {first.id} of node 'split' failed: INTERNAL: NodeFailed: node 'charge' "
-        "raised LookupError: the ledger is closed"
+        f"branch {first.id} of node 'split' failed: INTERNAL: node 'charge' raised "
+        "LookupError: the ledger is closed"
     )
     assert _node_call(ticks.client.load(root), "split")[1:] == (
         f"failed: {done.error_message}",
         True,
     )
+
+
+def test_a_refused_update_fails_the_session_naming_the_node_not_an_exception_class(
+    ticks: Ticks, tmp_path: Path
+) -> None:
+    """What a node returned and the state refused reads as what was wrong with it, the node
+    named; tickwork's own exception class is no part of what a user reads."""
+    head = ticks.client.submit(
+        "tests.graphs:SLOPPY", {}, model=f"scripted:{tmp_path / 'none.json'}"
+    )
+
+    done = ticks.run(head.id)
+
+    assert (done.status, done.error_code) == (Status.FAILED, ErrorCode.INTERNAL)
+    assert done.error_message.startswith(
+        "node 'paint' of graph 'sloppy' gives colour, which the state Poll does not have"
+    )
+    session = ticks.client.load(head.id)
+    assert _node_call(session, "paint")[1:] == (f"failed: {done.error_message}", True)

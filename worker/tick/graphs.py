@@ -32,7 +32,12 @@ from typing import Any
 from tickwork.fsm import context, graph_machine, trees
 from tickwork.fsm.approvals import ApprovalRule, approval_reason
 from tickwork.fsm.budgets import TenantDay, completion_cap, model_retry_delay
-from tickwork.fsm.errors import ContextTooLong, GraphVersionMismatch, ModelError
+from tickwork.fsm.errors import (
+    ContextTooLong,
+    GraphVersionMismatch,
+    InvalidStateUpdate,
+    ModelError,
+)
 from tickwork.fsm.graph import Branches, CompiledGraph
 from tickwork.fsm.graph_machine import Decided, RunNode
 from tickwork.fsm.joins import Join
@@ -568,7 +573,8 @@ def _failed(
     (`advance`), or `MODEL_ERROR` when the node raised a model's error (permanent, or
     transient past its retries), and the call reads as failed with the error, not as not
     run (`graph_machine.node_failed`), keeping the model calls the node made (`_with_use`)
-    and the window a refusal of one of them stated."""
+    and the window a refusal of one of them stated. The message names the node and what
+    went wrong (`_why`), not tickwork's own exception class."""
     rt, claimed = tick.rt, tick.claimed
     head = claimed.head
     tick_log.error("tick of session %s v%d failed", head.id, head.version, exc_info=exc)
@@ -581,11 +587,20 @@ def _failed(
         head,
         call,
         ErrorCode.MODEL_ERROR if isinstance(exc.__cause__, ModelError) else ErrorCode.INTERNAL,
-        f"{type(exc).__name__}: {exc}",
+        _why(call, exc),
         now=rt.clock(),
         duration_ms=duration,
     )
     return _with_use(change, call, ctx)
+
+
+def _why(call: ToolCall, exc: Exception) -> str:
+    """Why the node of `call` failed, as its session's message says: a node that raised (or
+    whose branches were refused) and an update the state refused say so naming the node
+    ("node 'charge' raised LookupError: ..."); anything else is named with the node."""
+    if isinstance(exc, (NodeFailed, InvalidStateUpdate)):
+        return str(exc)
+    return f"node {call.name!r} failed: {type(exc).__name__}: {exc}"
 
 
 def _ran(
@@ -737,4 +752,5 @@ MAX_BRANCHES = 256
 
 
 class NodeFailed(Exception):
-    """A node raised; the session fails (INTERNAL) naming the node, and can be forked."""
+    """A node raised, or the branches it returned were refused; the session fails (INTERNAL)
+    with this message, which names the node, and can be forked."""
