@@ -34,12 +34,16 @@ class ApprovalRule(Value):
 
 def needs_approval(rule: ApprovalRule | None, arguments: Mapping[str, Any] | None) -> bool:
     """True if a person must decide; a policy that raises counts as yes."""
-    return approval_reason(rule, arguments) is not None
+    return approval_reason(rule, arguments, of="the call") is not None
 
 
-def approval_reason(rule: ApprovalRule | None, arguments: Mapping[str, Any] | None) -> str | None:
+def approval_reason(
+    rule: ApprovalRule | None, arguments: Mapping[str, Any] | None, *, of: str
+) -> str | None:
     """Why a person must decide on a call, or None if nobody need; a policy that raises
-    counts as a reason."""
+    counts as a reason, which names what its policy judged (`of`: "tool 'run_command'",
+    "node 'review'", "the update of node 'offer'") so the person and the operator know
+    whose check to mend."""
     if rule is None:
         return None
     if rule.always:
@@ -51,7 +55,9 @@ def approval_reason(rule: ApprovalRule | None, arguments: Mapping[str, Any] | No
     try:
         verdict = rule.policy(arguments)
     except Exception as exc:
-        return f"the approval policy failed ({type(exc).__name__}: {exc}), so a person decides"
+        return (
+            f"the approval policy of {of} raised {type(exc).__name__}: {exc}, so a person decides"
+        )
     if isinstance(verdict, str):
         return verdict.strip() or "the tool's approval policy asks for a person"
     return "the tool's approval policy asks for a person" if verdict else None

@@ -153,7 +153,7 @@ def schedule(
         events = (*events, loop_event)
         return ended(Status.FAILED, error_code=ErrorCode.LOOP, error_message=message)
     rule = ApprovalRule(always=node.interrupt_before, policy=node.approval_policy)
-    reason = approval_reason(rule, state)
+    reason = approval_reason(rule, state, of=f"node {chosen!r}")
     if reason and node.interrupt_before:
         reason = f"node {chosen!r} is interrupted before it runs"
     # the state goes in the call only when a person must see it: it is in the head anyway

@@ -369,7 +369,7 @@ def think(
         arguments, raw = parse_arguments(proposed.arguments)
         name = _encodable(proposed.name)
         shown = arguments if arguments is not None else raw
-        reason = approval_reason(rules.get(name), arguments)
+        reason = approval_reason(rules.get(name), arguments, of=f"tool {name!r}")
         calls.append(
             ToolCall(
                 call_id=call_id_for(number, index),

@@ -115,6 +115,21 @@ def _proposing() -> Graph:
 PROPOSING = graph_kind(_proposing().compile())
 
 
+def _broken_check(update: object) -> str | None:
+    raise ValueError("the offer limit is not configured")
+
+
+def _checking() -> Graph:
+    graph = Graph("checking", version="1", state=Poll)
+    graph.add_node("offer", offer, idempotent=True, approve_update=_broken_check)
+    graph.add_edge(START, "offer").add_edge("offer", END)
+    return graph
+
+
+#: the check of `offer`'s update raises: a person decides on it
+CHECKING = graph_kind(_checking().compile())
+
+
 class Ask(BaseModel):
     size: int = 0
     answer: str = ""

@@ -244,6 +244,18 @@ def test_an_approval_policy_asks_only_when_it_says_so() -> None:
     assert change.step is not None and change.step.calls[0].approval_reason == "big"
 
 
+def test_an_approval_policy_that_raised_asks_a_person_naming_the_node() -> None:
+    def policy(state: Any) -> str | None:
+        raise KeyError("budget")
+
+    compiled = line("a", approval_policy=policy).compile()
+    change = graph_machine.start(head(), compiled, now=NOW)
+    assert change.head.status is Status.WAITING_APPROVAL
+    assert change.step is not None and change.step.calls[0].approval_reason == (
+        "the approval policy of node 'a' raised KeyError: 'budget', so a person decides"
+    )
+
+
 def decision(kind: DecisionKind, call_id: str = "s1c0", **kw: Any) -> Decision:
     return Decision(call_id=call_id, kind=kind, approver="ann", at=NOW, fingerprint="f" * 64, **kw)
 

@@ -100,7 +100,8 @@ def _policy(arguments: Mapping[str, Any]) -> bool | str | None:
         pytest.param(
             ApprovalRule(policy=_policy),
             {"cmd": "boom"},
-            "the approval policy failed (RuntimeError: policy crashed), so a person decides",
+            "the approval policy of tool 'run_command' raised RuntimeError: policy crashed, so "
+            "a person decides",
             id="raises",
         ),
         pytest.param(ApprovalRule(policy=_policy), None, None, id="unparsable"),
@@ -109,7 +110,7 @@ def _policy(arguments: Mapping[str, Any]) -> bool | str | None:
 def test_approval_reason(
     rule: ApprovalRule | None, arguments: dict[str, Any] | None, reason: str | None
 ) -> None:
-    assert approval_reason(rule, arguments) == reason
+    assert approval_reason(rule, arguments, of="tool 'run_command'") == reason
 
 
 def test_the_reason_is_recorded_with_the_call(build: Any) -> None:
@@ -123,3 +124,21 @@ def test_the_reason_is_recorded_with_the_call(build: Any) -> None:
     assert (first.needs_approval, first.approval_reason) == (True, "rm -rf build deletes files")
     assert (second.needs_approval, second.approval_reason) == (False, None)
     assert change.head.awaiting == ("s1c0",)
+
+
+def test_a_tool_s_policy_that_raised_asks_a_person_naming_the_tool(build: Any) -> None:
+    """Of two tools' policies the one that raised is named, so the person deciding and the
+    operator mending it know whose check broke."""
+    rules = {"run_command": ApprovalRule(policy=_policy), "shell": ApprovalRule(policy=_policy)}
+    change = build.think(
+        build.head(),
+        build.reply(("shell", {"cmd": "ls"}), ("run_command", {"cmd": "boom"})),
+        rules=rules,
+    )
+    first, second = change.step.calls
+    assert (first.needs_approval, first.approval_reason) == (False, None)
+    assert second.needs_approval and change.head.awaiting == ("s1c1",)
+    assert second.approval_reason == (
+        "the approval policy of tool 'run_command' raised RuntimeError: policy crashed, so a "
+        "person decides"
+    )

@@ -122,3 +122,23 @@ def test_a_refused_update_fails_the_session_naming_the_node_not_an_exception_cla
     )
     session = ticks.client.load(head.id)
     assert _node_call(session, "paint")[1:] == (f"failed: {done.error_message}", True)
+
+
+def test_an_update_check_that_raised_asks_a_person_naming_the_node(
+    ticks: Ticks, tmp_path: Path
+) -> None:
+    """A node's `approve_update` that raises does not fail the session: a person decides on
+    the update, told whose check raised and what it raised."""
+    head = ticks.client.submit(
+        "tests.graphs:CHECKING", {}, model=f"scripted:{tmp_path / 'none.json'}"
+    )
+
+    waiting = ticks.run(head.id)
+
+    assert waiting.status is Status.WAITING_APPROVAL
+    session = ticks.client.load(head.id)
+    [proposal] = [c for s in session.steps for c in s.calls if c.name == "offer#update"]
+    assert proposal.approval_reason == (
+        "the approval policy of the update of node 'offer' raised ValueError: the offer "
+        "limit is not configured, so a person decides"
+    )

@@ -534,7 +534,8 @@ def _run(
         ran = _ran(tick, graph, plan, state, trace, ctx, returned, duration, day)
     except Exception as exc:
         # what the node returned is refused (an update of fields not in the state, branches
-        # of a node the graph lacks, its `approve_update` raising): failed as if it raised
+        # of a node the graph lacks): failed as if it raised (an `approve_update` that
+        # raises asks a person, `approval_reason`)
         return _failed(tick, call, exc, ctx, duration)
     return _with_calls(ran, ctx)
 
@@ -632,7 +633,11 @@ def _ran(
         return _fan_out(tick, head, graph, call, state, returned, ctx)
     new_state = graph.update(state, returned, by=f"node {node.name!r}")
     delta = {**plan.patch, **dict(returned or {})}
-    reason = approval_reason(ApprovalRule(policy=node.approve_update), dict(returned or {}))
+    reason = approval_reason(
+        ApprovalRule(policy=node.approve_update),
+        dict(returned or {}),
+        of=f"the update of node {node.name!r}",
+    )
     if reason is not None:
         return graph_machine.update_proposed(
             head,

@@ -227,5 +227,5 @@ def test_deep_nesting_is_refused_not_recursing_forever() -> None:
 )
 def test_the_policy_says_why_a_command_needs_approval(command: str, reason: str | None) -> None:
     assert command_needs_approval({"command": command}) == reason
-    found = approval_reason(run_command.rule, {"command": command})
+    found = approval_reason(run_command.rule, {"command": command}, of="tool 'run_command'")
     assert found == reason
