@@ -50,9 +50,6 @@ from tickwork.fsm.values import (
 
 #: how the observation of a node run whose update waits for a person begins
 PROPOSED = "proposed an update"
-#: the most characters of a failed node's error its call and its session keep (as a
-#: model's error event keeps): an exception's message may be any size
-ERROR_CHARS = 2_000
 #: the config key of a branch session (a child that runs one node of its parent's fan-out,
 #: docs/DESIGN.md section 16): the node it runs
 BRANCH = "branch"
@@ -379,19 +376,22 @@ def node_failed(
 ) -> Change:
     """The node of `call` ran and failed: it raised, what it returned was refused, or a
     branch it fanned out to did not complete. The session fails with `code` and `why` (cut
-    to ERROR_CHARS, its start and end kept); the node's call is closed as failed with the
-    same words (`tool_finished`, an error), not as not run: it ran. `events` come first."""
+    as every failure's message is, `transitions.ended`); the node's call is closed as
+    failed with the same words (a `tool_finished` error before the session's closing
+    events), not as not run: it ran. `events` come first."""
     transitions.require(head, Status.EXECUTING)
-    why = transitions.cap_output(why, ERROR_CHARS)
-    text = f"failed: {why}"
+    change = transitions.ended(head, Status.FAILED, now, events, error_code=code, error_message=why)
+    text = f"failed: {change.head.error_message}"
     finished = transitions.call_finished(
         call, text, is_error=True, now=now, duration_ms=duration_ms
     )
-    change = transitions.ended(
-        head, Status.FAILED, now, (*events, finished), error_code=code, error_message=why
+    closing = change.events[len(events) :]
+    return change.model_copy(
+        update={
+            "events": (*events, finished, *closing),
+            **transitions.observed(call, text, is_error=True, now=now, duration_ms=duration_ms),
+        }
     )
-    closing = transitions.observed(call, text, is_error=True, now=now, duration_ms=duration_ms)
-    return change.model_copy(update=closing)
 
 
 def node_model_called(

@@ -30,6 +30,12 @@ from tickwork.fsm.values import (
     Value,
 )
 
+#: the most characters of a failed session's message (its `error_message`, and the `failed`
+#: and `dead_lettered` events' and the dead letter's copies) kept, its start and end with a
+#: note of the cut between (`ended`): an exception's text may be any size (a model
+#: server's error body, a node's exception), and every failure is cut here, once
+ERROR_CHARS = 2_000
+
 
 class StepCharge(Value):
     """Tokens and cost added to stored step `step` (its other fields never change)."""
@@ -94,12 +100,15 @@ def require(head: Head, *statuses: Status) -> None:
 def ended(
     head: Head, status: Status, now: datetime, events: Sequence[Event] = (), **fields: Any
 ) -> Change:
-    """A change that ends the session, with its closing events."""
+    """A change that ends the session, with its closing events; an `error_message` longer
+    than ERROR_CHARS is cut to it (`cap_output`), its start and end kept."""
     kind = {
         Status.COMPLETED: EventKind.COMPLETED,
         Status.FAILED: EventKind.FAILED,
         Status.CANCELLED: EventKind.CANCELLED,
     }[status]
+    if "error_message" in fields:
+        fields["error_message"] = cap_output(fields["error_message"], ERROR_CHARS)
     new = moved(head, now, status=status, awaiting=(), **fields)
     data = {"error_code": new.error_code, "message": new.error_message} if new.error_code else {}
     closing = [Event(kind=kind, at=now, data=data)]

@@ -9,7 +9,7 @@ from typing import Any, Literal, TypedDict
 
 import pytest
 from pydantic import BaseModel
-from tickwork.fsm import graph_machine
+from tickwork.fsm import graph_machine, transitions
 from tickwork.fsm.errors import InvalidGraph, InvalidStateUpdate
 from tickwork.fsm.forks import ForkPatch, fork
 from tickwork.fsm.graph import END, START, Graph, add, append, fan_out
@@ -364,7 +364,7 @@ def test_a_node_that_ran_and_raised_reads_failed_with_its_error_cut_to_a_bound()
     )
     assert (change.head.status, change.head.error_code) == (Status.FAILED, ErrorCode.INTERNAL)
     message = change.head.error_message
-    assert len(message) <= graph_machine.ERROR_CHARS + 100 < len(why)
+    assert len(message) <= transitions.ERROR_CHARS + 100 < len(why)
     assert message.startswith("node 'a' raised LookupError: the ledger is closed")
     assert message.endswith("for good") and "characters cut from the middle" in message
     assert change.call_states == (("s1c0", CallState.DONE),)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tickwork.fsm import graph_machine
+from tickwork.fsm import transitions
 from tickwork.fsm.values import ErrorCode, EventKind, Session, Status
 
 from tests.worker.ticking import Ticks
@@ -66,7 +66,7 @@ def test_the_error_of_a_node_that_raised_is_kept_to_a_bound(ticks: Ticks, tmp_pa
 
     assert done.status is Status.FAILED
     message = done.error_message
-    assert len(message) < graph_machine.ERROR_CHARS + 100 < len(said) * 10_000
+    assert len(message) < transitions.ERROR_CHARS + 100 < len(said) * 10_000
     assert message.startswith("node 'charge' raised LookupError: the ledger")
     assert message.endswith(said) and "characters cut from the middle" in message
     session = ticks.client.load(head.id)

@@ -1,0 +1,74 @@
+"""A session's failure message is kept to a bound, whatever failed it: an exception's text
+may be any size (a model server's error body, a tick that raised), and the session, its
+`failed` and `dead_lettered` events and its dead letter keep its start and its end, with a
+note saying how much of the middle was cut; on SQLite and on Postgres."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tickwork.fsm import transitions
+from tickwork.fsm.values import ErrorCode, EventKind, Status
+
+from tests.worker.ticking import KIND, Ticks
+
+#: 100 KB between a start and an end the message must keep
+START, END = "the server said: ", " (request req_end)"
+BODY = "x" * 100_000
+
+
+def _model_error(ticks: Ticks, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """An agent session whose model answers with a permanent error of 100 KB."""
+    script = tmp_path / "error.json"
+    error = {"transient": False, "message": START + BODY + END}
+    script.write_text(json.dumps([{"error": error}]))
+    return ticks.client.submit(KIND, {}, model=f"scripted:{script}").id
+
+
+def _tick_raised(ticks: Ticks, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """An agent session whose tick raised an exception of 100 KB: its model client could
+    not be made, and said why at length."""
+
+    def raises(*_: Any, **__: Any) -> None:
+        raise RuntimeError(START + BODY + END)
+
+    monkeypatch.setattr(ticks.rt, "model", raises)
+    return ticks.submit([{"content": "done"}])
+
+
+@pytest.mark.parametrize(
+    ("failing", "code", "begins"),
+    [
+        (_model_error, ErrorCode.MODEL_ERROR, "permanent error: " + START),
+        (_tick_raised, ErrorCode.INTERNAL, "RuntimeError: " + START),
+    ],
+    ids=["model_error", "tick_raised"],
+)
+def test_a_100_kb_failure_is_stored_cut_with_a_note_of_the_cut(
+    ticks: Ticks,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    failing: Any,
+    code: ErrorCode,
+    begins: str,
+) -> None:
+    session_id = failing(ticks, tmp_path, monkeypatch)
+
+    done = ticks.run(session_id)
+
+    assert (done.status, done.error_code) == (Status.FAILED, code)
+    message = done.error_message
+    assert len(message) < transitions.ERROR_CHARS + 100
+    assert message.startswith(begins) and END in message[-200:]
+    cut = re.search(r"\[\.\.\. (\d+) characters cut from the middle of (\d+) \.\.\.\]", message)
+    assert cut is not None
+    total = int(cut.group(2))
+    assert total > len(BODY) and total - int(cut.group(1)) == transitions.ERROR_CHARS
+    session = ticks.store.load(session_id)
+    closing = [e for e in session.events if e.kind in (EventKind.FAILED, EventKind.DEAD_LETTERED)]
+    assert [e.data["message"] for e in closing] == [message, message]
+    assert ticks.store.dead_letter(session_id).message == message
