@@ -524,7 +524,10 @@ def model_failed(
         delay = model_retry_delay(attempts, jitter=jitter)
         if retry_after_s is not None:
             delay = max(delay, retry_after_s)
-        data: dict[str, Any] = {"attempt": attempts, "delay_s": delay, "error": error}
+        # each retry's event keeps the error as a failure keeps it: a server's error body
+        # may be any size, and a session retries up to max_model_retries times
+        cut = transitions.cap_output(error, transitions.ERROR_CHARS)
+        data: dict[str, Any] = {"attempt": attempts, "delay_s": delay, "error": cut}
         if usage is not None:
             data |= {"tokens": usage.total, "cost_usd": cost_usd}
         event = Event(kind=EventKind.MODEL_RETRY, at=now, data=data)

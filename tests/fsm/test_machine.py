@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from tickwork.fsm import transitions
 from tickwork.fsm.budgets import model_retry_delay
 from tickwork.fsm.errors import IllegalTransition, SessionFinished
 from tickwork.fsm.fingerprints import step_fingerprint
@@ -414,6 +415,21 @@ def test_model_failed(
         assert "HTTP 503" in change.head.error_message
         assert change.dead_letter
         assert kinds(change) == [EventKind.FAILED, EventKind.DEAD_LETTERED]
+
+
+def test_a_model_error_of_any_size_is_kept_to_a_bound_in_its_retries_and_its_failure(
+    build: Any,
+) -> None:
+    """A server's 100 KB error body: each retry's event and the failure keep its start and
+    its end, with a note of the cut, within ERROR_CHARS."""
+    error = "HTTP 503: " + "upstream overloaded; " * 5_000 + "request req_1"
+    retried = model_failed(build.head(), error=error, transient=True, now=build.at(1))
+    failed = model_failed(build.head(), error=error, transient=False, now=build.at(1))
+    said = [retried.events[0].data["error"], failed.head.error_message]
+    for text in said:
+        assert len(text) < transitions.ERROR_CHARS + 100 < len(error)
+        assert "HTTP 503: upstream" in text and text.endswith("request req_1")
+        assert "characters cut from the middle of" in text
 
 
 def test_model_retry_backoff_grows(build: Any) -> None:

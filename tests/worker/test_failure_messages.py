@@ -72,3 +72,26 @@ def test_a_100_kb_failure_is_stored_cut_with_a_note_of_the_cut(
     closing = [e for e in session.events if e.kind in (EventKind.FAILED, EventKind.DEAD_LETTERED)]
     assert [e.data["message"] for e in closing] == [message, message]
     assert ticks.store.dead_letter(session_id).message == message
+
+
+@pytest.mark.parametrize("kind", [KIND, "tests.graphs:ASK"], ids=["agent", "graph_node"])
+def test_a_100_kb_transient_error_is_kept_cut_in_its_retry_event(
+    ticks: Ticks, tmp_path: Path, kind: str
+) -> None:
+    """A server's error body retried: its `model_retry` event keeps it as the failure does,
+    not whole (a session retries up to max_model_retries times)."""
+    script = tmp_path / "retry.json"
+    script.write_text(json.dumps([{"error": {"transient": True, "message": START + BODY + END}}]))
+    head = ticks.client.submit(
+        kind, {}, model=f"scripted:{script}", budgets={"max_model_retries": 1}
+    )
+
+    done = ticks.run(head.id)
+
+    assert (done.status, done.error_code) == (Status.FAILED, ErrorCode.MODEL_ERROR)
+    session = ticks.store.load(head.id)
+    [retry] = [e.data["error"] for e in session.events if e.kind is EventKind.MODEL_RETRY]
+    for said in (retry, done.error_message):
+        assert len(said) < transitions.ERROR_CHARS + 100
+        assert START in said[:100] and END in said[-200:]
+        assert "characters cut from the middle of" in said
