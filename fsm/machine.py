@@ -253,7 +253,7 @@ def context_overflow(
             "prompt_tokens_estimate": estimate,
             "window": window,
             "stated_window": stated,
-            "error": error[:2_000],
+            "error": transitions.cap_output(error, transitions.ERROR_CHARS),
         },
     )
     if not smaller:

@@ -18,6 +18,7 @@ from tickwork.fsm.machine import (
     CallModel,
     Change,
     RunTool,
+    context_overflow,
     decide,
     fail,
     model_failed,
@@ -819,3 +820,16 @@ def test_transition_accepts_its_statuses(build: Any, name: str) -> None:
     for status in accepted:
         result = function(build.head(status))
         assert isinstance(result, Change | CallModel | RunTool)
+
+
+def test_a_context_overflow_event_keeps_a_huge_refusal_cut_as_a_failure_is(build: Any) -> None:
+    """A model's refusal body can be any size: the `context_overflow` event keeps it cut to
+    ERROR_CHARS with its start and end and a note of the cut, as a failed session's message."""
+    error = "maximum context length is 8192 tokens " + "x" * 100_000 + " END"
+    _, event = context_overflow(
+        build.head(), error=error, estimate=9_000, window=None, now=build.at(1)
+    )
+    kept = event.data["error"]
+    assert kept == transitions.cap_output(error, transitions.ERROR_CHARS)
+    assert len(kept) < 2 * transitions.ERROR_CHARS and "characters cut" in kept
+    assert kept.startswith("maximum context length is 8192") and kept.endswith(" END")
