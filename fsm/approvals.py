@@ -40,14 +40,14 @@ def needs_approval(rule: ApprovalRule | None, arguments: Mapping[str, Any] | Non
 def approval_reason(
     rule: ApprovalRule | None, arguments: Mapping[str, Any] | None, *, of: str
 ) -> str | None:
-    """Why a person must decide on a call, or None if nobody need; a policy that raises
-    counts as a reason, which names what its policy judged (`of`: "tool 'run_command'",
-    "node 'review'", "the update of node 'offer'") so the person and the operator know
-    whose check to mend."""
+    """Why a person must decide on a call, or None if nobody need; the reason names what
+    its rule judged (`of`: "tool 'run_command'", "node 'review'", "the update of node
+    'offer'"), and a policy that raises counts as one, so the person and the operator know
+    whose check asked, or whose to mend."""
     if rule is None:
         return None
     if rule.always:
-        return "the tool always needs a person's approval"
+        return f"{of} always needs a person's approval"
     if rule.policy is None:
         return None
     if arguments is None:
@@ -59,8 +59,8 @@ def approval_reason(
             f"the approval policy of {of} raised {type(exc).__name__}: {exc}, so a person decides"
         )
     if isinstance(verdict, str):
-        return verdict.strip() or "the tool's approval policy asks for a person"
-    return "the tool's approval policy asks for a person" if verdict else None
+        return verdict.strip() or f"the approval policy of {of} asks for a person"
+    return f"the approval policy of {of} asks for a person" if verdict else None
 
 
 def rejection(call: ToolCall, decision: Decision) -> str:

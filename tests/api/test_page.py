@@ -138,7 +138,7 @@ def test_log_in_approve_a_call_and_see_the_session_move_on(page: Any, stack: Sta
     expect(card.locator("pre.args")).to_contain_text('"value": "prod-db"')
     expect(card.locator(".fp")).to_contain_text(stack.fingerprint(session_id)[:12])
     expect(card.locator(".reason")).to_have_text(
-        "Needs approval: the tool always needs a person's approval"
+        "Needs approval: tool 'danger' always needs a person's approval"
     )
     section = page.locator(f'section.waiting[data-session="{session_id}"]')
     expect(section.locator("p.meta")).to_contain_text("submitted by sam")

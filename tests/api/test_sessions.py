@@ -365,7 +365,7 @@ def test_a_waiting_calls_body_says_why_it_needs_approval(stack: Stack) -> None:
     session_id = stack.waiting()
     shown = stack.http("alice").get(f"/api/v1/sessions/{session_id}").json()
     danger, echo = shown["steps"][0]["calls"]
-    assert danger["approval_reason"] == "the tool always needs a person's approval"
+    assert danger["approval_reason"] == "tool 'danger' always needs a person's approval"
     assert echo["approval_reason"] is None
     assert danger["provider_call_id"] is None, "the scripted model gives no ids"
 

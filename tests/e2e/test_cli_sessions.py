@@ -274,11 +274,11 @@ def test_show_gives_the_approver_the_whole_write_and_why_it_waits(
         assert proposed is not None and proposed.arguments is not None
         content = proposed.arguments["content"]
         assert len(content) > 160, "longer than show cuts other arguments"
-        reason = "needs approval: the tool always needs a person's approval"
+        reason = "needs approval: tool 'write_file' always needs a person's approval"
         assert f"{WRITE} write_file {reason}" in waiting
         assert (
-            f"(write_file, fingerprint {proposed.fingerprint}, because the tool always "
-            "needs a person's approval)" in waiting
+            f"(write_file, fingerprint {proposed.fingerprint}, because tool 'write_file' "
+            "always needs a person's approval)" in waiting
         )
         assert f"{WRITE} write_file calc.py: against the session's current file" in waiting
         for line in FIX.splitlines():
@@ -286,7 +286,7 @@ def test_show_gives_the_approver_the_whole_write_and_why_it_waits(
         assert content.splitlines()[-1] in waiting
         shown = cli.inline("show", session_id, "--json").json()
         (call,) = [c for s in shown["steps"] for c in s["calls"] if c["call_id"] == WRITE]
-        assert call["approval_reason"] == "the tool always needs a person's approval"
+        assert call["approval_reason"] == "tool 'write_file' always needs a person's approval"
         assert call["arguments"]["content"] == content
 
         deployment.client.approve(session_id, WRITE, approver="alice")

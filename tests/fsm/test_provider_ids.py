@@ -84,7 +84,10 @@ def _policy(arguments: Mapping[str, Any]) -> bool | str | None:
     [
         pytest.param(None, {"cmd": "rm x"}, None, id="no_rule"),
         pytest.param(
-            ApprovalRule(always=True), {}, "the tool always needs a person's approval", id="always"
+            ApprovalRule(always=True),
+            {},
+            "tool 'run_command' always needs a person's approval",
+            id="always",
         ),
         pytest.param(
             ApprovalRule(policy=_policy), {"cmd": "rm x"}, "rm x deletes files", id="text"
@@ -93,7 +96,7 @@ def _policy(arguments: Mapping[str, Any]) -> bool | str | None:
         pytest.param(
             ApprovalRule(policy=_policy),
             {"cmd": "yes"},
-            "the tool's approval policy asks for a person",
+            "the approval policy of tool 'run_command' asks for a person",
             id="true",
         ),
         pytest.param(ApprovalRule(policy=_policy), {"cmd": "no"}, None, id="false"),
