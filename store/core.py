@@ -81,6 +81,11 @@ class CoreStore(Services):
         self._transcripts = Transcripts(transcripts)
         self._stored_bytes = tenant_quotas.StoredBytes()
 
+    @property
+    def transcripts(self) -> Transcripts:
+        """The transcripts this process keeps read, so a THINK claim reads only new steps."""
+        return self._transcripts
+
     def create(
         self,
         session: Session,

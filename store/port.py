@@ -35,6 +35,7 @@ from tickwork.store.lifecycle import Retention
 from tickwork.store.liveness import Sign
 from tickwork.store.relay import Due
 from tickwork.store.ticks import Claimed, Idempotent
+from tickwork.store.transcripts import Transcripts
 
 
 class Sessions(Protocol):
@@ -177,6 +178,12 @@ class Ticks(Protocol):
         claim marks the call `ticks.startable` picks (its tool in `idempotent`, per session
         kind) started in the same transaction, with its `tool_started` event, and names it
         in `Claimed.started`; such a call is not started again with `start_call`."""
+        ...
+
+    @property
+    def transcripts(self) -> Transcripts:
+        """The transcripts this process keeps read, so a THINK claim reads only new steps
+        (`store/transcripts.py`); a worker grows it to the ticks it runs at once."""
         ...
 
     def renew(

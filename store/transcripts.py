@@ -43,6 +43,17 @@ class Transcripts:
         self._known: OrderedDict[str, Transcript] = OrderedDict()
         self._lock = threading.Lock()
 
+    @property
+    def size(self) -> int:
+        """How many sessions' transcripts are kept."""
+        return self._size
+
+    def grow_to(self, size: int) -> None:
+        """Keep at least `size` transcripts from now on (never fewer than now): a worker
+        running many ticks in one process keeps one for each (`worker/tick/app.py`)."""
+        with self._lock:
+            self._size = max(self._size, size)
+
     def get(self, session_id: str) -> Transcript | None:
         with self._lock:
             return self._known.get(session_id)
