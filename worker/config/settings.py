@@ -212,7 +212,8 @@ class Settings(BaseSettings):
         return value
 
     #: transcripts each worker process keeps, so a THINK tick reads only the new steps
-    #: (each holds a session's whole history; 0 reads every transcript whole every time)
+    #: (each holds a session's whole history; 0 reads every transcript whole every time);
+    #: unset, a threads, gevent or eventlet worker keeps one per tick it runs at once, if more
     transcript_cache: int = Field(default=64, ge=0)
     #: send Celery task events (Flower's task list); 4 broker publishes more per tick, so off
     #: by default as in Celery; ignored on the filesystem broker, which has no fanout for them

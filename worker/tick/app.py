@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from celery import Celery, signals
+from celery import concurrency as pools
 from celery.utils.dispatch import Signal
 from celery.worker.consumer import Consumer as CeleryConsumer
 from kombu import Exchange, Queue
@@ -134,6 +135,7 @@ def make_app(settings: Settings | None = None, *, relay: bool = True) -> App:
     )
     app.tickwork_settings = settings  # type: ignore[attr-defined]
     _check_sandbox_with_worker(app, settings)
+    _fit_transcripts_with_worker(app)
     _say_release_with_worker(app)
     signals.worker_ready.connect(_note_consumer_timeout, weak=False, dispatch_uid="tickwork-rmq")
     metrics.serve_with_worker()
@@ -141,6 +143,42 @@ def make_app(settings: Settings | None = None, *, relay: bool = True) -> App:
     if relay:
         _start_relay_with_worker(app)
     return app
+
+
+#: the pools that run many ticks in one process, each THINK reading its session's transcript
+MANY_TICKS_IN_ONE_PROCESS = frozenset(
+    pools.ALIASES[name] for name in ("threads", "gevent", "eventlet") if name in pools.ALIASES
+)
+
+
+def transcripts_to_keep(settings: Settings, *, pool: Any, concurrency: Any) -> int:
+    """How many sessions' transcripts a worker process with this `pool` (its `--pool` name,
+    path or class) and `concurrency` keeps: TICKWORK_TRANSCRIPT_CACHE when it is given;
+    else, on a pool running many ticks in one process, one for each tick it runs at once
+    and 64 at least (with 64, a 500-session burst on two threads workers of 250 read every
+    history whole at each THINK: ops/bench/in_flight.py); else 64."""
+    path = pools.ALIASES.get(pool, pool) if isinstance(pool, str) else pool
+    if isinstance(path, type):
+        path = f"{path.__module__}:{path.__qualname__}"
+    explicit = "transcript_cache" in settings.model_fields_set
+    if explicit or path not in MANY_TICKS_IN_ONE_PROCESS or not isinstance(concurrency, int):
+        return settings.transcript_cache  # an `auto` concurrency is the CPUs: fewer than 64
+    return max(settings.transcript_cache, concurrency)
+
+
+def _fit_transcripts_with_worker(app: App) -> None:
+    """At worker start (Celery's `worker_init`, sent by every worker, the test worker
+    too), grow this process's transcripts to `transcripts_to_keep`."""
+
+    def init(sender: Any = None, **_: Any) -> None:
+        if getattr(sender, "app", None) is not app:
+            return
+        settings: Settings = app.tickwork_settings  # type: ignore[attr-defined]
+        keep = transcripts_to_keep(settings, pool=sender.pool_cls, concurrency=sender.concurrency)
+        if keep > settings.transcript_cache:  # a prefork parent builds no runtime to fork
+            runtime(app).store.transcripts.grow_to(keep)
+
+    app.receive(signals.worker_init, init)
 
 
 def _say_release_with_worker(app: App) -> None:
