@@ -267,7 +267,30 @@ def test_a_closed_runtime_gives_its_sign_up(
         again = store.hold_sign(rt.liveness.key)  # another holder can take it: it was let go
         assert again is not None
         again.release()
-        assert rt.owner() == owner_name(), "a lease taken after the close names no sign"
+
+
+@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
+def test_a_closed_runtime_used_again_signs_its_leases_again(
+    database_url: str, store: Store, tmp_path: Path
+) -> None:
+    # before, a closed runtime's sign of life was never taken again: a worker started again
+    # on the same app (or a runtime closed by a test and used on) leased unsigned, and its
+    # sessions waited out their lease when it was killed instead of being taken over
+    with make_app(Settings(database_url=database_url, state_dir=tmp_path), relay=False) as app:
+        rt = runtime(app)
+        key = rt.liveness.key
+        assert rt.owner() == signed(owner_name(), key)
+        rt.close()
+        until(lambda: _backend(store, key) is None, timeout=30, what="the sign given up")
+
+        assert rt.owner() == signed(owner_name(), key), "a lease after the close is unsigned"
+        assert _backend(store, key) is not None, "the sign it names is not held"
+        watching = [t for t in threading.enumerate() if t.name == "tickwork-liveness"]
+        assert [t.is_alive() for t in watching] == [True]
+
+        rt.close()
+        until(lambda: _backend(store, key) is None, timeout=30, what="the sign given up again")
+        assert not watching[0].is_alive()
 
 
 @pytest.mark.parametrize("database_url", ["postgres"], indirect=True)

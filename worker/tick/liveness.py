@@ -36,7 +36,9 @@ class Liveness:
 
     Until the sign is held (never, where the database has none, or with `enabled` False)
     leases are taken unsigned and end by expiry only. An enabled sign is taken at the
-    first lease (`owner`): a process that never ticks (the CLI's relay) holds none."""
+    first lease (`owner`): a process that never ticks (the CLI's relay) holds none. Once
+    `stop` has given it up, the next lease takes it again (same key) with a new watch, as
+    the runtime's other threads start again when used after `Runtime.close`."""
 
     def __init__(
         self,
@@ -59,38 +61,54 @@ class Liveness:
         self._holding = threading.Lock()
         #: the last check found the sign lost
         self._lost = False
-        self._loop = Loop(
-            "liveness", self._check, every_s=every_s, log=log, what="a look at this worker's sign"
+        self._every_s = every_s
+        self._loop = self._new_loop()
+
+    def _new_loop(self) -> Loop:
+        """A watch that takes and checks the sign for itself: once stopped (`stop` put a new
+        one in its place), a late step of it takes no sign."""
+        loop = Loop(
+            "liveness",
+            lambda: self._check(loop),
+            every_s=self._every_s,
+            log=log,
+            what="a look at this worker's sign",
         )
+        return loop
 
     def start(self) -> None:
         """Take the sign and watch it; where it cannot be taken now (the database away), the
         watch takes it later, and leases taken meanwhile are unsigned."""
-        if self._loop.stopped.is_set():
+        loop = self._loop
+        if loop.stopped.is_set():
             return
         try:
-            self._take()
+            self._take(loop)
         except StoreError as exc:
             log.warning(
                 "this worker holds no sign of life yet (%s): a session it leases meanwhile is "
                 "taken over only when its lease runs out",
                 exc,
             )
-        self._loop.start()
+        loop.start()
 
-    def _take(self) -> None:
+    def _take(self, loop: Loop) -> None:
         with self._holding:
-            if self._sign is None and not self._loop.stopped.is_set():
+            if self._sign is None and not loop.stopped.is_set():
                 self._sign = self._store.hold_sign(self.key)
                 if self._sign is None:
-                    self._loop.stop()  # the database keeps no signs: leases end by expiry
+                    loop.stop()  # the database keeps no signs: leases end by expiry
 
     def stop(self) -> None:
-        """Give the sign up; the leases taken under it are taken over by the next relay."""
-        self._loop.stop()
-        self._loop.join(2.0)
+        """Give the sign up; the leases taken under it are taken over by the next relay,
+        and the next lease (`owner`) takes it again."""
+        loop = self._loop
+        loop.stop()
+        loop.join(2.0)
         with self._holding:  # a tick's first lease may be taking it right now
             sign, self._sign = self._sign, None
+            self._loop, self._lost = self._new_loop(), False
+            self._begun = False
         if sign is not None:
             sign.release()
 
@@ -107,10 +125,10 @@ class Liveness:
                     self.start()
         return owner if self._sign is None or self._lost else signed(owner, self.key)
 
-    def _check(self) -> None:
+    def _check(self, loop: Loop | None = None) -> None:
         try:
             if self._sign is None:
-                self._take()  # not taken at the start: no lease is signed yet
+                self._take(loop or self._loop)  # not taken at the start: no lease is signed yet
             else:
                 self._sign.check()
         except StoreError as exc:

@@ -436,9 +436,10 @@ class Runtime:
     def close(self) -> None:
         """Close what this runtime opened, as `Engine.dispose` or Celery's `app.close` do:
         what is used again is opened again, lazily. Its sign of life is given up (its
-        connection closed; leases taken after are unsigned, ended by expiry only); the
-        lease renewal and stop watch threads are stopped and joined (`CLOSE_WAIT_S` each at
-        most), and the next tick's lease or watched call starts new ones; the model-server
+        connection closed) and its watch stopped, and the next tick's lease takes it
+        again; the lease renewal and stop watch threads are stopped and joined
+        (`CLOSE_WAIT_S` each at most), and the next tick's lease or watched call starts new
+        ones; the model-server
         connections are closed (a model asked for later opens new ones). Close it once its
         ticks have ended: a tick still running has its lease no longer renewed. The store
         is the caller's to close, and so are the `background` threads (started by whoever
