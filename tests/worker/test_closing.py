@@ -8,6 +8,7 @@ from __future__ import annotations
 import gc
 import threading
 import time
+import uuid
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -171,6 +172,30 @@ class _Worker(TestWorkController):
 
 
 @contextmanager
+def _running(app: Celery) -> Iterator[threading.Thread]:
+    """A real worker of `app` in a thread of this process, until the block ends (a warm
+    shutdown): the app's relay thread (`tickwork-relay`) its start began."""
+    before = set(threading.enumerate())
+    with start_worker(
+        app,
+        pool="threads",
+        concurrency=1,
+        perform_ping_check=False,
+        shutdown_timeout=30,
+        loglevel="WARNING",
+        WorkController=_Worker,
+    ) as controller:
+        relay = until(
+            lambda: [t for t in _started_since(before) if t.name == "tickwork-relay"],
+            timeout=10,
+            what="the app's relay started with its worker",
+        )
+        yield relay[0]
+        controller.stop()  # a warm shutdown, as SIGTERM's: `worker_shutdown` from the worker
+    until(lambda: not relay[0].is_alive(), timeout=10, what="the relay stopped with its worker")
+
+
+@contextmanager
 def _worker(settings: Settings) -> Iterator[tuple[TestWorkController, threading.Thread]]:
     """An app with its relay (`make_app`) and a real worker of it on the filesystem broker,
     in this process: the worker, and the app's relay thread (`tickwork-relay`)."""
@@ -228,3 +253,38 @@ def test_one_apps_worker_shutting_down_leaves_the_other_apps_relay_running(
             )
         finally:
             client.close()
+
+
+def test_a_second_worker_of_the_same_app_starts_its_relay(redis: str, tmp_path: Path) -> None:
+    """An app whose worker stopped, given a second worker: the first worker's shutdown
+    stopped the app's relay but kept it in the app's list, so the second worker's start
+    took it for running and started none, and a tick whose publish was lost was never
+    offered again."""
+    settings = Settings(
+        state_dir=tmp_path,
+        broker_url=redis,
+        queue=f"tickwork.ticks.{uuid.uuid4().hex}",
+        relay_period_s=0.1,
+        relay_after_s=0,
+    )
+    prepare_database(settings)
+    app = make_app(settings, relay=True)
+    client = Tickwork(settings)
+    client.publish = lambda *_: None  # type: ignore[method-assign]
+    try:
+        with _running(app) as first:
+            pass
+        assert not first.is_alive()
+        with _running(app) as second:
+            assert second is not first
+            # submitted without its first tick published: only a relay offers it
+            script = write_script([{"content": "done"}], tmp_path)
+            session_id = client.submit("tests.jobs:TEST", {"sink": str(tmp_path)}, model=script).id
+            until(
+                lambda: client.get(session_id).status is Status.COMPLETED,
+                timeout=30,
+                what="the session, relayed and run by the app's second worker",
+            )
+    finally:
+        client.close()
+        app.close()

@@ -376,6 +376,9 @@ def _start_relay_with_worker(app: App) -> None:
             return  # another app's worker in this process: its relay is not ours to stop
         for thread in threads:
             thread.stop()
+        for thread in threads:
+            thread.join(5)
+        threads.clear()  # a worker started again on this app starts them anew
         held = getattr(app, "_tickwork_runtime", None)
         if held is not None and held[0] == os.getpid():
             for background in held[1].background:
