@@ -6,6 +6,7 @@ worker that stops stops its own app's relay, not another app's in the same proce
 from __future__ import annotations
 
 import gc
+import socket
 import threading
 import time
 import uuid
@@ -26,6 +27,7 @@ from tickwork.store import Store
 from tickwork.worker.config.settings import Settings
 from tickwork.worker.jobs import Jobs
 from tickwork.worker.tick.app import make_app, runtime
+from tickwork.worker.tick.dispatcher import Dispatcher
 from tickwork.worker.tick.runtime import Runtime
 
 from tickwork.client import Tickwork
@@ -288,3 +290,51 @@ def test_a_second_worker_of_the_same_app_starts_its_relay(redis: str, tmp_path: 
     finally:
         client.close()
         app.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        return int(listener.getsockname()[1])
+
+
+def test_a_closed_app_leaves_none_of_the_threads_started_for_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The webhook dispatcher's and the tracer's threads, and the /metrics server a worker's
+    start began: before, an app closed after its worker's start (without its shutdown) left
+    the /metrics server listening, and one without a relay (a process that ticks by itself)
+    left the dispatcher a tick had woken and the tracer's exporting thread running."""
+    monkeypatch.setenv("TICKWORK_WEBHOOK_URL", "http://127.0.0.1:9/hooks")
+    monkeypatch.setenv("TICKWORK_OTEL_ENABLED", "true")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.setenv("TICKWORK_METRICS_ADDR", "127.0.0.1")
+    port = _free_port()
+    monkeypatch.setenv("TICKWORK_METRICS_PORT", str(port))
+    served, ticking = Settings(state_dir=tmp_path / "one"), Settings(state_dir=tmp_path / "two")
+    for settings in (served, ticking):
+        prepare_database(settings)
+    before = set(threading.enumerate())
+    with make_app(served, relay=True) as app:
+        signals.worker_ready.send(sender=Consumer(app))  # its worker's start
+        started = _started_since(before)
+        assert {"tickwork-relay", "tickwork-webhooks", "OtelBatchSpanRecordProcessor"} <= {
+            t.name for t in started
+        }
+        with socket.create_connection(("127.0.0.1", port), timeout=5):
+            pass  # /metrics listens
+    assert [t.name for t in started if t.is_alive()] == []
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()
+
+    before = set(threading.enumerate())
+    with make_app(ticking, relay=False) as app:
+        [dispatcher] = [b for b in runtime(app).background if isinstance(b, Dispatcher)]
+        dispatcher.wake()  # as a tick that started waiting for a person does
+        started = _started_since(before)
+        assert {"tickwork-webhooks", "OtelBatchSpanRecordProcessor"} <= {t.name for t in started}
+        dispatcher.stop()  # as a worker's shutdown: the next worker's start begins it again
+        dispatcher.start()
+        started = _started_since(before)
+        assert "tickwork-webhooks" in {t.name for t in started if t.is_alive()}
+    assert [t.name for t in started if t.is_alive()] == []

@@ -17,6 +17,7 @@ import functools
 import logging
 import os
 import threading
+import weakref
 from collections import Counter as Tally
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
@@ -390,10 +391,17 @@ def _age(now: datetime, at: datetime) -> float:
 
 
 class _Server:
-    """The one /metrics server of this worker process."""
+    """The one /metrics server of this worker process. It serves the process's registry,
+    so it is shared by the apps whose workers run in the process: started by the first
+    worker's start, stopped with the last of those apps' workers (or the app closed,
+    `App.close`), not with the first."""
 
     lock = threading.Lock()
     running: Any = None
+    thread: threading.Thread | None = None
+    #: the apps whose worker started it or found it running, until its shutdown or their
+    #: close (an app dropped unclosed leaves it to the others')
+    apps: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 def serve(port: int, addr: str = "0.0.0.0") -> int:
@@ -402,18 +410,35 @@ def serve(port: int, addr: str = "0.0.0.0") -> int:
 
     with _Server.lock:
         if _Server.running is None:
-            server, _ = start_http_server(port, addr, registry=registry())
-            _Server.running = server
+            server, thread = start_http_server(port, addr, registry=registry())
+            _Server.running, _Server.thread = server, thread
             log.info("metrics on http://%s:%d/metrics", addr, server.server_port)
         return int(_Server.running.server_port)
 
 
 def stop_serving() -> None:
     with _Server.lock:
-        if _Server.running is not None:
-            _Server.running.shutdown()
-            _Server.running.server_close()
-            _Server.running = None
+        _stop()
+
+
+def _stop() -> None:
+    """Stop the server (under `_Server.lock`) and wait for its thread."""
+    _Server.apps.clear()
+    if _Server.running is not None:
+        _Server.running.shutdown()
+        _Server.running.server_close()
+        if _Server.thread is not None:
+            _Server.thread.join(5)
+        _Server.running = _Server.thread = None
+
+
+def let_go(app: object) -> None:
+    """`app` is closed: the server stops if its worker was the last one served."""
+    with _Server.lock:
+        if app in _Server.apps:
+            _Server.apps.discard(app)
+            if not _Server.apps:
+                _stop()
 
 
 def _serve_with_worker(sender: Any = None, **_: Any) -> None:
@@ -435,6 +460,10 @@ def _serve_with_worker(sender: Any = None, **_: Any) -> None:
                 "it to an empty folder"
             )
         serve(settings.metrics_port, settings.metrics_addr)
+        app = getattr(sender, "app", None)
+        if app is not None:
+            with _Server.lock:
+                _Server.apps.add(app)
     except Exception as exc:  # a worker runs without its metrics rather than not at all
         log.error(
             "this worker serves no metrics: cannot listen on %s:%s (TICKWORK_METRICS_ADDR, "
@@ -447,12 +476,17 @@ def _serve_with_worker(sender: Any = None, **_: Any) -> None:
 
 
 def _stop_with_worker(sender: Any = None, **_: Any) -> None:
-    stop_serving()
+    with _Server.lock:
+        _Server.apps.discard(getattr(sender, "app", None))
+        if not _Server.apps:  # no other app's worker served
+            _stop()
 
 
 def serve_with_worker() -> None:
     """Serve /metrics once a worker of this process is ready (TICKWORK_METRICS_PORT), and
-    stop with it; connected once, however many apps `make_app` builds."""
+    stop with it; connected once, however many apps `make_app` builds. The server is the
+    process's, shared by its apps' workers (`_Server`): it stops with the last of them to
+    shut down, or with its app's close (`let_go`)."""
     signals.worker_ready.connect(_serve_with_worker, weak=False, dispatch_uid="tickwork-metrics")
     signals.worker_shutdown.connect(
         _stop_with_worker, weak=False, dispatch_uid="tickwork-metrics-stop"

@@ -60,10 +60,13 @@ class App(Celery):
     with it: its receivers of Celery's signals are held by the app (Celery keeps weak
     references), so an app dropped unclosed is collected whole, and `close` (or the end of
     `with make_app(...) as app:`) lets go of everything at once: the receivers
-    disconnected, the relay's threads stopped, this process's runtime closed and its
-    store's engine disposed. A closed app still publishes (Celery reopens its broker pool)
-    and `runtime(app)` builds a new runtime, but a worker started with it runs without
-    tickwork's receivers (no relay): build a new app for that."""
+    disconnected, the relay's threads stopped, the runtime's background threads (the
+    webhook dispatcher, the tracer's exporter) stopped, this process's runtime closed and
+    its store's engine disposed. The /metrics server is the process's, shared by its apps'
+    workers (`tickwork.worker.observers.metrics.serve_with_worker`): it stops with the app
+    when no other app's worker uses it. A closed app still publishes (Celery reopens its
+    broker pool) and `runtime(app)` builds a new runtime, but a worker started with it runs
+    without tickwork's receivers (no relay): build a new app for that."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -90,8 +93,11 @@ class App(Celery):
             closer()
         held = self.__dict__.pop("_tickwork_runtime", None)
         if held is not None and held[0] == os.getpid():  # a forked child's copy is not ours
+            for background in held[1].background:  # started by a worker or by a tick
+                background.stop()
             held[1].close()
             held[1].store.close()
+        metrics.let_go(self)
         super().close()
 
 
@@ -389,10 +395,6 @@ def _start_relay_with_worker(app: App) -> None:
         for thread in threads:
             thread.stop()
             thread.join(5)
-        held = getattr(app, "_tickwork_runtime", None)
-        if threads and held is not None and held[0] == os.getpid():
-            for background in held[1].background:
-                background.stop()
         threads.clear()
 
     app.receive(signals.worker_ready, ready)

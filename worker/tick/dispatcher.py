@@ -24,7 +24,7 @@ from tickwork.worker.config.settings import WebhookSettings
 from tickwork.worker.observers.metrics import WEBHOOKS
 from tickwork.worker.observers.report import TickReport
 from tickwork.worker.observers.webhooks import backoff, card, finished_card, masked_url, post
-from tickwork.worker.tick.runtime import Runtime
+from tickwork.worker.tick.runtime import CLOSE_WAIT_S, Runtime
 
 log = logging.getLogger("tickwork.webhooks")
 
@@ -148,18 +148,23 @@ def _send(rt: Runtime, settings: WebhookSettings, taken: Card) -> str:
 
 class Dispatcher:
     """This process's dispatcher thread: started with the worker, or by the first tick
-    that reports calls waiting for a person; woken by such ticks."""
+    that reports calls waiting for a person; woken by such ticks. Stopped (with the worker,
+    or its app closed), it is started again by the next worker's start only."""
 
     def __init__(self, rt: Runtime, settings: WebhookSettings) -> None:
         self.rt, self.settings = rt, settings
-        self._loop = Loop(
+        self._loop = self._new_loop()
+
+    def _new_loop(self) -> Loop:
+        loop = Loop(
             "webhooks",
-            self._pass,
-            every_s=rt.settings.relay_period_s,
+            lambda: dispatch_once(self.rt, self.settings, stopped=loop.stopped),
+            every_s=self.rt.settings.relay_period_s,
             log=log,
             what="webhook pass",
             at_once=True,
         )
+        return loop
 
     def __call__(self, report: TickReport) -> None:
         """The tick observer: a session started waiting (or ended, when finished cards are
@@ -169,6 +174,8 @@ class Dispatcher:
             self.wake()
 
     def start(self) -> None:
+        if self._loop.stopped.is_set():
+            self._loop = self._new_loop()
         self._loop.start()
 
     def wake(self) -> None:
@@ -176,7 +183,6 @@ class Dispatcher:
         self._loop.wake()
 
     def stop(self) -> None:
+        """Stop the thread, waiting up to `CLOSE_WAIT_S` for the card being sent."""
         self._loop.stop()
-
-    def _pass(self) -> None:
-        dispatch_once(self.rt, self.settings, stopped=self._loop.stopped)
+        self._loop.join(CLOSE_WAIT_S)
