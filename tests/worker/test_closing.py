@@ -5,7 +5,9 @@ worker that stops stops its own app's relay, not another app's in the same proce
 
 from __future__ import annotations
 
+import contextlib
 import gc
+import os
 import socket
 import threading
 import time
@@ -26,7 +28,7 @@ from tickwork.fsm.values import Status
 from tickwork.store import Store
 from tickwork.worker.config.settings import Settings
 from tickwork.worker.jobs import Jobs
-from tickwork.worker.tick.app import make_app, runtime
+from tickwork.worker.tick.app import TICK, make_app, runtime
 from tickwork.worker.tick.dispatcher import Dispatcher
 from tickwork.worker.tick.runtime import Runtime
 
@@ -194,6 +196,10 @@ def _running(app: Celery) -> Iterator[threading.Thread]:
         )
         yield relay[0]
         controller.stop()  # a warm shutdown, as SIGTERM's: `worker_shutdown` from the worker
+    # kombu's loop, stopped from this thread, may make its waker after the hub was closed:
+    # closed here rather than left to the collector (a ResourceWarning at the session's end)
+    if getattr(controller, "hub", None) is not None:
+        controller.hub.close()
     until(lambda: not relay[0].is_alive(), timeout=10, what="the relay stopped with its worker")
 
 
@@ -338,3 +344,49 @@ def test_a_closed_app_leaves_none_of_the_threads_started_for_it(
         started = _started_since(before)
         assert "tickwork-webhooks" in {t.name for t in started if t.is_alive()}
     assert [t.name for t in started if t.is_alive()] == []
+
+
+def _sockets_to(port: int) -> int:
+    """How many TCP connections this process holds to `port`."""
+    inodes = set()
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            inodes.add(os.readlink(f"/proc/self/fd/{fd}"))
+    held = 0
+    for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
+        with open(table) as rows:
+            for row in list(rows)[1:]:
+                fields = row.split()
+                remote, inode = fields[2], fields[9]
+                if int(remote.rsplit(":", 1)[1], 16) == port and f"socket:[{inode}]" in inodes:
+                    held += 1
+    return held
+
+
+def test_a_closed_app_closes_its_broker_connections_and_no_other_apps(
+    redis: str, tmp_path: Path
+) -> None:
+    """Celery's close dropped its broker pools without closing them, and those pools were
+    kombu's process-wide ones for the broker's URL: an app's publishes left connections open
+    until the process ended. Each app now has pools of its own, which its close closes; an
+    app on the same broker keeps its own open."""
+    port = int(redis.rsplit(":", 1)[1].split("/")[0])
+    queue = f"tickwork.ticks.{uuid.uuid4().hex}"
+    settings = Settings(state_dir=tmp_path, broker_url=redis, queue=queue)
+    before = _sockets_to(port)
+    other = make_app(settings, relay=False)
+    try:
+        other.send_task(TICK, args=("s-1", 1), queue=queue)
+        held_by_other = _sockets_to(port)
+        assert held_by_other > before
+        with make_app(settings, relay=False) as app:
+            app.send_task(TICK, args=("s-1", 2), queue=queue)
+            assert _sockets_to(port) > held_by_other, "the app publishes on the other's pool"
+        assert _sockets_to(port) == held_by_other, "the closed app's connections are left open"
+        other.send_task(TICK, args=("s-1", 3), queue=queue)  # the other app's pool still works
+        with other.connection_for_read() as conn, conn.SimpleQueue(queue) as published:
+            for _ in range(3):
+                published.get(timeout=10).ack()
+    finally:
+        other.close()
+    assert _sockets_to(port) == before

@@ -15,9 +15,11 @@ from typing import Any
 
 from celery import Celery, signals
 from celery import concurrency as pools
+from celery.app.amqp import AMQP as CeleryAMQP
 from celery.utils.dispatch import Signal
 from celery.worker.consumer import Consumer as CeleryConsumer
 from kombu import Exchange, Queue
+from kombu.pools import ProducerPool
 from tickwork.fsm.errors import TickworkError
 from tickwork.worker.config import release
 from tickwork.worker.config.allowlist import AllowList
@@ -55,6 +57,19 @@ class Consumer(CeleryConsumer):
         ]
 
 
+class AMQP(CeleryAMQP):
+    """Celery's, with a producer pool of the app's own, over the app's own connection pool
+    (`App.pool`)."""
+
+    @property
+    def producer_pool(self) -> ProducerPool:
+        if self._producer_pool is None:
+            self._producer_pool = ProducerPool(self.app.pool, limit=self.app.pool.limit)
+        return self._producer_pool
+
+    publisher_pool = producer_pool
+
+
 class App(Celery):
     """tickwork's Celery app, as `make_app` builds it. What tickwork hangs on it is let go
     with it: its receivers of Celery's signals are held by the app (Celery keeps weak
@@ -62,16 +77,30 @@ class App(Celery):
     `with make_app(...) as app:`) lets go of everything at once: the receivers
     disconnected, the relay's threads stopped, the runtime's background threads (the
     webhook dispatcher, the tracer's exporter) stopped, this process's runtime closed and
-    its store's engine disposed. The /metrics server is the process's, shared by its apps'
-    workers (`tickwork.worker.observers.metrics.serve_with_worker`): it stops with the app
-    when no other app's worker uses it. A closed app still publishes (Celery reopens its
+    its store's engine disposed, and its broker connections closed (its pools are its own,
+    not kombu's process-wide ones Celery shares between apps on one broker). The /metrics
+    server is the process's, shared by its apps' workers
+    (`tickwork.worker.observers.metrics.serve_with_worker`): it stops with the app when no
+    other app's worker uses it. A closed app still publishes (Celery reopens its
     broker pool) and `runtime(app)` builds a new runtime, but a worker started with it runs
     without tickwork's receivers (no relay): build a new app for that."""
+
+    amqp_cls = f"{__name__}:AMQP"
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._receivers: list[tuple[Signal, Callable[..., None]]] = []
         self._closers: list[Callable[[], None]] = []
+
+    @property
+    def pool(self) -> Any:
+        """The broker connection pool, the app's own: Celery's is kombu's process-wide pool
+        for the broker's URL (`kombu.pools.connections`), shared by every app on that
+        broker, which `close` could not close without closing theirs."""
+        if self._pool is None:
+            self._ensure_after_fork()  # a forked child drops it, as Celery's own
+            self._pool = self.connection_for_write().Pool(limit=self.conf.broker_pool_limit)
+        return self._pool
 
     def receive(self, signal: Signal, receiver: Callable[..., None]) -> None:
         """Connect `receiver` to `signal` until this app is closed or collected."""
@@ -98,6 +127,12 @@ class App(Celery):
             held[1].close()
             held[1].store.close()
         metrics.let_go(self)
+        amqp = self.__dict__.get("amqp")  # made on first use only
+        if amqp is not None and amqp._producer_pool is not None:
+            amqp._producer_pool.force_close_all()
+            amqp._producer_pool = None
+        if self._pool is not None:
+            self._pool.force_close_all()  # the producers' connections too
         super().close()
 
 
