@@ -326,6 +326,20 @@ def test_auto_installs_the_extras_tox_ini_installs_the_project_with() -> None:
     assert "lxml" not in alone.wanted
 
 
+def test_an_extra_tox_ini_names_twice_is_installed_once() -> None:
+    """tox.ini may spell one extra two ways (`full`, `Full`): pip's and the card's list name
+    it once, as the project declares it."""
+    pyproject = (
+        b'[project]\nname = "demo"\n[project.optional-dependencies]\n'
+        b'test = ["pytest"]\nFull = ["lxml"]\n'
+    )
+    tox = b"[testenv]\nextras =\n    full\n    Full, test\n"
+    made = plan(AUTO, {"pyproject.toml": pyproject, "tox.ini": tox}, uses_pytest=True, online=True)
+    assert "-e '.[test,Full]' pytest" in "\n".join(made.commands)
+    assert "extras: test,Full" in made.detected
+    assert "tox.ini extras: Full,test" in made.detected
+
+
 def test_root_requirements_for_other_purposes_than_the_tests_are_left_out() -> None:
     """wcwidth keeps release tools' pins at its root (`requirements-update.txt`,
     `requirements-wheels.txt`): installing them cost two minutes and downgraded what the

@@ -417,9 +417,13 @@ def plan(
         extras = [e for e in TEST_EXTRAS if e in declared]
         # those tox installs the project with, under the name the project declares them
         by_normal = {_normal(e): e for e in declared}
-        from_tox = [
-            by_normal[n] for e in _tox_extras(files.get(TOX, b"")) if (n := _normal(e)) in by_normal
-        ]
+        from_tox = list(
+            dict.fromkeys(  # `full` and `Full` are one extra: installed and said once
+                by_normal[n]
+                for e in _tox_extras(files.get(TOX, b""))
+                if (n := _normal(e)) in by_normal
+            )
+        )
         extras += [e for e in from_tox if e not in extras]
         groups = _dependency_groups(meta)
         tools = list(
