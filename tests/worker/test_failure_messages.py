@@ -76,10 +76,10 @@ def test_a_100_kb_failure_is_stored_cut_with_a_note_of_the_cut(
 
 @pytest.mark.parametrize("kind", [KIND, "tests.graphs:ASK"], ids=["agent", "graph_node"])
 def test_a_100_kb_transient_error_is_kept_cut_in_its_retry_event(
-    ticks: Ticks, tmp_path: Path, kind: str
+    ticks: Ticks, tmp_path: Path, kind: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A server's error body retried: its `model_retry` event keeps it as the failure does,
-    not whole (a session retries up to max_model_retries times)."""
+    not whole (a session retries up to max_model_retries times), and so does the log."""
     script = tmp_path / "retry.json"
     script.write_text(json.dumps([{"error": {"transient": True, "message": START + BODY + END}}]))
     head = ticks.client.submit(
@@ -95,3 +95,7 @@ def test_a_100_kb_transient_error_is_kept_cut_in_its_retry_event(
         assert len(said) < transitions.ERROR_CHARS + 100
         assert START in said[:100] and END in said[-200:]
         assert "characters cut from the middle of" in said
+    # a node's retry is logged too (an agent's is not), with the event's words
+    logged = [r.getMessage() for r in caplog.records if START in r.getMessage()]
+    assert len(logged) == (kind != KIND)
+    assert all(retry in line for line in logged)

@@ -256,7 +256,7 @@ class NodeContext:
         self.events.append(Event(kind=EventKind.MODEL_RETRY, at=self.rt.clock(), data=data))
         log.warning(
             "session %s: node %r: the model call failed (%s); again in %.1fs",
-            *(self.session_id, self.node, exc, delay),
+            *(self.session_id, self.node, error, delay),
         )
         until = time.monotonic() + delay
         while (left := until - time.monotonic()) > 0:
