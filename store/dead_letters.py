@@ -23,15 +23,17 @@ from tickwork.store.schema import archived, dead_letters, sessions
 class DeadLetterNotFound(TickworkError, LookupError):
     """No dead letter has that id: list them with `tickwork dlq ls`."""
 
+    #: where to look, for an API caller (`of`), and from the command line, which says it
+    #: instead when a server's refusal names the API's (`tickwork.cli.explain`)
+    api_listing = "list the dead letters for their ids and session ids"
+    listing = "list them with `tickwork dlq ls`"
+
     @classmethod
     def of(cls, key: str) -> DeadLetterNotFound:
         """The API's error for a key no dead letter the caller sees has, the same for another
         tenant's as for none. It says where to look in words that fit each surface it
         reaches: an API caller, and the command line with --server, which prints it."""
-        return cls(
-            f"no dead letter has id or session id {key!r}; list the dead letters for their "
-            "ids and session ids"
-        )
+        return cls(f"no dead letter has id or session id {key!r}; {cls.api_listing}")
 
 
 class DeadLetter(BaseModel):
@@ -164,7 +166,7 @@ def close(
             .with_for_update()
         ).first()
         if row is None:
-            raise DeadLetterNotFound(f"no dead letter {key!r}; list them with `tickwork dlq ls`")
+            raise DeadLetterNotFound(f"no dead letter {key!r}; {DeadLetterNotFound.listing}")
         if row.resolution:
             raise DeadLetterClosed(
                 f"dead letter {row.id} (session {row.session_id}) {describe(row.resolution)}"
@@ -236,7 +238,7 @@ def get_dead_letter(engine: Engine, key: int | str) -> DeadLetter:
     with engine.connect() as conn:
         row = conn.execute(select(dead_letters).where(column == key)).mappings().first()
     if row is None:
-        raise DeadLetterNotFound(f"no dead letter {key!r}; list them with `tickwork dlq ls`")
+        raise DeadLetterNotFound(f"no dead letter {key!r}; {DeadLetterNotFound.listing}")
     return _row(row, True)
 
 

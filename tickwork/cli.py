@@ -289,8 +289,13 @@ def explain(exc: Exception) -> tuple[str | None, int]:
         # the server's settings speak their own words, as a ConfigurationError here does: a
         # roles file's `system_prompt` is no --system-prompt
         said = exc.message if exc.code in remote.SETTINGS_CODES else in_flags(exc.message)
-        if exc.code == "session_not_found":  # the API's way to list is for API callers
+        # the API's way to list is for API callers; here, this command line's
+        if exc.code == "session_not_found":
             said = said.replace(f" ({API_LISTING})", "")
+        elif exc.code == "dead_letter_not_found":
+            from tickwork.store.dead_letters import DeadLetterNotFound
+
+            said = said.replace(DeadLetterNotFound.api_listing, DeadLetterNotFound.listing)
         return said, USAGE if exc.status in (400, 413, 422) else REFUSED
     if isinstance(exc, SessionNotFound) and exc.session_id is not None:
         # the API's way to list sessions is for API callers; here, where this CLI looked

@@ -189,14 +189,13 @@ class Context:
         if number:
             raise DeadLetterNotFound(
                 f"no dead letter has id or session id {key!r} (digits only name a dead letter "
-                "or a whole session id, never the start of one); list them with "
-                "`tickwork dlq ls`"
+                f"or a whole session id, never the start of one); {DeadLetterNotFound.listing}"
             )
         try:
             return self.store.dead_letter(self.reads.session_id(key))
         except (DeadLetterNotFound, SessionNotFound):
             raise DeadLetterNotFound(
-                f"no dead letter has id or session id {key!r}; list them with `tickwork dlq ls`"
+                f"no dead letter has id or session id {key!r}; {DeadLetterNotFound.listing}"
             ) from None
 
     def close(self) -> None:

@@ -303,9 +303,11 @@ def test_remote_prints_what_local_prints(remote: Remote) -> None:
     unknown.error(1, "no session 'no-such-session'; list sessions with `tickwork ls`")
     assert "API" not in unknown.stderr  # the API's way to list is for API callers
     served.inline("patch", waiting, ok=False).error(1, "patch")
-    # the server's refusal, printed as it came: no API route for a user of the command line
+    # the server's refusal, its way to list the command line's: no API route, no API words
     missing = served.inline("dlq", "show", "98765", ok=False)
-    missing.error(1, "no dead letter has id or session id '98765'", "list the dead letters")
+    missing.error(
+        1, "no dead letter has id or session id '98765'; list them with `tickwork dlq ls`"
+    )
     assert "/api/" not in missing.stderr and "API" not in missing.stderr
 
 
