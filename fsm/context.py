@@ -540,12 +540,14 @@ def scale(
     the latest compaction (its `usage.prompt_tokens`), at least 1 and at most MAX_SCALE: a
     tokenizer counts code and JSON at fewer characters a token than the estimate, and a
     policy that trusted the estimate would let the prompt the server reads pass the window
-    while its estimate was still under the target. 1 where no such reply is stored.
+    while its estimate was still under the target. 1 where no such reply is stored, nor
+    one the session's model made (a fork onto it keeps others' replies, `model_since`).
 
     The reply's step holds the estimate its prompt was sent with (`Step.prompt_estimate`);
     only a step stored before it was kept has its prompt built again from the steps before
     it and estimated with `estimate`, and `tools` (the schemas' tokens) added."""
-    since = max((s.step for s in steps if s.kind is StepKind.COMPACTION), default=0)
+    compacted = max((s.step for s in steps if s.kind is StepKind.COMPACTION), default=0)
+    since = max(compacted, model_since(head))
     last = next((s for s in reversed(steps) if s.kind is StepKind.REPLY and s.step > since), None)
     if last is None or last.usage.prompt_tokens <= 0:
         return 1.0
@@ -556,6 +558,19 @@ def scale(
         view = View(through=seen.through, summary=seen.summary, masked=last.masked_through)
         estimated = estimate(build(head, before, observations, view)) + tools
     return measured(last.usage.prompt_tokens, estimated)
+
+
+#: the key of a session's config holding the last step a fork kept of a parent on another
+#: model: another server's tokenizer counted those replies' prompts, so neither `scale` nor
+#: the next call's floor (the last reply's usage) reads them as this model's
+MODEL_SINCE = "model_since"
+
+
+def model_since(head: Head) -> int:
+    """The last step whose reply another model made (`MODEL_SINCE`), 0 where every reply
+    is the session's model's."""
+    found = head.config.get(MODEL_SINCE)
+    return found if isinstance(found, int) and not isinstance(found, bool) else 0
 
 
 def measured(counted: int, estimated: int) -> float:

@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from tickwork.fsm.admission import check_concurrency, check_priority
-from tickwork.fsm.context import STATED_WINDOW, Policy, policy_of
+from tickwork.fsm.context import MODEL_SINCE, STATED_WINDOW, Policy, policy_of
 from tickwork.fsm.errors import ForkOutOfRange, InvalidBudget, InvalidInput
 from tickwork.fsm.graph import PROPOSAL, START
 from tickwork.fsm.graph_machine import PROPOSED, fork_state
@@ -87,7 +87,8 @@ class ForkPatch(Value):
     graph_version: str | None = None
     #: the model spec the fork runs on (None: the parent's); the client checks it as a
     #: submit's (`tickwork.worker.models.check_spec`): the fork keeps no price given for the
-    #: parent's model, and no window the parent's model stated
+    #: parent's model, no window the parent's model stated, and no scale its counts gave
+    #: (`tickwork.fsm.context.model_since`)
     model: str | None = None
     #: the model's context window in tokens for the fork's context policy (None: the
     #: parent's, or the smaller one its model stated when it refused a prompt; with another
@@ -225,6 +226,8 @@ def fork(
     if model != parent.head.model:
         # a price given at submit priced the parent's model, as a window it stated was its own
         config.pop("price", None)
+        # the kept replies' prompts were counted by the parent's model's tokenizer
+        config[MODEL_SINCE] = from_step
     stated = parent.head.result.get(STATED_WINDOW) if model == parent.head.model else None
     window = patch.context_window or stated
     if isinstance(window, int) and not isinstance(window, bool):

@@ -546,6 +546,45 @@ def test_scale_reads_the_stored_estimate_and_builds_no_prompt(
     assert found == last.usage.prompt_tokens / last.prompt_estimate == pytest.approx(1.5, 0.01)
 
 
+def test_a_fork_onto_another_model_scales_its_prompts_afresh(build: Build) -> None:
+    """The kept replies' prompts were counted by the parent's model's tokenizer: a fork
+    onto another model planned its first call 1.5 times too big (or too small) for it."""
+    from tickwork.fsm.forks import ForkPatch, fork
+    from tickwork.fsm.values import Session
+
+    run = simulate(build, [3_000] * 6, window=60_000)
+    steps = _counted(run, by=1.5, stored=True)
+    parent = Session(
+        head=run.head.model_copy(update={"step": len(steps)}),
+        steps=tuple(steps),
+        observations=tuple(run.observations.values()),
+    )
+
+    def scale_of(patch: ForkPatch, from_step: int = len(steps)) -> float:
+        child = fork(
+            parent, new_id="f", from_step=from_step, patch=patch, by="alice", now=build.at(9)
+        )
+        seen = {o.call_id: o for o in child.observations}
+        return context.scale(child.head, child.steps, seen, estimate=estimate, tools=SCHEMAS)
+
+    assert scale_of(ForkPatch()) == pytest.approx(1.5, 0.01)  # the same model: as counted
+    onto = scale_of(ForkPatch(model="openai:other"))
+    assert onto == 1.0
+    # a fork of that fork that keeps its model keeps the reset for the steps it kept
+    child = fork(
+        parent,
+        new_id="f",
+        from_step=4,
+        patch=ForkPatch(model="openai:other"),
+        by="a",
+        now=build.at(9),
+    )
+    assert context.model_since(child.head) == 4
+    again = fork(child, new_id="g", from_step=3, patch=ForkPatch(), by="a", now=build.at(10))
+    seen = {o.call_id: o for o in again.observations}
+    assert context.scale(again.head, again.steps, seen, estimate=estimate, tools=SCHEMAS) == 1.0
+
+
 def test_a_reply_stored_without_its_estimate_has_its_prompt_built_again(
     build: Build, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -94,8 +94,12 @@ def think(tick: Tick) -> Change:
         messages,
         # what the last call read is a floor only while the prompt is the one it grew from
         # (a compaction read the whole transcript its summary now stands for)
+        # (and another model's count is not this one's: a fork onto it, `model_since`)
         last=last.usage
-        if last is not None and last.kind is StepKind.REPLY and prompt.view == stored
+        if last is not None
+        and last.kind is StepKind.REPLY
+        and prompt.view == stored
+        and last.step > context.model_since(head)
         else None,
         price=price,
         window=None if policy is None else policy.window,
