@@ -90,6 +90,10 @@ class ForkPatch(Value):
     #: parent's model, no window the parent's model stated, and no scale its counts gave
     #: (`tickwork.fsm.context.model_since`)
     model: str | None = None
+    #: the price of the fork's model by rate in USD per million tokens, as a submit stores
+    #: it (`config["price"]`), checked by the client as a submit's (None: the parent's for
+    #: its model, none for another)
+    price: dict[str, float] | None = None
     #: the model's context window in tokens for the fork's context policy (None: the
     #: parent's, or the smaller one its model stated when it refused a prompt; with another
     #: `model` the client gives that model's, as a submit takes it)
@@ -228,6 +232,8 @@ def fork(
         config.pop("price", None)
         # the kept replies' prompts were counted by the parent's model's tokenizer
         config[MODEL_SINCE] = from_step
+    if patch.price is not None:
+        config["price"] = dict(patch.price)
     stated = parent.head.result.get(STATED_WINDOW) if model == parent.head.model else None
     window = patch.context_window or stated
     if isinstance(window, int) and not isinstance(window, bool):

@@ -29,6 +29,7 @@ FLAG_OF = {
     "context_window": "--context-window",
     "tool_outputs": "--tool-output",
     "model": "--model",
+    "price": "--price",
     "from_step": "--from-step",
     "system_prompt": "--system-prompt",
     "append_instruction": "--append-instruction",

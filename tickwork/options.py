@@ -201,6 +201,18 @@ ForkModel = Annotated[
         rich_help_panel="Patch",
     ),
 ]
+ForkPrice = Annotated[
+    str | None,
+    typer.Option(
+        "--price",
+        metavar="PROMPT,COMPLETION[,CACHED[,CACHE_WRITE]]",
+        help="The price of the fork's model (--model's, else the original's) in USD per "
+        "million tokens, as at submit (--price of `tickwork submit`); another model's runs "
+        "without the original's.",
+        show_default="the original's for its model",
+        rich_help_panel="Budgets",
+    ),
+]
 ForkContextWindow = Annotated[
     int | None,
     typer.Option(
@@ -292,6 +304,7 @@ class Fork:
     tool_output_file: list[str] | None = None
     state: str | None = None
     model: str | None = None
+    price: str | None = None
     max_steps: int | None = None
     max_tokens: int | None = None
     max_cost_usd: float | None = None
@@ -333,6 +346,7 @@ class Fork:
             "again": self.again,
             "state": None if self.state is None else json_object(self.state, option="--state"),
             "model": self.model,
+            "price": price(self.price),
             "context_window": self.context_window,
             "priority": self.priority,
             "concurrency_key": self.concurrency_key,
@@ -361,6 +375,7 @@ FORK_OPTIONS: dict[str, Any] = {
     "tool_output_file": ToolOutputFile,
     "state": StatePatch,
     "model": ForkModel,
+    "price": ForkPrice,
     "max_steps": ForkMaxSteps,
     "max_tokens": ForkMaxTokens,
     "max_cost_usd": ForkMaxCostUsd,

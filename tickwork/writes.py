@@ -410,6 +410,8 @@ class Writes(Deployment):
         again: bool = False,
         state: Mapping[str, Any] | None = None,
         model: str | None = None,
+        price: PriceLike | None = None,
+        trusted: bool = True,
         context_window: int | None = None,
         priority: int | None = None,
         concurrency_key: str | None = None,
@@ -420,9 +422,12 @@ class Writes(Deployment):
         does: one forked, resolved or dismissed before is refused unless `again`.
         `model` (a spec, checked as a submit's) is the model the fork runs on from its next
         call; another than the original's runs under that model's window and price, as a
-        submit of it would (a price given for the original's model is not kept).
-        `context_window` (tokens) replaces the model's window the original had, as at
-        submit (a `CONTEXT` dead letter is forked onto a larger one). The fork is a new
+        submit of it would (a price given for the original's model is not kept). `price`
+        prices the fork's model (`model`, else the original's) and is checked as a
+        submit's: at least the configured price, or for a model without one from a
+        trusted caller only (`trusted=False`: the HTTP API). `context_window` (tokens)
+        replaces the model's window the original had, as at submit (a `CONTEXT` dead letter
+        is forked onto a larger one). The fork is a new
         session of the parent's tenant, held to its quotas (QuotaExceeded, nothing stored)
         and admission (`queued` past its in-flight limit) as a submit is, with the parent's
         `priority`, `concurrency_key` and `max_per_key` unless given (a new key alone: one
@@ -449,10 +454,16 @@ class Writes(Deployment):
             self._refuse_closed(session_id)
         if model == parent.model:
             model = None  # the same model: nothing changes, its stated window is kept
+        priced = None
+        if price is not None:
+            spec = model or parent.model
+            configured = self.providers.price(spec, self.settings.prices)
+            given = _given_price(spec, price, configured, trusted=trusted, doing="fork")
+            priced = {k: v for k, v in given._asdict().items() if v is not None}
         if budgets:
             _numbers(budgets)
             self.budgets(budgets)  # names and values checked before anything is written
-        if budgets or model is not None:
+        if budgets or model is not None or priced is not None:
             raised = Budgets(**{**parent.budgets.model_dump(), **(budgets or {})})
             config = dict(parent.config)
             quota = None
@@ -466,12 +477,15 @@ class Writes(Deployment):
                             model, self.settings.prices, providers=self.providers
                         )
                     )
+            if priced is not None:
+                config["price"] = priced
             _check_priced(
                 model or parent.model,
                 raised,
                 config,
                 self.settings.prices,
                 self.providers,
+                trusted=trusted,
                 quota=quota,
                 forking=True,
             )
@@ -495,6 +509,7 @@ class Writes(Deployment):
             state=dict(state or {}),
             graph_version=graph_version,
             model=model,
+            price=priced,
             context_window=context_window,
             priority=priority,
             concurrency_key=concurrency_key,
@@ -629,10 +644,13 @@ def _numbers(budgets: Mapping[str, Any]) -> None:
             raise InvalidBudget(f"invalid budget: `{name}` must be a number, got {value!r}")
 
 
-def _given_price(spec: str, price: PriceLike, configured: Price | None, *, trusted: bool) -> Price:
-    """The price a submit gives for `spec`, if the operator's pricing lets it stand: at
-    least the configured price in every rate, or, for a model without one, from a trusted
-    caller (the submitter over the API would choose what its tenant's quota counts)."""
+def _given_price(
+    spec: str, price: PriceLike, configured: Price | None, *, trusted: bool, doing: str = "submit"
+) -> Price:
+    """The price a submit (or, `doing`, a fork) gives for `spec`, if the operator's pricing
+    lets it stand: at least the configured price in every rate, or, for a model without
+    one, from a trusted caller (the submitter over the API would choose what its tenant's
+    quota counts)."""
     try:
         given = as_price(spec, price)
     except ConfigurationError as exc:
@@ -645,10 +663,10 @@ def _given_price(spec: str, price: PriceLike, configured: Price | None, *, trust
     if configured is None:
         if not trusted:
             raise InvalidInput(
-                f"the price given for model {spec!r} is refused: a submit over the API may "
+                f"the price given for model {spec!r} is refused: a {doing} over the API may "
                 "not price a model the deployment has no price for (its cost would count "
-                "what the submitter says against the budget and the tenant's quota); ask an "
-                "operator to price it in TICKWORK_PRICES, then submit without `price`"
+                f"what the {doing}'s caller says against the budget and the tenant's quota); "
+                f"ask an operator to price it in TICKWORK_PRICES, then {doing} without `price`"
             )
         return given
     low = below(discounted(given, configured), configured)
@@ -662,8 +680,8 @@ def _given_price(spec: str, price: PriceLike, configured: Price | None, *, trust
             f"the configured price (${configured.prompt:g} prompt, ${configured.completion:g} "
             f"completion, ${configured.cached_rate:g} cached, ${configured.cache_write_rate:g} "
             f"cache write; TICKWORK_PRICES or the built-in table) in {', '.join(low)}; a "
-            "given price may raise a model's price, never lower it: leave it out to pay the "
-            "configured one"
+            "given price may raise a model's price, never lower it: leave `price` out to pay "
+            "the configured one"
         )
     return given
 
@@ -681,14 +699,18 @@ def _check_priced(
 ) -> None:
     """Refuse a session whose cost nothing would limit: its model has no price while it has
     a cost budget, or while its tenant has a dollar quota (`quota`: tenant, max_usd_per_day).
-    `forking`: a fork's, which gives no price of its own."""
+    `forking`: a fork's (its way to price the model is the fork's `price`)."""
     if not budgets.limits_cost and quota is None:
         return
     if session_price(spec, config, prices, providers=providers) is not None:
         return
     name = spec.rsplit(":", 1)[-1]
-    if forking:
-        how = f"price it for every session with TICKWORK_PRICES='{{\"{name}\": [0.5, 1.5]}}'"
+    if forking and trusted:
+        how = (
+            "give its price in USD per million tokens, prompt and completion, with the "
+            f"fork's `price` (e.g. 0.5,1.5), or for every session with "
+            f"TICKWORK_PRICES='{{\"{name}\": [0.5, 1.5]}}'"
+        )
     elif trusted:
         how = (
             "give its price in USD per million tokens, prompt and completion: with the "

@@ -460,6 +460,43 @@ def test_a_fork_keeps_the_original_s_priority_and_concurrency_key_unless_given(
         cli.inline("dlq", "fork", sid, "--from-step", "0", *bad, ok=False).error(2, said)
 
 
+def test_fork_and_dlq_fork_take_a_price_checked_as_a_submit_s(remote: Remote, cli: ModeCli) -> None:
+    """A fork onto a model the deployment has no price for could not be priced but by
+    TICKWORK_PRICES (or no cost budget); `fork` and `dlq fork` take --price, checked as a
+    submit's --price, locally and with a server, and a refused one stores no fork."""
+    client = remote.deployment.client
+    done = remote.script([{"content": "done"}])
+    fails = remote.script(
+        [{"content": "look", "tool_calls": [call("echo", text="1")]}, {"content": "fixed"}]
+    )
+    sid = cli.inline("submit", TEST_KIND, "--model", done, "--json").json()["id"]
+    failed = client.submit(TEST_KIND, remote.input(), model=fails, budgets={"max_steps": 1}).id
+    remote.wait(sid, Status.COMPLETED)
+    remote.wait(failed, Status.FAILED)
+    other = remote.script([{"content": "done on the other"}])
+
+    forked = cli.inline("fork", sid, "--from-step", "0", "--model", other, "--price", "1,2")
+    assert client.get(forked.stdout.strip()).config["price"] == {"prompt": 1, "completion": 2}
+    dlq = ("dlq", "fork", failed, "--from-step", "1", "--max-steps", "5", "--price", "3,4,0.5")
+    fork = cli.inline(*dlq, "--json").json()
+    assert client.get(fork["id"]).config["price"] == {"prompt": 3, "completion": 4, "cached": 0.5}
+
+    before = len(client.forks(sid)), len(client.forks(failed))
+    for fork_of in (("fork", sid), ("dlq", "fork", failed, "--again")):
+        base = (*fork_of, "--from-step", "0")
+        cli.inline(*base, "--price", "1", ok=False).error(
+            2, "--price takes PROMPT,COMPLETION", "it has one number"
+        )
+        cli.inline(
+            *base, "--model", "openai:gpt-4o-mini", "--price", "0.001,0.002", ok=False
+        ).error(2, "the price given for model 'openai:gpt-4o-mini'", "below the configured price")
+    if cli.mode == "remote":  # a caller over the API does not price a model the server has not
+        cli.inline(
+            "fork", sid, "--from-step", "0", "--model", "openai:other", "--price", "3,4", ok=False
+        ).error(2, "a fork over the API may not price a model", "fork without --price")
+    assert (len(client.forks(sid)), len(client.forks(failed))) == before
+
+
 def test_every_submit_value_the_api_refuses_names_its_option_and_what_to_do(
     remote: Remote,
 ) -> None:

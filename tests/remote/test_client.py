@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import csv
+import functools
 import io
 import json
 import threading
@@ -392,3 +393,42 @@ def test_a_start_of_an_id_names_one_session(remote: Remote, mode: str) -> None:
     assert several.value.status == 422 and several.value.details["candidates"] == ids[1:]
     with pytest.raises(RemoteError, match=f"no session '{start}c', and no session id starts"):
         fuzz.timeline(f"{start}c")
+
+
+def test_a_fork_and_a_dead_letter_s_fork_take_a_price(remote: Remote, mode: str) -> None:
+    """`fork` and `fork_dead_letter` take `price` for the fork's model, checked as a
+    submit's: a rate the body refuses before any request, one below the configured price
+    or for a model the server has no price for by the server (422 naming `price`), and
+    nothing is stored for a refused one."""
+    from pydantic import ValidationError
+
+    olga = api(remote, mode, "olga")
+    done = submitted(remote, mode, ECHO)
+    failed = submitted(remote, mode, ECHO, budgets={"max_steps": 1})
+    olga.wait(done, timeout=60, poll=0.1)
+    assert olga.wait(failed, timeout=60, poll=0.1).status is Status.FAILED
+    other = remote.script(ECHO)
+
+    fork = olga.fork(done, from_step=0, model=other, price=[1, 2])
+    assert remote.deployment.client.get(fork.id).config["price"] == {"prompt": 1, "completion": 2}
+    letter = olga.fork_dead_letter(failed, from_step=1, budgets={"max_steps": 5}, price=(3, 4))
+    assert letter.parent_id == failed
+    assert remote.deployment.client.get(letter.id).config["price"] == {
+        "prompt": 3,
+        "completion": 4,
+    }
+
+    forks = len(olga.timeline(done)["forks"])
+    with pytest.raises(ValidationError, match="price"):
+        olga.fork(done, from_step=0, price=[1])
+    for spec, price, said in (
+        ("openai:gpt-4o-mini", [0.001, 0.002], "is below the configured price"),
+        ("openai:other", [3, 4], "a fork over the API may not price a model"),
+    ):
+        again = functools.partial(olga.fork_dead_letter, again=True)
+        for fork_it, target in ((olga.fork, done), (again, failed)):
+            with pytest.raises(RemoteError, match=said) as refused:
+                fork_it(target, from_step=0, model=spec, price=price)
+            assert refused.value.status == 422 and "`price`" in refused.value.message
+    assert len(olga.timeline(done)["forks"]) == forks
+    assert len(olga.timeline(failed)["forks"]) == 1

@@ -341,6 +341,17 @@ class Fork(Body):
         "[default: the original's]. Another model runs under its own context window and "
         "price, as a submit of it would: a price given for the original's model is not kept.",
     )
+    price: list[Price] | None = Field(
+        default=None,
+        min_length=PRICE_COUNTS[0],
+        max_length=PRICE_COUNTS[1],
+        examples=[[0.5, 1.5], [3, 15, 0.3, 3.75]],
+        description="The price of the fork's model (`model`, else the original's) in USD per "
+        "million tokens, taken as a submit's `price` is: [prompt, completion], with cached "
+        "and cache_write after them if given; each rate at least the deployment's for the "
+        "model, and none for a model the deployment has no price for [default: the "
+        "original's for its model, none for another].",
+    )
     context_window: ContextWindow = Field(
         default=None,
         description="The model's context window in tokens [default: the original's, or with "

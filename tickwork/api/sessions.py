@@ -370,6 +370,8 @@ def run_fork(
             again=body.again,
             state=body.state,
             model=model,
+            price=body.price,
+            trusted=False,
             context_window=body.context_window,
             priority=body.priority,
             concurrency_key=body.concurrency_key,

@@ -379,6 +379,7 @@ def fork(
     budgets: Mapping[str, Any] | None = None,
     state: Mapping[str, Any] | None = None,
     model: str | None = None,
+    price: Sequence[float] | None = None,
     new_id: str | None = None,
     context_window: int | None = None,
     again: bool = False,
@@ -389,7 +390,8 @@ def fork(
     """A new session from step `from_step` of this one, with a declared patch; the
     session's dead letter, if it has one, is resolved. `again` forks one whose dead letter
     was forked or closed already. `model` is the spec the fork runs on (a submit's, as the
-    server takes one). `priority`, `concurrency_key` and `max_per_key` are the
+    server takes one), `price` its model's (a submit's, checked as the server checks
+    one). `priority`, `concurrency_key` and `max_per_key` are the
     original's unless given."""
     body = _fork_body(
         bodies.Fork,
@@ -400,6 +402,7 @@ def fork(
         budgets=budgets,
         state=state,
         model=model,
+        price=list(price) if price is not None else None,
         id=new_id,
         context_window=context_window,
         again=again or None,
@@ -491,6 +494,7 @@ def fork_dead_letter(
     budgets: Mapping[str, Any] | None = None,
     state: Mapping[str, Any] | None = None,
     model: str | None = None,
+    price: Sequence[float] | None = None,
     new_id: str | None = None,
     again: bool = False,
     context_window: int | None = None,
@@ -500,7 +504,8 @@ def fork_dead_letter(
 ) -> Plan[Head]:
     """Fork a dead letter's session; the dead letter is resolved. `again` forks one that
     was forked or closed already. `model` is the spec the fork runs on (a submit's, as the
-    server takes one). `priority`, `concurrency_key` and `max_per_key` are the
+    server takes one), `price` its model's (a submit's, checked as the server checks
+    one). `priority`, `concurrency_key` and `max_per_key` are the
     session's unless given."""
     body = _fork_body(
         bodies.Fork,
@@ -511,6 +516,7 @@ def fork_dead_letter(
         budgets=budgets,
         state=state,
         model=model,
+        price=list(price) if price is not None else None,
         id=new_id,
         again=again or None,
         context_window=context_window,

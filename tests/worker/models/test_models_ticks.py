@@ -297,10 +297,51 @@ def test_a_fork_onto_another_model_keeps_no_price_given_for_the_original(ticks: 
     # its submit would be while a cost budget applies, and nothing is stored
     with pytest.raises(UnpricedModel, match="'openai:other' has no price") as refused:
         ticks.client.fork(parent.id, from_step=0, by="olga", model="openai:other")
-    assert "TICKWORK_PRICES" in str(refused.value) and "--price" not in str(refused.value)
+    assert "TICKWORK_PRICES" in str(refused.value) and "fork's `price`" in str(refused.value)
     assert len(ticks.store.list_sessions()) == 2
     same = ticks.client.fork(parent.id, from_step=0, by="olga", model="openai:local")
     assert same.config["price"] == parent.config["price"]
+
+
+def test_a_fork_prices_its_model_as_a_submit_does(ticks: Ticks) -> None:
+    """A fork onto a model the deployment has no price for was refused while a cost budget
+    applied, with no way to price it but TICKWORK_PRICES: it takes `price`, checked as a
+    submit's, and a refused one stores nothing."""
+    from tickwork.fsm.errors import InvalidInput
+
+    parent = ticks.client.submit(KIND, {}, model="openai:local", price=(1, 2))
+
+    other = ticks.client.fork(
+        parent.id, from_step=0, by="olga", model="openai:other", price=(3, 4, 0.5)
+    )
+    assert other.model == "openai:other"
+    assert other.config["price"] == {"prompt": 3, "completion": 4, "cached": 0.5}
+    forked = next(e for e in ticks.store.load(other.id).events if e.kind == "forked")
+    assert forked.data["patch"]["price"] == other.config["price"]
+    # no model given: it prices the original's
+    again = ticks.client.fork(parent.id, from_step=0, by="olga", price=(5, 6), again=True)
+    assert (again.model, again.config["price"]) == ("openai:local", {"prompt": 5, "completion": 6})
+    for spec, price, said in (
+        ("openai:gpt-4o-mini", (0.01, 0.02), "is below the configured price"),
+        ("openai:other", (1,), "the price for 'openai:other': it has 1 number"),
+        ("openai:other", (1, -2), "the price for 'openai:other' must be finite and not neg"),
+    ):
+        with pytest.raises(InvalidInput, match=said):
+            ticks.client.fork(
+                parent.id, from_step=0, by="olga", model=spec, price=price, again=True
+            )
+    # from outside (the API), a model without a configured price is not priced by the caller
+    with pytest.raises(InvalidInput, match="a fork over the API may not price a model"):
+        ticks.client.fork(
+            parent.id,
+            from_step=0,
+            by="olga",
+            model="openai:other",
+            price=(3, 4),
+            trusted=False,
+            again=True,
+        )
+    assert len(ticks.store.list_sessions()) == 3
 
 
 @pytest.mark.parametrize("spec", ["gemini:pro", "openai:", "openai:a b", "scripted:"])
