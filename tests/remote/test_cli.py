@@ -21,7 +21,7 @@ from tickwork.worker.jobs import Jobs
 
 from tests.api.test_adoption_previews import adopting
 from tests.e2e.conftest import Cli, Result, call
-from tests.remote.conftest import TEST_KIND, TOKEN, Remote, Served
+from tests.remote.conftest import TEST_KIND, TOKEN, Remote, Served, until
 from tickwork.remote import RemoteError
 from tickwork.remote.errors import SETTINGS_CODES
 
@@ -701,6 +701,28 @@ def test_a_start_of_an_id_names_one_session_with_a_server_as_locally(
     cli.inline("dlq", "show", f"{start}1", ok=False).error(2, f"'{start}1' is the start of 2")
     closed = cli.inline("dlq", "resolve", f"{start}2", "--reason", "seen", "--json").json()
     assert closed["session_id"] == failed and closed["resolution"]["state"] == "resolved"
+
+
+def test_a_whole_uuid_of_no_session_is_no_session_once(remote: Remote, cli: ModeCli) -> None:
+    """A whole uuid that is no session's id is "no session '<id>'" (exit 1), said once
+    for each command: asked for whole, then looked for once as the start of a custom id,
+    and `watch` stops at its first 404 instead of polling."""
+    given = uuid.uuid4().hex
+    argvs = (("approve", given, "s1c0"), ("cancel", given), ("watch", given), ("show", given))
+    for argv in argvs:
+        cli.inline(*argv, ok=False).error(
+            1, f"no session '{given}', and no session id starts with it; list sessions"
+        )
+    if cli.mode == "remote":
+        # the access log is written as the server answers: wait for each refusal's look-up
+        until(
+            lambda: remote.served.log.read_text().count(f"id_prefix={given}&") >= len(argvs),
+            timeout=10,
+            what="the server's access log",
+        )
+        asked = remote.served.log.read_text()
+        assert asked.count(f"id_prefix={given}&") == len(argvs)
+        assert asked.count(f"/sessions/{given}/events") == 1  # watch asked once, then stopped
 
 
 def test_with_a_server_a_whole_id_is_asked_for_without_a_listing(remote: Remote) -> None:

@@ -432,3 +432,32 @@ def test_a_fork_and_a_dead_letter_s_fork_take_a_price(remote: Remote, mode: str)
             assert refused.value.status == 422 and "`price`" in refused.value.message
     assert len(olga.timeline(done)["forks"]) == forks
     assert len(olga.timeline(failed)["forks"]) == 1
+
+
+def test_a_whole_uuid_of_no_session_is_refused_once(remote: Remote, mode: str) -> None:
+    """A whole uuid of no session is refused by every method of one session: "no session",
+    once (after one look for a custom id it starts), and `watch` stops at the first 404.
+    (`session_id` gives it back: an archived session's whole id, which `fork` and `patch`
+    read back, is answered 404 alike by the live session's routes.)"""
+    fuzz = api(remote, mode, "fuzz")
+    for given in (uuid.uuid4().hex, str(uuid.uuid4())):
+        for name, method, more in (
+            ("approve", fuzz.approve, ("s1c0",)),
+            ("cancel", fuzz.cancel, ()),
+            ("wait", functools.partial(fuzz.wait, timeout=5, poll=0.1), ()),
+            ("watch", fuzz.watch, ()),
+        ):
+            with pytest.raises(RemoteError) as refused:
+                method(given, *more)
+            assert (refused.value.status, refused.value.code) == (404, "session_not_found"), name
+            said = f"no session '{given}', and no session id starts with it; list sessions"
+            assert refused.value.message.startswith(said), name
+        # the access log is written as the server answers: wait for each refusal's look-up
+        until(
+            lambda given=given: remote.served.log.read_text().count(f"id_prefix={given}&") >= 4,
+            timeout=10,
+            what="the server's access log",
+        )
+        asked = remote.served.log.read_text()
+        assert asked.count(f"/sessions/{given}/stream") == 1  # the watch asked once
+        assert asked.count(f"id_prefix={given}&") == 4  # once for each refusal
