@@ -327,3 +327,39 @@ def test_an_admin_submits_into_a_tenant_it_names(
     finally:
         context.close()
     assert stack.deployment.client.get(session_id).tenant == "acme"
+
+
+def test_a_fork_onto_another_model_is_priced_in_the_form(
+    page: Any,  # noqa: F811
+    stack: Stack,
+) -> None:
+    """The fork form could change the model but not price it: a price below the server's
+    is refused beside the price, in the API's words, and one given is the fork's."""
+    from playwright.sync_api import expect
+
+    parent = stack.submit(ECHO, prefix="price-me")
+    assert stack.wait(parent, Status.COMPLETED)["status"] == "completed"
+    log_in(page, stack, "olga", f"#/sessions/{parent}")
+    expect(page.locator("#status")).to_have_attribute("data-status", "completed")
+    page.click("#fork-open")
+    form = page.locator("form#fork")
+    page.fill("#fork-step", "0")
+    page.fill("#fork-model", "openai:gpt-4o-mini")
+    page.fill("#fork-price", "0.001, 0.002")
+    form.locator("#fork-button").click()
+    body = {"from_step": 0, "model": "openai:gpt-4o-mini", "price": [0.001, 0.002]}
+    said = refused(stack, parent, body, 422)
+    expect(page.locator("#fork-price-error")).to_have_text(said)
+    expect(page.locator("#fork-price")).to_have_attribute("aria-invalid", "true")
+    assert stack.http("olga").get(f"/api/v1/sessions?parent_id={parent}").json() == []
+
+    page.fill("#fork-model", "")
+    page.fill("#fork-price", "1, 2, 0.5")
+    form.locator("#fork-button").click()
+    page.wait_for_url(lambda url: "#/sessions/" in url and parent not in url)
+    fork = page.url.rsplit("/", 1)[-1]
+    assert stack.deployment.client.get(fork).config["price"] == {
+        "prompt": 1,
+        "completion": 2,
+        "cached": 0.5,
+    }

@@ -17,6 +17,12 @@ const WORDS = {
     "sessions with the concurrency key may run at once.",
   context_window: () => `The context window must be a whole number of tokens ${range("context_window")}.`,
 };
+// a rate of a price as JSON writes a number; anything else is sent as typed, for the API to
+// refuse in its own words
+const RATE = /^[+-]?(\d+\.?\d*|\.\d+)(e[+-]?\d+)?$/i;
+// a price as typed ("3, 15" or "3 15 0.3"), as the `price` of a submit's or a fork's body
+export const priceRates = (text) => text.split(/[\s,]+/).filter(Boolean)
+  .map((rate) => (RATE.test(rate) ? Number(rate) : rate));
 const NEEDS_KEY = "Max per key needs a concurrency key: fill in Concurrency key, or empty Max per key.";
 
 // one labelled field of a form: its input (id `${form}-${name}`), a hint, and where an error

@@ -3,7 +3,9 @@
 // new system prompt, hand-fixed outputs of the step's tool calls, and the model, context
 // window and admission to run under. Only what was changed is sent; a refusal is said beside the
 // field it is about (the API's words; admission's in the form's), and nothing typed is lost.
-import { admissionBody, admissionFields, formField, refusedFields, windowField } from "./admission.js";
+import {
+  BOUNDS, admissionBody, admissionFields, formField, priceRates, refusedFields, windowField,
+} from "./admission.js";
 import { api, el, enc, toast } from "./core.js";
 
 // the prompt the session runs under, where its config holds it (a repair's, a role's)
@@ -33,6 +35,11 @@ export function forkForm({ head, steps, step, path, title, extra }) {
   const model = formField("fork", "model", "Model",
     el("input", { type: "text", spellcheck: "false", placeholder: head.model }),
     "The model the fork runs on, with its own window and price. Empty: the original's.");
+  const price = formField("fork", "price", "Price (USD per million tokens)",
+    el("input", { type: "text", inputmode: "decimal", spellcheck: "false",
+                  placeholder: "prompt, completion[, cached[, cache write]]" }),
+    `The fork's model's price, ${BOUNDS.price_rates[0]} to ${BOUNDS.price_rates[1]} numbers: at ` +
+    "least the server's for the model. Empty: the original's for its model, the server's for another.");
   const fields = { ...admissionFields("fork", head), context_window: windowField("fork", head) };
   const outputs = new Map(); // call id -> its field, kept while other steps are chosen
   const outputBox = el("div", { class: "outputs", id: "fork-outputs" });
@@ -71,7 +78,7 @@ export function forkForm({ head, steps, step, path, title, extra }) {
   fromStep.addEventListener("input", showOutputs);
   showOutputs();
 
-  const all = () => ({ system_prompt: system, model, ...fields,
+  const all = () => ({ system_prompt: system, model, price, ...fields,
     ...Object.fromEntries([...outputs].map(([id, x]) => [`output_${id}`, x])) });
   const mark = (name, message) => {
     const x = all()[name];
@@ -88,6 +95,7 @@ export function forkForm({ head, steps, step, path, title, extra }) {
     about("model", loc.has("model") || /`model`/.test(message)
       || ["invalid_model_spec", "model_not_allowed", "invalid_script", "unpriced_model"]
         .includes(e.body.code));
+    about("price", loc.has("price") || /`price`|\bthe price given\b/.test(message));
     for (const id of outputs.keys()) {
       const shown = outputs.get(id).row.isConnected;
       const named = new RegExp(`\\b${literally(id)}\\b`);
@@ -115,6 +123,7 @@ export function forkForm({ head, steps, step, path, title, extra }) {
     const body = { from_step: Number(fromStep.value), append_instruction: instruction.value || null, ...given };
     if (system.changed()) body.system_prompt = system.input.value;
     if (model.input.value.trim()) body.model = model.input.value.trim();
+    if (price.input.value.trim()) body.price = priceRates(price.input.value.trim());
     const fixed = [...outputs].filter(([, x]) => x.row.isConnected && x.changed());
     if (fixed.length) body.tool_outputs = Object.fromEntries(fixed.map(([id, x]) => [id, x.input.value]));
     if (again.checked) body.again = true;
@@ -149,6 +158,6 @@ export function forkForm({ head, steps, step, path, title, extra }) {
     el("label", { for: "fork-instruction" }, "Instruction"), instruction,
     system.row, outputBox,
     el("fieldset", { class: "admission" }, el("legend", {}, "Run it under (empty: the original's)"),
-      model.row, el("div", { class: "budgets" }, Object.values(fields).map((x) => x.row))),
+      model.row, price.row, el("div", { class: "budgets" }, Object.values(fields).map((x) => x.row))),
     againRow, el("p", { class: "actions" }, button, extra), error);
 }

@@ -1,7 +1,9 @@
 // Submit a repair job: its source, setup, test command, goal, model, budgets and admission,
 // posted as POST /sessions takes it. What is typed is kept (also across a reload or a new log-in)
 // until the job is submitted, and an error from the API is shown beside the field it names.
-import { BOUNDS, admissionBody, admissionFields, contextField, formField, refusedFields } from "./admission.js";
+import {
+  BOUNDS, admissionBody, admissionFields, contextField, formField, priceRates, refusedFields,
+} from "./admission.js";
 import { api, can, el, enc, state, toast } from "./core.js";
 
 export const DRAFT_KEY = "tickwork.submit-draft";
@@ -15,9 +17,6 @@ const FIELDS = {
   max_steps: ["max_steps"], max_tokens: ["max_tokens"], max_cost_usd: ["max_cost_usd"],
   deadline: ["deadline_s"], id: ["id"], tenant: ["tenant"],
 };
-// a rate of a price as JSON writes a number; anything else is sent as typed, for the API to
-// refuse in its own words
-const RATE = /^[+-]?(\d+\.?\d*|\.\d+)(e[+-]?\d+)?$/i;
 
 export function seconds(text) {
   const found = /^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$/.exec(text);
@@ -153,8 +152,7 @@ export function submitView(view) {
     const sent = { kind: "repair", input, budgets, ...admitted };
     if (given(f.model)) sent.model = given(f.model);
     if (given(f.price)) {
-      sent.price = given(f.price).split(/[\s,]+/).filter(Boolean)
-        .map((rate) => (RATE.test(rate) ? Number(rate) : rate));
+      sent.price = priceRates(given(f.price));
     }
     if (given(f.id)) sent.id = given(f.id);
     if (admin && given(f.tenant)) sent.tenant = given(f.tenant);
