@@ -102,3 +102,43 @@ def test_the_owner_name_is_this_host_process_and_thread() -> None:
     here = owner_name()
     assert here.split(":")[:2] == names[0].split(":")[:2]
     assert here != names[0]  # another thread holds its leases under another name
+
+
+def test_a_join_while_the_loop_starts_waits_for_its_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A worker's shutdown may join a loop while the worker's start is starting it (each in
+    a thread of its own): the join neither fails on a thread made but not started yet
+    ("cannot join thread before it is started") nor misses the thread."""
+    made = threading.Event()
+    go_on = threading.Event()
+    start = threading.Thread.start
+
+    def slow_start(thread: threading.Thread) -> None:
+        if thread.name.endswith("slow-start"):
+            made.set()  # the loop holds its thread, not started yet
+            go_on.wait(5)
+        start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", slow_start)
+    loop = Loop("slow-start", lambda: None, every_s=0.01, log=log, what="a slow start")
+    starting = threading.Thread(target=loop.start)
+    starting.start()
+    assert made.wait(5)
+    errors: list[BaseException] = []
+
+    def join() -> None:
+        try:
+            loop.stop()
+            loop.join(5)
+        except BaseException as exc:
+            errors.append(exc)
+
+    joining = threading.Thread(target=join)
+    joining.start()
+    time.sleep(0.1)  # the join is waiting, not failing
+    go_on.set()
+    joining.join(5)
+    starting.join(5)
+    assert errors == []
+    assert not loop.is_alive(), "the join waited for the loop's thread to end"

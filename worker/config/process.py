@@ -67,7 +67,8 @@ class Loop:
         self._wake.set()
 
     def join(self, timeout: float | None = None) -> None:
-        thread = self._thread
+        with self._lock:  # never a thread `start` made but has not started yet
+            thread = self._thread
         if thread is not None:
             thread.join(timeout)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -396,45 +397,53 @@ def runtime(app: Celery) -> Runtime:
 
 def _start_relay_with_worker(app: App) -> None:
     threads: list[RelayThread | RetentionThread] = []
+    #: orders a worker's start against its shutdown (each from a thread of its own): a
+    #: thread is listed once started, and a shutdown takes the list whole
+    starting = threading.Lock()
 
     def ready(sender: Any = None, **_: Any) -> None:
-        if getattr(sender, "app", None) is app and not threads:
+        if getattr(sender, "app", None) is not app:
+            return
+        with starting:
+            if threads:
+                return
             rt = runtime(app)
-            threads.append(RelayThread(rt))
-            threads[0].start()
+            relay = RelayThread(rt)
+            relay.start()
+            threads.append(relay)
             for background in rt.background:  # the webhook dispatcher
                 background.start()
             try:  # issue 16: archive and prune in the background, when a retention age is set
                 retention = read_settings(RetentionSettings)
                 if retention.policy().enabled:
-                    threads.append(RetentionThread(runtime(app), retention))
-                    threads[-1].start()
+                    pruner = RetentionThread(rt, retention)
+                    pruner.start()
+                    threads.append(pruner)
             except TickworkError as exc:  # the relay runs regardless
                 log.error("retention does not run in this worker: %s", exc)
+
+    def stop_all() -> None:
+        with starting:  # a worker started again on this app starts them anew
+            stopping = list(threads)
+            threads.clear()
+        for thread in stopping:
+            thread.stop()
+        for thread in stopping:
+            thread.join(5)
 
     def shutdown(sender: Any = None, **_: Any) -> None:
         if getattr(sender, "app", None) is not app:
             return  # another app's worker in this process: its relay is not ours to stop
-        for thread in threads:
-            thread.stop()
-        for thread in threads:
-            thread.join(5)
-        threads.clear()  # a worker started again on this app starts them anew
+        stop_all()
         held = getattr(app, "_tickwork_runtime", None)
         if held is not None and held[0] == os.getpid():
             for background in held[1].background:
                 background.stop()
             held[1].close()  # its sign of life given up too
 
-    def close() -> None:  # the app closed in the process that started its threads
-        for thread in threads:
-            thread.stop()
-            thread.join(5)
-        threads.clear()
-
     app.receive(signals.worker_ready, ready)
     app.receive(signals.worker_shutdown, shutdown)
-    app.on_close(close)
+    app.on_close(stop_all)  # the app closed in the process that started its threads
 
 
 def __getattr__(name: str) -> Celery:
