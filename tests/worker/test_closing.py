@@ -176,9 +176,9 @@ class _Worker(TestWorkController):
 
 
 @contextmanager
-def _running(app: Celery) -> Iterator[threading.Thread]:
-    """A real worker of `app` in a thread of this process, until the block ends (a warm
-    shutdown): the app's relay thread (`tickwork-relay`) its start began."""
+def _started(app: Celery) -> Iterator[tuple[TestWorkController, threading.Thread]]:
+    """A real worker of `app` in a thread of this process, until the block ends: the
+    worker, and the app's relay thread (`tickwork-relay`) its start began."""
     before = set(threading.enumerate())
     with start_worker(
         app,
@@ -194,13 +194,20 @@ def _running(app: Celery) -> Iterator[threading.Thread]:
             timeout=10,
             what="the app's relay started with its worker",
         )
-        yield relay[0]
+        yield controller, relay[0]
+
+
+@contextmanager
+def _running(app: Celery) -> Iterator[threading.Thread]:
+    """`_started`, stopped at the block's end with a warm shutdown: the app's relay thread."""
+    with _started(app) as (controller, relay):
+        yield relay
         controller.stop()  # a warm shutdown, as SIGTERM's: `worker_shutdown` from the worker
     # kombu's loop, stopped from this thread, may make its waker after the hub was closed:
     # closed here rather than left to the collector (a ResourceWarning at the session's end)
     if getattr(controller, "hub", None) is not None:
         controller.hub.close()
-    until(lambda: not relay[0].is_alive(), timeout=10, what="the relay stopped with its worker")
+    until(lambda: not relay.is_alive(), timeout=10, what="the relay stopped with its worker")
 
 
 @contextmanager
@@ -210,22 +217,8 @@ def _worker(settings: Settings) -> Iterator[tuple[TestWorkController, threading.
     prepare_database(settings)
     app = make_app(settings, relay=True)
     try:
-        before = set(threading.enumerate())
-        with start_worker(
-            app,
-            pool="threads",
-            concurrency=1,
-            perform_ping_check=False,
-            shutdown_timeout=30,
-            loglevel="WARNING",
-            WorkController=_Worker,
-        ) as controller:
-            relay = until(
-                lambda: [t for t in _started_since(before) if t.name == "tickwork-relay"],
-                timeout=10,
-                what="the app's relay started with its worker",
-            )
-            yield controller, relay[0]
+        with _started(app) as started:
+            yield started
     finally:
         app.close()
 
