@@ -324,6 +324,7 @@ def test_auto_installs_the_extras_tox_ini_installs_the_project_with() -> None:
     alone = plan(AUTO, {"pyproject.toml": pyproject}, uses_pytest=True, online=True)
     assert "-e '.[test]' pytest" in "\n".join(alone.commands)
     assert "lxml" not in alone.wanted
+    assert alone.key("py3") != made.key("py3")
 
 
 def test_an_extra_tox_ini_names_twice_is_installed_once() -> None:
