@@ -7,11 +7,10 @@ from __future__ import annotations
 import os
 import signal
 import time
-from datetime import UTC
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from sqlalchemy import select
 from tickwork.fsm.values import Status
 from tickwork.store.schema import sessions
 
@@ -28,6 +27,26 @@ def _beats(root: Path) -> int:
 
 def _stopped(pid: int) -> bool:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
+
+
+def _lease_expires(deployment: Deployment, session_id: str) -> datetime:
+    """The session's lease expiry, read without a transaction: the store's engine begins
+    each one IMMEDIATE on SQLite, which waits for the write lock a stopped worker may hold
+    (stopped in a renewal), while a plain read (WAL) waits for no writer."""
+    engine = deployment.client.store.engine
+    marker = "?" if engine.dialect.paramstyle == "qmark" else "%s"
+    raw = engine.raw_connection()
+    try:
+        cursor = raw.cursor()
+        cursor.execute(
+            f"SELECT lease_expires_at FROM {sessions.name} WHERE id = {marker}", (session_id,)
+        )
+        (value,) = cursor.fetchone()
+        raw.rollback()
+    finally:
+        raw.close()
+    expires = value if isinstance(value, datetime) else datetime.fromisoformat(value)
+    return expires if expires.tzinfo else expires.replace(tzinfo=UTC)
 
 
 @pytest.mark.slow
@@ -60,11 +79,7 @@ def test_a_stopped_workers_command_dies_before_its_lease_runs_out(
         assert _stopped(worker.pid), "the worker ran again: the test proves nothing"
         # its last beat came before the lease ran out: no other worker could have claimed
         # the session while it still ran
-        with deployment.client.store.engine.connect() as conn:
-            expires = conn.execute(
-                select(sessions.c.lease_expires_at).where(sessions.c.id == session_id)
-            ).scalar_one()
-        expires = expires if expires.tzinfo else expires.replace(tzinfo=UTC)
+        expires = _lease_expires(deployment, session_id)
         last = max(
             int(b) for p in root.glob("sessions/*/files/beat") for b in p.read_text().split()
         )
