@@ -433,7 +433,7 @@ def node_context_overflow(
             "prompt_tokens_estimate": estimate,
             "window": window,
             "stated_window": context.stated_window(error),
-            "error": transitions.cap_output(error, transitions.ERROR_CHARS),
+            "error": transitions.cap_error(error),
         },
     )
 

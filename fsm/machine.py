@@ -253,7 +253,7 @@ def context_overflow(
             "prompt_tokens_estimate": estimate,
             "window": window,
             "stated_window": stated,
-            "error": transitions.cap_output(error, transitions.ERROR_CHARS),
+            "error": transitions.cap_error(error),
         },
     )
     if not smaller:
@@ -526,7 +526,7 @@ def model_failed(
             delay = max(delay, retry_after_s)
         # each retry's event keeps the error as a failure keeps it: a server's error body
         # may be any size, and a session retries up to max_model_retries times
-        cut = transitions.cap_output(error, transitions.ERROR_CHARS)
+        cut = transitions.cap_error(error)
         data: dict[str, Any] = {"attempt": attempts, "delay_s": delay, "error": cut}
         if usage is not None:
             data |= {"tokens": usage.total, "cost_usd": cost_usd}

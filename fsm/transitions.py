@@ -37,6 +37,13 @@ from tickwork.fsm.values import (
 ERROR_CHARS = 2_000
 
 
+def cap_error(text: str) -> str:
+    """An error's text as a failure keeps it: cut to ERROR_CHARS, its start and end kept
+    with a note of the cut (`cap_output`); for every copy of an error stored beside it (a
+    retry's, a refusal's event) too."""
+    return cap_output(text, ERROR_CHARS)
+
+
 class StepCharge(Value):
     """Tokens and cost added to stored step `step` (its other fields never change)."""
 
@@ -101,14 +108,14 @@ def ended(
     head: Head, status: Status, now: datetime, events: Sequence[Event] = (), **fields: Any
 ) -> Change:
     """A change that ends the session, with its closing events; an `error_message` longer
-    than ERROR_CHARS is cut to it (`cap_output`), its start and end kept."""
+    than ERROR_CHARS is cut to it (`cap_error`), its start and end kept."""
     kind = {
         Status.COMPLETED: EventKind.COMPLETED,
         Status.FAILED: EventKind.FAILED,
         Status.CANCELLED: EventKind.CANCELLED,
     }[status]
     if "error_message" in fields:
-        fields["error_message"] = cap_output(fields["error_message"], ERROR_CHARS)
+        fields["error_message"] = cap_error(fields["error_message"])
     new = moved(head, now, status=status, awaiting=(), **fields)
     data = {"error_code": new.error_code, "message": new.error_message} if new.error_code else {}
     closing = [Event(kind=kind, at=now, data=data)]

@@ -42,7 +42,7 @@ from tickwork.fsm.graph import Branches, CompiledGraph
 from tickwork.fsm.graph_machine import Decided, RunNode
 from tickwork.fsm.joins import Join
 from tickwork.fsm.kinds import graph_of
-from tickwork.fsm.transitions import ERROR_CHARS, Change, cap_output
+from tickwork.fsm.transitions import Change, cap_error
 from tickwork.fsm.values import (
     CallState,
     DecisionKind,
@@ -251,7 +251,7 @@ class NodeContext:
             delay = max(delay, min(exc.retry_after_s, self.rt.settings.max_retry_delay_s))
         if self.waited_s + delay > MAX_NODE_RETRY_WAIT_S:
             return False
-        error = cap_output(str(exc), ERROR_CHARS)  # as an agent's retry keeps it
+        error = cap_error(str(exc))  # as an agent's retry keeps it
         data = {"node": self.node, "attempt": self.retries, "delay_s": delay, "error": error}
         self.events.append(Event(kind=EventKind.MODEL_RETRY, at=self.rt.clock(), data=data))
         log.warning(
