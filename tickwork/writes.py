@@ -218,9 +218,7 @@ class Writes(Deployment):
         _numbers(budgets or {})
         limits = self.budgets(job.budgets, role.budgets, budgets or {})
         if price is not None:
-            configured = self.providers.price(spec, self.settings.prices)
-            given = _given_price(spec, price, configured, trusted=trusted)._asdict()
-            config["price"] = {k: v for k, v in given.items() if v is not None}
+            config["price"] = self._price_config(spec, price, trusted=trusted)
         quotas = self.tenants.quotas(tenant)
         quota = None if quotas.max_usd_per_day is None else (tenant, quotas.max_usd_per_day)
         _check_priced(
@@ -456,10 +454,7 @@ class Writes(Deployment):
             model = None  # the same model: nothing changes, its stated window is kept
         priced = None
         if price is not None:
-            spec = model or parent.model
-            configured = self.providers.price(spec, self.settings.prices)
-            given = _given_price(spec, price, configured, trusted=trusted, doing="fork")
-            priced = {k: v for k, v in given._asdict().items() if v is not None}
+            priced = self._price_config(model or parent.model, price, trusted=trusted, doing="fork")
         if budgets:
             _numbers(budgets)
             self.budgets(budgets)  # names and values checked before anything is written
@@ -581,6 +576,16 @@ class Writes(Deployment):
     def _graph(self, head: Head) -> GraphKind | None:
         """The graph kind a graph session runs on (issue 15), else None."""
         return self.jobs.graph(head.kind) if kind_of(head) is SessionKind.GRAPH else None
+
+    def _price_config(
+        self, spec: str, price: PriceLike, *, trusted: bool, doing: str = "submit"
+    ) -> dict[str, float]:
+        """The price a submit (or, `doing`, a fork) gives for model `spec`, checked against
+        the configured one (`_given_price`), as the session's config stores it: its rates,
+        those not given left out."""
+        configured = self.providers.price(spec, self.settings.prices)
+        given = _given_price(spec, price, configured, trusted=trusted, doing=doing)
+        return {k: v for k, v in given._asdict().items() if v is not None}
 
     def _refuse_closed(self, session_id: str) -> None:
         """Refuse, before the patch's own checks, a fork of a session whose dead letter was
