@@ -241,19 +241,24 @@ def test_one_apps_worker_shutting_down_leaves_the_other_apps_relay_running(
 
         until(lambda: not first_relay.is_alive(), timeout=10, what="the first app's relay")
         assert second_relay.is_alive()
-        # submitted without its first tick published: only a relay offers it
         client = Tickwork(two)
-        client.publish = lambda *_: None  # type: ignore[method-assign]
         try:
-            script = write_script([{"content": "done"}], tmp_path)
-            session_id = client.submit("tests.jobs:TEST", {"sink": str(tmp_path)}, model=script).id
-            until(
-                lambda: client.get(session_id).status is Status.COMPLETED,
-                timeout=30,
-                what="the session, relayed by the second app and run by its worker",
-            )
+            _relayed(client, tmp_path, by="the second app's relay and its worker")
         finally:
             client.close()
+
+
+def _relayed(client: Tickwork, tmp_path: Path, *, by: str) -> None:
+    """A session submitted with its first tick never published (`client.publish` does
+    nothing), so only a relay offers it: until it is completed `by` a relay and a worker."""
+    client.publish = lambda *_: None  # type: ignore[method-assign]
+    script = write_script([{"content": "done"}], tmp_path)
+    session_id = client.submit("tests.jobs:TEST", {"sink": str(tmp_path)}, model=script).id
+    until(
+        lambda: client.get(session_id).status is Status.COMPLETED,
+        timeout=30,
+        what=f"the session, completed by {by}",
+    )
 
 
 def test_a_second_worker_of_the_same_app_starts_its_relay(redis: str, tmp_path: Path) -> None:
@@ -271,21 +276,13 @@ def test_a_second_worker_of_the_same_app_starts_its_relay(redis: str, tmp_path: 
     prepare_database(settings)
     app = make_app(settings, relay=True)
     client = Tickwork(settings)
-    client.publish = lambda *_: None  # type: ignore[method-assign]
     try:
         with _running(app) as first:
             pass
         assert not first.is_alive()
         with _running(app) as second:
             assert second is not first
-            # submitted without its first tick published: only a relay offers it
-            script = write_script([{"content": "done"}], tmp_path)
-            session_id = client.submit("tests.jobs:TEST", {"sink": str(tmp_path)}, model=script).id
-            until(
-                lambda: client.get(session_id).status is Status.COMPLETED,
-                timeout=30,
-                what="the session, relayed and run by the app's second worker",
-            )
+            _relayed(client, tmp_path, by="the app's second worker and its relay")
     finally:
         client.close()
         app.close()
