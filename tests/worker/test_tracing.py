@@ -410,3 +410,34 @@ def test_a_worker_with_an_otlp_endpoint_exports_the_sessions_spans(
     assert {int.from_bytes(s.trace_id, "big") for s in collector.spans} == {trace_id}
     [agent] = [s for s in collector.spans if s.name.startswith("invoke_agent")]
     assert int.from_bytes(agent.span_id, "big") == root_id
+
+
+def test_a_tracer_stopped_by_one_worker_sends_the_next_workers_spans(
+    ticks: Ticks, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An app's second worker in one process (an embedder's, a test's): the first worker's
+    shutdown shut the tracer's provider and its OTLP exporter down for good, so every span
+    of the second worker's sessions was dropped."""
+    collector = Collector()
+    try:
+        for name in ("TICKWORK_OTEL_ENABLED", "TICKWORK_WEBHOOK_URL"):
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", raising=False)
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", collector.url)
+        rt = ticks.runtime()
+        install(rt)
+        [tracer] = [b for b in rt.background if isinstance(b, SessionTracer)]
+        first = ticks.submit([{"content": "done"}])
+        assert ticks.run(first, rt).status is Status.COMPLETED
+        tracer.stop()  # the first worker's shutdown
+        tracer.start()  # the second worker's start
+        second = ticks.submit([{"content": "done"}])
+        assert ticks.run(second, rt).status is Status.COMPLETED
+        tracer.stop()
+    finally:
+        collector.close()
+    traces = {int.from_bytes(s.trace_id, "big") for s in collector.spans}
+    for session_id in (first, second):
+        head = ticks.store.get(session_id)
+        assert session_ids(head.id, head.created_at)[0] in traces, session_id
+    assert not [t for t in threading.enumerate() if t.name == "OtelBatchSpanRecordProcessor"]

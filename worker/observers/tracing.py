@@ -159,23 +159,37 @@ class SessionTracer:
         batch: bool = True,
     ) -> None:
         from opentelemetry.sdk.resources import SERVICE_NAME, Resource
-        from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 
         self.masker, self.capture_content = masker, capture_content
         self._ids = SessionIds()
         self._trees = TreeTraces(heads)
         named = {} if os.environ.get("OTEL_SERVICE_NAME") else {SERVICE_NAME: "tickwork"}
-        self.provider = TracerProvider(resource=Resource.create(named), id_generator=self._ids)
-        processor = BatchSpanProcessor(exporter) if batch else SimpleSpanProcessor(exporter)
-        self.provider.add_span_processor(processor)
-        self.tracer = self.provider.get_tracer(SCOPE)
+        self._resource = Resource.create(named)
+        # the exporter outlives each provider's shutdown (`_Kept`), so that `start`
+        # after `stop` (the app's next worker) sends spans again through it
+        self._exporter = _Kept(exporter)
+        self._processor = BatchSpanProcessor if batch else SimpleSpanProcessor
+        self._stopped = False
+        self.provider, self.tracer = self._provided()
+
+    def _provided(self) -> tuple[Any, Any]:
+        from opentelemetry.sdk.trace import TracerProvider
+
+        provider = TracerProvider(resource=self._resource, id_generator=self._ids)
+        provider.add_span_processor(self._processor(self._exporter))
+        return provider, provider.get_tracer(SCOPE)
 
     def start(self) -> None:
-        """Nothing to start: spans are sent by the SDK's processor."""
+        """Spans are sent by the SDK's processor; after `stop` (a worker's shutdown), a new
+        provider and processor for the app's next worker."""
+        if self._stopped:
+            self.provider, self.tracer = self._provided()
+            self._stopped = False
 
     def stop(self) -> None:
-        """Send what is buffered and stop."""
+        """Send what is buffered and stop the exporting thread."""
+        self._stopped = True
         self.provider.shutdown()
 
     def flush(self) -> None:
@@ -359,6 +373,24 @@ class SessionTracer:
     def _shown(self, value: Any) -> str:
         text = value if isinstance(value, str) else json.dumps(value, default=str)
         return self.masker.text(text)
+
+
+class _Kept:
+    """An exporter that a provider's shutdown only flushes: the tracer keeps it for the
+    next provider (`SessionTracer.start` after `stop`); an OTLP exporter shut down sends
+    nothing more."""
+
+    def __init__(self, exporter: Any) -> None:
+        self.exporter = exporter
+
+    def export(self, spans: Any) -> Any:
+        return self.exporter.export(spans)
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        return bool(self.exporter.force_flush(timeout_millis))
+
+    def shutdown(self) -> None:
+        self.force_flush()
 
 
 def _empty_context() -> Any:
