@@ -166,8 +166,16 @@ class TreeFull(TickworkError):
     """A spawn's children would take their tree past its most sessions, counted as the
     store inserts them (another spawn in the tree, a sibling's at the same moment, was
     saved since the tick counted): nothing was saved and the lease is still the tick's,
-    which saves the message as the spawning call's error observation instead
+    which saves the message as the spawning call's error observation instead, or fails a
+    graph session whose node fanned out, worded for it from the counts
     (`tickwork.fsm.trees.MAX_TREE_SESSIONS`)."""
+
+    def __init__(
+        self, message: str | None = None, *, held: int = 0, adding: int = 0, limit: int = 0
+    ) -> None:
+        super().__init__(message)
+        #: the sessions the tree held, those the spawn would add, and the most it may hold
+        self.held, self.adding, self.limit = held, adding, limit
 
 
 class DeadLetterClosed(IllegalTransition):

@@ -169,29 +169,63 @@ def depth(head: Head, tree: Sequence[Head]) -> int:
     return found
 
 
+class Worded(Value):
+    """How a refusal for want of room in the tree reads to whoever asked for the children:
+    how they start them, and what to do instead."""
+
+    #: how children are started ("spawn")
+    verb: str
+    #: what to do instead of starting too many, `{room}` the most that still fit
+    fewer: str
+    #: what to do instead of starting any, at the deepest level
+    instead: str
+
+
+#: a model's `spawn_agents`, told as its call's error observation
+SPAWNS = Worded(
+    verb="spawn",
+    fewer="spawn at most {room}, or do the work yourself",
+    instead="do the work yourself",
+)
+#: a graph node's fan-out (`tickwork.fsm.graph.fan_out`), told in its session's failure
+FAN_OUTS = Worded(
+    verb="fan out",
+    fewer="fan out to at most {room} branches, or give each branch more of the work",
+    instead="do the branches' work in this node",
+)
+
+
 def check_room(head: Head, tree: Sequence[Head], adding: int) -> None:
-    """InvalidToolArguments if `head` may not start `adding` children: it is at `MAX_DEPTH`
-    of its tree, or they would take the tree (`tree`: every session under its root) past
-    `MAX_TREE_SESSIONS`. The store counts the tree again as it inserts them
-    (`Change.tree_limit`): two spawns in one tree may pass here at the same moment."""
-    level = depth(head, tree)
-    if level >= MAX_DEPTH:
-        raise _fail(
-            f"this session is at depth {level} of its tree (its root at 0), and sessions "
-            f"spawn at most {MAX_DEPTH} levels deep: do the work yourself"
-        )
-    if why := too_many(len(tree) + 1, adding, limit=MAX_TREE_SESSIONS):
+    """InvalidToolArguments if `head` may not spawn `adding` children (`no_room`)."""
+    if why := no_room(head, tree, adding):
         raise _fail(why)
 
 
-def too_many(held: int, adding: int, *, limit: int) -> str | None:
+def no_room(
+    head: Head, tree: Sequence[Head], adding: int, *, worded: Worded = SPAWNS
+) -> str | None:
+    """Why `head` may not start `adding` children, or None: it is at `MAX_DEPTH` of its
+    tree, or they would take the tree (`tree`: every session under its root) past
+    `MAX_TREE_SESSIONS`. Every kind of child (an agent's spawn, a graph's branches) is
+    counted here. The store counts the tree again as it inserts them (`Change.tree_limit`):
+    two spawns in one tree may pass here at the same moment."""
+    level = depth(head, tree)
+    if level >= MAX_DEPTH:
+        return (
+            f"this session is at depth {level} of its tree (its root at 0), and sessions "
+            f"{worded.verb} at most {MAX_DEPTH} levels deep: {worded.instead}"
+        )
+    return too_many(len(tree) + 1, adding, limit=MAX_TREE_SESSIONS, worded=worded)
+
+
+def too_many(held: int, adding: int, *, limit: int, worded: Worded = SPAWNS) -> str | None:
     """Why `adding` more sessions may not join a tree that holds `held` (its root
-    included) and may hold at most `limit`, for the model; None if they fit."""
+    included) and may hold at most `limit`, for whoever asked (`worded`); None if they fit."""
     if held + adding <= limit:
         return None
     return (
         f"the tree holds {held} sessions, and {adding} more would pass its limit of at "
-        f"most {limit}: spawn at most {max(0, limit - held)}, or do the work yourself"
+        f"most {limit}: " + worded.fewer.format(room=max(0, limit - held))
     )
 
 

@@ -40,7 +40,6 @@ from tickwork.worker.tick.files import TickFiles, disk_full
 from tickwork.worker.tick.frame import Runner, Tick
 from tickwork.worker.tick.graphs import GraphRunner
 from tickwork.worker.tick.runtime import Runtime
-from tickwork.worker.tick.trees import tree_full
 
 __all__ = ["RUNNERS", "Outcome", "TickFiles", "TickReport", "advance", "runner_for"]
 
@@ -245,7 +244,7 @@ def _advance(tick: Tick, runner: Runner, owner: str) -> Outcome:
     report.change = change
     started = time.perf_counter()
     try:
-        head, change = _save(tick, change, owner)
+        head, change = _save(tick, runner, change, owner)
     except ClaimLost:
         return Outcome.LOST
     finally:
@@ -256,12 +255,13 @@ def _advance(tick: Tick, runner: Runner, owner: str) -> Outcome:
     return Outcome.SAVED
 
 
-def _save(tick: Tick, change: Change, owner: str) -> tuple[Head, Change]:
+def _save(tick: Tick, runner: Runner, change: Change, owner: str) -> tuple[Head, Change]:
     """Save the tick's change; the head saved and the change it saved. A cancel requested
     while the tick ran that would complete the session (the tree's root cancelled while a
     branch ran its node): what the tick did is saved, once, and the session ends cancelled.
-    A spawn the store found its tree too full for (a sibling's spawned meanwhile): the
-    spawn call's error observation is saved instead."""
+    A spawn or fan-out the store found its tree too full for (a sibling's spawned
+    meanwhile): what the runner makes of it is saved instead (`Runner.tree_full`: a spawn
+    call's error observation, a graph's failure)."""
     rt, files, session_id, version = tick.rt, tick.files, tick.head.id, tick.report.version
     try:
         head = rt.store.save(
@@ -270,7 +270,7 @@ def _save(tick: Tick, change: Change, owner: str) -> tuple[Head, Change]:
         return head, change
     except TreeFull as exc:
         log.info("session %s v%d: its spawn was refused as it saved: %s", session_id, version, exc)
-        change = tree_full(tick, change, exc)
+        change = runner.tree_full(tick, change, exc)
         head = rt.store.save(
             change, version=version, owner=owner, now=rt.clock(), files=files.recorded
         )

@@ -21,6 +21,7 @@ from tickwork.fsm.errors import (
     InvalidToolArguments,
     MissingCredentials,
     ModelError,
+    TreeFull,
 )
 from tickwork.fsm.machine import Change, Compact, RunTool
 from tickwork.fsm.trees import SPAWN_AGENTS
@@ -45,7 +46,7 @@ from tickwork.worker.observers.report import ModelCall, Phase, TickReport
 from tickwork.worker.sandbox.runner import sandbox_of
 from tickwork.worker.tick.frame import Stop, Tick, run_call, tool_run
 from tickwork.worker.tick.runtime import Runtime
-from tickwork.worker.tick.trees import spawn_or_join, wait_children
+from tickwork.worker.tick.trees import spawn_or_join, tree_full, wait_children
 from tickwork.worker.tools.registry import (
     Tool,
     ToolContext,
@@ -673,6 +674,9 @@ class AgentRunner:
 
     def advance(self, tick: Tick) -> Change:
         return think(tick) if tick.head.status is Status.READY else execute(tick)
+
+    def tree_full(self, tick: Tick, change: Change, refused: TreeFull) -> Change:
+        return tree_full(tick, change, refused)
 
     def idempotent(self, tick: Tick) -> bool:
         return may_run_twice(next_tool(tick))

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from tickwork.fsm.errors import ClaimLost
+from tickwork.fsm.errors import ClaimLost, TreeFull
 from tickwork.fsm.transitions import Change
 from tickwork.fsm.values import Head, ToolCall
 from tickwork.store import Claimed
@@ -56,6 +56,12 @@ class Runner(Protocol):
     def advance(self, tick: Tick) -> Change:
         """The micro-phase: the change to save. An exception fails the session (INTERNAL),
         but for those `advance` leaves to run again (the database or artifacts away)."""
+        ...
+
+    def tree_full(self, tick: Tick, change: Change, refused: TreeFull) -> Change:
+        """What the tick saves instead of `change`, whose children the store refused: their
+        tree is full (`refused`; a spawn elsewhere in the tree saved since the tick counted
+        it). Nothing of `change` was stored."""
         ...
 
     def idempotent(self, tick: Tick) -> bool:
