@@ -454,11 +454,26 @@ def fanned_out(
     now: datetime,
     cost_usd: float = 0.0,
     usage: Usage | None = None,
+    limit: int | None = None,
 ) -> Change:
     """The node of `call` returned branches: the session (`head`, its model use already
-    `spent`) waits for them (`trees.spawned`), and the node's model use (`usage`,
+    `spent`) waits for them (`trees.spawned`; with `limit`, the store inserts them only if
+    their tree then holds at most `limit` sessions), and the node's model use (`usage`,
     `cost_usd`) is on the node's step, as a node's that returned an update is."""
-    return _charged(trees.spawned(head, call, join, branches, now=now), call, usage, cost_usd)
+    spawned = trees.spawned(head, call, join, branches, now=now, limit=limit)
+    return _charged(spawned, call, usage, cost_usd)
+
+
+def fan_out_refused(change: Change, call: ToolCall, why: str, *, now: datetime) -> Change:
+    """The session's `fanned_out` `change`, which the store refused (the branches' tree is
+    full: another fan-out or spawn in it saved since the tick counted): the session fails
+    `INTERNAL` with `why`, as a node whose branches the tick refused does (`node_failed`),
+    its state kept and nothing started; the node's model use (its events, the head's
+    spending, its step's charge) is kept, as the change had it."""
+    head = transitions.moved(change.head, now, status=Status.EXECUTING)
+    kept = tuple(e for e in change.events if e.kind is not EventKind.CHILDREN_SPAWNED)
+    failed = node_failed(head, call, ErrorCode.INTERNAL, why, now=now, events=kept)
+    return failed.model_copy(update={"charged": change.charged})
 
 
 def node_use(

@@ -26,10 +26,11 @@ Locks are taken child first, then the join, then the parent (a tree's ends move 
 cancelling moves down in transactions of its own, never holding a parent's row while it
 takes a child's.
 
-A tree holds at most a number of sessions (`fsm.trees.MAX_TREE_SESSIONS`): the tick counts
-it before it spawns, and the save counts it again as it inserts the children, under the
-tree's lock (`make_room`), so two spawns in one tree at the same moment (siblings') count
-one after the other: `pg_advisory_xact_lock` keyed by the root on Postgres (other trees
+A tree holds at most a number of sessions (`fsm.trees.MAX_TREE_SESSIONS`), an agent's
+children and a graph's branches alike: the tick counts it before it spawns or fans out,
+and the save counts it again as it inserts the children, under the tree's lock
+(`make_room`), so two spawns in one tree at the same moment (siblings') count one after
+the other: `pg_advisory_xact_lock` keyed by the root on Postgres (other trees
 are not held up; it is taken after the spawner's own row, and nothing that holds it waits
 for another session's row), SQLite's one writer at a time (`BEGIN IMMEDIATE`).
 """
@@ -83,8 +84,9 @@ def make_room(conn: Connection, change: Change) -> None:
         )
     count = select(func.count()).select_from(sessions).where(sessions.c.root_id == root)
     held = 1 + int(conn.execute(count).scalar_one())  # the root is no row of its own tree
-    if why := trees.too_many(held, len(change.children), limit=change.tree_limit):
-        raise TreeFull(why)
+    adding, limit = len(change.children), change.tree_limit
+    if why := trees.too_many(held, adding, limit=limit):
+        raise TreeFull(why, held=held, adding=adding, limit=limit)
 
 
 def insert_join(conn: Connection, join: Join, *, now: datetime) -> None:

@@ -316,3 +316,73 @@ RAISING = graph_kind(_raising("raising", idempotent=True).compile())
 RAISING_ONCE = graph_kind(_raising("raising_once", idempotent=False).compile())
 #: a node that fans out to branches that raise
 RAISING_BRANCHES = graph_kind(_raising_branches().compile())
+
+
+class Rounds(BaseModel):
+    """A fan-out run `rounds` times, `width` branches each: `parts` gathers the branches'."""
+
+    rounds: int = 1
+    width: int = 1
+    done: int = 0
+    parts: list[int] = []
+
+
+def split_round(state: Rounds) -> object:
+    return fan_out("part", [{"done": state.done}] * state.width)
+
+
+def part(state: Rounds) -> dict[str, object]:
+    return {"parts": [state.done]}
+
+
+def next_round(state: Rounds) -> dict[str, object]:
+    return {"done": state.done + 1}
+
+
+def _more(state: Rounds) -> Literal["split", "__end__"]:
+    return "split" if state.done < state.rounds else END
+
+
+def _rounds() -> Graph:
+    graph = Graph("rounds", "1", Rounds, reducers={"parts": append})
+    graph.add_node("split", split_round, idempotent=True)
+    graph.add_node("part", part, branch=True, idempotent=True)
+    graph.add_node("count", next_round, idempotent=True)
+    graph.add_edge(START, "split").add_edge("split", "count")
+    graph.add_conditional_edges("count", _more)
+    return graph
+
+
+#: a node that fans out again after each join: its tree grows by `width` a round
+ROUNDS = graph_kind(_rounds().compile())
+
+
+class Nested(BaseModel):
+    """Branches that fan out again, `width` each, until `depth` levels of them."""
+
+    depth: int = 1
+    width: int = 1
+    level: int = 0
+    leaves: list[int] = []
+
+
+def split_nested(state: Nested) -> object:
+    return fan_out("deeper", [{"level": 1}] * state.width)
+
+
+def deeper(state: Nested) -> object:
+    if state.level < state.depth:
+        return fan_out("deeper", [{"level": state.level + 1}] * state.width)
+    return {"leaves": [state.level]}
+
+
+def _nested() -> Graph:
+    graph = Graph("nested", "1", Nested, reducers={"leaves": append})
+    graph.add_node("split", split_nested, idempotent=True)
+    graph.add_node("deeper", deeper, branch=True, idempotent=True)
+    graph.add_edge(START, "split").add_edge("split", END)
+    return graph
+
+
+#: a branch node that fans out to itself: each level a child of the one above it
+NESTED = graph_kind(_nested().compile())

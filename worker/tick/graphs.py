@@ -37,6 +37,7 @@ from tickwork.fsm.errors import (
     GraphVersionMismatch,
     InvalidStateUpdate,
     ModelError,
+    TreeFull,
 )
 from tickwork.fsm.graph import Branches, CompiledGraph
 from tickwork.fsm.graph_machine import Decided, RunNode
@@ -394,6 +395,22 @@ class GraphRunner:
         graph = kind.graph if head.cancel_requested else check_version(kind, head)
         return _may_run_twice(graph, upcoming)
 
+    def tree_full(self, tick: Tick, change: Change, refused: TreeFull) -> Change:
+        """The node's fan-out (`change`) the store refused, its tree full: the session fails
+        naming the node, the limit and what to do, as when the tick counted it full itself
+        (`_fan_out`), its state and the node's model use kept
+        (`graph_machine.fan_out_refused`)."""
+        assert change.join is not None, "TreeFull refuses a fan-out: a change with its join"
+        [call] = [c for c in tick.claimed.calls if c.call_id == change.join.call_id]
+        why = trees.too_many(
+            refused.held, refused.adding, limit=refused.limit, worded=trees.FAN_OUTS
+        )
+        where = f"the branches of node {call.name!r}"
+        tick.files.discard()  # as a node that failed (`_failed`): nothing of its run is kept
+        return graph_machine.fan_out_refused(
+            change, call, f"{where}: {why or refused}", now=tick.rt.clock()
+        )
+
     def advance(self, tick: Tick) -> Change:
         rt, claimed = tick.rt, tick.claimed
         head = claimed.head
@@ -725,6 +742,11 @@ def _fan_out(
         )
     if not 0 < len(branches.inputs) <= MAX_BRANCHES:
         raise NodeFailed(f"{where}: give 1 to {MAX_BRANCHES} inputs, not {len(branches.inputs)}")
+    # the branches join the session's tree: counted as an agent's spawn is, and again by
+    # the store as it inserts them (`GraphRunner.tree_full`)
+    tree = rt.store.tree(head.root_id or head.id)
+    if why := trees.no_room(head, tree, len(branches.inputs), worded=trees.FAN_OUTS):
+        raise NodeFailed(f"{where}: {why}")
     prefix = uuid.uuid4().hex[:29]
     share = 1 / len(branches.inputs)
     keys = (context.STATED_WINDOW, context.LEARNED_SCALE)
@@ -749,7 +771,14 @@ def _fan_out(
         )
     join = Join(parent_id=head.id, call_id=call.call_id, expected=len(children))
     return graph_machine.fanned_out(
-        head, call, join, children, now=now, cost_usd=ctx.cost_usd, usage=ctx.usage
+        head,
+        call,
+        join,
+        children,
+        now=now,
+        cost_usd=ctx.cost_usd,
+        usage=ctx.usage,
+        limit=trees.MAX_TREE_SESSIONS,
     )
 
 
