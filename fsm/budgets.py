@@ -232,9 +232,9 @@ def stop_reason(head: Head, *, now: datetime) -> str | None:
         return "the session was cancelled"
     elapsed = (now - head.created_at).total_seconds()
     if elapsed >= b.deadline_s:
-        return f"the session's deadline passed ({elapsed:.0f}s, deadline_s is {b.deadline_s:g})"
+        return f"the session's deadline passed ({elapsed:.0f}s, `deadline_s` is {b.deadline_s:g})"
     if b.limits_cost and head.cost_usd >= b.max_cost_usd:
-        return f"the session's cost budget is spent (max_cost_usd is ${b.max_cost_usd})"
+        return f"the session's cost budget is spent (`max_cost_usd` is ${b.max_cost_usd})"
     return None
 
 

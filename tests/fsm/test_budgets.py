@@ -22,6 +22,8 @@ from tickwork.fsm.budgets import (
 )
 from tickwork.fsm.values import Budgets, ErrorCode, Status
 
+from tickwork.flags import in_flags
+
 TOKENS, COST = ErrorCode.BUDGET_TOKENS, ErrorCode.BUDGET_COST
 
 FIELDS = list(Budgets.model_fields)
@@ -328,6 +330,19 @@ def test_stop_reason_of_a_running_tool(
     )
     reason = stop_reason(head, now=build.at(at_s))
     assert (reason is None) if words is None else (words in (reason or "")), reason
+
+
+def test_a_running_tool_is_stopped_naming_the_budget_as_the_other_reasons_do(build: Any) -> None:
+    """A tool stopped by the deadline or the cost budget read "deadline_s is 60" and
+    "max_cost_usd is $1.0", where every other reason of a budget names it in backticks,
+    which the command line prints as the flag that gives it."""
+    budgets = {"max_cost_usd": 1.0, "deadline_s": 60}
+    late = stop_reason(build.head(budgets=budgets), now=build.at(61))
+    assert late == "the session's deadline passed (61s, `deadline_s` is 60)"
+    assert in_flags(late) == "the session's deadline passed (61s, --deadline is 60)"
+    spent = stop_reason(build.head(budgets=budgets, cost_usd=1.0), now=build.at(0))
+    assert spent == "the session's cost budget is spent (`max_cost_usd` is $1.0)"
+    assert in_flags(spent) == "the session's cost budget is spent (--max-cost-usd is $1.0)"
 
 
 @pytest.mark.parametrize(
