@@ -125,7 +125,7 @@ def cut_at(
             code=cap.code,
             message=f"the model's answer was cut at {cap.tokens} completion tokens, all "
             f"that was left after its prompt of about {next_call.tokens} tokens of tenant "
-            f"{day.tenant}'s quota max_usd_per_day of ${day.quota_usd:g} for the sessions "
+            f"{day.tenant}'s quota `max_usd_per_day` of ${day.quota_usd:g} for the sessions "
             f"created on {day.day.date().isoformat()} (UTC): " + _day_advice(day, now),
         )
     left = "tokens" if cap.code is ErrorCode.BUDGET_TOKENS else "cost"
@@ -181,7 +181,7 @@ def day_spent(day: TenantDay, ahead_usd: float = 0.0, *, now: datetime | None = 
     when the tenant's next day starts and what to do."""
     spent = f"${day.spent_usd:.4f}"
     return (
-        f"tenant {day.tenant}'s quota max_usd_per_day of ${day.quota_usd:g} is spent: its "
+        f"tenant {day.tenant}'s quota `max_usd_per_day` of ${day.quota_usd:g} is spent: its "
         f"sessions created on {day.day.date().isoformat()} (UTC) spent {spent}"
         f"{_more(ahead_usd, f'${ahead_usd:.4f}')}; " + _day_advice(day, now)
     )

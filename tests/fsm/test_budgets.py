@@ -262,14 +262,14 @@ def test_a_capped_call_stays_within_the_tenant_s_day_without_a_cost_budget(
     if spent_out is None:
         assert spent + prompt + cap.tokens * per_token <= 2.0 * (1 + 1e-9)
     else:
-        assert spent_out.code is COST and "max_usd_per_day of $2" in spent_out.message
+        assert spent_out.code is COST and "`max_usd_per_day` of $2" in spent_out.message
 
 
 def test_the_day_s_stop_names_the_tenant_the_quota_and_when_it_resets(build: Any) -> None:
     head = build.head(budgets={**LIMITS, "max_cost_usd": 1e9})
     spent = exhausted_budget(head, now=build.at(0), day=_day(2.5))
     assert spent is not None and spent.code is COST
-    assert spent.message.startswith("tenant team-a's quota max_usd_per_day of $2 is spent:")
+    assert spent.message.startswith("tenant team-a's quota `max_usd_per_day` of $2 is spent:")
     assert "created on 2026-03-01 (UTC) spent $2.5000" in spent.message
     assert "resets at 2026-03-02T00:00:00+00:00, fork this session after it" in spent.message
     # the session's own budget, spent first, is named as before
@@ -277,7 +277,24 @@ def test_the_day_s_stop_names_the_tenant_the_quota_and_when_it_resets(build: Any
     first = exhausted_budget(own, now=build.at(0), day=_day(2.5))
     assert first is not None and "`max_cost_usd` is $1.0" in first.message
     cut = cut_at(Cap(tokens=7, code=COST, by_tenant=True), NextCall(tokens=50), day=_day(1.9))
-    assert cut is not None and cut.code is COST and "max_usd_per_day of $2" in cut.message
+    assert cut is not None and cut.code is COST and "`max_usd_per_day` of $2" in cut.message
+
+
+def test_the_day_s_quota_is_named_in_backticks_and_kept_so_on_the_command_line(
+    build: Any,
+) -> None:
+    """The tenant's quota read "quota max_usd_per_day of $2", the bare key, where every
+    session budget's reason names it in backticks. It is named so too; as it is an
+    operator's setting in the tenants file, which no flag gives, the command line keeps
+    the key as it is."""
+    head = build.head(budgets={**LIMITS, "max_cost_usd": 1e9})
+    spent = exhausted_budget(head, now=build.at(0), day=_day(2.5))
+    cut = cut_at(Cap(tokens=7, code=COST, by_tenant=True), NextCall(tokens=50), day=_day(1.9))
+    assert spent is not None and cut is not None
+    assert "tenant team-a's quota `max_usd_per_day` of $2 is spent: " in spent.message
+    assert "tokens of tenant team-a's quota `max_usd_per_day` of $2 for the " in cut.message
+    for message in (spent.message, cut.message):
+        assert in_flags(message) == message
 
 
 def test_a_day_that_has_ended_names_the_next_reset_not_a_past_one(build: Any) -> None:

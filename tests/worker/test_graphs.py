@@ -96,7 +96,7 @@ def test_a_graph_session_stops_before_its_next_node_once_its_tenant_s_day_is_spe
 
     assert stopped.head.status is Status.FAILED
     assert stopped.head.error_code is ErrorCode.BUDGET_COST
-    assert "tenant default's quota max_usd_per_day of $1 is spent" in (
+    assert "tenant default's quota `max_usd_per_day` of $1 is spent" in (
         stopped.head.error_message or ""
     )
     room = day.model_copy(update={"spent_usd": 0.5})

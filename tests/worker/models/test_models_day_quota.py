@@ -145,7 +145,9 @@ def test_a_graph_session_stops_before_its_node_once_its_tenant_s_day_is_spent(
         done = team_ticks.run(graph.id)
 
         assert done.status is Status.FAILED and done.error_code is ErrorCode.BUDGET_COST
-        assert "tenant team-a's quota max_usd_per_day of $1 is spent" in (done.error_message or "")
+        assert "tenant team-a's quota `max_usd_per_day` of $1 is spent" in (
+            done.error_message or ""
+        )
         assert server.billed == []  # its node never called the model
         assert team_ticks.store.dead_letter(graph.id).code == ErrorCode.BUDGET_COST.value
     finally:
