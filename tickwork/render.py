@@ -26,6 +26,7 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
+from tickwork.fsm import errors
 from tickwork.fsm.failures import failed_before_line, passed_before_line
 from tickwork.fsm.kinds import GraphRef, graph_of
 from tickwork.fsm.values import PRICE_RATES
@@ -163,11 +164,24 @@ def tail(text: str, limit: int) -> str:
     return f"({len(text) - limit} chars before; --json shows all) …{text[-limit:]}"
 
 
+#: how a stored reason a broken setting made begins: a tick that raised a
+#: `ConfigurationError` or a kind of it (a roles file, a job kind's declaration) fails the
+#: session INTERNAL with "ConfigurationError: ..." (`tickwork.worker.tick.advance`)
+SETTINGS_SAID = tuple(
+    f"{kind.__name__}: "
+    for kind in vars(errors).values()
+    if isinstance(kind, type) and issubclass(kind, errors.ConfigurationError)
+)
+
+
 def reason_said(message: object) -> str:
     """A stored reason (why a session failed, a dead letter's message) as the command line
     prints it: each field it names in backticks that a flag gives is the flag
-    (`tickwork.flags.in_flags`)."""
-    return in_flags(str(message))
+    (`tickwork.flags.in_flags`), except in a reason the settings made (`SETTINGS_SAID`)."""
+    said = str(message)
+    # the settings speak their own words, as `cli.explain` leaves a ConfigurationError's: a
+    # roles file's `system_prompt` is no --system-prompt
+    return said if said.startswith(SETTINGS_SAID) else in_flags(said)
 
 
 def when(iso: str | None) -> str:

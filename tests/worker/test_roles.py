@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from tickwork.fsm.errors import ConfigurationError, InvalidInput, ToolError
-from tickwork.fsm.values import Head
+from tickwork.fsm.values import ErrorCode, Head
 from tickwork.store.artifacts import DirectoryArtifacts
 from tickwork.worker.files import sources
 from tickwork.worker.jobs import JobKind, Jobs, Submission
@@ -20,7 +20,11 @@ from tickwork.worker.jobs.repair.adoption import adopt_patch, chosen, proposed
 from tickwork.worker.jobs.repair.job import REPAIR, diff_manifests
 from tickwork.worker.jobs.repair.toolkit import SOLO_TOOLS
 from tickwork.worker.jobs.roles import role_for
+from tickwork.worker.tick.runtime import Runtime
 from tickwork.worker.tools.registry import ChildResult, ToolContext, ToolRegistry, run_tool
+
+from tests.worker.ticking import Ticks
+from tickwork import render
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -293,6 +297,43 @@ def test_a_worker_does_not_start_on_a_bad_roles_file(
     settings = Settings(database_url=sqlite_url, state_dir=tmp_path / "state")
     with pytest.raises(ConfigurationError, match="unknown key\\(s\\) colour"):
         check_what_ticks_load(settings)
+
+
+def test_a_session_failed_by_a_bad_roles_file_is_said_in_its_words(
+    ticks: Ticks, tmp_path: Path
+) -> None:
+    """A worker whose roles file gives a kind's role an empty `system_prompt` (a kind it was
+    not started with, so not checked then) fails the session that spawns in that role,
+    INTERNAL, with the file's words. The command line printed that reason (`show`, `ls`,
+    `dlq`) with "--system-prompt must be non-empty text": a flag of `fork`, which cannot
+    mend a file. It prints what the file says, as a refusal of the settings reads."""
+    bad = roles_file(tmp_path, {"tree": {"helper": {"system_prompt": " "}}})
+    spawn = {"name": "spawn_agents", "arguments": {"children": [{"role": "helper"}]}}
+    script = tmp_path / "spawner.json"
+    script.write_text(json.dumps([{"content": "split", "tool_calls": [spawn]}]))
+    root = ticks.client.submit("tests.jobs:TREE", {}, model=f"scripted:{script}")
+    rt = Runtime(
+        settings=ticks.settings,
+        store=ticks.store,
+        jobs=Jobs(roles_file=bad),
+        publish_tick=lambda *_: None,
+    )
+    try:
+        failed = ticks.run(root.id, rt)
+    finally:
+        rt.close()
+    stored = (
+        f"ConfigurationError: roles file {bad} (TICKWORK_ROLES_FILE), kind 'tree', role "
+        "'helper': `system_prompt` must be non-empty text"
+    )
+    assert (failed.error_code, failed.error_message) == (ErrorCode.INTERNAL, stored)
+    assert render.reason_said(stored) == stored
+    letter = ticks.store.dead_letter(root.id)
+    assert render.summary("failed", {"error_code": letter.code, "message": letter.message}) == (
+        f"INTERNAL: {stored}"
+    )
+    # a reason of the session's own still names the flag that gives a field
+    assert render.reason_said("`deadline_s` is 60") == "--deadline is 60"
 
 
 #: a second kind named as the test kind of tests/jobs.py, and one named as the built-in
