@@ -62,6 +62,12 @@ _STATUS_AFTER = re.compile(
 _RETIRED_PREFIX = re.compile(
     r"\b(?:NodeFailed|InvalidStateUpdate): (?=node |input \d|the branches of node )"
 )
+#: the node a graph node's other failure names ("node 'split' failed: TypeError: ..."),
+#: which it once did not ("TypeError: ..."), dropped so that the two group; not a branch's
+#: failure, which names its code ("branch ... of node 'split' failed: INTERNAL: ...")
+_NODE_FAILED = re.compile(
+    r"(?<!of )\bnode (?:'[^']*'|\"[^\"]*\") failed: (?=[A-Z]\w*: )(?![A-Z_]+: )"
+)
 #: a count's noun in the singular, as messages say "1 step" beside "2 steps"
 _COUNTED = re.compile(
     r"\bN (step|token|call|attempt|intervention|second|byte|char|character|line|"
@@ -71,7 +77,7 @@ _COUNTED = re.compile(
 
 def error_signature(code: str, message: str) -> str:
     """`code: message` with the message's particulars taken out, at most MAX_LENGTH long."""
-    text = _RETIRED_PREFIX.sub("", message)
+    text = _NODE_FAILED.sub("", _RETIRED_PREFIX.sub("", message))
     text = _QUOTED.sub(_quoted, text)
     text = _URL.sub("<url>", text)
     text = _TIME.sub("<time>", text)

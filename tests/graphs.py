@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 from tickwork.fsm.errors import SessionFinished
-from tickwork.fsm.graph import END, START, Graph, add, append, fan_out
+from tickwork.fsm.graph import END, START, Branches, Graph, add, append, fan_out
 from tickwork.worker.tick.graphs import NodeContext, graph_kind
 
 from examples import refund_graph
@@ -295,6 +295,11 @@ def split_ledger(state: Ledger) -> object:
     return fan_out("charge", [{"item": i} for i in state.items])
 
 
+def split_lazily(state: Ledger) -> object:
+    # built by hand, not with fan_out: a generator of inputs, which has no length
+    return Branches("charge", (dict(item=i) for i in state.items))  # type: ignore[arg-type]
+
+
 def _raising(name: str, *, idempotent: bool) -> Graph:
     graph = Graph(name, "1", Ledger)
     graph.add_node("charge", charge, idempotent=idempotent)
@@ -305,6 +310,14 @@ def _raising(name: str, *, idempotent: bool) -> Graph:
 def _raising_branches() -> Graph:
     graph = Graph("raising_branches", "1", Ledger, reducers={"squares": append})
     graph.add_node("split", split_ledger, idempotent=True)
+    graph.add_node("charge", charge, branch=True, idempotent=True)
+    graph.add_edge(START, "split").add_edge("split", END)
+    return graph
+
+
+def _lazy_branches() -> Graph:
+    graph = Graph("lazy_branches", "1", Ledger, reducers={"squares": append})
+    graph.add_node("split", split_lazily, idempotent=True)
     graph.add_node("charge", charge, branch=True, idempotent=True)
     graph.add_edge(START, "split").add_edge("split", END)
     return graph
@@ -386,3 +399,5 @@ def _nested() -> Graph:
 
 #: a branch node that fans out to itself: each level a child of the one above it
 NESTED = graph_kind(_nested().compile())
+#: a node whose branches break the worker's handling of them (a TypeError, not a refusal)
+LAZY_BRANCHES = graph_kind(_lazy_branches().compile())

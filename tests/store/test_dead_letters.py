@@ -338,6 +338,16 @@ class TestErrorSignature:
                 "state Poll does not have",
                 "node 'paint' of graph 'sloppy' gives colour, which the state Poll does not have",
             ),
+            (
+                "TypeError: object of type 'generator' has no len()",
+                "node 'split' failed: TypeError: object of type 'generator' has no len()",
+            ),
+            (
+                "branch 3f9a2b1c0d4e5f6a7b8c9d0e1f2a3-000 of node 'split' failed: INTERNAL: "
+                "OSError: disk full",
+                "branch 0c1d2e3f4a5b6c7d8e9f0a1b2c3d4-001 of node 'split' failed: INTERNAL: "
+                "node 'part' failed: OSError: disk full",
+            ),
         ],
     )
     def test_a_graph_node_failure_groups_with_its_older_wording(self, old: str, new: str) -> None:
@@ -345,6 +355,14 @@ class TestErrorSignature:
         then groups with one of the same cause stored now (after `dlq stats --recount`)."""
         assert error_signature("INTERNAL", old) == error_signature("INTERNAL", new)
         assert "NodeFailed" not in error_signature("INTERNAL", old)
+
+    def test_a_branch_s_failure_keeps_the_node_that_fanned_out(self) -> None:
+        """Only a node's own failure drops the node it names: a branch's keeps its parent's
+        node and the code it failed with."""
+        said = error_signature(
+            "INTERNAL", "branch 3f9a2b1c0d4e-000 of node 'split' failed: MODEL_ERROR: HTTP 503"
+        )
+        assert said == "INTERNAL: branch <id>-N of node '…' failed: MODEL_ERROR: HTTP 503"
 
     def test_is_at_most_300_characters(self) -> None:
         assert len(error_signature("INTERNAL", "word " * 200)) == 300

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from tickwork.fsm import transitions
 from tickwork.fsm.values import ErrorCode, EventKind, Session, Status
+from tickwork.store.error_signatures import error_signature
 
 from tests.worker.ticking import Ticks
 from tickwork import render, views
@@ -122,6 +123,29 @@ def test_a_refused_update_fails_the_session_naming_the_node_not_an_exception_cla
     )
     session = ticks.client.load(head.id)
     assert _node_call(session, "paint")[1:] == (f"failed: {done.error_message}", True)
+
+
+def test_a_node_whose_return_breaks_the_worker_fails_naming_the_node(
+    ticks: Ticks, tmp_path: Path
+) -> None:
+    """What a node returned that no check refuses but that the worker fails on (branches
+    built by hand from a generator, which has no length) fails the session INTERNAL naming
+    the node and the error, and the node's call reads failed with it. Its dead letter
+    groups with one stored in the older words, which named no node ("TypeError: ...")."""
+    head = ticks.client.submit(
+        "tests.graphs:LAZY_BRANCHES", {}, model=f"scripted:{tmp_path / 'none.json'}"
+    )
+
+    done = ticks.run(head.id)
+
+    raised = "TypeError: object of type 'generator' has no len()"
+    assert (done.status, done.error_code) == (Status.FAILED, ErrorCode.INTERNAL)
+    assert done.error_message == f"node 'split' failed: {raised}"
+    session = ticks.client.load(head.id)
+    assert _node_call(session, "split")[1:] == (f"failed: {done.error_message}", True)
+    assert ticks.store.children(head.id) == []
+    letter = ticks.store.dead_letter(head.id)
+    assert letter.error_signature == error_signature("INTERNAL", raised)
 
 
 def test_an_update_check_that_raised_asks_a_person_naming_the_node(
