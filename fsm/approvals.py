@@ -38,12 +38,17 @@ def needs_approval(rule: ApprovalRule | None, arguments: Mapping[str, Any] | Non
 
 
 def approval_reason(
-    rule: ApprovalRule | None, arguments: Mapping[str, Any] | None, *, of: str
+    rule: ApprovalRule | None,
+    arguments: Mapping[str, Any] | None,
+    *,
+    of: str,
+    policy: str | None = None,
 ) -> str | None:
     """Why a person must decide on a call, or None if nobody need; the reason names what
     its rule judged (`of`: "tool 'run_command'", "node 'review'", "the update of node
-    'offer'"), and a policy that raises counts as one, so the person and the operator know
-    whose check asked, or whose to mend."""
+    'offer'") and its policy ("the approval policy of `of`", or `policy` where it has a name
+    of its own: "the `approve_update` of node 'offer'"), and a policy that raises counts as
+    one, so the person and the operator know whose check asked, or whose to mend."""
     if rule is None:
         return None
     if rule.always:
@@ -52,15 +57,14 @@ def approval_reason(
         return None
     if arguments is None:
         return None  # unparsable arguments never run, so there is nothing to approve
+    check = policy or f"the approval policy of {of}"
     try:
         verdict = rule.policy(arguments)
     except Exception as exc:
-        return (
-            f"the approval policy of {of} raised {type(exc).__name__}: {exc}, so a person decides"
-        )
+        return f"{check} raised {type(exc).__name__}: {exc}, so a person decides"
     if isinstance(verdict, str):
-        return verdict.strip() or f"the approval policy of {of} asks for a person"
-    return f"the approval policy of {of} asks for a person" if verdict else None
+        return verdict.strip() or f"{check} asks for a person"
+    return f"{check} asks for a person" if verdict else None
 
 
 def rejection(call: ToolCall, decision: Decision) -> str:

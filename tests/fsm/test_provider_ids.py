@@ -116,6 +116,32 @@ def test_approval_reason(
     assert approval_reason(rule, arguments, of="tool 'run_command'") == reason
 
 
+@pytest.mark.parametrize(
+    ("arguments", "reason"),
+    [
+        ({"cmd": "yes"}, "the `approve_update` of node 'offer' asks for a person"),
+        (
+            {"cmd": "boom"},
+            "the `approve_update` of node 'offer' raised RuntimeError: policy crashed, so a "
+            "person decides",
+        ),
+    ],
+    ids=["true", "raises"],
+)
+def test_a_policy_with_a_name_of_its_own_is_named_by_it(
+    arguments: dict[str, Any], reason: str
+) -> None:
+    """A node's `approve_update` was "the approval policy of the update of node 'offer'",
+    a name its author never wrote; the reason names the setting."""
+    found = approval_reason(
+        ApprovalRule(policy=_policy),
+        arguments,
+        of="the update of node 'offer'",
+        policy="the `approve_update` of node 'offer'",
+    )
+    assert found == reason
+
+
 def test_the_reason_is_recorded_with_the_call(build: Any) -> None:
     rules = {"run_command": ApprovalRule(policy=_policy)}
     change = build.think(

@@ -163,6 +163,6 @@ def test_an_update_check_that_raised_asks_a_person_naming_the_node(
     session = ticks.client.load(head.id)
     [proposal] = [c for s in session.steps for c in s.calls if c.name == "offer#update"]
     assert proposal.approval_reason == (
-        "the approval policy of the update of node 'offer' raised ValueError: the offer "
-        "limit is not configured, so a person decides"
+        "the `approve_update` of node 'offer' raised ValueError: the offer limit is not "
+        "configured, so a person decides"
     )

@@ -655,6 +655,7 @@ def _ran(
         ApprovalRule(policy=node.approve_update),
         dict(returned or {}),
         of=f"the update of node {node.name!r}",
+        policy=f"the `approve_update` of node {node.name!r}",
     )
     if reason is not None:
         return graph_machine.update_proposed(
