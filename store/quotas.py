@@ -159,7 +159,7 @@ def check(
         if queued + 1 > quotas.max_queued:
             raise QuotaExceeded(
                 f"tenant {tenant} has {counted(queued, 'session')} waiting to start, and this one "
-                f"would be one more than its quota max_queued of {quotas.max_queued}: "
+                f"would be one more than its quota `max_queued` of {quotas.max_queued}: "
                 + (
                     "wait for some to start, or cancel some"
                     if queued
@@ -177,7 +177,7 @@ def check(
             until = midnight_before(now) + timedelta(days=1)
             raise QuotaExceeded(
                 f"tenant {tenant} spent {dollars(spent)} today (UTC), its quota "
-                f"max_usd_per_day is {dollars(quotas.max_usd_per_day)}: try again after "
+                f"`max_usd_per_day` is {dollars(quotas.max_usd_per_day)}: try again after "
                 f"{until.isoformat()}",
                 tenant=tenant,
                 quota="max_usd_per_day",
@@ -190,7 +190,7 @@ def check(
         if used >= quotas.max_stored_bytes:
             raise QuotaExceeded(
                 f"tenant {tenant} stores {used} bytes of transcripts, its quota "
-                f"max_stored_bytes is {quotas.max_stored_bytes}: retention frees space as "
+                f"`max_stored_bytes` is {quotas.max_stored_bytes}: retention frees space as "
                 "finished sessions are archived (`tickwork gc`)",
                 tenant=tenant,
                 quota="max_stored_bytes",

@@ -731,7 +731,7 @@ def _check_priced(
         )
     if quota is not None:
         raise UnpricedModel(
-            f"model {spec!r} has no price, so the quota max_usd_per_day (${quota[1]:g}) of "
+            f"model {spec!r} has no price, so the quota `max_usd_per_day` (${quota[1]:g}) of "
             f"tenant {quota[0]!r} could not count its cost; {how}"
         )
 

@@ -116,7 +116,7 @@ def test_max_queued_refuses_the_submit_past_it_and_stores_nothing(fleet: Fleet) 
     fleet.submit("team-a")
     before = (fleet.count(), fleet.count(outbox), fleet.count(events))
 
-    with pytest.raises(QuotaExceeded, match="max_queued of 2: wait for some to start") as refused:
+    with pytest.raises(QuotaExceeded, match="`max_queued` of 2: wait for some to start") as refused:
         fleet.submit("team-a", session_id="refused-one")
 
     assert refused.value.quota == "max_queued" and refused.value.used == 2
@@ -133,9 +133,9 @@ def test_the_tenants_file_is_read_again_without_a_restart(fleet: Fleet) -> None:
     write(fleet.tenants_file, {"*": {"max_queued": 1}, "team-a": {"max_queued": 3}})
     fleet.submit("team-a")
     fleet.submit("team-a")
-    with pytest.raises(QuotaExceeded, match="max_queued of 3"):
+    with pytest.raises(QuotaExceeded, match="`max_queued` of 3"):
         fleet.submit("team-a")
-    with pytest.raises(QuotaExceeded, match="max_queued of 1"):
+    with pytest.raises(QuotaExceeded, match="`max_queued` of 1"):
         fleet.submit("team-c", session_id="c1") and fleet.submit("team-c")
 
 
@@ -165,7 +165,7 @@ def test_a_model_without_a_price_is_refused_where_the_tenant_has_a_dollar_quota(
     write(fleet.tenants_file, {"team-a": {"max_usd_per_day": 5}})
     free = {"model": "openai:my-local", "budgets": {"max_cost_usd": 0}, "submitted_by": "t"}
 
-    with pytest.raises(UnpricedModel, match="max_usd_per_day \\(\\$5\\) of tenant 'team-a'"):
+    with pytest.raises(UnpricedModel, match="`max_usd_per_day` \\(\\$5\\) of tenant 'team-a'"):
         fleet.client.submit(TEST_KIND, {}, tenant="team-a", session_id="unpriced", **free)
 
     assert fleet.count(id="unpriced") == 0
@@ -259,7 +259,7 @@ def test_a_fork_is_held_to_the_tenant_s_quotas_as_a_submit_is(fleet: Fleet) -> N
     assert (fleet.count(), fleet.count(outbox), fleet.count(events)) == before
     write(fleet.tenants_file, {"team-a": {"max_queued": 1}})
     fleet.submit("team-a")  # waits to start: the tenant's queue of one is full
-    with pytest.raises(QuotaExceeded, match="max_queued of 1"):
+    with pytest.raises(QuotaExceeded, match="`max_queued` of 1"):
         fleet.client.fork(spender, from_step=0, by="olga", new_id="over-fork")
     write(fleet.tenants_file, {"team-a": {"max_in_flight": 1}})
     held = fleet.client.fork(spender, from_step=0, by="olga", new_id="held-fork")
@@ -387,7 +387,7 @@ def test_stored_bytes_count_the_transcripts(fleet: Fleet) -> None:
     think(fleet.client.store, talker, reply(content="x" * 400), now=datetime.now(UTC))
     write(fleet.tenants_file, {"team-a": {"max_stored_bytes": 300}})
 
-    with pytest.raises(QuotaExceeded, match="max_stored_bytes is 300") as refused:
+    with pytest.raises(QuotaExceeded, match="`max_stored_bytes` is 300") as refused:
         fleet.submit("team-a")
 
     assert refused.value.used >= 400 and refused.value.retry_after_s > 0
