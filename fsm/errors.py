@@ -98,6 +98,24 @@ class SessionNotFound(TickworkError, LookupError):
         return f"no session {session_id!r}{hint}; {cls.listing}"
 
 
+class SessionArchived(SessionNotFound):
+    """The session is archived (retention moved it out of the live tables): what serves live
+    sessions only finds none, but its patch and forks are read back from the archive. The
+    API answers it 404 `session_not_found` with `archived: true`."""
+
+    @classmethod
+    def of(cls, session_id: str, *, hint: str = "") -> SessionArchived:
+        """The error of an archived session asked of a route that serves live sessions only,
+        with what is served of it (the CLI's way, then the API's)."""
+        routes = f"/api/v1/sessions/{session_id}"
+        return cls(
+            f"session {session_id!r} is archived: the server serves only its patch and forks "
+            f"(`tickwork patch`, `tickwork fork`; API: GET {routes}/patch, POST {routes}/fork)",
+            session_id=session_id,
+            hint=hint,
+        )
+
+
 class SessionExists(TickworkError):
     """A session has that id already (one space for every tenant): choose another id, or
     leave it out for a random one. Not bad input but an id in use: the API's 409."""

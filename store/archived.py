@@ -40,6 +40,8 @@ class Entry:
     #: a child's spawning call (a fork has none: `parent_id` alone) and role
     spawn_call: str | None = None
     role: str = ""
+    #: who submitted (or forked) it; None if archived before the index kept it
+    submitted_by: str | None = None
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,7 @@ def _entry(row: Any) -> Entry:
         tenant=row.tenant,
         spawn_call=row.spawn_call,
         role=row.role,
+        submitted_by=row.submitted_by,
     )
 
 

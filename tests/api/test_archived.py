@@ -104,3 +104,70 @@ def test_an_own_only_token_lists_its_archived_forks_without_the_archive(tmp_path
             assert answer.status_code == 200, (name, answer.text)
             assert [f["id"] for f in answer.json()["forks"]] == seen, name
     client.close()
+
+
+def test_a_session_s_404_says_whether_its_id_is_an_archived_session_s(tmp_path: Path) -> None:
+    """A route that serves live sessions only answers an archived session 404 as before, but
+    says `archived: true` (and what is served of it), and `archived: false` for an id of no
+    session: the remote client refuses a uuid of nothing at once and gives an archived one
+    back for `fork` and `patch`. A session another tenant's token, or an own-only token that
+    did not submit it, may not see is no session: `archived: false`, the same message."""
+    settings = Settings(
+        state_dir=tmp_path / "state", queue=f"tickwork.ticks.{uuid.uuid4().hex[:8]}"
+    )
+    settings.state_dir.mkdir(parents=True)
+    upgrade(settings.db_url)
+    client = Tickwork(settings)
+    clock = Clock()
+    store = client.store
+    old, nobody = str(uuid.uuid4()), str(uuid.uuid4())
+    made = new_session(old, now=clock())
+    olgas = made.head.model_copy(update={"submitted_by": "olga"})
+    store.create(made.model_copy(update={"head": olgas}), now=clock())
+    assert think(store, old, reply(content="done"), now=clock()).status is Status.COMPLETED
+    report = archive_pass(
+        store.engine, store.load, client.archive, Policy(completed_s=60), now=clock.advance(61)
+    )
+    assert report.archived == 1
+    tokens = {
+        **TOKENS,
+        OWEN: {"name": "owen", "roles": ["operator"], "own_only": True},
+        "tess-other-tenant-token-01": {"name": "tess", "roles": ["operator"], "tenant": "t-2"},
+    }
+    app = make_api(settings, ApiSettings(api_tokens=tokens), client=client)  # type: ignore[arg-type]
+    with Server(app) as server, httpx.Client(base_url=server.url) as http:
+        olga = {"Authorization": f"Bearer {TOKEN['olga']}"}
+        for path in ("", "/events"):
+            answer = http.get(f"/api/v1/sessions/{old}{path}", headers=olga)
+            assert answer.status_code == 404, answer.text
+            body = answer.json()
+            assert (body["code"], body["archived"]) == ("session_not_found", True), path
+            assert f"session '{old}' is archived" in body["message"]
+            assert f"/api/v1/sessions/{old}/patch" in body["message"]
+        cancelled = http.post(f"/api/v1/sessions/{old}/cancel", headers=olga)
+        assert (cancelled.status_code, cancelled.json()["archived"]) == (404, True)
+        # its patch and fork read it back: found, as before
+        assert http.get(f"/api/v1/sessions/{old}/patch", headers=olga).json()["code"] == "no_patch"
+
+        none = http.get(f"/api/v1/sessions/{nobody}", headers=olga)
+        assert none.status_code == 404
+        assert none.json() == {
+            "code": "session_not_found",
+            "message": f"no session '{nobody}'; list sessions with `tickwork ls` "
+            "(API: GET /api/v1/sessions)",
+            "archived": False,
+        }
+        patched = http.get(f"/api/v1/sessions/{nobody}/patch", headers=olga)
+        assert (patched.status_code, patched.json()["archived"]) == (404, False)
+        for token in (OWEN, "tess-other-tenant-token-01"):
+            hidden = http.get(
+                f"/api/v1/sessions/{old}", headers={"Authorization": f"Bearer {token}"}
+            )
+            assert hidden.status_code == 404
+            assert hidden.json() == {
+                "code": "session_not_found",
+                "message": f"no session '{old}'; list sessions with `tickwork ls` "
+                "(API: GET /api/v1/sessions)",
+                "archived": False,
+            }, token
+    client.close()

@@ -1,11 +1,12 @@
 """Every error as JSON: `{"code": ..., "message": ...}` plus details, with a fitting status.
 
-401 no or bad token, 403 wrong role, 404 no such thing (or not the caller's tenant's), 409
-not now (the call was decided, its arguments changed, the session finished), 413 a body
-over the limit, 422 bad input (with what was wrong), 429 over a tenant's quota (naming it),
-503 the database is not answering or an archived session's archive cannot be read, 500 a
-bug (logged). Bad input is never blamed on the
-database: what the database cannot store is refused before.
+401 no or bad token, 403 wrong role, 404 no such thing (or not the caller's tenant's; a
+session's, `session_not_found`, says with `archived` whether the id is an archived
+session's), 409 not now (the call was decided, its arguments changed, the session
+finished), 413 a body over the limit, 422 bad input (with what was wrong), 429 over a
+tenant's quota (naming it), 503 the database is not answering or an archived session's
+archive cannot be read, 500 a bug (logged). Bad input is never blamed on the database: what
+the database cannot store is refused before.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from tickwork.fsm.errors import (
     IllegalTransition,
     InvalidInput,
     QuotaExceeded,
+    SessionArchived,
+    SessionNotFound,
     StoreConflict,
     StoreError,
     TickworkError,
@@ -57,7 +60,8 @@ MEANINGS = {
     400: "The request could not be parsed",
     401: "No token, or not a valid one",
     403: "The token's roles do not allow this",
-    404: "No such session, call, dead letter or patch",
+    404: "No such session, call, dead letter or patch; a session's (`session_not_found`) "
+    "says whether its id is an archived session's (`archived`)",
     409: "Not now: already decided (who, when), the arguments changed, the session is "
     "finished, or the id is taken",
     413: "The body is over TICKWORK_API_MAX_BODY_BYTES",
@@ -76,6 +80,12 @@ class ErrorBody(BaseModel):
 
     code: str = Field(examples=["not_found"])
     message: str = Field(examples=["no session 's-1'"])
+    archived: bool | None = Field(
+        default=None,
+        description="Only on a 404 `session_not_found`: true if the id is an archived "
+        "session's (this route serves live sessions only; its patch and fork read it back), "
+        "false if no session the token sees has it",
+    )
 
 
 def documented(*statuses: int) -> dict[int | str, dict[str, Any]]:
@@ -120,6 +130,14 @@ def _api_error(_: Request, exc: Exception) -> JSONResponse:
 def _tickwork_error(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, TickworkError)
     return answer(status_of(exc), snake(type(exc).__name__), exc.message)
+
+
+def _session_not_found(_: Request, exc: Exception) -> JSONResponse:
+    """404 `session_not_found`, saying whether the id is an archived session's (one the
+    caller sees, asked of a route that serves live sessions only) or no session's."""
+    assert isinstance(exc, SessionNotFound)
+    archived = isinstance(exc, SessionArchived)
+    return answer(404, "session_not_found", exc.message, archived=archived)
 
 
 def _quota_exceeded(_: Request, exc: Exception) -> JSONResponse:
@@ -260,6 +278,7 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(ApiError, _api_error)
     app.add_exception_handler(TickworkError, _tickwork_error)
     app.add_exception_handler(QuotaExceeded, _quota_exceeded)
+    app.add_exception_handler(SessionNotFound, _session_not_found)
     app.add_exception_handler(StoreError, _store_error)
     app.add_exception_handler(ArchiveMissing, _archive_missing)
     app.add_exception_handler(RequestValidationError, _invalid_request)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from tickwork.client import Tickwork
-from tickwork.fsm.errors import SessionNotFound
+from tickwork.fsm.errors import SessionArchived, SessionNotFound
 from tickwork.fsm.values import Head
 from tickwork.store import dead_letters as dl
 from tickwork.store.archive import ArchiveMissing
@@ -21,17 +21,34 @@ from .errors import ApiError
 
 def seen_head(client: Tickwork, who: Principal, session_id: str, *, archived: bool = True) -> Head:
     """The session's head (live, or archived unless `archived` is False) if `who` may see
-    it; else SessionNotFound."""
+    it; else SessionNotFound, and SessionArchived for an archived session `who` sees that
+    is not read back (`archived` False: the route serves live sessions only)."""
     try:
         head = client.get(session_id)
     except SessionNotFound:
-        found = client.archived(session_id) if archived else None
+        if not archived:
+            if _archived_seen(client, who, session_id):
+                raise SessionArchived.of(session_id) from None
+            raise
+        found = client.archived(session_id)
         if found is None:
             raise
         head = found.session.head
     if not who.sees(head.tenant, head.submitted_by):
         raise SessionNotFound.of(session_id)
     return head
+
+
+def _archived_seen(client: Tickwork, who: Principal, session_id: str) -> bool:
+    """Whether `session_id` is an archived session `who` may see, from the archive's index;
+    read back from the archive only for an own-only token and a session archived before the
+    index kept its submitter (False if it cannot be read)."""
+    entry = client.store.retention.entry(session_id)
+    if entry is None:
+        return False
+    if entry.submitted_by is None and who.own_only and not who.admin:
+        return _made_by(client, who, session_id)
+    return who.sees(entry.tenant, entry.submitted_by or "")
 
 
 def seen_letter(who: Principal, letter: dl.DeadLetter, key: str) -> dl.DeadLetter:
