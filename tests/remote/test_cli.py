@@ -706,7 +706,8 @@ def test_a_start_of_an_id_names_one_session_with_a_server_as_locally(
 def test_a_whole_uuid_of_no_session_is_no_session_once(remote: Remote, cli: ModeCli) -> None:
     """A whole uuid that is no session's id is "no session '<id>'" (exit 1), said once
     for each command: asked for whole, then looked for once as the start of a custom id,
-    and `watch` stops at its first 404 instead of polling."""
+    before the command asks anything more (`watch` does not poll, `approve` decides
+    nothing): the server's 404 says the id is no archived session's either."""
     given = uuid.uuid4().hex
     argvs = (("approve", given, "s1c0"), ("cancel", given), ("watch", given), ("show", given))
     for argv in argvs:
@@ -720,9 +721,11 @@ def test_a_whole_uuid_of_no_session_is_no_session_once(remote: Remote, cli: Mode
             timeout=10,
             what="the server's access log",
         )
-        asked = remote.served.log.read_text()
-        assert asked.count(f"id_prefix={given}&") == len(argvs)
-        assert asked.count(f"/sessions/{given}/events") == 1  # watch asked once, then stopped
+        asked = [line for line in remote.served.log.read_text().splitlines() if given in line]
+        whole = f"GET /api/v1/sessions/{given}/events?limit=1 "
+        assert sum(whole in line for line in asked) == len(argvs), asked
+        assert sum(f"id_prefix={given}&" in line for line in asked) == len(argvs), asked
+        assert len(asked) == 2 * len(argvs), asked  # nothing more than those two each
 
 
 def test_with_a_server_a_whole_id_is_asked_for_without_a_listing(remote: Remote) -> None:

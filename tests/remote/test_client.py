@@ -437,8 +437,7 @@ def test_a_fork_and_a_dead_letter_s_fork_take_a_price(remote: Remote, mode: str)
 def test_a_whole_uuid_of_no_session_is_refused_once(remote: Remote, mode: str) -> None:
     """A whole uuid of no session is refused by every method of one session: "no session",
     once (after one look for a custom id it starts), and `watch` stops at the first 404.
-    (`session_id` gives it back: an archived session's whole id, which `fork` and `patch`
-    read back, is answered 404 alike by the live session's routes.)"""
+    (`session_id` refuses it too: `test_session_id_refuses_a_uuid_of_no_session_at_once`.)"""
     fuzz = api(remote, mode, "fuzz")
     for given in (uuid.uuid4().hex, str(uuid.uuid4())):
         for name, method, more in (
@@ -461,3 +460,49 @@ def test_a_whole_uuid_of_no_session_is_refused_once(remote: Remote, mode: str) -
         asked = remote.served.log.read_text()
         assert asked.count(f"/sessions/{given}/stream") == 1  # the watch asked once
         assert asked.count(f"id_prefix={given}&") == 4  # once for each refusal
+
+
+def test_session_id_refuses_a_uuid_of_no_session_at_once(remote: Remote, mode: str) -> None:
+    """`session_id` of a whole uuid gives back an archived session's (whose patch and forks
+    the server reads back from the archive, though its live routes answer 404) and refuses
+    one of no session at once, "no session" naming it and `tickwork ls`, after one look for
+    a custom id it starts: the 404 says which it is (`archived`)."""
+    from tickwork.store.retention import Policy, archive_pass
+
+    from tickwork.testing.store_ticks import Clock, new_session, reply, think
+
+    deployment = remote.deployment.client
+    store, clock = deployment.store, Clock()
+    old = str(uuid.uuid4())
+    # dated long ago, so the pass archives this session and none of the other tests'
+    store.create(new_session(old, now=clock()), now=clock())
+    assert think(store, old, reply(content="done"), now=clock()).status is Status.COMPLETED
+    policy = Policy(completed_s=60)
+    archive_pass(store.engine, store.load, deployment.archive, policy, now=clock.advance(61))
+    assert store.retention.entry(old) is not None
+    fuzz = api(remote, mode, "fuzz")
+    assert fuzz.session_id(old) == old
+    with pytest.raises(RemoteError) as unchanged:  # read back: a repair that changed no file
+        fuzz.patch(fuzz.session_id(old))
+    assert (unchanged.value.status, unchanged.value.code) == (404, "no_patch")
+    with pytest.raises(RemoteError) as live_only:  # named whole: no start is looked for
+        fuzz.timeline(old)
+    assert live_only.value.details["archived"] is True
+    assert f"session '{old}' is archived" in live_only.value.message
+
+    for given in (uuid.uuid4().hex, str(uuid.uuid4())):
+        with pytest.raises(RemoteError) as refused:
+            fuzz.session_id(given)
+        assert (refused.value.status, refused.value.code) == (404, "session_not_found")
+        assert refused.value.message.startswith(
+            f"no session '{given}', and no session id starts with it; list sessions with "
+            "`tickwork ls`"
+        )
+        until(
+            lambda given=given: f"id_prefix={given}&" in remote.served.log.read_text(),
+            timeout=10,
+            what="the server's access log",
+        )
+        asked = [line for line in remote.served.log.read_text().splitlines() if given in line]
+        assert len(asked) == 2, asked  # the session itself, and the start: nothing more
+    assert f"id_prefix={old}" not in remote.served.log.read_text()  # logged before those

@@ -294,9 +294,18 @@ def test_a_submit_sends_a_price_of_two_to_four_rates_and_refuses_more() -> None:
     assert "at most 4 items" in str(refused.value)
 
 
-def _served_ids(sent: list[str], ids: list[str], *, takes_prefix: bool = True) -> Any:
+def _served_ids(
+    sent: list[str],
+    ids: list[str],
+    *,
+    takes_prefix: bool = True,
+    archived: tuple[str, ...] = (),
+    says_archived: bool = True,
+) -> Any:
     """A server with the live sessions `ids` (a server from before `id_prefix` if not
-    `takes_prefix`), answering a session's head, a dead letter of each, and the listing."""
+    `takes_prefix`), answering a session's head, a dead letter of each, and the listing;
+    a session's 404 says whether its id is one of the `archived` (a server from before
+    `archived` if not `says_archived`: its 404s say nothing of it)."""
 
     def answer(request: httpx.Request) -> httpx.Response:
         query = f"?{request.url.query.decode()}" if request.url.query else ""
@@ -317,7 +326,10 @@ def _served_ids(sent: list[str], ids: list[str], *, takes_prefix: bool = True) -
             message = f"no dead letter has id or session id {parts[1]!r}; list them"
             return httpx.Response(404, json={"code": "dead_letter_not_found", "message": message})
         message = f"no session {parts[1]!r}; list sessions with `tickwork ls`"
-        return httpx.Response(404, json={"code": "session_not_found", "message": message})
+        body = {"code": "session_not_found", "message": message}
+        if says_archived:
+            body["archived"] = parts[1] in archived
+        return httpx.Response(404, json=body)
 
     return answer
 
@@ -386,29 +398,68 @@ def test_a_whole_id_that_more_ids_start_with_than_the_listing_holds_names_itself
     sync, _ = _mock(_served_ids(sent, [*newer, "abcdef"]))
     with Client("http://tw.test", token="token-token-token-1", transport=sync) as client:
         assert client.session_id("abcdef") == "abcdef"
-        assert sent[-1] == "GET /api/v1/sessions/abcdef"
+        assert sent[-1] == "GET /api/v1/sessions/abcdef/events?limit=1"
         with pytest.raises(RemoteError, match="'abcdef-' is the start of more than 5 session"):
             client.session_id("abcdef-")
 
 
-def test_a_whole_uuid_asks_for_no_listing_and_a_refused_one_is_looked_up_as_a_start() -> None:
-    """`session_id` of a whole uuid (as tickwork makes an id, or with its dashes) sends no
-    request: the operation given it asks for that session, and only a 404 for it looks for
-    an id it starts (a custom id may be a uuid with more after it)."""
-    made, dashed = uuid.uuid4().hex, str(uuid.uuid4())
+def test_a_whole_uuid_is_asked_whole_and_one_of_no_session_is_refused_at_once() -> None:
+    """`session_id` of a whole uuid (as tickwork makes an id, or with its dashes) asks for
+    that session first: a live or an archived session's is given back without a listing (an
+    archived one's, which `fork` and `patch` read back, is told from none by the 404's
+    `archived`), and one no session has is looked up as a start (a custom id may be a uuid
+    with more after it), else refused at once, as the operation would refuse it. A named
+    operation refused an archived session's whole id looks for no start."""
+    made, dashed, old, gone = (
+        uuid.uuid4().hex,
+        str(uuid.uuid4()),
+        str(uuid.uuid4()),
+        str(uuid.uuid4()),
+    )
     sent: list[str] = []
-    sync, _ = _mock(_served_ids(sent, [made, f"{dashed}-b"]))
+    sync, _ = _mock(_served_ids(sent, [made, f"{dashed}-b"], archived=(old,)))
     with Client("http://tw.test", token="token-token-token-1", transport=sync) as client:
-        assert (client.session_id(made), client.session_id(dashed)) == (made, dashed)
-        assert sent == []
-        assert client.get(made).id == made
-        assert sent == [f"GET /api/v1/sessions/{made}"]
+        assert client.session_id(made) == made
+        assert client.session_id(old) == old
+        assert sent == [f"GET /api/v1/sessions/{w}/events?limit=1" for w in (made, old)]
+        sent.clear()
+        assert client.session_id(dashed) == f"{dashed}-b"
+        assert sent == [
+            f"GET /api/v1/sessions/{dashed}/events?limit=1",
+            f"GET /api/v1/sessions?id_prefix={dashed}&limit=6",
+        ]
+        sent.clear()
+        with pytest.raises(RemoteError) as none:
+            client.session_id(gone)
+        assert (none.value.status, none.value.code) == (404, "session_not_found")
+        assert none.value.message.startswith(
+            f"no session '{gone}', and no session id starts with it; list sessions with "
+            "`tickwork ls`"
+        )
+        assert len(sent) == 2  # the session, and the start: nothing more is asked
+        sent.clear()
         assert client.get(dashed).id == f"{dashed}-b"
-        assert sent[1:] == [
+        assert sent == [
             f"GET /api/v1/sessions/{dashed}",
             f"GET /api/v1/sessions?id_prefix={dashed}&limit=6",
             f"GET /api/v1/sessions/{dashed}-b",
         ]
+        sent.clear()
+        with pytest.raises(RemoteError) as archived:
+            client.timeline(old)
+        assert archived.value.details["archived"] is True
+        assert sent == [f"GET /api/v1/sessions/{old}"]  # a whole id: no start looked for
+
+
+def test_a_server_that_does_not_say_archived_has_a_whole_uuid_given_back() -> None:
+    """A server from before `archived` answers an archived session's id and one of no
+    session alike: `session_id` gives a whole uuid back, for the operation to try."""
+    given = str(uuid.uuid4())
+    sent: list[str] = []
+    sync, _ = _mock(_served_ids(sent, [], says_archived=False))
+    with Client("http://tw.test", token="token-token-token-1", transport=sync) as client:
+        assert client.session_id(given) == given
+    assert sent == [f"GET /api/v1/sessions/{given}/events?limit=1"]
 
 
 def test_a_listing_that_ignored_the_start_names_no_other_session() -> None:

@@ -106,9 +106,12 @@ def awaited(
 
 def _renamed(follow: Follow, given: str, refused: RemoteError) -> bool:
     """Whether a watch refused 404 for the id `given` may look for the one id it starts
-    with (once, before any event)."""
+    with (once, before any event): not for an archived session's whole id."""
     return (
-        follow.session_id == given and refused.status == 404 and refused.code == "session_not_found"
+        follow.session_id == given
+        and refused.status == 404
+        and refused.code == "session_not_found"
+        and not ids.archived(refused)  # a whole id: an archived session's, not a start
     )
 
 

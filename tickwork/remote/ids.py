@@ -3,10 +3,11 @@
 
 The API looks a start up with `GET /api/v1/sessions?id_prefix=` (hex digits and '-', the
 characters of the ids tickwork makes), among the sessions the token sees. `session_id`
-resolves a start before anything is asked of the session (a whole uuid asks nothing: the
-operation it is given to tries it whole first); `named` and `lettered` make an
-operation take one: the id is tried whole first (a whole id costs no request more), and
-only a 404 for it looks for the one id it starts with. The refusals say what the local
+resolves a start before anything is asked of the session, and refuses at once a whole uuid
+of no session (the API's 404 says, with `archived`, whether the id is an archived session's,
+which `patch` and `fork` read back); `named` and `lettered` make an operation take one: the
+id is tried whole first (a whole id costs no request more), and only a 404 for it (not an
+archived session's) looks for the one id it starts with. The refusals say what the local
 CLI says: too short, no id starts with it, or it starts several (naming a few).
 """
 
@@ -38,30 +39,44 @@ F = TypeVar("F", bound=Callable[..., Plan[Any]])
 def session_id(given: str, *, tenant: str | None = None) -> Plan[str]:
     """The whole id of the session `given` names, among those the token sees (of `tenant`
     too, if given): `given` if a live session has that id, else the one live id that
-    starts with it; RemoteError 422 naming a few if several do. Otherwise `given` itself:
-    a whole id the listing does not hold (an archived session's, or none: the operation
-    it is given to answers 404), and a whole uuid, asking nothing (the operation it is
-    given to tries it whole, and only if refused looks for an id it starts)."""
+    starts with it; RemoteError 422 naming a few if several do. A whole uuid is asked for
+    whole: given back if a session has it, live or archived (which `patch` and `fork` read
+    back), else looked up as a start (a custom id may be a uuid with more after it), and
+    if none, RemoteError 404 `session_not_found` at once, as the operation would refuse it.
+    Otherwise `given` itself: a whole id the listing does not hold (an archived session's,
+    or none: the operation it is given to answers 404), and a uuid from a server that does
+    not say which (one from before `archived`)."""
     if WHOLE_UUID.fullmatch(given):
-        return given
+        refused = yield from _refusal(given)
+        if refused is None:
+            return given  # a live or an archived session's
+        return (yield from started(given, refused, tenant=tenant))
     found = yield from _starting(given, tenant)
     if found is None or given in found:
         return given  # no start the API looks up, or a live session's whole id
-    if len(found) > SHOWN_CANDIDATES and (yield from _live(given)):
+    if len(found) > SHOWN_CANDIDATES and (yield from _refusal(given)) is None:
         # more than the listing holds start with it: a whole id among them may be older
         return given
     return one_id(given, found, none=given, several=_ambiguous)
 
 
-def started(given: str, refused: RemoteError, *, said: bool = True) -> Plan[str]:
-    """The one id `given` starts with, after the server `refused` it as a whole id (404);
-    else the refusal the local CLI gives (with `said`; else `refused` itself): too short,
-    or no id starts with it; and RemoteError 422 naming a few if several do. A `given` no
-    start of an id can be (another character than a hex digit or '-') keeps the server's
-    refusal."""
+def archived(refused: RemoteError) -> bool:
+    """Whether the server's refusal says its whole id is an archived session's, one the token
+    sees that the route does not read back (404 `session_not_found` with `archived`)."""
+    return refused.status == 404 and refused.details.get("archived") is True
+
+
+def started(
+    given: str, refused: RemoteError, *, said: bool = True, tenant: str | None = None
+) -> Plan[str]:
+    """The one id `given` starts with (of `tenant` too, if given), after the server
+    `refused` it as a whole id (404); else the refusal the local CLI gives (with `said`;
+    else `refused` itself): too short, or no id starts with it; and RemoteError 422 naming a
+    few if several do. A `given` no start of an id can be (another character than a hex
+    digit or '-') keeps the server's refusal."""
     if len(given) < MIN_ID_PREFIX and said:
         raise _not_found(given, TOO_SHORT, refused)
-    found = yield from _starting(given, None)
+    found = yield from _starting(given, tenant)
     if found is None:  # no start, or a server from before `id_prefix`: its refusal stands
         raise refused
     found = [f for f in found if f != given]  # the whole id, just refused, is gone since
@@ -97,6 +112,8 @@ def _resolving(op: F, param: str, *, letter: bool) -> F:
         except RemoteError as exc:
             if exc.status != 404 or exc.code != code or (letter and given.isdigit()):
                 raise
+            if archived(exc):  # a whole id, of a session this route does not read back
+                raise
             refused = exc
         bound.arguments[param] = yield from started(given, refused, said=not letter)
         try:
@@ -129,15 +146,18 @@ def _starting(given: str, tenant: str | None) -> Plan[list[str] | None]:
     return sorted(i for h in found if (i := str(h["id"])).startswith(given))
 
 
-def _live(session_id: str) -> Plan[bool]:
-    """Whether the token sees a live session of the whole id `session_id`."""
+def _refusal(session_id: str) -> Plan[RemoteError | None]:
+    """The server's 404 of the whole id `session_id` if it says no session the token sees
+    has it (`archived` false); None if a live or an archived session has it, or if the
+    server does not say which (one from before `archived`). Asks for one event: the
+    cheapest read of a session."""
     try:
-        yield Call("GET", _path("sessions", session_id), _json)
+        yield Call("GET", _path("sessions", session_id, "events"), _json, {"limit": 1})
     except RemoteError as exc:
-        if exc.status == 404 and exc.code == "session_not_found":
-            return False
-        raise
-    return True
+        if exc.status != 404 or exc.code != "session_not_found":
+            raise
+        return exc if exc.details.get("archived") is False else None
+    return None
 
 
 def _not_found(given: str, hint: str, refused: RemoteError) -> RemoteError:
