@@ -216,10 +216,7 @@ def check_what_ticks_load(settings: Settings) -> None:
     from tickwork.fsm.errors import ConfigurationError
     from tickwork.store.artifacts import check_reachable
     from tickwork.store.migrate import behind, current, head
-    from tickwork.worker.config.imports import load_object
     from tickwork.worker.config.settings import mask
-    from tickwork.worker.jobs import Jobs
-    from tickwork.worker.models.providers import Provider, Providers
     from tickwork.worker.tick.runtime import build_store
 
     at = current(settings.db_url)
@@ -236,25 +233,7 @@ def check_what_ticks_load(settings: Settings) -> None:
             f"this tickwork's ({head(settings.db_url)}); run `tickwork db upgrade` before "
             "starting workers (`tickwork runbook upgrades`)"
         )
-    from tickwork.worker.config.settings import RoleSettings
-    from tickwork.worker.jobs import BUILTIN
-
-    jobs = Jobs(settings.imports, roles_file=settings.section(RoleSettings).roles_file)
-    named = dict(BUILTIN)  # a kind's name -> its spec: a session is found by the name
-    for spec in settings.imports:
-        if not isinstance(load_object(spec), Provider):
-            name = jobs.get(spec).name
-            if named.setdefault(name, spec) != spec:
-                first = named[name] + (" (built in)" if name in BUILTIN else "")
-                raise ConfigurationError(
-                    f"TICKWORK_IMPORTS: {spec} is a job kind named {name!r}, as {first} "
-                    "is; sessions find their kind by its name, so only one of them would ever "
-                    "run: give each kind its own name"
-                )
-            jobs.roles(name)  # a bad roles file stops the worker here
-    for name in BUILTIN:
-        jobs.roles(name)
-    _ = Providers(settings.imports).known  # a provider that cannot register stops it too
+    check_kinds(settings)
     from tickwork.worker.config.settings import read_settings
     from tickwork.worker.tick.retention import RetentionSettings
 
@@ -275,6 +254,34 @@ def check_what_ticks_load(settings: Settings) -> None:
             getattr(artifacts, "close", lambda: None)()
         finally:
             store.close()
+
+
+def check_kinds(settings: Settings) -> None:
+    """The job kinds of TICKWORK_IMPORTS and the built-in ones, each with its roles
+    (TICKWORK_ROLES_FILE's over its own), and the model providers of TICKWORK_IMPORTS:
+    ConfigurationError naming the first that a worker could not load."""
+    from tickwork.fsm.errors import ConfigurationError
+    from tickwork.worker.config.imports import load_object
+    from tickwork.worker.config.settings import RoleSettings
+    from tickwork.worker.jobs import BUILTIN, Jobs
+    from tickwork.worker.models.providers import Provider, Providers
+
+    jobs = Jobs(settings.imports, roles_file=settings.section(RoleSettings).roles_file)
+    named = dict(BUILTIN)  # a kind's name -> its spec: a session is found by the name
+    for spec in settings.imports:
+        if not isinstance(load_object(spec), Provider):
+            name = jobs.get(spec).name
+            if named.setdefault(name, spec) != spec:
+                first = named[name] + (" (built in)" if name in BUILTIN else "")
+                raise ConfigurationError(
+                    f"TICKWORK_IMPORTS: {spec} is a job kind named {name!r}, as {first} "
+                    "is; sessions find their kind by its name, so only one of them would ever "
+                    "run: give each kind its own name"
+                )
+            jobs.roles(name)  # a bad roles file stops the worker here
+    for name in BUILTIN:
+        jobs.roles(name)
+    _ = Providers(settings.imports).known  # a provider that cannot register stops it too
 
 
 def _metrics_folder(state_dir: Path, node: str) -> None:
@@ -551,16 +558,12 @@ def _check_named_files(settings: Settings, api: ApiSettings) -> None:
     an edit can be checked before the workers and the API read it (they keep the old one)."""
     from tickwork.worker.config.settings import RoleSettings
     from tickwork.worker.config.tenants import Tenants, TenantSettings
-    from tickwork.worker.jobs import BUILTIN, Jobs
 
     from .api.auth import index
 
     Tenants.of(settings.section(TenantSettings))
-    roles_file = settings.section(RoleSettings).roles_file
-    if roles_file is not None:
-        jobs = Jobs((), roles_file=roles_file)
-        for name in BUILTIN:
-            jobs.roles(name)
+    if settings.section(RoleSettings).roles_file is not None:
+        check_kinds(settings)  # the roles of TICKWORK_IMPORTS' kinds too, as a worker's
     index(api.tokens())
 
 

@@ -446,6 +446,22 @@ def test_a_redis_server_that_will_not_say_how_many_databases_it_has_is_quoted() 
     assert refused_database("amqp://guest@rabbit//", "DB index is out of range") is None
 
 
+def test_config_refuses_a_roles_file_for_an_imported_kind_as_a_worker_would(
+    tmp_path: Path,
+) -> None:
+    # before, `tickwork config` checked the roles file against the built-in kinds only: a
+    # role of a kind from TICKWORK_IMPORTS naming a tool that kind lacks passed the check
+    # and stopped the worker at its start
+    cli = Cli(_bare_env(TICKWORK_STATE_DIR=str(tmp_path / "state")), tmp_path)
+    roles = tmp_path / "roles.json"
+    role = '{"test": {"explorer": {"system_prompt": "You explore.", "tools": ["%s"]}}}'
+    roles.write_text(role % "no_such_tool")
+    imported = {"TICKWORK_IMPORTS": f'["{TEST_KIND}"]', "TICKWORK_ROLES_FILE": str(roles)}
+    cli("config", ok=False, **imported).error(2, str(roles), "no_such_tool")
+    roles.write_text(role % "echo")
+    assert cli.inline("config", "--json", **imported).json()["roles_file"] == str(roles)
+
+
 def test_config_refuses_the_files_a_worker_or_the_api_would_refuse(tmp_path: Path) -> None:
     # before, `tickwork config` printed the files' names and exited 0 while a worker or
     # `tickwork serve` refused them at start (and, running, kept the old one): an operator
