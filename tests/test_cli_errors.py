@@ -128,3 +128,20 @@ def test_an_option_without_its_value_points_to_its_command_s_help(
     assert exited.value.code == 2
     (line,) = capsys.readouterr().err.splitlines()
     assert f"requires an argument. (see `{where} --help`)" in line, line
+
+
+def test_an_archived_sessions_refusal_from_a_server_names_the_commands_only() -> None:
+    """`--server`: the API's 404 for an archived session names what is served of it for
+    both (`tickwork patch`, and the API's routes); the command line says its commands."""
+    from tickwork.fsm.errors import SessionArchived
+
+    from tickwork.remote.errors import RemoteError
+
+    said = SessionArchived.of("a1b2c3").message
+    refused = RemoteError(said, code="session_not_found", status=404, details={"archived": True})
+    message, code = explain(refused)
+    assert code == REFUSED
+    assert message == (
+        "session 'a1b2c3' is archived: the server serves only its patch and forks "
+        "(`tickwork patch`, `tickwork fork`)"
+    )

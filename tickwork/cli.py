@@ -276,6 +276,10 @@ def _where_looked() -> str:
     )
 
 
+#: the API's routes a server's refusal names for API callers ("...; API: GET /api/v1/...)")
+_API_ROUTES = re.compile(r"; API: [^)]*\)")
+
+
 def explain(exc: Exception) -> tuple[str | None, int]:
     """The one-line message and exit code for an error a user can act on; None for a bug."""
     from .flags import in_flags
@@ -292,6 +296,7 @@ def explain(exc: Exception) -> tuple[str | None, int]:
         # the API's way to list is for API callers; here, this command line's
         if exc.code == "session_not_found":
             said = said.replace(f" ({API_LISTING})", "")
+            said = _API_ROUTES.sub(")", said)  # an archived session's: what is served of it
         elif exc.code == "dead_letter_not_found":
             from tickwork.store.dead_letters import DeadLetterNotFound
 

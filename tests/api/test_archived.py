@@ -10,10 +10,14 @@ import uuid
 from pathlib import Path
 
 import httpx
+import pytest
+from sqlalchemy import update
+from tickwork.fsm.errors import ArtifactsUnavailable
 from tickwork.fsm.forks import ForkPatch
 from tickwork.fsm.values import Status
 from tickwork.store.migrate import upgrade
 from tickwork.store.retention import Policy, archive_pass
+from tickwork.store.schema import archived
 from tickwork.worker.config.settings import Settings
 
 from tests.api.conftest import TOKEN, TOKENS, Server
@@ -170,4 +174,41 @@ def test_a_session_s_404_says_whether_its_id_is_an_archived_session_s(tmp_path: 
                 "(API: GET /api/v1/sessions)",
                 "archived": False,
             }, token
+    client.close()
+
+
+def test_an_unreadable_archive_leaves_a_live_only_route_a_404(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An own-only token's 404 for a session archived before the index kept its submitter
+    reads the archive to learn who made it: an archive that could not be reached (an object
+    store away) made it a 503, where a live-only route answers 404 whatever the archive."""
+    settings = Settings(
+        state_dir=tmp_path / "state", queue=f"tickwork.ticks.{uuid.uuid4().hex[:8]}"
+    )
+    settings.state_dir.mkdir(parents=True)
+    upgrade(settings.db_url)
+    client = Tickwork(settings)
+    clock = Clock()
+    store = client.store
+    made = new_session("owens-1", now=clock())
+    owens = made.head.model_copy(update={"submitted_by": "owen"})
+    store.create(made.model_copy(update={"head": owens}), now=clock())
+    assert think(store, "owens-1", reply(content="done"), now=clock()).status.terminal
+    archive_pass(
+        store.engine, store.load, client.archive, Policy(completed_s=60), now=clock.advance(61)
+    )
+    with store.engine.begin() as conn:  # an entry of a release before the index kept it
+        conn.execute(update(archived).values(submitted_by=None))
+
+    def away(session_id: str) -> None:
+        raise ArtifactsUnavailable("the archive's object store did not answer")
+
+    monkeypatch.setattr(client, "archived", away)
+    tokens = {**TOKENS, OWEN: {"name": "owen", "roles": ["operator"], "own_only": True}}
+    app = make_api(settings, ApiSettings(api_tokens=tokens), client=client)  # type: ignore[arg-type]
+    with Server(app) as server, httpx.Client(base_url=server.url) as http:
+        answer = http.get("/api/v1/sessions/owens-1", headers={"Authorization": f"Bearer {OWEN}"})
+        assert answer.status_code == 404, answer.text
+        assert (answer.json()["code"], answer.json()["archived"]) == ("session_not_found", False)
     client.close()

@@ -520,3 +520,18 @@ def test_a_watch_of_a_start_follows_the_one_session_it_names() -> None:
         with pytest.raises(RemoteError, match="no session 'ffffff', and no session id starts"):
             list(client.watch("ffffff"))
     assert sent[-1] == "GET /api/v1/sessions?id_prefix=ffffff&limit=6"
+
+
+def test_a_start_of_more_ids_than_listed_is_ambiguous_on_a_server_before_archived() -> None:
+    """A server from before `archived`, whose 404s say nothing of it: a start more ids
+    begin with than the listing holds is refused as ambiguous, as before; its 404 for the
+    start read as a whole id is no session's."""
+    sent: list[str] = []
+    newer = [f"abcdef-{n}" for n in range(7, 1, -1)]
+    sync, _ = _mock(_served_ids(sent, [*newer, "abcdef"], says_archived=False))
+    ambiguous = "'abcdef-' is the start of more than 5 session"
+    with (
+        Client("http://tw.test", token="token-token-token-1", transport=sync) as client,
+        pytest.raises(RemoteError, match=ambiguous),
+    ):
+        client.session_id("abcdef-")

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from tickwork.fsm import trees
+from tickwork.fsm.errors import StoreUnavailable
 from tickwork.fsm.values import ErrorCode, Head, Status
 from tickwork.worker.jobs import Jobs
 from tickwork.worker.tick.runtime import Runtime
@@ -178,3 +180,46 @@ def test_a_fan_out_the_store_refuses_keeps_the_node_s_model_calls(
     (split,) = [s for s in session.steps if any(c.name == "split" for c in s.calls)]
     assert (split.usage.prompt_tokens, split.cost_usd) == (300, pytest.approx(done.cost_usd))
     assert "at most 2" in _observed(ticks, root, "split")
+
+
+class _Blip:
+    """The store, whose first count of a tree finds the database away."""
+
+    def __init__(self, store: Any) -> None:
+        self.store, self.blips = store, 1
+
+    def tree(self, root_id: str) -> list[Head]:
+        if self.blips:
+            self.blips -= 1
+            raise StoreUnavailable("the database is not answering")
+        return list(self.store.tree(root_id))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+
+def test_a_fan_out_that_cannot_count_its_tree_runs_again(ticks: Ticks) -> None:
+    """A database blip as the fan-out counts its tree: the tick fails, to run again, and the
+    session is kept as it was (it failed INTERNAL, the node's work lost, when the count
+    was taken for the node's own failure)."""
+    root = _submit(ticks, "NESTED", {"depth": 1, "width": 2})
+    blipping = Runtime(
+        settings=ticks.settings,
+        store=_Blip(ticks.store),  # type: ignore[arg-type]
+        jobs=Jobs(),
+        publish_tick=lambda *_: None,
+        clock=ticks.rt.clock,
+    )
+    try:
+        with pytest.raises(StoreUnavailable):
+            ticks.run(root, blipping)
+    finally:
+        blipping.close()
+    assert ticks.store.get(root).status is Status.EXECUTING
+    # the relay offers it again when the failed tick's lease has run out
+    later = ticks.runtime(lambda: datetime.now(UTC) + timedelta(hours=1))
+    try:
+        assert ticks.run(root, later).status is Status.WAITING_CHILDREN
+    finally:
+        later.close()
+    assert len(ticks.store.children(root)) == 2

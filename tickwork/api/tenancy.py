@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from tickwork.client import Tickwork
-from tickwork.fsm.errors import SessionArchived, SessionNotFound
+from tickwork.fsm.errors import ArtifactsUnavailable, SessionArchived, SessionNotFound
 from tickwork.fsm.values import Head
 from tickwork.store import dead_letters as dl
 from tickwork.store.archive import ArchiveMissing
@@ -124,9 +124,10 @@ def seen_forks(client: Tickwork, who: Principal, forks: list[dict[str, Any]]) ->
 
 def _made_by(client: Tickwork, who: Principal, fork_id: str) -> bool:
     """Whether `who` may see the fork, read back from the archive; False if it cannot be
-    read (the listing is not refused for an archive it does not need to show)."""
+    read, gone or not answering (the listing is not refused for an archive it does not
+    need to show, nor a live-only route's 404 made the archive's fault)."""
     try:
         seen_head(client, who, fork_id)
-    except (SessionNotFound, ArchiveMissing):
+    except (SessionNotFound, ArchiveMissing, ArtifactsUnavailable):
         return False
     return True

@@ -47,16 +47,18 @@ def session_id(given: str, *, tenant: str | None = None) -> Plan[str]:
     or none: the operation it is given to answers 404), and a uuid from a server that does
     not say which (one from before `archived`)."""
     if WHOLE_UUID.fullmatch(given):
-        refused = yield from _refusal(given)
-        if refused is None:
-            return given  # a live or an archived session's
+        refused = yield from _asked(given)
+        if refused is None or refused.details.get("archived") is not False:
+            return given  # a live or an archived session's, or a server that does not say
         return (yield from started(given, refused, tenant=tenant))
     found = yield from _starting(given, tenant)
     if found is None or given in found:
         return given  # no start the API looks up, or a live session's whole id
-    if len(found) > SHOWN_CANDIDATES and (yield from _refusal(given)) is None:
+    if len(found) > SHOWN_CANDIDATES:
         # more than the listing holds start with it: a whole id among them may be older
-        return given
+        refused = yield from _asked(given)
+        if refused is None or archived(refused):
+            return given
     return one_id(given, found, none=given, several=_ambiguous)
 
 
@@ -146,17 +148,17 @@ def _starting(given: str, tenant: str | None) -> Plan[list[str] | None]:
     return sorted(i for h in found if (i := str(h["id"])).startswith(given))
 
 
-def _refusal(session_id: str) -> Plan[RemoteError | None]:
-    """The server's 404 of the whole id `session_id` if it says no session the token sees
-    has it (`archived` false); None if a live or an archived session has it, or if the
-    server does not say which (one from before `archived`). Asks for one event: the
-    cheapest read of a session."""
+def _asked(session_id: str) -> Plan[RemoteError | None]:
+    """None if a live session the token sees has the whole id `session_id`; else the
+    server's 404 for it, whose `archived` says whether an archived session has it (a server
+    from before `archived` does not say). Asks for one event: the cheapest read of a
+    session."""
     try:
         yield Call("GET", _path("sessions", session_id, "events"), _json, {"limit": 1})
     except RemoteError as exc:
         if exc.status != 404 or exc.code != "session_not_found":
             raise
-        return exc if exc.details.get("archived") is False else None
+        return exc
     return None
 
 

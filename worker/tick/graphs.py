@@ -33,10 +33,12 @@ from tickwork.fsm import context, graph_machine, trees
 from tickwork.fsm.approvals import ApprovalRule, approval_reason
 from tickwork.fsm.budgets import TenantDay, completion_cap, model_retry_delay
 from tickwork.fsm.errors import (
+    ArtifactsUnavailable,
     ContextTooLong,
     GraphVersionMismatch,
     InvalidStateUpdate,
     ModelError,
+    StoreError,
     TreeFull,
 )
 from tickwork.fsm.graph import Branches, CompiledGraph
@@ -550,6 +552,8 @@ def _run(
         day = day.model_copy(update={"spent_usd": day.spent_usd + ctx.cost_usd})
     try:
         ran = _ran(tick, graph, plan, state, trace, ctx, returned, duration, day)
+    except (StoreError, ArtifactsUnavailable):
+        raise  # a fan-out's count of its tree not read: the tick runs again, as above
     except Exception as exc:
         # what the node returned is refused (an update of fields not in the state, branches
         # of a node the graph lacks): failed as if it raised (an `approve_update` that
