@@ -17,10 +17,17 @@ const promptOf = (head) => {
 // a text as a regular expression matching it, character for character
 const literally = (text) => text.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
 
-// `head` and `steps`: the session's (its view; `steps` may be a function giving the latest);
-// `step`: the step to fork from; `path`: where to post; `title`: the form's heading;
-// `extra`: more to show beside its button
-export function forkForm({ head, steps, step, path, title, extra }) {
+// an archived session's head, which the API does not serve (its fork it does): each field
+// left empty keeps the original's, whatever it was, and the API refuses a step past its last
+const ORIGINAL = "the original's";
+const ARCHIVED = { step: null, model: ORIGINAL, priority: ORIGINAL, concurrency_key: ORIGINAL,
+                  max_per_key: ORIGINAL, config: {} };
+
+// `head` and `steps`: the session's (its view; `steps` may be a function giving the latest;
+// `head` null for an archived session); `step`: the step to fork from; `path`: where to post;
+// `title`: the form's heading; `extra`: more to show beside its button
+export function forkForm({ head: known, steps, step, path, title, extra }) {
+  const head = known || ARCHIVED;
   const fromStep = el("input", { type: "number", id: "fork-step", min: 0, max: head.step, step: 1,
                                  inputmode: "numeric", value: step });
   const instruction = el("textarea", { id: "fork-instruction", rows: 3,
@@ -28,7 +35,7 @@ export function forkForm({ head, steps, step, path, title, extra }) {
   const prompt = promptOf(head);
   const system = formField("fork", "system_prompt", "System prompt",
     el("textarea", { rows: 4, spellcheck: "false",
-                     placeholder: prompt === null ? "the original's (its kind's)" : "" }),
+                     placeholder: prompt !== null ? "" : known ? `${ORIGINAL} (its kind's)` : ORIGINAL }),
     "Replaces the prompt the model is given; left as it is, the original's.");
   if (prompt !== null) system.input.value = prompt;
   system.changed = () => system.input.value !== (prompt ?? "");

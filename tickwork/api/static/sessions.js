@@ -1,5 +1,6 @@
 // Sessions: the list and its filters, one session live (its events, its steps with what
-// each cost and took), and a fork beside its parent.
+// each cost and took) or archived (its patch, its forks, a fork of it), and a fork beside
+// its parent.
 import { windowOf } from "./admission.js";
 import { callCard } from "./approvals.js";
 import { forkForm } from "./fork.js";
@@ -261,7 +262,13 @@ export async function sessionView(view, id) {
     clearTimeout(pending);
     pending = setTimeout(() => refresh().catch(() => {}), 150);
   };
-  await refresh();
+  try {
+    await refresh();
+  } catch (e) {
+    // retention moved it out of the live tables: what the API still serves of it instead
+    if (e.status === 404 && e.body && e.body.archived) return archivedView(view, id);
+    throw e;
+  }
   showForks(id, forks).catch(() => {});
   follow(view, id, (kind, event) => {
     events.append(el("li", { dataset: { kind, id: event.id } },
@@ -275,6 +282,26 @@ export async function sessionView(view, id) {
     await refresh().catch(() => {});
     live.textContent = `finished: ${end.status}`;
   }, (text) => { live.textContent = text; });
+}
+
+// an archived session: the API serves its patch and its forks, not its steps nor events
+async function archivedView(view, id) {
+  const forks = el("p", { id: "forks", class: "meta", hidden: true });
+  const patch = el("div", { id: "patch" }, el("p", { class: "muted" }, "Reading its patch…"));
+  const forking = can("operator")
+    ? forkForm({ head: null, steps: [], step: 0, path: `/sessions/${enc(id)}/fork`,
+      title: "Fork this archived session" })
+    : el("p", { class: "muted", id: "fork-refused" }, "Forking it needs the operator role.");
+  view.draw(
+    el("div", { class: "bar" }, el("h2", {}, "Session ", el("code", {}, id), " ",
+      el("span", { id: "status", dataset: { status: "archived" } }, badge("archived")))),
+    el("div", { class: "summary", id: "archived" }, el("p", {},
+      `Session ${id} is archived: retention moved it out of the live tables once it finished. ` +
+      "The server serves its patch and its forks; its steps and events are read back on the " +
+      "server with ", el("code", {}, `tickwork show ${id}`), ".")),
+    forks, el("h3", {}, "Patch"), patch, forking);
+  showForks(id, forks).catch(() => {});
+  patch.replaceChildren(patchBody(await apiText(`/sessions/${enc(id)}/patch`).catch((e) => e)));
 }
 
 // the tree of child sessions a session belongs to (docs/DESIGN.md section 16), from its root
@@ -359,12 +386,16 @@ function forkPatch(fork, parent) {
       : el("p", { class: "muted" }, "Nothing: the same steps, run again."));
 }
 
+// a patch as the API gave it, or why there is none (its refusal)
+function patchBody(found) {
+  return typeof found === "string" && found ? el("pre", { class: "diff" }, diffLines(found))
+    : el("p", { class: "muted no-patch" }, found && found.message ? found.message : "No patch.");
+}
+
 function patchSide(role, sessionId, found) {
-  const text = typeof found === "string" ? found : null;
   return el("div", { class: `side ${role}`, dataset: { session: sessionId } },
     el("h4", {}, `${role === "parent" ? "Parent" : "Fork"}: `, el("code", {}, sessionId)),
-    text ? el("pre", { class: "diff" }, diffLines(text))
-      : el("p", { class: "muted no-patch" }, found && found.message ? found.message : "No patch."));
+    patchBody(found));
 }
 
 export async function compareView(view, id) {

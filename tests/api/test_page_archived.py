@@ -1,0 +1,98 @@
+"""An archived session on the page, in headless Chromium: retention moved it out of the live
+tables, so the API serves only its patch and its forks (a 404 with `archived: true` for the
+rest). The page says it is archived, shows its patch, and forks it.
+
+The session is written and archived through the store, dated long ago, so the pass archives
+it and none of the other tests' sessions."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tickwork.fsm.values import Status
+from tickwork.store.retention import Policy, archive_pass
+
+from tests.api.conftest import Stack
+from tests.api.test_page import browser, log_in, page  # noqa: F401 (fixtures)
+from tests.api.test_page_actions import looked_at
+from tickwork.testing.store_ticks import Clock, new_session, reply, think
+
+pytestmark = pytest.mark.parametrize("stack", ["production"], indirect=True)
+
+
+def an_archived_session(stack: Stack) -> str:
+    """A repair of one step, completed and archived (no workspace: the API says it has no
+    patch)."""
+    client = stack.deployment.client
+    store, clock = client.store, Clock()
+    session_id = f"archived-{uuid.uuid4().hex[:8]}"
+    made = new_session(session_id, now=clock())
+    sams = made.head.model_copy(update={"submitted_by": "sam"})
+    store.create(made.model_copy(update={"head": sams}), now=clock())
+    assert think(store, session_id, reply(content="done"), now=clock()).status is Status.COMPLETED
+    policy = Policy(completed_s=60)
+    archive_pass(store.engine, store.load, client.archive, policy, now=clock.advance(61))
+    assert store.retention.entry(session_id) is not None
+    return session_id
+
+
+def test_an_operator_opens_an_archived_session_reads_its_patch_and_forks_it(
+    page: Any,  # noqa: F811
+    stack: Stack,
+    tmp_path: Path,
+) -> None:
+    from playwright.sync_api import expect
+
+    old = an_archived_session(stack)
+    log_in(page, stack, "olga", f"#/sessions/{old}")
+    expect(page.locator("#status")).to_have_attribute("data-status", "archived")
+    notice = page.locator("#archived")
+    expect(notice).to_contain_text(f"Session {old} is archived")
+    expect(notice).to_contain_text(f"tickwork show {old}")  # where its steps are read back
+    expect(page.locator("#view-error")).to_have_count(0)
+    # what the API serves of it: its patch (none: the API's reason), and its fork
+    expect(page.locator("#patch p.no-patch")).to_contain_text(
+        "has no patch: a repair job has no files"
+    )
+    form = page.locator("form#fork")
+    expect(form.locator("h3")).to_have_text("Fork this archived session")
+    expect(page.locator("#fork-model")).to_have_attribute("placeholder", "the original's")
+    expect(page.locator("#fork-priority")).to_have_attribute("placeholder", "the original's")
+
+    looked_at(page, "archived-session", tmp_path)
+
+    # its steps are not served: a step past its last is the API's to refuse, beside the form
+    page.fill("#fork-step", "2")
+    form.locator("button[type=submit]").click()
+    expect(page.locator("#fork-error")).to_have_text(
+        f"session {old} has steps 1..1; choose `from_step` between 0 and 1, not 2"
+    )
+    expect(page.locator("#fork-step")).to_have_attribute("aria-invalid", "true")
+    page.fill("#fork-step", "1")
+    page.fill("#fork-instruction", "once more, from the archive")
+    page.fill("#fork-model", stack.deployment.script([{"content": "done again"}]))
+    form.locator("button[type=submit]").click()
+    page.wait_for_url(lambda url: "#/sessions/" in url and old not in url)
+    fork = page.url.rsplit("/", 1)[-1]
+    view = stack.http("olga").get(f"/api/v1/sessions/{fork}").json()
+    assert view["head"]["parent_id"] == old and view["head"]["fork_step"] == 1
+    assert view["forked_from"]["patch"]["append_instruction"] == "once more, from the archive"
+
+
+def test_an_approver_is_told_an_archived_session_is_archived_but_not_offered_its_fork(
+    page: Any,  # noqa: F811
+    stack: Stack,
+) -> None:
+    from playwright.sync_api import expect
+
+    old = an_archived_session(stack)
+    log_in(page, stack, "alice", f"#/sessions/{old}")
+    expect(page.locator("#archived")).to_contain_text(f"Session {old} is archived")
+    expect(page.locator("#patch p.no-patch")).to_contain_text(
+        "has no patch: a repair job has no files"
+    )
+    expect(page.locator("form#fork")).to_have_count(0)
+    expect(page.locator("#fork-refused")).to_have_text("Forking it needs the operator role.")
