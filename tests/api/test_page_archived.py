@@ -1,6 +1,7 @@
 """An archived session on the page, in headless Chromium: retention moved it out of the live
 tables, so the API serves only its patch and its forks (a 404 with `archived: true` for the
-rest). The page says it is archived, shows its patch, and forks it.
+rest). The page says it is archived, shows its patch, and forks it; a fork beside an
+archived parent shows both patches.
 
 The session is written and archived through the store, dated long ago, so the pass archives
 it and none of the other tests' sessions."""
@@ -80,6 +81,20 @@ def test_an_operator_opens_an_archived_session_reads_its_patch_and_forks_it(
     view = stack.http("olga").get(f"/api/v1/sessions/{fork}").json()
     assert view["head"]["parent_id"] == old and view["head"]["fork_step"] == 1
     assert view["forked_from"]["patch"]["append_instruction"] == "once more, from the archive"
+
+    # the fork beside its archived parent: what the fork changed, and both patches
+    page.goto(f"{stack.url}/#/sessions/{fork}/compare")
+    expect(page.locator("#parent-archived")).to_contain_text(f"The parent {old} is archived")
+    expect(page.locator("#parent-error")).to_have_count(0)
+    expect(page.locator("#fork-patch dd").first).to_have_text("once more, from the archive")
+    patches = page.locator("#compare-patches")
+    expect(patches.locator(f'.side.parent[data-session="{old}"] .no-patch')).to_contain_text(
+        "has no patch: a repair job has no files"
+    )
+    expect(patches.locator(f'.side.fork[data-session="{fork}"]')).to_have_count(1)
+    looked_at(page, "fork-beside-archived-parent", tmp_path)
+    page.click(f'#parent-archived a[href="#/sessions/{old}"]')
+    expect(page.locator("#forks")).to_contain_text(f"Forks (1): {fork} from step 1")
 
 
 def test_an_approver_is_told_an_archived_session_is_archived_but_not_offered_its_fork(

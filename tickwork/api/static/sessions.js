@@ -398,6 +398,12 @@ function patchSide(role, sessionId, found) {
     patchBody(found));
 }
 
+function patchPair(parentId, parentPatch, id, forkPatchText) {
+  return [el("h3", {}, "Patches"),
+    el("div", { class: "compare", id: "compare-patches" },
+      el("div", { class: "pair" }, patchSide("parent", parentId, parentPatch), patchSide("fork", id, forkPatchText)))];
+}
+
 export async function compareView(view, id) {
   const fork = await api(`/sessions/${enc(id)}`);
   const head = fork.head;
@@ -415,6 +421,14 @@ export async function compareView(view, id) {
   ]);
   const title = el("h2", { id: "compare-title" }, "Fork ", el("code", {}, id), " beside its parent ",
     el("code", {}, parentId));
+  if (parent instanceof Error && parent.body && parent.body.archived) {
+    view.draw(title, forkPatch(fork),
+      el("p", { class: "meta", id: "parent-archived" }, `The parent ${parentId} is archived: `,
+        "its steps are not served, its patch is, beside the fork's (",
+        el("a", { href: `#/sessions/${enc(parentId)}` }, "its page, to fork it again"), "). ", back),
+      ...patchPair(parentId, parentPatch, id, forkPatchText));
+    return;
+  }
   if (parent instanceof Error) {
     view.draw(title, forkPatch(fork),
       el("p", { class: "error", id: "parent-error" }, `The parent cannot be read: ${parent.message}`), back);
@@ -433,9 +447,7 @@ export async function compareView(view, id) {
       kept,
       el("h3", { class: "after" }, k > 0 ? `After step ${k}` : "Steps"),
       after),
-    el("h3", {}, "Patches"),
-    el("div", { class: "compare", id: "compare-patches" },
-      el("div", { class: "pair" }, patchSide("parent", parentId, parentPatch), patchSide("fork", id, forkPatchText))));
+    ...patchPair(parentId, parentPatch, id, forkPatchText));
 }
 
 // Server-Sent Events over fetch, so the token goes in a header rather than in the URL;
