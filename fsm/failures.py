@@ -14,15 +14,18 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
     "MAX_FAILING",
     "MAX_ID_CHARS",
+    "Unloaded",
     "failed_before",
     "failed_before_line",
     "failing_tests",
     "passed_before_line",
+    "unloaded_tests",
 ]
 
 #: the most failing test ids a run's record keeps, and the longest id kept
@@ -76,6 +79,57 @@ def failing_tests(output: str) -> list[str]:
             test = where if where.endswith(f".{name}") else f"{where}.{name}"
         found[test[:MAX_ID_CHARS]] = None
     return list(found)[:MAX_FAILING]
+
+
+#: unittest's count of the tests a run ran, and the rules between its reports
+_RAN = re.compile(r"^Ran (\d+) tests? in ", re.MULTILINE)
+_RULE = re.compile(r"^(?:=+|-+)$")
+#: a traceback's frame, and a file of unittest's own (or of the import system's) among them
+_FRAME = re.compile(r'^\s*File "([^"\n]*)", line \d+', re.MULTILINE)
+_UNITTEST_FILE = re.compile(r"[\\/]unittest[\\/]|^<frozen ")
+#: the error of a name unittest could not load: a module that is not there, or an attribute
+_NO_MODULE = re.compile(r"ModuleNotFoundError: No module named '([\w.]+)'")
+_NO_ATTRIBUTE = re.compile(r"AttributeError: .* has no attribute ")
+
+
+@dataclass(frozen=True)
+class Unloaded:
+    """A test unittest put in place of a name it could not load (`_FailedTest`)."""
+
+    #: the name as its header gives it (`test_x`, or `tests.test_x` from discovery)
+    name: str
+    #: the module a ModuleNotFoundError named, when that is what stopped it
+    missing: str | None
+    #: the name is not there: no module of it (nor a package of its path), or no such
+    #: attribute; its traceback passes through no file but unittest's own
+    absent: bool
+
+
+def unloaded_tests(output: str) -> tuple[Unloaded, ...]:
+    """The tests a unittest run put in place of the names it could not load (a test module
+    that failed to import, a test it could not find), when they are all the tests it ran
+    (as many as its `Ran N tests` lines count): none of the project's tests ran. Else ()."""
+    if len(output) > MAX_SCANNED_CHARS:
+        half = MAX_SCANNED_CHARS // 2
+        output = output[:half] + "\n" + output[-half:]
+    headers = [m for m in _UNITTEST.finditer(output) if m.group(2).startswith(_FAILED_IMPORT)]
+    ran = sum(int(n) for n in _RAN.findall(output))
+    if not headers or ran != len(headers):
+        return ()
+    ends = [m.start() for m in headers[1:]] + [len(output)]
+    found = []
+    for header, end in zip(headers, ends, strict=True):
+        block = output[header.end() : end]
+        if counted := _RAN.search(block):
+            block = block[: counted.start()]
+        lines = [ln for ln in block.splitlines() if ln.strip() and not _RULE.match(ln)]
+        # the error raised last: a traceback's frames and source lines are indented
+        raised = next((ln for ln in reversed(lines) if not ln[0].isspace()), "")
+        missing = _NO_MODULE.match(raised)
+        own = [f for f in _FRAME.findall(block) if not _UNITTEST_FILE.search(f)]
+        absent = not own and bool(missing or _NO_ATTRIBUTE.match(raised))
+        found.append(Unloaded(header.group(1), missing.group(1) if missing else None, absent))
+    return tuple(found)
 
 
 def _subtest_id(line: str) -> str | None:

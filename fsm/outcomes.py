@@ -17,7 +17,10 @@ repaired anything, so a list of sessions never shows a failed repair like a succ
   (`missing_module`), the sandbox could not start, or the runner found no test to run
   (`no_tests_ran`: unittest's "Ran 0 tests", pytest's exit 5, or its exit 4, a usage
   error: an option of `addopts` no plugin takes, a conftest that fails, or its exit 3, an
-  internal error before any test: a conftest hook that raised);
+  internal error before any test: a conftest hook that raised), or unittest loaded none of
+  its tests (every test it ran a `_FailedTest` for a name that is not there, a misspelled
+  test module, or for a module the environment lacks; a test module that the code under
+  repair broke, a SyntaxError, is `tests_failing`, as pytest's collection error is);
 - `no_changes`: the patch is empty (or could not be made: there is none to apply).
 
 When several apply, the first of this order wins:
@@ -34,10 +37,12 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from enum import StrEnum
 from pathlib import PurePosixPath
 from typing import Any
+
+from tickwork.fsm.failures import Unloaded, unloaded_tests
 
 __all__ = [
     "NONE_LABEL",
@@ -495,13 +500,18 @@ def why_tests_did_not_run(
         )
     if timed_out:
         return None
-    if (
-        own is not None
-        and _wanted_at_collection(exit_code, output)
-        and (module := missing_module(exit_code, output, own())) is not None
-    ):
+    unloaded = unloaded_tests(output) if exit_code else ()
+    if why := _not_found(unloaded):
+        return why
+    module, stopped = None, ""
+    if own is not None and _wanted_at_collection(exit_code, output):
+        module, stopped = missing_module(exit_code, output, own()), "pytest stopped at collection"
+    elif own is not None and unloaded:
+        module = _lacked(unloaded, own())
+        stopped = "unittest could not import its test modules"
+    if module is not None:
         said = (
-            f"pytest stopped at collection: the session's environment has no module {module!r}"
+            f"{stopped}: the session's environment has no module {module!r}"
             f" (Python says: No module named {module!r}), which is not one of the project's"
             " own, so no test ran"
         )
@@ -538,6 +548,33 @@ def why_tests_did_not_run(
             )
         )
     return refused_command(command, exit_code, output) or no_tests_ran(command, exit_code, output)
+
+
+def _not_found(unloaded: Sequence[Unloaded]) -> str | None:
+    """Why a unittest run that loaded none of its tests ran none, when every name it could
+    not load is not there (a test module misspelled in the command, a test class or method
+    it does not have), as pytest's "file or directory not found"; else None."""
+    if not unloaded or not all(test.absent for test in unloaded):
+        return None
+    first = unloaded[0]
+    error = f"No module named {first.missing!r}" if first.missing else "no such attribute"
+    return (
+        f"unittest found no test of the names the test command gives ({first.name}: "
+        f"{error}), so no test ran: check the test command's names (dotted from the project's "
+        "root, as `tests.test_x` or `tests.test_x.TestCase.test_y`)"
+    )
+
+
+def _lacked(unloaded: Sequence[Unloaded], own: Collection[str]) -> str | None:
+    """The module the environment lacks that a unittest run could not import its test
+    modules for, when each of them is not there or wants such a module (none of the
+    project's `own`), as `missing_module` for pytest: no test ran. A test module that
+    raised anything else (a SyntaxError in the code under test) or wants a module of the
+    project's own that is gone ran as far as it could: the code under repair is broken."""
+    wanted = [test.missing for test in unloaded if not test.absent]
+    if not all(wanted) or any(str(name).split(".")[0] in own for name in wanted):
+        return None
+    return next((str(name) for name in wanted), None)
 
 
 #: what to do of a test runner a session without an environment lacks

@@ -503,3 +503,100 @@ def test_a_missing_module_is_found_in_an_extra_by_the_distribution_that_provides
     why = why_tests_did_not_run("pytest", 2, output, own=frozenset, environment=environment) or ""
     assert "declares it (railroad-diagrams) in its `diagrams` extra" in why, why
     assert "pip install -e '.[diagrams]'" in why, why
+
+
+_RULE, _DASHES = "=" * 70, "-" * 70
+
+
+def _unittest(*reports: str, ran: int | None = None) -> str:
+    """unittest's output of a run whose tests are `reports` (each a header, its rule and
+    what it printed), as Python 3.11 to 3.13 print it."""
+    count = len(reports) if ran is None else ran
+    body = "".join(f"{_RULE}\n{report}\n\n" for report in reports)
+    ran = f"Ran {count} test{'s' * (count != 1)} in 0.000s"
+    return f"{body}{_DASHES}\n{ran}\n\nFAILED (errors={len(reports)})\n"
+
+
+def _unimported(name: str, *frames: str, raised: str) -> str:
+    """The report of a test module unittest could not import (`_FailedTest`)."""
+    loader = '  File "/usr/lib/python3.11/unittest/loader.py", line 162, in loadTestsFromName\n'
+    trace = "".join(f'  File "{frame}", line 1, in <module>\n    import x\n' for frame in frames)
+    return (
+        f"ERROR: {name} (unittest.loader._FailedTest.{name})\n{_DASHES}\n"
+        f"ImportError: Failed to import test module: {name}\n"
+        f"Traceback (most recent call last):\n{loader}    module = __import__(module_name)\n"
+        f"{trace}{raised}\n"
+    )
+
+
+#: `python3 -m unittest -q tests.test_mroe`: more-itertools' tests.test_more misspelled
+MISSPELLED = _unimported(
+    "test_mroe", raised="ModuleNotFoundError: No module named 'tests.test_mroe'"
+)
+#: a test module that imports the code under repair, which the session broke
+BROKEN = _unimported(
+    "tests.test_more",
+    "/workspace/tests/test_more.py",
+    "/workspace/mypkg/more.py",
+    raised="SyntaxError: invalid syntax",
+)
+#: `python3 -m unittest -q tests.test_more.Nope`
+NO_CLASS = (
+    f"ERROR: Nope (unittest.loader._FailedTest.Nope)\n{_DASHES}\n"
+    "AttributeError: module 'tests.test_more' has no attribute 'Nope'\n"
+)
+
+
+def _wanting(module: str) -> str:
+    """The report of a test module that imports `module`, which Python could not find."""
+    return _unimported(
+        "tests.test_more",
+        "/workspace/tests/test_more.py",
+        raised=f"ModuleNotFoundError: No module named '{module}'",
+    )
+
+
+@pytest.mark.parametrize(
+    ("output", "said"),
+    [
+        pytest.param(
+            _unittest(MISSPELLED), "(test_mroe: No module named 'tests.test_mroe')", id="misspelled"
+        ),
+        pytest.param(_unittest(NO_CLASS), "(Nope: no such attribute)", id="no_such_test_class"),
+        pytest.param(
+            _unittest(_wanting("pytz")),
+            "unittest could not import its test modules: the session's environment has no "
+            "module 'pytz'",
+            id="a_module_the_environment_lacks",
+        ),
+        pytest.param(
+            _unittest(MISSPELLED, _wanting("pytz")),
+            "unittest could not import its test modules: the session's environment has no "
+            "module 'pytz'",
+            id="one_misspelled_and_one_wanting",
+        ),
+        # the code under repair is broken: its tests ran as far as they could, and failed
+        pytest.param(_unittest(BROKEN), None, id="a_syntax_error_in_the_code_under_test"),
+        pytest.param(_unittest(_wanting("mypkg.gone")), None, id="a_module_of_its_own_is_gone"),
+        pytest.param(_unittest(MISSPELLED, BROKEN), None, id="one_misspelled_and_one_broken"),
+        # tests of the project's ran beside the one unittest could not load
+        pytest.param(_unittest(MISSPELLED, ran=5), None, id="other_tests_ran"),
+    ],
+)
+def test_a_unittest_run_that_loaded_none_of_its_tests_ran_none(
+    output: str, said: str | None
+) -> None:
+    """`python3 -m unittest -q tests.test_mroe` (a typo) ended `tests_failing`: unittest
+    ran its `_FailedTest` for the module it could not import, "Ran 1 test", exit 1. No
+    test ran, as pytest's "file or directory not found" (`tests_not_run`) says of the same
+    typo. A test module that exists but fails to import for the code under repair (a
+    SyntaxError, a module of the project's own gone) is `tests_failing`, as pytest's
+    collection errors are."""
+    command = "python3 -m unittest -q tests.test_mroe"
+    why = why_tests_did_not_run(command, 1, output, own=lambda: {"mypkg", "tests"})
+    assert (why is None) if said is None else (said in (why or "")), why
+    tests = {"command": command, "exit_code": 1, "passed": False, "not_run": why}
+    expected = Outcome.TESTS_FAILING if said is None else Outcome.TESTS_NOT_RUN
+    assert repair_outcome(patch=PATCH, tests=tests) is expected
+    # a run of none that exited 0 is not asked: it passed
+    assert why_tests_did_not_run(command, 0, _unittest(MISSPELLED), own=frozenset) is None

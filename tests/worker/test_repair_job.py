@@ -803,6 +803,34 @@ def test_a_missing_module_of_the_projects_own_anywhere_in_its_tree_is_a_failing_
     assert repair_outcome(patch="a patch", tests=tests) is Outcome.TESTS_FAILING
 
 
+def test_a_unittest_module_misspelled_in_the_test_command_ran_no_test(project: Path) -> None:
+    """`python3 -m unittest -q tests.test_mroe` (more-itertools' tests.test_more, misspelled)
+    ended `tests_failing`: unittest ran a `_FailedTest` in place of the module it could not
+    import ("Ran 1 test", exit 1), and no test of the project's ran. A test module the
+    session's change broke (a SyntaxError in the code it imports) still fails, as it does
+    under pytest."""
+    (project / "tests").mkdir()
+    (project / "tests" / "__init__.py").write_text("")
+    (project / "tests" / "test_mod.py").write_text(
+        "import unittest\n\nfrom pkg.mod import f\n\n\n"
+        "class T(unittest.TestCase):\n    def test_f(self):\n        self.assertEqual(f(), 1)\n"
+    )
+    typo = run_final_tests(
+        head_for({"test_command": "python3 -m unittest -q tests.test_mdo"}), project
+    )
+    assert "unittest.loader._FailedTest" in typo["output"], typo["output"]
+    assert "No module named 'tests.test_mdo'" in typo["not_run"], typo["not_run"]
+    assert repair_outcome(patch="a patch", tests=typo) is Outcome.TESTS_NOT_RUN
+
+    command = "python3 -m unittest discover -q"
+    (project / "pkg" / "mod.py").write_text("def f(:\n    return 1\n")
+    broken = run_final_tests(head_for({"test_command": command}), project)
+    assert "SyntaxError" in broken["output"] and "not_run" not in broken, broken.get("not_run")
+    assert repair_outcome(patch="a patch", tests=broken) is Outcome.TESTS_FAILING
+    (project / "pkg" / "mod.py").write_text("def f():\n    return 1\n")
+    assert run_final_tests(head_for({"test_command": command}), project)["passed"] is True
+
+
 @pytest.mark.parametrize(
     ("extra", "said"),
     [
