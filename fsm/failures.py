@@ -24,6 +24,7 @@ __all__ = [
     "failed_before",
     "failed_before_line",
     "failing_tests",
+    "passed_before",
     "passed_before_line",
     "unloaded_tests",
 ]
@@ -202,6 +203,18 @@ def failed_before_line(found: Mapping[str, Any] | None) -> str | None:
     )
 
 
+def passed_before(before: Any, final: Any) -> bool:
+    """Whether a repair's tests passed in its run before any change (`before`, the result's
+    `tests_before`) and in its final run (`final`, the result's `tests`) too: its patch
+    mended no failing test (a bug no test reaches, or nothing to repair)."""
+    return (
+        isinstance(before, Mapping)
+        and before.get("passed") is True
+        and isinstance(final, Mapping)
+        and final.get("passed") is True
+    )
+
+
 def passed_before_line(before: Any, final: Any) -> str | None:
     """One line for a person when a repair's tests passed in its run before any change
     (`before`, the result's `tests_before`), None otherwise: with a final run (`final`, the
@@ -212,7 +225,7 @@ def passed_before_line(before: Any, final: Any) -> str | None:
     if not isinstance(final, Mapping):
         return None
     where = f"in the session's first test run, step {before.get('step')}"
-    if final.get("passed") is True:
+    if passed_before(before, final):
         return (
             f"the tests passed before any change too ({where}): the patch repaired no "
             "failing test; check that it is wanted"

@@ -58,6 +58,32 @@ def test_other_outcomes_and_a_head_without_a_result_have_no_such_note() -> None:
     assert "did not run" not in text
 
 
+def test_a_repair_whose_tests_passed_before_any_change_too_says_so_in_ls() -> None:
+    """`tickwork ls` (and `ls --outcome repaired`) showed a patch that only edited a comment
+    of an unbroken project as `completed  repaired` with an empty NOTE: only `show` said the
+    tests passed before any change too. The outcome stays `repaired` (clients filter on
+    it); the note says it."""
+    before = {"step": 1, "call_id": "s1c0", "passed": True, "failing": []}
+    passed = {"exit_code": 0, "passed": True}
+    idle = head(outcome="repaired", result={"tests": passed, "tests_before": before})
+    mended = head(
+        id="s2",
+        outcome="repaired",
+        result={"tests": passed, "tests_before": {**before, "passed": False}},
+    )
+    unknown = head(id="s3", outcome="repaired", result={"tests": passed})  # no run before
+    broke = head(
+        id="s4",
+        outcome="tests_failing",
+        result={"tests": {"exit_code": 1, "passed": False}, "tests_before": before},
+    )
+    text = listed(idle, mended, unknown, broke)
+    rows = {line.split()[0]: line for line in text.splitlines() if line.startswith(" s")}
+    note = "tests passed before any change too: the patch repaired no failing test"
+    assert "repaired" in rows["s1"] and note in rows["s1"], rows["s1"]
+    assert [s for s in ("s2", "s3", "s4") if "passed before" in rows[s]] == []
+
+
 PATCH = (
     "diff --git a/calc.py b/calc.py\n--- a/calc.py\n+++ b/calc.py\n@@ -1,2 +1,2 @@\n"
     " def average(numbers):\n-    return sum(numbers) / (len(numbers) + 1)\n"

@@ -27,7 +27,7 @@ from rich.text import Text
 from rich.tree import Tree
 
 from tickwork.fsm import errors
-from tickwork.fsm.failures import failed_before_line, passed_before_line
+from tickwork.fsm.failures import failed_before_line, passed_before, passed_before_line
 from tickwork.fsm.kinds import GraphRef, graph_of
 from tickwork.fsm.values import PRICE_RATES
 from tickwork.fsm.wording import counted
@@ -264,7 +264,7 @@ def sessions_table(heads: Iterable[Mapping[str, Any]]) -> Table:
             if h["awaiting"]
             else QUEUED
             if h["status"] == "queued"
-            else _not_run(h)
+            else _not_run(h) or _repaired_nothing(h)
         )
         created = datetime.fromisoformat(h["created_at"]).strftime("%m-%d %H:%M")
         cells: list[RenderableType] = [
@@ -288,6 +288,19 @@ def _not_run(h: Mapping[str, Any]) -> str:
     tests = (h.get("result") or {}).get("tests")
     why = tests.get("not_run") if isinstance(tests, Mapping) else None
     return f"tests did not run: {why}" if why and isinstance(why, str) else ""
+
+
+#: `ls`'s note of a `repaired` session whose tests passed before any change too
+PASSED_BEFORE = "tests passed before any change too: the patch repaired no failing test"
+
+
+def _repaired_nothing(h: Mapping[str, Any]) -> str:
+    """PASSED_BEFORE of a `repaired` session whose tests passed before any change too (the
+    outcome stays `repaired`: clients filter on it), else ''."""
+    result = h.get("result")
+    if h.get("outcome") != "repaired" or not isinstance(result, Mapping):
+        return ""
+    return PASSED_BEFORE if passed_before(result.get("tests_before"), result.get("tests")) else ""
 
 
 def archived_table(entries: Iterable[Mapping[str, Any]]) -> Table:

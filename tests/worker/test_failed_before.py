@@ -19,7 +19,7 @@ from tickwork.worker.jobs.repair import baseline
 from tickwork.worker.observers.webhooks import finished_card
 
 from tests.worker.ticking import Ticks
-from tickwork import render
+from tickwork import render, views
 
 CALC = "def add(a, b):\n    return a - b\n"
 TESTS = """\
@@ -73,6 +73,13 @@ def _shown(head: Head) -> str:
     console = Console(width=400, record=True)
     for part in render.outcome(head.model_dump(mode="json"), []):
         console.print(part)
+    return console.export_text()
+
+
+def _listed(head: Head) -> str:
+    """The session's row as `tickwork ls` draws it."""
+    console = Console(width=400, record=True)
+    console.print(render.sessions_table([views.head(head)]))
     return console.export_text()
 
 
@@ -442,6 +449,8 @@ def test_a_repaired_session_whose_tests_passed_before_any_change_says_so(ticks: 
         "the tests passed before any change too (in the session's first test run, step 1): "
         "the patch repaired no failing test; check that it is wanted"
     ) in _shown(done)
+    (row,) = [line for line in _listed(done).splitlines() if line.startswith(f" {done.id} ")]
+    assert "repaired" in row and "tests passed before any change too" in row, row
     card = finished_card(
         done, status="completed", data={}, public_url="", at=datetime.now(UTC), masker=Masker()
     )
