@@ -150,3 +150,45 @@ def test_a_stored_reason_names_the_flags_on_the_command_line_and_the_fields_in_i
     assert render.summary("failed", {"error_code": "CONTEXT", "message": context}) == (
         "CONTEXT: fork it with a larger window (--context-window) or have the node send less"
     )
+
+
+#: a setup log's end as a card keeps it: pip's output, long enough to have been cut
+PIP_LOG = "\n".join(
+    [f'  "text": {{ "line {n}": "Collecting something-{n} from the index" }}' for n in range(60)]
+    + ["Traceback (most recent call last):", "ValueError: invalid pyproject.toml config"]
+)
+
+
+def environment(status: str, **more: Any) -> dict[str, Any]:
+    return {"key": "8ec739a5c0cb" + "0" * 52, "status": status, "log": PIP_LOG, **more}
+
+
+def test_show_prints_no_setup_log_for_an_environment_that_was_built() -> None:
+    """`tickwork show` printed the end of a ready environment's build log (64 lines of
+    pip's output, starting mid-line) after its `environment:` line; the docs give it a
+    line, its log being in `--json` and `tickwork env show`."""
+    env = environment("ready", built=True, missing=["pytest"])
+    done = head(result={"outcome": "tests_not_run", "environment": env})
+    text = printed(*render.outcome({**done, "final_answer": None}, []))
+    assert "environment: ready, key 8ec739a5c0cb (`tickwork env show 8ec739a5c0cb`)" in text
+    assert "Collecting" not in text and '"text"' not in text, text
+
+
+def test_show_prints_a_failed_setup_s_last_lines_whole_under_a_heading() -> None:
+    """A failed setup's log's end came with no heading, cut at its 4,000th character from
+    the end (mid-line): its last lines are shown whole, said to be its end and where the
+    rest is."""
+    env = environment("failed")
+    failed = head(
+        status="failed",
+        error_code="ENV_SETUP",
+        error_message="the environment's setup failed (environment 8ec739a5c0cb): it exited 1",
+        result={"outcome": "tests_not_run", "environment": env},
+    )
+    lines = printed(*render.outcome({**failed, "final_answer": None}, [])).splitlines()
+    at = lines.index(
+        f"its setup log's last {render.SETUP_LOG_LINES} lines (`tickwork env show "
+        "8ec739a5c0cb` has it whole):"
+    )
+    shown = [ln.rstrip() for ln in lines[at + 1 : at + 1 + render.SETUP_LOG_LINES]]
+    assert shown == PIP_LOG.splitlines()[-render.SETUP_LOG_LINES :], shown

@@ -840,7 +840,31 @@ def _environment(env: Any) -> list[RenderableType]:
     for name in ("note", "error"):
         if env.get(name):
             line.append(f"; {env[name]}")
-    return [line, *_log_end(env.get("log"))]
+    if env.get("status") != "failed":
+        return [line]  # a built one's log says nothing the line does not: `env show` has it
+    return [line, *_setup_log_end(env.get("log"), str(key or "")[:12])]
+
+
+#: the lines of a failed setup's log `show` prints (where pip says what went wrong)
+SETUP_LOG_LINES = 20
+#: a longer line of it is clipped (a progress bar, a minified file)
+SETUP_LOG_LINE_CHARS = 300
+
+
+def _setup_log_end(log: Any, key: str) -> list[RenderableType]:
+    """A failed setup's log's last lines, whole lines under a heading that says where the
+    rest is, or nothing for no log."""
+    if not isinstance(log, str) or not log.strip():
+        return []
+    lines = log.strip().splitlines()
+    shown = lines[-SETUP_LOG_LINES:]
+    where = f"`tickwork env show {key}`" if key else "`--json`"
+    said = (
+        f"its setup log's last {len(shown)} lines" if len(lines) > len(shown) else "its setup log"
+    )
+    heading = Text(f"{said} ({where} has it whole):", style="bold")
+    body = "\n".join(clip(ln, SETUP_LOG_LINE_CHARS) for ln in shown)
+    return [heading, Text(body, style="dim")]
 
 
 def _tests(tests: Any) -> list[RenderableType]:

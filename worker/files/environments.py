@@ -442,7 +442,7 @@ def prepare(rt: Runtime, head: Head) -> Change | Head:
     if verdict is Verdict.WAIT:
         return machine.environment_wait(head, key=key, delay_s=settings.environment_wait_s, now=now)
     if verdict is Verdict.FAILED:
-        record = _record(plan_, key, "failed", log=row.log[-MAX_CARD_LOG:])
+        record = _record(plan_, key, "failed", log=card_log(row.log))
         return machine.environment_failed(head, record, _failure(key, row.log), now=now)
     if verdict is Verdict.READY:
         local(rt, key)
@@ -450,9 +450,18 @@ def prepare(rt: Runtime, head: Head) -> Change | Head:
         record = {**row.detail, "status": "ready", "key": key, "size": row.size, "built": False}
         if plan_.elsewhere:  # the plan's, also for an environment built before it was recorded
             record["elsewhere"] = dict(plan_.elsewhere)
-        record["log"] = row.log[-MAX_CARD_LOG:]
+        record["log"] = card_log(row.log)
         return _with(head, record)
     return _build(rt, head, plan_, key, owner, settings, manifest, project)
+
+
+def card_log(output: str) -> str:
+    """The end of a setup's log a session's card keeps: at most MAX_CARD_LOG characters,
+    from a line's start (`tickwork env show` has it whole)."""
+    tail = output[-MAX_CARD_LOG:]
+    if len(output) > MAX_CARD_LOG and "\n" in tail:
+        tail = "…" + tail[tail.index("\n") :]
+    return tail
 
 
 def _failure(key: str, output: str) -> str:
@@ -463,10 +472,7 @@ def _failure(key: str, output: str) -> str:
     stopped = next((ln for ln in reversed(lines) if ln.startswith("setup stopped at ")), "")
     refused = next((ln for ln in lines if ln.startswith("egress refused ")), "")
     head = "; ".join(filter(None, (stopped, refused))) or "see its log"
-    tail = output[-MAX_CARD_LOG:]
-    if len(output) > MAX_CARD_LOG and "\n" in tail:
-        tail = "…" + tail[tail.index("\n") :]
-    return f"the environment's setup failed (environment {key[:12]}): {head}\n{tail}"
+    return f"the environment's setup failed (environment {key[:12]}): {head}\n{card_log(output)}"
 
 
 def _with(head: Head, record: dict[str, Any]) -> Head:
@@ -506,7 +512,7 @@ def _build(
         took = round(time.monotonic() - started, 3)
         if not ok:
             envs.finish(key, owner=owner, now=rt.clock(), ok=False, log=output)
-            record = _record(plan_, key, "failed", log=output[-MAX_CARD_LOG:], build_s=took)
+            record = _record(plan_, key, "failed", log=card_log(output), build_s=took)
             return machine.environment_failed(head, record, _failure(key, output), now=rt.clock())
         data = pack(env_dir)
         chunks = [data[i : i + CHUNK_BYTES] for i in range(0, len(data), CHUNK_BYTES)] or [b""]
@@ -548,7 +554,7 @@ def _build(
             "size": len(data),
             "built": True,
             "build_s": took,
-            "log": output[-MAX_CARD_LOG:],
+            "log": card_log(output),
         }
         log.info("environment %s built in %.1fs (%d bytes packed)", key, took, len(data))
         return machine.environment_ready(head, record, now=rt.clock())
