@@ -443,7 +443,9 @@ def prepare(rt: Runtime, head: Head) -> Change | Head:
         return machine.environment_wait(head, key=key, delay_s=settings.environment_wait_s, now=now)
     if verdict is Verdict.FAILED:
         record = _record(plan_, key, "failed", log=card_log(row.log))
-        return machine.environment_failed(head, record, _failure(key, row.log), now=now)
+        return machine.environment_failed(
+            head, record, _failure(key, row.log, auto=setup == AUTO), now=now
+        )
     if verdict is Verdict.READY:
         local(rt, key)
         rt.store.environments.use(key, head.id, now=now)
@@ -464,14 +466,19 @@ def card_log(output: str) -> str:
     return tail
 
 
-def _failure(key: str, output: str) -> str:
+def _failure(key: str, output: str, *, auto: bool) -> str:
     """The failed setup's message: first which command stopped it and why, with the first
-    connection the sandbox refused (what `dlq ls` and a card's first line show), then the
-    log's end from a line's start."""
+    connection the sandbox refused and what to do next (what `dlq ls` and a card's first
+    line show), then the log's end from a line's start. `auto`: the setup was `auto`'s."""
     lines = output.splitlines()
     stopped = next((ln for ln in reversed(lines) if ln.startswith("setup stopped at ")), "")
     refused = next((ln for ln in lines if ln.startswith("egress refused ")), "")
     head = "; ".join(filter(None, (stopped, refused))) or "see its log"
+    fix = "give `--setup` commands that build it" if auto else "fix the `--setup` commands"
+    head += (
+        f". Next: {fix} and submit the job again (a fork runs the same setup on the same "
+        f"files: it would fail the same way); the whole log: `tickwork env show {key[:12]}`"
+    )
     return f"the environment's setup failed (environment {key[:12]}): {head}\n{card_log(output)}"
 
 
@@ -513,7 +520,9 @@ def _build(
         if not ok:
             envs.finish(key, owner=owner, now=rt.clock(), ok=False, log=output)
             record = _record(plan_, key, "failed", log=card_log(output), build_s=took)
-            return machine.environment_failed(head, record, _failure(key, output), now=rt.clock())
+            return machine.environment_failed(
+                head, record, _failure(key, output, auto=plan_.setup == AUTO), now=rt.clock()
+            )
         data = pack(env_dir)
         chunks = [data[i : i + CHUNK_BYTES] for i in range(0, len(data), CHUNK_BYTES)] or [b""]
         hashes = tuple(hashlib.sha256(c).hexdigest() for c in chunks)
