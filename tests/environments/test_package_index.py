@@ -129,6 +129,35 @@ def test_without_egress_a_backend_it_lacks_leaves_the_project_missing(
     # listed missing (humanize, whose hatchling the system lacks)
     assert "only the project itself" not in env["note"], env
     assert "not even the project" in env["note"] and "build backend" in env["note"], env
+    assert "missing or too old" in env["note"], env
+
+
+def test_without_egress_a_backend_too_old_is_not_said_to_be_missing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """toolz needs setuptools>=77 (a PEP 639 `license` string); the system's older one is
+    installed, and its build fails ("invalid pyproject.toml config: project.license"). The
+    card said its build backend "is not installed on the system"."""
+    monkeypatch.delenv("TICKWORK_EGRESS_ALLOW", raising=False)
+    source = project(tmp_path / "src")
+    pyproject = (source / "pyproject.toml").read_text()
+    (source / "pyproject.toml").write_text(
+        pyproject.replace('"setuptools>=61"', '"setuptools>=999"').replace(
+            'version = "0.1.0"', 'version = "0.1.0"\nlicense = "MIT"\nlicense-files = ["NOTICE*"]'
+        )
+    )
+    settings = embedded_settings(tmp_path / "deploy")
+    with running_worker(settings), SessionDriver(settings) as driver:
+        sid = driver.submit(
+            "repair",
+            {"workspace": str(source), "test_command": "python -m pytest -q"},
+            replies=[reply("done")],
+        )
+        head = driver.run_until(sid, timeout=120)
+    env = head.result["environment"]
+    assert env["status"] == "ready" and "calcpkg" in env["missing"], env
+    assert "not installed on the system" not in env["note"], env
+    assert "could not be built with the system's tools" in env["note"], env
 
 
 #: a build backend that, as hatchling does for `editables`, needs for an editable build a

@@ -105,11 +105,12 @@ NO_NETWORK = (
     "e.g. TICKWORK_EGRESS_ALLOW=pypi.org,files.pythonhosted.org on the workers"
 )
 #: the same, when not even the project could be installed (hatchling, poetry-core: a build
-#: backend the system's Python lacks needs the network too)
+#: backend the system's Python lacks, or one too old, as toolz's setuptools>=77 beside the
+#: system's 66, needs the network too); which of them, only the log says
 NO_NETWORK_NO_PROJECT = NO_NETWORK.replace(
     "so it installed only the project itself",
-    "so it installed nothing, not even the project (its build backend is not installed on "
-    "the system: the build log says which)",
+    "so it installed nothing, not even the project (it could not be built with the "
+    "system's tools: its build backend is missing or too old, the build log says which)",
 )
 #: a packed environment is stored in pieces of this size (a blob each)
 CHUNK_BYTES = 8 << 20
