@@ -328,3 +328,27 @@ def test_a_failed_setup_says_first_which_command_stopped_it_and_what_was_refused
     assert "; egress refused localhost:9" in first and "loopback" in first, first
     assert head.error_message.splitlines()[1] == "…"  # the log's end, from a line's start
     assert letter.message.splitlines()[0] == first
+
+
+#: what pip says asked to install into a Debian system's Python (PEP 668), printed by a
+#: command that does not name it (the log holds each command too)
+PEP_668 = (
+    "printf 'error: externally-%s\\n\\n%s\\n' managed-environment "
+    "'This environment is externally managed' >&2; exit 1"
+)
+
+
+def test_a_setup_pip_refused_for_the_system_s_python_says_to_make_the_venv_first(
+    tmp_path: Path,
+) -> None:
+    """`--setup "pip install frobnicator_zz"` failed with pip's PEP 668 text alone: given
+    setup commands make /env themselves (`python3 -m venv /env`), which nothing said."""
+    source = project(tmp_path / "src")
+    data = {"workspace": str(source), "test_command": "true", "setup": [PEP_668]}
+    settings = embedded_settings(tmp_path / "deploy")
+    with running_worker(settings), SessionDriver(settings) as driver:
+        sid = driver.submit("repair", data, replies=[reply("never asked")])
+        head = driver.run_until(sid, Status.FAILED, timeout=60)
+    first = head.error_message.splitlines()[0]
+    assert "pip refused to install into the system's Python" in first, first
+    assert '--setup "python3 -m venv /env"' in first and "docs/ENVIRONMENTS.md" in first, first

@@ -112,6 +112,15 @@ NO_NETWORK_NO_PROJECT = NO_NETWORK.replace(
     "so it installed nothing, not even the project (it could not be built with the "
     "system's tools: its build backend is missing or too old, the build log says which)",
 )
+#: what pip says when asked to install into the system's Python (PEP 668)
+EXTERNALLY_MANAGED = "externally-managed-environment"
+#: what to do about it: given setup commands make the venv /env is
+NO_VENV = (
+    "pip refused to install into the system's Python (externally-managed-environment): "
+    "given setup commands make the environment's venv at /env first and install into it, "
+    'e.g. --setup "python3 -m venv /env" --setup "/env/bin/pip install NAME" '
+    "(docs/ENVIRONMENTS.md)"
+)
 #: a packed environment is stored in pieces of this size (a blob each)
 CHUNK_BYTES = 8 << 20
 #: a build's or unpack's scratch folder this old was left by a killed worker
@@ -475,6 +484,9 @@ def _failure(key: str, output: str, *, auto: bool) -> str:
     stopped = next((ln for ln in reversed(lines) if ln.startswith("setup stopped at ")), "")
     refused = next((ln for ln in lines if ln.startswith("egress refused ")), "")
     head = "; ".join(filter(None, (stopped, refused))) or "see its log"
+    # what a command printed, not the logged command (`$ ...`) that may name it
+    if any(EXTERNALLY_MANAGED in ln for ln in lines if not ln.startswith("$ ")):
+        head += f". {NO_VENV}"
     fix = "give `--setup` commands that build it" if auto else "fix the `--setup` commands"
     head += (
         f". Next: {fix} and submit the job again (a fork runs the same setup on the same "
