@@ -859,10 +859,10 @@ def _setup_log_end(log: Any, key: str) -> list[RenderableType]:
     lines = log.strip().splitlines()
     shown = lines[-SETUP_LOG_LINES:]
     where = f"`tickwork env show {key}`" if key else "`--json`"
-    said = (
-        f"its setup log's last {len(shown)} lines" if len(lines) > len(shown) else "its setup log"
-    )
-    heading = Text(f"{said} ({where} has it whole):", style="bold")
+    said = f"its setup log (also in {where}):"
+    if len(lines) > len(shown):
+        said = f"its setup log's last {len(shown)} lines ({where} has it whole):"
+    heading = Text(said, style="bold")
     body = "\n".join(clip(ln, SETUP_LOG_LINE_CHARS) for ln in shown)
     return [heading, Text(body, style="dim")]
 
