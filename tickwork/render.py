@@ -365,7 +365,7 @@ def timeline(
             parts.append(Text(clip(step["thought"], THOUGHT_CHARS)))
         if step["calls"]:
             parts.append(_calls_table(step["calls"], graph=_graph(h) is not None))
-            parts.extend(_reasons(step["calls"]))
+            parts.extend(_reasons(step["calls"], h["awaiting"]))
             parts.extend(_file_changes(step["calls"], previews or {}))
     parts.append(Rule(align="left"))
     parts.append(
@@ -692,13 +692,34 @@ def _current_decision(c: Mapping[str, Any]) -> str:
     return f"in doubt: run it again (approve), provide-output or reject{earlier}"
 
 
-def _reasons(calls: list[Mapping[str, Any]]) -> list[RenderableType]:
-    """Why each call that asked for a person did."""
-    return [
-        Text(f"{c['call_id']} {c['name']} needs approval: {c['approval_reason']}", style="yellow")
-        for c in calls
-        if c.get("approval_reason")
-    ]
+#: how a reason line says what a person decided on a call that asked for one
+DECIDED = {
+    "approve": "approved",
+    "edit": "edited",
+    "reject": "rejected",
+    "provide_output": "output provided",
+}
+
+
+def _reasons(calls: list[Mapping[str, Any]], awaiting: Iterable[str]) -> list[RenderableType]:
+    """Why each call that asked for a person did: one the session waits on needs approval;
+    one decided says who decided what, and why it asked, as past (dim)."""
+    waiting = set(awaiting)
+    lines: list[RenderableType] = []
+    for c in calls:
+        reason = c.get("approval_reason")
+        if not reason:
+            continue
+        named = f"{c['call_id']} {c['name']}"
+        d = c["decision"]
+        if c["call_id"] in waiting and d is None:
+            lines.append(Text(f"{named} needs approval: {reason}", style="yellow"))
+        elif d is not None:
+            decided = f"{DECIDED.get(d['kind'], d['kind'])} by {d['approver']}"
+            lines.append(Text(f"{named} {decided}; asked: {reason}", style="dim"))
+        else:
+            lines.append(Text(f"{named} not decided; asked: {reason}", style="dim"))
+    return lines
 
 
 def file_change(arguments: Any) -> tuple[str, str] | None:

@@ -293,6 +293,12 @@ def test_show_gives_the_approver_the_whole_write_and_why_it_waits(
         assert deployment.client.wait(session_id, timeout=60).status.value == "completed"
     done = cli.inline("show", session_id).stdout
     assert f"{WRITE} write_file: the content of calc.py, whole" in done
+    # decided, it no longer needs approval: show says who decided and why it asked
+    assert "needs approval" not in done, done
+    assert (
+        f"{WRITE} write_file approved by alice; asked: tool 'write_file' always needs a "
+        "person's approval" in done
+    )
     assert all(line in done for line in content.splitlines() if line.strip())
 
 
