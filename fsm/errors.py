@@ -22,6 +22,12 @@ class InvalidInput(TickworkError, ValueError):
     """The input was not valid: fix it and try again."""
 
 
+class SourceUnreachable(TickworkError):
+    """A repair's repository could not be cloned: its host did not resolve or did not answer
+    (no network, a proxy, a server down); the URL may be right, so try again once it
+    answers."""
+
+
 class UnknownKind(InvalidInput):
     """No job kind of that name: neither a built-in one nor one of TICKWORK_IMPORTS."""
 

@@ -80,6 +80,17 @@ def test_a_repository_url_into_the_servers_own_network_is_422(stack: Stack) -> N
     assert len(stack.deployment.client.sessions(limit=500)) == before
 
 
+def test_a_repository_whose_host_does_not_resolve_is_502_not_bad_input(stack: Stack) -> None:
+    """The URL may be right and the network down: the client's request was not at fault."""
+    http = stack.http("sam")
+    unresolved = http.post(
+        "/api/v1/sessions", json=_repair(stack, repo="https://nosuchhost.invalid/x.git")
+    )
+    assert unresolved.status_code == 502, unresolved.text
+    assert unresolved.json()["code"] == "source_unreachable"
+    assert "does not resolve" in unresolved.json()["message"]
+
+
 def test_an_untrusted_clone_is_capped_in_size(
     stack: Stack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

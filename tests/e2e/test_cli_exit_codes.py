@@ -158,3 +158,38 @@ def test_a_kind_filter_is_refused_only_for_a_kind_that_nothing_has(cli: Cli, ses
     # a module:attr kind that imports as one, of which no session is stored
     assert "no sessions match" in cli.inline("ls", "--kind", "tests.jobs:TREE").stdout
     cli.inline("ls", "--kind", "tests.jobs:CHUNK_BYTES", ok=False).error(2, "unknown job kind")
+
+
+@pytest.mark.parametrize("deployment", ["embedded"], indirect=True)
+def test_a_repository_that_does_not_answer_exits_1_and_a_ref_it_lacks_2(
+    deployment: Deployment, cli: Cli, tmp_path: Path
+) -> None:
+    """`submit repair --repo https://github.com/... --ref nosuchref` with no network exited
+    2, as bad input, on git's "Could not resolve host": the URL and the ref may be right.
+    A host that does not resolve or answer is a service that did not answer (1); a ref the
+    repository, once reached, lacks is bad input (2)."""
+    from tickwork import testing
+
+    repair = (
+        "submit",
+        "repair",
+        "--test-cmd",
+        "true",
+        "--model",
+        deployment.script([{"content": "done"}]),
+    )
+    for url, says in (
+        ("https://nosuchhost.invalid/x.git", "Could not resolve host"),
+        ("https://127.0.0.1:1/x.git", "Failed to connect"),
+    ):
+        line = cli.inline(*repair, "--repo", url, "--ref", "nosuchref", ok=False).error(1, says)
+        assert "try again once it answers" in line
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "calc.py").write_text("X = 1\n")
+    testing.git(repo, "init", "-q", "-b", "main")
+    testing.git(repo, "add", "calc.py")
+    testing.git(repo, "commit", "-qm", "one")
+    cli.inline(*repair, "--repo", f"file://{repo}", "--ref", "nosuchref", ok=False).error(
+        2, "has no branch, tag or commit 'nosuchref'"
+    )

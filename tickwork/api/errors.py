@@ -29,6 +29,7 @@ from tickwork.fsm.errors import (
     QuotaExceeded,
     SessionArchived,
     SessionNotFound,
+    SourceUnreachable,
     StoreConflict,
     StoreError,
     TickworkError,
@@ -68,6 +69,8 @@ MEANINGS = {
     422: "Bad input; the message says what was wrong",
     429: "Over one of the tenant's quotas (`quota` names it, `Retry-After` says when to "
     "try again); nothing was stored",
+    502: "A repair's repository did not answer (`source_unreachable`: its host does not "
+    "resolve or cannot be reached); the input may be right, so try again later",
     503: "Not ready: the database (or, for /readyz, its schema or the broker) is not "
     "answering, or (`archive_missing`) an archived session's archive cannot be read",
 }
@@ -110,6 +113,8 @@ def status_of(exc: TickworkError) -> int:
         return 404
     if isinstance(exc, (InvalidInput, ConfigurationError)):
         return 422
+    if isinstance(exc, SourceUnreachable):  # not the request's fault: a host did not answer
+        return 502
     if isinstance(exc, IllegalTransition):
         return 409
     return 409

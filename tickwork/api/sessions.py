@@ -79,7 +79,7 @@ def me(who: Caller) -> dict[str, Any]:
     tags=["sessions"],
     summary="Submit a session into the token's tenant; the token's name is recorded as "
     "`submitted_by`",
-    responses=documented(409, 413, 429),
+    responses=documented(409, 413, 429, 502),
 )
 def submit(body: bodies.Submit, client: Client, request: Request, who: Submitter) -> Head:
     settings = client.settings

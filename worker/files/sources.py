@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from tickwork.fsm.errors import InvalidInput
+from tickwork.fsm.errors import InvalidInput, SourceUnreachable
 from tickwork.store.artifacts import Artifacts
 from tickwork.store.files import EXECUTABLE, PLAIN, Manifest, blob_hash, canonical, entry
 from tickwork.worker.config.allowlist import public
@@ -51,10 +51,27 @@ MAX_CLONE_BYTES = 1_000_000_000
 MAX_CHECKOUT_BYTES = 2_000_000_000
 MAX_CHECKOUT_FILES = 200_000
 _REF = re.compile(r"^[A-Za-z0-9._/@{}^~-]{1,200}$")
+#: what git (curl or ssh under it) says when a repository's host did not answer: no fault
+#: of the URL's or the ref's, so not bad input
+_UNREACHABLE = re.compile(
+    r"could not resolve host|temporary failure in name resolution|failed to connect|"
+    r"could(?: no|n')t connect|connection refused|connection reset|timed out|"
+    r"network is unreachable|no route to host|returned error: 5\d\d",
+    re.IGNORECASE,
+)
 
 
 def _fail(message: str) -> InvalidInput:
     return InvalidInput(f"repair input: {message}")
+
+
+def _clone_failed(message: str, exc: Exception) -> InvalidInput | SourceUnreachable:
+    """A failed clone's error: the host not answering (`_UNREACHABLE`, or git's time running
+    out) is `SourceUnreachable`; anything else (no such repository, not one) is bad input."""
+    detail = str(getattr(exc, "stderr", "") or "")
+    if isinstance(exc, subprocess.TimeoutExpired) or _UNREACHABLE.search(detail):
+        return SourceUnreachable(f"repair input: {message}; try again once it answers")
+    return _fail(message)
 
 
 def allowed(path: Path, roots: Sequence[Path]) -> bool:
@@ -252,7 +269,10 @@ def _public_address(url: str) -> tuple[str, int, str]:
     try:
         found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except (socket.gaierror, UnicodeError):
-        raise _fail(f"the repository's host {host!r} does not resolve") from None
+        raise SourceUnreachable(
+            f"repair input: the repository's host {host!r} does not resolve; check the URL, "
+            "or try again once it answers"
+        ) from None
     addresses = {info[4][0] for info in found}
     for address in sorted(addresses):
         if not public(ipaddress.ip_address(address.split("%")[0])):
@@ -515,8 +535,8 @@ def clone_at(url: str, commit: str, *, untrusted: bool = False) -> Iterator[Path
                 no_filters(clone)
             _git("-c", "advice.detachedHead=false", "checkout", "-q", "--detach", commit, cwd=clone)
         except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
-            detail = getattr(exc, "stderr", "") or str(exc)
-            raise _fail(f"cannot clone {url!r} at {commit[:12]}: {detail.strip()[:500]}") from None
+            detail = (getattr(exc, "stderr", "") or str(exc)).strip()[:500]
+            raise _clone_failed(f"cannot clone {url!r} at {commit[:12]}: {detail}", exc) from None
         yield clone
 
 
@@ -548,7 +568,7 @@ def repository(
                     "; it is a directory but no git repository: give a project directory as "
                     "`workspace` (`--workspace`)"
                 )
-            raise _fail(f"cannot clone {url!r}: {detail}") from None
+            raise _clone_failed(f"cannot clone {url!r}: {detail}", exc) from None
         commit = ""
         for candidate in (ref, f"origin/{ref}"):
             try:
