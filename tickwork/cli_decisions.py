@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any
 
 import typer
 
-from tickwork.fsm.errors import InvalidInput
+from tickwork.fsm.errors import InvalidInput, TickworkError
+from tickwork.fsm.values import Head
 
 from . import cli_remote, options
 from .cli_sessions import SessionId, print_head
@@ -175,14 +177,26 @@ def cancel(
     if remote is not None:
         cli_remote.no_name(by)
         with remote:
-            head = remote.cancel(session_id)
+            already = _already_requested(lambda: remote.get(session_id))
+            head = already or remote.cancel(session_id)
     else:
         with Context() as ctx:
-            head = ctx.client.cancel(session_id, by=options.approver(by))
-    print_head(
-        head,
-        json_output,
-        f"cancelled {session_id}"
-        if head.status.terminal
-        else f"cancel requested for {session_id}; it stops at its next tick",
-    )
+            already = _already_requested(lambda: ctx.reads.get(session_id))
+            head = already or ctx.client.cancel(session_id, by=options.approver(by))
+    if head.status.terminal:
+        line = f"cancelled {session_id}"
+    else:
+        again = " already" if already is not None else ""
+        line = f"cancel{again} requested for {session_id}; it stops at its next tick"
+    print_head(head, json_output, line)
+
+
+def _already_requested(read: Callable[[], Head]) -> Head | None:
+    """The session's head if a cancel of it is requested already and waits for its next
+    tick (asking again changes nothing; a suspended one's cancel ends it at once), else
+    None; one that cannot be read is left to the cancel's own answer (a role, a 404)."""
+    try:
+        head = read()
+    except TickworkError:
+        return None
+    return head if head.cancel_requested and head.status.runnable else None

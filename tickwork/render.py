@@ -194,6 +194,21 @@ def status(value: str) -> Text:
     return Text(value, style=STATUS_STYLE.get(value, ""))
 
 
+def cancelling(h: Mapping[str, Any]) -> bool:
+    """Whether a cancel of this runnable session is requested: it stops at its next tick
+    (a suspended or queued one's cancel ends it at once)."""
+    return bool(h.get("cancel_requested")) and h["status"] in ("ready", "executing")
+
+
+def head_status(h: Mapping[str, Any]) -> Text:
+    """A session's status, with `(cancelling)` after it while a requested cancel waits
+    for its next tick."""
+    shown = status(h["status"])
+    if cancelling(h):
+        shown.append(" (cancelling)", style="magenta")
+    return shown
+
+
 #: how each outcome of a finished repair shows (fsm/outcomes.py)
 OUTCOME_STYLE = {
     "repaired": "green",
@@ -269,7 +284,7 @@ def sessions_table(heads: Iterable[Mapping[str, Any]]) -> Table:
         created = datetime.fromisoformat(h["created_at"]).strftime("%m-%d %H:%M")
         cells: list[RenderableType] = [
             Text(h["id"]),
-            status(h["status"]),
+            head_status(h),
             outcome_text(h.get("outcome")),
             str(h["step"]),
             f"{h['tokens']:,}",
@@ -474,7 +489,7 @@ def _header(
     cost_limit = f"${b['max_cost_usd']:g}" if b["max_cost_usd"] else "no cost budget"
     rows: list[tuple[str, RenderableType]] = [
         ("session", Text(h["id"])),
-        ("status", status(h["status"])),
+        ("status", head_status(h)),
         ("outcome", outcome_text(h.get("outcome"))),
         ("kind", Text(h["kind"])),
         ("model", Text(h["model"])),
@@ -489,6 +504,8 @@ def _header(
             f"deadline {b['deadline_s']:g}s",
         ),
     ]
+    if cancelling(h):
+        rows.append(("cancel", Text("requested: it stops at its next tick, which a worker runs")))
     given = (h.get("config") or {}).get("price")
     if isinstance(given, Mapping):
         rows.append(("price", Text(price_line(given))))

@@ -806,3 +806,25 @@ def test_a_unique_start_of_an_id_names_its_session(deployment: Deployment, cli: 
     cancelled = cli.inline("cancel", "c0ffee1a").stdout
     assert cancelled == f"cancel requested for {ids[0]}; it stops at its next tick\n"
     cli.inline("approve", "c0ffee1b", "s1c0", ok=False).error(1, ids[1], "s1c0")
+
+
+@pytest.mark.parametrize("deployment", ["embedded"], indirect=True)
+def test_a_requested_cancel_shows_until_the_next_tick_ends_the_session(
+    deployment: Deployment, cli: Cli
+) -> None:
+    """`cancel` of a `ready` session with no worker running said "cancel requested", and
+    said it again on a repeat; `ls` kept showing `ready` and `show` said nothing of it. The
+    request waits for the session's next tick, as designed; until then both say so."""
+    sid = deployment.submit([{"content": "done"}])
+    first = cli.inline("cancel", sid).stdout
+    assert first == f"cancel requested for {sid}; it stops at its next tick\n"
+    again = cli.inline("cancel", sid).stdout
+    assert again == f"cancel already requested for {sid}; it stops at its next tick\n"
+    (row,) = [line for line in cli.inline("ls").stdout.splitlines() if sid in line]
+    assert "ready (cancelling)" in row, row
+    shown = cli.inline("show", sid).stdout
+    assert "ready (cancelling)" in shown
+    assert "requested: it stops at its next tick, which a worker runs" in shown
+    with deployment.worker():
+        assert deployment.client.wait(sid, timeout=60).status.value == "cancelled"
+    assert "cancelling" not in cli.inline("show", sid).stdout
