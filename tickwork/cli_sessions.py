@@ -14,7 +14,7 @@ from rich.text import Text
 
 from tickwork.fsm.admission import check_concurrency, check_priority
 from tickwork.fsm.context import check_window
-from tickwork.fsm.errors import InvalidInput, SessionNotFound
+from tickwork.fsm.errors import InvalidInput, MissingCredentials, SessionNotFound
 from tickwork.fsm.outcomes import Outcome
 from tickwork.fsm.tenants import DEFAULT_TENANT
 from tickwork.fsm.values import ErrorCode, Head, Session, Status
@@ -23,6 +23,8 @@ from . import cli_remote, options, render, views
 from .context import Context
 
 if TYPE_CHECKING:
+    from tickwork.worker.models import Providers
+
     from .reads import Reads
 
 #: the input keys the repair options fill, as the repair kind reads them
@@ -211,8 +213,26 @@ def submit(
             concurrency_key=concurrency_key,
             max_per_key=max_per_key,
         )
+        lacking = missing_credentials(head.model, ctx.client.providers)
     print_head(head, json_output, head.id)
     left_out_note(head)
+    if lacking:
+        render.note(
+            f"{lacking}. This process has no key; the workers that run the session need one, "
+            "or it fails MODEL_ERROR once its retries are spent"
+        )
+
+
+def missing_credentials(spec: str, providers: Providers) -> str:
+    """What `spec`'s model lacks to be called from this process (its API key), "" if
+    nothing: the session is stored anyway, since its workers may run elsewhere with the key."""
+    from tickwork.worker.models import make_model
+
+    try:
+        make_model(spec, providers=providers)
+    except MissingCredentials as exc:
+        return exc.message
+    return ""
 
 
 def left_out_note(head: Head) -> None:

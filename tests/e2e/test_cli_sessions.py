@@ -828,3 +828,19 @@ def test_a_requested_cancel_shows_until_the_next_tick_ends_the_session(
     with deployment.worker():
         assert deployment.client.wait(sid, timeout=60).status.value == "cancelled"
     assert "cancelling" not in cli.inline("show", sid).stdout
+
+
+@pytest.mark.parametrize("deployment", ["embedded"], indirect=True)
+def test_a_submit_whose_model_lacks_its_key_here_is_stored_with_a_note(cli: Cli) -> None:
+    """A real model's submit with no API key was accepted without a word, and the session
+    failed MODEL_ERROR 30 s later, after its retries. The workers may run elsewhere with
+    the key, so it is still stored, with a note on stderr that they need it."""
+    submit = ("submit", TEST_KIND, "--input", "{}", "--model", "openai:gpt-4o-mini")
+    noted = cli.inline(*submit, ok=False)
+    assert noted.code == 0 and len(noted.stdout.split()) == 1, noted
+    (line,) = noted.stderr.splitlines()
+    assert line.startswith("note: model 'openai:gpt-4o-mini' needs an API key"), line
+    assert "set OPENAI_API_KEY" in line
+    assert "the workers that run the session need one, or it fails MODEL_ERROR" in line
+    keyed = cli.inline(*submit, OPENAI_API_KEY="sk-test")
+    assert keyed.code == 0 and keyed.stderr == "", keyed
