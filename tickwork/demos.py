@@ -224,6 +224,10 @@ def show_event(whole: Session, kind: str, data: dict[str, Any]) -> None:
         render.show(render.event_line({"at": None, "kind": kind, "data": data}))
 
 
+#: the feedback a reject at the demo's prompt gives the model when Enter keeps the default
+REJECTED = "not this way"
+
+
 def decide(ctx: Context, whole: Session, call: ToolCall, *, yes: bool) -> None:
     render.show(Text(f"\n{call.call_id} {call.name} needs your decision", style="bold yellow"))
     _preview(ctx, whole, call)
@@ -240,7 +244,12 @@ def decide(ctx: Context, whole: Session, call: ToolCall, *, yes: bool) -> None:
             whole.head.id, call.call_id, approver=approver, fingerprint=call.fingerprint
         )
     elif choice == "r":
-        feedback = Prompt.ask("  feedback for the model", default="not this way")
+        # the default shown as what Enter sends, not in parentheses that read as an aside
+        feedback = Prompt.ask(
+            f'  feedback for the model \\[default: "{REJECTED}"]',
+            default=REJECTED,
+            show_default=False,
+        )
         ctx.client.reject(
             whole.head.id, call.call_id, feedback, approver=approver, fingerprint=call.fingerprint
         )
@@ -249,6 +258,12 @@ def decide(ctx: Context, whole: Session, call: ToolCall, *, yes: bool) -> None:
             text = Prompt.ask("  new arguments (JSON)", default=call.raw_arguments)
             try:
                 arguments = json_object(text, option="arguments")
+                if arguments == call.arguments:  # Enter kept them: run it as proposed
+                    ctx.client.approve(
+                        whole.head.id, call.call_id, approver=approver, fingerprint=call.fingerprint
+                    )
+                    render.show(Text("  arguments unchanged: approved", style="green"))
+                    break
                 ctx.client.edit(
                     whole.head.id,
                     call.call_id,

@@ -92,6 +92,45 @@ def test_demo_asks_at_the_approval_and_a_reject_reaches_the_model(tmp_path: Path
 
 
 @pytest.mark.slow
+def test_enter_at_the_reject_prompt_sends_the_default_it_shows(tmp_path: Path) -> None:
+    """The prompt read `feedback for the model (not this way):`, the default Enter sends in
+    parentheses, like an aside telling the user what not to do."""
+    child = spawn(tmp_path)
+    child.expect(r"\[a\]pprove, \[e\]dit or \[r\]eject")
+    child.sendline("r")
+    child.expect_exact('feedback for the model [default: "not this way"]:')
+    child.sendline("")
+    child.expect("rejected by .*: not this way")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+
+
+@pytest.mark.slow
+def test_an_edit_that_keeps_the_arguments_is_recorded_as_an_approval(tmp_path: Path) -> None:
+    """`e` then Enter, the arguments unchanged, was recorded as `edit by ...`: nothing was
+    edited. It is recorded, and said, as an approval."""
+    child = spawn(tmp_path)
+    child.expect(r"\[a\]pprove, \[e\]dit or \[r\]eject")
+    child.sendline("e")
+    child.expect("new arguments")
+    child.sendline("")
+    child.expect("arguments unchanged: approved")
+    child.expect("approve by ")
+    child.expect("completed")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+    store = open_store(make_engine(f"sqlite:///{tmp_path / 'state' / 'tickwork.db'}"))
+    try:
+        (head,) = store.list_sessions(limit=5)
+        kinds = {d.kind.value for d in store.load(head.id).decisions}
+    finally:
+        store.engine.dispose()
+    assert kinds == {"approve"}, kinds
+
+
+@pytest.mark.slow
 def test_ctrl_c_leaves_the_session_resumable_and_the_next_demo_resumes_it(tmp_path: Path) -> None:
     child = spawn(tmp_path)
     child.expect(r"\[a\]pprove, \[e\]dit or \[r\]eject")
