@@ -193,3 +193,18 @@ def test_a_repository_that_does_not_answer_exits_1_and_a_ref_it_lacks_2(
     cli.inline(*repair, "--repo", f"file://{repo}", "--ref", "nosuchref", ok=False).error(
         2, "has no branch, tag or commit 'nosuchref'"
     )
+
+
+@pytest.mark.parametrize("deployment", ["embedded"], indirect=True)
+def test_a_project_directory_given_as_repo_names_workspace_once(
+    deployment: Deployment, cli: Cli, tmp_path: Path
+) -> None:
+    """It said "give a project directory as --workspace (`--workspace`)": the field and its
+    flag, both as the flag once the command line had put its flags in."""
+    (tmp_path / "calc.py").write_text("X = 1\n")
+    model = deployment.script([{"content": "done"}])
+    submit = ("submit", "repair", "--test-cmd", "true", "--model", model)
+    line = cli.inline(*submit, "--repo", str(tmp_path), ok=False).error(
+        2, "no git repository: give a project directory as --workspace"
+    )
+    assert line.count("--workspace") == 1 and "`" not in line, line

@@ -566,7 +566,7 @@ def repository(
             if _plain_directory(location):
                 detail += (
                     "; it is a directory but no git repository: give a project directory as "
-                    "`workspace` (`--workspace`)"
+                    "`workspace`"
                 )
             raise _clone_failed(f"cannot clone {url!r}: {detail}", exc) from None
         commit = ""
