@@ -192,3 +192,28 @@ def test_show_prints_a_failed_setup_s_last_lines_whole_under_a_heading() -> None
     )
     shown = [ln.rstrip() for ln in lines[at + 1 : at + 1 + render.SETUP_LOG_LINES]]
     assert shown == PIP_LOG.splitlines()[-render.SETUP_LOG_LINES :], shown
+
+
+def test_a_dead_letters_signature_names_the_flag_as_its_message_does() -> None:
+    """`dlq stats` and `dlq show` printed a BUDGET_TOKENS signature as "`max_tokens` is N"
+    beside its message's "--max-tokens is 10": the signature now goes through the same
+    `reason_said`; a setting's words stay."""
+    from tickwork.store.error_signatures import error_signature
+
+    message = "1234 tokens used, `max_tokens` is 10"
+    signature = error_signature("BUDGET_TOKENS", message)
+    assert "`max_tokens` is N" in signature, signature
+    letter = {"id": 1, "at": "2026-12-06T03:50:00+00:00", "code": "BUDGET_TOKENS"}
+    shown = printed(
+        render.dead_letter_header(
+            {**letter, "message": message, "error_signature": signature, "resolved_at": None}
+        ),
+        *render.stats_tables(
+            {"error_signature": [{"value": signature, "count": 1, "latest": letter["at"]}]}
+        ),
+    )
+    assert "--max-tokens is 10" in shown, shown
+    assert shown.count("BUDGET_TOKENS: N tokens used, --max-tokens is N") == 2, shown
+    assert "`max_tokens`" not in shown, shown
+    settings = "INTERNAL: ConfigurationError: role 'fixer' has no `system_prompt`"
+    assert render.signature_said(settings) == settings

@@ -184,6 +184,13 @@ def reason_said(message: object) -> str:
     return said if said.startswith(SETTINGS_SAID) else in_flags(said)
 
 
+def signature_said(signature: object) -> str:
+    """A dead letter's error signature (`CODE: message` with its particulars taken out) as
+    the command line prints it: its message through `reason_said`, as the message itself."""
+    code, colon, rest = str(signature).partition(": ")
+    return f"{code}{colon}{reason_said(rest)}" if colon else reason_said(code)
+
+
 def when(iso: str | None) -> str:
     if not iso:
         return ""
@@ -1055,7 +1062,7 @@ def dead_letter_header(d: Mapping[str, Any]) -> Table:
     grid.add_column()
     grid.add_row("dead letter", f"{d['id']} ({when(d['at'])})")
     grid.add_row("code", Text(f"{d['code']}: {reason_said(d['message'])}", style="red"))
-    grid.add_row("signature", Text(d["error_signature"]))
+    grid.add_row("signature", Text(signature_said(d["error_signature"])))
     if d["resolved_at"]:
         grid.add_row("resolved", Text(f"{when(d['resolved_at'])} {d['closed']}"))
     for i, fork in enumerate(d.get("forks") or ()):
@@ -1077,6 +1084,8 @@ def stats_tables(by: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[Table]:
         table.add_column("LATEST")
         for row in rows:
             value = row["value"]
+            if value is not None and grouping == "error_signature":
+                value = signature_said(value)
             table.add_row(
                 Text("(none)" if value is None else str(value)),
                 str(row["count"]),
