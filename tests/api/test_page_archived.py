@@ -14,7 +14,10 @@ from typing import Any
 
 import pytest
 from tickwork.fsm.values import Status
+from tickwork.store.migrate import upgrade
 from tickwork.store.retention import Policy, archive_pass
+from tickwork.worker.config.settings import Settings
+from tickwork.worker.tick.runtime import build_store
 
 from tests.api.conftest import Stack
 from tests.api.test_page import browser, log_in, page  # noqa: F401 (fixtures)
@@ -24,16 +27,26 @@ from tickwork.testing.store_ticks import Clock, new_session, reply, think
 pytestmark = pytest.mark.parametrize("stack", ["production"], indirect=True)
 
 
-def an_archived_session(stack: Stack) -> str:
+def an_archived_session(stack: Stack, tmp_path: Path) -> str:
     """A repair of one step, completed and archived (no workspace: the API says it has no
-    patch)."""
+    patch). Its step is taken in a store of its own, and the session stored completed, with
+    no tick: the stack's worker would claim a runnable one before the test's own claim."""
     client = stack.deployment.client
     store, clock = client.store, Clock()
     session_id = f"archived-{uuid.uuid4().hex[:8]}"
     made = new_session(session_id, now=clock())
     sams = made.head.model_copy(update={"submitted_by": "sam"})
-    store.create(made.model_copy(update={"head": sams}), now=clock())
-    assert think(store, session_id, reply(content="done"), now=clock()).status is Status.COMPLETED
+    aside = Settings(state_dir=tmp_path / "aside")
+    aside.state_dir.mkdir(parents=True)
+    upgrade(aside.db_url)
+    own = build_store(aside)
+    try:
+        own.create(made.model_copy(update={"head": sams}), now=clock())
+        assert think(own, session_id, reply(content="done"), now=clock()).status.terminal
+        store.create(own.load(session_id), now=clock())
+    finally:
+        own.close()
+    assert store.get(session_id).status is Status.COMPLETED
     policy = Policy(completed_s=60)
     archive_pass(store.engine, store.load, client.archive, policy, now=clock.advance(61))
     assert store.retention.entry(session_id) is not None
@@ -47,7 +60,7 @@ def test_an_operator_opens_an_archived_session_reads_its_patch_and_forks_it(
 ) -> None:
     from playwright.sync_api import expect
 
-    old = an_archived_session(stack)
+    old = an_archived_session(stack, tmp_path)
     log_in(page, stack, "olga", f"#/sessions/{old}")
     expect(page.locator("#status")).to_have_attribute("data-status", "archived")
     notice = page.locator("#archived")
@@ -100,10 +113,11 @@ def test_an_operator_opens_an_archived_session_reads_its_patch_and_forks_it(
 def test_an_approver_is_told_an_archived_session_is_archived_but_not_offered_its_fork(
     page: Any,  # noqa: F811
     stack: Stack,
+    tmp_path: Path,
 ) -> None:
     from playwright.sync_api import expect
 
-    old = an_archived_session(stack)
+    old = an_archived_session(stack, tmp_path)
     log_in(page, stack, "alice", f"#/sessions/{old}")
     expect(page.locator("#archived")).to_contain_text(f"Session {old} is archived")
     expect(page.locator("#patch p.no-patch")).to_contain_text(
