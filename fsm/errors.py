@@ -207,12 +207,6 @@ class DeadLetterClosed(IllegalTransition):
     and when. Fork it once more on purpose with `--again`."""
 
 
-class ForkWouldFail(IllegalTransition):
-    """A fork would fail as its parent did: the parent's environment's setup failed, and a
-    fork runs the same setup on the same files (it cannot change them); submit the job
-    again with a fixed `--setup`."""
-
-
 class ForkOutOfRange(InvalidInput):
     """The fork step is outside the session's steps."""
 

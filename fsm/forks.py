@@ -9,7 +9,7 @@ from typing import Any
 
 from tickwork.fsm.admission import check_concurrency, check_priority
 from tickwork.fsm.context import MODEL_SINCE, STATED_WINDOW, Policy, policy_of
-from tickwork.fsm.errors import ForkOutOfRange, ForkWouldFail, InvalidBudget, InvalidInput
+from tickwork.fsm.errors import ForkOutOfRange, InvalidBudget, InvalidInput
 from tickwork.fsm.graph import PROPOSAL, START
 from tickwork.fsm.graph_machine import PROPOSED, fork_state
 from tickwork.fsm.kinds import SessionKind, graph_config, graph_of, kind_of
@@ -18,7 +18,6 @@ from tickwork.fsm.values import (
     RUNTIME_LEVEL,
     Budgets,
     CallState,
-    ErrorCode,
     Event,
     EventKind,
     Head,
@@ -154,8 +153,6 @@ def fork(
     and count against the fork's budgets (InvalidBudget if they use one up); the deadline
     counts from the fork.
     """
-    if (again := _setup_again(parent.head)) is not None:
-        raise ForkWouldFail(again)
     last = parent.head.step
     if not 0 <= from_step <= last:
         if last == 0:  # "steps 1..0" and "between 0 and 0" read as a fault of their own
@@ -303,24 +300,6 @@ def fork(
         observations=tuple(observations),
         decisions=decisions,
         events=(event,),
-    )
-
-
-def _setup_again(parent: Head) -> str | None:
-    """Why a fork of `parent` would fail as it did, or None: its environment's setup failed
-    (`ENV_SETUP`, a build of its key that ran), and a fork builds the same key, whose setup
-    commands, files and toolchain no patch changes."""
-    env = parent.result.get("environment")
-    if parent.error_code is not ErrorCode.ENV_SETUP or not isinstance(env, Mapping):
-        return None
-    key = env.get("key")
-    if env.get("status") != "failed" or not isinstance(key, str) or not key:
-        return None  # no build ran (the sandbox could not start): a fork may get further
-    return (
-        f"session {parent.id} failed before its first model call: its environment's setup "
-        f"failed (ENV_SETUP), and a fork runs the same setup on the same files (a fork "
-        f"cannot change `--setup`), so it would fail the same way; submit the job again "
-        f"with fixed `--setup` commands (the setup's log: `tickwork env show {key[:12]}`)"
     )
 
 

@@ -64,7 +64,7 @@ MEANINGS = {
     404: "No such session, call, dead letter or patch; a session's (`session_not_found`) "
     "says whether its id is an archived session's (`archived`)",
     409: "Not now: already decided (who, when), the arguments changed, the session is "
-    "finished, the id is taken, or (`fork_would_fail`) a fork would fail as its session did",
+    "finished, or the id is taken",
     413: "The body is over TICKWORK_API_MAX_BODY_BYTES",
     422: "Bad input; the message says what was wrong",
     429: "Over one of the tenant's quotas (`quota` names it, `Retry-After` says when to "

@@ -489,8 +489,9 @@ def _failure(key: str, output: str, *, auto: bool) -> str:
         head += f". {NO_VENV}"
     fix = "give `--setup` commands that build it" if auto else "fix the `--setup` commands"
     head += (
-        f". Next: {fix} and submit the job again (a fork runs the same setup on the same "
-        f"files: it would fail the same way); the whole log: `tickwork env show {key[:12]}`"
+        f". Next: {fix} and submit the job again (a fork runs the same setup again: it helps "
+        f"only once what failed it outside the job is mended, such as the network); the "
+        f"whole log: `tickwork env show {key[:12]}`"
     )
     return f"the environment's setup failed (environment {key[:12]}): {head}\n{card_log(output)}"
 
