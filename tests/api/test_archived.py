@@ -29,15 +29,19 @@ from tickwork.testing.store_ticks import Clock, new_session, reply, think
 OWEN = "owen-own-only-token-00001"
 
 
-def test_an_archived_session_whose_archive_is_gone_is_a_503_not_a_404(tmp_path: Path) -> None:
+def deployed(tmp_path: Path) -> tuple[Settings, Tickwork]:
+    """An embedded deployment's settings, its database migrated, and a client of it."""
     settings = Settings(
         state_dir=tmp_path / "state", queue=f"tickwork.ticks.{uuid.uuid4().hex[:8]}"
     )
     settings.state_dir.mkdir(parents=True)
     upgrade(settings.db_url)
-    client = Tickwork(settings)
-    clock = Clock()
-    store = client.store
+    return settings, Tickwork(settings)
+
+
+def test_an_archived_session_whose_archive_is_gone_is_a_503_not_a_404(tmp_path: Path) -> None:
+    settings, client = deployed(tmp_path)
+    store, clock = client.store, Clock()
     store.create(new_session("gone-1", now=clock()), now=clock())
     assert think(store, "gone-1", reply(content="done"), now=clock()).status is Status.COMPLETED
     report = archive_pass(
@@ -75,14 +79,8 @@ def test_an_own_only_token_lists_its_archived_forks_without_the_archive(tmp_path
     """An own-only token's view of a session read each archived fork back from the archive
     to learn who made it: a whole batch read a fork, and 503 once the archive was gone. The
     archive's index keeps the submitter: the forks are listed from it alone."""
-    settings = Settings(
-        state_dir=tmp_path / "state", queue=f"tickwork.ticks.{uuid.uuid4().hex[:8]}"
-    )
-    settings.state_dir.mkdir(parents=True)
-    upgrade(settings.db_url)
-    client = Tickwork(settings)
-    clock = Clock()
-    store = client.store
+    settings, client = deployed(tmp_path)
+    store, clock = client.store, Clock()
     made = new_session("parent-1", now=clock())
     owens = made.head.model_copy(update={"submitted_by": "owen"})
     store.create(made.model_copy(update={"head": owens}), now=clock())
@@ -116,14 +114,8 @@ def test_a_session_s_404_says_whether_its_id_is_an_archived_session_s(tmp_path: 
     session: the remote client refuses a uuid of nothing at once and gives an archived one
     back for `fork` and `patch`. A session another tenant's token, or an own-only token that
     did not submit it, may not see is no session: `archived: false`, the same message."""
-    settings = Settings(
-        state_dir=tmp_path / "state", queue=f"tickwork.ticks.{uuid.uuid4().hex[:8]}"
-    )
-    settings.state_dir.mkdir(parents=True)
-    upgrade(settings.db_url)
-    client = Tickwork(settings)
-    clock = Clock()
-    store = client.store
+    settings, client = deployed(tmp_path)
+    store, clock = client.store, Clock()
     old, nobody = str(uuid.uuid4()), str(uuid.uuid4())
     made = new_session(old, now=clock())
     olgas = made.head.model_copy(update={"submitted_by": "olga"})
@@ -183,14 +175,8 @@ def test_an_unreadable_archive_leaves_a_live_only_route_a_404(
     """An own-only token's 404 for a session archived before the index kept its submitter
     reads the archive to learn who made it: an archive that could not be reached (an object
     store away) made it a 503, where a live-only route answers 404 whatever the archive."""
-    settings = Settings(
-        state_dir=tmp_path / "state", queue=f"tickwork.ticks.{uuid.uuid4().hex[:8]}"
-    )
-    settings.state_dir.mkdir(parents=True)
-    upgrade(settings.db_url)
-    client = Tickwork(settings)
-    clock = Clock()
-    store = client.store
+    settings, client = deployed(tmp_path)
+    store, clock = client.store, Clock()
     made = new_session("owens-1", now=clock())
     owens = made.head.model_copy(update={"submitted_by": "owen"})
     store.create(made.model_copy(update={"head": owens}), now=clock())

@@ -7,7 +7,6 @@ and nothing is started; counted by the tick, and again by the store as it insert
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -18,6 +17,7 @@ from tickwork.fsm.values import ErrorCode, Head, Status
 from tickwork.worker.jobs import Jobs
 from tickwork.worker.tick.runtime import Runtime
 
+from tests.worker.test_tree_limits import Meanwhile
 from tests.worker.ticking import Ticks
 
 
@@ -90,23 +90,6 @@ def test_branches_that_fan_out_again_stop_at_the_deepest_level(
     assert f"branch {branch.id}" in head.error_message  # the failure is named up the tree
 
 
-class _Meanwhile:
-    """The real store, but a read of a tree runs `meanwhile` once after it: a tick that
-    counted its tree, then another fan-out in the tree saved before its own save."""
-
-    def __init__(self, store: Any, meanwhile: Callable[[], object]) -> None:
-        self._store, self._meanwhile = store, [meanwhile]
-
-    def tree(self, root_id: str) -> list[Head]:
-        found = self._store.tree(root_id)
-        while self._meanwhile:
-            self._meanwhile.pop()()
-        return list(found)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._store, name)
-
-
 def test_a_sibling_s_fan_out_saved_meanwhile_is_counted_by_the_save(
     ticks: Ticks, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -117,7 +100,7 @@ def test_a_sibling_s_fan_out_saved_meanwhile_is_counted_by_the_save(
     # the first counts 3 (room for 2), then the second fans out to 2 before the first saves
     racing = Runtime(
         settings=ticks.settings,
-        store=_Meanwhile(ticks.store, lambda: ticks.run(second.id)),  # type: ignore[arg-type]
+        store=Meanwhile(ticks.store, lambda: ticks.run(second.id)),  # type: ignore[arg-type]
         jobs=Jobs(),
         publish_tick=lambda *_: None,
         clock=ticks.rt.clock,

@@ -8,6 +8,7 @@ import json
 import shutil
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -374,9 +375,12 @@ class Collector:
         self.thread.join(5)
 
 
-def test_a_worker_with_an_otlp_endpoint_exports_the_sessions_spans(
+@contextmanager
+def exporting(
     ticks: Ticks, monkeypatch: pytest.MonkeyPatch
-) -> None:
+) -> Iterator[tuple[Collector, Runtime, SessionTracer]]:
+    """A worker's runtime whose tracer (`install`) exports to a collector on loopback, its
+    only OTLP endpoint, until the block ends: the collector, the runtime and its tracer."""
     collector = Collector()
     try:
         for name in ("TICKWORK_OTEL_ENABLED", "TICKWORK_WEBHOOK_URL"):
@@ -386,6 +390,15 @@ def test_a_worker_with_an_otlp_endpoint_exports_the_sessions_spans(
         rt = ticks.runtime()
         install(rt)
         [tracer] = [b for b in rt.background if isinstance(b, SessionTracer)]
+        yield collector, rt, tracer
+    finally:
+        collector.close()
+
+
+def test_a_worker_with_an_otlp_endpoint_exports_the_sessions_spans(
+    ticks: Ticks, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with exporting(ticks, monkeypatch) as (collector, rt, tracer):
         replies = [
             {"content": "look", "tool_calls": [{"name": "echo", "arguments": {"text": "x"}}]},
             {"content": "done"},
@@ -393,8 +406,6 @@ def test_a_worker_with_an_otlp_endpoint_exports_the_sessions_spans(
         session_id = ticks.submit(replies)
         assert ticks.run(session_id, rt).status is Status.COMPLETED
         tracer.stop()  # what the worker does at shutdown: the batch goes out
-    finally:
-        collector.close()
     head = ticks.store.get(session_id)
     trace_id, root_id = session_ids(head.id, head.created_at)
     names = sorted(s.name for s in collector.spans)
@@ -418,15 +429,7 @@ def test_a_tracer_stopped_by_one_worker_sends_the_next_workers_spans(
     """An app's second worker in one process (an embedder's, a test's): the first worker's
     shutdown shut the tracer's provider and its OTLP exporter down for good, so every span
     of the second worker's sessions was dropped."""
-    collector = Collector()
-    try:
-        for name in ("TICKWORK_OTEL_ENABLED", "TICKWORK_WEBHOOK_URL"):
-            monkeypatch.delenv(name, raising=False)
-        monkeypatch.delenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", raising=False)
-        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", collector.url)
-        rt = ticks.runtime()
-        install(rt)
-        [tracer] = [b for b in rt.background if isinstance(b, SessionTracer)]
+    with exporting(ticks, monkeypatch) as (collector, rt, tracer):
         first = ticks.submit([{"content": "done"}])
         assert ticks.run(first, rt).status is Status.COMPLETED
         tracer.stop()  # the first worker's shutdown
@@ -434,8 +437,6 @@ def test_a_tracer_stopped_by_one_worker_sends_the_next_workers_spans(
         second = ticks.submit([{"content": "done"}])
         assert ticks.run(second, rt).status is Status.COMPLETED
         tracer.stop()
-    finally:
-        collector.close()
     traces = {int.from_bytes(s.trace_id, "big") for s in collector.spans}
     for session_id in (first, second):
         head = ticks.store.get(session_id)

@@ -78,9 +78,9 @@ def test_a_spawn_that_would_pass_the_trees_size_is_refused(
     assert len(ticks.store.tree(root.id)) == 3
 
 
-class _Meanwhile:
+class Meanwhile:
     """The real store, but a read of a tree runs `meanwhile` once after it: a tick that
-    counted its tree, then another spawn in the tree saved before its own save."""
+    counted its tree, then another spawn (or fan-out) in the tree saved before its own save."""
 
     def __init__(self, store: Any, meanwhile: Callable[[], object]) -> None:
         self._store, self._meanwhile = store, [meanwhile]
@@ -103,7 +103,7 @@ def test_a_sibling_s_spawn_saved_meanwhile_is_counted_by_the_save(
     # the first counts 3 (room for 2), then the second spawns its 2 before the first saves
     racing = Runtime(
         settings=ticks.settings,
-        store=_Meanwhile(ticks.store, lambda: ticks.run(second.id)),  # type: ignore[arg-type]
+        store=Meanwhile(ticks.store, lambda: ticks.run(second.id)),  # type: ignore[arg-type]
         jobs=Jobs(),
         publish_tick=lambda *_: None,
         clock=ticks.rt.clock,
