@@ -107,8 +107,13 @@ def test_every_docs_submit_example_is_accepted_as_written(deployment: Deployment
     where = project(deployment.tmp / "project")
     examples = all_examples()
     # an OpenAI-compatible server that needs no key; nothing runs, so none need answer
-    # an example without --model uses the deployment's (docs/OPERATIONS.md's settings say how)
-    served = {"OPENAI_BASE_URL": "http://127.0.0.1:9/v1", "TICKWORK_MODEL": "openai:gpt-4o-mini"}
+    # an example without --model uses the deployment's (docs/OPERATIONS.md's settings say how);
+    # a key for the hosted models, as their users have: a submit without one notes it
+    served = {
+        "OPENAI_BASE_URL": "http://127.0.0.1:9/v1",
+        "TICKWORK_MODEL": "openai:gpt-4o-mini",
+        "ANTHROPIC_API_KEY": "sk-ant-unused",
+    }
     for words in examples:
         head = cli.inline("submit", *filled(words, where), "--json", **served).json()
         assert head["status"] == "ready", words

@@ -338,4 +338,7 @@ def test_a_setup_pip_refused_for_the_system_s_python_says_to_make_the_venv_first
         head = driver.run_until(sid, Status.FAILED, timeout=60)
     first = head.error_message.splitlines()[0]
     assert "pip refused to install into the system's Python" in first, first
-    assert '--setup "python3 -m venv /env"' in first and "docs/ENVIRONMENTS.md" in first, first
+    assert (
+        '--setup "python3 -m venv /env"' in first
+        and "docs/ENVIRONMENTS.md (`tickwork docs environments`)" in first
+    ), first

@@ -118,8 +118,8 @@ EXTERNALLY_MANAGED = "externally-managed-environment"
 NO_VENV = (
     "pip refused to install into the system's Python (externally-managed-environment): "
     "given setup commands make the environment's venv at /env first and install into it, "
-    'e.g. --setup "python3 -m venv /env" --setup "/env/bin/pip install NAME" '
-    "(docs/ENVIRONMENTS.md)"
+    'e.g. --setup "python3 -m venv /env" --setup "/env/bin/pip install NAME"; see '
+    "docs/ENVIRONMENTS.md (`tickwork docs environments`)"
 )
 #: a packed environment is stored in pieces of this size (a blob each)
 CHUNK_BYTES = 8 << 20
