@@ -217,3 +217,17 @@ def test_a_dead_letters_signature_names_the_flag_as_its_message_does() -> None:
     assert "`max_tokens`" not in shown, shown
     settings = "INTERNAL: ConfigurationError: role 'fixer' has no `system_prompt`"
     assert render.signature_said(settings) == settings
+
+
+def test_a_requested_cancel_shows_as_cancelling_in_exactly_the_runnable_statuses() -> None:
+    """`(cancelling)` says the cancel waits for the session's next tick: every runnable
+    status has one (`Status.runnable`), no other does (a suspended or queued session's
+    cancel ends it at once; a finished one has nothing to stop)."""
+    from tickwork.fsm.values import Status
+
+    for status in Status:
+        shown = render.head_status({"status": status.value, "cancel_requested": True})
+        assert ("(cancelling)" in shown.plain) is status.runnable, (status, shown.plain)
+    assert not render.cancelling(
+        {"status": "a status a newer server has", "cancel_requested": True}
+    )

@@ -29,7 +29,7 @@ from rich.tree import Tree
 from tickwork.fsm import errors
 from tickwork.fsm.failures import failed_before_line, passed_before, passed_before_line
 from tickwork.fsm.kinds import GraphRef, graph_of
-from tickwork.fsm.values import PRICE_RATES
+from tickwork.fsm.values import PRICE_RATES, RUNNABLE
 from tickwork.fsm.wording import counted
 
 from . import views
@@ -204,7 +204,8 @@ def status(value: str) -> Text:
 def cancelling(h: Mapping[str, Any]) -> bool:
     """Whether a cancel of this runnable session is requested: it stops at its next tick
     (a suspended or queued one's cancel ends it at once)."""
-    return bool(h.get("cancel_requested")) and h["status"] in ("ready", "executing")
+    # a StrEnum status equals its value; a status this version does not know is not runnable
+    return bool(h.get("cancel_requested")) and h["status"] in RUNNABLE
 
 
 def head_status(h: Mapping[str, Any]) -> Text:
