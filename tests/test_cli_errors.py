@@ -145,3 +145,21 @@ def test_an_archived_sessions_refusal_from_a_server_names_the_commands_only() ->
         "session 'a1b2c3' is archived: the server serves only its patch and forks "
         "(`tickwork patch`, `tickwork fork`)"
     )
+
+
+def test_a_refusal_by_the_settings_keeps_its_words_raised_here_answered_or_stored() -> None:
+    """One predicate (`flags.by_settings`) says a setting's refusal keeps its words, however
+    it reaches the command line: raised here, answered by a server, or stored on a session
+    the tick failed; any other refusal names the flag."""
+    from tickwork.fsm.errors import InvalidGraph
+
+    from tickwork.remote.errors import RemoteError
+
+    words = "roles file r.toml: `system_prompt` must be non-empty text"
+    assert explain(InvalidGraph(words))[0] == words
+    for code in ("configuration_error", "invalid_graph", "missing_credentials"):
+        assert explain(RemoteError(words, code=code, status=422))[0] == words
+    assert render.reason_said(f"MissingCredentials: {words}") == f"MissingCredentials: {words}"
+    flagged = "--system-prompt must be non-empty text"
+    assert explain(RemoteError(words, code="invalid_input", status=422))[0].endswith(flagged)
+    assert render.reason_said(f"BUDGET: {words}").endswith(flagged)

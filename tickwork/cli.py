@@ -282,7 +282,7 @@ _API_ROUTES = re.compile(r"; API: [^)]*\)")
 
 def explain(exc: Exception) -> tuple[str | None, int]:
     """The one-line message and exit code for an error a user can act on; None for a bug."""
-    from .flags import in_flags
+    from .flags import by_settings, in_flags
 
     if isinstance(exc, InvalidInput):  # the input came from the command line: its flags
         return in_flags(exc.message), USAGE
@@ -290,9 +290,8 @@ def explain(exc: Exception) -> tuple[str | None, int]:
         return exc.message, USAGE
     remote = sys.modules.get("tickwork.remote.errors")  # loaded only if a server was named
     if remote is not None and isinstance(exc, remote.RemoteError):
-        # the server's settings speak their own words, as a ConfigurationError here does: a
-        # roles file's `system_prompt` is no --system-prompt
-        said = exc.message if exc.code in remote.SETTINGS_CODES else in_flags(exc.message)
+        # the server's settings speak their own words, as a ConfigurationError here does
+        said = exc.message if by_settings(exc) else in_flags(exc.message)
         # the API's way to list is for API callers; here, this command line's
         if exc.code == "session_not_found":
             said = said.replace(f" ({API_LISTING})", "")

@@ -26,14 +26,13 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
-from tickwork.fsm import errors
 from tickwork.fsm.failures import failed_before_line, passed_before, passed_before_line
 from tickwork.fsm.kinds import GraphRef, graph_of
 from tickwork.fsm.values import PRICE_RATES, RUNNABLE
 from tickwork.fsm.wording import counted
 
 from . import views
-from .flags import in_flags
+from .flags import by_settings, in_flags
 
 STATUS_STYLE = {
     "queued": "magenta",
@@ -164,24 +163,12 @@ def tail(text: str, limit: int) -> str:
     return f"({len(text) - limit} chars before; --json shows all) …{text[-limit:]}"
 
 
-#: how a stored reason a broken setting made begins: a tick that raised a
-#: `ConfigurationError` or a kind of it (a roles file, a job kind's declaration) fails the
-#: session INTERNAL with "ConfigurationError: ..." (`tickwork.worker.tick.advance`)
-SETTINGS_SAID = tuple(
-    f"{kind.__name__}: "
-    for kind in vars(errors).values()
-    if isinstance(kind, type) and issubclass(kind, errors.ConfigurationError)
-)
-
-
 def reason_said(message: object) -> str:
     """A stored reason (why a session failed, a dead letter's message) as the command line
     prints it: each field it names in backticks that a flag gives is the flag
-    (`tickwork.flags.in_flags`), except in a reason the settings made (`SETTINGS_SAID`)."""
+    (`tickwork.flags.in_flags`), except in a reason the settings made (`by_settings`)."""
     said = str(message)
-    # the settings speak their own words, as `cli.explain` leaves a ConfigurationError's: a
-    # roles file's `system_prompt` is no --system-prompt
-    return said if said.startswith(SETTINGS_SAID) else in_flags(said)
+    return said if by_settings(said) else in_flags(said)
 
 
 def signature_said(signature: object) -> str:
