@@ -36,7 +36,7 @@ def head(**fields: Any) -> dict[str, Any]:
 
 
 def listed(*heads: dict[str, Any]) -> str:
-    console = Console(width=400, record=True)
+    console = Console(width=2000, record=True)
     console.print(render.sessions_table(heads))
     return console.export_text()
 
@@ -141,7 +141,7 @@ def test_a_stored_reason_names_the_flags_on_the_command_line_and_the_fields_in_i
     assert "DEADLINE: fork it with a later deadline (--deadline)" in listed(failed)
     assert said in render.summary("failed", {"error_code": "DEADLINE", "message": stored})
     letter = {"id": 1, "at": "2026-12-06T03:50:00+00:00", "code": "DEADLINE", "message": stored}
-    console = Console(width=400, record=True)
+    console = Console(width=2000, record=True)
     console.print(
         render.dead_letter_header({**letter, "error_signature": "x", "resolved_at": None})
     )
@@ -231,3 +231,36 @@ def test_a_requested_cancel_shows_as_cancelling_in_exactly_the_runnable_statuses
     assert not render.cancelling(
         {"status": "a status a newer server has", "cancel_requested": True}
     )
+
+
+def test_dlq_ls_and_ls_show_what_to_do_after_a_failed_setup() -> None:
+    """`dlq ls` cut an ENV_SETUP dead letter's message at 100 characters, inside which
+    command stopped the setup: its "Next: ..." (fix the setup, submit again) never showed.
+    The listings keep the next step whole and leave the log out."""
+    from tickwork.worker.files.environments import _failure
+
+    stopped = "setup stopped at `python -m pip install -r requirements/development.txt` (exit 1)"
+    log = "$ python -m pip install -r requirements/development.txt\n" * 30 + stopped
+    message = _failure("ab12" * 16, log, auto=False)
+    assert "Next: " in message[100:], message
+    letter = {
+        "id": 7,
+        "session_id": "s1",
+        "code": "ENV_SETUP",
+        "status": "open",
+        "at": "2026-12-06T03:50:00+00:00",
+        "kind": "repair",
+        "last_tool": None,
+        "message": message,
+        "resolution": None,
+    }
+    console = render.Terminal(width=2000, record=True, file=io.StringIO())
+    console.print(render.dead_letters_table([letter]))
+    listed_letter = console.export_text()
+    sessions = listed(head(status="failed", error_code="ENV_SETUP", error_message=message))
+    for shown in (listed_letter, sessions):
+        assert "the environment's setup failed (environment ab12ab12ab12)" in shown, shown
+        assert "Next: fix the `--setup` commands and submit the job again" in shown, shown
+        assert "the whole log: `tickwork env show ab12ab12ab12`" in shown, shown
+        assert "more chars; --json shows all)" in shown, shown
+        assert "$ python -m pip" not in shown, shown

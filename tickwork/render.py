@@ -156,6 +156,25 @@ def clip(text: str | None, limit: int) -> str:
     return f"{text[:limit]}… ({len(text) - limit} more chars; --json shows all)"
 
 
+#: where a stored reason says what to do next, after what went wrong (an ENV_SETUP
+#: failure's, `tickwork.worker.files.environments`)
+NEXT = ". Next: "
+
+
+def gist(reason: str, limit: int) -> str:
+    """A stored reason as a listing shows it: cut to `limit` characters, except its next
+    step ("Next: ...", to its line's end), kept whole after what went wrong is cut: a user
+    of the list sees what to do. The lines after it (a setup's log) are left out."""
+    went_wrong, said, rest = reason.partition(NEXT)
+    if not said or len(reason) <= limit:
+        return clip(reason, limit)
+    step = rest.split("\n", 1)[0]
+    left = len(reason) - min(len(went_wrong), limit) - len(NEXT) - len(step)
+    cut = went_wrong[:limit] + ("…" if len(went_wrong) > limit else "")
+    shown = f"{cut}{NEXT}{step}"
+    return f"{shown} ({left} more chars; --json shows all)" if left else shown
+
+
 def tail(text: str, limit: int) -> str:
     """The end of `text` (a log: where it says what went wrong), saying how much came before."""
     if len(text) <= limit:
@@ -289,7 +308,7 @@ def sessions_table(heads: Iterable[Mapping[str, Any]]) -> Table:
         ]
         if tenants:
             cells.append(Text(str(h.get("tenant") or "")))
-        table.add_row(*cells, Text(clip(note, 80)))
+        table.add_row(*cells, Text(gist(note, 80)))
     return whole(table)
 
 
@@ -1039,7 +1058,7 @@ def dead_letters_table(letters: Iterable[Mapping[str, Any]]) -> Table:
             datetime.fromisoformat(d["at"]).strftime("%m-%d %H:%M"),
             Text(d["kind"]),
             Text(d["last_tool"] or ""),
-            Text(clip(reason_said(d["message"]), 100)),
+            Text(gist(reason_said(d["message"]), 100)),
         )
     return whole(table)
 
