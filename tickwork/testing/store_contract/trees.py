@@ -224,9 +224,11 @@ class TreeContract(Contract):
         store.save(first, version=claimed.head.version, owner=claimed.owner, now=clock())
         second, claimed = spawn_change(store, clock, ids[1], 1, limit=5)
 
-        with pytest.raises(TreeFull, match=r"holds 5 sessions.*at most 5: spawn at most 0"):
+        with pytest.raises(TreeFull, match=r"holds 5 sessions.*at most 5: spawn at most 0") as full:
             store.save(second, version=claimed.head.version, owner=claimed.owner, now=clock())
 
+        # the counts a graph's tick words its own failure from (`GraphRunner.tree_full`)
+        assert (full.value.held, full.value.adding, full.value.limit) == (5, 1, 5)
         assert len(store.tree("root")) == 4 and store.children(ids[1]) == []
         # the lease is still the tick's: it saves the spawn's refusal instead
         [call] = claimed.calls
@@ -260,6 +262,7 @@ class TreeContract(Contract):
             assert (len(saved), len(refused)) == (1, 1), f"round {round_}: {results}"
             assert len(store.tree(f"r{round_}")) == 4, f"round {round_}"
             assert "holds 5 sessions, and 2 more" in str(refused[0])
+            assert (refused[0].held, refused[0].adding, refused[0].limit) == (5, 2, 5)
 
     def test_cancelling_the_waiting_parent_cancels_every_child(
         self, store: Store, clock: Clock
