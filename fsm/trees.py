@@ -159,14 +159,14 @@ def parse_spawn(arguments: Mapping[str, Any]) -> Spawn:
     return Spawn(children=tuple(specs), join=JoinMode(mode))
 
 
-def depth(head: Head, tree: Sequence[Head]) -> int:
-    """How many spawns below its root `head` is, given `tree`: every session under the
-    root (`Store.tree`, the root left out)."""
-    parents = {h.id: h.parent_id for h in tree}
-    found, at = 0, head.id
-    while at in parents and found <= len(parents):  # the bound: rows written around us
-        at, found = parents[at] or "", found + 1
-    return found
+class Place(Value):
+    """Where a session stands in its tree, which a spawn from it is checked against
+    (`no_room`): the store counts it (`Store.place`), never reading the tree."""
+
+    #: how many spawns below its root it is (the root at 0, its children at 1)
+    depth: int
+    #: the sessions its tree holds, its root included
+    held: int
 
 
 class Worded(Value):
@@ -195,27 +195,25 @@ FAN_OUTS = Worded(
 )
 
 
-def check_room(head: Head, tree: Sequence[Head], adding: int) -> None:
-    """InvalidToolArguments if `head` may not spawn `adding` children (`no_room`)."""
-    if why := no_room(head, tree, adding):
+def check_room(place: Place, adding: int) -> None:
+    """InvalidToolArguments if a session at `place` may not spawn `adding` children
+    (`no_room`)."""
+    if why := no_room(place, adding):
         raise _fail(why)
 
 
-def no_room(
-    head: Head, tree: Sequence[Head], adding: int, *, worded: Worded = SPAWNS
-) -> str | None:
-    """Why `head` may not start `adding` children, or None: it is at `MAX_DEPTH` of its
-    tree, or they would take the tree (`tree`: every session under its root) past
-    `MAX_TREE_SESSIONS`. Every kind of child (an agent's spawn, a graph's branches) is
-    counted here. The store counts the tree again as it inserts them (`Change.tree_limit`):
-    two spawns in one tree may pass here at the same moment."""
-    level = depth(head, tree)
-    if level >= MAX_DEPTH:
+def no_room(place: Place, adding: int, *, worded: Worded = SPAWNS) -> str | None:
+    """Why a session at `place` may not start `adding` children, or None: it is at
+    `MAX_DEPTH` of its tree, or they would take the tree past `MAX_TREE_SESSIONS`. Every
+    kind of child (an agent's spawn, a graph's branches) is counted here. The store counts
+    the tree again as it inserts them (`Change.tree_limit`): two spawns in one tree may
+    pass here at the same moment."""
+    if place.depth >= MAX_DEPTH:
         return (
-            f"this session is at depth {level} of its tree (its root at 0), and sessions "
-            f"{worded.verb} at most {MAX_DEPTH} levels deep: {worded.instead}"
+            f"this session is at depth {place.depth} of its tree (its root at 0), and "
+            f"sessions {worded.verb} at most {MAX_DEPTH} levels deep: {worded.instead}"
         )
-    return too_many(len(tree) + 1, adding, limit=MAX_TREE_SESSIONS, worded=worded)
+    return too_many(place.held, adding, limit=MAX_TREE_SESSIONS, worded=worded)
 
 
 def too_many(held: int, adding: int, *, limit: int, worded: Worded = SPAWNS) -> str | None:

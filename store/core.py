@@ -29,6 +29,7 @@ from tickwork.fsm.forks import ForkPatch, fork
 from tickwork.fsm.joins import Join
 from tickwork.fsm.machine import Change
 from tickwork.fsm.tenants import Quotas
+from tickwork.fsm.trees import Place
 from tickwork.fsm.values import (
     RUNTIME_LEVEL,
     CallState,
@@ -458,6 +459,12 @@ class CoreStore(Services):
         """Every session under the root `root_id`, oldest first (the root left out)."""
         with self.engine.connect() as conn:
             return trees.read_tree(conn, root_id)
+
+    def place(self, session_id: str) -> Place:
+        """Where the session stands in its tree (its depth, the tree's sessions), counted
+        by the database without reading the tree."""
+        with self.engine.connect() as conn:
+            return trees.read_place(conn, session_id)
 
     def _cancel(self, session_id: str, *, now: datetime, by: str) -> Head:
         with self.engine.begin() as conn:

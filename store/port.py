@@ -24,6 +24,7 @@ from tickwork.fsm.forks import ForkPatch
 from tickwork.fsm.joins import Join
 from tickwork.fsm.machine import Change
 from tickwork.fsm.tenants import Quotas
+from tickwork.fsm.trees import Place
 from tickwork.fsm.values import RUNTIME_LEVEL, Decision, Event, Head, Observation, Session, ToolCall
 from tickwork.store.artifacts import Artifacts
 from tickwork.store.dead_letters import Closing, DeadLetter
@@ -135,6 +136,11 @@ class Sessions(Protocol):
 
     def tree(self, root_id: str) -> list[Head]:
         """Every session under the root `root_id`, oldest first (the root left out)."""
+        ...
+
+    def place(self, session_id: str) -> Place:
+        """Where the session stands in its tree (its depth, the tree's sessions), counted
+        by the database without reading the tree; SessionNotFound if there is no such."""
         ...
 
     def fork(

@@ -57,7 +57,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from tickwork.fsm import trees
-from tickwork.fsm.errors import ClaimLost, TreeFull
+from tickwork.fsm.errors import ClaimLost, SessionNotFound, TreeFull
 from tickwork.fsm.joins import Join, JoinMark, JoinMode
 from tickwork.fsm.transitions import Change
 from tickwork.fsm.values import Event, EventKind, Head, Status
@@ -348,6 +348,35 @@ def read_tree(conn: Connection, root_id: str) -> list[Head]:
         .order_by(sessions.c.created_at, sessions.c.id)
     )
     return [rows.head_from_row(r) for r in conn.execute(query).mappings()]
+
+
+def read_place(conn: Connection, session_id: str) -> trees.Place:
+    """Where the session stands in its tree, counted by the database, no session read: the
+    sessions under its root, and its depth (the sessions of the tree from it up its
+    parents, the root left out), both in one statement once its root is known."""
+    root = conn.execute(
+        select(func.coalesce(sessions.c.root_id, sessions.c.id)).where(sessions.c.id == session_id)
+    ).scalar_one_or_none()
+    if root is None:
+        raise SessionNotFound.of(session_id)
+    up = (
+        select(sessions.c.id, sessions.c.parent_id)
+        .where(sessions.c.id == session_id, sessions.c.root_id == root)
+        .cte("up", recursive=True)
+    )
+    above = sessions.alias("above")
+    # UNION, not UNION ALL: a row met twice ends the walk (no parents in a circle loop it)
+    up = up.union(
+        select(above.c.id, above.c.parent_id)
+        .join(up, above.c.id == up.c.parent_id)
+        .where(above.c.root_id == root)
+    )
+    held = select(func.count()).select_from(sessions).where(sessions.c.root_id == root)
+    depth = select(func.count()).select_from(up)
+    row = conn.execute(
+        select(held.scalar_subquery().label("held"), depth.scalar_subquery().label("depth"))
+    ).one()
+    return trees.Place(depth=int(row.depth), held=1 + int(row.held))  # the root is no row of it
 
 
 def missed_wakes(engine: Engine, *, now: datetime, limit: int = 500) -> list[tuple[str, int]]:

@@ -204,3 +204,16 @@ def test_a_waiting_parent_is_cancelled_at_once() -> None:
     change = machine.request_cancel(parent, [_spawn_call()], now=NOW, by="alice")
     assert change.head.status is Status.CANCELLED
     assert change.call_states == (("s1c0", CallState.DONE),)
+
+
+def test_a_spawn_may_fill_its_tree_to_the_limit_from_above_the_deepest_level() -> None:
+    most, deepest = trees.MAX_TREE_SESSIONS, trees.MAX_DEPTH
+    assert trees.no_room(trees.Place(depth=deepest - 1, held=most - 2), 2) is None
+    assert trees.no_room(trees.Place(depth=0, held=most - 2), 3) == (
+        f"the tree holds {most - 2} sessions, and 3 more would pass its limit of at most "
+        f"{most}: spawn at most 2, or do the work yourself"
+    )
+    assert trees.no_room(trees.Place(depth=deepest, held=1), 1, worded=trees.FAN_OUTS) == (
+        f"this session is at depth {deepest} of its tree (its root at 0), and sessions fan "
+        f"out at most {deepest} levels deep: do the branches' work in this node"
+    )

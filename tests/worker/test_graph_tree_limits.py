@@ -171,11 +171,11 @@ class _Blip:
     def __init__(self, store: Any) -> None:
         self.store, self.blips = store, 1
 
-    def tree(self, root_id: str) -> list[Head]:
+    def place(self, session_id: str) -> trees.Place:
         if self.blips:
             self.blips -= 1
             raise StoreUnavailable("the database is not answering")
-        return list(self.store.tree(root_id))
+        return self.store.place(session_id)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.store, name)

@@ -78,18 +78,37 @@ def test_a_spawn_that_would_pass_the_trees_size_is_refused(
     assert len(ticks.store.tree(root.id)) == 3
 
 
+def test_a_spawn_that_fills_the_tree_to_its_size_starts_and_one_past_it_is_refused(
+    ticks: Ticks, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = _spawned(ticks, monkeypatch, children=2, most=5)  # 3 sessions
+    first, second = ticks.store.children(root.id)
+    assert ticks.run(first.id).status is Status.WAITING_CHILDREN  # 2 more: 5, the limit
+    assert len(ticks.store.children(first.id)) == 2
+    done = ticks.run(second.id)  # 2 more would make 7
+    assert done.status is Status.COMPLETED
+    assert ticks.store.children(second.id) == []
+    is_error, output = _spawn_output(ticks, done)
+    assert is_error
+    assert output == (  # counted by the tick (`Store.place`), not at the save
+        "spawn_agents: the tree holds 5 sessions, and 2 more would pass its limit of at most "
+        "5: spawn at most 0, or do the work yourself"
+    ), output
+
+
 class Meanwhile:
-    """The real store, but a read of a tree runs `meanwhile` once after it: a tick that
-    counted its tree, then another spawn (or fan-out) in the tree saved before its own save."""
+    """The real store, but a count of a tree (`place`) runs `meanwhile` once after it: a
+    tick that counted its tree, then another spawn (or fan-out) in the tree saved before
+    its own save."""
 
     def __init__(self, store: Any, meanwhile: Callable[[], object]) -> None:
         self._store, self._meanwhile = store, [meanwhile]
 
-    def tree(self, root_id: str) -> list[Head]:
-        found = self._store.tree(root_id)
+    def place(self, session_id: str) -> trees.Place:
+        found = self._store.place(session_id)
         while self._meanwhile:
             self._meanwhile.pop()()
-        return list(found)
+        return found
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)

@@ -749,8 +749,8 @@ def _fan_out(
         raise NodeFailed(f"{where}: give 1 to {MAX_BRANCHES} inputs, not {len(branches.inputs)}")
     # the branches join the session's tree: counted as an agent's spawn is, and again by
     # the store as it inserts them (`GraphRunner.tree_full`)
-    tree = rt.store.tree(head.root_id or head.id)
-    if why := trees.no_room(head, tree, len(branches.inputs), worded=trees.FAN_OUTS):
+    place = rt.store.place(head.id)
+    if why := trees.no_room(place, len(branches.inputs), worded=trees.FAN_OUTS):
         raise NodeFailed(f"{where}: {why}")
     prefix = uuid.uuid4().hex[:29]
     share = 1 / len(branches.inputs)

@@ -73,7 +73,7 @@ def spawn_or_join(tick: Tick, call: ToolCall, arguments: Mapping[str, Any]) -> C
         )
     try:
         spawn = trees.parse_spawn(arguments)
-        trees.check_room(head, rt.store.tree(head.root_id or head.id), len(spawn.children))
+        trees.check_room(rt.store.place(head.id), len(spawn.children))
         prefix = uuid.uuid4().hex[:29]
         shares = trees.shares(spawn.children)
         held = _held(tick)

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tickwork.fsm import machine, trees
-from tickwork.fsm.errors import TreeFull
+from tickwork.fsm.errors import SessionNotFound, TreeFull
 from tickwork.fsm.joins import Join, JoinMode
 from tickwork.fsm.transitions import Change
 from tickwork.fsm.values import Budgets, ErrorCode, EventKind, Head, Status
@@ -237,6 +237,27 @@ class TreeContract(Contract):
         )
         saved = store.save(refusal, version=claimed.head.version, owner=claimed.owner, now=clock())
         assert saved.status is Status.READY and store.children(ids[1]) == []
+
+    def test_a_session_s_place_counts_its_depth_and_its_tree_s_sessions(
+        self, store: Store, clock: Clock
+    ) -> None:
+        ids = spawn(store, clock, "root", 2)  # a tree of 3
+        below, claimed = spawn_change(store, clock, ids[0], 2, limit=5)
+        # two more make 5, the tree's limit: allowed
+        store.save(below, version=claimed.head.version, owner=claimed.owner, now=clock())
+        store.create(new_session("alone", now=clock()), now=clock())  # a tree of its own
+        grandchild = below.children[1].id
+
+        assert len(store.tree("root")) == 4  # the root left out
+        assert {s: store.place(s) for s in ("root", *ids, grandchild)} == {
+            "root": trees.Place(depth=0, held=5),
+            ids[0]: trees.Place(depth=1, held=5),
+            ids[1]: trees.Place(depth=1, held=5),
+            grandchild: trees.Place(depth=2, held=5),
+        }
+        assert store.place("alone") == trees.Place(depth=0, held=1)
+        with pytest.raises(SessionNotFound):
+            store.place("nobody")
 
     def test_two_siblings_spawning_at_once_never_pass_the_tree_s_limit(
         self, store: Store, clock: Clock
