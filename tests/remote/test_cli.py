@@ -746,3 +746,49 @@ def test_with_a_server_a_whole_id_is_asked_for_without_a_listing(remote: Remote)
     asked = remote.served.log.read_text()
     assert f"GET /api/v1/sessions?id_prefix={start}&" in asked
     assert f"id_prefix={made}" not in asked and f"id_prefix={dashed}" not in asked
+
+
+def test_a_repeated_cancel_says_it_was_requested_already_with_a_server_as_locally(
+    remote: Remote, cli: ModeCli
+) -> None:
+    """A cancel of a session whose tick a worker holds waits for its next tick; asked
+    again, the command says the cancel was requested already, and `ls` and `show` say
+    `(cancelling)` until the tick ends it."""
+    script = remote.script([{"content": "done", "delay_s": 10}])
+    sid = cli.inline("submit", TEST_KIND, "--input", "{}", "--model", script).stdout.strip()
+    until(
+        lambda: remote.deployment.client.store.lease(sid) is not None,
+        timeout=60,
+        what="a worker to take the session's tick",
+    )
+    first = cli.inline("cancel", sid, "--as", "dave").stdout
+    assert first == f"cancel requested for {sid}; it stops at its next tick\n"
+    again = cli.inline("cancel", sid, "--as", "dave").stdout
+    assert again == f"cancel already requested for {sid}; it stops at its next tick\n"
+    (row,) = [ln for ln in cli.inline("ls", "--limit", "500").stdout.splitlines() if sid in ln]
+    assert "ready (cancelling)" in row, row
+    shown = cli.inline("show", sid).stdout
+    assert "requested: it stops at its next tick, which a worker runs" in shown, shown
+    assert remote.wait(sid) is Status.CANCELLED
+
+
+def test_a_submit_whose_model_lacks_its_key_notes_it_only_where_the_key_is_looked_for(
+    remote: Remote, cli: ModeCli
+) -> None:
+    """Locally, a submit whose model this process has no API key for notes that the
+    workers need one. With a server, this machine's keys are not the server's workers':
+    the submit says nothing of them, and the session is stored all the same."""
+    submit = ("submit", TEST_KIND, "--input", "{}", "--model", "openai:gpt-4o-mini")
+    noted = cli.inline(*submit, ok=False)
+    sid = noted.stdout.strip()
+    assert noted.code == 0 and len(sid.split()) == 1, noted
+    # no worker may call the model: the session ends cancelled, no dead letter left
+    cli.inline("cancel", sid, ok=False)
+    if cli.mode == "remote":
+        assert noted.stderr == "", noted
+    else:
+        (line,) = noted.stderr.splitlines()
+        assert line.startswith("note: model 'openai:gpt-4o-mini' needs an API key"), line
+        assert "the workers that run the session need one, or it fails MODEL_ERROR" in line
+    assert remote.deployment.client.get(sid).model == "openai:gpt-4o-mini"
+    remote.wait(sid)
