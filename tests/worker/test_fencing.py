@@ -4,6 +4,8 @@ so the command never runs on two workers at the same time."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -152,3 +154,21 @@ def test_the_claim_and_the_renewals_take_the_same_lease(
     # the background renewal may run as well, under load: each renewal asks for 4 s too
     assert {kind for kind, _ in recording.leases} == {"claim", "renew"}
     assert {lease for _, lease in recording.leases} == {4.0}
+
+
+def test_a_worker_process_reaps_its_watchdog_at_its_exit() -> None:
+    """The watchdog started by a process's first fenced command is stopped and reaped when
+    that process exits: Python's end found it still running (`subprocess N is still
+    running`, and its pipe unclosed) at the exit of every worker and test run that ran one."""
+    code = (
+        "import os\n"
+        "from tickwork.worker.sandbox.fence import WATCHDOG\n"
+        "WATCHDOG.tell(os.getpid(), None)\n"
+    )
+    ran = subprocess.run(
+        [sys.executable, "-W", "error::ResourceWarning", "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (ran.returncode, ran.stderr) == (0, "")

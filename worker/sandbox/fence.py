@@ -14,6 +14,8 @@ and kills every command still registered, then exits.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import logging
 import os
 import subprocess
@@ -90,7 +92,29 @@ class Watchdog:
             self._pid = os.getpid()
         return self._process
 
+    def close(self) -> None:
+        """Stop this process's watchdog as its end would (its pipe closed: it kills the
+        commands still registered, and exits) and reap it, so the interpreter's end finds
+        no child of its own still running (`subprocess N is still running`). A command
+        told of later starts another. A forked child's copy is its parent's: left alone."""
+        if self._process is None or self._pid != os.getpid():
+            return
+        process, self._process = self._process, None
+        if process.stdin is not None:
+            with contextlib.suppress(OSError):  # it died already: nothing left to flush
+                process.stdin.close()
+        try:
+            process.wait(CLOSE_WAIT_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+#: how long `Watchdog.close` waits for the watchdog to kill what is registered and exit
+CLOSE_WAIT_S = 5.0
 
 #: one per worker process: made at import, its process started at the first command (a
-#: module-level holder so it lives as long as the process and is never collected half-used)
+#: module-level holder so it lives as long as the process and is never collected half-used),
+#: stopped and reaped at the process's exit
 WATCHDOG = Watchdog()
+atexit.register(WATCHDOG.close)
