@@ -443,8 +443,11 @@ def _one(engine: Engine, sql: str, params: dict[str, Any]) -> dict[str, Any] | N
     except psycopg.Error as exc:
         gone = engine.dialect.is_disconnect(exc, raw, None)  # type: ignore[arg-type]
         if gone:
-            raw.invalidate(exc)
-            engine.dispose()  # the pooled others were connected to the same server
+            # as SQLAlchemy's own disconnect handling: this one closed, and the pool's
+            # others (connected to the same server) connected again at their next checkout;
+            # not `dispose`, which left those in use by other threads to a pool thrown away,
+            # open until the garbage collector found them
+            engine.pool._invalidate(raw, exc)
         raise DBAPIError.instance(
             sql, params, exc, psycopg.Error, connection_invalidated=gone, dialect=engine.dialect
         ) from exc

@@ -20,6 +20,7 @@ from tests.store.conftest import (
     run_step,
     think_change,
 )
+from tickwork.testing import until
 
 
 def test_a_connection_the_server_dropped_is_store_unavailable_then_reconnects(
@@ -48,6 +49,41 @@ def test_a_connection_the_server_dropped_is_store_unavailable_then_reconnects(
         assert claimed is not None and claimed.head.id == "dropped-1"
     finally:
         engine.dispose()
+
+
+def test_a_connection_in_use_while_another_is_found_dropped_is_closed_with_the_store(
+    postgres_url: str, clock: Clock
+) -> None:
+    """A tick that finds its connection dropped has the pool's others connected again, as
+    SQLAlchemy does; a connection another tick had in use meanwhile goes back to the pool
+    and is closed with it. The pool was thrown away instead: that connection went back to
+    the pool thrown away, open until the garbage collector found it (psycopg's "connection
+    deleted while still open"), holding its server process meanwhile."""
+    engine = make_engine(postgres_url, pool_size=2, max_overflow=0)
+    store = open_store(engine)
+    admin = normalize_url(postgres_url).replace("postgresql+psycopg", "postgresql")
+    try:
+        store.create(new_session("dropped-2", now=clock()), now=clock())
+        with engine.connect() as busy:  # another tick's, in use throughout
+            busy_backend = busy.exec_driver_sql("SELECT pg_backend_pid()").scalar()
+            with engine.connect() as idle:
+                dropped = idle.exec_driver_sql("SELECT pg_backend_pid()").scalar()
+            with psycopg.connect(admin, autocommit=True) as killer:
+                killer.execute("SELECT pg_terminate_backend(%s)", (dropped,))
+            with pytest.raises(StoreUnavailable):
+                store.claim("dropped-2", 0, owner="w1", now=clock(), lease_s=LEASE_S)
+            busy.exec_driver_sql("SELECT 1")  # still working: its tick goes on
+        claimed = store.claim("dropped-2", 0, owner="w1", now=clock(), lease_s=LEASE_S)
+        assert claimed is not None
+    finally:
+        store.close()
+    with psycopg.connect(admin, autocommit=True) as watcher:
+        alive = "SELECT 1 FROM pg_stat_activity WHERE pid = %s"
+        until(
+            lambda: watcher.execute(alive, (busy_backend,)).fetchone() is None,
+            timeout=10,
+            what="the busy connection closed with the store",
+        )
 
 
 def test_a_column_added_by_a_migration_does_not_break_prepared_ticks(
