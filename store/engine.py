@@ -38,7 +38,35 @@ def make_engine(url: str, *, keep_prepared: bool = True, **kwargs: Any) -> Engin
     engine = create_engine(url, **kwargs)
     if keep_prepared:
         engine.dialect.do_rollback = _rollback_keeping_prepared  # type: ignore[method-assign]
+    _close_given_back_late(engine)
     return engine
+
+
+def _close_given_back_late(engine: Engine) -> None:
+    """A connection in use while the engine is disposed (`Store.close`: a thread that
+    outlived its stop, a tick still running) is closed as it is given back. SQLAlchemy puts
+    it back in the pool thrown away, open (its server process too) until the garbage
+    collector finds it, and psycopg then warns "connection ... deleted while still open"."""
+    #: how many times the engine was disposed: a connection taken before the last time is
+    #: given back to a pool thrown away
+    disposals = [0]
+
+    @event.listens_for(engine, "engine_disposed")
+    def _disposed(_engine: Engine) -> None:
+        disposals[0] += 1
+
+    @event.listens_for(engine, "checkout")
+    def _taken(_dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        record.info[_TAKEN] = disposals[0]
+
+    @event.listens_for(engine, "checkin")
+    def _given_back(_dbapi_connection: Any, record: Any) -> None:
+        if record.info.pop(_TAKEN, disposals[0]) != disposals[0]:
+            record.invalidate()
+
+
+#: the key of `_close_given_back_late`'s mark in a pooled connection's `info`
+_TAKEN = "tickwork_taken_at_disposal"
 
 
 #: a prepare threshold no statement reaches: psycopg prepares only those run with `prepare`
@@ -81,6 +109,7 @@ def _rollback_keeping_prepared(dbapi_connection: Any) -> None:
 def _sqlite_engine(url: str, **kwargs: Any) -> Engine:
     kwargs.setdefault("connect_args", {"timeout": 60, "check_same_thread": False})
     engine = create_engine(url, **kwargs)
+    _close_given_back_late(engine)
 
     @event.listens_for(engine, "connect")
     def _connect(dbapi_connection: Any, _record: Any) -> None:

@@ -86,6 +86,37 @@ def test_a_connection_in_use_while_another_is_found_dropped_is_closed_with_the_s
         )
 
 
+def test_a_connection_in_use_while_the_store_closes_is_closed_once_given_back(
+    postgres_url: str,
+) -> None:
+    """A thread still at work when its worker's store is closed (one that outlived its
+    stop) gives its connection back afterwards: closed then, not left open (its server
+    process too) until the garbage collector found it, with psycopg's "connection ...
+    deleted while still open" at some later point. The store, used again, pools again."""
+    engine = make_engine(postgres_url)
+    store = open_store(engine)
+    admin = normalize_url(postgres_url).replace("postgresql+psycopg", "postgresql")
+    try:
+        with engine.connect() as late:
+            backend = late.exec_driver_sql("SELECT pg_backend_pid()").scalar()
+            store.close()
+            late.exec_driver_sql("SELECT 1")  # its thread goes on until it gives it back
+        with psycopg.connect(admin, autocommit=True) as watcher:
+            alive = "SELECT 1 FROM pg_stat_activity WHERE pid = %s"
+            until(
+                lambda: watcher.execute(alive, (backend,)).fetchone() is None,
+                timeout=10,
+                what="the late connection closed",
+            )
+        pids = []
+        for _ in range(2):
+            with engine.connect() as again:
+                pids.append(again.exec_driver_sql("SELECT pg_backend_pid()").scalar())
+        assert pids[0] == pids[1] != backend, "taken after the close: pooled as before"
+    finally:
+        store.close()
+
+
 def test_a_column_added_by_a_migration_does_not_break_prepared_ticks(
     postgres_url: str, clock: Clock
 ) -> None:
