@@ -108,12 +108,15 @@ def test_a_lease_not_renewed_for_its_length_is_lost(store: Store) -> None:
     """A worker stalled (SIGSTOP, a frozen VM) past its lease: its own clock tells it the
     lease may be another worker's, before any renewal has been tried."""
     leases = Leases(store, lease_s=1.5, clock=utc_now)
-    with leases.hold("s", 3, "me"):
-        assert leases.lost("s", 3) is None
-        leases._renewed[("s", 3)] = time.monotonic() - 2.0  # the last renewal, 2 s ago
-        lost = leases.lost("s", 3)
-        assert lost is not None and "not renewed for 2s" in lost
-    assert leases.lost("s", 3) is None  # a call outside a tick is not fenced
+    try:
+        with leases.hold("s", 3, "me"):
+            assert leases.lost("s", 3) is None
+            leases._renewed[("s", 3)] = time.monotonic() - 2.0  # the last renewal, 2 s ago
+            lost = leases.lost("s", 3)
+            assert lost is not None and "not renewed for 2s" in lost
+        assert leases.lost("s", 3) is None  # a call outside a tick is not fenced
+    finally:
+        leases.close()  # its renewal thread, which would go on with the store closed
 
 
 class Recording:

@@ -65,6 +65,7 @@ def test_a_sign_whose_connection_ends_loses_its_leases_and_is_taken_again(store:
         assert again != first
     finally:
         liveness.stop()
+        leases.close()  # its renewal thread, which would go on with the store closed
     # its backend ends (and lets the lock go) a moment after the connection is closed
     until(lambda: _backend(store, liveness.key) is None, timeout=30, what="the sign given up")
 
@@ -104,20 +105,25 @@ def test_leases_given_up_with_a_lost_sign_are_still_renewed_while_they_are_ours(
     for session_id in ("kept", "taken"):
         store.create(new_session(session_id, now=_now()), now=_now())
         claim(store, session_id, now=_now(), owner="w@1")
-    with leases.hold("kept", 0, "w@1"), leases.hold("taken", 0, "w@1"):
-        leases.lose_all("this worker's sign of life is lost (test)")
-        assert leases.lost("kept", 0) == leases.lost("taken", 0)
-        # another worker took "taken" over meanwhile; "kept" was left alone
-        with store.engine.begin() as conn:
-            conn.execute(text("UPDATE tickwork_sessions SET lease_owner = 'w2' WHERE id = 'taken'"))
-        before = store.lease("kept")
-        clock["now"] += timedelta(seconds=10)
-        leases.renew_all()
-        kept = store.lease("kept")
-        assert before is not None and kept is not None
-        assert kept[1] - before[1] >= timedelta(seconds=9), "not renewed"
-        assert "sign of life is lost" in (leases.lost("kept", 0) or "")
-        assert "no longer this worker's" in (leases.lost("taken", 0) or "")
+    try:
+        with leases.hold("kept", 0, "w@1"), leases.hold("taken", 0, "w@1"):
+            leases.lose_all("this worker's sign of life is lost (test)")
+            assert leases.lost("kept", 0) == leases.lost("taken", 0)
+            # another worker took "taken" over meanwhile; "kept" was left alone
+            with store.engine.begin() as conn:
+                conn.execute(
+                    text("UPDATE tickwork_sessions SET lease_owner = 'w2' WHERE id = 'taken'")
+                )
+            before = store.lease("kept")
+            clock["now"] += timedelta(seconds=10)
+            leases.renew_all()
+            kept = store.lease("kept")
+            assert before is not None and kept is not None
+            assert kept[1] - before[1] >= timedelta(seconds=9), "not renewed"
+            assert "sign of life is lost" in (leases.lost("kept", 0) or "")
+            assert "no longer this worker's" in (leases.lost("taken", 0) or "")
+    finally:
+        leases.close()  # its renewal thread, which would go on with the store closed
 
 
 @contextlib.contextmanager
