@@ -39,18 +39,22 @@ class Ticks:
         self.store = open_store(url)
         self.client = Tickwork(self.settings, store=self.store)
         self.client.publish = lambda *_: None  # type: ignore[method-assign]
+        #: every runtime made here, closed with it (their lease and watch threads)
+        self.runtimes: list[Runtime] = []
         self.rt = self.runtime(clock)
         self.reports: list[TickReport] = []
 
     def runtime(self, clock: Clock | None = None) -> Runtime:
         extra: dict[str, Any] = {"clock": clock} if clock is not None else {}
-        return Runtime(
+        made = Runtime(
             settings=self.settings,
             store=self.store,
             jobs=Jobs(),
             publish_tick=lambda *_: None,
             **extra,
         )
+        self.runtimes.append(made)
+        return made
 
     def submit(self, replies: list[dict[str, Any]], prefix: str = "s") -> str:
         path = self.tmp / f"script-{uuid.uuid4().hex[:6]}.json"
@@ -70,5 +74,6 @@ class Ticks:
         raise AssertionError(f"session {session_id} did not rest in 50 ticks")
 
     def close(self) -> None:
-        self.rt.close()
+        for made in self.runtimes:
+            made.close()
         self.store.engine.dispose()
