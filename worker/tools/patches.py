@@ -155,11 +155,18 @@ def _header_path(raw: str) -> str | None:
 
 
 def _strip_prefixes(old: str | None, new: str | None) -> tuple[str | None, str | None]:
-    """Drop git's `a/` and `b/` when the diff uses them."""
+    """Drop git's `a/` and `b/` when the diff uses them, and any other pair of first
+    folders that differ in front of the same path (`git diff -R`'s `b/x` and `a/x`, `diff
+    -ru old new`'s `old/x` and `new/x`), as `git apply` does."""
     old_prefixed = old is None or old.startswith("a/")
     new_prefixed = new is None or new.startswith("b/")
     if old_prefixed and new_prefixed:
         return (old[2:] if old else None), (new[2:] if new else None)
+    if old is not None and new is not None and "/" in old and "/" in new:
+        old_first, old_rest = old.split("/", 1)
+        new_first, new_rest = new.split("/", 1)
+        if old_first != new_first and old_rest == new_rest and old_rest:
+            return old_rest, new_rest
     return old, new
 
 

@@ -149,6 +149,15 @@ def test_rename(repo: Path) -> None:
     assert (repo / "lib2.py").read_text() == "a = 1\nb = 3\n"
 
 
+@pytest.mark.parametrize(("old", "new"), [("b/app.py", "a/app.py"), ("old/app.py", "new/app.py")])
+def test_other_prefixes_before_the_same_path_are_dropped_as_git_apply_drops_them(
+    repo: Path, old: str, new: str
+) -> None:
+    patch = f"--- {old}\n+++ {new}\n@@ -2,3 +2,3 @@\n line 2\n-line 3\n+LINE THREE\n line 4\n"
+    assert apply_patch(repo, patch) == "patched app.py (1 hunk(s))"
+    assert (repo / "app.py").read_text() == APP.replace("line 3\n", "LINE THREE\n")
+
+
 def test_two_diffs_of_the_same_file_apply_in_turn(repo: Path) -> None:
     patch = (
         "--- a/lib.py\n+++ b/lib.py\n@@ -1 +1 @@\n-a = 1\n+a = 10\n"
