@@ -488,11 +488,20 @@ def _failure(key: str, output: str, *, auto: bool) -> str:
     if any(EXTERNALLY_MANAGED in ln for ln in lines if not ln.startswith("$ ")):
         head += f". {NO_VENV}"
     fix = "give `--setup` commands that build it" if auto else "fix the `--setup` commands"
-    head += (
-        f". Next: {fix} and submit the job again (a fork runs the same setup again: it helps "
-        f"only once what failed it outside the job is mended, such as the network); the "
-        f"whole log: `tickwork env show {key[:12]}`"
-    )
+    if refused:
+        # the setup was likely right: what it needed was a connection the operator allows
+        head += (
+            ". Next: if the setup needs that connection, let the workers make it "
+            "(TICKWORK_EGRESS_ALLOW, docs/REPAIR.md (`tickwork docs repair`)) and fork the "
+            f"session, which builds it again; else {fix} and submit the job again; the "
+            f"whole log: `tickwork env show {key[:12]}`"
+        )
+    else:
+        head += (
+            f". Next: {fix} and submit the job again (a fork runs the same setup again: it "
+            "helps only once what failed it outside the job is mended, such as the network); "
+            f"the whole log: `tickwork env show {key[:12]}`"
+        )
     return f"the environment's setup failed (environment {key[:12]}): {head}\n{card_log(output)}"
 
 
