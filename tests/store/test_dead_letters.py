@@ -245,6 +245,23 @@ class TestErrorSignature:
         assert error_signature("X", one) == error_signature("X", other)
         assert not any(ch.isdigit() for ch in error_signature("X", one).replace("X: ", ""))
 
+    def test_an_apostrophe_inside_a_word_is_no_quote(self) -> None:
+        """An ENV_SETUP signature read `the environment'…'hatch-fancy-pypi-r…`: the
+        apostrophe opened a quote that swallowed which command stopped the setup."""
+        message = (
+            "the environment's setup failed (environment 0026823e2138): setup stopped at "
+            "`/env/bin/python -m pip install hatchling 'hatch-fancy-pypi-r…`: it exited 1; "
+            "the operator's list"
+        )
+        assert error_signature("ENV_SETUP", message) == (
+            "ENV_SETUP: the environment's setup failed (environment <id>): setup stopped at "
+            "`<path> -m pip install hatchling 'hatch-fancy-pypi-r…`: it exited N; "
+            "the operator's list"
+        )
+        assert error_signature("X", "model 'gpt-4o' can't answer: don't retry") == (
+            "X: model '…' can't answer: don't retry"
+        )
+
     def test_strips_uuids(self) -> None:
         one = "job 4f1c2a9e-8b3d-4c7f-a1e2-93b0c4d5e6f7 failed"
         other = "job 0d9e8f7a-6b5c-4d3e-8f21-0a1b2c3d4e5f failed"
