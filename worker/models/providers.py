@@ -362,6 +362,11 @@ def _resolve_react(rest: str, *, providers: Providers) -> str:
 def _resolve_script(rest: str) -> str:
     path = Path(rest).expanduser().absolute()
     load_script(path)  # a bad script fails here, not in a worker later
+    # `../s.json` from one folder and `s.json` from another are one script: one spelling
+    # in `show`, `ls` and `dlq stats --by model`
+    tidy = Path(os.path.normpath(path))
+    if tidy != path and tidy.is_file() and os.path.samefile(tidy, path):
+        return str(tidy)
     return str(path)
 
 

@@ -183,3 +183,13 @@ def test_the_submitting_host_resolves_a_script_path_through_react(
     assert providers.resolve("canned:hello") == "canned:hello"
     with pytest.raises(ConfigurationError, match="cannot read script"):
         providers.resolve("scripted:missing.json")
+
+
+def test_a_script_path_is_stored_without_dot_dot(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`scripted:../s.json` was stored as `scripted:/x/u1/../s.json`: the same script
+    spelled two ways grouped apart in `dlq stats --by model`."""
+    (tmp_path / "s.json").write_text('[{"content": "hi"}]')
+    (tmp_path / "u1").mkdir()
+    monkeypatch.chdir(tmp_path / "u1")
+
+    assert Providers([]).resolve("scripted:../s.json") == f"scripted:{tmp_path}/s.json"
