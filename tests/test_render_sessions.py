@@ -84,6 +84,21 @@ def test_a_repair_whose_tests_passed_before_any_change_too_says_so_in_ls() -> No
     assert [s for s in ("s2", "s3", "s4") if "passed before" in rows[s]] == []
 
 
+def test_a_repair_that_changed_nothing_while_its_tests_fail_says_so_in_ls() -> None:
+    """A repair whose one patch was rejected ended `completed  no_changes` with an empty
+    NOTE, though its final tests failed: `no_changes` comes before `tests_failing`."""
+    failing = {"exit_code": 1, "passed": False, "failing": ["t.py::a", "t.py::b"]}
+    rejected = head(outcome="no_changes", result={"tests": failing})
+    idle = head(id="s2", outcome="no_changes", result={"tests": {"exit_code": 0, "passed": True}})
+    rows = {
+        line.split()[0]: line
+        for line in listed(rejected, idle).splitlines()
+        if line.startswith(" s")
+    }
+    assert "tests still fail (2 failing): the session changed nothing" in rows["s1"], rows
+    assert "still fail" not in rows["s2"]
+
+
 PATCH = (
     "diff --git a/calc.py b/calc.py\n--- a/calc.py\n+++ b/calc.py\n@@ -1,2 +1,2 @@\n"
     " def average(numbers):\n-    return sum(numbers) / (len(numbers) + 1)\n"

@@ -293,7 +293,7 @@ def sessions_table(heads: Iterable[Mapping[str, Any]]) -> Table:
             if h["awaiting"]
             else QUEUED
             if h["status"] == "queued"
-            else _not_run(h) or _repaired_nothing(h)
+            else _not_run(h) or _repaired_nothing(h) or _still_failing(h)
         )
         created = datetime.fromisoformat(h["created_at"]).strftime("%m-%d %H:%M")
         cells: list[RenderableType] = [
@@ -330,6 +330,20 @@ def _repaired_nothing(h: Mapping[str, Any]) -> str:
     if h.get("outcome") != "repaired" or not isinstance(result, Mapping):
         return ""
     return PASSED_BEFORE if passed_before(result.get("tests_before"), result.get("tests")) else ""
+
+
+def _still_failing(h: Mapping[str, Any]) -> str:
+    """A `no_changes` repair whose final tests failed (its one patch rejected, or failed
+    to apply): the outcome says nothing was changed, the note that the tests still fail."""
+    result = h.get("result")
+    tests = result.get("tests") if isinstance(result, Mapping) else None
+    if h.get("outcome") != "no_changes" or not isinstance(tests, Mapping):
+        return ""
+    if tests.get("passed") is not False:
+        return ""
+    failing = tests.get("failing")
+    count = f" ({len(failing)} failing)" if isinstance(failing, list) and failing else ""
+    return f"tests still fail{count}: the session changed nothing"
 
 
 def archived_table(entries: Iterable[Mapping[str, Any]]) -> Table:
