@@ -77,6 +77,21 @@ def test_without_git_the_version_file_the_gitignore_left_out_is_read(tmp_path: P
     }
 
 
+def test_the_version_file_the_build_writes_anew_is_not_named_as_left_out(
+    tmp_path: Path,
+) -> None:
+    """iniconfig's sdist: its .gitignore names setuptools-scm's `_version.py`, and submit
+    said to submit a copy whose .gitignore does not name it, though the environment's
+    build writes it into the session's working copy."""
+    folder = vcs_project(tmp_path / "p", "setuptools-scm", tag="v1.0")
+    (folder / ".git").rename(tmp_path / "elsewhere")
+    (folder / "scmpkg" / "_version.py").write_text("__version__ = version = '3.4.5'\n")
+    (folder / "notes.txt").write_text("left out\n")
+    (folder / ".gitignore").write_text((folder / ".gitignore").read_text() + "notes.txt\n")
+    source = _submitted(folder, tmp_path)
+    assert source["gitignored"] == {"count": 1, "first": ["notes.txt"]}
+
+
 def test_an_unpacked_sdist_s_version_is_its_pkg_info_s(tmp_path: Path) -> None:
     """`pip download --no-binary :all: tabulate` unpacked: no git data, no version file,
     a PKG-INFO saying `Version: 0.10.0`, which setuptools-scm reads itself. Setup was given

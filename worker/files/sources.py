@@ -186,15 +186,20 @@ def directory(
     left_out: list[str] = []
     base, count = pack(path.resolve(), artifacts, exclude=state_dir, left_out=left_out)
     found = {"kind": "workspace", "path": str(path.resolve()), "files": count, "base": base}
+    packaging = _packaging(path.resolve(), left_out)
     version = versions.of_checkout(
         path.resolve(),
-        _packaging(path.resolve(), left_out),
+        packaging,
         git=trusted or _own_git_data(path.resolve(), roots),
         parents=trusted,
     )
     if version is not None:
         found["version"] = version
-    named = [path for path in left_out if not _build_metadata(path)]
+    # the version file a VCS plugin writes: the environment's build writes it anew and puts
+    # it into the session's working copy (docs/ENVIRONMENTS.md), so the session sees it
+    scm_ = versions.scm(packaging)
+    rebuilt = set(scm_.version_files) if scm_ is not None else set()
+    named = [path for path in left_out if not _build_metadata(path) and path not in rebuilt]
     if named:  # the session will not see them: say so, where its source is named
         found["gitignored"] = {"count": len(named), "first": named[:GITIGNORED_SHOWN]}
     return found
