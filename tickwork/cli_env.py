@@ -99,11 +99,12 @@ def show(key: Key, json_output: options.Json = False) -> None:
         views.emit(_view(env, log=True))
         return
     grid = Table.grid(padding=(0, 2))
-    for name, value in _view(env).items():
+    view = _view(env)
+    for name, value in view.items():
         if name != "detail":
             grid.add_row(name, Text(str(value)))
     for name, value in env.detail.items():
-        if name not in ("key", "status"):
+        if name not in view:  # the record's key, status and project are shown above
             grid.add_row(name, Text(str(value)))
     render.show(grid, Text("build log:", style="bold"), Text(env.log or "(empty)"))
 

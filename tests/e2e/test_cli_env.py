@@ -58,6 +58,9 @@ def test_setup_commands_show_and_env_ls_show_rm(deployment: Deployment, cli: Cli
             "echo building",
             "touch /env/made",
         ]
+        # each row once: `project` was printed from the view and again from the record
+        text = cli("env", "show", key[:8]).stdout
+        assert re.findall(r"^(\w+) ", text, re.M).count("project") == 1, text
         cli("env", "rm", key, ok=False).error(1, "used by 1 live session", "--force")
         cli("env", "show", "beef", ok=False).error(1, "no environment has the key")
         removed = cli("env", "rm", key[:10], "--force", "--json").json()
