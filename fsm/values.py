@@ -156,7 +156,8 @@ class EventKind(StrEnum):
 
 def _positive(name: str, value: float) -> float:
     if isinstance(value, bool) or not math.isfinite(value) or value <= 0:
-        raise ValueError(f"`{name}` must be a positive finite number, got {value!r}")
+        unit = " of seconds" if name.endswith("_s") else ""  # `--deadline 1h` is no number
+        raise ValueError(f"`{name}` must be a positive finite number{unit}, got {value!r}")
     return value
 
 

@@ -118,6 +118,11 @@ def test_a_wrong_command_line_exits_2(
     [
         ("--max-steps", "0", "invalid budget: --max-steps must be a positive finite number, got 0"),
         (
+            "--deadline",
+            "0",
+            "invalid budget: --deadline must be a positive finite number of seconds, got 0.0",
+        ),
+        (
             "--max-cost-usd",
             "-1",
             "invalid budget: --max-cost-usd must be 0 (no cost budget) or a positive finite "
