@@ -554,6 +554,10 @@ def _header(
         rows.append(("source", Text(describe(config["source"]))))
         if config.get("goal"):
             rows.append(("goal", Text(str(config["goal"]))))
+        elif h.get("kind") == "repair" and not h.get("spawn_call"):
+            from tickwork.worker.jobs.repair.job import DEFAULT_GOAL
+
+            rows.append(("goal", Text(f"{DEFAULT_GOAL} (none given: the default)", "dim")))
         rows.append(("test command", Text(str(config.get("test_command") or ""))))
     from tickwork.worker.sandbox.egress import network_mode
 

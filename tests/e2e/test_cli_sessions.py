@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -758,6 +759,24 @@ def test_an_option_overrides_its_field_in_input_under_either_name(
         config = deployment.client.get(head["id"]).config
         assert config["test_command"] == "true", config
         assert config["goal"] == "from the input", config
+
+
+@pytest.mark.parametrize("deployment", ["embedded"], indirect=True)
+def test_show_names_the_default_goal_of_a_repair_submitted_without_one(
+    deployment: Deployment, cli: Cli, tmp_path: Path
+) -> None:
+    """`--goal ''` was taken, and `show` then had no goal line at all: what the model was
+    asked to do was nowhere."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "a.py").write_text("A = 1\n")
+    script = deployment.script([{"content": "done"}])
+    sid = cli.inline(
+        *("submit", "repair", "--workspace", str(project), "--model", script),
+        *("--test-cmd", "true", "--goal", ""),
+    ).stdout.strip()
+    shown = cli.inline("show", sid).stdout
+    assert re.search(r"goal +make the failing tests pass \(none given: the default\)", shown)
 
 
 @pytest.mark.parametrize("deployment", ["embedded"], indirect=True)

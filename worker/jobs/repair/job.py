@@ -204,12 +204,16 @@ def _egress_allow(value: Any, operator: str) -> list[str] | None:
     return [str(p) for p in allowed.narrowed(value).patterns]
 
 
+#: the goal a repair without one (no `--goal`, or an empty one) gives the model
+DEFAULT_GOAL = "make the failing tests pass"
+
+
 def user_prompt(source: str, test_command: str, goal: str = "") -> str:
     """The task as the model first reads it."""
     return f"""\
 Repair the project in the workspace so that its tests pass.
 
-Goal: {goal or "make the failing tests pass"}
+Goal: {goal or DEFAULT_GOAL}
 Source: {source} (tool paths are relative to the workspace root; commands see it as /workspace)
 Test command: {test_command} (run_tests runs it)
 
