@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tickwork.fsm.values import CallState, Status
+from tickwork.fsm.values import CallState, EventKind, Status
 from tickwork.worker.sandbox.shell import run_shell
 
 from tests.tasks.conftest import Deployment
@@ -87,3 +87,21 @@ def test_a_rejected_fix_still_ends_the_session_with_no_patch(
     assert rejected.content == "rejected by bob: not today"
     last_run = session.observation(session.steps[3].calls[0].call_id)
     assert last_run is not None and last_run.content.startswith("tests FAILED")
+
+
+def test_a_repair_ends_when_its_final_test_run_does(deployment: Deployment) -> None:
+    """The `completed` event and `updated` carried the time the model answered: a final
+    test run of minutes (packaging's suite) was invisible, and `watch` said the session
+    completed minutes before it did."""
+    workspace = prepare_demo_workspace(deployment.settings.state_dir)
+    data = {**demo_input(workspace), "test_command": "sleep 2; true"}
+    with deployment.worker():
+        head = deployment.client.submit(
+            "repair", data, model=deployment.script([{"content": "done"}])
+        )
+        done = deployment.client.wait(head.id, timeout=60)
+    assert done.status is Status.COMPLETED, done.error_message
+    events = {e.kind: e.at for _, e in deployment.client.store.events_after(head.id)}
+    answered, completed = events[EventKind.MODEL_CALLED], events[EventKind.COMPLETED]
+    assert (completed - answered).total_seconds() >= 2, (answered, completed)
+    assert done.updated_at == completed

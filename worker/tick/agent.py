@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from datetime import datetime
 from typing import Any
 
 from tickwork.fsm import budgets, context, machine
@@ -209,10 +210,14 @@ def think(tick: Tick) -> Change:
         result = job.completed(
             change.head, Ending(files=tick.files, history=lambda: rt.store.load(head.id))
         )
+        # it ended when its final test run did (minutes after the answer, for a large
+        # suite), not when the model answered: the `completed` event and `updated` say so
+        ended = rt.clock()
+        done = {"result": {**change.head.result, **result}, "updated_at": ended}
         change = change.model_copy(
             update={
-                "head": change.head.model_copy(update={"result": {**change.head.result, **result}}),
-                "events": _with_outcome(change.events, result),
+                "head": change.head.model_copy(update=done),
+                "events": _with_outcome(change.events, result, at=ended),
             }
         )
     return change
@@ -303,14 +308,16 @@ def _with_event(change: Change, event: Event) -> Change:
     return change.model_copy(update={"events": (event, *change.events)})
 
 
-def _with_outcome(events: tuple[Event, ...], result: dict[str, Any]) -> tuple[Event, ...]:
+def _with_outcome(
+    events: tuple[Event, ...], result: dict[str, Any], *, at: datetime
+) -> tuple[Event, ...]:
     """The `completed` event says what the job achieved (a repair's outcome), so whoever
-    follows the events (`watch`, the page's stream) learns it with the end."""
+    follows the events (`watch`, the page's stream) learns it with the end, and when the
+    job's finish ended (`at`)."""
     outcome = result.get("outcome")
-    if not isinstance(outcome, str):
-        return events
+    data = {"outcome": outcome} if isinstance(outcome, str) else {}
     return tuple(
-        e.model_copy(update={"data": {**e.data, "outcome": outcome}})
+        e.model_copy(update={"data": {**e.data, **data}, "at": at})
         if e.kind is EventKind.COMPLETED
         else e
         for e in events
