@@ -227,6 +227,19 @@ def test_no_network_by_default_not_even_the_hosts_loopback(
     ]
 
 
+def test_a_lookup_without_network_says_the_sandbox_gives_none(
+    places: tuple[Path, Path],
+) -> None:
+    """`urlopen('https://pypi.org/')` in a session whose commands have no network said only
+    "Temporary failure in name resolution": nothing said it was the sandbox."""
+    workspace, _ = places
+    looked = run(workspace, "echo 'URLError: [Errno -3] Temporary failure in name resolution' >&2")
+    told = looked.describe()
+    assert "--- no network in the sandbox ---\nthis command runs without network" in told
+    assert '`"network": "all"`' in told and "TICKWORK_EGRESS_ALLOW" in told, told
+    assert "no network in the sandbox" not in run(workspace, "echo fine").describe()
+
+
 def test_a_fork_bomb_is_contained_and_killed_with_the_command(places: tuple[Path, Path]) -> None:
     workspace, _ = places
     started = time.monotonic()

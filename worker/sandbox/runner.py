@@ -412,9 +412,21 @@ def _run(
             )
             # a refusal reaches the command as a 403 its tool may word as it likes (pip:
             # "Tunnel connection failed"): its output says what was refused and why
-            return dataclasses.replace(result, refused=tuple(refused)) if refused else result
+            if refused:
+                return dataclasses.replace(result, refused=tuple(refused))
+            # without the proxy a lookup fails as on a host with no DNS: say it is the sandbox
+            return result if egress is not None else dataclasses.replace(result, offline=OFFLINE)
         except OSError as exc:
             raise _not_started(exc, sandbox) from exc
+
+
+#: what a command without network is told where its output shows it looked for some
+OFFLINE = (
+    "this command runs without network: the sandbox gives a repair's commands none unless its "
+    'input says `"network": "all"` and the workers allow the host (TICKWORK_EGRESS_ALLOW); '
+    'its setup has it with `"network": "setup"`, the default: docs/REPAIR.md '
+    "(`tickwork docs repair`)"
+)
 
 
 #: why a process could not be started that says nothing of the sandbox: the command's

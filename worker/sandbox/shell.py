@@ -71,6 +71,9 @@ class ShellResult:
     killed: str = ""
     #: what the sandbox refused the command (its egress proxy's refusals), each with why
     refused: tuple[str, ...] = ()
+    #: why the command had no network at all (no egress proxy), said where its output
+    #: shows it looked for some ("" if it had the proxy, or did not look)
+    offline: str = ""
 
     def describe(self) -> str:
         """Exit code, stdout and stderr as one text for the model, without the terminal's
@@ -90,7 +93,17 @@ class ShellResult:
         if self.refused:
             said = "\n".join(f"egress refused {r}" for r in self.refused)
             parts.append(f"--- refused by the sandbox ---\n{said}")
+        if self.offline and _LOOKED_FOR_NETWORK.search(self.stdout + self.stderr):
+            parts.append(f"--- no network in the sandbox ---\n{self.offline}")
         return "\n".join(parts)
+
+
+#: what a command prints that found no network: a name it could not resolve (glibc's,
+#: curl's, Windows-style getaddrinfo), a network it could not reach
+_LOOKED_FOR_NETWORK = re.compile(
+    r"Temporary failure in name resolution|Name or service not known|Could not resolve host"
+    r"|getaddrinfo failed|Network is unreachable|No address associated with hostname"
+)
 
 
 #: a terminal's escape sequences: CSI (colours, `\x1b[31m`), OSC (titles, links) and the
