@@ -223,8 +223,9 @@ class CoreStore(Services):
         id_prefix: str | None = None,
         limit: int = 50,
         offset: int = 0,
+        oldest_first: bool = False,
     ) -> list[Head]:
-        """Newest first; only `tenant`'s if given."""
+        """Newest first (`oldest_first`: oldest first); only `tenant`'s if given."""
         query = select(sessions)
         if id_prefix:
             if "\x00" in id_prefix:  # no id holds one, and Postgres refuses it as a parameter
@@ -245,7 +246,8 @@ class CoreStore(Services):
             query = query.where(sessions.c.submitted_by == submitted_by)
         if parent_id:
             query = query.where(sessions.c.parent_id == parent_id)
-        query = query.order_by(sessions.c.created_at.desc(), sessions.c.id).limit(limit)
+        created = sessions.c.created_at if oldest_first else sessions.c.created_at.desc()
+        query = query.order_by(created, sessions.c.id).limit(limit)
         with self.engine.connect() as conn:
             return [rows.head_from_row(r) for r in conn.execute(query.offset(offset)).mappings()]
 

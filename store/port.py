@@ -105,9 +105,10 @@ class Sessions(Protocol):
         id_prefix: str | None = None,
         limit: int = 50,
         offset: int = 0,
+        oldest_first: bool = False,
     ) -> list[Head]:
-        """Newest first; only `tenant`'s if given; with `id_prefix`, only those whose id
-        starts with it (case-sensitive, as `ids_starting`)."""
+        """Newest first (`oldest_first`: oldest first); only `tenant`'s if given; with
+        `id_prefix`, only those whose id starts with it (case-sensitive, as `ids_starting`)."""
         ...
 
     def events_after(

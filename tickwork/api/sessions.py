@@ -404,11 +404,19 @@ def _taken(client: Tickwork, session_id: str | None) -> None:
     summary="Sessions waiting for a person, oldest first, with their waiting calls",
 )
 def approvals(
-    client: Client, who: Reader, limit: Annotated[int, Query(ge=1, le=200)] = 50
+    client: Client,
+    who: Reader,
+    limit: Annotated[
+        int,
+        Query(ge=1, le=200, description="At most this many: those that have waited longest."),
+    ] = 50,
 ) -> list[dict[str, Any]]:
     scope = session_filters(who)
     assert scope is not None  # no submitter asked for
-    heads = client.sessions(status=[Status.WAITING_APPROVAL.value], limit=limit, **scope)
+    # the `limit` that have waited longest, not the newest: past the limit, the newest wait
+    heads = client.sessions(
+        status=[Status.WAITING_APPROVAL.value], limit=limit, oldest_first=True, **scope
+    )
     found = []
     for head in heads:
         try:

@@ -1,0 +1,62 @@
+"""The approvals queue through the API: oldest first, and past its `limit` the sessions that
+have waited longest, never the newest. The sessions are written through the store with
+times of their own (no worker runs)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import httpx
+import pytest
+from tickwork.fsm.values import Session, Status
+from tickwork.store.migrate import upgrade
+from tickwork.worker.config.settings import Settings
+
+from tests.api.conftest import Server
+from tickwork.api import ApiSettings, make_api
+from tickwork.client import Tickwork
+from tickwork.testing.store_ticks import new_session, reply, think
+
+TOKEN = "alice-approver-token-0001"
+#: waiting sessions, oldest first: an hour apart, the first a day ago
+WAITING = [f"w{n}-{uuid.uuid4().hex[:6]}" for n in range(3)]
+
+
+@pytest.fixture(scope="module")
+def http(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
+    tmp = tmp_path_factory.mktemp("approvals")
+    settings = Settings(state_dir=tmp / "state", queue=f"tickwork.ticks.{uuid.uuid4().hex[:8]}")
+    settings.state_dir.mkdir(parents=True)
+    upgrade(settings.db_url)
+    client = Tickwork(settings)
+    start = datetime.now(UTC) - timedelta(days=1)
+    for hour, session_id in enumerate(WAITING):
+        now = start + timedelta(hours=hour)
+        client.store.create(Session(head=new_session(session_id, now=now).head), now=now)
+        think(client.store, session_id, reply(("danger", {"value": "x"})), now=now)
+        assert client.store.get(session_id).status is Status.WAITING_APPROVAL
+    tokens = {TOKEN: {"name": "alice", "roles": ["approver"]}}
+    app = make_api(settings, ApiSettings(api_tokens=tokens), client=client)  # type: ignore[arg-type]
+    with (
+        Server(app) as server,
+        httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {TOKEN}"}) as found,
+    ):
+        yield found
+    client.close()
+
+
+def queue(http: httpx.Client, **params: int) -> list[str]:
+    answer = http.get("/api/v1/approvals", params=params)
+    assert answer.status_code == 200, answer.text
+    return [w["session"]["id"] for w in answer.json()]
+
+
+def test_the_queue_lists_the_waiting_sessions_oldest_first(http: httpx.Client) -> None:
+    assert queue(http) == WAITING
+
+
+def test_past_its_limit_the_queue_keeps_those_that_waited_longest(http: httpx.Client) -> None:
+    assert queue(http, limit=1) == WAITING[:1]
+    assert queue(http, limit=2) == WAITING[:2]
