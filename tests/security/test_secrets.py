@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
@@ -268,3 +269,25 @@ def test_a_secret_typed_into_a_decision_is_stored_masked(sqlite_env: Env) -> Non
     approved, rejected = session.decision("s1c0"), session.observation("s1c1")
     assert approved is not None and approved.comment == f"fine, key {MASK}"
     assert rejected is not None and rejected.content.endswith(f"never with {MASK}")
+
+
+def test_a_masked_access_line_keeps_its_arguments_for_uvicorns_formatter() -> None:
+    """uvicorn's access formatter unpacks a record's arguments: a request whose query holds a
+    secret (`?token=...`) is logged masked, not as a logging traceback without its line."""
+    from uvicorn.logging import AccessFormatter
+
+    install_log_masking(Masker([]))
+    written = io.StringIO()
+    handler = logging.StreamHandler(written)
+    handler.setFormatter(AccessFormatter('%(client_addr)s "%(request_line)s" %(status_code)s'))
+    log = logging.getLogger("tickwork.test.access")
+    log.addHandler(handler)
+    log.propagate = False
+    try:
+        asked = ("127.0.0.1:5000", "GET", "/api/v1/me?token=alice-token-0123456789", "1.1", 401)
+        log.warning('%s - "%s %s HTTP/%s" %d', *asked)
+    finally:
+        log.removeHandler(handler)
+    line = written.getvalue()
+    assert '127.0.0.1:5000 "GET /api/v1/me?token=**** HTTP/1.1" 401' in line, line
+    assert "alice-token" not in line

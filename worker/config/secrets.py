@@ -203,10 +203,26 @@ def _masking_factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
         return record
     masked = masker.text(message)
     if masked != message:
-        record.msg, record.args = masked, None
+        record.msg, record.args = _masked_parts(record, masker, masked)
     if record.exc_info and record.exc_info[1] is not None:
         record.exc_text = masker.text(logging.Formatter().formatException(record.exc_info))
     return record
+
+
+def _masked_parts(record: logging.LogRecord, masker: Masker, masked: str) -> tuple[Any, Any]:
+    """The record's format and arguments each masked, where together they give the masked
+    message: a formatter that reads the arguments (uvicorn's access log unpacks them) still
+    finds them. Else the masked message whole, without arguments."""
+    args = record.args
+    if isinstance(record.msg, str) and isinstance(args, tuple) and args:
+        parts = tuple(masker.text(a) if isinstance(a, str) else a for a in args)
+        form = masker.text(record.msg)
+        try:
+            if form % parts == masked:
+                return form, parts
+        except (TypeError, ValueError):
+            pass
+    return masked, None
 
 
 def install_log_masking(masker: Masker) -> None:
