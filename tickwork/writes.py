@@ -23,6 +23,7 @@ from tickwork.fsm.errors import (
     InvalidBudget,
     InvalidInput,
     InvalidModelSpec,
+    SessionExists,
     SessionNotFound,
     ToolError,
     UnpricedModel,
@@ -631,11 +632,11 @@ class Writes(Deployment):
             )
 
     def _check_unused(self, session_id: str | None) -> None:
-        """An id an archived session had is not given to a new one."""
+        """An id an archived session had is not given to a new one: taken, as a live one's."""
         if session_id is not None and SESSION_ID.match(session_id):
             taken = self.store.retention.entry(session_id)
             if taken is not None:
-                raise InvalidInput(
+                raise SessionExists(
                     f"session id {session_id!r} belonged to a session archived at "
                     f"{taken.archived_at}; choose another id"
                 )

@@ -198,3 +198,31 @@ def test_an_unreadable_archive_leaves_a_live_only_route_a_404(
         assert answer.status_code == 404, answer.text
         assert (answer.json()["code"], answer.json()["archived"]) == ("session_not_found", False)
     client.close()
+
+
+def test_an_id_an_archived_session_had_is_taken_as_a_live_one_s(tmp_path: Path) -> None:
+    """A fork (or submit) naming the id of an archived session is 409 `session_exists`, the
+    same answer as for a live session's id, of any tenant: not 422 bad input, and nothing
+    of the archived session (not when it was archived) is said."""
+    settings, client = deployed(tmp_path)
+    store, clock = client.store, Clock()
+    old, live = str(uuid.uuid4()), str(uuid.uuid4())
+    store.create(new_session(old, now=clock()), now=clock())
+    assert think(store, old, reply(content="done"), now=clock()).status is Status.COMPLETED
+    report = archive_pass(
+        store.engine, store.load, client.archive, Policy(completed_s=60), now=clock.advance(61)
+    )
+    assert report.archived == 1
+    store.create(new_session(live, now=clock()), now=clock())
+    app = make_api(settings, ApiSettings(api_tokens=TOKENS), client=client)  # type: ignore[arg-type]
+    olga = {"Authorization": f"Bearer {TOKEN['olga']}"}
+    with Server(app) as server, httpx.Client(base_url=server.url, headers=olga) as http:
+        for taken in (old, live):
+            answer = http.post(f"/api/v1/sessions/{live}/fork", json={"from_step": 0, "id": taken})
+            assert answer.status_code == 409, answer.text
+            assert answer.json() == {
+                "code": "session_exists",
+                "message": f"a session {taken!r} exists already; choose another id or leave "
+                "it out for a random one",
+            }
+    client.close()

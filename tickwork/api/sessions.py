@@ -107,7 +107,9 @@ def submit(body: bodies.Submit, client: Client, request: Request, who: Submitter
             submitted_by=who.name,
             tenant=submit_tenant(who, body.tenant),
         )
-    except (StoreConflict, SessionExists, InvalidInput):
+    except SessionExists:
+        raise _exists(body.id) from None
+    except (StoreConflict, InvalidInput):
         _taken(client, body.id)
         raise
 
@@ -377,7 +379,9 @@ def run_fork(
             concurrency_key=body.concurrency_key,
             max_per_key=body.max_per_key,
         )
-    except (StoreConflict, SessionExists, InvalidInput):
+    except SessionExists:
+        raise _exists(body.id) from None
+    except (StoreConflict, InvalidInput):
         _taken(client, body.id)
         raise
 
@@ -390,7 +394,13 @@ def _taken(client: Tickwork, session_id: str | None) -> None:
         client.get(session_id)
     except LookupError:
         return
-    raise ApiError(
+    raise _exists(session_id)
+
+
+def _exists(session_id: str | None) -> ApiError:
+    """409 `session_exists`, the same for an id of a live session or an archived one, of
+    any tenant: it reads nothing of the session (docs/API.md)."""
+    return ApiError(
         409,
         "session_exists",
         f"a session {session_id!r} exists already; choose "
