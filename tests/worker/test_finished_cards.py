@@ -367,3 +367,23 @@ def test_show_prints_a_failed_setup_s_log_once(ticks: Ticks) -> None:
     assert "error: ENV_SETUP: the environment's setup failed" in shown
     assert "setup stopped at" in shown and "environment: failed" in shown
     assert shown.count("printed-42") == 1, shown
+
+
+def test_both_cards_name_the_session_s_tenant_and_who_submitted_it() -> None:
+    """One receiver serves every tenant: each card says whose session it is, which the
+    receiver cannot ask the API (another tenant's session is 404 to its token)."""
+    from tickwork.worker.config.secrets import Masker
+    from tickwork.worker.observers.webhooks import card, finished_card
+
+    from tickwork.testing.store_ticks import new_session
+
+    now = datetime(2026, 12, 1, tzinfo=UTC)
+    head = new_session("t-1", now=now).head.model_copy(
+        update={"tenant": "team-a", "submitted_by": "ann"}
+    )
+    asked = card(head, [], public_url="", at=now, masker=Masker([]))
+    ended = finished_card(
+        head, status="completed", data={}, public_url="", at=now, masker=Masker([])
+    )
+    for made in (asked, ended):
+        assert (made["session"]["tenant"], made["session"]["submitted_by"]) == ("team-a", "ann")

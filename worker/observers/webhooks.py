@@ -80,6 +80,9 @@ def card(
             "model": head.model,
             "step": head.step,
             "status": head.status.value,
+            #: whose session: one receiver serves every tenant
+            "tenant": head.tenant,
+            "submitted_by": head.submitted_by,
             #: the job let its commands reach the network through the egress proxy (its
             #: `network` is "all"; by default only its environment's setup may)
             "network": network_mode(head.config) == "all",
@@ -131,6 +134,8 @@ def finished_card(
             "kind": head.kind,
             "model": head.model,
             "status": status,
+            "tenant": head.tenant,
+            "submitted_by": head.submitted_by,
             "outcome": outcome,
             #: a repair's failing tests that failed before any change too (`count` of
             #: `of`, the first `tests`): None when none did, or nothing ran before a change
