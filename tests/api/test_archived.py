@@ -223,6 +223,7 @@ def test_an_id_an_archived_session_had_is_taken_as_a_live_one_s(tmp_path: Path) 
             assert answer.json() == {
                 "code": "session_exists",
                 "message": f"a session {taken!r} exists already; choose another id or leave "
-                "it out for a random one",
+                "it out for a random one (if an earlier try of this request was stored, it is "
+                f"that session: GET /api/v1/sessions/{taken})",
             }
     client.close()

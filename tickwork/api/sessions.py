@@ -403,8 +403,9 @@ def _exists(session_id: str | None) -> ApiError:
     return ApiError(
         409,
         "session_exists",
-        f"a session {session_id!r} exists already; choose "
-        "another id or leave it out for a random one",
+        f"a session {session_id!r} exists already; choose another id or leave it out for "
+        "a random one (if an earlier try of this request was stored, it is that session: "
+        f"GET /api/v1/sessions/{session_id})",
     )
 
 

@@ -1,0 +1,73 @@
+"""Retrying over the API: a submit names its own `id` to be retried safely (409
+`session_exists` the second time, saying where the first is), and an `Idempotency-Key`
+header, which the API does not honour, is refused rather than ignored. The sessions are
+written through the store (no worker runs)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+
+import httpx
+import pytest
+from tickwork.store.migrate import upgrade
+from tickwork.worker.config.settings import Settings
+
+from tests.api.conftest import Server
+from tickwork.api import ApiSettings, make_api
+from tickwork.client import Tickwork
+from tickwork.testing.store_ticks import new_session
+
+TOKEN = "olga-every-role-token-001"
+LIVE = f"live-{uuid.uuid4().hex[:6]}"
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[httpx.Client, Tickwork]]:
+    tmp = tmp_path_factory.mktemp("retries")
+    settings = Settings(state_dir=tmp / "state", queue=f"tickwork.ticks.{uuid.uuid4().hex[:8]}")
+    settings.state_dir.mkdir(parents=True)
+    upgrade(settings.db_url)
+    client = Tickwork(settings)
+    now = datetime.now(UTC)
+    client.store.create(new_session(LIVE, now=now), now=now)
+    tokens = {TOKEN: {"name": "olga", "roles": ["submitter", "approver", "operator"]}}
+    app = make_api(settings, ApiSettings(api_tokens=tokens), client=client)  # type: ignore[arg-type]
+    with (
+        Server(app) as server,
+        httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {TOKEN}"}) as http,
+    ):
+        yield http, client
+    client.close()
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/api/v1/sessions", {"kind": "repair", "input": {}, "model": "openai:gpt-4o"}),
+        (f"/api/v1/sessions/{LIVE}/fork", {"from_step": 0}),
+        (f"/api/v1/sessions/{LIVE}/cancel", None),
+    ],
+)
+def test_an_idempotency_key_is_refused_not_ignored(
+    world: tuple[httpx.Client, Tickwork], path: str, body: dict[str, object] | None
+) -> None:
+    http, client = world
+    answer = http.post(path, json=body, headers={"Idempotency-Key": "retry-1"})
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["code"] == "invalid_input"
+    said = answer.json()["message"]
+    assert "Idempotency-Key" in said and "`id`" in said and "session_exists" in said
+    assert [h.id for h in client.sessions()] == [LIVE]  # nothing made, nothing cancelled
+    assert not client.get(LIVE).cancel_requested
+
+
+def test_a_fork_retried_under_its_own_id_says_where_the_first_is(
+    world: tuple[httpx.Client, Tickwork],
+) -> None:
+    http, _ = world
+    answer = http.post(f"/api/v1/sessions/{LIVE}/fork", json={"from_step": 0, "id": LIVE})
+    assert answer.status_code == 409, answer.text
+    assert answer.json()["code"] == "session_exists"
+    assert f"GET /api/v1/sessions/{LIVE}" in answer.json()["message"]
