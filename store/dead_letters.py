@@ -216,8 +216,10 @@ def list_dead_letters(
     with_snapshot: bool = False,
     tenant: str | None = None,
     submitted_by: str | None = None,
+    offset: int = 0,
 ) -> list[DeadLetter]:
-    """Newest first; only `tenant`'s, and `submitted_by`'s, if given."""
+    """Newest first, past the first `offset`; only `tenant`'s, and `submitted_by`'s, if
+    given."""
     query = _filtered(
         select(dead_letters),
         code=code,
@@ -227,9 +229,10 @@ def list_dead_letters(
         tenant=tenant,
         submitted_by=submitted_by,
     )
-    query = query.order_by(dead_letters.c.at.desc(), dead_letters.c.id.desc()).limit(limit)
+    query = query.order_by(dead_letters.c.at.desc(), dead_letters.c.id.desc())
     with engine.connect() as conn:
-        return [_row(r, with_snapshot) for r in conn.execute(query).mappings()]
+        found = conn.execute(query.limit(limit).offset(offset)).mappings()
+        return [_row(r, with_snapshot) for r in found]
 
 
 def get_dead_letter(engine: Engine, key: int | str) -> DeadLetter:

@@ -345,8 +345,10 @@ class DeadLetterQueue(Protocol):
         with_snapshot: bool = False,
         tenant: str | None = None,
         submitted_by: str | None = None,
+        offset: int = 0,
     ) -> list[DeadLetter]:
-        """Newest first; only `tenant`'s, and `submitted_by`'s, if given."""
+        """Newest first, past the first `offset`; only `tenant`'s, and `submitted_by`'s,
+        if given."""
         ...
 
     def dead_letter(self, key: int | str) -> DeadLetter:

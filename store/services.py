@@ -116,8 +116,10 @@ class Services:
         with_snapshot: bool = False,
         tenant: str | None = None,
         submitted_by: str | None = None,
+        offset: int = 0,
     ) -> list[DeadLetter]:
-        """Newest first; only `tenant`'s, and `submitted_by`'s, if given."""
+        """Newest first, past the first `offset`; only `tenant`'s, and `submitted_by`'s,
+        if given."""
         return dead_letters.list_dead_letters(
             self.engine,
             code=code,
@@ -128,6 +130,7 @@ class Services:
             with_snapshot=with_snapshot,
             tenant=tenant,
             submitted_by=submitted_by,
+            offset=offset,
         )
 
     def dead_letter(self, key: int | str) -> DeadLetter:

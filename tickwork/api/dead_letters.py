@@ -99,6 +99,9 @@ def list_dead_letters(
     since_: Since = None,
     unresolved: bool = False,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    offset: Annotated[
+        int, Query(ge=0, le=MAX_INT, description="Skip this many (the pages before).")
+    ] = 0,
     tenant: Tenant = None,
 ) -> list[dict[str, Any]]:
     found = client.dead_letters(
@@ -107,6 +110,7 @@ def list_dead_letters(
         since=since(since_),
         unresolved=unresolved,
         limit=limit,
+        offset=offset,
         **letter_filters(who, tenant),
     )
     return [views.dead_letter(d) for d in found]

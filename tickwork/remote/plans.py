@@ -436,10 +436,14 @@ def dead_letters(
     unresolved: bool = False,
     limit: int = 100,
     tenant: str | None = None,
+    offset: int = 0,
 ) -> Plan[list[DeadLetter]]:
-    """Dead letters, newest first; `since` an ISO time or a duration ago (2h, 3d); `tenant`
-    one tenant's (an admin token's filter; another token may name only its own)."""
-    params = {**_letters(code, kind, since, unresolved, tenant), "limit": limit}
+    """Dead letters, newest first, past the first `offset`; `since` an ISO time or a
+    duration ago (2h, 3d); `tenant` one tenant's (an admin token's filter; another token
+    may name only its own)."""
+    params: dict[str, Any] = {**_letters(code, kind, since, unresolved, tenant), "limit": limit}
+    if offset:  # asked only when given: a server from before it refuses the parameter
+        params["offset"] = offset
     found = yield Call("GET", _path("dead-letters"), _json, params=params)
     return [model(DeadLetter, d) for d in found]
 
