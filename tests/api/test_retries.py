@@ -71,3 +71,20 @@ def test_a_fork_retried_under_its_own_id_says_where_the_first_is(
     assert answer.status_code == 409, answer.text
     assert answer.json()["code"] == "session_exists"
     assert f"GET /api/v1/sessions/{LIVE}" in answer.json()["message"]
+
+
+def test_a_cancel_refuses_a_body_it_would_drop(world: tuple[httpx.Client, Tickwork]) -> None:
+    """A cancel records no reason: one sent is refused (422 naming it), not dropped while
+    the client believes it kept; no body, or `{}`, cancels."""
+    http, client = world
+    now = datetime.now(UTC)
+    session_id = f"cancel-{uuid.uuid4().hex[:6]}"
+    client.store.create(new_session(session_id, now=now), now=now)
+    refused = http.post(f"/api/v1/sessions/{session_id}/cancel", json={"reason": "wrong repo"})
+    assert refused.status_code == 422, refused.text
+    assert "body.reason: Extra inputs are not permitted" in refused.json()["message"]
+    assert not client.get(session_id).cancel_requested
+    for body in (None, {}):
+        answer = http.post(f"/api/v1/sessions/{session_id}/cancel", json=body)
+        assert answer.status_code in (200, 409), answer.text
+    assert client.get(session_id).cancel_requested

@@ -381,6 +381,11 @@ class Fork(Body):
     )
 
 
+class Cancel(Body):
+    """A cancel takes no fields (nor a body): one given is refused, not dropped, so a
+    `reason` a client sends is not believed recorded."""
+
+
 class Closing(Body):
     """Why the dead letter is resolved or dismissed."""
 

@@ -327,7 +327,9 @@ def _observe_wait(session: Session, call_id: str) -> None:
     summary="Cancel: at once if waiting for a person, else at its next tick",
     responses=documented(404, 409, 413),
 )
-def cancel(session_id: SessionId, client: Client, who: Canceller) -> Head:
+def cancel(
+    session_id: SessionId, client: Client, who: Canceller, body: bodies.Cancel | None = None
+) -> Head:
     seen_head(client, who, session_id, archived=False)
     return client.cancel(session_id, by=who.name)
 
