@@ -1,6 +1,7 @@
 """Paging the listings: the dead letters past the newest `limit` are reached with `offset`,
-as sessions are (over the API and the remote client). The sessions are written through the
-store (no worker runs)."""
+as sessions are (over the API and the remote client); and the answers a client pages
+through are typed in the OpenAPI schema, as they come. The sessions are written through
+the store (no worker runs)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from tickwork.worker.config.settings import Settings
 
 from tests.api.conftest import Server
 from tickwork.api import ApiSettings, make_api
+from tickwork.api.answers import EventPage, Identity, LetterView
 from tickwork.client import Tickwork
 from tickwork.remote import Client
 from tickwork.testing.store_ticks import claim, new_session
@@ -61,3 +63,26 @@ def test_dead_letters_past_the_limit_are_reached_with_offset(url: str) -> None:
         assert page(offset=3) == []
     with Client(url, token=TOKEN) as tw:
         assert [d.session_id for d in tw.dead_letters(limit=1, offset=1)] == newest[1:2]
+
+
+def test_the_schema_types_the_answers_a_client_reads_as_they_come(url: str) -> None:
+    """`/me`, the events page and the dead letters (listed, resolved) are named models in
+    the OpenAPI schema, not free objects, and the server's answers are those models."""
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {TOKEN}"}) as http:
+        paths = http.get("/api/v1/openapi.json").json()["paths"]
+
+        def answer_schema(path: str, method: str = "get") -> dict[str, object]:
+            ok = paths[path][method]["responses"]["200"]["content"]["application/json"]
+            return dict(ok["schema"])
+
+        assert answer_schema("/api/v1/me") == {"$ref": "#/components/schemas/Identity"}
+        events = answer_schema("/api/v1/sessions/{session_id}/events")
+        assert events == {"$ref": "#/components/schemas/EventPage"}
+        assert answer_schema("/api/v1/dead-letters")["items"] == {
+            "$ref": "#/components/schemas/LetterView"
+        }
+        Identity.model_validate(http.get("/api/v1/me").json())
+        page = EventPage.model_validate(http.get(f"/api/v1/sessions/{FAILED[0]}/events").json())
+        assert page.status == "failed" and page.events and page.last_id == page.events[-1].id
+        for letter in http.get("/api/v1/dead-letters").json():
+            assert LetterView.model_validate(letter).model_dump(mode="json").keys() <= letter.keys()

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tickwork.fsm.forks import ForkPatch
 from tickwork.fsm.outcomes import Outcome
-from tickwork.fsm.values import Head
+from tickwork.fsm.values import EventKind, Head, Status
 
 
 class Listed(Head):
@@ -58,3 +58,57 @@ class SessionView(BaseModel):
     tree: dict[str, Any] | None = Field(
         default=None, description="The session tree it belongs to, from its root."
     )
+
+
+class Identity(BaseModel):
+    """Who a token belongs to (`GET /api/v1/me`)."""
+
+    name: str = Field(description="Recorded as submitter, approver, forker.")
+    roles: list[str] = Field(description="submitter, approver, operator, admin; sorted.")
+    tenant: str = Field(description="The tenant the token sees and submits into.")
+    own_only: bool = Field(description="true: only the sessions it submitted, and their forks.")
+
+
+class EventView(BaseModel):
+    """One of a session's events."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: int = Field(description="The store's event id: give it as `after` (or Last-Event-ID).")
+    kind: EventKind
+    at: datetime
+    data: dict[str, Any] = Field(description="What the event says; its fields depend on `kind`.")
+
+
+class EventPage(BaseModel):
+    """A page of a session's events after an event id."""
+
+    status: Status = Field(description="The session's status when the page was read.")
+    events: list[EventView] = Field(description="Oldest first, at most `limit`.")
+    last_id: int = Field(
+        description="The last event's id (`after` when the page is empty): ask for the "
+        "next page with after=last_id."
+    )
+
+
+class LetterView(BaseModel):
+    """A dead letter: a failed session's cause, and how it was closed."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: int
+    session_id: str
+    code: str = Field(description="BUDGET_STEPS, LOOP, MODEL_ERROR, ... (the error code).")
+    message: str
+    kind: str
+    model: str
+    last_tool: str | None
+    error_signature: str = Field(description="The message with its particulars taken out.")
+    at: datetime = Field(description="When it was dead-lettered.")
+    schema_version: int
+    tenant: str
+    submitted_by: str
+    status: str = Field(description="open, forked, resolved or dismissed.")
+    resolved_at: datetime | None
+    resolution: dict[str, Any] | None = Field(description="Who closed it, how and why.")
+    closed: str | None = Field(description="How it was closed, in words; null while open.")

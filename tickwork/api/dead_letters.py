@@ -22,6 +22,7 @@ from tickwork.fsm.values import ErrorCode, Head
 from tickwork.store import dead_letters as dl
 
 from . import bodies
+from .answers import LetterView
 from .auth import Operator, Principal, Reader
 from .bodies import Closing
 from .errors import ApiError, ErrorBody, documented
@@ -90,7 +91,12 @@ def find(client: Client, who: Principal, key: str) -> dl.DeadLetter:
     return seen_letter(who, letter, key)
 
 
-@router.get("", summary="List dead letters, newest first")
+@router.get(
+    "",
+    summary="List dead letters, newest first",
+    response_model=None,
+    responses={200: {"model": list[LetterView], "description": "The dead letters"}},
+)
 def list_dead_letters(
     client: Client,
     who: Reader,
@@ -270,7 +276,8 @@ def fork(key: Key, body: bodies.Fork, client: Client, request: Request, who: Ope
 @router.post(
     "/{key}/resolve",
     summary="Mark the dead letter resolved without forking it",
-    responses=CHANGES,
+    response_model=None,
+    responses={200: {"model": LetterView, "description": "The dead letter, closed"}, **CHANGES},
 )
 def resolve(key: Key, body: Closing, client: Client, who: Operator) -> dict[str, Any]:
     return _close(client, key, dl.Closing.RESOLVED, body, who)
@@ -279,7 +286,8 @@ def resolve(key: Key, body: Closing, client: Client, who: Operator) -> dict[str,
 @router.post(
     "/{key}/dismiss",
     summary="Dismiss the dead letter: nothing is to be done",
-    responses=CHANGES,
+    response_model=None,
+    responses={200: {"model": LetterView, "description": "The dead letter, closed"}, **CHANGES},
 )
 def dismiss(key: Key, body: Closing, client: Client, who: Operator) -> dict[str, Any]:
     return _close(client, key, dl.Closing.DISMISSED, body, who)

@@ -21,7 +21,7 @@ from tickwork.parsing import ID_PREFIX_PATTERN, MAX_SESSION_ID, MIN_ID_PREFIX
 from tickwork.writes import SESSION_ID
 
 from . import bodies, previews
-from .answers import Listed, SessionView
+from .answers import EventPage, Identity, Listed, SessionView
 from .auth import Approver, Caller, Canceller, Operator, Reader, Submitter
 from .errors import ApiError, documented
 from .limits import MAX_INT
@@ -61,7 +61,11 @@ Client = Annotated[Tickwork, Depends(get_client)]
 
 
 @router.get(
-    "/me", tags=["auth"], summary="Who the token belongs to (any token, with or without roles)"
+    "/me",
+    tags=["auth"],
+    summary="Who the token belongs to (any token, with or without roles)",
+    response_model=None,
+    responses={200: {"model": Identity, "description": "The token's holder"}},
 )
 def me(who: Caller) -> dict[str, Any]:
     return {
@@ -251,7 +255,8 @@ def patch(session_id: SessionId, client: Client, who: Reader) -> PlainTextRespon
     "/sessions/{session_id}/events",
     tags=["sessions"],
     summary="A page of the session's events after an event id",
-    responses=FOUND,
+    response_model=None,
+    responses={200: {"model": EventPage, "description": "The page"}, **FOUND},
 )
 def events(
     session_id: SessionId,
