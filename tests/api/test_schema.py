@@ -95,7 +95,19 @@ def test_a_wrong_method_is_405_naming_every_method_the_path_takes(stack: Stack) 
         answer = http.request(method, path)
         assert answer.status_code == 405, (method, path)
         assert answer.headers["allow"] == allowed, (method, path)
-        assert answer.json()["code"] == "method_not_allowed"
+        assert answer.json() == {
+            "code": "method_not_allowed",
+            "message": f"{method} {path}: this path takes {allowed} only",
+        }
+
+
+def test_an_unknown_route_s_404_names_what_was_asked(stack: Stack) -> None:
+    answer = stack.http("olga").get("/tw/api/v1/me")
+    assert answer.status_code == 404
+    assert answer.json() == {
+        "code": "not_found",
+        "message": "no such endpoint: GET /tw/api/v1/me; see /api/v1/docs for the API's routes",
+    }
 
 
 def test_the_decision_schema_says_which_fields_go_with_which_kind() -> None:

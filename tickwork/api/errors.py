@@ -214,8 +214,9 @@ def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, HTTPException)
     status = exc.status_code
     message = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
+    asked = f"{request.method} {request.url.path[:200]}"
     if status == 404 and message == "Not Found":
-        message = "no such endpoint; see /api/v1/docs"
+        message = f"no such endpoint: {asked}; see /api/v1/docs for the API's routes"
     if status == 400 and "parsing the body" in message:
         # FastAPI's answer to a body that is not JSON text: bad input like any other
         status, message = 422, "the body is not JSON in UTF-8; send a JSON object"
@@ -223,7 +224,9 @@ def _http_error(request: Request, exc: Exception) -> JSONResponse:
     for name, value in (exc.headers or {}).items():
         response.headers[name] = value
     if status == 405:
-        response.headers["Allow"] = ", ".join(allowed_methods(request))
+        allowed = ", ".join(allowed_methods(request))
+        response = answer(405, "method_not_allowed", f"{asked}: this path takes {allowed} only")
+        response.headers["Allow"] = allowed
     return response
 
 
