@@ -355,3 +355,11 @@ def test_the_waiting_calls_come_without_previews_when_asked(stack: Stack, tmp_pa
     assert plain["fingerprint"] == stack.fingerprint(session_id)
     refused = http.get(f"/api/v1/approvals/{session_id}", params={"preview": "maybe"})
     assert refused.status_code == 422, refused.text
+
+
+def test_a_decision_without_its_fingerprint_says_where_to_find_it(stack: Stack) -> None:
+    status, error = decide(stack, "alice", "any-session", {"kind": "approve"})
+    assert status == 422 and error["code"] == "invalid_input", error
+    said = str(error["message"])
+    assert "`fingerprint` is missing" in said
+    assert "GET /api/v1/approvals/{session_id}?preview=false" in said

@@ -292,6 +292,18 @@ class Decide(Body):
         description="provide_output (in-doubt calls): the output.",
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _has_fingerprint(cls, data: Any) -> Any:
+        # pydantic would say only "Field required": say where a client finds it
+        if isinstance(data, dict) and "fingerprint" not in data:
+            raise ValueError(
+                "`fingerprint` is missing: give the fingerprint of the call as you saw it "
+                "(64 hex digits: the call's `fingerprint` in "
+                "GET /api/v1/approvals/{session_id}?preview=false)"
+            )
+        return data
+
     @model_validator(mode="after")
     def _fits_kind(self) -> Self:
         if self.kind is DecisionKind.EDIT and self.arguments is None:
