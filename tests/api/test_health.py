@@ -38,6 +38,9 @@ def test_a_working_deployment_is_live_and_ready(stack: Stack) -> None:
     assert probe(stack.url, "/healthz") == (200, {"ok": True})
     status, body = probe(stack.url, "/readyz")
     assert status == 200 and body["checks"] == {"database": "ok", "schema": "ok", "broker": "ok"}
+    # as uptime monitors and load balancers ask: HEAD, no token
+    for path in ("/healthz", "/readyz"):
+        assert httpx.head(f"{stack.url}{path}").status_code == 200, path
 
 
 def test_a_database_without_the_schema_is_live_but_not_ready(tmp_path: Path) -> None:

@@ -90,7 +90,7 @@ def test_a_wrong_method_is_405_naming_every_method_the_path_takes(stack: Stack) 
         ("DELETE", "/api/v1/sessions", "GET, POST"),
         ("PUT", "/api/v1/sessions/some-id", "GET"),
         ("GET", "/api/v1/sessions/some-id/cancel", "POST"),
-        ("POST", "/healthz", "GET"),
+        ("POST", "/healthz", "GET, HEAD"),
     ]:
         answer = http.request(method, path)
         assert answer.status_code == 405, (method, path)

@@ -55,7 +55,9 @@ NO_TENANT_DATA = {
     ("GET", "/api/v1/openapi.json"),
     ("GET", "/api/v1/me"),
     ("GET", "/healthz"),
+    ("HEAD", "/healthz"),
     ("GET", "/readyz"),
+    ("HEAD", "/readyz"),
 }
 #: routes that name one session or dead letter: (method, path) -> a valid body
 BY_ID: dict[tuple[str, str], dict[str, Any] | None] = {

@@ -70,11 +70,14 @@ def check_broker(client: Tickwork) -> str | None:
     return f"broker: {wrong}" if wrong is not None else f"broker: cannot connect ({why})"
 
 
+# HEAD too, as uptime monitors and load balancers ask (out of the schema: one operation)
 @router.get("/healthz", summary="Liveness: 200 while the server answers (checks nothing else)")
+@router.head("/healthz", include_in_schema=False)
 async def healthz() -> dict[str, Any]:
     return {"ok": True}
 
 
+@router.head("/readyz", include_in_schema=False)
 @router.get(
     "/readyz",
     summary="Readiness: the database answers, its schema is at head, the broker connects",
