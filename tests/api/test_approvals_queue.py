@@ -22,6 +22,7 @@ from tickwork.testing.store_ticks import new_session, reply, think
 TOKEN = "alice-approver-token-0001"
 #: waiting sessions, oldest first: an hour apart, the first a day ago
 WAITING = [f"w{n}-{uuid.uuid4().hex[:6]}" for n in range(3)]
+DONE = f"done-{uuid.uuid4().hex[:6]}"
 
 
 @pytest.fixture(scope="module")
@@ -37,6 +38,12 @@ def http(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
         client.store.create(Session(head=new_session(session_id, now=now).head), now=now)
         think(client.store, session_id, reply(("danger", {"value": "x"})), now=now)
         assert client.store.get(session_id).status is Status.WAITING_APPROVAL
+    # one that waited, and whose call was approved and ran: it waits for nobody now
+    now = start + timedelta(hours=len(WAITING))
+    client.store.create(Session(head=new_session(DONE, now=now).head), now=now)
+    think(client.store, DONE, reply(("danger", {"value": "x"})), now=now)
+    client.decide(DONE, "s1c0", "approve", approver="alice")
+    assert not client.store.get(DONE).awaiting
     tokens = {TOKEN: {"name": "alice", "roles": ["approver"]}}
     app = make_api(settings, ApiSettings(api_tokens=tokens), client=client)  # type: ignore[arg-type]
     with (
@@ -60,3 +67,11 @@ def test_the_queue_lists_the_waiting_sessions_oldest_first(http: httpx.Client) -
 def test_past_its_limit_the_queue_keeps_those_that_waited_longest(http: httpx.Client) -> None:
     assert queue(http, limit=1) == WAITING[:1]
     assert queue(http, limit=2) == WAITING[:2]
+
+
+def test_a_session_that_waits_for_nobody_says_so(http: httpx.Client) -> None:
+    """Its calls are none and `waiting_since` is null: its last request is history."""
+    answer = http.get(f"/api/v1/approvals/{DONE}", params={"preview": "false"})
+    assert answer.status_code == 200, answer.text
+    assert (answer.json()["calls"], answer.json()["waiting_since"]) == ([], None)
+    assert DONE not in queue(http)

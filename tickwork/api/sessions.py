@@ -493,5 +493,6 @@ def waiting_view(
         "job": views.job(head),
         "thought": thought,
         "calls": calls,
-        "waiting_since": asked[-1].isoformat() if asked else None,
+        # null once it waits for nobody: its last request is history, not a wait
+        "waiting_since": asked[-1].isoformat() if asked and head.awaiting else None,
     }
