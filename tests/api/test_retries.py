@@ -54,12 +54,13 @@ def test_an_idempotency_key_is_refused_not_ignored(
     world: tuple[httpx.Client, Tickwork], path: str, body: dict[str, object] | None
 ) -> None:
     http, client = world
+    before = [h.id for h in client.sessions()]
     answer = http.post(path, json=body, headers={"Idempotency-Key": "retry-1"})
     assert answer.status_code == 422, answer.text
     assert answer.json()["code"] == "invalid_input"
     said = answer.json()["message"]
     assert "Idempotency-Key" in said and "`id`" in said and "session_exists" in said
-    assert [h.id for h in client.sessions()] == [LIVE]  # nothing made, nothing cancelled
+    assert [h.id for h in client.sessions()] == before  # nothing made, nothing cancelled
     assert not client.get(LIVE).cancel_requested
 
 
@@ -88,3 +89,13 @@ def test_a_cancel_refuses_a_body_it_would_drop(world: tuple[httpx.Client, Tickwo
         answer = http.post(f"/api/v1/sessions/{session_id}/cancel", json=body)
         assert answer.status_code in (200, 409), answer.text
     assert client.get(session_id).cancel_requested
+
+
+def test_a_fork_answers_the_new_session_s_url_in_location(
+    world: tuple[httpx.Client, Tickwork],
+) -> None:
+    http, _ = world
+    answer = http.post(f"/api/v1/sessions/{LIVE}/fork", json={"from_step": 0})
+    assert answer.status_code == 201, answer.text
+    assert answer.headers["location"] == f"/api/v1/sessions/{answer.json()['id']}"
+    assert http.get(answer.headers["location"]).json()["head"]["parent_id"] == LIVE

@@ -48,6 +48,7 @@ def test_submit_answers_201_with_the_head(stack: Stack) -> None:
     )
     assert answer.status_code == 201, answer.text
     assert answer.json()["id"] == session_id and answer.json()["status"] == "ready"
+    assert answer.headers["location"] == f"/api/v1/sessions/{session_id}"
     keyed = {"kind": TEST_KIND, "model": stack.deployment.script(ECHO), "priority": 3}
     keyed |= {"concurrency_key": f"repo-{session_id}"}
     first = stack.http("sam").post("/api/v1/sessions", json=keyed)

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import IO, Annotated, Any, Literal
 
-from fastapi import APIRouter, Path, Query, Request
+from fastapi import APIRouter, Path, Query, Request, Response
 from fastapi.responses import StreamingResponse
 from pydantic import BeforeValidator
 
@@ -27,7 +27,7 @@ from .auth import Operator, Principal, Reader
 from .bodies import Closing
 from .errors import ApiError, ErrorBody, documented
 from .limits import MAX_INT
-from .sessions import CHANGES, FORKS, FOUND, Client, run_fork
+from .sessions import CHANGES, FORKS, FOUND, Client, created, run_fork
 from .tenancy import letter_filters, seen_forks, seen_letter
 
 router = APIRouter(
@@ -268,9 +268,11 @@ def show(key: Key, client: Client, who: Reader) -> dict[str, Any]:
     summary="Fork the dead letter's session with a patch; the dead letter is resolved",
     responses=FORKS,
 )
-def fork(key: Key, body: bodies.Fork, client: Client, request: Request, who: Operator) -> Head:
+def fork(
+    key: Key, body: bodies.Fork, client: Client, request: Request, response: Response, who: Operator
+) -> Head:
     letter = find(client, who, key)
-    return run_fork(client, letter.session_id, body, request, by=who.name)
+    return created(response, run_fork(client, letter.session_id, body, request, by=who.name))
 
 
 @router.post(

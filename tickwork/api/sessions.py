@@ -5,8 +5,9 @@ from __future__ import annotations
 import functools
 from datetime import UTC, datetime
 from typing import Annotated, Any
+from urllib.parse import quote
 
-from fastapi import APIRouter, Depends, Path, Query, Request
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from fastapi.responses import PlainTextResponse
 from pydantic import WithJsonSchema
 
@@ -85,7 +86,9 @@ def me(who: Caller) -> dict[str, Any]:
     "`submitted_by`",
     responses=documented(409, 413, 429, 502),
 )
-def submit(body: bodies.Submit, client: Client, request: Request, who: Submitter) -> Head:
+def submit(
+    body: bodies.Submit, client: Client, request: Request, response: Response, who: Submitter
+) -> Head:
     settings = client.settings
     if ":" in body.kind and body.kind not in settings.imports:
         raise ApiError(
@@ -96,7 +99,7 @@ def submit(body: bodies.Submit, client: Client, request: Request, who: Submitter
         )
     model = allowed_model(body.model, request.app.state.api_settings)
     try:
-        return client.submit(
+        head = client.submit(
             body.kind,
             body.input,
             model=model,
@@ -116,6 +119,13 @@ def submit(body: bodies.Submit, client: Client, request: Request, who: Submitter
     except (StoreConflict, InvalidInput):
         _taken(client, body.id)
         raise
+    return created(response, head)
+
+
+def created(response: Response, head: Head) -> Head:
+    """The new session, its URL in `Location` (a 201's)."""
+    response.headers["Location"] = f"/api/v1/sessions/{quote(head.id, safe='')}"
+    return head
 
 
 @router.get(
@@ -348,10 +358,15 @@ def cancel(
     responses=FORKS,
 )
 def fork(
-    session_id: SessionId, body: bodies.Fork, client: Client, request: Request, who: Operator
+    session_id: SessionId,
+    body: bodies.Fork,
+    client: Client,
+    request: Request,
+    response: Response,
+    who: Operator,
 ) -> Head:
     seen_head(client, who, session_id)
-    return run_fork(client, session_id, body, request, by=who.name)
+    return created(response, run_fork(client, session_id, body, request, by=who.name))
 
 
 def run_fork(
