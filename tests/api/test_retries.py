@@ -1,7 +1,6 @@
-"""Retrying over the API: a submit names its own `id` to be retried safely (409
-`session_exists` the second time, saying where the first is), and an `Idempotency-Key`
-header, which the API does not honour, is refused rather than ignored. The sessions are
-written through the store (no worker runs)."""
+"""Retrying over the API by the session's own `id`: a submit or fork that names one is
+409 `session_exists` the second time, saying where the first is (test_idempotency_keys
+retries with a key). The sessions are written through the store (no worker runs)."""
 
 from __future__ import annotations
 
@@ -40,28 +39,6 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[httpx.Clie
     ):
         yield http, client
     client.close()
-
-
-@pytest.mark.parametrize(
-    ("path", "body"),
-    [
-        ("/api/v1/sessions", {"kind": "repair", "input": {}, "model": "openai:gpt-4o"}),
-        (f"/api/v1/sessions/{LIVE}/fork", {"from_step": 0}),
-        (f"/api/v1/sessions/{LIVE}/cancel", None),
-    ],
-)
-def test_an_idempotency_key_is_refused_not_ignored(
-    world: tuple[httpx.Client, Tickwork], path: str, body: dict[str, object] | None
-) -> None:
-    http, client = world
-    before = [h.id for h in client.sessions()]
-    answer = http.post(path, json=body, headers={"Idempotency-Key": "retry-1"})
-    assert answer.status_code == 422, answer.text
-    assert answer.json()["code"] == "invalid_input"
-    said = answer.json()["message"]
-    assert "Idempotency-Key" in said and "`id`" in said and "session_exists" in said
-    assert [h.id for h in client.sessions()] == before  # nothing made, nothing cancelled
-    assert not client.get(LIVE).cancel_requested
 
 
 def test_a_fork_retried_under_its_own_id_says_where_the_first_is(

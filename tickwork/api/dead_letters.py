@@ -21,7 +21,7 @@ from tickwork.fsm.tenants import TENANT_PATTERN
 from tickwork.fsm.values import ErrorCode, Head
 from tickwork.store import dead_letters as dl
 
-from . import bodies
+from . import bodies, retries
 from .answers import LetterView
 from .auth import Operator, Principal, Reader
 from .bodies import Closing
@@ -269,10 +269,18 @@ def show(key: Key, client: Client, who: Reader) -> dict[str, Any]:
     responses=FORKS,
 )
 def fork(
-    key: Key, body: bodies.Fork, client: Client, request: Request, response: Response, who: Operator
+    key: Key,
+    body: bodies.Fork,
+    client: Client,
+    request: Request,
+    response: Response,
+    who: Operator,
+    _idempotency_key: retries.Key = None,
 ) -> Head:
     letter = find(client, who, key)
-    return created(response, run_fork(client, letter.session_id, body, request, by=who.name))
+    return created(
+        response, run_fork(client, letter.session_id, body, request, response, by=who.name)
+    )
 
 
 @router.post(

@@ -149,17 +149,6 @@ def check_tree(value: Any, *, where: str, depth: int = 0) -> None:
 def clean_parameters(request: Request) -> None:
     """A dependency of every route: 422 for a query parameter the route does not take, or
     a query or path text no database can store."""
-    if request.method == "POST" and "idempotency-key" in request.headers:
-        # refused, not ignored: a client sending it believes a retry cannot act twice
-        raise ApiError(
-            422,
-            "invalid_input",
-            "this API takes no Idempotency-Key header; to retry a submit or fork safely, "
-            "give the new session's `id` in the body: a retry of one that was stored is then "
-            "409 `session_exists` (GET /api/v1/sessions/{id} shows it), and a decision, "
-            "resolve or dismiss given twice is refused 409 the second time: docs/API.md "
-            "(`tickwork docs api`), Retrying a request",
-        )
     route = request.scope.get("route")
     taken = query_names(route) if route is not None else None
     if taken is not None:

@@ -21,7 +21,7 @@ from tickwork.fsm.values import ErrorCode, EventKind, Head, Session, Status
 from tickwork.parsing import ID_PREFIX_PATTERN, MAX_SESSION_ID, MIN_ID_PREFIX
 from tickwork.writes import SESSION_ID
 
-from . import bodies, previews
+from . import bodies, previews, retries
 from .answers import EventPage, Identity, Listed, SessionView
 from .auth import Approver, Caller, Canceller, Operator, Reader, Submitter
 from .errors import ApiError, documented
@@ -87,7 +87,12 @@ def me(who: Caller) -> dict[str, Any]:
     responses=documented(409, 413, 429, 502),
 )
 def submit(
-    body: bodies.Submit, client: Client, request: Request, response: Response, who: Submitter
+    body: bodies.Submit,
+    client: Client,
+    request: Request,
+    response: Response,
+    who: Submitter,
+    _key: retries.Key = None,
 ) -> Head:
     settings = client.settings
     if ":" in body.kind and body.kind not in settings.imports:
@@ -98,13 +103,33 @@ def submit(
             "built-in kind (repair) or one listed in TICKWORK_IMPORTS",
         )
     model = allowed_model(body.model, request.app.state.api_settings)
+    tenant = submit_tenant(who, body.tenant)
+    key = retries.key_of(request)
+    session_id = body.id
+    if key is not None:
+        session_id = body.id or retries.keyed_id(key, what="submit", tenant=tenant, by=who.name)
+
+        def same(head: Head) -> bool:
+            return (head.tenant, head.submitted_by, head.kind, head.parent_id) == (
+                tenant,
+                who.name,
+                body.kind,
+                None,
+            ) and head.input == body.input
+
+        def again() -> Head | None:
+            other = _exists(session_id) if body.id else retries.reused(session_id)
+            return retries.replayed(client, session_id, response, same=same, other=other)
+
+        if first := again():
+            return created(response, first)
     try:
         head = client.submit(
             body.kind,
             body.input,
             model=model,
             budgets=body.budgets,
-            session_id=body.id,
+            session_id=session_id,
             price=body.price,
             context_window=body.context_window,
             priority=body.priority,
@@ -112,12 +137,14 @@ def submit(
             max_per_key=body.max_per_key,
             trusted=False,
             submitted_by=who.name,
-            tenant=submit_tenant(who, body.tenant),
+            tenant=tenant,
         )
     except SessionExists:
-        raise _exists(body.id) from None
+        if key is not None and (first := again()):  # a try at the same moment made it
+            return created(response, first)
+        raise _exists(session_id) from None
     except (StoreConflict, InvalidInput):
-        _taken(client, body.id)
+        _taken(client, session_id)
         raise
     return created(response, head)
 
@@ -364,13 +391,20 @@ def fork(
     request: Request,
     response: Response,
     who: Operator,
+    _key: retries.Key = None,
 ) -> Head:
     seen_head(client, who, session_id)
-    return created(response, run_fork(client, session_id, body, request, by=who.name))
+    return created(response, run_fork(client, session_id, body, request, response, by=who.name))
 
 
 def run_fork(
-    client: Tickwork, session_id: str, body: bodies.Fork, request: Request, *, by: str
+    client: Tickwork,
+    session_id: str,
+    body: bodies.Fork,
+    request: Request,
+    response: Response,
+    *,
+    by: str,
 ) -> Head:
     if body.id is not None and not SESSION_ID.match(body.id):
         raise ApiError(
@@ -381,6 +415,25 @@ def run_fork(
         )
     # the model a submit over the API may name, and no other (a script only from the roots)
     model = allowed_model(body.model, request.app.state.api_settings)
+    key = retries.key_of(request)
+    new_id = body.id
+    if key is not None:
+        # the parent names the tenant: a fork stays in its parent's
+        new_id = body.id or retries.keyed_id(key, what="fork", tenant="", by=by, parent=session_id)
+
+        def same(head: Head) -> bool:
+            return (head.parent_id, head.fork_step, head.submitted_by) == (
+                session_id,
+                body.from_step,
+                by,
+            )
+
+        def again() -> Head | None:
+            other = _exists(new_id) if body.id else retries.reused(new_id)
+            return retries.replayed(client, new_id, response, same=same, other=other)
+
+        if first := again():
+            return first
     try:
         return client.fork(
             session_id,
@@ -390,7 +443,7 @@ def run_fork(
             append_instruction=body.append_instruction,
             tool_outputs=body.tool_outputs,
             budgets=body.budgets,
-            new_id=body.id,
+            new_id=new_id,
             again=body.again,
             state=body.state,
             model=model,
@@ -402,9 +455,11 @@ def run_fork(
             max_per_key=body.max_per_key,
         )
     except SessionExists:
-        raise _exists(body.id) from None
+        if key is not None and (first := again()):  # a try at the same moment made it
+            return first
+        raise _exists(new_id) from None
     except (StoreConflict, InvalidInput):
-        _taken(client, body.id)
+        _taken(client, new_id)
         raise
 
 

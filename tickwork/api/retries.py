@@ -1,0 +1,89 @@
+"""Retrying a submit or a fork with an `Idempotency-Key` (docs/API.md, Retrying a request).
+
+A key names the session a request makes: its id is derived from the key, the tenant, the
+caller and (a fork) the parent, so a retry of a request that was stored meets the session
+the first try made and is answered with it, as the first try was (201, `Idempotent-Replayed:
+true`). Nothing is stored besides the session: a key lasts as long as its session is live.
+A key used again for another request (another kind or input, another step) is refused."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Callable
+from typing import Annotated
+
+from fastapi import Header, Request, Response
+
+from tickwork.client import Tickwork
+from tickwork.fsm.values import Head
+
+from .errors import ApiError
+
+#: the header, as clients of Stripe, PayPal or the IETF draft send it
+HEADER = "Idempotency-Key"
+#: what a key may be: visible ASCII, as the IETF draft's examples (uuids, random strings)
+KEY = re.compile(r"[\x21-\x7e]{1,255}")
+#: the header as a route's parameter, for the schema (`key_of` reads and checks it)
+Key = Annotated[
+    str | None,
+    Header(
+        alias=HEADER,
+        description="Makes a retry of this request safe: one made already is answered with "
+        "the session it made (201, `Idempotent-Replayed: true`); 1 to 255 visible ASCII "
+        "characters, e.g. a uuid made for the request (docs/API.md, Retrying a request).",
+    ),
+]
+#: the namespace of the ids keys give (uuid5 of it and the request's owner and key)
+_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "https://tickwork.invalid/idempotency-key")
+
+
+def key_of(request: Request) -> str | None:
+    """The request's key, or None; 422 for one no client should send."""
+    key = request.headers.get(HEADER)
+    if key is None:
+        return None
+    if not KEY.fullmatch(key):
+        raise ApiError(
+            422,
+            "invalid_input",
+            f"the {HEADER} header must be 1 to 255 visible ASCII characters (a uuid you make "
+            "for the request, sent again with its retries)",
+        )
+    return key
+
+
+def keyed_id(key: str, *, what: str, tenant: str, by: str, parent: str = "") -> str:
+    """The id of the session a request with `key` makes: one per tenant, caller, route and
+    (a fork) parent, so two callers' keys never meet."""
+    return uuid.uuid5(_NAMESPACE, "\n".join((what, tenant, by, parent, key))).hex
+
+
+def replayed(
+    client: Tickwork,
+    session_id: str,
+    response: Response,
+    *,
+    same: Callable[[Head], bool],
+    other: ApiError,
+) -> Head | None:
+    """The session an earlier try of this request made, answered as it was; None if there
+    is none live; `other` if the id is another request's session."""
+    try:
+        head = client.get(session_id)
+    except LookupError:
+        return None
+    if not same(head):
+        raise other
+    response.headers["Idempotent-Replayed"] = "true"
+    return head
+
+
+def reused(session_id: str) -> ApiError:
+    """422 `idempotency_key_reused`: the key's session was made by another request."""
+    return ApiError(
+        422,
+        "idempotency_key_reused",
+        f"this {HEADER} was sent with another request, which made session {session_id}; "
+        "a new request takes a new key",
+    )
