@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import (
+    ColumnElement,
     Engine,
     insert,
     select,
@@ -224,8 +225,10 @@ class CoreStore(Services):
         limit: int = 50,
         offset: int = 0,
         oldest_first: bool = False,
+        stalest_first: bool = False,
     ) -> list[Head]:
-        """Newest first (`oldest_first`: oldest first); only `tenant`'s if given."""
+        """Newest first (`oldest_first`: oldest first; `stalest_first`: the least recently
+        updated first); only `tenant`'s if given."""
         query = select(sessions)
         if id_prefix:
             if "\x00" in id_prefix:  # no id holds one, and Postgres refuses it as a parameter
@@ -246,8 +249,12 @@ class CoreStore(Services):
             query = query.where(sessions.c.submitted_by == submitted_by)
         if parent_id:
             query = query.where(sessions.c.parent_id == parent_id)
-        created = sessions.c.created_at if oldest_first else sessions.c.created_at.desc()
-        query = query.order_by(created, sessions.c.id).limit(limit)
+        order: ColumnElement[Any] = sessions.c.created_at.desc()
+        if stalest_first:
+            order = sessions.c.updated_at
+        elif oldest_first:
+            order = sessions.c.created_at
+        query = query.order_by(order, sessions.c.id).limit(limit)
         with self.engine.connect() as conn:
             return [rows.head_from_row(r) for r in conn.execute(query.offset(offset)).mappings()]
 

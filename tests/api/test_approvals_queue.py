@@ -23,6 +23,8 @@ TOKEN = "alice-approver-token-0001"
 #: waiting sessions, oldest first: an hour apart, the first a day ago
 WAITING = [f"w{n}-{uuid.uuid4().hex[:6]}" for n in range(3)]
 DONE = f"done-{uuid.uuid4().hex[:6]}"
+#: made before every other, but waiting only since after them all (its model took long)
+LATE = f"late-{uuid.uuid4().hex[:6]}"
 
 
 @pytest.fixture(scope="module")
@@ -33,6 +35,8 @@ def http(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
     upgrade(settings.db_url)
     client = Tickwork(settings)
     start = datetime.now(UTC) - timedelta(days=1)
+    made = start - timedelta(hours=1)
+    client.store.create(Session(head=new_session(LATE, now=made).head), now=made)
     for hour, session_id in enumerate(WAITING):
         now = start + timedelta(hours=hour)
         client.store.create(Session(head=new_session(session_id, now=now).head), now=now)
@@ -44,6 +48,9 @@ def http(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
     think(client.store, DONE, reply(("danger", {"value": "x"})), now=now)
     client.decide(DONE, "s1c0", "approve", approver="alice")
     assert not client.store.get(DONE).awaiting
+    now = start + timedelta(hours=len(WAITING) + 1)
+    think(client.store, LATE, reply(("danger", {"value": "x"})), now=now)
+    assert client.store.get(LATE).status is Status.WAITING_APPROVAL
     tokens = {TOKEN: {"name": "alice", "roles": ["approver"]}}
     app = make_api(settings, ApiSettings(api_tokens=tokens), client=client)  # type: ignore[arg-type]
     with (
@@ -61,12 +68,14 @@ def queue(http: httpx.Client, **params: int) -> list[str]:
 
 
 def test_the_queue_lists_the_waiting_sessions_oldest_first(http: httpx.Client) -> None:
-    assert queue(http) == WAITING
+    assert queue(http) == [*WAITING, LATE]
 
 
 def test_past_its_limit_the_queue_keeps_those_that_waited_longest(http: httpx.Client) -> None:
     assert queue(http, limit=1) == WAITING[:1]
     assert queue(http, limit=2) == WAITING[:2]
+    # waiting is counted from the request, not from the session's start
+    assert queue(http, limit=3) == WAITING
 
 
 def test_a_session_that_waits_for_nobody_says_so(http: httpx.Client) -> None:

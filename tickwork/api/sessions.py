@@ -501,9 +501,10 @@ def approvals(
 ) -> list[dict[str, Any]]:
     scope = session_filters(who)
     assert scope is not None  # no submitter asked for
-    # the `limit` that have waited longest, not the newest: past the limit, the newest wait
+    # the `limit` that have waited longest, not the newest nor the first made: a waiting
+    # session is updated when it begins to wait, and not again until a person decides
     heads = client.sessions(
-        status=[Status.WAITING_APPROVAL.value], limit=limit, oldest_first=True, **scope
+        status=[Status.WAITING_APPROVAL.value], limit=limit, stalest_first=True, **scope
     )
     found = []
     for head in heads:

@@ -139,6 +139,18 @@ class SessionContract(Contract):
         assert ids(limit=2) == ["d", "c"]
         assert ids(limit=2, offset=2) == ["b", "a"]
 
+    def test_list_sessions_stalest_first_orders_by_the_last_update(
+        self, store: Store, clock: Clock
+    ) -> None:
+        """A session made first but changed last comes last (the approvals queue: waited
+        longest first)."""
+        store.create(new_session("x", now=clock.advance(1)), now=clock())
+        store.create(new_session("y", now=clock.advance(1)), now=clock())
+        think(store, "x", reply(content="done"), now=clock.advance(1))
+
+        assert [h.id for h in store.list_sessions(oldest_first=True)] == ["x", "y"]
+        assert [h.id for h in store.list_sessions(stalest_first=True)] == ["y", "x"]
+
     def test_ids_starting_finds_the_ids_with_a_prefix_in_order_case_and_wildcards_exact(
         self, store: Store, clock: Clock
     ) -> None:
