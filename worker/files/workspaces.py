@@ -63,7 +63,8 @@ def written_paths(tool: str, arguments: Mapping[str, Any]) -> list[str] | None:
             patched = parse_patch(arguments["patch"])
         except Exception:  # a patch it could not read changed nothing: look at all anyway
             return None
-        return [p for f in patched for p in (f.old_path, f.new_path) if p]
+        # a patch's paths as written too: the applier takes them in a workspace holding them
+        return [p for f in patched for p in (f.old_path, f.new_path, *(f.written or ())) if p]
     return None
 
 

@@ -101,6 +101,9 @@ class FilePatch:
     old_path: str | None
     new_path: str | None
     hunks: tuple[Hunk, ...]
+    #: the header's paths as written, where two differing first folders were dropped
+    #: (`old/x`, `new/x`): in a workspace holding `old/x` they mean a move, not `x`
+    written: tuple[str, str] | None = None
 
     @property
     def path(self) -> str:
@@ -115,7 +118,9 @@ def parse_patch(text: str) -> list[FilePatch]:
     while i < len(lines):
         line = lines[i]
         if _is_file_header(lines, i):
-            old, new = _strip_prefixes(_header_path(line[4:]), _header_path(lines[i + 1][4:]))
+            given = _header_path(line[4:]), _header_path(lines[i + 1][4:])
+            old, new = _strip_prefixes(*given)
+            written = (given[0], given[1]) if given[0] and given[1] and old != given[0] else None
             i += 2
             hunks = []
             while i < len(lines) and lines[i].startswith("@@"):
@@ -125,7 +130,9 @@ def parse_patch(text: str) -> list[FilePatch]:
                 raise ToolError("a file diff has /dev/null on both sides")
             if not hunks:
                 raise ToolError(f"the diff for {new or old} has no hunks (@@ -l,n +l,n @@ lines)")
-            files.append(FilePatch(old, new, tuple(hunks)))
+            if written is not None and written[0].startswith("a/"):
+                written = None  # git's own prefixes, never a folder of the workspace
+            files.append(FilePatch(old, new, tuple(hunks), written))
         elif line.startswith("@@"):
             raise ToolError(f"line {i + 1}: a hunk comes before any '--- a/x' / '+++ b/x' header")
         elif line.startswith(("GIT binary patch", "Binary files ")):
@@ -275,6 +282,7 @@ def apply_patch(workspace: Path, text: str) -> str:
     shown: dict[Path, str] = {}
     summary: list[str] = []
     for patch in parse_patch(text):
+        patch = _as_meant(workspace, patch)
         for given in (patch.old_path, patch.new_path):
             if given is not None:
                 _check_path(workspace, given)
@@ -316,6 +324,20 @@ def apply_patch(workspace: Path, text: str) -> str:
             summary.append(f"{verb} {shown[target]} ({len(patch.hunks)} hunk(s))")
     _commit(changes, shown)
     return "\n".join(summary)
+
+
+def _as_meant(workspace: Path, patch: FilePatch) -> FilePatch:
+    """`patch` with the first folders it dropped put back where the workspace holds its old
+    path as written and not the one without them: `old/x` to `new/x` there is a move."""
+    if patch.written is None or patch.old_path is None:
+        return patch
+    old, new = patch.written
+    try:
+        held = resolve(workspace, old).is_file() and resolve(workspace, new) is not None
+        meant = held and not resolve(workspace, patch.old_path).exists()
+    except ToolError:  # one leaves the workspace: the paths without the folders stand
+        return patch
+    return FilePatch(old, new, patch.hunks) if meant else patch
 
 
 def check_patch(text: str) -> None:

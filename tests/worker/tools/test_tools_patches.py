@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from tickwork.fsm.errors import PathOutsideWorkspace, ToolError
+from tickwork.worker.files.workspaces import written_paths
 from tickwork.worker.tools.patches import (
     apply_hunks,
     apply_patch,
@@ -156,6 +157,23 @@ def test_other_prefixes_before_the_same_path_are_dropped_as_git_apply_drops_them
     patch = f"--- {old}\n+++ {new}\n@@ -2,3 +2,3 @@\n line 2\n-line 3\n+LINE THREE\n line 4\n"
     assert apply_patch(repo, patch) == "patched app.py (1 hunk(s))"
     assert (repo / "app.py").read_text() == APP.replace("line 3\n", "LINE THREE\n")
+
+
+def test_a_move_between_two_folders_of_the_workspace_keeps_its_folders(repo: Path) -> None:
+    """`old/x` to `new/x` where the workspace holds `old/x` (and no `x`) is a move, as it
+    was before the folders were dropped: not a patch of a missing `x`."""
+    (repo / "old").mkdir()
+    (repo / "old" / "mod.py").write_text("a = 1\nb = 2\n")
+    patch = "--- old/mod.py\n+++ new/mod.py\n@@ -1,2 +1,2 @@\n a = 1\n-b = 2\n+b = 3\n"
+    assert written_paths("apply_patch", {"patch": patch}) == [
+        "mod.py",
+        "mod.py",
+        "old/mod.py",
+        "new/mod.py",
+    ]
+    assert apply_patch(repo, patch) == "renamed old/mod.py to new/mod.py"
+    assert not (repo / "old" / "mod.py").exists()
+    assert (repo / "new" / "mod.py").read_text() == "a = 1\nb = 3\n"
 
 
 def test_two_diffs_of_the_same_file_apply_in_turn(repo: Path) -> None:
