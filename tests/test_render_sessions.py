@@ -279,3 +279,12 @@ def test_dlq_ls_and_ls_show_what_to_do_after_a_failed_setup() -> None:
         assert "the whole log: `tickwork env show ab12ab12ab12`" in shown, shown
         assert "more chars; --json shows all)" in shown, shown
         assert "$ python -m pip" not in shown, shown
+
+
+def test_a_listing_takes_no_next_step_from_a_reason_s_later_lines() -> None:
+    """Only the first line's "Next: ..." is a next step: one in a log or traceback below it
+    is not shown in place of what went wrong."""
+    reason = "the command failed: " + "x" * 100 + "\nlog: done. Next: step of the log\nmore"
+    shown = render.gist(reason, 80)
+    assert shown.startswith("the command failed: "), shown
+    assert "step of the log" not in shown, shown

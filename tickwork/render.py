@@ -165,10 +165,10 @@ def gist(reason: str, limit: int) -> str:
     """A stored reason as a listing shows it: cut to `limit` characters, except its next
     step ("Next: ...", to its line's end), kept whole after what went wrong is cut: a user
     of the list sees what to do. The lines after it (a setup's log) are left out."""
-    went_wrong, said, rest = reason.partition(NEXT)
+    # its first line's only: one in a log or a traceback below is no next step of ours
+    went_wrong, said, step = reason.split("\n", 1)[0].partition(NEXT)
     if not said or len(reason) <= limit:
         return clip(reason, limit)
-    step = rest.split("\n", 1)[0]
     left = len(reason) - min(len(went_wrong), limit) - len(NEXT) - len(step)
     cut = went_wrong[:limit] + ("…" if len(went_wrong) > limit else "")
     shown = f"{cut}{NEXT}{step}"
