@@ -506,3 +506,21 @@ def test_session_id_refuses_a_uuid_of_no_session_at_once(remote: Remote, mode: s
         asked = [line for line in remote.served.log.read_text().splitlines() if given in line]
         assert len(asked) == 2, asked  # the session itself, and the start: nothing more
     assert f"id_prefix={old}" not in remote.served.log.read_text()  # logged before those
+
+
+def test_a_submit_and_a_fork_with_an_idempotency_key_are_safe_to_retry(
+    remote: Remote, mode: str
+) -> None:
+    sam, olga = api(remote, mode, "sam"), api(remote, mode, "olga")
+    key, script = f"k-{uuid.uuid4()}", remote.script(ECHO)
+    first = sam.submit(TEST_KIND, remote.input(), model=script, idempotency_key=key)
+    again = sam.submit(TEST_KIND, remote.input(), model=script, idempotency_key=key)
+    assert again.id == first.id
+    other = sam.submit(TEST_KIND, remote.input(), model=script, idempotency_key=f"{key}-2")
+    assert other.id != first.id
+    olga.wait(first.id, timeout=60, poll=0.1)
+    fork = olga.fork(first.id, from_step=0, idempotency_key=key)
+    assert olga.fork(first.id, from_step=0, idempotency_key=key).id == fork.id
+    with pytest.raises(RemoteError) as refused:
+        olga.fork(first.id, from_step=1, idempotency_key=key)
+    assert refused.value.code == "idempotency_key_reused"

@@ -169,7 +169,7 @@ class Client(_Base):
     def send(self, call: Call[T]) -> T:
         try:
             response = self._http.request(
-                call.method, call.path, params=call.params, json=call.json
+                call.method, call.path, params=call.params, json=call.json, headers=call.headers
             )
         except httpx.TransportError as exc:
             raise unreachable(exc, self.base_url) from exc
@@ -290,7 +290,7 @@ class AsyncClient(_Base):
     async def send(self, call: Call[T]) -> T:
         try:
             response = await self._http.request(
-                call.method, call.path, params=call.params, json=call.json
+                call.method, call.path, params=call.params, json=call.json, headers=call.headers
             )
         except httpx.TransportError as exc:
             raise unreachable(exc, self.base_url) from exc

@@ -42,6 +42,7 @@ class Call(Generic[T]):
     read: Callable[[httpx.Response], T]
     params: Mapping[str, Any] = field(default_factory=dict)
     json: Any = None
+    headers: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -135,13 +136,15 @@ def submit(
     priority: int = 0,
     concurrency_key: str | None = None,
     max_per_key: int | None = None,
+    idempotency_key: str | None = None,
 ) -> Plan[Head]:
     """Submit a session of job `kind` into the token's tenant (an admin token may name
     another `tenant`); the server records the token's name as its submitter. A repair's
     input may be a `RepairInput`. Over a tenant's quota: a RemoteError with code
     `quota_exceeded` (HTTP 429), its `details["quota"]` naming the quota. `priority`,
     `concurrency_key` and `max_per_key` order and limit its admission (a session beyond a
-    limit waits `queued`)."""
+    limit waits `queued`). `idempotency_key` makes a retry safe: the same call again is
+    answered with the session the first made."""
     data = input.model_dump(exclude_unset=True) if isinstance(input, RepairInput) else input
     body = _body(
         bodies.Submit,
@@ -157,7 +160,8 @@ def submit(
         concurrency_key=concurrency_key,
         max_per_key=max_per_key,
     )
-    return (yield Call("POST", _path("sessions"), _head, json=body))
+    keyed = _keyed(idempotency_key)
+    return (yield Call("POST", _path("sessions"), _head, json=body, headers=keyed))
 
 
 def get(session_id: str) -> Plan[Listed]:
@@ -386,6 +390,7 @@ def fork(
     priority: int | None = None,
     concurrency_key: str | None = None,
     max_per_key: int | None = None,
+    idempotency_key: str | None = None,
 ) -> Plan[Head]:
     """A new session from step `from_step` of this one, with a declared patch; the
     session's dead letter, if it has one, is resolved. `again` forks one whose dead letter
@@ -410,7 +415,20 @@ def fork(
         concurrency_key=concurrency_key,
         max_per_key=max_per_key,
     )
-    return (yield Call("POST", _path("sessions", session_id, "fork"), _head, json=body))
+    return (
+        yield Call(
+            "POST",
+            _path("sessions", session_id, "fork"),
+            _head,
+            json=body,
+            headers=_keyed(idempotency_key),
+        )
+    )
+
+
+def _keyed(idempotency_key: str | None) -> dict[str, str]:
+    """The header that makes a submit's or fork's retry safe (docs/API.md, Retrying)."""
+    return {"Idempotency-Key": idempotency_key} if idempotency_key else {}
 
 
 def _letters(
@@ -505,6 +523,7 @@ def fork_dead_letter(
     priority: int | None = None,
     concurrency_key: str | None = None,
     max_per_key: int | None = None,
+    idempotency_key: str | None = None,
 ) -> Plan[Head]:
     """Fork a dead letter's session; the dead letter is resolved. `again` forks one that
     was forked or closed already. `model` is the spec the fork runs on (a submit's, as the
@@ -528,7 +547,15 @@ def fork_dead_letter(
         concurrency_key=concurrency_key,
         max_per_key=max_per_key,
     )
-    return (yield Call("POST", _path("dead-letters", str(key), "fork"), _head, json=body))
+    return (
+        yield Call(
+            "POST",
+            _path("dead-letters", str(key), "fork"),
+            _head,
+            json=body,
+            headers=_keyed(idempotency_key),
+        )
+    )
 
 
 def _close(key: str | int, verb: str, reason: str) -> Plan[DeadLetter]:
