@@ -332,6 +332,37 @@ def test_the_sessions_are_filtered_by_status_submitter_and_kind(
     expect(page.locator(f'#sessions tr[data-session="{by_fuzz}"]')).to_have_count(1)
 
 
+def test_the_session_list_fits_the_window_whatever_its_sessions_hold(
+    page: Any,  # noqa: F811
+    stack: Stack,
+    tmp_path: Path,
+) -> None:
+    """A server-made id is 32 hex digits, a kind or a model spec can be 200 characters
+    with no space and a name as long: the list wraps them in their cells rather than
+    scroll the page sideways. Its own kind keeps other tests' sessions out of the list."""
+    from playwright.sync_api import expect
+    from tickwork.worker.tick.runtime import utc_now
+
+    from tickwork.testing.store_ticks import new_session
+
+    store = stack.deployment.client.store
+    mark = uuid.uuid4().hex
+    kind = f"tests.jobs:{'A_KIND_WITHOUT_A_SPACE_' * 7}{mark[:8]}"
+    model = f"scripted:/{'a-folder-without-a-space' * 6}/{mark}.json"
+    statuses = (Status.COMPLETED, Status.WAITING_CHILDREN, Status.WAITING_APPROVAL)
+    for n, status in enumerate(statuses):
+        # not runnable: stored with no tick, so no worker takes them up
+        session = new_session((mark * 2)[: 64 - n], now=utc_now(), kind=kind, model=model)
+        head = session.head.model_copy(
+            update={"status": status, "submitted_by": "s" * 200, "step": 123_456_789}
+        )
+        store.create(session.model_copy(update={"head": head}), now=utc_now())
+
+    log_in(page, stack, "sam", f"#/sessions?kind={kind}")
+    expect(page.locator("#sessions tbody tr")).to_have_count(len(statuses))
+    looked_at(page, "sessions-long", tmp_path)
+
+
 def test_each_step_shows_its_tokens_cost_and_durations(
     page: Any,  # noqa: F811
     stack: Stack,
