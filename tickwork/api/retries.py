@@ -31,7 +31,8 @@ Key = Annotated[
         alias=HEADER,
         description="Makes a retry of this request safe: one made already is answered with "
         "the session it made (201, `Idempotent-Replayed: true`); 1 to 255 visible ASCII "
-        "characters, e.g. a uuid made for the request (docs/API.md, Retrying a request).",
+        "characters, e.g. a uuid made for the request (docs/API.md (`tickwork docs api`), "
+        "Retrying a request).",
     ),
 ]
 #: the namespace of the ids keys give (uuid5 of it and the request's owner and key)
