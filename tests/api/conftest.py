@@ -24,14 +24,16 @@ import httpx
 import pytest
 import uvicorn
 from tickwork.fsm.values import Status
+from tickwork.store.migrate import upgrade
 from tickwork.worker.config.settings import Settings
 
 from tests.conftest import _truncate
 from tests.tasks.conftest import TEST_KIND, Deployment
 from tickwork.api import ApiSettings, make_api
+from tickwork.client import Tickwork
 from tickwork.testing import until
 
-__all__ = ["DANGER", "TEST_KIND", "TOKENS", "Stack", "until"]
+__all__ = ["DANGER", "TEST_KIND", "TOKENS", "Stack", "embedded_client", "until"]
 
 TOKENS = {
     "alice-approver-token-0001": {"name": "alice", "roles": ["approver"]},
@@ -154,6 +156,15 @@ class Receiver:
         self.server.shutdown()
         self.server.server_close()
         self.thread.join(5)
+
+
+def embedded_client(tmp: Path) -> Tickwork:
+    """A client of a new embedded store under `tmp`, on a queue of its own (no worker runs
+    it): a test writes its sessions through `client.store` as it wants them."""
+    settings = Settings(state_dir=tmp / "state", queue=f"tickwork.ticks.{uuid.uuid4().hex[:8]}")
+    settings.state_dir.mkdir(parents=True)
+    upgrade(settings.db_url)
+    return Tickwork(settings)
 
 
 @dataclass

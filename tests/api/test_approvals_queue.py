@@ -11,12 +11,9 @@ from datetime import UTC, datetime, timedelta
 import httpx
 import pytest
 from tickwork.fsm.values import Session, Status
-from tickwork.store.migrate import upgrade
-from tickwork.worker.config.settings import Settings
 
-from tests.api.conftest import Server
+from tests.api.conftest import Server, embedded_client
 from tickwork.api import ApiSettings, make_api
-from tickwork.client import Tickwork
 from tickwork.testing.store_ticks import new_session, reply, think
 
 TOKEN = "alice-approver-token-0001"
@@ -30,10 +27,8 @@ LATE = f"late-{uuid.uuid4().hex[:6]}"
 @pytest.fixture(scope="module")
 def http(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
     tmp = tmp_path_factory.mktemp("approvals")
-    settings = Settings(state_dir=tmp / "state", queue=f"tickwork.ticks.{uuid.uuid4().hex[:8]}")
-    settings.state_dir.mkdir(parents=True)
-    upgrade(settings.db_url)
-    client = Tickwork(settings)
+    client = embedded_client(tmp)
+    settings = client.settings
     start = datetime.now(UTC) - timedelta(days=1)
     made = start - timedelta(hours=1)
     client.store.create(Session(head=new_session(LATE, now=made).head), now=made)

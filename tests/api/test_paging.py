@@ -13,13 +13,10 @@ import httpx
 import pytest
 from tickwork.fsm import machine
 from tickwork.fsm.values import ErrorCode, Session
-from tickwork.store.migrate import upgrade
-from tickwork.worker.config.settings import Settings
 
-from tests.api.conftest import Server
+from tests.api.conftest import Server, embedded_client
 from tickwork.api import ApiSettings, make_api
 from tickwork.api.answers import EventPage, Identity, LetterView
-from tickwork.client import Tickwork
 from tickwork.remote import Client
 from tickwork.testing.store_ticks import claim, new_session
 
@@ -31,10 +28,8 @@ FAILED = [f"f{n}-{uuid.uuid4().hex[:6]}" for n in range(3)]
 @pytest.fixture(scope="module")
 def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     tmp = tmp_path_factory.mktemp("paging")
-    settings = Settings(state_dir=tmp / "state", queue=f"tickwork.ticks.{uuid.uuid4().hex[:8]}")
-    settings.state_dir.mkdir(parents=True)
-    upgrade(settings.db_url)
-    client = Tickwork(settings)
+    client = embedded_client(tmp)
+    settings = client.settings
     start = datetime.now(UTC) - timedelta(hours=1)
     for minute, session_id in enumerate(FAILED):
         now = start + timedelta(minutes=minute)

@@ -10,10 +10,8 @@ from datetime import UTC, datetime
 
 import httpx
 import pytest
-from tickwork.store.migrate import upgrade
-from tickwork.worker.config.settings import Settings
 
-from tests.api.conftest import Server
+from tests.api.conftest import Server, embedded_client
 from tickwork.api import ApiSettings, make_api
 from tickwork.client import Tickwork
 from tickwork.testing.store_ticks import new_session
@@ -25,10 +23,8 @@ LIVE = f"live-{uuid.uuid4().hex[:6]}"
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[httpx.Client, Tickwork]]:
     tmp = tmp_path_factory.mktemp("retries")
-    settings = Settings(state_dir=tmp / "state", queue=f"tickwork.ticks.{uuid.uuid4().hex[:8]}")
-    settings.state_dir.mkdir(parents=True)
-    upgrade(settings.db_url)
-    client = Tickwork(settings)
+    client = embedded_client(tmp)
+    settings = client.settings
     now = datetime.now(UTC)
     client.store.create(new_session(LIVE, now=now), now=now)
     tokens = {TOKEN: {"name": "olga", "roles": ["submitter", "approver", "operator"]}}

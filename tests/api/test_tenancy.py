@@ -21,14 +21,12 @@ import pytest
 from fastapi.routing import APIRoute
 from tickwork.fsm import machine
 from tickwork.fsm.values import ErrorCode, Session, Status
-from tickwork.store.migrate import upgrade
-from tickwork.worker.config.settings import Settings
 from tickwork.worker.jobs import Jobs
 from tickwork.worker.observers import metrics
 from tickwork.worker.tick.advance import advance
 from tickwork.worker.tick.runtime import Runtime
 
-from tests.api.conftest import Server
+from tests.api.conftest import Server, embedded_client
 from tickwork.api import ApiSettings, make_api
 from tickwork.client import Tickwork
 from tickwork.testing.store_ticks import claim, new_session, reply, think
@@ -128,10 +126,8 @@ def _make(client: Tickwork, session_id: str, tenant: str, by: str, end: str) -> 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     tmp = tmp_path_factory.mktemp("tenancy")
-    settings = Settings(state_dir=tmp / "state", queue=f"tickwork.ticks.{uuid.uuid4().hex[:8]}")
-    settings.state_dir.mkdir(parents=True)
-    upgrade(settings.db_url)
-    client = Tickwork(settings)
+    client = embedded_client(tmp)
+    settings = client.settings
     ids: dict[str, list[str]] = {}
     for who, tenant in (("ann", "team-a"), ("amy", "team-a"), ("bob", "team-b")):
         for end in ("waiting", "failed"):
@@ -391,12 +387,8 @@ def test_a_graph_s_branches_stay_in_its_tenant(tmp_path: Path) -> None:
     """A fan-out's branches are child sessions of the fanning one's tenant: its tenant's
     token sees them, another tenant's gets 404 as for a session nobody made. (A world of
     its own: the shared one's listings are exact.)"""
-    settings = Settings(
-        state_dir=tmp_path / "state", queue=f"tickwork.ticks.{uuid.uuid4().hex[:8]}"
-    )
-    settings.state_dir.mkdir(parents=True)
-    upgrade(settings.db_url)
-    client = Tickwork(settings)
+    client = embedded_client(tmp_path)
+    settings = client.settings
     client.publish = lambda *_: None  # type: ignore[method-assign]  # ticks run here, in turn
     script = tmp_path / "script.json"
     script.write_text('[{"content": "-"}]')
@@ -464,12 +456,8 @@ def test_a_sessions_tree_shows_only_what_the_caller_sees(tmp_path: Path) -> None
     """A parent of amy's (own-only, team-a) with children: hers, ann's (team-a) and a stray
     row of team-b with a child of its own; the runtime never writes such rows (children
     inherit tenant and submitter), so this is the API's own check."""
-    settings = Settings(
-        state_dir=tmp_path / "state", queue=f"tickwork.ticks.{uuid.uuid4().hex[:8]}"
-    )
-    settings.state_dir.mkdir(parents=True)
-    upgrade(settings.db_url)
-    client = Tickwork(settings)
+    client = embedded_client(tmp_path)
+    settings = client.settings
     now = datetime.now(UTC)
 
     def make(session_id: str, tenant: str, by: str, parent: str | None) -> None:
@@ -526,12 +514,8 @@ def test_a_number_that_is_another_tenants_letter_id_finds_the_callers_session(
 ) -> None:
     """`/dead-letters/{key}` tries the key as a letter id, then as a session id: another
     tenant's letter under that id neither answers nor hides the caller's own session."""
-    settings = Settings(
-        state_dir=tmp_path / "state", queue=f"tickwork.ticks.{uuid.uuid4().hex[:8]}"
-    )
-    settings.state_dir.mkdir(parents=True)
-    upgrade(settings.db_url)
-    client = Tickwork(settings)
+    client = embedded_client(tmp_path)
+    settings = client.settings
     try:
         _make(client, "ann-failed", "team-a", "ann", "failed")
         number = str(client.dead_letter("ann-failed").id)
@@ -555,12 +539,8 @@ def test_a_kind_filter_says_nothing_of_others_sessions_to_an_own_only_token(
     """`?kind=` of a kind the server does not know lists nothing (200) when a session the
     caller's scope holds has it, else 422 `unknown_kind`: an own-only token's scope is its
     own sessions, so another submitter's kind is answered as one nobody has."""
-    settings = Settings(
-        state_dir=tmp_path / "state", queue=f"tickwork.ticks.{uuid.uuid4().hex[:8]}"
-    )
-    settings.state_dir.mkdir(parents=True)
-    upgrade(settings.db_url)
-    client = Tickwork(settings)
+    client = embedded_client(tmp_path)
+    settings = client.settings
     now = datetime.now(UTC)
     for session_id, by, kind in (("anns", "ann", "lab:Secret"), ("amys", "amy", "lab:Mine")):
         head = new_session(session_id, now=now, kind=kind).head.model_copy(
