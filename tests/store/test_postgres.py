@@ -77,13 +77,14 @@ def test_a_connection_in_use_while_another_is_found_dropped_is_closed_with_the_s
         assert claimed is not None
     finally:
         store.close()
+    closed(admin, busy_backend, what="the busy connection closed with the store")
+
+
+def closed(admin: str, backend: object, *, what: str) -> None:
+    """Wait until the server process `backend` is gone: its connection was closed."""
     with psycopg.connect(admin, autocommit=True) as watcher:
         alive = "SELECT 1 FROM pg_stat_activity WHERE pid = %s"
-        until(
-            lambda: watcher.execute(alive, (busy_backend,)).fetchone() is None,
-            timeout=10,
-            what="the busy connection closed with the store",
-        )
+        until(lambda: watcher.execute(alive, (backend,)).fetchone() is None, timeout=10, what=what)
 
 
 def test_a_connection_in_use_while_the_store_closes_is_closed_once_given_back(
@@ -101,13 +102,7 @@ def test_a_connection_in_use_while_the_store_closes_is_closed_once_given_back(
             backend = late.exec_driver_sql("SELECT pg_backend_pid()").scalar()
             store.close()
             late.exec_driver_sql("SELECT 1")  # its thread goes on until it gives it back
-        with psycopg.connect(admin, autocommit=True) as watcher:
-            alive = "SELECT 1 FROM pg_stat_activity WHERE pid = %s"
-            until(
-                lambda: watcher.execute(alive, (backend,)).fetchone() is None,
-                timeout=10,
-                what="the late connection closed",
-            )
+        closed(admin, backend, what="the late connection closed")
         pids = []
         for _ in range(2):
             with engine.connect() as again:
