@@ -25,6 +25,8 @@ OPERATOR = AllowList.of("pypi.org,*.pythonhosted.org,index.example:8443,127.0.0.
         ("192.168.1.1", 80, "private"),
         ("100.64.0.1", 80, "non-public"),  # carrier-grade NAT
         ("fd12:3456::1", 80, "private"),
+        ("203.0.113.80", 443, "documentation-only"),  # how an intercepting resolver answers
+        ("2001:db8::1", 443, "documentation-only"),
         ("169.254.169.254", 80, "cloud metadata"),
         ("fd00:ec2::254", 80, "cloud metadata"),
         ("169.254.1.2", 80, "link-local"),

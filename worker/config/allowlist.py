@@ -22,6 +22,12 @@ Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 _EMBEDDING = tuple(ipaddress.ip_network(n) for n in ("64:ff9b::/96", "64:ff9b:1::/48", "::/96"))
 #: cloud instance metadata services (AWS, GCP, Azure, ...; AWS's IPv6 one)
 METADATA = frozenset(ipaddress.ip_address(a) for a in ("169.254.169.254", "fd00:ec2::254"))
+#: the ranges kept for documentation (RFC 5737, RFC 3849), which Python counts as private: a
+#: name resolving there is one an intercepting resolver or proxy answered, not a LAN's
+DOCUMENTATION = tuple(
+    ipaddress.ip_network(n)
+    for n in ("192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24", "2001:db8::/32")
+)
 _LABEL = re.compile(r"^(?!-)[a-z0-9_-]{1,63}(?<!-)$")
 
 
@@ -48,6 +54,8 @@ def kind(address: Address) -> str:
             return "cloud metadata"
     names = ("unspecified", "loopback", "link_local", "multicast", "reserved", "private")
     for a in reversed(carried(address)):  # the IPv4 address carried says most
+        if any(a.version == n.version and a in n for n in DOCUMENTATION):
+            return "documentation-only (TEST-NET)"
         for name in names:
             if getattr(a, f"is_{name}"):
                 return name.replace("_", "-")
