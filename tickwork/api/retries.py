@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Annotated
 
 from fastapi import Header, Request, Response
+from pydantic import WithJsonSchema
 
 from tickwork.client import Tickwork
 from tickwork.fsm.values import Head
@@ -27,6 +28,7 @@ KEY = re.compile(r"[\x21-\x7e]{1,255}")
 #: the header as a route's parameter, for the schema (`key_of` reads and checks it)
 Key = Annotated[
     str | None,
+    WithJsonSchema({"type": "string", "pattern": f"^{KEY.pattern}$"}),
     Header(
         alias=HEADER,
         description="Makes a retry of this request safe: one made already is answered with "
