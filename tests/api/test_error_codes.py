@@ -40,7 +40,9 @@ def raised_by_class() -> set[str]:
     while todo:
         kind = todo.pop()
         todo.extend(kind.__subclasses__())
-        if not issubclass(kind, errors.ToolError):  # a tool's, inside a session
+        # a tool's is answered inside a session; only fsm.errors' classes, not those other
+        # modules this process happened to import (the eval runner's TaskSetError)
+        if not issubclass(kind, errors.ToolError) and kind.__module__ == errors.__name__:
             found.add(snake(kind.__name__))
     return found
 

@@ -100,7 +100,7 @@ def test_gc_archives_and_show_and_fork_read_it_back(deployment: Deployment, cli:
         "after-archive"
     ]
     reused = cli.inline("fork", ids[0], "--from-step", "1", "--id", ids[1], ok=False)
-    reused.error(2, ids[1], "archived")
+    reused.error(1, ids[1], "archived")  # taken, as a live session's id (exit 1)
     assert cli.inline("show", "no-such", ok=False).code != 0
 
 
