@@ -10,6 +10,7 @@ from tickwork.fsm.errors import (
     AlreadyDecided,
     InvalidDecision,
     InvalidInput,
+    NotInDoubt,
     NotWaiting,
     StaleDecision,
 )
@@ -121,7 +122,8 @@ def check_decision(
     if kind is DecisionKind.EDIT and decision.arguments is None:
         raise InvalidDecision(f"an edit of {where} needs the new arguments as a JSON object")
     if kind is DecisionKind.PROVIDE_OUTPUT and call.state is not CallState.IN_DOUBT:
-        raise InvalidDecision(
+        # a right request at the wrong time: once approved and interrupted, it would be taken
+        raise NotInDoubt(
             f"{where} is not in doubt; provide an output only for a call whose run was "
             "interrupted (approve, edit or reject it instead)"
         )

@@ -172,6 +172,11 @@ class StaleDecision(IllegalTransition):
     """The call's arguments are not the ones the approver saw; look at it again."""
 
 
+class NotInDoubt(IllegalTransition):
+    """An output was given for a call that waits for approval, not in doubt: only a call
+    whose run was interrupted takes one, so approve, edit or reject it now."""
+
+
 class InvalidDecision(InvalidInput):
     """The decision is not valid for this call."""
 

@@ -256,7 +256,8 @@ def test_decisions_that_do_not_fit_the_call_are_refused(stack: Stack) -> None:
         session_id,
         {"kind": "provide_output", "fingerprint": fingerprint, "output": "42"},
     )
-    assert status == 422 and error["code"] == "invalid_decision"
+    # a right request at the wrong time (README's rule): 409, as a decision on a call not waiting
+    assert status == 409 and error["code"] == "not_in_doubt"
     assert "not in doubt" in str(error["message"])
     status, error = decide(
         stack, "alice", session_id, {"kind": "approve", "fingerprint": fingerprint}, call_id="s1c1"

@@ -12,6 +12,7 @@ from tickwork.fsm.errors import (
     IllegalTransition,
     InvalidDecision,
     InvalidInput,
+    NotInDoubt,
     NotWaiting,
     SessionFinished,
     StaleDecision,
@@ -154,7 +155,7 @@ def test_deciding_one_of_several_keeps_waiting(build: Any) -> None:
             AWAITING,
             PROVIDE,
             {"output": "x"},
-            InvalidDecision,
+            NotInDoubt,
             "not in doubt",
             id="provide_output_not_in_doubt",
         ),
@@ -206,6 +207,7 @@ def test_a_wrong_fingerprint_is_not_echoed(build: Any) -> None:
 def test_decision_errors_are_named_in_the_hierarchy() -> None:
     assert issubclass(StaleDecision, IllegalTransition)
     assert issubclass(NotWaiting, IllegalTransition)
+    assert issubclass(NotInDoubt, IllegalTransition)
     assert issubclass(AlreadyDecided, IllegalTransition)
     assert issubclass(InvalidDecision, InvalidInput)
 

@@ -132,7 +132,8 @@ def test_decide_each_way_then_fork_and_cancel(remote: Remote, mode: str) -> None
     assert stale.value.status == 409 and stale.value.code
     with pytest.raises(RemoteError) as not_in_doubt:
         alice.provide_output(session_id, "s1c2", "made up")
-    assert not_in_doubt.value.status in (409, 422) and "doubt" in not_in_doubt.value.message
+    assert not_in_doubt.value.status == 409 and not_in_doubt.value.code == "not_in_doubt"
+    assert "not in doubt" in not_in_doubt.value.message
     alice.reject(session_id, "s1c2", feedback="not c")
     done = alice.wait(session_id, timeout=60, poll=0.1)
     assert done.status is Status.COMPLETED

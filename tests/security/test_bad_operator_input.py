@@ -18,6 +18,7 @@ from tickwork.fsm.errors import (
     InvalidDecision,
     InvalidInput,
     InvalidToolArguments,
+    NotInDoubt,
     NotWaiting,
     SessionFinished,
     SessionNotFound,
@@ -128,7 +129,7 @@ def test_decisions_that_may_not_be_taken_are_refused_and_write_nothing(env: Env)
             lambda: client.approve(session_id, "s1c1", approver="ops"),
         ),
         (
-            InvalidDecision,
+            NotInDoubt,
             "not in doubt",
             lambda: client.provide_output(session_id, "s1c0", "x", approver="ops"),
         ),
