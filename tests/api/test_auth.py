@@ -214,7 +214,8 @@ def test_an_open_stream_ends_when_its_token_is_revoked_or_moved(
 ) -> None:
     """A session may wait for a person for days: a stream opened with a token that is then
     removed from the tokens file, or moved to another tenant, stops within a poll or two
-    instead of handing that session's events to whoever held it."""
+    instead of handing that session's events to whoever held it, and says why in a last
+    `error` frame (what a request with the token would now be answered), not by closing."""
     import threading
     import time
 
@@ -233,15 +234,19 @@ def test_an_open_stream_ends_when_its_token_is_revoked_or_moved(
     session_id = stack.waiting()
     with Server(make_api(stack.deployment.settings, ApiSettings(api_tokens_file=path))) as server:
         ended: dict[str, float] = {}
+        last: dict[str, list[str]] = {}
 
         def follow(token: str) -> None:
             headers = {"Authorization": f"Bearer {token}"}
             url = f"{server.url}/api/v1/sessions/{session_id}/stream"
             with httpx.stream("GET", url, headers=headers, timeout=30) as answer:
                 assert answer.status_code == 200
-                for _ in answer.iter_lines():
-                    pass
+                lines: list[str] = []
+                for line in answer.iter_lines():
+                    lines = [] if lines and lines[-1] == "" else lines
+                    lines.append(line)
             ended[token] = time.monotonic()
+            last[token] = [line for line in lines if line]
 
         readers = [threading.Thread(target=follow, args=(t,), daemon=True) for t in specs]
         for reader in readers:
@@ -255,6 +260,15 @@ def test_an_open_stream_ends_when_its_token_is_revoked_or_moved(
             reader.join(10)
         assert set(ended) == {rex, tess}, "a stream outlived its token's revocation"
         assert kim not in ended
+        for token, (status, code, said) in {
+            rex: (401, "invalid_token", "was revoked"),
+            tess: (404, "session_not_found", "no longer sees session"),
+        }.items():
+            kind, data = last[token][1:]
+            assert kind == "event: error", last[token]
+            refused = json.loads(data.removeprefix("data: "))
+            assert (refused["status"], refused["code"]) == (status, code)
+            assert said in refused["message"] and refused["last_id"] >= 1
         stack.http("alice").post(
             f"/api/v1/sessions/{session_id}/cancel"
         ).raise_for_status()  # kim's ends with the session

@@ -750,3 +750,38 @@ def test_a_fork_is_shown_beside_its_parent_with_both_patches(
     page.wait_for_timeout(2500)
     expect(page.locator("#approvals")).to_be_visible()
     expect(page.locator("#compare-title")).to_have_count(0)
+
+
+def test_the_live_view_says_why_its_stream_ended_when_its_token_moved(
+    browser: Any,  # noqa: F811
+    stack: Stack,
+    tmp_path: Path,
+) -> None:
+    """A token moved to another tenant while it follows a session: the stream's last
+    `error` frame is shown as why the view stopped following, not listed as an event of the
+    session. (A revoked token's next read logs the page out, as any 401 does.)"""
+    import json
+
+    from playwright.sync_api import expect
+
+    from tests.api.conftest import Server
+    from tickwork.api import ApiSettings, make_api
+
+    token, rita = "rita-will-be-moved-000001", {"name": "rita", "roles": ["approver"]}
+    path = tmp_path / "tokens.json"
+    path.write_text(json.dumps({token: rita}))
+    session_id = stack.waiting()
+    context = browser.new_context()
+    try:
+        with Server(make_api(stack.deployment.settings, ApiSettings(api_tokens_file=path))) as s:
+            shown = context.new_page()
+            shown.goto(f"{s.url}/#/sessions/{session_id}")
+            shown.fill("#token", token)
+            shown.click("form#login button[type=submit]")
+            live = shown.locator("#live")
+            expect(live).to_have_text("live")
+            path.write_text(json.dumps({token: {**rita, "tenant": "team-z"}}))
+            expect(live).to_contain_text("stream ended: rita's token no longer sees session")
+            expect(shown.locator('li[data-kind="error"]')).to_have_count(0)
+    finally:
+        context.close()

@@ -53,6 +53,17 @@ def test_the_stream_parser_reads_frames_and_never_gives_an_event_twice() -> None
     assert follow.ended
 
 
+def test_a_stream_closed_by_a_refusal_raises_it_at_once() -> None:
+    """A token revoked while it is followed: the server's last `error` frame is raised as
+    the refusal a reconnect would get, not followed by reconnects that are refused."""
+    follow = Follow("s-1", last_id=4)
+    said = {"code": "invalid_token", "status": 401, "message": "was revoked", "last_id": 4}
+    with pytest.raises(RemoteError) as refused:
+        frames(follow, f"id: 4\nevent: error\ndata: {json.dumps(said)}\n\n")
+    assert (refused.value.status, refused.value.code) == (401, "invalid_token")
+    assert refused.value.message == "was revoked"
+
+
 def test_a_frame_cut_by_a_dropped_connection_is_thrown_away() -> None:
     follow = Follow("s-1", last_id=2)
     assert frames(follow, 'id: 3\nevent: created\ndata: {"id"') == []

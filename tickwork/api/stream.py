@@ -4,7 +4,9 @@ Each event goes out as `id: <event id>`, `event: <kind>`, `data: <JSON>`; a clie
 reconnects sends the last id it saw as `Last-Event-ID` (browsers' EventSource does it by
 itself) and gets what came after it, nothing twice. Ids are the store's event ids, so a
 resume works across servers. When the session has finished and every event is out, an
-`end` event carries its status and the stream closes.
+`end` event carries its status and the stream closes. When the token stops reading the
+session meanwhile (revoked, its roles taken, moved to another tenant), an `error` event
+says so, as the API's error body, and the stream closes.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import functools
 import json
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Annotated
 
 import anyio
@@ -42,6 +45,22 @@ def frame(event_id: int, kind: str, data: object) -> str:
     return f"id: {event_id}\nevent: {kind}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
 
 
+@dataclass(frozen=True)
+class Refusal:
+    """Why an open stream stops before its session ends: the answer a request with its
+    token would now get (its status, the error table's code, what to do)."""
+
+    status: int
+    code: str
+    message: str
+
+    def frame(self, last_id: int) -> str:
+        """The closing `error` frame: the error body, its status and the last event id
+        given, for a stream followed again (with another token) to go on from."""
+        said = {"code": self.code, "status": self.status, "message": self.message}
+        return frame(last_id, "error", {**said, "last_id": last_id})
+
+
 @router.get(
     "/sessions/{session_id}/stream",
     summary="Follow a session's events live (Server-Sent Events)",
@@ -49,7 +68,10 @@ def frame(event_id: int, kind: str, data: object) -> str:
     responses={
         200: {
             "content": {"text/event-stream": {}},
-            "description": "`id`/`event`/`data` frames; `end` when it has finished",
+            "description": (
+                "`id`/`event`/`data` frames; `end` when it has finished, `error` (the error "
+                "body) if the token stops reading it meanwhile"
+            ),
         }
     },
 )
@@ -99,25 +121,47 @@ async def stream(
     tokens: Tokens = request.app.state.tokens
     token = bearer_token(request.scope) or ""
 
-    def still_sees(head: Head) -> bool:
-        """Whether the token still reads this session: a stream may last days, and the
-        tokens file may have revoked the token or moved it meanwhile."""
+    def refusal(head: Head) -> Refusal | None:
+        """Why the token no longer reads this session, as a request with it would now be
+        answered; None while it does. A stream may last days, and the tokens file may have
+        revoked the token, taken its roles or moved it meanwhile."""
         now = tokens.find(token)
-        reads = now is not None and (now.admin or bool(now.roles & READING))
-        return reads and now is not None and now.sees(head.tenant, head.submitted_by)
+        if now is None:
+            return Refusal(
+                401,
+                "invalid_token",
+                "the token this stream was opened with was revoked (the server's tokens file "
+                "no longer holds it); ask an operator for a token and follow the session again",
+            )
+        if not (now.admin or now.roles & READING):
+            return Refusal(
+                403,
+                "forbidden",
+                f"{now.name}'s token no longer holds a role that reads sessions; ask an "
+                "operator for the one you need and follow the session again",
+            )
+        if not now.sees(head.tenant, head.submitted_by):
+            return Refusal(
+                404,
+                "session_not_found",
+                f"{now.name}'s token no longer sees session {session_id} (the tokens file "
+                "moved it to another tenant, or to its own sessions only)",
+            )
+        return None
 
-    def look() -> tuple[Head, bool]:
+    def look() -> tuple[Head, Refusal | None]:
         head = store.get(session_id)
-        return head, still_sees(head)
+        return head, refusal(head)
 
     async def frames() -> AsyncIterator[str]:
         last, quiet_since = start, time.monotonic()
         yield f"retry: {RETRY_MS}\n\n"
         while not await request.is_disconnected():
             # the head first: the events read after it include all of its changes
-            head, sees = await anyio.to_thread.run_sync(look)
-            if not sees:
-                return  # a reconnect is answered 401 or 404, as any request of it
+            head, refused = await anyio.to_thread.run_sync(look)
+            if refused is not None:  # said before closing: a reconnect would only be refused
+                yield refused.frame(last)
+                return
             batch = await anyio.to_thread.run_sync(store.events_after, session_id, last, BATCH)
             for event_id, event in batch:
                 last = event_id

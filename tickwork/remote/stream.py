@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from .errors import error_of, unreachable
+from .errors import RemoteError, error_of, unreachable
 from .plans import Streamed, _path
 
 #: statuses worth another try while a server restarts: bad gateway, unavailable, timeout
@@ -76,6 +76,11 @@ class Follow:
         if not data:
             return None
         event_id = int(given) if given and given.isdigit() else self.last_id
+        if kind == "error":  # the token no longer reads the session: a reconnect is refused
+            said = json.loads(data)
+            raise RemoteError(
+                str(said["message"]), code=str(said["code"]), status=int(said["status"])
+            )
         if kind == "end":
             self.ended = True
             return Streamed(event_id, kind, json.loads(data))

@@ -484,6 +484,11 @@ function follow(view, id, onEvent, onEnd, onState) {
                 onEnd(JSON.parse(frame.data));
                 return;
               }
+              // the token no longer reads the session (revoked, moved): a reconnect is refused
+              if (frame.event === "error") {
+                onState(`stream ended: ${JSON.parse(frame.data).message}`);
+                return;
+              }
               if (frame.data) onEvent(frame.event || "message", JSON.parse(frame.data));
             }
           }
