@@ -225,10 +225,11 @@ class CoreStore(Services):
         limit: int = 50,
         offset: int = 0,
         oldest_first: bool = False,
-        stalest_first: bool = False,
+        waited_longest_first: bool = False,
     ) -> list[Head]:
-        """Newest first (`oldest_first`: oldest first; `stalest_first`: the least recently
-        updated first); only `tenant`'s if given."""
+        """Newest first (`oldest_first`: oldest first; `waited_longest_first`: those whose
+        last wait for a person began first, `reads.waiting_since`); only `tenant`'s if
+        given."""
         query = select(sessions)
         if id_prefix:
             if "\x00" in id_prefix:  # no id holds one, and Postgres refuses it as a parameter
@@ -250,8 +251,8 @@ class CoreStore(Services):
         if parent_id:
             query = query.where(sessions.c.parent_id == parent_id)
         order: ColumnElement[Any] = sessions.c.created_at.desc()
-        if stalest_first:
-            order = sessions.c.updated_at
+        if waited_longest_first:
+            order = reads.waiting_since()
         elif oldest_first:
             order = sessions.c.created_at
         query = query.order_by(order, sessions.c.id).limit(limit)

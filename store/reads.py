@@ -25,7 +25,16 @@ from sqlalchemy.sql.functions import GenericFunction
 from tickwork.fsm.context import READ_WHOLE_BYTES, needed_from
 from tickwork.fsm.errors import CallNotFound, NotWaiting, SessionNotFound
 from tickwork.fsm.loops import HISTORY
-from tickwork.fsm.values import Decision, Head, Observation, Session, Step, StepKind, ToolCall
+from tickwork.fsm.values import (
+    Decision,
+    EventKind,
+    Head,
+    Observation,
+    Session,
+    Step,
+    StepKind,
+    ToolCall,
+)
 from tickwork.store import rows
 from tickwork.store.schema import calls, decisions, events, observations, sessions, steps
 from tickwork.store.ticks import steps_from_rows
@@ -80,6 +89,22 @@ def starts_with(column: ColumnElement[str], prefix: str) -> ColumnElement[bool]:
     the comparison keeps the match exact where LIKE is not (SQLite's ignores case)."""
     pattern = prefix.replace("!", "!!").replace("%", "!%").replace("_", "!_") + "%"
     return and_(column.like(pattern, escape="!"), func.substr(column, 1, len(prefix)) == prefix)
+
+
+def waiting_since() -> ColumnElement[Any]:
+    """When each session's last wait for a person began: its last `approval_requested`
+    event's time (the API's `waiting_since`; a decision on one of several waiting calls
+    changes the session, not this), else its last update. The approvals queue's order and
+    its limit both take this key, so the limit keeps those that have waited longest."""
+    asked = (
+        select(func.max(events.c.at))
+        .where(
+            events.c.session_id == sessions.c.id,
+            events.c.kind == EventKind.APPROVAL_REQUESTED.value,
+        )
+        .scalar_subquery()
+    )
+    return func.coalesce(asked, sessions.c.updated_at)
 
 
 #: a session's calls (`_CALLS_AT`: of one step), in order; built once, as the statements a

@@ -35,7 +35,9 @@ def http(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
     for hour, session_id in enumerate(WAITING):
         now = start + timedelta(hours=hour)
         client.store.create(Session(head=new_session(session_id, now=now).head), now=now)
-        think(client.store, session_id, reply(("danger", {"value": "x"})), now=now)
+        # the first waits on two calls, one of which is decided last of all (below)
+        asked = [("danger", {"value": v}) for v in ("x", "y")[: 2 if hour == 0 else 1]]
+        think(client.store, session_id, reply(*asked), now=now)
         assert client.store.get(session_id).status is Status.WAITING_APPROVAL
     # one that waited, and whose call was approved and ran: it waits for nobody now
     now = start + timedelta(hours=len(WAITING))
@@ -46,6 +48,9 @@ def http(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
     now = start + timedelta(hours=len(WAITING) + 1)
     think(client.store, LATE, reply(("danger", {"value": "x"})), now=now)
     assert client.store.get(LATE).status is Status.WAITING_APPROVAL
+    # a decision on one of its calls updates the first last of all: it still waits, as long
+    client.decide(WAITING[0], "s1c0", "approve", approver="alice")
+    assert client.store.get(WAITING[0]).awaiting == ("s1c1",)
     tokens = {TOKEN: {"name": "alice", "roles": ["approver"]}}
     app = make_api(settings, ApiSettings(api_tokens=tokens), client=client)  # type: ignore[arg-type]
     with (
@@ -67,6 +72,7 @@ def test_the_queue_lists_the_waiting_sessions_oldest_first(http: httpx.Client) -
 
 
 def test_past_its_limit_the_queue_keeps_those_that_waited_longest(http: httpx.Client) -> None:
+    # the first's last update is a decision on one of its two calls: it waits longest still
     assert queue(http, limit=1) == WAITING[:1]
     assert queue(http, limit=2) == WAITING[:2]
     # waiting is counted from the request, not from the session's start

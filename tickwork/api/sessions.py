@@ -501,10 +501,11 @@ def approvals(
 ) -> list[dict[str, Any]]:
     scope = session_filters(who)
     assert scope is not None  # no submitter asked for
-    # the `limit` that have waited longest, not the newest nor the first made: a waiting
-    # session is updated when it begins to wait, and not again until a person decides
+    # the `limit` that have waited longest, by the key they are sorted by below: not the
+    # newest, the first made, nor the least recently updated (a decision on one of several
+    # waiting calls updates the session, which waits on)
     heads = client.sessions(
-        status=[Status.WAITING_APPROVAL.value], limit=limit, stalest_first=True, **scope
+        status=[Status.WAITING_APPROVAL.value], limit=limit, waited_longest_first=True, **scope
     )
     found = []
     for head in heads:

@@ -31,6 +31,7 @@ from tickwork.testing.store_ticks import (
     run_step,
     think,
     think_change,
+    wait_for_approval,
 )
 
 
@@ -139,17 +140,30 @@ class SessionContract(Contract):
         assert ids(limit=2) == ["d", "c"]
         assert ids(limit=2, offset=2) == ["b", "a"]
 
-    def test_list_sessions_stalest_first_orders_by_the_last_update(
+    def test_list_sessions_waited_longest_first_orders_by_the_last_request(
         self, store: Store, clock: Clock
     ) -> None:
-        """A session made first but changed last comes last (the approvals queue: waited
-        longest first)."""
-        store.create(new_session("x", now=clock.advance(1)), now=clock())
-        store.create(new_session("y", now=clock.advance(1)), now=clock())
-        think(store, "x", reply(content="done"), now=clock.advance(1))
+        """The approvals queue's order, and what its limit keeps: a session made first but
+        asked last comes last, and a decision on one of a session's waiting calls, which
+        updates it last, does not move it back."""
+        for session_id in ("late", "many", "one"):
+            store.create(new_session(session_id, now=clock.advance(1)), now=clock())
+        clock.advance(1)
+        wait_for_approval(store, "many", clock, "danger", "danger")
+        clock.advance(1)
+        wait_for_approval(store, "one", clock, "danger")
+        clock.advance(1)
+        wait_for_approval(store, "late", clock, "danger")
+        first, _ = awaiting_calls(store, "many")
+        store.decide("many", decision(first, now=clock.advance(1)), now=clock())
+        assert store.get("many").status is Status.WAITING_APPROVAL
 
-        assert [h.id for h in store.list_sessions(oldest_first=True)] == ["x", "y"]
-        assert [h.id for h in store.list_sessions(stalest_first=True)] == ["y", "x"]
+        def ids(**filters: object) -> list[str]:
+            return [h.id for h in store.list_sessions(**filters)]  # type: ignore[arg-type]
+
+        assert ids(waited_longest_first=True) == ["many", "one", "late"]
+        assert ids(waited_longest_first=True, limit=1) == ["many"]
+        assert ids() == ["one", "many", "late"]
 
     def test_ids_starting_finds_the_ids_with_a_prefix_in_order_case_and_wildcards_exact(
         self, store: Store, clock: Clock
