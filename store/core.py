@@ -224,12 +224,10 @@ class CoreStore(Services):
         id_prefix: str | None = None,
         limit: int = 50,
         offset: int = 0,
-        oldest_first: bool = False,
         waited_longest_first: bool = False,
     ) -> list[Head]:
-        """Newest first (`oldest_first`: oldest first; `waited_longest_first`: those whose
-        last wait for a person began first, `reads.waiting_since`); only `tenant`'s if
-        given."""
+        """Newest first (`waited_longest_first`: those whose last wait for a person began
+        first, `reads.waiting_since`); only `tenant`'s if given."""
         query = select(sessions)
         if id_prefix:
             if "\x00" in id_prefix:  # no id holds one, and Postgres refuses it as a parameter
@@ -253,8 +251,6 @@ class CoreStore(Services):
         order: ColumnElement[Any] = sessions.c.created_at.desc()
         if waited_longest_first:
             order = reads.waiting_since()
-        elif oldest_first:
-            order = sessions.c.created_at
         query = query.order_by(order, sessions.c.id).limit(limit)
         with self.engine.connect() as conn:
             return [rows.head_from_row(r) for r in conn.execute(query.offset(offset)).mappings()]

@@ -105,12 +105,11 @@ class Sessions(Protocol):
         id_prefix: str | None = None,
         limit: int = 50,
         offset: int = 0,
-        oldest_first: bool = False,
         waited_longest_first: bool = False,
     ) -> list[Head]:
-        """Newest first (`oldest_first`: oldest first; `waited_longest_first`: those whose
-        last wait for a person began first, by their last `approval_requested` event, else
-        their last update); only `tenant`'s if given; with `id_prefix`, only those whose
+        """Newest first (`waited_longest_first`: those whose last wait for a person began
+        first, by their last `approval_requested` event, else their last update); only
+        `tenant`'s if given; with `id_prefix`, only those whose
         id starts with it (case-sensitive, as `ids_starting`)."""
         ...
 

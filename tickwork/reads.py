@@ -60,10 +60,9 @@ class Reads(Deployment):
         return self.store.load(session_id)
 
     def sessions(self, **filters: Any) -> list[Head]:
-        """Sessions newest first (`oldest_first=True`: oldest first;
-        `waited_longest_first=True`: those whose last wait for a person began first),
-        filtered by status, kind, error_code, outcome, submitted_by, parent_id, tenant,
-        id_prefix (the start of their ids); paged by limit, offset."""
+        """Sessions newest first (`waited_longest_first=True`: those whose last wait for a
+        person began first), filtered by status, kind, error_code, outcome, submitted_by,
+        parent_id, tenant, id_prefix (the start of their ids); paged by limit, offset."""
         return self.store.list_sessions(**filters)
 
     def wait(self, session_id: str, *, timeout: float = 60.0, poll: float = 0.05) -> Head:

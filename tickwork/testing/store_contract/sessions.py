@@ -130,8 +130,6 @@ class SessionContract(Contract):
             return [h.id for h in store.list_sessions(**filters)]  # type: ignore[arg-type]
 
         assert ids() == ["d", "c", "b", "a"]
-        assert ids(oldest_first=True) == ["a", "b", "c", "d"]
-        assert ids(kind="repair", oldest_first=True, limit=2) == ["a", "c"]
         assert ids(status=[Status.READY]) == ["b", "a"]
         assert ids(status=["completed", "failed"]) == ["d", "c"]
         assert ids(kind="repair") == ["d", "c", "a"]
