@@ -34,22 +34,6 @@ DIES_AFTER_A_STEP = [
 ]
 
 
-def clicked_until(tab: Any, button: str, shown: Any) -> None:
-    """Click `button` until `shown` is visible, as a person clicks again: the stream's
-    first events redraw the timeline, and a button replaced between the press and the
-    release under the pointer gets no click (a busy machine can time it so)."""
-    from playwright.sync_api import TimeoutError as NotYet
-
-    for _ in range(5):
-        tab.click(button)
-        try:
-            shown.wait_for(state="visible", timeout=3_000)
-            return
-        except NotYet:
-            continue
-    shown.wait_for(state="visible", timeout=3_000)
-
-
 def refused(stack: Stack, session_id: str, body: dict[str, Any], status: int) -> str:
     """What the API answers `body` posted as a fork of `session_id`, which it refuses."""
     answer = stack.http("olga").post(f"/api/v1/sessions/{session_id}/fork", json=body)
@@ -202,8 +186,9 @@ def test_a_fork_being_typed_outlives_the_live_views_redraws(
     session_id = stack.waiting(prefix="live")  # a session not finished: the API forks it too
     log_in(page, stack, "olga", f"#/sessions/{session_id}")
     expect(page.locator("#status")).to_have_attribute("data-status", "waiting_approval")
+    # the stream's first events redraw the timeline: the button stays the one pressed
+    page.click('#timeline section.step[data-step="1"] button.fork-here')
     instruction = page.locator("#fork-instruction")
-    clicked_until(page, '#timeline section.step[data-step="1"] button.fork-here', instruction)
     instruction.fill("half typed")
     expect(instruction).to_be_focused()
     form = page.locator("form#fork").element_handle()

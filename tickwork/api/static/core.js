@@ -27,6 +27,53 @@ export function el(tag, props, ...children) {
   return node;
 }
 
+// what makes an element the same one in the next drawing: its data-key, data-step,
+// data-call, data-session or id ("" for none: then its place among its siblings)
+const keyOf = (node) => (node.nodeType === Node.ELEMENT_NODE ? node.dataset.key ?? node.dataset.step
+  ?? node.dataset.call ?? node.dataset.session ?? node.id ?? "" : "");
+const sameKind = (a, b) => a.nodeType === b.nodeType && a.nodeName === b.nodeName && keyOf(a) === keyOf(b);
+
+function copyAttributes(from, into) {
+  for (const { name } of [...into.attributes]) if (!from.hasAttribute(name)) into.removeAttribute(name);
+  for (const { name, value } of from.attributes) {
+    if (into.getAttribute(name) === value) continue;
+    // the page's CSP refuses style attributes; the CSSOM sets the same
+    if (name === "style") into.style.cssText = from.style.cssText;
+    else into.setAttribute(name, value);
+  }
+}
+
+// `into`'s children made like `fresh` (nodes), keeping each node that is still there: one
+// unchanged stays as it was, one changed is changed in place. A redraw every few seconds
+// that replaced them would take a click whose press and release straddle it (the button
+// under the pointer is another by the release). A kept element keeps its listeners, not the
+// fresh one's: a listener must depend on nothing but its element's key. A fresh node that
+// is a child of `into` already (a form kept open among redrawn steps) stays itself.
+export function redraw(into, fresh) {
+  const olds = [...into.childNodes].filter((node) => !fresh.includes(node));
+  const keyed = new Map(olds.filter((node) => keyOf(node)).map((node) => [keyOf(node), node]));
+  const unkeyed = olds.filter((node) => !keyOf(node));
+  const placed = fresh.map((node) => {
+    if (node.parentNode === into) return node;
+    const i = keyOf(node) ? -1 : unkeyed.findIndex((old) => sameKind(old, node));
+    const old = keyOf(node) ? keyed.get(keyOf(node)) : unkeyed.splice(i, i < 0 ? 0 : 1)[0];
+    if (!old || !sameKind(old, node)) return node;
+    keyed.delete(keyOf(node));
+    if (old.isEqualNode(node)) return old;
+    if (node.nodeType !== Node.ELEMENT_NODE) {
+      old.nodeValue = node.nodeValue;
+      return old;
+    }
+    copyAttributes(node, old);
+    redraw(old, [...node.childNodes]);
+    return old;
+  });
+  placed.forEach((node, i) => {
+    if (into.childNodes[i] !== node) into.insertBefore(node, into.childNodes[i] || null);
+  });
+  while (into.childNodes.length > placed.length) into.lastChild.remove();
+}
+
 export const enc = encodeURIComponent;
 export const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 export const pretty = (value) => (typeof value === "string" ? value : JSON.stringify(value, null, 2));

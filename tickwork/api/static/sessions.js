@@ -6,7 +6,7 @@ import { callCard } from "./approvals.js";
 import { forkForm } from "./fork.js";
 import {
   API, OUTCOMES, ago, api, apiText, badge, can, count, dataTable, decisionLine, diffLines, el,
-  enc, headSummary, label, ms, outcomeBadge, pretty, sleep, state, toast, usd,
+  enc, headSummary, label, ms, outcomeBadge, pretty, redraw, sleep, state, toast, usd,
 } from "./core.js";
 
 const STATUSES = ["queued", "ready", "executing", "waiting_approval", "waiting_children", "completed", "failed", "cancelled"];
@@ -186,16 +186,11 @@ export async function sessionView(view, id) {
     if (section) section.after(forking.form);
     else forkStart.append(forking.form);
   };
+  // only what changed is drawn again: a step's button under the pointer stays (core.js redraw)
   const drawSteps = (fresh) => {
     const form = forking.form && forking.form.parentNode === steps ? forking.form : null;
-    if (!form) {
-      steps.replaceChildren(...fresh);
-      return;
-    }
-    for (const child of [...steps.children]) if (child !== form) child.remove();
-    const kept = (node) => Number(node.dataset.step) <= forking.at;
-    form.before(...fresh.filter(kept));
-    form.after(...fresh.filter((node) => !kept(node)));
+    const before = (node) => Number(node.dataset.step) <= forking.at;
+    redraw(steps, form ? [...fresh.filter(before), form, ...fresh.filter((node) => !before(node))] : fresh);
   };
   const openFork = (step) => {
     if (!forking.last) return; // the session is not read yet
@@ -234,10 +229,10 @@ export async function sessionView(view, id) {
     const head = view.head;
     status.replaceChildren(badge(head.status));
     status.dataset.status = head.status;
-    summary.replaceChildren(headSummary(head));
+    redraw(summary, [headSummary(head)]);
     compare.hidden = !head.parent_id || Boolean(head.spawn_call);
     tree.hidden = !view.tree;
-    if (view.tree) tree.replaceChildren(el("h3", {}, "Tree"), treeList(view.tree, id));
+    if (view.tree) redraw(tree, [el("h3", {}, "Tree"), treeList(view.tree, id)]);
     cancel.hidden = FINISHED.includes(head.status) || !(can("approver") || can("operator"));
     const key = head.status === "waiting_approval" ? `${head.version}` : "";
     if (key !== shownWaiting) {
@@ -251,7 +246,7 @@ export async function sessionView(view, id) {
         waiting.replaceChildren();
       }
     }
-    perStep.replaceChildren(stepsTable(view));
+    redraw(perStep, [stepsTable(view)].flat());
     forking.last = view;
     const here = forkable ? (step) => forkHere(step.step, () => openFork(step.step)) : null;
     drawSteps([timeline(view, here)].flat());
