@@ -1,17 +1,21 @@
 """How the page shows what it shows, in headless Chromium against a real server (Postgres +
 Redis): the session view draws again only what changed (a step's button that did not change
 is the same element after the session moved on, so a click whose press and release straddle
-a redraw is not lost)."""
+a redraw is not lost), and a whole session id stays on one line in the lists."""
 
 from __future__ import annotations
 
+import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
 from tickwork.fsm.values import Status
 
-from tests.api.conftest import Stack
+from tests.api.conftest import TEST_KIND, Stack
 from tests.api.test_page import browser, log_in, page  # noqa: F401 (fixtures)
+from tests.api.test_page_actions import looked_at
+from tests.api.test_page_forms import DIES_AFTER_A_STEP as DIES
 
 pytestmark = pytest.mark.parametrize("stack", ["production"], indirect=True)
 
@@ -53,3 +57,40 @@ def test_a_steps_button_is_the_same_element_after_the_session_moves_on(
     first.click()
     expect(page.locator('section.step[data-step="1"] + form#fork')).to_be_visible()
     expect(page.locator("#fork-step")).to_have_value("1")
+
+
+def test_a_whole_session_id_stays_on_one_line_in_the_lists_at_a_laptops_width(
+    page: Any,  # noqa: F811
+    stack: Stack,
+    tmp_path: Path,
+) -> None:
+    from playwright.sync_api import expect
+
+    made = stack.http("sam").post(
+        "/api/v1/sessions",
+        json={
+            "kind": TEST_KIND,
+            "input": {"sink": str(stack.deployment.sink)},
+            "model": stack.deployment.script(DIES),
+            "id": uuid.uuid4().hex,  # as the API makes one: 32 hex digits
+        },
+    )
+    assert made.status_code == 201, made.text
+    session_id = made.json()["id"]
+    stack.wait(session_id, Status.FAILED)
+    log_in(page, stack, "olga", "#/sessions?submitted_by=sam&status=failed")
+    page.set_viewport_size({"width": 1280, "height": 900})
+    shown = page.locator(f'#sessions tr[data-session="{session_id}"] td a.id')
+    seen = page.locator(f'#dead-letters td code.id[title="{session_id}"]')
+    for where, cell in (("#/sessions", shown), ("#/dead-letters", seen)):
+        page.goto(f"{stack.url}/{where}")
+        expect(cell).to_have_attribute("title", session_id)  # the whole id, on hovering
+        expect(cell).to_have_text(session_id)  # and in the page: selected, it copies whole
+        lines = cell.evaluate("e => e.getClientRects().length")
+        height, line = cell.evaluate(
+            "e => [e.getBoundingClientRect().height, parseFloat(getComputedStyle(e).lineHeight)]"
+        )
+        assert lines == 1 and height < 1.5 * line, f"{where}: the id wraps ({height}px)"
+        visible = cell.evaluate("e => e.clientWidth / e.scrollWidth")
+        assert visible > 0.3, f"{where}: too little of the id shows ({visible:.0%})"
+        looked_at(page, f"session-ids-{where[2:]}", tmp_path)

@@ -83,6 +83,11 @@ export const can = (role) => Boolean(state.me && ["admin", role].some((r) => sta
 export const label = (text) => (text === text.toLowerCase() ? text.replace(/_/g, " ") : text);
 export const badge = (text, extra) => el("span", { class: `badge ${extra || text}` }, label(text));
 
+// a session id in a list's narrow column: on one line, its start shown (what the CLI takes
+// as well, 6 characters or more), the whole id on hovering and in the text (a selection, a
+// double click copy it whole); a link to its page if `href`
+export const sessionRef = (id, href) => el(href ? "a" : "code", { class: "id", title: id, href }, id);
+
 export function ago(iso) {
   if (!iso) return "";
   const seconds = Math.max(0, (Date.now() - Date.parse(iso)) / 1000);

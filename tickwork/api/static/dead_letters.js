@@ -1,7 +1,8 @@
 // Dead letters: charts by cause and signature, the list, exports, and one dead letter with
 // its session, forked, resolved or dismissed from here.
 import {
-  API, ApiError, ago, api, badge, can, dataTable, el, enc, headSummary, label, state, toast,
+  API, ApiError, ago, api, badge, can, dataTable, el, enc, headSummary, label, sessionRef, state,
+  toast,
 } from "./core.js";
 import { forkForm } from "./fork.js";
 import { forkHere, timeline } from "./sessions.js";
@@ -143,9 +144,9 @@ export async function deadLettersView(view) {
     letters.length ? dataTable({ id: "dead-letters" },
       ["id", "session", "code", "message", "last tool", "when", "closed"],
       letters.map((d) => el("tr", { dataset: { id: d.id } },
-        el("td", {}, el("a", { href: `#/dead-letters/${d.id}` }, `#${d.id}`)),
-        el("td", {}, el("code", {}, d.session_id)), el("td", {}, badge(d.code, "failed")),
-        el("td", {}, d.message), el("td", {}, d.last_tool || "–"), el("td", {}, ago(d.at)),
+        el("td", { class: "key" }, el("a", { href: `#/dead-letters/${d.id}` }, `#${d.id}`)),
+        el("td", {}, sessionRef(d.session_id)), el("td", {}, badge(d.code, "failed")),
+        el("td", {}, d.message), el("td", {}, d.last_tool || "–"), el("td", { class: "when" }, ago(d.at)),
         el("td", { class: "closed" }, d.resolved_at ? closedState(d) : "no"))))
       : el("p", { class: "muted" }, "No dead letters."));
 }

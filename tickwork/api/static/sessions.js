@@ -6,7 +6,7 @@ import { callCard } from "./approvals.js";
 import { forkForm } from "./fork.js";
 import {
   API, OUTCOMES, ago, api, apiText, badge, can, count, dataTable, decisionLine, diffLines, el,
-  enc, headSummary, label, ms, outcomeBadge, pretty, redraw, sleep, state, toast, usd,
+  enc, headSummary, label, ms, outcomeBadge, pretty, redraw, sessionRef, sleep, state, toast, usd,
 } from "./core.js";
 
 const STATUSES = ["queued", "ready", "executing", "waiting_approval", "waiting_children", "completed", "failed", "cancelled"];
@@ -62,11 +62,11 @@ export async function sessionsView(view) {
   list.replaceChildren(heads.length ? dataTable({ id: "sessions" },
     ["id", "status", "outcome", "kind", "submitted by", "model", "step", "cost", "updated"],
     heads.map((h) => el("tr", { dataset: { session: h.id } },
-      el("td", {}, el("a", { href: `#/sessions/${enc(h.id)}` }, h.id)),
+      el("td", {}, sessionRef(h.id, `#/sessions/${enc(h.id)}`)),
       el("td", {}, badge(h.status)), el("td", { class: "outcome" }, outcomeBadge(h.outcome)),
       el("td", {}, h.kind), el("td", { class: "submitter" }, h.submitted_by || "–"),
       el("td", { class: "model" }, h.model),
-      el("td", {}, h.step), el("td", { class: "cost" }, usd(h.cost_usd)), el("td", {}, ago(h.updated_at)))))
+      el("td", {}, h.step), el("td", { class: "cost" }, usd(h.cost_usd)), el("td", { class: "when" }, ago(h.updated_at)))))
     : el("p", { class: "muted", id: "no-sessions" }, "No sessions match."));
 }
 
