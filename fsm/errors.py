@@ -116,7 +116,8 @@ class SessionArchived(SessionNotFound):
         routes = f"/api/v1/sessions/{session_id}"
         return cls(
             f"session {session_id!r} is archived: the server serves only its patch and forks "
-            f"(`tickwork patch`, `tickwork fork`; API: GET {routes}/patch, POST {routes}/fork)",
+            f"(`tickwork patch`, `tickwork fork`; API: GET {routes}/patch, GET {routes}/forks, "
+            f"POST {routes}/fork)",
             session_id=session_id,
             hint=hint,
         )

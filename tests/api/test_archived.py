@@ -227,3 +227,64 @@ def test_an_id_an_archived_session_had_is_taken_as_a_live_one_s(tmp_path: Path) 
                 f"that session: GET /api/v1/sessions/{taken})",
             }
     client.close()
+
+
+def test_an_archived_sessions_forks_are_listed_live_or_archived_from_the_index(
+    tmp_path: Path,
+) -> None:
+    """`GET /sessions/{id}/forks` lists a session's forks, live or archived, each saying
+    which, for a live session and an archived one alike (whose view is not served, and
+    which the session listing leaves out): the archive's index answers, so the archive
+    itself may be gone. Tenants and own-only tokens see what they see elsewhere."""
+    settings, client = deployed(tmp_path)
+    store, clock = client.store, Clock()
+    made = new_session("parent-2", now=clock())
+    owens = made.head.model_copy(update={"submitted_by": "owen"})
+    store.create(made.model_copy(update={"head": owens}), now=clock())
+    assert think(store, "parent-2", reply(content="done"), now=clock()).status.terminal
+    for fork_id, by in (("fork-owen", "owen"), ("fork-olga", "olga"), ("live-owen", "owen")):
+        store.fork("parent-2", new_id=fork_id, from_step=1, patch=ForkPatch(), by=by, now=clock())
+    for fork_id in ("fork-owen", "fork-olga"):
+        assert think(store, fork_id, reply(content="done"), now=clock()).status.terminal
+    report = archive_pass(
+        store.engine, store.load, client.archive, Policy(completed_s=60), now=clock.advance(61)
+    )
+    assert report.archived == 3  # the parent and two forks; the live fork is not finished
+    shutil.rmtree(settings.state_dir / "archive")  # the index answers, not the archive
+    tokens = {
+        **TOKENS,
+        OWEN: {"name": "owen", "roles": ["operator"], "own_only": True},
+        "tess-other-tenant-token-01": {"name": "tess", "roles": ["operator"], "tenant": "t-2"},
+    }
+    app = make_api(settings, ApiSettings(api_tokens=tokens), client=client)  # type: ignore[arg-type]
+    with Server(app) as server, httpx.Client(base_url=server.url) as http:
+
+        def forks(token: str, session_id: str = "parent-2") -> httpx.Response:
+            return http.get(
+                f"/api/v1/sessions/{session_id}/forks",
+                headers={"Authorization": f"Bearer {token}"},
+            )
+
+        answer = forks(TOKEN["olga"])
+        assert answer.status_code == 200, answer.text
+        listed = {f["id"]: f for f in answer.json()}
+        assert {i: f["archived"] for i, f in listed.items()} == {
+            "fork-owen": True,
+            "fork-olga": True,
+            "live-owen": False,
+        }
+        assert {f["fork_step"] for f in listed.values()} == {1}
+        assert listed["fork-olga"]["status"] == "completed"
+        assert sorted(f["id"] for f in forks(OWEN).json()) == ["fork-owen", "live-owen"]
+        assert forks(TOKEN["olga"], "live-owen").json() == []  # a live session's: none yet
+        # the session listing holds live sessions only (docs/API.md): the live fork alone
+        olga = {"Authorization": f"Bearer {TOKEN['olga']}"}
+        live = http.get("/api/v1/sessions", params={"parent_id": "parent-2"}, headers=olga)
+        assert [h["id"] for h in live.json()] == ["live-owen"]
+        for hidden in (forks("tess-other-tenant-token-01"), forks(TOKEN["olga"], "nobody-2")):
+            assert hidden.status_code == 404, hidden.text
+            assert (hidden.json()["code"], hidden.json()["archived"]) == (
+                "session_not_found",
+                False,
+            )
+    client.close()

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tickwork.fsm.forks import ForkPatch
 from tickwork.fsm.values import Status
 from tickwork.store.migrate import upgrade
 from tickwork.store.retention import Policy, archive_pass
@@ -27,30 +28,38 @@ from tickwork.testing.store_ticks import Clock, new_session, reply, think
 pytestmark = pytest.mark.parametrize("stack", ["production"], indirect=True)
 
 
-def an_archived_session(stack: Stack, tmp_path: Path) -> str:
+def an_archived_session(stack: Stack, tmp_path: Path, *, forks: int = 0) -> list[str]:
     """A repair of one step, completed and archived (no workspace: the API says it has no
-    patch). Its step is taken in a store of its own, and the session stored completed, with
-    no tick: the stack's worker would claim a runnable one before the test's own claim."""
+    patch), and `forks` forks of it from step 1, completed and archived too: their ids, the
+    session's first. Their steps are taken in a store of their own, and each stored
+    completed, with no tick: the stack's worker would claim a runnable one first."""
     client = stack.deployment.client
     store, clock = client.store, Clock()
     session_id = f"archived-{uuid.uuid4().hex[:8]}"
     made = new_session(session_id, now=clock())
     sams = made.head.model_copy(update={"submitted_by": "sam"})
-    aside = Settings(state_dir=tmp_path / "aside")
+    aside = Settings(state_dir=tmp_path / f"aside-{session_id}")
     aside.state_dir.mkdir(parents=True)
     upgrade(aside.db_url)
     own = build_store(aside)
+    made_ids = [session_id] + [f"{session_id}-fork-{n}" for n in range(forks)]
     try:
         own.create(made.model_copy(update={"head": sams}), now=clock())
         assert think(own, session_id, reply(content="done"), now=clock()).status.terminal
-        store.create(own.load(session_id), now=clock())
+        for fork_id in made_ids[1:]:
+            own.fork(
+                session_id, new_id=fork_id, from_step=1, patch=ForkPatch(), by="olga", now=clock()
+            )
+            assert think(own, fork_id, reply(content="again"), now=clock()).status.terminal
+        for made_id in made_ids:
+            store.create(own.load(made_id), now=clock())
     finally:
         own.close()
     assert store.get(session_id).status is Status.COMPLETED
     policy = Policy(completed_s=60)
     archive_pass(store.engine, store.load, client.archive, policy, now=clock.advance(61))
-    assert store.retention.entry(session_id) is not None
-    return session_id
+    assert all(store.retention.entry(made_id) is not None for made_id in made_ids)
+    return made_ids
 
 
 def test_an_operator_opens_an_archived_session_reads_its_patch_and_forks_it(
@@ -60,7 +69,7 @@ def test_an_operator_opens_an_archived_session_reads_its_patch_and_forks_it(
 ) -> None:
     from playwright.sync_api import expect
 
-    old = an_archived_session(stack, tmp_path)
+    [old] = an_archived_session(stack, tmp_path)
     log_in(page, stack, "olga", f"#/sessions/{old}")
     expect(page.locator("#status")).to_have_attribute("data-status", "archived")
     notice = page.locator("#archived")
@@ -117,7 +126,7 @@ def test_an_approver_is_told_an_archived_session_is_archived_but_not_offered_its
 ) -> None:
     from playwright.sync_api import expect
 
-    old = an_archived_session(stack, tmp_path)
+    [old] = an_archived_session(stack, tmp_path)
     log_in(page, stack, "alice", f"#/sessions/{old}")
     expect(page.locator("#archived")).to_contain_text(f"Session {old} is archived")
     expect(page.locator("#patch p.no-patch")).to_contain_text(
@@ -125,3 +134,50 @@ def test_an_approver_is_told_an_archived_session_is_archived_but_not_offered_its
     )
     expect(page.locator("form#fork")).to_have_count(0)
     expect(page.locator("#fork-refused")).to_have_text("Forking it needs the operator role.")
+
+
+def test_an_archived_sessions_forks_live_or_archived_are_listed_and_each_opens(
+    page: Any,  # noqa: F811
+    stack: Stack,
+    tmp_path: Path,
+) -> None:
+    """The page listed a session's forks from the session listing, which holds live
+    sessions only: an archived fork was not there. They come from the session's forks
+    (live or archived, for a live or an archived session), an archived one saying so and
+    opening on its own page, also from the address of a fork beside its parent."""
+    from playwright.sync_api import expect
+
+    old, gone = an_archived_session(stack, tmp_path, forks=1)
+    live = stack.http("olga").post(
+        f"/api/v1/sessions/{old}/fork",
+        json={"from_step": 1, "model": stack.deployment.script([{"content": "done again"}])},
+    )
+    assert live.status_code == 201, live.text
+    fork = live.json()["id"]
+    log_in(page, stack, "olga", f"#/sessions/{old}")
+    expect(page.locator("#status")).to_have_attribute("data-status", "archived")
+    forks = page.locator("#forks")
+    expect(forks).to_contain_text("Forks (2): ")
+    expect(forks).to_contain_text(f"{gone} from step 1, completed, archived")
+    expect(forks.locator(f'a[data-fork="{fork}"]')).to_have_attribute(
+        "href", f"#/sessions/{fork}/compare"
+    )
+    forks.locator(f'a[data-fork="{gone}"][data-archived="true"]').click()
+    expect(page).to_have_url(f"{stack.url}/#/sessions/{gone}")
+    expect(page.locator("#status")).to_have_attribute("data-status", "archived")
+    expect(page.locator("#archived")).to_contain_text(f"Session {gone} is archived")
+    # beside its parent: an archived fork's steps are not served, so its own page instead
+    page.goto(f"{stack.url}/#/sessions/{gone}/compare")
+    expect(page.locator("#archived")).to_contain_text(f"Session {gone} is archived")
+    expect(page.locator("#view-error")).to_have_count(0)
+
+    # the list says archived sessions are not in it, and a dead letter's address of one
+    # says where it went
+    page.goto(f"{stack.url}/#/sessions")
+    expect(page.locator("#archived-note")).to_contain_text("Archived sessions")
+    expect(page.locator(f'#sessions tr[data-session="{old}"]')).to_have_count(0)
+    page.goto(f"{stack.url}/#/dead-letters/{old}")
+    expect(page.locator("#letter-archived")).to_contain_text(f"Session {old} is archived")
+    expect(page.locator("#view-error")).to_have_count(0)
+    page.click(f'#letter-archived a[href="#/sessions/{old}"]')
+    expect(page.locator("#status")).to_have_attribute("data-status", "archived")

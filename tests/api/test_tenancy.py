@@ -61,6 +61,7 @@ NO_TENANT_DATA = {
 BY_ID: dict[tuple[str, str], dict[str, Any] | None] = {
     ("GET", "/api/v1/sessions/{session_id}"): None,
     ("GET", "/api/v1/sessions/{session_id}/patch"): None,
+    ("GET", "/api/v1/sessions/{session_id}/forks"): None,
     ("GET", "/api/v1/sessions/{session_id}/events"): None,
     ("GET", "/api/v1/sessions/{session_id}/stream"): None,
     ("GET", "/api/v1/approvals/{session_id}"): None,

@@ -25,7 +25,7 @@ from tickwork.worker.config.settings import Settings, load_settings
 from tickwork.worker.config.tenants import TenantSettings
 from tickwork.worker.observers.metrics import StoreCollector, tenant_labels
 
-from . import dead_letters, errors, health, metrics, sessions, stream
+from . import dead_letters, errors, forks, health, metrics, sessions, stream
 from .auth import TokenGate, Tokens
 from .bodies import page_bounds
 from .connections import BodyTimeout
@@ -152,6 +152,7 @@ def make_api(
     app.add_middleware(metrics.CountRequests)
     app.add_middleware(BodyTimeout, timeout_s=api.api_body_timeout_s)  # outermost: every read
     app.include_router(sessions.router)
+    app.include_router(forks.router)
     app.include_router(stream.router)
     app.include_router(dead_letters.router)
     app.include_router(metrics.router)

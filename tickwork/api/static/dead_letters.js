@@ -187,7 +187,13 @@ function closeForm(key, onClosed) {
 }
 
 export async function deadLetterView(view, key) {
-  const letter = await api(`/dead-letters/${enc(key)}`);
+  let letter;
+  try {
+    letter = await api(`/dead-letters/${enc(key)}`);
+  } catch (e) {
+    if (e.status === 404 && await archivedSession(key)) return archivedLetter(view, key);
+    throw e;
+  }
   const forks = letter.forks.map((f) => el("a", { href: `#/sessions/${enc(f.id)}` }, f.id));
   const actions = letter.resolved_at ? el("p", { class: "decided", id: "closed" },
     `Closed ${ago(letter.resolved_at)}: ${letter.closed}`, ...(forks.length ? [" · forks: ", ...forks] : []))
@@ -210,4 +216,27 @@ export async function deadLetterView(view, key) {
     headSummary(letter.session.head),
     actions,
     el("h3", {}, "Timeline"), el("div", { id: "timeline" }, timeline(letter.session, pick)));
+}
+
+// whether `key` is the id of an archived session the token sees (its 404 says so)
+async function archivedSession(key) {
+  if (/^\d+$/.test(key)) return false; // a dead letter's number: the archive does not keep it
+  try {
+    await api(`/sessions/${enc(key)}`);
+    return false;
+  } catch (e) {
+    return Boolean(e.body && e.body.archived);
+  }
+}
+
+// an archived session's: a dead letter it had (closed: an open one is never archived) went
+// to the archive with it
+function archivedLetter(view, id) {
+  view.draw(el("h2", { id: "dead-letter" }, "Dead letter of ", el("code", {}, id)),
+    el("p", { class: "summary", id: "letter-archived" },
+      `Session ${id} is archived: retention moved it out of the live tables with its dead ` +
+      "letter, if it had one (a failed session is archived only once its dead letter was " +
+      "forked, resolved or dismissed), and the dead letters listed here are the live ones. ",
+      el("a", { href: `#/sessions/${enc(id)}` }, "Its page"),
+      " serves its patch and its forks, and forks it again."));
 }

@@ -48,7 +48,12 @@ export async function sessionsView(view) {
   } }, "Mine"),
   el("button", { type: "button", id: "clear-filters", onclick: () => { location.hash = "#/sessions"; } }, "Clear"));
   const list = el("div", { id: "session-list" });
-  view.draw(el("h2", {}, "Sessions"), filters, error, list);
+  // the API lists live sessions only (docs/API.md): say where the archived ones are
+  const archived = el("p", { class: "meta", id: "archived-note" },
+    "Archived sessions (retention moved them out of the live tables) are not listed: open one " +
+    "by its whole id, #/sessions/ID, for its patch, its forks and a fork of it; ",
+    el("code", {}, "tickwork ls --archived"), " lists them where the database is.");
+  view.draw(el("h2", {}, "Sessions"), filters, error, list, archived);
 
   const query = new URLSearchParams({ limit: "100" });
   for (const key of FILTERS) if (chosen[key]) query.set(key, chosen[key]);
@@ -313,14 +318,15 @@ function treeList(node, current) {
 
 // --- a fork beside its parent -------------------------------------------------------
 
-// the session's forks, each a link to it beside this one
+// the session's forks, live or archived (a live session's or an archived one's), each a link
+// to it beside this one; an archived one's to its page, which serves what is left of it
 async function showForks(id, into) {
-  const listed = await api(`/sessions?${new URLSearchParams({ parent_id: id, limit: "50" })}`);
-  const found = listed.filter((f) => !f.spawn_call); // children are drawn in the tree
+  const found = await api(`/sessions/${enc(id)}/forks`);
   into.hidden = !found.length;
   into.replaceChildren(`Forks (${found.length}): `, ...found.flatMap((f, i) => [i ? " · " : "",
-    el("a", { href: `#/sessions/${enc(f.id)}/compare`, dataset: { fork: f.id } }, f.id),
-    ` from step ${f.fork_step}, ${label(f.status)}`]));
+    el("a", { href: f.archived ? `#/sessions/${enc(f.id)}` : `#/sessions/${enc(f.id)}/compare`,
+              dataset: { fork: f.id, archived: f.archived ? "true" : "false" } }, f.id),
+    ` from step ${f.fork_step}, ${label(f.status)}${f.archived ? ", archived" : ""}`]));
 }
 
 function sideHead(role, view) {
@@ -400,7 +406,14 @@ function patchPair(parentId, parentPatch, id, forkPatchText) {
 }
 
 export async function compareView(view, id) {
-  const fork = await api(`/sessions/${enc(id)}`);
+  let fork;
+  try {
+    fork = await api(`/sessions/${enc(id)}`);
+  } catch (e) {
+    // an archived fork: its steps are not served, to be put beside anything
+    if (e.status === 404 && e.body && e.body.archived) return archivedView(view, id);
+    throw e;
+  }
   const head = fork.head;
   const back = el("a", { href: `#/sessions/${enc(id)}` }, "back to the session");
   if (!head.parent_id) {
