@@ -12,6 +12,7 @@ import typer
 from rich.text import Text
 
 from tickwork.fsm.errors import InvalidInput
+from tickwork.fsm.tenants import DEFAULT_TENANT
 from tickwork.fsm.values import ErrorCode
 from tickwork.fsm.wording import counted
 
@@ -95,6 +96,15 @@ def list_dead_letters(
                 views.dead_letter(d)
                 for d in _list(ctx, code, kind, since, unresolved, limit, tenant)
             ]
+            if tenant is None and not json_output:
+                everyone = _list(ctx, code, kind, since, unresolved, limit, options.ALL_TENANTS)
+                said = options.other_tenants(
+                    "dead letters",
+                    sum(1 for d in everyone if d.tenant != DEFAULT_TENANT),
+                    at_least=len(everyone) >= limit,
+                )
+                if said:
+                    render.note(said)
     render.listing(
         found, render.dead_letters_table, json_output=json_output, none="no dead letters match"
     )
@@ -212,6 +222,17 @@ def stats(
                 ]
                 for g in ([by] if by else Grouping)
             }
+            if tenant is None and not json_output:
+                # every tenant's, counted by code (one row per code: a small query)
+                everyone = ctx.store.dead_letter_stats(
+                    by=Grouping.CODE.value, since=start, unresolved=unresolved, tenant=None
+                )
+                here = sum(r["count"] for r in next(iter(grouped.values())))
+                said = options.other_tenants(
+                    "dead letters", sum(int(r["count"]) for r in everyone) - here
+                )
+                if said:
+                    render.note(said)
     total = sum(r["count"] for r in next(iter(grouped.values())))
     if json_output:
         views.emit({"since": start.isoformat() if start else None, "total": total, "by": grouped})

@@ -301,14 +301,23 @@ def list_sessions(
                 "codes); filter by --status failed, then `tickwork show ID`"
             )
         with Context() as ctx:
+            chosen: dict[str, Any] = dict(
+                status=[s.value for s in status or ()], kind=kind, limit=limit
+            )
             entries = ctx.store.retention.listing(
-                status=[s.value for s in status or ()],
-                kind=kind,
-                limit=limit,
-                tenant=options.local_tenant(tenant, many=True),
+                **chosen, tenant=options.local_tenant(tenant, many=True)
             )
             if kind is not None and not entries:
                 options.check_kind(ctx, kind)
+            if tenant is None and not json_output:
+                everyone = ctx.store.retention.listing(**chosen, tenant=None)
+                said = options.other_tenants(
+                    "archived sessions",
+                    sum(1 for e in everyone if e.tenant != DEFAULT_TENANT),
+                    at_least=len(everyone) >= limit,
+                )
+                if said:
+                    render.note(said)
         rows = [views.archived_entry(e) for e in entries]
         render.listing(
             rows, render.archived_table, json_output=json_output, none="no archived sessions match"
@@ -353,12 +362,9 @@ def list_sessions(
                 # among the newest `limit` of every tenant: a hint, not a census)
                 everyone = ctx.store.list_sessions(**wanted, tenant=None)
                 elsewhere = sum(1 for h in everyone if h.tenant != DEFAULT_TENANT)
-                if elsewhere:
-                    many = f"at least {elsewhere}" if len(everyone) >= limit else str(elsewhere)
-                    render.note(
-                        f"the default tenant's sessions; {many} more of other tenants "
-                        "match: --tenant '*' lists them too"
-                    )
+                said = options.other_tenants("sessions", elsewhere, at_least=len(everyone) >= limit)
+                if said:
+                    render.note(said)
     if tree:
         if remote is None:
             with Context() as ctx:

@@ -608,6 +608,18 @@ def local_tenant(given: str | None, *, many: bool = False) -> str | None:
     return check_tenant(given, what="--tenant")
 
 
+def other_tenants(what: str, elsewhere: int, *, at_least: bool = False) -> str | None:
+    """The note of a listing that, unasked, holds the default tenant's only, while other
+    tenants' match too: an operator of several tenants would read "none" as none at all."""
+    if not elsewhere:
+        return None
+    many = f"at least {elsewhere}" if at_least else str(elsewhere)
+    return (
+        f"the default tenant's {what}; {many} more of other tenants match: "
+        "--tenant '*' lists them too"
+    )
+
+
 def remote_tenant(given: str | None, *, many: bool = False) -> str | None:
     """What a --server command sends as its tenant: nothing unless given (the token's)."""
     if given is None or (given == ALL_TENANTS and many):

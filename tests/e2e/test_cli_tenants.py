@@ -4,10 +4,11 @@ for every tenant; `show --tenant` answers another tenant's session as no session
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import Cli, Deployment
+from tests.e2e.conftest import Cli, Deployment, call
 from tests.tasks.conftest import TEST_KIND
 
 
@@ -72,3 +73,51 @@ def test_show_with_a_tenant_names_no_other_tenant_s_id_by_its_start(
     # without --tenant, every session is looked among, as before
     cli.inline("show", "c0ffee", ok=False).error(2, "is the start of 3 session ids")
     assert cli.inline("show", "c0ffee1a", "--json").json()["head"]["id"] == theirs[0]
+
+
+@pytest.mark.parametrize("deployment", ["production"], indirect=True)
+def test_dead_letter_listings_say_other_tenants_have_some(cli: Cli, deployment: Deployment) -> None:
+    """`dlq ls` and `dlq stats` without `--tenant` are the default tenant's; an operator
+    whose tenants' dead letters are all elsewhere read "no dead letters match" as none at
+    all. They say, on stderr, how many of other tenants match, as `ls` does."""
+    two_steps = [call("echo", text="1")]
+    replies = [{"content": "look", "tool_calls": two_steps}, {"content": "done"}]
+    with deployment.worker():
+        ids = [
+            deployment.submit(replies, budgets={"max_steps": 1}, tenant=tenant)
+            for tenant in ("team-a", "team-b", "team-a")
+        ]
+        for sid in ids:
+            assert deployment.client.wait(sid, timeout=60).status.value == "failed"
+
+    listed = cli.inline("dlq", "ls", ok=False)
+    assert listed.code == 0 and "no dead letters match" in listed.stdout
+    assert "3 more of other tenants match: --tenant '*' lists them too" in listed.stderr
+    counted = cli.inline("dlq", "stats", "--by", "code", ok=False)
+    assert counted.code == 0 and "0 dead letters" in counted.stdout
+    assert "3 more of other tenants match" in counted.stderr
+    # asked for a tenant, or for every one, or for JSON: no note
+    for asked in (("--tenant", "team-a"), ("--tenant", "*"), ("--json",)):
+        assert "other tenants" not in cli.inline("dlq", "ls", *asked).stderr
+        assert "other tenants" not in cli.inline("dlq", "stats", *asked).stderr
+
+
+@pytest.mark.parametrize("deployment", ["production"], indirect=True)
+def test_archived_listing_says_other_tenants_have_some(
+    cli: Cli, deployment: Deployment, tmp_path: Path
+) -> None:
+    """`ls --archived` without `--tenant` is the default tenant's: it said "no archived
+    sessions match" while other tenants' were archived, and now says how many, as `ls`."""
+    with deployment.worker():
+        sid = deployment.submit([{"content": "done"}], tenant="team-a")
+        assert deployment.client.wait(sid, timeout=60).status.value == "completed"
+    env = {"TICKWORK_RETENTION_ARCHIVE_URL": (tmp_path / "archive").as_uri()}
+    assert (
+        cli.inline("gc", "--json", TICKWORK_RETENTION_COMPLETED_S="0", **env).json()["archived"]
+        == 1
+    )
+
+    listed = cli.inline("ls", "--archived", ok=False, **env)
+    assert listed.code == 0 and "no archived sessions match" in listed.stdout
+    assert "1 more of other tenants match: --tenant '*' lists them too" in listed.stderr
+    assert "other tenants" not in cli.inline("ls", "--archived", "--tenant", "*", **env).stderr
