@@ -18,14 +18,14 @@ import typer
 from rich.text import Text
 
 from tickwork.fsm import wording
-from tickwork.fsm.errors import InvalidInput
+from tickwork.fsm.errors import InvalidInput, TickworkError
 from tickwork.fsm.values import PRICE_RATES
 
 from . import render, views
 from .flags import FLAG_OF, INPUT_OPTIONS
 
 if TYPE_CHECKING:
-    from tickwork.remote import Client
+    from tickwork.remote import Client, EventPage
 
     from .exports import Format
 
@@ -42,6 +42,11 @@ SERVED = frozenset(
 ANYWHERE = frozenset({"serve", "config", "runbook", "docs"})
 #: how often `watch` asks the server for new events
 POLL_S = 0.2
+#: how long `watch` keeps asking a server that stopped answering (a restart, a proxy's 502
+#: while it comes back) before it gives up: the remote client's `watch` default
+AWAY_S = 60.0
+#: how often `watch` asks again meanwhile
+AWAY_POLL_S = 1.0
 
 
 #: the API's bodies the remote client checks before sending, by their model's name, and
@@ -211,26 +216,26 @@ def watch(remote: Client, session_id: str, timeout: float | None, json_output: b
     """`tickwork watch` against the server: its events until the session waits or ends."""
     seen: list[dict[str, Any]] = []
     last, started = 0, time.monotonic()
+    page = remote.events(session_id, after=last)  # a wrong address or id is said at once
     while True:
-        page = remote.events(session_id, after=last)  # the status is read before the events
         for item in page.events:
             last = item.id
             seen.append(item.data)
             if not json_output:
                 render.show(render.event_line(item.data))
-        if len(page.events) >= 1000:
-            continue
-        if not page.status.moving:
-            break
-        if timeout is not None and time.monotonic() - started > timeout:
-            if json_output:
-                head = views.head(remote.get(session_id))
-                views.emit({"head": head, "events": seen, "timed_out": True})
-            raise TimeoutError(
-                f"session {session_id} is still {page.status.value} after {timeout:g}s; "
-                "is a worker running for that server?"
-            )
-        time.sleep(POLL_S)
+        if len(page.events) < 1000:  # else the next page at once
+            if not page.status.moving:
+                break
+            if timeout is not None and time.monotonic() - started > timeout:
+                if json_output:
+                    head = views.head(remote.get(session_id))
+                    views.emit({"head": head, "events": seen, "timed_out": True})
+                raise TimeoutError(
+                    f"session {session_id} is still {page.status.value} after {timeout:g}s; "
+                    "is a worker running for that server?"
+                )
+            time.sleep(POLL_S)
+        page = _next_page(remote, session_id, last)  # the status is read before the events
     view = remote.timeline(session_id)
     if json_output:
         views.emit({"head": view["head"], "events": seen, "timed_out": False})
@@ -243,6 +248,41 @@ def watch(remote: Client, session_id: str, timeout: float | None, json_output: b
         ),
         *render.outcome(view["head"], view["steps"]),
     )
+
+
+def _next_page(remote: Client, session_id: str, after: int) -> EventPage:
+    """The events after `after`, riding out a server that stops answering for a while (a
+    restart, a proxy's 502 while it comes back), as the remote client's `watch` does: a
+    note on standard error, then another try every AWAY_POLL_S until AWAY_S have passed."""
+    away_since: float | None = None
+    while True:
+        try:
+            page = remote.events(session_id, after=after)
+        except TickworkError as exc:  # RemoteError, imported with the client
+            if not _away(exc):
+                raise
+            if away_since is None:
+                away_since = time.monotonic()
+                render.note(
+                    f"the server stopped answering; trying again for up to {AWAY_S:g}s ({exc})"
+                )
+            elif time.monotonic() - away_since > AWAY_S:
+                raise
+            time.sleep(AWAY_POLL_S)
+            continue
+        if away_since is not None:
+            render.note("the server answers again")
+        return page
+
+
+def _away(exc: BaseException) -> bool:
+    """Whether a refused request says the server is away for now, not that it refused."""
+    from tickwork.remote import RemoteError, ServerUnreachable
+    from tickwork.remote.stream import RETRY_STATUSES
+
+    if isinstance(exc, ServerUnreachable):
+        return True
+    return isinstance(exc, RemoteError) and exc.status in RETRY_STATUSES
 
 
 def previews(remote: Client, view: dict[str, Any]) -> dict[str, dict[str, Any] | None]:

@@ -792,3 +792,34 @@ def test_a_submit_whose_model_lacks_its_key_notes_it_only_where_the_key_is_looke
         assert "the workers that run the session need one, or it fails MODEL_ERROR" in line
     assert remote.deployment.client.get(sid).model == "openai:gpt-4o-mini"
     remote.wait(sid)
+
+
+def test_a_watch_with_a_server_rides_out_a_restart_as_the_client_s_watch_does(
+    remote: Remote,
+) -> None:
+    """`tickwork --server URL watch` that loses the server mid-watch (a restart, a deploy)
+    says so on standard error and asks again, as the remote client's `watch` does, rather
+    than end at the first refused poll; it then prints what came meanwhile and ends as
+    locally."""
+    script = remote.script([{"content": "done after a while", "delay_s": 6}])
+    sid = (
+        ModeCli(remote, "remote")
+        .inline("submit", TEST_KIND, "--input", "{}", "--model", script)
+        .stdout.strip()
+    )
+    watching, log = Cli(remote.env(), remote.deployment.tmp).start("watch", sid, "--timeout", "120")
+    try:
+        until(lambda: "created" in log.read_text(), timeout=60, what="the watch's first events")
+        remote.served.stop()
+        try:
+            assert remote.wait(sid) is Status.COMPLETED
+        finally:
+            remote.served.start()
+        assert watching.wait(90) == 0, log.read_text()
+    finally:
+        if watching.poll() is None:
+            watching.kill()
+    said = log.read_text()
+    assert "note: the server stopped answering; trying again for up to 60s" in said, said
+    assert "note: the server answers again" in said, said
+    assert "model_called" in said and f"session {sid} is completed" in said, said
