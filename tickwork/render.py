@@ -293,7 +293,7 @@ def sessions_table(heads: Iterable[Mapping[str, Any]]) -> Table:
             if h["awaiting"]
             else QUEUED
             if h["status"] == "queued"
-            else _not_run(h) or _repaired_nothing(h) or _still_failing(h)
+            else _not_run(h) or _stale_build(h) or _repaired_nothing(h) or _still_failing(h)
         )
         created = datetime.fromisoformat(h["created_at"]).strftime("%m-%d %H:%M")
         cells: list[RenderableType] = [
@@ -317,6 +317,14 @@ def _not_run(h: Mapping[str, Any]) -> str:
     tests = (h.get("result") or {}).get("tests")
     why = tests.get("not_run") if isinstance(tests, Mapping) else None
     return f"tests did not run: {why}" if why and isinstance(why, str) else ""
+
+
+def _stale_build(h: Mapping[str, Any]) -> str:
+    """Why a finished repair's final tests said nothing of its change to compiled code (the
+    extension modules were not rebuilt: `stale_build`), else ''."""
+    tests = (h.get("result") or {}).get("tests")
+    why = tests.get("stale_build") if isinstance(tests, Mapping) else None
+    return reason_said(why) if why and isinstance(why, str) else ""
 
 
 #: `ls`'s note of a `repaired` session whose tests passed before any change too
@@ -957,7 +965,10 @@ def _tests(tests: Any) -> list[RenderableType]:
             f" exit {tests.get('exit_code')}, {'passed' if passed else 'failed'}",
             style="green" if passed else "red",
         )
-    return [line, *_log_end(tests.get("output"))]
+    parts: list[RenderableType] = [line, *_log_end(tests.get("output"))]
+    if isinstance(stale := tests.get("stale_build"), str) and stale:
+        parts.append(Text(reason_said(stale), style="yellow"))
+    return parts
 
 
 def _log_end(log: Any) -> list[RenderableType]:

@@ -20,7 +20,7 @@ from tickwork.fsm.errors import InvalidInput, PatchDoesNotApply
 from tickwork.fsm.outcomes import Outcome, repair_outcome
 from tickwork.fsm.values import Head
 from tickwork.store.artifacts import DirectoryArtifacts
-from tickwork.worker.files import sources
+from tickwork.worker.files import sources, versions
 from tickwork.worker.files.environments import NO_NETWORK
 from tickwork.worker.jobs import Jobs, Kind
 from tickwork.worker.jobs.kinds import Ending
@@ -522,6 +522,35 @@ def test_the_final_test_run_is_recorded(project: Path) -> None:
     failing = run_final_tests(head_for({"test_command": FAIL}), project)
     assert (failing["exit_code"], failing["passed"]) == (3, False)
     assert "2 failed" in failing["output"]
+
+
+def test_a_change_to_c_code_whose_extension_the_tests_did_not_rebuild_says_so(
+    project: Path, tmp_path: Path
+) -> None:
+    """markupsafe's extension module is built at setup, from the source as submitted: a
+    session that mended `_speedups.c` ended `tests_failing`, "17 of the 17 failing tests
+    failed before any change too", though its patch was right: its tests ran the old module.
+    The final run now says so, and how to rebuild it; one that rebuilt it says nothing."""
+    so = "pkg/_speedups.cpython-311-x86_64-linux-gnu.so"
+    env = tmp_path / "env"
+    (env / versions.GENERATED / "pkg").mkdir(parents=True)
+    (env / versions.GENERATED / so).write_bytes(b"\x7fELF as setup built it")
+    (project / so).write_bytes(b"\x7fELF as setup built it")  # what `restore` put there
+    changed = ["pkg/_speedups.c", "pkg/mod.py"]
+    head = head_for({"test_command": FAIL})
+    tests = run_final_tests(head, project, env, changed)
+    assert "pkg/_speedups.c" in tests["stale_build"] and so in tests["stale_build"]
+    assert "build_ext --inplace" in tests["stale_build"]
+    shown = "\n".join(str(p) for p in render._tests(tests))
+    assert "did not rebuild" in shown
+    assert render._stale_build({"result": {"tests": tests}}).startswith(
+        "the session changed pkg/_speedups.c"
+    )
+    assert "stale_build" not in run_final_tests(head, project, env, ["pkg/mod.py"])
+    rebuild = f"printf 'new' > {so}; {FAIL}"
+    assert "stale_build" not in run_final_tests(
+        head_for({"test_command": rebuild}), project, env, changed
+    )
 
 
 def test_failing_tests_behind_a_pipe_are_not_a_pass(project: Path) -> None:

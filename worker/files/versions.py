@@ -18,13 +18,14 @@ plugin writes (`src/pkg/_version.py`), so the plugin cannot find a version in se
 
 from __future__ import annotations
 
+import filecmp
 import os
 import re
 import shlex
 import stat
 import subprocess
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -428,6 +429,33 @@ def restore(env: Path, workspace: Path) -> list[str]:
             os.close(fd)
         written.append(rel)
     return written
+
+
+#: the sources a build compiles into extension modules (C, C++, Cython)
+COMPILED_SOURCES = (".c", ".h", ".cc", ".cpp", ".cxx", ".hh", ".hpp", ".pyx", ".pxd")
+
+
+def unrebuilt(env: Path | None, workspace: Path, changed: Iterable[str]) -> list[str]:
+    """The extension modules in the working copy at `workspace` that are still, byte for
+    byte, the ones setup built from the source as submitted (kept in `env`), when `changed`
+    (the session's changed files) holds a source they are compiled from: the tests ran the
+    old compiled code, whatever the patch did to it. Empty when no such source changed or
+    every kept module was rebuilt (a test command running `build_ext --inplace`)."""
+    if env is None or not any(p.endswith(COMPILED_SOURCES) for p in changed):
+        return []
+    kept = env / GENERATED
+    if not _real_folders(env, f"{GENERATED}/-") or not kept.is_dir():
+        return []
+    stale = []
+    for rel, info in walk(kept, Ignore()):
+        if not built_object(rel) or info.st_size > MAX_BUILT_FILE_BYTES:
+            continue
+        here = workspace / rel
+        if not _real_folders(workspace, rel) or here.is_symlink() or not here.is_file():
+            continue
+        if filecmp.cmp(here, kept / rel, shallow=False):
+            stale.append(rel)
+    return sorted(stale)
 
 
 def _real_folders(root: Path, rel: str) -> bool:

@@ -34,7 +34,7 @@ from tickwork.store.artifacts import Artifacts
 from tickwork.store.files import Manifest, parse_entry
 from tickwork.worker.config.allowlist import AllowList
 from tickwork.worker.config.settings import load_settings
-from tickwork.worker.files import sources
+from tickwork.worker.files import sources, versions
 from tickwork.worker.files.environment_plans import NONE, check_setup
 from tickwork.worker.files.working_copy import session_files
 from tickwork.worker.files.workspaces import disk_full
@@ -378,8 +378,12 @@ def diff_manifests(
     return "".join(parts), changed
 
 
-def run_final_tests(head: Head, workspace: Path, environment: Path | None = None) -> dict[str, Any]:
-    """Run the session's test command in its working copy once more; what it gave."""
+def run_final_tests(
+    head: Head, workspace: Path, environment: Path | None = None, changed: Sequence[str] = ()
+) -> dict[str, Any]:
+    """Run the session's test command in its working copy once more; what it gave.
+    `changed`: the session's changed files, to say when it changed the C source of an
+    extension module the run did not rebuild (`stale_build`)."""
     config = head.config
     command = str(config.get("test_command") or "")
     settings = load_settings()
@@ -426,7 +430,27 @@ def run_final_tests(head: Head, workspace: Path, environment: Path | None = None
     # a passing run has none failing, whatever its output prints (an inner run's summary)
     if not why and not record["passed"] and (failing := failing_tests(output)):
         record["failing"] = failing
+    if not why and (stale := versions.unrebuilt(environment, workspace, changed)):
+        record["stale_build"] = stale_build_note(changed, stale)
     return record
+
+
+def stale_build_note(changed: Sequence[str], stale: Sequence[str]) -> str:
+    """Why a test run says nothing of the session's change to compiled code: the extension
+    modules it imported are those setup built from the source as submitted."""
+    sources = [p for p in changed if p.endswith(versions.COMPILED_SOURCES)]
+    return (
+        f"the session changed {_some(sources)}, but the test command did not rebuild "
+        f"{_some(stale)}: setup built it from the source as submitted, so the tests ran the "
+        "old compiled code; give a test command that rebuilds it, e.g. "
+        "--test-cmd 'python3 setup.py build_ext --inplace && python3 -m pytest' "
+        "(docs/ENVIRONMENTS.md (`tickwork docs environments`))"
+    )
+
+
+def _some(paths: Sequence[str], most: int = 3) -> str:
+    more = f" and {len(paths) - most} more" if len(paths) > most else ""
+    return ", ".join(paths[:most]) + more
 
 
 def session_patch(head: Head, workspaces: Any) -> tuple[str, list[str]]:
@@ -469,7 +493,9 @@ def finish(head: Head, ending: Ending) -> dict[str, Any]:
         workspace = files.open(changes=True)
         if workspace is None:
             raise ConfigurationError("the session has no files to test")
-        result["tests"] = run_final_tests(head, workspace, files.environment(head))
+        result["tests"] = run_final_tests(
+            head, workspace, files.environment(head), result.get("files_changed") or ()
+        )
         files.record(step=head.step, call_id="")
     except ArtifactsUnavailable:
         raise
