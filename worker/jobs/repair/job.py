@@ -405,7 +405,7 @@ def run_final_tests(
         "exit_code": result.exit_code,
         "passed": result.exit_code == 0,
         "timed_out": result.timed_out,
-        "output": output[-MAX_TEST_OUTPUT_CHARS:],
+        "output": output_end(output),
     }
     if result.killed:
         record["killed"] = result.killed
@@ -433,6 +433,17 @@ def run_final_tests(
     if not why and (stale := versions.unrebuilt(environment, workspace, changed)):
         record["stale_build"] = stale_build_note(changed, stale)
     return record
+
+
+def output_end(output: str, most: int = MAX_TEST_OUTPUT_CHARS) -> str:
+    """The end of a run's output in whole lines, saying how much came before: pyparsing's
+    final run was kept from the middle of a line (`llaneousExceptionBits`), with nothing
+    to say that the rest was cut."""
+    if len(output) <= most:
+        return output
+    kept = output[-most:]
+    kept = kept[kept.find("\n") + 1 :]  # from a line's start; all of it if it holds none
+    return f"(its first {len(output) - len(kept):,} chars are not kept) …\n{kept}"
 
 
 def stale_build_note(changed: Sequence[str], stale: Sequence[str]) -> str:
