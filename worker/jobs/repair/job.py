@@ -441,7 +441,7 @@ def output_end(output: str, most: int = MAX_TEST_OUTPUT_CHARS) -> str:
     to say that the rest was cut."""
     if len(output) <= most:
         return output
-    kept = output[-most:]
+    kept = output[-(most - 64) :]  # room for the line saying so: `show` cuts at `most`
     kept = kept[kept.find("\n") + 1 :]  # from a line's start; all of it if it holds none
     return f"(its first {len(output) - len(kept):,} chars are not kept) …\n{kept}"
 
