@@ -16,13 +16,14 @@ from tickwork.fsm.admission import check_concurrency, check_priority
 from tickwork.fsm.context import check_window
 from tickwork.fsm.errors import InvalidInput, MissingCredentials, SessionNotFound
 from tickwork.fsm.outcomes import Outcome
-from tickwork.fsm.tenants import DEFAULT_TENANT
+from tickwork.fsm.tenants import DEFAULT_TENANT, UNLIMITED
 from tickwork.fsm.values import ErrorCode, Head, Session, Status
 
 from . import cli_remote, options, render, views
 from .context import Context
 
 if TYPE_CHECKING:
+    from tickwork.worker.config.tenants import Tenants
     from tickwork.worker.models import Providers
 
     from .reads import Reads
@@ -214,13 +215,31 @@ def submit(
             max_per_key=max_per_key,
         )
         lacking = missing_credentials(head.model, ctx.client.providers)
+        unheld = unlisted_tenant(ctx.client.tenants, head) if tenant is not None else None
     print_head(head, json_output, head.id)
     left_out_note(head)
+    if unheld:
+        render.note(unheld)
     if lacking:
         render.note(
             f"{lacking}. This process has no key; the workers that run the session need one, "
             "or it fails MODEL_ERROR once its retries are spent"
         )
+
+
+def unlisted_tenant(tenants: Tenants, head: Head) -> str | None:
+    """What to say of a session submitted into a tenant the tenants file does not name while
+    its `*` sets no quota: stored, as documented, but held by no quota at all, which is what
+    a mistyped `--tenant` (`tema-a` for `team-a`) silently gets."""
+    table = tenants.table()
+    if tenants.path is None or head.tenant in table.names or table.others != UNLIMITED:
+        return None
+    named = ", ".join(sorted(table.names)) or "no tenant"
+    return (
+        f"tenant {head.tenant} is not named in TICKWORK_TENANTS_FILE {tenants.path} (it names "
+        f'{named}) and the file sets no quotas for the others ("*"): no quota holds session '
+        f"{head.id}. If --tenant is mistyped, `tickwork cancel {head.id}` and submit it again"
+    )
 
 
 def missing_credentials(spec: str, providers: Providers) -> str:

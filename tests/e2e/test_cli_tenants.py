@@ -121,3 +121,29 @@ def test_archived_listing_says_other_tenants_have_some(
     assert listed.code == 0 and "no archived sessions match" in listed.stdout
     assert "1 more of other tenants match: --tenant '*' lists them too" in listed.stderr
     assert "other tenants" not in cli.inline("ls", "--archived", "--tenant", "*", **env).stderr
+
+
+@pytest.mark.parametrize("deployment", ["production"], indirect=True)
+def test_a_submit_into_a_tenant_no_quota_holds_says_so(
+    cli: Cli, deployment: Deployment, tmp_path: Path
+) -> None:
+    """A tenant the tenants file does not name, with no `*` quotas, is held by no quota: as
+    documented, but a mistyped `--tenant tema-a` got that silently. The submit says so."""
+    tenants = tmp_path / "tenants.json"
+    tenants.write_text(json.dumps({"team-a": {"max_queued": 5}, "team-b": {}}))
+    script = deployment.script([{"content": "done"}])
+    env = {"TICKWORK_TENANTS_FILE": str(tenants), "TICKWORK_IMPORTS": json.dumps([TEST_KIND])}
+
+    def submitted(*given: str) -> str:
+        done = cli.inline("submit", TEST_KIND, "--model", script, *given, ok=False, **env)
+        assert done.code == 0 and done.stdout.strip(), done.stderr
+        return done.stderr
+
+    said = submitted("--tenant", "tema-a")
+    assert "tenant tema-a is not named in TICKWORK_TENANTS_FILE" in said
+    assert "(it names team-a, team-b)" in said and "no quota holds session" in said
+    # a named tenant, the default one unasked, or a file whose "*" sets quotas: nothing said
+    assert "not named" not in submitted("--tenant", "team-b")
+    assert "not named" not in submitted()
+    tenants.write_text(json.dumps({"team-a": {}, "*": {"max_queued": 50}}))
+    assert "not named" not in submitted("--tenant", "tema-a")
