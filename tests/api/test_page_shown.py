@@ -59,6 +59,28 @@ def test_a_steps_button_is_the_same_element_after_the_session_moves_on(
     expect(page.locator("#fork-step")).to_have_value("1")
 
 
+def test_an_approve_button_is_the_same_element_after_the_queue_reloads(
+    page: Any,  # noqa: F811
+    stack: Stack,
+) -> None:
+    """The approvals queue reloads itself every few seconds: a card that did not change
+    stays the element it was, while a session that came since is drawn."""
+    from playwright.sync_api import expect
+
+    first = stack.waiting(prefix="queued")
+    log_in(page, stack, "alice")
+    card = f'section.waiting[data-session="{first}"] article[data-call="s1c0"]'
+    approve = page.locator(f"{card} button.approve")
+    expect(approve).to_be_visible()
+    button = approve.element_handle()
+    later = stack.waiting(prefix="later")
+    expect(page.locator(f'section.waiting[data-session="{later}"]')).to_have_count(1)
+    assert button.evaluate("(b, now) => b.isConnected && b === now", approve.element_handle())
+    approve.click()
+    expect(page.locator(f"{card} p.decided")).to_contain_text("Approved s1c0")
+    stack.wait(first, Status.COMPLETED)
+
+
 def test_a_whole_session_id_stays_on_one_line_in_the_lists_at_a_laptops_width(
     page: Any,  # noqa: F811
     stack: Stack,

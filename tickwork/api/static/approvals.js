@@ -2,7 +2,7 @@
 // output of an in-doubt call), which the session view shows too.
 import {
   api, badge, can, decisionLine, diffLines, el, enc, every, label, networkNote, ago,
-  pretty, state, toast,
+  pretty, redraw, state, toast,
 } from "./core.js";
 
 function diffView(preview) {
@@ -13,7 +13,8 @@ function diffView(preview) {
 }
 
 export function callCard(sessionId, call, onDecided) {
-  const card = el("article", { class: "call", dataset: { call: call.call_id } });
+  // one piece: a reload keeps it as it is, or draws it anew (core.js redraw)
+  const card = el("article", { class: "call", dataset: { call: call.call_id, whole: "" } });
   const error = el("p", { class: "error" });
   const comment = el("input", { type: "text", class: "comment", placeholder: "comment (optional)" });
 
@@ -136,13 +137,14 @@ export async function approvalsView(view) {
     const waiting = await api("/approvals");
     if (unlessDeciding && deciding()) return; // typed while the reload was on its way
     count.textContent = `(${waiting.length})`;
-    list.replaceChildren(...(waiting.length
+    // a card that did not change stays the element it was: a click on it lands (core.js)
+    redraw(list, waiting.length
       ? waiting.map((w) => waitingCard(w))
-      : [el("p", { class: "muted", id: "none-waiting" }, "Nothing is waiting for a person.")]));
+      : [el("p", { class: "muted", id: "none-waiting" }, "Nothing is waiting for a person.")]);
   }
   await load();
   // refresh unless someone is in the middle of a decision: a form open or a comment typed
-  // (a reload draws every card anew, and would drop what is typed)
+  // (a reload draws a card that changed anew, and would drop what is typed in it)
   const deciding = () => list.querySelector(".open")
     || [...list.querySelectorAll("input.comment")].some((comment) => comment.value);
   every(view, () => (deciding() ? null : load({ unlessDeciding: true })));

@@ -47,8 +47,10 @@ function copyAttributes(from, into) {
 // unchanged stays as it was, one changed is changed in place. A redraw every few seconds
 // that replaced them would take a click whose press and release straddle it (the button
 // under the pointer is another by the release). A kept element keeps its listeners, not the
-// fresh one's: a listener must depend on nothing but its element's key. A fresh node that
-// is a child of `into` already (a form kept open among redrawn steps) stays itself.
+// fresh one's: a listener must depend on nothing but its element's key. One marked
+// data-whole (a card whose listeners share what they typed and said) is kept only if
+// nothing in it changed, else drawn anew whole. A fresh node that is a child of `into`
+// already (a form kept open among redrawn steps) stays itself.
 export function redraw(into, fresh) {
   const olds = [...into.childNodes].filter((node) => !fresh.includes(node));
   const keyed = new Map(olds.filter((node) => keyOf(node)).map((node) => [keyOf(node), node]));
@@ -60,6 +62,7 @@ export function redraw(into, fresh) {
     if (!old || !sameKind(old, node)) return node;
     keyed.delete(keyOf(node));
     if (old.isEqualNode(node)) return old;
+    if (node.nodeType === Node.ELEMENT_NODE && "whole" in node.dataset) return node;
     if (node.nodeType !== Node.ELEMENT_NODE) {
       old.nodeValue = node.nodeValue;
       return old;
