@@ -16,6 +16,7 @@ from tests.api.conftest import TEST_KIND, Stack
 from tests.api.test_page import browser, log_in, page  # noqa: F401 (fixtures)
 from tests.api.test_page_actions import looked_at
 from tests.api.test_page_forms import DIES_AFTER_A_STEP as DIES
+from tests.api.test_sessions import ECHO
 
 pytestmark = pytest.mark.parametrize("stack", ["production"], indirect=True)
 
@@ -116,3 +117,30 @@ def test_a_whole_session_id_stays_on_one_line_in_the_lists_at_a_laptops_width(
         visible = cell.evaluate("e => e.clientWidth / e.scrollWidth")
         assert visible > 0.3, f"{where}: too little of the id shows ({visible:.0%})"
         looked_at(page, f"session-ids-{where[2:]}", tmp_path)
+
+
+def test_a_fork_beside_its_parent_says_the_model_and_price_it_was_given(
+    page: Any,  # noqa: F811
+    stack: Stack,
+) -> None:
+    """What the fork changed listed its instruction, prompt, outputs, budgets, admission
+    and window, but not the model it runs on instead nor the price it was given: a fork
+    onto another model read as the same run again."""
+    from playwright.sync_api import expect
+
+    parent = stack.submit(ECHO, prefix="model-parent")
+    had = stack.wait(parent, Status.COMPLETED)["model"]
+    model = stack.deployment.script([{"content": "the other model answered"}])
+    answer = stack.http("olga").post(
+        f"/api/v1/sessions/{parent}/fork",
+        json={"from_step": 1, "model": model, "price": [1, 2]},
+    )
+    assert answer.status_code == 201, answer.text
+    fork = answer.json()["id"]
+    log_in(page, stack, "alice", f"#/sessions/{fork}/compare")
+    patch = page.locator("#fork-patch")
+    expect(patch.locator("dt")).to_contain_text(["model", "price"])
+    expect(patch.locator("dt:text-is('model') + dd")).to_have_text(f"{model} (the parent's: {had})")
+    expect(patch.locator("dt:text-is('price') + dd")).to_have_text(
+        "prompt $1, completion $2 per million tokens"
+    )

@@ -366,6 +366,15 @@ function forkPatch(fork, parent) {
   for (const [callId, output] of Object.entries(patch.tool_outputs || {})) items.push([`output of ${callId}`, output]);
   if (patch.budgets && Object.keys(patch.budgets).length) items.push(["budgets", pretty(patch.budgets)]);
   if (patch.state && Object.keys(patch.state).length) items.push(["state", pretty(patch.state)]);
+  if (patch.graph_version) items.push(["graph version", patch.graph_version]);
+  // the model it runs on instead, and the price it was given (by rate, per million tokens)
+  if (patch.model) {
+    items.push(["model", patch.model + (parent ? ` (the parent's: ${parent.head.model})` : "")]);
+  }
+  if (patch.price && Object.keys(patch.price).length) {
+    items.push(["price", Object.entries(patch.price).map(([rate, usd]) => `${label(rate)} $${usd}`)
+      .join(", ") + " per million tokens"]);
+  }
   // admission the fork was given instead of its parent's (docs/DESIGN.md section 15)
   const admission = [
     patch.priority != null ? `priority ${patch.priority}` : null,
