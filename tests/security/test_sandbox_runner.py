@@ -233,11 +233,60 @@ def test_a_lookup_without_network_says_the_sandbox_gives_none(
     """`urlopen('https://pypi.org/')` in a session whose commands have no network said only
     "Temporary failure in name resolution": nothing said it was the sandbox."""
     workspace, _ = places
-    looked = run(workspace, "echo 'URLError: [Errno -3] Temporary failure in name resolution' >&2")
+    looked = run(workspace, f"echo '{LOOKED}' >&2")
     told = looked.describe()
     assert "--- no network in the sandbox ---\nthis command runs without network" in told
-    assert '`"network": "all"`' in told and "TICKWORK_EGRESS_ALLOW" in told, told
     assert "no network in the sandbox" not in run(workspace, "echo fine").describe()
+
+
+#: what a command that found no network prints (Python's urlopen)
+LOOKED = "URLError: [Errno -3] Temporary failure in name resolution"
+
+
+@pytest.mark.parametrize(
+    ("config", "said"),
+    [
+        pytest.param(
+            {"network": "setup"},
+            ['says `"network": "setup"` (the default)', "not its commands", '`"network": "all"`'],
+            id="repair_setup_only",
+        ),
+        pytest.param(
+            {"network": "none"},
+            ['says `"network": "none"`', "nor to its setup"],
+            id="repair_none",
+        ),
+        # a session of another kind that runs commands: no repair's input to point to
+        pytest.param({}, ["job kind asks for no network"], id="other_kind"),
+    ],
+)
+def test_a_command_without_network_is_told_why_in_its_sessions_words(
+    places: tuple[Path, Path], config: dict[str, str], said: list[str]
+) -> None:
+    """The note named "a repair's commands" and `"network": "all"` whatever the session: one
+    whose input said "none", or of a kind that takes no `network`, was told what is not so."""
+    from tickwork.worker.jobs.repair.toolkit import run_in_workspace
+
+    workspace, _ = places
+    told = run_in_workspace(
+        f"echo '{LOOKED}' >&2", config=config, workdir=workspace, timeout_s=30, env={}
+    ).describe()
+    note = told.split("--- no network in the sandbox ---\n", 1)[1]
+    assert note.startswith("this command runs without network: "), told
+    assert all(s in note for s in said), note
+    assert "a repair's commands" not in note and "docs/REPAIR.md (`tickwork docs repair`)" in note
+
+
+def test_a_setup_or_a_session_the_workers_allow_nothing_is_told_so() -> None:
+    from tickwork.worker.sandbox.egress import offline_note
+
+    nothing, some = Settings(egress_allow=""), Settings(egress_allow="pypi.org")
+    assert offline_note({"network": "none"}, some, setup=True).startswith(
+        "this setup command runs without network: "
+    )
+    assert "TICKWORK_EGRESS_ALLOW is empty" in offline_note({"network": "all"}, nothing)
+    narrowed = offline_note({"network": "all", "egress_allow": ["example.org"]}, some)
+    assert "`egress_allow` keeps none of the hosts" in narrowed
 
 
 def test_a_fork_bomb_is_contained_and_killed_with_the_command(places: tuple[Path, Path]) -> None:

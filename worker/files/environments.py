@@ -58,7 +58,7 @@ from tickwork.worker.files.environment_plans import (
     plan,
     uses_pytest,
 )
-from tickwork.worker.sandbox.egress import policy_for
+from tickwork.worker.sandbox.egress import offline_note, policy_for
 from tickwork.worker.sandbox.runner import ENV_DIR, Sandbox, run_sandboxed, sandbox_of
 from tickwork.worker.sandbox.shell import ShellResult, Stop
 
@@ -330,6 +330,7 @@ def _run_setup(
             timeout_s=left,
             env=_setup_env(settings, head, plan_),
             egress=policy_for(head.config, rt.settings, setup=True),
+            offline=offline_note(head.config, rt.settings, setup=True),
             sandbox=sandbox_of(rt.settings),
             environment=env_dir,
             environment_writable=True,

@@ -105,6 +105,47 @@ def policy_for(
     )
 
 
+#: where a session's network is explained; named in the form every message names a page
+_NETWORK_DOC = "docs/REPAIR.md (`tickwork docs repair`)"
+
+
+def offline_note(config: Mapping[str, Any], settings: Settings, *, setup: bool = False) -> str:
+    """What a command of a session that `policy_for` gives no network is told where its
+    output shows it looked for some: why, in the words of the session's own `network` and
+    `egress_allow` (a session of a kind that sets none: that it asks for none), and what
+    would give it some."""
+    what = "this setup command" if setup else "this command"
+    mode = network_mode(config)
+    if "network" not in config:
+        why = (
+            "this session's job kind asks for no network, so the sandbox gives its commands "
+            'none (a repair job gives them some with `"network": "all"` in its input)'
+        )
+    elif mode == "none":
+        why = (
+            'this session\'s input says `"network": "none"`: the sandbox gives none to its '
+            'commands nor to its setup; a session submitted with `"network": "setup"` (the '
+            'default) has it for its setup, with `"all"` for its commands too'
+        )
+    elif mode == "setup" and not setup:
+        why = (
+            'this session\'s input says `"network": "setup"` (the default): the sandbox gives '
+            'its setup the network, not its commands; a session submitted with `"network": '
+            '"all"` has it for its commands too'
+        )
+    elif not AllowList.of(settings.egress_allow):
+        why = (
+            "the workers allow no host (TICKWORK_EGRESS_ALLOW is empty): an operator lists "
+            "there the hosts a session's commands may reach"
+        )
+    else:
+        why = (
+            "this session's `egress_allow` keeps none of the hosts the workers allow "
+            "(TICKWORK_EGRESS_ALLOW)"
+        )
+    return f"{what} runs without network: {why}: {_NETWORK_DOC}"
+
+
 def proxy_env() -> dict[str, str]:
     """The variables that send a command's HTTP(S) through the forwarder. NO_PROXY is empty:
     an operator may list a mirror on the worker's loopback (an exact ip:port), which only the

@@ -125,6 +125,11 @@ class Sandbox:
     rootfs: str | None = None
 
 
+#: what a command without network is told where its output shows it looked for some, when
+#: its caller has no words of the session's (`egress.offline_note`)
+OFFLINE = "this command runs without network: the sandbox gives it none"
+
+
 def sandbox_of(settings: Settings) -> Sandbox:
     return Sandbox(
         mode=settings.sandbox,
@@ -158,6 +163,7 @@ def run_sandboxed(
     stop: Stop | None = None,
     environment: Path | None = None,
     environment_writable: bool = False,
+    offline: str = OFFLINE,
 ) -> ShellResult:
     """Run `command` with /bin/sh in `workdir` inside the sandbox; `SandboxUnavailable` if
     bubblewrap cannot run here (unless the mode is `none`). `environment`: a host directory
@@ -166,7 +172,8 @@ def run_sandboxed(
 
     `env`: the variables tickwork sets for this command; in the sandbox they are all it
     gets besides PATH, HOME, TMPDIR and LANG. `egress`: where it may connect through the
-    egress proxy; None: nowhere (its own loopback only).
+    egress proxy; None: nowhere (its own loopback only), which a command whose output shows
+    it looked for the network is then told, in `offline`'s words.
     """
     sandbox = sandbox or Sandbox()
     lim = sandbox.limits
@@ -197,6 +204,8 @@ def run_sandboxed(
             result = _run(
                 command, workdir, timeout_s, dict(env or {}), egress, sandbox, stops, mount
             )
+            if egress is None:  # a lookup fails as on a host with no DNS: say it is the sandbox
+                result = dataclasses.replace(result, offline=offline)
     if not (result.killed or result.timed_out) and (why := disk.last()) is not None:
         # it wrote faster than the watch walks: said all the same, as its failure
         result = dataclasses.replace(result, killed=f"{why} (found as it ended)")
@@ -414,19 +423,9 @@ def _run(
             # "Tunnel connection failed"): its output says what was refused and why
             if refused:
                 return dataclasses.replace(result, refused=tuple(refused))
-            # without the proxy a lookup fails as on a host with no DNS: say it is the sandbox
-            return result if egress is not None else dataclasses.replace(result, offline=OFFLINE)
+            return result
         except OSError as exc:
             raise _not_started(exc, sandbox) from exc
-
-
-#: what a command without network is told where its output shows it looked for some
-OFFLINE = (
-    "this command runs without network: the sandbox gives a repair's commands none unless its "
-    'input says `"network": "all"` and the workers allow the host (TICKWORK_EGRESS_ALLOW); '
-    'its setup has it with `"network": "setup"`, the default: docs/REPAIR.md '
-    "(`tickwork docs repair`)"
-)
 
 
 #: why a process could not be started that says nothing of the sandbox: the command's

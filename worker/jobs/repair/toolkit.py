@@ -22,7 +22,7 @@ from tickwork.fsm.errors import ToolError
 from tickwork.fsm.outcomes import cut_short, hidden_failure, why_tests_did_not_run
 from tickwork.worker.config.settings import load_settings
 from tickwork.worker.sandbox import quota
-from tickwork.worker.sandbox.egress import policy_for
+from tickwork.worker.sandbox.egress import offline_note, policy_for
 from tickwork.worker.sandbox.runner import Sandbox, run_sandboxed, sandbox_for, sandbox_of
 from tickwork.worker.sandbox.shell import ShellResult, Stop
 from tickwork.worker.tools import patches
@@ -345,6 +345,7 @@ def run_in_workspace(
         timeout_s=timeout_s,
         env={**dict(config.get("env") or {}), **env},
         egress=policy_for(config, settings),
+        offline=offline_note(config, settings),
         sandbox=sandbox_for(config, sandbox or sandbox_of(settings)),
         stop=stop,
         environment=environment,
