@@ -4,13 +4,15 @@ on Postgres: every method, each through both clients."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import csv
 import functools
 import io
 import json
+import socket
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
@@ -20,7 +22,14 @@ from tickwork.fsm.values import Status
 
 from tests.ports import free_port
 from tests.remote.conftest import TEST_KIND, TOKEN, Remote, until
-from tickwork.remote import Client, RemoteError, RepairInput, ServerUnreachable, Streamed
+from tickwork.remote import (
+    AsyncClient,
+    Client,
+    RemoteError,
+    RepairInput,
+    ServerUnreachable,
+    Streamed,
+)
 
 ECHO = [
     {"content": "say it", "tool_calls": [{"name": "echo", "arguments": {"text": "hi"}}]},
@@ -334,6 +343,55 @@ def test_a_watch_gives_up_with_a_clear_error_when_the_server_stays_away() -> Non
     nowhere = Client(f"http://127.0.0.1:{free_port()}", token="x" * 20)
     with nowhere, pytest.raises(ServerUnreachable, match="cannot reach"):
         next(iter(nowhere.watch("any", give_up_after=0.5)))
+
+
+@pytest.fixture
+def silent() -> Iterator[str]:
+    """A server that takes every connection and request and never answers."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+
+    def accept() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                held.append(listener.accept()[0])
+
+    threading.Thread(target=accept, daemon=True).start()
+    yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    listener.close()
+    for conn in held:
+        conn.close()
+
+
+def test_an_answer_that_never_comes_says_the_request_may_have_been_carried_out(
+    silent: str,
+) -> None:
+    """A submit whose answer does not come in time may have been stored: the error says
+    so and how to retry safely, not that the server cannot be reached; a read says to try
+    again; an address nobody listens on still asks whether the server runs there."""
+    with Client(silent, token="x" * 20, timeout=0.3) as client:
+        with pytest.raises(ServerUnreachable) as lost:
+            client.submit(TEST_KIND, {}, model="scripted:/s.json", idempotency_key="k-1")
+        with pytest.raises(ServerUnreachable) as late:
+            client.get("3f9a0c2e")
+    said = lost.value.message
+    assert said.startswith(f"the tickwork server at {silent} did not answer POST /api/v1/sessions")
+    assert "within 0.3s (the client's timeout); it may have been carried out" in said
+    assert "the same idempotency_key gets the session the first made" in said
+    assert lost.value.code == "unreachable" and lost.value.status is None
+    assert "did not answer GET /api/v1/sessions/3f9a0c2e within 0.3s" in late.value.message
+    assert "try again" in late.value.message and "cannot reach" not in late.value.message
+
+    async def lost_async() -> str:
+        async with AsyncClient(silent, token="x" * 20, timeout=0.3) as client:
+            with pytest.raises(ServerUnreachable) as lost:
+                await client.cancel("3f9a0c2e")
+            return lost.value.message
+
+    assert "did not answer" in asyncio.run(lost_async())
+    nowhere = Client(f"http://127.0.0.1:{free_port()}", token="x" * 20)
+    with nowhere, pytest.raises(ServerUnreachable, match=r"cannot reach .* is `tickwork serve`"):
+        nowhere.submit(TEST_KIND, {}, model="scripted:/s.json")
 
 
 def test_the_repair_input_is_typed_in_the_schema_and_takes_the_cli_names(remote: Remote) -> None:

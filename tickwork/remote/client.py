@@ -167,12 +167,15 @@ class Client(_Base):
         self._http.close()
 
     def send(self, call: Call[T]) -> T:
+        request = self._http.build_request(
+            call.method, call.path, params=call.params, json=call.json, headers=call.headers
+        )
         try:
-            response = self._http.request(
-                call.method, call.path, params=call.params, json=call.json, headers=call.headers
-            )
+            response = self._http.send(request)
         except httpx.TransportError as exc:
-            raise unreachable(exc, self.base_url) from exc
+            raise unreachable(
+                exc, self.base_url, sent=request, timeout_s=self._timeout.read
+            ) from exc
         return read(call, response)
 
     def run(self, plan: Plan[T]) -> T:
@@ -288,12 +291,15 @@ class AsyncClient(_Base):
         await self._http.aclose()
 
     async def send(self, call: Call[T]) -> T:
+        request = self._http.build_request(
+            call.method, call.path, params=call.params, json=call.json, headers=call.headers
+        )
         try:
-            response = await self._http.request(
-                call.method, call.path, params=call.params, json=call.json, headers=call.headers
-            )
+            response = await self._http.send(request)
         except httpx.TransportError as exc:
-            raise unreachable(exc, self.base_url) from exc
+            raise unreachable(
+                exc, self.base_url, sent=request, timeout_s=self._timeout.read
+            ) from exc
         return read(call, response)
 
     async def run(self, plan: Plan[T]) -> T:

@@ -71,10 +71,39 @@ def error_of(response: httpx.Response) -> RemoteError:
     )
 
 
-def unreachable(exc: httpx.TransportError, base_url: str) -> ServerUnreachable:
+def unreachable(
+    exc: httpx.TransportError,
+    base_url: str,
+    *,
+    sent: httpx.Request | None = None,
+    timeout_s: float | None = None,
+) -> ServerUnreachable:
+    """The error of a request the server did not answer. One that never reached it (refused,
+    no such host) asks whether the server runs there; one `sent` whose answer did not come
+    (a timeout, a connection dropped) may have been carried out, and says how to retry."""
+    if sent is None or isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout)):
+        return ServerUnreachable(
+            f"cannot reach the tickwork server at {base_url}: {exc or type(exc).__name__}; "
+            "is `tickwork serve` running there, and is TICKWORK_SERVER (--server) right?",
+            code="unreachable",
+            status=None,
+        )
+    if isinstance(exc, httpx.ReadTimeout) and timeout_s is not None:
+        how = f"within {timeout_s:g}s (the client's timeout)"
+    else:
+        how = f"({exc or type(exc).__name__})"
+    said = f"the tickwork server at {base_url} did not answer {sent.method} {sent.url.path} {how}"
+    if sent.method == "GET":
+        return ServerUnreachable(
+            f"{said}; try again (a longer timeout: Client(timeout=...))",
+            code="unreachable",
+            status=None,
+        )
     return ServerUnreachable(
-        f"cannot reach the tickwork server at {base_url}: {exc or type(exc).__name__}; "
-        "is `tickwork serve` running there, and is TICKWORK_SERVER (--server) right?",
+        f"{said}; it may have been carried out all the same: a submit or fork sent again "
+        "with the same idempotency_key gets the session the first made (without one, look "
+        "for it first: `tickwork ls`); a decision or cancel sent again is refused if the "
+        "first was taken, saying so",
         code="unreachable",
         status=None,
     )
