@@ -58,3 +58,11 @@ def test_flower_is_not_published_without_authentication() -> None:
     assert 'test -n "$$FLOWER_BASIC_AUTH" ||' in script and "exit 1" in script
     assert "FLOWER_UNAUTHENTICATED_API" not in flower["environment"]
     assert "FLOWER_UNAUTHENTICATED_API" not in script
+
+
+def test_webhook_cards_given_up_are_an_alert_on_the_workers_counter() -> None:
+    """A card given up is told to nobody but a log line; the operators hear of it."""
+    (rule,) = [r for r in rules() if r["alert"] == "TickworkWebhookCardsFailing"]
+
+    assert 'tickwork_webhook_deliveries_total{outcome="failed"}' in str(rule["expr"])
+    assert rule["labels"] == {"severity": "warning"}

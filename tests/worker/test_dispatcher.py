@@ -5,13 +5,16 @@ least once, never twice in the normal path, with one idempotency key across atte
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import text
 from tickwork.fsm.values import Decision, DecisionKind, Status
 from tickwork.store import deliveries
 from tickwork.worker.config.settings import WebhookSettings
@@ -150,7 +153,49 @@ def test_a_card_not_delivered_after_its_attempts_is_given_up(
     assert state["last_error"] == "HTTP 503"
     logged = [r.getMessage() for r in caplog.records if r.name == "tickwork.webhooks"]
     assert any("not delivered after 3 attempts" in m for m in logged), logged
+    assert any("`tickwork runbook webhook` says how to send it again" in m for m in logged)
     assert not any("secret-path" in m for m in logged), logged
+
+
+def runbook_sql(starting: str) -> str:
+    """The SQL block of ops/RUNBOOK.md's webhook section that starts with `starting`."""
+    section = (
+        (Path(__file__).resolve().parents[2] / "ops" / "RUNBOOK.md")
+        .read_text()
+        .split("## Webhook cards are not")[1]
+    )
+    blocks = re.findall(r"```sql\n(.*?)```", section.split("\n## ")[0], flags=re.S)
+    (found,) = [b for b in blocks if b.startswith(starting)]
+    return found
+
+
+def test_the_runbook_lists_the_cards_given_up_and_sends_them_again(
+    ticks: Ticks, clock: Clock
+) -> None:
+    """What the runbook tells an operator to run once the receiver is back: the cards given
+    up are listed with why, and sent again at the next pass; a card whose session moved on
+    meanwhile stays unsent."""
+    receiver = Receiver([503] * 4)
+    try:
+        session_id, moved_on = waiting(ticks), waiting(ticks)
+        settings = hooks(receiver, webhook_attempts=2)
+        for _ in range(4):
+            dispatch_once(ticks.rt, settings)
+            clock.advance(60)
+        assert len(receiver.got) == 4
+        ticks.client.cancel(moved_on)
+        with ticks.store.engine.connect() as conn:
+            listed = conn.execute(text(runbook_sql("SELECT"))).all()
+        assert sorted((r.session_id, r.attempts, r.last_error) for r in listed) == sorted(
+            (sid, 2, "HTTP 503") for sid in (session_id, moved_on)
+        )
+        with ticks.store.engine.begin() as conn:
+            conn.execute(text(runbook_sql("UPDATE")))
+        clock.advance(3600)  # the statement's clock is the database's, the test's is ahead
+        assert dispatch_once(ticks.rt, settings) == Dispatched(delivered=1, dropped=1)
+    finally:
+        receiver.close()
+    assert [card["id"].split(":")[0] for _, card, _ in receiver.got[4:]] == [session_id]
 
 
 def test_many_dispatchers_at_once_post_each_card_once(ticks: Ticks, receiver: Receiver) -> None:

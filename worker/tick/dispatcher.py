@@ -126,7 +126,8 @@ def _send(rt: Runtime, settings: WebhookSettings, taken: Card) -> str:
     if attempt.final or tries >= settings.webhook_attempts:
         cards.failed(taken.event_id, error=attempt.why, retry_at=None)
         log.warning(
-            "webhook %s: card %s not delivered after %d attempts (%s)",
+            "webhook %s: card %s not delivered after %d attempts (%s); once the receiver "
+            "answers, `tickwork runbook webhook` says how to send it again",
             shown,
             taken.key,
             tries,
