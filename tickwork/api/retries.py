@@ -4,7 +4,9 @@ A key names the session a request makes: its id is derived from the key, the ten
 caller and (a fork) the parent, so a retry of a request that was stored meets the session
 the first try made and is answered with it, as the first try was (201, `Idempotent-Replayed:
 true`). Nothing is stored besides the session: a key lasts as long as its session is live.
-A key used again for another request (another kind or input, another step) is refused."""
+A key used again for another request (another kind or input, another step) is refused.
+A submit and a fork (of a session or of a dead letter) write their session through
+`make_once`, which does all of this, with or without a key."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from fastapi import Header, Request, Response
 from pydantic import WithJsonSchema
 
 from tickwork.client import Tickwork
+from tickwork.fsm.errors import InvalidInput, SessionExists, StoreConflict
 from tickwork.fsm.values import Head
 
 from .errors import ApiError
@@ -60,6 +63,66 @@ def keyed_id(key: str, *, what: str, tenant: str, by: str, parent: str = "") -> 
     """The id of the session a request with `key` makes: one per tenant, caller, route and
     (a fork) parent, so two callers' keys never meet."""
     return uuid.uuid5(_NAMESPACE, "\n".join((what, tenant, by, parent, key))).hex
+
+
+def make_once(
+    client: Tickwork,
+    request: Request,
+    response: Response,
+    *,
+    asked: str | None,
+    keyed: Callable[[str], str],
+    same: Callable[[Head], bool],
+    make: Callable[[str | None], Head],
+) -> Head:
+    """The session `make(id)` makes (a submit's, a fork's), or, with an Idempotency-Key,
+    the one an earlier try of the request made: looked for before the write and again when
+    the write meets a session made at the same moment. The id is `asked` (the body's), else
+    `keyed(key)` with a key, else the store's choice; `same`: whether a session found under
+    it is this request's. A taken id is 409 `session_exists`; a key's session made by
+    another request 422 `idempotency_key_reused`."""
+    key = key_of(request)
+    session_id = asked if key is None else asked or keyed(key)
+
+    def again() -> Head | None:
+        assert session_id is not None  # a key names the id
+        other = exists(session_id) if asked else reused(session_id)
+        return replayed(client, session_id, response, same=same, other=other)
+
+    if key is not None and (first := again()):
+        return first
+    try:
+        return make(session_id)
+    except SessionExists:
+        if key is not None and (first := again()):  # a try at the same moment made it
+            return first
+        raise exists(session_id) from None
+    except (StoreConflict, InvalidInput):
+        _taken(client, session_id)
+        raise
+
+
+def exists(session_id: str | None) -> ApiError:
+    """409 `session_exists`, the same for an id of a live session or an archived one, of
+    any tenant: it reads nothing of the session (docs/API.md)."""
+    return ApiError(
+        409,
+        "session_exists",
+        f"a session {session_id!r} exists already; choose another id or leave it out for "
+        "a random one (if an earlier try of this request was stored, it is that session: "
+        f"GET /api/v1/sessions/{session_id})",
+    )
+
+
+def _taken(client: Tickwork, session_id: str | None) -> None:
+    """409 if the id asked for belongs to a session already."""
+    if session_id is None:
+        return
+    try:
+        client.get(session_id)
+    except LookupError:
+        return
+    raise exists(session_id)
 
 
 def replayed(

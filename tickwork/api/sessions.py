@@ -13,7 +13,7 @@ from pydantic import WithJsonSchema
 
 from tickwork import parsing, views
 from tickwork.client import Tickwork
-from tickwork.fsm.errors import AlreadyDecided, InvalidInput, SessionExists, StoreConflict
+from tickwork.fsm.errors import AlreadyDecided
 from tickwork.fsm.outcomes import Outcome, outcome_of
 from tickwork.fsm.people import MAX_NAME, NAME_PATTERN
 from tickwork.fsm.tenants import TENANT_PATTERN
@@ -104,27 +104,17 @@ def submit(
         )
     model = allowed_model(body.model, request.app.state.api_settings)
     tenant = submit_tenant(who, body.tenant)
-    key = retries.key_of(request)
-    session_id = body.id
-    if key is not None:
-        session_id = body.id or retries.keyed_id(key, what="submit", tenant=tenant, by=who.name)
 
-        def same(head: Head) -> bool:
-            return (head.tenant, head.submitted_by, head.kind, head.parent_id) == (
-                tenant,
-                who.name,
-                body.kind,
-                None,
-            ) and head.input == body.input
+    def same(head: Head) -> bool:
+        return (head.tenant, head.submitted_by, head.kind, head.parent_id) == (
+            tenant,
+            who.name,
+            body.kind,
+            None,
+        ) and head.input == body.input
 
-        def again() -> Head | None:
-            other = _exists(session_id) if body.id else retries.reused(session_id)
-            return retries.replayed(client, session_id, response, same=same, other=other)
-
-        if first := again():
-            return created(response, first)
-    try:
-        head = client.submit(
+    def make(session_id: str | None) -> Head:
+        return client.submit(
             body.kind,
             body.input,
             model=model,
@@ -139,13 +129,16 @@ def submit(
             submitted_by=who.name,
             tenant=tenant,
         )
-    except SessionExists:
-        if key is not None and (first := again()):  # a try at the same moment made it
-            return created(response, first)
-        raise _exists(session_id) from None
-    except (StoreConflict, InvalidInput):
-        _taken(client, session_id)
-        raise
+
+    head = retries.make_once(
+        client,
+        request,
+        response,
+        asked=body.id,
+        keyed=lambda key: retries.keyed_id(key, what="submit", tenant=tenant, by=who.name),
+        same=same,
+        make=make,
+    )
     return created(response, head)
 
 
@@ -415,26 +408,15 @@ def run_fork(
         )
     # the model a submit over the API may name, and no other (a script only from the roots)
     model = allowed_model(body.model, request.app.state.api_settings)
-    key = retries.key_of(request)
-    new_id = body.id
-    if key is not None:
-        # the parent names the tenant: a fork stays in its parent's
-        new_id = body.id or retries.keyed_id(key, what="fork", tenant="", by=by, parent=session_id)
 
-        def same(head: Head) -> bool:
-            return (head.parent_id, head.fork_step, head.submitted_by) == (
-                session_id,
-                body.from_step,
-                by,
-            )
+    def same(head: Head) -> bool:
+        return (head.parent_id, head.fork_step, head.submitted_by) == (
+            session_id,
+            body.from_step,
+            by,
+        )
 
-        def again() -> Head | None:
-            other = _exists(new_id) if body.id else retries.reused(new_id)
-            return retries.replayed(client, new_id, response, same=same, other=other)
-
-        if first := again():
-            return first
-    try:
+    def make(new_id: str | None) -> Head:
         return client.fork(
             session_id,
             from_step=body.from_step,
@@ -454,35 +436,16 @@ def run_fork(
             concurrency_key=body.concurrency_key,
             max_per_key=body.max_per_key,
         )
-    except SessionExists:
-        if key is not None and (first := again()):  # a try at the same moment made it
-            return first
-        raise _exists(new_id) from None
-    except (StoreConflict, InvalidInput):
-        _taken(client, new_id)
-        raise
 
-
-def _taken(client: Tickwork, session_id: str | None) -> None:
-    """409 if the id asked for belongs to a session already."""
-    if session_id is None:
-        return
-    try:
-        client.get(session_id)
-    except LookupError:
-        return
-    raise _exists(session_id)
-
-
-def _exists(session_id: str | None) -> ApiError:
-    """409 `session_exists`, the same for an id of a live session or an archived one, of
-    any tenant: it reads nothing of the session (docs/API.md)."""
-    return ApiError(
-        409,
-        "session_exists",
-        f"a session {session_id!r} exists already; choose another id or leave it out for "
-        "a random one (if an earlier try of this request was stored, it is that session: "
-        f"GET /api/v1/sessions/{session_id})",
+    return retries.make_once(
+        client,
+        request,
+        response,
+        asked=body.id,
+        # the parent names the tenant: a fork stays in its parent's
+        keyed=lambda key: retries.keyed_id(key, what="fork", tenant="", by=by, parent=session_id),
+        same=same,
+        make=make,
     )
 
 
