@@ -118,9 +118,15 @@ def parse_patch(text: str) -> list[FilePatch]:
     while i < len(lines):
         line = lines[i]
         if _is_file_header(lines, i):
-            given = _header_path(line[4:]), _header_path(lines[i + 1][4:])
-            old, new = _strip_prefixes(*given)
-            written = (given[0], given[1]) if given[0] and given[1] and old != given[0] else None
+            old_given, new_given = _header_path(line[4:]), _header_path(lines[i + 1][4:])
+            old, new = _strip_prefixes(old_given, new_given)
+            # kept where two differing first folders were dropped, but not git's own `a/` and
+            # `b/`, which are never folders of the workspace
+            written = (
+                (old_given, new_given)
+                if old_given and new_given and old != old_given and not old_given.startswith("a/")
+                else None
+            )
             i += 2
             hunks = []
             while i < len(lines) and lines[i].startswith("@@"):
@@ -130,8 +136,6 @@ def parse_patch(text: str) -> list[FilePatch]:
                 raise ToolError("a file diff has /dev/null on both sides")
             if not hunks:
                 raise ToolError(f"the diff for {new or old} has no hunks (@@ -l,n +l,n @@ lines)")
-            if written is not None and written[0].startswith("a/"):
-                written = None  # git's own prefixes, never a folder of the workspace
             files.append(FilePatch(old, new, tuple(hunks), written))
         elif line.startswith("@@"):
             raise ToolError(f"line {i + 1}: a hunk comes before any '--- a/x' / '+++ b/x' header")
