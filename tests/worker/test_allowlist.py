@@ -124,7 +124,15 @@ def test_a_narrowed_list_keeps_the_operators_exact_addresses_only() -> None:
         ("::1", "in brackets"),
         ("[::1", "in brackets"),
         ("exa mple.org", "not a host name"),
-        ("http://pypi.org", "no valid port"),
+        # a URL pasted for a host names the host to give; it said "no valid port"
+        (
+            "http://pypi.org",
+            "'http://pypi.org' is a URL, not a host or host:port: give its host, pypi.org$",
+        ),
+        ("https://files.pythonhosted.org/", "give its host, files.pythonhosted.org$"),
+        ("pypi.org/simple", "is a URL, not a host or host:port: give its host, pypi.org$"),
+        ("https://u:p@mirror.local:3141/root", "give its host, mirror.local:3141$"),
+        ("10.0.0.0/8", "is a network: give hosts, or exact addresses, one by one"),
         ("*.*.org", "not a host name"),
     ],
 )

@@ -15,6 +15,7 @@ import ipaddress
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -79,6 +80,23 @@ def _host(text: str, *, pattern: bool) -> str:
     return host
 
 
+def _not_a_url(text: str) -> None:
+    """Refuse a URL (`https://files.pythonhosted.org`, `pypi.org/simple`) naming the host it
+    holds: an operator pastes one where a host belongs, and was told it had no valid port."""
+    text = text.strip()
+    if "/" not in text:
+        return
+    try:
+        ipaddress.ip_network(text.strip("[]"), strict=False)
+    except ValueError:
+        pass
+    else:
+        raise ValueError(f"{text!r} is a network: give hosts, or exact addresses, one by one")
+    where = urlsplit(text if "://" in text else f"//{text}").netloc.rpartition("@")[2]
+    named = f": give its host, {where}" if where else ""
+    raise ValueError(f"{text!r} is a URL, not a host or host:port{named}")
+
+
 def split_host_port(text: str, default: int | None = None) -> tuple[str, int | None]:
     """`host`, `host:port`, `[v6]` or `[v6]:port` as (host, port)."""
     text = text.strip()
@@ -110,6 +128,7 @@ class Pattern:
 
     @classmethod
     def parse(cls, text: str) -> Pattern:
+        _not_a_url(text)
         host, port = split_host_port(text)
         return cls(_host(host, pattern=True), port)
 
