@@ -183,12 +183,13 @@ def test_a_repository_that_does_not_answer_exits_1_and_a_ref_it_lacks_2(
         "--model",
         deployment.script([{"content": "done"}]),
     )
-    for url, says in (
-        ("https://nosuchhost.invalid/x.git", "Could not resolve host"),
-        ("https://127.0.0.1:1/x.git", "Failed to connect"),
+    for url, says, then in (
+        # a host that does not resolve may be misspelt: the line says to check it
+        ("https://nosuchhost.invalid/x.git", "Could not resolve host", "check the URL's host, or "),
+        ("https://127.0.0.1:1/x.git", "Failed to connect", ""),
     ):
         line = cli.inline(*repair, "--repo", url, "--ref", "nosuchref", ok=False).error(1, says)
-        assert "try again once it answers" in line
+        assert f"; {then}try again once it answers" in line
     repo = tmp_path / "repo"
     repo.mkdir()
     (repo / "calc.py").write_text("X = 1\n")

@@ -60,6 +60,11 @@ _UNREACHABLE = re.compile(
     re.IGNORECASE,
 )
 
+#: what git says of a host name that does not resolve
+_UNRESOLVED = re.compile(
+    r"could not resolve host|temporary failure in name resolution", re.IGNORECASE
+)
+
 
 def _fail(message: str) -> InvalidInput:
     return InvalidInput(f"repair input: {message}")
@@ -69,6 +74,10 @@ def _clone_failed(message: str, exc: Exception) -> InvalidInput | SourceUnreacha
     """A failed clone's error: the host not answering (`_UNREACHABLE`, or git's time running
     out) is `SourceUnreachable`; anything else (no such repository, not one) is bad input."""
     detail = str(getattr(exc, "stderr", "") or "")
+    if _UNRESOLVED.search(detail):  # a misspelt host is likelier than a name server down
+        return SourceUnreachable(
+            f"repair input: {message}; check the URL's host, or try again once it answers"
+        )
     if isinstance(exc, subprocess.TimeoutExpired) or _UNREACHABLE.search(detail):
         return SourceUnreachable(f"repair input: {message}; try again once it answers")
     return _fail(message)
