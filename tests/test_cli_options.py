@@ -208,6 +208,36 @@ def test_a_context_window_not_a_whole_number_says_what_to_give(
     assert "valid integer" not in said
 
 
+@pytest.mark.parametrize(
+    ("flag", "example"),
+    [("--max-tokens", "--max-tokens 2000000"), ("--max-steps", "--max-steps 50")],
+)
+@pytest.mark.parametrize(
+    "argv",
+    [("submit", "repair"), ("fork", "s1", "--from-step", "1"), ("dlq", "fork", "k")],
+    ids=["submit", "fork", "dlq fork"],
+)
+def test_a_budget_not_a_whole_number_says_what_to_give(
+    argv: tuple[str, ...],
+    flag: str,
+    example: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`--max-tokens 1e9` was refused with pydantic's "Input should be a valid integer,
+    unable to parse string as an integer", as `--context-window 1e5` was."""
+    from tickwork.cli import main
+
+    monkeypatch.setenv("TICKWORK_STATE_DIR", str(tmp_path / "state"))
+    with pytest.raises(SystemExit) as exited:
+        main([*argv, flag, "1e9"])
+    assert exited.value.code == 2
+    said = capsys.readouterr().err
+    assert said.startswith(f"error: Invalid value for '{flag}': '1e9' is not a whole number: ")
+    assert f"give one, e.g. {example}" in said and "valid integer" not in said
+
+
 @pytest.mark.parametrize("window", ["100", "20000000"])
 @pytest.mark.parametrize(
     "argv",

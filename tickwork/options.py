@@ -64,11 +64,41 @@ Forker = Annotated[
         show_default="$USER",
     ),
 ]
+
+
+def _whole(example: str) -> Callable[[str], int]:
+    """A parser of a whole number that says what to give: typer's own said "Input should be
+    a valid integer, unable to parse string as an integer" of `--max-tokens 1e9`."""
+
+    def parse(text: str) -> int:
+        try:
+            return int(text)
+        except ValueError:
+            # click says which option before it: "Invalid value for '--max-tokens': ..."
+            raise InvalidInput(
+                f"{text!r} is not a whole number: give one, e.g. {example}"
+            ) from None
+
+    return parse
+
+
 MaxSteps = Annotated[
-    int | None, typer.Option(help="Budget: model calls.", rich_help_panel="Budgets")
+    int | None,
+    typer.Option(
+        metavar="N",
+        parser=_whole("--max-steps 50"),
+        help="Budget: model calls.",
+        rich_help_panel="Budgets",
+    ),
 ]
 MaxTokens = Annotated[
-    int | None, typer.Option(help="Budget: prompt + completion tokens.", rich_help_panel="Budgets")
+    int | None,
+    typer.Option(
+        metavar="TOKENS",
+        parser=_whole("--max-tokens 2000000"),
+        help="Budget: prompt + completion tokens.",
+        rich_help_panel="Budgets",
+    ),
 ]
 MaxCostUsd = Annotated[
     float | None,
@@ -228,6 +258,8 @@ ForkContextWindow = Annotated[
 ForkMaxSteps = Annotated[
     int | None,
     typer.Option(
+        metavar="N",
+        parser=_whole("--max-steps 50"),
         help="Budget: model calls, the K kept steps included (so above K).",
         rich_help_panel="Budgets",
     ),
@@ -235,6 +267,8 @@ ForkMaxSteps = Annotated[
 ForkMaxTokens = Annotated[
     int | None,
     typer.Option(
+        metavar="TOKENS",
+        parser=_whole("--max-tokens 2000000"),
         help="Budget: prompt + completion tokens, the kept steps' included.",
         rich_help_panel="Budgets",
     ),
