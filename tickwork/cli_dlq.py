@@ -97,14 +97,7 @@ def list_dead_letters(
                 for d in _list(ctx, code, kind, since, unresolved, limit, tenant)
             ]
             if tenant is None and not json_output:
-                everyone = _list(ctx, code, kind, since, unresolved, limit, options.ALL_TENANTS)
-                said = options.other_tenants(
-                    "dead letters",
-                    sum(1 for d in everyone if d.tenant != DEFAULT_TENANT),
-                    at_least=len(everyone) >= limit,
-                )
-                if said:
-                    render.note(said)
+                _note_other_tenants(ctx, code, kind, since, unresolved, limit)
     render.listing(
         found, render.dead_letters_table, json_output=json_output, none="no dead letters match"
     )
@@ -308,6 +301,9 @@ def export(
         render.show(Text(f"wrote {cli_remote.counted(form, data)} to {output} ({form.value})"))
         return
     with Context() as ctx:
+        if tenant is None:
+            # a hint, not a census: counted among every tenant's newest thousand
+            _note_other_tenants(ctx, code, kind, since, unresolved, 1000)
         rows = ctx.store.dead_letter_rows(
             code=code.value if code else None,
             kind=kind,
@@ -351,6 +347,26 @@ def _list(
     if kind is not None and not found:
         options.check_kind(ctx, kind)
     return found
+
+
+def _note_other_tenants(
+    ctx: Context,
+    code: ErrorCode | None,
+    kind: str | None,
+    since: str | None,
+    unresolved: bool,
+    limit: int,
+) -> None:
+    """Say on stderr how many dead letters of other tenants the filters match, for a command
+    that, unasked, reads the default tenant's only."""
+    everyone = _list(ctx, code, kind, since, unresolved, limit, options.ALL_TENANTS)
+    said = options.other_tenants(
+        "dead letters",
+        sum(1 for d in everyone if d.tenant != DEFAULT_TENANT),
+        at_least=len(everyone) >= limit,
+    )
+    if said:
+        render.note(said)
 
 
 def _jsonable(row: dict[str, Any]) -> dict[str, Any]:

@@ -77,9 +77,9 @@ def test_show_with_a_tenant_names_no_other_tenant_s_id_by_its_start(
 
 @pytest.mark.parametrize("deployment", ["production"], indirect=True)
 def test_dead_letter_listings_say_other_tenants_have_some(cli: Cli, deployment: Deployment) -> None:
-    """`dlq ls` and `dlq stats` without `--tenant` are the default tenant's; an operator
-    whose tenants' dead letters are all elsewhere read "no dead letters match" as none at
-    all. They say, on stderr, how many of other tenants match, as `ls` does."""
+    """`dlq ls`, `dlq stats` and `dlq export` without `--tenant` are the default tenant's;
+    an operator whose tenants' dead letters are all elsewhere read "no dead letters match"
+    as none at all. They say, on stderr, how many of other tenants match, as `ls` does."""
     two_steps = [call("echo", text="1")]
     replies = [{"content": "look", "tool_calls": two_steps}, {"content": "done"}]
     with deployment.worker():
@@ -96,10 +96,13 @@ def test_dead_letter_listings_say_other_tenants_have_some(cli: Cli, deployment: 
     counted = cli.inline("dlq", "stats", "--by", "code", ok=False)
     assert counted.code == 0 and "0 dead letters" in counted.stdout
     assert "3 more of other tenants match" in counted.stderr
+    exported = cli.inline("dlq", "export", "--format", "csv", ok=False)
+    assert exported.code == 0 and "3 more of other tenants match" in exported.stderr
     # asked for a tenant, or for every one, or for JSON: no note
     for asked in (("--tenant", "team-a"), ("--tenant", "*"), ("--json",)):
         assert "other tenants" not in cli.inline("dlq", "ls", *asked).stderr
         assert "other tenants" not in cli.inline("dlq", "stats", *asked).stderr
+    assert "other tenants" not in cli.inline("dlq", "export", "--tenant", "*").stderr
 
 
 @pytest.mark.parametrize("deployment", ["production"], indirect=True)
