@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
 from rich.text import Text
 
+from tickwork.fsm.errors import ConfigurationError
 from tickwork.fsm.wording import counted
 
 from . import options, render, views
 from .context import Context
+
+if TYPE_CHECKING:
+    from tickwork.worker.config.settings import Settings
+    from tickwork.worker.tick.retention import RetentionSettings
 
 
 def register(app: typer.Typer) -> None:
@@ -69,7 +74,7 @@ def gc(
                 Text(f"archive: {archive.url}"),
             )
             if not policy.enabled:
-                render.show(Text(_OFF))
+                render.show(Text(_OFF + _unshared(retention, ctx.settings)))
             return
         report = run_pass(
             ctx.store,
@@ -121,6 +126,17 @@ def gc(
         render.show(Text(f"{changed} changed while written; the next pass retries"))
     if not policy.enabled and not report.batches:
         render.show(Text(_OFF))
+
+
+def _unshared(retention: RetentionSettings, settings: Settings) -> str:
+    """What else turning retention on needs, for a dry run with retention off: the archive
+    it names would be refused on a shared database, which the operator learnt only once
+    retention was on."""
+    try:
+        retention.shared_archive(settings)
+    except ConfigurationError as exc:
+        return f"; but first: {exc}"
+    return ""
 
 
 _OFF = (

@@ -170,3 +170,17 @@ def test_a_dry_run_refuses_a_host_s_own_archive_as_gc_does(cli: Cli) -> None:
         cli.inline(*argv, ok=False, TICKWORK_RETENTION_COMPLETED_S="0").error(
             2, "while the database is shared", "TICKWORK_RETENTION_ARCHIVE_URL"
         )
+
+
+@pytest.mark.parametrize("deployment", ["production"], indirect=True)
+def test_a_dry_run_with_retention_off_says_the_archive_it_shows_would_be_refused(
+    cli: Cli,
+) -> None:
+    # it showed `archive: file:///<state dir>/archive` and "retention is off: set ...";
+    # set, gc then refused that archive on the shared database
+    said = " ".join(cli.inline("gc", "--dry-run").stdout.split())  # as one line, unwrapped
+    assert "retention is off" in said
+    assert "but first: retention would archive to this host's own folder" in said
+    assert "TICKWORK_RETENTION_ARCHIVE_URL" in said
+    shared = cli.inline("gc", "--dry-run", TICKWORK_RETENTION_ARCHIVE_URL="file:///tmp/x").stdout
+    assert "retention is off" in shared and "but first" not in shared
