@@ -204,7 +204,12 @@ def _collect(
                 selector.register(pipe, selectors.EVENT_READ, name)
         while not why:
             now = time.monotonic()
-            why = "timeout" if now >= deadline else (stop() or "") if stop else ""
+            if now >= deadline:
+                # one that ended before this look (the worker was stopped or starved, and the
+                # watchdog or the OOM killer ended it) is reported as it ended, not timed out
+                why = "timeout" if process.poll() is None else ""
+                break
+            why = (stop() or "") if stop else ""
             if why:
                 break
             if not selector.get_map():
