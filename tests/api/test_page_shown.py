@@ -58,6 +58,15 @@ def test_a_steps_button_is_the_same_element_after_the_session_moves_on(
     first.click()
     expect(page.locator('section.step[data-step="1"] + form#fork')).to_be_visible()
     expect(page.locator("#fork-step")).to_have_value("1")
+    # the events' numbers have room: "10." lost its first digit to the list's scrolling box
+    room, number = page.locator("#events").evaluate(
+        """ol => {
+        const pen = document.createElement("canvas").getContext("2d");
+        pen.font = getComputedStyle(ol).font;
+        return [parseFloat(getComputedStyle(ol).paddingLeft), pen.measureText("9999. ").width];
+    }"""
+    )
+    assert room >= number, f"the events' numbers are cut off: {room}px for {number}px"
 
 
 def test_an_approve_button_is_the_same_element_after_the_queue_reloads(
@@ -144,3 +153,29 @@ def test_a_fork_beside_its_parent_says_the_model_and_price_it_was_given(
     expect(patch.locator("dt:text-is('price') + dd")).to_have_text(
         "prompt $1, completion $2 per million tokens"
     )
+
+
+def test_a_failed_session_its_dead_letter_and_its_fork_link_to_each_other(
+    page: Any,  # noqa: F811
+    stack: Stack,
+) -> None:
+    """A failed session's view did not lead to its dead letter (where it is forked,
+    resolved or dismissed), the dead letter named its session as text, and a fork named
+    its parent as text: each is a link now."""
+    from playwright.sync_api import expect
+
+    failed = stack.submit(DIES, prefix="dies")
+    stack.wait(failed, Status.FAILED)
+    log_in(page, stack, "olga", f"#/sessions/{failed}")
+    expect(page.locator("#status")).to_have_attribute("data-status", "failed")
+    page.click("#dead-letter-link")
+    expect(page.locator("#dead-letter")).to_contain_text("MODEL_ERROR")
+    page.click("#letter-session")
+    expect(page.locator("#status")).to_have_attribute("data-status", "failed")
+    answer = stack.http("olga").post(f"/api/v1/dead-letters/{failed}/fork", json={"from_step": 1})
+    assert answer.status_code == 201, answer.text
+    fork = answer.json()["id"]
+    page.goto(f"{stack.url}/#/sessions/{fork}")
+    page.click(f'.summary a.parent[href="#/sessions/{failed}"]')
+    expect(page).to_have_url(f"{stack.url}/#/sessions/{failed}")
+    expect(page.locator("#forks")).to_contain_text(f"Forks (1): {fork} from step 1")

@@ -205,7 +205,9 @@ export function headSummary(head) {
     el("p", { class: "meta" },
       `${head.kind} · ${head.model} · submitted by ${head.submitted_by || "–"} · step ${head.step} · ` +
       `${head.tokens} tokens · ${usd(head.cost_usd)}`,
-      head.parent_id ? ` · forked from ${head.parent_id} at step ${head.fork_step}` : "",
+      head.parent_id ? [" · forked from ",
+        el("a", { href: `#/sessions/${enc(head.parent_id)}`, class: "parent" }, head.parent_id),
+        ` at step ${head.fork_step}`] : "",
       networkNote(head)),
     head.final_answer ? el("p", { class: "answer" }, `Answer: ${head.final_answer}`) : null,
     head.error_code ? el("p", { class: "error" }, `${head.error_code}: ${head.error_message}`) : null);

@@ -211,8 +211,9 @@ export async function deadLetterView(view, key) {
   view.draw(
     el("h2", { id: "dead-letter" }, `Dead letter #${letter.id} `, badge(letter.code, "failed")),
     el("p", { class: "error" }, letter.message),
-    el("p", { class: "meta" },
-      `session ${letter.session_id} · ${letter.kind} · ${letter.model} · last tool ${letter.last_tool || "–"} · ${ago(letter.at)}`),
+    el("p", { class: "meta" }, "session ",
+      el("a", { href: `#/sessions/${enc(letter.session_id)}`, id: "letter-session" }, letter.session_id),
+      ` · ${letter.kind} · ${letter.model} · last tool ${letter.last_tool || "–"} · ${ago(letter.at)}`),
     headSummary(letter.session.head),
     actions,
     el("h3", {}, "Timeline"), el("div", { id: "timeline" }, timeline(letter.session, pick)));

@@ -170,6 +170,9 @@ export async function sessionView(view, id) {
   const live = el("span", { id: "live", class: "muted" }, "connecting…");
   const compare = el("a", { id: "compare-link", class: "button", hidden: true,
                             href: `#/sessions/${enc(id)}/compare` }, "Beside its parent");
+  // a failed session's dead letter (the API takes a session id for it): fork, resolve, dismiss
+  const letter = el("a", { id: "dead-letter-link", class: "button", hidden: true,
+                           href: `#/dead-letters/${enc(id)}` }, "Its dead letter");
   const cancel = el("button", { type: "button", id: "cancel", class: "danger", hidden: true,
     onclick: async () => {
       try {
@@ -221,7 +224,7 @@ export async function sessionView(view, id) {
     onclick: () => openFork(forking.last ? forking.last.head.step : 0) }, "Fork…");
   view.draw(
     el("div", { class: "bar" }, el("h2", {}, "Session ", el("code", {}, id), " ", status),
-      el("span", { class: "actions" }, compare, forkButton, cancel)),
+      el("span", { class: "actions" }, compare, letter, forkButton, cancel)),
     summary, forks, tree, waiting, el("h3", {}, "Per step"), perStep,
     el("h3", {}, "Events ", live), events, el("h3", {}, "Timeline"), forkStart, steps);
   let shownWaiting = "";
@@ -236,6 +239,7 @@ export async function sessionView(view, id) {
     status.dataset.status = head.status;
     redraw(summary, [headSummary(head)]);
     compare.hidden = !head.parent_id || Boolean(head.spawn_call);
+    letter.hidden = head.status !== "failed";
     tree.hidden = !view.tree;
     if (view.tree) redraw(tree, [el("h3", {}, "Tree"), treeList(view.tree, id)]);
     cancel.hidden = FINISHED.includes(head.status) || !(can("approver") || can("operator"));
