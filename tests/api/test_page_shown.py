@@ -179,3 +179,30 @@ def test_a_failed_session_its_dead_letter_and_its_fork_link_to_each_other(
     page.click(f'.summary a.parent[href="#/sessions/{failed}"]')
     expect(page).to_have_url(f"{stack.url}/#/sessions/{failed}")
     expect(page.locator("#forks")).to_contain_text(f"Forks (1): {fork} from step 1")
+
+
+def test_the_list_takes_a_sessions_forks_from_its_address_as_the_docs_say(
+    page: Any,  # noqa: F811
+    stack: Stack,
+) -> None:
+    """docs/PAGE.md gives `parent_id` among the list's filters kept in the address, but
+    the page read only the other four: `#/sessions?parent_id=ID` listed every session."""
+    from playwright.sync_api import expect
+
+    parent = stack.submit(ECHO, prefix="has-forks")
+    other = stack.submit(ECHO, prefix="no-forks")
+    for done in (parent, other):
+        stack.wait(done, Status.COMPLETED)
+    answer = stack.http("olga").post(f"/api/v1/sessions/{parent}/fork", json={"from_step": 1})
+    assert answer.status_code == 201, answer.text
+    fork = answer.json()["id"]
+    log_in(page, stack, "olga", f"#/sessions?parent_id={parent}")
+    expect(page.locator("#parent-filter")).to_have_value(parent)
+    expect(page.locator("#sessions tbody tr")).to_have_count(1)
+    expect(page.locator(f'#sessions tr[data-session="{fork}"]')).to_have_count(1)
+    page.click("#clear-filters")
+    expect(page.locator(f'#sessions tr[data-session="{other}"]')).to_have_count(1)
+    page.fill("#parent-filter", other)
+    page.click("#session-filters button[type=submit]")
+    expect(page.locator("#no-sessions")).to_be_visible()
+    assert page.url.endswith(f"#/sessions?parent_id={other}")

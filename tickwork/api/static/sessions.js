@@ -11,7 +11,7 @@ import {
 
 const STATUSES = ["queued", "ready", "executing", "waiting_approval", "waiting_children", "completed", "failed", "cancelled"];
 // the list's filters: each a query parameter of GET /sessions, kept in the page's address
-const FILTERS = ["status", "outcome", "submitted_by", "kind"];
+const FILTERS = ["status", "outcome", "submitted_by", "kind", "parent_id"];
 const FINISHED = ["completed", "failed", "cancelled"];
 
 export async function sessionsView(view) {
@@ -35,6 +35,8 @@ export async function sessionsView(view) {
       value: chosen.submitted_by, placeholder: "submitted by", "aria-label": "submitted by" }),
     kind: el("input", { type: "search", id: "kind-filter", name: "kind", value: chosen.kind,
       placeholder: "kind (repair, …)", "aria-label": "kind" }),
+    parent_id: el("input", { type: "search", id: "parent-filter", name: "parent_id",
+      value: chosen.parent_id, placeholder: "forks of (a session id)", "aria-label": "forks of" }),
   };
   const error = el("p", { class: "error", id: "filter-error", role: "alert" });
   const filters = el("form", { id: "session-filters", class: "filters", onsubmit: (event) => {
