@@ -206,3 +206,36 @@ def test_the_list_takes_a_sessions_forks_from_its_address_as_the_docs_say(
     page.click("#session-filters button[type=submit]")
     expect(page.locator("#no-sessions")).to_be_visible()
     assert page.url.endswith(f"#/sessions?parent_id={other}")
+
+
+def test_the_list_pages_back_past_its_first_page(
+    page: Any,  # noqa: F811
+    stack: Stack,
+) -> None:
+    """The list asked for the newest 100 sessions and said nothing of the rest: an older
+    session was out of reach but through a filter. A full page offers the older ones."""
+    from playwright.sync_api import expect
+
+    parent = stack.submit(ECHO, prefix="paged")
+    stack.wait(parent, Status.COMPLETED)
+    forks = []
+    for _ in range(3):
+        answer = stack.http("olga").post(f"/api/v1/sessions/{parent}/fork", json={"from_step": 1})
+        assert answer.status_code == 201, answer.text
+        forks.append(answer.json()["id"])
+    log_in(page, stack, "olga", f"#/sessions?parent_id={parent}&limit=2")
+    rows = page.locator("#sessions tbody tr")
+    expect(rows).to_have_count(2)
+    expect(page.locator("#newer")).to_have_count(0)
+    expect(page.locator("#pager")).to_contain_text("1\u20132")
+    page.click("#older")
+    expect(rows).to_have_count(1)
+    expect(page.locator("#pager span")).to_have_text("3")
+    expect(page.locator("#older")).to_have_count(0)
+    page.click("#newer")
+    expect(rows).to_have_count(2)
+    shown = set(rows.evaluate_all("rs => rs.map((r) => r.dataset.session)"))
+    page.click("#older")
+    expect(rows).to_have_count(1)
+    shown |= set(rows.evaluate_all("rs => rs.map((r) => r.dataset.session)"))
+    assert shown == set(forks)  # each once, none left out

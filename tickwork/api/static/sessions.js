@@ -13,12 +13,18 @@ const STATUSES = ["queued", "ready", "executing", "waiting_approval", "waiting_c
 // the list's filters: each a query parameter of GET /sessions, kept in the page's address
 const FILTERS = ["status", "outcome", "submitted_by", "kind", "parent_id"];
 const FINISHED = ["completed", "failed", "cancelled"];
+// sessions a page of the list shows unless its address says `limit` (the API takes 1 to 500)
+const PAGE = 100;
 
 export async function sessionsView(view) {
   const params = new URLSearchParams(location.hash.split("?")[1] || "");
   const chosen = Object.fromEntries(FILTERS.map((key) => [key, params.get(key) || ""]));
+  // one page of the list, newest first: `limit` and `offset` are kept in the address too
+  const limit = Math.min(500, Math.max(1, Math.trunc(Number(params.get("limit"))) || PAGE));
+  const offset = Math.max(0, Math.trunc(Number(params.get("offset"))) || 0);
   const go = () => {
     const query = new URLSearchParams();
+    if (params.get("limit")) query.set("limit", String(limit));
     for (const [key, field] of Object.entries(fields)) {
       if (field.value.trim()) query.set(key, field.value.trim());
     }
@@ -57,7 +63,7 @@ export async function sessionsView(view) {
     el("code", {}, "tickwork ls --archived"), " lists them where the database is.");
   view.draw(el("h2", {}, "Sessions"), filters, error, list, archived);
 
-  const query = new URLSearchParams({ limit: "100" });
+  const query = new URLSearchParams({ limit: String(limit), offset: String(offset) });
   for (const key of FILTERS) if (chosen[key]) query.set(key, chosen[key]);
   let heads;
   try {
@@ -74,7 +80,24 @@ export async function sessionsView(view) {
       el("td", {}, h.kind), el("td", { class: "submitter" }, h.submitted_by || "–"),
       el("td", { class: "model" }, h.model),
       el("td", {}, h.step), el("td", { class: "cost" }, usd(h.cost_usd)), el("td", { class: "when" }, ago(h.updated_at)))))
-    : el("p", { class: "muted", id: "no-sessions" }, "No sessions match."));
+    : el("p", { class: "muted", id: "no-sessions" }, "No sessions match."),
+  pager(params, { limit, offset, shown: heads.length }));
+}
+
+// the links to the pages before and after this one (a page shorter than `limit` is the last)
+function pager(params, { limit, offset, shown }) {
+  const to = (at) => {
+    const query = new URLSearchParams(params);
+    if (at) query.set("offset", String(at));
+    else query.delete("offset");
+    return query.toString() ? `#/sessions?${query}` : "#/sessions";
+  };
+  if (!offset && shown < limit) return null;
+  return el("p", { class: "actions", id: "pager" },
+    offset ? el("a", { class: "button", id: "newer", href: to(Math.max(0, offset - limit)) }, "Newer") : null,
+    shown ? el("span", { class: "meta" }, shown === 1 ? count(offset + 1)
+      : `${count(offset + 1)}–${count(offset + shown)}`) : null,
+    shown === limit ? el("a", { class: "button", id: "older", href: to(offset + limit) }, "Older") : null);
 }
 
 function eventSummary(event) {
