@@ -239,3 +239,25 @@ def test_the_list_pages_back_past_its_first_page(
     expect(rows).to_have_count(1)
     shown |= set(rows.evaluate_all("rs => rs.map((r) => r.dataset.session)"))
     assert shown == set(forks)  # each once, none left out
+
+
+def test_the_dead_letters_page_back_past_their_first_page(
+    page: Any,  # noqa: F811
+    stack: Stack,
+) -> None:
+    """The same for the dead letters, which listed the newest 100 alone."""
+    from playwright.sync_api import expect
+
+    for _ in range(2):
+        stack.wait(stack.submit(DIES, prefix="paged-dies"), Status.FAILED)
+    log_in(page, stack, "olga", "#/dead-letters?limit=1")
+    rows = page.locator("#dead-letters tbody tr")
+    expect(rows).to_have_count(1)
+    first = rows.get_attribute("data-id")
+    page.click("#older")
+    expect(page).to_have_url(f"{stack.url}/#/dead-letters?limit=1&offset=1")
+    expect(rows).to_have_count(1)
+    expect(rows).not_to_have_attribute("data-id", str(first))
+    expect(page.locator("#pager span")).to_have_text("2")
+    page.click("#newer")
+    expect(rows).to_have_attribute("data-id", str(first))

@@ -170,6 +170,29 @@ export function every(view, run) {
   view.onLeave(() => clearInterval(timer));
 }
 
+// a list's page from its address: `limit` (default 100, at most `most`, the API's) and `offset`
+export function paged(params, most) {
+  const limit = Math.min(most, Math.max(1, Math.trunc(Number(params.get("limit"))) || 100));
+  return { limit, offset: Math.max(0, Math.trunc(Number(params.get("offset"))) || 0) };
+}
+
+// the links to a list's pages before and after this one, at `base` with `params` (its
+// filters) and another offset; none for a first page that is the last (shorter than `limit`)
+export function pager(base, params, { limit, offset, shown }) {
+  const to = (at) => {
+    const query = new URLSearchParams(params);
+    if (at) query.set("offset", String(at));
+    else query.delete("offset");
+    return query.toString() ? `${base}?${query}` : base;
+  };
+  if (!offset && shown < limit) return null;
+  return el("p", { class: "actions", id: "pager" },
+    offset ? el("a", { class: "button", id: "newer", href: to(Math.max(0, offset - limit)) }, "Newer") : null,
+    shown ? el("span", { class: "meta" }, shown === 1 ? count(offset + 1)
+      : `${count(offset + 1)}–${count(offset + shown)}`) : null,
+    shown === limit ? el("a", { class: "button", id: "older", href: to(offset + limit) }, "Older") : null);
+}
+
 // a table whose cells carry their column's name, so a narrow screen can show each row as
 // a small card (app.css) instead of a table wider than the screen
 export function dataTable(props, headers, rows, foot) {

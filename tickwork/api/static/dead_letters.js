@@ -1,8 +1,8 @@
 // Dead letters: charts by cause and signature, the list, exports, and one dead letter with
 // its session, forked, resolved or dismissed from here.
 import {
-  API, ApiError, ago, api, badge, can, dataTable, el, enc, headSummary, label, sessionRef, state,
-  toast,
+  API, ApiError, ago, api, badge, can, dataTable, el, enc, headSummary, label, paged, pager,
+  sessionRef, state, toast,
 } from "./core.js";
 import { forkForm } from "./fork.js";
 import { forkHere, timeline } from "./sessions.js";
@@ -122,11 +122,13 @@ export async function deadLettersView(view) {
     view.draw(el("p", { class: "muted" }, "Reading dead letters needs a role."));
     return;
   }
-  const open = new URLSearchParams(location.hash.split("?")[1] || "").get("unresolved") === "1";
+  const params = new URLSearchParams(location.hash.split("?")[1] || "");
+  const open = params.get("unresolved") === "1";
+  const { limit, offset } = paged(params, 1000);
   // the totals, the tables and the signatures follow the checkbox, as the list does
   const only = open ? "unresolved=true" : "";
   const [stats, letters, timeline] = await Promise.all([
-    api(`/dead-letters/stats?${only}`), api(`/dead-letters?limit=100&${only}`),
+    api(`/dead-letters/stats?${only}`), api(`/dead-letters?limit=${limit}&offset=${offset}&${only}`),
     api("/dead-letters/timeline?bucket=day")]);
   const onlyOpen = el("label", { class: "check" }, el("input", { type: "checkbox", id: "dl-unresolved",
     checked: open, onchange: (event) => {
@@ -148,7 +150,8 @@ export async function deadLettersView(view) {
         el("td", {}, sessionRef(d.session_id)), el("td", {}, badge(d.code, "failed")),
         el("td", {}, d.message), el("td", {}, d.last_tool || "–"), el("td", { class: "when" }, ago(d.at)),
         el("td", { class: "closed" }, d.resolved_at ? closedState(d) : "no"))))
-      : el("p", { class: "muted" }, "No dead letters."));
+      : el("p", { class: "muted" }, "No dead letters."),
+    pager("#/dead-letters", params, { limit, offset, shown: letters.length }));
 }
 
 // forked, resolved or dismissed (the store's words for how it was closed)

@@ -6,22 +6,20 @@ import { callCard } from "./approvals.js";
 import { forkForm } from "./fork.js";
 import {
   API, OUTCOMES, ago, api, apiText, badge, can, count, dataTable, decisionLine, diffLines, el,
-  enc, headSummary, label, ms, outcomeBadge, pretty, redraw, sessionRef, sleep, state, toast, usd,
+  enc, headSummary, label, ms, outcomeBadge, paged, pager, pretty, redraw, sessionRef, sleep, state,
+  toast, usd,
 } from "./core.js";
 
 const STATUSES = ["queued", "ready", "executing", "waiting_approval", "waiting_children", "completed", "failed", "cancelled"];
 // the list's filters: each a query parameter of GET /sessions, kept in the page's address
 const FILTERS = ["status", "outcome", "submitted_by", "kind", "parent_id"];
 const FINISHED = ["completed", "failed", "cancelled"];
-// sessions a page of the list shows unless its address says `limit` (the API takes 1 to 500)
-const PAGE = 100;
 
 export async function sessionsView(view) {
   const params = new URLSearchParams(location.hash.split("?")[1] || "");
   const chosen = Object.fromEntries(FILTERS.map((key) => [key, params.get(key) || ""]));
   // one page of the list, newest first: `limit` and `offset` are kept in the address too
-  const limit = Math.min(500, Math.max(1, Math.trunc(Number(params.get("limit"))) || PAGE));
-  const offset = Math.max(0, Math.trunc(Number(params.get("offset"))) || 0);
+  const { limit, offset } = paged(params, 500);
   const go = () => {
     const query = new URLSearchParams();
     if (params.get("limit")) query.set("limit", String(limit));
@@ -81,23 +79,7 @@ export async function sessionsView(view) {
       el("td", { class: "model" }, h.model),
       el("td", {}, h.step), el("td", { class: "cost" }, usd(h.cost_usd)), el("td", { class: "when" }, ago(h.updated_at)))))
     : el("p", { class: "muted", id: "no-sessions" }, "No sessions match."),
-  pager(params, { limit, offset, shown: heads.length }));
-}
-
-// the links to the pages before and after this one (a page shorter than `limit` is the last)
-function pager(params, { limit, offset, shown }) {
-  const to = (at) => {
-    const query = new URLSearchParams(params);
-    if (at) query.set("offset", String(at));
-    else query.delete("offset");
-    return query.toString() ? `#/sessions?${query}` : "#/sessions";
-  };
-  if (!offset && shown < limit) return null;
-  return el("p", { class: "actions", id: "pager" },
-    offset ? el("a", { class: "button", id: "newer", href: to(Math.max(0, offset - limit)) }, "Newer") : null,
-    shown ? el("span", { class: "meta" }, shown === 1 ? count(offset + 1)
-      : `${count(offset + 1)}–${count(offset + shown)}`) : null,
-    shown === limit ? el("a", { class: "button", id: "older", href: to(offset + limit) }, "Older") : null);
+  pager("#/sessions", params, { limit, offset, shown: heads.length }));
 }
 
 function eventSummary(event) {
