@@ -119,6 +119,51 @@ def test_a_proxy_answer_and_a_newer_servers_fields_are_read_sensibly(mode: str) 
     assert proxy.value.status == 502 and proxy.value.code == "http_502"
     assert "http://tw.test/api/v1/me" in proxy.value.message
     assert "Bad Gateway" in proxy.value.message and "TICKWORK_SERVER" in proxy.value.message
+    # a 502 is what a proxy says of a server behind it that is away, not of a wrong URL only
+    assert "a proxy in front says the tickwork server behind it did not answer" in (
+        proxy.value.message
+    )
+
+
+def test_a_proxy_page_other_than_a_gateway_s_asks_only_about_the_url() -> None:
+    sync, _ = _mock(lambda request: httpx.Response(404, text="<html>Not Found</html>"))
+    client = Client("http://tw.test", token="token-token-token-1", transport=sync)
+    with client, pytest.raises(RemoteError) as other:
+        client.me()
+    assert other.value.message.endswith(
+        "(<html>Not Found</html>); is TICKWORK_SERVER the tickwork API?"
+    )
+
+
+def test_an_idempotency_key_the_server_would_refuse_is_refused_before_it_is_sent() -> None:
+    """An empty key was left out, so each retry made a session of its own."""
+    sent: list[httpx.Request] = []
+
+    def record(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return httpx.Response(201, json=HEAD)
+
+    sync, _ = _mock(record)
+    with Client("http://tw.test", token="token-token-token-1", transport=sync) as client:
+        for bad in ("", "a key", "k" * 256):
+            with pytest.raises(InvalidInput, match="is not 1 to 255 visible ASCII"):
+                client.submit("repair", {}, idempotency_key=bad)
+            with pytest.raises(InvalidInput, match="give a uuid you make for the request"):
+                client.fork("s-1", from_step=0, idempotency_key=bad)
+        client.submit("repair", {}, idempotency_key="k-1")
+        client.submit("repair", {})
+    assert [r.headers.get("idempotency-key") for r in sent] == ["k-1", None]
+
+
+def test_a_wait_that_times_out_on_a_person_says_so_not_that_no_worker_runs() -> None:
+    waiting = {**HEAD, "status": "waiting_approval"}
+    sync, _ = _mock(lambda request: httpx.Response(200, json={"head": waiting, "steps": []}))
+    client = Client("http://tw.test", token="token-token-token-1", transport=sync)
+    with client, pytest.raises(TimeoutError) as late:
+        client.wait("s-1", timeout=0, poll=0)
+    said = str(late.value)
+    assert "still waiting_approval after 0s, not a terminal status; it waits for a person" in said
+    assert "worker" not in said
 
 
 def test_an_api_error_keeps_its_details() -> None:

@@ -39,6 +39,9 @@ class ServerUnreachable(RemoteError):
     """The server did not answer at all (refused, reset, timed out)."""
 
 
+#: statuses a proxy answers for a server behind it that is down, restarting or slow
+GATEWAY_STATUSES = frozenset({502, 503, 504})
+
 #: the API's code of a 404 for a path it has no route for (a found-nothing 404 names what)
 NO_ROUTE = "not_found"
 
@@ -63,9 +66,15 @@ def error_of(response: httpx.Response) -> RemoteError:
             )
         return RemoteError(message, code=body["code"], status=status, details=details)
     said = " ".join(response.text.split())[:200] or response.reason_phrase
+    why = "is TICKWORK_SERVER the tickwork API?"
+    if status in GATEWAY_STATUSES:  # what a proxy says of a server behind it that is away
+        why = (
+            "a proxy in front says the tickwork server behind it did not answer (down, "
+            "restarting or slow): try again shortly; if it lasts, " + why
+        )
     return RemoteError(
         f"{response.request.method} {response.request.url} answered {status} without a "
-        f"tickwork error body ({said}); is TICKWORK_SERVER the tickwork API?",
+        f"tickwork error body ({said}); {why}",
         code=f"http_{status}",
         status=status,
     )

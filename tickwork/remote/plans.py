@@ -18,7 +18,7 @@ from typing import Any, Generic, TypeVar
 import httpx
 from pydantic import BaseModel
 
-from tickwork.api import bodies
+from tickwork.api import bodies, retries
 from tickwork.api.answers import Listed
 from tickwork.api.bodies import Closing
 from tickwork.api.inputs import RepairInput
@@ -242,6 +242,16 @@ def statuses(given: Iterable[Status | str] | str, *, what: str) -> list[Status]:
     return found
 
 
+#: what holds a session in a status no worker moves on, as `wait` says when it times out
+STILL = {
+    Status.WAITING_APPROVAL: "it waits for a person: decide its calls (`waiting(id)`, "
+    "`approve`, `edit`, `reject`), or wait with until='waiting_approval'",
+    Status.WAITING_CHILDREN: "it waits for its child sessions to end",
+    Status.QUEUED: "it waits to be admitted: its tenant is at its in-flight limit, or its "
+    "concurrency key's sessions run",
+}
+
+
 def wait(
     session_id: str,
     *,
@@ -261,7 +271,7 @@ def wait(
             names = ", ".join(sorted(s.value for s in wanted)) or "a terminal status"
             raise TimeoutError(
                 f"session {session_id} is still {head.status.value} after {timeout:g}s, not "
-                f"{names}; is a worker running?"
+                f"{names}; {STILL.get(head.status, 'is a worker running?')}"
             )
         yield Sleep(poll)
 
@@ -427,8 +437,18 @@ def fork(
 
 
 def _keyed(idempotency_key: str | None) -> dict[str, str]:
-    """The header that makes a submit's or fork's retry safe (docs/API.md, Retrying)."""
-    return {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+    """The header that makes a submit's or fork's retry safe (docs/API.md, Retrying). A key
+    the server would refuse is refused here, the empty one too: left out, each retry
+    would make a session of its own."""
+    if idempotency_key is None:
+        return {}
+    if not retries.KEY.fullmatch(idempotency_key):
+        raise InvalidInput(
+            f"idempotency_key {idempotency_key[:40]!r} is not 1 to 255 visible ASCII "
+            "characters; give a uuid you make for the request (str(uuid.uuid4())) and send "
+            "it again with each retry, or None for no key"
+        )
+    return {retries.HEADER: idempotency_key}
 
 
 def _letters(

@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from .errors import RemoteError, error_of, unreachable
+from .errors import GATEWAY_STATUSES, RemoteError, error_of, unreachable
 from .plans import Streamed, _path
 
 #: statuses worth another try while a server restarts: bad gateway, unavailable, timeout
-RETRY_STATUSES = frozenset({502, 503, 504})
+RETRY_STATUSES = GATEWAY_STATUSES
 
 
 @dataclass
