@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
 from tests.api.conftest import TEST_KIND, TOKEN, Stack
+from tickwork.testing import until
 
 #: marks the sessions this module submits (the package's stack holds many others)
 RUN = uuid.uuid4().hex
@@ -49,6 +51,23 @@ def test_a_submit_sent_again_with_its_key_gets_the_first_session(stack: Stack) -
     assert _count(stack) == before + 1
     other = http.post("/api/v1/sessions", json=body, headers=_keyed(f"k-{uuid.uuid4()}"))
     assert other.status_code == 201 and other.json()["id"] != first.json()["id"]
+
+
+def test_a_replay_answers_the_session_as_it_is_now_as_docs_api_says(stack: Stack) -> None:
+    """docs/API.md said a replay came "as the first try was, the same body"; it is the
+    session's head now, which a client retrying late reads as such."""
+    http, key, body = stack.http("sam"), f"k-{uuid.uuid4()}", _body(stack)
+    first = http.post("/api/v1/sessions", json=body, headers=_keyed(key))
+    assert first.status_code == 201, first.text
+    made = first.json()["id"]
+    until(lambda: stack.deployment.client.get(made).status.terminal, what="the session's end")
+    again = http.post("/api/v1/sessions", json=body, headers=_keyed(key))
+    assert again.status_code == 201 and again.headers["idempotent-replayed"] == "true"
+    assert again.json()["version"] > first.json()["version"] == 0
+    assert again.json()["status"] != first.json()["status"] == "ready"
+    said = " ".join((Path(__file__).resolve().parents[2] / "docs" / "API.md").read_text().split())
+    assert "the body is the session's head as it is now" in said
+    assert "the same body and `Location`" not in said
 
 
 def test_a_key_sent_with_another_request_is_refused_and_makes_nothing(stack: Stack) -> None:

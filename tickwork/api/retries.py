@@ -2,11 +2,11 @@
 
 A key names the session a request makes: its id is derived from the key, the tenant, the
 caller and (a fork) the parent, so a retry of a request that was stored meets the session
-the first try made and is answered with it, as the first try was (201, `Idempotent-Replayed:
-true`). Nothing is stored besides the session: a key lasts as long as its session is live.
-A key used again for another request (another kind or input, another step) is refused.
-A submit and a fork (of a session or of a dead letter) write their session through
-`make_once`, which does all of this, with or without a key."""
+the first try made and is answered with it (201, `Idempotent-Replayed: true`, the same
+`Location`, the session's head as it is now). Nothing is stored besides the session: a key
+lasts as long as its session is live. A key used again for another request (another kind
+or input, another step) is refused. A submit and a fork (of a session or of a dead letter)
+write their session through `make_once`, which does all of this, with or without a key."""
 
 from __future__ import annotations
 
