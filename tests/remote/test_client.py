@@ -548,6 +548,9 @@ def test_session_id_refuses_a_uuid_of_no_session_at_once(remote: Remote, mode: s
         fuzz.timeline(old)
     assert live_only.value.details["archived"] is True
     assert f"session '{old}' is archived" in live_only.value.message
+    assert fuzz.forks(old) == []  # its forks are served, as its patch is
+    forked = fuzz.fork(old, from_step=0)
+    assert [(f["id"], f["archived"]) for f in fuzz.forks(old)] == [(forked.id, False)]
 
     for given in (uuid.uuid4().hex, str(uuid.uuid4())):
         with pytest.raises(RemoteError) as refused:

@@ -226,6 +226,12 @@ def patch(session_id: str) -> Plan[str]:
     return (yield Call("GET", _path("sessions", session_id, "patch"), lambda r: r.text))
 
 
+def forks(session_id: str) -> Plan[list[dict[str, Any]]]:
+    """The sessions forked from a live or an archived session, live or archived, oldest
+    first: id, fork_step, status, created_at and `archived`."""
+    return (yield Call("GET", _path("sessions", session_id, "forks"), _json))
+
+
 def statuses(given: Iterable[Status | str] | str, *, what: str) -> list[Status]:
     """The statuses `given`: one (a string) or several; InvalidInput naming the statuses
     for one that is none (`status="queued"` was read letter by letter: "'q' is not a valid
