@@ -12,7 +12,6 @@ import typer
 from rich.text import Text
 
 from tickwork.fsm.errors import InvalidInput
-from tickwork.fsm.tenants import DEFAULT_TENANT
 from tickwork.fsm.values import ErrorCode
 from tickwork.fsm.wording import counted
 
@@ -360,13 +359,7 @@ def _note_other_tenants(
     """Say on stderr how many dead letters of other tenants the filters match, for a command
     that, unasked, reads the default tenant's only."""
     everyone = _list(ctx, code, kind, since, unresolved, limit, options.ALL_TENANTS)
-    said = options.other_tenants(
-        "dead letters",
-        sum(1 for d in everyone if d.tenant != DEFAULT_TENANT),
-        at_least=len(everyone) >= limit,
-    )
-    if said:
-        render.note(said)
+    options.note_other_tenants("dead letters", everyone, limit)
 
 
 def _jsonable(row: dict[str, Any]) -> dict[str, Any]:

@@ -330,13 +330,7 @@ def list_sessions(
                 options.check_kind(ctx, kind)
             if tenant is None and not json_output:
                 everyone = ctx.store.retention.listing(**chosen, tenant=None)
-                said = options.other_tenants(
-                    "archived sessions",
-                    sum(1 for e in everyone if e.tenant != DEFAULT_TENANT),
-                    at_least=len(everyone) >= limit,
-                )
-                if said:
-                    render.note(said)
+                options.note_other_tenants("archived sessions", everyone, limit)
         rows = [views.archived_entry(e) for e in entries]
         render.listing(
             rows, render.archived_table, json_output=json_output, none="no archived sessions match"
@@ -380,10 +374,7 @@ def list_sessions(
                 # the default tenant's only, unasked: say that others' match too (counted
                 # among the newest `limit` of every tenant: a hint, not a census)
                 everyone = ctx.store.list_sessions(**wanted, tenant=None)
-                elsewhere = sum(1 for h in everyone if h.tenant != DEFAULT_TENANT)
-                said = options.other_tenants("sessions", elsewhere, at_least=len(everyone) >= limit)
-                if said:
-                    render.note(said)
+                options.note_other_tenants("sessions", everyone, limit)
     if tree:
         if remote is None:
             with Context() as ctx:

@@ -13,7 +13,7 @@ import getpass
 import inspect
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
@@ -652,6 +652,18 @@ def other_tenants(what: str, elsewhere: int, *, at_least: bool = False) -> str |
         f"the default tenant's {what}; {many} more of other tenants match: "
         "--tenant '*' lists them too"
     )
+
+
+def note_other_tenants(what: str, everyone: Sequence[Any], limit: int) -> None:
+    """Say on stderr how many of `everyone` (a listing's rows of every tenant, each with its
+    `tenant`, at most `limit` of them: a hint, not a census) are other tenants' than the
+    default one, for a listing that, unasked, shows the default tenant's only."""
+    from tickwork import render
+
+    elsewhere = sum(1 for row in everyone if row.tenant != DEFAULT_TENANT)
+    said = other_tenants(what, elsewhere, at_least=len(everyone) >= limit)
+    if said:
+        render.note(said)
 
 
 def remote_tenant(given: str | None, *, many: bool = False) -> str | None:
