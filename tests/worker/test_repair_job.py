@@ -553,6 +553,37 @@ def test_a_change_to_c_code_whose_extension_the_tests_did_not_rebuild_says_so(
     )
 
 
+def test_run_tests_tells_the_model_its_c_change_was_not_rebuilt(
+    project: Path, tmp_path: Path
+) -> None:
+    """The model's own runs said nothing either: markupsafe's `run_tests` after the right
+    change to `_speedups.c` failed as before, and a model would mend it again and again."""
+    from tickwork.worker.tools.registry import ToolContext, run_tool
+
+    so = "pkg/_speedups.cpython-311-x86_64-linux-gnu.so"
+    env = tmp_path / "env"
+    (env / versions.GENERATED / "pkg").mkdir(parents=True)
+    (env / versions.GENERATED / so).write_bytes(b"\x7fELF as setup built it")
+    (project / so).write_bytes(b"\x7fELF as setup built it")
+
+    def run(changed: list[str]) -> str:
+        ctx = ToolContext(
+            session_id="s",
+            call_id="c",
+            step=1,
+            workspace=project,
+            config={"test_command": FAIL},
+            environment=env,
+            changed=lambda: changed,
+        )
+        return run_tool(toolkit.run_tests, {}, ctx).output
+
+    said = run(["pkg/_speedups.c"])
+    assert "--- extension modules not rebuilt ---" in said
+    assert "the session changed pkg/_speedups.c, but the test command did not rebuild" in said
+    assert "not rebuilt" not in run(["pkg/mod.py"])
+
+
 def test_the_final_run_s_output_is_kept_from_a_line_s_start(project: Path) -> None:
     """pyparsing's final run printed more than is kept: `show` began its output with
     `llaneousExceptionBits`, a test id cut at its start, and did not say what was left out.

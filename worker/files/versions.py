@@ -25,7 +25,7 @@ import shlex
 import stat
 import subprocess
 import tomllib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -456,6 +456,24 @@ def unrebuilt(env: Path | None, workspace: Path, changed: Iterable[str]) -> list
         if filecmp.cmp(here, kept / rel, shallow=False):
             stale.append(rel)
     return sorted(stale)
+
+
+def unrebuilt_note(changed: Sequence[str], stale: Sequence[str]) -> str:
+    """Why a test run says nothing of the session's change to compiled code: the extension
+    modules it imported are those setup built from the source as submitted."""
+    sources = [p for p in changed if p.endswith(COMPILED_SOURCES)]
+    return (
+        f"the session changed {_some(sources)}, but the test command did not rebuild "
+        f"{_some(stale)}: setup built it from the source as submitted, so the tests ran the "
+        "old compiled code; give a test command that rebuilds it, e.g. "
+        "--test-cmd 'python3 setup.py build_ext --inplace && python3 -m pytest' "
+        "(docs/ENVIRONMENTS.md (`tickwork docs environments`))"
+    )
+
+
+def _some(paths: Sequence[str], most: int = 3) -> str:
+    more = f" and {len(paths) - most} more" if len(paths) > most else ""
+    return ", ".join(paths[:most]) + more
 
 
 def _real_folders(root: Path, rel: str) -> bool:

@@ -641,6 +641,7 @@ def execute(tick: Tick) -> Change:
             environment=environment,
             setup=head.result.get("environment") or {},
             children=lambda: child_results(rt.store.children(head.id)),
+            changed=files.changed,
         )
         return run_tool(
             tool, arguments, tool_context, max_output_chars=rt.settings.max_output_chars

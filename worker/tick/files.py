@@ -56,6 +56,16 @@ class TickFiles:
             versions.restore(found, self.copy.path)
         return found
 
+    def changed(self) -> list[str]:
+        """The paths the session's stored files differ in from its source (none for a
+        session without files of its own)."""
+        files = session_files(self.head)
+        if files is None:
+            return []
+        before = self.workspaces.base(files)
+        after, _ = self.workspaces.manifest(self.head)
+        return sorted(p for p in before.keys() | after.keys() if before.get(p) != after.get(p))
+
     def record(self, *, step: int, call_id: str, paths: list[str] | None = None) -> None:
         if self.copy is not None and self._changes:
             self.recorded = self.copy.record(step=step, call_id=call_id, paths=paths)

@@ -117,6 +117,10 @@ class ToolContext:
     #: the session's environment record as its card shows it (`missing`: what the project
     #: declares that setup did not install; `note`: why); empty: the session has none
     setup: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    #: the paths the session's stored files differ in from its source, read from the store
+    #: when called (`run_tests`: a changed C source whose extension was not rebuilt); None:
+    #: not known
+    changed: Callable[[], Sequence[str]] | None = None
 
     def check(self) -> None:
         """Raise `ToolError` if the call must stop now (its time is up, the session was

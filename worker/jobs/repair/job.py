@@ -431,7 +431,7 @@ def run_final_tests(
     if not why and not record["passed"] and (failing := failing_tests(output)):
         record["failing"] = failing
     if not why and (stale := versions.unrebuilt(environment, workspace, changed)):
-        record["stale_build"] = stale_build_note(changed, stale)
+        record["stale_build"] = versions.unrebuilt_note(changed, stale)
     return record
 
 
@@ -444,24 +444,6 @@ def output_end(output: str, most: int = MAX_TEST_OUTPUT_CHARS) -> str:
     kept = output[-(most - 64) :]  # room for the line saying so: `show` cuts at `most`
     kept = kept[kept.find("\n") + 1 :]  # from a line's start; all of it if it holds none
     return f"(its first {len(output) - len(kept):,} chars are not kept) …\n{kept}"
-
-
-def stale_build_note(changed: Sequence[str], stale: Sequence[str]) -> str:
-    """Why a test run says nothing of the session's change to compiled code: the extension
-    modules it imported are those setup built from the source as submitted."""
-    sources = [p for p in changed if p.endswith(versions.COMPILED_SOURCES)]
-    return (
-        f"the session changed {_some(sources)}, but the test command did not rebuild "
-        f"{_some(stale)}: setup built it from the source as submitted, so the tests ran the "
-        "old compiled code; give a test command that rebuilds it, e.g. "
-        "--test-cmd 'python3 setup.py build_ext --inplace && python3 -m pytest' "
-        "(docs/ENVIRONMENTS.md (`tickwork docs environments`))"
-    )
-
-
-def _some(paths: Sequence[str], most: int = 3) -> str:
-    more = f" and {len(paths) - most} more" if len(paths) > most else ""
-    return ", ".join(paths[:most]) + more
 
 
 def session_patch(head: Head, workspaces: Any) -> tuple[str, list[str]]:

@@ -21,6 +21,7 @@ from pydantic import Field
 from tickwork.fsm.errors import ToolError
 from tickwork.fsm.outcomes import cut_short, hidden_failure, why_tests_did_not_run
 from tickwork.worker.config.settings import load_settings
+from tickwork.worker.files import versions
 from tickwork.worker.sandbox import quota
 from tickwork.worker.sandbox.egress import offline_note, policy_for
 from tickwork.worker.sandbox.runner import Sandbox, run_sandboxed, sandbox_for, sandbox_of
@@ -479,9 +480,22 @@ def run_tests(ctx: ToolContext) -> str:
         return f"tests did NOT run: {why} ({command})\n{output}"
     if hidden := hidden_failure(result.exit_code, output):
         return f"tests FAILED: {hidden} ({command})\n{output}"
+    if stale := _unrebuilt(ctx):
+        output += f"\n--- extension modules not rebuilt ---\n{stale}"
     if cut := cut_short(command, result.exit_code, output):
         return f"tests FAILED: {cut} ({command})\n{output}"
     return f"{verdict} ({command})\n{output}"
+
+
+def _unrebuilt(ctx: ToolContext) -> str | None:
+    """Why the run said nothing of the session's change to C code (`versions.unrebuilt`):
+    the model would otherwise mend it again and again, its tests failing as before."""
+    env = ctx.environment
+    if env is None or ctx.changed is None or not (env / versions.GENERATED).is_dir():
+        return None
+    changed = ctx.changed()
+    stale = versions.unrebuilt(env, _root(ctx), changed)
+    return versions.unrebuilt_note(changed, stale) if stale else None
 
 
 def repair_tools() -> list[Tool]:
