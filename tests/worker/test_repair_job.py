@@ -20,6 +20,7 @@ from tickwork.fsm.errors import InvalidInput, PatchDoesNotApply
 from tickwork.fsm.outcomes import Outcome, repair_outcome
 from tickwork.fsm.values import Head
 from tickwork.store.artifacts import DirectoryArtifacts
+from tickwork.worker.config.secrets import Masker
 from tickwork.worker.files import sources, versions
 from tickwork.worker.files.environments import NO_NETWORK
 from tickwork.worker.jobs import Jobs, Kind
@@ -28,6 +29,7 @@ from tickwork.worker.jobs.repair import job as repair
 from tickwork.worker.jobs.repair import toolkit
 from tickwork.worker.jobs.repair.job import REPAIR, diff_manifests, prepare, run_final_tests
 from tickwork.worker.models.scripted import load_script
+from tickwork.worker.observers.webhooks import finished_card
 from tickwork.worker.sandbox.shell import run_shell
 from tickwork.worker.tools.patches import apply_patch
 
@@ -546,6 +548,17 @@ def test_a_change_to_c_code_whose_extension_the_tests_did_not_rebuild_says_so(
     assert render._stale_build({"result": {"tests": tests}}).startswith(
         "the session changed pkg/_speedups.c"
     )
+    ended = Head(
+        id="sess-1",
+        kind="repair",
+        created_at=T0,
+        updated_at=T0,
+        model="scripted",
+        config=head.config,
+        result={"tests": tests},
+    )
+    card = finished_card(ended, status="completed", data={}, public_url="", at=T0, masker=Masker())
+    assert card["session"]["stale_build"] == tests["stale_build"]  # the card says it too
     assert "stale_build" not in run_final_tests(head, project, env, ["pkg/mod.py"])
     rebuild = f"printf 'new' > {so}; {FAIL}"
     assert "stale_build" not in run_final_tests(

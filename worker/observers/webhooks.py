@@ -143,6 +143,9 @@ def finished_card(
             #: whether a repair's tests passed in its run before any change: None when
             #: nothing ran before a change (or another kind)
             "passed_before": _passed_before(head.result),
+            #: why a repair's final tests said nothing of its change to C code (the
+            #: extension modules setup built were not rebuilt): None when they did
+            "stale_build": _stale_build(head.result, masker),
             "steps": head.step,
             "tokens": head.tokens,
             "cost_usd": head.cost_usd,
@@ -166,6 +169,13 @@ def _failed_before(result: dict[str, Any], masker: Masker) -> dict[str, Any] | N
         return None
     tests = [masker.text(str(t)) for t in found.get("tests") or ()]
     return {"count": found["count"], "of": found["of"], "tests": tests}
+
+
+def _stale_build(result: dict[str, Any], masker: Masker) -> str | None:
+    """The final tests' `stale_build` (`versions.unrebuilt_note`), masked; else None."""
+    tests = result.get("tests")
+    said = tests.get("stale_build") if isinstance(tests, dict) else None
+    return masker.text(said) if isinstance(said, str) and said else None
 
 
 def _passed_before(result: dict[str, Any]) -> bool | None:
