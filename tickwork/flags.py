@@ -41,6 +41,8 @@ FLAG_OF = {
     "concurrency_key": "--concurrency-key",
     "max_per_key": "--max-per-key",
     "again": "--again",
+    # a tenant named by a token that may not (`tickwork.api.tenancy`): submit, ls, dlq's
+    "tenant": "--tenant",
     **INPUT_OPTIONS,
 }
 _FIELD = re.compile("`(" + "|".join(FLAG_OF) + ")`")

@@ -77,6 +77,8 @@ def test_ls_of_another_tenant_is_refused_not_answered_empty(
     env = {"TICKWORK_SERVER": world.url, "TICKWORK_TOKEN": TOKEN["bob"], "HOME": str(tmp_path)}
     cli = Cli(env, tmp_path)
     # "no sessions match" read as "team-a has none"
-    cli.inline("ls", "--tenant", "team-a", ok=False).error(1, "bob reads tenant team-b's")
+    refused = cli.inline("ls", "--tenant", "team-a", ok=False)
+    refused.error(1, "bob reads tenant team-b's")
+    assert "leave --tenant out" in refused.stderr, refused  # the API's `tenant` is its flag
     every = cli.inline("ls", "--tenant", "*", "--json").json()
     assert {s["id"] for s in every} == set(world.ids["bob"])
