@@ -599,7 +599,7 @@ def config(json_output: options.Json = False) -> None:
 
 #: TICKWORK_ variables that are no setting: the remote client's, and what a repair's
 #: commands are given
-NOT_SETTINGS = frozenset({"SERVER", "TOKEN", "SESSION_ID", "IDEMPOTENCY_KEY"})
+NOT_SETTINGS = frozenset({"SERVER", "TOKEN", "SERVER_TIMEOUT_S", "SESSION_ID", "IDEMPOTENCY_KEY"})
 
 
 def unknown_variables(

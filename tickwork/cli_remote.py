@@ -9,6 +9,7 @@ database the user did not mean.
 from __future__ import annotations
 
 import functools
+import os
 import re
 import time
 from collections.abc import Callable, Mapping
@@ -18,7 +19,7 @@ import typer
 from rich.text import Text
 
 from tickwork.fsm import wording
-from tickwork.fsm.errors import InvalidInput, TickworkError
+from tickwork.fsm.errors import ConfigurationError, InvalidInput, TickworkError
 from tickwork.fsm.values import PRICE_RATES
 
 from . import render, views
@@ -40,6 +41,8 @@ SERVED = frozenset(
 )
 #: commands that never touch sessions, run whether a server is named or not
 ANYWHERE = frozenset({"serve", "config", "runbook", "docs"})
+#: the variable that sets how long a request to the server may take
+TIMEOUT_VARIABLE = "TICKWORK_SERVER_TIMEOUT_S"
 #: how often `watch` asks the server for new events
 POLL_S = 0.2
 #: how long `watch` keeps asking a server that stopped answering (a restart, a proxy's 502
@@ -168,7 +171,27 @@ def client() -> Client | None:
         return None
     from tickwork.remote import Client
 
-    return Client(url)
+    return Client(url, timeout=request_timeout())
+
+
+def request_timeout() -> float:
+    """Seconds a request to the server may take: TICKWORK_SERVER_TIMEOUT_S, else the
+    client's default (a submit whose repository the server clones may need more)."""
+    from tickwork.remote.client import TIMEOUT_S
+
+    given = os.environ.get(TIMEOUT_VARIABLE, "").strip()
+    if not given:
+        return TIMEOUT_S
+    try:
+        seconds = float(given)
+    except ValueError:
+        seconds = -1.0
+    if not 0 < seconds < float("inf"):
+        raise ConfigurationError(
+            f"{TIMEOUT_VARIABLE} must be a number of seconds above 0 (e.g. 120), not "
+            f"{given!r}; unset, a request may take {TIMEOUT_S:g}s"
+        )
+    return seconds
 
 
 def local_only(what: str, why: str = "") -> None:

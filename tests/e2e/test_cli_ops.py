@@ -294,6 +294,7 @@ def test_config_names_a_variable_that_is_no_setting(tmp_path: Path) -> None:
         TICKWORK_BUDGETS__MAX_STEPS="9",
         TICKWORK_TOKEN="t" * 20,
         TICKWORK_SERVER="",
+        TICKWORK_SERVER_TIMEOUT_S="120",  # the command line's, with --server
     )
     assert done.code == 0, done
     assert done.json()["budgets"]["max_steps"] == 9

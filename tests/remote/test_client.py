@@ -13,6 +13,7 @@ import socket
 import threading
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -20,6 +21,7 @@ import pytest
 from tickwork.fsm.errors import ConfigurationError
 from tickwork.fsm.values import Status
 
+from tests.e2e.conftest import Cli
 from tests.ports import free_port
 from tests.remote.conftest import TEST_KIND, TOKEN, Remote, until
 from tickwork.remote import (
@@ -392,6 +394,20 @@ def test_an_answer_that_never_comes_says_the_request_may_have_been_carried_out(
     nowhere = Client(f"http://127.0.0.1:{free_port()}", token="x" * 20)
     with nowhere, pytest.raises(ServerUnreachable, match=r"cannot reach .* is `tickwork serve`"):
         nowhere.submit(TEST_KIND, {}, model="scripted:/s.json")
+
+
+def test_the_cli_with_a_server_takes_its_request_timeout_from_the_environment(
+    silent: str, tmp_path: Path
+) -> None:
+    """A submit whose repository the server clones may take more than the client's 30 s;
+    the command line had no way to wait longer (nor shorter)."""
+    env = {"TICKWORK_SERVER": silent, "TICKWORK_TOKEN": "x" * 20, "HOME": str(tmp_path)}
+    cli = Cli(env, tmp_path)
+    late = cli.inline("ls", ok=False, TICKWORK_SERVER_TIMEOUT_S="0.4")
+    late.error(1, "did not answer GET /api/v1/sessions within 0.4s (the client's timeout)")
+    for bad in ("soon", "0", "inf"):
+        refused = cli.inline("ls", ok=False, TICKWORK_SERVER_TIMEOUT_S=bad)
+        refused.error(2, "TICKWORK_SERVER_TIMEOUT_S must be a number of seconds above 0")
 
 
 def test_the_repair_input_is_typed_in_the_schema_and_takes_the_cli_names(remote: Remote) -> None:

@@ -104,7 +104,8 @@ def unreachable(
     said = f"the tickwork server at {base_url} did not answer {sent.method} {sent.url.path} {how}"
     if sent.method == "GET":
         return ServerUnreachable(
-            f"{said}; try again (a longer timeout: Client(timeout=...))",
+            f"{said}; try again (a longer timeout: Client(timeout=...), or for the CLI "
+            "TICKWORK_SERVER_TIMEOUT_S)",
             code="unreachable",
             status=None,
         )
