@@ -288,3 +288,28 @@ def test_a_listing_takes_no_next_step_from_a_reason_s_later_lines() -> None:
     shown = render.gist(reason, 80)
     assert shown.startswith("the command failed: "), shown
     assert "step of the log" not in shown, shown
+
+
+def test_ls_shows_a_graph_session_s_graph_version_beside_its_kind() -> None:
+    """During a graph upgrade the runbook drains with `tickwork ls --kind G` "until no
+    session of the old version is left", but `ls` showed no graph version at all (and
+    `--json`'s `version` is the row's): the old sessions could not be told from the new."""
+    old = head(
+        id="g1",
+        kind="pay",
+        outcome=None,
+        result=None,
+        config={"graph": {"name": "pay", "version": "1"}},
+    )
+    new = head(
+        id="g2",
+        kind="pay",
+        outcome=None,
+        result=None,
+        config={"graph": {"name": "pay", "version": "2"}},
+    )
+    rows = {
+        line.split()[0]: line for line in listed(old, new).splitlines() if line.startswith(" g")
+    }
+    assert " pay v1 " in rows["g1"] and " pay v2 " in rows["g2"], rows
+    assert " repair v" not in listed(head())

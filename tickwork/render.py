@@ -304,12 +304,20 @@ def sessions_table(heads: Iterable[Mapping[str, Any]]) -> Table:
             f"{h['tokens']:,}",
             f"${h['cost_usd']:.4f}",
             created,
-            Text(h["kind"]),
+            Text(_kind(h)),
         ]
         if tenants:
             cells.append(Text(str(h.get("tenant") or "")))
         table.add_row(*cells, Text(gist(note, 80)))
     return whole(table)
+
+
+def _kind(h: Mapping[str, Any]) -> str:
+    """A session's kind, with its graph's version for a graph session: during an upgrade the
+    sessions of the old version are the ones a drain waits for (`tickwork runbook graph
+    version`), and `ls --json`'s `version` is the row's, not the graph's."""
+    graph = _graph(h)
+    return f"{h['kind']} v{graph.version}" if graph is not None else str(h["kind"])
 
 
 def _not_run(h: Mapping[str, Any]) -> str:
