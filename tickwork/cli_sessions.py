@@ -14,7 +14,13 @@ from rich.text import Text
 
 from tickwork.fsm.admission import check_concurrency, check_priority
 from tickwork.fsm.context import check_window
-from tickwork.fsm.errors import InvalidInput, MissingCredentials, SessionNotFound
+from tickwork.fsm.errors import (
+    InvalidInput,
+    MissingCredentials,
+    SessionNotFound,
+    TickworkError,
+)
+from tickwork.fsm.kinds import graph_of
 from tickwork.fsm.outcomes import Outcome
 from tickwork.fsm.tenants import DEFAULT_TENANT, UNLIMITED
 from tickwork.fsm.values import ErrorCode, Head, Session, Status
@@ -24,6 +30,7 @@ from .context import Context
 
 if TYPE_CHECKING:
     from tickwork.worker.config.tenants import Tenants
+    from tickwork.worker.jobs import Jobs
     from tickwork.worker.models import Providers
 
     from .reads import Reads
@@ -454,6 +461,7 @@ def show(
         view["tree"] = ctx.reads.tree(session_id)
         previews = {} if json_output else pending_previews(whole, ctx.reads)
         note = None if json_output else no_worker_note(ctx, whole.head)
+        note = note or (None if json_output else version_note(jobs_here(ctx), whole.head))
     if json_output:
         views.emit(view)
     else:
@@ -492,6 +500,37 @@ def no_worker_note(ctx: Context, head: Head) -> str | None:
     return (
         f"session {head.id} is {head.status.value}, and no worker holds a sign of life on "
         f"its database ({where}): is one running?"
+    )
+
+
+def jobs_here(ctx: Context) -> Jobs:
+    """The job kinds this process has, as its settings name them."""
+    from tickwork.worker.config.settings import RoleSettings
+    from tickwork.worker.jobs import Jobs
+
+    roles = ctx.settings.section(RoleSettings).roles_file
+    return Jobs(ctx.settings.imports, roles_file=roles)
+
+
+def version_note(jobs: Jobs, head: Head) -> str | None:
+    """What to tell a person whose graph session waits for a worker while this process has
+    another version of its graph: a worker with that code refuses its ticks and says so only
+    in its log, while `show` read `executing` with a live lease. None otherwise, or where
+    this process cannot have the kind."""
+    wanted = graph_of(head)
+    if wanted is None or not head.status.moving:
+        return None
+    try:
+        here = jobs.graph(head.kind).graph
+    except TickworkError:
+        return None
+    if (here.name, here.version) == (wanted.name, wanted.version):
+        return None
+    return (
+        f"session {head.id} runs graph {wanted.name!r} version {wanted.version!r}; this "
+        f"process has version {here.version!r}. A worker with that version refuses its ticks "
+        f"(its log says so), so it moves only on a worker with version {wanted.version!r}; "
+        "or fork it here to move it to this version (`tickwork runbook graph version`)"
     )
 
 

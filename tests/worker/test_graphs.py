@@ -11,9 +11,11 @@ from tickwork.fsm import graph_machine
 from tickwork.fsm.budgets import TenantDay
 from tickwork.fsm.errors import GraphVersionMismatch, InvalidInput
 from tickwork.fsm.values import ErrorCode, Head, Status
+from tickwork.worker.jobs import Jobs
 from tickwork.worker.tick.graphs import check_version, node_key
 
 from tests.graphs import REFUND, REFUND_V2
+from tickwork.cli_sessions import version_note
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 FIRST = {"order_id": "A-1", "amount": 10, "ledger": "/tmp/x"}
@@ -101,3 +103,17 @@ def test_a_graph_session_stops_before_its_next_node_once_its_tenant_s_day_is_spe
     )
     room = day.model_copy(update={"spent_usd": 0.5})
     assert graph_machine.start(h, REFUND.graph, now=NOW, day=room).head.status is not Status.FAILED
+
+
+def test_show_says_why_a_session_of_another_graph_version_does_not_move() -> None:
+    """A version 1 session approved while only version 2 workers ran read `executing` in
+    `show`, a lease held and nothing else: the refusal was in the worker's log alone."""
+    waiting = head(status=Status.READY)
+    said = version_note(Jobs(["tests.graphs:REFUND_V2"]), waiting)
+    assert said is not None and said.startswith(
+        "session r1 runs graph 'refund' version '1'; this process has version '2'."
+    ), said
+    assert "`tickwork runbook graph version`" in said
+    assert version_note(Jobs(["tests.graphs:REFUND"]), waiting) is None  # same version
+    assert version_note(Jobs(["tests.graphs:REFUND_V2"]), head(status=Status.COMPLETED)) is None
+    assert version_note(Jobs([]), waiting) is None  # a kind this process does not have
