@@ -121,7 +121,12 @@ def parse_spawn(arguments: Mapping[str, Any]) -> Spawn:
     """The spawn `arguments` ask for; InvalidToolArguments names what is wrong (the model
     is told, as an error observation)."""
     children = arguments.get("children")
-    if not isinstance(children, list) or not children:
+    if isinstance(children, list) and not children:  # not "give children" as if none given
+        raise _fail(
+            '"children" is empty: nothing to start; give 1 to '
+            f'{MAX_CHILDREN} of {{"role", "input", "model"?, "share"?}}, or do the work yourself'
+        )
+    if not isinstance(children, list):
         raise _fail('give "children": a list of {"role", "input", "model"?, "share"?}')
     if len(children) > MAX_CHILDREN:
         raise _fail(f"at most {MAX_CHILDREN} children a spawn, not {len(children)}")

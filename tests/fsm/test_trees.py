@@ -32,7 +32,8 @@ def head(**fields: object) -> Head:
     ("arguments", "named"),
     [
         ({}, "children"),
-        ({"children": []}, "children"),
+        # an empty list read "give children", as if none were given
+        ({"children": []}, 'children" is empty: nothing to start'),
         ({"children": [{"input": {}}]}, "role"),
         ({"children": [{"role": "x", "share": 0}]}, "share"),
         ({"children": [{"role": "x", "share": True}]}, "share"),
