@@ -313,3 +313,23 @@ def test_ls_shows_a_graph_session_s_graph_version_beside_its_kind() -> None:
     }
     assert " pay v1 " in rows["g1"] and " pay v2 " in rows["g2"], rows
     assert " repair v" not in listed(head())
+
+
+def test_a_graph_node_no_person_decided_on_shows_no_empty_state() -> None:
+    """`show` of a graph printed STATE IN `{}` for a node that ran on a full state: only a
+    node a person decides on records its state in its call."""
+    call = {
+        "call_id": "s1c0",
+        "name": "check",
+        "arguments": {},
+        "raw_arguments": "{}",
+        "state": "done",
+        "observation": None,
+        "decision": None,
+    }
+    console = Console(width=200, record=True)
+    console.print(render._calls_table([call], graph=True))
+    text = console.export_text()
+    assert "{}" not in text and "(not recorded)" in text, text
+    console.print(render._calls_table([{**call, "name": "note"}]))  # a tool's call: as it is
+    assert "{}" in console.export_text()

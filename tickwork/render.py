@@ -726,6 +726,10 @@ def _calls_table(calls: list[Mapping[str, Any]], *, graph: bool = False) -> Tabl
             # shown whole below the table; here only what names the file
             kept = {k: v for k, v in arguments.items() if k not in ("content", "patch")}
             arguments = {**kept, "…": "shown below"}
+        shown = clip(compact(arguments), ARGUMENT_CHARS)
+        if graph and not arguments:
+            # a node no person decides on records no state in its call: `{}` read as empty
+            shown = "(not recorded)"
         seen = c["observation"]
         output = Text("")
         if seen is not None:
@@ -737,7 +741,7 @@ def _calls_table(calls: list[Mapping[str, Any]], *, graph: bool = False) -> Tabl
         table.add_row(
             Text(c["call_id"]),
             Text(c["name"]),
-            Text(clip(compact(arguments), ARGUMENT_CHARS)),
+            Text(shown, style="dim" if graph and not arguments else ""),
             Text(
                 state,
                 style="yellow" if state in ("awaiting_approval", "in_doubt", "blocked") else "",
