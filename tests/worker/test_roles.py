@@ -19,7 +19,7 @@ from tickwork.worker.jobs.repair import team
 from tickwork.worker.jobs.repair.adoption import adopt_patch, chosen, proposed
 from tickwork.worker.jobs.repair.job import REPAIR, diff_manifests
 from tickwork.worker.jobs.repair.toolkit import SOLO_TOOLS
-from tickwork.worker.jobs.roles import role_for
+from tickwork.worker.jobs.roles import declare, role_for
 from tickwork.worker.tick.runtime import Runtime
 from tickwork.worker.tools.registry import ChildResult, ToolContext, ToolRegistry, run_tool
 
@@ -390,3 +390,21 @@ def test_a_worker_does_not_start_on_a_kind_whose_tools_raise_naming_it(
     assert "job kind 'toolless': its tools() raised RuntimeError: the tools cannot be built" in (
         str(refused.value)
     )
+
+
+def test_a_root_of_a_kind_of_one_s_own_takes_no_role_as_its_docs_say(tmp_path: Path) -> None:
+    """A user submitted a root of their own kind with `"role": "zzz"` and it was taken
+    silently with every tool: only the repair kind reads a root's role. JOB_KINDS.md now
+    says so, and this holds it to what the code does."""
+    seen: list[dict[str, Any]] = []
+    kind = JobKind(
+        name="crew",
+        system_prompt="You work.",
+        tools=lambda: ToolRegistry([]),
+        prepare=lambda data: seen.append(dict(data)) or {"user_prompt": "go"},
+        roles=declare("crew", {"worker": {"system_prompt": "One thing."}}),
+    )
+    kind.configure({"role": "zzz"}, Submission(state_dir=tmp_path))
+    assert seen == [{"role": "zzz"}]  # neither refused nor applied: prepare's to read
+    docs = " ".join((Path(__file__).parents[2] / "docs" / "JOB_KINDS.md").read_text().split())
+    assert "Roles are a child's: a root session of your kind takes none" in docs
