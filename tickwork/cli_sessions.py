@@ -557,7 +557,7 @@ def watch(
     ] = None,
     json_output: options.Json = False,
 ) -> None:
-    """Follow a session's events live until it waits for a person or ends."""
+    """Follow a session's events live until it waits for a person or its children, or ends."""
     remote = cli_remote.client()
     if remote is not None:
         with remote:
@@ -598,11 +598,23 @@ def watch(
             views.emit({"head": views.head(head), "events": seen, "timed_out": False})
             return
         view = views.session(store.load(session_id))
+        tree = ctx.reads.tree(session_id) if head.status is Status.WAITING_CHILDREN else None
     outcome = view["head"]["outcome"]
     render.show(
         Text(f"session {session_id} is {head.status.value}" + (f": {outcome}" if outcome else "")),
         *render.outcome(view["head"], view["steps"]),
     )
+    if tree is not None:
+        render.show(render.tree(tree, mark=session_id), Text(WAITING_CHILDREN))
+
+
+#: what `watch` says of a session it leaves waiting for its children (neither ended nor
+#: waiting for a person: it moves on when they end, and any of them may wait for one)
+WAITING_CHILDREN = (
+    "it waits for its child sessions and moves on when they have ended (a child waiting "
+    "for a person holds it): `tickwork watch CHILD` follows one, `tickwork watch` this one "
+    "again once they have ended"
+)
 
 
 @options.fork_options

@@ -56,3 +56,26 @@ def test_ls_tree_and_show_draw_the_tree_with_each_child_s_status(
     view = cli("show", root, "--json").json()
     assert [c["role"] for c in view["tree"]["children"]] == ["explorer", "reviewer"]
     assert view["forks"] == []
+
+
+def test_watch_left_at_waiting_children_draws_the_tree_and_says_what_to_do(
+    deployment: Deployment, cli: Cli
+) -> None:
+    """`watch` of a parent stopped at `waiting_children` with `session ... is
+    waiting_children` alone: it had neither ended nor asked a person, and nothing said the
+    children are what to follow (one of them waiting for a person held it)."""
+    sink = str(deployment.sink)
+    slow = deployment.script([{"content": "slow", "delay_s": 30}], name="slow")
+    child = {"role": "explorer", "input": {"task": "x", "sink": sink}, "model": slow}
+    spawn = {"name": "spawn_agents", "arguments": {"children": [child]}}
+    script = deployment.script([{"content": "split", "tool_calls": [spawn]}, {"content": "done"}])
+    root = cli(
+        "submit", "tests.jobs:TREE", "--input", json.dumps({"sink": sink}), "--model", script
+    ).stdout.strip()
+    with deployment.worker():
+        watched = cli("watch", root, "--timeout", "60")
+        [spawned] = deployment.client.store.children(root)
+    said = " ".join(watched.stdout.split())
+    assert f"session {root} is waiting_children" in said, said
+    assert spawned.id in said and "explorer" in said  # the tree, drawn
+    assert "`tickwork watch CHILD` follows one" in said
