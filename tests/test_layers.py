@@ -10,6 +10,10 @@ is not an import. `tests/fsm/test_boundary.py` guards what fsm/ may import from 
 from __future__ import annotations
 
 import ast
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -330,3 +334,28 @@ def test_the_guard_sees_every_kind_of_import() -> None:
     # imported inside a function, on first use
     assert "tickwork.api.previews" in {t for _, t in imports(ROOT / "tickwork" / "cli_sessions.py")}
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [("a", "b", "c")]
+
+
+#: what the remote client must not load: the store's client, the worker, Celery, the API's app
+NOT_FOR_THE_REMOTE_CLIENT = ("celery", "tickwork.client", "tickwork.worker", "tickwork.api.app")
+
+
+def test_importing_the_remote_client_loads_no_server() -> None:
+    """`tickwork --server` and `tickwork.remote` take the API's bodies, not its server: a
+    helper imported from a route's module pulled in the store's client and Celery."""
+    script = (
+        "import json, sys\n"
+        "import tickwork.remote, tickwork.remote.plans, tickwork.remote.stream\n"
+        f"print(json.dumps(sorted(m for m in sys.modules if m in {NOT_FOR_THE_REMOTE_CLIENT!r}"
+        " or m.startswith(('celery.', 'tickwork.worker.')))))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert json.loads(done.stdout) == []

@@ -43,6 +43,11 @@ MAX_ENTRIES = 50
 MAX_MODEL_SPEC = 500
 #: what a session id may be (the client's SESSION_ID), for the schema
 SESSION_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+#: the header that makes a submit's or fork's retry safe, as clients of Stripe, PayPal or the
+#: IETF draft send it (`retries`; here for the remote client, which loads no route)
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+#: what its key may be: visible ASCII, as the IETF draft's examples (uuids, random strings)
+IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,255}")
 #: the fewest sessions of a concurrency key a limit may allow in flight
 MIN_PER_KEY = 1
 #: how many rates a price gives, fewest and most (prompt and completion; cached; cache write)

@@ -10,7 +10,6 @@ write their session through `make_once`, which does all of this, with or without
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections.abc import Callable
 from typing import Annotated
@@ -22,12 +21,10 @@ from tickwork.client import Tickwork
 from tickwork.fsm.errors import InvalidInput, SessionExists, StoreConflict
 from tickwork.fsm.values import Head
 
+from .bodies import IDEMPOTENCY_HEADER as HEADER
+from .bodies import IDEMPOTENCY_KEY as KEY
 from .errors import ApiError
 
-#: the header, as clients of Stripe, PayPal or the IETF draft send it
-HEADER = "Idempotency-Key"
-#: what a key may be: visible ASCII, as the IETF draft's examples (uuids, random strings)
-KEY = re.compile(r"[\x21-\x7e]{1,255}")
 #: the header as a route's parameter, for the schema (`key_of` reads and checks it)
 Key = Annotated[
     str | None,

@@ -18,7 +18,7 @@ from typing import Any, Generic, TypeVar
 import httpx
 from pydantic import BaseModel
 
-from tickwork.api import bodies, retries
+from tickwork.api import bodies
 from tickwork.api.answers import Listed
 from tickwork.api.bodies import Closing
 from tickwork.api.inputs import RepairInput
@@ -448,13 +448,13 @@ def _keyed(idempotency_key: str | None) -> dict[str, str]:
     would make a session of its own."""
     if idempotency_key is None:
         return {}
-    if not retries.KEY.fullmatch(idempotency_key):
+    if not bodies.IDEMPOTENCY_KEY.fullmatch(idempotency_key):
         raise InvalidInput(
             f"idempotency_key {idempotency_key[:40]!r} is not 1 to 255 visible ASCII "
             "characters; give a uuid you make for the request (str(uuid.uuid4())) and send "
             "it again with each retry, or None for no key"
         )
-    return {retries.HEADER: idempotency_key}
+    return {bodies.IDEMPOTENCY_HEADER: idempotency_key}
 
 
 def _letters(
