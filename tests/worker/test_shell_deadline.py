@@ -40,3 +40,22 @@ def test_a_command_still_running_at_its_deadline_times_out(tmp_path: Path) -> No
     result = run_shell("sleep 30", cwd=tmp_path, timeout_s=0.5)
     assert result.timed_out and result.exit_code is None
     assert time.monotonic() - started < 10
+
+
+def test_a_command_whose_background_child_still_runs_at_its_deadline_times_out(
+    tmp_path: Path,
+) -> None:
+    """Its shell ended, but what it left running holds its output: it is killed with its
+    group and the command timed out, not left running behind an exit code 0."""
+    result = run_shell("sleep 30 & echo $!", cwd=tmp_path, timeout_s=1)
+
+    assert result.timed_out and result.exit_code is None
+    left = int(result.stdout.split()[0])
+    for _ in range(50):  # killed; its new parent reaps it
+        try:
+            os.kill(left, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError(f"the background sleep (pid {left}) still runs")

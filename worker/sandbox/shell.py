@@ -198,6 +198,19 @@ def _collect(
     kept = {"out": bytearray(), "err": bytearray()}
     total = 0
     why = ""
+
+    def take(key: selectors.SelectorKey) -> str:
+        """Read a ready pipe into what is kept; why to kill the process, or ""."""
+        nonlocal total
+        chunk = os.read(key.fd, 65536)
+        if not chunk:
+            selector.unregister(key.fileobj)
+            return ""
+        room = budget - total
+        kept[key.data] += chunk[: max(room, 0)]
+        total += len(chunk)
+        return f"its output passed {budget} bytes" if total > budget else ""
+
     with selectors.DefaultSelector() as selector:
         for name, pipe in (("out", process.stdout), ("err", process.stderr)):
             if pipe is not None:
@@ -206,8 +219,10 @@ def _collect(
             now = time.monotonic()
             if now >= deadline:
                 # one that ended before this look (the worker was stopped or starved, and the
-                # watchdog or the OOM killer ended it) is reported as it ended, not timed out
-                why = "timeout" if process.poll() is None else ""
+                # watchdog or the OOM killer ended it) is reported as it ended, not timed out;
+                # one whose shell ended while what it started holds its output (`sleep 600 &`)
+                # timed out, and is killed with its group
+                why = "timeout" if process.poll() is None else _read_to_end(selector, take)
                 break
             why = (stop() or "") if stop else ""
             if why:
@@ -220,20 +235,27 @@ def _collect(
                 except subprocess.TimeoutExpired:
                     continue
             for key, _ in selector.select(min(POLL_S, deadline - now)):
-                chunk = os.read(key.fd, 65536)
-                if not chunk:
-                    selector.unregister(key.fileobj)
-                    continue
-                room = budget - total
-                kept[key.data] += chunk[: max(room, 0)]
-                total += len(chunk)
-                if total > budget:
-                    why = f"its output passed {budget} bytes"
+                if why := take(key):
                     break
     if why:
         _kill_group(process)
     process.wait()
     return bytes(kept["out"]), bytes(kept["err"]), why
+
+
+def _read_to_end(
+    selector: selectors.BaseSelector, take: Callable[[selectors.SelectorKey], str]
+) -> str:
+    """The rest of an ended process's output, without waiting: "" once its pipes are read
+    to their end, "timeout" if something it started holds one open, or `take`'s why."""
+    while selector.get_map():
+        ready = selector.select(0)
+        if not ready:
+            return "timeout"
+        for key, _ in ready:
+            if why := take(key):
+                return why
+    return ""
 
 
 def _kill_group(process: subprocess.Popen[bytes]) -> None:
