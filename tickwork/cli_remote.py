@@ -20,7 +20,7 @@ from rich.text import Text
 
 from tickwork.fsm import wording
 from tickwork.fsm.errors import ConfigurationError, InvalidInput, TickworkError
-from tickwork.fsm.values import PRICE_RATES
+from tickwork.fsm.values import PRICE_RATES, Status
 
 from . import render, views
 from .flags import FLAG_OF, INPUT_OPTIONS
@@ -271,6 +271,8 @@ def watch(remote: Client, session_id: str, timeout: float | None, json_output: b
         ),
         *render.outcome(view["head"], view["steps"]),
     )
+    if view["head"]["status"] == Status.WAITING_CHILDREN.value and view.get("tree"):
+        render.show(*render.waiting_children(view["tree"], session_id))
 
 
 def _next_page(remote: Client, session_id: str, after: int) -> EventPage:

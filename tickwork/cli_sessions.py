@@ -605,16 +605,7 @@ def watch(
         *render.outcome(view["head"], view["steps"]),
     )
     if tree is not None:
-        render.show(render.tree(tree, mark=session_id), Text(WAITING_CHILDREN))
-
-
-#: what `watch` says of a session it leaves waiting for its children (neither ended nor
-#: waiting for a person: it moves on when they end, and any of them may wait for one)
-WAITING_CHILDREN = (
-    "it waits for its child sessions and moves on when they have ended (a child waiting "
-    "for a person holds it): `tickwork watch CHILD` follows one, `tickwork watch` this one "
-    "again once they have ended"
-)
+        render.show(*render.waiting_children(tree, session_id))
 
 
 @options.fork_options

@@ -983,6 +983,21 @@ def _tests(tests: Any) -> list[RenderableType]:
     return parts
 
 
+#: what `watch` says of a session it leaves waiting for its children (neither ended nor
+#: waiting for a person: it moves on when they end, and any of them may wait for one)
+WAITING_CHILDREN = (
+    "it waits for its child sessions and moves on when they have ended (a child waiting "
+    "for a person holds it): `tickwork watch CHILD` follows one, `tickwork watch` this one "
+    "again once they have ended"
+)
+
+
+def waiting_children(drawn: Mapping[str, Any], session_id: str) -> list[RenderableType]:
+    """What `watch` prints of a session it leaves at `waiting_children`: its tree (`drawn`,
+    `views.tree`), the session marked, and which sessions to follow."""
+    return [tree(drawn, mark=session_id), Text(WAITING_CHILDREN)]
+
+
 def _log_end(log: Any) -> list[RenderableType]:
     """The end of a log (a setup's, a test run's output) as dim text, if there is one."""
     if not isinstance(log, str) or not log.strip():

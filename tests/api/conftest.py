@@ -235,7 +235,8 @@ def _settings(name: str, tmp: Path, request: pytest.FixtureRequest) -> Settings:
         lease_s=3.0,
         relay_period_s=0.25,
         relay_after_s=1.5,
-        imports=[TEST_KIND, "tests.graphs:REFUND"],  # issue 15: a graph kind
+        # issue 15: a graph kind; issue 29: a kind that spawns child sessions
+        imports=[TEST_KIND, "tests.graphs:REFUND", "tests.jobs:TREE"],
     )
     if name == "embedded":
         from tickwork.store.migrate import upgrade

@@ -823,3 +823,25 @@ def test_a_watch_with_a_server_rides_out_a_restart_as_the_client_s_watch_does(
     assert "note: the server stopped answering; trying again for up to 60s" in said, said
     assert "note: the server answers again" in said, said
     assert "model_called" in said and f"session {sid} is completed" in said, said
+
+
+def test_watch_left_at_waiting_children_draws_the_tree_with_a_server_as_locally(
+    remote: Remote, cli: ModeCli
+) -> None:
+    """A parent waiting for its children has neither ended nor asked a person: `watch`
+    draws its tree and says to follow a child, remotely as locally."""
+    sink = str(remote.deployment.sink)
+    slow = remote.script([{"content": "slow", "delay_s": 30}])
+    child = {"role": "explorer", "input": {"task": "x", "sink": sink}, "model": slow}
+    spawn = {"name": "spawn_agents", "arguments": {"children": [child]}}
+    script = remote.script([{"content": "split", "tool_calls": [spawn]}, {"content": "done"}])
+    root = cli(
+        "submit", "tests.jobs:TREE", "--input", json.dumps({"sink": sink}), "--model", script
+    ).stdout.strip()
+    watched = cli("watch", root, "--timeout", "60")
+    [spawned] = remote.deployment.client.store.children(root)
+    said = " ".join(watched.stdout.split())
+    assert f"session {root} is waiting_children" in said, said
+    assert spawned.id in said and "explorer" in said  # the tree, drawn
+    assert "`tickwork watch CHILD` follows one" in said
+    remote.deployment.client.cancel(root)
