@@ -548,7 +548,10 @@ def fingerprint(text: str | None) -> str | None:
 
 
 def session_id(value: str) -> str:
-    """A session id as given: one longer than any id is a mistake, not an id nobody made."""
+    """A session id as given: an empty one, or one longer than any id, is a mistake, not
+    an id nobody made."""
+    if not value.strip():
+        raise InvalidInput("the session id is empty: give one; list sessions with `tickwork ls`")
     if len(value) > MAX_SESSION_ID:
         raise InvalidInput(
             f"{_start(value)} is {len(value):,} characters long, not a session id (at most "

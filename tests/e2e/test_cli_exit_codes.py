@@ -51,6 +51,9 @@ BAD_INPUT = [
     # longer than any id (the API's 422): it was "no session" quoting the whole text, exit 1
     (("show", "x" * 100_000), "100,000 characters long, not a session id"),
     (("approve", "x" * 65, "s1c0"), "not a session id"),
+    # empty: a script's unset variable, not an id nobody made (it was "no session ''", exit 1)
+    (("cancel", ""), "the session id is empty"),
+    (("show", " "), "the session id is empty"),
     (("frobnicate",), "frobnicate"),
     (("dlq", "frobnicate"), "frobnicate"),
     (("ls", "--status", "sleeping"), "--status"),
