@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import weakref
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
@@ -44,16 +46,33 @@ def make_engine(url: str, *, keep_prepared: bool = True, **kwargs: Any) -> Engin
 
 def _close_given_back_late(engine: Engine) -> None:
     """A connection in use while the engine is disposed (`Store.close`: a thread that
-    outlived its stop, a tick still running) is closed as it is given back. SQLAlchemy puts
-    it back in the pool thrown away, open (its server process too) until the garbage
-    collector finds it, and psycopg then warns "connection ... deleted while still open"."""
+    outlived its stop, a tick still running) is closed as it is given back, and the pool's
+    connections as the engine is collected. SQLAlchemy left either to the garbage collector,
+    open (their server processes too), and psycopg then warned "connection ... deleted
+    while still open"."""
     #: how many times the engine was disposed: a connection taken before the last time is
     #: given back to a pool thrown away
     disposals = [0]
+    #: the engine's pool now (`dispose` replaces it), closed once the engine is collected
+    pools = [engine.pool]
 
     @event.listens_for(engine, "engine_disposed")
-    def _disposed(_engine: Engine) -> None:
+    def _disposed(disposed: Engine) -> None:
         disposals[0] += 1
+        pools[0] = disposed.pool
+
+    # an engine nobody disposed (a store not closed, or used again after its close: a thread
+    # whose pass outlived its stop) left its pool's idle connections to the garbage
+    # collector, open, and psycopg warned of each; the pool is closed as the engine goes, in
+    # the process that made it only (a forked child's copy shares the parent's sockets), and
+    # not at exit, where the process's end closes them
+    made_in = os.getpid()
+
+    def close_pool() -> None:
+        if os.getpid() == made_in:
+            pools[0].dispose()
+
+    weakref.finalize(engine, close_pool).atexit = False
 
     @event.listens_for(engine, "checkout")
     def _taken(_dbapi_connection: Any, record: Any, _proxy: Any) -> None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import gc
+import sys
+
 import psycopg
 import pytest
 from sqlalchemy import event
@@ -110,6 +113,26 @@ def test_a_connection_in_use_while_the_store_closes_is_closed_once_given_back(
         assert pids[0] == pids[1] != backend, "taken after the close: pooled as before"
     finally:
         store.close()
+
+
+def test_an_engine_collected_unclosed_closes_its_pooled_connections(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store nobody closed (or used again after its close, by a thread that outlived its
+    stop) left its pool's idle connections to the garbage collector, open: psycopg's
+    "connection ... deleted while still open", which failed whichever test the collector
+    happened to run in. Its pool is closed as the engine is collected."""
+    said: list[str] = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: said.append(str(u.exc_value)))
+    engine = make_engine(postgres_url)
+    with engine.connect() as conn:
+        conn.exec_driver_sql("SELECT 1")
+    engine.dispose()  # the store's close ...
+    with engine.connect() as conn:  # ... and a late pass, which pools again
+        conn.exec_driver_sql("SELECT 1")
+    del engine, conn
+    gc.collect()
+    assert not [s for s in said if "deleted while still open" in s], said
 
 
 def test_a_column_added_by_a_migration_does_not_break_prepared_ticks(
