@@ -303,11 +303,11 @@ def _next_page(remote: Client, session_id: str, after: int) -> EventPage:
 def _away(exc: BaseException) -> bool:
     """Whether a refused request says the server is away for now, not that it refused."""
     from tickwork.remote import RemoteError, ServerUnreachable
-    from tickwork.remote.stream import RETRY_STATUSES
+    from tickwork.remote.errors import GATEWAY_STATUSES
 
     if isinstance(exc, ServerUnreachable):
         return True
-    return isinstance(exc, RemoteError) and exc.status in RETRY_STATUSES
+    return isinstance(exc, RemoteError) and exc.status in GATEWAY_STATUSES
 
 
 def previews(remote: Client, view: dict[str, Any]) -> dict[str, dict[str, Any] | None]:

@@ -461,7 +461,8 @@ def show(
         view["tree"] = ctx.reads.tree(session_id)
         previews = {} if json_output else pending_previews(whole, ctx.reads)
         note = None if json_output else no_worker_note(ctx, whole.head)
-        note = note or (None if json_output else version_note(jobs_here(ctx), whole.head))
+        if note is None and not json_output and graph_of(whole.head) is not None:
+            note = version_note(jobs_here(ctx), whole.head)  # the kinds built for a graph only
     if json_output:
         views.emit(view)
     else:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Annotated
 
@@ -45,6 +45,10 @@ class Principal:
     def admin(self) -> bool:
         """Spans tenants: sees and acts on every tenant's sessions."""
         return Role.ADMIN in self.roles
+
+    def holds(self, roles: Iterable[Role]) -> bool:
+        """Whether it may do what any of `roles` may (an admin may do everything)."""
+        return self.admin or not self.roles.isdisjoint(roles)
 
     def sees(self, tenant: str, submitted_by: str) -> bool:
         """Whether a session of `tenant` submitted by `submitted_by` is this caller's to see."""
@@ -197,7 +201,7 @@ def require(*roles: Role) -> Callable[[Principal], Principal]:
     """A dependency: the caller, if they hold one of `roles`; else 403."""
 
     def allowed(who: Annotated[Principal, Depends(principal)]) -> Principal:
-        if not who.admin and not who.roles.intersection(roles):
+        if not who.holds(roles):
             held = ", ".join(sorted(who.roles)) or "no role"
             needed = f"this needs the {' or '.join(roles)} role"
             if set(roles) == READING:  # only a token of no role lacks one of them

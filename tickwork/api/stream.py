@@ -133,7 +133,7 @@ async def stream(
                 "the token this stream was opened with was revoked (the server's tokens file "
                 "no longer holds it); ask an operator for a token and follow the session again",
             )
-        if not (now.admin or now.roles & READING):
+        if not now.holds(READING):
             return Refusal(
                 403,
                 "forbidden",

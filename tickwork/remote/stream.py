@@ -17,9 +17,6 @@ import httpx
 from .errors import GATEWAY_STATUSES, RemoteError, error_of, unreachable
 from .plans import Streamed, _path
 
-#: statuses worth another try while a server restarts: bad gateway, unavailable, timeout
-RETRY_STATUSES = GATEWAY_STATUSES
-
 
 @dataclass
 class Follow:
@@ -45,7 +42,7 @@ class Follow:
 
     def opened(self, response: httpx.Response) -> None:
         """Raise what a refused stream says, unless it is worth trying again."""
-        if response.status_code in RETRY_STATUSES:
+        if response.status_code in GATEWAY_STATUSES:
             raise httpx.RemoteProtocolError(f"the server answered {response.status_code}")
         if not response.is_success:
             raise error_of(response)
