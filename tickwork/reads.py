@@ -110,9 +110,14 @@ class Reads(Deployment):
         ]
 
     def forks(self, session_id: str) -> list[dict[str, Any]]:
-        """The sessions forked from this one, live or archived, oldest first."""
-        found = {f["id"]: f for f in self.store.retention.forks(session_id)}
-        found.update((f["id"], f) for f in self.store.forks(session_id))
+        """The sessions forked from this one, live or archived, oldest first, each saying
+        which (`archived`). The live ones are read first: archiving moves a fork from the
+        live tables to the index in one transaction, so one archived between the two reads
+        is in the second (listed once, as archived), never in neither."""
+        found = {f["id"]: {**f, "archived": False} for f in self.store.forks(session_id)}
+        found.update(
+            (f["id"], {**f, "archived": True}) for f in self.store.retention.forks(session_id)
+        )
         return sorted(found.values(), key=lambda f: (f["created_at"], f["id"]))
 
     def patch(self, session_id: str, *, required: bool = False) -> str:

@@ -167,10 +167,12 @@ def lease(held: tuple[str, datetime] | None, *, now: datetime) -> dict[str, Any]
     return {"owner": owner, "expires_at": expires.isoformat(), "expired": expires < now}
 
 
-def forks(found: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def forks(found: list[dict[str, Any]], *, archived: bool = False) -> list[dict[str, Any]]:
     """The forks of a session as `show` lists them: id, step, status, when (who made each
-    is for the API's own-only check, `tenancy.seen_forks`)."""
-    shown = [{k: v for k, v in f.items() if k != "submitted_by"} for f in found]
+    is for the API's own-only check, `tenancy.seen_forks`); with `archived`, whether
+    retention archived each (as the API's listing of forks says)."""
+    hidden = {"submitted_by"} if archived else {"submitted_by", "archived"}
+    shown = [{k: v for k, v in f.items() if k not in hidden} for f in found]
     return [{**f, "created_at": f["created_at"].isoformat()} for f in shown]
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import shutil
 import uuid
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -15,6 +16,7 @@ from sqlalchemy import update
 from tickwork.fsm.errors import ArtifactsUnavailable
 from tickwork.fsm.forks import ForkPatch
 from tickwork.fsm.values import Status
+from tickwork.store.lifecycle import Retention
 from tickwork.store.migrate import upgrade
 from tickwork.store.retention import Policy, archive_pass
 from tickwork.store.schema import archived
@@ -287,4 +289,59 @@ def test_an_archived_sessions_forks_are_listed_live_or_archived_from_the_index(
                 "session_not_found",
                 False,
             )
+    client.close()
+
+
+def test_a_fork_archived_between_the_two_reads_of_a_listing_is_listed_once_as_archived(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A session's forks are read from the live tables and from the archive's index: a fork
+    archived between the two reads was missed (index read first, then live) or called live
+    (the API read the live forks twice). Whichever is read first, the fork is archived
+    right after it here; the listing holds it once, archived."""
+    settings, client = deployed(tmp_path)
+    store, clock = client.store, Clock()
+    store.create(new_session("parent-3", now=clock()), now=clock())
+    store.fork("parent-3", new_id="fork-3", from_step=0, patch=ForkPatch(), by="olga", now=clock())
+    assert think(store, "fork-3", reply(content="done"), now=clock()).status.terminal
+    archiving = [True]  # the next read of forks archives fork-3 after reading
+
+    def then_archive(read: Any) -> Any:
+        def forks(*args: Any) -> list[dict[str, Any]]:
+            found = read(*args)
+            if archiving:
+                archiving.pop()
+                report = archive_pass(
+                    store.engine,
+                    store.load,
+                    client.archive,
+                    Policy(completed_s=60),
+                    now=clock.advance(61),
+                )
+                assert report.archived == 1
+            return found
+
+        return forks
+
+    monkeypatch.setattr(store, "forks", then_archive(store.forks))
+    monkeypatch.setattr(Retention, "forks", then_archive(Retention.forks))
+    listed = client.forks("parent-3")
+    assert [(f["id"], f["archived"]) for f in listed] == [("fork-3", True)]
+
+    archiving.append(True)  # and again through the API, on a fork live once more
+    app = make_api(settings, ApiSettings(api_tokens=TOKENS), client=client)  # type: ignore[arg-type]
+    store.fork("parent-3", new_id="fork-4", from_step=0, patch=ForkPatch(), by="olga", now=clock())
+    assert think(store, "fork-4", reply(content="done"), now=clock()).status.terminal
+    with (
+        Server(app) as server,
+        httpx.Client(
+            base_url=server.url, headers={"Authorization": f"Bearer {TOKEN['olga']}"}
+        ) as http,
+    ):
+        answer = http.get("/api/v1/sessions/parent-3/forks")
+    assert answer.status_code == 200, answer.text
+    assert [(f["id"], f["archived"]) for f in answer.json()] == [
+        ("fork-3", True),
+        ("fork-4", True),
+    ]
     client.close()

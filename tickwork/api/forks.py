@@ -44,6 +44,4 @@ def forks(session_id: SessionId, client: Client, who: Reader) -> list[dict[str, 
     # an archived one `who` sees is told from the archive's index: the archive is not read
     with contextlib.suppress(SessionArchived):
         seen_head(client, who, session_id, archived=False)
-    live = {f["id"] for f in client.store.forks(session_id)}
-    found = views.forks(seen_forks(client, who, client.forks(session_id)))
-    return [{**f, "archived": f["id"] not in live} for f in found]
+    return views.forks(seen_forks(client, who, client.forks(session_id)), archived=True)
