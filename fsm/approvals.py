@@ -26,6 +26,11 @@ FINGERPRINT_LENGTH = 64
 HEX_DIGITS = frozenset("0123456789abcdef")
 
 
+def is_whole_fingerprint(given: str) -> bool:
+    """Whether `given` is written as a call's whole fingerprint (not whether it is the call's)."""
+    return len(given) == FINGERPRINT_LENGTH and set(given) <= HEX_DIGITS
+
+
 class ApprovalRule(Value):
     """How a tool decides whether a call needs a person."""
 
@@ -102,7 +107,7 @@ def check_decision(
             "see `tickwork show` for what the session waits on"
         )
     given = decision.fingerprint
-    if len(given) != FINGERPRINT_LENGTH or not set(given) <= HEX_DIGITS:
+    if not is_whole_fingerprint(given):
         raise StaleDecision(
             f"a decision on {where} must carry the whole fingerprint of the call the approver "
             f"saw ({FINGERPRINT_LENGTH} hex digits, lower-case, as `tickwork show` prints it); "

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
+from tickwork import parsing
 from tickwork.fsm.admission import check_concurrency, check_max_per_key, check_priority
-from tickwork.fsm.approvals import FINGERPRINT_LENGTH, HEX_DIGITS
 from tickwork.fsm.context import MAX_WINDOW, MIN_WINDOW, check_window
 from tickwork.fsm.errors import InvalidInput
 from tickwork.fsm.forks import (
@@ -32,7 +32,7 @@ from tickwork.fsm.forks import (
 from tickwork.fsm.people import check_name
 from tickwork.fsm.tenants import DEFAULT_TENANT, check_tenant
 from tickwork.fsm.values import MAX_PRICE, MIN_PRICE_RATES, PRICE_RATES
-from tickwork.parsing import MAX_SESSION_ID
+from tickwork.parsing import MAX_SESSION_ID, quoted
 
 if TYPE_CHECKING:
     from tickwork.worker.models import Providers
@@ -530,8 +530,8 @@ def pairs(items: list[str] | None, *, option: str) -> dict[str, str]:
             raise InvalidInput(f"{option} takes CALL_ID=TEXT, got {item!r}")
         if key.strip() in found:
             raise InvalidInput(
-                f"{option} gives {key.strip()} twice ({_start(found[key.strip()])} and "
-                f"{_start(value)}); give each call once"
+                f"{option} gives {key.strip()} twice ({quoted(found[key.strip()])} and "
+                f"{quoted(value)}); give each call once"
             )
         found[key.strip()] = value
     return found
@@ -539,12 +539,9 @@ def pairs(items: list[str] | None, *, option: str) -> dict[str, str]:
 
 def fingerprint(text: str | None) -> str | None:
     """A call's fingerprint as `tickwork show` prints it (the API's body takes no other)."""
-    if text is not None and (len(text) != FINGERPRINT_LENGTH or not set(text) <= HEX_DIGITS):
-        raise InvalidInput(
-            f"--fingerprint {_start(text)} is not a call's whole fingerprint: give its "
-            f"{FINGERPRINT_LENGTH} hex digits, lower-case, as `tickwork show` prints them"
-        )
-    return text
+    if text is None:
+        return None
+    return parsing.fingerprint(text, what="--fingerprint", shown="`tickwork show` prints them")
 
 
 def session_id(value: str) -> str:
@@ -554,15 +551,10 @@ def session_id(value: str) -> str:
         raise InvalidInput("the session id is empty: give one; list sessions with `tickwork ls`")
     if len(value) > MAX_SESSION_ID:
         raise InvalidInput(
-            f"{_start(value)} is {len(value):,} characters long, not a session id (at most "
+            f"{quoted(value)} is {len(value):,} characters long, not a session id (at most "
             f"{MAX_SESSION_ID}); list sessions with `tickwork ls`"
         )
     return value
-
-
-def _start(text: str, length: int = 40) -> str:
-    """The start of `text`, quoted, to tell it from another."""
-    return repr(text if len(text) <= length else text[:length] + "...")
 
 
 def approver(name: str | None, *, doing: str = "deciding") -> str:

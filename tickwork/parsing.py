@@ -10,6 +10,7 @@ import re
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
+from tickwork.fsm.approvals import FINGERPRINT_LENGTH, HEX_DIGITS, is_whole_fingerprint
 from tickwork.fsm.errors import InvalidInput
 
 #: a duration back from now, each unit with as many digits as stay after year 1
@@ -110,7 +111,7 @@ def id_prefix(value: str, *, what: str = "id_prefix") -> str:
     MIN_ID_PREFIX to MAX_SESSION_ID hex digits or '-'."""
     if ID_PREFIX.fullmatch(value):
         return value
-    shown = repr(value if len(value) <= 40 else value[:40] + "...")
+    shown = quoted(value)
     if len(value) < MIN_ID_PREFIX:
         wrong = f"is {len(value)} characters long; give at least {MIN_ID_PREFIX}"
     elif len(value) > MAX_SESSION_ID:
@@ -118,6 +119,30 @@ def id_prefix(value: str, *, what: str = "id_prefix") -> str:
     else:
         wrong = "holds a character that is neither a hex digit nor '-'; give the start of an id"
     raise InvalidInput(f"{what} {shown} {wrong} (the start of a session id: hex digits and '-')")
+
+
+def fingerprint(value: str, *, what: str, shown: str) -> str:
+    """A call's whole fingerprint, as a decision carries it (`what`: how it was given;
+    `shown`: where the person finds it), checked: FINGERPRINT_LENGTH lower-case hex digits.
+    A start of one, as an id's start names a session, names no call. The value is not
+    echoed: a refusal shows no part of a fingerprint."""
+    if is_whole_fingerprint(value):
+        return value
+    if len(value) != FINGERPRINT_LENGTH:
+        wrong = f"is {len(value):,} characters long"
+    else:
+        wrong = "holds a character that is not a lower-case hex digit"
+        if set(value.lower()) <= HEX_DIGITS:
+            wrong = "holds upper-case letters"
+    raise InvalidInput(
+        f"{what} {wrong}, not a call's whole fingerprint: give all its "
+        f"{FINGERPRINT_LENGTH} hex digits, lower-case, as {shown} (a start of one names no call)"
+    )
+
+
+def quoted(value: str, length: int = 40) -> str:
+    """The start of `value`, quoted, to tell it from another."""
+    return repr(value if len(value) <= length else value[:length] + "...")
 
 
 def ambiguous(given: str, found: list[str]) -> InvalidInput:

@@ -105,6 +105,28 @@ def test_a_decision_for_other_arguments_is_409(stack: Stack) -> None:
     assert stack.deployment.client.get(session_id).status is Status.WAITING_APPROVAL
 
 
+@pytest.mark.parametrize(
+    ("given", "wrong"),
+    [
+        ("abc", "is 3 characters long"),
+        ("A" * 64, "holds upper-case letters"),
+        ("g" * 64, "holds a character that is not a lower-case hex digit"),
+    ],
+)
+def test_a_fingerprint_that_is_no_whole_one_is_refused_saying_what_to_give(
+    stack: Stack, given: str, wrong: str
+) -> None:
+    """pydantic said only "String should have at least 64 characters"; the refusal says, as
+    the CLI's `--fingerprint` does, what is wrong and where the whole fingerprint is read."""
+    session_id = stack.waiting()
+    status, error = decide(stack, "alice", session_id, {"kind": "approve", "fingerprint": given})
+    assert (status, error["code"]) == (422, "invalid_input"), error
+    message = str(error["message"])
+    assert f"body.fingerprint: fingerprint {wrong}, not a call's whole fingerprint" in message
+    assert "give all its 64 hex digits, lower-case" in message
+    assert "GET /api/v1/approvals/" in message and "String should" not in message
+
+
 def test_only_the_whole_fingerprint_decides_and_a_refusal_never_shows_it(stack: Stack) -> None:
     session_id = stack.waiting()
     real = stack.fingerprint(session_id)

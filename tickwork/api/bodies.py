@@ -29,6 +29,7 @@ from tickwork.fsm.context import MAX_WINDOW, MIN_WINDOW
 from tickwork.fsm.forks import MAX_INSTRUCTION_CHARS, MAX_SYSTEM_PROMPT_CHARS
 from tickwork.fsm.tenants import TENANT_PATTERN
 from tickwork.fsm.values import MAX_PRICE, MIN_PRICE_RATES, PRICE_RATES, DecisionKind
+from tickwork.parsing import fingerprint as whole_fingerprint
 
 from .inputs import RepairInput
 from .limits import check_tree
@@ -256,6 +257,10 @@ def _with_kind(kind: DecisionKind, field: str, given: JsonSchemaValue) -> JsonSc
     }
 
 
+#: where a client reads a waiting call's fingerprint
+FINGERPRINT_SHOWN = "the call's `fingerprint` in GET /api/v1/approvals/{session_id}?preview=false"
+
+
 class Decide(Body):
     """One person's decision on one waiting call."""
 
@@ -304,10 +309,17 @@ class Decide(Body):
         if isinstance(data, dict) and "fingerprint" not in data:
             raise ValueError(
                 "`fingerprint` is missing: give the fingerprint of the call as you saw it "
-                "(64 hex digits: the call's `fingerprint` in "
-                "GET /api/v1/approvals/{session_id}?preview=false)"
+                f"(64 hex digits: {FINGERPRINT_SHOWN})"
             )
         return data
+
+    @field_validator("fingerprint", mode="before")
+    @classmethod
+    def _whole_fingerprint(cls, given: Any) -> Any:
+        # pydantic would say only "String should have at least 64 characters"
+        if isinstance(given, str):
+            whole_fingerprint(given, what="fingerprint", shown=FINGERPRINT_SHOWN)
+        return given
 
     @model_validator(mode="after")
     def _fits_kind(self) -> Self:
