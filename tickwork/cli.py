@@ -276,6 +276,13 @@ def _where_looked() -> str:
     )
 
 
+#: where a --server command looked for a session it did not find, as `_where_looked` says
+#: where a local one did
+WHERE_ASKED = (
+    " (asked the server --server or TICKWORK_SERVER names, among the sessions TICKWORK_TOKEN "
+    "sees: is that the server, and a token of the tenant, you submitted with? An archived "
+    "session is named by its whole id)"
+)
 #: the API's routes a server's refusal names for API callers ("...; API: GET /api/v1/...)")
 _API_ROUTES = re.compile(r"; API: [^)]*\)")
 
@@ -296,6 +303,8 @@ def explain(exc: Exception) -> tuple[str | None, int]:
         if exc.code == "session_not_found":
             said = said.replace(f" ({API_LISTING})", "")
             said = _API_ROUTES.sub(")", said)  # an archived session's: what is served of it
+            if exc.details.get("archived") is not True:
+                said += WHERE_ASKED
         elif exc.code == "dead_letter_not_found":
             from tickwork.store.dead_letters import DeadLetterNotFound
 

@@ -33,6 +33,10 @@ SHOWN_CANDIDATES = 5
 TOO_SHORT = f" (give at least {MIN_ID_PREFIX} characters to name one by its id's start)"
 #: ... and for a start that no id has
 NO_START = ", and no session id starts with it"
+#: ... and, over the API, for one with a character no start it looks up has
+NOT_LOOKED_UP = (
+    " (a server looks up the start of an id in hex digits and '-' only: give any other id whole)"
+)
 
 _DURATION = "|".join(
     rf"[0-9]{{1,{digits}}}(?:\.[0-9]+)?{unit}"

@@ -300,7 +300,11 @@ def test_remote_prints_what_local_prints(remote: Remote) -> None:
         assert there.stdout == "" and there.stderr.startswith("error: ")
     served.inline("approve", waiting, "s9c9", ok=False).error(1, "no call 's9c9'", "s1c0")
     unknown = served.inline("show", "no-such-session", ok=False)
-    unknown.error(1, "no session 'no-such-session'; list sessions with `tickwork ls`")
+    unknown.error(
+        1,
+        "no session 'no-such-session' (a server looks up the start of an id in hex digits",
+        "give any other id whole); list sessions with `tickwork ls` (asked the server",
+    )
     assert "API" not in unknown.stderr  # the API's way to list is for API callers
     served.inline("patch", waiting, ok=False).error(1, "patch")
     # the server's refusal, its way to list the command line's: no API route, no API words
@@ -701,6 +705,29 @@ def test_a_start_of_an_id_names_one_session_with_a_server_as_locally(
     cli.inline("dlq", "show", f"{start}1", ok=False).error(2, f"'{start}1' is the start of 2")
     closed = cli.inline("dlq", "resolve", f"{start}2", "--reason", "seen", "--json").json()
     assert closed["session_id"] == failed and closed["resolution"]["state"] == "resolved"
+
+
+def test_show_of_no_session_says_what_to_do_with_a_server_as_locally(
+    remote: Remote, cli: ModeCli
+) -> None:
+    """`show nothere` said less with a server ("no session 'nothere'; list sessions with
+    `tickwork ls`") than locally, which looks the start of every id up: with a server it
+    says that a start is looked up in hex digits and '-' only (give the id whole), and
+    where it asked, as a local command says where it looked."""
+    local = cli.mode == "local"
+    shown = cli.inline("show", "nothere", ok=False).error(
+        1, "no session 'nothere'", "; list sessions with `tickwork ls`"
+    )
+    said = ", and no session id starts with it" if local else "give any other id whole"
+    assert said in shown, shown
+    start = "c0ffee" + uuid.uuid4().hex[:6]
+    none = cli.inline("show", start, ok=False).error(
+        1, f"no session '{start}', and no session id starts with it; list sessions with"
+    )
+    for message in (shown, none):
+        asked = "(asked the server --server or TICKWORK_SERVER names" in message
+        assert asked is not local, message
+        assert local or "An archived session is named by its whole id" in message
 
 
 def test_a_whole_uuid_of_no_session_is_no_session_once(remote: Remote, cli: ModeCli) -> None:

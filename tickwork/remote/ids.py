@@ -23,6 +23,7 @@ from tickwork.parsing import (
     ID_PREFIX,
     MIN_ID_PREFIX,
     NO_START,
+    NOT_LOOKED_UP,
     SHOWN_CANDIDATES,
     TOO_SHORT,
     WHOLE_UUID,
@@ -73,11 +74,13 @@ def started(
 ) -> Plan[str]:
     """The one id `given` starts with (of `tenant` too, if given), after the server
     `refused` it as a whole id (404); else the refusal the local CLI gives (with `said`;
-    else `refused` itself): too short, or no id starts with it; and RemoteError 422 naming a
-    few if several do. A `given` no start of an id can be (another character than a hex
-    digit or '-') keeps the server's refusal."""
+    else `refused` itself): too short, no start the API looks up (another character than a
+    hex digit or '-': give the id whole), or no id starts with it; and RemoteError 422
+    naming a few if several do."""
     if len(given) < MIN_ID_PREFIX and said:
         raise _not_found(given, TOO_SHORT, refused)
+    if not ID_PREFIX.fullmatch(given) and said:
+        raise _not_found(given, NOT_LOOKED_UP, refused)
     found = yield from _starting(given, tenant)
     if found is None:  # no start, or a server from before `id_prefix`: its refusal stands
         raise refused
