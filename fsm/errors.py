@@ -316,6 +316,13 @@ class SchemaMissing(StoreUnavailable):
     the store reads is not there): run `tickwork db upgrade` against it."""
 
 
+class StoreBusy(StoreUnavailable):
+    """Every connection of this process's pool to the database stayed in use for as long as
+    the pool waits for one: the database answers, but this process had more requests at
+    once than connections. Nothing was done, and the same request may succeed in a moment:
+    the HTTP API answers 503 `server_busy` with Retry-After."""
+
+
 class StoreConflict(StoreError):
     """The write broke one of the database's constraints (a row with that key exists
     already, or a row it names does not); nothing of it was committed."""

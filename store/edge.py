@@ -21,6 +21,7 @@ from sqlalchemy import Engine
 from sqlalchemy import exc as sa
 from tickwork.fsm.errors import (
     SchemaMissing,
+    StoreBusy,
     StoreConflict,
     StoreError,
     StoreUnavailable,
@@ -33,7 +34,7 @@ C = TypeVar("C", bound=type)
 #: what SQLAlchemy and the driver raise; anything else goes through as it is
 DATABASE_ERRORS = (sa.SQLAlchemyError, psycopg.Error)
 #: the database did not answer, not a refusal of this request
-_AWAY = (sa.OperationalError, sa.InterfaceError, sa.DisconnectionError, sa.TimeoutError)
+_AWAY = (sa.OperationalError, sa.InterfaceError, sa.DisconnectionError)
 _DRIVER_AWAY = (psycopg.OperationalError, psycopg.InterfaceError)
 #: a table or column the query names is not there: SQLite's words, Postgres' errors
 _NO_SCHEMA = ("no such table", "no such column")
@@ -59,6 +60,11 @@ def translate(exc: BaseException, *, database: str) -> BaseException:
         return SchemaMissing(
             f"the database {database} has no tickwork schema, or an older one ({detail}); run "
             "`tickwork db upgrade`"
+        )
+    if isinstance(exc, sa.TimeoutError):  # the pool's: its connections are all in use
+        return StoreBusy(
+            f"every connection to the database {database} stayed in use ({detail}); this "
+            "process had more requests at once than its pool holds connections"
         )
     if isinstance(exc, _AWAY) or isinstance(orig or exc, _DRIVER_AWAY):
         return StoreUnavailable(

@@ -174,3 +174,40 @@ def test_a_request_while_the_database_is_away_is_a_503_that_says_so(tmp_path: Pa
     assert body["code"] == "database_unavailable"
     assert "try again" in body["message"]
     assert "db-secret-pw" not in answer.text and "127.0.0.1" not in answer.text
+
+
+def test_a_request_while_every_database_connection_is_in_use_is_a_503_busy_retry_after(
+    tmp_path: Path,
+) -> None:
+    """The pool's timeout (SQLAlchemy's QueuePool TimeoutError) was answered as a database
+    that does not answer ("check that it runs"), with no Retry-After: the database runs, the
+    server had more requests at once than connections. It is 503 `server_busy` with
+    Retry-After, and the remote client and `tickwork --server` say to try again."""
+    from tickwork.store import open_store
+
+    from tests.e2e.conftest import Cli
+    from tickwork.client import Tickwork
+    from tickwork.remote import Client, RemoteError
+
+    settings = Settings(state_dir=tmp_path)
+    upgrade(settings.db_url)
+    store = open_store(settings.db_url, pool_size=1, max_overflow=0, pool_timeout=0.2)
+    client = Tickwork(settings, store=store)
+    app = make_api(settings, ApiSettings(api_tokens=TOKENS), client=client)  # type: ignore[arg-type]
+    with Server(app) as server, store.engine.connect():  # the pool's one connection, held
+        answer = httpx.get(
+            f"{server.url}/api/v1/sessions", headers={"Authorization": f"Bearer {TOKEN['olga']}"}
+        )
+        with Client(server.url, token=TOKEN["olga"]) as remote, pytest.raises(RemoteError) as got:
+            remote.sessions()
+        said = Cli({"TICKWORK_SERVER": server.url, "TICKWORK_TOKEN": TOKEN["olga"]}, tmp_path)
+        shown = said.inline("ls", ok=False).error(1, "the server is busy", "try again in 2 s")
+    client.close()
+    assert answer.status_code == 503, answer.text
+    assert answer.headers["Retry-After"] == "2"
+    body = answer.json()
+    assert (body["code"], body["retry_after_s"]) == ("server_busy", 2), body
+    assert "database" in body["message"] and "QueuePool" not in answer.text
+    assert (got.value.status, got.value.code) == (503, "server_busy")
+    assert got.value.message == body["message"] and got.value.details["retry_after_s"] == 2
+    assert "check that it runs" not in shown

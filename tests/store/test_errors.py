@@ -16,6 +16,7 @@ import pytest
 from sqlalchemy import exc as sa
 from tickwork.fsm.errors import (
     SchemaMissing,
+    StoreBusy,
     StoreConflict,
     StoreError,
     StoreUnavailable,
@@ -112,6 +113,24 @@ def test_a_locked_sqlite_database_is_store_unavailable(sqlite_url: str, clock: C
         engine.dispose()
 
 
+def test_a_pool_whose_connections_are_all_in_use_is_store_busy(
+    sqlite_url: str, clock: Clock
+) -> None:
+    """SQLAlchemy's pool timeout is this process's pool full, not a database away: StoreBusy
+    (a StoreUnavailable, which a tick gives up on as before), not "check that it runs"."""
+    engine = make_engine(sqlite_url, pool_size=1, max_overflow=0, pool_timeout=0.1)
+    store = open_store(engine)
+    try:
+        with engine.connect(), pytest.raises(StoreBusy) as busy:
+            store.get("busy-1")
+        assert isinstance(busy.value, StoreUnavailable)
+        assert "stayed in use" in busy.value.message and "check that it runs" not in str(busy)
+        store.create(new_session("busy-1", now=clock()), now=clock())  # given back: it answers
+        assert store.get("busy-1").id == "busy-1"
+    finally:
+        engine.dispose()
+
+
 def test_a_sqlite_database_without_the_schema_says_to_upgrade(tmp_path: Path) -> None:
     sqlite3.connect(tmp_path / "empty.db").close()
     store = open_store(f"sqlite:///{tmp_path / 'empty.db'}")
@@ -169,7 +188,7 @@ def test_every_method_of_the_port_is_behind_the_edge() -> None:
         ),
         (
             sa.TimeoutError("QueuePool limit of size 10 overflow 40 reached"),
-            StoreUnavailable,
+            StoreBusy,
             "QueuePool",
         ),
         (

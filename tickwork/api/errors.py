@@ -4,8 +4,9 @@
 session's, `session_not_found`, says with `archived` whether the id is an archived
 session's), 409 not now (the call was decided, its arguments changed, the session
 finished), 413 a body over the limit, 422 bad input (with what was wrong), 429 over a
-tenant's quota (naming it), 503 the database is not answering or an archived session's
-archive cannot be read, 500 a bug (logged). Bad input is never blamed on the database: what
+tenant's quota (naming it), 503 the database is not answering, the server is busy (every
+connection to it in use: Retry-After) or an archived session's archive cannot be read, 500
+a bug (logged). Bad input is never blamed on the database: what
 the database cannot store is refused before.
 """
 
@@ -30,6 +31,7 @@ from tickwork.fsm.errors import (
     SessionArchived,
     SessionNotFound,
     SourceUnreachable,
+    StoreBusy,
     StoreConflict,
     StoreError,
     TickworkError,
@@ -56,6 +58,9 @@ _HTTP_CODES = {
 }
 
 
+#: the seconds a `server_busy` answer's Retry-After asks a client to wait
+BUSY_RETRY_S = 2
+
 #: what each error status means, for the OpenAPI schema
 MEANINGS = {
     400: "The request could not be parsed",
@@ -72,7 +77,9 @@ MEANINGS = {
     502: "A repair's repository did not answer (`source_unreachable`: its host does not "
     "resolve or cannot be reached); the input may be right, so try again later",
     503: "Not ready: the database (or, for /readyz, its schema or the broker) is not "
-    "answering, or (`archive_missing`) an archived session's archive cannot be read",
+    "answering, the server is busy (`server_busy`: every connection to its database was in "
+    "use; `Retry-After` says when to try again), or (`archive_missing`) an archived "
+    "session's archive cannot be read",
 }
 
 
@@ -254,6 +261,17 @@ def _store_error(_: Request, exc: Exception) -> JSONResponse:
     if isinstance(exc, StoreConflict):
         log.warning("the database refused a write: %s", exc.message)
         return answer(409, "conflict", "the write conflicts with what is stored; look again")
+    if isinstance(exc, StoreBusy):
+        log.warning("too many requests at once: %s", exc.message)
+        response = answer(
+            503,
+            "server_busy",
+            "the server is busy: every connection it has to its database was in use; try "
+            f"again in {BUSY_RETRY_S} s",
+            retry_after_s=BUSY_RETRY_S,
+        )
+        response.headers["Retry-After"] = str(BUSY_RETRY_S)
+        return response
     log.warning("database error: %s", exc.message)
     return answer(
         503, "database_unavailable", "the database did not answer as expected; try again shortly"
