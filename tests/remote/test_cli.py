@@ -872,3 +872,42 @@ def test_watch_left_at_waiting_children_draws_the_tree_with_a_server_as_locally(
     assert spawned.id in said and "explorer" in said  # the tree, drawn
     assert "`tickwork watch CHILD` follows one" in said
     remote.deployment.client.cancel(root)
+
+
+#: the remote CLI's refusals made before or without a server's answer, as a user meets
+#: them: (argv, environment, exit code, what docs/REMOTE.md's row of that code says)
+BEFORE_ANY_ANSWER = [
+    (("ls",), {"TICKWORK_SERVER": "http://127.0.0.1:1"}, 2, "no `TICKWORK_TOKEN`"),
+    (("--server", "notaurl", "ls"), {"TICKWORK_TOKEN": "t" * 20}, 2, "no http:// or https://"),
+    (
+        ("--server", "http://127.0.0.1:1", "ls"),
+        {"TICKWORK_TOKEN": "t" * 20, "TICKWORK_SERVER_TIMEOUT_S": "soon"},
+        2,
+        "`TICKWORK_SERVER_TIMEOUT_S` that is no number",
+    ),
+    (("--server", "http://127.0.0.1:1", "gc"), {}, 2, "a command the API does not serve"),
+    (
+        ("--server", "http://127.0.0.1:1", "ls", "--status", "bogus"),
+        {"TICKWORK_TOKEN": "t" * 20},
+        2,
+        "a malformed value",
+    ),
+    (("--server", "http://127.0.0.1:1", "ls"), {"TICKWORK_TOKEN": "t" * 20}, 1, "no server"),
+]
+
+
+@pytest.mark.parametrize(("argv", "env", "code", "row"), BEFORE_ANY_ANSWER)
+def test_the_remote_cli_exits_with_the_code_docs_remote_md_gives(
+    tmp_path: Path, argv: tuple[str, ...], env: dict[str, str], code: int, row: str
+) -> None:
+    """docs/REMOTE.md said "2 for bad input (422, 413, 400), 1 for the rest (... no
+    server)": a missing TICKWORK_TOKEN exits 2, unsaid. Its table of exit codes says, in
+    the row of the code each exits with, why."""
+    said = Cli(env, tmp_path).inline(*argv, ok=False).error(code)
+    doc = (Path(__file__).parents[2] / "docs" / "REMOTE.md").read_text()
+    rows = {
+        line.split("|")[1].strip(): line
+        for line in doc.split("the exit code says whose they are", 1)[1].splitlines()
+        if line.startswith("| ")
+    }
+    assert row in rows[str(code)], (said, rows)
