@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import time
 from datetime import UTC, datetime, timedelta
@@ -39,10 +40,10 @@ def _expires(deployment: Deployment, session_id: str) -> datetime:
     return lease[1] if lease[1].tzinfo else lease[1].replace(tzinfo=UTC)
 
 
-def _spawn(deployment: Deployment) -> tuple[subprocess.Popen[bytes], Path]:
-    """A worker subprocess and its log file."""
+def _spawn(deployment: Deployment, *extra: str) -> tuple[subprocess.Popen[bytes], Path]:
+    """A worker subprocess (`extra`: more of Celery's options) and its log file."""
     before = set(deployment.tmp.glob("worker-*.log"))
-    proc = deployment.spawn()
+    proc = deployment.spawn(*extra)
     (log,) = set(deployment.tmp.glob("worker-*.log")) - before
     return proc, log
 
@@ -95,6 +96,22 @@ def test_a_killed_workers_session_is_taken_over_long_before_its_lease_runs_out(
         stop(first)
         if second is not None:
             kill(second)
+
+
+@pytest.mark.parametrize("deployment", ["embedded"], indirect=True)
+def test_a_lease_names_its_worker_as_celery_inspect_does(deployment: Deployment) -> None:
+    """An operator matches a lease to a worker by the node name (`--hostname`) that
+    `celery inspect` and the worker's log show; its process id keeps it unique."""
+    session_id = deployment.submit(_one_call_then_done("idem_effect", sleep_s=60))
+    worker, _ = _spawn(deployment, "--hostname", "alpha@%h")
+    try:
+        until(lambda: deployment.sink_lines("idem.log"), timeout=60, what="the tool to start")
+        lease = deployment.client.store.lease(session_id)
+        assert lease is not None, "the session holds no lease"
+        assert lease[0].startswith(f"alpha@{socket.gethostname()}:{worker.pid}:")
+        assert owner_pid(deployment, session_id) == worker.pid
+    finally:
+        kill(worker)
 
 
 @pytest.mark.parametrize("deployment", ["production"], indirect=True)

@@ -14,10 +14,16 @@ import socket
 import threading
 from collections.abc import Callable
 
+#: the most of a worker's node name a lease's owner keeps (the column holds 200 characters,
+#: and the process, thread and sign take up to 49 more)
+NODE_CHARS = 120
 
-def owner_name() -> str:
-    """Who holds a lease or an environment's build claim: this host, process and thread."""
-    return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
+
+def owner_name(node: str | None = None) -> str:
+    """Who holds a lease or an environment's build claim: this worker's node name as Celery
+    knows it (`--hostname`, what `celery inspect` shows; else this host's name), process
+    and thread."""
+    return f"{(node or socket.gethostname())[:NODE_CHARS]}:{os.getpid()}:{threading.get_ident()}"
 
 
 class Loop:

@@ -58,12 +58,13 @@ def runner_for(head: Head) -> Runner:
     return RUNNERS[kind_of(head)]
 
 
-def advance(rt: Runtime, session_id: str, version: int) -> TickReport:
-    """Run one tick of `session_id` from `version`; the report goes to `rt.observers`
-    (also when the tick raises: then with outcome ERROR, and the exception goes on)."""
+def advance(rt: Runtime, session_id: str, version: int, *, node: str | None = None) -> TickReport:
+    """Run one tick of `session_id` from `version`, leased in the name of the Celery worker
+    `node` (its `--hostname`); the report goes to `rt.observers` (also when the tick raises:
+    then with outcome ERROR, and the exception goes on)."""
     report = TickReport(session_id, version)
     try:
-        outcome = _tick(rt, report)
+        outcome = _tick(rt, report, node)
     except BaseException as exc:
         rt.observers.notify(report.close(Outcome.ERROR, error=type(exc).__name__))
         raise
@@ -71,8 +72,8 @@ def advance(rt: Runtime, session_id: str, version: int) -> TickReport:
     return report
 
 
-def _tick(rt: Runtime, report: TickReport) -> Outcome:
-    owner = rt.owner()  # under this worker's sign of life (worker/tick/liveness.py)
+def _tick(rt: Runtime, report: TickReport, node: str | None) -> Outcome:
+    owner = rt.owner(node)  # under this worker's sign of life (worker/tick/liveness.py)
     started = time.perf_counter()
     claimed = rt.store.claim(
         report.session_id,

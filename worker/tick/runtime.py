@@ -372,10 +372,10 @@ class Runtime:
         )
         self.watches = Watches(self.store, every_s=self.settings.stop_poll_s, clock=self.clock)
 
-    def owner(self) -> str:
-        """Who a tick of this thread leases its session as: `owner_name()`, under this
-        process's sign of life while it holds one."""
-        return self.liveness.owner(owner_name())
+    def owner(self, node: str | None = None) -> str:
+        """Who a tick of this thread leases its session as: `owner_name(node)` (`node`: the
+        Celery worker's name), under this process's sign of life while it holds one."""
+        return self.liveness.owner(owner_name(node))
 
     @functools.cached_property
     def providers(self) -> Providers:
