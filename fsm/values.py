@@ -152,6 +152,9 @@ class EventKind(StrEnum):
     CONTEXT_OVERFLOW = "context_overflow"
     CHILDREN_SPAWNED = "children_spawned"  #: the session started children and waits for them
     CHILDREN_JOINED = "children_joined"  #: its children ended: the join woke it
+    #: its worker's sign of life was gone: the relay took it over before its lease ran out
+    #: (`data["from"]`: that worker's lease owner)
+    TAKEN_OVER = "taken_over"
 
 
 def _positive(name: str, value: float) -> float:

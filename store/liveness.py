@@ -34,11 +34,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from sqlalchemy import Connection, Engine, func, or_, select, text
+from sqlalchemy import Connection, Engine, func, insert, or_, select, text
 from tickwork.fsm.errors import StoreUnavailable
-from tickwork.fsm.values import RUNNABLE
+from tickwork.fsm.values import RUNNABLE, Event, EventKind
+from tickwork.store import rows
 from tickwork.store.relay import Due, revive
-from tickwork.store.schema import RUNNABLE_SQL, sessions
+from tickwork.store.schema import RUNNABLE_SQL, events, sessions
 
 #: keys are drawn below this: at most 18 digits, so every key fits a bigint
 KEY_LIMIT = 10**18
@@ -157,7 +158,15 @@ def take_over(
         gone = signs.gone(conn, {k for r in found if (k := key_of(r[2])) is not None})
         found = [r for r in found if key_of(r[2]) in gone]
         revive(conn, found, now=now)
+        if found:
+            conn.execute(insert(events), [_taken_over(*r, now=now) for r in found])
     return [Due(session_id, version, owner=owner) for session_id, version, owner in found]
+
+
+def _taken_over(session_id: str, version: int, owner: str, *, now: datetime) -> dict[str, Any]:
+    """The event that says the session was taken over from `owner`, whose sign was gone."""
+    event = Event(kind=EventKind.TAKEN_OVER, at=now, data={"from": owner})
+    return rows.event_to_row(session_id, version, event)
 
 
 def _leased(conn: Connection, *, limit: int) -> set[int]:

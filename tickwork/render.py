@@ -404,7 +404,13 @@ def timeline(
     as proposed."""
     h, totals = view["head"], view["totals"]
     parts: list[RenderableType] = [
-        _header(h, view.get("lease"), view.get("forks") or (), view.get("forked_from"))
+        _header(
+            h,
+            view.get("lease"),
+            view.get("forks") or (),
+            view.get("forked_from"),
+            events=view.get("events") or (),
+        )
     ]
     if view.get("tree"):
         parts.append(tree(view["tree"], mark=h["id"]))
@@ -525,6 +531,8 @@ def _header(
     lease: Mapping[str, Any] | None,
     forks: Sequence[Mapping[str, Any]],
     origin: Mapping[str, Any] | None = None,
+    *,
+    events: Sequence[Mapping[str, Any]] = (),
 ) -> Table:
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold")
@@ -600,10 +608,25 @@ def _header(
     if lease is not None:
         expiry = "expired" if lease["expired"] else "expires"
         rows.append(("lease", Text(f"{lease['owner']} ({expiry} {when(lease['expires_at'])})")))
+    if (taken := taken_over(events)) is not None:
+        rows.append(("taken over", taken))
     rows.extend(("forks" if i == 0 else "", Text(fork_line(f))) for i, f in enumerate(forks))
     for name, value in rows:
         grid.add_row(name, value)
     return grid
+
+
+def taken_over(events: Sequence[Mapping[str, Any]]) -> Text | None:
+    """The last time the relay took the session over from a worker that was gone, and how
+    many times before; None if it never did."""
+    taken = [e for e in events if e.get("kind") == "taken_over"]
+    if not taken:
+        return None
+    last = taken[-1]
+    text = Text(f"{when(last['at'])} {summary('taken_over', last['data'])}")
+    if len(taken) > 1:
+        text.append(f" (and {counted(len(taken) - 1, 'time')} before)")
+    return text
 
 
 #: how much of a patched prompt, instruction or tool output the header shows
@@ -1084,6 +1107,8 @@ def summary(kind: str, d: Mapping[str, Any]) -> str:
         return text
     if kind == "forked":
         return f"from {d.get('parent_id')} at step {d.get('from_step')} by {d.get('by')}"
+    if kind == "taken_over":
+        return f"from {d.get('from')}, whose worker was gone"
     return " ".join(f"{k}={compact(v)}" for k, v in d.items())
 
 

@@ -19,6 +19,7 @@ from tickwork.store.schema import outbox
 
 from tests.e2e.conftest import ROOT, TEST_KIND, Cli, Deployment, at_once, call, until
 from tests.services import postgres_database
+from tickwork.render import when
 from tickwork.testing.store_ticks import claim
 
 PASSWORD = "hunter2-db-secret"
@@ -163,7 +164,8 @@ def test_relay_once_takes_over_a_session_whose_worker_is_gone(
     life it names is held by nobody; a sign seen gone is looked at again after its grace."""
     client = deployment.client
     sid = client.submit(TEST_KIND, {}, model=deployment.script([{"content": "bye"}])).id
-    claim(client.store, sid, now=datetime.now(UTC), owner=signed("gone-worker", new_key()))
+    gone = signed("gone-worker", new_key())
+    claim(client.store, sid, now=datetime.now(UTC), owner=gone)
     held = client.store.lease(sid)
     assert held is not None
 
@@ -174,6 +176,11 @@ def test_relay_once_takes_over_a_session_whose_worker_is_gone(
     # the relay's log (it said "took over 1 sessions")
     assert f"took over 1 session whose worker is gone: {sid}" in done.stderr
     assert client.store.lease(sid) is None
+    # the session itself says so, naming the worker it was taken from
+    said = [e for e in cli("show", sid, "--json").json()["events"] if e["kind"] == "taken_over"]
+    assert [e["data"] for e in said] == [{"from": gone}]
+    shown = " ".join(cli("show", sid, COLUMNS="200").stdout.split())
+    assert f"taken over {when(said[0]['at'])} from {gone}, whose worker was gone" in shown
     with deployment.worker(relay=False):
         done = client.wait(sid, timeout=30)
     assert done.status.value == "completed" and done.final_answer == "bye"

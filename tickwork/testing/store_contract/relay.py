@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tickwork.fsm.values import Status
+from tickwork.fsm.values import EventKind, Status
 from tickwork.store.liveness import new_key, signed
 from tickwork.store.port import Store
 from tickwork.store.relay import Due
@@ -88,6 +88,9 @@ class OutboxContract(Contract):
 
         assert [(d.session_id, d.version) for d in taken] == [(session_id, 0)]
         assert store.lease(session_id) is None
+        # the session's history says so, naming the worker it was taken from
+        said = [e for _, e in store.events_after(session_id) if e.kind is EventKind.TAKEN_OVER]
+        assert [e.data for e in said] == [{"from": signed("w1", key)}]
         assert store.lease("unsigned") is not None, "a lease without a sign waits for expiry"
         assert key not in store.absent_signs() and store.take_over([key], now=clock()) == []
         assert Due(session_id, 0) in store.due_ticks(now=clock.advance(60), older_than_s=30)
