@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
@@ -180,14 +180,21 @@ def close(
     return get_dead_letter(engine, row.id)
 
 
+def forks_of(resolution: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Every fork made of a dead letter, oldest first: `fork`, `by`, `at` (a resolution from
+    before every fork was kept names only the first, made at a time it did not keep)."""
+    forks = resolution.get("forks")
+    if forks:
+        return list(forks)
+    if resolution.get("fork"):
+        return [{"fork": resolution["fork"], "by": resolution.get("by", ""), "at": "?"}]
+    return []
+
+
 def describe(resolution: dict[str, Any]) -> str:
     """How a dead letter was closed, in words: by whom, when, and its forks."""
     state = resolution.get("state", Closing.FORKED.value)
-    forks = resolution.get("forks") or (
-        [{"fork": resolution["fork"], "by": resolution.get("by", ""), "at": "?"}]
-        if resolution.get("fork")
-        else []
-    )
+    forks = forks_of(resolution)
     named = ", ".join(f"{f['fork']} by {f['by'] or 'unknown'} at {f['at']}" for f in forks)
     if state == Closing.FORKED.value:
         return f"was already forked as {named}"

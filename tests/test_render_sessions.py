@@ -333,3 +333,23 @@ def test_a_graph_node_no_person_decided_on_shows_no_empty_state() -> None:
     assert "{}" not in text and "(not recorded)" in text, text
     console.print(render._calls_table([{**call, "name": "note"}]))  # a tool's call: as it is
     assert "{}" in console.export_text()
+
+
+def test_a_dead_letter_listed_names_its_first_forks_and_counts_the_rest() -> None:
+    forks = [{"fork": f"f{i}", "by": "erin", "at": "2026-12-06T04:00:00+00:00"} for i in range(5)]
+    letter = {
+        "id": 7,
+        "session_id": "s1",
+        "code": "BUDGET_STEPS",
+        "at": "2026-12-06T03:50:00+00:00",
+        "kind": "repair",
+        "last_tool": None,
+        "message": "1 step made, --max-steps is 1",
+        "resolution": {"state": "forked", "fork": "f0", "forks": forks},
+    }
+    console = render.Terminal(width=200, record=True, file=io.StringIO())
+    console.print(render.dead_letters_table([letter]))
+    shown = console.export_text()
+
+    assert "→ fork f0 (resolved it)" in shown and "→ fork f2" in shown, shown
+    assert "f3" not in shown and "→ and 2 more forks: `tickwork dlq show 7`" in shown, shown

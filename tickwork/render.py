@@ -1127,9 +1127,8 @@ def dead_letters_table(letters: Iterable[Mapping[str, Any]]) -> Table:
         table.add_column(name, overflow="fold")
     for d in letters:
         session = Text(d["session_id"])
-        resolution = d.get("resolution") or {}
-        if resolution.get("fork"):
-            session.append(f"\n→ fork {resolution['fork']}", style="dim")
+        for line in _fork_lines(d["id"], d.get("resolution") or {}):
+            session.append(f"\n{line}", style="dim")
         status = d.get("status") or status_of(d.get("resolution"))
         table.add_row(
             str(d["id"]),
@@ -1142,6 +1141,25 @@ def dead_letters_table(letters: Iterable[Mapping[str, Any]]) -> Table:
             Text(gist(reason_said(d["message"]), 100)),
         )
     return whole(table)
+
+
+#: the most forks of one dead letter `dlq ls` names; `dlq show` names every one
+LISTED_FORKS = 3
+
+
+def _fork_lines(letter_id: int, resolution: Mapping[str, Any]) -> list[str]:
+    """The forks made of a dead letter, one line each: which of them resolved it (where
+    more than one was made), and how many more there are past LISTED_FORKS."""
+    from tickwork.store.dead_letters import forks_of, status_of
+
+    forks = [f["fork"] for f in forks_of(resolution)]
+    resolver = resolution.get("fork") if status_of(dict(resolution)) == "forked" else None
+    marked = " (resolved it)" if len(forks) > 1 else ""
+    lines = [f"→ fork {f}{marked if f == resolver else ''}" for f in forks[:LISTED_FORKS]]
+    if len(forks) > LISTED_FORKS:
+        more = counted(len(forks) - LISTED_FORKS, "more fork")
+        lines.append(f"→ and {more}: `tickwork dlq show {letter_id}`")
+    return lines
 
 
 def dead_letter_header(d: Mapping[str, Any]) -> Table:

@@ -173,6 +173,10 @@ def test_a_dead_letter_is_forked_once_unless_again_and_keeps_every_fork(
     assert [f["id"] for f in session["forks"]] == [first["id"], again["id"]]
     table = cli.inline("dlq", "show", failed).stdout
     assert first["id"] in table and again["id"] in table
+    # the listing names every fork, as `dlq show` does, and the one that resolved it
+    listed = cli.inline("dlq", "ls", COLUMNS="200").stdout
+    assert f"→ fork {first['id']} (resolved it)" in listed, listed
+    assert f"→ fork {again['id']}" in listed and f"{again['id']} (resolved it)" not in listed
 
 
 def test_forking_a_dead_lettered_session_resolves_its_dead_letter(
