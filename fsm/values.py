@@ -155,6 +155,9 @@ class EventKind(StrEnum):
     #: its worker's sign of life was gone: the relay took it over before its lease ran out
     #: (`data["from"]`: that worker's lease owner)
     TAKEN_OVER = "taken_over"
+    #: a worker took its tick but cannot run it (its job kind, or its graph's version, is
+    #: not there): nothing else changes (`data`: `worker`, `version`, `reason`)
+    TICK_REFUSED = "tick_refused"
 
 
 def _positive(name: str, value: float) -> float:

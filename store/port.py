@@ -268,6 +268,14 @@ class Relay(Protocol):
         wait, not after a growing one (the session's own row is not touched)."""
         ...
 
+    def refuse_tick(
+        self, session_id: str, version: int, *, worker: str, reason: str, now: datetime
+    ) -> bool:
+        """Record that `worker` took the session's tick at `version` and cannot run it (a
+        `tick_refused` event, once a worker and version; nothing else changes); False if
+        recorded already or the session is at another version."""
+        ...
+
     def admit(
         self,
         policy: Admission,

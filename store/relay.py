@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from sqlalchemy import Connection, Engine, bindparam, delete, insert, or_, select, tuple_, update
-from tickwork.fsm.values import RUNNABLE
-from tickwork.store.schema import outbox, sessions
+from tickwork.fsm.values import RUNNABLE, Event, EventKind
+from tickwork.store import rows
+from tickwork.store.schema import events, outbox, sessions
 
 #: the longest a republished tick waits before the relay publishes it once more
 MAX_REPUBLISH_WAIT_S = 300.0
@@ -187,3 +188,31 @@ def offer_again(engine: Engine, session_id: str, version: int, *, now: datetime)
             )
             .values(due_at=now, published_at=now, republished=0)
         )
+
+
+def refuse_tick(
+    engine: Engine, session_id: str, version: int, *, worker: str, reason: str, now: datetime
+) -> bool:
+    """Record that `worker` took the tick of `session_id` at `version` and cannot run it
+    (`reason`): a `tick_refused` event, once a worker and version, so that `show` can say why
+    the session does not move (a refusal changes nothing else). False if recorded already,
+    or if the session is at another version now."""
+    with engine.begin() as conn:
+        current = conn.execute(
+            select(sessions.c.version).where(sessions.c.id == session_id).with_for_update()
+        ).scalar()
+        if current != version:
+            return False
+        said = conn.execute(
+            select(events.c.data).where(
+                events.c.session_id == session_id,
+                events.c.version == version,
+                events.c.kind == EventKind.TICK_REFUSED.value,
+            )
+        ).scalars()
+        if any(data.get("worker") == worker for data in said):
+            return False
+        data = {"worker": worker, "version": version, "reason": reason}
+        event = Event(kind=EventKind.TICK_REFUSED, at=now, data=data)
+        conn.execute(insert(events), [rows.event_to_row(session_id, version, event)])
+    return True

@@ -51,6 +51,14 @@ class Services:
         """A tick refused for its runtime level, offered again at the relay's usual pace."""
         relay.offer_again(self.engine, session_id, version, now=now)
 
+    def refuse_tick(
+        self, session_id: str, version: int, *, worker: str, reason: str, now: datetime
+    ) -> bool:
+        """A tick `worker` cannot run, recorded once (`relay.refuse_tick`)."""
+        return relay.refuse_tick(
+            self.engine, session_id, version, worker=worker, reason=reason, now=now
+        )
+
     def admit(
         self,
         policy: Admission,

@@ -443,8 +443,24 @@ def timeline(
     )
     if (retry := retrying(h, view.get("events") or ())) is not None:
         parts.append(retry)
+    if (refusals := refused(view.get("refused") or ())) is not None:
+        parts.append(refusals)
     parts.extend(outcome(h, view["steps"]))
     return Group(*parts)
+
+
+def refused(refusals: Sequence[Mapping[str, Any]]) -> Text | None:
+    """What to tell a person whose session waits while the workers that took its tick
+    refused it (`views.refused`); None if none did."""
+    if not refusals:
+        return None
+    workers = ", ".join(f"{r['worker']} at {when(r['at'])}" for r in refusals)
+    return Text(
+        f"not run: its tick was refused by {counted(len(refusals), 'worker')} ({workers}): "
+        f"{refusals[-1]['reason']}. It moves only on a worker that can run it; the relay "
+        "offers it again when the lease runs out (`tickwork runbook stuck`)",
+        style="yellow",
+    )
 
 
 #: how much of a failed model call's error the retry line shows
@@ -1109,6 +1125,8 @@ def summary(kind: str, d: Mapping[str, Any]) -> str:
         return f"from {d.get('parent_id')} at step {d.get('from_step')} by {d.get('by')}"
     if kind == "taken_over":
         return f"from {d.get('from')}, whose worker was gone"
+    if kind == "tick_refused":
+        return f"by {d.get('worker')} at version {d.get('version')}: {d.get('reason')}"
     return " ".join(f"{k}={compact(v)}" for k, v in d.items())
 
 

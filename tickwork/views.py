@@ -109,7 +109,23 @@ def session(value: Session) -> dict[str, Any]:
         },
         "events": [event(None, e) for e in value.events],
         "forked_from": forked_from(value),
+        "refused": refused(value),
     }
+
+
+def refused(value: Session) -> list[dict[str, Any]]:
+    """The workers that took the tick of a session waiting for one, at the version it is
+    at, and could not run it (`tick_refused`: its job kind or graph version is not theirs),
+    with when and why; empty once it moved on or ended."""
+    from tickwork.fsm.values import EventKind
+
+    if not value.head.status.moving:
+        return []
+    return [
+        {"worker": e.data.get("worker"), "at": e.at.isoformat(), "reason": e.data.get("reason")}
+        for e in value.events
+        if e.kind is EventKind.TICK_REFUSED and e.data.get("version") == value.head.version
+    ]
 
 
 def forked_from(value: Session) -> dict[str, Any] | None:

@@ -15,6 +15,7 @@ from tickwork.fsm.errors import InvalidInput
 from tickwork.fsm.values import CallState, ErrorCode, EventKind, Status
 
 from tests.tasks.conftest import Deployment, kill, stop, until
+from tickwork import views
 
 REFUND = "tests.graphs:REFUND"
 NOTE = [{"content": "Dear customer, your refund is on its way."}]
@@ -264,6 +265,9 @@ def test_a_worker_with_another_version_refuses_the_tick_and_keeps_the_session(
     assert f"session {session_id} runs graph 'refund' version '1'" in caplog.text
     head = deployment.client.get(session_id)
     assert head.status is Status.READY and head.step == 0 and head.version == 0
+    # `show` says why it does not move, naming the worker that refused it
+    (refused,) = views.session(deployment.client.load(session_id))["refused"]
+    assert refused["reason"].startswith(f"session {session_id} runs graph 'refund' version '1'")
     # moved to version 2 by a fork made where version 2 is installed; the original still
     # runs on a worker that has version 1
     upgraded = Tickwork(v2)

@@ -5,6 +5,7 @@ the kind runs it whole."""
 
 from __future__ import annotations
 
+import io
 import uuid
 from pathlib import Path
 
@@ -12,17 +13,26 @@ import pytest
 from tickwork.fsm.values import EventKind, Status
 
 from tests.tasks.conftest import Deployment, stop, until
-from tickwork import Tickwork
+from tickwork import Tickwork, render, views
 
 #: the log line of a refusal, after the session's id
 REFUSED = "this worker cannot run it"
 LEFT = "The tick is refused and the session left as it is for a worker that has the kind"
 
 
-def untouched(deployment: Deployment, session_id: str) -> None:
+def untouched(deployment: Deployment, session_id: str, reason: str) -> None:
+    """Left as it was, but for one `tick_refused` event (each refusing worker records it
+    once), which `show` tells: who refused its tick, and why."""
     head = deployment.client.get(session_id)
     assert (head.status, head.version, head.step) == (Status.READY, 0, 0), head
-    assert [e.kind for e in deployment.client.load(session_id).events] == [EventKind.CREATED]
+    whole = deployment.client.load(session_id)
+    assert [e.kind for e in whole.events] == [EventKind.CREATED, EventKind.TICK_REFUSED]
+    (refusal,) = views.session(whole)["refused"]
+    assert reason in refusal["reason"] and refusal["worker"], refusal
+    console = render.Terminal(width=400, record=True, file=io.StringIO())
+    console.print(render.timeline(views.session(whole)))
+    shown = console.export_text()
+    assert f"not run: its tick was refused by 1 worker ({refusal['worker']} at " in shown, shown
 
 
 def test_a_worker_started_before_a_graph_kind_was_deployed_leaves_its_sessions(
@@ -47,7 +57,7 @@ def test_a_worker_started_before_a_graph_kind_was_deployed_leaves_its_sessions(
             timeout=60,
             what="the refusal, and the relay offering the refused tick again",
         )
-        untouched(deployment, session_id)
+        untouched(deployment, session_id, "TICKWORK_IMPORTS here names no kind 'refund'")
     assert LEFT in caplog.text and "start one whose TICKWORK_IMPORTS names the kind" in caplog.text
     assert "give module:attr" not in caplog.text  # the submitter's hint, not the worker's
     assert "INTERNAL" not in caplog.text and "Traceback" not in caplog.text
@@ -88,7 +98,7 @@ def test_a_kind_whose_module_a_worker_cannot_import_is_run_by_one_that_can(
 
     try:
         until(lambda: logged().count(refusal) >= 2, timeout=60, what="the refusal, twice")
-        untouched(deployment, session_id)
+        untouched(deployment, session_id, f"cannot import {module!r} for {kind!r}")
     finally:
         stop(elsewhere)
     assert "INTERNAL" not in logged() and "Traceback" not in logged()

@@ -51,6 +51,12 @@ class SessionView(BaseModel):
     forked_from: ForkedFrom | None = Field(
         description="A fork's parent, step and patch; null for a session that is not a fork."
     )
+    refused: list[dict[str, Any]] = Field(
+        default=[],
+        description="The workers that took its tick and could not run it (its job kind or "
+        "graph version is not theirs): `worker`, `at`, `reason`; empty unless it waits for "
+        "a worker at the version they refused.",
+    )
     lease: dict[str, Any] | None = Field(
         default=None, description="Who holds its lease, until when, and whether it expired."
     )

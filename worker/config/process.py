@@ -19,11 +19,16 @@ from collections.abc import Callable
 NODE_CHARS = 120
 
 
+def worker_name(node: str | None = None) -> str:
+    """This worker process: its node name as Celery knows it (`--hostname`, what `celery
+    inspect` shows; else this host's name) and its process id."""
+    return f"{(node or socket.gethostname())[:NODE_CHARS]}:{os.getpid()}"
+
+
 def owner_name(node: str | None = None) -> str:
-    """Who holds a lease or an environment's build claim: this worker's node name as Celery
-    knows it (`--hostname`, what `celery inspect` shows; else this host's name), process
-    and thread."""
-    return f"{(node or socket.gethostname())[:NODE_CHARS]}:{os.getpid()}:{threading.get_ident()}"
+    """Who holds a lease or an environment's build claim: this worker process
+    (`worker_name`) and thread."""
+    return f"{worker_name(node)}:{threading.get_ident()}"
 
 
 class Loop:

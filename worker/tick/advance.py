@@ -33,6 +33,7 @@ from tickwork.fsm.kinds import SessionKind, kind_of
 from tickwork.fsm.transitions import Change
 from tickwork.fsm.values import ErrorCode, Head, Status
 from tickwork.worker.config import release
+from tickwork.worker.config.process import worker_name
 from tickwork.worker.config.secrets import mask, mask_change
 from tickwork.worker.observers.report import Outcome, TickReport
 from tickwork.worker.tick.agent import AgentRunner
@@ -94,7 +95,7 @@ def _tick(rt: Runtime, report: TickReport, node: str | None) -> Outcome:
     report.phase = runner.phase(claimed.head)
     files = TickFiles(rt, claimed.head)
     try:
-        return _advance(Tick(rt, claimed, files, report), runner, owner)
+        return _advance(Tick(rt, claimed, files, report), runner, owner, node)
     finally:
         files.release()
 
@@ -141,7 +142,20 @@ def _refuse_unseen_files(rt: Runtime, head: Head, version: int, exc: BlobMissing
     )
 
 
-def _advance(tick: Tick, runner: Runner, owner: str) -> Outcome:
+def _refuse(tick: Tick, node: str | None, reason: str) -> None:
+    """Record on the session that this worker refused its tick (`tick_refused`, once a
+    worker and version), so that `show` says why it does not move; the refusal stands if
+    the database cannot take it."""
+    head = tick.claimed.head
+    try:
+        tick.rt.store.refuse_tick(
+            head.id, head.version, worker=worker_name(node), reason=reason, now=tick.rt.clock()
+        )
+    except StoreError as exc:
+        log.warning("session %s: could not record the refused tick: %s", head.id, exc)
+
+
+def _advance(tick: Tick, runner: Runner, owner: str, node: str | None) -> Outcome:
     rt, claimed, files, report = tick.rt, tick.claimed, tick.files, tick.report
     session_id, version = claimed.head.id, report.version
     started = time.perf_counter()
@@ -183,6 +197,7 @@ def _advance(tick: Tick, runner: Runner, owner: str) -> Outcome:
                     claimed.head.kind,
                     missing,
                 )
+                _refuse(tick, node, f"this worker cannot run its job kind: {missing}")
                 return Outcome.DROPPED
     except ClaimLost:
         return Outcome.LOST
@@ -190,6 +205,7 @@ def _advance(tick: Tick, runner: Runner, owner: str) -> Outcome:
         # refused, not failed: nothing is saved, the lease runs out and the relay offers the
         # tick again, to a worker that has the session's graph version
         log.error("%s", exc)
+        _refuse(tick, node, exc.message)
         return Outcome.DROPPED
     except (StoreError, ArtifactsUnavailable):
         # the database or the artifact store is away: the lease expires and the relay runs

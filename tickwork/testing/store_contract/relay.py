@@ -95,3 +95,23 @@ class OutboxContract(Contract):
         assert key not in store.absent_signs() and store.take_over([key], now=clock()) == []
         assert Due(session_id, 0) in store.due_ticks(now=clock.advance(60), older_than_s=30)
         assert claim(store, session_id, now=clock(), owner="w2").owner == "w2"
+
+    def test_a_refused_tick_is_recorded_once_a_worker_and_version(
+        self, store: Store, clock: Clock, session_id: str
+    ) -> None:
+        said = "cannot import 'jobs' for 'jobs:GONE'"
+        claimed = claim(store, session_id, now=clock(), owner="w1")
+        version = claimed.head.version
+
+        assert store.refuse_tick(session_id, version, worker="a@h:1", reason=said, now=clock())
+        assert not store.refuse_tick(session_id, version, worker="a@h:1", reason=said, now=clock())
+        assert store.refuse_tick(session_id, version, worker="b@h:2", reason=said, now=clock())
+        assert not store.refuse_tick(
+            session_id, version + 1, worker="c@h:3", reason=said, now=clock()
+        )
+
+        refused = [e for _, e in store.events_after(session_id) if e.kind is EventKind.TICK_REFUSED]
+        assert [e.data for e in refused] == [
+            {"worker": w, "version": version, "reason": said} for w in ("a@h:1", "b@h:2")
+        ]
+        assert store.get(session_id).version == version, "a refusal moves nothing"
