@@ -11,10 +11,12 @@ from typing import Any
 
 import pytest
 from tickwork.fsm.values import Status
+from tickwork.worker.files.environment_plans import EDITABLE_AGAIN
 from tickwork.worker.sandbox.runner import Sandbox, check, run_sandboxed
 
 from tests.environments.projects import project
 from tests.services import IN_CI
+from tickwork.package_index import make_wheel, serving
 from tickwork.testing import SessionDriver, call, embedded_settings, reply, running_worker
 
 pytestmark = pytest.mark.skipif(
@@ -24,6 +26,7 @@ pytestmark = pytest.mark.skipif(
 
 BODY = "from tinydep import triple\n\n\ndef add(a, b):\n    return triple(a) - b\n"
 FIXED = "from tinydep import triple\n\n\ndef add(a, b):\n    return triple(a) // 3 + b\n"
+FIX = "def add(a, b):\n    return a + b\n"
 TEST = (
     "import pytest\n\nfrom calcpkg import add\n\n\n"
     "@pytest.mark.parametrize('a,b', [(2, 3), (0, 0)])\n"
@@ -347,3 +350,43 @@ def test_a_module_only_an_extra_auto_skips_declares_is_named_with_that_extra(
     assert head.result["environment"]["elsewhere"] == {"tinydep": "all"}
     why = head.result["tests"]["not_run"]
     assert "its `all` extra" in why and "pip install -e '.[all]'" in why, why
+
+
+def test_a_test_tool_that_depends_on_the_project_does_not_replace_its_editable_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """iniconfig's `dev` group needs `pytest>=8.4.2`, which needs `iniconfig>=2`; a checkout
+    without tags builds 0.1.dev2, so pip replaced the project's editable install with the
+    index's iniconfig: every test run imported that copy, a broken project's tests passed
+    and the session ended `repaired` with "tests passed before any change too"."""
+    wheels = tmp_path / "wheels"
+    make_wheel(wheels, "calcpkg", "2.0.0", modules={"calcpkg/__init__.py": FIX})
+    make_wheel(wheels, "calctool", requires=["calcpkg>=1"])
+    source = project(tmp_path / "src")  # calcpkg 0.1.0, whose add() subtracts
+    (source / "src").mkdir()
+    (source / "calcpkg").rename(source / "src" / "calcpkg")  # imported only as installed
+    pyproject = (source / "pyproject.toml").read_text()
+    (source / "pyproject.toml").write_text(
+        pyproject.replace('test = ["pytest"]', "")
+        .replace("[tool.setuptools]", '[tool.setuptools]\npackage-dir = {"" = "src"}')
+        .replace("[project.optional", '[dependency-groups]\ntest = ["calctool"]\n[project.optional')
+    )
+    where = "python -c 'import calcpkg; print(calcpkg.__file__)'"
+    with serving(wheels) as served:
+        monkeypatch.setenv("TICKWORK_PIP_INDEX_URL", served.url)
+        monkeypatch.setenv("TICKWORK_EGRESS_ALLOW", served.address)
+        settings = embedded_settings(tmp_path / "deploy")
+        with running_worker(settings), SessionDriver(settings) as driver:
+            sid = driver.submit(
+                "repair",
+                {"workspace": str(source), "test_command": "python -m unittest discover -s tests"},
+                replies=[reply("where", call("run_command", command=where)), reply("done")],
+            )
+            session = driver.run(sid, timeout=180)
+    head = session.head
+    assert head.status is Status.COMPLETED, head.error_message
+    assert "/workspace/src/calcpkg/__init__.py" in session.observations[0].content
+    env = head.result["environment"]
+    assert env["status"] == "ready" and EDITABLE_AGAIN in env["log"], env
+    assert head.result["tests"]["passed"] is False  # the session's add() still subtracts
+    assert head.result["outcome"] == "no_changes"

@@ -8,7 +8,8 @@ editable from /workspace with its `test`/`tests`/`dev`/`testing` extras (and tho
 `[testenv]` installs it with, `extras =`) and pytest when its tests use it, and what its
 dependency groups of those names hold (what fails to install is listed missing);
 `requirements*.txt` and the test ones of a `requirements/` folder are installed, and the
-plain requirements of tox.ini's `[testenv]` `deps`; none of these, an empty environment.
+plain requirements of tox.ini's `[testenv]` `deps` (the project is installed editable
+again if one of these replaced it); none of these, an empty environment.
 Without egress only what needs no network: the venv and the project (`--no-index
 --no-deps`); a last command lists what the environment does not hold (MISSING lines).
 """
@@ -406,6 +407,8 @@ def plan(
     ]
     wanted: list[str] = []
     elsewhere: dict[str, str] = {}
+    # the project's own distribution, and whether setup installs anything after it
+    own, more_after = None, bool(requirements or tox)
     detected = [*sorted(p for p in files if p in PACKAGING), *requirements]
     if other_purposes:
         detected.append(f"left out, not for the tests: {','.join(other_purposes)}")
@@ -502,6 +505,7 @@ def plan(
             commands.append(versions.keep_built_command())
         if isinstance(name, str) and _name(name):
             wanted.append(name)
+            own, more_after = name, more_after or bool(grouped or extras)
         if extras:
             detected.append(f"extras: {','.join(extras)}")
         if from_tox:
@@ -531,6 +535,8 @@ def plan(
         # a requirements line `.` or `.[test]` installed a copy of the project over the
         # editable one: the tests would import that copy, never the session's edits
         commands.append(f"{PIP} --no-deps --no-build-isolation -e .")
+    elif own and more_after and online:
+        commands.append(_editable_again_command(own))
     if uses_pytest:
         wanted.append("pytest")
         if online and not project:
@@ -593,6 +599,33 @@ if wanted:
 def _backend_requires_command() -> str:
     """A setup command installing what the build backend asks for beside its `requires`."""
     return f"/env/bin/python -c {shlex.quote(_BACKEND_REQUIRES)}"
+
+
+#: exits 1 when the distribution argv[1] is installed but not editable: a later install
+#: replaced the project's editable install with the index's copy
+_EDITABLE = """\
+import importlib.metadata as m, json, sys
+try:
+    url = json.loads(m.distribution(sys.argv[1]).read_text("direct_url.json") or "{}")
+except Exception:
+    sys.exit(0)
+sys.exit(0 if url.get("dir_info", {}).get("editable") else 1)
+"""
+#: what the log says when setup installs the project editable again
+EDITABLE_AGAIN = (
+    "tickwork: a later install replaced the project's editable install with the index's "
+    "copy (a test tool depends on it); installing the project editable again"
+)
+
+
+def _editable_again_command(name: str) -> str:
+    """A setup command installing the project `name` editable again if what setup installed
+    after it replaced it (iniconfig's `pytest>=8.4.2` needs `iniconfig>=2`, and a checkout
+    without tags builds 0.1.dev1): else every test run imports the index's copy, never the
+    session's files, and a broken project's tests pass."""
+    check = f"/env/bin/python -I -c {shlex.quote(_EDITABLE)} {shlex.quote(name)}"
+    again = f"{PIP} --no-deps --no-build-isolation -e ."
+    return f"{check} || {{ echo {shlex.quote(EDITABLE_AGAIN)}; {again}; }}"
 
 
 def _groups_command(requirements: list[str], what: str = "dependency group") -> str:
