@@ -36,6 +36,9 @@ class ApprovalRule(Value):
 
     always: bool = False
     policy: Policy | None = None
+    #: whether the tool takes the arguments (the call's schema); a policy is not asked of
+    #: arguments it refuses, which never run (`{"cmd": "ls"}` for `command`)
+    accepts: Callable[[Mapping[str, Any]], bool] | None = None
 
 
 def needs_approval(rule: ApprovalRule | None, arguments: Mapping[str, Any] | None) -> bool:
@@ -61,8 +64,8 @@ def approval_reason(
         return f"{of} always needs a person's approval"
     if rule.policy is None:
         return None
-    if arguments is None:
-        return None  # unparsable arguments never run, so there is nothing to approve
+    if arguments is None or not _accepted(rule, arguments):
+        return None  # unparsable or refused arguments never run: there is nothing to approve
     check = policy or f"the approval policy of {of}"
     try:
         verdict = rule.policy(arguments)
@@ -71,6 +74,15 @@ def approval_reason(
     if isinstance(verdict, str):
         return verdict.strip() or f"{check} asks for a person"
     return f"{check} asks for a person" if verdict else None
+
+
+def _accepted(rule: ApprovalRule, arguments: Mapping[str, Any]) -> bool:
+    """Whether the tool takes `arguments`; a check that raises counts as yes, so a person
+    decides."""
+    try:
+        return rule.accepts is None or bool(rule.accepts(arguments))
+    except Exception:
+        return True
 
 
 def rejection(call: ToolCall, decision: Decision) -> str:

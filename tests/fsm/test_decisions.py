@@ -307,6 +307,24 @@ def _raises(_: Any) -> bool:
         pytest.param(ApprovalRule(policy=lambda a: 1), {}, True, id="policy_truthy"),
         pytest.param(ApprovalRule(policy=_raises), {}, True, id="policy_raises"),
         pytest.param(ApprovalRule(policy=_raises), None, False, id="policy_unparsable_never_runs"),
+        pytest.param(
+            ApprovalRule(policy=_raises, accepts=lambda a: False),
+            {"command": 1},
+            False,
+            id="policy_refused_arguments_never_run",
+        ),
+        pytest.param(
+            ApprovalRule(policy=lambda a: True, accepts=_raises),
+            {"cmd": "rm"},
+            True,
+            id="accepts_raises",
+        ),
+        pytest.param(
+            ApprovalRule(always=True, accepts=lambda a: False),
+            {"cmd": "rm"},
+            True,
+            id="always_even_refused",  # a person may edit them into a call that runs
+        ),
     ],
 )
 def test_needs_approval(

@@ -200,7 +200,18 @@ class Tool:
 
     @property
     def rule(self) -> ApprovalRule:
-        return ApprovalRule(always=self.requires_approval, policy=self.approval_policy)
+        accepts = self.accepts if self.approval_policy is not None else None
+        return ApprovalRule(
+            always=self.requires_approval, policy=self.approval_policy, accepts=accepts
+        )
+
+    def accepts(self, arguments: Mapping[str, Any]) -> bool:
+        """Whether `validate` takes `arguments`: those it refuses never run."""
+        try:
+            self.validate(arguments)
+        except InvalidToolArguments:
+            return False
+        return True
 
     def openai_schema(self) -> dict[str, Any]:
         return {

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tickwork.fsm.approvals import approval_reason
 from tickwork.worker.files.environments import NO_NETWORK
 from tickwork.worker.jobs.repair import default_registry, repair_tools, toolkit
 from tickwork.worker.sandbox.runner import Limits, Sandbox
@@ -53,6 +54,19 @@ def test_the_toolkit_and_its_flags() -> None:
     }
     assert registry.get("run_command").approval_policy is not None
     assert default_registry() is not registry, "a new registry each time, no global"
+
+
+@pytest.mark.parametrize("arguments", [{"cmd": "ls"}, {"command": ["rm", "-rf", "x"]}, {}])
+def test_a_run_command_whose_arguments_it_refuses_asks_no_person(
+    arguments: dict[str, Any],
+) -> None:
+    """A model's `run_command {"cmd": "ls"}` waited for a person ("the command is a
+    NoneType, not text"), who approved a call that then failed on its arguments: it never
+    runs, so the model is told at once what the tool expects."""
+    rule = default_registry().get("run_command").rule
+    assert approval_reason(rule, arguments, of="tool 'run_command'") is None
+    asked = approval_reason(rule, {"command": "rm -rf build"}, of="tool 'run_command'")
+    assert asked is not None and "rm" in asked
 
 
 def test_list_files_recursive_sorted_without_git(project: Path, call: Call) -> None:
