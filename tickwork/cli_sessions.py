@@ -262,19 +262,34 @@ def missing_credentials(spec: str, providers: Providers) -> str:
 
 
 def left_out_note(head: Head) -> None:
-    """Say on stderr what the workspace's .gitignore left out of the session's files: the
-    session does not see them, and tests that need them (a generated `_version.py`) fail."""
+    """Say on stderr what the session's files leave out of what was named: what the
+    workspace's .gitignore names (tests that need a generated `_version.py` fail), or the
+    changes a local clone has not committed (the session starts from the commit)."""
     source = (head.config or {}).get("source")
-    left = source.get("gitignored") if isinstance(source, dict) else None
-    if not isinstance(left, dict) or not left.get("count"):
+    if not isinstance(source, dict):
         return
-    first = ", ".join(str(p) for p in left.get("first") or ())
-    more = ", …" if left["count"] > len(left.get("first") or ()) else ""
-    render.note(
-        f"the workspace's .gitignore names {left['count']} of its files or folders "
-        f"({first}{more}): they are left out, the session does not see them; if its tests "
-        "need one, submit a copy whose .gitignore does not name it"
-    )
+    if ignored := _some(source.get("gitignored"), "files or folders"):
+        render.note(
+            f"the workspace's .gitignore names {ignored}: they are left out, the session "
+            "does not see them; if its tests need one, submit a copy whose .gitignore does "
+            "not name it"
+        )
+    if changed := _some(source.get("uncommitted"), "files"):
+        commit = str(source.get("commit"))[:12]
+        render.note(
+            f"the clone {source.get('url')} has uncommitted changes to {changed}: "
+            f"the session starts from commit {commit} and does not see them; commit them "
+            "and submit again, or submit the folder with --workspace"
+        )
+
+
+def _some(listed: Any, what: str) -> str:
+    """`{"count": N, "first": [...]}` as "N of its `what` (a, b, …)", or ""."""
+    if not isinstance(listed, dict) or not listed.get("count"):
+        return ""
+    first = ", ".join(str(p) for p in listed.get("first") or ())
+    more = ", …" if listed["count"] > len(listed.get("first") or ()) else ""
+    return f"{listed['count']} of its {what} ({first}{more})"
 
 
 def list_sessions(

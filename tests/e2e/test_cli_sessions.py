@@ -740,6 +740,30 @@ def test_submit_says_what_the_workspace_s_gitignore_left_out(
 
 
 @pytest.mark.parametrize("deployment", ["embedded"], indirect=True)
+def test_submit_says_what_a_local_clone_has_not_committed(deployment: Deployment, cli: Cli) -> None:
+    """A user breaks a file of their clone and submits `--repo .`: the session started from
+    HEAD, without the change, and nothing said so."""
+    project = deployment.tmp / "clone"
+    project.mkdir()
+    (project / "calc.py").write_text("def add(a, b):\n    return a + b\n")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], cwd=project, check=True)
+    subprocess.run([*git, "add", "-A"], cwd=project, check=True)
+    subprocess.run([*git, "commit", "-qm", "base"], cwd=project, check=True)
+    (project / "calc.py").write_text("def add(a, b):\n    return a - b\n")
+    script = deployment.script([{"content": "done"}])
+    argv = ("submit", "repair", "--repo", str(project), "--test-cmd", "true", "--model", script)
+    done = cli.inline(*argv, ok=False)
+    assert done.code == 0, done
+    assert f"note: the clone {project} has uncommitted changes to 1 of its files (calc.py)" in (
+        done.stderr
+    ), done.stderr
+    assert "does not see them; commit them and submit again, or submit the folder" in done.stderr
+    subprocess.run([*git, "commit", "-qam", "break"], cwd=project, check=True)
+    assert cli.inline(*argv).stderr == ""
+
+
+@pytest.mark.parametrize("deployment", ["embedded"], indirect=True)
 def test_an_option_overrides_its_field_in_input_under_either_name(
     deployment: Deployment, cli: Cli, tmp_path: Path
 ) -> None:

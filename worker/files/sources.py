@@ -554,6 +554,19 @@ def clone_at(url: str, commit: str, *, untrusted: bool = False) -> Iterator[Path
         yield clone
 
 
+def _uncommitted(location: str) -> list[str]:
+    """The files of a local clone's working tree that differ from its HEAD: the session
+    starts from a commit and never sees those changes. None for a URL or a bare repository;
+    asked of a trusted caller's clone only (its git config may run commands, as fsmonitor)."""
+    path = Path(location)
+    if not path.is_absolute() or not (path / ".git").exists():
+        return []
+    try:
+        return _git("diff", "--name-only", "HEAD", cwd=path).splitlines()
+    except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError):
+        return []  # no commit yet, or a clone git cannot read: the clone said what it could
+
+
 def _local(url: str) -> str:
     parsed = urlparse(url)
     return unquote(parsed.path) if parsed.scheme == "file" else url
@@ -603,6 +616,8 @@ def repository(
         base, count = pack(clone, artifacts, gitignore=False)
         version = versions.of_checkout(clone, _packaging(clone), git=True, parents=False)
     found = {"kind": "repo", "url": url, "ref": ref, "commit": commit, "files": count, "base": base}
+    if trusted and (changed := _uncommitted(location)):
+        found["uncommitted"] = {"count": len(changed), "first": changed[:GITIGNORED_SHOWN]}
     if version is not None:
         found["version"] = version
     if not trusted:  # cloned again for a bundle: by the same rules
