@@ -154,7 +154,7 @@ def test_a_setup_cfg_alone_gets_setuptools_own_setup_py_to_be_installed(
     Python project"): setup writes setuptools' two-line one first, in its throw-away copy."""
     cfg = b"[metadata]\nname = shout\n[options.extras_require]\ntesting = pytest\n"
     made = plan(AUTO, {"setup.cfg": cfg}, uses_pytest=True, online=online)
-    (install,) = [c for c in made.commands if " -e " in c]
+    install = next(c for c in made.commands if " -e " in c)
     assert made.commands.index(SETUP_PY_SHIM) < made.commands.index(install)
     subprocess.run(SETUP_PY_SHIM, shell=True, cwd=tmp_path, check=True)
     assert (tmp_path / "setup.py").read_text() == "from setuptools import setup\n\nsetup()\n"
@@ -410,6 +410,26 @@ def test_a_requirements_line_installing_the_project_is_followed_by_the_editable_
     plain = {"pyproject.toml": PYPROJECT, "requirements-dev.txt": b"pytest-mock\n-e .\n"}
     made = plan(AUTO, plain, uses_pytest=True, online=True)
     assert not any(c.endswith("--no-deps --no-build-isolation -e .") for c in made.commands)
+
+
+@pytest.mark.parametrize(
+    "packaging",
+    [
+        {"pyproject.toml": b'[project]\nname = "python-dateutil"\n'},
+        {"setup.cfg": b"[metadata]\nname = python-dateutil\n", "setup.py": b"setup()\n"},
+    ],
+    ids=["pyproject", "setup.cfg"],
+)
+def test_a_requirements_file_installed_after_the_project_is_followed_by_a_check_of_it(
+    packaging: dict[str, bytes],
+) -> None:
+    """python-dateutil 2.x names its project in setup.cfg, and its requirements-dev.txt holds
+    freezegun, which needs python-dateutil>=2.7: a checkout without tags (0.1.dev1) had its
+    editable install replaced by the index's release, and the tests imported that."""
+    files = {**packaging, "requirements-dev.txt": b"freezegun\npytest\n"}
+    made = plan(AUTO, files, uses_pytest=True, online=True)
+    last = [c for c in made.commands if "pip install" in c][-1]
+    assert "python-dateutil" in last and last.endswith("--no-deps --no-build-isolation -e .; }")
 
 
 def test_a_requirement_for_other_interpreters_is_not_listed_missing(tmp_path: Path) -> None:

@@ -28,6 +28,7 @@ from typing import Any
 
 from tickwork.store.files import Manifest, parse_entry
 from tickwork.worker.files import versions
+from tickwork.worker.files.sources import project_name
 
 #: what `--setup` takes besides commands
 AUTO, NONE = "auto", "none"
@@ -505,7 +506,9 @@ def plan(
             commands.append(versions.keep_built_command())
         if isinstance(name, str) and _name(name):
             wanted.append(name)
-            own, more_after = name, more_after or bool(grouped or extras)
+        # pyproject.toml's name, else setup.cfg's (python-dateutil 2.x, whose freezegun in
+        # requirements-dev.txt needs python-dateutil>=2.7)
+        own, more_after = project_name(None, files) or None, more_after or bool(grouped or extras)
         if extras:
             detected.append(f"extras: {','.join(extras)}")
         if from_tox:
