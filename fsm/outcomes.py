@@ -376,8 +376,8 @@ def hidden_failure(exit_code: int | None, output: str) -> str | None:
         return None
     return (
         f"the test command exited 0, but its runner reported `{said.strip()}`: a pipe "
-        "(`| tail`, `| tee`) or a `;` exits as its last command, which hides the runner's "
-        "exit code; give the runner's own command"
+        "(`| tail`, `| tee`), a `;` or an `|| true` exits as its last command, which hides "
+        "the runner's exit code; give the runner's own command"
     )
 
 

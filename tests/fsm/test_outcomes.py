@@ -338,6 +338,13 @@ def test_failures_the_runner_counted_are_not_hidden_by_the_exit_code(
     assert (why is None) if said is None else (why is not None and said in why), why
 
 
+def test_a_hidden_failure_names_the_or_that_hid_it() -> None:
+    """`pytest -q || true` was told "a pipe or a `;` exits as its last command": neither is
+    in that command, so the user looked for the wrong thing."""
+    why = hidden_failure(0, "2 failed, 474 passed in 1.54s")
+    assert why is not None and "`|| true`" in why, why
+
+
 _BANNER = "+++++++++++++++++ Timeout +++++++++++++++++\n~~~~ Stack of MainThread ~~~~\n"
 _UNITTEST_FAILED = "FAIL: test_a (t.T.test_a)\n---\nRan 1 test in 0.1s\n\nFAILED (failures=1)\n"
 
