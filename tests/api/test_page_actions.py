@@ -8,10 +8,12 @@ to the test's temporary folder, or to TICKWORK_TEST_SCREENSHOTS to look at them.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +33,22 @@ from tests.api.test_page import (  # noqa: F401 (fixtures)
     page,
 )
 from tests.api.test_sessions import ECHO
+from tickwork.testing import until
 
 pytestmark = pytest.mark.parametrize("stack", ["production"], indirect=True)
 
+#: a token the tests below revoke or move while the page follows a session
+RITA = "rita-will-be-moved-000001"
+#: a script that counts the page's answered fetches of PATH in `window.reads`
+COUNTS_READS = """{
+  window.reads = 0;
+  const fetched = window.fetch;
+  window.fetch = async (url, ...rest) => {
+    const answer = await fetched(url, ...rest);
+    if (String(url).endsWith("PATH")) window.reads += 1;
+    return answer;
+  };
+}"""
 #: a phone and a laptop
 VIEWPORTS = {"narrow": (390, 844), "wide": (1280, 900)}
 #: the boxes that must never be wider than they are: the page, its frame, each view's
@@ -752,14 +767,10 @@ def test_a_fork_is_shown_beside_its_parent_with_both_patches(
     expect(page.locator("#compare-title")).to_have_count(0)
 
 
-def test_the_live_view_says_why_its_stream_ended_when_its_token_moved(
-    browser: Any,  # noqa: F811
-    stack: Stack,
-    tmp_path: Path,
-) -> None:
-    """A token moved to another tenant while it follows a session: the stream's last
-    `error` frame is shown as why the view stopped following, not listed as an event of the
-    session. (A revoked token's next read logs the page out, as any 401 does.)"""
+@contextlib.contextmanager
+def following_as_rita(browser: Any, stack: Stack, tmp_path: Path) -> Iterator[tuple[Any, Path]]:  # noqa: F811
+    """The page of a session waiting for a person, followed live by rita (an approver) on
+    a server that reads its tokens from a file: the page, and the tokens file to change."""
     import json
 
     from playwright.sync_api import expect
@@ -767,21 +778,65 @@ def test_the_live_view_says_why_its_stream_ended_when_its_token_moved(
     from tests.api.conftest import Server
     from tickwork.api import ApiSettings, make_api
 
-    token, rita = "rita-will-be-moved-000001", {"name": "rita", "roles": ["approver"]}
     path = tmp_path / "tokens.json"
-    path.write_text(json.dumps({token: rita}))
+    path.write_text(json.dumps({RITA: {"name": "rita", "roles": ["approver"]}}))
     session_id = stack.waiting()
     context = browser.new_context()
     try:
         with Server(make_api(stack.deployment.settings, ApiSettings(api_tokens_file=path))) as s:
             shown = context.new_page()
+            # the page's reads of the session, counted as they are answered
+            shown.add_init_script(COUNTS_READS.replace("PATH", f"/api/v1/sessions/{session_id}"))
             shown.goto(f"{s.url}/#/sessions/{session_id}")
-            shown.fill("#token", token)
+            shown.fill("#token", RITA)
             shown.click("form#login button[type=submit]")
-            live = shown.locator("#live")
-            expect(live).to_have_text("live")
-            path.write_text(json.dumps({token: {**rita, "tenant": "team-z"}}))
-            expect(live).to_contain_text("stream ended: rita's token no longer sees session")
-            expect(shown.locator('li[data-kind="error"]')).to_have_count(0)
+            expect(shown.locator("#live")).to_have_text("live")
+            # the view reads the session again once the stream's first events are drawn:
+            # done before the token changes, it is not what answers that change
+            expect(shown.locator('#events li[data-kind="approval_requested"]')).to_have_count(1)
+            until(lambda: shown.evaluate("window.reads") >= 2, what="the view's second read")
+            yield shown, path
     finally:
         context.close()
+
+
+def test_the_live_view_says_why_its_stream_ended_when_its_token_moved(
+    browser: Any,  # noqa: F811
+    stack: Stack,
+    tmp_path: Path,
+) -> None:
+    """A token moved to another tenant while it follows a session: the stream's last
+    `error` frame is shown as why the view stopped following, not listed as an event of the
+    session."""
+    import json
+
+    from playwright.sync_api import expect
+
+    with following_as_rita(browser, stack, tmp_path) as (shown, path):
+        rita = {"name": "rita", "roles": ["approver"], "tenant": "team-z"}
+        path.write_text(json.dumps({RITA: rita}))
+        expect(shown.locator("#live")).to_contain_text(
+            "stream ended: rita's token no longer sees session"
+        )
+        expect(shown.locator('li[data-kind="error"]')).to_have_count(0)
+
+
+def test_a_token_revoked_while_the_live_view_follows_logs_the_page_out(
+    browser: Any,  # noqa: F811
+    stack: Stack,
+    tmp_path: Path,
+) -> None:
+    """The token is revoked while the page follows a session waiting for a person: the
+    stream ends with its `error` frame (401), and nothing else reads meanwhile. The view said
+    "stream ended" and stayed, its buttons offered to a token no longer valid; it goes back
+    to the token prompt, saying the token was revoked."""
+    from playwright.sync_api import expect
+
+    with following_as_rita(browser, stack, tmp_path) as (shown, path):
+        path.write_text("{}")
+        expect(shown.locator("form#login")).to_be_visible()
+        expect(shown.locator("#login-error")).to_contain_text(
+            "the token this stream was opened with was revoked"
+        )
+        expect(shown.locator("#logout")).to_be_hidden()
+        assert shown.evaluate("sessionStorage.getItem('tickwork.token')") is None

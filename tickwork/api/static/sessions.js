@@ -6,8 +6,8 @@ import { callCard } from "./approvals.js";
 import { forkForm } from "./fork.js";
 import {
   API, OUTCOMES, ago, api, apiText, badge, can, count, dataTable, decisionLine, diffLines, el,
-  enc, headSummary, label, ms, outcomeBadge, paged, pager, pretty, redraw, sessionRef, sleep, state,
-  toast, usd,
+  enc, headSummary, hooks, label, ms, outcomeBadge, paged, pager, pretty, redraw, sessionRef, sleep,
+  state, toast, usd,
 } from "./core.js";
 
 const STATUSES = ["queued", "ready", "executing", "waiting_approval", "waiting_children", "completed", "failed", "cancelled"];
@@ -491,9 +491,13 @@ function follow(view, id, onEvent, onEnd, onState) {
         const headers = { Authorization: `Bearer ${state.token}`, Accept: "text/event-stream" };
         if (last) headers["Last-Event-ID"] = String(last);
         const response = await fetch(`${API}/sessions/${enc(id)}/stream`, { headers, signal: control.signal });
+        if (response.status === 401) {
+          hooks.unauthorized("Your token is no longer accepted; log in again.");
+          return;
+        }
         if (!response.ok) {
           onState(`stream refused: HTTP ${response.status}`);
-          if ([401, 403, 404].includes(response.status)) return;
+          if ([403, 404].includes(response.status)) return;
         } else {
           onState("live");
           const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
@@ -512,9 +516,12 @@ function follow(view, id, onEvent, onEnd, onState) {
                 onEnd(JSON.parse(frame.data));
                 return;
               }
-              // the token no longer reads the session (revoked, moved): a reconnect is refused
+              // the token no longer reads the session (revoked, moved): a reconnect is refused;
+              // a revoked one reads nothing else either: back to the token prompt, saying why
               if (frame.event === "error") {
-                onState(`stream ended: ${JSON.parse(frame.data).message}`);
+                const refused = JSON.parse(frame.data);
+                if (refused.status === 401) hooks.unauthorized(refused.message);
+                else onState(`stream ended: ${refused.message}`);
                 return;
               }
               if (frame.data) onEvent(frame.event || "message", JSON.parse(frame.data));
