@@ -261,3 +261,36 @@ def test_the_dead_letters_page_back_past_their_first_page(
     expect(page.locator("#pager span")).to_have_text("2")
     page.click("#newer")
     expect(rows).to_have_attribute("data-id", str(first))
+
+
+def test_a_repair_whose_tests_ran_old_compiled_code_says_so_as_show_does(
+    page: Any,  # noqa: F811
+    stack: Stack,
+) -> None:
+    """A repair that changed an extension module's C source without rebuilding it has
+    `stale_build` on its final tests: `tickwork show` prints it under the final tests'
+    line, the page showed neither. Its summary now has both. (The session's result is the
+    repair job's record, put into the API's answer: a real one builds a C extension.)"""
+    from playwright.sync_api import expect
+    from tickwork.worker.files.versions import unrebuilt_note
+
+    session_id = stack.submit(ECHO, prefix="stale")
+    stack.wait(session_id, Status.COMPLETED)
+    stale = unrebuilt_note(["pkg/_speedups.c"], ["pkg/_speedups.cpython-311-x86_64-linux-gnu.so"])
+    tests = {"command": "python3 -m pytest", "exit_code": 0, "passed": True, "timed_out": False}
+
+    def as_a_repair(route: Any) -> None:
+        view = route.fetch().json()
+        view["head"]["result"]["tests"] = {**tests, "output": "1 passed", "stale_build": stale}
+        route.fulfill(json=view)
+
+    page.route(f"**/api/v1/sessions/{session_id}", as_a_repair)
+    log_in(page, stack, "olga", f"#/sessions/{session_id}")
+    shown = page.locator("#final-tests")
+    expect(shown.locator("p.meta")).to_have_text("Final tests: python3 -m pytest exit 0, passed")
+    expect(shown.locator("#stale-build")).to_have_text(stale)
+    assert "did not rebuild pkg/_speedups.cpython-311" in stale
+    page.unroute(f"**/api/v1/sessions/{session_id}")
+    page.reload()
+    expect(page.locator("#status")).to_have_attribute("data-status", "completed")
+    expect(page.locator("#final-tests")).to_have_count(0)  # a session of another kind has none

@@ -233,7 +233,24 @@ export function headSummary(head) {
         ` at step ${head.fork_step}`] : "",
       networkNote(head)),
     head.final_answer ? el("p", { class: "answer" }, `Answer: ${head.final_answer}`) : null,
-    head.error_code ? el("p", { class: "error" }, `${head.error_code}: ${head.error_message}`) : null);
+    head.error_code ? el("p", { class: "error" }, `${head.error_code}: ${head.error_message}`) : null,
+    finalTests(head.result && head.result.tests));
+}
+
+// a repair's final test run, as `tickwork show` says it (render._tests): its command, how it
+// ended, and why it said nothing of a change to compiled code (`stale_build`)
+function finalTests(tests) {
+  if (!tests || typeof tests !== "object") return null;
+  let ended = ` exit ${tests.exit_code}, ${tests.passed === true ? "passed" : "failed"}`;
+  if (tests.not_run) ended = ` did not run: ${tests.not_run}`;
+  else if (tests.timed_out) ended = " timed out";
+  else if (tests.failed) ended = ` failed: ${tests.failed}`;
+  else if (tests.cut_short) ended = ` exit ${tests.exit_code}, failed: ${tests.cut_short}`;
+  return el("div", { id: "final-tests" },
+    el("p", { class: "meta" }, "Final tests: ",
+      el("code", {}, tests.command || ""), ended),
+    typeof tests.stale_build === "string" && tests.stale_build
+      ? el("p", { class: "warn", id: "stale-build" }, tests.stale_build) : null);
 }
 
 // a unified diff, a line each, coloured by what the line does
