@@ -13,14 +13,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import update
 from tickwork.fsm.forks import ForkPatch
 from tickwork.fsm.values import Status
+from tickwork.store.dead_letters import Closing
 from tickwork.store.migrate import upgrade
 from tickwork.store.retention import Policy, archive_pass
+from tickwork.store.schema import sessions
 from tickwork.worker.config.settings import Settings
 from tickwork.worker.tick.runtime import build_store
 
 from tests.api.conftest import Stack
+from tests.api.test_dead_letters import BROKEN
 from tests.api.test_page import browser, log_in, page  # noqa: F401 (fixtures)
 from tests.api.test_page_actions import looked_at
 from tickwork.testing.store_ticks import Clock, new_session, reply, think
@@ -181,3 +185,44 @@ def test_an_archived_sessions_forks_live_or_archived_are_listed_and_each_opens(
     expect(page.locator("#view-error")).to_have_count(0)
     page.click(f'#letter-archived a[href="#/sessions/{old}"]')
     expect(page.locator("#status")).to_have_attribute("data-status", "archived")
+
+
+def test_a_dead_letter_listed_before_its_session_was_archived_still_opens(
+    page: Any,  # noqa: F811
+    stack: Stack,
+) -> None:
+    """The list linked each dead letter by its number, `#/dead-letters/7`; once retention
+    archived its session (with the letter), that address answered only "no dead letter has
+    id or session id '7'". The list links it by its session's id, which says where it went
+    and links the session's page; an address by its number says where to look."""
+    from playwright.sync_api import expect
+
+    session_id = stack.submit(BROKEN, prefix="dead")
+    assert stack.wait(session_id)["status"] == "failed"
+    client, clock = stack.deployment.client, Clock()
+    store = client.store
+    letter = store.close_dead_letter(
+        session_id, state=Closing.DISMISSED, by="olga", reason="seen to", now=clock()
+    )
+    log_in(page, stack, "olga", "#/dead-letters")
+    link = page.locator(f'#dead-letters tr[data-id="{letter.id}"] td.key a')
+    expect(link).to_have_text(f"#{letter.id}")
+
+    # failed and dismissed long ago (by this clock): the pass archives it, no other test's
+    with store.engine.begin() as conn:
+        conn.execute(update(sessions).where(sessions.c.id == session_id).values(updated_at=clock()))
+    archive_pass(
+        store.engine, store.load, client.archive, Policy(failed_s=60), now=clock.advance(61)
+    )
+    assert store.retention.entry(session_id) is not None
+    link.click()
+    expect(page.locator("#letter-archived")).to_contain_text(f"Session {session_id} is archived")
+    expect(page.locator("#view-error")).to_have_count(0)
+    page.click(f'#letter-archived a[href="#/sessions/{session_id}"]')
+    expect(page.locator("#status")).to_have_attribute("data-status", "archived")
+
+    page.goto(f"{stack.url}/#/dead-letters/{letter.id}")
+    gone = page.locator("#letter-gone")
+    expect(gone).to_contain_text("retention archived its session with it")
+    expect(gone).to_contain_text("#/dead-letters/SESSION_ID")
+    expect(page.locator("#view-error")).to_have_count(0)

@@ -146,7 +146,9 @@ export async function deadLettersView(view) {
     letters.length ? dataTable({ id: "dead-letters" },
       ["id", "session", "code", "message", "last tool", "when", "closed"],
       letters.map((d) => el("tr", { dataset: { id: d.id } },
-        el("td", { class: "key" }, el("a", { href: `#/dead-letters/${d.id}` }, `#${d.id}`)),
+        // by its session's id: a letter's number is not kept once retention archives its
+        // session with it, and the address by the session's id then says where it went
+        el("td", { class: "key" }, el("a", { href: `#/dead-letters/${enc(d.session_id)}` }, `#${d.id}`)),
         el("td", {}, sessionRef(d.session_id)), el("td", {}, badge(d.code, "failed")),
         el("td", {}, d.message), el("td", {}, d.last_tool || "–"), el("td", { class: "when" }, ago(d.at)),
         el("td", { class: "closed" }, d.resolved_at ? closedState(d) : "no"))))
@@ -195,6 +197,7 @@ export async function deadLetterView(view, key) {
     letter = await api(`/dead-letters/${enc(key)}`);
   } catch (e) {
     if (e.status === 404 && await archivedSession(key)) return archivedLetter(view, key);
+    if (e.status === 404 && /^\d+$/.test(key)) return goneLetter(view, key, e.message);
     throw e;
   }
   const forks = letter.forks.map((f) => el("a", { href: `#/sessions/${enc(f.id)}` }, f.id));
@@ -243,4 +246,16 @@ function archivedLetter(view, id) {
       "forked, resolved or dismissed), and the dead letters listed here are the live ones. ",
       el("a", { href: `#/sessions/${enc(id)}` }, "Its page"),
       " serves its patch and its forks, and forks it again."));
+}
+
+// a number no live dead letter has: none had it, or retention archived its session with it
+// (the archive keeps a dead letter by its session's id, not by its number)
+function goneLetter(view, key, message) {
+  view.draw(el("h2", { id: "dead-letter" }, `Dead letter #${key}`),
+    el("p", { class: "error" }, message),
+    el("p", { class: "summary", id: "letter-gone" },
+      `If dead letter #${key} was there before, retention archived its session with it once ` +
+      "it was forked, resolved or dismissed; the archive keeps it by the session's id, not " +
+      "by its number: open #/dead-letters/SESSION_ID or the session's page, #/sessions/SESSION_ID. ",
+      el("a", { href: "#/dead-letters" }, "The dead letters")));
 }
