@@ -13,7 +13,7 @@ import pytest
 from tickwork.fsm.values import Status
 
 from tests.api.conftest import TEST_KIND, Stack
-from tests.api.test_page import browser, log_in, page  # noqa: F401 (fixtures)
+from tests.api.test_page import REFRESH_MS, browser, log_in, page  # noqa: F401 (fixtures)
 from tests.api.test_page_actions import looked_at
 from tests.api.test_page_forms import DIES_AFTER_A_STEP as DIES
 from tests.api.test_sessions import ECHO
@@ -294,3 +294,30 @@ def test_a_repair_whose_tests_ran_old_compiled_code_says_so_as_show_does(
     page.reload()
     expect(page.locator("#status")).to_have_attribute("data-status", "completed")
     expect(page.locator("#final-tests")).to_have_count(0)  # a session of another kind has none
+
+
+def test_a_call_approved_in_the_queue_stays_shown_as_decided_after_the_queue_reloads(
+    page: Any,  # noqa: F811
+    stack: Stack,
+) -> None:
+    """Approved in the queue, a card said "Approved ... Follow the session"; the queue's
+    next reload (within 5 s) no longer listed the session and took the card away, before
+    the approver had read the outcome. A session decided here stays where it was, as
+    decided, until the view is left; so does a card someone else decided first."""
+    from playwright.sync_api import expect
+
+    session_id = stack.waiting(prefix="kept")
+    page.clock.install()  # the queue's refresh timer, run on demand below
+    log_in(page, stack, "alice")
+    section = page.locator(f'section.waiting[data-session="{session_id}"]')
+    section.locator('article[data-call="s1c0"] button.approve').click()
+    expect(section).to_contain_text("Approved s1c0 (danger) as alice")
+    stack.wait(session_id, Status.COMPLETED)
+    with page.expect_response("**/api/v1/approvals") as reloaded:
+        page.clock.run_for(REFRESH_MS + 1000)
+    assert session_id not in reloaded.value.text()
+    expect(section.locator("p.decided")).to_contain_text("Approved s1c0 (danger) as alice")
+    section.locator("a.follow").click()
+    expect(page.locator("#status")).to_have_attribute("data-status", "completed")
+    page.click('nav a[data-nav="approvals"]')
+    expect(page.locator(f'section.waiting[data-session="{session_id}"]')).to_have_count(0)

@@ -39,6 +39,7 @@ export function callCard(sessionId, call, onDecided) {
       error.textContent = e.message;
       if (e.body && e.body.decided_by) {
         card.classList.remove("open");
+        card.classList.add("done");
         for (const box of [actions, editForm, rejectForm, outputForm]) box.remove();
         error.before(decisionLine({ kind: e.body.decision, approver: e.body.decided_by,
                                     at: e.body.decided_at }));
@@ -126,6 +127,18 @@ export function waitingCard(waiting, onDecided) {
     waiting.calls.map((call) => callCard(head.id, call, onDecided)));
 }
 
+// `fresh` with the sessions whose cards were decided here, where they were, once they wait
+// no more: the reload that no longer lists a session would take its decision's outcome
+// away before it is read (they go when the view is left)
+export function keepDecided(into, fresh) {
+  const waiting = new Set(fresh.map((node) => node.dataset && node.dataset.session));
+  const kept = [...into.children].map((node, i) => [node, i])
+    .filter(([node]) => node.querySelector("article.call.done") && !waiting.has(node.dataset.session));
+  const placed = [...fresh];
+  for (const [node, i] of kept) placed.splice(Math.min(i, placed.length), 0, node);
+  return placed;
+}
+
 export async function approvalsView(view) {
   const list = el("div", { id: "approvals" });
   const count = el("span", { class: "count" });
@@ -138,9 +151,9 @@ export async function approvalsView(view) {
     if (unlessDeciding && deciding()) return; // typed while the reload was on its way
     count.textContent = `(${waiting.length})`;
     // a card that did not change stays the element it was: a click on it lands (core.js)
-    redraw(list, waiting.length
+    redraw(list, keepDecided(list, waiting.length
       ? waiting.map((w) => waitingCard(w))
-      : [el("p", { class: "muted", id: "none-waiting" }, "Nothing is waiting for a person.")]);
+      : [el("p", { class: "muted", id: "none-waiting" }, "Nothing is waiting for a person.")]));
   }
   await load();
   // refresh unless someone is in the middle of a decision: a form open or a comment typed
