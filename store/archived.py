@@ -131,12 +131,16 @@ def list_archived(
     limit: int = 50,
     offset: int = 0,
     tenant: str | None = None,
+    submitted_by: str | None = None,
 ) -> list[Entry]:
     """Archived sessions from the index alone (no batch is read), the latest archived
-    first (the order of the archived_at index); only `tenant`'s if given."""
+    first (the order of the archived_at index); only `tenant`'s if given, and only those
+    `submitted_by` submitted (none archived before the index kept its submitter)."""
     query = select(archived).where(archived.c.state == ARCHIVED)
     if tenant is not None:
         query = query.where(archived.c.tenant == tenant)
+    if submitted_by is not None:
+        query = query.where(archived.c.submitted_by == submitted_by)
     if status:
         query = query.where(archived.c.status.in_(list(status)))
     if kind:

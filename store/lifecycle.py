@@ -77,11 +77,18 @@ class Retention:
         limit: int = 50,
         offset: int = 0,
         tenant: str | None = None,
+        submitted_by: str | None = None,
     ) -> list[archived.Entry]:
         """Archived sessions, the latest archived first, from the index (`ls --archived`);
-        only `tenant`'s if given."""
+        only `tenant`'s if given, and `submitted_by`'s."""
         return archived.list_archived(
-            self.engine, status=status, kind=kind, limit=limit, offset=offset, tenant=tenant
+            self.engine,
+            status=status,
+            kind=kind,
+            limit=limit,
+            offset=offset,
+            tenant=tenant,
+            submitted_by=submitted_by,
         )
 
     def forks(self, parent_id: str) -> list[dict[str, Any]]:

@@ -345,15 +345,14 @@ def list_sessions(
             chosen: dict[str, Any] = dict(
                 status=[s.value for s in status or ()], kind=kind, limit=limit
             )
-            entries = ctx.store.retention.listing(
+            rows = ctx.reads.archived_sessions(
                 **chosen, tenant=options.local_tenant(tenant, many=True)
             )
-            if kind is not None and not entries:
+            if kind is not None and not rows:
                 options.check_kind(ctx, kind)
             if tenant is None and not json_output:
                 everyone = ctx.store.retention.listing(**chosen, tenant=None)
                 options.note_other_tenants("archived sessions", everyone, limit)
-        rows = [views.archived_entry(e) for e in entries]
         render.listing(
             rows, render.archived_table, json_output=json_output, none="no archived sessions match"
         )

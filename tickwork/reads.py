@@ -65,6 +65,12 @@ class Reads(Deployment):
         parent_id, tenant, id_prefix (the start of their ids); paged by limit, offset."""
         return self.store.list_sessions(**filters)
 
+    def archived_sessions(self, **filters: Any) -> list[dict[str, Any]]:
+        """The sessions retention archived, the latest archived first, from the archive's
+        index (no archive is read: `tickwork ls --archived`), filtered by status, kind,
+        tenant, submitted_by; paged by limit, offset. Each is `views.archived_entry`."""
+        return [views.archived_entry(e) for e in self.store.retention.listing(**filters)]
+
     def wait(self, session_id: str, *, timeout: float = 60.0, poll: float = 0.05) -> Head:
         """The session once it is suspended or finished; TimeoutError after `timeout`."""
         deadline = time.monotonic() + timeout

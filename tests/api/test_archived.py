@@ -23,8 +23,10 @@ from tickwork.store.schema import archived
 from tickwork.worker.config.settings import Settings
 
 from tests.api.conftest import TOKEN, TOKENS, Server
+from tickwork import views
 from tickwork.api import ApiSettings, make_api
 from tickwork.client import Tickwork
+from tickwork.remote import Client
 from tickwork.testing.store_ticks import Clock, new_session, reply, think
 
 #: an own-only operator's token: it sees the sessions it submitted and the forks it made
@@ -344,4 +346,62 @@ def test_a_fork_archived_between_the_two_reads_of_a_listing_is_listed_once_as_ar
         ("fork-3", True),
         ("fork-4", True),
     ]
+
+
+def test_the_session_listing_lists_the_archived_ones_as_ls_archived_does(
+    tmp_path: Path,
+) -> None:
+    """`GET /sessions` listed live sessions only, with no way to ask for the archived ones
+    (`tickwork ls --archived` lists them where the database is). `archived=true` lists
+    them from the archive's index, the latest archived first, with the filters the index
+    answers; an own-only token its own; a filter the index cannot answer is refused."""
+    settings, client = deployed(tmp_path)
+    store, clock = client.store, Clock()
+    for session_id, by in (("old-sam", "sam"), ("old-owen", "owen"), ("live-owen", "owen")):
+        made = new_session(session_id, now=clock())
+        head = made.head.model_copy(update={"submitted_by": by})
+        store.create(made.model_copy(update={"head": head}), now=clock())
+        if session_id.startswith("old"):
+            assert think(store, session_id, reply(content="done"), now=clock()).status.terminal
+            clock.advance(1)
+    report = archive_pass(
+        store.engine, store.load, client.archive, Policy(completed_s=60), now=clock.advance(61)
+    )
+    assert report.archived == 2
+    shutil.rmtree(settings.state_dir / "archive")  # the index alone answers
+    tokens = {**TOKENS, OWEN: {"name": "owen", "roles": ["operator"], "own_only": True}}
+    app = make_api(settings, ApiSettings(api_tokens=tokens), client=client)  # type: ignore[arg-type]
+    with Server(app) as server, httpx.Client(base_url=server.url) as http:
+
+        def listed(token: str, **query: object) -> httpx.Response:
+            headers = {"Authorization": f"Bearer {token}"}
+            return http.get("/api/v1/sessions", params=query, headers=headers)
+
+        answer = listed(TOKEN["olga"], archived="true")
+        assert answer.status_code == 200, answer.text
+        rows = answer.json()
+        assert [r["id"] for r in rows] == ["old-owen", "old-sam"]
+        assert rows[0]["status"] == "completed" and rows[0]["archived_at"]
+        assert rows[0] == {**rows[0], "tenant": "default", "parent_id": None}
+        assert "location" not in rows[0]  # where the archive keeps it: the server's to know
+        cli = [views.archived_entry(e) for e in store.retention.listing()]
+        assert [r["id"] for r in cli] == [r["id"] for r in rows]  # `ls --archived --json`'s
+        assert set(rows[0]) == set(cli[0]) - {"location"}
+        assert [r["id"] for r in listed(TOKEN["olga"]).json()] == ["live-owen"]
+        assert listed(TOKEN["olga"], archived="true", status="failed").json() == []
+        assert [r["id"] for r in listed(OWEN, archived="true").json()] == ["old-owen"]
+        mine = listed(TOKEN["olga"], archived="true", submitted_by="sam").json()
+        assert [r["id"] for r in mine] == ["old-sam"]
+        paged = listed(TOKEN["olga"], archived="true", limit=1, offset=1).json()
+        assert [r["id"] for r in paged] == ["old-sam"]
+        refused = listed(TOKEN["olga"], archived="true", outcome="repaired")
+        assert (refused.status_code, refused.json()["code"]) == (422, "invalid_input")
+        assert "`outcome` does not go with `archived`" in refused.json()["message"]
+        unknown = listed(TOKEN["olga"], archived="true", kind="nosuchkind")
+        assert (unknown.status_code, unknown.json()["code"]) == (422, "unknown_kind")
+        with Client(server.url, token=TOKEN["olga"]) as remote:  # the Python client's
+            found = remote.archived_sessions(status="completed", limit=1)
+            assert [(a.id, a.status, a.parent_id) for a in found] == [
+                ("old-owen", "completed", None)
+            ]
     client.close()

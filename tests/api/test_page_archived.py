@@ -175,11 +175,7 @@ def test_an_archived_sessions_forks_live_or_archived_are_listed_and_each_opens(
     expect(page.locator("#archived")).to_contain_text(f"Session {gone} is archived")
     expect(page.locator("#view-error")).to_have_count(0)
 
-    # the list says archived sessions are not in it, and a dead letter's address of one
-    # says where it went
-    page.goto(f"{stack.url}/#/sessions")
-    expect(page.locator("#archived-note")).to_contain_text("Archived sessions")
-    expect(page.locator(f'#sessions tr[data-session="{old}"]')).to_have_count(0)
+    # a dead letter's address of one says where it went
     page.goto(f"{stack.url}/#/dead-letters/{old}")
     expect(page.locator("#letter-archived")).to_contain_text(f"Session {old} is archived")
     expect(page.locator("#view-error")).to_have_count(0)
@@ -226,3 +222,42 @@ def test_a_dead_letter_listed_before_its_session_was_archived_still_opens(
     expect(gone).to_contain_text("retention archived its session with it")
     expect(gone).to_contain_text("#/dead-letters/SESSION_ID")
     expect(page.locator("#view-error")).to_have_count(0)
+
+
+def test_the_sessions_list_lists_the_archived_ones_when_asked(
+    page: Any,  # noqa: F811
+    stack: Stack,
+    tmp_path: Path,
+) -> None:
+    """The list held live sessions only and the API had no way to list the archived ones:
+    the page could only say to open one by its whole id. **archived** lists them from the
+    archive's index (`GET /sessions?archived=true`), with the filters it answers, each
+    opening on its page; the address keeps it."""
+    from playwright.sync_api import expect
+
+    old, gone = an_archived_session(stack, tmp_path, forks=1)
+    log_in(page, stack, "olga", "#/sessions")
+    expect(page.locator("#archived-note")).to_contain_text("listed with archived ticked")
+    expect(page.locator(f'#sessions tr[data-session="{old}"]')).to_have_count(0)
+    page.check("#archived-filter")
+    expect(page).to_have_url(f"{stack.url}/#/sessions?archived=1")
+    rows = page.locator("#archived-sessions")
+    expect(rows.locator(f'tr[data-session="{old}"]')).to_contain_text("completed")
+    fork = rows.locator(f'tr[data-session="{gone}"]')
+    expect(fork.locator(f'a[href="#/sessions/{old}"]')).to_have_count(1)  # forked from it
+    expect(page.locator("#outcome-filter")).to_be_hidden()  # the index keeps no outcome
+    expect(page.locator("#parent-filter")).to_be_hidden()
+    looked_at(page, "archived-sessions", tmp_path)
+
+    page.select_option("#status-filter", "failed")
+    expect(page).to_have_url(f"{stack.url}/#/sessions?status=failed&archived=1")
+    expect(rows.locator(f'tr[data-session="{old}"]')).to_have_count(0)
+    page.select_option("#status-filter", "completed")
+    rows.locator(f'tr[data-session="{old}"] td a').first.click()
+    expect(page.locator("#status")).to_have_attribute("data-status", "archived")
+    expect(page.locator("#archived")).to_contain_text(f"Session {old} is archived")
+    page.go_back()
+    page.uncheck("#archived-filter")
+    expect(page).to_have_url(f"{stack.url}/#/sessions?status=completed")
+    expect(page.locator("#archived-note")).to_contain_text("listed with archived ticked")
+    expect(page.locator("#outcome-filter")).to_be_visible()

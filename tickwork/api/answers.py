@@ -24,6 +24,21 @@ class Listed(Head):
     )
 
 
+class ListedArchived(BaseModel):
+    """A session retention archived, as `GET /sessions?archived=true` lists it (its row of
+    the archive's index: `tickwork ls --archived`)."""
+
+    id: str = Field(description="The session id; its page serves its patch and its forks.")
+    status: str = Field(description="Its status when it was archived.")
+    kind: str = Field(description="Its job kind.")
+    tenant: str = Field(description="Its tenant.")
+    parent_id: str | None = Field(description="The session it was forked (or spawned) from.")
+    fork_step: int | None = Field(description="The parent's step it was forked from.")
+    created_at: datetime = Field(description="When it was submitted.")
+    finished_at: datetime = Field(description="When it finished.")
+    archived_at: datetime | None = Field(description="When retention archived it.")
+
+
 class ForkedFrom(BaseModel):
     """What a fork was made from, and the patch it applied (its `forked` event)."""
 

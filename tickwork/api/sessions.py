@@ -22,7 +22,7 @@ from tickwork.parsing import ID_PREFIX_PATTERN, MAX_SESSION_ID, MIN_ID_PREFIX
 from tickwork.writes import SESSION_ID
 
 from . import bodies, previews, retries
-from .answers import EventPage, Identity, Listed, SessionView
+from .answers import EventPage, Identity, Listed, ListedArchived, SessionView
 from .auth import Approver, Caller, Canceller, Operator, Reader, Submitter
 from .errors import ApiError, documented
 from .limits import MAX_INT
@@ -36,6 +36,9 @@ CHANGES = documented(404, 409, 413)
 #: a fork is a new session of the tenant: over one of its quotas, 429 as a submit
 FORKS = documented(404, 409, 413, 429)
 FOUND = documented(404)
+#: the listing's filters the archive's index cannot answer (it keeps no error code, outcome
+#: nor a lookup by the start of an id; a session's forks, archived too: /sessions/{id}/forks)
+NOT_ARCHIVED = ("error_code", "outcome", "parent_id", "id_prefix")
 
 SessionId = Annotated[str, Path(description="The session id.", max_length=64)]
 CallId = Annotated[str, Path(description="The call id, e.g. s3c0.", max_length=64)]
@@ -150,7 +153,7 @@ def created(response: Response, head: Head) -> Head:
 
 @router.get(
     "/sessions",
-    response_model=list[Listed],
+    response_model=list[Listed] | list[ListedArchived],
     tags=["sessions"],
     summary="List sessions, newest first",
 )
@@ -201,9 +204,19 @@ def list_sessions(
             "one it names; more say it is ambiguous.",
         ),
     ] = None,
+    archived: Annotated[
+        bool,
+        Query(
+            description="true: the sessions retention archived instead, the latest archived "
+            "first, from the archive's index (no archive is read), as `tickwork ls "
+            "--archived` lists them: their rows of the index, not heads. Filtered by "
+            "`status`, `kind`, `submitted_by` and `tenant` only: 422 `invalid_input` for "
+            f"{', '.join(f'`{f}`' for f in NOT_ARCHIVED)}.",
+        ),
+    ] = False,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     offset: Annotated[int, Query(ge=0, le=MAX_INT)] = 0,
-) -> list[Listed]:
+) -> list[Listed] | list[ListedArchived]:
     if id_prefix is not None:
         id_prefix = parsing.id_prefix(id_prefix)
     check_named_tenant(who, tenant, "sessions")
@@ -212,6 +225,15 @@ def list_sessions(
         return []
     if who.admin and tenant:
         scope["tenant"] = tenant
+    if archived:
+        given = dict(error_code=error_code, outcome=outcome, parent_id=parent_id)
+        refuse_with_archived({**given, "id_prefix": id_prefix})
+        entries = client.archived_sessions(
+            status=[s.value for s in status or ()], kind=kind, limit=limit, offset=offset, **scope
+        )
+        if kind and not entries and offset == 0:
+            _known_kind(client, kind, scope.get("tenant"), scope["submitted_by"])
+        return [ListedArchived.model_validate(e) for e in entries]
     heads = client.sessions(
         status=[s.value for s in status or ()],
         kind=kind,
@@ -227,6 +249,21 @@ def list_sessions(
         own = scope["submitted_by"] if who.own_only and not who.admin else None
         _known_kind(client, kind, scope.get("tenant"), own)
     return [Listed.model_construct(**dict(h), outcome=outcome_of(h.result)) for h in heads]
+
+
+def refuse_with_archived(given: dict[str, object]) -> None:
+    """422 `invalid_input` naming a filter given with `archived` that the index cannot
+    answer, and what to do instead."""
+    named = [name for name in NOT_ARCHIVED if given.get(name) is not None]
+    if named:
+        raise ApiError(
+            422,
+            "invalid_input",
+            f"`{named[0]}` does not go with `archived` (the archive's index keeps only a "
+            "session's status, kind, tenant and submitter): filter by those, or by "
+            "`status=failed` for the failed ones, then open a session by its id; a session's "
+            "forks, archived or not, are at /api/v1/sessions/{id}/forks",
+        )
 
 
 def _known_kind(client: Tickwork, kind: str, tenant: str | None, own: str | None) -> None:

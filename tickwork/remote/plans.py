@@ -19,7 +19,7 @@ import httpx
 from pydantic import BaseModel
 
 from tickwork.api import bodies
-from tickwork.api.answers import Listed
+from tickwork.api.answers import Listed, ListedArchived
 from tickwork.api.bodies import Closing
 from tickwork.api.inputs import RepairInput
 from tickwork.fsm.errors import InvalidInput
@@ -205,6 +205,26 @@ def sessions(
     params.update({k: v for k, v in given.items() if v})
     found = yield Call("GET", _path("sessions"), _json, params=params)
     return [model(Listed, h) for h in found]
+
+
+def archived_sessions(
+    *,
+    status: Iterable[Status | str] | str = (),
+    kind: str | None = None,
+    submitted_by: str | None = None,
+    tenant: str | None = None,
+    limit: int = 50,
+    offset: int = 0,
+) -> Plan[list[ListedArchived]]:
+    """The sessions retention archived, the latest archived first, from the archive's index
+    (`tickwork ls --archived`; `GET /sessions?archived=true`): their ids open with `patch`,
+    `forks` and `fork`. `tenant` as for `sessions`."""
+    params: dict[str, Any] = {"archived": "true", "limit": limit, "offset": offset}
+    params["status"] = [s.value for s in statuses(status, what="status")]
+    given = {"kind": kind, "submitted_by": submitted_by, "tenant": tenant}
+    params.update({k: v for k, v in given.items() if v})
+    found = yield Call("GET", _path("sessions"), _json, params=params)
+    return [model(ListedArchived, a) for a in found]
 
 
 def events(session_id: str, *, after: int = 0, limit: int = 1000) -> Plan[EventPage]:

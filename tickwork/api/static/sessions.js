@@ -13,19 +13,25 @@ import {
 const STATUSES = ["queued", "ready", "executing", "waiting_approval", "waiting_children", "completed", "failed", "cancelled"];
 // the list's filters: each a query parameter of GET /sessions, kept in the page's address
 const FILTERS = ["status", "outcome", "submitted_by", "kind", "parent_id"];
+// those the archive's index answers (GET /sessions?archived=true refuses the others)
+const ARCHIVED_FILTERS = ["status", "submitted_by", "kind"];
 const FINISHED = ["completed", "failed", "cancelled"];
 
 export async function sessionsView(view) {
   const params = new URLSearchParams(location.hash.split("?")[1] || "");
   const chosen = Object.fromEntries(FILTERS.map((key) => [key, params.get(key) || ""]));
+  const archived = params.get("archived") === "1";
   // one page of the list, newest first: `limit` and `offset` are kept in the address too
   const { limit, offset } = paged(params, 500);
   const go = () => {
     const query = new URLSearchParams();
     if (params.get("limit")) query.set("limit", String(limit));
+    const asked = fields.archived.checked;
     for (const [key, field] of Object.entries(fields)) {
+      if (key === "archived" || (asked && !ARCHIVED_FILTERS.includes(key))) continue;
       if (field.value.trim()) query.set(key, field.value.trim());
     }
+    if (asked) query.set("archived", "1");
     location.hash = query.toString() ? `#/sessions?${query}` : "#/sessions";
   };
   const fields = {
@@ -41,12 +47,17 @@ export async function sessionsView(view) {
       placeholder: "kind (repair, …)", "aria-label": "kind" }),
     parent_id: el("input", { type: "search", id: "parent-filter", name: "parent_id",
       value: chosen.parent_id, placeholder: "forks of (a session id)", "aria-label": "forks of" }),
+    archived: el("input", { type: "checkbox", id: "archived-filter", name: "archived",
+      checked: archived, onchange: go }),
   };
+  // the archive's index keeps no outcome and no lookup of forks: those filters are not offered
+  for (const key of FILTERS) fields[key].hidden = archived && !ARCHIVED_FILTERS.includes(key);
   const error = el("p", { class: "error", id: "filter-error", role: "alert" });
   const filters = el("form", { id: "session-filters", class: "filters", onsubmit: (event) => {
     event.preventDefault();
     go();
-  } }, Object.values(fields),
+  } }, Object.entries(fields).filter(([key]) => key !== "archived").map(([, field]) => field),
+  el("label", { class: "check" }, fields.archived, " archived"),
   el("button", { type: "submit", class: "primary" }, "Filter"),
   el("button", { type: "button", id: "mine", onclick: () => {
     fields.submitted_by.value = state.me.name;
@@ -54,20 +65,28 @@ export async function sessionsView(view) {
   } }, "Mine"),
   el("button", { type: "button", id: "clear-filters", onclick: () => { location.hash = "#/sessions"; } }, "Clear"));
   const list = el("div", { id: "session-list" });
-  // the API lists live sessions only (docs/API.md): say where the archived ones are
-  const archived = el("p", { class: "meta", id: "archived-note" },
-    "Archived sessions (retention moved them out of the live tables) are not listed: open one " +
-    "by its whole id, #/sessions/ID, for its patch, its forks and a fork of it; ",
-    el("code", {}, "tickwork ls --archived"), " lists them where the database is.");
-  view.draw(el("h2", {}, "Sessions"), filters, error, list, archived);
+  const note = el("p", { class: "meta", id: "archived-note" }, archived
+    ? "Sessions retention archived (moved out of the live tables), the latest archived first, " +
+      "from the archive's index, as tickwork ls --archived lists them: each opens on its page, " +
+      "which serves its patch, its forks and a fork of it."
+    : "Archived sessions (retention moved them out of the live tables) are listed with " +
+      "archived ticked.");
+  view.draw(el("h2", {}, archived ? "Archived sessions" : "Sessions"), filters, error, list, note);
 
   const query = new URLSearchParams({ limit: String(limit), offset: String(offset) });
-  for (const key of FILTERS) if (chosen[key]) query.set(key, chosen[key]);
+  for (const key of archived ? ARCHIVED_FILTERS : FILTERS) if (chosen[key]) query.set(key, chosen[key]);
+  if (archived) query.set("archived", "true");
   let heads;
   try {
     heads = await api(`/sessions?${query}`);
   } catch (e) {
     error.textContent = e.message;  // the filters stay as given, to be put right
+    return;
+  }
+  if (archived) {
+    list.replaceChildren(heads.length ? archivedTable(heads)
+      : el("p", { class: "muted", id: "no-sessions" }, "No archived sessions match."),
+    pager("#/sessions", params, { limit, offset, shown: heads.length }));
     return;
   }
   list.replaceChildren(heads.length ? dataTable({ id: "sessions" },
@@ -80,6 +99,17 @@ export async function sessionsView(view) {
       el("td", {}, h.step), el("td", { class: "cost" }, usd(h.cost_usd)), el("td", { class: "when" }, ago(h.updated_at)))))
     : el("p", { class: "muted", id: "no-sessions" }, "No sessions match."),
   pager("#/sessions", params, { limit, offset, shown: heads.length }));
+}
+
+// the archive index's rows (GET /sessions?archived=true): each opens on its page
+function archivedTable(rows) {
+  const ref = (id) => (id ? sessionRef(id, `#/sessions/${enc(id)}`) : "–");
+  return dataTable({ id: "archived-sessions" },
+    ["id", "status", "kind", "forked from", "finished", "archived"],
+    rows.map((a) => el("tr", { dataset: { session: a.id } },
+      el("td", {}, ref(a.id)), el("td", {}, badge(a.status)), el("td", {}, a.kind),
+      el("td", {}, ref(a.parent_id)), el("td", { class: "when" }, ago(a.finished_at)),
+      el("td", { class: "when" }, ago(a.archived_at)))));
 }
 
 function eventSummary(event) {
