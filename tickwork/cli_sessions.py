@@ -292,6 +292,32 @@ def _some(listed: Any, what: str) -> str:
     return f"{listed['count']} of its {what} ({first}{more})"
 
 
+def _archived_rows(
+    status: list[Status], kind: str | None, limit: int, tenant: str | None, *, json_output: bool
+) -> list[dict[str, Any]]:
+    """`ls --archived`'s rows, from the archive's index: the server's (GET
+    /sessions?archived=true) with --server, else the database's."""
+    remote = cli_remote.client()
+    if remote is not None:
+        with remote:
+            found = remote.archived_sessions(
+                status=status,
+                kind=kind,
+                tenant=options.remote_tenant(tenant, many=True),
+                limit=limit,
+            )
+        return [a.model_dump(mode="json") for a in found]
+    with Context() as ctx:
+        chosen: dict[str, Any] = dict(status=[s.value for s in status], kind=kind, limit=limit)
+        rows = ctx.reads.archived_sessions(**chosen, tenant=options.local_tenant(tenant, many=True))
+        if kind is not None and not rows:
+            options.check_kind(ctx, kind)
+        if tenant is None and not json_output:
+            everyone = ctx.store.retention.listing(**chosen, tenant=None)
+            options.note_other_tenants("archived sessions", everyone, limit)
+    return rows
+
+
 def list_sessions(
     status: Annotated[
         list[Status] | None,
@@ -318,7 +344,7 @@ def list_sessions(
         typer.Option(
             "--archived",
             help="List the sessions retention archived instead, the latest archived first "
-            "(from the archive's index: no archive is read).",
+            "(from the archive's index: no archive is read; with --server, the server's).",
         ),
     ] = False,
     tenant: options.Tenant = None,
@@ -335,24 +361,12 @@ def list_sessions(
 ) -> None:
     """List sessions, newest first."""
     if archived:
-        cli_remote.local_only("`tickwork ls --archived`", " (the archive's index is read here)")
         if error_code is not None:
             raise InvalidInput(
                 "--error-code does not go with --archived (the archive's index has no error "
                 "codes); filter by --status failed, then `tickwork show ID`"
             )
-        with Context() as ctx:
-            chosen: dict[str, Any] = dict(
-                status=[s.value for s in status or ()], kind=kind, limit=limit
-            )
-            rows = ctx.reads.archived_sessions(
-                **chosen, tenant=options.local_tenant(tenant, many=True)
-            )
-            if kind is not None and not rows:
-                options.check_kind(ctx, kind)
-            if tenant is None and not json_output:
-                everyone = ctx.store.retention.listing(**chosen, tenant=None)
-                options.note_other_tenants("archived sessions", everyone, limit)
+        rows = _archived_rows(status or [], kind, limit, tenant, json_output=json_output)
         render.listing(
             rows, render.archived_table, json_output=json_output, none="no archived sessions match"
         )

@@ -606,7 +606,6 @@ def test_with_a_server_other_commands_refuse_and_names_come_from_the_token(
         (("worker",), "`tickwork worker` is not served"),
         (("db", "current"), "`tickwork db current` is not served"),
         (("env", "ls"), "`tickwork env ls` is not served"),
-        (("ls", "--archived"), "`tickwork ls --archived` is not served"),
         (("dlq", "stats", "--recount"), "--recount` is not served"),
         (("patch", "x", "--bundle", "/tmp/x.bundle"), "--bundle` is not served"),
         (("submit", TEST_KIND, "--as", "mallory"), "--as does not go with --server"),
@@ -911,3 +910,28 @@ def test_the_remote_cli_exits_with_the_code_docs_remote_md_gives(
         if line.startswith("| ")
     }
     assert row in rows[str(code)], (said, rows)
+
+
+def test_ls_archived_lists_the_archived_sessions_with_a_server_as_locally(
+    remote: Remote, cli: ModeCli
+) -> None:
+    """`ls --archived` was refused with a server (the API listed no archived session); it
+    lists them from the server's `GET /sessions?archived=true`, as locally."""
+    from tickwork.store.retention import Policy, archive_pass
+
+    from tickwork.testing.store_ticks import Clock, new_session, reply, think
+
+    client, clock = remote.deployment.client, Clock()
+    store = client.store
+    session_id = f"archived-{cli.mode}-{uuid.uuid4().hex[:8]}"
+    store.create(new_session(session_id, now=clock()), now=clock())
+    assert think(store, session_id, reply(content="done"), now=clock()).status.terminal
+    # completed long ago (by this clock): the pass archives it, and no other test's session
+    archive_pass(
+        store.engine, store.load, client.archive, Policy(completed_s=60), now=clock.advance(61)
+    )
+    listed = cli.inline("ls", "--archived", "--status", "completed", "--json").json()
+    [row] = [r for r in listed if r["id"] == session_id]
+    assert (row["status"], row["kind"], row["parent_id"]) == ("completed", "repair", None)
+    assert session_id in cli.inline("ls", "--archived", "--limit", "500").stdout
+    cli.inline("ls", "--archived", "--error-code", "LOOP", ok=False).error(2, "--archived")
