@@ -321,3 +321,21 @@ def test_a_call_approved_in_the_queue_stays_shown_as_decided_after_the_queue_rel
     expect(page.locator("#status")).to_have_attribute("data-status", "completed")
     page.click('nav a[data-nav="approvals"]')
     expect(page.locator(f'section.waiting[data-session="{session_id}"]')).to_have_count(0)
+
+
+def test_a_call_approved_in_the_session_view_stays_shown_as_decided(
+    page: Any,  # noqa: F811
+    stack: Stack,
+) -> None:
+    """The session view's card of a waiting call went as soon as the session moved on,
+    its "Approved ..." with it; it stays, as decided, as in the approvals queue."""
+    from playwright.sync_api import expect
+
+    session_id = stack.waiting(prefix="kept-here")
+    log_in(page, stack, "alice", f"#/sessions/{session_id}")
+    card = page.locator('#waiting article[data-call="s1c0"]')
+    card.locator("button.approve").click()
+    expect(page.locator("#status")).to_have_attribute("data-status", "completed")
+    expect(page.locator("#live")).to_have_text("finished: completed")
+    expect(card.locator("p.decided")).to_contain_text("Approved s1c0 (danger) as alice")
+    expect(page.locator("#waiting h3")).to_have_text("Decided here")

@@ -289,7 +289,9 @@ export async function sessionView(view, id) {
         waiting.replaceChildren(el("h3", {}, "Waiting for you"),
           ...w.calls.map((call) => callCard(id, call, () => refresh())));
       } else {
-        waiting.replaceChildren();
+        // a call decided here stays shown, as decided, as in the approvals queue
+        const decided = [...waiting.querySelectorAll("article.call.done")];
+        waiting.replaceChildren(...(decided.length ? [el("h3", {}, "Decided here"), ...decided] : []));
       }
     }
     redraw(perStep, [stepsTable(view)].flat());
