@@ -366,6 +366,11 @@ def list_sessions(
                 "--error-code does not go with --archived (the archive's index has no error "
                 "codes); filter by --status failed, then `tickwork show ID`"
             )
+        if outcome is not None:
+            raise InvalidInput(
+                "--outcome does not go with --archived (the archive's index has no outcomes); "
+                "filter by --status completed, then `tickwork show ID`"
+            )
         rows = _archived_rows(status or [], kind, limit, tenant, json_output=json_output)
         render.listing(
             rows, render.archived_table, json_output=json_output, none="no archived sessions match"

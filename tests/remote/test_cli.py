@@ -935,3 +935,6 @@ def test_ls_archived_lists_the_archived_sessions_with_a_server_as_locally(
     assert (row["status"], row["kind"], row["parent_id"]) == ("completed", "repair", None)
     assert session_id in cli.inline("ls", "--archived", "--limit", "500").stdout
     cli.inline("ls", "--archived", "--error-code", "LOOP", ok=False).error(2, "--archived")
+    # was ignored: every archived session listed as one of that outcome (the API refuses it)
+    refused = cli.inline("ls", "--archived", "--outcome", "repaired", ok=False)
+    refused.error(2, "--outcome does not go with --archived", "--status completed")
