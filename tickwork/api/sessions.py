@@ -226,8 +226,10 @@ def list_sessions(
     if who.admin and tenant:
         scope["tenant"] = tenant
     if archived:
-        given = dict(error_code=error_code, outcome=outcome, parent_id=parent_id)
-        refuse_with_archived({**given, "id_prefix": id_prefix})
+        given = dict(
+            error_code=error_code, outcome=outcome, parent_id=parent_id, id_prefix=id_prefix
+        )
+        _refuse_with_archived(given)
         entries = client.archived_sessions(
             status=[s.value for s in status or ()], kind=kind, limit=limit, offset=offset, **scope
         )
@@ -251,7 +253,7 @@ def list_sessions(
     return [Listed.model_construct(**dict(h), outcome=outcome_of(h.result)) for h in heads]
 
 
-def refuse_with_archived(given: dict[str, object]) -> None:
+def _refuse_with_archived(given: dict[str, object]) -> None:
     """422 `invalid_input` naming a filter given with `archived` that the index cannot
     answer, and what to do instead."""
     named = [name for name in NOT_ARCHIVED if given.get(name) is not None]

@@ -130,7 +130,7 @@ export function waitingCard(waiting, onDecided) {
 // `fresh` with the sessions whose cards were decided here, where they were, once they wait
 // no more: the reload that no longer lists a session would take its decision's outcome
 // away before it is read (they go when the view is left)
-export function keepDecided(into, fresh) {
+function keepDecided(into, fresh) {
   const waiting = new Set(fresh.map((node) => node.dataset && node.dataset.session));
   const kept = [...into.children].map((node, i) => [node, i])
     .filter(([node]) => node.querySelector("article.call.done") && !waiting.has(node.dataset.session));
