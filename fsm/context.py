@@ -537,21 +537,33 @@ def scale(
     tools: int = 0,
 ) -> float:
     """How many times the estimate the server counted the prompt of the last reply since
-    the latest compaction (its `usage.prompt_tokens`), at least 1 and at most MAX_SCALE: a
-    tokenizer counts code and JSON at fewer characters a token than the estimate, and a
-    policy that trusted the estimate would let the prompt the server reads pass the window
-    while its estimate was still under the target. 1 where no such reply is stored, nor
-    one the session's model made (a fork onto it keeps others' replies, `model_since`).
+    the latest compaction (its `usage.prompt_tokens`), or before the first such reply the
+    compaction's own request, at least 1 and at most MAX_SCALE: a tokenizer counts code and
+    JSON at fewer characters a token than the estimate, and a policy that trusted the
+    estimate would let the prompt the server reads pass the window while its estimate was
+    still under the target (the first prompt after a compaction, with the observations it
+    kept whole, most of all). 1 where no such step is stored, nor one the session's model
+    made (a fork onto it keeps others' replies, `model_since`).
 
-    The reply's step holds the estimate its prompt was sent with (`Step.prompt_estimate`);
-    only a step stored before it was kept has its prompt built again from the steps before
-    it and estimated with `estimate`, and `tools` (the schemas' tokens) added."""
-    compacted = max((s.step for s in steps if s.kind is StepKind.COMPACTION), default=0)
-    since = max(compacted, model_since(head))
-    last = next((s for s in reversed(steps) if s.kind is StepKind.REPLY and s.step > since), None)
+    The step holds the estimate its prompt was sent with (`Step.prompt_estimate`); only a
+    reply stored before it was kept has its prompt built again from the steps before it and
+    estimated with `estimate`, and `tools` (the schemas' tokens) added (a compaction stored
+    without it counts as none)."""
+    compaction = next((s for s in reversed(steps) if s.kind is StepKind.COMPACTION), None)
+    since = model_since(head)
+    last = next(
+        (
+            s
+            for s in reversed(steps)
+            if s.step > since and (s.kind is StepKind.REPLY or s is compaction)
+        ),
+        None,
+    )
     if last is None or last.usage.prompt_tokens <= 0:
         return 1.0
     estimated = last.prompt_estimate
+    if estimated is None and last.kind is StepKind.COMPACTION:
+        return 1.0
     if estimated is None:
         before = [s for s in steps if s.step < last.step]
         seen = stored_view(before)

@@ -180,12 +180,14 @@ def compacted(
     now: datetime,
     cost_usd: float,
     trace_id: str,
+    prompt_estimate: int | None = None,
 ) -> Change:
     """Record a compaction: a step of its own whose thought is the summary of the steps up
     to `through`. It counts as a step (it is a model call) and its tokens and cost count
     towards the budgets; the session thinks again at its next tick. Tool calls the model
     made beside its summary do not run: its `compacted` event names them
-    (`ignored_calls`)."""
+    (`ignored_calls`). `prompt_estimate`: its request's estimate, which the next THINK's
+    `tickwork.fsm.context.scale` divides the server's count of it by."""
     transitions.require(head, Status.READY)
     number = head.step + 1
     step = Step(
@@ -200,6 +202,7 @@ def compacted(
         kind=StepKind.COMPACTION,
         masked_through=through,
         compacted_through=through,
+        prompt_estimate=prompt_estimate,
     )
     data = {
         "step": number,

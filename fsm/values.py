@@ -379,10 +379,11 @@ class Step(Value):
     masked_through: int = 0
     #: a compaction: its summary stands for the steps up to this one
     compacted_through: int = 0
-    #: a reply: the estimate (four characters a token, unscaled) of the prompt that made
-    #: it, the tools' schemas sent beside it included, which `tickwork.fsm.context.scale`
-    #: divides the server's count of that prompt by; None: a step stored before it was
-    #: kept (0024_prompt_estimate), whose prompt `scale` builds again to estimate it
+    #: a reply or a compaction: the estimate (four characters a token, unscaled) of the
+    #: prompt that made it, the tools' schemas sent beside it included, which
+    #: `tickwork.fsm.context.scale` divides the server's count of that prompt by; None: a
+    #: step stored before it was kept (0024_prompt_estimate; a compaction's, before 0.3),
+    #: whose prompt `scale` builds again to estimate it (a compaction's: it reads none)
     prompt_estimate: int | None = None
 
 

@@ -523,7 +523,8 @@ def test_scale_from_the_stored_estimates_is_what_rebuilding_the_prompts_gave(
     stored = _scales(run, _counted(run, by=1.3, stored=True))
 
     assert stored == _scales(run, _counted(run, by=1.3, stored=False))
-    # 1 before the first reply and after each compaction, else the server's count over it
+    # 1 before the first reply and after each compaction the server did not count (its
+    # usage 0 here), else the server's count over it
     assert {round(x, 2) for x in stored} == {1.0, 1.3}
 
 
@@ -544,6 +545,29 @@ def test_scale_reads_the_stored_estimate_and_builds_no_prompt(
     assert last.prompt_estimate is not None
     found = context.scale(run.head, steps, run.observations, estimate=no_estimate, tools=SCHEMAS)
     assert found == last.usage.prompt_tokens / last.prompt_estimate == pytest.approx(1.5, 0.01)
+
+
+def test_the_prompt_after_a_compaction_is_scaled_by_the_servers_count_of_its_request(
+    build: Build,
+) -> None:
+    """No reply follows a compaction yet, and the scale was 1 there: the first prompt after
+    it, with the observations the compaction kept whole, was planned at four characters a
+    token, and a server counting a third more refused it, a second compaction following.
+    The compaction's step keeps its request's estimate, which the server counted too."""
+    run = simulate(build, [3_000] * 12, window=6_000, span=6)
+    steps = _counted(run, by=1.5, stored=True)
+    at = next(i for i, s in enumerate(steps) if s.kind is StepKind.COMPACTION)
+    made = dict(run.plans)[steps[at].step]
+    sent = made.tokens + SCHEMAS
+    usage = steps[at].usage.model_copy(update={"prompt_tokens": int(sent * 1.5)})
+    steps[at] = steps[at].model_copy(update={"usage": usage, "prompt_estimate": sent})
+
+    after = _scales(run, steps)[at + 1]
+
+    assert after == pytest.approx(1.5, 0.01)
+    # a compaction stored without its request's estimate scales nothing
+    old = steps[at].model_copy(update={"prompt_estimate": None})
+    assert _scales(run, [*steps[:at], old])[at + 1] == 1.0
 
 
 def test_a_fork_onto_another_model_scales_its_prompts_afresh(build: Build) -> None:

@@ -3,6 +3,7 @@ against a server with a context window, ticked in this process (the tick without
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterator
 from datetime import timedelta
@@ -875,6 +876,27 @@ def test_a_tokenizer_that_counts_a_third_more_does_not_end_a_long_session(
     assert all(r.tokens <= 11_000 for r in chat.log), "no prompt passed the window"
 
 
+def test_the_prompt_after_a_compaction_is_planned_as_the_server_counts_it(
+    long: Long, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tokenizer that counts a third more than the estimate: no reply follows a
+    compaction yet, so the prompt after it, with the three observations it keeps whole,
+    was planned at four characters a token; the server refused it as past its window, and
+    a second compaction summarised the observations the model had just read. The
+    compaction's request, which the server counted, scales the prompt after it."""
+    chat = WindowedChat(window=8_192, steps=40, undercount=0.33, counts_tools=True)
+    with windowed_chat(chat):
+        monkeypatch.setenv("OPENAI_BASE_URL", chat.url)
+        session_id = long.submit(context_window=8_192)
+        head = long.run(session_id)
+    assert head.status is Status.COMPLETED, head.error_message
+    assert head.final_answer == "done: read 40 chunks"
+    assert [r for r in chat.log if r.compaction], "it compacted"
+    assert not [r for r in chat.log if r.refused], "no prompt passed the window"
+    kinds = [s.kind for s in long.store.load(session_id).steps]
+    assert (StepKind.COMPACTION, StepKind.COMPACTION) not in set(itertools.pairwise(kinds))
+
+
 def test_a_window_stated_in_a_refused_cap_is_the_sessions_from_then_on(
     long: Long, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -956,10 +978,14 @@ def test_each_reply_keeps_the_estimate_its_prompt_was_sent_with(
     for request, step in zip(chat.answered, session.steps, strict=True):
         assert request.messages is not None and request.tools is not None
         sent = estimate_prompt(request.messages) + estimate_schemas(request.tools)
-        assert step.prompt_estimate == (sent if step.kind is StepKind.REPLY else None)
+        assert step.prompt_estimate == sent
 
     schemas = estimate_schemas(_tools(long, session_id))
-    stripped = [s.model_copy(update={"prompt_estimate": None}) for s in session.steps]
+    # a compaction's request is never built again: only a reply's estimate may be missing
+    stripped = [
+        s.model_copy(update={"prompt_estimate": None}) if s.kind is StepKind.REPLY else s
+        for s in session.steps
+    ]
     seen = {o.call_id: o for o in session.observations}
 
     def scales(steps: list[Any]) -> list[float]:
@@ -1033,7 +1059,7 @@ def test_a_think_estimates_each_prompt_once(long: Long, monkeypatch: pytest.Monk
     for request, step in zip(chat.answered, session.steps, strict=True):
         assert request.messages is not None and request.tools is not None
         sent = estimate_prompt(request.messages) + estimate_schemas(request.tools)
-        assert step.prompt_estimate == (sent if step.kind is StepKind.REPLY else None)
+        assert step.prompt_estimate == sent
 
 
 def test_a_thinks_budget_check_takes_the_plans_estimate(

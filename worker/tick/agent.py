@@ -436,6 +436,8 @@ def _compact(
         now=rt.clock(),
         cost_usd=cost,
         trace_id=uuid.uuid4().hex,
+        # the next THINK scales its first prompt by the server's count of this request
+        prompt_estimate=prompt.unscaled,
     )
     # a window stated in refusing the compaction's cap is learned as an ordinary call's is
     policy = context.policy_for(head)
