@@ -398,14 +398,41 @@ def _under_target(
     cut: int,
     estimate: Estimate,
     policy: Policy,
+    *,
+    bound: int | None = None,
 ) -> bool:
-    """Whether a compaction through `cut` could bring the prompt under the target: the
-    prompt after it does, with a summary as long as the last one (empty before the
-    first: the new one summarises it and more). When the observations kept whole pass
-    the target alone, or with the summary beside them, one would leave the prompt past it
-    all the same, and one at every step would double the model calls for nothing."""
+    """Whether a compaction through `cut` could bring the prompt under the target (or
+    `bound`): the prompt after it does, with a summary as long as the last one (empty
+    before the first: the new one summarises it and more). When the observations kept
+    whole pass the target alone, or with the summary beside them, one would leave the
+    prompt past it all the same, and one at every step would double the model calls for
+    nothing."""
     after = View(through=cut, summary=view.summary or "", masked=max(view.masked, cut))
-    return estimate(build(head, steps, observations, after)) <= policy.limit
+    limit = policy.limit if bound is None else bound
+    return estimate(build(head, steps, observations, after)) <= limit
+
+
+def _blind(
+    head: Head,
+    steps: Sequence[Step],
+    observations: Mapping[str, Observation],
+    view: View,
+    masked: View,
+    cut: int,
+    estimate: Estimate,
+    policy: Policy,
+) -> bool:
+    """Whether `masked` (the view the newest observations gave way in) masks the newest
+    one too, so the model would not see what its last call returned (nor a `recall` of
+    it), while a compaction through `cut` leaves room in the window to show it whole: the
+    stubs of older steps, not the observation, took the room."""
+    newest = _keep_boundary(steps, observations, view, 1)
+    if masked.masked <= newest:
+        return False
+    shown = replace(view, masked=newest)
+    return _under_target(
+        head, steps, observations, shown, cut, estimate, policy, bound=policy.window
+    )
 
 
 def plan(
@@ -510,6 +537,7 @@ def _plan(
     )
     if cut > view.through and (
         tokens > policy.window
+        or _blind(head, steps, observations, view, masked, cut, estimate, policy)
         or (
             tokens > policy.limit
             and _under_target(head, steps, observations, masked, cut, estimate, policy)

@@ -486,6 +486,23 @@ def test_a_compaction_is_made_where_the_newest_observations_giving_way_is_not_en
         assert made.tokens <= 2_000
 
 
+def test_the_newest_observation_is_shown_whole_where_a_compaction_makes_room_for_it(
+    build: Build,
+) -> None:
+    # each observation (3,250 tokens) fits the window (4,000) alone but not beside the
+    # stubs of 30-odd older steps: they were all masked, the newest too, and no compaction
+    # was made while the stubs alone stayed under the target, so for a hundred steps the
+    # model saw what each call returned (and any `recall` of it) as a stub
+    run = simulate(build, [13_000] * 150, window=4_000, span=1_000)
+    assert len([s for s in run.steps if s.kind is StepKind.REPLY]) == 150
+    for number, made in run.plans[1:]:
+        if made.compact_through is None:
+            assert made.messages[-1]["content"] == "x" * 13_000, f"step {number}: a stub"
+        assert made.tokens <= 4_000
+    compactions = [s for s in run.steps if s.kind is StepKind.COMPACTION]
+    assert 1 <= len(compactions) <= 10, "a compaction every 30-odd steps, not every step"
+
+
 #: the tokens of the tools' schemas sent beside each prompt, in the tests of `scale`
 SCHEMAS = 150
 
