@@ -418,21 +418,21 @@ def _blind(
     observations: Mapping[str, Observation],
     view: View,
     masked: View,
-    cut: int,
     estimate: Estimate,
     policy: Policy,
-) -> bool:
-    """Whether `masked` (the view the newest observations gave way in) masks the newest
-    one too, so the model would not see what its last call returned (nor a `recall` of
-    it), while a compaction through `cut` leaves room in the window to show it whole: the
-    stubs of older steps, not the observation, took the room."""
+) -> int | None:
+    """Where `masked` (the view the newest observations gave way in) masks the newest one
+    too, so the model would not see what its last call returned (nor a `recall` of it),
+    the cut of a compaction that leaves only that one's step after it, if the prompt after
+    it shows the observation whole within the window: the stubs of older steps, not the
+    observation, took the room. None where the newest is whole or no compaction helps."""
     newest = _keep_boundary(steps, observations, view, 1)
-    if masked.masked <= newest:
-        return False
-    shown = replace(view, masked=newest)
-    return _under_target(
-        head, steps, observations, shown, cut, estimate, policy, bound=policy.window
+    if masked.masked <= newest or newest <= view.through:
+        return None
+    fits = _under_target(
+        head, steps, observations, view, newest, estimate, policy, bound=policy.window
     )
+    return newest if fits else None
 
 
 def plan(
@@ -537,13 +537,15 @@ def _plan(
     )
     if cut > view.through and (
         tokens > policy.window
-        or _blind(head, steps, observations, view, masked, cut, estimate, policy)
         or (
             tokens > policy.limit
             and _under_target(head, steps, observations, masked, cut, estimate, policy)
         )
     ):
         return _compaction(head, steps, observations, view, cut, estimate, policy)
+    deeper = _blind(head, steps, observations, view, masked, estimate, policy)
+    if deeper is not None:
+        return _compaction(head, steps, observations, view, deeper, estimate, policy)
     if tokens <= policy.window:
         return Plan(sent, masked, tokens)
     return Plan(
