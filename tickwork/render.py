@@ -508,9 +508,21 @@ def _took(step: Mapping[str, Any], h: Mapping[str, Any]) -> str:
 def _compaction(step: Mapping[str, Any]) -> str:
     if step.get("kind") != "compaction":
         return ""
-    return f" · compaction of steps 1-{step.get('compacted_through')}" + _ignored(
-        step.get("ignored_calls")
+    return (
+        f" · compaction of steps 1-{step.get('compacted_through')}"
+        + _refused(step.get("refused_prompt"))
+        + _ignored(step.get("ignored_calls"))
     )
+
+
+def _refused(prompt: Any) -> str:
+    """Why a compaction was made at once: the model refused the step's prompt as too long."""
+    if not isinstance(prompt, Mapping):
+        return ""
+    tokens, window = prompt.get("prompt_tokens_estimate"), prompt.get("window")
+    about = f" of about {tokens:,} tokens" if isinstance(tokens, int) else ""
+    within = f" in a window of {window:,}" if isinstance(window, int) else ""
+    return f" (the model refused the prompt{about}{within} as too long)"
 
 
 def _ignored(names: Any) -> str:

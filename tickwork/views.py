@@ -69,7 +69,7 @@ def event(event_id: int | None, value: Event) -> dict[str, Any]:
 
 def session(value: Session) -> dict[str, Any]:
     """The session as a timeline: each step with its calls, their outputs and decisions."""
-    from tickwork.fsm.values import EventKind
+    from tickwork.fsm.values import EventKind, StepKind
 
     # the steps whose calls loop detection closed unrun (`fsm.machine.think`)
     looped = {e.data.get("step") for e in value.events if e.kind is EventKind.LOOP_INTERVENTION}
@@ -78,6 +78,13 @@ def session(value: Session) -> dict[str, Any]:
         e.data.get("step"): e.data["ignored_calls"]
         for e in value.events
         if e.kind is EventKind.COMPACTED and e.data.get("ignored_calls")
+    }
+    # the prompts the model refused as too long, by the step they were for: a compaction
+    # stored as that step was made at once because of the refusal
+    refused = {
+        e.data.get("step"): e.data
+        for e in value.events
+        if e.kind is EventKind.CONTEXT_OVERFLOW and not e.data.get("node")
     }
     steps = []
     for step in value.steps:
@@ -92,6 +99,11 @@ def session(value: Session) -> dict[str, Any]:
         )
         if step.step in ignored:
             data["ignored_calls"] = ignored[step.step]
+        if step.kind is StepKind.COMPACTION and step.step in refused:
+            data["refused_prompt"] = {
+                k: refused[step.step].get(k)
+                for k in ("prompt_tokens_estimate", "window", "stated_window")
+            }
         steps.append(data)
     return {
         "head": head(value.head),

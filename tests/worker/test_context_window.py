@@ -122,6 +122,42 @@ def test_a_window_smaller_than_the_policy_says_compacts_on_the_refusal_and_goes_
     assert head.final_answer == "done: read 40 chunks"
 
 
+def test_show_says_a_compaction_was_made_because_the_model_refused_the_prompt(
+    long: Long, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`show` named a compaction made at once on a refusal as any other, and two in a row
+    (a refused prompt after a compaction) read as one too many: the refusal was only in
+    the events, which `watch` prints and `show` does not."""
+    from rich.console import Console
+
+    from tickwork import render, views
+
+    with windowed_chat(WindowedChat(window=9_000, steps=20, states_window=False)) as chat:
+        monkeypatch.setenv("OPENAI_BASE_URL", chat.url)
+        session_id = long.submit(context_window=32_768)
+        long.run(session_id)
+    view = views.session(long.store.load(session_id))
+    overflow = next(e["data"] for e in view["events"] if e["kind"] == "context_overflow")
+    shown = next(s for s in view["steps"] if s["step"] == overflow["step"])
+    assert shown["kind"] == "compaction"
+    assert shown["refused_prompt"] == {
+        "prompt_tokens_estimate": overflow["prompt_tokens_estimate"],
+        "window": 32_768,
+        "stated_window": overflow["stated_window"],
+    }
+    out = Console(width=300, record=True)
+    out.print(render.timeline(view))
+    assert (
+        f"step {shown['step']} · compaction of steps 1-{shown['compacted_through']} (the model "
+        f"refused the prompt of about {overflow['prompt_tokens_estimate']:,} tokens in a "
+        "window of 32,768 as too long)"
+    ) in out.export_text()
+    refused = {e["data"]["step"] for e in view["events"] if e["kind"] == "context_overflow"}
+    for step in view["steps"]:
+        made_on_refusal = step["kind"] == "compaction" and step["step"] in refused
+        assert ("refused_prompt" in step) is made_on_refusal
+
+
 def test_the_completion_cap_leaves_the_prompt_room_in_a_window_that_counts_both(
     long: Long, monkeypatch: pytest.MonkeyPatch
 ) -> None:
