@@ -933,6 +933,25 @@ def test_the_prompt_after_a_compaction_is_planned_as_the_server_counts_it(
     assert (StepKind.COMPACTION, StepKind.COMPACTION) not in set(itertools.pairwise(kinds))
 
 
+def test_a_prompt_near_the_window_is_capped_at_its_room_not_refused_at_every_call(
+    long: Long, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An 8k window whose target the prompts pass (the observations kept whole fill it):
+    the room a prompt left, with an eighth more than its scaled estimate, was under 1,024
+    tokens at almost every call, so the call was sent with the model's own cap, which a
+    server counting prompt and cap within the window refused, and asked again within the
+    room it named: two requests a call. The room the estimate leaves is the cap there."""
+    chat = WindowedChat(window=8_192, steps=30, counts_completion=True, counts_tools=True)
+    with windowed_chat(chat):
+        monkeypatch.setenv("OPENAI_BASE_URL", chat.url)
+        session_id = long.submit(context_window=8_192)
+        head = long.run(session_id)
+    assert head.status is Status.COMPLETED, head.error_message
+    assert head.final_answer == "done: read 30 chunks"
+    refused = [r for r in chat.log if r.refused]
+    assert len(refused) <= 2, f"{len(refused)} of {len(chat.log)} requests refused"
+
+
 def test_a_window_stated_in_a_refused_cap_is_the_sessions_from_then_on(
     long: Long, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -317,10 +317,14 @@ def next_call(
         limit = min(limit, max_completion_tokens)
     # vLLM, OpenAI and Anthropic refuse a call whose prompt and cap together pass the window;
     # a tokenizer counts code and JSON at fewer characters a token than the estimate, so an
-    # eighth more is left for it. A prompt that leaves less room than an answer needs
-    # (MIN_ANSWER_ROOM) is the server's to refuse: a compaction follows, where a cap of a few
-    # tokens would cut the answer
+    # eighth more is left for it, unless that leaves too little for an answer: then the room
+    # the (scaled) estimate leaves, which a server counting more refuses naming the prompt's
+    # length, and the call is asked again within it (the other caps were refused every
+    # time). A prompt that leaves less room than an answer needs (MIN_ANSWER_ROOM) is the
+    # server's to refuse: a compaction follows, where a cap of a few tokens would cut the answer
     room = None if window is None else window - (read + read // WINDOW_MARGIN)
+    if room is not None and room < min(limit, MIN_ANSWER_ROOM):
+        room = window - read
     if room is not None and room >= min(limit, MIN_ANSWER_ROOM):
         limit = min(limit, room)
     return NextCall(
