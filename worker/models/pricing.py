@@ -135,9 +135,12 @@ MAX_COMPLETION: Mapping[str, int] = MappingProxyType(
 #: the cap of a model whose own limit no table knows: enough for a step's thought and
 #: calls; raise it with `max_completion` in TICKWORK_PRICES
 DEFAULT_MAX_COMPLETION = 8_192
-#: the completion cap leaves the prompt's estimate and 1/WINDOW_MARGIN of it more in the
-#: context window, for what a tokenizer counts beyond four characters a token
-WINDOW_MARGIN = 8
+#: the completion cap leaves the prompt's estimate and 1/N of it more in the context window,
+#: for what a tokenizer counts beyond four characters a token: an eighth, or where that
+#: leaves too little room for an answer a thirty-second, or none (the estimate is scaled to
+#: the server's count of the last prompt; a server counting more refuses, naming the
+#: prompt's length, and the call is asked again within its room)
+WINDOW_MARGINS = (8, 32, None)
 
 #: what an override may be: a Price, `[prompt, completion]` (or up to `cached`,
 #: `cache_write`, `max_completion`, `context_window` after them) or `{"prompt": ..,
@@ -316,17 +319,16 @@ def next_call(
     if max_completion_tokens is not None:
         limit = min(limit, max_completion_tokens)
     # vLLM, OpenAI and Anthropic refuse a call whose prompt and cap together pass the window;
-    # a tokenizer counts code and JSON at fewer characters a token than the estimate, so an
-    # eighth more is left for it, unless that leaves too little for an answer: then the room
-    # the (scaled) estimate leaves, which a server counting more refuses naming the prompt's
-    # length, and the call is asked again within it (the other caps were refused every
-    # time). A prompt that leaves less room than an answer needs (MIN_ANSWER_ROOM) is the
-    # server's to refuse: a compaction follows, where a cap of a few tokens would cut the answer
-    room = None if window is None else window - (read + read // WINDOW_MARGIN)
-    if room is not None and room < min(limit, MIN_ANSWER_ROOM):
-        room = window - read
-    if room is not None and room >= min(limit, MIN_ANSWER_ROOM):
-        limit = min(limit, room)
+    # a tokenizer counts code and JSON at fewer characters a token than the estimate, so a
+    # margin is left for it (WINDOW_MARGINS; the other caps were refused every time). A
+    # prompt that leaves less room than an answer needs (MIN_ANSWER_ROOM) even without one
+    # is the server's to refuse: a compaction follows, where a cap of a few tokens would
+    # cut the answer
+    for share in WINDOW_MARGINS if window is not None else ():
+        room = window - read - (read // share if share else 0)
+        if room >= min(limit, MIN_ANSWER_ROOM):
+            limit = min(limit, room)
+            break
     return NextCall(
         tokens=prompt,
         # uncached: a cache hit only makes the call cheaper than its cap allows for

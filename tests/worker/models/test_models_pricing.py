@@ -310,10 +310,13 @@ def test_next_call_knows_the_most_the_model_may_write(price, asked, limit):
     ("prompt_chars", "limit"),
     [
         pytest.param(4 * 8_000, 16_384 - 9_000, id="room_left"),
-        # 14,000 tokens and an eighth more leave 634: too little for an answer, but 14,000
-        # alone leave 2,384, a cap the server takes where it counts as estimated (the model's
-        # own, 8,192, it refused every time, and the call was asked again: two requests)
-        pytest.param(4 * 14_000, 16_384 - 14_000, id="room_without_the_margin"),
+        # 14,000 tokens and an eighth more leave 634: too little for an answer, but with a
+        # thirty-second more 1,947, a cap the server takes where it counts within that (the
+        # model's own, 8,192, it refused every time, and the call was asked again: two
+        # requests a call)
+        pytest.param(4 * 14_000, 16_384 - 14_000 - 14_000 // 32, id="room_nearer_the_window"),
+        # 15,200 tokens leave 1,184 with no margin only, a cap all the same
+        pytest.param(4 * 15_200, 16_384 - 15_200, id="room_with_no_margin"),
         # 15,500 tokens leave 884 even so: too little for an answer, so the cap is left at the
         # model's own and the server refuses the prompt (a compaction follows)
         pytest.param(4 * 15_500, DEFAULT_MAX_COMPLETION, id="too_little_room"),
