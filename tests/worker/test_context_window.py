@@ -952,6 +952,24 @@ def test_a_prompt_near_the_window_is_capped_at_its_room_not_refused_at_every_cal
     assert len(refused) <= 2, f"{len(refused)} of {len(chat.log)} requests refused"
 
 
+def test_a_compaction_made_on_a_refusal_is_capped_at_the_room_of_its_own_request(
+    long: Long, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A prompt that left too little room for an answer went with the model's own cap and
+    was refused; the compaction made at once was sent with that same cap, which the
+    server refused for its shorter request too, and it was asked again within the room."""
+    chat = WindowedChat(window=8_192, steps=60, counts_completion=True, counts_tools=True)
+    with windowed_chat(chat):
+        monkeypatch.setenv("OPENAI_BASE_URL", chat.url)
+        session_id = long.submit(context_window=8_192)
+        head = long.run(session_id)
+    assert head.status is Status.COMPLETED, head.error_message
+    events = long.store.load(session_id).events
+    assert [e for e in events if e.kind is EventKind.CONTEXT_OVERFLOW], "a prompt was refused"
+    assert [r for r in chat.log if r.compaction], "it compacted"
+    assert not [r for r in chat.log if r.compaction and r.refused]
+
+
 def test_a_window_stated_in_a_refused_cap_is_the_sessions_from_then_on(
     long: Long, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 
 from tickwork.fsm import budgets, context, machine
 from tickwork.fsm.approvals import ApprovalRule
+from tickwork.fsm.budgets import TenantDay
 from tickwork.fsm.deliveries import WAIT_CHILDREN
 from tickwork.fsm.errors import (
     ContextTooLong,
@@ -152,7 +153,7 @@ def think(tick: Tick) -> Change:
         )
     except ContextTooLong as exc:
         return _overflow(
-            tick, prompt, exc, schemas, asked, cap.tokens, tools=schema_tokens, by=by, price=price
+            tick, prompt, exc, schemas, asked, tools=schema_tokens, by=by, price=price, day=day
         )
     except ModelError as exc:
         return _model_error(rt, head, exc, asked, messages, report)
@@ -229,11 +230,11 @@ def _overflow(
     exc: ContextTooLong,
     schemas: list[dict[str, Any]],
     asked: int,
-    max_tokens: int | None,
     *,
     tools: int,
     by: float,
     price: Price | None,
+    day: TenantDay | None,
 ) -> Change:
     """The model refused the prompt as longer than its window: a `context_overflow` event
     and a warning naming the windows. Where the refusal states a window below the
@@ -241,7 +242,8 @@ def _overflow(
     target, instead of compacting a step or two at each refusal); else it compacts at
     once, and the next tick tries again with the shorter transcript. `tools` and `by`: the
     schemas' tokens and the scale `think` planned the prompt with; `price`: the session's,
-    as `think` found it, to bill the compaction with."""
+    as `think` found it, to bill the compaction with; `day`: the tenant's day quota as
+    `think` read it, which caps the compaction's call as the refused one's."""
     rt, claimed, report = tick.rt, tick.claimed, tick.report
     head = claimed.head
     policy = context.policy_for(head)
@@ -281,7 +283,20 @@ def _overflow(
         failed = machine.fail(head, ErrorCode.CONTEXT, f"{why}: {exc}", now=rt.clock())
         report.model = _model_failed(head.model, asked, prompt.messages, failed.head, str(exc))
         return _with_event(failed, event)
-    return _with_event(_compact(rt, head, forced, schemas, report, max_tokens, price), event)
+    # capped by the room its own request leaves: the refused prompt's cap (the model's own,
+    # where that prompt left too little room) would be refused with it too
+    ahead = pricing.next_call(
+        forced.messages,
+        last=None,
+        price=price,
+        window=window,
+        tools=schemas,
+        scale=by,
+        tokens=forced.unscaled - tools,
+        schema_tokens=tools,
+    )
+    cap = budgets.completion_cap(head, ahead, day).tokens
+    return _with_event(_compact(rt, head, forced, schemas, report, cap, price), event)
 
 
 def _learned(change: Change, stated: int, window: int) -> Change:
