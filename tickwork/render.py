@@ -451,7 +451,7 @@ def timeline(
 
 def refused(refusals: Sequence[Mapping[str, Any]]) -> Text | None:
     """What to tell a person whose session waits while the workers that took its tick
-    refused it (`views.refused`); None if none did."""
+    refused it (`views.refused_ticks`); None if none did."""
     if not refusals:
         return None
     workers = ", ".join(f"{r['worker']} at {when(r['at'])}" for r in refusals)

@@ -81,7 +81,7 @@ def session(value: Session) -> dict[str, Any]:
     }
     # the prompts the model refused as too long, by the step they were for: a compaction
     # stored as that step was made at once because of the refusal
-    refused = {
+    too_long = {
         e.data.get("step"): e.data
         for e in value.events
         if e.kind is EventKind.CONTEXT_OVERFLOW and not e.data.get("node")
@@ -99,9 +99,9 @@ def session(value: Session) -> dict[str, Any]:
         )
         if step.step in ignored:
             data["ignored_calls"] = ignored[step.step]
-        if step.kind is StepKind.COMPACTION and step.step in refused:
+        if step.kind is StepKind.COMPACTION and step.step in too_long:
             data["refused_prompt"] = {
-                k: refused[step.step].get(k)
+                k: too_long[step.step].get(k)
                 for k in ("prompt_tokens_estimate", "window", "stated_window")
             }
         steps.append(data)
@@ -121,11 +121,11 @@ def session(value: Session) -> dict[str, Any]:
         },
         "events": [event(None, e) for e in value.events],
         "forked_from": forked_from(value),
-        "refused": refused(value),
+        "refused": refused_ticks(value),
     }
 
 
-def refused(value: Session) -> list[dict[str, Any]]:
+def refused_ticks(value: Session) -> list[dict[str, Any]]:
     """The workers that took the tick of a session waiting for one, at the version it is
     at, and could not run it (`tick_refused`: its job kind or graph version is not theirs),
     with when and why; empty once it moved on or ended."""
