@@ -157,11 +157,13 @@ def _decide(
     if remote is not None:
         cli_remote.no_name(approver)
         with remote:
+            session_id = remote.session_id(session_id)
             name = remote.me().name
             head = remote.decide(session_id, call_id, kind, **kw)
     else:
         name = options.approver(approver)
         with Context() as ctx:
+            session_id = ctx.reads.session_id(session_id)
             head = ctx.client.decide(session_id, call_id, kind, approver=name, **kw)
     line = f"{VERBS[kind]} {call_id} of {session_id} as {name}; the session is {head.status}"
     if head.awaiting:
@@ -177,10 +179,12 @@ def cancel(
     if remote is not None:
         cli_remote.no_name(by)
         with remote:
+            session_id = remote.session_id(session_id)
             already = _already_requested(lambda: remote.get(session_id))
             head = already or remote.cancel(session_id)
     else:
         with Context() as ctx:
+            session_id = ctx.reads.session_id(session_id)
             already = _already_requested(lambda: ctx.reads.get(session_id))
             head = already or ctx.client.cancel(session_id, by=options.approver(by))
     if head.status.terminal:

@@ -50,25 +50,12 @@ POLL_S = 0.1
 STILL_S = 5.0
 
 
-def named_session(value: str) -> str:
-    """The session id a command is given: the whole id of the session that a unique start
-    of one names (`Reads.session_id`; with --server, the server's sessions the token sees,
-    `Client.session_id`)."""
-    value = options.session_id(value)
-    remote = cli_remote.client()
-    if remote is not None:
-        with remote:
-            return remote.session_id(value)
-    with Context() as ctx:
-        return ctx.reads.session_id(value)
-
-
 #: what a session's ID argument takes
 ID_HELP = "The session id, or its first 6 characters or more if no other id starts with them."
-SessionId = Annotated[str, typer.Argument(metavar="ID", help=ID_HELP, callback=named_session)]
-#: a session id, or a start of one, that the command resolves itself (`show` looks among
-#: its --tenant's sessions only)
-GivenId = Annotated[str, typer.Argument(metavar="ID", help=ID_HELP, callback=options.session_id)]
+#: a session id, or a start of one, checked for its form only: each command looks it up
+#: (`Reads.session_id`; with --server, `Client.session_id`, a request) after checking its
+#: options, so that a refused option costs no request and is not hidden by an answer
+SessionId = Annotated[str, typer.Argument(metavar="ID", help=ID_HELP, callback=options.session_id)]
 
 
 def register(app: typer.Typer) -> None:
@@ -437,7 +424,7 @@ def list_sessions(
 
 
 def show(
-    session_id: GivenId, tenant: options.Tenant = None, json_output: options.Json = False
+    session_id: SessionId, tenant: options.Tenant = None, json_output: options.Json = False
 ) -> None:
     """Show a session as a timeline: steps, calls and outputs, decisions, costs, outcome.
     With --tenant, only a session of that tenant ('no session' for another's)."""
@@ -595,9 +582,10 @@ def watch(
     remote = cli_remote.client()
     if remote is not None:
         with remote:
-            cli_remote.watch(remote, session_id, timeout, json_output)
+            cli_remote.watch(remote, remote.session_id(session_id), timeout, json_output)
         return
     with Context() as ctx:
+        session_id = ctx.reads.session_id(session_id)
         store = ctx.store
         seen: list[dict[str, Any]] = []
         last, started = 0, time.monotonic()
@@ -660,14 +648,15 @@ def fork_session(key: str, fork: options.Fork, *, dead_letter: bool) -> None:
         given = fork.client_args()
         del given["by"]  # the server takes the person from the token
         with remote:
-            head = (
-                remote.fork_dead_letter(key, **given) if dead_letter else remote.fork(key, **given)
-            )
+            if dead_letter:
+                head = remote.fork_dead_letter(key, **given)
+            else:
+                head = remote.fork(remote.session_id(key), **given)
         print_head(head, fork.json_output, head.id)
         return
     given = fork.client_args()
     with Context() as ctx:
-        session_id = ctx.dead_letter(key).session_id if dead_letter else key
+        session_id = ctx.dead_letter(key).session_id if dead_letter else ctx.reads.session_id(key)
         given["model"] = options.model_spec(given["model"], ctx.client.providers)
         head = ctx.client.fork(session_id, **given)
     print_head(head, fork.json_output, head.id)
@@ -706,7 +695,7 @@ def patch(
                 "`tickwork patch --bundle`", " (the bundle is made from the store)"
             )
         with remote:
-            text = remote.patch(session_id)
+            text = remote.patch(remote.session_id(session_id))
     else:
         text = _local_patch(session_id, bundle)
         if text is None:
@@ -724,9 +713,11 @@ def patch(
 
 def _local_patch(session_id: str, bundle: Path | None) -> str | None:
     """The patch from the store; None once a --bundle is written instead."""
+    if bundle is not None:
+        bundle = options.output_file(bundle, option="--bundle")
     with Context() as ctx:
+        session_id = ctx.reads.session_id(session_id)
         if bundle is not None:
-            bundle = options.output_file(bundle, option="--bundle")
             branch = ctx.reads.bundle(session_id, bundle)
             typer.echo(f"wrote {bundle}: git fetch {bundle} {branch}")
             return None

@@ -938,3 +938,33 @@ def test_ls_archived_lists_the_archived_sessions_with_a_server_as_locally(
     # was ignored: every archived session listed as one of that outcome (the API refuses it)
     refused = cli.inline("ls", "--archived", "--outcome", "repaired", ok=False)
     refused.error(2, "--outcome does not go with --archived", "--status completed")
+
+
+#: an option of a command naming a session refused with --server, as the command's own
+#: check words it: (argv after the server, what the refusal names)
+REFUSED_OPTIONS = [
+    (("cancel", "abcdef", "--as", "bob"), "--as does not go with --server"),
+    (("approve", "abcdef", "c1", "--as", "bob"), "--as does not go with --server"),
+    (("approve", "abcdef", "c1", "--fingerprint", "zz"), "--fingerprint"),
+    (("edit", "abcdef", "c1", "--args", "[1]"), "--args"),
+    (("reject", "abcdef", "c1", "--fingerprint", "zz"), "--fingerprint"),
+    (("provide-output", "abcdef", "c1"), "--output TEXT or --output-file PATH"),
+    (("fork", "abcdef", "--from-step", "1", "--as", "bob"), "--as does not go with --server"),
+    (("fork", "abcdef", "--from-step", "1", "--price", "x"), "--price"),
+    (("dlq", "fork", "abcdef", "--from-step", "1", "--as", "bob"), "--as does not go with"),
+    (("patch", "abcdef", "--bundle", "x.bundle"), "--bundle` is not served"),
+    (("show", "abcdef", "--tenant", "team-a"), "--tenant goes with the local mode"),
+]
+
+
+@pytest.mark.parametrize(("argv", "fragment"), REFUSED_OPTIONS)
+def test_an_option_refused_with_a_server_is_refused_before_the_id_is_looked_up(
+    tmp_path: Path, argv: tuple[str, ...], fragment: str
+) -> None:
+    """The start of a session's id was looked up on the server before the command checked
+    its options: with no server there, `cancel abcdef --as bob` said "cannot reach" (exit
+    1), not that --as does not go with --server (exit 2); with one, the refusal cost a
+    request. A server that does not answer shows that none is asked."""
+    env = {"TICKWORK_TOKEN": "t" * 20}
+    said = Cli(env, tmp_path).inline("--server", "http://127.0.0.1:1", *argv, ok=False)
+    said.error(2, fragment)
