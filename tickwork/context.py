@@ -149,7 +149,7 @@ class Context:
                 ensure_schema(settings)
             else:
                 require_database(settings)
-            self._store = open_store(settings.db_url)
+            self._store = open_store(settings.db_url, **settings.database_pool({}))
         return self._store
 
     @property

@@ -13,6 +13,7 @@ the database cannot store is refused before.
 from __future__ import annotations
 
 import logging
+import math
 import re
 from typing import Any
 
@@ -58,8 +59,12 @@ _HTTP_CODES = {
 }
 
 
-#: the seconds a `server_busy` answer's Retry-After asks a client to wait
-BUSY_RETRY_S = 2
+def busy_retry_s(pool_timeout_s: float) -> int:
+    """The seconds a `server_busy` answer's Retry-After asks a client to wait: as long as the
+    request waited in vain for a connection (TICKWORK_DATABASE_POOL_TIMEOUT_S), in whole
+    seconds: one sent sooner joins the queue that held this one that long."""
+    return max(1, math.ceil(pool_timeout_s))
+
 
 #: what each error status means, for the OpenAPI schema
 MEANINGS = {
@@ -251,7 +256,7 @@ def allowed_methods(request: Request) -> list[str]:
     return sorted(found)
 
 
-def _store_error(_: Request, exc: Exception) -> JSONResponse:
+def _store_error(request: Request, exc: Exception) -> JSONResponse:
     """The store's errors (`StoreError`): the database's words go to the log, not the client."""
     assert isinstance(exc, StoreError)
     if isinstance(exc, UnstorableValue):
@@ -263,14 +268,15 @@ def _store_error(_: Request, exc: Exception) -> JSONResponse:
         return answer(409, "conflict", "the write conflicts with what is stored; look again")
     if isinstance(exc, StoreBusy):
         log.warning("too many requests at once: %s", exc.message)
+        wait = busy_retry_s(request.app.state.client.settings.database_pool_timeout_s)
         response = answer(
             503,
             "server_busy",
             "the server is busy: every connection it has to its database was in use; try "
-            f"again in {BUSY_RETRY_S} s",
-            retry_after_s=BUSY_RETRY_S,
+            f"again in {wait} s",
+            retry_after_s=wait,
         )
-        response.headers["Retry-After"] = str(BUSY_RETRY_S)
+        response.headers["Retry-After"] = str(wait)
         return response
     log.warning("database error: %s", exc.message)
     return answer(

@@ -145,6 +145,16 @@ class Settings(BaseSettings):
     state_dir: Path = Path(".tickwork")
     #: SQLAlchemy URL; default: SQLite in `state_dir`
     database_url: str = ""
+    #: a process's pool of connections to the database (not an in-memory SQLite's): how
+    #: many it keeps open (unset: 30 in a worker on Postgres, 10 in `tickwork serve` and the
+    #: clients; SQLAlchemy's 5 on SQLite) and how many more it opens at busy times, each
+    #: closed once given back (unset: 10 in a worker on Postgres, 40 elsewhere; 10 on SQLite)
+    database_pool_size: int | None = Field(default=None, ge=1)
+    database_pool_overflow: int | None = Field(default=None, ge=0)
+    #: how long a request waits for a connection while all of the pool's are in use: past
+    #: it the store raises StoreBusy, and the API answers 503 server_busy with a Retry-After
+    #: of as long (`tickwork.api.errors.busy_retry_s`)
+    database_pool_timeout_s: float = Field(default=30.0, gt=0)
     #: Celery broker URL; default: kombu's `filesystem://` in `state_dir`
     broker_url: str = ""
     #: model spec used when a submit names none: `scripted:PATH`, `openai:MODEL`
@@ -390,6 +400,18 @@ class Settings(BaseSettings):
     def longest_call_s(self) -> float:
         """The longest a tool or model call may take: the delivery timeout less the margin."""
         return self.delivery_timeout_s - DELIVERY_MARGIN_S
+
+    def database_pool(self, defaults: Mapping[str, int]) -> dict[str, Any]:
+        """What `make_engine` takes for the pool as TICKWORK_DATABASE_POOL_SIZE, _OVERFLOW
+        and _TIMEOUT_S size it; `defaults`, else the engine's own, for a size they leave
+        unset. Nothing for an in-memory SQLite database, whose one connection is no pool."""
+        from tickwork.store.urls import sqlite_file
+
+        if self.db_url.startswith("sqlite") and sqlite_file(self.db_url) is None:
+            return {}
+        given = {"pool_size": self.database_pool_size, "max_overflow": self.database_pool_overflow}
+        sized = {name: value for name, value in given.items() if value is not None}
+        return {**defaults, **sized, "pool_timeout": self.database_pool_timeout_s}
 
     @property
     def db_url(self) -> str:

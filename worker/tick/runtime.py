@@ -7,12 +7,12 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from contextvars import Token
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Protocol
 
 from tickwork.fsm.budgets import TenantDay, stop_reason
 from tickwork.fsm.errors import ConfigurationError
@@ -486,16 +486,20 @@ class Runtime:
 #: once in a burst, and one opened past the pool is closed when given back, so the
 #: engine's default (10 kept, 40 more) had Postgres start a backend for most statements of
 #: a burst (at 500 in flight: Postgres's CPU 18 s against 6 s with 30 kept;
-#: ops/bench/in_flight.py). Clients, the API and the CLI keep the default.
+#: ops/bench/in_flight.py). Clients, the API and the CLI keep the default; either gives
+#: way to TICKWORK_DATABASE_POOL_SIZE and _OVERFLOW (`Settings.database_pool`).
 WORKER_POOL = {"pool_size": 30, "max_overflow": 10}
 
 
 def worker_store(settings: Settings) -> Store:
     """The store of a worker process: `build_store` with WORKER_POOL on a server database."""
-    return build_store(settings, **({} if settings.db_url.startswith("sqlite") else WORKER_POOL))
+    return build_store(settings, pool={} if settings.db_url.startswith("sqlite") else WORKER_POOL)
 
 
-def build_store(settings: Settings, **engine_args: Any) -> Store:
+def build_store(settings: Settings, *, pool: Mapping[str, int] | None = None) -> Store:
+    """The store of `settings`' database, its pool as `Settings.database_pool` sizes it
+    (`pool`: this process's sizes where the settings give none)."""
     if settings.db_url.startswith("sqlite"):
         settings.state_dir.mkdir(parents=True, exist_ok=True)
+    engine_args = settings.database_pool(pool or {})
     return open_store(settings.db_url, transcripts=settings.transcript_cache, **engine_args)
