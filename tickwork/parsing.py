@@ -18,9 +18,17 @@ from tickwork.fsm.errors import InvalidInput
 MAX_SESSION_ID = 64
 #: the fewest characters of an id that name its session by their start, as git's short ids
 MIN_ID_PREFIX = 6
-#: what the API's `id_prefix` takes: the start of a session id in a uuid's characters, hex
-#: digits and '-' (a start with another character is no start the API looks up)
-ID_PREFIX_PATTERN = rf"^[0-9A-Fa-f-]{{{MIN_ID_PREFIX},{MAX_SESSION_ID}}}$"
+#: the characters of a session id, as a regular expression's class: a letter or a digit
+#: first (`ID_FIRST`), then letters, digits, '_', '.' and '-' (the ids tickwork makes are a
+#: uuid's hex digits; a submitted `--id` may hold the others)
+ID_FIRST, ID_CHARS = "A-Za-z0-9", "A-Za-z0-9_.-"
+#: what a whole session id may be (`submit --id`, `fork --id`, the API's bodies)
+SESSION_ID_PATTERN = rf"^[{ID_FIRST}][{ID_CHARS}]{{0,{MAX_SESSION_ID - 1}}}$"
+#: in words, for refusals
+ID_CHARS_SAID = "letters, digits, '_', '.' and '-', a letter or digit first"
+#: what the API's `id_prefix` takes: the start of a session id, of MIN_ID_PREFIX characters
+#: or more (a start with another character is the start of no id)
+ID_PREFIX_PATTERN = rf"^[{ID_FIRST}][{ID_CHARS}]{{{MIN_ID_PREFIX - 1},{MAX_SESSION_ID - 1}}}$"
 ID_PREFIX = re.compile(ID_PREFIX_PATTERN)
 #: a whole uuid, as tickwork makes a session's id (32 hex digits) or as one is written with
 #: its dashes (8-4-4-4-12): taken as the id of a session, not looked up as the start of one
@@ -33,10 +41,8 @@ SHOWN_CANDIDATES = 5
 TOO_SHORT = f" (give at least {MIN_ID_PREFIX} characters to name one by its id's start)"
 #: ... and for a start that no id has
 NO_START = ", and no session id starts with it"
-#: ... and, over the API, for one with a character no start it looks up has
-NOT_LOOKED_UP = (
-    " (a server looks up the start of an id in hex digits and '-' only: give any other id whole)"
-)
+#: ... and, over the API, for one with a character no id has, whose start is not looked up
+NOT_LOOKED_UP = f" (no session id has that character: an id holds {ID_CHARS_SAID})"
 
 _DURATION = "|".join(
     rf"[0-9]{{1,{digits}}}(?:\.[0-9]+)?{unit}"
@@ -112,7 +118,7 @@ def storable(value: object, *, name: str) -> None:
 
 def id_prefix(value: str, *, what: str = "id_prefix") -> str:
     """The start of a session id to look sessions up by (`what`: how it was given), checked:
-    MIN_ID_PREFIX to MAX_SESSION_ID hex digits or '-'."""
+    MIN_ID_PREFIX to MAX_SESSION_ID characters a session id holds (ID_CHARS)."""
     if ID_PREFIX.fullmatch(value):
         return value
     shown = quoted(value)
@@ -121,8 +127,8 @@ def id_prefix(value: str, *, what: str = "id_prefix") -> str:
     elif len(value) > MAX_SESSION_ID:
         wrong = f"is {len(value):,} characters long, more than any id ({MAX_SESSION_ID})"
     else:
-        wrong = "holds a character that is neither a hex digit nor '-'; give the start of an id"
-    raise InvalidInput(f"{what} {shown} {wrong} (the start of a session id: hex digits and '-')")
+        wrong = "holds a character no session id has there; give the start of an id"
+    raise InvalidInput(f"{what} {shown} {wrong} (a session id holds {ID_CHARS_SAID})")
 
 
 def fingerprint(value: str, *, what: str, shown: str) -> str:

@@ -56,11 +56,11 @@ from tickwork.worker.tick.runtime import utc_now
 
 from .blobs import bring_back
 from .deployment import Deployment
-from .parsing import MAX_SESSION_ID, storable
+from .parsing import SESSION_ID_PATTERN, storable
 
 #: the client's log, named as before the facades (operators filter on it)
 log = logging.getLogger("tickwork.client")
-SESSION_ID = re.compile(rf"^[A-Za-z0-9][A-Za-z0-9_.-]{{0,{MAX_SESSION_ID - 1}}}$")
+SESSION_ID = re.compile(SESSION_ID_PATTERN)
 
 
 class Writes(Deployment):

@@ -302,8 +302,8 @@ def test_remote_prints_what_local_prints(remote: Remote) -> None:
     unknown = served.inline("show", "no-such-session", ok=False)
     unknown.error(
         1,
-        "no session 'no-such-session' (a server looks up the start of an id in hex digits",
-        "give any other id whole); list sessions with `tickwork ls` (asked the server",
+        "no session 'no-such-session', and no session id starts with it; list sessions with "
+        "`tickwork ls` (asked the server",
     )
     assert "API" not in unknown.stderr  # the API's way to list is for API callers
     served.inline("patch", waiting, ok=False).error(1, "patch")
@@ -710,20 +710,21 @@ def test_show_of_no_session_says_what_to_do_with_a_server_as_locally(
     remote: Remote, cli: ModeCli
 ) -> None:
     """`show nothere` said less with a server ("no session 'nothere'; list sessions with
-    `tickwork ls`") than locally, which looks the start of every id up: with a server it
-    says that a start is looked up in hex digits and '-' only (give the id whole), and
-    where it asked, as a local command says where it looked."""
+    `tickwork ls`") than locally: with a server it says that no id starts with it, or that
+    no id has a character given, and where it asked, as a local command says where it
+    looked."""
     local = cli.mode == "local"
     shown = cli.inline("show", "nothere", ok=False).error(
-        1, "no session 'nothere'", "; list sessions with `tickwork ls`"
+        1, "no session 'nothere', and no session id starts with it", "; list sessions with"
     )
-    said = ", and no session id starts with it" if local else "give any other id whole"
-    assert said in shown, shown
+    odd = cli.inline("show", "no such", ok=False).error(1, "no session 'no such'")
+    said = ", and no session id starts with it" if local else "no session id has that character"
+    assert said in odd, odd
     start = "c0ffee" + uuid.uuid4().hex[:6]
     none = cli.inline("show", start, ok=False).error(
         1, f"no session '{start}', and no session id starts with it; list sessions with"
     )
-    for message in (shown, none):
+    for message in (shown, odd, none):
         asked = "(asked the server --server or TICKWORK_SERVER names" in message
         assert asked is not local, message
         assert local or "An archived session is named by its whole id" in message
@@ -968,3 +969,21 @@ def test_an_option_refused_with_a_server_is_refused_before_the_id_is_looked_up(
     env = {"TICKWORK_TOKEN": "t" * 20}
     said = Cli(env, tmp_path).inline("--server", "http://127.0.0.1:1", *argv, ok=False)
     said.error(2, fragment)
+
+
+def test_a_custom_id_is_named_by_its_start_with_a_server_as_locally(
+    remote: Remote, cli: ModeCli
+) -> None:
+    """A custom id (`submit --id job_1.v2`) was named by its start locally only: the API's
+    `id_prefix` took hex digits and '-', so with a server `show job_1.v` said to give the id
+    whole. It takes every character an id may hold; '_' is no wildcard in its look-up."""
+    tail = uuid.uuid4().hex[:6]
+    script = remote.script([{"content": "all done"}])
+    client = remote.deployment.client
+    mine = client.submit(
+        TEST_KIND, remote.input(), session_id=f"job_{tail}.v2-{cli.mode}", model=script
+    ).id
+    # what `job_...` would match if '_' were LIKE's any character
+    client.submit(TEST_KIND, remote.input(), session_id=f"jobX{tail}.v2-{cli.mode}", model=script)
+    assert cli.inline("show", f"job_{tail}.v", "--json").json()["head"]["id"] == mine
+    cli.inline("show", f"job_{tail}!", ok=False).error(1, f"no session 'job_{tail}!'")

@@ -412,7 +412,10 @@ def test_a_whole_id_costs_no_request_more_and_a_start_is_looked_up_after_its_404
     ]
     assert run("session_id", "7d1e00") == "7d1e00aa"
     assert run("session_id", "3f9a0c11") == "3f9a0c11"
-    assert run("session_id", "nothing-like-it") == "nothing-like-it" and sent == []
+    # a custom id's start is looked up too; one with a character no id has is not
+    assert run("session_id", "nothing-like-it") == "nothing-like-it"
+    assert sent == ["GET /api/v1/sessions?id_prefix=nothing-like-it&limit=6"]
+    assert run("session_id", "nothing like it") == "nothing like it" and sent == []
     with pytest.raises(RemoteError) as several:
         run("timeline", "3f9a0c")
     assert (several.value.status, several.value.code) == (422, "invalid_input")
@@ -434,10 +437,10 @@ def test_a_whole_id_costs_no_request_more_and_a_start_is_looked_up_after_its_404
     )
     assert sent == ["GET /api/v1/sessions/7d1e0/events?after=0&limit=1000"]
     with pytest.raises(RemoteError) as other:
-        run("get", "not-hex-at-all")  # no start the API looks up: nothing more is asked
+        run("get", "not an id")  # no id has a space: nothing more is asked
     assert other.value.message.startswith(
-        "no session 'not-hex-at-all' (a server looks up the start of an id in hex digits and "
-        "'-' only: give any other id whole); list"
+        "no session 'not an id' (no session id has that character: an id holds letters, "
+        "digits, '_', '.' and '-', a letter or digit first); list"
     )
 
     assert run("dead_letter", "7d1e00")["session_id"] == "7d1e00aa"

@@ -29,6 +29,7 @@ from tickwork.fsm.context import MAX_WINDOW, MIN_WINDOW
 from tickwork.fsm.forks import MAX_INSTRUCTION_CHARS, MAX_SYSTEM_PROMPT_CHARS
 from tickwork.fsm.tenants import TENANT_PATTERN
 from tickwork.fsm.values import MAX_PRICE, MIN_PRICE_RATES, PRICE_RATES, DecisionKind
+from tickwork.parsing import SESSION_ID_PATTERN
 from tickwork.parsing import fingerprint as whole_fingerprint
 
 from .inputs import RepairInput
@@ -42,8 +43,6 @@ MAX_INPUT_BYTES = 65_536
 MAX_ENTRIES = 50
 #: the longest model spec a submit or a fork gives (`model`)
 MAX_MODEL_SPEC = 500
-#: what a session id may be (the client's SESSION_ID), for the schema
-SESSION_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 #: the header that makes a submit's or fork's retry safe, as clients of Stripe, PayPal or the
 #: IETF draft send it (`retries`; here for the remote client, which loads no route)
 IDEMPOTENCY_HEADER = "Idempotency-Key"

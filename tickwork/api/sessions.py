@@ -18,7 +18,7 @@ from tickwork.fsm.outcomes import Outcome, outcome_of
 from tickwork.fsm.people import MAX_NAME, NAME_PATTERN
 from tickwork.fsm.tenants import TENANT_PATTERN
 from tickwork.fsm.values import ErrorCode, EventKind, Head, Session, Status
-from tickwork.parsing import ID_PREFIX_PATTERN, MAX_SESSION_ID, MIN_ID_PREFIX
+from tickwork.parsing import ID_CHARS_SAID, ID_PREFIX_PATTERN, MAX_SESSION_ID, MIN_ID_PREFIX
 from tickwork.writes import SESSION_ID
 
 from . import bodies, previews, retries
@@ -198,7 +198,8 @@ def list_sessions(
         IdPrefix | None,
         Query(
             description=f"Only sessions whose id starts with this ({MIN_ID_PREFIX} to "
-            f"{MAX_SESSION_ID} hex digits or '-', case-sensitive): how a client finds the "
+            f"{MAX_SESSION_ID} of the characters of an id, {ID_CHARS_SAID}; case-sensitive): "
+            "how a client finds the "
             "session a start of an id names (`tickwork --server URL show 3f9a0c`); 422 "
             "`invalid_input` naming `id_prefix` for another. One session listed is the "
             "one it names; more say it is ambiguous.",

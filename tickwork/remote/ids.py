@@ -1,8 +1,8 @@
 """A session named by the start of its id, over the API, as the CLI names one locally
 (`Reads.session_id`): its whole id, else a unique start of one, 6 characters or more.
 
-The API looks a start up with `GET /api/v1/sessions?id_prefix=` (hex digits and '-', the
-characters of the ids tickwork makes), among the sessions the token sees. `session_id`
+The API looks a start up with `GET /api/v1/sessions?id_prefix=` (the characters an id
+holds: `parsing.ID_CHARS`), among the sessions the token sees. `session_id`
 resolves a start before anything is asked of the session, and refuses at once a whole uuid
 of no session (the API's 404 says, with `archived`, whether the id is an archived session's,
 which `patch` and `fork` read back); `named` and `lettered` make an operation take one: the
@@ -74,9 +74,8 @@ def started(
 ) -> Plan[str]:
     """The one id `given` starts with (of `tenant` too, if given), after the server
     `refused` it as a whole id (404); else the refusal the local CLI gives (with `said`;
-    else `refused` itself): too short, no start the API looks up (another character than a
-    hex digit or '-': give the id whole), or no id starts with it; and RemoteError 422
-    naming a few if several do."""
+    else `refused` itself): too short, a character no id has (`NOT_LOOKED_UP`), or no id
+    starts with it; and RemoteError 422 naming a few if several do."""
     if len(given) < MIN_ID_PREFIX and said:
         raise _not_found(given, TOO_SHORT, refused)
     if not ID_PREFIX.fullmatch(given) and said:
