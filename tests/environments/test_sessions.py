@@ -345,3 +345,38 @@ def test_a_setup_pip_refused_for_the_system_s_python_says_to_make_the_venv_first
         '--setup "python3 -m venv /env"' in first
         and "docs/ENVIRONMENTS.md (`tickwork docs environments`)" in first
     ), first
+
+
+def test_an_environment_build_is_claimed_under_the_worker_name_its_tick_leases_as(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An operator matches a build's claim to a worker as a lease: by the node name Celery
+    gives the worker (`--hostname`). The claim named the host alone (`host:pid:thread`)
+    while the tick that made it leased its session as `node:pid:thread@K`."""
+    from tickwork.store.environments import Environments
+    from tickwork.worker.tick.advance import advance
+    from tickwork.worker.tick.app import make_app, runtime
+
+    owners: list[str] = []
+    claim = Environments.claim
+
+    def claimed(self: Environments, *args: Any, owner: str, **kwargs: Any) -> Any:
+        owners.append(owner)
+        return claim(self, *args, owner=owner, **kwargs)
+
+    monkeypatch.setattr(Environments, "claim", claimed)
+    source = project(tmp_path / "src")
+    settings = embedded_settings(tmp_path / "deploy")
+    app = make_app(settings, relay=False)
+    data = {"workspace": str(source), "test_command": "true", "setup": ["echo x > /env/marker"]}
+    try:
+        with SessionDriver(settings) as driver:
+            sid = driver.submit("repair", data, replies=[reply("done")])
+            head = driver.client.store.get(sid)
+            while head.status.runnable and head.step == 0:
+                advance(runtime(app), sid, head.version, node="alpha@box")
+                head = driver.client.store.get(sid)
+    finally:
+        app.close()
+    assert head.result["environment"]["status"] == "ready", head.error_message
+    assert [o.rsplit(":", 1)[0] for o in owners] == [f"alpha@box:{os.getpid()}"], owners

@@ -393,10 +393,11 @@ def _root_file(rt: Runtime, manifest: Manifest, path: str) -> dict[str, bytes]:
     return {path: rt.workspaces.blobs({blob})[blob]}
 
 
-def prepare(rt: Runtime, head: Head) -> Change | Head:
+def prepare(rt: Runtime, head: Head, *, node: str | None = None) -> Change | Head:
     """The session's environment before its first model call: the head with it recorded
     (found ready, or nothing to build: the tick goes on to THINK), or a change (built by
-    this tick, waiting for another worker's build, or failed: `ENV_SETUP`)."""
+    this tick, waiting for another worker's build, or failed: `ENV_SETUP`). A build is
+    claimed as `owner_name(node)` (`node`: the Celery worker's name), as the tick's lease."""
     now = rt.clock()
     spec = head.config.get("environment") or {}
     setup = spec.get("setup", AUTO)
@@ -438,7 +439,7 @@ def prepare(rt: Runtime, head: Head) -> Change | Head:
         )
     except SandboxUnavailable as exc:
         return machine.environment_failed(head, _record(plan_, None, "failed"), str(exc), now=now)
-    owner = owner_name()
+    owner = owner_name(node)
     # which project it was built for, as `tickwork env ls` shows it (the key does not say)
     named = {**files, **_root_file(rt, manifest, "PKG-INFO")}
     project = sources.project_name(source, named)

@@ -93,7 +93,7 @@ def _tick(rt: Runtime, report: TickReport, node: str | None) -> Outcome:
     report.claimed = claimed.head
     runner = runner_for(claimed.head)
     report.phase = runner.phase(claimed.head)
-    files = TickFiles(rt, claimed.head)
+    files = TickFiles(rt, claimed.head, node=node)
     try:
         return _advance(Tick(rt, claimed, files, report), runner, owner, node)
     finally:

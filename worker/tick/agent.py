@@ -37,7 +37,6 @@ from tickwork.fsm.values import (
     StepKind,
     idempotency_key,
 )
-from tickwork.worker.files import environments
 from tickwork.worker.files.workspaces import READ_ONLY_TOOLS, written_paths
 from tickwork.worker.jobs.kinds import Ending
 from tickwork.worker.models import ModelSettings, pricing
@@ -120,7 +119,7 @@ def think(tick: Tick) -> Change:
     if machine.needs_environment(head):
         # built (or waited for) in a tick of its own; found ready, it is recorded and the
         # model is called in this same tick
-        found = environments.prepare(rt, head)
+        found = tick.files.prepare(head)
         if isinstance(found, Change):
             return found
         head = found

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from tickwork.fsm.machine import Change
 from tickwork.fsm.values import Head
 from tickwork.store.files import FileChange
 from tickwork.worker.files import environments, versions
@@ -24,8 +25,10 @@ class TickFiles:
     """The claimed session's files during one tick: its working copy, checked out when a
     tool (or the job's finish) needs it, and what the tick changed in it."""
 
-    def __init__(self, rt: Runtime, head: Head) -> None:
+    def __init__(self, rt: Runtime, head: Head, *, node: str | None = None) -> None:
         self.rt, self.head = rt, head
+        #: the Celery worker's name (`--hostname`) the tick runs under, as its lease names it
+        self.node = node
         self.copy: WorkingCopy | None = None
         #: the change to save with the tick
         self.recorded: FileChange | None = None
@@ -47,6 +50,11 @@ class TickFiles:
             self._changes = True
             self.copy.begin()
         return self.copy.path
+
+    def prepare(self, head: Head) -> Change | Head:
+        """The session's environment before its first model call (`environments.prepare`),
+        its build claimed under this worker's name, as the tick's lease is."""
+        return environments.prepare(self.rt, head, node=self.node)
 
     def environment(self, head: Head | None = None) -> Path | None:
         """This host's copy of the session's environment (for /env), if it has one; the
