@@ -399,3 +399,25 @@ def test_git_s_refusal_of_another_user_s_repository_is_told_from_other_failures(
         versions.refused(said) or ""
     )
     assert versions.refused("fatal: not a git repository (or any parent)") is None
+
+
+@pytest.mark.parametrize(("plugin", "given"), [("hatch-vcs", "4.0.0"), ("setuptools-scm", "")])
+def test_an_unpacked_sdist_put_under_git_is_built_as_its_backend_reads_it(
+    tmp_path: Path, plugin: str, given: str
+) -> None:
+    """python-dateutil 4.0.0's sdist unpacked, then `git init`ed and committed: hatchling
+    builds it as its PKG-INFO's 4.0.0, whatever git or SETUPTOOLS_SCM_PRETEND_VERSION say,
+    but setup's card said it was given 0.1.dev1+g... . setuptools-scm reads git first
+    (PKG-INFO only without it), and is given what git says."""
+    folder = vcs_project(tmp_path / "p", plugin)
+    (folder / "PKG-INFO").write_text("Metadata-Version: 2.4\nName: scmpkg\nVersion: 4.0.0\n\n")
+    git(folder, "add", "-A")
+    git(folder, "commit", "-qm", "the sdist's metadata")
+    node = git(folder, "rev-parse", "--short=7", "HEAD")
+    source = _submitted(folder, tmp_path)
+    expected = given or f"0.1.dev2+g{node}"
+    assert source["version"]["value"] == expected  # type: ignore[index]
+    files = {"pyproject.toml": (folder / "pyproject.toml").read_bytes()}
+    made = plan(AUTO, files, uses_pytest=True, online=True, version=source["version"])
+    assert made.version is not None and made.version["value"] == expected
+    assert {value for _, value in made.variables} == {expected}

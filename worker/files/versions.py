@@ -6,7 +6,8 @@ plugin writes (`src/pkg/_version.py`), so the plugin cannot find a version in se
 
 - at submit, `of_checkout` reads the version the user's checkout has: its commit's
   `git describe`, as setuptools-scm reads it, else the version file the `.gitignore`
-  left out, else an unpacked sdist's `PKG-INFO`; it is recorded with the source;
+  left out, else an unpacked sdist's `PKG-INFO` (for hatch-vcs that first: hatchling
+  builds an sdist from its `PKG-INFO`'s version); it is recorded with the source;
 - setup gets it through the plugins' own override (`pretend`: SETUPTOOLS_SCM_PRETEND_VERSION,
   PDM_BUILD_SCM_VERSION, ...), the project's `fallback_version` or `0+unknown` without one;
 - the version file the build then wrote in setup's copy is kept in the environment
@@ -331,10 +332,15 @@ def of_checkout(
     (None for another): its commit's (`git`: its git data may be read; `parents`: a
     repository it lies in counts), else its version file's, else an unpacked sdist's
     `PKG-INFO`'s (as setuptools-scm falls back to it), else {"value": "", "from": why
-    not}."""
+    not}. For hatch-vcs the `PKG-INFO`'s comes first: hatchling builds an unpacked sdist
+    from its `PKG-INFO`'s version whatever git or the override says (setuptools-scm reads
+    git first, `PKG-INFO` only without it)."""
     found = scm(files)
     if found is None:
         return None
+    sdist = from_pkg_info(root) if "hatch-vcs" in found.plugins else None
+    if sdist is not None:
+        return sdist
     read = of_git(root, parents=parents) if git else None
     if read is not None and read["value"]:
         return read
