@@ -637,3 +637,51 @@ def test_a_requirements_folder_s_dev_file_is_left_out_beside_its_tests_file() ->
     del files["requirements/tests.txt"]
     alone = plan(AUTO, files, uses_pytest=True, online=True)
     assert "-r requirements/dev.txt" in "\n".join(alone.commands)
+
+
+def _editable_check(tmp_path: Path, site: Path, project: Path) -> int:
+    """The exit code of setup's editable-again check for calcpkg, run in `project` by an
+    interpreter whose site-packages is `site` (1: replaced; installed editable again)."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    found = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    Path(found.stdout.strip()).rmdir()
+    Path(found.stdout.strip()).symlink_to(site)
+    pyproject = b'[project]\nname = "calcpkg"\n[dependency-groups]\ntest = ["calctool"]\n'
+    made = plan(AUTO, {"pyproject.toml": pyproject}, uses_pytest=True, online=True)
+    (again,) = [c for c in made.commands if "direct_url.json" in c]
+    check = again.split(" || ")[0].replace("/env/bin/python", shlex.quote(str(python)))
+    return subprocess.run(["sh", "-c", check], cwd=project, check=False).returncode
+
+
+def test_an_old_style_develop_install_is_not_taken_for_a_replaced_one(tmp_path: Path) -> None:
+    """A project pinning setuptools < 64 is installed by `setup.py develop`: an .egg-link
+    and a path entry to the working copy, whose .egg-info has no direct_url.json. The check
+    took it for the index's copy, installed it once more and said it had been replaced."""
+    project, site = tmp_path / "src", tmp_path / "site"
+    (project / "calcpkg.egg-info").mkdir(parents=True)
+    (project / "calcpkg.egg-info" / "PKG-INFO").write_text(
+        "Metadata-Version: 2.1\nName: calcpkg\nVersion: 0.1.0\n"
+    )
+    site.mkdir()
+    (site / "calcpkg.egg-link").write_text(f"{project}\n.")
+    (site / "easy-install.pth").write_text(f"{project}\n")
+    assert _editable_check(tmp_path, site, project) == 0
+
+
+def test_the_index_s_copy_over_the_editable_install_is_still_taken_for_a_replaced_one(
+    tmp_path: Path,
+) -> None:
+    project, site = tmp_path / "src", tmp_path / "site"
+    project.mkdir()
+    (site / "calcpkg-2.0.0.dist-info").mkdir(parents=True)
+    (site / "calcpkg-2.0.0.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: calcpkg\nVersion: 2.0.0\n"
+    )
+    assert _editable_check(tmp_path, site, project) == 1

@@ -605,14 +605,19 @@ def _backend_requires_command() -> str:
 
 
 #: exits 1 when the distribution argv[1] is installed but not editable: a later install
-#: replaced the project's editable install with the index's copy
+#: replaced the project's editable install with the index's copy. An old-style `setup.py
+#: develop` install (a project pinning setuptools < 64) has no direct_url.json: its metadata
+#: lies in the working copy (the current folder), found through an .egg-link's path entry
 _EDITABLE = """\
-import importlib.metadata as m, json, sys
+import importlib.metadata as m, json, os, sys
 try:
-    url = json.loads(m.distribution(sys.argv[1]).read_text("direct_url.json") or "{}")
+    found = m.distribution(sys.argv[1])
+    url = json.loads(found.read_text("direct_url.json") or "{}")
+    here, where = os.path.realpath("."), os.path.realpath(found.locate_file(""))
 except Exception:
     sys.exit(0)
-sys.exit(0 if url.get("dir_info", {}).get("editable") else 1)
+ours = os.path.commonpath([here, where]) == here
+sys.exit(0 if url.get("dir_info", {}).get("editable") or ours else 1)
 """
 #: what the log says when setup installs the project editable again
 EDITABLE_AGAIN = (
