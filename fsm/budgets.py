@@ -123,16 +123,16 @@ def cut_at(
     if cap.by_tenant and day is not None:
         return Exhausted(
             code=cap.code,
-            message=f"the model's answer was cut at {cap.tokens} completion tokens, all "
-            f"that was left after its prompt of about {next_call.tokens} tokens of tenant "
+            message=f"the model's answer was cut at {cap.tokens:,} completion tokens, all "
+            f"that was left after its prompt of about {next_call.tokens:,} tokens of tenant "
             f"{day.tenant}'s quota `max_usd_per_day` of ${day.quota_usd:g} for the sessions "
             f"created on {day.day.date().isoformat()} (UTC): " + _day_advice(day, now),
         )
     left = "tokens" if cap.code is ErrorCode.BUDGET_TOKENS else "cost"
     return Exhausted(
         code=cap.code,
-        message=f"the model's answer was cut at {cap.tokens} completion tokens, all the "
-        f"{left} budget left after its prompt of about {next_call.tokens} tokens",
+        message=f"the model's answer was cut at {cap.tokens:,} completion tokens, all the "
+        f"{left} budget left after its prompt of about {next_call.tokens:,} tokens",
     )
 
 
@@ -159,8 +159,8 @@ def exhausted_budget(
     if head.tokens >= b.max_tokens or ErrorCode.BUDGET_TOKENS in spent:
         return Exhausted(
             code=ErrorCode.BUDGET_TOKENS,
-            message=f"{head.tokens} tokens used{_more(ahead.tokens, f'{ahead.tokens}')}, "
-            f"`max_tokens` is {b.max_tokens}",
+            message=f"{head.tokens:,} tokens used{_more(ahead.tokens, f'{ahead.tokens:,}')}, "
+            f"`max_tokens` is {b.max_tokens:,}",
         )
     if b.limits_cost and (head.cost_usd >= b.max_cost_usd or ErrorCode.BUDGET_COST in spent):
         return Exhausted(

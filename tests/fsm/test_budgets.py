@@ -384,6 +384,34 @@ def test_the_steps_message_counts_in_words(build: Any) -> None:
     assert two is not None and two.message == "2 steps made, `max_steps` is 2"
 
 
+def test_the_token_messages_count_as_show_does(build: Any) -> None:
+    """A dead letter said "28642 tokens used" where `show` says 28,642: the budgets' messages
+    write their counts with the same separators; their signature stays the one it was, so
+    letters before and after group together."""
+    from tickwork.store.error_signatures import error_signature
+
+    head = build.head(budgets={"max_tokens": 28_000}, tokens=28_642)
+    used = exhausted_budget(head, now=build.at(0), next_call=NextCall(tokens=1_500))
+    assert used is not None and used.message == (
+        "28,642 tokens used and the next model call's prompt is estimated at 1,500 more, "
+        "leaving no room for its answer, `max_tokens` is 28,000"
+    )
+    cut = cut_at(Cap(tokens=1_024, code=TOKENS), NextCall(tokens=27_000))
+    assert cut is not None and cut.message == (
+        "the model's answer was cut at 1,024 completion tokens, all the tokens budget left "
+        "after its prompt of about 27,000 tokens"
+    )
+    day = cut_at(
+        Cap(tokens=1_024, code=COST, by_tenant=True), NextCall(tokens=27_000), day=_day(1.9)
+    )
+    assert day is not None and "cut at 1,024 completion tokens" in day.message
+    assert "prompt of about 27,000 tokens of tenant" in day.message
+    was = "28642 tokens used, `max_tokens` is 28000"
+    assert error_signature("BUDGET_TOKENS", was) == error_signature(
+        "BUDGET_TOKENS", "28,642 tokens used, `max_tokens` is 28,000"
+    )
+
+
 @pytest.mark.parametrize(
     ("cap", "code"),
     [
