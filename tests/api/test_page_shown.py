@@ -339,3 +339,46 @@ def test_a_call_approved_in_the_session_view_stays_shown_as_decided(
     expect(page.locator("#live")).to_have_text("finished: completed")
     expect(card.locator("p.decided")).to_contain_text("Approved s1c0 (danger) as alice")
     expect(page.locator("#waiting h3")).to_have_text("Decided here")
+
+
+#: three steps that read, then an answer: room for a mask and a compaction between them
+READS = [
+    *[
+        {"content": f"read {n}", "tool_calls": [{"name": "echo", "arguments": {"text": n}}]}
+        for n in ("a", "b", "c")
+    ],
+    {"content": "done"},
+]
+
+
+def test_a_compaction_made_on_a_refused_prompt_says_why_as_show_does(
+    page: Any,  # noqa: F811
+    stack: Stack,
+) -> None:
+    """`tickwork show` says why a compaction was made at once (the model refused the prompt
+    as too long, from the step's `refused_prompt`); the page's heading said only that it
+    was one. (A long session under a small window makes one: here the API's answer is
+    made so, as the worker's tests check the step's fields.)"""
+    from playwright.sync_api import expect
+
+    session_id = stack.submit(READS, prefix="refused")
+    stack.wait(session_id, Status.COMPLETED)
+
+    def compacted(route: Any) -> None:
+        view = route.fetch().json()
+        view["steps"][2].update(
+            kind="compaction",
+            compacted_through=2,
+            masked_through=2,
+            refused_prompt={"prompt_tokens_estimate": 8_100, "window": 8_192},
+        )
+        route.fulfill(json=view)
+
+    page.route(f"**/api/v1/sessions/{session_id}", compacted)
+    log_in(page, stack, "olga", f"#/sessions/{session_id}")
+    expect(page.locator('#timeline section.step[data-step="3"] h4')).to_have_text(
+        "Step 3 · compaction of steps 1-2 (the model refused the prompt of about 8,100 tokens "
+        "in a window of 8,192 as too long)"
+    )
+    expect(page.locator('#timeline section.step[data-step="4"] h4')).to_have_text("Step 4")
+    page.unroute(f"**/api/v1/sessions/{session_id}")

@@ -136,11 +136,22 @@ export function forkHere(step, onclick) {
   return el("button", { type: "button", class: "fork-here", dataset: { step }, onclick }, "Fork from here");
 }
 
+// why a compaction was made at once: the model refused the step's prompt as too long
+// (`refused_prompt`), as `tickwork show` says it
+function refusedNote(prompt) {
+  if (!prompt) return "";
+  const about = Number.isInteger(prompt.prompt_tokens_estimate)
+    ? ` of about ${count(prompt.prompt_tokens_estimate)} tokens` : "";
+  const within = Number.isInteger(prompt.window) ? ` in a window of ${count(prompt.window)}` : "";
+  return ` (the model refused the prompt${about}${within} as too long)`;
+}
+
 // `actions(step)`: what to offer beside the step's heading (a fork from it), or none
 function stepSection(step, actions) {
   return el("section", { class: "step", dataset: { step: step.step } },
     el("div", { class: "step-head" }, el("h4", {}, step.kind === "compaction"
       ? `Step ${step.step} · compaction of steps 1-${step.compacted_through}` +
+        refusedNote(step.refused_prompt) +
         (step.ignored_calls ? ` (the model also called ${step.ignored_calls.join(", ")}: not run, a compaction runs none)` : "")
       : `Step ${step.step}`), actions ? actions(step) : null),
     el("p", { class: "meta usage" },
