@@ -414,6 +414,7 @@ def timeline(
     ]
     if view.get("tree"):
         parts.append(tree(view["tree"], mark=h["id"]))
+    masked = 0
     for step in view["steps"]:
         parts.append(
             Rule(
@@ -422,6 +423,7 @@ def timeline(
                     f"{step['model']} · "
                     f"{step['prompt_tokens']:,}+{step['completion_tokens']:,} tokens"
                     f"{_cached(step)} · ${step['cost_usd']:.4f} · {_took(step, h)}"
+                    f"{_masked(step, masked)}"
                 ),
                 align="left",
             )
@@ -432,6 +434,7 @@ def timeline(
             parts.append(_calls_table(step["calls"], graph=_graph(h) is not None))
             parts.extend(_reasons(step["calls"], h["awaiting"]))
             parts.extend(_file_changes(step["calls"], previews or {}))
+        masked = step.get("masked_through") or 0
     parts.append(Rule(align="left"))
     parts.append(
         Text(
@@ -513,6 +516,15 @@ def _compaction(step: Mapping[str, Any]) -> str:
         + _refused(step.get("refused_prompt"))
         + _ignored(step.get("ignored_calls"))
     )
+
+
+def _masked(step: Mapping[str, Any], before: int) -> str:
+    """Which observations the model read as stubs at a reply (`masked_through`), where that
+    passed the step before's (`before`); a compaction's line names its own cut."""
+    through = step.get("masked_through") or 0
+    if step.get("kind") == "compaction" or through <= before:
+        return ""
+    return f" · observations of steps ≤{through} shown as stubs"
 
 
 def _refused(prompt: Any) -> str:

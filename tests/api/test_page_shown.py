@@ -351,14 +351,15 @@ READS = [
 ]
 
 
-def test_a_compaction_made_on_a_refused_prompt_says_why_as_show_does(
+def test_the_page_says_why_a_compaction_was_made_and_where_stubs_began_as_show_does(
     page: Any,  # noqa: F811
     stack: Stack,
 ) -> None:
     """`tickwork show` says why a compaction was made at once (the model refused the prompt
-    as too long, from the step's `refused_prompt`); the page's heading said only that it
-    was one. (A long session under a small window makes one: here the API's answer is
-    made so, as the worker's tests check the step's fields.)"""
+    as too long, from the step's `refused_prompt`), and at which step the model began to
+    read older observations as stubs (`masked_through`); the page's heading said only that
+    a step was a compaction, and nothing of stubs. (A long session under a small window
+    makes both: here the API's answer is made so, as the worker's tests check the steps.)"""
     from playwright.sync_api import expect
 
     session_id = stack.submit(READS, prefix="refused")
@@ -366,6 +367,8 @@ def test_a_compaction_made_on_a_refused_prompt_says_why_as_show_does(
 
     def compacted(route: Any) -> None:
         view = route.fetch().json()
+        view["steps"][1]["masked_through"] = 1
+        view["steps"][3]["masked_through"] = 2
         view["steps"][2].update(
             kind="compaction",
             compacted_through=2,
@@ -381,4 +384,10 @@ def test_a_compaction_made_on_a_refused_prompt_says_why_as_show_does(
         "in a window of 8,192 as too long)"
     )
     expect(page.locator('#timeline section.step[data-step="4"] h4')).to_have_text("Step 4")
+    usage = '#timeline section.step[data-step="{}"] p.usage'
+    expect(page.locator(usage.format(2))).to_contain_text(
+        " · observations of steps ≤1 shown as stubs"
+    )
+    for step in (1, 3, 4):  # none yet, the compaction's own cut, no further than it
+        expect(page.locator(usage.format(step))).not_to_contain_text("stubs")
     page.unroute(f"**/api/v1/sessions/{session_id}")

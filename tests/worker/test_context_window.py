@@ -713,6 +713,42 @@ def test_show_and_watch_name_a_compaction(long: Long, monkeypatch: pytest.Monkey
     assert f"steps 1-{compaction.compacted_through} summarised" in line
 
 
+def test_show_says_where_the_model_began_to_see_stubs(
+    long: Long, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only `masked_through` in `show --json` said which observations the model read as
+    stubs at a step: its line in `show` says so where that moves on (a compaction's line
+    names its own cut, and the steps after it start from there)."""
+    from rich.console import Console
+
+    from tickwork import render, views
+
+    with windowed_chat(WindowedChat(window=32_768, steps=12)) as chat:
+        monkeypatch.setenv("OPENAI_BASE_URL", chat.url)
+        session_id = long.submit(context_window=8_800)
+        long.run(session_id)
+    view = views.session(long.store.load(session_id))
+    out = Console(width=300, record=True)
+    out.print(render.timeline(view))
+    lines = {
+        int(line.split()[1]): line.rstrip("─ ")
+        for line in out.export_text().splitlines()
+        if line.startswith("step ")
+    }
+    before, moved = 0, []
+    for step in view["steps"]:
+        through = step["masked_through"]
+        if step["kind"] == "reply" and through > before:
+            moved.append(step["step"])
+            assert lines[step["step"]].endswith(
+                f" · observations of steps ≤{through} shown as stubs"
+            ), lines[step["step"]]
+        else:
+            assert "shown as stubs" not in lines[step["step"]]
+        before = through
+    assert moved, "the session was masked"
+
+
 def test_a_compaction_is_a_tick_of_its_own_in_the_traces(
     long: Long, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -146,8 +146,17 @@ function refusedNote(prompt) {
   return ` (the model refused the prompt${about}${within} as too long)`;
 }
 
-// `actions(step)`: what to offer beside the step's heading (a fork from it), or none
-function stepSection(step, actions) {
+// which observations the model read as stubs at a reply (`masked_through`), where that
+// passed the one of the step `before` it, as `tickwork show` says it; a compaction names its cut
+function maskedNote(step, before) {
+  const through = step.masked_through || 0;
+  return step.kind === "compaction" || through <= ((before && before.masked_through) || 0)
+    ? "" : ` · observations of steps ≤${through} shown as stubs`;
+}
+
+// `actions(step)`: what to offer beside the step's heading (a fork from it), or none;
+// `before`: the step before it, if any
+function stepSection(step, actions, before) {
   return el("section", { class: "step", dataset: { step: step.step } },
     el("div", { class: "step-head" }, el("h4", {}, step.kind === "compaction"
       ? `Step ${step.step} · compaction of steps 1-${step.compacted_through}` +
@@ -156,7 +165,7 @@ function stepSection(step, actions) {
       : `Step ${step.step}`), actions ? actions(step) : null),
     el("p", { class: "meta usage" },
       `${step.model} · ${tokensLine(step)} · ${usd(step.cost_usd)} · model ${ms(step.latency_ms)}` +
-      (step.calls.length ? ` · tools ${ms(toolMs(step))}` : "")),
+      (step.calls.length ? ` · tools ${ms(toolMs(step))}` : "") + maskedNote(step, before)),
     step.thought ? el("blockquote", { class: "thought" }, step.thought) : null,
     step.calls.map((call) => el("div", { class: "tcall", dataset: { call: call.call_id } },
       el("p", {}, el("code", {}, call.name), ` ${call.call_id} `, badge(call.blocked ? "blocked" : call.state),
@@ -174,7 +183,7 @@ function stepSection(step, actions) {
 
 export function timeline(view, actions) {
   if (!view.steps.length) return el("p", { class: "muted" }, "No steps yet.");
-  return view.steps.map((step) => stepSection(step, actions));
+  return view.steps.map((step, i) => stepSection(step, actions, view.steps[i - 1]));
 }
 
 // each step's tokens, cost and time in one table, with a bar of its model and tool time
@@ -394,16 +403,18 @@ function sideHead(role, view) {
     head.error_code ? el("p", { class: "error" }, `${head.error_code}: ${head.error_message}`) : null);
 }
 
-function sideStep(role, step) {
+// the `n`th of a side's `steps`
+function sideStep(role, steps, n) {
+  const step = steps[n - 1];
   return el("div", { class: `side ${role}` }, el("span", { class: "side-label" }, role),
-    step ? stepSection(step) : el("p", { class: "muted none" }, `no step here in the ${role}`));
+    step ? stepSection(step, null, steps[n - 2]) : el("p", { class: "muted none" }, `no step here in the ${role}`));
 }
 
 function stepPairs(parent, fork, from, to) {
   const rows = [];
   for (let n = from; n <= to; n += 1) {
     rows.push(el("div", { class: "pair", dataset: { step: n } },
-      sideStep("parent", parent.steps[n - 1]), sideStep("fork", fork.steps[n - 1])));
+      sideStep("parent", parent.steps, n), sideStep("fork", fork.steps, n)));
   }
   return rows;
 }
