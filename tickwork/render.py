@@ -274,7 +274,17 @@ def sessions_table(heads: Iterable[Mapping[str, Any]]) -> Table:
     table = _listing_table("sessions, newest first")
     # a listing of several tenants (--tenant '*') says whose each session is
     tenants = len({h.get("tenant") for h in heads}) > 1
-    columns = ("ID", "STATUS", "OUTCOME", "STEP", "TOKENS", "COST", "CREATED", "KIND", "NOTE")
+    columns: tuple[str, ...] = (
+        "ID",
+        "STATUS",
+        "OUTCOME",
+        "STEP",
+        "TOKENS",
+        "COST",
+        "CREATED",
+        "KIND",
+        "NOTE",
+    )
     if tenants:
         columns = (*columns[:-1], "TENANT", "NOTE")
     # ids stay whole so they can be copied; kind and note fold to fit
@@ -368,7 +378,15 @@ def archived_table(entries: Iterable[Mapping[str, Any]]) -> Table:
     table = _listing_table("archived sessions, the latest archived first")
     # a listing of several tenants (--tenant '*') says whose each session is, as `ls` does
     tenants = len({e.get("tenant") for e in entries}) > 1
-    columns = ("ID", "STATUS", "CREATED", "FINISHED", "ARCHIVED", "KIND", "FORK OF")
+    columns: tuple[str, ...] = (
+        "ID",
+        "STATUS",
+        "CREATED",
+        "FINISHED",
+        "ARCHIVED",
+        "KIND",
+        "FORK OF",
+    )
     if tenants:
         columns = (*columns[:-1], "TENANT", "FORK OF")
     for name in columns:
