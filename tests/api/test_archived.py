@@ -405,3 +405,40 @@ def test_the_session_listing_lists_the_archived_ones_as_ls_archived_does(
                 ("old-owen", "completed", None)
             ]
     client.close()
+
+
+def test_an_archived_listing_by_a_kind_only_archived_sessions_have_is_no_unknown_kind(
+    tmp_path: Path,
+) -> None:
+    """The kind of an archived session (one no worker here runs) was called unknown (422)
+    where the listing also named a submitter: an admin's `submitted_by`, or an own-only
+    token's own, made only the live sessions count, though the index keeps submitters."""
+    settings, client = deployed(tmp_path)
+    store, clock = client.store, Clock()
+    made = new_session("old-refund", now=clock(), kind="refund")
+    head = made.head.model_copy(update={"submitted_by": "owen"})
+    store.create(made.model_copy(update={"head": head}), now=clock())
+    assert think(store, "old-refund", reply(content="done"), now=clock()).status.terminal
+    report = archive_pass(
+        store.engine, store.load, client.archive, Policy(completed_s=60), now=clock.advance(61)
+    )
+    assert report.archived == 1
+    tokens = {**TOKENS, OWEN: {"name": "owen", "roles": ["operator"], "own_only": True}}
+    app = make_api(settings, ApiSettings(api_tokens=tokens), client=client)  # type: ignore[arg-type]
+    with Server(app) as server, httpx.Client(base_url=server.url) as http:
+
+        def listed(token: str, **query: object) -> httpx.Response:
+            headers = {"Authorization": f"Bearer {token}"}
+            return http.get("/api/v1/sessions", params=query, headers=headers)
+
+        for token, query in (
+            (TOKEN["olga"], {"submitted_by": "sam"}),
+            (OWEN, {"status": "failed"}),
+        ):
+            for archived in ("true", "false"):
+                answer = listed(token, kind="refund", archived=archived, **query)
+                assert (answer.status_code, answer.json()) == (200, []), (token, query, archived)
+        assert [r["id"] for r in listed(OWEN, kind="refund", archived="true").json()] == [
+            "old-refund"
+        ]
+    client.close()

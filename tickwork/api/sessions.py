@@ -226,6 +226,8 @@ def list_sessions(
         return []
     if who.admin and tenant:
         scope["tenant"] = tenant
+    # the kinds an own-only token may learn of are its own sessions' only
+    own = scope["submitted_by"] if who.own_only and not who.admin else None
     if archived:
         given = dict(
             error_code=error_code, outcome=outcome, parent_id=parent_id, id_prefix=id_prefix
@@ -235,7 +237,7 @@ def list_sessions(
             status=[s.value for s in status or ()], kind=kind, limit=limit, offset=offset, **scope
         )
         if kind and not entries and offset == 0:
-            _known_kind(client, kind, scope.get("tenant"), scope["submitted_by"])
+            _known_kind(client, kind, scope.get("tenant"), own)
         return [ListedArchived.model_validate(e) for e in entries]
     heads = client.sessions(
         status=[s.value for s in status or ()],
@@ -249,7 +251,6 @@ def list_sessions(
         **scope,
     )
     if kind and not heads and offset == 0:
-        own = scope["submitted_by"] if who.own_only and not who.admin else None
         _known_kind(client, kind, scope.get("tenant"), own)
     return [Listed.model_construct(**dict(h), outcome=outcome_of(h.result)) for h in heads]
 
@@ -274,8 +275,7 @@ def _known_kind(client: Tickwork, kind: str, tenant: str | None, own: str | None
     the CLI's `ls --kind` (a kind of no session the caller sees, but the server's or of a
     session of the caller's tenant stored, lists nothing). The name is never imported, and
     another tenant's sessions say nothing of it; for an own-only token (`own`: its name)
-    neither do the others' of its tenant (nor archived ones: their index names no
-    submitter)."""
+    neither do the others' of its tenant, live or archived."""
     from tickwork.worker.jobs import unknown_kind
 
     why = unknown_kind(

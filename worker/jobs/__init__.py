@@ -180,9 +180,9 @@ def unknown_kind(
     or in `imports`), a `module:attr` that imports here as a job kind (asked by a `trusted`
     caller only: an HTTP client's name is never imported), or the kind of a session of
     `tenant` (None: of any) stored live or archived in `store` (a kind other hosts run, or
-    ran once); with `submitted_by` (an own-only token's name), of its own live sessions
-    only. For a listing filtered by a kind that found nothing: a typo then says so, not "no
-    sessions match"."""
+    ran once); with `submitted_by` (an own-only token's name), of its own sessions only
+    (archived ones from before the index kept submitters say nothing). For a listing
+    filtered by a kind that found nothing: a typo then says so, not "no sessions match"."""
     jobs = Jobs(imports)
     try:
         known = jobs.names()
@@ -190,9 +190,8 @@ def unknown_kind(
         return None  # a kind of TICKWORK_IMPORTS does not import here: it may be that one
     if kind in known or (trusted and ":" in kind and _imports_as_kind(jobs, kind)):
         return None
-    if store.list_sessions(kind=kind, tenant=tenant, submitted_by=submitted_by, limit=1) or (
-        submitted_by is None and store.retention.listing(kind=kind, tenant=tenant, limit=1)
-    ):
+    mine = {"kind": kind, "tenant": tenant, "submitted_by": submitted_by, "limit": 1}
+    if store.list_sessions(**mine) or store.retention.listing(**mine):
         return None
     return (
         f"unknown job kind {kind!r}: no session has it, and this process has no kind of that "
