@@ -3,6 +3,7 @@ against a server with a context window, ticked in this process (the tick without
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 from collections.abc import Iterator
@@ -1004,6 +1005,31 @@ def test_a_compaction_made_on_a_refusal_is_capped_at_the_room_of_its_own_request
     assert [e for e in events if e.kind is EventKind.CONTEXT_OVERFLOW], "a prompt was refused"
     assert [r for r in chat.log if r.compaction], "it compacted"
     assert not [r for r in chat.log if r.compaction and r.refused]
+
+
+def test_a_compaction_on_a_refusal_that_its_budget_cannot_hold_ends_the_session(
+    long: Long, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The compaction made at once on a refused prompt shows whole the newest observations
+    that prompt may have masked, so its request can be the longer one: where the tokens
+    left could not hold it, its cap was under one token, which ModelSettings refuses: the
+    tick raised and the session failed INTERNAL. It ends on its budget, as a THINK does."""
+    plan = context.plan
+
+    def longer_when_forced(*args: Any, **kw: Any) -> context.Plan:
+        made = plan(*args, **kw)
+        return dataclasses.replace(made, unscaled=10**9) if kw.get("force") else made
+
+    monkeypatch.setattr(context, "plan", longer_when_forced)
+    chat = WindowedChat(window=8_192, steps=60, counts_completion=True, counts_tools=True)
+    with windowed_chat(chat):
+        monkeypatch.setenv("OPENAI_BASE_URL", chat.url)
+        session_id = long.submit(context_window=8_192)
+        head = long.run(session_id)
+    assert (head.status, head.error_code) == (Status.FAILED, ErrorCode.BUDGET_TOKENS)
+    events = long.store.load(session_id).events
+    assert [e for e in events if e.kind is EventKind.CONTEXT_OVERFLOW], "a prompt was refused"
+    assert not [r for r in chat.log if r.compaction], "no compaction was asked"
 
 
 def test_a_window_stated_in_a_refused_cap_is_the_sessions_from_then_on(

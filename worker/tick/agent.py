@@ -294,6 +294,11 @@ def _overflow(
         tokens=forced.unscaled - tools,
         schema_tokens=tools,
     )
+    # a budget its own request would pass ends the session, as a THINK's would: a cap under
+    # one token is no call (ModelSettings refuses it: the tick raised, failing INTERNAL)
+    before = machine.start_think(head, now=rt.clock(), next_call=ahead, plan=forced, day=day)
+    if isinstance(before, Change):
+        return _with_event(before, event)
     cap = budgets.completion_cap(head, ahead, day).tokens
     return _with_event(_compact(rt, head, forced, schemas, report, cap, price), event)
 
