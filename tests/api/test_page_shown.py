@@ -391,3 +391,33 @@ def test_the_page_says_why_a_compaction_was_made_and_where_stubs_began_as_show_d
     for step in (1, 3, 4):  # none yet, the compaction's own cut, no further than it
         expect(page.locator(usage.format(step))).not_to_contain_text("stubs")
     page.unroute(f"**/api/v1/sessions/{session_id}")
+
+
+def test_a_taken_over_or_refused_tick_says_from_whom_and_why_in_the_events(
+    page: Any,  # noqa: F811
+    stack: Stack,
+) -> None:
+    """The relay's `taken_over` (the worker it was taken from) and a worker's `tick_refused`
+    (who, at what version, why) were listed on the page by their kind alone: the page's
+    event line names only the keys it knows, and knew none of theirs."""
+    from playwright.sync_api import expect
+    from tickwork.fsm.values import Event, EventKind
+    from tickwork.store import rows
+    from tickwork.store.schema import events
+
+    session_id = stack.submit(ECHO, prefix="relayed")
+    stack.wait(session_id, Status.COMPLETED)
+    now = stack.deployment.client.get(session_id).updated_at
+    said = {
+        EventKind.TAKEN_OVER: {"from": "alpha@host:41:7@12"},
+        EventKind.TICK_REFUSED: {"worker": "beta@host:42", "version": 3, "reason": "no kind"},
+    }
+    with stack.deployment.client.store.engine.begin() as conn:
+        for kind, data in said.items():
+            row = rows.event_to_row(session_id, 3, Event(kind=kind, at=now, data=data))
+            conn.execute(events.insert(), [row])
+    log_in(page, stack, "olga", f"#/sessions/{session_id}")
+    taken = page.locator('#events li[data-kind="taken_over"]')
+    expect(taken).to_contain_text("from=alpha@host:41:7@12")
+    refused = page.locator('#events li[data-kind="tick_refused"]')
+    expect(refused).to_contain_text("worker=beta@host:42 version=3 reason=no kind")

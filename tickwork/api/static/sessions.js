@@ -115,7 +115,8 @@ function archivedTable(rows) {
 function eventSummary(event) {
   const d = event.data || {};
   const parts = [];
-  for (const key of ["step", "through", "call_id", "name", "decision", "approver", "feedback", "comment", "status", "outcome", "error_code", "message", "by", "parent_id"]) {
+  // `from`: a taken_over's worker; `worker`, `version`, `reason`: a tick_refused's
+  for (const key of ["step", "through", "call_id", "name", "decision", "approver", "feedback", "comment", "status", "outcome", "error_code", "message", "by", "parent_id", "from", "worker", "version", "reason"]) {
     if (d[key] !== undefined && d[key] !== null && d[key] !== "") parts.push(`${key}=${d[key]}`);
   }
   if (Array.isArray(d.calls)) parts.push(`calls=${d.calls.join(",")}`);
