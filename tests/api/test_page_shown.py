@@ -421,3 +421,25 @@ def test_a_taken_over_or_refused_tick_says_from_whom_and_why_in_the_events(
     expect(taken).to_contain_text("from=alpha@host:41:7@12")
     refused = page.locator('#events li[data-kind="tick_refused"]')
     expect(refused).to_contain_text("worker=beta@host:42 version=3 reason=no kind")
+
+
+def test_a_dead_letters_link_opens_its_own_letter_where_its_session_id_is_digits(
+    page: Any,  # noqa: F811
+    stack: Stack,
+) -> None:
+    """The list links each letter by its session's id; digits there name a letter by its
+    number first (as `dlq show` takes them), so the link of session "N" opened dead letter
+    #N, another session's. Such a session's letter is linked by its own number."""
+    from playwright.sync_api import expect
+
+    other = stack.submit(DIES, prefix="dies")
+    stack.wait(other, Status.FAILED)
+    number = stack.http("olga").get(f"/api/v1/dead-letters/{other}").json()["id"]
+    digits = stack.submit(DIES, id=str(number))
+    stack.wait(digits, Status.FAILED)
+    letters = stack.http("olga").get("/api/v1/dead-letters").json()
+    (own,) = [d["id"] for d in letters if d["session_id"] == digits]
+    log_in(page, stack, "olga", "#/dead-letters")
+    page.click(f'#dead-letters tr[data-id="{own}"] td.key a')
+    expect(page.locator("#dead-letter")).to_contain_text(f"#{own}")
+    expect(page.locator("#letter-session")).to_have_text(digits)

@@ -146,9 +146,7 @@ export async function deadLettersView(view) {
     letters.length ? dataTable({ id: "dead-letters" },
       ["id", "session", "code", "message", "last tool", "when", "closed"],
       letters.map((d) => el("tr", { dataset: { id: d.id } },
-        // by its session's id: a letter's number is not kept once retention archives its
-        // session with it, and the address by the session's id then says where it went
-        el("td", { class: "key" }, el("a", { href: `#/dead-letters/${enc(d.session_id)}` }, `#${d.id}`)),
+        el("td", { class: "key" }, el("a", { href: `#/dead-letters/${enc(letterKey(d))}` }, `#${d.id}`)),
         el("td", {}, sessionRef(d.session_id)), el("td", {}, badge(d.code, "failed")),
         el("td", {}, d.message), el("td", {}, d.last_tool || "–"), el("td", { class: "when" }, ago(d.at)),
         el("td", { class: "closed" }, d.resolved_at ? closedState(d) : "no"))))
@@ -247,6 +245,12 @@ function archivedLetter(view, id) {
       el("a", { href: `#/sessions/${enc(id)}` }, "Its page"),
       " serves its patch and its forks, and forks it again."));
 }
+
+// how a letter's link names it: by its session's id, as a letter's number is not kept once
+// retention archives its session with it (the address by the session's id then says where
+// it went); but digits name a letter by its number first, so a session id of digits alone
+// would open another session's letter: such a one's letter is named by its own number
+const letterKey = (d) => (/^\d+$/.test(d.session_id) ? String(d.id) : d.session_id);
 
 // a number no live dead letter has: none had it, or retention archived its session with it
 // (the archive keeps a dead letter by its session's id, not by its number)
