@@ -397,6 +397,9 @@ def test_the_session_listing_lists_the_archived_ones_as_ls_archived_does(
         refused = listed(TOKEN["olga"], archived="true", outcome="repaired")
         assert (refused.status_code, refused.json()["code"]) == (422, "invalid_input")
         assert "`outcome` does not go with `archived`" in refused.json()["message"]
+        # refused as well where the token sees nothing: the request is wrong, not its answer
+        other = listed(OWEN, archived="true", submitted_by="sam", outcome="repaired")
+        assert (other.status_code, other.json()["code"]) == (422, "invalid_input")
         unknown = listed(TOKEN["olga"], archived="true", kind="nosuchkind")
         assert (unknown.status_code, unknown.json()["code"]) == (422, "unknown_kind")
         with Client(server.url, token=TOKEN["olga"]) as remote:  # the Python client's

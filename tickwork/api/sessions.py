@@ -221,6 +221,10 @@ def list_sessions(
     if id_prefix is not None:
         id_prefix = parsing.id_prefix(id_prefix)
     check_named_tenant(who, tenant, "sessions")
+    if archived:  # refused whatever the token sees: the request is wrong, not its answer
+        _refuse_with_archived(
+            dict(error_code=error_code, outcome=outcome, parent_id=parent_id, id_prefix=id_prefix)
+        )
     scope = session_filters(who, submitted_by)
     if scope is None:
         return []
@@ -229,10 +233,6 @@ def list_sessions(
     # the kinds an own-only token may learn of are its own sessions' only
     own = scope["submitted_by"] if who.own_only and not who.admin else None
     if archived:
-        given = dict(
-            error_code=error_code, outcome=outcome, parent_id=parent_id, id_prefix=id_prefix
-        )
-        _refuse_with_archived(given)
         entries = client.archived_sessions(
             status=[s.value for s in status or ()], kind=kind, limit=limit, offset=offset, **scope
         )
