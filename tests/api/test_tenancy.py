@@ -524,11 +524,15 @@ def test_a_number_that_is_another_tenants_letter_id_finds_the_callers_session(
         app = make_api(settings, ApiSettings(api_tokens=TOKENS), client=client)  # type: ignore[arg-type]
         with Server(app) as server:
             headers = {"Authorization": f"Bearer {TOKEN['bob']}"}
-            answer = httpx.get(f"{server.url}/api/v1/dead-letters/{number}", headers=headers)
+            answer = httpx.get(
+                f"{server.url}/api/v1/dead-letters/{number}", headers=headers, timeout=30
+            )
             assert answer.status_code == 200, answer.text
             assert answer.json()["session_id"] == number
             headers = {"Authorization": f"Bearer {TOKEN['ann']}"}
-            mine = httpx.get(f"{server.url}/api/v1/dead-letters/{number}", headers=headers)
+            mine = httpx.get(
+                f"{server.url}/api/v1/dead-letters/{number}", headers=headers, timeout=30
+            )
             assert mine.status_code == 200 and mine.json()["session_id"] == "ann-failed"
     finally:
         client.close()

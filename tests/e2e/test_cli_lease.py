@@ -35,8 +35,9 @@ def test_show_names_the_lease_owner_and_the_relay_logs_the_revived_session(
         stop(worker)
 
     held = cli.inline("show", session_id, "--json").json()["lease"]
-    owner = f"{socket.gethostname()}:{worker.pid}:"
-    assert held["owner"].startswith(owner)
+    # the worker as Celery names it (`name@host`, its --hostname), then its process
+    node, pid, _ = held["owner"].split(":", 2)
+    assert node.endswith(f"@{socket.gethostname()}") and pid == str(worker.pid), held
     assert held["expires_at"]
     assert "lease" in cli.inline("show", session_id).stdout
     expired = until(

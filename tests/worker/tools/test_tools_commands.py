@@ -207,8 +207,9 @@ def test_policy_of_run_command_reads_the_arguments() -> None:
     assert run_command.approval_policy is command_needs_approval
     assert needs_approval(run_command.rule, {"command": "rm -rf /"})
     assert not needs_approval(run_command.rule, {"command": "pytest -q"})
-    assert needs_approval(run_command.rule, {"command": ["rm", "x"]})
-    assert needs_approval(run_command.rule, {})
+    # arguments its schema refuses never run: nobody is asked, the model is told at once
+    assert not needs_approval(run_command.rule, {"command": ["rm", "x"]})
+    assert not needs_approval(run_command.rule, {})
 
 
 def test_deep_nesting_is_refused_not_recursing_forever() -> None:
