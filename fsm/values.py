@@ -155,6 +155,10 @@ class EventKind(StrEnum):
     #: its worker's sign of life was gone: the relay took it over before its lease ran out
     #: (`data["from"]`: that worker's lease owner)
     TAKEN_OVER = "taken_over"
+    #: its lease ran out with no tick saved (a worker stopped, stalled, or gone where no
+    #: sign of life is watched): the relay offered its tick again (`data["from"]`: the lease
+    #: owner)
+    LEASE_EXPIRED = "lease_expired"
     #: a worker took its tick but cannot run it (its job kind, or its graph's version, is
     #: not there): nothing else changes (`data`: `worker`, `version`, `reason`)
     TICK_REFUSED = "tick_refused"

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import Connection, Engine, bindparam, delete, insert, or_, select, tuple_, update
 from tickwork.fsm.values import RUNNABLE, Event, EventKind
@@ -131,7 +132,8 @@ def _wait(republished: int, threshold_s: float) -> float:
 
 def expired_leases(engine: Engine, *, now: datetime, limit: int = 500) -> list[Due]:
     """Runnable sessions whose lease ran out (their worker died mid-I/O): the lease is
-    cleared and an outbox row written, so the session runs again exactly as a lost tick."""
+    cleared and an outbox row written, so the session runs again exactly as a lost tick,
+    and a `lease_expired` event names the lease's owner (`tickwork show` says when)."""
     query = (
         select(sessions.c.id, sessions.c.version, sessions.c.lease_owner)
         .where(
@@ -146,7 +148,16 @@ def expired_leases(engine: Engine, *, now: datetime, limit: int = 500) -> list[D
     with engine.begin() as conn:
         found = [(r.id, r.version, r.lease_owner) for r in conn.execute(query).all()]
         revive(conn, found, now=now)
+        if found:
+            conn.execute(insert(events), [_expired(*r, now=now) for r in found])
     return [Due(session_id, version, owner=owner) for session_id, version, owner in found]
+
+
+def _expired(session_id: str, version: int, owner: str | None, *, now: datetime) -> dict[str, Any]:
+    """The event that says the lease of `owner` ran out and the session's tick was offered
+    again."""
+    event = Event(kind=EventKind.LEASE_EXPIRED, at=now, data={"from": owner})
+    return rows.event_to_row(session_id, version, event)
 
 
 def revive(

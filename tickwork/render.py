@@ -668,20 +668,23 @@ def _header(
         rows.append(("lease", Text(f"{lease['owner']} ({expiry} {when(lease['expires_at'])})")))
     if (taken := taken_over(events)) is not None:
         rows.append(("taken over", taken))
+    if (expired := taken_over(events, "lease_expired")) is not None:
+        rows.append(("lease ran out", expired))
     rows.extend(("forks" if i == 0 else "", Text(fork_line(f))) for i, f in enumerate(forks))
     for name, value in rows:
         grid.add_row(name, value)
     return grid
 
 
-def taken_over(events: Sequence[Mapping[str, Any]]) -> Text | None:
-    """The last time the relay took the session over from a worker that was gone, and how
-    many times before; None if it never did."""
-    taken = [e for e in events if e.get("kind") == "taken_over"]
+def taken_over(events: Sequence[Mapping[str, Any]], kind: str = "taken_over") -> Text | None:
+    """The last time the relay took the session over from a worker that was gone (`kind`
+    `lease_expired`: offered its tick again once a lease ran out), and how many times
+    before; None if it never did."""
+    taken = [e for e in events if e.get("kind") == kind]
     if not taken:
         return None
     last = taken[-1]
-    text = Text(f"{when(last['at'])} {summary('taken_over', last['data'])}")
+    text = Text(f"{when(last['at'])} {summary(kind, last['data'])}")
     if len(taken) > 1:
         text.append(f" (and {counted(len(taken) - 1, 'time')} before)")
     return text
@@ -1167,6 +1170,8 @@ def summary(kind: str, d: Mapping[str, Any]) -> str:
         return f"from {d.get('parent_id')} at step {d.get('from_step')} by {d.get('by')}"
     if kind == "taken_over":
         return f"from {d.get('from')}, whose worker was gone"
+    if kind == "lease_expired":
+        return f"the lease of {d.get('from')} ran out with no tick saved: offered again"
     if kind == "tick_refused":
         return f"by {d.get('worker')} at version {d.get('version')}: {d.get('reason')}"
     return " ".join(f"{k}={compact(v)}" for k, v in d.items())

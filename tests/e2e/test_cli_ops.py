@@ -8,7 +8,7 @@ import json
 import os
 import subprocess
 import sys
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -181,6 +181,34 @@ def test_relay_once_takes_over_a_session_whose_worker_is_gone(
     assert [e["data"] for e in said] == [{"from": gone}]
     shown = " ".join(cli("show", sid, COLUMNS="200").stdout.split())
     assert f"taken over {when(said[0]['at'])} from {gone}, whose worker was gone" in shown
+    with deployment.worker(relay=False):
+        done = client.wait(sid, timeout=30)
+    assert done.status.value == "completed" and done.final_answer == "bye"
+
+
+def test_relay_once_revives_an_expired_lease_and_the_session_says_whose(
+    deployment: Deployment, cli: Cli
+) -> None:
+    """A lease that ran out with no tick saved (its worker stopped, or gone where no sign of
+    life is watched) is offered again, and `show` says whose lease it was and when: the
+    session lost its lease's time, and the operator can tell why."""
+    client = deployment.client
+    sid = client.submit(TEST_KIND, {}, model=deployment.script([{"content": "bye"}])).id
+    stalled = "stalled@host:41:1"  # no sign of life: only the lease's end frees it
+    claim(client.store, sid, now=datetime.now(UTC) - timedelta(hours=1), owner=stalled)
+
+    done = cli("relay", "--once", "--json", ok=False)
+
+    assert done.code == 0, done
+    assert done.json()["lease_expiries"] == 1
+    assert f"revived 1 session whose lease expired: {sid}" in done.stderr
+    said = [e for e in cli("show", sid, "--json").json()["events"] if e["kind"] == "lease_expired"]
+    assert [e["data"] for e in said] == [{"from": stalled}]
+    shown = " ".join(cli("show", sid, COLUMNS="200").stdout.split())
+    assert (
+        f"lease ran out {when(said[0]['at'])} the lease of {stalled} ran out with no tick "
+        "saved: offered again" in shown
+    )
     with deployment.worker(relay=False):
         done = client.wait(sid, timeout=30)
     assert done.status.value == "completed" and done.final_answer == "bye"
