@@ -13,11 +13,12 @@ TICKWORK_WEBHOOK_MAX_AGE_S), so turning finished cards on sends none for old ses
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Engine, exists, select, text, update
+from sqlalchemy import Engine, and_, exists, func, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
 from tickwork.fsm.values import EventKind, Status
 from tickwork.store.edge import guarded
@@ -230,6 +231,93 @@ def drop_moved_on(engine: Engine, *, limit: int = 500) -> int:
     return len(ids)
 
 
+@dataclass(frozen=True)
+class GivenUp:
+    """A card no dispatcher tries any more for want of its receiver (its attempts spent, or
+    refused with a 4xx): not one whose session moved on before it went out."""
+
+    session_id: str
+    #: the session's version when it started waiting or ended (the card's id)
+    version: int
+    #: the event's kind: `approval_requested`, or `completed`/`failed`/`cancelled`
+    kind: str
+    tenant: str
+    attempts: int
+    last_error: str
+    #: when the event the card tells of happened
+    at: datetime
+
+    @property
+    def key(self) -> str:
+        return f"{self.session_id}:{self.version}"
+
+
+def _given_up(session_ids: Sequence[str] | None) -> Any:
+    """The WHERE of the cards given up (of `session_ids` only, if given)."""
+    terms = [
+        deliveries.c.delivered_at.is_(None),
+        deliveries.c.next_attempt_at.is_(None),
+        deliveries.c.last_error != MOVED_ON,
+    ]
+    if session_ids is not None:
+        terms.append(events.c.session_id.in_(list(session_ids)))
+    return and_(*terms)
+
+
+def given_up(
+    engine: Engine, *, session_ids: Sequence[str] | None = None, limit: int = 1000
+) -> list[GivenUp]:
+    """The cards given up, oldest first (of `session_ids` only, if given): what an operator
+    sends again once the receiver answers (`send_again`)."""
+    query = _cards().where(_given_up(session_ids)).order_by(events.c.id).limit(limit)
+    with engine.connect() as conn:
+        return [GivenUp(**row) for row in conn.execute(query).mappings()]
+
+
+def _cards() -> Any:
+    """The cards' deliveries as `GivenUp` reads them (their session's tenant, if it is
+    still there)."""
+    return select(
+        events.c.session_id,
+        events.c.version,
+        events.c.kind,
+        events.c.at,
+        func.coalesce(sessions.c.tenant, "").label("tenant"),
+        deliveries.c.attempts,
+        deliveries.c.last_error,
+    ).select_from(
+        deliveries.join(events, events.c.id == deliveries.c.event_id).outerjoin(
+            sessions, sessions.c.id == events.c.session_id
+        )
+    )
+
+
+def send_again(
+    engine: Engine, *, now: datetime, session_ids: Sequence[str] | None = None
+) -> list[GivenUp]:
+    """Have the dispatchers try the cards given up again at their next pass, each with its
+    attempts anew (of `session_ids` only, if given); the cards so put back. An approval
+    card whose session no longer waits is then dropped, not sent (`drop_moved_on`)."""
+    with engine.begin() as conn:
+        found = conn.execute(
+            select(deliveries.c.event_id)
+            .select_from(deliveries.join(events, events.c.id == deliveries.c.event_id))
+            .where(_given_up(session_ids))
+            .with_for_update(of=deliveries, skip_locked=True)
+        ).scalars()
+        ids = list(found)
+        if not ids:
+            return []
+        query = _cards().where(deliveries.c.event_id.in_(ids)).order_by(events.c.id)
+        cards = [GivenUp(**row) for row in conn.execute(query).mappings()]
+        conn.execute(
+            update(deliveries)
+            .where(deliveries.c.event_id.in_(ids), deliveries.c.delivered_at.is_(None))
+            .values(attempts=0, next_attempt_at=now, last_error="")
+        )
+    return cards
+
+
 def state(
     engine: Engine, session_id: str, version: int, *, kinds: tuple[str, ...] = (REQUESTED,)
 ) -> dict[str, Any] | None:
@@ -288,3 +376,13 @@ class Cards:
         self, session_id: str, version: int, *, kinds: tuple[str, ...] = (REQUESTED,)
     ) -> dict[str, Any] | None:
         return state(self.engine, session_id, version, kinds=kinds)
+
+    def given_up(
+        self, *, session_ids: Sequence[str] | None = None, limit: int = 1000
+    ) -> list[GivenUp]:
+        return given_up(self.engine, session_ids=session_ids, limit=limit)
+
+    def send_again(
+        self, *, now: datetime, session_ids: Sequence[str] | None = None
+    ) -> list[GivenUp]:
+        return send_again(self.engine, now=now, session_ids=session_ids)

@@ -50,6 +50,7 @@ COMMANDS = (
     "tickwork.cli_gc",
     "tickwork.cli_env",
     "tickwork.cli_artifacts",
+    "tickwork.cli_webhooks",
     "tickwork.cli_serve",
 )
 

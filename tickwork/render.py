@@ -258,7 +258,7 @@ def listing(
         show(none)
 
 
-def _listing_table(title: str) -> Table:
+def listing_table(title: str) -> Table:
     """The look the listings (sessions, archived sessions, dead letters) share: a titled
     table, a rule under its heading, one space between columns."""
     return Table(
@@ -271,7 +271,7 @@ def _listing_table(title: str) -> Table:
 
 def sessions_table(heads: Iterable[Mapping[str, Any]]) -> Table:
     heads = list(heads)
-    table = _listing_table("sessions, newest first")
+    table = listing_table("sessions, newest first")
     # a listing of several tenants (--tenant '*') says whose each session is
     tenants = len({h.get("tenant") for h in heads}) > 1
     columns: tuple[str, ...] = (
@@ -375,7 +375,7 @@ def _still_failing(h: Mapping[str, Any]) -> str:
 def archived_table(entries: Iterable[Mapping[str, Any]]) -> Table:
     """Archived sessions as `tickwork ls --archived` shows them."""
     entries = list(entries)
-    table = _listing_table("archived sessions, the latest archived first")
+    table = listing_table("archived sessions, the latest archived first")
     # a listing of several tenants (--tenant '*') says whose each session is, as `ls` does
     tenants = len({e.get("tenant") for e in entries}) > 1
     columns: tuple[str, ...] = (
@@ -1180,7 +1180,7 @@ def summary(kind: str, d: Mapping[str, Any]) -> str:
 def dead_letters_table(letters: Iterable[Mapping[str, Any]]) -> Table:
     from tickwork.store.dead_letters import status_of
 
-    table = _listing_table("dead letters, newest first")
+    table = listing_table("dead letters, newest first")
     # ids stay whole so they can be copied: the dead letter's, its session's, and the fork
     # that resolved it (under the session); the rest folds to fit
     table.add_column("ID", no_wrap=True, justify="right")

@@ -5,6 +5,7 @@ least once, never twice in the normal path, with one idempotency key across atte
 from __future__ import annotations
 
 import json
+import os
 import re
 import threading
 from collections.abc import Iterator
@@ -14,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import text
 from tickwork.fsm.values import Decision, DecisionKind, Status
 from tickwork.store import deliveries
 from tickwork.worker.config.settings import WebhookSettings
@@ -22,6 +22,7 @@ from tickwork.worker.observers.webhooks import backoff, post, sign
 from tickwork.worker.tick.dispatcher import Dispatched, Dispatcher, dispatch_once
 
 from tests.conftest import Clock
+from tests.e2e.conftest import Cli
 from tests.worker.ticking import DANGER, Ticks
 
 
@@ -157,45 +158,71 @@ def test_a_card_not_delivered_after_its_attempts_is_given_up(
     assert not any("secret-path" in m for m in logged), logged
 
 
-def runbook_sql(starting: str) -> str:
-    """The SQL block of ops/RUNBOOK.md's webhook section that starts with `starting`."""
+def runbook_commands() -> list[str]:
+    """The commands of ops/RUNBOOK.md's webhook section, in its order."""
     section = (
         (Path(__file__).resolve().parents[2] / "ops" / "RUNBOOK.md")
         .read_text()
         .split("## Webhook cards are not")[1]
     )
-    blocks = re.findall(r"```sql\n(.*?)```", section.split("\n## ")[0], flags=re.S)
-    (found,) = [b for b in blocks if b.startswith(starting)]
-    return found
+    blocks = re.findall(r"```sh\n(.*?)```", section.split("\n## ")[0], flags=re.S)
+    return [line for block in blocks for line in block.splitlines() if line.strip()]
 
 
 def test_the_runbook_lists_the_cards_given_up_and_sends_them_again(
-    ticks: Ticks, clock: Clock
+    ticks: Ticks, clock: Clock, tmp_path: Path
 ) -> None:
     """What the runbook tells an operator to run once the receiver is back: the cards given
     up are listed with why, and sent again at the next pass; a card whose session moved on
     meanwhile stays unsent."""
     receiver = Receiver([503] * 4)
+    url = ticks.store.engine.url.render_as_string(hide_password=False)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TICKWORK_")}
+    cli = Cli({**env, "TICKWORK_DATABASE_URL": url, "TICKWORK_STATE_DIR": str(tmp_path)}, tmp_path)
+    listing, sending = runbook_commands()
+    assert listing == "tickwork webhooks ls" and sending == "tickwork webhooks resend --all"
     try:
         session_id, moved_on = waiting(ticks), waiting(ticks)
         settings = hooks(receiver, webhook_attempts=2)
+        assert cli.inline("webhooks", "ls").stdout == "no webhook card was given up\n"
         for _ in range(4):
             dispatch_once(ticks.rt, settings)
             clock.advance(60)
         assert len(receiver.got) == 4
         ticks.client.cancel(moved_on)
-        with ticks.store.engine.connect() as conn:
-            listed = conn.execute(text(runbook_sql("SELECT"))).all()
-        assert sorted((r.session_id, r.attempts, r.last_error) for r in listed) == sorted(
+        listed = cli.inline(*listing.split()[1:], "--json").json()
+        assert sorted((r["session_id"], r["attempts"], r["last_error"]) for r in listed) == sorted(
             (sid, 2, "HTTP 503") for sid in (session_id, moved_on)
         )
-        with ticks.store.engine.begin() as conn:
-            conn.execute(text(runbook_sql("UPDATE")))
-        clock.advance(3600)  # the statement's clock is the database's, the test's is ahead
+        assert [r["kind"] for r in listed] == ["approval_requested"] * 2
+        shown = cli.inline(*listing.split()[1:], session_id, COLUMNS="200").stdout
+        assert f"{session_id}:" in shown and moved_on not in shown and "HTTP 503" in shown
+
+        sent = cli.inline(*sending.split()[1:]).stdout
+        assert f"{session_id}:" in sent and f"{moved_on}:" in sent
+
         assert dispatch_once(ticks.rt, settings) == Dispatched(delivered=1, dropped=1)
+        again = cli.inline(*sending.split()[1:], ok=False)
+        assert again.code == 1 and "nothing to send again" in again.stderr
     finally:
         receiver.close()
     assert [card["id"].split(":")[0] for _, card, _ in receiver.got[4:]] == [session_id]
+
+
+def test_resend_names_what_to_send(ticks: Ticks, tmp_path: Path) -> None:
+    """`webhooks resend` with neither sessions nor --all, or both, says what to give; a
+    session with no card given up sends nothing and says so."""
+    url = ticks.store.engine.url.render_as_string(hide_password=False)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TICKWORK_")}
+    cli = Cli({**env, "TICKWORK_DATABASE_URL": url, "TICKWORK_STATE_DIR": str(tmp_path)}, tmp_path)
+    neither = cli.inline("webhooks", "resend", ok=False)
+    assert neither.code == 2 and "name the sessions whose cards to send again" in neither.stderr
+    both = cli.inline("webhooks", "resend", "abc", "--all", ok=False)
+    assert both.code == 2 and "not both" in both.stderr
+    none = cli.inline("webhooks", "resend", "no-such-session", ok=False)
+    assert none.code == 1 and "no webhook card of no-such-session was given up" in none.stderr
+    long = cli.inline("webhooks", "ls", "x" * 65, ok=False)
+    assert long.code == 2 and "not a session id" in long.stderr
 
 
 def test_many_dispatchers_at_once_post_each_card_once(ticks: Ticks, receiver: Receiver) -> None:

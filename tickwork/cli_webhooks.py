@@ -1,0 +1,120 @@
+"""`tickwork webhooks ls|resend`: the webhook cards given up, and sending them again once
+their receiver answers (docs/WEBHOOKS.md; the runbook's "Webhook cards are not delivered")."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+import typer
+
+from tickwork.fsm.errors import InvalidInput
+
+from . import options, render
+from .context import Context
+
+Sessions = Annotated[
+    list[str] | None,
+    typer.Argument(
+        metavar="[SESSION]...",
+        help="Only the cards of these sessions (ids, whole).",
+        show_default=False,
+    ),
+]
+
+
+def register(app: typer.Typer) -> None:
+    group = typer.Typer(
+        no_args_is_help=True,
+        help="Webhook cards given up (their receiver away or refusing): list them, send "
+        "them again.",
+    )
+    group.command("ls")(list_given_up)
+    group.command()(resend)
+    app.add_typer(group, name="webhooks")
+
+
+def list_given_up(sessions: Sessions = None, json_output: options.Json = False) -> None:
+    """List the webhook cards no worker tries any more, oldest first, with why: their
+    attempts spent (TICKWORK_WEBHOOK_ATTEMPTS) or refused by the receiver (a 4xx). Cards
+    whose session moved on before they went out are not listed: they are not to be sent."""
+    ids = _checked(sessions)
+    with Context() as ctx:
+        cards = ctx.store.cards.given_up(session_ids=ids)
+    render.listing(
+        [_view(c) for c in cards],
+        _table,
+        json_output=json_output,
+        none="no webhook card was given up",
+    )
+
+
+def resend(
+    sessions: Sessions = None,
+    every: Annotated[
+        bool, typer.Option("--all", help="Every card given up, of every session and tenant.")
+    ] = False,
+    json_output: options.Json = False,
+) -> None:
+    """Send the webhook cards given up again, once their receiver answers: the workers'
+    dispatchers post them at their next pass, each with its attempts anew. An approval card
+    whose session no longer waits is dropped then, not sent; a receiver drops a copy it had
+    by its `Idempotency-Key`. Name the sessions, or give --all. Exits 1 if none was found."""
+    ids = _checked(sessions)
+    if ids is None and not every:
+        raise InvalidInput(
+            "name the sessions whose cards to send again, or give --all for every card "
+            "given up (`tickwork webhooks ls` lists them)"
+        )
+    if ids is not None and every:
+        raise InvalidInput("give session ids or --all, not both")
+    with Context() as ctx:
+        cards = ctx.store.cards.send_again(now=datetime.now(UTC), session_ids=ids)
+    if json_output:
+        render.listing([_view(c) for c in cards], _table, json_output=True, none="")
+    else:
+        for card in cards:
+            render.show(f"{card.key} ({_card(card.kind)}): sent again at the next pass")
+    if not cards:
+        of = f" of {', '.join(ids)}" if ids else ""
+        render.note(f"no webhook card{of} was given up: nothing to send again")
+        raise typer.Exit(1)
+
+
+def _checked(sessions: list[str] | None) -> list[str] | None:
+    """The session ids named, each checked as ids are; None if none was named."""
+    if not sessions:
+        return None
+    return [options.session_id(s) for s in dict.fromkeys(sessions)]
+
+
+def _card(kind: str) -> str:
+    return "approval card" if kind == "approval_requested" else f"finished card, {kind}"
+
+
+def _view(card: Any) -> dict[str, Any]:
+    return {
+        "card": card.key,
+        "session_id": card.session_id,
+        "version": card.version,
+        "kind": card.kind,
+        "tenant": card.tenant,
+        "attempts": card.attempts,
+        "last_error": card.last_error,
+        "at": card.at.isoformat(),
+    }
+
+
+def _table(rows: list[dict[str, Any]]) -> Any:
+    table = render.listing_table("webhook cards given up, oldest first")
+    for name in ("CARD", "KIND", "TENANT", "ATTEMPTS", "WHY"):
+        table.add_column(name, no_wrap=name != "WHY")
+    for row in rows:
+        table.add_row(
+            row["card"],
+            row["kind"],
+            row["tenant"],
+            str(row["attempts"]),
+            row["last_error"],
+        )
+    return table
