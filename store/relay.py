@@ -148,9 +148,29 @@ def expired_leases(engine: Engine, *, now: datetime, limit: int = 500) -> list[D
     with engine.begin() as conn:
         found = [(r.id, r.version, r.lease_owner) for r in conn.execute(query).all()]
         revive(conn, found, now=now)
-        if found:
-            conn.execute(insert(events), [_expired(*r, now=now) for r in found])
+        if said := _unsaid(conn, found):
+            conn.execute(insert(events), [_expired(*r, now=now) for r in said])
     return [Due(session_id, version, owner=owner) for session_id, version, owner in found]
+
+
+def _unsaid(
+    conn: Connection, found: Sequence[tuple[str, int, str | None]]
+) -> list[tuple[str, int, str | None]]:
+    """Of the leases `found` run out, those to say so of: one `lease_expired` a session and
+    version, and none where a worker refused the tick (its lease runs out by design, at
+    every offer of the tick until a worker with its kind takes it)."""
+    if not found:
+        return []
+    told = {
+        (r.session_id, r.version)
+        for r in conn.execute(
+            select(events.c.session_id, events.c.version).where(
+                events.c.session_id.in_(sorted({r[0] for r in found})),
+                events.c.kind.in_([EventKind.LEASE_EXPIRED.value, EventKind.TICK_REFUSED.value]),
+            )
+        )
+    }
+    return [r for r in found if (r[0], r[1]) not in told]
 
 
 def _expired(session_id: str, version: int, owner: str | None, *, now: datetime) -> dict[str, Any]:

@@ -7,6 +7,7 @@ from datetime import timedelta
 
 from sqlalchemy import insert
 from tickwork.fsm import machine
+from tickwork.fsm.values import EventKind
 from tickwork.store import Store
 from tickwork.store.relay import Due, due_ticks, expired_leases
 from tickwork.store.schema import outbox
@@ -136,6 +137,27 @@ def test_expired_leases_requeue_the_session_for_the_next_claimer(
 
     assert store.claim(session_id, 0, owner="w2", now=clock(), lease_s=LEASE_S) is not None
     assert table_rows(store.engine, outbox) == []
+
+
+def test_a_lease_run_out_is_said_once_a_version_and_not_for_a_refused_tick(
+    store: Store, clock: Clock, session_id: str
+) -> None:
+    """`lease_expired` names the lease that ran out, once a session and version (a tick
+    that kills its worker each time would fill the events otherwise); a tick a worker
+    refused is not said, its lease runs out by design at every offer of the tick."""
+    store.create(new_session("refused", now=clock()), now=clock())
+
+    def expired_events(sid: str) -> list[dict[str, object]]:
+        return [e.data for _, e in store.events_after(sid) if e.kind is EventKind.LEASE_EXPIRED]
+
+    for owner in ("w1", "w2"):  # twice at version 0
+        claim(store, session_id, now=clock(), owner=owner)
+        claim(store, "refused", now=clock(), owner=owner)
+        store.refuse_tick("refused", 0, worker=owner, reason="no kind", now=clock())
+        assert len(expired_leases(store.engine, now=clock.advance(LEASE_S + 1))) == 2
+
+    assert expired_events(session_id) == [{"from": "w1"}]
+    assert expired_events("refused") == []
 
 
 def test_expired_leases_ignore_sessions_that_are_not_runnable(
