@@ -160,7 +160,8 @@ class EventKind(StrEnum):
     #: owner)
     LEASE_EXPIRED = "lease_expired"
     #: a worker took its tick but cannot run it (its job kind, or its graph's version, is
-    #: not there): nothing else changes (`data`: `worker`, `version`, `reason`)
+    #: not there, or its artifact store lacks the session's files): nothing else changes
+    #: (`data`: `worker`, `version`, `reason`)
     TICK_REFUSED = "tick_refused"
 
 

@@ -15,6 +15,7 @@ import pytest
 from tickwork.fsm.values import ErrorCode, EventKind, Status
 
 from tests.tasks.conftest import Deployment, until
+from tickwork import views
 
 KIND = "tests.jobs:FILES"
 REFUSED = "The tick is refused and the session left as it is for a worker that sees its files"
@@ -62,7 +63,11 @@ def test_a_worker_that_cannot_see_a_sessions_files_leaves_it_for_one_that_can(
         )
     head = deployment.client.get(session_id)
     assert (head.status, head.version, head.step) == (Status.READY, 0, 0), head
-    assert [e.kind for e in deployment.client.load(session_id).events] == [EventKind.CREATED]
+    # `show` says why it does not move: the worker that refused it, and why
+    whole = deployment.client.load(session_id)
+    assert [e.kind for e in whole.events] == [EventKind.CREATED, EventKind.TICK_REFUSED]
+    (refusal,) = views.session(whole)["refused"]
+    assert refusal["reason"].startswith("this worker does not see its files: "), refusal
     assert deployment.client.dead_letters() == []
     assert f"TICKWORK_ARTIFACTS_URL (here file://{elsewhere})" in caplog.text
     assert "INTERNAL" not in caplog.text

@@ -216,6 +216,7 @@ def _advance(tick: Tick, runner: Runner, owner: str, node: str | None) -> Outcom
         late = deadline_passed(claimed.head, now=rt.clock())
         if late is None:
             _refuse_unseen_files(rt, claimed.head, version, exc)
+            _refuse(tick, node, f"this worker does not see its files: {exc.message}")
             return Outcome.DROPPED
         change = machine.fail(
             claimed.head,
