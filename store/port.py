@@ -271,9 +271,9 @@ class Relay(Protocol):
     def refuse_tick(
         self, session_id: str, version: int, *, worker: str, reason: str, now: datetime
     ) -> bool:
-        """Record that `worker` took the session's tick at `version` and cannot run it (a
-        `tick_refused` event, once a worker and version; nothing else changes); False if
-        recorded already or the session is at another version."""
+        """Record that `worker` (a Celery node name) took the session's tick at `version`
+        and cannot run it (a `tick_refused` event, once a worker and version; nothing else
+        changes); False if recorded already or the session is at another version."""
         ...
 
     def admit(

@@ -224,10 +224,11 @@ def offer_again(engine: Engine, session_id: str, version: int, *, now: datetime)
 def refuse_tick(
     engine: Engine, session_id: str, version: int, *, worker: str, reason: str, now: datetime
 ) -> bool:
-    """Record that `worker` took the tick of `session_id` at `version` and cannot run it
-    (`reason`): a `tick_refused` event, once a worker and version, so that `show` can say why
-    the session does not move (a refusal changes nothing else). False if recorded already,
-    or if the session is at another version now."""
+    """Record that `worker` (a Celery node name: the same in each of its processes and after
+    a restart) took the tick of `session_id` at `version` and cannot run it (`reason`): a
+    `tick_refused` event, once a worker and version, so that `show` can say why the session
+    does not move (a refusal changes nothing else). False if recorded already, or if the
+    session is at another version now."""
     with engine.begin() as conn:
         current = conn.execute(
             select(sessions.c.version).where(sessions.c.id == session_id).with_for_update()

@@ -108,3 +108,36 @@ def test_a_kind_whose_module_a_worker_cannot_import_is_run_by_one_that_can(
         head = deployment.client.wait(session_id, timeout=60)
     assert head.status is Status.COMPLETED and head.final_answer == "all done", head
     assert [line.split()[1] for line in deployment.sink_lines("effect.log")] == ["v0"]
+
+
+def test_a_worker_restarted_without_the_kind_is_one_refusing_worker_not_two(
+    deployment: Deployment, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The refusal named the worker's process (`node:pid`): the same Celery node restarted
+    (or its other processes) was one more worker refusing in `show`. It names the node."""
+    module = f"deployed_{uuid.uuid4().hex[:8]}"
+    folder = tmp_path / "deployed"
+    folder.mkdir()
+    (folder / f"{module}.py").write_text("from tests.jobs import TEST as KIND\n")
+    monkeypatch.syspath_prepend(str(folder))  # the submitter has it, the workers do not
+    kind = f"{module}:KIND"
+    session_id = deployment.client.submit(
+        kind, {"sink": str(deployment.sink)}, model=deployment.script([{"content": "done"}])
+    ).id
+
+    for _ in range(2):  # a worker, then the same worker restarted: another process
+        logs = set(deployment.tmp.glob("worker-*.log"))
+        worker = deployment.spawn("--hostname", "lacks@box")
+        try:
+            (log,) = set(deployment.tmp.glob("worker-*.log")) - logs
+            until(
+                lambda log=log: f"session {session_id} of job kind" in log.read_text(),
+                timeout=60,
+                what="the refusal",
+            )
+        finally:
+            stop(worker)
+
+    untouched(deployment, session_id, f"cannot import {module!r} for {kind!r}")
+    (refusal,) = views.session(deployment.client.load(session_id))["refused"]
+    assert refusal["worker"] == "lacks@box", refusal

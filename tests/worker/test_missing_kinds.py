@@ -4,15 +4,19 @@ imports but that is no job kind is a broken configuration, and fails the session
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from sqlalchemy import update
 from tickwork.fsm.values import ErrorCode, EventKind, Status
 from tickwork.store.schema import sessions
 from tickwork.worker.observers.report import Outcome
 from tickwork.worker.tick.advance import advance
+from tickwork.worker.tick.runtime import Runtime
 
 from tests.conftest import Clock
 from tests.worker.ticking import DANGER, Ticks
+from tickwork import views
 
 
 def _of_kind(ticks: Ticks, kind: str) -> str:
@@ -46,6 +50,39 @@ def test_a_session_of_a_kind_this_worker_lacks_is_refused_and_can_still_be_cance
 
     assert head.status is Status.CANCELLED, (head.status, head.error_message)
     assert ticks.store.load(session_id).events[-1].kind is EventKind.CANCELLED
+
+
+def test_a_refused_tick_is_recorded_once_a_node_and_looked_up_once_a_process(
+    ticks: Ticks, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The refusal named the worker process (`node:pid`): the same Celery node refusing from
+    its other processes, or after a restart, counted as one more worker in `show`. And each
+    tick offered again and refused again locked the session and read its refusals."""
+    session_id = _of_kind(ticks, "gone_from_this_host:KIND")
+    asked: list[str] = []
+    refuse_tick = ticks.store.refuse_tick
+
+    def counted(*args: Any, **kw: Any) -> bool:
+        asked.append(kw["worker"])
+        return refuse_tick(*args, **kw)
+
+    monkeypatch.setattr(ticks.store, "refuse_tick", counted)
+
+    def refused_by(rt: Runtime, node: str) -> None:
+        clock.advance(ticks.settings.lease_s + 1)  # the last refused tick's lease runs out
+        assert advance(rt, session_id, 0, node=node).outcome is Outcome.DROPPED
+
+    refused_by(ticks.rt, "lacks@box")
+    refused_by(ticks.rt, "lacks@box")  # offered again: this process knows it is recorded
+    assert asked == ["lacks@box"]
+    refused_by(ticks.runtime(clock), "lacks@box")  # another process of the node: read, not written
+    refused_by(ticks.rt, "other@box")
+    assert asked == ["lacks@box", "lacks@box", "other@box"]
+
+    refused = views.session(ticks.store.load(session_id))["refused"]
+    assert [r["worker"] for r in refused] == ["lacks@box", "other@box"]
+    head = ticks.store.get(session_id)
+    assert (head.status, head.version, head.step) == (Status.READY, 0, 0)
 
 
 def test_a_kind_this_worker_s_imports_do_not_name_is_said_as_a_worker_s_not_a_submitter_s(

@@ -12,23 +12,57 @@ import logging
 import os
 import socket
 import threading
+from collections import OrderedDict
 from collections.abc import Callable
+from datetime import datetime
 
 #: the most of a worker's node name a lease's owner keeps (the column holds 200 characters,
 #: and the process, thread and sign take up to 49 more)
 NODE_CHARS = 120
+#: the refused ticks a worker process remembers having seen recorded (`Refusals`)
+REFUSALS_KEPT = 4096
+
+#: a refused tick: the session's id and creation time, its version, the refusing node
+Refusal = tuple[str, datetime, int, str]
+
+
+def node_name(node: str | None = None) -> str:
+    """This worker: its node name as Celery knows it (`--hostname`, what `celery inspect`
+    shows; else this host's name), the same in each of its processes and after a restart."""
+    return (node or socket.gethostname())[:NODE_CHARS]
 
 
 def worker_name(node: str | None = None) -> str:
-    """This worker process: its node name as Celery knows it (`--hostname`, what `celery
-    inspect` shows; else this host's name) and its process id."""
-    return f"{(node or socket.gethostname())[:NODE_CHARS]}:{os.getpid()}"
+    """This worker process: its node name (`node_name`) and its process id."""
+    return f"{node_name(node)}:{os.getpid()}"
 
 
 def owner_name(node: str | None = None) -> str:
     """Who holds a lease or an environment's build claim: this worker process
     (`worker_name`) and thread."""
     return f"{worker_name(node)}:{threading.get_ident()}"
+
+
+class Refusals:
+    """The refused ticks this process knows are recorded on their session (a `tick_refused`
+    event of the node at that version), so that a tick offered again and refused again is
+    neither written nor looked up; the last `size` are kept."""
+
+    def __init__(self, size: int = REFUSALS_KEPT) -> None:
+        self._size = size
+        self._known: OrderedDict[Refusal, None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __contains__(self, refusal: Refusal) -> bool:
+        with self._lock:
+            return refusal in self._known
+
+    def add(self, refusal: Refusal) -> None:
+        with self._lock:
+            self._known[refusal] = None
+            self._known.move_to_end(refusal)
+            while len(self._known) > self._size:
+                self._known.popitem(last=False)
 
 
 class Loop:

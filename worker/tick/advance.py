@@ -33,7 +33,7 @@ from tickwork.fsm.kinds import SessionKind, kind_of
 from tickwork.fsm.transitions import Change
 from tickwork.fsm.values import ErrorCode, Head, Status
 from tickwork.worker.config import release
-from tickwork.worker.config.process import worker_name
+from tickwork.worker.config.process import node_name
 from tickwork.worker.config.secrets import mask, mask_change
 from tickwork.worker.observers.report import Outcome, TickReport
 from tickwork.worker.tick.agent import AgentRunner
@@ -144,15 +144,21 @@ def _refuse_unseen_files(rt: Runtime, head: Head, version: int, exc: BlobMissing
 
 def _refuse(tick: Tick, node: str | None, reason: str) -> None:
     """Record on the session that this worker refused its tick (`tick_refused`, once a
-    worker and version), so that `show` says why it does not move; the refusal stands if
-    the database cannot take it."""
-    head = tick.claimed.head
+    node and version: not again from the node's other processes, nor after it restarts), so
+    that `show` says why it does not move; the refusal stands if the database cannot take
+    it. A refusal this process knows is recorded costs no database call (`Refusals`)."""
+    head, worker = tick.claimed.head, node_name(node)
+    refusal = (head.id, head.created_at, head.version, worker)
+    if refusal in tick.rt.refusals:
+        return
     try:
         tick.rt.store.refuse_tick(
-            head.id, head.version, worker=worker_name(node), reason=reason, now=tick.rt.clock()
+            head.id, head.version, worker=worker, reason=reason, now=tick.rt.clock()
         )
     except StoreError as exc:
         log.warning("session %s: could not record the refused tick: %s", head.id, exc)
+        return
+    tick.rt.refusals.add(refusal)
 
 
 def _advance(tick: Tick, runner: Runner, owner: str, node: str | None) -> Outcome:

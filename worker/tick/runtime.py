@@ -19,7 +19,7 @@ from tickwork.fsm.errors import ConfigurationError
 from tickwork.fsm.values import RUNTIME_LEVEL, Head
 from tickwork.store import Store, open_store
 from tickwork.store.port import Sessions, Ticks
-from tickwork.worker.config.process import Loop
+from tickwork.worker.config.process import Loop, Refusals
 from tickwork.worker.config.process import owner_name as owner_name  # advance reads it here
 from tickwork.worker.config.secrets import Masker, masker_for
 from tickwork.worker.config.settings import Settings
@@ -356,6 +356,8 @@ class Runtime:
     liveness: Liveness = field(init=False)
     #: why each of this process's running tools must stop, looked at from one thread
     watches: Watches = field(init=False)
+    #: the refused ticks this process knows are recorded, not written again (`advance`)
+    refusals: Refusals = field(default_factory=Refusals, init=False)
     _models: dict[str, Model] = field(default_factory=dict, init=False)
     #: one pool of model-server connections for this process's models, made on first use
     _http: Poster | None = field(default=None, init=False)
