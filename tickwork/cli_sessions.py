@@ -348,6 +348,12 @@ def list_sessions(
 ) -> None:
     """List sessions, newest first."""
     if archived:
+        if tree:
+            raise InvalidInput(
+                "--tree does not go with --archived (archived sessions have no tree view); "
+                "list them without --tree (FORK OF names each one's parent), or drop "
+                "--archived to draw the trees of live sessions"
+            )
         if error_code is not None:
             raise InvalidInput(
                 "--error-code does not go with --archived (the archive's index has no error "

@@ -941,6 +941,14 @@ def test_ls_archived_lists_the_archived_sessions_with_a_server_as_locally(
     refused.error(2, "--outcome does not go with --archived", "--status completed")
 
 
+def test_ls_archived_refuses_tree_in_both_modes(cli: ModeCli) -> None:
+    """`ls --archived --tree` listed the archived sessions and ignored --tree (no tree of
+    an archived session is drawn): refused, locally and with a server alike."""
+    refused = cli.inline("ls", "--archived", "--tree", "--json", ok=False)
+    refused.error(2, "--tree does not go with --archived", "without --tree", "drop --archived")
+    assert refused.stdout == ""
+
+
 #: an option of a command naming a session refused with --server, as the command's own
 #: check words it: (argv after the server, what the refusal names)
 REFUSED_OPTIONS = [
