@@ -46,9 +46,19 @@ Unresolved = Annotated[
     bool, typer.Option(help="Only dead letters not yet forked, resolved or dismissed.")
 ]
 Reason = Annotated[str, typer.Option("--reason", help="Why: kept with the dead letter.")]
-Key = Annotated[str, typer.Argument(metavar="ID", help="Dead-letter id or session id.")]
+Key = Annotated[
+    str,
+    typer.Argument(
+        metavar="ID", help="Dead-letter id or session id.", callback=options.dead_letter_key
+    ),
+]
 DeadLetterKey = Annotated[
-    str, typer.Argument(metavar="ID", help="The dead-letter id, or the failed session's id.")
+    str,
+    typer.Argument(
+        metavar="ID",
+        help="The dead-letter id, or the failed session's id.",
+        callback=options.dead_letter_key,
+    ),
 ]
 
 

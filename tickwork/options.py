@@ -547,12 +547,27 @@ def fingerprint(text: str | None) -> str | None:
 def session_id(value: str) -> str:
     """A session id as given: an empty one, or one longer than any id, is a mistake, not
     an id nobody made."""
+    return _an_id(value, "the session id", "a session id", "list sessions with `tickwork ls`")
+
+
+def dead_letter_key(value: str) -> str:
+    """A dead letter's id or its session's id as given, checked as `session_id` (no dead
+    letter's id is longer than a session's): the same words with --server as here."""
+    return _an_id(
+        value,
+        "the dead letter's id",
+        "a dead letter's id or session id",
+        "list dead letters with `tickwork dlq ls`",
+    )
+
+
+def _an_id(value: str, the: str, one: str, listing: str) -> str:
     if not value.strip():
-        raise InvalidInput("the session id is empty: give one; list sessions with `tickwork ls`")
+        raise InvalidInput(f"{the} is empty: give one; {listing}")
     if len(value) > MAX_SESSION_ID:
         raise InvalidInput(
-            f"{quoted(value)} is {len(value):,} characters long, not a session id (at most "
-            f"{MAX_SESSION_ID}); list sessions with `tickwork ls`"
+            f"{quoted(value)} is {len(value):,} characters long, not {one} (at most "
+            f"{MAX_SESSION_ID}); {listing}"
         )
     return value
 

@@ -949,6 +949,37 @@ def test_ls_archived_refuses_tree_in_both_modes(cli: ModeCli) -> None:
     assert refused.stdout == ""
 
 
+#: every command that takes a session's id, or a dead letter's (argv, what it names)
+ID_TAKERS = [
+    (("show", "{id}"), "a session id"),
+    (("watch", "{id}"), "a session id"),
+    (("fork", "{id}", "--from-step", "1"), "a session id"),
+    (("patch", "{id}"), "a session id"),
+    (("approve", "{id}", "c1"), "a session id"),
+    (("edit", "{id}", "c1", "--args", "{}"), "a session id"),
+    (("reject", "{id}", "c1"), "a session id"),
+    (("provide-output", "{id}", "c1", "--output", "x"), "a session id"),
+    (("cancel", "{id}"), "a session id"),
+    (("dlq", "show", "{id}"), "a dead letter's id or session id"),
+    (("dlq", "fork", "{id}", "--from-step", "1"), "a dead letter's id or session id"),
+    (("dlq", "resolve", "{id}", "--reason", "fixed"), "a dead letter's id or session id"),
+    (("dlq", "dismiss", "{id}", "--reason", "noise"), "a dead letter's id or session id"),
+]
+
+
+@pytest.mark.parametrize(("argv", "one"), ID_TAKERS, ids=[" ".join(a[:2]) for a, _ in ID_TAKERS])
+def test_an_id_longer_than_any_is_refused_in_the_same_words_in_both_modes(
+    cli: ModeCli, argv: tuple[str, ...], one: str
+) -> None:
+    """The dlq commands sent an over-long id to the server, whose 422 said `path.key:
+    String should have at most 64 characters`; locally it was `no dead letter has id or
+    session id` quoting all of it (exit 1). Each says what `show` says, before any request."""
+    given = "x" * 65
+    refused = cli.inline(*(a.replace("{id}", given) for a in argv), ok=False)
+    line = refused.error(2, f"is 65 characters long, not {one} (at most 64); list ")
+    assert given not in line, "quoted whole"
+
+
 #: an option of a command naming a session refused with --server, as the command's own
 #: check words it: (argv after the server, what the refusal names)
 REFUSED_OPTIONS = [
