@@ -183,10 +183,13 @@ def cancel(
             already = _already_requested(lambda: remote.get(session_id))
             head = already or remote.cancel(session_id)
     else:
+        # before the session is looked up, as --server refuses --as first: a wrong id must
+        # not hide a bad --as, nor a cancel requested already skip its check
+        name = options.approver(by, doing="cancelling")
         with Context() as ctx:
             session_id = ctx.reads.session_id(session_id)
             already = _already_requested(lambda: ctx.reads.get(session_id))
-            head = already or ctx.client.cancel(session_id, by=options.approver(by))
+            head = already or ctx.client.cancel(session_id, by=name)
     if head.status.terminal:
         line = f"cancelled {session_id}"
     else:

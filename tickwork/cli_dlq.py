@@ -163,7 +163,7 @@ def _close(key: str, state: str, reason: str, by: str | None, json_output: bool)
             verb = remote.resolve_dead_letter if state == "resolved" else remote.dismiss_dead_letter
             closed = verb(key, reason)
     else:
-        name = options.approver(by)
+        name = options.approver(by, doing="resolving" if state == "resolved" else "dismissing")
         with Context() as ctx:
             letter = ctx.dead_letter(key)
             closed = ctx.client.close_dead_letter(

@@ -366,7 +366,7 @@ class Fork:
             check_max_per_key(self.max_per_key, what="--max-per-key")
         return {
             "from_step": self.from_step,
-            "by": approver(self.by),
+            "by": approver(self.by, doing="forking"),
             "system_prompt": self.system_prompt,
             "append_instruction": self.append_instruction,
             "tool_outputs": self.tool_outputs(),

@@ -53,6 +53,12 @@ BAD_INPUT = [
     (("approve", "x" * 65, "s1c0"), "not a session id"),
     # empty: a script's unset variable, not an id nobody made (it was "no session ''", exit 1)
     (("cancel", ""), "the session id is empty"),
+    # the options before the id is looked up, as with --server: it was "no session", exit 1
+    (("cancel", "nope", "--as", ""), "--as needs a name: who is cancelling"),
+    (("approve", "nope", "s1c0", "--as", ""), "--as needs a name: who is deciding"),
+    (("reject", "nope", "s1c0", "--as", " "), "--as needs a name: who is deciding"),
+    (("fork", "nope", "--from-step", "0", "--as", ""), "--as needs a name: who is forking"),
+    (("dlq", "dismiss", "98765", "--reason", "x", "--as", ""), "who is dismissing"),
     (("show", " "), "the session id is empty"),
     (("frobnicate",), "frobnicate"),
     (("dlq", "frobnicate"), "frobnicate"),

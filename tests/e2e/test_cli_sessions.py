@@ -863,6 +863,8 @@ def test_a_requested_cancel_shows_until_the_next_tick_ends_the_session(
     assert first == f"cancel requested for {sid}; it stops at its next tick\n"
     again = cli.inline("cancel", sid).stdout
     assert again == f"cancel already requested for {sid}; it stops at its next tick\n"
+    # a bad --as is refused even so: it was not looked at once the cancel was requested
+    cli.inline("cancel", sid, "--as", "", ok=False).error(2, "--as needs a name")
     (row,) = [line for line in cli.inline("ls").stdout.splitlines() if sid in line]
     assert "ready (cancelling)" in row, row
     shown = cli.inline("show", sid).stdout
