@@ -224,9 +224,10 @@ def list_dead_letters(
     tenant: str | None = None,
     submitted_by: str | None = None,
     offset: int = 0,
+    session_id: str | None = None,
 ) -> list[DeadLetter]:
-    """Newest first, past the first `offset`; only `tenant`'s, and `submitted_by`'s, if
-    given."""
+    """Newest first, past the first `offset`; only `tenant`'s, `submitted_by`'s and
+    `session_id`'s (its one letter, whatever its id looks like), if given."""
     query = _filtered(
         select(dead_letters),
         code=code,
@@ -236,6 +237,8 @@ def list_dead_letters(
         tenant=tenant,
         submitted_by=submitted_by,
     )
+    if session_id is not None:
+        query = query.where(dead_letters.c.session_id == session_id)
     query = query.order_by(dead_letters.c.at.desc(), dead_letters.c.id.desc())
     with engine.connect() as conn:
         found = conn.execute(query.limit(limit).offset(offset)).mappings()

@@ -356,9 +356,10 @@ class DeadLetterQueue(Protocol):
         tenant: str | None = None,
         submitted_by: str | None = None,
         offset: int = 0,
+        session_id: str | None = None,
     ) -> list[DeadLetter]:
-        """Newest first, past the first `offset`; only `tenant`'s, and `submitted_by`'s,
-        if given."""
+        """Newest first, past the first `offset`; only `tenant`'s, `submitted_by`'s and
+        `session_id`'s (its one letter, whatever its id looks like), if given."""
         ...
 
     def dead_letter(self, key: int | str) -> DeadLetter:

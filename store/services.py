@@ -125,9 +125,10 @@ class Services:
         tenant: str | None = None,
         submitted_by: str | None = None,
         offset: int = 0,
+        session_id: str | None = None,
     ) -> list[DeadLetter]:
-        """Newest first, past the first `offset`; only `tenant`'s, and `submitted_by`'s,
-        if given."""
+        """Newest first, past the first `offset`; only `tenant`'s, `submitted_by`'s and
+        `session_id`'s (its one letter, whatever its id looks like), if given."""
         return dead_letters.list_dead_letters(
             self.engine,
             code=code,
@@ -139,6 +140,7 @@ class Services:
             tenant=tenant,
             submitted_by=submitted_by,
             offset=offset,
+            session_id=session_id,
         )
 
     def dead_letter(self, key: int | str) -> DeadLetter:

@@ -445,3 +445,27 @@ def test_a_dead_letters_link_opens_its_own_letter_where_its_session_id_is_digits
     page.click(f'#dead-letters tr[data-id="{own}"] td.key a')
     expect(page.locator("#dead-letter")).to_contain_text(f"#{own}")
     expect(page.locator("#letter-session")).to_have_text(digits)
+
+
+def test_a_failed_sessions_link_opens_its_own_letter_where_its_id_is_digits(
+    page: Any,  # noqa: F811
+    stack: Stack,
+) -> None:
+    """A failed session's "Its dead letter" linked #/dead-letters/ID; digits there name a
+    letter by its number first, so session "N" opened dead letter #N, another session's.
+    The page finds the letter by the session's id (GET /dead-letters?session_id=) and links
+    it by its own number."""
+    from playwright.sync_api import expect
+
+    other = stack.submit(DIES, prefix="dies")
+    stack.wait(other, Status.FAILED)
+    number = stack.http("olga").get(f"/api/v1/dead-letters/{other}").json()["id"]
+    digits = stack.submit(DIES, id=str(number))
+    stack.wait(digits, Status.FAILED)
+    (own,) = stack.http("olga").get("/api/v1/dead-letters", params={"session_id": digits}).json()
+    assert own["session_id"] == digits and own["id"] != number
+    log_in(page, stack, "olga", f"#/sessions/{digits}")
+    expect(page.locator("#status")).to_have_attribute("data-status", "failed")
+    page.click("#dead-letter-link")
+    expect(page.locator("#dead-letter")).to_contain_text(f"#{own['id']}")
+    expect(page.locator("#letter-session")).to_have_text(digits)

@@ -29,6 +29,7 @@ from tickwork.worker.tick.runtime import Runtime
 from tests.api.conftest import Server, embedded_client
 from tickwork.api import ApiSettings, make_api
 from tickwork.client import Tickwork
+from tickwork.remote import Client as RemoteClient
 from tickwork.testing.store_ticks import claim, new_session, reply, think
 
 EVERY = ["submitter", "approver", "operator"]
@@ -275,6 +276,24 @@ def test_listings_hold_only_what_the_caller_sees(world: World, method: str, path
             assert total, found
             failed = len([i for i in mine if "failed" in i])
             assert f'"total":{failed}' in found.replace(" ", ""), (who, path, found)
+
+
+def test_a_session_id_filter_lists_only_a_letter_the_caller_sees(world: World) -> None:
+    """`GET /dead-letters?session_id=` is scoped as the other filters: another tenant's or
+    (own-only) another submitter's session's letter is listed as one nobody has."""
+    everyone = [i for ids in world.ids.values() for i in ids if "failed" in i]
+    sees = {
+        "ann": world.ids["ann"] + world.ids["amy"],
+        "amy": world.ids["amy"],
+        "bob": world.ids["bob"],
+        "root": everyone,
+    }
+    for who, mine in sees.items():
+        for ident in everyone:
+            answer = world.http(who).get("/api/v1/dead-letters", params={"session_id": ident})
+            assert answer.status_code == 200, (who, ident, answer.text)
+            wanted = [ident] if ident in mine else []
+            assert [d["session_id"] for d in answer.json()] == wanted, (who, ident)
 
 
 def _fits(kind: str, session_id: str) -> bool:
@@ -534,6 +553,13 @@ def test_a_number_that_is_another_tenants_letter_id_finds_the_callers_session(
                 f"{server.url}/api/v1/dead-letters/{number}", headers=headers, timeout=30
             )
             assert mine.status_code == 200 and mine.json()["session_id"] == "ann-failed"
+            # ann's letter is dead letter `number`; the session of that id is reached by its
+            # id through the filter, over the remote client as in-process
+            with RemoteClient(server.url, token=TOKEN["root"]) as root:
+                (letter,) = root.dead_letters(session_id=number)
+                assert letter.session_id == number and str(letter.id) != number
+                assert root.dead_letters(session_id="nobody-failed") == []
+            assert [d.id for d in client.dead_letters(session_id=number)] == [letter.id]
     finally:
         client.close()
 

@@ -109,6 +109,15 @@ def list_dead_letters(
         int, Query(ge=0, le=MAX_INT, description="Skip this many (the pages before).")
     ] = 0,
     tenant: Tenant = None,
+    session_id: Annotated[
+        str | None,
+        Query(
+            max_length=64,
+            description="Only this session's dead letter (none or one): how a client finds "
+            "the letter of a session whose id is all digits, which GET /dead-letters/{key} "
+            "reads as a dead-letter id first.",
+        ),
+    ] = None,
 ) -> list[dict[str, Any]]:
     found = client.dead_letters(
         code=code.value if code else None,
@@ -117,6 +126,7 @@ def list_dead_letters(
         unresolved=unresolved,
         limit=limit,
         offset=offset,
+        session_id=session_id,
         **letter_filters(who, tenant),
     )
     return [views.dead_letter(d) for d in found]

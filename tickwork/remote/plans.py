@@ -501,13 +501,18 @@ def dead_letters(
     limit: int = 100,
     tenant: str | None = None,
     offset: int = 0,
+    session_id: str | None = None,
 ) -> Plan[list[DeadLetter]]:
     """Dead letters, newest first, past the first `offset`; `since` an ISO time or a
     duration ago (2h, 3d); `tenant` one tenant's (an admin token's filter; another token
-    may name only its own)."""
+    may name only its own); `session_id` that session's (none or one: how to find the
+    letter of a session whose id is all digits, which `dead_letter` reads as a letter's
+    number first)."""
     params: dict[str, Any] = {**_letters(code, kind, since, unresolved, tenant), "limit": limit}
     if offset:  # asked only when given: a server from before it refuses the parameter
         params["offset"] = offset
+    if session_id is not None:  # the same: a server from before it refuses it
+        params["session_id"] = session_id
     found = yield Call("GET", _path("dead-letters"), _json, params=params)
     return [model(DeadLetter, d) for d in found]
 

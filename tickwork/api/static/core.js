@@ -91,6 +91,12 @@ export const badge = (text, extra) => el("span", { class: `badge ${extra || text
 // double click copy it whole); a link to its page if `href`
 export const sessionRef = (id, href) => el(href ? "a" : "code", { class: "id", title: id, href }, id);
 
+// how a dead letter's link names it: by its session's id, as a letter's number is not kept
+// once retention archives its session with it (the address by the session's id then says
+// where it went); but digits name a letter by its number first, so a session id of digits
+// alone would open another session's letter: such a one's letter is named by its own number
+export const letterKey = (d) => (/^\d+$/.test(d.session_id) ? String(d.id) : d.session_id);
+
 export function ago(iso) {
   if (!iso) return "";
   const seconds = Math.max(0, (Date.now() - Date.parse(iso)) / 1000);

@@ -1,8 +1,8 @@
 // Dead letters: charts by cause and signature, the list, exports, and one dead letter with
 // its session, forked, resolved or dismissed from here.
 import {
-  API, ApiError, ago, api, badge, can, dataTable, el, enc, headSummary, label, paged, pager,
-  sessionRef, state, toast,
+  API, ApiError, ago, api, badge, can, dataTable, el, enc, headSummary, label, letterKey, paged,
+  pager, sessionRef, state, toast,
 } from "./core.js";
 import { forkForm } from "./fork.js";
 import { forkHere, timeline } from "./sessions.js";
@@ -245,12 +245,6 @@ function archivedLetter(view, id) {
       el("a", { href: `#/sessions/${enc(id)}` }, "Its page"),
       " serves its patch and its forks, and forks it again."));
 }
-
-// how a letter's link names it: by its session's id, as a letter's number is not kept once
-// retention archives its session with it (the address by the session's id then says where
-// it went); but digits name a letter by its number first, so a session id of digits alone
-// would open another session's letter: such a one's letter is named by its own number
-const letterKey = (d) => (/^\d+$/.test(d.session_id) ? String(d.id) : d.session_id);
 
 // a number no live dead letter has: none had it, or retention archived its session with it
 // (the archive keeps a dead letter by its session's id, not by its number)

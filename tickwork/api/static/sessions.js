@@ -6,8 +6,8 @@ import { callCard } from "./approvals.js";
 import { forkForm } from "./fork.js";
 import {
   API, OUTCOMES, ago, api, apiText, badge, can, count, dataTable, decisionLine, diffLines, el,
-  enc, headSummary, hooks, label, ms, outcomeBadge, paged, pager, pretty, redraw, sessionRef, sleep,
-  state, toast, usd,
+  enc, headSummary, hooks, label, letterKey, ms, outcomeBadge, paged, pager, pretty, redraw,
+  sessionRef, sleep, state, toast, usd,
 } from "./core.js";
 
 const STATUSES = ["queued", "ready", "executing", "waiting_approval", "waiting_children", "completed", "failed", "cancelled"];
@@ -228,9 +228,16 @@ export async function sessionView(view, id) {
   const live = el("span", { id: "live", class: "muted" }, "connecting…");
   const compare = el("a", { id: "compare-link", class: "button", hidden: true,
                             href: `#/sessions/${enc(id)}/compare` }, "Beside its parent");
-  // a failed session's dead letter (the API takes a session id for it): fork, resolve, dismiss
-  const letter = el("a", { id: "dead-letter-link", class: "button", hidden: true,
-                           href: `#/dead-letters/${enc(id)}` }, "Its dead letter");
+  // a failed session's dead letter: fork, resolve, dismiss. Found by the session's id (an
+  // address of digits names a letter by its number first, another session's), once; linked
+  // as the list links it; none listed: no link
+  const letter = el("a", { id: "dead-letter-link", class: "button", hidden: true }, "Its dead letter");
+  let findingLetter = null;
+  const findLetter = () => api(`/dead-letters?session_id=${enc(id)}&limit=1`).then(([found]) => {
+    if (!found) return;
+    letter.href = `#/dead-letters/${enc(letterKey(found))}`;
+    letter.hidden = false;
+  }).catch(() => { findingLetter = null; }); // asked again at the next refresh
   const cancel = el("button", { type: "button", id: "cancel", class: "danger", hidden: true,
     onclick: async () => {
       try {
@@ -297,7 +304,7 @@ export async function sessionView(view, id) {
     status.dataset.status = head.status;
     redraw(summary, [headSummary(head)]);
     compare.hidden = !head.parent_id || Boolean(head.spawn_call);
-    letter.hidden = head.status !== "failed";
+    if (head.status === "failed" && !findingLetter) findingLetter = findLetter();
     tree.hidden = !view.tree;
     if (view.tree) redraw(tree, [el("h3", {}, "Tree"), treeList(view.tree, id)]);
     cancel.hidden = FINISHED.includes(head.status) || !(can("approver") || can("operator"));

@@ -16,6 +16,7 @@ from tickwork.testing.store_contract.base import Contract
 from tickwork.testing.store_ticks import (
     Clock,
     claim,
+    new_session,
     run_step,
 )
 
@@ -40,6 +41,20 @@ class DeadLetterContract(Contract):
         assert store.dead_letter(dead.id) == dead
         assert store.dead_letters(with_snapshot=True)[0].session().head == head
         assert [d.session_id for d in store.dead_letters(unresolved=True)] == [session_id]
+
+    def test_a_session_id_filter_lists_that_sessions_letter_whatever_its_id_looks_like(
+        self, store: Store, clock: Clock, session_id: str
+    ) -> None:
+        first = self._fail(store, clock, session_id)
+        number = store.dead_letter(session_id).id
+        # a session whose id is another letter's number: by key, that number names the other
+        store.create(new_session(str(number), now=clock()), now=clock())
+        self._fail(store, clock, str(number))
+
+        (own,) = store.dead_letters(session_id=str(number))
+        assert own.session_id == str(number) and own.id != number
+        assert [d.session_id for d in store.dead_letters(session_id=first.id)] == [first.id]
+        assert store.dead_letters(session_id="nope") == []
 
     def test_a_session_that_did_not_fail_has_none(
         self, store: Store, clock: Clock, session_id: str
