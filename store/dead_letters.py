@@ -421,11 +421,10 @@ def export_row(
     # what its steps and its billed retries do not hold is its children's
     whole = _own_usage(session)
     resolution = dict(row["resolution"] or {})
-    recorded = resolution.get("forks") or (
-        [{"fork": resolution["fork"]}] if "fork" in resolution else []
-    )
     made = dict(forks or {})
-    for f in recorded:  # one pruned from the archive's index is still the dead letter's
+    # one pruned from the archive's index is still the dead letter's; one recorded at no
+    # time it kept (`at` "?") was made when the letter was resolved
+    for f in forks_of(resolution):
         made.setdefault(str(f["fork"]), _when(f.get("at")) or row["resolved_at"] or row["at"])
     out = {
         "id": row["id"],
