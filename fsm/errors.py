@@ -320,7 +320,12 @@ class StoreBusy(StoreUnavailable):
     """Every connection of this process's pool to the database stayed in use for as long as
     the pool waits for one: the database answers, but this process had more requests at
     once than connections. Nothing was done, and the same request may succeed in a moment:
-    the HTTP API answers 503 `server_busy` with Retry-After."""
+    the HTTP API answers 503 `server_busy` with Retry-After: `waited_s`, how long the pool
+    waits for a connection (None: not known)."""
+
+    def __init__(self, message: str | None = None, *, waited_s: float | None = None) -> None:
+        super().__init__(message)
+        self.waited_s = waited_s
 
 
 class StoreConflict(StoreError):

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, NoReturn, TypeVar
 
 import psycopg
-from sqlalchemy import Engine
+from sqlalchemy import Engine, QueuePool
 from sqlalchemy import exc as sa
 from tickwork.fsm.errors import (
     SchemaMissing,
@@ -41,10 +41,13 @@ _NO_SCHEMA = ("no such table", "no such column")
 _UNDEFINED = (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedColumn)
 
 
-def translate(exc: BaseException, *, database: str) -> BaseException:
+def translate(
+    exc: BaseException, *, database: str, pool_timeout_s: float | None = None
+) -> BaseException:
     """The error to raise instead of `exc`, a database's failure seen by a store of
-    `database` (a URL without its password): a `StoreError`, or the caller's own mistake
-    SQLAlchemy wrapped (a naive datetime refused before it was sent) as it was raised."""
+    `database` (a URL without its password) whose pool waits `pool_timeout_s` for a
+    connection: a `StoreError`, or the caller's own mistake SQLAlchemy wrapped (a naive
+    datetime refused before it was sent) as it was raised."""
     orig = getattr(exc, "orig", None)
     wrapped = isinstance(exc, sa.StatementError) and not isinstance(exc, sa.DBAPIError)
     if wrapped and isinstance(orig, Exception) and not isinstance(orig, DATABASE_ERRORS):
@@ -64,7 +67,8 @@ def translate(exc: BaseException, *, database: str) -> BaseException:
     if isinstance(exc, sa.TimeoutError):  # the pool's: its connections are all in use
         return StoreBusy(
             f"every connection to the database {database} stayed in use ({detail}); this "
-            "process had more requests at once than its pool holds connections"
+            "process had more requests at once than its pool holds connections",
+            waited_s=pool_timeout_s,
         )
     if isinstance(exc, _AWAY) or isinstance(orig or exc, _DRIVER_AWAY):
         return StoreUnavailable(
@@ -75,16 +79,23 @@ def translate(exc: BaseException, *, database: str) -> BaseException:
 
 
 @contextlib.contextmanager
-def translating(database: str) -> Iterator[None]:
+def translating(database: str, *, pool_timeout_s: float | None = None) -> Iterator[None]:
     """Inside the block, a database error is raised as `translate` makes it."""
     try:
         yield
     except DATABASE_ERRORS as exc:
-        _raise(exc, database)
+        _raise(exc, database, pool_timeout_s)
 
 
-def _raise(exc: BaseException, database: str) -> NoReturn:
-    found = translate(exc, database=database)
+def _pool_wait_s(engine: Engine) -> float | None:
+    """How long `engine`'s pool waits for a connection when all are in use (None: a pool
+    that never waits, as an in-memory SQLite database's one connection)."""
+    pool = engine.pool
+    return pool.timeout() if isinstance(pool, QueuePool) else None
+
+
+def _raise(exc: BaseException, database: str, pool_timeout_s: float | None = None) -> NoReturn:
+    found = translate(exc, database=database, pool_timeout_s=pool_timeout_s)
     if found is getattr(exc, "orig", None):
         raise found.with_traceback(found.__traceback__) from None
     raise found from exc
@@ -112,7 +123,7 @@ def _guard(method: Callable[..., Any]) -> Callable[..., Any]:
         try:
             result = method(self, *args, **kwargs)
         except DATABASE_ERRORS as exc:
-            _raise(exc, shown(engine.url))
+            _raise(exc, shown(engine.url), _pool_wait_s(engine))
         if inspect.isgenerator(result):
             return _rows(result, engine)
         return result
@@ -122,5 +133,5 @@ def _guard(method: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _rows(rows: Iterator[Any], engine: Engine) -> Iterator[Any]:
-    with translating(shown(engine.url)):
+    with translating(shown(engine.url), pool_timeout_s=_pool_wait_s(engine)):
         yield from rows

@@ -216,3 +216,31 @@ def test_a_request_while_every_database_connection_is_in_use_is_a_503_busy_retry
     assert (got.value.status, got.value.code) == (503, "server_busy")
     assert got.value.message == body["message"] and got.value.details["retry_after_s"] == 1
     assert "check that it runs" not in shown
+
+
+def test_a_busy_answers_retry_after_is_the_pool_of_the_engine_it_was_given(
+    tmp_path: Path,
+) -> None:
+    """The Retry-After of `server_busy` was the settings' pool timeout
+    (TICKWORK_DATABASE_POOL_TIMEOUT_S, 30 s unset) whatever pool the server's store had: a
+    client built on an engine of its own waits as long as that engine's pool does."""
+    from tickwork.store import open_store
+
+    from tickwork.client import Tickwork
+
+    settings = Settings(state_dir=tmp_path)
+    upgrade(settings.db_url)
+    store = open_store(settings.db_url, pool_size=1, max_overflow=0, pool_timeout=1.5)
+    client = Tickwork(settings, store=store)
+    app = make_api(settings, ApiSettings(api_tokens=TOKENS), client=client)  # type: ignore[arg-type]
+    with Server(app) as server, store.engine.connect():  # the pool's one, held
+        answer = httpx.get(
+            f"{server.url}/api/v1/sessions",
+            headers={"Authorization": f"Bearer {TOKEN['olga']}"},
+            timeout=30,
+        )
+    client.close()
+    assert answer.status_code == 503, answer.text
+    assert answer.json()["code"] == "server_busy"
+    # the engine's 1.5 s, in whole seconds: not the settings' 30
+    assert (answer.headers["Retry-After"], answer.json()["retry_after_s"]) == ("2", 2)

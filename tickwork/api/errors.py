@@ -61,7 +61,8 @@ _HTTP_CODES = {
 
 def busy_retry_s(pool_timeout_s: float) -> int:
     """The seconds a `server_busy` answer's Retry-After asks a client to wait: as long as the
-    request waited in vain for a connection (TICKWORK_DATABASE_POOL_TIMEOUT_S), in whole
+    request waited in vain for a connection (the store's pool's timeout, as
+    TICKWORK_DATABASE_POOL_TIMEOUT_S sets it for the engine the settings make), in whole
     seconds: one sent sooner joins the queue that held this one that long."""
     return max(1, math.ceil(pool_timeout_s))
 
@@ -268,7 +269,11 @@ def _store_error(request: Request, exc: Exception) -> JSONResponse:
         return answer(409, "conflict", "the write conflicts with what is stored; look again")
     if isinstance(exc, StoreBusy):
         log.warning("too many requests at once: %s", exc.message)
-        wait = busy_retry_s(request.app.state.client.settings.database_pool_timeout_s)
+        # the pool's own: a store given an engine of its own waits as long as it does
+        waited = exc.waited_s
+        if waited is None:
+            waited = request.app.state.client.settings.database_pool_timeout_s
+        wait = busy_retry_s(waited)
         response = answer(
             503,
             "server_busy",
