@@ -217,7 +217,7 @@ def check_what_ticks_load(settings: Settings) -> None:
     from tickwork.store.artifacts import check_reachable
     from tickwork.store.migrate import behind, current, head
     from tickwork.worker.config.settings import mask
-    from tickwork.worker.tick.runtime import build_store
+    from tickwork.worker.config.stores import build_store
 
     at = current(settings.db_url)
     if at is None:

@@ -13,11 +13,12 @@ from tickwork.store.archive import Archive
 from tickwork.store.archived import ArchivedSession
 from tickwork.store.artifacts import Artifacts
 from tickwork.worker.config.settings import RoleSettings, Settings, load_settings
+from tickwork.worker.config.stores import build_store
 from tickwork.worker.config.tenants import Tenants, TenantSettings
 from tickwork.worker.files.workspaces import Workspaces
 from tickwork.worker.jobs import Jobs
 from tickwork.worker.models import Providers
-from tickwork.worker.tick.runtime import build_store, utc_now
+from tickwork.worker.tick.runtime import utc_now
 
 
 class Deployment:

@@ -318,8 +318,9 @@ def table_sizes(engine: Engine, tables: tuple[str, ...] = TICKWORK_TABLES) -> di
 
 def in_process_runtime(s: Any) -> tuple[Any, list[tuple[str, int]]]:
     """A worker Runtime in this process whose published ticks are collected, not sent."""
+    from tickwork.worker.config.stores import build_store
     from tickwork.worker.jobs import Jobs
-    from tickwork.worker.tick.runtime import Runtime, build_store
+    from tickwork.worker.tick.runtime import Runtime
 
     published: list[tuple[str, int]] = []
     rt = Runtime(

@@ -21,7 +21,7 @@ from tickwork.store.migrate import upgrade
 from tickwork.store.retention import Policy, archive_pass
 from tickwork.store.schema import sessions
 from tickwork.worker.config.settings import Settings
-from tickwork.worker.tick.runtime import build_store
+from tickwork.worker.config.stores import build_store
 
 from tests.api.conftest import Stack
 from tests.api.test_dead_letters import BROKEN

@@ -10,7 +10,8 @@ import pytest
 from tickwork.fsm.errors import ConfigurationError
 from tickwork.store import Store
 from tickwork.worker.config.settings import Settings, load_settings
-from tickwork.worker.tick.runtime import build_store, worker_store
+from tickwork.worker.config.stores import build_store
+from tickwork.worker.tick.runtime import worker_store
 
 #: a Postgres URL nothing answers at: an engine connects only once it is used
 POSTGRES = "postgresql://tickwork@127.0.0.1:1/nowhere"

@@ -7,7 +7,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from contextvars import Token
 from dataclasses import dataclass, field
@@ -17,12 +17,13 @@ from typing import Protocol
 from tickwork.fsm.budgets import TenantDay, stop_reason
 from tickwork.fsm.errors import ConfigurationError
 from tickwork.fsm.values import RUNTIME_LEVEL, Head
-from tickwork.store import Store, open_store
+from tickwork.store import Store
 from tickwork.store.port import Sessions, Ticks
 from tickwork.worker.config.process import Loop, Refusals
 from tickwork.worker.config.process import owner_name as owner_name  # advance reads it here
 from tickwork.worker.config.secrets import Masker, masker_for
 from tickwork.worker.config.settings import Settings
+from tickwork.worker.config.stores import build_store
 from tickwork.worker.config.tenants import Tenants, TenantSettings
 from tickwork.worker.files.workspaces import Workspaces
 from tickwork.worker.jobs import Jobs
@@ -496,12 +497,3 @@ WORKER_POOL = {"pool_size": 30, "max_overflow": 10}
 def worker_store(settings: Settings) -> Store:
     """The store of a worker process: `build_store` with WORKER_POOL on a server database."""
     return build_store(settings, pool={} if settings.db_url.startswith("sqlite") else WORKER_POOL)
-
-
-def build_store(settings: Settings, *, pool: Mapping[str, int] | None = None) -> Store:
-    """The store of `settings`' database, its pool as `Settings.database_pool` sizes it
-    (`pool`: this process's sizes where the settings give none)."""
-    if settings.db_url.startswith("sqlite"):
-        settings.state_dir.mkdir(parents=True, exist_ok=True)
-    engine_args = settings.database_pool(pool or {})
-    return open_store(settings.db_url, transcripts=settings.transcript_cache, **engine_args)

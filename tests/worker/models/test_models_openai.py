@@ -11,10 +11,11 @@ import pytest
 from tickwork.fsm.errors import PermanentModelError, TransientModelError
 from tickwork.fsm.values import ProposedCall, Usage
 from tickwork.worker.config.settings import Settings
+from tickwork.worker.config.stores import build_store
 from tickwork.worker.jobs import Jobs
 from tickwork.worker.models import ModelSettings, OpenAIChatModel
 from tickwork.worker.models.transport import retry_after_s
-from tickwork.worker.tick.runtime import Runtime, build_store
+from tickwork.worker.tick.runtime import Runtime
 
 MESSAGES = [
     {"role": "system", "content": "You repair code."},

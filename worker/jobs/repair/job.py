@@ -304,12 +304,10 @@ def prepare(
 
 def _settings_artifacts(stack: ExitStack) -> Artifacts:
     """The artifact store of the settings (for a `prepare` called without one)."""
-    from tickwork.store import open_store
+    from tickwork.worker.config.stores import build_store
 
     settings = load_settings()
-    if settings.db_url.startswith("sqlite"):
-        settings.state_dir.mkdir(parents=True, exist_ok=True)
-    store = open_store(settings.db_url)
+    store = build_store(settings)
     stack.callback(store.close)
     return store.artifacts(settings.artifacts_url)
 
