@@ -57,6 +57,20 @@ def test_commits_after_the_tag_give_setuptools_scm_s_next_development_version(
     assert version["value"] == f"2.0.10.dev2+g{node}"  # type: ignore[index]
 
 
+def test_the_commit_is_named_by_7_hex_digits_in_the_version_and_in_where_it_came_from(
+    tmp_path: Path,
+) -> None:
+    """The version named the commit by `rev-parse --short=7`, the `git describe` it came from
+    by git's own abbreviation (core.abbrev: auto, more digits in a large repository, or
+    what the repository's configuration says): one commit, two names in one record."""
+    folder = vcs_project(tmp_path / "p", "setuptools-scm", tag="2.0.9", after=1)
+    git(folder, "config", "core.abbrev", "12")
+    node = git(folder, "rev-parse", "--short=7", "HEAD")
+    version = _submitted(folder, tmp_path)["version"]
+    assert version["value"] == f"2.0.10.dev1+g{node}"  # type: ignore[index]
+    assert version["from"] == f"git describe: 2.0.9-1-g{node}"  # type: ignore[index]
+
+
 def test_an_untagged_checkout_gets_the_untagged_development_version(tmp_path: Path) -> None:
     folder = vcs_project(tmp_path / "p", "hatch-vcs", after=1)
     node = git(folder, "rev-parse", "--short=7", "HEAD")

@@ -44,6 +44,11 @@ MAX_VERSION_FILE_BYTES, MAX_VERSION_FILES = 65_536, 8
 #: an extension module setup built in place: at most this large, at most this many kept
 MAX_BUILT_FILE_BYTES, MAX_BUILT_FILES = 50_000_000, 64
 GIT_TIMEOUT_S = 30.0
+#: the hex digits that name the commit, in the version (`+gabc1234`) and in the `git
+#: describe` it came from alike (more only where 7 are ambiguous): git's `--short` for a
+#: repository of any size, not its abbreviation that grows with the repository or follows
+#: its core.abbrev
+SHORT_NODE = 7
 #: the variable each plugin takes its version from instead of git
 PRETEND = {
     "setuptools-scm": "SETUPTOOLS_SCM_PRETEND_VERSION",
@@ -238,7 +243,7 @@ def of_git(root: Path, *, parents: bool = True) -> dict[str, str] | None:
     refused to read it (another user's repository). Uncommitted changes do not change it
     (setuptools-scm would add the day's date: the environment's key would change daily)."""
     try:
-        node = "g" + _git(root, "rev-parse", "--short=7", "HEAD", parents=parents)
+        node = "g" + _git(root, "rev-parse", f"--short={SHORT_NODE}", "HEAD", parents=parents)
     except subprocess.CalledProcessError as exc:
         why = refused(str(exc.stderr or ""))
         return {"value": "", "from": why} if why else None
@@ -246,7 +251,10 @@ def of_git(root: Path, *, parents: bool = True) -> dict[str, str] | None:
         return None
     try:
         described = _git(
-            root, "describe", "--tags", "--long", "--match", "*[0-9]*", "HEAD", parents=parents
+            root,
+            *("describe", "--tags", "--long", f"--abbrev={SHORT_NODE}", "--match", "*[0-9]*"),
+            "HEAD",
+            parents=parents,
         )
         tag, distance, _ = described.rsplit("-", 2)
         version = from_tag(tag)
