@@ -133,7 +133,13 @@ def submit(
     concurrency_key: options.ConcurrencyKey = None,
     max_per_key: options.MaxPerKey = None,
     session_id: Annotated[
-        str | None, typer.Option("--id", help="The new session's id.", show_default="a random one")
+        str | None,
+        typer.Option(
+            "--id",
+            help="The new session's id.",
+            show_default="a random one",
+            callback=options.new_session_id,
+        ),
     ] = None,
     submitter: Annotated[
         str | None,

@@ -980,6 +980,30 @@ def test_an_id_longer_than_any_is_refused_in_the_same_words_in_both_modes(
     assert given not in line, "quoted whole"
 
 
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        ("i" * 65, "it is 65 characters long; at most 64 characters are taken; give a shorter id"),
+        ("a b", "session id 'a b' may only hold letters, digits, '_', '-' and '.', up to 64"),
+        ("", "it is empty; give an id, or leave --id out for a random one"),
+    ],
+    ids=["long", "spaced", "empty"],
+)
+def test_a_bad_new_id_is_refused_in_the_same_words_in_both_modes(
+    cli: ModeCli, given: str, said: str
+) -> None:
+    """A new session's --id the API refuses was said in the remote CLI's words with a
+    server, and locally as `session id '<all of it>' may only hold letters, ...` (a long
+    one quoted whole, said to hold wrong characters). Both say the remote CLI's line."""
+    for argv in (
+        ("submit", TEST_KIND, "--model", "scripted:x.json", "--id", given),
+        ("fork", "nope", "--from-step", "0", "--id", given),
+        ("dlq", "fork", "98765", "--from-step", "0", "--id", given),
+    ):
+        line = cli.inline(*argv, ok=False).error(2, f"invalid --id: {said}")
+        assert len(line) < 300, line
+
+
 #: an option of a command naming a session refused with --server, as the command's own
 #: check words it: (argv after the server, what the refusal names)
 REFUSED_OPTIONS = [
