@@ -469,3 +469,55 @@ def test_a_failed_sessions_link_opens_its_own_letter_where_its_id_is_digits(
     page.click("#dead-letter-link")
     expect(page.locator("#dead-letter")).to_contain_text(f"#{own['id']}")
     expect(page.locator("#letter-session")).to_have_text(digits)
+
+
+def test_the_header_says_who_took_the_session_over_and_which_workers_refused_it_as_show_does(
+    page: Any,  # noqa: F811
+    stack: Stack,
+) -> None:
+    """`tickwork show` has a "taken over" row in a session's header (the last time the relay
+    took it over from a worker that was gone, and how many times before) and says a session
+    is not run because the workers that took its tick refused it; the page's header said
+    neither (its events list them, one line each, among the rest). Both are said now, in
+    show's words. (A refused tick is for a session waiting for a worker: the API's answer
+    is made so here, as the worker's tests check the refusals.)"""
+    from playwright.sync_api import expect
+    from tickwork.fsm.values import Event, EventKind
+    from tickwork.store import rows
+    from tickwork.store.schema import events
+
+    from tickwork import render
+
+    session_id = stack.submit(ECHO, prefix="relayed-head")
+    stack.wait(session_id, Status.COMPLETED)
+    now = stack.deployment.client.get(session_id).updated_at
+    with stack.deployment.client.store.engine.begin() as conn:
+        for worker in ("alpha@host:41:7@12", "gamma@host:43:9@14"):
+            taken = Event(kind=EventKind.TAKEN_OVER, at=now, data={"from": worker})
+            conn.execute(events.insert(), [rows.event_to_row(session_id, 3, taken)])
+    refusals = [
+        {"worker": "beta@host:42", "at": "2026-12-06T03:50:00Z", "reason": "no kind"},
+        {"worker": "delta@host:44", "at": "2026-12-06T03:51:30Z", "reason": "no graph v2"},
+    ]
+
+    def refused(route: Any) -> None:
+        view = route.fetch().json()
+        view["refused"] = refusals
+        route.fulfill(json=view)
+
+    page.route(f"**/api/v1/sessions/{session_id}", refused)
+    log_in(page, stack, "olga", f"#/sessions/{session_id}")
+    shown = render.taken_over(
+        stack.http("olga").get(f"/api/v1/sessions/{session_id}").json()["events"]
+    )
+    assert shown is not None and "(and 1 time before)" in shown.plain
+    expect(page.locator(".summary #taken-over")).to_have_text(f"Taken over: {shown.plain}")
+    said = render.refused(refusals)
+    assert said is not None and "by 2 workers (beta@host:42 at 2026-12-06 03:50:00" in said.plain
+    expect(page.locator(".summary #refused")).to_have_text("N" + said.plain[1:].replace("`", ""))
+    # a refresh of the view may be in the handler still: let it answer before the route goes
+    page.unroute_all(behavior="wait")
+    page.reload()
+    expect(page.locator("#status")).to_have_attribute("data-status", "completed")
+    expect(page.locator(".summary #refused")).to_have_count(0)  # none refused its tick
+    expect(page.locator(".summary #taken-over")).to_contain_text("from gamma@host:43:9@14")

@@ -123,6 +123,30 @@ function eventSummary(event) {
   return parts.join(" ");
 }
 
+// a date as `tickwork show` prints it (render.when): the API's, in UTC, to the second
+const when = (iso) => (iso ? new Date(iso).toISOString().slice(0, 19).replace("T", " ") : "");
+const counted = (n, noun) => `${n} ${noun}${n === 1 ? "" : "s"}`;
+
+// what `tickwork show` says of a session the relay took over from a worker that was gone
+// (render.taken_over: the last time, and how many before) and of one whose tick the workers
+// that took it refused (render.refused, from the view's `refused`)
+function relayNotes(view) {
+  const taken = view.events.filter((e) => e.kind === "taken_over");
+  const last = taken[taken.length - 1];
+  const refused = view.refused || [];
+  return [
+    last ? el("p", { class: "meta", id: "taken-over" },
+      `Taken over: ${when(last.at)} from ${(last.data || {}).from}, whose worker was gone` +
+      (taken.length > 1 ? ` (and ${counted(taken.length - 1, "time")} before)` : "")) : null,
+    refused.length ? el("p", { class: "warn", id: "refused" },
+      `Not run: its tick was refused by ${counted(refused.length, "worker")} ` +
+      `(${refused.map((r) => `${r.worker} at ${when(r.at)}`).join(", ")}): ` +
+      `${refused[refused.length - 1].reason}. It moves only on a worker that can run it; the ` +
+      "relay offers it again when the lease runs out (", el("code", {}, "tickwork runbook stuck"),
+      ")") : null,
+  ].filter(Boolean);
+}
+
 // how long a step's tool calls ran, from their observations
 const toolMs = (step) => step.calls.reduce(
   (sum, call) => sum + (call.observation ? call.observation.duration_ms || 0 : 0), 0);
@@ -302,7 +326,9 @@ export async function sessionView(view, id) {
     const head = view.head;
     status.replaceChildren(badge(head.status));
     status.dataset.status = head.status;
-    redraw(summary, [headSummary(head)]);
+    const shown = headSummary(head);
+    shown.append(...relayNotes(view));
+    redraw(summary, [shown]);
     compare.hidden = !head.parent_id || Boolean(head.spawn_call);
     if (head.status === "failed" && !findingLetter) findingLetter = findLetter();
     tree.hidden = !view.tree;
