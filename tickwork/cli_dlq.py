@@ -237,7 +237,7 @@ def stats(
                     render.note(said)
     total = sum(r["count"] for r in next(iter(grouped.values())))
     if json_output:
-        views.emit({"since": start.isoformat() if start else None, "total": total, "by": grouped})
+        views.emit({"since": views.date(start), "total": total, "by": grouped})
         return
     render.show(
         Text(
@@ -374,4 +374,4 @@ def _note_other_tenants(
 
 def _jsonable(row: dict[str, Any]) -> dict[str, Any]:
     latest = row.get("latest")
-    return {**row, "latest": latest.isoformat() if isinstance(latest, datetime) else latest}
+    return {**row, "latest": views.date(latest) if isinstance(latest, datetime) else latest}

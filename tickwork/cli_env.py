@@ -39,9 +39,9 @@ def _view(env: Any, *, log: bool = False) -> dict[str, Any]:
         "sessions": env.sessions,
         "live_sessions": env.live_sessions,
         "owner": env.owner,
-        "created_at": env.created_at.isoformat(),
-        "finished_at": env.finished_at.isoformat() if env.finished_at else None,
-        "used_at": env.used_at.isoformat(),
+        "created_at": views.date(env.created_at),
+        "finished_at": views.date(env.finished_at),
+        "used_at": views.date(env.used_at),
         "detail": env.detail,
     }
     if log:

@@ -473,9 +473,7 @@ def show(
             view["forks"] = views.forks(ctx.reads.forks(session_id))
             where = f"{ctx.reads.archive.url.rstrip('/')}/{archived.entry.location}"
             view["archived"] = {
-                "at": archived.entry.archived_at.isoformat()
-                if archived.entry.archived_at
-                else None,
+                "at": views.date(archived.entry.archived_at),
                 "location": where,
             }
             if json_output:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import re
 import sys
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -36,6 +36,16 @@ def emit(document: Any) -> None:
     sys.stdout.flush()
 
 
+def date(value: datetime | None) -> str | None:
+    """A date as every view gives it: ISO 8601 in UTC ending in `Z`, as the heads, steps and
+    events (pydantic's) give theirs; None for none. A naive one is taken as UTC."""
+    if value is None:
+        return None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC).isoformat().removesuffix("+00:00") + "Z"
+
+
 def head(value: Head) -> dict[str, Any]:
     """The head, with `outcome` (what a finished repair achieved; None for other kinds and
     for sessions stored before outcomes) beside its status."""
@@ -56,9 +66,10 @@ def archived_entry(entry: Entry) -> dict[str, Any]:
         "tenant": entry.tenant,
         "parent_id": entry.parent_id,
         "fork_step": entry.fork_step,
-        "created_at": entry.created_at.isoformat(),
-        "finished_at": entry.finished_at.isoformat(),
-        "archived_at": entry.archived_at.isoformat() if entry.archived_at else None,
+        "submitted_by": entry.submitted_by,
+        "created_at": date(entry.created_at),
+        "finished_at": date(entry.finished_at),
+        "archived_at": date(entry.archived_at),
         "location": entry.location,
     }
 
@@ -134,7 +145,7 @@ def refused_ticks(value: Session) -> list[dict[str, Any]]:
     if not value.head.status.moving:
         return []
     return [
-        {"worker": e.data.get("worker"), "at": e.at.isoformat(), "reason": e.data.get("reason")}
+        {"worker": e.data.get("worker"), "at": date(e.at), "reason": e.data.get("reason")}
         for e in value.events
         if e.kind is EventKind.TICK_REFUSED and e.data.get("version") == value.head.version
     ]
@@ -151,7 +162,7 @@ def forked_from(value: Session) -> dict[str, Any] | None:
                 "session_id": e.data.get("parent_id"),
                 "step": e.data.get("from_step"),
                 "by": e.data.get("by"),
-                "at": e.at.isoformat(),
+                "at": date(e.at),
                 "patch": e.data.get("patch") or {},
             }
     return None
@@ -192,7 +203,7 @@ def lease(held: tuple[str, datetime] | None, *, now: datetime) -> dict[str, Any]
     if held is None:
         return None
     owner, expires = held
-    return {"owner": owner, "expires_at": expires.isoformat(), "expired": expires < now}
+    return {"owner": owner, "expires_at": date(expires), "expired": expires < now}
 
 
 def forks(found: list[dict[str, Any]], *, archived: bool = False) -> list[dict[str, Any]]:
@@ -201,7 +212,7 @@ def forks(found: list[dict[str, Any]], *, archived: bool = False) -> list[dict[s
     retention archived each (as the API's listing of forks says)."""
     hidden = {"submitted_by"} if archived else {"submitted_by", "archived"}
     shown = [{k: v for k, v in f.items() if k not in hidden} for f in found]
-    return [{**f, "created_at": f["created_at"].isoformat()} for f in shown]
+    return [{**f, "created_at": date(f["created_at"])} for f in shown]
 
 
 def tree(root: Head, descendants: list[Head]) -> dict[str, Any]:

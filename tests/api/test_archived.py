@@ -387,6 +387,14 @@ def test_the_session_listing_lists_the_archived_ones_as_ls_archived_does(
         cli = [views.archived_entry(e) for e in store.retention.listing()]
         assert [r["id"] for r in cli] == [r["id"] for r in rows]  # `ls --archived --json`'s
         assert set(rows[0]) == set(cli[0]) - {"location"}
+        # who submitted each, as a live session's row says; dates in one form, both ways:
+        # the local rows gave `+00:00` where the API's gave `Z`
+        assert [(r["submitted_by"], c["submitted_by"]) for r, c in zip(rows, cli, strict=True)] == [
+            ("owen", "owen"),
+            ("sam", "sam"),
+        ]
+        for key in ("created_at", "finished_at", "archived_at"):
+            assert rows[0][key] == cli[0][key] and rows[0][key].endswith("Z"), key
         assert [r["id"] for r in listed(TOKEN["olga"]).json()] == ["live-owen"]
         assert listed(TOKEN["olga"], archived="true", status="failed").json() == []
         assert [r["id"] for r in listed(OWEN, archived="true").json()] == ["old-owen"]
@@ -404,8 +412,8 @@ def test_the_session_listing_lists_the_archived_ones_as_ls_archived_does(
         assert (unknown.status_code, unknown.json()["code"]) == (422, "unknown_kind")
         with Client(server.url, token=TOKEN["olga"]) as remote:  # the Python client's
             found = remote.archived_sessions(status="completed", limit=1)
-            assert [(a.id, a.status, a.parent_id) for a in found] == [
-                ("old-owen", "completed", None)
+            assert [(a.id, a.status, a.parent_id, a.submitted_by) for a in found] == [
+                ("old-owen", "completed", None, "owen")
             ]
     client.close()
 

@@ -57,6 +57,13 @@ def test_an_archived_session_is_listed_patched_and_forked(
     cli.inline("ls", "--archived", "--error-code", "LOOP", ok=False).error(2, "--archived")
     assert cli.inline("ls", "--json").json() == []  # no longer live
     assert cli.inline("patch", session_id, **env).stdout == patch
+    shown = cli.inline("show", session_id, "--json", **env).json()
+    # who submitted it, as a live session's row says, and its dates as the rest's: `...Z`
+    # (the archive's rows and `archived.at` gave `+00:00`)
+    assert listed[0]["submitted_by"] == shown["head"]["submitted_by"]
+    for key in ("created_at", "finished_at", "archived_at"):
+        assert listed[0][key].endswith("Z"), listed[0]
+    assert shown["archived"]["at"] == listed[0]["archived_at"]
 
     fork = cli.inline(
         "fork", session_id, "--from-step", "3", "--id", "revived", "--json", **env
@@ -71,6 +78,10 @@ def test_an_archived_session_is_listed_patched_and_forked(
     assert head.status is Status.COMPLETED, head.error_message
     assert head.result["patch"] == patch
     assert head.result["tests"]["passed"] is True
+    revived = cli.inline("show", "revived", "--json", **env).json()
+    assert revived["forked_from"]["at"].endswith("Z"), revived["forked_from"]
+    forks = cli.inline("show", session_id, "--json", **env).json()["forks"]
+    assert [f["id"] for f in forks] == ["revived"] and forks[0]["created_at"].endswith("Z")
 
 
 def test_an_archived_session_looked_for_in_another_archive_names_the_setting(

@@ -934,6 +934,8 @@ def test_ls_archived_lists_the_archived_sessions_with_a_server_as_locally(
     listed = cli.inline("ls", "--archived", "--status", "completed", "--json").json()
     [row] = [r for r in listed if r["id"] == session_id]
     assert (row["status"], row["kind"], row["parent_id"]) == ("completed", "repair", None)
+    # the same row either way: who submitted it, its dates in UTC as `...Z`
+    assert "submitted_by" in row and row["archived_at"].endswith("Z"), row
     assert session_id in cli.inline("ls", "--archived", "--limit", "500").stdout
     cli.inline("ls", "--archived", "--error-code", "LOOP", ok=False).error(2, "--archived")
     # was ignored: every archived session listed as one of that outcome (the API refuses it)

@@ -34,6 +34,11 @@ class ListedArchived(BaseModel):
     tenant: str = Field(description="Its tenant.")
     parent_id: str | None = Field(description="The session it was forked (or spawned) from.")
     fork_step: int | None = Field(description="The parent's step it was forked from.")
+    submitted_by: str | None = Field(
+        default=None,
+        description="Who submitted (or forked) it; null for one archived before the "
+        "archive's index kept it.",
+    )
     created_at: datetime = Field(description="When it was submitted.")
     finished_at: datetime = Field(description="When it finished.")
     archived_at: datetime | None = Field(description="When retention archived it.")

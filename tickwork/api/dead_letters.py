@@ -159,7 +159,7 @@ def stats(
         for g in ([by] if by else dl.GROUPS)
     }
     total = sum(r["count"] for r in next(iter(grouped.values())))
-    return {"since": start.isoformat() if start else None, "total": total, "by": grouped}
+    return {"since": views.date(start), "total": total, "by": grouped}
 
 
 #: how far back the timeline reaches when no since is given
@@ -186,8 +186,8 @@ def timeline(
     )
     return {
         **found,
-        "since": start.isoformat(),
-        "buckets": [b.isoformat() for b in found["buckets"]],
+        "since": views.date(start),
+        "buckets": [views.date(b) for b in found["buckets"]],
     }
 
 
@@ -324,4 +324,4 @@ def _close(
 
 def _jsonable(row: dict[str, Any]) -> dict[str, Any]:
     latest = row.get("latest")
-    return {**row, "latest": latest.isoformat() if isinstance(latest, datetime) else latest}
+    return {**row, "latest": views.date(latest) if isinstance(latest, datetime) else latest}

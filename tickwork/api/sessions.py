@@ -374,7 +374,7 @@ def decide(
             if first is None
             else {
                 "decided_by": first.approver,
-                "decided_at": first.at.isoformat(),
+                "decided_at": views.date(first.at),
                 "decision": first.kind.value,
             }
         )
@@ -569,5 +569,5 @@ def waiting_view(
         "thought": thought,
         "calls": calls,
         # null once it waits for nobody: its last request is history, not a wait
-        "waiting_since": asked[-1].isoformat() if asked and head.awaiting else None,
+        "waiting_since": views.date(asked[-1]) if asked and head.awaiting else None,
     }
