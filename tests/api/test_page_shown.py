@@ -324,6 +324,57 @@ def test_a_call_approved_in_the_queue_stays_shown_as_decided_after_the_queue_rel
     expect(page.locator(f'section.waiting[data-session="{session_id}"]')).to_have_count(0)
 
 
+#: a risky call, then another: the session waits for a person twice
+WAITS_TWICE = [
+    {"content": "delete it", "tool_calls": [{"name": "danger", "arguments": {"value": "db"}}]},
+    {"content": "and this", "tool_calls": [{"name": "danger", "arguments": {"value": "log"}}]},
+    {"content": "done"},
+]
+
+
+def test_a_call_approved_in_the_queue_stays_decided_beside_the_next_call_of_its_session(
+    page: Any,  # noqa: F811
+    stack: Stack,
+) -> None:
+    """A session decided in the queue kept its card, as decided, only while the session
+    waited for nobody: its next risky call brought the session back into the queue, and the
+    reload drew the session's section anew, the card of the call decided here (and its
+    outcome) gone. The decided card stays, beside the new one."""
+    from playwright.sync_api import expect
+
+    from tickwork.testing import until
+
+    session_id = stack.waiting(WAITS_TWICE, prefix="twice")
+    page.clock.install()  # the queue's refresh timer, run on demand below
+    log_in(page, stack, "alice")
+    section = page.locator(f'section.waiting[data-session="{session_id}"]')
+    section.locator('article[data-call="s1c0"] button.approve').click()
+    decided = section.locator('article[data-call="s1c0"] p.decided')
+    expect(decided).to_contain_text("Approved s1c0 (danger) as alice")
+    until(
+        lambda: stack.deployment.client.load(session_id).head.awaiting == ("s2c0",) or None,
+        timeout=60,
+        what=f"{session_id} to wait for s2c0",
+    )
+    with page.expect_response("**/api/v1/approvals") as reloaded:
+        page.clock.run_for(REFRESH_MS + 1000)
+    assert '"s2c0"' in reloaded.value.text()
+    expect(section.locator('article[data-call="s2c0"] button.approve')).to_be_visible()
+    expect(decided).to_contain_text("Approved s1c0 (danger) as alice")
+    expect(section.locator("article.call")).to_have_count(2)
+    cards = section.locator("article.call").evaluate_all("cs => cs.map((c) => c.dataset.call)")
+    assert cards == ["s1c0", "s2c0"]
+    # and again at the next reload, which changes nothing
+    with page.expect_response("**/api/v1/approvals"):
+        page.clock.run_for(REFRESH_MS + 1000)
+    expect(decided).to_contain_text("Approved s1c0 (danger) as alice")
+    section.locator('article[data-call="s2c0"] button.approve').click()
+    expect(section.locator('article[data-call="s2c0"] p.decided')).to_contain_text(
+        "Approved s2c0 (danger) as alice"
+    )
+    stack.wait(session_id, Status.COMPLETED)
+
+
 def test_a_call_approved_in_the_session_view_stays_shown_as_decided(
     page: Any,  # noqa: F811
     stack: Stack,
@@ -339,6 +390,27 @@ def test_a_call_approved_in_the_session_view_stays_shown_as_decided(
     expect(page.locator("#status")).to_have_attribute("data-status", "completed")
     expect(page.locator("#live")).to_have_text("finished: completed")
     expect(card.locator("p.decided")).to_contain_text("Approved s1c0 (danger) as alice")
+    expect(page.locator("#waiting h3")).to_have_text("Decided here")
+
+
+def test_a_call_approved_in_the_session_view_stays_decided_above_the_next_call_waiting(
+    page: Any,  # noqa: F811
+    stack: Stack,
+) -> None:
+    """The same in the session view: its card of a call decided there went as soon as the
+    session waited for its next call, drawn alone under "Waiting for you"."""
+    from playwright.sync_api import expect
+
+    session_id = stack.waiting(WAITS_TWICE, prefix="twice-here")
+    log_in(page, stack, "alice", f"#/sessions/{session_id}")
+    page.locator('#waiting article[data-call="s1c0"] button.approve').click()
+    expect(page.locator('#waiting article[data-call="s2c0"] button.approve')).to_be_visible()
+    decided = page.locator('#waiting article[data-call="s1c0"] p.decided')
+    expect(decided).to_contain_text("Approved s1c0 (danger) as alice")
+    expect(page.locator("#waiting h3")).to_have_text(["Decided here", "Waiting for you"])
+    page.locator('#waiting article[data-call="s2c0"] button.approve').click()
+    expect(page.locator("#live")).to_have_text("finished: completed")
+    expect(page.locator("#waiting article.call.done")).to_have_count(2)
     expect(page.locator("#waiting h3")).to_have_text("Decided here")
 
 

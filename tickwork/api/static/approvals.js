@@ -127,13 +127,28 @@ export function waitingCard(waiting, onDecided) {
     waiting.calls.map((call) => callCard(head.id, call, onDecided)));
 }
 
-// `fresh` with the sessions whose cards were decided here, where they were, once they wait
-// no more: the reload that no longer lists a session would take its decision's outcome
-// away before it is read (they go when the view is left)
+// `fresh` with the cards decided here, where they were, once their calls wait no more: a
+// reload that no longer lists their session, or lists it for its next call, would take the
+// decision's outcome away before it is read (they go when the view is left). A session
+// listed again has them moved into its fresh section, before what its next call is about:
+// a card moved keeps being the element it was (core.js redraw)
 function keepDecided(into, fresh) {
-  const waiting = new Set(fresh.map((node) => node.dataset && node.dataset.session));
-  const kept = [...into.children].map((node, i) => [node, i])
-    .filter(([node]) => node.querySelector("article.call.done") && !waiting.has(node.dataset.session));
+  const listed = new Map(fresh.filter((node) => node.dataset && node.dataset.session)
+    .map((node) => [node.dataset.session, node]));
+  const kept = [];
+  [...into.children].forEach((node, i) => {
+    const done = [...node.querySelectorAll("article.call.done")];
+    if (!done.length) return;
+    const again = listed.get(node.dataset.session);
+    if (!again) {
+      kept.push([node, i]);
+      return;
+    }
+    // a call listed again (its session waits for another of its step) shows its decision itself
+    const shown = new Set([...again.querySelectorAll("article.call")].map((card) => card.dataset.call));
+    const next = again.querySelector(":scope > blockquote.thought, :scope > article.call");
+    for (const card of done) if (!shown.has(card.dataset.call)) again.insertBefore(card, next);
+  });
   const placed = [...fresh];
   for (const [node, i] of kept) placed.splice(Math.min(i, placed.length), 0, node);
   return placed;

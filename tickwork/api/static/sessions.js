@@ -337,16 +337,19 @@ export async function sessionView(view, id) {
     const key = head.status === "waiting_approval" ? `${head.version}` : "";
     if (key !== shownWaiting) {
       shownWaiting = key;
+      // a call decided here stays shown, as decided, as in the approvals queue: above the
+      // next call it waits for, if it waits again (one listed again shows its decision itself)
+      let fresh = [];
       if (key) {
         const w = await api(`/approvals/${enc(id)}`);
         if (mine !== asked) { shownWaiting = ""; return; }
-        waiting.replaceChildren(el("h3", {}, "Waiting for you"),
-          ...w.calls.map((call) => callCard(id, call, () => refresh())));
-      } else {
-        // a call decided here stays shown, as decided, as in the approvals queue
-        const decided = [...waiting.querySelectorAll("article.call.done")];
-        waiting.replaceChildren(...(decided.length ? [el("h3", {}, "Decided here"), ...decided] : []));
+        fresh = w.calls.map((call) => callCard(id, call, () => refresh()));
       }
+      const listed = new Set(fresh.map((card) => card.dataset.call));
+      const decided = [...waiting.querySelectorAll("article.call.done")]
+        .filter((card) => !listed.has(card.dataset.call));
+      waiting.replaceChildren(...(decided.length ? [el("h3", {}, "Decided here"), ...decided] : []),
+        ...(fresh.length ? [el("h3", {}, "Waiting for you"), ...fresh] : []));
     }
     redraw(perStep, [stepsTable(view)].flat());
     forking.last = view;
