@@ -243,6 +243,8 @@ def test_the_sessions_list_lists_the_archived_ones_when_asked(
     expect(page).to_have_url(f"{stack.url}/#/sessions?archived=1")
     rows = page.locator("#archived-sessions")
     expect(rows.locator(f'tr[data-session="{old}"]')).to_contain_text("completed")
+    # who submitted it, as the live list says (the index kept it; the rows did not carry it)
+    expect(rows.locator(f'tr[data-session="{old}"] td.submitter')).to_have_text("sam")
     fork = rows.locator(f'tr[data-session="{gone}"]')
     expect(fork.locator(f'a[href="#/sessions/{old}"]')).to_have_count(1)  # forked from it
     expect(page.locator("#outcome-filter")).to_be_hidden()  # the index keeps no outcome

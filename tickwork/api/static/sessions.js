@@ -105,9 +105,10 @@ export async function sessionsView(view) {
 function archivedTable(rows) {
   const ref = (id) => (id ? sessionRef(id, `#/sessions/${enc(id)}`) : "–");
   return dataTable({ id: "archived-sessions" },
-    ["id", "status", "kind", "forked from", "finished", "archived"],
+    ["id", "status", "kind", "submitted by", "forked from", "finished", "archived"],
     rows.map((a) => el("tr", { dataset: { session: a.id } },
       el("td", {}, ref(a.id)), el("td", {}, badge(a.status)), el("td", {}, a.kind),
+      el("td", { class: "submitter" }, a.submitted_by || "–"),
       el("td", {}, ref(a.parent_id)), el("td", { class: "when" }, ago(a.finished_at)),
       el("td", { class: "when" }, ago(a.archived_at)))));
 }
