@@ -83,3 +83,36 @@ def test_every_date_a_view_gives_is_utc_ending_in_z() -> None:
     # another zone, or none (taken as UTC): the same instant, in UTC
     assert views.date(now.astimezone(timezone(timedelta(hours=2)))) == found["archived.created_at"]
     assert views.date(None) is None
+
+
+def test_a_dead_letters_resolution_gives_its_dates_as_the_rest() -> None:
+    """A closed dead letter's `resolution.at` and its forks' `at` are kept as the text they
+    were written in (`+00:00`); its `at` and `resolved_at` gave `Z` beside them."""
+    from tickwork.store.dead_letters import DeadLetter
+
+    now = datetime(2026, 12, 6, 3, 50, 7, 123456, tzinfo=UTC)
+    stored = now.isoformat()  # as the store writes it
+    letter = DeadLetter(
+        id=7,
+        session_id="dies",
+        code="MODEL_ERROR",
+        message="boom",
+        kind="repair",
+        model="gpt-test",
+        last_tool=None,
+        error_signature="MODEL_ERROR:boom",
+        at=now,
+        schema_version=1,
+        resolved_at=now,
+        resolution={
+            "state": "forked",
+            "by": "erin",
+            "at": stored,
+            "fork": "try-1",
+            "forks": [{"fork": "try-1", "by": "erin", "at": stored}],
+        },
+    )
+    found = dict(dates(views.dead_letter(letter)))
+    assert {"at", "resolved_at", "resolution.at", "resolution.forks.0.at"} <= set(found), found
+    assert set(found.values()) == {"2026-12-06T03:50:07.123456Z"}, found
+    assert views.dead_letter(letter)["resolution"]["forks"][0]["fork"] == "try-1"

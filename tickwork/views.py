@@ -189,12 +189,31 @@ def dead_letter(value: DeadLetter, *, snapshot: bool = False) -> dict[str, Any]:
     from tickwork.store.dead_letters import describe
 
     data = value.model_dump(mode="json", exclude={"snapshot"})
+    data["resolution"] = _resolution(data["resolution"])
     data["closed"] = (
         describe(value.resolution).removeprefix("was already ") if value.resolution else None
     )
     if snapshot:
         data["session"] = session(value.session())
     return data
+
+
+def _resolution(found: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A dead letter's resolution with its dates (its `at`, its forks' `at`) as every view
+    gives them: the store keeps them as the text they were written in, `+00:00`."""
+
+    def dated(at: Any) -> Any:
+        return date(datetime.fromisoformat(at)) if isinstance(at, str) else at
+
+    if not found:
+        return found
+    shown = {**found, **({"at": dated(found["at"])} if "at" in found else {})}
+    if isinstance(found.get("forks"), list):
+        shown["forks"] = [
+            {**f, "at": dated(f["at"])} if isinstance(f, dict) and "at" in f else f
+            for f in found["forks"]
+        ]
+    return shown
 
 
 def lease(held: tuple[str, datetime] | None, *, now: datetime) -> dict[str, Any] | None:
