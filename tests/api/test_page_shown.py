@@ -546,6 +546,7 @@ def test_a_failed_sessions_link_opens_its_own_letter_where_its_id_is_digits(
 def test_the_header_says_who_took_the_session_over_and_which_workers_refused_it_as_show_does(
     page: Any,  # noqa: F811
     stack: Stack,
+    tmp_path: Path,
 ) -> None:
     """`tickwork show` has a "taken over" row in a session's header (the last time the relay
     took it over from a worker that was gone, and how many times before) and says a session
@@ -587,6 +588,7 @@ def test_the_header_says_who_took_the_session_over_and_which_workers_refused_it_
     said = render.refused(refusals)
     assert said is not None and "by 2 workers (beta@host:42 at 2026-12-06 03:50:00" in said.plain
     expect(page.locator(".summary #refused")).to_have_text("N" + said.plain[1:].replace("`", ""))
+    looked_at(page, "relayed-header", tmp_path)  # nothing overflows at a phone's width
     # a refresh of the view may be in the handler still: let it answer before the route goes
     page.unroute_all(behavior="wait")
     page.reload()
