@@ -10,7 +10,7 @@ import typer
 
 from tickwork.fsm.errors import InvalidInput
 
-from . import options, render
+from . import options, render, views
 from .context import Context
 
 Sessions = Annotated[
@@ -101,7 +101,7 @@ def _view(card: Any) -> dict[str, Any]:
         "tenant": card.tenant,
         "attempts": card.attempts,
         "last_error": card.last_error,
-        "at": card.at.isoformat(),
+        "at": views.date(card.at),
     }
 
 

@@ -195,6 +195,7 @@ def test_the_runbook_lists_the_cards_given_up_and_sends_them_again(
             (sid, 2, "HTTP 503") for sid in (session_id, moved_on)
         )
         assert [r["kind"] for r in listed] == ["approval_requested"] * 2
+        assert all(r["at"].endswith("Z") for r in listed)  # as every view gives a date
         shown = cli.inline(*listing.split()[1:], session_id, COLUMNS="200").stdout
         assert f"{session_id}:" in shown and moved_on not in shown and "HTTP 503" in shown
 
