@@ -233,8 +233,9 @@ def no_tests_ran(command: str, exit_code: int | None, output: str) -> str | None
     return None
 
 
-#: the options of well-known pytest plugins, as pytest refuses them without the plugin
-_PLUGIN_OPTIONS = (
+#: the options of well-known pytest plugins, as pytest refuses them without the plugin (and
+#: as `auto` installs the plugin an `addopts` option needs)
+PLUGIN_OPTIONS = (
     (re.compile(r"--cov\b"), "pytest-cov"),
     (re.compile(r"-n\b|--numprocesses\b|--dist\b"), "pytest-xdist"),
     (re.compile(r"--timeout\b"), "pytest-timeout"),
@@ -252,7 +253,7 @@ def _plugin_hint(said: str) -> str:
     """Which plugin an option pytest refused belongs to, as the start of a sentence, or ""."""
     found = _UNRECOGNIZED.search(said)
     for word in found.group(1).split() if found else ():
-        for option, plugin in _PLUGIN_OPTIONS:
+        for option, plugin in PLUGIN_OPTIONS:
             if option.match(word):
                 return (
                     f"`{word.split('=')[0]}` is an option of {plugin}, which the environment "

@@ -685,3 +685,72 @@ def test_the_index_s_copy_over_the_editable_install_is_still_taken_for_a_replace
         "Metadata-Version: 2.1\nName: calcpkg\nVersion: 2.0.0\n"
     )
     assert _editable_check(tmp_path, site, project) == 1
+
+
+def test_auto_installs_the_pytest_plugins_addopts_needs() -> None:
+    """parse's pyproject says `addopts = "--cov=parse ..."` and declares pytest-cov nowhere:
+    without it pytest refuses the option and no test runs, so `auto` installs it (each
+    requirement alone if need be, listed missing if the index lacks it), before the check
+    that the project is still installed editable."""
+    pyproject = (
+        b'[build-system]\nrequires = ["setuptools>=61.2"]\n[project]\nname = "parse"\n'
+        b'[tool.pytest.ini_options]\naddopts = "--cov=parse --cov-branch -n 4 --doctest-modules"\n'
+    )
+    made = plan(AUTO, {"pyproject.toml": pyproject}, uses_pytest=True, online=True)
+    joined = "\n".join(made.commands)
+    assert f"{PIP} pytest-cov pytest-xdist ||" in joined
+    assert joined.index("pytest-cov pytest-xdist") < joined.index("installing the project editable")
+    assert {"pytest-cov", "pytest-xdist"} <= set(made.wanted)
+    assert "pytest plugins addopts needs: pytest-cov,pytest-xdist" in made.detected
+    offline = plan(AUTO, {"pyproject.toml": pyproject}, uses_pytest=True, online=False)
+    assert "pytest-cov" in offline.commands[-1]  # listed missing, not installed
+    # not where the tests do not use pytest, nor again where the project declares it
+    assert (
+        "pytest-cov"
+        not in plan(AUTO, {"pyproject.toml": pyproject}, uses_pytest=False, online=True).wanted
+    )
+    declared = pyproject + b'[project.optional-dependencies]\ntest = ["pytest-cov>=4"]\n'
+    again = plan(AUTO, {"pyproject.toml": declared}, uses_pytest=True, online=True)
+    assert f"{PIP} pytest-xdist ||" in "\n".join(again.commands)
+    assert "pytest plugins addopts needs: pytest-xdist" in again.detected
+
+
+@pytest.mark.parametrize(
+    ("files", "plugins"),
+    [
+        ({"setup.cfg": b"[tool:pytest]\naddopts = --timeout=30\n"}, ["pytest-timeout"]),
+        (
+            {"setup.py": b"", "tox.ini": b"[pytest]\naddopts =\n    --reruns 2\n"},
+            ["pytest-rerunfailures"],
+        ),
+        (
+            {
+                "setup.py": b"",
+                "pytest.ini": b"[pytest]\naddopts = --cov\n",
+                "tox.ini": b"[pytest]\naddopts = --timeout=3\n",
+            },
+            ["pytest-cov"],
+        ),
+        (
+            {"pyproject.toml": b'[project]\nname = "a"\n[tool.pytest]\naddopts = ["--cov=a"]\n'},
+            ["pytest-cov"],
+        ),
+        (
+            {
+                "pyproject.toml": b'[project]\nname = "a"\n',
+                "tox.ini": b"[pytest]\naddopts = -ra  # --cov\n",
+            },
+            [],
+        ),
+        ({"setup.cfg": b"[tool:pytest]\naddopts = --cov 'unclosed\n"}, ["pytest-cov"]),
+    ],
+    ids=["setup.cfg", "tox.ini", "pytest.ini first", "tool.pytest", "a comment", "a quote"],
+)
+def test_addopts_is_read_where_pytest_reads_it(files: dict[str, bytes], plugins: list) -> None:
+    """pytest reads the first of pytest.ini, pyproject.toml, tox.ini and setup.cfg that has
+    its section; so does `auto`, and pytest.ini is one of the files it is given."""
+    made = plan(AUTO, files, uses_pytest=True, online=True)
+    found = [d for d in made.detected if d.startswith("pytest plugins addopts needs: ")]
+    assert found == ([f"pytest plugins addopts needs: {','.join(plugins)}"] if plugins else [])
+    manifest = {p: entry("100644", blob_hash(c)) for p, c in files.items()}
+    assert dependency_files(manifest) == sorted(files)

@@ -9,7 +9,8 @@ editable from /workspace with its `test`/`tests`/`dev`/`testing` extras (and tho
 dependency groups of those names hold (what fails to install is listed missing);
 `requirements*.txt` and the test ones of a `requirements/` folder are installed, and the
 plain requirements of tox.ini's `[testenv]` `deps` (the project is installed editable
-again if one of these replaced it); none of these, an empty environment.
+again if one of these replaced it), and the well-known pytest plugins the options of
+pytest's `addopts` need where nothing else names them; none of these, an empty environment.
 Without egress only what needs no network: the venv and the project (`--no-index
 --no-deps`); a last command lists what the environment does not hold (MISSING lines).
 """
@@ -26,6 +27,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tickwork.fsm.outcomes import PLUGIN_OPTIONS
 from tickwork.store.files import Manifest, parse_entry
 from tickwork.worker.files import versions
 from tickwork.worker.files.sources import project_name
@@ -52,6 +54,8 @@ NOT_FOR_TESTS = re.compile(
 #: every tox environment's pins (itsdangerous's sphinx, mypy, pyright, tox: 51 MB)
 FOLDER_DEV = re.compile(r"requirements/(?:requirements[-_.]?)?dev(?:[-_.][^/]*)?\.txt")
 TOX = "tox.ini"
+#: pytest's own configuration file, read (with the others) for the options `addopts` gives
+PYTEST_INI = "pytest.ini"
 #: optional-dependency groups `auto` installs when the project declares them
 TEST_EXTRAS = ("test", "tests", "dev", "testing")
 #: what a `dev` group or extra holds besides test tools that no test imports: linters,
@@ -156,12 +160,12 @@ class Plan:
 
 def dependency_files(manifest: Manifest) -> list[str]:
     """The packaging and requirements files at the source's root, the test requirements of
-    its `requirements/` folder, and tox.ini."""
+    its `requirements/` folder, tox.ini and pytest.ini."""
     return sorted(
         p
         for p in manifest
         if p in PACKAGING
-        or p == TOX
+        or p in (TOX, PYTEST_INI)
         or re.fullmatch(r"requirements[^/]*\.txt", p)
         or REQUIREMENTS_FOLDER.fullmatch(p)
     )
@@ -260,6 +264,59 @@ def _tox_deps(content: bytes) -> list[str]:
             # the editable one would hide the session's edits from its tests
             deps.append(line)
     return deps
+
+
+def _addopts(files: Mapping[str, bytes]) -> list[str]:
+    """The words of `addopts` in the configuration file pytest reads (the first of
+    pytest.ini, pyproject.toml's `[tool.pytest.ini_options]` or `[tool.pytest]`, tox.ini's
+    `[pytest]`, setup.cfg's `[tool:pytest]` that has its section), or none."""
+    for path, section in ((PYTEST_INI, "pytest"), ("pyproject.toml", ""), (TOX, "pytest")):
+        if path not in files:
+            continue
+        if not section:
+            tool = _table(_pyproject(files[path]).get("tool"))
+            table = _table(tool.get("pytest"))
+            if not table:
+                continue
+            value = _table(table.get("ini_options")).get("addopts", table.get("addopts"))
+            words = _strings(value) if isinstance(value, list) else [str(value or "")]
+            return [w for v in words for w in _split(v)]
+        if (found := _ini_value(files[path], section, "addopts")) is not None:
+            return _split(found)
+    found = _ini_value(files.get("setup.cfg", b""), "tool:pytest", "addopts")
+    return _split(found or "")
+
+
+def _ini_value(content: bytes, section: str, key: str) -> str | None:
+    """`key` of an ini file's `section`: "" where the section has no such key, None where
+    the file has no such section (pytest then reads the next file)."""
+    parser = configparser.ConfigParser(interpolation=None)
+    try:
+        parser.read_string(content.decode("utf-8", "replace"))
+    except configparser.Error:
+        return None
+    return parser.get(section, key, fallback="") if parser.has_section(section) else None
+
+
+def _split(value: str) -> list[str]:
+    try:
+        return shlex.split(value, comments=True)
+    except ValueError:  # an unclosed quote: pytest's own error, not our plan's
+        return value.split()
+
+
+def _addopts_plugins(files: Mapping[str, bytes]) -> list[str]:
+    """The well-known pytest plugins whose options the project's `addopts` gives (parse's
+    `--cov=parse` needs pytest-cov, which parse declares nowhere): without the plugin pytest
+    refuses the option and no test runs."""
+    return list(
+        dict.fromkeys(
+            plugin
+            for word in _addopts(files)
+            for option, plugin in PLUGIN_OPTIONS
+            if option.match(word)
+        )
+    )
 
 
 _END = object()
@@ -534,6 +591,16 @@ def plan(
         detected.append(f"tox.ini deps: {','.join(tox)}")
         if online:
             commands.append(_groups_command(tox, "tox.ini deps"))
+    known = {_normal(w.split(";", 1)[0]) for w in wanted}
+    plugins = [p for p in _addopts_plugins(files) if _normal(p) not in known]
+    if uses_pytest and plugins:
+        # before the check of the editable install: a plugin may depend on the project
+        # (pytest-cov on coverage) and replace it with the index's copy
+        wanted += plugins
+        detected.append(f"pytest plugins addopts needs: {','.join(plugins)}")
+        if online:
+            commands.append(_groups_command(plugins, "pytest plugin"))
+            more_after = True
     if copies and project and online:
         # a requirements line `.` or `.[test]` installed a copy of the project over the
         # editable one: the tests would import that copy, never the session's edits
