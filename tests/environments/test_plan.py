@@ -754,3 +754,27 @@ def test_addopts_is_read_where_pytest_reads_it(files: dict[str, bytes], plugins:
     assert found == ([f"pytest plugins addopts needs: {','.join(plugins)}"] if plugins else [])
     manifest = {p: entry("100644", blob_hash(c)) for p, c in files.items()}
     assert dependency_files(manifest) == sorted(files)
+
+
+def test_auto_installs_what_hatch_s_test_environments_add() -> None:
+    """A hatch project names its test plugins in its environments (`[tool.hatch.envs.default]
+    dependencies`, `hatch-test`'s `extra-dependencies`) and nowhere else: without them a test
+    using `mocker` errors "fixture 'mocker' not found". Their linters are left out, and so
+    are a context field's path and another environment's tools."""
+    pyproject = (
+        b'[build-system]\nrequires = ["hatchling"]\nbuild-backend = "hatchling.build"\n'
+        b'[project]\nname = "hatchy"\nversion = "1"\n'
+        b'[tool.hatch.envs.default]\ndependencies = ["pytest", "pytest-mock>=3", "ruff"]\n'
+        b"[tool.hatch.envs.hatch-test]\n"
+        b'extra-dependencies = ["freezegun", "lib @ {root:uri}/lib"]\n'
+        b'[tool.hatch.envs.docs]\ndependencies = ["sphinx"]\n'
+    )
+    made = plan(AUTO, {"pyproject.toml": pyproject}, uses_pytest=True, online=True)
+    joined = "\n".join(made.commands)
+    assert f"{PIP} pytest 'pytest-mock>=3' freezegun ||" in joined
+    assert "ruff" not in joined and "sphinx" not in joined and "root:uri" not in joined
+    assert {"pytest-mock", "freezegun"} <= set(made.wanted)
+    assert "hatch environments: default,hatch-test" in made.detected
+    assert "left out of hatch's environments, tools no test imports: ruff" in made.detected
+    offline = plan(AUTO, {"pyproject.toml": pyproject}, uses_pytest=True, online=False)
+    assert "pytest-mock" in offline.commands[-1]  # listed missing, not installed

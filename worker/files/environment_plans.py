@@ -6,7 +6,8 @@ input, the `auto` rule over the source's packaging files, and the key
 give a venv at /env (the interpreter's own packages visible) with the project installed
 editable from /workspace with its `test`/`tests`/`dev`/`testing` extras (and those tox.ini's
 `[testenv]` installs it with, `extras =`) and pytest when its tests use it, and what its
-dependency groups of those names hold (what fails to install is listed missing);
+dependency groups (and hatch's test environments) of those names hold (what fails to install
+is listed missing);
 `requirements*.txt` and the test ones of a `requirements/` folder are installed, and the
 plain requirements of tox.ini's `[testenv]` `deps` (the project is installed editable
 again if one of these replaced it), and the well-known pytest plugins the options of
@@ -387,6 +388,22 @@ def _dependency_groups(meta: Mapping[str, Any]) -> dict[str, list[str]]:
     return found
 
 
+def _hatch_envs(meta: Mapping[str, Any]) -> dict[str, list[str]]:
+    """The `dependencies` and `extra-dependencies` of hatch's environments the tests run in
+    (`default`, `hatch-test`, those of TEST_EXTRAS' names), where a hatch project names its
+    test tools and plugins (pytest-mock) and nowhere else; one with a context field
+    (`{root:uri}/lib`) is left out, as are hatch's own defaults."""
+    tool = _table(meta.get("tool"))
+    envs = _table(_table(tool.get("hatch")).get("envs"))
+    found = {}
+    for env in ("default", "hatch-test", *TEST_EXTRAS):
+        table = _table(envs.get(env))
+        listed = [*_strings(table.get("dependencies")), *_strings(table.get("extra-dependencies"))]
+        if kept := [r for r in listed if "{" not in r and _name(r)]:
+            found[env] = kept
+    return found
+
+
 def _poetry_requirement(name: str, constraint: Any) -> str | None:
     """A PEP 508 requirement for a Poetry dependency (`pytest = "^7.2"`, a table with
     `version`); None for `python`, a path, git or URL dependency. Poetry's `^` and `~`
@@ -505,7 +522,22 @@ def plan(
             detected.append(
                 f"left out of dev, tools no test imports: {','.join(dict.fromkeys(tools))}"
             )
-        grouped = list(dict.fromkeys(r for g in groups.values() for r in g))
+        hatch = _hatch_envs(meta)
+        hatch_tools = list(
+            dict.fromkeys(
+                n for g in hatch.values() for r in g if DEV_TOOLS.fullmatch(n := _name(r) or "")
+            )
+        )
+        if hatch_tools:
+            hatch = {
+                e: k
+                for e, r in hatch.items()
+                if (k := [x for x in r if _name(x) not in hatch_tools])
+            }
+            detected.append(
+                f"left out of hatch's environments, tools no test imports: {','.join(hatch_tools)}"
+            )
+        grouped = list(dict.fromkeys(r for g in [*groups.values(), *hatch.values()] for r in g))
         installed = {_normal(n) for r in grouped if (n := _name(r))}
         installed |= {_normal(n) for e in extras for r in declared[e] if (n := _name(r))}
         installed |= {"pytest"} if uses_pytest else set()
@@ -572,6 +604,8 @@ def plan(
             detected.append(f"tox.ini extras: {','.join(from_tox)}")
         if groups:
             detected.append(f"dependency groups: {','.join(groups)}")
+        if hatch:
+            detected.append(f"hatch environments: {','.join(hatch)}")
     for path in requirements:
         wanted += [
             n
