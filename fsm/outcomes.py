@@ -51,6 +51,7 @@ __all__ = [
     "changed_tests",
     "cut_short",
     "hidden_failure",
+    "lacking_fixtures",
     "missing_module",
     "missing_runner",
     "no_tests_ran",
@@ -260,6 +261,46 @@ def _plugin_hint(said: str) -> str:
                     "lacks: add it to the test requirements or `--setup`, or drop the option; "
                 )
     return ""
+
+
+#: the fixtures of well-known pytest plugins, as pytest says it lacks them
+PLUGIN_FIXTURES = {
+    "mocker": "pytest-mock",
+    "module_mocker": "pytest-mock",
+    "session_mocker": "pytest-mock",
+    "benchmark": "pytest-benchmark",
+    "httpserver": "pytest-httpserver",
+    "httpx_mock": "pytest-httpx",
+    "requests_mock": "requests-mock",
+    "freezer": "pytest-freezer",
+    "time_machine": "time-machine",
+    "event_loop": "pytest-asyncio",
+    "snapshot": "syrupy",
+    "fs": "pyfakefs",
+    "datadir": "pytest-datadir",
+    "shared_datadir": "pytest-datadir",
+    "qtbot": "pytest-qt",
+    "aiohttp_client": "pytest-aiohttp",
+}
+_FIXTURE_NOT_FOUND = re.compile(r"^E\s+fixture '(\w+)' not found$", re.MULTILINE)
+
+
+def lacking_fixtures(output: str) -> str | None:
+    """Which well-known plugins a pytest run lacked, by the fixtures its tests asked for and
+    pytest did not find ("fixture 'mocker' not found": pytest-mock), or None: those tests
+    error whatever the patch, until the environment holds the plugin."""
+    found = dict.fromkeys(
+        (name, PLUGIN_FIXTURES[name])
+        for name in _FIXTURE_NOT_FOUND.findall(output)
+        if name in PLUGIN_FIXTURES
+    )
+    if not found:
+        return None
+    said = ", ".join(f"'{name}' (of {plugin})" for name, plugin in found)
+    return (
+        f"pytest found no fixture {said}: the environment lacks the plugin, so the tests that "
+        "use it fail whatever the patch; add it to the test requirements or `--setup`"
+    )
 
 
 #: the shell refused the command before running it: a syntax error (dash's words, and

@@ -1064,6 +1064,8 @@ def _tests(tests: Any) -> list[RenderableType]:
     parts: list[RenderableType] = [line, *_log_end(tests.get("output"))]
     if isinstance(stale := tests.get("stale_build"), str) and stale:
         parts.append(Text(reason_said(stale), style="yellow"))
+    if isinstance(lacking := tests.get("lacking_plugins"), str) and lacking:
+        parts.append(Text(reason_said(lacking), style="yellow"))
     return parts
 
 

@@ -11,6 +11,7 @@ from tickwork.fsm.outcomes import (
     changed_tests,
     cut_short,
     hidden_failure,
+    lacking_fixtures,
     missing_module,
     missing_runner,
     no_tests_ran,
@@ -607,3 +608,22 @@ def test_a_unittest_run_that_loaded_none_of_its_tests_ran_none(
     assert repair_outcome(patch=PATCH, tests=tests) is expected
     # a run of none that exited 0 is not asked: it passed
     assert why_tests_did_not_run(command, 0, _unittest(MISSPELLED), own=frozenset) is None
+
+
+@pytest.mark.parametrize(
+    ("output", "said"),
+    [
+        ("E       fixture 'mocker' not found\n", "'mocker' (of pytest-mock)"),
+        (
+            "E       fixture 'benchmark' not found\nE       fixture 'mocker' not found\n"
+            "E       fixture 'mocker' not found\n",
+            "'benchmark' (of pytest-benchmark), 'mocker' (of pytest-mock):",
+        ),
+        ("E       fixture 'my_own' not found\n", None),
+        ("assert fixture 'mocker' not found in text\n", None),
+    ],
+    ids=["one", "two, each once", "the project's own", "not pytest's line"],
+)
+def test_a_plugin_s_fixture_pytest_lacked_is_named(output: str, said: str | None) -> None:
+    found = lacking_fixtures(output)
+    assert (found is None) if said is None else (said in str(found)), found

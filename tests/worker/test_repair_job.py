@@ -703,6 +703,37 @@ def test_the_final_test_run_has_a_timeout(project: Path) -> None:
     assert tests["timed_out"] is True and tests["passed"] is False and tests["exit_code"] is None
 
 
+def test_a_final_test_run_lacking_a_plugin_s_fixture_says_which_plugin(project: Path) -> None:
+    """A hatch project's pytest-mock named where `auto` did not look: its `mocker` tests
+    error "fixture 'mocker' not found" whatever the patch, and show said only "failed"."""
+    said = "E       fixture 'mocker' not found\nE       fixture 'own_thing' not found"
+    lacking = f"python3 -c {shlex.quote(f'print({said!r}); raise SystemExit(1)')}"
+    tests = run_final_tests(head_for({"test_command": lacking}), project)
+    assert tests["passed"] is False
+    assert tests["lacking_plugins"] == (
+        "pytest found no fixture 'mocker' (of pytest-mock): the environment lacks the plugin, "
+        "so the tests that use it fail whatever the patch; add it to the test requirements or "
+        "`--setup`"
+    )
+    shown = Console(width=300, record=True)
+    done = head_for({"test_command": lacking}).model_copy(update={"result": {"tests": tests}})
+    for part in render.outcome(done.model_dump(mode="json"), []):
+        shown.print(part)
+    assert "fixture 'mocker' (of pytest-mock)" in shown.export_text()
+    passing = run_final_tests(head_for({"test_command": "python3 -c 'print(1)'"}), project)
+    assert "lacking_plugins" not in passing
+    # the model's run_tests says it too, so that it does not mend the code for it
+    from tickwork.worker.tools.registry import ToolContext, run_tool
+
+    ctx = ToolContext(
+        session_id="s", call_id="c", step=1, workspace=project, config={"test_command": lacking}
+    )
+    said = run_tool(toolkit.run_tests, {}, ctx).output
+    assert (
+        "--- pytest plugins missing ---\npytest found no fixture 'mocker' (of pytest-mock)" in said
+    )
+
+
 def test_a_final_test_run_its_own_timeout_stopped_says_so(project: Path) -> None:
     # `timeout 1 pytest` exits 124 with what the runner printed so far: a failure, and
     # show said only "exit 124, failed"

@@ -27,6 +27,7 @@ from tickwork.fsm.outcomes import (
     changed_tests,
     cut_short,
     hidden_failure,
+    lacking_fixtures,
     repair_outcome,
 )
 from tickwork.fsm.values import Head
@@ -428,6 +429,8 @@ def run_final_tests(
     # a passing run has none failing, whatever its output prints (an inner run's summary)
     if not why and not record["passed"] and (failing := failing_tests(output)):
         record["failing"] = failing
+    if not why and not record["passed"] and (lacking := lacking_fixtures(output)):
+        record["lacking_plugins"] = lacking
     if not why and (stale := versions.unrebuilt(environment, workspace, changed)):
         record["stale_build"] = versions.unrebuilt_note(changed, stale)
     return record

@@ -19,7 +19,12 @@ from typing import Annotated, Any
 import regex
 from pydantic import Field
 from tickwork.fsm.errors import ToolError
-from tickwork.fsm.outcomes import cut_short, hidden_failure, why_tests_did_not_run
+from tickwork.fsm.outcomes import (
+    cut_short,
+    hidden_failure,
+    lacking_fixtures,
+    why_tests_did_not_run,
+)
 from tickwork.worker.config.settings import load_settings
 from tickwork.worker.files import versions
 from tickwork.worker.sandbox import quota
@@ -482,6 +487,8 @@ def run_tests(ctx: ToolContext) -> str:
         return f"tests FAILED: {hidden} ({command})\n{output}"
     if stale := _unrebuilt(ctx):
         output += f"\n--- extension modules not rebuilt ---\n{stale}"
+    if result.exit_code != 0 and (lacking := lacking_fixtures(output)):
+        output += f"\n--- pytest plugins missing ---\n{lacking}"
     if cut := cut_short(command, result.exit_code, output):
         return f"tests FAILED: {cut} ({command})\n{output}"
     return f"{verdict} ({command})\n{output}"
