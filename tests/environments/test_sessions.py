@@ -315,6 +315,7 @@ def test_a_failed_setup_says_first_which_command_stopped_it_and_what_was_refused
     assert "; egress refused localhost:9" in first and "loopback" in first, first
     # the next step is the allow-list, not other setup commands
     assert "Next: if the setup needs that connection, let the workers make it" in first, first
+    assert "fork the session from its start (`tickwork dlq fork ID --from-step 0`)" in first
     assert "TICKWORK_EGRESS_ALLOW, docs/REPAIR.md (`tickwork docs repair`)" in first, first
     assert head.error_message.splitlines()[1] == "…"  # the log's end, from a line's start
     assert letter.message.splitlines()[0] == first

@@ -495,7 +495,8 @@ def _failure(key: str, output: str, *, auto: bool) -> str:
         head += (
             ". Next: if the setup needs that connection, let the workers make it "
             "(TICKWORK_EGRESS_ALLOW, docs/REPAIR.md (`tickwork docs repair`)) and fork the "
-            f"session, which builds it again; else {fix} and submit the job again; the "
+            "session from its start (`tickwork dlq fork ID --from-step 0`), which builds it "
+            f"again; else {fix} and submit the job again; the "
             f"whole log: `tickwork env show {key[:12]}`"
         )
     else:
