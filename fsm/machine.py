@@ -637,13 +637,25 @@ def start_execute(
 
 
 def _arguments(call: ToolCall, decision: Decision | None) -> dict[str, Any]:
+    """The arguments the call runs with: an edit's, or those an approval of an in-doubt
+    call carried over from the edit it ran with, else the model's."""
     if (
         decision is not None
-        and decision.kind is DecisionKind.EDIT
+        and decision.kind in (DecisionKind.EDIT, DecisionKind.APPROVE)
         and decision.arguments is not None
     ):
         return decision.arguments
     return call.arguments or {}
+
+
+def _ran_with(call: ToolCall, earlier: Decision | None) -> dict[str, Any] | None:
+    """The arguments an in-doubt call last ran with when a person had changed them (None:
+    the model's own); a call not in doubt has not run, so nothing is carried."""
+    if call.state is not CallState.IN_DOUBT or earlier is None:
+        return None
+    if earlier.kind in (DecisionKind.EDIT, DecisionKind.APPROVE):
+        return earlier.arguments
+    return None
 
 
 def tool_finished(
@@ -692,6 +704,9 @@ def decide(
             f"waiting: {', '.join(head.awaiting) or 'none'}"
         )
     state = check_decision(call, decision, existing, session_id=head.id)
+    if decision.kind is DecisionKind.APPROVE:
+        # running an in-doubt call again runs it as it ran: with an earlier edit's arguments
+        decision = decision.model_copy(update={"arguments": _ran_with(call, existing)})
     observations: tuple[Observation, ...] = ()
     if decision.kind is DecisionKind.PROVIDE_OUTPUT:
         observations = (Observation(call_id=call.call_id, content=decision.output, at=now),)

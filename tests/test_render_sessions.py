@@ -353,3 +353,17 @@ def test_a_dead_letter_listed_names_its_first_forks_and_counts_the_rest() -> Non
 
     assert "→ fork f0 (resolved it)" in shown and "→ fork f2" in shown, shown
     assert "f3" not in shown and "→ and 2 more forks: `tickwork dlq show 7`" in shown, shown
+
+
+def test_an_edited_call_run_again_shows_the_arguments_it_ran_with() -> None:
+    decided = {
+        "kind": "approve",
+        "approver": "bob",
+        "at": "2026-12-07T11:15:26+00:00",
+        "comment": "",
+        "feedback": "",
+        "output": "",
+    }
+    assert "as edited" not in render.decision_text({**decided, "arguments": None})
+    again = render.decision_text({**decided, "arguments": {"command": "echo hi"}})
+    assert again.endswith(', as edited: {"command": "echo hi"}')

@@ -914,6 +914,8 @@ def decision_text(d: Mapping[str, Any] | None) -> str:
     text = f"{d['kind']} by {d['approver']} at {when(d['at'])}"
     if d["kind"] == "edit":
         text += f": {clip(compact(d['arguments']), ARGUMENT_CHARS)}"
+    elif d["kind"] == "approve" and d.get("arguments") is not None:  # an edited call, again
+        text += f", as edited: {clip(compact(d['arguments']), ARGUMENT_CHARS)}"
     elif d["kind"] == "reject" and d["feedback"]:
         text += f": {clip(d['feedback'], ARGUMENT_CHARS)}"
     elif d["kind"] == "provide_output":

@@ -18,7 +18,7 @@ from tickwork.fsm.errors import (
     StaleDecision,
     TickworkError,
 )
-from tickwork.fsm.machine import Change, decide, request_cancel
+from tickwork.fsm.machine import Change, RunTool, decide, request_cancel, start_execute
 from tickwork.fsm.values import CallState, DecisionKind, EventKind, Status
 
 AWAITING, IN_DOUBT = CallState.AWAITING_APPROVAL, CallState.IN_DOUBT
@@ -244,6 +244,34 @@ def test_in_doubt_call_approved_earlier_can_still_be_resolved(
         now=build.at(60),
     )
     assert change.head.status is Status.EXECUTING
+
+
+@pytest.mark.parametrize("given", [None, {"path": "c.py", "text": "z"}])
+def test_running_an_edited_call_in_doubt_again_runs_it_as_edited(
+    build: Any, given: dict[str, Any] | None
+) -> None:
+    head, (call,) = waiting(build, IN_DOUBT)
+    edited = build.decision(call, EDIT, approver="carol", at_s=10, **decision_fields(EDIT))
+    again = build.decision(call, APPROVE, arguments=given)  # an approval brings none of its own
+    (recorded,) = decide(head, [call], again, edited, now=build.at(60)).decisions
+    assert recorded.arguments == edited.arguments
+    approved = call.model_copy(update={"state": CallState.APPROVED})
+    run = start_execute(
+        build.head(Status.EXECUTING, step=1),
+        [approved],
+        {call.call_id: recorded},
+        idempotent=False,
+        now=build.at(61),
+    )
+    assert isinstance(run, RunTool)
+    assert run.arguments == {"path": "b.py", "text": "y"}
+
+
+def test_an_approval_of_a_call_not_in_doubt_runs_it_as_proposed(build: Any) -> None:
+    head, (call,) = waiting(build, AWAITING)
+    given = build.decision(call, APPROVE, arguments={"path": "c.py", "text": "z"})
+    (recorded,) = decide(head, [call], given, None, now=build.at(60)).decisions
+    assert recorded.arguments is None
 
 
 # cancel
