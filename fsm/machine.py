@@ -58,6 +58,7 @@ __all__ = [
     "Compact",
     "RunTool",
     "StepCharge",
+    "arguments_to_run",
     "compacted",
     "context_overflow",
     "decide",
@@ -617,7 +618,7 @@ def start_execute(
     decision = decisions.get(call.call_id)
     if call.state is CallState.STARTED:
         if idempotent:
-            return RunTool(call=call, arguments=_arguments(call, decision), rerun=True)
+            return RunTool(call=call, arguments=arguments_to_run(call, decision), rerun=True)
         return in_doubt(head, call, now=now)
     if call.state is CallState.REJECTED:
         assert decision is not None, f"rejected call {call.call_id} has no decision"
@@ -633,10 +634,10 @@ def start_execute(
             f"{call.raw_arguments[:200]!r}; call it again with a JSON object"
         )
         return tool_finished(head, calls, call, output=text, is_error=True, now=now)
-    return RunTool(call=call, arguments=_arguments(call, decision))
+    return RunTool(call=call, arguments=arguments_to_run(call, decision))
 
 
-def _arguments(call: ToolCall, decision: Decision | None) -> dict[str, Any]:
+def arguments_to_run(call: ToolCall, decision: Decision | None) -> dict[str, Any]:
     """The arguments the call runs with: an edit's, or those an approval of an in-doubt
     call carried over from the edit it ran with, else the model's."""
     if (

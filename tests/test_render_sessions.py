@@ -367,3 +367,19 @@ def test_an_edited_call_run_again_shows_the_arguments_it_ran_with() -> None:
     assert "as edited" not in render.decision_text({**decided, "arguments": None})
     again = render.decision_text({**decided, "arguments": {"command": "echo hi"}})
     assert again.endswith(', as edited: {"command": "echo hi"}')
+
+
+def test_a_file_write_that_ran_edited_is_shown_as_it_was_written() -> None:
+    edited = {"path": "sub/notes2.txt", "content": "edited\n"}
+    call = {
+        "call_id": "s1c0",
+        "name": "write_file",
+        "arguments": {"path": "notes.txt", "content": "hello\n"},
+        "decision": {"kind": "edit", "approver": "alice", "arguments": edited},
+    }
+    console = Console(width=200, record=True, file=io.StringIO())
+    for part in render._file_changes([call], {}):
+        console.print(part)
+    shown = console.export_text()
+    assert "the content of sub/notes2.txt as edited by alice, whole" in shown
+    assert "edited" in shown.splitlines()[1] and "hello" not in shown

@@ -574,7 +574,7 @@ def pending_previews(whole: Session, reads: Reads) -> dict[str, dict[str, Any] |
     from .api.previews import preview  # the page's diff, shown alike; loads the API only here
 
     read, children = reads.file_reader(whole.head), functools.partial(reads.children, whole.head)
-    found = {c.call_id: preview(c, read, children) for c in pending}
+    found = {c.call_id: preview(c, read, children, whole.decision(c.call_id)) for c in pending}
     return {call_id: shown for call_id, shown in found.items() if shown is not None}
 
 

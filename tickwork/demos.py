@@ -281,7 +281,8 @@ def _preview(ctx: Context, whole: Session, call: ToolCall) -> None:
     write, the patch, the named child's patch), else the call itself."""
     from .api.previews import preview  # the page's diff, shown alike; loads the API only here
 
-    shown = preview(call, ctx.reads.file_reader(whole.head), lambda: ctx.reads.children(whole.head))
+    read, decided = ctx.reads.file_reader(whole.head), whole.decision(call.call_id)
+    shown = preview(call, read, lambda: ctx.reads.children(whole.head), decided)
     if shown is None:
         render.show(Text(f"  {call.name} {call.raw_arguments}"))
     else:

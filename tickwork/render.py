@@ -893,7 +893,8 @@ def _file_changes(
     parts: list[RenderableType] = []
     for c in calls:
         preview = previews.get(c["call_id"])
-        change = file_change(c["arguments"])
+        edited = _ran_with(c.get("decision"))
+        change = file_change(c["arguments"] if edited is None else edited)
         if preview is not None:
             path = preview.get("path")
             where = f" {path}" if path else ""
@@ -903,9 +904,18 @@ def _file_changes(
             parts.append(diff(preview["diff"]))
         elif change is not None:
             what, text = change
-            parts.append(Text(f"{c['call_id']} {c['name']}: the {what}, whole", style="bold"))
+            by = "" if edited is None else f" as edited by {c['decision']['approver']}"
+            parts.append(Text(f"{c['call_id']} {c['name']}: the {what}{by}, whole", style="bold"))
             parts.append(diff(text) if what == "patch" else Text(text))
     return parts
+
+
+def _ran_with(d: Mapping[str, Any] | None) -> Any:
+    """The arguments a person's decision gave the call (an edit's, or those an approval of
+    an in-doubt call carried over), or None: it runs, or ran, as the model proposed it."""
+    if d is None or d["kind"] not in ("edit", "approve"):
+        return None
+    return d.get("arguments")
 
 
 def decision_text(d: Mapping[str, Any] | None) -> str:

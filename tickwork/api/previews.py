@@ -15,7 +15,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from tickwork.fsm.errors import TickworkError
-from tickwork.fsm.values import ToolCall
+from tickwork.fsm.machine import arguments_to_run
+from tickwork.fsm.values import Decision, ToolCall
 from tickwork.worker.jobs.repair.adoption import ADOPT_PATCH, proposed
 from tickwork.worker.tools.registry import ChildResult
 
@@ -29,9 +30,22 @@ MAX_FILE_BYTES = 512_000
 
 
 def preview(
-    call: ToolCall, read: Reader = None, children: Children = None
+    call: ToolCall,
+    read: Reader = None,
+    children: Children = None,
+    decision: Decision | None = None,
 ) -> dict[str, Any] | None:
-    args = call.arguments or {}
+    """What the call would change when it runs: with the arguments of `decision` (its
+    latest) where a person edited them, as an in-doubt call that ran edited runs again."""
+    found = _preview(call, arguments_to_run(call, decision), read, children)
+    if found is not None and decision is not None and decision.arguments is not None:
+        found["note"] = f"as edited by {decision.approver}, {found['note']}"
+    return found
+
+
+def _preview(
+    call: ToolCall, args: dict[str, Any], read: Reader, children: Children
+) -> dict[str, Any] | None:
     if call.name == ADOPT_PATCH:
         note, diff = proposed(children() if children is not None else (), args.get("child"))
         return {"type": "diff", "path": None, "note": note, "diff": diff}

@@ -558,7 +558,10 @@ def waiting_view(
             if call["call_id"] in head.awaiting:
                 found = session.call(call["call_id"])
                 shown = found is not None and previewed
-                call["preview"] = previews.preview(found, read, children) if shown else None
+                decided = session.decision(call["call_id"])  # an in-doubt call's edit
+                call["preview"] = (
+                    previews.preview(found, read, children, decided) if shown else None
+                )
                 calls.append(call)
                 thought = step["thought"]
     return {

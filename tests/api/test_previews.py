@@ -1,0 +1,53 @@
+"""The preview of a waiting call: what it would write when it runs."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from tickwork.fsm.values import CallState, Decision, DecisionKind, ToolCall
+
+from tickwork.api.previews import preview
+
+PROPOSED = {"path": "notes.txt", "content": "hello\n"}
+EDITED = {"path": "sub/notes2.txt", "content": "edited\n"}
+
+
+def in_doubt() -> ToolCall:
+    return ToolCall(
+        call_id="s1c0",
+        step=1,
+        index=0,
+        name="write_file",
+        arguments=PROPOSED,
+        raw_arguments='{"path": "notes.txt", "content": "hello\\n"}',
+        fingerprint="f" * 64,
+        state=CallState.IN_DOUBT,
+        needs_approval=True,
+    )
+
+
+def decided(kind: DecisionKind, arguments: dict[str, str] | None) -> Decision:
+    at = datetime(2026, 12, 7, tzinfo=UTC)
+    return Decision(
+        call_id="s1c0",
+        kind=kind,
+        approver="alice",
+        at=at,
+        fingerprint="f" * 64,
+        arguments=arguments,
+    )
+
+
+def test_an_in_doubt_call_that_ran_edited_is_previewed_as_edited() -> None:
+    shown = preview(in_doubt(), decision=decided(DecisionKind.EDIT, EDITED))
+    assert shown is not None
+    assert shown["path"] == "sub/notes2.txt" and "+edited" in shown["diff"]
+    assert shown["note"].startswith("as edited by alice, ")
+
+
+def test_an_in_doubt_call_approved_as_proposed_is_previewed_as_proposed() -> None:
+    for decision in (None, decided(DecisionKind.APPROVE, None)):
+        shown = preview(in_doubt(), decision=decision)
+        assert shown is not None
+        assert shown["path"] == "notes.txt" and "+hello" in shown["diff"]
+        assert "edited" not in shown["note"]
