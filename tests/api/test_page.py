@@ -183,6 +183,50 @@ def test_a_call_decided_by_someone_else_meanwhile_says_who_once_and_closes(
     expect(card.locator("p.decided")).to_contain_text("alice")
 
 
+def test_a_call_decided_first_by_someone_else_still_says_who_after_the_queue_reloads(
+    page: Any, stack: Stack
+) -> None:
+    """The session waits on another call still: the reload that lists only that one keeps
+    the card that said who decided first, and the one decided here, where they were."""
+    from playwright.sync_api import expect
+
+    two = [
+        {
+            "content": "delete both",
+            "tool_calls": [
+                {"name": "danger", "arguments": {"value": "a"}},
+                {"name": "danger", "arguments": {"value": "b"}},
+                {"name": "danger", "arguments": {"value": "c"}},
+            ],
+        },
+        {"content": "done"},
+    ]
+    session_id = stack.waiting(two)
+    log_in(page, stack, "bob")
+    section = page.locator(f'section.waiting[data-session="{session_id}"]')
+    first, second = section.locator('[data-call="s1c0"]'), section.locator('[data-call="s1c1"]')
+    expect(first.locator("button.approve")).to_be_visible()
+
+    def alice_first(route: Any) -> None:
+        stack.deployment.client.approve(session_id, "s1c0", approver="alice")
+        route.continue_()
+
+    page.route("**/calls/s1c0/decision", alice_first)
+    first.locator("button.approve").click()
+    expect(first.locator("p.error")).to_contain_text("was already decided (approve) by alice")
+    second.locator("button.approve").click()
+    expect(second).to_contain_text("Approved s1c1 (danger) as bob")
+    other = stack.waiting()  # its card shows once the reload is drawn
+    page.click("#refresh")
+    expect(page.locator(f'section.waiting[data-session="{other}"]')).to_have_count(1)
+    expect(section.locator('[data-call="s1c2"] button.approve')).to_be_visible()
+    expect(section.locator("article.call")).to_have_count(3)
+    expect(first.locator("p.error")).to_contain_text("was already decided (approve) by alice")
+    expect(second).to_contain_text("Approved s1c1 (danger) as bob")
+    calls = section.locator("article.call").evaluate_all("cs => cs.map(c => c.dataset.call)")
+    assert calls == ["s1c0", "s1c1", "s1c2"]
+
+
 def test_reject_with_feedback_from_the_live_view(page: Any, stack: Stack) -> None:
     from playwright.sync_api import expect
 
