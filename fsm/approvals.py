@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hmac
+import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -94,6 +95,29 @@ def rejection(call: ToolCall, decision: Decision) -> str:
         f"rejected by {decision.approver}, who gave no reason: {call.name or 'the call'} did "
         "not run; do not make the same call again: try another way, or say why you need it"
     )
+
+
+#: how much of the edited arguments the model is told before the call's output
+EDIT_NOTE_CHARS = 2000
+
+
+def edit_note(decision: Decision | None) -> str:
+    """What the model reads before the output of a call a person edited (its transcript
+    shows the call as the model made it): who edited it and the arguments it ran with; ""
+    for a call that ran as the model proposed it."""
+    if decision is None or decision.arguments is None:
+        return ""
+    if decision.kind not in (DecisionKind.EDIT, DecisionKind.APPROVE):
+        return ""
+    ran = json.dumps(decision.arguments, ensure_ascii=False)
+    if len(ran) > EDIT_NOTE_CHARS:
+        ran = ran[:EDIT_NOTE_CHARS] + " ...(cut)"
+    if decision.kind is DecisionKind.APPROVE:  # an in-doubt call run again, as edited
+        return (
+            f"a person edited this call before it ran, and {decision.approver} had it run "
+            f"again; it ran with {ran}\n"
+        )
+    return f"{decision.approver} edited this call before it ran; it ran with {ran}\n"
 
 
 def already_decided(first: Decision, *, session_id: str) -> AlreadyDecided:

@@ -86,7 +86,9 @@ def test_submit_decide_watch_show_ls_fork(deployment: Deployment, cli: Cli) -> N
     assert calls["s1c0"]["observation"]["content"] == "destroyed a"
     assert calls["s1c0"]["decision"]["approver"] == "alice"
     assert calls["s1c0"]["decision"]["comment"] == "fine"
-    assert calls["s1c1"]["observation"]["content"] == "destroyed B"
+    assert calls["s1c1"]["observation"]["content"] == (
+        'bob edited this call before it ran; it ran with {"value": "B"}\ndestroyed B'
+    )
     assert calls["s1c1"]["decision"]["arguments"] == {"value": "B"}
     assert calls["s1c2"]["observation"]["content"] == "rejected by carol: not c"
     assert calls["s1c2"]["observation"]["is_error"] is True

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from tickwork.fsm.approvals import ApprovalRule, needs_approval
+from tickwork.fsm.approvals import ApprovalRule, edit_note, needs_approval
 from tickwork.fsm.errors import (
     AlreadyDecided,
     CallNotFound,
@@ -364,3 +364,19 @@ def test_needs_approval(
 def test_decided_change_is_a_change(build: Any) -> None:
     head, (call,) = waiting(build, AWAITING)
     assert isinstance(decide(head, [call], build.decision(call), None, now=build.at(1)), Change)
+
+
+def test_the_model_is_told_of_an_edit_and_its_arguments_cut(build: Any) -> None:
+    _, (call,) = waiting(build, AWAITING)
+    assert edit_note(None) == ""
+    assert edit_note(build.decision(call, APPROVE)) == ""
+    assert edit_note(build.decision(call, REJECT, feedback="no")) == ""
+    long = build.decision(call, EDIT, approver="bob", arguments={"text": "x" * 5000})
+    note = edit_note(long)
+    assert note.startswith('bob edited this call before it ran; it ran with {"text": "xxx')
+    assert note.endswith(" ...(cut)\n") and len(note) < 2100
+    again = build.decision(call, APPROVE, approver="carol", arguments={"text": "y"})
+    assert edit_note(again) == (
+        "a person edited this call before it ran, and carol had it run again; it ran with "
+        '{"text": "y"}\n'
+    )

@@ -126,7 +126,9 @@ def test_submit_decide_watch_show_ls_fork(remote: Remote, cli: ModeCli) -> None:
     assert view["head"]["status"] == "completed" and view["head"]["final_answer"] == "all done"
     calls = {c["call_id"]: c for c in view["steps"][0]["calls"]}
     assert calls["s1c0"]["decision"]["approver"] == "alice"
-    assert calls["s1c1"]["observation"]["content"] == "destroyed B"
+    assert calls["s1c1"]["observation"]["content"] == (
+        'bob edited this call before it ran; it ran with {"value": "B"}\ndestroyed B'
+    )
     assert calls["s1c2"]["observation"]["content"] == "rejected by carol: not c"
     assert [f["id"] for f in view["forks"]] == [forked["id"]]
     listed = cli.inline("ls", "--limit", "500", "--json").json()

@@ -53,7 +53,14 @@ def test_edit_runs_the_call_with_the_edited_arguments(deployment: Deployment) ->
         head = deployment.client.wait(session_id, timeout=60)
     assert head.status is Status.COMPLETED
     assert deployment.sink_lines("danger.log") == [f"{session_id}:1:s1c0 staging-db"]
-    assert deployment.client.load(session_id).call("s1c0").state is CallState.DONE  # type: ignore[union-attr]
+    session = deployment.client.load(session_id)
+    assert session.call("s1c0").state is CallState.DONE  # type: ignore[union-attr]
+    # the model's transcript shows its own call: the output says what ran instead
+    assert session.observation("s1c0").content == (  # type: ignore[union-attr]
+        'bob edited this call before it ran; it ran with {"value": "staging-db"}\n'
+        "destroyed staging-db"
+    )
+    assert session.observation("s1c1").content == "after"  # type: ignore[union-attr]
 
 
 def test_reject_runs_nothing_and_tells_the_model(deployment: Deployment) -> None:

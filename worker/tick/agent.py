@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from tickwork.fsm import budgets, context, machine
-from tickwork.fsm.approvals import ApprovalRule
+from tickwork.fsm.approvals import ApprovalRule, edit_note
 from tickwork.fsm.budgets import TenantDay
 from tickwork.fsm.deliveries import WAIT_CHILDREN
 from tickwork.fsm.errors import (
@@ -615,7 +615,7 @@ def execute(tick: Tick) -> Change:
             head,
             claimed.calls,
             call,
-            output=output,
+            output=edit_note(claimed.decisions.get(call.call_id)) + output,
             is_error=is_error,
             duration_ms=duration_ms,
             now=rt.clock(),
