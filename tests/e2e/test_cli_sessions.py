@@ -593,6 +593,29 @@ def test_an_edit_to_a_command_no_shell_can_start_is_refused_at_once(
 
 
 @pytest.mark.parametrize("deployment", ["embedded"], indirect=True)
+def test_an_edit_that_blanks_a_command_is_refused_at_once(deployment: Deployment, cli: Cli) -> None:
+    """An empty command line runs `sh -c ""` and says exit 0, as if it had run: an edit to
+    one is refused, and the call still waits."""
+    from tickwork.demos import demo_input, prepare_demo_workspace
+
+    script = deployment.script(
+        [{"content": "clean", "tool_calls": [call("run_command", command="rm -f out.txt")]}]
+    )
+    workspace = prepare_demo_workspace(deployment.settings.state_dir)
+    head = deployment.client.submit("repair", demo_input(workspace), model=script)
+    with deployment.worker():
+        waiting = deployment.client.wait(head.id, timeout=60)
+        assert waiting.status.value == "waiting_approval", waiting.error_message
+        (call_id,) = waiting.awaiting
+        for blank in ("", "  \n"):
+            args = json.dumps({"command": blank})
+            refused = cli.inline("edit", head.id, call_id, "--args", args, ok=False)
+            refused.error(2, f"the edit of call {call_id}: the command is empty", "reject")
+        whole = deployment.client.load(head.id)
+        assert whole.head.awaiting == (call_id,) and whole.decisions == ()
+
+
+@pytest.mark.parametrize("deployment", ["embedded"], indirect=True)
 def test_an_edit_to_a_patch_that_leaves_the_workspace_is_refused_at_once(
     deployment: Deployment, cli: Cli, tmp_path: Path
 ) -> None:

@@ -437,7 +437,17 @@ def _shell(ctx: ToolContext, command: str, timeout_s: float) -> ShellResult:
     return result
 
 
-@tool(approval_policy=command_needs_approval, timeout_s=MAX_COMMAND_S)
+def _check_command(arguments: Mapping[str, Any]) -> None:
+    # an edit that blanks the command would run `sh -c ""` and report exit 0, as if it ran
+    command = arguments.get("command")
+    if isinstance(command, str) and not command.strip():
+        raise ToolError(
+            "the command is empty: give the shell command line to run (e.g. 'ls build'), or "
+            "reject the call so it does not run"
+        )
+
+
+@tool(approval_policy=command_needs_approval, timeout_s=MAX_COMMAND_S, check=_check_command)
 def run_command(
     ctx: ToolContext,
     command: Annotated[str, Field(max_length=MAX_COMMAND_CHARS)],
