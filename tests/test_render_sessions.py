@@ -383,3 +383,13 @@ def test_a_file_write_that_ran_edited_is_shown_as_it_was_written() -> None:
     shown = console.export_text()
     assert "the content of sub/notes2.txt as edited by alice, whole" in shown
     assert "edited" in shown.splitlines()[1] and "hello" not in shown
+
+
+def test_show_says_who_cancelled_a_session_and_when() -> None:
+    asked = {"kind": "cancel_requested", "at": "2026-12-07T11:14:12+00:00", "data": {"by": "carol"}}
+    said = render.cancelled_by(head(status="cancelled"), [asked])
+    assert said is not None and said.plain == "cancelled by carol at 2026-12-07 11:14:12"
+    assert render.cancelled_by(head(status="completed"), [asked]) is None
+    unnamed = {**asked, "data": {"by": ""}}
+    said = render.cancelled_by(head(status="cancelled"), [unnamed])
+    assert said is not None and said.plain.startswith("cancelled by someone unnamed at ")

@@ -466,8 +466,22 @@ def timeline(
         parts.append(retry)
     if (refusals := refused(view.get("refused") or ())) is not None:
         parts.append(refusals)
+    if (cancel := cancelled_by(h, view.get("events") or ())) is not None:
+        parts.append(cancel)
     parts.extend(outcome(h, view["steps"]))
     return Group(*parts)
+
+
+def cancelled_by(h: Mapping[str, Any], events: Sequence[Mapping[str, Any]]) -> Text | None:
+    """Who cancelled a cancelled session, and when they asked (the last request's); None
+    for a session not cancelled, or one whose request is not among `events`."""
+    if h["status"] != "cancelled":
+        return None
+    asked = [e for e in events if e.get("kind") == "cancel_requested"]
+    if not asked:
+        return None
+    by = (asked[-1].get("data") or {}).get("by") or "someone unnamed"
+    return Text(f"cancelled by {by} at {when(asked[-1]['at'])}", style="bold")
 
 
 def refused(refusals: Sequence[Mapping[str, Any]]) -> Text | None:
