@@ -393,3 +393,14 @@ def test_show_says_who_cancelled_a_session_and_when() -> None:
     unnamed = {**asked, "data": {"by": ""}}
     said = render.cancelled_by(head(status="cancelled"), [unnamed])
     assert said is not None and said.plain.startswith("cancelled by someone unnamed at ")
+
+
+def test_an_in_doubt_call_that_ran_edited_is_offered_to_run_again_as_edited() -> None:
+    call = {"call_id": "s1c1", "name": "run_command", "fingerprint": "f" * 64}
+    call |= {"state": "in_doubt", "approval_reason": None}
+    edit = {"kind": "edit", "approver": "alice", "arguments": {"command": "echo hi"}}
+    waits = head(status="waiting_approval", awaiting=["s1c1"], result={}, final_answer=None)
+    for decision, said in ((edit, "Run it again as edited: "), (None, "Run it again: ")):
+        steps = [{"calls": [{**call, "decision": decision}]}]
+        (line, *_) = render.outcome(waits, steps)
+        assert said in line.plain  # type: ignore[union-attr]

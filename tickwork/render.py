@@ -958,11 +958,13 @@ def outcome(h: Mapping[str, Any], steps: list[Mapping[str, Any]]) -> list[Render
             c = calls.get(call_id, {"name": "?", "fingerprint": ""})
             if c.get("state") == "in_doubt":
                 # it may have run: a person says whether to run it again or what it did
+                edited = _ran_with(c.get("decision")) is not None
                 parts.append(
                     Text(
                         f"waiting for a decision on {call_id} ({c['name']}, fingerprint "
                         f"{c['fingerprint']}): in doubt, its worker was lost while it ran, "
-                        "so it may have run. Run it again: tickwork approve "
+                        f"so it may have run. Run it again{' as edited' if edited else ''}: "
+                        "tickwork approve "
                         f"{h['id']} {call_id}; say what it did instead: tickwork "
                         f"provide-output {h['id']} {call_id} --output TEXT; or tickwork "
                         f"reject {h['id']} {call_id}",
