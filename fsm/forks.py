@@ -219,6 +219,14 @@ def fork(
     )
 
     config = dict(parent.head.config)
+    if "instructions" in config:
+        # an instruction after a step the fork does not keep (a fork of a fork, from before
+        # its instruction) belongs to that history: else it came after the fork's new step
+        config["instructions"] = [
+            i for i in config["instructions"] if int(i["after_step"]) <= from_step
+        ]
+        if not config["instructions"]:
+            del config["instructions"]
     if patch.system_prompt is not None:
         config["system_prompt"] = patch.system_prompt
     if patch.append_instruction:

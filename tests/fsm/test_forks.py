@@ -390,3 +390,20 @@ def test_a_fork_onto_another_model_keeps_nothing_the_original_s_model_was_given(
     assert (policy := policy_of(other.head.config)) is not None and policy.window == 200_000
     assert other.events[0].data["patch"]["model"] == "openai:other"
     assert priced.head.model == parent.head.model  # the original is never changed
+
+
+@pytest.mark.parametrize("k", [0, 1])
+def test_a_fork_of_a_fork_from_before_its_instruction_drops_the_instruction(
+    build: Any, parent: Session, k: int
+) -> None:
+    # the instruction came after step 2 of the first fork: a fork from step K < 2 keeps
+    # none of that history, so its own step 2 must not get it (nor may its patch hide it)
+    first = forked(build, parent, 2, append_instruction="Run the tests before writing.")
+    second = forked(build, first, k)
+    assert second.head.config.get("instructions", []) == []
+    assert "Run the tests before writing." not in str(transcript(second))
+    kept = forked(build, first, 2, append_instruction="And read the diff.")
+    assert [i["text"] for i in kept.head.config["instructions"]] == [
+        "Run the tests before writing.",
+        "And read the diff.",
+    ]
