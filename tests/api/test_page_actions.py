@@ -546,7 +546,12 @@ def test_an_operator_forks_a_dead_letter_under_its_own_admission(
     ]:
         expect(page.locator(field)).to_have_attribute("min", str(low))
         expect(page.locator(field)).to_have_attribute("max", str(high))
-    expect(form.locator("legend")).to_have_text("Run it under (empty: the original's)")
+    expect(form.locator("legend")).to_have_text(
+        [
+            "Run it under (empty: the original's)",
+            "Budgets (empty: the original's; steps 1 to K count against them)",
+        ]
+    )
     for field, kept in [("priority", "3"), ("concurrency-key", "repo-a"), ("max-per-key", "2")]:
         expect(page.locator(f"#fork-{field}")).to_have_attribute("placeholder", kept)
     looked_at(page, "dead-letter-fork-form", tmp_path)
@@ -583,6 +588,53 @@ def test_an_operator_forks_a_dead_letter_under_its_own_admission(
     expect(page.locator("#fork-patch dd")).to_have_text(
         ["priority 9, concurrency key repo-b, at most 3 of its key at once"]
     )
+
+
+def test_an_operator_forks_a_budget_dead_letter_with_more_of_that_budget(
+    page: Any,  # noqa: F811
+    stack: Stack,
+    tmp_path: Path,
+) -> None:
+    from playwright.sync_api import expect
+
+    project = a_project(tmp_path)
+    call = {"name": "run_command", "arguments": {"command": "true"}}
+    spec = stack.deployment.script(
+        [
+            {"content": "one", "tool_calls": [call]},
+            {"content": "two", "tool_calls": [{**call, "arguments": {"command": "echo 2"}}]},
+            {"content": "done"},
+        ]
+    )
+    parent = stack.deployment.client.submit(
+        "repair",
+        {"workspace": str(project), "test_command": "true", "setup": "none"},
+        model=spec,
+        budgets={"max_steps": 1},
+    ).id
+    assert stack.wait(parent)["error_code"] == "BUDGET_STEPS"
+    letter = stack.deployment.client.dead_letter(parent)
+    log_in(page, stack, "olga", f"#/dead-letters/{letter.id}")
+    form = page.locator("form#fork")
+    # what an empty field keeps: the original's budgets
+    expect(page.locator("#fork-max-steps")).to_have_attribute("placeholder", "1")
+    page.fill("#fork-step", "1")
+    # the kept step counts against the steps: the API's refusal beside the field
+    form.locator("button[type=submit]").click()
+    expect(page.locator("#fork-max-steps-error")).to_contain_text("give `max_steps` above 1")
+    page.fill("#fork-max-steps", "5")
+    page.fill("#fork-deadline-s", "soon")
+    form.locator("button[type=submit]").click()
+    expect(page.locator("#fork-deadline-s-error")).to_contain_text('"soon" is not a duration')
+    assert stack.deployment.client.dead_letter(letter.id).resolved_at is None
+
+    page.fill("#fork-deadline-s", "2h")
+    form.locator("button[type=submit]").click()
+    page.wait_for_url(lambda url: "#/sessions/" in url and parent not in url)
+    fork = page.url.rsplit("/", 1)[-1]
+    view = stack.http("olga").get(f"/api/v1/sessions/{fork}").json()
+    assert view["forked_from"]["patch"] == {"budgets": {"max_steps": 5, "deadline_s": 7200}}
+    assert stack.wait(fork)["status"] == "completed"
 
 
 def test_an_operator_forks_a_dead_letter_onto_a_larger_context_window(

@@ -1,12 +1,13 @@
 // Forking a session from a step with a declared patch, from a session's view (POST
 // /sessions/{id}/fork) or a dead letter's (POST /dead-letters/{id}/fork): an instruction, a
-// new system prompt, hand-fixed outputs of the step's tool calls, and the model, context
-// window and admission to run under. Only what was changed is sent; a refusal is said beside the
+// new system prompt, hand-fixed outputs of the step's tool calls, the budgets (steps 1..K
+// count against them), and the model, context window and admission to run under. Only what was changed is sent; a refusal is said beside the
 // field it is about (the API's words; admission's in the form's), and nothing typed is lost.
 import {
   BOUNDS, admissionBody, admissionFields, formField, priceRates, refusedFields, windowField,
 } from "./admission.js";
 import { api, el, enc, toast } from "./core.js";
+import { seconds } from "./submit.js";
 
 // the prompt the session runs under, where its config holds it (a repair's, a role's)
 const promptOf = (head) => {
@@ -21,7 +22,16 @@ const literally = (text) => text.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
 // left empty keeps the original's, whatever it was, and the API refuses a step past its last
 const ORIGINAL = "the original's";
 const ARCHIVED = { step: null, model: ORIGINAL, priority: ORIGINAL, concurrency_key: ORIGINAL,
-                  max_per_key: ORIGINAL, config: {} };
+                  max_per_key: ORIGINAL, config: {}, budgets: {} };
+
+// the budgets a fork may be given, by the name the API's `budgets` takes: its label, and
+// the original's value as its placeholder (what an empty field keeps)
+const BUDGETS = [
+  ["max_steps", "Steps", (b) => b.max_steps],
+  ["max_tokens", "Tokens", (b) => b.max_tokens],
+  ["max_cost_usd", "Cost (USD)", (b) => b.max_cost_usd],
+  ["deadline_s", "Deadline", (b) => (b.deadline_s === undefined ? undefined : `${b.deadline_s}s`)],
+];
 
 // `head` and `steps`: the session's (its view; `steps` may be a function giving the latest;
 // `head` null for an archived session); `step`: the step to fork from; `path`: where to post;
@@ -48,6 +58,14 @@ export function forkForm({ head: known, steps, step, path, title, extra }) {
     `The fork's model's price, ${BOUNDS.price_rates[0]} to ${BOUNDS.price_rates[1]} numbers: at ` +
     "least the server's for the model. Empty: the original's for its model, the server's for another.");
   const fields = { ...admissionFields("fork", head), context_window: windowField("fork", head) };
+  // a BUDGET_* or DEADLINE dead letter is forked with that budget raised: the kept steps
+  // count against steps, tokens and cost (the API refuses one they used up, naming it)
+  const budgets = Object.fromEntries(BUDGETS.map(([name, label, of]) => [name, formField("fork", name,
+    label, el("input", name === "deadline_s"
+      ? { type: "text", spellcheck: "false", placeholder: of(head.budgets || {}) ?? ORIGINAL }
+      : { type: "number", min: 0, inputmode: "numeric", step: name === "max_cost_usd" ? "0.01" : 1,
+          placeholder: of(head.budgets || {}) ?? ORIGINAL }),
+    name === "deadline_s" ? "Seconds, or 30m, 2h, 1d, from the fork." : null)]));
   const outputs = new Map(); // call id -> its field, kept while other steps are chosen
   const outputBox = el("div", { class: "outputs", id: "fork-outputs" });
   const again = el("input", { type: "checkbox", id: "fork-again" });
@@ -85,7 +103,7 @@ export function forkForm({ head: known, steps, step, path, title, extra }) {
   fromStep.addEventListener("input", showOutputs);
   showOutputs();
 
-  const all = () => ({ system_prompt: system, model, price, ...fields,
+  const all = () => ({ system_prompt: system, model, price, ...fields, ...budgets,
     ...Object.fromEntries([...outputs].map(([id, x]) => [`output_${id}`, x])) });
   const mark = (name, message) => {
     const x = all()[name];
@@ -103,6 +121,9 @@ export function forkForm({ head: known, steps, step, path, title, extra }) {
       || ["invalid_model_spec", "model_not_allowed", "invalid_script", "unpriced_model"]
         .includes(e.body.code));
     about("price", loc.has("price") || /`price`|\bthe price given\b/.test(message));
+    for (const name of Object.keys(budgets)) {
+      about(name, loc.has(name) || new RegExp(`\\b${name}\\b`).test(message));
+    }
     for (const id of outputs.keys()) {
       const shown = outputs.get(id).row.isConnected;
       const named = new RegExp(`\\b${literally(id)}\\b`);
@@ -127,7 +148,22 @@ export function forkForm({ head: known, steps, step, path, title, extra }) {
       error.textContent = "Nothing was sent: put right what is marked.";
       return;
     }
+    const budget = {};
+    for (const [name, x] of Object.entries(budgets)) {
+      const typed = x.input.value.trim();
+      if (!typed) continue;
+      const value = name === "deadline_s" ? seconds(typed) : Number(typed);
+      if (value === null || !(value > 0 || (name === "max_cost_usd" && value === 0))) {
+        mark(name, name === "deadline_s"
+          ? `"${typed}" is not a duration: give seconds, or a number with s, m, h or d (90s, 30m, 2h, 1d).`
+          : `"${typed}" is not a budget: give a number above 0${name === "max_cost_usd" ? " (0: no cost budget)" : ""}.`);
+        error.textContent = "Nothing was sent: put right what is marked.";
+        return;
+      }
+      budget[name] = value;
+    }
     const body = { from_step: Number(fromStep.value), append_instruction: instruction.value || null, ...given };
+    if (Object.keys(budget).length) body.budgets = budget;
     if (system.changed()) body.system_prompt = system.input.value;
     if (model.input.value.trim()) body.model = model.input.value.trim();
     if (price.input.value.trim()) body.price = priceRates(price.input.value.trim());
@@ -166,5 +202,8 @@ export function forkForm({ head: known, steps, step, path, title, extra }) {
     system.row, outputBox,
     el("fieldset", { class: "admission" }, el("legend", {}, "Run it under (empty: the original's)"),
       model.row, price.row, el("div", { class: "budgets" }, Object.values(fields).map((x) => x.row))),
+    el("fieldset", { class: "admission", id: "fork-budgets" },
+      el("legend", {}, "Budgets (empty: the original's; steps 1 to K count against them)"),
+      el("div", { class: "budgets" }, Object.values(budgets).map((x) => x.row))),
     againRow, el("p", { class: "actions" }, button, extra), error);
 }
