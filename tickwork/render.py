@@ -33,6 +33,7 @@ from tickwork.fsm.wording import counted
 
 from . import views
 from .flags import by_settings, in_flags
+from .remedies import remedies
 
 STATUS_STYLE = {
     "queued": "magenta",
@@ -1268,6 +1269,8 @@ def dead_letter_header(d: Mapping[str, Any]) -> Table:
         grid.add_row("resolved", Text(f"{when(d['resolved_at'])} {d['closed']}"))
     for i, fork in enumerate(d.get("forks") or ()):
         grid.add_row("forks" if i == 0 else "", Text(fork_line(fork)))
+    for i, line in enumerate(remedies(d)):
+        grid.add_row("next" if i == 0 else "", Text(line))
     return grid
 
 

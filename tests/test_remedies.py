@@ -1,0 +1,68 @@
+"""What `tickwork dlq show` says to do about an open dead letter (`tickwork.remedies`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from tickwork.remedies import remedies
+from tickwork.render import dead_letter_header
+
+
+def letter(code: str, *, step: int = 3, prints: str = "abc", **budgets: Any) -> dict[str, Any]:
+    """A dead letter's view with its session: `step` steps, whose fingerprints are `prints`."""
+    return {
+        "id": 7,
+        "code": code,
+        "message": "why",
+        "error_signature": f"{code}: why",
+        "at": "2026-12-07T11:00:00+00:00",
+        "resolved_at": None,
+        "session": {
+            "head": {"step": step, "budgets": {"max_steps": 50, **budgets}},
+            "steps": [{"step": i + 1, "fingerprint": p} for i, p in enumerate(prints)],
+        },
+    }
+
+
+@pytest.mark.parametrize(
+    ("code", "budgets", "fork"),
+    [
+        ("BUDGET_STEPS", {"max_steps": 3}, "--from-step 3 --max-steps 6"),
+        ("BUDGET_TOKENS", {"max_tokens": 1200}, "--from-step 3 --max-tokens 2400"),
+        ("BUDGET_COST", {"max_cost_usd": 0.5}, "--from-step 3 --max-cost-usd 1"),
+        ("DEADLINE", {"deadline_s": 30.0}, "--from-step 3 --deadline 60"),
+        ("CONTEXT", {}, "--from-step 3 --context-window TOKENS"),
+        ("MODEL_ERROR", {}, "--from-step 3  (once the model's settings are mended"),
+    ],
+)
+def test_an_open_dead_letter_says_the_fork_that_raises_what_it_ran_out_of(
+    code: str, budgets: dict[str, Any], fork: str
+) -> None:
+    said = remedies(letter(code, **budgets))
+    assert said[0].startswith(f"tickwork dlq fork 7 {fork}"), said
+    assert said[1:] == [
+        'tickwork dlq resolve 7 --reason "TEXT"  (dealt with another way)',
+        'tickwork dlq dismiss 7 --reason "TEXT"  (nothing to be done)',
+    ]
+
+
+@pytest.mark.parametrize(("prints", "before"), [("abccc", 2), ("aabab", 1), ("cccc", 0), ("", 0)])
+def test_a_loop_is_forked_from_before_its_repeated_steps(prints: str, before: int) -> None:
+    said = remedies(letter("LOOP", step=len(prints), prints=prints))
+    assert said[0].startswith(f'tickwork dlq fork 7 --from-step {before} --append-instruction "')
+
+
+def test_a_spent_tenant_day_is_no_budget_of_the_session_to_raise() -> None:
+    spent = {**letter("BUDGET_COST", max_cost_usd=5.0), "message": "tenant acme spent its day"}
+    assert "--max-cost-usd" not in remedies(spent)[0]
+
+
+def test_a_closed_dead_letter_has_nothing_left_to_do_and_show_says_next_for_an_open_one() -> None:
+    assert remedies({**letter("LOOP"), "resolved_at": "2026-12-07T12:00:00+00:00"}) == []
+    console = Console(width=200, record=True)
+    console.print(dead_letter_header(letter("BUDGET_STEPS", max_steps=3)))
+    shown = console.export_text()
+    assert "next         tickwork dlq fork 7 --from-step 3 --max-steps 6" in shown
