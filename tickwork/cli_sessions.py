@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import sys
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -657,7 +659,7 @@ def fork_session(key: str, fork: options.Fork, *, dead_letter: bool) -> None:
         cli_remote.no_name(fork.by)
         given = fork.client_args()
         del given["by"]  # the server takes the person from the token
-        with remote:
+        with remote, _outputs_too_large(given["tool_outputs"]):
             if dead_letter:
                 head = remote.fork_dead_letter(key, **given)
             else:
@@ -670,6 +672,28 @@ def fork_session(key: str, fork: options.Fork, *, dead_letter: bool) -> None:
         given["model"] = options.model_spec(given["model"], ctx.client.providers)
         head = ctx.client.fork(session_id, **given)
     print_head(head, fork.json_output, head.id)
+
+
+@contextlib.contextmanager
+def _outputs_too_large(outputs: dict[str, str]) -> Iterator[None]:
+    """A server's 413 to a fork whose tool outputs make its body too large names them: its
+    own words name only the body's bytes, which the person never typed."""
+    from tickwork.remote.errors import RemoteError
+
+    try:
+        yield
+    except RemoteError as exc:
+        if exc.status != 413 or not outputs:
+            raise
+        call, text = max(outputs.items(), key=lambda item: len(item[1]))
+        raise RemoteError(
+            f"{exc.message}: the longest tool output given, {call}'s, is {len(text):,} "
+            "characters; a tool's output is at most the server's TICKWORK_MAX_OUTPUT_CHARS "
+            "(20,000 unless its operator set another): give a shorter one",
+            code=exc.code,
+            status=exc.status,
+            details=exc.details,
+        ) from None
 
 
 def print_head(head: Head, json_output: bool, line: str) -> None:

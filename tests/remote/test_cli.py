@@ -183,6 +183,28 @@ def _failed(remote: Remote, n: int) -> list[str]:
     return ids
 
 
+def test_a_fork_with_a_tool_output_past_what_is_taken_names_the_call(
+    remote: Remote, cli: ModeCli, tmp_path: Path
+) -> None:
+    (session_id,) = _failed(remote, 1)
+    # past the API's body limit too (1 MB): the server's 413 names the bytes, not the call
+    big = tmp_path / "output.txt"
+    big.write_text("x" * 1_100_000)
+    cli.inline(
+        "dlq",
+        "fork",
+        session_id,
+        "--from-step",
+        "1",
+        "--max-steps",
+        "5",
+        "--tool-output-file",
+        f"s1c0={big}",
+        ok=False,
+    ).error(2, "s1c0", "1,100,000 characters", "TICKWORK_MAX_OUTPUT_CHARS", "give a shorter one")
+    assert remote.deployment.client.dead_letter(session_id).resolved_at is None
+
+
 def _at_rest(remote: Remote, timeout_s: float = 60.0) -> None:
     """Wait until no session of the deployment is runnable (each finished or waiting)."""
     deadline = time.monotonic() + timeout_s
