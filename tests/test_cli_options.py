@@ -336,3 +336,46 @@ def test_a_login_name_with_a_control_character_is_refused_naming_it_and_as(
     assert said.startswith("the login name ($LOGNAME or $USER) 'ali\\nce' holds"), said
     assert said.endswith("; pass --as NAME")
     assert options.approver(" alice ") == "alice"
+
+
+@pytest.mark.parametrize(
+    ("given", "seconds"),
+    [("600", 600.0), ("90s", 90.0), ("30m", 1800.0), ("2h", 7200.0), ("1d", 86400.0)],
+)
+def test_a_deadline_takes_seconds_or_a_duration_as_the_page_does(
+    given: str, seconds: float
+) -> None:
+    got: list[options.Fork] = []
+
+    @options.fork_options
+    def probe(fork: options.Fork) -> None:
+        got.append(fork)
+
+    app = typer.Typer()
+    app.command()(probe)
+    app.command()(lambda: None)
+    done = CliRunner().invoke(app, ["probe", "--from-step", "1", "--deadline", given])
+    assert done.exit_code == 0, done.output
+    assert got[0].client_args()["budgets"] == {"deadline_s": seconds}
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [("submit", "repair"), ("dlq", "fork", "k", "--from-step", "1")],
+    ids=["submit", "dlq fork"],
+)
+def test_a_deadline_that_is_no_duration_says_what_to_give(
+    argv: tuple[str, ...],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from tickwork.cli import main
+
+    monkeypatch.setenv("TICKWORK_STATE_DIR", str(tmp_path / "state"))
+    with pytest.raises(SystemExit) as exited:
+        main([*argv, "--deadline", "soon"])
+    assert exited.value.code == 2
+    said = capsys.readouterr().err
+    assert said.startswith("error: Invalid value for '--deadline': 'soon' is not a duration: ")
+    assert "e.g. --deadline 2h" in said and "valid number" not in said
