@@ -407,3 +407,14 @@ def test_a_fork_of_a_fork_from_before_its_instruction_drops_the_instruction(
         "Run the tests before writing.",
         "And read the diff.",
     ]
+
+
+def test_a_fork_s_loop_interventions_count_afresh(build: Any, parent: Session) -> None:
+    # the kept steps' repeats are still read by loop detection, but the interventions the
+    # parent used are not the fork's: it gets max_loop_interventions of its own (docs/GUIDE.md)
+    looped = parent.model_copy(
+        update={"head": parent.head.model_copy(update={"loop_interventions": 2})}
+    )
+    child = forked(build, looped, 3, budgets={"max_steps": 10})
+    assert child.head.loop_interventions == 0
+    assert child.steps == parent.steps
