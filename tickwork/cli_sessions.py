@@ -668,10 +668,32 @@ def fork_session(key: str, fork: options.Fork, *, dead_letter: bool) -> None:
         return
     given = fork.client_args()
     with Context() as ctx:
-        session_id = ctx.dead_letter(key).session_id if dead_letter else ctx.reads.session_id(key)
+        session_id = ctx.dead_letter(key).session_id if dead_letter else _session_to_fork(ctx, key)
         given["model"] = options.model_spec(given["model"], ctx.client.providers)
         head = ctx.client.fork(session_id, **given)
     print_head(head, fork.json_output, head.id)
+
+
+def _session_to_fork(ctx: Context, key: str) -> str:
+    """The session `fork KEY` names; a number no session id is, but a dead letter's (as `dlq
+    ls` lists them), is refused naming the letter's session and `dlq fork`."""
+    from tickwork.store.dead_letters import DeadLetterNotFound
+
+    try:
+        return ctx.reads.session_id(key)
+    except SessionNotFound as exc:
+        if not (key.isascii() and key.isdigit() and int(key) < 2**63):
+            raise
+        try:
+            letter = ctx.store.dead_letter(int(key))
+        except DeadLetterNotFound:
+            raise exc from None
+        raise SessionNotFound.of(
+            key,
+            hint=f"{exc.hint}; {key} is the number of dead letter {key}, of session "
+            f"{letter.session_id}: fork it with `tickwork dlq fork {key}` (or `tickwork fork "
+            f"{letter.session_id}`)",
+        ) from None
 
 
 @contextlib.contextmanager

@@ -267,3 +267,20 @@ def test_a_number_no_dead_letter_has_is_not_taken_for_the_start_of_a_session_id(
     # the whole id, or a start with a letter in it, still names it
     assert cli.inline("dlq", "show", failed, "--json").json()["session_id"] == failed
     assert cli.inline("dlq", "show", "12345678-d", "--json").json()["session_id"] == failed
+
+
+def test_fork_of_a_dead_letters_number_names_its_session_and_dlq_fork(
+    deployment: Deployment, cli: Cli
+) -> None:
+    """`dlq ls` lists dead letters by number; `fork 1` (not `dlq fork 1`) said only "no
+    session '1'", leaving the operator to find the session the letter is of."""
+    (failed,) = _failed(deployment, 1)
+    number = str(deployment.client.dead_letter(failed).id)
+
+    said = cli.inline("fork", number, "--from-step", "1", "--max-steps", "5", ok=False).error(
+        1, f"no session '{number}'", f"dead letter {number}", failed
+    )
+    assert f"`tickwork dlq fork {number}`" in said
+    assert deployment.client.dead_letter(failed).resolved_at is None
+    # a number no dead letter has says only that no session has it
+    cli.inline("fork", "987654", "--from-step", "1", ok=False).error(1, "no session '987654'")
