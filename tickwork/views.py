@@ -190,8 +190,9 @@ def dead_letter(value: DeadLetter, *, snapshot: bool = False) -> dict[str, Any]:
 
     data = value.model_dump(mode="json", exclude={"snapshot"})
     data["resolution"] = _resolution(data["resolution"])
+    # in words from the resolution as shown (its dates in Z): the same through the API
     data["closed"] = (
-        describe(value.resolution).removeprefix("was already ") if value.resolution else None
+        describe(data["resolution"]).removeprefix("was already ") if value.resolution else None
     )
     if snapshot:
         data["session"] = session(value.session())
