@@ -157,20 +157,36 @@ def _unsaid(
     conn: Connection, found: Sequence[tuple[str, int, str | None]]
 ) -> list[tuple[str, int, str | None]]:
     """Of the leases `found` run out, those to say so of: one `lease_expired` a session and
-    version, and none where a worker refused the tick (its lease runs out by design, at
-    every offer of the tick until a worker with its kind takes it)."""
+    version, and none where the lease's own node refused the tick (its lease runs out by
+    design, at every offer of the tick until a worker with its kind takes it); the lease of
+    another node, which took the tick and stopped, is said."""
     if not found:
         return []
-    told = {
-        (r.session_id, r.version)
-        for r in conn.execute(
-            select(events.c.session_id, events.c.version).where(
-                events.c.session_id.in_(sorted({r[0] for r in found})),
-                events.c.kind.in_([EventKind.LEASE_EXPIRED.value, EventKind.TICK_REFUSED.value]),
-            )
+    told: set[tuple[str, int]] = set()
+    refused: dict[tuple[str, int], set[str]] = {}
+    for r in conn.execute(
+        select(events.c.session_id, events.c.version, events.c.kind, events.c.data).where(
+            events.c.session_id.in_(sorted({r[0] for r in found})),
+            events.c.kind.in_([EventKind.LEASE_EXPIRED.value, EventKind.TICK_REFUSED.value]),
         )
-    }
-    return [r for r in found if (r[0], r[1]) not in told]
+    ):
+        if r.kind == EventKind.LEASE_EXPIRED.value:
+            told.add((r.session_id, r.version))
+        else:
+            refused.setdefault((r.session_id, r.version), set()).add(
+                str((r.data or {}).get("worker"))
+            )
+    return [
+        r
+        for r in found
+        if (r[0], r[1]) not in told and not _refused_by(r[2], refused.get((r[0], r[1]), set()))
+    ]
+
+
+def _refused_by(owner: str | None, nodes: set[str]) -> bool:
+    """Whether the lease `owner` (a node's `node:pid:thread`) is of one of the `nodes` that
+    refused the tick."""
+    return owner is not None and any(owner == n or owner.startswith(f"{n}:") for n in nodes)
 
 
 def _expired(session_id: str, version: int, owner: str | None, *, now: datetime) -> dict[str, Any]:

@@ -160,6 +160,21 @@ def test_a_lease_run_out_is_said_once_a_version_and_not_for_a_refused_tick(
     assert expired_events("refused") == []
 
 
+def test_a_lease_run_out_is_said_after_another_node_refused_the_tick(
+    store: Store, clock: Clock, session_id: str
+) -> None:
+    """Only the refusing node's own lease runs out by design: once a worker that can run
+    the tick takes it and stops, its lease's end is said, as where no worker refused."""
+    claim(store, session_id, now=clock(), owner="old@h:7:1")
+    store.refuse_tick(session_id, 0, worker="old@h", reason="no kind", now=clock())
+    expired_leases(store.engine, now=clock.advance(LEASE_S + 1))
+    claim(store, session_id, now=clock(), owner="new@h:8:1")  # then stopped
+    expired_leases(store.engine, now=clock.advance(LEASE_S + 1))
+
+    said = [e.data for _, e in store.events_after(session_id) if e.kind is EventKind.LEASE_EXPIRED]
+    assert said == [{"from": "new@h:8:1"}]
+
+
 def test_expired_leases_ignore_sessions_that_are_not_runnable(
     store: Store, clock: Clock, session_id: str
 ) -> None:
