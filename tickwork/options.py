@@ -371,7 +371,7 @@ def new_session_id(value: str | None) -> str | None:
             f"invalid --id: it is {len(value):,} characters long; at most {MAX_SESSION_ID} "
             f"characters are taken; give a shorter id, {again}"
         )
-    if not re.match(SESSION_ID_PATTERN, value):
+    if not re.fullmatch(SESSION_ID_PATTERN, value):
         raise InvalidInput(
             f"invalid --id: session id {value!r} may only hold letters, digits, '_', '-' and "
             f"'.', up to {MAX_SESSION_ID} characters, and starts with a letter or digit"

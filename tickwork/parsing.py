@@ -22,7 +22,8 @@ MIN_ID_PREFIX = 6
 #: first (`ID_FIRST`), then letters, digits, '_', '.' and '-' (the ids tickwork makes are a
 #: uuid's hex digits; a submitted `--id` may hold the others)
 ID_FIRST, ID_CHARS = "A-Za-z0-9", "A-Za-z0-9_.-"
-#: what a whole session id may be (`submit --id`, `fork --id`, the API's bodies)
+#: what a whole session id may be (`submit --id`, `fork --id`, the API's bodies): matched
+#: with `re.fullmatch`, as `$` alone lets a trailing newline through
 SESSION_ID_PATTERN = rf"^[{ID_FIRST}][{ID_CHARS}]{{0,{MAX_SESSION_ID - 1}}}$"
 #: in words, for refusals
 ID_CHARS_SAID = "letters, digits, '_', '.' and '-', a letter or digit first"

@@ -210,7 +210,7 @@ class Writes(Deployment):
                 raise
             # the deployment's default: the submitter gave no spec to correct
             raise InvalidModelSpec(f"invalid setting TICKWORK_MODEL: {exc.message}") from None
-        if session_id is not None and not SESSION_ID.match(session_id):
+        if session_id is not None and not SESSION_ID.fullmatch(session_id):
             raise InvalidInput(
                 f"session id {session_id!r} may only hold letters, digits, "
                 "'_', '-' and '.', up to 64 characters"
@@ -433,7 +433,7 @@ class Writes(Deployment):
         at a time)."""
         if isinstance(from_step, bool) or not isinstance(from_step, int):
             raise InvalidInput(f"from_step must be a whole number (a step), got {from_step!r}")
-        if new_id is not None and not SESSION_ID.match(new_id):
+        if new_id is not None and not SESSION_ID.fullmatch(new_id):
             raise InvalidInput(
                 f"session id {new_id!r} may only hold letters, digits, "
                 "'_', '-' and '.', up to 64 characters"
@@ -633,7 +633,7 @@ class Writes(Deployment):
 
     def _check_unused(self, session_id: str | None) -> None:
         """An id an archived session had is not given to a new one: taken, as a live one's."""
-        if session_id is not None and SESSION_ID.match(session_id):
+        if session_id is not None and SESSION_ID.fullmatch(session_id):
             taken = self.store.retention.entry(session_id)
             if taken is not None:
                 raise SessionExists(

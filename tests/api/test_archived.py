@@ -230,6 +230,10 @@ def test_an_id_an_archived_session_had_is_taken_as_a_live_one_s(tmp_path: Path) 
                 "it out for a random one (if an earlier try of this request was stored, it is "
                 f"that session: GET /api/v1/sessions/{taken})",
             }
+        # `$` let a trailing newline through: a fork was stored under "x\n"
+        answer = http.post(f"/api/v1/sessions/{live}/fork", json={"from_step": 0, "id": "x\n"})
+        assert answer.status_code == 422, answer.text
+        assert "may only hold" in answer.json()["message"]
     client.close()
 
 

@@ -97,6 +97,7 @@ def test_bad_submissions_are_422_and_say_what_was_wrong(stack: Stack) -> None:
         ({"kind": "nope"}, "unknown job kind 'nope'"),
         ({"kind": "os:path", "model": script}, "not one this deployment names"),
         ({"kind": TEST_KIND, "model": script, "id": "no spaces please"}, "may only hold"),
+        ({"kind": TEST_KIND, "model": script, "id": "trailing-newline\n"}, "may only hold"),
         ({"kind": TEST_KIND, "model": "scripted:/no/such/script.json"}, "script"),
         ({"kind": TEST_KIND, "model": "gpt-4o"}, "unknown model spec 'gpt-4o': use openai:MODEL"),
         # the field, in the API's words: no CLI flag

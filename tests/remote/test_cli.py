@@ -1012,8 +1012,9 @@ def test_an_id_longer_than_any_is_refused_in_the_same_words_in_both_modes(
         ("i" * 65, "it is 65 characters long; at most 64 characters are taken; give a shorter id"),
         ("a b", "session id 'a b' may only hold letters, digits, '_', '-' and '.', up to 64"),
         ("", "it is empty; give an id, or leave --id out for a random one"),
+        ("a\n", "session id 'a\\n' may only hold letters, digits, '_', '-' and '.', up to 64"),
     ],
-    ids=["long", "spaced", "empty"],
+    ids=["long", "spaced", "empty", "newline"],
 )
 def test_a_bad_new_id_is_refused_in_the_same_words_in_both_modes(
     cli: ModeCli, given: str, said: str

@@ -55,7 +55,7 @@ PRICE_COUNTS = (MIN_PRICE_RATES, len(PRICE_RATES))
 
 
 def _session_id(value: str | None) -> str | None:
-    if value is not None and not re.match(SESSION_ID_PATTERN, value):
+    if value is not None and not re.fullmatch(SESSION_ID_PATTERN, value):
         raise ValueError(
             f"session id {value!r} may only hold letters, digits, '_', '-' and '.', "
             "up to 64 characters, and starts with a letter or digit"

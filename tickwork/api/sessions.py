@@ -439,7 +439,7 @@ def run_fork(
     *,
     by: str,
 ) -> Head:
-    if body.id is not None and not SESSION_ID.match(body.id):
+    if body.id is not None and not SESSION_ID.fullmatch(body.id):
         raise ApiError(
             422,
             "invalid_input",
