@@ -138,7 +138,8 @@ def session(value: Session) -> dict[str, Any]:
 
 def refused_ticks(value: Session) -> list[dict[str, Any]]:
     """The workers that took the tick of a session waiting for one, at the version it is
-    at, and could not run it (`tick_refused`: its job kind or graph version is not theirs),
+    at, and could not run it (`tick_refused`: its job kind or graph version is not theirs,
+    or they do not see its files),
     with when and why; empty once it moved on or ended."""
     from tickwork.fsm.values import EventKind
 

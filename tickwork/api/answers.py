@@ -74,7 +74,8 @@ class SessionView(BaseModel):
     refused: list[dict[str, Any]] = Field(
         default=[],
         description="The workers that took its tick and could not run it (its job kind or "
-        "graph version is not theirs): `worker`, `at`, `reason`; empty unless it waits for "
+        "graph version is not theirs, or they do not see its files): `worker` (a Celery node "
+        "name), `at`, `reason`; empty unless it waits for "
         "a worker at the version they refused.",
     )
     lease: dict[str, Any] | None = Field(

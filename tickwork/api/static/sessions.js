@@ -116,7 +116,7 @@ function archivedTable(rows) {
 function eventSummary(event) {
   const d = event.data || {};
   const parts = [];
-  // `from`: a taken_over's worker; `worker`, `version`, `reason`: a tick_refused's
+  // `from`: a taken_over's or lease_expired's lease; `worker`, `version`, `reason`: a tick_refused's
   for (const key of ["step", "through", "call_id", "name", "decision", "approver", "feedback", "comment", "status", "outcome", "error_code", "message", "by", "parent_id", "from", "worker", "version", "reason"]) {
     if (d[key] !== undefined && d[key] !== null && d[key] !== "") parts.push(`${key}=${d[key]}`);
   }
