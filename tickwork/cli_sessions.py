@@ -31,6 +31,7 @@ from . import cli_remote, options, render, views
 from .context import Context
 
 if TYPE_CHECKING:
+    from tickwork.remote.client import Client
     from tickwork.worker.config.tenants import Tenants
     from tickwork.worker.jobs import Jobs
     from tickwork.worker.models import Providers
@@ -663,7 +664,7 @@ def fork_session(key: str, fork: options.Fork, *, dead_letter: bool) -> None:
             if dead_letter:
                 head = remote.fork_dead_letter(key, **given)
             else:
-                head = remote.fork(remote.session_id(key), **given)
+                head = _remote_fork(remote, key, given)
         print_head(head, fork.json_output, head.id)
         return
     given = fork.client_args()
@@ -682,18 +683,48 @@ def _session_to_fork(ctx: Context, key: str) -> str:
     try:
         return ctx.reads.session_id(key)
     except SessionNotFound as exc:
-        if not (key.isascii() and key.isdigit() and int(key) < 2**63):
+        if not _a_number(key):
             raise
         try:
             letter = ctx.store.dead_letter(int(key))
         except DeadLetterNotFound:
             raise exc from None
         raise SessionNotFound.of(
-            key,
-            hint=f"{exc.hint}; {key} is the number of dead letter {key}, of session "
-            f"{letter.session_id}: fork it with `tickwork dlq fork {key}` (or `tickwork fork "
-            f"{letter.session_id}`)",
+            key, hint=f"{exc.hint}; {_letter_hint(key, letter.session_id)}"
         ) from None
+
+
+def _remote_fork(remote: Client, key: str, given: dict[str, Any]) -> Head:
+    """`fork KEY` with a server: a number no session id is, but a dead letter's the token
+    sees, is refused naming the letter's session and `dlq fork`, as locally."""
+    from tickwork.remote.errors import RemoteError
+
+    try:
+        return remote.fork(remote.session_id(key), **given)
+    except RemoteError as exc:
+        if exc.status != 404 or exc.code != "session_not_found" or not _a_number(key):
+            raise
+        try:
+            letter = remote.dead_letter(int(key))
+        except RemoteError:
+            raise exc from None
+        raise RemoteError(
+            f"{exc.message}; {_letter_hint(key, letter['session_id'])}",
+            code=exc.code,
+            status=exc.status,
+            details=exc.details,
+        ) from None
+
+
+def _a_number(key: str) -> bool:
+    return key.isascii() and key.isdigit() and int(key) < 2**63
+
+
+def _letter_hint(key: str, session_id: str) -> str:
+    return (
+        f"{key} is the number of dead letter {key}, of session {session_id}: fork it with "
+        f"`tickwork dlq fork {key}` (or `tickwork fork {session_id}`)"
+    )
 
 
 @contextlib.contextmanager

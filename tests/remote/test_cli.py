@@ -216,6 +216,21 @@ def _at_rest(remote: Remote, timeout_s: float = 60.0) -> None:
         time.sleep(0.1)
 
 
+def test_fork_of_a_dead_letters_number_names_its_session_with_a_server_as_locally(
+    remote: Remote, cli: ModeCli
+) -> None:
+    """`fork 4`, 4 being the number `dlq ls` lists a dead letter by, names the letter's
+    session and `dlq fork 4` with a server too: it said only "no session '4'" there."""
+    (failed,) = _failed(remote, 1)
+    number = str(remote.deployment.client.dead_letter(failed).id)
+    said = cli.inline("fork", number, "--from-step", "1", "--max-steps", "5", ok=False).error(
+        1, f"no session '{number}'", f"dead letter {number}", failed
+    )
+    assert f"`tickwork dlq fork {number}`" in said, said
+    assert remote.deployment.client.dead_letter(failed).resolved_at is None
+    cli.inline("fork", "987654", "--from-step", "1", ok=False).error(1, "no session '987654'")
+
+
 def test_dead_letters_listed_shown_counted_exported_forked_and_closed(
     remote: Remote, cli: ModeCli
 ) -> None:
