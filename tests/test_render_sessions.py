@@ -395,6 +395,20 @@ def test_show_says_who_cancelled_a_session_and_when() -> None:
     assert said is not None and said.plain.startswith("cancelled by someone unnamed at ")
 
 
+def test_show_names_who_asked_to_cancel_not_the_tick_that_finished_the_cancel() -> None:
+    """carol cancelled a session while a worker ran its tick, which then suspended it: the
+    worker cancels it at once (`after_commit`), recording a second request by "cancel during
+    a tick", which `show` named instead of carol."""
+    asked = {"kind": "cancel_requested", "at": "2026-12-07T11:14:12+00:00", "data": {"by": "carol"}}
+    finished = {
+        "kind": "cancel_requested",
+        "at": "2026-12-07T11:14:15+00:00",
+        "data": {"by": "cancel during a tick"},
+    }
+    said = render.cancelled_by(head(status="cancelled"), [asked, finished])
+    assert said is not None and said.plain == "cancelled by carol at 2026-12-07 11:14:12"
+
+
 def test_an_in_doubt_call_that_ran_edited_is_offered_to_run_again_as_edited() -> None:
     call = {"call_id": "s1c1", "name": "run_command", "fingerprint": "f" * 64}
     call |= {"state": "in_doubt", "approval_reason": None}

@@ -474,15 +474,16 @@ def timeline(
 
 
 def cancelled_by(h: Mapping[str, Any], events: Sequence[Mapping[str, Any]]) -> Text | None:
-    """Who cancelled a cancelled session, and when they asked (the last request's); None
-    for a session not cancelled, or one whose request is not among `events`."""
+    """Who cancelled a cancelled session, and when they asked (the first request's: a later
+    one is the runtime finishing it, "cancel during a tick"); None for a session not
+    cancelled, or one whose request is not among `events`."""
     if h["status"] != "cancelled":
         return None
-    asked = [e for e in events if e.get("kind") == "cancel_requested"]
-    if not asked:
+    asked = next((e for e in events if e.get("kind") == "cancel_requested"), None)
+    if asked is None:
         return None
-    by = (asked[-1].get("data") or {}).get("by") or "someone unnamed"
-    return Text(f"cancelled by {by} at {when(asked[-1]['at'])}", style="bold")
+    by = (asked.get("data") or {}).get("by") or "someone unnamed"
+    return Text(f"cancelled by {by} at {when(asked['at'])}", style="bold")
 
 
 def refused(refusals: Sequence[Mapping[str, Any]]) -> Text | None:
