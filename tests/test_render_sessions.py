@@ -385,6 +385,20 @@ def test_a_file_write_that_ran_edited_is_shown_as_it_was_written() -> None:
     assert "edited" in shown.splitlines()[1] and "hello" not in shown
 
 
+def test_a_file_write_run_again_as_edited_names_who_ran_it_again_not_as_its_editor() -> None:
+    edited = {"path": "sub/notes2.txt", "content": "edited\n"}
+    call = {
+        "call_id": "s1c0",
+        "name": "write_file",
+        "arguments": {"path": "notes.txt", "content": "hello\n"},
+        "decision": {"kind": "approve", "approver": "bob", "arguments": edited},
+    }
+    console = Console(width=200, record=True, file=io.StringIO())
+    for part in render._file_changes([call], {}):
+        console.print(part)
+    assert "sub/notes2.txt as edited, run again by bob, whole" in console.export_text()
+
+
 def test_show_says_who_cancelled_a_session_and_when() -> None:
     asked = {"kind": "cancel_requested", "at": "2026-12-07T11:14:12+00:00", "data": {"by": "carol"}}
     said = render.cancelled_by(head(status="cancelled"), [asked])

@@ -920,10 +920,17 @@ def _file_changes(
             parts.append(diff(preview["diff"]))
         elif change is not None:
             what, text = change
-            by = "" if edited is None else f" as edited by {c['decision']['approver']}"
+            by = "" if edited is None else f" {_edited_by(c['decision'])}"
             parts.append(Text(f"{c['call_id']} {c['name']}: the {what}{by}, whole", style="bold"))
             parts.append(diff(text) if what == "patch" else Text(text))
     return parts
+
+
+def _edited_by(d: Mapping[str, Any]) -> str:
+    """As `api.previews.edited_by` says it: an approval names who ran the edit again."""
+    if d["kind"] == "approve":
+        return f"as edited, run again by {d['approver']}"
+    return f"as edited by {d['approver']}"
 
 
 def _ran_with(d: Mapping[str, Any] | None) -> Any:

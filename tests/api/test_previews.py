@@ -51,3 +51,12 @@ def test_an_in_doubt_call_approved_as_proposed_is_previewed_as_proposed() -> Non
         assert shown is not None
         assert shown["path"] == "notes.txt" and "+hello" in shown["diff"]
         assert "edited" not in shown["note"]
+
+
+def test_an_in_doubt_call_run_again_as_edited_does_not_name_its_approver_as_the_editor() -> None:
+    """alice edited it, it went in doubt, bob ran it again (his approval carries her edit)
+    and it went in doubt again: the preview said `as edited by bob`."""
+    again = decided(DecisionKind.APPROVE, EDITED).model_copy(update={"approver": "bob"})
+    shown = preview(in_doubt(), decision=again)
+    assert shown is not None and shown["path"] == "sub/notes2.txt"
+    assert shown["note"].startswith("as edited, run again by bob, "), shown["note"]
