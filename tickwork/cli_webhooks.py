@@ -13,6 +13,9 @@ from tickwork.fsm.errors import InvalidInput
 from . import options, render, views
 from .context import Context
 
+#: the most cards `webhooks ls` lists (the oldest first)
+SHOWN = 1000
+
 Sessions = Annotated[
     list[str] | None,
     typer.Argument(
@@ -40,7 +43,13 @@ def list_given_up(sessions: Sessions = None, json_output: options.Json = False) 
     whose session moved on before they went out are not listed: they are not to be sent."""
     ids = _checked(sessions)
     with Context() as ctx:
-        cards = ctx.store.cards.given_up(session_ids=ids)
+        cards = ctx.store.cards.given_up(session_ids=ids, limit=SHOWN + 1)
+    if len(cards) > SHOWN:
+        cards = cards[:SHOWN]
+        render.note(
+            f"more than {SHOWN:,} cards were given up: the oldest {SHOWN:,} are listed; name "
+            "sessions to see theirs (`tickwork webhooks resend --all` sends every one)"
+        )
     render.listing(
         [_view(c) for c in cards],
         _table,
@@ -74,7 +83,7 @@ def resend(
         render.listing([_view(c) for c in cards], _table, json_output=True, none="")
     else:
         for card in cards:
-            render.show(f"{card.key} ({_card(card.kind)}): sent again at the next pass")
+            render.show(f"{card.key} ({_card(card.kind)}): {_next(card.kind)}")
     if not cards:
         of = f" of {', '.join(ids)}" if ids else ""
         render.note(f"no webhook card{of} was given up: nothing to send again")
@@ -86,6 +95,13 @@ def _checked(sessions: list[str] | None) -> list[str] | None:
     if not sessions:
         return None
     return [options.session_id(s) for s in dict.fromkeys(sessions)]
+
+
+def _next(kind: str) -> str:
+    """What a dispatcher does with a card put back, at its next pass."""
+    if kind == "approval_requested":
+        return "sent again at the next pass, if its session still waits (else dropped)"
+    return "sent again at the next pass, where the workers send finished cards"
 
 
 def _card(kind: str) -> str:

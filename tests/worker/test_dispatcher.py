@@ -24,6 +24,7 @@ from tickwork.worker.tick.dispatcher import Dispatched, Dispatcher, dispatch_onc
 from tests.conftest import Clock
 from tests.e2e.conftest import Cli
 from tests.worker.ticking import DANGER, Ticks
+from tickwork import cli_webhooks
 
 
 class Receiver:
@@ -170,7 +171,7 @@ def runbook_commands() -> list[str]:
 
 
 def test_the_runbook_lists_the_cards_given_up_and_sends_them_again(
-    ticks: Ticks, clock: Clock, tmp_path: Path
+    ticks: Ticks, clock: Clock, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """What the runbook tells an operator to run once the receiver is back: the cards given
     up are listed with why, and sent again at the next pass; a card whose session moved on
@@ -198,9 +199,14 @@ def test_the_runbook_lists_the_cards_given_up_and_sends_them_again(
         assert all(r["at"].endswith("Z") for r in listed)  # as every view gives a date
         shown = cli.inline(*listing.split()[1:], session_id, COLUMNS="200").stdout
         assert f"{session_id}:" in shown and moved_on not in shown and "HTTP 503" in shown
+        monkeypatch.setattr(cli_webhooks, "SHOWN", 1)  # more given up than it lists
+        cut = cli.inline(*listing.split()[1:], "--json", ok=False)
+        assert len(cut.json()) == 1 and "more than 1 cards were given up" in cut.stderr
+        monkeypatch.undo()
 
         sent = cli.inline(*sending.split()[1:]).stdout
         assert f"{session_id}:" in sent and f"{moved_on}:" in sent
+        assert "if its session still waits (else dropped)" in sent
 
         assert dispatch_once(ticks.rt, settings) == Dispatched(delivered=1, dropped=1)
         again = cli.inline(*sending.split()[1:], ok=False)
