@@ -19,7 +19,7 @@ SHOWN = 1000
 Sessions = Annotated[
     list[str] | None,
     typer.Argument(
-        metavar="[SESSION]...",
+        metavar="SESSION",
         help="Only the cards of these sessions (ids, whole).",
         show_default=False,
     ),

@@ -138,6 +138,8 @@ def test_a_fork_of_a_dead_lettered_session_resolves_it_and_once_more_asks_again(
     expect(page.locator("#fork-output-s1c0")).to_have_value("hi")
 
     page.goto(f"{stack.url}/#/sessions/{parent}")
+    # the view before may still be drawn, with a step 1 of its own: wait for the parent's
+    expect(page.locator(".bar h2 code")).to_have_text(parent)
     page.click('#timeline section.step[data-step="1"] button.fork-here')
     expect(page.locator("#fork-context-window")).to_have_value("4096")
     page.fill("#fork-context-window", "16000")
@@ -152,6 +154,8 @@ def test_a_fork_of_a_dead_lettered_session_resolves_it_and_once_more_asks_again(
     # once more from the same step: the API refuses (the dead letter is closed) and says
     # how to go on; the page offers that, and keeps what was typed
     page.goto(f"{stack.url}/#/sessions/{parent}")
+    # the view before may still be drawn, with a step 1 of its own: wait for the parent's
+    expect(page.locator(".bar h2 code")).to_have_text(parent)
     page.click('#timeline section.step[data-step="1"] button.fork-here')
     page.fill("#fork-instruction", "try the other way")
     expect(page.locator("#fork-again")).to_be_hidden()
