@@ -157,7 +157,7 @@ def _decide(
     if remote is not None:
         cli_remote.no_name(approver)
         with remote:
-            session_id = remote.session_id(session_id)
+            session_id = cli_remote.acted_on(remote, session_id, "approver")
             name = remote.me().name
             head = remote.decide(session_id, call_id, kind, **kw)
     else:
@@ -179,7 +179,7 @@ def cancel(
     if remote is not None:
         cli_remote.no_name(by)
         with remote:
-            session_id = remote.session_id(session_id)
+            session_id = cli_remote.acted_on(remote, session_id, "approver or operator")
             already = _already_requested(lambda: remote.get(session_id))
             head = already or remote.cancel(session_id)
     else:

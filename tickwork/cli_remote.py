@@ -174,6 +174,20 @@ def client() -> Client | None:
     return Client(url, timeout=request_timeout())
 
 
+def acted_on(remote: Client, given: str, role: str) -> str:
+    """The whole id of the session `given` names, for an action that needs `role`: a token
+    of no role, refused the look-up (a read), is told what the action needs, not reading."""
+    from tickwork.remote import RemoteError
+    from tickwork.remote.plans import refused_for
+
+    try:
+        return remote.session_id(given)
+    except RemoteError as exc:
+        if exc.status != 403:
+            raise
+        raise refused_for(exc, remote.me(), role) from None
+
+
 def request_timeout() -> float:
     """Seconds a request to the server may take: TICKWORK_SERVER_TIMEOUT_S, else the
     client's default (a submit whose repository the server clones may need more)."""

@@ -1092,3 +1092,30 @@ def test_a_custom_id_is_named_by_its_start_with_a_server_as_locally(
     client.submit(TEST_KIND, remote.input(), session_id=f"jobX{tail}.v2-{cli.mode}", model=script)
     assert cli.inline("show", f"job_{tail}.v", "--json").json()["head"]["id"] == mine
     cli.inline("show", f"job_{tail}!", ok=False).error(1, f"no session 'job_{tail}!'")
+
+
+def test_a_decision_by_a_token_of_no_role_says_it_needs_the_approver_role(
+    remote: Remote,
+) -> None:
+    """`tickwork approve|edit|reject` with a token of no role said "reading needs a role"
+    (the session's id is looked up first, a read): a decision needs the approver role,
+    whether the session is named whole or by a start, with a fingerprint or without."""
+    script = remote.script([{"content": "risky", "tool_calls": DANGERS}, {"content": "done"}])
+    sid = remote.deployment.client.submit(TEST_KIND, remote.input(), model=script).id
+    remote.wait(sid, Status.WAITING_APPROVAL)
+    nobody = Cli(remote.env("nobody"), remote.deployment.tmp)
+    for given in (sid, sid[:8]):
+        for decision in (
+            ("approve", given, "s1c0"),
+            ("approve", given, "s1c0", "--fingerprint", "0" * 64),
+            ("edit", given, "s1c1", "--args", '{"value": "B"}'),
+            ("reject", given, "s1c2", "--feedback", "no"),
+        ):
+            said = nobody.inline(*decision, ok=False).error(
+                1, "nobody holds no role; this needs the approver role"
+            )
+            assert "reading" not in said, (decision, said)
+        nobody.inline("cancel", given, ok=False).error(
+            1, "nobody holds no role; this needs the approver or operator role"
+        )
+    assert remote.deployment.client.load(sid).head.status is Status.WAITING_APPROVAL

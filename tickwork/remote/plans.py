@@ -321,6 +321,18 @@ def _waiting_calls(session_id: str) -> Plan[dict[str, Any]]:
     return (yield Call("GET", path, _json))
 
 
+def refused_for(refused: RemoteError, who: Identity, role: str) -> RemoteError:
+    """The server's 403 for a read an action of `role` made first (only a token of no role
+    may not read), said as the action's need: not "reading needs a role"."""
+    held = ", ".join(sorted(who.roles)) or "no role"
+    return RemoteError(
+        f"{who.name} holds {held}; this needs the {role} role",
+        code=refused.code,
+        status=refused.status,
+        details=refused.details,
+    )
+
+
 def _seen_fingerprint(session_id: str, call_id: str) -> Plan[str]:
     """The call's fingerprint as the server has it now: read from the session's waiting
     calls, not its whole timeline (every step, call and event of a long session). A call
@@ -334,14 +346,7 @@ def _seen_fingerprint(session_id: str, call_id: str) -> Plan[str]:
         if exc.status != 403:
             raise
         # only a token of no role may not read: say what a decision needs, not reading
-        who = yield from me()
-        held = ", ".join(sorted(who.roles)) or "no role"
-        raise RemoteError(
-            f"{who.name} holds {held}; this needs the approver role",
-            code=exc.code,
-            status=exc.status,
-            details=exc.details,
-        ) from None
+        raise refused_for(exc, (yield from me()), "approver") from None
     found = _fingerprint(card["calls"], call_id)
     if found is not None:
         return found
