@@ -210,6 +210,25 @@ def test_edit_is_checked_against_the_tool_schema_then_runs(stack: Stack) -> None
     assert f"{session_id}:1:s1c0 staging-db" in stack.deployment.sink_lines("danger.log")
 
 
+def test_an_edit_whose_arguments_are_no_object_names_the_field_and_what_to_send(
+    stack: Stack,
+) -> None:
+    """An edit with `arguments` a JSON array (or a string, a number) was answered with
+    pydantic's own words ("Input should be a valid dictionary"): the 422 names the field,
+    what was sent and what to send; nothing is decided."""
+    session_id = stack.waiting()
+    fingerprint = stack.fingerprint(session_id)
+    for given, sent in (([{"value": "x"}], "a JSON array"), ("x", "a string"), (3, "a number")):
+        body = {"kind": "edit", "fingerprint": fingerprint, "arguments": given}
+        status, error = decide(stack, "bob", session_id, body)
+        assert status == 422 and error["code"] == "invalid_input", error
+        message = str(error["message"])
+        assert "valid dictionary" not in message, message
+        assert f"`arguments` is {sent}" in message, message
+        assert "send the new arguments as one JSON object" in message, message
+    assert stack.deployment.client.load(session_id).decisions == ()
+
+
 def test_an_edit_a_tools_check_raises_on_with_a_bug_is_refused_naming_it(stack: Stack) -> None:
     """A tool's `check` that raises something other than ToolError (a KeyError from a bug)
     made the edit a 500; it is refused as any bad edit is, naming the tool and the error,

@@ -260,6 +260,15 @@ def _with_kind(kind: DecisionKind, field: str, given: JsonSchemaValue) -> JsonSc
 FINGERPRINT_SHOWN = "the call's `fingerprint` in GET /api/v1/approvals/{session_id}?preview=false"
 
 
+def _json_kind(value: object) -> str:
+    """What kind of JSON value `value` is, as a client reads it."""
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    return "a string" if isinstance(value, str) else "a JSON array"
+
+
 class Decide(Body):
     """One person's decision on one waiting call."""
 
@@ -318,6 +327,17 @@ class Decide(Body):
         # pydantic would say only "String should have at least 64 characters"
         if isinstance(given, str):
             whole_fingerprint(given, what="fingerprint", shown=FINGERPRINT_SHOWN)
+        return given
+
+    @field_validator("arguments", mode="before")
+    @classmethod
+    def _arguments_object(cls, given: Any) -> Any:
+        # pydantic would say only "Input should be a valid dictionary"
+        if given is not None and not isinstance(given, dict):
+            raise ValueError(
+                f"`arguments` is {_json_kind(given)}: send the new arguments as one JSON "
+                'object of the tool\'s parameters by name, e.g. {"path": "notes.txt"}'
+            )
         return given
 
     @model_validator(mode="after")
