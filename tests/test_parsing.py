@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from tickwork.fsm.errors import InvalidInput, SessionNotFound
 
+from tickwork import parsing
 from tickwork.parsing import NO_START, ambiguous, one_id
 
 
@@ -29,3 +30,20 @@ def test_a_start_names_its_one_id_refuses_none_as_told_and_names_several() -> No
     many = [f"3f9a0c{n}" for n in range(6)]
     with pytest.raises(ValueError, match=r"start of more than 5 session ids \(.*3f9a0c4, \.\.\.\)"):
         one_id("3f9a0c", many, none=missing, several=told)
+
+
+@pytest.mark.parametrize(
+    ("given", "seconds"),
+    [("90", 90.0), ("90s", 90.0), ("1.5m", 90.0), (" 2H ", 7200.0), ("1d", 86400.0)],
+)
+def test_a_duration_is_seconds_or_a_number_with_a_unit(given: str, seconds: float) -> None:
+    assert parsing.seconds(given, example="--deadline 2h") == seconds
+
+
+def test_a_duration_in_a_unit_not_taken_says_which_units_are() -> None:
+    with pytest.raises(InvalidInput) as weeks:
+        parsing.seconds("1w", example="--deadline 2h")
+    assert str(weeks.value) == (
+        "'1w' is not a duration: give seconds, or a number with s, m, h or d, e.g. --deadline 2h"
+    )
+    assert parsing.seconds("1w", example="--since 1w", units="smhdw") == 7 * 86400

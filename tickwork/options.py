@@ -83,25 +83,13 @@ def _whole(example: str) -> Callable[[str], int]:
     return parse
 
 
-#: a deadline's units, as the page's Deadline field takes them
-_DEADLINE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
 def _deadline(example: str) -> Callable[[str], float]:
-    """A parser of a deadline: seconds, or a number with s, m, h or d (2h), as the page
-    takes it; typer's own said "Input should be a valid number" of `--deadline 2h`. A
-    number out of range is the budget's to refuse, naming it."""
+    """A parser of a deadline (`parsing.seconds`: 2h, as the page takes it); typer's own said
+    "Input should be a valid number" of `--deadline 2h`. A number out of range is the
+    budget's to refuse, naming it."""
 
     def parse(text: str) -> float:
-        given = text.strip().lower()
-        unit = _DEADLINE_UNITS.get(given[-1:], 0)
-        try:
-            return float(given[:-1]) * unit if unit else float(given)
-        except ValueError:
-            raise InvalidInput(
-                f"{text!r} is not a duration: give seconds, or a number with s, m, h or d, "
-                f"e.g. {example}"
-            ) from None
+        return parsing.seconds(text, example=example)
 
     return parse
 

@@ -49,7 +49,10 @@ _DURATION = "|".join(
     rf"[0-9]{{1,{digits}}}(?:\.[0-9]+)?{unit}"
     for unit, digits in (("s", 10), ("m", 9), ("h", 7), ("d", 5), ("w", 5))
 )
+#: a duration's units, in seconds
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+#: the units a deadline takes, as the page's Deadline field (static/submit.js) takes them
+DEADLINE_UNITS = "smhd"
 _YEAR = "(?:000[1-9]|00[1-9][0-9]|0[1-9][0-9]{2}|[1-9][0-9]{3})"
 _LEAP_YEAR = "(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:0[48]|[2468][048]|[13579][26])00)"
 #: a day of the calendar: months of their length, February 29 of leap years only
@@ -82,7 +85,7 @@ def since(text: str | None, *, now: datetime, name: str = "--since") -> datetime
             "10 digits of seconds, 9 of minutes, 7 of hours, 5 of days or weeks)"
         )
     if text[-1] in _UNITS:
-        return now - timedelta(seconds=float(text[:-1]) * _UNITS[text[-1]])
+        return now - timedelta(seconds=seconds(text, example=f"{name} 2h", units="smhdw"))
     at = datetime.fromisoformat(text[:-1] + "Z" if text[-1] == "z" else text)
     if at.tzinfo is None:
         return at.replace(tzinfo=UTC)
@@ -90,6 +93,22 @@ def since(text: str | None, *, now: datetime, name: str = "--since") -> datetime
         return at.astimezone(UTC)
     except OverflowError:  # an offset past the first or the last day: as far as time goes
         return _FIRST if at.year == 1 else _LAST
+
+
+def seconds(text: str, *, example: str, units: str = DEADLINE_UNITS) -> float:
+    """The seconds a duration holds: a number of seconds, or a number with one of `units`
+    (2h), in either case and spaces around. `example` ends the refusal (`--deadline 2h`);
+    a number out of range is the caller's to refuse, naming what it bounds."""
+    given = text.strip().lower()
+    unit = _UNITS[given[-1]] if given and given[-1] in units else 0
+    try:
+        return float(given[:-1]) * unit if unit else float(given)
+    except ValueError:
+        *some, last = units
+        raise InvalidInput(
+            f"{text!r} is not a duration: give seconds, or a number with "
+            f"{', '.join(some)} or {last}, e.g. {example}"
+        ) from None
 
 
 def bad_text(value: str) -> str | None:
