@@ -47,3 +47,20 @@ def test_a_duration_in_a_unit_not_taken_says_which_units_are() -> None:
         "'1w' is not a duration: give seconds, or a number with s, m, h or d, e.g. --deadline 2h"
     )
     assert parsing.seconds("1w", example="--since 1w", units="smhdw") == 7 * 86400
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        ("", "invalid id: it is empty; give an id, or leave id out for a random one"),
+        ("i" * 65, "invalid id: it is 65 characters long; at most 64 characters are taken"),
+        ("a b", "invalid id: session id 'a b' may only hold letters, digits, '_', '-' and '.'"),
+        ("a\n", "invalid id: session id 'a\\n' may only hold letters"),
+    ],
+)
+def test_a_new_session_id_is_refused_saying_what_is_wrong(given: str, said: str) -> None:
+    """The CLI's --id, the API's bodies and the client check a new id in the same words."""
+    assert parsing.new_session_id("run-1.a_b", what="id") == "run-1.a_b"
+    with pytest.raises(InvalidInput) as refused:
+        parsing.new_session_id(given, what="id")
+    assert str(refused.value).startswith(said)

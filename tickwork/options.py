@@ -13,7 +13,6 @@ import getpass
 import inspect
 import json
 import math
-import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
@@ -33,7 +32,7 @@ from tickwork.fsm.forks import (
 from tickwork.fsm.people import check_name
 from tickwork.fsm.tenants import DEFAULT_TENANT, check_tenant
 from tickwork.fsm.values import MAX_PRICE, MIN_PRICE_RATES, PRICE_RATES
-from tickwork.parsing import MAX_SESSION_ID, SESSION_ID_PATTERN, quoted
+from tickwork.parsing import MAX_SESSION_ID, quoted
 
 if TYPE_CHECKING:
     from tickwork.worker.models import Providers
@@ -349,22 +348,7 @@ Again = Annotated[
 def new_session_id(value: str | None) -> str | None:
     """`--id` of a new session (`submit`, `fork`), checked here so that the command says
     what it says with --server (the API's 422 in the remote CLI's words)."""
-    if value is None:
-        return None
-    again = "or leave --id out for a random one"
-    if not value:
-        raise InvalidInput(f"invalid --id: it is empty; give an id, {again}")
-    if len(value) > MAX_SESSION_ID:
-        raise InvalidInput(
-            f"invalid --id: it is {len(value):,} characters long; at most {MAX_SESSION_ID} "
-            f"characters are taken; give a shorter id, {again}"
-        )
-    if not re.fullmatch(SESSION_ID_PATTERN, value):
-        raise InvalidInput(
-            f"invalid --id: session id {value!r} may only hold letters, digits, '_', '-' and "
-            f"'.', up to {MAX_SESSION_ID} characters, and starts with a letter or digit"
-        )
-    return value
+    return None if value is None else parsing.new_session_id(value, what="--id")
 
 
 NewId = Annotated[

@@ -14,7 +14,7 @@ from tickwork.fsm.approvals import FINGERPRINT_LENGTH, HEX_DIGITS, is_whole_fing
 from tickwork.fsm.errors import InvalidInput
 
 #: a duration back from now, each unit with as many digits as stay after year 1
-#: the longest session id (a submitted `--id` as well: `tickwork.writes.SESSION_ID`)
+#: the longest session id (a submitted `--id` as well: `new_session_id`)
 MAX_SESSION_ID = 64
 #: the fewest characters of an id that name its session by their start, as git's short ids
 MIN_ID_PREFIX = 6
@@ -25,6 +25,7 @@ ID_FIRST, ID_CHARS = "A-Za-z0-9", "A-Za-z0-9_.-"
 #: what a whole session id may be (`submit --id`, `fork --id`, the API's bodies): matched
 #: with `re.fullmatch`, as `$` alone lets a trailing newline through
 SESSION_ID_PATTERN = rf"^[{ID_FIRST}][{ID_CHARS}]{{0,{MAX_SESSION_ID - 1}}}$"
+SESSION_ID = re.compile(SESSION_ID_PATTERN)
 #: in words, for refusals
 ID_CHARS_SAID = "letters, digits, '_', '.' and '-', a letter or digit first"
 #: what the API's `id_prefix` takes: the start of a session id, of MIN_ID_PREFIX characters
@@ -109,6 +110,26 @@ def seconds(text: str, *, example: str, units: str = DEADLINE_UNITS) -> float:
             f"{text!r} is not a duration: give seconds, or a number with "
             f"{', '.join(some)} or {last}, e.g. {example}"
         ) from None
+
+
+def new_session_id(value: str, *, what: str) -> str:
+    """The id a new session is given (`submit --id`, `fork --id`, the API bodies' `id`, the
+    client's), checked once for all: SESSION_ID_PATTERN. `what` is how it was given; the
+    refusal says whether it is empty, too long or holds a character no id has."""
+    again = f"or leave {what} out for a random one"
+    if not value:
+        raise InvalidInput(f"invalid {what}: it is empty; give an id, {again}")
+    if len(value) > MAX_SESSION_ID:
+        raise InvalidInput(
+            f"invalid {what}: it is {len(value):,} characters long; at most {MAX_SESSION_ID} "
+            f"characters are taken; give a shorter id, {again}"
+        )
+    if not SESSION_ID.fullmatch(value):
+        raise InvalidInput(
+            f"invalid {what}: session id {value!r} may only hold letters, digits, '_', '-' "
+            f"and '.', up to {MAX_SESSION_ID} characters, and starts with a letter or digit"
+        )
+    return value
 
 
 def bad_text(value: str) -> str | None:

@@ -7,7 +7,6 @@ import contextlib
 import functools
 import getpass
 import logging
-import re
 import uuid
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
@@ -56,11 +55,10 @@ from tickwork.worker.tick.runtime import utc_now
 
 from .blobs import bring_back
 from .deployment import Deployment
-from .parsing import SESSION_ID_PATTERN, storable
+from .parsing import SESSION_ID, new_session_id, storable
 
 #: the client's log, named as before the facades (operators filter on it)
 log = logging.getLogger("tickwork.client")
-SESSION_ID = re.compile(SESSION_ID_PATTERN)
 
 
 class Writes(Deployment):
@@ -210,11 +208,8 @@ class Writes(Deployment):
                 raise
             # the deployment's default: the submitter gave no spec to correct
             raise InvalidModelSpec(f"invalid setting TICKWORK_MODEL: {exc.message}") from None
-        if session_id is not None and not SESSION_ID.fullmatch(session_id):
-            raise InvalidInput(
-                f"session id {session_id!r} may only hold letters, digits, "
-                "'_', '-' and '.', up to 64 characters"
-            )
+        if session_id is not None:
+            new_session_id(session_id, what="session_id")
         self._check_unused(session_id)
         _numbers(budgets or {})
         limits = self.budgets(job.budgets, role.budgets, budgets or {})
@@ -433,11 +428,8 @@ class Writes(Deployment):
         at a time)."""
         if isinstance(from_step, bool) or not isinstance(from_step, int):
             raise InvalidInput(f"from_step must be a whole number (a step), got {from_step!r}")
-        if new_id is not None and not SESSION_ID.fullmatch(new_id):
-            raise InvalidInput(
-                f"session id {new_id!r} may only hold letters, digits, "
-                "'_', '-' and '.', up to 64 characters"
-            )
+        if new_id is not None:
+            new_session_id(new_id, what="new_id")
         self._check_unused(new_id)
         by = check_name(by, what="by")
         if model is not None:

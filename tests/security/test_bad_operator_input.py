@@ -274,7 +274,7 @@ def test_a_fork_patching_an_unknown_call_or_with_bad_budgets_is_refused(env: Env
 @pytest.mark.parametrize("new_id", ["x'; DROP TABLE t; --", "a" * 100])
 def test_a_fork_with_an_invalid_new_id_is_refused(env: Env, new_id: str) -> None:
     session_id = waiting(env)
-    with pytest.raises(InvalidInput, match="may only hold"):
+    with pytest.raises(InvalidInput, match="invalid new_id: "):
         env.client.fork(session_id, from_step=1, by="ops", new_id=new_id)
 
 

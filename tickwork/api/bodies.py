@@ -29,7 +29,7 @@ from tickwork.fsm.context import MAX_WINDOW, MIN_WINDOW
 from tickwork.fsm.forks import MAX_INSTRUCTION_CHARS, MAX_SYSTEM_PROMPT_CHARS
 from tickwork.fsm.tenants import TENANT_PATTERN
 from tickwork.fsm.values import MAX_PRICE, MIN_PRICE_RATES, PRICE_RATES, DecisionKind
-from tickwork.parsing import SESSION_ID_PATTERN
+from tickwork.parsing import SESSION_ID_PATTERN, new_session_id
 from tickwork.parsing import fingerprint as whole_fingerprint
 
 from .inputs import RepairInput
@@ -55,12 +55,7 @@ PRICE_COUNTS = (MIN_PRICE_RATES, len(PRICE_RATES))
 
 
 def _session_id(value: str | None) -> str | None:
-    if value is not None and not re.fullmatch(SESSION_ID_PATTERN, value):
-        raise ValueError(
-            f"session id {value!r} may only hold letters, digits, '_', '-' and '.', "
-            "up to 64 characters, and starts with a letter or digit"
-        )
-    return value
+    return None if value is None else new_session_id(value, what="id")
 
 
 #: a whole number of a body: strict, so `true` or `"2"` is a 422 naming the field and the

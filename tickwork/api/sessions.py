@@ -19,7 +19,6 @@ from tickwork.fsm.people import MAX_NAME, NAME_PATTERN
 from tickwork.fsm.tenants import TENANT_PATTERN
 from tickwork.fsm.values import ErrorCode, EventKind, Head, Session, Status
 from tickwork.parsing import ID_CHARS_SAID, ID_PREFIX_PATTERN, MAX_SESSION_ID, MIN_ID_PREFIX
-from tickwork.writes import SESSION_ID
 
 from . import bodies, previews, retries
 from .answers import EventPage, Identity, Listed, ListedArchived, SessionView
@@ -439,13 +438,6 @@ def run_fork(
     *,
     by: str,
 ) -> Head:
-    if body.id is not None and not SESSION_ID.fullmatch(body.id):
-        raise ApiError(
-            422,
-            "invalid_input",
-            f"session id {body.id!r} may only hold letters, "
-            "digits, '_', '-' and '.', up to 64 characters",
-        )
     # the model a submit over the API may name, and no other (a script only from the roots)
     model = allowed_model(body.model, request.app.state.api_settings)
 
