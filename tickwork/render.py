@@ -304,7 +304,11 @@ def sessions_table(heads: Iterable[Mapping[str, Any]]) -> Table:
             if h["awaiting"]
             else QUEUED
             if h["status"] == "queued"
-            else _not_run(h) or _stale_build(h) or _repaired_nothing(h) or _still_failing(h)
+            else _not_run(h)
+            or _stale_build(h)
+            or _lacking_plugins(h)
+            or _repaired_nothing(h)
+            or _still_failing(h)
         )
         created = datetime.fromisoformat(h["created_at"]).strftime("%m-%d %H:%M")
         cells: list[RenderableType] = [
@@ -343,6 +347,14 @@ def _stale_build(h: Mapping[str, Any]) -> str:
     extension modules were not rebuilt: `stale_build`), else ''."""
     tests = (h.get("result") or {}).get("tests")
     why = tests.get("stale_build") if isinstance(tests, Mapping) else None
+    return reason_said(why) if why and isinstance(why, str) else ""
+
+
+def _lacking_plugins(h: Mapping[str, Any]) -> str:
+    """Why a finished repair's final tests failed whatever its patch (pytest found no fixture
+    of a plugin the environment lacks: `lacking_plugins`), else ''."""
+    tests = (h.get("result") or {}).get("tests")
+    why = tests.get("lacking_plugins") if isinstance(tests, Mapping) else None
     return reason_said(why) if why and isinstance(why, str) else ""
 
 

@@ -272,16 +272,24 @@ def test_a_repair_whose_tests_ran_old_compiled_code_says_so_as_show_does(
     line, the page showed neither. Its summary now has both. (The session's result is the
     repair job's record, put into the API's answer: a real one builds a C extension.)"""
     from playwright.sync_api import expect
+    from tickwork.fsm.outcomes import lacking_fixtures
     from tickwork.worker.files.versions import unrebuilt_note
 
     session_id = stack.submit(ECHO, prefix="stale")
     stack.wait(session_id, Status.COMPLETED)
     stale = unrebuilt_note(["pkg/_speedups.c"], ["pkg/_speedups.cpython-311-x86_64-linux-gnu.so"])
     tests = {"command": "python3 -m pytest", "exit_code": 0, "passed": True, "timed_out": False}
+    # and, as `show` and `ls` say it, the plugin whose fixtures its tests lacked
+    lacking = lacking_fixtures("E       fixture 'mocker' not found")
 
     def as_a_repair(route: Any) -> None:
         view = route.fetch().json()
-        view["head"]["result"]["tests"] = {**tests, "output": "1 passed", "stale_build": stale}
+        view["head"]["result"]["tests"] = {
+            **tests,
+            "output": "1 passed",
+            "stale_build": stale,
+            "lacking_plugins": lacking,
+        }
         route.fulfill(json=view)
 
     page.route(f"**/api/v1/sessions/{session_id}", as_a_repair)
@@ -289,6 +297,7 @@ def test_a_repair_whose_tests_ran_old_compiled_code_says_so_as_show_does(
     shown = page.locator("#final-tests")
     expect(shown.locator("p.meta")).to_have_text("Final tests: python3 -m pytest exit 0, passed")
     expect(shown.locator("#stale-build")).to_have_text(stale)
+    expect(shown.locator("#lacking-plugins")).to_have_text(str(lacking))
     assert "did not rebuild pkg/_speedups.cpython-311" in stale
     # a refresh of the view may be in the handler still: let it answer before the route goes
     page.unroute_all(behavior="wait")

@@ -18,7 +18,7 @@ import pytest
 from rich.console import Console
 from tickwork.fsm.errors import InvalidInput, PatchDoesNotApply
 from tickwork.fsm.outcomes import Outcome, repair_outcome
-from tickwork.fsm.values import Head
+from tickwork.fsm.values import Head, Status
 from tickwork.store.artifacts import DirectoryArtifacts
 from tickwork.worker.config.secrets import Masker
 from tickwork.worker.files import sources, versions
@@ -33,7 +33,7 @@ from tickwork.worker.observers.webhooks import finished_card
 from tickwork.worker.sandbox.shell import run_shell
 from tickwork.worker.tools.patches import apply_patch
 
-from tickwork import render, testing
+from tickwork import render, testing, views
 from tickwork.cli_demo import DEMO_EXAMPLE, DEMO_SCRIPT, demo_input, prepare_demo_workspace
 from tickwork.patches import apply_patch as apply_session_patch
 
@@ -720,6 +720,13 @@ def test_a_final_test_run_lacking_a_plugin_s_fixture_says_which_plugin(project: 
     for part in render.outcome(done.model_dump(mode="json"), []):
         shown.print(part)
     assert "fixture 'mocker' (of pytest-mock)" in shown.export_text()
+    # `ls`'s note and the webhook card say it too, not only `show`
+    ended = done.model_copy(update={"status": Status.COMPLETED})
+    listed = Console(width=400, record=True)
+    listed.print(render.sessions_table([views.head(ended)]))
+    assert "pytest found no fixture 'mocker' (of pytest-mock)" in listed.export_text()
+    card = finished_card(ended, status="completed", data={}, public_url="", at=T0, masker=Masker())
+    assert card["session"]["lacking_plugins"] == tests["lacking_plugins"]
     passing = run_final_tests(head_for({"test_command": "python3 -c 'print(1)'"}), project)
     assert "lacking_plugins" not in passing
     # the model's run_tests says it too, so that it does not mend the code for it

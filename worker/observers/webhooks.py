@@ -145,7 +145,10 @@ def finished_card(
             "passed_before": _passed_before(head.result),
             #: why a repair's final tests said nothing of its change to C code (the
             #: extension modules setup built were not rebuilt): None when they did
-            "stale_build": _stale_build(head.result, masker),
+            "stale_build": _tests_note(head.result, "stale_build", masker),
+            #: why a repair's final tests failed whatever its patch (pytest found no
+            #: fixture of a plugin the environment lacks): None when none was lacking
+            "lacking_plugins": _tests_note(head.result, "lacking_plugins", masker),
             "steps": head.step,
             "tokens": head.tokens,
             "cost_usd": head.cost_usd,
@@ -171,10 +174,11 @@ def _failed_before(result: dict[str, Any], masker: Masker) -> dict[str, Any] | N
     return {"count": found["count"], "of": found["of"], "tests": tests}
 
 
-def _stale_build(result: dict[str, Any], masker: Masker) -> str | None:
-    """The final tests' `stale_build` (`versions.unrebuilt_note`), masked; else None."""
+def _tests_note(result: dict[str, Any], key: str, masker: Masker) -> str | None:
+    """The final tests' note `key` (`stale_build`: `versions.unrebuilt_note`;
+    `lacking_plugins`: `outcomes.lacking_fixtures`), masked; else None."""
     tests = result.get("tests")
-    said = tests.get("stale_build") if isinstance(tests, dict) else None
+    said = tests.get(key) if isinstance(tests, dict) else None
     return masker.text(said) if isinstance(said, str) and said else None
 
 

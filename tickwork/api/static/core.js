@@ -244,7 +244,8 @@ export function headSummary(head) {
 }
 
 // a repair's final test run, as `tickwork show` says it (render._tests): its command, how it
-// ended, and why it said nothing of a change to compiled code (`stale_build`)
+// ended, why it said nothing of a change to compiled code (`stale_build`), and the plugin
+// whose fixtures its tests lacked whatever the patch (`lacking_plugins`)
 function finalTests(tests) {
   if (!tests || typeof tests !== "object") return null;
   let ended = ` exit ${tests.exit_code}, ${tests.passed === true ? "passed" : "failed"}`;
@@ -256,7 +257,9 @@ function finalTests(tests) {
     el("p", { class: "meta" }, "Final tests: ",
       el("code", {}, tests.command || ""), ended),
     typeof tests.stale_build === "string" && tests.stale_build
-      ? el("p", { class: "warn", id: "stale-build" }, tests.stale_build) : null);
+      ? el("p", { class: "warn", id: "stale-build" }, tests.stale_build) : null,
+    typeof tests.lacking_plugins === "string" && tests.lacking_plugins
+      ? el("p", { class: "warn", id: "lacking-plugins" }, tests.lacking_plugins) : null);
 }
 
 // a unified diff, a line each, coloured by what the line does
