@@ -66,3 +66,31 @@ def test_a_closed_dead_letter_has_nothing_left_to_do_and_show_says_next_for_an_o
     console.print(dead_letter_header(letter("BUDGET_STEPS", max_steps=3)))
     shown = console.export_text()
     assert "next         tickwork dlq fork 7 --from-step 3 --max-steps 6" in shown
+
+
+def test_a_spent_tenant_day_is_forked_after_the_quota_resets_or_is_raised() -> None:
+    spent = {**letter("BUDGET_COST", max_cost_usd=5.0), "message": "tenant acme spent its day"}
+    spent["session"]["head"]["tenant"] = "acme"
+    fork = remedies(spent)[0]
+    assert fork.startswith("tickwork dlq fork 7 --from-step 3  (after tenant acme's quota")
+    assert "`max_usd_per_day` resets at UTC midnight" in fork
+    assert "TICKWORK_TENANTS_FILE" in fork
+    assert "once what failed it is mended" not in fork
+
+
+@pytest.mark.parametrize(
+    ("code", "budgets", "fork"),
+    [
+        ("BUDGET_COST", {"max_cost_usd": 500000.0}, "--max-cost-usd 1000000  ("),
+        ("BUDGET_COST", {"max_cost_usd": 0.00000005}, "--max-cost-usd 0.0000001  ("),
+        ("BUDGET_COST", {"max_cost_usd": 1.25}, "--max-cost-usd 2.5  ("),
+        ("DEADLINE", {"deadline_s": 604800.0}, "--deadline 1209600  ("),
+        ("BUDGET_TOKENS", {"max_tokens": 500000}, "--max-tokens 1000000  ("),
+    ],
+)
+def test_a_raised_budget_is_written_as_the_option_takes_it_never_in_exponent_form(
+    code: str, budgets: dict[str, Any], fork: str
+) -> None:
+    said = remedies(letter(code, **budgets))[0]
+    assert fork in said, said
+    assert "e+" not in said and "e-" not in said

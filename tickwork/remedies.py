@@ -7,12 +7,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-#: a budget's code: the fork option that raises it, its budget field, and how to print a value
+from .parsing import plain
+
+#: a budget's code: the fork option that raises it and its budget field
 _RAISED = {
-    "BUDGET_STEPS": ("--max-steps", "max_steps", lambda v: f"{int(v)}"),
-    "BUDGET_TOKENS": ("--max-tokens", "max_tokens", lambda v: f"{int(v)}"),
-    "BUDGET_COST": ("--max-cost-usd", "max_cost_usd", lambda v: f"{v:g}"),
-    "DEADLINE": ("--deadline", "deadline_s", lambda v: f"{v:g}"),
+    "BUDGET_STEPS": ("--max-steps", "max_steps"),
+    "BUDGET_TOKENS": ("--max-tokens", "max_tokens"),
+    "BUDGET_COST": ("--max-cost-usd", "max_cost_usd"),
+    "DEADLINE": ("--deadline", "deadline_s"),
 }
 
 
@@ -29,7 +31,7 @@ def remedies(letter: Mapping[str, Any]) -> list[str]:
     said: list[str] = []
     # a tenant's day quota spent (the message names the tenant) is no budget of the session
     if code in _RAISED and not (code == "BUDGET_COST" and "tenant" in letter["message"]):
-        option, field, shown = _RAISED[code]
+        option, field = _RAISED[code]
         budget = (head.get("budgets") or {}).get(field)
         if isinstance(budget, int | float) and budget > 0:
             counts = (
@@ -38,9 +40,16 @@ def remedies(letter: Mapping[str, Any]) -> list[str]:
                 else f"steps 1..{step} count against it"
             )
             said.append(
-                f"{fork} {step} {option} {shown(budget * 2)}  (twice the budget it ran out "
+                f"{fork} {step} {option} {plain(budget * 2)}  (twice the budget it ran out "
                 f"of; {counts})"
             )
+    elif code == "BUDGET_COST":  # the tenant's day quota: the fork waits for its next day
+        tenant = head.get("tenant") or "its tenant"
+        said.append(
+            f"{fork} {step}  (after tenant {tenant}'s quota `max_usd_per_day` resets at UTC "
+            "midnight: a fork counts to the day it is made; or raise the quota in "
+            "TICKWORK_TENANTS_FILE)"
+        )
     elif code == "LOOP":
         before = _before_loop(session.get("steps") or ())
         said.append(

@@ -33,6 +33,7 @@ from tickwork.fsm.wording import counted
 
 from . import views
 from .flags import by_settings, in_flags
+from .parsing import plain
 from .remedies import remedies
 
 STATUS_STYLE = {
@@ -624,7 +625,7 @@ def _header(
     grid.add_column(style="bold")
     grid.add_column()
     b = h["budgets"]
-    cost_limit = f"${b['max_cost_usd']:g}" if b["max_cost_usd"] else "no cost budget"
+    cost_limit = f"${plain(b['max_cost_usd'])}" if b["max_cost_usd"] else "no cost budget"
     rows: list[tuple[str, RenderableType]] = [
         ("session", Text(h["id"])),
         ("status", head_status(h)),
@@ -639,7 +640,7 @@ def _header(
             "budgets",
             f"steps {h['step']}/{b['max_steps']} · tokens {h['tokens']:,}/"
             f"{b['max_tokens']:,} · cost ${h['cost_usd']:.4f}/{cost_limit} · "
-            f"deadline {b['deadline_s']:g}s",
+            f"deadline {plain(b['deadline_s'])}s",
         ),
     ]
     if cancelling(h):

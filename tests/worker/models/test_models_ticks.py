@@ -371,3 +371,18 @@ def test_show_says_a_model_call_is_being_retried(ticks: Ticks, tmp_path: Path) -
     shown = _shown(ticks, head.id)
     assert f"retrying the model: attempt 2 of 6, next at {due} (attempt 1 failed: 503" in shown
     assert "retrying the model" not in _shown(ticks, ticks.run(head.id).id)
+
+
+def test_show_writes_large_budgets_in_full_not_in_exponent_form(ticks: Ticks) -> None:
+    import io
+
+    from rich.console import Console
+
+    from tickwork import render, views
+
+    budgets = {"max_cost_usd": 1_000_000, "deadline_s": 1_209_600}
+    head = ticks.client.submit(KIND, {}, model="openai:gpt-4o-mini", budgets=budgets)
+    console = Console(width=200, file=io.StringIO(), record=True)
+    console.print(render.timeline(views.session(ticks.store.load(head.id))))
+    shown = console.export_text()
+    assert "/$1000000 · deadline 1209600s" in shown, shown
