@@ -738,15 +738,30 @@ def _outputs_too_large(outputs: dict[str, str]) -> Iterator[None]:
     except RemoteError as exc:
         if exc.status != 413 or not outputs:
             raise
-        call, text = max(outputs.items(), key=lambda item: len(item[1]))
         raise RemoteError(
-            f"{exc.message}: the longest tool output given, {call}'s, is {len(text):,} "
-            "characters; a tool's output is at most the server's TICKWORK_MAX_OUTPUT_CHARS "
-            "(20,000 unless its operator set another): give a shorter one",
+            f"{exc.message}: {_outputs_said(outputs, exc.details.get('limit'))}",
             code=exc.code,
             status=exc.status,
             details=exc.details,
         ) from None
+
+
+def _outputs_said(outputs: dict[str, str], limit: object) -> str:
+    """Which of the tool `outputs` given make a body over the server's `limit` (bytes; None
+    from a server that does not say it): the one over it alone, else all of them."""
+    sizes = {call: len(text.encode("utf-8", "surrogatepass")) for call, text in outputs.items()}
+    call, largest = max(sizes.items(), key=lambda item: item[1])
+    if len(sizes) == 1 or (isinstance(limit, int) and largest > limit):
+        return (
+            f"the tool output given for {call} is {largest:,} bytes, more than a whole request "
+            "may be; a tool's output is at most the server's TICKWORK_MAX_OUTPUT_CHARS "
+            "characters (20,000 unless its operator set another): give a shorter one"
+        )
+    return (
+        f"the {len(sizes)} tool outputs given are {sum(sizes.values()):,} bytes in all (the "
+        f"largest, {call}'s, {largest:,}), more than a whole request may be: give shorter "
+        "ones, or fewer"
+    )
 
 
 def print_head(head: Head, json_output: bool, line: str) -> None:

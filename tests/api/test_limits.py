@@ -118,6 +118,7 @@ def test_a_body_over_the_limit_is_413_by_its_content_length(small: str) -> None:
     status, text = raw_request(small, head, [b"x" * 65536] * 20)
     assert status == 413, text
     assert "over 4000 bytes" in text and "TICKWORK_API_MAX_BODY_BYTES" in text
+    assert '"limit":4000' in text  # for a client to say which of what it sent is over it
 
 
 def test_a_chunked_body_over_the_limit_is_413_once_it_passes_the_limit(small: str) -> None:

@@ -201,8 +201,37 @@ def test_a_fork_with_a_tool_output_past_what_is_taken_names_the_call(
         "--tool-output-file",
         f"s1c0={big}",
         ok=False,
-    ).error(2, "s1c0", "1,100,000 characters", "TICKWORK_MAX_OUTPUT_CHARS", "give a shorter one")
+    ).error(2, "s1c0", "1,100,000 ", "TICKWORK_MAX_OUTPUT_CHARS", "give a shorter one")
     assert remote.deployment.client.dead_letter(session_id).resolved_at is None
+
+
+def test_a_fork_whose_tool_outputs_together_are_past_the_body_limit_names_their_total(
+    remote: Remote, tmp_path: Path
+) -> None:
+    """Neither output alone is over the API's body limit (1 MB): the refusal names their
+    total and the limit, not the longest as if it were over a limit of its own."""
+    (session_id,) = _failed(remote, 1)
+    short, long = tmp_path / "short.txt", tmp_path / "long.txt"
+    short.write_text("x" * 500_000)
+    long.write_text("y" * 600_000)
+    refused = ModeCli(remote, "remote").inline(
+        "fork",
+        session_id,
+        "--from-step",
+        "1",
+        "--tool-output-file",
+        f"s1c0={short}",
+        "--tool-output-file",
+        f"s1c1={long}",
+        ok=False,
+    )
+    refused.error(
+        2,
+        "over 1048576 bytes (TICKWORK_API_MAX_BODY_BYTES)",
+        "the 2 tool outputs given are 1,100,000 bytes in all",
+        "s1c1's, 600,000",
+    )
+    assert "TICKWORK_MAX_OUTPUT_CHARS" not in refused.stderr
 
 
 def _at_rest(remote: Remote, timeout_s: float = 60.0) -> None:

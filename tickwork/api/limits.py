@@ -83,6 +83,7 @@ class BodyLimit:
             413,
             "too_large",
             f"the request body is over {self.limit} bytes (TICKWORK_API_MAX_BODY_BYTES); send less",
+            limit=self.limit,
         )
         await refuse_unread(refusal, scope, receive, send)
 
