@@ -134,6 +134,29 @@ class KeptUsage:
     cost_usd: float
 
 
+@dataclass(frozen=True)
+class TokenPrice:
+    """What a token of the fork's model costs in USD, the prompt's and the completion's
+    (0: unpriced), for the budget check of its next model call."""
+
+    prompt_usd: float = 0.0
+    completion_usd: float = 0.0
+
+
+#: no price: the cost budget counts what the kept steps spent only
+UNPRICED = TokenPrice()
+
+
+def next_prompt(steps: Sequence[Step], *, same_model: bool) -> int:
+    """The fewest tokens the next model call after `steps` reads, as the runtime estimates
+    it before the call (`tickwork.worker.models.pricing.next_call`): what the last reply
+    read and wrote, which the transcript now holds; 0 after another step, or on another
+    model (whose tokenizer counts its own)."""
+    if not steps or not same_model or steps[-1].kind is not StepKind.REPLY:
+        return 0
+    return steps[-1].usage.total
+
+
 def kept_usage(steps: Sequence[Step]) -> KeptUsage:
     """The steps, tokens and cost of `steps`, the steps a fork keeps of its parent."""
     return KeptUsage(
@@ -144,14 +167,21 @@ def kept_usage(steps: Sequence[Step]) -> KeptUsage:
 
 
 def fork(
-    parent: Session, *, new_id: str, from_step: int, patch: ForkPatch, by: str, now: datetime
+    parent: Session,
+    *,
+    new_id: str,
+    from_step: int,
+    patch: ForkPatch,
+    by: str,
+    now: datetime,
+    price: TokenPrice = UNPRICED,
 ) -> Session:
     """A new session holding the parent's steps 1..`from_step`, with `patch` applied.
 
     Calls of the kept steps that never got an observation run again (asking a person
     first where the call needed approval). Counters are recomputed from the kept steps
-    and count against the fork's budgets (InvalidBudget if they use one up); the deadline
-    counts from the fork.
+    and count against the fork's budgets (InvalidBudget if they, with the next model
+    call's prompt at `price`, leave its answer no room); the deadline counts from the fork.
     """
     last = parent.head.step
     if not 0 <= from_step <= last:
@@ -179,7 +209,8 @@ def fork(
         raise InvalidInput(f"invalid budget in the fork patch: {exc}") from exc
     priority, concurrency_key, max_per_key = fork_admission(parent.head, patch)
     usage = kept_usage(steps)
-    if (used_up := _used_up(budgets, usage)) is not None:
+    ahead = next_prompt(steps, same_model=(patch.model or parent.head.model) == parent.head.model)
+    if (used_up := _used_up(budgets, usage, ahead=ahead, price=price)) is not None:
         raise InvalidBudget(f"session {parent.head.id}: {used_up}")
 
     observations: list[Observation] = []
@@ -343,9 +374,14 @@ def _summarised(patch: ForkPatch, steps: tuple[Step, ...]) -> str | None:
     )
 
 
-def _used_up(budgets: Budgets, usage: KeptUsage) -> str | None:
-    """What budget of a fork its kept steps (`usage`) have used up, or None: a fork counts
-    their steps, tokens and cost against its budgets, so one at or below them fails at once."""
+def _used_up(
+    budgets: Budgets, usage: KeptUsage, *, ahead: int = 0, price: TokenPrice = UNPRICED
+) -> str | None:
+    """What budget of a fork its kept steps (`usage`) have used up, or leave no room for
+    the answer of its next model call, whose prompt is `ahead` tokens at `price`, or None:
+    a fork counts their steps, tokens and cost against its budgets, and the runtime stops
+    a session before a call whose prompt leaves it no completion token
+    (`tickwork.fsm.budgets.exhausted_budget`), so one at or below them fails at once."""
     if not usage.steps:
         return None
     kept = f"steps 1..{usage.steps} are kept"
@@ -356,15 +392,30 @@ def _used_up(budgets: Budgets, usage: KeptUsage) -> str | None:
             f"{kept} and count against `max_steps`, which is {budgets.max_steps}; "
             f"give `max_steps` above {usage.steps}"
         )
-    if budgets.max_tokens <= tokens:
+    prompt = (
+        f", and the next model call's prompt is estimated at {ahead:,} more tokens (what the "
+        "last kept reply read and wrote)"
+        if ahead
+        else ""
+    )
+    if budgets.max_tokens <= tokens + ahead:
         return (
             f"{kept} and used {tokens:,} tokens, which count against `max_tokens` "
-            f"({budgets.max_tokens:,}); give `max_tokens` above {tokens:,}"
+            f"({budgets.max_tokens:,}){prompt}; give `max_tokens` above {tokens + ahead:,}"
         )
-    if budgets.limits_cost and budgets.max_cost_usd <= cost:
+    ahead_usd = ahead * price.prompt_usd
+    # the answer needs room for one completion token at least, as the runtime's cap does
+    needed = cost + ahead_usd + price.completion_usd
+    if budgets.limits_cost and (budgets.max_cost_usd <= cost or budgets.max_cost_usd < needed):
+        more = (
+            f", and the next model call's prompt is estimated at ${ahead_usd:.4f} more"
+            if (ahead_usd)
+            else ""
+        )
+        floor = max(needed, cost)
         return (
             f"{kept} and spent ${cost:.4f}, which counts against `max_cost_usd` "
-            f"(${budgets.max_cost_usd:g}); give `max_cost_usd` above {cost:.4f}"
+            f"(${budgets.max_cost_usd:g}){more}; give `max_cost_usd` above {floor:.4f}"
         )
     return None
 

@@ -20,7 +20,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from tickwork.fsm.admission import Admission, TenantLimit
-from tickwork.fsm.forks import ForkPatch
+from tickwork.fsm.forks import UNPRICED, ForkPatch, TokenPrice
 from tickwork.fsm.joins import Join
 from tickwork.fsm.machine import Change
 from tickwork.fsm.tenants import Quotas
@@ -160,6 +160,7 @@ class Sessions(Protocol):
         archived: tuple[Session, Sequence[Saved]] | None = None,
         quotas: Quotas | None = None,
         limit: TenantLimit | None = None,
+        price: TokenPrice = UNPRICED,
     ) -> Head:
         """A new session from the parent's step `from_step` with `patch`; `archived`: the
         parent whole and its file changes, read back from the archive. `quotas` and

@@ -27,7 +27,13 @@ from tickwork.fsm.errors import (
     ToolError,
     UnpricedModel,
 )
-from tickwork.fsm.forks import ForkPatch, check_instruction, check_system_prompt, fork_admission
+from tickwork.fsm.forks import (
+    ForkPatch,
+    TokenPrice,
+    check_instruction,
+    check_system_prompt,
+    fork_admission,
+)
 from tickwork.fsm.kinds import SessionKind, kind_of
 from tickwork.fsm.people import check_name
 from tickwork.fsm.tenants import DEFAULT_TENANT, check_tenant
@@ -504,6 +510,18 @@ class Writes(Deployment):
             max_per_key=max_per_key,
         )
         fork_admission(parent, patch)  # refused before an archived parent's files come back
+        # the fork's price, as its first THINK finds it: its next prompt must fit its budgets
+        priced_config = {k: v for k, v in parent.config.items() if k != "price" or model is None}
+        if priced is not None:
+            priced_config["price"] = priced
+        found = session_price(
+            model or parent.model, priced_config, self.settings.prices, providers=self.providers
+        )
+        price = (
+            TokenPrice()
+            if found is None
+            else TokenPrice(prompt_usd=found.prompt / 1e6, completion_usd=found.completion / 1e6)
+        )
         # a fork is a new session of the tenant, held to its quotas and admission as a
         # submit is: else one past its day's dollars or its queue forks from step 0
         quotas = self.tenants.quotas(parent.tenant)
@@ -522,6 +540,7 @@ class Writes(Deployment):
             again=again,
             quotas=quotas if limited else None,
             limit=self.admission.of(parent.tenant),
+            price=price,
         )
         if archived is not None:
             bring_back(*archived, artifacts=self.artifacts, files=self.files)

@@ -5,8 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from tickwork.fsm.budgets import NextCall, exhausted_budget
 from tickwork.fsm.errors import ForkOutOfRange, InvalidBudget, InvalidInput
-from tickwork.fsm.forks import MAX_INSTRUCTION_CHARS, ForkPatch, KeptUsage, fork, kept_usage
+from tickwork.fsm.forks import (
+    MAX_INSTRUCTION_CHARS,
+    ForkPatch,
+    KeptUsage,
+    TokenPrice,
+    fork,
+    kept_usage,
+)
 from tickwork.fsm.machine import CallModel, start_think
 from tickwork.fsm.transcript import messages
 from tickwork.fsm.values import CallState, EventKind, Session, Status, Step, StepKind
@@ -152,7 +160,9 @@ def test_invalid_budget_patch_is_refused(
         ),
         (
             {"max_tokens": 330},
-            "used 330 tokens, which count against `max_tokens` (330); give `max_tokens` above 330",
+            "used 330 tokens, which count against `max_tokens` (330), and the next model "
+            "call's prompt is estimated at 220 more tokens (what the last kept reply read and "
+            "wrote); give `max_tokens` above 550",
         ),
         (
             {"max_cost_usd": 0.01},
@@ -175,7 +185,7 @@ def test_a_budget_the_kept_steps_used_up_is_refused(
 
 
 @pytest.mark.parametrize(
-    "budgets", [{"max_steps": 3}, {"max_tokens": 331}, {"max_cost_usd": 0.021}, {"max_cost_usd": 0}]
+    "budgets", [{"max_steps": 3}, {"max_tokens": 551}, {"max_cost_usd": 0.021}, {"max_cost_usd": 0}]
 )
 def test_a_budget_above_what_the_kept_steps_used_is_taken(
     build: Any, parent: Session, budgets: dict[str, Any]
@@ -183,6 +193,56 @@ def test_a_budget_above_what_the_kept_steps_used_is_taken(
     assert forked(build, parent, 2, budgets=budgets).head.budgets.model_dump().items() >= (
         budgets.items()
     )
+
+
+@pytest.mark.parametrize("max_tokens", [331, 550])
+def test_a_token_budget_that_leaves_the_next_prompt_no_room_is_refused(
+    build: Any, parent: Session, max_tokens: int
+) -> None:
+    """A fork whose kept steps fit its `max_tokens`, but not with the next call's prompt
+    (the transcript the last kept reply ends), failed at once with BUDGET_TOKENS."""
+    head = parent.head.model_copy(
+        update={"status": Status.READY, "step": 2, "tokens": 330, "cost_usd": 0.02}
+    )
+    ahead = NextCall(tokens=parent.steps[1].usage.total)
+    tight = head.model_copy(
+        update={"budgets": head.budgets.model_copy(update={"max_tokens": max_tokens})}
+    )
+    assert exhausted_budget(tight, now=build.at(0), next_call=ahead) is not None
+    with pytest.raises(InvalidBudget, match="give `max_tokens` above 550"):
+        forked(build, parent, 2, budgets={"max_tokens": max_tokens})
+    child = forked(build, parent, 2, budgets={"max_tokens": 551})
+    assert exhausted_budget(child.head, now=child.head.created_at, next_call=ahead) is None
+
+
+def test_a_cost_budget_that_leaves_the_next_prompt_no_room_is_refused(
+    build: Any, parent: Session
+) -> None:
+    """As for tokens: the next prompt at the model's price counts against `max_cost_usd`."""
+    price = TokenPrice(prompt_usd=1e-4, completion_usd=2e-4)  # 220 tokens: $0.022
+    with pytest.raises(InvalidBudget) as raised:
+        fork(
+            parent,
+            new_id="fork-1",
+            from_step=2,
+            patch=ForkPatch(budgets={"max_cost_usd": 0.03}),
+            by="alice",
+            now=build.at(1000),
+            price=price,
+        )
+    assert "the next model call's prompt is estimated at $0.0220 more" in str(raised.value)
+    assert "give `max_cost_usd` above 0.0422" in str(raised.value)
+    child = fork(
+        parent,
+        new_id="fork-1",
+        from_step=2,
+        patch=ForkPatch(budgets={"max_cost_usd": 0.0423}),
+        by="alice",
+        now=build.at(1000),
+        price=price,
+    )
+    ahead = NextCall(tokens=220, cost_usd=0.022, usd_per_completion_token=2e-4)
+    assert exhausted_budget(child.head, now=child.head.created_at, next_call=ahead) is None
 
 
 def test_counters_are_recomputed(build: Any, parent: Session) -> None:
