@@ -2,11 +2,12 @@
 cause is one group in `dlq stats --by error_signature` and the export.
 
 Particulars are what differs between two failures of one cause: quoted values, URLs,
-absolute paths, times, UUIDs, request ids and other hex or long mixed ids, tickwork's call
-ids, and numbers. What tells causes apart stays: the words, identifiers with digits in
-them (`gpt-4o-mini`, `claude-3-5-sonnet`, `utf-8`), error types quoted as constants
-(`'invalid_request_error'`), JSON keys, and HTTP status codes (`503 Service Unavailable`,
-`HTTP 429`, `status: 400`), so a transient error and a permanent one do not look alike.
+absolute paths, times, UUIDs, request ids (hex, or digits after a prefix: req_1234) and
+other hex or long mixed ids, tickwork's call ids, and numbers. What tells causes apart
+stays: the words, identifiers with digits in them (`gpt-4o-mini`, `claude-3-5-sonnet`,
+`utf-8`), error types quoted as constants (`'invalid_request_error'`), JSON keys, and HTTP
+status codes (`503 Service Unavailable`, `HTTP 429`, `status: 400`), so a transient error
+and a permanent one do not look alike.
 
 The signature is stored with each dead letter and in its counts: `dlq stats --recount`
 derives the stored ones again with this function (`rederive`)."""
@@ -44,6 +45,8 @@ _HEX_ID = re.compile(
 _LONG_ID = re.compile(
     r"(?<![A-Za-z0-9])(?=[A-Za-z0-9]*\d)(?=[A-Za-z0-9]*[A-Za-z])[A-Za-z0-9]{16,}(?![A-Za-z0-9])"
 )
+#: a prefixed id of digits (req_1234567, msg_0042): a word, so the number in it stayed
+_PREFIXED_ID = re.compile(r"(?<![A-Za-z0-9_-])[A-Za-z]+_\d{3,}(?![A-Za-z0-9_-])")
 #: tickwork's call ids: s3c0 is step 3's first call
 _CALL_ID = re.compile(r"\bs\d+c\d+\b")
 #: a word: letters, digits and underscores, joined by - . , (gpt-4o-2024-08-06, 6,778)
@@ -87,6 +90,7 @@ def error_signature(code: str, message: str) -> str:
     text = _PATH.sub("<path>", text)
     text = _HEX_ID.sub("<id>", text)
     text = _LONG_ID.sub("<id>", text)
+    text = _PREFIXED_ID.sub("<id>", text)
     text = _CALL_ID.sub("sNcN", text)
     text = _WORD.sub(_word, text)
     # one cause, one signature: "1 step made" and "2 steps made" are both "N steps made"

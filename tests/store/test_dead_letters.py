@@ -326,6 +326,14 @@ class TestErrorSignature:
         # a number of that size elsewhere is still a count
         assert error_signature("X", "after 400 steps and 12.5s") == "X: after N steps and Ns"
 
+    def test_request_ids_of_digits_are_ids(self) -> None:
+        """`req_<digits>` was a word kept whole: each request made a group of its own."""
+        one = error_signature("MODEL_ERROR", "HTTP 500 from upstream (request id: req_1234567)")
+        other = error_signature("MODEL_ERROR", "HTTP 500 from upstream (request id: req_987)")
+        assert one == other == "MODEL_ERROR: HTTP 500 from upstream (request id: <id>)"
+        # a name with a short number still tells causes apart
+        assert error_signature("X", "node step_2 failed") == "X: node step_2 failed"
+
     def test_long_numbers_are_numbers(self) -> None:
         assert error_signature(
             "BUDGET_TOKENS", "20000123 tokens used, `max_tokens` is 20000000"
