@@ -10,7 +10,7 @@ import pytest
 import typer
 from pydantic import ValidationError
 from tickwork.fsm.errors import InvalidInput
-from tickwork.fsm.values import MIN_PRICE_RATES, PRICE_RATES
+from tickwork.fsm.values import MIN_PRICE_RATES, PRICE_RATES, ErrorCode
 from typer.testing import CliRunner
 
 from tickwork import options
@@ -155,6 +155,30 @@ def test_a_call_output_can_come_from_a_file(tmp_path: Path) -> None:
         tool_output_file=[f"c2={tmp_path / 'out.txt'}"],
     )
     assert fork.client_args()["tool_outputs"] == {"c1": "short", "c2": long}
+
+
+def test_a_file_too_large_is_refused_from_its_size_before_it_is_read(
+    tmp_path: Path,
+) -> None:
+    """`text_file` read the whole file first: a log of gigabytes given by mistake filled
+    the memory before any check said it was too long."""
+    huge = tmp_path / "huge.log"
+    with huge.open("wb") as file:  # sparse: no disk is written
+        file.truncate(options.MAX_TEXT_FILE_BYTES + 1)
+    fork = options.Fork(from_step=1, by="ana", tool_output_file=[f"c1={huge}"])
+    with pytest.raises(InvalidInput) as refused:
+        fork.client_args()
+    assert f"--tool-output-file c1: {huge} is {options.MAX_TEXT_FILE_BYTES + 1:,} bytes" in str(
+        refused.value
+    )
+    assert f"read up to {options.MAX_TEXT_FILE_BYTES:,} bytes: give a shorter one" in str(
+        refused.value
+    )
+
+
+def test_a_file_read_keeps_its_text_as_read_text_does(tmp_path: Path) -> None:
+    (tmp_path / "crlf.txt").write_bytes("caf\u00e9\r\nok\r".encode())
+    assert options.text_file(str(tmp_path / "crlf.txt"), option="--x") == "caf\u00e9\nok\n"
 
 
 @pytest.mark.parametrize(
@@ -379,3 +403,33 @@ def test_a_deadline_that_is_no_duration_says_what_to_give(
     said = capsys.readouterr().err
     assert said.startswith("error: Invalid value for '--deadline': 'soon' is not a duration: ")
     assert "e.g. --deadline 2h" in said and "valid number" not in said
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag"),
+    [(("dlq", "ls"), "--code"), (("dlq", "export"), "--code"), (("ls",), "--error-code")],
+)
+def test_error_codes_are_listed_upper_case_as_everywhere_and_taken_in_any_case(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    argv: tuple[str, ...],
+    flag: str,
+) -> None:
+    """`dlq ls --code` listed budget_steps where every listing, the API and the docs say
+    BUDGET_STEPS."""
+    from tickwork.cli import main
+
+    monkeypatch.setenv("TICKWORK_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("COLUMNS", "300")
+    with pytest.raises(SystemExit) as exited:
+        main([*argv, "--help"])
+    shown = capsys.readouterr().out
+    assert exited.value.code == 0
+    assert "BUDGET_STEPS|BUDGET_TOKENS" in shown and "budget_steps" not in shown
+    with pytest.raises(SystemExit) as exited:
+        main([*argv, flag, "nope"])
+    assert exited.value.code == 2
+    said = capsys.readouterr().err
+    assert "'nope' is no error code; give one of BUDGET_STEPS, BUDGET_TOKENS" in said
+    assert options.error_code("loop") is ErrorCode.LOOP

@@ -12,7 +12,6 @@ import typer
 from rich.text import Text
 
 from tickwork.fsm.errors import InvalidInput
-from tickwork.fsm.values import ErrorCode
 from tickwork.fsm.wording import counted
 
 from . import cli_remote, exports, options, parsing, render, views
@@ -31,10 +30,8 @@ class Grouping(StrEnum):
     ERROR_SIGNATURE = "error_signature"  #: the message with its particulars taken out
 
 
-Code = Annotated[
-    ErrorCode | None,
-    typer.Option(help="Only dead letters with this error code.", case_sensitive=False),
-]
+#: an ErrorCode once parsed (`options.error_code`)
+Code = Annotated[str | None, options.error_code_option("Only dead letters with this error code")]
 Kind = Annotated[str | None, typer.Option(help="Only dead letters of this job kind.")]
 Since = Annotated[
     str | None,
@@ -123,6 +120,7 @@ def show(key: Key, json_output: options.Json = False) -> None:
             letter = ctx.dead_letter(key)
             view = views.dead_letter(letter, snapshot=True)
             view["forks"] = views.forks(ctx.reads.forks(letter.session_id))
+            view["earlier_patches"] = ctx.reads.earlier_patches(letter.session())
     if json_output:
         views.emit(view)
     else:
@@ -314,7 +312,7 @@ def export(
             # a hint, not a census: counted among every tenant's newest thousand
             _note_other_tenants(ctx, code, kind, since, unresolved, 1000)
         rows = ctx.store.dead_letter_rows(
-            code=code.value if code else None,
+            code=code,
             kind=kind,
             since=start,
             unresolved=unresolved,
@@ -337,7 +335,7 @@ def export(
 
 def _list(
     ctx: Context,
-    code: ErrorCode | None,
+    code: str | None,
     kind: str | None,
     since: str | None,
     unresolved: bool,
@@ -346,7 +344,7 @@ def _list(
 ) -> list[DeadLetter]:
     start = parsing.since(since, now=datetime.now(UTC))
     found = ctx.store.dead_letters(
-        code=code.value if code else None,
+        code=code,
         kind=kind,
         since=start,
         unresolved=unresolved,
@@ -360,7 +358,7 @@ def _list(
 
 def _note_other_tenants(
     ctx: Context,
-    code: ErrorCode | None,
+    code: str | None,
     kind: str | None,
     since: str | None,
     unresolved: bool,

@@ -25,7 +25,7 @@ from tickwork.fsm.errors import (
 from tickwork.fsm.kinds import graph_of
 from tickwork.fsm.outcomes import Outcome
 from tickwork.fsm.tenants import DEFAULT_TENANT, UNLIMITED
-from tickwork.fsm.values import ErrorCode, Head, Session, Status
+from tickwork.fsm.values import Head, Session, Status
 
 from . import cli_remote, options, render, views
 from .context import Context
@@ -321,8 +321,7 @@ def list_sessions(
     ] = None,
     kind: Annotated[str | None, typer.Option(help="Only sessions of this job kind.")] = None,
     error_code: Annotated[
-        ErrorCode | None,
-        typer.Option(help="Only failed sessions with this code.", case_sensitive=False),
+        str | None, options.error_code_option("Only failed sessions with this code")
     ] = None,
     outcome: Annotated[
         Outcome | None,
@@ -403,7 +402,7 @@ def list_sessions(
             wanted: dict[str, Any] = dict(
                 status=[s.value for s in status or ()],
                 kind=kind,
-                error_code=error_code.value if error_code else None,
+                error_code=error_code,
                 outcome=outcome.value if outcome else None,
                 limit=limit,
             )

@@ -11,8 +11,10 @@ import dataclasses
 import functools
 import getpass
 import inspect
+import io
 import json
 import math
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
@@ -31,7 +33,7 @@ from tickwork.fsm.forks import (
 )
 from tickwork.fsm.people import check_name
 from tickwork.fsm.tenants import DEFAULT_TENANT, check_tenant
-from tickwork.fsm.values import MAX_PRICE, MIN_PRICE_RATES, PRICE_RATES
+from tickwork.fsm.values import MAX_PRICE, MIN_PRICE_RATES, PRICE_RATES, ErrorCode
 from tickwork.parsing import MAX_SESSION_ID, quoted
 
 if TYPE_CHECKING:
@@ -526,19 +528,38 @@ def json_object(text: str, *, option: str) -> dict[str, Any]:
     return value
 
 
+#: the largest file an option reads (`text_file`): far more than a server takes of any one
+#: text (a tool's output, TICKWORK_MAX_OUTPUT_CHARS, is 20,000 characters unless raised)
+MAX_TEXT_FILE_BYTES = 10_000_000
+
+
 def text_file(path: str, *, option: str) -> str:
-    """The UTF-8 text of the file at `path` (`~` expanded), for an option that takes one."""
+    """The UTF-8 text of the file at `path` (`~` expanded), for an option that takes one;
+    a file over MAX_TEXT_FILE_BYTES is refused from its size, before it is read."""
     if not path.strip():
         raise InvalidInput(f"{option} needs a file's path")
+    limit = MAX_TEXT_FILE_BYTES
     try:
-        return Path(path).expanduser().read_text(encoding="utf-8")
+        with Path(path).expanduser().open("rb") as file:
+            size = os.fstat(file.fileno()).st_size
+            # a pipe has no size: what is read is bounded all the same
+            data = b"" if size > limit else file.read(limit + 1)
+    except OSError as exc:
+        raise InvalidInput(f"{option}: cannot read {path}: {exc.strerror or exc}") from None
+    if size > limit or len(data) > limit:
+        shown = f"{size:,} bytes" if size > limit else f"over {limit:,} bytes"
+        raise InvalidInput(
+            f"{option}: {path} is {shown}; a file given to an option is read up to "
+            f"{limit:,} bytes: give a shorter one"
+        )
+    try:
+        # as read_text reads it: "\r\n" and "\r" end lines as "\n" does
+        return io.TextIOWrapper(io.BytesIO(data), encoding="utf-8").read()
     except UnicodeDecodeError as exc:
         raise InvalidInput(
             f"{option}: {path} is not UTF-8 text ({exc.reason} at byte {exc.start}); save "
             "it as UTF-8 and give it again"
         ) from None
-    except OSError as exc:
-        raise InvalidInput(f"{option}: cannot read {path}: {exc.strerror or exc}") from None
 
 
 def output_file(path: Path, *, option: str) -> Path:
@@ -581,6 +602,30 @@ def session_id(value: str) -> str:
     """A session id as given: an empty one, or one longer than any id, is a mistake, not
     an id nobody made."""
     return _an_id(value, "the session id", "a session id", "list sessions with `tickwork ls`")
+
+
+def error_code(value: str | None) -> ErrorCode | None:
+    """An --error-code or --code value, in any case, as the code it names: the codes are
+    upper case wherever they are shown (`--help`, this refusal), not as typer lowercases
+    a case-blind choice."""
+    if value is None:
+        return None
+    try:
+        return ErrorCode(value.strip().upper())
+    except ValueError:
+        raise typer.BadParameter(
+            f"{value!r} is no error code; give one of {', '.join(ErrorCode)} (any case)"
+        ) from None
+
+
+def error_code_option(help: str, *names: str) -> Any:
+    """The option of an error code (`error_code`), its codes listed in upper case."""
+    return typer.Option(
+        *names,
+        help=f"{help} ({'|'.join(ErrorCode)}; any case).",
+        metavar="CODE",
+        callback=error_code,
+    )
 
 
 def dead_letter_key(value: str) -> str:
