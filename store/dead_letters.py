@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
@@ -243,6 +243,40 @@ def list_dead_letters(
     with engine.connect() as conn:
         found = conn.execute(query.limit(limit).offset(offset)).mappings()
         return [_row(r, with_snapshot) for r in found]
+
+
+#: the largest dead-letter number (a BIGINT)
+MAX_NUMBER = 2**63 - 1
+
+
+def by_key(
+    key: str,
+    *,
+    numbered: Callable[[int], DeadLetter | None],
+    of_session: Callable[[str], DeadLetter | None],
+) -> DeadLetter | None:
+    """The dead letter `key` names, or None: `#12` is dead letter number 12 only; digits
+    alone (`12`) are number 12 or the letter of session `12`, InvalidInput naming both when
+    they are two (give `#N`); anything else a session's id. `numbered` and `of_session`
+    find one by its number and by its session's id (None: none the caller may see)."""
+    if key.startswith("#"):
+        digits = key[1:]
+        if not (digits.isascii() and digits.isdigit() and int(digits) <= MAX_NUMBER):
+            raise InvalidInput(
+                f"{key!r} is no dead-letter number: give # and the number, as `dlq ls` lists "
+                "it ('#12'), or a session's id"
+            )
+        return numbered(int(digits))
+    if not (key.isascii() and key.isdigit() and int(key) <= MAX_NUMBER):
+        return of_session(key)
+    number, session = numbered(int(key)), of_session(key)
+    if number is not None and session is not None and number.id != session.id:
+        raise InvalidInput(
+            f"{key} names two dead letters: number {key} (of session {number.session_id}) "
+            f"and the one of session {key} (number {session.id}); give '#{number.id}' or "
+            f"'#{session.id}' (a # and the number name a dead letter by its number only)"
+        )
+    return number or session
 
 
 def get_dead_letter(engine: Engine, key: int | str) -> DeadLetter:

@@ -170,23 +170,28 @@ class Context:
         return self._reads
 
     def dead_letter(self, key: str) -> DeadLetter:
-        """A dead letter by its id, else by its session's id (or a unique start of one,
-        `Reads.session_id`, unless `key` is digits only: a mistyped letter number must not
-        name the letter of a session whose id starts with those digits)."""
+        """A dead letter by its number (`#12` by it only; `12` is number 12 or session 12's,
+        refused when the two are different letters: `dead_letters.by_key`), else by its
+        session's id (or a unique start of one, `Reads.session_id`, unless `key` is digits
+        only: a mistyped letter number must not name the letter of a session whose id
+        starts with those digits)."""
         from tickwork.fsm.errors import SessionNotFound
-        from tickwork.store.dead_letters import DeadLetterNotFound
+        from tickwork.store.dead_letters import DeadLetterNotFound, by_key
 
-        number = key.isascii() and key.isdigit()
-        if number and int(key) < 2**63:
+        def found(lookup: int | str) -> DeadLetter | None:
             try:
-                return self.store.dead_letter(int(key))
+                return self.store.dead_letter(lookup)
             except DeadLetterNotFound:
-                pass
-        try:
-            return self.store.dead_letter(key)
-        except DeadLetterNotFound:
-            pass
-        if number:
+                return None
+
+        letter = by_key(key, numbered=found, of_session=found)
+        if letter is not None:
+            return letter
+        if key.startswith("#"):
+            raise DeadLetterNotFound(
+                f"no dead letter has number {key[1:]}; {DeadLetterNotFound.listing}"
+            )
+        if key.isascii() and key.isdigit():
             raise DeadLetterNotFound(
                 f"no dead letter has id or session id {key!r} (digits only name a dead letter "
                 f"or a whole session id, never the start of one); {DeadLetterNotFound.listing}"

@@ -126,6 +126,29 @@ class Reads(Deployment):
         )
         return sorted(found.values(), key=lambda f: (f["created_at"], f["id"]))
 
+    def earlier_patches(self, session: Session, *, most: int = 50) -> list[dict[str, Any]]:
+        """The forks `session` (itself a fork) descends from, fork by fork, oldest first,
+        each its id (`fork`) and what it was forked from with its patch
+        (`views.forked_from`): the config a fork of a fork runs under holds them all, its
+        own patch only the last. A parent archived (or more than `most` back) ends the
+        chain: it says where to look (`unread`)."""
+        chain: list[dict[str, Any]] = []
+        origin = views.forked_from(session)
+        while origin is not None and origin["session_id"]:
+            parent_id = origin["session_id"]
+            if len(chain) == most:
+                chain.append({"fork": parent_id, "unread": True})
+                break
+            try:
+                parent = self.load(parent_id)
+            except SessionNotFound:
+                chain.append({"fork": parent_id, "unread": True})
+                break
+            origin = views.forked_from(parent)
+            if origin is not None:
+                chain.append({"fork": parent_id, **origin})
+        return chain[::-1]
+
     def patch(self, session_id: str, *, required: bool = False) -> str:
         """The patch from the session's source to its files as stored now (its result's
         patch once it has finished; an archived session's from the archive): "" if it

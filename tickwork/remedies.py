@@ -29,21 +29,18 @@ def remedies(letter: Mapping[str, Any]) -> list[str]:
     fork = f"tickwork dlq fork {letter['id']} --from-step"
     code = letter["code"]
     said: list[str] = []
-    # a tenant's day quota spent (the message names the tenant) is no budget of the session
-    if code in _RAISED and not (code == "BUDGET_COST" and "tenant" in letter["message"]):
+    raised = fork_budgets(letter)
+    if raised:
         option, field = _RAISED[code]
-        budget = (head.get("budgets") or {}).get(field)
-        if isinstance(budget, int | float) and budget > 0:
-            counts = (
-                "counted from the fork"
-                if code == "DEADLINE"
-                else f"steps 1..{step} count against it"
-            )
-            said.append(
-                f"{fork} {step} {option} {plain(budget * 2)}  (twice the budget it ran out "
-                f"of; {counts})"
-            )
-    elif code == "BUDGET_COST":  # the tenant's day quota: the fork waits for its next day
+        counts = (
+            "counted from the fork" if code == "DEADLINE" else f"steps 1..{step} count against it"
+        )
+        said.append(
+            f"{fork} {step} {option} {plain(raised[field])}  (twice the budget it ran out "
+            f"of; {counts})"
+        )
+    elif code == "BUDGET_COST" and "tenant" in letter["message"]:
+        # the tenant's day quota, no budget of the session: the fork waits for its next day
         tenant = head.get("tenant") or "its tenant"
         said.append(
             f"{fork} {step}  (after tenant {tenant}'s quota `max_usd_per_day` resets at UTC "
@@ -67,6 +64,22 @@ def remedies(letter: Mapping[str, Any]) -> list[str]:
     said.append(f'tickwork dlq resolve {letter["id"]} --reason "TEXT"  (dealt with another way)')
     said.append(f'tickwork dlq dismiss {letter["id"]} --reason "TEXT"  (nothing to be done)')
     return said
+
+
+def fork_budgets(letter: Mapping[str, Any]) -> dict[str, float]:
+    """The budget a fork of the dead letter `letter` (its view, with its session) is given
+    so that it does not stop as its session did: twice the one that ran out, by its field
+    (`dlq show`'s next step and the page's fork form propose it); {} for another cause, or
+    a tenant's day quota spent, which is no budget of the session."""
+    code = letter["code"]
+    if code not in _RAISED or (code == "BUDGET_COST" and "tenant" in letter["message"]):
+        return {}
+    field = _RAISED[code][1]
+    head = (letter.get("session") or {}).get("head") or {}
+    budget = (head.get("budgets") or {}).get(field)
+    if isinstance(budget, bool) or not isinstance(budget, int | float) or budget <= 0:
+        return {}
+    return {field: budget * 2}
 
 
 def _before_loop(steps: Sequence[Mapping[str, Any]]) -> int:

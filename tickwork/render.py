@@ -1290,9 +1290,20 @@ def dead_letter_header(d: Mapping[str, Any]) -> Table:
         grid.add_row("resolved", Text(f"{when(d['resolved_at'])} {d['closed']}"))
     for i, fork in enumerate(d.get("forks") or ()):
         grid.add_row("forks" if i == 0 else "", Text(fork_line(fork)))
+    for i, earlier in enumerate(d.get("earlier_patches") or ()):
+        grid.add_row("earlier patches" if i == 0 else "", Text(earlier_patch_line(earlier)))
     for i, line in enumerate(remedies(d)):
         grid.add_row("next" if i == 0 else "", Text(line))
     return grid
+
+
+def earlier_patch_line(earlier: Mapping[str, Any]) -> str:
+    """A fork the session descends from, with its patch on one line (`Reads.earlier_patches`)."""
+    fork = earlier["fork"]
+    if earlier.get("unread"):
+        return f"{fork}: not read here (archived?); `tickwork show {fork}` shows its patch"
+    made = f"{fork} from {earlier['session_id']} at step {earlier['step']}"
+    return f"{made}: {'; '.join(patch_lines(earlier.get('patch') or {}))}"
 
 
 def fork_line(fork: Mapping[str, Any]) -> str:

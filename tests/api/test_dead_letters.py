@@ -45,7 +45,14 @@ def test_list_show_and_stats(stack: Stack) -> None:
     by_session = api.get(f"/api/v1/dead-letters/{over}").json()
     assert by_id == by_session
     letter = stack.deployment.client.dead_letter(over)
-    assert by_id == {**views.dead_letter(letter, snapshot=True), "forks": []}
+    # what a fork needs to run on: twice the budget it ran out of (the page's form proposes it)
+    assert by_id == {
+        **views.dead_letter(letter, snapshot=True),
+        "forks": [],
+        "fork_budgets": {"max_steps": 2},
+        "earlier_patches": [],
+    }
+    assert api.get(f"/api/v1/dead-letters/{broken}").json()["fork_budgets"] == {}
     assert by_id["session"]["steps"][0]["calls"][0]["name"] == "echo"
     # the API names the field the caller gave, as its refusals do
     assert by_id["message"] == "1 step made, `max_steps` is 1"
@@ -239,6 +246,13 @@ def test_dead_letter_errors(stack: Stack) -> None:
     assert bad_by.status_code == 422 and "query.by" in bad_by.json()["message"]
     bad_code = api.get("/api/v1/dead-letters", params={"code": "OOPS"})
     assert bad_code.status_code == 422
+    # a misspelt kind answered [] where `dlq ls --kind` refused it: now as the sessions' list
+    for path in ("/api/v1/dead-letters", "/api/v1/dead-letters/export"):
+        typo = api.get(path, params={"kind": "nope"})
+        assert typo.status_code == 422 and typo.json()["code"] == "unknown_kind", typo.text
+        assert "unknown job kind 'nope'" in typo.json()["message"]
+        assert "known: " in typo.json()["message"] and "repair" in typo.json()["message"]
+    assert api.get("/api/v1/dead-letters", params={"kind": TEST_KIND}).status_code == 200
 
 
 def test_a_second_fork_needs_again_and_a_dead_letter_closes_without_one(stack: Stack) -> None:
@@ -356,3 +370,22 @@ def test_timeline_by_cause(stack: Stack) -> None:
     future = api.get("/api/v1/dead-letters/timeline", params={"since": "2999-01-01"})
     assert future.status_code == 422 and "after now" in future.json()["message"]
     assert api.get("/api/v1/dead-letters/timeline", params={"bucket": "week"}).status_code == 422
+
+
+def test_digits_naming_two_letters_are_refused_and_hash_names_a_number(stack: Stack) -> None:
+    """A session whose id is all digits could not be named while a dead letter had that
+    number: the digits were read as the number first."""
+    api = stack.http("olga")
+    other = failed(stack, BROKEN)
+    number = api.get(f"/api/v1/dead-letters/{other}").json()["id"]
+    digits = failed(stack, BROKEN, id=str(number))
+    mine = api.get("/api/v1/dead-letters", params={"session_id": digits}).json()[0]["id"]
+    both = api.get(f"/api/v1/dead-letters/{number}")
+    assert both.status_code == 422 and both.json()["code"] == "invalid_input", both.text
+    assert f"'#{number}' or '#{mine}'" in both.json()["message"]
+    assert api.get(f"/api/v1/dead-letters/%23{number}").json()["session_id"] == other
+    assert api.get(f"/api/v1/dead-letters/%23{mine}").json()["session_id"] == digits
+    gone = api.get("/api/v1/dead-letters/%23987654321")
+    assert gone.status_code == 404 and gone.json()["code"] == "dead_letter_not_found"
+    forked = api.post(f"/api/v1/dead-letters/%23{mine}/fork", json={"from_step": 0})
+    assert forked.status_code == 201 and forked.json()["parent_id"] == digits

@@ -618,7 +618,12 @@ def test_an_operator_forks_a_budget_dead_letter_with_more_of_that_budget(
     form = page.locator("form#fork")
     # what an empty field keeps: the original's budgets
     expect(page.locator("#fork-max-steps")).to_have_attribute("placeholder", "1")
+    # the budget it ran out of is proposed raised, as `dlq show`'s next step: the form's
+    # default fork stopped again the same way
+    expect(page.locator("#fork-max-steps")).to_have_value("2")
+    expect(page.locator("#fork-max-tokens")).to_have_value("")
     page.fill("#fork-step", "1")
+    page.fill("#fork-max-steps", "")  # the original's, which the kept step used up
     # the kept step counts against the steps: the API's refusal beside the field
     form.locator("button[type=submit]").click()
     expect(page.locator("#fork-max-steps-error")).to_contain_text("give `max_steps` above 1")

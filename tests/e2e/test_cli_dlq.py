@@ -284,3 +284,48 @@ def test_fork_of_a_dead_letters_number_names_its_session_and_dlq_fork(
     assert deployment.client.dead_letter(failed).resolved_at is None
     # a number no dead letter has says only that no session has it
     cli.inline("fork", "987654", "--from-step", "1", ok=False).error(1, "no session '987654'")
+
+
+def test_digits_naming_a_letter_number_and_a_session_are_refused_and_hash_names_the_number(
+    deployment: Deployment, cli: Cli
+) -> None:
+    """Digits were read as a letter's number first: the letter of a session whose id is
+    those digits could not be named while a letter had that number."""
+    (other,) = _failed(deployment, 1)
+    number = deployment.client.dead_letter(other).id
+    (digits,) = _failed(deployment, 1, ids=(str(number),))
+    mine = deployment.client.dead_letter(digits).id
+    assert mine != number
+
+    cli.inline("dlq", "show", str(number), "--json", ok=False).error(
+        2, f"{number} names two dead letters", other, f"'#{number}' or '#{mine}'"
+    )
+    assert cli.inline("dlq", "show", f"#{number}", "--json").json()["session_id"] == other
+    assert cli.inline("dlq", "show", f"#{mine}", "--json").json()["session_id"] == digits
+    cli.inline("dlq", "show", "#987654", ok=False).error(1, "no dead letter has number 987654")
+    cli.inline("dlq", "show", "#x1", ok=False).error(2, "'#x1' is no dead-letter number")
+    closed = cli.inline("dlq", "dismiss", f"#{mine}", "--reason", "noise", "--json").json()
+    assert closed["session_id"] == digits and closed["status"] == "dismissed"
+    # the one letter both name is no ambiguity
+    assert cli.inline("dlq", "show", str(mine), "--json").json()["id"] == mine
+
+
+def test_dlq_show_of_a_fork_of_a_fork_shows_the_patches_before_its_own(
+    deployment: Deployment, cli: Cli
+) -> None:
+    """A fork of a fork runs under every patch of its chain; `dlq show` listed its own."""
+    (failed,) = _failed(deployment, 1)
+    first = deployment.client.fork(failed, from_step=0, by="erin", append_instruction="try A")
+    with deployment.worker():
+        assert deployment.client.wait(first.id, timeout=60).status.value == "failed"
+    second = deployment.client.fork(first.id, from_step=0, by="erin", append_instruction="try B")
+    with deployment.worker():
+        assert deployment.client.wait(second.id, timeout=60).status.value == "failed"
+
+    shown = cli.inline("dlq", "show", second.id).stdout
+    assert "earlier patches" in shown and first.id in shown
+    assert "'try A'" in shown and "'try B'" in shown  # and its own, under `patch`
+    chain = cli.inline("dlq", "show", second.id, "--json").json()["earlier_patches"]
+    assert [(c["fork"], c["session_id"], c["patch"]) for c in chain] == [
+        (first.id, failed, {"append_instruction": "try A"})
+    ]

@@ -19,6 +19,7 @@ from tickwork import exports, parsing, views
 from tickwork.fsm.errors import ConfigurationError
 from tickwork.fsm.tenants import TENANT_PATTERN
 from tickwork.fsm.values import ErrorCode, Head
+from tickwork.remedies import fork_budgets
 from tickwork.store import dead_letters as dl
 
 from . import bodies, retries
@@ -27,7 +28,7 @@ from .auth import Operator, Principal, Reader
 from .bodies import Closing
 from .errors import ApiError, ErrorBody, documented
 from .limits import MAX_INT
-from .sessions import CHANGES, FORKS, FOUND, Client, created, run_fork
+from .sessions import CHANGES, FORKS, FOUND, Client, created, known_kind, run_fork
 from .tenancy import letter_filters, seen_forks, seen_letter
 
 router = APIRouter(
@@ -37,7 +38,13 @@ router = APIRouter(
 )
 
 Key = Annotated[
-    str, Path(description="The dead-letter id, or the failed session's id.", max_length=64)
+    str,
+    Path(
+        description="The dead-letter number, or the failed session's id; `#12` (encoded "
+        "`%2312`) is number 12 only, and digits alone naming both a number and a session "
+        "whose id is those digits, two letters, are refused (422) naming both.",
+        max_length=64,
+    ),
 ]
 Since = Annotated[
     str | None,
@@ -51,6 +58,15 @@ Since = Annotated[
         "be (2026-01-31: its midnight UTC); a duration is a number and a unit: 90s, 30m, 2h, "
         "3d, 1w, 1.5h (at most 10 digits of seconds, 9 of minutes, 7 of hours, 5 of days or "
         "weeks). Empty: no limit.",
+    ),
+]
+
+KindFilter = Annotated[
+    str | None,
+    Query(
+        max_length=200,
+        description="Only dead letters of this job kind; 422 `unknown_kind` (naming the "
+        "kinds the server knows) for one no session has and the server knows not.",
     ),
 ]
 
@@ -77,18 +93,20 @@ def since(text: str | None) -> datetime | None:
 
 
 def find(client: Client, who: Principal, key: str) -> dl.DeadLetter:
-    """By dead-letter id, else by session id: the first that `who` may see (a number that is
-    another tenant's letter's id may still be one of the caller's session ids)."""
-    if key.isascii() and key.isdigit() and int(key) <= MAX_INT:
+    """By number (`#12`, URL-encoded `%2312`, by it only), or by session id; digits alone
+    are either, refused (422) when both name letters `who` may see (`dead_letters.by_key`):
+    another tenant's letter of that number says nothing, as if it were none."""
+
+    def seen(lookup: int | str) -> dl.DeadLetter | None:
         try:
-            return seen_letter(who, client.dead_letter(int(key)), key)
+            return seen_letter(who, client.dead_letter(lookup), key)
         except dl.DeadLetterNotFound:
-            pass
-    try:
-        letter = client.dead_letter(key)
-    except dl.DeadLetterNotFound:
-        raise dl.DeadLetterNotFound.of(key) from None
-    return seen_letter(who, letter, key)
+            return None
+
+    letter = dl.by_key(key, numbered=seen, of_session=seen)
+    if letter is None:
+        raise dl.DeadLetterNotFound.of(key)
+    return letter
 
 
 @router.get(
@@ -101,7 +119,7 @@ def list_dead_letters(
     client: Client,
     who: Reader,
     code: Code = None,
-    kind: Annotated[str | None, Query(max_length=200)] = None,
+    kind: KindFilter = None,
     since_: Since = None,
     unresolved: bool = False,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
@@ -113,12 +131,12 @@ def list_dead_letters(
         str | None,
         Query(
             max_length=64,
-            description="Only this session's dead letter (none or one): how a client finds "
-            "the letter of a session whose id is all digits, which GET /dead-letters/{key} "
-            "reads as a dead-letter id first.",
+            description="Only this session's dead letter (none or one), whatever its id: "
+            "GET /dead-letters/{key} reads digits as a number too.",
         ),
     ] = None,
 ) -> list[dict[str, Any]]:
+    scope = letter_filters(who, tenant)
     found = client.dead_letters(
         code=code.value if code else None,
         kind=kind,
@@ -127,8 +145,10 @@ def list_dead_letters(
         limit=limit,
         offset=offset,
         session_id=session_id,
-        **letter_filters(who, tenant),
+        **scope,
     )
+    if kind and not found and offset == 0:
+        known_kind(client, kind, scope["tenant"], scope["submitted_by"])
     return [views.dead_letter(d) for d in found]
 
 
@@ -214,7 +234,7 @@ def export(
         Query(alias="format", description="jsonl, csv or parquet (parquet needs pyarrow)."),
     ] = exports.Format.JSONL,
     code: Code = None,
-    kind: Annotated[str | None, Query(max_length=200)] = None,
+    kind: KindFilter = None,
     since_: Since = None,
     unresolved: bool = False,
     snapshot: Annotated[
@@ -223,6 +243,8 @@ def export(
     tenant: Tenant = None,
 ) -> StreamingResponse:
     scope = letter_filters(who, tenant)
+    if kind:  # the rows stream: a misspelt kind is refused before any is read
+        known_kind(client, kind, scope["tenant"], scope["submitted_by"])
     try:
         exports.check(form, asked="format=parquet", served=True)
     except ConfigurationError as exc:
@@ -266,8 +288,12 @@ def _read(file: IO[bytes]) -> Iterator[bytes]:
 def show(key: Key, client: Client, who: Reader) -> dict[str, Any]:
     letter = find(client, who, key)
     view = views.dead_letter(letter, snapshot=True)
+    # what a fork needs to run on where its session stopped (the page's form proposes it)
+    view["fork_budgets"] = {} if view["resolved_at"] else fork_budgets(view)
     # every fork of the session, live or archived, as `show` and the export list them
     view["forks"] = views.forks(seen_forks(client, who, client.forks(letter.session_id)))
+    # a fork of a fork runs under every patch of its chain: its own is its session's
+    view["earlier_patches"] = client.earlier_patches(letter.session())
     return view
 
 

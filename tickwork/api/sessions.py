@@ -236,7 +236,7 @@ def list_sessions(
             status=[s.value for s in status or ()], kind=kind, limit=limit, offset=offset, **scope
         )
         if kind and not entries and offset == 0:
-            _known_kind(client, kind, scope.get("tenant"), own)
+            known_kind(client, kind, scope.get("tenant"), own)
         return [ListedArchived.model_validate(e) for e in entries]
     heads = client.sessions(
         status=[s.value for s in status or ()],
@@ -250,7 +250,7 @@ def list_sessions(
         **scope,
     )
     if kind and not heads and offset == 0:
-        _known_kind(client, kind, scope.get("tenant"), own)
+        known_kind(client, kind, scope.get("tenant"), own)
     return [Listed.model_construct(**dict(h), outcome=outcome_of(h.result)) for h in heads]
 
 
@@ -269,7 +269,7 @@ def _refuse_with_archived(given: dict[str, object]) -> None:
         )
 
 
-def _known_kind(client: Tickwork, kind: str, tenant: str | None, own: str | None) -> None:
+def known_kind(client: Tickwork, kind: str, tenant: str | None, own: str | None) -> None:
     """422 `unknown_kind` for a misspelt kind filter, naming the kinds the server knows, as
     the CLI's `ls --kind` (a kind of no session the caller sees, but the server's or of a
     session of the caller's tenant stored, lists nothing). The name is never imported, and

@@ -95,7 +95,9 @@ export const sessionRef = (id, href) => el(href ? "a" : "code", { class: "id", t
 // once retention archives its session with it (the address by the session's id then says
 // where it went); but digits name a letter by its number first, so a session id of digits
 // alone would open another session's letter: such a one's letter is named by its own number
-export const letterKey = (d) => (/^\d+$/.test(d.session_id) ? String(d.id) : d.session_id);
+// a dead letter's key in a link: its session's id, but for an id of digits, which the API
+// reads as a number too: then `#N`, its number only
+export const letterKey = (d) => (/^\d+$/.test(d.session_id) ? `#${d.id}` : d.session_id);
 
 export function ago(iso) {
   if (!iso) return "";

@@ -195,7 +195,7 @@ export async function deadLetterView(view, key) {
     letter = await api(`/dead-letters/${enc(key)}`);
   } catch (e) {
     if (e.status === 404 && await archivedSession(key)) return archivedLetter(view, key);
-    if (e.status === 404 && /^\d+$/.test(key)) return goneLetter(view, key, e.message);
+    if (e.status === 404 && /^#?\d+$/.test(key)) return goneLetter(view, key.replace(/^#/, ""), e.message);
     throw e;
   }
   const forks = letter.forks.map((f) => el("a", { href: `#/sessions/${enc(f.id)}` }, f.id));
@@ -204,7 +204,7 @@ export async function deadLetterView(view, key) {
     : !can("operator") ? el("p", { class: "muted" }, "Forking, resolving and dismissing need the operator role.")
     : el("div", { class: "closing" }, forkForm({ head: letter.session.head, steps: letter.session.steps,
       step: Math.max(0, letter.session.head.step - 1), path: `/dead-letters/${enc(key)}/fork`,
-      title: "Fork and resolve" }), closeForm(key, () => deadLetterView(view, key)));
+      title: "Fork and resolve", proposed: letter.fork_budgets }), closeForm(key, () => deadLetterView(view, key)));
   // each step of the timeline picks the step the form forks from
   const pick = letter.resolved_at || !can("operator") ? null : (step) => forkHere(step.step, () => {
     const input = document.getElementById("fork-step");
@@ -225,7 +225,7 @@ export async function deadLetterView(view, key) {
 
 // whether `key` is the id of an archived session the token sees (its 404 says so)
 async function archivedSession(key) {
-  if (/^\d+$/.test(key)) return false; // a dead letter's number: the archive does not keep it
+  if (/^#?\d+$/.test(key)) return false; // a dead letter's number: the archive does not keep it
   try {
     await api(`/sessions/${enc(key)}`);
     return false;

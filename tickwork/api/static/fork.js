@@ -35,8 +35,9 @@ const BUDGETS = [
 
 // `head` and `steps`: the session's (its view; `steps` may be a function giving the latest;
 // `head` null for an archived session); `step`: the step to fork from; `path`: where to post;
-// `title`: the form's heading; `extra`: more to show beside its button
-export function forkForm({ head: known, steps, step, path, title, extra }) {
+// `title`: the form's heading; `extra`: more to show beside its button; `proposed`: budgets
+// filled in, by name (a dead letter's that ran out, raised: else its fork stops the same way)
+export function forkForm({ head: known, steps, step, path, title, extra, proposed = {} }) {
   const head = known || ARCHIVED;
   const fromStep = el("input", { type: "number", id: "fork-step", min: 0, max: head.step, step: 1,
                                  inputmode: "numeric", value: step });
@@ -65,7 +66,12 @@ export function forkForm({ head: known, steps, step, path, title, extra }) {
       ? { type: "text", spellcheck: "false", placeholder: of(head.budgets || {}) ?? ORIGINAL }
       : { type: "number", min: 0, inputmode: "numeric", step: name === "max_cost_usd" ? "0.01" : 1,
           placeholder: of(head.budgets || {}) ?? ORIGINAL }),
-    name === "deadline_s" ? "Seconds, or 30m, 2h, 1d, from the fork." : null)]));
+    [name === "deadline_s" ? "Seconds, or 30m, 2h, 1d, from the fork." : null,
+     name in (proposed || {}) ? "Twice the budget the session ran out of, proposed." : null]
+      .filter(Boolean).join(" ") || null)]));
+  for (const [name, value] of Object.entries(proposed || {})) {
+    if (budgets[name]) budgets[name].input.value = name === "deadline_s" ? `${value}s` : String(value);
+  }
   const outputs = new Map(); // call id -> its field, kept while other steps are chosen
   const outputBox = el("div", { class: "outputs", id: "fork-outputs" });
   const again = el("input", { type: "checkbox", id: "fork-again" });
