@@ -743,8 +743,20 @@ def test_auto_installs_the_pytest_plugins_addopts_needs() -> None:
             [],
         ),
         ({"setup.cfg": b"[tool:pytest]\naddopts = --cov 'unclosed\n"}, ["pytest-cov"]),
+        # pytest.ini is pytest's even when empty: the other files' addopts are not read
+        ({"setup.cfg": b"[tool:pytest]\naddopts = --timeout=3\n", "pytest.ini": b""}, []),
+        ({"pytest.ini": b"[pytest]\naddopts = -n auto\n"}, ["pytest-xdist"]),
     ],
-    ids=["setup.cfg", "tox.ini", "pytest.ini first", "tool.pytest", "a comment", "a quote"],
+    ids=[
+        "setup.cfg",
+        "tox.ini",
+        "pytest.ini first",
+        "tool.pytest",
+        "a comment",
+        "a quote",
+        "an empty pytest.ini",
+        "only pytest.ini",
+    ],
 )
 def test_addopts_is_read_where_pytest_reads_it(files: dict[str, bytes], plugins: list) -> None:
     """pytest reads the first of pytest.ini, pyproject.toml, tox.ini and setup.cfg that has
@@ -754,6 +766,23 @@ def test_addopts_is_read_where_pytest_reads_it(files: dict[str, bytes], plugins:
     assert found == ([f"pytest plugins addopts needs: {','.join(plugins)}"] if plugins else [])
     manifest = {p: entry("100644", blob_hash(c)) for p, c in files.items()}
     assert dependency_files(manifest) == sorted(files)
+
+
+def test_a_folder_with_only_pytest_ini_gets_the_plugins_its_addopts_needs() -> None:
+    """A plain folder of tests whose pytest.ini says `addopts = -n auto` got an empty
+    environment: pytest refused `-n` ("unrecognized arguments") and no test ran. It gets a
+    venv with pytest and pytest-xdist now, listed missing where setup has no network."""
+    files = {"pytest.ini": b"[pytest]\naddopts = -n auto\n"}
+    made = plan(AUTO, files, uses_pytest=True, online=True)
+    joined = "\n".join(made.commands)
+    assert f"{PIP} pytest-xdist ||" in joined and f"{PIP} pytest" in made.commands
+    assert set(made.wanted) == {"pytest-xdist", "pytest"}
+    assert made.detected == ("pytest.ini", "pytest plugins addopts needs: pytest-xdist")
+    offline = plan(AUTO, files, uses_pytest=True, online=False)
+    assert "pytest-xdist" in offline.commands[-1] and PIP not in "\n".join(offline.commands)
+    # nothing to install: still an empty environment
+    assert plan(AUTO, {"pytest.ini": b""}, uses_pytest=True, online=True).commands == ()
+    assert plan(AUTO, {"pytest.ini": b"[pytest]\n"}, uses_pytest=True, online=True).commands == ()
 
 
 def test_auto_installs_what_hatch_s_test_environments_add() -> None:

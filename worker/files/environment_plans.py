@@ -11,7 +11,8 @@ is listed missing);
 `requirements*.txt` and the test ones of a `requirements/` folder are installed, and the
 plain requirements of tox.ini's `[testenv]` `deps` (the project is installed editable
 again if one of these replaced it), and the well-known pytest plugins the options of
-pytest's `addopts` need where nothing else names them; none of these, an empty environment.
+pytest's `addopts` need where nothing else names them (a venv with pytest and them where
+only pytest.ini is found); none of these, an empty environment.
 Without egress only what needs no network: the venv and the project (`--no-index
 --no-deps`); a last command lists what the environment does not hold (MISSING lines).
 """
@@ -274,6 +275,9 @@ def _addopts(files: Mapping[str, bytes]) -> list[str]:
     for path, section in ((PYTEST_INI, "pytest"), ("pyproject.toml", ""), (TOX, "pytest")):
         if path not in files:
             continue
+        if path == PYTEST_INI:
+            # pytest reads pytest.ini first, even an empty one or one without [pytest]
+            return _split(_ini_value(files[path], section, "addopts") or "")
         if not section:
             tool = _table(_pyproject(files[path]).get("tool"))
             table = _table(tool.get("pytest"))
@@ -469,7 +473,10 @@ def plan(
         other_purposes += [p for p in requirements if FOLDER_DEV.fullmatch(p)]
         requirements = [p for p in requirements if not FOLDER_DEV.fullmatch(p)]
     tox = _tox_deps(files.get(TOX, b""))
-    if not (project or requirements or tox):
+    # a folder of tests with only pytest.ini, whose addopts needs a plugin (`-n auto`): a
+    # venv with pytest and it, else pytest refuses the option and no test runs
+    addopts_plugins = _addopts_plugins(files) if uses_pytest else []
+    if not (project or requirements or tox or addopts_plugins):
         return Plan(AUTO, (), hashes, online, index_url)
     venv = "python3 -m venv --system-site-packages --without-pip /env"
     commands = [
@@ -485,6 +492,8 @@ def plan(
     # the project's own distribution, and whether setup installs anything after it
     own, more_after = None, bool(requirements or tox)
     detected = [*sorted(p for p in files if p in PACKAGING), *requirements]
+    if not (project or requirements or tox) and PYTEST_INI in files:
+        detected.append(PYTEST_INI)
     if other_purposes:
         detected.append(f"left out, not for the tests: {','.join(other_purposes)}")
     if project:
@@ -626,7 +635,7 @@ def plan(
         if online:
             commands.append(_groups_command(tox, "tox.ini deps"))
     known = {_normal(w.split(";", 1)[0]) for w in wanted}
-    plugins = [p for p in _addopts_plugins(files) if _normal(p) not in known]
+    plugins = [p for p in addopts_plugins if _normal(p) not in known]
     if uses_pytest and plugins:
         # before the check of the editable install: a plugin may depend on the project
         # (pytest-cov on coverage) and replace it with the index's copy

@@ -30,7 +30,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -111,6 +111,20 @@ NO_NETWORK_NO_PROJECT = NO_NETWORK.replace(
     "so it installed only the project itself",
     "so it installed nothing, not even the project (it could not be built with the "
     "system's tools: its build backend is missing or too old, the build log says which)",
+)
+#: the note of an `auto` environment with nothing to install (a plain folder of tests): what
+#: the tests run with, and how to name what they need
+EMPTY = (
+    "no packaging or requirements files (pyproject.toml, setup.py, setup.cfg, "
+    "requirements*.txt, tox.ini): an empty environment, the tests run with the system's "
+    "Python and what it holds; name what they need in a requirements.txt at the source's "
+    "root, or give `--setup` commands"
+)
+#: what `auto` says of a project's noxfile.py: its sessions' installs are Python code, run
+#: by nox in environments of its own, not a list it can read
+NOXFILE = (
+    "noxfile.py not read: its sessions' installs are code nox runs; name what the tests "
+    "need in a requirements file or give `--setup` commands"
 )
 #: what pip says when asked to install into the system's Python (PEP 668)
 EXTERNALLY_MANAGED = "externally-managed-environment"
@@ -419,8 +433,11 @@ def prepare(rt: Runtime, head: Head, *, node: str | None = None) -> Change | Hea
         index_url=settings.pip_index_url,
         version=source.get("version") if isinstance(source, Mapping) else None,
     )
+    nox = setup == AUTO and "noxfile.py" in manifest
+    if nox:
+        plan_ = replace(plan_, detected=(*plan_.detected, NOXFILE))
     if not plan_.commands:
-        note = "no packaging or requirements files: an empty environment"
+        note = f"{EMPTY}; {NOXFILE}" if nox else EMPTY
         return _with(head, _record(plan_, None, "empty", note=note))
     if sandbox.mode == "none":
         why = (
