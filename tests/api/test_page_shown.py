@@ -593,10 +593,13 @@ def test_the_header_says_who_took_the_session_over_and_which_workers_refused_it_
         stack.http("olga").get(f"/api/v1/sessions/{session_id}").json()["events"]
     )
     assert shown is not None and "(and 1 time before)" in shown.plain
-    expect(page.locator(".summary #taken-over")).to_have_text(f"Taken over: {shown.plain}")
+    # in show's words, each time with the Z that says it is in UTC
+    expect(page.locator(".summary #taken-over")).to_have_text(f"Taken over: {_z(shown.plain)}")
     said = render.refused(refusals)
     assert said is not None and "by 2 workers (beta@host:42 at 2026-12-06 03:50:00" in said.plain
-    expect(page.locator(".summary #refused")).to_have_text("N" + said.plain[1:].replace("`", ""))
+    expect(page.locator(".summary #refused")).to_have_text(
+        "N" + _z(said.plain[1:]).replace("`", "")
+    )
     looked_at(page, "relayed-header", tmp_path)  # nothing overflows at a phone's width
     # a refresh of the view may be in the handler still: let it answer before the route goes
     page.unroute_all(behavior="wait")
@@ -604,3 +607,41 @@ def test_the_header_says_who_took_the_session_over_and_which_workers_refused_it_
     expect(page.locator("#status")).to_have_attribute("data-status", "completed")
     expect(page.locator(".summary #refused")).to_have_count(0)  # none refused its tick
     expect(page.locator(".summary #taken-over")).to_contain_text("from gamma@host:43:9@14")
+
+
+def _z(text: str) -> str:
+    """`text` with a Z after each time of day, as the page writes UTC."""
+    import re
+
+    return re.sub(r"([0-9]{2}:[0-9]{2}:[0-9]{2})", r"\1Z", text)
+
+
+def test_the_events_list_and_the_header_both_say_their_times_in_utc(
+    browser: Any,  # noqa: F811
+    stack: Stack,
+) -> None:
+    """In a browser away from UTC the header said the relay's take-over in UTC while the
+    events list said each event in the browser's own time, neither saying which: both are
+    in UTC, with a Z."""
+    from datetime import UTC, datetime
+
+    from playwright.sync_api import expect
+    from tickwork.fsm.values import Event, EventKind
+    from tickwork.store import rows
+    from tickwork.store.schema import events
+
+    session_id = stack.submit(ECHO, prefix="zoned")
+    stack.wait(session_id, Status.COMPLETED)
+    at = datetime(2026, 12, 6, 3, 50, 0, tzinfo=UTC)
+    taken = Event(kind=EventKind.TAKEN_OVER, at=at, data={"from": "alpha@host:41:7@12"})
+    with stack.deployment.client.store.engine.begin() as conn:
+        conn.execute(events.insert(), [rows.event_to_row(session_id, 3, taken)])
+    context = browser.new_context(timezone_id="America/New_York")
+    try:
+        zoned = context.new_page()
+        log_in(zoned, stack, "olga", f"#/sessions/{session_id}")
+        expect(zoned.locator(".summary #taken-over")).to_contain_text("2026-12-06 03:50:00Z")
+        line = zoned.locator('#events li[data-kind="taken_over"] time')
+        expect(line).to_have_text("03:50:00Z")
+    finally:
+        context.close()

@@ -124,8 +124,12 @@ function eventSummary(event) {
   return parts.join(" ");
 }
 
-// a date as `tickwork show` prints it (render.when): the API's, in UTC, to the second
-const when = (iso) => (iso ? new Date(iso).toISOString().slice(0, 19).replace("T", " ") : "");
+// a date as `tickwork show` prints it (render.when), in UTC to the second, with the API's Z
+// to say so: the page's every time is in UTC, whatever the browser's zone
+const when = (iso) => (iso ? `${new Date(iso).toISOString().slice(0, 19).replace("T", " ")}Z` : "");
+// an event's time of day, in UTC as `when` (its date, the whole time, on hover)
+const timeOf = (iso) => el("time", { datetime: iso, title: when(iso) },
+  `${new Date(iso).toISOString().slice(11, 19)}Z`);
 const counted = (n, noun) => `${n} ${noun}${n === 1 ? "" : "s"}`;
 
 // what `tickwork show` says of a session the relay took over from a worker that was gone
@@ -373,7 +377,7 @@ export async function sessionView(view, id) {
   showForks(id, forks).catch(() => {});
   follow(view, id, (kind, event) => {
     events.append(el("li", { dataset: { kind, id: event.id } },
-      el("time", {}, new Date(event.at).toLocaleTimeString()), " ", el("strong", {}, kind), " ",
+      timeOf(event.at), " ", el("strong", {}, kind), " ",
       eventSummary(event)));
     soon();
   }, async (end) => {
