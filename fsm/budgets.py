@@ -12,6 +12,7 @@ import math
 from datetime import UTC, datetime, timedelta
 
 from tickwork.fsm.values import ErrorCode, Head, Value
+from tickwork.fsm.wording import plain
 
 
 class Exhausted(Value):
@@ -125,7 +126,7 @@ def cut_at(
             code=cap.code,
             message=f"the model's answer was cut at {cap.tokens:,} completion tokens, all "
             f"that was left after its prompt of about {next_call.tokens:,} tokens of tenant "
-            f"{day.tenant}'s quota `max_usd_per_day` of ${day.quota_usd:g} for the sessions "
+            f"{day.tenant}'s quota `max_usd_per_day` of ${plain(day.quota_usd)} for the sessions "
             f"created on {day.day.date().isoformat()} (UTC): " + _day_advice(day, now),
         )
     left = "tokens" if cap.code is ErrorCode.BUDGET_TOKENS else "cost"
@@ -181,7 +182,7 @@ def day_spent(day: TenantDay, ahead_usd: float = 0.0, *, now: datetime | None = 
     when the tenant's next day starts and what to do."""
     spent = f"${day.spent_usd:.4f}"
     return (
-        f"tenant {day.tenant}'s quota `max_usd_per_day` of ${day.quota_usd:g} is spent: its "
+        f"tenant {day.tenant}'s quota `max_usd_per_day` of ${plain(day.quota_usd)} is spent: its "
         f"sessions created on {day.day.date().isoformat()} (UTC) spent {spent}"
         f"{_more(ahead_usd, f'${ahead_usd:.4f}')}; " + _day_advice(day, now)
     )
@@ -208,7 +209,7 @@ def deadline_passed(head: Head, *, now: datetime) -> str | None:
     None."""
     elapsed = (now - head.created_at).total_seconds()
     if elapsed >= head.budgets.deadline_s:
-        return f"{elapsed:.0f}s since creation, `deadline_s` is {head.budgets.deadline_s:g}"
+        return f"{elapsed:.0f}s since creation, `deadline_s` is {plain(head.budgets.deadline_s)}"
     return None
 
 
@@ -232,7 +233,9 @@ def stop_reason(head: Head, *, now: datetime) -> str | None:
         return "the session was cancelled"
     elapsed = (now - head.created_at).total_seconds()
     if elapsed >= b.deadline_s:
-        return f"the session's deadline passed ({elapsed:.0f}s, `deadline_s` is {b.deadline_s:g})"
+        return (
+            f"the session's deadline passed ({elapsed:.0f}s, `deadline_s` is {plain(b.deadline_s)})"
+        )
     if b.limits_cost and head.cost_usd >= b.max_cost_usd:
         return f"the session's cost budget is spent (`max_cost_usd` is ${b.max_cost_usd})"
     return None

@@ -29,6 +29,7 @@ from tickwork.fsm.values import (
     ToolCall,
     Value,
 )
+from tickwork.fsm.wording import plain
 
 #: the longest instruction a fork may append (`append_instruction`, the CLI's --append-instruction)
 MAX_INSTRUCTION_CHARS = 20_000
@@ -415,7 +416,7 @@ def _used_up(
         floor = max(needed, cost)
         return (
             f"{kept} and spent ${cost:.4f}, which counts against `max_cost_usd` "
-            f"(${budgets.max_cost_usd:g}){more}; give `max_cost_usd` above {floor:.4f}"
+            f"(${plain(budgets.max_cost_usd)}){more}; give `max_cost_usd` above {floor:.4f}"
         )
     return None
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from decimal import Decimal
 
 from tickwork.fsm.approvals import FINGERPRINT_LENGTH, HEX_DIGITS, is_whole_fingerprint
 from tickwork.fsm.errors import InvalidInput
@@ -131,14 +130,6 @@ def new_session_id(value: str, *, what: str) -> str:
             f"and '.', up to {MAX_SESSION_ID} characters, and starts with a letter or digit"
         )
     return value
-
-
-def plain(value: float) -> str:
-    """`value` as a person writes it in an option, and as the option reads it back: 1000000,
-    2.5, 0.0000001; never 1e+06 (`:g`), never a thousands separator."""
-    if float(value).is_integer():
-        return str(int(value))
-    return format(Decimal(repr(float(value))), "f")
 
 
 def bad_text(value: str) -> str | None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .parsing import plain
+from tickwork.fsm.wording import plain
 
 #: a budget's code: the fork option that raises it and its budget field
 _RAISED = {

@@ -29,11 +29,10 @@ from rich.tree import Tree
 from tickwork.fsm.failures import failed_before_line, passed_before, passed_before_line
 from tickwork.fsm.kinds import GraphRef, graph_of
 from tickwork.fsm.values import PRICE_RATES, RUNNABLE
-from tickwork.fsm.wording import counted
+from tickwork.fsm.wording import counted, plain
 
 from . import views
 from .flags import by_settings, in_flags
-from .parsing import plain
 from .remedies import remedies
 
 STATUS_STYLE = {

@@ -473,3 +473,13 @@ def test_every_budget_has_a_bound_and_the_bounds_hold_input_only() -> None:
     assert over_bound({"deadline_s": 3600, "max_steps": 5}) is None
     # a session stored before the bounds (a "no deadline" of 1e10 s) still loads
     assert Budgets.model_validate({"deadline_s": 1e10, "max_tokens": 2**60}).deadline_s == 1e10
+
+
+def test_a_tiny_day_quota_is_said_in_full_not_in_exponent_form() -> None:
+    from datetime import UTC, datetime
+
+    from tickwork.fsm.budgets import TenantDay, day_spent
+
+    day = datetime(2026, 12, 7, tzinfo=UTC)
+    said = day_spent(TenantDay(tenant="acme", day=day, spent_usd=0.0, quota_usd=0.000001))
+    assert "`max_usd_per_day` of $0.000001 is spent" in said, said
