@@ -358,6 +358,20 @@ def test_run_command_stops_when_the_session_says_so(
     assert result.is_error and "killed: the session was cancelled" in result.output
 
 
+def test_a_blank_command_from_the_model_is_refused_saying_what_to_send(
+    workspace: Path, call: Call
+) -> None:
+    """The model's own `run_command` of "" ran `sh -c ""` and said exit code 0, as if a
+    command had run; it is refused, as a person's blank edit is, telling the model what to
+    send (not to reject the call: that is a person's word)."""
+    for blank in ("", "  \n"):
+        result = call("run_command", command=blank)
+        assert result.is_error, result.output
+        assert "the command is empty" in result.output, result.output
+        assert "give the shell command line to run" in result.output, result.output
+        assert "exit code" not in result.output and "reject" not in result.output
+
+
 def test_run_command_validates_its_timeout(workspace: Path, call: Call) -> None:
     result = call("run_command", command="ls", timeout_s=-1)
     assert result.is_error and "timeout_s" in result.output

@@ -437,14 +437,14 @@ def _shell(ctx: ToolContext, command: str, timeout_s: float) -> ShellResult:
     return result
 
 
+#: a blank command line runs `sh -c ""` and reports exit 0, as if a command had run
+EMPTY_COMMAND = "the command is empty: give the shell command line to run (e.g. 'ls build')"
+
+
 def _check_command(arguments: Mapping[str, Any]) -> None:
-    # an edit that blanks the command would run `sh -c ""` and report exit 0, as if it ran
     command = arguments.get("command")
     if isinstance(command, str) and not command.strip():
-        raise ToolError(
-            "the command is empty: give the shell command line to run (e.g. 'ls build'), or "
-            "reject the call so it does not run"
-        )
+        raise ToolError(f"{EMPTY_COMMAND}, or reject the call so it does not run")
 
 
 @tool(approval_policy=command_needs_approval, timeout_s=MAX_COMMAND_S, check=_check_command)
@@ -465,6 +465,8 @@ def run_command(
         command: the shell command line.
         timeout_s: seconds before the command is killed.
     """
+    if not command.strip():  # the model's own blank call; a person's edit is refused sooner
+        raise ToolError(EMPTY_COMMAND)
     return _shell(ctx, command, _command_timeout(ctx, timeout_s)).describe()
 
 
