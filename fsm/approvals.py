@@ -101,10 +101,11 @@ def rejection(call: ToolCall, decision: Decision) -> str:
 EDIT_NOTE_CHARS = 2000
 
 
-def edit_note(decision: Decision | None) -> str:
+def edit_note(decision: Decision | None, *, is_error: bool = False) -> str:
     """What the model reads before the output of a call a person edited (its transcript
     shows the call as the model made it): who edited it and the arguments it ran with; ""
-    for a call that ran as the model proposed it."""
+    for a call that ran as the model proposed it. With `is_error` (refused, or failed,
+    when it was to run) it says the edited call was tried, never that it ran."""
     if decision is None or decision.arguments is None:
         return ""
     if decision.kind not in (DecisionKind.EDIT, DecisionKind.APPROVE):
@@ -112,6 +113,13 @@ def edit_note(decision: Decision | None) -> str:
     ran = json.dumps(decision.arguments, ensure_ascii=False)
     if len(ran) > EDIT_NOTE_CHARS:
         ran = ran[:EDIT_NOTE_CHARS] + " ...(cut)"
+    if is_error:
+        edited = (
+            f"a person edited this call, and {decision.approver} had it tried again"
+            if decision.kind is DecisionKind.APPROVE
+            else f"{decision.approver} edited this call"
+        )
+        return f"{edited}; it was tried with {ran} and did not succeed:\n"
     if decision.kind is DecisionKind.APPROVE:  # an in-doubt call run again, as edited
         return (
             f"a person edited this call before it ran, and {decision.approver} had it run "

@@ -616,6 +616,34 @@ def test_an_edit_that_blanks_a_command_is_refused_at_once(deployment: Deployment
 
 
 @pytest.mark.parametrize("deployment", ["embedded"], indirect=True)
+def test_an_edit_refused_when_it_runs_is_not_said_to_have_run(
+    deployment: Deployment, cli: Cli
+) -> None:
+    """An edited patch that does not apply was refused by the tool when it ran, and the
+    model (and whoever reads the session) was told "it ran with" the edit before the
+    refusal: it is told the edited call was tried and did not succeed."""
+    from tickwork.demos import demo_input, prepare_demo_workspace
+
+    fine = "--- a/calc.py\n+++ b/calc.py\n@@ -1 +1 @@\n-x\n+y\n"
+    stale = "--- a/calc.py\n+++ b/calc.py\n@@ -1 +1 @@\n-no such line\n+y\n"
+    script = deployment.script(
+        [{"content": "patch", "tool_calls": [call("apply_patch", patch=fine)]}, {"content": "ok"}]
+    )
+    workspace = prepare_demo_workspace(deployment.settings.state_dir)
+    head = deployment.client.submit("repair", demo_input(workspace), model=script)
+    with deployment.worker():
+        waiting = deployment.client.wait(head.id, timeout=60)
+        assert waiting.status.value == "waiting_approval", waiting.error_message
+        (call_id,) = waiting.awaiting
+        cli.inline("edit", head.id, call_id, "--args", json.dumps({"patch": stale}), "--as", "bob")
+        deployment.client.wait(head.id, timeout=60)
+    seen = deployment.client.load(head.id).observation(call_id)
+    assert seen is not None and seen.is_error, seen
+    assert seen.content.startswith("bob edited this call; it was tried with "), seen.content
+    assert "it ran with" not in seen.content and "before it ran" not in seen.content
+
+
+@pytest.mark.parametrize("deployment", ["embedded"], indirect=True)
 def test_an_edit_to_a_patch_that_leaves_the_workspace_is_refused_at_once(
     deployment: Deployment, cli: Cli, tmp_path: Path
 ) -> None:

@@ -380,3 +380,21 @@ def test_the_model_is_told_of_an_edit_and_its_arguments_cut(build: Any) -> None:
         "a person edited this call before it ran, and carol had it run again; it ran with "
         '{"text": "y"}\n'
     )
+
+
+def test_an_edited_call_refused_when_it_was_to_run_is_not_said_to_have_run(build: Any) -> None:
+    """An edit the tool (or the sandbox) refused when it was to run told the model "it ran
+    with" the edited arguments, then the refusal: it says the edited call was tried."""
+    _, (call,) = waiting(build, AWAITING)
+    edited = build.decision(call, EDIT, approver="bob", arguments={"text": "x"})
+    again = build.decision(call, APPROVE, approver="carol", arguments={"text": "y"})
+    for decision in (edited, again):
+        note = edit_note(decision, is_error=True)
+        assert "it ran with" not in note and "before it ran" not in note, note
+    assert edit_note(edited, is_error=True) == (
+        'bob edited this call; it was tried with {"text": "x"} and did not succeed:\n'
+    )
+    assert edit_note(again, is_error=True) == (
+        "a person edited this call, and carol had it tried again; it was tried with "
+        '{"text": "y"} and did not succeed:\n'
+    )

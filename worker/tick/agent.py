@@ -615,7 +615,7 @@ def execute(tick: Tick) -> Change:
             head,
             claimed.calls,
             call,
-            output=edit_note(claimed.decisions.get(call.call_id)) + output,
+            output=edit_note(claimed.decisions.get(call.call_id), is_error=is_error) + output,
             is_error=is_error,
             duration_ms=duration_ms,
             now=rt.clock(),
