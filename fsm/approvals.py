@@ -128,6 +128,15 @@ def edit_note(decision: Decision | None, *, is_error: bool = False) -> str:
     return f"{decision.approver} edited this call before it ran; it ran with {ran}\n"
 
 
+def edited_by(decision: Decision) -> str:
+    """How a call's arguments name the person of a decision that carries them: an edit's
+    author, or the approver who ran an edited in-doubt call again (the edit's author is
+    not theirs to be named as)."""
+    if decision.kind is DecisionKind.APPROVE:
+        return f"as edited, run again by {decision.approver}"
+    return f"as edited by {decision.approver}"
+
+
 def already_decided(first: Decision, *, session_id: str) -> AlreadyDecided:
     """The error for a second decision on a call, naming the first."""
     return AlreadyDecided(

@@ -939,7 +939,7 @@ def _file_changes(
 
 
 def _edited_by(d: Mapping[str, Any]) -> str:
-    """As `api.previews.edited_by` says it: an approval names who ran the edit again."""
+    """As `fsm.approvals.edited_by` says it: an approval names who ran the edit again."""
     if d["kind"] == "approve":
         return f"as edited, run again by {d['approver']}"
     return f"as edited by {d['approver']}"

@@ -387,3 +387,55 @@ def test_both_cards_name_the_session_s_tenant_and_who_submitted_it() -> None:
     )
     for made in (asked, ended):
         assert (made["session"]["tenant"], made["session"]["submitted_by"]) == ("team-a", "ann")
+
+
+def test_an_in_doubt_call_s_card_shows_the_arguments_it_ran_with_as_edited() -> None:
+    """A call run as edited and left in doubt (its worker killed mid-tool) posted a card
+    with the model's arguments, while `show` said "as edited": the card shows the edited
+    arguments it ran with and who edited them; a call not edited shows the model's."""
+    from tickwork.worker.config.secrets import Masker
+    from tickwork.worker.observers.webhooks import card
+
+    from tickwork.testing.store_ticks import new_session
+
+    now = datetime(2026, 12, 1, tzinfo=UTC)
+    head = new_session("t-2", now=now).head
+    model = {"command": "rm -rf build"}
+    edit = {
+        **{"call_id": "s1c0", "at": now.isoformat(), "fingerprint": "0"},
+        **{"kind": "edit", "approver": "bob", "arguments": {"command": "rm -rf build/tmp"}},
+    }
+    again = {**edit, "kind": "approve", "approver": "carol"}
+    calls = [
+        {
+            "call_id": "s1c0",
+            "name": "run_command",
+            "arguments": model,
+            "fingerprint": "0",
+            "state": "in_doubt",
+            "decision": edit,
+        },
+        {
+            "call_id": "s1c1",
+            "name": "run_command",
+            "arguments": model,
+            "fingerprint": "1",
+            "state": "in_doubt",
+            "decision": again,
+        },
+        {
+            "call_id": "s1c2",
+            "name": "run_command",
+            "arguments": model,
+            "fingerprint": "2",
+            "state": "in_doubt",
+            "decision": None,
+        },
+    ]
+    shown = card(head, calls, public_url="", at=now, masker=Masker([]))["calls"]
+    edited = json.dumps(edit["arguments"], sort_keys=True)
+    assert [(c["arguments"], c["as_edited"]) for c in shown] == [
+        (edited, "as edited by bob"),
+        (edited, "as edited, run again by carol"),
+        (json.dumps(model, sort_keys=True), None),
+    ]

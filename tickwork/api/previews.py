@@ -14,9 +14,10 @@ import posixpath
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from tickwork.fsm.approvals import edited_by
 from tickwork.fsm.errors import TickworkError
 from tickwork.fsm.machine import arguments_to_run
-from tickwork.fsm.values import Decision, DecisionKind, ToolCall
+from tickwork.fsm.values import Decision, ToolCall
 from tickwork.worker.jobs.repair.adoption import ADOPT_PATCH, proposed
 from tickwork.worker.tools.registry import ChildResult
 
@@ -41,15 +42,6 @@ def preview(
     if found is not None and decision is not None and decision.arguments is not None:
         found["note"] = f"{edited_by(decision)}, {found['note']}"
     return found
-
-
-def edited_by(decision: Decision) -> str:
-    """How a preview names the person of a decision that carries arguments: an edit's
-    author, or the approver who ran an edited in-doubt call again (the edit's author is
-    not theirs to be named as)."""
-    if decision.kind is DecisionKind.APPROVE:
-        return f"as edited, run again by {decision.approver}"
-    return f"as edited by {decision.approver}"
 
 
 def _preview(

@@ -29,9 +29,10 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 import httpx
+from tickwork.fsm.approvals import edited_by
 from tickwork.fsm.failures import failed_before_line
 from tickwork.fsm.outcomes import outcome_of
-from tickwork.fsm.values import Head
+from tickwork.fsm.values import Decision, DecisionKind, Head
 from tickwork.worker.config.secrets import Masker
 from tickwork.worker.sandbox.egress import network_mode
 
@@ -57,7 +58,9 @@ def card(
     sid = quote(head.id, safe="")
     shown = []
     for call in calls:
-        text = json.dumps(call.get("arguments"), ensure_ascii=False, sort_keys=True)
+        editor = _edited_by(call)
+        ran = call["decision"]["arguments"] if editor else call.get("arguments")
+        text = json.dumps(ran, ensure_ascii=False, sort_keys=True)
         text = masker.text(text)
         shown.append(
             {
@@ -68,6 +71,9 @@ def card(
                 else text[:MAX_ARGUMENT_CHARS] + " …(cut)",
                 "fingerprint": call["fingerprint"],
                 "in_doubt": call.get("state") == "in_doubt",
+                #: "as edited by bob" where the arguments shown are a person's edit, which
+                #: the in-doubt call ran with (None: the model's own)
+                "as_edited": editor,
             }
         )
     return {
@@ -98,6 +104,18 @@ def card(
             ),
         },
     }
+
+
+def _edited_by(call: dict[str, Any]) -> str | None:
+    """How the card names who edited the arguments an in-doubt call ran with (its latest
+    `decision`, as the dispatcher gives it), as `show` does; None for the model's own."""
+    given = call.get("decision")
+    if call.get("state") != "in_doubt" or not given or given.get("arguments") is None:
+        return None
+    decision = Decision.model_validate(given)
+    if decision.kind not in (DecisionKind.EDIT, DecisionKind.APPROVE):
+        return None
+    return edited_by(decision)
 
 
 def finished_card(

@@ -17,7 +17,7 @@ from datetime import timedelta
 from typing import Any
 
 from tickwork.fsm.errors import SessionNotFound
-from tickwork.fsm.values import Status
+from tickwork.fsm.values import Decision, Status
 from tickwork.store.deliveries import MOVED_ON, Card
 from tickwork.worker.config.process import Loop
 from tickwork.worker.config.settings import WebhookSettings
@@ -99,10 +99,19 @@ def _document(rt: Runtime, settings: WebhookSettings, taken: Card) -> dict[str, 
             return None
         # the calls still waiting: a person may have decided some since the card was written
         waiting = [cid for cid in taken.calls if cid in head.awaiting] or list(head.awaiting)
-        calls = [c.model_dump(mode="json") for cid in waiting if (c := session.call(cid))]
+        calls = [
+            {**c.model_dump(mode="json"), "decision": _dumped(session.decision(cid))}
+            for cid in waiting
+            if (c := session.call(cid))
+        ]
         document = card(head, calls, public_url=settings.public_url, at=taken.at, masker=rt.masker)
     document["id"] = taken.key  # the same on every attempt, whatever happened meanwhile
     return document
+
+
+def _dumped(decision: Decision | None) -> dict[str, Any] | None:
+    # an in-doubt call's card shows the arguments it ran with, an edit's if a person edited
+    return decision.model_dump(mode="json") if decision is not None else None
 
 
 def _send(rt: Runtime, settings: WebhookSettings, taken: Card) -> str:
