@@ -35,6 +35,7 @@ def test_a_session_waiting_for_approval_posts_a_signed_card(stack: Stack) -> Non
             "arguments": '{"value": "prod-db"}',
             "fingerprint": stack.fingerprint(session_id),
             "in_doubt": False,
+            "as_edited": None,
         }
     ]
     assert card["links"]["page"] == f"{stack.url}/#/approvals/{session_id}"
