@@ -274,10 +274,11 @@ def given_up(
         return [GivenUp(**row) for row in conn.execute(query).mappings()]
 
 
-def _cards() -> Any:
+def _cards(*more: Any) -> Any:
     """The cards' deliveries as `GivenUp` reads them (their session's tenant, if it is
-    still there)."""
+    still there), and the columns `more`."""
     return select(
+        *more,
         events.c.session_id,
         events.c.version,
         events.c.kind,
@@ -298,24 +299,23 @@ def send_again(
     """Have the dispatchers try the cards given up again at their next pass, each with its
     attempts anew (of `session_ids` only, if given); the cards so put back. An approval
     card whose session no longer waits is then dropped, not sent (`drop_moved_on`)."""
+    query = (
+        _cards(deliveries.c.event_id)
+        .where(_given_up(session_ids))
+        .order_by(events.c.id)
+        .with_for_update(of=deliveries, skip_locked=True)
+    )
     with engine.begin() as conn:
-        found = conn.execute(
-            select(deliveries.c.event_id)
-            .select_from(deliveries.join(events, events.c.id == deliveries.c.event_id))
-            .where(_given_up(session_ids))
-            .with_for_update(of=deliveries, skip_locked=True)
-        ).scalars()
-        ids = list(found)
+        rows = [dict(row) for row in conn.execute(query).mappings()]
+        ids = [row.pop("event_id") for row in rows]
         if not ids:
             return []
-        query = _cards().where(deliveries.c.event_id.in_(ids)).order_by(events.c.id)
-        cards = [GivenUp(**row) for row in conn.execute(query).mappings()]
         conn.execute(
             update(deliveries)
             .where(deliveries.c.event_id.in_(ids), deliveries.c.delivered_at.is_(None))
             .values(attempts=0, next_attempt_at=now, last_error="")
         )
-    return cards
+    return [GivenUp(**row) for row in rows]
 
 
 def state(
