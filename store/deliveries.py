@@ -265,10 +265,10 @@ def _given_up(session_ids: Sequence[str] | None) -> Any:
 
 
 def given_up(
-    engine: Engine, *, session_ids: Sequence[str] | None = None, limit: int = 1000
+    engine: Engine, *, limit: int, session_ids: Sequence[str] | None = None
 ) -> list[GivenUp]:
-    """The cards given up, oldest first (of `session_ids` only, if given): what an operator
-    sends again once the receiver answers (`send_again`)."""
+    """The oldest `limit` cards given up, oldest first (of `session_ids` only, if given):
+    what an operator sends again once the receiver answers (`send_again`)."""
     query = _cards().where(_given_up(session_ids)).order_by(events.c.id).limit(limit)
     with engine.connect() as conn:
         return [GivenUp(**row) for row in conn.execute(query).mappings()]
@@ -377,9 +377,7 @@ class Cards:
     ) -> dict[str, Any] | None:
         return state(self.engine, session_id, version, kinds=kinds)
 
-    def given_up(
-        self, *, session_ids: Sequence[str] | None = None, limit: int = 1000
-    ) -> list[GivenUp]:
+    def given_up(self, *, session_ids: Sequence[str] | None = None, limit: int) -> list[GivenUp]:
         return given_up(self.engine, session_ids=session_ids, limit=limit)
 
     def send_again(

@@ -4,7 +4,7 @@ their receiver answers (docs/WEBHOOKS.md; the runbook's "Webhook cards are not d
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -12,6 +12,9 @@ from tickwork.fsm.errors import InvalidInput
 
 from . import options, render, views
 from .context import Context
+
+if TYPE_CHECKING:
+    from tickwork.store.deliveries import GivenUp
 
 #: the most cards `webhooks ls` lists (the oldest first)
 SHOWN = 1000
@@ -108,7 +111,7 @@ def _card(kind: str) -> str:
     return "approval card" if kind == "approval_requested" else f"finished card, {kind}"
 
 
-def _view(card: Any) -> dict[str, Any]:
+def _view(card: GivenUp) -> dict[str, Any]:
     return {
         "card": card.key,
         "session_id": card.session_id,
