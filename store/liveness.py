@@ -25,7 +25,6 @@ import contextlib
 import errno
 import fcntl
 import os
-import re
 import secrets
 import threading
 import weakref
@@ -38,13 +37,12 @@ from sqlalchemy import Connection, Engine, func, insert, or_, select, text
 from tickwork.fsm.errors import StoreUnavailable
 from tickwork.fsm.values import RUNNABLE, Event, EventKind
 from tickwork.store import rows
+from tickwork.store.owners import key_of, signed
 from tickwork.store.relay import Due, revive
 from tickwork.store.schema import RUNNABLE_SQL, events, sessions
 
 #: keys are drawn below this: at most 18 digits, so every key fits a bigint
 KEY_LIMIT = 10**18
-#: a lease's owner that names its sign: `<owner>@<key>`
-_SIGNED = re.compile(r"@([0-9]{1,18})$")
 #: the sessions table, by name in the relay's one-statement look
 SESSIONS = sessions.name
 #: the server's TCP keepalives on a sign's connection: a host that vanished (no FIN, no
@@ -67,17 +65,6 @@ CLIENT_KEEPALIVES = {
 def new_key() -> int:
     """A fresh key for a worker process's sign."""
     return 1 + secrets.randbelow(KEY_LIMIT - 1)
-
-
-def signed(owner: str, key: int) -> str:
-    """The lease owner `owner` holding sign `key`."""
-    return f"{owner}@{key}"
-
-
-def key_of(owner: str | None) -> int | None:
-    """The sign a lease's owner names, or None (a lease without one)."""
-    found = _SIGNED.search(owner or "")
-    return None if found is None else int(found[1])
 
 
 class Sign(Protocol):

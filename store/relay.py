@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, bindparam, delete, insert, or_, select, tuple_, update
 from tickwork.fsm.values import RUNNABLE, Event, EventKind
 from tickwork.store import rows
+from tickwork.store.owners import of_nodes
 from tickwork.store.schema import events, outbox, sessions
 
 #: the longest a republished tick waits before the relay publishes it once more
@@ -179,14 +180,8 @@ def _unsaid(
     return [
         r
         for r in found
-        if (r[0], r[1]) not in told and not _refused_by(r[2], refused.get((r[0], r[1]), set()))
+        if (r[0], r[1]) not in told and not of_nodes(r[2], refused.get((r[0], r[1]), set()))
     ]
-
-
-def _refused_by(owner: str | None, nodes: set[str]) -> bool:
-    """Whether the lease `owner` (a node's `node:pid:thread`) is of one of the `nodes` that
-    refused the tick."""
-    return owner is not None and any(owner == n or owner.startswith(f"{n}:") for n in nodes)
 
 
 def _expired(session_id: str, version: int, owner: str | None, *, now: datetime) -> dict[str, Any]:
