@@ -747,9 +747,17 @@ def _outputs_too_large(outputs: dict[str, str]) -> Iterator[None]:
 
 def _outputs_said(outputs: dict[str, str], limit: object) -> str:
     """Which of the tool `outputs` given make a body over the server's `limit` (bytes; None
-    from a server that does not say it): the one over it alone, else all of them."""
+    from a server that does not say it): the one over it alone, else all of them; none of
+    them when they are within it, and the rest of the fork is what takes the body over."""
     sizes = {call: len(text.encode("utf-8", "surrogatepass")) for call, text in outputs.items()}
     call, largest = max(sizes.items(), key=lambda item: item[1])
+    total = sum(sizes.values())
+    if isinstance(limit, int) and total <= limit:
+        return (
+            f"the tool outputs given are {total:,} bytes in all, within those {limit:,}: "
+            "the rest of the fork (its system prompt or instruction) takes it over; give "
+            "a shorter system prompt or instruction, or shorter outputs"
+        )
     if len(sizes) == 1 or (isinstance(limit, int) and largest > limit):
         return (
             f"the tool output given for {call} is {largest:,} bytes, more than a whole request "
@@ -757,7 +765,7 @@ def _outputs_said(outputs: dict[str, str], limit: object) -> str:
             "characters (20,000 unless its operator set another): give a shorter one"
         )
     return (
-        f"the {len(sizes)} tool outputs given are {sum(sizes.values()):,} bytes in all (the "
+        f"the {len(sizes)} tool outputs given are {total:,} bytes in all (the "
         f"largest, {call}'s, {largest:,}), more than a whole request may be: give shorter "
         "ones, or fewer"
     )
