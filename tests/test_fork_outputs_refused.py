@@ -35,3 +35,11 @@ def test_an_output_over_the_limit_alone_is_named() -> None:
 def test_outputs_over_the_limit_together_are_named_by_their_total() -> None:
     said = _said({"s1c0": "x" * 40_000, "s1c1": "y" * 30_000}, 65536)
     assert "the 2 tool outputs given are 70,000 bytes in all" in said
+
+
+def test_outputs_are_measured_as_the_request_holds_them() -> None:
+    """A log of short lines takes more bytes in the JSON body than in its file (each
+    newline is two): outputs over the limit so are not said to be within it."""
+    said = _said({"s1c0": "x\n" * 30_000}, 65536)  # 60,000 bytes; 90,000 in the body
+    assert "within" not in said
+    assert "the tool output given for s1c0 is 90,000 bytes" in said

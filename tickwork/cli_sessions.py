@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import sys
 import time
 from collections.abc import Iterator
@@ -749,7 +750,11 @@ def _outputs_said(outputs: dict[str, str], limit: object) -> str:
     """Which of the tool `outputs` given make a body over the server's `limit` (bytes; None
     from a server that does not say it): the one over it alone, else all of them; none of
     them when they are within it, and the rest of the fork is what takes the body over."""
-    sizes = {call: len(text.encode("utf-8", "surrogatepass")) for call, text in outputs.items()}
+    # as the body holds them: JSON strings, where a newline or a quote takes two bytes
+    sizes = {
+        call: len(json.dumps(text, ensure_ascii=False).encode("utf-8", "surrogatepass")) - 2
+        for call, text in outputs.items()
+    }
     call, largest = max(sizes.items(), key=lambda item: item[1])
     total = sum(sizes.values())
     if isinstance(limit, int) and total <= limit:
