@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
@@ -163,6 +163,14 @@ class EventKind(StrEnum):
     #: not there, or its artifact store lacks the session's files): nothing else changes
     #: (`data`: `worker`, `version`, `reason`)
     TICK_REFUSED = "tick_refused"
+
+
+def utc_date(value: datetime) -> str:
+    """A date as tickwork gives it out (views, webhook cards, exports, eval runs): ISO 8601
+    in UTC ending in `Z`. A naive one is taken as UTC."""
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC).isoformat().removesuffix("+00:00") + "Z"
 
 
 def _positive(name: str, value: float) -> float:

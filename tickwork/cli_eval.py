@@ -402,7 +402,7 @@ def list_runs(json_output: options.Json = False) -> None:
             [
                 {
                     "id": r.id,
-                    "started_at": r.started_at.isoformat(),
+                    "started_at": views.date(r.started_at),
                     "model": r.config.model,
                     "label": r.label,
                     "task_set": r.task_set,

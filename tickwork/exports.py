@@ -16,6 +16,7 @@ from enum import StrEnum
 from typing import IO, Any
 
 from tickwork.fsm.errors import ConfigurationError
+from tickwork.fsm.values import utc_date
 
 #: rows per Parquet row group: a few MB of dead letters, one group in memory at a time
 ROW_GROUP = 1000
@@ -114,7 +115,7 @@ class _Line:
 
 
 def _json_row(row: dict[str, Any], names: list[str]) -> dict[str, Any]:
-    return {n: row[n].isoformat() if isinstance(row[n], datetime) else row[n] for n in names}
+    return {n: utc_date(row[n]) if isinstance(row[n], datetime) else row[n] for n in names}
 
 
 def _jsonl(rows: Iterable[dict[str, Any]], file: IO[str], cols: list[tuple[str, str]]) -> int:
@@ -129,7 +130,7 @@ def _csv_value(value: Any, kind: str) -> Any:
     if value is None:
         return ""
     if kind == "time":
-        return value.isoformat()
+        return utc_date(value)
     if kind == "list":
         return " ".join(value)
     if kind == "json":

@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 import re
 import sys
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
+
+from tickwork.fsm.values import utc_date
 
 if TYPE_CHECKING:
     from tickwork.fsm.values import Event, Head, Session, ToolCall
@@ -39,11 +41,7 @@ def emit(document: Any) -> None:
 def date(value: datetime | None) -> str | None:
     """A date as every view gives it: ISO 8601 in UTC ending in `Z`, as the heads, steps and
     events (pydantic's) give theirs; None for none. A naive one is taken as UTC."""
-    if value is None:
-        return None
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)
-    return value.astimezone(UTC).isoformat().removesuffix("+00:00") + "Z"
+    return None if value is None else utc_date(value)
 
 
 def head(value: Head) -> dict[str, Any]:

@@ -120,8 +120,8 @@ def test_export_in_every_format_loads_with_pyarrow_duckdb_and_csv(
     assert from_csv[ids["fork"]]["fork_step"] == "1" and from_csv[ids["loop"]]["parent_id"] == ""
     assert from_jsonl[ids["forked"]]["forks"] == [ids["fork"]]
     for sid, row in from_parquet.items():
-        assert from_jsonl[sid]["failed_at"] == row["failed_at"].isoformat()
-        assert from_csv[sid]["failed_at"] == row["failed_at"].isoformat()
+        assert from_jsonl[sid]["failed_at"] == row["failed_at"].isoformat().replace("+00:00", "Z")
+        assert from_csv[sid]["failed_at"] == row["failed_at"].isoformat().replace("+00:00", "Z")
         assert from_jsonl[sid]["tokens"] == row["tokens"] == int(from_csv[sid]["tokens"])
         assert from_jsonl[sid]["cost_usd"] == row["cost_usd"] == float(from_csv[sid]["cost_usd"])
 

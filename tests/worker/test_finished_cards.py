@@ -184,6 +184,8 @@ def test_a_failed_and_a_cancelled_session_post_their_cards(
     assert cards[waiting]["session"]["status"] == "cancelled"
     approvals = [c for _, c, _ in receiver.got if c["type"] == "tickwork.approval_requested"]
     assert [c["session"]["id"] for c in approvals] == [waiting]
+    for card in [*cards.values(), *approvals]:  # as every view gives a date
+        assert card["at"].endswith("Z") and "+00:00" not in json.dumps(card), card
 
 
 def test_finished_cards_alone_send_no_approval_card(ticks: Ticks, receiver: Receiver) -> None:

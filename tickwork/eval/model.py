@@ -9,6 +9,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from tickwork.fsm.values import utc_date
+
 #: `--model scripted`: each task plays its own `script`
 SCRIPTED = "scripted"
 
@@ -229,8 +231,8 @@ class Run:
         return {
             "schema": 1,
             "id": self.id,
-            "started_at": self.started_at.isoformat(),
-            "finished_at": self.finished_at.isoformat() if self.finished_at else None,
+            "started_at": utc_date(self.started_at),
+            "finished_at": utc_date(self.finished_at) if self.finished_at else None,
             "state": self.state,
             "elapsed_s": self.elapsed_s,
             "task_set": self.task_set,

@@ -32,7 +32,7 @@ import httpx
 from tickwork.fsm.approvals import edited_by
 from tickwork.fsm.failures import failed_before_line
 from tickwork.fsm.outcomes import outcome_of
-from tickwork.fsm.values import Decision, DecisionKind, Head
+from tickwork.fsm.values import Decision, DecisionKind, Head, utc_date
 from tickwork.worker.config.secrets import Masker
 from tickwork.worker.sandbox.egress import network_mode
 
@@ -79,7 +79,7 @@ def card(
     return {
         "type": "tickwork.approval_requested",
         "id": f"{head.id}:{head.version}",
-        "at": at.isoformat(),
+        "at": utc_date(at),
         "session": {
             "id": head.id,
             "kind": head.kind,
@@ -146,7 +146,7 @@ def finished_card(
     return {
         "type": "tickwork.finished",
         "id": f"{head.id}:{head.version}",
-        "at": at.isoformat(),
+        "at": utc_date(at),
         "session": {
             "id": head.id,
             "kind": head.kind,
@@ -170,7 +170,7 @@ def finished_card(
             "steps": head.step,
             "tokens": head.tokens,
             "cost_usd": head.cost_usd,
-            "created_at": head.created_at.isoformat(),
+            "created_at": utc_date(head.created_at),
         },
         "error": {"code": str(code), "message": message} if code else None,
         "links": {
