@@ -33,6 +33,8 @@ class DeadLetterNotFound(TickworkError, LookupError):
         """The API's error for a key no dead letter the caller sees has, the same for another
         tenant's as for none. It says where to look in words that fit each surface it
         reaches: an API caller, and the command line with --server, which prints it."""
+        if key.startswith("#"):  # a number only (`by_key`), never a session's id
+            return cls(f"no dead letter has number {key[1:]}; {cls.api_listing}")
         return cls(f"no dead letter has id or session id {key!r}; {cls.api_listing}")
 
 

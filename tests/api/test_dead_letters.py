@@ -387,5 +387,7 @@ def test_digits_naming_two_letters_are_refused_and_hash_names_a_number(stack: St
     assert api.get(f"/api/v1/dead-letters/%23{mine}").json()["session_id"] == digits
     gone = api.get("/api/v1/dead-letters/%23987654321")
     assert gone.status_code == 404 and gone.json()["code"] == "dead_letter_not_found"
+    # `#N` is a number only, never a session id: the refusal says so, as `dlq show` does
+    assert gone.json()["message"].startswith("no dead letter has number 987654321;"), gone.text
     forked = api.post(f"/api/v1/dead-letters/%23{mine}/fork", json={"from_step": 0})
     assert forked.status_code == 201 and forked.json()["parent_id"] == digits
