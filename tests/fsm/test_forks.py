@@ -478,3 +478,16 @@ def test_a_fork_s_loop_interventions_count_afresh(build: Any, parent: Session) -
     child = forked(build, looped, 3, budgets={"max_steps": 10})
     assert child.head.loop_interventions == 0
     assert child.steps == parent.steps
+
+
+def test_a_cost_budget_below_a_cent_is_said_as_one_to_give(build: Any, parent: Session) -> None:
+    """A cheap model's kept steps (a few millionths of a dollar) were refused with "give
+    `max_cost_usd` above 0.0000", no budget a person can give: the amount is written to
+    its significant digits, rounded up, and a budget above it is taken."""
+    cheap = parent.model_copy(
+        update={"steps": tuple(s.model_copy(update={"cost_usd": 0.000015}) for s in parent.steps)}
+    )
+    with pytest.raises(InvalidBudget) as raised:
+        forked(build, cheap, 2, budgets={"max_cost_usd": 0.00002})
+    assert "give `max_cost_usd` above 0.00003" in str(raised.value)
+    assert forked(build, cheap, 2, budgets={"max_cost_usd": 0.000031}).head.step == 2
