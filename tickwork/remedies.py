@@ -70,9 +70,13 @@ def fork_budgets(letter: Mapping[str, Any]) -> dict[str, float]:
     """The budget a fork of the dead letter `letter` (its view, with its session) is given
     so that it does not stop as its session did: twice the one that ran out, by its field
     (`dlq show`'s next step and the page's fork form propose it); {} for another cause, or
-    a tenant's day quota spent, which is no budget of the session."""
+    a tenant's day quota spent, which is no budget of the session, or a letter closed."""
     code = letter["code"]
-    if code not in _RAISED or (code == "BUDGET_COST" and "tenant" in letter["message"]):
+    if (
+        letter.get("resolved_at")
+        or code not in _RAISED
+        or (code == "BUDGET_COST" and "tenant" in letter["message"])
+    ):
         return {}
     field = _RAISED[code][1]
     head = (letter.get("session") or {}).get("head") or {}

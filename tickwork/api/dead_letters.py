@@ -289,7 +289,7 @@ def show(key: Key, client: Client, who: Reader) -> dict[str, Any]:
     letter = find(client, who, key)
     view = views.dead_letter(letter, snapshot=True)
     # what a fork needs to run on where its session stopped (the page's form proposes it)
-    view["fork_budgets"] = {} if view["resolved_at"] else fork_budgets(view)
+    view["fork_budgets"] = fork_budgets(view)
     # every fork of the session, live or archived, as `show` and the export list them
     view["forks"] = views.forks(seen_forks(client, who, client.forks(letter.session_id)))
     # a fork of a fork runs under every patch of its chain: its own is its session's
