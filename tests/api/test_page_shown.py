@@ -645,3 +645,59 @@ def test_the_events_list_and_the_header_both_say_their_times_in_utc(
         expect(line).to_have_text("03:50:00Z")
     finally:
         context.close()
+
+
+def test_an_in_doubt_call_that_ran_as_edited_shows_the_edited_arguments(
+    page: Any,  # noqa: F811
+    stack: Stack,
+) -> None:
+    """bob edited the call, it started with his arguments, its worker died: the call is in
+    doubt. Its card showed the model's arguments, while `tickwork show`, the diff preview
+    and the webhook card said "as edited by bob": it shows bob's, says so, and its edit
+    form starts from them (running it again runs it as edited)."""
+    from datetime import timedelta
+
+    from playwright.sync_api import expect
+    from tickwork.fsm import machine
+    from tickwork.fsm.machine import Change, RunTool
+    from tickwork.fsm.values import Decision, DecisionKind
+    from tickwork.worker.tick.runtime import utc_now
+
+    from tickwork.testing.store_ticks import LEASE_S, Clock, claim, new_session, wait_for_approval
+
+    store = stack.deployment.client.store
+    # an hour ahead of the wall clock: the stack's relay hands none of these ticks to its
+    # worker in the middle of the steps below (tests/api/test_decisions.py says why)
+    clock = Clock(utc_now() + timedelta(hours=1))
+    session_id = f"doubt-{uuid.uuid4().hex[:8]}"
+    store.create(new_session(session_id, now=clock()), now=clock())
+    [call] = wait_for_approval(store, session_id, clock, "danger")
+    edit = Decision(
+        call_id=call.call_id,
+        kind=DecisionKind.EDIT,
+        approver="bob",
+        at=clock(),
+        fingerprint=call.fingerprint,
+        arguments={"n": 4242},
+    )
+    store.decide(session_id, edit, now=clock())  # stored, not published: no worker runs it
+    claimed = claim(store, session_id, now=clock(), owner="dead")
+    todo = machine.start_execute(
+        claimed.head, claimed.calls, claimed.decisions, idempotent=False, now=clock()
+    )
+    assert isinstance(todo, RunTool) and todo.arguments == {"n": 4242}
+    store.start_call(session_id, claimed.head.version, todo.call, owner="dead", now=clock())
+    later = claim(store, session_id, now=clock.advance(LEASE_S + 1), owner="w2")
+    change = machine.start_execute(
+        later.head, later.calls, later.decisions, idempotent=False, now=clock()
+    )
+    assert isinstance(change, Change)
+    store.save(change, version=later.head.version, owner="w2", now=clock())
+
+    log_in(page, stack, "alice", f"#/sessions/{session_id}")
+
+    card = page.locator(f'#waiting article.call[data-call="{call.call_id}"]')
+    expect(card.locator("p.as-edited")).to_have_text("Arguments it ran with, as edited by bob:")
+    expect(card.locator("pre.args")).to_contain_text("4242")
+    card.locator("button.edit").click()
+    expect(card.locator("textarea.edit-args")).to_have_value('{\n  "n": 4242\n}')

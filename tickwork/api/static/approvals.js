@@ -12,6 +12,17 @@ function diffView(preview) {
     el("pre", { class: "diff" }, diffLines(preview.diff)));
 }
 
+// The arguments an in-doubt call ran with and who gave them, as `tickwork show` and the
+// webhook card's `as_edited` say it: a person's edit (which running it again keeps), or null
+// where it ran as the model proposed it
+function ranAsEdited(call) {
+  const given = call.decision;
+  if (call.state !== "in_doubt" || !given || given.arguments == null) return null;
+  const by = { edit: `as edited by ${given.approver}`,
+               approve: `as edited, run again by ${given.approver}` }[given.kind];
+  return by ? { arguments: given.arguments, by } : null;
+}
+
 export function callCard(sessionId, call, onDecided) {
   // one piece: a reload keeps it as it is, or draws it anew (core.js redraw)
   const card = el("article", { class: "call", dataset: { call: call.call_id, whole: "" } });
@@ -58,8 +69,9 @@ export function callCard(sessionId, call, onDecided) {
     return box;
   }
 
+  const edited = ranAsEdited(call);
   const editArgs = el("textarea", { class: "edit-args", rows: 8, spellcheck: "false" },
-    pretty(call.arguments === null ? {} : call.arguments));
+    pretty(edited ? edited.arguments : call.arguments === null ? {} : call.arguments));
   const editForm = form("edit", editArgs, "New arguments (JSON)", "Run with these arguments", () => {
     let parsed;
     try {
@@ -103,7 +115,9 @@ export function callCard(sessionId, call, onDecided) {
       "A worker died while running this call: it may or may not have run.") : null,
     call.approval_reason ? el("p", { class: "reason warn" },
       `Needs approval: ${call.approval_reason}`) : null,
-    el("pre", { class: "args" }, pretty(call.arguments === null ? call.raw_arguments : call.arguments)),
+    edited ? el("p", { class: "as-edited meta" }, `Arguments it ran with, ${edited.by}:`) : null,
+    el("pre", { class: "args" }, pretty(edited ? edited.arguments
+      : call.arguments === null ? call.raw_arguments : call.arguments)),
     diffView(call.preview),
     inDoubt && call.decision ? decisionLine(call.decision, { earlier: true }) : null,
     call.decision && !inDoubt ? decisionLine(call.decision) : actions,
