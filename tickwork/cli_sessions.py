@@ -700,7 +700,7 @@ def _remote_fork(remote: Client, key: str, given: dict[str, Any]) -> Head:
     from tickwork.remote.errors import RemoteError
 
     try:
-        return remote.fork(remote.session_id(key), **given)
+        return remote.fork(cli_remote.acted_on(remote, key, "operator"), **given)
     except RemoteError as exc:
         if exc.status != 404 or exc.code != "session_not_found" or not _a_number(key):
             raise

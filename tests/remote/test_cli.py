@@ -1148,3 +1148,26 @@ def test_a_decision_by_a_token_of_no_role_says_it_needs_the_approver_role(
             1, "nobody holds no role; this needs the approver or operator role"
         )
     assert remote.deployment.client.load(sid).head.status is Status.WAITING_APPROVAL
+
+
+def test_a_fork_or_dead_letter_action_by_a_token_of_no_role_says_it_needs_the_operator_role(
+    remote: Remote,
+) -> None:
+    """`tickwork fork` with a token of no role said "reading needs a role" (the session's
+    id is looked up first, a read): a fork needs the operator role, as `dlq fork`, `dlq
+    resolve` and `dlq dismiss` say. `patch` reads, and says reading needs a role."""
+    (failed,) = _failed(remote, 1)
+    nobody = Cli(remote.env("nobody"), remote.deployment.tmp)
+    for given in (failed, failed[:8]):
+        for action in (
+            ("fork", given, "--from-step", "1", "--max-steps", "5"),
+            ("dlq", "fork", given, "--from-step", "1", "--max-steps", "5"),
+            ("dlq", "resolve", given, "--reason", "fixed upstream"),
+            ("dlq", "dismiss", given, "--reason", "a test run"),
+        ):
+            said = nobody.inline(*action, ok=False).error(
+                1, "nobody holds no role; this needs the operator role"
+            )
+            assert "reading" not in said, (action, said)
+        nobody.inline("patch", given, ok=False).error(1, "nobody holds no role; reading needs")
+    assert remote.deployment.client.dead_letter(failed).resolved_at is None
