@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 
 
@@ -125,6 +127,10 @@ def _rollback_keeping_prepared(dbapi_connection: Any) -> None:
         raise
 
 
+#: the execution option of a SQLite connection opened by `engine.begin()`, to write
+_WRITES = "tickwork_writes"
+
+
 def _sqlite_engine(url: str, **kwargs: Any) -> Engine:
     kwargs.setdefault("connect_args", {"timeout": 60, "check_same_thread": False})
     engine = create_engine(url, **kwargs)
@@ -142,7 +148,19 @@ def _sqlite_engine(url: str, **kwargs: Any) -> Engine:
 
     @event.listens_for(engine, "begin")
     def _begin(connection: Any) -> None:
-        # writers take the lock up front: no deadlock upgrading a read lock to a write lock
-        connection.exec_driver_sql("BEGIN IMMEDIATE")
+        # a writer (`engine.begin()`) takes the lock up front: no deadlock upgrading a read
+        # lock to a write lock; a read (`engine.connect()`, never committed) takes none: in
+        # WAL it reads a snapshot and waits for no writer, not even a worker stopped
+        # (SIGSTOP) inside a write, and leaves the lock to the writers
+        writes = connection.get_execution_options().get(_WRITES, False)
+        connection.exec_driver_sql("BEGIN IMMEDIATE" if writes else "BEGIN")
 
+    @contextmanager
+    def begin() -> Iterator[Connection]:
+        with engine.connect() as conn:
+            conn.execution_options(**{_WRITES: True})
+            with conn.begin():
+                yield conn
+
+    engine.begin = begin  # type: ignore[method-assign]
     return engine

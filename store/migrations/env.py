@@ -23,7 +23,7 @@ def main() -> None:
     assert url, "tickwork.store.migrate sets sqlalchemy.url"
     engine = make_engine(url, keep_prepared=False)  # DDL: the driver's own rollback
     try:
-        with engine.connect() as connection:
+        with engine.begin() as connection:  # a writer's transaction (SQLite: IMMEDIATE)
             run(connection)
     finally:
         engine.dispose()

@@ -4,6 +4,22 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
+from typing import Any
+
+from tickwork.worker.config.settings import Settings
+
+from tickwork.testing import embedded_settings
+
+#: the lease of these tests' sessions: none kills a worker, and on a loaded CI machine a
+#: setup's pip beside SQLite's other writers may keep a renewal waiting past the 3 s lease
+#: `embedded_settings` gives tests of recovery (the setup is then killed as fenced)
+SETUP_LEASE_S = 20.0
+
+
+def deployment(folder: Path, **overrides: Any) -> Settings:
+    """`embedded_settings` for sessions that build environments, with a longer lease."""
+    return embedded_settings(folder, **{"lease_s": SETUP_LEASE_S, **overrides})
+
 
 PYPROJECT = """\
 [build-system]

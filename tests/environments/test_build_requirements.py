@@ -10,10 +10,10 @@ import pytest
 from tickwork.fsm.values import Status
 from tickwork.worker.sandbox.runner import Sandbox, check
 
-from tests.environments.projects import project
+from tests.environments.projects import deployment, project
 from tests.services import IN_CI
 from tickwork.package_index import Index
-from tickwork.testing import SessionDriver, call, embedded_settings, reply, running_worker
+from tickwork.testing import SessionDriver, call, reply, running_worker
 
 pytestmark = pytest.mark.skipif(
     check(Sandbox()) is not None and not IN_CI,
@@ -36,7 +36,7 @@ def test_a_build_requirement_the_system_satisfies_is_still_the_newest(
     (source / "pyproject.toml").write_text(
         pyproject.replace('version = "0.1.0"', 'version = "0.1.0"\nlicense = "MIT"')
     )
-    settings = embedded_settings(tmp_path / "deploy")
+    settings = deployment(tmp_path / "deploy")
     with running_worker(settings), SessionDriver(settings) as driver:
         sid = driver.submit(
             "repair",

@@ -10,8 +10,9 @@ from rich.console import Console
 from tickwork.fsm.values import Head, Status
 from tickwork.worker.files.environments import NOXFILE
 
+from tests.environments.projects import deployment
 from tickwork import render
-from tickwork.testing import SessionDriver, embedded_settings, reply, running_worker
+from tickwork.testing import SessionDriver, reply, running_worker
 
 
 def test_a_plain_folder_of_tests_is_told_how_to_name_its_requirements(tmp_path: Path) -> None:
@@ -24,7 +25,7 @@ def test_a_plain_folder_of_tests_is_told_how_to_name_its_requirements(tmp_path: 
     # a project that names its test tools in a noxfile.py only: `auto` says it did not read it
     (nox / "noxfile.py").write_text("import nox\n\n@nox.session\ndef t(s):\n    s.install('x')\n")
     # no sandbox: the empty environment is decided before any is needed
-    settings = embedded_settings(tmp_path / "deploy", sandbox="none")
+    settings = deployment(tmp_path / "deploy", sandbox="none")
     with running_worker(settings), SessionDriver(settings) as driver:
         heads = [
             driver.run(

@@ -14,10 +14,10 @@ from tickwork.fsm.values import Status
 from tickwork.worker.files.environment_plans import EDITABLE_AGAIN
 from tickwork.worker.sandbox.runner import Sandbox, check, run_sandboxed
 
-from tests.environments.projects import project
+from tests.environments.projects import deployment, project
 from tests.services import IN_CI
 from tickwork.package_index import make_wheel, serving
-from tickwork.testing import SessionDriver, call, embedded_settings, reply, running_worker
+from tickwork.testing import SessionDriver, call, reply, running_worker
 
 pytestmark = pytest.mark.skipif(
     check(Sandbox()) is not None and not IN_CI,
@@ -40,7 +40,7 @@ def test_repair_with_a_third_party_dependency_from_a_loopback_index(
     monkeypatch.setenv("TICKWORK_PIP_INDEX_URL", index.url)
     monkeypatch.setenv("TICKWORK_EGRESS_ALLOW", index.address)
     source = project(tmp_path / "src", deps=("tinydep",), body=BODY, test=TEST)
-    settings = embedded_settings(tmp_path / "deploy")
+    settings = deployment(tmp_path / "deploy")
     with running_worker(settings), SessionDriver(settings) as driver:
         sid = driver.submit(
             "repair",
@@ -76,7 +76,7 @@ def test_without_egress_auto_says_what_it_could_not_install(
 ) -> None:
     monkeypatch.delenv("TICKWORK_EGRESS_ALLOW", raising=False)
     source = project(tmp_path / "src", deps=("tinydep",), body=BODY, test=TEST)
-    settings = embedded_settings(tmp_path / "deploy")
+    settings = deployment(tmp_path / "deploy")
     with running_worker(settings), SessionDriver(settings) as driver:
         sid = driver.submit(
             "repair",
@@ -114,7 +114,7 @@ def test_without_egress_a_backend_it_lacks_leaves_the_project_missing(
             "setuptools.build_meta", "nobackend.api"
         )
     )
-    settings = embedded_settings(tmp_path / "deploy")
+    settings = deployment(tmp_path / "deploy")
     with running_worker(settings), SessionDriver(settings) as driver:
         sid = driver.submit(
             "repair",
@@ -149,7 +149,7 @@ def test_without_egress_a_backend_too_old_is_not_said_to_be_missing(
             'version = "0.1.0"', 'version = "0.1.0"\nlicense = "MIT"\nlicense-files = ["NOTICE*"]'
         )
     )
-    settings = embedded_settings(tmp_path / "deploy")
+    settings = deployment(tmp_path / "deploy")
     with running_worker(settings), SessionDriver(settings) as driver:
         sid = driver.submit(
             "repair",
@@ -202,7 +202,7 @@ def test_auto_installs_what_the_build_backend_asks_for_an_editable_build(
     )
     (source / "_build").mkdir()
     (source / "_build" / "editbackend.py").write_text(EDIT_BACKEND)
-    settings = embedded_settings(tmp_path / "deploy")
+    settings = deployment(tmp_path / "deploy")
     with running_worker(settings), SessionDriver(settings) as driver:
         sid = driver.submit(
             "repair",
@@ -254,7 +254,7 @@ def test_auto_installs_test_tools_named_only_in_tox_ini_or_a_requirements_folder
         (source / "requirements" / "test.txt").write_text("-r base.txt\ntinydep\n")
         (source / "requirements" / "base.txt").write_text("pytest\n")
         (source / "requirements" / "docs.txt").write_text("nosuchdocstool\n")
-    settings = embedded_settings(tmp_path / "deploy")
+    settings = deployment(tmp_path / "deploy")
     with running_worker(settings), SessionDriver(settings) as driver:
         sid = driver.submit(
             "repair",
@@ -274,7 +274,7 @@ def test_auto_installs_test_tools_named_only_in_tox_ini_or_a_requirements_folder
 def _tests_run_once(source: Path, tmp_path: Path) -> tuple[Any, dict[str, Any]]:
     """A repair of `source` whose model runs the tests once: the session, and its
     environment's record (the session completed)."""
-    settings = embedded_settings(tmp_path / "deploy")
+    settings = deployment(tmp_path / "deploy")
     with running_worker(settings), SessionDriver(settings) as driver:
         sid = driver.submit(
             "repair",
@@ -338,7 +338,7 @@ def test_a_module_only_an_extra_auto_skips_declares_is_named_with_that_extra(
     (source / "pyproject.toml").write_text(
         pyproject.replace('test = ["pytest"]', 'all = ["tinydep"]')
     )
-    settings = embedded_settings(tmp_path / "deploy")
+    settings = deployment(tmp_path / "deploy")
     with running_worker(settings), SessionDriver(settings) as driver:
         sid = driver.submit(
             "repair",
@@ -375,7 +375,7 @@ def test_a_test_tool_that_depends_on_the_project_does_not_replace_its_editable_i
     with serving(wheels) as served:
         monkeypatch.setenv("TICKWORK_PIP_INDEX_URL", served.url)
         monkeypatch.setenv("TICKWORK_EGRESS_ALLOW", served.address)
-        settings = embedded_settings(tmp_path / "deploy")
+        settings = deployment(tmp_path / "deploy")
         with running_worker(settings), SessionDriver(settings) as driver:
             sid = driver.submit(
                 "repair",

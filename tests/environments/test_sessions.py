@@ -11,9 +11,9 @@ import pytest
 from tickwork.fsm.values import ErrorCode, Status
 from tickwork.worker.sandbox.runner import Sandbox, check
 
-from tests.environments.projects import project
+from tests.environments.projects import deployment, project
 from tests.services import IN_CI
-from tickwork.testing import SessionDriver, call, embedded_settings, reply, running_worker
+from tickwork.testing import SessionDriver, call, reply, running_worker
 
 pytestmark = pytest.mark.skipif(
     check(Sandbox()) is not None and not IN_CI,
@@ -24,7 +24,7 @@ FIX = "def add(a, b):\n    return a + b\n"
 
 
 def _run(tmp_path: Path, data: dict[str, Any], replies: list[dict[str, Any]]) -> Any:
-    settings = embedded_settings(tmp_path / "deploy")
+    settings = deployment(tmp_path / "deploy")
     with running_worker(settings), SessionDriver(settings) as driver:
         sid = driver.submit("repair", data, replies=replies)
         return driver.run(sid, timeout=120)
@@ -60,7 +60,7 @@ def test_auto_without_egress_installs_the_project_and_commands_see_it(tmp_path: 
 
 def test_a_failed_setup_fails_the_session_early_with_env_setup(tmp_path: Path) -> None:
     source = project(tmp_path / "src")
-    settings = embedded_settings(tmp_path / "deploy")
+    settings = deployment(tmp_path / "deploy")
     with running_worker(settings), SessionDriver(settings) as driver:
         sid = driver.submit(
             "repair",
@@ -89,7 +89,7 @@ def test_a_setup_killed_says_why_at_the_end_of_its_log(
     only its output's end, without the command or why it failed."""
     monkeypatch.setenv("TICKWORK_ENVIRONMENT_SETUP_TIMEOUT_S", "3")
     source = project(tmp_path / "src")
-    settings = embedded_settings(tmp_path / "deploy")
+    settings = deployment(tmp_path / "deploy")
     setups = {"slow": ["sleep 30"], "loud": ["yes hello | head -c 300000; exit 4"]}
     with running_worker(settings), SessionDriver(settings) as driver:
         heads = {}
@@ -112,7 +112,7 @@ def test_a_setup_killed_says_why_at_the_end_of_its_log(
 def test_setup_none_mounts_nothing_and_explicit_commands_build_env(tmp_path: Path) -> None:
     source = project(tmp_path / "src")
     probe = call("run_command", command="ls /env; cat /env/marker; echo PATH=$PATH")
-    settings = embedded_settings(tmp_path / "deploy")
+    settings = deployment(tmp_path / "deploy")
     with running_worker(settings), SessionDriver(settings) as driver:
         none = driver.submit(
             "repair",
@@ -155,7 +155,7 @@ def test_a_command_cannot_write_the_environment(tmp_path: Path) -> None:
 
 def test_ten_sessions_on_one_source_build_it_once(tmp_path: Path) -> None:
     source = project(tmp_path / "src")
-    settings = embedded_settings(tmp_path / "deploy")
+    settings = deployment(tmp_path / "deploy")
     data = {
         "workspace": str(source),
         "test_command": "python -m unittest discover -s tests",
@@ -188,7 +188,7 @@ def test_a_second_host_unpacks_it_from_the_artifact_store(tmp_path: Path) -> Non
             "echo v1 > /env/v",
         ],
     }
-    first = embedded_settings(tmp_path / "deploy", workspaces_dir=tmp_path / "host-a")
+    first = deployment(tmp_path / "deploy", workspaces_dir=tmp_path / "host-a")
     with running_worker(first), SessionDriver(first) as driver:
         a = driver.run(driver.submit("repair", data, replies=[reply("done")]))
     built = first.model_copy(update={"workspaces_dir": tmp_path / "host-b"})
@@ -212,7 +212,7 @@ def test_retention_drops_an_environment_no_live_session_uses(tmp_path: Path) -> 
     from tickwork.worker.tick.app import make_app, runtime
 
     source = project(tmp_path / "src")
-    settings = embedded_settings(tmp_path / "deploy")
+    settings = deployment(tmp_path / "deploy")
     data = {"workspace": str(source), "test_command": "true", "setup": ["echo x > /env/x"]}
     with running_worker(settings), SessionDriver(settings) as driver:
         done = driver.run(driver.submit("repair", data, replies=[reply("done")]))
@@ -244,7 +244,7 @@ def test_retention_drops_an_environment_no_live_session_uses(tmp_path: Path) -> 
 
 def test_a_fork_reuses_its_parents_environment(tmp_path: Path) -> None:
     source = project(tmp_path / "src")
-    settings = embedded_settings(tmp_path / "deploy")
+    settings = deployment(tmp_path / "deploy")
     data = {"workspace": str(source), "test_command": "cat /env/v", "setup": ["echo v1 > /env/v"]}
     with running_worker(settings), SessionDriver(settings) as driver:
         parent = driver.run(
@@ -272,7 +272,7 @@ def test_a_fork_of_an_env_setup_dead_letter_builds_it_again(tmp_path: Path) -> N
     # fails for the first session only: the fork's id starts with "again-"
     flaky = 'case "$TICKWORK_SESSION_ID" in again-*) echo ok > /env/ok ;; *) exit 5 ;; esac'
     data = {"workspace": str(source), "test_command": "cat /env/ok", "setup": [flaky]}
-    settings = embedded_settings(tmp_path / "deploy")
+    settings = deployment(tmp_path / "deploy")
     with running_worker(settings), SessionDriver(settings) as driver:
         first = driver.submit("repair", data, replies=[reply("done")])
         failed = driver.run_until(first, Status.FAILED, timeout=60)
@@ -300,7 +300,7 @@ def test_a_failed_setup_says_first_which_command_stopped_it_and_what_was_refused
     monkeypatch.setenv("TICKWORK_EGRESS_ALLOW", "localhost")
     source = project(tmp_path / "src")
     fetch = "python3 -c \"import urllib.request as u; u.urlopen('http://localhost:9/')\""
-    settings = embedded_settings(tmp_path / "deploy")
+    settings = deployment(tmp_path / "deploy")
     with running_worker(settings), SessionDriver(settings) as driver:
         sid = driver.submit(
             "repair",
@@ -336,7 +336,7 @@ def test_a_setup_pip_refused_for_the_system_s_python_says_to_make_the_venv_first
     setup commands make /env themselves (`python3 -m venv /env`), which nothing said."""
     source = project(tmp_path / "src")
     data = {"workspace": str(source), "test_command": "true", "setup": [PEP_668]}
-    settings = embedded_settings(tmp_path / "deploy")
+    settings = deployment(tmp_path / "deploy")
     with running_worker(settings), SessionDriver(settings) as driver:
         sid = driver.submit("repair", data, replies=[reply("never asked")])
         head = driver.run_until(sid, Status.FAILED, timeout=60)
@@ -367,7 +367,7 @@ def test_an_environment_build_is_claimed_under_the_worker_name_its_tick_leases_a
 
     monkeypatch.setattr(Environments, "claim", claimed)
     source = project(tmp_path / "src")
-    settings = embedded_settings(tmp_path / "deploy")
+    settings = deployment(tmp_path / "deploy")
     app = make_app(settings, relay=False)
     data = {"workspace": str(source), "test_command": "true", "setup": ["echo x > /env/marker"]}
     try:

@@ -11,10 +11,10 @@ import pytest
 from tickwork.fsm.values import Status
 from tickwork.worker.sandbox.runner import Sandbox, check
 
-from tests.environments.projects import git, vcs_project
+from tests.environments.projects import deployment, git, vcs_project
 from tests.services import IN_CI
 from tickwork.package_index import Index
-from tickwork.testing import SessionDriver, call, embedded_settings, reply, running_worker
+from tickwork.testing import SessionDriver, call, reply, running_worker
 
 pytestmark = pytest.mark.skipif(
     check(Sandbox()) is not None and not IN_CI,
@@ -47,7 +47,7 @@ def test_a_project_versioned_by_git_installs_with_its_checkout_s_version(
     monkeypatch.setenv("TICKWORK_PIP_INDEX_URL", build_index.url)
     monkeypatch.setenv("TICKWORK_EGRESS_ALLOW", build_index.address)
     source = vcs_project(tmp_path / "src", plugin, tag="v1.2.3", after=after)
-    settings = embedded_settings(tmp_path / "deploy")
+    settings = deployment(tmp_path / "deploy")
     with running_worker(settings), SessionDriver(settings) as driver:
         sid = driver.submit(
             "repair",

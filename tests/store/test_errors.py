@@ -113,6 +113,27 @@ def test_a_locked_sqlite_database_is_store_unavailable(sqlite_url: str, clock: C
         engine.dispose()
 
 
+def test_a_sqlite_read_waits_for_no_writer(sqlite_url: str, clock: Clock) -> None:
+    """A worker stopped (SIGSTOP) inside a write holds SQLite's lock until it runs again:
+    `show`, `ls` and the page still read (the snapshot before its write); writes wait."""
+    engine = make_engine(sqlite_url, connect_args={"timeout": 0.1, "check_same_thread": False})
+    store = open_store(engine)
+    store.create(new_session("read-1", now=clock()), now=clock())
+    holder = sqlite3.connect(sqlite_url.removeprefix("sqlite:///"), isolation_level=None)
+    try:
+        holder.execute("BEGIN IMMEDIATE")
+        holder.execute("UPDATE tickwork_sessions SET step = step + 1 WHERE id = 'read-1'")
+        assert store.get("read-1").step == 0
+        assert store.load("read-1").head.id == "read-1"
+        with pytest.raises(StoreUnavailable, match="database is locked"):
+            store.create(new_session("read-2", now=clock()), now=clock())
+        holder.execute("COMMIT")
+        assert store.get("read-1").step == 1
+    finally:
+        holder.close()
+        engine.dispose()
+
+
 def test_a_pool_whose_connections_are_all_in_use_is_store_busy(
     sqlite_url: str, clock: Clock
 ) -> None:

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from sqlalchemy import select
 from tickwork.fsm.values import Status
 from tickwork.store.schema import sessions
 
@@ -30,23 +31,13 @@ def _stopped(pid: int) -> bool:
 
 
 def _lease_expires(deployment: Deployment, session_id: str) -> datetime:
-    """The session's lease expiry, read without a transaction: the store's engine begins
-    each one IMMEDIATE on SQLite, which waits for the write lock a stopped worker may hold
-    (stopped in a renewal), while a plain read (WAL) waits for no writer."""
-    engine = deployment.client.store.engine
-    marker = "?" if engine.dialect.paramstyle == "qmark" else "%s"
-    raw = engine.raw_connection()
-    try:
-        cursor = raw.cursor()
-        cursor.execute(
-            f"SELECT lease_expires_at FROM {sessions.name} WHERE id = {marker}", (session_id,)
-        )
-        (value,) = cursor.fetchone()
-        raw.rollback()
-    finally:
-        raw.close()
-    expires = value if isinstance(value, datetime) else datetime.fromisoformat(value)
-    return expires if expires.tzinfo else expires.replace(tzinfo=UTC)
+    """The session's lease expiry (a read waits for no writer: the stopped worker may hold
+    SQLite's write lock)."""
+    with deployment.client.store.engine.connect() as conn:
+        value = conn.execute(
+            select(sessions.c.lease_expires_at).where(sessions.c.id == session_id)
+        ).scalar_one()
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
 @pytest.mark.slow
