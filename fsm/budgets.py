@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 from datetime import UTC, datetime, timedelta
 
-from tickwork.fsm.values import ErrorCode, Head, Value
-from tickwork.fsm.wording import plain
+from tickwork.fsm.values import ErrorCode, Head, Value, utc_date
+from tickwork.fsm.wording import dollars, plain
 
 
 class Exhausted(Value):
@@ -126,7 +126,7 @@ def cut_at(
             code=cap.code,
             message=f"the model's answer was cut at {cap.tokens:,} completion tokens, all "
             f"that was left after its prompt of about {next_call.tokens:,} tokens of tenant "
-            f"{day.tenant}'s quota `max_usd_per_day` of ${plain(day.quota_usd)} for the sessions "
+            f"{day.tenant}'s quota `max_usd_per_day` of ${dollars(day.quota_usd)} for the sessions "
             f"created on {day.day.date().isoformat()} (UTC): " + _day_advice(day, now),
         )
     left = "tokens" if cap.code is ErrorCode.BUDGET_TOKENS else "cost"
@@ -166,8 +166,9 @@ def exhausted_budget(
     if b.limits_cost and (head.cost_usd >= b.max_cost_usd or ErrorCode.BUDGET_COST in spent):
         return Exhausted(
             code=ErrorCode.BUDGET_COST,
-            message=f"${head.cost_usd:.4f} spent{_more(ahead.cost_usd, f'${ahead.cost_usd:.4f}')}"
-            f", `max_cost_usd` is ${b.max_cost_usd}",
+            message=f"${dollars(head.cost_usd)} spent"
+            f"{_more(ahead.cost_usd, f'${dollars(ahead.cost_usd)}')}"
+            f", `max_cost_usd` is ${dollars(b.max_cost_usd)}",
         )
     if day is not None and any(cap.by_tenant and cap.tokens < 1 for cap in caps):
         return Exhausted(
@@ -180,11 +181,11 @@ def exhausted_budget(
 def day_spent(day: TenantDay, ahead_usd: float = 0.0, *, now: datetime | None = None) -> str:
     """Why a session stops on its tenant's day quota at `now`: what was spent, the quota,
     when the tenant's next day starts and what to do."""
-    spent = f"${day.spent_usd:.4f}"
+    spent = f"${dollars(day.spent_usd)}"
     return (
-        f"tenant {day.tenant}'s quota `max_usd_per_day` of ${plain(day.quota_usd)} is spent: its "
+        f"tenant {day.tenant}'s quota `max_usd_per_day` of ${dollars(day.quota_usd)} is spent: its "
         f"sessions created on {day.day.date().isoformat()} (UTC) spent {spent}"
-        f"{_more(ahead_usd, f'${ahead_usd:.4f}')}; " + _day_advice(day, now)
+        f"{_more(ahead_usd, f'${dollars(ahead_usd)}')}; " + _day_advice(day, now)
     )
 
 
@@ -195,11 +196,11 @@ def _day_advice(day: TenantDay, now: datetime | None) -> str:
         return (
             "this session's spending counts to that day, which has ended: fork this session "
             "to go on, a fork counts to the day it is made (the quota next resets at "
-            f"{day.next_reset(now).isoformat()}), or ask the operator to raise the quota"
+            f"{utc_date(day.next_reset(now))}), or ask the operator to raise the quota"
         )
     return (
         "this session's spending counts to that day; the quota resets at "
-        f"{day.resets_at.isoformat()}, fork this session after it to go on (or ask the "
+        f"{utc_date(day.resets_at)}, fork this session after it to go on (or ask the "
         "operator to raise the quota)"
     )
 
@@ -237,7 +238,7 @@ def stop_reason(head: Head, *, now: datetime) -> str | None:
             f"the session's deadline passed ({elapsed:.0f}s, `deadline_s` is {plain(b.deadline_s)})"
         )
     if b.limits_cost and head.cost_usd >= b.max_cost_usd:
-        return f"the session's cost budget is spent (`max_cost_usd` is ${b.max_cost_usd})"
+        return f"the session's cost budget is spent (`max_cost_usd` is ${dollars(b.max_cost_usd)})"
     return None
 
 

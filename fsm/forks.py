@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from decimal import ROUND_CEILING, Decimal
 from typing import Any
 
 from tickwork.fsm.admission import check_concurrency, check_priority
@@ -30,7 +29,7 @@ from tickwork.fsm.values import (
     ToolCall,
     Value,
 )
-from tickwork.fsm.wording import plain
+from tickwork.fsm.wording import dollars, plain
 
 #: the longest instruction a fork may append (`append_instruction`, the CLI's --append-instruction)
 MAX_INSTRUCTION_CHARS = 20_000
@@ -376,16 +375,6 @@ def _summarised(patch: ForkPatch, steps: tuple[Step, ...]) -> str | None:
     )
 
 
-def _dollars(value: float) -> str:
-    """A dollar amount a budget must pass, as a person gives it: 4 decimals, and below a
-    cent its first 2 significant digits, rounded up (0.0000 names no budget to give)."""
-    if value >= 0.01:
-        return f"{value:.4f}"
-    exact = Decimal(repr(float(value)))
-    step = Decimal(1).scaleb(exact.adjusted() - 1)
-    return format((exact / step).to_integral_value(ROUND_CEILING) * step, "f")
-
-
 def _used_up(
     budgets: Budgets, usage: KeptUsage, *, ahead: int = 0, price: TokenPrice = UNPRICED
 ) -> str | None:
@@ -427,7 +416,8 @@ def _used_up(
         floor = max(needed, cost)
         return (
             f"{kept} and spent ${cost:.4f}, which counts against `max_cost_usd` "
-            f"(${plain(budgets.max_cost_usd)}){more}; give `max_cost_usd` above {_dollars(floor)}"
+            f"(${plain(budgets.max_cost_usd)}){more}; "
+            f"give `max_cost_usd` above {dollars(floor, up=True)}"
         )
     return None
 

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from decimal import Decimal
+from decimal import ROUND_CEILING, ROUND_HALF_UP, Decimal
 
 
 def counted(n: int, noun: str, plural: str | None = None) -> str:
@@ -18,3 +18,23 @@ def plain(value: float) -> str:
     if float(value).is_integer():
         return str(int(value))
     return format(Decimal(repr(float(value))), "f")
+
+
+def dollars(value: float, *, up: bool = False) -> str:
+    """A dollar amount as a person writes it, without its `$` (a message puts one before it,
+    an option's value takes none): whole dollars bare (10), else cents and up to 4 decimals
+    (10.50, 0.0132, 1.2346), and below a cent its first 2 significant digits (0.000012), so
+    no amount spent reads as 0.0000; `up` rounds up, for an amount a budget must pass."""
+    exact = Decimal(repr(float(value)))
+    if not exact:
+        return "0"
+    rounding = ROUND_CEILING if up else ROUND_HALF_UP
+    if exact >= Decimal("0.01"):
+        step = Decimal("0.0001")
+    else:
+        step = Decimal(1).scaleb(exact.adjusted() - 1)
+    shown = (exact / step).to_integral_value(rounding) * step
+    if shown == shown.to_integral_value():
+        return str(int(shown))
+    text = format(shown.normalize(), "f")
+    return text if len(text.partition(".")[2]) >= 2 else f"{text}0"

@@ -33,8 +33,8 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import ColumnElement, Connection, Engine, func, or_, select, text
 from tickwork.fsm.errors import QuotaExceeded
 from tickwork.fsm.tenants import Quotas
-from tickwork.fsm.values import RUNNABLE, EventKind, Head
-from tickwork.fsm.wording import counted
+from tickwork.fsm.values import RUNNABLE, EventKind, Head, utc_date
+from tickwork.fsm.wording import counted, dollars
 from tickwork.store.schema import events, joins, observations, sessions, steps
 
 #: the status a session waits in for admission (docs/DESIGN.md section 15)
@@ -128,15 +128,6 @@ def spent_on(conn: Connection, tenant: str, *, day: datetime) -> float:
     return max(0.0, round(total, 9))
 
 
-def dollars(amount: float) -> str:
-    """`amount` in dollars, with cents, and below a dollar with as many digits as tell two
-    amounts a cent apart or less from each other ($0.0132 against $0.015, not $0.01 and
-    $0.01)."""
-    if amount >= 1:
-        return f"${amount:,.2f}"
-    return f"${amount:.6f}".rstrip("0").rstrip(".") if amount else "$0"
-
-
 def lock(conn: Connection, tenant: str) -> None:
     """Hold `tenant`'s lock until `conn`'s transaction ends (Postgres; SQLite: a no-op, its
     writers are serialised by BEGIN IMMEDIATE)."""
@@ -176,9 +167,9 @@ def check(
         if spent >= quotas.max_usd_per_day:
             until = midnight_before(now) + timedelta(days=1)
             raise QuotaExceeded(
-                f"tenant {tenant} spent {dollars(spent)} today (UTC), its quota "
-                f"`max_usd_per_day` is {dollars(quotas.max_usd_per_day)}: try again after "
-                f"{until.isoformat()}",
+                f"tenant {tenant} spent ${dollars(spent)} today (UTC), its quota "
+                f"`max_usd_per_day` is ${dollars(quotas.max_usd_per_day)}: try again after "
+                f"{utc_date(until)}",
                 tenant=tenant,
                 quota="max_usd_per_day",
                 limit=quotas.max_usd_per_day,

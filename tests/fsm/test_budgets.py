@@ -270,12 +270,12 @@ def test_the_day_s_stop_names_the_tenant_the_quota_and_when_it_resets(build: Any
     spent = exhausted_budget(head, now=build.at(0), day=_day(2.5))
     assert spent is not None and spent.code is COST
     assert spent.message.startswith("tenant team-a's quota `max_usd_per_day` of $2 is spent:")
-    assert "created on 2026-03-01 (UTC) spent $2.5000" in spent.message
-    assert "resets at 2026-03-02T00:00:00+00:00, fork this session after it" in spent.message
+    assert "created on 2026-03-01 (UTC) spent $2.50" in spent.message
+    assert "resets at 2026-03-02T00:00:00Z, fork this session after it" in spent.message
     # the session's own budget, spent first, is named as before
     own = build.head(budgets={**LIMITS, "max_cost_usd": 1.0}, cost_usd=1.0)
     first = exhausted_budget(own, now=build.at(0), day=_day(2.5))
-    assert first is not None and "`max_cost_usd` is $1.0" in first.message
+    assert first is not None and "`max_cost_usd` is $1" in first.message
     cut = cut_at(Cap(tokens=7, code=COST, by_tenant=True), NextCall(tokens=50), day=_day(1.9))
     assert cut is not None and cut.code is COST and "`max_usd_per_day` of $2" in cut.message
 
@@ -307,23 +307,23 @@ def test_a_day_that_has_ended_names_the_next_reset_not_a_past_one(build: Any) ->
     for now in (datetime(2026, 3, 2, 0, 40, tzinfo=UTC), datetime(2026, 3, 5, 9, tzinfo=UTC)):
         spent = exhausted_budget(head, now=now, day=day)
         assert spent is not None and spent.code is COST
-        assert "created on 2026-03-01 (UTC) spent $2.5000" in spent.message
+        assert "created on 2026-03-01 (UTC) spent $2.50" in spent.message
         nxt = (now + timedelta(days=1)).date().isoformat()
         assert spent.message.endswith(
             "this session's spending counts to that day, which has ended: fork this session "
             "to go on, a fork counts to the day it is made (the quota next resets at "
-            f"{nxt}T00:00:00+00:00), or ask the operator to raise the quota"
+            f"{nxt}T00:00:00Z), or ask the operator to raise the quota"
         ), spent.message
         assert "resets at 2026-03-02T00:00:00" not in spent.message
         cut = cut_at(
             Cap(tokens=7, code=COST, by_tenant=True), NextCall(tokens=50), day=day, now=now
         )
         assert cut is not None and "which has ended" in cut.message
-        assert f"next resets at {nxt}T00:00:00+00:00" in cut.message
+        assert f"next resets at {nxt}T00:00:00Z" in cut.message
     # on the day itself, as before: the reset is the day's end
     before = exhausted_budget(head, now=datetime(2026, 3, 1, 23, 50, tzinfo=UTC), day=day)
     assert before is not None
-    assert "resets at 2026-03-02T00:00:00+00:00, fork this session after it" in before.message
+    assert "resets at 2026-03-02T00:00:00Z, fork this session after it" in before.message
 
 
 @pytest.mark.parametrize(
@@ -358,8 +358,8 @@ def test_a_running_tool_is_stopped_naming_the_budget_as_the_other_reasons_do(bui
     assert late == "the session's deadline passed (61s, `deadline_s` is 60)"
     assert in_flags(late) == "the session's deadline passed (61s, --deadline is 60)"
     spent = stop_reason(build.head(budgets=budgets, cost_usd=1.0), now=build.at(0))
-    assert spent == "the session's cost budget is spent (`max_cost_usd` is $1.0)"
-    assert in_flags(spent) == "the session's cost budget is spent (--max-cost-usd is $1.0)"
+    assert spent == "the session's cost budget is spent (`max_cost_usd` is $1)"
+    assert in_flags(spent) == "the session's cost budget is spent (--max-cost-usd is $1)"
 
 
 @pytest.mark.parametrize(

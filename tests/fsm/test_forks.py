@@ -167,7 +167,7 @@ def test_invalid_budget_patch_is_refused(
         (
             {"max_cost_usd": 0.01},
             "spent $0.0200, which counts against `max_cost_usd` ($0.01); "
-            "give `max_cost_usd` above 0.0200",
+            "give `max_cost_usd` above 0.02",
         ),
         ({}, "count against `max_steps`, which is 3"),  # the parent's, used up by step 3
     ],

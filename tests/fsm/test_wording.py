@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tickwork.fsm.wording import counted
+from tickwork.fsm.wording import counted, dollars
 
 
 def test_one_is_singular_and_every_other_count_plural() -> None:
@@ -11,3 +11,26 @@ def test_one_is_singular_and_every_other_count_plural() -> None:
     assert counted(1, "batch", "batches") == "1 batch"
     assert counted(3, "batch", "batches") == "3 batches"
     assert counted(2, "dead letter") == "2 dead letters"
+
+
+def test_dollars_read_as_people_write_them() -> None:
+    """Budgets' and quotas' messages said `$10.0`, `$2.5000` and `$0.0000` (a cost below a
+    hundredth of a cent): whole dollars read bare, else with cents, and an amount below a
+    cent to its significant digits, never as nothing."""
+    assert [dollars(v) for v in (10, 10.0, 10.5, 2.5, 1234.5)] == [
+        "10",
+        "10",
+        "10.50",
+        "2.50",
+        "1234.50",
+    ]
+    assert [dollars(v) for v in (0.0132, 0.015, 0.01976, 1.23456)] == [
+        "0.0132",
+        "0.015",
+        "0.0198",
+        "1.2346",
+    ]
+    assert [dollars(v) for v in (0, 0.00001234, 0.000001)] == ["0", "0.000012", "0.000001"]
+    # an amount a budget must pass is rounded up: giving it passes
+    assert dollars(0.00001234, up=True) == "0.000013"
+    assert dollars(1.23451, up=True) == "1.2346"

@@ -64,7 +64,7 @@ def test_a_session_stops_when_its_tenant_s_day_is_spent(
         message = done.error_message or ""
         assert "team-a" in message and "max_usd_per_day" in message, message
         tomorrow = (datetime.now(UTC) + timedelta(days=1)).date().isoformat()
-        assert f"resets at {tomorrow}T00:00:00+00:00" in message, message
+        assert f"resets at {tomorrow}T00:00:00Z" in message, message
         # the day's quota, not the session's budget, bounded it: within the last call's
         # prompt of the quota (each call's answer capped at what the day had left)
         assert QUOTA / 2 < done.cost_usd <= QUOTA + _usd(server.billed[-1][0], 0) + 1e-9
