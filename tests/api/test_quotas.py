@@ -174,6 +174,10 @@ def test_a_model_without_a_price_is_refused_where_the_tenant_has_a_dollar_quota(
 
     with pytest.raises(UnpricedModel, match="`max_usd_per_day` \\(\\$5\\) of tenant 'team-a'"):
         fleet.client.submit(TEST_KIND, {}, tenant="team-a", session_id="unpriced", **free)
+    write(fleet.tenants_file, {"team-a": {"max_usd_per_day": 0.5}})
+    with pytest.raises(UnpricedModel, match="`max_usd_per_day` \\(\\$0\\.50\\) of tenant"):
+        fleet.client.submit(TEST_KIND, {}, tenant="team-a", session_id="unpriced", **free)
+    write(fleet.tenants_file, {"team-a": {"max_usd_per_day": 5}})
 
     assert fleet.count(id="unpriced") == 0
     fleet.client.submit(TEST_KIND, {}, tenant="team-b", **free)  # no quota: its own choice

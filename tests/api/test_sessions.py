@@ -105,6 +105,15 @@ def test_bad_submissions_are_422_and_say_what_was_wrong(stack: Stack) -> None:
             {"kind": TEST_KIND, "model": "openai:my-local"},
             "'openai:my-local' has no price, so `max_cost_usd` ($",
         ),
+        # a budget in dollars as given, not in exponent form ($1.5e+06, $5e-07)
+        (
+            {"kind": TEST_KIND, "model": "openai:my-local", "budgets": {"max_cost_usd": 1.5e6}},
+            "so `max_cost_usd` ($1500000) cannot limit its cost",
+        ),
+        (
+            {"kind": TEST_KIND, "model": "openai:my-local", "budgets": {"max_cost_usd": 5e-7}},
+            "so `max_cost_usd` ($0.0000005) cannot limit its cost",
+        ),
         ({"kind": TEST_KIND, "model": "openai:my-local", "price": [-1, 2]}, "body.price.0"),
         ({"kind": TEST_KIND, "model": script, "context_window": 10}, "body.context_window"),
         ({"kind": TEST_KIND, "model": script, "context_window": "big"}, "body.context_window"),
