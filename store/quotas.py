@@ -169,7 +169,7 @@ def check(
             raise QuotaExceeded(
                 f"tenant {tenant} spent ${dollars(spent)} today (UTC), its quota "
                 f"`max_usd_per_day` is ${dollars(quotas.max_usd_per_day)}: try again after "
-                f"{utc_date(until)}",
+                f"{utc_date(until)}, when the quota resets (or ask the operator to raise it)",
                 tenant=tenant,
                 quota="max_usd_per_day",
                 limit=quotas.max_usd_per_day,
@@ -180,9 +180,12 @@ def check(
         used = stored.of(conn, tenant)
         if used >= quotas.max_stored_bytes:
             raise QuotaExceeded(
-                f"tenant {tenant} stores {used} bytes of transcripts, its quota "
-                f"`max_stored_bytes` is {quotas.max_stored_bytes}: retention frees space as "
-                "finished sessions are archived (`tickwork gc`)",
+                f"tenant {tenant} stores {used:,} bytes of live transcripts, its quota "
+                f"`max_stored_bytes` is {quotas.max_stored_bytes:,}: archiving its finished "
+                "sessions frees them (`tickwork gc` archives those past their retention age, "
+                "TICKWORK_RETENTION_COMPLETED_S, _CANCELLED_S and _FAILED_S; with none set, "
+                "none is ever archived), or ask the operator to raise the quota; the bytes are "
+                "counted again at most once a minute",
                 tenant=tenant,
                 quota="max_stored_bytes",
                 limit=quotas.max_stored_bytes,

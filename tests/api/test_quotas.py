@@ -159,7 +159,8 @@ def test_dollars_per_day_count_todays_sessions(fleet: Fleet) -> None:
     # dollars as people write them, the reset as every date tickwork gives ends in Z
     assert re.fullmatch(
         r"tenant team-a spent \$1\.50 today \(UTC\), its quota `max_usd_per_day` is "
-        r"\$1\.50: try again after \d{4}-\d\d-\d\dT00:00:00Z",
+        r"\$1\.50: try again after \d{4}-\d\d-\d\dT00:00:00Z, when the quota resets "
+        r"\(or ask the operator to raise it\)",
         str(refused.value),
     ), str(refused.value)
     fleet.submit("team-b")
@@ -387,14 +388,21 @@ def _dead_letter(fleet: Fleet, session_id: str) -> None:
 
 
 def test_stored_bytes_count_the_transcripts(fleet: Fleet) -> None:
+    """The refusal said to run `tickwork gc`, which archives nothing until a retention age
+    is set (the default keeps every session): it names the settings, and the bytes read
+    as the token budgets' counts do."""
     talker = fleet.submit("team-a")
-    think(fleet.client.store, talker, reply(content="x" * 400), now=datetime.now(UTC))
-    write(fleet.tenants_file, {"team-a": {"max_stored_bytes": 300}})
+    think(fleet.client.store, talker, reply(content="x" * 4000), now=datetime.now(UTC))
+    write(fleet.tenants_file, {"team-a": {"max_stored_bytes": 3000}})
 
-    with pytest.raises(QuotaExceeded, match="`max_stored_bytes` is 300") as refused:
+    with pytest.raises(QuotaExceeded, match="`max_stored_bytes` is 3,000: ") as refused:
         fleet.submit("team-a")
 
-    assert refused.value.used >= 400 and refused.value.retry_after_s > 0
+    assert refused.value.used >= 4000 and refused.value.retry_after_s > 0
+    said = str(refused.value)
+    assert said.startswith("tenant team-a stores 4,"), said
+    assert "past their retention age, TICKWORK_RETENTION_COMPLETED_S" in said, said
+    assert "with none set, none is ever archived), or ask the operator" in said, said
     fleet.submit("team-b")
 
 
