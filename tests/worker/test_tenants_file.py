@@ -57,13 +57,37 @@ def test_quotas_by_tenant_with_a_default_for_the_others(tmp_path: Path) -> None:
         ({"team-a": {"max_usd_per_day": -1}}, "team-a.max_usd_per_day"),
         ({"team-a": {"weight": 0}}, "team-a.weight"),
         ({"*": {"max_stored_bytes": "lots"}}, r"\*.max_stored_bytes"),
-        ({"team-a": 5}, "team-a: Input should be"),
+        ({"team-a": 5}, "team-a: give an object of the tenant's quotas \\(max_in_flight, "),
         (["team-a"], "must hold an object"),
     ],
 )
 def test_a_bad_file_names_the_bad_key(data: object, names: str) -> None:
     with pytest.raises(ConfigurationError, match=names):
         parse_tenants(data)
+
+
+@pytest.mark.parametrize(
+    ("data", "said"),
+    [
+        (
+            {"team-a": {"max_inflight": 3}},
+            "team-a.max_inflight: Extra inputs are not permitted (a tenant's quotas are "
+            "max_in_flight, max_queued, max_usd_per_day, max_stored_bytes, weight)",
+        ),
+        ({"team-a": {"max_usd_per_day": "10$"}}, "valid number, got '10$'"),
+        ({"team-a": {"max_stored_bytes": 2e10}}, "valid integer, got 20000000000.0"),
+        ({"team-a": {"max_in_flight": 0}}, "greater than or equal to 1, got 0"),
+    ],
+)
+def test_a_bad_quota_says_what_the_file_gave_or_which_quotas_there_are(
+    data: object, said: str
+) -> None:
+    """An operator read `max_stored_bytes: Input should be a valid integer` for a size they
+    wrote as 2e10, and `Extra inputs are not permitted` for a misspelt quota, with nothing
+    saying what was read or what the quotas are called."""
+    with pytest.raises(ConfigurationError) as refused:
+        parse_tenants(data)
+    assert str(refused.value).endswith(said), str(refused.value)
 
 
 def test_a_missing_or_broken_file_stops_a_start(tmp_path: Path) -> None:

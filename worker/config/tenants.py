@@ -23,6 +23,7 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -92,12 +93,23 @@ def parse_tenants(data: object, *, where: str = "the tenants file") -> TenantTab
         except ValidationError as exc:
             first = exc.errors()[0]
             key = ".".join(str(p) for p in (name, *first["loc"]))
-            raise ConfigurationError(f"{where}: {key}: {first['msg']}") from None
+            raise ConfigurationError(f"{where}: {key}: {_said(first)}") from None
         if name == ANY_TENANT:
             others = quotas
         else:
             listed[name] = quotas
     return TenantTable(listed, others)
+
+
+def _said(error: Mapping[str, Any]) -> str:
+    """Why a tenant's quotas were refused, with what the file gave, or the quotas there are
+    where a key is none of them (a typo such as `max_inflight`)."""
+    quotas = ", ".join(Quotas.model_fields)
+    if not error["loc"]:
+        return f"give an object of the tenant's quotas ({quotas}), got {error['input']!r}"
+    if error["type"] == "extra_forbidden":
+        return f"{error['msg']} (a tenant's quotas are {quotas})"
+    return f"{error['msg']}, got {error['input']!r}"
 
 
 def read_tenants_file(path: Path) -> TenantTable:
