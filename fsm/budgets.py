@@ -180,13 +180,22 @@ def exhausted_budget(
 
 def day_spent(day: TenantDay, ahead_usd: float = 0.0, *, now: datetime | None = None) -> str:
     """Why a session stops on its tenant's day quota at `now`: what was spent, the quota,
-    when the tenant's next day starts and what to do."""
-    spent = f"${dollars(day.spent_usd)}"
-    return (
-        f"tenant {day.tenant}'s quota `max_usd_per_day` of ${dollars(day.quota_usd)} is spent: its "
-        f"sessions created on {day.day.date().isoformat()} (UTC) spent {spent}"
-        f"{_more(ahead_usd, f'${dollars(ahead_usd)}')}; " + _day_advice(day, now)
+    when the tenant's next day starts and what to do; a next call whose prompt alone
+    (`ahead_usd`) is over the whole quota fits in no day, so waiting for one is no help."""
+    room = ahead_usd > 0 and day.spent_usd < day.quota_usd
+    said = (
+        f"tenant {day.tenant}'s quota `max_usd_per_day` of ${dollars(day.quota_usd)} "
+        f"{'has no room for the next model call' if room else 'is spent'}: its sessions "
+        f"created on {day.day.date().isoformat()} (UTC) spent ${dollars(day.spent_usd)}"
+        f"{_more(ahead_usd, f'${dollars(ahead_usd)}')}; "
     )
+    if ahead_usd >= day.quota_usd:
+        return said + (
+            "that prompt alone costs more than the whole quota, so no day of it has room for "
+            "this session's next call: ask the operator to raise the quota, or fork this "
+            "session onto a cheaper model"
+        )
+    return said + _day_advice(day, now)
 
 
 def _day_advice(day: TenantDay, now: datetime | None) -> str:

@@ -483,3 +483,29 @@ def test_a_tiny_day_quota_is_said_in_full_not_in_exponent_form() -> None:
     day = datetime(2026, 12, 7, tzinfo=UTC)
     said = day_spent(TenantDay(tenant="acme", day=day, spent_usd=0.0, quota_usd=0.000001))
     assert "`max_usd_per_day` of $0.000001 is spent" in said, said
+
+
+def test_a_prompt_over_the_whole_day_quota_is_not_told_to_wait_for_the_next_day(
+    build: Any,
+) -> None:
+    """A tenant's day of $0.001 had spent $0.000046 when a call's prompt was estimated at
+    $0.58: the message said the quota "is spent" (it was not) and to fork after it resets,
+    a fork that would stop the same way on every day to come."""
+    head = build.head(budgets={**LIMITS, "max_cost_usd": 0})
+    day = _day(0.000046, quota=0.001)
+    over = exhausted_budget(head, now=build.at(0), next_call=NextCall(cost_usd=0.58), day=day)
+    assert over is not None and over.code is COST
+    assert over.message.startswith(
+        "tenant team-a's quota `max_usd_per_day` of $0.001 has no room for the next model "
+        "call: its sessions created on 2026-03-01 (UTC) spent $0.000046 and the next model "
+        "call's prompt is estimated at $0.58 more"
+    ), over.message
+    assert over.message.endswith(
+        "that prompt alone costs more than the whole quota, so no day of it has room for this "
+        "session's next call: ask the operator to raise the quota, or fork this session onto "
+        "a cheaper model"
+    ), over.message
+    # a prompt that fits in a day of its own: fork after the reset, as before
+    later = exhausted_budget(head, now=build.at(0), next_call=NextCall(cost_usd=1.5), day=_day(1))
+    assert later is not None and "no room for the next model call" in later.message
+    assert "the quota resets at 2026-03-02T00:00:00Z, fork this session after it" in later.message
