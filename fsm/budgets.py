@@ -14,6 +14,10 @@ from datetime import UTC, datetime, timedelta
 from tickwork.fsm.values import ErrorCode, Head, Value, utc_date
 from tickwork.fsm.wording import dollars, plain
 
+#: how a day-quota stop says the next call's prompt alone is over the whole quota: no day
+#: of it has room, so no fork after the reset goes on (`tickwork.remedies` reads it)
+OVER_THE_WHOLE_QUOTA = "that prompt alone costs more than the whole quota"
+
 
 class Exhausted(Value):
     code: ErrorCode
@@ -191,8 +195,8 @@ def day_spent(day: TenantDay, ahead_usd: float = 0.0, *, now: datetime | None = 
     )
     if ahead_usd >= day.quota_usd:
         return said + (
-            "that prompt alone costs more than the whole quota, so no day of it has room for "
-            "this session's next call: ask the operator to raise the quota, or fork this "
+            f"{OVER_THE_WHOLE_QUOTA}, so no day of it has room for this session's next "
+            "call: ask the operator to raise the quota, or fork this "
             "session onto a cheaper model"
         )
     return said + _day_advice(day, now)

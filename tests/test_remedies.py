@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from rich.console import Console
+from tickwork.fsm.budgets import TenantDay, day_spent
 
 from tickwork.remedies import remedies
 from tickwork.render import dead_letter_header
@@ -94,3 +96,18 @@ def test_a_raised_budget_is_written_as_the_option_takes_it_never_in_exponent_for
     said = remedies(letter(code, **budgets))[0]
     assert fork in said, said
     assert "e+" not in said and "e-" not in said
+
+
+def test_a_prompt_over_the_whole_day_quota_is_not_forked_after_the_reset() -> None:
+    """`dlq show` proposed forking after the quota resets for a session whose next prompt
+    alone cost more than the tenant's whole day: that fork stops the same way."""
+
+    day = datetime(2026, 12, 7, tzinfo=UTC)
+    quota = TenantDay(tenant="acme", quota_usd=0.001, spent_usd=0.0, day=day)
+    message = day_spent(quota, 0.58, now=day)
+    over = {**letter("BUDGET_COST", max_cost_usd=0), "message": message}
+    over["session"]["head"]["tenant"] = "acme"
+    fork = remedies(over)[0]
+    assert fork.startswith("tickwork dlq fork 7 --from-step 3  (once tenant acme's quota"), fork
+    assert "--model SPEC for a cheaper model: waiting for the reset is no help" in fork, fork
+    assert "resets at UTC midnight" not in fork

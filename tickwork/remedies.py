@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from tickwork.fsm.budgets import OVER_THE_WHOLE_QUOTA
 from tickwork.fsm.wording import plain
 
 #: a budget's code: the fork option that raises it and its budget field
@@ -38,6 +39,14 @@ def remedies(letter: Mapping[str, Any]) -> list[str]:
         said.append(
             f"{fork} {step} {option} {plain(raised[field])}  (twice the budget it ran out "
             f"of; {counts})"
+        )
+    elif code == "BUDGET_COST" and OVER_THE_WHOLE_QUOTA in letter["message"]:
+        # the next call's prompt alone is over the day quota: no next day has room for it
+        tenant = head.get("tenant") or "its tenant"
+        said.append(
+            f"{fork} {step}  (once tenant {tenant}'s quota `max_usd_per_day` is raised in "
+            "TICKWORK_TENANTS_FILE above the next call's prompt, or with --model SPEC for a "
+            "cheaper model: waiting for the reset is no help)"
         )
     elif code == "BUDGET_COST" and "tenant" in letter["message"]:
         # the tenant's day quota, no budget of the session: the fork waits for its next day
