@@ -137,6 +137,17 @@ def edited_by(decision: Decision) -> str:
     return f"as edited by {decision.approver}"
 
 
+def as_edited(decision: Decision | None) -> str | None:
+    """Who gave the arguments a call ran (or runs) with, said as `edited_by` says it, where a
+    person's decision carries them (an edit, or an approval that ran an edited in-doubt call
+    again); None where it runs as the model proposed it. The views' `as_edited`."""
+    if decision is None or decision.arguments is None:
+        return None
+    if decision.kind not in (DecisionKind.EDIT, DecisionKind.APPROVE):
+        return None
+    return edited_by(decision)
+
+
 def already_decided(first: Decision, *, session_id: str) -> AlreadyDecided:
     """The error for a second decision on a call, naming the first."""
     return AlreadyDecided(

@@ -376,6 +376,7 @@ def test_a_file_write_that_ran_edited_is_shown_as_it_was_written() -> None:
         "name": "write_file",
         "arguments": {"path": "notes.txt", "content": "hello\n"},
         "decision": {"kind": "edit", "approver": "alice", "arguments": edited},
+        "as_edited": "as edited by alice",
     }
     console = Console(width=200, record=True, file=io.StringIO())
     for part in render._file_changes([call], {}):
@@ -392,6 +393,7 @@ def test_a_file_write_run_again_as_edited_names_who_ran_it_again_not_as_its_edit
         "name": "write_file",
         "arguments": {"path": "notes.txt", "content": "hello\n"},
         "decision": {"kind": "approve", "approver": "bob", "arguments": edited},
+        "as_edited": "as edited, run again by bob",
     }
     console = Console(width=200, record=True, file=io.StringIO())
     for part in render._file_changes([call], {}):
@@ -429,6 +431,7 @@ def test_an_in_doubt_call_that_ran_edited_is_offered_to_run_again_as_edited() ->
     edit = {"kind": "edit", "approver": "alice", "arguments": {"command": "echo hi"}}
     waits = head(status="waiting_approval", awaiting=["s1c1"], result={}, final_answer=None)
     for decision, said in ((edit, "Run it again as edited: "), (None, "Run it again: ")):
-        steps = [{"calls": [{**call, "decision": decision}]}]
+        by = "as edited by alice" if decision else None
+        steps = [{"calls": [{**call, "decision": decision, "as_edited": by}]}]
         (line, *_) = render.outcome(waits, steps)
         assert said in line.plain  # type: ignore[union-attr]

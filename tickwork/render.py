@@ -921,8 +921,8 @@ def _file_changes(
     parts: list[RenderableType] = []
     for c in calls:
         preview = previews.get(c["call_id"])
-        edited = _ran_with(c.get("decision"))
-        change = file_change(c["arguments"] if edited is None else edited)
+        by = c.get("as_edited")  # the decision's arguments are those it ran with
+        change = file_change(c["decision"]["arguments"] if by else c["arguments"])
         if preview is not None:
             path = preview.get("path")
             where = f" {path}" if path else ""
@@ -932,25 +932,10 @@ def _file_changes(
             parts.append(diff(preview["diff"]))
         elif change is not None:
             what, text = change
-            by = "" if edited is None else f" {_edited_by(c['decision'])}"
-            parts.append(Text(f"{c['call_id']} {c['name']}: the {what}{by}, whole", style="bold"))
+            said = f" {by}" if by else ""
+            parts.append(Text(f"{c['call_id']} {c['name']}: the {what}{said}, whole", style="bold"))
             parts.append(diff(text) if what == "patch" else Text(text))
     return parts
-
-
-def _edited_by(d: Mapping[str, Any]) -> str:
-    """As `fsm.approvals.edited_by` says it: an approval names who ran the edit again."""
-    if d["kind"] == "approve":
-        return f"as edited, run again by {d['approver']}"
-    return f"as edited by {d['approver']}"
-
-
-def _ran_with(d: Mapping[str, Any] | None) -> Any:
-    """The arguments a person's decision gave the call (an edit's, or those an approval of
-    an in-doubt call carried over), or None: it runs, or ran, as the model proposed it."""
-    if d is None or d["kind"] not in ("edit", "approve"):
-        return None
-    return d.get("arguments")
 
 
 def decision_text(d: Mapping[str, Any] | None) -> str:
@@ -979,7 +964,7 @@ def outcome(h: Mapping[str, Any], steps: list[Mapping[str, Any]]) -> list[Render
             c = calls.get(call_id, {"name": "?", "fingerprint": ""})
             if c.get("state") == "in_doubt":
                 # it may have run: a person says whether to run it again or what it did
-                edited = _ran_with(c.get("decision")) is not None
+                edited = bool(c.get("as_edited"))
                 parts.append(
                     Text(
                         f"waiting for a decision on {call_id} ({c['name']}, fingerprint "

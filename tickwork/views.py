@@ -9,6 +9,7 @@ import sys
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from tickwork.fsm.approvals import as_edited
 from tickwork.fsm.values import utc_date
 
 if TYPE_CHECKING:
@@ -180,6 +181,8 @@ def _call(whole: Session, call: ToolCall, *, looped: bool = False) -> dict[str, 
     data["decision"] = (
         None if decided is None else decided.model_dump(mode="json", exclude={"call_id"})
     )
+    # "as edited by bob": the decision's arguments are those it ran (or runs) with
+    data["as_edited"] = as_edited(decided)
     return data
 
 

@@ -647,17 +647,11 @@ def test_the_events_list_and_the_header_both_say_their_times_in_utc(
         context.close()
 
 
-def test_an_in_doubt_call_that_ran_as_edited_shows_the_edited_arguments(
-    page: Any,  # noqa: F811
-    stack: Stack,
-) -> None:
-    """bob edited the call, it started with his arguments, its worker died: the call is in
-    doubt. Its card showed the model's arguments, while `tickwork show`, the diff preview
-    and the webhook card said "as edited by bob": it shows bob's, says so, and its edit
-    form starts from them (running it again runs it as edited)."""
+def _in_doubt_as_edited(stack: Stack) -> tuple[str, str]:
+    """A session whose call bob edited, started with his arguments ({"n": 4242}), and whose
+    worker died: the call is in doubt. Its id and the call's."""
     from datetime import timedelta
 
-    from playwright.sync_api import expect
     from tickwork.fsm import machine
     from tickwork.fsm.machine import Change, RunTool
     from tickwork.fsm.values import Decision, DecisionKind
@@ -693,11 +687,47 @@ def test_an_in_doubt_call_that_ran_as_edited_shows_the_edited_arguments(
     )
     assert isinstance(change, Change)
     store.save(change, version=later.head.version, owner="w2", now=clock())
+    return session_id, call.call_id
 
+
+def test_an_in_doubt_call_that_ran_as_edited_shows_the_edited_arguments(
+    page: Any,  # noqa: F811
+    stack: Stack,
+) -> None:
+    """bob edited the call, it started with his arguments, its worker died: the call is in
+    doubt. Its card showed the model's arguments, while `tickwork show`, the diff preview
+    and the webhook card said "as edited by bob": it shows bob's, says so, and its edit
+    form starts from them (running it again runs it as edited)."""
+    from playwright.sync_api import expect
+
+    session_id, call_id = _in_doubt_as_edited(stack)
     log_in(page, stack, "alice", f"#/sessions/{session_id}")
 
-    card = page.locator(f'#waiting article.call[data-call="{call.call_id}"]')
+    card = page.locator(f'#waiting article.call[data-call="{call_id}"]')
     expect(card.locator("p.as-edited")).to_have_text("Arguments it ran with, as edited by bob:")
     expect(card.locator("pre.args")).to_contain_text("4242")
     card.locator("button.edit").click()
     expect(card.locator("textarea.edit-args")).to_have_value('{\n  "n": 4242\n}')
+
+
+def test_the_timeline_shows_the_arguments_an_edited_call_ran_with(
+    page: Any,  # noqa: F811
+    stack: Stack,
+) -> None:
+    """The session's timeline showed an in-doubt call that ran as bob edited it with the
+    model's arguments (its approval card, `show` and the webhook card with bob's): it shows
+    bob's, says whose, as the API's views say it (`as_edited`), and what the model proposed."""
+    from playwright.sync_api import expect
+
+    from tickwork.api.sessions import waiting_view
+
+    session_id, call_id = _in_doubt_as_edited(stack)
+    waiting = waiting_view(stack.deployment.client.load(session_id))
+    assert [c["as_edited"] for c in waiting["calls"]] == ["as edited by bob"]
+
+    log_in(page, stack, "alice", f"#/sessions/{session_id}")
+
+    shown = page.locator(f'#timeline .tcall[data-call="{call_id}"]')
+    expect(shown.locator("p.as-edited")).to_have_text("Arguments it ran with, as edited by bob:")
+    expect(shown.locator("pre.args")).to_contain_text("4242")
+    expect(shown.locator("pre.proposed")).not_to_contain_text("4242")

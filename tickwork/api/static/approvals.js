@@ -12,15 +12,12 @@ function diffView(preview) {
     el("pre", { class: "diff" }, diffLines(preview.diff)));
 }
 
-// The arguments an in-doubt call ran with and who gave them, as `tickwork show` and the
-// webhook card's `as_edited` say it: a person's edit (which running it again keeps), or null
-// where it ran as the model proposed it
-function ranAsEdited(call) {
-  const given = call.decision;
-  if (call.state !== "in_doubt" || !given || given.arguments == null) return null;
-  const by = { edit: `as edited by ${given.approver}`,
-               approve: `as edited, run again by ${given.approver}` }[given.kind];
-  return by ? { arguments: given.arguments, by } : null;
+// The arguments an in-doubt call ran with and who gave them (the view's `as_edited`, as
+// `tickwork show` and the webhook card say it): a person's edit, which running it again
+// keeps, or null where it ran as the model proposed it
+export function ranAsEdited(call) {
+  return call.as_edited && call.decision
+    ? { arguments: call.decision.arguments, by: call.as_edited } : null;
 }
 
 export function callCard(sessionId, call, onDecided) {

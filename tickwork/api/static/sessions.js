@@ -2,7 +2,7 @@
 // each cost and took) or archived (its patch, its forks, a fork of it), and a fork beside
 // its parent.
 import { windowOf } from "./admission.js";
-import { callCard } from "./approvals.js";
+import { callCard, ranAsEdited } from "./approvals.js";
 import { forkForm } from "./fork.js";
 import {
   API, OUTCOMES, ago, api, apiText, badge, can, count, dataTable, decisionLine, diffLines, el,
@@ -184,6 +184,18 @@ function maskedNote(step, before) {
     ? "" : ` · observations of steps ≤${through} shown as stubs`;
 }
 
+// a call's arguments as it ran (or runs) with them: a person's edit says whose, as its
+// approval card does, above what the model proposed
+function callArguments(call) {
+  const proposed = pretty(call.arguments === null ? call.raw_arguments : call.arguments);
+  const edited = ranAsEdited(call);
+  if (!edited) return [el("pre", { class: "args" }, proposed)];
+  return [el("p", { class: "as-edited meta" }, `Arguments it ran with, ${edited.by}:`),
+    el("pre", { class: "args" }, pretty(edited.arguments)),
+    el("p", { class: "meta" }, "The model proposed:"),
+    el("pre", { class: "proposed" }, proposed)];
+}
+
 // `actions(step)`: what to offer beside the step's heading (a fork from it), or none;
 // `before`: the step before it, if any
 function stepSection(step, actions, before) {
@@ -202,7 +214,7 @@ function stepSection(step, actions, before) {
         call.observation ? el("span", { class: "took muted" }, ` took ${ms(call.observation.duration_ms)}`) : null),
       call.approval_reason ? el("p", { class: "reason muted" },
         `Needs approval: ${call.approval_reason}`) : null,
-      el("pre", { class: "args" }, pretty(call.arguments === null ? call.raw_arguments : call.arguments)),
+      ...callArguments(call),
       call.state === "in_doubt" ? el("p", { class: "doubt warn" },
         "In doubt: its worker was lost while it ran, so it may have run; it waits for a " +
         "decision again: run it again (approve), provide its output or reject it.") : null,
