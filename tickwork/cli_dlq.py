@@ -17,7 +17,6 @@ from tickwork.fsm.wording import counted
 from . import cli_remote, exports, options, parsing, render, views
 from .cli_sessions import fork_session
 from .context import Context
-from .remedies import fork_budgets
 
 if TYPE_CHECKING:
     from tickwork.store.dead_letters import DeadLetter
@@ -119,11 +118,11 @@ def show(key: Key, json_output: options.Json = False) -> None:
     else:
         with Context() as ctx:
             letter = ctx.dead_letter(key)
-            view = views.dead_letter(letter, snapshot=True)
-            # the API's view has it (the page's fork form proposes it): `--json` gives the same
-            view["fork_budgets"] = fork_budgets(view)
-            view["forks"] = views.forks(ctx.reads.forks(letter.session_id))
-            view["earlier_patches"] = ctx.reads.earlier_patches(letter.session())
+            view = views.dead_letter_shown(
+                letter,
+                found_forks=ctx.reads.forks(letter.session_id),
+                earlier=ctx.reads.earlier_patches(letter.session()),
+            )
     if json_output:
         views.emit(view)
     else:

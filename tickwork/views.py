@@ -201,6 +201,22 @@ def dead_letter(value: DeadLetter, *, snapshot: bool = False) -> dict[str, Any]:
     return data
 
 
+def dead_letter_shown(
+    letter: DeadLetter, *, found_forks: list[dict[str, Any]], earlier: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """What `dlq show --json` and `GET /api/v1/dead-letters/{key}` give, one view for both:
+    the dead letter with its session, the budgets a fork is proposed (the page's fork form
+    proposes them), the session's forks (`found_forks`, live or archived, as the caller may
+    see them) and, for a fork of a fork, the `earlier` patches of its chain."""
+    from tickwork.remedies import fork_budgets
+
+    view = dead_letter(letter, snapshot=True)
+    view["fork_budgets"] = fork_budgets(view)
+    view["forks"] = forks(found_forks)
+    view["earlier_patches"] = earlier
+    return view
+
+
 def _resolution(found: dict[str, Any] | None) -> dict[str, Any] | None:
     """A dead letter's resolution with its dates (its `at`, its forks' `at`) as every view
     gives them: the store keeps them as the text they were written in, `+00:00`."""

@@ -19,7 +19,6 @@ from tickwork import exports, parsing, views
 from tickwork.fsm.errors import ConfigurationError
 from tickwork.fsm.tenants import TENANT_PATTERN
 from tickwork.fsm.values import ErrorCode, Head
-from tickwork.remedies import fork_budgets
 from tickwork.store import dead_letters as dl
 
 from . import bodies, retries
@@ -287,14 +286,12 @@ def _read(file: IO[bytes]) -> Iterator[bytes]:
 )
 def show(key: Key, client: Client, who: Reader) -> dict[str, Any]:
     letter = find(client, who, key)
-    view = views.dead_letter(letter, snapshot=True)
-    # what a fork needs to run on where its session stopped (the page's form proposes it)
-    view["fork_budgets"] = fork_budgets(view)
-    # every fork of the session, live or archived, as `show` and the export list them
-    view["forks"] = views.forks(seen_forks(client, who, client.forks(letter.session_id)))
-    # a fork of a fork runs under every patch of its chain: its own is its session's
-    view["earlier_patches"] = client.earlier_patches(letter.session())
-    return view
+    # every fork of the session, live or archived, that the caller may see
+    return views.dead_letter_shown(
+        letter,
+        found_forks=seen_forks(client, who, client.forks(letter.session_id)),
+        earlier=client.earlier_patches(letter.session()),
+    )
 
 
 @router.post(
