@@ -404,11 +404,19 @@ def test_a_file_write_run_again_as_edited_names_who_ran_it_again_not_as_its_edit
 def test_show_says_who_cancelled_a_session_and_when() -> None:
     asked = {"kind": "cancel_requested", "at": "2026-12-07T11:14:12+00:00", "data": {"by": "carol"}}
     said = render.cancelled_by(head(status="cancelled"), [asked])
-    assert said is not None and said.plain == "cancelled by carol at 2026-12-07 11:14:12"
+    assert said is not None and said.plain == "cancelled by carol at 2026-12-07 11:14:12Z"
     assert render.cancelled_by(head(status="completed"), [asked]) is None
     unnamed = {**asked, "data": {"by": ""}}
     said = render.cancelled_by(head(status="cancelled"), [unnamed])
     assert said is not None and said.plain.startswith("cancelled by someone unnamed at ")
+
+
+def test_show_says_its_dates_in_utc_with_a_z_as_the_page_and_the_views_do() -> None:
+    """`show` printed `2026-12-07 12:14:12` for a date stored as `12:14:12+01:00`, neither
+    in UTC nor saying which zone, while the page and `--json` say UTC with a Z."""
+    assert render.when("2026-12-07T12:14:12.734+01:00") == "2026-12-07 11:14:12Z"
+    assert render.when("2026-12-07T11:14:12Z") == "2026-12-07 11:14:12Z"
+    assert render.when("2026-12-07T11:14:12") == "2026-12-07 11:14:12Z"  # naive: UTC
 
 
 def test_show_names_who_asked_to_cancel_not_the_tick_that_finished_the_cancel() -> None:
@@ -422,7 +430,7 @@ def test_show_names_who_asked_to_cancel_not_the_tick_that_finished_the_cancel() 
         "data": {"by": "cancel during a tick"},
     }
     said = render.cancelled_by(head(status="cancelled"), [asked, finished])
-    assert said is not None and said.plain == "cancelled by carol at 2026-12-07 11:14:12"
+    assert said is not None and said.plain == "cancelled by carol at 2026-12-07 11:14:12Z"
 
 
 def test_an_in_doubt_call_that_ran_edited_is_offered_to_run_again_as_edited() -> None:

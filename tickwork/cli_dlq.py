@@ -242,7 +242,7 @@ def stats(
     render.show(
         Text(
             f"{total} {'open ' if unresolved else ''}dead letters"
-            + (f" since {start:%Y-%m-%d %H:%M:%S}" if start else "")
+            + (f" since {render.when(views.date(start))}" if start else "")
         ),
         *render.stats_tables(grouped),
     )

@@ -28,7 +28,7 @@ from rich.tree import Tree
 
 from tickwork.fsm.failures import failed_before_line, passed_before, passed_before_line
 from tickwork.fsm.kinds import GraphRef, graph_of
-from tickwork.fsm.values import PRICE_RATES, RUNNABLE
+from tickwork.fsm.values import PRICE_RATES, RUNNABLE, utc_date
 from tickwork.fsm.wording import counted, plain
 
 from . import views
@@ -199,9 +199,11 @@ def signature_said(signature: object) -> str:
 
 
 def when(iso: str | None) -> str:
+    """A date to the second in UTC with its `Z`, as the page says it (`2026-12-07
+    11:14:12Z`): the views' dates, whatever zone a stored one was written in."""
     if not iso:
         return ""
-    return datetime.fromisoformat(iso).strftime("%Y-%m-%d %H:%M:%S")
+    return utc_date(datetime.fromisoformat(iso).replace(microsecond=0)).replace("T", " ")
 
 
 def status(value: str) -> Text:

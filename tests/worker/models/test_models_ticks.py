@@ -367,7 +367,7 @@ def test_show_says_a_model_call_is_being_retried(ticks: Ticks, tmp_path: Path) -
     advance(ticks.rt, head.id, head.version)
 
     retry = next(e for e in ticks.store.load(head.id).events if e.kind == "model_retry")
-    due = (retry.at + timedelta(seconds=retry.data["delay_s"])).strftime("%Y-%m-%d %H:%M:%S")
+    due = (retry.at + timedelta(seconds=retry.data["delay_s"])).strftime("%Y-%m-%d %H:%M:%SZ")
     shown = _shown(ticks, head.id)
     assert f"retrying the model: attempt 2 of 6, next at {due} (attempt 1 failed: 503" in shown
     assert "retrying the model" not in _shown(ticks, ticks.run(head.id).id)
