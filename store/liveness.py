@@ -14,7 +14,7 @@ at once instead of when the lease runs out (docs/DESIGN.md section 3).
 A worker that is stopped (SIGSTOP) or slow keeps its connection and its file, so its sign:
 its sessions wait for their lease, and fencing refuses its late save as before.
 
-A lease taken by a worker holding sign K names it: `<owner>@K` (`signed`). A lease without
+A lease taken by a worker holding sign K names it: `<owner>@K` (`owners.signed`). A lease without
 one (a worker of an earlier release, a tick run by hand, another store) is only ever ended
 by its expiry, so a sign that was never held is never mistaken for a dead one.
 """
@@ -37,7 +37,7 @@ from sqlalchemy import Connection, Engine, func, insert, or_, select, text
 from tickwork.fsm.errors import StoreUnavailable
 from tickwork.fsm.values import RUNNABLE, Event, EventKind
 from tickwork.store import rows
-from tickwork.store.owners import key_of, signed
+from tickwork.store.owners import key_of
 from tickwork.store.relay import Due, revive
 from tickwork.store.schema import RUNNABLE_SQL, events, sessions
 
@@ -421,9 +421,7 @@ __all__ = [
     "Sign",
     "Signs",
     "absent",
-    "key_of",
     "new_key",
-    "signed",
     "signs_for",
     "take_over",
 ]

@@ -304,7 +304,7 @@ class Relay(Protocol):
 
     def hold_sign(self, key: int) -> Sign | None:
         """Take the sign of life `key` for this worker process (`store/liveness.py`), to
-        lease as `liveness.signed(owner, key)`; None where the database has none (leases
+        lease as `owners.signed(owner, key)`; None where the database has none (leases
         then end by expiry only). Raises StoreUnavailable if it cannot be taken."""
         ...
 

@@ -717,7 +717,10 @@ def _remote_fork(remote: Client, key: str, given: dict[str, Any]) -> Head:
 
 
 def _a_number(key: str) -> bool:
-    return key.isascii() and key.isdigit() and int(key) < 2**63
+    """Whether `key` could be a dead letter's number (`dlq show 7`)."""
+    from tickwork.store.dead_letters import MAX_NUMBER
+
+    return key.isascii() and key.isdigit() and int(key) <= MAX_NUMBER
 
 
 def _letter_hint(key: str, session_id: str) -> str:

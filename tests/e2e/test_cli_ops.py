@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import inspect, select
 from tickwork.store import make_engine
-from tickwork.store.liveness import new_key, signed
+from tickwork.store.liveness import new_key
+from tickwork.store.owners import signed
 from tickwork.store.schema import outbox
 
 from tests.e2e.conftest import ROOT, TEST_KIND, Cli, Deployment, at_once, call, until

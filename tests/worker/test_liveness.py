@@ -18,7 +18,8 @@ import pytest
 from prometheus_client import REGISTRY
 from sqlalchemy import text
 from tickwork.store import Store
-from tickwork.store.liveness import Sign, absent, new_key, signed, signs_for
+from tickwork.store.liveness import Sign, absent, new_key, signs_for
+from tickwork.store.owners import signed
 from tickwork.worker.config.process import owner_name
 from tickwork.worker.config.settings import Settings
 from tickwork.worker.tick.app import make_app, runtime

@@ -19,7 +19,8 @@ from datetime import datetime
 
 from tickwork.fsm.errors import StoreError
 from tickwork.fsm.wording import counted
-from tickwork.store.liveness import Sign, new_key, signed
+from tickwork.store.liveness import Sign, new_key
+from tickwork.store.owners import signed
 from tickwork.store.port import Relay
 from tickwork.store.relay import Due
 from tickwork.worker.config.process import Loop

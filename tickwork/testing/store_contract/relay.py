@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tickwork.fsm.values import EventKind, Status
-from tickwork.store.liveness import new_key, signed
+from tickwork.store.liveness import new_key
+from tickwork.store.owners import signed
 from tickwork.store.port import Store
 from tickwork.store.relay import Due
 from tickwork.testing.store_contract.base import Contract
