@@ -52,8 +52,11 @@ _DURATION = "|".join(
 )
 #: a duration's units, in seconds
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-#: the units a deadline takes, as the page's Deadline field (static/submit.js) takes them
+#: the units a deadline takes; the page's Deadline fields take these, served with it
+#: (`DEADLINE_SECONDS` in `api.bodies.page_bounds`)
 DEADLINE_UNITS = "smhd"
+#: each unit a deadline takes, in seconds
+DEADLINE_SECONDS = {unit: _UNITS[unit] for unit in DEADLINE_UNITS}
 _YEAR = "(?:000[1-9]|00[1-9][0-9]|0[1-9][0-9]{2}|[1-9][0-9]{3})"
 _LEAP_YEAR = "(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:0[48]|[2468][048]|[13579][26])00)"
 #: a day of the calendar: months of their length, February 29 of leap years only

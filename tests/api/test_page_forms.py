@@ -368,3 +368,28 @@ def test_a_fork_onto_another_model_is_priced_in_the_form(
         "completion": 2,
         "cached": 0.5,
     }
+
+
+def test_the_deadline_fields_take_a_duration_as_the_cli_does(
+    page: Any,  # noqa: F811
+    stack: Stack,
+) -> None:
+    """The page's Deadline fields (submit, fork) kept their own list of units, case and
+    all: `2H`, which `--deadline` takes, was "not a duration". They take the server's units
+    (served with the page) in either case, and refuse what `--deadline` refuses."""
+    from tickwork.fsm.errors import InvalidInput
+
+    from tickwork.parsing import seconds
+
+    log_in(page, stack, "sam", "#/submit")
+    typed = ["90", "90s", " 30m ", "2H", "1.5h", "1D", "1w", "soon", "h", ""]
+    shown = page.evaluate(
+        "(typed) => import('/static/submit.js').then((m) => typed.map((t) => m.seconds(t)))",
+        typed,
+    )
+    for text, page_said in zip(typed, shown, strict=True):
+        try:
+            cli_said: float | None = seconds(text, example="2h")
+        except InvalidInput:
+            cli_said = None
+        assert page_said == cli_said, text

@@ -29,7 +29,7 @@ from tickwork.fsm.context import MAX_WINDOW, MIN_WINDOW
 from tickwork.fsm.forks import MAX_INSTRUCTION_CHARS, MAX_SYSTEM_PROMPT_CHARS
 from tickwork.fsm.tenants import TENANT_PATTERN
 from tickwork.fsm.values import MAX_PRICE, MIN_PRICE_RATES, PRICE_RATES, DecisionKind
-from tickwork.parsing import SESSION_ID_PATTERN, new_session_id
+from tickwork.parsing import DEADLINE_SECONDS, SESSION_ID_PATTERN, new_session_id
 from tickwork.parsing import fingerprint as whole_fingerprint
 
 from .inputs import RepairInput
@@ -87,10 +87,12 @@ SessionId = Annotated[
 BudgetOverrides = Annotated[dict[str, Any], Field(max_length=MAX_ENTRIES)]
 
 
-def page_bounds() -> dict[str, list[float]]:
-    """The bounds the page's forms offer, as these bodies take them: served in the page
-    (`make_api`), so its fields cannot drift from the API's."""
+def page_bounds() -> dict[str, Any]:
+    """The bounds the page's forms offer, as these bodies take them, and the units its
+    Deadline fields take, as `--deadline` does: served in the page (`make_api`), so its
+    fields cannot drift from the API's and the CLI's."""
     return {
+        "deadline_units": DEADLINE_SECONDS,
         "priority": [MIN_PRIORITY, MAX_PRIORITY],
         "max_per_key": [MIN_PER_KEY, MAX_PER_KEY],
         "context_window": [MIN_WINDOW, MAX_WINDOW],

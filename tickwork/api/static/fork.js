@@ -7,7 +7,7 @@ import {
   BOUNDS, admissionBody, admissionFields, formField, priceRates, refusedFields, windowField,
 } from "./admission.js";
 import { api, el, enc, toast } from "./core.js";
-import { seconds } from "./submit.js";
+import { NOT_A_DURATION, seconds } from "./submit.js";
 
 // the prompt the session runs under, where its config holds it (a repair's, a role's)
 const promptOf = (head) => {
@@ -161,7 +161,7 @@ export function forkForm({ head: known, steps, step, path, title, extra, propose
       const value = name === "deadline_s" ? seconds(typed) : Number(typed);
       if (value === null || !(value > 0 || (name === "max_cost_usd" && value === 0))) {
         mark(name, name === "deadline_s"
-          ? `"${typed}" is not a duration: give seconds, or a number with s, m, h or d (90s, 30m, 2h, 1d).`
+          ? `"${typed}" ${NOT_A_DURATION}`
           : `"${typed}" is not a budget: give a number above 0${name === "max_cost_usd" ? " (0: no cost budget)" : ""}.`);
         error.textContent = "Nothing was sent: put right what is marked.";
         return;

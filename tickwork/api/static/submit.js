@@ -7,8 +7,14 @@ import {
 import { api, can, el, enc, state, toast } from "./core.js";
 
 export const DRAFT_KEY = "tickwork.submit-draft";
-// a duration as the CLI takes it: seconds, or a number with s, m, h or d
-const UNITS = { s: 1, m: 60, h: 3600, d: 86400 };
+// a duration as the CLI takes it: seconds, or a number with one of its units (the server's,
+// served with the page), in either case
+const UNITS = BOUNDS.deadline_units;
+const names = Object.keys(UNITS);
+const DURATION = new RegExp(`^\\s*(\\d+(?:\\.\\d+)?)\\s*([${names.join("")}]?)\\s*$`, "i");
+// what a refused deadline is told
+export const NOT_A_DURATION = "is not a duration: give seconds, or a number with " +
+  `${names.slice(0, -1).join(", ")} or ${names.at(-1)} (90s, 30m, 2h, 1d).`;
 
 // each field: what the API's errors call it, so an error lands beside it
 const FIELDS = {
@@ -19,8 +25,8 @@ const FIELDS = {
 };
 
 export function seconds(text) {
-  const found = /^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$/.exec(text);
-  return found ? Number(found[1]) * UNITS[found[2] || "s"] : null;
+  const found = DURATION.exec(text);
+  return found ? Number(found[1]) * UNITS[(found[2] || "s").toLowerCase()] : null;
 }
 
 const field = (name, label, input, hint) => formField("submit", name, label, input, hint);
@@ -142,7 +148,7 @@ export function submitView(view) {
     if (given(f.deadline)) {
       const s = seconds(given(f.deadline));
       if (s === null || s <= 0) {
-        mark("deadline", `"${given(f.deadline)}" is not a duration: give seconds, or a number with s, m, h or d (90s, 30m, 2h, 1d).`);
+        mark("deadline", `"${given(f.deadline)}" ${NOT_A_DURATION}`);
         ok = false;
       } else {
         budgets.deadline_s = s;
