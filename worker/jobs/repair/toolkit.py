@@ -26,10 +26,16 @@ from tickwork.fsm.outcomes import (
     why_tests_did_not_run,
 )
 from tickwork.worker.config.settings import load_settings
-from tickwork.worker.files import versions
+from tickwork.worker.files import imports, versions
 from tickwork.worker.sandbox import quota
 from tickwork.worker.sandbox.egress import offline_note, policy_for
-from tickwork.worker.sandbox.runner import Sandbox, run_sandboxed, sandbox_for, sandbox_of
+from tickwork.worker.sandbox.runner import (
+    WORKDIR,
+    Sandbox,
+    run_sandboxed,
+    sandbox_for,
+    sandbox_of,
+)
 from tickwork.worker.sandbox.shell import ShellResult, Stop
 from tickwork.worker.tools import patches
 from tickwork.worker.tools.commands import command_needs_approval
@@ -343,16 +349,23 @@ def run_in_workspace(
     working copy, in the sandbox (default: the settings'), with `env` over its environment and
     the session's `environment` (this host's copy) read-only at /env. It reaches the network
     (through the egress proxy) only if the session's `network` is "all"; setup commands ask
-    `policy_for(config, settings, setup=True)`."""
+    `policy_for(config, settings, setup=True)`. Without an environment, the working copy's
+    src/ comes first on PYTHONPATH (`imports.search_path`): nothing installed it, and its
+    tests must not import another copy of the project."""
     settings = load_settings()
+    chosen = sandbox_for(config, sandbox or sandbox_of(settings))
+    given = {**dict(config.get("env") or {}), **env}
+    if environment is None:
+        seen_as = str(workdir.absolute()) if chosen.mode == "none" else WORKDIR
+        given = imports.search_path(workdir, seen_as, given)
     return run_sandboxed(
         command,
         workdir=workdir,
         timeout_s=timeout_s,
-        env={**dict(config.get("env") or {}), **env},
+        env=given,
         egress=policy_for(config, settings),
         offline=offline_note(config, settings),
-        sandbox=sandbox_for(config, sandbox or sandbox_of(settings)),
+        sandbox=chosen,
         stop=stop,
         environment=environment,
     )
@@ -399,8 +412,9 @@ def why_not_run(
     one). The tree is walked, and the settings read, only for a run that stopped at
     collection for want of a module. `run_tests` asks it of its run, the final test run of
     its own, and the run before any change (`baseline.py`) of a `run_command` of the test
-    command."""
-    return why_tests_did_not_run(
+    command. A run whose output names a file of an installed copy of one of the project's
+    own packages (`imports.installed_copy`) tested that copy, not the working copy."""
+    why = why_tests_did_not_run(
         command,
         exit_code,
         output,
@@ -412,6 +426,12 @@ def why_not_run(
         # environment in the config
         without_environment=not environment and not config.get("environment"),
     )
+    if why is None and root is not None and "-packages/" in output:
+        found = imports.installed_copy(output, imports.packages(root))
+        if found is not None:
+            mounted = bool(environment) and (environment or {}).get("status") == "ready"
+            return imports.installed_copy_note(*found, environment=mounted)
+    return why
 
 
 def _shell(ctx: ToolContext, command: str, timeout_s: float) -> ShellResult:

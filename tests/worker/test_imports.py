@@ -1,0 +1,96 @@
+"""Which copy of the project a session's tests import when no environment installs it
+(worker/files/imports.py): with TICKWORK_SANDBOX=none, iniconfig's tests imported the copy
+pytest itself depends on, so a right patch ended `tests_failing`, every failing test
+"failing before too", and nothing said the tests never imported the session's files."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from tickwork.fsm.outcomes import Outcome, repair_outcome
+from tickwork.fsm.values import Head
+from tickwork.worker.files import imports
+from tickwork.worker.jobs.repair.job import run_final_tests
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+#: an installed distribution the inner pytest does not import itself (iniconfig it does)
+SHADOWED = "xmltodict"
+PYTEST = f"{shlex.quote(sys.executable)} -m pytest -q -p no:cacheprovider tests"
+#: the job's own variables: no plugin of this venv in the inner run, a PYTHONPATH of its own
+JOB_ENV = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONPATH": "elsewhere"}
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A src-layout project named like an installed distribution, run without a sandbox."""
+    monkeypatch.setenv("TICKWORK_SANDBOX", "none")
+    root = tmp_path / "project"
+    (root / "src" / SHADOWED).mkdir(parents=True)
+    (root / "src" / SHADOWED / "__init__.py").write_text("WHERE = 'the working copy'\n")
+    (root / "tests").mkdir()
+    (root / "tests" / "test_where.py").write_text(
+        f"import {SHADOWED}\n\n\ndef test_where():\n"
+        f"    assert {SHADOWED}.WHERE == 'the working copy'\n\n\n"
+        f"def test_parse():\n    {SHADOWED}.parse('<unclosed')\n"
+    )
+    (root / "pyproject.toml").write_text(f"[project]\nname = '{SHADOWED}'\nversion = '1'\n")
+    return root
+
+
+def head_for(command: str) -> Head:
+    config = {"test_command": command, "env": JOB_ENV}
+    return Head(
+        id="sess-1", kind="repair", created_at=T0, updated_at=T0, model="scripted", config=config
+    )
+
+
+def test_tests_without_an_environment_import_the_working_copys_src(project: Path) -> None:
+    (project / "tests" / "test_where.py").write_text(
+        f"import {SHADOWED}\n\n\ndef test_where():\n"
+        f"    assert {SHADOWED}.WHERE == 'the working copy'\n"
+    )
+    tests = run_final_tests(head_for(PYTEST), project)
+    assert tests["passed"] is True, tests["output"]
+    assert "not_run" not in tests
+
+
+def test_a_run_through_an_installed_copy_of_the_project_is_not_a_test_of_it(
+    project: Path,
+) -> None:
+    """A test command that drops the search path imports the host's copy: its traceback
+    goes through it, and the run is said not to have tested the session's files."""
+    tests = run_final_tests(head_for(f"env -u PYTHONPATH {PYTEST}"), project)
+    assert tests["passed"] is False
+    why = tests["not_run"]
+    assert f"the tests imported {SHADOWED} from an installed copy (" in why, tests["output"]
+    assert "-packages/xmltodict" in why and "TICKWORK_SANDBOX=none" in why
+    outcome = repair_outcome(patch="diff", tests=tests)
+    assert outcome is Outcome.TESTS_NOT_RUN
+
+
+def test_the_job_given_search_path_comes_after_src(tmp_path: Path) -> None:
+    (tmp_path / "src" / "pkg").mkdir(parents=True)
+    env = imports.search_path(tmp_path, "/workspace", {"PYTHONPATH": "lib", "A": "1"})
+    assert env == {"PYTHONPATH": "/workspace/src:lib", "A": "1"}
+    assert imports.search_path(tmp_path / "flat", "/workspace", {"A": "1"}) == {"A": "1"}
+
+
+def test_only_the_projects_own_packages_count_as_installed_copies(tmp_path: Path) -> None:
+    (tmp_path / "src" / "pkg").mkdir(parents=True)
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "__init__.py").write_text("")
+    (tmp_path / "setup.py").write_text("")
+    own = imports.packages(tmp_path)
+    assert own == {"pkg"}
+    pytest_frame = "/usr/lib/python3/dist-packages/_pytest/python.py:159: in pytest_pyfunc_call"
+    tests_frame = "/venv/lib/python3.11/site-packages/tests/helpers.py:3: in f"
+    assert imports.installed_copy(f"{pytest_frame}\n{tests_frame}\n", own) is None
+    frame = '  File "../../venv/lib/python3.11/site-packages/pkg/core.py", line 3, in f'
+    assert imports.installed_copy(frame, own) == (
+        "pkg",
+        "../../venv/lib/python3.11/site-packages/pkg/core.py",
+    )
