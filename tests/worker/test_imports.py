@@ -76,7 +76,26 @@ def test_the_job_given_search_path_comes_after_src(tmp_path: Path) -> None:
     (tmp_path / "src" / "pkg").mkdir(parents=True)
     env = imports.search_path(tmp_path, "/workspace", {"PYTHONPATH": "lib", "A": "1"})
     assert env == {"PYTHONPATH": "/workspace/src:lib", "A": "1"}
-    assert imports.search_path(tmp_path / "flat", "/workspace", {"A": "1"}) == {"A": "1"}
+    assert imports.search_path(tmp_path / "none", "/workspace", {"A": "1"}) == {"A": "1"}
+
+
+def test_a_bare_pytest_without_an_environment_imports_a_flat_projects_root(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """tabulate (`tabulate/` at the root, tests in `test/`) with TICKWORK_SANDBOX=none:
+    `pytest -q test` failed every test module on `No module named 'tabulate'` (a bare
+    pytest puts the tests' folder on the path, not the root), where an environment's
+    editable install, or `python -m pytest`, finds it."""
+    monkeypatch.setenv("TICKWORK_SANDBOX", "none")
+    (tmp_path / "flatpkg").mkdir()
+    (tmp_path / "flatpkg" / "__init__.py").write_text("WHERE = 'the working copy'\n")
+    (tmp_path / "test").mkdir()
+    (tmp_path / "test" / "test_flat.py").write_text(
+        "import flatpkg\n\n\ndef test_where():\n    assert flatpkg.WHERE\n"
+    )
+    pytest_bin = Path(sys.executable).parent / "pytest"
+    tests = run_final_tests(head_for(f"{shlex.quote(str(pytest_bin))} -q test"), tmp_path)
+    assert tests["passed"] is True, tests["output"]
 
 
 def test_only_the_projects_own_packages_count_as_installed_copies(tmp_path: Path) -> None:

@@ -442,8 +442,8 @@ def prepare(rt: Runtime, head: Head, *, node: str | None = None) -> Change | Hea
     if sandbox.mode == "none":
         why = (
             "TICKWORK_SANDBOX=none: there is no sandbox to mount /env in, so no environment "
-            "is built; commands use the host's tools, with the working copy's src/ (if it "
-            "has one) first on PYTHONPATH, so that its tests import the session's files"
+            "is built; commands use the host's tools, with the working copy's src/ (else "
+            "its root) first on PYTHONPATH, so that its tests import the session's files"
         )
         if setup != AUTO:
             return machine.environment_failed(head, _record(plan_, None, "failed"), why, now=now)

@@ -4,10 +4,10 @@ An environment (`environments.py`) installs the project editable, so its tests i
 working copy. Without one (TICKWORK_SANDBOX=none builds none, nor does `--setup none`)
 nothing does: the tests of a src-layout project import whatever copy of it the Python that
 runs them holds (iniconfig, which pytest itself depends on, for one), never the session's
-edits. `search_path` puts the working copy's src/ first on PYTHONPATH for them;
-`installed_copy` finds a run whose tracebacks went through an installed copy of one of the
-project's own packages all the same, which the final test run and `run_tests` report as a
-run that did not test the session's files.
+edits, and a bare `pytest` those of a flat one. `search_path` puts the working copy's src/,
+or its root, first on PYTHONPATH for them; `installed_copy` finds a run whose tracebacks
+went through an installed copy of one of the project's own packages all the same, which the
+final test run and `run_tests` report as a run that did not test the session's files.
 """
 
 from __future__ import annotations
@@ -54,13 +54,19 @@ def _names(folder: Path, *, src: bool) -> frozenset[str]:
 
 
 def search_path(root: Path, seen_as: str, env: Mapping[str, str]) -> dict[str, str]:
-    """`env` with the working copy's src/ (`seen_as`: the working copy as the command sees
-    it) first on PYTHONPATH, for a command of a session without an environment; `env`
-    unchanged for a project without code in src/. A PYTHONPATH the job gives comes after."""
-    if not _names(root / SRC, src=True):
+    """`env` with the folder the project's code is imported from first on PYTHONPATH, as an
+    editable install would put it, for a command of a session without an environment: the
+    working copy's src/ (`seen_as`: the working copy as the command sees it), else its root
+    where it holds packages or modules of the project (a bare `pytest`, unlike
+    `python -m pytest`, does not put the current folder on the path); `env` unchanged for a
+    project with neither. A PYTHONPATH the job gives comes after."""
+    if _names(root / SRC, src=True):
+        first = f"{seen_as.rstrip('/')}/{SRC}"
+    elif _names(root, src=False):
+        first = seen_as
+    else:
         return dict(env)
     given = env.get("PYTHONPATH")
-    first = f"{seen_as.rstrip('/')}/{SRC}"
     return {**env, "PYTHONPATH": f"{first}:{given}" if given else first}
 
 
