@@ -33,7 +33,7 @@ class Deployment:
         clock: Callable[[], datetime] = utc_now,
     ) -> None:
         self.settings = settings or load_settings()
-        self.store = store or build_store(self.settings)
+        self._store = store
         self.jobs = Jobs(
             self.settings.imports, roles_file=self.settings.section(RoleSettings).roles_file
         )
@@ -41,8 +41,22 @@ class Deployment:
         self.providers = Providers(self.settings.imports)
         self.clock = clock
 
+    @property
+    def store(self) -> Store:
+        """The deployment's store, opened on first use: an embedded SQLite database that does
+        not exist is refused as the CLI refuses it (NoDatabase, saying what makes one), not
+        made empty (after which every command said "no tickwork schema"); `submit` makes it
+        whole, as `tickwork submit` does."""
+        if self._store is None:
+            from tickwork.embedded import require_database
+
+            require_database(self.settings)
+            self._store = build_store(self.settings)
+        return self._store
+
     def close(self) -> None:
-        self.store.close()
+        if self._store is not None:
+            self._store.close()
 
     @functools.cached_property
     def artifacts(self) -> Artifacts:

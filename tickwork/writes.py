@@ -187,6 +187,10 @@ class Writes(Deployment):
         (tokens) overrides the model's window from the model table (`tickwork.fsm.context`: old
         observations are masked, then the transcript compacted, to keep the prompt under it).
         """
+        if self._store is None:  # the embedded database is made by the first submit, as the CLI's
+            from .embedded import ensure_schema
+
+            ensure_schema(self.settings)
         by = _login() if submitted_by is None else check_name(submitted_by, what="submitted_by")
         check_tenant(tenant)
         check_priority(priority)
