@@ -453,6 +453,13 @@ deliveries = Table(
         postgresql_where=text("delivered_at IS NULL AND next_attempt_at IS NOT NULL"),
         sqlite_where=text("delivered_at IS NULL AND next_attempt_at IS NOT NULL"),
     ),
+    # the cards given up, by event: `tickwork webhooks ls` and `resend` (0027_given_up)
+    Index(
+        "ix_tickwork_deliveries_given_up",
+        "event_id",
+        postgresql_where=text("delivered_at IS NULL AND next_attempt_at IS NULL"),
+        sqlite_where=text("delivered_at IS NULL AND next_attempt_at IS NULL"),
+    ),
 )
 
 archived = Table(

@@ -176,3 +176,54 @@ def test_0026_gives_the_start_of_an_id_an_index_postgres_uses() -> None:
                         assert "ix_tickwork_sessions_id_prefix" in plan, plan
         finally:
             engine.dispose()
+
+
+def test_0027_finds_the_cards_given_up_through_an_index(empty_url: str) -> None:
+    """Among thousands of cards delivered, `webhooks ls` (and `resend --all`) finds the few
+    given up through the partial index 0027_given_up creates, not by reading every
+    delivery. The statement is the one the store sends, explained with its own values."""
+    from sqlalchemy import event, insert
+    from tickwork.store.schema import deliveries, events
+
+    upgrade(empty_url)
+    engine = make_engine(empty_url)
+    try:
+        store = open_store(engine)
+        clock = Clock()
+        store.create(new_session("s", now=clock()), now=clock())
+        at = clock()
+        with engine.begin() as conn:
+            conn.execute(
+                insert(events),
+                [
+                    {"id": 1000 + i, "session_id": "s", "version": i, "kind": "completed", "at": at}
+                    | {"data": {}}
+                    for i in range(1, 6001)
+                ],
+            )
+            conn.execute(
+                insert(deliveries),
+                [
+                    {"event_id": 1000 + i, "attempts": 1, "last_error": "HTTP 503"}
+                    | {"delivered_at": at if i % 500 else None}
+                    for i in range(1, 6001)
+                ],
+            )
+            conn.exec_driver_sql("ANALYZE")
+        sent: list[tuple[str, object]] = []
+
+        def keep(_: object, __: object, statement: str, params: object, *___: object) -> None:
+            if "tickwork_deliveries" in statement:
+                sent.append((statement, params))
+
+        event.listen(engine, "before_cursor_execute", keep)
+        assert len(store.cards.given_up(limit=1001)) == 12
+        event.remove(engine, "before_cursor_execute", keep)
+
+        [(statement, params)] = sent
+        explain = "EXPLAIN " if engine.dialect.name == "postgresql" else "EXPLAIN QUERY PLAN "
+        with engine.connect() as conn:
+            plan = "\n".join(str(r[-1]) for r in conn.exec_driver_sql(explain + statement, params))
+        assert "ix_tickwork_deliveries_given_up" in plan, plan
+    finally:
+        engine.dispose()
