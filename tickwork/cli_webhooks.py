@@ -15,6 +15,7 @@ from .context import Context
 
 if TYPE_CHECKING:
     from tickwork.store.deliveries import GivenUp
+    from tickwork.worker.config.settings import WebhookSettings
 
 #: the most cards `webhooks ls` lists (the oldest first)
 SHOWN = 1000
@@ -80,17 +81,24 @@ def resend(
         )
     if ids is not None and every:
         raise InvalidInput("give session ids or --all, not both")
+    hooks = _hooks()
     with Context() as ctx:
         cards = ctx.store.cards.send_again(now=datetime.now(UTC), session_ids=ids)
     if json_output:
         render.listing([_view(c) for c in cards], _table, json_output=True, none="")
     else:
         for card in cards:
-            render.show(f"{card.key} ({_card(card.kind)}): {_next(card.kind)}")
+            render.show(f"{card.key} ({_card(card.kind)}): {_next(card.kind, hooks)}")
     if not cards:
         of = f" of {', '.join(ids)}" if ids else ""
         render.note(f"no webhook card{of} was given up: nothing to send again")
         raise typer.Exit(1)
+    for why, how in dict.fromkeys(o for c in cards if (o := _off(c.kind, hooks))):
+        render.note(
+            f"the cards put back are not sent while {why}: {how} on the workers and their "
+            "dispatchers send them at their next pass (`tickwork config` shows the settings "
+            "in force)"
+        )
 
 
 def _checked(sessions: list[str] | None) -> list[str] | None:
@@ -100,8 +108,32 @@ def _checked(sessions: list[str] | None) -> list[str] | None:
     return [options.session_id(s) for s in dict.fromkeys(sessions)]
 
 
-def _next(kind: str) -> str:
+def _hooks() -> WebhookSettings:
+    """The webhook settings here, as the workers read them from the same variables."""
+    from tickwork.worker.config.settings import WebhookSettings, read_settings
+
+    return read_settings(WebhookSettings)
+
+
+def _off(kind: str, hooks: WebhookSettings) -> tuple[str, str] | None:
+    """Why no worker sends a card of `kind` with these settings and what to set on the
+    workers for it; None if they send it."""
+    if not hooks.webhook_url:
+        return "webhooks are off (TICKWORK_WEBHOOK_URL is not set)", "set TICKWORK_WEBHOOK_URL"
+    name = "approval_requested" if kind == "approval_requested" else "finished"
+    if name in hooks.webhook_events.split(","):
+        return None
+    return (
+        f"TICKWORK_WEBHOOK_EVENTS ({hooks.webhook_events}) does not name {name}",
+        f"add {name} to TICKWORK_WEBHOOK_EVENTS",
+    )
+
+
+def _next(kind: str, hooks: WebhookSettings) -> str:
     """What a dispatcher does with a card put back, at its next pass."""
+    off = _off(kind, hooks)
+    if off is not None:
+        return f"put back, not sent while {off[0]}"
     if kind == "approval_requested":
         return "sent again at the next pass, if its session still waits (else dropped)"
     return "sent again at the next pass, where the workers send finished cards"

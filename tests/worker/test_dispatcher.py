@@ -177,9 +177,7 @@ def test_the_runbook_lists_the_cards_given_up_and_sends_them_again(
     up are listed with why, and sent again at the next pass; a card whose session moved on
     meanwhile stays unsent."""
     receiver = Receiver([503] * 4)
-    url = ticks.store.engine.url.render_as_string(hide_password=False)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TICKWORK_")}
-    cli = Cli({**env, "TICKWORK_DATABASE_URL": url, "TICKWORK_STATE_DIR": str(tmp_path)}, tmp_path)
+    cli = cli_of(ticks, tmp_path, TICKWORK_WEBHOOK_URL=receiver.url)  # as the workers have
     listing, sending = runbook_commands()
     assert listing == "tickwork webhooks ls" and sending == "tickwork webhooks resend --all"
     try:
@@ -216,12 +214,49 @@ def test_the_runbook_lists_the_cards_given_up_and_sends_them_again(
     assert [card["id"].split(":")[0] for _, card, _ in receiver.got[4:]] == [session_id]
 
 
+def cli_of(ticks: Ticks, tmp_path: Path, **env: str) -> Cli:
+    """The CLI of the deployment `ticks` runs, with `env` and no other TICKWORK_ variable."""
+    url = ticks.store.engine.url.render_as_string(hide_password=False)
+    outer = {k: v for k, v in os.environ.items() if not k.startswith("TICKWORK_")}
+    ours = {"TICKWORK_DATABASE_URL": url, "TICKWORK_STATE_DIR": str(tmp_path)}
+    return Cli({**outer, **ours, **env}, tmp_path)
+
+
+def test_resend_with_webhooks_off_says_no_worker_sends_the_cards(
+    ticks: Ticks, clock: Clock, tmp_path: Path
+) -> None:
+    """With no webhook URL set (webhooks turned off since the cards were given up), or the
+    card's kind not in TICKWORK_WEBHOOK_EVENTS, `resend` puts the cards back but does not
+    promise them at the next pass: it says no worker sends them and what to set."""
+    receiver = Receiver([404])
+    try:
+        session_id = waiting(ticks)
+        assert dispatch_once(ticks.rt, hooks(receiver)) == Dispatched(failed=1)
+    finally:
+        receiver.close()
+
+    off = cli_of(ticks, tmp_path).inline("webhooks", "resend", "--all", ok=False)
+    assert off.code == 0 and off.stdout.startswith(f"{session_id}:")
+    assert "next pass, if" not in off.stdout
+    assert "not sent while webhooks are off (TICKWORK_WEBHOOK_URL is not set)" in off.stdout
+    assert "set TICKWORK_WEBHOOK_URL on the workers" in off.stderr
+
+    clock.advance(60)  # put back due now, by the CLI's clock
+    assert dispatch_once(ticks.rt, hooks(receiver, webhook_attempts=1)) == Dispatched(failed=1)
+    finished_only = cli_of(
+        ticks,
+        tmp_path,
+        TICKWORK_WEBHOOK_URL=receiver.url,
+        TICKWORK_WEBHOOK_EVENTS="finished",
+    ).inline("webhooks", "resend", session_id, ok=False)
+    assert "does not name approval_requested" in finished_only.stdout
+    assert "add approval_requested to TICKWORK_WEBHOOK_EVENTS" in finished_only.stderr
+
+
 def test_resend_names_what_to_send(ticks: Ticks, tmp_path: Path) -> None:
     """`webhooks resend` with neither sessions nor --all, or both, says what to give; a
     session with no card given up sends nothing and says so."""
-    url = ticks.store.engine.url.render_as_string(hide_password=False)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TICKWORK_")}
-    cli = Cli({**env, "TICKWORK_DATABASE_URL": url, "TICKWORK_STATE_DIR": str(tmp_path)}, tmp_path)
+    cli = cli_of(ticks, tmp_path)
     neither = cli.inline("webhooks", "resend", ok=False)
     assert neither.code == 2 and "name the sessions whose cards to send again" in neither.stderr
     both = cli.inline("webhooks", "resend", "abc", "--all", ok=False)
