@@ -6,9 +6,10 @@ that ends a session). The event row is written in the tick's own transaction, so
 cannot be lost with a worker: a dispatcher (`tickwork.worker.tick.dispatcher`) in any worker
 finds the events with no delivered card, takes one for a while (`FOR UPDATE SKIP LOCKED` on
 Postgres; SQLite serialises writers), posts it and records the answer here. An approval
-card whose session moved on before it went out is not sent any more; a finished card
-is sent only for an end younger than the dispatcher's `since` (the deployment's
-TICKWORK_WEBHOOK_MAX_AGE_S), so turning finished cards on sends none for old sessions.
+card whose session moved on before it went out is not sent any more. A card is sent only
+for a wait or an end younger than the dispatcher's `since` when first taken (the
+deployment's TICKWORK_WEBHOOK_MAX_AGE_S), so turning webhooks on sends none for sessions
+that began waiting, or ended, long before.
 """
 
 from __future__ import annotations
@@ -101,12 +102,14 @@ def take(
     hold_s: float,
     limit: int = 1,
     approvals: bool = True,
+    approvals_since: datetime | None = None,
     finished_since: datetime | None = None,
 ) -> list[Card]:
     """Up to `limit` cards due now, held for `hold_s` (another dispatcher takes them again
     after that, if this one died posting them); each taking counts one attempt. Approval
-    cards if `approvals`; finished cards, if `finished_since` is given, of the sessions
-    that ended at or after it (when first taken: then tried to their attempts)."""
+    cards if `approvals`, of the waits that began at or after `approvals_since` if given;
+    finished cards, if `finished_since` is given, of the sessions that ended at or after
+    it (each bound when first taken: then tried to its attempts)."""
     columns = (
         deliveries.c.event_id,
         deliveries.c.attempts,
@@ -126,7 +129,8 @@ def take(
     news, dues = [], []
     if approvals:
         joined, waiting = _still_waiting()
-        news.append(select(events.c.id).select_from(joined).where(waiting, undelivered))
+        fresh = () if approvals_since is None else (events.c.at >= approvals_since,)
+        news.append(select(events.c.id).select_from(joined).where(waiting, *fresh, undelivered))
         dues.append(
             select(*columns)
             .select_from(joined.join(deliveries, deliveries.c.event_id == events.c.id))
@@ -352,6 +356,7 @@ class Cards:
         hold_s: float,
         limit: int = 1,
         approvals: bool = True,
+        approvals_since: datetime | None = None,
         finished_since: datetime | None = None,
     ) -> list[Card]:
         return take(
@@ -360,6 +365,7 @@ class Cards:
             hold_s=hold_s,
             limit=limit,
             approvals=approvals,
+            approvals_since=approvals_since,
             finished_since=finished_since,
         )
 

@@ -286,6 +286,28 @@ def test_many_dispatchers_at_once_post_each_card_once(ticks: Ticks, receiver: Re
     assert sorted(c["session"]["id"] for _, c, _ in receiver.got) == sorted(sessions)
 
 
+def test_turning_webhooks_on_sends_no_card_for_a_wait_older_than_the_max_age(
+    ticks: Ticks, receiver: Receiver, clock: Clock
+) -> None:
+    """Webhooks turned on for a deployment whose sessions have waited for a person for long:
+    the receiver is told of the waits younger than TICKWORK_WEBHOOK_MAX_AGE_S, not flooded
+    with one card for every session that ever waited (`tickwork ls --status
+    waiting_approval` lists those); a longer max age reaches further back."""
+    old = waiting(ticks)
+    clock.advance(3600)
+    young = waiting(ticks)
+    clock.advance(60)
+    assert dispatch_once(ticks.rt, hooks(receiver, webhook_max_age_s=1800)) == Dispatched(
+        delivered=1
+    )
+    assert [c["session"]["id"] for _, c, _ in receiver.got] == [young]
+    assert ticks.store.cards.given_up(limit=10) == []  # not given up: never sent
+    assert dispatch_once(ticks.rt, hooks(receiver, webhook_max_age_s=7200)) == Dispatched(
+        delivered=1
+    )
+    assert [c["session"]["id"] for _, c, _ in receiver.got] == [young, old]
+
+
 def test_a_card_whose_session_moved_on_is_not_sent(
     ticks: Ticks, receiver: Receiver, clock: Clock
 ) -> None:

@@ -59,8 +59,9 @@ class WebhookSettings(BaseSettings):
     #: which cards are sent, comma-separated (`WEBHOOK_EVENTS`): `approval_requested` (a
     #: session waits for a person) and/or `finished` (it completed, failed or was cancelled)
     webhook_events: str = "approval_requested"
-    #: a finished card goes out only for an end younger than this: turning `finished` on
-    #: sends the last day's ends, not one card for every session that ever finished
+    #: a card goes out only for a wait or an end younger than this when a dispatcher first
+    #: sees it: turning webhooks (or `finished`) on sends the last day's, not one card for
+    #: every session that ever waited or finished
     webhook_max_age_s: float = Field(default=86400.0, gt=0)
 
     @field_validator("webhook_events")

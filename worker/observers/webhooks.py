@@ -13,8 +13,9 @@ and given up; the session waits regardless, and the page and
 Settings (environment): TICKWORK_WEBHOOK_URL (unset: no webhook), TICKWORK_WEBHOOK_SECRET
 (signs each card: `X-Tickwork-Signature: sha256=HMAC(secret, body)`),
 TICKWORK_WEBHOOK_ATTEMPTS, TICKWORK_WEBHOOK_TIMEOUT_S, TICKWORK_WEBHOOK_BACKOFF_S,
-TICKWORK_WEBHOOK_EVENTS, TICKWORK_WEBHOOK_MAX_AGE_S (finished cards only for ends younger
-than this) and TICKWORK_PUBLIC_URL (where people reach `tickwork serve`, for the links).
+TICKWORK_WEBHOOK_EVENTS, TICKWORK_WEBHOOK_MAX_AGE_S (cards only for waits and ends
+younger than this when first seen) and TICKWORK_PUBLIC_URL (where people reach `tickwork
+serve`, for the links).
 """
 
 from __future__ import annotations

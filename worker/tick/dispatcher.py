@@ -60,14 +60,15 @@ def dispatch_once(
         if stopped is not None and stopped.is_set():
             break
         now = rt.clock()
-        since = (
-            now - timedelta(seconds=settings.webhook_max_age_s) if settings.sends_finished else None
-        )
+        # a wait or an end older than this is not sent when first seen: turning webhooks on
+        # sends no card for what happened long before
+        since = now - timedelta(seconds=settings.webhook_max_age_s)
         taken = cards.take(
             now=now,
             hold_s=hold_s(settings),
             approvals=settings.sends_approvals,
-            finished_since=since,
+            approvals_since=since,
+            finished_since=since if settings.sends_finished else None,
         )
         if not taken:
             break
