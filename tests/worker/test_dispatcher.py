@@ -5,6 +5,7 @@ least once, never twice in the normal path, with one idempotency key across atte
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import threading
@@ -378,6 +379,19 @@ def test_a_dispatcher_is_woken_by_a_tick_that_starts_a_wait(
     finally:
         dispatcher.stop()
     assert [c["session"]["id"] for _, c, _ in receiver.got] == [session_id]
+
+
+def test_no_log_line_shows_the_receivers_path(
+    ticks: Ticks, receiver: Receiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A worker logs at INFO, where httpx logs each request's URL: the receiver's path
+    (a Slack-style webhook's secret) is not in it, its host is."""
+    caplog.set_level(logging.INFO)
+    waiting(ticks)
+    assert dispatch_once(ticks.rt, hooks(receiver)) == Dispatched(delivered=1)
+    requests = [r.getMessage() for r in caplog.records if r.name == "httpx"]
+    assert requests and all("secret-path" not in m for m in requests), requests
+    assert any(receiver.url.split("/hook")[0] + "/****" in m for m in requests), requests
 
 
 def test_post_says_whether_to_try_again() -> None:

@@ -24,6 +24,7 @@ import hashlib
 import hmac
 import json
 import logging
+import threading
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -222,6 +223,24 @@ def masked_url(url: str) -> str:
     return f"{where}/****" if hidden else where
 
 
+class _MaskedRequests(logging.Filter):
+    """httpx logs each request's whole URL at INFO, the level a worker logs at: a card's
+    receiver is shown as `masked_url` shows it, as every other log line does."""
+
+    posting = threading.local()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if getattr(self.posting, "card", False) and isinstance(record.args, tuple):
+            record.args = tuple(
+                masked_url(str(a)) if isinstance(a, httpx.URL) else a for a in record.args
+            )
+        return True
+
+
+#: on httpx's logger while a card is posted (its log lines come in the posting thread)
+MASKED_REQUESTS = _MaskedRequests()
+
+
 def sign(secret: str, body: bytes) -> str:
     return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
 
@@ -251,10 +270,14 @@ def post(url: str, document: dict[str, Any], *, timeout_s: float, secret: str = 
     }
     if secret:
         headers["X-Tickwork-Signature"] = sign(secret, body)
+    logging.getLogger("httpx").addFilter(MASKED_REQUESTS)  # once: a filter is added once
+    MASKED_REQUESTS.posting.card = True
     try:
         answer = httpx.post(url, content=body, headers=headers, timeout=timeout_s)
     except httpx.HTTPError as exc:
         return Attempt(False, why=f"{type(exc).__name__}: {exc}".replace(url, masked_url(url)))
+    finally:
+        MASKED_REQUESTS.posting.card = False
     if answer.is_success:
         return Attempt(True)
     final = 400 <= answer.status_code < 500 and answer.status_code not in (408, 429)
