@@ -310,6 +310,9 @@ def export(
         render.show(Text(f"wrote {cli_remote.counted(form, data)} to {output} ({form.value})"))
         return
     with Context() as ctx:
+        if kind is not None:
+            # the rows stream: a misspelt kind is refused before any is written, as the API does
+            options.check_kind(ctx, kind)
         if tenant is None:
             # a hint, not a census: counted among every tenant's newest thousand
             _note_other_tenants(ctx, code, kind, since, unresolved, 1000)

@@ -67,6 +67,10 @@ BAD_INPUT = [
     (("ls", "--kind", "nosuchkind"), "unknown job kind 'nosuchkind'"),
     (("ls", "--archived", "--kind", "nosuchkind"), "unknown job kind 'nosuchkind'"),
     (("dlq", "ls", "--kind", "nosuchkind"), "unknown job kind 'nosuchkind'"),
+    # with a tenant the export read no other tenant's rows, so nothing checked the kind: it
+    # wrote no rows and exited 0 where the API refuses (422 unknown_kind)
+    (("dlq", "export", "--kind", "nosuchkind"), "unknown job kind 'nosuchkind'"),
+    (("dlq", "export", "--tenant", "x", "--kind", "nosuchkind"), "unknown job kind 'nosuchkind'"),
     # past what SQLite's integers hold: an OverflowError traceback before
     (("ls", "--limit", "99999999999999999999"), "--limit"),
     (("dlq", "ls", "--limit", "99999999999999999999"), "--limit"),
