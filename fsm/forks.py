@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
+from tickwork.fsm import context
 from tickwork.fsm.admission import check_concurrency, check_priority
-from tickwork.fsm.context import MODEL_SINCE, STATED_WINDOW, Policy, policy_of
+from tickwork.fsm.context import MODEL_SINCE, STATED_WINDOW, Estimate, Policy, policy_of
 from tickwork.fsm.errors import ForkOutOfRange, InvalidBudget, InvalidInput
 from tickwork.fsm.graph import PROPOSAL, START
 from tickwork.fsm.graph_machine import PROPOSED, fork_state
@@ -148,14 +150,38 @@ class TokenPrice:
 UNPRICED = TokenPrice()
 
 
-def next_prompt(steps: Sequence[Step], *, same_model: bool) -> int:
-    """The fewest tokens the next model call after `steps` reads, as the runtime estimates
-    it before the call (`tickwork.worker.models.pricing.next_call`): what the last reply
-    read and wrote, which the transcript now holds; 0 after another step, or on another
-    model (whose tokenizer counts its own)."""
-    if not steps or not same_model or steps[-1].kind is not StepKind.REPLY:
+def next_prompt(
+    head: Head,
+    steps: Sequence[Step],
+    observations: Sequence[Observation],
+    *,
+    estimate: Estimate | None = None,
+) -> int:
+    """The tokens the next model call of the session `head` with `steps` and `observations`
+    (a fork's) reads, as its THINK estimates them before the call
+    (`tickwork.worker.tick.agent.think`, `tickwork.worker.models.pricing.next_call`): the
+    prompt its context policy plans (its system prompt, the kept transcript with its
+    outputs and instructions, or the request of the compaction it makes first) by
+    `estimate`, scaled as the server counted the last, and at least what the last reply
+    read and wrote while that prompt grew from it on the model that made it (another
+    model's tokenizer counts its own). Without `estimate`, that floor alone; 0 for a graph
+    session, whose nodes build their own prompts."""
+    if not steps or kind_of(head) is SessionKind.GRAPH:
         return 0
-    return steps[-1].usage.total
+    last = steps[-1]
+    floor = (
+        last.usage.total
+        if last.kind is StepKind.REPLY and last.step > context.model_since(head)
+        else 0
+    )
+    if estimate is None:
+        return floor
+    seen = {o.call_id: o for o in observations}
+    stored = context.stored_view(steps)
+    by = context.scale(head, steps, seen, estimate=estimate)
+    plan = context.plan(head, steps, seen, estimate=estimate, by=by, stored=stored)
+    tokens = math.ceil(plan.unscaled * by)
+    return max(tokens, floor) if plan.view == stored else tokens
 
 
 def kept_usage(steps: Sequence[Step]) -> KeptUsage:
@@ -176,13 +202,15 @@ def fork(
     by: str,
     now: datetime,
     price: TokenPrice = UNPRICED,
+    estimate: Estimate | None = None,
 ) -> Session:
     """A new session holding the parent's steps 1..`from_step`, with `patch` applied.
 
     Calls of the kept steps that never got an observation run again (asking a person
     first where the call needed approval). Counters are recomputed from the kept steps
     and count against the fork's budgets (InvalidBudget if they, with the next model
-    call's prompt at `price`, leave its answer no room); the deadline counts from the fork.
+    call's prompt at `price`, leave its answer no room: `next_prompt`, by `estimate`);
+    the deadline counts from the fork.
     """
     last = parent.head.step
     if not 0 <= from_step <= last:
@@ -210,9 +238,6 @@ def fork(
         raise InvalidInput(f"invalid budget in the fork patch: {exc}") from exc
     priority, concurrency_key, max_per_key = fork_admission(parent.head, patch)
     usage = kept_usage(steps)
-    ahead = next_prompt(steps, same_model=(patch.model or parent.head.model) == parent.head.model)
-    if (used_up := _used_up(budgets, usage, ahead=ahead, price=price)) is not None:
-        raise InvalidBudget(f"session {parent.head.id}: {used_up}")
 
     observations: list[Observation] = []
     for call_id in kept:
@@ -323,6 +348,10 @@ def fork(
         runtime_level=max(parent.head.runtime_level, RUNTIME_LEVEL),
         result=_graph_result(config, new_steps, observations, patch) if graph is not None else {},
     )
+    # the next prompt as the fork sends it: its own system prompt, outputs and instruction
+    ahead = next_prompt(head, new_steps, observations, estimate=estimate)
+    if (used_up := _used_up(budgets, usage, ahead=ahead, price=price)) is not None:
+        raise InvalidBudget(f"session {parent.head.id}: {used_up}")
     event = Event(
         kind=EventKind.FORKED,
         at=now,
@@ -394,8 +423,8 @@ def _used_up(
             f"give `max_steps` above {usage.steps}"
         )
     prompt = (
-        f", and the next model call's prompt is estimated at {ahead:,} more tokens (what the "
-        "last kept reply read and wrote)"
+        f", and the next model call's prompt is estimated at {ahead:,} more tokens (the "
+        "transcript the fork sends it)"
         if ahead
         else ""
     )
@@ -410,7 +439,7 @@ def _used_up(
     if budgets.limits_cost and (budgets.max_cost_usd <= cost or budgets.max_cost_usd < needed):
         more = (
             f", and the next model call's prompt is estimated at ${ahead_usd:.4f} more"
-            if (ahead_usd)
+            if ahead_usd
             else ""
         )
         floor = max(needed, cost)

@@ -25,6 +25,7 @@ from sqlalchemy.exc import IntegrityError
 from tickwork.fsm import machine
 from tickwork.fsm.admission import TenantLimit
 from tickwork.fsm.approvals import already_decided
+from tickwork.fsm.context import Estimate
 from tickwork.fsm.errors import SessionExists, SessionFinished, SessionNotFound
 from tickwork.fsm.forks import UNPRICED, ForkPatch, TokenPrice, fork
 from tickwork.fsm.joins import Join
@@ -523,6 +524,7 @@ class CoreStore(Services):
         quotas: Quotas | None = None,
         limit: TenantLimit | None = None,
         price: TokenPrice = UNPRICED,
+        estimate: Estimate | None = None,
     ) -> Head:
         """A new session from the parent's step `from_step` with `patch`; the parent stays.
         With `resolve_dead_letter` the parent's dead letter records the fork; one already
@@ -530,11 +532,18 @@ class CoreStore(Services):
         parent and its saved file changes, read back from the archive (`retention.py`).
         `quotas` and `limit` (its tenant's) as for `create`: QuotaExceeded past a quota,
         with nothing stored (nor the dead letter resolved); `queued` past the in-flight
-        limit. `price`: a token's of the fork's model, for the budgets its next model call
-        must fit (`tickwork.fsm.forks.fork`)."""
+        limit. `price`: a token's of the fork's model, and `estimate` a prompt's tokens, for
+        the budgets its next model call must fit (`tickwork.fsm.forks.fork`)."""
         parent = self.load(parent_id) if archived is None else archived[0]
         child = fork(
-            parent, new_id=new_id, from_step=from_step, patch=patch, by=by, now=now, price=price
+            parent,
+            new_id=new_id,
+            from_step=from_step,
+            patch=patch,
+            by=by,
+            now=now,
+            price=price,
+            estimate=estimate,
         )
         start = None
         files = child.head.config.get("files")

@@ -20,6 +20,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from tickwork.fsm.admission import Admission, TenantLimit
+from tickwork.fsm.context import Estimate
 from tickwork.fsm.forks import UNPRICED, ForkPatch, TokenPrice
 from tickwork.fsm.joins import Join
 from tickwork.fsm.machine import Change
@@ -161,6 +162,7 @@ class Sessions(Protocol):
         quotas: Quotas | None = None,
         limit: TenantLimit | None = None,
         price: TokenPrice = UNPRICED,
+        estimate: Estimate | None = None,
     ) -> Head:
         """A new session from the parent's step `from_step` with `patch`; `archived`: the
         parent whole and its file changes, read back from the archive. `quotas` and

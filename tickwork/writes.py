@@ -48,6 +48,7 @@ from tickwork.worker.config.settings import Settings
 from tickwork.worker.jobs import Role, Submission, session_config
 from tickwork.worker.jobs.graphs import GraphKind
 from tickwork.worker.models import Providers, check_spec, pricing
+from tickwork.worker.models.base import estimate_prompt
 from tickwork.worker.models.pricing import (
     Price,
     PriceLike,
@@ -546,6 +547,7 @@ class Writes(Deployment):
             quotas=quotas if limited else None,
             limit=self.admission.of(parent.tenant),
             price=price,
+            estimate=estimate_prompt,
         )
         if archived is not None:
             bring_back(*archived, artifacts=self.artifacts, files=self.files)

@@ -161,8 +161,8 @@ def test_invalid_budget_patch_is_refused(
         (
             {"max_tokens": 330},
             "used 330 tokens, which count against `max_tokens` (330), and the next model "
-            "call's prompt is estimated at 220 more tokens (what the last kept reply read and "
-            "wrote); give `max_tokens` above 550",
+            "call's prompt is estimated at 220 more tokens (the transcript the fork sends it); "
+            "give `max_tokens` above 550",
         ),
         (
             {"max_cost_usd": 0.01},
@@ -491,3 +491,77 @@ def test_a_cost_budget_below_a_cent_is_said_as_one_to_give(build: Any, parent: S
         forked(build, cheap, 2, budgets={"max_cost_usd": 0.00002})
     assert "give `max_cost_usd` above 0.00003" in str(raised.value)
     assert forked(build, cheap, 2, budgets={"max_cost_usd": 0.000031}).head.step == 2
+
+
+def tokens_of(messages: Any) -> int:
+    """Four characters a token, as the runtime's estimate counts a prompt."""
+    return sum(len(str(m.get("content") or "")) for m in messages) // 4
+
+
+def estimated(build: Any, parent: Session, from_step: int, **patch: Any) -> Session:
+    # each reply's prompt as the server counted it: the estimate is not scaled (`scale`)
+    steps = tuple(
+        s.model_copy(update={"prompt_estimate": s.usage.prompt_tokens}) for s in parent.steps
+    )
+    return fork(
+        parent.model_copy(update={"steps": steps}),
+        new_id="fork-1",
+        from_step=from_step,
+        patch=ForkPatch(**patch),
+        by="alice",
+        now=build.at(1000),
+        estimate=tokens_of,
+    )
+
+
+def _sent(child: Session) -> int:
+    return tokens_of(transcript(child))
+
+
+@pytest.mark.parametrize(
+    "patch",
+    [
+        {"append_instruction": "Run the tests first. " * 200},
+        {"tool_outputs": {"s2c0": "x" * 4000}},
+        {"system_prompt": "You repair code. " * 250},
+        {"model": "openai:other", "tool_outputs": {"s2c0": "x" * 4000}},
+    ],
+    ids=["instruction", "output", "system-prompt", "model"],
+)
+def test_the_next_prompt_counts_what_the_fork_sends(
+    build: Any, parent: Session, patch: dict[str, Any]
+) -> None:
+    """The next prompt was estimated at what the last kept reply read and wrote (and at 0
+    on another model): an appended instruction, a hand-written output or a new system
+    prompt passed it, and the fork failed BUDGET_TOKENS at its first THINK. It counts the
+    transcript the fork sends, as the THINK does."""
+    roomy = estimated(build, parent, 2, budgets={"max_tokens": 100_000}, **patch)
+    ahead = _sent(roomy)
+    assert ahead > 220 + 500  # past the last reply's usage, what was counted before
+    budget = 330 + ahead
+    tight = {"max_tokens": budget}
+    assert exhausted_budget(
+        roomy.head.model_copy(update={"budgets": roomy.head.budgets.model_copy(update=tight)}),
+        now=build.at(1000),
+        next_call=NextCall(tokens=ahead),
+    )
+    with pytest.raises(InvalidBudget) as raised:
+        estimated(build, parent, 2, budgets=tight, **patch)
+    assert f"estimated at {ahead:,} more tokens" in str(raised.value)
+    assert f"give `max_tokens` above {budget:,}" in str(raised.value)
+    assert estimated(build, parent, 2, budgets={"max_tokens": budget + 1}, **patch)
+
+
+def test_the_next_prompt_after_a_kept_compaction_is_its_summary_and_the_rest(
+    build: Any, parent: Session
+) -> None:
+    """After a compaction the next prompt was estimated at 0: a fork kept a long summary
+    within a budget it could not send."""
+    long = compacted(parent, build)
+    last = long.steps[-1].model_copy(update={"thought": "what was done: " * 300})
+    long = long.model_copy(update={"steps": (*long.steps[:-1], last)})
+    roomy = estimated(build, long, 4, budgets={"max_steps": 10, "max_tokens": 100_000})
+    ahead = _sent(roomy)
+    assert ahead > 1000
+    with pytest.raises(InvalidBudget, match=f"give `max_tokens` above {330 + ahead:,}"):
+        estimated(build, long, 4, budgets={"max_steps": 10, "max_tokens": 330 + ahead})
