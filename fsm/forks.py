@@ -438,13 +438,13 @@ def _used_up(
     needed = cost + ahead_usd + price.completion_usd
     if budgets.limits_cost and (budgets.max_cost_usd <= cost or budgets.max_cost_usd < needed):
         more = (
-            f", and the next model call's prompt is estimated at ${ahead_usd:.4f} more"
+            f", and the next model call's prompt is estimated at ${dollars(ahead_usd)} more"
             if ahead_usd
             else ""
         )
         floor = max(needed, cost)
         return (
-            f"{kept} and spent ${cost:.4f}, which counts against `max_cost_usd` "
+            f"{kept} and spent ${dollars(cost)}, which counts against `max_cost_usd` "
             f"(${plain(budgets.max_cost_usd)}){more}; "
             f"give `max_cost_usd` above {dollars(floor, up=True)}"
         )

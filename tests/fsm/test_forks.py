@@ -565,3 +565,25 @@ def test_the_next_prompt_after_a_kept_compaction_is_its_summary_and_the_rest(
     assert ahead > 1000
     with pytest.raises(InvalidBudget, match=f"give `max_tokens` above {330 + ahead:,}"):
         estimated(build, long, 4, budgets={"max_steps": 10, "max_tokens": 330 + ahead})
+
+
+def test_a_cost_refusal_below_a_cent_says_the_amounts_in_full(build: Any, parent: Session) -> None:
+    """It said "spent $0.0000" and "estimated at $0.0000 more" for a cheap model's steps,
+    beside a budget to give said in full."""
+    steps = tuple(s.model_copy(update={"cost_usd": 0.000003}) for s in parent.steps)
+    cheap = parent.model_copy(update={"steps": steps})
+    with pytest.raises(InvalidBudget) as raised:
+        fork(
+            cheap,
+            new_id="fork-1",
+            from_step=2,
+            patch=ForkPatch(budgets={"max_cost_usd": 0.000005}),
+            by="alice",
+            now=build.at(1000),
+            price=TokenPrice(prompt_usd=1e-8, completion_usd=1e-8),
+        )
+    said = str(raised.value)
+    assert "spent $0.000006, " in said
+    assert "estimated at $0.0000022 more" in said
+    assert "give `max_cost_usd` above 0.0000083" in said
+    assert "$0.0000 " not in said and "$0.0000," not in said
