@@ -166,7 +166,7 @@ def test_invalid_budget_patch_is_refused(
         ),
         (
             {"max_cost_usd": 0.01},
-            "spent $0.0200, which counts against `max_cost_usd` ($0.01); "
+            "spent $0.02, which counts against `max_cost_usd` ($0.01); "
             "give `max_cost_usd` above 0.02",
         ),
         ({}, "count against `max_steps`, which is 3"),  # the parent's, used up by step 3
@@ -230,7 +230,7 @@ def test_a_cost_budget_that_leaves_the_next_prompt_no_room_is_refused(
             now=build.at(1000),
             price=price,
         )
-    assert "the next model call's prompt is estimated at $0.0220 more" in str(raised.value)
+    assert "the next model call's prompt is estimated at $0.022 more" in str(raised.value)
     assert "give `max_cost_usd` above 0.0422" in str(raised.value)
     child = fork(
         parent,
