@@ -208,6 +208,10 @@ def test_the_key_follows_the_whole_source_and_the_allow_list() -> None:
         (["none"], "none"),
         ("make env", ["make env"]),
         ([" a ", "b"], ["a", "b"]),
+        # not shell commands the shell would fail to find (exit 127, ENV_SETUP)
+        (" none ", "none"),
+        ("AUTO", "auto"),
+        (["None"], "none"),
     ],
 )
 def test_setup_input(value: object, wanted: object) -> None:
@@ -222,6 +226,7 @@ def test_setup_input(value: object, wanted: object) -> None:
         (["ok", ""], "command 2 must be a non-empty"),
         (["ok", 7], "command 2 must be a non-empty"),
         (["auto", "x"], "give it alone"),
+        (["x", " None"], "command 2 is ' None': give it alone"),
         (["x" * 8001], "longer than 8000"),
         (["echo \x00"], "NUL"),
         (["\ud800"], "lone surrogate"),

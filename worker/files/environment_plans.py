@@ -99,8 +99,8 @@ def check_setup(value: Any) -> str | list[str]:
             '`setup` must be "auto", "none" or a list of shell commands (`--setup CMD`, '
             f"repeatable), got {value!r}"
         )
-    if len(value) == 1 and value[0] in (AUTO, NONE):
-        return str(value[0])
+    if len(value) == 1 and (word := _keyword(value[0])) is not None:
+        return word
     if len(value) > MAX_SETUP_COMMANDS:
         raise ValueError(f"`setup` takes at most {MAX_SETUP_COMMANDS} commands, got {len(value)}")
     commands = []
@@ -108,7 +108,7 @@ def check_setup(value: Any) -> str | list[str]:
         where = f"`setup` command {index + 1}"
         if not isinstance(command, str) or not command.strip():
             raise ValueError(f"{where} must be a non-empty shell command, got {command!r}")
-        if command in (AUTO, NONE):
+        if _keyword(command) is not None:
             raise ValueError(f"{where} is {command!r}: give it alone, not among commands")
         if len(command) > MAX_SETUP_CHARS:
             raise ValueError(f"{where} is longer than {MAX_SETUP_CHARS} characters")
@@ -116,6 +116,13 @@ def check_setup(value: Any) -> str | list[str]:
             raise ValueError(f"{where} holds a NUL or a lone surrogate character")
         commands.append(command.strip())
     return commands
+
+
+def _keyword(value: Any) -> str | None:
+    """ "auto" or "none" for `value` if it is one of them in any case or spacing (`--setup
+    " none "` ran a command `none` that the shell could not find), else None."""
+    word = value.strip().lower() if isinstance(value, str) else None
+    return word if word in (AUTO, NONE) else None
 
 
 @dataclass(frozen=True)
