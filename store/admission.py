@@ -157,9 +157,14 @@ def _expire_one(engine: Engine, session_id: str, status: Status, *, now: datetim
         calls: tuple[ToolCall, ...] = ()
         decided: dict[str, Decision] = {}
         if status is Status.QUEUED:
+            full, larger = f"tenant {head.tenant}'s `max_in_flight`", ""
+            if head.concurrency_key is not None:
+                full += f" or concurrency key {head.concurrency_key!r}'s `max_per_key`"
+                larger = ", a larger `max_per_key`"
             wait = (
-                "it waited queued and was never admitted (its tenant's max_in_flight or its "
-                "concurrency key's limit stayed full)"
+                f"it waited queued and was never admitted ({full} stayed full): give a "
+                f"deadline that covers the wait{larger}, or ask the operator to raise the "
+                "tenant's `max_in_flight`"
             )
         else:
             calls = reads.read_calls(conn, session_id, step=head.step)
@@ -170,10 +175,11 @@ def _expire_one(engine: Engine, session_id: str, status: Status, *, now: datetim
                 f"it waited for a decision on {', '.join(head.awaiting)} that did not come in "
                 f"time ({_fork_hint(head.step, calls)})"
             )
+            wait += ": give a deadline that covers the wait"
         change = machine.fail(
             head,
             ErrorCode.DEADLINE,
-            f"{why}; {wait}: give a deadline that covers the wait",
+            f"{why}; {wait}",
             now=now,
             open_calls=calls,
             decisions=decided,

@@ -84,6 +84,13 @@ def test_the_relay_announces_each_expired_session_once(ticks: Ticks, clock: Cloc
         assert message == head.error_message and "`deadline_s` is 60" in message
         assert ticks.store.dead_letter(session_id).code == "DEADLINE"
     assert ticks.store.get("patient").status is Status.WAITING_APPROVAL
+    # which limit stayed full and what to do (it said "its tenant's max_in_flight or its
+    # concurrency key's limit", a key it did not have)
+    assert ticks.store.get("queued-late").error_message.endswith(
+        "it waited queued and was never admitted (tenant default's `max_in_flight` stayed "
+        "full): give a deadline that covers the wait, or ask the operator to raise the "
+        "tenant's `max_in_flight`"
+    )
     # the finished webhook card (TICKWORK_WEBHOOK_EVENTS=finished) goes from the outbox,
     # its `failed` event saved with the expiry, as a tick's
     since = clock() - timedelta(hours=1)
