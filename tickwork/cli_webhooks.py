@@ -24,7 +24,7 @@ Sessions = Annotated[
     list[str] | None,
     typer.Argument(
         metavar="SESSION",
-        help="Only the cards of these sessions (ids, whole).",
+        help="Only the cards of these sessions (ids, or the start of one).",
         show_default=False,
     ),
 ]
@@ -47,6 +47,7 @@ def list_given_up(sessions: Sessions = None, json_output: options.Json = False) 
     whose session moved on before they went out are not listed: they are not to be sent."""
     ids = _checked(sessions)
     with Context() as ctx:
+        ids = _named(ctx, ids)
         cards = ctx.store.cards.given_up(session_ids=ids, limit=SHOWN + 1)
     if len(cards) > SHOWN:
         cards = cards[:SHOWN]
@@ -58,7 +59,7 @@ def list_given_up(sessions: Sessions = None, json_output: options.Json = False) 
         [_view(c) for c in cards],
         _table,
         json_output=json_output,
-        none="no webhook card was given up",
+        none=f"no webhook card{_of(ids)} was given up",
     )
 
 
@@ -83,6 +84,7 @@ def resend(
         raise InvalidInput("give session ids or --all, not both")
     hooks = _hooks()
     with Context() as ctx:
+        ids = _named(ctx, ids)
         cards = ctx.store.cards.send_again(now=datetime.now(UTC), session_ids=ids)
     if json_output:
         render.listing([_view(c) for c in cards], _table, json_output=True, none="")
@@ -90,8 +92,7 @@ def resend(
         for card in cards:
             render.show(f"{card.key} ({_card(card.kind)}): {_next(card.kind, hooks)}")
     if not cards:
-        of = f" of {', '.join(ids)}" if ids else ""
-        render.note(f"no webhook card{of} was given up: nothing to send again")
+        render.note(f"no webhook card{_of(ids)} was given up: nothing to send again")
         raise typer.Exit(1)
     for why, how in dict.fromkeys(o for c in cards if (o := _off(c.kind, hooks))):
         render.note(
@@ -106,6 +107,18 @@ def _checked(sessions: list[str] | None) -> list[str] | None:
     if not sessions:
         return None
     return [options.session_id(s) for s in dict.fromkeys(sessions)]
+
+
+def _named(ctx: Context, ids: list[str] | None) -> list[str] | None:
+    """The sessions `ids` name, each its whole id (the start of one names it, as elsewhere);
+    SessionNotFound for one that names none, so a mistyped id is not `none given up`."""
+    if ids is None:
+        return None
+    return list(dict.fromkeys(ctx.reads.session_id(i) for i in ids))
+
+
+def _of(ids: list[str] | None) -> str:
+    return f" of {', '.join(ids)}" if ids else ""
 
 
 def _hooks() -> WebhookSettings:

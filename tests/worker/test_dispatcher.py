@@ -255,15 +255,22 @@ def test_resend_with_webhooks_off_says_no_worker_sends_the_cards(
 
 
 def test_resend_names_what_to_send(ticks: Ticks, tmp_path: Path) -> None:
-    """`webhooks resend` with neither sessions nor --all, or both, says what to give; a
-    session with no card given up sends nothing and says so."""
+    """`webhooks resend` with neither sessions nor --all, or both, says what to give; an id
+    naming no session is refused as such; a session with no card given up sends nothing and
+    says so."""
     cli = cli_of(ticks, tmp_path)
     neither = cli.inline("webhooks", "resend", ok=False)
     assert neither.code == 2 and "name the sessions whose cards to send again" in neither.stderr
     both = cli.inline("webhooks", "resend", "abc", "--all", ok=False)
     assert both.code == 2 and "not both" in both.stderr
-    none = cli.inline("webhooks", "resend", "no-such-session", ok=False)
-    assert none.code == 1 and "no webhook card of no-such-session was given up" in none.stderr
+    for command in ("ls", "resend"):  # a mistyped id is no session, not `none given up`
+        unknown = cli.inline("webhooks", command, "no-such-session", ok=False)
+        assert unknown.code == 1 and "no session 'no-such-session'" in unknown.stderr
+    session_id = waiting(ticks)  # its card not given up; named by the start of its id
+    listed = cli.inline("webhooks", "ls", session_id[:8], ok=False)
+    assert listed.code == 0 and f"no webhook card of {session_id} was given up" in listed.stdout
+    none = cli.inline("webhooks", "resend", session_id[:8], ok=False)
+    assert none.code == 1 and f"no webhook card of {session_id} was given up" in none.stderr
     long = cli.inline("webhooks", "ls", "x" * 65, ok=False)
     assert long.code == 2 and "not a session id" in long.stderr
 
