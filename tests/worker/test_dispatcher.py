@@ -401,6 +401,36 @@ def test_no_log_line_shows_the_receivers_path(
     assert any(receiver.url.split("/hook")[0] + "/****" in m for m in requests), requests
 
 
+def test_a_redirect_says_where_to_point_the_webhook() -> None:
+    """A receiver moved (a 301 to https): the card is not posted there unasked, and why it
+    was not delivered says where it moved (masked, as logs show URLs) and what to set."""
+
+    class Moved(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.send_response(301)
+            self.send_header("Location", "https://hooks.example/new/secret-path")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Moved)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/hook"
+        found = post(url, {"id": "x"}, timeout_s=2)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert not found.ok
+    assert found.why == (
+        "HTTP 301, a redirect to https://hooks.example/****: set TICKWORK_WEBHOOK_URL to the "
+        "URL it points to"
+    )
+
+
 def test_post_says_whether_to_try_again() -> None:
     refusing = Receiver([403])
     try:

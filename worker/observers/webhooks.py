@@ -281,7 +281,14 @@ def post(url: str, document: dict[str, Any], *, timeout_s: float, secret: str = 
     if answer.is_success:
         return Attempt(True)
     final = 400 <= answer.status_code < 500 and answer.status_code not in (408, 429)
-    return Attempt(False, final=final, why=f"HTTP {answer.status_code}")
+    why = f"HTTP {answer.status_code}"
+    location = answer.headers.get("location", "") if answer.is_redirect else ""
+    if location:  # not followed: a card goes only where the deployment says
+        why += (
+            f", a redirect to {masked_url(location)}: set TICKWORK_WEBHOOK_URL to the URL it "
+            "points to"
+        )
+    return Attempt(False, final=final, why=why)
 
 
 def backoff(attempt: int, *, first_s: float, max_s: float = MAX_BACKOFF_S) -> float:
