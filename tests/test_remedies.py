@@ -9,7 +9,7 @@ import pytest
 from rich.console import Console
 from tickwork.fsm.budgets import TenantDay, day_spent
 
-from tickwork.remedies import remedies
+from tickwork.remedies import fork_budgets, remedies
 from tickwork.render import dead_letter_header
 
 
@@ -111,3 +111,46 @@ def test_a_prompt_over_the_whole_day_quota_is_not_forked_after_the_reset() -> No
     assert fork.startswith("tickwork dlq fork 7 --from-step 3  (once tenant acme's quota"), fork
     assert "--model SPEC for a cheaper model: waiting for the reset is no help" in fork, fork
     assert "resets at UTC midnight" not in fork
+@pytest.mark.parametrize(
+    ("code", "spent", "message", "budget", "proposed"),
+    [
+        (
+            "BUDGET_TOKENS",
+            {"tokens": 1200, "max_tokens": 3000},
+            "1,200 tokens used and the next model call's prompt is estimated at 5,892 more, "
+            "leaving no room for its answer, `max_tokens` is 3,000",
+            "--max-tokens 14186  (twice what steps 1..3 used and the next model call's "
+            "prompt needs; ",
+            14186,
+        ),
+        (
+            "BUDGET_COST",
+            {"cost_usd": 0.012, "max_cost_usd": 0.02},
+            "$0.0120 spent and the next model call's prompt is estimated at $0.0589 more, "
+            "leaving no room for its answer, `max_cost_usd` is $0.02",
+            "--max-cost-usd 0.15  (twice what",
+            0.15,
+        ),
+        (
+            "BUDGET_TOKENS",
+            {"tokens": 2400, "max_tokens": 3000},
+            "2,400 tokens used and the next model call's prompt is estimated at 1,246 more, "
+            "leaving no room for its answer, `max_tokens` is 3,000",
+            # twice the budget, 6,000, is taken, but leaves the fork's answers little room
+            "--max-tokens 7294  (twice what steps 1..3 used and the next model call's ",
+            7294,
+        ),
+    ],
+)
+def test_a_proposed_budget_leaves_the_next_prompt_room(
+    code: str, spent: dict[str, Any], message: str, budget: str, proposed: float
+) -> None:
+    """Twice the budget was proposed where the last output made the next prompt larger than
+    that: `dlq fork` with it was refused ("give --max-tokens above 7,092"). What the kept
+    steps used and the prompt the session stopped before is proposed, doubled."""
+    field = "max_tokens" if code == "BUDGET_TOKENS" else "max_cost_usd"
+    view = letter(code, **{field: spent[field]})
+    view["message"] = message
+    view["session"]["head"].update({k: v for k, v in spent.items() if k != field})
+    assert budget in remedies(view)[0]
+    assert fork_budgets(view) == {field: proposed}

@@ -4,7 +4,9 @@ what the session ran out of, or goes back to before its loop, and how to close i
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
+from decimal import ROUND_CEILING, Decimal
 from typing import Any
 
 from tickwork.fsm.budgets import OVER_THE_WHOLE_QUOTA
@@ -36,10 +38,13 @@ def remedies(letter: Mapping[str, Any]) -> list[str]:
         counts = (
             "counted from the fork" if code == "DEADLINE" else f"steps 1..{step} count against it"
         )
-        said.append(
-            f"{fork} {step} {option} {plain(raised[field])}  (twice the budget it ran out "
-            f"of; {counts})"
+        doubled = raised[field] == (head.get("budgets") or {}).get(field, 0) * 2
+        what = (
+            "the budget it ran out of"
+            if doubled
+            else f"what steps 1..{step} used and the next model call's prompt needs"
         )
+        said.append(f"{fork} {step} {option} {plain(raised[field])}  (twice {what}; {counts})")
     elif code == "BUDGET_COST" and OVER_THE_WHOLE_QUOTA in letter["message"]:
         # the next call's prompt alone is over the day quota: no next day has room for it
         tenant = head.get("tenant") or "its tenant"
@@ -76,10 +81,13 @@ def remedies(letter: Mapping[str, Any]) -> list[str]:
 
 
 def fork_budgets(letter: Mapping[str, Any]) -> dict[str, float]:
-    """The budget a fork of the dead letter `letter` (its view, with its session) is given
-    so that it does not stop as its session did: twice the one that ran out, by its field
-    (`dlq show`'s next step and the page's fork form propose it); {} for another cause, or
-    a tenant's day quota spent, which is no budget of the session, or a letter closed."""
+    """The budget a fork of the dead letter `letter` (its view, with its session) from its
+    last step is given so that it does not stop as its session did: twice the one that ran
+    out, or twice what the kept steps used and the next model call's prompt needs where
+    that is more (a fork is refused a budget they leave no room in:
+    `tickwork.fsm.forks.fork`), by its field (`dlq show`'s next step and the page's fork
+    form propose it); {} for another cause, or a tenant's day quota spent, which is no
+    budget of the session, or a letter closed."""
     code = letter["code"]
     if (
         letter.get("resolved_at")
@@ -92,7 +100,46 @@ def fork_budgets(letter: Mapping[str, Any]) -> dict[str, float]:
     budget = (head.get("budgets") or {}).get(field)
     if isinstance(budget, bool) or not isinstance(budget, int | float) or budget <= 0:
         return {}
-    return {field: budget * 2}
+    needed = _needed(field, head, letter)
+    if needed <= budget:
+        return {field: budget * 2}
+    return {field: needed * 2 if field == "max_tokens" else _rounded_up(needed * 2)}
+
+
+#: the next call's prompt as the runtime estimated it in stopping the session, in the
+#: letter's message (`tickwork.fsm.budgets.exhausted_budget`): tokens, or dollars
+_AHEAD = re.compile(r"prompt is estimated at \$?(\d[\d,]*(?:\.\d+)?) more")
+
+
+def _needed(field: str, head: Mapping[str, Any], letter: Mapping[str, Any]) -> float:
+    """The least `field` (max_tokens or max_cost_usd) a fork from the session's last step
+    is taken with: what its steps used and the next prompt the runtime stopped before, as
+    the letter's message says it (for tokens at least what the last reply read and wrote,
+    which that prompt holds), and a token or a dollar cent's hundredth over; 0 for another
+    budget."""
+    found = _AHEAD.search(str(letter.get("message") or ""))
+    ahead = float(found.group(1).replace(",", "")) if found else 0.0
+    if field == "max_tokens":
+        steps = (letter.get("session") or {}).get("steps") or ()
+        last = steps[-1] if steps else {}
+        if last.get("kind", "reply") == "reply":
+            ahead = max(ahead, float(last.get("tokens") or 0))
+        return int(_number(head.get("tokens")) + ahead) + 1
+    if field == "max_cost_usd":
+        # the message says dollars to 4 decimals: the prompt may cost up to half a step more
+        return _number(head.get("cost_usd")) + (ahead + 0.00005 if found else 0.0)
+    return 0.0
+
+
+def _number(value: Any) -> float:
+    return 0.0 if isinstance(value, bool) or not isinstance(value, int | float) else value
+
+
+def _rounded_up(value: float) -> float:
+    """`value` rounded up to 2 significant digits: a budget as a person gives it."""
+    exact = Decimal(repr(float(value)))
+    step = Decimal(1).scaleb(exact.adjusted() - 1)
+    return float((exact / step).to_integral_value(ROUND_CEILING) * step)
 
 
 def _before_loop(steps: Sequence[Mapping[str, Any]]) -> int:
