@@ -24,6 +24,7 @@ from tickwork.fsm.values import (
     Observation,
     Session,
     Status,
+    Usage,
 )
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -463,6 +464,29 @@ def test_a_fork_recomputes_the_state_from_the_kept_updates_and_the_patch() -> No
     assert child.head.result["node"] == "a"
     nxt = graph_machine.start(child.head, compiled, now=NOW)
     assert nxt.step is not None and nxt.step.calls[0].name == "b" and nxt.head.step == 2
+
+
+def test_a_graph_fork_s_token_budget_counts_no_prompt_of_its_last_node() -> None:
+    """A graph fork was refused a budget its kept node runs fit ("the next model call's
+    prompt is estimated at 500 more tokens"), their last run's usage taken for a prompt:
+    a node builds its own, which no kept step holds."""
+    compiled = line("a", "b").compile()
+    first = graph_machine.start(head(), compiled, now=NOW)
+    assert first.step is not None
+    ran = first.step.model_copy(
+        update={
+            "calls": (first.step.calls[0].model_copy(update={"state": CallState.DONE}),),
+            "usage": Usage(prompt_tokens=400, completion_tokens=100),
+        }
+    )
+    parent = Session(
+        head=first.head.model_copy(update={"status": Status.FAILED, "tokens": 500}),
+        steps=(ran,),
+        observations=(Observation(call_id="s1c0", content='{"n": 1}', at=NOW),),
+    )
+    patch = ForkPatch(budgets={"max_tokens": 501})
+    child = fork(parent, new_id="g2", from_step=1, patch=patch, by="x", now=NOW)
+    assert child.head.tokens == 500 and child.head.budgets.max_tokens == 501
 
 
 def test_a_proposed_update_is_a_call_and_a_fork_before_it_runs_the_node_again() -> None:
