@@ -111,6 +111,8 @@ def test_a_prompt_over_the_whole_day_quota_is_not_forked_after_the_reset() -> No
     assert fork.startswith("tickwork dlq fork 7 --from-step 3  (once tenant acme's quota"), fork
     assert "--model SPEC for a cheaper model: waiting for the reset is no help" in fork, fork
     assert "resets at UTC midnight" not in fork
+
+
 @pytest.mark.parametrize(
     ("code", "spent", "message", "budget", "proposed"),
     [
