@@ -98,9 +98,10 @@ class Context:
     @property
     def client(self) -> Tickwork:
         if self._client is None:
-            from .client import Tickwork
+            from .client import WholeIds
 
-            self._client = Tickwork(self.settings, store=self.store)
+            # the commands name a session by a start of its id, looked up in their own words
+            self._client = WholeIds(self.settings, store=self.store)
         return self._client
 
     @property
@@ -113,38 +114,8 @@ class Context:
         return self._reads
 
     def dead_letter(self, key: str) -> DeadLetter:
-        """A dead letter by its number (`#12` by it only; `12` is number 12 or session 12's,
-        refused when the two are different letters: `dead_letters.by_key`), else by its
-        session's id (or a unique start of one, `Reads.session_id`, unless `key` is digits
-        only: a mistyped letter number must not name the letter of a session whose id
-        starts with those digits)."""
-        from tickwork.fsm.errors import SessionNotFound
-        from tickwork.store.dead_letters import DeadLetterNotFound, by_key
-
-        def found(lookup: int | str) -> DeadLetter | None:
-            try:
-                return self.store.dead_letter(lookup)
-            except DeadLetterNotFound:
-                return None
-
-        letter = by_key(key, numbered=found, of_session=found)
-        if letter is not None:
-            return letter
-        if key.startswith("#"):
-            raise DeadLetterNotFound(
-                f"no dead letter has number {key[1:]}; {DeadLetterNotFound.listing}"
-            )
-        if key.isascii() and key.isdigit():
-            raise DeadLetterNotFound(
-                f"no dead letter has id or session id {key!r} (digits only name a dead letter "
-                f"or a whole session id, never the start of one); {DeadLetterNotFound.listing}"
-            )
-        try:
-            return self.store.dead_letter(self.reads.session_id(key))
-        except (DeadLetterNotFound, SessionNotFound):
-            raise DeadLetterNotFound(
-                f"no dead letter has id or session id {key!r}; {DeadLetterNotFound.listing}"
-            ) from None
+        """A dead letter by its number or its session's id (`Reads.find_dead_letter`)."""
+        return self.reads.find_dead_letter(key)
 
     def close(self) -> None:
         if self._store is not None:

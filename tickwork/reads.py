@@ -193,6 +193,37 @@ class Reads(Deployment):
     def dead_letter(self, key: int | str) -> dl.DeadLetter:
         return self.store.dead_letter(key)
 
+    def find_dead_letter(self, key: str) -> dl.DeadLetter:
+        """A dead letter as the CLI names one: by its number (`#12` by it only; `12` is
+        number 12 or session 12's, refused when the two are different letters:
+        `dead_letters.by_key`), else by its session's id (or a unique start of one,
+        `session_id`, unless `key` is digits only: a mistyped letter number must not name
+        the letter of a session whose id starts with those digits)."""
+
+        def found(lookup: int | str) -> dl.DeadLetter | None:
+            try:
+                return self.store.dead_letter(lookup)
+            except dl.DeadLetterNotFound:
+                return None
+
+        letter = dl.by_key(key, numbered=found, of_session=found)
+        if letter is not None:
+            return letter
+        listing = dl.DeadLetterNotFound.listing
+        if key.startswith("#"):
+            raise dl.DeadLetterNotFound(f"no dead letter has number {key[1:]}; {listing}")
+        if key.isascii() and key.isdigit():
+            raise dl.DeadLetterNotFound(
+                f"no dead letter has id or session id {key!r} (digits only name a dead letter "
+                f"or a whole session id, never the start of one); {listing}"
+            )
+        try:
+            return self.store.dead_letter(self.session_id(key))
+        except (dl.DeadLetterNotFound, SessionNotFound):
+            raise dl.DeadLetterNotFound(
+                f"no dead letter has id or session id {key!r}; {listing}"
+            ) from None
+
     def dead_letter_stats(
         self,
         *,

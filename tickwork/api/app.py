@@ -19,7 +19,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from swagger_ui_bundle import swagger_ui_path
 
-from tickwork.client import Tickwork
+from tickwork.client import Tickwork, WholeIds
 from tickwork.worker.config.release import version
 from tickwork.worker.config.settings import Settings, load_settings
 from tickwork.worker.config.tenants import TenantSettings
@@ -118,7 +118,9 @@ def make_api(
         from tickwork.context import ensure_schema
 
         ensure_schema(settings)
-        client = Tickwork(settings)
+        client = WholeIds(settings)
+    else:  # a path's id is whole: a start is looked up among what a token sees (`id_prefix`)
+        client = client.whole_ids()
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
