@@ -75,7 +75,7 @@ class Tickwork(Reads, Writes):
         return super().dead_letter(key)
 
     def close_dead_letter(
-        self, key: int | str, *, state: dl.Closing, by: str, reason: str
+        self, key: int | str, *, state: dl.Closing | str, by: str, reason: str
     ) -> dl.DeadLetter:
         """Resolve or dismiss a dead letter, named as `dead_letter` takes one."""
         if isinstance(key, str) and self.id_starts:

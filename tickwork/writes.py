@@ -566,11 +566,21 @@ class Writes(Deployment):
         return head
 
     def close_dead_letter(
-        self, key: int | str, *, state: dl.Closing, by: str, reason: str
+        self, key: int | str, *, state: dl.Closing | str, by: str, reason: str
     ) -> dl.DeadLetter:
-        """Resolve or dismiss a dead letter without forking it."""
+        """Resolve or dismiss a dead letter without forking it (`state`: "resolved" or
+        "dismissed")."""
+        if state not in (dl.Closing.RESOLVED, dl.Closing.DISMISSED):
+            raise InvalidInput(
+                f"a dead letter is closed as 'resolved' or 'dismissed', not {str(state)!r} (a "
+                "fork closes it as forked: `fork`)"
+            )
         return self.store.close_dead_letter(
-            key, state=state, by=check_name(by, what="by"), reason=reason, now=self.clock()
+            key,
+            state=dl.Closing(state),
+            by=check_name(by, what="by"),
+            reason=reason,
+            now=self.clock(),
         )
 
     def _submission(self, kind: str, *, trusted: bool) -> Submission:

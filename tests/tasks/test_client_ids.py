@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from tickwork.fsm.errors import InvalidInput, SessionNotFound
 from tickwork.fsm.values import Status
-from tickwork.store.dead_letters import Closing, DeadLetterNotFound
+from tickwork.store.dead_letters import DeadLetterNotFound
 
 from tests.tasks.conftest import Deployment
 
@@ -70,5 +70,8 @@ def test_a_dead_letter_is_named_as_tickwork_dlq_names_one(deployment: Deployment
     assert client.dead_letter(f"#{letter.id}").session_id == session_id
     with pytest.raises(DeadLetterNotFound, match="no dead letter has number 999"):
         client.dead_letter("#999")
-    closed = client.close_dead_letter("dead00", state=Closing.DISMISSED, by="alice", reason="seen")
+    with pytest.raises(InvalidInput, match="'resolved' or 'dismissed', not 'closed'"):
+        client.close_dead_letter("dead00", state="closed", by="alice", reason="seen")
+    # a plain string, as the remote client's verbs and the CLI's say it (AttributeError before)
+    closed = client.close_dead_letter("dead00", state="dismissed", by="alice", reason="seen")
     assert closed.id == letter.id and closed.resolution
