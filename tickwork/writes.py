@@ -373,8 +373,10 @@ class Writes(Deployment):
         )
 
     def reject(
-        self, session_id: str, call_id: str, feedback: str, *, approver: str, **kw: Any
+        self, session_id: str, call_id: str, feedback: str = "", *, approver: str, **kw: Any
     ) -> Head:
+        """Reject a waiting call: it does not run, and the model is told `feedback` (without
+        it: that the call did not run and is not to be made again), as `tickwork reject`."""
         return self.decide(
             session_id, call_id, DecisionKind.REJECT, approver=approver, feedback=feedback, **kw
         )
