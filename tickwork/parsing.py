@@ -7,11 +7,12 @@ Parsers raise `InvalidInput` naming how the value was given and what to write in
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
 
 from tickwork.fsm.approvals import FINGERPRINT_LENGTH, HEX_DIGITS, is_whole_fingerprint
 from tickwork.fsm.errors import InvalidInput
+from tickwork.fsm.values import Status
 
 #: a duration back from now, each unit with as many digits as stay after year 1
 #: the longest session id (a submitted `--id` as well: `new_session_id`)
@@ -231,3 +232,19 @@ def one_id(
     if len(found) > 1:
         raise several(given, found)
     return found[0]
+
+
+def statuses(given: Iterable[Status | str] | str, *, what: str) -> list[Status]:
+    """The statuses `given`: one (a string) or several; InvalidInput naming the statuses
+    for one that is none (`status="queued"` was read letter by letter: "'q' is not a valid
+    Status")."""
+    found = []
+    for name in [given] if isinstance(given, str) else given:
+        try:
+            found.append(Status(name))
+        except ValueError:
+            raise InvalidInput(
+                f"{what}: {name!r} is not a session status; give one or several of "
+                f"{', '.join(s.value for s in Status)}"
+            ) from None
+    return found

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from tickwork.fsm.errors import NoPatch, SessionNotFound
-from tickwork.fsm.values import Head, Session
+from tickwork.fsm.values import Head, Session, Status
 from tickwork.store import dead_letters as dl
 from tickwork.store.archived import saved_of
 from tickwork.worker.files.workspaces import session_files
@@ -21,7 +21,7 @@ from tickwork.worker.tools.registry import ChildResult, child_results
 from . import views
 from .bundles import write_bundle
 from .deployment import Deployment
-from .parsing import MIN_ID_PREFIX, NO_START, SHOWN_CANDIDATES, TOO_SHORT, one_id
+from .parsing import MIN_ID_PREFIX, NO_START, SHOWN_CANDIDATES, TOO_SHORT, one_id, statuses
 from .patches import patch_text, unchanged
 
 
@@ -71,12 +71,22 @@ class Reads(Deployment):
         tenant, submitted_by; paged by limit, offset. Each is `views.archived_entry`."""
         return [views.archived_entry(e) for e in self.store.retention.listing(**filters)]
 
-    def wait(self, session_id: str, *, timeout: float = 60.0, poll: float = 0.05) -> Head:
-        """The session once it is suspended or finished; TimeoutError after `timeout`."""
+    def wait(
+        self,
+        session_id: str,
+        *,
+        until: Iterable[Status | str] | str = (),
+        timeout: float = 60.0,
+        poll: float = 0.05,
+    ) -> Head:
+        """The session once its status is one of `until` (as the remote client's `wait`
+        takes it) [default: once it is suspended or finished]; TimeoutError after
+        `timeout`."""
+        wanted = set(statuses(until, what="until"))
         deadline = time.monotonic() + timeout
         while True:
             head = self.store.get(session_id)
-            if not head.status.moving:
+            if head.status in wanted or (not wanted and not head.status.moving):
                 return head
             if time.monotonic() > deadline:
                 raise TimeoutError(

@@ -32,7 +32,10 @@ def test_a_unique_start_of_an_id_names_its_session_in_every_method(
         # an id that is also the start of others names its own session
         assert client.wait("c0ffee").id == "c0ffee"
         client.approve("c0ffee2", "s1c0", approver="alice")
-        assert client.wait(IDS[2]).status is Status.COMPLETED
+        # `until`, as the remote client's `wait` takes it (a TypeError before)
+        assert client.wait(IDS[2], until=["completed"]).status is Status.COMPLETED
+        with pytest.raises(InvalidInput, match="'done' is not a session status"):
+            client.wait(IDS[2], until="done")
         # without feedback, as the CLI and the remote client reject (a TypeError before)
         client.reject("c0ffee1a", "s1c0", approver="alice")
         assert client.wait(IDS[0]).status is Status.COMPLETED

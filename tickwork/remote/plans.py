@@ -24,6 +24,7 @@ from tickwork.api.bodies import Closing
 from tickwork.api.inputs import RepairInput
 from tickwork.fsm.errors import InvalidInput
 from tickwork.fsm.values import DecisionKind, ErrorCode, Event, Head, Status
+from tickwork.parsing import statuses
 from tickwork.remote.errors import RemoteError
 from tickwork.store.dead_letters import DeadLetter
 
@@ -250,22 +251,6 @@ def forks(session_id: str) -> Plan[list[dict[str, Any]]]:
     """The sessions forked from a live or an archived session, live or archived, oldest
     first: id, fork_step, status, created_at and `archived`."""
     return (yield Call("GET", _path("sessions", session_id, "forks"), _json))
-
-
-def statuses(given: Iterable[Status | str] | str, *, what: str) -> list[Status]:
-    """The statuses `given`: one (a string) or several; InvalidInput naming the statuses
-    for one that is none (`status="queued"` was read letter by letter: "'q' is not a valid
-    Status")."""
-    found = []
-    for name in [given] if isinstance(given, str) else given:
-        try:
-            found.append(Status(name))
-        except ValueError:
-            raise InvalidInput(
-                f"{what}: {name!r} is not a session status; give one or several of "
-                f"{', '.join(s.value for s in Status)}"
-            ) from None
-    return found
 
 
 #: what holds a session in a status no worker moves on, as `wait` says when it times out
