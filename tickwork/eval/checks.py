@@ -5,7 +5,9 @@ its changes, in the same sandbox and under the same network policy as its own co
 It runs in the eval's process, not a worker: the patched copy is made from the client's
 public reads (`bundle`, `read_file`). The session's environment (/env, built by its `setup`) is
 not there, so expected tests suit projects whose tests need nothing installed, or a command
-that installs what it needs where the session's network policy lets it.
+that installs what it needs where the session's network policy lets it. As in the session's
+own commands, the working copy's src/ (or root) comes first on PYTHONPATH only where the
+session had no environment (`had_environment`).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -88,6 +91,9 @@ def run_expected_tests(client: Tickwork, head: Head, command: str, *, timeout_s:
             timeout_s=min(timeout_s, MAX_CHECK_S),
             env={"TICKWORK_SESSION_ID": head.id},
             sandbox=sandbox_of(settings),
+            # as the session's own test runs: its src/ (or root) first on PYTHONPATH only
+            # where it had no environment to install the project in
+            installed=had_environment(head),
         )
     except (TickworkError, OSError, subprocess.CalledProcessError) as exc:
         why = exc.message if isinstance(exc, TickworkError) else str(exc)
@@ -102,6 +108,14 @@ def run_expected_tests(client: Tickwork, head: Head, command: str, *, timeout_s:
         # `pytest -q | tail -3` exits as `tail`: the runner's own summary decides
         return Checked("fail", f"{hidden}\n{output}")
     return Checked("pass" if result.exit_code == 0 and not result.timed_out else "fail", output)
+
+
+def had_environment(head: Head) -> bool:
+    """Whether the session's commands ran with its environment (built by its `setup`,
+    mounted at /env), which installed the project, rather than with none (TICKWORK_SANDBOX=
+    none, `--setup none`), where the working copy's src/ came first on their PYTHONPATH."""
+    record = head.result.get("environment")
+    return isinstance(record, Mapping) and record.get("status") == "ready"
 
 
 def _write_changes(client: Tickwork, head: Head, copy: Path) -> None:

@@ -12,7 +12,9 @@ final test run and `run_tests` report as a run that did not test the session's f
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -24,6 +26,11 @@ _NOT_CODE = frozenset(
 )
 #: modules at a project's root that are its tooling, not its code
 _TOOLING = frozenset({"setup", "conftest", "noxfile", "tasks", "fabfile", "versioneer"})
+#: the standard library's modules: never the project's, and a root that holds one (a
+#: `secrets.py`, a `calendar/`) does not go first on the path of every process it runs
+STDLIB = frozenset(sys.stdlib_module_names)
+#: the most entries `_holds_python` reads of a src/ folder before it says it holds none
+_PYTHON_SCAN = 5_000
 #: a file in an installed distribution, as a traceback or an ImportError names it
 _INSTALLED = re.compile(
     r"""(?P<path>[^\s"'(),]*(?:site|dist)-packages/(?P<name>[A-Za-z_]\w*)(?:/[^\s"'(),:]+|\.py))"""
@@ -32,8 +39,10 @@ _INSTALLED = re.compile(
 
 def packages(root: Path) -> frozenset[str]:
     """The project's top-level importable names: the packages (folders with `__init__.py`)
-    and modules at its root, and every folder and module in its src/."""
-    return _names(root, src=False) | _names(root / SRC, src=True)
+    and modules at its root, and the modules and folders holding Python in its src/; not
+    the standard library's names (a root `enum.py` is not the `enum` backport an installed
+    distribution holds)."""
+    return (_names(root, src=False) | _names(root / SRC, src=True)) - STDLIB
 
 
 def _names(folder: Path, *, src: bool) -> frozenset[str]:
@@ -47,22 +56,41 @@ def _names(folder: Path, *, src: bool) -> frozenset[str]:
         if not name.isidentifier() or name in _NOT_CODE or name.startswith("test_"):
             continue
         module = path.suffix == ".py" and path.is_file() and (src or name not in _TOOLING)
-        package = path.is_dir() and (src or (path / "__init__.py").is_file())
+        package = path.is_dir() and (
+            (path / "__init__.py").is_file() or (src and _holds_python(path))
+        )
         if module or package:
             names.add(name)
     return frozenset(names)
 
 
+def _holds_python(folder: Path) -> bool:
+    """Whether `folder` (in src/) holds a `.py` file, in it or below: a namespace package,
+    not the C or Rust sources a project keeps in src/ beside Python at its root."""
+    seen = 0
+    for _here, dirs, files in os.walk(folder):
+        if any(f.endswith(".py") for f in files):
+            return True
+        dirs[:] = [d for d in dirs if not d.startswith(".") and d != "__pycache__"]
+        seen += len(dirs) + len(files)
+        if seen >= _PYTHON_SCAN:
+            return False
+    return False
+
+
 def search_path(root: Path, seen_as: str, env: Mapping[str, str]) -> dict[str, str]:
     """`env` with the folder the project's code is imported from first on PYTHONPATH, as an
     editable install would put it, for a command of a session without an environment: the
-    working copy's src/ (`seen_as`: the working copy as the command sees it), else its root
-    where it holds packages or modules of the project (a bare `pytest`, unlike
-    `python -m pytest`, does not put the current folder on the path); `env` unchanged for a
-    project with neither. A PYTHONPATH the job gives comes after."""
+    working copy's src/ where it holds Python (`seen_as`: the working copy as the command
+    sees it), else its root where it holds packages or modules of the project (a bare
+    `pytest`, unlike `python -m pytest`, does not put the current folder on the path);
+    `env` unchanged for a project with neither, or whose root holds a module or package
+    named like one of the standard library's, which would shadow it for every process the
+    session runs (pip and pytest too). A PYTHONPATH the job gives comes after."""
+    at_root = _names(root, src=False)
     if _names(root / SRC, src=True):
         first = f"{seen_as.rstrip('/')}/{SRC}"
-    elif _names(root, src=False):
+    elif at_root and not at_root & STDLIB:
         first = seen_as
     else:
         return dict(env)

@@ -344,6 +344,7 @@ def run_in_workspace(
     sandbox: Sandbox | None = None,
     stop: Stop | None = None,
     environment: Path | None = None,
+    installed: bool = False,
 ) -> ShellResult:
     """Run a command of a session (`config`: its `env`, `network` and `egress_allow`) in its
     working copy, in the sandbox (default: the settings'), with `env` over its environment and
@@ -351,11 +352,13 @@ def run_in_workspace(
     (through the egress proxy) only if the session's `network` is "all"; setup commands ask
     `policy_for(config, settings, setup=True)`. Without an environment, the working copy's
     src/ comes first on PYTHONPATH (`imports.search_path`): nothing installed it, and its
-    tests must not import another copy of the project."""
+    tests must not import another copy of the project; `installed`: the session has an
+    environment that installed it, not mounted here (an eval's expected tests), so its
+    commands ran without that path and this one does too."""
     settings = load_settings()
     chosen = sandbox_for(config, sandbox or sandbox_of(settings))
     given = {**dict(config.get("env") or {}), **env}
-    if environment is None:
+    if environment is None and not installed:
         seen_as = str(workdir.absolute()) if chosen.mode == "none" else WORKDIR
         given = imports.search_path(workdir, seen_as, given)
     return run_sandboxed(
