@@ -248,3 +248,36 @@ def statuses(given: Iterable[Status | str] | str, *, what: str) -> list[Status]:
                 f"{', '.join(s.value for s in Status)}"
             ) from None
     return found
+
+
+#: what holds a session in a status no worker moves on, as both clients' `wait` say when
+#: it times out
+STILL = {
+    Status.WAITING_APPROVAL: "it waits for a person: decide its calls (`approve`, `edit`, "
+    "`reject`), or wait with until='waiting_approval'",
+    Status.WAITING_CHILDREN: "it waits for its child sessions to end",
+    Status.QUEUED: "it waits to be admitted: its tenant is at its in-flight limit, or its "
+    "concurrency key's sessions run",
+}
+
+
+def still(
+    session_id: str, status: Status, wanted: Iterable[Status], timeout: float, *, by_default: str
+) -> str:
+    """Why a `wait` for `wanted` statuses (none: `by_default`) timed out on a session still
+    in `status`, the same from the local and the remote client."""
+    names = ", ".join(sorted(s.value for s in wanted)) or by_default
+    return (
+        f"session {session_id} is still {status.value} after {timeout:g}s, not {names}; "
+        f"{STILL.get(status, 'is a worker running?')}"
+    )
+
+
+def ended_otherwise(session_id: str, status: Status, wanted: Iterable[Status]) -> str:
+    """Why a `wait` for `wanted` statuses ends at once on a session that has finished in
+    another `status`: it will never be in one of them."""
+    names = " or ".join(sorted(s.value for s in wanted))
+    return (
+        f"session {session_id} has finished: it is {status.value} and will never be "
+        f"{names} (fork it to go on)"
+    )

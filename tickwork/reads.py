@@ -11,7 +11,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from tickwork.fsm.errors import NoPatch, SessionNotFound
+from tickwork.fsm.errors import NoPatch, SessionFinished, SessionNotFound
 from tickwork.fsm.values import Head, Session, Status
 from tickwork.store import dead_letters as dl
 from tickwork.store.archived import saved_of
@@ -21,7 +21,16 @@ from tickwork.worker.tools.registry import ChildResult, child_results
 from . import views
 from .bundles import write_bundle
 from .deployment import Deployment
-from .parsing import MIN_ID_PREFIX, NO_START, SHOWN_CANDIDATES, TOO_SHORT, one_id, statuses
+from .parsing import (
+    MIN_ID_PREFIX,
+    NO_START,
+    SHOWN_CANDIDATES,
+    TOO_SHORT,
+    ended_otherwise,
+    one_id,
+    statuses,
+    still,
+)
 from .patches import patch_text, unchanged
 
 
@@ -80,18 +89,21 @@ class Reads(Deployment):
         poll: float = 0.05,
     ) -> Head:
         """The session once its status is one of `until` (as the remote client's `wait`
-        takes it) [default: once it is suspended or finished]; TimeoutError after
-        `timeout`."""
+        takes it) [default: once it is suspended or finished]; SessionFinished at once for
+        one finished in another status, TimeoutError after `timeout`."""
         wanted = set(statuses(until, what="until"))
         deadline = time.monotonic() + timeout
         while True:
             head = self.store.get(session_id)
             if head.status in wanted or (not wanted and not head.status.moving):
                 return head
+            if head.status.terminal:
+                raise SessionFinished(ended_otherwise(session_id, head.status, wanted))
             if time.monotonic() > deadline:
                 raise TimeoutError(
-                    f"session {session_id} still {head.status.value} after "
-                    f"{timeout}s; is a worker running (`tickwork worker`)?"
+                    still(
+                        session_id, head.status, wanted, timeout, by_default="suspended or finished"
+                    )
                 )
             time.sleep(poll)
 

@@ -24,7 +24,7 @@ from tickwork.api.bodies import Closing
 from tickwork.api.inputs import RepairInput
 from tickwork.fsm.errors import InvalidInput
 from tickwork.fsm.values import DecisionKind, ErrorCode, Event, Head, Status
-from tickwork.parsing import statuses
+from tickwork.parsing import statuses, still
 from tickwork.remote.errors import RemoteError
 from tickwork.store.dead_letters import DeadLetter
 
@@ -253,16 +253,6 @@ def forks(session_id: str) -> Plan[list[dict[str, Any]]]:
     return (yield Call("GET", _path("sessions", session_id, "forks"), _json))
 
 
-#: what holds a session in a status no worker moves on, as `wait` says when it times out
-STILL = {
-    Status.WAITING_APPROVAL: "it waits for a person: decide its calls (`waiting(id)`, "
-    "`approve`, `edit`, `reject`), or wait with until='waiting_approval'",
-    Status.WAITING_CHILDREN: "it waits for its child sessions to end",
-    Status.QUEUED: "it waits to be admitted: its tenant is at its in-flight limit, or its "
-    "concurrency key's sessions run",
-}
-
-
 def wait(
     session_id: str,
     *,
@@ -279,10 +269,8 @@ def wait(
         if head.status in wanted or (not wanted and head.status.terminal):
             return head
         if timeout is not None and time.monotonic() - started >= timeout:
-            names = ", ".join(sorted(s.value for s in wanted)) or "a terminal status"
             raise TimeoutError(
-                f"session {session_id} is still {head.status.value} after {timeout:g}s, not "
-                f"{names}; {STILL.get(head.status, 'is a worker running?')}"
+                still(session_id, head.status, wanted, timeout, by_default="a terminal status")
             )
         yield Sleep(poll)
 
