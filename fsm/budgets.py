@@ -130,7 +130,7 @@ def cut_at(
             code=cap.code,
             message=f"the model's answer was cut at {cap.tokens:,} completion tokens, all "
             f"that was left after its prompt of about {next_call.tokens:,} tokens of tenant "
-            f"{day.tenant}'s quota `max_usd_per_day` of ${dollars(day.quota_usd)} for the sessions "
+            f"{day.tenant}'s quota `max_usd_per_day` of ${plain(day.quota_usd)} for the sessions "
             f"created on {day.day.date().isoformat()} (UTC): " + _day_advice(day, now),
         )
     left = "tokens" if cap.code is ErrorCode.BUDGET_TOKENS else "cost"
@@ -172,7 +172,7 @@ def exhausted_budget(
             code=ErrorCode.BUDGET_COST,
             message=f"${dollars(head.cost_usd)} spent"
             f"{_more(ahead.cost_usd, f'${dollars(ahead.cost_usd)}')}"
-            f", `max_cost_usd` is ${dollars(b.max_cost_usd)}",
+            f", `max_cost_usd` is ${plain(b.max_cost_usd)}",
         )
     if day is not None and any(cap.by_tenant and cap.tokens < 1 for cap in caps):
         return Exhausted(
@@ -188,7 +188,7 @@ def day_spent(day: TenantDay, ahead_usd: float = 0.0, *, now: datetime | None = 
     (`ahead_usd`) is over the whole quota fits in no day, so waiting for one is no help."""
     room = ahead_usd > 0 and day.spent_usd < day.quota_usd
     said = (
-        f"tenant {day.tenant}'s quota `max_usd_per_day` of ${dollars(day.quota_usd)} "
+        f"tenant {day.tenant}'s quota `max_usd_per_day` of ${plain(day.quota_usd)} "
         f"{'has no room for the next model call' if room else 'is spent'}: its sessions "
         f"created on {day.day.date().isoformat()} (UTC) spent ${dollars(day.spent_usd)}"
         f"{_more(ahead_usd, f'${dollars(ahead_usd)}')}; "
@@ -251,7 +251,7 @@ def stop_reason(head: Head, *, now: datetime) -> str | None:
             f"the session's deadline passed ({elapsed:.0f}s, `deadline_s` is {plain(b.deadline_s)})"
         )
     if b.limits_cost and head.cost_usd >= b.max_cost_usd:
-        return f"the session's cost budget is spent (`max_cost_usd` is ${dollars(b.max_cost_usd)})"
+        return f"the session's cost budget is spent (`max_cost_usd` is ${plain(b.max_cost_usd)})"
     return None
 
 

@@ -34,7 +34,7 @@ from sqlalchemy import ColumnElement, Connection, Engine, func, or_, select, tex
 from tickwork.fsm.errors import QuotaExceeded
 from tickwork.fsm.tenants import Quotas
 from tickwork.fsm.values import RUNNABLE, EventKind, Head, utc_date
-from tickwork.fsm.wording import counted, dollars
+from tickwork.fsm.wording import counted, dollars, plain
 from tickwork.store.schema import events, joins, observations, sessions, steps
 
 #: the status a session waits in for admission (docs/DESIGN.md section 15)
@@ -168,7 +168,7 @@ def check(
             until = midnight_before(now) + timedelta(days=1)
             raise QuotaExceeded(
                 f"tenant {tenant} spent ${dollars(spent)} today (UTC), its quota "
-                f"`max_usd_per_day` is ${dollars(quotas.max_usd_per_day)}: try again after "
+                f"`max_usd_per_day` is ${plain(quotas.max_usd_per_day)}: try again after "
                 f"{utc_date(until)}, when the quota resets (or ask the operator to raise it)",
                 tenant=tenant,
                 quota="max_usd_per_day",

@@ -38,7 +38,7 @@ from tickwork.fsm.kinds import SessionKind, kind_of
 from tickwork.fsm.people import check_name
 from tickwork.fsm.tenants import DEFAULT_TENANT, check_tenant
 from tickwork.fsm.values import Budgets, Decision, DecisionKind, Head, Session, over_bound
-from tickwork.fsm.wording import dollars
+from tickwork.fsm.wording import plain
 from tickwork.store import Store
 from tickwork.store import dead_letters as dl
 from tickwork.store.archived import saved_of
@@ -757,13 +757,13 @@ def _check_priced(
         how = f"ask an operator to price it in TICKWORK_PRICES ({name!r})"
     if budgets.limits_cost:
         raise UnpricedModel(
-            f"model {spec!r} has no price, so `max_cost_usd` (${dollars(budgets.max_cost_usd)}) "
+            f"model {spec!r} has no price, so `max_cost_usd` (${plain(budgets.max_cost_usd)}) "
             f"cannot limit its cost; {how}; or turn the cost budget off with `max_cost_usd` 0"
         )
     if quota is not None:
         raise UnpricedModel(
             f"model {spec!r} has no price, so the quota `max_usd_per_day` "
-            f"(${dollars(quota[1])}) of tenant {quota[0]!r} could not count its cost; {how}"
+            f"(${plain(quota[1])}) of tenant {quota[0]!r} could not count its cost; {how}"
         )
 
 

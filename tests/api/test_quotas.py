@@ -156,10 +156,12 @@ def test_dollars_per_day_count_todays_sessions(fleet: Fleet) -> None:
     to_midnight = 86400 - (now.hour * 3600 + now.minute * 60 + now.second)
     assert 0 < refused.value.retry_after_s <= to_midnight + 2
     assert refused.value.used == 1.5 and refused.value.limit == 1.5
-    # dollars as people write them, the reset as every date tickwork gives ends in Z
+    # what was spent in cents, the quota as the tenants file gives it (a quota of
+    # 0.00001234 read $0.000012, rounded as a spend is), the reset as every date tickwork
+    # gives ends in Z
     assert re.fullmatch(
         r"tenant team-a spent \$1\.50 today \(UTC\), its quota `max_usd_per_day` is "
-        r"\$1\.50: try again after \d{4}-\d\d-\d\dT00:00:00Z, when the quota resets "
+        r"\$1\.5: try again after \d{4}-\d\d-\d\dT00:00:00Z, when the quota resets "
         r"\(or ask the operator to raise it\)",
         str(refused.value),
     ), str(refused.value)
@@ -176,7 +178,7 @@ def test_a_model_without_a_price_is_refused_where_the_tenant_has_a_dollar_quota(
     with pytest.raises(UnpricedModel, match="`max_usd_per_day` \\(\\$5\\) of tenant 'team-a'"):
         fleet.client.submit(TEST_KIND, {}, tenant="team-a", session_id="unpriced", **free)
     write(fleet.tenants_file, {"team-a": {"max_usd_per_day": 0.5}})
-    with pytest.raises(UnpricedModel, match="`max_usd_per_day` \\(\\$0\\.50\\) of tenant"):
+    with pytest.raises(UnpricedModel, match="`max_usd_per_day` \\(\\$0\\.5\\) of tenant"):
         fleet.client.submit(TEST_KIND, {}, tenant="team-a", session_id="unpriced", **free)
     write(fleet.tenants_file, {"team-a": {"max_usd_per_day": 5}})
 

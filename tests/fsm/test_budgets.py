@@ -509,3 +509,30 @@ def test_a_prompt_over_the_whole_day_quota_is_not_told_to_wait_for_the_next_day(
     later = exhausted_budget(head, now=build.at(0), next_call=NextCall(cost_usd=1.5), day=_day(1))
     assert later is not None and "no room for the next model call" in later.message
     assert "the quota resets at 2026-03-02T00:00:00Z, fork this session after it" in later.message
+
+
+def test_a_configured_budget_or_quota_reads_as_it_was_given_and_a_spend_rounded(
+    build: Any,
+) -> None:
+    """A `max_cost_usd` of 0.00001234 read "$0.000012", rounded as an amount spent is, so a
+    stop could say "$0.000012 spent, `max_cost_usd` is $0.000012"; what a person configured
+    reads as they wrote it, what was spent or is estimated is rounded."""
+    budgets = {**LIMITS, "max_cost_usd": 0.00001234}
+    head = build.head(budgets=budgets, cost_usd=0.0000123456)
+    spent = exhausted_budget(head, now=build.at(0), next_call=NextCall(cost_usd=0.000000123))
+    assert spent is not None and spent.message == (
+        "$0.000012 spent and the next model call's prompt is estimated at $0.00000012 more, "
+        "leaving no room for its answer, `max_cost_usd` is $0.00001234"
+    )
+    stopped = stop_reason(build.head(budgets=budgets, cost_usd=0.0000123456), now=build.at(0))
+    assert stopped == "the session's cost budget is spent (`max_cost_usd` is $0.00001234)"
+    day = _day(0.0000123456, quota=0.00001234)
+    quota = exhausted_budget(
+        build.head(budgets={**LIMITS, "max_cost_usd": 0}), now=build.at(0), day=day
+    )
+    assert quota is not None and quota.message.startswith(
+        "tenant team-a's quota `max_usd_per_day` of $0.00001234 is spent: its sessions "
+        "created on 2026-03-01 (UTC) spent $0.000012;"
+    ), quota.message
+    cut = cut_at(Cap(tokens=7, code=COST, by_tenant=True), NextCall(tokens=50), day=day)
+    assert cut is not None and "`max_usd_per_day` of $0.00001234 for the " in cut.message
