@@ -3,14 +3,17 @@ submit makes the database whole."""
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 
 import pytest
 from tickwork.fsm.errors import NoDatabase, SessionFinished
 from tickwork.fsm.values import Status
 from tickwork.worker.config.settings import Settings
+from tickwork.worker.config.stores import build_store
 
-from tickwork import Tickwork
+from tickwork import Tickwork, deployment
 from tickwork.testing import embedded_settings, running_worker, write_script
 
 
@@ -48,3 +51,39 @@ def test_a_wait_for_a_status_a_finished_session_will_never_have_ends_at_once(
         "failed (fork it to go on)"
     )
     client.close()
+
+
+def test_threads_using_a_client_first_at_once_open_one_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two threads could both find no store yet and open one each, one never closed; the
+    client's twin taking whole ids (`whole_ids`, as the API uses it) opens no other."""
+    settings = Settings(state_dir=tmp_path / "state")
+    first = Tickwork(settings)
+    first.submit("tests.jobs:TEST", {"sink": str(tmp_path)}, model=write_script([], tmp_path))
+    first.close()
+    opened: list[object] = []
+
+    def build(given: Settings) -> object:
+        time.sleep(0.01)  # widens the window two threads could both open one in
+        opened.append(store := build_store(given))
+        return store
+
+    monkeypatch.setattr(deployment, "build_store", build)
+    for _ in range(20):
+        opened.clear()
+        client = Tickwork(settings)
+        users = [client, client.whole_ids()] * 2
+        start = threading.Barrier(len(users))
+
+        def use(user: Tickwork, start: threading.Barrier) -> None:
+            start.wait()
+            user.sessions()
+
+        threads = [threading.Thread(target=use, args=(u, start)) for u in users]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert len(opened) == 1
+        client.close()

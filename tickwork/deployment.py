@@ -5,6 +5,7 @@ this process's working copies, the archive retention fills)."""
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable
 from datetime import datetime
 
@@ -34,6 +35,9 @@ class Deployment:
     ) -> None:
         self.settings = settings or load_settings()
         self._store = store
+        #: held while the store is opened, so two threads' first uses open one (an attribute:
+        #: `Tickwork.whole_ids`'s twin shares it with the rest of this object's __dict__)
+        self._opening = threading.Lock()
         self.jobs = Jobs(
             self.settings.imports, roles_file=self.settings.section(RoleSettings).roles_file
         )
@@ -48,10 +52,12 @@ class Deployment:
         made empty (after which every command said "no tickwork schema"); `submit` makes it
         whole, as `tickwork submit` does."""
         if self._store is None:
-            from tickwork.embedded import require_database
+            with self._opening:
+                if self._store is None:
+                    from tickwork.embedded import require_database
 
-            require_database(self.settings)
-            self._store = build_store(self.settings)
+                    require_database(self.settings)
+                    self._store = build_store(self.settings)
         return self._store
 
     def close(self) -> None:
