@@ -17,6 +17,10 @@ from tickwork.fsm.wording import dollars, plain
 #: how a day-quota stop says the next call's prompt alone is over the whole quota: no day
 #: of it has room, so no fork after the reset goes on (`tickwork.remedies` reads it)
 OVER_THE_WHOLE_QUOTA = "that prompt alone costs more than the whole quota"
+#: how a stop before a call (`exhausted_budget`) and a fork's refusal say what the call's
+#: prompt was estimated at, in tokens or as `$` and dollars (`tickwork.remedies` reads the
+#: amount back out of a dead letter's message)
+PROMPT_AHEAD = "the next model call's prompt is estimated at {shown} more"
 
 
 class Exhausted(Value):
@@ -230,10 +234,7 @@ def deadline_passed(head: Head, *, now: datetime) -> str | None:
 def _more(amount: float, shown: str) -> str:
     if amount <= 0:
         return ""
-    return (
-        f" and the next model call's prompt is estimated at {shown} more, "
-        "leaving no room for its answer"
-    )
+    return f" and {PROMPT_AHEAD.format(shown=shown)}, leaving no room for its answer"
 
 
 def stop_reason(head: Head, *, now: datetime) -> str | None:

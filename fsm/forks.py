@@ -10,6 +10,7 @@ from typing import Any
 
 from tickwork.fsm import context
 from tickwork.fsm.admission import check_concurrency, check_priority
+from tickwork.fsm.budgets import PROMPT_AHEAD
 from tickwork.fsm.context import MODEL_SINCE, STATED_WINDOW, Estimate, Policy, policy_of
 from tickwork.fsm.errors import ForkOutOfRange, InvalidBudget, InvalidInput
 from tickwork.fsm.graph import PROPOSAL, START
@@ -423,8 +424,7 @@ def _used_up(
             f"give `max_steps` above {usage.steps}"
         )
     prompt = (
-        f", and the next model call's prompt is estimated at {ahead:,} more tokens (the "
-        "transcript the fork sends it)"
+        f", and {PROMPT_AHEAD.format(shown=f'{ahead:,}')} tokens (the transcript the fork sends it)"
         if ahead
         else ""
     )
@@ -437,11 +437,7 @@ def _used_up(
     # the answer needs room for one completion token at least, as the runtime's cap does
     needed = cost + ahead_usd + price.completion_usd
     if budgets.limits_cost and (budgets.max_cost_usd <= cost or budgets.max_cost_usd < needed):
-        more = (
-            f", and the next model call's prompt is estimated at ${dollars(ahead_usd)} more"
-            if ahead_usd
-            else ""
-        )
+        more = f", and {PROMPT_AHEAD.format(shown=f'${dollars(ahead_usd)}')}" if ahead_usd else ""
         floor = max(needed, cost)
         return (
             f"{kept} and spent ${dollars(cost)}, which counts against `max_cost_usd` "

@@ -28,13 +28,23 @@ def dollars(value: float, *, up: bool = False) -> str:
     exact = Decimal(repr(float(value)))
     if not exact:
         return "0"
-    rounding = ROUND_CEILING if up else ROUND_HALF_UP
     if exact >= Decimal("0.01"):
         step = Decimal("0.0001")
+        shown = (exact / step).to_integral_value(ROUND_CEILING if up else ROUND_HALF_UP) * step
     else:
-        step = Decimal(1).scaleb(exact.adjusted() - 1)
-    shown = (exact / step).to_integral_value(rounding) * step
+        shown = two_digits(value, up=up)
     if shown == shown.to_integral_value():
         return str(int(shown))
     text = format(shown.normalize(), "f")
     return text if len(text.partition(".")[2]) >= 2 else f"{text}0"
+
+
+def two_digits(value: float, *, up: bool = False) -> Decimal:
+    """`value` to its first 2 significant digits (12.34: 12, 0.00001234: 0.000012), rounded
+    half up, or up (`up`: 12.01 is 13), as a person gives an amount a budget must pass;
+    what `dollars` shows of one below a cent."""
+    exact = Decimal(repr(float(value)))
+    if not exact:
+        return exact
+    step = Decimal(1).scaleb(exact.adjusted() - 1)
+    return (exact / step).to_integral_value(ROUND_CEILING if up else ROUND_HALF_UP) * step

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 from rich.console import Console
-from tickwork.fsm.budgets import TenantDay, day_spent
+from tickwork.fsm.budgets import PROMPT_AHEAD, NextCall, TenantDay, day_spent, exhausted_budget
+from tickwork.fsm.values import Budgets, Head, Status
 
 from tickwork.remedies import fork_budgets, remedies
 from tickwork.render import dead_letter_header
@@ -114,13 +115,12 @@ def test_a_prompt_over_the_whole_day_quota_is_not_forked_after_the_reset() -> No
 
 
 @pytest.mark.parametrize(
-    ("code", "spent", "message", "budget", "proposed"),
+    ("code", "spent", "ahead", "budget", "proposed"),
     [
         (
             "BUDGET_TOKENS",
             {"tokens": 1200, "max_tokens": 3000},
-            "1,200 tokens used and the next model call's prompt is estimated at 5,892 more, "
-            "leaving no room for its answer, `max_tokens` is 3,000",
+            NextCall(tokens=5892),
             "--max-tokens 14186  (twice what steps 1..3 used and the next model call's "
             "prompt needs; ",
             14186,
@@ -128,16 +128,14 @@ def test_a_prompt_over_the_whole_day_quota_is_not_forked_after_the_reset() -> No
         (
             "BUDGET_COST",
             {"cost_usd": 0.012, "max_cost_usd": 0.02},
-            "$0.0120 spent and the next model call's prompt is estimated at $0.0589 more, "
-            "leaving no room for its answer, `max_cost_usd` is $0.02",
+            NextCall(cost_usd=0.0589),
             "--max-cost-usd 0.15  (twice what",
             0.15,
         ),
         (
             "BUDGET_TOKENS",
             {"tokens": 2400, "max_tokens": 3000},
-            "2,400 tokens used and the next model call's prompt is estimated at 1,246 more, "
-            "leaving no room for its answer, `max_tokens` is 3,000",
+            NextCall(tokens=1246),
             # twice the budget, 6,000, is taken, but leaves the fork's answers little room
             "--max-tokens 7294  (twice what steps 1..3 used and the next model call's ",
             7294,
@@ -145,14 +143,35 @@ def test_a_prompt_over_the_whole_day_quota_is_not_forked_after_the_reset() -> No
     ],
 )
 def test_a_proposed_budget_leaves_the_next_prompt_room(
-    code: str, spent: dict[str, Any], message: str, budget: str, proposed: float
+    code: str, spent: dict[str, Any], ahead: NextCall, budget: str, proposed: float
 ) -> None:
     """Twice the budget was proposed where the last output made the next prompt larger than
     that: `dlq fork` with it was refused ("give --max-tokens above 7,092"). What the kept
-    steps used and the prompt the session stopped before is proposed, doubled."""
+    steps used and the prompt the session stopped before is proposed, doubled; the prompt
+    read back out of the stop's message as the runtime writes it."""
     field = "max_tokens" if code == "BUDGET_TOKENS" else "max_cost_usd"
     view = letter(code, **{field: spent[field]})
-    view["message"] = message
+    view["message"] = _stopped_before(ahead, **spent)
     view["session"]["head"].update({k: v for k, v in spent.items() if k != field})
     assert budget in remedies(view)[0]
     assert fork_budgets(view) == {field: proposed}
+
+
+def _stopped_before(ahead: NextCall, **used: Any) -> str:
+    """What the runtime's dead letter says of a session that `used` (tokens, cost_usd and
+    their budgets) stopped before a call whose prompt is `ahead`."""
+    at = datetime(2026, 12, 7, tzinfo=UTC)
+    budgets = Budgets(**{k: v for k, v in used.items() if k.startswith("max_")})
+    head = Head(
+        id="s-1",
+        kind="repair",
+        status=Status.READY,
+        created_at=at,
+        updated_at=at,
+        model="test-model",
+        budgets=budgets,
+        **{k: v for k, v in used.items() if not k.startswith("max_")},
+    )
+    stop = exhausted_budget(head, now=at, next_call=ahead)
+    assert stop is not None and PROMPT_AHEAD.split("{shown}")[0] in stop.message, stop
+    return stop.message

@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from decimal import ROUND_CEILING, Decimal
 from typing import Any
 
-from tickwork.fsm.budgets import OVER_THE_WHOLE_QUOTA
-from tickwork.fsm.wording import plain
+from tickwork.fsm.budgets import OVER_THE_WHOLE_QUOTA, PROMPT_AHEAD
+from tickwork.fsm.wording import plain, two_digits
 
 #: a budget's code: the fork option that raises it and its budget field
 _RAISED = {
@@ -103,12 +102,12 @@ def fork_budgets(letter: Mapping[str, Any]) -> dict[str, float]:
     needed = _needed(field, head, letter)
     if needed <= budget:
         return {field: budget * 2}
-    return {field: needed * 2 if field == "max_tokens" else _rounded_up(needed * 2)}
+    return {field: needed * 2 if field == "max_tokens" else float(two_digits(needed * 2, up=True))}
 
 
 #: the next call's prompt as the runtime estimated it in stopping the session, in the
 #: letter's message (`tickwork.fsm.budgets.exhausted_budget`): tokens, or dollars
-_AHEAD = re.compile(r"prompt is estimated at \$?(\d[\d,]*(?:\.\d+)?) more")
+_AHEAD = re.compile(r"\$?(\d[\d,]*(?:\.\d+)?)".join(map(re.escape, PROMPT_AHEAD.split("{shown}"))))
 
 
 def _needed(field: str, head: Mapping[str, Any], letter: Mapping[str, Any]) -> float:
@@ -133,13 +132,6 @@ def _needed(field: str, head: Mapping[str, Any], letter: Mapping[str, Any]) -> f
 
 def _number(value: Any) -> float:
     return 0.0 if isinstance(value, bool) or not isinstance(value, int | float) else value
-
-
-def _rounded_up(value: float) -> float:
-    """`value` rounded up to 2 significant digits: a budget as a person gives it."""
-    exact = Decimal(repr(float(value)))
-    step = Decimal(1).scaleb(exact.adjusted() - 1)
-    return float((exact / step).to_integral_value(ROUND_CEILING) * step)
 
 
 def _before_loop(steps: Sequence[Mapping[str, Any]]) -> int:

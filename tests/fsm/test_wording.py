@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from tickwork.fsm.wording import counted, dollars
+from decimal import Decimal
+
+from tickwork.fsm.wording import counted, dollars, two_digits
 
 
 def test_one_is_singular_and_every_other_count_plural() -> None:
@@ -34,3 +36,13 @@ def test_dollars_read_as_people_write_them() -> None:
     # an amount a budget must pass is rounded up: giving it passes
     assert dollars(0.00001234, up=True) == "0.000013"
     assert dollars(1.23451, up=True) == "1.2346"
+
+
+def test_a_budget_to_pass_rounds_up_to_two_digits_as_a_spend_below_a_cent_shows() -> None:
+    """`dlq show` proposed a raised budget rounded by a copy of what `dollars` does below a
+    cent; both round with `two_digits`, so they agree."""
+    assert two_digits(12.01, up=True) == Decimal(13)
+    assert two_digits(0.1419, up=True) == Decimal("0.15")
+    assert two_digits(0.00001234) == Decimal("0.000012")
+    assert dollars(0.00001234, up=True) == str(two_digits(0.00001234, up=True)) == "0.000013"
+    assert two_digits(0) == 0
