@@ -31,10 +31,10 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 import httpx
-from tickwork.fsm.approvals import edited_by
+from tickwork.fsm.approvals import as_edited
 from tickwork.fsm.failures import failed_before_line
 from tickwork.fsm.outcomes import outcome_of
-from tickwork.fsm.values import Decision, DecisionKind, Head, utc_date
+from tickwork.fsm.values import Decision, Head, utc_date
 from tickwork.worker.config.secrets import Masker
 from tickwork.worker.sandbox.egress import network_mode
 
@@ -112,12 +112,9 @@ def _edited_by(call: dict[str, Any]) -> str | None:
     """How the card names who edited the arguments an in-doubt call ran with (its latest
     `decision`, as the dispatcher gives it), as `show` does; None for the model's own."""
     given = call.get("decision")
-    if call.get("state") != "in_doubt" or not given or given.get("arguments") is None:
+    if call.get("state") != "in_doubt" or not given:
         return None
-    decision = Decision.model_validate(given)
-    if decision.kind not in (DecisionKind.EDIT, DecisionKind.APPROVE):
-        return None
-    return edited_by(decision)
+    return as_edited(Decision.model_validate(given))
 
 
 def finished_card(

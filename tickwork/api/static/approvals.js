@@ -12,9 +12,10 @@ function diffView(preview) {
     el("pre", { class: "diff" }, diffLines(preview.diff)));
 }
 
-// The arguments an in-doubt call ran with and who gave them (the view's `as_edited`, as
-// `tickwork show` and the webhook card say it): a person's edit, which running it again
-// keeps, or null where it ran as the model proposed it
+// The arguments a call ran (or runs) with and who gave them (the view's `as_edited`, as
+// `tickwork show` and the webhook card say it): a person's edit, or an in-doubt call's
+// approval that runs it again with the edit it ran with; null where it runs as the model
+// proposed it
 export function ranAsEdited(call) {
   return call.as_edited && call.decision
     ? { arguments: call.decision.arguments, by: call.as_edited } : null;
