@@ -28,6 +28,13 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator
 from tickwork.fsm.values import MAX_PROVIDER_CALL_ID, RUNNABLE
 
+#: why a card stopped being tried because its session moved on (store/deliveries.py)
+MOVED_ON = "the session moved on before its card was delivered"
+#: the predicate of the partial index of the cards given up (migration 0027_given_up): not
+#: delivered, no next attempt, and not dropped because their session moved on; literal SQL
+#: in the queries too, since SQLite uses a partial index only for its predicate's terms
+GIVEN_UP_SQL = f"delivered_at IS NULL AND next_attempt_at IS NULL AND last_error <> '{MOVED_ON}'"
+
 metadata = MetaData(
     naming_convention={
         "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -457,8 +464,8 @@ deliveries = Table(
     Index(
         "ix_tickwork_deliveries_given_up",
         "event_id",
-        postgresql_where=text("delivered_at IS NULL AND next_attempt_at IS NULL"),
-        sqlite_where=text("delivered_at IS NULL AND next_attempt_at IS NULL"),
+        postgresql_where=text(GIVEN_UP_SQL),
+        sqlite_where=text(GIVEN_UP_SQL),
     ),
 )
 

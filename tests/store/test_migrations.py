@@ -179,10 +179,13 @@ def test_0026_gives_the_start_of_an_id_an_index_postgres_uses() -> None:
 
 
 def test_0027_finds_the_cards_given_up_through_an_index(empty_url: str) -> None:
-    """Among thousands of cards delivered, `webhooks ls` (and `resend --all`) finds the few
-    given up through the partial index 0027_given_up creates, not by reading every
-    delivery. The statement is the one the store sends, explained with its own values."""
+    """Among thousands of cards delivered, or dropped because their session moved on,
+    `webhooks ls` (and `resend --all`) finds the few given up through the partial index
+    0027_given_up creates, not by reading every delivery; the index holds only those (not
+    the cards dropped). The statement is the one the store sends, explained with its own
+    values."""
     from sqlalchemy import event, insert
+    from tickwork.store.deliveries import MOVED_ON
     from tickwork.store.schema import deliveries, events
 
     upgrade(empty_url)
@@ -204,8 +207,9 @@ def test_0027_finds_the_cards_given_up_through_an_index(empty_url: str) -> None:
             conn.execute(
                 insert(deliveries),
                 [
-                    {"event_id": 1000 + i, "attempts": 1, "last_error": "HTTP 503"}
-                    | {"delivered_at": at if i % 500 else None}
+                    {"event_id": 1000 + i, "attempts": 1}
+                    | {"last_error": MOVED_ON if i % 3 == 0 else "HTTP 503"}
+                    | {"delivered_at": at if i % 500 and i % 3 else None}
                     for i in range(1, 6001)
                 ],
             )
@@ -217,7 +221,7 @@ def test_0027_finds_the_cards_given_up_through_an_index(empty_url: str) -> None:
                 sent.append((statement, params))
 
         event.listen(engine, "before_cursor_execute", keep)
-        assert len(store.cards.given_up(limit=1001)) == 12
+        assert len(store.cards.given_up(limit=1001)) == 8
         event.remove(engine, "before_cursor_execute", keep)
 
         [(statement, params)] = sent
@@ -225,5 +229,12 @@ def test_0027_finds_the_cards_given_up_through_an_index(empty_url: str) -> None:
         with engine.connect() as conn:
             plan = "\n".join(str(r[-1]) for r in conn.exec_driver_sql(explain + statement, params))
         assert "ix_tickwork_deliveries_given_up" in plan, plan
+        with engine.connect() as conn:
+            made = conn.exec_driver_sql(
+                "SELECT pg_get_indexdef('ix_tickwork_deliveries_given_up'::regclass)"
+                if engine.dialect.name == "postgresql"
+                else "SELECT sql FROM sqlite_master WHERE name = 'ix_tickwork_deliveries_given_up'"
+            ).scalar_one()
+        assert MOVED_ON in made, made  # the 2,000 cards dropped are not in it
     finally:
         engine.dispose()
