@@ -43,8 +43,9 @@ def register(app: typer.Typer) -> None:
 
 def list_given_up(sessions: Sessions = None, json_output: options.Json = False) -> None:
     """List the webhook cards no worker tries any more, oldest first, with why: their
-    attempts spent (TICKWORK_WEBHOOK_ATTEMPTS) or refused by the receiver (a 4xx). Cards
-    whose session moved on before they went out are not listed: they are not to be sent."""
+    attempts spent (TICKWORK_WEBHOOK_ATTEMPTS) or refused by the receiver (a 4xx, or a
+    301 or 308 redirect). Cards whose session moved on before they went out are not listed:
+    they are not to be sent."""
     ids = _checked(sessions)
     with Context() as ctx:
         ids = _named(ctx, ids)

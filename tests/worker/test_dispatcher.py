@@ -19,7 +19,7 @@ import pytest
 from tickwork.fsm.values import Decision, DecisionKind, Status
 from tickwork.store import deliveries
 from tickwork.worker.config.settings import WebhookSettings
-from tickwork.worker.observers.webhooks import backoff, post, sign
+from tickwork.worker.observers.webhooks import Attempt, backoff, post, sign
 from tickwork.worker.tick.dispatcher import Dispatched, Dispatcher, dispatch_once
 
 from tests.conftest import Clock
@@ -401,14 +401,13 @@ def test_no_log_line_shows_the_receivers_path(
     assert any(receiver.url.split("/hook")[0] + "/****" in m for m in requests), requests
 
 
-def test_a_redirect_says_where_to_point_the_webhook() -> None:
-    """A receiver moved (a 301 to https): the card is not posted there unasked, and why it
-    was not delivered says where it moved (masked, as logs show URLs) and what to set."""
+def redirected(status: int, location: str) -> Attempt:
+    """What `post` makes of a receiver answering `status` with `location`."""
 
     class Moved(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
-            self.send_response(301)
-            self.send_header("Location", "https://hooks.example/new/secret-path")
+            self.send_response(status)
+            self.send_header("Location", location)
             self.send_header("Content-Length", "0")
             self.end_headers()
 
@@ -419,16 +418,45 @@ def test_a_redirect_says_where_to_point_the_webhook() -> None:
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        url = f"http://127.0.0.1:{server.server_address[1]}/hook"
-        found = post(url, {"id": "x"}, timeout_s=2)
+        return post(f"http://127.0.0.1:{server.server_address[1]}/hook", {"id": "x"}, timeout_s=2)
     finally:
         server.shutdown()
         server.server_close()
-    assert not found.ok
-    assert found.why == (
-        "HTTP 301, a redirect to https://hooks.example/****: set TICKWORK_WEBHOOK_URL to the "
-        "URL it points to"
-    )
+
+
+def test_a_redirect_says_where_to_point_the_webhook() -> None:
+    """A receiver moved (a 301 or 308 to https): the card is not posted there unasked, why it
+    was not delivered says where it moved (masked, as logs show URLs) and what to set, and it
+    is not tried again (every try would be answered alike)."""
+    for status in (301, 308):
+        found = redirected(status, "https://hooks.example/new/secret-path")
+        assert (found.ok, found.final) == (False, True)
+        assert found.why == (
+            f"HTTP {status}, a redirect to https://hooks.example/****: set "
+            "TICKWORK_WEBHOOK_URL to the URL it points to"
+        )
+
+
+def test_a_relative_redirect_names_the_receivers_host() -> None:
+    """A `Location` of a path (or with no scheme) is where the receiver's own URL leads:
+    the message names that host, not `://?/****`."""
+    relative = redirected(308, "/new/secret-path")
+    assert relative.why.startswith("HTTP 308, a redirect to http://127.0.0.1:")
+    assert "/****: set TICKWORK_WEBHOOK_URL" in relative.why and "://?" not in relative.why
+    no_scheme = redirected(301, "//hooks.example/new/secret-path")
+    assert no_scheme.why.startswith("HTTP 301, a redirect to http://hooks.example/****: ")
+
+
+def test_a_temporary_redirect_is_not_a_new_webhook_url() -> None:
+    """A 302 (a proxy sending to its login page, say) is not the receiver's new home: it is
+    said to be a temporary redirect, not followed, with no advice to point the webhook
+    there, and the card is tried again."""
+    for status in (302, 303, 307):
+        found = redirected(status, "https://sso.example/login?next=secret")
+        assert (found.ok, found.final) == (False, False)
+        assert found.why == (
+            f"HTTP {status}, a temporary redirect to https://sso.example/****, not followed"
+        )
 
 
 def test_post_says_whether_to_try_again() -> None:

@@ -247,7 +247,8 @@ class Attempt:
     """One POST of a card."""
 
     ok: bool
-    #: the receiver refused this card (a 4xx other than 408 and 429): trying again is no use
+    #: the receiver refused this card (a 4xx other than 408 and 429) or moved (a 301 or
+    #: 308): trying again is no use
     final: bool = False
     #: why it failed, the URL's secret parts hidden
     why: str = ""
@@ -277,15 +278,35 @@ def post(url: str, document: dict[str, Any], *, timeout_s: float, secret: str = 
         MASKED_REQUESTS.posting.card = False
     if answer.is_success:
         return Attempt(True)
-    final = 400 <= answer.status_code < 500 and answer.status_code not in (408, 429)
-    why = f"HTTP {answer.status_code}"
-    location = answer.headers.get("location", "") if answer.is_redirect else ""
-    if location:  # not followed: a card goes only where the deployment says
+    code = answer.status_code
+    # a permanent redirect answers every try alike: only a new TICKWORK_WEBHOOK_URL helps
+    moved = code in PERMANENT_REDIRECTS
+    final = moved or (400 <= code < 500 and code not in (408, 429))
+    why = f"HTTP {code}"
+    target = _redirect_target(answer)
+    if target and moved:  # not followed: a card goes only where the deployment says
         why += (
-            f", a redirect to {masked_url(location)}: set TICKWORK_WEBHOOK_URL to the URL it "
+            f", a redirect to {masked_url(target)}: set TICKWORK_WEBHOOK_URL to the URL it "
             "points to"
         )
+    elif target:  # a proxy's 302 to a login page, say: not where cards belong
+        why += f", a temporary redirect to {masked_url(target)}, not followed"
     return Attempt(False, final=final, why=why)
+
+
+#: the answers saying the receiver moved for good (others may send elsewhere for a while)
+PERMANENT_REDIRECTS = (301, 308)
+
+
+def _redirect_target(answer: httpx.Response) -> str:
+    """Where a redirect points, a relative `Location` taken against the request's URL;
+    "" for an answer that is not one (or has no `Location`)."""
+    if not answer.is_redirect:
+        return ""
+    try:
+        return str(answer.next_request.url) if answer.next_request is not None else ""
+    except httpx.HTTPError:
+        return ""
 
 
 def backoff(attempt: int, *, first_s: float, max_s: float = MAX_BACKOFF_S) -> float:
