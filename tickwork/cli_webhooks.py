@@ -95,11 +95,11 @@ def resend(
     if not cards:
         render.note(f"no webhook card{_of(ids)} was given up: nothing to send again")
         raise typer.Exit(1)
-    for why, how in dict.fromkeys(o for c in cards if (o := _off(c.kind, hooks))):
+    for here, unless, how in dict.fromkeys(o for c in cards if (o := _off(c.kind, hooks))):
         render.note(
-            f"the cards put back are not sent while {why}: {how} on the workers and their "
-            "dispatchers send them at their next pass (`tickwork config` shows the settings "
-            "in force)"
+            f"{here}, where this command runs: the workers send the cards put back at their "
+            f"next pass {unless}; if not, {how} on the workers (`tickwork config` there shows "
+            "the settings in force)"
         )
 
 
@@ -129,16 +129,22 @@ def _hooks() -> WebhookSettings:
     return read_settings(WebhookSettings)
 
 
-def _off(kind: str, hooks: WebhookSettings) -> tuple[str, str] | None:
-    """Why no worker sends a card of `kind` with these settings and what to set on the
-    workers for it; None if they send it."""
+def _off(kind: str, hooks: WebhookSettings) -> tuple[str, str, str] | None:
+    """What the settings here say against sending a card of `kind`, what the workers' own
+    settings need for them to send it anyway, and what to set on them; None if these
+    settings send it. The workers, not this command, send cards: theirs may differ."""
     if not hooks.webhook_url:
-        return "webhooks are off (TICKWORK_WEBHOOK_URL is not set)", "set TICKWORK_WEBHOOK_URL"
-    name = "approval_requested" if kind == "approval_requested" else "finished"
-    if name in hooks.webhook_events.split(","):
+        return (
+            "TICKWORK_WEBHOOK_URL is not set here",
+            "if they have it set",
+            "set TICKWORK_WEBHOOK_URL",
+        )
+    if hooks.sends_approvals if kind == "approval_requested" else hooks.sends_finished:
         return None
+    name = "approval_requested" if kind == "approval_requested" else "finished"
     return (
-        f"TICKWORK_WEBHOOK_EVENTS ({hooks.webhook_events}) does not name {name}",
+        f"TICKWORK_WEBHOOK_EVENTS here ({hooks.webhook_events}) does not name {name}",
+        f"if theirs names {name}",
         f"add {name} to TICKWORK_WEBHOOK_EVENTS",
     )
 
@@ -147,7 +153,7 @@ def _next(kind: str, hooks: WebhookSettings) -> str:
     """What a dispatcher does with a card put back, at its next pass."""
     off = _off(kind, hooks)
     if off is not None:
-        return f"put back, not sent while {off[0]}"
+        return f"put back; {off[0]}: the workers send it at their next pass {off[1]}"
     if kind == "approval_requested":
         return "sent again at the next pass, if its session still waits (else dropped)"
     return "sent again at the next pass, where the workers send finished cards"

@@ -223,12 +223,13 @@ def cli_of(ticks: Ticks, tmp_path: Path, **env: str) -> Cli:
     return Cli({**outer, **ours, **env}, tmp_path)
 
 
-def test_resend_with_webhooks_off_says_no_worker_sends_the_cards(
+def test_resend_with_webhooks_off_here_says_what_it_knows(
     ticks: Ticks, clock: Clock, tmp_path: Path
 ) -> None:
-    """With no webhook URL set (webhooks turned off since the cards were given up), or the
-    card's kind not in TICKWORK_WEBHOOK_EVENTS, `resend` puts the cards back but does not
-    promise them at the next pass: it says no worker sends them and what to set."""
+    """With no webhook URL set where the CLI runs, or the card's kind not in its
+    TICKWORK_WEBHOOK_EVENTS, `resend` puts the cards back but does not promise them at the
+    next pass: the workers send them, with their own settings, so it says what it knows
+    (the setting here) and what to set on the workers if theirs is the same."""
     receiver = Receiver([404])
     try:
         session_id = waiting(ticks)
@@ -239,8 +240,12 @@ def test_resend_with_webhooks_off_says_no_worker_sends_the_cards(
     off = cli_of(ticks, tmp_path).inline("webhooks", "resend", "--all", ok=False)
     assert off.code == 0 and off.stdout.startswith(f"{session_id}:")
     assert "next pass, if" not in off.stdout
-    assert "not sent while webhooks are off (TICKWORK_WEBHOOK_URL is not set)" in off.stdout
-    assert "set TICKWORK_WEBHOOK_URL on the workers" in off.stderr
+    assert (
+        "put back; TICKWORK_WEBHOOK_URL is not set here: the workers send it at their next "
+        "pass if they have it set"
+    ) in off.stdout
+    assert "webhooks are off" not in off.stdout + off.stderr
+    assert "if not, set TICKWORK_WEBHOOK_URL on the workers" in off.stderr
 
     clock.advance(60)  # put back due now, by the CLI's clock
     assert dispatch_once(ticks.rt, hooks(receiver, webhook_attempts=1)) == Dispatched(failed=1)
@@ -250,7 +255,10 @@ def test_resend_with_webhooks_off_says_no_worker_sends_the_cards(
         TICKWORK_WEBHOOK_URL=receiver.url,
         TICKWORK_WEBHOOK_EVENTS="finished",
     ).inline("webhooks", "resend", session_id, ok=False)
-    assert "does not name approval_requested" in finished_only.stdout
+    assert (
+        "TICKWORK_WEBHOOK_EVENTS here (finished) does not name approval_requested: the workers "
+        "send it at their next pass if theirs names approval_requested"
+    ) in finished_only.stdout
     assert "add approval_requested to TICKWORK_WEBHOOK_EVENTS" in finished_only.stderr
 
 
