@@ -19,8 +19,9 @@ def test_show_and_watch_ask_whether_a_worker_runs_only_while_none_does(
     deployment: Deployment, cli: Cli, tmp_path: Path
 ) -> None:
     script = tmp_path / "script.json"
-    # the one reply takes a while: the session stays `ready` while a worker's THINK waits
-    script.write_text('[{"content": "done", "delay_s": 30}]')
+    # the one reply takes longer than the test (a loaded machine's CLI calls took 30 s): the
+    # session stays `ready` while a worker's THINK waits, until `stop` ends the worker
+    script.write_text('[{"content": "done", "delay_s": 600}]')
     submitted = cli("submit", TEST_KIND, "--input", "{}", "--model", f"scripted:{script}")
     session_id = submitted.stdout.strip()
     time.sleep(STILL_S)  # the session must have stood still first

@@ -353,15 +353,16 @@ export async function sessionView(view, id) {
     cancel.hidden = FINISHED.includes(head.status) || !(can("approver") || can("operator"));
     const key = head.status === "waiting_approval" ? `${head.version}` : "";
     if (key !== shownWaiting) {
-      shownWaiting = key;
       // a call decided here stays shown, as decided, as in the approvals queue: above the
       // next call it waits for, if it waits again (one listed again shows its decision itself)
       let fresh = [];
       if (key) {
         const w = await api(`/approvals/${enc(id)}`);
-        if (mine !== asked) { shownWaiting = ""; return; }
+        // a newer refresh draws them: it found `shownWaiting` not yet moved to this version
+        if (mine !== asked) return;
         fresh = w.calls.map((call) => callCard(id, call, () => refresh()));
       }
+      shownWaiting = key;
       const listed = new Set(fresh.map((card) => card.dataset.call));
       const decided = [...waiting.querySelectorAll("article.call.done")]
         .filter((card) => !listed.has(card.dataset.call));
