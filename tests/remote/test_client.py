@@ -18,7 +18,7 @@ from typing import Any
 
 import httpx
 import pytest
-from tickwork.fsm.errors import ConfigurationError
+from tickwork.fsm.errors import ConfigurationError, SessionFinished
 from tickwork.fsm.values import Status
 
 from tests.e2e.conftest import Cli
@@ -122,8 +122,9 @@ def test_submit_get_list_wait_events_and_timeline(remote: Remote, mode: str) -> 
     view = alice.timeline(session_id)
     assert view["head"]["id"] == session_id and view["forks"] == [] and view["lease"] is None
     assert view["steps"][0]["calls"][0]["observation"]["content"] == "hi"
-    with pytest.raises(TimeoutError, match="still completed after"):
-        alice.wait(session_id, until=[Status.FAILED], timeout=0.2, poll=0.05)
+    # a finished session never reaches another status: said at once, not polled to the end
+    with pytest.raises(SessionFinished, match="it is completed and will never be failed"):
+        alice.wait(session_id, until=[Status.FAILED], timeout=30, poll=0.05)
 
 
 def test_decide_each_way_then_fork_and_cancel(remote: Remote, mode: str) -> None:

@@ -22,9 +22,9 @@ from tickwork.api import bodies
 from tickwork.api.answers import Listed, ListedArchived
 from tickwork.api.bodies import Closing
 from tickwork.api.inputs import RepairInput
-from tickwork.fsm.errors import InvalidInput
+from tickwork.fsm.errors import InvalidInput, SessionFinished
 from tickwork.fsm.values import DecisionKind, ErrorCode, Event, Head, Status
-from tickwork.parsing import statuses, still
+from tickwork.parsing import ended_otherwise, statuses, still
 from tickwork.remote.errors import RemoteError
 from tickwork.store.dead_letters import DeadLetter
 
@@ -261,13 +261,16 @@ def wait(
     poll: float = 0.5,
 ) -> Plan[Listed]:
     """Poll the session until its status is one of `until` [default: any terminal one];
-    TimeoutError after `timeout` seconds."""
+    SessionFinished at once for one finished in another status (as the local client's
+    `wait`), TimeoutError after `timeout` seconds."""
     wanted = set(statuses(until, what="until"))
     started = time.monotonic()
     while True:
         head = yield from get(session_id)
         if head.status in wanted or (not wanted and head.status.terminal):
             return head
+        if head.status.terminal:
+            raise SessionFinished(ended_otherwise(session_id, head.status, wanted))
         if timeout is not None and time.monotonic() - started >= timeout:
             raise TimeoutError(
                 still(session_id, head.status, wanted, timeout, by_default="a terminal status")
