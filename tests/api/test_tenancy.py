@@ -601,7 +601,7 @@ def test_id_prefix_lists_the_sessions_the_caller_sees_starting_with_it(world: Wo
     """`GET /api/v1/sessions?id_prefix=` (what a remote client resolves a start of an id
     with) holds only the sessions the token sees, as every listing: another tenant's or
     submitter's id is not said, even by its start."""
-    start = uuid.uuid4().hex[:8]
+    start = f"id{uuid.uuid4().hex[:6]}"  # letters in it: its upper case is another start
     made = {}
     for who, tenant in (("ann", "team-a"), ("amy", "team-a"), ("bob", "team-b")):
         made[who] = f"{start}-{uuid.uuid4().hex[:6]}"
