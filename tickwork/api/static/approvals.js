@@ -34,6 +34,7 @@ export function callCard(sessionId, call, onDecided) {
         method: "POST",
         body: { kind, fingerprint: call.fingerprint, comment: comment.value, ...extra },
       });
+      decisions += 1;
       const verb = { approve: "Approved", edit: "Edited", reject: "Rejected",
                      provide_output: "Gave the output of" }[kind];
       card.classList.remove("open");
@@ -144,6 +145,10 @@ export function waitingCard(waiting, onDecided) {
 // decision's outcome away before it is read (they go when the view is left). A session
 // listed again has them moved into its fresh section, before what its next call is about:
 // a card moved keeps being the element it was (core.js redraw)
+// decisions made on this page: a reload read before one lists its call as waiting still,
+// and would draw it undecided over the card that says its outcome
+let decisions = 0;
+
 function keepDecided(into, fresh) {
   const listed = new Map(fresh.filter((node) => node.dataset && node.dataset.session)
     .map((node) => [node.dataset.session, node]));
@@ -174,8 +179,10 @@ export async function approvalsView(view) {
       el("button", { type: "button", id: "refresh", onclick: () => load() }, "Refresh")),
     list);
   async function load({ unlessDeciding = false } = {}) {
+    const before = decisions;
     const waiting = await api("/approvals");
     if (unlessDeciding && deciding()) return; // typed while the reload was on its way
+    if (before !== decisions) return; // read before a decision: the next reload draws it
     count.textContent = `(${waiting.length})`;
     // a card that did not change stays the element it was: a click on it lands (core.js)
     redraw(list, keepDecided(list, waiting.length
