@@ -15,7 +15,6 @@ from __future__ import annotations
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -114,8 +113,9 @@ def had_environment(head: Head) -> bool:
     """Whether the session's commands ran with its environment (built by its `setup`,
     mounted at /env), which installed the project, rather than with none (TICKWORK_SANDBOX=
     none, `--setup none`), where the working copy's src/ came first on their PYTHONPATH."""
-    record = head.result.get("environment")
-    return isinstance(record, Mapping) and record.get("status") == "ready"
+    from tickwork.worker.files.environments import ready
+
+    return ready(head.result.get("environment"))
 
 
 def _write_changes(client: Tickwork, head: Head, copy: Path) -> None:

@@ -236,10 +236,16 @@ def local(rt: Runtime, key: str) -> Path:
     return target
 
 
+def ready(record: object) -> bool:
+    """Whether a session's environment record (its result's `environment`) is one built and
+    ready, which its commands mount at /env and which installed the project."""
+    return isinstance(record, Mapping) and record.get("status") == EnvStatus.READY
+
+
 def mounted(rt: Runtime, head: Head) -> Path | None:
     """The environment the session's commands mount at /env on this host, if it has one."""
     record = head.result.get("environment")
-    if not isinstance(record, Mapping) or record.get("status") != "ready" or not record.get("key"):
+    if not ready(record) or not record.get("key"):
         return None
     return local(rt, str(record["key"]))
 

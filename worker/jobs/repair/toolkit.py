@@ -26,7 +26,7 @@ from tickwork.fsm.outcomes import (
     why_tests_did_not_run,
 )
 from tickwork.worker.config.settings import load_settings
-from tickwork.worker.files import imports, versions
+from tickwork.worker.files import environments, imports, versions
 from tickwork.worker.sandbox import quota
 from tickwork.worker.sandbox.egress import offline_note, policy_for
 from tickwork.worker.sandbox.runner import (
@@ -432,8 +432,7 @@ def why_not_run(
     if why is None and root is not None and "-packages/" in output:
         found = imports.installed_copy(output, imports.packages(root))
         if found is not None:
-            mounted = bool(environment) and (environment or {}).get("status") == "ready"
-            return imports.installed_copy_note(*found, environment=mounted)
+            return imports.installed_copy_note(*found, environment=environments.ready(environment))
     return why
 
 
