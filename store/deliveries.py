@@ -23,7 +23,7 @@ from sqlalchemy import Engine, and_, exists, func, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
 from tickwork.fsm.values import EventKind, Status
 from tickwork.store.edge import guarded
-from tickwork.store.schema import MOVED_ON, deliveries, events, sessions
+from tickwork.store.schema import GIVEN_UP_SQL, MOVED_ON, deliveries, events, sessions
 
 WAITING = Status.WAITING_APPROVAL.value
 REQUESTED = EventKind.APPROVAL_REQUESTED.value
@@ -256,12 +256,8 @@ class GivenUp:
 
 def _given_up(session_ids: Sequence[str] | None) -> Any:
     """The WHERE of the cards given up (of `session_ids` only, if given)."""
-    terms: list[Any] = [
-        deliveries.c.delivered_at.is_(None),
-        deliveries.c.next_attempt_at.is_(None),
-        # as the index's predicate has it (a bound parameter would not use the index)
-        text(f"tickwork_deliveries.last_error <> '{MOVED_ON}'"),
-    ]
+    # the index's own predicate, as literal SQL (a bound parameter would not use the index)
+    terms: list[Any] = [text(GIVEN_UP_SQL)]
     if session_ids is not None:
         terms.append(events.c.session_id.in_(list(session_ids)))
     return and_(*terms)
