@@ -29,8 +29,7 @@ def dollars(value: float, *, up: bool = False) -> str:
     if not exact:
         return "0"
     if exact >= Decimal("0.01"):
-        step = Decimal("0.0001")
-        shown = (exact / step).to_integral_value(ROUND_CEILING if up else ROUND_HALF_UP) * step
+        shown = _to_step(exact, Decimal("0.0001"), up=up)
     else:
         shown = two_digits(value, up=up)
     if shown == shown.to_integral_value():
@@ -46,5 +45,9 @@ def two_digits(value: float, *, up: bool = False) -> Decimal:
     exact = Decimal(repr(float(value)))
     if not exact:
         return exact
-    step = Decimal(1).scaleb(exact.adjusted() - 1)
+    return _to_step(exact, Decimal(1).scaleb(exact.adjusted() - 1), up=up)
+
+
+def _to_step(exact: Decimal, step: Decimal, *, up: bool) -> Decimal:
+    """`exact` to a whole number of `step`s, rounded half up, or up (`up`)."""
     return (exact / step).to_integral_value(ROUND_CEILING if up else ROUND_HALF_UP) * step
