@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -988,13 +989,18 @@ def test_ls_archived_lists_the_archived_sessions_with_a_server_as_locally(
     lists them from the server's `GET /sessions?archived=true`, as locally."""
     from tickwork.store.retention import Policy, archive_pass
 
-    from tickwork.testing.store_ticks import Clock, new_session, reply, think
+    from tickwork.testing.store_ticks import LEASE_S, Clock, new_session, reply, think_change
 
     client, clock = remote.deployment.client, Clock()
     store = client.store
     session_id = f"archived-{cli.mode}-{uuid.uuid4().hex[:8]}"
     store.create(new_session(session_id, now=clock()), now=clock())
-    assert think(store, session_id, reply(content="done"), now=clock()).status.terminal
+    # the lease by the wall clock: the server's relay revived a lease taken by the test's
+    # clock (long expired) between the claim and the save, and the save was refused
+    claimed = store.claim(session_id, 0, owner="worker-1", now=datetime.now(UTC), lease_s=LEASE_S)
+    assert claimed is not None
+    done = think_change(claimed, reply(content="done"), now=clock())
+    assert store.save(done, version=0, owner="worker-1", now=clock()).status.terminal
     # completed long ago (by this clock): the pass archives it, and no other test's session
     archive_pass(
         store.engine, store.load, client.archive, Policy(completed_s=60), now=clock.advance(61)
