@@ -273,6 +273,37 @@ def given_up(
         return [GivenUp(**row) for row in conn.execute(query).mappings()]
 
 
+@dataclass(frozen=True)
+class Pending(GivenUp):
+    """A card a dispatcher is to try (again) at `next_attempt_at`: one whose receiver
+    failed and that has attempts left, one put back by `send_again`, or one taken by a
+    dispatcher now (held ahead while it posts it)."""
+
+    next_attempt_at: datetime | None = None
+
+
+def pending(
+    engine: Engine, *, limit: int, session_ids: Sequence[str] | None = None
+) -> list[Pending]:
+    """The `limit` cards due soonest, soonest first (of `session_ids` only, if given): the
+    cards put back or retried that no dispatcher has delivered yet. A card no dispatcher
+    has taken yet has no delivery and is not among them."""
+    terms: list[Any] = [
+        # the terms of the index `ix_tickwork_deliveries_due`, as literal SQL (see above)
+        text("delivered_at IS NULL AND next_attempt_at IS NOT NULL")
+    ]
+    if session_ids is not None:
+        terms.append(events.c.session_id.in_(list(session_ids)))
+    query = (
+        _cards(deliveries.c.next_attempt_at)
+        .where(and_(*terms))
+        .order_by(deliveries.c.next_attempt_at, events.c.id)
+        .limit(limit)
+    )
+    with engine.connect() as conn:
+        return [Pending(**row) for row in conn.execute(query).mappings()]
+
+
 def _cards(*more: Any) -> Any:
     """The cards' deliveries as `GivenUp` reads them (their session's tenant, if it is
     still there), and the columns `more`."""
@@ -385,3 +416,6 @@ class Cards:
         self, *, now: datetime, session_ids: Sequence[str] | None = None
     ) -> list[GivenUp]:
         return send_again(self.engine, now=now, session_ids=session_ids)
+
+    def pending(self, *, session_ids: Sequence[str] | None = None, limit: int) -> list[Pending]:
+        return pending(self.engine, session_ids=session_ids, limit=limit)

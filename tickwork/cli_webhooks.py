@@ -1,9 +1,10 @@
-"""`tickwork webhooks ls|resend`: the webhook cards given up, and sending them again once
-their receiver answers (docs/WEBHOOKS.md; the runbook's "Webhook cards are not delivered")."""
+"""`tickwork webhooks ls|resend`: the webhook cards given up (or, `ls --pending`, those still
+to be sent), and sending them again once their receiver answers (docs/WEBHOOKS.md; the
+runbook's "Webhook cards are not delivered")."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -14,11 +15,14 @@ from . import options, render, views
 from .context import Context
 
 if TYPE_CHECKING:
-    from tickwork.store.deliveries import GivenUp
+    from tickwork.store.deliveries import GivenUp, Pending
     from tickwork.worker.config.settings import WebhookSettings
 
 #: the most cards `webhooks ls` lists (the oldest first)
 SHOWN = 1000
+#: how long past its next attempt a card may wait before `ls --pending` says that no worker
+#: seems to send cards (a dispatcher's pass comes every few seconds while webhooks are on)
+OVERDUE_S = 60.0
 
 Sessions = Annotated[
     list[str] | None,
@@ -41,12 +45,25 @@ def register(app: typer.Typer) -> None:
     app.add_typer(group, name="webhooks")
 
 
-def list_given_up(sessions: Sessions = None, json_output: options.Json = False) -> None:
+def list_given_up(
+    sessions: Sessions = None,
+    pending: Annotated[
+        bool,
+        typer.Option(
+            "--pending",
+            help="The cards still to be sent instead: retried after a failure, or put back "
+            "by `resend`; soonest first, with when.",
+        ),
+    ] = False,
+    json_output: options.Json = False,
+) -> None:
     """List the webhook cards no worker tries any more, oldest first, with why: their
     attempts spent (TICKWORK_WEBHOOK_ATTEMPTS) or refused by the receiver (a 4xx, or a
     301 or 308 redirect). Cards whose session moved on before they went out are not listed:
-    they are not to be sent."""
+    they are not to be sent. With --pending, the cards the workers are still to send."""
     ids = _checked(sessions)
+    if pending:
+        return _list_pending(ids, json_output=json_output)
     with Context() as ctx:
         ids = _named(ctx, ids)
         cards = ctx.store.cards.given_up(session_ids=ids, limit=SHOWN + 1)
@@ -62,6 +79,35 @@ def list_given_up(sessions: Sessions = None, json_output: options.Json = False) 
         json_output=json_output,
         none=f"no webhook card{_of(ids)} was given up",
     )
+
+
+def _list_pending(ids: list[str] | None, *, json_output: bool) -> None:
+    """`webhooks ls --pending`: the cards due soonest first, and, for a card long past its
+    next attempt, that no worker seems to send cards (what to check)."""
+    with Context() as ctx:
+        ids = _named(ctx, ids)
+        cards = ctx.store.cards.pending(session_ids=ids, limit=SHOWN + 1)
+    if len(cards) > SHOWN:
+        cards = cards[:SHOWN]
+        render.note(
+            f"more than {SHOWN:,} cards are to be sent: the {SHOWN:,} due soonest are listed"
+        )
+    render.listing(
+        [_pending_view(c) for c in cards],
+        _pending_table,
+        json_output=json_output,
+        none=f"no webhook card{_of(ids)} is waiting to be sent",
+    )
+    late = datetime.now(UTC) - timedelta(seconds=OVERDUE_S)
+    overdue = [c for c in cards if c.next_attempt_at and c.next_attempt_at < late]
+    if overdue:
+        since = render.when(views.date(overdue[0].next_attempt_at))
+        render.note(
+            f"{len(overdue):,} card{'s' if len(overdue) != 1 else ''} due since {since} or "
+            "later not sent yet: no worker seems to send cards; check that the workers run "
+            "with TICKWORK_WEBHOOK_URL set and the card's kind in TICKWORK_WEBHOOK_EVENTS "
+            "(`tickwork config` there shows the settings in force)"
+        )
 
 
 def resend(
@@ -174,6 +220,26 @@ def _view(card: GivenUp) -> dict[str, Any]:
         "last_error": card.last_error,
         "at": views.date(card.at),
     }
+
+
+def _pending_view(card: Pending) -> dict[str, Any]:
+    return {**_view(card), "next_attempt_at": views.date(card.next_attempt_at)}
+
+
+def _pending_table(rows: list[dict[str, Any]]) -> Any:
+    table = render.listing_table("webhook cards to be sent, soonest first")
+    for name in ("CARD", "KIND", "TENANT", "ATTEMPTS", "NEXT ATTEMPT", "LAST ERROR"):
+        table.add_column(name, no_wrap=name != "LAST ERROR")
+    for row in rows:
+        table.add_row(
+            row["card"],
+            row["kind"],
+            row["tenant"],
+            str(row["attempts"]),
+            render.when(row["next_attempt_at"]),
+            row["last_error"],
+        )
+    return table
 
 
 def _table(rows: list[dict[str, Any]]) -> Any:

@@ -10,7 +10,7 @@ import os
 import re
 import threading
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -260,6 +260,48 @@ def test_resend_with_webhooks_off_here_says_what_it_knows(
         "send it at their next pass if theirs names approval_requested"
     ) in finished_only.stdout
     assert "add approval_requested to TICKWORK_WEBHOOK_EVENTS" in finished_only.stderr
+
+
+def test_ls_pending_lists_the_cards_still_to_be_sent_and_says_when_none_goes_out(
+    ticks: Ticks, tmp_path: Path
+) -> None:
+    """A card put back by `resend` (or retried after a failure) is no longer given up, so
+    `webhooks ls` did not list it, and nothing listed it while no worker sent it (webhooks
+    off on the workers): `ls --pending` lists the cards still to be sent, soonest first,
+    with their next attempt and last error, and says when one is long overdue."""
+    receiver = Receiver([404, 503])
+    cli = cli_of(ticks, tmp_path)
+    try:
+        refused, retried = waiting(ticks), waiting(ticks)
+        assert cli.inline("webhooks", "ls", "--pending").stdout == (
+            "no webhook card is waiting to be sent\n"
+        )
+        retry_later = hooks(receiver, webhook_backoff_s=600.0)
+        assert dispatch_once(ticks.rt, retry_later) == Dispatched(failed=1, retried=1)
+    finally:
+        receiver.close()
+    assert cli.inline("webhooks", "resend", refused, ok=False).code == 0
+    listed = cli.inline("webhooks", "ls", "--pending", "--json").json()
+    assert [(r["session_id"], r["attempts"], r["last_error"]) for r in listed] == [
+        (refused, 0, ""),  # put back: due now, its attempts anew
+        (retried, 1, "HTTP 503"),  # due 10 minutes after its failure
+    ], listed
+    assert all(r["next_attempt_at"].endswith("Z") for r in listed), listed
+    assert cli.inline("webhooks", "ls").stdout == "no webhook card was given up\n"
+    shown = cli.inline("webhooks", "ls", "--pending", refused[:8], COLUMNS="200")
+    assert f"{refused}:" in shown.stdout and retried not in shown.stdout
+    assert "NEXT ATTEMPT" in shown.stdout and "no worker seems" not in shown.stderr
+
+    # an hour later no worker has sent it (no TICKWORK_WEBHOOK_URL on them): said so
+    with ticks.store.engine.begin() as conn:
+        conn.execute(
+            deliveries.deliveries.update().values(
+                next_attempt_at=datetime.now(UTC) - timedelta(hours=1)
+            )
+        )
+    late = cli.inline("webhooks", "ls", "--pending", ok=False)
+    assert "2 cards due since" in late.stderr and "no worker seems to send cards" in late.stderr
+    assert "TICKWORK_WEBHOOK_URL" in late.stderr
 
 
 def test_resend_names_what_to_send(ticks: Ticks, tmp_path: Path) -> None:
