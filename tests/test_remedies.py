@@ -175,3 +175,24 @@ def _stopped_before(ahead: NextCall, **used: Any) -> str:
     stop = exhausted_budget(head, now=at, next_call=ahead)
     assert stop is not None and PROMPT_AHEAD.split("{shown}")[0] in stop.message, stop
     return stop.message
+
+
+def test_a_budget_nearly_spent_beside_the_one_run_out_is_raised_with_it() -> None:
+    """A session out of steps with 90% of its tokens spent: the proposed fork doubled its
+    steps only, and stopped on its tokens one step later. Each other budget the session
+    used more than half of is raised to twice its use, so the fork may run as long again;
+    one used less than half is left as it was."""
+    view = letter("BUDGET_STEPS", step=20, max_steps=20, max_tokens=10_000, max_cost_usd=1.0)
+    view["session"]["head"].update({"tokens": 9_000, "cost_usd": 0.12})
+    assert fork_budgets(view) == {"max_steps": 40, "max_tokens": 18_000}
+    [fork, *_] = remedies(view)
+    assert fork.startswith("tickwork dlq fork 7 --from-step 20 --max-steps 40 --max-tokens 18000 ")
+    assert "--max-tokens twice what steps 1..20 used, more than half of the budget" in fork
+
+    deadline = letter("DEADLINE", step=30, deadline_s=60.0, max_cost_usd=0.5)
+    deadline["session"]["head"].update({"cost_usd": 0.4012})
+    # 30 steps of 50: a fork of 30 more would run out of steps too
+    assert fork_budgets(deadline) == {"deadline_s": 120.0, "max_steps": 60, "max_cost_usd": 0.81}
+    assert remedies(deadline)[0].startswith(
+        "tickwork dlq fork 7 --from-step 30 --deadline 120 --max-steps 60 --max-cost-usd 0.81 "
+    )

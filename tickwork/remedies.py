@@ -19,6 +19,9 @@ _RAISED = {
     "DEADLINE": ("--deadline", "deadline_s"),
 }
 
+#: a budget field's fork option
+_OPTION = {name: option for option, name in _RAISED.values()}
+
 
 def remedies(letter: Mapping[str, Any]) -> list[str]:
     """The commands that deal with the open dead letter `letter` (its view, with its
@@ -43,7 +46,17 @@ def remedies(letter: Mapping[str, Any]) -> list[str]:
             if doubled
             else f"what steps 1..{step} used and the next model call's prompt needs"
         )
-        said.append(f"{fork} {step} {option} {plain(raised[field])}  (twice {what}; {counts})")
+        along = {name: value for name, value in raised.items() if name != field}
+        more = "".join(f" {_OPTION[name]} {plain(value)}" for name, value in along.items())
+        also = (
+            f"; {', '.join(_OPTION[name] for name in along)} twice what steps 1..{step} used"
+            ", more than half of the budget, so that the fork may run as long again"
+            if along
+            else ""
+        )
+        said.append(
+            f"{fork} {step} {option} {plain(raised[field])}{more}  (twice {what}; {counts}{also})"
+        )
     elif code == "BUDGET_COST" and OVER_THE_WHOLE_QUOTA in letter["message"]:
         # the next call's prompt alone is over the day quota: no next day has room for it
         tenant = head.get("tenant") or "its tenant"
@@ -101,8 +114,34 @@ def fork_budgets(letter: Mapping[str, Any]) -> dict[str, float]:
         return {}
     needed = _needed(field, head, letter)
     if needed <= budget:
-        return {field: budget * 2}
-    return {field: needed * 2 if field == "max_tokens" else float(two_digits(needed * 2, up=True))}
+        raised: dict[str, float] = {field: budget * 2}
+    else:
+        raised = {field: needed * 2 if field == "max_tokens" else _dollars_up(needed * 2)}
+    return raised | _along(field, head)
+
+
+#: the budgets the kept steps count against, each with what the session used of it
+_USED = (("max_steps", "step"), ("max_tokens", "tokens"), ("max_cost_usd", "cost_usd"))
+
+
+def _along(field: str, head: Mapping[str, Any]) -> dict[str, float]:
+    """The session's other budgets (than `field`, the one it ran out of) that a fork given
+    room to run as long again would run out of next: each one of which the session used
+    more than half, raised to twice that use (a fork of a session out of steps with 90% of
+    its tokens spent stopped at once on its tokens)."""
+    budgets = head.get("budgets") or {}
+    raised: dict[str, float] = {}
+    for name, used_at in _USED:
+        limit, used = budgets.get(name), _number(head.get(used_at))
+        if name == field or isinstance(limit, bool) or not isinstance(limit, int | float):
+            continue
+        if limit > 0 and used * 2 > limit:
+            raised[name] = _dollars_up(used * 2) if name == "max_cost_usd" else int(used) * 2
+    return raised
+
+
+def _dollars_up(amount: float) -> float:
+    return float(two_digits(amount, up=True))
 
 
 #: the next call's prompt as the runtime estimated it in stopping the session, in the

@@ -67,7 +67,7 @@ export function forkForm({ head: known, steps, step, path, title, extra, propose
       : { type: "number", min: 0, inputmode: "numeric", step: name === "max_cost_usd" ? "0.01" : 1,
           placeholder: of(head.budgets || {}) ?? ORIGINAL }),
     [name === "deadline_s" ? "Seconds, or 30m, 2h, 1d, from the fork." : null,
-     name in (proposed || {}) ? "Twice the budget the session ran out of, proposed." : null]
+     name in (proposed || {}) ? "Proposed: room for the fork to run as long again as the session did." : null]
       .filter(Boolean).join(" ") || null)]));
   for (const [name, value] of Object.entries(proposed || {})) {
     if (budgets[name]) budgets[name].input.value = name === "deadline_s" ? `${value}s` : String(value);
