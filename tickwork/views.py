@@ -3,11 +3,13 @@ what the Rich renderer draws, so both always show the same facts."""
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import sys
+from collections.abc import Callable
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tickwork.fsm.approvals import as_edited
 from tickwork.fsm.values import utc_date
@@ -16,6 +18,7 @@ if TYPE_CHECKING:
     from tickwork.fsm.values import Event, Head, Session, ToolCall
     from tickwork.store.archived import Entry
     from tickwork.store.dead_letters import DeadLetter
+    from tickwork.worker.tools.registry import ChildResult
 
 
 #: what a terminal or an editor would obey in a session's text (a command's output, a
@@ -290,4 +293,51 @@ def job(value: Head) -> dict[str, str] | None:
         "source": describe(config["source"]),
         "goal": str(config.get("goal") or ""),
         "test_command": str(config.get("test_command") or ""),
+    }
+
+
+class Previewing(Protocol):
+    """What `waiting_view` reads previews through: the local client (`tickwork.reads.Reads`)."""
+
+    def file_reader(self, head: Head) -> Callable[[str], bytes | None] | None: ...
+
+    def children(self, head: Head) -> list[ChildResult]: ...
+
+
+def waiting_view(
+    value: Session, client: Previewing | None = None, *, previewed: bool = True
+) -> dict[str, Any]:
+    """A waiting session for the approvals page (`GET /approvals/{id}`, the clients'
+    `waiting`): its calls with previews (read from the session's stored files, and its
+    children's patches; None for each unless `previewed`, or without a `client`)."""
+    from tickwork.api import previews
+    from tickwork.fsm.values import EventKind
+
+    current = value.head
+    read = None if client is None else client.file_reader(current)
+    children = None if client is None else functools.partial(client.children, current)
+    view = session(value)
+    asked = [e.at for e in value.events if e.kind is EventKind.APPROVAL_REQUESTED]
+    calls, thought = [], ""
+    for step in view["steps"]:
+        for call in step["calls"]:
+            if call["call_id"] in current.awaiting:
+                found = value.call(call["call_id"])
+                decided = value.decision(call["call_id"])  # an in-doubt call's edit
+                call["preview"] = (
+                    previews.preview(found, read, children, decided)
+                    if found is not None and previewed
+                    else None
+                )
+                calls.append(call)
+                thought = step["thought"]
+    return {
+        "session": head(current),
+        # a child's approval names the root of its tree (docs/DESIGN.md section 16)
+        "root": current.root_id,
+        "job": job(current),
+        "thought": thought,
+        "calls": calls,
+        # null once it waits for nobody: its last request is history, not a wait
+        "waiting_since": date(asked[-1]) if asked and current.awaiting else None,
     }

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 from datetime import UTC, datetime
 from typing import Annotated, Any
 from urllib.parse import quote
@@ -19,8 +18,9 @@ from tickwork.fsm.people import MAX_NAME, NAME_PATTERN
 from tickwork.fsm.tenants import TENANT_PATTERN
 from tickwork.fsm.values import ErrorCode, EventKind, Head, Session, Status
 from tickwork.parsing import ID_CHARS_SAID, ID_PREFIX_PATTERN, MAX_SESSION_ID, MIN_ID_PREFIX
+from tickwork.views import waiting_view
 
-from . import bodies, previews, retries
+from . import bodies, retries
 from .answers import EventPage, Identity, Listed, ListedArchived, SessionView
 from .auth import Approver, Caller, Canceller, Operator, Reader, Submitter
 from .errors import ApiError, documented
@@ -531,38 +531,3 @@ def approval(
 ) -> dict[str, Any]:
     seen_head(client, who, session_id, archived=False)
     return waiting_view(client.load(session_id), client, previewed=preview)
-
-
-def waiting_view(
-    session: Session, client: Tickwork | None = None, *, previewed: bool = True
-) -> dict[str, Any]:
-    """A waiting session for the approvals page: its calls with previews (read from the
-    session's stored files, and its children's patches; None for each unless
-    `previewed`)."""
-    head = session.head
-    read = None if client is None else client.file_reader(head)
-    children = None if client is None else functools.partial(client.children, head)
-    view = views.session(session)
-    asked = [e.at for e in session.events if e.kind is EventKind.APPROVAL_REQUESTED]
-    calls, thought = [], ""
-    for step in view["steps"]:
-        for call in step["calls"]:
-            if call["call_id"] in head.awaiting:
-                found = session.call(call["call_id"])
-                shown = found is not None and previewed
-                decided = session.decision(call["call_id"])  # an in-doubt call's edit
-                call["preview"] = (
-                    previews.preview(found, read, children, decided) if shown else None
-                )
-                calls.append(call)
-                thought = step["thought"]
-    return {
-        "session": views.head(head),
-        # a child's approval names the root of its tree (docs/DESIGN.md section 16)
-        "root": head.root_id,
-        "job": views.job(head),
-        "thought": thought,
-        "calls": calls,
-        # null once it waits for nobody: its last request is history, not a wait
-        "waiting_since": views.date(asked[-1]) if asked and head.awaiting else None,
-    }

@@ -10,10 +10,11 @@ with Client("http://tickwork.internal:8000", token="...") as tw:
 from __future__ import annotations
 
 from tickwork.api.inputs import RepairInput
+from tickwork.events import EventPage, Streamed
 
 from .client import AsyncClient, Client
 from .errors import RemoteError, ServerUnreachable
-from .plans import EventPage, Identity, Streamed
+from .plans import Identity
 
 __all__ = [
     "AsyncClient",

@@ -19,11 +19,12 @@ from typing import Any, Concatenate, ParamSpec, Self, TypeVar
 
 import httpx
 
+from tickwork.events import Streamed
 from tickwork.fsm.errors import ConfigurationError
 
 from . import ids, plans
 from .errors import RemoteError, error_of, unreachable
-from .plans import Call, Plan, Sleep, Streamed
+from .plans import Call, Plan, Sleep
 from .stream import Follow
 
 P = ParamSpec("P")

@@ -22,8 +22,9 @@ from tickwork.api import bodies
 from tickwork.api.answers import Listed, ListedArchived
 from tickwork.api.bodies import Closing
 from tickwork.api.inputs import RepairInput
+from tickwork.events import EventPage, Streamed
 from tickwork.fsm.errors import InvalidInput, SessionFinished
-from tickwork.fsm.values import DecisionKind, ErrorCode, Event, Head, Status
+from tickwork.fsm.values import DecisionKind, ErrorCode, Head, Status
 from tickwork.parsing import ended_otherwise, statuses, still
 from tickwork.remote.errors import RemoteError
 from tickwork.store.dead_letters import DeadLetter
@@ -63,33 +64,6 @@ class Identity:
 
     name: str
     roles: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class Streamed:
-    """One frame of a session's event stream: an event (`kind` one of `EventKind`, `data`
-    its JSON view with `id`, `kind`, `at`, `data`) or the closing `end` (`data`: the
-    session's final `status` and `last_id`)."""
-
-    id: int
-    kind: str
-    data: dict[str, Any]
-
-    @property
-    def event(self) -> Event | None:
-        """The event as the store's value; None for `end`."""
-        if self.kind == "end":
-            return None
-        return Event.model_validate({k: v for k, v in self.data.items() if k != "id"})
-
-
-@dataclass(frozen=True)
-class EventPage:
-    """A page of events after an id, with the session's status when it was read."""
-
-    status: Status
-    events: tuple[Streamed, ...]
-    last_id: int
 
 
 def model(kind: type[M], data: Any) -> M:
@@ -604,3 +578,4 @@ def resolve_dead_letter(key: str | int, reason: str) -> Plan[DeadLetter]:
 def dismiss_dead_letter(key: str | int, reason: str) -> Plan[DeadLetter]:
     """Dismiss the dead letter: nothing is to be done."""
     return (yield from _close(key, "dismiss", reason))
+

@@ -14,8 +14,10 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from tickwork.events import Streamed
+
 from .errors import GATEWAY_STATUSES, RemoteError, error_of, unreachable
-from .plans import Streamed, _path
+from .plans import _path
 
 
 @dataclass
