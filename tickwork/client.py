@@ -1,6 +1,9 @@
 """The Python client API, `tickwork.Tickwork`: one handle on a deployment that reads
-(`tickwork.reads.Reads`: sessions, files, patches, dead letters) and writes
-(`tickwork.writes.Writes`: submit, decide, cancel, fork, close dead letters).
+(`tickwork.reads.Reads`: sessions, their timelines, events and waiting calls, files,
+patches, dead letters) and writes (`tickwork.writes.Writes`: submit, decide, cancel, fork,
+fork and close dead letters). Its methods are the remote client's (`tickwork.remote.Client`)
+by name, parameters and meaning, but for what only one of them can do
+(tests/test_client_parity.py and docs/PYTHON.md list those, with why).
 
 A method of one session takes its whole id or a unique start of it (6 characters or more),
 as the CLI and the remote client take one (`Reads.session_id`), with the CLI's refusals: too
@@ -36,6 +39,20 @@ def _named(op: Callable[Concatenate[Any, str, P], R]) -> Callable[Concatenate[An
     return resolving
 
 
+def _lettered(
+    op: Callable[Concatenate[Any, int | str, P], R],
+) -> Callable[Concatenate[Any, int | str, P], R]:
+    """The operation `op` of one dead letter (its first parameter the letter's number or its
+    session's id), taking the letter as `dead_letter` does: by a start of the session's id
+    as well."""
+
+    @functools.wraps(op)
+    def resolving(self: Tickwork, key: int | str, *args: P.args, **kwargs: P.kwargs) -> R:
+        return op(self, self._letter(key), *args, **kwargs)
+
+    return resolving
+
+
 class Tickwork(Reads, Writes):
     """One handle on a tickwork deployment, configured from settings: everything `Reads`
     and `Writes` offer, on one store and one Celery app (made on first publish). A method
@@ -58,6 +75,9 @@ class Tickwork(Reads, Writes):
     load = _named(Reads.load)
     wait = _named(Reads.wait)
     tree = _named(Reads.tree)
+    timeline = _named(Reads.timeline)
+    events = _named(Reads.events)
+    waiting = _named(Reads.waiting)
     forks = _named(Reads.forks)
     patch = _named(Reads.patch)
     bundle = _named(Reads.bundle)
@@ -74,13 +94,14 @@ class Tickwork(Reads, Writes):
             return self.find_dead_letter(key)
         return super().dead_letter(key)
 
-    def close_dead_letter(
-        self, key: int | str, *, state: dl.Closing | str, by: str, reason: str
-    ) -> dl.DeadLetter:
-        """Resolve or dismiss a dead letter, named as `dead_letter` takes one."""
-        if isinstance(key, str) and self.id_starts:
-            key = self.find_dead_letter(key).id
-        return super().close_dead_letter(key, state=state, by=by, reason=reason)
+    # resolve_dead_letter and dismiss_dead_letter close through close_dead_letter
+    close_dead_letter = _lettered(Writes.close_dead_letter)
+    fork_dead_letter = _lettered(Writes.fork_dead_letter)
+
+    def _letter(self, key: int | str) -> int | str:
+        """The dead letter's number for a key that may name it by a start of its session's
+        id (as `tickwork dlq` takes one); a key as given for `WholeIds`."""
+        return self.find_dead_letter(key).id if isinstance(key, str) and self.id_starts else key
 
 
 class WholeIds(Tickwork):

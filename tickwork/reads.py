@@ -7,11 +7,17 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable, Iterable
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from tickwork.fsm.errors import NoPatch, SessionFinished, SessionNotFound
+from tickwork.fsm.errors import (
+    InvalidInput,
+    NoPatch,
+    SessionArchived,
+    SessionFinished,
+    SessionNotFound,
+)
 from tickwork.fsm.values import Head, Session, Status
 from tickwork.store import dead_letters as dl
 from tickwork.store.archived import saved_of
@@ -21,6 +27,7 @@ from tickwork.worker.tools.registry import ChildResult, child_results
 from . import views
 from .bundles import write_bundle
 from .deployment import Deployment
+from .events import EventPage, Streamed
 from .parsing import (
     MIN_ID_PREFIX,
     NO_START,
@@ -125,6 +132,63 @@ class Reads(Deployment):
         if not below:
             return None
         return views.tree(root, below)
+
+    def timeline(self, session_id: str) -> dict[str, Any]:
+        """A live session as a timeline: the document `tickwork show --json` prints and the
+        API serves at `GET /sessions/{id}` (`views.session`: head, steps with calls,
+        observations and decisions, totals, events; with who holds its `lease`, its
+        `forks` and the `tree` it belongs to). An archived session is SessionArchived (a
+        SessionNotFound), as the API's; `archived(session_id)` reads one back."""
+        view = views.session(self._live(session_id))
+        view["lease"] = views.lease(self.store.lease(session_id), now=datetime.now(UTC))
+        view["forks"] = views.forks(self.forks(session_id))
+        view["tree"] = self.tree(session_id)
+        return view
+
+    def events(self, session_id: str, *, after: int = 0, limit: int = 1000) -> EventPage:
+        """A page of a live session's events after event id `after` (at most `limit`), with
+        its status when read: the API's `GET /sessions/{id}/events`, as the same
+        `EventPage` the remote client's `events` gives. `last_id` is the last event's id,
+        or `after` when there is none; pass it as `after` for the next page. An archived
+        session is SessionArchived, as for `timeline`."""
+        for name, value, least in (("after", after, 0), ("limit", limit, 1)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise InvalidInput(
+                    f"`{name}` must be a whole number of {least} or more, got {value!r}"
+                )
+        try:
+            status = self.store.get(session_id).status  # read first: no event is newer than it
+        except SessionNotFound as exc:
+            raise self._live_only(session_id, exc) from None
+        found = self.store.events_after(session_id, after, limit)
+        frames = tuple(Streamed(i, e.kind.value, views.event(i, e)) for i, e in found)
+        return EventPage(status, frames, found[-1][0] if found else after)
+
+    def waiting(self, session_id: str) -> dict[str, Any]:
+        """A live session's calls waiting for a person, each with a preview of what it
+        would change (a file write's diff, an `adopt_patch`'s child patch): the approvals
+        page's card, `GET /approvals/{id}` (`views.waiting_view`: `session`, `root`, `job`,
+        `thought`, `calls`, `waiting_since`). A session waiting for nobody has no `calls`
+        and `waiting_since` None; an archived session is SessionArchived, as for
+        `timeline`."""
+        return views.waiting_view(self._live(session_id), self)
+
+    def _live(self, session_id: str) -> Session:
+        try:
+            return self.load(session_id)
+        except SessionNotFound as exc:
+            raise self._live_only(session_id, exc) from None
+
+    def _live_only(self, session_id: str, refused: SessionNotFound) -> SessionNotFound:
+        """`refused` for no session; for an archived one (what reads live sessions only
+        finds none), SessionArchived saying how it is read."""
+        if self.store.retention.entry(session_id) is None:
+            return refused
+        return SessionArchived(
+            f"session {session_id!r} is archived: `timeline`, `events` and `waiting` read live "
+            f"sessions only; read it back whole with `archived({session_id!r})`, its patch "
+            "with `patch`, its forks with `forks`"
+        )
 
     def children(self, head: Head) -> list[ChildResult]:
         """The session's children as its tools see them (what `adopt_patch` would take),

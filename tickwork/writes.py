@@ -1,5 +1,5 @@
-"""The client's write facade: submit, decide, cancel and fork sessions, close dead letters;
-each change stored, then its tick published."""
+"""The client's write facade: submit, decide, cancel and fork sessions, fork and close dead
+letters; each change stored, then its tick published."""
 
 from __future__ import annotations
 
@@ -583,6 +583,62 @@ class Writes(Deployment):
             by=check_name(by, what="by"),
             reason=reason,
             now=self.clock(),
+        )
+
+    def resolve_dead_letter(self, key: int | str, reason: str, *, by: str) -> dl.DeadLetter:
+        """Mark the dead letter resolved without forking it (`by` fixed its cause another
+        way), as the remote client's `resolve_dead_letter` and `tickwork dlq resolve`."""
+        return self.close_dead_letter(key, state=dl.Closing.RESOLVED, by=by, reason=reason)
+
+    def dismiss_dead_letter(self, key: int | str, reason: str, *, by: str) -> dl.DeadLetter:
+        """Dismiss the dead letter: `by` decided nothing is to be done, as the remote
+        client's `dismiss_dead_letter` and `tickwork dlq dismiss`."""
+        return self.close_dead_letter(key, state=dl.Closing.DISMISSED, by=by, reason=reason)
+
+    def fork_dead_letter(
+        self,
+        key: int | str,
+        *,
+        from_step: int,
+        by: str,
+        system_prompt: str | None = None,
+        append_instruction: str | None = None,
+        tool_outputs: Mapping[str, str] | None = None,
+        budgets: Mapping[str, Any] | None = None,
+        new_id: str | None = None,
+        again: bool = False,
+        state: Mapping[str, Any] | None = None,
+        model: str | None = None,
+        price: PriceLike | None = None,
+        trusted: bool = True,
+        context_window: int | None = None,
+        priority: int | None = None,
+        concurrency_key: str | None = None,
+        max_per_key: int | None = None,
+    ) -> Head:
+        """Fork the dead letter's session (`fork`, its parameters and refusals): the fork is
+        recorded on the letter and resolves it; one forked, resolved or dismissed before is
+        refused unless `again`. As the remote client's `fork_dead_letter` and `tickwork dlq
+        fork`."""
+        letter = self.store.dead_letter(key)
+        return self.fork(
+            letter.session_id,
+            from_step=from_step,
+            by=by,
+            system_prompt=system_prompt,
+            append_instruction=append_instruction,
+            tool_outputs=tool_outputs,
+            budgets=budgets,
+            new_id=new_id,
+            again=again,
+            state=state,
+            model=model,
+            price=price,
+            trusted=trusted,
+            context_window=context_window,
+            priority=priority,
+            concurrency_key=concurrency_key,
+            max_per_key=max_per_key,
         )
 
     def _submission(self, kind: str, *, trusted: bool) -> Submission:

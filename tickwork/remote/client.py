@@ -259,6 +259,7 @@ class Client(_Base):
     fork_dead_letter = blocking(ids.lettered(plans.fork_dead_letter))
     resolve_dead_letter = blocking(ids.lettered(plans.resolve_dead_letter))
     dismiss_dead_letter = blocking(ids.lettered(plans.dismiss_dead_letter))
+    close_dead_letter = blocking(ids.lettered(plans.close_dead_letter))
 
 
 class AsyncClient(_Base):
@@ -381,3 +382,4 @@ class AsyncClient(_Base):
     fork_dead_letter = awaited(ids.lettered(plans.fork_dead_letter))
     resolve_dead_letter = awaited(ids.lettered(plans.resolve_dead_letter))
     dismiss_dead_letter = awaited(ids.lettered(plans.dismiss_dead_letter))
+    close_dead_letter = awaited(ids.lettered(plans.close_dead_letter))

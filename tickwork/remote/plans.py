@@ -579,3 +579,15 @@ def dismiss_dead_letter(key: str | int, reason: str) -> Plan[DeadLetter]:
     """Dismiss the dead letter: nothing is to be done."""
     return (yield from _close(key, "dismiss", reason))
 
+
+def close_dead_letter(key: str | int, *, state: str, reason: str) -> Plan[DeadLetter]:
+    """Resolve or dismiss the dead letter by `state` ("resolved" or "dismissed"): the local
+    client's `close_dead_letter`, sent as `resolve_dead_letter` or `dismiss_dead_letter`
+    (the person who closed it is the token's, not a `by`)."""
+    verb = {"resolved": "resolve", "dismissed": "dismiss"}.get(str(state))
+    if verb is None:
+        raise InvalidInput(
+            f"a dead letter is closed as 'resolved' or 'dismissed', not {str(state)!r} (a "
+            "fork closes it as forked: `fork_dead_letter`)"
+        )
+    return (yield from _close(key, verb, reason))
