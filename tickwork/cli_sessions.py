@@ -471,9 +471,12 @@ def show(
             if archived is None:
                 raise
             _in_tenant(archived.session.head, tenant)
-            view = views.session(archived.session)
-            view["lease"] = None
-            view["forks"] = views.forks(ctx.reads.forks(session_id))
+            view = views.shown(
+                archived.session,
+                lease=None,
+                found_forks=ctx.reads.forks(session_id),
+                earlier=ctx.reads.earlier_patches(archived.session),
+            )
             where = f"{ctx.reads.archive.url.rstrip('/')}/{archived.entry.location}"
             view["archived"] = {
                 "at": views.date(archived.entry.archived_at),
@@ -488,10 +491,13 @@ def show(
                 )
             return
         _in_tenant(whole.head, tenant)
-        view = views.session(whole)
-        view["lease"] = views.lease(ctx.store.lease(session_id), now=datetime.now(UTC))
-        view["forks"] = views.forks(ctx.reads.forks(session_id))
-        view["tree"] = ctx.reads.tree(session_id)
+        view = views.shown(
+            whole,
+            lease=views.lease(ctx.store.lease(session_id), now=datetime.now(UTC)),
+            found_forks=ctx.reads.forks(session_id),
+            earlier=ctx.reads.earlier_patches(whole),
+            tree=ctx.reads.tree(session_id),
+        )
         previews = {} if json_output else pending_previews(whole, ctx.reads)
         note = None if json_output else no_worker_note(ctx, whole.head)
         if note is None and not json_output and graph_of(whole.head) is not None:

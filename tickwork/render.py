@@ -443,6 +443,7 @@ def timeline(
             view.get("forks") or (),
             view.get("forked_from"),
             events=view.get("events") or (),
+            earlier=view.get("earlier_patches") or (),
         )
     ]
     if view.get("tree"):
@@ -621,6 +622,7 @@ def _header(
     origin: Mapping[str, Any] | None = None,
     *,
     events: Sequence[Mapping[str, Any]] = (),
+    earlier: Sequence[Mapping[str, Any]] = (),
 ) -> Table:
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold")
@@ -657,6 +659,9 @@ def _header(
         rows.append(("forked from", Text(f"{h['parent_id']} at step {h['fork_step']}{made}")))
         if origin is not None:
             rows.append(("patch", Text("\n".join(patch_lines(origin.get("patch") or {})))))
+        # a fork of a fork runs under the patches of its chain too (`dlq show` lists them)
+        lines = chain_lines(earlier, h["fork_step"])
+        rows.extend(("earlier patches" if i == 0 else "", Text(t)) for i, t in enumerate(lines))
     if (graph := _graph(h)) is not None:
         rows.append(("graph", Text(f"{graph.name} version {graph.version}")))
     config = h.get("config") or {}
@@ -1276,8 +1281,10 @@ def dead_letter_header(d: Mapping[str, Any]) -> Table:
         grid.add_row("resolved", Text(f"{when(d['resolved_at'])} {d['closed']}"))
     for i, fork in enumerate(d.get("forks") or ()):
         grid.add_row("forks" if i == 0 else "", Text(fork_line(fork)))
-    for i, earlier in enumerate(d.get("earlier_patches") or ()):
-        grid.add_row("earlier patches" if i == 0 else "", Text(earlier_patch_line(earlier)))
+    if earlier := d.get("earlier_patches"):
+        lines = chain_lines(earlier, d["session"]["head"]["fork_step"])
+        for i, line in enumerate(lines):
+            grid.add_row("earlier patches" if i == 0 else "", Text(line))
     for i, line in enumerate(remedies(d)):
         grid.add_row("next" if i == 0 else "", Text(line))
     return grid
@@ -1290,6 +1297,33 @@ def earlier_patch_line(earlier: Mapping[str, Any]) -> str:
         return f"{fork}: not read here (archived?); `tickwork show {fork}` shows its patch"
     made = f"{fork} from {earlier['session_id']} at step {earlier['step']}"
     return f"{made}: {'; '.join(patch_lines(earlier.get('patch') or {}))}"
+
+
+def chain_lines(earlier: Sequence[Mapping[str, Any]], fork_step: int) -> list[str]:
+    """The forks a fork of a fork descends from, oldest first, one line each
+    (`earlier_patch_line`), saying of each whose appended instruction or tool outputs a
+    later fork left behind (it started from a step before them: `fsm.forks.fork` keeps an
+    instruction after a kept step only, an output of a kept call only)."""
+    later = [*(e.get("step") for e in earlier), fork_step][1:]
+    lines = []
+    for i, found in enumerate(earlier):
+        line = earlier_patch_line(found)
+        patch, step = found.get("patch") or {}, found.get("step")
+        starts = [s for s in later[i:] if isinstance(s, int)]
+        if isinstance(step, int) and starts and min(starts) < step:
+            lost = [
+                what
+                for what, given in (
+                    ("its appended instruction", patch.get("append_instruction")),
+                    (f"its outputs of calls after step {min(starts)}", patch.get("tool_outputs")),
+                )
+                if given
+            ]
+            if lost:
+                shown = " and ".join(lost)
+                line += f" (a later fork started from step {min(starts)}: {shown} not kept)"
+        lines.append(line)
+    return lines
 
 
 def fork_line(fork: Mapping[str, Any]) -> str:

@@ -171,6 +171,27 @@ def forked_from(value: Session) -> dict[str, Any] | None:
     return None
 
 
+def shown(
+    value: Session,
+    *,
+    lease: dict[str, Any] | None,
+    found_forks: list[dict[str, Any]],
+    earlier: list[dict[str, Any]],
+    tree: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """What `show --json` and `GET /api/v1/sessions/{id}` give, one view for both: the
+    session as a timeline with who holds its lease, its forks (`found_forks`, live or
+    archived, as the caller may see them), the tree it belongs to and, for a fork of a fork,
+    the `earlier` patches of its chain (`Reads.earlier_patches`, as `dead_letter_shown`
+    gives them): `forked_from` holds its own patch only."""
+    view = session(value)
+    view["lease"] = lease
+    view["forks"] = forks(found_forks)
+    view["tree"] = tree
+    view["earlier_patches"] = earlier
+    return view
+
+
 def _call(whole: Session, call: ToolCall, *, looped: bool = False) -> dict[str, Any]:
     """The call with its observation and decision; `blocked` if loop detection closed it
     without running it (its state is done: it has its observation, the intervention)."""

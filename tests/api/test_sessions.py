@@ -26,7 +26,13 @@ def test_a_submitted_session_runs_and_shows_as_the_cli_shows_it(stack: Stack) ->
     shown = stack.http("alice").get(f"/api/v1/sessions/{session_id}")
     assert shown.status_code == 200
     whole = views.session(stack.deployment.client.load(session_id))
-    assert shown.json() == {**whole, "lease": None, "forks": [], "tree": None}
+    assert shown.json() == {
+        **whole,
+        "lease": None,
+        "forks": [],
+        "tree": None,
+        "earlier_patches": [],
+    }
     assert [c["observation"]["content"] for c in shown.json()["steps"][0]["calls"]] == ["hi"]
     # the token's holder submitted it: stored, and shown wherever the session is
     assert shown.json()["head"]["submitted_by"] == "sam"

@@ -57,6 +57,30 @@ class ForkedFrom(BaseModel):
     )
 
 
+class EarlierPatch(BaseModel):
+    """A fork a fork of a fork descends from, with its patch (`forked_from` holds the
+    session's own patch only; it runs under every patch of its chain)."""
+
+    fork: str = Field(description="The earlier fork's session id.")
+    session_id: str | None = Field(
+        default=None, description="The session that fork was forked from."
+    )
+    step: int | None = Field(
+        default=None, description="It kept that session's steps 1..step (0: none)."
+    )
+    by: str | None = Field(default=None, description="Who forked it.")
+    at: datetime | None = Field(default=None, description="When it was forked.")
+    patch: ForkPatch | None = Field(
+        default=None, description="What that fork changed; only the fields it set."
+    )
+    unread: bool = Field(
+        default=False,
+        description="true: that fork was not read (archived, or more than 50 forks back): "
+        "the chain ends there and its other fields are left out; `tickwork show FORK` "
+        "where the database is shows its patch (read back from the archive).",
+    )
+
+
 class SessionView(BaseModel):
     """A session as a timeline: the JSON of `tickwork show --json`."""
 
@@ -84,6 +108,14 @@ class SessionView(BaseModel):
     forks: list[dict[str, Any]] = Field(default=[], description="The forks made of it.")
     tree: dict[str, Any] | None = Field(
         default=None, description="The session tree it belongs to, from its root."
+    )
+    earlier_patches: list[EarlierPatch] = Field(
+        default=[],
+        description="A fork of a fork: the forks before it, oldest first, each with what it "
+        "was forked from and its patch (`forked_from` is its own); empty for a session "
+        "that is not a fork of a fork. The system prompt, budgets and model of each hold "
+        "unless a later fork changed them again; an appended instruction and hand-written "
+        "tool outputs only where a later fork kept the step they came at.",
     )
 
 

@@ -295,13 +295,17 @@ def known_kind(client: Tickwork, kind: str, tenant: str | None, own: str | None)
 )
 def show(session_id: SessionId, client: Client, who: Reader) -> dict[str, Any]:
     seen_head(client, who, session_id, archived=False)  # live only: docs/REMOTE.md
-    view = views.session(client.load(session_id))
-    view["lease"] = views.lease(client.store.lease(session_id), now=datetime.now(UTC))
-    view["forks"] = views.forks(seen_forks(client, who, client.forks(session_id)))
-    # the tree it belongs to (docs/DESIGN.md section 16): its root, and every child's status
-    # (only what the caller may see: children inherit the tenant and submitter anyway)
-    view["tree"] = client.tree(session_id, sees=lambda h: who.sees(h.tenant, h.submitted_by))
-    return view
+    session = client.load(session_id)
+    return views.shown(
+        session,
+        lease=views.lease(client.store.lease(session_id), now=datetime.now(UTC)),
+        found_forks=seen_forks(client, who, client.forks(session_id)),
+        # a fork of a fork runs under every patch of its chain, as `dlq show` lists them
+        earlier=client.earlier_patches(session),
+        # the tree it belongs to (docs/DESIGN.md section 16): its root, and every child's
+        # status (only what the caller may see: children inherit the tenant and submitter)
+        tree=client.tree(session_id, sees=lambda h: who.sees(h.tenant, h.submitted_by)),
+    )
 
 
 @router.get(
