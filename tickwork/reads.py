@@ -45,7 +45,12 @@ class Reads(Deployment):
     """What a deployment tells about its sessions; nothing here changes one."""
 
     def get(self, session_id: str) -> Head:
-        return self.store.get(session_id)
+        """The session's head; SessionNotFound if no live session has the id, a
+        `SessionArchived` saying how to read it back for one retention archived."""
+        try:
+            return self.store.get(session_id)
+        except SessionNotFound as exc:
+            raise self._not_live(session_id, exc) from None
 
     def session_id(self, given: str, *, tenant: str | None = None) -> str:
         """The id of the session `given` names: its own id (a live or an archived
@@ -73,7 +78,26 @@ class Reads(Deployment):
         return one_id(given, found, none=SessionNotFound.of(given, hint=NO_START))
 
     def load(self, session_id: str) -> Session:
-        return self.store.load(session_id)
+        """The whole session; SessionNotFound as `get` raises it."""
+        try:
+            return self.store.load(session_id)
+        except SessionNotFound as exc:
+            raise self._not_live(session_id, exc) from None
+
+    def _not_live(self, session_id: str, missing: SessionNotFound) -> SessionNotFound:
+        """What `get` and `load` raise for an id no live session has: `missing` (no session
+        has it), or for one retention archived a `SessionArchived` (a SessionNotFound too)
+        naming what reads it back, as the API's 404 says `archived` and the CLI's `show`
+        reads it."""
+        if self.store.retention.entry(session_id) is None:
+            return missing
+        return SessionArchived(
+            f"session {session_id!r} is archived (retention moved it out of the live "
+            f"tables): read it back with `archived({session_id!r})` (`tickwork show "
+            f"{session_id}`); `patch`, `forks` and `fork` read it too, and "
+            "`archived_sessions()` lists the archived ones (`tickwork ls --archived`)",
+            session_id=session_id,
+        )
 
     def sessions(self, **filters: Any) -> list[Head]:
         """Sessions newest first (`waited_longest_first=True`: those whose last wait for a

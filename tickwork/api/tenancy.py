@@ -29,10 +29,11 @@ def seen_head(client: Tickwork, who: Principal, session_id: str, *, archived: bo
         if not archived:
             if _archived_seen(client, who, session_id):
                 raise SessionArchived.of(session_id) from None
-            raise
+            # the client says an id is an archived session's: one `who` may not see is none
+            raise SessionNotFound.of(session_id) from None
         found = client.archived(session_id)
         if found is None:
-            raise
+            raise SessionNotFound.of(session_id) from None
         head = found.session.head
     if not who.sees(head.tenant, head.submitted_by):
         raise SessionNotFound.of(session_id)
