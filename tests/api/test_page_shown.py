@@ -722,3 +722,32 @@ def test_the_timeline_shows_the_arguments_an_edited_call_ran_with(
     expect(shown.locator("p.as-edited")).to_have_text("Arguments it ran with, as edited by bob:")
     expect(shown.locator("pre.args")).to_contain_text("4242")
     expect(shown.locator("pre.proposed")).not_to_contain_text("4242")
+
+
+def test_a_fork_of_a_fork_beside_its_parent_names_the_forks_before_it(
+    page: Any,  # noqa: F811
+    stack: Stack,
+) -> None:
+    """What a fork of a fork changed showed its own patch only, though it runs under the
+    patches of the forks before it: the page names them, each a link to what it changed."""
+    from playwright.sync_api import expect
+
+    parent = stack.submit(ECHO, prefix="chain-root")
+    stack.wait(parent, Status.COMPLETED)
+    made = []
+    for forked_from, instruction in ((parent, "try A"), (None, "try B")):
+        answer = stack.http("olga").post(
+            f"/api/v1/sessions/{forked_from or made[-1]}/fork",
+            json={"from_step": 1, "append_instruction": instruction},
+        )
+        assert answer.status_code == 201, answer.text
+        made.append(answer.json()["id"])
+    first, second = made
+    log_in(page, stack, "alice", f"#/sessions/{second}/compare")
+    expect(page.locator("#fork-patch dd").first).to_have_text("try B")
+    earlier = page.locator("#earlier-patches")
+    expect(earlier).to_contain_text(f"{first} from step 1 of {parent}")
+    earlier.locator("a").click()
+    expect(page).to_have_url(f"{stack.url}/#/sessions/{first}/compare")
+    expect(page.locator("#fork-patch dd").first).to_have_text("try A")
+    expect(page.locator("#earlier-patches")).to_have_count(0)

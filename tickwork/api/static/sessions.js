@@ -513,7 +513,19 @@ function forkPatch(fork, parent) {
       data.by ? ` · by ${data.by}` : "", forked ? ` · ${ago(forked.at)}` : ""),
     items.length ? el("dl", { class: "patch" }, items.flatMap(([what, text]) =>
       [el("dt", {}, what), el("dd", {}, el("pre", {}, text))]))
-      : el("p", { class: "muted" }, "Nothing: the same steps, run again."));
+      : el("p", { class: "muted" }, "Nothing: the same steps, run again."),
+    earlierPatches(fork.earlier_patches || []));
+}
+
+// a fork of a fork runs under the patches of the forks before it too (`tickwork show`'s
+// "earlier patches"): each links to what that fork changed
+function earlierPatches(earlier) {
+  if (!earlier.length) return null;
+  const links = earlier.flatMap((e, i) => [i ? "; " : "",
+    el("a", { href: `#/sessions/${enc(e.fork)}/compare` }, e.fork),
+    e.unread ? " (not read: archived?)" : ` from step ${e.step} of ${e.session_id}`]);
+  return el("p", { class: "meta", id: "earlier-patches" },
+    "It runs under the patches of the forks before it too, oldest first: ", ...links);
 }
 
 // a patch as the API gave it, or why there is none (its refusal)
