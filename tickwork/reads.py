@@ -159,15 +159,19 @@ class Reads(Deployment):
 
     def timeline(self, session_id: str) -> dict[str, Any]:
         """A live session as a timeline: the document `tickwork show --json` prints and the
-        API serves at `GET /sessions/{id}` (`views.session`: head, steps with calls,
+        API serves at `GET /sessions/{id}` (`views.shown`: head, steps with calls,
         observations and decisions, totals, events; with who holds its `lease`, its
-        `forks` and the `tree` it belongs to). An archived session is SessionArchived (a
-        SessionNotFound), as the API's; `archived(session_id)` reads one back."""
-        view = views.session(self._live(session_id))
-        view["lease"] = views.lease(self.store.lease(session_id), now=datetime.now(UTC))
-        view["forks"] = views.forks(self.forks(session_id))
-        view["tree"] = self.tree(session_id)
-        return view
+        `forks`, the `tree` it belongs to and a fork of a fork's `earlier_patches`). An
+        archived session is SessionArchived (a SessionNotFound), as the API's;
+        `archived(session_id)` reads one back."""
+        whole = Reads.load(self, session_id)
+        return views.shown(
+            whole,
+            lease=views.lease(self.store.lease(session_id), now=datetime.now(UTC)),
+            found_forks=self.forks(session_id),
+            earlier=self.earlier_patches(whole),
+            tree=self.tree(session_id),
+        )
 
     def events(self, session_id: str, *, after: int = 0, limit: int = 1000) -> EventPage:
         """A page of a live session's events after event id `after` (at most `limit`), with
@@ -180,10 +184,7 @@ class Reads(Deployment):
                 raise InvalidInput(
                     f"`{name}` must be a whole number of {least} or more, got {value!r}"
                 )
-        try:
-            status = self.store.get(session_id).status  # read first: no event is newer than it
-        except SessionNotFound as exc:
-            raise self._live_only(session_id, exc) from None
+        status = Reads.get(self, session_id).status  # read first: no event is newer than it
         found = self.store.events_after(session_id, after, limit)
         frames = tuple(Streamed(i, e.kind.value, views.event(i, e)) for i, e in found)
         return EventPage(status, frames, found[-1][0] if found else after)
@@ -195,24 +196,7 @@ class Reads(Deployment):
         `thought`, `calls`, `waiting_since`). A session waiting for nobody has no `calls`
         and `waiting_since` None; an archived session is SessionArchived, as for
         `timeline`."""
-        return views.waiting_view(self._live(session_id), self)
-
-    def _live(self, session_id: str) -> Session:
-        try:
-            return self.load(session_id)
-        except SessionNotFound as exc:
-            raise self._live_only(session_id, exc) from None
-
-    def _live_only(self, session_id: str, refused: SessionNotFound) -> SessionNotFound:
-        """`refused` for no session; for an archived one (what reads live sessions only
-        finds none), SessionArchived saying how it is read."""
-        if self.store.retention.entry(session_id) is None:
-            return refused
-        return SessionArchived(
-            f"session {session_id!r} is archived: `timeline`, `events` and `waiting` read live "
-            f"sessions only; read it back whole with `archived({session_id!r})`, its patch "
-            "with `patch`, its forks with `forks`"
-        )
+        return views.waiting_view(Reads.load(self, session_id), self)
 
     def children(self, head: Head) -> list[ChildResult]:
         """The session's children as its tools see them (what `adopt_patch` would take),

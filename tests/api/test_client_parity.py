@@ -89,7 +89,7 @@ def test_an_archived_session_is_said_archived_with_how_it_is_read(tmp_path: Path
         store.engine, store.load, client.archive, Policy(completed_s=60), now=clock.advance(61)
     )
     for read in (client.timeline, client.events, client.waiting):
-        with pytest.raises(SessionArchived, match=r"read it back whole with `archived\("):
+        with pytest.raises(SessionArchived, match=r"is archived .*read it back with `archived\("):
             read("parity-arch")
     assert client.archived("parity-archived") is not None
     with pytest.raises(SessionNotFound) as none:
