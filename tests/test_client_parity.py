@@ -109,6 +109,15 @@ def test_a_method_both_have_takes_the_remote_ones_parameters(name: str) -> None:
     assert all(local.get(n) == k for n, k in remote), (remote, local)
     positional = [n for n, k in remote if k is inspect.Parameter.POSITIONAL_OR_KEYWORD]
     assert list(local)[: len(positional)] == positional
+    # beyond the remote's, a local method requires only the person who acts (the token's
+    # name remotely): a script names it, as docs/PYTHON.md says, and nothing else
+    given = {n for n, _ in remote}
+    required = {
+        p.name
+        for p in inspect.signature(getattr(tickwork.Tickwork, name)).parameters.values()
+        if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    }
+    assert required - given - {"self"} <= {"by", "approver"}, required - given
 
 
 URL, TOKEN = "http://tw.test", "token-token-token-1"
@@ -168,3 +177,15 @@ def test_the_remote_close_dead_letter_resolves_or_dismisses_by_state(mode: str) 
     with pytest.raises(InvalidInput, match="'resolved' or 'dismissed', not 'forked'"):
         close("7", "forked")
     assert len(sent) == 2
+
+
+def test_fork_dead_letter_takes_every_parameter_fork_takes() -> None:
+    """`fork_dead_letter` lists `fork`'s parameters again by hand: an option added to `fork`
+    alone would be missing from the dead letter's fork, locally and remotely."""
+    for client in (tickwork.Tickwork, Client):
+        fork = inspect.signature(client.fork).parameters
+        of_letter = inspect.signature(client.fork_dead_letter).parameters
+        assert set(fork) - {"session_id"} <= set(of_letter) | {"idempotency_key"}, (
+            client,
+            set(fork) - set(of_letter),
+        )

@@ -82,8 +82,9 @@ def list_given_up(
 
 
 def _list_pending(ids: list[str] | None, *, json_output: bool) -> None:
-    """`webhooks ls --pending`: the cards due soonest first, and, for a card long past its
-    next attempt, that no worker seems to send cards (what to check)."""
+    """`webhooks ls --pending`: the cards due soonest first, and, for cards long past their
+    next attempt, the two reasons they may be: no worker sends cards (what to check), or a
+    slow receiver holds up the dispatchers, which post one card at a time."""
     with Context() as ctx:
         ids = _named(ctx, ids)
         cards = ctx.store.cards.pending(session_ids=ids, limit=SHOWN + 1)
@@ -104,9 +105,11 @@ def _list_pending(ids: list[str] | None, *, json_output: bool) -> None:
         since = render.when(views.date(overdue[0].next_attempt_at))
         render.note(
             f"{len(overdue):,} card{'s' if len(overdue) != 1 else ''} due since {since} or "
-            "later not sent yet: no worker seems to send cards; check that the workers run "
-            "with TICKWORK_WEBHOOK_URL set and the card's kind in TICKWORK_WEBHOOK_EVENTS "
-            "(`tickwork config` there shows the settings in force)"
+            "later not sent yet. If they stay so, no worker sends cards: check that the "
+            "workers run with TICKWORK_WEBHOOK_URL set and the card's kind in "
+            "TICKWORK_WEBHOOK_EVENTS (`tickwork config` there shows the settings in force). "
+            "If they go out slowly, the receiver is slow: each card waits for the one before "
+            "it, up to TICKWORK_WEBHOOK_TIMEOUT_S each"
         )
 
 

@@ -40,6 +40,10 @@ from .parsing import (
 )
 from .patches import patch_text, unchanged
 
+#: how many of a session's first events hold its `forked` event if it is a fork: the store
+#: writes `created`, then the events the new session came with (`fsm.forks.fork`: `forked`)
+FORKED_AT = 2
+
 
 class Reads(Deployment):
     """What a deployment tells about its sessions; nothing here changes one."""
@@ -220,12 +224,23 @@ class Reads(Deployment):
         )
         return sorted(found.values(), key=lambda f: (f["created_at"], f["id"]))
 
-    def earlier_patches(self, session: Session, *, most: int = 50) -> list[dict[str, Any]]:
+    def earlier_patches(
+        self,
+        session: Session,
+        *,
+        most: int = 50,
+        sees: Callable[[str, str | None], bool] | None = None,
+    ) -> list[dict[str, Any]]:
         """The forks `session` (itself a fork) descends from, fork by fork, oldest first,
         each its id (`fork`) and what it was forked from with its patch
         (`views.forked_from`): the config a fork of a fork runs under holds them all, its
-        own patch only the last. A parent archived (or more than `most` back) ends the
-        chain: it says where to look (`unread`)."""
+        own patch only the last. An archived fork (or one more than `most` back) ends the
+        chain, saying where to look (`unread`); an archived session that was no fork ends
+        it with nothing. `sees`: the sessions the caller may see, by tenant and submitter
+        (the API's tenant and own-only check); the chain ends before one it may not. Each
+        ancestor costs two small reads (its head, its first events: a fork's second is
+        its `forked` one, after `created`), not a load of its whole transcript: the API's
+        session view gives the chain every time the page refreshes."""
         chain: list[dict[str, Any]] = []
         origin = views.forked_from(session)
         while origin is not None and origin["session_id"]:
@@ -234,11 +249,17 @@ class Reads(Deployment):
                 chain.append({"fork": parent_id, "unread": True})
                 break
             try:
-                parent = self.load(parent_id)
+                head = self.store.get(parent_id)
             except SessionNotFound:
-                chain.append({"fork": parent_id, "unread": True})
+                entry = self.store.retention.entry(parent_id)
+                forked = entry is not None and entry.parent_id and entry.spawn_call is None
+                if forked and (sees is None or sees(entry.tenant, entry.submitted_by)):
+                    chain.append({"fork": parent_id, "unread": True})
                 break
-            origin = views.forked_from(parent)
+            if sees is not None and not sees(head.tenant, head.submitted_by):
+                break
+            first = self.store.events_after(parent_id, 0, FORKED_AT)
+            origin = views.fork_origin(e for _, e in first)
             if origin is not None:
                 chain.append({"fork": parent_id, **origin})
         return chain[::-1]

@@ -7,7 +7,7 @@ import functools
 import json
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -157,9 +157,14 @@ def refused_ticks(value: Session) -> list[dict[str, Any]]:
 def forked_from(value: Session) -> dict[str, Any] | None:
     """What a fork was made from (session and step), by whom, when, and the patch it
     applied, from its `forked` event; None for a session that is not a fork."""
+    return fork_origin(value.events)
+
+
+def fork_origin(found: Iterable[Event]) -> dict[str, Any] | None:
+    """`forked_from` of the session whose events (or first events) are `found`."""
     from tickwork.fsm.values import EventKind
 
-    for e in value.events:
+    for e in found:
         if e.kind is EventKind.FORKED:
             return {
                 "session_id": e.data.get("parent_id"),

@@ -120,3 +120,44 @@ def test_a_fork_of_a_fork_shows_the_patches_of_its_chain(tmp_path: Path) -> None
         "calls after step 1 not kept)"
     ) in said, said
     client.close()
+
+
+def test_an_archived_parent_ends_the_chain_only_if_it_was_a_fork(tmp_path: Path) -> None:
+    """A fork whose parent (no fork) was archived listed that parent as an earlier fork
+    "not read", and the page linked its compare view, which archived sessions have not: an
+    archived parent that was no fork ends the chain with nothing; an archived fork still
+    ends it saying it was not read (`tickwork show` reads it back)."""
+    from tickwork.store.retention import Policy, archive_pass
+
+    settings, client, (_, first, second) = chain(tmp_path)
+    store, clock = client.store, Clock()
+    report = archive_pass(
+        store.engine, store.load, client.archive, Policy(completed_s=60), now=clock.advance(3600)
+    )
+    assert report.archived == 2  # the original and the first fork; the second never ran
+    assert client.earlier_patches(client.load(second)) == [{"fork": first, "unread": True}]
+    plain_fork = f"p-{uuid.uuid4().hex[:8]}"
+    store.create(new_session(plain_fork, now=clock()), now=clock())
+    assert think(store, plain_fork, reply(content="done"), now=clock()).status.terminal
+    fork_of_it = f"q-{uuid.uuid4().hex[:8]}"
+    store.fork(plain_fork, new_id=fork_of_it, from_step=1, patch=ForkPatch(), by="o", now=clock())
+    archive_pass(
+        store.engine, store.load, client.archive, Policy(completed_s=60), now=clock.advance(3600)
+    )
+    assert client.earlier_patches(client.load(fork_of_it)) == []
+    assert "earlier patches" not in shown(settings, "show", fork_of_it)
+    client.close()
+
+
+def test_the_chain_ends_before_a_fork_the_caller_may_not_see(tmp_path: Path) -> None:
+    """The API gave a fork of a fork's whole chain to a token that may not see an earlier
+    fork (another submitter's, for an own-only token): the chain ends before it."""
+    _, client, (_, first, second) = chain(tmp_path)
+    whole = client.load(second)
+    assert [e["fork"] for e in client.earlier_patches(whole)] == [first]
+    by_erin = client.get(first).submitted_by
+    assert client.earlier_patches(whole, sees=lambda tenant, by: by != by_erin) == []
+    assert client.earlier_patches(whole, sees=lambda tenant, by: True) == (
+        client.earlier_patches(whole)
+    )
+    client.close()

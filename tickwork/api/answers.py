@@ -76,7 +76,8 @@ class EarlierPatch(BaseModel):
     unread: bool = Field(
         default=False,
         description="true: that fork was not read (archived, or more than 50 forks back): "
-        "the chain ends there and its other fields are left out; `tickwork show FORK` "
+        "the chain ends there and its other fields are left out (an archived session that was "
+        "no fork, or one the caller may not see, ends it with no entry); `tickwork show FORK` "
         "where the database is shows its patch (read back from the archive).",
     )
 

@@ -290,7 +290,7 @@ def show(key: Key, client: Client, who: Reader) -> dict[str, Any]:
     return views.dead_letter_shown(
         letter,
         found_forks=seen_forks(client, who, client.forks(letter.session_id)),
-        earlier=client.earlier_patches(letter.session()),
+        earlier=client.earlier_patches(letter.session(), sees=who.sees),
     )
 
 

@@ -301,7 +301,7 @@ def show(session_id: SessionId, client: Client, who: Reader) -> dict[str, Any]:
         lease=views.lease(client.store.lease(session_id), now=datetime.now(UTC)),
         found_forks=seen_forks(client, who, client.forks(session_id)),
         # a fork of a fork runs under every patch of its chain, as `dlq show` lists them
-        earlier=client.earlier_patches(session),
+        earlier=client.earlier_patches(session, sees=who.sees),
         # the tree it belongs to (docs/DESIGN.md section 16): its root, and every child's
         # status (only what the caller may see: children inherit the tenant and submitter)
         tree=client.tree(session_id, sees=lambda h: who.sees(h.tenant, h.submitted_by)),

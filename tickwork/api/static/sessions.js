@@ -522,8 +522,10 @@ function forkPatch(fork, parent) {
 function earlierPatches(earlier) {
   if (!earlier.length) return null;
   const links = earlier.flatMap((e, i) => [i ? "; " : "",
-    el("a", { href: `#/sessions/${enc(e.fork)}/compare` }, e.fork),
-    e.unread ? " (not read: archived?)" : ` from step ${e.step} of ${e.session_id}`]);
+    // an archived fork has no compare view: its session's page says it is archived
+    el("a", { href: e.unread ? `#/sessions/${enc(e.fork)}` : `#/sessions/${enc(e.fork)}/compare` },
+      e.fork),
+    e.unread ? " (not read: archived, or too far back)" : ` from step ${e.step} of ${e.session_id}`]);
   return el("p", { class: "meta", id: "earlier-patches" },
     "It runs under the patches of the forks before it too, oldest first: ", ...links);
 }
