@@ -338,12 +338,12 @@ def events(
     after: Annotated[int, Query(ge=0, le=MAX_INT, description="The last event id you have.")] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 1000,
 ) -> dict[str, Any]:
-    head = seen_head(client, who, session_id, archived=False)  # events are live rows
-    found = client.store.events_after(session_id, after, limit)
+    seen_head(client, who, session_id, archived=False)  # events are live rows
+    page = client.events(session_id, after=after, limit=limit)  # the local client's page
     return {
-        "status": head.status.value,
-        "events": [views.event(i, e) for i, e in found],
-        "last_id": found[-1][0] if found else after,
+        "status": page.status.value,
+        "events": [frame.data for frame in page.events],
+        "last_id": page.last_id,
     }
 
 
