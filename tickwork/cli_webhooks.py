@@ -4,8 +4,9 @@ runbook's "Webhook cards are not delivered")."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
@@ -15,8 +16,10 @@ from . import options, render, views
 from .context import Context
 
 if TYPE_CHECKING:
-    from tickwork.store.deliveries import GivenUp, Pending
+    from tickwork.store.deliveries import Cards, GivenUp, Pending
     from tickwork.worker.config.settings import WebhookSettings
+
+C = TypeVar("C")
 
 #: the most cards `webhooks ls` lists (the oldest first)
 SHOWN = 1000
@@ -64,11 +67,8 @@ def list_given_up(
     ids = _checked(sessions)
     if pending:
         return _list_pending(ids, json_output=json_output)
-    with Context() as ctx:
-        ids = _named(ctx, ids)
-        cards = ctx.store.cards.given_up(session_ids=ids, limit=SHOWN + 1)
-    if len(cards) > SHOWN:
-        cards = cards[:SHOWN]
+    ids, cards, more = _read(ids, lambda read, named: read.given_up(**named))
+    if more:
         render.note(
             f"more than {SHOWN:,} cards were given up: the oldest {SHOWN:,} are listed; name "
             "sessions to see theirs (`tickwork webhooks resend --all` sends every one)"
@@ -81,15 +81,23 @@ def list_given_up(
     )
 
 
+def _read(
+    ids: list[str] | None, read: Callable[[Cards, dict[str, Any]], list[C]]
+) -> tuple[list[str] | None, list[C], bool]:
+    """The sessions `ids` name (whole ids), the first `SHOWN` cards `read` gives of them
+    (`session_ids`, `limit`), and whether there were more."""
+    with Context() as ctx:
+        ids = _named(ctx, ids)
+        cards = read(ctx.store.cards, {"session_ids": ids, "limit": SHOWN + 1})
+    return ids, cards[:SHOWN], len(cards) > SHOWN
+
+
 def _list_pending(ids: list[str] | None, *, json_output: bool) -> None:
     """`webhooks ls --pending`: the cards due soonest first, and, for cards long past their
     next attempt, the two reasons they may be: no worker sends cards (what to check), or a
     slow receiver holds up the dispatchers, which post one card at a time."""
-    with Context() as ctx:
-        ids = _named(ctx, ids)
-        cards = ctx.store.cards.pending(session_ids=ids, limit=SHOWN + 1)
-    if len(cards) > SHOWN:
-        cards = cards[:SHOWN]
+    ids, cards, more = _read(ids, lambda read, named: read.pending(**named))
+    if more:
         render.note(
             f"more than {SHOWN:,} cards are to be sent: the {SHOWN:,} due soonest are listed"
         )
