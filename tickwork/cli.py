@@ -26,6 +26,7 @@ from tickwork.fsm.errors import (
     ConfigurationError,
     DeadLetterClosed,
     InvalidInput,
+    SessionArchived,
     SessionNotFound,
     TickworkError,
 )
@@ -288,6 +289,18 @@ WHERE_ASKED = (
 _API_ROUTES = re.compile(r"; API: [^)]*\)")
 
 
+def archived_said(session_id: str) -> str:
+    """What a command that works on live sessions only says of an archived one: what is
+    read of it still, and how."""
+    return (
+        f"session {session_id} is archived (retention moved it out of the live tables): it "
+        f"can no longer be changed or waited for; `tickwork show {session_id}` reads it back "
+        f"with its forks, `tickwork patch {session_id}` prints its patch, `tickwork fork "
+        f"{session_id} --from-step K` forks it, and `tickwork ls --archived` lists the "
+        "archived sessions"
+    )
+
+
 def explain(exc: Exception) -> tuple[str | None, int]:
     """The one-line message and exit code for an error a user can act on; None for a bug."""
     from .flags import by_settings, in_flags
@@ -311,6 +324,9 @@ def explain(exc: Exception) -> tuple[str | None, int]:
 
             said = said.replace(DeadLetterNotFound.api_listing, DeadLetterNotFound.listing)
         return said, USAGE if exc.status in (400, 413, 422) else REFUSED
+    if isinstance(exc, SessionArchived) and exc.session_id is not None:
+        # in this command line's words, not the Python client's
+        return archived_said(exc.session_id), REFUSED
     if isinstance(exc, SessionNotFound) and exc.session_id is not None:
         # the API's way to list sessions is for API callers; here, where this CLI looked
         return SessionNotFound.said(exc.session_id, exc.hint) + _where_looked(), REFUSED

@@ -18,6 +18,8 @@ import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, Concatenate, ParamSpec, TypeVar
 
+from tickwork.fsm.errors import SessionArchived, SessionNotFound
+
 from .reads import Reads
 from .writes import Writes
 
@@ -34,7 +36,16 @@ def _named(op: Callable[Concatenate[Any, str, P], R]) -> Callable[Concatenate[An
 
     @functools.wraps(op)
     def resolving(self: Tickwork, session_id: str, *args: P.args, **kwargs: P.kwargs) -> R:
-        return op(self, self._whole(session_id), *args, **kwargs)
+        whole = self._whole(session_id)
+        try:
+            return op(self, whole, *args, **kwargs)
+        except SessionArchived:
+            raise
+        except SessionNotFound as exc:
+            # an id start finds archived sessions too: one is said archived, not missing
+            if exc.session_id not in (None, whole):
+                raise
+            raise self._not_live(whole, exc) from None
 
     return resolving
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+from tickwork.fsm.errors import SessionArchived, SessionNotFound
 from tickwork.fsm.values import Status
 
 from tests.e2e.conftest import Cli, Deployment
@@ -56,6 +58,17 @@ def test_an_archived_session_is_listed_patched_and_forked(
     )
     cli.inline("ls", "--archived", "--error-code", "LOOP", ok=False).error(2, "--archived")
     assert cli.inline("ls", "--json").json() == []  # no longer live
+    # what works on live sessions only said "no session ...; list sessions with `tickwork
+    # ls`", though `show` reads it back: it says the session is archived and what reads it
+    for command in (("cancel", session_id), ("approve", session_id[:8], WRITE, "--as", "al")):
+        cli.inline(*command, ok=False, **env).error(
+            1, f"session {session_id} is archived", f"`tickwork show {session_id}` reads it"
+        )
+    with pytest.raises(SessionArchived, match=r"is archived .*`archived\("):
+        deployment.client.cancel(session_id[:8], by="al")
+    with pytest.raises(SessionNotFound) as missing:
+        deployment.client.cancel("nosuch-session", by="al")
+    assert not isinstance(missing.value, SessionArchived)
     assert cli.inline("patch", session_id, **env).stdout == patch
     shown = cli.inline("show", session_id, "--json", **env).json()
     # who submitted it, as a live session's row says, and its dates as the rest's: `...Z`
