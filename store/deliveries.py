@@ -23,7 +23,7 @@ from sqlalchemy import Engine, and_, exists, func, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
 from tickwork.fsm.values import EventKind, Status
 from tickwork.store.edge import guarded
-from tickwork.store.schema import GIVEN_UP_SQL, MOVED_ON, deliveries, events, sessions
+from tickwork.store.schema import DUE_SQL, GIVEN_UP_SQL, MOVED_ON, deliveries, events, sessions
 
 WAITING = Status.WAITING_APPROVAL.value
 REQUESTED = EventKind.APPROVAL_REQUESTED.value
@@ -254,13 +254,18 @@ class GivenUp:
         return f"{self.session_id}:{self.version}"
 
 
-def _given_up(session_ids: Sequence[str] | None) -> Any:
-    """The WHERE of the cards given up (of `session_ids` only, if given)."""
-    # the index's own predicate, as literal SQL (a bound parameter would not use the index)
-    terms: list[Any] = [text(GIVEN_UP_SQL)]
+def _where(predicate: str, session_ids: Sequence[str] | None) -> Any:
+    """The WHERE of the cards a partial index's `predicate` holds (of `session_ids` only, if
+    given): the index's own predicate, as literal SQL (a bound parameter would not use it)."""
+    terms: list[Any] = [text(predicate)]
     if session_ids is not None:
         terms.append(events.c.session_id.in_(list(session_ids)))
     return and_(*terms)
+
+
+def _given_up(session_ids: Sequence[str] | None) -> Any:
+    """The WHERE of the cards given up (of `session_ids` only, if given)."""
+    return _where(GIVEN_UP_SQL, session_ids)
 
 
 def given_up(
@@ -288,15 +293,9 @@ def pending(
     """The `limit` cards due soonest, soonest first (of `session_ids` only, if given): the
     cards put back or retried that no dispatcher has delivered yet. A card no dispatcher
     has taken yet has no delivery and is not among them."""
-    terms: list[Any] = [
-        # the terms of the index `ix_tickwork_deliveries_due`, as literal SQL (see above)
-        text("delivered_at IS NULL AND next_attempt_at IS NOT NULL")
-    ]
-    if session_ids is not None:
-        terms.append(events.c.session_id.in_(list(session_ids)))
     query = (
         _cards(deliveries.c.next_attempt_at)
-        .where(and_(*terms))
+        .where(_where(DUE_SQL, session_ids))
         .order_by(deliveries.c.next_attempt_at, events.c.id)
         .limit(limit)
     )

@@ -34,6 +34,9 @@ MOVED_ON = "the session moved on before its card was delivered"
 #: delivered, no next attempt, and not dropped because their session moved on; literal SQL
 #: in the queries too, since SQLite uses a partial index only for its predicate's terms
 GIVEN_UP_SQL = f"delivered_at IS NULL AND next_attempt_at IS NULL AND last_error <> '{MOVED_ON}'"
+#: the predicate of the partial index of the cards due (`ix_tickwork_deliveries_due`): not
+#: delivered, with a next attempt; literal SQL in the queries too, as GIVEN_UP_SQL
+DUE_SQL = "delivered_at IS NULL AND next_attempt_at IS NOT NULL"
 
 metadata = MetaData(
     naming_convention={
@@ -457,8 +460,8 @@ deliveries = Table(
     Index(
         "ix_tickwork_deliveries_due",
         "next_attempt_at",
-        postgresql_where=text("delivered_at IS NULL AND next_attempt_at IS NOT NULL"),
-        sqlite_where=text("delivered_at IS NULL AND next_attempt_at IS NOT NULL"),
+        postgresql_where=text(DUE_SQL),
+        sqlite_where=text(DUE_SQL),
     ),
     # the cards given up, by event: `tickwork webhooks ls` and `resend` (0027_given_up)
     Index(

@@ -238,31 +238,33 @@ def _pending_view(card: Pending) -> dict[str, Any]:
 
 
 def _pending_table(rows: list[dict[str, Any]]) -> Any:
-    table = render.listing_table("webhook cards to be sent, soonest first")
-    for name in ("CARD", "KIND", "TENANT", "ATTEMPTS", "NEXT ATTEMPT", "LAST ERROR"):
-        table.add_column(name, no_wrap=name != "LAST ERROR")
-    for row in rows:
-        table.add_row(
-            row["card"],
-            row["kind"],
-            row["tenant"],
-            str(row["attempts"]),
-            render.when(row["next_attempt_at"]),
-            row["last_error"],
-        )
-    return table
+    return _cards_table(
+        "webhook cards to be sent, soonest first",
+        rows,
+        {
+            "NEXT ATTEMPT": lambda row: render.when(row["next_attempt_at"]),
+            "LAST ERROR": lambda row: row["last_error"],
+        },
+    )
 
 
 def _table(rows: list[dict[str, Any]]) -> Any:
-    table = render.listing_table("webhook cards given up, oldest first")
-    for name in ("CARD", "KIND", "TENANT", "ATTEMPTS", "WHY"):
-        table.add_column(name, no_wrap=name != "WHY")
+    why = {"WHY": lambda row: row["last_error"]}
+    return _cards_table("webhook cards given up, oldest first", rows, why)
+
+
+def _cards_table(
+    title: str,
+    rows: list[dict[str, Any]],
+    more: dict[str, Callable[[dict[str, Any]], str]],
+) -> Any:
+    """The cards' table: card, kind, tenant and attempts, then the columns `more`, each
+    shown by its function of the row, the last one wrapping."""
+    table = render.listing_table(title)
+    last = list(more)[-1]
+    for name in ("CARD", "KIND", "TENANT", "ATTEMPTS", *more):
+        table.add_column(name, no_wrap=name != last)
     for row in rows:
-        table.add_row(
-            row["card"],
-            row["kind"],
-            row["tenant"],
-            str(row["attempts"]),
-            row["last_error"],
-        )
+        shown = [how(row) for how in more.values()]
+        table.add_row(row["card"], row["kind"], row["tenant"], str(row["attempts"]), *shown)
     return table
