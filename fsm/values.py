@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -492,6 +493,12 @@ def call_id_for(step: int, index: int) -> str:
 def call_ids_of(step: int) -> str:
     """What every call id of step `step` starts with."""
     return f"s{step}c"
+
+
+def step_of_call(call_id: str) -> int | None:
+    """The step of one of our call ids (`call_id_for`); None for an id not of that form."""
+    found = re.fullmatch(r"s(\d+)c\d+", call_id)
+    return None if found is None else int(found.group(1))
 
 
 def idempotency_key(session_id: str, step: int, call_id: str) -> str:

@@ -28,7 +28,7 @@ from rich.tree import Tree
 
 from tickwork.fsm.failures import failed_before_line, passed_before, passed_before_line
 from tickwork.fsm.kinds import GraphRef, graph_of
-from tickwork.fsm.values import PRICE_RATES, RUNNABLE, utc_date
+from tickwork.fsm.values import PRICE_RATES, RUNNABLE, step_of_call, utc_date
 from tickwork.fsm.wording import counted, plain
 
 from . import views
@@ -1311,19 +1311,32 @@ def chain_lines(earlier: Sequence[Mapping[str, Any]], fork_step: int) -> list[st
         patch, step = found.get("patch") or {}, found.get("step")
         starts = [s for s in later[i:] if isinstance(s, int)]
         if isinstance(step, int) and starts and min(starts) < step:
+            start = min(starts)
             lost = [
                 what
                 for what, given in (
                     ("its appended instruction", patch.get("append_instruction")),
-                    (f"its outputs of calls after step {min(starts)}", patch.get("tool_outputs")),
+                    (_outputs_after(patch.get("tool_outputs") or {}, start), True),
                 )
-                if given
+                if given and what
             ]
             if lost:
                 shown = " and ".join(lost)
-                line += f" (a later fork started from step {min(starts)}: {shown} not kept)"
+                line += f" (a later fork started from step {start}: {shown} not kept)"
         lines.append(line)
     return lines
+
+
+def _outputs_after(outputs: Mapping[str, Any], start: int) -> str:
+    """What a fork from step `start` leaves of `outputs` written by hand (by call id): those
+    of calls after that step (a call id's step is in its name, `fsm.values.call_id_for`),
+    "" if none."""
+    after = sorted(c for c in outputs if (n := step_of_call(c)) is None or n > start)
+    if not after:
+        return ""
+    if len(after) == 1:
+        return f"its output of {after[0]} (a call after step {start})"
+    return f"its outputs of {', '.join(after)} (calls after step {start})"
 
 
 def fork_line(fork: Mapping[str, Any]) -> str:

@@ -25,6 +25,7 @@ from tests.api.conftest import TOKEN, TOKENS, Server
 from tickwork.api import ApiSettings, make_api
 from tickwork.cli import main
 from tickwork.client import Tickwork
+from tickwork.render import chain_lines
 from tickwork.testing.store_ticks import Clock, new_session, reply, run_step, think
 
 
@@ -74,6 +75,7 @@ def test_a_fork_of_a_fork_shows_the_patches_of_its_chain(tmp_path: Path) -> None
     runs under its chain's (the first fork's system prompt): an analyst could not tell what
     the run had. Both list the earlier forks' patches, saying what a later fork left out."""
     settings, client, (original, first, second) = chain(tmp_path)
+    (called,) = client.load(original).steps[1].calls
     app = make_api(settings, ApiSettings(api_tokens=TOKENS), client=client)  # type: ignore[arg-type]
     with (
         Server(app) as server,
@@ -116,10 +118,36 @@ def test_a_fork_of_a_fork_shows_the_patches_of_its_chain(tmp_path: Path) -> None
     assert "appended instruction: 'try A'; tool output of" in said
     # the second fork kept step 1 only: the instruction after step 2 is not its history
     assert (
-        "(a later fork started from step 1: its appended instruction and its outputs of "
-        "calls after step 1 not kept)"
+        f"(a later fork started from step 1: its appended instruction and its output of "
+        f"{called.call_id} (a call after step 1) not kept)"
     ) in said, said
     client.close()
+
+
+def test_an_output_written_for_a_step_a_later_fork_kept_is_not_said_lost() -> None:
+    """`show` said a fork's hand-written outputs were "not kept" by a later fork from an
+    earlier step whenever it had any, though an output of a call at or before that step is
+    kept: it names the outputs of calls after the later fork's step, and only those."""
+    earlier = [
+        {
+            "fork": "f1",
+            "session_id": "o",
+            "step": 3,
+            "by": "erin",
+            "at": "2026-01-01T00:00:00+00:00",
+            "patch": {"tool_outputs": {"s1c0": "by hand", "s3c0": "by hand", "s2c1": "too"}},
+        }
+    ]
+    (kept_all,) = chain_lines(earlier, 3)
+    assert "not kept" not in kept_all
+    (kept_one,) = chain_lines(earlier, 1)
+    assert kept_one.endswith(
+        "(a later fork started from step 1: its outputs of s2c1, s3c0 (calls after step 1) "
+        "not kept)"
+    ), kept_one
+    only_kept = [{**earlier[0], "patch": {"tool_outputs": {"s1c0": "by hand"}}}]
+    (line,) = chain_lines(only_kept, 1)
+    assert "not kept" not in line, line
 
 
 def test_an_archived_parent_ends_the_chain_only_if_it_was_a_fork(tmp_path: Path) -> None:
