@@ -38,6 +38,19 @@ def dollars(value: float, *, up: bool = False) -> str:
     return text if len(text.partition(".")[2]) >= 2 else f"{text}0"
 
 
+#: the least cost `usd` shows with its digits; a cost above nothing and below it reads "<$0.0001"
+LEAST_USD = 0.0001
+
+
+def usd(value: float) -> str:
+    """A cost as `tickwork ls`, `show` and the page list it (core.js `usd` reads alike): `$`
+    and 4 decimals ($0.0132, $1.2000), and a cost above nothing but below a hundredth of a
+    cent `<$0.0001`: a cost spent never reads as $0.0000, as none spent does."""
+    if 0 < value < LEAST_USD:
+        return f"<${LEAST_USD:.4f}"
+    return f"${value:.4f}"
+
+
 def two_digits(value: float, *, up: bool = False) -> Decimal:
     """`value` to its first 2 significant digits (12.34: 12, 0.00001234: 0.000012), rounded
     half up, or up (`up`: 12.01 is 13), as a person gives an amount a budget must pass;

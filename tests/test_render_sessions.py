@@ -167,6 +167,19 @@ def test_a_stored_reason_names_the_flags_on_the_command_line_and_the_fields_in_i
     )
 
 
+def test_a_cost_below_a_hundredth_of_a_cent_does_not_read_as_nothing() -> None:
+    """`tickwork ls`, `show` and `watch` printed a session of a cheap model that had spent
+    $0.00003 as `$0.0000`, as one that had spent nothing."""
+    cheap = head(cost_usd=0.00003)
+    (row,) = [line for line in listed(cheap).splitlines() if line.startswith(" s1 ")]
+    assert "<$0.0001" in row and "$0.0000" not in row, row
+    (row,) = [line for line in listed(head()).splitlines() if line.startswith(" s1 ")]
+    assert "$0.0000" in row, row  # nothing spent
+    called = {"step": 1, "model": "m", "prompt_tokens": 20, "completion_tokens": 2}
+    said = render.summary("model_called", {**called, "cost_usd": 0.000004, "latency_ms": 9})
+    assert said == "step 1 · m · 22 tokens · <$0.0001 · 9 ms", said
+
+
 #: a setup log's end as a card keeps it: pip's output, long enough to have been cut
 PIP_LOG = "\n".join(
     [f'  "text": {{ "line {n}": "Collecting something-{n} from the index" }}' for n in range(60)]

@@ -15,7 +15,7 @@ import typer
 from rich.text import Text
 
 from tickwork.fsm.errors import InvalidInput, InvalidModelSpec, TickworkError
-from tickwork.fsm.wording import counted
+from tickwork.fsm.wording import counted, usd
 
 from . import options, render
 from .cli import PlainGroup
@@ -352,7 +352,7 @@ def _progress(result: TaskResult) -> Text:
     return Text.assemble(
         f"  {result.task}: ",
         (result.outcome.value, OUTCOME_STYLE.get(result.outcome, "")),
-        f" · {result.steps} steps · {result.tokens:,} tokens · ${result.cost_usd:.4f} · "
+        f" · {result.steps} steps · {result.tokens:,} tokens · {usd(result.cost_usd)} · "
         f"{result.wall_s:.1f}s{cause}",
     )
 
@@ -433,7 +433,7 @@ def list_runs(json_output: options.Json = False) -> None:
             r.label,
             f"{Path(r.task_set).name} {r.task_set_digest[:8]}",
             f"{t.repaired}/{t.tasks}",
-            f"${t.cost_usd:.4f}",
+            usd(t.cost_usd),
             r.state,
         )
     render.show(render.whole(table))

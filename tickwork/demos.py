@@ -23,6 +23,7 @@ from rich.text import Text
 from tickwork.fsm.errors import ConfigurationError, InvalidInput, TickworkError
 from tickwork.fsm.kinds import SessionKind, kind_of
 from tickwork.fsm.values import Session, ToolCall
+from tickwork.fsm.wording import usd
 from tickwork.worker.files.filetree import SKIP_DIRS
 
 from . import render
@@ -213,7 +214,7 @@ def show_event(whole: Session, kind: str, data: dict[str, Any]) -> None:
         for call in step.calls:
             render.show(Text(f"  → {call.name}({render.clip(call.raw_arguments, 160)})"))
         if kind_of(whole.head) is SessionKind.AGENT:  # a node is recorded before it runs
-            render.show(Text(f"  {step.usage.total:,} tokens · ${step.cost_usd:.4f}", style="dim"))
+            render.show(Text(f"  {step.usage.total:,} tokens · {usd(step.cost_usd)}", style="dim"))
     elif kind == "tool_finished":
         seen = whole.observation(str(data.get("call_id")))
         if seen is not None:

@@ -29,7 +29,7 @@ from rich.tree import Tree
 from tickwork.fsm.failures import failed_before_line, passed_before, passed_before_line
 from tickwork.fsm.kinds import GraphRef, graph_of
 from tickwork.fsm.values import PRICE_RATES, RUNNABLE, step_of_call, utc_date
-from tickwork.fsm.wording import counted, plain
+from tickwork.fsm.wording import counted, plain, usd
 
 from . import views
 from .flags import by_settings, in_flags
@@ -319,7 +319,7 @@ def sessions_table(heads: Iterable[Mapping[str, Any]]) -> Table:
             outcome_text(h.get("outcome")),
             str(h["step"]),
             f"{h['tokens']:,}",
-            f"${h['cost_usd']:.4f}",
+            usd(h["cost_usd"]),
             created,
             Text(_kind(h)),
         ]
@@ -456,7 +456,7 @@ def timeline(
                     f"step {step['step']}{_compaction(step)} · {when(step['at'])} · "
                     f"{step['model']} · "
                     f"{step['prompt_tokens']:,}+{step['completion_tokens']:,} tokens"
-                    f"{_cached(step)} · ${step['cost_usd']:.4f} · {_took(step, h)}"
+                    f"{_cached(step)} · {usd(step['cost_usd'])} · {_took(step, h)}"
                     f"{_masked(step, masked)}"
                 ),
                 align="left",
@@ -475,7 +475,7 @@ def timeline(
             f"total: {counted(totals['steps'], 'step')} · {counted(totals['calls'], 'call')} · "
             f"{totals['tokens']:,} tokens ({totals['prompt_tokens']:,} prompt"
             f"{_cached(totals, ', ')}, {totals['completion_tokens']:,} completion) · "
-            f"${totals['cost_usd']:.4f}"
+            f"{usd(totals['cost_usd'])}"
         )
     )
     if (retry := retrying(h, view.get("events") or ())) is not None:
@@ -642,7 +642,7 @@ def _header(
         (
             "budgets",
             f"steps {h['step']}/{b['max_steps']} · tokens {h['tokens']:,}/"
-            f"{b['max_tokens']:,} · cost ${h['cost_usd']:.4f}/{cost_limit} · "
+            f"{b['max_tokens']:,} · cost {usd(h['cost_usd'])}/{cost_limit} · "
             f"deadline {plain(b['deadline_s'])}s",
         ),
     ]
@@ -781,7 +781,7 @@ def tree(node: Mapping[str, Any], *, mark: str | None = None) -> Tree:
             text.append(f" {n['outcome']}")
         if n.get("error_code"):
             text.append(f" {n['error_code']}", style="red")
-        text.append(f" · step {n['step']} · ${n['cost_usd']:.4f}", style="dim")
+        text.append(f" · step {n['step']} · {usd(n['cost_usd'])}", style="dim")
         return text
 
     def grow(branch: Tree, n: Mapping[str, Any]) -> None:
@@ -1162,7 +1162,7 @@ def summary(kind: str, d: Mapping[str, Any]) -> str:
         return (
             f"step {d.get('step')} · {_node(d)}{d.get('model')} · "
             f"{d.get('prompt_tokens', 0) + d.get('completion_tokens', 0):,} tokens · "
-            f"${d.get('cost_usd', 0):.4f} · {d.get('latency_ms', 0):.0f} ms"
+            f"{usd(d.get('cost_usd', 0))} · {d.get('latency_ms', 0):.0f} ms"
             + (
                 f" · cap lowered to {d['cap_lowered_to']:,} (the server's window)"
                 if isinstance(d.get("cap_lowered_to"), int)
@@ -1173,7 +1173,7 @@ def summary(kind: str, d: Mapping[str, Any]) -> str:
         return (
             f"step {d.get('step')}: steps 1-{d.get('through')} summarised · "
             f"{d.get('prompt_tokens', 0) + d.get('completion_tokens', 0):,} tokens · "
-            f"${d.get('cost_usd', 0):.4f}" + _ignored(d.get("ignored_calls"))
+            f"{usd(d.get('cost_usd', 0))}" + _ignored(d.get("ignored_calls"))
         )
     if kind == "context_overflow":
         window, stated = d.get("window"), d.get("stated_window")
@@ -1207,7 +1207,7 @@ def summary(kind: str, d: Mapping[str, Any]) -> str:
         text = f"attempt {d.get('attempt')} failed, retry in {d['delay_s']:.1f} s"
         text += f": {d.get('error')}"
         if isinstance(d.get("tokens"), int):  # a billed reply the session could not use
-            text += f" · {d['tokens']:,} tokens · ${d.get('cost_usd', 0):.4f}"
+            text += f" · {d['tokens']:,} tokens · {usd(d.get('cost_usd', 0))}"
         return text
     if kind == "forked":
         return f"from {d.get('parent_id')} at step {d.get('from_step')} by {d.get('by')}"

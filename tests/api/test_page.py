@@ -590,3 +590,21 @@ def test_a_duration_rounds_once_before_it_is_split(page: Any, stack: Stack) -> N
         [340, 999.6, 1_234, 59_960, 60_000, 119_600, 185_000],
     )
     assert said == ["340 ms", "1.0 s", "1.2 s", "1 min 0 s", "1 min 0 s", "2 min 0 s", "3 min 5 s"]
+
+
+def test_a_cost_below_a_hundredth_of_a_cent_reads_as_tickwork_ls_prints_it(
+    page: Any, stack: Stack
+) -> None:
+    """The page listed a session of a cheap model that had spent $0.00003 as `$0.0000`, as
+    one that had spent nothing: core.js `usd` reads a cost as `ls` and `show` print it."""
+    from tickwork.fsm.wording import usd
+
+    page.goto(stack.url)
+    costs = [0, 0.00003, 0.0000001, 0.00009999, 0.0001, 0.0132, 1.23456, 12]
+    said = page.evaluate(
+        "async (values) => { const { usd } = await import('/static/core.js');"
+        " return values.map(usd); }",
+        costs,
+    )
+    assert said == [usd(cost) for cost in costs]
+    assert said[:3] == ["$0.0000", "<$0.0001", "<$0.0001"]

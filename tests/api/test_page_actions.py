@@ -21,6 +21,7 @@ import pytest
 from tickwork.fsm.admission import MAX_PER_KEY, MAX_PRIORITY, MIN_PRIORITY
 from tickwork.fsm.context import MAX_WINDOW, MIN_WINDOW
 from tickwork.fsm.values import Status
+from tickwork.fsm.wording import usd
 
 from tests.api.conftest import TEST_KIND, TOKEN, Stack
 from tests.api.test_dead_letters import BROKEN
@@ -424,7 +425,7 @@ def test_each_step_shows_its_tokens_cost_and_durations(
     expect(first).to_have_count(8)
     assert first.all_inner_texts()[:4] == ["1", "1,200", "1,000", "30"]
     step = view["steps"][0]
-    assert first.nth(4).inner_text() == f"${step['cost_usd']:.4f}"
+    assert first.nth(4).inner_text() == usd(step["cost_usd"])
     # a loaded machine may take over a second for the delayed call: the page says "1.1 s"
     model_ms, off = shown_ms(first.nth(5).inner_text())
     assert abs(model_ms - step["latency_ms"]) <= off and step["latency_ms"] >= 300
@@ -445,7 +446,7 @@ def test_each_step_shows_its_tokens_cost_and_durations(
     assert track > 0 and drawn / track == pytest.approx(step["latency_ms"] / longest, abs=0.02)
     totals = table.locator("tfoot tr.totals > *")
     assert totals.all_inner_texts()[:4] == ["total", "2,500", "1,000", "42"]
-    assert totals.nth(4).inner_text() == f"${view['totals']['cost_usd']:.4f}"
+    assert totals.nth(4).inner_text() == usd(view["totals"]["cost_usd"])
 
     card = page.locator('#timeline section.step[data-step="1"]')
     expect(card.locator("p.usage")).to_contain_text(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from tickwork.fsm.wording import counted, dollars, two_digits
+from tickwork.fsm.wording import counted, dollars, two_digits, usd
 
 
 def test_one_is_singular_and_every_other_count_plural() -> None:
@@ -46,3 +46,22 @@ def test_a_budget_to_pass_rounds_up_to_two_digits_as_a_spend_below_a_cent_shows(
     assert two_digits(0.00001234) == Decimal("0.000012")
     assert dollars(0.00001234, up=True) == str(two_digits(0.00001234, up=True)) == "0.000013"
     assert two_digits(0) == 0
+
+
+def test_a_cost_below_a_hundredth_of_a_cent_is_listed_as_less_than_one() -> None:
+    """`tickwork ls`, `show` and the page listed a step of a cheap model that cost
+    $0.00003 as `$0.0000`, as a session that spent nothing: a cost spent reads
+    `<$0.0001`, nothing spent `$0.0000`."""
+    assert [usd(v) for v in (0, 0.0, 0.00003, 0.0000001, 0.00009999)] == [
+        "$0.0000",
+        "$0.0000",
+        "<$0.0001",
+        "<$0.0001",
+        "<$0.0001",
+    ]
+    assert [usd(v) for v in (0.0001, 0.0132, 1.23456, 12)] == [
+        "$0.0001",
+        "$0.0132",
+        "$1.2346",
+        "$12.0000",
+    ]

@@ -11,7 +11,7 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from tickwork.fsm.wording import counted
+from tickwork.fsm.wording import counted, usd
 
 from .model import Change, Comparison, Outcome, Run, TaskResult, Totals, totals
 
@@ -145,7 +145,7 @@ def _outcome(r: TaskResult | None) -> Text:
 
 
 def _cost(value: float) -> str:
-    return f"${value:.4f}"
+    return usd(value)
 
 
 def _matches(value: bool | None) -> str:

@@ -120,7 +120,12 @@ export function ms(value) {
 }
 
 export const count = (n) => Number(n || 0).toLocaleString("en-US");
-export const usd = (n) => `$${Number(n || 0).toFixed(4)}`;
+// a cost as `tickwork ls` and `show` print it (fsm/wording.py `usd`): $ and 4 decimals, and a
+// cost above nothing but below a hundredth of a cent "<$0.0001", never "$0.0000"
+export function usd(n) {
+  const value = Number(n || 0);
+  return value > 0 && value < 0.0001 ? "<$0.0001" : `$${value.toFixed(4)}`;
+}
 
 export function toast(message, kind) {
   const box = document.getElementById("toast");
