@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from tickwork.fsm.errors import NoDatabase, SessionFinished
+from tickwork.fsm.errors import NoDatabase, SessionFinished, TickworkError
 from tickwork.fsm.values import Status
 from tickwork.worker.config.settings import Settings
 from tickwork.worker.config.stores import build_store
@@ -87,3 +87,21 @@ def test_threads_using_a_client_first_at_once_open_one_store(
             thread.join()
         assert len(opened) == 1
         client.close()
+
+
+def test_a_refused_first_submit_makes_no_database(tmp_path: Path) -> None:
+    """The first submit of a client where there is no database made it before checking
+    what it was given: a mistyped model, budget or workspace left a database behind."""
+    settings = Settings(state_dir=tmp_path / "state")
+    model = write_script([{"content": "done"}], tmp_path)
+    client = Tickwork(settings)
+    refused = [
+        ("tests.jobs:TEST", {"sink": str(tmp_path)}, {"model": "opneai:gpt-4o"}),
+        ("tests.jobs:TEST", {"sink": str(tmp_path)}, {"budgets": {"max_steps": -3}}),
+        ("repair", {"workspace": str(tmp_path / "nope"), "test_command": "pytest"}, {}),
+    ]
+    for kind, given, more in refused:
+        with pytest.raises(TickworkError):
+            client.submit(kind, given, **{"model": model, **more})
+        assert not settings.state_dir.exists(), (kind, more)
+    client.close()

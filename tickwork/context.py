@@ -84,24 +84,28 @@ class Context:
 
     @property
     def store(self) -> Store:
+        if self._creates:  # the client's, made here if it is not yet
+            ensure_schema(self.settings)
+            return self.client.store
         if self._store is None:
             from tickwork.store import open_store
 
             settings = self.settings
-            if self._creates:
-                ensure_schema(settings)
-            else:
-                require_database(settings)
+            require_database(settings)
             self._store = open_store(settings.db_url, **settings.database_pool({}))
         return self._store
 
     @property
     def client(self) -> Tickwork:
+        """The client; a command that makes sessions leaves its store to it, opened when
+        first needed: its `submit` checks what it was given first, so a refused one makes
+        no database."""
         if self._client is None:
             from .client import WholeIds
 
             # the commands name a session by a start of its id, looked up in their own words
-            self._client = WholeIds(self.settings, store=self.store)
+            store = None if self._creates else self.store
+            self._client = WholeIds(self.settings, store=store)
         return self._client
 
     @property
@@ -120,3 +124,5 @@ class Context:
     def close(self) -> None:
         if self._store is not None:
             self._store.close()
+        if self._creates and self._client is not None:  # its store is its own
+            self._client.close()

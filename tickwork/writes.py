@@ -8,7 +8,7 @@ import functools
 import getpass
 import logging
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -42,6 +42,7 @@ from tickwork.fsm.wording import plain
 from tickwork.store import Store
 from tickwork.store import dead_letters as dl
 from tickwork.store.archived import saved_of
+from tickwork.store.artifacts import Artifacts
 from tickwork.store.files import Saved
 from tickwork.worker.config.secrets import mask_decision, masker_for
 from tickwork.worker.config.settings import Settings
@@ -188,10 +189,6 @@ class Writes(Deployment):
         (tokens) overrides the model's window from the model table (`tickwork.fsm.context`: old
         observations are masked, then the transcript compacted, to keep the prompt under it).
         """
-        if self._store is None:  # the embedded database is made by the first submit, as the CLI's
-            from .embedded import ensure_schema
-
-            ensure_schema(self.settings)
         by = _login() if submitted_by is None else check_name(submitted_by, what="submitted_by")
         check_tenant(tenant)
         check_priority(priority)
@@ -200,6 +197,15 @@ class Writes(Deployment):
         storable(dict(input or {}), name="")
         storable(model or "", name="the model")
         storable(session_id or "", name="the session id")
+        # what the caller gave is checked before the kind's `configure` may store a file
+        # (the store made then, if it is the embedded one not made yet): a refused submit
+        # leaves no database behind
+        if model:
+            check_spec(model, self.providers)
+        if session_id is not None:
+            new_session_id(session_id, what="session_id")
+        _numbers(budgets or {})
+        self.budgets(budgets or {})
         job = self.jobs.get(kind)
         if own_config and not trusted:
             raise InvalidInput("a submission from outside cannot set the session's config")
@@ -220,10 +226,6 @@ class Writes(Deployment):
                 raise
             # the deployment's default: the submitter gave no spec to correct
             raise InvalidModelSpec(f"invalid setting TICKWORK_MODEL: {exc.message}") from None
-        if session_id is not None:
-            new_session_id(session_id, what="session_id")
-        self._check_unused(session_id)
-        _numbers(budgets or {})
         limits = self.budgets(job.budgets, role.budgets, budgets or {})
         if price is not None:
             config["price"] = self._price_config(spec, price, trusted=trusted)
@@ -238,6 +240,8 @@ class Writes(Deployment):
             else context_window
         )
         config["context"] = Policy(window=check_window(window)).to_config()
+        self._made()  # every check passed: the embedded database is made by the first submit
+        self._check_unused(session_id)
         now = self.clock()
         head = Head(
             id=session_id or uuid.uuid4().hex,
@@ -649,9 +653,23 @@ class Writes(Deployment):
             state_dir=self.settings.state_dir,
             trusted=trusted,
             workspace_roots=tuple(self.settings.workspace_roots),
-            artifacts=self.artifacts,
+            artifacts=_OnFirstUse(self._made_artifacts),
             roles=self.jobs.roles(kind),
         )
+
+    def _made(self) -> Store:
+        """The store, the embedded database made first if there is none yet: a submit makes
+        it, once it has checked what it was given (`Deployment.store` refuses a missing one)."""
+        if self._store is None:
+            from .embedded import ensure_schema
+
+            ensure_schema(self.settings)
+        return self.store
+
+    def _made_artifacts(self) -> Artifacts:
+        """The artifact store, on a store `_made` if need be."""
+        self._made()
+        return self.artifacts
 
     def _role(self, kind: str, config: Mapping[str, Any]) -> Role:
         """The configured role a root's kind gave it (`config["role"]`), whose model and
@@ -726,6 +744,21 @@ class Writes(Deployment):
                     f"session id {session_id!r} belonged to a session archived at "
                     f"{taken.archived_at}; choose another id"
                 )
+
+
+class _OnFirstUse:
+    """An artifact store opened at its first `put` or `get`: a kind checks its input (a
+    workspace that is no directory) before it stores a file, so a submit refused then has
+    not made the embedded database."""
+
+    def __init__(self, opened: Callable[[], Artifacts]) -> None:
+        self._opened = opened
+
+    def put(self, items: Mapping[str, bytes]) -> int:
+        return self._opened().put(items)
+
+    def get(self, hashes: Iterable[str]) -> dict[str, bytes]:
+        return self._opened().get(hashes)
 
 
 def _numbers(budgets: Mapping[str, Any]) -> None:

@@ -299,6 +299,63 @@ def test_a_reading_command_makes_no_database_and_says_there_is_none(tmp_path: Pa
     assert (state / "tickwork.db").is_file()
 
 
+def test_a_refused_submit_makes_no_database(tmp_path: Path) -> None:
+    """The first `tickwork submit` in a folder, refused for a mistyped --workspace, model,
+    budget or id, made `.tickwork/tickwork.db` before it refused (and packed the workspace
+    into it): each is refused before the database is made; the first submit that passes
+    makes it."""
+    state = tmp_path / "state"
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "calc.py").write_text("x = 1\n")
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([{"content": "done"}]))
+    cli = Cli(_bare_env(TICKWORK_STATE_DIR=str(state)), tmp_path)
+    repair = ["submit", "repair", "--test-cmd", "pytest", "--model", f"scripted:{script}"]
+    refused = [
+        ([*repair, "--workspace", str(tmp_path / "projetc")], "is not an existing directory"),
+        (
+            [
+                "submit",
+                "repair",
+                "--workspace",
+                str(project),
+                "--test-cmd",
+                "pytest",
+                "--model",
+                "opneai:gpt-4o",
+            ],
+            "unknown model spec 'opneai:gpt-4o'",
+        ),
+        ([*repair, "--workspace", str(project), "--max-steps", "-3"], "--max-steps"),
+        ([*repair, "--workspace", str(project), "--id", "a b"], "--id"),
+        (["submit", "nosuch:kind", "--model", f"scripted:{script}"], "cannot import 'nosuch'"),
+    ]
+    for argv, said in refused:
+        cli.inline(*argv, ok=False).error(2, said)
+        assert not state.exists(), argv
+    done = cli.inline(*repair, "--workspace", str(project))
+    assert (state / "tickwork.db").is_file() and done.stdout.strip()
+
+
+def test_first_submits_at_once_make_one_database_and_keep_both(tmp_path: Path) -> None:
+    """Two first `tickwork submit`s at once where there is no database (two terminals):
+    each makes it once its checks pass, one of them wins, and both sessions are in it."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "calc.py").write_text("x = 1\n")
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([{"content": "done"}]))
+    repair = ["submit", "repair", "--workspace", str(project), "--test-cmd", "pytest"]
+    for n in range(10):
+        state = tmp_path / f"state-{n}"
+        cli = Cli(_bare_env(TICKWORK_STATE_DIR=str(state)), tmp_path)
+        made = cli.many(*([*repair, "--model", f"scripted:{script}"] for _ in range(2)))
+        assert [r.code for r in made] == [0, 0], made
+        listed = cli.inline("ls", "--json").stdout
+        assert sorted(h["id"] for h in json.loads(listed)) == sorted(r.stdout.strip() for r in made)
+
+
 def test_a_session_not_found_on_the_embedded_default_says_where_it_looked(
     tmp_path: Path,
 ) -> None:
