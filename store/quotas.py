@@ -43,6 +43,8 @@ QUEUED = "queued"
 BYTES_TTL_S = 60.0
 #: the Retry-After of a full queue, and of stored bytes over their quota
 QUEUED_RETRY_S, BYTES_RETRY_S = 30, 3600
+#: what a full queue's refusal says besides waiting: who raises the quota, and where
+RAISE = "ask the operator to raise it (in TICKWORK_TENANTS_FILE, read again when it changes)"
 #: the advisory locks' first key: tickwork's tenants ("tkwT")
 LOCK_CLASS = 0x746B7754
 
@@ -152,9 +154,9 @@ def check(
                 f"tenant {tenant} has {counted(queued, 'session')} waiting to start, and this one "
                 f"would be one more than its quota `max_queued` of {quotas.max_queued}: "
                 + (
-                    "wait for some to start, or cancel some"
+                    f"wait for some to start, or cancel some, or {RAISE}"
                     if queued
-                    else "this tenant may not queue sessions at all; ask the operator"
+                    else f"this tenant may not queue sessions at all; {RAISE}"
                 ),
                 tenant=tenant,
                 quota="max_queued",

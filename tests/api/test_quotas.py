@@ -121,6 +121,11 @@ def test_max_queued_refuses_the_submit_past_it_and_stores_nothing(fleet: Fleet) 
         fleet.submit("team-a", session_id="refused-one")
 
     assert refused.value.quota == "max_queued" and refused.value.used == 2
+    # what else to do: the quota is the operator's, in the tenants file
+    assert str(refused.value).endswith(
+        "wait for some to start, or cancel some, or ask the operator to raise it (in "
+        "TICKWORK_TENANTS_FILE, read again when it changes)"
+    ), refused.value
     assert (fleet.count(), fleet.count(outbox), fleet.count(events)) == before
     fleet.submit("team-b")  # another tenant is not limited by team-a's quota
     fleet.submit("default")
@@ -299,6 +304,8 @@ def test_the_api_answers_a_fork_over_a_quota_429_as_a_submit(fleet: Fleet, tmp_p
             said = over.json()
             assert said["code"] == "quota_exceeded" and said["quota"] == "max_queued", said
             assert said["tenant"] == "team-a" and said["limit"] == 1, said
+            assert said["used"] == 1 and "has 1 session waiting to start" in said["message"]
+            assert "or ask the operator to raise it (in TICKWORK_TENANTS_FILE" in said["message"]
             assert fleet.count(id="fork-over") == 0
         assert fleet.client.dead_letter(parent).resolution is None  # nothing resolved it
 
@@ -451,7 +458,8 @@ def test_the_cli_says_which_quota_and_exits_non_zero(fleet: Fleet) -> None:
     assert run.returncode != 0
     assert "max_queued" in run.stderr + run.stdout and "team-a" in run.stderr + run.stdout
     # a quota of 0 is no queue that is full: it says the tenant may not queue at all
-    assert "may not queue sessions at all; ask the operator" in run.stderr
+    assert "may not queue sessions at all; ask the operator to raise it (in " in run.stderr
+    assert "TICKWORK_TENANTS_FILE" in run.stderr
     assert fleet.count(id="cli-over") == 0
 
 
