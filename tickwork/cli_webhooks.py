@@ -40,8 +40,8 @@ Sessions = Annotated[
 def register(app: typer.Typer) -> None:
     group = typer.Typer(
         no_args_is_help=True,
-        help="Webhook cards given up (their receiver away or refusing): list them, send "
-        "them again.",
+        help="Webhook cards given up (their receiver away, refusing or moved): list them, "
+        "send them again.",
     )
     group.command("ls")(list_given_up)
     group.command()(resend)
@@ -61,8 +61,9 @@ def list_given_up(
     json_output: options.Json = False,
 ) -> None:
     """List the webhook cards no worker tries any more, oldest first, with why: their
-    attempts spent (TICKWORK_WEBHOOK_ATTEMPTS) or refused by the receiver (a 4xx, or a
-    301 or 308 redirect). Cards whose session moved on before they went out are not listed:
+    attempts spent (TICKWORK_WEBHOOK_ATTEMPTS), refused by the receiver (a 4xx), or
+    redirected by it (a 301 or 308: no redirect is followed; set TICKWORK_WEBHOOK_URL to
+    where it points). Cards whose session moved on before they went out are not listed:
     they are not to be sent. With --pending, the cards the workers are still to send."""
     ids = _checked(sessions)
     if pending:

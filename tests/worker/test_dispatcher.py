@@ -29,10 +29,10 @@ from tickwork import cli_webhooks
 
 
 class Receiver:
-    """Answers each POST with the next status of `statuses` (then 200), keeping each
-    request's headers and card."""
+    """Answers each POST with the next status of `statuses` (then 200), with `location` as
+    its `Location` if given, keeping each request's headers and card."""
 
-    def __init__(self, statuses: list[int] | None = None) -> None:
+    def __init__(self, statuses: list[int] | None = None, location: str = "") -> None:
         self.statuses = list(statuses or [])
         self.got: list[tuple[dict[str, str], dict[str, Any], bytes]] = []
         self.lock = threading.Lock()
@@ -47,6 +47,8 @@ class Receiver:
                     )
                     status = receiver.statuses.pop(0) if receiver.statuses else 200
                 self.send_response(status)
+                if location:
+                    self.send_header("Location", location)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
 
@@ -158,6 +160,34 @@ def test_a_card_not_delivered_after_its_attempts_is_given_up(
     assert any("not delivered after 3 attempts" in m for m in logged), logged
     assert any("`tickwork runbook webhook` says how to send it again" in m for m in logged)
     assert not any("secret-path" in m for m in logged), logged
+
+
+def test_a_receiver_that_moved_redirected_the_card_it_did_not_refuse_it(
+    ticks: Ticks, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A card answered with a 308 was logged `refused card`, as one a 4xx refuses: the
+    receiver refused nothing, it moved. The log says it redirected the card, and the log and
+    `webhooks ls` where to, that no redirect is followed, and what to set."""
+    receiver = Receiver([308], location="https://hooks.example/new/secret-path")
+    cli = cli_of(ticks, tmp_path, TICKWORK_WEBHOOK_URL=receiver.url)
+    try:
+        session_id = waiting(ticks)
+        assert dispatch_once(ticks.rt, hooks(receiver)) == Dispatched(failed=1)
+    finally:
+        receiver.close()
+    why = (
+        "HTTP 308, a redirect to https://hooks.example/****, not followed: set "
+        "TICKWORK_WEBHOOK_URL to the URL it points to"
+    )
+    logged = [r.getMessage() for r in caplog.records if r.name == "tickwork.webhooks"]
+    assert any(f"redirected card {session_id}:" in m and why in m for m in logged), logged
+    assert not any("refused" in m or "secret-path" in m for m in logged), logged
+    assert any("not delivered after 1 attempt (" in m for m in logged), logged
+    assert any("once TICKWORK_WEBHOOK_URL points where it moved" in m for m in logged), logged
+    [listed] = cli.inline("webhooks", "ls", "--json").json()
+    assert listed["session_id"] == session_id and listed["last_error"] == why
+    shown = cli.inline("webhooks", "ls", COLUMNS="400").stdout
+    assert why in shown, shown
 
 
 def runbook_commands() -> list[str]:
@@ -485,9 +515,10 @@ def test_a_redirect_says_where_to_point_the_webhook() -> None:
         found = redirected(status, "https://hooks.example/new/secret-path")
         assert (found.ok, found.final) == (False, True)
         assert found.why == (
-            f"HTTP {status}, a redirect to https://hooks.example/****: set "
+            f"HTTP {status}, a redirect to https://hooks.example/****, not followed: set "
             "TICKWORK_WEBHOOK_URL to the URL it points to"
         )
+        assert found.moved
 
 
 def test_a_relative_redirect_names_the_receivers_host() -> None:
@@ -495,9 +526,10 @@ def test_a_relative_redirect_names_the_receivers_host() -> None:
     the message names that host, not `://?/****`."""
     relative = redirected(308, "/new/secret-path")
     assert relative.why.startswith("HTTP 308, a redirect to http://127.0.0.1:")
-    assert "/****: set TICKWORK_WEBHOOK_URL" in relative.why and "://?" not in relative.why
+    assert "/****, not followed: set TICKWORK_WEBHOOK_URL" in relative.why
+    assert "://?" not in relative.why
     no_scheme = redirected(301, "//hooks.example/new/secret-path")
-    assert no_scheme.why.startswith("HTTP 301, a redirect to http://hooks.example/****: ")
+    assert no_scheme.why.startswith("HTTP 301, a redirect to http://hooks.example/****, not ")
 
 
 def test_a_temporary_redirect_is_not_a_new_webhook_url() -> None:

@@ -250,6 +250,8 @@ class Attempt:
     #: the receiver refused this card (a 4xx other than 408 and 429) or moved (a 301 or
     #: 308): trying again is no use
     final: bool = False
+    #: the receiver moved (a 301 or 308): no refusal, a redirect tickwork does not follow
+    moved: bool = False
     #: why it failed, the URL's secret parts hidden
     why: str = ""
 
@@ -286,12 +288,12 @@ def post(url: str, document: dict[str, Any], *, timeout_s: float, secret: str = 
     target = _redirect_target(answer)
     if target and moved:  # not followed: a card goes only where the deployment says
         why += (
-            f", a redirect to {masked_url(target)}: set TICKWORK_WEBHOOK_URL to the URL it "
-            "points to"
+            f", a redirect to {masked_url(target)}, not followed: set TICKWORK_WEBHOOK_URL "
+            "to the URL it points to"
         )
     elif target:  # a proxy's 302 to a login page, say: not where cards belong
         why += f", a temporary redirect to {masked_url(target)}, not followed"
-    return Attempt(False, final=final, why=why)
+    return Attempt(False, final=final, moved=moved, why=why)
 
 
 #: the answers saying the receiver moved for good (others may send elsewhere for a while)

@@ -18,6 +18,7 @@ from typing import Any
 
 from tickwork.fsm.errors import SessionNotFound
 from tickwork.fsm.values import Decision, Status
+from tickwork.fsm.wording import counted
 from tickwork.store.deliveries import MOVED_ON, Card
 from tickwork.worker.config.process import Loop
 from tickwork.worker.config.settings import WebhookSettings
@@ -131,17 +132,21 @@ def _send(rt: Runtime, settings: WebhookSettings, taken: Card) -> str:
         cards.delivered(taken.event_id, now=rt.clock())
         return "delivered"
     shown, tries = masked_url(settings.webhook_url), taken.attempts + 1
-    if attempt.final:
-        log.warning("webhook %s refused card %s: %s", shown, taken.key, attempt.why)
+    if attempt.final:  # a receiver that moved did not refuse the card: it redirected it
+        done = "redirected" if attempt.moved else "refused"
+        log.warning("webhook %s %s card %s: %s", shown, done, taken.key, attempt.why)
     if attempt.final or tries >= settings.webhook_attempts:
         cards.failed(taken.event_id, error=attempt.why, retry_at=None)
         log.warning(
-            "webhook %s: card %s not delivered after %d attempts (%s); once the receiver "
-            "answers, `tickwork runbook webhook` says how to send it again",
+            "webhook %s: card %s not delivered after %s (%s); once %s, `tickwork runbook "
+            "webhook` says how to send it again",
             shown,
             taken.key,
-            tries,
+            counted(tries, "attempt"),
             attempt.why,
+            "TICKWORK_WEBHOOK_URL points where it moved"
+            if attempt.moved
+            else "the receiver answers",
         )
         return "failed"
     pause = backoff(tries, first_s=settings.webhook_backoff_s)
