@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 from tickwork.fsm.errors import NoDatabase, SessionFinished, TickworkError
 from tickwork.fsm.values import Status
+from tickwork.store.files import parse_entry
 from tickwork.worker.config.settings import Settings
 from tickwork.worker.config.stores import build_store
+from tickwork.worker.files.sources import read_manifest
 
 from tickwork import Tickwork, deployment
 from tickwork.testing import embedded_settings, running_worker, write_script
@@ -91,17 +93,29 @@ def test_threads_using_a_client_first_at_once_open_one_store(
 
 def test_a_refused_first_submit_makes_no_database(tmp_path: Path) -> None:
     """The first submit of a client where there is no database made it before checking
-    what it was given: a mistyped model, budget or workspace left a database behind."""
+    what it was given: a mistyped model or budget, a workspace that is no folder, or a
+    model without a price (refused after the workspace was packed) left a database behind.
+    The first that passes stores the workspace it packed."""
     settings = Settings(state_dir=tmp_path / "state")
     model = write_script([{"content": "done"}], tmp_path)
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "calc.py").write_text("x = 1\n")
+    repair = {"workspace": str(project), "test_command": "pytest"}
     client = Tickwork(settings)
     refused = [
         ("tests.jobs:TEST", {"sink": str(tmp_path)}, {"model": "opneai:gpt-4o"}),
         ("tests.jobs:TEST", {"sink": str(tmp_path)}, {"budgets": {"max_steps": -3}}),
-        ("repair", {"workspace": str(tmp_path / "nope"), "test_command": "pytest"}, {}),
+        ("repair", {**repair, "workspace": str(tmp_path / "nope")}, {}),
+        ("repair", repair, {"model": "openai:my-local"}),  # no price, a cost budget
     ]
     for kind, given, more in refused:
         with pytest.raises(TickworkError):
             client.submit(kind, given, **{"model": model, **more})
         assert not settings.state_dir.exists(), (kind, more)
+    head = client.submit("repair", repair, model=model)
+    files = read_manifest(client.artifacts, head.config["files"]["base"])
+    assert list(files) == ["calc.py"]
+    blob = parse_entry(files["calc.py"])[1]
+    assert client.artifacts.get([blob]) == {blob: b"x = 1\n"}
     client.close()

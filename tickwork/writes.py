@@ -46,6 +46,7 @@ from tickwork.store.artifacts import Artifacts
 from tickwork.store.files import Saved
 from tickwork.worker.config.secrets import mask_decision, masker_for
 from tickwork.worker.config.settings import Settings
+from tickwork.worker.files.sources import BATCH_BYTES
 from tickwork.worker.jobs import Role, Submission, session_config
 from tickwork.worker.jobs.graphs import GraphKind
 from tickwork.worker.models import Providers, check_spec, pricing
@@ -209,7 +210,8 @@ class Writes(Deployment):
         job = self.jobs.get(kind)
         if own_config and not trusted:
             raise InvalidInput("a submission from outside cannot set the session's config")
-        config = session_config(job, dict(input or {}), self._submission(kind, trusted=trusted))
+        blobs = _Held(self._made_artifacts, hold=self._unmade())
+        config = session_config(job, dict(input or {}), self._submission(kind, trusted, blobs))
         config.update(own_config or {})
         role = self._role(kind, config)
         spec = model or role.model or self.settings.model or str(config.pop("default_model", ""))
@@ -240,7 +242,10 @@ class Writes(Deployment):
             else context_window
         )
         config["context"] = Policy(window=check_window(window)).to_config()
-        self._made()  # every check passed: the embedded database is made by the first submit
+        # every check passed: the embedded database is made by the first submit, and what
+        # the kind stored meanwhile (the workspace it packed) is stored in it
+        blobs.keep()
+        self._made()
         self._check_unused(session_id)
         now = self.clock()
         head = Head(
@@ -645,17 +650,24 @@ class Writes(Deployment):
             max_per_key=max_per_key,
         )
 
-    def _submission(self, kind: str, *, trusted: bool) -> Submission:
+    def _submission(self, kind: str, trusted: bool, artifacts: Artifacts) -> Submission:
         """What a kind's `configure` is told about a submission from this client: its roles
         as a spawned child's are resolved (`Jobs.roles`: TICKWORK_ROLES_FILE's over the
-        kind's own)."""
+        kind's own), and where it stores files (`artifacts`)."""
         return Submission(
             state_dir=self.settings.state_dir,
             trusted=trusted,
             workspace_roots=tuple(self.settings.workspace_roots),
-            artifacts=_OnFirstUse(self._made_artifacts),
+            artifacts=artifacts,
             roles=self.jobs.roles(kind),
         )
+
+    def _unmade(self) -> bool:
+        """Whether the embedded database is still to be made (by a submit)."""
+        from tickwork.store.urls import sqlite_file
+
+        path = sqlite_file(self.settings.db_url)
+        return self._store is None and path is not None and not path.exists()
 
     def _made(self) -> Store:
         """The store, the embedded database made first if there is none yet: a submit makes
@@ -746,19 +758,44 @@ class Writes(Deployment):
                 )
 
 
-class _OnFirstUse:
-    """An artifact store opened at its first `put` or `get`: a kind checks its input (a
-    workspace that is no directory) before it stores a file, so a submit refused then has
-    not made the embedded database."""
+class _Held:
+    """The artifact store a kind's `configure` stores a submission's files in (the workspace
+    it packs). Where the submit is to make the embedded database (`hold`), they are held
+    here until its checks have passed (`keep`): a submit refused after the kind packed its
+    workspace (a model without a price, say) makes no database. Otherwise they go to the
+    store at once, as ever."""
 
-    def __init__(self, opened: Callable[[], Artifacts]) -> None:
+    def __init__(self, opened: Callable[[], Artifacts], *, hold: bool) -> None:
         self._opened = opened
+        self._held: dict[str, bytes] | None = {} if hold else None
 
     def put(self, items: Mapping[str, bytes]) -> int:
-        return self._opened().put(items)
+        if self._held is None:
+            return self._opened().put(items)
+        fresh = {key: data for key, data in items.items() if key not in self._held}
+        self._held.update(fresh)
+        return sum(len(data) for data in fresh.values())
 
     def get(self, hashes: Iterable[str]) -> dict[str, bytes]:
-        return self._opened().get(hashes)
+        wanted = list(hashes)
+        held = self._held or {}
+        found = {key: held[key] for key in wanted if key in held}
+        rest = [key for key in wanted if key not in found]
+        return {**found, **self._opened().get(rest)} if rest else found
+
+    def keep(self) -> None:
+        """Store what is held, in batches as a pack stores them; from now on at once."""
+        held, self._held = self._held or {}, None
+        batch: dict[str, bytes] = {}
+        size = 0
+        for key, data in held.items():
+            batch[key] = data
+            size += len(data)
+            if size >= BATCH_BYTES:
+                self._opened().put(batch)
+                batch, size = {}, 0
+        if batch:
+            self._opened().put(batch)
 
 
 def _numbers(budgets: Mapping[str, Any]) -> None:

@@ -301,9 +301,9 @@ def test_a_reading_command_makes_no_database_and_says_there_is_none(tmp_path: Pa
 
 def test_a_refused_submit_makes_no_database(tmp_path: Path) -> None:
     """The first `tickwork submit` in a folder, refused for a mistyped --workspace, model,
-    budget or id, made `.tickwork/tickwork.db` before it refused (and packed the workspace
-    into it): each is refused before the database is made; the first submit that passes
-    makes it."""
+    budget or id, or a model without a price, made `.tickwork/tickwork.db` before it
+    refused (and packed the workspace into it): each is refused before the database is
+    made; the first submit that passes makes it."""
     state = tmp_path / "state"
     project = tmp_path / "project"
     project.mkdir()
@@ -311,30 +311,20 @@ def test_a_refused_submit_makes_no_database(tmp_path: Path) -> None:
     script = tmp_path / "script.json"
     script.write_text(json.dumps([{"content": "done"}]))
     cli = Cli(_bare_env(TICKWORK_STATE_DIR=str(state)), tmp_path)
-    repair = ["submit", "repair", "--test-cmd", "pytest", "--model", f"scripted:{script}"]
+    repair = ["submit", "repair", "--test-cmd", "pytest", "--workspace", str(project)]
+    scripted = ["--model", f"scripted:{script}"]
     refused = [
-        ([*repair, "--workspace", str(tmp_path / "projetc")], "is not an existing directory"),
-        (
-            [
-                "submit",
-                "repair",
-                "--workspace",
-                str(project),
-                "--test-cmd",
-                "pytest",
-                "--model",
-                "opneai:gpt-4o",
-            ],
-            "unknown model spec 'opneai:gpt-4o'",
-        ),
-        ([*repair, "--workspace", str(project), "--max-steps", "-3"], "--max-steps"),
-        ([*repair, "--workspace", str(project), "--id", "a b"], "--id"),
-        (["submit", "nosuch:kind", "--model", f"scripted:{script}"], "cannot import 'nosuch'"),
+        ([*repair[:-1], str(tmp_path / "projetc"), *scripted], "is not an existing directory"),
+        ([*repair, "--model", "opneai:gpt-4o"], "unknown model spec 'opneai:gpt-4o'"),
+        ([*repair, "--model", "openai:my-local"], "has no price"),  # after the pack
+        ([*repair, *scripted, "--max-steps", "-3"], "--max-steps"),
+        ([*repair, *scripted, "--id", "a b"], "--id"),
+        (["submit", "nosuch:kind", *scripted], "cannot import 'nosuch'"),
     ]
     for argv, said in refused:
         cli.inline(*argv, ok=False).error(2, said)
         assert not state.exists(), argv
-    done = cli.inline(*repair, "--workspace", str(project))
+    done = cli.inline(*repair, *scripted)
     assert (state / "tickwork.db").is_file() and done.stdout.strip()
 
 
