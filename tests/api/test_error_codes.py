@@ -40,9 +40,14 @@ def raised_by_class() -> set[str]:
     while todo:
         kind = todo.pop()
         todo.extend(kind.__subclasses__())
-        # a tool's is answered inside a session; only fsm.errors' classes, not those other
-        # modules this process happened to import (the eval runner's TaskSetError)
-        if not issubclass(kind, errors.ToolError) and kind.__module__ == errors.__name__:
+        # a tool's is answered inside a session, except the arguments a person's edit gives,
+        # which the tool's schema checks at the decision (`invalid_tool_arguments`); only
+        # fsm.errors' classes, not those other modules this process happened to import (the
+        # eval runner's TaskSetError)
+        told_a_client = (
+            not issubclass(kind, errors.ToolError) or kind is errors.InvalidToolArguments
+        )
+        if told_a_client and kind.__module__ == errors.__name__:
             found.add(snake(kind.__name__))
     return found
 
@@ -55,4 +60,5 @@ def test_every_code_a_client_may_get_is_in_the_table() -> None:
     }
     wanted = answered_by_name() | raised_by_class()
     assert {"already_decided", "stale_decision", "session_exists", "quota_exceeded"} <= wanted
+    assert "invalid_tool_arguments" in wanted
     assert not wanted - table, f"add to docs/API.md's error codes: {sorted(wanted - table)}"
