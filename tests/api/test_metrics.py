@@ -180,3 +180,34 @@ def test_made_up_methods_add_no_series(stack: Stack) -> None:
     methods = {dict(labels).get("method") for _, labels in first} - {None}
     assert methods <= {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "OTHER"}
     assert "OTHER" in methods
+
+
+def test_the_schema_and_the_page_files_are_counted_by_their_route(stack: Stack) -> None:
+    """`unmatched` is a request no route took (a mistyped URL, a scan), not the OpenAPI
+    schema or the page's files: those are counted under their path, a folder's once."""
+    client = stack.http()
+
+    def counts() -> dict[tuple[str, str], float]:
+        found = samples(client.get("/metrics").text)
+        return {
+            (dict(labels)["route"], dict(labels)["status"]): v
+            for (name, labels), v in found.items()
+            if name == "tickwork_api_requests_total" and dict(labels)["method"] == "GET"
+        }
+
+    before = counts()
+    assert client.get("/api/v1/openapi.json").status_code == 200
+    for name in ("app.js", "app.css", "favicon.svg"):
+        assert client.get(f"/static/{name}").status_code == 200
+    assert client.get("/static/nothing-here.js").status_code == 404
+    assert client.get("/nowhere").status_code == 404
+    after = counts()
+
+    def more(route: str, status: str) -> float:
+        return after.get((route, status), 0) - before.get((route, status), 0)
+
+    assert more("/api/v1/openapi.json", "200") == 1
+    assert more("/static", "200") == 3
+    assert more("/static", "404") == 1
+    assert more("unmatched", "404") == 1
+    assert more("unmatched", "200") == 0

@@ -24,6 +24,7 @@ from prometheus_client import (
     generate_latest,
 )
 from prometheus_client.registry import Collector
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tickwork.fsm.tenants import TENANT_PATTERN
@@ -144,6 +145,21 @@ async def tenant_metrics(
     return Response(body, media_type=CONTENT_TYPE_LATEST)
 
 
+def route_label(scope: Scope, asked: Scope) -> str:
+    """The route a request took, as a label: an API route's path template; else the path of
+    the plain route (the OpenAPI schema) or of the mounted folder (the page's files) that
+    takes the request as it was `asked` (before a mount rewrote the scope); `unmatched`
+    only for a request no route takes (a mistyped URL, a scan). Labels stay bounded."""
+    path = getattr(scope.get("route"), "path", None)
+    if path:
+        return path
+    app = asked.get("app")
+    for route in getattr(getattr(app, "router", None), "routes", ()):
+        if route.matches(asked)[0] is Match.FULL:
+            return getattr(route, "path", None) or "unmatched"
+    return "unmatched"
+
+
 class CountRequests:
     """ASGI middleware: count and time requests by route template (bounded labels)."""
 
@@ -156,11 +172,12 @@ class CountRequests:
             return
         started = time.perf_counter()
         status = [500]
+        asked = dict(scope)  # the routing below rewrites the scope for a mounted folder
 
         async def sending(message: Message) -> None:
             if message["type"] == "http.response.start":
                 status[0] = message["status"]
-                route = getattr(scope.get("route"), "path", None) or "unmatched"
+                route = route_label(scope, asked)
                 if route != "/metrics":
                     REQUEST_SECONDS.labels(method_label(scope["method"]), route).observe(
                         time.perf_counter() - started
@@ -170,6 +187,6 @@ class CountRequests:
         try:
             await self.app(scope, receive, sending)
         finally:
-            route = getattr(scope.get("route"), "path", None) or "unmatched"
+            route = route_label(scope, asked)
             if route != "/metrics":
                 REQUESTS.labels(method_label(scope["method"]), route, str(status[0])).inc()
