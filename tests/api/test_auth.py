@@ -175,6 +175,16 @@ def test_a_bad_tokens_file_is_a_configuration_error(tmp_path: Path) -> None:
         with pytest.raises(ConfigurationError, match=said) as refused:
             ApiSettings(api_tokens_file=path).tokens()
         assert "a-long-secret-token" not in str(refused.value)
+    # an entry that is no object is told what one holds, not pydantic's words for it
+    for entry, said in (
+        (["approver"], "entry 2: is a list, not an object of its holder"),
+        ("alice", "entry 2: is a string, not an object"),
+    ):
+        path.write_text(json.dumps({"a-long-random-token-ann": ok, "a-long-secret-token": entry}))
+        with pytest.raises(ConfigurationError, match=said) as refused:
+            ApiSettings(api_tokens_file=path).tokens()
+        assert '{"name": "alice", "roles": ["approver"]}' in str(refused.value)
+        assert "TokenSpec" not in str(refused.value) and ": :" not in str(refused.value)
     path.write_text('{"a-long-random-token-xyz": {"name": "x", "own_only": "maybe"}}')
     with pytest.raises(ConfigurationError, match="own_only"):
         ApiSettings(api_tokens_file=path).tokens()

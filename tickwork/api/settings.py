@@ -127,7 +127,20 @@ def read_tokens_file(path: Path) -> dict[str, TokenSpec]:
             # the entry by its holder's name, else its place: never the token itself
             name = value.get("name") if isinstance(value, dict) else None
             which = f"the token of {name!r}" if isinstance(name, str) else f"entry {place}"
+            if not first["loc"]:  # the entry itself is no object: say what one is
+                raise ConfigurationError(f"{where}: {which}: {not_an_object(value)}") from None
             raise ConfigurationError(
                 f"{where}: {which}: {'.'.join(str(p) for p in first['loc'])}: {first['msg']}"
             ) from None
     return found
+
+
+def not_an_object(value: object) -> str:
+    """What a tokens file's entry that is no JSON object is told: what one holds."""
+    got = {list: "a list", str: "a string", bool: "true or false", type(None): "null"}
+    shown = got.get(type(value), "a number")
+    return (
+        f'is {shown}, not an object of its holder: write it as "TOKEN": {{"name": '
+        '"alice", "roles": ["approver"]} (`tenant` and `own_only` optional: docs/API.md, '
+        "`tickwork docs api`)"
+    )
