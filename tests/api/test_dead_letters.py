@@ -269,6 +269,8 @@ def test_a_second_fork_needs_again_and_a_dead_letter_closes_without_one(stack: S
     dismissed = api.post(f"/api/v1/dead-letters/{other}/dismiss", json={"reason": "noise"})
     twice = api.post(f"/api/v1/dead-letters/{other}/resolve", json={"reason": "fixed"})
     no_reason = api.post(f"/api/v1/dead-letters/{other}/resolve", json={})
+    empty = api.post(f"/api/v1/dead-letters/{other}/resolve", json={"reason": ""})
+    no_step = api.post(f"/api/v1/dead-letters/{other}/fork", json={"budgets": {"max_steps": 5}})
 
     assert refused.status_code == 409
     assert first["id"] in refused.json()["message"] and "olga" in refused.json()["message"]
@@ -280,7 +282,16 @@ def test_a_second_fork_needs_again_and_a_dead_letter_closes_without_one(stack: S
     assert dismissed.json()["resolution"]["state"] == "dismissed"
     assert dismissed.json()["resolution"]["by"] == "olga"
     assert twice.status_code == 409 and "already dismissed by olga" in twice.json()["message"]
-    assert no_reason.status_code == 422
+    # a missing or empty reason, and a fork without its step, say what to give, not
+    # pydantic's "Field required"
+    for refused_body in (no_reason, empty):
+        assert refused_body.status_code == 422, refused_body.text
+        assert "Field required" not in refused_body.json()["message"]
+        assert (
+            "say why the dead letter is closed: give a `reason`" in (refused_body.json()["message"])
+        )
+    assert no_step.status_code == 422, no_step.text
+    assert "`from_step` is missing: give the step to fork from" in no_step.json()["message"]
     assert blank.status_code == 422, blank.text
     assert blank.json()["message"] == (
         "say why the dead letter is dismissed: give a reason (reason), not a blank one"

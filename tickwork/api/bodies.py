@@ -359,6 +359,18 @@ class Fork(Body):
     from_step: Integer = Field(
         ge=0, le=1_000_000, description="Keep steps 1..K of the original (0: start over)."
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _has_step(cls, data: Any) -> Any:
+        # pydantic would say only "Field required": say what the step is, and where to see one
+        if isinstance(data, dict) and "from_step" not in data:
+            raise ValueError(
+                "`from_step` is missing: give the step to fork from, K, to keep the original's "
+                "steps 1..K (0: start over); `tickwork dlq show` proposes one under `next`"
+            )
+        return data
+
     system_prompt: str | None = Field(
         default=None, max_length=MAX_SYSTEM_PROMPT_CHARS, description="Replace the system prompt."
     )
@@ -435,3 +447,15 @@ class Closing(Body):
     """Why the dead letter is resolved or dismissed."""
 
     reason: str = Field(min_length=1, max_length=2000, description="Kept with the dead letter.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _has_reason(cls, data: Any) -> Any:
+        # pydantic would say only "Field required" or "at least 1 character"; a blank one
+        # is told what to do by the store: say the same of a missing or an empty one
+        if isinstance(data, dict) and data.get("reason", "") == "":
+            raise ValueError(
+                "say why the dead letter is closed: give a `reason` (1 to 2,000 characters, "
+                "kept with the dead letter and shown by `dlq show`)"
+            )
+        return data
