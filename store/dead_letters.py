@@ -37,6 +37,15 @@ class DeadLetterNotFound(TickworkError, LookupError):
             return cls(f"no dead letter has number {key[1:]}; {cls.api_listing}")
         return cls(f"no dead letter has id or session id {key!r}; {cls.api_listing}")
 
+    @classmethod
+    def not_failed(cls, session_id: str, status: str) -> DeadLetterNotFound:
+        """For a live session the caller sees that has no dead letter since it has not
+        failed: what it is, in words for an API caller and the command line alike."""
+        return cls(
+            f"session {session_id} has no dead letter: it is {status}, and only a failed "
+            "session has one; read it, or fork it from a step, as a session"
+        )
+
 
 class DeadLetter(BaseModel):
     model_config = ConfigDict(frozen=True)

@@ -119,3 +119,25 @@ def test_a_refused_first_submit_makes_no_database(tmp_path: Path) -> None:
     blob = parse_entry(files["calc.py"])[1]
     assert client.artifacts.get([blob]) == {blob: b"x = 1\n"}
     client.close()
+
+
+def test_a_dead_letter_asked_of_a_session_that_has_not_failed_says_what_it_is(
+    tmp_path: Path,
+) -> None:
+    """`tickwork dlq show ID` (or `dlq fork`) of a queued, running or waiting session said
+    "no dead letter has id or session id ...; list them with `tickwork dlq ls`", as for an id
+    nobody made: it says the session is there, what it is, and that only a failed one has
+    a dead letter, by its whole id or a start of it."""
+    client = Tickwork(embedded_settings(tmp_path))
+    model = write_script([{"content": "done"}], tmp_path)
+    head = client.submit("tests.jobs:TEST", {"sink": str(tmp_path)}, model=model)
+    for key in (head.id, head.id[:8]):
+        with pytest.raises(LookupError) as refused:
+            client.dead_letter(key)
+        assert str(refused.value) == (
+            f"session {head.id} has no dead letter: it is ready, and only a failed session "
+            "has one; read it, or fork it from a step, as a session"
+        )
+    with pytest.raises(LookupError, match="no dead letter has id or session id 'nobody-s'"):
+        client.dead_letter("nobody-s")
+    client.close()

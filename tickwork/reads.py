@@ -333,11 +333,20 @@ class Reads(Deployment):
                 f"or a whole session id, never the start of one); {listing}"
             )
         try:
-            return self.store.dead_letter(self.session_id(key))
-        except (dl.DeadLetterNotFound, SessionNotFound):
+            session_id = self.session_id(key)
+        except SessionNotFound:
             raise dl.DeadLetterNotFound(
                 f"no dead letter has id or session id {key!r}; {listing}"
             ) from None
+        try:
+            return self.store.dead_letter(session_id)
+        except dl.DeadLetterNotFound:
+            status = self.store.get(session_id).status
+            if status is Status.FAILED:
+                raise dl.DeadLetterNotFound(
+                    f"no dead letter has id or session id {key!r}; {listing}"
+                ) from None
+            raise dl.DeadLetterNotFound.not_failed(session_id, status.value) from None
 
     def dead_letter_stats(
         self,

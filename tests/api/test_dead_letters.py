@@ -255,6 +255,28 @@ def test_dead_letter_errors(stack: Stack) -> None:
     assert api.get("/api/v1/dead-letters", params={"kind": TEST_KIND}).status_code == 200
 
 
+def test_a_session_that_has_not_failed_is_told_so_not_that_it_is_unknown(stack: Stack) -> None:
+    """A dead-letter route given the id of a session the token sees that is still running
+    or waiting says what the session is, where 'no dead letter has id ...' sent an operator
+    looking for an id that is there; another tenant's is answered as a made-up id still
+    (tests/api/test_tenancy.py)."""
+    waiting = stack.waiting()
+    api = stack.http("olga")
+    for method, path, body in (
+        ("GET", f"/api/v1/dead-letters/{waiting}", None),
+        ("POST", f"/api/v1/dead-letters/{waiting}/fork", {"from_step": 0}),
+        ("POST", f"/api/v1/dead-letters/{waiting}/resolve", {"reason": "done"}),
+    ):
+        answer = api.request(method, path, json=body)
+        assert answer.status_code == 404, answer.text
+        assert answer.json()["code"] == "dead_letter_not_found"
+        assert answer.json()["message"] == (
+            f"session {waiting} has no dead letter: it is waiting_approval, and only a failed "
+            "session has one; read it, or fork it from a step, as a session"
+        )
+    assert stack.deployment.client.get(waiting).status.value == "waiting_approval"
+
+
 def test_a_second_fork_needs_again_and_a_dead_letter_closes_without_one(stack: Stack) -> None:
     over = failed(stack, ECHO, budgets={"max_steps": 1})
     other = failed(stack, ECHO, budgets={"max_steps": 1})

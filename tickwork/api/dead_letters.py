@@ -16,9 +16,9 @@ from fastapi.responses import StreamingResponse
 from pydantic import BeforeValidator
 
 from tickwork import exports, parsing, views
-from tickwork.fsm.errors import ConfigurationError
+from tickwork.fsm.errors import ConfigurationError, SessionNotFound
 from tickwork.fsm.tenants import TENANT_PATTERN
-from tickwork.fsm.values import ErrorCode, Head
+from tickwork.fsm.values import ErrorCode, Head, Status
 from tickwork.store import dead_letters as dl
 
 from . import bodies, retries
@@ -28,7 +28,7 @@ from .bodies import Closing
 from .errors import ApiError, ErrorBody, documented
 from .limits import MAX_INT
 from .sessions import CHANGES, FORKS, FOUND, Client, created, known_kind, run_fork
-from .tenancy import letter_filters, seen_forks, seen_letter
+from .tenancy import letter_filters, seen_forks, seen_head, seen_letter
 
 router = APIRouter(
     prefix="/api/v1/dead-letters",
@@ -104,8 +104,21 @@ def find(client: Client, who: Principal, key: str) -> dl.DeadLetter:
 
     letter = dl.by_key(key, numbered=seen, of_session=seen)
     if letter is None:
-        raise dl.DeadLetterNotFound.of(key)
+        raise _none_for(client, who, key)
     return letter
+
+
+def _none_for(client: Client, who: Principal, key: str) -> dl.DeadLetterNotFound:
+    """The 404 for a key that names no dead letter `who` sees: a live session of theirs that
+    has not failed is told so; anything else (another tenant's, none) as for a made-up id."""
+    if not key.startswith("#"):
+        try:
+            head = seen_head(client, who, key, archived=False)
+        except SessionNotFound:
+            return dl.DeadLetterNotFound.of(key)
+        if head.status is not Status.FAILED:
+            return dl.DeadLetterNotFound.not_failed(head.id, head.status.value)
+    return dl.DeadLetterNotFound.of(key)
 
 
 @router.get(
