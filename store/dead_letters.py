@@ -46,6 +46,15 @@ class DeadLetterNotFound(TickworkError, LookupError):
             "session has one; read it, or fork it from a step, as a session"
         )
 
+    @classmethod
+    def archived(cls, session_id: str) -> DeadLetterNotFound:
+        """For a session the caller sees that retention archived: its dead letter went to the
+        archive with it, and the dead-letter commands and routes read live ones only."""
+        return cls(
+            f"session {session_id} is archived, and its dead letter with it: dead letters are "
+            "read live only; read its patch, or fork it from a step, as an archived session"
+        )
+
 
 class DeadLetter(BaseModel):
     model_config = ConfigDict(frozen=True)

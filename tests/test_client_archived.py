@@ -56,3 +56,31 @@ def test_get_of_an_archived_session_says_it_is_archived_and_how_to_read_it(
         client.get(nobody)
     assert not isinstance(none.value, SessionArchived)
     client.close()
+
+
+def test_a_dead_letter_asked_of_an_archived_session_says_it_went_with_it(tmp_path: Path) -> None:
+    """`tickwork dlq show ID` of a session retention archived (its dead letter with it) said
+    "no session 'ID'; list sessions with `tickwork ls`", though `tickwork show ID` reads it
+    back: it says the session is archived with its dead letter, by its whole id or a start."""
+    settings = Settings(
+        state_dir=tmp_path / "state", queue=f"tickwork.ticks.{uuid.uuid4().hex[:8]}"
+    )
+    settings.state_dir.mkdir(parents=True)
+    upgrade(settings.db_url)
+    client = Tickwork(settings)
+    store, clock = client.store, Clock()
+    old = str(uuid.uuid4())
+    store.create(new_session(old, now=clock()), now=clock())
+    assert think(store, old, reply(content="done"), now=clock()).status is Status.COMPLETED
+    report = archive_pass(
+        store.engine, store.load, client.archive, Policy(completed_s=60), now=clock.advance(61)
+    )
+    assert report.archived == 1
+    for given in (old, old[:8]):
+        with pytest.raises(LookupError) as refused:
+            client.dead_letter(given)
+        assert str(refused.value) == (
+            f"session {old} is archived, and its dead letter with it: dead letters are read "
+            "live only; read its patch, or fork it from a step, as an archived session"
+        )
+    client.close()

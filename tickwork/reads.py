@@ -341,12 +341,21 @@ class Reads(Deployment):
         try:
             return self.store.dead_letter(session_id)
         except dl.DeadLetterNotFound:
+            raise self._none_for(key, session_id) from None
+
+    def _none_for(self, key: str, session_id: str) -> dl.DeadLetterNotFound:
+        """Why the session `key` names has no live dead letter: it has not failed, or
+        retention archived it (its dead letter with it); else as for an id nobody made."""
+        try:
             status = self.store.get(session_id).status
-            if status is Status.FAILED:
-                raise dl.DeadLetterNotFound(
-                    f"no dead letter has id or session id {key!r}; {listing}"
-                ) from None
-            raise dl.DeadLetterNotFound.not_failed(session_id, status.value) from None
+        except SessionNotFound:
+            if self.store.retention.entry(session_id) is not None:
+                return dl.DeadLetterNotFound.archived(session_id)
+            status = Status.FAILED
+        if status is not Status.FAILED:
+            return dl.DeadLetterNotFound.not_failed(session_id, status.value)
+        listing = dl.DeadLetterNotFound.listing
+        return dl.DeadLetterNotFound(f"no dead letter has id or session id {key!r}; {listing}")
 
     def dead_letter_stats(
         self,

@@ -159,6 +159,21 @@ def test_a_session_s_404_says_whether_its_id_is_an_archived_session_s(tmp_path: 
         }
         patched = http.get(f"/api/v1/sessions/{nobody}/patch", headers=olga)
         assert (patched.status_code, patched.json()["archived"]) == (404, False)
+        # its dead letter went to the archive with it: the dead-letter routes say so to a
+        # token that sees it, and answer another's as for an id nobody made
+        letter = http.get(f"/api/v1/dead-letters/{old}", headers=olga)
+        assert letter.status_code == 404 and letter.json() == {
+            "code": "dead_letter_not_found",
+            "message": f"session {old} is archived, and its dead letter with it: dead letters "
+            "are read live only; read its patch, or fork it from a step, as an archived session",
+        }
+        for token in (OWEN, "tess-other-tenant-token-01"):
+            theirs = {"Authorization": f"Bearer {token}"}
+            hidden_letter = http.get(f"/api/v1/dead-letters/{old}", headers=theirs)
+            assert hidden_letter.json()["message"] == (
+                f"no dead letter has id or session id '{old}'; list the dead letters for "
+                "their ids and session ids"
+            ), token
         for token in (OWEN, "tess-other-tenant-token-01"):
             hidden = http.get(
                 f"/api/v1/sessions/{old}", headers={"Authorization": f"Bearer {token}"}

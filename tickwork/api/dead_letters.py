@@ -16,7 +16,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import BeforeValidator
 
 from tickwork import exports, parsing, views
-from tickwork.fsm.errors import ConfigurationError, SessionNotFound
+from tickwork.fsm.errors import ConfigurationError, SessionArchived, SessionNotFound
 from tickwork.fsm.tenants import TENANT_PATTERN
 from tickwork.fsm.values import ErrorCode, Head, Status
 from tickwork.store import dead_letters as dl
@@ -109,11 +109,14 @@ def find(client: Client, who: Principal, key: str) -> dl.DeadLetter:
 
 
 def _none_for(client: Client, who: Principal, key: str) -> dl.DeadLetterNotFound:
-    """The 404 for a key that names no dead letter `who` sees: a live session of theirs that
-    has not failed is told so; anything else (another tenant's, none) as for a made-up id."""
+    """The 404 for a key that names no dead letter `who` sees: a session of theirs that has
+    not failed, or that retention archived, is told so; anything else (another tenant's,
+    none) as for a made-up id."""
     if not key.startswith("#"):
         try:
             head = seen_head(client, who, key, archived=False)
+        except SessionArchived:  # one `who` sees: its dead letter went with it
+            return dl.DeadLetterNotFound.archived(key)
         except SessionNotFound:
             return dl.DeadLetterNotFound.of(key)
         if head.status is not Status.FAILED:
