@@ -121,7 +121,11 @@ class Writes(Deployment):
             due = self.clock() - timedelta(seconds=self.settings.relay_after_s)
             with contextlib.suppress(Exception):  # a store away too: the threshold holds
                 self.store.offer_again(session_id, version, now=due)
-            from tickwork.worker.config.brokers import refused_database, refused_login
+            from tickwork.worker.config.brokers import (
+                refused_database,
+                refused_login,
+                refused_vhost,
+            )
 
             login = refused_login(self.settings.broker_url, str(exc))
             if login is not None:  # no wait for the broker mends a login either
@@ -134,12 +138,16 @@ class Writes(Deployment):
                 )
                 return
             wrong = refused_database(self.settings.broker_url, str(exc))
+            mended = "a database"
+            if wrong is None:
+                wrong, mended = refused_vhost(self.settings.broker_url, str(exc)), "a virtual host"
             if wrong is not None:  # no wait for the broker mends this: say what does
                 log.warning(
                     "could not publish the tick of %s: %s; the session is saved, and a "
-                    "worker's relay publishes it once the URL names a database the server has",
+                    "worker's relay publishes it once the URL names %s the server has",
                     session_id,
                     wrong,
+                    mended,
                 )
                 return
             log.warning(

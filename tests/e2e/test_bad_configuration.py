@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -472,6 +473,67 @@ def test_a_login_the_broker_refuses_is_named_and_the_worker_does_not_start(
     assert line.startswith(f"error: the broker at {masked} (TICKWORK_BROKER_URL) refused its")
     assert words in line and "USER:PASSWORD@ before its host" in line, line
     assert "secret-pw" not in line and "Traceback" not in worker.stdout
+
+
+def test_a_rabbitmq_virtual_host_the_server_has_not_is_named_and_the_worker_does_not_start(
+    tmp_path: Path,
+) -> None:
+    """A virtual host RabbitMQ does not have in TICKWORK_BROKER_URL: the worker warned that
+    the broker "does not answer", then logged a reconnect and a traceback many times a
+    second and took no tick; /readyz and submit said only that it could not connect. No
+    retry mends it: the worker does not start, naming the virtual host and how to make it.
+    The session submitted is kept."""
+    from urllib.parse import urlsplit
+
+    from tests.services import rabbitmq_url
+
+    at = urlsplit(rabbitmq_url())
+    vhost = f"nosuch-{uuid.uuid4().hex[:8]}"
+    url = f"amqp://{at.username}:{at.password}@{at.hostname}:{at.port}/{vhost}"
+    masked = f"amqp://{at.username}:****@{at.hostname}:{at.port}/{vhost}"
+    env = _bare_env(TICKWORK_STATE_DIR=str(tmp_path / "state"), TICKWORK_BROKER_URL=url)
+    cli = Cli(env, tmp_path)
+    script = tmp_path / "script.json"
+    script.write_text('[{"content": "done"}]')
+    submitted = cli("submit", TEST_KIND, "--input", "{}", "--model", f"scripted:{script}", ok=False)
+    assert submitted.code == 0, submitted  # the session is saved
+    session_id = submitted.stdout.strip()
+    (warning,) = submitted.stderr.splitlines()
+    assert warning.startswith(
+        f"could not publish the tick of {session_id}: the RabbitMQ server at {masked} "
+        f"(TICKWORK_BROKER_URL) has no virtual host '{vhost}'"
+    ), warning
+    assert "once the URL names a virtual host the server has" in warning, warning
+    assert cli("show", session_id, "--json").json()["head"]["status"] == "ready"
+
+    worker = _worker(env, tmp_path)
+    assert worker.returncode == 2, worker
+    (line,) = worker.stderr.splitlines()
+    assert line.startswith(
+        f"error: the RabbitMQ server at {masked} (TICKWORK_BROKER_URL) has no virtual host "
+        f"'{vhost}' ("
+    ), line
+    assert f"`rabbitmqctl add_vhost {vhost}`" in line, line
+    assert f"rabbitmqctl set_permissions -p {vhost} {at.username} " in line, line
+    assert "Traceback" not in worker.stdout + worker.stderr
+
+
+def test_a_virtual_host_that_is_down_is_waited_for_not_refused() -> None:
+    """A virtual host RabbitMQ has but has not started (its boot, a failed node) comes back:
+    only one it does not have is refused; and only an amqp:// URL's."""
+    from tickwork.worker.config.brokers import refused, refused_vhost
+
+    down = "NotAllowed: Connection.open: (530) NOT_ALLOWED - vhost team-a is down"
+    assert refused("amqp://guest:pw@rabbit:5672/team-a", down) is None
+    gone = "NotAllowed: Connection.open: (530) NOT_ALLOWED - vhost team-a not found"
+    said = refused("amqp://guest:pw@rabbit:5672/team-a", gone)
+    assert said is not None and said.startswith(
+        "the RabbitMQ server at amqp://guest:****@rabbit:5672/team-a (TICKWORK_BROKER_URL) "
+        "has no virtual host 'team-a'"
+    ), said
+    default = refused_vhost("amqp://guest:pw@rabbit:5672//", gone.replace("team-a", "/"))
+    assert default is not None and "no virtual host '/'" in default
+    assert refused_vhost("redis://cache:6379/0", gone) is None
 
 
 def test_a_redis_server_that_will_not_say_how_many_databases_it_has_is_quoted() -> None:

@@ -1,11 +1,11 @@
 """What a broker's refusal says about TICKWORK_BROKER_URL: an error no retry mends (a Redis
-database number the server does not have, a login the broker does not take), in words that
-name the setting and the fix."""
+database number the server does not have, a RabbitMQ virtual host it has not, a login the
+broker does not take), in words that name the setting and the fix."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from tickwork.worker.config.secrets import mask
 
@@ -21,6 +21,8 @@ LOGIN_REFUSED = (
     "NOAUTH",
     "invalid password",
 )
+#: RabbitMQ's answer to a connection to a virtual host it does not have (530)
+VHOST_NOT_ALLOWED, VHOST_NOT_FOUND = "NOT_ALLOWED", "not found"
 #: how many databases a Redis server has unless its redis.conf says otherwise
 REDIS_DEFAULT_DATABASES = 16
 #: how long asking the server how many databases it has may take
@@ -100,9 +102,46 @@ def refused_login(url: str, said: str) -> str | None:
     )
 
 
+def amqp_vhost(url: str) -> str | None:
+    """The virtual host an amqp:// or amqps:// URL names (its path, unquoted; `//` or none:
+    RabbitMQ's default, `/`), or None for another kind of URL."""
+    parts = urlsplit(url)
+    if parts.scheme.lower() not in ("amqp", "amqps", "pyamqp"):
+        return None
+    path = unquote(parts.path[1:]) if parts.path.startswith("/") else unquote(parts.path)
+    return path or "/"
+
+
+def refused_vhost(url: str, said: str) -> str | None:
+    """What to tell an operator when RabbitMQ refused with `said` because the URL names a
+    virtual host it does not have (530 NOT_ALLOWED, `vhost NAME not found`); None for any
+    other refusal (a virtual host that is down, as while the server starts, comes back).
+    Retrying never mends it: a worker logged a reconnect and a traceback many times a second
+    and took no tick, after a warning that the broker did not answer."""
+    if not (VHOST_NOT_ALLOWED in said and "vhost" in said and VHOST_NOT_FOUND in said):
+        return None
+    first = next((u.strip() for u in url.split(";") if u.strip()), "")
+    vhost = amqp_vhost(first)
+    if vhost is None:
+        return None
+    user = urlsplit(first).username or "USER"
+    return (
+        f"the RabbitMQ server at {mask(first)} (TICKWORK_BROKER_URL) has no virtual host "
+        f"{vhost!r} ({' '.join(said.split())[:200]}): create it there (`rabbitmqctl "
+        f"add_vhost {vhost}`, then `rabbitmqctl set_permissions -p {vhost} {user} '.*' '.*' "
+        "'.*'`), or name one it has at the end of the URL (amqp://USER:PASSWORD@HOST:5672/"
+        "VHOST; `//` names the default one, `/`)"
+    )
+
+
 def refused(
     url: str, said: str, *, databases: Callable[[str], int | None] = database_count
 ) -> str | None:
     """What to tell an operator when no retry mends the broker's refusal `said` (a login it
-    does not take, a Redis database it has not), or None: a broker that is down."""
-    return refused_login(url, said) or refused_database(url, said, databases=databases)
+    does not take, a Redis database or a RabbitMQ virtual host it has not), or None: a
+    broker that is down."""
+    return (
+        refused_login(url, said)
+        or refused_database(url, said, databases=databases)
+        or refused_vhost(url, said)
+    )
