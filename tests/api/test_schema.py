@@ -325,3 +325,21 @@ def test_a_text_the_schema_refuses_is_a_422_naming_its_field(
     assert answer.status_code == 422, answer.text
     message = answer.json()["message"]
     assert field in message and wrong in message and "Value error" not in message, message
+
+
+def test_the_session_views_events_say_where_their_ids_are(stack: Stack) -> None:
+    """A session's view gives its events without ids (`"id": null`), which a client took
+    for the `after` of the events page or the stream with nothing in the schema to say
+    otherwise: the schema says the events page gives them, and it does, in the same order."""
+    session_id = stack.waiting()
+    http = stack.http("olga")
+    view = http.get(f"/api/v1/sessions/{session_id}").json()
+    assert view["events"] and all(e["id"] is None for e in view["events"])
+    said = http.get("/api/v1/openapi.json").json()["components"]["schemas"]["SessionView"]
+    assert (
+        "GET /api/v1/sessions/{id}/events pages them with their ids"
+        in (said["properties"]["events"]["description"])
+    )
+    page = http.get(f"/api/v1/sessions/{session_id}/events").json()["events"]
+    assert [e["kind"] for e in page] == [e["kind"] for e in view["events"]]
+    assert all(isinstance(e["id"], int) for e in page)

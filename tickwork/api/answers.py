@@ -92,7 +92,11 @@ class SessionView(BaseModel):
         description="Each step with its calls, their observations and decisions."
     )
     totals: dict[str, Any] = Field(description="Steps, calls, tokens, cost and latency.")
-    events: list[dict[str, Any]] = Field(description="What happened, in order.")
+    events: list[dict[str, Any]] = Field(
+        description="What happened, in order; each event's `id` is null here: "
+        "GET /api/v1/sessions/{id}/events pages them with their ids, which `after` and the "
+        "stream's Last-Event-ID take."
+    )
     forked_from: ForkedFrom | None = Field(
         description="A fork's parent, step and patch; null for a session that is not a fork."
     )
