@@ -348,6 +348,52 @@ def test_a_setup_pip_refused_for_the_system_s_python_says_to_make_the_venv_first
     ), first
 
 
+#: what pip says of a requirement its index lacks (toolz's build requirement
+#: setuptools-git-versioning on an index without it), printed by a command that does not
+#: name it
+NOT_ON_INDEX = (
+    "printf 'ERROR: Could not find a version that satisfies the requirement %s "
+    "(from versions: none)\\nERROR: No matching distribution found for %s\\n' "
+    "frobnicator-zz'>=2.0' frobnicator-zz'>=2.0' >&2; exit 1"
+)
+
+
+def test_a_setup_stopped_by_a_requirement_the_index_lacks_names_it_first(
+    tmp_path: Path,
+) -> None:
+    """toolz's `auto` setup failed on an index without setuptools-git-versioning, and the
+    message's first line (`dlq ls`, the card) named only the pip command, cut before the
+    requirement: pip's "No matching distribution found for ..." was deep in the log."""
+    source = project(tmp_path / "src")
+    data = {"workspace": str(source), "test_command": "true", "setup": [NOT_ON_INDEX]}
+    settings = deployment(tmp_path / "deploy")
+    with running_worker(settings), SessionDriver(settings) as driver:
+        sid = driver.submit("repair", data, replies=[reply("never asked")])
+        head = driver.run_until(sid, Status.FAILED, timeout=60)
+        letter = driver.client.dead_letters()[0]
+    first = head.error_message.splitlines()[0]
+    assert "pip found no distribution of frobnicator-zz>=2.0 on the package index" in first
+    assert "(TICKWORK_PIP_INDEX_URL names the index setup uses)" in first, first
+    assert "Next: fix the `--setup` commands" in first, first
+    assert letter.message.splitlines()[0] == first
+
+
+def test_a_requirement_not_found_for_want_of_network_is_not_blamed_on_the_index() -> None:
+    """pip finds nothing when the sandbox gave it no network, or the proxy refused the
+    index: what the message names then is the network, not the index."""
+    from tickwork.worker.files.environments import _failure
+
+    pip = "ERROR: No matching distribution found for pytest"
+    stopped = "setup stopped at `/env/bin/pip install pytest`: it exited 1"
+    offline = f"$ /env/bin/pip install pytest\n{pip}\n--- no network in the sandbox ---\nx"
+    refused = f"$ /env/bin/pip install pytest\n{pip}\negress refused pypi.org:443 (why)"
+    for log in (offline, refused):
+        first = _failure("a" * 64, f"{log}\n{stopped}", auto=False).splitlines()[0]
+        assert "setup stopped at" in first and "no distribution" not in first, first
+    first = _failure("a" * 64, f"{pip}\n{stopped}", auto=True).splitlines()[0]
+    assert "pip found no distribution of pytest on the package index" in first, first
+
+
 def test_an_environment_build_is_claimed_under_the_worker_name_its_tick_leases_as(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -513,6 +513,9 @@ def _failure(key: str, output: str, *, auto: bool) -> str:
     # what a command printed, not the logged command (`$ ...`) that may name it
     if any(EXTERNALLY_MANAGED in ln for ln in lines if not ln.startswith("$ ")):
         head += f". {NO_VENV}"
+    unfound = _unfound(lines)
+    if unfound and not refused and OFFLINE_MARK not in output:
+        head += f". {_index_lacks(unfound)}"
     fix = "give `--setup` commands that build it" if auto else "fix the `--setup` commands"
     if refused:
         # the setup was likely right: what it needed was a connection the operator allows
@@ -530,6 +533,27 @@ def _failure(key: str, output: str, *, auto: bool) -> str:
             f"the whole log: `tickwork env show {key[:12]}`"
         )
     return f"the environment's setup failed (environment {key[:12]}): {head}\n{card_log(output)}"
+
+
+#: what pip prints of a requirement its index holds no distribution of
+NOT_FOUND = "ERROR: No matching distribution found for "
+#: what a command's output ends with when the sandbox gave it no network
+OFFLINE_MARK = "--- no network in the sandbox ---"
+
+
+def _unfound(lines: list[str]) -> str:
+    """The first requirement pip found no distribution of in a setup's log, else ''."""
+    return next((ln[len(NOT_FOUND) :].strip() for ln in lines if ln.startswith(NOT_FOUND)), "")
+
+
+def _index_lacks(requirement: str) -> str:
+    """What a setup stopped by a requirement the package index lacks says of it: the
+    first line named only the command, and pip's reason was deep in the log."""
+    return (
+        f"pip found no distribution of {requirement} on the package index (none there, or "
+        "none for the sandbox's Python); make the index hold it (TICKWORK_PIP_INDEX_URL "
+        "names the index setup uses)"
+    )
 
 
 def _with(head: Head, record: dict[str, Any]) -> Head:
