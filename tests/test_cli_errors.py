@@ -84,6 +84,28 @@ def test_an_approval_request_line_agrees_with_its_number_of_calls() -> None:
     assert "step 1: s1c0, s1c1 need a decision" in line(["s1c0", "s1c1"])
 
 
+def test_a_failure_line_keeps_its_message_s_first_line_not_the_setup_log() -> None:
+    """`watch` of a session whose environment's setup failed printed its whole setup log
+    with the `failed` event, again with `dead_lettered`, and a third time under the outcome
+    (77 lines for toolz's 25); each event's line now keeps the message's first line, which
+    says what failed and what to do, and counts the rest."""
+    from tickwork import render
+
+    first = "the environment's setup failed (environment f57d1def3899): setup stopped"
+    log = "\n".join(f"$ command {i}\nexit code: 0" for i in range(10))
+    for kind in ("failed", "dead_lettered"):
+        event = {
+            "at": "2026-12-08T00:58:07Z",
+            "kind": kind,
+            "data": {"error_code": "ENV_SETUP", "message": f"{first}\n{log}"},
+        }
+        shown = render.event_line(event).plain
+        assert "\n" not in shown and "$ command" not in shown, shown
+        assert shown.endswith(f"ENV_SETUP: {first} (+20 more lines: `tickwork show`)"), shown
+    one = {"at": None, "kind": "failed", "data": {"error_code": "LOOP", "message": "looped"}}
+    assert render.event_line(one).plain.endswith("LOOP: looped")
+
+
 def test_a_rejection_line_shows_its_feedback_obeying_no_control_character(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

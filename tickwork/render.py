@@ -1202,7 +1202,7 @@ def summary(kind: str, d: Mapping[str, Any]) -> str:
             text += " · error" if d.get("is_error") else ""
         return text + (" (rerun)" if d.get("rerun") else "")
     if kind in ("failed", "dead_lettered"):
-        return f"{d.get('error_code')}: {reason_said(d.get('message'))}"
+        return f"{d.get('error_code')}: {_first_line(reason_said(d.get('message')))}"
     if kind == "model_retry" and isinstance(d.get("delay_s"), int | float):
         text = f"attempt {d.get('attempt')} failed, retry in {d['delay_s']:.1f} s"
         text += f": {d.get('error')}"
@@ -1218,6 +1218,15 @@ def summary(kind: str, d: Mapping[str, Any]) -> str:
     if kind == "tick_refused":
         return f"by {d.get('worker')} at version {d.get('version')}: {d.get('reason')}"
     return " ".join(f"{k}={compact(v)}" for k, v in d.items())
+
+
+def _first_line(message: str) -> str:
+    """A failure's message as an event's line gives it: its first line, which says what
+    failed and what to do, and how many lines follow (an ENV_SETUP's setup log: `watch`
+    printed it with each of `failed` and `dead_lettered`, then again under the outcome)."""
+    first, _, rest = message.partition("\n")
+    more = len(rest.splitlines())
+    return f"{first} (+{more} more lines: `tickwork show`)" if more else first
 
 
 def dead_letters_table(letters: Iterable[Mapping[str, Any]]) -> Table:
