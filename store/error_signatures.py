@@ -22,9 +22,9 @@ from tickwork.store.schema import dead_letters
 #: the longest signature kept (the column's width)
 MAX_LENGTH = 300
 
-#: a quote in single or double quotes; an apostrophe inside a word (the environment's,
-#: don't) neither opens nor closes one
-_QUOTED = re.compile(r"(?<![A-Za-z0-9])'((?:[^']|'(?=[A-Za-z]))*)'(?![A-Za-z0-9])|\"([^\"]*)\"")
+#: a quote in single or double quotes, within one line; an apostrophe inside a word (the
+#: environment's, don't) neither opens nor closes one
+_QUOTED = re.compile(r"(?<![A-Za-z0-9])'((?:[^'\n]|'(?=[A-Za-z]))*)'(?![A-Za-z0-9])|\"([^\"\n]*)\"")
 #: a quoted error type or code, kept: lower-case words joined by underscores
 _CONSTANT = re.compile(r"[a-z]+(?:_[a-z]+)+")
 _URL = re.compile(r"\b[a-z][a-z0-9+.-]*://[^\s'\"<>()]*[^\s'\"<>().,;:]", re.I)

@@ -262,6 +262,25 @@ class TestErrorSignature:
             "X: model '…' can't answer: don't retry"
         )
 
+    def test_a_quote_a_cut_command_left_open_does_not_swallow_the_next_lines(self) -> None:
+        """toolz's ENV_SETUP signature read `--upgrade '…' '…'#!<path>\\nexec <path> ...`:
+        the stopped command, cut at 120 characters inside a quote, left it open, and it
+        closed in the setup log below, swallowing "it exited 1. Next: ..." and taking the
+        log's lines into `dlq stats --by error_signature`."""
+        first = (
+            "the environment's setup failed (environment f57d1def3899): setup stopped at "
+            "`/env/bin/python -m pip install --upgrade 'setuptools >=77' 'setuptools-git-"
+            "versi…`: it exited 1. Next: give `--setup` commands"
+        )
+        log = "$ printf '#!/bin/sh\\nexec /env/bin/python -m pip' > /env/bin/pip\nexit code: 0"
+        said = error_signature("ENV_SETUP", f"{first}\n{log}")
+        assert said.startswith(
+            "ENV_SETUP: the environment's setup failed (environment <id>): setup stopped at "
+            "`<path> -m pip install --upgrade '…' 'setuptools-git-versi…`: it exited N. "
+            "Next: give `--setup` commands\n"
+        ), said
+        assert error_signature("X", 'a "b\nc" d') == 'X: a "b\nc" d'
+
     def test_strips_uuids(self) -> None:
         one = "job 4f1c2a9e-8b3d-4c7f-a1e2-93b0c4d5e6f7 failed"
         other = "job 0d9e8f7a-6b5c-4d3e-8f21-0a1b2c3d4e5f failed"
