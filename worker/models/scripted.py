@@ -160,7 +160,8 @@ class ScriptedModel:
             if not self.repeat_last:
                 raise PermanentModelError(
                     f"script {self.path} has {len(self.replies)} replies; the session asked "
-                    f'for reply {index + 1}; add replies or set "repeat_last": true'
+                    f"for reply {index + 1}{_before(index)}; add replies or set "
+                    '"repeat_last": true'
                 )
             index = len(self.replies) - 1
         reply = self.replies[index]
@@ -247,6 +248,20 @@ class _Position:
             replies=self.replies + sum(1 for s in self.shown if s <= through),
             compactions=", ".join(str(s) for s in (*self.compactions, this) if s > through),
         )
+
+
+def _before(index: int) -> str:
+    """What a reply past a script's end says of the replies before it: a fork's kept steps
+    count, so a script a fork switches to (`fork --model scripted:NEW`) is played from
+    the reply after them, not from its first (a fork from step 3 asked for reply 4)."""
+    if index == 0:
+        return ""
+    calls = "model call" if index == 1 else "model calls"
+    return (
+        f" ({index} {calls} came before it, a fork's kept steps included: a script a fork "
+        f"switches to is played from reply {index + 1} too, its first {index} standing for "
+        "them)"
+    )
 
 
 def _estimated(messages: list[Message], written: str) -> Usage:

@@ -146,6 +146,22 @@ def test_past_the_end_is_a_permanent_error(write_script):
     )
 
 
+def test_past_the_end_says_the_calls_before_count_a_fork_s_too(write_script):
+    """A fork from step 3 onto a new script (`fork --model scripted:NEW`, its three
+    replies written for what comes next) failed "has 3 replies; the session asked for
+    reply 4", nowhere saying that the kept steps count: the new script is played from
+    reply 4, its first three standing for them."""
+    path = write_script(REPAIR)
+
+    with pytest.raises(PermanentModelError) as caught:
+        ScriptedModel(path).generate(transcript(3), [], SETTINGS)
+
+    said = str(caught.value)
+    assert "reply 4 (3 model calls came before it, a fork's kept steps included" in said
+    assert "a script a fork switches to is played from reply 4 too" in said, said
+    assert said.endswith('add replies or set "repeat_last": true'), said
+
+
 def test_repeat_last_expresses_a_loop(write_script):
     same = {"content": "again", "tool_calls": [{"name": "run_tests", "arguments": {}}]}
     model = ScriptedModel(write_script({"replies": [same], "repeat_last": True}))
