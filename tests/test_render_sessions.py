@@ -99,6 +99,26 @@ def test_a_repair_that_changed_nothing_while_its_tests_fail_says_so_in_ls() -> N
     assert "still fail" not in rows["s2"]
 
 
+def test_a_repair_whose_tests_still_fail_says_whether_they_failed_before_in_ls() -> None:
+    """toolz's repair ended `completed  tests_failing` with an empty NOTE, though its patch
+    mended the test it was about and the one left failing had failed before any change
+    too (`show` said so; a `no_changes` one had a note): the note says how many fail and
+    whether the patch may have caused them."""
+
+    def failing(sid: str, count: int, of: int) -> dict[str, Any]:
+        found = {"count": count, "of": of, "tests": []}
+        result = {"tests": {"exit_code": 1, "passed": False}, "failed_before": found}
+        return head(id=sid, outcome="tests_failing", result=result)
+
+    text = listed(failing("s1", 1, 1), failing("s2", 0, 2), failing("s3", 1, 3))
+    rows = {line.split()[0]: line for line in text.splitlines() if line.startswith(" s")}
+    assert "tests still fail (1 failing), it failed before any change too" in rows["s1"]
+    assert "tests still fail (2 failing), none of which failed before any change" in rows["s2"]
+    assert "tests still fail (3 failing), 1 of which failed before any change too" in rows["s3"]
+    bare = head(id="s4", outcome="tests_failing", result={"tests": {"passed": False}})
+    assert "still fail" not in listed(bare)
+
+
 PATCH = (
     "diff --git a/calc.py b/calc.py\n--- a/calc.py\n+++ b/calc.py\n@@ -1,2 +1,2 @@\n"
     " def average(numbers):\n-    return sum(numbers) / (len(numbers) + 1)\n"

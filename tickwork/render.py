@@ -311,6 +311,7 @@ def sessions_table(heads: Iterable[Mapping[str, Any]]) -> Table:
             or _lacking_plugins(h)
             or _repaired_nothing(h)
             or _still_failing(h)
+            or _failing_after(h)
         )
         created = datetime.fromisoformat(h["created_at"]).strftime("%m-%d %H:%M")
         cells: list[RenderableType] = [
@@ -385,6 +386,28 @@ def _still_failing(h: Mapping[str, Any]) -> str:
     failing = tests.get("failing")
     count = f" ({len(failing)} failing)" if isinstance(failing, list) and failing else ""
     return f"tests still fail{count}: the session changed nothing"
+
+
+def _failing_after(h: Mapping[str, Any]) -> str:
+    """A `tests_failing` repair's note: how many tests fail, and whether they failed before
+    any change too (a failure the patch did not cause) or not (one it may have), as the
+    result's `failed_before` counts them; '' without a count."""
+    result = h.get("result")
+    if h.get("outcome") != "tests_failing" or not isinstance(result, Mapping):
+        return ""
+    found = result.get("failed_before")
+    if not isinstance(found, Mapping):
+        return ""
+    count, of = found.get("count"), found.get("of")
+    if not isinstance(count, int) or not isinstance(of, int) or of < 1:
+        return ""
+    failing = f"{of} failing" if of > 1 else "1 failing"
+    if count == 0:
+        return f"tests still fail ({failing}), none of which failed before any change"
+    if count == of:
+        which = "it" if of == 1 else "each"
+        return f"tests still fail ({failing}), {which} failed before any change too"
+    return f"tests still fail ({failing}), {count} of which failed before any change too"
 
 
 def archived_table(entries: Iterable[Mapping[str, Any]]) -> Table:
