@@ -513,9 +513,7 @@ def _failure(key: str, output: str, *, auto: bool) -> str:
     # what a command printed, not the logged command (`$ ...`) that may name it
     if any(EXTERNALLY_MANAGED in ln for ln in lines if not ln.startswith("$ ")):
         head += f". {NO_VENV}"
-    unfound = _unfound(lines)
-    if unfound and not refused and OFFLINE_MARK not in output:
-        head += f". {_index_lacks(unfound)}"
+    unfound = _unfound(lines) if not refused and OFFLINE_MARK not in output else ""
     fix = "give `--setup` commands that build it" if auto else "fix the `--setup` commands"
     if refused:
         # the setup was likely right: what it needed was a connection the operator allows
@@ -525,6 +523,14 @@ def _failure(key: str, output: str, *, auto: bool) -> str:
             "session from its start (`tickwork dlq fork ID --from-step 0`), which builds it "
             f"again; else {fix} and submit the job again; the "
             f"whole log: `tickwork env show {key[:12]}`"
+        )
+    elif unfound:
+        # in the next step, which a listing keeps whole: the command before it is long
+        head += (
+            f". Next: {_index_lacks(unfound)}, and fork the session from its start "
+            "(`tickwork dlq fork ID --from-step 0`), which builds it again; else "
+            f"{fix} without {unfound} and submit the job again; the whole log: "
+            f"`tickwork env show {key[:12]}`"
         )
     else:
         head += (
@@ -551,7 +557,7 @@ def _index_lacks(requirement: str) -> str:
     first line named only the command, and pip's reason was deep in the log."""
     return (
         f"pip found no distribution of {requirement} on the package index (none there, or "
-        "none for the sandbox's Python); make the index hold it (TICKWORK_PIP_INDEX_URL "
+        "none for the sandbox's Python): make the index hold it (TICKWORK_PIP_INDEX_URL "
         "names the index setup uses)"
     )
 
