@@ -60,3 +60,24 @@ def test_an_in_doubt_call_run_again_as_edited_does_not_name_its_approver_as_the_
     shown = preview(in_doubt(), decision=again)
     assert shown is not None and shown["path"] == "sub/notes2.txt"
     assert shown["note"].startswith("as edited, run again by bob, "), shown["note"]
+
+
+def test_a_write_outside_the_session_s_files_says_the_tool_refuses_it() -> None:
+    """A scripted `write_file` of `/etc/evil` waited for approval with the note "the path
+    is outside the session's files; shown against an empty file", as if approving it
+    wrote /etc/evil: the tool refuses such a path when it runs, approved or not. A
+    home-relative one (`~/x`) was shown as a new file of the session."""
+    for path in ("/etc/evil", "../evil.py", "a/../../evil.py", "~/evil.py"):
+        call = in_doubt().model_copy(
+            update={
+                "arguments": {"path": path, "content": "x\n"},
+                "state": CallState.AWAITING_APPROVAL,
+            }
+        )
+        shown = preview(call, read=lambda name: None)
+        assert shown is not None
+        note = shown["note"]
+        assert note.startswith("the tool refuses this path when the call runs, approved or not")
+        assert "writes nothing" in note and repr(path) in note, note
+    inside = in_doubt().model_copy(update={"arguments": {"path": "a/../b.py", "content": ""}})
+    assert preview(inside, read=lambda name: None)["note"] == "new file"

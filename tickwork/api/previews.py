@@ -15,10 +15,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from tickwork.fsm.approvals import edited_by
-from tickwork.fsm.errors import TickworkError
+from tickwork.fsm.errors import PathOutsideWorkspace, TickworkError
 from tickwork.fsm.machine import arguments_to_run
 from tickwork.fsm.values import Decision, ToolCall
 from tickwork.worker.jobs.repair.adoption import ADOPT_PATCH, proposed
+from tickwork.worker.tools.confinement import lexical
 from tickwork.worker.tools.registry import ChildResult
 
 #: reads one file of the session as stored (None: no such file); None: the session has none
@@ -74,9 +75,18 @@ def _current(read: Reader, path: str) -> tuple[str, str]:
     """The file's text now, and a note on where it came from."""
     if read is None:
         return "", "the session has no stored files; shown against an empty file"
+    try:
+        lexical(path)
+    except PathOutsideWorkspace as exc:
+        # the card said "outside the session's files; shown against an empty file", as if
+        # approving it wrote /etc/x: the tool refuses it, approved or not
+        return "", (
+            f"the tool refuses this path when the call runs, approved or not, and writes "
+            f"nothing: {exc.message}; shown against an empty file"
+        )
     name = posixpath.normpath(path)
-    if name.startswith(("/", "../")) or name in ("..", "."):
-        return "", "the path is outside the session's files; shown against an empty file"
+    if name == ".":
+        return "", "the path is the session's root folder, not a file"
     try:
         found = read(name)
     except TickworkError as exc:  # e.g. a legacy session's folder is not on this host
