@@ -133,7 +133,9 @@ def provide_output(
     json_output: options.Json = False,
 ) -> None:
     """Give an in-doubt call's output by hand instead of running it again."""
-    if (output is None) == (output_file is None):
+    if output is not None and output_file is not None:
+        raise InvalidInput("give the call's output once: --output TEXT or --output-file PATH")
+    if output is None and output_file is None:
         raise InvalidInput("give the call's output with --output TEXT or --output-file PATH")
     if output_file is not None:
         output = options.text_file(output_file, option="--output-file")

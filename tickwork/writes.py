@@ -354,6 +354,11 @@ class Writes(Deployment):
         if kind is DecisionKind.PROVIDE_OUTPUT and graph is not None:
             graph.validate_output(head, call.name, output)  # a node's update (issue 15)
         elif kind is DecisionKind.PROVIDE_OUTPUT:
+            if not output.strip():  # `--output "$OUT"` with OUT unset: the model reads nothing
+                raise InvalidInput(
+                    f"the output given for {call_id} is empty: say what the call did, as its "
+                    "output would have (e.g. 'it ran; exit 0'), or approve it to run it again"
+                )
             self._check_output(call_id, output)
         decision = Decision(
             call_id=call_id,

@@ -518,6 +518,8 @@ def test_an_output_given_by_hand_can_come_from_a_file(
     """An output longer than a command line takes (about 128 KB an argument) could not be
     given (found by an outside run); `--output-file` reads it, and exactly one of the two
     options is taken."""
+    from tickwork.fsm.errors import InvalidInput
+
     from tickwork.testing.store_ticks import Clock, in_doubt_call, new_session
 
     store = deployment.client.store
@@ -527,10 +529,20 @@ def test_an_output_given_by_hand_can_come_from_a_file(
     given = ("provide-output", "by-file", call.call_id)
     says = "give the call's output with --output TEXT or --output-file PATH"
     cli.inline(*given, ok=False).error(2, says)
-    cli.inline(*given, "--output", "a", "--output-file", "b", ok=False).error(2, says)
+    # both: the message said to give one of them, as if none was given
+    cli.inline(*given, "--output", "a", "--output-file", "b", ok=False).error(
+        2, "give the call's output once: --output TEXT or --output-file PATH"
+    )
     cli.inline(*given, "--output-file", str(tmp_path / "none.txt"), ok=False).error(
         2, f"--output-file: cannot read {tmp_path / 'none.txt'}"
     )
+    # an empty output (`--output "$OUT"`, OUT unset) was recorded, and the model read nothing
+    (tmp_path / "empty.txt").write_text(" \n", encoding="utf-8")
+    empty = f"the output given for {call.call_id} is empty: say what the call did"
+    for blank in (("--output", ""), ("--output-file", str(tmp_path / "empty.txt"))):
+        cli.inline(*given, *blank, ok=False).error(2, empty, "or approve it to run it again")
+    with pytest.raises(InvalidInput, match=f"^{empty}"):
+        deployment.client.provide_output("by-file", call.call_id, "", approver="erin")
     assert store.load("by-file").decisions == ()
     cap = deployment.settings.max_output_chars  # an operator raises it for longer ones
     long = ("fixed by hand\n" * cap)[:cap]
