@@ -346,6 +346,11 @@ def test_a_setup_pip_refused_for_the_system_s_python_says_to_make_the_venv_first
         '--setup "python3 -m venv /env"' in first
         and "docs/ENVIRONMENTS.md (`tickwork docs environments`)" in first
     ), first
+    # it is the next step, which `dlq ls` keeps whole: it cut what went wrong before it
+    from tickwork.render import gist
+
+    assert ". Next: pip refused to install into the system's Python" in gist(first, 100)
+    assert "then submit the job again; the whole log: `tickwork env show " in first, first
 
 
 #: what pip says of a requirement its index lacks (toolz's build requirement

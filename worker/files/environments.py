@@ -511,34 +511,41 @@ def _failure(key: str, output: str, *, auto: bool) -> str:
     refused = next((ln for ln in lines if ln.startswith("egress refused ")), "")
     head = "; ".join(filter(None, (stopped, refused))) or "see its log"
     # what a command printed, not the logged command (`$ ...`) that may name it
-    if any(EXTERNALLY_MANAGED in ln for ln in lines if not ln.startswith("$ ")):
+    managed = any(EXTERNALLY_MANAGED in ln for ln in lines if not ln.startswith("$ "))
+    if managed and refused:
         head += f". {NO_VENV}"
     unfound = _unfound(lines) if not refused and OFFLINE_MARK not in output else ""
+    step = _next_step(auto=auto, refused=bool(refused), managed=managed, unfound=unfound)
+    head += f". Next: {step}; the whole log: `tickwork env show {key[:12]}`"
+    return f"the environment's setup failed (environment {key[:12]}): {head}\n{card_log(output)}"
+
+
+def _next_step(*, auto: bool, refused: bool, managed: bool, unfound: str) -> str:
+    """What to do about a failed setup, its message's next step: a listing (`dlq ls`)
+    keeps it whole, while it cuts what went wrong before it (a long command) to its width,
+    so a cause that says what to do (pip's refusal of the system's Python, a requirement
+    the index lacks) is said here."""
     fix = "give `--setup` commands that build it" if auto else "fix the `--setup` commands"
     if refused:
         # the setup was likely right: what it needed was a connection the operator allows
-        head += (
-            ". Next: if the setup needs that connection, let the workers make it "
+        return (
+            "if the setup needs that connection, let the workers make it "
             "(TICKWORK_EGRESS_ALLOW, docs/REPAIR.md (`tickwork docs repair`)) and fork the "
             "session from its start (`tickwork dlq fork ID --from-step 0`), which builds it "
-            f"again; else {fix} and submit the job again; the "
-            f"whole log: `tickwork env show {key[:12]}`"
+            f"again; else {fix} and submit the job again"
         )
-    elif unfound:
-        # in the next step, which a listing keeps whole: the command before it is long
-        head += (
-            f". Next: {_index_lacks(unfound)}, and fork the session from its start "
+    if managed:
+        return f"{NO_VENV}; then submit the job again"
+    if unfound:
+        return (
+            f"{_index_lacks(unfound)}, and fork the session from its start "
             "(`tickwork dlq fork ID --from-step 0`), which builds it again; else "
-            f"{fix} without {unfound} and submit the job again; the whole log: "
-            f"`tickwork env show {key[:12]}`"
+            f"{fix} without {unfound} and submit the job again"
         )
-    else:
-        head += (
-            f". Next: {fix} and submit the job again (a fork runs the same setup again: it "
-            "helps only once what failed it outside the job is mended, such as the network); "
-            f"the whole log: `tickwork env show {key[:12]}`"
-        )
-    return f"the environment's setup failed (environment {key[:12]}): {head}\n{card_log(output)}"
+    return (
+        f"{fix} and submit the job again (a fork runs the same setup again: it "
+        "helps only once what failed it outside the job is mended, such as the network)"
+    )
 
 
 #: what pip prints of a requirement its index holds no distribution of
