@@ -47,6 +47,25 @@ def test_every_route_documents_its_errors_with_the_error_body(stack: Stack) -> N
     assert "bearer" in str(schema["components"]["securitySchemes"]).lower()
 
 
+def test_a_success_states_the_media_types_the_route_sends_each_with_its_schema(
+    stack: Stack,
+) -> None:
+    """The patch (a diff, text/x-diff) also stated an `application/json` answer with an
+    empty schema: a client generated from the document (openapi-python-client) parsed the
+    diff as JSON and raised. A JSON success states its schema; the patch states text only,
+    and its errors JSON (not text/x-diff, as a route's error `model` is stated)."""
+    schema = stack.http().get("/api/v1/openapi.json").json()
+    for method, path, op in operations(schema):
+        for status, answer in op["responses"].items():
+            json_body = answer.get("content", {}).get("application/json")
+            if status.startswith("2") and json_body is not None:
+                assert json_body.get("schema"), (method, path, status, json_body)
+            elif not status.startswith("2"):  # an error is JSON whatever the route's success
+                assert set(answer["content"]) == {"application/json"}, (method, path, status)
+    patch = schema["paths"]["/api/v1/sessions/{session_id}/patch"]["get"]["responses"]["200"]
+    assert patch["content"] == {"text/x-diff": {"schema": {"type": "string"}}}, patch
+
+
 def test_the_docs_page_and_its_assets_come_from_tickwork(stack: Stack) -> None:
     http = stack.http()
     page = http.get("/api/v1/docs")

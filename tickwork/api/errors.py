@@ -109,6 +109,13 @@ def documented(*statuses: int) -> dict[int | str, dict[str, Any]]:
     return {s: {"model": ErrorBody, "description": MEANINGS[s]} for s in statuses}
 
 
+def documented_beside_text(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """As `documented`, for a route whose success is text: its errors are JSON all the same
+    (a `model` is stated under the route's own media type, which is not JSON there)."""
+    body = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
+    return {s: {"description": MEANINGS[s], "content": body} for s in statuses}
+
+
 class ApiError(Exception):
     """An error answered as it is: status, code, message and details."""
 

@@ -23,7 +23,7 @@ from tickwork.views import waiting_view
 from . import bodies, retries
 from .answers import EventPage, Identity, Listed, ListedArchived, SessionView
 from .auth import Approver, Caller, Canceller, Operator, Reader, Submitter
-from .errors import ApiError, documented
+from .errors import ApiError, documented, documented_beside_text
 from .limits import MAX_INT
 from .metrics import DECISION_WAIT, DECISIONS
 from .models import allowed_model
@@ -61,6 +61,13 @@ def get_client(request: Request) -> Tickwork:
 
 
 Client = Annotated[Tickwork, Depends(get_client)]
+
+
+class DiffResponse(PlainTextResponse):
+    """A patch as text: the schema states its 200 as `text/x-diff` only (a route's default
+    class would add an `application/json` body, which a generated client parses as JSON)."""
+
+    media_type = "text/x-diff"
 
 
 @router.get(
@@ -313,15 +320,17 @@ def show(session_id: SessionId, client: Client, who: Reader) -> dict[str, Any]:
     tags=["sessions"],
     summary="The session's patch against its source (the text of `tickwork patch`)",
     response_model=None,
+    response_class=DiffResponse,
+    # the router's errors again, as JSON: under this class a `model` would be text/x-diff
     responses={
-        200: {"content": {"text/x-diff": {}}, "description": "A git-style unified diff"},
-        **documented(404),
+        200: {"description": "A git-style unified diff"},
+        **documented_beside_text(401, 403, 404, 422, 503),
     },
 )
-def patch(session_id: SessionId, client: Client, who: Reader) -> PlainTextResponse:
+def patch(session_id: SessionId, client: Client, who: Reader) -> DiffResponse:
     """404 `no_patch`, saying why, when the session changed no files or has none."""
     seen_head(client, who, session_id)
-    return PlainTextResponse(client.patch(session_id, required=True), media_type="text/x-diff")
+    return DiffResponse(client.patch(session_id, required=True))
 
 
 @router.get(
