@@ -4,14 +4,17 @@ the docs page serves Swagger UI from tickwork itself under a CSP that allows onl
 from __future__ import annotations
 
 import re
+import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from tickwork.fsm.errors import InvalidInput
+from tickwork.fsm.values import Status
 
 from tests.api.conftest import Stack
 from tickwork.parsing import SINCE_PATTERN, since
@@ -362,3 +365,83 @@ def test_the_session_views_events_say_where_their_ids_are(stack: Stack) -> None:
     page = http.get(f"/api/v1/sessions/{session_id}/events").json()["events"]
     assert [e["kind"] for e in page] == [e["kind"] for e in view["events"]]
     assert all(isinstance(e["id"], int) for e in page)
+
+
+def _stated_answer(schema: dict[str, Any], path: str, status: str = "200") -> Any:
+    """A validator of what the document states `GET path` answers with `status`."""
+    import jsonschema
+
+    given = schema["paths"][path]["get"]["responses"][status]["content"]["application/json"]
+    return jsonschema.Draft202012Validator(
+        {**given["schema"], "components": schema["components"]},
+        format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER,
+    )
+
+
+def test_the_approvals_answers_are_stated_call_by_call(stack: Stack, tmp_path: Path) -> None:
+    """Both approvals routes were stated as objects of anything: a client generated from the
+    document had no `calls`, `fingerprint` nor `preview` to read, though a decision needs
+    the fingerprint. Each answer is stated (`Waiting`, with its `WaitingCall`s), and what the
+    routes answer holds to it: a write with its preview, a call in doubt, a call without a
+    preview, with `preview=false`, and a session that waits no more."""
+    from datetime import timedelta
+
+    from tickwork.worker.tick.runtime import utc_now
+
+    from tests.api.test_page import _submit_fix
+    from tickwork.testing.store_ticks import Clock, in_doubt_call, new_session
+
+    http = stack.http("alice")
+    schema = http.get("/api/v1/openapi.json").json()
+    call = schema["components"]["schemas"]["WaitingCall"]
+    assert {"call_id", "fingerprint", "arguments", "state", "preview"} <= set(call["required"])
+    assert call["properties"]["fingerprint"]["type"] == "string"
+
+    workspace = tmp_path / "project"
+    workspace.mkdir()
+    (workspace / "calc.py").write_text("def add(a, b):\n    return a - b\n")
+    stack.deployment.settings.workspace_roots = [tmp_path]
+    try:
+        answer = _submit_fix(stack, workspace, "def add(a, b):\n    return a + b\n")
+    finally:
+        stack.deployment.settings.workspace_roots = []
+    assert answer.status_code == 201, answer.text
+    written = answer.json()["id"]
+    danger = stack.waiting()
+    assert stack.wait(written)["status"] == "waiting_approval"
+    store = stack.deployment.client.store
+    clock = Clock(utc_now() + timedelta(hours=1))  # no relay hands its ticks to the worker
+    doubted = f"doubt-{uuid.uuid4().hex[:8]}"
+    store.create(new_session(doubted, now=clock()), now=clock())
+    in_doubt_call(store, doubted, clock)
+    finished = stack.submit([{"content": "done"}])
+    stack.wait(finished, Status.COMPLETED)
+
+    one = _stated_answer(schema, "/api/v1/approvals/{session_id}")
+    for session_id, preview in [(written, True), (danger, True), (doubted, True), (written, False)]:
+        shown = http.get(f"/api/v1/approvals/{session_id}", params={"preview": preview})
+        assert shown.status_code == 200, shown.text
+        assert not list(one.iter_errors(shown.json())), (session_id, shown.json())
+        [waiting] = shown.json()["calls"]
+        assert (waiting["preview"] is not None) == (preview and session_id == written), waiting
+    assert http.get(f"/api/v1/approvals/{doubted}").json()["calls"][0]["state"] == "in_doubt"
+    done = http.get(f"/api/v1/approvals/{finished}").json()
+    assert done["calls"] == [] and done["waiting_since"] is None
+    assert not list(one.iter_errors(done)), done
+    queue = http.get("/api/v1/approvals", params={"limit": 200}).json()
+    assert {written, danger, doubted} <= {w["session"]["id"] for w in queue}
+    assert not list(_stated_answer(schema, "/api/v1/approvals").iter_errors(queue))
+
+
+def test_a_waiting_call_s_decision_and_observation_are_stated_as_the_store_keeps_them() -> None:
+    """The approvals' calls are the store's, each with its latest decision and observation
+    without their `call_id`: the stated answer names every field they carry, no other."""
+    from tickwork.fsm.values import Decision, Observation, ToolCall
+
+    from tickwork.api.answers import CallDecision, CallObservation, WaitingCall
+
+    assert set(CallDecision.model_fields) == set(Decision.model_fields) - {"call_id"}
+    kept = {n for n, f in Observation.model_fields.items() if not f.exclude} - {"call_id"}
+    assert set(CallObservation.model_fields) == kept
+    views = {"blocked", "observation", "decision", "as_edited", "preview"}
+    assert set(WaitingCall.model_fields) == set(ToolCall.model_fields) | views

@@ -4,13 +4,13 @@ for the remote client, which reads the answers with them."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from tickwork.fsm.forks import ForkPatch
 from tickwork.fsm.outcomes import Outcome
-from tickwork.fsm.values import EventKind, Head, Status
+from tickwork.fsm.values import CallState, DecisionKind, EventKind, Head, Status
 
 
 class Listed(Head):
@@ -176,3 +176,111 @@ class LetterView(BaseModel):
     resolved_at: datetime | None
     resolution: dict[str, Any] | None = Field(description="Who closed it, how and why.")
     closed: str | None = Field(description="How it was closed, in words; null while open.")
+
+
+class Preview(BaseModel):
+    """What a waiting call would change when it runs, for the person deciding."""
+
+    type: Literal["diff"] = Field(description="`diff`: a unified diff.")
+    path: str | None = Field(
+        description="The file the call writes; null for a patch (`apply_patch`, `adopt_patch`)."
+    )
+    note: str = Field(
+        description="What the diff is against (`new file`, the session's current file, why "
+        "it was not diffed), and who edited the arguments where a person did."
+    )
+    diff: str = Field(description="The unified diff.")
+
+
+class CallObservation(BaseModel):
+    """What a call's run gave back (the tool's output, or a rejection's feedback)."""
+
+    content: str
+    is_error: bool
+    at: datetime
+    duration_ms: float
+
+
+class CallDecision(BaseModel):
+    """A person's decision on a call (its latest)."""
+
+    kind: DecisionKind
+    attempt: int = Field(
+        description="0 for the decision the call waited for; 1, 2, ... for "
+        "an in-doubt call decided again."
+    )
+    approver: str = Field(description="Who decided.")
+    at: datetime
+    fingerprint: str = Field(description="The fingerprint of the call the person saw.")
+    comment: str
+    arguments: dict[str, Any] | None = Field(
+        description="The arguments it runs with where a person gave them (an edit)."
+    )
+    feedback: str = Field(description="A rejection's feedback to the model.")
+    output: str = Field(description="A `provide_output`'s output.")
+
+
+class WaitingCall(BaseModel):
+    """A call waiting for a person, as the approvals answer it."""
+
+    model_config = ConfigDict(extra="allow")
+
+    call_id: str = Field(
+        description="The call's id (`s3c0`: step 3's first call), as a decision's path names it."
+    )
+    step: int
+    index: int
+    name: str = Field(description="The tool it calls.")
+    arguments: dict[str, Any] | None = Field(
+        description="The arguments the model proposed; null when its text did not parse as a "
+        "JSON object (`raw_arguments`)."
+    )
+    raw_arguments: str
+    fingerprint: str = Field(
+        description="Send it as a decision's `fingerprint`: a decision on other arguments "
+        "than those seen is refused (409 `stale_decision`)."
+    )
+    state: CallState = Field(
+        description="`awaiting_approval`: approve, edit or reject it; `in_doubt`: its run was "
+        "interrupted (approve runs it again, or `provide_output`)."
+    )
+    needs_approval: bool
+    approval_reason: str | None = Field(description="Why the approval rules asked a person.")
+    provider_call_id: str | None
+    blocked: bool
+    observation: CallObservation | None = Field(description="Null until it has run.")
+    decision: CallDecision | None = Field(description="Its latest decision; null before one.")
+    as_edited: str | None = Field(
+        description="Who gave the arguments it runs with (`as edited by bob`; its "
+        "`decision.arguments`), null where it runs as the model proposed it."
+    )
+    preview: Preview | None = Field(
+        description="The diff it would make; null for a call that writes no file, or with "
+        "`preview=false`."
+    )
+
+
+class Job(BaseModel):
+    """What a repair job works on."""
+
+    source: str = Field(description="Its repository or workspace, in words.")
+    goal: str
+    test_command: str
+
+
+class Waiting(BaseModel):
+    """A session waiting for a person, with its waiting calls (`GET /approvals`,
+    `GET /approvals/{id}`)."""
+
+    session: Listed = Field(description="The session's head.")
+    root: str | None = Field(description="A child session's tree root; null for a root.")
+    job: Job | None = Field(
+        description="A repair's source, goal and test command; null for other kinds."
+    )
+    thought: str = Field(description="The model's text in the step that proposed the calls.")
+    calls: list[WaitingCall] = Field(
+        description="The calls waiting for a person, in order (empty once none waits)."
+    )
+    waiting_since: datetime | None = Field(
+        description="When it asked for a person; null once it waits for nobody."
+    )

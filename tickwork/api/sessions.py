@@ -21,7 +21,7 @@ from tickwork.parsing import ID_CHARS_SAID, ID_PREFIX_PATTERN, MAX_SESSION_ID, M
 from tickwork.views import waiting_view
 
 from . import bodies, retries
-from .answers import EventPage, Identity, Listed, ListedArchived, SessionView
+from .answers import EventPage, Identity, Listed, ListedArchived, SessionView, Waiting
 from .auth import Approver, Caller, Canceller, Operator, Reader, Submitter
 from .errors import ApiError, documented, documented_beside_text
 from .limits import MAX_INT
@@ -498,6 +498,8 @@ def run_fork(
     "/approvals",
     tags=["approvals"],
     summary="Sessions waiting for a person, oldest first, with their waiting calls",
+    response_model=None,
+    responses={200: {"model": list[Waiting], "description": "Oldest first, at most `limit`"}},
 )
 def approvals(
     client: Client,
@@ -528,7 +530,8 @@ def approvals(
     "/approvals/{session_id}",
     tags=["approvals"],
     summary="One session's calls waiting for a person, with previews",
-    responses=FOUND,
+    response_model=None,
+    responses={200: {"model": Waiting, "description": "Its waiting calls"}, **FOUND},
 )
 def approval(
     session_id: SessionId,
