@@ -426,3 +426,52 @@ def test_digits_naming_two_letters_are_refused_and_hash_names_a_number(stack: St
     assert gone.json()["message"].startswith("no dead letter has number 987654321;"), gone.text
     forked = api.post(f"/api/v1/dead-letters/%23{mine}/fork", json={"from_step": 0})
     assert forked.status_code == 201 and forked.json()["parent_id"] == digits
+
+
+def test_the_dead_letter_reads_are_stated_as_they_answer(stack: Stack) -> None:
+    """`GET /dead-letters/{key}`, `/stats` and `/timeline` were stated as objects of
+    anything: a client generated from the document had no session, `fork_budgets`, forks,
+    counts nor buckets to read. Each is stated, and what they answer holds to it: an open
+    dead letter, one forked (with its fork), every grouping, one grouping, and both buckets."""
+    import jsonschema
+
+    broken = failed(stack, BROKEN)
+    over = failed(stack, ECHO, budgets={"max_steps": 1})
+    api = stack.http("olga")
+    forked = api.post(f"/api/v1/dead-letters/{broken}/fork", json={"from_step": 0})
+    assert forked.status_code == 201, forked.text
+    schema = api.get("/api/v1/openapi.json").json()
+
+    def given(path: str) -> dict[str, Any]:
+        answer = schema["paths"][path]["get"]["responses"]["200"]
+        return answer["content"]["application/json"]["schema"]
+
+    def stated(path: str) -> jsonschema.Draft202012Validator:
+        return jsonschema.Draft202012Validator(
+            {**given(path), "components": schema["components"]},
+            format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER,
+        )
+
+    answers = {
+        "/api/v1/dead-letters/{key}": [
+            api.get(f"/api/v1/dead-letters/{over}"),
+            api.get(f"/api/v1/dead-letters/{broken}"),
+        ],
+        "/api/v1/dead-letters/stats": [
+            api.get("/api/v1/dead-letters/stats"),
+            api.get("/api/v1/dead-letters/stats", params={"by": "last_tool", "unresolved": True}),
+        ],
+        "/api/v1/dead-letters/timeline": [
+            api.get("/api/v1/dead-letters/timeline", params={"bucket": b}) for b in ("day", "hour")
+        ],
+    }
+    for path, got in answers.items():
+        assert given(path).get("$ref", "").startswith("#/components/"), given(path)
+        for answer in got:
+            assert answer.status_code == 200, answer.text
+            assert not list(stated(path).iter_errors(answer.json())), (path, answer.json())
+    shown = answers["/api/v1/dead-letters/{key}"]
+    assert shown[0].json()["fork_budgets"] == {"max_steps": 2}
+    assert [f["id"] for f in shown[1].json()["forks"]] == [forked.json()["id"]]
+    unresolved = answers["/api/v1/dead-letters/stats"][1].json()["by"]["last_tool"]
+    assert "echo" in {g["value"] for g in unresolved}, unresolved

@@ -284,3 +284,69 @@ class Waiting(BaseModel):
     waiting_since: datetime | None = Field(
         description="When it asked for a person; null once it waits for nobody."
     )
+
+
+class ShownFork(BaseModel):
+    """A fork of a dead letter's session, as `GET /dead-letters/{key}` lists it."""
+
+    id: str = Field(description="The fork's session id.")
+    fork_step: int = Field(description="The step of the session it was forked from.")
+    status: str = Field(description="Its status (an archived fork's, when it was archived).")
+    created_at: datetime = Field(description="When it was forked.")
+
+
+class LetterShown(LetterView):
+    """A dead letter with its session, the budgets a fork is proposed and its forks."""
+
+    session: SessionView = Field(
+        description="Its session as a timeline, as it was dead-lettered (the fields of "
+        "`GET /sessions/{id}` but the live session's forks, lease and tree)."
+    )
+    fork_budgets: dict[str, float] = Field(
+        description="The budgets a fork is proposed (the page's fork form): a spent budget "
+        "raised, and each other the kept steps used more than half of; empty once closed."
+    )
+    forks: list[ShownFork] = Field(description="Its session's forks, oldest first.")
+    earlier_patches: list[EarlierPatch] = Field(
+        description="A fork of a fork: the forks before it, oldest first, each with its patch."
+    )
+
+
+class LetterGroup(BaseModel):
+    """The dead letters of one value of a grouping."""
+
+    value: str | None = Field(
+        description="The code, kind, model, last tool or error signature; null for those "
+        "without one (no last tool)."
+    )
+    count: int
+    latest: datetime = Field(description="When the newest of them was dead-lettered.")
+
+
+class LetterStats(BaseModel):
+    """Dead letters counted by code, kind, model, last tool and error signature."""
+
+    since: datetime | None = Field(description="The `since` asked for; null: all of them.")
+    total: int
+    by: dict[str, list[LetterGroup]] = Field(
+        description="Each grouping asked for (`by`, else code, kind, model, last_tool and "
+        "error_signature), largest first."
+    )
+
+
+class CodeCounts(BaseModel):
+    """One error code's dead letters per bucket."""
+
+    code: str
+    counts: list[int] = Field(description="One count per bucket, in the buckets' order.")
+    total: int
+
+
+class LetterTimeline(BaseModel):
+    """Dead letters per UTC day or hour, by code (the page's chart)."""
+
+    bucket: Literal["day", "hour"]
+    buckets: list[datetime] = Field(description="Every bucket's start, oldest first.")
+    codes: list[CodeCounts] = Field(description="Most dead letters first.")
+    total: int
+    since: datetime = Field(description="Where the first bucket starts from.")

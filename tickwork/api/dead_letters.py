@@ -22,7 +22,7 @@ from tickwork.fsm.values import ErrorCode, Head, Status
 from tickwork.store import dead_letters as dl
 
 from . import bodies, retries
-from .answers import LetterView
+from .answers import LetterShown, LetterStats, LetterTimeline, LetterView
 from .auth import Operator, Principal, Reader
 from .bodies import Closing
 from .errors import ApiError, ErrorBody, documented
@@ -167,7 +167,12 @@ def list_dead_letters(
     return [views.dead_letter(d) for d in found]
 
 
-@router.get("/stats", summary="Counts by code, kind, model, last tool and error signature")
+@router.get(
+    "/stats",
+    summary="Counts by code, kind, model, last tool and error signature",
+    response_model=None,
+    responses={200: {"model": LetterStats, "description": "The counts"}},
+)
 def stats(
     client: Client,
     who: Reader,
@@ -206,6 +211,8 @@ SPOOL_BYTES = 8 << 20
 @router.get(
     "/timeline",
     summary="Dead letters per day or hour by code (the page's chart), every bucket given",
+    response_model=None,
+    responses={200: {"model": LetterTimeline, "description": "The buckets and their counts"}},
 )
 def timeline(
     client: Client,
@@ -298,7 +305,8 @@ def _read(file: IO[bytes]) -> Iterator[bytes]:
 @router.get(
     "/{key}",
     summary="A dead letter with its session snapshot as a timeline, and its forks",
-    responses=FOUND,
+    response_model=None,
+    responses={200: {"model": LetterShown, "description": "The dead letter"}, **FOUND},
 )
 def show(key: Key, client: Client, who: Reader) -> dict[str, Any]:
     letter = find(client, who, key)
