@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from tickwork.fsm.errors import InvalidInput
 from tickwork.fsm.values import Status
 
-from tests.api.conftest import Stack
+from tests.api.conftest import TEST_KIND, Stack
 from tickwork.parsing import SINCE_PATTERN, since
 
 ERROR = "#/components/schemas/ErrorBody"
@@ -445,3 +445,36 @@ def test_a_waiting_call_s_decision_and_observation_are_stated_as_the_store_keeps
     assert set(CallObservation.model_fields) == kept
     views = {"blocked", "observation", "decision", "as_edited", "preview"}
     assert set(WaitingCall.model_fields) == set(ToolCall.model_fields) | views
+
+
+def test_the_headers_a_client_reads_are_stated_where_they_come(stack: Stack) -> None:
+    """A stored submit or fork answers `Location` (and a replay `Idempotent-Replayed`),
+    a 429 or a busy server's 503 `Retry-After`, as docs/API.md says: the document named
+    none of them. Each is stated where it comes, and a submit sent twice with a key
+    answers the stated headers."""
+    schema = stack.http().get("/api/v1/openapi.json").json()
+    for method, path, op in operations(schema):
+        answers = op["responses"]
+        if method == "POST" and "201" in answers:
+            assert set(answers["201"]["headers"]) == {"Location", "Idempotent-Replayed"}, path
+        for status in {"429", "503"} & set(answers):
+            assert set(answers[status]["headers"]) == {"Retry-After"}, (method, path, status)
+    created = {p for m, p, op in operations(schema) if "201" in op["responses"]}
+    assert created == {
+        "/api/v1/sessions",
+        "/api/v1/sessions/{session_id}/fork",
+        "/api/v1/dead-letters/{key}/fork",
+    }
+
+    body = {"kind": TEST_KIND, "input": {}, "model": stack.deployment.script([{"content": "ok"}])}
+    key = {"Idempotency-Key": f"schema-{uuid.uuid4()}"}
+    first, again = (
+        stack.http("sam").post("/api/v1/sessions", json=body, headers=key) for _ in "12"
+    )
+    assert first.status_code == again.status_code == 201, (first.text, again.text)
+    session_id = first.json()["id"]
+    assert (
+        first.headers["location"] == again.headers["location"] == f"/api/v1/sessions/{session_id}"
+    )
+    assert "idempotent-replayed" not in first.headers
+    assert again.headers["idempotent-replayed"] == "true"

@@ -104,16 +104,32 @@ class ErrorBody(BaseModel):
     )
 
 
+#: the headers an error status comes with, as the schema states them
+_RETRY_AFTER = {
+    "Retry-After": {
+        "description": "Seconds to wait before trying again (429: until the quota may let "
+        "it in; 503: with `server_busy` only).",
+        "schema": {"type": "integer", "minimum": 0},
+    }
+}
+HEADERS: dict[int, dict[str, Any]] = {429: _RETRY_AFTER, 503: _RETRY_AFTER}
+
+
 def documented(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    """OpenAPI `responses` for these error statuses, each with the error body."""
-    return {s: {"model": ErrorBody, "description": MEANINGS[s]} for s in statuses}
+    """OpenAPI `responses` for these error statuses, each with the error body (and the
+    headers it comes with)."""
+    return {s: {"model": ErrorBody, "description": MEANINGS[s], **_headers(s)} for s in statuses}
+
+
+def _headers(status: int) -> dict[str, Any]:
+    return {"headers": HEADERS[status]} if status in HEADERS else {}
 
 
 def documented_beside_text(*statuses: int) -> dict[int | str, dict[str, Any]]:
     """As `documented`, for a route whose success is text: its errors are JSON all the same
     (a `model` is stated under the route's own media type, which is not JSON there)."""
     body = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
-    return {s: {"description": MEANINGS[s], "content": body} for s in statuses}
+    return {s: {"description": MEANINGS[s], "content": body, **_headers(s)} for s in statuses}
 
 
 class ApiError(Exception):

@@ -37,6 +37,23 @@ Key = Annotated[
         "Retrying a request).",
     ),
 ]
+#: a submit's or fork's 201 as the schema states it: the new session's head, and its headers
+CREATED = {
+    201: {
+        "description": "Stored: the new session's head (a replay: as it is now)",
+        "headers": {
+            "Location": {
+                "description": "The new session: /api/v1/sessions/{id}",
+                "schema": {"type": "string"},
+            },
+            "Idempotent-Replayed": {
+                "description": "`true` when a retry with the same Idempotency-Key was "
+                "answered with the session the first try made; absent otherwise.",
+                "schema": {"type": "string", "enum": ["true"]},
+            },
+        },
+    }
+}
 #: the namespace of the ids keys give (uuid5 of it and the request's owner and key)
 _NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "https://tickwork.invalid/idempotency-key")
 

@@ -33,7 +33,7 @@ router = APIRouter(prefix="/api/v1", responses=documented(401, 403, 422, 503))
 #: what a route that takes a body or a session id may answer besides
 CHANGES = documented(404, 409, 413)
 #: a fork is a new session of the tenant: over one of its quotas, 429 as a submit
-FORKS = documented(404, 409, 413, 429)
+FORKS = {**retries.CREATED, **documented(404, 409, 413, 429)}
 FOUND = documented(404)
 #: the listing's filters the archive's index cannot answer (it keeps no error code, outcome
 #: nor a lookup by the start of an id; a session's forks, archived too: /sessions/{id}/forks)
@@ -93,7 +93,7 @@ def me(who: Caller) -> dict[str, Any]:
     tags=["sessions"],
     summary="Submit a session into the token's tenant; the token's name is recorded as "
     "`submitted_by`",
-    responses=documented(409, 413, 429, 502),
+    responses={**retries.CREATED, **documented(409, 413, 429, 502)},
 )
 def submit(
     body: bodies.Submit,
