@@ -478,3 +478,21 @@ def test_the_headers_a_client_reads_are_stated_where_they_come(stack: Stack) -> 
     )
     assert "idempotent-replayed" not in first.headers
     assert again.headers["idempotent-replayed"] == "true"
+
+
+def test_the_tenant_s_metrics_are_in_the_document_as_they_answer(stack: Stack) -> None:
+    """docs/API.md sends a token to `/api/v1/metrics` for its tenant's series, and the
+    document left the route out: a client generated from it had no way to ask. It states
+    the route, its text answer and its errors, and the route answers what it states."""
+    schema = stack.http().get("/api/v1/openapi.json").json()
+    stated = schema["paths"]["/api/v1/metrics"]["get"]
+    assert stated["responses"]["200"]["content"] == {"text/plain": {"schema": {"type": "string"}}}
+    assert [p["name"] for p in stated["parameters"]] == ["tenant"]
+    http = stack.http("sam")
+    answer = http.get("/api/v1/metrics")
+    assert answer.status_code == 200, answer.text
+    assert answer.headers["content-type"].split(";")[0] == "text/plain"
+    assert "tickwork_tenant_sessions" in answer.text
+    other = http.get("/api/v1/metrics", params={"tenant": "not-mine"})
+    assert other.status_code == 404 and other.json()["code"] == "tenant_not_found"
+    assert "tenant_not_found" in stated["responses"]["404"]["description"]

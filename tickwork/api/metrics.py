@@ -31,7 +31,7 @@ from tickwork.fsm.tenants import TENANT_PATTERN
 from tickwork.worker.observers.metrics import StoreCollector, registry
 
 from .auth import Reader
-from .errors import ApiError
+from .errors import ApiError, documented_beside_text
 
 REQUESTS = Counter(
     "tickwork_api_requests", "API requests by route and status", ["method", "route", "status"]
@@ -107,11 +107,38 @@ def tenant_exposition(
     return generate_latest(scoped)
 
 
-@router.get("/api/v1/metrics", include_in_schema=False)
+class Exposition(Response):
+    """Prometheus's text format: the schema states the route's 200 as this text only."""
+
+    media_type = CONTENT_TYPE_LATEST.split(";")[0]
+
+
+@router.get(
+    "/api/v1/metrics",
+    tags=["ops"],
+    summary="The token's tenant's metrics, in Prometheus's text format",
+    response_class=Exposition,
+    responses={
+        200: {"description": "The tenant's series (an admin's: every tenant's, or `tenant`'s)"},
+        **documented_beside_text(401, 403, 422, 503),
+        404: {
+            **documented_beside_text(404)[404],
+            "description": "`tenant_not_found`: a `tenant` not the token's",
+        },
+    },
+)
 async def tenant_metrics(
     request: Request,
     who: Reader,
-    tenant: Annotated[str | None, Query(max_length=64, pattern=TENANT_PATTERN)] = None,
+    tenant: Annotated[
+        str | None,
+        Query(
+            max_length=64,
+            pattern=TENANT_PATTERN,
+            description="An admin token: this tenant's series only; another token: its own "
+            "tenant only (another is 404 `tenant_not_found`).",
+        ),
+    ] = None,
 ) -> Response:
     """The caller's tenant's series, as `/metrics` has them (an admin: the whole scrape, or
     `tenant`'s); another tenant's is 404, as one nobody made. An own-only token gets none:
