@@ -221,6 +221,11 @@ def over_bound(budgets: Mapping[str, Any]) -> str | None:
 class Budgets(Value):
     """Per-session limits; defaults come from settings."""
 
+    #: a head's budgets hold every one: the schema of an answer says so, as of `Head`
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", json_schema_serialization_defaults_required=True
+    )
+
     max_steps: int = 50
     max_tokens: int = 2_000_000
     #: 0 turns the cost budget off (for a model that has no price)
@@ -409,6 +414,12 @@ class Event(Value):
 
 class Head(Value):
     """The small row that says where a session is; it moves to `version + 1` on every change."""
+
+    #: every field is in every head a reader gets: the schema of an answer says so (a
+    #: client generated from it reads `status`, not "a status or nothing")
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", json_schema_serialization_defaults_required=True
+    )
 
     id: str
     kind: str

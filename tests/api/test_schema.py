@@ -496,3 +496,24 @@ def test_the_tenant_s_metrics_are_in_the_document_as_they_answer(stack: Stack) -
     other = http.get("/api/v1/metrics", params={"tenant": "not-mine"})
     assert other.status_code == 404 and other.json()["code"] == "tenant_not_found"
     assert "tenant_not_found" in stated["responses"]["404"]["description"]
+
+
+def test_a_head_s_fields_are_stated_required_as_every_head_has_them(stack: Stack) -> None:
+    """Every head the API answers (a submit's, a decision's, a listing's, a view's) holds
+    every field, and the document stated all but five as optional: a client generated from
+    it read `status` as "a status or nothing" (openapi-python-client: `Status | Unset`).
+    A head's and its budgets' fields are stated required, and a head answered has them."""
+    schema = stack.http().get("/api/v1/openapi.json").json()
+    components = schema["components"]["schemas"]
+    for name in ("Head", "Listed", "Budgets"):
+        stated = components[name]
+        assert set(stated["required"]) == set(stated["properties"]), name
+    session_id = stack.submit([{"content": "done"}])
+    stack.wait(session_id, Status.COMPLETED)
+    http = stack.http("sam")
+    shown = http.get(f"/api/v1/sessions/{session_id}").json()["head"]
+    listed = http.get("/api/v1/sessions", params={"id_prefix": session_id}).json()
+    assert [h["id"] for h in listed] == [session_id]
+    for head in (shown, listed[0]):
+        assert set(head) == set(components["Listed"]["properties"]), head
+        assert set(head["budgets"]) == set(components["Budgets"]["properties"]), head
