@@ -517,3 +517,10 @@ def test_a_head_s_fields_are_stated_required_as_every_head_has_them(stack: Stack
     for head in (shown, listed[0]):
         assert set(head) == set(components["Listed"]["properties"]), head
         assert set(head["budgets"]) == set(components["Budgets"]["properties"]), head
+
+
+def test_the_document_is_valid_openapi(stack: Stack) -> None:
+    """A third party validates the document before generating a client from it (`moto[server]`
+    of the test extra brings openapi-spec-validator, which does so)."""
+    validator = pytest.importorskip("openapi_spec_validator")
+    validator.validate(stack.http().get("/api/v1/openapi.json").json())
