@@ -141,3 +141,53 @@ def test_a_dead_letter_asked_of_a_session_that_has_not_failed_says_what_it_is(
     with pytest.raises(LookupError, match="no dead letter has id or session id 'nobody-s'"):
         client.dead_letter("nobody-s")
     client.close()
+
+
+def test_a_first_submits_files_are_held_on_disk_and_stored_once_it_is_taken(
+    tmp_path: Path,
+) -> None:
+    """What a first submit's kind stores before the database is made (its packed workspace)
+    was held in memory, up to the pack's 200 MB, and a read of a blob not held made the
+    database before the submit's checks: they are held in a temporary folder, a read of
+    another blob finds none (there is no database, so no blob anywhere else), and once the
+    checks pass they are stored in the store; the folder goes either way."""
+    import hashlib
+
+    from tickwork.fsm.errors import BlobMissing
+    from tickwork.store.artifacts import DirectoryArtifacts
+
+    from tickwork.writes import _Held
+
+    store = DirectoryArtifacts(tmp_path / "store")
+    opened: list[int] = []
+
+    def open_store() -> DirectoryArtifacts:
+        opened.append(1)
+        return store
+
+    blobs = {hashlib.sha256(data).hexdigest(): data for data in (b"one", b"two")}
+    held = _Held(open_store, hold=True)
+    assert held.put(blobs) == 6
+    assert held.get(list(blobs)) == blobs
+    with pytest.raises(BlobMissing):
+        held.get([hashlib.sha256(b"elsewhere").hexdigest()])
+    with pytest.raises(ValueError, match="does not hold the content"):
+        held.put({hashlib.sha256(b"x").hexdigest(): b"y"})
+    assert not opened and not (tmp_path / "store").exists()
+    folder = Path(held_name(held))
+    assert len(list(folder.rglob("*"))) >= 2, "the files are held on disk"
+    held.keep()
+    assert store.get(list(blobs)) == blobs
+    held.close()
+    assert not folder.exists()
+
+    refused = _Held(open_store, hold=True)
+    refused.put(blobs)
+    folder = Path(held_name(refused))
+    refused.close()  # a refused submit: nothing stored, the folder gone
+    assert not folder.exists()
+
+
+def held_name(held: object) -> str:
+    """The temporary folder a `_Held` keeps its files in."""
+    return str(held._folder.name)  # type: ignore[attr-defined]

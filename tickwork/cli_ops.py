@@ -23,7 +23,7 @@ from . import options, render, views
 from .context import ensure_schema, load_settings
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
     from pydantic_settings import BaseSettings
 
@@ -176,18 +176,46 @@ def _run_celery(app: Any, argv: list[str]) -> tuple[int, str | None]:
     return (code if isinstance(code, int) else 0), (signals[0] if signals else None)
 
 
-def _say_if_the_broker_is_away(app: Any, settings: Settings) -> None:
+#: how often, and how far apart, a broker's refusal that no retry mends is asked again before
+#: the worker gives up: a deployment may make the virtual host, user or database just after
+#: the broker answers (a one-shot `rabbitmqctl add_vhost` beside it)
+REFUSAL_TRIES = 5
+REFUSAL_PAUSE_S = 2.0
+
+
+def _say_if_the_broker_is_away(
+    app: Any,
+    settings: Settings,
+    *,
+    probe: Callable[[Any], str | None] | None = None,
+    pause: Callable[[float], None] = time.sleep,
+) -> None:
     """One line on stderr, naming the setting, if the broker does not answer now: the worker
     starts anyway and Celery keeps trying to connect (a broker may start after it), but its
     own retry lines do not say which setting points there. A URL no retry mends (a Redis
-    database the server has not, a login the broker refuses) is a ConfigurationError: the
-    worker does not start."""
+    database the server has not, a login the broker refuses, a RabbitMQ virtual host it has
+    not) is asked again REFUSAL_TRIES times REFUSAL_PAUSE_S apart, saying so, and if it is
+    still refused it is a ConfigurationError: the worker does not start. `probe`: what
+    asks the broker (`broker_away`)."""
     from tickwork.worker.config.brokers import refused
     from tickwork.worker.config.settings import mask
     from tickwork.worker.tick.app import broker_away
 
-    why = broker_away(app)
+    ask = probe or broker_away
+    why = ask(app)
     wrong = None if why is None else refused(settings.broker_url, why)
+    for tried in range(REFUSAL_TRIES - 1):
+        if wrong is None:
+            break
+        if tried == 0:
+            sys.stderr.write(
+                f"warning: {wrong}; asking again for {REFUSAL_PAUSE_S * (REFUSAL_TRIES - 1):g} "
+                "s before the worker gives up\n"
+            )
+            sys.stderr.flush()
+        pause(REFUSAL_PAUSE_S)
+        why = ask(app)
+        wrong = None if why is None else refused(settings.broker_url, why)
     if wrong is not None:
         raise ConfigurationError(wrong)
     if why is not None:

@@ -7,9 +7,11 @@ import contextlib
 import functools
 import getpass
 import logging
+import tempfile
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from celery import Celery
@@ -42,7 +44,7 @@ from tickwork.fsm.wording import plain
 from tickwork.store import Store
 from tickwork.store import dead_letters as dl
 from tickwork.store.archived import saved_of
-from tickwork.store.artifacts import Artifacts
+from tickwork.store.artifacts import Artifacts, DirectoryArtifacts
 from tickwork.store.files import Saved
 from tickwork.worker.config.secrets import mask_decision, masker_for
 from tickwork.worker.config.settings import Settings
@@ -219,40 +221,51 @@ class Writes(Deployment):
         if own_config and not trusted:
             raise InvalidInput("a submission from outside cannot set the session's config")
         blobs = _Held(self._made_artifacts, hold=self._unmade())
-        config = session_config(job, dict(input or {}), self._submission(kind, trusted, blobs))
-        config.update(own_config or {})
-        role = self._role(kind, config)
-        spec = model or role.model or self.settings.model or str(config.pop("default_model", ""))
-        if not spec:
-            raise InvalidInput(
-                "no model given: give `model` as openai:MODEL, "
-                "anthropic:MODEL or scripted:PATH, or set the deployment's default in "
-                "TICKWORK_MODEL"
-            )
         try:
-            check_spec(spec, self.providers)
-        except InvalidModelSpec as exc:
-            if model or role.model or spec != self.settings.model:
-                raise
-            # the deployment's default: the submitter gave no spec to correct
-            raise InvalidModelSpec(f"invalid setting TICKWORK_MODEL: {exc.message}") from None
-        limits = self.budgets(job.budgets, role.budgets, budgets or {})
-        if price is not None:
-            config["price"] = self._price_config(spec, price, trusted=trusted)
-        quotas = self.tenants.quotas(tenant)
-        quota = None if quotas.max_usd_per_day is None else (tenant, quotas.max_usd_per_day)
-        _check_priced(
-            spec, limits, config, self.settings.prices, self.providers, trusted=trusted, quota=quota
-        )
-        window = (
-            pricing.context_window(spec, self.settings.prices, providers=self.providers)
-            if context_window is None
-            else context_window
-        )
-        config["context"] = Policy(window=check_window(window)).to_config()
-        # every check passed: the embedded database is made by the first submit, and what
-        # the kind stored meanwhile (the workspace it packed) is stored in it
-        blobs.keep()
+            config = session_config(job, dict(input or {}), self._submission(kind, trusted, blobs))
+            config.update(own_config or {})
+            role = self._role(kind, config)
+            spec = (
+                model or role.model or self.settings.model or str(config.pop("default_model", ""))
+            )
+            if not spec:
+                raise InvalidInput(
+                    "no model given: give `model` as openai:MODEL, "
+                    "anthropic:MODEL or scripted:PATH, or set the deployment's default in "
+                    "TICKWORK_MODEL"
+                )
+            try:
+                check_spec(spec, self.providers)
+            except InvalidModelSpec as exc:
+                if model or role.model or spec != self.settings.model:
+                    raise
+                # the deployment's default: the submitter gave no spec to correct
+                raise InvalidModelSpec(f"invalid setting TICKWORK_MODEL: {exc.message}") from None
+            limits = self.budgets(job.budgets, role.budgets, budgets or {})
+            if price is not None:
+                config["price"] = self._price_config(spec, price, trusted=trusted)
+            quotas = self.tenants.quotas(tenant)
+            quota = None if quotas.max_usd_per_day is None else (tenant, quotas.max_usd_per_day)
+            _check_priced(
+                spec,
+                limits,
+                config,
+                self.settings.prices,
+                self.providers,
+                trusted=trusted,
+                quota=quota,
+            )
+            window = (
+                pricing.context_window(spec, self.settings.prices, providers=self.providers)
+                if context_window is None
+                else context_window
+            )
+            config["context"] = Policy(window=check_window(window)).to_config()
+            # every check passed: the embedded database is made by the first submit, and what
+            # the kind stored meanwhile (the workspace it packed) is stored in it
+            blobs.keep()
+        finally:
+            blobs.close()  # what it held is stored by now, or the submit was refused
         self._made()
         self._check_unused(session_id)
         now = self.clock()
@@ -773,35 +786,42 @@ class Writes(Deployment):
 
 class _Held:
     """The artifact store a kind's `configure` stores a submission's files in (the workspace
-    it packs). Where the submit is to make the embedded database (`hold`), they are held
-    here until its checks have passed (`keep`): a submit refused after the kind packed its
-    workspace (a model without a price, say) makes no database. Otherwise they go to the
-    store at once, as ever."""
+    it packs). Where the submit is to make the embedded database (`hold`), they are held in
+    a temporary folder until its checks have passed (`keep`): a submit refused after the
+    kind packed its workspace (a model without a price, say) makes no database. Otherwise
+    they go to the store at once, as ever. `close` removes the folder."""
 
     def __init__(self, opened: Callable[[], Artifacts], *, hold: bool) -> None:
         self._opened = opened
-        self._held: dict[str, bytes] | None = {} if hold else None
+        self._folder = tempfile.TemporaryDirectory(prefix="tickwork-held-") if hold else None
+        self._held: DirectoryArtifacts | None = None
+        self._keys: dict[str, None] = {}  # in the order put
+        if self._folder is not None:
+            self._held = DirectoryArtifacts(Path(self._folder.name))
 
     def put(self, items: Mapping[str, bytes]) -> int:
         if self._held is None:
             return self._opened().put(items)
-        fresh = {key: data for key, data in items.items() if key not in self._held}
-        self._held.update(fresh)
-        return sum(len(data) for data in fresh.values())
+        written = self._held.put(items)  # checked against their hashes, as every store does
+        self._keys.update(dict.fromkeys(items))
+        return written
 
     def get(self, hashes: Iterable[str]) -> dict[str, bytes]:
-        wanted = list(hashes)
-        held = self._held or {}
-        found = {key: held[key] for key in wanted if key in held}
-        rest = [key for key in wanted if key not in found]
-        return {**found, **self._opened().get(rest)} if rest else found
+        """The blobs asked for; while held, only those held (there is no database yet, so
+        no blob is anywhere else: BlobMissing for another)."""
+        if self._held is None:
+            return self._opened().get(hashes)
+        return self._held.get(hashes)
 
     def keep(self) -> None:
         """Store what is held, in batches as a pack stores them; from now on at once."""
-        held, self._held = self._held or {}, None
+        held, self._held = self._held, None
+        if held is None:
+            return
         batch: dict[str, bytes] = {}
         size = 0
-        for key, data in held.items():
+        for key in self._keys:
+            (data,) = held.get([key]).values()
             batch[key] = data
             size += len(data)
             if size >= BATCH_BYTES:
@@ -809,6 +829,11 @@ class _Held:
                 batch, size = {}, 0
         if batch:
             self._opened().put(batch)
+
+    def close(self) -> None:
+        if self._folder is not None:
+            self._folder.cleanup()
+            self._folder = None
 
 
 def _numbers(budgets: Mapping[str, Any]) -> None:

@@ -80,6 +80,20 @@ def _worker(env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+def _given_up(worker: subprocess.CompletedProcess[str]) -> str:
+    """The error a worker refused by its broker ended with, having said first (with the same
+    reason) that it asks again before giving up: a deployment may make the user, database or
+    virtual host just after the broker answers."""
+    warned, line = worker.stderr.splitlines()
+    assert warned.startswith("warning: ") and warned.endswith(
+        "; asking again for 8 s before the worker gives up"
+    ), warned
+    assert warned.removeprefix("warning: ").split("; asking again")[0] == line.removeprefix(
+        "error: "
+    ), (warned, line)
+    return line
+
+
 def test_each_bad_setting_is_one_line_naming_it(tmp_path: Path) -> None:
     state = tmp_path / "state"
     cli = Cli(_bare_env(TICKWORK_STATE_DIR=str(state)), tmp_path)
@@ -425,7 +439,7 @@ def test_a_redis_database_the_server_has_not_is_named_with_the_ones_it_has(
     assert "secret" not in warning and "once the broker is back" not in warning
 
     assert worker.returncode == 2, worker
-    (line,) = worker.stderr.splitlines()
+    line = _given_up(worker)
     assert line.startswith(f"error: TICKWORK_BROKER_URL redis://:****@{at}/99 names"), line
     assert "has 4 (0 to 3)" in line and "secret" not in line, line
 
@@ -469,7 +483,7 @@ def test_a_login_the_broker_refuses_is_named_and_the_worker_does_not_start(
 
     worker = _worker(env, tmp_path)
     assert worker.returncode == 2, worker
-    (line,) = worker.stderr.splitlines()
+    line = _given_up(worker)
     assert line.startswith(f"error: the broker at {masked} (TICKWORK_BROKER_URL) refused its")
     assert words in line and "USER:PASSWORD@ before its host" in line, line
     assert "secret-pw" not in line and "Traceback" not in worker.stdout
@@ -508,7 +522,7 @@ def test_a_rabbitmq_virtual_host_the_server_has_not_is_named_and_the_worker_does
 
     worker = _worker(env, tmp_path)
     assert worker.returncode == 2, worker
-    (line,) = worker.stderr.splitlines()
+    line = _given_up(worker)
     assert line.startswith(
         f"error: the RabbitMQ server at {masked} (TICKWORK_BROKER_URL) has no virtual host "
         f"'{vhost}' ("
@@ -601,3 +615,29 @@ def test_config_refuses_the_files_a_worker_or_the_api_would_refuse(tmp_path: Pat
         TICKWORK_API_TOKENS_FILE=str(tokens),
     ).json()
     assert shown["tenants_file"] == str(tenants)
+
+
+def test_a_refusal_that_clears_while_the_worker_asks_again_lets_it_start() -> None:
+    """A deployment that makes its RabbitMQ virtual host (or user) just after the broker
+    answers: a worker that asked first exited 2 at once, and a restart policy that does not
+    restart on a configuration error left it down. It asks again, and starts once the
+    refusal clears; a broker still refusing after every try is a ConfigurationError."""
+    from types import SimpleNamespace
+
+    from tickwork.fsm.errors import ConfigurationError
+
+    from tickwork.cli_ops import REFUSAL_TRIES, _say_if_the_broker_is_away
+
+    settings = SimpleNamespace(broker_url="amqp://guest:pw@rabbit:5672/team-a")
+    gone = "NotAllowed: Connection.open: (530) NOT_ALLOWED - vhost team-a not found"
+    answers = iter([gone, gone, None])
+    paused: list[float] = []
+    _say_if_the_broker_is_away(
+        None, settings, probe=lambda _app: next(answers), pause=paused.append
+    )  # type: ignore[arg-type]
+    assert paused == [2.0, 2.0]
+
+    paused.clear()
+    with pytest.raises(ConfigurationError, match="has no virtual host 'team-a'"):
+        _say_if_the_broker_is_away(None, settings, probe=lambda _app: gone, pause=paused.append)  # type: ignore[arg-type]
+    assert len(paused) == REFUSAL_TRIES - 1

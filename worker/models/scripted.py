@@ -258,9 +258,9 @@ def _before(index: int) -> str:
         return ""
     calls = "model call" if index == 1 else "model calls"
     return (
-        f" ({index} {calls} came before it, a fork's kept steps included: a script a fork "
-        f"switches to is played from reply {index + 1} too, its first {index} standing for "
-        "them)"
+        f" ({index} {calls} came before it; in a fork they include its kept steps: a script "
+        f"a fork switches to is played from reply {index + 1} too, its first {index} standing "
+        "for them)"
     )
 
 

@@ -330,7 +330,7 @@ def broker_away(app: Celery, *, timeout_s: float = 3.0) -> str | None:
                 max_retries=1, interval_start=0, interval_step=0, timeout=timeout_s
             )
     except Exception as exc:
-        return f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+        return f"{type(exc).__name__}: {' '.join(str(exc).split())[:600]}"
     return None
 
 

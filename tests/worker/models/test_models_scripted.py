@@ -157,7 +157,7 @@ def test_past_the_end_says_the_calls_before_count_a_fork_s_too(write_script):
         ScriptedModel(path).generate(transcript(3), [], SETTINGS)
 
     said = str(caught.value)
-    assert "reply 4 (3 model calls came before it, a fork's kept steps included" in said
+    assert "reply 4 (3 model calls came before it; in a fork they include its kept steps" in said
     assert "a script a fork switches to is played from reply 4 too" in said, said
     assert said.endswith('add replies or set "repeat_last": true'), said
 
