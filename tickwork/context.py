@@ -67,6 +67,7 @@ class Context:
         self._store: Store | None = None
         self._reads: Reads | None = None
         self._client: Tickwork | None = None
+        self._client_owns_store = False  # a client made before this command opened the store
 
     def __enter__(self) -> Context:
         return self
@@ -84,14 +85,17 @@ class Context:
 
     @property
     def store(self) -> Store:
-        if self._creates:  # the client's, made here if it is not yet
+        if self._client_owns_store:  # the client's, made here if it is not yet
             ensure_schema(self.settings)
             return self.client.store
         if self._store is None:
             from tickwork.store import open_store
 
             settings = self.settings
-            require_database(settings)
+            if self._creates:
+                ensure_schema(settings)
+            else:
+                require_database(settings)
             self._store = open_store(settings.db_url, **settings.database_pool({}))
         return self._store
 
@@ -104,8 +108,10 @@ class Context:
             from .client import WholeIds
 
             # the commands name a session by a start of its id, looked up in their own words
-            store = None if self._creates else self.store
+            # a command that makes sessions and has not opened the store leaves it to the client
+            store = None if self._creates and self._store is None else self.store
             self._client = WholeIds(self.settings, store=store)
+            self._client_owns_store = store is None
         return self._client
 
     @property
@@ -124,5 +130,5 @@ class Context:
     def close(self) -> None:
         if self._store is not None:
             self._store.close()
-        if self._creates and self._client is not None:  # its store is its own
-            self._client.close()
+        if self._client is not None and self._client_owns_store:
+            self._client.close()  # its store is its own

@@ -46,13 +46,20 @@ EMBEDDED = pytest.mark.parametrize("deployment", ["embedded"], indirect=True)
 
 def submit_examples(page: str) -> list[list[str]]:
     """The `tickwork submit` command lines of a page's bash blocks, as argument lists
-    (continuation lines joined, comments dropped)."""
+    (continuation lines joined, a quote that spans lines read whole, comments dropped)."""
     found = []
     for block in re.findall(r"```bash\n(.*?)```", page, re.DOTALL):
+        command = ""
         for line in block.replace("\\\n", " ").splitlines():
-            words = shlex.split(line, comments=True)
+            command = f"{command}\n{line}" if command else line
+            try:
+                words = shlex.split(command, comments=True)
+            except ValueError:  # a quote still open: its command goes on on the next line
+                continue
+            command = ""
             if words[:2] == ["tickwork", "submit"]:
                 found.append(words[2:])
+        assert not command, f"a quote never closed in: {command!r}"
     return found
 
 

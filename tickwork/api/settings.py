@@ -141,6 +141,6 @@ def not_an_object(value: object) -> str:
     shown = got.get(type(value), "a number")
     return (
         f'is {shown}, not an object of its holder: write it as "TOKEN": {{"name": '
-        '"alice", "roles": ["approver"]} (`tenant` and `own_only` optional: docs/API.md, '
-        "`tickwork docs api`)"
+        '"alice", "roles": ["approver"]}, `tenant` and `own_only` optional: docs/API.md '
+        "(`tickwork docs api`)"
     )
