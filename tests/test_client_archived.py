@@ -20,12 +20,9 @@ from tickwork.client import Tickwork
 from tickwork.testing.store_ticks import Clock, new_session, reply, think
 
 
-def test_get_of_an_archived_session_says_it_is_archived_and_how_to_read_it(
-    tmp_path: Path,
-) -> None:
-    """`Tickwork().get(id)` of an archived session raised "no session", as for an id
-    nobody made, where the API said it was archived: a script could not tell it was gone
-    to the archive, nor that `archived(id)` reads it back."""
+def archived_one(tmp_path: Path) -> tuple[Tickwork, str]:
+    """A client of a new embedded deployment, and the id of a session it completed and
+    retention then archived."""
     settings = Settings(
         state_dir=tmp_path / "state", queue=f"tickwork.ticks.{uuid.uuid4().hex[:8]}"
     )
@@ -33,13 +30,24 @@ def test_get_of_an_archived_session_says_it_is_archived_and_how_to_read_it(
     upgrade(settings.db_url)
     client = Tickwork(settings)
     store, clock = client.store, Clock()
-    old, nobody = str(uuid.uuid4()), str(uuid.uuid4())
+    old = str(uuid.uuid4())
     store.create(new_session(old, now=clock()), now=clock())
     assert think(store, old, reply(content="done"), now=clock()).status is Status.COMPLETED
     report = archive_pass(
         store.engine, store.load, client.archive, Policy(completed_s=60), now=clock.advance(61)
     )
     assert report.archived == 1
+    return client, old
+
+
+def test_get_of_an_archived_session_says_it_is_archived_and_how_to_read_it(
+    tmp_path: Path,
+) -> None:
+    """`Tickwork().get(id)` of an archived session raised "no session", as for an id
+    nobody made, where the API said it was archived: a script could not tell it was gone
+    to the archive, nor that `archived(id)` reads it back."""
+    client, old = archived_one(tmp_path)
+    nobody = str(uuid.uuid4())
 
     for read in (client.get, client.load):
         for given in (old, old[:8]):  # its whole id, or a start of it
@@ -62,20 +70,7 @@ def test_a_dead_letter_asked_of_an_archived_session_says_it_went_with_it(tmp_pat
     """`tickwork dlq show ID` of a session retention archived (its dead letter with it) said
     "no session 'ID'; list sessions with `tickwork ls`", though `tickwork show ID` reads it
     back: it says the session is archived with its dead letter, by its whole id or a start."""
-    settings = Settings(
-        state_dir=tmp_path / "state", queue=f"tickwork.ticks.{uuid.uuid4().hex[:8]}"
-    )
-    settings.state_dir.mkdir(parents=True)
-    upgrade(settings.db_url)
-    client = Tickwork(settings)
-    store, clock = client.store, Clock()
-    old = str(uuid.uuid4())
-    store.create(new_session(old, now=clock()), now=clock())
-    assert think(store, old, reply(content="done"), now=clock()).status is Status.COMPLETED
-    report = archive_pass(
-        store.engine, store.load, client.archive, Policy(completed_s=60), now=clock.advance(61)
-    )
-    assert report.archived == 1
+    client, old = archived_one(tmp_path)
     for given in (old, old[:8]):
         with pytest.raises(LookupError) as refused:
             client.dead_letter(given)

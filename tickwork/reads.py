@@ -332,30 +332,28 @@ class Reads(Deployment):
                 f"no dead letter has id or session id {key!r} (digits only name a dead letter "
                 f"or a whole session id, never the start of one); {listing}"
             )
+        nobody = dl.DeadLetterNotFound(f"no dead letter has id or session id {key!r}; {listing}")
         try:
             session_id = self.session_id(key)
         except SessionNotFound:
-            raise dl.DeadLetterNotFound(
-                f"no dead letter has id or session id {key!r}; {listing}"
-            ) from None
+            raise nobody from None
         try:
             return self.store.dead_letter(session_id)
         except dl.DeadLetterNotFound:
-            raise self._none_for(key, session_id) from None
+            raise self._none_for(session_id, nobody) from None
 
-    def _none_for(self, key: str, session_id: str) -> dl.DeadLetterNotFound:
-        """Why the session `key` names has no live dead letter: it has not failed, or
-        retention archived it (its dead letter with it); else as for an id nobody made."""
+    def _none_for(self, session_id: str, nobody: dl.DeadLetterNotFound) -> dl.DeadLetterNotFound:
+        """Why the session `session_id` has no live dead letter: it has not failed, or
+        retention archived it (its dead letter with it); else `nobody`, as for an id nobody
+        made."""
         try:
             status = self.store.get(session_id).status
         except SessionNotFound:
-            if self.store.retention.entry(session_id) is not None:
-                return dl.DeadLetterNotFound.archived(session_id)
-            status = Status.FAILED
+            archived = self.store.retention.entry(session_id) is not None
+            return dl.DeadLetterNotFound.archived(session_id) if archived else nobody
         if status is not Status.FAILED:
             return dl.DeadLetterNotFound.not_failed(session_id, status.value)
-        listing = dl.DeadLetterNotFound.listing
-        return dl.DeadLetterNotFound(f"no dead letter has id or session id {key!r}; {listing}")
+        return nobody
 
     def dead_letter_stats(
         self,

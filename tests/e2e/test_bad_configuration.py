@@ -80,6 +80,17 @@ def _worker(env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+def _submitted_unpublished(cli: Cli, tmp_path: Path) -> tuple[str, str]:
+    """A session submitted where its tick could not be published: its id (it is saved) and
+    the one warning line submit printed of why."""
+    script = tmp_path / "script.json"
+    script.write_text('[{"content": "done"}]')
+    submitted = cli("submit", TEST_KIND, "--input", "{}", "--model", f"scripted:{script}", ok=False)
+    assert submitted.code == 0, submitted  # the session is saved
+    (warning,) = submitted.stderr.splitlines()
+    return submitted.stdout.strip(), warning
+
+
 def _given_up(worker: subprocess.CompletedProcess[str]) -> str:
     """The error a worker refused by its broker ended with, having said first (with the same
     reason) that it asks again before giving up: a deployment may make the user, database or
@@ -419,16 +430,8 @@ def test_a_redis_database_the_server_has_not_is_named_with_the_ones_it_has(
             TICKWORK_STATE_DIR=str(tmp_path / "state"),
             TICKWORK_BROKER_URL=f"redis://:secret@{at}/99",
         )
-        cli = Cli(env, tmp_path)
-        script = tmp_path / "script.json"
-        script.write_text('[{"content": "done"}]')
-        submitted = cli(
-            "submit", TEST_KIND, "--input", "{}", "--model", f"scripted:{script}", ok=False
-        )
+        session_id, warning = _submitted_unpublished(Cli(env, tmp_path), tmp_path)
         worker = _worker(env, tmp_path)
-    assert submitted.code == 0, submitted  # the session is saved
-    session_id = submitted.stdout.strip()
-    (warning,) = submitted.stderr.splitlines()
     assert warning.startswith(f"could not publish the tick of {session_id}: "), warning
     for said in (
         f"TICKWORK_BROKER_URL redis://:****@{at}/99 names Redis database 99",
@@ -467,12 +470,7 @@ def test_a_login_the_broker_refuses_is_named_and_the_worker_does_not_start(
         masked, words = f"amqp://{at.username}:****@{at.hostname}:{at.port}//", "ACCESS_REFUSED"
     env = _bare_env(TICKWORK_STATE_DIR=str(tmp_path / "state"), TICKWORK_BROKER_URL=url)
     cli = Cli(env, tmp_path)
-    script = tmp_path / "script.json"
-    script.write_text('[{"content": "done"}]')
-    submitted = cli("submit", TEST_KIND, "--input", "{}", "--model", f"scripted:{script}", ok=False)
-    assert submitted.code == 0, submitted  # the session is saved
-    session_id = submitted.stdout.strip()
-    (warning,) = submitted.stderr.splitlines()
+    session_id, warning = _submitted_unpublished(cli, tmp_path)
     assert warning.startswith(
         f"could not publish the tick of {session_id}: the broker at "
         f"{masked} (TICKWORK_BROKER_URL) refused its login ("
@@ -507,12 +505,7 @@ def test_a_rabbitmq_virtual_host_the_server_has_not_is_named_and_the_worker_does
     masked = f"amqp://{at.username}:****@{at.hostname}:{at.port}/{vhost}"
     env = _bare_env(TICKWORK_STATE_DIR=str(tmp_path / "state"), TICKWORK_BROKER_URL=url)
     cli = Cli(env, tmp_path)
-    script = tmp_path / "script.json"
-    script.write_text('[{"content": "done"}]')
-    submitted = cli("submit", TEST_KIND, "--input", "{}", "--model", f"scripted:{script}", ok=False)
-    assert submitted.code == 0, submitted  # the session is saved
-    session_id = submitted.stdout.strip()
-    (warning,) = submitted.stderr.splitlines()
+    session_id, warning = _submitted_unpublished(cli, tmp_path)
     assert warning.startswith(
         f"could not publish the tick of {session_id}: the RabbitMQ server at {masked} "
         f"(TICKWORK_BROKER_URL) has no virtual host '{vhost}'"

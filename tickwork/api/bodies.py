@@ -311,12 +311,11 @@ class Decide(Body):
     @classmethod
     def _has_fingerprint(cls, data: Any) -> Any:
         # pydantic would say only "Field required": say where a client finds it
-        if isinstance(data, dict) and "fingerprint" not in data:
-            raise ValueError(
-                "`fingerprint` is missing: give the fingerprint of the call as you saw it "
-                f"(64 hex digits: {FINGERPRINT_SHOWN})"
-            )
-        return data
+        return _given(
+            data,
+            "fingerprint",
+            f"give the fingerprint of the call as you saw it (64 hex digits: {FINGERPRINT_SHOWN})",
+        )
 
     @field_validator("fingerprint", mode="before")
     @classmethod
@@ -364,12 +363,12 @@ class Fork(Body):
     @classmethod
     def _has_step(cls, data: Any) -> Any:
         # pydantic would say only "Field required": say what the step is, and where to see one
-        if isinstance(data, dict) and "from_step" not in data:
-            raise ValueError(
-                "`from_step` is missing: give the step to fork from, K, to keep the original's "
-                "steps 1..K (0: start over); `tickwork dlq show` proposes one under `next`"
-            )
-        return data
+        return _given(
+            data,
+            "from_step",
+            "give the step to fork from, K, to keep the original's steps 1..K (0: start "
+            "over); `tickwork dlq show` proposes one under `next`",
+        )
 
     system_prompt: str | None = Field(
         default=None, max_length=MAX_SYSTEM_PROMPT_CHARS, description="Replace the system prompt."
@@ -459,3 +458,11 @@ class Closing(Body):
                 "kept with the dead letter and shown by `dlq show`)"
             )
         return data
+
+
+def _given(data: Any, field: str, what: str) -> Any:
+    """`data` (a body before it is validated), or a ValueError saying `field` is missing and
+    `what` to give, where pydantic would say only "Field required"."""
+    if isinstance(data, dict) and field not in data:
+        raise ValueError(f"`{field}` is missing: {what}")
+    return data
